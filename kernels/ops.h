@@ -1,0 +1,109 @@
+/* ops.h — the op interface every backend implements (CPU fp32 oracle now, CUDA bf16 later).
+ *
+ * Dimension vocabulary (fixed for the whole code base):
+ *   B  sequences in a microbatch      T  sequence length          C  channels (d_model)
+ *   NH attention heads, hs = C / NH   F  MLP hidden = expansion_ratio * C
+ *   V  real vocabulary size           Vp vocabulary padded to a multiple of 64/128 (Vp >= V)
+ *   N  rows = B * T                   L  layers
+ * Every tensor is dense, row-major, fp32 on the CPU backend.
+ *
+ * Conventions for all backward ops (like llm.c's CPU reference):
+ *   - gradients ACCUMULATE (+=) into both parameter gradients and input gradients; the caller zeroes
+ *     them before a step (parameter grads) or before a backward pass (activation grads);
+ *   - the one exception is softmax_xent_backward, which WRITES dlogits (=) and may alias probs.
+ * Optional pointers are marked "or NULL"; an op given NULL skips that term (no bias, no learned
+ * positions, no ALiBi).
+ */
+#ifndef TSR_OPS_H
+#define TSR_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TSR_LN_EPS 1e-5f
+
+typedef enum { TSR_GELU_TANH = 0, TSR_GELU_EXACT, TSR_GELU_COUNT } tsr_gelu_kind;
+
+typedef struct tsr_ops {
+    const char *name; /* "cpu", "cuda" */
+
+    /* memory on the backend's device */
+    void *(*alloc)(size_t bytes);      /* zero-filled; dies on failure naming the size */
+    void (*free)(void *p);
+    void (*zero)(void *p, size_t bytes);
+
+    /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+     * out (B,T,C), tokens (B,T) with 0 <= token < V, wte (Vp,C), wpe (T_max,C) or NULL */
+    void (*encoder_forward)(float *out, const int32_t *tokens, const float *wte, const float *wpe,
+                            int B, int T, int C);
+    /* dwte (Vp,C) +=, dwpe (T_max,C) += (or NULL), dout (B,T,C) */
+    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                             int B, int T, int C);
+
+    /* out = (inp - mean) * rstd * w + b over the last axis, eps = TSR_LN_EPS (biased variance).
+     * out (N,C), mean (N), rstd (N) saved for backward, inp (N,C), w (C), b (C) or NULL */
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C);
+    /* dinp (N,C) +=, dw (C) +=, db (C) += or NULL, dout (N,C) */
+    void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C);
+
+    /* out = inp @ w^T + bias.  out (N,OC), inp (N,IC), w (OC,IC), bias (OC) or NULL */
+    void (*matmul_forward)(float *out, const float *inp, const float *w, const float *bias,
+                           int N, int IC, int OC);
+    /* dinp (N,IC) += dout @ w, dw (OC,IC) += dout^T @ inp, dbias (OC) += sum_n dout (or NULL) */
+    void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, int N, int IC, int OC);
+
+    /* Causal multi-head attention on a fused qkv projection.
+     *   s[i,j] = q_i . k_j / sqrt(hs) - slope_h * (i - j)   for j <= i  (ALiBi term only if slopes)
+     *   att[b,h,i,:] = softmax_j(s[i,:]) (zeros for j > i);  out[b,i,h*hs:(h+1)*hs] = sum_j att v_j
+     * qkv (B,T,3C) laid out [q | k | v], each head h at columns h*hs..; out (B,T,C);
+     * att (B,NH,T,T) saved for backward; alibi_slopes (NH) or NULL */
+    void (*attention_forward)(float *out, float *att, const float *qkv, const float *alibi_slopes,
+                              int B, int T, int C, int NH);
+    /* dqkv (B,T,3C) +=, dout (B,T,C), qkv and att from the forward pass */
+    void (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *att,
+                               int B, int T, int C, int NH);
+
+    /* GELU, tanh approximation (GPT-2) or exact erf form (MPT).  out, inp (n) */
+    void (*gelu_forward)(float *out, const float *inp, size_t n, tsr_gelu_kind kind);
+    /* dinp (n) += gelu'(inp) * dout */
+    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n,
+                          tsr_gelu_kind kind);
+
+    /* out = a + b (n); backward: da += dout, db += dout */
+    void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
+    void (*residual_backward)(float *da, float *db, const float *dout, size_t n);
+
+    /* Softmax over the first V of Vp columns, then cross-entropy against targets.
+     * probs (N,Vp): softmax, columns >= V set to 0 (may alias logits: computed in place);
+     * losses (N): -log probs[target], 0 where target < 0 (ignored: masked or padding);
+     * logits (N,Vp), targets (N) with -1 = ignore, else 0 <= target < V */
+    void (*softmax_xent_forward)(float *losses, float *probs, const float *logits,
+                                 const int32_t *targets, int N, int V, int Vp);
+    /* dlogits (N,Vp) = (probs - onehot(target)) * dlosses[n]; rows with target < 0 and columns
+     * >= V are written 0. WRITES, may alias probs. dlosses (N) */
+    void (*softmax_xent_backward)(float *dlogits, const float *dlosses, const float *probs,
+                                  const int32_t *targets, int N, int V, int Vp);
+
+    /* sum of squares of g (n) in double, for the global gradient norm */
+    double (*sumsq)(const float *g, size_t n);
+
+    /* AdamW (decoupled weight decay, as torch.optim.AdamW) for one tensor at step t >= 1:
+     *   g' = g * grad_scale;  m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2
+     *   p = p * (1 - lr * wd);  p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+     * p, g, m, v (n) */
+    void (*adamw_update)(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                         float beta1, float beta2, float eps, float wd, float grad_scale, int t);
+} tsr_ops;
+
+/* The fp32 reference backend (kernels/cpu/). */
+extern const tsr_ops tsr_cpu_ops;
+/* Number of threads the CPU ops use (OpenMP and OpenBLAS); call before the first op. */
+void cpu_ops_set_threads(int n);
+/* Name of the BLAS core in use (e.g. "SkylakeX"), for the banner. */
+const char *cpu_ops_blas_core(void);
+
+#endif

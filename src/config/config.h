@@ -1,0 +1,91 @@
+/* config.h — run configuration: one libconfig file plus --set key=value overrides.
+ *
+ * A single table (config.c) lists every key with its type, default, range and documentation; it
+ * drives parsing, validation, the effective-config printout and the generated docs/config.md.
+ * Errors name file:line, the key, the value and what is accepted, and return TSR_EXIT_USAGE.
+ */
+#ifndef TSR_CONFIG_H
+#define TSR_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+/* Durations, as in Composer: "100ba" (optimizer steps), "2e9tok" (tokens), "1ep" (epochs). */
+typedef enum { TSR_DUR_BATCHES = 0, TSR_DUR_TOKENS, TSR_DUR_EPOCHS, TSR_DUR_COUNT } tsr_dur_unit;
+typedef struct tsr_duration {
+    double value; /* >= 0; 0 means "never" for intervals */
+    tsr_dur_unit unit;
+} tsr_duration;
+
+typedef enum { TSR_POS_LEARNED = 0, TSR_POS_ALIBI, TSR_POS_COUNT } tsr_pos_kind;
+typedef enum { TSR_SCHED_COSINE = 0, TSR_SCHED_LINEAR, TSR_SCHED_CONSTANT, TSR_SCHED_COUNT } tsr_sched_kind;
+typedef enum { TSR_DEVICE_CPU = 0, TSR_DEVICE_CUDA, TSR_DEVICE_COUNT } tsr_device_kind;
+typedef enum { TSR_SHARD_DDP = 0, TSR_SHARD_ZERO1, TSR_SHARD_ZERO3, TSR_SHARD_HSDP, TSR_SHARD_COUNT } tsr_sharding_kind;
+
+typedef struct tsr_model_config {
+    int n_layer, d_model, n_head;
+    int vocab_size;       /* V: real vocabulary */
+    int vocab_multiple;   /* Vp = V rounded up to a multiple of this (64 or 128) */
+    int max_seq_len;      /* learned position table size; 0 = seq_len */
+    tsr_pos_kind pos;
+    int bias;             /* biases in linear layers and LayerNorms */
+    double expansion_ratio;
+    int gelu;             /* tsr_gelu_kind from kernels/ops.h: 0 tanh, 1 exact */
+    double init_std;
+} tsr_model_config;
+
+typedef struct tsr_optim_config {
+    double lr, beta1, beta2, eps, weight_decay, grad_clip; /* grad_clip 0 = off */
+    tsr_duration warmup;
+    tsr_sched_kind schedule;
+    double alpha_f;       /* final lr = alpha_f * lr */
+    int decay_norms_biases, decay_embeddings;
+} tsr_optim_config;
+
+typedef struct tsr_data_config {
+    char train[1024], val[1024]; /* dataset directories; val "" = no eval */
+    int shuffle, verify;
+} tsr_data_config;
+
+typedef struct tsr_config {
+    char source[1024];    /* the file it was read from */
+    char run_dir[1024];
+    int64_t seed;
+    tsr_duration max_duration, eval_interval, save_interval;
+    int64_t global_batch, micro_batch, seq_len, eval_samples;
+    int keep_last, log_interval, threads;
+    tsr_device_kind device;
+    double peak_flops;    /* per rank, FLOP/s; 0 = from the device table */
+    tsr_model_config model;
+    tsr_optim_config optim;
+    tsr_data_config data;
+    tsr_sharding_kind sharding;
+} tsr_config;
+
+/* Loads defaults, then `path`, then each "key=value" of sets (n_sets of them), validates.
+ * Returns 0 or TSR_EXIT_USAGE after printing the error. */
+int config_load(tsr_config *cfg, const char *path, const char *const *sets, int n_sets);
+/* Checks what depends on the world size: global_batch divisible by world, per-rank batch by
+ * micro_batch. Returns 0 or TSR_EXIT_USAGE after printing the error. */
+int config_check_world(const tsr_config *cfg, int world);
+/* Writes the effective config in libconfig syntax (loadable by config_load). */
+void config_print(FILE *f, const tsr_config *cfg);
+/* Writes the effective config to path (temp file + rename). Returns 0 or TSR_EXIT_DATA.
+ * libconfig also exports a function named config_write (and calls it through the PLT from
+ * config_write_file), so ours is linked as tsr_config_write; a file that includes both headers
+ * must include <libconfig.h> first. */
+#define config_write tsr_config_write
+int config_write(const char *path, const tsr_config *cfg);
+/* Writes docs/config.md (markdown table of every key) from the table. */
+void config_doc_markdown(FILE *f);
+
+/* Parses "100ba" / "2e9tok" / "0.5ep". Returns 0 on success. */
+int duration_parse(const char *s, tsr_duration *out);
+/* Formats a duration back ("100ba"). */
+void duration_format(char *buf, size_t n, tsr_duration d);
+/* Converts to optimizer steps, rounding up: tokens_per_step = global_batch * seq_len,
+ * samples_per_epoch of the training set. */
+int64_t duration_to_steps(tsr_duration d, int64_t global_batch, int64_t seq_len,
+                          uint64_t samples_per_epoch);
+
+#endif

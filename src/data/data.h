@@ -1,0 +1,79 @@
+/* data.h — token datasets: the shard format, a writer, an mmap reader and the deterministic sampler.
+ *
+ * A dataset is a directory: shard files holding tokens (uint16 when vocab <= 65536, else uint32),
+ * an optional per-token loss-mask channel, and an index listing shards, sizes and checksums. The
+ * byte layout is specified in docs/data-format.md.
+ *
+ * Samples: for a sequence length T, a shard of n tokens holds (n - 1) / T samples; sample k of a
+ * shard covers tokens [k*T, k*T + T] (T + 1 tokens: inputs are the first T, targets the last T).
+ * Samples never cross shards. Global sample index = shard-order concatenation.
+ *
+ * Errors: functions returning int return 0 on success, else TSR_EXIT_DATA after tsr_error() has
+ * named the file and the fault (bad magic, version, checksum, truncation ...).
+ */
+#ifndef TSR_DATA_H
+#define TSR_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TSR_DATA_VERSION 1
+
+/* ---- reader ---- */
+typedef struct tsr_dataset tsr_dataset;
+
+/* Opens the dataset directory `dir` and memory-maps its shards. With verify != 0, every shard's
+ * payload checksum is checked against the index (O(size)); headers are always checked. */
+int dataset_open(tsr_dataset **out, const char *dir, int verify);
+void dataset_close(tsr_dataset *ds);
+uint32_t dataset_vocab_size(const tsr_dataset *ds);
+uint64_t dataset_n_tokens(const tsr_dataset *ds);
+int dataset_n_shards(const tsr_dataset *ds);
+int dataset_has_mask(const tsr_dataset *ds);
+/* Samples of length T in the whole dataset (see above). */
+uint64_t dataset_n_samples(const tsr_dataset *ds, int T);
+/* Global sample i (< dataset_n_samples): inputs (T) and targets (T); a target whose loss-mask byte
+ * is 0 is written as -1. Lookup is O(log n_shards). Returns the number of targets kept (not -1). */
+int dataset_read_sample(const tsr_dataset *ds, int T, uint64_t i, int32_t *inputs,
+                        int32_t *targets);
+
+/* ---- writer ---- */
+typedef struct tsr_dataset_writer tsr_dataset_writer;
+
+/* Starts a dataset in `dir`, which must not exist yet. Everything is written under `dir`.tmp and
+ * renamed into place by dataset_writer_close, so a failure never leaves a partial dataset at `dir`.
+ * shard_tokens: tokens per shard before starting a new one (the last shard may be shorter). */
+int dataset_writer_open(tsr_dataset_writer **out, const char *dir, uint32_t vocab_size,
+                        int with_mask, uint64_t shard_tokens);
+/* Appends n tokens (each < vocab_size) and, when the dataset has a mask, n mask bytes (0 or 1). */
+int dataset_writer_append(tsr_dataset_writer *w, const uint32_t *tokens, const uint8_t *mask,
+                          size_t n);
+/* Finishes the last shard, writes the index, fsyncs, renames `dir`.tmp to `dir`. Frees w. */
+int dataset_writer_close(tsr_dataset_writer *w);
+/* Removes `dir`.tmp and frees w. */
+void dataset_writer_abort(tsr_dataset_writer *w);
+
+/* ---- sampler ----
+ * The sample at global position g (counting across epochs) is a pure function of
+ * (seed, epoch = g / n, g % n): a keyed Feistel permutation of [0, n) with cycle walking, O(1)
+ * memory and expected O(1) time. It never depends on the rank count. */
+typedef struct tsr_sampler {
+    uint64_t n;    /* samples per epoch, >= 1 */
+    uint64_t seed;
+    int shuffle;   /* 0: identity order */
+} tsr_sampler;
+
+/* Position p in [0, n) of epoch e -> sample index in [0, n). A bijection for each (seed, e). */
+uint64_t sampler_permute(uint64_t seed, uint64_t epoch, uint64_t n, uint64_t p);
+/* Global position g -> sample index. */
+uint64_t sampler_index(const tsr_sampler *s, uint64_t g);
+
+/* CRC32C (Castagnoli) of a buffer, continuing from crc (start with 0). Used for shard payloads and
+ * (later) checkpoint tensors. */
+uint32_t tsr_crc32c(uint32_t crc, const void *buf, size_t n);
+/* The portable slicing-by-8 implementation (same result); tsr_crc32c uses the SSE4.2 crc32
+ * instruction instead when tsr_crc32c_hw() says the CPU has it. For tests and diagnostics. */
+uint32_t tsr_crc32c_sw(uint32_t crc, const void *buf, size_t n);
+int tsr_crc32c_hw(void);
+
+#endif

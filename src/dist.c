@@ -1,0 +1,113 @@
+/* dist.c — MPI behind the dist.h interface; a world of one when built with NO_MPI. */
+#include "dist.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+
+#ifndef TSR_NO_MPI
+#include <mpi.h>
+
+static int initialized;
+
+/* Every MPI call goes through this: on error, name the call, file, line, and abort all ranks. */
+#define MPI_CHECK(call)                                                                     \
+    do {                                                                                    \
+        int mpi_rc_ = (call);                                                               \
+        if (mpi_rc_ != MPI_SUCCESS) {                                                       \
+            char mpi_msg_[MPI_MAX_ERROR_STRING];                                            \
+            int mpi_len_ = 0;                                                               \
+            MPI_Error_string(mpi_rc_, mpi_msg_, &mpi_len_);                                 \
+            tsr_die(TSR_EXIT_INTERNAL, "%s:%d: %s failed: %s", __FILE__, __LINE__, #call,    \
+                    mpi_msg_);                                                              \
+        }                                                                                   \
+    } while (0)
+
+void dist_init(tsr_dist *d, int *argc, char ***argv) {
+    MPI_CHECK(MPI_Init(argc, argv));
+    initialized = 1;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &d->rank));
+    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &d->world));
+    MPI_Comm local;
+    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL,
+                                  &local));
+    MPI_CHECK(MPI_Comm_rank(local, &d->local_rank));
+    MPI_CHECK(MPI_Comm_size(local, &d->local_world));
+    MPI_Comm_free(&local);
+    if (gethostname(d->host, sizeof d->host) != 0) strcpy(d->host, "?");
+    d->host[sizeof d->host - 1] = '\0';
+    tsr_log_set_rank(d->rank, d->world);
+}
+
+void dist_finalize(void) {
+    if (initialized) {
+        initialized = 0;
+        MPI_Finalize();
+    }
+}
+
+int dist_is_initialized(void) { return initialized; }
+
+void dist_allreduce_sum_f32(float *buf, size_t n) {
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+}
+void dist_allreduce_sum_f64(double *buf, size_t n) {
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+}
+void dist_allreduce_sum_i64(int64_t *buf, size_t n) {
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+}
+void dist_allreduce_max_f64(double *buf, size_t n) {
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+}
+void dist_barrier(void) { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+void dist_bcast(void *buf, size_t bytes, int root) {
+    MPI_CHECK(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD));
+}
+void dist_abort(int code) {
+    MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code);
+}
+void dist_version(char *buf, size_t n) {
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0, major = 0, minor = 0;
+    MPI_Get_library_version(lib, &len);
+    MPI_Get_version(&major, &minor);
+    char *nl = strchr(lib, ',');
+    if (nl) *nl = '\0';
+    snprintf(buf, n, "MPI %d.%d, %s (compiled against %s %d.%d.%d)", major, minor, lib,
+             "Open MPI", OMPI_MAJOR_VERSION, OMPI_MINOR_VERSION, OMPI_RELEASE_VERSION);
+}
+
+#else /* TSR_NO_MPI: a world of one */
+
+static int initialized;
+
+void dist_init(tsr_dist *d, int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
+    initialized = 1;
+    d->rank = 0;
+    d->world = 1;
+    d->local_rank = 0;
+    d->local_world = 1;
+    if (gethostname(d->host, sizeof d->host) != 0) strcpy(d->host, "?");
+    d->host[sizeof d->host - 1] = '\0';
+    tsr_log_set_rank(0, 1);
+}
+void dist_finalize(void) { initialized = 0; }
+int dist_is_initialized(void) { return initialized; }
+void dist_allreduce_sum_f32(float *buf, size_t n) { (void)buf; (void)n; }
+void dist_allreduce_sum_f64(double *buf, size_t n) { (void)buf; (void)n; }
+void dist_allreduce_sum_i64(int64_t *buf, size_t n) { (void)buf; (void)n; }
+void dist_allreduce_max_f64(double *buf, size_t n) { (void)buf; (void)n; }
+void dist_barrier(void) {}
+void dist_bcast(void *buf, size_t bytes, int root) { (void)buf; (void)bytes; (void)root; }
+void dist_abort(int code) { exit(code); }
+void dist_version(char *buf, size_t n) { snprintf(buf, n, "no MPI (NO_MPI=1 build)"); }
+
+#endif

@@ -1,0 +1,33 @@
+/* dist.h — the only interface through which tessera touches MPI.
+ *
+ * Built against MPI normally; with NO_MPI=1 (single-process build) the same functions run a world
+ * of one rank. Collectives are blocking and called by every rank in the same order.
+ */
+#ifndef TSR_DIST_H
+#define TSR_DIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct tsr_dist {
+    int rank, world;          /* in MPI_COMM_WORLD */
+    int local_rank, local_world; /* among the ranks sharing this node */
+    char host[64];
+} tsr_dist;
+
+/* Initialises MPI (if built with it) and fills d. */
+void dist_init(tsr_dist *d, int *argc, char ***argv);
+void dist_finalize(void);
+int dist_is_initialized(void);
+/* In-place sums over all ranks. */
+void dist_allreduce_sum_f32(float *buf, size_t n);
+void dist_allreduce_sum_f64(double *buf, size_t n);
+void dist_allreduce_sum_i64(int64_t *buf, size_t n);
+void dist_allreduce_max_f64(double *buf, size_t n);
+void dist_barrier(void);
+void dist_bcast(void *buf, size_t bytes, int root);
+_Noreturn void dist_abort(int code);
+/* Library version string (compile-time vs run-time), for the banner. */
+void dist_version(char *buf, size_t n);
+
+#endif

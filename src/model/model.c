@@ -1,0 +1,302 @@
+/* model.c — parameter layout, initialisation, forward and backward of the decoder. */
+#include "model.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "common.h"
+
+static void set_param(tsr_model *m, tsr_param_id id, const char *name, tsr_param_kind kind,
+                      int present, int ndim, int64_t d0, int64_t d1, int64_t d2) {
+    tsr_param_info *p = &m->params_info[id];
+    p->name = name;
+    p->kind = kind;
+    p->ndim = ndim;
+    p->shape[0] = d0;
+    p->shape[1] = d1;
+    p->shape[2] = d2;
+    p->numel = 0;
+    if (present) {
+        p->numel = (size_t)d0;
+        if (ndim > 1) p->numel *= (size_t)d1;
+        if (ndim > 2) p->numel *= (size_t)d2;
+    }
+}
+
+void model_alibi_slopes(float *slopes, int NH) {
+    /* MPT (llm-foundry gen_slopes, alibi_bias_max = 8): for the next power of two n >= NH,
+     * m_i = i * 8 / n (i = 1..n), slope_i = 2^-m_i; if n != NH take the odd-indexed slopes
+     * followed by the even-indexed ones, first NH of them. */
+    int n = 1;
+    while (n < NH) n *= 2;
+    float all[2 * 4096];
+    float tmp[2 * 4096];
+    for (int i = 0; i < n && i < 4096; i++) all[i] = (float)pow(2.0, -(double)(i + 1) * 8.0 / n);
+    if (n == NH) {
+        memcpy(slopes, all, (size_t)NH * sizeof(float));
+        return;
+    }
+    int k = 0;
+    for (int i = 1; i < n; i += 2) tmp[k++] = all[i];
+    for (int i = 0; i < n; i += 2) tmp[k++] = all[i];
+    memcpy(slopes, tmp, (size_t)NH * sizeof(float));
+}
+
+void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const tsr_ops *ops) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    m->ops = ops;
+    m->L = cfg->n_layer;
+    m->C = cfg->d_model;
+    m->NH = cfg->n_head;
+    m->F = (int)llround(cfg->expansion_ratio * cfg->d_model);
+    m->V = cfg->vocab_size;
+    int mult = cfg->vocab_multiple > 0 ? cfg->vocab_multiple : 1;
+    m->Vp = (m->V + mult - 1) / mult * mult;
+    m->maxT = cfg->max_seq_len > 0 ? cfg->max_seq_len : seq_len;
+    int64_t L = m->L, C = m->C, F = m->F;
+    int learned = cfg->pos == TSR_POS_LEARNED, bias = cfg->bias;
+    set_param(m, TSR_P_WTE, "wte", TSR_PK_EMBEDDING, 1, 2, m->Vp, C, 0);
+    set_param(m, TSR_P_WPE, "wpe", TSR_PK_EMBEDDING, learned, 2, m->maxT, C, 0);
+    set_param(m, TSR_P_LN1W, "ln1w", TSR_PK_NORM, 1, 2, L, C, 0);
+    set_param(m, TSR_P_LN1B, "ln1b", TSR_PK_NORM, bias, 2, L, C, 0);
+    set_param(m, TSR_P_QKVW, "qkvw", TSR_PK_WEIGHT, 1, 3, L, 3 * C, C);
+    set_param(m, TSR_P_QKVB, "qkvb", TSR_PK_BIAS, bias, 2, L, 3 * C, 0);
+    set_param(m, TSR_P_ATTPROJW, "attprojw", TSR_PK_WEIGHT, 1, 3, L, C, C);
+    set_param(m, TSR_P_ATTPROJB, "attprojb", TSR_PK_BIAS, bias, 2, L, C, 0);
+    set_param(m, TSR_P_LN2W, "ln2w", TSR_PK_NORM, 1, 2, L, C, 0);
+    set_param(m, TSR_P_LN2B, "ln2b", TSR_PK_NORM, bias, 2, L, C, 0);
+    set_param(m, TSR_P_FCW, "fcw", TSR_PK_WEIGHT, 1, 3, L, F, C);
+    set_param(m, TSR_P_FCB, "fcb", TSR_PK_BIAS, bias, 2, L, F, 0);
+    set_param(m, TSR_P_FCPROJW, "fcprojw", TSR_PK_WEIGHT, 1, 3, L, C, F);
+    set_param(m, TSR_P_FCPROJB, "fcprojb", TSR_PK_BIAS, bias, 2, L, C, 0);
+    set_param(m, TSR_P_LNFW, "lnfw", TSR_PK_NORM, 1, 1, C, 0, 0);
+    set_param(m, TSR_P_LNFB, "lnfb", TSR_PK_NORM, bias, 1, C, 0, 0);
+    size_t off = 0;
+    for (int i = 0; i < TSR_P_COUNT; i++) {
+        m->params_info[i].offset = off;
+        /* keep every tensor 16-float aligned (64 bytes) for vector loads */
+        off += (m->params_info[i].numel + 15) / 16 * 16;
+    }
+    m->n_params = off;
+    m->n_params_counted = 0;
+    for (int i = 0; i < TSR_P_COUNT; i++) m->n_params_counted += m->params_info[i].numel;
+    m->n_params_counted -= (size_t)(m->Vp - m->V) * (size_t)C;
+}
+
+void model_alloc_params(tsr_model *m) {
+    m->params = m->ops->alloc(m->n_params * sizeof(float));
+    m->grads = m->ops->alloc(m->n_params * sizeof(float));
+    if (m->cfg.pos == TSR_POS_ALIBI) {
+        m->alibi_slopes = m->ops->alloc((size_t)m->NH * sizeof(float));
+        model_alibi_slopes(m->alibi_slopes, m->NH);
+    }
+}
+
+static float *P(const tsr_model *m, tsr_param_id id) {
+    return m->params_info[id].numel ? m->params + m->params_info[id].offset : NULL;
+}
+static float *G(const tsr_model *m, tsr_param_id id) {
+    return m->params_info[id].numel ? m->grads + m->params_info[id].offset : NULL;
+}
+
+void model_init_weights(tsr_model *m, uint64_t seed) {
+    double std = m->cfg.init_std, proj_std = std / sqrt(2.0 * m->L);
+    memset(m->params, 0, m->n_params * sizeof(float));
+    for (int i = 0; i < TSR_P_COUNT; i++) {
+        const tsr_param_info *p = &m->params_info[i];
+        float *w = m->params + p->offset;
+        if (!p->numel) continue;
+        if (p->kind == TSR_PK_BIAS) continue; /* zeros */
+        if (p->kind == TSR_PK_NORM) {
+            int is_bias = i == TSR_P_LN1B || i == TSR_P_LN2B || i == TSR_P_LNFB;
+            for (size_t k = 0; k < p->numel; k++) w[k] = is_bias ? 0.0f : 1.0f;
+            continue;
+        }
+        double s = (i == TSR_P_ATTPROJW || i == TSR_P_FCPROJW) ? proj_std : std;
+        size_t n = p->numel;
+        if (i == TSR_P_WTE) n = (size_t)m->V * (size_t)m->C; /* padded rows stay zero */
+        for (size_t k = 0; k < n; k++) w[k] = (float)(s * tsr_rand_normal(seed, (uint64_t)i, k));
+    }
+}
+
+/* Activation buffers: one allocation per tensor keeps the code obvious. */
+void model_alloc_acts(tsr_model *m, int B, int T) {
+    const tsr_ops *o = m->ops;
+    tsr_acts *a = &m->acts;
+    size_t L = m->L, C = m->C, F = m->F, NH = m->NH, N = (size_t)B * T, f = sizeof(float);
+    a->B = B;
+    a->T = T;
+    a->encoded = o->alloc(N * C * f);
+    a->ln1 = o->alloc(L * N * C * f);
+    a->ln1_mean = o->alloc(L * N * f);
+    a->ln1_rstd = o->alloc(L * N * f);
+    a->qkv = o->alloc(L * N * 3 * C * f);
+    a->atty = o->alloc(L * N * C * f);
+    a->att = o->alloc(L * B * NH * (size_t)T * T * f);
+    a->residual2 = o->alloc(L * N * C * f);
+    a->ln2 = o->alloc(L * N * C * f);
+    a->ln2_mean = o->alloc(L * N * f);
+    a->ln2_rstd = o->alloc(L * N * f);
+    a->fch = o->alloc(L * N * F * f);
+    a->fch_gelu = o->alloc(L * N * F * f);
+    a->residual3 = o->alloc(L * N * C * f);
+    a->lnf = o->alloc(N * C * f);
+    a->lnf_mean = o->alloc(N * f);
+    a->lnf_rstd = o->alloc(N * f);
+    a->probs = o->alloc(N * (size_t)m->Vp * f);
+    a->losses = o->alloc(N * f);
+    a->scratch = o->alloc(N * C * f);
+    a->dresidual = o->alloc(N * C * f);
+    a->dln = o->alloc(N * C * f);
+    a->datty = o->alloc(N * C * f);
+    a->dqkv = o->alloc(N * 3 * C * f);
+    a->dfch = o->alloc(N * F * f);
+    a->dfch_gelu = o->alloc(N * F * f);
+    a->dlosses = o->alloc(N * f);
+}
+
+size_t model_acts_bytes(const tsr_model *m, int B, int T) {
+    size_t L = m->L, C = m->C, F = m->F, NH = m->NH, N = (size_t)B * T;
+    size_t floats = N * C                       /* encoded */
+                    + L * N * (C + 2) * 2       /* ln1, ln2 + stats */
+                    + L * N * 3 * C             /* qkv */
+                    + L * N * C * 3             /* atty, residual2, residual3 */
+                    + L * B * NH * (size_t)T * T/* att */
+                    + L * N * F * 2             /* fch, fch_gelu */
+                    + N * (C + 2)               /* lnf */
+                    + N * (size_t)m->Vp + N     /* probs, losses */
+                    + N * C * 4 + N * 3 * C + N * F * 2 + N; /* scratch and gradient scratch */
+    return floats * sizeof(float);
+}
+
+void model_free(tsr_model *m) {
+    const tsr_ops *o = m->ops;
+    tsr_acts *a = &m->acts;
+    float **bufs[] = {&a->encoded, &a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->atty,
+                      &a->att, &a->residual2, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fch,
+                      &a->fch_gelu, &a->residual3, &a->lnf, &a->lnf_mean, &a->lnf_rstd,
+                      &a->probs, &a->losses, &a->scratch, &a->dresidual, &a->dln, &a->datty,
+                      &a->dqkv, &a->dfch, &a->dfch_gelu, &a->dlosses, &m->params, &m->grads,
+                      &m->alibi_slopes};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        if (*bufs[i]) o->free(*bufs[i]);
+        *bufs[i] = NULL;
+    }
+}
+
+double model_flops_per_token(const tsr_model *m, int T) {
+    return 6.0 * (double)m->n_params_counted + 12.0 * m->L * (double)m->C * T;
+}
+
+/* Per-layer views into the parameter and activation buffers. */
+typedef struct layer_view {
+    float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw,
+        *fcprojb;
+} layer_view;
+
+static float *at(float *base, size_t l, size_t stride) { return base ? base + l * stride : NULL; }
+
+static layer_view layer_params(const tsr_model *m, float *(*get)(const tsr_model *, tsr_param_id),
+                               int l) {
+    size_t C = m->C, F = m->F;
+    layer_view v = {
+        at(get(m, TSR_P_LN1W), l, C),          at(get(m, TSR_P_LN1B), l, C),
+        at(get(m, TSR_P_QKVW), l, 3 * C * C),  at(get(m, TSR_P_QKVB), l, 3 * C),
+        at(get(m, TSR_P_ATTPROJW), l, C * C),  at(get(m, TSR_P_ATTPROJB), l, C),
+        at(get(m, TSR_P_LN2W), l, C),          at(get(m, TSR_P_LN2B), l, C),
+        at(get(m, TSR_P_FCW), l, F * C),       at(get(m, TSR_P_FCB), l, F),
+        at(get(m, TSR_P_FCPROJW), l, C * F),   at(get(m, TSR_P_FCPROJB), l, C),
+    };
+    return v;
+}
+
+double model_forward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T) {
+    const tsr_ops *o = m->ops;
+    tsr_acts *a = &m->acts;
+    if (B > a->B || T != a->T)
+        tsr_die(TSR_EXIT_INTERNAL, "model_forward: batch %dx%d exceeds the allocated %dx%d", B, T,
+                a->B, a->T);
+    size_t C = m->C, F = m->F, NH = m->NH, N = (size_t)B * T;
+    size_t sN = (size_t)a->B * T; /* per-layer stride of the allocated buffers */
+    o->encoder_forward(a->encoded, tokens, P(m, TSR_P_WTE), P(m, TSR_P_WPE), B, T, (int)C);
+    for (int l = 0; l < m->L; l++) {
+        layer_view w = layer_params(m, P, l);
+        float *x = l == 0 ? a->encoded : a->residual3 + (l - 1) * sN * C;
+        float *ln1 = a->ln1 + l * sN * C, *ln1m = a->ln1_mean + l * sN, *ln1r = a->ln1_rstd + l * sN;
+        float *qkv = a->qkv + l * sN * 3 * C, *atty = a->atty + l * sN * C;
+        float *att = a->att + l * (size_t)a->B * NH * T * T;
+        float *res2 = a->residual2 + l * sN * C, *ln2 = a->ln2 + l * sN * C;
+        float *ln2m = a->ln2_mean + l * sN, *ln2r = a->ln2_rstd + l * sN;
+        float *fch = a->fch + l * sN * F, *fchg = a->fch_gelu + l * sN * F;
+        float *res3 = a->residual3 + l * sN * C;
+        o->layernorm_forward(ln1, ln1m, ln1r, x, w.ln1w, w.ln1b, (int)N, (int)C);
+        o->matmul_forward(qkv, ln1, w.qkvw, w.qkvb, (int)N, (int)C, (int)(3 * C));
+        o->attention_forward(atty, att, qkv, m->alibi_slopes, B, T, (int)C, (int)NH);
+        o->matmul_forward(a->scratch, atty, w.attprojw, w.attprojb, (int)N, (int)C, (int)C);
+        o->residual_forward(res2, x, a->scratch, N * C);
+        o->layernorm_forward(ln2, ln2m, ln2r, res2, w.ln2w, w.ln2b, (int)N, (int)C);
+        o->matmul_forward(fch, ln2, w.fcw, w.fcb, (int)N, (int)C, (int)F);
+        o->gelu_forward(fchg, fch, N * F, (tsr_gelu_kind)m->cfg.gelu);
+        o->matmul_forward(a->scratch, fchg, w.fcprojw, w.fcprojb, (int)N, (int)F, (int)C);
+        o->residual_forward(res3, res2, a->scratch, N * C);
+    }
+    float *last = a->residual3 + (m->L - 1) * sN * C;
+    o->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, P(m, TSR_P_LNFW),
+                         P(m, TSR_P_LNFB), (int)N, (int)C);
+    o->matmul_forward(a->probs, a->lnf, P(m, TSR_P_WTE), NULL, (int)N, (int)C, m->Vp);
+    o->softmax_xent_forward(a->losses, a->probs, a->probs, targets, (int)N, m->V, m->Vp);
+    double sum = 0.0;
+    for (size_t i = 0; i < N; i++)
+        if (targets[i] >= 0) sum += a->losses[i];
+    return sum;
+}
+
+void model_backward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
+                    float loss_scale) {
+    const tsr_ops *o = m->ops;
+    tsr_acts *a = &m->acts;
+    size_t C = m->C, F = m->F, NH = m->NH, N = (size_t)B * T, sN = (size_t)a->B * T, f = sizeof(float);
+    for (size_t i = 0; i < N; i++) a->dlosses[i] = targets[i] >= 0 ? loss_scale : 0.0f;
+    /* dlogits overwrite probs in place */
+    o->softmax_xent_backward(a->probs, a->dlosses, a->probs, targets, (int)N, m->V, m->Vp);
+    o->zero(a->dln, N * C * f);
+    o->matmul_backward(a->dln, G(m, TSR_P_WTE), NULL, a->probs, a->lnf, P(m, TSR_P_WTE), (int)N,
+                       (int)C, m->Vp);
+    o->zero(a->dresidual, N * C * f);
+    float *last = a->residual3 + (m->L - 1) * sN * C;
+    o->layernorm_backward(a->dresidual, G(m, TSR_P_LNFW), G(m, TSR_P_LNFB), a->dln, last,
+                          P(m, TSR_P_LNFW), a->lnf_mean, a->lnf_rstd, (int)N, (int)C);
+    for (int l = m->L - 1; l >= 0; l--) {
+        layer_view w = layer_params(m, P, l), g = layer_params(m, G, l);
+        float *x = l == 0 ? a->encoded : a->residual3 + (l - 1) * sN * C;
+        float *ln1 = a->ln1 + l * sN * C, *ln1m = a->ln1_mean + l * sN, *ln1r = a->ln1_rstd + l * sN;
+        float *qkv = a->qkv + l * sN * 3 * C, *atty = a->atty + l * sN * C;
+        float *att = a->att + l * (size_t)a->B * NH * T * T;
+        float *res2 = a->residual2 + l * sN * C, *ln2 = a->ln2 + l * sN * C;
+        float *ln2m = a->ln2_mean + l * sN, *ln2r = a->ln2_rstd + l * sN;
+        float *fch = a->fch + l * sN * F, *fchg = a->fch_gelu + l * sN * F;
+        /* MLP branch: dresidual is d(residual3) = d(fcproj output), and flows on to residual2 */
+        o->zero(a->dfch_gelu, N * F * f);
+        o->matmul_backward(a->dfch_gelu, g.fcprojw, g.fcprojb, a->dresidual, fchg, w.fcprojw,
+                           (int)N, (int)F, (int)C);
+        o->zero(a->dfch, N * F * f);
+        o->gelu_backward(a->dfch, fch, a->dfch_gelu, N * F, (tsr_gelu_kind)m->cfg.gelu);
+        o->zero(a->dln, N * C * f);
+        o->matmul_backward(a->dln, g.fcw, g.fcb, a->dfch, ln2, w.fcw, (int)N, (int)C, (int)F);
+        o->layernorm_backward(a->dresidual, g.ln2w, g.ln2b, a->dln, res2, w.ln2w, ln2m, ln2r,
+                              (int)N, (int)C);
+        /* attention branch: dresidual is now d(residual2) = d(attproj output) */
+        o->zero(a->datty, N * C * f);
+        o->matmul_backward(a->datty, g.attprojw, g.attprojb, a->dresidual, atty, w.attprojw,
+                           (int)N, (int)C, (int)C);
+        o->zero(a->dqkv, N * 3 * C * f);
+        o->attention_backward(a->dqkv, a->datty, qkv, att, B, T, (int)C, (int)NH);
+        o->zero(a->dln, N * C * f);
+        o->matmul_backward(a->dln, g.qkvw, g.qkvb, a->dqkv, ln1, w.qkvw, (int)N, (int)C,
+                           (int)(3 * C));
+        o->layernorm_backward(a->dresidual, g.ln1w, g.ln1b, a->dln, x, w.ln1w, ln1m, ln1r,
+                              (int)N, (int)C);
+    }
+    o->encoder_backward(G(m, TSR_P_WTE), G(m, TSR_P_WPE), a->dresidual, tokens, B, T, (int)C);
+}

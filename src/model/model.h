@@ -1,0 +1,111 @@
+/* model.h — a decoder-only transformer (GPT-2 or MPT style) on top of the op interface.
+ *
+ * Dimensions as in kernels/ops.h: B, T, C, NH, hs, F, V, Vp, L, N = B*T.
+ * One block: x -> x + proj(attn(LN1(x))) -> x + fcproj(gelu(fc(LN2(x)))); final LN; logits = lnf @ wte^T
+ * (tied embeddings). pos = learned adds wpe in the encoder; pos = alibi adds -slope_h*(i-j) to the
+ * attention scores (MPT's slopes). bias = false removes biases from linear layers and LayerNorms.
+ * Rows V..Vp-1 of wte are zero at init and never receive gradient: padded logits are excluded from
+ * the softmax and never sampled.
+ */
+#ifndef TSR_MODEL_H
+#define TSR_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/config.h"
+#include "ops.h"
+
+/* Parameter tensors, in the order they are laid out in the flat parameter buffer. */
+typedef enum {
+    TSR_P_WTE = 0, /* (Vp, C) token embedding, tied with the LM head */
+    TSR_P_WPE,     /* (maxT, C) learned positions; size 0 with ALiBi */
+    TSR_P_LN1W,    /* (L, C) */
+    TSR_P_LN1B,    /* (L, C) size 0 without bias */
+    TSR_P_QKVW,    /* (L, 3C, C) */
+    TSR_P_QKVB,    /* (L, 3C) */
+    TSR_P_ATTPROJW,/* (L, C, C) */
+    TSR_P_ATTPROJB,/* (L, C) */
+    TSR_P_LN2W,    /* (L, C) */
+    TSR_P_LN2B,    /* (L, C) */
+    TSR_P_FCW,     /* (L, F, C) */
+    TSR_P_FCB,     /* (L, F) */
+    TSR_P_FCPROJW, /* (L, C, F) */
+    TSR_P_FCPROJB, /* (L, C) */
+    TSR_P_LNFW,    /* (C) */
+    TSR_P_LNFB,    /* (C) */
+    TSR_P_COUNT
+} tsr_param_id;
+
+typedef enum { TSR_PK_EMBEDDING = 0, TSR_PK_NORM, TSR_PK_BIAS, TSR_PK_WEIGHT, TSR_PK_COUNT } tsr_param_kind;
+
+typedef struct tsr_param_info {
+    const char *name;    /* "wte", "qkvw", ... (also the dataset name in dumps and checkpoints) */
+    tsr_param_kind kind; /* decides weight decay */
+    int ndim;
+    int64_t shape[3];
+    size_t offset, numel; /* into the flat buffer; numel 0 = absent in this model */
+} tsr_param_info;
+
+typedef struct tsr_acts {
+    int B, T;            /* allocated for this microbatch shape (smaller B also works) */
+    float *encoded;      /* (B,T,C) */
+    float *ln1, *ln1_mean, *ln1_rstd;    /* (L,B,T,C), (L,B,T), (L,B,T) */
+    float *qkv;          /* (L,B,T,3C) */
+    float *atty;         /* (L,B,T,C) */
+    float *att;          /* (L,B,NH,T,T) */
+    float *residual2;    /* (L,B,T,C) */
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float *fch, *fch_gelu; /* (L,B,T,F) */
+    float *residual3;    /* (L,B,T,C) */
+    float *lnf, *lnf_mean, *lnf_rstd; /* (B,T,C), (B,T), (B,T) */
+    float *probs;        /* (B,T,Vp) logits, then softmax in place, then dlogits in place */
+    float *losses;       /* (B,T) */
+    float *scratch;      /* (B,T,C) attproj / fcproj outputs */
+    /* gradient scratch, reused layer by layer */
+    float *dresidual;    /* (B,T,C) the residual stream's gradient */
+    float *dln, *datty;  /* (B,T,C) */
+    float *dqkv;         /* (B,T,3C) */
+    float *dfch, *dfch_gelu; /* (B,T,F) */
+    float *dlosses;      /* (B,T) */
+} tsr_acts;
+
+typedef struct tsr_model {
+    tsr_model_config cfg;
+    const tsr_ops *ops;
+    int L, C, NH, F, V, Vp, maxT;
+    tsr_param_info params_info[TSR_P_COUNT];
+    size_t n_params;         /* floats in the flat buffer (including padded vocab rows) */
+    size_t n_params_counted; /* trainable parameters: excludes padded vocab rows */
+    float *params, *grads;   /* flat (n_params) */
+    float *alibi_slopes;     /* (NH) or NULL */
+    tsr_acts acts;
+} tsr_model;
+
+/* Builds the parameter layout (shapes, offsets, counts); allocates nothing. */
+void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const tsr_ops *ops);
+/* Allocates parameters and gradients (zeroed) and the ALiBi slopes. */
+void model_alloc_params(tsr_model *m);
+/* GPT-2 initialisation: weights N(0, init_std), residual projections N(0, init_std/sqrt(2L)),
+ * biases 0, LayerNorm weights 1, padded vocab rows 0. A pure function of (seed): every rank gets
+ * the same bits without communication. */
+void model_init_weights(tsr_model *m, uint64_t seed);
+/* Allocates activations for microbatches of B x T. */
+void model_alloc_acts(tsr_model *m, int B, int T);
+void model_free(tsr_model *m);
+
+/* Forward pass. tokens, targets (B,T) with -1 = no loss. Returns the SUM of the per-token losses
+ * over the targets that count; probs/losses stay in m->acts for backward. */
+double model_forward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T);
+/* Backward pass of the last forward: parameter gradients += d(loss_scale * sum of losses). */
+void model_backward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
+                    float loss_scale);
+
+/* Size in bytes of the activations for B x T (for the memory plan). */
+size_t model_acts_bytes(const tsr_model *m, int B, int T);
+/* Training FLOPs per token: 6 N + 12 L C T (LLM Foundry / PaLM; docs/mfu.md). */
+double model_flops_per_token(const tsr_model *m, int T);
+/* MPT's ALiBi slopes for NH heads with alibi_bias_max = 8 (writes NH floats). */
+void model_alibi_slopes(float *slopes, int NH);
+
+#endif

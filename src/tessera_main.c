@@ -1,0 +1,60 @@
+/* tessera — the user's tool: one subcommand per job, dispatched from a table. */
+#include <stdio.h>
+#include <string.h>
+
+#include "blas_env.h"
+#include "common.h"
+#include "config/config.h"
+#include "data/data_cmd.h"
+
+#ifndef TSR_VERSION
+#define TSR_VERSION "unknown"
+#endif
+
+static int cmd_config_doc(int argc, char **argv) {
+    (void)argv;
+    if (argc != 1) {
+        tsr_error("usage: tessera config-doc  (writes docs/config.md to stdout)");
+        return TSR_EXIT_USAGE;
+    }
+    config_doc_markdown(stdout);
+    return 0;
+}
+
+static const struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+} commands[] = {
+    {"shard", cmd_shard, "write a dataset (token shards + index) from token ids"},
+    {"synth", cmd_synth, "write the deterministic synthetic corpus used by the demo and tests"},
+    {"verify-data", cmd_verify_data, "check a dataset's headers and checksums"},
+    {"config-doc", cmd_config_doc, "print the config key reference (docs/config.md)"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: tessera COMMAND [ARGS]   (tessera COMMAND --help for its options)\n\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
+}
+
+int main(int argc, char **argv) {
+    blas_fix_coretype(argv);
+    if (argc < 2) {
+        usage(stderr);
+        return TSR_EXIT_USAGE;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
+        printf("tessera %s\n", TSR_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    tsr_error("unknown command '%s'", argv[1]);
+    usage(stderr);
+    return TSR_EXIT_USAGE;
+}

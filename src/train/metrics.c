@@ -1,0 +1,161 @@
+/* metrics.c — the plan, per-step lines, eval lines and run_dir/metrics.jsonl (rank 0 only). */
+#include "train/metrics.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include "common.h"
+
+/* Peak dense FLOP/s per device (per rank). GPUs: bf16 dense from the vendors' datasheets.
+ * cpu: 172.5 GFLOP/s per core = half the measured 2-core AVX-512 FMA roofline of the CI
+ * machine kind (../shared/tools/cpu-notes.md); set peak_flops for other CPUs. */
+static const struct { const char *name; double flops; int per_thread; } peak_table[] = {
+    {"H100", 989.4e12, 0}, {"H200", 989.4e12, 0}, {"A100", 312e12, 0}, {"cpu", 172.5e9, 1},
+};
+
+double metrics_peak_flops(const char *device, int threads) {
+    for (size_t i = 0; i < sizeof peak_table / sizeof peak_table[0]; i++)
+        if (strcasecmp(peak_table[i].name, device) == 0)
+            return peak_table[i].flops * (peak_table[i].per_thread ? threads : 1);
+    return 0.0;
+}
+
+static void human_bytes(char *buf, size_t n, double b) {
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (b >= 1024.0 && i < 4) b /= 1024.0, i++;
+    snprintf(buf, n, "%.1f %s", b, u[i]);
+}
+
+static void human_count(char *buf, size_t n, double v) {
+    if (v >= 1e9) snprintf(buf, n, "%.2fB", v / 1e9);
+    else if (v >= 1e6) snprintf(buf, n, "%.2fM", v / 1e6);
+    else if (v >= 1e3) snprintf(buf, n, "%.1fK", v / 1e3);
+    else snprintf(buf, n, "%.0f", v);
+}
+
+void metrics_print_plan(const tsr_trainer *t, int dry_run) {
+    if (t->dist.rank != 0) return;
+    const tsr_model *m = &t->model;
+    const tsr_config *c = &t->cfg;
+    char np[32], w[32], g[32], opt[32], acts[32], tot[32];
+    human_count(np, sizeof np, (double)m->n_params_counted);
+    double pb = (double)m->n_params * sizeof(float);
+    double ab = (double)model_acts_bytes(m, t->micro, t->T);
+    human_bytes(w, sizeof w, pb);
+    human_bytes(g, sizeof g, pb);
+    human_bytes(opt, sizeof opt, 2 * pb);
+    human_bytes(acts, sizeof acts, ab);
+    human_bytes(tot, sizeof tot, 4 * pb + ab);
+    printf("model: %s, L=%d d_model=%d heads=%d mlp=%d vocab=%d (padded %d) pos=%s bias=%s "
+           "gelu=%s\n",
+           np, m->L, m->C, m->NH, m->F, m->V, m->Vp,
+           c->model.pos == TSR_POS_ALIBI ? "alibi" : "learned", c->model.bias ? "yes" : "no",
+           c->model.gelu ? "exact" : "tanh");
+    printf("params: %zu trainable; FLOPs/token = 6N + 12*L*d*T = %.4g (docs/mfu.md)\n",
+           m->n_params_counted, t->flops_per_token);
+    printf("memory per rank (fp32): weights %s, grads %s, AdamW %s, activations %s per "
+           "microbatch of %d x %d; total %s\n",
+           w, g, opt, acts, t->micro, t->T, tot);
+    printf("batch: global %lld = %d ranks x %lld per rank = %lld microbatches of %d; "
+           "seq_len %d; %lld tokens/step\n",
+           (long long)c->global_batch, t->dist.world, (long long)t->per_rank,
+           (long long)(t->per_rank / t->micro), t->micro, t->T,
+           (long long)(c->global_batch * c->seq_len));
+    if (dry_run)
+        printf("dry run: plan only, no data opened, nothing allocated\n");
+    else
+        printf("steps: %lld (warmup %lld), train samples/epoch %llu, eval every %lld steps; "
+               "peak %.4g FLOP/s per rank\n",
+               (long long)t->total_steps, (long long)t->warmup_steps,
+               (unsigned long long)t->sampler.n, (long long)t->eval_every, t->peak_flops);
+    fflush(stdout);
+}
+
+static int mkdir_p(const char *path) {
+    char buf[1024];
+    if (tsr_snprintf(buf, sizeof buf, "%s", path)) return -1;
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+    return 0;
+}
+
+int metrics_open_run_dir(tsr_trainer *t) {
+    char path[1200];
+    if (mkdir_p(t->cfg.run_dir) != 0) {
+        tsr_error("run_dir = \"%s\": cannot create: %s", t->cfg.run_dir, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    snprintf(path, sizeof path, "%s/config.cfg", t->cfg.run_dir);
+    TSR_CHECK(config_write(path, &t->cfg));
+    snprintf(path, sizeof path, "%s/metrics.jsonl", t->cfg.run_dir);
+    t->metrics = fopen(path, "w");
+    if (!t->metrics) {
+        tsr_error("%s: cannot open for writing: %s", path, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    return 0;
+}
+
+static void format_eta(char *buf, size_t n, double s) {
+    long v = (long)(s + 0.5);
+    if (v >= 3600) snprintf(buf, n, "%ldh%02ldm", v / 3600, v / 60 % 60);
+    else if (v >= 60) snprintf(buf, n, "%ldm%02lds", v / 60, v % 60);
+    else snprintf(buf, n, "%lds", v);
+}
+
+void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
+    if (t->dist.rank != 0) return;
+    /* the first step pays for page faults and thread start-up: keep it out of the average */
+    if (st->step > 1) t->time_sum += st->step_time;
+    double avg = st->step > 1 ? t->time_sum / (double)(st->step - 1) : st->step_time;
+    double tok_s = (double)(t->cfg.global_batch * t->T) / st->step_time;
+    double mfu = t->peak_flops > 0 ? t->flops_per_token * tok_s / (t->dist.world * t->peak_flops) : 0;
+    if (st->step % t->cfg.log_interval == 0 || st->step == t->total_steps || st->step == 1) {
+        char eta[32];
+        format_eta(eta, sizeof eta, avg * (double)(t->total_steps - st->step));
+        printf("step %*lld/%lld | loss %.6f | lr %.3e | norm %.4f | %.0f tok/s | mfu %.1f%% | "
+               "%.1f ms | eta %s\n",
+               (int)snprintf(NULL, 0, "%lld", (long long)t->total_steps), (long long)st->step,
+               (long long)t->total_steps, st->loss, st->lr, st->grad_norm, tok_s, 100 * mfu,
+               1e3 * st->step_time, eta);
+        fflush(stdout);
+    }
+    if (t->metrics) {
+        fprintf(t->metrics,
+                "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+                "\"tokens\": %lld, \"tokens_per_s\": %.6g, \"mfu\": %.6g, \"step_time_s\": %.6g}\n",
+                (long long)st->step, st->loss, st->lr, st->grad_norm, (long long)t->tokens_seen,
+                tok_s, mfu, st->step_time);
+        fflush(t->metrics);
+    }
+}
+
+void metrics_log_eval(tsr_trainer *t, double val_loss) {
+    if (t->dist.rank != 0) return;
+    printf("eval step %lld | val loss %.6f | val ppl %.4f\n", (long long)t->step, val_loss,
+           exp(val_loss));
+    fflush(stdout);
+    if (t->metrics) {
+        fprintf(t->metrics, "{\"step\": %lld, \"val_loss\": %.9g, \"val_ppl\": %.9g}\n",
+                (long long)t->step, val_loss, exp(val_loss));
+        fflush(t->metrics);
+    }
+}
+
+void metrics_finish(tsr_trainer *t) {
+    if (t->dist.rank != 0) return;
+    double avg = t->step > 1 ? t->time_sum / (double)(t->step - 1) : 0;
+    printf("done: %lld steps, %lld tokens, %.1f ms/step average (steps 2..%lld)\n",
+           (long long)t->step, (long long)t->tokens_seen, 1e3 * avg, (long long)t->step);
+    fflush(stdout);
+}

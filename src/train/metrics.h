@@ -1,0 +1,19 @@
+/* metrics.h — what a run reports: the plan at start, one line per step, eval lines, metrics.jsonl.
+ * The MFU formula is in docs/mfu.md: MFU = flops_per_token * tokens/s / (W * peak_flops). */
+#ifndef TSR_METRICS_H
+#define TSR_METRICS_H
+
+#include "train/trainer.h"
+
+/* Peak FLOP/s of one rank by device name ("cpu", "H100", ...): the table in docs/mfu.md.
+ * For "cpu" it is the measured fp32 FMA roofline per core times threads. */
+double metrics_peak_flops(const char *device, int threads);
+/* Parameter count, FLOPs/token, memory plan, batch split, steps (rank 0 prints). */
+void metrics_print_plan(const tsr_trainer *t, int dry_run);
+/* Creates run_dir, writes the effective config (run_dir/config.cfg), opens run_dir/metrics.jsonl. */
+int metrics_open_run_dir(tsr_trainer *t);
+void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st);
+void metrics_log_eval(tsr_trainer *t, double val_loss);
+void metrics_finish(tsr_trainer *t);
+
+#endif

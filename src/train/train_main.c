@@ -1,0 +1,127 @@
+/* tessera-train — pretrain a decoder LM from a libconfig recipe, under mpirun/srun or alone.
+ *
+ *   phases: fix BLAS core -> MPI init -> parse options -> load config -> banner + plan -> train
+ * Exit codes: docs/tessera-train.md (0 ok, 1 usage/config, 2 data/checkpoint, 3 internal). */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blas_env.h"
+#include "common.h"
+#include "config/config.h"
+#include "dist.h"
+#include "ops.h"
+#include "train/trainer.h"
+
+#ifndef TSR_VERSION
+#define TSR_VERSION "unknown"
+#endif
+
+#define MAX_SETS 256
+
+/* The option table: the parser and the help text are both generated from it. */
+static const struct opt_doc {
+    struct option opt;
+    const char *arg, *help;
+} options[] = {
+    {{"config", required_argument, NULL, 'c'}, "FILE", "training recipe (libconfig), required"},
+    {{"set", required_argument, NULL, 's'}, "KEY=VALUE", "override a config key (repeatable), e.g. --set optim.lr=1e-3"},
+    {{"dry-run", no_argument, NULL, 'n'}, NULL, "validate the config, print the plan, exit"},
+    {{"version", no_argument, NULL, 'V'}, NULL, "print the version and exit"},
+    {{"help", no_argument, NULL, 'h'}, NULL, "this help"},
+};
+#define N_OPTIONS (int)(sizeof options / sizeof options[0])
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: tessera-train --config FILE [--set KEY=VALUE ...] [--dry-run]\n"
+               "       mpirun -np N tessera-train --config FILE ...\n\noptions:\n");
+    for (int i = 0; i < N_OPTIONS; i++) {
+        char left[64];
+        snprintf(left, sizeof left, "-%c, --%s%s%s", options[i].opt.val, options[i].opt.name,
+                 options[i].arg ? " " : "", options[i].arg ? options[i].arg : "");
+        fprintf(f, "  %-28s %s\n", left, options[i].help);
+    }
+    fprintf(f, "\nexit codes: 0 finished, 1 usage/config error, 2 data error, 3 internal error\n"
+               "config keys: docs/config.md\n");
+}
+
+typedef struct cli {
+    const char *config;
+    const char *sets[MAX_SETS];
+    int n_sets, dry_run;
+} cli;
+
+static void parse_cli(cli *c, int argc, char **argv, int rank) {
+    struct option longopts[N_OPTIONS + 1];
+    char shortopts[3 * N_OPTIONS + 1], *p = shortopts;
+    *p++ = ':';
+    for (int i = 0; i < N_OPTIONS; i++) {
+        longopts[i] = options[i].opt;
+        *p++ = (char)options[i].opt.val;
+        if (options[i].opt.has_arg == required_argument) *p++ = ':';
+    }
+    *p = '\0';
+    memset(&longopts[N_OPTIONS], 0, sizeof longopts[0]);
+    memset(c, 0, sizeof *c);
+    int ch;
+    opterr = 0;
+    while ((ch = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+        switch (ch) {
+        case 'c': c->config = optarg; break;
+        case 's':
+            if (c->n_sets == MAX_SETS) tsr_fail_all(TSR_EXIT_USAGE, "more than %d --set options", MAX_SETS);
+            c->sets[c->n_sets++] = optarg;
+            break;
+        case 'n': c->dry_run = 1; break;
+        case 'V':
+            if (rank == 0) printf("tessera-train %s\n", TSR_VERSION);
+            tsr_exit(TSR_EXIT_OK);
+        case 'h':
+            if (rank == 0) usage(stdout);
+            tsr_exit(TSR_EXIT_OK);
+        case ':':
+            tsr_fail_all(TSR_EXIT_USAGE, "option %s needs a value (see --help)", argv[optind - 1]);
+        default:
+            tsr_fail_all(TSR_EXIT_USAGE, "unknown option '%s' (see --help)", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        tsr_fail_all(TSR_EXIT_USAGE, "unexpected argument '%s' (see --help)", argv[optind]);
+    if (!c->config) {
+        if (rank == 0) usage(stderr);
+        tsr_fail_all(TSR_EXIT_USAGE, "--config FILE is required");
+    }
+}
+
+static void banner(const tsr_dist *d, const tsr_config *cfg, int threads) {
+    if (d->rank != 0) return;
+    char mpi[256];
+    dist_version(mpi, sizeof mpi);
+    printf("tessera-train %s | %d rank%s | %s\n", TSR_VERSION, d->world, d->world > 1 ? "s" : "", mpi);
+    printf("backend cpu (fp32) | OpenBLAS core %s | %d thread%s per rank\n", cpu_ops_blas_core(),
+           threads, threads > 1 ? "s" : "");
+    printf("---- effective config (%s) ----\n", cfg->source);
+    config_print(stdout, cfg);
+    printf("----\n");
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    blas_fix_coretype(argv);
+    tsr_dist d;
+    dist_init(&d, &argc, &argv);
+    cli c;
+    parse_cli(&c, argc, argv, d.rank);
+    tsr_config cfg;
+    /* every rank parses the same file: a bad config stops all of them with the same status */
+    int rc = config_load(&cfg, c.config, c.sets, c.n_sets);
+    if (rc) tsr_exit(rc);
+    tsr_trainer t;
+    rc = trainer_init(&t, &cfg, &d, c.dry_run);
+    if (rc) tsr_exit(rc);
+    banner(&d, &cfg, t.threads);
+    if (!c.dry_run) rc = trainer_run(&t);
+    trainer_free(&t);
+    tsr_exit(rc);
+}

@@ -1,0 +1,199 @@
+/* trainer.c — data-parallel training steps, AdamW with schedule and clipping, evaluation. */
+#include "trainer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "train/metrics.h"
+
+double lr_multiplier(tsr_sched_kind kind, double alpha_f, int64_t s, int64_t W, int64_t S) {
+    if (s < W) return (double)(s + 1) / (double)W;
+    double p = (double)(s - W) / (double)(S - W > 1 ? S - W : 1);
+    if (p > 1.0) p = 1.0;
+    switch (kind) {
+    case TSR_SCHED_COSINE: return alpha_f + (1.0 - alpha_f) * 0.5 * (1.0 + cos(M_PI * p));
+    case TSR_SCHED_LINEAR: return 1.0 - (1.0 - alpha_f) * p;
+    default: return 1.0;
+    }
+}
+
+/* Threads per rank: the config's value, else the node's cores shared among its ranks. */
+static int pick_threads(const tsr_config *cfg, const tsr_dist *d) {
+    if (cfg->threads > 0) return cfg->threads;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = (int)(cores / (d->local_world > 0 ? d->local_world : 1));
+    return n > 0 ? n : 1;
+}
+
+static int open_data(tsr_trainer *t) {
+    const tsr_config *c = &t->cfg;
+    TSR_CHECK(dataset_open(&t->train, c->data.train, c->data.verify));
+    if (c->data.val[0]) TSR_CHECK(dataset_open(&t->val, c->data.val, c->data.verify));
+    tsr_dataset *sets[2] = {t->train, t->val};
+    const char *names[2] = {c->data.train, c->data.val};
+    for (int i = 0; i < 2; i++) {
+        if (!sets[i]) continue;
+        if (dataset_vocab_size(sets[i]) > (uint32_t)c->model.vocab_size) {
+            tsr_error("%s: dataset vocabulary is %u tokens but model.vocab_size = %d: the model "
+                      "must cover every token id (set model.vocab_size >= %u)",
+                      names[i], dataset_vocab_size(sets[i]), c->model.vocab_size,
+                      dataset_vocab_size(sets[i]));
+            return TSR_EXIT_USAGE;
+        }
+        if (dataset_n_samples(sets[i], t->T) == 0) {
+            tsr_error("%s: %llu tokens hold no sample of seq_len + 1 = %d tokens", names[i],
+                      (unsigned long long)dataset_n_tokens(sets[i]), t->T + 1);
+            return TSR_EXIT_DATA;
+        }
+    }
+    return 0;
+}
+
+int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run) {
+    memset(t, 0, sizeof *t);
+    t->cfg = *cfg;
+    t->dist = *d;
+    t->ops = &tsr_cpu_ops;
+    t->T = (int)cfg->seq_len;
+    t->micro = (int)cfg->micro_batch;
+    TSR_CHECK(config_check_world(cfg, d->world));
+    t->per_rank = cfg->global_batch / d->world;
+    t->threads = pick_threads(cfg, d);
+    cpu_ops_set_threads(t->threads);
+    t->peak_flops = cfg->peak_flops > 0 ? cfg->peak_flops : metrics_peak_flops("cpu", t->threads);
+    if (!dry_run) {
+        TSR_CHECK(open_data(t));
+        t->sampler.n = dataset_n_samples(t->train, t->T);
+        t->sampler.seed = (uint64_t)cfg->seed;
+        t->sampler.shuffle = cfg->data.shuffle;
+    }
+    uint64_t epoch_samples = t->sampler.n ? t->sampler.n : 1;
+    t->total_steps = duration_to_steps(cfg->max_duration, cfg->global_batch, cfg->seq_len, epoch_samples);
+    t->warmup_steps = duration_to_steps(cfg->optim.warmup, cfg->global_batch, cfg->seq_len, epoch_samples);
+    t->eval_every = duration_to_steps(cfg->eval_interval, cfg->global_batch, cfg->seq_len, epoch_samples);
+    model_init(&t->model, &cfg->model, t->T, t->ops);
+    t->flops_per_token = model_flops_per_token(&t->model, t->T);
+    if (dry_run) { /* the plan needs the layout only: nothing is allocated */
+        metrics_print_plan(t, 1);
+        return 0;
+    }
+    model_alloc_params(&t->model);
+    model_init_weights(&t->model, (uint64_t)cfg->seed);
+    model_alloc_acts(&t->model, t->micro, t->T);
+    t->m = t->ops->alloc(t->model.n_params * sizeof(float));
+    t->v = t->ops->alloc(t->model.n_params * sizeof(float));
+    t->inputs = tsr_malloc((size_t)t->per_rank * t->T * sizeof(int32_t));
+    t->targets = tsr_malloc((size_t)t->per_rank * t->T * sizeof(int32_t));
+    metrics_print_plan(t, 0);
+    if (d->rank == 0) TSR_CHECK(metrics_open_run_dir(t));
+    return 0;
+}
+
+/* Loads this rank's share of global batch `step` and returns its count of counted targets. */
+static int64_t load_batch(tsr_trainer *t, int64_t step) {
+    int64_t first = step * t->cfg.global_batch + t->dist.rank * t->per_rank, counted = 0;
+    for (int64_t i = 0; i < t->per_rank; i++) {
+        uint64_t idx = sampler_index(&t->sampler, (uint64_t)(first + i));
+        counted += dataset_read_sample(t->train, t->T, idx, t->inputs + i * t->T,
+                                       t->targets + i * t->T);
+    }
+    return counted;
+}
+
+static int param_decays(const tsr_optim_config *o, tsr_param_kind kind) {
+    if (kind == TSR_PK_EMBEDDING) return o->decay_embeddings;
+    if (kind == TSR_PK_NORM || kind == TSR_PK_BIAS) return o->decay_norms_biases;
+    return 1;
+}
+
+void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
+    double t0 = tsr_now();
+    tsr_model *m = &t->model;
+    const tsr_optim_config *o = &t->cfg.optim;
+    int64_t counted = load_batch(t, t->step);
+    dist_allreduce_sum_i64(&counted, 1);
+    float scale = counted > 0 ? 1.0f / (float)counted : 0.0f;
+    t->ops->zero(m->grads, m->n_params * sizeof(float));
+    double loss_sum = 0.0;
+    for (int64_t b = 0; b < t->per_rank; b += t->micro) {
+        const int32_t *in = t->inputs + b * t->T, *tg = t->targets + b * t->T;
+        loss_sum += model_forward(m, in, tg, t->micro, t->T);
+        model_backward(m, in, tg, t->micro, t->T, scale);
+    }
+    if (t->dist.world > 1) {
+        dist_allreduce_sum_f32(m->grads, m->n_params);
+        dist_allreduce_sum_f64(&loss_sum, 1);
+    }
+    double norm = sqrt(t->ops->sumsq(m->grads, m->n_params));
+    float gscale = 1.0f;
+    if (o->grad_clip > 0 && norm > o->grad_clip) gscale = (float)(o->grad_clip / (norm + 1e-6));
+    double lr = o->lr * lr_multiplier(o->schedule, o->alpha_f, t->step, t->warmup_steps,
+                                      t->total_steps);
+    t->step++;
+    for (int i = 0; i < TSR_P_COUNT; i++) {
+        const tsr_param_info *p = &m->params_info[i];
+        if (!p->numel) continue;
+        float wd = param_decays(o, p->kind) ? (float)o->weight_decay : 0.0f;
+        t->ops->adamw_update(m->params + p->offset, m->grads + p->offset, t->m + p->offset,
+                             t->v + p->offset, p->numel, (float)lr, (float)o->beta1,
+                             (float)o->beta2, (float)o->eps, wd, gscale, (int)t->step);
+    }
+    t->tokens_seen += t->cfg.global_batch * t->T;
+    st->step = t->step;
+    st->loss = counted > 0 ? loss_sum / (double)counted : NAN;
+    st->lr = lr;
+    st->grad_norm = norm;
+    st->tokens = counted;
+    st->step_time = tsr_now() - t0;
+}
+
+double trainer_eval(tsr_trainer *t) {
+    if (!t->val) return NAN;
+    tsr_model *m = &t->model;
+    uint64_t n = dataset_n_samples(t->val, t->T);
+    if (t->cfg.eval_samples > 0 && (uint64_t)t->cfg.eval_samples < n) n = (uint64_t)t->cfg.eval_samples;
+    uint64_t lo = n * (uint64_t)t->dist.rank / (uint64_t)t->dist.world;
+    uint64_t hi = n * (uint64_t)(t->dist.rank + 1) / (uint64_t)t->dist.world;
+    double acc[2] = {0.0, 0.0}; /* loss sum, counted targets */
+    for (uint64_t s = lo; s < hi; s += (uint64_t)t->micro) {
+        int B = (int)(hi - s < (uint64_t)t->micro ? hi - s : (uint64_t)t->micro);
+        for (int b = 0; b < B; b++)
+            acc[1] += dataset_read_sample(t->val, t->T, s + (uint64_t)b, t->inputs + b * t->T,
+                                          t->targets + b * t->T);
+        acc[0] += model_forward(m, t->inputs, t->targets, B, t->T);
+    }
+    dist_allreduce_sum_f64(acc, 2);
+    return acc[1] > 0 ? acc[0] / acc[1] : NAN;
+}
+
+int trainer_run(tsr_trainer *t) {
+    tsr_step_stats st;
+    while (t->step < t->total_steps) {
+        trainer_step(t, &st);
+        if (!isfinite(st.loss)) {
+            tsr_fail_all(TSR_EXIT_DATA, "step %lld: loss is %g (not finite); stopping. Lower "
+                         "optim.lr or check the data", (long long)st.step, st.loss);
+        }
+        metrics_log_step(t, &st);
+        int last = t->step == t->total_steps;
+        if (t->val && ((t->eval_every > 0 && t->step % t->eval_every == 0) || last))
+            metrics_log_eval(t, trainer_eval(t));
+    }
+    metrics_finish(t);
+    return TSR_EXIT_OK;
+}
+
+void trainer_free(tsr_trainer *t) {
+    if (t->m) t->ops->free(t->m);
+    if (t->v) t->ops->free(t->v);
+    free(t->inputs);
+    free(t->targets);
+    if (t->model.params) model_free(&t->model);
+    if (t->train) dataset_close(t->train);
+    if (t->val) dataset_close(t->val);
+    if (t->metrics) fclose(t->metrics);
+    memset(t, 0, sizeof *t);
+}

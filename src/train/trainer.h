@@ -1,0 +1,59 @@
+/* trainer.h — the training loop: data-parallel steps over MPI, AdamW, schedule, eval, metrics.
+ *
+ * Batch math (DESIGN.md): global_batch sequences per optimizer step; rank r of W takes global
+ * positions [s*GB + r*GB/W, s*GB + (r+1)*GB/W) of the sampler's stream in microbatches of
+ * micro_batch; the loss is the mean over all counted target tokens of the global batch, so the
+ * update does not depend on W beyond floating-point summation order.
+ */
+#ifndef TSR_TRAINER_H
+#define TSR_TRAINER_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "config/config.h"
+#include "data/data.h"
+#include "dist.h"
+#include "model/model.h"
+
+typedef struct tsr_step_stats {
+    int64_t step;          /* 1-based index of the step just taken */
+    double loss;           /* mean loss over the global batch's counted targets */
+    double lr, grad_norm;  /* lr used; global grad norm before clipping */
+    int64_t tokens;        /* counted target tokens in the global batch */
+    double step_time;      /* seconds */
+} tsr_step_stats;
+
+typedef struct tsr_trainer {
+    tsr_config cfg;
+    tsr_dist dist;
+    const tsr_ops *ops;
+    tsr_model model;
+    tsr_dataset *train, *val;
+    tsr_sampler sampler;
+    int T, micro;                /* seq_len, micro_batch */
+    int64_t per_rank, step, total_steps, warmup_steps, eval_every, tokens_seen;
+    float *m, *v;                /* AdamW moments (n_params) */
+    int32_t *inputs, *targets;   /* this rank's batch (per_rank, T) */
+    FILE *metrics;               /* run_dir/metrics.jsonl on rank 0, else NULL */
+    double flops_per_token, peak_flops, time_sum;
+    int threads;
+} tsr_trainer;
+
+/* Opens data, builds the model, prints the banner and the plan (rank 0). dry_run: stop after the
+ * plan (no data opened, nothing allocated). Returns 0 or an exit code after reporting. */
+int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run);
+/* One optimizer step on the next global batch. */
+void trainer_step(tsr_trainer *t, tsr_step_stats *st);
+/* Mean validation loss over eval_samples (or the whole split); NAN when there is no val set. */
+double trainer_eval(tsr_trainer *t);
+/* The whole run: steps until max_duration with logging and periodic eval. Returns an exit code. */
+int trainer_run(tsr_trainer *t);
+void trainer_free(tsr_trainer *t);
+
+/* Learning-rate multiplier at 0-based step s of S with W warmup steps (docs/training.md):
+ * s < W: (s+1)/W; then p = (s-W)/max(1, S-W) and cosine: a + (1-a)(1+cos(pi p))/2,
+ * linear: 1 - (1-a) p, constant: 1. */
+double lr_multiplier(tsr_sched_kind kind, double alpha_f, int64_t s, int64_t W, int64_t S);
+
+#endif
