@@ -70,12 +70,9 @@ int config_load(tsr_config *cfg, const char *path, const char *const *sets, int 
 int config_check_world(const tsr_config *cfg, int world);
 /* Writes the effective config in libconfig syntax (loadable by config_load). */
 void config_print(FILE *f, const tsr_config *cfg);
-/* Writes the effective config to path (temp file + rename). Returns 0 or TSR_EXIT_DATA.
- * libconfig also exports a function named config_write (and calls it through the PLT from
- * config_write_file), so ours is linked as tsr_config_write; a file that includes both headers
- * must include <libconfig.h> first. */
-#define config_write tsr_config_write
-int config_write(const char *path, const tsr_config *cfg);
+/* Writes the effective config to path (temp file + fsync + rename). Returns 0 or TSR_EXIT_DATA.
+ * (Not named config_write: libconfig exports a function of that name.) */
+int config_save(const char *path, const tsr_config *cfg);
 /* Writes docs/config.md (markdown table of every key) from the table. */
 void config_doc_markdown(FILE *f);
 

@@ -96,7 +96,7 @@ int metrics_open_run_dir(tsr_trainer *t) {
         return TSR_EXIT_DATA;
     }
     snprintf(path, sizeof path, "%s/config.cfg", t->cfg.run_dir);
-    TSR_CHECK(config_write(path, &t->cfg));
+    TSR_CHECK(config_save(path, &t->cfg));
     snprintf(path, sizeof path, "%s/metrics.jsonl", t->cfg.run_dir);
     t->metrics = fopen(path, "w");
     if (!t->metrics) {

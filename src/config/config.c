@@ -1,0 +1,516 @@
+/* config.c — config_load: defaults, then the libconfig file, then --set overrides, then checks
+ * across keys; config_check_world; docs/config.md. The keys themselves are in config_table.c.
+ *
+ * Every error is printed with tsr_error() naming file:line (or "--set ..."), the key, the value
+ * and what is accepted; config_load reports every error it finds in the file before returning
+ * TSR_EXIT_USAGE, so one edit-run cycle fixes them all.
+ */
+#include <libconfig.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common.h"
+#include "config/config_table.h"
+
+#define MAX_KEYS 128
+
+typedef struct load_ctx {
+    tsr_config *cfg;
+    const char *path;                /* the config file, or NULL */
+    char include_dir[1024];
+    int errors;
+    unsigned char given[MAX_KEYS];   /* set by the file or --set */
+    unsigned char present[MAX_KEYS]; /* named by the file or --set, valid or not */
+    const char *set_arg[MAX_KEYS];   /* the --set that gave it */
+    int line[MAX_KEYS];              /* where: > 0 file line, -1 --set */
+    const char *file[MAX_KEYS];      /* file of that line (libconfig's memory) */
+    char *text_name, *text;          /* cached source text for the integer check */
+} load_ctx;
+
+static int key_index(const cfgtab_key *k) { return (int)(k - cfgtab_keys); }
+
+/* ---- libconfig 1.5 integers ----
+ * libconfig 1.5 stores an integer literal without an L suffix in 32 bits, silently wrapping
+ * 3000000000 to -1294967296. We re-read such a literal from the source text and refuse a value that
+ * changed. */
+
+static char *read_text(const char *name) {
+    FILE *f = fopen(name, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (n < cap) break;
+        if (cap >= (64u << 20)) { /* not a config file */
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        char *bigger = realloc(buf, 2 * cap + 1);
+        if (!bigger) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = bigger;
+        cap *= 2;
+    }
+    fclose(f);
+    if (buf) buf[n] = '\0';
+    return buf;
+}
+
+static const char *source_text(load_ctx *c, const char *file) {
+    if (c->text_name && strcmp(c->text_name, file) == 0) return c->text;
+    free(c->text_name);
+    free(c->text);
+    c->text_name = strdup(file);
+    /* an @include'd file's name is relative to the include directory, the config's own */
+    if (strcmp(file, c->path) != 0 && file[0] != '/' && c->include_dir[0]) {
+        char joined[2100];
+        snprintf(joined, sizeof joined, "%s/%s", c->include_dir, file);
+        c->text = read_text(joined);
+    }
+    if (!c->text) c->text = read_text(file);
+    return c->text;
+}
+
+static int is_name_char(char ch) {
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+           ch == '_' || ch == '-' || ch == '*';
+}
+
+/* Nonzero when the literal of setting `name` at file:line does not read as `stored`; the literal
+ * goes to lit. Zero also when the literal cannot be found (nothing to compare). */
+static int int_literal_changed(load_ctx *c, const char *file, int line, const char *name,
+                               int64_t stored, char *lit, size_t n) {
+    const char *t = source_text(c, file);
+    if (!t || line < 1) return 0;
+    for (int l = 1; l < line && t; l++) {
+        t = strchr(t, '\n');
+        if (t) t++;
+    }
+    if (!t) return 0;
+    size_t nl = strlen(name);
+    const char *eol = strchr(t, '\n');
+    for (const char *p = t; (p = strstr(p, name)) != NULL && (!eol || p < eol); p++) {
+        if ((p > t && is_name_char(p[-1])) || is_name_char(p[nl])) continue;
+        const char *q = p + nl;
+        while (*q == ' ' || *q == '\t') q++;
+        if (*q != '=' && *q != ':') continue;
+        q++;
+        while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
+        size_t len = strspn(q, "+-0123456789abcdefABCDEFxX");
+        if (len == 0 || len >= n) return 0;
+        memcpy(lit, q, len);
+        lit[len] = '\0';
+        int hex = strstr(lit, "0x") || strstr(lit, "0X");
+        errno = 0;
+        char *end;
+        long long v = hex ? (long long)strtoull(lit, &end, 16) : strtoll(lit, &end, 10);
+        return errno == ERANGE || *end != '\0' || v != stored;
+    }
+    return 0;
+}
+
+/* ---- walking the file ---- */
+
+static void setting_value(const config_setting_t *s, cfgtab_value *v) {
+    memset(v, 0, sizeof *v);
+    switch (config_setting_type(s)) {
+    case CONFIG_TYPE_INT:
+    case CONFIG_TYPE_INT64: v->kind = CFGV_INT, v->i = config_setting_get_int64(s); break;
+    case CONFIG_TYPE_FLOAT: v->kind = CFGV_FLOAT, v->f = config_setting_get_float(s); break;
+    case CONFIG_TYPE_BOOL: v->kind = CFGV_BOOL, v->i = config_setting_get_bool(s); break;
+    case CONFIG_TYPE_STRING: v->kind = CFGV_STRING, v->s = config_setting_get_string(s); break;
+    case CONFIG_TYPE_GROUP: v->kind = CFGV_GROUP; break;
+    default: v->kind = CFGV_LIST; break;
+    }
+}
+
+static void unknown_key(const char *prefix, const char *name) {
+    const char *near = cfgtab_suggest(name);
+    if (near)
+        tsr_error("%sunknown key '%s' (did you mean '%s'?)", prefix, name, near);
+    else
+        tsr_error("%sunknown key '%s' (the keys are listed in docs/config.md)", prefix, name);
+}
+
+static void walk(load_ctx *c, const config_setting_t *grp, const char *group) {
+    int n = config_setting_length(grp);
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *s = config_setting_get_elem(grp, (unsigned)i);
+        const char *name = config_setting_name(s);
+        const char *file = config_setting_source_file(s) ? config_setting_source_file(s) : c->path;
+        int line = config_setting_source_line(s);
+        char full[256], at[1200], val[4200], why[256];
+        snprintf(full, sizeof full, "%s%s%s", group ? group : "", group ? "." : "", name ? name : "?");
+        snprintf(at, sizeof at, "%s:%d: ", file, line);
+        cfgtab_value v;
+        setting_value(s, &v);
+        const cfgtab_key *k = cfgtab_find(full);
+        if (!k) {
+            if (!group && cfgtab_is_group(full)) {
+                if (v.kind == CFGV_GROUP) {
+                    walk(c, s, full);
+                } else {
+                    cfgtab_format_value(&v, val, sizeof val);
+                    tsr_error("%s%s = %s: expected a group, e.g. %s = { ... };", at, full, val, full);
+                    c->errors++;
+                }
+            } else {
+                unknown_key(at, full);
+                c->errors++;
+            }
+            continue;
+        }
+        char lit[64];
+        c->present[key_index(k)] = 1;
+        if (config_setting_type(s) == CONFIG_TYPE_INT &&
+            int_literal_changed(c, file, line, name, v.i, lit, sizeof lit)) {
+            tsr_error("%s%s = %s: libconfig reads an integer beyond 32 bits only with an L suffix: "
+                      "write %sL", at, full, lit, lit);
+            c->errors++;
+            continue;
+        }
+        const char *err = cfgtab_assign(k, c->cfg, &v, why, sizeof why);
+        if (err) {
+            cfgtab_format_value(&v, val, sizeof val);
+            tsr_error("%s%s = %s: %s", at, full, val, err);
+            c->errors++;
+            continue;
+        }
+        c->given[key_index(k)] = 1;
+        c->line[key_index(k)] = line;
+        c->file[key_index(k)] = file;
+    }
+}
+
+static int read_file(load_ctx *c, config_t *lc) {
+    const char *path = c->path;
+    FILE *f = fopen(path, "r");
+    struct stat st;
+    if (!f || (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode))) {
+        int err = f ? EISDIR : errno;
+        if (f) fclose(f);
+        tsr_error("%s: cannot read config: %s", path, strerror(err));
+        return TSR_EXIT_USAGE;
+    }
+    fclose(f);
+    snprintf(c->include_dir, sizeof c->include_dir, "%s", path);
+    char *slash = strrchr(c->include_dir, '/');
+    if (slash) *slash = '\0';
+    else snprintf(c->include_dir, sizeof c->include_dir, ".");
+    config_set_include_dir(lc, c->include_dir);
+    if (!config_read_file(lc, path)) {
+        const char *file = config_error_file(lc) ? config_error_file(lc) : path;
+        const char *text = config_error_text(lc) ? config_error_text(lc) : "unknown error";
+        if (config_error_type(lc) == CONFIG_ERR_FILE_IO)
+            tsr_error("%s: cannot read config: %s", file, text);
+        else if (strcmp(text, "syntax error") == 0)
+            tsr_error("%s:%d: syntax error", file, config_error_line(lc));
+        else
+            tsr_error("%s:%d: syntax error: %s", file, config_error_line(lc), text);
+        return TSR_EXIT_USAGE;
+    }
+    walk(c, config_root_setting(lc), NULL);
+    return 0;
+}
+
+/* ---- --set ---- */
+
+static void apply_set(load_ctx *c, const char *arg) {
+    const char *eq = strchr(arg, '=');
+    char key[256], why[256];
+    if (!eq) {
+        tsr_error("--set %s (expected key=value)", arg);
+        c->errors++;
+        return;
+    }
+    snprintf(key, sizeof key, "%.*s", (int)(eq - arg), arg);
+    const cfgtab_key *k = cfgtab_find(key);
+    if (!k) {
+        char at[600];
+        snprintf(at, sizeof at, "--set %.500s: ", arg);
+        if (cfgtab_is_group(key))
+            tsr_error("%s'%s' is a group: set its keys one by one, e.g. --set %s.<key>=value", at,
+                      key, key);
+        else
+            unknown_key(at, key);
+        c->errors++;
+        return;
+    }
+    cfgtab_value v = {.kind = CFGV_TEXT, .s = eq + 1};
+    c->present[key_index(k)] = 1;
+    const char *err = cfgtab_assign(k, c->cfg, &v, why, sizeof why);
+    if (err) {
+        tsr_error("--set %s: %s", arg, err);
+        c->errors++;
+        return;
+    }
+    c->given[key_index(k)] = 1;
+    c->line[key_index(k)] = -1;
+    c->file[key_index(k)] = NULL;
+    c->set_arg[key_index(k)] = arg;
+}
+
+static void check_required(load_ctx *c) {
+    for (int i = 0; i < cfgtab_n_keys; i++) {
+        const cfgtab_key *k = &cfgtab_keys[i];
+        if (k->def || c->present[i]) continue; /* invalid values were reported already */
+        char tbuf[128], ex[512];
+        const char *type = cfgtab_type_name(k, tbuf, sizeof tbuf), *dot = strchr(k->name, '.');
+        if (!c->path)
+            snprintf(ex, sizeof ex, "--set %s=%s", k->name, k->example);
+        else if (dot)
+            snprintf(ex, sizeof ex, "%.*s = { %s = %s; };", (int)(dot - k->name), k->name, dot + 1,
+                     k->example);
+        else
+            snprintf(ex, sizeof ex, "%s = %s;", k->name, k->example);
+        tsr_error("%s%smissing required key '%s' (%s, e.g. %s)", c->path ? c->path : "",
+                  c->path ? ": " : "", k->name, type, ex);
+        c->errors++;
+    }
+}
+
+/* ---- checks across keys ---- */
+
+/* Listed in docs/config.md; keep in step with validate(). */
+static const char *const cross_rules[] = {
+    "`model.d_model` is a multiple of `model.n_head` (and `n_head <= d_model`).",
+    "`global_batch` is a multiple of `micro_batch`; at launch with W ranks, `global_batch` is a "
+    "multiple of W and `global_batch / W` a multiple of `micro_batch`.",
+    "With `model.pos = \"learned\"`, `model.max_seq_len` is 0 or >= `seq_len`.",
+    "`model.expansion_ratio x model.d_model` (the MLP width) is a whole number.",
+    "`model.vocab_size` rounded up to a multiple of `model.vocab_multiple` fits in 31 bits.",
+    "`eval_interval` other than `0ba` needs `data.val`.",
+    "`parallel.sharding`: only `ddp` is implemented yet.",
+    "`device = \"cuda\"` needs a build with the CUDA backend.",
+};
+
+/* "file:line: " of the key, "--set key=value: " for an override, "file: " for a default. */
+static const char *where(const load_ctx *c, const char *name, char *buf, size_t n) {
+    const cfgtab_key *k = cfgtab_find(name);
+    int i = k ? key_index(k) : 0;
+    if (k && c->given[i] && c->line[i] > 0)
+        snprintf(buf, n, "%s:%d: ", c->file[i] ? c->file[i] : c->path, c->line[i]);
+    else if (k && c->given[i])
+        snprintf(buf, n, "--set %.500s: ", c->set_arg[i]);
+    else
+        snprintf(buf, n, "%s%s", c->path ? c->path : "", c->path ? ": " : "");
+    return buf;
+}
+
+static void validate(load_ctx *c) {
+    const tsr_config *g = c->cfg;
+    const tsr_model_config *m = &g->model;
+    char at[1200];
+    if (m->n_head > m->d_model) {
+        tsr_error("%smodel.n_head = %d is larger than model.d_model = %d: the head size "
+                  "d_model / n_head must be >= 1", where(c, "model.n_head", at, sizeof at),
+                  m->n_head, m->d_model);
+        c->errors++;
+    } else if (m->d_model % m->n_head != 0) {
+        tsr_error("%smodel.d_model = %d is not divisible by model.n_head = %d: choose a d_model "
+                  "that is a multiple of n_head (head size = d_model / n_head)",
+                  where(c, "model.d_model", at, sizeof at), m->d_model, m->n_head);
+        c->errors++;
+    }
+    if (g->global_batch % g->micro_batch != 0) {
+        tsr_error("%sglobal_batch = %lld is not divisible by micro_batch = %lld: choose a "
+                  "global_batch that is a multiple of micro_batch (times the number of ranks)",
+                  where(c, "global_batch", at, sizeof at), (long long)g->global_batch,
+                  (long long)g->micro_batch);
+        c->errors++;
+    }
+    if (m->pos == TSR_POS_LEARNED && m->max_seq_len > 0 && m->max_seq_len < g->seq_len) {
+        tsr_error("%smodel.max_seq_len = %d is smaller than seq_len = %lld: with model.pos = "
+                  "\"learned\" the position table needs max_seq_len >= seq_len (or 0 = seq_len)",
+                  where(c, "model.max_seq_len", at, sizeof at), m->max_seq_len,
+                  (long long)g->seq_len);
+        c->errors++;
+    }
+    double hidden = m->expansion_ratio * m->d_model;
+    if (hidden != floor(hidden) || hidden < 1 || hidden > INT_MAX) {
+        char r[64], h[64];
+        cfgtab_format_double(r, sizeof r, m->expansion_ratio);
+        cfgtab_format_double(h, sizeof h, hidden);
+        tsr_error("%smodel.expansion_ratio = %s with model.d_model = %d gives an MLP width of %s: "
+                  "choose values whose product is a whole number in [1, %d]",
+                  where(c, "model.expansion_ratio", at, sizeof at), r, m->d_model, h, INT_MAX);
+        c->errors++;
+    }
+    int64_t vp = ((int64_t)m->vocab_size + m->vocab_multiple - 1) / m->vocab_multiple * m->vocab_multiple;
+    if (vp > INT_MAX) {
+        tsr_error("%smodel.vocab_size = %d rounded up to a multiple of model.vocab_multiple = %d is "
+                  "%lld, more than %d rows: lower vocab_multiple",
+                  where(c, "model.vocab_size", at, sizeof at), m->vocab_size, m->vocab_multiple,
+                  (long long)vp, INT_MAX);
+        c->errors++;
+    }
+    if (g->eval_interval.value > 0 && g->data.val[0] == '\0') {
+        char d[96];
+        duration_format(d, sizeof d, g->eval_interval);
+        tsr_error("%seval_interval = \"%s\" but data.val is empty: set data.val = \"<dataset "
+                  "dir>\" or eval_interval = \"0ba\"", where(c, "eval_interval", at, sizeof at), d);
+        c->errors++;
+    }
+    if (g->sharding != TSR_SHARD_DDP) {
+        char v[64];
+        cfgtab_format(cfgtab_find("parallel.sharding"), g, v, sizeof v);
+        tsr_error("%sparallel.sharding = %s: not implemented yet; accepted now: ddp",
+                  where(c, "parallel.sharding", at, sizeof at), v);
+        c->errors++;
+    }
+#ifndef TSR_HAVE_CUDA
+    if (g->device == TSR_DEVICE_CUDA) {
+        tsr_error("%sdevice = \"cuda\": this build has no CUDA backend yet; accepted: cpu",
+                  where(c, "device", at, sizeof at));
+        c->errors++;
+    }
+#endif
+}
+
+/* ---- public ---- */
+
+int config_load(tsr_config *cfg, const char *path, const char *const *sets, int n_sets) {
+    load_ctx c;
+    config_t lc;
+    memset(&c, 0, sizeof c);
+    if (cfgtab_n_keys > MAX_KEYS) tsr_die(TSR_EXIT_INTERNAL, "config: raise MAX_KEYS to %d", cfgtab_n_keys);
+    cfgtab_defaults(cfg);
+    c.cfg = cfg;
+    c.path = path;
+    if (path && tsr_snprintf(cfg->source, sizeof cfg->source, "%s", path) != 0) {
+        tsr_error("%.200s...: cannot read config: path longer than %zu bytes", path,
+                  sizeof cfg->source - 1);
+        return TSR_EXIT_USAGE;
+    }
+    config_init(&lc);
+    int rc = path ? read_file(&c, &lc) : 0;
+    if (rc == 0) {
+        for (int i = 0; i < n_sets; i++) apply_set(&c, sets[i]);
+        check_required(&c);
+        if (c.errors == 0) validate(&c);
+        rc = c.errors ? TSR_EXIT_USAGE : 0;
+    }
+    config_destroy(&lc);
+    free(c.text_name);
+    free(c.text);
+    return rc;
+}
+
+int config_check_world(const tsr_config *cfg, int world) {
+    if (world < 1) {
+        tsr_error("world size %d: expected at least 1 rank", world);
+        return TSR_EXIT_USAGE;
+    }
+    long long gb = cfg->global_batch, mb = cfg->micro_batch;
+    if (gb % world != 0) {
+        tsr_error("global_batch = %lld is not divisible by the %d ranks: choose a global_batch that "
+                  "is a multiple of %d (and of %d x micro_batch)", gb, world, world, world);
+        return TSR_EXIT_USAGE;
+    }
+    if ((gb / world) % mb != 0) {
+        tsr_error("per-rank batch %lld (global_batch %lld / %d ranks) is not divisible by "
+                  "micro_batch = %lld", gb / world, gb, world, mb);
+        return TSR_EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* ---- docs/config.md ---- */
+
+static void md_cell(FILE *f, const char *s) {
+    for (; *s; s++) {
+        if (*s == '|') fputc('\\', f);
+        fputc(*s == '\n' ? ' ' : *s, f);
+    }
+}
+
+static void md_table(FILE *f, const char *group, size_t glen) {
+    static const char *const type_word[] = {"integer", "number", "boolean", "string", "enum", "duration"};
+    _Static_assert(sizeof type_word / sizeof *type_word == CFGK_TYPE_COUNT, "type_word vs cfgtab_type");
+    tsr_config def;
+    cfgtab_defaults(&def);
+    fprintf(f, "| key | type | default | accepted | description |\n|---|---|---|---|---|\n");
+    for (int i = 0; i < cfgtab_n_keys; i++) {
+        const cfgtab_key *k = &cfgtab_keys[i];
+        const char *dot = strchr(k->name, '.');
+        if (group ? !(dot && (size_t)(dot - k->name) == glen && !strncmp(k->name, group, glen)) : dot != NULL)
+            continue;
+        char val[4200], acc[256];
+        fprintf(f, "| `%s` | %s | ", k->name, type_word[k->type]);
+        if (k->def) {
+            cfgtab_format(k, &def, val, sizeof val);
+            fputc('`', f);
+            md_cell(f, val);
+            fputc('`', f);
+        } else {
+            fprintf(f, "**required**, e.g. `");
+            md_cell(f, k->example);
+            fputc('`', f);
+        }
+        fprintf(f, " | ");
+        md_cell(f, cfgtab_accepted(k, acc, sizeof acc));
+        fprintf(f, " | ");
+        md_cell(f, k->doc);
+        fprintf(f, " |\n");
+    }
+}
+
+void config_doc_markdown(FILE *f) {
+    fprintf(f,
+        "# Configuration keys\n\n"
+        "<!-- Generated by `tessera config-doc` from the key table in src/config/config_table.c.\n"
+        "     Do not edit; regenerate with: build/tessera config-doc > docs/config.md -->\n\n"
+        "A run is one [libconfig](https://hyperrealm.github.io/libconfig/) file (`configs/*.cfg`)\n"
+        "plus `--set key=value` overrides, applied in order after the file. Every key is typed,\n"
+        "ranged and checked before any work starts: an unknown key, a wrong type, a value out of\n"
+        "range or a missing required key stops the run with exit code 1, naming the file, line, key,\n"
+        "value and what is accepted. Rank 0 prints the effective config (every key, in the syntax\n"
+        "below, loadable as a config file) and writes it into the run directory.\n\n"
+        "## Syntax\n\n"
+        "```\n"
+        "# a comment\n"
+        "seq_len = 1024;              # integer; beyond 32 bits write an L suffix: 3000000000L\n"
+        "max_duration = \"10e9tok\";    # durations and enum values are strings\n"
+        "model = {                    # a dotted key model.n_layer is written inside its group\n"
+        "  n_layer = 12;\n"
+        "  pos = \"learned\";\n"
+        "  bias = true;\n"
+        "};\n"
+        "optim = { lr = 6e-4; };      # number keys take 6e-4, 0.0006 or 1; integer keys refuse 1.0\n"
+        "```\n\n"
+        "On the command line: `--set model.n_layer=24 --set optim.lr=3e-4 --set data.train=data/x`;\n"
+        "strings, enum values and durations bare or in double quotes, booleans `true` / `false`.\n\n"
+        "## Durations\n\n"
+        "`<number><unit>` with no space, number >= 0 (decimal, exponent allowed):\n\n"
+        "- `ba`: optimizer steps, a whole number: `100ba`;\n"
+        "- `tok`: tokens; steps = ceil(tokens / (global_batch x seq_len)): `2e9tok`;\n"
+        "- `ep`: epochs of data.train; steps = ceil(epochs x samples per epoch / global_batch):\n"
+        "  `1ep`, `0.5ep`.\n\n"
+        "An interval of `0ba` means never.\n\n"
+        "## Keys\n\n### Top level\n\n");
+    md_table(f, NULL, 0);
+    for (int i = 0; i < cfgtab_n_keys; i++) {
+        const char *name = cfgtab_keys[i].name, *dot = strchr(name, '.');
+        int seen = 0;
+        for (int j = 0; dot && j < i; j++)
+            if (strncmp(cfgtab_keys[j].name, name, (size_t)(dot - name) + 1) == 0) seen = 1;
+        if (!dot || seen) continue;
+        fprintf(f, "\n### `%.*s = { ... };`\n\n", (int)(dot - name), name);
+        md_table(f, name, (size_t)(dot - name));
+    }
+    fprintf(f, "\n## Checks across keys\n\n");
+    for (size_t i = 0; i < sizeof cross_rules / sizeof *cross_rules; i++)
+        fprintf(f, "- %s\n", cross_rules[i]);
+}

@@ -1,0 +1,683 @@
+/* config_table.c — the table of every config key, and what is driven by it alone: defaults, value
+ * conversion and range checks, the effective-config printout, config_save, durations.
+ * Parsing the libconfig file, --set, cross-key validation and docs/config.md are in config.c.
+ */
+#include "config/config_table.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "common.h"
+
+/* ---- enum names: index = enum value ---- */
+
+#define NELEM(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static const char *const device_names[] = {"cpu", "cuda"};
+_Static_assert(NELEM(device_names) == TSR_DEVICE_COUNT, "device_names vs tsr_device_kind");
+static const char *const pos_names[] = {"learned", "alibi"};
+_Static_assert(NELEM(pos_names) == TSR_POS_COUNT, "pos_names vs tsr_pos_kind");
+static const char *const sched_names[] = {"cosine", "linear", "constant"};
+_Static_assert(NELEM(sched_names) == TSR_SCHED_COUNT, "sched_names vs tsr_sched_kind");
+static const char *const shard_names[] = {"ddp", "zero1", "zero3", "hsdp"};
+_Static_assert(NELEM(shard_names) == TSR_SHARD_COUNT, "shard_names vs tsr_sharding_kind");
+/* tsr_gelu_kind of kernels/ops.h (TSR_GELU_TANH = 0, TSR_GELU_EXACT = 1, TSR_GELU_COUNT = 2); not
+ * included here so that the config layer does not depend on the kernels. */
+static const char *const gelu_names[] = {"tanh", "exact"};
+_Static_assert(NELEM(gelu_names) == 2, "gelu_names vs tsr_gelu_kind");
+static const char *const dur_units[] = {"ba", "tok", "ep"};
+_Static_assert(NELEM(dur_units) == TSR_DUR_COUNT, "dur_units vs tsr_dur_unit");
+
+/* Enum fields are stored through an int. */
+_Static_assert(sizeof(tsr_device_kind) == sizeof(int) && sizeof(tsr_pos_kind) == sizeof(int) &&
+                   sizeof(tsr_sched_kind) == sizeof(int) && sizeof(tsr_sharding_kind) == sizeof(int),
+               "enum fields must be int-sized");
+
+/* ---- the table ---- */
+
+#define FIELD(f) .offset = offsetof(tsr_config, f), .size = sizeof(((tsr_config *)0)->f)
+#define ENUM(a) .names = (a), .n_names = NELEM(a)
+#define INT32_ONLY .ihi = INT_MAX
+#define NO_MAX .hi = HUGE_VAL
+
+/* Order: top-level keys first, then one block per group; config_print and the docs follow it. */
+const cfgtab_key cfgtab_keys[] = {
+    {.name = "run_dir", .type = CFGK_STRING, FIELD(run_dir), .def = "runs/default", .ilo = 1,
+     .doc = "Run directory: the effective config, metrics, TensorBoard events and checkpoints go here."},
+    {.name = "seed", .type = CFGK_INT, FIELD(seed), .def = "42", .ilo = 0, .ihi = INT64_MAX,
+     .doc = "Seed of the weight initialization and of the data order."},
+    {.name = "max_duration", .type = CFGK_DURATION, FIELD(max_duration), .example = "\"10e9tok\"",
+     .doc = "Length of training in optimizer steps (`ba`), tokens (`tok`) or epochs of data.train "
+            "(`ep`), rounded up to whole steps."},
+    {.name = "global_batch", .type = CFGK_INT, FIELD(global_batch), .example = "512", .ilo = 1,
+     .ihi = INT64_MAX,
+     .doc = "Sequences per optimizer step over all ranks; a multiple of ranks x micro_batch. "
+            "Fixed by the recipe, so the step does not depend on the rank count."},
+    {.name = "micro_batch", .type = CFGK_INT, FIELD(micro_batch), .example = "16", .ilo = 1,
+     .ihi = INT64_MAX,
+     .doc = "Sequences per forward/backward pass on one rank; gradients accumulate over "
+            "global_batch / (ranks x micro_batch) passes."},
+    {.name = "seq_len", .type = CFGK_INT, FIELD(seq_len), .example = "1024", .ilo = 1,
+     .ihi = 1048576, .doc = "Tokens per training sequence (T)."},
+    {.name = "eval_interval", .type = CFGK_DURATION, FIELD(eval_interval), .def = "0ba",
+     .doc = "Evaluate on data.val every this long; `0ba` = never."},
+    {.name = "eval_samples", .type = CFGK_INT, FIELD(eval_samples), .def = "0", .ilo = 0,
+     .ihi = INT64_MAX, .doc = "Validation sequences per evaluation; 0 = the whole val split."},
+    {.name = "save_interval", .type = CFGK_DURATION, FIELD(save_interval), .def = "0ba",
+     .doc = "Write a checkpoint every this long; `0ba` = only at the end (and on a stop request)."},
+    {.name = "keep_last", .type = CFGK_INT, FIELD(keep_last), .def = "2", .ilo = 2, INT32_ONLY,
+     .doc = "Checkpoints kept in run_dir; the oldest is deleted only after a newer one is committed."},
+    {.name = "log_interval", .type = CFGK_INT, FIELD(log_interval), .def = "1", .ilo = 1,
+     INT32_ONLY, .doc = "Report metrics every this many optimizer steps."},
+    {.name = "threads", .type = CFGK_INT, FIELD(threads), .def = "0", .ilo = 0, INT32_ONLY,
+     .doc = "CPU threads per rank (OpenMP); 0 = auto."},
+    {.name = "device", .type = CFGK_ENUM, FIELD(device), .def = "cpu", ENUM(device_names),
+     .doc = "Where the math runs: `cpu` (fp32 reference ops) or `cuda` (bf16, one GPU per rank)."},
+    {.name = "peak_flops", .type = CFGK_FLOAT, FIELD(peak_flops), .def = "0", .lo = 0, NO_MAX,
+     .doc = "Peak FLOP/s of one rank's device, for MFU; 0 = from the built-in device table."},
+
+    {.name = "model.n_layer", .type = CFGK_INT, FIELD(model.n_layer), .example = "12", .ilo = 1,
+     INT32_ONLY, .doc = "Transformer blocks (L)."},
+    {.name = "model.d_model", .type = CFGK_INT, FIELD(model.d_model), .example = "768", .ilo = 1,
+     INT32_ONLY, .doc = "Model width (C); a multiple of n_head."},
+    {.name = "model.n_head", .type = CFGK_INT, FIELD(model.n_head), .example = "12", .ilo = 1,
+     INT32_ONLY, .doc = "Attention heads (NH); head size = d_model / n_head."},
+    {.name = "model.vocab_size", .type = CFGK_INT, FIELD(model.vocab_size), .example = "50257",
+     .ilo = 2, .ihi = 2147483647,
+     .doc = "Vocabulary size of the tokenizer (V); every token id of the data must be < V."},
+    {.name = "model.vocab_multiple", .type = CFGK_INT, FIELD(model.vocab_multiple), .def = "128",
+     .ilo = 1, .ihi = 65536,
+     .doc = "Embedding and output rows are padded to Vp = V rounded up to a multiple of this "
+            "(64 or 128 suit GPU matmuls; 1 = no padding). Padding rows are never predicted."},
+    {.name = "model.max_seq_len", .type = CFGK_INT, FIELD(model.max_seq_len), .def = "0", .ilo = 0,
+     .ihi = 1048576,
+     .doc = "Rows of the learned position table; 0 = seq_len. With pos = learned, >= seq_len."},
+    {.name = "model.pos", .type = CFGK_ENUM, FIELD(model.pos), .def = "learned", ENUM(pos_names),
+     .doc = "Positions: `learned` absolute embeddings (GPT-2) or `alibi` attention biases (MPT)."},
+    {.name = "model.bias", .type = CFGK_BOOL, FIELD(model.bias), .def = "true",
+     .doc = "Biases in the linear layers and LayerNorms (GPT-2: true, MPT: false)."},
+    {.name = "model.expansion_ratio", .type = CFGK_FLOAT, FIELD(model.expansion_ratio), .def = "4",
+     .lo = 0, .lo_open = 1, NO_MAX,
+     .doc = "MLP hidden width = expansion_ratio x d_model, which must be a whole number."},
+    {.name = "model.gelu", .type = CFGK_ENUM, FIELD(model.gelu), .def = "tanh", ENUM(gelu_names),
+     .doc = "GELU form: `tanh` approximation (GPT-2) or `exact` erf form (MPT)."},
+    {.name = "model.init_std", .type = CFGK_FLOAT, FIELD(model.init_std), .def = "0.02", .lo = 0,
+     .lo_open = 1, NO_MAX, .doc = "Standard deviation of the normal weight initialization."},
+
+    {.name = "optim.lr", .type = CFGK_FLOAT, FIELD(optim.lr), .example = "6e-4", .lo = 0,
+     .lo_open = 1, NO_MAX, .doc = "Peak learning rate (AdamW), reached at the end of warmup."},
+    {.name = "optim.beta1", .type = CFGK_FLOAT, FIELD(optim.beta1), .def = "0.9", .lo = 0, .hi = 1,
+     .hi_open = 1, .doc = "AdamW decay of the first moment."},
+    {.name = "optim.beta2", .type = CFGK_FLOAT, FIELD(optim.beta2), .def = "0.95", .lo = 0, .hi = 1,
+     .hi_open = 1, .doc = "AdamW decay of the second moment."},
+    {.name = "optim.eps", .type = CFGK_FLOAT, FIELD(optim.eps), .def = "1e-8", .lo = 0, .lo_open = 1,
+     NO_MAX, .doc = "AdamW epsilon."},
+    {.name = "optim.weight_decay", .type = CFGK_FLOAT, FIELD(optim.weight_decay), .def = "0",
+     .lo = 0, NO_MAX, .doc = "AdamW weight decay of the weight matrices; 0 = none."},
+    {.name = "optim.grad_clip", .type = CFGK_FLOAT, FIELD(optim.grad_clip), .def = "1", .lo = 0,
+     NO_MAX, .doc = "Clip the global gradient norm to this; 0 = off."},
+    {.name = "optim.warmup", .type = CFGK_DURATION, FIELD(optim.warmup), .def = "0ba",
+     .doc = "Linear warmup of the learning rate from 0 to lr over this long."},
+    {.name = "optim.schedule", .type = CFGK_ENUM, FIELD(optim.schedule), .def = "cosine",
+     ENUM(sched_names),
+     .doc = "Decay after warmup, from lr to alpha_f x lr at max_duration: `cosine`, `linear`, or "
+            "`constant` (no decay)."},
+    {.name = "optim.alpha_f", .type = CFGK_FLOAT, FIELD(optim.alpha_f), .def = "0.1", .lo = 0,
+     .hi = 1, .doc = "Final learning rate as a fraction of lr."},
+    {.name = "optim.decay_norms_biases", .type = CFGK_BOOL, FIELD(optim.decay_norms_biases),
+     .def = "false", .doc = "Apply weight decay to LayerNorm weights and to biases too."},
+    {.name = "optim.decay_embeddings", .type = CFGK_BOOL, FIELD(optim.decay_embeddings),
+     .def = "false", .doc = "Apply weight decay to the token and position embeddings too."},
+
+    {.name = "data.train", .type = CFGK_STRING, FIELD(data.train), .example = "\"data/train\"",
+     .ilo = 1, .doc = "Training dataset directory (written by `tessera prep`)."},
+    {.name = "data.val", .type = CFGK_STRING, FIELD(data.val), .def = "", .ilo = 0,
+     .doc = "Validation dataset directory; \"\" = none (then eval_interval must be `0ba`)."},
+    {.name = "data.shuffle", .type = CFGK_BOOL, FIELD(data.shuffle), .def = "true",
+     .doc = "Shuffle the samples each epoch (a function of seed, epoch and sample index only, never "
+            "of the rank count); false = dataset order."},
+    {.name = "data.verify", .type = CFGK_BOOL, FIELD(data.verify), .def = "true",
+     .doc = "Verify every shard's checksum when a dataset is opened (reads it once)."},
+
+    {.name = "parallel.sharding", .type = CFGK_ENUM, FIELD(sharding), .def = "ddp",
+     ENUM(shard_names),
+     .doc = "How ranks share the training state: `ddp` replicates it; `zero1` shards the optimizer "
+            "state, `zero3` also weights and gradients, `hsdp` zero3 within a node and ddp across "
+            "nodes. Only `ddp` is available in this build."},
+};
+const int cfgtab_n_keys = NELEM(cfgtab_keys);
+
+/* ---- lookup ---- */
+
+const cfgtab_key *cfgtab_find(const char *name) {
+    for (int i = 0; i < cfgtab_n_keys; i++)
+        if (strcmp(cfgtab_keys[i].name, name) == 0) return &cfgtab_keys[i];
+    return NULL;
+}
+
+int cfgtab_is_group(const char *name) {
+    size_t n = strlen(name);
+    for (int i = 0; i < cfgtab_n_keys; i++)
+        if (strncmp(cfgtab_keys[i].name, name, n) == 0 && cfgtab_keys[i].name[n] == '.') return 1;
+    return 0;
+}
+
+static size_t edit_distance(const char *a, const char *b) {
+    size_t na = strlen(a), nb = strlen(b), row[128];
+    if (na >= 127 || nb >= 127) return (size_t)-1;
+    for (size_t j = 0; j <= nb; j++) row[j] = j;
+    for (size_t i = 1; i <= na; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= nb; j++) {
+            size_t up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[nb];
+}
+
+static const char *leaf(const char *name) {
+    const char *dot = strrchr(name, '.');
+    return dot ? dot + 1 : name;
+}
+
+/* Candidates are the keys and the group names; a key whose last part equals the unknown name's
+ * last part ("n_layer" for "model.n_layer") counts as distance 1. Close = within 2 edits, or a
+ * third of the name's length. */
+const char *cfgtab_suggest(const char *name) {
+    static char group[64];
+    const char *best = NULL;
+    size_t best_d = (size_t)-1;
+    for (int i = 0; i < cfgtab_n_keys; i++) {
+        const char *k = cfgtab_keys[i].name;
+        size_t d = edit_distance(name, k);
+        if (strcmp(leaf(name), leaf(k)) == 0 && d > 1) d = 1;
+        if (d < best_d) best_d = d, best = k;
+        const char *dot = strchr(k, '.');
+        if (dot && (size_t)(dot - k) < sizeof group) {
+            char g[64];
+            memcpy(g, k, (size_t)(dot - k));
+            g[dot - k] = '\0';
+            d = edit_distance(name, g);
+            if (d < best_d) {
+                best_d = d;
+                memcpy(group, g, sizeof g);
+                best = group;
+            }
+        }
+    }
+    if (best && best_d > 0 && (best_d <= 2 || best_d * 3 <= strlen(name))) return best;
+    return NULL;
+}
+
+/* ---- text values (--set, defaults) ---- */
+
+/* Strips one pair of surrounding double quotes, undoing libconfig's escapes inside them. */
+static int unquote(const char *s, char *out, size_t n) {
+    size_t len = strlen(s), o = 0;
+    if (len < 2 || s[0] != '"' || s[len - 1] != '"') {
+        if (len >= n) return -1;
+        memcpy(out, s, len + 1);
+        return 0;
+    }
+    for (size_t i = 1; i + 1 < len; i++) {
+        char c = s[i];
+        if (c == '\\' && i + 2 < len) {
+            c = s[++i];
+            if (c == 'n') c = '\n';
+            else if (c == 't') c = '\t';
+            else if (c == 'r') c = '\r';
+            else if (c == 'f') c = '\f';
+            else if (c == 'x' && i + 3 < len && isxdigit((unsigned char)s[i + 1]) &&
+                     isxdigit((unsigned char)s[i + 2])) {
+                char hex[3] = {s[i + 1], s[i + 2], 0};
+                c = (char)strtol(hex, NULL, 16);
+                i += 2;
+            }
+        }
+        if (o + 1 >= n) return -1;
+        out[o++] = c;
+    }
+    out[o] = '\0';
+    return 0;
+}
+
+/* Decimal integer, optionally with libconfig's L suffix. */
+static int parse_int_text(const char *s, int64_t *out) {
+    char *end;
+    if (!(isdigit((unsigned char)s[0]) || ((s[0] == '-' || s[0] == '+') && isdigit((unsigned char)s[1]))))
+        return -1;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno == ERANGE) return -1;
+    if (*end == 'L') end++;
+    if (*end != '\0') return -1;
+    *out = (int64_t)v;
+    return 0;
+}
+
+/* Decimal number: digits, '.', exponent; no hex, inf or nan. */
+static int parse_double_text(const char *s, double *out) {
+    char *end;
+    if (s[0] == '\0' || strspn(s, "0123456789.eE+-") != strlen(s)) return -1;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+/* ---- assignment with type and range checks ---- */
+
+static const char *range_text(const cfgtab_key *k, char *buf, size_t n) {
+    if (k->type == CFGK_INT) {
+        int64_t type_max = k->size == sizeof(int) ? INT_MAX : INT64_MAX;
+        if (k->ihi < type_max)
+            snprintf(buf, n, "[%lld, %lld]", (long long)k->ilo, (long long)k->ihi);
+        else
+            snprintf(buf, n, ">= %lld", (long long)k->ilo);
+    } else {
+        char lo[64], hi[64];
+        cfgtab_format_double(lo, sizeof lo, k->lo);
+        cfgtab_format_double(hi, sizeof hi, k->hi);
+        if (isfinite(k->hi))
+            snprintf(buf, n, "%c%s, %s%c", k->lo_open ? '(' : '[', lo, hi, k->hi_open ? ')' : ']');
+        else
+            snprintf(buf, n, "%s %s", k->lo_open ? ">" : ">=", lo);
+    }
+    return buf;
+}
+
+static const char *out_of_range(const cfgtab_key *k, char *why, size_t n) {
+    char r[160];
+    snprintf(why, n, "out of range, accepted %s", range_text(k, r, sizeof r));
+    return why;
+}
+
+static const char *enum_accepted(const cfgtab_key *k, char *why, size_t n) {
+    size_t o = (size_t)snprintf(why, n, "accepted:");
+    for (int i = 0; i < k->n_names && o < n; i++)
+        o += (size_t)snprintf(why + o, n - o, "%s %s", i ? " |" : "", k->names[i]);
+    return why;
+}
+
+const char *cfgtab_accepted(const cfgtab_key *k, char *buf, size_t n) {
+    size_t o = 0;
+    switch (k->type) {
+    case CFGK_INT:
+    case CFGK_FLOAT: return range_text(k, buf, n);
+    case CFGK_BOOL: return "`true`, `false`";
+    case CFGK_STRING:
+        snprintf(buf, n, "%sat most %zu bytes", k->ilo > 0 ? "non-empty, " : "", k->size - 1);
+        return buf;
+    case CFGK_DURATION: return ">= 0, e.g. `100ba`, `2e9tok`, `1ep`";
+    case CFGK_ENUM:
+        buf[0] = '\0';
+        for (int i = 0; i < k->n_names && o < n; i++)
+            o += (size_t)snprintf(buf + o, n - o, "%s`%s`", i ? ", " : "", k->names[i]);
+        return buf;
+    case CFGK_TYPE_COUNT: break;
+    }
+    return "?";
+}
+
+#define DURATION_HINT "expected a duration like 100ba, 2e9tok or 1ep"
+
+const char *cfgtab_assign(const cfgtab_key *k, tsr_config *cfg, const cfgtab_value *v, char *why,
+                          size_t n) {
+    char *field = (char *)cfg + k->offset;
+    char text[2048];
+    const char *str = NULL; /* string-like value, unquoted */
+    if (v->kind == CFGV_STRING) str = v->s;
+    if (v->kind == CFGV_TEXT && k->type != CFGK_INT && k->type != CFGK_FLOAT && k->type != CFGK_BOOL) {
+        if (unquote(v->s, text, sizeof text) != 0) {
+            snprintf(why, n, "too long, at most %zu characters", k->size ? k->size - 1 : 0);
+            return why;
+        }
+        str = text;
+    }
+    switch (k->type) {
+    case CFGK_INT: {
+        int64_t x;
+        if (v->kind == CFGV_INT) x = v->i;
+        else if (v->kind != CFGV_TEXT || parse_int_text(v->s, &x) != 0) return "expected an integer";
+        if (x < k->ilo || x > k->ihi) return out_of_range(k, why, n);
+        if (k->size == sizeof(int)) {
+            int y = (int)x;
+            memcpy(field, &y, sizeof y);
+        } else {
+            memcpy(field, &x, sizeof x);
+        }
+        return NULL;
+    }
+    case CFGK_FLOAT: {
+        double x;
+        if (v->kind == CFGV_INT) x = (double)v->i;
+        else if (v->kind == CFGV_FLOAT) x = v->f;
+        else if (v->kind != CFGV_TEXT || parse_double_text(v->s, &x) != 0) return "expected a number";
+        if (!isfinite(x) || x < k->lo || x > k->hi || (k->lo_open && x == k->lo) ||
+            (k->hi_open && x == k->hi))
+            return out_of_range(k, why, n);
+        memcpy(field, &x, sizeof x);
+        return NULL;
+    }
+    case CFGK_BOOL: {
+        int b;
+        if (v->kind == CFGV_BOOL) b = v->i != 0;
+        else if (v->kind == CFGV_TEXT && strcasecmp(v->s, "true") == 0) b = 1;
+        else if (v->kind == CFGV_TEXT && strcasecmp(v->s, "false") == 0) b = 0;
+        else return "expected true or false";
+        memcpy(field, &b, sizeof b);
+        return NULL;
+    }
+    case CFGK_STRING: {
+        if (!str) return "expected a string";
+        size_t len = strlen(str);
+        if (len >= k->size) {
+            snprintf(why, n, "too long (%zu characters), at most %zu", len, k->size - 1);
+            return why;
+        }
+        if ((int64_t)len < k->ilo) return "must not be empty";
+        memcpy(field, str, len + 1);
+        return NULL;
+    }
+    case CFGK_ENUM:
+        for (int i = 0; str && i < k->n_names; i++)
+            if (strcmp(str, k->names[i]) == 0) {
+                memcpy(field, &i, sizeof i);
+                return NULL;
+            }
+        return enum_accepted(k, why, n);
+    case CFGK_DURATION: {
+        tsr_duration d;
+        memset(&d, 0, sizeof d); /* padding too: configs compare equal with memcmp */
+        if (!str || duration_parse(str, &d) != 0) return DURATION_HINT;
+        memcpy(field, &d, sizeof d);
+        return NULL;
+    }
+    case CFGK_TYPE_COUNT: break;
+    }
+    return "internal error: unknown key type";
+}
+
+void cfgtab_defaults(tsr_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    for (int i = 0; i < cfgtab_n_keys; i++) {
+        const cfgtab_key *k = &cfgtab_keys[i];
+        if (!k->def) continue;
+        cfgtab_value v = {.kind = CFGV_TEXT, .s = k->def};
+        char why[256];
+        const char *err = cfgtab_assign(k, cfg, &v, why, sizeof why);
+        if (err) tsr_die(TSR_EXIT_INTERNAL, "config table: default of %s (%s): %s", k->name, k->def, err);
+    }
+}
+
+const char *cfgtab_type_name(const cfgtab_key *k, char *buf, size_t n) {
+    switch (k->type) {
+    case CFGK_INT: return "integer";
+    case CFGK_FLOAT: return "number";
+    case CFGK_BOOL: return "boolean";
+    case CFGK_STRING: return "string";
+    case CFGK_DURATION: return "duration";
+    case CFGK_ENUM: {
+        size_t o = (size_t)snprintf(buf, n, "one of");
+        for (int i = 0; i < k->n_names && o < n; i++)
+            o += (size_t)snprintf(buf + o, n - o, "%s %s", i ? " |" : "", k->names[i]);
+        return buf;
+    }
+    case CFGK_TYPE_COUNT: break;
+    }
+    return "?";
+}
+
+/* ---- formatting ---- */
+
+void cfgtab_format_double(char *buf, size_t n, double v) {
+    char tmp[64];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(tmp, sizeof tmp, "%.*g", prec, v);
+        if (strtod(tmp, NULL) == v || !isfinite(v)) break;
+    }
+    /* Tidy the exponent: "2e+09" -> "2e9", "1e-08" -> "1e-8". */
+    char *e = strchr(tmp, 'e');
+    if (e) {
+        char *p = e + 1, *q = e + 1;
+        if (*p == '+') p++;
+        else if (*p == '-') *q++ = *p++;
+        while (*p == '0' && p[1]) p++;
+        memmove(q, p, strlen(p) + 1);
+    }
+    /* Whole numbers below 1e6 without an exponent: "4800", not "4.8e3". */
+    if (e && v == floor(v) && fabs(v) < 1e6) snprintf(tmp, sizeof tmp, "%.0f", v);
+    snprintf(buf, n, "%s", tmp);
+}
+
+static void quote(char *buf, size_t n, const char *s) {
+    size_t o = 0;
+    if (n < 3) {
+        if (n) buf[0] = '\0';
+        return;
+    }
+    buf[o++] = '"';
+    for (; *s && o + 6 < n; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') buf[o++] = '\\', buf[o++] = (char)c;
+        else if (c == '\n') buf[o++] = '\\', buf[o++] = 'n';
+        else if (c == '\t') buf[o++] = '\\', buf[o++] = 't';
+        else if (c == '\r') buf[o++] = '\\', buf[o++] = 'r';
+        else if (c == '\f') buf[o++] = '\\', buf[o++] = 'f';
+        else if (c < 0x20 || c == 0x7f) o += (size_t)snprintf(buf + o, n - o, "\\x%02x", c);
+        else buf[o++] = (char)c;
+    }
+    buf[o++] = '"';
+    buf[o] = '\0';
+}
+
+static void format_float_literal(char *buf, size_t n, double v) {
+    cfgtab_format_double(buf, n, v);
+    if (!strpbrk(buf, ".eEn")) strncat(buf, ".0", n - strlen(buf) - 1); /* libconfig float */
+}
+
+static void format_int_literal(char *buf, size_t n, int64_t x) {
+    snprintf(buf, n, "%lld%s", (long long)x, (x > INT32_MAX || x < INT32_MIN) ? "L" : "");
+}
+
+void cfgtab_format(const cfgtab_key *k, const tsr_config *cfg, char *buf, size_t n) {
+    const char *field = (const char *)cfg + k->offset;
+    switch (k->type) {
+    case CFGK_INT: {
+        int64_t x;
+        if (k->size == sizeof(int)) {
+            int y;
+            memcpy(&y, field, sizeof y);
+            x = y;
+        } else {
+            memcpy(&x, field, sizeof x);
+        }
+        format_int_literal(buf, n, x);
+        return;
+    }
+    case CFGK_FLOAT: {
+        double x;
+        memcpy(&x, field, sizeof x);
+        format_float_literal(buf, n, x);
+        return;
+    }
+    case CFGK_BOOL: {
+        int b;
+        memcpy(&b, field, sizeof b);
+        snprintf(buf, n, "%s", b ? "true" : "false");
+        return;
+    }
+    case CFGK_STRING: quote(buf, n, field); return;
+    case CFGK_ENUM: {
+        int i;
+        memcpy(&i, field, sizeof i);
+        quote(buf, n, i >= 0 && i < k->n_names ? k->names[i] : "?");
+        return;
+    }
+    case CFGK_DURATION: {
+        tsr_duration d;
+        char tmp[96];
+        memcpy(&d, field, sizeof d);
+        duration_format(tmp, sizeof tmp, d);
+        quote(buf, n, tmp);
+        return;
+    }
+    case CFGK_TYPE_COUNT: break;
+    }
+    snprintf(buf, n, "?");
+}
+
+void cfgtab_format_value(const cfgtab_value *v, char *buf, size_t n) {
+    switch (v->kind) {
+    case CFGV_INT: format_int_literal(buf, n, v->i); return;
+    case CFGV_FLOAT: format_float_literal(buf, n, v->f); return;
+    case CFGV_BOOL: snprintf(buf, n, "%s", v->i ? "true" : "false"); return;
+    case CFGV_STRING: quote(buf, n, v->s); return;
+    case CFGV_TEXT: snprintf(buf, n, "%s", v->s); return;
+    case CFGV_GROUP: snprintf(buf, n, "{ ... }"); return;
+    case CFGV_LIST: snprintf(buf, n, "[ ... ]"); return;
+    }
+    snprintf(buf, n, "?");
+}
+
+/* ---- the effective config ---- */
+
+void config_print(FILE *f, const tsr_config *cfg) {
+    char val[4200], src[1024];
+    snprintf(src, sizeof src, "%s", cfg->source[0] ? cfg->source : "(defaults and --set only)");
+    for (char *p = src; *p; p++)
+        if (*p == '\n' || *p == '\r') *p = '?';
+    fprintf(f, "# tessera effective config; source: %s\n", src);
+    /* top-level keys, then each group in table order */
+    for (int i = 0; i < cfgtab_n_keys; i++) {
+        if (strchr(cfgtab_keys[i].name, '.')) continue;
+        cfgtab_format(&cfgtab_keys[i], cfg, val, sizeof val);
+        fprintf(f, "%s = %s;\n", cfgtab_keys[i].name, val);
+    }
+    for (int i = 0; i < cfgtab_n_keys; i++) {
+        const char *name = cfgtab_keys[i].name, *dot = strchr(name, '.');
+        size_t glen = dot ? (size_t)(dot - name) : 0;
+        int seen = 0;
+        for (int j = 0; dot && j < i; j++)
+            if (strncmp(cfgtab_keys[j].name, name, glen + 1) == 0) seen = 1;
+        if (!dot || seen) continue;
+        fprintf(f, "%.*s = {\n", (int)glen, name);
+        for (int j = i; j < cfgtab_n_keys; j++) {
+            if (strncmp(cfgtab_keys[j].name, name, glen + 1) != 0) continue;
+            cfgtab_format(&cfgtab_keys[j], cfg, val, sizeof val);
+            fprintf(f, "  %s = %s;\n", cfgtab_keys[j].name + glen + 1, val);
+        }
+        fprintf(f, "};\n");
+    }
+}
+
+int config_save(const char *path, const tsr_config *cfg) {
+    char tmp[4096], dir[4096];
+    if (tsr_snprintf(tmp, sizeof tmp, "%s.tmp", path) != 0) {
+        tsr_error("%s: cannot write config: path too long", path);
+        return TSR_EXIT_DATA;
+    }
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        tsr_error("%s: cannot write config: fopen: %s", tmp, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    config_print(f, cfg);
+    int bad = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0;
+    int err = errno;
+    if (fclose(f) != 0 && !bad) bad = 1, err = errno;
+    if (!bad && rename(tmp, path) != 0) bad = 1, err = errno;
+    if (bad) {
+        tsr_error("%s: cannot write config: %s", tmp, strerror(err));
+        remove(tmp);
+        return TSR_EXIT_DATA;
+    }
+    /* Make the rename durable: fsync the directory. */
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir) dir[1] = '\0';
+    else if (slash) *slash = '\0';
+    else strcpy(dir, ".");
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        if (fsync(fd) != 0 && errno != EINVAL)
+            tsr_warn("%s: fsync of directory failed: %s", dir, strerror(errno));
+        close(fd);
+    }
+    return 0;
+}
+
+/* ---- durations ---- */
+
+int duration_parse(const char *s, tsr_duration *out) {
+    if (!s || !out) return -1;
+    size_t len = strlen(s);
+    for (int u = 0; u < TSR_DUR_COUNT; u++) {
+        size_t ul = strlen(dur_units[u]);
+        if (len <= ul || strcmp(s + len - ul, dur_units[u]) != 0) continue;
+        char num[64];
+        size_t nl = len - ul;
+        if (nl >= sizeof num) return -1;
+        memcpy(num, s, nl);
+        num[nl] = '\0';
+        /* digits first (no sign, space, hex, inf or nan), then what strtod reads as decimal */
+        if (!(isdigit((unsigned char)num[0]) || num[0] == '.')) return -1;
+        double v;
+        if (parse_double_text(num, &v) != 0 || v < 0) return -1;
+        if (u == TSR_DUR_BATCHES && (v != floor(v) || v > 9007199254740992.0)) return -1;
+        out->value = v;
+        out->unit = (tsr_dur_unit)u;
+        return 0;
+    }
+    return -1;
+}
+
+void duration_format(char *buf, size_t n, tsr_duration d) {
+    char num[64];
+    if (d.unit == TSR_DUR_BATCHES && d.value == floor(d.value) && d.value < 1e18)
+        snprintf(num, sizeof num, "%.0f", d.value);
+    else
+        cfgtab_format_double(num, sizeof num, d.value);
+    snprintf(buf, n, "%s%s", num, (unsigned)d.unit < TSR_DUR_COUNT ? dur_units[d.unit] : "?");
+}
+
+/* ceil(x / div) for x >= 0; an x within 1e-9 (relative) of a whole number counts as that number,
+ * so that 0.1ep of 1000 samples is 100 samples, not 100.00000000000001. */
+static int64_t ceil_div(double x, double div) {
+    double r = nearbyint(x);
+    if (fabs(x - r) <= 1e-9 * fmax(1.0, fabs(x))) x = r;
+    x = ceil(x);
+    if (x < 9007199254740992.0 && div < 9007199254740992.0) {
+        uint64_t a = (uint64_t)x, b = (uint64_t)div;
+        return (int64_t)(a / b + (a % b != 0));
+    }
+    double q = ceil(x / div);
+    return q >= 9.2e18 ? INT64_MAX : (int64_t)q;
+}
+
+/* Returns -1 when global_batch or seq_len is not positive. */
+int64_t duration_to_steps(tsr_duration d, int64_t global_batch, int64_t seq_len,
+                          uint64_t samples_per_epoch) {
+    if (global_batch <= 0 || seq_len <= 0 || !(d.value >= 0)) return -1;
+    switch (d.unit) {
+    case TSR_DUR_BATCHES: return d.value >= 9.2e18 ? INT64_MAX : (int64_t)ceil(d.value);
+    case TSR_DUR_TOKENS: return ceil_div(d.value, (double)global_batch * (double)seq_len);
+    case TSR_DUR_EPOCHS: return ceil_div(d.value * (double)samples_per_epoch, (double)global_batch);
+    case TSR_DUR_COUNT: break;
+    }
+    return -1;
+}

@@ -1,0 +1,71 @@
+/* config_table.h — internal to src/config: the key table shared by config.c (libconfig parsing,
+ * --set, validation) and config_table.c (the table, defaults, value conversion, printing, docs).
+ * Not part of the public interface; include config/config.h elsewhere.
+ */
+#ifndef TSR_CONFIG_TABLE_H
+#define TSR_CONFIG_TABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/config.h"
+
+typedef enum {
+    CFGK_INT = 0,  /* int or int64_t field (size tells) */
+    CFGK_FLOAT,    /* double */
+    CFGK_BOOL,     /* int 0/1 */
+    CFGK_STRING,   /* char[size] */
+    CFGK_ENUM,     /* int-sized enum, value = index into names */
+    CFGK_DURATION, /* tsr_duration */
+    CFGK_TYPE_COUNT
+} cfgtab_type;
+
+typedef struct cfgtab_key {
+    const char *name;      /* dotted: "optim.lr"; at most one level of grouping */
+    cfgtab_type type;
+    size_t offset, size;   /* of the field in tsr_config */
+    const char *def;       /* default, written as on the --set command line; NULL = required */
+    const char *example;   /* required keys: an example value in libconfig syntax */
+    int64_t ilo, ihi;      /* CFGK_INT range; CFGK_STRING: ilo = minimum length */
+    double lo, hi;         /* CFGK_FLOAT range */
+    unsigned char lo_open, hi_open; /* float bounds exclusive */
+    const char *const *names; /* CFGK_ENUM */
+    int n_names;
+    const char *doc;       /* one line, markdown */
+} cfgtab_key;
+
+extern const cfgtab_key cfgtab_keys[];
+extern const int cfgtab_n_keys;
+
+/* A value to assign: from a libconfig setting (typed) or from the --set command line (text). */
+typedef enum { CFGV_INT = 0, CFGV_FLOAT, CFGV_BOOL, CFGV_STRING, CFGV_TEXT, CFGV_GROUP, CFGV_LIST } cfgtab_vkind;
+typedef struct cfgtab_value {
+    cfgtab_vkind kind;
+    int64_t i;
+    double f;
+    const char *s;         /* CFGV_STRING, CFGV_TEXT */
+} cfgtab_value;
+
+const cfgtab_key *cfgtab_find(const char *name);
+/* Nonzero when name is a group ("model"). */
+int cfgtab_is_group(const char *name);
+/* The key or group closest to an unknown name, or NULL when nothing is close. */
+const char *cfgtab_suggest(const char *name);
+/* Stores v into the field of k. Returns NULL, or why v is rejected ("expected an integer",
+ * "out of range, accepted [0, 1)" ...), written into why when it needs formatting. */
+const char *cfgtab_assign(const cfgtab_key *k, tsr_config *cfg, const cfgtab_value *v, char *why,
+                          size_t n);
+/* Sets every key to its default (required keys to zero). */
+void cfgtab_defaults(tsr_config *cfg);
+/* "integer", "number", "boolean", "string", "one of learned | alibi", "duration". */
+const char *cfgtab_type_name(const cfgtab_key *k, char *buf, size_t n);
+/* What the key accepts, for docs/config.md: "[0, 1)", ">= 1", "`cpu`, `cuda`" ... */
+const char *cfgtab_accepted(const cfgtab_key *k, char *buf, size_t n);
+/* The field's value in libconfig syntax (strings quoted and escaped, floats with a '.' or 'e'). */
+void cfgtab_format(const cfgtab_key *k, const tsr_config *cfg, char *buf, size_t n);
+/* A libconfig value shown in an error message. */
+void cfgtab_format_value(const cfgtab_value *v, char *buf, size_t n);
+/* Shortest text that reads back as exactly v ("0.02", "1e-8", "4"). */
+void cfgtab_format_double(char *buf, size_t n, double v);
+
+#endif
