@@ -1,0 +1,37 @@
+# lib.sh — sourced by tessera's shell tests: TAP output, temp dirs, tiny fixtures.
+# Usage: source "$TSR_ROOT/tests/lib.sh"; tap_plan N; tap_ok "what" CMD...; tap_done
+set -uo pipefail
+TSR_ROOT=${TSR_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+BUILD=${BUILD:-build}
+[[ $BUILD == /* ]] || BUILD=$TSR_ROOT/$BUILD
+TRAIN=$BUILD/tessera-train
+TOOL=$BUILD/tessera
+MPIRUN=(bash "$TSR_ROOT/tests/mpi_env.sh" mpirun)
+_tap_n=0 _tap_failed=0 _tap_plan=0
+
+tap_plan() { _tap_plan=$1; echo "1..$1"; }
+# tap_check COND_STATUS "what": records the result of the previous command's status
+tap_check() {
+    _tap_n=$((_tap_n + 1))
+    if [[ $1 == 0 ]]; then echo "ok $_tap_n - $2"; else echo "not ok $_tap_n - $2"; _tap_failed=$((_tap_failed + 1)); fi
+}
+# tap_ok "what" CMD...: runs CMD, passes when it exits 0
+tap_ok() { local what=$1; shift; "$@"; tap_check $? "$what"; }
+tap_diag() { echo "# $*"; }
+tap_done() {
+    if ((_tap_n != _tap_plan)); then echo "# planned $_tap_plan checks, ran $_tap_n"; exit 1; fi
+    ((_tap_failed == 0))
+}
+# A fresh temp dir, removed on exit.
+tsr_tmpdir() {
+    TMP=$(mktemp -d /tmp/tessera-test.XXXXXX)
+    trap 'rm -rf "$TMP"' EXIT
+}
+# make_synth DIR [VOCAB] [TOKENS]: the synthetic corpus, train + val splits under DIR/{train,val}
+make_synth() {
+    "$TOOL" synth --out "$1" --vocab "${2:-512}" --tokens "${3:-200000}" --seed 1 >/dev/null
+}
+# json_field FILE STEP FIELD: the value of FIELD on the metrics.jsonl line of STEP (train lines)
+json_field() {
+    grep "\"step\": $2," "$1" | grep "\"$3\"" | head -1 | sed -E "s/.*\"$3\": ([^,}]+).*/\1/"
+}

@@ -1,0 +1,161 @@
+/* ref_dump — writes what the PyTorch reference test compares, to one HDF5 file.
+ *
+ *   ref_dump CONFIG OUT.h5 [KEY=VALUE ...]     (single process)
+ *
+ * With the config's model, data and optimizer, at the initial weights (seed):
+ *   /params/<name>      every parameter tensor at its shape (padded vocab rows included)
+ *   /step0/inputs, /step0/targets   (global_batch, T) int32, targets -1 = not counted
+ *   /step0/logits       (global_batch, T, Vp) of the first microbatches, before softmax
+ *   /step0/loss         mean loss over counted targets (scalar attribute)
+ *   /step0/grads/<name> gradient of that mean loss
+ * then `steps` (attribute) optimizer steps from the same weights with the real trainer:
+ *   /train/inputs, /train/targets (steps, global_batch, T); /train/loss, lr, grad_norm (steps)
+ *   /final/<name>       parameters after the last step
+ * Root attributes describe the model and optimizer so the test builds the same thing. */
+#include <hdf5.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "config/config.h"
+#include "dist.h"
+#include "train/trainer.h"
+
+#define H5_OK(x)                                                                         \
+    do {                                                                                   \
+        if ((x) < 0) tsr_die(TSR_EXIT_INTERNAL, "%s:%d: HDF5 call failed: %s", __FILE__,   \
+                             __LINE__, #x);                                                \
+    } while (0)
+
+static void write_ds(hid_t loc, const char *name, hid_t type, const void *data, int ndim,
+                     const hsize_t *dims) {
+    hid_t space = H5Screate_simple(ndim, dims, NULL);
+    H5_OK(space);
+    hid_t ds = H5Dcreate2(loc, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5_OK(ds);
+    H5_OK(H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
+    H5Dclose(ds);
+    H5Sclose(space);
+}
+
+static void attr_d(hid_t loc, const char *name, double v) {
+    hid_t space = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(loc, name, H5T_NATIVE_DOUBLE, space, H5P_DEFAULT, H5P_DEFAULT);
+    H5_OK(a);
+    H5_OK(H5Awrite(a, H5T_NATIVE_DOUBLE, &v));
+    H5Aclose(a);
+    H5Sclose(space);
+}
+
+static void write_params(hid_t file, const char *group, const tsr_model *m, const float *base) {
+    hid_t g = H5Gcreate2(file, group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5_OK(g);
+    for (int i = 0; i < TSR_P_COUNT; i++) {
+        const tsr_param_info *p = &m->params_info[i];
+        if (!p->numel) continue;
+        hsize_t dims[3] = {(hsize_t)p->shape[0], (hsize_t)p->shape[1], (hsize_t)p->shape[2]};
+        write_ds(g, p->name, H5T_NATIVE_FLOAT, base + p->offset, p->ndim, dims);
+    }
+    H5Gclose(g);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: ref_dump CONFIG OUT.h5 [KEY=VALUE ...]\n");
+        return TSR_EXIT_USAGE;
+    }
+    tsr_dist d;
+    dist_init(&d, &argc, &argv);
+    tsr_config cfg;
+    int rc = config_load(&cfg, argv[1], (const char *const *)argv + 3, argc - 3);
+    if (rc) tsr_exit(rc);
+    tsr_trainer t;
+    if ((rc = trainer_init(&t, &cfg, &d, 0))) tsr_exit(rc);
+    tsr_model *m = &t.model;
+    int T = t.T, GB = (int)cfg.global_batch, micro = t.micro, Vp = m->Vp;
+    hid_t f = H5Fcreate(argv[2], H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    H5_OK(f);
+    attr_d(f, "V", m->V);
+    attr_d(f, "Vp", Vp);
+    attr_d(f, "C", m->C);
+    attr_d(f, "L", m->L);
+    attr_d(f, "NH", m->NH);
+    attr_d(f, "F", m->F);
+    attr_d(f, "T", T);
+    attr_d(f, "alibi", cfg.model.pos == TSR_POS_ALIBI);
+    attr_d(f, "bias", cfg.model.bias);
+    attr_d(f, "gelu_exact", cfg.model.gelu);
+    attr_d(f, "global_batch", GB);
+    attr_d(f, "lr", cfg.optim.lr);
+    attr_d(f, "beta1", cfg.optim.beta1);
+    attr_d(f, "beta2", cfg.optim.beta2);
+    attr_d(f, "eps", cfg.optim.eps);
+    attr_d(f, "weight_decay", cfg.optim.weight_decay);
+    attr_d(f, "grad_clip", cfg.optim.grad_clip);
+    attr_d(f, "alpha_f", cfg.optim.alpha_f);
+    attr_d(f, "schedule", cfg.optim.schedule);
+    attr_d(f, "warmup_steps", (double)t.warmup_steps);
+    attr_d(f, "steps", (double)t.total_steps);
+    attr_d(f, "decay_norms_biases", cfg.optim.decay_norms_biases);
+    attr_d(f, "decay_embeddings", cfg.optim.decay_embeddings);
+    write_params(f, "params", m, m->params);
+
+    /* step 0: loss, logits and gradients at the initial weights, over the whole global batch */
+    size_t BT = (size_t)GB * T;
+    int32_t *inputs = tsr_malloc(BT * sizeof(int32_t)), *targets = tsr_malloc(BT * sizeof(int32_t));
+    float *logits = tsr_malloc(BT * (size_t)Vp * sizeof(float));
+    int64_t counted = 0;
+    for (int i = 0; i < GB; i++)
+        counted += dataset_read_sample(t.train, T, sampler_index(&t.sampler, (uint64_t)i),
+                                       inputs + (size_t)i * T, targets + (size_t)i * T);
+    double loss_sum = 0.0;
+    memset(m->grads, 0, m->n_params * sizeof(float));
+    for (int b = 0; b < GB; b += micro) {
+        const int32_t *in = inputs + (size_t)b * T, *tg = targets + (size_t)b * T;
+        loss_sum += model_forward(m, in, tg, micro, T);
+        t.ops->matmul_forward(logits + (size_t)b * T * Vp, m->acts.lnf, m->params, NULL,
+                              micro * T, m->C, Vp);
+        model_backward(m, in, tg, micro, T, 1.0f / (float)counted);
+    }
+    hid_t g0 = H5Gcreate2(f, "step0", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hsize_t d2[2] = {(hsize_t)GB, (hsize_t)T}, d3[3] = {(hsize_t)GB, (hsize_t)T, (hsize_t)Vp};
+    write_ds(g0, "inputs", H5T_NATIVE_INT32, inputs, 2, d2);
+    write_ds(g0, "targets", H5T_NATIVE_INT32, targets, 2, d2);
+    write_ds(g0, "logits", H5T_NATIVE_FLOAT, logits, 3, d3);
+    attr_d(g0, "loss", loss_sum / (double)counted);
+    H5Gclose(g0);
+    write_params(f, "step0/grads", m, m->grads);
+
+    /* the real trainer from the same weights (trainer_step zeroes the gradients itself) */
+    int S = (int)t.total_steps;
+    int32_t *all_in = tsr_malloc((size_t)S * BT * sizeof(int32_t));
+    int32_t *all_tg = tsr_malloc((size_t)S * BT * sizeof(int32_t));
+    double *loss = tsr_calloc((size_t)S, sizeof(double)), *lr = tsr_calloc((size_t)S, sizeof(double));
+    double *norm = tsr_calloc((size_t)S, sizeof(double));
+    for (int s = 0; s < S; s++) {
+        tsr_step_stats st;
+        trainer_step(&t, &st);
+        /* the batch the step used: single rank, so t.inputs holds the whole global batch */
+        memcpy(all_in + (size_t)s * BT, t.inputs, BT * sizeof(int32_t));
+        memcpy(all_tg + (size_t)s * BT, t.targets, BT * sizeof(int32_t));
+        loss[s] = st.loss;
+        lr[s] = st.lr;
+        norm[s] = st.grad_norm;
+    }
+    hid_t gt = H5Gcreate2(f, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hsize_t ds3[3] = {(hsize_t)S, (hsize_t)GB, (hsize_t)T}, ds1[1] = {(hsize_t)S};
+    write_ds(gt, "inputs", H5T_NATIVE_INT32, all_in, 3, ds3);
+    write_ds(gt, "targets", H5T_NATIVE_INT32, all_tg, 3, ds3);
+    write_ds(gt, "loss", H5T_NATIVE_DOUBLE, loss, 1, ds1);
+    write_ds(gt, "lr", H5T_NATIVE_DOUBLE, lr, 1, ds1);
+    write_ds(gt, "grad_norm", H5T_NATIVE_DOUBLE, norm, 1, ds1);
+    H5Gclose(gt);
+    write_params(f, "final", m, m->params);
+    H5Fclose(f);
+    printf("ref_dump: wrote %s (%d steps, loss %.6f -> %.6f)\n", argv[2], S, loss[0], loss[S - 1]);
+    free(inputs), free(targets), free(logits), free(all_in), free(all_tg), free(loss), free(lr), free(norm);
+    trainer_free(&t);
+    tsr_exit(0);
+}
