@@ -33,7 +33,10 @@ int dataset_has_mask(const tsr_dataset *ds);
 /* Samples of length T in the whole dataset (see above). */
 uint64_t dataset_n_samples(const tsr_dataset *ds, int T);
 /* Global sample i (< dataset_n_samples): inputs (T) and targets (T); a target whose loss-mask byte
- * is 0 is written as -1. Lookup is O(log n_shards). Returns the number of targets kept (not -1). */
+ * is 0 is written as -1. Lookup is O(log n_shards). Returns the number of targets kept (not -1),
+ * or -1 after tsr_error() when i is out of range, T < 1, or the sample holds a token >= vocab
+ * (possible only when the dataset was opened without verify). Safe to call from several threads;
+ * the first call for a new T builds a small per-T table (O(n_shards)). */
 int dataset_read_sample(const tsr_dataset *ds, int T, uint64_t i, int32_t *inputs,
                         int32_t *targets);
 

@@ -92,13 +92,24 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     return 0;
 }
 
+/* Reads one sample; a sample the reader refuses (a token id beyond the vocabulary in a dataset
+ * opened without verify) is seen by this rank only, so it aborts every rank. */
+static int64_t read_sample(const tsr_dataset *ds, const char *name, int T, uint64_t idx,
+                           int32_t *inputs, int32_t *targets) {
+    int k = dataset_read_sample(ds, T, idx, inputs, targets);
+    if (k < 0)
+        tsr_die(TSR_EXIT_DATA, "%s: cannot read sample %llu (reason above); set data.verify = "
+                "true to check the whole dataset at start", name, (unsigned long long)idx);
+    return k;
+}
+
 /* Loads this rank's share of global batch `step` and returns its count of counted targets. */
 static int64_t load_batch(tsr_trainer *t, int64_t step) {
     int64_t first = step * t->cfg.global_batch + t->dist.rank * t->per_rank, counted = 0;
     for (int64_t i = 0; i < t->per_rank; i++) {
         uint64_t idx = sampler_index(&t->sampler, (uint64_t)(first + i));
-        counted += dataset_read_sample(t->train, t->T, idx, t->inputs + i * t->T,
-                                       t->targets + i * t->T);
+        counted += read_sample(t->train, t->cfg.data.train, t->T, idx, t->inputs + i * t->T,
+                               t->targets + i * t->T);
     }
     return counted;
 }
@@ -161,8 +172,8 @@ double trainer_eval(tsr_trainer *t) {
     for (uint64_t s = lo; s < hi; s += (uint64_t)t->micro) {
         int B = (int)(hi - s < (uint64_t)t->micro ? hi - s : (uint64_t)t->micro);
         for (int b = 0; b < B; b++)
-            acc[1] += dataset_read_sample(t->val, t->T, s + (uint64_t)b, t->inputs + b * t->T,
-                                          t->targets + b * t->T);
+            acc[1] += (double)read_sample(t->val, t->cfg.data.val, t->T, s + (uint64_t)b,
+                                          t->inputs + b * t->T, t->targets + b * t->T);
         acc[0] += model_forward(m, t->inputs, t->targets, B, t->T);
     }
     dist_allreduce_sum_f64(acc, 2);

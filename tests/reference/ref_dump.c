@@ -107,9 +107,12 @@ int main(int argc, char **argv) {
     int32_t *inputs = tsr_malloc(BT * sizeof(int32_t)), *targets = tsr_malloc(BT * sizeof(int32_t));
     float *logits = tsr_malloc(BT * (size_t)Vp * sizeof(float));
     int64_t counted = 0;
-    for (int i = 0; i < GB; i++)
-        counted += dataset_read_sample(t.train, T, sampler_index(&t.sampler, (uint64_t)i),
-                                       inputs + (size_t)i * T, targets + (size_t)i * T);
+    for (int i = 0; i < GB; i++) {
+        int k = dataset_read_sample(t.train, T, sampler_index(&t.sampler, (uint64_t)i),
+                                    inputs + (size_t)i * T, targets + (size_t)i * T);
+        if (k < 0) tsr_die(TSR_EXIT_DATA, "ref_dump: cannot read sample %d", i);
+        counted += k;
+    }
     double loss_sum = 0.0;
     memset(m->grads, 0, m->n_params * sizeof(float));
     for (int b = 0; b < GB; b += micro) {

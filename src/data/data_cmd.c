@@ -1,0 +1,607 @@
+/* data_cmd.c — `tessera shard`, `tessera synth` and `tessera verify-data`.
+ *
+ * Options come from one table per command; getopt_long's arrays and the --help text are both
+ * generated from it, so the help cannot drift from the parser.
+ */
+#include "data/data_cmd.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "data/data.h"
+
+#define DEFAULT_SHARD_TOKENS (1ull << 27) /* 256 MiB of uint16 tokens per shard */
+#define BATCH 65536                       /* tokens handed to the writer per append */
+#define ID_SATURATE 100000000000ull       /* token ids stop accumulating digits here */
+
+/* ================================ option tables ================================ */
+
+typedef struct cmd_opt {
+    const char *name;  /* long name */
+    int short_name;
+    const char *arg;   /* placeholder of the argument; NULL for a flag */
+    const char *help;
+} cmd_opt;
+
+typedef struct cmd_spec {
+    const char *name, *operands, *summary;
+    const cmd_opt *opts;
+    int n_opts;
+} cmd_spec;
+
+static void cmd_help(FILE *f, const cmd_spec *c) {
+    fprintf(f, "usage: tessera %s [options]%s%s\n%s\n\noptions:\n", c->name,
+            c->operands[0] ? " " : "", c->operands, c->summary);
+    for (int k = 0; k < c->n_opts; k++) {
+        char left[64];
+        snprintf(left, sizeof left, "-%c, --%s%s%s", c->opts[k].short_name, c->opts[k].name,
+                 c->opts[k].arg ? " " : "", c->opts[k].arg ? c->opts[k].arg : "");
+        fprintf(f, "  %-26s %s\n", left, c->opts[k].help);
+    }
+}
+
+/* Fills getopt_long's option array (n_opts + 1) and short-option string (3 * n_opts + 2). */
+static void cmd_build(const cmd_spec *c, struct option *lo, char *shorts) {
+    char *s = shorts;
+    *s++ = ':'; /* report a missing argument as ':' */
+    for (int k = 0; k < c->n_opts; k++) {
+        lo[k] = (struct option){c->opts[k].name, c->opts[k].arg ? required_argument : no_argument,
+                                NULL, c->opts[k].short_name};
+        *s++ = (char)c->opts[k].short_name;
+        if (c->opts[k].arg) *s++ = ':';
+    }
+    lo[c->n_opts] = (struct option){0, 0, 0, 0};
+    *s = '\0';
+}
+
+static const cmd_opt *cmd_find(const cmd_spec *c, int short_name) {
+    for (int k = 0; k < c->n_opts; k++)
+        if (c->opts[k].short_name == short_name) return &c->opts[k];
+    return NULL;
+}
+
+static int usage_error(const cmd_spec *c, const char *msg, const char *detail) {
+    tsr_error("%s: %s%s (see 'tessera %s --help')", c->name, msg, detail ? detail : "", c->name);
+    return TSR_EXIT_USAGE;
+}
+
+/* Parses a numeric option value in [lo, hi]; on error reports the option and the range. */
+static int opt_number(const cmd_spec *c, int ch, const char *val, int64_t lo, int64_t hi,
+                      int64_t *out) {
+    if (tsr_parse_i64(val, lo, hi, out) == 0) return 0;
+    tsr_error("%s: --%s '%s': expected an integer in [%lld, %lld] (see 'tessera %s --help')",
+              c->name, cmd_find(c, ch)->name, val, (long long)lo, (long long)hi, c->name);
+    return TSR_EXIT_USAGE;
+}
+
+/* Runs getopt_long over argv; calls on_opt for each option. Returns 0, -1 after --help, or 1. */
+typedef int (*opt_fn)(const cmd_spec *c, int ch, const char *val, void *ctx);
+
+static int cmd_parse(const cmd_spec *c, int argc, char **argv, opt_fn on_opt, void *ctx) {
+    struct option lo[16];
+    char shorts[64];
+    if (c->n_opts >= 16) return usage_error(c, "internal: too many options", NULL);
+    cmd_build(c, lo, shorts);
+    optind = 0; /* full re-initialisation: commands may run more than once per process */
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
+        if (ch == 'h') {
+            cmd_help(stdout, c);
+            return -1;
+        }
+        if (ch == ':' || ch == '?') {
+            char bad[128];
+            const cmd_opt *o = ch == ':' ? cmd_find(c, optopt) : NULL;
+            if (o) snprintf(bad, sizeof bad, "--%s", o->name);
+            else if (optopt) snprintf(bad, sizeof bad, "-%c", optopt);
+            else snprintf(bad, sizeof bad, "%.120s", argv[optind - 1]);
+            return usage_error(c, ch == ':' ? "option needs a value: " : "unknown option: ", bad);
+        }
+        int rc = on_opt(c, ch, optarg, ctx);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* ================================ filesystem helpers ================================ */
+
+/* mkdir -p of the directory that will hold `path` (its last component is not created). */
+static int make_parents(const char *path) {
+    char buf[4096];
+    if (tsr_snprintf(buf, sizeof buf, "%s", path)) return -1;
+    size_t n = strlen(buf);
+    while (n > 1 && buf[n - 1] == '/') buf[--n] = '\0';
+    char *last = strrchr(buf, '/');
+    if (!last || last == buf) return 0;
+    *last = '\0';
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    return (mkdir(buf, 0777) != 0 && errno != EEXIST) ? -1 : 0;
+}
+
+/* fsync of the directory holding `path`, so a rename into it is durable. */
+static int sync_parent(const char *path) {
+    char buf[4096];
+    if (tsr_snprintf(buf, sizeof buf, "%s", path)) return TSR_EXIT_DATA;
+    char *last = strrchr(buf, '/');
+    if (!last) strcpy(buf, ".");
+    else if (last == buf) buf[1] = '\0';
+    else *last = '\0';
+    int fd = open(buf, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL)) {
+        tsr_error("%s: fsync of the directory failed: %s", buf, strerror(errno));
+        if (fd >= 0) close(fd);
+        return TSR_EXIT_DATA;
+    }
+    close(fd);
+    return 0;
+}
+
+/* ================================ tessera shard ================================ */
+
+static const cmd_opt shard_opts[] = {
+    {"out", 'o', "DIR", "dataset directory to create (must not exist)"},
+    {"vocab", 'v', "V", "vocabulary size: every token id must be < V (1..2^31)"},
+    {"mask", 'm', NULL, "tokens carry a loss mask: write each as ID:1 (a target) or ID:0 (not)"},
+    {"shard-tokens", 's', "N", "tokens per shard file (default 134217728)"},
+    {"quiet", 'q', NULL, "print nothing on success"},
+    {"help", 'h', NULL, "show this help"},
+};
+static const cmd_spec shard_spec = {
+    "shard", "FILE...",
+    "Writes token ids from text FILEs (whitespace-separated decimal ids; '-' reads stdin)\n"
+    "into a tessera dataset directory.",
+    shard_opts, (int)(sizeof shard_opts / sizeof shard_opts[0]),
+};
+
+typedef struct shard_args {
+    const char *out;
+    int64_t vocab, shard_tokens;
+    int mask, quiet;
+} shard_args;
+
+static int shard_on_opt(const cmd_spec *c, int ch, const char *val, void *ctx) {
+    shard_args *a = ctx;
+    switch (ch) {
+    case 'o': a->out = val; return 0;
+    case 'v': return opt_number(c, ch, val, 1, INT64_C(1) << 31, &a->vocab);
+    case 'm': a->mask = 1; return 0;
+    case 's': return opt_number(c, ch, val, 1, INT64_C(1) << 60, &a->shard_tokens);
+    case 'q': a->quiet = 1; return 0;
+    default: return usage_error(c, "unhandled option", NULL);
+    }
+}
+
+/* Streaming parser for the token text: state survives buffer boundaries. */
+typedef struct tok_parser {
+    const char *path;
+    int with_mask;
+    uint32_t vocab;
+    long line;
+    int state; /* 0 between tokens, 1 in an id, 2 after ':', 3 after the mask digit */
+    uint64_t id;
+    uint8_t m;
+    uint32_t tok[BATCH];
+    uint8_t mask[BATCH];
+    size_t n;
+    uint64_t total;
+    tsr_dataset_writer *w;
+} tok_parser;
+
+static int parse_fail(const tok_parser *p, const char *msg, unsigned c) {
+    if (c)
+        tsr_error("%s:%ld: %s (found '%c', byte 0x%02x)", p->path, p->line, msg,
+                  c >= 32 && c < 127 ? (char)c : '?', c);
+    else
+        tsr_error("%s:%ld: %s", p->path, p->line, msg);
+    return TSR_EXIT_DATA;
+}
+
+static int parser_flush(tok_parser *p) {
+    if (p->n && dataset_writer_append(p->w, p->tok, p->with_mask ? p->mask : NULL, p->n))
+        return TSR_EXIT_DATA;
+    p->n = 0;
+    return 0;
+}
+
+static int parser_emit(tok_parser *p) {
+    p->tok[p->n] = (uint32_t)p->id;
+    p->mask[p->n] = p->m;
+    p->total++;
+    p->state = 0;
+    return ++p->n == BATCH ? parser_flush(p) : 0;
+}
+
+static int check_id(const tok_parser *p) {
+    if (p->id < p->vocab) return 0;
+    char msg[96];
+    if (p->id >= ID_SATURATE)
+        snprintf(msg, sizeof msg, "token id of 12 or more digits is >= vocab size %u",
+                 p->vocab);
+    else
+        snprintf(msg, sizeof msg, "token id %llu is >= vocab size %u", (unsigned long long)p->id,
+                 p->vocab);
+    return parse_fail(p, msg, 0);
+}
+
+/* End of a token (whitespace or end of file). */
+static int parser_end_token(tok_parser *p) {
+    if (p->state == 1 && p->with_mask)
+        return parse_fail(p, "token has no mask: with --mask write ID:1 or ID:0", 0);
+    if (p->state == 2) return parse_fail(p, "':' must be followed by the mask digit 0 or 1", 0);
+    if (p->state == 1) {
+        if (check_id(p)) return TSR_EXIT_DATA;
+        p->m = 1;
+    }
+    return p->state ? parser_emit(p) : 0;
+}
+
+static int parser_char(tok_parser *p, unsigned c) {
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v') {
+        int rc = parser_end_token(p);
+        if (c == '\n') p->line++;
+        return rc;
+    }
+    if (c >= '0' && c <= '9') {
+        unsigned d = c - '0';
+        if (p->state == 0) {
+            p->state = 1;
+            p->id = d;
+        } else if (p->state == 1) {
+            if (p->id < ID_SATURATE) p->id = p->id * 10 + d; /* saturates: checked at the end */
+        } else if (p->state == 2 && d <= 1) {
+            p->m = (uint8_t)d;
+            p->state = 3;
+            return 0;
+        } else {
+            return parse_fail(p, "the mask after ':' must be the single digit 0 or 1", c);
+        }
+        return 0;
+    }
+    if (p->state >= 2)
+        return parse_fail(p, "the mask after ':' must be the single digit 0 or 1", c);
+    if (c == ':' && p->state == 1) {
+        if (!p->with_mask) return parse_fail(p, "ID:M mask syntax needs --mask", c);
+        p->state = 2;
+        return check_id(p);
+    }
+    return parse_fail(p, "unexpected character (expected a decimal token id)", c);
+}
+
+static int shard_read_file(tok_parser *p, const char *path) {
+    int is_stdin = strcmp(path, "-") == 0;
+    FILE *f = is_stdin ? stdin : fopen(path, "rb");
+    if (!f) {
+        tsr_error("%s: cannot open: %s", path, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    p->path = is_stdin ? "<stdin>" : path;
+    p->line = 1;
+    p->state = 0;
+    unsigned char buf[1 << 16];
+    size_t got;
+    int rc = 0;
+    while (!rc && (got = fread(buf, 1, sizeof buf, f)) > 0)
+        for (size_t k = 0; k < got && !rc; k++) rc = parser_char(p, buf[k]);
+    if (!rc && ferror(f)) {
+        tsr_error("%s: read failed: %s", p->path, strerror(errno));
+        rc = TSR_EXIT_DATA;
+    }
+    if (!rc) rc = parser_end_token(p);
+    if (!is_stdin) fclose(f);
+    return rc;
+}
+
+int cmd_shard(int argc, char **argv) {
+    shard_args a = {.shard_tokens = (int64_t)DEFAULT_SHARD_TOKENS};
+    int rc = cmd_parse(&shard_spec, argc, argv, shard_on_opt, &a);
+    if (rc) return rc < 0 ? 0 : rc;
+    if (!a.out) return usage_error(&shard_spec, "--out DIR is required", NULL);
+    if (!a.vocab) return usage_error(&shard_spec, "--vocab V is required", NULL);
+    if (optind >= argc) return usage_error(&shard_spec, "no input FILE given", NULL);
+    tok_parser *p = tsr_calloc(1, sizeof *p);
+    p->with_mask = a.mask;
+    p->vocab = (uint32_t)a.vocab;
+    if (make_parents(a.out)) {
+        tsr_error("%s: cannot create its parent directory: %s", a.out, strerror(errno));
+        free(p);
+        return TSR_EXIT_DATA;
+    }
+    rc = dataset_writer_open(&p->w, a.out, p->vocab, a.mask, (uint64_t)a.shard_tokens);
+    for (int k = optind; k < argc && !rc; k++) rc = shard_read_file(p, argv[k]);
+    if (!rc) rc = parser_flush(p);
+    if (!rc && p->total == 0) {
+        tsr_error("shard: the input holds no tokens; no dataset written");
+        rc = TSR_EXIT_DATA;
+    }
+    if (rc) {
+        dataset_writer_abort(p->w);
+    } else if ((rc = dataset_writer_close(p->w)) == 0 && !a.quiet) {
+        uint64_t shards = (p->total + (uint64_t)a.shard_tokens - 1) / (uint64_t)a.shard_tokens;
+        printf("shard: wrote %llu tokens in %llu shard%s to %s (vocab %u, %s%s)\n",
+               (unsigned long long)p->total, (unsigned long long)shards, shards == 1 ? "" : "s",
+               a.out, p->vocab, p->vocab <= 65536 ? "uint16" : "uint32",
+               a.mask ? ", with loss mask" : "");
+    }
+    free(p);
+    return rc ? TSR_EXIT_DATA : 0;
+}
+
+/* ================================ tessera synth ================================
+ * An order-2 Markov chain over ids [0, V-1) plus the end-of-document id V-1:
+ *   - each previous token b has K = 8 candidate successors cand[b][j], each drawn as the smaller
+ *     of two uniform ids in [0, V-1) (so low ids are more frequent);
+ *   - the context (a, b) picks a rotation r(a, b) in [0, K); successor j is cand[b][(r + j) % K]
+ *     with probability w_j = (45, 20, 12, 8, 6, 4, 3, 2) %;
+ *   - after the first token of a document, each step ends the document with probability 1/256
+ *     (emitting V-1); the next document starts from the context (V-1, V-1).
+ * A unigram model learns the id frequencies, a bigram model the candidate sets (about ln 8
+ * nats), a model that sees two tokens the rotation: its floor is the entropy printed. Every
+ * random draw is a hash of (seed, stream, counter), so output depends on the arguments only. */
+
+#define SYNTH_K 8
+#define SYNTH_EOD_ODDS 256
+static const uint32_t synth_w[SYNTH_K] = {45, 20, 12, 8, 6, 4, 3, 2}; /* percent */
+enum { STREAM_CAND = 1, STREAM_ROT = 2, STREAM_TRAIN = 3, STREAM_VAL = 4 };
+
+static uint64_t synth_mix(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t synth_rand(uint64_t seed, uint64_t stream, uint64_t counter) {
+    return synth_mix(synth_mix(synth_mix(seed) ^ stream) ^ counter);
+}
+
+typedef struct synth_state {
+    uint32_t V, eod;
+    uint64_t seed, stream; /* stream: STREAM_TRAIN or STREAM_VAL */
+    uint32_t *cand;        /* (V, K) */
+    uint32_t a, b;         /* the context: the two previous tokens */
+    uint64_t doclen, docs;
+    double nll;            /* sum of -ln p(token | context) under the true model */
+} synth_state;
+
+static void synth_init(synth_state *s, uint32_t V, uint64_t seed) {
+    memset(s, 0, sizeof *s);
+    s->V = V;
+    s->eod = V - 1;
+    s->seed = seed;
+    s->cand = tsr_malloc((size_t)V * SYNTH_K * sizeof *s->cand);
+    for (uint64_t k = 0; k < (uint64_t)V * SYNTH_K; k++) {
+        uint32_t x = (uint32_t)(synth_rand(seed, STREAM_CAND, 2 * k) % (V - 1));
+        uint32_t y = (uint32_t)(synth_rand(seed, STREAM_CAND, 2 * k + 1) % (V - 1));
+        s->cand[k] = x < y ? x : y;
+    }
+}
+
+/* Starts a split: a fresh document and its own token stream. */
+static void synth_begin(synth_state *s, uint64_t stream) {
+    s->stream = stream;
+    s->a = s->b = s->eod;
+    s->doclen = s->docs = 0;
+    s->nll = 0.0;
+}
+
+/* Token at position i of the split; accumulates its -ln p. */
+static uint32_t synth_next(synth_state *s, uint64_t i) {
+    uint64_t u = synth_rand(s->seed, s->stream, i);
+    double p_eod = s->doclen ? 1.0 / SYNTH_EOD_ODDS : 0.0;
+    if (s->doclen && (u % SYNTH_EOD_ODDS) == 0) {
+        s->nll -= log(p_eod);
+        s->a = s->b = s->eod;
+        s->doclen = 0;
+        s->docs++;
+        return s->eod;
+    }
+    const uint32_t *c = s->cand + (size_t)s->b * SYNTH_K;
+    uint32_t rot = (uint32_t)(synth_rand(s->seed, STREAM_ROT, (uint64_t)s->a * s->V + s->b) %
+                              SYNTH_K);
+    uint32_t pick = (uint32_t)((u / SYNTH_EOD_ODDS) % 100), j = 0, acc = synth_w[0];
+    while (pick >= acc) acc += synth_w[++j];
+    uint32_t t = c[(rot + j) % SYNTH_K], q = 0;
+    for (uint32_t k = 0; k < SYNTH_K; k++)
+        if (c[(rot + k) % SYNTH_K] == t) q += synth_w[k];
+    s->nll -= log((1.0 - p_eod) * q / 100.0);
+    s->a = s->b;
+    s->b = t;
+    s->doclen++;
+    return t;
+}
+
+/* Writes n tokens of one split as the dataset `dir`. */
+static int synth_split(synth_state *s, const char *dir, uint64_t stream, uint64_t n,
+                       uint64_t shard_tokens) {
+    tsr_dataset_writer *w;
+    if (dataset_writer_open(&w, dir, s->V, 0, shard_tokens)) return TSR_EXIT_DATA;
+    synth_begin(s, stream);
+    uint32_t *buf = tsr_malloc(BATCH * sizeof *buf);
+    int rc = 0;
+    for (uint64_t i = 0; i < n && !rc;) {
+        size_t k = 0;
+        for (; k < BATCH && i < n; k++, i++) buf[k] = synth_next(s, i);
+        rc = dataset_writer_append(w, buf, NULL, k);
+    }
+    free(buf);
+    if (rc) {
+        dataset_writer_abort(w);
+        return TSR_EXIT_DATA;
+    }
+    return dataset_writer_close(w);
+}
+
+static const cmd_opt synth_opts[] = {
+    {"out", 'o', "DIR", "directory to create, holding the datasets DIR/train and DIR/val"},
+    {"vocab", 'v', "V", "vocabulary size, 2..1048576; id V-1 ends a document (default 512)"},
+    {"tokens", 'n', "N", "training tokens (default 2000000)"},
+    {"val-tokens", 'e', "N", "validation tokens, 0 = no DIR/val (default N/10)"},
+    {"seed", 'S', "SEED", "random seed; same arguments give byte-identical output (default 1)"},
+    {"shard-tokens", 's', "N", "tokens per shard file (default 134217728)"},
+    {"quiet", 'q', NULL, "print nothing on success"},
+    {"help", 'h', NULL, "show this help"},
+};
+static const cmd_spec synth_spec = {
+    "synth", "",
+    "Writes a deterministic synthetic corpus: documents from a seeded order-2 Markov chain,\n"
+    "with a known entropy (the loss a perfect model reaches), for demos and tests. Train and\n"
+    "val follow the same chain with independent random streams.",
+    synth_opts, (int)(sizeof synth_opts / sizeof synth_opts[0]),
+};
+
+typedef struct synth_args {
+    const char *out;
+    int64_t vocab, tokens, val_tokens, seed, shard_tokens;
+    int quiet;
+} synth_args;
+
+static int synth_on_opt(const cmd_spec *c, int ch, const char *val, void *ctx) {
+    synth_args *a = ctx;
+    switch (ch) {
+    case 'o': a->out = val; return 0;
+    case 'v': return opt_number(c, ch, val, 2, 1 << 20, &a->vocab);
+    case 'n': return opt_number(c, ch, val, 1, INT64_C(1) << 40, &a->tokens);
+    case 'e': return opt_number(c, ch, val, 0, INT64_C(1) << 40, &a->val_tokens);
+    case 'S': return opt_number(c, ch, val, 0, INT64_MAX, &a->seed);
+    case 's': return opt_number(c, ch, val, 1, INT64_C(1) << 60, &a->shard_tokens);
+    case 'q': a->quiet = 1; return 0;
+    default: return usage_error(c, "unhandled option", NULL);
+    }
+}
+
+/* Removes OUT.tmp of an interrupted synth: only the datasets' own files (shard-*, index.tsv)
+ * under train/, val/ and their .tmp twins; anything else makes the final rmdir fail. */
+static int synth_remove_tmp(const char *tmp) {
+    static const char *const subs[] = {"train", "val", "train.tmp", "val.tmp"};
+    char path[4096], file[4096 + 256];
+    for (size_t k = 0; k < sizeof subs / sizeof subs[0]; k++) {
+        if (tsr_snprintf(path, sizeof path, "%s/%s", tmp, subs[k])) return TSR_EXIT_DATA;
+        DIR *d = opendir(path);
+        if (!d) continue;
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL)
+            if (!strncmp(e->d_name, "shard-", 6) || !strcmp(e->d_name, "index.tsv"))
+                if (!tsr_snprintf(file, sizeof file, "%s/%s", path, e->d_name)) unlink(file);
+        closedir(d);
+        rmdir(path);
+    }
+    if (rmdir(tmp) != 0 && errno != ENOENT) {
+        tsr_error("%s: cannot remove: %s (it holds files tessera did not write; remove it by "
+                  "hand)", tmp, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    return 0;
+}
+
+/* Writes OUT.tmp/{train,val}, then renames OUT.tmp to OUT. */
+static int synth_write(const synth_args *a, synth_state *s, double *train_nll,
+                       uint64_t *train_docs) {
+    char tmp[4096], sub[4096 + 8];
+    struct stat st;
+    if (lstat(a->out, &st) == 0) {
+        tsr_error("%s: already exists; refusing to overwrite (choose a new --out or remove it)",
+                  a->out);
+        return TSR_EXIT_DATA;
+    }
+    if (tsr_snprintf(tmp, sizeof tmp, "%s.tmp", a->out)) {
+        tsr_error("%s: path too long", a->out);
+        return TSR_EXIT_DATA;
+    }
+    if (lstat(tmp, &st) == 0 && synth_remove_tmp(tmp)) return TSR_EXIT_DATA;
+    if (make_parents(tmp) || mkdir(tmp, 0777) != 0) {
+        tsr_error("%s: mkdir failed: %s", tmp, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    snprintf(sub, sizeof sub, "%s/train", tmp);
+    int rc = synth_split(s, sub, STREAM_TRAIN, (uint64_t)a->tokens, (uint64_t)a->shard_tokens);
+    *train_nll = s->nll;
+    *train_docs = s->docs + (s->doclen > 0);
+    snprintf(sub, sizeof sub, "%s/val", tmp);
+    if (!rc && a->val_tokens > 0)
+        rc = synth_split(s, sub, STREAM_VAL, (uint64_t)a->val_tokens, (uint64_t)a->shard_tokens);
+    if (!rc && rename(tmp, a->out) != 0) {
+        tsr_error("%s: rename to %s failed: %s", tmp, a->out, strerror(errno));
+        rc = TSR_EXIT_DATA;
+    }
+    if (rc) {
+        synth_remove_tmp(tmp);
+        return TSR_EXIT_DATA;
+    }
+    return sync_parent(a->out);
+}
+
+int cmd_synth(int argc, char **argv) {
+    synth_args a = {.vocab = 512, .tokens = 2000000, .val_tokens = -1, .seed = 1,
+                    .shard_tokens = (int64_t)DEFAULT_SHARD_TOKENS};
+    int rc = cmd_parse(&synth_spec, argc, argv, synth_on_opt, &a);
+    if (rc) return rc < 0 ? 0 : rc;
+    if (!a.out) return usage_error(&synth_spec, "--out DIR is required", NULL);
+    if (optind < argc) return usage_error(&synth_spec, "unexpected operand: ", argv[optind]);
+    if (a.val_tokens < 0) a.val_tokens = a.tokens / 10;
+    synth_state s;
+    synth_init(&s, (uint32_t)a.vocab, (uint64_t)a.seed);
+    double nll = 0;
+    uint64_t docs = 0;
+    rc = synth_write(&a, &s, &nll, &docs);
+    free(s.cand);
+    if (rc) return TSR_EXIT_DATA;
+    if (!a.quiet) {
+        uint64_t st = (uint64_t)a.shard_tokens, shards = ((uint64_t)a.tokens + st - 1) / st;
+        printf("synth: wrote %s/train (%lld tokens, %llu documents, %llu shard%s) and %s/val (%lld "
+               "tokens): vocab %lld, entropy %.4f nats/token (the loss floor; uniform is %.4f)\n",
+               a.out, (long long)a.tokens, (unsigned long long)docs, (unsigned long long)shards,
+               shards == 1 ? "" : "s", a.out, (long long)a.val_tokens, (long long)a.vocab,
+               nll / (double)a.tokens, log((double)a.vocab));
+    }
+    return 0;
+}
+
+/* ================================ tessera verify-data ================================ */
+
+static const cmd_opt verify_opts[] = {
+    {"seq-len", 'T', "T", "also report the number of samples of length T (default 1024)"},
+    {"help", 'h', NULL, "show this help"},
+};
+static const cmd_spec verify_spec = {
+    "verify-data", "DIR",
+    "Checks a dataset: index, every shard header, payload checksums, token ids < vocab.",
+    verify_opts, (int)(sizeof verify_opts / sizeof verify_opts[0]),
+};
+
+static int verify_on_opt(const cmd_spec *c, int ch, const char *val, void *ctx) {
+    if (ch == 'T') return opt_number(c, ch, val, 1, INT32_MAX, ctx);
+    return usage_error(c, "unhandled option", NULL);
+}
+
+int cmd_verify_data(int argc, char **argv) {
+    int64_t T = 1024;
+    int rc = cmd_parse(&verify_spec, argc, argv, verify_on_opt, &T);
+    if (rc) return rc < 0 ? 0 : rc;
+    if (optind != argc - 1) return usage_error(&verify_spec, "expected exactly one DIR", NULL);
+    const char *dir = argv[optind];
+    tsr_dataset *ds;
+    if (dataset_open(&ds, dir, 1)) return TSR_EXIT_DATA;
+    uint32_t V = dataset_vocab_size(ds);
+    printf("%s: ok: %d shard%s, %llu tokens, vocab %u (%s), loss mask %s, %llu samples of length "
+           "%lld; checksums verified\n", dir, dataset_n_shards(ds),
+           dataset_n_shards(ds) == 1 ? "" : "s", (unsigned long long)dataset_n_tokens(ds), V,
+           V <= 65536 ? "uint16" : "uint32", dataset_has_mask(ds) ? "yes" : "no",
+           (unsigned long long)dataset_n_samples(ds, (int)T), (long long)T);
+    dataset_close(ds);
+    return 0;
+}
