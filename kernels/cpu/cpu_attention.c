@@ -1,0 +1,220 @@
+/* cpu_attention.c — causal multi-head attention, fp32, for the CPU backend.
+ *
+ * One (b, h) pair is one task, done by one thread, so dq, dk, dv of a head are summed in a fixed
+ * order whatever the thread count. Every product is a small matrix product computed by tile(), an
+ * MR x NR register tile over contiguous NR-wide rows of B (plain C that GCC vectorises: 8 vector
+ * accumulators with AVX2, or AVX-512 when the build targets it). Causal structure skips the upper
+ * triangle; att holds exact zeros above the diagonal, so contraction ranges may overshoot the
+ * diagonal by less than a tile. The heads are packed into per-thread scratch (allocated once per
+ * call) so that tiles walk contiguous memory: forward K^T (hs,T) and V (T,hs); backward V^T (hs,T),
+ * q, k, dout (T,hs) and dS for a block of RB rows (RB,T).
+ */
+#include <math.h>
+#include <omp.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "cpu_internal.h"
+
+#define MR 4  /* tile rows */
+#if defined(__AVX512F__)
+#define NR 32 /* tile columns: two vectors, for 8 vector accumulators */
+#else
+#define NR 16
+#endif
+#define RB 64 /* rows of dS per backward block */
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+
+/* Ct[r][c] = alpha * sum_{k<K} A[r*rsa + k*csa] * B[k*ldb + c]  (+ Ct[r][c] if accumulate)
+ * for r < MR, c < NR; Ct[r][c] is Cm[r*ldc + c]. Constant trip counts only, so that acc lives in
+ * registers (a variable index would force it to the stack); not inlined, for the same reason. */
+static void tile_full(int K, const float *A, ptrdiff_t rsa, ptrdiff_t csa, const float *B,
+                      ptrdiff_t ldb, float *Cm, ptrdiff_t ldc, float alpha, int accumulate) {
+    float acc[MR][NR] = {{0.0f}};
+    for (int k = 0; k < K; k++) {
+        const float *a = A + k * csa, *b = B + k * ldb;
+        const float a0 = a[0], a1 = a[rsa], a2 = a[2 * rsa], a3 = a[3 * rsa];
+        for (int c = 0; c < NR; c++) {
+            acc[0][c] = fmaf(a0, b[c], acc[0][c]);
+            acc[1][c] = fmaf(a1, b[c], acc[1][c]);
+            acc[2][c] = fmaf(a2, b[c], acc[2][c]);
+            acc[3][c] = fmaf(a3, b[c], acc[3][c]);
+        }
+    }
+    for (int r = 0; r < MR; r++) {
+        float *o = Cm + r * ldc;
+        if (accumulate)
+            for (int c = 0; c < NR; c++) o[c] += alpha * acc[r][c];
+        else
+            for (int c = 0; c < NR; c++) o[c] = alpha * acc[r][c];
+    }
+}
+
+/* The same for a partial tile, r < m <= MR, c < n <= NR (the edges of a matrix). */
+static void tile_edge(int m, int n, int K, const float *A, ptrdiff_t rsa, ptrdiff_t csa,
+                      const float *B, ptrdiff_t ldb, float *Cm, ptrdiff_t ldc, float alpha,
+                      int accumulate) {
+    for (int r = 0; r < m; r++) {
+        float acc[NR] = {0.0f};
+        for (int k = 0; k < K; k++) {
+            const float a = A[r * rsa + k * csa];
+            for (int c = 0; c < n; c++) acc[c] = fmaf(a, B[k * ldb + c], acc[c]);
+        }
+        float *o = Cm + r * ldc;
+        for (int c = 0; c < n; c++) o[c] = alpha * acc[c] + (accumulate ? o[c] : 0.0f);
+    }
+}
+
+static inline void tile(int m, int n, int K, const float *A, ptrdiff_t rsa, ptrdiff_t csa,
+                        const float *B, ptrdiff_t ldb, float *Cm, ptrdiff_t ldc, float alpha,
+                        int accumulate) {
+    if (m == MR && n == NR)
+        tile_full(K, A, rsa, csa, B, ldb, Cm, ldc, alpha, accumulate);
+    else
+        tile_edge(m, n, K, A, rsa, csa, B, ldb, Cm, ldc, alpha, accumulate);
+}
+
+/* dst[d*T + j] = src[j*lds + d] for j < T, d < hs (a head, transposed) */
+static void transpose_head(float *dst, const float *src, ptrdiff_t lds, int T, int hs) {
+    /* 16 columns of dst at a time, so each destination cache line is written whole (rows of dst
+     * are often 4 KiB apart and would evict each other one float at a time) */
+    for (int j0 = 0; j0 < T; j0 += 16) {
+        const int jn = imin(16, T - j0);
+        for (int d = 0; d < hs; d++)
+            for (int j = 0; j < jn; j++) dst[(size_t)d * T + j0 + j] = src[(j0 + j) * lds + d];
+    }
+}
+
+/* dst[j*hs + d] = src[j*lds + d] (a head, packed: tiles then walk it without TLB misses) */
+static void pack_head(float *dst, const float *src, ptrdiff_t lds, int T, int hs) {
+    for (int j = 0; j < T; j++)
+        memcpy(dst + (size_t)j * hs, src + j * lds, (size_t)hs * sizeof *dst);
+}
+
+/* Row i of causal attention scores (already scaled) -> probabilities in place:
+ * row[j] = softmax_j(row[j] - slope (i - j)) for j <= i, 0 for i < j < T. */
+static void softmax_causal_row(float *row, int i, int T, float slope) {
+    if (slope != 0.0f)
+        for (int j = 0; j <= i; j++) row[j] -= slope * (float)(i - j);
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int j = 0; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j <= i; j++) {
+        float e = cpu_expf(row[j] - mx);
+        row[j] = e;
+        sum += e;
+    }
+    float inv = 1.0f / sum;
+    for (int j = 0; j <= i; j++) row[j] *= inv;
+    for (int j = i + 1; j < T; j++) row[j] = 0.0f;
+}
+
+/* s[i,j] = q_i . k_j / sqrt(hs) - slope_h (i - j) (j <= i);  att[b,h,i,:] = softmax_j s[i,:];
+ * out[b,i,h*hs:(h+1)*hs] = sum_j att[b,h,i,j] v_j.
+ * out (B,T,C), att (B,NH,T,T), qkv (B,T,3C) [q | k | v], alibi_slopes (NH) or NULL */
+void cpu_attention_forward(float *out, float *att, const float *qkv, const float *alibi_slopes,
+                           int B, int T, int C, int NH) {
+    const int hs = C / NH;
+    const ptrdiff_t C3 = 3 * (ptrdiff_t)C;
+    const float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel
+    {
+        float *kt = tsr_malloc((size_t)2 * hs * T * sizeof *kt), *vp = kt + (size_t)hs * T;
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < B * NH; bh++) {
+            const int b = bh / NH, h = bh % NH;
+            const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
+            float *a = att + (size_t)bh * T * T;
+            float *o = out + (size_t)b * T * C + (size_t)h * hs;
+            const float slope = alibi_slopes ? alibi_slopes[h] : 0.0f;
+            transpose_head(kt, k, C3, T, hs); /* K^T (hs,T) */
+            pack_head(vp, v, C3, T, hs);      /* V (T,hs) */
+            for (int i0 = 0; i0 < T; i0 += MR) {
+                const int m = imin(MR, T - i0), iend = i0 + m; /* rows i0..iend-1 see j < iend */
+                /* scores; the last tile may spill past the diagonal (softmax zeroes it) */
+                for (int j0 = 0; j0 < iend; j0 += NR)
+                    tile(m, imin(NR, T - j0), hs, q + i0 * C3, C3, 1, kt + j0, T,
+                         a + (size_t)i0 * T + j0, T, scale, 0);
+                for (int i = i0; i < iend; i++) softmax_causal_row(a + (size_t)i * T, i, T, slope);
+                for (int d0 = 0; d0 < hs; d0 += NR)
+                    tile(m, imin(NR, hs - d0), iend, a + (size_t)i0 * T, T, 1, vp + d0, hs,
+                         o + (size_t)i0 * C + d0, C, 1.0f, 0);
+            }
+        }
+        free(kt);
+    }
+}
+
+/* With dA[i,j] = dout_i . v_j and dS[i,j] = att[i,j] (dA[i,j] - sum_l att[i,l] dA[i,l]) / sqrt(hs):
+ *   dq_i += sum_j dS[i,j] k_j;  dk_j += sum_i dS[i,j] q_i;  dv_j += sum_i att[i,j] dout_i.
+ * Rows are done in blocks of RB; dS is kept for one block. Packed copies of q, k, dout (T,hs) and
+ * V^T (hs,T) make every tile walk contiguous memory.
+ * dqkv (B,T,3C) +=, dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T) from the forward pass */
+void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
+                            int B, int T, int C, int NH) {
+    const int hs = C / NH;
+    const ptrdiff_t C3 = 3 * (ptrdiff_t)C;
+    const size_t th = (size_t)T * hs;
+    const float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel
+    {
+        float *vt = tsr_malloc((4 * th + (size_t)RB * T) * sizeof *vt);
+        float *qp = vt + th, *kp = qp + th, *gp = kp + th, *ds = gp + th;
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < B * NH; bh++) {
+            const int b = bh / NH, h = bh % NH;
+            const size_t head = (size_t)b * T * C3 + (size_t)h * hs;
+            const float *q = qkv + head, *k = q + C, *v = q + 2 * C;
+            float *dq = dqkv + head, *dk = dq + C, *dv = dq + 2 * C;
+            const float *a = att + (size_t)bh * T * T;
+            transpose_head(vt, v, C3, T, hs);
+            pack_head(qp, q, C3, T, hs);
+            pack_head(kp, k, C3, T, hs);
+            pack_head(gp, dout + (size_t)b * T * C + (size_t)h * hs, C, T, hs);
+            for (int r0 = 0; r0 < T; r0 += RB) {
+                const int r1 = imin(T, r0 + RB);
+                /* dA for rows r0..r1-1, columns j <= i (tiles may spill past the diagonal) */
+                for (int i0 = r0; i0 < r1; i0 += MR) {
+                    const int m = imin(MR, r1 - i0), iend = i0 + m;
+                    for (int j0 = 0; j0 < iend; j0 += NR)
+                        tile(m, imin(NR, T - j0), hs, gp + (size_t)i0 * hs, hs, 1, vt + j0, T,
+                             ds + (size_t)(i0 - r0) * T + j0, T, 1.0f, 0);
+                }
+                /* dS, zero for i < j < r1 (the later contractions may overshoot into it) */
+                for (int i = r0; i < r1; i++) {
+                    const float *ai = a + (size_t)i * T;
+                    float *di = ds + (size_t)(i - r0) * T;
+                    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                    for (int j = 0; j <= i; j++) dot += ai[j] * di[j];
+                    for (int j = 0; j <= i; j++) di[j] = scale * ai[j] * (di[j] - dot);
+                    for (int j = i + 1; j < r1; j++) di[j] = 0.0f;
+                }
+                /* dq_i += sum_{j <= i} dS[i,j] k_j */
+                for (int i0 = r0; i0 < r1; i0 += MR) {
+                    const int m = imin(MR, r1 - i0), iend = i0 + m;
+                    for (int d0 = 0; d0 < hs; d0 += NR)
+                        tile(m, imin(NR, hs - d0), iend, ds + (size_t)(i0 - r0) * T, T, 1, kp + d0,
+                             hs, dq + i0 * C3 + d0, C3, 1.0f, 1);
+                }
+                /* dk_j += sum_{i in block, i >= j} dS[i,j] q_i;  dv_j += sum att[i,j] dout_i */
+                for (int j0 = 0; j0 < r1; j0 += MR) {
+                    const int m = imin(MR, r1 - j0), ist = j0 > r0 ? j0 : r0, K = r1 - ist;
+                    for (int d0 = 0; d0 < hs; d0 += NR) {
+                        const int n = imin(NR, hs - d0);
+                        tile(m, n, K, ds + (size_t)(ist - r0) * T + j0, 1, T,
+                             qp + (size_t)ist * hs + d0, hs, dk + j0 * C3 + d0, C3, 1.0f, 1);
+                        tile(m, n, K, a + (size_t)ist * T + j0, 1, T, gp + (size_t)ist * hs + d0,
+                             hs, dv + j0 * C3 + d0, C3, 1.0f, 1);
+                    }
+                }
+            }
+        }
+        free(vt);
+    }
+}

@@ -1,0 +1,75 @@
+/* cpu_internal.h — what the files of the CPU backend share (not part of the op interface).
+ *
+ * cpu_ops.c holds the op table and the simple ops; cpu_attention.c and cpu_softmax.c the ops whose
+ * speed matters most. Every op is deterministic: each output element is produced by one thread in
+ * an order that does not depend on the thread count, so the same inputs give the same bits.
+ */
+#ifndef TSR_CPU_INTERNAL_H
+#define TSR_CPU_INTERNAL_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* cpu_attention.c */
+void cpu_attention_forward(float *out, float *att, const float *qkv, const float *alibi_slopes,
+                           int B, int T, int C, int NH);
+void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
+                            int B, int T, int C, int NH);
+
+/* cpu_softmax.c */
+void cpu_softmax_xent_forward(float *losses, float *probs, const float *logits,
+                              const int32_t *targets, int N, int V, int Vp);
+void cpu_softmax_xent_backward(float *dlogits, const float *dlosses, const float *probs,
+                               const int32_t *targets, int N, int V, int Vp);
+
+/* e^x in float, written so that loops calling it vectorise (glibc's expf does not without
+ * -ffast-math). Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, then a degree-7 Taylor
+ * polynomial (truncation error < 6e-9 relative), then scaling by 2^n built in the exponent bits.
+ * Max relative error a few ulp against exp() in double (tests/unit/test_ops.c checks it).
+ * Range: x is clamped to <= 87 (e^87 = 6.1e37, so 1 / (1 + e^x) stays a normal float), and
+ * results below e^-44 (~2^-63.5) are returned as exactly 0. Softmax terms that small change a sum
+ * of up to 2^32 terms by less than 2^-31 relative, far below fp32 rounding, and flushing them keeps
+ * probabilities (and their products with gradients) clear of subnormal floats, which cost ~100x
+ * on x86. NaN propagates.
+ * The range logic is integer masks on the bits, with no branches or float compares, and there is
+ * no float-to-int conversion: GCC does not if-convert float compares (nor branches it threads)
+ * under -ftrapping-math, the default, and converting NaN to int is undefined. */
+static inline float cpu_expf(float x) {
+    uint32_t xb;
+    memcpy(&xb, &x, sizeof xb);
+    const uint32_t neg = xb >> 31, mag = xb & 0x7fffffffu;
+    const uint32_t lim = 0x42ae0000u - neg * (0x42ae0000u - 0x42300000u); /* |x| <= 87, or 44 */
+    const uint32_t nanm = 0u - (uint32_t)(mag > 0x7f800000u);            /* masks: all ones */
+    const uint32_t over = 0u - (uint32_t)(mag > lim);                     /* if true */
+    const uint32_t flushm = (0u - neg) & over & ~nanm;                    /* x < -44 */
+    uint32_t cm = (mag & ~over) | (lim & over);
+    xb = (neg << 31) | (cm & ~nanm) | (mag & nanm);
+    memcpy(&x, &xb, sizeof x);
+    const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    const float t = fmaf(x, 1.44269504088896341f, shifter);
+    const float n = t - shifter;
+    float r = fmaf(-n, 0.693145751953125f, x); /* ln2 high part (n * it is exact) */
+    r = fmaf(-n, 1.428606765330187e-06f, r);    /* ln2 low part */
+    float p = 1.0f / 5040.0f;
+    p = fmaf(p, r, 1.0f / 720.0f);
+    p = fmaf(p, r, 1.0f / 120.0f);
+    p = fmaf(p, r, 1.0f / 24.0f);
+    p = fmaf(p, r, 1.0f / 6.0f);
+    p = fmaf(p, r, 0.5f);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    uint32_t bits; /* t's bits are 0x4b400000 + n; 2^n has the bits (n + 127) << 23 */
+    memcpy(&bits, &t, sizeof bits);
+    bits = (bits - 0x4b400000u + 127u) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    float e = p * scale;
+    memcpy(&bits, &e, sizeof bits);
+    bits &= ~flushm;
+    memcpy(&e, &bits, sizeof e);
+    return e;
+}
+
+#endif

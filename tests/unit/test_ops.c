@@ -1,0 +1,711 @@
+/* test_ops.c — the fp32 CPU ops (kernels/cpu) against readable float64 references.
+ *
+ * Each forward is compared with a float64 reference forward written here as plain loops; each
+ * backward with central finite differences of the float64 reference, of a scalar objective
+ * J = sum(out * wts) with random weights wts (passed to the backward op as dout). Inputs are
+ * drawn as floats, so the fp32 op and the float64 reference see the same numbers and differences
+ * come from fp32 rounding only. Gradient buffers start at random values G0 and are compared with
+ * G0 + dJ/dx, which also checks that backward ops accumulate (+=).
+ * Finite differences: h = 1e-5 in float64 on inputs of order 1; truncation error ~h^2 = 1e-10 and
+ * cancellation ~1e-16 / h = 1e-11 relative, far below the fp32 tolerances, so FD is exact here.
+ * Tolerances are abs + rel * |ref| (tap_max_err <= 1 passes). fp32 has unit roundoff 6e-8; the
+ * sums here have <= ~100 terms of order 1, so fp32 errors are ~1e-6 at worst. We allow ~1e-4
+ * relative (about 10-100x the observed error) so real bugs (1e-2 and up) still fail loudly.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/cpu_internal.h"
+#include "ops.h"
+#include "tap.h"
+
+#define NCHECKS 79
+
+static const tsr_ops *ops = &tsr_cpu_ops;
+static const double FD_H = 1e-5;
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull; /* xorshift64*: the test needs nothing external */
+static double urand(void) {
+    rng ^= rng >> 12;
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
+    return (double)((rng * 0x2545f4914f6cdd1dull) >> 11) * 0x1.0p-53;
+}
+
+static void *xcalloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size);
+    if (!p) {
+        fprintf(stderr, "test_ops: out of memory (%zu x %zu bytes)\n", n, size);
+        exit(1);
+    }
+    return p;
+}
+#define FALLOC(n) ((float *)xcalloc((n), sizeof(float)))
+#define DALLOC(n) ((double *)xcalloc((n), sizeof(double)))
+
+/* f[i] = d[i] = a float drawn uniformly from [lo, hi) */
+static void fill(float *f, double *d, size_t n, double lo, double hi) {
+    for (size_t i = 0; i < n; i++) {
+        f[i] = (float)(lo + (hi - lo) * urand());
+        if (d) d[i] = f[i];
+    }
+}
+
+static double *to_double(const float *f, size_t n) {
+    double *d = DALLOC(n);
+    for (size_t i = 0; i < n; i++) d[i] = f[i];
+    return d;
+}
+
+/* tap check: fp32 result against float64 reference */
+static int check(const char *what, const float *got, const double *want, size_t n, double abs_tol,
+                 double rel_tol) {
+    double *g = to_double(got, n);
+    double err = tap_max_err(g, want, n, abs_tol, rel_tol);
+    free(g);
+    return tap_ok(err <= 1.0, "%s (max err %.3g of tolerance)", what, err);
+}
+
+/* A scalar objective of some inputs: J = sum_i out[i] * wts[i] where fwd(ctx, out) computes out
+ * with the float64 reference from arrays that ctx points to. */
+typedef struct {
+    void (*fwd)(const void *ctx, double *out);
+    const void *ctx;
+    size_t nout;
+    const double *wts;
+    double *out; /* scratch (nout) */
+} objective;
+
+static double objective_eval(const objective *o) {
+    o->fwd(o->ctx, o->out);
+    double j = 0.0;
+    for (size_t i = 0; i < o->nout; i++) j += o->out[i] * o->wts[i];
+    return j;
+}
+
+/* grad[k] = dJ/dx[idx[k]] by central differences (idx NULL: every element, nidx = n) */
+static void fd_grad(double *grad, double *x, const size_t *idx, size_t nidx, const objective *o) {
+    for (size_t k = 0; k < nidx; k++) {
+        size_t i = idx ? idx[k] : k;
+        double save = x[i];
+        x[i] = save + FD_H;
+        double jp = objective_eval(o);
+        x[i] = save - FD_H;
+        double jm = objective_eval(o);
+        x[i] = save;
+        grad[k] = (jp - jm) / (2.0 * FD_H);
+    }
+}
+
+/* Checks a gradient: got (fp32, after backward accumulated into g0) against g0 + dJ/dx over all
+ * n elements of x. */
+static int check_grad(const char *what, const float *got, const float *g0, double *x, size_t n,
+                      const objective *o, double abs_tol, double rel_tol) {
+    double *want = DALLOC(n);
+    fd_grad(want, x, NULL, n, o);
+    for (size_t i = 0; i < n; i++) want[i] += g0[i];
+    int ok = check(what, got, want, n, abs_tol, rel_tol);
+    free(want);
+    return ok;
+}
+
+/* The same on nidx elements sampled at random (for inputs too large to difference fully). */
+static int check_grad_sampled(const char *what, const float *got, const float *g0, double *x,
+                              size_t n, size_t nidx, const objective *o, double abs_tol,
+                              double rel_tol) {
+    size_t *idx = xcalloc(nidx, sizeof *idx);
+    double *want = DALLOC(nidx), *g = DALLOC(nidx);
+    for (size_t k = 0; k < nidx; k++) idx[k] = (size_t)(urand() * n);
+    fd_grad(want, x, idx, nidx, o);
+    for (size_t k = 0; k < nidx; k++) {
+        want[k] += g0[idx[k]];
+        g[k] = got[idx[k]];
+    }
+    double err = tap_max_err(g, want, nidx, abs_tol, rel_tol);
+    free(idx);
+    free(want);
+    free(g);
+    return tap_ok(err <= 1.0, "%s (%zu sampled, max err %.3g of tolerance)", what, nidx, err);
+}
+
+static float *copy_f(const float *src, size_t n) {
+    float *d = FALLOC(n);
+    memcpy(d, src, n * sizeof *d);
+    return d;
+}
+
+/* ---- float64 references ------------------------------------------------------------------- */
+
+static void ref_encoder(double *out, const int32_t *tok, const double *wte, const double *wpe,
+                        int B, int T, int C) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int c = 0; c < C; c++)
+                out[((size_t)b * T + t) * C + c] =
+                    wte[(size_t)tok[b * T + t] * C + c] + (wpe ? wpe[(size_t)t * C + c] : 0.0);
+}
+
+static void ref_layernorm(double *out, double *mean, double *rstd, const double *inp,
+                          const double *w, const double *b, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        const double *x = inp + (size_t)n * C;
+        double m = 0.0, v = 0.0;
+        for (int c = 0; c < C; c++) m += x[c];
+        m /= C;
+        for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+        v /= C;
+        double r = 1.0 / sqrt(v + (double)TSR_LN_EPS);
+        for (int c = 0; c < C; c++)
+            out[(size_t)n * C + c] = (x[c] - m) * r * w[c] + (b ? b[c] : 0.0);
+        if (mean) mean[n] = m;
+        if (rstd) rstd[n] = r;
+    }
+}
+
+static void ref_matmul(double *out, const double *inp, const double *w, const double *bias, int N,
+                       int IC, int OC) {
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double s = bias ? bias[o] : 0.0;
+            for (int i = 0; i < IC; i++) s += inp[(size_t)n * IC + i] * w[(size_t)o * IC + i];
+            out[(size_t)n * OC + o] = s;
+        }
+}
+
+static void ref_attention(double *out, double *att, const double *qkv, const double *slopes,
+                          int B, int T, int C, int NH) {
+    int hs = C / NH;
+    double scale = 1.0 / sqrt((double)hs);
+    double *s = DALLOC((size_t)T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                const double *q = qkv + ((size_t)b * T + i) * 3 * C + h * hs;
+                double mx = -INFINITY, sum = 0.0;
+                for (int j = 0; j <= i; j++) {
+                    const double *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+                    double dot = 0.0;
+                    for (int d = 0; d < hs; d++) dot += q[d] * k[d];
+                    s[j] = dot * scale - (slopes ? slopes[h] * (i - j) : 0.0);
+                    if (s[j] > mx) mx = s[j];
+                }
+                for (int j = 0; j <= i; j++) sum += (s[j] = exp(s[j] - mx));
+                for (int j = 0; j <= i; j++) s[j] /= sum;
+                double *o = out + ((size_t)b * T + i) * C + h * hs;
+                for (int d = 0; d < hs; d++) {
+                    double acc = 0.0;
+                    for (int j = 0; j <= i; j++)
+                        acc += s[j] * qkv[((size_t)b * T + j) * 3 * C + 2 * C + h * hs + d];
+                    o[d] = acc;
+                }
+                if (att)
+                    for (int j = 0; j < T; j++)
+                        att[(((size_t)b * NH + h) * T + i) * T + j] = j <= i ? s[j] : 0.0;
+            }
+    free(s);
+}
+
+static double ref_gelu1(double x, tsr_gelu_kind kind) {
+    if (kind == TSR_GELU_TANH)
+        return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+    return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+}
+
+static void ref_xent(double *losses, double *probs, const double *logits, const int32_t *targets,
+                     int N, int V, int Vp) {
+    for (int n = 0; n < N; n++) {
+        const double *x = logits + (size_t)n * Vp;
+        double mx = -INFINITY, sum = 0.0;
+        for (int j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+        for (int j = 0; j < V; j++) sum += exp(x[j] - mx);
+        if (probs)
+            for (int j = 0; j < Vp; j++)
+                probs[(size_t)n * Vp + j] = j < V ? exp(x[j] - mx) / sum : 0.0;
+        losses[n] = targets[n] < 0 ? 0.0 : log(sum) - (x[targets[n]] - mx);
+    }
+}
+
+/* ---- exp ---------------------------------------------------------------------------------- */
+
+static void test_expf(void) {
+    /* cpu_expf is the exponential of softmax, attention and GELU; allow 4 ulp (rel 2.4e-7),
+     * about twice what its reduction + Taylor polynomial should give. */
+    double worst = 0.0;
+    for (int i = 0; i <= 2000000; i++) {
+        float x = (float)(-44.0 + 131.0 * i / 2000000.0);
+        double e = fabs((double)cpu_expf(x) - exp((double)x)) / exp((double)x);
+        if (!(e <= worst)) worst = e;
+    }
+    tap_ok(worst <= 2.4e-7, "cpu_expf relative error on [-44, 87] (%.3g, limit 2.4e-7)", worst);
+    float big = cpu_expf(1000.0f), inf = cpu_expf(INFINITY), tiny = cpu_expf(-44.5f);
+    float ninf = cpu_expf(-INFINITY), nan = cpu_expf(NAN);
+    tap_ok(big == inf && big > 6e37f && big < 6.1e37f && tiny == 0.0f && ninf == 0.0f && isnan(nan),
+           "cpu_expf: e^1000 = e^inf = %g (e^87), e^-44.5 = e^-inf = %g, e^NaN = %g", big, tiny,
+           nan);
+}
+
+/* ---- memory ------------------------------------------------------------------------------- */
+
+static void test_memory(void) {
+    size_t n = 1000;
+    unsigned char *p = ops->alloc(n);
+    int ok = ((uintptr_t)p % 64) == 0;
+    for (size_t i = 0; i < n; i++) ok &= p[i] == 0;
+    memset(p, 0xab, n);
+    ops->zero(p, n);
+    for (size_t i = 0; i < n; i++) ok &= p[i] == 0;
+    ops->free(p);
+    tap_ok(ok, "alloc is 64-byte aligned and zero-filled, zero() clears");
+}
+
+/* ---- encoder ------------------------------------------------------------------------------ */
+
+typedef struct {
+    const int32_t *tok;
+    const double *wte, *wpe;
+    int B, T, C;
+} encoder_ctx;
+
+static void encoder_obj(const void *c, double *out) {
+    const encoder_ctx *e = c;
+    ref_encoder(out, e->tok, e->wte, e->wpe, e->B, e->T, e->C);
+}
+
+static void test_encoder(int with_wpe) {
+    enum { B = 2, T = 5, C = 8, Vp = 7 };
+    size_t nout = (size_t)B * T * C;
+    int32_t tok[B * T];
+    for (int i = 0; i < B * T; i++) tok[i] = (int32_t)(urand() * 6); /* repeats; row 6 unused */
+    float *wte = FALLOC(Vp * C), *wpe = FALLOC(T * C), *out = FALLOC(nout), *dout = FALLOC(nout);
+    double *dwte_ = DALLOC(Vp * C), *dwpe_ = DALLOC(T * C), *wts = DALLOC(nout);
+    double *want = DALLOC(nout);
+    fill(wte, dwte_, Vp * C, -1, 1);
+    fill(wpe, dwpe_, T * C, -1, 1);
+    fill(dout, wts, nout, -1, 1);
+    const char *tag = with_wpe ? "wpe" : "no wpe";
+
+    ops->encoder_forward(out, tok, wte, with_wpe ? wpe : NULL, B, T, C);
+    ref_encoder(want, tok, dwte_, with_wpe ? dwpe_ : NULL, B, T, C);
+    /* one fp32 addition: correctly rounded, so within half an ulp (rel 6e-8) */
+    check(with_wpe ? "encoder_forward (wpe)" : "encoder_forward (no wpe)", out, want, nout, 1e-30,
+          6e-8);
+
+    float *g_wte = FALLOC(Vp * C), *g_wpe = FALLOC(T * C), *g0_wte, *g0_wpe;
+    fill(g_wte, NULL, Vp * C, -1, 1);
+    fill(g_wpe, NULL, T * C, -1, 1);
+    g0_wte = copy_f(g_wte, Vp * C);
+    g0_wpe = copy_f(g_wpe, T * C);
+    ops->encoder_backward(g_wte, with_wpe ? g_wpe : NULL, dout, tok, B, T, C);
+    encoder_ctx ctx = {tok, dwte_, with_wpe ? dwpe_ : NULL, B, T, C};
+    objective o = {encoder_obj, &ctx, nout, wts, DALLOC(nout)};
+    /* sums of <= 10 fp32 terms of order 1 */
+    char what[64];
+    snprintf(what, sizeof what, "encoder_backward dwte (%s)", tag);
+    check_grad(what, g_wte, g0_wte, dwte_, Vp * C, &o, 1e-5, 1e-5);
+    if (with_wpe)
+        check_grad("encoder_backward dwpe (wpe)", g_wpe, g0_wpe, dwpe_, T * C, &o, 1e-5, 1e-5);
+    free(o.out);
+    free(wte), free(wpe), free(out), free(dout), free(dwte_), free(dwpe_), free(wts), free(want);
+    free(g_wte), free(g_wpe), free(g0_wte), free(g0_wpe);
+}
+
+/* ---- layernorm ---------------------------------------------------------------------------- */
+
+typedef struct {
+    const double *inp, *w, *b;
+    int N, C;
+} ln_ctx;
+
+static void ln_obj(const void *c, double *out) {
+    const ln_ctx *l = c;
+    ref_layernorm(out, NULL, NULL, l->inp, l->w, l->b, l->N, l->C);
+}
+
+static void test_layernorm(int N, int C, int with_b, double offset) {
+    size_t nx = (size_t)N * C;
+    float *inp = FALLOC(nx), *w = FALLOC(C), *b = FALLOC(C), *out = FALLOC(nx), *dout = FALLOC(nx);
+    float *mean = FALLOC(N), *rstd = FALLOC(N);
+    double *dinp_ = DALLOC(nx), *dw_ = DALLOC(C), *db_ = DALLOC(C), *wts = DALLOC(nx);
+    double *want = DALLOC(nx), *wmean = DALLOC(N), *wrstd = DALLOC(N);
+    fill(inp, dinp_, nx, offset - 2, offset + 2);
+    fill(w, dw_, C, 0.5, 1.5);
+    fill(b, db_, C, -1, 1);
+    fill(dout, wts, nx, -1, 1);
+    char what[96];
+#define LN_WHAT(s) (snprintf(what, sizeof what, "layernorm %s (N=%d C=%d %s offset %g)", s, N, C, \
+                             with_b ? "bias" : "no bias", offset),                              \
+                    what)
+
+    ops->layernorm_forward(out, mean, rstd, inp, w, with_b ? b : NULL, N, C);
+    ref_layernorm(want, wmean, wrstd, dinp_, dw_, with_b ? db_ : NULL, N, C);
+    /* normalised values of order 1-3: fp32 rounding of x - mean dominates (|x| <= 52 -> 4e-6) */
+    check(LN_WHAT("forward out"), out, want, nx, 2e-5, 1e-5);
+    check(LN_WHAT("forward mean"), mean, wmean, N, 1e-6, 1e-6);
+    check(LN_WHAT("forward rstd"), rstd, wrstd, N, 1e-6, 1e-5);
+
+    float *g_inp = FALLOC(nx), *g_w = FALLOC(C), *g_b = FALLOC(C);
+    fill(g_inp, NULL, nx, -1, 1);
+    fill(g_w, NULL, C, -1, 1);
+    fill(g_b, NULL, C, -1, 1);
+    float *g0_inp = copy_f(g_inp, nx), *g0_w = copy_f(g_w, C), *g0_b = copy_f(g_b, C);
+    ops->layernorm_backward(g_inp, g_w, with_b ? g_b : NULL, dout, inp, w, mean, rstd, N, C);
+    ln_ctx ctx = {dinp_, dw_, with_b ? db_ : NULL, N, C};
+    objective o = {ln_obj, &ctx, nx, wts, DALLOC(nx)};
+    /* dinp: C-term sums times rstd (~1), rounding of x - mean again; dw, db: N-term sums */
+    check_grad(LN_WHAT("backward dinp"), g_inp, g0_inp, dinp_, nx, &o, 2e-5, 1e-4);
+    check_grad(LN_WHAT("backward dw"), g_w, g0_w, dw_, C, &o, 2e-5, 1e-4);
+    if (with_b) check_grad(LN_WHAT("backward db"), g_b, g0_b, db_, C, &o, 2e-5, 1e-4);
+#undef LN_WHAT
+    free(o.out);
+    free(inp), free(w), free(b), free(out), free(dout), free(mean), free(rstd), free(dinp_);
+    free(dw_), free(db_), free(wts), free(want), free(wmean), free(wrstd), free(g_inp), free(g_w);
+    free(g_b), free(g0_inp), free(g0_w), free(g0_b);
+}
+
+/* ---- matmul ------------------------------------------------------------------------------- */
+
+typedef struct {
+    const double *inp, *w, *bias;
+    int N, IC, OC;
+} mm_ctx;
+
+static void mm_obj(const void *c, double *out) {
+    const mm_ctx *m = c;
+    ref_matmul(out, m->inp, m->w, m->bias, m->N, m->IC, m->OC);
+}
+
+static void test_matmul(int N, int IC, int OC, int with_bias) {
+    size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
+    float *inp = FALLOC(ni), *w = FALLOC(nw), *bias = FALLOC(OC), *out = FALLOC(no);
+    float *dout = FALLOC(no);
+    double *inp_ = DALLOC(ni), *w_ = DALLOC(nw), *bias_ = DALLOC(OC), *wts = DALLOC(no);
+    double *want = DALLOC(no);
+    fill(inp, inp_, ni, -1, 1);
+    fill(w, w_, nw, -1, 1);
+    fill(bias, bias_, OC, -1, 1);
+    fill(dout, wts, no, -1, 1);
+    char what[96];
+#define MM_WHAT(s) (snprintf(what, sizeof what, "matmul %s (N=%d IC=%d OC=%d %s)", s, N, IC, OC, \
+                             with_bias ? "bias" : "no bias"),                                     \
+                    what)
+    ops->matmul_forward(out, inp, w, with_bias ? bias : NULL, N, IC, OC);
+    ref_matmul(want, inp_, w_, with_bias ? bias_ : NULL, N, IC, OC);
+    /* dot products of <= 40 terms of order 1 in fp32 */
+    check(MM_WHAT("forward"), out, want, no, 1e-5, 1e-5);
+
+    float *g_inp = FALLOC(ni), *g_w = FALLOC(nw), *g_b = FALLOC(OC);
+    fill(g_inp, NULL, ni, -1, 1);
+    fill(g_w, NULL, nw, -1, 1);
+    fill(g_b, NULL, OC, -1, 1);
+    float *g0_inp = copy_f(g_inp, ni), *g0_w = copy_f(g_w, nw), *g0_b = copy_f(g_b, OC);
+    ops->matmul_backward(g_inp, g_w, with_bias ? g_b : NULL, dout, inp, w, N, IC, OC);
+    mm_ctx ctx = {inp_, w_, with_bias ? bias_ : NULL, N, IC, OC};
+    objective o = {mm_obj, &ctx, no, wts, DALLOC(no)};
+    check_grad(MM_WHAT("backward dinp"), g_inp, g0_inp, inp_, ni, &o, 1e-5, 1e-5);
+    check_grad(MM_WHAT("backward dw"), g_w, g0_w, w_, nw, &o, 1e-5, 1e-5);
+    if (with_bias) check_grad(MM_WHAT("backward dbias"), g_b, g0_b, bias_, OC, &o, 1e-5, 1e-5);
+#undef MM_WHAT
+    free(o.out);
+    free(inp), free(w), free(bias), free(out), free(dout), free(inp_), free(w_), free(bias_);
+    free(wts), free(want), free(g_inp), free(g_w), free(g_b), free(g0_inp), free(g0_w), free(g0_b);
+}
+
+/* ---- attention ---------------------------------------------------------------------------- */
+
+/* ALiBi slopes as in Press et al. (also for head counts that are not powers of two) */
+static void alibi_slopes(double *s, int n) {
+    int p = 1;
+    while (p * 2 <= n) p *= 2;
+    for (int h = 0; h < p; h++) s[h] = pow(2.0, -8.0 * (h + 1) / p);
+    for (int h = p; h < n; h++) s[h] = pow(2.0, -8.0 * (2 * (h - p) + 1) / (2 * p));
+}
+
+typedef struct {
+    const double *qkv, *slopes;
+    int B, T, C, NH;
+} att_ctx;
+
+static void att_obj(const void *c, double *out) {
+    const att_ctx *a = c;
+    ref_attention(out, NULL, a->qkv, a->slopes, a->B, a->T, a->C, a->NH);
+}
+
+static void test_attention(int B, int T, int C, int NH, int alibi, size_t fd_samples) {
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    float *qkv = FALLOC(nq), *out = FALLOC(no), *att = FALLOC(na), *dout = FALLOC(no);
+    float slopes[16];
+    double *qkv_ = DALLOC(nq), *wts = DALLOC(no), *want = DALLOC(no), *want_att = DALLOC(na);
+    double slopes_[16];
+    alibi_slopes(slopes_, NH);
+    for (int h = 0; h < NH; h++) slopes[h] = (float)(slopes_[h] = (float)slopes_[h]);
+    fill(qkv, qkv_, nq, -2, 2);
+    fill(dout, wts, no, -1, 1);
+    char what[128];
+#define ATT_WHAT(s)                                                                        \
+    (snprintf(what, sizeof what, "attention %s (B=%d T=%d C=%d NH=%d %s)", s, B, T, C, NH, \
+              alibi ? "alibi" : "no alibi"),                                               \
+     what)
+    ops->attention_forward(out, att, qkv, alibi ? slopes : NULL, B, T, C, NH);
+    ref_attention(want, want_att, qkv_, alibi ? slopes_ : NULL, B, T, C, NH);
+    /* scores are hs-term dot products of values <= 2 (error ~1e-6 absolute), through exp */
+    check(ATT_WHAT("forward out"), out, want, no, 2e-6, 1e-5);
+    check(ATT_WHAT("forward att"), att, want_att, na, 1e-6, 1e-5);
+    int zeros = 1;
+    for (int bh = 0; bh < B * NH; bh++)
+        for (int i = 0; i < T; i++)
+            for (int j = i + 1; j < T; j++) zeros &= att[((size_t)bh * T + i) * T + j] == 0.0f;
+    tap_ok(zeros, "%s", ATT_WHAT("att is exactly 0 above the diagonal"));
+
+    float *g = FALLOC(nq);
+    fill(g, NULL, nq, -1, 1);
+    float *g0 = copy_f(g, nq);
+    ops->attention_backward(g, dout, qkv, att, B, T, C, NH);
+    att_ctx ctx = {qkv_, alibi ? slopes_ : NULL, B, T, C, NH};
+    objective o = {att_obj, &ctx, no, wts, DALLOC(no)};
+    /* sums over T and hs of products of order-1 values: fp32 error ~1e-6, abs 1e-5 */
+    if (fd_samples)
+        check_grad_sampled(ATT_WHAT("backward dqkv"), g, g0, qkv_, nq, fd_samples, &o, 1e-5, 1e-4);
+    else
+        check_grad(ATT_WHAT("backward dqkv"), g, g0, qkv_, nq, &o, 1e-5, 1e-4);
+#undef ATT_WHAT
+    free(o.out);
+    free(qkv), free(out), free(att), free(dout), free(qkv_), free(wts), free(want), free(want_att);
+    free(g), free(g0);
+}
+
+/* ---- gelu, residual ----------------------------------------------------------------------- */
+
+static void test_gelu(tsr_gelu_kind kind) {
+    enum { N = 1000 };
+    float inp[N], out[N], dout[N], g[N], g0[N];
+    double want[N], dwant[N];
+    const float special[] = {0.0f, 1e-20f, -1e-20f, 30.0f, -30.0f, 100.0f, -100.0f};
+    fill(inp, NULL, N, -8, 8);
+    memcpy(inp, special, sizeof special);
+    fill(dout, NULL, N, -1, 1);
+    fill(g, NULL, N, -1, 1);
+    memcpy(g0, g, sizeof g);
+    const char *name = kind == TSR_GELU_TANH ? "tanh" : "exact";
+    ops->gelu_forward(out, inp, N, kind);
+    for (int i = 0; i < N; i++) {
+        double x = inp[i];
+        want[i] = ref_gelu1(x, kind);
+        double d = (ref_gelu1(x + FD_H, kind) - ref_gelu1(x - FD_H, kind)) / (2.0 * FD_H);
+        dwant[i] = g0[i] + d * dout[i];
+    }
+    /* a few fp32 operations and one exp/erf: ~1e-7 relative; abs 1e-7 near zero crossings */
+    char what[64];
+    snprintf(what, sizeof what, "gelu_forward (%s)", name);
+    check(what, out, want, N, 1e-7, 2e-6);
+    ops->gelu_backward(g, inp, dout, N, kind);
+    snprintf(what, sizeof what, "gelu_backward (%s)", name);
+    check(what, g, dwant, N, 1e-6, 1e-5);
+}
+
+static void test_residual(void) {
+    enum { N = 100 };
+    float a[N], b[N], out[N], dout[N], da[N], db[N];
+    double want[N], wa[N], wb[N];
+    fill(a, NULL, N, -1, 1);
+    fill(b, NULL, N, -1, 1);
+    fill(dout, NULL, N, -1, 1);
+    fill(da, NULL, N, -1, 1);
+    fill(db, NULL, N, -1, 1);
+    for (int i = 0; i < N; i++) {
+        want[i] = (double)a[i] + b[i];
+        wa[i] = (double)da[i] + dout[i];
+        wb[i] = (double)db[i] + dout[i];
+    }
+    ops->residual_forward(out, a, b, N);
+    ops->residual_backward(da, db, dout, N);
+    /* one correctly rounded fp32 addition each */
+    check("residual_forward", out, want, N, 1e-30, 6e-8);
+    check("residual_backward da", da, wa, N, 1e-30, 6e-8);
+    check("residual_backward db", db, wb, N, 1e-30, 6e-8);
+}
+
+/* ---- softmax + cross-entropy -------------------------------------------------------------- */
+
+typedef struct {
+    const double *logits;
+    const int32_t *targets;
+    int N, V, Vp;
+} xent_ctx;
+
+static void xent_obj(const void *c, double *out) {
+    const xent_ctx *x = c;
+    ref_xent(out, NULL, x->logits, x->targets, x->N, x->V, x->Vp);
+}
+
+static void test_xent(void) {
+    enum { N = 6, V = 11, Vp = 16 };
+    const int32_t targets[N] = {3, -1, 0, 10, -1, 7};
+    float logits[N * Vp], probs[N * Vp], losses[N], dl[N], dlogits[N * Vp];
+    double logits_[N * Vp], wprobs[N * Vp], wlosses[N], wts[N];
+    fill(logits, logits_, N * Vp, -4, 4);
+    for (int n = 0; n < N; n++)
+        for (int j = V; j < Vp; j++) logits[n * Vp + j] = 1e3f; /* padding must be ignored */
+    fill(dl, wts, N, -1, 1);
+    ops->softmax_xent_forward(losses, probs, logits, targets, N, V, Vp);
+    ref_xent(wlosses, wprobs, logits_, targets, N, V, Vp);
+    /* probabilities and log-sum-exp over 11 terms: a few ulp */
+    check("softmax_xent_forward probs (V=11 Vp=16)", probs, wprobs, N * Vp, 1e-8, 2e-6);
+    check("softmax_xent_forward losses (targets -1 give 0)", losses, wlosses, N, 1e-6, 1e-6);
+    int pad0 = 1;
+    for (int n = 0; n < N; n++)
+        for (int j = V; j < Vp; j++) pad0 &= probs[n * Vp + j] == 0.0f;
+    tap_ok(pad0, "softmax_xent_forward probs columns >= V are exactly 0");
+
+    for (int i = 0; i < N * Vp; i++) dlogits[i] = 7.0f; /* must be overwritten, not added to */
+    ops->softmax_xent_backward(dlogits, dl, probs, targets, N, V, Vp);
+    xent_ctx ctx = {logits_, targets, N, V, Vp};
+    objective o = {xent_obj, &ctx, N, wts, DALLOC(N)};
+    float zero[N * Vp];
+    memset(zero, 0, sizeof zero);
+    check_grad("softmax_xent_backward dlogits (writes, not +=)", dlogits, zero, logits_, N * Vp, &o,
+               1e-7, 1e-5);
+    free(o.out);
+    int zeros = 1;
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < Vp; j++)
+            if (j >= V || targets[n] < 0) zeros &= dlogits[n * Vp + j] == 0.0f;
+    tap_ok(zeros, "softmax_xent_backward: columns >= V and rows with target -1 exactly 0");
+
+    /* in place: probs == logits, then dlogits == probs; must match out of place bit for bit */
+    float buf[N * Vp], losses2[N];
+    memcpy(buf, logits, sizeof buf);
+    ops->softmax_xent_forward(losses2, buf, buf, targets, N, V, Vp);
+    tap_ok(memcmp(buf, probs, sizeof buf) == 0 && memcmp(losses2, losses, sizeof losses) == 0,
+           "softmax_xent_forward in place (probs == logits) matches out of place bitwise");
+    ops->softmax_xent_backward(buf, dl, buf, targets, N, V, Vp);
+    tap_ok(memcmp(buf, dlogits, sizeof buf) == 0,
+           "softmax_xent_backward in place (dlogits == probs) matches out of place bitwise");
+
+    /* large logits (range +-60): stability; losses up to ~120 */
+    fill(logits, logits_, N * Vp, -60, 60);
+    ops->softmax_xent_forward(losses, probs, logits, targets, N, V, Vp);
+    ref_xent(wlosses, wprobs, logits_, targets, N, V, Vp);
+    check("softmax_xent_forward probs, logits in [-60, 60]", probs, wprobs, N * Vp, 1e-8, 2e-6);
+    check("softmax_xent_forward losses, logits in [-60, 60]", losses, wlosses, N, 1e-5, 1e-6);
+}
+
+/* ---- sumsq, adamw ------------------------------------------------------------------------- */
+
+static void test_sumsq(void) {
+    size_t n = 200003; /* more than one 64 Ki block, not a multiple of it */
+    float *g = FALLOC(n);
+    fill(g, NULL, n, -2, 2);
+    double want = 0.0;
+    for (size_t i = 0; i < n; i++) want += (double)g[i] * g[i];
+    double got = ops->sumsq(g, n);
+    /* exact squares summed in double: ~n * 1e-16 relative */
+    tap_ok(fabs(got - want) <= 1e-11 * want, "sumsq (n=%zu): %.17g vs %.17g", n, got, want);
+    tap_ok(ops->sumsq(g, 0) == 0.0, "sumsq of nothing is 0");
+    free(g);
+}
+
+static void test_adamw(int steps) {
+    enum { N = 300 };
+    float p[N], m[N], v[N], g[N];
+    double pd[N], md[N], vd[N];
+    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, scale = 0.5f;
+    fill(p, pd, N, -1, 1);
+    memset(m, 0, sizeof m), memset(v, 0, sizeof v);
+    memset(md, 0, sizeof md), memset(vd, 0, sizeof vd);
+    for (int t = 1; t <= steps; t++) {
+        fill(g, NULL, N, -1, 1);
+        g[0] = 0.0f; /* a zero gradient: the update is decay only at t = 1 */
+        ops->adamw_update(p, g, m, v, N, lr, b1, b2, eps, wd, scale, t);
+        for (int i = 0; i < N; i++) {
+            double gi = (double)g[i] * scale;
+            md[i] = b1 * md[i] + (1.0 - b1) * gi;
+            vd[i] = b2 * vd[i] + (1.0 - b2) * gi * gi;
+            pd[i] *= 1.0 - (double)lr * wd;
+            pd[i] -= lr * (md[i] / (1.0 - pow(b1, t))) / (sqrt(vd[i] / (1.0 - pow(b2, t))) + eps);
+        }
+    }
+    /* a few fp32 operations per step, accumulated over <= 5 steps: v relative ~1e-6; m can
+     * cancel towards 0 across steps, so its bound is absolute, a few ulp of its size (0.5);
+     * the update m/sqrt(v) is ~lr, so p errs by ~lr * 1e-6 */
+    char what[64];
+    snprintf(what, sizeof what, "adamw_update p after %d step%s", steps, steps > 1 ? "s" : "");
+    check(what, p, pd, N, 1e-7, 1e-6);
+    snprintf(what, sizeof what, "adamw_update m after %d step%s", steps, steps > 1 ? "s" : "");
+    check(what, m, md, N, 2e-7, 1e-5);
+    snprintf(what, sizeof what, "adamw_update v after %d step%s", steps, steps > 1 ? "s" : "");
+    check(what, v, vd, N, 1e-12, 1e-5);
+}
+
+/* ---- determinism -------------------------------------------------------------------------- */
+
+/* attention_backward, encoder_backward and layernorm_backward give the same bits with 1 and 2
+ * threads and when run twice. */
+static void test_determinism(void) {
+    const int B = 2, T = 70, C = 64, NH = 2, Vp = 10;
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    float *qkv = FALLOC(nq), *out = FALLOC(no), *att = FALLOC(na), *dout = FALLOC(no);
+    float *r[3], *e[3], *l[3];
+    int32_t *tok = xcalloc(B * T, sizeof *tok);
+    float *mean = FALLOC(B * T), *rstd = FALLOC(B * T), *w = FALLOC(C), *lo = FALLOC(no);
+    fill(qkv, NULL, nq, -2, 2);
+    fill(dout, NULL, no, -1, 1);
+    fill(w, NULL, C, 0.5, 1.5);
+    for (int i = 0; i < B * T; i++) tok[i] = (int32_t)(urand() * Vp);
+    ops->attention_forward(out, att, qkv, NULL, B, T, C, NH);
+    ops->layernorm_forward(lo, mean, rstd, qkv, w, NULL, B * T, C); /* qkv rows as inputs */
+    const int threads[3] = {1, 2, 2};
+    for (int k = 0; k < 3; k++) {
+        cpu_ops_set_threads(threads[k]);
+        r[k] = FALLOC(nq);
+        ops->attention_backward(r[k], dout, qkv, att, B, T, C, NH);
+        e[k] = FALLOC((size_t)Vp * C + (size_t)T * C); /* dwte | dwpe */
+        ops->encoder_backward(e[k], e[k] + (size_t)Vp * C, dout, tok, B, T, C);
+        l[k] = FALLOC(no + 2 * (size_t)C); /* dinp | dw | db */
+        ops->layernorm_backward(l[k], l[k] + no, l[k] + no + C, dout, qkv, w, mean, rstd, B * T, C);
+    }
+    cpu_ops_set_threads(2);
+    size_t ne = ((size_t)Vp * C + (size_t)T * C) * sizeof(float), nl = (no + 2 * C) * sizeof(float);
+    tap_ok(!memcmp(r[0], r[1], nq * sizeof(float)) && !memcmp(r[1], r[2], nq * sizeof(float)),
+           "attention_backward: same bits with 1 and 2 threads, and run twice");
+    tap_ok(!memcmp(e[0], e[1], ne) && !memcmp(e[1], e[2], ne),
+           "encoder_backward: same bits with 1 and 2 threads, and run twice");
+    tap_ok(!memcmp(l[0], l[1], nl) && !memcmp(l[1], l[2], nl),
+           "layernorm_backward: same bits with 1 and 2 threads, and run twice");
+    for (int k = 0; k < 3; k++) free(r[k]), free(e[k]), free(l[k]);
+    free(qkv), free(out), free(att), free(dout), free(tok), free(mean), free(rstd), free(w);
+    free(lo);
+}
+
+int main(void) {
+    tap_plan(NCHECKS);
+    cpu_ops_set_threads(2);
+    tap_diag("BLAS core: %s", cpu_ops_blas_core());
+    test_expf();
+    test_memory();
+    test_encoder(0);
+    test_encoder(1);
+    test_layernorm(10, 8, 1, 0.0);
+    test_layernorm(10, 8, 0, 0.0);
+    test_layernorm(7, 37, 1, 50.0);
+    test_matmul(10, 7, 5, 1);
+    test_matmul(10, 7, 5, 0);
+    test_matmul(33, 40, 24, 1);
+    test_attention(2, 5, 8, 2, 0, 0);
+    test_attention(2, 5, 12, 3, 1, 0);  /* ALiBi, 3 heads (not a power of two) */
+    test_attention(1, 70, 64, 2, 1, 400); /* full 4x16 tiles, two backward row blocks */
+    test_attention(1, 70, 64, 2, 0, 400);
+    test_gelu(TSR_GELU_TANH);
+    test_gelu(TSR_GELU_EXACT);
+    test_residual();
+    test_xent();
+    test_sumsq();
+    test_adamw(1);
+    test_adamw(5);
+    test_determinism();
+    return tap_done();
+}
