@@ -1,5 +1,5 @@
-/* shard.c — the dataset format (docs/data-format.md): shard headers, the index, the mmap reader
- * and the writer.
+/* shard.c — the dataset format (docs/data-format.md): shard headers, the index and the mmap
+ * reader (the writer is shard_writer.c).
  *
  * A dataset directory holds shard-NNNNN.bin files and index.tsv. Each shard is a 64-byte
  * little-endian header, the token payload (n x uint16 or uint32, little-endian) and, when the
@@ -20,28 +20,11 @@
 #include "common.h"
 #include "data/data.h"
 
-#define SHARD_MAGIC "TSRSHARD"
-#define SHARD_HEADER_SIZE 64
-#define SHARD_HEADER_CRC_AT 60 /* the header CRC covers bytes [0, 60) */
-#define SHARD_FLAG_MASK 1u
-#define INDEX_NAME "index.tsv"
-#define INDEX_MAGIC "tessera-dataset"
-#define INDEX_MAX_BYTES (256u << 20)
-#define MAX_VOCAB (1ull << 31) /* token ids must fit int32 */
-#define MAX_SHARD_TOKENS (1ull << 60)
-#define MAX_SHARDS 10000000
-#define NAME_MAX_LEN 255
-#define IO_CHUNK 65536
+#include "data/shard_format.h"
 
 /* ================================ header ================================ */
 
-typedef struct shard_header {
-    uint32_t version, header_size, token_width, flags, vocab_size, shard_no;
-    uint64_t n_tokens, token_offset, mask_offset;
-    uint32_t payload_crc, header_crc;
-} shard_header;
-
-static void put_u32(uint8_t *p, uint32_t v) {
+void shard_put_u32(uint8_t *p, uint32_t v) {
     for (int k = 0; k < 4; k++) p[k] = (uint8_t)(v >> (8 * k));
 }
 static void put_u64(uint8_t *p, uint64_t v) {
@@ -55,20 +38,20 @@ static uint64_t get_u64(const uint8_t *p) {
 }
 
 /* Serialises h and fills in (and stores into h) the header CRC. */
-static void header_encode(shard_header *h, uint8_t out[SHARD_HEADER_SIZE]) {
+void shard_header_encode(shard_header *h, uint8_t out[SHARD_HEADER_SIZE]) {
     memcpy(out, SHARD_MAGIC, 8);
-    put_u32(out + 8, h->version);
-    put_u32(out + 12, h->header_size);
-    put_u32(out + 16, h->token_width);
-    put_u32(out + 20, h->flags);
-    put_u32(out + 24, h->vocab_size);
-    put_u32(out + 28, h->shard_no);
+    shard_put_u32(out + 8, h->version);
+    shard_put_u32(out + 12, h->header_size);
+    shard_put_u32(out + 16, h->token_width);
+    shard_put_u32(out + 20, h->flags);
+    shard_put_u32(out + 24, h->vocab_size);
+    shard_put_u32(out + 28, h->shard_no);
     put_u64(out + 32, h->n_tokens);
     put_u64(out + 40, h->token_offset);
     put_u64(out + 48, h->mask_offset);
-    put_u32(out + 56, h->payload_crc);
+    shard_put_u32(out + 56, h->payload_crc);
     h->header_crc = tsr_crc32c(0, out, SHARD_HEADER_CRC_AT);
-    put_u32(out + 60, h->header_crc);
+    shard_put_u32(out + 60, h->header_crc);
 }
 
 static void header_decode(const uint8_t in[SHARD_HEADER_SIZE], shard_header *h) {
@@ -85,7 +68,7 @@ static void header_decode(const uint8_t in[SHARD_HEADER_SIZE], shard_header *h) 
     h->header_crc = get_u32(in + 60);
 }
 
-static uint32_t width_for_vocab(uint64_t vocab) { return vocab <= 65536 ? 2 : 4; }
+uint32_t shard_width_for_vocab(uint64_t vocab) { return vocab <= 65536 ? 2 : 4; }
 
 /* Bytes a shard of n tokens occupies. */
 static uint64_t shard_file_size(uint64_t n, uint32_t width, int mask) {
@@ -211,9 +194,9 @@ static int index_check_header(const char *path, const uint64_t *v, dataset_index
                   (unsigned long long)MAX_VOCAB);
         return TSR_EXIT_DATA;
     }
-    if (v[1] != width_for_vocab(v[0])) {
+    if (v[1] != shard_width_for_vocab(v[0])) {
         tsr_error("%s: token_width %llu, expected %u for vocab_size %llu", path,
-                  (unsigned long long)v[1], width_for_vocab(v[0]), (unsigned long long)v[0]);
+                  (unsigned long long)v[1], shard_width_for_vocab(v[0]), (unsigned long long)v[0]);
         return TSR_EXIT_DATA;
     }
     if (v[2] > 1) {
@@ -355,7 +338,7 @@ struct tsr_dataset {
     _Atomic(sample_table *) tables; /* lock-free list, one entry per T seen */
 };
 
-static char *path_join(const char *dir, const char *name) {
+char *data_path_join(const char *dir, const char *name) {
     size_t n = strlen(dir) + strlen(name) + 2;
     char *p = tsr_malloc(n);
     snprintf(p, n, "%s/%s", dir, name);
@@ -363,7 +346,7 @@ static char *path_join(const char *dir, const char *name) {
 }
 
 /* Copy of a directory path without trailing slashes (keeps a lone "/"). */
-static char *dir_dup(const char *dir) {
+char *data_dir_dup(const char *dir) {
     size_t n = strlen(dir);
     while (n > 1 && dir[n - 1] == '/') n--;
     char *d = tsr_malloc(n + 1);
@@ -526,8 +509,8 @@ int dataset_open(tsr_dataset **out, const char *dir, int verify) {
     *out = NULL;
     tsr_dataset *ds = tsr_calloc(1, sizeof *ds);
     atomic_init(&ds->tables, NULL);
-    ds->dir = dir_dup(dir);
-    char *ipath = path_join(ds->dir, INDEX_NAME), *text = NULL;
+    ds->dir = data_dir_dup(dir);
+    char *ipath = data_path_join(ds->dir, INDEX_NAME), *text = NULL;
     size_t len;
     dataset_index ix = {0};
     int rc = read_whole_file(ipath, &text, &len);
@@ -545,7 +528,7 @@ int dataset_open(tsr_dataset **out, const char *dir, int verify) {
         for (int k = 0; k < ix.n_shards && !rc; k++) {
             shard_map *s = &ds->shards[k];
             ds->n_shards = k + 1;
-            s->path = path_join(ds->dir, ix.rows[k].name);
+            s->path = data_path_join(ds->dir, ix.rows[k].name);
             rc = shard_map_file(s);
             if (!rc) rc = shard_validate(s, &ix, k, verify);
         }
@@ -662,340 +645,4 @@ int dataset_read_sample(const tsr_dataset *ds, int T, uint64_t i, int32_t *input
         kept += keep;
     }
     return kept;
-}
-
-/* ================================ writer ================================ */
-
-typedef struct shard_rec {
-    uint64_t n_tokens;
-    uint32_t crc;
-} shard_rec;
-
-struct tsr_dataset_writer {
-    char *dir, *tmp;      /* the final directory and DIR.tmp */
-    uint32_t vocab, width;
-    int with_mask;
-    uint64_t shard_tokens;
-    FILE *f, *mf;         /* the open shard, and its mask side file (copied in at the end) */
-    char *path, *mpath;   /* their paths */
-    uint64_t cur_n;       /* tokens in the open shard */
-    uint32_t crc;         /* running payload CRC of the open shard's tokens */
-    shard_rec *recs;      /* finished shards */
-    int n_recs, cap_recs;
-};
-
-static int io_fail(const char *path, const char *what) {
-    tsr_error("%s: %s failed: %s", path, what, strerror(errno));
-    return TSR_EXIT_DATA;
-}
-
-static int fsync_path(const char *path, int is_dir) {
-    int fd = open(path, (is_dir ? O_DIRECTORY : 0) | O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return io_fail(path, "open for fsync");
-    int rc = fsync(fd);
-    int err = errno;
-    close(fd);
-    errno = err;
-    /* Some filesystems refuse fsync on directories (EINVAL); the data itself was synced. */
-    return (rc != 0 && !(is_dir && (errno == EINVAL || errno == EROFS))) ? io_fail(path, "fsync")
-                                                                        : 0;
-}
-
-/* Files the writer creates inside DIR.tmp: shard-*.bin, shard-*.bin.mask.tmp, index.tsv. */
-static int writer_owned_name(const char *name) {
-    size_t n = strlen(name);
-    if (strcmp(name, INDEX_NAME) == 0) return 1;
-    if (strncmp(name, "shard-", 6) != 0) return 0;
-    return (n > 4 && strcmp(name + n - 4, ".bin") == 0) ||
-           (n > 13 && strcmp(name + n - 13, ".bin.mask.tmp") == 0);
-}
-
-/* Removes DIR.tmp if it only holds files the writer creates; errors if anything else is there. */
-static int remove_tmp_dir(const char *tmp) {
-    DIR *d = opendir(tmp);
-    if (!d) return errno == ENOENT ? 0 : io_fail(tmp, "opendir");
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (!writer_owned_name(e->d_name)) continue;
-        char *p = path_join(tmp, e->d_name);
-        if (unlink(p) != 0) tsr_warn("%s: unlink failed: %s", p, strerror(errno));
-        free(p);
-    }
-    closedir(d);
-    if (rmdir(tmp) != 0) {
-        tsr_error("%s: cannot remove the temporary directory: %s (it holds files tessera did not "
-                  "write; remove it by hand)", tmp, strerror(errno));
-        return TSR_EXIT_DATA;
-    }
-    return 0;
-}
-
-static void writer_free(tsr_dataset_writer *w) {
-    if (w->f) fclose(w->f);
-    if (w->mf) fclose(w->mf);
-    free(w->dir);
-    free(w->tmp);
-    free(w->path);
-    free(w->mpath);
-    free(w->recs);
-    free(w);
-}
-
-int dataset_writer_open(tsr_dataset_writer **out, const char *dir, uint32_t vocab_size,
-                        int with_mask, uint64_t shard_tokens) {
-    *out = NULL;
-    if (vocab_size < 1 || vocab_size > MAX_VOCAB) {
-        tsr_error("%s: vocab size %u out of range [1, %llu]", dir, vocab_size,
-                  (unsigned long long)MAX_VOCAB);
-        return TSR_EXIT_DATA;
-    }
-    if (shard_tokens < 1 || shard_tokens > MAX_SHARD_TOKENS) {
-        tsr_error("%s: shard size %llu tokens out of range [1, 2^60]", dir,
-                  (unsigned long long)shard_tokens);
-        return TSR_EXIT_DATA;
-    }
-    char *d = dir_dup(dir);
-    struct stat st;
-    int found = lstat(d, &st) == 0;
-    if (found || errno != ENOENT) {
-        tsr_error("%s: %s; refusing to overwrite (choose a new output directory or remove it)",
-                  d, found ? "already exists" : strerror(errno));
-        free(d);
-        return TSR_EXIT_DATA;
-    }
-    size_t n = strlen(d) + 5;
-    char *tmp = tsr_malloc(n);
-    snprintf(tmp, n, "%s.tmp", d);
-    if (lstat(tmp, &st) == 0) {
-        tsr_warn("%s: removing the temporary directory of an interrupted write", tmp);
-        if (remove_tmp_dir(tmp)) {
-            free(d);
-            free(tmp);
-            return TSR_EXIT_DATA;
-        }
-    }
-    if (mkdir(tmp, 0777) != 0) {
-        int rc = io_fail(tmp, "mkdir");
-        free(d);
-        free(tmp);
-        return rc;
-    }
-    tsr_dataset_writer *w = tsr_calloc(1, sizeof *w);
-    w->dir = d;
-    w->tmp = tmp;
-    w->vocab = vocab_size;
-    w->width = width_for_vocab(vocab_size);
-    w->with_mask = with_mask ? 1 : 0;
-    w->shard_tokens = shard_tokens;
-    *out = w;
-    return 0;
-}
-
-static int shard_start(tsr_dataset_writer *w) {
-    char name[64];
-    snprintf(name, sizeof name, "shard-%05d.bin", w->n_recs);
-    free(w->path);
-    free(w->mpath);
-    w->path = path_join(w->tmp, name);
-    size_t n = strlen(w->path) + 10;
-    w->mpath = tsr_malloc(n);
-    snprintf(w->mpath, n, "%s.mask.tmp", w->path);
-    uint8_t zero[SHARD_HEADER_SIZE] = {0};
-    w->f = fopen(w->path, "wb");
-    if (!w->f) return io_fail(w->path, "create");
-    if (fwrite(zero, 1, sizeof zero, w->f) != sizeof zero) return io_fail(w->path, "write");
-    if (w->with_mask) {
-        w->mf = fopen(w->mpath, "w+b");
-        if (!w->mf) return io_fail(w->mpath, "create");
-    }
-    w->cur_n = 0;
-    w->crc = 0;
-    return 0;
-}
-
-/* Appends the mask side file to the shard, continuing the payload CRC; removes the side file. */
-static int shard_copy_mask(tsr_dataset_writer *w) {
-    uint8_t buf[IO_CHUNK];
-    if (fflush(w->mf) != 0 || fseek(w->mf, 0, SEEK_SET) != 0) return io_fail(w->mpath, "rewind");
-    uint64_t copied = 0;
-    size_t got;
-    while ((got = fread(buf, 1, sizeof buf, w->mf)) > 0) {
-        w->crc = tsr_crc32c(w->crc, buf, got);
-        if (fwrite(buf, 1, got, w->f) != got) return io_fail(w->path, "write");
-        copied += got;
-    }
-    if (ferror(w->mf)) return io_fail(w->mpath, "read");
-    if (copied != w->cur_n) {
-        tsr_error("%s: read back %llu mask bytes, wrote %llu", w->mpath,
-                  (unsigned long long)copied, (unsigned long long)w->cur_n);
-        return TSR_EXIT_DATA;
-    }
-    fclose(w->mf);
-    w->mf = NULL;
-    if (unlink(w->mpath) != 0) return io_fail(w->mpath, "unlink");
-    return 0;
-}
-
-/* Completes the open shard: mask payload, final header, fsync, close. */
-static int shard_finish(tsr_dataset_writer *w) {
-    if (w->with_mask && shard_copy_mask(w)) return TSR_EXIT_DATA;
-    shard_header h = {
-        .version = TSR_DATA_VERSION, .header_size = SHARD_HEADER_SIZE, .token_width = w->width,
-        .flags = w->with_mask ? SHARD_FLAG_MASK : 0, .vocab_size = w->vocab,
-        .shard_no = (uint32_t)w->n_recs, .n_tokens = w->cur_n, .token_offset = SHARD_HEADER_SIZE,
-        .mask_offset = w->with_mask ? SHARD_HEADER_SIZE + w->cur_n * w->width : 0,
-        .payload_crc = w->crc,
-    };
-    uint8_t hb[SHARD_HEADER_SIZE];
-    header_encode(&h, hb);
-    if (fseek(w->f, 0, SEEK_SET) != 0) return io_fail(w->path, "seek");
-    if (fwrite(hb, 1, sizeof hb, w->f) != sizeof hb) return io_fail(w->path, "write");
-    if (fflush(w->f) != 0) return io_fail(w->path, "write");
-    if (fsync(fileno(w->f)) != 0) return io_fail(w->path, "fsync");
-    int rc = fclose(w->f);
-    w->f = NULL;
-    if (rc != 0) return io_fail(w->path, "close");
-    if (w->n_recs == w->cap_recs) {
-        w->cap_recs = w->cap_recs ? 2 * w->cap_recs : 16;
-        shard_rec *nr = tsr_malloc((size_t)w->cap_recs * sizeof *nr);
-        if (w->n_recs) memcpy(nr, w->recs, (size_t)w->n_recs * sizeof *nr);
-        free(w->recs);
-        w->recs = nr;
-    }
-    w->recs[w->n_recs++] = (shard_rec){.n_tokens = w->cur_n, .crc = w->crc};
-    return 0;
-}
-
-/* Writes n tokens (and mask bytes) that fit the open shard. */
-static int shard_write(tsr_dataset_writer *w, const uint32_t *tokens, const uint8_t *mask,
-                       size_t n) {
-    uint8_t buf[IO_CHUNK * 4];
-    while (n > 0) {
-        size_t m = n < IO_CHUNK ? n : IO_CHUNK;
-        for (size_t j = 0; j < m; j++) {
-            if (w->width == 2) {
-                buf[2 * j] = (uint8_t)tokens[j];
-                buf[2 * j + 1] = (uint8_t)(tokens[j] >> 8);
-            } else {
-                put_u32(buf + 4 * j, tokens[j]);
-            }
-        }
-        size_t bytes = m * w->width;
-        w->crc = tsr_crc32c(w->crc, buf, bytes);
-        if (fwrite(buf, 1, bytes, w->f) != bytes) return io_fail(w->path, "write");
-        if (w->with_mask && fwrite(mask, 1, m, w->mf) != m) return io_fail(w->mpath, "write");
-        w->cur_n += m;
-        tokens += m;
-        if (mask) mask += m;
-        n -= m;
-    }
-    return 0;
-}
-
-int dataset_writer_append(tsr_dataset_writer *w, const uint32_t *tokens, const uint8_t *mask,
-                          size_t n) {
-    if (w->with_mask && !mask && n > 0) {
-        tsr_error("%s: the dataset has a loss mask, but no mask bytes were given", w->dir);
-        return TSR_EXIT_DATA;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (tokens[i] >= w->vocab) {
-            tsr_error("%s: token %u (input position %zu) is >= vocab size %u", w->dir, tokens[i],
-                      i, w->vocab);
-            return TSR_EXIT_DATA;
-        }
-        if (w->with_mask && mask[i] > 1) {
-            tsr_error("%s: mask byte %u (input position %zu), expected 0 or 1", w->dir, mask[i], i);
-            return TSR_EXIT_DATA;
-        }
-    }
-    while (n > 0) {
-        if (!w->f && shard_start(w)) return TSR_EXIT_DATA;
-        uint64_t room = w->shard_tokens - w->cur_n;
-        size_t m = (uint64_t)n < room ? n : (size_t)room;
-        if (shard_write(w, tokens, w->with_mask ? mask : NULL, m)) return TSR_EXIT_DATA;
-        tokens += m;
-        if (w->with_mask) mask += m;
-        n -= m;
-        if (w->cur_n == w->shard_tokens && shard_finish(w)) return TSR_EXIT_DATA;
-    }
-    return 0;
-}
-
-static int writer_write_index(tsr_dataset_writer *w) {
-    char *ipath = path_join(w->tmp, INDEX_NAME);
-    FILE *f = fopen(ipath, "w");
-    if (!f) {
-        int rc = io_fail(ipath, "create");
-        free(ipath);
-        return rc;
-    }
-    uint64_t total = 0;
-    for (int k = 0; k < w->n_recs; k++) total += w->recs[k].n_tokens;
-    fprintf(f, "%s\t%d\n", INDEX_MAGIC, TSR_DATA_VERSION);
-    fprintf(f, "# tessera token dataset; format: docs/data-format.md\n");
-    fprintf(f, "vocab_size\t%u\ntoken_width\t%u\nhas_mask\t%d\nn_shards\t%d\nn_tokens\t%llu\n",
-            w->vocab, w->width, w->with_mask, w->n_recs, (unsigned long long)total);
-    fprintf(f, "# shard\tfile\tn_tokens\tpayload_crc32c\n");
-    for (int k = 0; k < w->n_recs; k++)
-        fprintf(f, "shard\tshard-%05d.bin\t%llu\t%08x\n", k,
-                (unsigned long long)w->recs[k].n_tokens, w->recs[k].crc);
-    fprintf(f, "end\n");
-    int rc = 0;
-    if (fflush(f) != 0 || ferror(f)) rc = io_fail(ipath, "write");
-    else if (fsync(fileno(f)) != 0) rc = io_fail(ipath, "fsync");
-    if (fclose(f) != 0 && !rc) rc = io_fail(ipath, "close");
-    free(ipath);
-    return rc;
-}
-
-/* The directory that holds `path` ("." when there is no slash). */
-static char *parent_dir(const char *path) {
-    const char *slash = strrchr(path, '/');
-    if (!slash) return dir_dup(".");
-    if (slash == path) return dir_dup("/");
-    size_t n = (size_t)(slash - path);
-    char *p = tsr_malloc(n + 1);
-    memcpy(p, path, n);
-    p[n] = '\0';
-    return p;
-}
-
-static int writer_commit(tsr_dataset_writer *w) {
-    if (w->f && shard_finish(w)) return TSR_EXIT_DATA;
-    if (writer_write_index(w)) return TSR_EXIT_DATA;
-    if (fsync_path(w->tmp, 1)) return TSR_EXIT_DATA;
-    struct stat st;
-    if (lstat(w->dir, &st) == 0) {
-        tsr_error("%s: appeared while the dataset was being written; refusing to overwrite it",
-                  w->dir);
-        return TSR_EXIT_DATA;
-    }
-    if (rename(w->tmp, w->dir) != 0) {
-        tsr_error("%s: rename to %s failed: %s", w->tmp, w->dir, strerror(errno));
-        return TSR_EXIT_DATA;
-    }
-    char *parent = parent_dir(w->dir);
-    int rc = fsync_path(parent, 1);
-    free(parent);
-    return rc;
-}
-
-int dataset_writer_close(tsr_dataset_writer *w) {
-    int rc = writer_commit(w);
-    if (rc) {
-        dataset_writer_abort(w);
-        return TSR_EXIT_DATA;
-    }
-    writer_free(w);
-    return 0;
-}
-
-void dataset_writer_abort(tsr_dataset_writer *w) {
-    if (!w) return;
-    if (w->f) fclose(w->f);
-    if (w->mf) fclose(w->mf);
-    w->f = w->mf = NULL;
-    remove_tmp_dir(w->tmp);
-    writer_free(w);
 }

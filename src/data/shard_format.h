@@ -1,0 +1,36 @@
+/* shard_format.h — internal to src/data: the shard layout constants and header codec shared by
+ * the reader (shard.c) and the writer (shard_writer.c). Byte layout: docs/data-format.md. */
+#ifndef TSR_SHARD_FORMAT_H
+#define TSR_SHARD_FORMAT_H
+
+#include <stdint.h>
+
+#define SHARD_MAGIC "TSRSHARD"
+#define SHARD_HEADER_SIZE 64
+#define SHARD_HEADER_CRC_AT 60 /* the header CRC covers bytes [0, 60) */
+#define SHARD_FLAG_MASK 1u
+#define INDEX_NAME "index.tsv"
+#define INDEX_MAGIC "tessera-dataset"
+#define INDEX_MAX_BYTES (256u << 20)
+#define MAX_VOCAB (1ull << 31) /* token ids must fit int32 */
+#define MAX_SHARD_TOKENS (1ull << 60)
+#define MAX_SHARDS 10000000
+#define NAME_MAX_LEN 255
+#define IO_CHUNK 65536
+
+typedef struct shard_header {
+    uint32_t version, header_size, token_width, flags, vocab_size, shard_no;
+    uint64_t n_tokens, token_offset, mask_offset;
+    uint32_t payload_crc, header_crc;
+} shard_header;
+
+/* Serialises h and fills in (and stores into h) the header CRC. */
+void shard_header_encode(shard_header *h, uint8_t out[SHARD_HEADER_SIZE]);
+void shard_put_u32(uint8_t *p, uint32_t v);
+/* Token width in bytes: 2 when every id fits uint16, else 4. */
+uint32_t shard_width_for_vocab(uint64_t vocab);
+/* "dir/name" and a copy of dir without trailing slashes; both malloc'd. */
+char *data_path_join(const char *dir, const char *name);
+char *data_dir_dup(const char *dir);
+
+#endif
