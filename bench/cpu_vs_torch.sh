@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# cpu_vs_torch.sh — training throughput of tessera vs the same model in PyTorch on the CPU.
+#
+#   make bench                       (builds first; this script builds nothing)
+#   bash bench/cpu_vs_torch.sh       (after make)
+#
+# For each model config ("tiny" = configs/tiny.cfg's model and batch; "20m" = a ~23M-parameter
+# GPT-2-style model, see below) it trains ROUNDS times alternately tessera-train (one process,
+# threads = THREADS) and bench/torch_gpt.py (Debian's python3-torch, float32,
+# torch.set_num_threads(THREADS)) for the same number of optimizer steps each, and reports
+# tokens/s = tokens / time of the steps after the first SKIP of every run (pooled over the rounds),
+# the ratio and the peak RSS of each process. Results and logs: $BENCH_OUT.
+#
+# Environment (all optional):
+#   STEPS (per run; default 30 for tiny, 15 for 20m) SKIP=3 ROUNDS=3 THREADS=2 CONFIGS="tiny 20m" BUILD=build BENCH_OUT=build/bench
+#   QUIET_WAIT=60: before each run, wait up to this many seconds for the CPUs to go idle (a shared
+#     machine); every run also reports how much CPU other processes used while it ran
+#   PYTHON=/usr/bin/python3 (the interpreter with torch)
+#   OPENBLAS_CORETYPE: unset = SkylakeX on AVX-512 CPUs, Haswell on AVX2 CPUs, for both programs
+#     (Debian's OpenBLAS may pick generic kernels on new CPUs; torch's matmuls go through the same
+#     library, so both must load it with the same core: ../shared/tools/cpu-notes.md)
+#   TORCH_ENV: extra environment of the PyTorch runs only; unset = PyTorch's fastest settings
+#     measured on the 2-core machine (docs/benchmarks.md): OMP_WAIT_POLICY=PASSIVE (Debian's torch
+#     uses the pthread OpenBLAS, whose threads fight spinning OpenMP workers for the cores),
+#     ATEN_CPU_CAPABILITY=avx512 on AVX-512 CPUs (torch 1.13 picks AVX2), and glibc malloc tunables
+#     that keep freed activation buffers in the heap instead of unmapping them every step.
+#     TORCH_ENV=" " (a space) runs torch with Debian's defaults.
+#   tessera runs as shipped (its own thread and BLAS choices: docs/decisions.md).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+BUILD=${BUILD:-build}
+STEPS_SET=${STEPS:-}
+SKIP=${SKIP:-3}
+ROUNDS=${ROUNDS:-3}
+THREADS=${THREADS:-2}
+CONFIGS=${CONFIGS:-tiny 20m}
+BENCH_OUT=${BENCH_OUT:-$BUILD/bench}
+QUIET_WAIT=${QUIET_WAIT:-60}
+PYTHON=${PYTHON:-/usr/bin/python3}
+TRAIN=$BUILD/tessera-train
+TOOL=$BUILD/tessera
+UTIL=(env -u PYTHONPATH "$PYTHON" "$ROOT/bench/bench_util.py")
+
+die() { echo "cpu_vs_torch: $*" >&2; exit 1; }
+for b in "$TRAIN" "$TOOL"; do
+    [[ -x $b ]] || die "$b not found: run 'make' first (or 'make bench')"
+done
+[[ -x $PYTHON ]] || die "$PYTHON not found: PYTHON= must name an interpreter with torch"
+"$PYTHON" -c 'import torch' 2>/dev/null ||
+    die "$PYTHON cannot import torch: install Debian's python3-torch (apt-get install python3-torch)"
+[[ -z $STEPS_SET ]] || ((SKIP < STEPS_SET)) || die "SKIP=$SKIP must be smaller than STEPS=$STEPS_SET"
+
+if [[ -z ${OPENBLAS_CORETYPE:-} ]]; then
+    if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
+    elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell
+    fi
+fi
+if [[ -z ${TORCH_ENV:-} ]]; then
+    TORCH_ENV="OMP_WAIT_POLICY=PASSIVE"
+    grep -qw avx512f /proc/cpuinfo && TORCH_ENV+=" ATEN_CPU_CAPABILITY=avx512"
+    TORCH_ENV+=" GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=68719476736:glibc.malloc.top_pad=268435456"
+fi
+read -r -a torch_env <<<"$TORCH_ENV"
+
+# model config -> tessera --set overrides on top of configs/tiny.cfg (same optimizer settings),
+# plus the synthetic corpus' vocabulary and size
+config_sets() {
+    case $1 in
+    tiny) SETS=() VOCAB=512 TOKENS=300000 STEPS=${STEPS_SET:-30} ;;
+    # ~23M parameters: 6 x 512, 8 heads (head size 64), vocab 8192, seq 256, 8 x 256 tokens/step in
+    # one microbatch of 8
+    20m) SETS=(model.n_layer=6 model.d_model=512 model.n_head=8 model.vocab_size=8192
+               model.max_seq_len=256 seq_len=256 global_batch=8 micro_batch=8)
+         VOCAB=8192 TOKENS=600000 STEPS=${STEPS_SET:-15} ;;
+    *) die "unknown config '$1' (known: tiny 20m)" ;;
+    esac
+}
+
+TMP=$(mktemp -d /tmp/tessera-bench.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+# every round runs the same binaries, whatever a concurrent 'make' does to $BUILD meanwhile
+cp "$TRAIN" "$TOOL" "$TMP/"
+TRAIN=$TMP/tessera-train TOOL=$TMP/tessera
+mkdir -p "$BENCH_OUT"
+rm -f "$BENCH_OUT"/*-tessera-r* "$BENCH_OUT"/*-torch-r* "$BENCH_OUT/results.md"
+
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+LOAD_START=$(load)
+HEADER="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) CPUs online, load average $LOAD_START
+$("$TRAIN" --version 2>/dev/null || echo 'tessera-train (version unknown)') (the binary; the tree is at $(git rev-parse --short HEAD 2>/dev/null || echo '?')), OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, $THREADS threads
+PyTorch $("$PYTHON" -c 'import torch; print(torch.__version__)') ($PYTHON), environment: ${torch_env[*]:-Debian defaults}
+${STEPS_SET:-30 (tiny) / 15 (20m)} steps x $ROUNDS rounds per program and config, alternating; the first $SKIP steps of each run left out"
+echo "$HEADER"
+results=()
+for cfg in $CONFIGS; do
+    config_sets "$cfg"
+    data=$TMP/data-$cfg
+    "$TOOL" synth --out "$data" --vocab "$VOCAB" --tokens "$TOKENS" --seed 1 --quiet
+    train_dir=$data
+    [[ -f $data/train/index.tsv ]] && train_dir=$data/train
+    sets=(--set "data.train=\"$train_dir\"" --set 'data.val=""' --set 'eval_interval="0ba"'
+          --set 'save_interval="0ba"' --set "max_duration=\"${STEPS}ba\"" --set "threads=$THREADS")
+    for s in "${SETS[@]}"; do sets+=(--set "$s"); done
+    for ((r = 1; r <= ROUNDS; r++)); do
+        base=$BENCH_OUT/$cfg-tessera-r$r
+        run_dir=$TMP/run-$cfg-$r
+        echo "== $cfg round $r: tessera-train: $("${UTIL[@]}" quiet "$QUIET_WAIT")"
+        "${UTIL[@]}" rss "$base.rss" -- "$TRAIN" --config configs/tiny.cfg "${sets[@]}" \
+            --set "run_dir=\"$run_dir\"" >"$base.log" 2>&1 ||
+            { tail -20 "$base.log" >&2; die "tessera-train failed ($base.log)"; }
+        cp "$run_dir/metrics.jsonl" "$base.metrics.jsonl"
+        "${UTIL[@]}" tessera-result "$base.log" "$base.metrics.jsonl" "$SKIP" "$base.rss" >"$base.json"
+        read -r -a targs <<<"$("${UTIL[@]}" torch-args "$run_dir/config.cfg")"
+        base=$BENCH_OUT/$cfg-torch-r$r
+        echo "== $cfg round $r: PyTorch: $("${UTIL[@]}" quiet "$QUIET_WAIT")"
+        "${UTIL[@]}" rss "$base.rss" -- env -u PYTHONPATH "${torch_env[@]}" "$PYTHON" "$ROOT/bench/torch_gpt.py" \
+            "${targs[@]}" --steps "$STEPS" --skip "$SKIP" >"$base.log" 2>&1 ||
+            { tail -20 "$base.log" >&2; die "torch_gpt.py failed ($base.log)"; }
+        "${UTIL[@]}" torch-result "$base.log" "$base.rss" >"$base.json"
+        results+=("$BENCH_OUT/$cfg-tessera-r$r.json" "$base.json")
+    done
+done
+
+echo
+{
+    echo "$HEADER"
+    echo
+    "${UTIL[@]}" table "${results[@]}"
+    echo
+    echo "load average: $LOAD_START at the start, $(load) at the end (it counts this benchmark's own threads)."
+    echo "tokens/s = tokens / time of steps $((SKIP + 1)) to the last of every round, all rounds together;" \
+         "ratio = tessera / PyTorch tokens/s."
+} | tee "$BENCH_OUT/results.md"
