@@ -97,10 +97,17 @@ all: $(PROGRAMS) $(TEST_BIN)
 # Order-only prerequisite of every object: runs once per make invocation.
 deps:
 	@NO_MPI=$(NO_MPI) ./INSTALL --ensure
+	@$(MAKE) --no-print-directory announce
+
+# A separate make run, so what it prints is read after ./INSTALL may have installed things.
+announce:
 	@if [ -x "$(CUDA_HOME)/bin/nvcc" ]; then \
 	  echo "  ✓ CUDA            $(CUDA_HOME)/bin/nvcc found; no CUDA sources yet (kernels/cuda/): CPU-only build"; \
 	else echo "  ✗ CUDA            nvcc not found under CUDA_HOME=$(CUDA_HOME): CPU-only build"; fi
 	@echo "  build: $(if $(filter 1,$(NO_MPI)),single process (NO_MPI=1),MPI) | ARCH=$(ARCH) | OpenBLAS $(if $(OPENBLAS_PC_DIR),OpenMP build,from pkg-config: if it is the pthread build set OMP_WAIT_POLICY=passive) | $(BUILD)/"
+
+# keep objects of test programs (intermediate files) so a second make does not rebuild them
+.SECONDARY:
 
 $(BUILD)/obj/%.o: %.c | deps
 	@mkdir -p $(@D)
