@@ -13,11 +13,13 @@
 #include "dist.h"
 
 static char log_prefix[128] = "";
+static int log_rank; /* 0 until tsr_log_set_rank says otherwise */
 
 void tsr_log_set_rank(int rank, int world) {
     char host[64] = "?";
     if (gethostname(host, sizeof host) != 0) strcpy(host, "?");
     host[sizeof host - 1] = '\0';
+    log_rank = rank;
     if (world > 1)
         snprintf(log_prefix, sizeof log_prefix, "[rank %d %s] ", rank, host);
     else
@@ -60,8 +62,7 @@ void tsr_exit(int code) {
 }
 
 void tsr_fail_all(int code, const char *fmt, ...) {
-    int rank0 = log_prefix[0] == '\0' || strncmp(log_prefix, "[rank 0 ", 8) == 0;
-    if (rank0) {
+    if (log_rank == 0) {
         va_list ap;
         va_start(ap, fmt);
         vreport("error: ", fmt, ap);
