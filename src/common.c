@@ -14,6 +14,9 @@
 
 static char log_prefix[128] = "";
 static int log_rank; /* 0 until tsr_log_set_rank says otherwise */
+static int log_muted;
+
+void tsr_log_mute(int mute) { log_muted = mute; }
 
 void tsr_log_set_rank(int rank, int world) {
     char host[64] = "?";
@@ -34,6 +37,7 @@ static void vreport(const char *kind, const char *fmt, va_list ap) {
 }
 
 void tsr_error(const char *fmt, ...) {
+    if (log_muted) return;
     va_list ap;
     va_start(ap, fmt);
     vreport("error: ", fmt, ap);
@@ -41,6 +45,7 @@ void tsr_error(const char *fmt, ...) {
 }
 
 void tsr_warn(const char *fmt, ...) {
+    if (log_muted) return;
     va_list ap;
     va_start(ap, fmt);
     vreport("warning: ", fmt, ap);

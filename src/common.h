@@ -23,6 +23,10 @@ enum tsr_exit {
 
 /* Sets the "[rank R host]" prefix used by every message; call once the rank is known. */
 void tsr_log_set_rank(int rank, int world);
+/* While muted, tsr_error and tsr_warn print nothing (tsr_die always prints). Ranks other than 0
+ * mute themselves around collective phases (config, opening data) where every rank meets the
+ * same error, so it is printed once. */
+void tsr_log_mute(int mute);
 /* stderr: "[rank R host] error: <msg>" (no prefix in single-process runs). */
 void tsr_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void tsr_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -114,11 +114,13 @@ int main(int argc, char **argv) {
     cli c;
     parse_cli(&c, argc, argv, d.rank);
     tsr_config cfg;
-    /* every rank parses the same file: a bad config stops all of them with the same status */
+    /* Every rank parses the same file and opens the same data: an error there stops all of them
+     * with the same status, and rank 0 alone reports it. */
+    tsr_log_mute(d.rank != 0);
     int rc = config_load(&cfg, c.config, c.sets, c.n_sets);
-    if (rc) tsr_exit(rc);
     tsr_trainer t;
-    rc = trainer_init(&t, &cfg, &d, c.dry_run);
+    if (!rc) rc = trainer_init(&t, &cfg, &d, c.dry_run);
+    tsr_log_mute(0);
     if (rc) tsr_exit(rc);
     banner(&d, &cfg, t.threads);
     if (!c.dry_run) rc = trainer_run(&t);
