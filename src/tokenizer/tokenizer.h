@@ -1,0 +1,63 @@
+/* tokenizer.h — byte-level BPE (GPT-2's scheme): pre-tokenisation, merges by rank, special tokens.
+ *
+ * A tokenizer is a vocabulary of byte strings (token id -> bytes) plus a ranked list of merges
+ * (left id, right id) -> merged id, plus special tokens (e.g. "<|endoftext|>") that are matched
+ * literally before pre-tokenisation. Token ids are uint32 so vocabularies above 65,536 work.
+ * Two sources build one: GPT-2's encoder.json + vocab.bpe (tokenizer_load_gpt2), and tessera's own
+ * versioned file written by `tessera tokenizer train` (tokenizer_load / tokenizer_save; format in
+ * docs/tokenizer.md). Functions returning int return 0 or TSR_EXIT_DATA / TSR_EXIT_USAGE after
+ * tsr_error() named the file and the fault. A built tokenizer is read-only: encode and decode
+ * may be called from several threads at once.
+ */
+#ifndef TSR_TOKENIZER_H
+#define TSR_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct tsr_tokenizer tsr_tokenizer;
+
+typedef struct tsr_merge {
+    uint32_t left, right, result; /* result's bytes = left's bytes followed by right's bytes */
+} tsr_merge;
+
+/* Builds a tokenizer from its parts (copied). tokens[i] (len[i] bytes) is the byte string of id i;
+ * merges are in rank order (merges[0] applies first); specials[k] is a special token's text and
+ * special_ids[k] its id (it must also be a vocabulary entry holding the same bytes). */
+int tokenizer_build(tsr_tokenizer **out, uint32_t n_tokens, const uint8_t *const *tokens,
+                    const uint32_t *len, uint32_t n_merges, const tsr_merge *merges,
+                    uint32_t n_specials, const char *const *specials, const uint32_t *special_ids);
+/* GPT-2: encoder.json (byte-to-unicode-mapped strings -> ids) and vocab.bpe (ranked merges). */
+int tokenizer_load_gpt2(tsr_tokenizer **out, const char *encoder_json, const char *vocab_bpe);
+/* tessera's own format (written by tokenizer_save). */
+int tokenizer_load(tsr_tokenizer **out, const char *path);
+int tokenizer_save(const tsr_tokenizer *tok, const char *path); /* temp file + rename */
+/* Loads by name: "gpt2" (the files under $TSR_DATA_DIR/gpt2 or data/npm/gpt2, see INSTALL), a
+ * directory holding encoder.json + vocab.bpe, or a file in tessera's format. */
+int tokenizer_open(tsr_tokenizer **out, const char *spec);
+void tokenizer_free(tsr_tokenizer *tok);
+
+uint32_t tokenizer_vocab_size(const tsr_tokenizer *tok);
+/* Id of a special token such as "<|endoftext|>", or UINT32_MAX when it has none. */
+uint32_t tokenizer_special_id(const tsr_tokenizer *tok, const char *name);
+
+/* Encodes n bytes of text (any bytes; UTF-8 expected, invalid sequences are handled as GPT-2's
+ * encoder does). Special tokens are recognised when allow_special != 0. Appends to *ids (realloc'd,
+ * capacity in *cap) and returns the number of ids written after *n_ids, updating *n_ids. */
+size_t tokenizer_encode(const tsr_tokenizer *tok, const uint8_t *text, size_t n, int allow_special,
+                        uint32_t **ids, size_t *n_ids, size_t *cap);
+/* Decodes ids to bytes: writes at most cap bytes to out, returns the full length needed. An id
+ * out of range is an error: returns (size_t)-1 after tsr_error(). */
+size_t tokenizer_decode(const tsr_tokenizer *tok, const uint32_t *ids, size_t n, uint8_t *out,
+                        size_t cap);
+/* The bytes of one token (len in *len), or NULL for an id out of range. */
+const uint8_t *tokenizer_token_bytes(const tsr_tokenizer *tok, uint32_t id, uint32_t *len);
+
+/* GPT-2 pre-tokenisation of UTF-8 text: the regex
+ *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ * without a regex library. Calls piece(ctx, start, len) for each piece in order. Exposed for
+ * `tessera tokenizer train`, which counts pieces. */
+void tokenizer_pretokenize(const uint8_t *text, size_t n,
+                           void (*piece)(void *ctx, const uint8_t *p, size_t len), void *ctx);
+
+#endif
