@@ -5,10 +5,10 @@
 # same seed gives the same bits.
 source "$(dirname "$0")/lib.sh"
 tsr_tmpdir
-tap_plan 6
+tap_plan 7
 make_synth "$TMP/data" 512 400000
 set_args=(--set data.train="$TMP/data/train" --set data.val="$TMP/data/val" --set max_duration=60ba
-          --set eval_interval=30ba --set run_dir="$TMP/run")
+          --set eval_interval=30ba --set run_dir="$TMP/run" --set sample.tokens=32)
 "$TRAIN" --config "$TSR_ROOT/configs/tiny.cfg" "${set_args[@]}" >"$TMP/out.txt" 2>&1
 tap_check $? "tiny.cfg trains 60 steps on the synthetic corpus"
 first=$(json_field "$TMP/run/metrics.jsonl" 1 loss)
@@ -27,4 +27,8 @@ tap_check $? "the written effective config re-runs as a recipe"
 cmp -s <(sed -E 's/, "tokens_per_s".*//' "$TMP/run/metrics.jsonl") \
        <(sed -E 's/, "tokens_per_s".*//' "$TMP/run2/metrics.jsonl")
 tap_check $? "same config and seed give bit-identical losses, lrs and norms"
+s1=$(grep -A1 '^sample' "$TMP/out.txt" | tail -1); s2=$(grep -A1 '^sample' "$TMP/out2.txt" | tail -1)
+n=$(wc -w <<<"$s1"); max=$(tr ' ' '\n' <<<"$s1" | sort -n | tail -1)
+[[ $n == 32 && $max -lt 512 && $s1 == "$s2" ]]
+tap_check $? "32 sampled tokens after training, ids < 512, the same on a rerun ($n tokens, max id $max)"
 tap_done

@@ -44,6 +44,7 @@ typedef struct tsr_optim_config {
 
 typedef struct tsr_data_config {
     char train[1024], val[1024]; /* dataset directories; val "" = no eval */
+    char tokenizer[1024];        /* for decoding samples: "gpt2", a directory or a file; "" = none */
     int shuffle, verify;
 } tsr_data_config;
 
@@ -59,6 +60,11 @@ typedef struct tsr_config {
     tsr_model_config model;
     tsr_optim_config optim;
     tsr_data_config data;
+    struct {
+        int64_t tokens;     /* tokens to sample after training (rank 0); 0 = none */
+        double temperature;
+        int64_t top_k;      /* 0 = the whole vocabulary */
+    } sample;
     tsr_sharding_kind sharding;
 } tsr_config;
 

@@ -146,6 +146,16 @@ const cfgtab_key cfgtab_keys[] = {
             "of the rank count); false = dataset order."},
     {.name = "data.verify", .type = CFGK_BOOL, FIELD(data.verify), .def = "true",
      .doc = "Verify every shard's checksum when a dataset is opened (reads it once)."},
+    {.name = "data.tokenizer", .type = CFGK_STRING, FIELD(data.tokenizer), .def = "", .ilo = 0,
+     .doc = "Tokenizer used to decode samples: `gpt2`, a directory with encoder.json + vocab.bpe, "
+            "or a `tessera tokenizer train` file; empty = print token ids."},
+
+    {.name = "sample.tokens", .type = CFGK_INT, FIELD(sample.tokens), .def = "0", .ilo = 0,
+     .ihi = 1000000, .doc = "Tokens to sample (rank 0) after training, from an end-of-text prompt; 0 = none."},
+    {.name = "sample.temperature", .type = CFGK_FLOAT, FIELD(sample.temperature), .def = "1.0",
+     .lo = 0, .hi = 100, .lo_open = 1, .doc = "Sampling temperature (> 0)."},
+    {.name = "sample.top_k", .type = CFGK_INT, FIELD(sample.top_k), .def = "40", .ilo = 0,
+     .ihi = INT32_MAX, .doc = "Sample among the k most likely tokens; 0 = all of them."},
 
     {.name = "parallel.sharding", .type = CFGK_ENUM, FIELD(sharding), .def = "ddp",
      ENUM(shard_names),

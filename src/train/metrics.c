@@ -159,3 +159,10 @@ void metrics_finish(tsr_trainer *t) {
            (long long)t->step, (long long)t->tokens_seen, 1e3 * avg, (long long)t->step);
     fflush(stdout);
 }
+
+void metrics_log_sample(const tsr_trainer *t, const int32_t *ids, int n) {
+    printf("sample (%d tokens, temperature %g, top-k %lld):\n", n, t->cfg.sample.temperature,
+           (long long)t->cfg.sample.top_k);
+    for (int i = 0; i < n; i++) printf("%d%c", ids[i], i + 1 == n ? '\n' : ' ');
+    fflush(stdout);
+}

@@ -15,5 +15,7 @@ int metrics_open_run_dir(tsr_trainer *t);
 void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st);
 void metrics_log_eval(tsr_trainer *t, double val_loss);
 void metrics_finish(tsr_trainer *t);
+/* Prints sampled tokens: decoded with data.tokenizer when set, else as ids. */
+void metrics_log_sample(const tsr_trainer *t, const int32_t *ids, int n);
 
 #endif

@@ -194,6 +194,15 @@ int trainer_run(tsr_trainer *t) {
             metrics_log_eval(t, trainer_eval(t));
     }
     metrics_finish(t);
+    if (t->cfg.sample.tokens > 0 && t->dist.rank == 0) {
+        /* prompt: the end-of-text token, by convention the vocabulary's last id (GPT-2's 50256,
+         * the synthetic corpus' V-1, a trained tokenizer's last special) */
+        int32_t eot = t->model.V - 1, n = (int32_t)t->cfg.sample.tokens;
+        int32_t *ids = tsr_malloc((size_t)n * sizeof *ids);
+        trainer_sample(t, &eot, 1, n, (uint64_t)t->cfg.seed, ids);
+        metrics_log_sample(t, ids, n);
+        free(ids);
+    }
     return TSR_EXIT_OK;
 }
 

@@ -50,6 +50,10 @@ double trainer_eval(tsr_trainer *t);
 /* The whole run: steps until max_duration with logging and periodic eval. Returns an exit code. */
 int trainer_run(tsr_trainer *t);
 void trainer_free(tsr_trainer *t);
+/* Samples n_new tokens after the prompt (n_prompt >= 1 tokens) with sample.temperature and
+ * sample.top_k, deterministically from seed; writes them to out. Local to the calling rank. */
+int trainer_sample(tsr_trainer *t, const int32_t *prompt, int n_prompt, int n_new, uint64_t seed,
+                   int32_t *out);
 
 /* Learning-rate multiplier at 0-based step s of S with W warmup steps (docs/training.md):
  * s < W: (s+1)/W; then p = (s-W)/max(1, S-W) and cosine: a + (1-a)(1+cos(pi p))/2,
