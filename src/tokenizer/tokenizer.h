@@ -60,4 +60,12 @@ const uint8_t *tokenizer_token_bytes(const tsr_tokenizer *tok, uint32_t id, uint
 void tokenizer_pretokenize(const uint8_t *text, size_t n,
                            void (*piece)(void *ctx, const uint8_t *p, size_t len), void *ctx);
 
+/* ---- Read access to a built tokenizer's parts, for tokenizer_save (src/tokenizer/tokfile_save.c).
+ * Implemented beside the struct (bpe.c). Pointers stay valid until tokenizer_free. ---- */
+uint32_t tokenizer_n_merges(const tsr_tokenizer *tok);
+const tsr_merge *tokenizer_merges(const tsr_tokenizer *tok); /* (n_merges) in rank order */
+uint32_t tokenizer_n_specials(const tsr_tokenizer *tok);
+const char *tokenizer_special_name(const tsr_tokenizer *tok, uint32_t k); /* k < n_specials */
+uint32_t tokenizer_special_id_at(const tsr_tokenizer *tok, uint32_t k);   /* k < n_specials */
+
 #endif
