@@ -1,0 +1,75 @@
+/* ckpt.h — HDF5 checkpoints: one file per checkpoint, written collectively through MPI-IO.
+ *
+ * Every tensor is a dataset of its GLOBAL shape; each rank writes (and on load reads) the part it
+ * owns, given as a range [lo, hi) of the tensor's row-major flattened elements (ZeRO shards of a
+ * flat buffer cut tensors anywhere, so a range, not a box). Each dataset carries a "crc32c"
+ * attribute: the CRC32C of the whole tensor's little-endian float32 bytes, assembled from the
+ * ranks' slice CRCs (crc32c_combine), so it equals a plain CRC32C of the dataset read by h5py.
+ *
+ * Commit protocol (DESIGN.md "Checkpoints"): write RUN_DIR/step-NNNNNNNN.h5.tmp, fsync, rename to
+ * step-NNNNNNNN.h5, fsync the directory, then replace RUN_DIR/latest (a one-line text file naming
+ * the checkpoint) by writing latest.tmp + rename; only then delete checkpoints beyond keep_last
+ * (>= 2). A crash at any point leaves the previous checkpoint and `latest` valid.
+ *
+ * All functions are collective over MPI_COMM_WORLD (every rank calls them with the same names,
+ * shapes and metadata) unless marked "local". They return 0 or TSR_EXIT_DATA after tsr_error()
+ * named the file and the fault. Format: docs/checkpoint-format.md.
+ */
+#ifndef TSR_CKPT_H
+#define TSR_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TSR_CKPT_FORMAT "tessera-checkpoint"
+#define TSR_CKPT_VERSION 1
+
+typedef struct ckpt_tensor {
+    const char *name;   /* dataset path inside the file, e.g. "model/wte" or "optim/m/wte" */
+    int ndim;           /* 1..4 */
+    int64_t shape[4];   /* global shape */
+    uint64_t lo, hi;    /* this rank's flat element range, lo <= hi <= numel (may be empty) */
+    float *data;        /* hi - lo elements: read from on save, written to on load */
+} ckpt_tensor;
+
+typedef struct ckpt_meta {
+    int64_t step;            /* optimizer steps taken */
+    int64_t tokens;          /* tokens seen */
+    int64_t data_cursor;     /* global sample position of the next batch */
+    int64_t world_size;      /* ranks that wrote it */
+    int64_t global_batch;    /* resume refuses a different one */
+    int64_t seed;
+    char config[65536];      /* the effective config text */
+    char program_version[64];
+} ckpt_meta;
+
+typedef struct ckpt_stats {
+    double seconds;          /* wall time of the whole save or load (commit included) */
+    uint64_t bytes;          /* tensor bytes written or read by all ranks */
+} ckpt_stats;
+
+/* Writes and commits checkpoint `meta->step` in run_dir, then applies retention (keep_last >= 2).
+ * The path of the committed file is written to path_out (may be NULL). */
+int ckpt_save(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *tensors, int n,
+              int keep_last, char *path_out, size_t path_cap, ckpt_stats *stats);
+
+/* Finds the checkpoint to resume from: `latest` if valid, else the newest valid step-*.h5, with a
+ * warning naming what was wrong with each one skipped. Validity = opens, format/version attributes
+ * right, every tensor's crc32c matches (each rank checks its slices of `tensors`, which gives the
+ * layout wanted at THIS world size; data is read into the buffers as a side effect). Returns 0 and
+ * fills meta and path_out; returns 1 when run_dir has no checkpoint at all (a fresh run); returns
+ * TSR_EXIT_DATA when there are checkpoints but none is valid, after an error listing each file
+ * tried and why. */
+int ckpt_resume(const char *run_dir, ckpt_meta *meta, ckpt_tensor *tensors, int n, char *path_out,
+                size_t path_cap, ckpt_stats *stats);
+
+/* Loads one named checkpoint file (no fallback): meta, and the tensors' slices (verified). A
+ * tensor listed in `tensors` but absent from the file is an error naming it; with `only_prefix`
+ * non-NULL only tensors whose name starts with it are loaded (e.g. "model/" for --init-from). */
+int ckpt_load(const char *path, ckpt_meta *meta, ckpt_tensor *tensors, int n,
+              const char *only_prefix, ckpt_stats *stats);
+
+/* CRC32C of A followed by B, from crc(A), crc(B) and B's length (local). */
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+
+#endif
