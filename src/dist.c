@@ -64,6 +64,13 @@ void dist_allreduce_sum_i64(int64_t *buf, size_t n) {
 void dist_allreduce_max_f64(double *buf, size_t n) {
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
 }
+void dist_reduce_scatter_sum_f32(const float *send, float *recv, const int *counts) {
+    MPI_CHECK(MPI_Reduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+}
+void dist_allgatherv_f32(float *buf, const int *counts, const int *displs) {
+    MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT,
+                             MPI_COMM_WORLD));
+}
 void dist_barrier(void) { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
 void dist_bcast(void *buf, size_t bytes, int root) {
     MPI_CHECK(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD));
@@ -105,6 +112,12 @@ void dist_allreduce_sum_f32(float *buf, size_t n) { (void)buf; (void)n; }
 void dist_allreduce_sum_f64(double *buf, size_t n) { (void)buf; (void)n; }
 void dist_allreduce_sum_i64(int64_t *buf, size_t n) { (void)buf; (void)n; }
 void dist_allreduce_max_f64(double *buf, size_t n) { (void)buf; (void)n; }
+void dist_reduce_scatter_sum_f32(const float *send, float *recv, const int *counts) {
+    memcpy(recv, send, (size_t)counts[0] * sizeof(float));
+}
+void dist_allgatherv_f32(float *buf, const int *counts, const int *displs) {
+    (void)buf, (void)counts, (void)displs;
+}
 void dist_barrier(void) {}
 void dist_bcast(void *buf, size_t bytes, int root) { (void)buf; (void)bytes; (void)root; }
 void dist_abort(int code) { exit(code); }

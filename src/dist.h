@@ -24,6 +24,11 @@ void dist_allreduce_sum_f32(float *buf, size_t n);
 void dist_allreduce_sum_f64(double *buf, size_t n);
 void dist_allreduce_sum_i64(int64_t *buf, size_t n);
 void dist_allreduce_max_f64(double *buf, size_t n);
+/* ZeRO-1: recv (counts[rank]) = this rank's block of the element-wise sum of send (sum of counts)
+ * over all ranks; blocks in rank order. */
+void dist_reduce_scatter_sum_f32(const float *send, float *recv, const int *counts);
+/* In place: rank r's block buf[displs[r] .. + counts[r]) is sent to every rank. */
+void dist_allgatherv_f32(float *buf, const int *counts, const int *displs);
 void dist_barrier(void);
 void dist_bcast(void *buf, size_t bytes, int root);
 _Noreturn void dist_abort(int code);

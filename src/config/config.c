@@ -292,7 +292,7 @@ static const char *const cross_rules[] = {
     "`model.expansion_ratio x model.d_model` (the MLP width) is a whole number.",
     "`model.vocab_size` rounded up to a multiple of `model.vocab_multiple` fits in 31 bits.",
     "`eval_interval` other than `0ba` needs `data.val`.",
-    "`parallel.sharding`: only `ddp` is implemented yet.",
+    "`parallel.sharding`: only `ddp` and `zero1` are implemented yet.",
     "`device = \"cuda\"` needs a build with the CUDA backend.",
 };
 
@@ -363,10 +363,10 @@ static void validate(load_ctx *c) {
                   "dir>\" or eval_interval = \"0ba\"", where(c, "eval_interval", at, sizeof at), d);
         c->errors++;
     }
-    if (g->sharding != TSR_SHARD_DDP) {
+    if (g->sharding != TSR_SHARD_DDP && g->sharding != TSR_SHARD_ZERO1) {
         char v[64];
         cfgtab_format(cfgtab_find("parallel.sharding"), g, v, sizeof v);
-        tsr_error("%sparallel.sharding = %s: not implemented yet; accepted now: ddp",
+        tsr_error("%sparallel.sharding = %s: not implemented yet; accepted now: ddp | zero1",
                   where(c, "parallel.sharding", at, sizeof at), v);
         c->errors++;
     }

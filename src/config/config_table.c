@@ -161,7 +161,7 @@ const cfgtab_key cfgtab_keys[] = {
      ENUM(shard_names),
      .doc = "How ranks share the training state: `ddp` replicates it; `zero1` shards the optimizer "
             "state, `zero3` also weights and gradients, `hsdp` zero3 within a node and ddp across "
-            "nodes. Only `ddp` is available in this build."},
+            "nodes. `ddp` and `zero1` are available in this build."},
 };
 const int cfgtab_n_keys = NELEM(cfgtab_keys);
 

@@ -48,9 +48,12 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
     double ab = (double)model_acts_bytes(m, t->micro, t->T);
     human_bytes(w, sizeof w, pb);
     human_bytes(g, sizeof g, pb);
-    human_bytes(opt, sizeof opt, 2 * pb);
+    /* ZeRO-1 keeps AdamW state for 1/W of the parameters on each rank */
+    int zero1 = c->sharding == TSR_SHARD_ZERO1 && t->dist.world > 1;
+    double ob = 2 * pb / (zero1 ? t->dist.world : 1);
+    human_bytes(opt, sizeof opt, ob);
     human_bytes(acts, sizeof acts, ab);
-    human_bytes(tot, sizeof tot, 4 * pb + ab);
+    human_bytes(tot, sizeof tot, 2 * pb + ob + ab);
     printf("model: %s, L=%d d_model=%d heads=%d mlp=%d vocab=%d (padded %d) pos=%s bias=%s "
            "gelu=%s\n",
            np, m->L, m->C, m->NH, m->F, m->V, m->Vp,
@@ -58,9 +61,11 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
            c->model.gelu ? "exact" : "tanh");
     printf("params: %zu trainable; FLOPs/token = 6N + 12*L*d*T = %.4g (docs/mfu.md)\n",
            m->n_params_counted, t->flops_per_token);
-    printf("memory per rank (fp32): weights %s, grads %s, AdamW %s, activations %s per "
+    char how[64] = "";
+    if (zero1) snprintf(how, sizeof how, " (ZeRO-1: sharded over %d ranks)", t->dist.world);
+    printf("memory per rank (fp32): weights %s, grads %s, AdamW %s%s, activations %s per "
            "microbatch of %d x %d; total %s\n",
-           w, g, opt, acts, t->micro, t->T, tot);
+           w, g, opt, how, acts, t->micro, t->T, tot);
     printf("batch: global %lld = %d ranks x %lld per rank = %lld microbatches of %d; "
            "seq_len %d; %lld tokens/step\n",
            (long long)c->global_batch, t->dist.world, (long long)t->per_rank,

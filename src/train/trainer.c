@@ -52,6 +52,32 @@ static int open_data(tsr_trainer *t) {
     return 0;
 }
 
+/* Splits the flat parameter buffer into W slices (ZeRO-1) or gives every rank all of it (DDP). */
+static int plan_shards(tsr_trainer *t) {
+    size_t n = t->model.n_params, W = (size_t)t->dist.world;
+    if (t->cfg.sharding != TSR_SHARD_ZERO1 || W == 1) {
+        t->shard_lo = 0;
+        t->shard_hi = n;
+        return 0;
+    }
+    if (n / W > (size_t)INT32_MAX) {
+        tsr_error("parallel.sharding = \"zero1\": %zu parameters over %zu ranks exceed MPI's int "
+                  "counts; use more ranks", n, W);
+        return TSR_EXIT_USAGE;
+    }
+    t->shard_counts = tsr_malloc(W * sizeof(int));
+    t->shard_displs = tsr_malloc(W * sizeof(int));
+    for (size_t r = 0; r < W; r++) {
+        size_t lo = n * r / W / 16 * 16, hi = r + 1 == W ? n : n * (r + 1) / W / 16 * 16;
+        t->shard_displs[r] = (int)lo;
+        t->shard_counts[r] = (int)(hi - lo);
+    }
+    t->shard_lo = (size_t)t->shard_displs[t->dist.rank];
+    t->shard_hi = t->shard_lo + (size_t)t->shard_counts[t->dist.rank];
+    t->gslice = t->ops->alloc((t->shard_hi - t->shard_lo) * sizeof(float));
+    return 0;
+}
+
 int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run) {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
@@ -83,8 +109,10 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     model_alloc_params(&t->model);
     model_init_weights(&t->model, (uint64_t)cfg->seed);
     model_alloc_acts(&t->model, t->micro, t->T);
-    t->m = t->ops->alloc(t->model.n_params * sizeof(float));
-    t->v = t->ops->alloc(t->model.n_params * sizeof(float));
+    TSR_CHECK(plan_shards(t));
+    size_t owned = t->shard_hi - t->shard_lo;
+    t->m = t->ops->alloc(owned * sizeof(float));
+    t->v = t->ops->alloc(owned * sizeof(float));
     t->inputs = tsr_malloc((size_t)t->per_rank * t->T * sizeof(int32_t));
     t->targets = tsr_malloc((size_t)t->per_rank * t->T * sizeof(int32_t));
     metrics_print_plan(t, 0);
@@ -134,24 +162,35 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
         loss_sum += model_forward(m, in, tg, t->micro, t->T);
         model_backward(m, in, tg, t->micro, t->T, scale);
     }
-    if (t->dist.world > 1) {
+    /* gradients of the owned slice, summed over ranks */
+    float *g = m->grads + t->shard_lo;
+    size_t lo = t->shard_lo, hi = t->shard_hi;
+    if (t->shard_counts) {
+        dist_reduce_scatter_sum_f32(m->grads, t->gslice, t->shard_counts);
+        g = t->gslice;
+    } else if (t->dist.world > 1) {
         dist_allreduce_sum_f32(m->grads, m->n_params);
-        dist_allreduce_sum_f64(&loss_sum, 1);
     }
-    double norm = sqrt(t->ops->sumsq(m->grads, m->n_params));
+    if (t->dist.world > 1) dist_allreduce_sum_f64(&loss_sum, 1);
+    double sq = t->ops->sumsq(g, hi - lo);
+    if (t->shard_counts) dist_allreduce_sum_f64(&sq, 1);
+    double norm = sqrt(sq);
     float gscale = 1.0f;
     if (o->grad_clip > 0 && norm > o->grad_clip) gscale = (float)(o->grad_clip / (norm + 1e-6));
     double lr = o->lr * lr_multiplier(o->schedule, o->alpha_f, t->step, t->warmup_steps,
                                       t->total_steps);
     t->step++;
+    /* AdamW on the owned part of each tensor (weight decay depends on the tensor's kind) */
     for (int i = 0; i < TSR_P_COUNT; i++) {
         const tsr_param_info *p = &m->params_info[i];
-        if (!p->numel) continue;
+        size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+        if (a >= b) continue;
         float wd = param_decays(o, p->kind) ? (float)o->weight_decay : 0.0f;
-        t->ops->adamw_update(m->params + p->offset, m->grads + p->offset, t->m + p->offset,
-                             t->v + p->offset, p->numel, (float)lr, (float)o->beta1,
-                             (float)o->beta2, (float)o->eps, wd, gscale, (int)t->step);
+        t->ops->adamw_update(m->params + a, g + (a - lo), t->m + (a - lo), t->v + (a - lo), b - a,
+                             (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps, wd,
+                             gscale, (int)t->step);
     }
+    if (t->shard_counts) dist_allgatherv_f32(m->params, t->shard_counts, t->shard_displs);
     t->tokens_seen += t->cfg.global_batch * t->T;
     st->step = t->step;
     st->loss = counted > 0 ? loss_sum / (double)counted : NAN;
@@ -207,6 +246,9 @@ int trainer_run(tsr_trainer *t) {
 }
 
 void trainer_free(tsr_trainer *t) {
+    if (t->gslice) t->ops->free(t->gslice);
+    free(t->shard_counts);
+    free(t->shard_displs);
     if (t->m) t->ops->free(t->m);
     if (t->v) t->ops->free(t->v);
     free(t->inputs);

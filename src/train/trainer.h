@@ -33,7 +33,14 @@ typedef struct tsr_trainer {
     tsr_sampler sampler;
     int T, micro;                /* seq_len, micro_batch */
     int64_t per_rank, step, total_steps, warmup_steps, eval_every, tokens_seen;
-    float *m, *v;                /* AdamW moments (n_params) */
+    /* Optimizer ownership. ZeRO-1: rank r owns the flat parameter slice [shard_lo, shard_hi)
+     * (16-float aligned, rank order), keeps AdamW state for it only, receives the summed
+     * gradients of it by reduce-scatter and all-gathers its updated parameters. DDP: every rank
+     * owns [0, n_params) and gradients are all-reduced. */
+    size_t shard_lo, shard_hi;
+    int *shard_counts, *shard_displs; /* per rank (ZeRO-1) */
+    float *gslice;               /* ZeRO-1: summed gradients of the owned slice */
+    float *m, *v;                /* AdamW moments of the owned slice */
     int32_t *inputs, *targets;   /* this rank's batch (per_rank, T) */
     FILE *metrics;               /* run_dir/metrics.jsonl on rank 0, else NULL */
     double flops_per_token, peak_flops, time_sum;

@@ -356,10 +356,10 @@ static void test_cross(void) {
     p = write_cfg("x5.cfg", 10, "  max_seq_len = 8; pos = \"alibi\";", 0);
     rc = load(&c, p, NULL, 0);
     expect(rc, 0, "... but alibi does not", NULL);
-    p = write_cfg("x6.cfg", 17, "parallel = { sharding = \"zero1\"; };", 0);
+    p = write_cfg("x6.cfg", 17, "parallel = { sharding = \"zero3\"; };", 0);
     rc = load(&c, p, NULL, 0);
-    expect(rc, TSR_EXIT_USAGE, "sharding other than ddp",
-           "parallel.sharding = \"zero1\": not implemented yet; accepted now: ddp", NULL);
+    expect(rc, TSR_EXIT_USAGE, "sharding other than ddp and zero1",
+           "parallel.sharding = \"zero3\": not implemented yet; accepted now: ddp | zero1", NULL);
     p = write_cfg("x7.cfg", 17, "device = \"cuda\";", 0);
     rc = load(&c, p, NULL, 0);
 #ifdef TSR_HAVE_CUDA
