@@ -52,29 +52,26 @@ static int open_data(tsr_trainer *t) {
     return 0;
 }
 
-/* Splits the flat parameter buffer into W slices (ZeRO-1) or gives every rank all of it (DDP). */
+/* The rank partition of the flat parameter buffer: rank r's part is [displs[r], +counts[r]),
+ * 16-float aligned, in rank order. ZeRO-1 ranks own their part (optimizer state, update); DDP
+ * ranks own everything but still use the partition to split checkpoint I/O. */
 static int plan_shards(tsr_trainer *t) {
     size_t n = t->model.n_params, W = (size_t)t->dist.world;
-    if (t->cfg.sharding != TSR_SHARD_ZERO1 || W == 1) {
-        t->shard_lo = 0;
-        t->shard_hi = n;
-        return 0;
-    }
     if (n / W > (size_t)INT32_MAX) {
-        tsr_error("parallel.sharding = \"zero1\": %zu parameters over %zu ranks exceed MPI's int "
-                  "counts; use more ranks", n, W);
+        tsr_error("%zu parameters over %zu ranks exceed MPI's int counts; use more ranks", n, W);
         return TSR_EXIT_USAGE;
     }
-    t->shard_counts = tsr_malloc(W * sizeof(int));
-    t->shard_displs = tsr_malloc(W * sizeof(int));
+    t->part_counts = tsr_malloc(W * sizeof(int));
+    t->part_displs = tsr_malloc(W * sizeof(int));
     for (size_t r = 0; r < W; r++) {
         size_t lo = n * r / W / 16 * 16, hi = r + 1 == W ? n : n * (r + 1) / W / 16 * 16;
-        t->shard_displs[r] = (int)lo;
-        t->shard_counts[r] = (int)(hi - lo);
+        t->part_displs[r] = (int)lo;
+        t->part_counts[r] = (int)(hi - lo);
     }
-    t->shard_lo = (size_t)t->shard_displs[t->dist.rank];
-    t->shard_hi = t->shard_lo + (size_t)t->shard_counts[t->dist.rank];
-    t->gslice = t->ops->alloc((t->shard_hi - t->shard_lo) * sizeof(float));
+    t->zero1 = t->cfg.sharding == TSR_SHARD_ZERO1 && W > 1;
+    t->shard_lo = t->zero1 ? (size_t)t->part_displs[t->dist.rank] : 0;
+    t->shard_hi = t->zero1 ? t->shard_lo + (size_t)t->part_counts[t->dist.rank] : n;
+    if (t->zero1) t->gslice = t->ops->alloc((t->shard_hi - t->shard_lo) * sizeof(float));
     return 0;
 }
 
@@ -165,15 +162,15 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     /* gradients of the owned slice, summed over ranks */
     float *g = m->grads + t->shard_lo;
     size_t lo = t->shard_lo, hi = t->shard_hi;
-    if (t->shard_counts) {
-        dist_reduce_scatter_sum_f32(m->grads, t->gslice, t->shard_counts);
+    if (t->zero1) {
+        dist_reduce_scatter_sum_f32(m->grads, t->gslice, t->part_counts);
         g = t->gslice;
     } else if (t->dist.world > 1) {
         dist_allreduce_sum_f32(m->grads, m->n_params);
     }
     if (t->dist.world > 1) dist_allreduce_sum_f64(&loss_sum, 1);
     double sq = t->ops->sumsq(g, hi - lo);
-    if (t->shard_counts) dist_allreduce_sum_f64(&sq, 1);
+    if (t->zero1) dist_allreduce_sum_f64(&sq, 1);
     double norm = sqrt(sq);
     float gscale = 1.0f;
     if (o->grad_clip > 0 && norm > o->grad_clip) gscale = (float)(o->grad_clip / (norm + 1e-6));
@@ -190,7 +187,7 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
                              (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps, wd,
                              gscale, (int)t->step);
     }
-    if (t->shard_counts) dist_allgatherv_f32(m->params, t->shard_counts, t->shard_displs);
+    if (t->zero1) dist_allgatherv_f32(m->params, t->part_counts, t->part_displs);
     t->tokens_seen += t->cfg.global_batch * t->T;
     st->step = t->step;
     st->loss = counted > 0 ? loss_sum / (double)counted : NAN;
@@ -247,8 +244,8 @@ int trainer_run(tsr_trainer *t) {
 
 void trainer_free(tsr_trainer *t) {
     if (t->gslice) t->ops->free(t->gslice);
-    free(t->shard_counts);
-    free(t->shard_displs);
+    free(t->part_counts);
+    free(t->part_displs);
     if (t->m) t->ops->free(t->m);
     if (t->v) t->ops->free(t->v);
     free(t->inputs);

@@ -33,12 +33,14 @@ typedef struct tsr_trainer {
     tsr_sampler sampler;
     int T, micro;                /* seq_len, micro_batch */
     int64_t per_rank, step, total_steps, warmup_steps, eval_every, tokens_seen;
-    /* Optimizer ownership. ZeRO-1: rank r owns the flat parameter slice [shard_lo, shard_hi)
-     * (16-float aligned, rank order), keeps AdamW state for it only, receives the summed
-     * gradients of it by reduce-scatter and all-gathers its updated parameters. DDP: every rank
-     * owns [0, n_params) and gradients are all-reduced. */
+    /* Optimizer ownership. The flat parameters are partitioned over the ranks (part_*: 16-float
+     * aligned, rank order). ZeRO-1 (zero1 = 1): rank r owns its part [shard_lo, shard_hi), keeps
+     * AdamW state for it only, receives its summed gradients by reduce-scatter and all-gathers
+     * its updated parameters. DDP: every rank owns [0, n_params), gradients are all-reduced, and
+     * the partition only splits checkpoint I/O. */
+    int zero1;
     size_t shard_lo, shard_hi;
-    int *shard_counts, *shard_displs; /* per rank (ZeRO-1) */
+    int *part_counts, *part_displs; /* per rank */
     float *gslice;               /* ZeRO-1: summed gradients of the owned slice */
     float *m, *v;                /* AdamW moments of the owned slice */
     int32_t *inputs, *targets;   /* this rank's batch (per_rank, T) */
