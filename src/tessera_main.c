@@ -6,6 +6,8 @@
 #include "common.h"
 #include "config/config.h"
 #include "data/data_cmd.h"
+#include "prep/prep.h"
+#include "tokenizer/tokenizer_cmd.h"
 
 #ifndef TSR_VERSION
 #define TSR_VERSION "unknown"
@@ -26,6 +28,8 @@ static const struct command {
     int (*run)(int argc, char **argv);
     const char *help;
 } commands[] = {
+    {"prep", cmd_prep, "tokenize text / JSONL files into a dataset (DIR/train, DIR/val)"},
+    {"tokenizer", cmd_tokenizer, "encode, decode, or train a byte-level BPE tokenizer"},
     {"shard", cmd_shard, "write a dataset (token shards + index) from token ids"},
     {"synth", cmd_synth, "write the deterministic synthetic corpus used by the demo and tests"},
     {"verify-data", cmd_verify_data, "check a dataset's headers and checksums"},

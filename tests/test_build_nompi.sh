@@ -9,7 +9,7 @@ tap_check $? "make NO_MPI=1 builds tessera-train"
 ! ldd "$TMP/b/tessera-train" | grep -qE 'libmpi|libhdf5'
 tap_check $? "the NO_MPI binary links neither MPI nor HDF5"
 make_synth "$TMP/data" 512 50000
-args=(--config "$TSR_ROOT/configs/tiny.cfg" --set data.train="$TMP/data/train" --set data.val="$TMP/data/val"
+args=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set data.train="$TMP/data/train" --set data.val="$TMP/data/val"
       --set max_duration=3ba --set eval_interval=0ba --set data.val="" --set threads=1)
 "$TMP/b/tessera-train" "${args[@]}" --set run_dir="$TMP/r1" >/dev/null 2>&1 &&
     "$TRAIN" "${args[@]}" --set run_dir="$TMP/r2" >/dev/null 2>&1 &&

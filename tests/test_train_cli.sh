@@ -6,7 +6,7 @@ source "$(dirname "$0")/lib.sh"
 tsr_tmpdir
 tap_plan 11
 make_synth "$TMP/data" 512 50000
-base=(--config "$TSR_ROOT/configs/tiny.cfg" --set data.train="$TMP/data/train"
+base=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set data.train="$TMP/data/train"
       --set data.val="$TMP/data/val" --set run_dir="$TMP/run" --set max_duration=2ba)
 
 expect() { # expect RC PATTERN what CMD...: exit code RC and stderr/stdout containing PATTERN

@@ -7,7 +7,7 @@ source "$(dirname "$0")/lib.sh"
 tsr_tmpdir
 tap_plan 7
 make_synth "$TMP/data" 512 400000
-set_args=(--set data.train="$TMP/data/train" --set data.val="$TMP/data/val" --set max_duration=60ba
+set_args=(--set model.vocab_size=512 --set data.tokenizer= --set data.train="$TMP/data/train" --set data.val="$TMP/data/val" --set max_duration=60ba
           --set eval_interval=30ba --set run_dir="$TMP/run" --set sample.tokens=32)
 "$TRAIN" --config "$TSR_ROOT/configs/tiny.cfg" "${set_args[@]}" >"$TMP/out.txt" 2>&1
 tap_check $? "tiny.cfg trains 60 steps on the synthetic corpus"

@@ -60,7 +60,7 @@ const uint8_t *tokenizer_token_bytes(const tsr_tokenizer *tok, uint32_t id, uint
 void tokenizer_pretokenize(const uint8_t *text, size_t n,
                            void (*piece)(void *ctx, const uint8_t *p, size_t len), void *ctx);
 
-/* ---- Read access to a built tokenizer's parts, for tokenizer_save (src/tokenizer/tokfile_save.c).
+/* ---- Read access to a built tokenizer's parts, for tokenizer_save (src/tokenizer/tokfile.c).
  * Implemented beside the struct (bpe.c). Pointers stay valid until tokenizer_free. ---- */
 uint32_t tokenizer_n_merges(const tsr_tokenizer *tok);
 const tsr_merge *tokenizer_merges(const tsr_tokenizer *tok); /* (n_merges) in rank order */

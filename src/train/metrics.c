@@ -4,11 +4,13 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
 
 #include "common.h"
+#include "tokenizer/tokenizer.h"
 
 /* Peak dense FLOP/s per device (per rank). GPUs: bf16 dense from the vendors' datasheets.
  * cpu: 172.5 GFLOP/s per core = half the measured 2-core AVX-512 FMA roofline of the CI
@@ -168,6 +170,24 @@ void metrics_finish(tsr_trainer *t) {
 void metrics_log_sample(const tsr_trainer *t, const int32_t *ids, int n) {
     printf("sample (%d tokens, temperature %g, top-k %lld):\n", n, t->cfg.sample.temperature,
            (long long)t->cfg.sample.top_k);
-    for (int i = 0; i < n; i++) printf("%d%c", ids[i], i + 1 == n ? '\n' : ' ');
+    tsr_tokenizer *tok = NULL;
+    if (t->cfg.data.tokenizer[0] && tokenizer_open(&tok, t->cfg.data.tokenizer) != 0) {
+        tsr_warn("data.tokenizer = \"%s\": cannot load it (above); printing token ids",
+                 t->cfg.data.tokenizer);
+        tok = NULL;
+    }
+    if (tok) {
+        uint32_t *u = tsr_malloc((size_t)n * sizeof *u);
+        for (int i = 0; i < n; i++) u[i] = (uint32_t)ids[i];
+        size_t len = tokenizer_decode(tok, u, (size_t)n, NULL, 0);
+        uint8_t *text = len == (size_t)-1 ? NULL : tsr_malloc(len + 1);
+        if (text) tokenizer_decode(tok, u, (size_t)n, text, len);
+        if (text) printf("%.*s\n", (int)len, (const char *)text);
+        free(text);
+        free(u);
+        tokenizer_free(tok);
+    } else {
+        for (int i = 0; i < n; i++) printf("%d%c", ids[i], i + 1 == n ? '\n' : ' ');
+    }
     fflush(stdout);
 }

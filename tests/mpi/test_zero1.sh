@@ -5,7 +5,7 @@ source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 5
 make_synth "$TMP/data"
-args=(--config "$TSR_ROOT/configs/tiny.cfg" --set data.train="$TMP/data/train" --set data.val="$TMP/data/val"
+args=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set data.train="$TMP/data/train" --set data.val="$TMP/data/val"
       --set model.n_layer=2 --set model.d_model=64 --set model.n_head=4 --set seq_len=32
       --set global_batch=8 --set micro_batch=2 --set max_duration=10ba --set eval_interval=5ba
       --set eval_samples=16 --set threads=1)

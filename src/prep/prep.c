@@ -1,0 +1,782 @@
+/* prep.c — `tessera prep`: text files and JSON Lines to the datasets OUT/train and OUT/val.
+ *
+ * Phases: parse options -> list the inputs (directories walked recursively in byte order) ->
+ * detect each file's format -> load the tokenizer -> stream the inputs in batches: the reader
+ * cuts a batch into items (a document or a JSONL line), OpenMP threads parse and tokenize the
+ * items, then this thread appends them to the writers in input order -> close and rename.
+ * Results are consumed in input order and the train/val split is a hash of (seed, document
+ * number), so the output is byte-identical for any --threads. Everything is staged in OUT.tmp and
+ * renamed to OUT at the end: an error leaves nothing at OUT. Usage and formats: docs/prep.md.
+ */
+#include "prep/prep.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "data/data.h"
+#include "prep/jsonl.h"
+#include "prep/prep_doc.h"
+#include "tokenizer/tokenizer.h"
+
+#define DEFAULT_SHARD_TOKENS (1ull << 27) /* as tessera shard: 256 MiB of uint16 tokens */
+#define BATCH_BYTES (4u << 20)            /* input bytes per parallel batch */
+#define BATCH_ITEMS 16384                 /* items per parallel batch */
+#define MAX_REPORTED 10                   /* bad lines reported one by one */
+#define DETECT_LINES 1000                 /* lines read to detect a JSONL file's kind */
+#define SPLIT_STREAM 0x7072657053504c54ull /* "prepSPLT": the train/val split's random stream */
+#define PROGRESS_TTY_S 0.25               /* redraw interval of the progress bar */
+#define PROGRESS_LOG_S 5.0                /* interval of the plain progress lines */
+
+static const char *const fmt_names[] = {"auto", "text", "jsonl", "sft", "chat"};
+_Static_assert(sizeof fmt_names / sizeof fmt_names[0] == FMT_COUNT, "format names");
+
+/* ================================ options ================================ */
+
+typedef struct cmd_opt {
+    const char *name;
+    int short_name;
+    const char *arg; /* placeholder of the argument; NULL for a flag */
+    const char *help;
+} cmd_opt;
+
+static const cmd_opt prep_opts[] = {
+    {"out", 'o', "DIR", "directory to create, holding the datasets DIR/train and DIR/val"},
+    {"tokenizer", 't', "SPEC", "gpt2, a directory with encoder.json + vocab.bpe, or a tessera "
+                               "tokenizer file (default gpt2)"},
+    {"format", 'f', "FMT", "auto|text|jsonl|sft|chat (default auto: by extension and first line)"},
+    {"val-fraction", 'v', "F", "fraction of documents for DIR/val, 0..1; 0 = no val (default 0.01)"},
+    {"seed", 'S', "SEED", "seed of the train/val split (default 1)"},
+    {"bos", 'b', NULL, "put <|endoftext|> before each document too"},
+    {"no-eos", 'E', NULL, "do not put <|endoftext|> after each document"},
+    {"target-prompts", 'P', NULL, "sft/chat: every token is a target (mask 1), prompts too"},
+    {"strict", 'x', NULL, "stop at the first bad JSONL line (exit 2, nothing written)"},
+    {"doc-sep", 'd', "SEP", "text files: split documents at SEP (escapes \\n \\t \\r \\\\), "
+                            "e.g. '\\n\\n'; default: one file = one document"},
+    {"shard-tokens", 's', "N", "tokens per shard file (default 134217728)"},
+    {"threads", 'j', "N", "tokenizer threads (default: OpenMP's, i.e. the cores)"},
+    {"quiet", 'q', NULL, "no progress and no summary"},
+    {"help", 'h', NULL, "show this help"},
+};
+#define N_OPTS ((int)(sizeof prep_opts / sizeof prep_opts[0]))
+
+static const char *const prep_summary =
+    "Tokenizes text files, directories of them (recursive) and JSON Lines files ({\"text\"},\n"
+    "{\"prompt\",\"response\"} or {\"messages\":[{\"role\",\"content\"}]}) into the datasets\n"
+    "DIR/train and DIR/val (docs/prep.md). Exit 0 ok, 1 usage error, 2 data or I/O error.";
+
+static void prep_help(FILE *f) {
+    fprintf(f, "usage: tessera prep [options] INPUT...\n%s\n\noptions:\n", prep_summary);
+    for (int k = 0; k < N_OPTS; k++) {
+        char left[64];
+        snprintf(left, sizeof left, "-%c, --%s%s%s", prep_opts[k].short_name, prep_opts[k].name,
+                 prep_opts[k].arg ? " " : "", prep_opts[k].arg ? prep_opts[k].arg : "");
+        fprintf(f, "  %-26s %s\n", left, prep_opts[k].help);
+    }
+}
+
+static int usage_error(const char *msg, const char *detail) {
+    tsr_error("prep: %s%s (see 'tessera prep --help')", msg, detail ? detail : "");
+    return TSR_EXIT_USAGE;
+}
+
+typedef struct prep_args {
+    const char *out, *tokenizer;
+    prep_format format;
+    double val_fraction;
+    int64_t seed, shard_tokens, threads;
+    int bos, no_eos, target_prompts, strict, quiet;
+    char doc_sep[64];
+    size_t doc_sep_len;
+} prep_args;
+
+static const char *opt_name(int ch) {
+    for (int k = 0; k < N_OPTS; k++)
+        if (prep_opts[k].short_name == ch) return prep_opts[k].name;
+    return "?";
+}
+
+static int opt_int(int ch, const char *val, int64_t lo, int64_t hi, int64_t *out) {
+    if (tsr_parse_i64(val, lo, hi, out) == 0) return 0;
+    tsr_error("prep: --%s '%s': expected an integer in [%lld, %lld] (see 'tessera prep --help')",
+              opt_name(ch), val, (long long)lo, (long long)hi);
+    return TSR_EXIT_USAGE;
+}
+
+/* --doc-sep with the escapes \n \t \r \\ decoded. */
+static int parse_sep(prep_args *a, const char *val) {
+    size_t k = 0;
+    for (const char *s = val; *s; s++) {
+        char c = *s;
+        if (c == '\\') {
+            switch (*++s) {
+            case 'n': c = '\n'; break;
+            case 't': c = '\t'; break;
+            case 'r': c = '\r'; break;
+            case '\\': c = '\\'; break;
+            default: return usage_error("--doc-sep: unknown escape (use \\n \\t \\r \\\\) in ", val);
+            }
+        }
+        if (k + 1 >= sizeof a->doc_sep) return usage_error("--doc-sep: longer than 63 bytes: ", val);
+        a->doc_sep[k++] = c;
+    }
+    if (!k) return usage_error("--doc-sep: empty separator", NULL);
+    a->doc_sep_len = k;
+    return 0;
+}
+
+static int on_opt(prep_args *a, int ch, const char *val) {
+    switch (ch) {
+    case 'o': a->out = val; return 0;
+    case 't': a->tokenizer = val; return 0;
+    case 'f':
+        for (int k = 0; k < FMT_COUNT; k++)
+            if (!strcmp(val, fmt_names[k])) {
+                a->format = (prep_format)k;
+                return 0;
+            }
+        return usage_error("--format: expected auto, text, jsonl, sft or chat, found ", val);
+    case 'v':
+        if (tsr_parse_f64(val, 0.0, 1.0, &a->val_fraction) == 0) return 0;
+        return usage_error("--val-fraction: expected a number in [0, 1], found ", val);
+    case 'S': return opt_int(ch, val, 0, INT64_MAX, &a->seed);
+    case 'b': a->bos = 1; return 0;
+    case 'E': a->no_eos = 1; return 0;
+    case 'P': a->target_prompts = 1; return 0;
+    case 'x': a->strict = 1; return 0;
+    case 'd': return parse_sep(a, val);
+    case 's': return opt_int(ch, val, 1, INT64_C(1) << 60, &a->shard_tokens);
+    case 'j': return opt_int(ch, val, 1, 1024, &a->threads);
+    case 'q': a->quiet = 1; return 0;
+    default: return usage_error("unhandled option", NULL);
+    }
+}
+
+/* Returns 0, -1 after --help, or an exit status. */
+static int parse_args(prep_args *a, int argc, char **argv) {
+    struct option lo[N_OPTS + 1];
+    char shorts[3 * N_OPTS + 2], *s = shorts;
+    *s++ = ':';
+    for (int k = 0; k < N_OPTS; k++) {
+        lo[k] = (struct option){prep_opts[k].name,
+                                prep_opts[k].arg ? required_argument : no_argument, NULL,
+                                prep_opts[k].short_name};
+        *s++ = (char)prep_opts[k].short_name;
+        if (prep_opts[k].arg) *s++ = ':';
+    }
+    lo[N_OPTS] = (struct option){0, 0, 0, 0};
+    *s = '\0';
+    optind = 0;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
+        if (ch == 'h') {
+            prep_help(stdout);
+            return -1;
+        }
+        if (ch == ':' || ch == '?') {
+            char bad[128];
+            if (ch == ':') snprintf(bad, sizeof bad, "--%s", opt_name(optopt));
+            else if (optopt) snprintf(bad, sizeof bad, "-%c", optopt);
+            else snprintf(bad, sizeof bad, "%.120s", argv[optind - 1]);
+            return usage_error(ch == ':' ? "option needs a value: " : "unknown option: ", bad);
+        }
+        int rc = on_opt(a, ch, optarg);
+        if (rc) return rc;
+    }
+    if (!a->out) return usage_error("--out DIR is required", NULL);
+    if (optind >= argc) return usage_error("no INPUT given", NULL);
+    if (a->doc_sep_len && a->format != FMT_AUTO && a->format != FMT_TEXT)
+        return usage_error("--doc-sep applies to text inputs, not to --format ",
+                           fmt_names[a->format]);
+    return 0;
+}
+
+/* ================================ inputs ================================ */
+
+typedef struct in_file {
+    char *path;
+    prep_format kind; /* FMT_TEXT, FMT_JSONL, FMT_SFT or FMT_CHAT */
+    uint64_t size;
+} in_file;
+
+typedef struct file_list {
+    in_file *v;
+    size_t n, cap;
+    uint64_t bytes;
+} file_list;
+
+static void add_file(file_list *l, const char *path, uint64_t size) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        in_file *nv = tsr_malloc(l->cap * sizeof *nv);
+        if (l->n) memcpy(nv, l->v, l->n * sizeof *nv);
+        free(l->v);
+        l->v = nv;
+    }
+    l->v[l->n].path = strdup(path);
+    if (!l->v[l->n].path) tsr_die(TSR_EXIT_INTERNAL, "prep: out of memory");
+    l->v[l->n].kind = FMT_TEXT;
+    l->v[l->n].size = size;
+    l->n++;
+    l->bytes += size;
+}
+
+static int cmp_name(const struct dirent **x, const struct dirent **y) {
+    return strcmp((*x)->d_name, (*y)->d_name); /* byte order: independent of the locale */
+}
+static int not_hidden(const struct dirent *e) {
+    return e->d_name[0] != '.';
+}
+
+/* Adds path: a file, or every non-hidden file below a directory, in sorted order. */
+static int collect(file_list *l, const char *path, int depth) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        tsr_error("%s: cannot read input: %s", path, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    if (S_ISREG(st.st_mode)) {
+        add_file(l, path, (uint64_t)st.st_size);
+        return 0;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        tsr_error("%s: not a regular file or a directory", path);
+        return TSR_EXIT_DATA;
+    }
+    if (depth > 64) {
+        tsr_error("%s: directories nested more than 64 deep (a symlink loop?)", path);
+        return TSR_EXIT_DATA;
+    }
+    struct dirent **names;
+    int n = scandir(path, &names, not_hidden, cmp_name);
+    if (n < 0) {
+        tsr_error("%s: cannot list directory: %s", path, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    int rc = 0;
+    for (int k = 0; k < n; k++) {
+        char sub[4096];
+        size_t pl = strlen(path);
+        if (!rc && tsr_snprintf(sub, sizeof sub, "%s%s%s", path,
+                                pl && path[pl - 1] == '/' ? "" : "/", names[k]->d_name)) {
+            tsr_error("%s/%s: path too long", path, names[k]->d_name);
+            rc = TSR_EXIT_DATA;
+        }
+        if (!rc) rc = collect(l, sub, depth + 1);
+        free(names[k]);
+    }
+    free(names);
+    return rc;
+}
+
+static int has_suffix(const char *s, const char *suf) {
+    size_t n = strlen(s), m = strlen(suf);
+    return n >= m && strcmp(s + n - m, suf) == 0;
+}
+
+/* Strips a trailing "\n" / "\r\n", and a UTF-8 byte order mark on line 1. */
+static char *trim_line(char *s, ssize_t *len, uint64_t line_no) {
+    while (*len > 0 && (s[*len - 1] == '\n' || s[*len - 1] == '\r')) (*len)--;
+    if (line_no == 1 && *len >= 3 && !memcmp(s, "\xEF\xBB\xBF", 3)) {
+        s += 3;
+        *len -= 3;
+    }
+    return s;
+}
+
+static int is_blank(const char *s, size_t n) {
+    for (size_t k = 0; k < n; k++)
+        if (s[k] != ' ' && s[k] != '\t' && s[k] != '\r') return 0;
+    return 1;
+}
+
+/* The kind of a JSONL file: from the first line that is a JSON object with "messages" (chat),
+ * "prompt" (sft) or "text"; FMT_JSONL when none of the first DETECT_LINES lines says. */
+static int detect_jsonl(in_file *f, json_doc *jd) {
+    FILE *fp = fopen(f->path, "rb");
+    if (!fp) {
+        tsr_error("%s: cannot open: %s", f->path, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    f->kind = FMT_JSONL;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    json_value *root;
+    json_error err;
+    for (uint64_t no = 1; no <= DETECT_LINES && (len = getline(&line, &cap, fp)) >= 0; no++) {
+        char *s = trim_line(line, &len, no);
+        if (json_parse(jd, s, (size_t)len, &root, &err) != 0 || root->type != JSON_OBJECT)
+            continue;
+        if (json_get(root, "messages")) f->kind = FMT_CHAT;
+        else if (json_get(root, "prompt")) f->kind = FMT_SFT;
+        else if (!json_get(root, "text")) continue;
+        break;
+    }
+    free(line);
+    fclose(fp);
+    return 0;
+}
+
+static int detect_kinds(file_list *l, prep_format format) {
+    json_doc jd;
+    json_doc_init(&jd);
+    int rc = 0;
+    for (size_t k = 0; k < l->n && !rc; k++) {
+        in_file *f = &l->v[k];
+        static const char *const packed[] = {".gz", ".zst", ".xz", ".bz2", ".zip", ".tar"};
+        for (size_t j = 0; j < sizeof packed / sizeof packed[0]; j++)
+            if (has_suffix(f->path, packed[j])) {
+                tsr_error("%s: compressed or archived input is not read (decompress it first, "
+                          "e.g. to a .jsonl or .txt file)", f->path);
+                rc = TSR_EXIT_DATA;
+            }
+        if (rc) break;
+        if (format != FMT_AUTO) f->kind = format;
+        else if (has_suffix(f->path, ".jsonl") || has_suffix(f->path, ".ndjson") ||
+                 has_suffix(f->path, ".json"))
+            rc = detect_jsonl(f, &jd);
+        else f->kind = FMT_TEXT;
+    }
+    json_doc_free(&jd);
+    return rc;
+}
+
+/* ================================ the run's state ================================ */
+
+typedef struct prep_ctx {
+    const prep_args *a;
+    file_list files;
+    tsr_tokenizer *tok;
+    prep_doc_rules rules;
+    uint32_t eos, vocab;
+    int with_mask, threads, tty;
+    char *buf; /* the batch's input bytes */
+    size_t buf_len, buf_cap;
+    prep_item *items;
+    size_t n_items, items_cap;
+    json_doc *jd; /* one per thread */
+    tsr_dataset_writer *w[2]; /* train, val */
+    uint64_t docs[2], tokens[2], targets[2], bad, empty, bytes_done;
+    double t0, t_progress;
+} prep_ctx;
+
+/* ================================ progress ================================ */
+
+static void fmt_duration(char *buf, size_t n, double s) {
+    long t = s < 0 ? 0 : s > 359999 ? 359999 : (long)(s + 0.5);
+    if (t >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+/* On a terminal a bar redrawn in place; otherwise a plain line every PROGRESS_LOG_S seconds. */
+static void progress(prep_ctx *c, int final) {
+    if (c->a->quiet) return;
+    double now = tsr_now(), dt = now - c->t0;
+    if (!final && now - c->t_progress < (c->tty ? PROGRESS_TTY_S : PROGRESS_LOG_S)) return;
+    if (final && !c->tty) return;
+    c->t_progress = now;
+    uint64_t total = c->files.bytes ? c->files.bytes : 1;
+    double frac = (double)c->bytes_done / (double)total, rate = dt > 0 ? c->bytes_done / dt : 0;
+    if (frac > 1) frac = 1;
+    char eta[32];
+    fmt_duration(eta, sizeof eta, rate > 0 ? (double)(total - (c->bytes_done < total ?
+                                                                 c->bytes_done : total)) / rate
+                                           : 0);
+    double tokens = (double)(c->tokens[0] + c->tokens[1]);
+    if (c->tty) {
+        char bar[31];
+        int fill = (int)(frac * 30);
+        for (int k = 0; k < 30; k++) bar[k] = k < fill ? '#' : '.';
+        bar[30] = '\0';
+        fprintf(stderr, "\rprep [%s] %5.1f%% %.1f/%.1f MB %.1f MB/s ETA %s, %llu docs, %.2fM "
+                "tokens\x1b[K%s", bar, 100 * frac, c->bytes_done / 1e6, total / 1e6, rate / 1e6,
+                eta, (unsigned long long)(c->docs[0] + c->docs[1]), tokens / 1e6,
+                final ? "\n" : "");
+    } else {
+        fprintf(stderr, "prep: %.1f%% of %.1f MB, %.1f MB/s, ETA %s, %llu documents, %.0f "
+                "tokens\n", 100 * frac, total / 1e6, rate / 1e6, eta,
+                (unsigned long long)(c->docs[0] + c->docs[1]), tokens);
+    }
+    fflush(stderr);
+}
+
+/* ================================ batches ================================ */
+
+/* Items past BATCH_ITEMS are allowed (a text file split into many documents is one read). */
+static prep_item *new_item(prep_ctx *c, size_t file, uint64_t line, size_t off, size_t len) {
+    if (c->n_items == c->items_cap) {
+        size_t cap = c->items_cap ? 2 * c->items_cap : BATCH_ITEMS;
+        prep_item *ni = realloc(c->items, cap * sizeof *ni);
+        if (!ni) tsr_die(TSR_EXIT_INTERNAL, "prep: out of memory (%zu items)", cap);
+        memset(ni + c->items_cap, 0, (cap - c->items_cap) * sizeof *ni);
+        c->items = ni;
+        c->items_cap = cap;
+    }
+    prep_item *it = &c->items[c->n_items++];
+    it->file = file;
+    it->line = line;
+    it->off = off;
+    it->len = len;
+    return it;
+}
+
+static void buf_reserve(prep_ctx *c, size_t extra) {
+    if (c->buf_len + extra <= c->buf_cap) return;
+    size_t cap = c->buf_cap ? c->buf_cap : BATCH_BYTES + 4096;
+    while (cap < c->buf_len + extra) cap *= 2;
+    char *nb = realloc(c->buf, cap);
+    if (!nb) tsr_die(TSR_EXIT_INTERNAL, "prep: out of memory (%zu bytes of input)", cap);
+    c->buf = nb;
+    c->buf_cap = cap;
+}
+
+/* Handles one finished item in input order: report it, or append it to train or val. */
+static int consume(prep_ctx *c, const prep_item *it) {
+    const char *path = c->files.v[it->file].path;
+    if (it->status == ITEM_BAD) {
+        c->bad++;
+        if (c->a->strict) {
+            if (c->tty && !c->a->quiet) fprintf(stderr, "\n");
+            tsr_error("%s:%llu: %s (--strict: stopping, nothing written)", path,
+                      (unsigned long long)it->line, it->err);
+            return TSR_EXIT_DATA;
+        }
+        if (c->bad <= MAX_REPORTED) {
+            if (c->tty && !c->a->quiet) fprintf(stderr, "\r\x1b[K");
+            tsr_warn("%s:%llu: %s (line skipped)%s", path, (unsigned long long)it->line, it->err,
+                     c->bad == MAX_REPORTED ? "; further bad lines are counted, not shown" : "");
+        }
+        return 0;
+    }
+    if (it->status == ITEM_EMPTY || it->n == 0) { /* it->n == 0: text that makes no token */
+        c->empty++;
+        return 0;
+    }
+    uint64_t doc = c->docs[0] + c->docs[1];
+    int val = c->a->val_fraction > 0 &&
+              tsr_rand_uniform((uint64_t)c->a->seed, SPLIT_STREAM, doc) < c->a->val_fraction;
+    c->docs[val]++;
+    c->tokens[val] += it->n;
+    if (c->with_mask)
+        for (size_t k = 0; k < it->n; k++) c->targets[val] += it->mask[k];
+    return dataset_writer_append(c->w[val], it->tok, c->with_mask ? it->mask : NULL, it->n)
+               ? TSR_EXIT_DATA : 0;
+}
+
+/* Tokenizes the batch on c->threads threads, then consumes it in order. */
+static int flush(prep_ctx *c) {
+    int n = (int)c->n_items;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(c->threads)
+    for (int k = 0; k < n; k++) {
+        prep_item *it = &c->items[k];
+        prep_tokenize(&c->rules, c->files.v[it->file].kind, c->buf + it->off, it,
+                      &c->jd[omp_get_thread_num()]);
+    }
+    int rc = 0;
+    for (int k = 0; k < n && !rc; k++) rc = consume(c, &c->items[k]);
+    c->n_items = 0;
+    c->buf_len = 0;
+    if (!rc) progress(c, 0);
+    return rc;
+}
+
+static int read_error(const char *path) {
+    tsr_error("%s: read failed: %s", path, strerror(errno));
+    return TSR_EXIT_DATA;
+}
+
+/* A text file: one document, or documents separated by --doc-sep. */
+static int read_text(prep_ctx *c, size_t fi) {
+    const char *path = c->files.v[fi].path;
+    if ((c->n_items >= BATCH_ITEMS || c->buf_len >= BATCH_BYTES) && flush(c)) return TSR_EXIT_DATA;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        tsr_error("%s: cannot open: %s", path, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    size_t start = c->buf_len, got;
+    buf_reserve(c, 1 << 16);
+    while ((got = fread(c->buf + c->buf_len, 1, c->buf_cap - c->buf_len, fp)) > 0) {
+        c->buf_len += got;
+        buf_reserve(c, 1 << 16);
+    }
+    int err = ferror(fp);
+    fclose(fp);
+    if (err) return read_error(path);
+    c->bytes_done += c->buf_len - start;
+    const char *sep = c->a->doc_sep;
+    size_t seplen = c->a->doc_sep_len, pos = start;
+    for (;;) {
+        size_t end = c->buf_len;
+        if (seplen) {
+            const char *hit = memmem(c->buf + pos, c->buf_len - pos, sep, seplen);
+            if (hit) end = (size_t)(hit - c->buf);
+        }
+        if (end > pos || !seplen) /* empty pieces between separators are not documents */
+            new_item(c, fi, 0, pos, end - pos);
+        if (end == c->buf_len) break;
+        pos = end + seplen;
+    }
+    return 0;
+}
+
+/* A JSONL file: one item per non-blank line. */
+static int read_jsonl(prep_ctx *c, size_t fi) {
+    const char *path = c->files.v[fi].path;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        tsr_error("%s: cannot open: %s", path, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int rc = 0;
+    for (uint64_t no = 1; !rc && (len = getline(&line, &cap, fp)) >= 0; no++) {
+        c->bytes_done += (uint64_t)len;
+        char *s = trim_line(line, &len, no);
+        if (is_blank(s, (size_t)len)) continue;
+        if (c->n_items >= BATCH_ITEMS || c->buf_len >= BATCH_BYTES) rc = flush(c);
+        if (rc) break;
+        buf_reserve(c, (size_t)len + 1);
+        memcpy(c->buf + c->buf_len, s, (size_t)len);
+        new_item(c, fi, no, c->buf_len, (size_t)len);
+        c->buf_len += (size_t)len;
+    }
+    if (!rc && ferror(fp)) rc = read_error(path);
+    free(line);
+    fclose(fp);
+    return rc;
+}
+
+/* ================================ output directory ================================ */
+
+/* mkdir -p of the directory that will hold `path` (its last component is not created). */
+static int make_parents(const char *path) {
+    char buf[4096];
+    if (tsr_snprintf(buf, sizeof buf, "%s", path)) return -1;
+    size_t n = strlen(buf);
+    while (n > 1 && buf[n - 1] == '/') buf[--n] = '\0';
+    char *last = strrchr(buf, '/');
+    if (!last || last == buf) return 0;
+    *last = '\0';
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    return (mkdir(buf, 0777) != 0 && errno != EEXIST) ? -1 : 0;
+}
+
+/* fsync of the directory holding `path`, so the rename into it is durable. */
+static int sync_parent(const char *path) {
+    char buf[4096];
+    if (tsr_snprintf(buf, sizeof buf, "%s", path)) return TSR_EXIT_DATA;
+    char *last = strrchr(buf, '/');
+    if (!last) strcpy(buf, ".");
+    else if (last == buf) buf[1] = '\0';
+    else *last = '\0';
+    int fd = open(buf, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL)) {
+        tsr_error("%s: fsync of the directory failed: %s", buf, strerror(errno));
+        if (fd >= 0) close(fd);
+        return TSR_EXIT_DATA;
+    }
+    close(fd);
+    return 0;
+}
+
+/* Removes the staging directory OUT.tmp: only the datasets' own files under train/, val/ and
+ * their .tmp twins; anything else makes the final rmdir fail (and is reported). */
+static int remove_staging(const char *tmp) {
+    static const char *const subs[] = {"train", "val", "train.tmp", "val.tmp"};
+    char path[4096], file[4096 + 256];
+    for (size_t k = 0; k < sizeof subs / sizeof subs[0]; k++) {
+        if (tsr_snprintf(path, sizeof path, "%s/%s", tmp, subs[k])) return TSR_EXIT_DATA;
+        DIR *d = opendir(path);
+        if (!d) continue;
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL)
+            if (!strncmp(e->d_name, "shard-", 6) || !strcmp(e->d_name, "index.tsv"))
+                if (!tsr_snprintf(file, sizeof file, "%s/%s", path, e->d_name)) unlink(file);
+        closedir(d);
+        rmdir(path);
+    }
+    if (rmdir(tmp) != 0 && errno != ENOENT) {
+        tsr_error("%s: cannot remove: %s (it holds files tessera did not write; remove it by "
+                  "hand)", tmp, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    return 0;
+}
+
+/* Checks that OUT does not exist and creates an empty OUT.tmp (clearing a stale one). */
+static int make_staging(const char *out, char *tmp, size_t cap) {
+    struct stat st;
+    if (lstat(out, &st) == 0) {
+        tsr_error("%s: already exists; refusing to overwrite (choose a new --out or remove it)",
+                  out);
+        return TSR_EXIT_DATA;
+    }
+    if (tsr_snprintf(tmp, cap, "%s.tmp", out)) {
+        tsr_error("%s: path too long", out);
+        return TSR_EXIT_DATA;
+    }
+    if (lstat(tmp, &st) == 0 && remove_staging(tmp)) return TSR_EXIT_DATA;
+    if (make_parents(tmp) || mkdir(tmp, 0777) != 0) {
+        tsr_error("%s: mkdir failed: %s", tmp, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    return 0;
+}
+
+/* ================================ the command ================================ */
+
+/* Streams every input through the batches. */
+static int run(prep_ctx *c) {
+    int rc = 0;
+    for (size_t k = 0; k < c->files.n && !rc; k++)
+        rc = c->files.v[k].kind == FMT_TEXT ? read_text(c, k) : read_jsonl(c, k);
+    if (!rc) rc = flush(c);
+    return rc;
+}
+
+/* Closes the writers and renames OUT.tmp to OUT; val is dropped when it got no document. */
+static int commit(prep_ctx *c, const char *tmp) {
+    if (c->docs[0] == 0) {
+        tsr_error("prep: no %sdocument in the input%s; nothing written",
+                  c->docs[1] ? "training " : "",
+                  c->bad ? " (every JSONL line was bad, see above)" : "");
+        return TSR_EXIT_DATA;
+    }
+    int rc = dataset_writer_close(c->w[0]);
+    c->w[0] = NULL;
+    if (c->w[1]) {
+        if (c->docs[1]) rc = rc ? rc : dataset_writer_close(c->w[1]);
+        else {
+            dataset_writer_abort(c->w[1]);
+            if (!c->a->quiet)
+                tsr_warn("prep: no document fell into the val split (--val-fraction %g of %llu "
+                         "documents); writing no %s/val", c->a->val_fraction,
+                         (unsigned long long)c->docs[0], c->a->out);
+        }
+        c->w[1] = NULL;
+    }
+    if (rc) return TSR_EXIT_DATA;
+    if (rename(tmp, c->a->out) != 0) {
+        tsr_error("%s: rename to %s failed: %s", tmp, c->a->out, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    return sync_parent(c->a->out);
+}
+
+static void summary(const prep_ctx *c) {
+    double dt = tsr_now() - c->t0;
+    printf("prep: wrote %s: train %llu documents, %llu tokens; val %llu documents, %llu tokens; "
+           "vocab %u (%s), loss mask %s\n", c->a->out, (unsigned long long)c->docs[0],
+           (unsigned long long)c->tokens[0], (unsigned long long)c->docs[1],
+           (unsigned long long)c->tokens[1], c->vocab, c->vocab <= 65536 ? "uint16" : "uint32",
+           c->with_mask ? "yes" : "no");
+    if (c->with_mask)
+        printf("prep: target tokens (mask 1): train %llu, val %llu\n",
+               (unsigned long long)c->targets[0], (unsigned long long)c->targets[1]);
+    printf("prep: read %.1f MB from %zu file%s in %.2f s (%.1f MB/s, %d thread%s); skipped %llu "
+           "bad line%s, %llu empty document%s\n", c->files.bytes / 1e6, c->files.n,
+           c->files.n == 1 ? "" : "s", dt, dt > 0 ? c->files.bytes / 1e6 / dt : 0.0, c->threads,
+           c->threads == 1 ? "" : "s", (unsigned long long)c->bad, c->bad == 1 ? "" : "s",
+           (unsigned long long)c->empty, c->empty == 1 ? "" : "s");
+}
+
+static void ctx_free(prep_ctx *c) {
+    for (size_t k = 0; k < c->items_cap; k++) {
+        free(c->items[k].tok);
+        free(c->items[k].mask);
+    }
+    free(c->items);
+    if (c->jd)
+        for (int k = 0; k < c->threads; k++) json_doc_free(&c->jd[k]);
+    free(c->jd);
+    free(c->buf);
+    for (size_t k = 0; k < c->files.n; k++) free(c->files.v[k].path);
+    free(c->files.v);
+    if (c->tok) tokenizer_free(c->tok);
+}
+
+/* Loads the tokenizer and finds <|endoftext|> when a document boundary needs it. */
+static int open_tokenizer(prep_ctx *c) {
+    int rc = tokenizer_open(&c->tok, c->a->tokenizer);
+    if (rc) return rc;
+    c->vocab = tokenizer_vocab_size(c->tok);
+    c->eos = tokenizer_special_id(c->tok, "<|endoftext|>");
+    c->rules = (prep_doc_rules){c->tok, c->eos, c->a->bos, c->a->no_eos, c->a->target_prompts};
+    if (c->eos == UINT32_MAX && (!c->a->no_eos || c->a->bos)) {
+        tsr_error("prep: tokenizer '%s' has no <|endoftext|> token to end documents with (add "
+                  "one, or pass --no-eos without --bos)", c->a->tokenizer);
+        return TSR_EXIT_USAGE;
+    }
+    return 0;
+}
+
+int cmd_prep(int argc, char **argv) {
+    prep_args a = {.tokenizer = "gpt2", .format = FMT_AUTO, .val_fraction = 0.01, .seed = 1,
+                   .shard_tokens = (int64_t)DEFAULT_SHARD_TOKENS};
+    int rc = parse_args(&a, argc, argv);
+    if (rc) return rc < 0 ? 0 : rc;
+    prep_ctx c = {.a = &a, .t0 = tsr_now()};
+    c.threads = a.threads ? (int)a.threads : omp_get_max_threads();
+    c.tty = isatty(STDERR_FILENO);
+    struct stat st;
+    if (lstat(a.out, &st) == 0) {
+        tsr_error("%s: already exists; refusing to overwrite (choose a new --out or remove it)",
+                  a.out);
+        return TSR_EXIT_DATA;
+    }
+    for (int k = optind; k < argc && !rc; k++) rc = collect(&c.files, argv[k], 0);
+    if (!rc) rc = detect_kinds(&c.files, a.format);
+    if (!rc) rc = open_tokenizer(&c);
+    if (rc) {
+        ctx_free(&c);
+        return rc;
+    }
+    for (size_t k = 0; k < c.files.n; k++)
+        c.with_mask |= c.files.v[k].kind == FMT_SFT || c.files.v[k].kind == FMT_CHAT;
+    c.jd = tsr_calloc((size_t)c.threads, sizeof *c.jd);
+    char tmp[4096], sub[4096 + 8];
+    rc = make_staging(a.out, tmp, sizeof tmp);
+    if (rc) {
+        ctx_free(&c);
+        return rc;
+    }
+    snprintf(sub, sizeof sub, "%s/train", tmp);
+    rc = dataset_writer_open(&c.w[0], sub, c.vocab, c.with_mask, (uint64_t)a.shard_tokens);
+    snprintf(sub, sizeof sub, "%s/val", tmp);
+    if (!rc && a.val_fraction > 0)
+        rc = dataset_writer_open(&c.w[1], sub, c.vocab, c.with_mask, (uint64_t)a.shard_tokens);
+    c.t0 = tsr_now();
+    c.t_progress = c.t0;
+    if (!rc) rc = run(&c);
+    progress(&c, 1);
+    if (!rc) rc = commit(&c, tmp);
+    if (rc) {
+        for (int k = 0; k < 2; k++)
+            if (c.w[k]) dataset_writer_abort(c.w[k]);
+        remove_staging(tmp);
+        rc = rc == TSR_EXIT_USAGE ? rc : TSR_EXIT_DATA;
+    } else if (!a.quiet) {
+        summary(&c);
+    }
+    ctx_free(&c);
+    return rc;
+}

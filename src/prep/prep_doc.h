@@ -1,0 +1,43 @@
+/* prep_doc.h — `tessera prep`'s documents: one input item (a text document or a JSONL line) to
+ * its tokens and loss mask. Internal to src/prep/; the rules are documented in docs/prep.md.
+ */
+#ifndef TSR_PREP_DOC_H
+#define TSR_PREP_DOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "prep/jsonl.h"
+#include "tokenizer/tokenizer.h"
+
+typedef enum prep_format { FMT_AUTO, FMT_TEXT, FMT_JSONL, FMT_SFT, FMT_CHAT, FMT_COUNT } prep_format;
+
+/* One unit of work: a document of a text file or one JSONL line, with its result. */
+typedef struct prep_item {
+    size_t file;
+    uint64_t line;   /* 1-based line of a JSONL item; 0 for text */
+    size_t off, len; /* its bytes in the batch buffer */
+    int status;      /* ITEM_OK, ITEM_BAD (err says why) or ITEM_EMPTY */
+    char err[160];
+    uint32_t *tok;
+    uint8_t *mask;
+    size_t n, cap, mask_cap;
+} prep_item;
+enum { ITEM_OK, ITEM_BAD, ITEM_EMPTY };
+
+/* How documents are framed: BOS/EOS are both `eos` (<|endoftext|>: GPT-2 has no BOS). */
+typedef struct prep_doc_rules {
+    const tsr_tokenizer *tok;
+    uint32_t eos;
+    int bos, no_eos, target_prompts;
+} prep_doc_rules;
+
+/* Tokenizes the it->len bytes at s as a document of the given kind (FMT_TEXT: the bytes are the
+ * text; else a JSONL line of that kind) into it->tok / it->mask (n tokens; buffers kept for reuse),
+ * setting it->status: ITEM_OK, ITEM_EMPTY (no text), or ITEM_BAD with the reason in it->err.
+ * A document is [BOS] segments [EOS], each segment tokenized on its own; masks per docs/prep.md.
+ * Thread-safe for distinct items and json_docs. */
+void prep_tokenize(const prep_doc_rules *r, prep_format kind, const char *s, prep_item *it,
+                   json_doc *jd);
+
+#endif

@@ -1,0 +1,417 @@
+/* gpt2_load.c — GPT-2's tokenizer files: encoder.json (token string -> id) and vocab.bpe (merges).
+ *
+ * encoder.json is one flat JSON object of string -> integer. Its strings spell bytes through GPT-2's
+ * bytes_to_unicode table: the 188 printable bytes ! .. ~, ¡ .. ¬, ® .. ÿ stand for themselves
+ * (as code points), the other 68 bytes, in increasing order, for U+0100, U+0101, ... . vocab.bpe is
+ * a version comment line then one "left right" merge per line in rank order; the reference keeps
+ * lines[1 : -1] of the file split at '\n' (so a last line without '\n' is dropped, as here).
+ * "<|endoftext|>" (id 50256) is the special token.
+ *
+ * The reference (npm gpt-3-encoder) looks a pair's rank up under the key left + "," + right, so a
+ * pair whose key equals a merge's key (e.g. '",' + '"' and '"' + ',"') gets that merge's rank: we
+ * add these aliases to the pair map so that encoding stays token-for-token identical to it.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "tokenizer/tokenizer.h"
+
+void tsr_tokenizer_set_pair(tsr_tokenizer *t, uint32_t l, uint32_t r, uint32_t rank, uint32_t res);
+
+#define SPECIAL_EOT "<|endoftext|>"
+
+static int read_file(const char *path, char **buf, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        tsr_error("%s: cannot open: %s", path, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    size_t cap = 1 << 20, len = 0;
+    char *b = tsr_malloc(cap + 1);
+    size_t got;
+    while ((got = fread(b + len, 1, cap - len, f)) > 0) {
+        len += got;
+        if (len == cap) {
+            cap *= 2;
+            char *nb = realloc(b, cap + 1);
+            if (!nb) tsr_die(TSR_EXIT_INTERNAL, "out of memory reading %s", path);
+            b = nb;
+        }
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (err) {
+        tsr_error("%s: read error", path);
+        free(b);
+        return TSR_EXIT_DATA;
+    }
+    b[len] = '\0';
+    *buf = b;
+    *n = len;
+    return 0;
+}
+
+/* code point (< 324) of bytes_to_unicode -> byte, or -1 */
+static void unicode_to_byte(int16_t map[324]) {
+    for (int i = 0; i < 324; i++) map[i] = -1;
+    int n = 0;
+    for (int b = 0; b < 256; b++) {
+        int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+        if (printable) map[b] = (int16_t)b;
+        else map[256 + n++] = (int16_t)b;
+    }
+}
+
+/* A byte string -> id map (open addressing) for the vocabulary. */
+typedef struct str_map {
+    uint32_t *slot; /* id + 1; 0 = empty */
+    size_t mask;
+    const uint8_t *const *tok;
+    const uint32_t *len;
+} str_map;
+
+static uint64_t str_hash(const uint8_t *p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h ^ (h >> 29);
+}
+
+static uint32_t map_find(const str_map *m, const uint8_t *p, size_t n) {
+    for (size_t s = str_hash(p, n) & m->mask; m->slot[s]; s = (s + 1) & m->mask) {
+        uint32_t id = m->slot[s] - 1;
+        if (m->len[id] == n && memcmp(m->tok[id], p, n) == 0) return id;
+    }
+    return UINT32_MAX;
+}
+
+/* Parsed encoder.json: tokens by id (bytes), plus whether "<|endoftext|>" is there. */
+typedef struct vocab {
+    uint32_t n;
+    uint8_t **tok;
+    uint32_t *len;
+} vocab;
+
+static void vocab_free(vocab *v) {
+    if (v->tok)
+        for (uint32_t i = 0; i < v->n; i++) free(v->tok[i]);
+    free(v->tok);
+    free(v->len);
+}
+
+static const char *skip_ws(const char *p) {
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    return p;
+}
+
+static int hex4(const char *p, uint32_t *v) {
+    *v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+              : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        *v = *v << 4 | (uint32_t)d;
+    }
+    return 0;
+}
+
+/* Parses a JSON string at p (at its '"') into code points cps (cap entries); returns the char after
+ * the closing quote, or NULL with *why set. Raw UTF-8 inside the string is decoded too. */
+static const char *parse_string(const char *p, uint32_t *cps, size_t cap, size_t *ncp, const char **why) {
+    size_t n = 0;
+    if (*p++ != '"') return *why = "expected a string", NULL;
+    for (;;) {
+        uint32_t cp;
+        unsigned char c = (unsigned char)*p;
+        if (c == '\0') return *why = "unterminated string", NULL;
+        if (c == '"') {
+            p++;
+            break;
+        }
+        if (c < 0x20) return *why = "control character in a string", NULL;
+        if (c == '\\') {
+            char e = p[1];
+            p += 2;
+            switch (e) {
+            case '"': cp = '"'; break;
+            case '\\': cp = '\\'; break;
+            case '/': cp = '/'; break;
+            case 'b': cp = 8; break;
+            case 'f': cp = 12; break;
+            case 'n': cp = 10; break;
+            case 'r': cp = 13; break;
+            case 't': cp = 9; break;
+            case 'u':
+                if (hex4(p, &cp)) return *why = "bad \\u escape", NULL;
+                p += 4;
+                if (cp >= 0xD800 && cp <= 0xDBFF && p[0] == '\\' && p[1] == 'u') {
+                    uint32_t lo;
+                    if (hex4(p + 2, &lo)) return *why = "bad \\u escape", NULL;
+                    if (lo >= 0xDC00 && lo <= 0xDFFF) {
+                        cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                        p += 6;
+                    }
+                }
+                break;
+            default: return *why = "unknown escape", NULL;
+            }
+        } else if (c < 0x80) {
+            cp = c;
+            p++;
+        } else {
+            int k = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : -1;
+            if (k < 0) return *why = "invalid UTF-8", NULL;
+            cp = c & (0x3F >> k);
+            p++;
+            for (int i = 0; i < k; i++, p++) {
+                if (((unsigned char)*p & 0xC0) != 0x80) return *why = "invalid UTF-8", NULL;
+                cp = cp << 6 | ((unsigned char)*p & 0x3F);
+            }
+        }
+        if (n == cap) return *why = "string too long (over 4096 characters)", NULL;
+        cps[n++] = cp;
+    }
+    *ncp = n;
+    return p;
+}
+
+static int parse_encoder(const char *path, const char *buf, vocab *v, int *has_eot) {
+    int16_t u2b[324];
+    unicode_to_byte(u2b);
+    uint32_t cps[4096];
+    uint8_t bytes[4096];
+    const char *why = NULL, *p = skip_ws(buf);
+    size_t cap = 0;
+    *has_eot = 0;
+    memset(v, 0, sizeof *v);
+    if (*p++ != '{') {
+        why = "expected '{' (a JSON object of token -> id)";
+        goto bad;
+    }
+    p = skip_ws(p);
+    if (*p == '}') {
+        why = "empty object";
+        goto bad;
+    }
+    for (;;) {
+        size_t ncp;
+        p = parse_string(skip_ws(p), cps, 4096, &ncp, &why);
+        if (!p) goto bad;
+        p = skip_ws(p);
+        if (*p++ != ':') {
+            why = "expected ':'";
+            goto bad;
+        }
+        p = skip_ws(p);
+        char *end;
+        errno = 0;
+        long long id = strtoll(p, &end, 10);
+        if (end == p || errno || id < 0 || id >= (1ll << 31) || *end == '.' || *end == 'e' || *end == 'E') {
+            why = "expected a token id (an integer in [0, 2^31))";
+            goto bad;
+        }
+        p = end;
+        /* the token's bytes: each code point through bytes_to_unicode reversed */
+        int is_eot = 0;
+        for (size_t i = 0; i < ncp; i++) {
+            if (cps[i] >= 324 || u2b[cps[i]] < 0) {
+                /* only the special token may hold other characters (it holds none in GPT-2) */
+                is_eot = -1;
+                break;
+            }
+            bytes[i] = (uint8_t)u2b[cps[i]];
+        }
+        if (ncp == strlen(SPECIAL_EOT) && is_eot == 0 && memcmp(bytes, SPECIAL_EOT, ncp) == 0) is_eot = 1;
+        if (is_eot < 0) {
+            why = "a token holds a character outside GPT-2's byte-to-unicode table";
+            goto bad;
+        }
+        if ((uint64_t)id >= cap) {
+            size_t nc = cap ? cap : 65536;
+            while (nc <= (uint64_t)id) nc *= 2;
+            v->tok = realloc(v->tok, nc * sizeof *v->tok);
+            v->len = realloc(v->len, nc * sizeof *v->len);
+            if (!v->tok || !v->len) tsr_die(TSR_EXIT_INTERNAL, "out of memory reading %s", path);
+            memset(v->tok + cap, 0, (nc - cap) * sizeof *v->tok);
+            cap = nc;
+        }
+        if (v->tok[id]) {
+            tsr_error("%s: token id %lld appears twice", path, id);
+            return TSR_EXIT_DATA;
+        }
+        v->tok[id] = tsr_malloc(ncp ? ncp : 1);
+        memcpy(v->tok[id], bytes, ncp);
+        v->len[id] = (uint32_t)ncp;
+        if ((uint32_t)id + 1 > v->n) v->n = (uint32_t)id + 1;
+        if (is_eot == 1) *has_eot = 1;
+        p = skip_ws(p);
+        if (*p == ',') {
+            p++;
+            continue;
+        }
+        if (*p == '}') break;
+        why = "expected ',' or '}'";
+        goto bad;
+    }
+    if (*skip_ws(p + 1) != '\0') {
+        why = "trailing characters after the object";
+        goto bad;
+    }
+    for (uint32_t i = 0; i < v->n; i++)
+        if (!v->tok[i]) {
+            tsr_error("%s: token ids are not dense: id %u is missing (largest id %u)", path, i, v->n - 1);
+            return TSR_EXIT_DATA;
+        }
+    return 0;
+bad:
+    tsr_error("%s: malformed encoder.json at byte %zu: %s", path, p ? (size_t)(p - buf) : 0, why);
+    return TSR_EXIT_DATA;
+}
+
+/* Splits one vocab.bpe line at ASCII whitespace into exactly two parts. */
+static int split_merge(char *line, char **a, char **b) {
+    char *parts[3];
+    int n = 0;
+    for (char *s = line; *s;) {
+        while (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\v' || *s == '\f') s++;
+        if (!*s) break;
+        if (n == 3) return -1;
+        parts[n++] = s;
+        while (*s && !(*s == ' ' || *s == '\t' || *s == '\r' || *s == '\v' || *s == '\f')) s++;
+        if (*s) *s++ = '\0';
+    }
+    if (n != 2) return -1;
+    *a = parts[0], *b = parts[1];
+    return 0;
+}
+
+/* The bytes of one merge operand (its text through bytes_to_unicode reversed). */
+static int operand_bytes(const char *s, const int16_t *u2b, uint8_t *out, size_t *n) {
+    uint32_t cps[4096];
+    if (strlen(s) > 4000) return -1;
+    /* no escapes in vocab.bpe: plain UTF-8 */
+    size_t k = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        uint32_t cp;
+        int extra = *p >= 0xF0 ? 3 : *p >= 0xE0 ? 2 : *p >= 0xC0 ? 1 : *p >= 0x80 ? -1 : 0;
+        if (extra < 0) return -1;
+        cp = extra ? (uint32_t)(*p & (0x3F >> extra)) : *p;
+        p++;
+        for (int i = 0; i < extra; i++, p++) {
+            if ((*p & 0xC0) != 0x80) return -1;
+            cp = cp << 6 | (*p & 0x3F);
+        }
+        cps[k++] = cp;
+    }
+    for (size_t i = 0; i < k; i++) {
+        if (cps[i] >= 324 || u2b[cps[i]] < 0) return -1;
+        out[i] = (uint8_t)u2b[cps[i]];
+    }
+    *n = k;
+    return 0;
+}
+
+int tokenizer_load_gpt2(tsr_tokenizer **out, const char *encoder_json, const char *vocab_bpe) {
+    char *ebuf = NULL, *bbuf = NULL;
+    size_t en, bn;
+    vocab v = {0};
+    tsr_merge *merges = NULL;
+    str_map m = {0};
+    int rc, has_eot = 0;
+    *out = NULL;
+    if ((rc = read_file(encoder_json, &ebuf, &en)) || (rc = read_file(vocab_bpe, &bbuf, &bn))) goto done;
+    if (strlen(ebuf) != en) {
+        tsr_error("%s: malformed encoder.json: holds a NUL byte", encoder_json);
+        rc = TSR_EXIT_DATA;
+        goto done;
+    }
+    if ((rc = parse_encoder(encoder_json, ebuf, &v, &has_eot))) goto done;
+
+    size_t mcap = 16;
+    while (mcap < 2ull * v.n) mcap <<= 1;
+    m = (str_map){tsr_calloc(mcap, sizeof(uint32_t)), mcap - 1, (const uint8_t *const *)v.tok, v.len};
+    for (uint32_t i = 0; i < v.n; i++) {
+        size_t s = str_hash(v.tok[i], v.len[i]) & m.mask;
+        while (m.slot[s]) s = (s + 1) & m.mask;
+        m.slot[s] = i + 1;
+    }
+
+    /* vocab.bpe: lines[1 : -1] */
+    int16_t u2b[324];
+    unicode_to_byte(u2b);
+    size_t n_lines = 0;
+    for (size_t i = 0; i < bn; i++) n_lines += bbuf[i] == '\n';
+    merges = tsr_malloc((n_lines + 1) * sizeof *merges);
+    uint32_t n_merges = 0;
+    char *line = bbuf, *nl = memchr(bbuf, '\n', bn);
+    if (!nl) {
+        tsr_error("%s: malformed vocab.bpe: no line break (expected a '#version' line, then merges)",
+                  vocab_bpe);
+        rc = TSR_EXIT_DATA;
+        goto done;
+    }
+    long lineno = 1;
+    for (line = nl + 1; (nl = memchr(line, '\n', bn - (size_t)(line - bbuf))) != NULL; line = nl + 1) {
+        *nl = '\0';
+        lineno++;
+        char *a, *b;
+        uint8_t ab[8200];
+        size_t la, lb;
+        if (split_merge(line, &a, &b) || operand_bytes(a, u2b, ab, &la) ||
+            operand_bytes(b, u2b, ab + la, &lb)) {
+            tsr_error("%s:%ld: malformed vocab.bpe: expected two tokens 'left right' spelled "
+                      "through GPT-2's byte-to-unicode table", vocab_bpe, lineno);
+            rc = TSR_EXIT_DATA;
+            goto done;
+        }
+        uint32_t l = map_find(&m, ab, la), r = map_find(&m, ab + la, lb), res = map_find(&m, ab, la + lb);
+        if (l == UINT32_MAX || r == UINT32_MAX || res == UINT32_MAX) {
+            tsr_error("%s:%ld: merge '%s %s': %s is not in %s", vocab_bpe, lineno, a, b,
+                      l == UINT32_MAX ? "the left token" : r == UINT32_MAX ? "the right token" : "the merged token",
+                      encoder_json);
+            rc = TSR_EXIT_DATA;
+            goto done;
+        }
+        merges[n_merges++] = (tsr_merge){l, r, res};
+    }
+
+    const char *special = SPECIAL_EOT;
+    uint32_t eot_id = UINT32_MAX;
+    if (has_eot) eot_id = map_find(&m, (const uint8_t *)SPECIAL_EOT, strlen(SPECIAL_EOT));
+    rc = tokenizer_build(out, v.n, (const uint8_t *const *)v.tok, v.len, n_merges, merges,
+                         has_eot ? 1 : 0, &special, &eot_id);
+    if (rc) {
+        tsr_error("  while loading %s + %s", encoder_json, vocab_bpe);
+        goto done;
+    }
+    /* the reference's rank keys are left + "," + right: every split of a merge's key at a comma
+     * into two vocabulary tokens gets the rank (the last merge with that key wins) */
+    for (uint32_t r = 0; r < n_merges; r++) {
+        uint8_t key[8200];
+        uint32_t la = v.len[merges[r].left], lb = v.len[merges[r].right];
+        memcpy(key, v.tok[merges[r].left], la);
+        key[la] = ',';
+        memcpy(key + la + 1, v.tok[merges[r].right], lb);
+        size_t kl = la + 1 + lb;
+        for (size_t p = 1; p + 1 < kl; p++) {
+            if (key[p] != ',') continue;
+            uint32_t x = map_find(&m, key, p), y = map_find(&m, key + p + 1, kl - p - 1);
+            if (x == UINT32_MAX || y == UINT32_MAX) continue;
+            uint8_t xy[8200];
+            memcpy(xy, key, p);
+            memcpy(xy + p, key + p + 1, kl - p - 1);
+            uint32_t res = map_find(&m, xy, kl - 1);
+            if (res != UINT32_MAX) tsr_tokenizer_set_pair(*out, x, y, r, res);
+        }
+    }
+done:
+    free(m.slot);
+    free(merges);
+    vocab_free(&v);
+    free(ebuf);
+    free(bbuf);
+    return rc;
+}

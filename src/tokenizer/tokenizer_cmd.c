@@ -1,0 +1,250 @@
+/* tokenizer_cmd.c — `tessera tokenizer encode`, `decode`, and the dispatch to `train`.
+ *
+ * encode prints each FILE's token ids as one line of space-separated decimals (the input of
+ * `tessera shard`); decode reads whitespace-separated ids and writes the bytes they stand for.
+ * Options come from one table per subcommand: getopt_long's arrays and --help are generated from it.
+ */
+#include "tokenizer/tokenizer_cmd.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct cmd_opt {
+    const char *name; /* long name */
+    int short_name;
+    const char *arg;  /* placeholder of the argument; NULL for a flag */
+    const char *help;
+} cmd_opt;
+
+typedef struct cmd_spec {
+    const char *name, *operands, *summary;
+    const cmd_opt *opts;
+    int n_opts;
+} cmd_spec;
+
+static const cmd_opt encode_opts[] = {
+    {"tokenizer", 't', "SPEC", "gpt2 (default), a directory with encoder.json + vocab.bpe, or a tessera tokenizer file"},
+    {"special", 's', NULL, "recognise special tokens such as <|endoftext|> in the text"},
+    {"help", 'h', NULL, "show this help"},
+};
+static const cmd_spec encode_spec = {
+    "tokenizer encode", "FILE...|-",
+    "Prints the token ids of each FILE ('-' = stdin) as one line of space-separated decimals.",
+    encode_opts, (int)(sizeof encode_opts / sizeof encode_opts[0]),
+};
+static const cmd_opt decode_opts[] = {
+    {"tokenizer", 't', "SPEC", "gpt2 (default), a directory with encoder.json + vocab.bpe, or a tessera tokenizer file"},
+    {"help", 'h', NULL, "show this help"},
+};
+static const cmd_spec decode_spec = {
+    "tokenizer decode", "FILE...|-",
+    "Reads whitespace-separated token ids from each FILE ('-' = stdin) and writes their bytes.",
+    decode_opts, (int)(sizeof decode_opts / sizeof decode_opts[0]),
+};
+
+static void cmd_help(FILE *f, const cmd_spec *c) {
+    fprintf(f, "usage: tessera %s [options] %s\n%s\n\noptions:\n", c->name, c->operands, c->summary);
+    for (int k = 0; k < c->n_opts; k++) {
+        char left[64];
+        snprintf(left, sizeof left, "-%c, --%s%s%s", c->opts[k].short_name, c->opts[k].name,
+                 c->opts[k].arg ? " " : "", c->opts[k].arg ? c->opts[k].arg : "");
+        fprintf(f, "  %-26s %s\n", left, c->opts[k].help);
+    }
+}
+
+static int usage_error(const cmd_spec *c, const char *msg, const char *detail) {
+    tsr_error("%s: %s%s (see 'tessera %s --help')", c->name, msg, detail ? detail : "", c->name);
+    return TSR_EXIT_USAGE;
+}
+
+typedef struct tok_args {
+    const char *spec;
+    int special;
+} tok_args;
+
+/* getopt_long over argv with the table of c. Returns 0, -1 after --help, or TSR_EXIT_USAGE. */
+static int cmd_parse(const cmd_spec *c, int argc, char **argv, tok_args *a) {
+    struct option lo[8];
+    char shorts[32], *s = shorts;
+    *s++ = ':';
+    for (int k = 0; k < c->n_opts; k++) {
+        lo[k] = (struct option){c->opts[k].name, c->opts[k].arg ? required_argument : no_argument,
+                                NULL, c->opts[k].short_name};
+        *s++ = (char)c->opts[k].short_name;
+        if (c->opts[k].arg) *s++ = ':';
+    }
+    lo[c->n_opts] = (struct option){0, 0, 0, 0};
+    *s = '\0';
+    optind = 0;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
+        switch (ch) {
+        case 'h': cmd_help(stdout, c); return -1;
+        case 't': a->spec = optarg; break;
+        case 's': a->special = 1; break;
+        default: {
+            char bad[128];
+            if (optopt) snprintf(bad, sizeof bad, "-%c", optopt);
+            else snprintf(bad, sizeof bad, "%.120s", argv[optind - 1]);
+            return usage_error(c, ch == ':' ? "option needs a value: " : "unknown option: ", bad);
+        }
+        }
+    }
+    if (optind >= argc) return usage_error(c, "no input FILE given ('-' reads stdin)", NULL);
+    return 0;
+}
+
+/* Reads a whole file ('-' = stdin) into a malloc'd buffer. */
+static int slurp(const char *path, uint8_t **buf, size_t *n) {
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    if (!f) {
+        tsr_error("%s: cannot open: %s", path, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    size_t cap = 1 << 16, len = 0, got;
+    uint8_t *b = tsr_malloc(cap);
+    while ((got = fread(b + len, 1, cap - len, f)) > 0) {
+        len += got;
+        if (len == cap) {
+            uint8_t *nb = realloc(b, cap *= 2);
+            if (!nb) tsr_die(TSR_EXIT_INTERNAL, "out of memory reading %s (%zu bytes)", path, len);
+            b = nb;
+        }
+    }
+    int err = ferror(f);
+    if (f != stdin) fclose(f);
+    if (err) {
+        tsr_error("%s: read error", path);
+        free(b);
+        return TSR_EXIT_DATA;
+    }
+    *buf = b;
+    *n = len;
+    return 0;
+}
+
+static int write_all(const void *p, size_t n) {
+    if (n && fwrite(p, 1, n, stdout) != n) {
+        tsr_error("stdout: write failed: %s", strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    return 0;
+}
+
+static int run_encode(const tsr_tokenizer *tok, const char *path, int special) {
+    uint8_t *text;
+    size_t n, n_ids = 0, cap = 0;
+    uint32_t *ids = NULL;
+    int rc = slurp(path, &text, &n);
+    if (rc) return rc;
+    tokenizer_encode(tok, text, n, special, &ids, &n_ids, &cap);
+    free(text);
+    char *line = tsr_malloc(11 * n_ids + 2), *o = line;
+    for (size_t i = 0; i < n_ids; i++) {
+        if (i) *o++ = ' ';
+        /* decimal digits of ids[i], written backwards then reversed */
+        char d[10];
+        int k = 0;
+        uint32_t v = ids[i];
+        do d[k++] = (char)('0' + v % 10), v /= 10;
+        while (v);
+        while (k) *o++ = d[--k];
+    }
+    *o++ = '\n';
+    rc = write_all(line, (size_t)(o - line));
+    free(line);
+    free(ids);
+    return rc;
+}
+
+static int run_decode(const tsr_tokenizer *tok, const char *path) {
+    uint8_t *text;
+    size_t n;
+    int rc = slurp(path, &text, &n);
+    if (rc) return rc;
+    size_t n_ids = 0, cap = 1024;
+    uint32_t *ids = tsr_malloc(cap * sizeof *ids);
+    for (size_t i = 0; i < n;) {
+        if (text[i] == ' ' || text[i] == '\n' || text[i] == '\t' || text[i] == '\r') {
+            i++;
+            continue;
+        }
+        uint64_t v = 0;
+        size_t s = i;
+        while (i < n && text[i] >= '0' && text[i] <= '9' && v <= UINT32_MAX) v = v * 10 + (text[i++] - '0');
+        if (i == s || v > UINT32_MAX || (i < n && !(text[i] == ' ' || text[i] == '\n' || text[i] == '\t' || text[i] == '\r'))) {
+            tsr_error("%s: byte %zu: expected a token id (a decimal integer), found '%c'", path,
+                      i, i < n ? text[i] : '?');
+            rc = TSR_EXIT_DATA;
+            break;
+        }
+        if (n_ids == cap) {
+            uint32_t *ni = realloc(ids, (cap *= 2) * sizeof *ids);
+            if (!ni) tsr_die(TSR_EXIT_INTERNAL, "out of memory decoding %s", path);
+            ids = ni;
+        }
+        ids[n_ids++] = (uint32_t)v;
+    }
+    free(text);
+    if (!rc) {
+        size_t need = tokenizer_decode(tok, ids, n_ids, NULL, 0);
+        if (need == (size_t)-1) {
+            tsr_error("  in %s (vocabulary of %u tokens)", path, tokenizer_vocab_size(tok));
+            rc = TSR_EXIT_DATA;
+        } else {
+            uint8_t *out = tsr_malloc(need ? need : 1);
+            tokenizer_decode(tok, ids, n_ids, out, need);
+            rc = write_all(out, need);
+            free(out);
+        }
+    }
+    free(ids);
+    return rc;
+}
+
+static int run_sub(int argc, char **argv, int decode) {
+    const cmd_spec *c = decode ? &decode_spec : &encode_spec;
+    tok_args a = {"gpt2", 0};
+    int rc = cmd_parse(c, argc, argv, &a);
+    if (rc) return rc < 0 ? 0 : rc;
+    tsr_tokenizer *tok;
+    if ((rc = tokenizer_open(&tok, a.spec))) return rc;
+    for (int k = optind; k < argc && !rc; k++)
+        rc = decode ? run_decode(tok, argv[k]) : run_encode(tok, argv[k], a.special);
+    if (fflush(stdout) != 0 && !rc) {
+        tsr_error("stdout: write failed: %s", strerror(errno));
+        rc = TSR_EXIT_DATA;
+    }
+    tokenizer_free(tok);
+    return rc;
+}
+
+int cmd_tokenizer(int argc, char **argv) {
+    static const char *usage =
+        "usage: tessera tokenizer encode|decode|train [options] ...\n"
+        "  encode   text -> token ids (space-separated decimals, one line per file)\n"
+        "  decode   token ids -> text\n"
+        "  train    learn a byte-level BPE tokenizer from text\n"
+        "'tessera tokenizer SUBCOMMAND --help' describes each; docs/tokenizer.md has the details.\n";
+    if (argc < 2) {
+        fputs(usage, stderr);
+        return TSR_EXIT_USAGE;
+    }
+    const char *sub = argv[1];
+    if (!strcmp(sub, "-h") || !strcmp(sub, "--help")) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    if (!strcmp(sub, "encode")) return run_sub(argc - 1, argv + 1, 0);
+    if (!strcmp(sub, "decode")) return run_sub(argc - 1, argv + 1, 1);
+    if (!strcmp(sub, "train")) return cmd_tokenizer_train(argc - 1, argv + 1);
+    tsr_error("tokenizer: unknown subcommand '%s' (expected encode, decode or train)", sub);
+    return TSR_EXIT_USAGE;
+}

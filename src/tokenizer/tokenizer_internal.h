@@ -1,0 +1,19 @@
+/* tokenizer_internal.h — helpers shared by the tokenizer's own files (not part of the API).
+ *
+ * UTF-8 is read the way the reference (node reading a file as UTF-8, the WHATWG decoder) reads it:
+ * each maximal ill-formed subpart of a sequence counts as one U+FFFD (docs/tokenizer.md).
+ */
+#ifndef TSR_TOKENIZER_INTERNAL_H
+#define TSR_TOKENIZER_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Decodes the code point at p (n >= 1 bytes left): returns the bytes it spans (>= 1) and sets *cp;
+ * an ill-formed sequence spans its maximal subpart and reads as U+FFFD. */
+size_t tsr_utf8_next(const uint8_t *p, size_t n, uint32_t *cp);
+/* When text holds ill-formed UTF-8, returns a malloc'd copy with each maximal ill-formed subpart
+ * replaced by U+FFFD (EF BF BD) and its length in *out_n; else NULL (the text is valid). */
+uint8_t *tsr_utf8_sanitize(const uint8_t *text, size_t n, size_t *out_n);
+
+#endif
