@@ -82,12 +82,18 @@ endif
 
 # ---- sources ----
 MAINS    := src/train/train_main.c src/tessera_main.c
-LIB_SRC  := $(filter-out $(MAINS),$(wildcard src/*.c src/*/*.c kernels/cpu/*.c))
+# checkpoint/: the pure parts (ranges, CRC combine) build everywhere; the rest needs MPI + HDF5
+CKPT_PURE := checkpoint/ckpt_ranges.c checkpoint/crc_combine.c
+CKPT_MPI  := $(filter-out $(CKPT_PURE),$(wildcard checkpoint/*.c))
+LIB_SRC  := $(filter-out $(MAINS),$(wildcard src/*.c src/*/*.c kernels/cpu/*.c)) $(CKPT_PURE)
+ifeq ($(NO_MPI),0)
+  LIB_SRC += $(CKPT_MPI)
+endif
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 ifeq ($(NO_MPI),0)
-  TEST_BIN += $(BUILD)/tests/ref_dump
+  TEST_BIN += $(BUILD)/tests/ref_dump $(BUILD)/tests/ckpt_driver
 endif
 PROGRAMS := $(BUILD)/tessera-train $(BUILD)/tessera
 
@@ -106,8 +112,9 @@ announce:
 	else echo "  ✗ CUDA            nvcc not found under CUDA_HOME=$(CUDA_HOME): CPU-only build"; fi
 	@echo "  build: $(if $(filter 1,$(NO_MPI)),single process (NO_MPI=1),MPI) | ARCH=$(ARCH) | OpenBLAS $(if $(OPENBLAS_PC_DIR),OpenMP build,from pkg-config: if it is the pthread build set OMP_WAIT_POLICY=passive) | $(BUILD)/"
 
-# keep objects of test programs (intermediate files) so a second make does not rebuild them
-.SECONDARY:
+# keep objects of test programs (intermediate files of a pattern chain) from being deleted.
+# (Not an empty .SECONDARY:, which also lets a missing new object count as up to date.)
+.PRECIOUS: $(BUILD)/obj/%.o
 
 $(BUILD)/obj/%.o: %.c | deps
 	@mkdir -p $(@D)
@@ -128,6 +135,10 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(BUILD)/libtessera.a
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
 
 $(BUILD)/tests/ref_dump: $(BUILD)/obj/tests/reference/ref_dump.o $(BUILD)/libtessera.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
+
+$(BUILD)/tests/ckpt_driver: $(BUILD)/obj/tests/mpi/ckpt_driver.o $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
 

@@ -3,6 +3,9 @@
 #include <string.h>
 
 #include "blas_env.h"
+#ifndef TSR_NO_MPI
+#include "../checkpoint/ckpt_cmd.h"
+#endif
 #include "common.h"
 #include "config/config.h"
 #include "data/data_cmd.h"
@@ -34,6 +37,9 @@ static const struct command {
     {"synth", cmd_synth, "write the deterministic synthetic corpus used by the demo and tests"},
     {"verify-data", cmd_verify_data, "check a dataset's headers and checksums"},
     {"config-doc", cmd_config_doc, "print the config key reference (docs/config.md)"},
+#ifndef TSR_NO_MPI
+    {"ckpt", cmd_ckpt, "list, verify and inspect checkpoints"},
+#endif
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,210 @@
+/* ckpt_h5.c — attributes, root metadata and range selections in checkpoint files. */
+#include "ckpt_h5.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void ck_h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
+
+static int attr_write(hid_t loc, const char *name, hid_t ftype, hid_t mtype, const void *v) {
+    hid_t sp = H5Screate(H5S_SCALAR);
+    if (sp < 0) return -1;
+    if (H5Aexists(loc, name) > 0) H5Adelete(loc, name);
+    hid_t a = H5Acreate2(loc, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT);
+    int rc = (a < 0 || H5Awrite(a, mtype, v) < 0) ? -1 : 0;
+    if (a >= 0) H5Aclose(a);
+    H5Sclose(sp);
+    return rc;
+}
+
+int ck_attr_write_i64(hid_t loc, const char *name, int64_t v) {
+    return attr_write(loc, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v);
+}
+
+int ck_attr_write_u32(hid_t loc, const char *name, uint32_t v) {
+    return attr_write(loc, name, H5T_STD_U32LE, H5T_NATIVE_UINT32, &v);
+}
+
+static hid_t vlen_str_type(void) {
+    hid_t t = H5Tcopy(H5T_C_S1);
+    if (t < 0) return -1;
+    if (H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0) {
+        H5Tclose(t);
+        return -1;
+    }
+    return t;
+}
+
+int ck_attr_write_str(hid_t loc, const char *name, const char *s) {
+    hid_t t = vlen_str_type();
+    if (t < 0) return -1;
+    int rc = attr_write(loc, name, t, t, &s);
+    H5Tclose(t);
+    return rc;
+}
+
+static int attr_read(hid_t loc, const char *name, hid_t mtype, void *v) {
+    if (H5Aexists(loc, name) <= 0) return -1;
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    if (a < 0) return -1;
+    hid_t sp = H5Aget_space(a);
+    int rc = (sp < 0 || H5Sget_simple_extent_npoints(sp) != 1 || H5Aread(a, mtype, v) < 0) ? -1 : 0;
+    if (sp >= 0) H5Sclose(sp);
+    H5Aclose(a);
+    return rc;
+}
+
+static int attr_is_integer(hid_t loc, const char *name) {
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    if (a < 0) return 0;
+    hid_t t = H5Aget_type(a);
+    int ok = t >= 0 && H5Tget_class(t) == H5T_INTEGER;
+    if (t >= 0) H5Tclose(t);
+    H5Aclose(a);
+    return ok;
+}
+
+int ck_attr_read_i64(hid_t loc, const char *name, int64_t *v) {
+    if (H5Aexists(loc, name) <= 0 || !attr_is_integer(loc, name)) return -1;
+    return attr_read(loc, name, H5T_NATIVE_INT64, v);
+}
+
+int ck_attr_read_u32(hid_t loc, const char *name, uint32_t *v) {
+    if (H5Aexists(loc, name) <= 0 || !attr_is_integer(loc, name)) return -1;
+    return attr_read(loc, name, H5T_NATIVE_UINT32, v);
+}
+
+int ck_attr_read_str(hid_t loc, const char *name, char *buf, size_t cap) {
+    if (cap == 0 || H5Aexists(loc, name) <= 0) return -1;
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    if (a < 0) return -1;
+    int rc = -1;
+    hid_t ft = H5Aget_type(a), mt = -1;
+    if (ft < 0 || H5Tget_class(ft) != H5T_STRING) goto done;
+    if (H5Tis_variable_str(ft) > 0) {
+        mt = vlen_str_type();
+        char *p = NULL;
+        if (mt < 0 || H5Aread(a, mt, &p) < 0 || !p) goto done;
+        size_t n = strlen(p);
+        if (n < cap) {
+            memcpy(buf, p, n + 1);
+            rc = 0;
+        }
+        H5free_memory(p);
+    } else {
+        size_t n = H5Tget_size(ft);
+        char *tmp = calloc(n + 1, 1);
+        mt = H5Tcopy(H5T_C_S1);
+        if (tmp && mt >= 0 && H5Tset_size(mt, n) >= 0 && H5Aread(a, mt, tmp) >= 0 &&
+            strlen(tmp) < cap) {
+            strcpy(buf, tmp);
+            rc = 0;
+        }
+        free(tmp);
+    }
+done:
+    if (mt >= 0) H5Tclose(mt);
+    if (ft >= 0) H5Tclose(ft);
+    H5Aclose(a);
+    return rc;
+}
+
+int ck_meta_write(hid_t file, const ckpt_meta *m, const char *created) {
+    if (ck_attr_write_str(file, "format", TSR_CKPT_FORMAT) ||
+        ck_attr_write_i64(file, "format_version", TSR_CKPT_VERSION) ||
+        ck_attr_write_i64(file, "step", m->step) || ck_attr_write_i64(file, "tokens", m->tokens) ||
+        ck_attr_write_i64(file, "data_cursor", m->data_cursor) ||
+        ck_attr_write_i64(file, "world_size", m->world_size) ||
+        ck_attr_write_i64(file, "global_batch", m->global_batch) ||
+        ck_attr_write_i64(file, "seed", m->seed) || ck_attr_write_str(file, "config", m->config) ||
+        ck_attr_write_str(file, "program_version", m->program_version) ||
+        ck_attr_write_str(file, "created", created) ||
+        ck_attr_write_str(file, "rng", CKPT_RNG_NOTE))
+        return -1;
+    return 0;
+}
+
+int ck_meta_read(hid_t file, ckpt_meta *m, char *why, size_t why_cap) {
+    char fmt[64];
+    int64_t ver;
+    memset(m, 0, sizeof *m);
+    if (ck_attr_read_str(file, "format", fmt, sizeof fmt) != 0) {
+        snprintf(why, why_cap, "no \"format\" root attribute (not a tessera checkpoint)");
+        return -1;
+    }
+    if (strcmp(fmt, TSR_CKPT_FORMAT) != 0) {
+        snprintf(why, why_cap, "root attribute format = \"%s\", expected \"%s\"", fmt,
+                 TSR_CKPT_FORMAT);
+        return -1;
+    }
+    if (ck_attr_read_i64(file, "format_version", &ver) != 0) {
+        snprintf(why, why_cap, "no integer \"format_version\" root attribute");
+        return -1;
+    }
+    if (ver != TSR_CKPT_VERSION) {
+        snprintf(why, why_cap, "format_version = %lld, this program reads version %d",
+                 (long long)ver, TSR_CKPT_VERSION);
+        return -1;
+    }
+    static const char *const ints[] = {"step",       "tokens",       "data_cursor",
+                                       "world_size", "global_batch", "seed"};
+    int64_t *dst[] = {&m->step,       &m->tokens,       &m->data_cursor,
+                      &m->world_size, &m->global_batch, &m->seed};
+    for (int k = 0; k < 6; k++) {
+        if (ck_attr_read_i64(file, ints[k], dst[k]) != 0) {
+            snprintf(why, why_cap, "missing or non-integer root attribute \"%s\"", ints[k]);
+            return -1;
+        }
+    }
+    if (ck_attr_read_str(file, "config", m->config, sizeof m->config) != 0) {
+        snprintf(why, why_cap, "missing root attribute \"config\" (or longer than %zu bytes)",
+                 sizeof m->config - 1);
+        return -1;
+    }
+    if (ck_attr_read_str(file, "program_version", m->program_version, sizeof m->program_version) !=
+        0) {
+        snprintf(why, why_cap, "missing root attribute \"program_version\"");
+        return -1;
+    }
+    return 0;
+}
+
+int ck_select_range(hid_t filespace, int ndim, const int64_t *shape, uint64_t lo, uint64_t hi) {
+    ckpt_box boxes[CKPT_MAX_BOXES];
+    int nb = flat_range_to_hyperslabs(ndim, shape, lo, hi, boxes);
+    if (nb < 0) return -1;
+    if (nb == 0) return H5Sselect_none(filespace) < 0 ? -1 : 0;
+    for (int b = 0; b < nb; b++) {
+        hsize_t start[CKPT_MAX_NDIM], count[CKPT_MAX_NDIM];
+        for (int d = 0; d < ndim; d++) start[d] = boxes[b].start[d], count[d] = boxes[b].count[d];
+        if (H5Sselect_hyperslab(filespace, b == 0 ? H5S_SELECT_SET : H5S_SELECT_OR, start, NULL,
+                                count, NULL) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+int ck_dataset_shape(hid_t ds, int *ndim, int64_t *shape) {
+    hid_t sp = H5Dget_space(ds);
+    if (sp < 0) return -1;
+    int nd = H5Sget_simple_extent_ndims(sp);
+    hsize_t dims[H5S_MAX_RANK];
+    int rc = -1;
+    if (nd >= 1 && nd <= CKPT_MAX_NDIM && H5Sget_simple_extent_dims(sp, dims, NULL) == nd) {
+        *ndim = nd;
+        for (int d = 0; d < nd; d++) shape[d] = (int64_t)dims[d];
+        rc = 0;
+    } else if (nd >= 0) {
+        *ndim = nd;
+    }
+    H5Sclose(sp);
+    return rc;
+}
+
+void ck_shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) {
+    size_t o = (size_t)snprintf(buf, cap, "(");
+    for (int d = 0; d < ndim && o < cap; d++)
+        o += (size_t)snprintf(buf + o, cap - o, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (o < cap) snprintf(buf + o, cap - o, ")");
+}

@@ -1,0 +1,56 @@
+/* ckpt_h5.h — HDF5 helpers shared by the checkpoint writer, reader and `tessera ckpt` (internal).
+ *
+ * Attributes: integers are int64 little-endian (uint32 for "crc32c"), strings variable-length UTF-8
+ * (so the config text has no 64 KiB object-header limit and h5py reads them as str).
+ * Every function returns 0 or -1 (HDF5's own error stack is silenced: ck_h5_quiet()).
+ */
+#ifndef TSR_CKPT_H5_H
+#define TSR_CKPT_H5_H
+
+#include <hdf5.h>
+
+#include "ckpt.h"
+#include "ckpt_internal.h"
+
+/* The "rng" root attribute: why no per-rank generator state is stored. */
+#define CKPT_RNG_NOTE \
+    "counter-based SplitMix64: state = (seed, counters); nothing per rank to store"
+
+void ck_h5_quiet(void);
+int ck_attr_write_i64(hid_t loc, const char *name, int64_t v);
+int ck_attr_write_u32(hid_t loc, const char *name, uint32_t v);
+int ck_attr_write_str(hid_t loc, const char *name, const char *s);
+int ck_attr_read_i64(hid_t loc, const char *name, int64_t *v);
+int ck_attr_read_u32(hid_t loc, const char *name, uint32_t *v);
+/* Reads a string attribute (variable- or fixed-length); -1 when absent, not a string, or longer
+ * than cap - 1. */
+int ck_attr_read_str(hid_t loc, const char *name, char *buf, size_t cap);
+
+/* Writes the root attributes of a checkpoint (collective in a parallel file: same values). */
+int ck_meta_write(hid_t file, const ckpt_meta *m, const char *created);
+/* Reads and checks the root attributes: format and format_version must match (why names the
+ * attribute and the value found). */
+int ck_meta_read(hid_t file, ckpt_meta *m, char *why, size_t why_cap);
+
+/* Selects a tensor's flat range [lo, hi) in its dataset's file space (H5Sselect_none if empty). */
+int ck_select_range(hid_t filespace, int ndim, const int64_t *shape, uint64_t lo, uint64_t hi);
+
+/* Reads a dataset's shape: its rank into *ndim (fails above 4) and dims into shape. */
+int ck_dataset_shape(hid_t ds, int *ndim, int64_t *shape);
+
+/* "(2, 3, 4)" */
+void ck_shape_str(char *buf, size_t cap, int ndim, const int64_t *shape);
+
+#endif
+
+/* ---- collective helpers (MPI_COMM_WORLD) ---- */
+
+/* All ranks learn whether every rank is ok; when not, `why` on every rank becomes the reason of
+ * the lowest failing rank (prefixed "rank R: " when that is not rank 0). Returns the global ok. */
+int ck_agree(int ok, char *why, size_t why_cap);
+
+/* One tensor's whole-tensor CRC from the ranks' slices: allgathers (lo, hi, slice crc, ok) in rank
+ * order, checks that the non-empty slices tile [0, numel) exactly, combines the CRCs in order of
+ * lo. Returns 0 with *crc set, or -1 with why (same on every rank). */
+int ck_tensor_crc(const char *name, uint64_t numel, uint64_t lo, uint64_t hi, uint32_t slice_crc,
+                  int slice_ok, uint32_t *crc, char *why, size_t why_cap);

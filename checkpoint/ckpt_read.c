@@ -1,0 +1,225 @@
+/* ckpt_read.c — loading and verifying checkpoints, and choosing the one to resume from.
+ *
+ * A load opens the file through MPI-IO read-only, checks the format/format_version root
+ * attributes, then per tensor: the dataset exists and has the expected global shape, each rank
+ * reads its flat range (collective), the slice CRCs are allgathered and combined, and the result
+ * must equal the dataset's "crc32c" attribute. Every decision is agreed over MPI_COMM_WORLD
+ * (ck_agree), so all ranks accept or reject a file together and move on to the next together.
+ * The layout (ranges) is the caller's at THIS world size: loading is elastic.
+ */
+#include <errno.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt_h5.h"
+#include "common.h"
+#include "data/data.h"
+
+static int wanted(const ckpt_tensor *t, const char *prefix) {
+    return !prefix || strncmp(t->name, prefix, strlen(prefix)) == 0;
+}
+
+/* Opens one dataset and checks its shape against t's; -1 with why when absent or different. */
+static hid_t open_checked(hid_t file, const ckpt_tensor *t, uint32_t *crc_attr, char *why,
+                          size_t cap) {
+    uint64_t numel = ckpt_numel(t->ndim, t->shape);
+    if (numel == 0 || t->lo > t->hi || t->hi > numel || (t->hi > t->lo && !t->data)) {
+        snprintf(why, cap, "tensor %s: bad request (ndim %d, range [%llu, %llu))", t->name, t->ndim,
+                 (unsigned long long)t->lo, (unsigned long long)t->hi);
+        return -1;
+    }
+    hid_t ds = H5Dopen2(file, t->name, H5P_DEFAULT);
+    if (ds < 0) {
+        snprintf(why, cap, "tensor %s: no such dataset in the file", t->name);
+        return -1;
+    }
+    int nd = 0;
+    int64_t shape[CKPT_MAX_NDIM] = {0};
+    int shape_ok = ck_dataset_shape(ds, &nd, shape) == 0 && nd == t->ndim;
+    for (int d = 0; shape_ok && d < nd; d++) shape_ok = shape[d] == t->shape[d];
+    if (!shape_ok) {
+        char a[128], b[128];
+        ck_shape_str(a, sizeof a, nd, shape);
+        ck_shape_str(b, sizeof b, t->ndim, t->shape);
+        snprintf(why, cap, "tensor %s: shape %s in the file, expected %s", t->name, a, b);
+        H5Dclose(ds);
+        return -1;
+    }
+    hid_t type = H5Dget_type(ds);
+    int is_f32 = type >= 0 && H5Tget_class(type) == H5T_FLOAT && H5Tget_size(type) == 4;
+    if (type >= 0) H5Tclose(type);
+    if (!is_f32) {
+        snprintf(why, cap, "tensor %s: not a float32 dataset", t->name);
+        H5Dclose(ds);
+        return -1;
+    }
+    if (ck_attr_read_u32(ds, "crc32c", crc_attr) != 0) {
+        snprintf(why, cap, "tensor %s: no crc32c attribute", t->name);
+        H5Dclose(ds);
+        return -1;
+    }
+    return ds;
+}
+
+/* Reads and verifies one tensor's slices (collective). 0, or -1 with why (agreed). */
+static int read_tensor(hid_t file, const ckpt_tensor *t, hid_t dxpl, char *why, size_t cap) {
+    uint32_t want = 0;
+    hid_t ds = open_checked(file, t, &want, why, cap);
+    if (!ck_agree(ds >= 0, why, cap)) {
+        if (ds >= 0) H5Dclose(ds);
+        return -1;
+    }
+    uint64_t cnt = t->hi - t->lo, numel = ckpt_numel(t->ndim, t->shape);
+    float dummy;
+    float *data = cnt ? t->data : &dummy;
+    hsize_t mdim = cnt ? cnt : 1;
+    hid_t fs = H5Dget_space(ds), ms = H5Screate_simple(1, &mdim, NULL);
+    int ok = fs >= 0 && ms >= 0 && ck_select_range(fs, t->ndim, t->shape, t->lo, t->hi) == 0 &&
+             (cnt > 0 || H5Sselect_none(ms) >= 0) &&
+             H5Dread(ds, H5T_NATIVE_FLOAT, ms, fs, dxpl, data) >= 0;
+    if (ms >= 0) H5Sclose(ms);
+    if (fs >= 0) H5Sclose(fs);
+    H5Dclose(ds);
+    uint32_t crc = 0;
+    uint32_t slice = ok ? tsr_crc32c(0, data, cnt * sizeof(float)) : 0;
+    if (ck_tensor_crc(t->name, numel, t->lo, t->hi, slice, ok, &crc, why, cap)) return -1;
+    if (crc != want) {
+        snprintf(why, cap,
+                 "tensor %s: CRC32C mismatch: data 0x%08x, attribute crc32c 0x%08x (corrupt)",
+                 t->name, crc, want);
+        return -1;
+    }
+    return 0;
+}
+
+/* Loads one file (collective). 0, or -1 with why (agreed on every rank). */
+static int load_file(const char *path, ckpt_meta *meta, ckpt_tensor *t, int n, const char *prefix,
+                     uint64_t *bytes, char *why, size_t cap) {
+    ck_h5_quiet();
+    *bytes = 0;
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), dxpl = H5Pcreate(H5P_DATASET_XFER);
+    H5Pset_fapl_mpio(fapl, MPI_COMM_WORLD, MPI_INFO_NULL);
+    H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+    hid_t file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    if (file < 0) snprintf(why, cap, "cannot open it as HDF5 (missing, truncated or not HDF5)");
+    int ok = ck_agree(file >= 0, why, cap);
+    if (ok) ok = ck_agree(ck_meta_read(file, meta, why, cap) == 0, why, cap);
+    for (int i = 0; i < n && ok; i++) {
+        if (!wanted(&t[i], prefix)) continue;
+        if (read_tensor(file, &t[i], dxpl, why, cap) != 0) ok = 0;
+        *bytes += ckpt_numel(t[i].ndim, t[i].shape) * sizeof(float);
+    }
+    if (file >= 0) H5Fclose(file);
+    H5Pclose(fapl);
+    H5Pclose(dxpl);
+    return ok ? 0 : -1;
+}
+
+int ckpt_load(const char *path, ckpt_meta *meta, ckpt_tensor *tensors, int n,
+              const char *only_prefix, ckpt_stats *stats) {
+    double t0 = MPI_Wtime();
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    char why[1024] = "";
+    uint64_t bytes;
+    if (load_file(path, meta, tensors, n, only_prefix, &bytes, why, sizeof why) != 0) {
+        if (rank == 0) tsr_error("checkpoint %s: %s", path, why);
+        return TSR_EXIT_DATA;
+    }
+    if (stats) {
+        stats->seconds = MPI_Wtime() - t0;
+        stats->bytes = bytes;
+    }
+    return 0;
+}
+
+/* Rank 0's view of the run directory, broadcast: candidate basenames, newest first, "\n"-joined;
+ * note: a remark about `latest` for the warnings (empty when it was fine). */
+typedef struct candidates {
+    char names[16384];
+    char note[1024];
+    int count;
+} candidates;
+
+static void list_candidates(const char *run_dir, candidates *c) {
+    memset(c, 0, sizeof *c);
+    char latest[256] = "", why[1024] = "";
+    int lr = ckpt_read_latest(run_dir, latest, sizeof latest, why, sizeof why);
+    size_t o = 0;
+    if (lr == 1) {
+        o += (size_t)snprintf(c->names + o, sizeof c->names - o, "%s\n", latest);
+        c->count++;
+    } else if (lr == 0) {
+        snprintf(c->note, sizeof c->note, "%s/latest does not exist", run_dir);
+    } else {
+        snprintf(c->note, sizeof c->note, "%s", why);
+    }
+    int64_t *steps;
+    int n = ckpt_list_steps(run_dir, &steps);
+    for (int k = 0; k < n; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "step-%08lld.h5", (long long)steps[k]);
+        if (lr == 1 && strcmp(name, latest) == 0) continue;
+        if (o + strlen(name) + 2 >= sizeof c->names) break; /* keep the newest ~800 */
+        o += (size_t)snprintf(c->names + o, sizeof c->names - o, "%s\n", name);
+        c->count++;
+    }
+    free(steps);
+}
+
+int ckpt_resume(const char *run_dir, ckpt_meta *meta, ckpt_tensor *tensors, int n, char *path_out,
+                size_t path_cap, ckpt_stats *stats) {
+    double t0 = MPI_Wtime();
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    candidates *c = calloc(1, sizeof *c);
+    if (!c) tsr_die(TSR_EXIT_INTERNAL, "out of memory");
+    if (rank == 0) list_candidates(run_dir, c);
+    MPI_Bcast(c, (int)sizeof *c, MPI_BYTE, 0, MPI_COMM_WORLD);
+    if (c->count == 0) {
+        int latest_exists = c->note[0] && !strstr(c->note, "does not exist");
+        if (latest_exists && rank == 0)
+            tsr_error("no checkpoint to resume from in %s: %s", run_dir, c->note);
+        free(c);
+        return latest_exists ? TSR_EXIT_DATA : 1; /* 1: a fresh run */
+    }
+    if (rank == 0 && c->note[0])
+        tsr_warn("%s; resuming from the newest valid step-*.h5 instead", c->note);
+    size_t tried_cap = 65536, to = 0;
+    char *tried = calloc(1, tried_cap);
+    char *save = NULL;
+    int rc = TSR_EXIT_DATA;
+    for (char *name = strtok_r(c->names, "\n", &save); name; name = strtok_r(NULL, "\n", &save)) {
+        char path[4200], why[1024] = "";
+        uint64_t bytes;
+        snprintf(path, sizeof path, "%s/%s", run_dir, name);
+        int64_t named_step = -1;
+        ckpt_parse_name(name, &named_step);
+        int valid = load_file(path, meta, tensors, n, NULL, &bytes, why, sizeof why) == 0;
+        if (valid && meta->step != named_step) { /* same on every rank: the same attribute */
+            snprintf(why, sizeof why, "its step attribute is %lld, its name says %lld",
+                     (long long)meta->step, (long long)named_step);
+            valid = 0;
+        }
+        if (valid) {
+            if (path_out && path_cap) snprintf(path_out, path_cap, "%s", path);
+            if (stats) {
+                stats->seconds = MPI_Wtime() - t0;
+                stats->bytes = bytes;
+            }
+            rc = 0;
+            break;
+        }
+        if (rank == 0) tsr_warn("checkpoint %s skipped: %s; trying the next one", path, why);
+        if (tried && to < tried_cap)
+            to += (size_t)snprintf(tried + to, tried_cap - to, "\n  %s: %s", path, why);
+    }
+    if (rc != 0 && rank == 0)
+        tsr_error("no valid checkpoint in %s (exit %d); tried:%s", run_dir, TSR_EXIT_DATA,
+                  tried ? tried : "");
+    free(tried);
+    free(c);
+    return rc;
+}
