@@ -104,8 +104,10 @@ int metrics_open_run_dir(tsr_trainer *t) {
     }
     snprintf(path, sizeof path, "%s/config.cfg", t->cfg.run_dir);
     TSR_CHECK(config_save(path, &t->cfg));
+    /* appended to: a resumed or requeued run continues the same file (a "start" line marks each
+     * process start; a step logged twice after a crash is the later line that counts) */
     snprintf(path, sizeof path, "%s/metrics.jsonl", t->cfg.run_dir);
-    t->metrics = fopen(path, "w");
+    t->metrics = fopen(path, "a");
     if (!t->metrics) {
         tsr_error("%s: cannot open for writing: %s", path, strerror(errno));
         return TSR_EXIT_DATA;
@@ -145,6 +147,29 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
                 tok_s, mfu, st->step_time);
         fflush(t->metrics);
     }
+}
+
+void metrics_log_checkpoint(const tsr_trainer *t, const char *what, const char *path,
+                            double seconds, uint64_t bytes) {
+    if (t->dist.rank != 0) return;
+    double gbs = seconds > 0 ? (double)bytes / seconds / 1e9 : 0.0;
+    printf("checkpoint %s step %lld | %s | %.3f s | %.1f MB | %.2f GB/s\n", what,
+           (long long)t->step, path, seconds, (double)bytes / 1e6, gbs);
+    fflush(stdout);
+    if (t->metrics) {
+        fprintf(t->metrics,
+                "{\"step\": %lld, \"checkpoint\": \"%s\", \"path\": \"%s\", \"seconds\": %.6g, "
+                "\"bytes\": %llu, \"gb_per_s\": %.6g}\n",
+                (long long)t->step, what, path, seconds, (unsigned long long)bytes, gbs);
+        fflush(t->metrics);
+    }
+}
+
+void metrics_log_start(tsr_trainer *t) {
+    if (t->dist.rank != 0 || !t->metrics) return;
+    fprintf(t->metrics, "{\"event\": \"start\", \"step\": %lld, \"world\": %d}\n",
+            (long long)t->step, t->dist.world);
+    fflush(t->metrics);
 }
 
 void metrics_log_eval(tsr_trainer *t, double val_loss) {

@@ -12,9 +12,15 @@ double metrics_peak_flops(const char *device, int threads);
 void metrics_print_plan(const tsr_trainer *t, int dry_run);
 /* Creates run_dir, writes the effective config (run_dir/config.cfg), opens run_dir/metrics.jsonl. */
 int metrics_open_run_dir(tsr_trainer *t);
+/* A {"event": "start"} line: where this process started (after a resume, the resumed step). */
+void metrics_log_start(tsr_trainer *t);
 void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st);
 void metrics_log_eval(tsr_trainer *t, double val_loss);
 void metrics_finish(tsr_trainer *t);
+/* A checkpoint event ("save", "resume", "init-from"): time, bytes and bytes/s, in the log and the
+ * JSONL (rank 0). */
+void metrics_log_checkpoint(const tsr_trainer *t, const char *what, const char *path,
+                            double seconds, uint64_t bytes);
 /* Prints sampled tokens: decoded with data.tokenizer when set, else as ids. */
 void metrics_log_sample(const tsr_trainer *t, const int32_t *ids, int n);
 

@@ -12,6 +12,7 @@
 #include "config/config.h"
 #include "dist.h"
 #include "ops.h"
+#include "train/checkpointing.h"
 #include "train/trainer.h"
 
 #ifndef TSR_VERSION
@@ -27,6 +28,8 @@ static const struct opt_doc {
 } options[] = {
     {{"config", required_argument, NULL, 'c'}, "FILE", "training recipe (libconfig), required"},
     {{"set", required_argument, NULL, 's'}, "KEY=VALUE", "override a config key (repeatable), e.g. --set optim.lr=1e-3"},
+    {{"resume", required_argument, NULL, 'r'}, "PATH", "resume from this checkpoint file (default: run_dir's latest valid one)"},
+    {{"init-from", required_argument, NULL, 'i'}, "PATH", "start a new run from this checkpoint's weights (ignored when run_dir has a checkpoint)"},
     {{"dry-run", no_argument, NULL, 'n'}, NULL, "validate the config, print the plan, exit"},
     {{"version", no_argument, NULL, 'V'}, NULL, "print the version and exit"},
     {{"help", no_argument, NULL, 'h'}, NULL, "this help"},
@@ -42,13 +45,15 @@ static void usage(FILE *f) {
                  options[i].arg ? " " : "", options[i].arg ? options[i].arg : "");
         fprintf(f, "  %-28s %s\n", left, options[i].help);
     }
-    fprintf(f, "\nexit codes: 0 finished, 1 usage/config error, 2 data error, 3 internal error\n"
+    fprintf(f, "\nexit codes: 0 finished, 1 usage/config error, 2 data or checkpoint error, 3 internal\n"
+               "error, 85 checkpoint committed after SIGUSR1/SIGTERM (requeue me)\n"
                "config keys: docs/config.md\n");
 }
 
 typedef struct cli {
     const char *config;
     const char *sets[MAX_SETS];
+    const char *resume, *init_from;
     int n_sets, dry_run;
 } cli;
 
@@ -74,6 +79,8 @@ static void parse_cli(cli *c, int argc, char **argv, int rank) {
             c->sets[c->n_sets++] = optarg;
             break;
         case 'n': c->dry_run = 1; break;
+        case 'r': c->resume = optarg; break;
+        case 'i': c->init_from = optarg; break;
         case 'V':
             if (rank == 0) printf("tessera-train %s\n", TSR_VERSION);
             tsr_exit(TSR_EXIT_OK);
@@ -123,7 +130,11 @@ int main(int argc, char **argv) {
     tsr_log_mute(0);
     if (rc) tsr_exit(rc);
     banner(&d, &cfg, t.threads);
-    if (!c.dry_run) rc = trainer_run(&t);
+    if (!c.dry_run) {
+        checkpointing_install_signals();
+        rc = checkpointing_resume(&t, c.resume, c.init_from);
+        if (!rc) rc = trainer_run(&t);
+    }
     trainer_free(&t);
     tsr_exit(rc);
 }

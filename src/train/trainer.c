@@ -2,11 +2,14 @@
 #include "trainer.h"
 
 #include <math.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "common.h"
+#include "train/checkpointing.h"
 #include "train/metrics.h"
 
 double lr_multiplier(tsr_sched_kind kind, double alpha_f, int64_t s, int64_t W, int64_t S) {
@@ -97,6 +100,7 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->total_steps = duration_to_steps(cfg->max_duration, cfg->global_batch, cfg->seq_len, epoch_samples);
     t->warmup_steps = duration_to_steps(cfg->optim.warmup, cfg->global_batch, cfg->seq_len, epoch_samples);
     t->eval_every = duration_to_steps(cfg->eval_interval, cfg->global_batch, cfg->seq_len, epoch_samples);
+    t->save_every = duration_to_steps(cfg->save_interval, cfg->global_batch, cfg->seq_len, epoch_samples);
     model_init(&t->model, &cfg->model, t->T, t->ops);
     t->flops_per_token = model_flops_per_token(&t->model, t->T);
     if (dry_run) { /* the plan needs the layout only: nothing is allocated */
@@ -216,9 +220,31 @@ double trainer_eval(tsr_trainer *t) {
     return acc[1] > 0 ? acc[0] / acc[1] : NAN;
 }
 
+/* Test-only fault injection (tests/test_resume.sh): TSR_FAULT="kill:STEP:RANK" makes that rank
+ * SIGKILL itself right after that step, with no warning to anyone; "usr1:STEP:RANK" sends it
+ * SIGUSR1 (a stop request, as Slurm's --signal would) at exactly that point. */
+static void maybe_fault(const tsr_trainer *t) {
+    const char *f = getenv("TSR_FAULT");
+    char kind[8] = "";
+    long long step = -1, rank = -1;
+    if (!f || sscanf(f, "%7[a-z0-9]:%lld:%lld", kind, &step, &rank) != 3) return;
+    if (step != t->step || rank != t->dist.rank) return;
+    if (!strcmp(kind, "kill")) raise(SIGKILL);
+    if (!strcmp(kind, "usr1")) raise(SIGUSR1);
+}
+
 int trainer_run(tsr_trainer *t) {
     tsr_step_stats st;
+    int rc;
+    metrics_log_start(t);
     while (t->step < t->total_steps) {
+        if (checkpointing_stop_requested()) { /* at a step boundary, all ranks together */
+            if ((rc = checkpointing_save(t))) return rc;
+            if (t->dist.rank == 0)
+                printf("stop requested (SIGUSR1/SIGTERM): checkpoint of step %lld committed; "
+                       "exit %d = requeue me\n", (long long)t->step, TSR_EXIT_REQUEUE);
+            return TSR_EXIT_REQUEUE;
+        }
         trainer_step(t, &st);
         if (!isfinite(st.loss)) {
             tsr_fail_all(TSR_EXIT_DATA, "step %lld: loss is %g (not finite); stopping. Lower "
@@ -228,6 +254,9 @@ int trainer_run(tsr_trainer *t) {
         int last = t->step == t->total_steps;
         if (t->val && ((t->eval_every > 0 && t->step % t->eval_every == 0) || last))
             metrics_log_eval(t, trainer_eval(t));
+        if ((t->save_every > 0 && t->step % t->save_every == 0) || last)
+            if ((rc = checkpointing_save(t))) return rc;
+        maybe_fault(t);
     }
     metrics_finish(t);
     if (t->cfg.sample.tokens > 0 && t->dist.rank == 0) {

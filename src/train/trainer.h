@@ -33,6 +33,7 @@ typedef struct tsr_trainer {
     tsr_sampler sampler;
     int T, micro;                /* seq_len, micro_batch */
     int64_t per_rank, step, total_steps, warmup_steps, eval_every, tokens_seen;
+    int64_t save_every;          /* steps between checkpoints, 0 = only at the end */
     /* Optimizer ownership. The flat parameters are partitioned over the ranks (part_*: 16-float
      * aligned, rank order). ZeRO-1 (zero1 = 1): rank r owns its part [shard_lo, shard_hi), keeps
      * AdamW state for it only, receives its summed gradients by reduce-scatter and all-gathers
@@ -56,7 +57,9 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
 void trainer_step(tsr_trainer *t, tsr_step_stats *st);
 /* Mean validation loss over eval_samples (or the whole split); NAN when there is no val set. */
 double trainer_eval(tsr_trainer *t);
-/* The whole run: steps until max_duration with logging and periodic eval. Returns an exit code. */
+/* The whole run: steps until max_duration with logging, periodic eval and checkpoints; a stop
+ * request (SIGUSR1/SIGTERM on any rank) checkpoints and returns TSR_EXIT_REQUEUE. Returns an
+ * exit code. */
 int trainer_run(tsr_trainer *t);
 void trainer_free(tsr_trainer *t);
 /* Samples n_new tokens after the prompt (n_prompt >= 1 tokens) with sample.temperature and

@@ -1,0 +1,181 @@
+/* checkpointing.c — the trainer's side of checkpoints: which tensors, whose slices, when.
+ *
+ * Tensors (docs/checkpoint-format.md): model/<name> (fp32 weights), optim/m/<name>, optim/v/<name>
+ * (AdamW moments), each at its global shape. Rank r writes and reads the intersection of each
+ * tensor with its part of the flat parameter buffer (trainer.h), so every rank does 1/W of the
+ * I/O in DDP and ZeRO-1 alike, and a checkpoint loads at any world size: after reading, DDP
+ * ranks all-gather weights and moments, ZeRO-1 ranks all-gather weights only. */
+#include "train/checkpointing.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "train/metrics.h"
+
+#ifndef TSR_VERSION
+#define TSR_VERSION "unknown"
+#endif
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) { stop_signal = sig; } /* a flag only: never save here */
+
+void checkpointing_install_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+int checkpointing_stop_requested(void) {
+    int64_t flag = stop_signal != 0;
+    dist_allreduce_sum_i64(&flag, 1); /* every rank learns that one of them was signalled */
+    return flag > 0;
+}
+
+#ifdef TSR_NO_MPI
+/* The single-process build has no MPI-IO / parallel HDF5: no checkpoints. */
+int checkpointing_save(tsr_trainer *t) {
+    static int warned;
+    if (!warned && t->dist.rank == 0)
+        tsr_warn("checkpoints need the MPI build (NO_MPI=1 has no parallel HDF5): not saved");
+    warned = 1;
+    return 0;
+}
+int checkpointing_resume(tsr_trainer *t, const char *resume_path, const char *init_from) {
+    (void)t;
+    if (resume_path || init_from) {
+        tsr_error("--resume / --init-from need the MPI build (NO_MPI=1 has no parallel HDF5)");
+        return TSR_EXIT_USAGE;
+    }
+    return 0;
+}
+#else
+#include "../../checkpoint/ckpt.h"
+
+enum { SET_MODEL = 0, SET_M, SET_V, SET_COUNT };
+static const char *const set_prefix[SET_COUNT] = {"model/", "optim/m/", "optim/v/"};
+
+/* Fills up to 3 * TSR_P_COUNT tensor descriptors; names are written into names (64 each). */
+static int build_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (*names)[64]) {
+    const tsr_model *m = &t->model;
+    size_t lo = (size_t)t->part_displs[t->dist.rank], hi = lo + (size_t)t->part_counts[t->dist.rank];
+    int n = 0;
+    for (int set = 0; set < (with_optim ? SET_COUNT : 1); set++) {
+        for (int i = 0; i < TSR_P_COUNT; i++) {
+            const tsr_param_info *p = &m->params_info[i];
+            if (!p->numel) continue;
+            size_t a = p->offset > lo ? p->offset : lo;
+            size_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+            if (a > b) a = b = p->offset; /* empty, anywhere inside */
+            ckpt_tensor *c = &ts[n];
+            snprintf(names[n], 64, "%s%s", set_prefix[set], p->name);
+            c->name = names[n];
+            c->ndim = p->ndim;
+            for (int d = 0; d < 4; d++) c->shape[d] = d < p->ndim && d < 3 ? p->shape[d] : 0;
+            c->lo = a - p->offset;
+            c->hi = b - p->offset;
+            float *base = set == SET_MODEL ? m->params : set == SET_M ? t->m : t->v;
+            size_t origin = set == SET_MODEL ? 0 : t->shard_lo; /* moments cover [shard_lo, shard_hi) */
+            c->data = base + (a - origin);
+            n++;
+        }
+    }
+    return n;
+}
+
+static void fill_meta(const tsr_trainer *t, ckpt_meta *meta) {
+    memset(meta, 0, sizeof *meta);
+    meta->step = t->step;
+    meta->tokens = t->tokens_seen;
+    meta->data_cursor = t->step * t->cfg.global_batch;
+    meta->world_size = t->dist.world;
+    meta->global_batch = t->cfg.global_batch;
+    meta->seed = t->cfg.seed;
+    FILE *f = fmemopen(meta->config, sizeof meta->config - 1, "w");
+    if (f) {
+        config_print(f, &t->cfg);
+        fclose(f);
+    }
+    snprintf(meta->program_version, sizeof meta->program_version, "%s", TSR_VERSION);
+}
+
+int checkpointing_save(tsr_trainer *t) {
+    ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
+    char names[SET_COUNT * TSR_P_COUNT][64];
+    int n = build_tensors(t, 1, ts, names);
+    ckpt_meta *meta = tsr_malloc(sizeof *meta);
+    fill_meta(t, meta);
+    char path[1200];
+    ckpt_stats st = {0};
+    int rc = ckpt_save(t->cfg.run_dir, meta, ts, n, t->cfg.keep_last, path, sizeof path, &st);
+    free(meta);
+    if (!rc) metrics_log_checkpoint(t, "save", path, st.seconds, st.bytes);
+    return rc;
+}
+
+/* After reading each rank's part: complete the replicated state. */
+static void gather_after_load(tsr_trainer *t, int with_optim) {
+    dist_allgatherv_f32(t->model.params, t->part_counts, t->part_displs);
+    if (with_optim && !t->zero1) {
+        dist_allgatherv_f32(t->m, t->part_counts, t->part_displs);
+        dist_allgatherv_f32(t->v, t->part_counts, t->part_displs);
+    }
+}
+
+static int check_batch(const tsr_trainer *t, const ckpt_meta *meta, const char *path) {
+    if (meta->global_batch != t->cfg.global_batch) {
+        tsr_error("%s: saved with global_batch = %lld, this run has global_batch = %lld: resuming "
+                  "needs the same global batch (the rank count may change); set global_batch = "
+                  "%lld, or start from its weights with --init-from",
+                  path, (long long)meta->global_batch, (long long)t->cfg.global_batch,
+                  (long long)meta->global_batch);
+        return TSR_EXIT_USAGE;
+    }
+    return 0;
+}
+
+static void apply_meta(tsr_trainer *t, const ckpt_meta *meta) {
+    t->step = meta->step;
+    t->tokens_seen = meta->tokens;
+}
+
+int checkpointing_resume(tsr_trainer *t, const char *resume_path, const char *init_from) {
+    ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
+    char names[SET_COUNT * TSR_P_COUNT][64];
+    ckpt_meta *meta = tsr_malloc(sizeof *meta);
+    ckpt_stats st = {0};
+    char path[1200];
+    int rc, n = build_tensors(t, 1, ts, names);
+    /* the run's own checkpoint wins over --init-from, so a requeued finetune continues */
+    if (resume_path) {
+        rc = ckpt_load(resume_path, meta, ts, n, NULL, &st);
+        snprintf(path, sizeof path, "%s", resume_path);
+    } else {
+        rc = ckpt_resume(t->cfg.run_dir, meta, ts, n, path, sizeof path, &st);
+    }
+    if (rc == 1 && init_from) { /* fresh run: weights only, step 0 */
+        n = build_tensors(t, 0, ts, names);
+        rc = ckpt_load(init_from, meta, ts, n, "model/", &st);
+        if (!rc) {
+            gather_after_load(t, 0);
+            metrics_log_checkpoint(t, "init-from", init_from, st.seconds, st.bytes);
+        }
+    } else if (rc == 1) {
+        rc = 0; /* fresh run */
+    } else if (!rc && !(rc = check_batch(t, meta, path))) {
+        gather_after_load(t, 1);
+        apply_meta(t, meta);
+        metrics_log_checkpoint(t, "resume", path, st.seconds, st.bytes);
+    }
+    free(meta);
+    return rc;
+}
+
+#endif
