@@ -162,7 +162,7 @@ int main(void) {
     }
     struct stat st;
     int have_gpt2 = stat(gpt2_dir, &st) == 0;
-    tap_plan(N_CASES + 20);
+    tap_plan(N_CASES + 21);
 
     for (int k = 0; k < N_CASES; k++) check_pieces(cases[k][0], cases[k][1]);
 
@@ -184,6 +184,28 @@ int main(void) {
         int ok = n == 51 && ids[50] == 'a';
         for (int k = 0; k < 50 && ok; k++) ok = ids[k] == 262;
         tap_ok(ok, "long piece (heap merge): a*201 -> aaaa*50 a (%zu ids)", n);
+    }
+    {
+        /* several threads encode at once (a built tokenizer is read-only; caches are per call) */
+        size_t tn = 0;
+        char *text = malloc(200000);
+        for (int k = 0; tn + 64 < 200000; k++)
+            tn += (size_t)sprintf(text + tn, "%s %d the then aaaa%c ", cases[k % (N_CASES - 1)][0], k, 'a' + k % 26);
+        uint32_t *ref = NULL;
+        size_t nref = 0, cref = 0;
+        tokenizer_encode(tok, (const uint8_t *)text, tn, 0, &ref, &nref, &cref);
+        int same = 1;
+#pragma omp parallel for reduction(&& : same) num_threads(4)
+        for (int k = 0; k < 8; k++) {
+            uint32_t *v = NULL;
+            size_t nv = 0, cv = 0;
+            tokenizer_encode(tok, (const uint8_t *)text, tn, 0, &v, &nv, &cv);
+            same = same && nv == nref && memcmp(v, ref, nv * sizeof *v) == 0;
+            free(v);
+        }
+        tap_ok(same && nref > 1000, "4 threads encoding at once give the serial ids (%zu ids)", nref);
+        free(ref);
+        free(text);
     }
     n = enc(tok, "x<|eot|>the", 1, ids);
     uint32_t want3[] = {'x', 260, 257};
