@@ -1,6 +1,6 @@
 # tessera — build, test, demo, install.
 #   make            build build/tessera-train, build/tessera and the tests
-#   make demo       train the tiny model on the synthetic corpus with 2 MPI ranks
+#   make demo       train the tiny model on the Brown corpus with 2 MPI ranks, then sample from it
 #   make check      run every test; the last line is "N passed, N failed, N skipped"
 #   make bench      CPU throughput vs PyTorch (bench/, results in docs/benchmarks.md)
 #   make install PREFIX=/opt/apps/tessera/X
@@ -160,7 +160,8 @@ demo: all data/brown/train/index.tsv
 	  --set max_duration=$(DEMO_STEPS)ba --set run_dir=$(DEMO_RUN_DIR)
 	@echo
 	@echo "demo done. Run directory: $(DEMO_RUN_DIR)/ (config.cfg = the effective recipe, metrics.jsonl ="
-	@echo "one line per step and eval). Data: data/brown/ (tessera prep of the Brown corpus)."
+	@echo "one line per step and eval, step-*.h5 = HDF5 checkpoints, latest = the newest: rerunning the"
+	@echo "same command resumes there). Data: data/brown/ (tessera prep of the Brown corpus)."
 	@echo "Next: train longer (--set max_duration=2000ba), try ALiBi (--set model.pos=alibi), prep your"
 	@echo "own text (build/tessera prep --out data/mine --tokenizer gpt2 DIR), or use a recipe in configs/."
 
