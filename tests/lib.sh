@@ -35,3 +35,8 @@ make_synth() {
 json_field() {
     grep "\"step\": $2," "$1" | grep "\"$3\"" | head -1 | sed -E "s/.*\"$3\": ([^,}]+).*/\1/"
 }
+# losses FILE: the step and eval lines of a metrics.jsonl without their timings (what a rerun with
+# the same config and seed must reproduce bit for bit); start and checkpoint lines are left out
+losses() {
+    grep -E '"(loss|val_loss)"' "$1" | grep -v '"checkpoint"' | sed -E 's/, "tokens_per_s".*//'
+}

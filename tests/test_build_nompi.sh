@@ -13,6 +13,6 @@ args=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set dat
       --set max_duration=3ba --set eval_interval=0ba --set data.val="" --set threads=1)
 "$TMP/b/tessera-train" "${args[@]}" --set run_dir="$TMP/r1" >/dev/null 2>&1 &&
     "$TRAIN" "${args[@]}" --set run_dir="$TMP/r2" >/dev/null 2>&1 &&
-    cmp -s <(sed -E 's/, "tokens_per_s".*//' "$TMP/r1/metrics.jsonl") <(sed -E 's/, "tokens_per_s".*//' "$TMP/r2/metrics.jsonl")
+    [[ $(losses "$TMP/r1/metrics.jsonl" | wc -l) -ge 3 ]] && cmp -s <(losses "$TMP/r1/metrics.jsonl") <(losses "$TMP/r2/metrics.jsonl")
 tap_check $? "NO_MPI and MPI builds give bit-identical losses"
 tap_done

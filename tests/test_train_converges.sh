@@ -24,8 +24,7 @@ tap_check $? "val loss falls ($v1 at step 30 -> $v2 at step 60)"
 tap_check $? "run_dir has metrics.jsonl (60 step lines) and config.cfg"
 "$TRAIN" --config "$TMP/run/config.cfg" --set run_dir="$TMP/run2" >"$TMP/out2.txt" 2>&1
 tap_check $? "the written effective config re-runs as a recipe"
-cmp -s <(sed -E 's/, "tokens_per_s".*//' "$TMP/run/metrics.jsonl") \
-       <(sed -E 's/, "tokens_per_s".*//' "$TMP/run2/metrics.jsonl")
+[[ $(losses "$TMP/run/metrics.jsonl" | wc -l) -ge 60 ]] && cmp -s <(losses "$TMP/run/metrics.jsonl") <(losses "$TMP/run2/metrics.jsonl")
 tap_check $? "same config and seed give bit-identical losses, lrs and norms"
 s1=$(grep -A1 '^sample' "$TMP/out.txt" | tail -1); s2=$(grep -A1 '^sample' "$TMP/out2.txt" | tail -1)
 n=$(wc -w <<<"$s1"); max=$(tr ' ' '\n' <<<"$s1" | sort -n | tail -1)
