@@ -155,9 +155,26 @@ data/brown/train/index.tsv: | $(BUILD)/tessera
 	  sed -E 's#([^[:space:]]+)/[^[:space:]/]+#\1#g' "$$f" > "data/brown-text/$${f##*/}.txt"; done
 	$(BUILD)/tessera prep --out data/brown --tokenizer gpt2 --val-fraction 0.02 data/brown-text
 
+# DEMO_LAUNCH=auto: through Slurm (srun --mpi=pmix, one node) when a slurmctld answers, else mpirun
+DEMO_LAUNCH  ?= auto
+ifeq ($(filter $(DEMO_LAUNCH),auto srun mpirun),)
+  $(error DEMO_LAUNCH=$(DEMO_LAUNCH): accepted auto, srun or mpirun)
+endif
+DEMO_TRAIN = $(BUILD)/tessera-train --config configs/tiny.cfg --set max_duration=$(DEMO_STEPS)ba \
+             --set run_dir=$(DEMO_RUN_DIR)
+
 demo: all data/brown/train/index.tsv
-	bash tests/mpi_env.sh mpirun -np $(NP) $(BUILD)/tessera-train --config configs/tiny.cfg \
-	  --set max_duration=$(DEMO_STEPS)ba --set run_dir=$(DEMO_RUN_DIR)
+	@launch=$(DEMO_LAUNCH); \
+	if [ $$launch = auto ]; then \
+	  if command -v scontrol >/dev/null 2>&1 && scontrol ping >/dev/null 2>&1; then launch=srun; \
+	  else launch=mpirun; fi; fi; \
+	if [ $$launch = srun ]; then \
+	  echo "demo: a Slurm controller answers: srun --mpi=pmix -N 1 -n $(NP)"; \
+	  srun --mpi=pmix -N 1 -n $(NP) $(DEMO_TRAIN); \
+	else \
+	  echo "demo: no Slurm controller answers: mpirun -np $(NP)"; \
+	  bash tests/mpi_env.sh mpirun -np $(NP) $(DEMO_TRAIN); \
+	fi
 	@echo
 	@echo "demo done. Run directory: $(DEMO_RUN_DIR)/ (config.cfg = the effective recipe, metrics.jsonl ="
 	@echo "one line per step and eval, step-*.h5 = HDF5 checkpoints, latest = the newest: rerunning the"
