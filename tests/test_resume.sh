@@ -7,10 +7,11 @@
 #  - a real SIGUSR1 from outside, through mpirun, ends a long run with exit 85 and a checkpoint;
 #  - elastic: the step-4 checkpoint of 2 ranks resumed on 1 and on 4 ranks gives the same losses
 #    within 1e-6 relative; a different global_batch is refused with exit 1;
-#  - a corrupt newest checkpoint is skipped with a warning naming it, the previous one is used.
+#  - a corrupt newest checkpoint is skipped with a warning naming it, the previous one is used;
+#  - SIGTERM is a stop request too; --init-from starts a new run (step 1) from trained weights.
 source "$(dirname "$0")/lib.sh"
 tsr_tmpdir
-tap_plan 11
+tap_plan 13
 make_synth "$TMP/data"
 args=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set data.tokenizer=
       --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val="$TMP/data/val"
@@ -105,4 +106,14 @@ rc=$?
 [[ $rc == 0 ]] && grep -q "step-00000012.h5" "$TMP/G.txt" && grep -qi "warning" "$TMP/G.txt" &&
     grep -q "checkpoint resume step 8" "$TMP/G.txt"
 tap_check $? "a corrupt newest checkpoint is named in a warning and the run resumes from step 8 (exit $rc)"
+TSR_FAULT=term:3:1 run "$TMP/H" 2 >"$TMP/H.txt" 2>&1
+rc=$?
+[[ $rc == 85 && -f $TMP/H/step-00000003.h5 ]]
+tap_check $? "SIGTERM on rank 1 after step 3: checkpoint of step 3, exit 85 (got $rc)"
+run "$TMP/I" 2 --init-from "$TMP/A/step-00000012.h5" --set max_duration=2ba >"$TMP/I.txt" 2>&1
+rc=$?
+fresh=$(json_field "$TMP/A/metrics.jsonl" 1 loss); init=$(json_field "$TMP/I/metrics.jsonl" 1 loss)
+[[ $rc == 0 ]] && grep -q "checkpoint init-from step 0" "$TMP/I.txt" &&
+    awk -v a="$init" -v b="$fresh" 'BEGIN { exit !(a < b - 0.1) }'
+tap_check $? "--init-from: a new run at step 1 from trained weights (loss $init vs $fresh from scratch; exit $rc)"
 tap_done

@@ -222,7 +222,8 @@ double trainer_eval(tsr_trainer *t) {
 
 /* Test-only fault injection (tests/test_resume.sh): TSR_FAULT="kill:STEP:RANK" makes that rank
  * SIGKILL itself right after that step, with no warning to anyone; "usr1:STEP:RANK" sends it
- * SIGUSR1 (a stop request, as Slurm's --signal would) at exactly that point. */
+ * SIGUSR1 (a stop request, as Slurm's --signal would) at exactly that point; "term:STEP:RANK"
+ * sends SIGTERM (what scancel and a requeue send). */
 static void maybe_fault(const tsr_trainer *t) {
     const char *f = getenv("TSR_FAULT");
     char kind[8] = "";
@@ -231,6 +232,7 @@ static void maybe_fault(const tsr_trainer *t) {
     if (step != t->step || rank != t->dist.rank) return;
     if (!strcmp(kind, "kill")) raise(SIGKILL);
     if (!strcmp(kind, "usr1")) raise(SIGUSR1);
+    if (!strcmp(kind, "term")) raise(SIGTERM);
 }
 
 int trainer_run(tsr_trainer *t) {
