@@ -55,6 +55,10 @@ int dataset_writer_append(tsr_dataset_writer *w, const uint32_t *tokens, const u
 int dataset_writer_close(tsr_dataset_writer *w);
 /* Removes `dir`.tmp and frees w. */
 void dataset_writer_abort(tsr_dataset_writer *w);
+/* Removes OUT.tmp left by an interrupted write of a train/val pair (tessera synth, tessera prep):
+ * only the datasets' own files (shard-*, index.tsv) under train/, val/ and their .tmp twins;
+ * anything else makes the final rmdir fail, reported naming OUT.tmp. Returns 0 or TSR_EXIT_DATA. */
+int dataset_split_remove_staging(const char *tmp);
 
 /* ---- sampler ----
  * The sample at global position g (counting across epochs) is a pure function of

@@ -8,7 +8,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,144 +15,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "common.h"
+#include "fsutil.h"
 #include "data/data.h"
 
 #define DEFAULT_SHARD_TOKENS (1ull << 27) /* 256 MiB of uint16 tokens per shard */
 #define BATCH 65536                       /* tokens handed to the writer per append */
 #define ID_SATURATE 100000000000ull       /* token ids stop accumulating digits here */
 
-/* ================================ option tables ================================ */
-
-typedef struct cmd_opt {
-    const char *name;  /* long name */
-    int short_name;
-    const char *arg;   /* placeholder of the argument; NULL for a flag */
-    const char *help;
-} cmd_opt;
-
-typedef struct cmd_spec {
-    const char *name, *operands, *summary;
-    const cmd_opt *opts;
-    int n_opts;
-} cmd_spec;
-
-static void cmd_help(FILE *f, const cmd_spec *c) {
-    fprintf(f, "usage: tessera %s [options]%s%s\n%s\n\noptions:\n", c->name,
-            c->operands[0] ? " " : "", c->operands, c->summary);
-    for (int k = 0; k < c->n_opts; k++) {
-        char left[64];
-        snprintf(left, sizeof left, "-%c, --%s%s%s", c->opts[k].short_name, c->opts[k].name,
-                 c->opts[k].arg ? " " : "", c->opts[k].arg ? c->opts[k].arg : "");
-        fprintf(f, "  %-26s %s\n", left, c->opts[k].help);
-    }
-}
-
-/* Fills getopt_long's option array (n_opts + 1) and short-option string (3 * n_opts + 2). */
-static void cmd_build(const cmd_spec *c, struct option *lo, char *shorts) {
-    char *s = shorts;
-    *s++ = ':'; /* report a missing argument as ':' */
-    for (int k = 0; k < c->n_opts; k++) {
-        lo[k] = (struct option){c->opts[k].name, c->opts[k].arg ? required_argument : no_argument,
-                                NULL, c->opts[k].short_name};
-        *s++ = (char)c->opts[k].short_name;
-        if (c->opts[k].arg) *s++ = ':';
-    }
-    lo[c->n_opts] = (struct option){0, 0, 0, 0};
-    *s = '\0';
-}
-
-static const cmd_opt *cmd_find(const cmd_spec *c, int short_name) {
-    for (int k = 0; k < c->n_opts; k++)
-        if (c->opts[k].short_name == short_name) return &c->opts[k];
-    return NULL;
-}
-
-static int usage_error(const cmd_spec *c, const char *msg, const char *detail) {
-    tsr_error("%s: %s%s (see 'tessera %s --help')", c->name, msg, detail ? detail : "", c->name);
-    return TSR_EXIT_USAGE;
-}
-
-/* Parses a numeric option value in [lo, hi]; on error reports the option and the range. */
-static int opt_number(const cmd_spec *c, int ch, const char *val, int64_t lo, int64_t hi,
-                      int64_t *out) {
-    if (tsr_parse_i64(val, lo, hi, out) == 0) return 0;
-    tsr_error("%s: --%s '%s': expected an integer in [%lld, %lld] (see 'tessera %s --help')",
-              c->name, cmd_find(c, ch)->name, val, (long long)lo, (long long)hi, c->name);
-    return TSR_EXIT_USAGE;
-}
-
-/* Runs getopt_long over argv; calls on_opt for each option. Returns 0, -1 after --help, or 1. */
-typedef int (*opt_fn)(const cmd_spec *c, int ch, const char *val, void *ctx);
-
-static int cmd_parse(const cmd_spec *c, int argc, char **argv, opt_fn on_opt, void *ctx) {
-    struct option lo[16];
-    char shorts[64];
-    if (c->n_opts >= 16) return usage_error(c, "internal: too many options", NULL);
-    cmd_build(c, lo, shorts);
-    optind = 0; /* full re-initialisation: commands may run more than once per process */
-    opterr = 0;
-    int ch;
-    while ((ch = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
-        if (ch == 'h') {
-            cmd_help(stdout, c);
-            return -1;
-        }
-        if (ch == ':' || ch == '?') {
-            char bad[128];
-            const cmd_opt *o = ch == ':' ? cmd_find(c, optopt) : NULL;
-            if (o) snprintf(bad, sizeof bad, "--%s", o->name);
-            else if (optopt) snprintf(bad, sizeof bad, "-%c", optopt);
-            else snprintf(bad, sizeof bad, "%.120s", argv[optind - 1]);
-            return usage_error(c, ch == ':' ? "option needs a value: " : "unknown option: ", bad);
-        }
-        int rc = on_opt(c, ch, optarg, ctx);
-        if (rc) return rc;
-    }
-    return 0;
-}
-
-/* ================================ filesystem helpers ================================ */
-
-/* mkdir -p of the directory that will hold `path` (its last component is not created). */
-static int make_parents(const char *path) {
-    char buf[4096];
-    if (tsr_snprintf(buf, sizeof buf, "%s", path)) return -1;
-    size_t n = strlen(buf);
-    while (n > 1 && buf[n - 1] == '/') buf[--n] = '\0';
-    char *last = strrchr(buf, '/');
-    if (!last || last == buf) return 0;
-    *last = '\0';
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    return (mkdir(buf, 0777) != 0 && errno != EEXIST) ? -1 : 0;
-}
-
-/* fsync of the directory holding `path`, so a rename into it is durable. */
-static int sync_parent(const char *path) {
-    char buf[4096];
-    if (tsr_snprintf(buf, sizeof buf, "%s", path)) return TSR_EXIT_DATA;
-    char *last = strrchr(buf, '/');
-    if (!last) strcpy(buf, ".");
-    else if (last == buf) buf[1] = '\0';
-    else *last = '\0';
-    int fd = open(buf, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL)) {
-        tsr_error("%s: fsync of the directory failed: %s", buf, strerror(errno));
-        if (fd >= 0) close(fd);
-        return TSR_EXIT_DATA;
-    }
-    close(fd);
-    return 0;
-}
-
 /* ================================ tessera shard ================================ */
 
-static const cmd_opt shard_opts[] = {
+static const cli_opt shard_opts[] = {
     {"out", 'o', "DIR", "dataset directory to create (must not exist)"},
     {"vocab", 'v', "V", "vocabulary size: every token id must be < V (1..2^31)"},
     {"mask", 'm', NULL, "tokens carry a loss mask: write each as ID:1 (a target) or ID:0 (not)"},
@@ -161,7 +34,7 @@ static const cmd_opt shard_opts[] = {
     {"quiet", 'q', NULL, "print nothing on success"},
     {"help", 'h', NULL, "show this help"},
 };
-static const cmd_spec shard_spec = {
+static const cli_cmd shard_spec = {
     "shard", "FILE...",
     "Writes token ids from text FILEs (whitespace-separated decimal ids; '-' reads stdin)\n"
     "into a tessera dataset directory.",
@@ -174,15 +47,15 @@ typedef struct shard_args {
     int mask, quiet;
 } shard_args;
 
-static int shard_on_opt(const cmd_spec *c, int ch, const char *val, void *ctx) {
+static int shard_on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
     shard_args *a = ctx;
     switch (ch) {
     case 'o': a->out = val; return 0;
-    case 'v': return opt_number(c, ch, val, 1, INT64_C(1) << 31, &a->vocab);
+    case 'v': return cli_number(c, ch, val, 1, INT64_C(1) << 31, &a->vocab);
     case 'm': a->mask = 1; return 0;
-    case 's': return opt_number(c, ch, val, 1, INT64_C(1) << 60, &a->shard_tokens);
+    case 's': return cli_number(c, ch, val, 1, INT64_C(1) << 60, &a->shard_tokens);
     case 'q': a->quiet = 1; return 0;
-    default: return usage_error(c, "unhandled option", NULL);
+    default: return cli_usage_error(c, "unhandled option", NULL);
     }
 }
 
@@ -308,15 +181,15 @@ static int shard_read_file(tok_parser *p, const char *path) {
 
 int cmd_shard(int argc, char **argv) {
     shard_args a = {.shard_tokens = (int64_t)DEFAULT_SHARD_TOKENS};
-    int rc = cmd_parse(&shard_spec, argc, argv, shard_on_opt, &a);
+    int rc = cli_parse(&shard_spec, argc, argv, shard_on_opt, &a);
     if (rc) return rc < 0 ? 0 : rc;
-    if (!a.out) return usage_error(&shard_spec, "--out DIR is required", NULL);
-    if (!a.vocab) return usage_error(&shard_spec, "--vocab V is required", NULL);
-    if (optind >= argc) return usage_error(&shard_spec, "no input FILE given", NULL);
+    if (!a.out) return cli_usage_error(&shard_spec, "--out DIR is required", NULL);
+    if (!a.vocab) return cli_usage_error(&shard_spec, "--vocab V is required", NULL);
+    if (optind >= argc) return cli_usage_error(&shard_spec, "no input FILE given", NULL);
     tok_parser *p = tsr_calloc(1, sizeof *p);
     p->with_mask = a.mask;
     p->vocab = (uint32_t)a.vocab;
-    if (make_parents(a.out)) {
+    if (fs_make_parents(a.out)) {
         tsr_error("%s: cannot create its parent directory: %s", a.out, strerror(errno));
         free(p);
         return TSR_EXIT_DATA;
@@ -446,7 +319,7 @@ static int synth_split(synth_state *s, const char *dir, uint64_t stream, uint64_
     return dataset_writer_close(w);
 }
 
-static const cmd_opt synth_opts[] = {
+static const cli_opt synth_opts[] = {
     {"out", 'o', "DIR", "directory to create, holding the datasets DIR/train and DIR/val"},
     {"vocab", 'v', "V", "vocabulary size, 2..1048576; id V-1 ends a document (default 512)"},
     {"tokens", 'n', "N", "training tokens (default 2000000)"},
@@ -456,7 +329,7 @@ static const cmd_opt synth_opts[] = {
     {"quiet", 'q', NULL, "print nothing on success"},
     {"help", 'h', NULL, "show this help"},
 };
-static const cmd_spec synth_spec = {
+static const cli_cmd synth_spec = {
     "synth", "",
     "Writes a deterministic synthetic corpus: documents from a seeded order-2 Markov chain,\n"
     "with a known entropy (the loss a perfect model reaches), for demos and tests. Train and\n"
@@ -470,42 +343,18 @@ typedef struct synth_args {
     int quiet;
 } synth_args;
 
-static int synth_on_opt(const cmd_spec *c, int ch, const char *val, void *ctx) {
+static int synth_on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
     synth_args *a = ctx;
     switch (ch) {
     case 'o': a->out = val; return 0;
-    case 'v': return opt_number(c, ch, val, 2, 1 << 20, &a->vocab);
-    case 'n': return opt_number(c, ch, val, 1, INT64_C(1) << 40, &a->tokens);
-    case 'e': return opt_number(c, ch, val, 0, INT64_C(1) << 40, &a->val_tokens);
-    case 'S': return opt_number(c, ch, val, 0, INT64_MAX, &a->seed);
-    case 's': return opt_number(c, ch, val, 1, INT64_C(1) << 60, &a->shard_tokens);
+    case 'v': return cli_number(c, ch, val, 2, 1 << 20, &a->vocab);
+    case 'n': return cli_number(c, ch, val, 1, INT64_C(1) << 40, &a->tokens);
+    case 'e': return cli_number(c, ch, val, 0, INT64_C(1) << 40, &a->val_tokens);
+    case 'S': return cli_number(c, ch, val, 0, INT64_MAX, &a->seed);
+    case 's': return cli_number(c, ch, val, 1, INT64_C(1) << 60, &a->shard_tokens);
     case 'q': a->quiet = 1; return 0;
-    default: return usage_error(c, "unhandled option", NULL);
+    default: return cli_usage_error(c, "unhandled option", NULL);
     }
-}
-
-/* Removes OUT.tmp of an interrupted synth: only the datasets' own files (shard-*, index.tsv)
- * under train/, val/ and their .tmp twins; anything else makes the final rmdir fail. */
-static int synth_remove_tmp(const char *tmp) {
-    static const char *const subs[] = {"train", "val", "train.tmp", "val.tmp"};
-    char path[4096], file[4096 + 256];
-    for (size_t k = 0; k < sizeof subs / sizeof subs[0]; k++) {
-        if (tsr_snprintf(path, sizeof path, "%s/%s", tmp, subs[k])) return TSR_EXIT_DATA;
-        DIR *d = opendir(path);
-        if (!d) continue;
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL)
-            if (!strncmp(e->d_name, "shard-", 6) || !strcmp(e->d_name, "index.tsv"))
-                if (!tsr_snprintf(file, sizeof file, "%s/%s", path, e->d_name)) unlink(file);
-        closedir(d);
-        rmdir(path);
-    }
-    if (rmdir(tmp) != 0 && errno != ENOENT) {
-        tsr_error("%s: cannot remove: %s (it holds files tessera did not write; remove it by "
-                  "hand)", tmp, strerror(errno));
-        return TSR_EXIT_DATA;
-    }
-    return 0;
 }
 
 /* Writes OUT.tmp/{train,val}, then renames OUT.tmp to OUT. */
@@ -522,8 +371,8 @@ static int synth_write(const synth_args *a, synth_state *s, double *train_nll,
         tsr_error("%s: path too long", a->out);
         return TSR_EXIT_DATA;
     }
-    if (lstat(tmp, &st) == 0 && synth_remove_tmp(tmp)) return TSR_EXIT_DATA;
-    if (make_parents(tmp) || mkdir(tmp, 0777) != 0) {
+    if (lstat(tmp, &st) == 0 && dataset_split_remove_staging(tmp)) return TSR_EXIT_DATA;
+    if (fs_make_parents(tmp) || mkdir(tmp, 0777) != 0) {
         tsr_error("%s: mkdir failed: %s", tmp, strerror(errno));
         return TSR_EXIT_DATA;
     }
@@ -539,19 +388,19 @@ static int synth_write(const synth_args *a, synth_state *s, double *train_nll,
         rc = TSR_EXIT_DATA;
     }
     if (rc) {
-        synth_remove_tmp(tmp);
+        dataset_split_remove_staging(tmp);
         return TSR_EXIT_DATA;
     }
-    return sync_parent(a->out);
+    return fs_sync_parent(a->out);
 }
 
 int cmd_synth(int argc, char **argv) {
     synth_args a = {.vocab = 512, .tokens = 2000000, .val_tokens = -1, .seed = 1,
                     .shard_tokens = (int64_t)DEFAULT_SHARD_TOKENS};
-    int rc = cmd_parse(&synth_spec, argc, argv, synth_on_opt, &a);
+    int rc = cli_parse(&synth_spec, argc, argv, synth_on_opt, &a);
     if (rc) return rc < 0 ? 0 : rc;
-    if (!a.out) return usage_error(&synth_spec, "--out DIR is required", NULL);
-    if (optind < argc) return usage_error(&synth_spec, "unexpected operand: ", argv[optind]);
+    if (!a.out) return cli_usage_error(&synth_spec, "--out DIR is required", NULL);
+    if (optind < argc) return cli_usage_error(&synth_spec, "unexpected operand: ", argv[optind]);
     if (a.val_tokens < 0) a.val_tokens = a.tokens / 10;
     synth_state s;
     synth_init(&s, (uint32_t)a.vocab, (uint64_t)a.seed);
@@ -573,26 +422,26 @@ int cmd_synth(int argc, char **argv) {
 
 /* ================================ tessera verify-data ================================ */
 
-static const cmd_opt verify_opts[] = {
+static const cli_opt verify_opts[] = {
     {"seq-len", 'T', "T", "also report the number of samples of length T (default 1024)"},
     {"help", 'h', NULL, "show this help"},
 };
-static const cmd_spec verify_spec = {
+static const cli_cmd verify_spec = {
     "verify-data", "DIR",
     "Checks a dataset: index, every shard header, payload checksums, token ids < vocab.",
     verify_opts, (int)(sizeof verify_opts / sizeof verify_opts[0]),
 };
 
-static int verify_on_opt(const cmd_spec *c, int ch, const char *val, void *ctx) {
-    if (ch == 'T') return opt_number(c, ch, val, 1, INT32_MAX, ctx);
-    return usage_error(c, "unhandled option", NULL);
+static int verify_on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
+    if (ch == 'T') return cli_number(c, ch, val, 1, INT32_MAX, ctx);
+    return cli_usage_error(c, "unhandled option", NULL);
 }
 
 int cmd_verify_data(int argc, char **argv) {
     int64_t T = 1024;
-    int rc = cmd_parse(&verify_spec, argc, argv, verify_on_opt, &T);
+    int rc = cli_parse(&verify_spec, argc, argv, verify_on_opt, &T);
     if (rc) return rc < 0 ? 0 : rc;
-    if (optind != argc - 1) return usage_error(&verify_spec, "expected exactly one DIR", NULL);
+    if (optind != argc - 1) return cli_usage_error(&verify_spec, "expected exactly one DIR", NULL);
     const char *dir = argv[optind];
     tsr_dataset *ds;
     if (dataset_open(&ds, dir, 1)) return TSR_EXIT_DATA;

@@ -347,3 +347,25 @@ void dataset_writer_abort(tsr_dataset_writer *w) {
     remove_tmp_dir(w->tmp);
     writer_free(w);
 }
+
+int dataset_split_remove_staging(const char *tmp) {
+    static const char *const subs[] = {"train", "val", "train.tmp", "val.tmp"};
+    char path[4096], file[4096 + 256];
+    for (size_t k = 0; k < sizeof subs / sizeof subs[0]; k++) {
+        if (tsr_snprintf(path, sizeof path, "%s/%s", tmp, subs[k])) return TSR_EXIT_DATA;
+        DIR *d = opendir(path);
+        if (!d) continue;
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL)
+            if (!strncmp(e->d_name, "shard-", 6) || !strcmp(e->d_name, "index.tsv"))
+                if (!tsr_snprintf(file, sizeof file, "%s/%s", path, e->d_name)) unlink(file);
+        closedir(d);
+        rmdir(path);
+    }
+    if (rmdir(tmp) != 0 && errno != ENOENT) {
+        tsr_error("%s: cannot remove: %s (it holds files tessera did not write; remove it by "
+                  "hand)", tmp, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    return 0;
+}

@@ -22,7 +22,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "common.h"
+#include "fsutil.h"
 #include "data/data.h"
 #include "prep/jsonl.h"
 #include "prep/prep_doc.h"
@@ -42,14 +44,7 @@ _Static_assert(sizeof fmt_names / sizeof fmt_names[0] == FMT_COUNT, "format name
 
 /* ================================ options ================================ */
 
-typedef struct cmd_opt {
-    const char *name;
-    int short_name;
-    const char *arg; /* placeholder of the argument; NULL for a flag */
-    const char *help;
-} cmd_opt;
-
-static const cmd_opt prep_opts[] = {
+static const cli_opt prep_opts[] = {
     {"out", 'o', "DIR", "directory to create, holding the datasets DIR/train and DIR/val"},
     {"tokenizer", 't', "SPEC", "gpt2, a directory with encoder.json + vocab.bpe, or a tessera "
                                "tokenizer file (default gpt2)"},
@@ -74,19 +69,10 @@ static const char *const prep_summary =
     "{\"prompt\",\"response\"} or {\"messages\":[{\"role\",\"content\"}]}) into the datasets\n"
     "DIR/train and DIR/val (docs/prep.md). Exit 0 ok, 1 usage error, 2 data or I/O error.";
 
-static void prep_help(FILE *f) {
-    fprintf(f, "usage: tessera prep [options] INPUT...\n%s\n\noptions:\n", prep_summary);
-    for (int k = 0; k < N_OPTS; k++) {
-        char left[64];
-        snprintf(left, sizeof left, "-%c, --%s%s%s", prep_opts[k].short_name, prep_opts[k].name,
-                 prep_opts[k].arg ? " " : "", prep_opts[k].arg ? prep_opts[k].arg : "");
-        fprintf(f, "  %-26s %s\n", left, prep_opts[k].help);
-    }
-}
+static const cli_cmd prep_cmd = {"prep", "INPUT...", prep_summary, prep_opts, N_OPTS};
 
 static int usage_error(const char *msg, const char *detail) {
-    tsr_error("prep: %s%s (see 'tessera prep --help')", msg, detail ? detail : "");
-    return TSR_EXIT_USAGE;
+    return cli_usage_error(&prep_cmd, msg, detail);
 }
 
 typedef struct prep_args {
@@ -99,17 +85,8 @@ typedef struct prep_args {
     size_t doc_sep_len;
 } prep_args;
 
-static const char *opt_name(int ch) {
-    for (int k = 0; k < N_OPTS; k++)
-        if (prep_opts[k].short_name == ch) return prep_opts[k].name;
-    return "?";
-}
-
 static int opt_int(int ch, const char *val, int64_t lo, int64_t hi, int64_t *out) {
-    if (tsr_parse_i64(val, lo, hi, out) == 0) return 0;
-    tsr_error("prep: --%s '%s': expected an integer in [%lld, %lld] (see 'tessera prep --help')",
-              opt_name(ch), val, (long long)lo, (long long)hi);
-    return TSR_EXIT_USAGE;
+    return cli_number(&prep_cmd, ch, val, lo, hi, out);
 }
 
 /* --doc-sep with the escapes \n \t \r \\ decoded. */
@@ -134,7 +111,9 @@ static int parse_sep(prep_args *a, const char *val) {
     return 0;
 }
 
-static int on_opt(prep_args *a, int ch, const char *val) {
+static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
+    prep_args *a = ctx;
+    (void)c;
     switch (ch) {
     case 'o': a->out = val; return 0;
     case 't': a->tokenizer = val; return 0;
@@ -163,36 +142,8 @@ static int on_opt(prep_args *a, int ch, const char *val) {
 
 /* Returns 0, -1 after --help, or an exit status. */
 static int parse_args(prep_args *a, int argc, char **argv) {
-    struct option lo[N_OPTS + 1];
-    char shorts[3 * N_OPTS + 2], *s = shorts;
-    *s++ = ':';
-    for (int k = 0; k < N_OPTS; k++) {
-        lo[k] = (struct option){prep_opts[k].name,
-                                prep_opts[k].arg ? required_argument : no_argument, NULL,
-                                prep_opts[k].short_name};
-        *s++ = (char)prep_opts[k].short_name;
-        if (prep_opts[k].arg) *s++ = ':';
-    }
-    lo[N_OPTS] = (struct option){0, 0, 0, 0};
-    *s = '\0';
-    optind = 0;
-    opterr = 0;
-    int ch;
-    while ((ch = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
-        if (ch == 'h') {
-            prep_help(stdout);
-            return -1;
-        }
-        if (ch == ':' || ch == '?') {
-            char bad[128];
-            if (ch == ':') snprintf(bad, sizeof bad, "--%s", opt_name(optopt));
-            else if (optopt) snprintf(bad, sizeof bad, "-%c", optopt);
-            else snprintf(bad, sizeof bad, "%.120s", argv[optind - 1]);
-            return usage_error(ch == ':' ? "option needs a value: " : "unknown option: ", bad);
-        }
-        int rc = on_opt(a, ch, optarg);
-        if (rc) return rc;
-    }
+    int rc = cli_parse(&prep_cmd, argc, argv, on_opt, a);
+    if (rc) return rc;
     if (!a->out) return usage_error("--out DIR is required", NULL);
     if (optind >= argc) return usage_error("no INPUT given", NULL);
     if (a->doc_sep_len && a->format != FMT_AUTO && a->format != FMT_TEXT)
@@ -562,66 +513,6 @@ static int read_jsonl(prep_ctx *c, size_t fi) {
 
 /* ================================ output directory ================================ */
 
-/* mkdir -p of the directory that will hold `path` (its last component is not created). */
-static int make_parents(const char *path) {
-    char buf[4096];
-    if (tsr_snprintf(buf, sizeof buf, "%s", path)) return -1;
-    size_t n = strlen(buf);
-    while (n > 1 && buf[n - 1] == '/') buf[--n] = '\0';
-    char *last = strrchr(buf, '/');
-    if (!last || last == buf) return 0;
-    *last = '\0';
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    return (mkdir(buf, 0777) != 0 && errno != EEXIST) ? -1 : 0;
-}
-
-/* fsync of the directory holding `path`, so the rename into it is durable. */
-static int sync_parent(const char *path) {
-    char buf[4096];
-    if (tsr_snprintf(buf, sizeof buf, "%s", path)) return TSR_EXIT_DATA;
-    char *last = strrchr(buf, '/');
-    if (!last) strcpy(buf, ".");
-    else if (last == buf) buf[1] = '\0';
-    else *last = '\0';
-    int fd = open(buf, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL)) {
-        tsr_error("%s: fsync of the directory failed: %s", buf, strerror(errno));
-        if (fd >= 0) close(fd);
-        return TSR_EXIT_DATA;
-    }
-    close(fd);
-    return 0;
-}
-
-/* Removes the staging directory OUT.tmp: only the datasets' own files under train/, val/ and
- * their .tmp twins; anything else makes the final rmdir fail (and is reported). */
-static int remove_staging(const char *tmp) {
-    static const char *const subs[] = {"train", "val", "train.tmp", "val.tmp"};
-    char path[4096], file[4096 + 256];
-    for (size_t k = 0; k < sizeof subs / sizeof subs[0]; k++) {
-        if (tsr_snprintf(path, sizeof path, "%s/%s", tmp, subs[k])) return TSR_EXIT_DATA;
-        DIR *d = opendir(path);
-        if (!d) continue;
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL)
-            if (!strncmp(e->d_name, "shard-", 6) || !strcmp(e->d_name, "index.tsv"))
-                if (!tsr_snprintf(file, sizeof file, "%s/%s", path, e->d_name)) unlink(file);
-        closedir(d);
-        rmdir(path);
-    }
-    if (rmdir(tmp) != 0 && errno != ENOENT) {
-        tsr_error("%s: cannot remove: %s (it holds files tessera did not write; remove it by "
-                  "hand)", tmp, strerror(errno));
-        return TSR_EXIT_DATA;
-    }
-    return 0;
-}
-
 /* Checks that OUT does not exist and creates an empty OUT.tmp (clearing a stale one). */
 static int make_staging(const char *out, char *tmp, size_t cap) {
     struct stat st;
@@ -634,8 +525,8 @@ static int make_staging(const char *out, char *tmp, size_t cap) {
         tsr_error("%s: path too long", out);
         return TSR_EXIT_DATA;
     }
-    if (lstat(tmp, &st) == 0 && remove_staging(tmp)) return TSR_EXIT_DATA;
-    if (make_parents(tmp) || mkdir(tmp, 0777) != 0) {
+    if (lstat(tmp, &st) == 0 && dataset_split_remove_staging(tmp)) return TSR_EXIT_DATA;
+    if (fs_make_parents(tmp) || mkdir(tmp, 0777) != 0) {
         tsr_error("%s: mkdir failed: %s", tmp, strerror(errno));
         return TSR_EXIT_DATA;
     }
@@ -679,7 +570,7 @@ static int commit(prep_ctx *c, const char *tmp) {
         tsr_error("%s: rename to %s failed: %s", tmp, c->a->out, strerror(errno));
         return TSR_EXIT_DATA;
     }
-    return sync_parent(c->a->out);
+    return fs_sync_parent(c->a->out);
 }
 
 static void summary(const prep_ctx *c) {
@@ -772,7 +663,7 @@ int cmd_prep(int argc, char **argv) {
     if (rc) {
         for (int k = 0; k < 2; k++)
             if (c.w[k]) dataset_writer_abort(c.w[k]);
-        remove_staging(tmp);
+        dataset_split_remove_staging(tmp);
         rc = rc == TSR_EXIT_USAGE ? rc : TSR_EXIT_DATA;
     } else if (!a.quiet) {
         summary(&c);

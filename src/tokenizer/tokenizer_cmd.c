@@ -12,92 +12,48 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "common.h"
 #include "tokenizer/tokenizer.h"
 
-typedef struct cmd_opt {
-    const char *name; /* long name */
-    int short_name;
-    const char *arg;  /* placeholder of the argument; NULL for a flag */
-    const char *help;
-} cmd_opt;
-
-typedef struct cmd_spec {
-    const char *name, *operands, *summary;
-    const cmd_opt *opts;
-    int n_opts;
-} cmd_spec;
-
-static const cmd_opt encode_opts[] = {
+static const cli_opt encode_opts[] = {
     {"tokenizer", 't', "SPEC", "gpt2 (default), a directory with encoder.json + vocab.bpe, or a tessera tokenizer file"},
     {"special", 's', NULL, "recognise special tokens such as <|endoftext|> in the text"},
     {"help", 'h', NULL, "show this help"},
 };
-static const cmd_spec encode_spec = {
+static const cli_cmd encode_spec = {
     "tokenizer encode", "FILE...|-",
     "Prints the token ids of each FILE ('-' = stdin) as one line of space-separated decimals.",
     encode_opts, (int)(sizeof encode_opts / sizeof encode_opts[0]),
 };
-static const cmd_opt decode_opts[] = {
+static const cli_opt decode_opts[] = {
     {"tokenizer", 't', "SPEC", "gpt2 (default), a directory with encoder.json + vocab.bpe, or a tessera tokenizer file"},
     {"help", 'h', NULL, "show this help"},
 };
-static const cmd_spec decode_spec = {
+static const cli_cmd decode_spec = {
     "tokenizer decode", "FILE...|-",
     "Reads whitespace-separated token ids from each FILE ('-' = stdin) and writes their bytes.",
     decode_opts, (int)(sizeof decode_opts / sizeof decode_opts[0]),
 };
-
-static void cmd_help(FILE *f, const cmd_spec *c) {
-    fprintf(f, "usage: tessera %s [options] %s\n%s\n\noptions:\n", c->name, c->operands, c->summary);
-    for (int k = 0; k < c->n_opts; k++) {
-        char left[64];
-        snprintf(left, sizeof left, "-%c, --%s%s%s", c->opts[k].short_name, c->opts[k].name,
-                 c->opts[k].arg ? " " : "", c->opts[k].arg ? c->opts[k].arg : "");
-        fprintf(f, "  %-26s %s\n", left, c->opts[k].help);
-    }
-}
-
-static int usage_error(const cmd_spec *c, const char *msg, const char *detail) {
-    tsr_error("%s: %s%s (see 'tessera %s --help')", c->name, msg, detail ? detail : "", c->name);
-    return TSR_EXIT_USAGE;
-}
 
 typedef struct tok_args {
     const char *spec;
     int special;
 } tok_args;
 
-/* getopt_long over argv with the table of c. Returns 0, -1 after --help, or TSR_EXIT_USAGE. */
-static int cmd_parse(const cmd_spec *c, int argc, char **argv, tok_args *a) {
-    struct option lo[8];
-    char shorts[32], *s = shorts;
-    *s++ = ':';
-    for (int k = 0; k < c->n_opts; k++) {
-        lo[k] = (struct option){c->opts[k].name, c->opts[k].arg ? required_argument : no_argument,
-                                NULL, c->opts[k].short_name};
-        *s++ = (char)c->opts[k].short_name;
-        if (c->opts[k].arg) *s++ = ':';
-    }
-    lo[c->n_opts] = (struct option){0, 0, 0, 0};
-    *s = '\0';
-    optind = 0;
-    opterr = 0;
-    int ch;
-    while ((ch = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
-        switch (ch) {
-        case 'h': cmd_help(stdout, c); return -1;
-        case 't': a->spec = optarg; break;
-        case 's': a->special = 1; break;
-        default: {
-            char bad[128];
-            if (optopt) snprintf(bad, sizeof bad, "-%c", optopt);
-            else snprintf(bad, sizeof bad, "%.120s", argv[optind - 1]);
-            return usage_error(c, ch == ':' ? "option needs a value: " : "unknown option: ", bad);
-        }
-        }
-    }
-    if (optind >= argc) return usage_error(c, "no input FILE given ('-' reads stdin)", NULL);
+static int tok_on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
+    tok_args *a = ctx;
+    (void)c;
+    if (ch == 't') a->spec = val;
+    if (ch == 's') a->special = 1;
+    return 0;
+}
+
+/* Options of encode/decode, then at least one FILE. Returns 0, -1 after --help, or TSR_EXIT_USAGE. */
+static int cmd_parse(const cli_cmd *c, int argc, char **argv, tok_args *a) {
+    int rc = cli_parse(c, argc, argv, tok_on_opt, a);
+    if (rc) return rc;
+    if (optind >= argc) return cli_usage_error(c, "no input FILE given ('-' reads stdin)", NULL);
     return 0;
 }
 
@@ -210,7 +166,7 @@ static int run_decode(const tsr_tokenizer *tok, const char *path) {
 }
 
 static int run_sub(int argc, char **argv, int decode) {
-    const cmd_spec *c = decode ? &decode_spec : &encode_spec;
+    const cli_cmd *c = decode ? &decode_spec : &encode_spec;
     tok_args a = {"gpt2", 0};
     int rc = cmd_parse(c, argc, argv, &a);
     if (rc) return rc < 0 ? 0 : rc;

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cli.h"
 #include "common.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_cmd.h"
@@ -47,11 +48,7 @@ typedef struct train_args {
     int quiet;
 } train_args;
 
-static const struct opt_doc {
-    const char *name;
-    int short_name;
-    const char *arg, *help;
-} train_opts[] = {
+static const cli_opt train_opts[] = {
     {"vocab-size", 'v', "N", "vocabulary size: 256 bytes + merges + special tokens (required)"},
     {"out", 'o', "FILE", "tokenizer file to write (tessera format, docs/tokenizer.md) (required)"},
     {"min-frequency", 'f', "K", "merge only pairs seen at least K times (default 2)"},
@@ -60,82 +57,43 @@ static const struct opt_doc {
     {"quiet", 'q', NULL, "print only warnings and errors"},
     {"help", 'h', NULL, "show this help"},
 };
-#define N_OPTS ((int)(sizeof train_opts / sizeof train_opts[0]))
-
-static void train_help(FILE *f) {
-    fprintf(f, "usage: tessera tokenizer train --vocab-size N --out FILE [options] INPUT...\n"
-               "Learns a byte-level BPE tokenizer (GPT-2's scheme) from text. INPUT: a text file,\n"
-               "a directory (its files, recursively, in sorted order; names starting with '.' are\n"
-               "skipped), or '-' for stdin.\n\noptions:\n");
-    for (int k = 0; k < N_OPTS; k++) {
-        char left[64];
-        snprintf(left, sizeof left, "-%c, --%s%s%s", train_opts[k].short_name, train_opts[k].name,
-                 train_opts[k].arg ? " " : "", train_opts[k].arg ? train_opts[k].arg : "");
-        fprintf(f, "  %-26s %s\n", left, train_opts[k].help);
-    }
-}
+static const cli_cmd train_cmd = {
+    "tokenizer train", "INPUT...",
+    "Learns a byte-level BPE tokenizer (GPT-2's scheme) from text; --vocab-size and --out are\n"
+    "required. INPUT: a text file, a directory (its files, recursively, in sorted order; names\n"
+    "starting with '.' are skipped), or '-' for stdin.",
+    train_opts, (int)(sizeof train_opts / sizeof train_opts[0]),
+};
 
 static int usage(const char *msg, const char *detail) {
-    tsr_error("tokenizer train: %s%s (see 'tessera tokenizer train --help')", msg,
-              detail ? detail : "");
-    return TSR_EXIT_USAGE;
+    return cli_usage_error(&train_cmd, msg, detail);
 }
 
-static int number(const char *name, const char *val, int64_t lo, int64_t hi, int64_t *out) {
-    if (tsr_parse_i64(val, lo, hi, out) == 0) return 0;
-    tsr_error("tokenizer train: --%s '%s': expected an integer in [%lld, %lld]", name, val,
-              (long long)lo, (long long)hi);
-    return TSR_EXIT_USAGE;
+static int train_on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
+    train_args *a = ctx;
+    switch (ch) {
+    case 'v': return cli_number(c, ch, val, 257, MAX_VOCAB, &a->vocab_size);
+    case 'o': a->out = val; return 0;
+    case 'f': return cli_number(c, ch, val, 1, INT64_MAX / 2, &a->min_freq);
+    case 'm': return cli_number(c, ch, val, 1, INT64_C(1) << 30, &a->max_memory_mb);
+    case 'q': a->quiet = 1; return 0;
+    case 's':
+        if (!val[0]) return usage("--special: the text is empty", NULL);
+        for (uint32_t k = 0; k < a->n_specials; k++)
+            if (!strcmp(a->specials[k], val)) return usage("--special given twice: ", val);
+        if (a->n_specials == MAX_SPECIALS) return usage("too many --special (max 1024)", NULL);
+        a->specials[a->n_specials++] = val;
+        return 0;
+    default: return usage("unhandled option", NULL);
+    }
 }
 
 /* Returns 0, -1 after --help, or an exit status. Operands are argv[optind..argc). */
 static int parse_args(int argc, char **argv, train_args *a) {
-    struct option lo[N_OPTS + 1];
-    char shorts[3 * N_OPTS + 2], *s = shorts;
-    *s++ = ':';
-    for (int k = 0; k < N_OPTS; k++) {
-        lo[k] = (struct option){train_opts[k].name,
-                                train_opts[k].arg ? required_argument : no_argument, NULL,
-                                train_opts[k].short_name};
-        *s++ = (char)train_opts[k].short_name;
-        if (train_opts[k].arg) *s++ = ':';
-    }
-    lo[N_OPTS] = (struct option){0, 0, 0, 0};
-    *s = '\0';
     *a = (train_args){.min_freq = 2, .max_memory_mb = 1024};
     a->specials = tsr_calloc(MAX_SPECIALS, sizeof *a->specials);
-    optind = 0;
-    opterr = 0;
-    int ch;
-    while ((ch = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
-        switch (ch) {
-        case 'h': train_help(stdout); return -1;
-        case 'v': TSR_CHECK(number("vocab-size", optarg, 257, MAX_VOCAB, &a->vocab_size)); break;
-        case 'o': a->out = optarg; break;
-        case 'f': TSR_CHECK(number("min-frequency", optarg, 1, INT64_MAX / 2, &a->min_freq)); break;
-        case 'm': TSR_CHECK(number("max-memory", optarg, 1, INT64_C(1) << 30, &a->max_memory_mb));
-                  break;
-        case 'q': a->quiet = 1; break;
-        case 's':
-            if (!optarg[0]) return usage("--special: the text is empty", NULL);
-            for (uint32_t k = 0; k < a->n_specials; k++)
-                if (!strcmp(a->specials[k], optarg))
-                    return usage("--special given twice: ", optarg);
-            if (a->n_specials == MAX_SPECIALS) return usage("too many --special (max 1024)", NULL);
-            a->specials[a->n_specials++] = optarg;
-            break;
-        case ':': {
-            char bad[128] = "";
-            for (int k = 0; k < N_OPTS; k++)
-                if (train_opts[k].short_name == optopt)
-                    snprintf(bad, sizeof bad, "--%s", train_opts[k].name);
-            return usage("option needs a value: ", bad);
-        }
-        default:
-            return usage("unknown option: ", optopt ? (char[]){'-', (char)optopt, 0}
-                                                    : argv[optind - 1]);
-        }
-    }
+    int rc = cli_parse(&train_cmd, argc, argv, train_on_opt, a);
+    if (rc) return rc;
     if (!a->vocab_size) return usage("--vocab-size N is required", NULL);
     if (!a->out) return usage("--out FILE is required", NULL);
     if (optind >= argc) return usage("no INPUT given (a text file, a directory, or '-')", NULL);

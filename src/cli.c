@@ -1,0 +1,70 @@
+/* cli.c — see cli.h. */
+#include "cli.h"
+
+#include <getopt.h>
+#include <string.h>
+
+#include "common.h"
+
+void cli_help(FILE *f, const cli_cmd *c) {
+    fprintf(f, "usage: tessera %s [options]%s%s\n%s\n\noptions:\n", c->name,
+            c->operands[0] ? " " : "", c->operands, c->summary);
+    for (int k = 0; k < c->n_opts; k++) {
+        char left[64];
+        snprintf(left, sizeof left, "-%c, --%s%s%s", c->opts[k].short_name, c->opts[k].name,
+                 c->opts[k].arg ? " " : "", c->opts[k].arg ? c->opts[k].arg : "");
+        fprintf(f, "  %-26s %s\n", left, c->opts[k].help);
+    }
+}
+
+int cli_usage_error(const cli_cmd *c, const char *msg, const char *detail) {
+    tsr_error("%s: %s%s (see 'tessera %s --help')", c->name, msg, detail ? detail : "", c->name);
+    return TSR_EXIT_USAGE;
+}
+
+const char *cli_opt_name(const cli_cmd *c, int short_name) {
+    for (int k = 0; k < c->n_opts; k++)
+        if (c->opts[k].short_name == short_name) return c->opts[k].name;
+    return "?";
+}
+
+int cli_number(const cli_cmd *c, int ch, const char *val, int64_t lo, int64_t hi, int64_t *out) {
+    if (tsr_parse_i64(val, lo, hi, out) == 0) return 0;
+    tsr_error("%s: --%s '%s': expected an integer in [%lld, %lld] (see 'tessera %s --help')",
+              c->name, cli_opt_name(c, ch), val, (long long)lo, (long long)hi, c->name);
+    return TSR_EXIT_USAGE;
+}
+
+int cli_parse(const cli_cmd *c, int argc, char **argv, cli_opt_fn on_opt, void *ctx) {
+    struct option lo[CLI_MAX_OPTS + 1];
+    char shorts[3 * CLI_MAX_OPTS + 2], *s = shorts;
+    if (c->n_opts > CLI_MAX_OPTS) return cli_usage_error(c, "internal: too many options", NULL);
+    *s++ = ':'; /* report a missing argument as ':' */
+    for (int k = 0; k < c->n_opts; k++) {
+        lo[k] = (struct option){c->opts[k].name, c->opts[k].arg ? required_argument : no_argument,
+                                NULL, c->opts[k].short_name};
+        *s++ = (char)c->opts[k].short_name;
+        if (c->opts[k].arg) *s++ = ':';
+    }
+    lo[c->n_opts] = (struct option){0, 0, 0, 0};
+    *s = '\0';
+    optind = 0; /* full re-initialisation: commands may run more than once per process */
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
+        if (ch == 'h') {
+            cli_help(stdout, c);
+            return -1;
+        }
+        if (ch == ':' || ch == '?') {
+            char bad[128];
+            if (ch == ':') snprintf(bad, sizeof bad, "--%s", cli_opt_name(c, optopt));
+            else if (optopt) snprintf(bad, sizeof bad, "-%c", optopt);
+            else snprintf(bad, sizeof bad, "%.120s", argv[optind - 1]);
+            return cli_usage_error(c, ch == ':' ? "option needs a value: " : "unknown option: ", bad);
+        }
+        int rc = on_opt(c, ch, optarg, ctx);
+        if (rc) return rc;
+    }
+    return 0;
+}

@@ -1,0 +1,44 @@
+/* fsutil.c — see fsutil.h. */
+#include "fsutil.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+
+int fs_make_parents(const char *path) {
+    char buf[4096];
+    if (tsr_snprintf(buf, sizeof buf, "%s", path)) return -1;
+    size_t n = strlen(buf);
+    while (n > 1 && buf[n - 1] == '/') buf[--n] = '\0';
+    char *last = strrchr(buf, '/');
+    if (!last || last == buf) return 0;
+    *last = '\0';
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    return (mkdir(buf, 0777) != 0 && errno != EEXIST) ? -1 : 0;
+}
+
+int fs_sync_parent(const char *path) {
+    char buf[4096];
+    if (tsr_snprintf(buf, sizeof buf, "%s", path)) return TSR_EXIT_DATA;
+    char *last = strrchr(buf, '/');
+    if (!last) strcpy(buf, ".");
+    else if (last == buf) buf[1] = '\0';
+    else *last = '\0';
+    int fd = open(buf, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL)) {
+        tsr_error("%s: fsync of the directory failed: %s", buf, strerror(errno));
+        if (fd >= 0) close(fd);
+        return TSR_EXIT_DATA;
+    }
+    close(fd);
+    return 0;
+}
