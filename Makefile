@@ -3,7 +3,7 @@
 #   make demo       train the tiny model on the Brown corpus with 2 MPI ranks, then sample from it
 #   make check      run every test; the last line is "N passed, N failed, N skipped"
 #   make bench      CPU throughput vs PyTorch (bench/, results in docs/benchmarks.md)
-#   make install PREFIX=/opt/apps/tessera/X
+#   make install PREFIX=/opt/apps/tessera/X [DESTDIR=...]   (make uninstall with the same)
 # Options (validated): NO_MPI=1  SANITIZE=address,undefined  WERROR=0  ARCH=native|x86-64-v3|...
 #   CUDA_HOME, MPI_HOME, HDF5_DIR, NVCC_GENCODE override what is found.
 # Every target first runs ./INSTALL --ensure: it checks the dependencies (✓/✗), installs missing
@@ -19,7 +19,16 @@ CUDA_HOME ?= /usr/local/cuda
 NVCC_GENCODE ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80
 NP        ?= 2
 PYTHON    ?= /usr/bin/python3
-VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo 0.1.0)
+# RELEASE names the install (modulefile tessera/RELEASE); VERSION, printed by --version and stored in
+# checkpoints, adds the commit when built from git
+RELEASE   := $(shell cat VERSION)
+VERSION   := $(RELEASE)$(shell git describe --always --dirty 2>/dev/null | sed 's/^/-g/')
+DESTDIR   ?=
+MODULEDIR ?= $(PREFIX)/share/modulefiles
+MODULEDIR_TCL ?= $(PREFIX)/share/modulefiles-tcl
+MPI_MODULE  ?=
+HDF5_MODULE ?=
+CUDA_MODULE ?=
 
 comma := ,
 ifeq ($(filter $(NO_MPI),0 1),)
@@ -97,7 +106,7 @@ ifeq ($(NO_MPI),0)
 endif
 PROGRAMS := $(BUILD)/tessera-train $(BUILD)/tessera
 
-.PHONY: all deps demo check bench install clean docs announce
+.PHONY: all deps demo check bench install uninstall clean docs announce
 all: $(PROGRAMS) $(TEST_BIN)
 
 # Order-only prerequisite of every object: runs once per make invocation.
@@ -115,6 +124,12 @@ announce:
 # keep objects of test programs (intermediate files of a pattern chain) from being deleted.
 # (Not an empty .SECONDARY:, which also lets a missing new object count as up to date.)
 .PRECIOUS: $(BUILD)/obj/%.o
+# the objects that print or store VERSION are rebuilt when it changes (a new commit, a dirty tree)
+VERSION_STAMP := $(BUILD)/version.stamp
+$(VERSION_STAMP): FORCE
+	@mkdir -p $(@D); echo '$(VERSION)' | cmp -s - $@ || echo '$(VERSION)' > $@
+$(addprefix $(BUILD)/obj/src/,train/train_main.o train/checkpointing.o tessera_main.o): $(VERSION_STAMP)
+FORCE:
 
 $(BUILD)/obj/%.o: %.c | deps
 	@mkdir -p $(@D)
@@ -191,11 +206,40 @@ bench: all
 docs: $(BUILD)/tessera
 	$(BUILD)/tessera config-doc > docs/config.md
 
+# make install PREFIX=... [DESTDIR=staging] [MODULEDIR=...]: programs, man pages, the job templates
+# and their hook, the recipes, the docs and the two modulefiles. Files name PREFIX, never DESTDIR, so
+# a staged tree can be packaged and moved to PREFIX.
+INSTALL_JOBS := jobs/pretrain.sbatch jobs/finetune.sbatch jobs/eval.sbatch jobs/healthcheck.sbatch
+INSTALL_SLURM := jobs/slurm/prolog.sh jobs/slurm/epilog.sh jobs/slurm/healthcheck.sh jobs/slurm/hc-common.sh
+MAN1 := docs/man/tessera-train.1 docs/man/tessera.1 docs/man/tessera-job.1
+subst_install = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(RELEASE)|g' \
+    -e 's|@MPI_MODULE@|$(MPI_MODULE)|g' -e 's|@HDF5_MODULE@|$(HDF5_MODULE)|g' -e 's|@CUDA_MODULE@|$(CUDA_MODULE)|g'
+D := $(DESTDIR)$(PREFIX)
 install: all
-	install -d $(PREFIX)/bin $(PREFIX)/share/tessera/configs $(PREFIX)/share/doc/tessera
-	install -m 755 $(PROGRAMS) $(PREFIX)/bin/
-	install -m 644 configs/*.cfg $(PREFIX)/share/tessera/configs/
-	install -m 644 docs/*.md $(PREFIX)/share/doc/tessera/
+	@case "$(PREFIX)" in /*) ;; *) echo "make install: PREFIX=$(PREFIX) must be an absolute path" >&2; exit 1;; esac
+	install -d $(D)/bin $(D)/share/tessera/configs $(D)/share/tessera/examples $(D)/share/tessera/jobs/lib \
+	  $(D)/share/tessera/jobs/slurm $(D)/share/doc/tessera $(D)/share/man/man1 \
+	  $(DESTDIR)$(MODULEDIR)/tessera $(DESTDIR)$(MODULEDIR_TCL)/tessera
+	install -m 755 $(PROGRAMS) jobs/tessera-job $(D)/bin/
+	install -m 644 configs/*.cfg $(D)/share/tessera/configs/
+	install -m 644 configs/tiny.cfg $(D)/share/tessera/examples/
+	install -m 755 $(INSTALL_JOBS) $(D)/share/tessera/jobs/
+	install -m 644 jobs/lib/tessera-job.sh $(D)/share/tessera/jobs/lib/
+	for f in $(INSTALL_SLURM); do $(subst_install) $$f > $(D)/share/tessera/jobs/slurm/$${f##*/} && \
+	  chmod 755 $(D)/share/tessera/jobs/slurm/$${f##*/} || exit 1; done
+	install -m 644 docs/*.md $(D)/share/doc/tessera/
+	install -m 644 $(MAN1) $(D)/share/man/man1/
+	$(subst_install) modulefiles/tessera.lua.in > $(DESTDIR)$(MODULEDIR)/tessera/$(RELEASE).lua
+	$(subst_install) modulefiles/tessera.tcl.in > $(DESTDIR)$(MODULEDIR_TCL)/tessera/$(RELEASE)
+	@echo "installed tessera $(RELEASE) in $(D); modulefiles: $(DESTDIR)$(MODULEDIR)/tessera/$(RELEASE).lua (Lmod),"
+	@echo "  $(DESTDIR)$(MODULEDIR_TCL)/tessera/$(RELEASE) (Tcl). Use: module use $(MODULEDIR); module load tessera"
+
+uninstall:
+	rm -f $(D)/bin/tessera-train $(D)/bin/tessera $(D)/bin/tessera-job
+	rm -rf $(D)/share/tessera $(D)/share/doc/tessera
+	rm -f $(addprefix $(D)/share/man/man1/,$(notdir $(MAN1)))
+	rm -f $(DESTDIR)$(MODULEDIR)/tessera/$(RELEASE).lua $(DESTDIR)$(MODULEDIR_TCL)/tessera/$(RELEASE)
+	rmdir $(DESTDIR)$(MODULEDIR)/tessera $(DESTDIR)$(MODULEDIR_TCL)/tessera 2>/dev/null || true
 
 clean:
 	rm -rf $(BUILD)

@@ -1,0 +1,155 @@
+# shellcheck shell=bash
+# tessera-job.sh -- the requeue hook shared by the sbatch templates in jobs/. Source it from a bash
+# batch script, then call:
+#
+#   tsr_setup                      log the job and its restart count, enforce MAX_RESTARTS
+#   tsr_preflight                  quick node health check on every node of the job (if installed)
+#   tsr_run srun ... tessera-train ...
+#                                  run the step in the background, forward USR1/TERM to it as a stop
+#                                  request, wait for it, then act on its exit code (never returns):
+#     0   finished                        -> exit 0
+#     85  checkpoint after a stop request -> scontrol requeue (the rerun resumes from `latest`)
+#     86  checkpoint because the run got slow -> node sweep, exclude the bad nodes, requeue
+#     1,2 config or data/checkpoint error -> exit with it; requeueing cannot help
+#     other (a rank crashed, was killed, srun failed)
+#         -> requeue too (TSR_ON_CRASH=requeue, the default): the run resumes from its last
+#            committed checkpoint; TSR_ON_CRASH=exit leaves it to Slurm (a node failure requeues a
+#            --requeue job by itself; so does a site's RequeueExit= list).
+#
+# Settings (environment, all optional): MAX_RESTARTS (default 20; the job stops with exit 3 once
+# SLURM_RESTART_COUNT exceeds it), TSR_ON_CRASH (requeue|exit), TSR_REQUEUE (scontrol, the default:
+# the hook requeues; exit: it exits 85/86 for a slurm.conf RequeueExit=85,86), TSR_HEALTHCHECK
+# (default: tessera-healthcheck on PATH).
+# Exit codes of the batch script: those of tessera-train, plus 3 when MAX_RESTARTS stopped it.
+# Contract: ../shared/DESIGN.md "Requeue loop"; user documentation: docs/slurm.md.
+
+tsr_log() { printf '[tessera-job %(%F %T)T] %s\n' -1 "$*"; }
+
+# The id `scontrol requeue` needs: ARRAYJOB_TASK for an array task, else the job id.
+tsr_job_id() {
+    if [[ -n ${SLURM_ARRAY_JOB_ID:-} && -n ${SLURM_ARRAY_TASK_ID:-} ]]; then
+        printf '%s_%s\n' "$SLURM_ARRAY_JOB_ID" "$SLURM_ARRAY_TASK_ID"
+    else
+        printf '%s\n' "${SLURM_JOB_ID:?tessera-job.sh: not inside a Slurm job (SLURM_JOB_ID unset)}"
+    fi
+}
+
+tsr_setup() {
+    local restarts=${SLURM_RESTART_COUNT:-0} max=${MAX_RESTARTS:-20}
+    tsr_log "job $(tsr_job_id) (${SLURM_JOB_NAME:-?}) on ${SLURM_JOB_NODELIST:-?}: start $((restarts + 1)), SLURM_RESTART_COUNT=$restarts, MAX_RESTARTS=$max"
+    if ((restarts > max)); then
+        tsr_log "ERROR: this job was requeued $restarts times, more than MAX_RESTARTS=$max: not starting again."
+        tsr_log "Read the earlier entries of this log for why each run stopped, fix the cause (or raise MAX_RESTARTS), then resubmit: the run resumes from its latest checkpoint."
+        exit 3
+    fi
+    command -v tessera-train >/dev/null || { tsr_log "ERROR: tessera-train is not on PATH: module load tessera first"; exit 1; }
+    tsr_log "tessera-train: $(command -v tessera-train) ($(tessera-train --version 2>&1 | head -1))"
+}
+
+# The health checker, if installed: TSR_HEALTHCHECK or tessera-healthcheck on PATH.
+tsr_hc_cmd() {
+    local hc=${TSR_HEALTHCHECK:-}
+    [[ -n $hc ]] || hc=$(command -v tessera-healthcheck || true)
+    [[ -n $hc && -x $hc ]] && printf '%s\n' "$hc"
+}
+
+# Quick check of every node before the run; an unhealthy node ends this start with a requeue
+# that excludes it (the checker drained it if run as root).
+tsr_preflight() {
+    local hc
+    hc=$(tsr_hc_cmd) || { tsr_log "preflight: tessera-healthcheck not installed: skipped"; return 0; }
+    tsr_log "preflight: $hc --quick on every node"
+    tsr_sweep "$hc" --quick
+    if [[ -n $TSR_BAD_NODES ]]; then
+        tsr_log "preflight: unhealthy: $TSR_BAD_NODES"
+        tsr_requeue_excluding "$TSR_BAD_NODES"
+    fi
+}
+
+# tsr_sweep HC ARGS...: run the checker once per node; sets TSR_BAD_NODES (comma list) from the
+# verdict lines "NODE CHECK FAIL ...". Exit status 2 (could not run) marks nobody bad.
+TSR_BAD_NODES=
+tsr_sweep() {
+    local out rc=0
+    out=$(srun --ntasks-per-node=1 --kill-on-bad-exit=0 "$@" 2>&1) || rc=$?
+    printf '%s\n' "$out" | sed 's/^/  hc| /'
+    TSR_BAD_NODES=$(printf '%s\n' "$out" | awk '$3 == "FAIL" { print $1 }' | sort -u | paste -sd, -)
+    tsr_log "sweep: exit $rc, unhealthy nodes: ${TSR_BAD_NODES:-none}"
+}
+
+# tsr_requeue CODE: put this job back in the queue. TSR_REQUEUE=exit leaves that to Slurm instead:
+# the script exits CODE, which a site's slurm.conf RequeueExit=85,86 requeues.
+tsr_requeue() {
+    local id
+    id=$(tsr_job_id)
+    if [[ ${TSR_REQUEUE:-scontrol} == exit ]]; then
+        tsr_log "requeue: TSR_REQUEUE=exit: exiting $1 for slurm.conf's RequeueExit"
+        exit "$1"
+    fi
+    trap '' TERM USR1                 # requeueing sends this shell SIGTERM; finish first
+    tsr_log "requeue: scontrol requeue $id"
+    scontrol requeue "$id" || { tsr_log "ERROR: scontrol requeue $id failed: resubmit this script by hand (the run resumes from its latest checkpoint)"; exit "$1"; }
+    exit 0
+}
+
+# Requeue held, exclude the nodes while the job is pending, release it.
+tsr_requeue_excluding() {
+    local id bad=$1 old
+    id=$(tsr_job_id)
+    trap '' TERM USR1
+    old=$(scontrol show job -o "$id" | grep -o 'ExcNodeList=[^ ]*' | cut -d= -f2)
+    [[ $old == "(null)" ]] && old=
+    tsr_log "requeue excluding $bad: scontrol requeuehold $id; update ExcNodeList; release"
+    if scontrol requeuehold "$id" && scontrol update jobid="$id" ExcNodeList="${old:+$old,}$bad"; then
+        scontrol release "$id" && exit 0
+    fi
+    tsr_log "ERROR: could not requeue $id excluding $bad: release or resubmit it by hand"
+    exit 86
+}
+
+TSR_STEP_PID=
+tsr_forward() {
+    tsr_log "received SIG$1: asking the step to checkpoint and stop (SIGUSR1 to pid $TSR_STEP_PID)"
+    kill -USR1 "$TSR_STEP_PID" 2>/dev/null || true
+}
+
+tsr_run() {
+    local rc
+    tsr_log "step: $*"
+    "$@" &
+    TSR_STEP_PID=$!
+    trap 'tsr_forward USR1' USR1
+    trap 'tsr_forward TERM' TERM
+    while :; do
+        rc=0
+        wait "$TSR_STEP_PID" || rc=$?
+        # a trapped signal interrupts `wait` with 128+n while the step still runs: wait again
+        if ((rc > 128)) && kill -0 "$TSR_STEP_PID" 2>/dev/null; then continue; fi
+        break
+    done
+    trap - USR1 TERM
+    tsr_log "step exited with $rc"
+    case $rc in
+        0) tsr_log "finished"; exit 0 ;;
+        85) tsr_log "checkpoint committed after a stop request"; tsr_requeue 85 ;;
+        86)
+            tsr_log "checkpoint committed because the run got slow: sweeping the nodes"
+            local hc
+            if hc=$(tsr_hc_cmd); then
+                tsr_sweep "$hc" --full
+                [[ -n $TSR_BAD_NODES ]] && tsr_requeue_excluding "$TSR_BAD_NODES"
+            else
+                tsr_log "tessera-healthcheck not installed: requeueing without excluding any node"
+            fi
+            tsr_requeue 86 ;;
+        1) tsr_log "stopped: usage or configuration error (exit 1; the reason is above); not requeued"; exit 1 ;;
+        2) tsr_log "stopped: data or checkpoint error (exit 2; the reason is above); not requeued"; exit 2 ;;
+        *)
+            if [[ ${TSR_ON_CRASH:-requeue} == requeue ]]; then
+                tsr_log "the step crashed (exit $rc): requeueing to resume from the last committed checkpoint"
+                tsr_requeue "$rc"
+            fi
+            tsr_log "the step crashed (exit $rc); TSR_ON_CRASH=exit: leaving it to Slurm"
+            exit "$rc" ;;
+    esac
+}

@@ -1,0 +1,40 @@
+# shellcheck shell=sh
+# Shared by tessera's Slurm prolog, epilog and HealthCheckProgram wrappers (POSIX sh: slurmd runs
+# them as root with a minimal environment). Contract, for every wrapper:
+#   the checker is TESSERA_HEALTHCHECK, else the installed PREFIX/bin/tessera-healthcheck;
+#   it runs in --quick mode with a time limit (TESSERA_HC_TIMEOUT, default 60 s) and --drain, so it
+#   drains an unhealthy node itself with a "tessera-hc: <check> <actual> < <expected> <unit>" reason;
+#   checker exit 0 (healthy) and 2 (could not run: missing GPU driver, timeout, its own bug) never
+#   make a wrapper fail: a node is never taken out because the checker itself failed;
+#   checker exit 1 (unhealthy) makes the prolog exit 1 (Slurm requeues the job elsewhere), while
+#   the epilog and the HealthCheckProgram exit 0 (the node is already drained with a precise reason).
+# Every run appends one line to TESSERA_HC_LOG (default /var/log/tessera-hc.log) and, when a syslog
+# socket exists, to syslog (tag tessera-hc).
+TSR_HC=${TESSERA_HEALTHCHECK:-@PREFIX@/bin/tessera-healthcheck}
+TSR_HC_TIMEOUT=${TESSERA_HC_TIMEOUT:-60}
+TSR_HC_LOG=${TESSERA_HC_LOG:-/var/log/tessera-hc.log}
+
+tsr_hc_log() {
+    printf '%s %s\n' "$(date '+%F %T')" "$*" >>"$TSR_HC_LOG" 2>/dev/null || echo "tessera-hc: $*" >&2
+    if [ -S /dev/log ] && command -v logger >/dev/null 2>&1; then logger -t tessera-hc -- "$*" 2>/dev/null || true; fi
+}
+
+# tsr_hc_run WHO EXTRA-ARGS...: prints nothing, returns 0 healthy / 1 unhealthy / 2 could not run
+tsr_hc_run() {
+    who=$1
+    shift
+    if [ ! -x "$TSR_HC" ]; then
+        tsr_hc_log "$who node=${SLURMD_NODENAME:-?} job=${SLURM_JOB_ID:-none}: $TSR_HC not installed: not checked"
+        return 2
+    fi
+    rc=0
+    timeout "$TSR_HC_TIMEOUT" "$TSR_HC" --quick --drain "$@" >/dev/null 2>&1 || rc=$?
+    case $rc in
+        0) verdict=healthy ;;
+        1) verdict=unhealthy ;;
+        124) verdict="timed out after ${TSR_HC_TIMEOUT} s: not judged"; rc=2 ;;
+        *) verdict="could not run (exit $rc): not judged"; rc=2 ;;
+    esac
+    tsr_hc_log "$who node=${SLURMD_NODENAME:-?} job=${SLURM_JOB_ID:-none}: $verdict"
+    return "$rc"
+}

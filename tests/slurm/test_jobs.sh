@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# The Slurm job suite end to end on a real Slurm (tests/slurm/cluster.sh: slurmctld + slurmd n1, n2
+# on this host), through the installed templates, the requeue hook, the modulefile and srun:
+#  - pretrain.sbatch (tiny model, 2 nodes x 1 rank) runs to completion;
+#  - scancel --signal=USR1 --batch mid-run: the hook forwards it, the trainer checkpoints and exits
+#    85, the hook requeues, the rerun resumes and finishes bit-identical to the uninterrupted run;
+#  - SIGKILL of rank 1 mid-run: the step dies, the hook requeues, the rerun resumes from the last
+#    checkpoint and finishes bit-identical; every checkpoint left verifies;
+#  - --time limit with --signal=B:USR1@45: checkpoint before the kill, requeued, finishes;
+#  - MAX_RESTARTS stops a requeue loop with a message; a config error (exit 1) is not requeued;
+#  - the prolog/epilog wrappers installed as the cluster's Prolog=/Epilog= let jobs run.
+# Needs root and the Slurm packages (./INSTALL); skips otherwise. Stops the cluster it started.
+# shellcheck source=../lib.sh
+source "$(dirname "$0")/../lib.sh"
+CLUSTER=$TSR_ROOT/tests/slurm/cluster.sh
+if ! why=$(bash "$CLUSTER" can); then echo "skip: cannot run a Slurm cluster here: $why"; exit 77; fi
+tsr_tmpdir
+trap 'bash "$CLUSTER" down >"$TMP/down.log" 2>&1; rm -rf "$TMP"' EXIT
+tap_plan 15
+
+# install the build the jobs run (module load tessera puts it on PATH)
+PREFIX=$TMP/prefix
+make -s -C "$TSR_ROOT" install PREFIX="$PREFIX" BUILD="$BUILD" >"$TMP/install.log" 2>&1 ||
+    { cat "$TMP/install.log"; echo "Bail out! make install failed"; exit 1; }
+S=$PREFIX/share/tessera/jobs/slurm
+bash "$CLUSTER" up "$S/prolog.sh" "$S/epilog.sh" "$S/healthcheck.sh" >"$TMP/up.log" 2>&1 ||
+    { cat "$TMP/up.log"; echo "Bail out! the Slurm cluster did not start"; exit 1; }
+tap_diag "$(tail -1 "$TMP/up.log")"
+eval "$(bash "$CLUSTER" env)"                     # OpenMPI across the two virtual nodes
+export MODULEPATH=$PREFIX/share/modulefiles      # sbatch passes the environment to the job
+
+make_synth "$TMP/data" 512 400000
+cat >"$TMP/job.cfg" <<CFG
+seed = 7;
+max_duration = "600ba";
+global_batch = 8;
+micro_batch = 4;
+seq_len = 64;
+eval_interval = "0ba";
+save_interval = "100ba";
+keep_last = 2;
+log_interval = 100;
+model = { n_layer = 2; d_model = 128; n_head = 4; vocab_size = 512; max_seq_len = 64; };
+optim = { lr = 0.003; warmup = "20ba"; };
+data = { train = "$TMP/data/train"; val = ""; tokenizer = ""; };
+sample = { tokens = 0; };
+parallel = { sharding = "zero1"; };
+CFG
+mkdir -p "$TMP/jobs"
+cd "$TMP/jobs" || exit 1
+
+# job NAME [KEY=VALUE...]: write NAME.sbatch from the installed pretrain template
+job() {
+    local name=$1
+    shift
+    "$PREFIX/bin/tessera-job" pretrain JOB_NAME="$name" ACCOUNT=tessera-ci PARTITION=debug NODES=2 \
+        TASKS_PER_NODE=1 GPUS_PER_NODE=0 CPUS_PER_TASK=1 WALLTIME=00:10:00 CONFIG="$TMP/job.cfg" \
+        RUN_DIR="$TMP/run-$name" "$@" >"$name.sbatch"
+}
+submit() { sbatch --parsable "$@"; }
+field() { scontrol show job -o "$1" 2>/dev/null | tr ' ' '\n' | grep "^$2=" | head -1 | cut -d= -f2-; }
+# wait_done JOB [SECONDS]: until the job ends (a requeued job goes back to PENDING in between)
+wait_done() {
+    local s end=$((SECONDS + ${2:-120}))
+    while ((SECONDS < end)); do
+        s=$(field "$1" JobState)
+        case $s in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL) echo "$s"; return 0 ;; esac
+        sleep 0.5
+    done
+    echo "still $(field "$1" JobState) after ${2:-120} s"
+    return 1
+}
+# wait_step RUN_DIR N [SECONDS]: until the run has logged step >= N
+wait_step() {
+    local end=$((SECONDS + ${3:-60})) last
+    while ((SECONDS < end)); do
+        last=$(grep -o '^{"step": [0-9]*, "loss"' "$1/metrics.jsonl" 2>/dev/null | tail -1 | grep -o '[0-9]*')
+        [[ -n $last ]] && ((last >= $2)) && return 0
+        sleep 0.2
+    done
+    return 1
+}
+# the last line logged for each step (a step is logged twice when a run resumes before it)
+final_lines() {
+    /usr/bin/python3 - "$1" <<'PY'
+import json, sys
+last = {}
+for l in open(sys.argv[1]):
+    d = json.loads(l)
+    if "loss" in d: last[d["step"]] = (d["loss"], d["lr"], d["grad_norm"])
+for k in sorted(last): print(k, *last[k])
+PY
+}
+# same_state A B: every model/ and optim/ tensor of the two checkpoint files equal bit for bit
+same_state() {
+    /usr/bin/python3 - "$1" "$2" <<'PY'
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+names = []
+a.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) and n.split("/")[0] in ("model", "optim") else None)
+bad = [n for n in names if n not in b or not np.array_equal(a[n][()], b[n][()])]
+print("# compared", len(names), "tensors; different:", bad[:5])
+sys.exit(1 if bad or not names else 0)
+PY
+}
+same_run() { # same_run RUN_DIR: identical losses and final state to the uninterrupted run
+    cmp -s <(final_lines "$TMP/run-full/metrics.jsonl") <(final_lines "$1/metrics.jsonl") &&
+        same_state "$TMP/run-full/step-00000600.h5" "$1/step-00000600.h5"
+}
+all_valid() { # every checkpoint in the run dir verifies
+    local f ok=0
+    for f in "$1"/step-*.h5; do "$TOOL" ckpt verify "$f" >/dev/null 2>&1 || { echo "# invalid: $f"; ok=1; }; done
+    return $ok
+}
+
+# 1. to completion
+job full
+j=$(submit full.sbatch)
+jfull=$j
+st=$(wait_done "$j" 180)
+[[ $st == COMPLETED && -f $TMP/run-full/step-00000600.h5 ]] && grep -q 'finished' "full-$j.log"
+tap_check $? "pretrain.sbatch, 2 nodes x 1 rank ($(field "$j" NodeList)): $st, 600 steps, final checkpoint"
+[[ $(final_lines "$TMP/run-full/metrics.jsonl" | wc -l) == 600 ]] && grep -q 'SLURM_RESTART_COUNT=0' "full-$j.log" &&
+    grep -q 'tessera-train: '"$PREFIX"'/bin/tessera-train' "full-$j.log"
+tap_check $? "metrics.jsonl has every step; the log names the module's binary and restart count 0"
+ms=$(grep -o '[0-9.]* ms/step average' "full-$j.log" | cut -d' ' -f1)
+tap_diag "uninterrupted run: ${ms:-?} ms/step"
+
+# 2. scancel --signal=USR1 --batch mid-run
+job usr1
+j=$(submit usr1.sbatch)
+wait_step "$TMP/run-usr1" 150 90 && scancel --signal=USR1 --batch "$j"
+st=$(wait_done "$j" 180)
+[[ $st == COMPLETED && $(field "$j" Restarts) == 1 ]] && grep -q 'received SIGUSR1' "usr1-$j.log" &&
+    grep -q 'step exited with 85' "usr1-$j.log" && grep -q 'SLURM_RESTART_COUNT=1' "usr1-$j.log" &&
+    grep -q '^checkpoint resume step' "usr1-$j.log"
+tap_check $? "USR1 to the batch shell: forwarded, checkpoint, exit 85, requeued, resumed, $st (Restarts=$(field "$j" Restarts))"
+same_run "$TMP/run-usr1"
+tap_check $? "after the USR1 requeue: every loss and the final weights and optimizer state equal the uninterrupted run bit for bit"
+
+# 3. SIGKILL of rank 1 (found by its job id and rank in /proc, never by name)
+rank_pid() {
+    local p
+    for p in /proc/[0-9]*; do
+        [[ $(cat "$p/comm" 2>/dev/null) == tessera-train ]] || continue
+        tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qx "SLURM_JOB_ID=$1" || continue
+        tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qx "SLURM_PROCID=$2" && { echo "${p#/proc/}"; return 0; }
+    done
+    return 1
+}
+job kill
+j=$(submit kill.sbatch)
+pid=
+wait_step "$TMP/run-kill" 250 90 && pid=$(rank_pid "$j" 1) && kill -9 "$pid"
+st=$(wait_done "$j" 180)
+[[ -n $pid && $st == COMPLETED && $(field "$j" Restarts) == 1 ]] && grep -q 'crashed' "kill-$j.log" &&
+    grep -q 'checkpoint resume step [23]00' "kill-$j.log"
+tap_check $? "SIGKILL of rank 1 (pid ${pid:-none}) after step 250: the step died, requeued, resumed from $(grep -o "checkpoint resume step [0-9]*" "kill-$j.log" | tail -1 | cut -d" " -f4), $st"
+same_run "$TMP/run-kill"
+tap_check $? "after the crash: every loss and the final state equal the uninterrupted run bit for bit"
+all_valid "$TMP/run-kill" && [[ -z $(find "$TMP/run-kill" -name '*.tmp') ]]
+tap_check $? "after the crash: every checkpoint left verifies, no temporary file remains"
+
+# 4. the time limit: --time=1 with --signal=B:USR1@50, a run longer than one start can finish (about
+#    40 s of steps at the measured speed); slurmctld's time-limit sweep delivers the signal 10-40 s
+#    after the start, so the run may be requeued more than once
+n=$(/usr/bin/python3 -c "print(max(1000, int(40000 / max(float('${ms:-15}'), 1)) // 100 * 100))")
+job limit WALLTIME=1 STOP_SECONDS=50
+sed -i "s|--set threads=|--set max_duration=${n}ba --set threads=|" limit.sbatch
+j=$(submit limit.sbatch)
+st=$(wait_done "$j" 300)
+r=$(field "$j" Restarts)
+tap_diag "time-limit job: $(grep -c 'received SIGUSR1' "limit-$j.log") signals, at $(grep 'received SIGUSR1' "limit-$j.log" | grep -o "[0-9:]*\]" | tr -d "]" | tr '\n' ' ')"
+[[ $st == COMPLETED && $r -ge 1 ]] && grep -q 'received SIGUSR1' "limit-$j.log" &&
+    grep -q 'step exited with 85' "limit-$j.log" && ! grep -q 'DUE TO TIME LIMIT' "limit-$j.log" &&
+    [[ -f $TMP/run-limit/step-$(printf %08d "$n").h5 ]]
+tap_check $? "--time=1 --signal=B:USR1@50, $n steps: checkpoint before the limit, requeued $r time(s), $st, never killed by the limit"
+all_valid "$TMP/run-limit"
+tap_check $? "after the time-limit requeues: every checkpoint verifies"
+
+# 5. MAX_RESTARTS ends a requeue loop
+job loop
+j=$(submit --export=ALL,MAX_RESTARTS=0 loop.sbatch)
+wait_step "$TMP/run-loop" 50 90 && scancel --signal=USR1 --batch "$j"
+st=$(wait_done "$j" 120)
+[[ $st == FAILED && $(field "$j" Restarts) == 1 && $(field "$j" ExitCode) == 3:0 ]] &&
+    grep -q 'more than MAX_RESTARTS=0: not starting again' "loop-$j.log"
+tap_check $? "MAX_RESTARTS=0: the requeued start refuses to run, says why, exits 3 ($st, ExitCode $(field "$j" ExitCode))"
+
+# 6. a config error is not requeued
+job bad
+sed -i 's|--set threads=|--set no_such_key=1 --set threads=|' bad.sbatch
+j=$(submit bad.sbatch)
+st=$(wait_done "$j" 60)
+[[ $st == FAILED && $(field "$j" Restarts) == 0 && $(field "$j" ExitCode) == 1:0 ]] &&
+    grep -q 'no_such_key' "bad-$j.log" && grep -q 'not requeued' "bad-$j.log"
+tap_check $? "an unknown config key: exit 1, the reason in the log, not requeued ($st)"
+
+# 7. the templates and the hook as installed
+tap_ok "tessera-job refuses a template with a placeholder left unfilled" \
+    bash -c "! '$PREFIX/bin/tessera-job' pretrain ACCOUNT=x >/dev/null 2>&1"
+grep -q '^#SBATCH --requeue' full.sbatch && grep -q '^#SBATCH --open-mode=append' full.sbatch &&
+    grep -q '^#SBATCH --signal=B:USR1@300 ' full.sbatch && ! grep -q '@[A-Z_]*@' full.sbatch
+tap_check $? "a filled template: --requeue, --open-mode=append, --signal=B:USR1@300, no placeholder left"
+hc_log=/var/log/tessera-hc.log
+grep -q "prolog node=n1 job=$jfull: .* not installed: not checked" $hc_log &&
+    grep -q "prolog node=n2 job=$jfull:" $hc_log && grep -q "epilog node=n1 job=$jfull:" $hc_log
+tap_check $? "the installed prolog and epilog wrappers ran on both nodes as the cluster's Prolog=/Epilog= and let the job start"
+! sinfo -h -N -o '%E' | grep -q 'Prolog error\|Epilog error'
+tap_check $? "no node drained by the wrappers: $(sinfo -h -N -o '%N=%T' | tr '\n' ' ')"
+tap_done
