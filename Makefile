@@ -104,7 +104,10 @@ TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 ifeq ($(NO_MPI),0)
   TEST_BIN += $(BUILD)/tests/ref_dump $(BUILD)/tests/ckpt_driver
 endif
-PROGRAMS := $(BUILD)/tessera-train $(BUILD)/tessera
+# healthcheck/: tessera-healthcheck; its parts but main form a library the unit test links too
+HC_MAIN  := healthcheck/hc_main.c
+HC_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(HC_MAIN),$(wildcard healthcheck/*.c)))
+PROGRAMS := $(BUILD)/tessera-train $(BUILD)/tessera $(BUILD)/tessera-healthcheck
 
 .PHONY: all deps demo check bench install uninstall clean docs announce
 all: $(PROGRAMS) $(TEST_BIN)
@@ -144,6 +147,19 @@ $(BUILD)/tessera-train: $(BUILD)/obj/src/train/train_main.o $(BUILD)/libtessera.
 
 $(BUILD)/tessera: $(BUILD)/obj/src/tessera_main.o $(BUILD)/libtessera.a
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
+
+$(BUILD)/libtessera-hc.a: $(HC_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/tessera-healthcheck: $(BUILD)/obj/healthcheck/hc_main.o $(BUILD)/libtessera-hc.a $(BUILD)/libtessera.a
+	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
+$(BUILD)/obj/healthcheck/hc_main.o: $(VERSION_STAMP)
+
+$(BUILD)/tests/test_healthcheck: $(BUILD)/obj/tests/unit/test_healthcheck.o $(BUILD)/libtessera-hc.a $(BUILD)/libtessera.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
+$(BUILD)/obj/tests/unit/test_healthcheck.o: CFLAGS += -Ihealthcheck
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
@@ -212,16 +228,18 @@ docs: $(BUILD)/tessera
 INSTALL_JOBS := jobs/pretrain.sbatch jobs/finetune.sbatch jobs/eval.sbatch jobs/healthcheck.sbatch
 INSTALL_SLURM := jobs/slurm/prolog.sh jobs/slurm/epilog.sh jobs/slurm/healthcheck.sh jobs/slurm/hc-common.sh
 MAN1 := docs/man/tessera-train.1 docs/man/tessera.1 docs/man/tessera-job.1
+MAN8 := docs/man/tessera-healthcheck.8
 subst_install = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(RELEASE)|g' \
     -e 's|@MPI_MODULE@|$(MPI_MODULE)|g' -e 's|@HDF5_MODULE@|$(HDF5_MODULE)|g' -e 's|@CUDA_MODULE@|$(CUDA_MODULE)|g'
 D := $(DESTDIR)$(PREFIX)
 install: all
 	@case "$(PREFIX)" in /*) ;; *) echo "make install: PREFIX=$(PREFIX) must be an absolute path" >&2; exit 1;; esac
 	install -d $(D)/bin $(D)/share/tessera/configs $(D)/share/tessera/examples $(D)/share/tessera/jobs/lib \
-	  $(D)/share/tessera/jobs/slurm $(D)/share/doc/tessera $(D)/share/man/man1 \
+	  $(D)/share/tessera/jobs/slurm $(D)/share/doc/tessera $(D)/share/man/man1 $(D)/share/man/man8 \
 	  $(DESTDIR)$(MODULEDIR)/tessera $(DESTDIR)$(MODULEDIR_TCL)/tessera
 	install -m 755 $(PROGRAMS) jobs/tessera-job $(D)/bin/
 	install -m 644 configs/*.cfg $(D)/share/tessera/configs/
+	install -m 644 healthcheck/healthcheck.cfg $(D)/share/tessera/configs/
 	install -m 644 configs/tiny.cfg $(D)/share/tessera/examples/
 	install -m 755 $(INSTALL_JOBS) $(D)/share/tessera/jobs/
 	install -m 644 jobs/lib/tessera-job.sh $(D)/share/tessera/jobs/lib/
@@ -229,15 +247,16 @@ install: all
 	  chmod 755 $(D)/share/tessera/jobs/slurm/$${f##*/} || exit 1; done
 	install -m 644 docs/*.md $(D)/share/doc/tessera/
 	install -m 644 $(MAN1) $(D)/share/man/man1/
+	install -m 644 $(MAN8) $(D)/share/man/man8/
 	$(subst_install) modulefiles/tessera.lua.in > $(DESTDIR)$(MODULEDIR)/tessera/$(RELEASE).lua
 	$(subst_install) modulefiles/tessera.tcl.in > $(DESTDIR)$(MODULEDIR_TCL)/tessera/$(RELEASE)
 	@echo "installed tessera $(RELEASE) in $(D); modulefiles: $(DESTDIR)$(MODULEDIR)/tessera/$(RELEASE).lua (Lmod),"
 	@echo "  $(DESTDIR)$(MODULEDIR_TCL)/tessera/$(RELEASE) (Tcl). Use: module use $(MODULEDIR); module load tessera"
 
 uninstall:
-	rm -f $(D)/bin/tessera-train $(D)/bin/tessera $(D)/bin/tessera-job
+	rm -f $(D)/bin/tessera-train $(D)/bin/tessera $(D)/bin/tessera-job $(D)/bin/tessera-healthcheck
 	rm -rf $(D)/share/tessera $(D)/share/doc/tessera
-	rm -f $(addprefix $(D)/share/man/man1/,$(notdir $(MAN1)))
+	rm -f $(addprefix $(D)/share/man/man1/,$(notdir $(MAN1))) $(addprefix $(D)/share/man/man8/,$(notdir $(MAN8)))
 	rm -f $(DESTDIR)$(MODULEDIR)/tessera/$(RELEASE).lua $(DESTDIR)$(MODULEDIR_TCL)/tessera/$(RELEASE)
 	rmdir $(DESTDIR)$(MODULEDIR)/tessera $(DESTDIR)$(MODULEDIR_TCL)/tessera 2>/dev/null || true
 

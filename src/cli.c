@@ -6,8 +6,16 @@
 
 #include "common.h"
 
+/* How the command is typed: "tessera NAME" for a subcommand, NAME itself for a program of its own
+ * (a name starting with "tessera-", e.g. tessera-healthcheck). */
+static const char *typed(const cli_cmd *c, char *buf, size_t n) {
+    snprintf(buf, n, strncmp(c->name, "tessera-", 8) == 0 ? "%s" : "tessera %s", c->name);
+    return buf;
+}
+
 void cli_help(FILE *f, const cli_cmd *c) {
-    fprintf(f, "usage: tessera %s [options]%s%s\n%s\n\noptions:\n", c->name,
+    char t[96];
+    fprintf(f, "usage: %s [options]%s%s\n%s\n\noptions:\n", typed(c, t, sizeof t),
             c->operands[0] ? " " : "", c->operands, c->summary);
     for (int k = 0; k < c->n_opts; k++) {
         char left[64];
@@ -18,7 +26,8 @@ void cli_help(FILE *f, const cli_cmd *c) {
 }
 
 int cli_usage_error(const cli_cmd *c, const char *msg, const char *detail) {
-    tsr_error("%s: %s%s (see 'tessera %s --help')", c->name, msg, detail ? detail : "", c->name);
+    char t[96];
+    tsr_error("%s: %s%s (see '%s --help')", c->name, msg, detail ? detail : "", typed(c, t, sizeof t));
     return TSR_EXIT_USAGE;
 }
 
@@ -30,8 +39,9 @@ const char *cli_opt_name(const cli_cmd *c, int short_name) {
 
 int cli_number(const cli_cmd *c, int ch, const char *val, int64_t lo, int64_t hi, int64_t *out) {
     if (tsr_parse_i64(val, lo, hi, out) == 0) return 0;
-    tsr_error("%s: --%s '%s': expected an integer in [%lld, %lld] (see 'tessera %s --help')",
-              c->name, cli_opt_name(c, ch), val, (long long)lo, (long long)hi, c->name);
+    char t[96];
+    tsr_error("%s: --%s '%s': expected an integer in [%lld, %lld] (see '%s --help')", c->name,
+              cli_opt_name(c, ch), val, (long long)lo, (long long)hi, typed(c, t, sizeof t));
     return TSR_EXIT_USAGE;
 }
 

@@ -16,7 +16,8 @@
 #            committed checkpoint; TSR_ON_CRASH=exit leaves it to Slurm (a node failure requeues a
 #            --requeue job by itself; so does a site's RequeueExit= list).
 #
-# Settings (environment, all optional): MAX_RESTARTS (default 20; the job stops with exit 3 once
+# Settings (environment, all optional): TSR_HC_LIMIT (seconds a health check may take, 300),
+# MAX_RESTARTS (default 20; the job stops with exit 3 once
 # SLURM_RESTART_COUNT exceeds it), TSR_ON_CRASH (requeue|exit), TSR_REQUEUE (scontrol, the default:
 # the hook requeues; exit: it exits 85/86 for a slurm.conf RequeueExit=85,86), TSR_HEALTHCHECK
 # (default: tessera-healthcheck on PATH).
@@ -68,12 +69,16 @@ tsr_preflight() {
 
 # tsr_sweep HC ARGS...: run the checker once per node; sets TSR_BAD_NODES (comma list) from the
 # verdict lines "NODE CHECK FAIL ...". Exit status 2 (could not run) marks nobody bad.
+# A check that does not end within TSR_HC_LIMIT seconds (default 300) is abandoned: a hung checker
+# must not eat the job's walltime, and it marks nobody bad.
 TSR_BAD_NODES=
 tsr_sweep() {
     local out rc=0
-    out=$(srun --ntasks-per-node=1 --kill-on-bad-exit=0 "$@" 2>&1) || rc=$?
+    out=$(timeout "${TSR_HC_LIMIT:-300}" srun --mpi="${TSR_SRUN_MPI:-pmix}" --ntasks-per-node=1 \
+        --kill-on-bad-exit=0 "$@" 2>&1) || rc=$?
     printf '%s\n' "$out" | sed 's/^/  hc| /'
     TSR_BAD_NODES=$(printf '%s\n' "$out" | awk '$3 == "FAIL" { print $1 }' | sort -u | paste -sd, -)
+    ((rc == 124)) && { TSR_BAD_NODES=; tsr_log "sweep: no answer within ${TSR_HC_LIMIT:-300} s: abandoned, nobody marked bad"; return 0; }
     tsr_log "sweep: exit $rc, unhealthy nodes: ${TSR_BAD_NODES:-none}"
 }
 

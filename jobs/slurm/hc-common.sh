@@ -6,7 +6,7 @@
 #   drains an unhealthy node itself with a "tessera-hc: <check> <actual> < <expected> <unit>" reason;
 #   checker exit 0 (healthy) and 2 (could not run: missing GPU driver, timeout, its own bug) never
 #   make a wrapper fail: a node is never taken out because the checker itself failed;
-#   checker exit 1 (unhealthy) makes the prolog exit 1 (Slurm requeues the job elsewhere), while
+#   checker exit 1 with a "NODE CHECK FAIL ..." verdict line (unhealthy) makes the prolog exit 1 (Slurm requeues the job elsewhere), while
 #   the epilog and the HealthCheckProgram exit 0 (the node is already drained with a precise reason).
 # Every run appends one line to TESSERA_HC_LOG (default /var/log/tessera-hc.log) and, when a syslog
 # socket exists, to syslog (tag tessera-hc).
@@ -28,13 +28,22 @@ tsr_hc_run() {
         return 2
     fi
     rc=0
-    timeout "$TSR_HC_TIMEOUT" "$TSR_HC" --quick --drain "$@" >/dev/null 2>&1 || rc=$?
+    out=$(timeout "$TSR_HC_TIMEOUT" "$TSR_HC" --quick --drain "$@" 2>&1) || rc=$?
     case $rc in
         0) verdict=healthy ;;
-        1) verdict=unhealthy ;;
+        1)
+            # unhealthy means a FAIL verdict line; a bare exit 1 (e.g. an MPI library that aborted
+            # during start-up) is a checker that could not run
+            if printf '%s\n' "$out" | grep -q '^[^ ]* [^ ]* FAIL '; then verdict=unhealthy
+            else verdict="exit 1 without a FAIL verdict line: not judged"; rc=2; fi ;;
         124) verdict="timed out after ${TSR_HC_TIMEOUT} s: not judged"; rc=2 ;;
         *) verdict="could not run (exit $rc): not judged"; rc=2 ;;
     esac
     tsr_hc_log "$who node=${SLURMD_NODENAME:-?} job=${SLURM_JOB_ID:-none}: $verdict"
+    # why: the failing verdict lines, or the checker's last words when it could not run
+    if [ "$rc" != 0 ]; then
+        why=$(printf '%s\n' "$out" | grep ' FAIL ' || printf '%s\n' "$out" | tail -n 3)
+        printf '%s\n' "$why" | while IFS= read -r l; do tsr_hc_log "  $l"; done
+    fi
     return "$rc"
 }

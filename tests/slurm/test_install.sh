@@ -88,19 +88,20 @@ tap_check $? "tessera-job: missing values and unknown keys exit 1 naming them ($
 # the wrappers' exit-code contract, with stand-in checkers that exit 0, 1, 2 or hang
 export TESSERA_HC_LOG=$TMP/hc.log TESSERA_HC_TIMEOUT=2 SLURMD_NODENAME=nX SLURM_JOB_ID=7
 W=$PREFIX/share/tessera/jobs/slurm
-for c in 0 1 2; do printf '#!/bin/sh\necho "$@" > %s/args-%s\nexit %s\n' "$TMP" "$c" "$c" >"$TMP/hc-$c"; done
+for c in 0 1 2; do printf '#!/bin/sh\necho "$@" > %s/args-%s\necho "nX sgemm FAIL 1.0 10.0 GFLOP/s"\nexit %s\n' "$TMP" "$c" "$c" >"$TMP/hc-$c"; done
+printf '#!/bin/sh\necho "MPI_Init aborted"\nexit 1\n' >"$TMP/hc-bare1"
 printf '#!/bin/sh\nsleep 30\n' >"$TMP/hc-hang"
 chmod +x "$TMP"/hc-*
 got=""
-for c in 0 1 2 hang missing; do
+for c in 0 1 2 bare1 hang missing; do
     for w in prolog epilog healthcheck; do
         TESSERA_HEALTHCHECK=$TMP/hc-$c sh "$W/$w.sh"
         got+="$c:$w=$? "
     done
 done
-expect="0:prolog=0 0:epilog=0 0:healthcheck=0 1:prolog=1 1:epilog=0 1:healthcheck=0 2:prolog=0 2:epilog=0 2:healthcheck=0 hang:prolog=0 hang:epilog=0 hang:healthcheck=0 missing:prolog=0 missing:epilog=0 missing:healthcheck=0 "
+expect="0:prolog=0 0:epilog=0 0:healthcheck=0 1:prolog=1 1:epilog=0 1:healthcheck=0 2:prolog=0 2:epilog=0 2:healthcheck=0 bare1:prolog=0 bare1:epilog=0 bare1:healthcheck=0 hang:prolog=0 hang:epilog=0 hang:healthcheck=0 missing:prolog=0 missing:epilog=0 missing:healthcheck=0 "
 [[ $got == "$expect" ]]
-tap_check $? "wrappers: only an unhealthy verdict fails the prolog; epilog/HealthCheckProgram always 0; a checker that cannot run, hangs or is missing never fails ($got)"
+tap_check $? "wrappers: only an unhealthy verdict (exit 1 + a FAIL line) fails the prolog; epilog/HealthCheckProgram always 0; a checker that cannot run, hangs or is missing never fails ($got)"
 grep -q 'prolog node=nX job=7: unhealthy' "$TESSERA_HC_LOG" && grep -q 'timed out after 2 s' "$TESSERA_HC_LOG" &&
     grep -q 'not installed: not checked' "$TESSERA_HC_LOG" && [[ $(cat "$TMP/args-0") == "--quick --drain --resume-own" ]]
 tap_check $? "wrappers log each verdict to TESSERA_HC_LOG and call the checker with --quick --drain (--resume-own for HealthCheckProgram)"

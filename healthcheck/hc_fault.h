@@ -1,0 +1,31 @@
+/* hc_fault.h — fault injection for tests: TSR_HC_FAULT makes chosen ranks measure a broken node.
+ *
+ *   TSR_HC_FAULT="KIND[:TARGET][,KIND[:TARGET]]..."   TARGET = a node name, or rank=N; none = all
+ *   KIND: slow_gemm     each GEMM call also sleeps 49x its own time (rate / 50)
+ *         corrupt_gemm  one result element of the first fp32 and fp64 burn iteration is altered
+ *         low_membw     each triad repetition also sleeps 49x its own time (bandwidth / 50)
+ *         low_busbw     this rank sleeps 99x an all-reduce's time before each timed all-reduce, so
+ *                       every group it is in measures ~1/100 of the bus bandwidth
+ * The faults act on the measurement (sleeps, a changed result), never on the verdicts, so the
+ * judge, the report and --drain see what they would see on a broken node. Unset: no effect.
+ */
+#ifndef TSR_HC_FAULT_H
+#define TSR_HC_FAULT_H
+
+typedef enum {
+    HC_FAULT_SLOW_GEMM = 0,
+    HC_FAULT_CORRUPT_GEMM,
+    HC_FAULT_LOW_MEMBW,
+    HC_FAULT_LOW_BUSBW,
+    HC_FAULT_COUNT
+} hc_fault_kind;
+
+extern const char *const hc_fault_names[HC_FAULT_COUNT];
+
+#define HC_FAULT(mask, kind) (((mask) >> (kind)) & 1u)
+
+/* Parses spec (NULL or "" = none) and sets *active to the faults that apply to (node, rank).
+ * Returns 0, or 2 (could not run) after naming what is wrong. */
+int hc_fault_parse(const char *spec, const char *node, int rank, unsigned *active);
+
+#endif

@@ -1,0 +1,119 @@
+/* hc_report.c — see hc_report.h. */
+#include "hc_report.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common.h"
+
+int hc_print_verdicts(FILE *f, const hc_run_info *ri, const hc_node_report *r, int n) {
+    int bad = 0, checks = 0;
+    char line[512], bad_names[256] = "";
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < r[i].n_verdicts; k++) {
+            if (hc_verdict_line(line, sizeof line, r[i].facts.node, &r[i].v[k]) == 0)
+                fprintf(f, "%s\n", line);
+            checks++;
+        }
+        if (r[i].n_failed) {
+            size_t len = strlen(bad_names);
+            if (len + 70 < sizeof bad_names)
+                snprintf(bad_names + len, sizeof bad_names - len, "%s%s", bad ? "," : "", r[i].facts.node);
+            bad++;
+        }
+    }
+    fprintf(f, "# tessera-healthcheck %s: %d node%s, %d checks, %d unhealthy%s%s%s -> %s\n", ri->mode, n,
+            n == 1 ? "" : "s", checks, bad, bad ? " (" : "", bad_names, bad ? ")" : "",
+            bad ? "exit 1 (unhealthy)" : "exit 0 (healthy)");
+    if (r[0].facts.skipped[0]) fprintf(f, "# not measured: %s\n", r[0].facts.skipped);
+    fflush(f);
+    return bad;
+}
+
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+        else fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+static void json_num(FILE *f, double v) {
+    if (isfinite(v)) fprintf(f, "%.6g", v);
+    else fputs("null", f);
+}
+
+static void json_node(FILE *f, const hc_node_report *r) {
+    const hc_facts *x = &r->facts;
+    fprintf(f, "    {\"node\": ");
+    json_str(f, x->node);
+    fprintf(f, ", \"rank\": %d, \"device\": ", x->rank);
+    json_str(f, x->device);
+    fprintf(f, ", \"section\": ");
+    json_str(f, r->section);
+    fprintf(f, ", \"threads\": %d, \"healthy\": %s,\n     \"checks\": [", x->threads,
+            r->n_failed ? "false" : "true");
+    for (int k = 0; k < r->n_verdicts; k++) {
+        const hc_verdict *v = &r->v[k];
+        fprintf(f, "%s\n       {\"check\": \"%s\", \"ok\": %s, \"actual\": ", k ? "," : "",
+                hc_checks[v->check].name, v->ok ? "true" : "false");
+        json_num(f, v->actual);
+        fprintf(f, ", \"expected\": ");
+        json_num(f, v->limit);
+        fprintf(f, ", \"sense\": \"%s\", \"unit\": \"%s\"}",
+                hc_checks[v->check].sense == HC_AT_LEAST ? ">=" : "<=", hc_checks[v->check].unit);
+    }
+    fprintf(f, "],\n     \"gemm\": {\"fp32_iters\": %ld, \"fp32_seconds\": ", x->gemm_iters[0]);
+    json_num(f, x->gemm_seconds[0]);
+    fprintf(f, ", \"fp64_iters\": %ld, \"fp64_seconds\": ", x->gemm_iters[1]);
+    json_num(f, x->gemm_seconds[1]);
+    fprintf(f, "},\n     \"allreduce_rounds\": [");
+    for (int k = 0; k < x->n_rounds && k < 2; k++) {
+        fprintf(f, "%s{\"group_size\": %d, \"partner_rank\": %d, \"busbw\": ", k ? ", " : "",
+                x->group_size[k], x->partner[k]);
+        json_num(f, x->busbw_round[k]);
+        fprintf(f, "}");
+    }
+    fprintf(f, "], \"not_measured\": ");
+    json_str(f, x->skipped);
+    fprintf(f, "}");
+}
+
+int hc_write_json(const char *path, const hc_run_info *ri, const hc_node_report *r, int n, int exit_code) {
+    char tmp[4200];
+    if (tsr_snprintf(tmp, sizeof tmp, "%s.tmp", path)) {
+        tsr_error("--json %s: path too long", path);
+        return 2;
+    }
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        tsr_error("--json %s: cannot write %s: %s", path, tmp, strerror(errno));
+        return 2;
+    }
+    int unhealthy = 0;
+    for (int i = 0; i < n; i++) unhealthy += r[i].n_failed > 0;
+    fprintf(f, "{\"tool\": \"tessera-healthcheck\", \"format\": %d, \"version\": ", HC_REPORT_FORMAT);
+    json_str(f, ri->version);
+    fprintf(f, ",\n \"mode\": \"%s\", \"config\": ", ri->mode);
+    json_str(f, ri->config);
+    fprintf(f, ", \"nodes\": %d, \"unhealthy\": %d, \"exit\": %d,\n \"results\": [\n", n, unhealthy,
+            exit_code);
+    for (int i = 0; i < n; i++) {
+        json_node(f, &r[i]);
+        fprintf(f, "%s\n", i + 1 < n ? "," : "");
+    }
+    fprintf(f, " ]}\n");
+    int bad = ferror(f);
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        tsr_error("--json %s: write failed: %s", path, strerror(errno));
+        remove(tmp);
+        return 2;
+    }
+    return 0;
+}
