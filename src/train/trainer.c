@@ -238,10 +238,13 @@ static void maybe_fault(const tsr_trainer *t) {
 int trainer_run(tsr_trainer *t) {
     tsr_step_stats st;
     int rc;
+    int64_t committed = -1; /* step of the last checkpoint this run committed */
     metrics_log_start(t);
     while (t->step < t->total_steps) {
         if (checkpointing_stop_requested()) { /* at a step boundary, all ranks together */
-            if ((rc = checkpointing_save(t))) return rc;
+            /* a stop signal that came during a periodic save finds this step committed: that
+             * checkpoint is the one to resume from, do not write it a second time */
+            if (committed != t->step && (rc = checkpointing_save(t))) return rc;
             if (t->dist.rank == 0)
                 printf("stop requested (SIGUSR1/SIGTERM): checkpoint of step %lld committed; "
                        "exit %d = requeue me\n", (long long)t->step, TSR_EXIT_REQUEUE);
@@ -256,8 +259,10 @@ int trainer_run(tsr_trainer *t) {
         int last = t->step == t->total_steps;
         if (t->val && ((t->eval_every > 0 && t->step % t->eval_every == 0) || last))
             metrics_log_eval(t, trainer_eval(t));
-        if ((t->save_every > 0 && t->step % t->save_every == 0) || last)
+        if ((t->save_every > 0 && t->step % t->save_every == 0) || last) {
             if ((rc = checkpointing_save(t))) return rc;
+            committed = t->step;
+        }
         maybe_fault(t);
     }
     metrics_finish(t);
