@@ -1,15 +1,23 @@
-/* ckpt.c — writing a checkpoint: collective HDF5 writes of every rank's slices, per-tensor CRC32C,
- * the commit protocol and retention (ckpt.h; docs/checkpoint-format.md).
+/* ckpt.c — writing a checkpoint: HDF5 file and datasets created collectively through MPI-IO, every
+ * rank's slices written independently (ckpt_io.c), per-tensor CRC32C, the commit protocol and
+ * retention (ckpt.h; docs/checkpoint-format.md).
  *
  * Order of a save (all ranks, MPI_COMM_WORLD):
- *   1. check the arguments and every rank's ranges (agreed: all ranks fail together);
- *   2. H5Fcreate RUN_DIR/step-NNNNNNNN.h5.tmp through MPI-IO; root attributes;
- *   3. per tensor: slice CRCs allgathered and combined (the ranges must tile the tensor), dataset
- *      of the global shape created collectively, each rank's range written as a union of
- *      hyperslabs (collective transfer), "crc32c" attribute;
- *   4. H5Fclose; rank 0 commits: fsync the file, rename, fsync the directory, replace `latest`
+ *   1. check the arguments, and that the ranks' ranges tile every tensor (one allgather), before
+ *      any file exists (agreed: all ranks fail together);
+ *   2. H5Fcreate RUN_DIR/step-NNNNNNNN.h5.tmp through MPI-IO (metadata packed at the start of the
+ *      file, large datasets aligned to 4 KiB); root attributes; every dataset of its global shape
+ *      (collective, contiguous, allocated at once, never filled);
+ *   3. each rank writes all its slices without waiting for the others (ck_transfer_slices: whole
+ *      4 KiB blocks with O_DIRECT, the partial blocks at the ends through HDF5/MPI-IO, the slice's
+ *      CRC32C computed on the way); the write errors are agreed once;
+ *   4. the slice CRCs are allgathered once and combined; "crc32c" attributes (collective);
+ *   5. H5Fclose; rank 0 commits: fsync the file, rename, fsync the directory, replace `latest`
  *      (latest.tmp + fsync + rename + fsync dir), then retention (keep_last newest, stale *.tmp).
- * A crash before the rename of step 4 leaves only a *.tmp, which readers ignore.
+ * Why in this order: a save used to move each tensor collectively, one after the other, so every
+ * rank waited for the owner of each tensor and the writes of the ranks never overlapped; and
+ * buffered writes left all of the disk traffic to the final fsync (docs/benchmarks.md).
+ * A crash before the rename of step 5 leaves only a *.tmp, which readers ignore.
  *
  * Test-only fault injection: TSR_CKPT_FAULT="abort-after:K" makes rank 0 abort() (SIGABRT, no
  * cleanup) right after the K-th tensor of a save is written; tests/mpi/test_ckpt_mpi.sh uses it to
@@ -153,48 +161,108 @@ static int check_args(const ckpt_meta *meta, const ckpt_tensor *t, int n, int ke
     return 0;
 }
 
-/* Writes one tensor (collective). Returns 0, or -1 with why (agreed on every rank). */
-static int write_tensor(hid_t file, const ckpt_tensor *t, hid_t lcpl, hid_t dcpl, hid_t dxpl,
-                        char *why, size_t cap) {
-    uint64_t numel = ckpt_numel(t->ndim, t->shape), cnt = t->hi - t->lo;
-    static const float dummy = 0.0f;
-    const float *data = cnt ? t->data : &dummy;
-    uint32_t crc;
-    if (ck_tensor_crc(t->name, numel, t->lo, t->hi, tsr_crc32c(0, data, cnt * sizeof(float)), 1,
-                      &crc, why, cap))
-        return -1;
-    hsize_t dims[CKPT_MAX_NDIM], mdim = cnt ? cnt : 1;
+/* Per-tensor state of a save: the datasets, their addresses in the file, this rank's slice CRCs
+ * and whether it wrote its slice, the whole-tensor CRCs. */
+typedef struct save_state {
+    hid_t *ds;
+    haddr_t *off;
+    uint32_t *slice_crc, *crc;
+    int *ok;
+    const ckpt_tensor **ptr;
+} save_state;
+
+static void state_init(save_state *st, const ckpt_tensor *tensors, int n) {
+    size_t k = (size_t)(n > 0 ? n : 1);
+    st->ds = tsr_malloc(k * sizeof *st->ds);
+    st->off = tsr_malloc(k * sizeof *st->off);
+    st->slice_crc = tsr_calloc(k, sizeof *st->slice_crc);
+    st->crc = tsr_calloc(k, sizeof *st->crc);
+    st->ok = tsr_calloc(k, sizeof *st->ok);
+    st->ptr = tsr_calloc(k, sizeof *st->ptr);
+    for (int i = 0; i < n; i++) st->ds[i] = -1, st->off[i] = HADDR_UNDEF, st->ptr[i] = &tensors[i];
+}
+
+static void state_close(save_state *st, int n) {
+    for (int i = 0; i < n; i++)
+        if (st->ds[i] >= 0) H5Dclose(st->ds[i]);
+    free(st->ds), free(st->off), free(st->slice_crc), free(st->crc), free(st->ok), free(st->ptr);
+}
+
+/* Creates one tensor's dataset of its global shape (collective). Returns the agreed ok. */
+static int create_dataset(hid_t file, const ckpt_tensor *t, hid_t lcpl, hid_t dcpl, hid_t *ds,
+                          haddr_t *off, char *why, size_t cap) {
+    hsize_t dims[CKPT_MAX_NDIM];
     for (int d = 0; d < t->ndim; d++) dims[d] = (hsize_t)t->shape[d];
-    hid_t fs = H5Screate_simple(t->ndim, dims, NULL), ms = H5Screate_simple(1, &mdim, NULL);
-    hid_t ds = fs < 0 ? -1 : H5Dcreate2(file, t->name, H5T_IEEE_F32LE, fs, lcpl, dcpl, H5P_DEFAULT);
-    int ok = 1;
-    if (ds < 0) {
-        snprintf(why, cap, "tensor %s: cannot create the dataset (a duplicate name?)", t->name);
-        ok = 0;
-    } else if (ck_select_range(fs, t->ndim, t->shape, t->lo, t->hi) != 0 ||
-               (cnt == 0 && H5Sselect_none(ms) < 0)) {
-        snprintf(why, cap, "tensor %s: cannot select the range [%llu, %llu)", t->name,
-                 (unsigned long long)t->lo, (unsigned long long)t->hi);
-        ok = 0;
-    } else if (H5Dwrite(ds, H5T_NATIVE_FLOAT, ms, fs, dxpl, data) < 0) {
-        snprintf(why, cap, "tensor %s: writing [%llu, %llu) failed (disk full? quota?)", t->name,
-                 (unsigned long long)t->lo, (unsigned long long)t->hi);
-        ok = 0;
-    } else if (ck_attr_write_u32(ds, "crc32c", crc) != 0) {
-        snprintf(why, cap, "tensor %s: cannot write the crc32c attribute", t->name);
-        ok = 0;
-    }
-    if (ds >= 0) H5Dclose(ds);
-    if (ms >= 0) H5Sclose(ms);
+    hid_t fs = H5Screate_simple(t->ndim, dims, NULL);
+    *ds = fs < 0 ? -1 : H5Dcreate2(file, t->name, H5T_IEEE_F32LE, fs, lcpl, dcpl, H5P_DEFAULT);
     if (fs >= 0) H5Sclose(fs);
-    return ck_agree(ok, why, cap) ? 0 : -1;
+    if (*ds < 0)
+        snprintf(why, cap, "tensor %s: cannot create the dataset (a duplicate name?)", t->name);
+    else
+        *off = H5Dget_offset(*ds);
+    return ck_agree(*ds >= 0, why, cap);
+}
+
+/* Writes the file: datasets, this rank's slices, CRC attributes. Returns the agreed ok. */
+static int write_file(hid_t file, const ckpt_meta *meta, const char *created,
+                      const ckpt_tensor *tensors, int n, save_state *st, const char *tmp,
+                      char *why, size_t cap) {
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int ok = ck_meta_write(file, meta, created) == 0;
+    if (!ok) snprintf(why, cap, "cannot write the root attributes");
+    if (!ck_agree(ok, why, cap)) return 0;
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    H5Pset_layout(dcpl, H5D_CONTIGUOUS);
+    H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY); /* addresses fixed before any data moves */
+    H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);   /* every element is written */
+    H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_INDEPENDENT);
+    /* every dataset (collective: metadata only) */
+    for (int i = 0; i < n && ok; i++)
+        ok = create_dataset(file, &tensors[i], lcpl, dcpl, &st->ds[i], &st->off[i], why, cap);
+    /* this rank's slices: independent transfers, no rank waits for another between tensors */
+    long fault = rank == 0 ? fault_abort_after() : -1;
+    int upto = fault >= 1 && fault <= n ? (int)fault : n, wrote = 1;
+    if (ok)
+        ck_transfer_slices(tmp, 1, upto, st->ptr, st->ds, st->off, dxpl, st->slice_crc, st->ok);
+    if (ok && (upto < n || (fault >= 1 && fault == n))) {
+        fprintf(stderr, "TSR_CKPT_FAULT: aborting after %d tensors of %s\n", upto, tmp);
+        abort();
+    }
+    for (int i = 0; i < n && ok && wrote; i++) {
+        if (!st->ok[i]) {
+            snprintf(why, cap, "tensor %s: writing [%llu, %llu) failed (disk full? quota?)",
+                     tensors[i].name, (unsigned long long)tensors[i].lo,
+                     (unsigned long long)tensors[i].hi);
+            wrote = 0;
+        }
+    }
+    /* what this rank wrote through its page cache (the ends of its slices; everything without
+     * O_DIRECT) must be on disk before rank 0 commits: its fsync covers its own node only */
+    if (ok && wrote && rank != 0 && fsync_path(tmp, 0, why, cap) != 0) wrote = 0;
+    if (ok) ok = ck_agree(wrote, why, cap);
+    /* the whole-tensor CRCs from the slice CRCs (one allgather), attributes (collective) */
+    if (ok) ok = ck_tensors_crc(n, st->ptr, st->slice_crc, st->ok, st->crc, why, cap) == 0;
+    for (int i = 0; i < n && ok; i++) {
+        int aok = ck_attr_write_u32(st->ds[i], "crc32c", st->crc[i]) == 0;
+        if (!aok)
+            snprintf(why, cap, "tensor %s: cannot write the crc32c attribute", tensors[i].name);
+        ok = ck_agree(aok, why, cap);
+    }
+    H5Pclose(lcpl);
+    H5Pclose(dcpl);
+    H5Pclose(dxpl);
+    return ok;
 }
 
 int ckpt_save(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *tensors, int n,
               int keep_last, char *path_out, size_t path_cap, ckpt_stats *stats) {
-    double t0 = MPI_Wtime();
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Barrier(MPI_COMM_WORLD); /* timed from when every rank is here (ckpt_stats) */
+    double t0 = MPI_Wtime();
     ck_h5_quiet();
     char why[1024] = "", base[64], final[4200], tmp[4300];
     snprintf(base, sizeof base, "step-%08lld.h5", (long long)meta->step);
@@ -212,6 +280,14 @@ int ckpt_save(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *ten
         if (rank == 0) tsr_error("checkpoint %s: %s", final, why);
         return TSR_EXIT_DATA;
     }
+    save_state st;
+    state_init(&st, tensors, n);
+    /* the ranks' ranges must tile every tensor: refused before any file exists */
+    if (ck_tensors_crc(n, st.ptr, NULL, NULL, NULL, why, sizeof why) != 0) {
+        state_close(&st, n);
+        if (rank == 0) tsr_error("checkpoint %s not written: %s", final, why);
+        return TSR_EXIT_DATA;
+    }
 
     char created[64] = "";
     if (rank == 0) {
@@ -222,39 +298,24 @@ int ckpt_save(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *ten
     }
     MPI_Bcast(created, (int)sizeof created, MPI_CHAR, 0, MPI_COMM_WORLD);
 
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), lcpl = H5Pcreate(H5P_LINK_CREATE);
-    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), dxpl = H5Pcreate(H5P_DATASET_XFER);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     H5Pset_fapl_mpio(fapl, MPI_COMM_WORLD, MPI_INFO_NULL);
-    H5Pset_create_intermediate_group(lcpl, 1);
-    H5Pset_layout(dcpl, H5D_CONTIGUOUS);
-    H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER); /* every element is written */
-    H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+    H5Pset_alignment(fapl, 65536, CK_DIRECT_ALIGN); /* large datasets start on a block */
+    H5Pset_meta_block_size(fapl, 256 << 10); /* metadata together at the start: a load reads
+                                                * one region, not 50 headers among the data */
     hid_t file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    H5Pclose(fapl);
     if (file < 0) snprintf(why, sizeof why, "cannot create the file (directory writable? MPI-IO?)");
     ok = ck_agree(file >= 0, why, sizeof why);
-    if (ok && ck_meta_write(file, meta, created) != 0) {
-        snprintf(why, sizeof why, "cannot write the root attributes");
-        ok = 0;
-    }
-    ok = ck_agree(ok, why, sizeof why);
-    long fault = rank == 0 ? fault_abort_after() : -1;
-    uint64_t bytes = 0;
-    for (int i = 0; i < n && ok; i++) {
-        if (write_tensor(file, &tensors[i], lcpl, dcpl, dxpl, why, sizeof why) != 0) ok = 0;
-        bytes += ckpt_numel(tensors[i].ndim, tensors[i].shape) * sizeof(float);
-        if (fault >= 0 && i + 1 == fault) {
-            fprintf(stderr, "TSR_CKPT_FAULT: aborting after %d tensors of %s\n", i + 1, tmp);
-            abort();
-        }
-    }
+    if (ok) ok = write_file(file, meta, created, tensors, n, &st, tmp, why, sizeof why);
+    state_close(&st, n);
     if (file >= 0 && H5Fclose(file) < 0 && ok) {
         snprintf(why, sizeof why, "closing the file failed (data not flushed)");
         ok = 0;
     }
-    H5Pclose(fapl);
-    H5Pclose(lcpl);
-    H5Pclose(dcpl);
-    H5Pclose(dxpl);
+    uint64_t bytes = 0;
+    for (int i = 0; i < n; i++)
+        bytes += ckpt_numel(tensors[i].ndim, tensors[i].shape) * sizeof(float);
     ok = ck_agree(ok, why, sizeof why);
     if (ok && rank == 0 && commit(run_dir, tmp, final, base, why, sizeof why) != 0) ok = 0;
     if (!ok && rank == 0) unlink(tmp);

@@ -1,4 +1,5 @@
-/* ckpt.h — HDF5 checkpoints: one file per checkpoint, written collectively through MPI-IO.
+/* ckpt.h — HDF5 checkpoints: one file per checkpoint, created collectively through MPI-IO, each
+ * rank writing its own slices (checkpoint/ckpt_io.c).
  *
  * Every tensor is a dataset of its GLOBAL shape; each rank writes (and on load reads) the part it
  * owns, given as a range [lo, hi) of the tensor's row-major flattened elements (ZeRO shards of a
@@ -44,7 +45,9 @@ typedef struct ckpt_meta {
 } ckpt_meta;
 
 typedef struct ckpt_stats {
-    double seconds;          /* wall time of the whole save or load (commit included) */
+    double seconds;          /* wall time of the whole save or load (commit included), from
+                                the moment every rank has called it (a barrier: time a rank
+                                spends arriving late is not the checkpoint's) */
     uint64_t bytes;          /* tensor bytes written or read by all ranks */
 } ckpt_stats;
 

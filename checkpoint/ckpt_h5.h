@@ -35,6 +35,25 @@ int ck_meta_read(hid_t file, ckpt_meta *m, char *why, size_t why_cap);
 /* Selects a tensor's flat range [lo, hi) in its dataset's file space (H5Sselect_none if empty). */
 int ck_select_range(hid_t filespace, int ndim, const int64_t *shape, uint64_t lo, uint64_t hi);
 
+/* ---- moving a rank's slices (ckpt_io.c) ---- */
+
+/* Transfers through HDF5 move at most CK_PIECE_BYTES at a time; those that bypass the page cache
+ * (O_DIRECT) move CK_DIRECT_PIECE_BYTES, aligned to CK_DIRECT_ALIGN in the file and in memory. */
+#define CK_PIECE_BYTES (8u << 20)
+#define CK_DIRECT_PIECE_BYTES (16u << 20)
+#define CK_DIRECT_ALIGN 4096u
+
+/* Moves this rank's slices [t[i]->lo, t[i]->hi) of n tensors between memory and their datasets
+ * ds[i] in the file `path` that HDF5 has open (writing: memory -> file, else file -> memory),
+ * without waiting for any other rank, and computes each slice's CRC32C (slice_crc[i]) on the way.
+ * off[i] is the dataset's address in the file (H5Dget_offset; HADDR_UNDEF when unknown); dxpl the
+ * transfer properties for what goes through HDF5 (independent). How: ckpt_io.c.
+ * TSR_CKPT_DIRECT=0 in the environment sends every byte through HDF5 (no O_DIRECT). Local.
+ * Returns 0, or -1 when a slice could not be moved (slice_ok[i] = 0 for those). */
+int ck_transfer_slices(const char *path, int writing, int n, const ckpt_tensor *const *t,
+                       const hid_t *ds, const haddr_t *off, hid_t dxpl, uint32_t *slice_crc,
+                       int *slice_ok);
+
 /* Reads a dataset's shape: its rank into *ndim (fails above 4) and dims into shape. */
 int ck_dataset_shape(hid_t ds, int *ndim, int64_t *shape);
 
@@ -49,8 +68,11 @@ void ck_shape_str(char *buf, size_t cap, int ndim, const int64_t *shape);
  * the lowest failing rank (prefixed "rank R: " when that is not rank 0). Returns the global ok. */
 int ck_agree(int ok, char *why, size_t why_cap);
 
-/* One tensor's whole-tensor CRC from the ranks' slices: allgathers (lo, hi, slice crc, ok) in rank
- * order, checks that the non-empty slices tile [0, numel) exactly, combines the CRCs in order of
- * lo. Returns 0 with *crc set, or -1 with why (same on every rank). */
-int ck_tensor_crc(const char *name, uint64_t numel, uint64_t lo, uint64_t hi, uint32_t slice_crc,
-                  int slice_ok, uint32_t *crc, char *why, size_t why_cap);
+/* The whole-tensor CRCs of n tensors from the ranks' slices, in one allgather: every rank gives
+ * its range of t[i] (t[i]->lo, hi), the CRC of that slice and whether it transferred it
+ * (slice_crc, slice_ok; NULL: 0 and ok, for checking the ranges only). For each tensor in order:
+ * every rank transferred its slice, the non-empty slices tile [0, numel) exactly; the slice CRCs
+ * are combined in order of lo into crc[i] (crc may be NULL). Returns 0, or -1 with why naming the
+ * first tensor at fault (same on every rank). */
+int ck_tensors_crc(int n, const ckpt_tensor *const *t, const uint32_t *slice_crc,
+                   const int *slice_ok, uint32_t *crc, char *why, size_t why_cap);

@@ -1,11 +1,12 @@
 /* ckpt_mpi.c — the two collectives under checkpoint saves and loads: agreeing on failure, and
- * assembling a tensor's CRC from the ranks' slice CRCs (crc32c_combine). */
+ * assembling the tensors' CRCs from the ranks' slice CRCs (crc32c_combine), all tensors in one allgather. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ckpt_h5.h"
+#include "common.h"
 
 int ck_agree(int ok, char *why, size_t why_cap) {
     int rank, world;
@@ -38,60 +39,70 @@ static int by_lo(const void *a, const void *b) {
     return x < y ? -1 : x > y ? 1 : 0;
 }
 
-int ck_tensor_crc(const char *name, uint64_t numel, uint64_t lo, uint64_t hi, uint32_t slice_crc,
-                  int slice_ok, uint32_t *crc, char *why, size_t why_cap) {
-    int world;
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
-    slice_info mine = {lo, hi, slice_crc, (uint32_t)(slice_ok != 0)};
-    slice_info *all = malloc((size_t)world * sizeof *all);
-    int *order = malloc((size_t)world * sizeof *order);
-    if (!all || !order) {
-        free(all);
-        free(order);
-        snprintf(why, why_cap, "%s: out of memory", name);
-        return -1;
-    }
-    MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE,
-                  MPI_COMM_WORLD);
-    int rc = 0, m = 0;
-    for (int r = 0; r < world && rc == 0; r++) {
+/* One tensor: all[r] is rank r's slice (r < world); order has room for world ints. */
+static int combine_one(const char *name, uint64_t numel, const slice_info *all, int world,
+                       int *order, uint32_t *crc, char *why, size_t why_cap) {
+    int m = 0;
+    for (int r = 0; r < world; r++) {
         if (!all[r].ok) {
             snprintf(why, why_cap, "tensor %s: rank %d could not transfer its slice [%llu, %llu)",
                      name, r, (unsigned long long)all[r].lo, (unsigned long long)all[r].hi);
-            rc = -1;
-        } else if (all[r].hi > all[r].lo) {
-            order[m++] = r;
+            return -1;
         }
+        if (all[r].hi > all[r].lo) order[m++] = r;
     }
-    if (rc == 0) {
-        sort_base = all;
-        qsort(order, (size_t)m, sizeof *order, by_lo);
-        uint64_t pos = 0;
-        uint32_t acc = 0; /* CRC32C of the empty string */
-        for (int k = 0; k < m && rc == 0; k++) {
-            const slice_info *s = &all[order[k]];
-            if (s->lo != pos) {
-                snprintf(
-                    why, why_cap,
-                    "tensor %s: the ranks' ranges do not tile [0, %llu): rank %d starts at %llu, "
-                    "expected %llu (%s)",
-                    name, (unsigned long long)numel, order[k], (unsigned long long)s->lo,
-                    (unsigned long long)pos, s->lo < pos ? "overlap" : "gap");
-                rc = -1;
-                break;
-            }
-            acc = crc32c_combine(acc, s->crc, (s->hi - s->lo) * sizeof(float));
-            pos = s->hi;
-        }
-        if (rc == 0 && pos != numel) {
+    sort_base = all;
+    qsort(order, (size_t)m, sizeof *order, by_lo);
+    uint64_t pos = 0;
+    uint32_t acc = 0; /* CRC32C of the empty string */
+    for (int k = 0; k < m; k++) {
+        const slice_info *s = &all[order[k]];
+        if (s->lo != pos) {
             snprintf(why, why_cap,
-                     "tensor %s: the ranks' ranges cover %llu of its %llu elements (expected all)",
-                     name, (unsigned long long)pos, (unsigned long long)numel);
-            rc = -1;
+                     "tensor %s: the ranks' ranges do not tile [0, %llu): rank %d starts at %llu, "
+                     "expected %llu (%s)",
+                     name, (unsigned long long)numel, order[k], (unsigned long long)s->lo,
+                     (unsigned long long)pos, s->lo < pos ? "overlap" : "gap");
+            return -1;
         }
-        *crc = acc;
+        acc = crc32c_combine(acc, s->crc, (s->hi - s->lo) * sizeof(float));
+        pos = s->hi;
     }
-    free(all);
-    free(order);
+    if (pos != numel) {
+        snprintf(why, why_cap,
+                 "tensor %s: the ranks' ranges cover %llu of its %llu elements (expected all)",
+                 name, (unsigned long long)pos, (unsigned long long)numel);
+        return -1;
+    }
+    *crc = acc;
+    return 0;
+}
+
+int ck_tensors_crc(int n, const ckpt_tensor *const *t, const uint32_t *slice_crc,
+                   const int *slice_ok, uint32_t *crc, char *why, size_t why_cap) {
+    int world;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    size_t cnt = (size_t)(n > 0 ? n : 1);
+    slice_info *mine = tsr_calloc(cnt, sizeof *mine);
+    slice_info *all = tsr_malloc((size_t)world * cnt * sizeof *all);
+    slice_info *col = tsr_malloc((size_t)world * sizeof *col);
+    int *order = tsr_malloc((size_t)world * sizeof *order);
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        mine[i].lo = t[i]->lo;
+        mine[i].hi = t[i]->hi;
+        mine[i].crc = slice_crc ? slice_crc[i] : 0;
+        mine[i].ok = slice_ok ? (uint32_t)(slice_ok[i] != 0) : 1;
+    }
+    MPI_Allgather(mine, (int)(cnt * sizeof *mine), MPI_BYTE, all, (int)(cnt * sizeof *mine),
+                  MPI_BYTE, MPI_COMM_WORLD);
+    for (int i = 0; i < n && rc == 0; i++) {
+        for (int r = 0; r < world; r++) col[r] = all[(size_t)r * cnt + (size_t)i];
+        uint32_t c = 0;
+        rc = combine_one(t[i]->name, ckpt_numel(t[i]->ndim, t[i]->shape), col, world, order, &c,
+                         why, why_cap);
+        if (crc) crc[i] = c;
+    }
+    free(mine), free(all), free(col), free(order);
     return rc;
 }

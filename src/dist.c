@@ -27,7 +27,9 @@ static int initialized;
     } while (0)
 
 void dist_init(tsr_dist *d, int *argc, char ***argv) {
-    MPI_CHECK(MPI_Init(argc, argv));
+    /* FUNNELED: OpenMP and the checkpoint I/O threads exist, but only the main thread calls MPI */
+    int provided = 0;
+    MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
     initialized = 1;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &d->rank));
