@@ -40,3 +40,15 @@ json_field() {
 losses() {
     grep -E '"(loss|val_loss)"' "$1" | grep -v '"checkpoint"' | sed -E 's/, "tokens_per_s".*//'
 }
+# final_lines METRICS.jsonl: "step loss lr grad_norm" for each step, the last line logged for it (a
+# step is logged twice when a run resumes before it): what a resumed run must reproduce bit for bit
+final_lines() {
+    /usr/bin/python3 - "$1" <<'PY'
+import json, sys
+last = {}
+for l in open(sys.argv[1]):
+    d = json.loads(l)
+    if "loss" in d: last[d["step"]] = (d["loss"], d["lr"], d["grad_norm"])
+for k in sorted(last): print(k, *last[k])
+PY
+}

@@ -42,17 +42,6 @@ args=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set dat
       --set parallel.sharding=zero1)
 run() { local dir=$1; shift; "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$dir" "$@"; }
 ck() { printf '%s/step-%08d.h5' "$1" "$2"; }
-# the last line logged for each step: step loss lr grad_norm (a step may be logged twice)
-final_lines() {
-    /usr/bin/python3 - "$1" <<'PY'
-import json, sys
-last = {}
-for l in open(sys.argv[1]):
-    d = json.loads(l)
-    if "loss" in d: last[d["step"]] = (d["loss"], d["lr"], d["grad_norm"])
-for k in sorted(last): print(k, *last[k])
-PY
-}
 same_tensors() { # exact equality of every tensor (weights and AdamW moments) of two checkpoints
     /usr/bin/python3 - "$1" "$2" <<'PY'
 import sys, h5py, numpy as np

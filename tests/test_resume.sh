@@ -19,17 +19,6 @@ args=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set dat
       --set global_batch=8 --set micro_batch=2 --set max_duration=12ba --set eval_interval=6ba
       --set eval_samples=16 --set save_interval=4ba --set threads=1 --set parallel.sharding=zero1)
 run() { local dir=$1 np=$2; shift 2; "${MPIRUN[@]}" -np "$np" "$TRAIN" "${args[@]}" --set run_dir="$dir" "$@"; }
-# the last line logged for each step (a step may be logged twice around a crash)
-final_lines() {
-    /usr/bin/python3 - "$1" <<'PY'
-import json, sys
-last = {}
-for l in open(sys.argv[1]):
-    d = json.loads(l)
-    if "loss" in d: last[d["step"]] = (d["loss"], d["lr"], d["grad_norm"])
-for k in sorted(last): print(k, *last[k])
-PY
-}
 same_weights() { # exact equality of every model/ tensor of two checkpoint files
     /usr/bin/python3 - "$1" "$2" <<'PY'
 import sys, h5py, numpy as np

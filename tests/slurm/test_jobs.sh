@@ -81,17 +81,6 @@ wait_step() {
     done
     return 1
 }
-# the last line logged for each step (a step is logged twice when a run resumes before it)
-final_lines() {
-    /usr/bin/python3 - "$1" <<'PY'
-import json, sys
-last = {}
-for l in open(sys.argv[1]):
-    d = json.loads(l)
-    if "loss" in d: last[d["step"]] = (d["loss"], d["lr"], d["grad_norm"])
-for k in sorted(last): print(k, *last[k])
-PY
-}
 # same_state A B: every model/ and optim/ tensor of the two checkpoint files equal bit for bit
 same_state() {
     /usr/bin/python3 - "$1" "$2" <<'PY'
