@@ -29,6 +29,8 @@ void dist_allreduce_max_f64(double *buf, size_t n);
 void dist_reduce_scatter_sum_f32(const float *send, float *recv, const int *counts);
 /* In place: rank r's block buf[displs[r] .. + counts[r]) is sent to every rank. */
 void dist_allgatherv_f32(float *buf, const int *counts, const int *displs);
+/* all[r * bytes .. (r+1) * bytes) = rank r's `mine` (bytes each), on every rank */
+void dist_allgather(const void *mine, void *all, size_t bytes);
 void dist_barrier(void);
 void dist_bcast(void *buf, size_t bytes, int root);
 _Noreturn void dist_abort(int code);

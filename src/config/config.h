@@ -66,6 +66,13 @@ typedef struct tsr_config {
         int64_t top_k;      /* 0 = the whole vocabulary */
     } sample;
     tsr_sharding_kind sharding;
+    struct {
+        int64_t window;       /* steps per straggler/MFU window; 0 = off */
+        double slow_factor;   /* a rank slower than the lower median by this factor is slow */
+        int64_t patience;     /* consecutive bad windows before checkpoint + exit 86 */
+        double min_mfu;       /* MFU floor per window (0..1); 0 = off */
+        double hang_timeout;  /* seconds one phase may last before abort; 0 = off */
+    } watchdog;
 } tsr_config;
 
 /* Loads defaults, then `path`, then each "key=value" of sets (n_sets of them), validates.

@@ -162,6 +162,26 @@ const cfgtab_key cfgtab_keys[] = {
      .doc = "How ranks share the training state: `ddp` replicates it; `zero1` shards the optimizer "
             "state, `zero3` also weights and gradients, `hsdp` zero3 within a node and ddp across "
             "nodes. `ddp` and `zero1` are available in this build."},
+
+    {.name = "watchdog.window", .type = CFGK_INT, FIELD(watchdog.window), .def = "50", .ilo = 0,
+     .ihi = INT64_MAX,
+     .doc = "Steps per straggler window: each rank's compute time per step is compared across "
+            "ranks every this many steps; 0 = no straggler or MFU watchdog."},
+    {.name = "watchdog.slow_factor", .type = CFGK_FLOAT, FIELD(watchdog.slow_factor), .def = "2.0",
+     .lo = 1, .lo_open = 1, NO_MAX,
+     .doc = "A rank whose compute time per step exceeds this factor times the ranks' lower "
+            "median in a window is slow."},
+    {.name = "watchdog.patience", .type = CFGK_INT, FIELD(watchdog.patience), .def = "3", .ilo = 1,
+     INT32_ONLY,
+     .doc = "Consecutive slow windows (or windows under min_mfu) before the run checkpoints and "
+            "exits 86 (sweep the nodes, then requeue), naming the slow rank and host."},
+    {.name = "watchdog.min_mfu", .type = CFGK_FLOAT, FIELD(watchdog.min_mfu), .def = "0", .lo = 0,
+     .hi = 1, .doc = "MFU floor per window (0.3 = 30%); 0 = off."},
+    {.name = "watchdog.hang_timeout", .type = CFGK_FLOAT, FIELD(watchdog.hang_timeout), .def = "0",
+     .lo = 0, NO_MAX,
+     .doc = "Seconds one phase (a step's compute, its gradient reduction, an eval, a checkpoint) "
+            "may last; longer: every rank names its phase and the run aborts (exit 3) so Slurm "
+            "requeues it. 0 = off; set it to well above the slowest checkpoint save."},
 };
 const int cfgtab_n_keys = NELEM(cfgtab_keys);
 

@@ -11,6 +11,7 @@
 #include "common.h"
 #include "train/checkpointing.h"
 #include "train/metrics.h"
+#include "train/watchdog.h"
 
 double lr_multiplier(tsr_sched_kind kind, double alpha_f, int64_t s, int64_t W, int64_t S) {
     if (s < W) return (double)(s + 1) / (double)W;
@@ -149,13 +150,28 @@ static int param_decays(const tsr_optim_config *o, tsr_param_kind kind) {
     return 1;
 }
 
+/* Test-only faults inside a step's compute (TSR_FAULT, see maybe_fault): "slow:MS:RANK" makes RANK
+ * sleep MS ms in every step (a straggler); "hang:STEP:RANK" makes it stop for good in step STEP. */
+static void compute_fault(const tsr_trainer *t) {
+    const char *f = getenv("TSR_FAULT");
+    char kind[8] = "";
+    long long a = -1, rank = -1;
+    if (!f || sscanf(f, "%7[a-z0-9]:%lld:%lld", kind, &a, &rank) != 3 || rank != t->dist.rank) return;
+    if (!strcmp(kind, "slow") && a > 0) usleep((useconds_t)(a * 1000));
+    if (!strcmp(kind, "hang") && a == t->step + 1)
+        for (;;) pause();
+}
+
 void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     double t0 = tsr_now();
+    watchdog_phase(WD_DATA, t->step);
     tsr_model *m = &t->model;
     const tsr_optim_config *o = &t->cfg.optim;
     int64_t counted = load_batch(t, t->step);
     dist_allreduce_sum_i64(&counted, 1);
     float scale = counted > 0 ? 1.0f / (float)counted : 0.0f;
+    watchdog_phase(WD_COMPUTE, t->step);
+    double tc = tsr_now();
     t->ops->zero(m->grads, m->n_params * sizeof(float));
     double loss_sum = 0.0;
     for (int64_t b = 0; b < t->per_rank; b += t->micro) {
@@ -163,6 +179,9 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
         loss_sum += model_forward(m, in, tg, t->micro, t->T);
         model_backward(m, in, tg, t->micro, t->T, scale);
     }
+    compute_fault(t);
+    st->compute_time = tsr_now() - tc;
+    watchdog_phase(WD_REDUCE, t->step);
     /* gradients of the owned slice, summed over ranks */
     float *g = m->grads + t->shard_lo;
     size_t lo = t->shard_lo, hi = t->shard_hi;
@@ -180,6 +199,7 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     if (o->grad_clip > 0 && norm > o->grad_clip) gscale = (float)(o->grad_clip / (norm + 1e-6));
     double lr = o->lr * lr_multiplier(o->schedule, o->alpha_f, t->step, t->warmup_steps,
                                       t->total_steps);
+    watchdog_phase(WD_OPTIMIZER, t->step);
     t->step++;
     /* AdamW on the owned part of each tensor (weight decay depends on the tensor's kind) */
     for (int i = 0; i < TSR_P_COUNT; i++) {
@@ -240,14 +260,17 @@ int trainer_run(tsr_trainer *t) {
     int rc;
     int64_t committed = -1; /* step of the last checkpoint this run committed */
     metrics_log_start(t);
+    watchdog_start(t);
     while (t->step < t->total_steps) {
         if (checkpointing_stop_requested()) { /* at a step boundary, all ranks together */
             /* a stop signal that came during a periodic save finds this step committed: that
              * checkpoint is the one to resume from, do not write it a second time */
-            if (committed != t->step && (rc = checkpointing_save(t))) return rc;
+            watchdog_phase(WD_CHECKPOINT, t->step);
+            if (committed != t->step && (rc = checkpointing_save(t))) return watchdog_stop(), rc;
             if (t->dist.rank == 0)
                 printf("stop requested (SIGUSR1/SIGTERM): checkpoint of step %lld committed; "
                        "exit %d = requeue me\n", (long long)t->step, TSR_EXIT_REQUEUE);
+            watchdog_stop();
             return TSR_EXIT_REQUEUE;
         }
         trainer_step(t, &st);
@@ -257,14 +280,24 @@ int trainer_run(tsr_trainer *t) {
         }
         metrics_log_step(t, &st);
         int last = t->step == t->total_steps;
-        if (t->val && ((t->eval_every > 0 && t->step % t->eval_every == 0) || last))
+        if (t->val && ((t->eval_every > 0 && t->step % t->eval_every == 0) || last)) {
+            watchdog_phase(WD_EVAL, t->step);
             metrics_log_eval(t, trainer_eval(t));
+        }
         if ((t->save_every > 0 && t->step % t->save_every == 0) || last) {
-            if ((rc = checkpointing_save(t))) return rc;
+            watchdog_phase(WD_CHECKPOINT, t->step);
+            if ((rc = checkpointing_save(t))) return watchdog_stop(), rc;
             committed = t->step;
+        }
+        if (watchdog_after_step(t, &st) && !last) { /* a straggler or low MFU: exit 86 */
+            watchdog_phase(WD_CHECKPOINT, t->step);
+            if (committed != t->step && (rc = checkpointing_save(t))) return watchdog_stop(), rc;
+            watchdog_stop();
+            return TSR_EXIT_SLOW;
         }
         maybe_fault(t);
     }
+    watchdog_stop();
     metrics_finish(t);
     if (t->cfg.sample.tokens > 0 && t->dist.rank == 0) {
         /* prompt: the end-of-text token, by convention the vocabulary's last id (GPT-2's 50256,

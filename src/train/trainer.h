@@ -22,6 +22,7 @@ typedef struct tsr_step_stats {
     double lr, grad_norm;  /* lr used; global grad norm before clipping */
     int64_t tokens;        /* counted target tokens in the global batch */
     double step_time;      /* seconds */
+    double compute_time;   /* seconds of forward/backward on this rank, no collective waits */
 } tsr_step_stats;
 
 typedef struct tsr_trainer {

@@ -8,6 +8,8 @@
 #    checkpoint and finishes bit-identical; every checkpoint left verifies;
 #  - --time limit with --signal=B:USR1@45: checkpoint before the kill, requeued, finishes;
 #  - MAX_RESTARTS stops a requeue loop with a message; a config error (exit 1) is not requeued;
+#  - a straggling rank: the trainer's watchdog exits 86, the hook sweeps the node with the real
+#    tessera-healthcheck (a fault injected on that node), excludes it, requeues; the run finishes;
 #  - the prolog/epilog wrappers installed as the cluster's Prolog=/Epilog= let jobs run.
 # Needs root and the Slurm packages (./INSTALL); skips otherwise. Stops the cluster it started.
 # shellcheck source=../lib.sh
@@ -16,7 +18,7 @@ CLUSTER=$TSR_ROOT/tests/slurm/cluster.sh
 if ! why=$(bash "$CLUSTER" can); then echo "skip: cannot run a Slurm cluster here: $why"; exit 77; fi
 tsr_tmpdir
 trap 'bash "$CLUSTER" down >"$TMP/down.log" 2>&1; rm -rf "$TMP"' EXIT
-tap_plan 16
+tap_plan 17
 
 # install the build the jobs run (module load tessera puts it on PATH)
 PREFIX=$TMP/prefix
@@ -211,6 +213,33 @@ second=$(grep -o 'start restart=1 node=n[12]' "sweep-${j}_3.log" | grep -o 'n[12
 [[ $st == COMPLETED && -n $first && -n $second && $first != "$second" && $(field "${j}_3" ExcNodeList) == "$first" ]] &&
     grep -q "id=${j}_3" "sweep-${j}_3.log" && grep -q "unhealthy nodes: $first" "sweep-${j}_3.log"
 tap_check $? "exit 86 in array task ${j}_3: sweep found $first unhealthy, requeued with ExcNodeList=$(field "${j}_3" ExcNodeList), reran on ${second:-?} ($st)"
+
+# 6c. a straggler end to end: rank 1 sleeps in every step (first start only) -> watchdog: checkpoint,
+#     exit 86 -> the hook's sweep runs the installed tessera-healthcheck --full, which fails the node
+#     (TSR_HC_FAULT, first start only) -> requeue excluding it -> the rerun resumes on the other node
+cat >strag.sbatch <<SB
+#!/bin/bash
+#SBATCH --nodes=1 --ntasks-per-node=2 --requeue --open-mode=append --output=strag-%j.log
+set -euo pipefail
+export PATH=$PREFIX/bin:\$PATH
+source $PREFIX/share/tessera/jobs/lib/tessera-job.sh
+tsr_setup
+echo "start restart=\${SLURM_RESTART_COUNT:-0} node=\$SLURMD_NODENAME"
+if [[ \${SLURM_RESTART_COUNT:-0} == 0 ]]; then
+    export TSR_FAULT=slow:60:1 TSR_HC_FAULT=low_membw:\$SLURMD_NODENAME
+fi
+tsr_run srun --mpi=pmix --kill-on-bad-exit=1 tessera-train --config $TMP/job.cfg --set run_dir=$TMP/run-strag \\
+    --set max_duration=200ba --set watchdog.window=10 --set watchdog.patience=2 --set threads=1
+SB
+j=$(submit strag.sbatch)
+st=$(wait_done "$j" 240)
+first=$(grep -o 'start restart=0 node=n[12]' "strag-$j.log" | grep -o 'n[12]$')
+second=$(grep -o 'start restart=1 node=n[12]' "strag-$j.log" | grep -o 'n[12]$')
+[[ $st == COMPLETED && -n $first && -n $second && $first != "$second" && $(field "$j" Restarts) == 1 ]] &&
+    grep -q 'watchdog: rank 1 on ' "strag-$j.log" && grep -q 'step exited with 86' "strag-$j.log" &&
+    grep -q "hc| $first membw FAIL" "strag-$j.log" && grep -q "unhealthy nodes: $first" "strag-$j.log" &&
+    grep -q 'checkpoint resume step 20' "strag-$j.log" && [[ -f $TMP/run-strag/step-00000200.h5 ]]
+tap_check $? "straggler: watchdog exit 86 on $first, sweep failed $first, requeued with ExcNodeList=$(field "$j" ExcNodeList), resumed on ${second:-?} and finished ($st)"
 
 # 7. the templates and the hook as installed
 tap_ok "tessera-job refuses a template with a placeholder left unfilled" \

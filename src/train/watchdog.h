@@ -1,0 +1,32 @@
+/* watchdog.h — the trainer's two watchdogs (docs/tessera-train.md, WATCHDOGS).
+ *
+ * Straggler/MFU: every watchdog.window steps the ranks allgather their mean compute time per step
+ * (forward + backward, without waiting in collectives) and their wall time; a rank slower than
+ * watchdog.slow_factor x the ranks' lower median, or an MFU under watchdog.min_mfu, for
+ * watchdog.patience consecutive windows ends the run with a checkpoint and exit 86, naming the rank
+ * and its host. Every rank decides from the same gathered numbers, so they agree without voting.
+ *
+ * Hang: with watchdog.hang_timeout > 0 a thread on each rank watches the phase the main thread is
+ * in (watchdog_phase); one that lasts longer than the timeout makes the rank print its phase, step
+ * and how long, and abort the whole run (MPI_Abort, exit 3) so that Slurm requeues it. */
+#ifndef TSR_WATCHDOG_H
+#define TSR_WATCHDOG_H
+
+#include <stdint.h>
+
+typedef enum {
+    WD_IDLE, WD_DATA, WD_COMPUTE, WD_REDUCE, WD_OPTIMIZER, WD_EVAL, WD_CHECKPOINT, WD_PHASES
+} tsr_wd_phase;
+
+struct tsr_trainer;
+struct tsr_step_stats;
+/* Collective. Gathers the ranks' host names; starts the hang thread when configured. */
+void watchdog_start(struct tsr_trainer *t);
+/* The main thread enters a phase of step `step` (cheap: two atomic stores). */
+void watchdog_phase(tsr_wd_phase phase, int64_t step);
+/* Collective at a step boundary: accounts the step; at a window's end judges it. Returns 1 when
+ * the run must checkpoint and exit 86 (rank 0 has printed why and logged it), else 0. */
+int watchdog_after_step(struct tsr_trainer *t, const struct tsr_step_stats *st);
+void watchdog_stop(void);
+
+#endif
