@@ -10,6 +10,12 @@
 #   the epilog and the HealthCheckProgram exit 0 (the node is already drained with a precise reason).
 # Every run appends one line to TESSERA_HC_LOG (default /var/log/tessera-hc.log) and, when a syslog
 # socket exists, to syslog (tag tessera-hc).
+# Site settings for slurmd's minimal environment: TESSERA_HC_DEFAULTS (default
+# /etc/default/tessera-hc), a sh file that may set the TESSERA_HC* variables above and below and
+# TESSERA_HC_CONFIG (the thresholds file); tests put their TSR_HC_FAULT injections there.
+TSR_HC_DEFAULTS=${TESSERA_HC_DEFAULTS:-/etc/default/tessera-hc}
+# shellcheck disable=SC1090
+[ -r "$TSR_HC_DEFAULTS" ] && . "$TSR_HC_DEFAULTS"
 TSR_HC=${TESSERA_HEALTHCHECK:-@PREFIX@/bin/tessera-healthcheck}
 TSR_HC_TIMEOUT=${TESSERA_HC_TIMEOUT:-60}
 TSR_HC_LOG=${TESSERA_HC_LOG:-/var/log/tessera-hc.log}

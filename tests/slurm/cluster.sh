@@ -18,6 +18,7 @@ set -euo pipefail
 NODES=(n1 n2)
 NCPU=${SLURM_TEST_CPUS:-$(nproc)}
 CRED_EXPIRE=${SLURM_TEST_CRED_EXPIRE:-10}
+HC_INTERVAL=${SLURM_TEST_HC_INTERVAL:-30}   # HealthCheckInterval, seconds
 CONF_DIR=/etc/slurm
 RUN_DIR=/run/tessera-slurm-test          # what this script started (munged pid)
 
@@ -135,7 +136,7 @@ SlurmdTimeout=30
 CONF
         [[ -n $prolog ]] && printf 'Prolog=%s\nPrologFlags=Alloc\n' "$prolog"
         [[ -n $epilog ]] && printf 'Epilog=%s\n' "$epilog"
-        [[ -n $hc ]] && printf 'HealthCheckProgram=%s\nHealthCheckInterval=30\nHealthCheckNodeState=ANY\n' "$hc"
+        [[ -n $hc ]] && printf 'HealthCheckProgram=%s\nHealthCheckInterval=%s\nHealthCheckNodeState=ANY\n' "$hc" "$HC_INTERVAL"
         printf '%s' "$nodelines"
         echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
     } >"$CONF_DIR/slurm.conf"

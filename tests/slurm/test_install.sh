@@ -86,7 +86,7 @@ rc2=$?
 tap_check $? "tessera-job: missing values and unknown keys exit 1 naming them ($err | $err2)"
 
 # the wrappers' exit-code contract, with stand-in checkers that exit 0, 1, 2 or hang
-export TESSERA_HC_LOG=$TMP/hc.log TESSERA_HC_TIMEOUT=2 SLURMD_NODENAME=nX SLURM_JOB_ID=7
+export TESSERA_HC_LOG=$TMP/hc.log TESSERA_HC_TIMEOUT=2 SLURMD_NODENAME=nX SLURM_JOB_ID=7 TESSERA_HC_DEFAULTS=$TMP/none
 W=$PREFIX/share/tessera/jobs/slurm
 for c in 0 1 2; do printf '#!/bin/sh\necho "$@" > %s/args-%s\necho "nX sgemm FAIL 1.0 10.0 GFLOP/s"\nexit %s\n' "$TMP" "$c" "$c" >"$TMP/hc-$c"; done
 printf '#!/bin/sh\necho "MPI_Init aborted"\nexit 1\n' >"$TMP/hc-bare1"
