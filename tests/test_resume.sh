@@ -8,10 +8,11 @@
 #  - elastic: the step-4 checkpoint of 2 ranks resumed on 1 and on 4 ranks gives the same losses
 #    within 1e-6 relative; a different global_batch is refused with exit 1;
 #  - a corrupt newest checkpoint is skipped with a warning naming it, the previous one is used;
-#  - SIGTERM is a stop request too; --init-from starts a new run (step 1) from trained weights.
+#  - SIGTERM is a stop request too; --init-from starts a new run (step 1) from trained weights;
+#    it also takes a run directory (its `latest`); a directory without one exits 2 naming it.
 source "$(dirname "$0")/lib.sh"
 tsr_tmpdir
-tap_plan 13
+tap_plan 15
 make_synth "$TMP/data"
 args=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set data.tokenizer=
       --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val="$TMP/data/val"
@@ -105,4 +106,12 @@ fresh=$(json_field "$TMP/A/metrics.jsonl" 1 loss); init=$(json_field "$TMP/I/met
 [[ $rc == 0 ]] && grep -q "checkpoint init-from step 0" "$TMP/I.txt" &&
     awk -v a="$init" -v b="$fresh" 'BEGIN { exit !(a < b - 0.1) }'
 tap_check $? "--init-from: a new run at step 1 from trained weights (loss $init vs $fresh from scratch; exit $rc)"
+run "$TMP/J" 2 --init-from "$TMP/A" --set max_duration=1ba >"$TMP/J.txt" 2>&1 &&
+    grep -q "checkpoint init-from step 0 | $TMP/A/step-00000012.h5 " "$TMP/J.txt"
+tap_check $? "--init-from RUN_DIR: the checkpoint its latest names (step-00000012.h5)"
+mkdir -p "$TMP/empty"
+run "$TMP/K" 2 --init-from "$TMP/empty" --set max_duration=1ba >"$TMP/K.txt" 2>&1
+rc=$?
+[[ $rc == 2 ]] && grep -q "$TMP/empty/latest: cannot be read" "$TMP/K.txt"
+tap_check $? "--init-from a directory without latest: exit $rc naming $TMP/empty/latest"
 tap_done

@@ -28,8 +28,8 @@ static const struct opt_doc {
 } options[] = {
     {{"config", required_argument, NULL, 'c'}, "FILE", "training recipe (libconfig), required"},
     {{"set", required_argument, NULL, 's'}, "KEY=VALUE", "override a config key (repeatable), e.g. --set optim.lr=1e-3"},
-    {{"resume", required_argument, NULL, 'r'}, "PATH", "resume from this checkpoint file (default: run_dir's latest valid one)"},
-    {{"init-from", required_argument, NULL, 'i'}, "PATH", "start a new run from this checkpoint's weights (ignored when run_dir has a checkpoint)"},
+    {{"resume", required_argument, NULL, 'r'}, "PATH", "resume from this checkpoint: a step-*.h5, a run directory or a latest file (default: run_dir's latest valid one)"},
+    {{"init-from", required_argument, NULL, 'i'}, "PATH", "start a new run from this checkpoint's weights (PATH as for --resume; ignored when run_dir has a checkpoint)"},
     {{"dry-run", no_argument, NULL, 'n'}, NULL, "validate the config, print the plan, exit"},
     {{"version", no_argument, NULL, 'V'}, NULL, "print the version and exit"},
     {{"help", no_argument, NULL, 'h'}, NULL, "this help"},
