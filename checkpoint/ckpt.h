@@ -56,6 +56,10 @@ typedef struct ckpt_stats {
 int ckpt_save(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *tensors, int n,
               int keep_last, char *path_out, size_t path_cap, ckpt_stats *stats);
 
+/* What --resume / --init-from accept: a checkpoint file, a run directory (the checkpoint its
+ * `latest` names) or a `latest` file. out = the checkpoint file. Returns 0, or TSR_EXIT_DATA after
+ * reporting. Local (no MPI). */
+int ckpt_resolve_path(const char *in, char *out, size_t cap);
 /* Finds the checkpoint to resume from: `latest` if valid, else the newest valid step-*.h5, with a
  * warning naming what was wrong with each one skipped. Validity = opens, format/version attributes
  * right, every tensor's crc32c matches (each rank checks its slices of `tensors`, which gives the

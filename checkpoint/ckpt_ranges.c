@@ -10,8 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "ckpt.h"
 #include "ckpt_internal.h"
+#include "common.h"
 
 uint64_t ckpt_numel(int ndim, const int64_t *shape) {
     if (ndim < 1 || ndim > CKPT_MAX_NDIM) return 0;
@@ -137,4 +140,23 @@ int ckpt_read_latest(const char *run_dir, char *name, size_t cap, char *why, siz
     }
     memcpy(name, buf, n + 1);
     return 1;
+}
+
+int ckpt_resolve_path(const char *in, char *out, size_t cap) {
+    struct stat sb;
+    char dir[4096], name[256], why[1024] = "";
+    const char *slash = strrchr(in, '/');
+    int is_dir = stat(in, &sb) == 0 && S_ISDIR(sb.st_mode);
+    int is_latest = !is_dir && strcmp(slash ? slash + 1 : in, "latest") == 0;
+    if (!is_dir && !is_latest) return tsr_snprintf(out, cap, "%s", in) ? TSR_EXIT_DATA : 0;
+    if (is_dir) snprintf(dir, sizeof dir, "%s", in);
+    else snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - in) : 1, slash ? in : ".");
+    int lr = ckpt_read_latest(dir, name, sizeof name, why, sizeof why);
+    if (lr == 0)
+        tsr_error("%s/latest: cannot be read (a run directory needs its `latest` file; or give a "
+                  "step-NNNNNNNN.h5)", dir);
+    else if (lr < 0)
+        tsr_error("%s", why);
+    if (lr != 1) return TSR_EXIT_DATA;
+    return tsr_snprintf(out, cap, "%s/%s", dir, name) ? TSR_EXIT_DATA : 0;
 }

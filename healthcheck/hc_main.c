@@ -142,10 +142,7 @@ int main(int argc, char **argv) {
     if (mpi_launched()) {
         dist_init(&d, &argc, &argv);
     } else {
-        memset(&d, 0, sizeof d);
-        d.world = d.local_world = 1;
-        if (gethostname(d.host, sizeof d.host) != 0) strcpy(d.host, "?");
-        d.host[sizeof d.host - 1] = '\0';
+        dist_init_single(&d);
     }
     hc_opts o = {.mode = HC_MODE_QUICK};
     tsr_log_mute(d.rank != 0); /* every rank parses the same argv: report once */

@@ -8,6 +8,14 @@
 
 #include "common.h"
 
+void dist_init_single(tsr_dist *d) {
+    memset(d, 0, sizeof *d);
+    d->world = d->local_world = 1;
+    if (gethostname(d->host, sizeof d->host) != 0) strcpy(d->host, "?");
+    d->host[sizeof d->host - 1] = '\0';
+    tsr_log_set_rank(0, 1);
+}
+
 #ifndef TSR_NO_MPI
 #include <mpi.h>
 
@@ -103,13 +111,7 @@ void dist_init(tsr_dist *d, int *argc, char ***argv) {
     (void)argc;
     (void)argv;
     initialized = 1;
-    d->rank = 0;
-    d->world = 1;
-    d->local_rank = 0;
-    d->local_world = 1;
-    if (gethostname(d->host, sizeof d->host) != 0) strcpy(d->host, "?");
-    d->host[sizeof d->host - 1] = '\0';
-    tsr_log_set_rank(0, 1);
+    dist_init_single(d);
 }
 void dist_finalize(void) { initialized = 0; }
 int dist_is_initialized(void) { return initialized; }

@@ -17,6 +17,9 @@ typedef struct tsr_dist {
 
 /* Initialises MPI (if built with it) and fills d. */
 void dist_init(tsr_dist *d, int *argc, char ***argv);
+/* A world of one without touching MPI: for a program not started by mpirun/srun (see
+ * healthcheck/hc_main.c); dist_is_initialized() stays 0. The NO_MPI build's dist_init uses it. */
+void dist_init_single(tsr_dist *d);
 void dist_finalize(void);
 int dist_is_initialized(void);
 /* In-place sums over all ranks. */

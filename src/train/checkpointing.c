@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "common.h"
 #include "train/metrics.h"
@@ -147,47 +146,15 @@ static void apply_meta(tsr_trainer *t, const ckpt_meta *meta) {
     t->tokens_seen = meta->tokens;
 }
 
-/* --resume / --init-from take a checkpoint file, a run directory (its `latest`), or a `latest`
- * file itself: out = the checkpoint file it names. Returns 0 or TSR_EXIT_DATA after reporting. */
-static int resolve_checkpoint(const char *in, char *out, size_t n) {
-    struct stat sb;
-    char latest[1200], dir[1200], name[512] = "";
-    const char *slash = strrchr(in, '/');
-    int is_dir = stat(in, &sb) == 0 && S_ISDIR(sb.st_mode);
-    int is_latest = !is_dir && strcmp(slash ? slash + 1 : in, "latest") == 0;
-    if (!is_dir && !is_latest) return tsr_snprintf(out, n, "%s", in) ? TSR_EXIT_DATA : 0;
-    if (is_dir) {
-        snprintf(dir, sizeof dir, "%s", in);
-        snprintf(latest, sizeof latest, "%s/latest", in);
-    } else {
-        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - in) : 1, slash ? in : ".");
-        snprintf(latest, sizeof latest, "%s", in);
-    }
-    FILE *f = fopen(latest, "r");
-    if (!f || !fgets(name, sizeof name, f)) {
-        if (f) fclose(f);
-        tsr_error("%s: %s (a run directory needs its `latest` file; or give a step-NNNNNNNN.h5)",
-                  latest, f ? "empty" : "cannot be read");
-        return TSR_EXIT_DATA;
-    }
-    fclose(f);
-    name[strcspn(name, "\r\n")] = '\0';
-    if (!name[0] || strchr(name, '/')) {
-        tsr_error("%s: expected the name of a checkpoint file in its directory, found '%s'", latest, name);
-        return TSR_EXIT_DATA;
-    }
-    return tsr_snprintf(out, n, "%s/%s", dir, name) ? TSR_EXIT_DATA : 0;
-}
-
 int checkpointing_resume(tsr_trainer *t, const char *resume_arg, const char *init_arg) {
     char resume_buf[1200], init_buf[1200];
     const char *resume_path = NULL, *init_from = NULL;
     if (resume_arg) {
-        if (resolve_checkpoint(resume_arg, resume_buf, sizeof resume_buf)) return TSR_EXIT_DATA;
+        if (ckpt_resolve_path(resume_arg, resume_buf, sizeof resume_buf)) return TSR_EXIT_DATA;
         resume_path = resume_buf;
     }
     if (init_arg) {
-        if (resolve_checkpoint(init_arg, init_buf, sizeof init_buf)) return TSR_EXIT_DATA;
+        if (ckpt_resolve_path(init_arg, init_buf, sizeof init_buf)) return TSR_EXIT_DATA;
         init_from = init_buf;
     }
     ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];

@@ -9,26 +9,21 @@
 # Needs root and the Slurm packages; skips otherwise. Stops the cluster it started.
 # shellcheck source=../lib.sh disable=SC2016
 source "$(dirname "$0")/../lib.sh"
-CLUSTER=$TSR_ROOT/tests/slurm/cluster.sh
+# shellcheck source=slurm_lib.sh
+source "$(dirname "$0")/slurm_lib.sh"
 DEFAULTS=/etc/default/tessera-hc
-if ! why=$(bash "$CLUSTER" can); then echo "skip: cannot run a Slurm cluster here: $why"; exit 77; fi
+slurm_require
 if [[ -e $DEFAULTS ]]; then echo "skip: $DEFAULTS exists (a site's settings): not touching it"; exit 77; fi
 tsr_tmpdir
-trap 'rm -f "$DEFAULTS"; bash "$CLUSTER" down >"$TMP/down.log" 2>&1; rm -rf "$TMP"' EXIT
+trap 'rm -f "$DEFAULTS"; slurm_down; rm -rf "$TMP"' EXIT
 tap_plan 6
 
-PREFIX=$TMP/prefix
-make -s -C "$TSR_ROOT" install PREFIX="$PREFIX" BUILD="$BUILD" >"$TMP/install.log" 2>&1 ||
-    { cat "$TMP/install.log"; echo "Bail out! make install failed"; exit 1; }
-W=$PREFIX/share/tessera/jobs/slurm
 export TESSERA_HC_LOG=$TMP/hc.log
 # the wrappers' site file: where they log, and the injected fault (FAULT=... lines)
 defaults() { printf 'export TESSERA_HC_LOG=%s\n%s\n' "$TESSERA_HC_LOG" "${1:-}" >"$DEFAULTS"; }
 defaults
 # HealthCheckProgram only at slurmd start (healthy then): this test runs it by hand when it wants it
-SLURM_TEST_HC_INTERVAL=3600 bash "$CLUSTER" up "$W/prolog.sh" "$W/epilog.sh" "$W/healthcheck.sh" >"$TMP/up.log" 2>&1 ||
-    { cat "$TMP/up.log"; echo "Bail out! the Slurm cluster did not start"; exit 1; }
-field() { scontrol show job -o "$1" 2>/dev/null | tr ' ' '\n' | grep "^$2=" | head -1 | cut -d= -f2-; }
+slurm_install_up SLURM_TEST_HC_INTERVAL=3600
 node() { sinfo -h -N -n "$1" -o "%$2" | head -1; }     # node N T: state; node N E: reason
 wait_for() { local end=$((SECONDS + $1)); shift; until "$@"; do ((SECONDS < end)) || return 1; sleep 0.5; done; }
 done_state() { [[ $(field "$1" JobState) =~ ^(COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL)$ ]]; }

@@ -14,19 +14,16 @@
 # Needs root and the Slurm packages (./INSTALL); skips otherwise. Stops the cluster it started.
 # shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
-CLUSTER=$TSR_ROOT/tests/slurm/cluster.sh
-if ! why=$(bash "$CLUSTER" can); then echo "skip: cannot run a Slurm cluster here: $why"; exit 77; fi
+# shellcheck source=slurm_lib.sh
+source "$(dirname "$0")/slurm_lib.sh"
+slurm_require
 tsr_tmpdir
-trap 'bash "$CLUSTER" down >"$TMP/down.log" 2>&1; rm -rf "$TMP"' EXIT
+trap 'slurm_down; rm -rf "$TMP"' EXIT
 tap_plan 17
 
-# install the build the jobs run (module load tessera puts it on PATH)
-PREFIX=$TMP/prefix
-make -s -C "$TSR_ROOT" install PREFIX="$PREFIX" BUILD="$BUILD" >"$TMP/install.log" 2>&1 ||
-    { cat "$TMP/install.log"; echo "Bail out! make install failed"; exit 1; }
-S=$PREFIX/share/tessera/jobs/slurm
-bash "$CLUSTER" up "$S/prolog.sh" "$S/epilog.sh" "$S/healthcheck.sh" >"$TMP/up.log" 2>&1 ||
-    { cat "$TMP/up.log"; echo "Bail out! the Slurm cluster did not start"; exit 1; }
+# install the build the jobs run (module load tessera puts it on PATH), start the cluster
+# shellcheck disable=SC2119
+slurm_install_up
 tap_diag "$(tail -1 "$TMP/up.log")"
 eval "$(bash "$CLUSTER" env)"                     # OpenMPI across the two virtual nodes
 export MODULEPATH=$PREFIX/share/modulefiles      # sbatch passes the environment to the job
@@ -61,7 +58,6 @@ job() {
         RUN_DIR="$TMP/run-$name" "$@" >"$name.sbatch"
 }
 submit() { sbatch --parsable "$@"; }
-field() { scontrol show job -o "$1" 2>/dev/null | tr ' ' '\n' | grep "^$2=" | head -1 | cut -d= -f2-; }
 # wait_done JOB [SECONDS]: until the job ends (a requeued job goes back to PENDING in between)
 wait_done() {
     local s end=$((SECONDS + ${2:-120}))
