@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "common.h"
+#include "config/config_mix.h"
 #include "config/config_table.h"
 
 #define MAX_KEYS 128
@@ -31,6 +32,8 @@ typedef struct load_ctx {
     int line[MAX_KEYS];              /* where: > 0 file line, -1 --set */
     const char *file[MAX_KEYS];      /* file of that line (libconfig's memory) */
     char *text_name, *text;          /* cached source text for the integer check */
+    int mix_line;                    /* where data.mix was given (0 = not given) */
+    const char *mix_file;
 } load_ctx;
 
 static int key_index(const cfgtab_key *k) { return (int)(k - cfgtab_keys); }
@@ -157,6 +160,11 @@ static void walk(load_ctx *c, const config_setting_t *grp, const char *group) {
         cfgtab_value v;
         setting_value(s, &v);
         const cfgtab_key *k = cfgtab_find(full);
+        if (!k && (!strcmp(full, "data.mix") || !strcmp(full, "data.curriculum"))) {
+            c->errors += cfgmix_parse(s, full, file, c->cfg);
+            if (!strcmp(full, "data.mix")) c->mix_line = line, c->mix_file = file;
+            continue;
+        }
         if (!k) {
             if (!group && cfgtab_is_group(full)) {
                 if (v.kind == CFGV_GROUP) {
@@ -237,6 +245,11 @@ static void apply_set(load_ctx *c, const char *arg) {
     }
     snprintf(key, sizeof key, "%.*s", (int)(eq - arg), arg);
     const cfgtab_key *k = cfgtab_find(key);
+    if (!k && (!strcmp(key, "data.mix") || !strcmp(key, "data.curriculum"))) {
+        tsr_error("--set %.500s: %s is a list: write it in the config file (docs/config.md)", arg, key);
+        c->errors++;
+        return;
+    }
     if (!k) {
         char at[600];
         snprintf(at, sizeof at, "--set %.500s: ", arg);
@@ -266,6 +279,7 @@ static void check_required(load_ctx *c) {
     for (int i = 0; i < cfgtab_n_keys; i++) {
         const cfgtab_key *k = &cfgtab_keys[i];
         if (k->def || c->present[i]) continue; /* invalid values were reported already */
+        if (!strcmp(k->name, "data.train") && c->mix_line) continue; /* data.mix replaces it */
         char tbuf[128], ex[512];
         const char *type = cfgtab_type_name(k, tbuf, sizeof tbuf), *dot = strchr(k->name, '.');
         if (!c->path)
@@ -294,6 +308,9 @@ static const char *const cross_rules[] = {
     "`eval_interval` other than `0ba` needs `data.val`.",
     "`parallel.sharding`: only `ddp` and `zero1` are implemented yet.",
     "`device = \"cuda\"` needs a build with the CUDA backend.",
+    "Exactly one of `data.train` and `data.mix`; `data.curriculum` needs `data.mix`, its phases "
+    "in increasing `at`.",
+    "`data.cache_limit` is a size: `500M`, `20G`, `1.5T` (powers of 1024) or `0`.",
 };
 
 /* "file:line: " of the key, "--set key=value: " for an override, "file: " for a default. */
@@ -361,6 +378,29 @@ static void validate(load_ctx *c) {
         duration_format(d, sizeof d, g->eval_interval);
         tsr_error("%seval_interval = \"%s\" but data.val is empty: set data.val = \"<dataset "
                   "dir>\" or eval_interval = \"0ba\"", where(c, "eval_interval", at, sizeof at), d);
+        c->errors++;
+    }
+    if (c->mix_line && c->present[key_index(cfgtab_find("data.train"))]) {
+        tsr_error("%s:%d: data.mix and data.train are both given: train on one dataset with "
+                  "data.train, or on several with data.mix", c->mix_file, c->mix_line);
+        c->errors++;
+    }
+    for (int i = 0; i < g->data.n_phases; i++) {
+        const tsr_phase_config *ph = &g->data.phases[i], *prev = i ? ph - 1 : NULL;
+        int comparable = prev && (ph->at_percent >= 0) == (prev->at_percent >= 0) &&
+                         (ph->at_percent >= 0 || ph->at.unit == prev->at.unit);
+        double a = ph->at_percent >= 0 ? ph->at_percent : ph->at.value;
+        double b = prev ? (prev->at_percent >= 0 ? prev->at_percent : prev->at.value) : -1;
+        if (comparable && a <= b) {
+            tsr_error("%s: data.curriculum[%d] starts at or before data.curriculum[%d]: list the "
+                      "phases in increasing `at`", c->mix_file, i, i - 1);
+            c->errors++;
+        }
+    }
+    if (size_parse(g->data.cache_limit, &c->cfg->data.cache_limit_bytes) != 0) {
+        tsr_error("%sdata.cache_limit = \"%s\": expected a size such as \"500M\", \"20G\", "
+                  "\"1.5T\" (powers of 1024) or \"0\" (no limit)",
+                  where(c, "data.cache_limit", at, sizeof at), g->data.cache_limit);
         c->errors++;
     }
     if (g->sharding != TSR_SHARD_DDP && g->sharding != TSR_SHARD_ZERO1) {
@@ -501,6 +541,7 @@ void config_doc_markdown(FILE *f) {
         "An interval of `0ba` means never.\n\n"
         "## Keys\n\n### Top level\n\n");
     md_table(f, NULL, 0);
+    int mix_done = 0;
     for (int i = 0; i < cfgtab_n_keys; i++) {
         const char *name = cfgtab_keys[i].name, *dot = strchr(name, '.');
         int seen = 0;
@@ -509,6 +550,7 @@ void config_doc_markdown(FILE *f) {
         if (!dot || seen) continue;
         fprintf(f, "\n### `%.*s = { ... };`\n\n", (int)(dot - name), name);
         md_table(f, name, (size_t)(dot - name));
+        if (!mix_done && !strncmp(name, "data.", 5)) cfgmix_doc(f), mix_done = 1;
     }
     fprintf(f, "\n## Checks across keys\n\n");
     for (size_t i = 0; i < sizeof cross_rules / sizeof *cross_rules; i++)

@@ -42,11 +42,41 @@ typedef struct tsr_optim_config {
     int decay_norms_biases, decay_embeddings;
 } tsr_optim_config;
 
+/* Data mixing (docs/data-mixing.md): data.mix lists streams, data.curriculum changes their weights
+ * from a point of the run on. Parsed by config_mix.c (lists are outside the key table). */
+#define TSR_MAX_STREAMS 16
+#define TSR_MAX_PHASES 16
+typedef enum { TSR_MIX_PROPORTION = 0, TSR_MIX_REPEAT, TSR_MIX_CHOOSE } tsr_mix_kind;
+typedef struct tsr_stream_config {
+    char name[64];         /* [A-Za-z_][A-Za-z0-9_-]*, unique */
+    char path[1024];       /* dataset directory */
+    tsr_mix_kind kind;     /* which of proportion / repeat / choose was given */
+    double value;          /* its value (> 0) */
+} tsr_stream_config;
+typedef enum { TSR_PHASE_PROPORTION = 0, TSR_PHASE_SCALE } tsr_phase_kind;
+typedef struct tsr_phase_config {
+    tsr_duration at;       /* start of the phase; unused when at_percent >= 0 */
+    double at_percent;     /* "90%": percent of max_duration; < 0 when `at` is a duration */
+    tsr_phase_kind kind;   /* proportion: new weights of the named streams; scale: multipliers */
+    double w[TSR_MAX_STREAMS];
+    unsigned char named[TSR_MAX_STREAMS]; /* stream k named in this phase */
+} tsr_phase_config;
+
 typedef struct tsr_data_config {
     char train[1024], val[1024]; /* dataset directories; val "" = no eval */
     char tokenizer[1024];        /* for decoding samples: "gpt2", a directory or a file; "" = none */
     int shuffle, verify;
+    char stage_to[1024];         /* node-local staging directory; "" = read in place */
+    char cache_limit[32];        /* size text ("20G"); parsed into cache_limit_bytes */
+    uint64_t cache_limit_bytes;  /* 0 = unlimited */
+    int64_t stage_window;        /* steps per staging window */
+    int n_streams, n_phases;     /* data.mix / data.curriculum; 0 = data.train alone */
+    tsr_stream_config streams[TSR_MAX_STREAMS];
+    tsr_phase_config phases[TSR_MAX_PHASES];
 } tsr_data_config;
+
+typedef enum { TSR_GUARD_ZSCORE = 0, TSR_GUARD_MULTIPLIER, TSR_GUARD_METHOD_COUNT } tsr_guard_method;
+typedef enum { TSR_GUARD_WARN = 0, TSR_GUARD_SKIP, TSR_GUARD_ROLLBACK, TSR_GUARD_ACTION_COUNT } tsr_guard_action;
 
 typedef struct tsr_config {
     char source[1024];    /* the file it was read from */
@@ -73,6 +103,14 @@ typedef struct tsr_config {
         double min_mfu;       /* MFU floor per window (0..1); 0 = off */
         double hang_timeout;  /* seconds one phase may last before abort; 0 = off */
     } watchdog;
+    struct {                  /* loss-spike and NaN guard (docs/spike-guard.md) */
+        int64_t window;       /* steps in the rolling window; detection once it is full; 0 = off */
+        tsr_guard_method method;
+        double threshold;     /* z-score, or multiple of the window mean */
+        tsr_guard_action action;
+        int64_t patience;     /* consecutive outliers before a rollback */
+        int64_t max_rollbacks;
+    } guard;
 } tsr_config;
 
 /* Loads defaults, then `path`, then each "key=value" of sets (n_sets of them), validates.
@@ -89,6 +127,9 @@ int config_save(const char *path, const tsr_config *cfg);
 /* Writes docs/config.md (markdown table of every key) from the table. */
 void config_doc_markdown(FILE *f);
 
+/* Parses a byte size: "0", "4096", "500M", "20G", "1.5T" (powers of 1024; a trailing "B" or
+ * "iB" is accepted). Returns 0 on success. */
+int size_parse(const char *s, uint64_t *out);
 /* Parses "100ba" / "2e9tok" / "0.5ep". Returns 0 on success. */
 int duration_parse(const char *s, tsr_duration *out);
 /* Formats a duration back ("100ba"). */

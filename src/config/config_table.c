@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "config/config_mix.h"
 
 /* ---- enum names: index = enum value ---- */
 
@@ -33,12 +34,17 @@ _Static_assert(NELEM(shard_names) == TSR_SHARD_COUNT, "shard_names vs tsr_shardi
  * included here so that the config layer does not depend on the kernels. */
 static const char *const gelu_names[] = {"tanh", "exact"};
 _Static_assert(NELEM(gelu_names) == 2, "gelu_names vs tsr_gelu_kind");
+static const char *const guard_methods[] = {"zscore", "multiplier"};
+_Static_assert(NELEM(guard_methods) == TSR_GUARD_METHOD_COUNT, "guard_methods vs tsr_guard_method");
+static const char *const guard_actions[] = {"warn", "skip", "rollback"};
+_Static_assert(NELEM(guard_actions) == TSR_GUARD_ACTION_COUNT, "guard_actions vs tsr_guard_action");
 static const char *const dur_units[] = {"ba", "tok", "ep"};
 _Static_assert(NELEM(dur_units) == TSR_DUR_COUNT, "dur_units vs tsr_dur_unit");
 
 /* Enum fields are stored through an int. */
 _Static_assert(sizeof(tsr_device_kind) == sizeof(int) && sizeof(tsr_pos_kind) == sizeof(int) &&
-                   sizeof(tsr_sched_kind) == sizeof(int) && sizeof(tsr_sharding_kind) == sizeof(int),
+                   sizeof(tsr_sched_kind) == sizeof(int) && sizeof(tsr_sharding_kind) == sizeof(int) &&
+                   sizeof(tsr_guard_method) == sizeof(int) && sizeof(tsr_guard_action) == sizeof(int),
                "enum fields must be int-sized");
 
 /* ---- the table ---- */
@@ -138,7 +144,8 @@ const cfgtab_key cfgtab_keys[] = {
      .def = "false", .doc = "Apply weight decay to the token and position embeddings too."},
 
     {.name = "data.train", .type = CFGK_STRING, FIELD(data.train), .example = "\"data/train\"",
-     .ilo = 1, .doc = "Training dataset directory (written by `tessera prep`)."},
+     .ilo = 1, .doc = "Training dataset directory (written by `tessera prep`); or, instead, "
+                      "several datasets in `data.mix` (see below)."},
     {.name = "data.val", .type = CFGK_STRING, FIELD(data.val), .def = "", .ilo = 0,
      .doc = "Validation dataset directory; \"\" = none (then eval_interval must be `0ba`)."},
     {.name = "data.shuffle", .type = CFGK_BOOL, FIELD(data.shuffle), .def = "true",
@@ -149,6 +156,17 @@ const cfgtab_key cfgtab_keys[] = {
     {.name = "data.tokenizer", .type = CFGK_STRING, FIELD(data.tokenizer), .def = "", .ilo = 0,
      .doc = "Tokenizer used to decode samples: `gpt2`, a directory with encoder.json + vocab.bpe, "
             "or a `tessera tokenizer train` file; empty = print token ids."},
+    {.name = "data.stage_to", .type = CFGK_STRING, FIELD(data.stage_to), .def = "", .ilo = 0,
+     .doc = "Node-local directory (e.g. /local/scratch/$USER) to stage the training shards into "
+            "ahead of use, one copy per node (docs/staging.md); \"\" = read in place."},
+    {.name = "data.cache_limit", .type = CFGK_STRING, FIELD(data.cache_limit), .def = "0",
+     .ilo = 1,
+     .doc = "Bytes the staged shards may occupy per dataset and node: `500M`, `20G`, `1.5T` "
+            "(powers of 1024); `0` = no limit. Beyond it the oldest unneeded shards are evicted, "
+            "and a shard that still does not fit is read in place."},
+    {.name = "data.stage_window", .type = CFGK_INT, FIELD(data.stage_window), .def = "50",
+     .ilo = 1, .ihi = INT64_MAX,
+     .doc = "Steps per staging window: during one window the shards of the next are staged."},
 
     {.name = "sample.tokens", .type = CFGK_INT, FIELD(sample.tokens), .def = "0", .ilo = 0,
      .ihi = 1000000, .doc = "Tokens to sample (rank 0) after training, from an end-of-text prompt; 0 = none."},
@@ -182,6 +200,32 @@ const cfgtab_key cfgtab_keys[] = {
      .doc = "Seconds one phase (a step's compute, its gradient reduction, an eval, a checkpoint) "
             "may last; longer: every rank names its phase and the run aborts (exit 3) so Slurm "
             "requeues it. 0 = off; set it to well above the slowest checkpoint save."},
+
+    {.name = "guard.window", .type = CFGK_INT, FIELD(guard.window), .def = "100", .ilo = 0,
+     .ihi = 1000000,
+     .doc = "Steps in the rolling window of losses and gradient norms an outlier is judged "
+            "against; judging starts once the window is full. 0 = no spike detection (a NaN or "
+            "Inf loss or gradient is still never applied)."},
+    {.name = "guard.method", .type = CFGK_ENUM, FIELD(guard.method), .def = "zscore",
+     ENUM(guard_methods),
+     .doc = "`zscore`: an outlier lies more than threshold standard deviations above the window "
+            "mean; `multiplier`: above threshold x the window mean (LLM Foundry's KillLossSpike)."},
+    {.name = "guard.threshold", .type = CFGK_FLOAT, FIELD(guard.threshold), .def = "6.0",
+     .lo = 0, .lo_open = 1, NO_MAX, .doc = "The z-score or the multiplier of guard.method."},
+    {.name = "guard.action", .type = CFGK_ENUM, FIELD(guard.action), .def = "rollback",
+     ENUM(guard_actions),
+     .doc = "How far to escalate: `warn` logs outliers (and still skips non-finite updates); "
+            "`skip` also skips outlier updates; `rollback` also, after guard.patience consecutive "
+            "outliers, restores the newest checkpoint older than the spike and skips the data "
+            "that led to it."},
+    {.name = "guard.patience", .type = CFGK_INT, FIELD(guard.patience), .def = "3", .ilo = 1,
+     INT32_ONLY,
+     .doc = "Consecutive outlier steps before a rollback (`rollback`), or before the run stops "
+            "with exit 2 when they are all non-finite (`warn`, `skip`)."},
+    {.name = "guard.max_rollbacks", .type = CFGK_INT, FIELD(guard.max_rollbacks), .def = "3",
+     .ilo = 0, .ihi = 64,
+     .doc = "Rollbacks allowed in a run (counted across resumes); one more needed stops the run "
+            "with exit 2 and a report in run_dir/guard-report.json."},
 };
 const int cfgtab_n_keys = NELEM(cfgtab_keys);
 
@@ -608,9 +652,11 @@ void config_print(FILE *f, const tsr_config *cfg) {
         fprintf(f, "%.*s = {\n", (int)glen, name);
         for (int j = i; j < cfgtab_n_keys; j++) {
             if (strncmp(cfgtab_keys[j].name, name, glen + 1) != 0) continue;
+            if (cfg->data.n_streams && !strcmp(cfgtab_keys[j].name, "data.train")) continue;
             cfgtab_format(&cfgtab_keys[j], cfg, val, sizeof val);
             fprintf(f, "  %s = %s;\n", cfgtab_keys[j].name + glen + 1, val);
         }
+        if (glen == 4 && !strncmp(name, "data", 4)) cfgmix_print(f, cfg);
         fprintf(f, "};\n");
     }
 }
@@ -648,6 +694,29 @@ int config_save(const char *path, const tsr_config *cfg) {
             tsr_warn("%s: fsync of directory failed: %s", dir, strerror(errno));
         close(fd);
     }
+    return 0;
+}
+
+/* ---- sizes ---- */
+
+int size_parse(const char *s, uint64_t *out) {
+    if (!s || !out || !(isdigit((unsigned char)s[0]) || s[0] == '.')) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || !(v >= 0)) return -1;
+    double mul = 1;
+    const char *u = "KMGTP", *hit = *end ? strchr(u, toupper((unsigned char)*end)) : NULL;
+    if (hit) {
+        for (const char *q = u; q <= hit; q++) mul *= 1024;
+        end++;
+        if (*end == 'i') end++;
+    }
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end) return -1;
+    double bytes = v * mul;
+    if (bytes >= 18446744073709551615.0 || (!hit && bytes != floor(bytes))) return -1;
+    *out = (uint64_t)bytes;
     return 0;
 }
 
