@@ -42,6 +42,12 @@ typedef struct ckpt_meta {
     int64_t seed;
     char config[65536];      /* the effective config text */
     char program_version[64];
+    /* Optional on read (files written before them lack them; docs/checkpoint-format.md) */
+    int64_t optim_step;      /* AdamW updates applied (skipped ones do not count); -1 = absent */
+    int64_t rollbacks;       /* spike-guard rollbacks so far in this run */
+    int64_t updates_skipped; /* updates the spike guard skipped so far */
+    char skipped_batches[4096]; /* "lo-hi,lo-hi,...": data batches [lo, hi) skipped by rollbacks */
+    char mix_samples[2048];  /* "name=samples,...": samples drawn from each stream so far */
 } ckpt_meta;
 
 typedef struct ckpt_stats {
@@ -75,6 +81,13 @@ int ckpt_resume(const char *run_dir, ckpt_meta *meta, ckpt_tensor *tensors, int 
  * non-NULL only tensors whose name starts with it are loaded (e.g. "model/" for --init-from). */
 int ckpt_load(const char *path, ckpt_meta *meta, ckpt_tensor *tensors, int n,
               const char *only_prefix, ckpt_stats *stats);
+
+/* Rollbacks (checkpoint/ckpt_rollback.c). The newest committed step-*.h5 of run_dir whose step is
+ * <= max_step: 0 and its path, or 1 when there is none. Collective (rank 0 lists). */
+int ckpt_newest_at_or_before(const char *run_dir, int64_t max_step, char *path_out, size_t cap);
+/* Renames every committed checkpoint newer than step to step-N.h5.rolledback (kept for
+ * inspection; neither resume nor retention sees it). Collective; failures are warnings. */
+void ckpt_set_aside_after(const char *run_dir, int64_t step);
 
 /* CRC32C of A followed by B, from crc(A), crc(B) and B's length (local). */
 uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);

@@ -120,7 +120,12 @@ int ck_meta_write(hid_t file, const ckpt_meta *m, const char *created) {
         ck_attr_write_i64(file, "seed", m->seed) || ck_attr_write_str(file, "config", m->config) ||
         ck_attr_write_str(file, "program_version", m->program_version) ||
         ck_attr_write_str(file, "created", created) ||
-        ck_attr_write_str(file, "rng", CKPT_RNG_NOTE))
+        ck_attr_write_str(file, "rng", CKPT_RNG_NOTE) ||
+        ck_attr_write_i64(file, "optim_step", m->optim_step) ||
+        ck_attr_write_i64(file, "rollbacks", m->rollbacks) ||
+        ck_attr_write_i64(file, "updates_skipped", m->updates_skipped) ||
+        ck_attr_write_str(file, "skipped_batches", m->skipped_batches) ||
+        ck_attr_write_str(file, "mix_samples", m->mix_samples))
         return -1;
     return 0;
 }
@@ -167,6 +172,14 @@ int ck_meta_read(hid_t file, ckpt_meta *m, char *why, size_t why_cap) {
         snprintf(why, why_cap, "missing root attribute \"program_version\"");
         return -1;
     }
+    /* optional: absent in files from before the spike guard and data mixing */
+    if (ck_attr_read_i64(file, "optim_step", &m->optim_step) != 0) m->optim_step = -1;
+    if (ck_attr_read_i64(file, "rollbacks", &m->rollbacks) != 0) m->rollbacks = 0;
+    if (ck_attr_read_i64(file, "updates_skipped", &m->updates_skipped) != 0) m->updates_skipped = 0;
+    if (ck_attr_read_str(file, "skipped_batches", m->skipped_batches, sizeof m->skipped_batches))
+        m->skipped_batches[0] = '\0';
+    if (ck_attr_read_str(file, "mix_samples", m->mix_samples, sizeof m->mix_samples))
+        m->mix_samples[0] = '\0';
     return 0;
 }
 

@@ -14,6 +14,7 @@
 
 #include "common.h"
 #include "train/metrics.h"
+#include "train/train_data.h"
 
 #ifndef TSR_VERSION
 #define TSR_VERSION "unknown"
@@ -47,6 +48,11 @@ int checkpointing_save(tsr_trainer *t) {
         tsr_warn("checkpoints need the MPI build (NO_MPI=1 has no parallel HDF5): not saved");
     warned = 1;
     return 0;
+}
+int checkpointing_rollback(tsr_trainer *t, int64_t max_step, char *path, size_t cap,
+                           int64_t *data_batch) {
+    (void)t, (void)max_step, (void)path, (void)cap, (void)data_batch;
+    return 1; /* no checkpoints to roll back to */
 }
 int checkpointing_resume(tsr_trainer *t, const char *resume_path, const char *init_from) {
     (void)t;
@@ -94,7 +100,12 @@ static void fill_meta(const tsr_trainer *t, ckpt_meta *meta) {
     memset(meta, 0, sizeof *meta);
     meta->step = t->step;
     meta->tokens = t->tokens_seen;
-    meta->data_cursor = t->step * t->cfg.global_batch;
+    meta->data_cursor = (t->step + t->data_offset) * t->cfg.global_batch;
+    meta->optim_step = t->optim_step;
+    meta->rollbacks = t->guard.rollbacks;
+    meta->updates_skipped = t->guard.updates_skipped;
+    guard_format_skips(&t->guard, meta->skipped_batches, sizeof meta->skipped_batches);
+    train_data_mix_samples(t, t->step + t->data_offset, meta->mix_samples, sizeof meta->mix_samples);
     meta->world_size = t->dist.world;
     meta->global_batch = t->cfg.global_batch;
     meta->seed = t->cfg.seed;
@@ -141,9 +152,51 @@ static int check_batch(const tsr_trainer *t, const ckpt_meta *meta, const char *
     return 0;
 }
 
-static void apply_meta(tsr_trainer *t, const ckpt_meta *meta) {
+/* The step, the data position and (resume) the guard's record. */
+static int apply_meta(tsr_trainer *t, const ckpt_meta *meta, const char *path, int with_guard) {
+    int64_t gb = t->cfg.global_batch;
+    if (meta->data_cursor % gb != 0 || meta->data_cursor / gb < meta->step) {
+        tsr_error("%s: data_cursor = %lld is not a whole number of global batches (%lld) at or "
+                  "after step %lld", path, (long long)meta->data_cursor, (long long)gb,
+                  (long long)meta->step);
+        return TSR_EXIT_DATA;
+    }
+    if (with_guard && guard_parse_skips(&t->guard, meta->skipped_batches) != 0) {
+        tsr_error("%s: root attribute skipped_batches = \"%.200s\": expected \"lo-hi,lo-hi,...\"",
+                  path, meta->skipped_batches);
+        return TSR_EXIT_DATA;
+    }
     t->step = meta->step;
     t->tokens_seen = meta->tokens;
+    t->data_offset = meta->data_cursor / gb - meta->step;
+    t->optim_step = meta->optim_step >= 0 ? meta->optim_step : meta->step;
+    if (with_guard) {
+        t->guard.rollbacks = meta->rollbacks;
+        t->guard.updates_skipped = meta->updates_skipped;
+    }
+    return 0;
+}
+
+int checkpointing_rollback(tsr_trainer *t, int64_t max_step, char *path, size_t cap,
+                           int64_t *data_batch) {
+    if (ckpt_newest_at_or_before(t->cfg.run_dir, max_step, path, cap)) return 1;
+    ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
+    char names[SET_COUNT * TSR_P_COUNT][64];
+    ckpt_meta *meta = tsr_malloc(sizeof *meta);
+    ckpt_stats st = {0};
+    int n = build_tensors(t, 1, ts, names);
+    int rc = ckpt_load(path, meta, ts, n, NULL, &st);
+    if (!rc) rc = check_batch(t, meta, path);
+    /* the guard's record stays the in-memory one: it is newer than the checkpoint's */
+    if (!rc) rc = apply_meta(t, meta, path, 0);
+    if (!rc) {
+        gather_after_load(t, 1);
+        *data_batch = meta->data_cursor / t->cfg.global_batch;
+        ckpt_set_aside_after(t->cfg.run_dir, meta->step);
+        metrics_log_checkpoint(t, "rollback", path, st.seconds, st.bytes);
+    }
+    free(meta);
+    return rc;
 }
 
 int checkpointing_resume(tsr_trainer *t, const char *resume_arg, const char *init_arg) {
@@ -179,9 +232,8 @@ int checkpointing_resume(tsr_trainer *t, const char *resume_arg, const char *ini
         }
     } else if (rc == 1) {
         rc = 0; /* fresh run */
-    } else if (!rc && !(rc = check_batch(t, meta, path))) {
+    } else if (!rc && !(rc = check_batch(t, meta, path)) && !(rc = apply_meta(t, meta, path, 1))) {
         gather_after_load(t, 1);
-        apply_meta(t, meta);
         metrics_log_checkpoint(t, "resume", path, st.seconds, st.bytes);
     }
     free(meta);

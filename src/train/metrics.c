@@ -142,9 +142,59 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
     if (t->metrics) {
         fprintf(t->metrics,
                 "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-                "\"tokens\": %lld, \"tokens_per_s\": %.6g, \"mfu\": %.6g, \"step_time_s\": %.6g}\n",
+                "\"tokens\": %lld, \"tokens_per_s\": %.6g, \"mfu\": %.6g, \"step_time_s\": %.6g, "
+                "\"data_batch\": %lld",
                 (long long)st->step, st->loss, st->lr, st->grad_norm, (long long)t->tokens_seen,
-                tok_s, mfu, st->step_time);
+                tok_s, mfu, st->step_time, (long long)st->data_batch);
+        if (t->n_streams > 1) { /* samples drawn from each stream so far */
+            int64_t cum[TSR_MAX_STREAMS];
+            mix_cumulative(&t->mix, st->data_batch + 1, cum);
+            fprintf(t->metrics, ", \"samples\": {");
+            for (int k = 0; k < t->n_streams; k++)
+                fprintf(t->metrics, "%s\"%s\": %lld", k ? ", " : "", t->stream_names[k],
+                        (long long)cum[k]);
+            fprintf(t->metrics, "}");
+        }
+        if (st->verdict != GUARD_OK)
+            fprintf(t->metrics, ", \"guard\": \"%s\"", st->verdict == GUARD_WARN ? "warn" : "skip");
+        fprintf(t->metrics, "}\n");
+        fflush(t->metrics);
+    }
+}
+
+void metrics_log_guard(const tsr_trainer *t, const char *action, const tsr_step_stats *st) {
+    if (t->dist.rank != 0) return;
+    printf("guard: %s step %lld (data batch %lld): %s\n", action, (long long)st->step,
+           (long long)st->data_batch, st->why);
+    fflush(stdout);
+    if (t->metrics) {
+        fprintf(t->metrics,
+                "{\"event\": \"guard\", \"action\": \"%s\", \"step\": %lld, \"data_batch\": %lld, "
+                "\"loss\": %.9g, \"grad_norm\": %.9g, \"why\": \"%s\"}\n",
+                action, (long long)st->step, (long long)st->data_batch,
+                isfinite(st->loss) ? st->loss : -1.0, isfinite(st->grad_norm) ? st->grad_norm : -1.0,
+                st->why);
+        fflush(t->metrics);
+    }
+}
+
+void metrics_log_rollback(const tsr_trainer *t, int64_t from_step, const char *path, int64_t lo,
+                          int64_t hi) {
+    if (t->dist.rank != 0) return;
+    long long gb = (long long)t->cfg.global_batch;
+    printf("guard: rollback at step %lld to step %lld (%s); skipping data batches [%lld, %lld) = "
+           "global samples [%lld, %lld); rollback %lld of %lld\n",
+           (long long)from_step, (long long)t->step, path, (long long)lo, (long long)hi,
+           (long long)lo * gb, (long long)hi * gb, (long long)t->guard.rollbacks,
+           (long long)t->guard.max_rollbacks);
+    fflush(stdout);
+    if (t->metrics) {
+        fprintf(t->metrics,
+                "{\"event\": \"rollback\", \"step\": %lld, \"to_step\": %lld, \"checkpoint\": "
+                "\"%s\", \"skipped_batches\": [%lld, %lld], \"skipped_samples\": [%lld, %lld], "
+                "\"rollbacks\": %lld}\n",
+                (long long)from_step, (long long)t->step, path, (long long)lo, (long long)hi,
+                (long long)lo * gb, (long long)hi * gb, (long long)t->guard.rollbacks);
         fflush(t->metrics);
     }
 }

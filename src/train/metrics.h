@@ -21,6 +21,11 @@ void metrics_finish(tsr_trainer *t);
  * JSONL (rank 0). */
 void metrics_log_checkpoint(const tsr_trainer *t, const char *what, const char *path,
                             double seconds, uint64_t bytes);
+/* A step the spike guard did not pass ("warn", "skip", "stop"), with its reason (rank 0). */
+void metrics_log_guard(const tsr_trainer *t, const char *action, const tsr_step_stats *st);
+/* A rollback from from_step to t->step that skips data batches [lo, hi) (rank 0). */
+void metrics_log_rollback(const tsr_trainer *t, int64_t from_step, const char *path, int64_t lo,
+                          int64_t hi);
 /* Prints sampled tokens: decoded with data.tokenizer when set, else as ids. */
 void metrics_log_sample(const tsr_trainer *t, const int32_t *ids, int n);
 

@@ -11,6 +11,7 @@
 #include "common.h"
 #include "train/checkpointing.h"
 #include "train/metrics.h"
+#include "train/train_data.h"
 #include "train/watchdog.h"
 
 double lr_multiplier(tsr_sched_kind kind, double alpha_f, int64_t s, int64_t W, int64_t S) {
@@ -30,30 +31,6 @@ static int pick_threads(const tsr_config *cfg, const tsr_dist *d) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int n = (int)(cores / (d->local_world > 0 ? d->local_world : 1));
     return n > 0 ? n : 1;
-}
-
-static int open_data(tsr_trainer *t) {
-    const tsr_config *c = &t->cfg;
-    TSR_CHECK(dataset_open(&t->train, c->data.train, c->data.verify));
-    if (c->data.val[0]) TSR_CHECK(dataset_open(&t->val, c->data.val, c->data.verify));
-    tsr_dataset *sets[2] = {t->train, t->val};
-    const char *names[2] = {c->data.train, c->data.val};
-    for (int i = 0; i < 2; i++) {
-        if (!sets[i]) continue;
-        if (dataset_vocab_size(sets[i]) > (uint32_t)c->model.vocab_size) {
-            tsr_error("%s: dataset vocabulary is %u tokens but model.vocab_size = %d: the model "
-                      "must cover every token id (set model.vocab_size >= %u)",
-                      names[i], dataset_vocab_size(sets[i]), c->model.vocab_size,
-                      dataset_vocab_size(sets[i]));
-            return TSR_EXIT_USAGE;
-        }
-        if (dataset_n_samples(sets[i], t->T) == 0) {
-            tsr_error("%s: %llu tokens hold no sample of seq_len + 1 = %d tokens", names[i],
-                      (unsigned long long)dataset_n_tokens(sets[i]), t->T + 1);
-            return TSR_EXIT_DATA;
-        }
-    }
-    return 0;
 }
 
 /* The rank partition of the flat parameter buffer: rank r's part is [displs[r], +counts[r]),
@@ -91,23 +68,20 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->threads = pick_threads(cfg, d);
     cpu_ops_set_threads(t->threads);
     t->peak_flops = cfg->peak_flops > 0 ? cfg->peak_flops : metrics_peak_flops("cpu", t->threads);
-    if (!dry_run) {
-        TSR_CHECK(open_data(t));
-        t->sampler.n = dataset_n_samples(t->train, t->T);
-        t->sampler.seed = (uint64_t)cfg->seed;
-        t->sampler.shuffle = cfg->data.shuffle;
-    }
-    uint64_t epoch_samples = t->sampler.n ? t->sampler.n : 1;
+    if (!dry_run) TSR_CHECK(train_data_open(t));
+    uint64_t epoch_samples = dry_run ? 1 : train_data_epoch_samples(t);
     t->total_steps = duration_to_steps(cfg->max_duration, cfg->global_batch, cfg->seq_len, epoch_samples);
     t->warmup_steps = duration_to_steps(cfg->optim.warmup, cfg->global_batch, cfg->seq_len, epoch_samples);
     t->eval_every = duration_to_steps(cfg->eval_interval, cfg->global_batch, cfg->seq_len, epoch_samples);
     t->save_every = duration_to_steps(cfg->save_interval, cfg->global_batch, cfg->seq_len, epoch_samples);
+    guard_init(&t->guard, cfg);
     model_init(&t->model, &cfg->model, t->T, t->ops);
     t->flops_per_token = model_flops_per_token(&t->model, t->T);
     if (dry_run) { /* the plan needs the layout only: nothing is allocated */
         metrics_print_plan(t, 1);
         return 0;
     }
+    TSR_CHECK(train_data_plan(t));
     model_alloc_params(&t->model);
     model_init_weights(&t->model, (uint64_t)cfg->seed);
     model_alloc_acts(&t->model, t->micro, t->T);
@@ -120,28 +94,6 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     metrics_print_plan(t, 0);
     if (d->rank == 0) TSR_CHECK(metrics_open_run_dir(t));
     return 0;
-}
-
-/* Reads one sample; a sample the reader refuses (a token id beyond the vocabulary in a dataset
- * opened without verify) is seen by this rank only, so it aborts every rank. */
-static int64_t read_sample(const tsr_dataset *ds, const char *name, int T, uint64_t idx,
-                           int32_t *inputs, int32_t *targets) {
-    int k = dataset_read_sample(ds, T, idx, inputs, targets);
-    if (k < 0)
-        tsr_die(TSR_EXIT_DATA, "%s: cannot read sample %llu (reason above); set data.verify = "
-                "true to check the whole dataset at start", name, (unsigned long long)idx);
-    return k;
-}
-
-/* Loads this rank's share of global batch `step` and returns its count of counted targets. */
-static int64_t load_batch(tsr_trainer *t, int64_t step) {
-    int64_t first = step * t->cfg.global_batch + t->dist.rank * t->per_rank, counted = 0;
-    for (int64_t i = 0; i < t->per_rank; i++) {
-        uint64_t idx = sampler_index(&t->sampler, (uint64_t)(first + i));
-        counted += read_sample(t->train, t->cfg.data.train, t->T, idx, t->inputs + i * t->T,
-                               t->targets + i * t->T);
-    }
-    return counted;
 }
 
 static int param_decays(const tsr_optim_config *o, tsr_param_kind kind) {
@@ -162,12 +114,22 @@ static void compute_fault(const tsr_trainer *t) {
         for (;;) pause();
 }
 
+/* Test-only (TSR_FAULT="nan:STEP:RANK"): RANK's gradient gets a NaN in step STEP (1-based). */
+static void nan_fault(tsr_trainer *t) {
+    const char *f = getenv("TSR_FAULT");
+    long long step, rank;
+    if (f && sscanf(f, "nan:%lld:%lld", &step, &rank) == 2 && step == t->step + 1 &&
+        rank == t->dist.rank)
+        t->model.grads[t->model.n_params / 2] = NAN;
+}
+
 void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     double t0 = tsr_now();
     watchdog_phase(WD_DATA, t->step);
     tsr_model *m = &t->model;
     const tsr_optim_config *o = &t->cfg.optim;
-    int64_t counted = load_batch(t, t->step);
+    int64_t d = t->step + t->data_offset;
+    int64_t counted = train_data_load(t, d);
     dist_allreduce_sum_i64(&counted, 1);
     float scale = counted > 0 ? 1.0f / (float)counted : 0.0f;
     watchdog_phase(WD_COMPUTE, t->step);
@@ -180,6 +142,7 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
         model_backward(m, in, tg, t->micro, t->T, scale);
     }
     compute_fault(t);
+    nan_fault(t);
     st->compute_time = tsr_now() - tc;
     watchdog_phase(WD_REDUCE, t->step);
     /* gradients of the owned slice, summed over ranks */
@@ -200,21 +163,30 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     double lr = o->lr * lr_multiplier(o->schedule, o->alpha_f, t->step, t->warmup_steps,
                                       t->total_steps);
     watchdog_phase(WD_OPTIMIZER, t->step);
+    double loss = counted > 0 ? loss_sum / (double)counted : NAN;
+    /* the spike guard judges before the update; every rank sees the same all-reduced numbers,
+     * and the max makes the verdict one even if a reduction differed in the last bit */
+    double verdict = guard_judge(&t->guard, t->step + 1, loss, norm, st->why, sizeof st->why);
+    if (t->dist.world > 1) dist_allreduce_max_f64(&verdict, 1);
+    st->verdict = (tsr_guard_verdict)verdict;
     t->step++;
+    int apply = st->verdict == GUARD_OK || st->verdict == GUARD_WARN;
+    if (apply) t->optim_step++;
     /* AdamW on the owned part of each tensor (weight decay depends on the tensor's kind) */
-    for (int i = 0; i < TSR_P_COUNT; i++) {
+    for (int i = 0; apply && i < TSR_P_COUNT; i++) {
         const tsr_param_info *p = &m->params_info[i];
         size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
         if (a >= b) continue;
         float wd = param_decays(o, p->kind) ? (float)o->weight_decay : 0.0f;
         t->ops->adamw_update(m->params + a, g + (a - lo), t->m + (a - lo), t->v + (a - lo), b - a,
                              (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps, wd,
-                             gscale, (int)t->step);
+                             gscale, (int)t->optim_step);
     }
-    if (t->zero1) dist_allgatherv_f32(m->params, t->part_counts, t->part_displs);
+    if (apply && t->zero1) dist_allgatherv_f32(m->params, t->part_counts, t->part_displs);
     t->tokens_seen += t->cfg.global_batch * t->T;
     st->step = t->step;
-    st->loss = counted > 0 ? loss_sum / (double)counted : NAN;
+    st->loss = loss;
+    st->data_batch = d;
     st->lr = lr;
     st->grad_norm = norm;
     st->tokens = counted;
@@ -232,7 +204,7 @@ double trainer_eval(tsr_trainer *t) {
     for (uint64_t s = lo; s < hi; s += (uint64_t)t->micro) {
         int B = (int)(hi - s < (uint64_t)t->micro ? hi - s : (uint64_t)t->micro);
         for (int b = 0; b < B; b++)
-            acc[1] += (double)read_sample(t->val, t->cfg.data.val, t->T, s + (uint64_t)b,
+            acc[1] += (double)train_data_read(t->val, t->cfg.data.val, t->T, s + (uint64_t)b,
                                           t->inputs + b * t->T, t->targets + b * t->T);
         acc[0] += model_forward(m, t->inputs, t->targets, B, t->T);
     }
@@ -255,6 +227,75 @@ static void maybe_fault(const tsr_trainer *t) {
     if (!strcmp(kind, "term")) raise(SIGTERM);
 }
 
+/* rank 0: run_dir/guard-report.json, what the guard saw and did, when it stops the run */
+static void guard_report(const tsr_trainer *t, const tsr_step_stats *st, const char *reason) {
+    if (t->dist.rank != 0) return;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/guard-report.json", t->cfg.run_dir);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        tsr_warn("%s: cannot write the guard report", path);
+        return;
+    }
+    const tsr_guard *g = &t->guard;
+    fprintf(f, "{\n  \"stopped_at_step\": %lld,\n  \"data_batch\": %lld,\n  \"reason\": \"%s\",\n"
+               "  \"rollbacks\": %lld,\n  \"max_rollbacks\": %lld,\n  \"updates_skipped\": %lld,\n"
+               "  \"skipped_batches\": [",
+            (long long)st->step, (long long)st->data_batch, reason, (long long)g->rollbacks,
+            (long long)g->max_rollbacks, (long long)g->updates_skipped);
+    for (int i = 0; i < g->n_skips; i++)
+        fprintf(f, "%s[%lld, %lld]", i ? ", " : "", (long long)g->skips[i][0], (long long)g->skips[i][1]);
+    fprintf(f, "],\n  \"global_batch\": %lld\n}\n", (long long)t->cfg.global_batch);
+    fclose(f);
+}
+
+/* After a step the guard did not pass: log it; roll back, or stop. Returns 0 to go on, 1 after a
+ * rollback (the run continues from the restored step), else an exit code. */
+static int guard_respond(tsr_trainer *t, const tsr_step_stats *st) {
+    tsr_guard *g = &t->guard;
+    char reason[800];
+    if (st->verdict == GUARD_WARN || st->verdict == GUARD_SKIP) {
+        metrics_log_guard(t, st->verdict == GUARD_WARN ? "warn" : "skip", st);
+        return 0;
+    }
+    snprintf(reason, sizeof reason, "%s", st->why);
+    if (st->verdict == GUARD_ROLLBACK) {
+        metrics_log_guard(t, "rollback", st);
+        char path[1200];
+        int64_t from = t->step, d_next = t->step + t->data_offset, d_c = 0;
+        int rc = checkpointing_rollback(t, g->streak_first - 1, path, sizeof path, &d_c);
+        if (rc == 0) {
+            if (guard_record_rollback(g, d_c, d_next) != 0) {
+                snprintf(reason, sizeof reason, "%d skipped data windows recorded: no room for "
+                         "another", TSR_GUARD_MAX_SKIPS);
+            } else {
+                t->data_offset = d_next - t->step;
+                metrics_log_rollback(t, from, path, d_c, d_next);
+                /* commit the restored step with the skip recorded: a crash from here on
+                 * resumes exactly this trajectory */
+                return (rc = checkpointing_save(t)) ? rc : 1;
+            }
+        } else if (rc != 1) {
+            return rc;
+        } else {
+            snprintf(reason, sizeof reason, "%s; no checkpoint at or before step %lld (before the "
+                     "first outlier) to roll back to: lower save_interval", st->why,
+                     (long long)(g->streak_first - 1));
+        }
+    }
+    if (t->dist.rank == 0) {
+        tsr_error("spike guard: stopping at step %lld: %s (report: %s/guard-report.json)",
+                  (long long)st->step, reason, t->cfg.run_dir);
+        if (t->metrics) {
+            fprintf(t->metrics, "{\"event\": \"guard\", \"action\": \"stop\", \"step\": %lld, "
+                                "\"why\": \"%s\"}\n", (long long)st->step, reason);
+            fflush(t->metrics);
+        }
+    }
+    guard_report(t, st, reason);
+    return TSR_EXIT_DATA;
+}
+
 int trainer_run(tsr_trainer *t) {
     tsr_step_stats st;
     int rc;
@@ -273,12 +314,17 @@ int trainer_run(tsr_trainer *t) {
             watchdog_stop();
             return TSR_EXIT_REQUEUE;
         }
+        train_data_stage_step(t);
         trainer_step(t, &st);
-        if (!isfinite(st.loss)) {
-            tsr_fail_all(TSR_EXIT_DATA, "step %lld: loss is %g (not finite); stopping. Lower "
-                         "optim.lr or check the data", (long long)st.step, st.loss);
-        }
         metrics_log_step(t, &st);
+        if (st.verdict != GUARD_OK) {
+            rc = guard_respond(t, &st);
+            if (rc == 1) { /* rolled back: the loop goes on from the restored step */
+                committed = t->step;
+                continue;
+            }
+            if (rc) return watchdog_stop(), rc;
+        }
         int last = t->step == t->total_steps;
         if (t->val && ((t->eval_every > 0 && t->step % t->eval_every == 0) || last)) {
             watchdog_phase(WD_EVAL, t->step);
@@ -320,8 +366,8 @@ void trainer_free(tsr_trainer *t) {
     free(t->inputs);
     free(t->targets);
     if (t->model.params) model_free(&t->model);
-    if (t->train) dataset_close(t->train);
-    if (t->val) dataset_close(t->val);
+    train_data_close(t);
+    guard_free(&t->guard);
     if (t->metrics) fclose(t->metrics);
     memset(t, 0, sizeof *t);
 }

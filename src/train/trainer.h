@@ -14,7 +14,9 @@
 #include "config/config.h"
 #include "data/data.h"
 #include "dist.h"
+#include "data/mix.h"
 #include "model/model.h"
+#include "train/guard.h"
 
 typedef struct tsr_step_stats {
     int64_t step;          /* 1-based index of the step just taken */
@@ -23,15 +25,33 @@ typedef struct tsr_step_stats {
     int64_t tokens;        /* counted target tokens in the global batch */
     double step_time;      /* seconds */
     double compute_time;   /* seconds of forward/backward on this rank, no collective waits */
+    int64_t data_batch;    /* index of the global batch in the data stream (docs/spike-guard.md) */
+    tsr_guard_verdict verdict; /* GUARD_OK: the update was applied normally */
+    char why[512];         /* the guard's reason when verdict != GUARD_OK */
 } tsr_step_stats;
+
+struct tsr_stager;
 
 typedef struct tsr_trainer {
     tsr_config cfg;
     tsr_dist dist;
     const tsr_ops *ops;
     tsr_model model;
-    tsr_dataset *train, *val;
-    tsr_sampler sampler;
+    tsr_dataset *train, *val;    /* train = streams[0] */
+    tsr_sampler sampler;         /* = samplers[0] */
+    /* Training streams (src/train/train_data.c): data.train alone is one stream named "train";
+     * data.mix lists several. Global batch d of the data stream is composed by `mix`. */
+    int n_streams;
+    tsr_dataset *streams[TSR_MAX_STREAMS];
+    const char *stream_names[TSR_MAX_STREAMS], *stream_paths[TSR_MAX_STREAMS];
+    tsr_sampler samplers[TSR_MAX_STREAMS];
+    tsr_mix mix;
+    int *slot_stream;            /* (per_rank) scratch of load_batch */
+    uint64_t *slot_pos;
+    struct tsr_stager *stagers[TSR_MAX_STREAMS]; /* data.stage_to, else NULL */
+    int64_t data_offset;         /* data batch of step s (0-based) = s + data_offset (rollbacks) */
+    int64_t optim_step;          /* AdamW updates applied (the bias-correction step) */
+    tsr_guard guard;
     int T, micro;                /* seq_len, micro_batch */
     int64_t per_rank, step, total_steps, warmup_steps, eval_every, tokens_seen;
     int64_t save_every;          /* steps between checkpoints, 0 = only at the end */

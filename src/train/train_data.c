@@ -1,0 +1,176 @@
+/* train_data.c — the training streams, the mix plan and batch loading (docs/data-mixing.md). */
+#include "train/train_data.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+static int check_dataset(const tsr_trainer *t, tsr_dataset *ds, const char *name) {
+    const tsr_config *c = &t->cfg;
+    if (dataset_vocab_size(ds) > (uint32_t)c->model.vocab_size) {
+        tsr_error("%s: dataset vocabulary is %u tokens but model.vocab_size = %d: the model "
+                  "must cover every token id (set model.vocab_size >= %u)",
+                  name, dataset_vocab_size(ds), c->model.vocab_size, dataset_vocab_size(ds));
+        return TSR_EXIT_USAGE;
+    }
+    if (dataset_n_samples(ds, t->T) == 0) {
+        tsr_error("%s: %llu tokens hold no sample of seq_len + 1 = %d tokens", name,
+                  (unsigned long long)dataset_n_tokens(ds), t->T + 1);
+        return TSR_EXIT_DATA;
+    }
+    return 0;
+}
+
+int train_data_open(tsr_trainer *t) {
+    const tsr_config *c = &t->cfg;
+    t->n_streams = c->data.n_streams ? c->data.n_streams : 1;
+    for (int k = 0; k < t->n_streams; k++) {
+        t->stream_names[k] = c->data.n_streams ? c->data.streams[k].name : "train";
+        t->stream_paths[k] = c->data.n_streams ? c->data.streams[k].path : c->data.train;
+        TSR_CHECK(dataset_open(&t->streams[k], t->stream_paths[k], c->data.verify));
+        TSR_CHECK(check_dataset(t, t->streams[k], t->stream_paths[k]));
+        t->samplers[k].n = dataset_n_samples(t->streams[k], t->T);
+        t->samplers[k].seed = mix_stream_seed((uint64_t)c->seed, k);
+        t->samplers[k].shuffle = c->data.shuffle;
+    }
+    t->train = t->streams[0];
+    t->sampler = t->samplers[0];
+    if (c->data.val[0]) {
+        TSR_CHECK(dataset_open(&t->val, c->data.val, c->data.verify));
+        TSR_CHECK(check_dataset(t, t->val, c->data.val));
+    }
+    t->slot_stream = tsr_malloc((size_t)t->per_rank * sizeof *t->slot_stream);
+    t->slot_pos = tsr_malloc((size_t)t->per_rank * sizeof *t->slot_pos);
+    return 0;
+}
+
+/* Stream k's base weight: its proportion, or its samples per epoch (repeat x size, choose). */
+static double base_weight(const tsr_trainer *t, int k) {
+    const tsr_stream_config *s = &t->cfg.data.streams[k];
+    if (!t->cfg.data.n_streams) return 1.0;
+    if (s->kind == TSR_MIX_PROPORTION) return s->value;
+    if (s->kind == TSR_MIX_REPEAT) return round(s->value * (double)t->samplers[k].n);
+    return s->value;
+}
+
+uint64_t train_data_epoch_samples(const tsr_trainer *t) {
+    if (t->cfg.data.n_streams == 0) return t->samplers[0].n;
+    double sum = 0;
+    for (int k = 0; k < t->n_streams; k++)
+        sum += t->cfg.data.streams[k].kind == TSR_MIX_PROPORTION ? (double)t->samplers[k].n
+                                                                 : base_weight(t, k);
+    return sum >= 1 ? (uint64_t)sum : 1;
+}
+
+int train_data_plan(tsr_trainer *t) {
+    const tsr_data_config *dc = &t->cfg.data;
+    double w[TSR_MAX_PHASES + 1][TSR_MAX_STREAMS];
+    int64_t start[TSR_MAX_PHASES + 1];
+    int np = 1;
+    start[0] = 0;
+    for (int k = 0; k < t->n_streams; k++) w[0][k] = base_weight(t, k);
+    for (int i = 0; i < dc->n_phases; i++) {
+        const tsr_phase_config *ph = &dc->phases[i];
+        int64_t at = ph->at_percent >= 0
+                         ? (int64_t)floor((double)t->total_steps * ph->at_percent / 100.0)
+                         : duration_to_steps(ph->at, t->cfg.global_batch, t->cfg.seq_len,
+                                             train_data_epoch_samples(t));
+        int p = at == 0 ? 0 : np++; /* a phase at 0 replaces the base weights */
+        start[p] = at;
+        for (int k = 0; k < t->n_streams; k++) {
+            double b = base_weight(t, k);
+            w[p][k] = !ph->named[k] ? b : ph->kind == TSR_PHASE_PROPORTION ? ph->w[k] : b * ph->w[k];
+        }
+        if (p > 0 && start[p] <= start[p - 1]) {
+            tsr_error("%s: data.curriculum[%d] starts at step %lld, not after the phase before it "
+                      "(step %lld): list the phases in increasing `at`", t->cfg.source, i,
+                      (long long)start[p], (long long)start[p - 1]);
+            return TSR_EXIT_USAGE;
+        }
+    }
+    char why[256];
+    if (mix_build(&t->mix, t->n_streams, np, start, (const double(*)[TSR_MAX_STREAMS])w,
+                  t->cfg.global_batch, (uint64_t)t->cfg.seed, why, sizeof why) != 0) {
+        tsr_error("%s: data.mix / data.curriculum: %s", t->cfg.source, why);
+        return TSR_EXIT_USAGE;
+    }
+    if (t->dist.rank == 0 && dc->n_streams) {
+        for (int p = 0; p < np; p++) {
+            printf("data mix from step %lld:", (long long)start[p]);
+            for (int k = 0; k < t->n_streams; k++)
+                printf(" %s %lld/%lld", t->stream_names[k], (long long)t->mix.count[p][k],
+                       (long long)t->cfg.global_batch);
+            printf(" (samples per global batch)\n");
+        }
+    }
+    return 0;
+}
+
+int64_t train_data_read(const tsr_dataset *ds, const char *name, int T, uint64_t idx,
+                           int32_t *inputs, int32_t *targets) {
+    int k = dataset_read_sample(ds, T, idx, inputs, targets);
+    if (k < 0)
+        tsr_die(TSR_EXIT_DATA, "%s: cannot read sample %llu (reason above); set data.verify = "
+                "true to check the whole dataset at start", name, (unsigned long long)idx);
+    return k;
+}
+
+/* TSR_FAULT="garbage:LO:HI" (test hook): is data batch d in [LO, HI)? */
+static int garbage_batch(int64_t d) {
+    const char *f = getenv("TSR_FAULT");
+    long long lo, hi;
+    return f && sscanf(f, "garbage:%lld:%lld", &lo, &hi) == 2 && d >= lo && d < hi;
+}
+
+static uint64_t hash64(uint64_t x) {
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+int64_t train_data_load(tsr_trainer *t, int64_t d) {
+    int64_t lo = t->dist.rank * t->per_rank, counted = 0;
+    mix_slots(&t->mix, d, lo, lo + t->per_rank, t->slot_stream, t->slot_pos);
+    int garbage = garbage_batch(d);
+    for (int64_t i = 0; i < t->per_rank; i++) {
+        int k = t->slot_stream[i];
+        uint64_t idx = sampler_index(&t->samplers[k], t->slot_pos[i]);
+        int32_t *in = t->inputs + i * t->T, *tg = t->targets + i * t->T;
+        counted += train_data_read(t->streams[k], t->stream_paths[k], t->T, idx, in, tg);
+        for (int j = 0; garbage && j < t->T; j++) {
+            uint64_t h = hash64(((uint64_t)d * (uint64_t)t->cfg.global_batch + (uint64_t)(lo + i)) *
+                                    (uint64_t)(t->T + 1) + (uint64_t)j);
+            in[j] = (int32_t)(h % (uint64_t)t->model.V);
+            if (tg[j] >= 0) tg[j] = (int32_t)((h >> 32) % (uint64_t)t->model.V);
+        }
+    }
+    return counted;
+}
+
+void train_data_mix_samples(const tsr_trainer *t, int64_t d, char *buf, size_t n) {
+    int64_t cum[TSR_MAX_STREAMS];
+    mix_cumulative(&t->mix, d, cum);
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < t->n_streams && o < n; k++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%s=%lld", k ? "," : "", t->stream_names[k],
+                              (long long)cum[k]);
+}
+
+int train_data_stage_open(tsr_trainer *t) {
+    (void)t;
+    return 0;
+}
+
+void train_data_stage_step(tsr_trainer *t) { (void)t; }
+
+void train_data_close(tsr_trainer *t) {
+    for (int k = 0; k < t->n_streams; k++)
+        if (t->streams[k]) dataset_close(t->streams[k]);
+    if (t->val) dataset_close(t->val);
+    free(t->slot_stream);
+    free(t->slot_pos);
+}

@@ -1,0 +1,33 @@
+/* train_data.h — the trainer's data side: opening the streams, the mix plan, loading a rank's
+ * share of a global batch, per-stream counts, staging (src/train/train_data.c). */
+#ifndef TSR_TRAIN_DATA_H
+#define TSR_TRAIN_DATA_H
+
+#include "train/trainer.h"
+
+/* Opens data.train (or every data.mix stream) and data.val; checks vocabularies and sizes.
+ * Returns 0 or an exit code after reporting. */
+int train_data_open(tsr_trainer *t);
+/* Samples per epoch of the training data (the `ep` unit): one stream's samples; for a mix, the
+ * sum of the streams' epoch sizes (docs/data-mixing.md). */
+uint64_t train_data_epoch_samples(const tsr_trainer *t);
+/* Builds t->mix from the config once total_steps is known; prints the plan (rank 0). */
+int train_data_plan(tsr_trainer *t);
+/* Loads this rank's share of data batch d into t->inputs / t->targets; returns the count of
+ * counted targets. Test hook TSR_FAULT="garbage:LO:HI": batches LO..HI-1 are replaced by
+ * pseudo-random tokens (a corrupt data window). */
+int64_t train_data_load(tsr_trainer *t, int64_t d);
+/* Reads sample idx of ds (named name in errors); a sample the reader refuses (a token id beyond
+ * the vocabulary in a dataset opened without verify) is seen by this rank only, so it aborts
+ * every rank. Returns the count of counted targets. */
+int64_t train_data_read(const tsr_dataset *ds, const char *name, int T, uint64_t idx,
+                        int32_t *inputs, int32_t *targets);
+/* "name=samples,..." drawn from each stream in batches [0, d). */
+void train_data_mix_samples(const tsr_trainer *t, int64_t d, char *buf, size_t n);
+/* Staging (data.stage_to): opens the stagers; at each step boundary announces the next window
+ * and installs redirects. No-ops without data.stage_to. */
+int train_data_stage_open(tsr_trainer *t);
+void train_data_stage_step(tsr_trainer *t);
+void train_data_close(tsr_trainer *t);
+
+#endif
