@@ -170,7 +170,7 @@ void metrics_log_guard(const tsr_trainer *t, const char *action, const tsr_step_
     if (t->metrics) {
         fprintf(t->metrics,
                 "{\"event\": \"guard\", \"action\": \"%s\", \"step\": %lld, \"data_batch\": %lld, "
-                "\"loss\": %.9g, \"grad_norm\": %.9g, \"why\": \"%s\"}\n",
+                "\"outlier_loss\": %.9g, \"outlier_grad_norm\": %.9g, \"why\": \"%s\"}\n",
                 action, (long long)st->step, (long long)st->data_batch,
                 isfinite(st->loss) ? st->loss : -1.0, isfinite(st->grad_norm) ? st->grad_norm : -1.0,
                 st->why);
