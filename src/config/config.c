@@ -161,6 +161,8 @@ static void walk(load_ctx *c, const config_setting_t *grp, const char *group) {
         setting_value(s, &v);
         const cfgtab_key *k = cfgtab_find(full);
         if (!k && (!strcmp(full, "data.mix") || !strcmp(full, "data.curriculum"))) {
+            /* a curriculum after a refused mix would only repeat that error */
+            if (full[5] == 'c' && c->mix_line && c->cfg->data.n_streams == 0) continue;
             c->errors += cfgmix_parse(s, full, file, c->cfg);
             if (!strcmp(full, "data.mix")) c->mix_line = line, c->mix_file = file;
             continue;
