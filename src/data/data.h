@@ -40,6 +40,37 @@ uint64_t dataset_n_samples(const tsr_dataset *ds, int T);
 int dataset_read_sample(const tsr_dataset *ds, int T, uint64_t i, int32_t *inputs,
                         int32_t *targets);
 
+/* ---- hooks for node-local staging (stage.h, docs/staging.md) ----
+ * Shard k is in [0, dataset_n_shards). A shard can be redirected to a validated copy of it
+ * (e.g. on node-local storage): reads of its samples then come from the copy. Redirects are
+ * installed and dropped only when no dataset_read_sample runs (the trainer's main thread, between
+ * steps); reads stay safe from several threads otherwise. */
+/* The shard holding global sample i (same lookup as dataset_read_sample), -1 when i is out of
+ * range or T < 1. */
+int dataset_sample_shard(const tsr_dataset *ds, int T, uint64_t i);
+/* The dataset directory as opened (without trailing slashes). */
+const char *dataset_dir(const tsr_dataset *ds);
+/* CRC32C of the index.tsv text: the same dataset reached by two paths has the same value, a
+ * regenerated one (almost surely) another. */
+uint32_t dataset_index_crc(const tsr_dataset *ds);
+/* Shard k's file name in the directory ("shard-00003.bin"), its size in bytes, and the payload
+ * CRC32C the index lists for it. */
+const char *dataset_shard_name(const tsr_dataset *ds, int k);
+uint64_t dataset_shard_bytes(const tsr_dataset *ds, int k);
+uint32_t dataset_shard_payload_crc(const tsr_dataset *ds, int k);
+/* 1 when the 64 bytes at hdr equal shard k's header (as validated at open), else 0. */
+int dataset_shard_header_matches(const tsr_dataset *ds, int k, const void *hdr);
+/* path != NULL: maps `path` and validates it as shard k exactly as dataset_open(verify = 1) does
+ * (header against the index, size, payload checksum, token range, mask bytes); on success reads of
+ * shard k come from it (the original stays mapped). Returns 0, or TSR_EXIT_DATA after tsr_error()
+ * with nothing changed (a previous redirect of k stays). path == NULL: drops the redirect (unmaps
+ * the copy), reads are in place again; returns 0. */
+int dataset_shard_redirect(tsr_dataset *ds, int k, const char *path);
+int dataset_shard_redirected(const tsr_dataset *ds, int k);
+/* Samples read (dataset_read_sample successes) from redirected copies and from the original
+ * shards since dataset_open. Either pointer may be NULL. */
+void dataset_read_counts(const tsr_dataset *ds, uint64_t *staged, uint64_t *in_place);
+
 /* ---- writer ---- */
 typedef struct tsr_dataset_writer tsr_dataset_writer;
 

@@ -320,6 +320,9 @@ typedef struct shard_map {
     size_t map_len;
     const uint8_t *tokens, *mask; /* mask is NULL without a mask channel */
     uint64_t n_tokens;
+    /* A validated copy of this shard (node-local staging, stage.c) that reads use instead; NULL:
+     * read in place. Set and cleared only by dataset_shard_redirect, never while reads run. */
+    _Atomic(struct shard_map *) staged;
 } shard_map;
 
 /* Prefix sums of samples per shard for one sequence length T, built on first use. */
@@ -336,6 +339,9 @@ struct tsr_dataset {
     uint64_t n_tokens;
     shard_map *shards; /* (n_shards) */
     _Atomic(sample_table *) tables; /* lock-free list, one entry per T seen */
+    dataset_index ix;               /* kept to validate staged copies against it */
+    uint32_t index_crc;             /* CRC32C of the index.tsv text: the dataset's identity */
+    _Atomic uint64_t reads_staged, reads_in_place; /* samples read, relaxed counters */
 };
 
 char *data_path_join(const char *dir, const char *name) {
@@ -518,7 +524,11 @@ int dataset_open(tsr_dataset **out, const char *dir, int verify) {
         tsr_error("%s: contains a NUL byte; not a tessera index", ipath);
         rc = TSR_EXIT_DATA;
     }
-    if (!rc) rc = index_parse(ipath, text, &ix);
+    if (!rc) {
+        ds->index_crc = tsr_crc32c(0, text, len); /* before index_parse edits the text */
+        rc = index_parse(ipath, text, &ix);
+        ds->ix = ix; /* freed by dataset_close */
+    }
     if (!rc) {
         ds->vocab = ix.vocab;
         ds->width = ix.width;
@@ -533,7 +543,6 @@ int dataset_open(tsr_dataset **out, const char *dir, int verify) {
             if (!rc) rc = shard_validate(s, &ix, k, verify);
         }
     }
-    free(ix.rows);
     free(text);
     free(ipath);
     if (rc) {
@@ -547,9 +556,11 @@ int dataset_open(tsr_dataset **out, const char *dir, int verify) {
 void dataset_close(tsr_dataset *ds) {
     if (!ds) return;
     for (int k = 0; k < ds->n_shards; k++) {
+        dataset_shard_redirect(ds, k, NULL);
         if (ds->shards[k].map) munmap((void *)ds->shards[k].map, ds->shards[k].map_len);
         free(ds->shards[k].path);
     }
+    free(ds->ix.rows);
     sample_table *t = atomic_load(&ds->tables);
     while (t) {
         sample_table *next = t->next;
@@ -609,6 +620,23 @@ uint64_t dataset_n_samples(const tsr_dataset *ds, int T) {
     return sample_prefix(ds, T)[ds->n_shards];
 }
 
+/* The shard holding global sample i < pre[n_shards]: binary search of the prefix sums. */
+static int shard_of_sample(const uint64_t *pre, int n_shards, uint64_t i) {
+    int lo = 0, hi = n_shards; /* invariant: pre[lo] <= i < pre[hi] */
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        if (pre[mid] <= i) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+int dataset_sample_shard(const tsr_dataset *ds, int T, uint64_t i) {
+    if (T < 1) return -1;
+    const uint64_t *pre = sample_prefix(ds, T);
+    return i < pre[ds->n_shards] ? shard_of_sample(pre, ds->n_shards, i) : -1;
+}
+
 int dataset_read_sample(const tsr_dataset *ds, int T, uint64_t i, int32_t *inputs,
                         int32_t *targets) {
     if (T < 1) {
@@ -621,13 +649,10 @@ int dataset_read_sample(const tsr_dataset *ds, int T, uint64_t i, int32_t *input
                   ds->dir, (unsigned long long)i, (unsigned long long)pre[ds->n_shards], T);
         return -1;
     }
-    int lo = 0, hi = ds->n_shards; /* invariant: pre[lo] <= i < pre[hi] */
-    while (hi - lo > 1) {
-        int mid = lo + (hi - lo) / 2;
-        if (pre[mid] <= i) lo = mid;
-        else hi = mid;
-    }
+    int lo = shard_of_sample(pre, ds->n_shards, i);
     const shard_map *s = &ds->shards[lo];
+    const shard_map *staged = atomic_load_explicit(&s->staged, memory_order_acquire);
+    if (staged) s = staged;
     uint64_t start = (i - pre[lo]) * (uint64_t)T;
     int kept = 0;
     for (int j = 0; j <= T; j++) {
@@ -644,5 +669,58 @@ int dataset_read_sample(const tsr_dataset *ds, int T, uint64_t i, int32_t *input
         targets[j - 1] = keep ? (int32_t)t : -1;
         kept += keep;
     }
+    tsr_dataset *mds = (tsr_dataset *)ds; /* only the atomic counters are updated */
+    atomic_fetch_add_explicit(staged ? &mds->reads_staged : &mds->reads_in_place, 1,
+                              memory_order_relaxed);
     return kept;
+}
+
+/* ================================ staging hooks ================================ */
+
+const char *dataset_dir(const tsr_dataset *ds) { return ds->dir; }
+uint32_t dataset_index_crc(const tsr_dataset *ds) { return ds->index_crc; }
+const char *dataset_shard_name(const tsr_dataset *ds, int k) { return ds->ix.rows[k].name; }
+uint64_t dataset_shard_bytes(const tsr_dataset *ds, int k) { return ds->shards[k].map_len; }
+uint32_t dataset_shard_payload_crc(const tsr_dataset *ds, int k) { return ds->ix.rows[k].crc; }
+
+int dataset_shard_header_matches(const tsr_dataset *ds, int k, const void *hdr) {
+    return memcmp(hdr, ds->shards[k].map, SHARD_HEADER_SIZE) == 0;
+}
+
+static void shard_map_free(shard_map *m) {
+    if (!m) return;
+    if (m->map) munmap((void *)m->map, m->map_len);
+    free(m->path);
+    free(m);
+}
+
+int dataset_shard_redirect(tsr_dataset *ds, int k, const char *path) {
+    shard_map *s = &ds->shards[k];
+    shard_map *old = atomic_load_explicit(&s->staged, memory_order_relaxed);
+    if (!path) {
+        atomic_store_explicit(&s->staged, NULL, memory_order_release);
+        shard_map_free(old);
+        return 0;
+    }
+    shard_map *m = tsr_calloc(1, sizeof *m);
+    m->path = data_dir_dup(path);
+    int rc = shard_map_file(m);
+    if (!rc) rc = shard_validate(m, &ds->ix, k, 1);
+    if (rc) {
+        tsr_error("  %s is not a valid copy of %s: not used", path, s->path);
+        shard_map_free(m);
+        return TSR_EXIT_DATA; /* a previous redirect of k, if any, stays */
+    }
+    atomic_store_explicit(&s->staged, m, memory_order_release);
+    shard_map_free(old);
+    return 0;
+}
+
+int dataset_shard_redirected(const tsr_dataset *ds, int k) {
+    return atomic_load_explicit(&ds->shards[k].staged, memory_order_relaxed) != NULL;
+}
+
+void dataset_read_counts(const tsr_dataset *ds, uint64_t *staged, uint64_t *in_place) {
+    if (staged) *staged = atomic_load_explicit(&ds->reads_staged, memory_order_relaxed);
+    if (in_place) *in_place = atomic_load_explicit(&ds->reads_in_place, memory_order_relaxed);
 }

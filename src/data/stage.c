@@ -1,0 +1,595 @@
+/* stage.c — node-local staging of dataset shards (stage.h; protocol in docs/staging.md).
+ *
+ * Vocabulary: S = shards of the dataset, k = a shard, "window" = the list of one stager_want; the
+ * current window is the previous call's list, the next window the latest one.
+ * Ownership: the main thread owns the window lists, the redirects and their file identities; the
+ * copy thread and the main thread share the queue, the per-shard states, the byte counts and the
+ * statistics under s->mu. The copy thread never prints: it queues notes that the main thread
+ * prints with tsr_warn (whose mute flag and rank prefix are plain globals of the main thread).
+ */
+#include "data/stage.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "data/shard_format.h"
+#include "fsutil.h"
+
+#define COPY_BUF (4u << 20) /* bytes per read/write of a copy */
+#define MAX_NOTES 16        /* copy failures reported with a warning; later ones are counted */
+#define NOTE_LEN 1024
+
+enum { ST_ABSENT = 0, ST_COMMITTED = 1 };
+enum { WIN_CUR = 1, WIN_NEXT = 2 }; /* bits of in_win */
+
+/* What the stager knows of one shard; [mu]: shared under s->mu, [main]: main thread only. */
+typedef struct slot {
+    uint64_t bytes;    /* committed bytes, 0 when absent [mu] */
+    uint64_t last_req; /* number of its latest request: eviction order [mu] */
+    uint64_t redir_id; /* identity of the file it is redirected to [main] */
+    uint64_t bad_id;   /* identity of a file that failed validation [main] */
+    uint8_t state;     /* ST_* [mu] */
+    uint8_t failed;    /* its copy failed in this window: not retried [mu] */
+    uint8_t in_win;    /* WIN_* bits, written by main under mu [mu] */
+    uint8_t warned;    /* a failure of it was reported [copy thread] */
+} slot;
+
+struct tsr_stager {
+    tsr_dataset *ds;
+    char *dir;      /* stage_root/<8 hex of the index CRC> */
+    char tag[96];   /* ".tmp.HOST." of this host's temporary names */
+    uint64_t limit; /* 0: unlimited */
+    int is_stager, link_ok, S;
+    slot *slot;     /* (S) */
+    int *ints;      /* one block: win[0], win[1], redir, queue, victims, (S) each */
+    /* main thread */
+    int *win[2], n_win[2]; /* [0] current, [1] next window */
+    int *redir, n_redir;   /* redirected shards */
+    uint64_t seq;          /* request counter */
+    /* shared, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t wake, idle;
+    pthread_t thread;
+    int started, stop, busy, *queue, q_pos, q_len;
+    uint64_t cache_bytes;
+    tsr_stage_stats st;
+    char notes[MAX_NOTES][NOTE_LEN];
+    int n_notes, n_printed;
+    /* copy thread */
+    _Atomic int abandon;
+    int *victims;
+    uint8_t *buf; /* (COPY_BUF) */
+};
+
+/* ---------------------------------------------------------------- notes
+ * The copy thread reports through s->notes (MAX_NOTES in the stager's life, one per shard, under
+ * mu); the main thread prints them with tsr_warn at its next call. */
+
+static void note(tsr_stager *s, int k, int in_place, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void note(tsr_stager *s, int k, int in_place, const char *fmt, ...) {
+    if (s->slot[k].warned || s->n_notes == MAX_NOTES) return; /* n_notes: written by us only */
+    s->slot[k].warned = 1;
+    char text[NOTE_LEN - 96];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&s->mu);
+    snprintf(s->notes[s->n_notes], NOTE_LEN, "staging shard %d: %s%s%s", k, text,
+             in_place ? "; it is read in place" : "",
+             s->n_notes + 1 == MAX_NOTES ? " (further staging failures are only counted)" : "");
+    s->n_notes++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void notes_flush(tsr_stager *s) {
+    pthread_mutex_lock(&s->mu);
+    while (s->n_printed < s->n_notes) tsr_warn("%s", s->notes[s->n_printed++]);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---------------------------------------------------------------- copy thread */
+
+static char *stage_path(const tsr_stager *s, int k) {
+    return data_path_join(s->dir, dataset_shard_name(s->ds, k));
+}
+
+static int write_all(int fd, const uint8_t *p, size_t n) {
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Copies src to tmp checking the header and the payload CRC32C on the way, then fsyncs.
+ * Returns 0, 1 when abandoned (stager_close), -1 after a note. */
+static int copy_one(tsr_stager *s, int k, const char *src, const char *tmp) {
+    const uint64_t total = dataset_shard_bytes(s->ds, k);
+    uint8_t hdr[SHARD_HEADER_SIZE];
+    uint32_t crc = 0;
+    int in = open(src, O_RDONLY | O_CLOEXEC), rc = -1;
+    if (in < 0) {
+        note(s, k, 1, "cannot open %s: %s", src, strerror(errno));
+        return -1;
+    }
+    posix_fadvise(in, 0, 0, POSIX_FADV_SEQUENTIAL);
+    int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (out < 0) {
+        note(s, k, 1, "cannot create %s: %s", tmp, strerror(errno));
+        close(in);
+        return -1;
+    }
+    uint64_t off = 0;
+    while (off < total) {
+        if (atomic_load_explicit(&s->abandon, memory_order_relaxed)) {
+            rc = 1;
+            goto done;
+        }
+        size_t want = total - off < COPY_BUF ? (size_t)(total - off) : COPY_BUF;
+        ssize_t got = read(in, s->buf, want);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            note(s, k, 1, "reading %s at byte %llu: %s", src, (unsigned long long)off,
+                        got ? strerror(errno) : "unexpected end of file (the shard changed?)");
+            goto done;
+        }
+        size_t h = off < SHARD_HEADER_SIZE ? SHARD_HEADER_SIZE - (size_t)off : 0;
+        if (h > (size_t)got) h = (size_t)got;
+        memcpy(hdr + off, s->buf, h);
+        crc = tsr_crc32c(crc, s->buf + h, (size_t)got - h);
+        if (write_all(out, s->buf, (size_t)got) != 0) {
+            note(s, k, 1, "writing %s: %s", tmp, strerror(errno));
+            goto done;
+        }
+        off += (uint64_t)got;
+    }
+    if (!dataset_shard_header_matches(s->ds, k, hdr) ||
+        crc != dataset_shard_payload_crc(s->ds, k)) {
+        note(s, k, 1, "copy %s of %s does not match: payload CRC32C 0x%08x, index says 0x%08x%s"
+                    " (not retried in this window)", tmp, src, crc,
+                    dataset_shard_payload_crc(s->ds, k),
+                    dataset_shard_header_matches(s->ds, k, hdr) ? "" : ", header differs");
+        goto done;
+    }
+    if (fsync(out) != 0) {
+        note(s, k, 1, "fsync of %s: %s", tmp, strerror(errno));
+        goto done;
+    }
+    rc = 0;
+done:
+    if (close(out) != 0 && rc == 0) {
+        note(s, k, 1, "closing %s: %s", tmp, strerror(errno));
+        rc = -1;
+    }
+    close(in);
+    return rc;
+}
+
+/* Hard-links src to tmp (same filesystem) and checks the header. 0, or -1 with errno set when
+ * linking is not possible (the caller copies instead), or -2 after a note. */
+static int link_one(tsr_stager *s, int k, const char *src, const char *tmp) {
+    if (link(src, tmp) != 0) return -1;
+    uint8_t hdr[SHARD_HEADER_SIZE];
+    int fd = open(tmp, O_RDONLY | O_CLOEXEC);
+    int ok = fd >= 0 && pread(fd, hdr, sizeof hdr, 0) == (ssize_t)sizeof hdr &&
+             dataset_shard_header_matches(s->ds, k, hdr);
+    if (fd >= 0) close(fd);
+    if (!ok) note(s, k, 1, "hard link %s of %s: header does not match the index", tmp, src);
+    return ok ? 0 : -2;
+}
+
+/* Stages shard k under its committed name: link (same filesystem) or copy to NAME.tmp.HOST.PID,
+ * then rename. Returns 0, 1 when abandoned, -1 after a note; never leaves the temporary file. */
+static int stage_one(tsr_stager *s, int k, int *linked) {
+    char *src = data_path_join(dataset_dir(s->ds), dataset_shard_name(s->ds, k));
+    char *dst = stage_path(s, k);
+    size_t n = strlen(dst) + sizeof s->tag + 24;
+    char *tmp = tsr_malloc(n);
+    snprintf(tmp, n, "%s%s%ld", dst, s->tag, (long)getpid());
+    unlink(tmp);
+    int rc = s->link_ok ? link_one(s, k, src, tmp) : -1;
+    *linked = rc == 0;
+    if (rc == -2) rc = -1; /* a link with a wrong header: the source itself changed */
+    else if (rc == -1) rc = copy_one(s, k, src, tmp); /* also when link() is refused (EPERM) */
+    if (rc == 0 && rename(tmp, dst) != 0) {
+        note(s, k, 1, "rename %s to %s: %s", tmp, dst, strerror(errno));
+        rc = -1;
+    }
+    if (rc == 0) {
+        int dfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            fsync(dfd); /* durability only; a lost rename is re-staged next time */
+            close(dfd);
+        }
+    } else {
+        unlink(tmp);
+    }
+    free(tmp);
+    free(dst);
+    free(src);
+    return rc;
+}
+
+/* Under mu: shard k has no committed file any more. */
+static void forget(tsr_stager *s, int k) {
+    s->slot[k].state = ST_ABSENT;
+    s->cache_bytes -= s->slot[k].bytes;
+    s->slot[k].bytes = 0;
+}
+
+/* Under mu: picks committed shards in neither window, least recently requested first, until
+ * `need` more bytes fit the limit. Marks them absent and returns how many (in s->victims), or -1
+ * (nothing evicted) when even all of them would not make room. */
+static int pick_victims(tsr_stager *s, uint64_t need) {
+    uint64_t freeable = 0;
+    for (int k = 0; k < s->S; k++)
+        if (s->slot[k].state == ST_COMMITTED && !s->slot[k].in_win) freeable += s->slot[k].bytes;
+    if (need > s->limit || s->cache_bytes - freeable > s->limit - need) return -1;
+    int n = 0;
+    while (s->cache_bytes > s->limit - need) {
+        int best = -1;
+        for (int k = 0; k < s->S; k++)
+            if (s->slot[k].state == ST_COMMITTED && !s->slot[k].in_win &&
+                (best < 0 || s->slot[k].last_req < s->slot[best].last_req))
+                best = k;
+        forget(s, best);
+        s->st.files_evicted++;
+        s->victims[n++] = best;
+    }
+    return n;
+}
+
+static void *stage_thread(void *arg) {
+    tsr_stager *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->stop && s->q_pos == s->q_len) {
+            s->busy = 0;
+            pthread_cond_broadcast(&s->idle);
+            pthread_cond_wait(&s->wake, &s->mu);
+        }
+        if (s->stop) break;
+        int k = s->queue[s->q_pos++];
+        if (s->slot[k].state == ST_COMMITTED || s->slot[k].failed) continue;
+        s->busy = 1;
+        uint64_t need = dataset_shard_bytes(s->ds, k);
+        int n_victims = 0;
+        if (s->limit && s->cache_bytes + need > s->limit &&
+            (n_victims = pick_victims(s, need)) < 0) {
+            s->st.skipped_for_space++;
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+        for (int v = 0; v < n_victims; v++) {
+            char *p = stage_path(s, s->victims[v]);
+            if (unlink(p) != 0 && errno != ENOENT)
+                note(s, s->victims[v], 0, "cannot evict %s: %s", p, strerror(errno));
+            free(p);
+        }
+        int linked, rc = stage_one(s, k, &linked);
+        pthread_mutex_lock(&s->mu);
+        if (rc == 0) {
+            s->slot[k].state = ST_COMMITTED;
+            s->slot[k].bytes = need;
+            s->cache_bytes += need;
+            s->st.files_staged++;
+            s->st.bytes_staged += need;
+            s->st.linked += (uint64_t)linked;
+        } else if (rc < 0) {
+            s->slot[k].failed = 1;
+            s->st.failed++;
+        }
+    }
+    s->busy = 0;
+    pthread_cond_broadcast(&s->idle);
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- open */
+
+/* Sums the sizes of the committed files present; with adopt, marks them committed (stager_open
+ * of the stager: they count toward the cache and are validated when polled). */
+static uint64_t committed_on_disk(tsr_stager *s, int adopt) {
+    uint64_t sum = 0;
+    for (int k = 0; k < s->S; k++) {
+        char *p = stage_path(s, k);
+        struct stat st;
+        if (stat(p, &st) == 0 && S_ISREG(st.st_mode)) {
+            sum += (uint64_t)st.st_size;
+            if (adopt) {
+                s->slot[k].state = ST_COMMITTED;
+                s->slot[k].bytes = (uint64_t)st.st_size;
+            }
+        }
+        free(p);
+    }
+    return sum;
+}
+
+/* Removes this host's temporary files of processes that are no longer alive. */
+static void remove_stale(tsr_stager *s) {
+    DIR *d = opendir(s->dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        char *t = strstr(e->d_name, s->tag), *end;
+        long pid = t ? strtol(t + strlen(s->tag), &end, 10) : 0;
+        if (pid > 0 && *end == '\0' && kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
+            char *p = data_path_join(s->dir, e->d_name);
+            unlink(p);
+            free(p);
+        }
+    }
+    if (d) closedir(d);
+}
+
+/* The checks of stager_open on the two directories; 0 or TSR_EXIT_USAGE after tsr_error. */
+static int open_dirs(const char *root, const char *dir, int is_stager, const char *tag) {
+    struct stat st;
+    errno = 0;
+    if (stat(root, &st) != 0 && (errno != ENOENT || fs_make_parents(root) != 0 ||
+                                 (mkdir(root, 0700) != 0 && errno != EEXIST) ||
+                                 stat(root, &st) != 0)) {
+        tsr_error("data.stage_to %s: cannot create the staging directory: %s (set it to a "
+                  "node-local directory the job can write, e.g. /local/scratch/$USER)", root,
+                  strerror(errno));
+        return TSR_EXIT_USAGE;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        tsr_error("data.stage_to %s: not a directory (set it to a node-local directory)", root);
+        return TSR_EXIT_USAGE;
+    }
+    if ((mkdir(dir, 0700) != 0 && errno != EEXIST) || stat(dir, &st) != 0) {
+        tsr_error("data.stage_to %s: cannot create %s: %s", root, dir, strerror(errno));
+        return TSR_EXIT_USAGE;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        tsr_error("data.stage_to %s: %s is not a directory (remove it)", root, dir);
+        return TSR_EXIT_USAGE;
+    }
+    if (!is_stager) return 0;
+    char probe[4096];
+    if (tsr_snprintf(probe, sizeof probe, "%s/probe%s%ld", dir, tag, (long)getpid())) {
+        tsr_error("data.stage_to %s: path too long", root);
+        return TSR_EXIT_USAGE;
+    }
+    int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        tsr_error("data.stage_to %s: not writable: cannot create a file in %s: %s", root, dir,
+                  strerror(errno));
+        return TSR_EXIT_USAGE;
+    }
+    close(fd);
+    unlink(probe);
+    return 0;
+}
+
+int stager_open(tsr_stager **out, tsr_dataset *ds, const char *stage_root, uint64_t cache_limit,
+                int is_stager) {
+    *out = NULL;
+    if (!stage_root || !*stage_root) {
+        tsr_error("data.stage_to is empty: expected a node-local directory");
+        return TSR_EXIT_USAGE;
+    }
+    char host[64] = "localhost", hex[16];
+    if (gethostname(host, sizeof host) != 0) strcpy(host, "localhost");
+    host[sizeof host - 1] = '\0';
+    for (char *c = host; *c; c++) /* keep temporary names plain */
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              *c == '-' || *c == '.'))
+            *c = '_';
+    snprintf(hex, sizeof hex, "%08x", dataset_index_crc(ds));
+    char *root = data_dir_dup(stage_root), *dir = data_path_join(root, hex);
+    tsr_stager *s = tsr_calloc(1, sizeof *s);
+    snprintf(s->tag, sizeof s->tag, ".tmp.%s.", host);
+    int rc = open_dirs(root, dir, is_stager, s->tag);
+    if (rc) {
+        free(root);
+        free(dir);
+        free(s);
+        return rc;
+    }
+    free(root);
+    size_t S = (size_t)dataset_n_shards(ds) + 1;
+    s->ds = ds;
+    s->dir = dir;
+    s->limit = cache_limit;
+    s->is_stager = is_stager;
+    s->S = dataset_n_shards(ds);
+    s->slot = tsr_calloc(S, sizeof *s->slot);
+    s->ints = tsr_malloc(5 * S * sizeof(int));
+    s->win[0] = s->ints;
+    s->win[1] = s->ints + S;
+    s->redir = s->ints + 2 * S;
+    s->queue = s->ints + 3 * S;
+    s->victims = s->ints + 4 * S;
+    atomic_init(&s->abandon, 0);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->wake, NULL);
+    pthread_cond_init(&s->idle, NULL);
+    *out = s;
+    if (!is_stager) return 0;
+    struct stat a, b;
+    const char *no_link = getenv("TSR_STAGE_NO_LINK");
+    s->link_ok = !(no_link && strcmp(no_link, "1") == 0) && stat(dataset_dir(ds), &a) == 0 &&
+                 stat(dir, &b) == 0 && a.st_dev == b.st_dev;
+    s->buf = tsr_malloc(COPY_BUF);
+    remove_stale(s);
+    s->cache_bytes = committed_on_disk(s, 1);
+    int err = pthread_create(&s->thread, NULL, stage_thread, s);
+    if (err) {
+        tsr_error("data.stage_to %s: cannot start the staging thread: %s", dir, strerror(err));
+        stager_close(s);
+        *out = NULL;
+        return TSR_EXIT_INTERNAL;
+    }
+    s->started = 1;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- main thread */
+
+void stager_want(tsr_stager *s, const int *shards, int n) {
+    notes_flush(s);
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_win[0]; i++) s->slot[s->win[0][i]].in_win = 0;
+    for (int i = 0; i < s->n_win[1]; i++) s->slot[s->win[1][i]].in_win = WIN_CUR;
+    int *t = s->win[0];
+    s->win[0] = s->win[1];
+    s->n_win[0] = s->n_win[1];
+    s->win[1] = t;
+    s->n_win[1] = 0;
+    for (int i = 0; i < n; i++) {
+        int k = shards[i];
+        if (k < 0 || k >= s->S || (s->slot[k].in_win & WIN_NEXT)) continue;
+        s->slot[k].in_win |= WIN_NEXT;
+        s->win[1][s->n_win[1]++] = k;
+    }
+    if (s->is_stager) {
+        for (int k = 0; k < s->S; k++) { /* a new window retries; notice deleted files */
+            char *p = s->slot[k].state == ST_COMMITTED ? stage_path(s, k) : NULL;
+            struct stat st;
+            if (p && stat(p, &st) != 0 && errno == ENOENT) forget(s, k);
+            s->slot[k].failed = 0;
+            free(p);
+        }
+        s->q_pos = s->q_len = 0;
+        for (int i = 0; i < s->n_win[1]; i++) {
+            int k = s->win[1][i];
+            s->slot[k].last_req = ++s->seq;
+            if (s->slot[k].state != ST_COMMITTED) s->queue[s->q_len++] = k;
+        }
+        pthread_cond_signal(&s->wake);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Under mu: appends k to the copy queue unless it is pending already. */
+static void queue_push(tsr_stager *s, int k) {
+    for (int i = s->q_pos; i < s->q_len; i++)
+        if (s->queue[i] == k) return;
+    if (s->q_len == s->S) { /* pending entries are distinct shards: compacting makes room */
+        memmove(s->queue, s->queue + s->q_pos, (size_t)(s->q_len - s->q_pos) * sizeof(int));
+        s->q_len -= s->q_pos;
+        s->q_pos = 0;
+    }
+    s->queue[s->q_len++] = k;
+    pthread_cond_signal(&s->wake);
+}
+
+static uint64_t file_id(const struct stat *st) {
+    return tsr_hash64((uint64_t)st->st_ino) ^ tsr_hash64((uint64_t)st->st_mtim.tv_nsec ^
+                                                          (uint64_t)st->st_mtim.tv_sec << 30) ^
+           (uint64_t)st->st_size;
+}
+
+/* Installs (or moves) the redirect of shard k in a window, when its committed file validates. */
+static void poll_one(tsr_stager *s, int k) {
+    char *path = stage_path(s, k);
+    struct stat st;
+    int exists = stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    int redirected = dataset_shard_redirected(s->ds, k);
+    if (s->is_stager) {
+        pthread_mutex_lock(&s->mu);
+        int committed = s->slot[k].state == ST_COMMITTED;
+        if (committed && !exists) { /* deleted by someone: stage it again */
+            forget(s, k);
+            queue_push(s, k);
+        }
+        pthread_mutex_unlock(&s->mu);
+        exists = exists && committed;
+    }
+    uint64_t id = exists ? file_id(&st) : 0;
+    if (exists && !(redirected && s->slot[k].redir_id == id) && s->slot[k].bad_id != id) {
+        if (dataset_shard_redirect(s->ds, k, path) == 0) {
+            if (!redirected) s->redir[s->n_redir++] = k;
+            s->slot[k].redir_id = id;
+        } else {
+            tsr_warn("staged copy %s failed validation (see above): %s; shard %d is read in "
+                     "place", path, s->is_stager ? "deleted" : "ignored", k);
+            s->slot[k].bad_id = id;
+            if (s->is_stager) {
+                pthread_mutex_lock(&s->mu);
+                if (s->slot[k].state == ST_COMMITTED) forget(s, k);
+                s->st.failed++;
+                unlink(path);
+                pthread_mutex_unlock(&s->mu);
+            }
+        }
+    }
+    free(path);
+}
+
+void stager_poll(tsr_stager *s) {
+    notes_flush(s);
+    for (int i = 0; i < s->n_redir;) { /* drop redirects outside both windows */
+        int k = s->redir[i];
+        if (s->slot[k].in_win) {
+            i++;
+            continue;
+        }
+        dataset_shard_redirect(s->ds, k, NULL);
+        s->redir[i] = s->redir[--s->n_redir];
+    }
+    for (int i = 0; i < s->n_win[1]; i++) poll_one(s, s->win[1][i]);
+    for (int i = 0; i < s->n_win[0]; i++)
+        if (!(s->slot[s->win[0][i]].in_win & WIN_NEXT)) poll_one(s, s->win[0][i]);
+    notes_flush(s);
+}
+
+void stager_wait_idle(tsr_stager *s) {
+    if (s->is_stager) {
+        pthread_mutex_lock(&s->mu);
+        while (s->q_pos < s->q_len || s->busy) pthread_cond_wait(&s->idle, &s->mu);
+        pthread_mutex_unlock(&s->mu);
+    }
+    notes_flush(s);
+}
+
+void stager_stats(const tsr_stager *cs, tsr_stage_stats *st) {
+    tsr_stager *s = (tsr_stager *)cs; /* only to take the lock */
+    pthread_mutex_lock(&s->mu);
+    *st = s->st;
+    st->cache_bytes = s->cache_bytes;
+    pthread_mutex_unlock(&s->mu);
+    dataset_read_counts(s->ds, &st->staged_reads, &st->in_place_reads);
+    if (!s->is_stager) st->cache_bytes = committed_on_disk(s, 0); /* it keeps no ledger */
+}
+
+void stager_close(tsr_stager *s) {
+    if (!s) return;
+    if (s->started) {
+        pthread_mutex_lock(&s->mu);
+        s->stop = 1;
+        atomic_store(&s->abandon, 1);
+        pthread_cond_signal(&s->wake);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->thread, NULL);
+    }
+    for (int i = 0; i < s->n_redir; i++) dataset_shard_redirect(s->ds, s->redir[i], NULL);
+    notes_flush(s);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->wake);
+    pthread_cond_destroy(&s->idle);
+    free(s->slot);
+    free(s->ints);
+    free(s->buf);
+    free(s->dir);
+    free(s);
+}
