@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "data/stage.h"
 
 static int check_dataset(const tsr_trainer *t, tsr_dataset *ds, const char *name) {
     const tsr_config *c = &t->cfg;
@@ -160,16 +161,119 @@ void train_data_mix_samples(const tsr_trainer *t, int64_t d, char *buf, size_t n
                               (long long)cum[k]);
 }
 
+/* ---- staging (docs/staging.md) ---- */
+
 int train_data_stage_open(tsr_trainer *t) {
-    (void)t;
-    return 0;
+    const tsr_data_config *dc = &t->cfg.data;
+    if (!dc->stage_to[0]) return 0;
+    /* the global ranks on this node: their batches decide what the node stages */
+    char *hosts = tsr_malloc((size_t)t->dist.world * sizeof t->dist.host);
+    dist_allgather(t->dist.host, hosts, sizeof t->dist.host);
+    t->node_ranks = tsr_malloc((size_t)t->dist.world * sizeof *t->node_ranks);
+    for (int r = 0; r < t->dist.world; r++)
+        if (!strncmp(hosts + (size_t)r * sizeof t->dist.host, t->dist.host, sizeof t->dist.host))
+            t->node_ranks[t->n_node_ranks++] = r;
+    free(hosts);
+    int rc = 0;
+    for (int k = 0; k < t->n_streams && !rc; k++)
+        rc = stager_open(&t->stagers[k], t->streams[k], dc->stage_to, dc->cache_limit_bytes,
+                         t->dist.local_rank == 0);
+    /* one rank failing (a full or missing local disk) stops every rank */
+    int64_t bad = rc != 0;
+    dist_allreduce_sum_i64(&bad, 1);
+    if (bad && !rc) rc = TSR_EXIT_USAGE;
+    if (!rc && t->dist.rank == 0)
+        printf("staging: %d dataset(s) to %s per node, windows of %lld steps, cache limit %s\n",
+               t->n_streams, dc->stage_to, (long long)dc->stage_window,
+               dc->cache_limit_bytes ? dc->cache_limit : "none");
+    return rc;
 }
 
-void train_data_stage_step(tsr_trainer *t) { (void)t; }
+/* The shards of stream k the node reads in data batches [a, b), in order of first use. */
+static int window_shards(tsr_trainer *t, int k, int64_t a, int64_t b, int *out, unsigned char *seen) {
+    int n = 0, n_shards = dataset_n_shards(t->streams[k]);
+    memset(seen, 0, (size_t)n_shards);
+    for (int64_t d = a; d < b; d++)
+        for (int i = 0; i < t->n_node_ranks; i++) {
+            int64_t lo = t->node_ranks[i] * t->per_rank;
+            mix_slots(&t->mix, d, lo, lo + t->per_rank, t->slot_stream, t->slot_pos);
+            for (int64_t j = 0; j < t->per_rank; j++) {
+                if (t->slot_stream[j] != k) continue;
+                uint64_t idx = sampler_index(&t->samplers[k], t->slot_pos[j]);
+                int s = dataset_sample_shard(t->streams[k], t->T, idx);
+                if (s >= 0 && !seen[s]) seen[s] = 1, out[n++] = s;
+            }
+        }
+    return n;
+}
+
+/* At a window boundary: counters over all ranks since the last one, to the log (rank 0). */
+static void stage_log(tsr_trainer *t, int64_t window) {
+    int64_t v[7] = {0}; /* staged reads, in-place reads, files staged, ranks that staged, evicted,
+                           skipped for space, cache bytes (max over ranks) */
+    for (int k = 0; k < t->n_streams; k++) {
+        tsr_stage_stats st;
+        stager_stats(t->stagers[k], &st);
+        v[0] += (int64_t)st.staged_reads;
+        v[1] += (int64_t)st.in_place_reads;
+        v[2] += (int64_t)st.files_staged;
+        v[4] += (int64_t)st.files_evicted;
+        v[5] += (int64_t)st.skipped_for_space;
+        v[6] += (int64_t)st.cache_bytes;
+    }
+    v[3] = v[2] > 0;
+    double cache = (double)v[6];
+    dist_allreduce_sum_i64(v, 6);
+    dist_allreduce_max_f64(&cache, 1);
+    int64_t reads = v[0] - t->stage_last[0], in_place = v[1] - t->stage_last[1];
+    t->stage_last[0] = v[0], t->stage_last[1] = v[1];
+    if (t->dist.rank != 0 || window == 0) return;
+    if (t->metrics) {
+        fprintf(t->metrics,
+                "{\"event\": \"staging\", \"step\": %lld, \"window\": %lld, \"staged_reads\": "
+                "%lld, \"in_place_reads\": %lld, \"files_staged\": %lld, \"ranks_staging\": %lld, "
+                "\"files_evicted\": %lld, \"skipped_for_space\": %lld, \"cache_bytes\": %.0f}\n",
+                (long long)t->step, (long long)window - 1, (long long)reads, (long long)in_place,
+                (long long)v[2], (long long)v[3], (long long)v[4], (long long)v[5], cache);
+        fflush(t->metrics);
+    }
+}
+
+void train_data_stage_step(tsr_trainer *t) {
+    if (!t->stagers[0]) return;
+    int64_t W = t->cfg.data.stage_window, d = t->step + t->data_offset;
+    /* a window starts every W batches, and at the first step of this process (resume) */
+    if (d % W == 0 || !t->stage_started) {
+        int64_t a = d / W * W;
+        stage_log(t, t->stage_started ? d / W : 0);
+        for (int k = 0; k < t->n_streams; k++) {
+            int n_shards = dataset_n_shards(t->streams[k]);
+            int *list = tsr_malloc(2 * (size_t)n_shards * sizeof *list);
+            unsigned char *seen = tsr_malloc((size_t)n_shards);
+            /* this window first (it may lag at the start), then the next one */
+            int n = window_shards(t, k, d, a + W, list, seen);
+            int m = window_shards(t, k, a + W, a + 2 * W, list + n, seen);
+            stager_want(t->stagers[k], list, n + m);
+            free(list);
+            free(seen);
+        }
+        t->stage_started = 1;
+    }
+    for (int k = 0; k < t->n_streams; k++) stager_poll(t->stagers[k]);
+}
+
+void train_data_stage_end(tsr_trainer *t) {
+    if (!t->stagers[0]) return;
+    int64_t d = t->step + t->data_offset, W = t->cfg.data.stage_window;
+    stage_log(t, (d - 1) / W + 1); /* the last (maybe partial) window */
+}
 
 void train_data_close(tsr_trainer *t) {
-    for (int k = 0; k < t->n_streams; k++)
+    for (int k = 0; k < t->n_streams; k++) {
+        stager_close(t->stagers[k]); /* before its dataset */
         if (t->streams[k]) dataset_close(t->streams[k]);
+    }
+    free(t->node_ranks);
     if (t->val) dataset_close(t->val);
     free(t->slot_stream);
     free(t->slot_pos);

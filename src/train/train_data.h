@@ -28,6 +28,8 @@ void train_data_mix_samples(const tsr_trainer *t, int64_t d, char *buf, size_t n
  * and installs redirects. No-ops without data.stage_to. */
 int train_data_stage_open(tsr_trainer *t);
 void train_data_stage_step(tsr_trainer *t);
+/* Logs the last window's staging counters (collective; no-op without staging). */
+void train_data_stage_end(tsr_trainer *t);
 void train_data_close(tsr_trainer *t);
 
 #endif

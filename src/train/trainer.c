@@ -82,6 +82,7 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
         return 0;
     }
     TSR_CHECK(train_data_plan(t));
+    TSR_CHECK(train_data_stage_open(t));
     model_alloc_params(&t->model);
     model_init_weights(&t->model, (uint64_t)cfg->seed);
     model_alloc_acts(&t->model, t->micro, t->T);
@@ -344,6 +345,7 @@ int trainer_run(tsr_trainer *t) {
         maybe_fault(t);
     }
     watchdog_stop();
+    train_data_stage_end(t);
     metrics_finish(t);
     if (t->cfg.sample.tokens > 0 && t->dist.rank == 0) {
         /* prompt: the end-of-text token, by convention the vocabulary's last id (GPT-2's 50256,

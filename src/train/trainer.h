@@ -49,6 +49,9 @@ typedef struct tsr_trainer {
     int *slot_stream;            /* (per_rank) scratch of load_batch */
     uint64_t *slot_pos;
     struct tsr_stager *stagers[TSR_MAX_STREAMS]; /* data.stage_to, else NULL */
+    int *node_ranks, n_node_ranks; /* global ranks on this node (staging) */
+    int stage_started;
+    int64_t stage_last[2];       /* staged / in-place reads at the last window boundary */
     int64_t data_offset;         /* data batch of step s (0-based) = s + data_offset (rollbacks) */
     int64_t optim_step;          /* AdamW updates applied (the bias-correction step) */
     tsr_guard guard;
