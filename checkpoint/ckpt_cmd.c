@@ -293,6 +293,11 @@ static int run_inspect(const char *path) {
     printf("world_size       %lld\n", (long long)m->world_size);
     printf("global_batch     %lld\n", (long long)m->global_batch);
     printf("seed             %lld\n", (long long)m->seed);
+    if (m->optim_step >= 0) printf("optim_step       %lld\n", (long long)m->optim_step);
+    printf("rollbacks        %lld (updates skipped %lld)\n", (long long)m->rollbacks,
+           (long long)m->updates_skipped);
+    printf("skipped_batches  %s\n", m->skipped_batches[0] ? m->skipped_batches : "none");
+    if (m->mix_samples[0]) printf("mix_samples      %s\n", m->mix_samples);
     printf("program_version  %s\n", m->program_version);
     printf("created          %s\n", r->created);
     printf("rng              %s\n", r->rng);
