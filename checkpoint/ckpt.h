@@ -47,7 +47,7 @@ typedef struct ckpt_meta {
     int64_t rollbacks;       /* spike-guard rollbacks so far in this run */
     int64_t updates_skipped; /* updates the spike guard skipped so far */
     char skipped_batches[4096]; /* "lo-hi,lo-hi,...": data batches [lo, hi) skipped by rollbacks */
-    char mix_samples[2048];  /* "name=samples,...": samples drawn from each stream so far */
+    char mix_tokens[2048];   /* "name=tokens,...": tokens drawn from each stream so far */
 } ckpt_meta;
 
 typedef struct ckpt_stats {

@@ -297,7 +297,7 @@ static int run_inspect(const char *path) {
     printf("rollbacks        %lld (updates skipped %lld)\n", (long long)m->rollbacks,
            (long long)m->updates_skipped);
     printf("skipped_batches  %s\n", m->skipped_batches[0] ? m->skipped_batches : "none");
-    if (m->mix_samples[0]) printf("mix_samples      %s\n", m->mix_samples);
+    if (m->mix_tokens[0]) printf("mix_tokens      %s\n", m->mix_tokens);
     printf("program_version  %s\n", m->program_version);
     printf("created          %s\n", r->created);
     printf("rng              %s\n", r->rng);

@@ -125,7 +125,7 @@ int ck_meta_write(hid_t file, const ckpt_meta *m, const char *created) {
         ck_attr_write_i64(file, "rollbacks", m->rollbacks) ||
         ck_attr_write_i64(file, "updates_skipped", m->updates_skipped) ||
         ck_attr_write_str(file, "skipped_batches", m->skipped_batches) ||
-        ck_attr_write_str(file, "mix_samples", m->mix_samples))
+        ck_attr_write_str(file, "mix_tokens", m->mix_tokens))
         return -1;
     return 0;
 }
@@ -178,8 +178,8 @@ int ck_meta_read(hid_t file, ckpt_meta *m, char *why, size_t why_cap) {
     if (ck_attr_read_i64(file, "updates_skipped", &m->updates_skipped) != 0) m->updates_skipped = 0;
     if (ck_attr_read_str(file, "skipped_batches", m->skipped_batches, sizeof m->skipped_batches))
         m->skipped_batches[0] = '\0';
-    if (ck_attr_read_str(file, "mix_samples", m->mix_samples, sizeof m->mix_samples))
-        m->mix_samples[0] = '\0';
+    if (ck_attr_read_str(file, "mix_tokens", m->mix_tokens, sizeof m->mix_tokens))
+        m->mix_tokens[0] = '\0';
     return 0;
 }
 

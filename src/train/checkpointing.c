@@ -105,7 +105,7 @@ static void fill_meta(const tsr_trainer *t, ckpt_meta *meta) {
     meta->rollbacks = t->guard.rollbacks;
     meta->updates_skipped = t->guard.updates_skipped;
     guard_format_skips(&t->guard, meta->skipped_batches, sizeof meta->skipped_batches);
-    train_data_mix_samples(t, t->step + t->data_offset, meta->mix_samples, sizeof meta->mix_samples);
+    train_data_mix_tokens(t, t->step + t->data_offset, meta->mix_tokens, sizeof meta->mix_tokens);
     meta->world_size = t->dist.world;
     meta->global_batch = t->cfg.global_batch;
     meta->seed = t->cfg.seed;

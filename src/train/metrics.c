@@ -153,6 +153,10 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
             for (int k = 0; k < t->n_streams; k++)
                 fprintf(t->metrics, "%s\"%s\": %lld", k ? ", " : "", t->stream_names[k],
                         (long long)cum[k]);
+            fprintf(t->metrics, "}, \"stream_tokens\": {");
+            for (int k = 0; k < t->n_streams; k++)
+                fprintf(t->metrics, "%s\"%s\": %lld", k ? ", " : "", t->stream_names[k],
+                        (long long)cum[k] * t->T);
             fprintf(t->metrics, "}");
         }
         if (st->verdict != GUARD_OK)

@@ -151,14 +151,14 @@ int64_t train_data_load(tsr_trainer *t, int64_t d) {
     return counted;
 }
 
-void train_data_mix_samples(const tsr_trainer *t, int64_t d, char *buf, size_t n) {
+void train_data_mix_tokens(const tsr_trainer *t, int64_t d, char *buf, size_t n) {
     int64_t cum[TSR_MAX_STREAMS];
     mix_cumulative(&t->mix, d, cum);
     size_t o = 0;
     buf[0] = '\0';
     for (int k = 0; k < t->n_streams && o < n; k++)
         o += (size_t)snprintf(buf + o, n - o, "%s%s=%lld", k ? "," : "", t->stream_names[k],
-                              (long long)cum[k]);
+                              (long long)cum[k] * t->T);
 }
 
 /* ---- staging (docs/staging.md) ---- */

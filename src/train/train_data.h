@@ -22,8 +22,8 @@ int64_t train_data_load(tsr_trainer *t, int64_t d);
  * every rank. Returns the count of counted targets. */
 int64_t train_data_read(const tsr_dataset *ds, const char *name, int T, uint64_t idx,
                         int32_t *inputs, int32_t *targets);
-/* "name=samples,..." drawn from each stream in batches [0, d). */
-void train_data_mix_samples(const tsr_trainer *t, int64_t d, char *buf, size_t n);
+/* "name=tokens,...": tokens (samples x seq_len) drawn from each stream in batches [0, d). */
+void train_data_mix_tokens(const tsr_trainer *t, int64_t d, char *buf, size_t n);
 /* Staging (data.stage_to): opens the stagers; at each step boundary announces the next window
  * and installs redirects. No-ops without data.stage_to. */
 int train_data_stage_open(tsr_trainer *t);
