@@ -319,6 +319,7 @@ int trainer_run(tsr_trainer *t) {
         trainer_step(t, &st);
         metrics_log_step(t, &st);
         if (st.verdict != GUARD_OK) {
+            if (st.verdict == GUARD_ROLLBACK) watchdog_phase(WD_CHECKPOINT, t->step);
             rc = guard_respond(t, &st);
             if (rc == 1) { /* rolled back: the loop goes on from the restored step */
                 committed = t->step;
