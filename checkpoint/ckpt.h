@@ -47,7 +47,9 @@ typedef struct ckpt_meta {
     int64_t rollbacks;       /* spike-guard rollbacks so far in this run */
     int64_t updates_skipped; /* updates the spike guard skipped so far */
     char skipped_batches[4096]; /* "lo-hi,lo-hi,...": data batches [lo, hi) skipped by rollbacks */
-    char mix_tokens[2048];   /* "name=tokens,...": tokens drawn from each stream so far */
+    char mix_tokens[2048];   /* "name=tokens,...": tokens seen from each stream so far */
+    char mix_plan[2048];     /* "start:count,count;...": the mix's phases in data batches */
+    char guard_state[65536]; /* "streak first nonfinite|loss,norm;...": the spike guard's window */
 } ckpt_meta;
 
 typedef struct ckpt_stats {
@@ -83,8 +85,9 @@ int ckpt_load(const char *path, ckpt_meta *meta, ckpt_tensor *tensors, int n,
               const char *only_prefix, ckpt_stats *stats);
 
 /* Rollbacks (checkpoint/ckpt_rollback.c). The newest committed step-*.h5 of run_dir whose step is
- * <= max_step: 0 and its path, or 1 when there is none. Collective (rank 0 lists). */
-int ckpt_newest_at_or_before(const char *run_dir, int64_t max_step, char *path_out, size_t cap);
+ * <= max_step: 0, its path and step, or 1 when there is none. Collective (rank 0 lists). */
+int ckpt_newest_at_or_before(const char *run_dir, int64_t max_step, char *path_out, size_t cap,
+                             int64_t *step_out);
 /* Renames every committed checkpoint newer than step to step-N.h5.rolledback (kept for
  * inspection; neither resume nor retention sees it). Collective; failures are warnings. */
 void ckpt_set_aside_after(const char *run_dir, int64_t step);

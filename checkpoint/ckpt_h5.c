@@ -125,7 +125,9 @@ int ck_meta_write(hid_t file, const ckpt_meta *m, const char *created) {
         ck_attr_write_i64(file, "rollbacks", m->rollbacks) ||
         ck_attr_write_i64(file, "updates_skipped", m->updates_skipped) ||
         ck_attr_write_str(file, "skipped_batches", m->skipped_batches) ||
-        ck_attr_write_str(file, "mix_tokens", m->mix_tokens))
+        ck_attr_write_str(file, "mix_tokens", m->mix_tokens) ||
+        ck_attr_write_str(file, "mix_plan", m->mix_plan) ||
+        ck_attr_write_str(file, "guard_state", m->guard_state))
         return -1;
     return 0;
 }
@@ -180,6 +182,9 @@ int ck_meta_read(hid_t file, ckpt_meta *m, char *why, size_t why_cap) {
         m->skipped_batches[0] = '\0';
     if (ck_attr_read_str(file, "mix_tokens", m->mix_tokens, sizeof m->mix_tokens))
         m->mix_tokens[0] = '\0';
+    if (ck_attr_read_str(file, "mix_plan", m->mix_plan, sizeof m->mix_plan)) m->mix_plan[0] = '\0';
+    if (ck_attr_read_str(file, "guard_state", m->guard_state, sizeof m->guard_state))
+        m->guard_state[0] = '\0';
     return 0;
 }
 

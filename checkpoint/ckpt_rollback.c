@@ -11,7 +11,8 @@
 #include "ckpt_internal.h"
 #include "common.h"
 
-int ckpt_newest_at_or_before(const char *run_dir, int64_t max_step, char *path_out, size_t cap) {
+int ckpt_newest_at_or_before(const char *run_dir, int64_t max_step, char *path_out, size_t cap,
+                             int64_t *step_out) {
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     long long found = -1;
@@ -28,6 +29,7 @@ int ckpt_newest_at_or_before(const char *run_dir, int64_t max_step, char *path_o
     MPI_Bcast(&found, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
     if (found < 0) return 1;
     snprintf(path_out, cap, "%s/step-%08lld.h5", run_dir, found);
+    *step_out = found;
     return 0;
 }
 

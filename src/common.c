@@ -147,3 +147,11 @@ double tsr_rand_normal(uint64_t seed, uint64_t stream, uint64_t counter) {
     if (u1 < 1e-300) u1 = 1e-300;
     return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
 }
+
+const char *tsr_fault(const char *kind) {
+    const char *f = getenv("TSR_FAULT");
+    size_t n = strlen(kind);
+    for (const char *p = f; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (!strncmp(p, kind, n) && p[n] == ':') return p + n + 1;
+    return NULL;
+}

@@ -30,6 +30,10 @@ void tsr_log_mute(int mute);
 /* stderr: "[rank R host] error: <msg>" (no prefix in single-process runs). */
 void tsr_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void tsr_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Test-only fault injection: TSR_FAULT holds comma-separated items "kind:args" (e.g.
+ * "garbage:33:36,usr1:35:0"); returns the args of the first item of that kind, or NULL. The
+ * kinds and who reads them: docs/spike-guard.md, src/train/trainer.c, src/train/train_data.c. */
+const char *tsr_fault(const char *kind);
 /* Unilateral fatal error: message, then MPI_Abort(code) when MPI runs with >1 rank, else exit(code).
  * Use when other ranks may be waiting in a collective. */
 _Noreturn void tsr_die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -165,7 +165,7 @@ const cfgtab_key cfgtab_keys[] = {
             "(powers of 1024); `0` = no limit. Beyond it the oldest unneeded shards are evicted, "
             "and a shard that still does not fit is read in place."},
     {.name = "data.stage_window", .type = CFGK_INT, FIELD(data.stage_window), .def = "50",
-     .ilo = 1, .ihi = INT64_MAX,
+     .ilo = 1, .ihi = 1000000000,
      .doc = "Steps per staging window: during one window the shards of the next are staged."},
 
     {.name = "sample.tokens", .type = CFGK_INT, FIELD(sample.tokens), .def = "0", .ilo = 0,
@@ -202,7 +202,7 @@ const cfgtab_key cfgtab_keys[] = {
             "requeues it. 0 = off; set it to well above the slowest checkpoint save."},
 
     {.name = "guard.window", .type = CFGK_INT, FIELD(guard.window), .def = "100", .ilo = 0,
-     .ihi = 1000000,
+     .ihi = 1000,
      .doc = "Steps in the rolling window of losses and gradient norms an outlier is judged "
             "against; judging starts once the window is full. 0 = no spike detection (a NaN or "
             "Inf loss or gradient is still never applied)."},

@@ -54,6 +54,7 @@ int checkpointing_rollback(tsr_trainer *t, int64_t max_step, char *path, size_t 
     (void)t, (void)max_step, (void)path, (void)cap, (void)data_batch;
     return 1; /* no checkpoints to roll back to */
 }
+void checkpointing_set_aside_after(tsr_trainer *t) { (void)t; }
 int checkpointing_resume(tsr_trainer *t, const char *resume_path, const char *init_from) {
     (void)t;
     if (resume_path || init_from) {
@@ -105,7 +106,9 @@ static void fill_meta(const tsr_trainer *t, ckpt_meta *meta) {
     meta->rollbacks = t->guard.rollbacks;
     meta->updates_skipped = t->guard.updates_skipped;
     guard_format_skips(&t->guard, meta->skipped_batches, sizeof meta->skipped_batches);
-    train_data_mix_tokens(t, t->step + t->data_offset, meta->mix_tokens, sizeof meta->mix_tokens);
+    train_data_mix_tokens(t, meta->mix_tokens, sizeof meta->mix_tokens);
+    train_data_format_plan(t, meta->mix_plan, sizeof meta->mix_plan);
+    guard_format_state(&t->guard, meta->guard_state, sizeof meta->guard_state);
     meta->world_size = t->dist.world;
     meta->global_batch = t->cfg.global_batch;
     meta->seed = t->cfg.seed;
@@ -166,6 +169,20 @@ static int apply_meta(tsr_trainer *t, const ckpt_meta *meta, const char *path, i
                   path, meta->skipped_batches);
         return TSR_EXIT_DATA;
     }
+    if (with_guard && guard_parse_state(&t->guard, meta->guard_state) != 0) {
+        tsr_error("%s: root attribute guard_state = \"%.100s...\": expected \"streak first "
+                  "nonfinite|loss,norm;...\"", path, meta->guard_state);
+        return TSR_EXIT_DATA;
+    }
+    char plan[sizeof meta->mix_plan];
+    train_data_format_plan(t, plan, sizeof plan);
+    if (meta->mix_plan[0] && strcmp(plan, meta->mix_plan) != 0) {
+        tsr_error("%s: the data mix plan (phase start in batches: samples per stream) was \"%s\", "
+                  "this run's is \"%s\": resuming would re-read or skip data. Keep data.mix, "
+                  "data.curriculum and global_batch; a changed max_duration moves phases given "
+                  "in %%: give their `at` as a duration instead", path, meta->mix_plan, plan);
+        return TSR_EXIT_USAGE;
+    }
     t->step = meta->step;
     t->tokens_seen = meta->tokens;
     t->data_offset = meta->data_cursor / gb - meta->step;
@@ -174,30 +191,40 @@ static int apply_meta(tsr_trainer *t, const ckpt_meta *meta, const char *path, i
         t->guard.rollbacks = meta->rollbacks;
         t->guard.updates_skipped = meta->updates_skipped;
     }
+    train_data_reset_seen(t);
     return 0;
 }
 
 int checkpointing_rollback(tsr_trainer *t, int64_t max_step, char *path, size_t cap,
                            int64_t *data_batch) {
-    if (ckpt_newest_at_or_before(t->cfg.run_dir, max_step, path, cap)) return 1;
     ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
     char names[SET_COUNT * TSR_P_COUNT][64];
     ckpt_meta *meta = tsr_malloc(sizeof *meta);
     ckpt_stats st = {0};
-    int n = build_tensors(t, 1, ts, names);
-    int rc = ckpt_load(path, meta, ts, n, NULL, &st);
-    if (!rc) rc = check_batch(t, meta, path);
+    int n = build_tensors(t, 1, ts, names), rc;
+    int64_t found;
+    /* newest first; one that fails to load (CRC, truncation) is reported and the next older tried:
+     * every tensor is read again from the one that loads */
+    while ((rc = ckpt_newest_at_or_before(t->cfg.run_dir, max_step, path, cap, &found)) == 0) {
+        rc = ckpt_load(path, meta, ts, n, NULL, &st);
+        if (!rc) rc = check_batch(t, meta, path);
+        if (!rc) break;
+        if (rc == TSR_EXIT_USAGE) break;
+        if (t->dist.rank == 0) tsr_warn("%s: cannot roll back to it (above); trying an older one", path);
+        max_step = found - 1;
+    }
     /* the guard's record stays the in-memory one: it is newer than the checkpoint's */
     if (!rc) rc = apply_meta(t, meta, path, 0);
     if (!rc) {
         gather_after_load(t, 1);
         *data_batch = meta->data_cursor / t->cfg.global_batch;
-        ckpt_set_aside_after(t->cfg.run_dir, meta->step);
         metrics_log_checkpoint(t, "rollback", path, st.seconds, st.bytes);
     }
     free(meta);
     return rc;
 }
+
+void checkpointing_set_aside_after(tsr_trainer *t) { ckpt_set_aside_after(t->cfg.run_dir, t->step); }
 
 int checkpointing_resume(tsr_trainer *t, const char *resume_arg, const char *init_arg) {
     char resume_buf[1200], init_buf[1200];

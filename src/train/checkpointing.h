@@ -15,11 +15,14 @@ int checkpointing_save(tsr_trainer *t);
  * on a fresh run with init_from, load the weights only. Returns 0 (resumed or fresh) or an exit
  * code after reporting. */
 int checkpointing_resume(tsr_trainer *t, const char *resume_path, const char *init_from);
-/* Spike-guard rollback: loads the newest checkpoint of run_dir at or before max_step (weights,
- * moments, step, data position; the guard's record stays the in-memory one), sets aside the
- * newer ones (step-N.h5.rolledback), and returns 0 with its path and its data batch; 1 when
- * there is none; else an exit code after reporting. Collective. */
+/* Spike-guard rollback: loads the newest checkpoint of run_dir at or before max_step that loads
+ * (weights, moments, step, data position; the guard's record stays the in-memory one; one that
+ * fails verification is reported and an older one tried) and returns 0 with its path and data
+ * batch; 1 when there is none; else an exit code after reporting. Collective. */
 int checkpointing_rollback(tsr_trainer *t, int64_t max_step, char *path, size_t cap,
                            int64_t *data_batch);
+/* After a rollback is committed: renames the checkpoints newer than the current step to
+ * step-N.h5.rolledback (kept, invisible to resume and retention). Collective. */
+void checkpointing_set_aside_after(tsr_trainer *t);
 
 #endif

@@ -48,6 +48,7 @@ static int is_outlier(const tsr_guard *g, int c, double v, char *cmp, size_t n) 
 tsr_guard_verdict guard_judge(tsr_guard *g, int64_t step, double loss, double norm, char *why,
                               size_t why_n) {
     int nonfinite = !isfinite(loss) || !isfinite(norm), outlier = nonfinite;
+    g->rebaselined = 0;
     char cmp[256] = "";
     why[0] = '\0';
     if (nonfinite) {
@@ -90,9 +91,60 @@ tsr_guard_verdict guard_judge(tsr_guard *g, int64_t step, double loss, double no
                  (long long)g->nonfinite_streak);
         return GUARD_STOP;
     }
+    if (g->action != TSR_GUARD_ROLLBACK && !nonfinite && g->streak >= g->patience) {
+        /* warn / skip: a level that lasts is the new normal, not a spike (else every later step
+         * would be an outlier); this step is still treated as one */
+        guard_restart_window(g);
+        g->rebaselined = 1;
+    }
     if (g->action == TSR_GUARD_WARN && !nonfinite) return GUARD_WARN;
     g->updates_skipped++;
     return GUARD_SKIP;
+}
+
+void guard_restart_window(tsr_guard *g) {
+    g->n_hist = g->head = 0;
+    g->streak = g->nonfinite_streak = 0;
+}
+
+/* "streak first nonfinite|loss,norm;loss,norm;..." (window oldest first, %.17g: exact) */
+void guard_format_state(const tsr_guard *g, char *buf, size_t n) {
+    size_t o = (size_t)snprintf(buf, n, "%lld %lld %lld|", (long long)g->streak,
+                                (long long)g->streak_first, (long long)g->nonfinite_streak);
+    for (int64_t i = 0; i < g->n_hist && o < n; i++) {
+        int64_t j = (g->head - g->n_hist + i + g->window) % g->window;
+        o += (size_t)snprintf(buf + o, n - o, "%s%.17g,%.17g", i ? ";" : "", g->hist[2 * j],
+                              g->hist[2 * j + 1]);
+    }
+}
+
+int guard_parse_state(tsr_guard *g, const char *s) {
+    long long streak, first, nonfinite;
+    int used = 0;
+    guard_restart_window(g);
+    if (!s || !*s) return 0; /* older checkpoint: an empty window */
+    if (sscanf(s, "%lld %lld %lld|%n", &streak, &first, &nonfinite, &used) != 3 || used == 0)
+        return -1;
+    s += used;
+    int64_t n = 0;
+    double l, v;
+    while (*s) {
+        if (sscanf(s, "%lf,%lf%n", &l, &v, &used) != 2) return -1;
+        if (g->window > 0) { /* keep the newest window entries (the window may have shrunk) */
+            g->hist[2 * g->head] = l;
+            g->hist[2 * g->head + 1] = v;
+            g->head = (g->head + 1) % g->window;
+            if (g->n_hist < g->window) g->n_hist++;
+        }
+        n++;
+        s += used;
+        if (*s == ';') s++;
+        else if (*s) return -1;
+    }
+    g->streak = streak;
+    g->streak_first = first;
+    g->nonfinite_streak = nonfinite;
+    return 0;
 }
 
 int guard_record_rollback(tsr_guard *g, int64_t lo, int64_t hi) {

@@ -10,9 +10,11 @@
  * Verdicts escalate with guard.action: warn (apply the update, except a non-finite one), skip (no
  * optimizer state change), rollback (skip, and after guard.patience consecutive outliers restore
  * the newest checkpoint older than the first of them and skip the data window that led there);
- * stop when a rollback is needed but guard.max_rollbacks are used up, when there is no
- * checkpoint to roll back to, or (warn, skip) after patience consecutive non-finite steps.
- * All inputs are identical on every rank (all-reduced), so every rank reaches the same verdict.
+ * stop when a rollback is needed but guard.max_rollbacks are used up, or after patience
+ * consecutive non-finite steps that cannot be rolled back. warn / skip restart the window after
+ * patience consecutive finite outliers (a lasting level change); so does rollback when there is
+ * no checkpoint to roll back to (the trainer decides that). The trainer broadcasts rank 0's loss
+ * and norm before judging, so every rank holds the same guard state.
  */
 #ifndef TSR_GUARD_H
 #define TSR_GUARD_H
@@ -37,6 +39,7 @@ typedef struct tsr_guard {
     int64_t streak_first;      /* 1-based step of the streak's first outlier */
     int64_t nonfinite_streak;
     int64_t updates_skipped, rollbacks;
+    int rebaselined;           /* set by guard_judge when it restarted the window (warn / skip) */
     int n_skips;
     int64_t skips[TSR_GUARD_MAX_SKIPS][2]; /* data batches [lo, hi) skipped by rollbacks */
 } tsr_guard;
@@ -46,6 +49,14 @@ void guard_free(tsr_guard *g);
 /* Judges step `step` (1-based: the step being taken). why: a sentence for the log. */
 tsr_guard_verdict guard_judge(tsr_guard *g, int64_t step, double loss, double norm, char *why,
                               size_t why_n);
+/* Empties the window (judging resumes once it is full again) and clears the streak: at a
+ * curriculum phase switch, and when warn / skip meet guard.patience consecutive finite outliers
+ * (a lasting change of level, not a spike). */
+void guard_restart_window(tsr_guard *g);
+/* The window and the streak as text for the checkpoint attribute guard_state, and back (an empty
+ * string gives an empty window). Parse returns -1 on junk. */
+void guard_format_state(const tsr_guard *g, char *buf, size_t n);
+int guard_parse_state(tsr_guard *g, const char *s);
 /* Records a rollback that skipped data batches [lo, hi); clears the streak. Returns -1 when the
  * list is full (TSR_GUARD_MAX_SKIPS). */
 int guard_record_rollback(tsr_guard *g, int64_t lo, int64_t hi);

@@ -122,6 +122,11 @@ static void format_eta(char *buf, size_t n, double s) {
     else snprintf(buf, n, "%lds", v);
 }
 
+static void json_number(char *buf, size_t n, double v) {
+    if (isfinite(v)) snprintf(buf, n, "%.9g", v);
+    else snprintf(buf, n, "null");
+}
+
 void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
     if (t->dist.rank != 0) return;
     /* the first step pays for page faults and thread start-up: keep it out of the average */
@@ -140,28 +145,43 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
         fflush(stdout);
     }
     if (t->metrics) {
+        char loss[32], norm[32]; /* JSON has no NaN: a non-finite value is null */
+        json_number(loss, sizeof loss, st->loss);
+        json_number(norm, sizeof norm, st->grad_norm);
         fprintf(t->metrics,
-                "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+                "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
                 "\"tokens\": %lld, \"tokens_per_s\": %.6g, \"mfu\": %.6g, \"step_time_s\": %.6g, "
                 "\"data_batch\": %lld",
-                (long long)st->step, st->loss, st->lr, st->grad_norm, (long long)t->tokens_seen,
+                (long long)st->step, loss, st->lr, norm, (long long)t->tokens_seen,
                 tok_s, mfu, st->step_time, (long long)st->data_batch);
-        if (t->n_streams > 1) { /* samples drawn from each stream so far */
-            int64_t cum[TSR_MAX_STREAMS];
-            mix_cumulative(&t->mix, st->data_batch + 1, cum);
+        if (t->n_streams > 1) { /* samples trained on from each stream so far, as loaded */
             fprintf(t->metrics, ", \"samples\": {");
             for (int k = 0; k < t->n_streams; k++)
                 fprintf(t->metrics, "%s\"%s\": %lld", k ? ", " : "", t->stream_names[k],
-                        (long long)cum[k]);
+                        (long long)t->stream_seen[k]);
             fprintf(t->metrics, "}, \"stream_tokens\": {");
             for (int k = 0; k < t->n_streams; k++)
                 fprintf(t->metrics, "%s\"%s\": %lld", k ? ", " : "", t->stream_names[k],
-                        (long long)cum[k] * t->T);
+                        (long long)t->stream_seen[k] * t->T);
             fprintf(t->metrics, "}");
         }
-        if (st->verdict != GUARD_OK)
-            fprintf(t->metrics, ", \"guard\": \"%s\"", st->verdict == GUARD_WARN ? "warn" : "skip");
+        static const char *const verdicts[] = {"ok", "warn", "skip", "rollback", "stop"};
+        if (st->verdict != GUARD_OK) fprintf(t->metrics, ", \"guard\": \"%s\"", verdicts[st->verdict]);
         fprintf(t->metrics, "}\n");
+        fflush(t->metrics);
+    }
+}
+
+void metrics_log_guard_note(const tsr_trainer *t, const char *action, const tsr_step_stats *st,
+                            const char *note) {
+    if (t->dist.rank != 0) return;
+    printf("guard: %s at step %lld (data batch %lld): %s\n", action, (long long)st->step,
+           (long long)st->data_batch, note);
+    fflush(stdout);
+    if (t->metrics) {
+        fprintf(t->metrics, "{\"event\": \"guard\", \"action\": \"%s\", \"step\": %lld, "
+                "\"data_batch\": %lld, \"why\": \"%s\"}\n", action, (long long)st->step,
+                (long long)st->data_batch, note);
         fflush(t->metrics);
     }
 }
@@ -171,13 +191,14 @@ void metrics_log_guard(const tsr_trainer *t, const char *action, const tsr_step_
     printf("guard: %s step %lld (data batch %lld): %s\n", action, (long long)st->step,
            (long long)st->data_batch, st->why);
     fflush(stdout);
+    char loss[32], norm[32];
+    json_number(loss, sizeof loss, st->loss);
+    json_number(norm, sizeof norm, st->grad_norm);
     if (t->metrics) {
         fprintf(t->metrics,
                 "{\"event\": \"guard\", \"action\": \"%s\", \"step\": %lld, \"data_batch\": %lld, "
-                "\"outlier_loss\": %.9g, \"outlier_grad_norm\": %.9g, \"why\": \"%s\"}\n",
-                action, (long long)st->step, (long long)st->data_batch,
-                isfinite(st->loss) ? st->loss : -1.0, isfinite(st->grad_norm) ? st->grad_norm : -1.0,
-                st->why);
+                "\"outlier_loss\": %s, \"outlier_grad_norm\": %s, \"why\": \"%s\"}\n",
+                action, (long long)st->step, (long long)st->data_batch, loss, norm, st->why);
         fflush(t->metrics);
     }
 }

@@ -23,6 +23,9 @@ void metrics_log_checkpoint(const tsr_trainer *t, const char *what, const char *
                             double seconds, uint64_t bytes);
 /* A step the spike guard did not pass ("warn", "skip", "stop"), with its reason (rank 0). */
 void metrics_log_guard(const tsr_trainer *t, const char *action, const tsr_step_stats *st);
+/* A guard event without an outlier comparison: "rebaseline", "restart-window" (rank 0). */
+void metrics_log_guard_note(const tsr_trainer *t, const char *action, const tsr_step_stats *st,
+                            const char *note);
 /* A rollback from from_step to t->step that skips data batches [lo, hi) (rank 0). */
 void metrics_log_rollback(const tsr_trainer *t, int64_t from_step, const char *path, int64_t lo,
                           int64_t hi);

@@ -71,6 +71,7 @@ int train_data_plan(tsr_trainer *t) {
     double w[TSR_MAX_PHASES + 1][TSR_MAX_STREAMS];
     int64_t start[TSR_MAX_PHASES + 1];
     int np = 1;
+    int64_t prev_at = 0;
     start[0] = 0;
     for (int k = 0; k < t->n_streams; k++) w[0][k] = base_weight(t, k);
     for (int i = 0; i < dc->n_phases; i++) {
@@ -79,17 +80,24 @@ int train_data_plan(tsr_trainer *t) {
                          ? (int64_t)floor((double)t->total_steps * ph->at_percent / 100.0)
                          : duration_to_steps(ph->at, t->cfg.global_batch, t->cfg.seq_len,
                                              train_data_epoch_samples(t));
-        int p = at == 0 ? 0 : np++; /* a phase at 0 replaces the base weights */
+        /* a first phase at step 0 replaces the base weights; any other must start after the
+         * phase before it (percents of a short run can round onto the same step) */
+        int p = at == 0 && i == 0 ? 0 : np++;
+        if (i > 0 && at <= prev_at) {
+            tsr_error("%s: data.curriculum[%d] starts at step %lld, not after data.curriculum[%d] "
+                      "(step %lld): list the phases in increasing `at`, at least one step apart",
+                      t->cfg.source, i, (long long)at, i - 1, (long long)prev_at);
+            return TSR_EXIT_USAGE;
+        }
+        prev_at = at;
         start[p] = at;
         for (int k = 0; k < t->n_streams; k++) {
-            double b = base_weight(t, k);
-            w[p][k] = !ph->named[k] ? b : ph->kind == TSR_PHASE_PROPORTION ? ph->w[k] : b * ph->w[k];
-        }
-        if (p > 0 && start[p] <= start[p - 1]) {
-            tsr_error("%s: data.curriculum[%d] starts at step %lld, not after the phase before it "
-                      "(step %lld): list the phases in increasing `at`", t->cfg.source, i,
-                      (long long)start[p], (long long)start[p - 1]);
-            return TSR_EXIT_USAGE;
+            double b = base_weight(t, k), v = ph->w[k];
+            /* proportion phases give weights in the stream's own unit: a repeat stream's value is
+             * a repeat factor (x its size), a choose stream's a sample count */
+            if (ph->kind == TSR_PHASE_PROPORTION && dc->streams[k].kind == TSR_MIX_REPEAT)
+                v = round(v * (double)t->samplers[k].n);
+            w[p][k] = !ph->named[k] ? b : ph->kind == TSR_PHASE_PROPORTION ? v : b * v;
         }
     }
     char why[256];
@@ -121,9 +129,9 @@ int64_t train_data_read(const tsr_dataset *ds, const char *name, int T, uint64_t
 
 /* TSR_FAULT="garbage:LO:HI" (test hook): is data batch d in [LO, HI)? */
 static int garbage_batch(int64_t d) {
-    const char *f = getenv("TSR_FAULT");
+    const char *f = tsr_fault("garbage");
     long long lo, hi;
-    return f && sscanf(f, "garbage:%lld:%lld", &lo, &hi) == 2 && d >= lo && d < hi;
+    return f && sscanf(f, "%lld:%lld", &lo, &hi) == 2 && d >= lo && d < hi;
 }
 
 static uint64_t hash64(uint64_t x) {
@@ -136,8 +144,10 @@ int64_t train_data_load(tsr_trainer *t, int64_t d) {
     int64_t lo = t->dist.rank * t->per_rank, counted = 0;
     mix_slots(&t->mix, d, lo, lo + t->per_rank, t->slot_stream, t->slot_pos);
     int garbage = garbage_batch(d);
+    memset(t->stream_loaded, 0, sizeof t->stream_loaded);
     for (int64_t i = 0; i < t->per_rank; i++) {
         int k = t->slot_stream[i];
+        t->stream_loaded[k]++;
         uint64_t idx = sampler_index(&t->samplers[k], t->slot_pos[i]);
         int32_t *in = t->inputs + i * t->T, *tg = t->targets + i * t->T;
         counted += train_data_read(t->streams[k], t->stream_paths[k], t->T, idx, in, tg);
@@ -151,14 +161,33 @@ int64_t train_data_load(tsr_trainer *t, int64_t d) {
     return counted;
 }
 
-void train_data_mix_tokens(const tsr_trainer *t, int64_t d, char *buf, size_t n) {
-    int64_t cum[TSR_MAX_STREAMS];
-    mix_cumulative(&t->mix, d, cum);
+void train_data_mix_tokens(const tsr_trainer *t, char *buf, size_t n) {
     size_t o = 0;
     buf[0] = '\0';
     for (int k = 0; k < t->n_streams && o < n; k++)
         o += (size_t)snprintf(buf + o, n - o, "%s%s=%lld", k ? "," : "", t->stream_names[k],
-                              (long long)cum[k] * t->T);
+                              (long long)t->stream_seen[k] * t->T);
+}
+
+void train_data_reset_seen(tsr_trainer *t) {
+    int64_t d = t->step + t->data_offset, lo[TSR_MAX_STREAMS], hi[TSR_MAX_STREAMS];
+    mix_cumulative(&t->mix, d, t->stream_seen);
+    for (int i = 0; i < t->guard.n_skips; i++) { /* windows a rollback skipped were not trained on */
+        if (t->guard.skips[i][1] > d) continue;
+        mix_cumulative(&t->mix, t->guard.skips[i][0], lo);
+        mix_cumulative(&t->mix, t->guard.skips[i][1], hi);
+        for (int k = 0; k < t->n_streams; k++) t->stream_seen[k] -= hi[k] - lo[k];
+    }
+}
+
+void train_data_format_plan(const tsr_trainer *t, char *buf, size_t n) {
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int p = 0; p < t->mix.n_phases && o < n; p++) {
+        o += (size_t)snprintf(buf + o, n - o, "%s%lld:", p ? ";" : "", (long long)t->mix.start[p]);
+        for (int k = 0; k < t->n_streams && o < n; k++)
+            o += (size_t)snprintf(buf + o, n - o, "%s%lld", k ? "," : "", (long long)t->mix.count[p][k]);
+    }
 }
 
 /* ---- staging (docs/staging.md) ---- */

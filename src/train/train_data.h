@@ -22,8 +22,14 @@ int64_t train_data_load(tsr_trainer *t, int64_t d);
  * every rank. Returns the count of counted targets. */
 int64_t train_data_read(const tsr_dataset *ds, const char *name, int T, uint64_t idx,
                         int32_t *inputs, int32_t *targets);
-/* "name=tokens,...": tokens (samples x seq_len) drawn from each stream in batches [0, d). */
-void train_data_mix_tokens(const tsr_trainer *t, int64_t d, char *buf, size_t n);
+/* "name=tokens,...": tokens trained on from each stream (t->stream_seen x seq_len). */
+void train_data_mix_tokens(const tsr_trainer *t, char *buf, size_t n);
+/* t->stream_seen from the plan at the current data batch, less the windows rollbacks skipped (at
+ * start, after a resume or a rollback); steps then add what they actually loaded. */
+void train_data_reset_seen(tsr_trainer *t);
+/* The plan as "start:count,count;start:...", phase starts in data batches: stored in checkpoints
+ * so a resume with a plan that moved (a changed max_duration moves percent phases) is refused. */
+void train_data_format_plan(const tsr_trainer *t, char *buf, size_t n);
 /* Staging (data.stage_to): opens the stagers; at each step boundary announces the next window
  * and installs redirects. No-ops without data.stage_to. */
 int train_data_stage_open(tsr_trainer *t);

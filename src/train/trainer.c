@@ -106,21 +106,26 @@ static int param_decays(const tsr_optim_config *o, tsr_param_kind kind) {
 /* Test-only faults inside a step's compute (TSR_FAULT, see maybe_fault): "slow:MS:RANK" makes RANK
  * sleep MS ms in every step (a straggler); "hang:STEP:RANK" makes it stop for good in step STEP. */
 static void compute_fault(const tsr_trainer *t) {
-    const char *f = getenv("TSR_FAULT");
-    char kind[8] = "";
     long long a = -1, rank = -1;
-    if (!f || sscanf(f, "%7[a-z0-9]:%lld:%lld", kind, &a, &rank) != 3 || rank != t->dist.rank) return;
-    if (!strcmp(kind, "slow") && a > 0) usleep((useconds_t)(a * 1000));
-    if (!strcmp(kind, "hang") && a == t->step + 1)
+    const char *f = tsr_fault("slow");
+    if (f && sscanf(f, "%lld:%lld", &a, &rank) == 2 && rank == t->dist.rank && a > 0)
+        usleep((useconds_t)(a * 1000));
+    f = tsr_fault("hang");
+    if (f && sscanf(f, "%lld:%lld", &a, &rank) == 2 && rank == t->dist.rank && a == t->step + 1)
         for (;;) pause();
 }
 
-/* Test-only (TSR_FAULT="nan:STEP:RANK"): RANK's gradient gets a NaN in step STEP (1-based). */
+/* Test-only (TSR_FAULT="nan:STEP:RANK" or "nan:FROM-TO:RANK"): RANK's gradient gets a NaN in
+ * step STEP (1-based), or in every step FROM..TO. */
 static void nan_fault(tsr_trainer *t) {
-    const char *f = getenv("TSR_FAULT");
-    long long step, rank;
-    if (f && sscanf(f, "nan:%lld:%lld", &step, &rank) == 2 && step == t->step + 1 &&
-        rank == t->dist.rank)
+    const char *f = tsr_fault("nan");
+    long long from, to, rank;
+    if (!f) return;
+    if (sscanf(f, "%lld-%lld:%lld", &from, &to, &rank) != 3) {
+        if (sscanf(f, "%lld:%lld", &from, &rank) != 2) return;
+        to = from;
+    }
+    if (t->step + 1 >= from && t->step + 1 <= to && rank == t->dist.rank)
         t->model.grads[t->model.n_params / 2] = NAN;
 }
 
@@ -130,8 +135,14 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     tsr_model *m = &t->model;
     const tsr_optim_config *o = &t->cfg.optim;
     int64_t d = t->step + t->data_offset;
-    int64_t counted = train_data_load(t, d);
-    dist_allreduce_sum_i64(&counted, 1);
+    int64_t sums[1 + TSR_MAX_STREAMS]; /* counted targets, then samples per stream */
+    sums[0] = train_data_load(t, d);
+    for (int k = 0; k < t->n_streams; k++) sums[1 + k] = t->stream_loaded[k];
+    dist_allreduce_sum_i64(sums, 1 + (size_t)t->n_streams);
+    int64_t counted = sums[0];
+    /* a curriculum phase starts: its loss level may differ, so the spike window starts over */
+    st->phase_switch = d > 0 && mix_phase(&t->mix, d) != mix_phase(&t->mix, d - 1);
+    if (st->phase_switch) guard_restart_window(&t->guard);
     float scale = counted > 0 ? 1.0f / (float)counted : 0.0f;
     watchdog_phase(WD_COMPUTE, t->step);
     double tc = tsr_now();
@@ -167,9 +178,13 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     double loss = counted > 0 ? loss_sum / (double)counted : NAN;
     /* the spike guard judges before the update; every rank sees the same all-reduced numbers,
      * and the max makes the verdict one even if a reduction differed in the last bit */
-    double verdict = guard_judge(&t->guard, t->step + 1, loss, norm, st->why, sizeof st->why);
-    if (t->dist.world > 1) dist_allreduce_max_f64(&verdict, 1);
-    st->verdict = (tsr_guard_verdict)verdict;
+    /* the spike guard judges before the update, on rank 0's numbers (all-reduced, so equal on
+     * every rank unless a reduction differed in the last bit): every rank's guard state and
+     * verdict are then the same by construction */
+    double judged[2] = {loss, norm};
+    if (t->dist.world > 1) dist_bcast(judged, sizeof judged, 0);
+    st->verdict = guard_judge(&t->guard, t->step + 1, judged[0], judged[1], st->why, sizeof st->why);
+    st->rebaselined = t->guard.rebaselined;
     t->step++;
     int apply = st->verdict == GUARD_OK || st->verdict == GUARD_WARN;
     if (apply) t->optim_step++;
@@ -186,6 +201,7 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     if (apply && t->zero1) dist_allgatherv_f32(m->params, t->part_counts, t->part_displs);
     t->tokens_seen += t->cfg.global_batch * t->T;
     st->step = t->step;
+    for (int k = 0; apply && k < t->n_streams; k++) t->stream_seen[k] += sums[1 + k];
     st->loss = loss;
     st->data_batch = d;
     st->lr = lr;
@@ -218,14 +234,14 @@ double trainer_eval(tsr_trainer *t) {
  * SIGUSR1 (a stop request, as Slurm's --signal would) at exactly that point; "term:STEP:RANK"
  * sends SIGTERM (what scancel and a requeue send). */
 static void maybe_fault(const tsr_trainer *t) {
-    const char *f = getenv("TSR_FAULT");
-    char kind[8] = "";
-    long long step = -1, rank = -1;
-    if (!f || sscanf(f, "%7[a-z0-9]:%lld:%lld", kind, &step, &rank) != 3) return;
-    if (step != t->step || rank != t->dist.rank) return;
-    if (!strcmp(kind, "kill")) raise(SIGKILL);
-    if (!strcmp(kind, "usr1")) raise(SIGUSR1);
-    if (!strcmp(kind, "term")) raise(SIGTERM);
+    static const char *const kinds[] = {"kill", "usr1", "term"};
+    static const int sigs[] = {SIGKILL, SIGUSR1, SIGTERM};
+    for (int i = 0; i < 3; i++) {
+        const char *f = tsr_fault(kinds[i]);
+        long long step = -1, rank = -1;
+        if (f && sscanf(f, "%lld:%lld", &step, &rank) == 2 && step == t->step && rank == t->dist.rank)
+            raise(sigs[i]);
+    }
 }
 
 /* rank 0: run_dir/guard-report.json, what the guard saw and did, when it stops the run */
@@ -257,6 +273,9 @@ static int guard_respond(tsr_trainer *t, const tsr_step_stats *st) {
     char reason[800];
     if (st->verdict == GUARD_WARN || st->verdict == GUARD_SKIP) {
         metrics_log_guard(t, st->verdict == GUARD_WARN ? "warn" : "skip", st);
+        if (st->rebaselined)
+            metrics_log_guard_note(t, "rebaseline", st, "guard.patience consecutive outliers: taken "
+                                   "as a lasting change of level, the window starts over");
         return 0;
     }
     snprintf(reason, sizeof reason, "%s", st->why);
@@ -264,24 +283,38 @@ static int guard_respond(tsr_trainer *t, const tsr_step_stats *st) {
         metrics_log_guard(t, "rollback", st);
         char path[1200];
         int64_t from = t->step, d_next = t->step + t->data_offset, d_c = 0;
-        int rc = checkpointing_rollback(t, g->streak_first - 1, path, sizeof path, &d_c);
+        int nonfinite = g->nonfinite_streak > 0;
+        int rc = g->n_skips >= TSR_GUARD_MAX_SKIPS ? -1 /* no room to record the skip */
+                 : checkpointing_rollback(t, g->streak_first - 1, path, sizeof path, &d_c);
         if (rc == 0) {
-            if (guard_record_rollback(g, d_c, d_next) != 0) {
-                snprintf(reason, sizeof reason, "%d skipped data windows recorded: no room for "
-                         "another", TSR_GUARD_MAX_SKIPS);
-            } else {
-                t->data_offset = d_next - t->step;
-                metrics_log_rollback(t, from, path, d_c, d_next);
-                /* commit the restored step with the skip recorded: a crash from here on
-                 * resumes exactly this trajectory */
-                return (rc = checkpointing_save(t)) ? rc : 1;
-            }
+            guard_record_rollback(g, d_c, d_next);
+            t->data_offset = d_next - t->step;
+            train_data_reset_seen(t);
+            t->stage_started = 0; /* the data position jumped: announce new windows */
+            metrics_log_rollback(t, from, path, d_c, d_next);
+            /* commit the restored step with the skip recorded (this also points `latest` at
+             * it), then set the abandoned trajectory's checkpoints aside */
+            if ((rc = checkpointing_save(t))) return rc;
+            checkpointing_set_aside_after(t);
+            return 1;
+        }
+        if (rc == -1) {
+            snprintf(reason, sizeof reason, "%s; %d skipped data windows are recorded, no room for "
+                     "another", st->why, TSR_GUARD_MAX_SKIPS);
         } else if (rc != 1) {
             return rc;
+        } else if (!nonfinite) {
+            /* no checkpoint from before the spike: keep going on the new level rather than stop
+             * a run for a finite spike (loudly: the data window stays in the run) */
+            guard_restart_window(g);
+            metrics_log_guard_note(t, "rebaseline", st, "no checkpoint before the spike to roll "
+                                   "back to (save more often: save_interval, keep_last); the "
+                                   "window starts over");
+            return 0;
         } else {
             snprintf(reason, sizeof reason, "%s; no checkpoint at or before step %lld (before the "
-                     "first outlier) to roll back to: lower save_interval", st->why,
-                     (long long)(g->streak_first - 1));
+                     "first non-finite step) to roll back to: save more often (save_interval) and "
+                     "keep more (keep_last)", st->why, (long long)(g->streak_first - 1));
         }
     }
     if (t->dist.rank == 0) {
@@ -318,6 +351,9 @@ int trainer_run(tsr_trainer *t) {
         train_data_stage_step(t);
         trainer_step(t, &st);
         metrics_log_step(t, &st);
+        if (st.phase_switch)
+            metrics_log_guard_note(t, "restart-window", &st, "a data-mix curriculum phase starts "
+                                   "with this batch: the spike window starts over");
         if (st.verdict != GUARD_OK) {
             if (st.verdict == GUARD_ROLLBACK) watchdog_phase(WD_CHECKPOINT, t->step);
             rc = guard_respond(t, &st);
@@ -332,7 +368,9 @@ int trainer_run(tsr_trainer *t) {
             watchdog_phase(WD_EVAL, t->step);
             metrics_log_eval(t, trainer_eval(t));
         }
-        if ((t->save_every > 0 && t->step % t->save_every == 0) || last) {
+        /* no periodic save inside an outlier streak: it would be useless to a rollback and its
+         * retention could delete the last checkpoint from before the spike */
+        if ((t->save_every > 0 && t->step % t->save_every == 0 && t->guard.streak == 0) || last) {
             watchdog_phase(WD_CHECKPOINT, t->step);
             if ((rc = checkpointing_save(t))) return watchdog_stop(), rc;
             committed = t->step;

@@ -28,6 +28,8 @@ typedef struct tsr_step_stats {
     int64_t data_batch;    /* index of the global batch in the data stream (docs/spike-guard.md) */
     tsr_guard_verdict verdict; /* GUARD_OK: the update was applied normally */
     char why[512];         /* the guard's reason when verdict != GUARD_OK */
+    int rebaselined;       /* the guard restarted its window after this step's outlier */
+    int phase_switch;      /* this step's batch starts a curriculum phase */
 } tsr_step_stats;
 
 struct tsr_stager;
@@ -46,6 +48,8 @@ typedef struct tsr_trainer {
     const char *stream_names[TSR_MAX_STREAMS], *stream_paths[TSR_MAX_STREAMS];
     tsr_sampler samplers[TSR_MAX_STREAMS];
     tsr_mix mix;
+    int64_t stream_seen[TSR_MAX_STREAMS];   /* samples trained on per stream (not skipped away) */
+    int64_t stream_loaded[TSR_MAX_STREAMS]; /* this rank's samples per stream in the current batch */
     int *slot_stream;            /* (per_rank) scratch of load_batch */
     uint64_t *slot_pos;
     struct tsr_stager *stagers[TSR_MAX_STREAMS]; /* data.stage_to, else NULL */
