@@ -8,7 +8,7 @@
 #  - repeat / choose weights; refused configs name the problem (exit 1).
 source "$(dirname "$0")/lib.sh"
 tsr_tmpdir
-tap_plan 10
+tap_plan 11
 make_synth "$TMP/web"
 "$TOOL" synth --out "$TMP/dom" --vocab 512 --tokens 60000 --seed 2 >/dev/null
 # a config file: tiny.cfg with its data group replaced by a mix
@@ -107,3 +107,10 @@ tap_check $? "refused with exit 1 naming file, line and key: proportion mixed wi
     diff <(sed -n '/^data = {/,/^};/p' "$TMP/A/config.cfg") <(sed -n '/^data = {/,/^};/p' "$TMP/rt.txt") >/dev/null &&
     grep -q 'curriculum = (' "$TMP/A/config.cfg"
 tap_check $? "the effective config in the run directory holds the mix and the curriculum and loads back unchanged"
+
+cp -r "$TMP/A" "$TMP/X"
+run 2 "$TMP/X" --set max_duration=80ba >"$TMP/X.txt" 2>&1
+rc=$?
+sed 's/^/# /' "$TMP/X.txt" | grep error | head -2
+[[ $rc == 1 ]] && grep -q 'the data mix plan .* was "0:6,2;20:4,4", this run.s is "0:6,2;40:4,4"' "$TMP/X.txt"
+tap_check $? "resuming with a longer max_duration would move the 50% phase: refused with exit 1 naming both plans (got $rc)"
