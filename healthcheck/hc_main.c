@@ -125,21 +125,10 @@ static void gather(const hc_opts *o, const hc_thresholds *t, unsigned faults, co
     if (d->world < 2) snprintf(f->skipped, sizeof f->skipped, "allreduce (1 rank: no partner node)");
 }
 
-/* Started by mpirun or srun --mpi=...? A node-local check run by slurmd (Prolog, Epilog,
- * HealthCheckProgram) is not, and OpenMPI's singleton MPI_Init then aborts with exit 1 (it finds the
- * job's Slurm variables but no PMI server): an exit the wrappers would read as "unhealthy". So
- * without a launcher the checker runs as a world of one and never touches MPI. */
-static int mpi_launched(void) {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"};
-    for (size_t k = 0; k < sizeof vars / sizeof *vars; k++)
-        if (getenv(vars[k])) return 1;
-    return 0;
-}
-
 int main(int argc, char **argv) {
     blas_fix_coretype(argv);
     tsr_dist d;
-    if (mpi_launched()) {
+    if (dist_launched()) { /* not under slurmd's prolog: dist.h says why that matters */
         dist_init(&d, &argc, &argv);
     } else {
         dist_init_single(&d);

@@ -90,6 +90,13 @@ void *tsr_calloc_(size_t n, size_t size, const char *file, int line) {
     return p;
 }
 
+void *tsr_realloc_(void *p, size_t n, const char *file, int line) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q)
+        tsr_die(TSR_EXIT_INTERNAL, "%s:%d: realloc(%zu bytes) failed: out of memory", file, line, n);
+    return q;
+}
+
 int tsr_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
     char *end;
     if (!s || !*s) return 1;

@@ -46,8 +46,10 @@ _Noreturn void tsr_exit(int code);
 /* Checked libc wrappers: on failure they die naming the call, the argument, file and line. */
 void *tsr_malloc_(size_t n, const char *file, int line);
 void *tsr_calloc_(size_t n, size_t size, const char *file, int line);
+void *tsr_realloc_(void *p, size_t n, const char *file, int line);
 #define tsr_malloc(n) tsr_malloc_((n), __FILE__, __LINE__)
 #define tsr_calloc(n, s) tsr_calloc_((n), (s), __FILE__, __LINE__)
+#define tsr_realloc(p, n) tsr_realloc_((p), (n), __FILE__, __LINE__)
 
 /* Relay a nonzero status from a library call, noting where it was relayed from. */
 #define TSR_CHECK(call)                                                                  \

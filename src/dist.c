@@ -62,31 +62,38 @@ void dist_finalize(void) {
 
 int dist_is_initialized(void) { return initialized; }
 
+/* Without MPI_Init (dist_init_single: a world of one) the collectives are what they are for one
+ * rank: sums and maxima are the input, gathers copy, the rest does nothing. */
 void dist_allreduce_sum_f32(float *buf, size_t n) {
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    if (initialized) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
 }
 void dist_allreduce_sum_f64(double *buf, size_t n) {
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    if (initialized) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
 }
 void dist_allreduce_sum_i64(int64_t *buf, size_t n) {
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+    if (initialized) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
 }
 void dist_allreduce_max_f64(double *buf, size_t n) {
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    if (initialized) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
 }
 void dist_reduce_scatter_sum_f32(const float *send, float *recv, const int *counts) {
-    MPI_CHECK(MPI_Reduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    if (!initialized) memcpy(recv, send, (size_t)counts[0] * sizeof(float));
+    else MPI_CHECK(MPI_Reduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
 }
 void dist_allgatherv_f32(float *buf, const int *counts, const int *displs) {
-    MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT,
-                             MPI_COMM_WORLD));
+    if (initialized)
+        MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT,
+                                 MPI_COMM_WORLD));
 }
 void dist_allgather(const void *mine, void *all, size_t bytes) {
-    MPI_CHECK(MPI_Allgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, MPI_COMM_WORLD));
+    if (!initialized) memcpy(all, mine, bytes);
+    else MPI_CHECK(MPI_Allgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, MPI_COMM_WORLD));
 }
-void dist_barrier(void) { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+void dist_barrier(void) {
+    if (initialized) MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+}
 void dist_bcast(void *buf, size_t bytes, int root) {
-    MPI_CHECK(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD));
+    if (initialized) MPI_CHECK(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD));
 }
 void dist_abort(int code) {
     MPI_Abort(MPI_COMM_WORLD, code);
@@ -132,3 +139,10 @@ void dist_abort(int code) { exit(code); }
 void dist_version(char *buf, size_t n) { snprintf(buf, n, "no MPI (NO_MPI=1 build)"); }
 
 #endif
+
+int dist_launched(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"};
+    for (size_t k = 0; k < sizeof vars / sizeof *vars; k++)
+        if (getenv(vars[k])) return 1;
+    return 0;
+}

@@ -21,6 +21,11 @@ void dist_init(tsr_dist *d, int *argc, char ***argv);
  * healthcheck/hc_main.c); dist_is_initialized() stays 0. The NO_MPI build's dist_init uses it. */
 void dist_init_single(tsr_dist *d);
 void dist_finalize(void);
+/* Started by mpirun or srun --mpi=...? (an MPI launcher's variables are set). A program run by
+ * slurmd (Prolog, HealthCheckProgram) or by hand is not, and OpenMPI's singleton MPI_Init then
+ * aborts with exit 1 when it finds a job's Slurm variables but no PMI server: such programs use
+ * dist_init_single instead (tessera-healthcheck, tessera eval). */
+int dist_launched(void);
 int dist_is_initialized(void);
 /* In-place sums over all ranks. */
 void dist_allreduce_sum_f32(float *buf, size_t n);

@@ -160,6 +160,10 @@ static void walk(load_ctx *c, const config_setting_t *grp, const char *group) {
         cfgtab_value v;
         setting_value(s, &v);
         const cfgtab_key *k = cfgtab_find(full);
+        if (!k && !strcmp(full, "icl_tasks")) {
+            c->errors += cfgicl_parse(s, file, c->cfg);
+            continue;
+        }
         if (!k && (!strcmp(full, "data.mix") || !strcmp(full, "data.curriculum"))) {
             /* a curriculum after a refused mix would only repeat that error */
             if (full[5] == 'c' && c->mix_line && c->cfg->data.n_streams == 0) continue;
@@ -247,7 +251,7 @@ static void apply_set(load_ctx *c, const char *arg) {
     }
     snprintf(key, sizeof key, "%.*s", (int)(eq - arg), arg);
     const cfgtab_key *k = cfgtab_find(key);
-    if (!k && (!strcmp(key, "data.mix") || !strcmp(key, "data.curriculum"))) {
+    if (!k && (!strcmp(key, "data.mix") || !strcmp(key, "data.curriculum") || !strcmp(key, "icl_tasks"))) {
         tsr_error("--set %.500s: %s is a list: write it in the config file (docs/config.md)", arg, key);
         c->errors++;
         return;
@@ -554,6 +558,7 @@ void config_doc_markdown(FILE *f) {
         md_table(f, name, (size_t)(dot - name));
         if (!mix_done && !strncmp(name, "data.", 5)) cfgmix_doc(f), mix_done = 1;
     }
+    cfgicl_doc(f);
     fprintf(f, "\n## Checks across keys\n\n");
     for (size_t i = 0; i < sizeof cross_rules / sizeof *cross_rules; i++)
         fprintf(f, "- %s\n", cross_rules[i]);

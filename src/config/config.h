@@ -75,6 +75,19 @@ typedef struct tsr_data_config {
     tsr_phase_config phases[TSR_MAX_PHASES];
 } tsr_data_config;
 
+/* In-context-learning tasks for `tessera eval` (icl_tasks; docs/eval.md; parsed by config_icl.c) */
+#define TSR_MAX_ICL_TASKS 32
+typedef enum { TSR_ICL_MC = 0, TSR_ICL_LM, TSR_ICL_SCHEMA, TSR_ICL_COUNT } tsr_icl_type;
+typedef struct tsr_icl_task_config {
+    char label[64];
+    tsr_icl_type type;
+    char path[1024];          /* JSONL in LLM Foundry's schema for the type */
+    int fewshot;
+    char continuation_delimiter[16], example_delimiter[16];
+} tsr_icl_task_config;
+/* "multiple_choice", "language_modeling", "schema" */
+const char *config_icl_type_name(int type);
+
 typedef enum { TSR_GUARD_ZSCORE = 0, TSR_GUARD_MULTIPLIER, TSR_GUARD_METHOD_COUNT } tsr_guard_method;
 typedef enum { TSR_GUARD_WARN = 0, TSR_GUARD_SKIP, TSR_GUARD_ROLLBACK, TSR_GUARD_ACTION_COUNT } tsr_guard_action;
 
@@ -96,6 +109,8 @@ typedef struct tsr_config {
         int64_t top_k;      /* 0 = the whole vocabulary */
     } sample;
     tsr_sharding_kind sharding;
+    int n_icl;
+    tsr_icl_task_config icl[TSR_MAX_ICL_TASKS];
     struct {
         int64_t window;       /* steps per straggler/MFU window; 0 = off */
         double slow_factor;   /* a rank slower than the lower median by this factor is slow */

@@ -642,6 +642,7 @@ void config_print(FILE *f, const tsr_config *cfg) {
         cfgtab_format(&cfgtab_keys[i], cfg, val, sizeof val);
         fprintf(f, "%s = %s;\n", cfgtab_keys[i].name, val);
     }
+    cfgicl_print(f, cfg);
     for (int i = 0; i < cfgtab_n_keys; i++) {
         const char *name = cfgtab_keys[i].name, *dot = strchr(name, '.');
         size_t glen = dot ? (size_t)(dot - name) : 0;

@@ -1,0 +1,344 @@
+/* eval_cmd.c — `tessera eval`: a checkpoint's validation loss per dataset and its in-context-
+ * learning accuracy per task, with LLM Foundry's gauntlet-style aggregate (docs/eval.md).
+ *
+ * Run by hand (one process) or under mpirun/srun (the examples and validation samples are split
+ * over the ranks; every rank reads the model itself). The model and its architecture come from
+ * the checkpoint's stored config; what to evaluate (data.val, eval_samples, icl_tasks,
+ * data.tokenizer, micro_batch, threads) comes from --config when given, else from the stored
+ * config, with --set applied to both. */
+#include "eval/eval_cmd.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "common.h"
+#include "dist.h"
+
+#ifdef TSR_NO_MPI
+int cmd_eval(int argc, char **argv) {
+    (void)argc, (void)argv;
+    tsr_error("eval: reads HDF5 checkpoints, which the NO_MPI=1 build has no library for");
+    return TSR_EXIT_USAGE;
+}
+#else
+#include "../../checkpoint/ckpt_model.h"
+#include "blas_env.h"
+#include "data/data.h"
+#include "eval/icl.h"
+#include "fsutil.h"
+
+static const cli_opt eval_opts[] = {
+    {"ckpt", 'c', "PATH", "checkpoint: a step-*.h5 file, a run directory or its `latest` (required)"},
+    {"config", 'f', "FILE", "recipe with what to evaluate (data.val, icl_tasks, eval_samples); "
+                            "default: the checkpoint's own config"},
+    {"set", 's', "KEY=VALUE", "override a key of that config (repeatable), e.g. threads=4"},
+    {"val", 'v', "DIR", "another validation dataset (repeatable)"},
+    {"out", 'o', "FILE", "write the JSON report here too (temp file + rename)"},
+    {"seed", 'S', "SEED", "seed of the few-shot example choice (default 1234)"},
+    {"help", 'h', NULL, "show this help"},
+};
+static const cli_cmd eval_spec = {
+    "eval", "",
+    "Scores a checkpoint: validation loss and perplexity per dataset, accuracy per in-context-\n"
+    "learning task (multiple_choice, language_modeling, schema; LLM Foundry's JSONL), and the\n"
+    "average of the tasks' accuracies above their random baselines. Under mpirun/srun the work is\n"
+    "split over the ranks. Exit 0 ok, 1 usage or config error, 2 checkpoint, data or task error.",
+    eval_opts, (int)(sizeof eval_opts / sizeof eval_opts[0]),
+};
+
+#define MAX_SETS 64
+#define MAX_VALS 16
+
+typedef struct eval_args {
+    const char *ckpt, *config, *out;
+    const char *sets[MAX_SETS], *vals[MAX_VALS];
+    int n_sets, n_vals;
+    int64_t seed;
+} eval_args;
+
+static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
+    eval_args *a = ctx;
+    switch (ch) {
+    case 'c': a->ckpt = val; return 0;
+    case 'f': a->config = val; return 0;
+    case 'o': a->out = val; return 0;
+    case 'S': return cli_number(c, ch, val, 0, INT64_MAX, &a->seed);
+    case 's':
+        if (a->n_sets == MAX_SETS) return cli_usage_error(c, "too many --set options", "");
+        a->sets[a->n_sets++] = val;
+        return 0;
+    case 'v':
+        if (a->n_vals == MAX_VALS) return cli_usage_error(c, "too many --val options", "");
+        a->vals[a->n_vals++] = val;
+        return 0;
+    }
+    return TSR_EXIT_USAGE;
+}
+
+/* A batch of up to B sequences of T tokens: inputs, targets (-1 = not scored). */
+typedef struct batch {
+    int B, T, n;
+    int32_t *in, *tg;
+} batch;
+
+/* Puts option o (context + continuation, the context cut from the left to fit T + 1 tokens) in
+ * row r; targets are the continuation tokens only. */
+static void put_option(batch *b, int r, const icl_option *o) {
+    int n = o->n_ctx + o->n_cont, skip = n > b->T + 1 ? n - (b->T + 1) : 0, len = n - skip;
+    int32_t *in = b->in + (size_t)r * b->T, *tg = b->tg + (size_t)r * b->T;
+    for (int j = 0; j < b->T; j++) in[j] = 0, tg[j] = -1;
+    for (int j = 0; j + 1 < len; j++) {
+        in[j] = (int32_t)o->ids[skip + j];
+        if (skip + j + 1 >= o->n_ctx) tg[j] = (int32_t)o->ids[skip + j + 1];
+    }
+}
+
+/* Scores rows [0, b->n): mean NLL per continuation token, and whether greedy decoding gives every
+ * continuation token (the argmax, ties to the lower id). */
+static void score(tsr_model *m, batch *b, double *nll, int *greedy) {
+    model_forward(m, b->in, b->tg, b->B, b->T);
+    for (int r = 0; r < b->n; r++) {
+        double sum = 0;
+        int k = 0, ok = 1;
+        for (int j = 0; j < b->T; j++) {
+            size_t at = (size_t)r * b->T + (size_t)j;
+            int32_t want = b->tg[at];
+            if (want < 0) continue;
+            sum += m->acts.losses[at];
+            k++;
+            const float *p = m->acts.probs + at * (size_t)m->Vp;
+            int best = 0;
+            for (int v = 1; v < m->V; v++)
+                if (p[v] > p[best]) best = v;
+            ok &= best == want;
+        }
+        nll[r] = k ? sum / k : INFINITY;
+        greedy[r] = ok && k > 0;
+    }
+}
+
+typedef struct task_result {
+    double correct, n;
+} task_result;
+
+/* Rank-local share of task t: examples i with i % world == rank. */
+static void run_task(tsr_model *m, batch *b, const icl_task *t, const tsr_dist *d, task_result *res) {
+    double nll[64];
+    int greedy[64];
+    res->correct = res->n = 0;
+    for (int i = d->rank; i < t->n; i += d->world) {
+        const icl_example *e = &t->ex[i];
+        double best = INFINITY;
+        int pick = -1, right = 0;
+        for (int k0 = 0; k0 < e->n_opts; k0 += b->B) {
+            b->n = e->n_opts - k0 < b->B ? e->n_opts - k0 : b->B;
+            for (int r = 0; r < b->n; r++) put_option(b, r, &e->opts[k0 + r]);
+            for (int r = b->n; r < b->B; r++) put_option(b, r, &e->opts[k0]); /* padding rows */
+            score(m, b, nll, greedy);
+            for (int r = 0; r < b->n; r++)
+                if (nll[r] < best) best = nll[r], pick = k0 + r; /* ties: the lower option */
+            if (t->cfg.type == TSR_ICL_LM) right = greedy[0];
+        }
+        if (t->cfg.type != TSR_ICL_LM) right = pick == e->gold;
+        res->correct += right;
+        res->n += 1;
+    }
+}
+
+/* Mean loss over the first `limit` samples of the dataset at dir (0 = all), split over ranks. */
+static int val_loss(tsr_model *m, batch *b, const char *dir, int64_t limit, const tsr_dist *d,
+                    double *loss, double *samples) {
+    tsr_dataset *ds;
+    TSR_CHECK(dataset_open(&ds, dir, 1));
+    uint64_t n = dataset_n_samples(ds, b->T);
+    if (limit > 0 && (uint64_t)limit < n) n = (uint64_t)limit;
+    double acc[3] = {0, 0, (double)n}; /* loss sum, counted targets */
+    uint64_t lo = n * (uint64_t)d->rank / (uint64_t)d->world, hi = n * (uint64_t)(d->rank + 1) / (uint64_t)d->world;
+    int rc = 0;
+    for (uint64_t s = lo; s < hi && !rc; s += (uint64_t)b->B) {
+        int B = (int)(hi - s < (uint64_t)b->B ? hi - s : (uint64_t)b->B);
+        for (int r = 0; r < b->B; r++) {
+            int k = dataset_read_sample(ds, b->T, s + (uint64_t)(r < B ? r : 0),
+                                        b->in + (size_t)r * b->T, b->tg + (size_t)r * b->T);
+            if (k < 0) rc = TSR_EXIT_DATA;
+            if (r >= B) /* padding rows score nothing */
+                for (int j = 0; j < b->T; j++) b->tg[(size_t)r * b->T + (size_t)j] = -1;
+            else acc[1] += k;
+        }
+        if (!rc) acc[0] += model_forward(m, b->in, b->tg, b->B, b->T);
+    }
+    dataset_close(ds);
+    int64_t bad = rc != 0;
+    dist_allreduce_sum_i64(&bad, 1);
+    if (bad) return TSR_EXIT_DATA;
+    dist_allreduce_sum_f64(acc, 2);
+    *loss = acc[1] > 0 ? acc[0] / acc[1] : NAN;
+    *samples = acc[2];
+    return 0;
+}
+
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 32) fprintf(f, "\\u%04x", *s);
+        else fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void json_num(FILE *f, double v) {
+    if (isfinite(v)) fprintf(f, "%.9g", v);
+    else fprintf(f, "null");
+}
+
+typedef struct report {
+    const char *ckpt;
+    int64_t step;
+    int n_val, n_task;
+    const char *val_dir[MAX_VALS + 1];
+    double val_loss[MAX_VALS + 1], val_samples[MAX_VALS + 1];
+    const icl_task *task[TSR_MAX_ICL_TASKS];
+    double acc[TSR_MAX_ICL_TASKS], n[TSR_MAX_ICL_TASKS];
+} report;
+
+static void write_report(FILE *f, const report *r) {
+    fprintf(f, "{\n  \"checkpoint\": ");
+    json_str(f, r->ckpt);
+    fprintf(f, ",\n  \"step\": %lld,\n  \"val\": [", (long long)r->step);
+    for (int i = 0; i < r->n_val; i++) {
+        fprintf(f, "%s\n    {\"path\": ", i ? "," : "");
+        json_str(f, r->val_dir[i]);
+        fprintf(f, ", \"loss\": ");
+        json_num(f, r->val_loss[i]);
+        fprintf(f, ", \"perplexity\": ");
+        json_num(f, exp(r->val_loss[i]));
+        fprintf(f, ", \"samples\": %.0f}", r->val_samples[i]);
+    }
+    fprintf(f, "%s],\n  \"icl\": [", r->n_val ? "\n  " : "");
+    double sum = 0;
+    for (int i = 0; i < r->n_task; i++) {
+        const icl_task *t = r->task[i];
+        double acc = r->n[i] > 0 ? r->acc[i] / r->n[i] : NAN, rs = icl_rescale(acc, t->baseline);
+        sum += rs;
+        fprintf(f, "%s\n    {\"label\": ", i ? "," : "");
+        json_str(f, t->cfg.label);
+        fprintf(f, ", \"type\": \"%s\", \"examples\": %.0f, \"fewshot\": %d, \"accuracy\": ",
+                config_icl_type_name(t->cfg.type), r->n[i], t->cfg.fewshot);
+        json_num(f, acc);
+        fprintf(f, ", \"random_baseline\": ");
+        json_num(f, t->baseline);
+        fprintf(f, ", \"rescaled\": ");
+        json_num(f, rs);
+        fprintf(f, "}");
+    }
+    fprintf(f, "%s],\n  \"gauntlet\": {\"tasks\": %d, \"average_rescaled_accuracy\": ",
+            r->n_task ? "\n  " : "", r->n_task);
+    json_num(f, r->n_task ? sum / r->n_task : NAN);
+    fprintf(f, "}\n}\n");
+}
+
+static int save_report(const char *path, const report *r) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        tsr_error("%s: cannot write the report: %s", tmp, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    write_report(f, r);
+    int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        tsr_error("%s: cannot write the report: %s", path, strerror(errno));
+        unlink(tmp);
+        return TSR_EXIT_DATA;
+    }
+    return 0;
+}
+
+static int evaluate(const eval_args *a, const tsr_dist *d) {
+    tsr_config mc, ec; /* the model's config (stored), the evaluation's */
+    tsr_model m;
+    char file[1200];
+    TSR_CHECK(ckpt_model_load(a->ckpt, a->sets, a->n_sets, 0, &mc, &m, file, sizeof file));
+    int rc = a->config ? config_load(&ec, a->config, a->sets, a->n_sets) : (ec = mc, 0);
+    tsr_tokenizer *tok = NULL;
+    report *r = tsr_calloc(1, sizeof *r);
+    icl_task *tasks = tsr_calloc(TSR_MAX_ICL_TASKS, sizeof *tasks);
+    batch b = {.B = (int)(ec.micro_batch > 0 ? ec.micro_batch : 1), .T = (int)mc.seq_len};
+    if (b.B > 64) b.B = 64;
+    if (!rc) {
+        cpu_ops_set_threads(ec.threads > 0 ? ec.threads : (int)(sysconf(_SC_NPROCESSORS_ONLN) / (d->local_world ? d->local_world : 1)));
+        model_alloc_acts(&m, b.B, b.T);
+        b.in = tsr_malloc((size_t)b.B * b.T * sizeof *b.in);
+        b.tg = tsr_malloc((size_t)b.B * b.T * sizeof *b.tg);
+        r->ckpt = file;
+        const char *base = strrchr(file, '/');
+        long long step = -1;
+        r->step = sscanf(base ? base + 1 : file, "step-%lld.h5", &step) == 1 ? step : -1;
+        if (ec.n_icl) {
+            const char *spec = ec.data.tokenizer[0] ? ec.data.tokenizer : mc.data.tokenizer;
+            if (!spec[0]) {
+                tsr_error("icl_tasks need a tokenizer: set data.tokenizer (gpt2, a directory or a "
+                          "`tessera tokenizer train` file)");
+                rc = TSR_EXIT_USAGE;
+            } else {
+                rc = tokenizer_open(&tok, spec);
+            }
+        }
+    }
+    if (!rc && ec.data.val[0]) r->val_dir[r->n_val++] = ec.data.val;
+    for (int i = 0; i < a->n_vals; i++) r->val_dir[r->n_val++] = a->vals[i];
+    for (int i = 0; !rc && i < r->n_val; i++)
+        rc = val_loss(&m, &b, r->val_dir[i], ec.eval_samples, d, &r->val_loss[i], &r->val_samples[i]);
+    for (int i = 0; !rc && i < ec.n_icl; i++) {
+        rc = icl_task_load(&tasks[i], &ec.icl[i], tok, (uint64_t)a->seed);
+        if (rc) break;
+        task_result res;
+        run_task(&m, &b, &tasks[i], d, &res);
+        double acc[2] = {res.correct, res.n};
+        dist_allreduce_sum_f64(acc, 2);
+        r->task[r->n_task] = &tasks[i];
+        r->acc[r->n_task] = acc[0];
+        r->n[r->n_task++] = acc[1];
+    }
+    if (!rc && !r->n_val && !r->n_task) {
+        tsr_error("eval: nothing to evaluate: no data.val, --val or icl_tasks in %s",
+                  a->config ? a->config : "the checkpoint's config");
+        rc = TSR_EXIT_USAGE;
+    }
+    if (!rc && d->rank == 0) {
+        write_report(stdout, r);
+        if (a->out) rc = save_report(a->out, r);
+    }
+    for (int i = 0; i < TSR_MAX_ICL_TASKS; i++) icl_task_free(&tasks[i]);
+    free(tasks), free(r), free(b.in), free(b.tg);
+    if (tok) tokenizer_free(tok);
+    model_free(&m);
+    return rc;
+}
+
+int cmd_eval(int argc, char **argv) {
+    blas_fix_coretype(argv);
+    tsr_dist d;
+    int launched = dist_launched();
+    if (launched) dist_init(&d, &argc, &argv);
+    else dist_init_single(&d);
+    tsr_log_mute(d.rank != 0); /* every rank parses the same argv: report once */
+    eval_args a = {.seed = 1234};
+    int rc = cli_parse(&eval_spec, argc, argv, on_opt, &a);
+    if (rc == 0 && optind < argc) rc = cli_usage_error(&eval_spec, "unexpected operand: ", argv[optind]);
+    if (rc == 0 && !a.ckpt) rc = cli_usage_error(&eval_spec, "--ckpt is required", "");
+    if (rc == 0) rc = evaluate(&a, &d);
+    tsr_log_mute(0);
+    if (launched) dist_finalize();
+    return rc < 0 ? 0 : rc; /* -1: --help */
+}
+#endif

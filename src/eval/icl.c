@@ -1,0 +1,217 @@
+/* icl.c — loading ICL task files into token sequences (icl.h). */
+#include "eval/icl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "data/data.h"
+#include "prep/jsonl.h"
+
+/* One parsed line: the strings of the example (pointers into the JSON document). */
+typedef struct raw_example {
+    const char *ctx[64];  /* multiple_choice: query; LM: context; schema: the context options */
+    int n_ctx;
+    const char *cont[64]; /* multiple_choice: the choices; LM and schema: the continuation */
+    int n_cont;
+    int gold;
+} raw_example;
+
+typedef struct growbuf {
+    char *s;
+    size_t n, cap;
+} growbuf;
+
+static void gb_add(growbuf *b, const char *s) {
+    size_t k = strlen(s);
+    if (b->n + k + 1 > b->cap) {
+        b->cap = (b->n + k + 1) * 2;
+        b->s = tsr_realloc(b->s, b->cap);
+    }
+    memcpy(b->s + b->n, s, k + 1);
+    b->n += k;
+}
+
+/* Strings of an array member (or one string); returns the count, -1 on a wrong type. */
+static int strings_of(const json_value *v, const char **out, int max) {
+    if (v && v->type == JSON_STRING) {
+        out[0] = v->str;
+        return 1;
+    }
+    if (!v || v->type != JSON_ARRAY || v->len == 0 || v->len > (size_t)max) return -1;
+    int n = 0;
+    for (const json_value *e = v->child; e; e = e->next) {
+        if (e->type != JSON_STRING) return -1;
+        out[n++] = e->str;
+    }
+    return n;
+}
+
+static int parse_line(const tsr_icl_task_config *c, const json_value *o, raw_example *r,
+                      const char **why) {
+    static const char *const ctx_key[] = {"query", "context", "context_options"};
+    static const char *const cont_key[] = {"choices", "continuation", "continuation"};
+    memset(r, 0, sizeof *r);
+    if (o->type != JSON_OBJECT) return *why = "the line is not a JSON object", -1;
+    const json_value *cv = json_get(o, ctx_key[c->type]), *kv = json_get(o, cont_key[c->type]);
+    const json_value *gv = json_get(o, "gold");
+    if (c->type == TSR_ICL_SCHEMA) r->n_ctx = strings_of(cv, r->ctx, 64);
+    else r->n_ctx = cv && cv->type == JSON_STRING ? strings_of(cv, r->ctx, 1) : -1;
+    if (r->n_ctx < 1) return *why = c->type == TSR_ICL_SCHEMA ? "\"context_options\": expected an array of 1 to 64 strings" : c->type == TSR_ICL_MC ? "\"query\": expected a string" : "\"context\": expected a string", -1;
+    if (c->type == TSR_ICL_MC) r->n_cont = kv && kv->type == JSON_ARRAY ? strings_of(kv, r->cont, 64) : -1;
+    else r->n_cont = kv && kv->type == JSON_STRING ? strings_of(kv, r->cont, 1) : -1;
+    if (r->n_cont < 1) return *why = c->type == TSR_ICL_MC ? "\"choices\": expected an array of 1 to 64 strings" : "\"continuation\": expected a string", -1;
+    if (c->type == TSR_ICL_LM) return 0;
+    int n_opts = c->type == TSR_ICL_MC ? r->n_cont : r->n_ctx;
+    if (!gv || gv->type != JSON_NUMBER || gv->num != (double)(int)gv->num || gv->num < 0 ||
+        gv->num >= n_opts)
+        return *why = "\"gold\": expected the index of the right option (an integer from 0)", -1;
+    r->gold = (int)gv->num;
+    return 0;
+}
+
+/* The text of option k (context part, continuation part) of r, without any few-shot prefix. */
+static void option_text(const tsr_icl_task_config *c, const raw_example *r, int k, const char **ctx,
+                        const char **cont) {
+    *ctx = c->type == TSR_ICL_SCHEMA ? r->ctx[k] : r->ctx[0];
+    *cont = c->type == TSR_ICL_MC ? r->cont[k] : r->cont[0];
+}
+
+/* Tokenizes prefix + ctx + delimiter | continuation into o; a trailing space of the context
+ * moves to the continuation. */
+static void build_option(const tsr_tokenizer *tok, const char *prefix, const char *ctx,
+                         const char *delim, const char *cont, icl_option *o) {
+    growbuf a = {0}, b = {0};
+    gb_add(&a, prefix);
+    gb_add(&a, ctx);
+    gb_add(&a, delim);
+    if (a.n > 0 && a.s[a.n - 1] == ' ') {
+        a.s[--a.n] = '\0';
+        gb_add(&b, " ");
+    }
+    gb_add(&b, cont);
+    uint32_t *ids = NULL;
+    size_t n = 0, cap = 0;
+    tokenizer_encode(tok, (const uint8_t *)a.s, a.n, 0, &ids, &n, &cap);
+    size_t n_ctx = n;
+    tokenizer_encode(tok, (const uint8_t *)b.s, b.n, 0, &ids, &n, &cap);
+    o->ids = ids;
+    o->n_ctx = (int)n_ctx;
+    o->n_cont = (int)(n - n_ctx);
+    free(a.s);
+    free(b.s);
+}
+
+int icl_task_load(icl_task *t, const tsr_icl_task_config *c, const tsr_tokenizer *tok,
+                  uint64_t seed) {
+    memset(t, 0, sizeof *t);
+    t->cfg = *c;
+    FILE *f = fopen(c->path, "r");
+    if (!f) {
+        tsr_error("%s: cannot read ICL task '%s': %s", c->path, c->label, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    /* every line is kept (its document too): few-shot prefixes need the other examples */
+    json_doc *docs = NULL;
+    raw_example *raw = NULL;
+    char *line = NULL, **lines = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int n = 0, rc = 0, lineno = 0;
+    while (!rc && (len = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        size_t k = (size_t)len;
+        while (k && (line[k - 1] == '\n' || line[k - 1] == '\r' || line[k - 1] == ' ')) k--;
+        if (k == 0) continue;
+        docs = tsr_realloc(docs, (size_t)(n + 1) * sizeof *docs);
+        raw = tsr_realloc(raw, (size_t)(n + 1) * sizeof *raw);
+        lines = tsr_realloc(lines, (size_t)(n + 1) * sizeof *lines);
+        lines[n] = tsr_malloc(k + 1);
+        memcpy(lines[n], line, k);
+        lines[n][k] = '\0';
+        json_doc_init(&docs[n]);
+        json_value *root;
+        json_error err;
+        const char *why = NULL;
+        if (json_parse(&docs[n], lines[n], k, &root, &err) != 0) {
+            tsr_error("%s:%d: not JSON: %s at byte %zu", c->path, lineno, err.msg, err.pos + 1);
+            rc = TSR_EXIT_DATA;
+        } else if (parse_line(c, root, &raw[n], &why) != 0) {
+            tsr_error("%s:%d: %s example: %s", c->path, lineno, config_icl_type_name(c->type), why);
+            rc = TSR_EXIT_DATA;
+        }
+        n++;
+    }
+    free(line);
+    fclose(f);
+    if (!rc && n == 0) {
+        tsr_error("%s: no examples (ICL task '%s')", c->path, c->label);
+        rc = TSR_EXIT_DATA;
+    }
+    if (!rc && c->fewshot >= n) {
+        tsr_error("%s: fewshot = %d needs more than %d examples in the file", c->path, c->fewshot, n);
+        rc = TSR_EXIT_DATA;
+    }
+    if (!rc) {
+        t->n = n;
+        t->ex = tsr_calloc((size_t)n, sizeof *t->ex);
+        double base = 0;
+        for (int i = 0; i < n; i++) {
+            growbuf prefix = {0};
+            gb_add(&prefix, "");
+            /* fewshot others, in the order of a seeded permutation of the file (skipping i) */
+            for (int p = 0, used = 0; used < c->fewshot; p++) {
+                int j = (int)sampler_permute(seed, (uint64_t)i, (uint64_t)n, (uint64_t)p);
+                if (j == i) continue;
+                const char *sctx, *scont;
+                option_text(c, &raw[j], c->type == TSR_ICL_LM ? 0 : raw[j].gold, &sctx, &scont);
+                gb_add(&prefix, sctx);
+                gb_add(&prefix, c->continuation_delimiter);
+                gb_add(&prefix, scont);
+                gb_add(&prefix, c->example_delimiter);
+                used++;
+            }
+            icl_example *e = &t->ex[i];
+            e->n_opts = c->type == TSR_ICL_MC ? raw[i].n_cont : c->type == TSR_ICL_SCHEMA ? raw[i].n_ctx : 1;
+            e->gold = raw[i].gold;
+            e->opts = tsr_calloc((size_t)e->n_opts, sizeof *e->opts);
+            for (int k = 0; k < e->n_opts; k++) {
+                const char *ctx, *cont;
+                option_text(c, &raw[i], k, &ctx, &cont);
+                build_option(tok, prefix.s, ctx, c->continuation_delimiter, cont, &e->opts[k]);
+                if (e->opts[k].n_cont == 0) {
+                    tsr_error("%s: example %d option %d: the continuation has no tokens", c->path,
+                              i + 1, k);
+                    rc = TSR_EXIT_DATA;
+                }
+            }
+            base += c->type == TSR_ICL_LM ? 0.0 : 1.0 / e->n_opts;
+            free(prefix.s);
+        }
+        t->baseline = base / n;
+    }
+    for (int i = 0; i < n; i++) {
+        json_doc_free(&docs[i]);
+        free(lines[i]);
+    }
+    free(docs);
+    free(raw);
+    free(lines);
+    if (rc) icl_task_free(t);
+    return rc;
+}
+
+void icl_task_free(icl_task *t) {
+    for (int i = 0; t->ex && i < t->n; i++) {
+        for (int k = 0; k < t->ex[i].n_opts; k++) free(t->ex[i].opts[k].ids);
+        free(t->ex[i].opts);
+    }
+    free(t->ex);
+    memset(t, 0, sizeof *t);
+}
+
+double icl_rescale(double accuracy, double baseline) {
+    return baseline < 1 ? (accuracy - baseline) / (1 - baseline) : 0;
+}
