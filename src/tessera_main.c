@@ -9,7 +9,9 @@
 #include "common.h"
 #include "config/config.h"
 #include "data/data_cmd.h"
+#include "eval/eval_cmd.h"
 #include "prep/prep.h"
+#include "report/report.h"
 #include "tokenizer/tokenizer_cmd.h"
 
 #ifndef TSR_VERSION
@@ -32,6 +34,7 @@ static const struct command {
     const char *help;
 } commands[] = {
     {"prep", cmd_prep, "tokenize text / JSONL files into a dataset (DIR/train, DIR/val)"},
+    {"report", cmd_report, "plots (PNG, via gnuplot) and a summary of a run's metrics.jsonl"},
     {"tokenizer", cmd_tokenizer, "encode, decode, or train a byte-level BPE tokenizer"},
     {"shard", cmd_shard, "write a dataset (token shards + index) from token ids"},
     {"synth", cmd_synth, "write the deterministic synthetic corpus used by the demo and tests"},
@@ -39,6 +42,7 @@ static const struct command {
     {"config-doc", cmd_config_doc, "print the config key reference (docs/config.md)"},
 #ifndef TSR_NO_MPI
     {"ckpt", cmd_ckpt, "list, verify and inspect checkpoints"},
+    {"eval", cmd_eval, "score a checkpoint: validation loss, in-context-learning tasks"},
 #endif
 };
 

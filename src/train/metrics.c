@@ -1,4 +1,5 @@
-/* metrics.c — the plan, per-step lines, eval lines and run_dir/metrics.jsonl (rank 0 only). */
+/* metrics.c — the plan, per-step lines, eval lines, run_dir/metrics.jsonl and the TensorBoard
+ * event file run_dir/tb/ (rank 0 only; tags in docs/tracking.md). */
 #include "train/metrics.h"
 
 #include <errno.h>
@@ -11,6 +12,7 @@
 
 #include "common.h"
 #include "tokenizer/tokenizer.h"
+#include "train/tboard.h"
 
 /* Peak dense FLOP/s per device (per rank). GPUs: bf16 dense from the vendors' datasheets.
  * cpu: 172.5 GFLOP/s per core = half the measured 2-core AVX-512 FMA roofline of the CI
@@ -40,22 +42,31 @@ static void human_count(char *buf, size_t n, double v) {
     else snprintf(buf, n, "%.0f", v);
 }
 
+/* The planned fp32 memory of one rank, in bytes: weights = grads = pb, AdamW ob, activations of
+ * one microbatch ab; returns the total 2*pb + ob + ab. */
+static double plan_bytes(const tsr_trainer *t, double *pb, double *ob, double *ab) {
+    *pb = (double)t->model.n_params * sizeof(float);
+    *ab = (double)model_acts_bytes(&t->model, t->micro, t->T);
+    /* ZeRO-1 keeps AdamW state for 1/W of the parameters on each rank */
+    int zero1 = t->cfg.sharding == TSR_SHARD_ZERO1 && t->dist.world > 1;
+    *ob = 2 * *pb / (zero1 ? t->dist.world : 1);
+    return 2 * *pb + *ob + *ab;
+}
+
 void metrics_print_plan(const tsr_trainer *t, int dry_run) {
     if (t->dist.rank != 0) return;
     const tsr_model *m = &t->model;
     const tsr_config *c = &t->cfg;
     char np[32], w[32], g[32], opt[32], acts[32], tot[32];
     human_count(np, sizeof np, (double)m->n_params_counted);
-    double pb = (double)m->n_params * sizeof(float);
-    double ab = (double)model_acts_bytes(m, t->micro, t->T);
+    double pb, ob, ab;
+    double total = plan_bytes(t, &pb, &ob, &ab);
     human_bytes(w, sizeof w, pb);
     human_bytes(g, sizeof g, pb);
-    /* ZeRO-1 keeps AdamW state for 1/W of the parameters on each rank */
     int zero1 = c->sharding == TSR_SHARD_ZERO1 && t->dist.world > 1;
-    double ob = 2 * pb / (zero1 ? t->dist.world : 1);
     human_bytes(opt, sizeof opt, ob);
     human_bytes(acts, sizeof acts, ab);
-    human_bytes(tot, sizeof tot, 2 * pb + ob + ab);
+    human_bytes(tot, sizeof tot, total);
     printf("model: %s, L=%d d_model=%d heads=%d mlp=%d vocab=%d (padded %d) pos=%s bias=%s "
            "gelu=%s\n",
            np, m->L, m->C, m->NH, m->F, m->V, m->Vp,
@@ -112,6 +123,8 @@ int metrics_open_run_dir(tsr_trainer *t) {
         tsr_error("%s: cannot open for writing: %s", path, strerror(errno));
         return TSR_EXIT_DATA;
     }
+    /* a new event file per process start: TensorBoard merges the files of run_dir/tb/ */
+    TSR_CHECK(tboard_open(&t->tb, t->cfg.run_dir));
     return 0;
 }
 
@@ -151,9 +164,9 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
         fprintf(t->metrics,
                 "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
                 "\"tokens\": %lld, \"tokens_per_s\": %.6g, \"mfu\": %.6g, \"step_time_s\": %.6g, "
-                "\"data_batch\": %lld",
+                "\"data_batch\": %lld, \"targets\": %lld",
                 (long long)st->step, loss, st->lr, norm, (long long)t->tokens_seen,
-                tok_s, mfu, st->step_time, (long long)st->data_batch);
+                tok_s, mfu, st->step_time, (long long)st->data_batch, (long long)st->tokens);
         if (t->n_streams > 1) { /* samples trained on from each stream so far, as loaded */
             fprintf(t->metrics, ", \"samples\": {");
             for (int k = 0; k < t->n_streams; k++)
@@ -169,6 +182,18 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
         if (st->verdict != GUARD_OK) fprintf(t->metrics, ", \"guard\": \"%s\"", verdicts[st->verdict]);
         fprintf(t->metrics, "}\n");
         fflush(t->metrics);
+    }
+    if (t->tb) { /* the same figures as the JSONL line; mfu as a fraction, as there */
+        double pb, ob, ab;
+        tboard_scalar(t->tb, "train/loss", st->loss);
+        tboard_scalar(t->tb, "train/lr", st->lr);
+        tboard_scalar(t->tb, "train/grad_norm", st->grad_norm);
+        tboard_scalar(t->tb, "train/tokens_per_s", tok_s);
+        tboard_scalar(t->tb, "train/mfu", mfu);
+        tboard_scalar(t->tb, "train/step_time_s", st->step_time);
+        tboard_scalar(t->tb, "train/tokens", (double)t->tokens_seen);
+        tboard_scalar(t->tb, "memory/planned_bytes", plan_bytes(t, &pb, &ob, &ab));
+        tboard_write_step(t->tb, st->step);
     }
 }
 
@@ -257,6 +282,9 @@ void metrics_log_eval(tsr_trainer *t, double val_loss) {
                 (long long)t->step, val_loss, exp(val_loss));
         fflush(t->metrics);
     }
+    tboard_scalar(t->tb, "eval/val_loss", val_loss);
+    tboard_scalar(t->tb, "eval/val_ppl", exp(val_loss));
+    tboard_write_step(t->tb, t->step);
 }
 
 void metrics_finish(tsr_trainer *t) {
@@ -265,6 +293,9 @@ void metrics_finish(tsr_trainer *t) {
     printf("done: %lld steps, %lld tokens, %.1f ms/step average (steps 2..%lld)\n",
            (long long)t->step, (long long)t->tokens_seen, 1e3 * avg, (long long)t->step);
     fflush(stdout);
+    /* (the early-return paths close it in trainer_free; every record is flushed already) */
+    tboard_close(t->tb);
+    t->tb = NULL;
 }
 
 void metrics_log_sample(const tsr_trainer *t, const int32_t *ids, int n) {

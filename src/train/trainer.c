@@ -11,6 +11,7 @@
 #include "common.h"
 #include "train/checkpointing.h"
 #include "train/metrics.h"
+#include "train/tboard.h"
 #include "train/train_data.h"
 #include "train/watchdog.h"
 
@@ -410,5 +411,6 @@ void trainer_free(tsr_trainer *t) {
     train_data_close(t);
     guard_free(&t->guard);
     if (t->metrics) fclose(t->metrics);
+    if (t->tb) tboard_close(t->tb); /* every record is flushed already: this only closes */
     memset(t, 0, sizeof *t);
 }

@@ -74,6 +74,7 @@ typedef struct tsr_trainer {
     float *m, *v;                /* AdamW moments of the owned slice */
     int32_t *inputs, *targets;   /* this rank's batch (per_rank, T) */
     FILE *metrics;               /* run_dir/metrics.jsonl on rank 0, else NULL */
+    struct tsr_tboard *tb;       /* run_dir/tb/ event file on rank 0 (train/tboard.h), else NULL */
     double flops_per_token, peak_flops, time_sum;
     int threads;
 } tsr_trainer;

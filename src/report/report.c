@@ -1,0 +1,314 @@
+/* report.c — see report.h. The summary's figures (all over the step series, one point per step,
+ * the last line logged for a step counting):
+ *   steps       distinct steps logged, and the first..last step
+ *   tokens      "tokens" of the last step (tokens trained on so far)
+ *   loss        first, last and minimum train loss (null losses skipped), with their steps
+ *   val loss    the last eval line's val_loss and val_ppl
+ *   tokens/s    median of tokens_per_s; mfu: median of mfu, in percent (100 x the fraction)
+ *   train time  sum of step_time_s (eval, checkpoints and restarts not included)
+ * The median of an even count is the mean of the two middle values. */
+#include "report/report.h"
+
+#include <errno.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "common.h"
+#include "fsutil.h"
+#include "report/runlog.h"
+
+static const cli_opt report_opts[] = {
+    {"out", 'o', "DIR", "where the PNGs, plots.gp and summary.txt go (default RUN_DIR/report)"},
+    {"help", 'h', NULL, "show this help"},
+};
+static const cli_cmd report_spec = {
+    "report", "RUN_DIR",
+    "Reads RUN_DIR/metrics.jsonl; writes loss.png, throughput.png and mfu.png (drawn by gnuplot)\n"
+    "and summary.txt into DIR, and prints the summary. Exit 2: metrics.jsonl missing or not\n"
+    "JSON, or gnuplot missing or failing (the summary is still written).",
+    report_opts, (int)(sizeof report_opts / sizeof report_opts[0]),
+};
+
+static int report_on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
+    if (ch == 'o') {
+        *(const char **)ctx = val;
+        return 0;
+    }
+    return cli_usage_error(c, "unhandled option", NULL);
+}
+
+/* ---- the summary ---- */
+
+static int cmp_double(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* Median of the finite values of field f over the step series; NAN when there are none. */
+static double median(const runlog *rl, runlog_field f) {
+    double *v = tsr_malloc((rl->n_train + 1) * sizeof *v);
+    size_t n = 0;
+    for (size_t i = 0; i < rl->n_train; i++)
+        if (rl->train[i].has & 1u << f && isfinite(rl->train[i].v[f])) v[n++] = rl->train[i].v[f];
+    double m = NAN;
+    if (n) {
+        qsort(v, n, sizeof *v, cmp_double);
+        m = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    }
+    free(v);
+    return m;
+}
+
+static void write_summary(FILE *f, const char *run_dir, const runlog *rl) {
+    const runlog_point *tr = rl->train;
+    size_t n = rl->n_train;
+    fprintf(f, "run:        %s (metrics.jsonl: %zu step lines, %zu eval lines)\n", run_dir,
+            rl->train_lines, rl->eval_lines);
+    fprintf(f, "steps:      %zu (steps %lld..%lld)\n", n, (long long)tr[0].step,
+            (long long)tr[n - 1].step);
+    if (tr[n - 1].has & 1u << RL_TOKENS) fprintf(f, "tokens:     %.0f\n", tr[n - 1].v[RL_TOKENS]);
+    else fprintf(f, "tokens:     unknown (null)\n");
+    const runlog_point *first = NULL, *last = NULL, *min = NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (!(tr[i].has & 1u << RL_LOSS)) continue;
+        if (!first) first = &tr[i];
+        last = &tr[i];
+        if (!min || tr[i].v[RL_LOSS] < min->v[RL_LOSS]) min = &tr[i];
+    }
+    if (first)
+        fprintf(f, "loss:       first %.6g (step %lld), last %.6g (step %lld), "
+                "min %.6g (step %lld)\n", first->v[RL_LOSS], (long long)first->step,
+                last->v[RL_LOSS], (long long)last->step, min->v[RL_LOSS], (long long)min->step);
+    else fprintf(f, "loss:       none (every loss is null)\n");
+    const runlog_point *ev = rl->n_eval ? &rl->eval[rl->n_eval - 1] : NULL;
+    if (ev && ev->has & 1u << RL_VAL_LOSS)
+        fprintf(f, "val loss:   %.6g (step %lld), ppl %.6g\n", ev->v[RL_VAL_LOSS],
+                (long long)ev->step, ev->has & 1u << RL_VAL_PPL ? ev->v[RL_VAL_PPL] : NAN);
+    else if (ev) fprintf(f, "val loss:   null (step %lld)\n", (long long)ev->step);
+    else fprintf(f, "val loss:   none (no eval lines)\n");
+    double tps = median(rl, RL_TOKENS_PER_S), mfu = median(rl, RL_MFU);
+    if (isnan(tps)) fprintf(f, "tokens/s:   none (every value is null)\n");
+    else fprintf(f, "tokens/s:   median %.6g\n", tps);
+    if (isnan(mfu)) fprintf(f, "mfu:        none (every value is null)\n");
+    else fprintf(f, "mfu:        median %.4g %%\n", 100 * mfu);
+    double t = 0;
+    for (size_t i = 0; i < n; i++)
+        if (tr[i].has & 1u << RL_STEP_TIME_S) t += tr[i].v[RL_STEP_TIME_S];
+    fprintf(f, "train time: %.6g s (sum of the step times)\n", t);
+}
+
+/* ---- the plots ---- */
+
+/* s as a gnuplot single-quoted string ('' is a quote); -1 for a control character. */
+static int gp_quote(FILE *f, const char *s) {
+    fputc('\'', f);
+    for (; *s; s++) {
+        if ((unsigned char)*s < 0x20) return -1;
+        if (*s == '\'') fputc('\'', f);
+        fputc(*s, f);
+    }
+    fputc('\'', f);
+    return 0;
+}
+
+/* A datablock of (step, scale * field) over the points with a finite value; returns the count. */
+static size_t datablock(FILE *f, const char *name, const runlog_point *p, size_t n,
+                        runlog_field field, double scale) {
+    size_t k = 0;
+    fprintf(f, "$%s << EOD\n", name);
+    for (size_t i = 0; i < n; i++)
+        if (p[i].has & 1u << field && isfinite(p[i].v[field]))
+            fprintf(f, "%lld %.9g\n", (long long)p[i].step, scale * p[i].v[field]), k++;
+    fprintf(f, "EOD\n");
+    return k;
+}
+
+/* The plot of a series without one finite value: an empty frame saying so. */
+#define EMPTY "[0:1] [0:1] 1/0 title 'no data (every value null)'"
+
+static const char *style(size_t n) {
+    return n > 50 ? "lines lw 2" : "linespoints lw 2 pt 7 ps 0.8";
+}
+
+/* One plot command: output OUT/png, title, ylabel, then `plot BODY`. */
+static int gp_plot(FILE *f, const char *out, const char *png, const char *title, const char *run,
+                   const char *ylabel, const char *body) {
+    char path[1200], t[1200];
+    if (tsr_snprintf(path, sizeof path, "%s/%s", out, png) ||
+        tsr_snprintf(t, sizeof t, "%s: %s", title, run))
+        return -1;
+    fprintf(f, "set output ");
+    if (gp_quote(f, path)) return -1;
+    fprintf(f, "\nset title ");
+    if (gp_quote(f, t)) return -1;
+    fprintf(f, "\nset ylabel '%s'\nplot %s\n", ylabel, body);
+    return 0;
+}
+
+/* Writes OUT/plots.gp (data inline). Returns 0, or TSR_EXIT_DATA after reporting. */
+static int write_script(const char *script, const char *out, const char *run, const runlog *rl) {
+    FILE *f = fopen(script, "w");
+    if (!f) {
+        tsr_error("%s: cannot open for writing: %s", script, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    fprintf(f, "# plots.gp: written by `tessera report` from metrics.jsonl; `gnuplot plots.gp` "
+               "redraws the PNGs\n"
+               "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
+               "    set terminal pngcairo size 960,600 font 'sans,11'\n"
+               "} else {\n    set terminal png size 960,600\n}\n"
+               "set termoption noenhanced\nset grid\nset key top right\nset xlabel 'step'\n");
+    size_t n_loss = datablock(f, "loss", rl->train, rl->n_train, RL_LOSS, 1);
+    size_t n_val = datablock(f, "val", rl->eval, rl->n_eval, RL_VAL_LOSS, 1);
+    size_t n_tput = datablock(f, "tput", rl->train, rl->n_train, RL_TOKENS_PER_S, 1);
+    size_t n_mfu = datablock(f, "mfu", rl->train, rl->n_train, RL_MFU, 100);
+    char body[512];
+    int bad = 0;
+    if (n_loss && n_val)
+        snprintf(body, sizeof body, "$loss using 1:2 with %s lc rgb '#1f77b4' title 'train loss', "
+                 "$val using 1:2 with linespoints lw 2 pt 7 ps 1.2 lc rgb '#d62728' "
+                 "title 'val loss'",
+                 style(n_loss));
+    else if (n_loss || n_val)
+        snprintf(body, sizeof body, "$%s using 1:2 with %s lc rgb '#1f77b4' title '%s loss'",
+                 n_loss ? "loss" : "val", style(n_loss ? n_loss : n_val), n_loss ? "train" : "val");
+    bad |= gp_plot(f, out, "loss.png", "loss", run, "loss (nats/token)",
+                   n_loss || n_val ? body : EMPTY);
+    snprintf(body, sizeof body, "$tput using 1:2 with %s lc rgb '#2ca02c' title "
+             "'tokens/s (all ranks)'", style(n_tput));
+    fprintf(f, "set yrange [0:*]\n");
+    bad |= gp_plot(f, out, "throughput.png", "throughput", run, "tokens/s", n_tput ? body : EMPTY);
+    snprintf(body, sizeof body, "$mfu using 1:2 with %s lc rgb '#9467bd' title 'MFU'",
+             style(n_mfu));
+    bad |= gp_plot(f, out, "mfu.png", "model FLOPs utilization", run, "MFU (%)",
+                   n_mfu ? body : EMPTY);
+    fprintf(f, "unset output\n");
+    if (fclose(f) != 0 || bad) {
+        tsr_error("%s: cannot write the gnuplot script%s", script,
+                  bad ? ": a path has a control character or is too long" : "");
+        return TSR_EXIT_DATA;
+    }
+    return 0;
+}
+
+static int on_path(const char *prog) {
+    const char *path = getenv("PATH");
+    char buf[4096];
+    while (path && *path) {
+        size_t n = strcspn(path, ":");
+        if (n && n < sizeof buf - strlen(prog) - 2) {
+            snprintf(buf, sizeof buf, "%.*s/%s", (int)n, path, prog);
+            if (access(buf, X_OK) == 0) return 1;
+        }
+        path += n + (path[n] == ':');
+    }
+    return 0;
+}
+
+/* gnuplot SCRIPT; its messages go to our stderr. Returns 0 or TSR_EXIT_DATA after reporting. */
+static int run_gnuplot(const char *script, const char *out) {
+    static const char *const pngs[] = {"loss.png", "throughput.png", "mfu.png"};
+    char *argv[] = {"gnuplot", (char *)script, NULL};
+    pid_t pid;
+    fflush(stdout);
+    int err = posix_spawnp(&pid, "gnuplot", NULL, NULL, argv, environ);
+    if (err) {
+        tsr_error("cannot start gnuplot: %s", strerror(err));
+        return TSR_EXIT_DATA;
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) {
+            tsr_error("waitpid(gnuplot): %s", strerror(errno));
+            return TSR_EXIT_DATA;
+        }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        tsr_error("gnuplot %s failed (%s %d; its messages above)", script,
+                  WIFEXITED(status) ? "exit" : "signal",
+                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+        return TSR_EXIT_DATA;
+    }
+    for (size_t i = 0; i < sizeof pngs / sizeof pngs[0]; i++) {
+        char p[1200];
+        struct stat sb;
+        snprintf(p, sizeof p, "%s/%s", out, pngs[i]);
+        if (stat(p, &sb) != 0 || sb.st_size == 0) {
+            tsr_error("%s: gnuplot exited 0 but did not write it", p);
+            return TSR_EXIT_DATA;
+        }
+        printf("plot:       %s\n", p);
+    }
+    return 0;
+}
+
+int cmd_report(int argc, char **argv) {
+    const char *out = NULL;
+    int rc = cli_parse(&report_spec, argc, argv, report_on_opt, &out);
+    if (rc) return rc < 0 ? 0 : rc;
+    if (optind >= argc) return cli_usage_error(&report_spec, "no RUN_DIR given", NULL);
+    if (optind + 1 < argc)
+        return cli_usage_error(&report_spec, "unexpected operand: ", argv[optind + 1]);
+    const char *run_dir = argv[optind];
+    char metrics[1100], out_buf[1100], summary[1200], script[1200];
+    struct stat sb;
+    if (stat(run_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        tsr_error("report: run directory %s: %s", run_dir,
+                  stat(run_dir, &sb) != 0 ? strerror(errno) : "not a directory");
+        return TSR_EXIT_DATA;
+    }
+    if (!out) {
+        if (tsr_snprintf(out_buf, sizeof out_buf, "%s/report", run_dir))
+            return cli_usage_error(&report_spec, "RUN_DIR too long: ", run_dir);
+        out = out_buf;
+    }
+    if (tsr_snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", run_dir) ||
+        tsr_snprintf(summary, sizeof summary, "%s/summary.txt", out) ||
+        tsr_snprintf(script, sizeof script, "%s/plots.gp", out))
+        return cli_usage_error(&report_spec, "path too long: ", strlen(out) > 1000 ? out : run_dir);
+    runlog rl;
+    if ((rc = runlog_read(&rl, metrics))) return rc;
+    if (rl.n_train == 0) {
+        tsr_error("%s: no step lines (a line with \"step\" and \"loss\"): has the run taken a "
+                  "step?", metrics);
+        runlog_free(&rl);
+        return TSR_EXIT_DATA;
+    }
+    if ((fs_make_parents(summary) != 0 && errno != EEXIST)) {
+        tsr_error("--out %s: cannot create: %s", out, strerror(errno));
+        runlog_free(&rl);
+        return TSR_EXIT_DATA;
+    }
+    FILE *f = fopen(summary, "w");
+    if (!f) {
+        tsr_error("%s: cannot open for writing: %s", summary, strerror(errno));
+        runlog_free(&rl);
+        return TSR_EXIT_DATA;
+    }
+    write_summary(f, run_dir, &rl);
+    if (fclose(f) != 0) {
+        tsr_error("%s: write error: %s", summary, strerror(errno));
+        runlog_free(&rl);
+        return TSR_EXIT_DATA;
+    }
+    write_summary(stdout, run_dir, &rl);
+    printf("summary:    %s\n", summary);
+    const char *base = strrchr(run_dir, '/');
+    base = base && base[1] ? base + 1 : run_dir;
+    rc = write_script(script, out, base, &rl);
+    runlog_free(&rl);
+    if (rc) return rc;
+    if (!on_path("gnuplot")) {
+        tsr_error("gnuplot not found on PATH: loss.png, throughput.png and mfu.png not drawn (the "
+                  "summary is written). Install it: ./INSTALL (Debian's gnuplot-nox) or "
+                  "module load gnuplot; then rerun, or run: gnuplot %s", script);
+        return TSR_EXIT_DATA;
+    }
+    return run_gnuplot(script, out);
+}

@@ -1,0 +1,40 @@
+/* runlog.h — a run's metrics.jsonl read back: the step series and the eval series.
+ *
+ * metrics.jsonl holds one flat JSON object per line (src/train/metrics.c). Step lines carry "step"
+ * and "loss" (plus "lr", "grad_norm", "tokens", "tokens_per_s", "mfu", "step_time_s"); eval lines
+ * "step" and "val_loss" (plus "val_ppl"); lines with "event" (start, guard, rollback) and
+ * checkpoint lines are not series points. Any value may be null (a non-finite number). A step
+ * logged twice (a resume, a rollback) counts with its later line.
+ */
+#ifndef TSR_RUNLOG_H
+#define TSR_RUNLOG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum runlog_field {
+    RL_STEP, RL_LOSS, RL_LR, RL_GRAD_NORM, RL_TOKENS, RL_TOKENS_PER_S, RL_MFU, RL_STEP_TIME_S,
+    RL_VAL_LOSS, RL_VAL_PPL, RL_FIELD_COUNT
+} runlog_field;
+
+typedef struct runlog_point {
+    int64_t step;
+    double v[RL_FIELD_COUNT]; /* v[f] is meaningful when has & (1u << f) */
+    unsigned has;             /* bit f: field f holds a number (present and not null) */
+    size_t line;              /* 1-based line of metrics.jsonl */
+} runlog_point;
+
+typedef struct runlog {
+    runlog_point *train, *eval; /* sorted by step, one point per step */
+    size_t n_train, n_eval;
+    size_t train_lines, eval_lines; /* lines read, before keeping one per step */
+} runlog;
+
+/* Reads path. Returns 0, or TSR_EXIT_DATA after an error naming the file (cannot open), or
+ * file:line:column and what was expected (a line that is not a JSON object). */
+int runlog_read(runlog *rl, const char *path);
+void runlog_free(runlog *rl);
+/* The JSON key of a field ("loss", ...). */
+const char *runlog_field_name(runlog_field f);
+
+#endif
