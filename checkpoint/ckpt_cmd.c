@@ -3,6 +3,8 @@
  *   tessera ckpt ls RUN_DIR        one line per step-*.h5: step, size, valid?, which `latest` names
  *   tessera ckpt verify FILE       root attributes, shapes, every tensor's CRC32C; exit 0 or 2
  *   tessera ckpt inspect FILE      format, counters, config text, tensor table (no data read)
+ *   tessera ckpt export --format hf [--dtype fp32|bf16] [--tokenizer SPEC] CKPT OUT_DIR
+ *                                  a transformers directory (src/hf/, docs/hf.md)
  *
  * Local: files are opened with HDF5's default (sec2) driver, MPI is never initialised. Tensors are
  * read in slabs of CHUNK elements, so verifying a large checkpoint needs little memory.
@@ -17,8 +19,10 @@
 #include <sys/stat.h>
 
 #include "ckpt_h5.h"
+#include "ckpt_model.h"
 #include "common.h"
 #include "data/data.h"
+#include "hf/hf.h"
 
 #define CHUNK (1u << 22) /* elements per read while verifying: 16 MiB */
 
@@ -169,60 +173,91 @@ static void report_free(file_report *r) {
 typedef struct sub_opt {
     const char *name;
     int short_name;
+    const char *arg; /* NULL: a flag */
     const char *help;
 } sub_opt;
 
+#define MAX_SUB_OPTS 4
+typedef struct sub_args {
+    const char *operand[2];
+    const char *opt[MAX_SUB_OPTS]; /* the values of the subcommand's options, in its table's order */
+} sub_args;
+
 typedef struct sub_spec {
-    const char *name, *operand, *summary;
-    int (*run)(const char *operand);
+    const char *name, *operands, *summary;
+    int n_operands;
+    const sub_opt *opts; /* the subcommand's own options (besides --help) */
+    int n_opts;
+    int (*run)(const sub_args *a);
 } sub_spec;
 
-static const sub_opt common_opts[] = {{"help", 'h', "print this help and exit"}};
+static const sub_opt common_opts[] = {{"help", 'h', NULL, "print this help and exit"}};
 #define N_COMMON_OPTS ((int)(sizeof common_opts / sizeof common_opts[0]))
 
-static int run_ls(const char *run_dir);
-static int run_verify(const char *path);
-static int run_inspect(const char *path);
+enum { EXPORT_FORMAT = 0, EXPORT_DTYPE, EXPORT_TOKENIZER, EXPORT_OPT_COUNT };
+static const sub_opt export_opts[] = {
+    [EXPORT_FORMAT] = {"format", 'f', "FMT", "required: hf (a transformers directory: "
+                       "model.safetensors + config.json + tokenizer files)"},
+    [EXPORT_DTYPE] = {"dtype", 'd', "DTYPE", "fp32 (default, exact) or bf16 (rounded to nearest even)"},
+    [EXPORT_TOKENIZER] = {"tokenizer", 't', "SPEC", "gpt2, a directory with encoder.json + vocab.bpe, "
+                          "or none (default: the checkpoint's data.tokenizer)"},
+};
+_Static_assert(sizeof export_opts / sizeof export_opts[0] == EXPORT_OPT_COUNT, "one row per option");
+_Static_assert(EXPORT_OPT_COUNT <= MAX_SUB_OPTS, "sub_args.opt holds them");
+
+static int run_ls(const sub_args *a);
+static int run_verify(const sub_args *a);
+static int run_inspect(const sub_args *a);
+static int run_export(const sub_args *a);
 
 static const sub_spec subs[] = {
     {"ls", "RUN_DIR",
      "list the checkpoints of a run: step, size, valid (full CRC check), which one `latest` names",
-     run_ls},
+     1, NULL, 0, run_ls},
     {"verify", "FILE",
      "check one checkpoint's attributes, shapes and every tensor's CRC32C (exit 0 valid, 2 "
      "invalid)",
-     run_verify},
+     1, NULL, 0, run_verify},
     {"inspect", "FILE",
-     "print a checkpoint's format, counters, config text and tensor table (no data read)",
-     run_inspect},
+     "print a checkpoint's format, counters, config text and tensor table (no data read)", 1,
+     NULL, 0, run_inspect},
+    {"export", "CKPT OUT_DIR",
+     "write a checkpoint (file, run directory or latest) as a Hugging Face transformers "
+     "directory: GPT2LMHeadModel (learned positions) or MptForCausalLM (ALiBi); docs/hf.md",
+     2, export_opts, EXPORT_OPT_COUNT, run_export},
 };
 #define N_SUBS ((int)(sizeof subs / sizeof subs[0]))
 
+static void help_opt(FILE *f, const sub_opt *o) {
+    char left[64];
+    snprintf(left, sizeof left, "-%c, --%s%s%s", o->short_name, o->name, o->arg ? " " : "",
+             o->arg ? o->arg : "");
+    fprintf(f, "  %-26s %s\n", left, o->help);
+}
+
 static void help_sub(FILE *f, const sub_spec *s) {
-    fprintf(f, "usage: tessera ckpt %s [options] %s\n%s\n\noptions:\n", s->name, s->operand,
+    fprintf(f, "usage: tessera ckpt %s [options] %s\n%s\n\noptions:\n", s->name, s->operands,
             s->summary);
-    for (int k = 0; k < N_COMMON_OPTS; k++) {
-        char left[64];
-        snprintf(left, sizeof left, "-%c, --%s", common_opts[k].short_name, common_opts[k].name);
-        fprintf(f, "  %-26s %s\n", left, common_opts[k].help);
-    }
+    for (int k = 0; k < s->n_opts; k++) help_opt(f, &s->opts[k]);
+    for (int k = 0; k < N_COMMON_OPTS; k++) help_opt(f, &common_opts[k]);
 }
 
 static void help_all(FILE *f) {
     fprintf(f,
-            "usage: tessera ckpt COMMAND [options] OPERAND\nInspect tessera checkpoints "
-            "(docs/checkpoint-format.md).\n\ncommands:\n");
+            "usage: tessera ckpt COMMAND [options] OPERAND...\nInspect and export tessera "
+            "checkpoints (docs/checkpoint-format.md, docs/hf.md).\n\ncommands:\n");
     for (int k = 0; k < N_SUBS; k++) {
         char left[64];
-        snprintf(left, sizeof left, "%s %s", subs[k].name, subs[k].operand);
-        fprintf(f, "  %-18s %s\n", left, subs[k].summary);
+        snprintf(left, sizeof left, "%s %s", subs[k].name, subs[k].operands);
+        fprintf(f, "  %-22s %s\n", left, subs[k].summary);
     }
     fprintf(f, "\n'tessera ckpt COMMAND --help' for a command's options.\n");
 }
 
 /* ================================ subcommands ================================ */
 
-static int run_ls(const char *run_dir) {
+static int run_ls(const sub_args *a) {
+    const char *run_dir = a->operand[0];
     int64_t *steps;
     int n = ckpt_list_steps(run_dir, &steps);
     if (n < 0) {
@@ -259,7 +294,8 @@ static int run_ls(const char *run_dir) {
     return 0;
 }
 
-static int run_verify(const char *path) {
+static int run_verify(const sub_args *a) {
+    const char *path = a->operand[0];
     file_report *r = report_new();
     examine(path, r, 1);
     int rc = 0;
@@ -275,7 +311,8 @@ static int run_verify(const char *path) {
     return rc;
 }
 
-static int run_inspect(const char *path) {
+static int run_inspect(const sub_args *a) {
+    const char *path = a->operand[0];
     file_report *r = report_new();
     examine(path, r, 0);
     if (!r->valid && r->n == 0 && !r->meta.program_version[0]) {
@@ -328,6 +365,34 @@ static int run_inspect(const char *path) {
     return rc;
 }
 
+static int run_export(const sub_args *a) {
+    const char *fmt = a->opt[EXPORT_FORMAT], *dt = a->opt[EXPORT_DTYPE];
+    if (!fmt || strcmp(fmt, "hf") != 0) {
+        tsr_error("ckpt export: %s%s%s (accepted: --format hf)", fmt ? "--format " : "",
+                  fmt ? fmt : "--format is required", fmt ? " is not a known format" : "");
+        return TSR_EXIT_USAGE;
+    }
+    hf_export_opts o = {ST_F32, a->opt[EXPORT_TOKENIZER], NULL};
+    if (dt && !strcmp(dt, "bf16")) {
+        o.dtype = ST_BF16;
+    } else if (dt && strcmp(dt, "fp32") != 0) {
+        tsr_error("ckpt export: --dtype %s (accepted: fp32, bf16)", dt);
+        return TSR_EXIT_USAGE;
+    }
+    tsr_config *cfg = tsr_malloc(sizeof *cfg);
+    tsr_model m;
+    char file[1200];
+    int rc = ckpt_model_load(a->operand[0], NULL, 0, 0, cfg, &m, file, sizeof file);
+    if (!rc) {
+        printf("exporting %s\n", file);
+        o.source = file;
+        rc = hf_export(&m, cfg, a->operand[1], &o);
+        model_free(&m);
+    }
+    free(cfg);
+    return rc;
+}
+
 int cmd_ckpt(int argc, char **argv) {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         help_all(argc < 2 ? stderr : stdout);
@@ -340,17 +405,27 @@ int cmd_ckpt(int argc, char **argv) {
         tsr_error("ckpt: unknown command '%s' (see 'tessera ckpt --help')", argv[1]);
         return TSR_EXIT_USAGE;
     }
-    struct option lo[N_COMMON_OPTS + 1];
-    char shorts[3 * N_COMMON_OPTS + 2], *sp = shorts;
+    /* the table -> getopt_long: the subcommand's options (val = their index), then --help */
+    struct option lo[MAX_SUB_OPTS + N_COMMON_OPTS + 1];
+    char shorts[3 * (MAX_SUB_OPTS + N_COMMON_OPTS) + 2], *sp = shorts;
     *sp++ = ':';
-    for (int k = 0; k < N_COMMON_OPTS; k++) {
-        lo[k] = (struct option){common_opts[k].name, no_argument, NULL, common_opts[k].short_name};
+    int n = 0;
+    for (int k = 0; k < s->n_opts; k++, n++) {
+        lo[n] = (struct option){s->opts[k].name, s->opts[k].arg ? required_argument : no_argument,
+                                NULL, s->opts[k].short_name};
+        *sp++ = (char)s->opts[k].short_name;
+        if (s->opts[k].arg) *sp++ = ':';
+    }
+    for (int k = 0; k < N_COMMON_OPTS; k++, n++) {
+        lo[n] = (struct option){common_opts[k].name, no_argument, NULL, common_opts[k].short_name};
         *sp++ = (char)common_opts[k].short_name;
     }
-    lo[N_COMMON_OPTS] = (struct option){0, 0, 0, 0};
+    lo[n] = (struct option){0, 0, 0, 0};
     *sp = '\0';
     optind = 0;
     opterr = 0;
+    sub_args args;
+    memset(&args, 0, sizeof args);
     int ch, sub_argc = argc - 1;
     char **sub_argv = argv + 1;
     while ((ch = getopt_long(sub_argc, sub_argv, shorts, lo, NULL)) != -1) {
@@ -358,14 +433,21 @@ int cmd_ckpt(int argc, char **argv) {
             help_sub(stdout, s);
             return 0;
         }
-        tsr_error("ckpt %s: unknown option '%s' (see 'tessera ckpt %s --help')", s->name,
-                  sub_argv[optind - 1], s->name);
+        int k = 0;
+        while (k < s->n_opts && s->opts[k].short_name != ch) k++;
+        if (ch == ':' || k == s->n_opts) {
+            tsr_error("ckpt %s: %s '%s' (see 'tessera ckpt %s --help')", s->name,
+                      ch == ':' ? "missing value for option" : "unknown option",
+                      sub_argv[optind - 1], s->name);
+            return TSR_EXIT_USAGE;
+        }
+        args.opt[k] = optarg ? optarg : "1";
+    }
+    if (sub_argc - optind != s->n_operands) {
+        tsr_error("ckpt %s: expected %s, got %d operand%s (see 'tessera ckpt %s --help')", s->name,
+                  s->operands, sub_argc - optind, sub_argc - optind == 1 ? "" : "s", s->name);
         return TSR_EXIT_USAGE;
     }
-    if (sub_argc - optind != 1) {
-        tsr_error("ckpt %s: expected one %s, got %d operands (see 'tessera ckpt %s --help')",
-                  s->name, s->operand, sub_argc - optind, s->name);
-        return TSR_EXIT_USAGE;
-    }
-    return s->run(sub_argv[optind]);
+    for (int k = 0; k < s->n_operands; k++) args.operand[k] = sub_argv[optind + k];
+    return s->run(&args);
 }

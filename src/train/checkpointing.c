@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "hf/hf.h"
 #include "train/metrics.h"
 #include "train/train_data.h"
 
@@ -40,8 +41,33 @@ int checkpointing_stop_requested(void) {
     return flag > 0;
 }
 
+/* --init-from a Hugging Face directory (model.safetensors + config.json, docs/hf.md): every rank
+ * checks config.json and the safetensors header itself (the same answer everywhere; rank 0 alone
+ * reports), then reads only the tensors that meet its part of the flat parameter buffer, as a
+ * checkpoint load does; an all-reduce agrees on the outcome, an all-gather completes the weights. */
+static int init_from_hf(tsr_trainer *t, const char *dir) {
+    double t0 = tsr_now();
+    hf_import *h = NULL;
+    tsr_log_mute(t->dist.rank != 0);
+    int rc = hf_import_open(&h, dir, &t->model);
+    tsr_log_mute(0);
+    size_t lo = (size_t)t->part_displs[t->dist.rank], hi = lo + (size_t)t->part_counts[t->dist.rank];
+    uint64_t bytes = 0;
+    if (!rc) rc = hf_import_read(h, &t->model, lo, hi, &bytes);
+    hf_import_close(h);
+    double worst = rc;
+    dist_allreduce_max_f64(&worst, 1); /* a read error on one rank stops all of them */
+    if (worst != 0) return (int)worst;
+    dist_allgatherv_f32(t->model.params, t->part_counts, t->part_displs);
+    int64_t total = (int64_t)bytes;
+    dist_allreduce_sum_i64(&total, 1);
+    metrics_log_checkpoint(t, "init-from", dir, tsr_now() - t0, (uint64_t)total);
+    return 0;
+}
+
 #ifdef TSR_NO_MPI
-/* The single-process build has no MPI-IO / parallel HDF5: no checkpoints. */
+/* The single-process build has no MPI-IO / parallel HDF5: no checkpoints (a Hugging Face
+ * directory, read with plain I/O, can still initialise a run). */
 int checkpointing_save(tsr_trainer *t) {
     static int warned;
     if (!warned && t->dist.rank == 0)
@@ -56,9 +82,10 @@ int checkpointing_rollback(tsr_trainer *t, int64_t max_step, char *path, size_t 
 }
 void checkpointing_set_aside_after(tsr_trainer *t) { (void)t; }
 int checkpointing_resume(tsr_trainer *t, const char *resume_path, const char *init_from) {
-    (void)t;
+    if (init_from && !resume_path && hf_is_dir(init_from)) return init_from_hf(t, init_from);
     if (resume_path || init_from) {
-        tsr_error("--resume / --init-from need the MPI build (NO_MPI=1 has no parallel HDF5)");
+        tsr_error("--resume / --init-from a tessera checkpoint need the MPI build (NO_MPI=1 has no "
+                  "parallel HDF5); --init-from a Hugging Face directory works in both");
         return TSR_EXIT_USAGE;
     }
     return 0;
@@ -233,7 +260,8 @@ int checkpointing_resume(tsr_trainer *t, const char *resume_arg, const char *ini
         if (ckpt_resolve_path(resume_arg, resume_buf, sizeof resume_buf)) return TSR_EXIT_DATA;
         resume_path = resume_buf;
     }
-    if (init_arg) {
+    int init_hf = init_arg && hf_is_dir(init_arg); /* a Hugging Face directory, not a run's */
+    if (init_arg && !init_hf) {
         if (ckpt_resolve_path(init_arg, init_buf, sizeof init_buf)) return TSR_EXIT_DATA;
         init_from = init_buf;
     }
@@ -250,7 +278,9 @@ int checkpointing_resume(tsr_trainer *t, const char *resume_arg, const char *ini
     } else {
         rc = ckpt_resume(t->cfg.run_dir, meta, ts, n, path, sizeof path, &st);
     }
-    if (rc == 1 && init_from) { /* fresh run: weights only, step 0 */
+    if (rc == 1 && init_hf) { /* fresh run from a Hugging Face directory: weights only */
+        rc = init_from_hf(t, init_arg);
+    } else if (rc == 1 && init_from) { /* fresh run: weights only, step 0 */
         n = build_tensors(t, 0, ts, names);
         rc = ckpt_load(init_from, meta, ts, n, "model/", &st);
         if (!rc) {

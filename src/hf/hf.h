@@ -1,0 +1,49 @@
+/* hf.h — Hugging Face interop: export a tessera model as a `transformers` directory, import one.
+ *
+ * A model with learned positions becomes GPT2LMHeadModel, one with ALiBi MptForCausalLM; the
+ * directory holds model.safetensors (src/hf/safetensors.h), config.json and, when the model's
+ * tokenizer is GPT-2's byte-level BPE, vocab.json + merges.txt + tokenizer_config.json. The name
+ * mapping, the transposes and the rules are in docs/hf.md. No MPI and no HDF5: builds everywhere.
+ */
+#ifndef TSR_HF_H
+#define TSR_HF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/config.h"
+#include "hf/safetensors.h"
+#include "model/model.h"
+
+typedef struct hf_export_opts {
+    st_dtype dtype;        /* ST_F32 (exact) or ST_BF16 (round to nearest even) */
+    const char *tokenizer; /* "gpt2", a directory with encoder.json + vocab.bpe, or "none";
+                              NULL = the config's data.tokenizer */
+    const char *source;    /* recorded in the safetensors metadata (the checkpoint file) */
+} hf_export_opts;
+
+/* Writes out_dir/model.safetensors, out_dir/config.json and the tokenizer files for the model m
+ * (its config cfg). Prints what it wrote to stdout. Returns 0, TSR_EXIT_USAGE (the model has no
+ * transformers equivalent, e.g. ALiBi with biases; a tokenizer larger than the vocabulary) or
+ * TSR_EXIT_DATA (I/O, tokenizer files) after tsr_error. Local. */
+int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
+              const hf_export_opts *o);
+
+/* Is path a Hugging Face directory (a directory holding model.safetensors or config.json)? */
+int hf_is_dir(const char *path);
+
+/* Import, in two phases so that a parallel caller can mute all ranks but one around the first:
+ *   hf_import_open  reads config.json and the safetensors header and checks them against m's
+ *                   config (every rank gets the same answer): 0, TSR_EXIT_USAGE (config.json
+ *                   describes another model than the run's: both values named) or TSR_EXIT_DATA
+ *                   (missing or malformed files, a tensor missing or of the wrong shape);
+ *   hf_import_read  fills m->params[lo, hi) (a range of the flat buffer: this rank's part) from
+ *                   the tensors that intersect it, padded vocabulary rows with 0; adds the bytes
+ *                   read to *bytes. 0 or TSR_EXIT_DATA (I/O, a non-finite value).
+ * Always call hf_import_close (also after a failed open; h may be NULL). */
+typedef struct hf_import hf_import;
+int hf_import_open(hf_import **h, const char *dir, const tsr_model *m);
+int hf_import_read(hf_import *h, tsr_model *m, size_t lo, size_t hi, uint64_t *bytes);
+void hf_import_close(hf_import *h);
+
+#endif
