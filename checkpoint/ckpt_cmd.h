@@ -1,4 +1,4 @@
-/* ckpt_cmd.h — `tessera ckpt ls|verify|inspect`: local inspection of checkpoint files (no MPI). */
+/* ckpt_cmd.h — `tessera ckpt ls|verify|inspect|export`: local inspection of checkpoint files and the Hugging Face export (no MPI). */
 #ifndef TSR_CKPT_CMD_H
 #define TSR_CKPT_CMD_H
 
