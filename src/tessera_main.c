@@ -10,6 +10,7 @@
 #include "config/config.h"
 #include "data/data_cmd.h"
 #include "eval/eval_cmd.h"
+#include "generate/generate.h"
 #include "prep/prep.h"
 #include "report/report.h"
 #include "tokenizer/tokenizer_cmd.h"
@@ -40,6 +41,7 @@ static const struct command {
     {"synth", cmd_synth, "write the deterministic synthetic corpus used by the demo and tests"},
     {"verify-data", cmd_verify_data, "check a dataset's headers and checksums"},
     {"config-doc", cmd_config_doc, "print the config key reference (docs/config.md)"},
+    {"generate", cmd_generate, "complete a prompt with a checkpoint's model (KV cache, top-k/p)"},
 #ifndef TSR_NO_MPI
     {"ckpt", cmd_ckpt, "list, verify and inspect checkpoints"},
     {"eval", cmd_eval, "score a checkpoint: validation loss, in-context-learning tasks"},

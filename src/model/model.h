@@ -108,4 +108,32 @@ double model_flops_per_token(const tsr_model *m, int T);
 /* MPT's ALiBi slopes for NH heads with alibi_bias_max = 8 (writes NH floats). */
 void model_alibi_slopes(float *slopes, int NH);
 
+/* ---- Inference on one sequence (model_infer.c; docs/generate.md) ---- */
+
+/* A KV cache for one sequence, plus the scratch of a forward over `chunk` new positions.
+ * kt (L, NH, hs, cap): keys transposed per head; v (L, NH, cap, hs). Positions 0..len-1 are filled. */
+typedef struct tsr_kv_cache {
+    int cap, len, chunk, nthreads; /* nthreads: OpenMP threads at init (per-thread score rows) */
+    float *kt, *v;                 /* (L, NH, hs, cap), (L, NH, cap, hs) */
+    float *x, *ln, *mean, *rstd;   /* (chunk, C), (chunk, C), (chunk), (chunk) */
+    float *qkv, *atty, *proj;      /* (chunk, 3C), (chunk, C), (chunk, C) */
+    float *fch, *fchg;             /* (chunk, F) */
+    float *att, *logits;           /* (nthreads, cap), (Vp) */
+} tsr_kv_cache;
+
+/* Allocates a cache of cap positions; prompts are run in chunks of at most chunk positions. Call
+ * after cpu_ops_set_threads. */
+void model_kv_init(tsr_kv_cache *kv, const tsr_model *m, int cap, int chunk);
+void model_kv_free(tsr_kv_cache *kv, const tsr_model *m);
+/* Bytes of the cache proper (kt and v): 2 * L * cap * C floats. */
+size_t model_kv_bytes(const tsr_model *m, int cap);
+/* Runs tokens (n) at positions kv->len.. through the model, appending their keys and values;
+ * probs (Vp): the next-token distribution after the last of them, as model_forward's softmax
+ * (columns >= V are 0). Needs kv->len + n <= cap, and <= maxT with learned positions. */
+void model_infer_forward(const tsr_model *m, tsr_kv_cache *kv, const int32_t *tokens, int n,
+                         float *probs);
+/* The no-cache reference: model_forward over exactly tokens (n), n <= the T of the activations
+ * (model_alloc_acts(m, 1, T)); returns the probabilities after the last token (Vp, in m->acts). */
+const float *model_forward_last(tsr_model *m, const int32_t *tokens, int n);
+
 #endif

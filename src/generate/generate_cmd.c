@@ -1,0 +1,414 @@
+/* generate_cmd.c — `tessera generate --ckpt PATH [--prompt TEXT | --prompt-ids IDS] [options]`.
+ *
+ * Phases: parse options -> load the checkpoint's config and weights -> open the tokenizer -> the
+ * prompt's ids -> plan the length (position-table limit) -> prefill the prompt -> decode one token
+ * at a time, streaming it to stdout -> the counts and speeds on stderr. With the KV cache (default)
+ * each decode step runs one position through the model (model_infer_forward); --no-cache reruns
+ * model_forward, the training forward, over the whole context each step: the reference the cache
+ * is tested against (tests/test_generate.sh). Usage, limits and speeds: docs/generate.md.
+ */
+#include "generate/generate.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "common.h"
+#include "generate/gen_sample.h"
+#include "tokenizer/tokenizer.h"
+
+#define GEN_MAX_SETS 64
+#define GEN_PREFILL_CHUNK 512 /* prompt positions per forward call of the cached path */
+
+static const cli_opt gen_opts[] = {
+    {"ckpt", 'c', "PATH", "checkpoint: a step-NNNNNNNN.h5 file, a run directory or its `latest` (required)"},
+    {"prompt", 'p', "TEXT", "prompt text, encoded with the tokenizer (special tokens recognised)"},
+    {"prompt-ids", 'i', "IDS", "prompt as token ids, e.g. \"1 2 3\" (no tokenizer needed); with neither, "
+                               "the prompt is the end-of-text token"},
+    {"max-tokens", 'n', "N", "tokens to generate, 0..1000000 (default 64)"},
+    {"temperature", 't', "T", "0 = greedy (argmax); default: the checkpoint's sample.temperature"},
+    {"top-k", 'k', "K", "sample among the K most likely tokens, 0 = all; default: sample.top_k"},
+    {"top-p", 'P', "P", "nucleus: the fewest tokens holding P of the probability, 0 < P <= 1 (default 1)"},
+    {"seed", 's', "S", "random seed of the sampling; default: the checkpoint's seed"},
+    {"no-eos-stop", 'E', NULL, "do not stop at the end-of-text token (<|endoftext|>, else id V-1)"},
+    {"no-cache", 'N', NULL, "no KV cache: rerun the whole context every token (the reference; slow)"},
+    {"tokenizer", 'T', "SPEC", "gpt2, a directory or a tokenizer file; '' = none (default: data.tokenizer)"},
+    {"set", 'S', "KEY=VALUE", "override a key of the checkpoint's config, e.g. threads=2 (repeatable)"},
+    {"ids", 'I', NULL, "print token ids instead of text"},
+    {"dump-probs", 'D', "FILE", "debug: per token, its step, id and the V next-token probabilities"},
+    {"help", 'h', NULL, "show this help"},
+};
+static const cli_cmd gen_spec = {
+    "generate", "",
+    "Generates a completion of a prompt from a checkpoint's model (one sequence, fp32 CPU, KV cache).\n"
+    "Prints the completion on stdout (text with a tokenizer, else ids); counts and tokens/s on stderr.",
+    gen_opts, (int)(sizeof gen_opts / sizeof gen_opts[0]),
+};
+
+typedef struct gen_args {
+    const char *ckpt, *prompt, *prompt_ids, *tokenizer, *dump; /* tokenizer NULL = the config's */
+    int64_t max_tokens;
+    double temperature, top_p;
+    int64_t top_k, seed;
+    int has_temperature, has_top_k, has_top_p, has_seed;
+    int no_eos_stop, no_cache, ids;
+    const char *sets[GEN_MAX_SETS];
+    int n_sets;
+} gen_args;
+
+typedef enum { GEN_STOP_MAX = 0, GEN_STOP_EOS, GEN_STOP_CONTEXT, GEN_STOP_COUNT } gen_stop;
+static const char *const stop_names[] = {"max-tokens", "end-of-text", "context limit"};
+_Static_assert(sizeof stop_names / sizeof stop_names[0] == GEN_STOP_COUNT, "stop names");
+
+/* One generation: the model, its cache or its full-forward activations, the context. */
+typedef struct gen_run {
+    tsr_config cfg;
+    tsr_model m;
+    tsr_kv_cache kv;
+    tsr_tokenizer *tok;
+    gen_sampling smp;
+    int32_t *ctx;       /* (P + n_max) prompt then completion */
+    int P, n_max, len;  /* prompt tokens, tokens allowed, tokens in ctx */
+    int32_t eos;
+    float *probs;       /* (Vp) cached path's output */
+    gen_cand *cand;     /* (V) */
+    double *w;          /* (V) */
+    FILE *dump;
+    int n_sampled, n_steps, threads;
+    gen_stop stop;
+    double t_prefill, t_decode;
+    char resolved[1200];
+} gen_run;
+
+/* ================================ options ================================ */
+
+static int parse_f64(const cli_cmd *c, int ch, const char *val, double lo, double hi, double *out) {
+    if (tsr_parse_f64(val, lo, hi, out) == 0) return 0;
+    tsr_error("generate: --%s '%s': expected a number in [%g, %g] (see 'tessera generate --help')",
+              cli_opt_name(c, ch), val, lo, hi);
+    return TSR_EXIT_USAGE;
+}
+
+static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
+    gen_args *a = ctx;
+    switch (ch) {
+    case 'c': a->ckpt = val; return 0;
+    case 'p': a->prompt = val; return 0;
+    case 'i': a->prompt_ids = val; return 0;
+    case 'n': return cli_number(c, ch, val, 0, 1000000, &a->max_tokens);
+    case 't': a->has_temperature = 1; return parse_f64(c, ch, val, 0.0, 100.0, &a->temperature);
+    case 'k': a->has_top_k = 1; return cli_number(c, ch, val, 0, INT32_MAX, &a->top_k);
+    case 'P':
+        a->has_top_p = 1;
+        if (parse_f64(c, ch, val, 0.0, 1.0, &a->top_p)) return TSR_EXIT_USAGE;
+        return a->top_p > 0.0 ? 0 : cli_usage_error(c, "--top-p must be > 0: ", val);
+    case 's': a->has_seed = 1; return cli_number(c, ch, val, 0, INT64_MAX, &a->seed);
+    case 'E': a->no_eos_stop = 1; return 0;
+    case 'N': a->no_cache = 1; return 0;
+    case 'T': a->tokenizer = val; return 0;
+    case 'S':
+        if (a->n_sets == GEN_MAX_SETS) return cli_usage_error(c, "too many --set options", NULL);
+        if (!strchr(val, '=')) return cli_usage_error(c, "--set wants KEY=VALUE, got ", val);
+        a->sets[a->n_sets++] = val;
+        return 0;
+    case 'I': a->ids = 1; return 0;
+    case 'D': a->dump = val; return 0;
+    default: return cli_usage_error(c, "internal: unhandled option", NULL);
+    }
+}
+
+static int parse_args(int argc, char **argv, gen_args *a) {
+    memset(a, 0, sizeof *a);
+    a->max_tokens = 64;
+    a->top_p = 1.0;
+    int rc = cli_parse(&gen_spec, argc, argv, on_opt, a);
+    if (rc) return rc;
+    if (optind < argc) return cli_usage_error(&gen_spec, "unexpected operand: ", argv[optind]);
+    if (!a->ckpt) return cli_usage_error(&gen_spec, "--ckpt PATH is required", NULL);
+    if (a->prompt && a->prompt_ids)
+        return cli_usage_error(&gen_spec, "--prompt and --prompt-ids exclude each other", NULL);
+    if (a->has_temperature && a->temperature == 0.0 && (a->has_top_k || a->has_top_p))
+        return cli_usage_error(&gen_spec, "--top-k and --top-p have no effect with --temperature 0 "
+                                          "(greedy): leave them out", NULL);
+    return 0;
+}
+
+/* ================================ tokenizer and prompt ================================ */
+
+/* Opens --tokenizer, else the config's data.tokenizer; "" = none. The end-of-text id: the
+ * tokenizer's <|endoftext|> when it has one below V, else V-1 (the trainer's convention). */
+static int open_tokenizer(gen_run *g, const gen_args *a) {
+    const char *spec = a->tokenizer ? a->tokenizer : g->cfg.data.tokenizer;
+    g->eos = g->m.V - 1;
+    if (!spec[0]) return 0;
+    if (tokenizer_open(&g->tok, spec) != 0) {
+        tsr_error("generate: cannot load the tokenizer '%s'%s (above); --tokenizer SPEC names "
+                  "another, --tokenizer '' runs without one (--prompt-ids, --ids)", spec,
+                  a->tokenizer ? "" : " named by the checkpoint's data.tokenizer");
+        return TSR_EXIT_DATA;
+    }
+    uint32_t e = tokenizer_special_id(g->tok, "<|endoftext|>");
+    if (e != UINT32_MAX && e < (uint32_t)g->m.V) g->eos = (int32_t)e;
+    uint32_t nv = tokenizer_vocab_size(g->tok);
+    if (nv < (uint32_t)g->m.V && !a->ids)
+        tsr_warn("generate: the tokenizer '%s' has %u tokens, the model %d: ids >= %u print as "
+                 "<|id N|>", spec, nv, g->m.V, nv);
+    return 0;
+}
+
+/* Parses "1 2 3" (spaces, tabs, newlines or commas between ids) into ids (realloc'd). */
+static int parse_ids(const char *s, int32_t **ids, int *n) {
+    int cap = 0;
+    *n = 0;
+    for (const char *p = s;;) {
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == ',') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX ||
+            !(*end == '\0' || *end == ' ' || *end == '\t' || *end == '\n' || *end == ','))
+            return cli_usage_error(&gen_spec, "--prompt-ids: expected non-negative integers "
+                                              "separated by spaces or commas, at: ", p);
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 64;
+            *ids = realloc(*ids, (size_t)cap * sizeof **ids);
+            if (!*ids) tsr_die(TSR_EXIT_INTERNAL, "out of memory reading --prompt-ids");
+        }
+        (*ids)[(*n)++] = (int32_t)v;
+        p = end;
+    }
+    return 0;
+}
+
+/* The prompt's ids in g->ctx (room for n_max more is made by plan_length). */
+static int build_prompt(gen_run *g, const gen_args *a) {
+    int32_t *ids = NULL;
+    int n = 0;
+    if (a->prompt_ids) {
+        TSR_CHECK(parse_ids(a->prompt_ids, &ids, &n));
+    } else if (a->prompt) {
+        if (!g->tok) {
+            tsr_error("generate: a text --prompt needs a tokenizer, and the checkpoint's config has "
+                      "none (data.tokenizer is empty): give the prompt as token ids with "
+                      "--prompt-ids \"1 2 3\", or name one with --tokenizer SPEC");
+            return TSR_EXIT_USAGE;
+        }
+        uint32_t *u = NULL;
+        size_t nu = 0, cap = 0;
+        tokenizer_encode(g->tok, (const uint8_t *)a->prompt, strlen(a->prompt), 1, &u, &nu, &cap);
+        ids = tsr_malloc((nu ? nu : 1) * sizeof *ids);
+        for (size_t i = 0; i < nu; i++) ids[i] = u[i] > INT32_MAX ? INT32_MAX : (int32_t)u[i];
+        n = (int)nu;
+        free(u);
+    } else {
+        ids = tsr_malloc(sizeof *ids);
+        ids[n++] = g->eos; /* as the trainer's sample: start a document */
+    }
+    if (n == 0) {
+        free(ids);
+        tsr_error("generate: the prompt has no tokens; leave --prompt/--prompt-ids out to start "
+                  "from the end-of-text token");
+        return TSR_EXIT_USAGE;
+    }
+    for (int i = 0; i < n; i++)
+        if (ids[i] >= g->m.V) {
+            tsr_error("generate: prompt token %d is id %d, the model's vocabulary has %d ids "
+                      "(0..%d)%s", i, ids[i], g->m.V, g->m.V - 1,
+                      a->prompt ? ": the tokenizer does not match the model" : "");
+            free(ids);
+            return TSR_EXIT_USAGE;
+        }
+    g->ctx = ids;
+    g->P = n;
+    return 0;
+}
+
+/* n_max: --max-tokens, cut so that prompt + completion <= maxT with learned positions (the
+ * table has no row beyond); ALiBi has no table, its cache is sized for the whole request. */
+static int plan_length(gen_run *g, const gen_args *a) {
+    const int learned = g->m.cfg.pos == TSR_POS_LEARNED;
+    g->n_max = (int)a->max_tokens;
+    if (learned && g->P > g->m.maxT) {
+        tsr_error("generate: the prompt has %d tokens, the model's learned position table %d "
+                  "(model.max_seq_len): shorten the prompt to at most %d tokens", g->P, g->m.maxT,
+                  g->m.maxT);
+        return TSR_EXIT_USAGE;
+    }
+    if (learned && g->P + g->n_max > g->m.maxT) g->n_max = g->m.maxT - g->P;
+    if (!learned && g->P + g->n_max > g->cfg.seq_len)
+        tsr_warn("generate: ALiBi: the context will reach %d positions, beyond the %lld the model "
+                 "was trained on (seq_len): extrapolating", g->P + g->n_max,
+                 (long long)g->cfg.seq_len);
+    int32_t *ctx = realloc(g->ctx, (size_t)(g->P + g->n_max) * sizeof *ctx);
+    if (!ctx) tsr_die(TSR_EXIT_INTERNAL, "out of memory for %d tokens", g->P + g->n_max);
+    g->ctx = ctx;
+    g->len = g->P;
+    return 0;
+}
+
+/* ================================ generation ================================ */
+
+/* Positions fed to the model: the prompt, then every new token but the last. */
+static int fed_max(const gen_run *g) { return g->P + (g->n_max > 0 ? g->n_max - 1 : 0); }
+
+static void setup(gen_run *g, const gen_args *a) {
+    if (a->no_cache) {
+        model_alloc_acts(&g->m, 1, fed_max(g));
+    } else {
+        model_kv_init(&g->kv, &g->m, fed_max(g), GEN_PREFILL_CHUNK);
+        g->probs = g->m.ops->alloc((size_t)g->m.Vp * sizeof *g->probs);
+    }
+    g->cand = tsr_malloc((size_t)g->m.V * sizeof *g->cand);
+    g->w = tsr_malloc((size_t)g->m.V * sizeof *g->w);
+}
+
+/* Feeds ctx[len - n .. len) (n new positions) and returns the next-token distribution. */
+static const float *forward(gen_run *g, int n, int no_cache) {
+    if (no_cache) return model_forward_last(&g->m, g->ctx, g->len);
+    model_infer_forward(&g->m, &g->kv, g->ctx + g->len - n, n, g->probs);
+    return g->probs;
+}
+
+static int emit(const gen_run *g, int32_t id, int first, int ids) {
+    uint32_t n = 0;
+    const uint8_t *b = g->tok && !ids ? tokenizer_token_bytes(g->tok, (uint32_t)id, &n) : NULL;
+    int bad;
+    if (b) bad = n && fwrite(b, 1, n, stdout) != n;
+    else if (g->tok && !ids) bad = printf("<|id %d|>", id) < 0;
+    else bad = printf(first ? "%d" : " %d", id) < 0;
+    if (bad || fflush(stdout) != 0) {
+        tsr_error("generate: writing to stdout failed: %s", strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    return 0;
+}
+
+static int dump_probs(const gen_run *g, int step, int32_t id, const float *probs) {
+    fprintf(g->dump, "%d %d", step, id);
+    for (int j = 0; j < g->m.V; j++) fprintf(g->dump, " %.9g", probs[j]);
+    if (fputc('\n', g->dump) == EOF) {
+        tsr_error("generate: --dump-probs: write failed: %s", strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    return 0;
+}
+
+/* Prefill, then sample / emit / feed until n_max tokens, end-of-text or the context limit. */
+static int generate(gen_run *g, const gen_args *a) {
+    double t0 = tsr_now();
+    const float *probs = forward(g, g->P, a->no_cache);
+    double t1 = tsr_now();
+    g->t_prefill = t1 - t0;
+    g->stop = g->n_max < a->max_tokens ? GEN_STOP_CONTEXT : GEN_STOP_MAX;
+    for (int s = 0; s < g->n_max; s++) {
+        int32_t id = gen_pick(probs, g->m.V, &g->smp, (uint64_t)s, g->cand, g->w);
+        g->n_sampled++;
+        if (g->dump) TSR_CHECK(dump_probs(g, s, id, probs));
+        if (id == g->eos && !a->no_eos_stop) {
+            g->stop = GEN_STOP_EOS;
+            break;
+        }
+        TSR_CHECK(emit(g, id, s == 0, a->ids));
+        g->ctx[g->len++] = id;
+        if (s + 1 == g->n_max) break;
+        probs = forward(g, 1, a->no_cache);
+        g->n_steps++;
+    }
+    g->t_decode = tsr_now() - t1;
+    if (g->len > g->P && printf("\n") < 0) return TSR_EXIT_DATA;
+    fflush(stdout);
+    return 0;
+}
+
+/* tokens/s: prefill = P / its time; decode = one-token steps / their time (the first new token
+ * comes from the prefill, as llama.cpp counts). */
+static void report(const gen_run *g, const gen_args *a) {
+    int n_new = g->len - g->P;
+    char why[160];
+    if (g->stop == GEN_STOP_EOS)
+        snprintf(why, sizeof why, "end-of-text id %d, not printed", g->eos);
+    else if (g->stop == GEN_STOP_CONTEXT)
+        snprintf(why, sizeof why, "context limit: prompt + completion = model.max_seq_len = %d "
+                 "learned positions", g->m.maxT);
+    else
+        snprintf(why, sizeof why, "--max-tokens %lld", (long long)a->max_tokens);
+    fprintf(stderr, "generate: %d tokens generated (stop: %s; %s), prompt %d tokens\n", n_new,
+            stop_names[g->stop], why, g->P);
+    fprintf(stderr, "generate: prefill %d tokens in %.4f s = %.1f tokens/s; decode %d one-token "
+            "steps in %.4f s = ", g->P, g->t_prefill, g->P / (g->t_prefill > 0 ? g->t_prefill : 1e-9),
+            g->n_steps, g->t_decode);
+    if (g->n_steps > 0) fprintf(stderr, "%.1f tokens/s\n", g->n_steps / g->t_decode);
+    else fprintf(stderr, "n/a\n");
+}
+
+static void banner(const gen_run *g, const gen_args *a) {
+    const tsr_model *m = &g->m;
+    char cache[96];
+    if (a->no_cache) snprintf(cache, sizeof cache, "off (--no-cache: full forward every token)");
+    else snprintf(cache, sizeof cache, "%d positions, %.1f MiB", g->kv.cap,
+                  (double)model_kv_bytes(m, g->kv.cap) / (1024.0 * 1024.0));
+    fprintf(stderr, "generate: %s | L=%d C=%d NH=%d V=%d %s%s | threads %d | KV cache %s\n",
+            g->resolved, m->L, m->C, m->NH, m->V, m->cfg.pos == TSR_POS_ALIBI ? "alibi" : "learned",
+            m->cfg.bias ? "" : " no-bias", g->threads, cache);
+    if (g->smp.temperature == 0.0)
+        fprintf(stderr, "generate: greedy; end-of-text id %d%s\n", g->eos,
+                a->no_eos_stop ? " (no stop)" : "");
+    else
+        fprintf(stderr, "generate: temperature %g, top-k %lld, top-p %g, seed %llu; end-of-text "
+                "id %d%s\n", g->smp.temperature, (long long)g->smp.top_k, g->smp.top_p,
+                (unsigned long long)g->smp.seed, g->eos, a->no_eos_stop ? " (no stop)" : "");
+}
+
+static void gen_free(gen_run *g) {
+    if (g->kv.kt) model_kv_free(&g->kv, &g->m);
+    if (g->probs) g->m.ops->free(g->probs);
+    if (g->m.params) model_free(&g->m);
+    if (g->tok) tokenizer_free(g->tok);
+    if (g->dump) fclose(g->dump);
+    free(g->ctx), free(g->cand), free(g->w);
+}
+
+int cmd_generate(int argc, char **argv) {
+    gen_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc) return rc < 0 ? 0 : rc;
+    gen_run *g = tsr_calloc(1, sizeof *g);
+    rc = gen_load_model(a.ckpt, a.sets, a.n_sets, &g->cfg, &g->m, g->resolved, sizeof g->resolved);
+    if (!rc) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        g->threads = g->cfg.threads > 0 ? g->cfg.threads : cores > 0 ? (int)cores : 1;
+        cpu_ops_set_threads(g->threads);
+        g->smp = (gen_sampling){a.has_temperature ? a.temperature : g->cfg.sample.temperature,
+                                a.has_top_k ? a.top_k : g->cfg.sample.top_k, a.top_p,
+                                (uint64_t)(a.has_seed ? a.seed : g->cfg.seed)};
+        rc = open_tokenizer(g, &a);
+    }
+    if (!rc) rc = build_prompt(g, &a);
+    if (!rc) rc = plan_length(g, &a);
+    if (!rc && a.dump && !(g->dump = fopen(a.dump, "w"))) {
+        tsr_error("generate: --dump-probs %s: cannot create: %s", a.dump, strerror(errno));
+        rc = TSR_EXIT_DATA;
+    }
+    if (!rc) {
+        setup(g, &a);
+        banner(g, &a);
+        rc = generate(g, &a);
+    }
+    if (!rc) report(g, &a);
+    if (g->dump) {
+        int bad = fclose(g->dump) != 0;
+        g->dump = NULL;
+        if (bad && !rc) {
+            tsr_error("generate: --dump-probs %s: write failed: %s", a.dump, strerror(errno));
+            rc = TSR_EXIT_DATA;
+        }
+    }
+    gen_free(g);
+    free(g);
+    return rc;
+}
