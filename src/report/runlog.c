@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "prep/jsonl.h"
 
 static const char *const field_names[] = {
     "step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mfu", "step_time_s",
@@ -19,195 +20,25 @@ _Static_assert(sizeof field_names / sizeof field_names[0] == RL_FIELD_COUNT,
 
 const char *runlog_field_name(runlog_field f) { return field_names[f]; }
 
-#define MAX_DEPTH 64
-
-/* The parse cursor of one line; err holds the first error ("expected ..."), at = its column. */
-typedef struct jcur {
-    const char *s, *p;
-    const char *err;
-} jcur;
-
-static int fail(jcur *c, const char *what) {
-    if (!c->err) c->err = what;
-    return -1;
-}
-
-static void ws(jcur *c) {
-    while (*c->p == ' ' || *c->p == '\t' || *c->p == '\r' || *c->p == '\n') c->p++;
-}
-
-static int is_digit(char ch) { return ch >= '0' && ch <= '9'; }
-
-static int hexval(char ch) {
-    if (is_digit(ch)) return ch - '0';
-    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
-    return -1;
-}
-
-/* A string at the cursor; its bytes (escapes decoded, \u as '?' above ASCII) into out[n] when
- * out is not NULL, truncated. */
-static int parse_string(jcur *c, char *out, size_t n) {
-    size_t k = 0;
-    if (*c->p != '"') return fail(c, "expected a string");
-    c->p++;
-    for (;;) {
-        unsigned char ch = (unsigned char)*c->p;
-        if (ch == '\0') return fail(c, "unterminated string");
-        if (ch < 0x20) return fail(c, "control character in a string");
-        c->p++;
-        if (ch == '"') break;
-        if (ch == '\\') {
-            char e = *c->p++;
-            switch (e) {
-            case '"': case '\\': case '/': ch = (unsigned char)e; break;
-            case 'b': ch = '\b'; break;
-            case 'f': ch = '\f'; break;
-            case 'n': ch = '\n'; break;
-            case 'r': ch = '\r'; break;
-            case 't': ch = '\t'; break;
-            case 'u': {
-                int u = 0;
-                for (int i = 0; i < 4; i++) {
-                    int h = hexval(*c->p);
-                    if (h < 0) return fail(c, "expected 4 hex digits after \\u");
-                    u = u * 16 + h;
-                    c->p++;
-                }
-                ch = u < 0x80 ? (unsigned char)u : '?';
-                break;
-            }
-            default: c->p--; return fail(c, "invalid escape in a string");
-            }
-        }
-        if (out && k + 1 < n) out[k++] = (char)ch;
-    }
-    if (out && n) out[k] = '\0';
-    return 0;
-}
-
-/* A number at the cursor, by JSON's grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
-static int parse_number(jcur *c, double *v) {
-    const char *q = c->p;
-    if (*q == '-') q++;
-    if (*q == '0') q++;
-    else if (is_digit(*q)) while (is_digit(*q)) q++;
-    else return fail(c, "expected a value");
-    if (*q == '.') {
-        q++;
-        if (!is_digit(*q)) return fail(c, "expected a digit after '.'");
-        while (is_digit(*q)) q++;
-    }
-    if (*q == 'e' || *q == 'E') {
-        q++;
-        if (*q == '+' || *q == '-') q++;
-        if (!is_digit(*q)) return fail(c, "expected a digit in the exponent");
-        while (is_digit(*q)) q++;
-    }
-    char *end;
-    errno = 0;
-    *v = strtod(c->p, &end);
-    if (end != q) return fail(c, "malformed number");
-    c->p = q;
-    return 0;
-}
-
-static int literal(jcur *c, const char *word) {
-    size_t n = strlen(word);
-    if (strncmp(c->p, word, n) != 0) return fail(c, "expected a value");
-    c->p += n;
-    return 0;
-}
-
-static int skip_value(jcur *c, int depth);
-
-/* An object or array at the cursor ('{' or '['), skipped. */
-static int skip_container(jcur *c, int depth) {
-    char close = *c->p == '{' ? '}' : ']';
-    if (depth >= MAX_DEPTH) return fail(c, "nested deeper than 64 levels");
-    c->p++;
-    ws(c);
-    if (*c->p == close) return c->p++, 0;
-    for (;;) {
-        if (close == '}') {
-            if (parse_string(c, NULL, 0)) return -1;
-            ws(c);
-            if (*c->p != ':') return fail(c, "expected ':'");
-            c->p++;
-            ws(c);
-        }
-        if (skip_value(c, depth + 1)) return -1;
-        ws(c);
-        if (*c->p == close) return c->p++, 0;
-        if (*c->p != ',')
-            return fail(c, close == '}' ? "expected ',' or '}'" : "expected ',' or ']'");
-        c->p++;
-        ws(c);
-    }
-}
-
-static int skip_value(jcur *c, int depth) {
-    double v;
-    switch (*c->p) {
-    case '"': return parse_string(c, NULL, 0);
-    case '{': case '[': return skip_container(c, depth);
-    case 't': return literal(c, "true");
-    case 'f': return literal(c, "false");
-    case 'n': return literal(c, "null");
-    default: return parse_number(c, &v);
-    }
-}
-
 enum { LINE_OTHER, LINE_STEP, LINE_EVAL };
 
-/* One line: an object whose runlog_field keys are numbers or null. Returns LINE_* or -1. */
-static int parse_line(jcur *c, runlog_point *pt) {
+/* One parsed line (src/prep/jsonl.c's parser): an object whose runlog_field keys are numbers or
+ * null. Returns LINE_* or -1 with *why. */
+static int classify(const json_value *o, runlog_point *pt, const char **why) {
     unsigned seen = 0;
-    int event = 0;
     memset(pt, 0, sizeof *pt);
-    ws(c);
-    if (*c->p != '{') return fail(c, "expected '{' (one JSON object per line)");
-    c->p++;
-    ws(c);
-    if (*c->p == '}') c->p++;
-    else for (;;) {
-        char key[64];
-        if (parse_string(c, key, sizeof key)) return -1;
-        ws(c);
-        if (*c->p != ':') return fail(c, "expected ':'");
-        c->p++;
-        ws(c);
-        int f = RL_FIELD_COUNT;
-        for (int k = 0; k < RL_FIELD_COUNT; k++)
-            if (!strcmp(key, field_names[k])) f = k;
-        if (!strcmp(key, "event")) event = 1;
-        if (f < RL_FIELD_COUNT) {
-            seen |= 1u << f;
-            if (*c->p == 'n') {
-                if (literal(c, "null")) return -1;
-            } else {
-                if (*c->p != '-' && !is_digit(*c->p)) return fail(c, "expected a number or null");
-                if (parse_number(c, &pt->v[f])) return -1;
-                pt->has |= 1u << f;
-            }
-        } else if (skip_value(c, 1)) {
-            return -1;
-        }
-        ws(c);
-        if (*c->p == '}') {
-            c->p++;
-            break;
-        }
-        if (*c->p != ',') return fail(c, "expected ',' or '}'");
-        c->p++;
-        ws(c);
+    if (o->type != JSON_OBJECT) return *why = "expected '{' (one JSON object per line)", -1;
+    for (int f = 0; f < RL_FIELD_COUNT; f++) {
+        const json_value *v = json_get(o, field_names[f]);
+        if (!v) continue;
+        seen |= 1u << f;
+        if (v->type == JSON_NUMBER) pt->v[f] = v->num, pt->has |= 1u << f;
+        else if (v->type != JSON_NULL) return *why = "expected a number or null", -1;
     }
-    ws(c);
-    if (*c->p) return fail(c, "unexpected text after the object");
-    if (event || !(pt->has & 1u << RL_STEP)) return LINE_OTHER;
+    if (json_get(o, "event") || !(pt->has & 1u << RL_STEP)) return LINE_OTHER;
     double sv = pt->v[RL_STEP];
     if (!(sv >= 0 && sv < 9e18) || (double)(int64_t)sv != sv)
-        return fail(c, "\"step\" is not an integer in [0, 9e18)");
+        return *why = "\"step\" is not an integer in [0, 9e18)", -1;
     pt->step = (int64_t)sv;
     if (seen & 1u << RL_LOSS) return LINE_STEP;
     if (seen & 1u << RL_VAL_LOSS) return LINE_EVAL;
@@ -254,6 +85,8 @@ int runlog_read(runlog *rl, const char *path) {
     size_t cap = 0, cap_t = 0, cap_e = 0, lineno = 0;
     ssize_t len;
     int rc = 0;
+    json_doc doc;
+    json_doc_init(&doc);
     while ((len = getline(&line, &cap, f)) >= 0) {
         lineno++;
         if ((size_t)len != strlen(line)) {
@@ -261,13 +94,17 @@ int runlog_read(runlog *rl, const char *path) {
             rc = TSR_EXIT_DATA;
             break;
         }
-        jcur c = {line, line, NULL};
-        ws(&c);
-        if (!*c.p) continue; /* a blank line */
+        size_t k = (size_t)len;
+        while (k && (line[k - 1] == '\n' || line[k - 1] == '\r' || line[k - 1] == ' ' || line[k - 1] == '\t')) k--;
+        if (k == 0) continue; /* a blank line */
+        json_value *root;
+        json_error err;
+        const char *why = NULL;
         runlog_point pt;
-        int kind = parse_line(&c, &pt);
+        int kind = json_parse(&doc, line, k, &root, &err) != 0 ? -1 : classify(root, &pt, &why);
         if (kind < 0) {
-            tsr_error("%s:%zu:%zu: not JSON: %s", path, lineno, (size_t)(c.p - c.s) + 1, c.err);
+            if (why) tsr_error("%s:%zu: not JSON of a metrics line: %s", path, lineno, why);
+            else tsr_error("%s:%zu:%zu: not JSON: %s", path, lineno, err.pos + 1, err.msg);
             rc = TSR_EXIT_DATA;
             break;
         }
@@ -279,6 +116,7 @@ int runlog_read(runlog *rl, const char *path) {
         tsr_error("%s: read error: %s", path, strerror(errno));
         rc = TSR_EXIT_DATA;
     }
+    json_doc_free(&doc);
     free(line);
     fclose(f);
     if (rc) {
