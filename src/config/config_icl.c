@@ -15,6 +15,7 @@
 
 #include "common.h"
 #include "config/config_mix.h"
+#include "config/config_table.h"
 
 static const char *const type_names[TSR_ICL_COUNT] = {"multiple_choice", "language_modeling", "schema"};
 
@@ -117,31 +118,19 @@ int cfgicl_parse(const config_setting_t *s, const char *file, tsr_config *cfg) {
     return errors;
 }
 
-/* libconfig string with \n, \t, \", \\ escaped */
-static void print_string(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '\n') fputs("\\n", f);
-        else if (*s == '\t') fputs("\\t", f);
-        else if (*s == '"' || *s == '\\') fputc('\\', f), fputc(*s, f);
-        else fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 void cfgicl_print(FILE *f, const tsr_config *cfg) {
     if (!cfg->n_icl) return;
     fprintf(f, "icl_tasks = (\n");
     for (int i = 0; i < cfg->n_icl; i++) {
         const tsr_icl_task_config *t = &cfg->icl[i];
         fprintf(f, "  { label = ");
-        print_string(f, t->label);
+        cfgtab_print_string(f, t->label);
         fprintf(f, "; type = \"%s\"; path = ", type_names[t->type]);
-        print_string(f, t->path);
+        cfgtab_print_string(f, t->path);
         fprintf(f, "; fewshot = %d; continuation_delimiter = ", t->fewshot);
-        print_string(f, t->continuation_delimiter);
+        cfgtab_print_string(f, t->continuation_delimiter);
         fprintf(f, "; example_delimiter = ");
-        print_string(f, t->example_delimiter);
+        cfgtab_print_string(f, t->example_delimiter);
         fprintf(f, "; }%s\n", i + 1 < cfg->n_icl ? "," : "");
     }
     fprintf(f, ");\n");

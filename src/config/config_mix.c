@@ -248,17 +248,6 @@ static void print_weights(FILE *f, const tsr_data_config *d, const tsr_phase_con
     fprintf(f, " };");
 }
 
-/* Strings printed here come from the parser, which refuses quotes and control characters in
- * names; paths may hold anything but '"' and '\\' are escaped. */
-static void print_string(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') fputc('\\', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 void cfgmix_print(FILE *f, const tsr_config *cfg) {
     const tsr_data_config *d = &cfg->data;
     char v[64];
@@ -268,9 +257,9 @@ void cfgmix_print(FILE *f, const tsr_config *cfg) {
             const tsr_stream_config *s = &d->streams[k];
             cfgtab_format_double(v, sizeof v, s->value);
             fprintf(f, "    { name = ");
-            print_string(f, s->name);
+            cfgtab_print_string(f, s->name);
             fprintf(f, "; path = ");
-            print_string(f, s->path);
+            cfgtab_print_string(f, s->path);
             fprintf(f, "; %s = %s; }%s\n", kind_names[s->kind], v, k + 1 < d->n_streams ? "," : "");
         }
         fprintf(f, "  );\n");

@@ -538,7 +538,7 @@ void cfgtab_format_double(char *buf, size_t n, double v) {
     snprintf(buf, n, "%s", tmp);
 }
 
-static void quote(char *buf, size_t n, const char *s) {
+void cfgtab_quote(char *buf, size_t n, const char *s) {
     size_t o = 0;
     if (n < 3) {
         if (n) buf[0] = '\0';
@@ -557,6 +557,12 @@ static void quote(char *buf, size_t n, const char *s) {
     }
     buf[o++] = '"';
     buf[o] = '\0';
+}
+
+void cfgtab_print_string(FILE *f, const char *s) {
+    char q[4 * 1024 + 8]; /* strings of the config are at most 1023 bytes, each at most 4 escaped */
+    cfgtab_quote(q, sizeof q, s);
+    fputs(q, f);
 }
 
 static void format_float_literal(char *buf, size_t n, double v) {
@@ -595,11 +601,11 @@ void cfgtab_format(const cfgtab_key *k, const tsr_config *cfg, char *buf, size_t
         snprintf(buf, n, "%s", b ? "true" : "false");
         return;
     }
-    case CFGK_STRING: quote(buf, n, field); return;
+    case CFGK_STRING: cfgtab_quote(buf, n, field); return;
     case CFGK_ENUM: {
         int i;
         memcpy(&i, field, sizeof i);
-        quote(buf, n, i >= 0 && i < k->n_names ? k->names[i] : "?");
+        cfgtab_quote(buf, n, i >= 0 && i < k->n_names ? k->names[i] : "?");
         return;
     }
     case CFGK_DURATION: {
@@ -607,7 +613,7 @@ void cfgtab_format(const cfgtab_key *k, const tsr_config *cfg, char *buf, size_t
         char tmp[96];
         memcpy(&d, field, sizeof d);
         duration_format(tmp, sizeof tmp, d);
-        quote(buf, n, tmp);
+        cfgtab_quote(buf, n, tmp);
         return;
     }
     case CFGK_TYPE_COUNT: break;
@@ -620,7 +626,7 @@ void cfgtab_format_value(const cfgtab_value *v, char *buf, size_t n) {
     case CFGV_INT: format_int_literal(buf, n, v->i); return;
     case CFGV_FLOAT: format_float_literal(buf, n, v->f); return;
     case CFGV_BOOL: snprintf(buf, n, "%s", v->i ? "true" : "false"); return;
-    case CFGV_STRING: quote(buf, n, v->s); return;
+    case CFGV_STRING: cfgtab_quote(buf, n, v->s); return;
     case CFGV_TEXT: snprintf(buf, n, "%s", v->s); return;
     case CFGV_GROUP: snprintf(buf, n, "{ ... }"); return;
     case CFGV_LIST: snprintf(buf, n, "[ ... ]"); return;

@@ -6,6 +6,7 @@
 #define TSR_CONFIG_TABLE_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "config/config.h"
@@ -63,6 +64,10 @@ const char *cfgtab_type_name(const cfgtab_key *k, char *buf, size_t n);
 const char *cfgtab_accepted(const cfgtab_key *k, char *buf, size_t n);
 /* The field's value in libconfig syntax (strings quoted and escaped, floats with a '.' or 'e'). */
 void cfgtab_format(const cfgtab_key *k, const tsr_config *cfg, char *buf, size_t n);
+/* s as a libconfig string literal: in double quotes, '"' '\\' and control characters escaped. */
+void cfgtab_quote(char *buf, size_t n, const char *s);
+/* The same, written to f (the list keys' printers: config_mix.c, config_icl.c). */
+void cfgtab_print_string(FILE *f, const char *s);
 /* A libconfig value shown in an error message. */
 void cfgtab_format_value(const cfgtab_value *v, char *buf, size_t n);
 /* Shortest text that reads back as exactly v ("0.02", "1e-8", "4"). */
