@@ -182,10 +182,3 @@ int guard_parse_skips(tsr_guard *g, const char *s) {
     }
     return 0;
 }
-
-int64_t guard_skipped_before(const tsr_guard *g, int64_t d) {
-    int64_t n = 0;
-    for (int i = 0; i < g->n_skips; i++)
-        if (g->skips[i][1] <= d) n += g->skips[i][1] - g->skips[i][0];
-    return n;
-}

@@ -63,7 +63,5 @@ int guard_record_rollback(tsr_guard *g, int64_t lo, int64_t hi);
 /* "lo-hi,lo-hi" (the checkpoint attribute skipped_batches) and back. Parse returns -1 on junk. */
 void guard_format_skips(const tsr_guard *g, char *buf, size_t n);
 int guard_parse_skips(tsr_guard *g, const char *s);
-/* Batches skipped before data batch d (the sum of the ranges' lengths that end at or before d). */
-int64_t guard_skipped_before(const tsr_guard *g, int64_t d);
 
 #endif
