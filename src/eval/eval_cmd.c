@@ -31,6 +31,7 @@ int cmd_eval(int argc, char **argv) {
 #include "blas_env.h"
 #include "data/data.h"
 #include "eval/icl.h"
+#include "train/train_data.h"
 #include "fsutil.h"
 
 static const cli_opt eval_opts[] = {
@@ -151,35 +152,15 @@ static void run_task(tsr_model *m, batch *b, const icl_task *t, const tsr_dist *
     }
 }
 
-/* Mean loss over the first `limit` samples of the dataset at dir (0 = all), split over ranks. */
+/* Mean loss of the dataset at dir (the trainer's own evaluation: train_data_eval_loss). */
 static int val_loss(tsr_model *m, batch *b, const char *dir, int64_t limit, const tsr_dist *d,
                     double *loss, double *samples) {
     tsr_dataset *ds;
     TSR_CHECK(dataset_open(&ds, dir, 1));
-    uint64_t n = dataset_n_samples(ds, b->T);
-    if (limit > 0 && (uint64_t)limit < n) n = (uint64_t)limit;
-    double acc[3] = {0, 0, (double)n}; /* loss sum, counted targets */
-    uint64_t lo = n * (uint64_t)d->rank / (uint64_t)d->world, hi = n * (uint64_t)(d->rank + 1) / (uint64_t)d->world;
-    int rc = 0;
-    for (uint64_t s = lo; s < hi && !rc; s += (uint64_t)b->B) {
-        int B = (int)(hi - s < (uint64_t)b->B ? hi - s : (uint64_t)b->B);
-        for (int r = 0; r < b->B; r++) {
-            int k = dataset_read_sample(ds, b->T, s + (uint64_t)(r < B ? r : 0),
-                                        b->in + (size_t)r * b->T, b->tg + (size_t)r * b->T);
-            if (k < 0) rc = TSR_EXIT_DATA;
-            if (r >= B) /* padding rows score nothing */
-                for (int j = 0; j < b->T; j++) b->tg[(size_t)r * b->T + (size_t)j] = -1;
-            else acc[1] += k;
-        }
-        if (!rc) acc[0] += model_forward(m, b->in, b->tg, b->B, b->T);
-    }
+    uint64_t n = 0;
+    *loss = train_data_eval_loss(m, ds, dir, b->T, b->B, limit, d, b->in, b->tg, &n);
+    *samples = (double)n;
     dataset_close(ds);
-    int64_t bad = rc != 0;
-    dist_allreduce_sum_i64(&bad, 1);
-    if (bad) return TSR_EXIT_DATA;
-    dist_allreduce_sum_f64(acc, 2);
-    *loss = acc[1] > 0 ? acc[0] / acc[1] : NAN;
-    *samples = acc[2];
     return 0;
 }
 

@@ -127,6 +127,26 @@ int64_t train_data_read(const tsr_dataset *ds, const char *name, int T, uint64_t
     return k;
 }
 
+double train_data_eval_loss(tsr_model *m, const tsr_dataset *ds, const char *name, int T, int B,
+                            int64_t limit, const tsr_dist *d, int32_t *inputs, int32_t *targets,
+                            uint64_t *samples) {
+    uint64_t n = dataset_n_samples(ds, T);
+    if (limit > 0 && (uint64_t)limit < n) n = (uint64_t)limit;
+    uint64_t lo = n * (uint64_t)d->rank / (uint64_t)d->world;
+    uint64_t hi = n * (uint64_t)(d->rank + 1) / (uint64_t)d->world;
+    double acc[2] = {0.0, 0.0}; /* loss sum, counted targets */
+    for (uint64_t s = lo; s < hi; s += (uint64_t)B) {
+        int b_n = (int)(hi - s < (uint64_t)B ? hi - s : (uint64_t)B);
+        for (int b = 0; b < b_n; b++)
+            acc[1] += (double)train_data_read(ds, name, T, s + (uint64_t)b, inputs + b * T,
+                                              targets + b * T);
+        acc[0] += model_forward(m, inputs, targets, b_n, T);
+    }
+    dist_allreduce_sum_f64(acc, 2);
+    if (samples) *samples = n;
+    return acc[1] > 0 ? acc[0] / acc[1] : NAN;
+}
+
 /* TSR_FAULT="garbage:LO:HI" (test hook): is data batch d in [LO, HI)? */
 static int garbage_batch(int64_t d) {
     const char *f = tsr_fault("garbage");

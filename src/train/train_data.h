@@ -22,6 +22,12 @@ int64_t train_data_load(tsr_trainer *t, int64_t d);
  * every rank. Returns the count of counted targets. */
 int64_t train_data_read(const tsr_dataset *ds, const char *name, int T, uint64_t idx,
                         int32_t *inputs, int32_t *targets);
+/* Mean loss over the counted targets of the first `limit` samples of ds (0 = all), split over the
+ * ranks in contiguous ranges, in forward passes of up to B rows (the model's activations must hold
+ * B x T); inputs/targets hold B x T. Collective. The trainer's periodic eval and `tessera eval`. */
+double train_data_eval_loss(tsr_model *m, const tsr_dataset *ds, const char *name, int T, int B,
+                            int64_t limit, const tsr_dist *d, int32_t *inputs, int32_t *targets,
+                            uint64_t *samples);
 /* "name=tokens,...": tokens trained on from each stream (t->stream_seen x seq_len). */
 void train_data_mix_tokens(const tsr_trainer *t, char *buf, size_t n);
 /* t->stream_seen from the plan at the current data batch, less the windows rollbacks skipped (at

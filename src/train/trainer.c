@@ -213,21 +213,8 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
 
 double trainer_eval(tsr_trainer *t) {
     if (!t->val) return NAN;
-    tsr_model *m = &t->model;
-    uint64_t n = dataset_n_samples(t->val, t->T);
-    if (t->cfg.eval_samples > 0 && (uint64_t)t->cfg.eval_samples < n) n = (uint64_t)t->cfg.eval_samples;
-    uint64_t lo = n * (uint64_t)t->dist.rank / (uint64_t)t->dist.world;
-    uint64_t hi = n * (uint64_t)(t->dist.rank + 1) / (uint64_t)t->dist.world;
-    double acc[2] = {0.0, 0.0}; /* loss sum, counted targets */
-    for (uint64_t s = lo; s < hi; s += (uint64_t)t->micro) {
-        int B = (int)(hi - s < (uint64_t)t->micro ? hi - s : (uint64_t)t->micro);
-        for (int b = 0; b < B; b++)
-            acc[1] += (double)train_data_read(t->val, t->cfg.data.val, t->T, s + (uint64_t)b,
-                                          t->inputs + b * t->T, t->targets + b * t->T);
-        acc[0] += model_forward(m, t->inputs, t->targets, B, t->T);
-    }
-    dist_allreduce_sum_f64(acc, 2);
-    return acc[1] > 0 ? acc[0] / acc[1] : NAN;
+    return train_data_eval_loss(&t->model, t->val, t->cfg.data.val, t->T, t->micro,
+                                t->cfg.eval_samples, &t->dist, t->inputs, t->targets, NULL);
 }
 
 /* Test-only fault injection (tests/test_resume.sh): TSR_FAULT="kill:STEP:RANK" makes that rank
