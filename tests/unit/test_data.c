@@ -20,6 +20,7 @@
 #include "data/data.h"
 #include "data/data_cmd.h"
 #include "tap.h"
+#include "testfs.h"
 
 #define PLAN 73
 
@@ -44,38 +45,6 @@ static uint8_t fix_mask(uint64_t i) { return (uint8_t)(i % 3 != 0); }
         }                                                                                  \
     } while (0)
 
-static void pjoin(char *out, const char *a, const char *b) {
-    if (snprintf(out, 512, "%s/%s", a, b) >= 512) {
-        fprintf(stderr, "test_data: path too long\n");
-        exit(1);
-    }
-}
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-static void rm_rf(const char *path) { nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
-
-static int exists(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0;
-}
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (len) *len = 0;
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    size_t got = fread(buf, 1, (size_t)n, f);
-    fclose(f);
-    buf[got] = '\0';
-    if (len) *len = got;
-    return buf;
-}
 
 static void spit(const char *path, const void *buf, size_t n) {
     FILE *f = fopen(path, "wb");

@@ -26,6 +26,7 @@
 #include "data/data.h"
 #include "data/stage.h"
 #include "tap.h"
+#include "testfs.h"
 
 #define PLAN 51
 #define VOCAB 50000u
@@ -39,37 +40,6 @@ static tsr_dataset *ref; /* never redirected */
 static uint64_t n_samples;
 
 /* ---------------------------------------------------------------- helpers */
-
-static void pjoin(char *out, const char *a, const char *b) {
-    if (snprintf(out, 512, "%s/%s", a, b) >= 512) {
-        fprintf(stderr, "test_stage: path too long\n");
-        exit(1);
-    }
-}
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-static void rm_rf(const char *path) { nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
-
-static int exists(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0;
-}
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    *len = 0;
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    *len = fread(buf, 1, (size_t)n, f);
-    fclose(f);
-    return buf;
-}
 
 static void copy_file(const char *src, const char *dst) {
     size_t n;
