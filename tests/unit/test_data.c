@@ -45,7 +45,6 @@ static uint8_t fix_mask(uint64_t i) { return (uint8_t)(i % 3 != 0); }
         }                                                                                  \
     } while (0)
 
-
 static void spit(const char *path, const void *buf, size_t n) {
     FILE *f = fopen(path, "wb");
     if (buf && n) fwrite(buf, 1, n, f);
