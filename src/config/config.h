@@ -70,6 +70,7 @@ typedef struct tsr_data_config {
     char cache_limit[32];        /* size text ("20G"); parsed into cache_limit_bytes */
     uint64_t cache_limit_bytes;  /* 0 = unlimited */
     int64_t stage_window;        /* steps per staging window */
+    double stage_wait;           /* seconds a window boundary waits for staging; 0 = none */
     int n_streams, n_phases;     /* data.mix / data.curriculum; 0 = data.train alone */
     tsr_stream_config streams[TSR_MAX_STREAMS];
     tsr_phase_config phases[TSR_MAX_PHASES];

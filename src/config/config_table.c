@@ -167,6 +167,10 @@ const cfgtab_key cfgtab_keys[] = {
     {.name = "data.stage_window", .type = CFGK_INT, FIELD(data.stage_window), .def = "50",
      .ilo = 1, .ihi = 1000000000,
      .doc = "Steps per staging window: during one window the shards of the next are staged."},
+    {.name = "data.stage_wait", .type = CFGK_FLOAT, FIELD(data.stage_wait), .def = "0", .lo = 0,
+     .hi = 86400,
+     .doc = "Seconds each window boundary may wait for the copies announced a window earlier "
+            "before the ranks go on together; 0 = never wait (read in place while staging lags)."},
 
     {.name = "sample.tokens", .type = CFGK_INT, FIELD(sample.tokens), .def = "0", .ilo = 0,
      .ihi = 1000000, .doc = "Tokens to sample (rank 0) after training, from an end-of-text prompt; 0 = none."},

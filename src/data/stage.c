@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -560,6 +561,25 @@ void stager_wait_idle(tsr_stager *s) {
         pthread_mutex_unlock(&s->mu);
     }
     notes_flush(s);
+}
+
+int stager_wait_idle_for(tsr_stager *s, double timeout_s) {
+    int late = 0;
+    if (s->is_stager) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until); /* the condition variable's clock */
+        time_t whole = (time_t)timeout_s; /* timeout_s >= 0 */
+        until.tv_sec += whole;
+        until.tv_nsec += (long)((timeout_s - (double)whole) * 1e9);
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+        pthread_mutex_lock(&s->mu);
+        while ((s->q_pos < s->q_len || s->busy) && !late)
+            late = pthread_cond_timedwait(&s->idle, &s->mu, &until) == ETIMEDOUT &&
+                   (s->q_pos < s->q_len || s->busy);
+        pthread_mutex_unlock(&s->mu);
+    }
+    notes_flush(s);
+    return late;
 }
 
 void stager_stats(const tsr_stager *cs, tsr_stage_stats *st) {

@@ -52,6 +52,9 @@ void stager_poll(tsr_stager *s);
 /* Tests: blocks until the copy queue is empty (every shard staged, skipped or failed).
  * Non-stager: returns at once. */
 void stager_wait_idle(tsr_stager *s);
+/* Like stager_wait_idle, for at most timeout_s seconds. Returns 1 when the queue was still
+ * busy at the deadline, else 0 (non-stager: 0 at once). */
+int stager_wait_idle_for(tsr_stager *s, double timeout_s);
 
 typedef struct tsr_stage_stats {
     uint64_t staged_reads, in_place_reads; /* from dataset_read_counts */

@@ -257,7 +257,7 @@ static int window_shards(tsr_trainer *t, int k, int64_t a, int64_t b, int *out, 
 }
 
 /* At a window boundary: counters over all ranks since the last one, to the log (rank 0). */
-static void stage_log(tsr_trainer *t, int64_t window) {
+static void stage_log(tsr_trainer *t, int64_t window, double waited) {
     int64_t v[7] = {0}; /* staged reads, in-place reads, files staged, ranks that staged, evicted,
                            skipped for space, cache bytes (max over ranks) */
     for (int k = 0; k < t->n_streams; k++) {
@@ -271,9 +271,9 @@ static void stage_log(tsr_trainer *t, int64_t window) {
         v[6] += (int64_t)st.cache_bytes;
     }
     v[3] = v[2] > 0;
-    double cache = (double)v[6];
+    double mx[2] = {(double)v[6], waited};
     dist_allreduce_sum_i64(v, 6);
-    dist_allreduce_max_f64(&cache, 1);
+    dist_allreduce_max_f64(mx, 2); /* also lines the ranks up after a data.stage_wait */
     int64_t reads = v[0] - t->stage_last[0], in_place = v[1] - t->stage_last[1];
     t->stage_last[0] = v[0], t->stage_last[1] = v[1];
     if (t->dist.rank != 0 || window == 0) return;
@@ -281,9 +281,10 @@ static void stage_log(tsr_trainer *t, int64_t window) {
         fprintf(t->metrics,
                 "{\"event\": \"staging\", \"step\": %lld, \"window\": %lld, \"staged_reads\": "
                 "%lld, \"in_place_reads\": %lld, \"files_staged\": %lld, \"ranks_staging\": %lld, "
-                "\"files_evicted\": %lld, \"skipped_for_space\": %lld, \"cache_bytes\": %.0f}\n",
+                "\"files_evicted\": %lld, \"skipped_for_space\": %lld, \"cache_bytes\": %.0f, "
+                "\"wait_s\": %.3f}\n",
                 (long long)t->step, (long long)window - 1, (long long)reads, (long long)in_place,
-                (long long)v[2], (long long)v[3], (long long)v[4], (long long)v[5], cache);
+                (long long)v[2], (long long)v[3], (long long)v[4], (long long)v[5], mx[0], mx[1]);
         fflush(t->metrics);
     }
 }
@@ -294,7 +295,22 @@ void train_data_stage_step(tsr_trainer *t) {
     /* a window starts every W batches, and at the first step of this process (resume) */
     if (d % W == 0 || !t->stage_started) {
         int64_t a = d / W * W;
-        stage_log(t, t->stage_started ? d / W : 0);
+        double waited = 0;
+        if (t->stage_started && t->cfg.data.stage_wait > 0) {
+            /* data.stage_wait: let the copies announced a window ago finish (stage_log's
+             * all-reduce then starts the window on every rank with them committed) */
+            double t0 = tsr_now(), left = t->cfg.data.stage_wait;
+            for (int k = 0; k < t->n_streams; k++) {
+                if (stager_wait_idle_for(t->stagers[k], left))
+                    tsr_warn("staging of window %lld not done after data.stage_wait=%g s; "
+                             "reading in place meanwhile", (long long)(d / W),
+                             t->cfg.data.stage_wait);
+                waited = tsr_now() - t0;
+                left = t->cfg.data.stage_wait - waited;
+                if (left < 0) left = 0;
+            }
+        }
+        stage_log(t, t->stage_started ? d / W : 0, waited);
         for (int k = 0; k < t->n_streams; k++) {
             int n_shards = dataset_n_shards(t->streams[k]);
             int *list = tsr_malloc(2 * (size_t)n_shards * sizeof *list);
@@ -314,7 +330,7 @@ void train_data_stage_step(tsr_trainer *t) {
 void train_data_stage_end(tsr_trainer *t) {
     if (!t->stagers[0]) return;
     int64_t d = t->step + t->data_offset, W = t->cfg.data.stage_window;
-    stage_log(t, (d - 1) / W + 1); /* the last (maybe partial) window */
+    stage_log(t, (d - 1) / W + 1, 0); /* the last (maybe partial) window */
 }
 
 void train_data_close(tsr_trainer *t) {

@@ -347,12 +347,12 @@ static void test_link(void) {
 
     const int order[] = {7, 7, 2, 9, 0, 1, 3, 4, 5, 6, 8, 2, 42, -1};
     stager_want(s, order, (int)(sizeof order / sizeof *order));
-    stager_wait_idle(s);
+    int late = stager_wait_idle_for(s, 300); /* the bounded wait of data.stage_wait */
     stager_stats(s, &st);
     struct stat sa, sb;
     shard_file(a, ds_dir, 4);
     shard_file(b, dir, 4);
-    tap_ok(st.files_staged == N_SHARDS && st.linked == N_SHARDS && st.bytes_staged == N_SHARDS * B &&
+    tap_ok(late == 0 && st.files_staged == N_SHARDS && st.linked == N_SHARDS && st.bytes_staged == N_SHARDS * B &&
                st.cache_bytes == N_SHARDS * B && st.failed == 0 && stat(a, &sa) == 0 &&
                stat(b, &sb) == 0 && sa.st_ino == sb.st_ino,
            "same filesystem: 10 shards hard-linked (staged %llu, linked %llu, cache %llu bytes; "
