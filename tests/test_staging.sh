@@ -57,7 +57,7 @@ tap_check $? "on the dataset's own filesystem the shards are hard-linked (same i
 # a cache of 2.5 shards must evict
 shard_bytes=$(stat -c %s "$TMP/data/train/shard-00000.bin")
 limit=$(( shard_bytes * 5 / 2 ))
-TSR_STAGE_NO_LINK=1 run "$TMP/C" --set data.shuffle=false --set data.stage_to="$TMP/stage3" --set data.cache_limit="$limit" >"$TMP/C.txt" 2>&1
+TSR_STAGE_NO_LINK=1 run "$TMP/C" --set data.shuffle=false --set data.stage_to="$TMP/stage3" --set data.cache_limit="$limit" --set data.stage_wait=300 >"$TMP/C.txt" 2>&1
 rc=$?
 events "$TMP/C/metrics.jsonl" >"$TMP/C.ev"; sed 's/^/# window staged in_place files ranks evicted skipped cache: /' "$TMP/C.ev"
 [[ $rc == 0 ]] && cmp -s <(final_lines "$TMP/Rs/metrics.jsonl") <(final_lines "$TMP/C/metrics.jsonl") &&
@@ -67,7 +67,7 @@ tap_check $? "cache_limit $limit bytes (2.5 shards): never exceeded (at each win
 
 # a staged file deleted while the run reads it
 run "$TMP/R2" --set max_duration=300ba >"$TMP/R2.txt" 2>&1
-TSR_STAGE_NO_LINK=1 run "$TMP/D" --set max_duration=300ba --set data.stage_to="$TMP/stage4" >"$TMP/D.txt" 2>&1 &
+TSR_STAGE_NO_LINK=1 run "$TMP/D" --set max_duration=300ba --set data.stage_to="$TMP/stage4" --set data.stage_wait=300 >"$TMP/D.txt" 2>&1 &
 pid=$!
 victim=""
 for _ in $(seq 1 600); do
