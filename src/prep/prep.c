@@ -3,7 +3,8 @@
  * Phases: parse options -> list the inputs (directories walked recursively in byte order) ->
  * detect each file's format -> load the tokenizer -> stream the inputs in batches: the reader
  * cuts a batch into items (a document or a JSONL line), OpenMP threads parse and tokenize the
- * items, then this thread appends them to the writers in input order -> close and rename.
+ * items, then this thread appends them to the writers in input order (with --pack through the
+ * packers of prep_pack.c, which place whole examples into sample windows) -> close and rename.
  * Results are consumed in input order and the train/val split is a hash of (seed, document
  * number), so the output is byte-identical for any --threads. Everything is staged in OUT.tmp and
  * renamed to OUT at the end: an error leaves nothing at OUT. Usage and formats: docs/prep.md.
@@ -28,6 +29,7 @@
 #include "data/data.h"
 #include "prep/jsonl.h"
 #include "prep/prep_doc.h"
+#include "prep/prep_pack.h"
 #include "tokenizer/tokenizer.h"
 
 #define DEFAULT_SHARD_TOKENS (1ull << 27) /* as tessera shard: 256 MiB of uint16 tokens */
@@ -58,6 +60,8 @@ static const cli_opt prep_opts[] = {
     {"doc-sep", 'd', "SEP", "text files: split documents at SEP (escapes \\n \\t \\r \\\\), "
                             "e.g. '\\n\\n'; default: one file = one document"},
     {"shard-tokens", 's', "N", "tokens per shard file (default 134217728)"},
+    {"pack", 'p', "T", "sft/chat: whole examples in each sample of seq_len T, padded (mask 0); "
+                       "train with seq_len = T"},
     {"threads", 'j', "N", "tokenizer threads (default: OpenMP's, i.e. the cores)"},
     {"quiet", 'q', NULL, "no progress and no summary"},
     {"help", 'h', NULL, "show this help"},
@@ -79,7 +83,7 @@ typedef struct prep_args {
     const char *out, *tokenizer;
     prep_format format;
     double val_fraction;
-    int64_t seed, shard_tokens, threads;
+    int64_t seed, shard_tokens, threads, pack; /* pack: T of --pack, 0 = not packed */
     int bos, no_eos, target_prompts, strict, quiet;
     char doc_sep[64];
     size_t doc_sep_len;
@@ -134,6 +138,7 @@ static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
     case 'x': a->strict = 1; return 0;
     case 'd': return parse_sep(a, val);
     case 's': return opt_int(ch, val, 1, INT64_C(1) << 60, &a->shard_tokens);
+    case 'p': return opt_int(ch, val, PACK_MIN_T, PACK_MAX_T, &a->pack);
     case 'j': return opt_int(ch, val, 1, 1024, &a->threads);
     case 'q': a->quiet = 1; return 0;
     default: return usage_error("unhandled option", NULL);
@@ -149,6 +154,24 @@ static int parse_args(prep_args *a, int argc, char **argv) {
     if (a->doc_sep_len && a->format != FMT_AUTO && a->format != FMT_TEXT)
         return usage_error("--doc-sep applies to text inputs, not to --format ",
                            fmt_names[a->format]);
+    if (a->pack) {
+        char n[64];
+        if (a->format == FMT_TEXT || a->format == FMT_JSONL)
+            return usage_error("--pack places whole sft/chat examples into samples; plain text "
+                               "is cut into samples by the trainer (drop --pack), found --format ",
+                               fmt_names[a->format]);
+        if (a->doc_sep_len)
+            return usage_error("--pack takes sft/chat examples, --doc-sep splits plain text: "
+                               "drop one of them", NULL);
+        if (a->no_eos)
+            return usage_error("--pack needs the <|endoftext|> after each example (it separates "
+                               "packed examples and pads the windows): drop --no-eos", NULL);
+        if (!pack_shard_tokens((uint64_t)a->shard_tokens, (uint64_t)a->pack)) {
+            snprintf(n, sizeof n, "%lld < --pack + 1 = %lld", (long long)a->shard_tokens,
+                     (long long)a->pack + 1);
+            return usage_error("--shard-tokens must hold at least one packed sample: ", n);
+        }
+    }
     return 0;
 }
 
@@ -303,6 +326,20 @@ static int detect_kinds(file_list *l, prep_format format) {
     return rc;
 }
 
+/* --pack takes sft and chat examples only; names the first input that is plain text. */
+static int check_pack_kinds(const file_list *l) {
+    for (size_t k = 0; k < l->n; k++)
+        if (l->v[k].kind == FMT_TEXT || l->v[k].kind == FMT_JSONL) {
+            tsr_error("prep: --pack: %s is %s, not sft or chat examples (--pack places whole "
+                      "prompt/response examples into samples; prep plain text without --pack, or "
+                      "force --format sft|chat)", l->v[k].path,
+                      l->v[k].kind == FMT_TEXT ? "plain text (format text)"
+                                               : "JSON Lines of {\"text\"} (format jsonl)");
+            return TSR_EXIT_USAGE;
+        }
+    return 0;
+}
+
 /* ================================ the run's state ================================ */
 
 typedef struct prep_ctx {
@@ -318,7 +355,9 @@ typedef struct prep_ctx {
     size_t n_items, items_cap;
     json_doc *jd; /* one per thread */
     tsr_dataset_writer *w[2]; /* train, val */
+    prep_packer *pk[2];       /* --pack: the packers writing into w[] */
     uint64_t docs[2], tokens[2], targets[2], bad, empty, bytes_done;
+    uint64_t dropped, overlong; /* --pack: examples dropped; over-length examples (reported) */
     double t0, t_progress;
 } prep_ctx;
 
@@ -392,6 +431,33 @@ static void buf_reserve(prep_ctx *c, size_t extra) {
     c->buf_cap = cap;
 }
 
+/* --pack: places the item into split `val`'s packer, reporting an over-length example. */
+static int consume_packed(prep_ctx *c, const prep_item *it, int val, const char *path) {
+    pack_fate fate;
+    if (pack_add(c->pk[val], it->tok, it->mask, it->n, &fate)) return TSR_EXIT_DATA;
+    if (fate == PACK_DROPPED) c->dropped++;
+    else c->docs[val]++;
+    const pack_stats *st = pack_get_stats(c->pk[val]);
+    c->tokens[val] = st->tokens;
+    c->targets[val] = st->targets;
+    if (fate == PACK_WHOLE || ++c->overlong > MAX_REPORTED) return 0;
+    if (c->tty && !c->a->quiet) fprintf(stderr, "\r\x1b[K");
+    long long T = (long long)c->a->pack;
+    if (fate == PACK_TRUNCATED)
+        tsr_warn("%s:%llu: example of %zu tokens is longer than --pack %lld: kept its first %lld "
+                 "tokens (the rest, with its <|endoftext|>, is cut)%s", path,
+                 (unsigned long long)it->line, it->n, T, T - 1,
+                 c->overlong == MAX_REPORTED ? "; further over-length examples are counted, not "
+                                               "shown" : "");
+    else
+        tsr_warn("%s:%llu: example of %zu tokens is longer than --pack %lld and its first %lld "
+                 "tokens hold no target (the prompt fills the sample): example dropped%s", path,
+                 (unsigned long long)it->line, it->n, T, T - 1,
+                 c->overlong == MAX_REPORTED ? "; further over-length examples are counted, not "
+                                               "shown" : "");
+    return 0;
+}
+
 /* Handles one finished item in input order: report it, or append it to train or val. */
 static int consume(prep_ctx *c, const prep_item *it) {
     const char *path = c->files.v[it->file].path;
@@ -414,9 +480,10 @@ static int consume(prep_ctx *c, const prep_item *it) {
         c->empty++;
         return 0;
     }
-    uint64_t doc = c->docs[0] + c->docs[1];
+    uint64_t doc = c->docs[0] + c->docs[1] + c->dropped; /* a dropped example keeps its number */
     int val = c->a->val_fraction > 0 &&
               tsr_rand_uniform((uint64_t)c->a->seed, SPLIT_STREAM, doc) < c->a->val_fraction;
+    if (c->pk[val]) return consume_packed(c, it, val, path);
     c->docs[val]++;
     c->tokens[val] += it->n;
     if (c->with_mask)
@@ -541,15 +608,22 @@ static int run(prep_ctx *c) {
     for (size_t k = 0; k < c->files.n && !rc; k++)
         rc = c->files.v[k].kind == FMT_TEXT ? read_text(c, k) : read_jsonl(c, k);
     if (!rc) rc = flush(c);
+    for (int k = 0; k < 2 && !rc; k++)
+        if (c->pk[k]) {
+            rc = pack_finish(c->pk[k]);
+            c->tokens[k] = pack_get_stats(c->pk[k])->tokens;
+        }
     return rc;
 }
 
 /* Closes the writers and renames OUT.tmp to OUT; val is dropped when it got no document. */
 static int commit(prep_ctx *c, const char *tmp) {
     if (c->docs[0] == 0) {
-        tsr_error("prep: no %sdocument in the input%s; nothing written",
+        tsr_error("prep: no %sdocument in the input%s%s; nothing written",
                   c->docs[1] ? "training " : "",
-                  c->bad ? " (every JSONL line was bad, see above)" : "");
+                  c->bad ? " (every JSONL line was bad, see above)" : "",
+                  c->dropped ? " (over-length examples were dropped, see above: a larger --pack "
+                               "keeps them)" : "");
         return TSR_EXIT_DATA;
     }
     int rc = dataset_writer_close(c->w[0]);
@@ -566,6 +640,11 @@ static int commit(prep_ctx *c, const char *tmp) {
         c->w[1] = NULL;
     }
     if (rc) return TSR_EXIT_DATA;
+    for (int k = 0; k < 2 && c->a->pack; k++) {
+        char sub[4096 + 8];
+        snprintf(sub, sizeof sub, "%s/%s", tmp, k ? "val" : "train");
+        if ((!k || c->docs[1]) && pack_note_index(sub, (uint64_t)c->a->pack)) return TSR_EXIT_DATA;
+    }
     if (rename(tmp, c->a->out) != 0) {
         tsr_error("%s: rename to %s failed: %s", tmp, c->a->out, strerror(errno));
         return TSR_EXIT_DATA;
@@ -583,6 +662,21 @@ static void summary(const prep_ctx *c) {
     if (c->with_mask)
         printf("prep: target tokens (mask 1): train %llu, val %llu\n",
                (unsigned long long)c->targets[0], (unsigned long long)c->targets[1]);
+    if (c->a->pack) {
+        printf("prep: packed for seq_len %lld (train with seq_len = %lld):", (long long)c->a->pack,
+               (long long)c->a->pack);
+        for (int k = 0; k < 2; k++) {
+            static const pack_stats none;
+            const pack_stats *p = c->pk[k] ? pack_get_stats(c->pk[k]) : &none;
+            printf("%s %s %llu windows, %llu examples, %llu truncated, %llu dropped, padding %llu "
+                   "of %llu tokens (%.1f%%)", k ? ";" : "", k ? "val" : "train",
+                   (unsigned long long)p->windows, (unsigned long long)p->examples,
+                   (unsigned long long)p->truncated, (unsigned long long)p->dropped,
+                   (unsigned long long)p->pad, (unsigned long long)p->tokens,
+                   p->tokens ? 100.0 * (double)p->pad / (double)p->tokens : 0.0);
+        }
+        printf("\n");
+    }
     printf("prep: read %.1f MB from %zu file%s in %.2f s (%.1f MB/s, %d thread%s); skipped %llu "
            "bad line%s, %llu empty document%s\n", c->files.bytes / 1e6, c->files.n,
            c->files.n == 1 ? "" : "s", dt, dt > 0 ? c->files.bytes / 1e6 / dt : 0.0, c->threads,
@@ -600,6 +694,7 @@ static void ctx_free(prep_ctx *c) {
         for (int k = 0; k < c->threads; k++) json_doc_free(&c->jd[k]);
     free(c->jd);
     free(c->buf);
+    for (int k = 0; k < 2; k++) pack_free(c->pk[k]);
     for (size_t k = 0; k < c->files.n; k++) free(c->files.v[k].path);
     free(c->files.v);
     if (c->tok) tokenizer_free(c->tok);
@@ -636,6 +731,7 @@ int cmd_prep(int argc, char **argv) {
     }
     for (int k = optind; k < argc && !rc; k++) rc = collect(&c.files, argv[k], 0);
     if (!rc) rc = detect_kinds(&c.files, a.format);
+    if (!rc && a.pack) rc = check_pack_kinds(&c.files);
     if (!rc) rc = open_tokenizer(&c);
     if (rc) {
         ctx_free(&c);
@@ -650,11 +746,16 @@ int cmd_prep(int argc, char **argv) {
         ctx_free(&c);
         return rc;
     }
+    /* --pack: shards of whole samples, 1 + m*T tokens (prep_pack.h) */
+    uint64_t shard_tokens = a.pack ? pack_shard_tokens((uint64_t)a.shard_tokens, (uint64_t)a.pack)
+                                   : (uint64_t)a.shard_tokens;
     snprintf(sub, sizeof sub, "%s/train", tmp);
-    rc = dataset_writer_open(&c.w[0], sub, c.vocab, c.with_mask, (uint64_t)a.shard_tokens);
+    rc = dataset_writer_open(&c.w[0], sub, c.vocab, c.with_mask, shard_tokens);
     snprintf(sub, sizeof sub, "%s/val", tmp);
     if (!rc && a.val_fraction > 0)
-        rc = dataset_writer_open(&c.w[1], sub, c.vocab, c.with_mask, (uint64_t)a.shard_tokens);
+        rc = dataset_writer_open(&c.w[1], sub, c.vocab, c.with_mask, shard_tokens);
+    for (int k = 0; k < 2 && !rc && a.pack; k++)
+        if (c.w[k]) c.pk[k] = pack_open(c.w[k], c.eos, (uint64_t)a.pack, shard_tokens);
     c.t0 = tsr_now();
     c.t_progress = c.t0;
     if (!rc) rc = run(&c);

@@ -7,6 +7,17 @@
       DIR/seg/seg-NNNNN.txt, each tokenized on its own) with their roles. The shell test tokenizes
       the segment files with `tessera tokenizer encode` (one line of ids per file) into DIR/ids.txt.
 
+  prep_check.py pack PACKED PLAIN T EOS
+      Checks the --pack T layout of PACKED against PLAIN, the same input prepped without --pack
+      (same seed and val fraction, so the same train/val split; docs/prep.md "Packing"): each shard
+      is 1 + m*T tokens starting with an EOT of mask 0; each window (the targets [kT+1, kT+T] of
+      sample k) holds whole examples (PLAIN's tokens up to and including each EOT, with PLAIN's
+      mask bytes) in input order, then EOT padding of mask 0, and an example goes to the next
+      window only when it did not fit the rest of this one; an example longer than T is its first
+      T-1 tokens alone in a window, or missing when those hold no target. Prints per split
+      "SPLIT windows W examples E truncated X dropped D padding P tokens N exact F" (F: windows
+      filled without padding). Exit 0 when everything matches.
+
   prep_check.py check OUT IDS EOS SPEC... [--bos] [--no-eos] [--target-prompts] [--assign FILE]
       Reads OUT/train and OUT/val with a reader of its own (docs/data-format.md: index.tsv, 64-byte
       headers, uint16/uint32 tokens, then the mask bytes) and checks that the two token streams are
@@ -159,9 +170,33 @@ def gen(root):
         f.write(body)
     g.spec("paras", "text", [{"kind": "text", "segs": [g.seg(p, "text")]} for p in parts])
 
+    # --- sft pairs of varied lengths for --pack 32: most fit a window of 32 tokens, some are
+    # longer with a short prompt (truncated), some have a prompt that alone fills the window
+    # (dropped). No spec: the --pack check compares with an unpacked prep of the same file.
+    rng = random.Random(4242)
+    lines = []
+    for k in range(200):
+        r = rng.random()
+        pw, rw = ((rng.randint(25, 40), rng.randint(1, 5)) if r < 0.06 else
+                  (rng.randint(1, 4), rng.randint(25, 40)) if r < 0.12 else
+                  (rng.randint(0, 6), rng.randint(0, 7)))
+        p = "Q%d:%s" % (k, " " + sentence(rng, pw) if pw else "")
+        lines.append(json.dumps({"prompt": p, "response": " " + sentence(rng, rw) if rw else ""}))
+    with open(os.path.join(root, "pack.jsonl"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
 
 def read_dataset(d):
     """(tokens, mask or None) of the dataset directory d, by docs/data-format.md."""
+    has_mask, shards = read_shards(d)
+    t = np.concatenate([t for t, _ in shards]) if shards else np.zeros(0, np.int64)
+    if not has_mask:
+        return t, None
+    return t, np.concatenate([m for _, m in shards]) if shards else np.zeros(0, np.uint8)
+
+
+def read_shards(d):
+    """(has_mask, [(tokens, mask or None)] of each shard of the dataset directory d in order)."""
     rows, meta = [], {}
     with open(os.path.join(d, "index.tsv")) as f:
         lines = [l.split() for l in f if l.strip() and not l.startswith("#")]
@@ -173,7 +208,7 @@ def read_dataset(d):
         else:
             meta[l[0]] = int(l[1])
     width, has_mask = meta["token_width"], meta["has_mask"]
-    toks, masks = [], []
+    shards = []
     for no, (name, n) in enumerate(rows):
         with open(os.path.join(d, name), "rb") as f:
             data = f.read()
@@ -182,12 +217,11 @@ def read_dataset(d):
             "<IIIIIIQQQ", data, 8)
         assert (version, hsize, w, flags & 1, vocab, shard_no, nt) == \
             (1, 64, width, has_mask, meta["vocab_size"], no, n), (name, version, w, flags, nt)
-        toks.append(np.frombuffer(data, dtype="<u2" if w == 2 else "<u4", count=nt, offset=toff))
-        if has_mask:
-            masks.append(np.frombuffer(data, dtype=np.uint8, count=nt, offset=moff))
-    t = np.concatenate(toks).astype(np.int64) if toks else np.zeros(0, np.int64)
-    m = (np.concatenate(masks) if masks else np.zeros(0, np.uint8)) if has_mask else None
-    return t, m
+        assert len(data) == 64 + nt * w + (nt if has_mask else 0), (name, len(data))
+        t = np.frombuffer(data, dtype="<u2" if w == 2 else "<u4", count=nt, offset=toff)
+        m = np.frombuffer(data, dtype=np.uint8, count=nt, offset=moff) if has_mask else None
+        shards.append((t.astype(np.int64), m))
+    return has_mask, shards
 
 
 def expected_doc(doc, ids, eos, bos, no_eos, tp, with_mask):
@@ -265,9 +299,120 @@ def check(argv):
     return 0
 
 
+def split_examples(t, m, eos):
+    """The examples of an unpacked stream: its pieces up to and including each EOT."""
+    ends = np.flatnonzero(t == eos)
+    assert len(t) == 0 or (len(ends) and ends[-1] == len(t) - 1), "stream does not end with EOT"
+    starts = np.concatenate(([0], ends[:-1] + 1)) if len(ends) else []
+    return [(t[a:b + 1], m[a:b + 1]) for a, b in zip(starts, ends)]
+
+
+def pack_split(packed_dir, plain_dir, T, eos):
+    """Checks one split; returns its counts or raises AssertionError naming the fault."""
+    plain = read_dataset(plain_dir) if os.path.isdir(plain_dir) else (np.zeros(0, np.int64),
+                                                                         np.zeros(0, np.uint8))
+    assert plain[1] is not None, "%s: no mask channel" % plain_dir
+    # what --pack must make of each example, by docs/prep.md: whole, truncated or dropped
+    want = []
+    for t, m in split_examples(plain[0], plain[1], eos):
+        if len(t) <= T:
+            want.append(("whole", t, m))
+        elif m[:T - 1].sum() == 0:
+            want.append(("dropped", t, m))
+        else:
+            want.append(("truncated", t[:T - 1], m[:T - 1]))
+    c = dict(windows=0, examples=0, truncated=0, dropped=0, padding=0, tokens=0, exact=0)
+    if not os.path.isdir(packed_dir):
+        assert all(w[0] == "dropped" for w in want), "%s missing" % packed_dir
+        c["dropped"] = len(want)
+        return c
+    with open(os.path.join(packed_dir, "index.tsv")) as f:
+        note = [l.rstrip("\n").split("\t")[:2] for l in f if l.startswith("# packed_seq_len")]
+    assert note == [["# packed_seq_len", str(T)]], "index.tsv: packed_seq_len note %s" % note
+    has_mask, shards = read_shards(packed_dir)
+    assert has_mask, "%s: no mask channel" % packed_dir
+    k = 0  # next expected example
+
+    def skip_dropped():
+        nonlocal k
+        while k < len(want) and want[k][0] == "dropped":
+            c["dropped"] += 1
+            k += 1
+
+    for sn, (t, m) in enumerate(shards):
+        n = len(t)
+        c["tokens"] += n
+        # whole samples only: 1 + m*T tokens, and every shard but the last the same size
+        assert n >= T + 1 and (n - 1) % T == 0, "shard %d: %d tokens is not 1 + m*%d" % (sn, n, T)
+        assert sn == len(shards) - 1 or n == len(shards[0][0]), "shard %d: size %d" % (sn, n)
+        assert t[0] == eos and m[0] == 0, "shard %d: token 0 is %d (mask %d), not EOT/0" % (
+            sn, t[0], m[0])
+        c["padding"] += 1
+        for w in range((n - 1) // T):
+            c["windows"] += 1
+            base, pos = 1 + w * T, 0
+            where = "shard %d window %d" % (sn, w)
+            while pos < T:
+                skip_dropped()
+                fate, et, em = want[k] if k < len(want) else (None, None, None)
+                L = len(et) if et is not None else 0
+                at = base + pos
+                if fate and pos + L <= T and np.array_equal(t[at:at + L], et):
+                    assert np.array_equal(m[at:at + L], em), "%s: example %d: mask %s, want %s" % (
+                        where, k, m[at:at + L].tolist(), em.tolist())
+                    # every token of the example is a target of this window's sample only, and
+                    # the input before its first token (in the same sample) is an EOT
+                    samples = {(p - 1) // T for p in range(at, at + L)}
+                    assert samples == {w} and t[at - 1] == eos, "%s: example %d crosses" % (where, k)
+                    if fate == "truncated":
+                        assert pos == 0, "%s: truncated example %d not alone" % (where, k)
+                        c["truncated"] += 1
+                    c["examples"] += 1
+                    k += 1
+                    pos += L
+                    if fate == "truncated":
+                        break
+                    continue
+                break
+            rest_t, rest_m = t[base + pos:base + T], m[base + pos:base + T]
+            assert (rest_t == eos).all() and (rest_m == 0).all(), \
+                "%s: at slot %d: neither example %d nor EOT padding: %s / mask %s" % (
+                    where, pos, k, rest_t[:12].tolist(), rest_m[:12].tolist())
+            assert pos > 0, "%s: holds no example (only padding)" % where
+            if pos == T:
+                c["exact"] += 1
+            c["padding"] += T - pos
+            skip_dropped()
+            # greedy: the next example went on only because it did not fit
+            if k < len(want) and want[k][0] == "whole" and pos > 0:
+                assert len(want[k][1]) > T - pos, "%s: example %d (%d tokens) would fit in %d" % (
+                    where, k, len(want[k][1]), T - pos)
+    skip_dropped()
+    assert k == len(want), "example %d of %d not in the packed dataset" % (k, len(want))
+    return c
+
+
+def pack(argv):
+    packed, plain, T, eos = argv[0], argv[1], int(argv[2]), int(argv[3])
+    out = []
+    for split in ("train", "val"):
+        try:
+            c = pack_split(os.path.join(packed, split), os.path.join(plain, split), T, eos)
+        except AssertionError as e:
+            print("FAIL: %s/%s: %s" % (packed, split, e))
+            return 1
+        out.append("%s windows %d examples %d truncated %d dropped %d padding %d tokens %d exact %d"
+                   % (split, c["windows"], c["examples"], c["truncated"], c["dropped"],
+                      c["padding"], c["tokens"], c["exact"]))
+    print("; ".join(out))
+    return 0
+
+
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "gen":
         gen(sys.argv[2])
+    elif len(sys.argv) == 6 and sys.argv[1] == "pack":
+        sys.exit(pack(sys.argv[2:]))
     elif len(sys.argv) >= 6 and sys.argv[1] == "check":
         sys.exit(check(sys.argv[2:]))
     else:

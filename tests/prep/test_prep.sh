@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_prep.sh — `tessera prep` end to end with the GPT-2 tokenizer: text directories, JSONL with
-# bad lines, sft and chat masks, the seeded train/val split, --strict, thread-count independence.
+# bad lines, sft and chat masks, the seeded train/val split, --strict, thread-count independence,
+# --pack (whole examples per sample window, checked against an unpacked prep of the same file).
 # Expected documents come from tests/prep/prep_check.py (fixtures + an independent shard reader);
 # expected token ids from `tessera tokenizer encode`, one segment file at a time.
 source "$(dirname "$0")/../lib.sh"
@@ -30,7 +31,7 @@ prep() { "$TOOL" prep --tokenizer "$GPT2_DIR" --quiet "$@"; }
 check() { local out=$1; shift; "$PY" "$CHECK" check "$out" "$F/ids.txt" "$EOS" "$@"; }
 spec() { echo "$F/spec-$1.json"; }
 
-tap_plan 34
+tap_plan 49
 
 # ---- usage errors: exit 1
 "$TOOL" prep "$F/corpus.jsonl" >/dev/null 2>"$TMP/err"; rc=$?
@@ -125,6 +126,59 @@ grep -q "corpus.jsonl:5: invalid JSON at column 10: unterminated string" "$TMP/e
 tap_check $? "--strict names the first bad line and column"
 [[ ! -e $TMP/strict && ! -e $TMP/strict.tmp ]]; tap_check $? "--strict: no DIR and no DIR.tmp left"
 prep --out "$TMP/strict-ok" --strict --val-fraction 0 "$F/sft.jsonl" >/dev/null; tap_check $? "--strict on a clean file: exit 0"
+
+# ---- --pack T: whole sft/chat examples in each sample window (docs/prep.md "Packing")
+# refused for plain text (exit 1, nothing written), without EOS, with shards below one sample
+"$TOOL" prep --tokenizer "$GPT2_DIR" --out "$TMP/x" --pack 32 --format jsonl "$F/corpus.jsonl" 2>"$TMP/err"; rc=$?
+((rc == 1)) && grep -q -- "--pack places whole sft/chat examples.*--format jsonl" "$TMP/err" && [[ ! -e $TMP/x ]]
+tap_check $? "--pack with --format jsonl: exit 1, nothing written (rc=$rc)"
+"$TOOL" prep --tokenizer "$GPT2_DIR" --out "$TMP/x" --pack 32 "$F/sft.jsonl" "$F/corpus.jsonl" 2>"$TMP/err"; rc=$?
+((rc == 1)) && grep -q "pack: .*corpus.jsonl is JSON Lines of {\"text\"}" "$TMP/err" && [[ ! -e $TMP/x && ! -e $TMP/x.tmp ]]
+tap_check $? "--pack with an auto-detected text JSONL among the inputs: exit 1 naming it (rc=$rc)"
+"$TOOL" prep --tokenizer "$GPT2_DIR" --out "$TMP/x" --pack 32 --no-eos "$F/sft.jsonl" 2>/dev/null; rc=$?
+"$TOOL" prep --tokenizer "$GPT2_DIR" --out "$TMP/x" --pack 32 --shard-tokens 32 "$F/sft.jsonl" 2>"$TMP/err"; rc2=$?
+((rc == 1 && rc2 == 1)) && grep -q "32 < --pack + 1 = 33" "$TMP/err" && [[ ! -e $TMP/x ]]
+tap_check $? "--pack with --no-eos, or --shard-tokens below T+1: exit 1 ($rc, $rc2)"
+
+# sft pairs of varied lengths, 3 samples per shard (--shard-tokens 100 -> 1 + 3*32 = 97 tokens)
+P=$F/pack.jsonl
+md5_before=$(md5sum <"$P")
+"$TOOL" prep --tokenizer "$GPT2_DIR" --out "$TMP/pk" --pack 32 --shard-tokens 100 --val-fraction 0.2 \
+    --seed 3 "$P" >"$TMP/sum" 2>"$TMP/err"; rc=$?
+tap_check $rc "sft --pack 32: exit 0"
+prep --out "$TMP/pk-plain" --val-fraction 0.2 --seed 3 "$P"
+out=$("$PY" "$CHECK" pack "$TMP/pk" "$TMP/pk-plain" 32 "$EOS"); rc=$?
+tap_check $rc "every window holds whole examples in order, masks as unpacked, padding EOT/0, shards of 1+m*T: $out"
+read -r _ _ w _ e _ x _ d _ p _ n _ ex _ _ vw _ ve _ vx _ vd _ vp _ vn _ <<<"${out//;/}"
+((x > 0 && d > 0 && ex > 0 && vx + vd > 0)); tap_check $? "the fixture covers truncated ($x), dropped ($d) examples and exactly filled windows ($ex)"
+grep -qF "train $w windows, $e examples, $x truncated, $d dropped, padding $p of $n tokens" "$TMP/sum" &&
+    grep -qF "val $vw windows, $ve examples, $vx truncated, $vd dropped, padding $vp of $vn tokens" "$TMP/sum" &&
+    grep -q "packed for seq_len 32 (train with seq_len = 32)" "$TMP/sum" &&
+    grep -q "train $e documents, $n tokens; val $ve documents, $vn tokens" "$TMP/sum"
+tap_check $? "the summary's windows, examples, truncated, dropped, padding and tokens match the independent count"
+nrep=$(grep -c "pack.jsonl:[0-9]*: example of [0-9]* tokens is longer than --pack 32" "$TMP/err")
+bad_n=$(grep -o "example of [0-9]* tokens" "$TMP/err" | awk '$3 <= 32' | wc -l)
+((nrep == (x + d + vx + vd < 10 ? x + d + vx + vd : 10) && bad_n == 0)); tap_check $? "over-length examples reported as FILE:LINE with their length > 32 ($nrep shown)"
+[[ $(md5sum <"$P") == "$md5_before" ]]; tap_check $? "the input file is not modified"
+"$TOOL" verify-data --seq-len 32 "$TMP/pk/train" | grep -q "loss mask yes, $w samples of length 32"
+tap_check $? "verify-data: the packed dataset is valid and holds exactly $w samples of seq_len 32"
+"$TOOL" prep --tokenizer "$GPT2_DIR" --quiet --out "$TMP/pk2" --pack 32 --shard-tokens 100 --val-fraction 0.2 --seed 3 --threads 1 "$P" 2>/dev/null
+diff -r "$TMP/pk" "$TMP/pk2" >/dev/null; tap_check $? "--pack: byte-identical datasets across runs (and --threads 1 vs default)"
+# the checker can fail: the unpacked stream, presented as packed, is rejected
+cp -r "$TMP/pk-plain" "$TMP/pk-forged"
+sed -i '1a # packed_seq_len\t32' "$TMP/pk-forged/train/index.tsv" "$TMP/pk-forged/val/index.tsv"
+out=$("$PY" "$CHECK" pack "$TMP/pk-forged" "$TMP/pk-plain" 32 "$EOS"); rc=$?
+((rc != 0)) && [[ $out == FAIL:* ]]; tap_check $? "the --pack check rejects an unpacked stream: $out"
+# chat conversations are examples too
+prep --out "$TMP/ck" --pack 128 --val-fraction 0.1 "$F/chat.jsonl" && prep --out "$TMP/ck-plain" --val-fraction 0.1 "$F/chat.jsonl"
+out=$("$PY" "$CHECK" pack "$TMP/ck" "$TMP/ck-plain" 128 "$EOS"); rc=$?
+tap_check $rc "chat --pack 128: whole conversations per window, masks as unpacked: $out"
+# --target-prompts: every token a target, so an over-length example is truncated, never dropped
+prep --out "$TMP/pk-tp" --pack 32 --target-prompts --val-fraction 0 "$P" 2>/dev/null &&
+    prep --out "$TMP/pk-tp-plain" --target-prompts --val-fraction 0 "$P"
+out=$("$PY" "$CHECK" pack "$TMP/pk-tp" "$TMP/pk-tp-plain" 32 "$EOS"); rc=$?
+((rc == 0)) && [[ $out == *" dropped 0 "* ]]; tap_check $? "--pack --target-prompts: nothing dropped: $out"
+"$TOOL" prep --help | grep -q -- "--pack T"; tap_check $? "--help lists --pack"
 
 # ---- existing DIR is never touched
 mkdir -p "$TMP/exists" && echo keep >"$TMP/exists/file"
