@@ -30,9 +30,9 @@ int cmd_eval(int argc, char **argv) {
 #include "../../checkpoint/ckpt_model.h"
 #include "blas_env.h"
 #include "data/data.h"
-#include "eval/icl.h"
-#include "train/train_data.h"
+#include "eval/icl_score.h"
 #include "fsutil.h"
+#include "train/train_data.h"
 
 static const cli_opt eval_opts[] = {
     {"ckpt", 'c', "PATH", "checkpoint: a step-*.h5 file, a run directory or its `latest` (required)"},
@@ -82,75 +82,11 @@ static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
     return TSR_EXIT_USAGE;
 }
 
-/* A batch of up to B sequences of T tokens: inputs, targets (-1 = not scored). */
+/* A batch of B sequences of T tokens for the validation passes: inputs, targets. */
 typedef struct batch {
-    int B, T, n;
+    int B, T;
     int32_t *in, *tg;
 } batch;
-
-/* Puts option o (context + continuation, the context cut from the left to fit T + 1 tokens) in
- * row r; targets are the continuation tokens only. */
-static void put_option(batch *b, int r, const icl_option *o) {
-    int n = o->n_ctx + o->n_cont, skip = n > b->T + 1 ? n - (b->T + 1) : 0, len = n - skip;
-    int32_t *in = b->in + (size_t)r * b->T, *tg = b->tg + (size_t)r * b->T;
-    for (int j = 0; j < b->T; j++) in[j] = 0, tg[j] = -1;
-    for (int j = 0; j + 1 < len; j++) {
-        in[j] = (int32_t)o->ids[skip + j];
-        if (skip + j + 1 >= o->n_ctx) tg[j] = (int32_t)o->ids[skip + j + 1];
-    }
-}
-
-/* Scores rows [0, b->n): mean NLL per continuation token, and whether greedy decoding gives every
- * continuation token (the argmax, ties to the lower id). */
-static void score(tsr_model *m, batch *b, double *nll, int *greedy) {
-    model_forward(m, b->in, b->tg, b->B, b->T);
-    for (int r = 0; r < b->n; r++) {
-        double sum = 0;
-        int k = 0, ok = 1;
-        for (int j = 0; j < b->T; j++) {
-            size_t at = (size_t)r * b->T + (size_t)j;
-            int32_t want = b->tg[at];
-            if (want < 0) continue;
-            sum += m->acts.losses[at];
-            k++;
-            const float *p = m->acts.probs + at * (size_t)m->Vp;
-            int best = 0;
-            for (int v = 1; v < m->V; v++)
-                if (p[v] > p[best]) best = v;
-            ok &= best == want;
-        }
-        nll[r] = k ? sum / k : INFINITY;
-        greedy[r] = ok && k > 0;
-    }
-}
-
-typedef struct task_result {
-    double correct, n;
-} task_result;
-
-/* Rank-local share of task t: examples i with i % world == rank. */
-static void run_task(tsr_model *m, batch *b, const icl_task *t, const tsr_dist *d, task_result *res) {
-    double nll[64];
-    int greedy[64];
-    res->correct = res->n = 0;
-    for (int i = d->rank; i < t->n; i += d->world) {
-        const icl_example *e = &t->ex[i];
-        double best = INFINITY;
-        int pick = -1, right = 0;
-        for (int k0 = 0; k0 < e->n_opts; k0 += b->B) {
-            b->n = e->n_opts - k0 < b->B ? e->n_opts - k0 : b->B;
-            for (int r = 0; r < b->n; r++) put_option(b, r, &e->opts[k0 + r]);
-            for (int r = b->n; r < b->B; r++) put_option(b, r, &e->opts[k0]); /* padding rows */
-            score(m, b, nll, greedy);
-            for (int r = 0; r < b->n; r++)
-                if (nll[r] < best) best = nll[r], pick = k0 + r; /* ties: the lower option */
-            if (t->cfg.type == TSR_ICL_LM) right = greedy[0];
-        }
-        if (t->cfg.type != TSR_ICL_LM) right = pick == e->gold;
-        res->correct += right;
-        res->n += 1;
-    }
-}
 
 /* Mean loss of the dataset at dir (the trainer's own evaluation: train_data_eval_loss). */
 static int val_loss(tsr_model *m, batch *b, const char *dir, int64_t limit, const tsr_dist *d,
@@ -182,11 +118,11 @@ static void json_num(FILE *f, double v) {
 typedef struct report {
     const char *ckpt;
     int64_t step;
-    int n_val, n_task;
+    int n_val;
     const char *val_dir[MAX_VALS + 1];
     double val_loss[MAX_VALS + 1], val_samples[MAX_VALS + 1];
-    const icl_task *task[TSR_MAX_ICL_TASKS];
-    double acc[TSR_MAX_ICL_TASKS], n[TSR_MAX_ICL_TASKS];
+    const icl_suite *icl; /* its tasks, and their scores in `scores` */
+    icl_scores scores;
 } report;
 
 static void write_report(FILE *f, const report *r) {
@@ -203,25 +139,23 @@ static void write_report(FILE *f, const report *r) {
         fprintf(f, ", \"samples\": %.0f}", r->val_samples[i]);
     }
     fprintf(f, "%s],\n  \"icl\": [", r->n_val ? "\n  " : "");
-    double sum = 0;
-    for (int i = 0; i < r->n_task; i++) {
-        const icl_task *t = r->task[i];
-        double acc = r->n[i] > 0 ? r->acc[i] / r->n[i] : NAN, rs = icl_rescale(acc, t->baseline);
-        sum += rs;
+    const icl_scores *sc = &r->scores;
+    for (int i = 0; i < sc->n; i++) {
+        const icl_task *t = &r->icl->tasks[i];
         fprintf(f, "%s\n    {\"label\": ", i ? "," : "");
         json_str(f, t->cfg.label);
         fprintf(f, ", \"type\": \"%s\", \"examples\": %.0f, \"fewshot\": %d, \"accuracy\": ",
-                config_icl_type_name(t->cfg.type), r->n[i], t->cfg.fewshot);
-        json_num(f, acc);
+                config_icl_type_name(t->cfg.type), sc->examples[i], t->cfg.fewshot);
+        json_num(f, sc->accuracy[i]);
         fprintf(f, ", \"random_baseline\": ");
         json_num(f, t->baseline);
         fprintf(f, ", \"rescaled\": ");
-        json_num(f, rs);
+        json_num(f, sc->rescaled[i]);
         fprintf(f, "}");
     }
     fprintf(f, "%s],\n  \"gauntlet\": {\"tasks\": %d, \"average_rescaled_accuracy\": ",
-            r->n_task ? "\n  " : "", r->n_task);
-    json_num(f, r->n_task ? sum / r->n_task : NAN);
+            sc->n ? "\n  " : "", sc->n);
+    json_num(f, sc->gauntlet);
     fprintf(f, "}\n}\n");
 }
 
@@ -250,11 +184,11 @@ static int evaluate(const eval_args *a, const tsr_dist *d) {
     char file[1200];
     TSR_CHECK(ckpt_model_load(a->ckpt, a->sets, a->n_sets, 0, &mc, &m, file, sizeof file));
     int rc = a->config ? config_load(&ec, a->config, a->sets, a->n_sets) : (ec = mc, 0);
-    tsr_tokenizer *tok = NULL;
     report *r = tsr_calloc(1, sizeof *r);
-    icl_task *tasks = tsr_calloc(TSR_MAX_ICL_TASKS, sizeof *tasks);
-    batch b = {.B = (int)(ec.micro_batch > 0 ? ec.micro_batch : 1), .T = (int)mc.seq_len};
-    if (b.B > 64) b.B = 64;
+    icl_suite icl = {0};
+    r->icl = &icl;
+    r->scores.gauntlet = NAN;
+    batch b = {.B = icl_rows(ec.micro_batch), .T = (int)mc.seq_len};
     if (!rc) {
         cpu_ops_set_threads(ec.threads > 0 ? ec.threads : (int)(sysconf(_SC_NPROCESSORS_ONLN) / (d->local_world ? d->local_world : 1)));
         model_alloc_acts(&m, b.B, b.T);
@@ -264,33 +198,17 @@ static int evaluate(const eval_args *a, const tsr_dist *d) {
         const char *base = strrchr(file, '/');
         long long step = -1;
         r->step = sscanf(base ? base + 1 : file, "step-%lld.h5", &step) == 1 ? step : -1;
-        if (ec.n_icl) {
-            const char *spec = ec.data.tokenizer[0] ? ec.data.tokenizer : mc.data.tokenizer;
-            if (!spec[0]) {
-                tsr_error("icl_tasks need a tokenizer: set data.tokenizer (gpt2, a directory or a "
-                          "`tessera tokenizer train` file)");
-                rc = TSR_EXIT_USAGE;
-            } else {
-                rc = tokenizer_open(&tok, spec);
-            }
-        }
+        /* every task file is read before any scoring: a bad one stops the evaluation first */
+        const char *tok = ec.data.tokenizer[0] ? ec.data.tokenizer : mc.data.tokenizer;
+        rc = icl_suite_open(&icl, ec.icl, ec.n_icl, tok, (uint64_t)a->seed, m.V, b.B, b.T);
     }
     if (!rc && ec.data.val[0]) r->val_dir[r->n_val++] = ec.data.val;
     for (int i = 0; i < a->n_vals; i++) r->val_dir[r->n_val++] = a->vals[i];
     for (int i = 0; !rc && i < r->n_val; i++)
-        rc = val_loss(&m, &b, r->val_dir[i], ec.eval_samples, d, &r->val_loss[i], &r->val_samples[i]);
-    for (int i = 0; !rc && i < ec.n_icl; i++) {
-        rc = icl_task_load(&tasks[i], &ec.icl[i], tok, (uint64_t)a->seed);
-        if (rc) break;
-        task_result res;
-        run_task(&m, &b, &tasks[i], d, &res);
-        double acc[2] = {res.correct, res.n};
-        dist_allreduce_sum_f64(acc, 2);
-        r->task[r->n_task] = &tasks[i];
-        r->acc[r->n_task] = acc[0];
-        r->n[r->n_task++] = acc[1];
-    }
-    if (!rc && !r->n_val && !r->n_task) {
+        rc = val_loss(&m, &b, r->val_dir[i], ec.eval_samples, d, &r->val_loss[i],
+                      &r->val_samples[i]);
+    if (!rc && icl.n) icl_suite_score(&icl, &m, d, &r->scores);
+    if (!rc && !r->n_val && !icl.n) {
         tsr_error("eval: nothing to evaluate: no data.val, --val or icl_tasks in %s",
                   a->config ? a->config : "the checkpoint's config");
         rc = TSR_EXIT_USAGE;
@@ -299,9 +217,8 @@ static int evaluate(const eval_args *a, const tsr_dist *d) {
         write_report(stdout, r);
         if (a->out) rc = save_report(a->out, r);
     }
-    for (int i = 0; i < TSR_MAX_ICL_TASKS; i++) icl_task_free(&tasks[i]);
-    free(tasks), free(r), free(b.in), free(b.tg);
-    if (tok) tokenizer_free(tok);
+    icl_suite_close(&icl);
+    free(r), free(b.in), free(b.tg);
     model_free(&m);
     return rc;
 }
@@ -313,7 +230,7 @@ int cmd_eval(int argc, char **argv) {
     if (launched) dist_init(&d, &argc, &argv);
     else dist_init_single(&d);
     tsr_log_mute(d.rank != 0); /* every rank parses the same argv: report once */
-    eval_args a = {.seed = 1234};
+    eval_args a = {.seed = ICL_DEFAULT_SEED};
     int rc = cli_parse(&eval_spec, argc, argv, on_opt, &a);
     if (rc == 0 && optind < argc) rc = cli_usage_error(&eval_spec, "unexpected operand: ", argv[optind]);
     if (rc == 0 && !a.ckpt) rc = cli_usage_error(&eval_spec, "--ckpt is required", "");

@@ -13,6 +13,7 @@
 #include "train/metrics.h"
 #include "train/tboard.h"
 #include "train/train_data.h"
+#include "train/train_icl.h"
 #include "train/watchdog.h"
 
 double lr_multiplier(tsr_sched_kind kind, double alpha_f, int64_t s, int64_t W, int64_t S) {
@@ -87,6 +88,7 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     model_alloc_params(&t->model);
     model_init_weights(&t->model, (uint64_t)cfg->seed);
     model_alloc_acts(&t->model, t->micro, t->T);
+    TSR_CHECK(train_icl_open(t)); /* task files read before the first step */
     TSR_CHECK(plan_shards(t));
     size_t owned = t->shard_hi - t->shard_lo;
     t->m = t->ops->alloc(owned * sizeof(float));
@@ -352,9 +354,14 @@ int trainer_run(tsr_trainer *t) {
             if (rc) return watchdog_stop(), rc;
         }
         int last = t->step == t->total_steps;
-        if (t->val && ((t->eval_every > 0 && t->step % t->eval_every == 0) || last)) {
+        int eval_now = (t->eval_every > 0 && t->step % t->eval_every == 0) || last;
+        if (t->val && eval_now) {
             watchdog_phase(WD_EVAL, t->step);
             metrics_log_eval(t, trainer_eval(t));
+        }
+        if (t->icl && eval_now) {
+            watchdog_phase(WD_EVAL, t->step);
+            train_icl_run(t);
         }
         /* no periodic save inside an outlier streak: it would be useless to a rollback and its
          * retention could delete the last checkpoint from before the spike */
@@ -396,6 +403,7 @@ void trainer_free(tsr_trainer *t) {
     free(t->targets);
     if (t->model.params) model_free(&t->model);
     train_data_close(t);
+    train_icl_close(t);
     guard_free(&t->guard);
     if (t->metrics) fclose(t->metrics);
     if (t->tb) tboard_close(t->tb); /* every record is flushed already: this only closes */

@@ -33,6 +33,7 @@ typedef struct tsr_step_stats {
 } tsr_step_stats;
 
 struct tsr_stager;
+struct icl_suite;
 
 typedef struct tsr_trainer {
     tsr_config cfg;
@@ -75,6 +76,7 @@ typedef struct tsr_trainer {
     int32_t *inputs, *targets;   /* this rank's batch (per_rank, T) */
     FILE *metrics;               /* run_dir/metrics.jsonl on rank 0, else NULL */
     struct tsr_tboard *tb;       /* run_dir/tb/ event file on rank 0 (train/tboard.h), else NULL */
+    struct icl_suite *icl;       /* icl_tasks, scored at each eval (train/train_icl.h), else NULL */
     double flops_per_token, peak_flops, time_sum;
     int threads;
 } tsr_trainer;

@@ -1,0 +1,154 @@
+/* icl_score.c — scoring ICL tasks with a model over the ranks (icl_score.h). */
+#include "eval/icl_score.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+int icl_rows(int64_t micro_batch) {
+    if (micro_batch < 1) return 1;
+    return micro_batch > ICL_MAX_ROWS ? ICL_MAX_ROWS : (int)micro_batch;
+}
+
+/* The first token id of t that is >= vocab, with its example (0-based); -1 when none. */
+static int64_t first_outside(const icl_task *t, int vocab, int *example) {
+    for (int i = 0; i < t->n; i++)
+        for (int k = 0; k < t->ex[i].n_opts; k++) {
+            const icl_option *o = &t->ex[i].opts[k];
+            for (int j = 0; j < o->n_ctx + o->n_cont; j++)
+                if (o->ids[j] >= (uint32_t)vocab) {
+                    *example = i;
+                    return (int64_t)o->ids[j];
+                }
+        }
+    return -1;
+}
+
+int icl_suite_open(icl_suite *s, const tsr_icl_task_config *tasks, int n, const char *tokenizer,
+                   uint64_t seed, int vocab, int B, int T) {
+    memset(s, 0, sizeof *s);
+    if (n == 0) return 0;
+    if (!tokenizer[0]) {
+        tsr_error("icl_tasks need a tokenizer: set data.tokenizer (gpt2, a directory or a "
+                  "`tessera tokenizer train` file)");
+        return TSR_EXIT_USAGE;
+    }
+    tsr_tokenizer *tok = NULL;
+    int rc = tokenizer_open(&tok, tokenizer);
+    if (rc) {
+        tsr_error("  data.tokenizer = \"%s\": cannot load it (above); icl_tasks need it",
+                  tokenizer);
+        return rc;
+    }
+    s->tasks = tsr_calloc((size_t)n, sizeof *s->tasks);
+    for (int i = 0; !rc && i < n; i++) {
+        rc = icl_task_load(&s->tasks[i], &tasks[i], tok, seed);
+        int ex = 0;
+        int64_t id = rc ? -1 : first_outside(&s->tasks[i], vocab, &ex);
+        if (id >= 0) {
+            tsr_error("%s: example %d: token id %lld is outside the model's vocabulary (%d ids): "
+                      "data.tokenizer \"%s\" is not the tokenizer the model was trained with",
+                      tasks[i].path, ex + 1, (long long)id, vocab, tokenizer);
+            rc = TSR_EXIT_USAGE;
+        }
+        s->n = i + 1; /* loaded (or emptied by a failed load): icl_suite_close frees them */
+    }
+    tokenizer_free(tok); /* the tasks hold token ids only */
+    if (rc) {
+        icl_suite_close(s);
+        return rc;
+    }
+    s->B = B;
+    s->T = T;
+    s->in = tsr_malloc((size_t)B * (size_t)T * sizeof *s->in);
+    s->tg = tsr_malloc((size_t)B * (size_t)T * sizeof *s->tg);
+    return 0;
+}
+
+void icl_suite_close(icl_suite *s) {
+    for (int i = 0; s->tasks && i < s->n; i++) icl_task_free(&s->tasks[i]);
+    free(s->tasks);
+    free(s->in);
+    free(s->tg);
+    memset(s, 0, sizeof *s);
+}
+
+/* Puts option o in row r of the suite's scratch: tokens 0..T-1 of the (left-cut) sequence as
+ * inputs, the next tokens as targets where they belong to the continuation. */
+static void put_option(icl_suite *s, int r, const icl_option *o) {
+    int n = o->n_ctx + o->n_cont, skip = n > s->T + 1 ? n - (s->T + 1) : 0, len = n - skip;
+    int32_t *in = s->in + (size_t)r * s->T, *tg = s->tg + (size_t)r * s->T;
+    for (int j = 0; j < s->T; j++) in[j] = 0, tg[j] = -1;
+    for (int j = 0; j + 1 < len; j++) {
+        in[j] = (int32_t)o->ids[skip + j];
+        if (skip + j + 1 >= o->n_ctx) tg[j] = (int32_t)o->ids[skip + j + 1];
+    }
+}
+
+/* Scores rows [0, rows) of a forward pass of all B rows: mean NLL per continuation token, and
+ * whether greedy decoding gives every continuation token (the argmax, ties to the lower id). */
+static void score_rows(tsr_model *m, icl_suite *s, int rows, double *nll, int *greedy) {
+    model_forward(m, s->in, s->tg, s->B, s->T);
+    for (int r = 0; r < rows; r++) {
+        double sum = 0;
+        int k = 0, ok = 1;
+        for (int j = 0; j < s->T; j++) {
+            size_t at = (size_t)r * s->T + (size_t)j;
+            int32_t want = s->tg[at];
+            if (want < 0) continue;
+            sum += m->acts.losses[at];
+            k++;
+            const float *p = m->acts.probs + at * (size_t)m->Vp;
+            int best = 0;
+            for (int v = 1; v < m->V; v++)
+                if (p[v] > p[best]) best = v;
+            ok &= best == want;
+        }
+        nll[r] = k ? sum / k : INFINITY;
+        greedy[r] = ok && k > 0;
+    }
+}
+
+/* This rank's share of task t (examples i with i % world == rank): sums[0] += examples right,
+ * sums[1] += examples scored. */
+static void score_task(tsr_model *m, icl_suite *s, const icl_task *t, const tsr_dist *d,
+                       double sums[2]) {
+    double nll[ICL_MAX_ROWS];
+    int greedy[ICL_MAX_ROWS];
+    for (int i = d->rank; i < t->n; i += d->world) {
+        const icl_example *e = &t->ex[i];
+        double best = INFINITY;
+        int pick = -1, ok = 0;
+        for (int k0 = 0; k0 < e->n_opts; k0 += s->B) {
+            int rows = e->n_opts - k0 < s->B ? e->n_opts - k0 : s->B;
+            for (int r = 0; r < rows; r++) put_option(s, r, &e->opts[k0 + r]);
+            for (int r = rows; r < s->B; r++) put_option(s, r, &e->opts[k0]); /* padding */
+            score_rows(m, s, rows, nll, greedy);
+            for (int r = 0; r < rows; r++)
+                if (nll[r] < best) best = nll[r], pick = k0 + r; /* ties: the lower option */
+            if (t->cfg.type == TSR_ICL_LM) ok = greedy[0];
+        }
+        if (t->cfg.type != TSR_ICL_LM) ok = pick == e->gold;
+        sums[0] += ok;
+        sums[1] += 1;
+    }
+}
+
+void icl_suite_score(icl_suite *s, tsr_model *m, const tsr_dist *d, icl_scores *out) {
+    double sums[2 * TSR_MAX_ICL_TASKS] = {0}; /* per task: examples right, scored */
+    for (int i = 0; i < s->n; i++) score_task(m, s, &s->tasks[i], d, sums + 2 * i);
+    dist_allreduce_sum_f64(sums, 2 * (size_t)s->n);
+    memset(out, 0, sizeof *out);
+    out->n = s->n;
+    double sum = 0;
+    for (int i = 0; i < s->n; i++) {
+        out->correct[i] = sums[2 * i];
+        out->examples[i] = sums[2 * i + 1];
+        out->accuracy[i] = out->examples[i] > 0 ? out->correct[i] / out->examples[i] : NAN;
+        out->rescaled[i] = icl_rescale(out->accuracy[i], s->tasks[i].baseline);
+        sum += out->rescaled[i];
+    }
+    out->gauntlet = s->n ? sum / s->n : NAN;
+}
