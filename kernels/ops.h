@@ -12,7 +12,7 @@
  *     them before a step (parameter grads) or before a backward pass (activation grads);
  *   - the one exception is softmax_xent_backward, which WRITES dlogits (=) and may alias probs.
  * Optional pointers are marked "or NULL"; an op given NULL skips that term (no bias, no learned
- * positions, no ALiBi).
+ * positions, no ALiBi, no segments: plain causal attention).
  */
 #ifndef TSR_OPS_H
 #define TSR_OPS_H
@@ -32,13 +32,14 @@ typedef struct tsr_ops {
     void (*free)(void *p);
     void (*zero)(void *p, size_t bytes);
 
-    /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
-     * out (B,T,C), tokens (B,T) with 0 <= token < V, wte (Vp,C), wpe (T_max,C) or NULL */
+    /* out[b,t,:] = wte[tokens[b,t],:] + wpe[p,:] with p = pos[b,t], or p = t when pos is NULL.
+     * out (B,T,C), tokens (B,T) with 0 <= token < V, wte (Vp,C), wpe (T_max,C) or NULL,
+     * pos (B,T) with 0 <= pos < T_max, or NULL (positions restart per document: model.c) */
     void (*encoder_forward)(float *out, const int32_t *tokens, const float *wte, const float *wpe,
-                            int B, int T, int C);
-    /* dwte (Vp,C) +=, dwpe (T_max,C) += (or NULL), dout (B,T,C) */
+                            const int32_t *pos, int B, int T, int C);
+    /* dwte (Vp,C) +=, dwpe (T_max,C) += at the rows forward read (or NULL), dout (B,T,C) */
     void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
-                             int B, int T, int C);
+                             const int32_t *pos, int B, int T, int C);
 
     /* out = (inp - mean) * rstd * w + b over the last axis, eps = TSR_LN_EPS (biased variance).
      * out (N,C), mean (N), rstd (N) saved for backward, inp (N,C), w (C), b (C) or NULL */
@@ -56,16 +57,20 @@ typedef struct tsr_ops {
     void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
                             const float *inp, const float *w, int N, int IC, int OC);
 
-    /* Causal multi-head attention on a fused qkv projection.
-     *   s[i,j] = q_i . k_j / sqrt(hs) - slope_h * (i - j)   for j <= i  (ALiBi term only if slopes)
-     *   att[b,h,i,:] = softmax_j(s[i,:]) (zeros for j > i);  out[b,i,h*hs:(h+1)*hs] = sum_j att v_j
+    /* Causal multi-head attention on a fused qkv projection, optionally block-diagonal.
+     *   s[i,j] = q_i . k_j / sqrt(hs) - slope_h * (i - j)   for j in [lo(i), i]  (ALiBi term only
+     *            if slopes); lo(i) = 0 when seq is NULL, else the first index of the run of equal
+     *            seq ids that holds i (a segment: row i sees only its own segment)
+     *   att[b,h,i,:] = softmax_j(s[i,:]) (exact zeros for j outside [lo(i), i]);
+     *   out[b,i,h*hs:(h+1)*hs] = sum_j att v_j
      * qkv (B,T,3C) laid out [q | k | v], each head h at columns h*hs..; out (B,T,C);
-     * att (B,NH,T,T) saved for backward; alibi_slopes (NH) or NULL */
+     * att (B,NH,T,T) saved for backward; alibi_slopes (NH) or NULL; seq (B,T) segment ids or NULL
+     * (segments are contiguous runs: an id that comes back after another is a new segment) */
     void (*attention_forward)(float *out, float *att, const float *qkv, const float *alibi_slopes,
-                              int B, int T, int C, int NH);
-    /* dqkv (B,T,3C) +=, dout (B,T,C), qkv and att from the forward pass */
+                              const int32_t *seq, int B, int T, int C, int NH);
+    /* dqkv (B,T,3C) +=, dout (B,T,C), qkv and att from the forward pass, seq as given to it */
     void (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *att,
-                               int B, int T, int C, int NH);
+                               const int32_t *seq, int B, int T, int C, int NH);
 
     /* GELU, tanh approximation (GPT-2) or exact erf form (MPT).  out, inp (n) */
     void (*gelu_forward)(float *out, const float *inp, size_t n, tsr_gelu_kind kind);

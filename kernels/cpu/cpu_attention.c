@@ -1,4 +1,6 @@
-/* cpu_attention.c — causal multi-head attention, fp32, for the CPU backend.
+/* cpu_attention.c — causal multi-head attention, fp32, for the CPU backend; optionally
+ * block-diagonal (segment ids: a row attends only within its own segment, model.attn_mask =
+ * document).
  *
  * One (b, h) pair is one task, done by one thread, so dq, dk, dv of a head are summed in a fixed
  * order whatever the thread count. Every product is a small matrix product computed by tile(), an
@@ -8,6 +10,16 @@
  * diagonal by less than a tile. The heads are packed into per-thread scratch (allocated once per
  * call) so that tiles walk contiguous memory: forward K^T (hs,T) and V (T,hs); backward V^T (hs,T),
  * q, k, dout (T,hs) and dS for a block of RB rows (RB,T).
+ *
+ * Segments. Row i sees columns [lo(i), i], lo(i) the start of its segment (0 without segment ids).
+ * lo is non-decreasing, so a tile of rows starting at i0 needs columns from lo(i0) on: every
+ * column tile left of it is skipped, and the columns of a tile that lie before a later row's lo
+ * (or after the diagonal) hold exact zeros in att and dS, so the contractions may overshoot into
+ * them. A row's softmax runs over its segment alone, from its first column, so its scores,
+ * probabilities and output are the same bits as those of the segment computed alone at the start
+ * of a sequence (zero terms add exactly); dq, dk, dv agree with that within rounding only, because
+ * dk and dv are summed in blocks of RB rows counted from the start of the sequence. Without segment
+ * ids lo = 0 and every loop is the plain causal one.
  */
 #include <math.h>
 #include <omp.h>
@@ -94,37 +106,57 @@ static void pack_head(float *dst, const float *src, ptrdiff_t lds, int T, int hs
         memcpy(dst + (size_t)j * hs, src + j * lds, (size_t)hs * sizeof *dst);
 }
 
-/* Row i of causal attention scores (already scaled) -> probabilities in place:
- * row[j] = softmax_j(row[j] - slope (i - j)) for j <= i, 0 for i < j < T. */
-static void softmax_causal_row(float *row, int i, int T, float slope) {
+/* Row i of causal attention scores (already scaled) -> probabilities in place, over its segment
+ * [lo, i]: row[j] = softmax_j(row[j] - slope (i - j)) for lo <= j <= i, 0 for j < lo and i < j < T.
+ * The segment is addressed from its first column, so the arithmetic (and the order of the
+ * vectorised sums) depends on the segment alone, not on where it lies in the row. */
+static void softmax_causal_row(float *row, int lo, int i, int T, float slope) {
+    float *r = row + lo;
+    const int n = i - lo + 1;
+    for (int j = 0; j < lo; j++) row[j] = 0.0f;
     if (slope != 0.0f)
-        for (int j = 0; j <= i; j++) row[j] -= slope * (float)(i - j);
+        for (int j = 0; j < n; j++) r[j] -= slope * (float)(n - 1 - j);
     float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
-    for (int j = 0; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
+    for (int j = 0; j < n; j++) mx = r[j] > mx ? r[j] : mx;
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int j = 0; j <= i; j++) {
-        float e = cpu_expf(row[j] - mx);
-        row[j] = e;
+    for (int j = 0; j < n; j++) {
+        float e = cpu_expf(r[j] - mx);
+        r[j] = e;
         sum += e;
     }
     float inv = 1.0f / sum;
-    for (int j = 0; j <= i; j++) row[j] *= inv;
+    for (int j = 0; j < n; j++) r[j] *= inv;
     for (int j = i + 1; j < T; j++) row[j] = 0.0f;
 }
 
-/* s[i,j] = q_i . k_j / sqrt(hs) - slope_h (i - j) (j <= i);  att[b,h,i,:] = softmax_j s[i,:];
- * out[b,i,h*hs:(h+1)*hs] = sum_j att[b,h,i,j] v_j.
- * out (B,T,C), att (B,NH,T,T), qkv (B,T,3C) [q | k | v], alibi_slopes (NH) or NULL */
+/* lo[i] = first index of the segment holding i (a run of equal ids in seq (T)), hi[i] = one past
+ * its last index; without seq one segment: lo = 0, hi = T. Both are non-decreasing in i. */
+static void segment_bounds(int *lo, int *hi, const int32_t *seq, int T) {
+    if (!seq) {
+        for (int i = 0; i < T; i++) lo[i] = 0, hi[i] = T;
+        return;
+    }
+    lo[0] = 0;
+    for (int i = 1; i < T; i++) lo[i] = seq[i] == seq[i - 1] ? lo[i - 1] : i;
+    hi[T - 1] = T;
+    for (int i = T - 2; i >= 0; i--) hi[i] = seq[i] == seq[i + 1] ? hi[i + 1] : i + 1;
+}
+
+/* s[i,j] = q_i . k_j / sqrt(hs) - slope_h (i - j) (lo(i) <= j <= i);
+ * att[b,h,i,:] = softmax_j s[i,:];  out[b,i,h*hs:(h+1)*hs] = sum_j att[b,h,i,j] v_j.
+ * out (B,T,C), att (B,NH,T,T), qkv (B,T,3C) [q | k | v], alibi_slopes (NH) or NULL,
+ * seq (B,T) segment ids or NULL */
 void cpu_attention_forward(float *out, float *att, const float *qkv, const float *alibi_slopes,
-                           int B, int T, int C, int NH) {
+                           const int32_t *seq, int B, int T, int C, int NH) {
     const int hs = C / NH;
     const ptrdiff_t C3 = 3 * (ptrdiff_t)C;
     const float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel
     {
         float *kt = tsr_malloc((size_t)2 * hs * T * sizeof *kt), *vp = kt + (size_t)hs * T;
+        int *lo = tsr_malloc((size_t)2 * T * sizeof *lo), *hi = lo + T;
 #pragma omp for schedule(static)
         for (int bh = 0; bh < B * NH; bh++) {
             const int b = bh / NH, h = bh % NH;
@@ -132,20 +164,25 @@ void cpu_attention_forward(float *out, float *att, const float *qkv, const float
             float *a = att + (size_t)bh * T * T;
             float *o = out + (size_t)b * T * C + (size_t)h * hs;
             const float slope = alibi_slopes ? alibi_slopes[h] : 0.0f;
+            segment_bounds(lo, hi, seq ? seq + (size_t)b * T : NULL, T);
             transpose_head(kt, k, C3, T, hs); /* K^T (hs,T) */
             pack_head(vp, v, C3, T, hs);      /* V (T,hs) */
             for (int i0 = 0; i0 < T; i0 += MR) {
-                const int m = imin(MR, T - i0), iend = i0 + m; /* rows i0..iend-1 see j < iend */
-                /* scores; the last tile may spill past the diagonal (softmax zeroes it) */
-                for (int j0 = 0; j0 < iend; j0 += NR)
+                /* rows i0..iend-1 see columns jlo <= j < iend (lo is non-decreasing) */
+                const int m = imin(MR, T - i0), iend = i0 + m, jlo = lo[i0];
+                /* scores; the last tile may spill past the diagonal, and a later row's segment
+                 * may start after jlo (softmax zeroes both) */
+                for (int j0 = jlo; j0 < iend; j0 += NR)
                     tile(m, imin(NR, T - j0), hs, q + i0 * C3, C3, 1, kt + j0, T,
                          a + (size_t)i0 * T + j0, T, scale, 0);
-                for (int i = i0; i < iend; i++) softmax_causal_row(a + (size_t)i * T, i, T, slope);
+                for (int i = i0; i < iend; i++)
+                    softmax_causal_row(a + (size_t)i * T, lo[i], i, T, slope);
                 for (int d0 = 0; d0 < hs; d0 += NR)
-                    tile(m, imin(NR, hs - d0), iend, a + (size_t)i0 * T, T, 1, vp + d0, hs,
-                         o + (size_t)i0 * C + d0, C, 1.0f, 0);
+                    tile(m, imin(NR, hs - d0), iend - jlo, a + (size_t)i0 * T + jlo, T, 1,
+                         vp + (size_t)jlo * hs + d0, hs, o + (size_t)i0 * C + d0, C, 1.0f, 0);
             }
         }
+        free(lo);
         free(kt);
     }
 }
@@ -153,10 +190,12 @@ void cpu_attention_forward(float *out, float *att, const float *qkv, const float
 /* With dA[i,j] = dout_i . v_j and dS[i,j] = att[i,j] (dA[i,j] - sum_l att[i,l] dA[i,l]) / sqrt(hs):
  *   dq_i += sum_j dS[i,j] k_j;  dk_j += sum_i dS[i,j] q_i;  dv_j += sum_i att[i,j] dout_i.
  * Rows are done in blocks of RB; dS is kept for one block. Packed copies of q, k, dout (T,hs) and
- * V^T (hs,T) make every tile walk contiguous memory.
- * dqkv (B,T,3C) +=, dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T) from the forward pass */
+ * V^T (hs,T) make every tile walk contiguous memory. With segments, row i has terms for columns
+ * [lo(i), i] only and column j for rows [j, hi(j)) only; the loops skip the rest.
+ * dqkv (B,T,3C) +=, dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T) from the forward pass,
+ * seq (B,T) the forward's segment ids or NULL */
 void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
-                            int B, int T, int C, int NH) {
+                            const int32_t *seq, int B, int T, int C, int NH) {
     const int hs = C / NH;
     const ptrdiff_t C3 = 3 * (ptrdiff_t)C;
     const size_t th = (size_t)T * hs;
@@ -165,6 +204,7 @@ void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, co
     {
         float *vt = tsr_malloc((4 * th + (size_t)RB * T) * sizeof *vt);
         float *qp = vt + th, *kp = qp + th, *gp = kp + th, *ds = gp + th;
+        int *lo = tsr_malloc((size_t)2 * T * sizeof *lo), *hi = lo + T;
 #pragma omp for schedule(static)
         for (int bh = 0; bh < B * NH; bh++) {
             const int b = bh / NH, h = bh % NH;
@@ -172,39 +212,48 @@ void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, co
             const float *q = qkv + head, *k = q + C, *v = q + 2 * C;
             float *dq = dqkv + head, *dk = dq + C, *dv = dq + 2 * C;
             const float *a = att + (size_t)bh * T * T;
+            segment_bounds(lo, hi, seq ? seq + (size_t)b * T : NULL, T);
             transpose_head(vt, v, C3, T, hs);
             pack_head(qp, q, C3, T, hs);
             pack_head(kp, k, C3, T, hs);
             pack_head(gp, dout + (size_t)b * T * C + (size_t)h * hs, C, T, hs);
             for (int r0 = 0; r0 < T; r0 += RB) {
-                const int r1 = imin(T, r0 + RB);
-                /* dA for rows r0..r1-1, columns j <= i (tiles may spill past the diagonal) */
+                const int r1 = imin(T, r0 + RB), blo = lo[r0]; /* the block sees columns >= blo */
+                /* dA for rows r0..r1-1, columns lo(i0) <= j <= i (tiles may spill past both
+                 * ends) */
                 for (int i0 = r0; i0 < r1; i0 += MR) {
-                    const int m = imin(MR, r1 - i0), iend = i0 + m;
-                    for (int j0 = 0; j0 < iend; j0 += NR)
+                    const int m = imin(MR, r1 - i0), iend = i0 + m, jlo = lo[i0];
+                    for (int j0 = jlo; j0 < iend; j0 += NR)
                         tile(m, imin(NR, T - j0), hs, gp + (size_t)i0 * hs, hs, 1, vt + j0, T,
                              ds + (size_t)(i0 - r0) * T + j0, T, 1.0f, 0);
                 }
-                /* dS, zero for i < j < r1 (the later contractions may overshoot into it) */
+                /* dS over [lo(i), i]; zero for blo <= j < lo(i) and i < j < r1 (the later
+                 * contractions may overshoot into both) */
                 for (int i = r0; i < r1; i++) {
-                    const float *ai = a + (size_t)i * T;
-                    float *di = ds + (size_t)(i - r0) * T;
+                    const int li = lo[i], n = i - li + 1;
+                    const float *ai = a + (size_t)i * T + li;
+                    float *row = ds + (size_t)(i - r0) * T, *di = row + li;
                     float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-                    for (int j = 0; j <= i; j++) dot += ai[j] * di[j];
-                    for (int j = 0; j <= i; j++) di[j] = scale * ai[j] * (di[j] - dot);
-                    for (int j = i + 1; j < r1; j++) di[j] = 0.0f;
+                    for (int j = 0; j < n; j++) dot += ai[j] * di[j];
+                    for (int j = 0; j < n; j++) di[j] = scale * ai[j] * (di[j] - dot);
+                    for (int j = blo; j < li; j++) row[j] = 0.0f;
+                    for (int j = i + 1; j < r1; j++) row[j] = 0.0f;
                 }
-                /* dq_i += sum_{j <= i} dS[i,j] k_j */
+                /* dq_i += sum_{lo(i) <= j <= i} dS[i,j] k_j */
                 for (int i0 = r0; i0 < r1; i0 += MR) {
-                    const int m = imin(MR, r1 - i0), iend = i0 + m;
+                    const int m = imin(MR, r1 - i0), iend = i0 + m, jlo = lo[i0];
                     for (int d0 = 0; d0 < hs; d0 += NR)
-                        tile(m, imin(NR, hs - d0), iend, ds + (size_t)(i0 - r0) * T, T, 1, kp + d0,
-                             hs, dq + i0 * C3 + d0, C3, 1.0f, 1);
+                        tile(m, imin(NR, hs - d0), iend - jlo, ds + (size_t)(i0 - r0) * T + jlo, T,
+                             1, kp + (size_t)jlo * hs + d0, hs, dq + i0 * C3 + d0, C3, 1.0f, 1);
                 }
-                /* dk_j += sum_{i in block, i >= j} dS[i,j] q_i;  dv_j += sum att[i,j] dout_i */
-                for (int j0 = 0; j0 < r1; j0 += MR) {
-                    const int m = imin(MR, r1 - j0), ist = j0 > r0 ? j0 : r0, K = r1 - ist;
+                /* dk_j += sum_{i in block, j <= i < hi(j)} dS[i,j] q_i;
+                 * dv_j += sum att[i,j] dout_i (same rows; hi is non-decreasing, so the tile's
+                 * last column bounds the rows of all its columns) */
+                for (int j0 = blo; j0 < r1; j0 += MR) {
+                    const int m = imin(MR, r1 - j0), ist = j0 > r0 ? j0 : r0;
+                    const int K = imin(r1, hi[j0 + m - 1]) - ist;
+                    if (K <= 0) continue;
                     for (int d0 = 0; d0 < hs; d0 += NR) {
                         const int n = imin(NR, hs - d0);
                         tile(m, n, K, ds + (size_t)(ist - r0) * T + j0, 1, T,
@@ -215,6 +264,7 @@ void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, co
                 }
             }
         }
+        free(lo);
         free(vt);
     }
 }

@@ -14,9 +14,9 @@
 
 /* cpu_attention.c */
 void cpu_attention_forward(float *out, float *att, const float *qkv, const float *alibi_slopes,
-                           int B, int T, int C, int NH);
+                           const int32_t *seq, int B, int T, int C, int NH);
 void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
-                            int B, int T, int C, int NH);
+                            const int32_t *seq, int B, int T, int C, int NH);
 
 /* cpu_softmax.c */
 void cpu_softmax_xent_forward(float *losses, float *probs, const float *logits,

@@ -65,17 +65,17 @@ static void cpu_zero(void *p, size_t bytes) {
 
 /* ---- encoder ------------------------------------------------------------------------------ */
 
-/* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:].
- * out (B,T,C), tokens (B,T), wte (Vp,C), wpe (T_max,C) or NULL */
+/* out[b,t,:] = wte[tokens[b,t],:] + wpe[p,:], p = pos[b,t] or t.
+ * out (B,T,C), tokens (B,T), wte (Vp,C), wpe (T_max,C) or NULL, pos (B,T) or NULL */
 static void encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
-                            int B, int T, int C) {
+                            const int32_t *pos, int B, int T, int C) {
     long N = (long)B * T;
 #pragma omp parallel for schedule(static) if (N * C >= CPU_PAR_MIN)
     for (long n = 0; n < N; n++) {
         float *o = out + n * C;
         const float *e = wte + (size_t)tokens[n] * C;
         if (wpe) {
-            const float *p = wpe + (n % T) * C;
+            const float *p = wpe + (pos ? (long)pos[n] : n % T) * C;
             for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
         } else {
             memcpy(o, e, (size_t)C * sizeof *o);
@@ -83,11 +83,12 @@ static void encoder_forward(float *out, const int32_t *tokens, const float *wte,
     }
 }
 
-/* dwte[tokens[n],:] += dout[n,:];  dwpe[t,:] += sum_b dout[b,t,:].  dwte (Vp,C), dwpe or NULL.
- * Thread k owns the vocabulary rows with token % nthreads == k and adds rows in the order of n, so
- * every dwte row is summed in the same order whatever the thread count; dwpe is split over t. */
+/* dwte[tokens[n],:] += dout[n,:];  dwpe[p,:] += dout[n,:] for the p forward read.  dwte (Vp,C),
+ * dwpe or NULL, pos (B,T) or NULL. Thread k owns the vocabulary rows with token % nthreads == k
+ * and adds rows in the order of n, so every dwte row is summed in the same order whatever the
+ * thread count; dwpe is split over t, or with pos owned by position like dwte. */
 static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
-                             int B, int T, int C) {
+                             const int32_t *pos, int B, int T, int C) {
     long N = (long)B * T;
 #pragma omp parallel if (N * C >= CPU_PAR_MIN)
     {
@@ -99,7 +100,15 @@ static void encoder_backward(float *dwte, float *dwpe, const float *dout, const 
             const float *g = dout + n * C;
             for (int c = 0; c < C; c++) d[c] += g[c];
         }
-        if (dwpe) {
+        if (dwpe && pos) {
+            for (long n = 0; n < N; n++) {
+                int32_t p = pos[n];
+                if (p % nt != tid) continue;
+                float *d = dwpe + (size_t)p * C;
+                const float *g = dout + n * C;
+                for (int c = 0; c < C; c++) d[c] += g[c];
+            }
+        } else if (dwpe) {
 #pragma omp for schedule(static)
             for (int t = 0; t < T; t++) {
                 float *d = dwpe + (size_t)t * C;

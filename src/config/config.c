@@ -311,7 +311,8 @@ static const char *const cross_rules[] = {
     "With `model.pos = \"learned\"`, `model.max_seq_len` is 0 or >= `seq_len`.",
     "`model.expansion_ratio x model.d_model` (the MLP width) is a whole number.",
     "`model.vocab_size` rounded up to a multiple of `model.vocab_multiple` fits in 31 bits.",
-    "`eval_interval` other than `0ba` needs `data.val`.",
+    "`eval_interval` other than `0ba` needs `data.val` or `icl_tasks`.",
+    "With `model.attn_mask = \"document\"`, `model.eot_token` is below `model.vocab_size`.",
     "`parallel.sharding`: only `ddp` and `zero1` are implemented yet.",
     "`device = \"cuda\"` needs a build with the CUDA backend.",
     "Exactly one of `data.train` and `data.mix`; `data.curriculum` needs `data.mix`, its phases "
@@ -379,11 +380,20 @@ static void validate(load_ctx *c) {
                   (long long)vp, INT_MAX);
         c->errors++;
     }
-    if (g->eval_interval.value > 0 && g->data.val[0] == '\0') {
+    if (g->eval_interval.value > 0 && g->data.val[0] == '\0' && g->n_icl == 0) {
         char d[96];
         duration_format(d, sizeof d, g->eval_interval);
-        tsr_error("%seval_interval = \"%s\" but data.val is empty: set data.val = \"<dataset "
-                  "dir>\" or eval_interval = \"0ba\"", where(c, "eval_interval", at, sizeof at), d);
+        tsr_error("%seval_interval = \"%s\" but there is nothing to evaluate: set data.val = "
+                  "\"<dataset dir>\", give icl_tasks, or set eval_interval = \"0ba\"",
+                  where(c, "eval_interval", at, sizeof at), d);
+        c->errors++;
+    }
+    if (m->attn_mask == TSR_MASK_DOCUMENT && (m->eot_token < 0 || m->eot_token >= m->vocab_size)) {
+        /* the same rule as model_config_check, here with the key's file:line */
+        tsr_error("%smodel.eot_token = %d is not a token id of model.vocab_size = %d: with "
+                  "model.attn_mask = \"document\" it must be in [0, %d) (the tokenizer's "
+                  "<|endoftext|> id; GPT-2's is 50256)", where(c, "model.eot_token", at, sizeof at),
+                  m->eot_token, m->vocab_size, m->vocab_size);
         c->errors++;
     }
     if (c->mix_line && c->present[key_index(cfgtab_find("data.train"))]) {

@@ -1,4 +1,5 @@
-/* config_icl.c — icl_tasks: the in-context-learning tasks `tessera eval` scores (docs/eval.md).
+/* config_icl.c — icl_tasks: the in-context-learning tasks `tessera eval` and the trainer's
+ * evaluations score (docs/eval.md).
  *
  *   icl_tasks = (
  *     { label = "colors"; type = "multiple_choice"; path = "eval/tasks/colors.jsonl"; fewshot = 2; },
@@ -139,8 +140,8 @@ void cfgicl_print(FILE *f, const tsr_config *cfg) {
 void cfgicl_doc(FILE *f) {
     fprintf(f,
         "\n### `icl_tasks` (list)\n\n"
-        "In-context-learning tasks scored by `tessera eval` (docs/eval.md), in LLM Foundry's JSONL "
-        "schemas:\n\n"
+        "In-context-learning tasks scored by `tessera eval` and, in a training recipe, at every "
+        "evaluation of tessera-train (docs/eval.md), in LLM Foundry's JSONL schemas:\n\n"
         "```\n"
         "icl_tasks = (\n"
         "  { label = \"colors\"; type = \"multiple_choice\"; path = \"eval/tasks/colors.jsonl\"; fewshot = 2; },\n"

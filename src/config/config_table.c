@@ -26,6 +26,8 @@ static const char *const device_names[] = {"cpu", "cuda"};
 _Static_assert(NELEM(device_names) == TSR_DEVICE_COUNT, "device_names vs tsr_device_kind");
 static const char *const pos_names[] = {"learned", "alibi"};
 _Static_assert(NELEM(pos_names) == TSR_POS_COUNT, "pos_names vs tsr_pos_kind");
+static const char *const mask_names[] = {"causal", "document"};
+_Static_assert(NELEM(mask_names) == TSR_MASK_COUNT, "mask_names vs tsr_attn_mask_kind");
 static const char *const sched_names[] = {"cosine", "linear", "constant"};
 _Static_assert(NELEM(sched_names) == TSR_SCHED_COUNT, "sched_names vs tsr_sched_kind");
 static const char *const shard_names[] = {"ddp", "zero1", "zero3", "hsdp"};
@@ -43,6 +45,7 @@ _Static_assert(NELEM(dur_units) == TSR_DUR_COUNT, "dur_units vs tsr_dur_unit");
 
 /* Enum fields are stored through an int. */
 _Static_assert(sizeof(tsr_device_kind) == sizeof(int) && sizeof(tsr_pos_kind) == sizeof(int) &&
+                   sizeof(tsr_attn_mask_kind) == sizeof(int) &&
                    sizeof(tsr_sched_kind) == sizeof(int) && sizeof(tsr_sharding_kind) == sizeof(int) &&
                    sizeof(tsr_guard_method) == sizeof(int) && sizeof(tsr_guard_action) == sizeof(int),
                "enum fields must be int-sized");
@@ -108,6 +111,16 @@ const cfgtab_key cfgtab_keys[] = {
      .doc = "Rows of the learned position table; 0 = seq_len. With pos = learned, >= seq_len."},
     {.name = "model.pos", .type = CFGK_ENUM, FIELD(model.pos), .def = "learned", ENUM(pos_names),
      .doc = "Positions: `learned` absolute embeddings (GPT-2) or `alibi` attention biases (MPT)."},
+    {.name = "model.attn_mask", .type = CFGK_ENUM, FIELD(model.attn_mask), .def = "causal",
+     ENUM(mask_names),
+     .doc = "`causal`: a token attends to every earlier token of its sequence. `document`: only to "
+            "those of its own document, which ends with (and includes) model.eot_token; learned "
+            "positions restart at 0 after each eot_token, so packed examples do not see each other "
+            "(docs/model.md)."},
+    {.name = "model.eot_token", .type = CFGK_INT, FIELD(model.eot_token), .def = "50256", .ilo = 0,
+     INT32_ONLY,
+     .doc = "End-of-text token id that ends a document with attn_mask = `document` (GPT-2's "
+            "`<|endoftext|>` is 50256); must be < model.vocab_size then, unused otherwise."},
     {.name = "model.bias", .type = CFGK_BOOL, FIELD(model.bias), .def = "true",
      .doc = "Biases in the linear layers and LayerNorms (GPT-2: true, MPT: false)."},
     {.name = "model.expansion_ratio", .type = CFGK_FLOAT, FIELD(model.expansion_ratio), .def = "4",

@@ -108,6 +108,12 @@ int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
     }
     if (o->dtype != ST_F32 && o->dtype != ST_BF16)
         tsr_die(TSR_EXIT_INTERNAL, "hf_export: dtype %s (F32 or BF16 only)", st_dtype_name(o->dtype));
+    /* transformers has no document mask for these classes: same weights, plain causal model */
+    if (m->cfg.attn_mask == TSR_MASK_DOCUMENT)
+        tsr_warn("export --format hf: model.attn_mask = \"document\" exports as a plain causal %s: "
+                 "it computes the same as tessera only on inputs of one document (no "
+                 "model.eot_token = %d before the last position)", hf_class_name[a],
+                 m->cfg.eot_token);
     tok_files tk;
     TSR_CHECK(resolve_tokenizer(o->tokenizer ? o->tokenizer : cfg->data.tokenizer, m, &tk));
     if (tsr_snprintf(path, sizeof path, "%s/model.safetensors", out_dir) || fs_make_parents(path) != 0) {

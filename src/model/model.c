@@ -2,6 +2,7 @@
 #include "model.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common.h"
@@ -42,7 +43,22 @@ void model_alibi_slopes(float *slopes, int NH) {
     memcpy(slopes, tmp, (size_t)NH * sizeof(float));
 }
 
+int model_config_check(const tsr_model_config *cfg, char *why, size_t n) {
+    if (cfg->attn_mask == TSR_MASK_DOCUMENT &&
+        (cfg->eot_token < 0 || cfg->eot_token >= cfg->vocab_size)) {
+        snprintf(why, n,
+                 "model.eot_token = %d is not a token id of model.vocab_size = %d: with "
+                 "model.attn_mask = \"document\" it must be in [0, %d) (the tokenizer's "
+                 "<|endoftext|> id; GPT-2's is 50256)",
+                 cfg->eot_token, cfg->vocab_size, cfg->vocab_size);
+        return -1;
+    }
+    return 0;
+}
+
 void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const tsr_ops *ops) {
+    char why[256];
+    if (model_config_check(cfg, why, sizeof why)) tsr_die(TSR_EXIT_USAGE, "%s", why);
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     m->ops = ops;
@@ -154,6 +170,10 @@ void model_alloc_acts(tsr_model *m, int B, int T) {
     a->dfch = o->alloc(N * F * f);
     a->dfch_gelu = o->alloc(N * F * f);
     a->dlosses = o->alloc(N * f);
+    if (m->cfg.attn_mask == TSR_MASK_DOCUMENT) {
+        a->seq = o->alloc(N * sizeof(int32_t));
+        if (m->params_info[TSR_P_WPE].numel) a->pos = o->alloc(N * sizeof(int32_t));
+    }
 }
 
 size_t model_acts_bytes(const tsr_model *m, int B, int T) {
@@ -167,7 +187,9 @@ size_t model_acts_bytes(const tsr_model *m, int B, int T) {
                     + N * (C + 2)               /* lnf */
                     + N * (size_t)m->Vp + N     /* probs, losses */
                     + N * C * 4 + N * 3 * C + N * F * 2 + N; /* scratch and gradient scratch */
-    return floats * sizeof(float);
+    size_t ints = 0;                            /* segment ids and positions */
+    if (m->cfg.attn_mask == TSR_MASK_DOCUMENT) ints = N * (m->params_info[TSR_P_WPE].numel ? 2 : 1);
+    return floats * sizeof(float) + ints * sizeof(int32_t);
 }
 
 void model_free(tsr_model *m) {
@@ -182,6 +204,11 @@ void model_free(tsr_model *m) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         if (*bufs[i]) o->free(*bufs[i]);
         *bufs[i] = NULL;
+    }
+    int32_t **ibufs[] = {&a->seq, &a->pos};
+    for (size_t i = 0; i < sizeof ibufs / sizeof ibufs[0]; i++) {
+        if (*ibufs[i]) o->free(*ibufs[i]);
+        *ibufs[i] = NULL;
     }
 }
 
@@ -211,6 +238,22 @@ static layer_view layer_params(const tsr_model *m, float *(*get)(const tsr_model
     return v;
 }
 
+/* attn_mask = document: seq[b,t] = eot_tokens in tokens[b,0..t-1] (an eot_token ends its own
+ * segment; the next one starts after it), pos[b,t] = t - (start of that segment); pos may be NULL.
+ * tokens, seq, pos (B,T) */
+static void segments_from_tokens(int32_t *seq, int32_t *pos, const int32_t *tokens, int eot, int B,
+                                 int T) {
+    for (int b = 0; b < B; b++) {
+        int32_t s = 0, p = 0;
+        for (size_t n = (size_t)b * T, end = n + (size_t)T; n < end; n++) {
+            seq[n] = s;
+            if (pos) pos[n] = p;
+            if (tokens[n] == eot) s++, p = 0;
+            else p++;
+        }
+    }
+}
+
 double model_forward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T) {
     const tsr_ops *o = m->ops;
     tsr_acts *a = &m->acts;
@@ -219,7 +262,8 @@ double model_forward(tsr_model *m, const int32_t *tokens, const int32_t *targets
                 a->B, a->T);
     size_t C = m->C, F = m->F, NH = m->NH, N = (size_t)B * T;
     size_t sN = (size_t)a->B * T; /* per-layer stride of the allocated buffers */
-    o->encoder_forward(a->encoded, tokens, P(m, TSR_P_WTE), P(m, TSR_P_WPE), B, T, (int)C);
+    if (a->seq) segments_from_tokens(a->seq, a->pos, tokens, m->cfg.eot_token, B, T);
+    o->encoder_forward(a->encoded, tokens, P(m, TSR_P_WTE), P(m, TSR_P_WPE), a->pos, B, T, (int)C);
     for (int l = 0; l < m->L; l++) {
         layer_view w = layer_params(m, P, l);
         float *x = l == 0 ? a->encoded : a->residual3 + (l - 1) * sN * C;
@@ -232,7 +276,7 @@ double model_forward(tsr_model *m, const int32_t *tokens, const int32_t *targets
         float *res3 = a->residual3 + l * sN * C;
         o->layernorm_forward(ln1, ln1m, ln1r, x, w.ln1w, w.ln1b, (int)N, (int)C);
         o->matmul_forward(qkv, ln1, w.qkvw, w.qkvb, (int)N, (int)C, (int)(3 * C));
-        o->attention_forward(atty, att, qkv, m->alibi_slopes, B, T, (int)C, (int)NH);
+        o->attention_forward(atty, att, qkv, m->alibi_slopes, a->seq, B, T, (int)C, (int)NH);
         o->matmul_forward(a->scratch, atty, w.attprojw, w.attprojb, (int)N, (int)C, (int)C);
         o->residual_forward(res2, x, a->scratch, N * C);
         o->layernorm_forward(ln2, ln2m, ln2r, res2, w.ln2w, w.ln2b, (int)N, (int)C);
@@ -291,12 +335,13 @@ void model_backward(tsr_model *m, const int32_t *tokens, const int32_t *targets,
         o->matmul_backward(a->datty, g.attprojw, g.attprojb, a->dresidual, atty, w.attprojw,
                            (int)N, (int)C, (int)C);
         o->zero(a->dqkv, N * 3 * C * f);
-        o->attention_backward(a->dqkv, a->datty, qkv, att, B, T, (int)C, (int)NH);
+        o->attention_backward(a->dqkv, a->datty, qkv, att, a->seq, B, T, (int)C, (int)NH);
         o->zero(a->dln, N * C * f);
         o->matmul_backward(a->dln, g.qkvw, g.qkvb, a->dqkv, ln1, w.qkvw, (int)N, (int)C,
                            (int)(3 * C));
         o->layernorm_backward(a->dresidual, g.ln1w, g.ln1b, a->dln, x, w.ln1w, ln1m, ln1r,
                               (int)N, (int)C);
     }
-    o->encoder_backward(G(m, TSR_P_WTE), G(m, TSR_P_WPE), a->dresidual, tokens, B, T, (int)C);
+    o->encoder_backward(G(m, TSR_P_WTE), G(m, TSR_P_WPE), a->dresidual, tokens, a->pos, B, T,
+                        (int)C);
 }

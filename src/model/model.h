@@ -4,6 +4,9 @@
  * One block: x -> x + proj(attn(LN1(x))) -> x + fcproj(gelu(fc(LN2(x)))); final LN; logits = lnf @ wte^T
  * (tied embeddings). pos = learned adds wpe in the encoder; pos = alibi adds -slope_h*(i-j) to the
  * attention scores (MPT's slopes). bias = false removes biases from linear layers and LayerNorms.
+ * attn_mask = document cuts every input row into segments, each ending with (and including) an
+ * eot_token: attention stays within a segment and learned positions restart at 0 in each, so a
+ * segment computes what it would compute alone at the start of a row (docs/model.md).
  * Rows V..Vp-1 of wte are zero at init and never receive gradient: padded logits are excluded from
  * the softmax and never sampled.
  */
@@ -68,6 +71,10 @@ typedef struct tsr_acts {
     float *dqkv;         /* (B,T,3C) */
     float *dfch, *dfch_gelu; /* (B,T,F) */
     float *dlosses;      /* (B,T) */
+    /* attn_mask = document only (else NULL): made from the tokens by model_forward, reused by
+     * model_backward */
+    int32_t *seq;        /* (B,T) segment ids: the count of eot_tokens before each position */
+    int32_t *pos;        /* (B,T) position in the segment (learned positions only) */
 } tsr_acts;
 
 typedef struct tsr_model {
@@ -82,8 +89,12 @@ typedef struct tsr_model {
     tsr_acts acts;
 } tsr_model;
 
-/* Builds the parameter layout (shapes, offsets, counts); allocates nothing. */
+/* Builds the parameter layout (shapes, offsets, counts); allocates nothing. Dies with exit 1
+ * (usage) naming the key when cfg has no valid model (model_config_check). */
 void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const tsr_ops *ops);
+/* Checks what the config table cannot check key by key: with attn_mask = document, eot_token
+ * must be a token id (< vocab_size). Returns 0, or -1 with the reason in why. */
+int model_config_check(const tsr_model_config *cfg, char *why, size_t n);
 /* Allocates parameters and gradients (zeroed) and the ALiBi slopes. */
 void model_alloc_params(tsr_model *m);
 /* GPT-2 initialisation: weights N(0, init_std), residual projections N(0, init_std/sqrt(2L)),
@@ -95,7 +106,8 @@ void model_alloc_acts(tsr_model *m, int B, int T);
 void model_free(tsr_model *m);
 
 /* Forward pass. tokens, targets (B,T) with -1 = no loss. Returns the SUM of the per-token losses
- * over the targets that count; probs/losses stay in m->acts for backward. */
+ * over the targets that count; probs/losses stay in m->acts for backward (and, with attn_mask =
+ * document, the segment ids and positions made from tokens). */
 double model_forward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T);
 /* Backward pass of the last forward: parameter gradients += d(loss_scale * sum of losses). */
 void model_backward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
@@ -111,9 +123,12 @@ void model_alibi_slopes(float *slopes, int NH);
 /* ---- Inference on one sequence (model_infer.c; docs/generate.md) ---- */
 
 /* A KV cache for one sequence, plus the scratch of a forward over `chunk` new positions.
- * kt (L, NH, hs, cap): keys transposed per head; v (L, NH, cap, hs). Positions 0..len-1 are filled. */
+ * kt (L, NH, hs, cap): keys transposed per head; v (L, NH, cap, hs). Positions 0..len-1 are filled.
+ * With attn_mask = document, seg is where the current segment starts (after the last eot_token
+ * fed): new positions attend to seg..; without it seg stays 0. */
 typedef struct tsr_kv_cache {
     int cap, len, chunk, nthreads; /* nthreads: OpenMP threads at init (per-thread score rows) */
+    int seg;                       /* attn_mask = document: first position of the current segment */
     float *kt, *v;                 /* (L, NH, hs, cap), (L, NH, cap, hs) */
     float *x, *ln, *mean, *rstd;   /* (chunk, C), (chunk, C), (chunk), (chunk) */
     float *qkv, *atty, *proj;      /* (chunk, 3C), (chunk, C), (chunk, C) */

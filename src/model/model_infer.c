@@ -14,6 +14,12 @@
  * goes through the final LayerNorm and the LM head. The attention here is plain C (fp32, the CPU
  * backend's math), and so is the one-row matmul (linear()): a decode-attention and a matrix-vector
  * entry in kernels/ops.h would be their place once CUDA arrives.
+ *
+ * attn_mask = document (model.c): the fed tokens are cut into chunks that end at an eot_token, so
+ * a chunk lies in one segment; a segment starting at position s = kv->seg sees positions s..p
+ * only and its learned positions count from s, as in model_forward. A prompt without an
+ * eot_token is one document; a completion after an end-of-text prompt starts a new one, as a
+ * document after an eot_token does in training.
  */
 #include <cblas.h>
 #include <math.h>
@@ -157,34 +163,37 @@ static void attend_row(float *out, float *row, const float *q, const float *kt, 
     }
 }
 
-/* out (c,C): attention of rows p0..p0+c-1 over layer l's cache (positions 0..p0+c-1 filled);
- * q is column block 0 of qkv (c,3C). Rows x heads are independent tasks. */
+/* out (c,C): attention of rows p0..p0+c-1 over layer l's cache (positions 0..p0+c-1 filled),
+ * each over positions s..p of its segment (s = kv->seg, 0 without segments; attend_row sees the
+ * segment as a sequence of its own: ALiBi's p - j does not change); q is column block 0 of
+ * qkv (c,3C). Rows x heads are independent tasks. */
 static void attend(const tsr_model *m, tsr_kv_cache *kv, int l, int p0, int c, const float *qkv,
                    float *out) {
-    const int C = m->C, NH = m->NH, hs = C / NH, cap = kv->cap;
+    const int C = m->C, NH = m->NH, hs = C / NH, cap = kv->cap, s = kv->seg;
     const float scale = 1.0f / sqrtf((float)hs);
-    const long tasks = (long)c * NH, work = tasks * (p0 + c) * hs;
+    const long tasks = (long)c * NH, work = tasks * (p0 + c - s) * hs;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(kv->nthreads) if (work >= INFER_PAR_MIN)
     for (long t = 0; t < tasks; t++) {
         const int i = (int)(t / NH), h = (int)(t % NH);
         float *row = kv->att + (size_t)omp_get_thread_num() * cap;
         const size_t head = (size_t)l * NH + h;
         attend_row(out + (size_t)i * C + (size_t)h * hs, row, qkv + (size_t)i * 3 * C + h * hs,
-                   kv->kt + head * hs * cap, kv->v + head * cap * hs, cap, hs, p0 + i,
-                   m->alibi_slopes ? m->alibi_slopes[h] : 0.0f, scale);
+                   kv->kt + head * hs * cap + s, kv->v + (head * cap + s) * hs, cap, hs,
+                   p0 + i - s, m->alibi_slopes ? m->alibi_slopes[h] : 0.0f, scale);
     }
 }
 
 /* c tokens at positions p0 = kv->len ..: through every layer; kv->len += c. With probs != NULL,
- * the last row through the final LayerNorm, the LM head and the softmax into probs (Vp). */
+ * the last row through the final LayerNorm, the LM head and the softmax into probs (Vp). The c
+ * positions lie in the segment that starts at kv->seg. */
 static void forward_chunk(const tsr_model *m, tsr_kv_cache *kv, const int32_t *tokens, int c,
                           float *probs) {
     const tsr_ops *o = m->ops;
     const int C = m->C, F = m->F, p0 = kv->len;
     const float *wpe = param(m, TSR_P_WPE, 0, 0);
     float *x = kv->x;
-    o->encoder_forward(x, tokens, param(m, TSR_P_WTE, 0, 0), wpe ? wpe + (size_t)p0 * C : NULL, 1,
-                       c, C);
+    o->encoder_forward(x, tokens, param(m, TSR_P_WTE, 0, 0),
+                       wpe ? wpe + (size_t)(p0 - kv->seg) * C : NULL, NULL, 1, c, C);
     for (int l = 0; l < m->L; l++) {
         infer_layer w = layer_at(m, l);
         o->layernorm_forward(kv->ln, kv->mean, kv->rstd, x, w.ln1w, w.ln1b, c, C);
@@ -216,9 +225,18 @@ void model_infer_forward(const tsr_model *m, tsr_kv_cache *kv, const int32_t *to
         tsr_die(TSR_EXIT_INTERNAL,
                 "model_infer_forward: %d tokens at position %d exceed the cache (%d positions)%s",
                 n, kv->len, kv->cap, learned ? " or the position table" : "");
-    for (int s = 0; s < n; s += kv->chunk) {
-        const int c = n - s < kv->chunk ? n - s : kv->chunk;
+    const int doc = m->cfg.attn_mask == TSR_MASK_DOCUMENT;
+    for (int s = 0; s < n;) {
+        int c = n - s < kv->chunk ? n - s : kv->chunk;
+        if (doc) /* end the chunk at an eot_token: the next position starts a segment */
+            for (int i = 0; i < c; i++)
+                if (tokens[s + i] == m->cfg.eot_token) {
+                    c = i + 1;
+                    break;
+                }
         forward_chunk(m, kv, tokens + s, c, s + c == n ? probs : NULL);
+        if (doc && tokens[s + c - 1] == m->cfg.eot_token) kv->seg = kv->len;
+        s += c;
     }
 }
 

@@ -158,15 +158,20 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
         fflush(stdout);
     }
     if (t->metrics) {
-        char loss[32], norm[32]; /* JSON has no NaN: a non-finite value is null */
+        /* JSON has no NaN or Inf: a non-finite value is null (a zero step time from a coarse
+         * clock would make the rates infinite) */
+        char loss[32], norm[32], rate[32], frac[32], secs[32];
         json_number(loss, sizeof loss, st->loss);
         json_number(norm, sizeof norm, st->grad_norm);
+        json_number(rate, sizeof rate, tok_s);
+        json_number(frac, sizeof frac, mfu);
+        json_number(secs, sizeof secs, st->step_time);
         fprintf(t->metrics,
                 "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
-                "\"tokens\": %lld, \"tokens_per_s\": %.6g, \"mfu\": %.6g, \"step_time_s\": %.6g, "
+                "\"tokens\": %lld, \"tokens_per_s\": %s, \"mfu\": %s, \"step_time_s\": %s, "
                 "\"data_batch\": %lld, \"targets\": %lld",
                 (long long)st->step, loss, st->lr, norm, (long long)t->tokens_seen,
-                tok_s, mfu, st->step_time, (long long)st->data_batch, (long long)st->tokens);
+                rate, frac, secs, (long long)st->data_batch, (long long)st->tokens);
         if (t->n_streams > 1) { /* samples trained on from each stream so far, as loaded */
             fprintf(t->metrics, ", \"samples\": {");
             for (int k = 0; k < t->n_streams; k++)

@@ -87,6 +87,8 @@ int main(int argc, char **argv) {
     attr_d(f, "alibi", cfg.model.pos == TSR_POS_ALIBI);
     attr_d(f, "bias", cfg.model.bias);
     attr_d(f, "gelu_exact", cfg.model.gelu);
+    attr_d(f, "doc_mask", cfg.model.attn_mask == TSR_MASK_DOCUMENT);
+    attr_d(f, "eot_token", cfg.model.eot_token);
     attr_d(f, "global_batch", GB);
     attr_d(f, "lr", cfg.optim.lr);
     attr_d(f, "beta1", cfg.optim.beta1);

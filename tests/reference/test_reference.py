@@ -3,7 +3,9 @@
 
 For a GPT-2-style and an MPT-style tiny model (tests/reference/torch_gpt.py), on a random dataset
 written with `tessera shard` (vocab 100, so Vp = 128 padding rows; a loss mask with zeros, so
-ignored targets):
+ignored targets), and for both again with model.attn_mask = "document" on a dataset with
+end-of-text tokens inside the rows (torch: DocGPT below, the block-diagonal mask and positions
+restarting after each end-of-text token):
   step 0 (build/tests/ref_dump's /step0): logits, loss and every parameter gradient at tessera's
           initial weights, torch run in float64 from the dumped /params;
   training: 10 AdamW steps (warmup + cosine lr, weight decay groups, global-norm clipping,
@@ -33,6 +35,7 @@ def skip(reason):
 try:
     import numpy as np
     import torch
+    import torch.nn.functional as F
     import h5py
 except ImportError as e:  # Debian: apt-get install python3-torch python3-h5py
     skip(f"cannot import {e.name} ({e}); the reference test needs torch, h5py and numpy")
@@ -85,6 +88,8 @@ MICRO_BATCH = 2
 VOCAB = 100                    # padded to Vp = 128 (vocab_multiple = 128)
 N_SAMPLES = STEPS * GLOBAL_BATCH  # exactly one epoch: the 40 training rows are a permutation
 DATA_SEED = 20240611
+EOT = VOCAB - 1                # model.eot_token of the document-mask cases
+EOT_RATE = 1 / 6               # ~2.7 end-of-text tokens per row of 16 in their dataset
 
 # Larger than GPT-2's 0.02 so that activations reach the range where the nonlinearities differ:
 # at 0.02 the fc inputs are ~0.1 and GELU tanh vs exact changes the step-0 gradients by only 2e-5
@@ -93,6 +98,8 @@ INIT_STD = 0.1
 COMMON_OPTIM = dict(lr=1e-2, warmup='"3ba"', schedule='"cosine"', alpha_f=0.1, weight_decay=0.1,
                     beta1=0.9, beta2=0.95, eps=1e-8)
 # grad_clip is chosen per model from the measured norms so that some steps clip and some do not.
+GPT2_DOC_CLIP = 1.4
+MPT_DOC_CLIP = 1.8
 CONFIGS = [
     dict(name="gpt2", grad_clip=1.4,
          model=dict(n_layer=2, d_model=32, n_head=4, vocab_size=VOCAB, vocab_multiple=128,
@@ -101,6 +108,15 @@ CONFIGS = [
     dict(name="mpt", grad_clip=1.8,
          model=dict(n_layer=2, d_model=48, n_head=3, vocab_size=VOCAB, vocab_multiple=128,
                     pos='"alibi"', bias="false", gelu='"exact"', init_std=INIT_STD)),
+    # block-diagonal attention: learned positions restart per document, ALiBi needs the mask only
+    dict(name="gpt2-doc", grad_clip=GPT2_DOC_CLIP, data="doc",
+         model=dict(n_layer=2, d_model=32, n_head=4, vocab_size=VOCAB, vocab_multiple=128,
+                    max_seq_len=16, pos='"learned"', bias="true", gelu='"tanh"',
+                    init_std=INIT_STD, attn_mask='"document"', eot_token=EOT)),
+    dict(name="mpt-doc", grad_clip=MPT_DOC_CLIP, data="doc",
+         model=dict(n_layer=2, d_model=48, n_head=3, vocab_size=VOCAB, vocab_multiple=128,
+                    pos='"alibi"', bias="false", gelu='"exact"', init_std=INIT_STD,
+                    attn_mask='"document"', eot_token=EOT)),
 ]
 
 
@@ -122,18 +138,21 @@ def rel_err(a, b):
 
 # ---- fixtures ----------------------------------------------------------------------------------
 
-def make_dataset(tmp):
+def make_dataset(tmp, name, eot=None):
     """Random ids in [0, VOCAB) with a loss mask (about 1 in 5 targets masked out), written with
-    `tessera shard --mask` as ID:M. Returns (dir, tokens, mask)."""
-    rng = np.random.RandomState(DATA_SEED)
+    `tessera shard --mask` as ID:M. With eot: ids in [0, VOCAB-1) and about EOT_RATE of them
+    replaced by eot (so rows hold several documents). Returns (dir, tokens, mask)."""
+    rng = np.random.RandomState(DATA_SEED + (1 if eot is not None else 0))
     n = N_SAMPLES * SEQ_LEN + 1
-    tokens = rng.randint(0, VOCAB, size=n)
+    tokens = rng.randint(0, VOCAB if eot is None else VOCAB - 1, size=n)
     mask = (rng.random_sample(n) >= 0.2).astype(np.int64)
-    txt = os.path.join(tmp, "tokens.txt")
+    if eot is not None:
+        tokens[rng.random_sample(n) < EOT_RATE] = eot
+    txt = os.path.join(tmp, name + ".txt")
     with open(txt, "w") as f:
         for i in range(0, n, 16):
             f.write(" ".join(f"{t}:{m}" for t, m in zip(tokens[i:i + 16], mask[i:i + 16])) + "\n")
-    out = os.path.join(tmp, "data")
+    out = os.path.join(tmp, "data-" + name)
     r = subprocess.run([TESSERA, "shard", "--out", out, "--vocab", str(VOCAB), "--mask", txt],
                        capture_output=True, text=True)
     return out, tokens, mask, r
@@ -195,6 +214,60 @@ def torch_config(a):
                                gelu_exact=bool(a["gelu_exact"]))
 
 
+def doc_attention(attn, x, allowed):
+    """torch_gpt.Attention's forward with an explicit mask: allowed (B,T,T) bool, query i may see
+    key j. Written from the definition, like torch_gpt.py; attn supplies the weights."""
+    B, T, C = x.shape
+    NH = attn.cfg.NH
+    hs = C // NH
+    q, k, v = attn.qkv(x).split(C, dim=2)
+    q, k, v = (t.view(B, T, NH, hs).transpose(1, 2) for t in (q, k, v))  # (B,NH,T,hs)
+    s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))               # (B,NH,T,T)
+    if attn.cfg.alibi:  # relative, so the same within a document as in a sequence of its own
+        s = s + torch_gpt.alibi_bias(NH, T, s.dtype)
+    s = s.masked_fill(~allowed[:, None], float("-inf"))
+    y = F.softmax(s, dim=-1) @ v
+    return attn.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class DocGPT(torch_gpt.GPT):
+    """model.attn_mask = "document": a document ends with (and includes) an eot token; a token
+    sees the earlier tokens of its own document only (MPT's attn_uses_sequence_id mask), and
+    learned positions count from the document's first token."""
+
+    def __init__(self, cfg, eot):
+        super().__init__(cfg)
+        self.eot = eot
+
+    def forward(self, idx, targets=None):
+        B, T = idx.shape
+        is_eot = (idx == self.eot).long()
+        doc = torch.cumsum(is_eot, dim=1) - is_eot          # eot tokens strictly before t
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        allowed = (doc[:, :, None] == doc[:, None, :]) & causal  # (B,T,T)
+        pos = allowed.sum(dim=-1) - 1                        # earlier tokens of the document
+        x = self.wte(idx)
+        if self.wpe is not None:
+            x = x + self.wpe(pos)
+        for blk in self.blocks:
+            x = x + doc_attention(blk.attn, blk.ln1(x), allowed)
+            x = x + blk.mlp(blk.ln2(x))
+        logits = F.linear(self.lnf(x), self.wte.weight)
+        if targets is None:
+            return logits, None
+        V = self.cfg.V
+        loss_sum = F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1),
+                                   ignore_index=-1, reduction="sum")
+        return logits, loss_sum
+
+
+def torch_model(tc, a):
+    """The float64 torch model of a dump: DocGPT when it has the document mask."""
+    if a.get("doc_mask"):
+        return DocGPT(tc, int(round(a["eot_token"]))).double()
+    return torch_gpt.GPT(tc).double()
+
+
 def global_batch_backward(model, inputs, targets, micro):
     """Loss = sum of the counted targets' losses / their count over the WHOLE global batch,
     accumulated microbatch by microbatch as trainer_step does. Returns (loss, logits)."""
@@ -254,7 +327,7 @@ def checks_per_config(cfg):
     n = len(torch_gpt.param_names(torch_gpt.GPTConfig(V=1, Vp=1, C=1, L=1, NH=1, F=1, max_T=1,
                                                       alibi=not learned, bias=bias,
                                                       gelu_exact=False)))
-    return 12 + 2 * n
+    return 12 + 2 * n + (1 if cfg.get("data") == "doc" else 0)
 
 
 def check_data(tap, name, d, tokens, mask):
@@ -313,12 +386,15 @@ def run_config(tap, cfg, tmp, data_dir, tokens, mask):
                 F=4 * m["d_model"], T=SEQ_LEN, alibi=float(m["pos"] == '"alibi"'),
                 bias=float(m["bias"] == "true"), gelu_exact=float(m["gelu"] == '"exact"'),
                 global_batch=GLOBAL_BATCH, steps=STEPS, warmup_steps=3,
-                grad_clip=cfg["grad_clip"], weight_decay=COMMON_OPTIM["weight_decay"])
+                grad_clip=cfg["grad_clip"], weight_decay=COMMON_OPTIM["weight_decay"],
+                doc_mask=float(m.get("attn_mask") == '"document"'))
+    if "eot_token" in m:
+        want["eot_token"] = m["eot_token"]
     bad = [f"{k} = {a.get(k)} (want {v})" for k, v in want.items() if a.get(k) != v]
     for g in ("params", "step0/grads", "final"):
         if sorted(d[g]) != sorted(names):
             bad.append(f"/{g} holds {sorted(d[g])}, want {sorted(names)}")
-    model = torch_gpt.GPT(tc).double()
+    model = torch_model(tc, a)
     shapes = {n: tuple(t.shape) for n, t in model.tessera_tensors().items()}
     for g in ("params", "step0/grads", "final"):
         for n in names:
@@ -362,8 +438,19 @@ def run_config(tap, cfg, tmp, data_dir, tokens, mask):
     tap.ok(not np.any(padg != 0), f"{name}: padded rows {V}..{tc.Vp - 1} of the wte gradient "
                                   f"are exactly 0 (max |g| {np.abs(padg).max():g})")
 
+    if a["doc_mask"]:  # the case exercises the mask: documents inside rows change the logits
+        inner = int((d["step0/inputs"][:, :-1] == EOT).sum())
+        plain = torch_gpt.GPT(tc).double()
+        plain.load_tessera(d["params"])
+        with torch.no_grad():
+            causal_logits, _ = plain(torch.as_tensor(d["step0/inputs"], dtype=torch.long))
+        e = rel_err(causal_logits.numpy(), logits.numpy())
+        tap.ok(inner > 0 and e > 1e-2, f"{name}: the step-0 batch has {inner} end-of-text tokens "
+                                       f"inside rows; plain causal logits differ from the "
+                                       f"document-mask ones by {e:.2e} > 1e-2")
+
     # -- 10 training steps --
-    model = torch_gpt.GPT(tc).double()
+    model = torch_model(tc, a)
     model.load_tessera(d["params"])
     hist = torch_train(model, d)
     lr_t = d["train/lr"]
@@ -417,22 +504,29 @@ def run_config(tap, cfg, tmp, data_dir, tokens, mask):
 
 def main():
     torch.set_default_dtype(torch.float64)
-    plan = 1 + sum(checks_per_config(c) for c in CONFIGS)
+    datasets = {"plain": None, "doc": EOT}  # dataset name -> eot id inside its rows (or none)
+    plan = len(datasets) + sum(checks_per_config(c) for c in CONFIGS)
     tap = Tap(plan)
     with tempfile.TemporaryDirectory(prefix="tsr-ref-") as tmp:
-        data_dir, tokens, mask, r = make_dataset(tmp)
-        if not tap.ok(r.returncode == 0, f"tessera shard --mask writes the dataset "
-                                         f"({len(tokens)} tokens, vocab {VOCAB})"):
-            tap.diag((r.stdout + r.stderr)[-2000:])
-            tap.fail_until(plan, "no dataset")
-            return 1
+        data = {}
+        for dname, eot in datasets.items():
+            data_dir, tokens, mask, r = make_dataset(tmp, dname, eot)
+            inner = f", {int((tokens == eot).sum())} of them end-of-text" if eot is not None else ""
+            if not tap.ok(r.returncode == 0, f"tessera shard --mask writes the {dname} dataset "
+                                             f"({len(tokens)} tokens{inner}, vocab {VOCAB})"):
+                tap.diag((r.stdout + r.stderr)[-2000:])
+                continue
+            data[dname] = (data_dir, tokens, mask)
         for cfg in CONFIGS:
             end = tap.n + checks_per_config(cfg)
+            dname = cfg.get("data", "plain")
             try:
-                run_config(tap, cfg, tmp, data_dir, tokens, mask)
+                if dname in data:
+                    run_config(tap, cfg, tmp, *data[dname])
             except Exception:  # report, then account for the checks that did not run
                 tap.diag(traceback.format_exc())
-            tap.fail_until(end, f"{cfg['name']} stopped early")
+            tap.fail_until(end, f"{cfg['name']} stopped early" if dname in data else
+                           f"{cfg['name']}: no {dname} dataset")
     if tap.n != plan:
         tap.diag(f"planned {plan} checks, ran {tap.n}")
         return 1

@@ -375,7 +375,15 @@ static void test_cross(void) {
     p = write_cfg("x9.cfg", 17, "eval_interval = \"10ba\";", 0);
     rc = load(&c, p, NULL, 0);
     expect(rc, TSR_EXIT_USAGE, "eval_interval needs data.val",
-           "eval_interval = \"10ba\" but data.val is empty", NULL);
+           "eval_interval = \"10ba\" but there is nothing to evaluate", NULL);
+    p = write_cfg("x9b.cfg", 10, "  attn_mask = \"document\"; eot_token = 100;", 0);
+    rc = load(&c, p, NULL, 0);
+    expect(rc, TSR_EXIT_USAGE, "document mask: eot_token must be a token id, named with file:line",
+           "x9b.cfg:10: model.eot_token = 100 is not a token id of model.vocab_size = 100", NULL);
+    p = write_cfg("x9c.cfg", 17, "eval_interval = \"10ba\"; icl_tasks = ({ label = \"a\"; "
+                  "type = \"language_modeling\"; path = \"a.jsonl\"; });", 0);
+    rc = load(&c, p, NULL, 0);
+    tap_ok(rc == 0, "eval_interval with icl_tasks and no data.val is accepted (rc %d)", rc);
     p = write_cfg("x10.cfg", 9, "  vocab_size = 2147483600;", 10, "  vocab_multiple = 128;", 0);
     rc = load(&c, p, NULL, 0);
     expect(rc, TSR_EXIT_USAGE, "padded vocabulary must fit in an int",
@@ -621,7 +629,7 @@ static void test_table_and_docs(void) {
         for (int j = 0; j < i; j++)
             if (!strcmp(cfgtab_keys[j].name, k->name)) ok = 0, tap_diag("%s twice", k->name);
     }
-    tap_ok(ok && cfgtab_n_keys == 59, "key table: %d keys, each documented, unique, default xor example",
+    tap_ok(ok && cfgtab_n_keys == 62, "key table: %d keys, each documented, unique, default xor example",
            cfgtab_n_keys);
     char *text = NULL;
     size_t len = 0;
@@ -636,7 +644,7 @@ static void test_table_and_docs(void) {
     free(text);
 }
 
-#define N_FIXED 77
+#define N_FIXED 79
 
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/tsr_test_config_XXXXXX");

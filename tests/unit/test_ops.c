@@ -22,7 +22,7 @@
 #include "ops.h"
 #include "tap.h"
 
-#define NCHECKS 79
+#define NCHECKS 112
 
 static const tsr_ops *ops = &tsr_cpu_ops;
 static const double FD_H = 1e-5;
@@ -142,12 +142,14 @@ static float *copy_f(const float *src, size_t n) {
 /* ---- float64 references ------------------------------------------------------------------- */
 
 static void ref_encoder(double *out, const int32_t *tok, const double *wte, const double *wpe,
-                        int B, int T, int C) {
+                        const int32_t *pos, int B, int T, int C) {
     for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++)
+        for (int t = 0; t < T; t++) {
+            size_t p = pos ? (size_t)pos[b * T + t] : (size_t)t;
             for (int c = 0; c < C; c++)
                 out[((size_t)b * T + t) * C + c] =
-                    wte[(size_t)tok[b * T + t] * C + c] + (wpe ? wpe[(size_t)t * C + c] : 0.0);
+                    wte[(size_t)tok[b * T + t] * C + c] + (wpe ? wpe[p * C + c] : 0.0);
+        }
 }
 
 static void ref_layernorm(double *out, double *mean, double *rstd, const double *inp,
@@ -177,8 +179,10 @@ static void ref_matmul(double *out, const double *inp, const double *w, const do
         }
 }
 
+/* Causal attention with an explicit mask: row i sees j <= i with seq[j] == seq[i] (every j <= i
+ * when seq is NULL); softmax over the seen columns only, att 0 elsewhere. */
 static void ref_attention(double *out, double *att, const double *qkv, const double *slopes,
-                          int B, int T, int C, int NH) {
+                          const int32_t *seq, int B, int T, int C, int NH) {
     int hs = C / NH;
     double scale = 1.0 / sqrt((double)hs);
     double *s = DALLOC((size_t)T);
@@ -186,12 +190,14 @@ static void ref_attention(double *out, double *att, const double *qkv, const dou
         for (int h = 0; h < NH; h++)
             for (int i = 0; i < T; i++) {
                 const double *q = qkv + ((size_t)b * T + i) * 3 * C + h * hs;
+                const int32_t *sq = seq ? seq + (size_t)b * T : NULL;
                 double mx = -INFINITY, sum = 0.0;
                 for (int j = 0; j <= i; j++) {
                     const double *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
                     double dot = 0.0;
                     for (int d = 0; d < hs; d++) dot += q[d] * k[d];
                     s[j] = dot * scale - (slopes ? slopes[h] * (i - j) : 0.0);
+                    if (sq && sq[j] != sq[i]) s[j] = -INFINITY; /* masked: exp gives 0 */
                     if (s[j] > mx) mx = s[j];
                 }
                 for (int j = 0; j <= i; j++) sum += (s[j] = exp(s[j] - mx));
@@ -266,20 +272,24 @@ static void test_memory(void) {
 /* ---- encoder ------------------------------------------------------------------------------ */
 
 typedef struct {
-    const int32_t *tok;
+    const int32_t *tok, *pos;
     const double *wte, *wpe;
     int B, T, C;
 } encoder_ctx;
 
 static void encoder_obj(const void *c, double *out) {
     const encoder_ctx *e = c;
-    ref_encoder(out, e->tok, e->wte, e->wpe, e->B, e->T, e->C);
+    ref_encoder(out, e->tok, e->wte, e->wpe, e->pos, e->B, e->T, e->C);
 }
 
-static void test_encoder(int with_wpe) {
+/* mode 0: no wpe; 1: wpe at t; 2: wpe at given positions (restarting, as per document) */
+static void test_encoder(int mode) {
     enum { B = 2, T = 5, C = 8, Vp = 7 };
     size_t nout = (size_t)B * T * C;
     int32_t tok[B * T];
+    const int32_t pos[B * T] = {0, 1, 0, 1, 2, 0, 0, 1, 2, 3}; /* repeats across b and t */
+    const int with_wpe = mode > 0;
+    const int32_t *ps = mode == 2 ? pos : NULL;
     for (int i = 0; i < B * T; i++) tok[i] = (int32_t)(urand() * 6); /* repeats; row 6 unused */
     float *wte = FALLOC(Vp * C), *wpe = FALLOC(T * C), *out = FALLOC(nout), *dout = FALLOC(nout);
     double *dwte_ = DALLOC(Vp * C), *dwpe_ = DALLOC(T * C), *wts = DALLOC(nout);
@@ -287,28 +297,28 @@ static void test_encoder(int with_wpe) {
     fill(wte, dwte_, Vp * C, -1, 1);
     fill(wpe, dwpe_, T * C, -1, 1);
     fill(dout, wts, nout, -1, 1);
-    const char *tag = with_wpe ? "wpe" : "no wpe";
+    const char *tag = mode == 0 ? "no wpe" : mode == 1 ? "wpe" : "wpe at pos";
+    char what[64];
 
-    ops->encoder_forward(out, tok, wte, with_wpe ? wpe : NULL, B, T, C);
-    ref_encoder(want, tok, dwte_, with_wpe ? dwpe_ : NULL, B, T, C);
+    ops->encoder_forward(out, tok, wte, with_wpe ? wpe : NULL, ps, B, T, C);
+    ref_encoder(want, tok, dwte_, with_wpe ? dwpe_ : NULL, ps, B, T, C);
     /* one fp32 addition: correctly rounded, so within half an ulp (rel 6e-8) */
-    check(with_wpe ? "encoder_forward (wpe)" : "encoder_forward (no wpe)", out, want, nout, 1e-30,
-          6e-8);
+    snprintf(what, sizeof what, "encoder_forward (%s)", tag);
+    check(what, out, want, nout, 1e-30, 6e-8);
 
     float *g_wte = FALLOC(Vp * C), *g_wpe = FALLOC(T * C), *g0_wte, *g0_wpe;
     fill(g_wte, NULL, Vp * C, -1, 1);
     fill(g_wpe, NULL, T * C, -1, 1);
     g0_wte = copy_f(g_wte, Vp * C);
     g0_wpe = copy_f(g_wpe, T * C);
-    ops->encoder_backward(g_wte, with_wpe ? g_wpe : NULL, dout, tok, B, T, C);
-    encoder_ctx ctx = {tok, dwte_, with_wpe ? dwpe_ : NULL, B, T, C};
+    ops->encoder_backward(g_wte, with_wpe ? g_wpe : NULL, dout, tok, ps, B, T, C);
+    encoder_ctx ctx = {tok, ps, dwte_, with_wpe ? dwpe_ : NULL, B, T, C};
     objective o = {encoder_obj, &ctx, nout, wts, DALLOC(nout)};
     /* sums of <= 10 fp32 terms of order 1 */
-    char what[64];
     snprintf(what, sizeof what, "encoder_backward dwte (%s)", tag);
     check_grad(what, g_wte, g0_wte, dwte_, Vp * C, &o, 1e-5, 1e-5);
-    if (with_wpe)
-        check_grad("encoder_backward dwpe (wpe)", g_wpe, g0_wpe, dwpe_, T * C, &o, 1e-5, 1e-5);
+    snprintf(what, sizeof what, "encoder_backward dwpe (%s)", tag);
+    if (with_wpe) check_grad(what, g_wpe, g0_wpe, dwpe_, T * C, &o, 1e-5, 1e-5);
     free(o.out);
     free(wte), free(wpe), free(out), free(dout), free(dwte_), free(dwpe_), free(wts), free(want);
     free(g_wte), free(g_wpe), free(g0_wte), free(g0_wpe);
@@ -427,12 +437,13 @@ static void alibi_slopes(double *s, int n) {
 
 typedef struct {
     const double *qkv, *slopes;
+    const int32_t *seq;
     int B, T, C, NH;
 } att_ctx;
 
 static void att_obj(const void *c, double *out) {
     const att_ctx *a = c;
-    ref_attention(out, NULL, a->qkv, a->slopes, a->B, a->T, a->C, a->NH);
+    ref_attention(out, NULL, a->qkv, a->slopes, a->seq, a->B, a->T, a->C, a->NH);
 }
 
 static void test_attention(int B, int T, int C, int NH, int alibi, size_t fd_samples) {
@@ -450,8 +461,8 @@ static void test_attention(int B, int T, int C, int NH, int alibi, size_t fd_sam
     (snprintf(what, sizeof what, "attention %s (B=%d T=%d C=%d NH=%d %s)", s, B, T, C, NH, \
               alibi ? "alibi" : "no alibi"),                                               \
      what)
-    ops->attention_forward(out, att, qkv, alibi ? slopes : NULL, B, T, C, NH);
-    ref_attention(want, want_att, qkv_, alibi ? slopes_ : NULL, B, T, C, NH);
+    ops->attention_forward(out, att, qkv, alibi ? slopes : NULL, NULL, B, T, C, NH);
+    ref_attention(want, want_att, qkv_, alibi ? slopes_ : NULL, NULL, B, T, C, NH);
     /* scores are hs-term dot products of values <= 2 (error ~1e-6 absolute), through exp */
     check(ATT_WHAT("forward out"), out, want, no, 2e-6, 1e-5);
     check(ATT_WHAT("forward att"), att, want_att, na, 1e-6, 1e-5);
@@ -464,8 +475,8 @@ static void test_attention(int B, int T, int C, int NH, int alibi, size_t fd_sam
     float *g = FALLOC(nq);
     fill(g, NULL, nq, -1, 1);
     float *g0 = copy_f(g, nq);
-    ops->attention_backward(g, dout, qkv, att, B, T, C, NH);
-    att_ctx ctx = {qkv_, alibi ? slopes_ : NULL, B, T, C, NH};
+    ops->attention_backward(g, dout, qkv, att, NULL, B, T, C, NH);
+    att_ctx ctx = {qkv_, alibi ? slopes_ : NULL, NULL, B, T, C, NH};
     objective o = {att_obj, &ctx, no, wts, DALLOC(no)};
     /* sums over T and hs of products of order-1 values: fp32 error ~1e-6, abs 1e-5 */
     if (fd_samples)
@@ -476,6 +487,136 @@ static void test_attention(int B, int T, int C, int NH, int alibi, size_t fd_sam
     free(o.out);
     free(qkv), free(out), free(att), free(dout), free(qkv_), free(wts), free(want), free(want_att);
     free(g), free(g0);
+}
+
+/* Segment ids for B rows of T: runs of random length (1, short, or up to T) with increasing ids
+ * that are not consecutive (the op must not assume they count from 0). */
+static void random_segments(int32_t *seq, int B, int T) {
+    for (int b = 0; b < B; b++) {
+        int32_t id = (int32_t)(urand() * 5);
+        for (int t = 0; t < T;) {
+            double u = urand();
+            int len = u < 0.2 ? 1 : u < 0.6 ? 1 + (int)(urand() * 6) : 1 + (int)(urand() * T);
+            for (int k = 0; k < len && t < T; k++) seq[(size_t)b * T + t++] = id;
+            id += 1 + (int32_t)(urand() * 3);
+        }
+    }
+}
+
+/* maximum of |got - want| / (abs + rel |want|) over n floats (fp32 against fp32) */
+static double f_err(const float *got, const float *want, size_t n, double abs_tol, double rel_tol) {
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - want[i]) / (abs_tol + rel_tol * fabs((double)want[i]));
+        if (!(e <= worst)) worst = e;
+    }
+    return worst;
+}
+
+/* Attention with segment ids (the block-diagonal mask of model.attn_mask = document):
+ *   - forward and backward against the float64 reference with an explicit masked softmax;
+ *   - att exactly 0 outside [segment start, i];
+ *   - seq = NULL gives the same bits as seq all zero (one segment);
+ *   - every segment gives the same forward bits (out, att) as the segment alone in a row of its
+ *     own without ids, and dqkv within rounding (dk, dv are summed in row blocks counted from the
+ *     start of the row, so a segment's blocks split differently when it is packed). */
+static void test_attention_seq(int B, int T, int C, int NH, int alibi, size_t fd_samples) {
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    float *qkv = FALLOC(nq), *out = FALLOC(no), *att = FALLOC(na), *dout = FALLOC(no);
+    float slopes[16];
+    int32_t *seq = xcalloc((size_t)B * T, sizeof *seq);
+    int32_t *zero = xcalloc((size_t)B * T, sizeof *zero);
+    double *qkv_ = DALLOC(nq), *wts = DALLOC(no), *want = DALLOC(no), *want_att = DALLOC(na);
+    double slopes_[16];
+    alibi_slopes(slopes_, NH);
+    for (int h = 0; h < NH; h++) slopes[h] = (float)(slopes_[h] = (float)slopes_[h]);
+    const float *sl = alibi ? slopes : NULL;
+    fill(qkv, qkv_, nq, -2, 2);
+    fill(dout, wts, no, -1, 1);
+    random_segments(seq, B, T);
+    int nseg = 0;
+    for (int n = 0; n < B * T; n++) nseg += n % T == 0 || seq[n] != seq[n - 1];
+    char what[160];
+#define SEQ_WHAT(s)                                                                         \
+    (snprintf(what, sizeof what, "attention with segments %s (B=%d T=%d C=%d NH=%d %s, %d " \
+              "segments)", s, B, T, C, NH, alibi ? "alibi" : "no alibi", nseg),           \
+     what)
+    for (size_t i = 0; i < na; i++) att[i] = 7.0f; /* every element must be written */
+    ops->attention_forward(out, att, qkv, sl, seq, B, T, C, NH);
+    ref_attention(want, want_att, qkv_, alibi ? slopes_ : NULL, seq, B, T, C, NH);
+    /* as test_attention: hs-term dot products of values <= 2, through exp */
+    check(SEQ_WHAT("forward out"), out, want, no, 2e-6, 1e-5);
+    check(SEQ_WHAT("forward att"), att, want_att, na, 1e-6, 1e-5);
+    int zeros = 1;
+    for (int bh = 0; bh < B * NH; bh++) {
+        const int32_t *sq = seq + (size_t)(bh / NH) * T;
+        for (int i = 0; i < T; i++)
+            for (int j = 0; j < T; j++)
+                if (j > i || sq[j] != sq[i]) zeros &= att[((size_t)bh * T + i) * T + j] == 0.0f;
+    }
+    tap_ok(zeros, "%s", SEQ_WHAT("att is exactly 0 outside each row's segment"));
+
+    float *g = FALLOC(nq);
+    fill(g, NULL, nq, -1, 1);
+    float *g0 = copy_f(g, nq);
+    ops->attention_backward(g, dout, qkv, att, seq, B, T, C, NH);
+    att_ctx ctx = {qkv_, alibi ? slopes_ : NULL, seq, B, T, C, NH};
+    objective o = {att_obj, &ctx, no, wts, DALLOC(no)};
+    /* as test_attention */
+    if (fd_samples)
+        check_grad_sampled(SEQ_WHAT("backward dqkv"), g, g0, qkv_, nq, fd_samples, &o, 1e-5, 1e-4);
+    else
+        check_grad(SEQ_WHAT("backward dqkv"), g, g0, qkv_, nq, &o, 1e-5, 1e-4);
+
+    /* NULL against all-zero ids: the same bits */
+    float *out1 = FALLOC(no), *att1 = FALLOC(na), *out2 = FALLOC(no), *att2 = FALLOC(na);
+    float *g1 = FALLOC(nq), *g2 = FALLOC(nq);
+    ops->attention_forward(out1, att1, qkv, sl, NULL, B, T, C, NH);
+    ops->attention_forward(out2, att2, qkv, sl, zero, B, T, C, NH);
+    ops->attention_backward(g1, dout, qkv, att1, NULL, B, T, C, NH);
+    ops->attention_backward(g2, dout, qkv, att2, zero, B, T, C, NH);
+    tap_ok(!memcmp(out1, out2, no * sizeof(float)) && !memcmp(att1, att2, na * sizeof(float)) &&
+               !memcmp(g1, g2, nq * sizeof(float)),
+           "%s", SEQ_WHAT("seq NULL and seq all 0 give the same bits (out, att, dqkv)"));
+
+    /* each segment alone: rows [s, e) of row b as a batch of one row of e - s, no ids */
+    int same_fwd = 1;
+    double gerr = 0.0;
+    for (int b = 0; b < B; b++)
+        for (int s0 = 0, e; s0 < T; s0 = e) {
+            const int32_t *sq = seq + (size_t)b * T;
+            for (e = s0 + 1; e < T && sq[e] == sq[s0]; e++) {}
+            const int n = e - s0;
+            const size_t rq = (size_t)3 * C, off = (size_t)b * T + s0;
+            float *q1 = FALLOC((size_t)n * rq), *o1 = FALLOC((size_t)n * C);
+            float *a1 = FALLOC((size_t)NH * n * n), *d1 = FALLOC((size_t)n * C);
+            float *gg = FALLOC((size_t)n * rq), *gp = FALLOC((size_t)n * rq);
+            memcpy(q1, qkv + off * rq, (size_t)n * rq * sizeof(float));
+            memcpy(d1, dout + off * C, (size_t)n * C * sizeof(float));
+            ops->attention_forward(o1, a1, q1, sl, NULL, 1, n, C, NH);
+            ops->attention_backward(gg, d1, q1, a1, NULL, 1, n, C, NH);
+            same_fwd &= !memcmp(o1, out + off * C, (size_t)n * C * sizeof(float));
+            for (int h = 0; h < NH; h++)
+                for (int i = 0; i < n; i++)
+                    same_fwd &= !memcmp(a1 + ((size_t)h * n + i) * n,
+                                        att + (((size_t)b * NH + h) * T + s0 + i) * T + s0,
+                                        (size_t)n * sizeof(float));
+            /* the packed gradient of these rows: g - g0 (backward accumulated into g0) */
+            for (size_t k = 0; k < (size_t)n * rq; k++) gp[k] = g[off * rq + k] - g0[off * rq + k];
+            /* sums of up to T products of order 1, in other groupings: fp32 rounding, plus the
+             * cancellation in g - g0 (|g0| <= 1, so ~1e-7 absolute) */
+            double e1 = f_err(gp, gg, (size_t)n * rq, 1e-6, 1e-5);
+            if (!(e1 <= gerr)) gerr = e1;
+            free(q1), free(o1), free(a1), free(d1), free(gg), free(gp);
+        }
+    tap_ok(same_fwd, "%s", SEQ_WHAT("forward of each segment = the segment alone, bit for bit"));
+    tap_ok(gerr <= 1.0, "%s (max err %.3g of tolerance)",
+           SEQ_WHAT("backward of each segment = the segment alone"), gerr);
+#undef SEQ_WHAT
+    free(o.out);
+    free(qkv), free(out), free(att), free(dout), free(seq), free(zero), free(qkv_), free(wts);
+    free(want), free(want_att), free(g), free(g0), free(out1), free(att1), free(out2), free(att2);
+    free(g1), free(g2);
 }
 
 /* ---- gelu, residual ----------------------------------------------------------------------- */
@@ -643,42 +784,56 @@ static void test_adamw(int steps) {
 
 /* ---- determinism -------------------------------------------------------------------------- */
 
-/* attention_backward, encoder_backward and layernorm_backward give the same bits with 1 and 2
- * threads and when run twice. */
+/* attention_backward (plain and with segment ids), encoder_backward (positions t and given) and
+ * layernorm_backward give the same bits with 1 and 2 threads and when run twice. */
 static void test_determinism(void) {
     const int B = 2, T = 70, C = 64, NH = 2, Vp = 10;
     size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
     float *qkv = FALLOC(nq), *out = FALLOC(no), *att = FALLOC(na), *dout = FALLOC(no);
-    float *r[3], *e[3], *l[3];
-    int32_t *tok = xcalloc(B * T, sizeof *tok);
+    float *att_s = FALLOC(na);
+    float *r[3], *rs[3], *e[3], *ep[3], *l[3];
+    int32_t *tok = xcalloc(B * T, sizeof *tok), *seq = xcalloc(B * T, sizeof *seq);
+    int32_t *pos = xcalloc(B * T, sizeof *pos);
     float *mean = FALLOC(B * T), *rstd = FALLOC(B * T), *w = FALLOC(C), *lo = FALLOC(no);
     fill(qkv, NULL, nq, -2, 2);
     fill(dout, NULL, no, -1, 1);
     fill(w, NULL, C, 0.5, 1.5);
     for (int i = 0; i < B * T; i++) tok[i] = (int32_t)(urand() * Vp);
-    ops->attention_forward(out, att, qkv, NULL, B, T, C, NH);
+    random_segments(seq, B, T);
+    for (int i = 0; i < B * T; i++) pos[i] = i % T && seq[i] == seq[i - 1] ? pos[i - 1] + 1 : 0;
+    ops->attention_forward(out, att, qkv, NULL, NULL, B, T, C, NH);
+    ops->attention_forward(out, att_s, qkv, NULL, seq, B, T, C, NH);
     ops->layernorm_forward(lo, mean, rstd, qkv, w, NULL, B * T, C); /* qkv rows as inputs */
     const int threads[3] = {1, 2, 2};
+    size_t ne = (size_t)Vp * C + (size_t)T * C; /* dwte | dwpe */
     for (int k = 0; k < 3; k++) {
         cpu_ops_set_threads(threads[k]);
         r[k] = FALLOC(nq);
-        ops->attention_backward(r[k], dout, qkv, att, B, T, C, NH);
-        e[k] = FALLOC((size_t)Vp * C + (size_t)T * C); /* dwte | dwpe */
-        ops->encoder_backward(e[k], e[k] + (size_t)Vp * C, dout, tok, B, T, C);
+        ops->attention_backward(r[k], dout, qkv, att, NULL, B, T, C, NH);
+        rs[k] = FALLOC(nq);
+        ops->attention_backward(rs[k], dout, qkv, att_s, seq, B, T, C, NH);
+        e[k] = FALLOC(ne);
+        ops->encoder_backward(e[k], e[k] + (size_t)Vp * C, dout, tok, NULL, B, T, C);
+        ep[k] = FALLOC(ne);
+        ops->encoder_backward(ep[k], ep[k] + (size_t)Vp * C, dout, tok, pos, B, T, C);
         l[k] = FALLOC(no + 2 * (size_t)C); /* dinp | dw | db */
         ops->layernorm_backward(l[k], l[k] + no, l[k] + no + C, dout, qkv, w, mean, rstd, B * T, C);
     }
     cpu_ops_set_threads(2);
-    size_t ne = ((size_t)Vp * C + (size_t)T * C) * sizeof(float), nl = (no + 2 * C) * sizeof(float);
-    tap_ok(!memcmp(r[0], r[1], nq * sizeof(float)) && !memcmp(r[1], r[2], nq * sizeof(float)),
+    size_t nb = ne * sizeof(float), nl = (no + 2 * C) * sizeof(float), nr = nq * sizeof(float);
+    tap_ok(!memcmp(r[0], r[1], nr) && !memcmp(r[1], r[2], nr),
            "attention_backward: same bits with 1 and 2 threads, and run twice");
-    tap_ok(!memcmp(e[0], e[1], ne) && !memcmp(e[1], e[2], ne),
+    tap_ok(!memcmp(rs[0], rs[1], nr) && !memcmp(rs[1], rs[2], nr),
+           "attention_backward with segment ids: same bits with 1 and 2 threads, and run twice");
+    tap_ok(!memcmp(e[0], e[1], nb) && !memcmp(e[1], e[2], nb),
            "encoder_backward: same bits with 1 and 2 threads, and run twice");
+    tap_ok(!memcmp(ep[0], ep[1], nb) && !memcmp(ep[1], ep[2], nb),
+           "encoder_backward with positions: same bits with 1 and 2 threads, and run twice");
     tap_ok(!memcmp(l[0], l[1], nl) && !memcmp(l[1], l[2], nl),
            "layernorm_backward: same bits with 1 and 2 threads, and run twice");
-    for (int k = 0; k < 3; k++) free(r[k]), free(e[k]), free(l[k]);
-    free(qkv), free(out), free(att), free(dout), free(tok), free(mean), free(rstd), free(w);
-    free(lo);
+    for (int k = 0; k < 3; k++) free(r[k]), free(rs[k]), free(e[k]), free(ep[k]), free(l[k]);
+    free(qkv), free(out), free(att), free(att_s), free(dout), free(tok), free(seq), free(pos);
+    free(mean), free(rstd), free(w), free(lo);
 }
 
 int main(void) {
@@ -689,6 +844,7 @@ int main(void) {
     test_memory();
     test_encoder(0);
     test_encoder(1);
+    test_encoder(2);
     test_layernorm(10, 8, 1, 0.0);
     test_layernorm(10, 8, 0, 0.0);
     test_layernorm(7, 37, 1, 50.0);
@@ -699,6 +855,10 @@ int main(void) {
     test_attention(2, 5, 12, 3, 1, 0);  /* ALiBi, 3 heads (not a power of two) */
     test_attention(1, 70, 64, 2, 1, 400); /* full 4x16 tiles, two backward row blocks */
     test_attention(1, 70, 64, 2, 0, 400);
+    test_attention_seq(2, 9, 8, 2, 0, 0);
+    test_attention_seq(2, 12, 12, 3, 1, 0);  /* ALiBi, 3 heads */
+    test_attention_seq(1, 70, 64, 2, 1, 400); /* full tiles, segments across tiles and row blocks */
+    test_attention_seq(2, 150, 32, 2, 0, 400); /* three backward row blocks */
     test_gelu(TSR_GELU_TANH);
     test_gelu(TSR_GELU_EXACT);
     test_residual();
