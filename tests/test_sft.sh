@@ -5,10 +5,11 @@
 #    response (+ end-of-text) tokens of its samples, computed here from the shard file; with
 #    --target-prompts every token counts;
 #  - --init-from the pretrained run directory starts the finetune at step 1 from its weights;
-#  - the finetuned model answers the prompts (tessera eval, language_modeling on the pairs).
+#  - the finetuned model answers the prompts (tessera eval, language_modeling on the pairs);
+#  - so does one finetuned on the pairs packed whole (prep --pack) with document attention.
 source "$(dirname "$0")/lib.sh"
 tsr_tmpdir
-tap_plan 6
+tap_plan 7
 TASKS=$TSR_ROOT/eval/tasks
 # prompt/response pairs about the colors: "q: what colour is the apple ?\na:" -> " red"
 /usr/bin/python3 - "$TASKS/colors_lm.jsonl" "$TMP/pairs.jsonl" "$TMP/pairs_lm.jsonl" "$TMP/text.txt" <<'PY'
@@ -86,3 +87,21 @@ tap_check $? "the finetuned model answers the prompts (>= 90%) and its loss on h
 rc=$?
 [[ $rc == 2 ]] && grep -q "$TMP/nothing" "$TMP/X.txt"
 tap_check $? "--init-from a path that does not exist: exit 2 naming it (got $rc)"
+
+# packed: whole pairs per sample (prep --pack 32) and document attention, finetuned the same way
+"$TOOL" prep --out "$TMP/sftp" --tokenizer "$TMP/tok.tok" --format sft --pack 32 --val-fraction 0.1 -q "$TMP/pairs.jsonl"
+eot=$(printf '<|endoftext|>' | "$TOOL" tokenizer encode --tokenizer "$TMP/tok.tok" --special - | tr -s ' \n' ' ' | awk '{ print $1 }')
+"${MPIRUN[@]}" -np 2 "$TRAIN" "${sft[@]}" --set data.shuffle=true --set data.train="$TMP/sftp/train" --set data.val="$TMP/sftp/val" \
+    --set model.attn_mask=document --set model.eot_token="$eot" \
+    --set max_duration=60ba --set eval_interval=60ba --set run_dir="$TMP/K" --init-from "$TMP/P" >"$TMP/K.txt" 2>&1
+rc=$?
+"$TOOL" eval --ckpt "$TMP/K" --config "$TMP/eval.cfg" "${common[@]}" --set global_batch=16 \
+    --set data.train="$TMP/sftp/train" --set data.val="$TMP/sftp/val" >"$TMP/K.json" 2>"$TMP/K.err"
+/usr/bin/python3 - "$TMP/K.json" "$TMP/sftp/train/index.tsv" "$rc" "$eot" <<'PY'
+import json, sys
+k = json.load(open(sys.argv[1]))
+packed = any(l.startswith("# packed_seq_len\t32") for l in open(sys.argv[2]))
+print("# packed + document mask (eot", sys.argv[4] + "): answers right", k["icl"][0]["accuracy"], "exit", sys.argv[3])
+sys.exit(0 if sys.argv[3] == "0" and packed and k["icl"][0]["accuracy"] >= 0.9 else 1)
+PY
+tap_check $? "prep --pack 32 + model.attn_mask = document: the finetuned model answers the prompts (>= 90%)"
