@@ -313,6 +313,8 @@ static const char *const cross_rules[] = {
     "`model.vocab_size` rounded up to a multiple of `model.vocab_multiple` fits in 31 bits.",
     "`eval_interval` other than `0ba` needs `data.val` or `icl_tasks`.",
     "With `model.attn_mask = \"document\"`, `model.eot_token` is below `model.vocab_size`.",
+    "With `model.activation_checkpointing` other than `none`, "
+    "`model.activation_checkpointing_layers` is -1 (all) or 1 .. `model.n_layer`.",
     "`parallel.sharding`: only `ddp` and `zero1` are implemented yet.",
     "`device = \"cuda\"` needs a build with the CUDA backend.",
     "Exactly one of `data.train` and `data.mix`; `data.curriculum` needs `data.mix`, its phases "
@@ -394,6 +396,15 @@ static void validate(load_ctx *c) {
                   "model.attn_mask = \"document\" it must be in [0, %d) (the tokenizer's "
                   "<|endoftext|> id; GPT-2's is 50256)", where(c, "model.eot_token", at, sizeof at),
                   m->eot_token, m->vocab_size, m->vocab_size);
+        c->errors++;
+    }
+    int ck = m->activation_checkpointing_layers;
+    if (m->activation_checkpointing != TSR_ACTCKPT_NONE && (ck == 0 || ck < -1 || ck > m->n_layer)) {
+        /* the same rule as model_config_check, here with the key's file:line */
+        tsr_error("%smodel.activation_checkpointing_layers = %d with model.n_layer = %d: checkpoint "
+                  "the first 1 .. %d layers, or -1 = all (or set model.activation_checkpointing = "
+                  "\"none\")", where(c, "model.activation_checkpointing_layers", at, sizeof at), ck,
+                  m->n_layer, m->n_layer);
         c->errors++;
     }
     if (c->mix_line && c->present[key_index(cfgtab_find("data.train"))]) {

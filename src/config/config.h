@@ -21,6 +21,16 @@ typedef enum { TSR_POS_LEARNED = 0, TSR_POS_ALIBI, TSR_POS_COUNT } tsr_pos_kind;
 /* causal: every token sees all earlier tokens of its row; document: only those of its own segment
  * (a segment ends with, and includes, an eot_token), and learned positions restart per segment */
 typedef enum { TSR_MASK_CAUSAL = 0, TSR_MASK_DOCUMENT, TSR_MASK_COUNT } tsr_attn_mask_kind;
+/* activation checkpointing (docs/model.md): which activations of a checkpointed layer are not kept
+ * from forward to backward but recomputed just before the layer's backward: none; block: all of
+ * them (only the layer's input residual is kept); attention: qkv, att, atty; mlp: fch, fch_gelu */
+typedef enum {
+    TSR_ACTCKPT_NONE = 0,
+    TSR_ACTCKPT_BLOCK,
+    TSR_ACTCKPT_ATTENTION,
+    TSR_ACTCKPT_MLP,
+    TSR_ACTCKPT_COUNT
+} tsr_actckpt_kind;
 typedef enum { TSR_SCHED_COSINE = 0, TSR_SCHED_LINEAR, TSR_SCHED_CONSTANT, TSR_SCHED_COUNT } tsr_sched_kind;
 typedef enum { TSR_DEVICE_CPU = 0, TSR_DEVICE_CUDA, TSR_DEVICE_COUNT } tsr_device_kind;
 typedef enum { TSR_SHARD_DDP = 0, TSR_SHARD_ZERO1, TSR_SHARD_ZERO3, TSR_SHARD_HSDP, TSR_SHARD_COUNT } tsr_sharding_kind;
@@ -37,6 +47,8 @@ typedef struct tsr_model_config {
     double init_std;
     tsr_attn_mask_kind attn_mask;
     int eot_token;        /* the end-of-text id that ends a segment (attn_mask = document) */
+    tsr_actckpt_kind activation_checkpointing;
+    int activation_checkpointing_layers; /* the first this many layers are checkpointed; -1 = all */
 } tsr_model_config;
 
 typedef struct tsr_optim_config {

@@ -28,6 +28,8 @@ static const char *const pos_names[] = {"learned", "alibi"};
 _Static_assert(NELEM(pos_names) == TSR_POS_COUNT, "pos_names vs tsr_pos_kind");
 static const char *const mask_names[] = {"causal", "document"};
 _Static_assert(NELEM(mask_names) == TSR_MASK_COUNT, "mask_names vs tsr_attn_mask_kind");
+static const char *const actckpt_names[] = {"none", "block", "attention", "mlp"};
+_Static_assert(NELEM(actckpt_names) == TSR_ACTCKPT_COUNT, "actckpt_names vs tsr_actckpt_kind");
 static const char *const sched_names[] = {"cosine", "linear", "constant"};
 _Static_assert(NELEM(sched_names) == TSR_SCHED_COUNT, "sched_names vs tsr_sched_kind");
 static const char *const shard_names[] = {"ddp", "zero1", "zero3", "hsdp"};
@@ -46,6 +48,7 @@ _Static_assert(NELEM(dur_units) == TSR_DUR_COUNT, "dur_units vs tsr_dur_unit");
 /* Enum fields are stored through an int. */
 _Static_assert(sizeof(tsr_device_kind) == sizeof(int) && sizeof(tsr_pos_kind) == sizeof(int) &&
                    sizeof(tsr_attn_mask_kind) == sizeof(int) &&
+                   sizeof(tsr_actckpt_kind) == sizeof(int) &&
                    sizeof(tsr_sched_kind) == sizeof(int) && sizeof(tsr_sharding_kind) == sizeof(int) &&
                    sizeof(tsr_guard_method) == sizeof(int) && sizeof(tsr_guard_action) == sizeof(int),
                "enum fields must be int-sized");
@@ -130,6 +133,17 @@ const cfgtab_key cfgtab_keys[] = {
      .doc = "GELU form: `tanh` approximation (GPT-2) or `exact` erf form (MPT)."},
     {.name = "model.init_std", .type = CFGK_FLOAT, FIELD(model.init_std), .def = "0.02", .lo = 0,
      .lo_open = 1, NO_MAX, .doc = "Standard deviation of the normal weight initialization."},
+    {.name = "model.activation_checkpointing", .type = CFGK_ENUM,
+     FIELD(model.activation_checkpointing), .def = "none", ENUM(actckpt_names),
+     .doc = "Activations a checkpointed layer does not keep for backward, recomputed from what it "
+            "keeps just before its backward: `none`; `block` all but the layer's input residual; "
+            "`attention` qkv, attention probabilities and output; `mlp` the MLP hidden layer. "
+            "Gradients are bit-identical to `none` (docs/model.md)."},
+    {.name = "model.activation_checkpointing_layers", .type = CFGK_INT,
+     FIELD(model.activation_checkpointing_layers), .def = "-1", .ilo = -1, INT32_ONLY,
+     .doc = "With activation_checkpointing other than `none`: the first this many layers are "
+            "checkpointed; -1 = all, else 1 .. model.n_layer. One layer saves nothing (the "
+            "recomputation needs one layer of buffers)."},
 
     {.name = "optim.lr", .type = CFGK_FLOAT, FIELD(optim.lr), .example = "6e-4", .lo = 0,
      .lo_open = 1, NO_MAX, .doc = "Peak learning rate (AdamW), reached at the end of warmup."},

@@ -53,6 +53,16 @@ int model_config_check(const tsr_model_config *cfg, char *why, size_t n) {
                  cfg->eot_token, cfg->vocab_size, cfg->vocab_size);
         return -1;
     }
+    int ck = cfg->activation_checkpointing_layers;
+    if (cfg->activation_checkpointing != TSR_ACTCKPT_NONE &&
+        (ck == 0 || ck < -1 || ck > cfg->n_layer)) {
+        snprintf(why, n,
+                 "model.activation_checkpointing_layers = %d with model.n_layer = %d: checkpoint "
+                 "the first 1 .. %d layers, or -1 = all (or set model.activation_checkpointing = "
+                 "\"none\")",
+                 ck, cfg->n_layer, cfg->n_layer);
+        return -1;
+    }
     return 0;
 }
 
@@ -70,6 +80,9 @@ void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const ts
     int mult = cfg->vocab_multiple > 0 ? cfg->vocab_multiple : 1;
     m->Vp = (m->V + mult - 1) / mult * mult;
     m->maxT = cfg->max_seq_len > 0 ? cfg->max_seq_len : seq_len;
+    if (cfg->activation_checkpointing != TSR_ACTCKPT_NONE)
+        m->n_ckpt = cfg->activation_checkpointing_layers < 0 ? m->L
+                                                             : cfg->activation_checkpointing_layers;
     int64_t L = m->L, C = m->C, F = m->F;
     int learned = cfg->pos == TSR_POS_LEARNED, bias = cfg->bias;
     set_param(m, TSR_P_WTE, "wte", TSR_PK_EMBEDDING, 1, 2, m->Vp, C, 0);
@@ -136,26 +149,62 @@ void model_init_weights(tsr_model *m, uint64_t seed) {
     }
 }
 
+/* Activation checkpointing (docs/model.md). The per-layer activations come in groups that a
+ * mode keeps or recomputes as a whole; a dropped group is stacked over Lk = L - Lc + 1 layers
+ * instead of L: slot 0 serves every checkpointed layer (l < Lc), slot l - Lc + 1 layer l >= Lc. */
+typedef enum {
+    AG_LN1 = 0, /* ln1, ln1_mean, ln1_rstd */
+    AG_ATTN,    /* qkv, atty, att */
+    AG_RES2,    /* residual2, ln2, ln2_mean, ln2_rstd */
+    AG_MLP,     /* fch, fch_gelu */
+    AG_COUNT
+} act_group;
+
+/* groups each mode recomputes, as bit masks over act_group */
+static const unsigned actckpt_drops[] = {
+    0,                                                               /* none */
+    1u << AG_LN1 | 1u << AG_ATTN | 1u << AG_RES2 | 1u << AG_MLP,     /* block */
+    1u << AG_ATTN,                                                   /* attention */
+    1u << AG_MLP,                                                    /* mlp */
+};
+_Static_assert(sizeof actckpt_drops / sizeof actckpt_drops[0] == TSR_ACTCKPT_COUNT,
+               "actckpt_drops vs tsr_actckpt_kind");
+
+static int group_dropped(const tsr_model *m, act_group g) {
+    return m->n_ckpt > 0 && (actckpt_drops[m->cfg.activation_checkpointing] >> g & 1u);
+}
+/* layers of buffers the group has */
+static size_t group_layers(const tsr_model *m, act_group g) {
+    return group_dropped(m, g) ? (size_t)(m->L - m->n_ckpt + 1) : (size_t)m->L;
+}
+/* layer l's slot in the group's stack */
+static size_t group_slot(const tsr_model *m, act_group g, int l) {
+    if (!group_dropped(m, g)) return (size_t)l;
+    return l < m->n_ckpt ? 0 : (size_t)(l - m->n_ckpt + 1);
+}
+
 /* Activation buffers: one allocation per tensor keeps the code obvious. */
 void model_alloc_acts(tsr_model *m, int B, int T) {
     const tsr_ops *o = m->ops;
     tsr_acts *a = &m->acts;
     size_t L = m->L, C = m->C, F = m->F, NH = m->NH, N = (size_t)B * T, f = sizeof(float);
+    size_t Ln1 = group_layers(m, AG_LN1), Lat = group_layers(m, AG_ATTN);
+    size_t Lr2 = group_layers(m, AG_RES2), Lml = group_layers(m, AG_MLP);
     a->B = B;
     a->T = T;
     a->encoded = o->alloc(N * C * f);
-    a->ln1 = o->alloc(L * N * C * f);
-    a->ln1_mean = o->alloc(L * N * f);
-    a->ln1_rstd = o->alloc(L * N * f);
-    a->qkv = o->alloc(L * N * 3 * C * f);
-    a->atty = o->alloc(L * N * C * f);
-    a->att = o->alloc(L * B * NH * (size_t)T * T * f);
-    a->residual2 = o->alloc(L * N * C * f);
-    a->ln2 = o->alloc(L * N * C * f);
-    a->ln2_mean = o->alloc(L * N * f);
-    a->ln2_rstd = o->alloc(L * N * f);
-    a->fch = o->alloc(L * N * F * f);
-    a->fch_gelu = o->alloc(L * N * F * f);
+    a->ln1 = o->alloc(Ln1 * N * C * f);
+    a->ln1_mean = o->alloc(Ln1 * N * f);
+    a->ln1_rstd = o->alloc(Ln1 * N * f);
+    a->qkv = o->alloc(Lat * N * 3 * C * f);
+    a->atty = o->alloc(Lat * N * C * f);
+    a->att = o->alloc(Lat * B * NH * (size_t)T * T * f);
+    a->residual2 = o->alloc(Lr2 * N * C * f);
+    a->ln2 = o->alloc(Lr2 * N * C * f);
+    a->ln2_mean = o->alloc(Lr2 * N * f);
+    a->ln2_rstd = o->alloc(Lr2 * N * f);
+    a->fch = o->alloc(Lml * N * F * f);
+    a->fch_gelu = o->alloc(Lml * N * F * f);
     a->residual3 = o->alloc(L * N * C * f);
     a->lnf = o->alloc(N * C * f);
     a->lnf_mean = o->alloc(N * f);
@@ -178,16 +227,17 @@ void model_alloc_acts(tsr_model *m, int B, int T) {
 
 size_t model_acts_bytes(const tsr_model *m, int B, int T) {
     size_t L = m->L, C = m->C, F = m->F, NH = m->NH, N = (size_t)B * T;
-    size_t floats = N * C                       /* encoded */
-                    + L * N * (C + 2) * 2       /* ln1, ln2 + stats */
-                    + L * N * 3 * C             /* qkv */
-                    + L * N * C * 3             /* atty, residual2, residual3 */
-                    + L * B * NH * (size_t)T * T/* att */
-                    + L * N * F * 2             /* fch, fch_gelu */
-                    + N * (C + 2)               /* lnf */
-                    + N * (size_t)m->Vp + N     /* probs, losses */
+    size_t floats = N * C                                              /* encoded */
+                    + group_layers(m, AG_LN1) * N * (C + 2)            /* ln1 + stats */
+                    + group_layers(m, AG_ATTN) * (N * 3 * C + N * C    /* qkv, atty */
+                                                  + B * NH * (size_t)T * T) /* att */
+                    + group_layers(m, AG_RES2) * (N * C + N * (C + 2)) /* residual2, ln2 + stats */
+                    + group_layers(m, AG_MLP) * N * F * 2              /* fch, fch_gelu */
+                    + L * N * C                                        /* residual3 */
+                    + N * (C + 2)                                      /* lnf */
+                    + N * (size_t)m->Vp + N                            /* probs, losses */
                     + N * C * 4 + N * 3 * C + N * F * 2 + N; /* scratch and gradient scratch */
-    size_t ints = 0;                            /* segment ids and positions */
+    size_t ints = 0;                                         /* segment ids and positions */
     if (m->cfg.attn_mask == TSR_MASK_DOCUMENT) ints = N * (m->params_info[TSR_P_WPE].numel ? 2 : 1);
     return floats * sizeof(float) + ints * sizeof(int32_t);
 }
@@ -254,37 +304,115 @@ static void segments_from_tokens(int32_t *seq, int32_t *pos, const int32_t *toke
     }
 }
 
+/* Layer l's activation buffers for a batch of B x T in buffers allocated for a->B rows. */
+typedef struct layer_acts {
+    float *x;                  /* (B,T,C) the layer's input: encoded or the previous residual3 */
+    float *ln1, *ln1m, *ln1r;  /* (B,T,C), (B,T), (B,T) */
+    float *qkv, *atty, *att;   /* (B,T,3C), (B,T,C), (B,NH,T,T) */
+    float *res2, *ln2, *ln2m, *ln2r;
+    float *fch, *fchg;         /* (B,T,F) */
+    float *res3;               /* (B,T,C) */
+} layer_acts;
+
+static layer_acts layer_acts_at(const tsr_model *m, int l, int T) {
+    const tsr_acts *a = &m->acts;
+    size_t C = m->C, F = m->F, NH = m->NH;
+    size_t sN = (size_t)a->B * T; /* per-layer stride of the allocated buffers */
+    size_t s1 = group_slot(m, AG_LN1, l), sa = group_slot(m, AG_ATTN, l);
+    size_t s2 = group_slot(m, AG_RES2, l), sm = group_slot(m, AG_MLP, l);
+    layer_acts v = {
+        .x = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * sN * C,
+        .ln1 = a->ln1 + s1 * sN * C, .ln1m = a->ln1_mean + s1 * sN, .ln1r = a->ln1_rstd + s1 * sN,
+        .qkv = a->qkv + sa * sN * 3 * C, .atty = a->atty + sa * sN * C,
+        .att = a->att + sa * (size_t)a->B * NH * T * T,
+        .res2 = a->residual2 + s2 * sN * C, .ln2 = a->ln2 + s2 * sN * C,
+        .ln2m = a->ln2_mean + s2 * sN, .ln2r = a->ln2_rstd + s2 * sN,
+        .fch = a->fch + sm * sN * F, .fchg = a->fch_gelu + sm * sN * F,
+        .res3 = a->residual3 + (size_t)l * sN * C,
+    };
+    return v;
+}
+
+/* The steps of one block's forward, in order; the recomputation of a checkpointed layer reruns a
+ * contiguous range of them (the same calls on the same inputs, hence the same bits). */
+typedef enum {
+    LS_LN1 = 0, /* ln1 = LN1(x) */
+    LS_QKV,     /* qkv = ln1 @ qkvw^T + qkvb */
+    LS_ATTN,    /* atty, att = attention(qkv) */
+    LS_ATTPROJ, /* residual2 = x + atty @ attprojw^T + attprojb */
+    LS_LN2,     /* ln2 = LN2(residual2) */
+    LS_FC,      /* fch = ln2 @ fcw^T + fcb */
+    LS_GELU,    /* fch_gelu = gelu(fch) */
+    LS_FCPROJ,  /* residual3 = residual2 + fch_gelu @ fcprojw^T + fcprojb */
+    LS_COUNT
+} layer_step;
+
+/* Runs steps [first, last] of layer l's forward on B x T. */
+static void layer_forward(tsr_model *m, int l, int B, int T, layer_step first, layer_step last) {
+    const tsr_ops *o = m->ops;
+    tsr_acts *a = &m->acts;
+    size_t C = m->C, F = m->F, NH = m->NH, N = (size_t)B * T;
+    layer_view w = layer_params(m, P, l);
+    layer_acts v = layer_acts_at(m, l, T);
+    for (int s = first; s <= (int)last; s++) {
+        switch ((layer_step)s) {
+        case LS_LN1:
+            o->layernorm_forward(v.ln1, v.ln1m, v.ln1r, v.x, w.ln1w, w.ln1b, (int)N, (int)C);
+            break;
+        case LS_QKV:
+            o->matmul_forward(v.qkv, v.ln1, w.qkvw, w.qkvb, (int)N, (int)C, (int)(3 * C));
+            break;
+        case LS_ATTN:
+            o->attention_forward(v.atty, v.att, v.qkv, m->alibi_slopes, a->seq, B, T, (int)C,
+                                 (int)NH);
+            break;
+        case LS_ATTPROJ:
+            o->matmul_forward(a->scratch, v.atty, w.attprojw, w.attprojb, (int)N, (int)C, (int)C);
+            o->residual_forward(v.res2, v.x, a->scratch, N * C);
+            break;
+        case LS_LN2:
+            o->layernorm_forward(v.ln2, v.ln2m, v.ln2r, v.res2, w.ln2w, w.ln2b, (int)N, (int)C);
+            break;
+        case LS_FC:
+            o->matmul_forward(v.fch, v.ln2, w.fcw, w.fcb, (int)N, (int)C, (int)F);
+            break;
+        case LS_GELU:
+            o->gelu_forward(v.fchg, v.fch, N * F, (tsr_gelu_kind)m->cfg.gelu);
+            break;
+        case LS_FCPROJ:
+            o->matmul_forward(a->scratch, v.fchg, w.fcprojw, w.fcprojb, (int)N, (int)F, (int)C);
+            o->residual_forward(v.res3, v.res2, a->scratch, N * C);
+            break;
+        case LS_COUNT:
+            break;
+        }
+    }
+}
+
+/* The steps each mode reruns before a checkpointed layer's backward: from the first step that
+ * writes a dropped group to the last one the backward reads (residual3 is kept, so LS_FCPROJ never
+ * reruns). Indexed by tsr_actckpt_kind; none reruns nothing. */
+static const struct { layer_step first, last; } actckpt_rerun[] = {
+    {LS_COUNT, LS_COUNT}, /* none */
+    {LS_LN1, LS_GELU},    /* block: everything from the kept input x */
+    {LS_QKV, LS_ATTN},    /* attention: from the kept ln1 */
+    {LS_FC, LS_GELU},     /* mlp: from the kept ln2 */
+};
+_Static_assert(sizeof actckpt_rerun / sizeof actckpt_rerun[0] == TSR_ACTCKPT_COUNT,
+               "actckpt_rerun vs tsr_actckpt_kind");
+
 double model_forward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T) {
     const tsr_ops *o = m->ops;
     tsr_acts *a = &m->acts;
     if (B > a->B || T != a->T)
         tsr_die(TSR_EXIT_INTERNAL, "model_forward: batch %dx%d exceeds the allocated %dx%d", B, T,
                 a->B, a->T);
-    size_t C = m->C, F = m->F, NH = m->NH, N = (size_t)B * T;
+    size_t C = m->C, N = (size_t)B * T;
     size_t sN = (size_t)a->B * T; /* per-layer stride of the allocated buffers */
     if (a->seq) segments_from_tokens(a->seq, a->pos, tokens, m->cfg.eot_token, B, T);
     o->encoder_forward(a->encoded, tokens, P(m, TSR_P_WTE), P(m, TSR_P_WPE), a->pos, B, T, (int)C);
-    for (int l = 0; l < m->L; l++) {
-        layer_view w = layer_params(m, P, l);
-        float *x = l == 0 ? a->encoded : a->residual3 + (l - 1) * sN * C;
-        float *ln1 = a->ln1 + l * sN * C, *ln1m = a->ln1_mean + l * sN, *ln1r = a->ln1_rstd + l * sN;
-        float *qkv = a->qkv + l * sN * 3 * C, *atty = a->atty + l * sN * C;
-        float *att = a->att + l * (size_t)a->B * NH * T * T;
-        float *res2 = a->residual2 + l * sN * C, *ln2 = a->ln2 + l * sN * C;
-        float *ln2m = a->ln2_mean + l * sN, *ln2r = a->ln2_rstd + l * sN;
-        float *fch = a->fch + l * sN * F, *fchg = a->fch_gelu + l * sN * F;
-        float *res3 = a->residual3 + l * sN * C;
-        o->layernorm_forward(ln1, ln1m, ln1r, x, w.ln1w, w.ln1b, (int)N, (int)C);
-        o->matmul_forward(qkv, ln1, w.qkvw, w.qkvb, (int)N, (int)C, (int)(3 * C));
-        o->attention_forward(atty, att, qkv, m->alibi_slopes, a->seq, B, T, (int)C, (int)NH);
-        o->matmul_forward(a->scratch, atty, w.attprojw, w.attprojb, (int)N, (int)C, (int)C);
-        o->residual_forward(res2, x, a->scratch, N * C);
-        o->layernorm_forward(ln2, ln2m, ln2r, res2, w.ln2w, w.ln2b, (int)N, (int)C);
-        o->matmul_forward(fch, ln2, w.fcw, w.fcb, (int)N, (int)C, (int)F);
-        o->gelu_forward(fchg, fch, N * F, (tsr_gelu_kind)m->cfg.gelu);
-        o->matmul_forward(a->scratch, fchg, w.fcprojw, w.fcprojb, (int)N, (int)F, (int)C);
-        o->residual_forward(res3, res2, a->scratch, N * C);
-    }
+    /* a checkpointed layer writes what it does not keep to slot 0, which the next one overwrites */
+    for (int l = 0; l < m->L; l++) layer_forward(m, l, B, T, LS_LN1, LS_FCPROJ);
     float *last = a->residual3 + (m->L - 1) * sN * C;
     o->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, P(m, TSR_P_LNFW),
                          P(m, TSR_P_LNFB), (int)N, (int)C);
@@ -300,7 +428,8 @@ void model_backward(tsr_model *m, const int32_t *tokens, const int32_t *targets,
                     float loss_scale) {
     const tsr_ops *o = m->ops;
     tsr_acts *a = &m->acts;
-    size_t C = m->C, F = m->F, NH = m->NH, N = (size_t)B * T, sN = (size_t)a->B * T, f = sizeof(float);
+    size_t C = m->C, F = m->F, NH = m->NH, N = (size_t)B * T, sN = (size_t)a->B * T;
+    size_t f = sizeof(float);
     for (size_t i = 0; i < N; i++) a->dlosses[i] = targets[i] >= 0 ? loss_scale : 0.0f;
     /* dlogits overwrite probs in place */
     o->softmax_xent_backward(a->probs, a->dlosses, a->probs, targets, (int)N, m->V, m->Vp);
@@ -312,34 +441,33 @@ void model_backward(tsr_model *m, const int32_t *tokens, const int32_t *targets,
     o->layernorm_backward(a->dresidual, G(m, TSR_P_LNFW), G(m, TSR_P_LNFB), a->dln, last,
                           P(m, TSR_P_LNFW), a->lnf_mean, a->lnf_rstd, (int)N, (int)C);
     for (int l = m->L - 1; l >= 0; l--) {
+        if (l < m->n_ckpt) {
+            /* recompute what the layer did not keep into slot 0 (a->scratch is free here) */
+            tsr_actckpt_kind k = m->cfg.activation_checkpointing;
+            layer_forward(m, l, B, T, actckpt_rerun[k].first, actckpt_rerun[k].last);
+        }
         layer_view w = layer_params(m, P, l), g = layer_params(m, G, l);
-        float *x = l == 0 ? a->encoded : a->residual3 + (l - 1) * sN * C;
-        float *ln1 = a->ln1 + l * sN * C, *ln1m = a->ln1_mean + l * sN, *ln1r = a->ln1_rstd + l * sN;
-        float *qkv = a->qkv + l * sN * 3 * C, *atty = a->atty + l * sN * C;
-        float *att = a->att + l * (size_t)a->B * NH * T * T;
-        float *res2 = a->residual2 + l * sN * C, *ln2 = a->ln2 + l * sN * C;
-        float *ln2m = a->ln2_mean + l * sN, *ln2r = a->ln2_rstd + l * sN;
-        float *fch = a->fch + l * sN * F, *fchg = a->fch_gelu + l * sN * F;
+        layer_acts v = layer_acts_at(m, l, T);
         /* MLP branch: dresidual is d(residual3) = d(fcproj output), and flows on to residual2 */
         o->zero(a->dfch_gelu, N * F * f);
-        o->matmul_backward(a->dfch_gelu, g.fcprojw, g.fcprojb, a->dresidual, fchg, w.fcprojw,
+        o->matmul_backward(a->dfch_gelu, g.fcprojw, g.fcprojb, a->dresidual, v.fchg, w.fcprojw,
                            (int)N, (int)F, (int)C);
         o->zero(a->dfch, N * F * f);
-        o->gelu_backward(a->dfch, fch, a->dfch_gelu, N * F, (tsr_gelu_kind)m->cfg.gelu);
+        o->gelu_backward(a->dfch, v.fch, a->dfch_gelu, N * F, (tsr_gelu_kind)m->cfg.gelu);
         o->zero(a->dln, N * C * f);
-        o->matmul_backward(a->dln, g.fcw, g.fcb, a->dfch, ln2, w.fcw, (int)N, (int)C, (int)F);
-        o->layernorm_backward(a->dresidual, g.ln2w, g.ln2b, a->dln, res2, w.ln2w, ln2m, ln2r,
+        o->matmul_backward(a->dln, g.fcw, g.fcb, a->dfch, v.ln2, w.fcw, (int)N, (int)C, (int)F);
+        o->layernorm_backward(a->dresidual, g.ln2w, g.ln2b, a->dln, v.res2, w.ln2w, v.ln2m, v.ln2r,
                               (int)N, (int)C);
         /* attention branch: dresidual is now d(residual2) = d(attproj output) */
         o->zero(a->datty, N * C * f);
-        o->matmul_backward(a->datty, g.attprojw, g.attprojb, a->dresidual, atty, w.attprojw,
+        o->matmul_backward(a->datty, g.attprojw, g.attprojb, a->dresidual, v.atty, w.attprojw,
                            (int)N, (int)C, (int)C);
         o->zero(a->dqkv, N * 3 * C * f);
-        o->attention_backward(a->dqkv, a->datty, qkv, att, a->seq, B, T, (int)C, (int)NH);
+        o->attention_backward(a->dqkv, a->datty, v.qkv, v.att, a->seq, B, T, (int)C, (int)NH);
         o->zero(a->dln, N * C * f);
-        o->matmul_backward(a->dln, g.qkvw, g.qkvb, a->dqkv, ln1, w.qkvw, (int)N, (int)C,
+        o->matmul_backward(a->dln, g.qkvw, g.qkvb, a->dqkv, v.ln1, w.qkvw, (int)N, (int)C,
                            (int)(3 * C));
-        o->layernorm_backward(a->dresidual, g.ln1w, g.ln1b, a->dln, x, w.ln1w, ln1m, ln1r,
+        o->layernorm_backward(a->dresidual, g.ln1w, g.ln1b, a->dln, v.x, w.ln1w, v.ln1m, v.ln1r,
                               (int)N, (int)C);
     }
     o->encoder_backward(G(m, TSR_P_WTE), G(m, TSR_P_WPE), a->dresidual, tokens, a->pos, B, T,

@@ -50,17 +50,21 @@ typedef struct tsr_param_info {
     size_t offset, numel; /* into the flat buffer; numel 0 = absent in this model */
 } tsr_param_info;
 
+/* Activations. Per-layer tensors are stacked (Lk, ...): Lk = L, except under activation
+ * checkpointing (docs/model.md) for the tensors the mode recomputes, where Lk = L - Lc + 1: index 0
+ * is one layer of buffers shared by the Lc checkpointed layers (written by their forward, rewritten
+ * by the recomputation before each one's backward), then one per layer Lc..L-1. */
 typedef struct tsr_acts {
     int B, T;            /* allocated for this microbatch shape (smaller B also works) */
     float *encoded;      /* (B,T,C) */
-    float *ln1, *ln1_mean, *ln1_rstd;    /* (L,B,T,C), (L,B,T), (L,B,T) */
-    float *qkv;          /* (L,B,T,3C) */
-    float *atty;         /* (L,B,T,C) */
-    float *att;          /* (L,B,NH,T,T) */
-    float *residual2;    /* (L,B,T,C) */
+    float *ln1, *ln1_mean, *ln1_rstd;    /* (Lk,B,T,C), (Lk,B,T), (Lk,B,T); block drops them */
+    float *qkv;          /* (Lk,B,T,3C); block and attention drop qkv, atty, att */
+    float *atty;         /* (Lk,B,T,C) */
+    float *att;          /* (Lk,B,NH,T,T) */
+    float *residual2;    /* (Lk,B,T,C); block drops residual2 and ln2 (with stats) */
     float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fch_gelu; /* (L,B,T,F) */
-    float *residual3;    /* (L,B,T,C) */
+    float *fch, *fch_gelu; /* (Lk,B,T,F); block and mlp drop them */
+    float *residual3;    /* (L,B,T,C) always kept: layer l+1's input, where recomputing starts */
     float *lnf, *lnf_mean, *lnf_rstd; /* (B,T,C), (B,T), (B,T) */
     float *probs;        /* (B,T,Vp) logits, then softmax in place, then dlogits in place */
     float *losses;       /* (B,T) */
@@ -86,6 +90,8 @@ typedef struct tsr_model {
     size_t n_params_counted; /* trainable parameters: excludes padded vocab rows */
     float *params, *grads;   /* flat (n_params) */
     float *alibi_slopes;     /* (NH) or NULL */
+    int n_ckpt;              /* Lc: layers 0..Lc-1 are checkpointed (0: activation_checkpointing
+                              * = none) */
     tsr_acts acts;
 } tsr_model;
 
@@ -93,7 +99,8 @@ typedef struct tsr_model {
  * (usage) naming the key when cfg has no valid model (model_config_check). */
 void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const tsr_ops *ops);
 /* Checks what the config table cannot check key by key: with attn_mask = document, eot_token
- * must be a token id (< vocab_size). Returns 0, or -1 with the reason in why. */
+ * must be a token id (< vocab_size); with activation_checkpointing other than none,
+ * activation_checkpointing_layers is -1 or 1..n_layer. Returns 0, or -1 with the reason in why. */
 int model_config_check(const tsr_model_config *cfg, char *why, size_t n);
 /* Allocates parameters and gradients (zeroed) and the ALiBi slopes. */
 void model_alloc_params(tsr_model *m);
@@ -109,11 +116,14 @@ void model_free(tsr_model *m);
  * over the targets that count; probs/losses stay in m->acts for backward (and, with attn_mask =
  * document, the segment ids and positions made from tokens). */
 double model_forward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T);
-/* Backward pass of the last forward: parameter gradients += d(loss_scale * sum of losses). */
+/* Backward pass of the last forward: parameter gradients += d(loss_scale * sum of losses).
+ * Checkpointed layers first recompute what they did not keep, with the same ops on the same
+ * inputs, so the gradients are the same bits as without checkpointing. */
 void model_backward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
                     float loss_scale);
 
-/* Size in bytes of the activations for B x T (for the memory plan). */
+/* Size in bytes of the activations for B x T (for the memory plan): what model_alloc_acts
+ * allocates, so it shrinks with activation checkpointing. */
 size_t model_acts_bytes(const tsr_model *m, int B, int T);
 /* Training FLOPs per token: 6 N + 12 L C T (LLM Foundry / PaLM; docs/mfu.md). */
 double model_flops_per_token(const tsr_model *m, int T);

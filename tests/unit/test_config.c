@@ -380,6 +380,11 @@ static void test_cross(void) {
     rc = load(&c, p, NULL, 0);
     expect(rc, TSR_EXIT_USAGE, "document mask: eot_token must be a token id, named with file:line",
            "x9b.cfg:10: model.eot_token = 100 is not a token id of model.vocab_size = 100", NULL);
+    p = write_cfg("x9d.cfg", 10, "  activation_checkpointing = \"block\"; "
+                  "activation_checkpointing_layers = 3;", 0);
+    rc = load(&c, p, NULL, 0);
+    expect(rc, TSR_EXIT_USAGE, "activation_checkpointing_layers beyond n_layer, named with file:line",
+           "x9d.cfg:10: model.activation_checkpointing_layers = 3 with model.n_layer = 2", NULL);
     p = write_cfg("x9c.cfg", 17, "eval_interval = \"10ba\"; icl_tasks = ({ label = \"a\"; "
                   "type = \"language_modeling\"; path = \"a.jsonl\"; });", 0);
     rc = load(&c, p, NULL, 0);
@@ -629,7 +634,7 @@ static void test_table_and_docs(void) {
         for (int j = 0; j < i; j++)
             if (!strcmp(cfgtab_keys[j].name, k->name)) ok = 0, tap_diag("%s twice", k->name);
     }
-    tap_ok(ok && cfgtab_n_keys == 62, "key table: %d keys, each documented, unique, default xor example",
+    tap_ok(ok && cfgtab_n_keys == 64, "key table: %d keys, each documented, unique, default xor example",
            cfgtab_n_keys);
     char *text = NULL;
     size_t len = 0;
@@ -644,7 +649,7 @@ static void test_table_and_docs(void) {
     free(text);
 }
 
-#define N_FIXED 79
+#define N_FIXED 80
 
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/tsr_test_config_XXXXXX");
