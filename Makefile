@@ -108,9 +108,33 @@ endif
 HC_MAIN  := healthcheck/hc_main.c
 HC_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(HC_MAIN),$(wildcard healthcheck/*.c)))
 PROGRAMS := $(BUILD)/tessera-train $(BUILD)/tessera $(BUILD)/tessera-healthcheck
+# healthcheck/gpu/: libtessera-hc-gpu.so, the checker's GPU mode (cuBLAS burn, HBM, NCCL, NVML via
+# dlopen). Built wherever nvcc and nccl.h are found; tessera-healthcheck dlopen()s it, so the
+# program itself links no CUDA and CPU-only nodes need no CUDA library (docs/healthcheck.md).
+HC_NVCC       := $(CUDA_HOME)/bin/nvcc
+NCCL_HOME     ?= $(CUDA_HOME)
+HC_GPU_SO     := $(BUILD)/libtessera-hc-gpu.so
+HC_GPU_OBJ    := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard healthcheck/gpu/*.c)) \
+                 $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(wildcard healthcheck/gpu/*.cu))
+HC_GPU_OK      = $(and $(wildcard $(HC_NVCC)),$(wildcard $(NCCL_HOME)/include/nccl.h))
+# set when NCCL lives outside CUDA_HOME (then its include and lib directories are added)
+HC_NCCL_OWN    = $(filter-out $(CUDA_HOME),$(NCCL_HOME))
+HC_GPU_CFLAGS  = $(filter-out -fopenmp,$(CFLAGS)) -fPIC -Ihealthcheck -isystem $(CUDA_HOME)/include \
+                 $(if $(HC_NCCL_OWN),-isystem $(NCCL_HOME)/include)
+HC_NVCC_FLAGS  = -O3 -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC,-Wall,-Wextra \
+                 $(if $(filter 1,$(WERROR)),-Werror all-warnings) -Ihealthcheck -MMD -MP
+# cudart static (no libcudart on the nodes needed); cuBLAS and NCCL shared, found through the rpath
+# or LD_LIBRARY_PATH (the CUDA module); libstdc++ for the kernels' C++ runtime bits
+HC_GPU_LIBS    = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
+                 $(if $(HC_NCCL_OWN),-L$(NCCL_HOME)/lib -Wl$(comma)-rpath$(comma)$(NCCL_HOME)/lib) \
+                 -lcublas -lnccl -lcudart_static -lstdc++ -ldl -lpthread -lrt
+HC_GPU_TARGET  = $(if $(HC_GPU_OK),$(HC_GPU_SO))
+# a CUDA-free stand-in for the GPU library, canned facts (healthcheck/mock/): tests the GPU mode's
+# host side (loading, MPI bootstrap of NCCL, pairs, judge, report) on any machine
+HC_GPU_MOCK   := $(BUILD)/tests/libtessera-hc-gpu-mock.so
 
 .PHONY: all deps demo check bench install uninstall clean docs announce
-all: $(PROGRAMS) $(TEST_BIN)
+all: $(PROGRAMS) $(TEST_BIN) $(HC_GPU_TARGET) $(HC_GPU_MOCK)
 
 # Order-only prerequisite of every object: runs once per make invocation.
 deps:
@@ -120,8 +144,11 @@ deps:
 # A separate make run, so what it prints is read after ./INSTALL may have installed things.
 announce:
 	@if [ -x "$(CUDA_HOME)/bin/nvcc" ]; then \
-	  echo "  ✓ CUDA            $(CUDA_HOME)/bin/nvcc found; no CUDA sources yet (kernels/cuda/): CPU-only build"; \
+	  echo "  ✓ CUDA            $(CUDA_HOME)/bin/nvcc found: healthcheck GPU library built; CUDA training backend not written yet (kernels/cuda/): CPU training"; \
 	else echo "  ✗ CUDA            nvcc not found under CUDA_HOME=$(CUDA_HOME): CPU-only build"; fi
+	@if [ -n "$(HC_GPU_OK)" ]; then \
+	  echo "  ✓ healthcheck GPU $(HC_GPU_SO): tessera-healthcheck's GPU mode (nvcc, cuBLAS, NCCL from $(NCCL_HOME))"; \
+	else echo "  ✗ healthcheck GPU nvcc or nccl.h missing (CUDA_HOME=$(CUDA_HOME), NCCL_HOME=$(NCCL_HOME)): tessera-healthcheck CPU checks only"; fi
 	@echo "  build: $(if $(filter 1,$(NO_MPI)),single process (NO_MPI=1),MPI) | ARCH=$(ARCH) | OpenBLAS $(if $(OPENBLAS_PC_DIR),OpenMP build,from pkg-config: if it is the pthread build set OMP_WAIT_POLICY=passive) | $(BUILD)/"
 
 # keep objects of test programs (intermediate files of a pattern chain) from being deleted.
@@ -155,6 +182,27 @@ $(BUILD)/libtessera-hc.a: $(HC_OBJ)
 $(BUILD)/tessera-healthcheck: $(BUILD)/obj/healthcheck/hc_main.o $(BUILD)/libtessera-hc.a $(BUILD)/libtessera.a
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
 $(BUILD)/obj/healthcheck/hc_main.o: $(VERSION_STAMP)
+
+# the GPU library: C files by the C compiler (the project's warnings), kernels by nvcc, linked with
+# one exported symbol (hc_gpu.map) and no undefined one (a missing library shows here, not at dlopen)
+$(BUILD)/obj/healthcheck/gpu/%.o: healthcheck/gpu/%.c | deps
+	@mkdir -p $(@D)
+	$(CC) $(HC_GPU_CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/healthcheck/gpu/%.cu.o: healthcheck/gpu/%.cu | deps
+	@mkdir -p $(@D)
+	$(HC_NVCC) $(HC_NVCC_FLAGS) -c $< -o $@
+
+$(HC_GPU_SO): $(HC_GPU_OBJ) healthcheck/gpu/hc_gpu.map
+	$(CC) $(filter-out -fopenmp,$(CFLAGS)) -shared -o $@ $(HC_GPU_OBJ) \
+	  -Wl,--version-script=healthcheck/gpu/hc_gpu.map -Wl,--no-undefined $(HC_GPU_LIBS)
+
+$(HC_GPU_MOCK): healthcheck/mock/hc_gpu_mock.c healthcheck/hc_judge.c healthcheck/hc.h healthcheck/hc_gpu.h \
+                healthcheck/hc_fault.h healthcheck/gpu/hc_gpu.map | deps
+	@mkdir -p $(@D)
+	$(CC) $(filter-out -fopenmp -MMD -MP,$(CFLAGS)) -fPIC -Ihealthcheck -shared -o $@ \
+	  healthcheck/mock/hc_gpu_mock.c healthcheck/hc_judge.c -Wl,--version-script=healthcheck/gpu/hc_gpu.map \
+	  -Wl,--no-undefined -lm
 
 $(BUILD)/tests/test_healthcheck: $(BUILD)/obj/tests/unit/test_healthcheck.o $(BUILD)/libtessera-hc.a $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
@@ -240,6 +288,7 @@ install: all
 	install -m 755 $(PROGRAMS) jobs/tessera-job $(D)/bin/
 	install -m 644 configs/*.cfg $(D)/share/tessera/configs/
 	install -m 644 healthcheck/healthcheck.cfg $(D)/share/tessera/configs/
+	if [ -f $(HC_GPU_SO) ]; then install -d $(D)/lib/tessera && install -m 755 $(HC_GPU_SO) $(D)/lib/tessera/; fi
 	install -m 644 configs/tiny.cfg $(D)/share/tessera/examples/
 	install -m 755 $(INSTALL_JOBS) $(D)/share/tessera/jobs/
 	install -m 644 jobs/lib/tessera-job.sh $(D)/share/tessera/jobs/lib/
@@ -255,7 +304,7 @@ install: all
 
 uninstall:
 	rm -f $(D)/bin/tessera-train $(D)/bin/tessera $(D)/bin/tessera-job $(D)/bin/tessera-healthcheck
-	rm -rf $(D)/share/tessera $(D)/share/doc/tessera
+	rm -rf $(D)/share/tessera $(D)/share/doc/tessera $(D)/lib/tessera
 	rm -f $(addprefix $(D)/share/man/man1/,$(notdir $(MAN1))) $(addprefix $(D)/share/man/man8/,$(notdir $(MAN8)))
 	rm -f $(DESTDIR)$(MODULEDIR)/tessera/$(RELEASE).lua $(DESTDIR)$(MODULEDIR_TCL)/tessera/$(RELEASE)
 	rmdir $(DESTDIR)$(MODULEDIR)/tessera $(DESTDIR)$(MODULEDIR_TCL)/tessera 2>/dev/null || true

@@ -22,12 +22,12 @@ typedef struct param_key {
 } param_key;
 
 static const param_key param_keys[] = {
-    {"gemm_n", 1, 64, 4096, offsetof(hc_params, gemm_n)}, /* <= 4096 keeps the burn exact */
+    {"gemm_n", 1, 64, 16384, offsetof(hc_params, gemm_n)}, /* per mode: check_gemm_n */
     {"quick_burn_s", 0, 0.01, 600, offsetof(hc_params, quick_burn_s)},
     {"full_burn_s", 0, 0.01, 3600, offsetof(hc_params, full_burn_s)},
     {"membw_mib", 1, 1, 65536, offsetof(hc_params, membw_mib)},
     {"membw_reps", 1, 1, 1000, offsetof(hc_params, membw_reps)},
-    {"allreduce_mib", 1, 1, 2048, offsetof(hc_params, allreduce_mib)},
+    {"allreduce_mib", 1, 1, 65536, offsetof(hc_params, allreduce_mib)}, /* GPU: 16 GiB per GPU */
     {"allreduce_iters", 1, 1, 100000, offsetof(hc_params, allreduce_iters)},
 };
 #define N_PARAM_KEYS ((int)(sizeof param_keys / sizeof param_keys[0]))
@@ -107,6 +107,20 @@ static int check_index(const char *name) {
     return -1;
 }
 
+/* gemm_n keeps each burn exact: the CPU burn's fp32 inputs reach 63, so N * 63^2 < 2^24 needs
+ * N <= 4096; the GPU burn picks its input range from N (healthcheck/gpu/hc_gpu_burn.c) and wants
+ * N a multiple of 16 (tensor-core tiles) and at least 256 (a burn, not a launch-latency test). */
+static void check_gemm_n(load_ctx *c, const config_setting_t *g, int gpu, int n) {
+    char where[256];
+    setting_path(g, where, sizeof where);
+    const config_setting_t *s = config_setting_get_member(g, "gemm_n");
+    if (!gpu && n > 4096)
+        cfg_err(c, s, "%s.gemm_n = %d: at most 4096 in a cpu section (exact fp32 burn: N x 63^2 < 2^24)",
+                where, n);
+    if (gpu && (n < 256 || n % 16 != 0))
+        cfg_err(c, s, "%s.gemm_n = %d: a gpu section needs a multiple of 16 in [256, 16384]", where, n);
+}
+
 static void load_params(load_ctx *c, const config_setting_t *g, hc_params *p) {
     char where[256];
     setting_path(g, where, sizeof where);
@@ -180,17 +194,21 @@ static void load_section(load_ctx *c, const config_setting_t *sec, hc_thresholds
         int is_group = config_setting_is_group(s);
         if (!strcmp(key, "params") && is_group) {
             load_params(c, s, &t->params);
+            if (t->params.gemm_n) check_gemm_n(c, s, t->gpu, t->params.gemm_n);
             have_params = 1;
             continue;
         }
         int k = check_index(key);
-        if (k >= 0 && is_group) load_check(c, s, k, &t->lim[k]);
+        if (k >= 0 && is_group && hc_checks[k].gpu != t->gpu)
+            cfg_err(c, s, "%s.%s: a %s-mode check, but this section has mode = \"%s\"", where, key,
+                    hc_checks[k].gpu ? "gpu" : "cpu", t->gpu ? "gpu" : "cpu");
+        else if (k >= 0 && is_group) load_check(c, s, k, &t->lim[k]);
         else if (k >= 0 || !strcmp(key, "params")) cfg_err(c, s, "%s.%s: expected a group { ... }", where, key);
         else cfg_err(c, s, "%s: unknown key '%s' (a check name, params, name, mode or match)", where, key);
     }
     if (!have_params) cfg_err(c, sec, "%s: missing group 'params'", where);
     for (int k = 0; k < HC_CHECK_COUNT; k++)
-        if (!t->lim[k].set)
+        if (!t->lim[k].set && hc_checks[k].gpu == t->gpu)
             cfg_err(c, sec, "%s (\"%s\"): missing check '%s'", where, t->section, hc_checks[k].name);
 }
 

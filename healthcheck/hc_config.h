@@ -4,9 +4,11 @@
  *   devices = ( { name = "CPU"; mode = "cpu"; match = "";
  *                 params = { gemm_n = 1024; quick_burn_s = 2.0; ... };
  *                 sgemm = { expected = 40.0; tolerance = 0.8; };  sgemm_verify = { max = 0; }; ... },
- *               { name = "H100"; mode = "gpu"; match = "H100"; ... } );
+ *               { name = "H100"; mode = "gpu"; match = "H100";
+ *                 params = { gemm_n = 8192; ... };  gemm_bf16 = { expected = 790.0; tolerance = 0.25; }; ... } );
  *
- * Every section is validated (unknown keys, missing keys, ranges), whichever is used. The section
+ * A section holds exactly the checks of its mode (hc_check_info.gpu). Every section is validated
+ * (unknown keys, missing keys, ranges, a check of the other mode), whichever is used. The section
  * used is the first of the run's mode whose non-empty `match` occurs in the device name, else the
  * one of that mode with an empty `match` (the mode's default). Errors name file:line and the key.
  */

@@ -7,7 +7,7 @@
 #include "common.h"
 
 const char *const hc_fault_names[HC_FAULT_COUNT] = {"slow_gemm", "corrupt_gemm", "low_membw",
-                                                    "low_busbw"};
+                                                    "low_busbw", "missing_gpu"};
 _Static_assert(sizeof hc_fault_names / sizeof hc_fault_names[0] == HC_FAULT_COUNT, "one per fault");
 
 int hc_fault_parse(const char *spec, const char *node, int rank, unsigned *active) {
@@ -25,8 +25,13 @@ int hc_fault_parse(const char *spec, const char *node, int rank, unsigned *activ
         int k = 0;
         while (k < HC_FAULT_COUNT && strcmp(hc_fault_names[k], item)) k++;
         if (k == HC_FAULT_COUNT) {
-            tsr_error("TSR_HC_FAULT: unknown fault '%s' (accepted: slow_gemm, corrupt_gemm, "
-                      "low_membw, low_busbw, each optionally :NODE or :rank=N)", item);
+            char names[256] = "";
+            for (int j = 0; j < HC_FAULT_COUNT; j++) {
+                size_t len = strlen(names);
+                snprintf(names + len, sizeof names - len, "%s%s", j ? ", " : "", hc_fault_names[j]);
+            }
+            tsr_error("TSR_HC_FAULT: unknown fault '%s' (accepted: %s, each optionally :NODE or "
+                      ":rank=N)", item, names);
             return 2;
         }
         int applies = 1;

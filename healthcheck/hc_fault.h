@@ -2,10 +2,14 @@
  *
  *   TSR_HC_FAULT="KIND[:TARGET][,KIND[:TARGET]]..."   TARGET = a node name, or rank=N; none = all
  *   KIND: slow_gemm     each GEMM call also sleeps 49x its own time (rate / 50)
- *         corrupt_gemm  one result element of the first fp32 and fp64 burn iteration is altered
- *         low_membw     each triad repetition also sleeps 49x its own time (bandwidth / 50)
+ *         corrupt_gemm  one result element of the first timed iteration of each burn precision
+ *                       (fp32 and fp64; GPU: bf16 and fp32, on every GPU) is altered by 1
+ *         low_membw     each triad (GPU: HBM copy) repetition also sleeps 49x its own time
  *         low_busbw     this rank sleeps 99x an all-reduce's time before each timed all-reduce, so
- *                       every group it is in measures ~1/100 of the bus bandwidth
+ *                       every group it is in measures ~1/100 of the bus bandwidth (GPU: NCCL, in
+ *                       the node and with partner nodes)
+ *         missing_gpu   GPU mode: the last GPU CUDA lists is left out, as if it had fallen off the
+ *                       bus (hc_gpu_select), so gpu_count is one short
  * The faults act on the measurement (sleeps, a changed result), never on the verdicts, so the
  * judge, the report and --drain see what they would see on a broken node. Unset: no effect.
  */
@@ -17,6 +21,7 @@ typedef enum {
     HC_FAULT_CORRUPT_GEMM,
     HC_FAULT_LOW_MEMBW,
     HC_FAULT_LOW_BUSBW,
+    HC_FAULT_MISSING_GPU,
     HC_FAULT_COUNT
 } hc_fault_kind;
 

@@ -7,12 +7,29 @@
 #include <string.h>
 
 const hc_check_info hc_checks[HC_CHECK_COUNT] = {
-    [HC_SGEMM] = {"sgemm", "GFLOP/s", HC_AT_LEAST, 1},
-    [HC_SGEMM_VERIFY] = {"sgemm_verify", "errors", HC_AT_MOST, 0},
-    [HC_DGEMM] = {"dgemm", "GFLOP/s", HC_AT_LEAST, 1},
-    [HC_DGEMM_VERIFY] = {"dgemm_verify", "errors", HC_AT_MOST, 0},
-    [HC_MEMBW] = {"membw", "GB/s", HC_AT_LEAST, 1},
-    [HC_ALLREDUCE] = {"allreduce", "GB/s", HC_AT_LEAST, 2},
+    [HC_SGEMM] = {"sgemm", "GFLOP/s", HC_AT_LEAST, 1, 0, HC_PER_NODE},
+    [HC_SGEMM_VERIFY] = {"sgemm_verify", "errors", HC_AT_MOST, 0, 0, HC_PER_NODE},
+    [HC_DGEMM] = {"dgemm", "GFLOP/s", HC_AT_LEAST, 1, 0, HC_PER_NODE},
+    [HC_DGEMM_VERIFY] = {"dgemm_verify", "errors", HC_AT_MOST, 0, 0, HC_PER_NODE},
+    [HC_MEMBW] = {"membw", "GB/s", HC_AT_LEAST, 1, 0, HC_PER_NODE},
+    [HC_ALLREDUCE] = {"allreduce", "GB/s", HC_AT_LEAST, 2, 0, HC_PER_NODE},
+    [HC_GPU_COUNT] = {"gpu_count", "GPUs", HC_AT_LEAST, 0, 1, HC_PER_NODE},
+    [HC_ECC_UNCORRECTED] = {"ecc_uncorrected", "errors", HC_AT_MOST, 0, 1, HC_WORST_GPU},
+    [HC_RETIRED_PAGES] = {"retired_pages", "pages", HC_AT_MOST, 0, 1, HC_WORST_GPU},
+    [HC_RETIRED_PENDING] = {"retired_pending", "GPUs", HC_AT_MOST, 0, 1, HC_GPUS_WITH},
+    [HC_REMAP_PENDING] = {"remap_pending", "GPUs", HC_AT_MOST, 0, 1, HC_GPUS_WITH},
+    [HC_REMAP_FAILED] = {"remap_failed", "GPUs", HC_AT_MOST, 0, 1, HC_GPUS_WITH},
+    [HC_THROTTLE_HW] = {"throttle_hw", "%", HC_AT_MOST, 1, 1, HC_WORST_GPU},
+    [HC_THROTTLE_THERMAL] = {"throttle_thermal", "%", HC_AT_MOST, 1, 1, HC_WORST_GPU},
+    [HC_POWER_VIOLATION] = {"power_violation", "%", HC_AT_MOST, 1, 1, HC_WORST_GPU},
+    [HC_THERMAL_VIOLATION] = {"thermal_violation", "%", HC_AT_MOST, 1, 1, HC_WORST_GPU},
+    [HC_GEMM_BF16] = {"gemm_bf16", "TFLOP/s", HC_AT_LEAST, 1, 1, HC_WORST_GPU},
+    [HC_GEMM_BF16_VERIFY] = {"gemm_bf16_verify", "errors", HC_AT_MOST, 0, 1, HC_WORST_GPU},
+    [HC_GEMM_FP32] = {"gemm_fp32", "TFLOP/s", HC_AT_LEAST, 1, 1, HC_WORST_GPU},
+    [HC_GEMM_FP32_VERIFY] = {"gemm_fp32_verify", "errors", HC_AT_MOST, 0, 1, HC_WORST_GPU},
+    [HC_HBM_BW] = {"hbm_bw", "GB/s", HC_AT_LEAST, 0, 1, HC_WORST_GPU},
+    [HC_NCCL_NODE] = {"nccl_node", "GB/s", HC_AT_LEAST, 1, 1, HC_PER_NODE},
+    [HC_NCCL_PAIRS] = {"nccl_pairs", "GB/s", HC_AT_LEAST, 1, 1, HC_PER_NODE},
 };
 _Static_assert(sizeof hc_checks / sizeof hc_checks[0] == HC_CHECK_COUNT, "one entry per check");
 
@@ -41,10 +58,18 @@ int hc_judge(const hc_facts *f, const hc_thresholds *t, hc_verdict *out, int *n_
     return n;
 }
 
+void hc_note_skipped(hc_facts *f, const char *what) {
+    size_t len = strlen(f->skipped);
+    if (len + 3 >= sizeof f->skipped) return;
+    snprintf(f->skipped + len, sizeof f->skipped - len, "%s%s", len ? "; " : "", what);
+}
+
 int hc_verdict_line(char *buf, size_t n, const char *node, const hc_verdict *v) {
     const hc_check_info *ci = &hc_checks[v->check];
+    /* a NaN (a fact that could not be read) prints as "nan" whatever its sign bit */
+    double actual = isnan(v->actual) ? NAN : v->actual, limit = isnan(v->limit) ? NAN : v->limit;
     int k = snprintf(buf, n, "%s %s %s %.*f %.*f %s", node, ci->name, v->ok ? "OK" : "FAIL",
-                     ci->decimals, v->actual, ci->decimals, v->limit, ci->unit);
+                     ci->decimals, actual, ci->decimals, limit, ci->unit);
     return k < 0 || (size_t)k >= n;
 }
 
@@ -60,7 +85,7 @@ int hc_drain_reason(char *buf, size_t n, const hc_verdict *v, int n_verdicts) {
     const hc_check_info *ci = &hc_checks[f->check];
     char extra[32] = "";
     if (more) snprintf(extra, sizeof extra, " (+%d more)", more);
-    snprintf(buf, n, "tessera-hc: %s %.*f%s%.*f %s%s", ci->name, ci->decimals, f->actual,
+    snprintf(buf, n, "tessera-hc: %s %.*f%s%.*f %s%s", ci->name, ci->decimals, isnan(f->actual) ? NAN : f->actual,
              ci->sense == HC_AT_LEAST ? "<" : ">", ci->decimals, f->limit, ci->unit, extra);
     hc_sanitize_reason(buf);
     return 0;

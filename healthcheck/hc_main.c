@@ -1,7 +1,8 @@
 /* tessera-healthcheck — is this node fit to train? One MPI rank per node; each gathers facts
  * (measurements) once, judges them against thresholds from healthcheck.cfg, and rank 0 prints one
  * verdict line per check and node. Exit 0 healthy, 1 unhealthy, 2 could not run.
- * Phases: parse options -> identify node -> load thresholds -> gather -> judge -> report -> drain.
+ * Phases: parse options -> GPU or CPU checks -> identify node -> load thresholds -> gather ->
+ * judge -> report -> drain.
  */
 #include <omp.h>
 #include <sched.h>
@@ -18,7 +19,7 @@
 #include "hc_config.h"      /* healthcheck.cfg */
 #include "hc_drain.h"       /* --drain, --resume-own */
 #include "hc_fault.h"       /* TSR_HC_FAULT */
-#include "hc_measure.h"     /* the CPU gather step */
+#include "hc_measure.h"     /* the gather step: CPU measurements, the GPU library's loader */
 #include "hc_report.h"      /* verdict lines, JSON */
 
 #ifndef TSR_VERSION
@@ -32,18 +33,32 @@ typedef struct hc_opts {
     hc_mode mode;
     int mode_set, drain, resume_own, threads, version;
     double burn_s; /* 0 = the config's */
-    const char *config, *json;
+    const char *config, *json, *gpu_lib;
+    hc_gpu_mode gpu;
 } hc_opts;
 
+typedef struct hc_gpu_ctx { /* the GPU mode's state on this rank */
+    const hc_gpu_api *api;  /* NULL: the GPU library is not loaded here */
+    hc_gpu_info info;
+    char lib[4096], why[1024]; /* the library tried, and why this rank has no usable GPU */
+    int on;                 /* every rank runs the GPU checks */
+} hc_gpu_ctx;
+
 static const cli_opt opts[] = {
-    {"quick", 'q', NULL, "quick mode (default): a short fp32 + fp64 GEMM burn, for prologs"},
-    {"full", 'f', NULL, "full mode: longer burn, memory bandwidth, all-reduce between node pairs"},
+    {"quick", 'q', NULL, "quick mode (default): a short fp32 + fp64 GEMM burn (GPU: NVML state and a bf16 "
+                         "+ fp32 burn), for prologs"},
+    {"full", 'f', NULL, "full mode: longer burn, memory bandwidth, all-reduce in the node (GPU) and "
+                        "between node pairs"},
     {"config", 'c', "FILE", "thresholds (default: $TESSERA_HC_CONFIG, else the installed healthcheck.cfg)"},
     {"json", 'j', "FILE", "also write a JSON report of every node to FILE (rank 0)"},
     {"drain", 'd', NULL, "as root: drain this node if unhealthy (reason \"tessera-hc: ...\")"},
     {"resume-own", 'r', NULL, "as root: resume this node if healthy and drained by tessera-hc"},
-    {"burn", 'b', "SECONDS", "GEMM burn time (fp32 + fp64 together) instead of the config's"},
+    {"burn", 'b', "SECONDS", "GEMM burn time (fp32 + fp64, GPU: bf16 + fp32, together) instead of the config's"},
     {"threads", 't', "N", "BLAS/OpenMP threads per rank (default: cores / ranks on the node)"},
+    {"gpu", 'g', "MODE", "auto (default): GPU checks where " HC_GPU_LIB_NAME " finds a GPU; on: GPU "
+                         "checks or exit 2; off: CPU checks"},
+    {"gpu-lib", 'l', "FILE", "the GPU gather library (default: $TESSERA_HC_GPU_LIB, else "
+                             HC_GPU_LIB_NAME " beside the program or in ../lib/tessera/)"},
     {"version", 'V', NULL, "print the version and exit"},
     {"help", 'h', NULL, "print this help and exit"},
 };
@@ -65,6 +80,14 @@ static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
         return 0;
     }
     case 'c': o->config = val; return 0;
+    case 'l': o->gpu_lib = val; return 0;
+    case 'g':
+        for (int k = 0; k < HC_GPU_MODE_COUNT; k++) {
+            if (strcmp(val, hc_gpu_mode_names[k])) continue;
+            o->gpu = (hc_gpu_mode)k;
+            return 0;
+        }
+        return cli_usage_error(c, "--gpu: expected auto, on or off, got ", val);
     case 'j': o->json = val; return 0;
     case 'd': o->drain = 1; return 0;
     case 'r': o->resume_own = 1; return 0;
@@ -109,7 +132,7 @@ static int default_threads(int ranks_on_node) {
     return t > 0 ? t : 1;
 }
 
-/* Gather: measure what the mode asks for. Collective (the all-reduce). */
+/* Gather, CPU mode: measure what the mode asks for. Collective (the all-reduce). */
 static void gather(const hc_opts *o, const hc_thresholds *t, unsigned faults, const tsr_dist *d,
                    hc_facts *f) {
     const hc_params *p = &t->params;
@@ -125,6 +148,64 @@ static void gather(const hc_opts *o, const hc_thresholds *t, unsigned faults, co
     if (d->world < 2) snprintf(f->skipped, sizeof f->skipped, "allreduce (1 rank: no partner node)");
 }
 
+/* GPU or CPU checks. Every rank runs the same kind (their collectives differ): the GPU checks when
+ * any rank has a usable GPU (auto) or always (on: a rank without one makes every rank exit 2). In
+ * auto, a node with an NVIDIA driver but no loadable GPU library is an error, not a CPU node. A
+ * rank without a GPU in a GPU run reports gpu_count 0, judged by the section of the other ranks'
+ * GPU. Collective. Sets the device name that selects the config section. Returns 0 or 2. */
+static int choose_checks(const hc_opts *o, const tsr_dist *d, hc_gpu_ctx *g, hc_facts *f) {
+    g->api = hc_gpu_open(o->gpu_lib, o->gpu, g->lib, sizeof g->lib, g->why, sizeof g->why);
+    int driver = access("/dev/nvidiactl", F_OK) == 0, rc = 0;
+    if (!g->api && o->gpu == HC_GPU_AUTO && driver) {
+        /* a GPU node whose GPU library is missing or broken must not pass as a CPU node */
+        tsr_error("%s has an NVIDIA driver (/dev/nvidiactl) but no usable GPU library: %s (--gpu off "
+                  "runs the CPU checks)", f->node, g->why);
+        rc = HC_EXIT_CANNOT_RUN;
+    }
+    if (g->api && g->api->probe(&g->info, g->why, sizeof g->why)) g->info.n_devices = 0;
+    else if (g->api && g->info.n_devices <= 0)
+        snprintf(g->why, sizeof g->why, "CUDA sees no GPU (CUDA_VISIBLE_DEVICES empty?)");
+    int have = g->api && g->info.n_devices > 0;
+    if (o->gpu == HC_GPU_ON && !have) {
+        tsr_error("--gpu on: no usable GPU on %s: %s", f->node, g->why);
+        rc = HC_EXIT_CANNOT_RUN;
+    }
+    if (hc_net_max(rc)) return HC_EXIT_CANNOT_RUN;
+    g->on = hc_net_max(have);
+    if (!g->on) {
+        cpu_model(f->device, sizeof f->device);
+        return 0;
+    }
+    char *names = tsr_calloc((size_t)d->world, sizeof g->info.name0), mine[sizeof g->info.name0] = "";
+    if (have) memcpy(mine, g->info.name0, sizeof mine);
+    dist_allgather(mine, names, sizeof mine);
+    for (int r = 0; r < d->world && !f->device[0]; r++)
+        snprintf(f->device, sizeof f->device, "%s", names + (size_t)r * sizeof g->info.name0);
+    free(names);
+    if (!have) tsr_warn("%s: no usable GPU (%s) in a GPU run: gpu_count 0, judged as \"%s\"", f->node,
+                        g->why, f->device);
+    return 0;
+}
+
+/* Gather, GPU mode: the GPU library measures the GPUs CUDA sees (less one with missing_gpu). */
+static void gather_gpu(const hc_opts *o, const hc_thresholds *t, unsigned faults, const tsr_dist *d,
+                       const hc_gpu_ctx *g, hc_facts *f) {
+    const hc_params *p = &t->params;
+    double burn = o->burn_s > 0 ? o->burn_s : o->mode == HC_MODE_FULL ? p->full_burn_s : p->quick_burn_s;
+    int found = g->api && g->info.n_devices > 0 ? g->info.n_devices : 0;
+    hc_gpu_job job = {.n_devices = hc_gpu_select(found, faults), .gemm_n = p->gemm_n, .burn_s = burn / 2,
+                      .membw_mib = p->membw_mib, .membw_reps = p->membw_reps,
+                      .allreduce_mib = p->allreduce_mib, .allreduce_iters = p->allreduce_iters,
+                      .faults = faults};
+    if (found > HC_MAX_GPUS) tsr_warn("%s: %d GPUs; only the first %d are checked", f->node, found, HC_MAX_GPUS);
+    if (g->api && g->info.nvml[0]) {
+        char note[256];
+        snprintf(note, sizeof note, "NVML state and throttling (%s)", g->info.nvml);
+        hc_note_skipped(f, note);
+    }
+    hc_gpu_gather(g->api, &job, o->mode == HC_MODE_FULL, d->rank, d->world, f);
+}
+
 int main(int argc, char **argv) {
     blas_fix_coretype(argv);
     tsr_dist d;
@@ -133,7 +214,7 @@ int main(int argc, char **argv) {
     } else {
         dist_init_single(&d);
     }
-    hc_opts o = {.mode = HC_MODE_QUICK};
+    hc_opts o = {.mode = HC_MODE_QUICK, .gpu = HC_GPU_AUTO};
     tsr_log_mute(d.rank != 0); /* every rank parses the same argv: report once */
     int rc = cli_parse(&cmd, argc, argv, on_opt, &o);
     if (rc == 0 && optind < argc) rc = cli_usage_error(&cmd, "unexpected operand: ", argv[optind]);
@@ -150,7 +231,9 @@ int main(int argc, char **argv) {
     memset(&me, 0, sizeof me);
     hc_facts *f = &me.facts;
     node_name(f->node, sizeof f->node, d.host);
-    cpu_model(f->device, sizeof f->device);
+    hc_gpu_ctx gpu;
+    memset(&gpu, 0, sizeof gpu);
+    if (choose_checks(&o, &d, &gpu, f)) tsr_exit(HC_EXIT_CANNOT_RUN);
     f->rank = d.rank;
     f->threads = o.threads ? o.threads : default_threads(d.local_world);
     char cfg_path[4096];
@@ -158,7 +241,7 @@ int main(int argc, char **argv) {
     unsigned faults = 0;
     rc = o.config ? (tsr_snprintf(cfg_path, sizeof cfg_path, "%s", o.config) ? 2 : 0)
                   : hc_config_default_path(cfg_path, sizeof cfg_path);
-    if (!rc) rc = hc_config_load(cfg_path, 0, f->device, &th);
+    if (!rc) rc = hc_config_load(cfg_path, gpu.on, f->device, &th);
     if (!rc) rc = hc_fault_parse(getenv("TSR_HC_FAULT"), f->node, d.rank, &faults);
     if (!rc && !hc_node_name_ok(f->node)) {
         tsr_error("node name '%s' (SLURMD_NODENAME or host name) is not [A-Za-z0-9._-]+", f->node);
@@ -171,16 +254,25 @@ int main(int argc, char **argv) {
     if (d.rank == 0) {
         char mpi[256];
         dist_version(mpi, sizeof mpi);
-        fprintf(stderr, "tessera-healthcheck %s: %s mode, %d rank%s, %d thread%s/rank, config %s "
-                "(section \"%s\" for \"%s\"), OpenBLAS core %s, %s\n", TSR_VERSION, hc_mode_names[o.mode],
-                d.world, d.world == 1 ? "" : "s", f->threads, f->threads == 1 ? "" : "s", cfg_path,
-                th.section, f->device, openblas_get_corename(), mpi);
+        if (gpu.on)
+            fprintf(stderr, "tessera-healthcheck %s: %s mode, GPU checks, %d rank%s, %d GPU%s on rank 0, "
+                    "config %s (section \"%s\" for \"%s\"), %s (%s; NVML %s), %s\n", TSR_VERSION,
+                    hc_mode_names[o.mode], d.world, d.world == 1 ? "" : "s", gpu.info.n_devices,
+                    gpu.info.n_devices == 1 ? "" : "s", cfg_path, th.section, f->device, gpu.lib,
+                    gpu.info.versions, gpu.info.nvml[0] ? gpu.info.nvml : "loaded", mpi);
+        else
+            fprintf(stderr, "tessera-healthcheck %s: %s mode, %d rank%s, %d thread%s/rank, config %s "
+                    "(section \"%s\" for \"%s\"), OpenBLAS core %s, %s; CPU checks (rank 0: %s)\n",
+                    TSR_VERSION, hc_mode_names[o.mode], d.world, d.world == 1 ? "" : "s", f->threads,
+                    f->threads == 1 ? "" : "s", cfg_path, th.section, f->device, openblas_get_corename(),
+                    mpi, gpu.why);
     }
     if (faults)
         for (int k = 0; k < HC_FAULT_COUNT; k++)
             if (HC_FAULT(faults, k)) tsr_warn("TSR_HC_FAULT: injecting %s on %s", hc_fault_names[k], f->node);
 
-    gather(&o, &th, faults, &d, f);
+    if (gpu.on) gather_gpu(&o, &th, faults, &d, &gpu, f);
+    else gather(&o, &th, faults, &d, f);
     me.n_verdicts = hc_judge(f, &th, me.v, &me.n_failed);
 
     /* report: rank 0 prints every node's verdicts and writes the JSON */
@@ -188,7 +280,7 @@ int main(int argc, char **argv) {
     hc_net_gather(&me, all, sizeof me);
     int code = me.n_failed ? 1 : 0;
     if (d.rank == 0) {
-        hc_run_info ri = {TSR_VERSION, cfg_path, hc_mode_names[o.mode], d.world};
+        hc_run_info ri = {TSR_VERSION, cfg_path, hc_mode_names[o.mode], d.world, gpu.on};
         int bad = hc_print_verdicts(stdout, &ri, all, d.world);
         code = bad ? 1 : 0;
         if (o.json && hc_write_json(o.json, &ri, all, d.world, code)) code = HC_EXIT_CANNOT_RUN;
@@ -197,6 +289,7 @@ int main(int argc, char **argv) {
     code = hc_net_max(code);
 
     /* drain/resume after MPI is done: no fork under a live MPI library */
+    if (gpu.api) gpu.api->close();
     dist_finalize();
     hc_drain_apply(f->node, me.v, me.n_verdicts, me.n_failed, o.drain, o.resume_own);
     return code;

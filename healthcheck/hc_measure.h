@@ -1,12 +1,13 @@
-/* hc_measure.h — the CPU gather step: GEMM burn with verification, memory bandwidth, all-reduce
- * bus bandwidth between node pairs, and the collectives the driver needs. Each fills hc_facts;
- * none judges. (The GPU mode will add a CUDA/NCCL file behind the same shape.) */
+/* hc_measure.h — the gather step: the CPU mode's GEMM burn with verification, memory bandwidth,
+ * all-reduce bus bandwidth between node pairs; the GPU mode's loader of libtessera-hc-gpu.so and
+ * its driver; the collectives the driver needs. Each fills hc_facts; none judges. */
 #ifndef TSR_HC_MEASURE_H
 #define TSR_HC_MEASURE_H
 
 #include <stddef.h>
 
 #include "hc.h"
+#include "hc_gpu.h"
 
 #define HC_EXIT_CANNOT_RUN 2
 
@@ -35,9 +36,40 @@ void hc_membw(int mib, int reps, unsigned faults, hc_facts *f);
  * round: a node fails only when it is slow with every partner, so a bad node does not fail its
  * healthy partners (with N = 2 or 3 there is one round and both/all fail together). */
 void hc_net_allreduce(int mib, int iters, unsigned faults, int rank, int world, hc_facts *f);
+/* GPU mode, collective: NCCL all-reduce bus bandwidth between this node's GPUs and its partner
+ * nodes' GPUs, in the rounds and groups of hc_net_allreduce (one communicator per group of nodes,
+ * all their GPUs as ranks; busbw with n = GPUs in it). The group's first node makes the NCCL id,
+ * MPI carries it. A group with a node without GPUs, or whose NCCL failed, measures 0 GB/s.
+ * Sets HC_NCCL_PAIRS (best round) when world >= 2. */
+void hc_net_gpu_pairs(const hc_gpu_api *api, const hc_gpu_job *job, int rank, int world, hc_facts *f);
 /* Collective: rank 0 receives every rank's `bytes` (all, world * bytes); others pass all = NULL. */
 void hc_net_gather(const void *mine, void *all, size_t bytes);
 /* Collective: the maximum of v over all ranks. */
 int hc_net_max(int v);
+
+/* ---- hc_gpu_load.c: finding and opening libtessera-hc-gpu.so ---- */
+typedef enum { HC_GPU_OFF = 0, HC_GPU_AUTO, HC_GPU_ON, HC_GPU_MODE_COUNT } hc_gpu_mode;
+extern const char *const hc_gpu_mode_names[HC_GPU_MODE_COUNT];
+
+/* The .so is `lib` (--gpu-lib) if given, else $TESSERA_HC_GPU_LIB, else the first that exists of
+ * EXE_DIR/libtessera-hc-gpu.so (build tree) and EXE_DIR/../lib/tessera/libtessera-hc-gpu.so
+ * (installed). With HC_GPU_AUTO and neither lib nor the variable set, a node without
+ * /dev/nvidiactl (no NVIDIA driver) is CPU-only at once: the .so, which maps the large cuBLAS, is
+ * not even loaded. Returns the API, or NULL with the reason in why; path gets the file tried. */
+const hc_gpu_api *hc_gpu_open(const char *lib, hc_gpu_mode mode, char *path, size_t np, char *why,
+                              size_t nw);
+
+/* ---- hc_gpu_gather.c: the GPU mode's gather step ---- */
+/* How many of the `found` CUDA devices to measure: all, one fewer with the missing_gpu fault. */
+int hc_gpu_select(int found, unsigned faults);
+/* Pure: the node values of the per-GPU checks from f->gpus[0 .. n_gpus): the worst GPU's value
+ * (HC_WORST_GPU) or the number of GPUs that have it (HC_GPUS_WITH); f->worst_gpu[] says which.
+ * A check no GPU measured stays unmeasured. */
+void hc_gpu_summarize(hc_facts *f);
+/* Collective (hc_net_gpu_pairs in full mode). Measures job->n_devices GPUs: NVML state and the
+ * burn; in full mode also HBM bandwidth, the node's NCCL all-reduce and the partner-node one.
+ * Sets gpu_count, fills f->gpus and summarizes them. Failures of a GPU warn and count as 0. */
+void hc_gpu_gather(const hc_gpu_api *api, const hc_gpu_job *job, int full, int rank, int world,
+                   hc_facts *f);
 
 #endif

@@ -24,9 +24,9 @@ int hc_print_verdicts(FILE *f, const hc_run_info *ri, const hc_node_report *r, i
             bad++;
         }
     }
-    fprintf(f, "# tessera-healthcheck %s: %d node%s, %d checks, %d unhealthy%s%s%s -> %s\n", ri->mode, n,
-            n == 1 ? "" : "s", checks, bad, bad ? " (" : "", bad_names, bad ? ")" : "",
-            bad ? "exit 1 (unhealthy)" : "exit 0 (healthy)");
+    fprintf(f, "# tessera-healthcheck %s%s: %d node%s, %d checks, %d unhealthy%s%s%s -> %s\n", ri->mode,
+            ri->gpu ? " (GPU)" : "", n, n == 1 ? "" : "s", checks, bad, bad ? " (" : "", bad_names,
+            bad ? ")" : "", bad ? "exit 1 (unhealthy)" : "exit 0 (healthy)");
     if (r[0].facts.skipped[0]) fprintf(f, "# not measured: %s\n", r[0].facts.skipped);
     fflush(f);
     return bad;
@@ -48,6 +48,30 @@ static void json_num(FILE *f, double v) {
     else fputs("null", f);
 }
 
+/* GPU mode: every GPU's own facts (the verdicts judge the worst GPU; this says which is which). */
+static void json_gpus(FILE *f, const hc_facts *x) {
+    fprintf(f, ",\n     \"gpus\": [");
+    for (int d = 0; d < x->n_gpus && d < HC_MAX_GPUS; d++) {
+        const hc_gpu_dev *g = &x->gpus[d];
+        fprintf(f, "%s\n       {\"index\": %d, \"name\": ", d ? "," : "", d);
+        json_str(f, g->name);
+        fprintf(f, ", \"bus_id\": ");
+        json_str(f, g->bus_id);
+        fprintf(f, ", \"error\": ");
+        json_str(f, g->error);
+        fprintf(f, ", \"bf16_iters\": %ld, \"fp32_iters\": %ld, \"clock_samples\": %d, "
+                "\"clock_reasons\": %llu", g->gemm_iters[0], g->gemm_iters[1], g->clock_samples,
+                g->clock_reasons);
+        for (int c = 0; c < HC_CHECK_COUNT; c++) {
+            if (!(g->measured & (1u << c))) continue;
+            fprintf(f, ", \"%s\": ", hc_checks[c].name);
+            json_num(f, g->value[c]);
+        }
+        fprintf(f, "}");
+    }
+    fprintf(f, "]");
+}
+
 static void json_node(FILE *f, const hc_node_report *r) {
     const hc_facts *x = &r->facts;
     fprintf(f, "    {\"node\": ");
@@ -65,8 +89,11 @@ static void json_node(FILE *f, const hc_node_report *r) {
         json_num(f, v->actual);
         fprintf(f, ", \"expected\": ");
         json_num(f, v->limit);
-        fprintf(f, ", \"sense\": \"%s\", \"unit\": \"%s\"}",
+        fprintf(f, ", \"sense\": \"%s\", \"unit\": \"%s\"",
                 hc_checks[v->check].sense == HC_AT_LEAST ? ">=" : "<=", hc_checks[v->check].unit);
+        if (x->gpu_mode && hc_checks[v->check].scope != HC_PER_NODE)
+            fprintf(f, ", \"gpu\": %d", x->worst_gpu[v->check]); /* whose value it is; -1 none */
+        fprintf(f, "}");
     }
     fprintf(f, "],\n     \"gemm\": {\"fp32_iters\": %ld, \"fp32_seconds\": ", x->gemm_iters[0]);
     json_num(f, x->gemm_seconds[0]);
@@ -81,6 +108,7 @@ static void json_node(FILE *f, const hc_node_report *r) {
     }
     fprintf(f, "], \"not_measured\": ");
     json_str(f, x->skipped);
+    if (x->gpu_mode) json_gpus(f, x);
     fprintf(f, "}");
 }
 
@@ -99,7 +127,7 @@ int hc_write_json(const char *path, const hc_run_info *ri, const hc_node_report 
     for (int i = 0; i < n; i++) unhealthy += r[i].n_failed > 0;
     fprintf(f, "{\"tool\": \"tessera-healthcheck\", \"format\": %d, \"version\": ", HC_REPORT_FORMAT);
     json_str(f, ri->version);
-    fprintf(f, ",\n \"mode\": \"%s\", \"config\": ", ri->mode);
+    fprintf(f, ",\n \"mode\": \"%s\", \"backend\": \"%s\", \"config\": ", ri->mode, ri->gpu ? "gpu" : "cpu");
     json_str(f, ri->config);
     fprintf(f, ", \"nodes\": %d, \"unhealthy\": %d, \"exit\": %d,\n \"results\": [\n", n, unhealthy,
             exit_code);

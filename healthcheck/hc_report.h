@@ -19,6 +19,7 @@ typedef struct hc_node_report { /* plain bytes: gathered with MPI_BYTE by the sa
 typedef struct hc_run_info {
     const char *version, *config, *mode;
     int world;
+    int gpu; /* the GPU checks ran */
 } hc_run_info;
 
 /* One verdict line per check of every node, in rank order, then the footer ("# ..."). Returns

@@ -3,7 +3,8 @@
 # batch script, then call:
 #
 #   tsr_setup                      log the job and its restart count, enforce MAX_RESTARTS
-#   tsr_preflight                  quick node health check on every node of the job (if installed)
+#   tsr_preflight                  node health check on every node of the job (if installed):
+#                                  TSR_PREFLIGHT=full (default), quick or off
 #   tsr_run srun ... tessera-train ...
 #                                  run the step in the background, forward USR1/TERM to it as a stop
 #                                  request, wait for it, then act on its exit code (never returns):
@@ -16,7 +17,8 @@
 #            committed checkpoint; TSR_ON_CRASH=exit leaves it to Slurm (a node failure requeues a
 #            --requeue job by itself; so does a site's RequeueExit= list).
 #
-# Settings (environment, all optional): TSR_HC_LIMIT (seconds a health check may take, 300),
+# Settings (environment, all optional): TSR_PREFLIGHT (full|quick|off: tsr_preflight's mode,
+# default full), TSR_HC_LIMIT (seconds a health check may take, 300),
 # MAX_RESTARTS (default 20; the job stops with exit 3 once
 # SLURM_RESTART_COUNT exceeds it), TSR_ON_CRASH (requeue|exit), TSR_REQUEUE (scontrol, the default:
 # the hook requeues; exit: it exits 85/86 for a slurm.conf RequeueExit=85,86), TSR_HEALTHCHECK
@@ -54,13 +56,21 @@ tsr_hc_cmd() {
     [[ -n $hc && -x $hc ]] && printf '%s\n' "$hc"
 }
 
-# Quick check of every node before the run; an unhealthy node ends this start with a requeue
-# that excludes it (the checker drained it if run as root).
+# Check every node before the run, in TSR_PREFLIGHT mode: full (default: GEMM burn, memory
+# bandwidth, all-reduce between node pairs over the allocation; minutes on GPUs), quick (seconds:
+# what the prolog runs) or off. Every start checks, requeued ones too: a requeue may land on other
+# nodes. An unhealthy node ends this start with a requeue that excludes it (the checker drained it
+# if run as root).
 tsr_preflight() {
-    local hc
+    local hc mode=${TSR_PREFLIGHT:-full}
+    case $mode in
+        full | quick) ;;
+        off) tsr_log "preflight: TSR_PREFLIGHT=off: skipped"; return 0 ;;
+        *) tsr_log "ERROR: TSR_PREFLIGHT=$mode: expected full, quick or off"; exit 1 ;;
+    esac
     hc=$(tsr_hc_cmd) || { tsr_log "preflight: tessera-healthcheck not installed: skipped"; return 0; }
-    tsr_log "preflight: $hc --quick on every node"
-    tsr_sweep "$hc" --quick
+    tsr_log "preflight: $hc --$mode on every node (TSR_PREFLIGHT=$mode)"
+    tsr_sweep "$hc" "--$mode"
     if [[ -n $TSR_BAD_NODES ]]; then
         tsr_log "preflight: unhealthy: $TSR_BAD_NODES"
         tsr_requeue_excluding "$TSR_BAD_NODES"

@@ -19,7 +19,7 @@ source "$(dirname "$0")/slurm_lib.sh"
 slurm_require
 tsr_tmpdir
 trap 'slurm_down; rm -rf "$TMP"' EXIT
-tap_plan 17
+tap_plan 18
 
 # install the build the jobs run (module load tessera puts it on PATH), start the cluster
 # shellcheck disable=SC2119
@@ -28,6 +28,7 @@ tap_diag "$(tail -1 "$TMP/up.log")"
 eval "$(bash "$CLUSTER" env)"                     # OpenMPI across the two virtual nodes
 export MODULEPATH=$PREFIX/share/modulefiles      # sbatch passes the environment to the job
 export TSR_HC_LIMIT=60                           # the preflight health check, bounded
+export TSR_PREFLIGHT=quick                       # CI time; job 6 runs the default (full)
 
 make_synth "$TMP/data" 512 400000
 cat >"$TMP/job.cfg" <<CFG
@@ -175,14 +176,28 @@ st=$(wait_done "$j" 120)
     grep -q 'more than MAX_RESTARTS=0: not starting again' "loop-$j.log"
 tap_check $? "MAX_RESTARTS=0: the requeued start refuses to run, says why, exits 3 ($st, ExitCode $(field "$j" ExitCode))"
 
-# 6. a config error is not requeued
+# 6. a config error is not requeued; this job runs the default preflight (TSR_PREFLIGHT unset:
+#    --full over both nodes, all-reduce between them) and passes it
 job bad
 sed -i 's|--set threads=|--set no_such_key=1 --set threads=|' bad.sbatch
-j=$(submit bad.sbatch)
-st=$(wait_done "$j" 60)
+j=$(env -u TSR_PREFLIGHT TSR_HC_LIMIT=200 sbatch --parsable bad.sbatch)
+st=$(wait_done "$j" 260)
+grep 'preflight\|sweep' "bad-$j.log" | sed 's/^/# /'
 [[ $st == FAILED && $(field "$j" Restarts) == 0 && $(field "$j" ExitCode) == 1:0 ]] &&
-    grep -q 'no_such_key' "bad-$j.log" && grep -q 'not requeued' "bad-$j.log"
-tap_check $? "an unknown config key: exit 1, the reason in the log, not requeued ($st)"
+    grep -q 'no_such_key' "bad-$j.log" && grep -q 'not requeued' "bad-$j.log" &&
+    grep -q -- '--full on every node (TSR_PREFLIGHT=full)' "bad-$j.log" &&
+    grep -q 'sweep: exit 0, unhealthy nodes: none' "bad-$j.log" &&
+    [[ $(grep -c ' allreduce OK ' "bad-$j.log") == 2 ]]
+tap_check $? "an unknown config key: exit 1, the reason in the log, not requeued, after the default full preflight passed on both nodes ($st)"
+
+# 6a. a TSR_PREFLIGHT the hook does not know stops the job before the run
+job badpf
+j=$(submit --export=ALL,TSR_PREFLIGHT=fast badpf.sbatch)
+st=$(wait_done "$j" 60)
+[[ $st == FAILED && $(field "$j" ExitCode) == 1:0 ]] &&
+    grep -q 'TSR_PREFLIGHT=fast: expected full, quick or off' "badpf-$j.log" &&
+    ! grep -q 'step:' "badpf-$j.log"
+tap_check $? "TSR_PREFLIGHT=fast: exit 1 naming it, no step started ($st)"
 
 # 6b. exit 86 in an array task: the hook sweeps the job's nodes with the checker (a stand-in that
 #     fails the node it runs on: tessera-healthcheck comes with its own issue), requeues the task

@@ -1,6 +1,9 @@
 /* test_healthcheck.c — the health checker's pure parts on canned facts: judge verdicts, verdict
  * line format, drain reasons and their sanitising, drain decisions from `scontrol show node`
- * output, threshold files (the shipped one and broken ones), fault specs. No measurement. */
+ * output, threshold files (the shipped one and broken ones), fault specs; the GPU mode's per-GPU
+ * facts (as libtessera-hc-gpu.so and NVML would give them) folded into node verdicts against the
+ * shipped H100/H200/A100 sections. No measurement, no GPU. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +14,7 @@
 #include "hc_config.h"
 #include "hc_drain.h"
 #include "hc_fault.h"
+#include "hc_measure.h"
 #include "tap.h"
 
 static char tmpdir[] = "/tmp/tessera-hc-unit.XXXXXX";
@@ -160,6 +164,9 @@ static void test_config(void) {
     struct { const char *from, *to, *why; } bad[] = {
         {"tolerance = 0.25", "tolerance = 1.5", "tolerance out of range"},
         {"gemm_n = 256", "gemm_n = 99999", "gemm_n too large for exact results"},
+        {"gemm_n = 256", "gemm_n = 8192", "gemm_n above 4096 in a cpu section (inexact fp32 burn)"},
+        {"sgemm_verify = { max = 0; };", "sgemm_verify = { max = 0; }; gemm_bf16_verify = { max = 0; };",
+         "a GPU check in a cpu section"},
         {"sgemm = { expected = 100; tolerance = 0.25; };", "", "missing check"},
         {"membw_reps = 2;", "membw_reps = 2; bogus = 1;", "unknown key in params"},
         {"sgemm_verify = { max = 0; }", "sgemm_verify = { maximum = 0; }", "unknown key in a check"},
@@ -194,6 +201,8 @@ static void test_faults(void) {
     tap_ok(m == (1u << HC_FAULT_LOW_MEMBW), "faults: only untargeted ones apply to another node (0x%x)", m);
     hc_fault_parse("slow_gemm:n2,low_busbw:rank=1", "n2", 1, &m);
     tap_ok(m == ((1u << HC_FAULT_SLOW_GEMM) | (1u << HC_FAULT_LOW_BUSBW)), "faults: by node name and by rank (0x%x)", m);
+    hc_fault_parse("missing_gpu:n2,corrupt_gemm", "n2", 0, &m);
+    tap_ok(m == ((1u << HC_FAULT_MISSING_GPU) | (1u << HC_FAULT_CORRUPT_GEMM)), "faults: missing_gpu (0x%x)", m);
     fflush(stderr);
     FILE *saved = stderr;
     stderr = fopen("/dev/null", "w");
@@ -204,14 +213,212 @@ static void test_faults(void) {
     tap_ok(r1 == 2 && r2 == 2 && r3 == 2, "faults: unknown kind, bad rank, empty target -> status 2");
 }
 
+
+/* ---- GPU mode, on canned facts ---- */
+
+/* A healthy 8 x H100 node as the GPU library and NVML report it: NVML gives no retired-page facts
+ * on Hopper (row remapping replaced page retirement: "not supported", so unmeasured). */
+static void h100_node(hc_facts *f, int n_gpus) {
+    memset(f, 0, sizeof *f);
+    snprintf(f->node, sizeof f->node, "n01");
+    f->gpu_mode = 1;
+    f->n_gpus = n_gpus;
+    hc_fact_set(f, HC_GPU_COUNT, n_gpus);
+    for (int d = 0; d < n_gpus; d++) {
+        hc_gpu_dev *g = &f->gpus[d];
+        snprintf(g->name, sizeof g->name, "NVIDIA H100 80GB HBM3");
+        hc_gpu_set(g, HC_ECC_UNCORRECTED, 0);
+        hc_gpu_set(g, HC_REMAP_PENDING, 0);
+        hc_gpu_set(g, HC_REMAP_FAILED, 0);
+        hc_gpu_set(g, HC_THROTTLE_HW, 0);
+        hc_gpu_set(g, HC_THROTTLE_THERMAL, 2.5);
+        hc_gpu_set(g, HC_POWER_VIOLATION, 60); /* at the power cap: normal during a burn */
+        hc_gpu_set(g, HC_THERMAL_VIOLATION, 0);
+        hc_gpu_set(g, HC_GEMM_BF16, 800 - d);
+        hc_gpu_set(g, HC_GEMM_BF16_VERIFY, 0);
+        hc_gpu_set(g, HC_GEMM_FP32, 52);
+        hc_gpu_set(g, HC_GEMM_FP32_VERIFY, 0);
+        hc_gpu_set(g, HC_HBM_BW, 3050 + d);
+    }
+    hc_fact_set(f, HC_NCCL_NODE, 470);
+    hc_fact_set(f, HC_NCCL_PAIRS, 370);
+}
+
+/* Summarize + judge; the FAIL lines joined by '|' into `fails` (for exact comparisons). */
+static int judge_gpu(hc_facts *f, const hc_thresholds *t, char *fails, size_t n, int *n_verdicts) {
+    hc_verdict v[HC_CHECK_COUNT];
+    int failed = 0;
+    hc_gpu_summarize(f);
+    *n_verdicts = hc_judge(f, t, v, &failed);
+    fails[0] = '\0';
+    for (int i = 0; i < *n_verdicts; i++) {
+        char line[256];
+        if (v[i].ok) continue;
+        hc_verdict_line(line, sizeof line, f->node, &v[i]);
+        size_t len = strlen(fails);
+        snprintf(fails + len, n - len, "%s%s", len ? "|" : "", line);
+    }
+    return failed;
+}
+
+static void test_gpu_judge(void) {
+    const char *root = getenv("TSR_ROOT");
+    char shipped[1024], fails[1024];
+    snprintf(shipped, sizeof shipped, "%s/healthcheck/healthcheck.cfg", root ? root : ".");
+    hc_thresholds t;
+    int rc = hc_config_load(shipped, 1, "NVIDIA H100 80GB HBM3", &t), n = 0;
+    hc_facts f;
+    h100_node(&f, 8);
+    int failed = judge_gpu(&f, &t, fails, sizeof fails, &n);
+    tap_ok(rc == 0 && failed == 0 && n == 15 && !(f.measured & (1u << HC_RETIRED_PAGES)) &&
+               !(f.measured & (1u << HC_RETIRED_PENDING)),
+           "GPU: healthy 8 x H100 facts: %d verdicts, all OK; retired pages not applicable on Hopper "
+           "(no verdict) (failed %d: %s)", n, failed, fails);
+    tap_ok(f.value[HC_GEMM_BF16] == 793 && f.worst_gpu[HC_GEMM_BF16] == 7 && f.value[HC_HBM_BW] == 3050 &&
+               f.worst_gpu[HC_HBM_BW] == 0 && f.value[HC_REMAP_PENDING] == 0 && f.worst_gpu[HC_REMAP_PENDING] == -1,
+           "GPU: node value = the worst GPU's (lowest rate, and which GPU); flag checks count GPUs");
+
+    /* each bad fact alone: exactly its FAIL line, and the worst GPU named */
+    struct { hc_check c; int gpu; double v; const char *line; } bad[] = {
+        {HC_ECC_UNCORRECTED, 3, 2, "n01 ecc_uncorrected FAIL 2 0 errors"},
+        {HC_REMAP_PENDING, 5, 1, "n01 remap_pending FAIL 1 0 GPUs"},
+        {HC_REMAP_FAILED, 0, 1, "n01 remap_failed FAIL 1 0 GPUs"},
+        {HC_RETIRED_PENDING, 2, 1, "n01 retired_pending FAIL 1 0 GPUs"},
+        {HC_RETIRED_PAGES, 1, 63, "n01 retired_pages FAIL 63 62 pages"},
+        {HC_THROTTLE_HW, 7, 40, "n01 throttle_hw FAIL 40.0 10.0 %"},
+        {HC_THROTTLE_THERMAL, 6, 25, "n01 throttle_thermal FAIL 25.0 10.0 %"},
+        {HC_THERMAL_VIOLATION, 4, 30, "n01 thermal_violation FAIL 30.0 10.0 %"},
+        {HC_GEMM_BF16_VERIFY, 4, 1, "n01 gemm_bf16_verify FAIL 1 0 errors"},
+        {HC_GEMM_FP32_VERIFY, 2, 3, "n01 gemm_fp32_verify FAIL 3 0 errors"},
+        {HC_GEMM_BF16, 6, 400, "n01 gemm_bf16 FAIL 400.0 592.5 TFLOP/s"},
+        {HC_GEMM_FP32, 1, 20, "n01 gemm_fp32 FAIL 20.0 35.0 TFLOP/s"},
+        {HC_HBM_BW, 3, 1500, "n01 hbm_bw FAIL 1500 2400 GB/s"},
+        {HC_ECC_UNCORRECTED, 1, 0.0 / 0.0, "n01 ecc_uncorrected FAIL nan 0 errors"}, /* unreadable */
+        {HC_NCCL_NODE, -1, 100, "n01 nccl_node FAIL 100.0 391.0 GB/s"},
+        {HC_NCCL_PAIRS, -1, 50, "n01 nccl_pairs FAIL 50.0 245.0 GB/s"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        h100_node(&f, 8);
+        if (bad[i].gpu >= 0) hc_gpu_set(&f.gpus[bad[i].gpu], bad[i].c, bad[i].v);
+        else hc_fact_set(&f, bad[i].c, bad[i].v);
+        failed = judge_gpu(&f, &t, fails, sizeof fails, &n);
+        int who = bad[i].gpu < 0 || f.worst_gpu[bad[i].c] == bad[i].gpu;
+        tap_ok(failed == 1 && !strcmp(fails, bad[i].line) && who, "GPU: bad %s%s: '%s' (got '%s', worst GPU %d)",
+               hc_checks[bad[i].c].name, bad[i].gpu >= 0 ? " on one GPU" : "", bad[i].line, fails,
+               bad[i].gpu >= 0 ? f.worst_gpu[bad[i].c] : -1);
+    }
+
+    /* power-capped time is reported, not judged, by the shipped sections; a site may judge it */
+    h100_node(&f, 8);
+    hc_thresholds strict = t;
+    strict.lim[HC_POWER_VIOLATION].max = 50;
+    failed = judge_gpu(&f, &strict, fails, sizeof fails, &n);
+    tap_ok(failed == 1 && !strcmp(fails, "n01 power_violation FAIL 60.0 50.0 %"),
+           "GPU: power violation growth above a site's limit: '%s'", fails);
+
+    /* missing device: the fault drops the last GPU before anything is measured */
+    unsigned faults = 0;
+    hc_fault_parse("missing_gpu:n01", "n01", 0, &faults);
+    int used = hc_gpu_select(8, faults);
+    h100_node(&f, used);
+    failed = judge_gpu(&f, &t, fails, sizeof fails, &n);
+    tap_ok(used == 7 && failed == 1 && !strcmp(fails, "n01 gpu_count FAIL 7 8 GPUs"),
+           "GPU: missing_gpu on 8 GPUs -> 7 measured -> '%s'", fails);
+    tap_ok(hc_gpu_select(8, 0) == 8 && hc_gpu_select(1, faults) == 0 && hc_gpu_select(0, faults) == 0 &&
+               hc_gpu_select(20, 0) == HC_MAX_GPUS,
+           "GPU: device selection: all, one fewer with missing_gpu, never below 0, at most %d", HC_MAX_GPUS);
+
+    /* a GPU that could not finish its burn: rate 0, errors unknown (NaN): both fail */
+    h100_node(&f, 8);
+    hc_gpu_set(&f.gpus[2], HC_GEMM_BF16, 0.0);
+    hc_gpu_set(&f.gpus[2], HC_GEMM_BF16_VERIFY, 0.0 / 0.0);
+    failed = judge_gpu(&f, &t, fails, sizeof fails, &n);
+    tap_ok(failed == 2 && !strcmp(fails, "n01 gemm_bf16 FAIL 0.0 592.5 TFLOP/s|n01 gemm_bf16_verify FAIL nan 0 errors"),
+           "GPU: a GPU whose burn failed fails rate and verify: '%s'", fails);
+
+    /* a node of a GPU run without a usable GPU: only gpu_count, and it fails */
+    memset(&f, 0, sizeof f);
+    snprintf(f.node, sizeof f.node, "n01");
+    hc_fact_set(&f, HC_GPU_COUNT, 0);
+    failed = judge_gpu(&f, &t, fails, sizeof fails, &n);
+    tap_ok(n == 1 && failed == 1 && !strcmp(fails, "n01 gpu_count FAIL 0 8 GPUs"), "GPU: no GPU at all: '%s'", fails);
+
+    hc_verdict v = {HC_REMAP_PENDING, 0, 1, 0};
+    char reason[256];
+    hc_drain_reason(reason, sizeof reason, &v, 1);
+    tap_ok(!strcmp(reason, "tessera-hc: remap_pending 1>0 GPUs"), "GPU: drain reason '%s'", reason);
+}
+
+static void test_gpu_config(void) {
+    const char *root = getenv("TSR_ROOT");
+    char shipped[1024];
+    snprintf(shipped, sizeof shipped, "%s/healthcheck/healthcheck.cfg", root ? root : ".");
+    struct { const char *device, *section; double bf16_limit; } match[] = {
+        {"NVIDIA H100 80GB HBM3", "H100", 592.5},
+        {"NVIDIA H200", "H200", 585.0},
+        {"NVIDIA A100-SXM4-80GB", "A100", 187.5},
+        {"NVIDIA L40S", "GPU", 10.0},
+    };
+    int ok = 0;
+    for (size_t i = 0; i < sizeof match / sizeof match[0]; i++) {
+        hc_thresholds t;
+        int rc = hc_config_load(shipped, 1, match[i].device, &t);
+        if (rc == 0 && !strcmp(t.section, match[i].section) && t.gpu &&
+            hc_limit_value(&t, HC_GEMM_BF16) == match[i].bf16_limit && t.params.gemm_n % 16 == 0)
+            ok++;
+        else
+            tap_diag("'%s' -> section '%s' (want %s), bf16 limit %g", match[i].device, t.section,
+                     match[i].section, hc_limit_value(&t, HC_GEMM_BF16));
+    }
+    tap_ok(ok == 4, "GPU sections by device name: H100, H200, A100; an unknown GPU gets the GPU default (%d/4)", ok);
+
+    const char *base =
+        "format = 1;\ndevices = ( { name = \"G\"; mode = \"gpu\"; match = \"\";\n"
+        "  params = { gemm_n = 1024; quick_burn_s = 1.0; full_burn_s = 2; membw_mib = 8; membw_reps = 2;\n"
+        "             allreduce_mib = 1; allreduce_iters = 3; };\n"
+        "  gpu_count = { expected = 1; tolerance = 0.0; }; ecc_uncorrected = { max = 0; };\n"
+        "  retired_pages = { max = 62; }; retired_pending = { max = 0; }; remap_pending = { max = 0; };\n"
+        "  remap_failed = { max = 0; }; throttle_hw = { max = 10; }; throttle_thermal = { max = 10; };\n"
+        "  power_violation = { max = 100; }; thermal_violation = { max = 10; };\n"
+        "  gemm_bf16 = { expected = 10; tolerance = 0.0; }; gemm_bf16_verify = { max = 0; };\n"
+        "  gemm_fp32 = { expected = 1; tolerance = 0.0; }; gemm_fp32_verify = { max = 0; };\n"
+        "  hbm_bw = { expected = 100; tolerance = 0.0; }; nccl_node = { expected = 1; tolerance = 0.0; };\n"
+        "  nccl_pairs = { expected = 1; tolerance = 0.0; }; } );\n";
+    hc_thresholds t;
+    int rc = hc_config_load(write_cfg("gpu.cfg", base), 1, "Some GPU", &t);
+    tap_ok(rc == 0 && !strcmp(t.section, "G") && t.params.gemm_n == 1024, "a minimal GPU-only config loads");
+    struct { const char *from, *to, *why; } bad[] = {
+        {"gemm_n = 1024;", "gemm_n = 1000;", "gpu gemm_n not a multiple of 16"},
+        {"hbm_bw = { expected = 100; tolerance = 0.0; };", "", "missing GPU check"},
+        {"ecc_uncorrected = { max = 0; };", "ecc_uncorrected = { max = 0; }; sgemm = { expected = 1; tolerance = 0.0; };",
+         "a CPU check in a gpu section"},
+        {"remap_failed = { max = 0; }", "remap_failed = { expected = 0; tolerance = 0.0; }", "count check with rate keys"},
+    };
+    int rejected = 0, n_bad = (int)(sizeof bad / sizeof bad[0]);
+    for (int i = 0; i < n_bad; i++) {
+        char text[4096];
+        const char *at = strstr(base, bad[i].from);
+        if (!at) {
+            tap_diag("fixture text not found: %s", bad[i].from);
+            continue;
+        }
+        snprintf(text, sizeof text, "%.*s%s%s", (int)(at - base), base, bad[i].to, at + strlen(bad[i].from));
+        if (quiet_load(write_cfg("badgpu.cfg", text), 1, "Some GPU", &t) == 2) rejected++;
+        else tap_diag("not rejected: %s", bad[i].why);
+    }
+    tap_ok(rejected == n_bad, "%d of %d broken GPU configs rejected with status 2", rejected, n_bad);
+}
+
 int main(void) {
     if (!mkdtemp(tmpdir)) return 2;
-    tap_plan(30);
+    tap_plan(58);
     test_judge();
     test_sanitize();
     test_drain_decide();
     test_config();
     test_faults();
+    test_gpu_judge();
+    test_gpu_config();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) tap_diag("could not remove %s", tmpdir);

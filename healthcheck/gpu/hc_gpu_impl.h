@@ -1,0 +1,89 @@
+/* hc_gpu_impl.h — shared by the files of libtessera-hc-gpu.so only (the executable sees hc_gpu.h).
+ *
+ * Conventions of the library:
+ *  - every CUDA, cuBLAS and NCCL call goes through GPU_TRY / BLAS_TRY / NCCL_TRY, which write the
+ *    first failure (file:line, the call, the library's message) into an error buffer and jump to
+ *    the function's `fail:` label; the executable prints it with rank and host (tsr_warn).
+ *  - a failure while measuring one GPU makes that GPU's rates 0 and its counts NaN (both fail the
+ *    judge): a GPU that cannot finish a burn is not fit to train. Nothing here exits the process.
+ *  - per-GPU work runs on every GPU at once, one host thread per GPU (gpu_each), so the node is
+ *    loaded as a training job loads it (power, temperature, PCIe and NVLink traffic).
+ */
+#ifndef TSR_HC_GPU_IMPL_H
+#define TSR_HC_GPU_IMPL_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <stddef.h>
+
+#include "hc.h"
+#include "hc_fault.h"
+#include "hc_gpu.h"
+
+/* Writes "fmt..." into err unless it already holds an earlier failure. */
+void gpu_note(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#define GPU_TRY(err, n, call)                                                                   \
+    do {                                                                                        \
+        cudaError_t gpu_e_ = (call);                                                            \
+        if (gpu_e_ != cudaSuccess) {                                                            \
+            gpu_note((err), (n), "%s:%d: %s: %s", __FILE__, __LINE__, #call,                  \
+                     cudaGetErrorString(gpu_e_));                                               \
+            goto fail;                                                                          \
+        }                                                                                       \
+    } while (0)
+#define BLAS_TRY(err, n, call)                                                                  \
+    do {                                                                                        \
+        cublasStatus_t gpu_s_ = (call);                                                         \
+        if (gpu_s_ != CUBLAS_STATUS_SUCCESS) {                                                  \
+            gpu_note((err), (n), "%s:%d: %s: %s", __FILE__, __LINE__, #call,                  \
+                     cublasGetStatusString(gpu_s_));                                            \
+            goto fail;                                                                          \
+        }                                                                                       \
+    } while (0)
+#define NCCL_TRY(err, n, call)                                                                  \
+    do {                                                                                        \
+        ncclResult_t gpu_r_ = (call);                                                           \
+        if (gpu_r_ != ncclSuccess) {                                                            \
+            gpu_note((err), (n), "%s:%d: %s: %s", __FILE__, __LINE__, #call,                  \
+                     ncclGetErrorString(gpu_r_));                                               \
+            goto fail;                                                                          \
+        }                                                                                       \
+    } while (0)
+
+double gpu_now(void);         /* CLOCK_MONOTONIC, s */
+void gpu_sleep(double s);     /* the fault injections' sleeps */
+/* Runs fn(ctx, d) for d < n, each on its own thread, and waits for all. */
+void gpu_each(int n, void (*fn)(void *ctx, int d), void *ctx);
+
+/* ---- hc_gpu_nvml.c: NVML through dlopen ---- */
+/* Loads libnvidia-ml.so.1 and initialises it. Returns 0, or 1 with why set (NVML checks are then
+ * not measured). */
+int nvml_open(char *why, size_t n);
+void nvml_close(void);
+/* The NVML handle of the GPU at this PCI bus id, or NULL (why set). */
+void *nvml_device(const char *bus_id, char *why, size_t n);
+/* ECC, retired pages, row remapping of one GPU into g (see hc.h for which fact is which). */
+void nvml_state(void *h, hc_gpu_dev *g);
+/* The current clocks event reasons (NVML bit mask). Returns 0 or 1 (unsupported / failed). */
+int nvml_clock_reasons(void *h, unsigned long long *mask);
+/* Reason masks the burn judges: HW slowdown | HW power brake, and HW | SW thermal slowdown. */
+extern const unsigned long long nvml_reasons_hw, nvml_reasons_thermal;
+/* Cumulative time (ns) the GPU was held below application clocks by power (thermal = 0) or by
+ * temperature (thermal = 1). Returns 0 or 1. */
+int nvml_violation_ns(void *h, int thermal, unsigned long long *ns);
+
+/* ---- hc_gpu_burn.c ---- */
+void gpu_burn(const hc_gpu_job *job, hc_gpu_dev *dev);
+void gpu_membw(const hc_gpu_job *job, hc_gpu_dev *dev);
+/* hc_gpu_so.c: the NVML handle of device d (gpu_state found it from its bus id), or NULL. */
+void *gpu_nvml_handle(int d);
+
+/* ---- hc_gpu_nccl.c ---- */
+double gpu_nccl_node(const hc_gpu_job *job, char *err, size_t n);
+int gpu_nccl_id(unsigned char id[HC_NCCL_ID_BYTES], char *err, size_t n);
+int gpu_nccl_group(const hc_gpu_job *job, const unsigned char id[HC_NCCL_ID_BYTES], int first_rank,
+                   int nranks, double *iter_s, long long *wrong, char *err, size_t n);
+
+#endif
