@@ -214,22 +214,6 @@ def torch_config(a):
                                gelu_exact=bool(a["gelu_exact"]))
 
 
-def doc_attention(attn, x, allowed):
-    """torch_gpt.Attention's forward with an explicit mask: allowed (B,T,T) bool, query i may see
-    key j. Written from the definition, like torch_gpt.py; attn supplies the weights."""
-    B, T, C = x.shape
-    NH = attn.cfg.NH
-    hs = C // NH
-    q, k, v = attn.qkv(x).split(C, dim=2)
-    q, k, v = (t.view(B, T, NH, hs).transpose(1, 2) for t in (q, k, v))  # (B,NH,T,hs)
-    s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))               # (B,NH,T,T)
-    if attn.cfg.alibi:  # relative, so the same within a document as in a sequence of its own
-        s = s + torch_gpt.alibi_bias(NH, T, s.dtype)
-    s = s.masked_fill(~allowed[:, None], float("-inf"))
-    y = F.softmax(s, dim=-1) @ v
-    return attn.proj(y.transpose(1, 2).reshape(B, T, C))
-
-
 class DocGPT(torch_gpt.GPT):
     """model.attn_mask = "document": a document ends with (and includes) an eot token; a token
     sees the earlier tokens of its own document only (MPT's attn_uses_sequence_id mask), and
@@ -250,7 +234,7 @@ class DocGPT(torch_gpt.GPT):
         if self.wpe is not None:
             x = x + self.wpe(pos)
         for blk in self.blocks:
-            x = x + doc_attention(blk.attn, blk.ln1(x), allowed)
+            x = x + blk.attn(blk.ln1(x), allowed)
             x = x + blk.mlp(blk.ln2(x))
         logits = F.linear(self.lnf(x), self.wte.weight)
         if targets is None:

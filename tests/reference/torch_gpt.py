@@ -107,7 +107,9 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.C, 3 * cfg.C, bias=cfg.bias)
         self.proj = nn.Linear(cfg.C, cfg.C, bias=cfg.bias)
 
-    def forward(self, x):
+    def forward(self, x, allowed=None):
+        """allowed (B,T,T) bool: query i may see key j; None = causal. ALiBi is relative, so it is
+        the same within a document as in a sequence of its own."""
         B, T, C = x.shape
         NH = self.cfg.NH
         hs = C // NH
@@ -116,8 +118,11 @@ class Attention(nn.Module):
         s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))               # (B,NH,T,T)
         if self.cfg.alibi:
             s = s + alibi_bias(NH, T, s.dtype).to(s.device)
-        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-        s = s.masked_fill(~causal, float("-inf"))
+        if allowed is None:
+            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            s = s.masked_fill(~causal, float("-inf"))
+        else:
+            s = s.masked_fill(~allowed[:, None], float("-inf"))
         y = F.softmax(s, dim=-1) @ v                                         # (B,NH,T,hs)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
