@@ -95,6 +95,76 @@ void dist_barrier(void) {
 void dist_bcast(void *buf, size_t bytes, int root) {
     if (initialized) MPI_CHECK(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD));
 }
+struct tsr_group {
+    MPI_Comm comm;
+    int rank, size;
+};
+
+tsr_group *dist_group_split(int color, int key) {
+    tsr_group *g = tsr_calloc(1, sizeof *g);
+    if (!initialized) {
+        g->comm = MPI_COMM_NULL, g->size = 1;
+        return g;
+    }
+    MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, key, &g->comm));
+    MPI_Comm_set_errhandler(g->comm, MPI_ERRORS_RETURN);
+    MPI_CHECK(MPI_Comm_rank(g->comm, &g->rank));
+    MPI_CHECK(MPI_Comm_size(g->comm, &g->size));
+    return g;
+}
+void dist_group_free(tsr_group *g) {
+    if (!g) return;
+    if (g->comm != MPI_COMM_NULL && initialized) MPI_Comm_free(&g->comm);
+    free(g);
+}
+int dist_group_rank(const tsr_group *g) { return g->rank; }
+int dist_group_size(const tsr_group *g) { return g->size; }
+/* a group of one needs no MPI call (and has none without MPI_Init) */
+void dist_group_allreduce_sum_f32(tsr_group *g, float *buf, size_t n) {
+    if (g->size > 1)
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, g->comm));
+}
+void dist_group_allreduce_sum_f64(tsr_group *g, double *buf, size_t n) {
+    if (g->size > 1)
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM, g->comm));
+}
+void dist_group_allgatherv_f32(tsr_group *g, const float *mine, float *all, const int *counts,
+                               const int *displs) {
+    if (g->size == 1) memmove(all + displs[0], mine, (size_t)counts[0] * sizeof(float));
+    else MPI_CHECK(MPI_Allgatherv(mine, counts[g->rank], MPI_FLOAT, all, counts, displs, MPI_FLOAT, g->comm));
+}
+void *dist_group_iallgatherv_f32(tsr_group *g, const float *mine, float *all, const int *counts,
+                                 const int *displs) {
+    if (g->size == 1) {
+        memmove(all + displs[0], mine, (size_t)counts[0] * sizeof(float));
+        return NULL;
+    }
+    MPI_Request *r = tsr_malloc(sizeof *r);
+    MPI_CHECK(MPI_Iallgatherv(mine, counts[g->rank], MPI_FLOAT, all, counts, displs, MPI_FLOAT,
+                              g->comm, r));
+    return r;
+}
+void dist_wait(void *request) {
+    if (!request) return;
+    MPI_CHECK(MPI_Wait((MPI_Request *)request, MPI_STATUS_IGNORE));
+    free(request);
+}
+void dist_group_reduce_scatter_f32(tsr_group *g, const float *send, float *recv, const int *counts) {
+    if (g->size == 1) memmove(recv, send, (size_t)counts[0] * sizeof(float));
+    else MPI_CHECK(MPI_Reduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, g->comm));
+}
+void dist_group_alltoallv_f32(tsr_group *g, const float *send, const int *scounts,
+                              const int *sdispls, float *recv, const int *rcounts,
+                              const int *rdispls) {
+    if (g->size == 1)
+        memmove(recv + rdispls[0], send + sdispls[0], (size_t)scounts[0] * sizeof(float));
+    else
+        MPI_CHECK(MPI_Alltoallv(send, scounts, sdispls, MPI_FLOAT, recv, rcounts, rdispls,
+                                MPI_FLOAT, g->comm));
+}
+void dist_group_bcast_f32(tsr_group *g, float *buf, size_t n, int root) {
+    if (g->size > 1) MPI_CHECK(MPI_Bcast(buf, (int)n, MPI_FLOAT, root, g->comm));
+}
 void dist_abort(int code) {
     MPI_Abort(MPI_COMM_WORLD, code);
     exit(code);
@@ -135,6 +205,44 @@ void dist_allgatherv_f32(float *buf, const int *counts, const int *displs) {
 void dist_allgather(const void *mine, void *all, size_t bytes) { memcpy(all, mine, bytes); }
 void dist_barrier(void) {}
 void dist_bcast(void *buf, size_t bytes, int root) { (void)buf; (void)bytes; (void)root; }
+struct tsr_group {
+    int rank, size;
+};
+tsr_group *dist_group_split(int color, int key) {
+    (void)color, (void)key;
+    tsr_group *g = tsr_calloc(1, sizeof *g);
+    g->size = 1;
+    return g;
+}
+void dist_group_free(tsr_group *g) { free(g); }
+int dist_group_rank(const tsr_group *g) { return g->rank; }
+int dist_group_size(const tsr_group *g) { return g->size; }
+void dist_group_allreduce_sum_f32(tsr_group *g, float *buf, size_t n) { (void)g, (void)buf, (void)n; }
+void dist_group_allreduce_sum_f64(tsr_group *g, double *buf, size_t n) { (void)g, (void)buf, (void)n; }
+void dist_group_allgatherv_f32(tsr_group *g, const float *mine, float *all, const int *counts,
+                               const int *displs) {
+    (void)g;
+    memmove(all + displs[0], mine, (size_t)counts[0] * sizeof(float));
+}
+void *dist_group_iallgatherv_f32(tsr_group *g, const float *mine, float *all, const int *counts,
+                                 const int *displs) {
+    dist_group_allgatherv_f32(g, mine, all, counts, displs);
+    return NULL;
+}
+void dist_wait(void *request) { (void)request; }
+void dist_group_reduce_scatter_f32(tsr_group *g, const float *send, float *recv, const int *counts) {
+    (void)g;
+    memmove(recv, send, (size_t)counts[0] * sizeof(float));
+}
+void dist_group_alltoallv_f32(tsr_group *g, const float *send, const int *scounts,
+                              const int *sdispls, float *recv, const int *rcounts,
+                              const int *rdispls) {
+    (void)g, (void)rcounts;
+    memmove(recv + rdispls[0], send + sdispls[0], (size_t)scounts[0] * sizeof(float));
+}
+void dist_group_bcast_f32(tsr_group *g, float *buf, size_t n, int root) {
+    (void)g, (void)buf, (void)n, (void)root;
+}
 void dist_abort(int code) { exit(code); }
 void dist_version(char *buf, size_t n) { snprintf(buf, n, "no MPI (NO_MPI=1 build)"); }
 

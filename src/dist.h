@@ -40,6 +40,31 @@ void dist_allgatherv_f32(float *buf, const int *counts, const int *displs);
 /* all[r * bytes .. (r+1) * bytes) = rank r's `mine` (bytes each), on every rank */
 void dist_allgather(const void *mine, void *all, size_t bytes);
 void dist_barrier(void);
+
+/* Groups of ranks (ZeRO-3 / HSDP, src/train/fsdp.c): a communicator over a subset of the world.
+ * dist_group_split is collective over the world: ranks passing the same color form a group,
+ * ranked by key. In the NO_MPI build (or without MPI_Init) every group is this one rank. Counts
+ * and displacements are per group rank, in floats. */
+typedef struct tsr_group tsr_group;
+tsr_group *dist_group_split(int color, int key);
+void dist_group_free(tsr_group *g);
+int dist_group_rank(const tsr_group *g);
+int dist_group_size(const tsr_group *g);
+void dist_group_allreduce_sum_f32(tsr_group *g, float *buf, size_t n);
+void dist_group_allreduce_sum_f64(tsr_group *g, double *buf, size_t n);
+/* all[displs[r] .. + counts[r]) = rank r's mine (counts[r] floats), on every group rank */
+void dist_group_allgatherv_f32(tsr_group *g, const float *mine, float *all, const int *counts,
+                               const int *displs);
+/* The same, started now and completed by dist_wait (prefetch); returns a handle (NULL = done). */
+void *dist_group_iallgatherv_f32(tsr_group *g, const float *mine, float *all, const int *counts,
+                                 const int *displs);
+void dist_wait(void *request);
+/* recv (counts[rank]) = this rank's block of the sum of send over the group */
+void dist_group_reduce_scatter_f32(tsr_group *g, const float *send, float *recv, const int *counts);
+void dist_group_alltoallv_f32(tsr_group *g, const float *send, const int *scounts,
+                              const int *sdispls, float *recv, const int *rcounts,
+                              const int *rdispls);
+void dist_group_bcast_f32(tsr_group *g, float *buf, size_t n, int root);
 void dist_bcast(void *buf, size_t bytes, int root);
 _Noreturn void dist_abort(int code);
 /* Library version string (compile-time vs run-time), for the banner. */

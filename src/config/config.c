@@ -315,7 +315,8 @@ static const char *const cross_rules[] = {
     "With `model.attn_mask = \"document\"`, `model.eot_token` is below `model.vocab_size`.",
     "With `model.activation_checkpointing` other than `none`, "
     "`model.activation_checkpointing_layers` is -1 (all) or 1 .. `model.n_layer`.",
-    "`parallel.sharding`: only `ddp` and `zero1` are implemented yet.",
+    "With `parallel.sharding = \"hsdp\"`, `parallel.replica_group` (0: the ranks of one node) "
+    "divides the rank count (checked at start, when the rank count is known).",
     "`device = \"cuda\"` needs a build with the CUDA backend.",
     "Exactly one of `data.train` and `data.mix`; `data.curriculum` needs `data.mix`, its phases "
     "in increasing `at`.",
@@ -428,13 +429,6 @@ static void validate(load_ctx *c) {
         tsr_error("%sdata.cache_limit = \"%s\": expected a size such as \"500M\", \"20G\", "
                   "\"1.5T\" (powers of 1024) or \"0\" (no limit)",
                   where(c, "data.cache_limit", at, sizeof at), g->data.cache_limit);
-        c->errors++;
-    }
-    if (g->sharding != TSR_SHARD_DDP && g->sharding != TSR_SHARD_ZERO1) {
-        char v[64];
-        cfgtab_format(cfgtab_find("parallel.sharding"), g, v, sizeof v);
-        tsr_error("%sparallel.sharding = %s: not implemented yet; accepted now: ddp | zero1",
-                  where(c, "parallel.sharding", at, sizeof at), v);
         c->errors++;
     }
 #ifndef TSR_HAVE_CUDA

@@ -127,6 +127,7 @@ typedef struct tsr_config {
         int64_t top_k;      /* 0 = the whole vocabulary */
     } sample;
     tsr_sharding_kind sharding;
+    int64_t replica_group;  /* hsdp: ranks per sharding group; 0 = the ranks of one node */
     int n_icl;
     tsr_icl_task_config icl[TSR_MAX_ICL_TASKS];
     struct {

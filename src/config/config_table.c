@@ -208,9 +208,14 @@ const cfgtab_key cfgtab_keys[] = {
 
     {.name = "parallel.sharding", .type = CFGK_ENUM, FIELD(sharding), .def = "ddp",
      ENUM(shard_names),
-     .doc = "How ranks share the training state: `ddp` replicates it; `zero1` shards the optimizer "
-            "state, `zero3` also weights and gradients, `hsdp` zero3 within a node and ddp across "
-            "nodes. `ddp` and `zero1` are available in this build."},
+     .doc = "How ranks share the training state: `ddp` replicates it; `zero1` shards the AdamW "
+            "state; `zero3` shards weights, gradients and AdamW state over all ranks, gathering "
+            "each layer's weights when it runs; `hsdp` does zero3 within groups of "
+            "`parallel.replica_group` ranks and replicates across the groups (docs/sharding.md)."},
+    {.name = "parallel.replica_group", .type = CFGK_INT, FIELD(replica_group), .def = "0",
+     .ilo = 0, INT32_ONLY,
+     .doc = "hsdp: ranks per sharding group (a divisor of the rank count); 0 = the ranks of one "
+            "node. Ignored by the other modes."},
 
     {.name = "watchdog.window", .type = CFGK_INT, FIELD(watchdog.window), .def = "50", .ilo = 0,
      .ihi = INT64_MAX,

@@ -116,17 +116,16 @@ void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const ts
 void model_alloc_params(tsr_model *m) {
     m->params = m->ops->alloc(m->n_params * sizeof(float));
     m->grads = m->ops->alloc(m->n_params * sizeof(float));
-    if (m->cfg.pos == TSR_POS_ALIBI) {
+    model_alloc_slopes(m);
+}
+
+int model_param_per_layer(tsr_param_id id) { return id >= TSR_P_LN1W && id <= TSR_P_FCPROJB; }
+
+void model_alloc_slopes(tsr_model *m) {
+    if (m->cfg.pos == TSR_POS_ALIBI && !m->alibi_slopes) {
         m->alibi_slopes = m->ops->alloc((size_t)m->NH * sizeof(float));
         model_alibi_slopes(m->alibi_slopes, m->NH);
     }
-}
-
-static float *P(const tsr_model *m, tsr_param_id id) {
-    return m->params_info[id].numel ? m->params + m->params_info[id].offset : NULL;
-}
-static float *G(const tsr_model *m, tsr_param_id id) {
-    return m->params_info[id].numel ? m->grads + m->params_info[id].offset : NULL;
 }
 
 void model_init_weights(tsr_model *m, uint64_t seed) {
@@ -266,26 +265,30 @@ double model_flops_per_token(const tsr_model *m, int T) {
     return 6.0 * (double)m->n_params_counted + 12.0 * m->L * (double)m->C * T;
 }
 
-/* Per-layer views into the parameter and activation buffers. */
-typedef struct layer_view {
-    float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw,
-        *fcprojb;
-} layer_view;
+/* One unit's parameter and gradient bases by tensor id (unit 0: the root tensors wte, wpe, lnfw,
+ * lnfb; unit l+1: layer l's slices of the per-layer tensors), NULL where the unit has none. */
+typedef struct unit_view {
+    float *w[TSR_P_COUNT], *g[TSR_P_COUNT];
+} unit_view;
 
-static float *at(float *base, size_t l, size_t stride) { return base ? base + l * stride : NULL; }
+/* Gets unit u's tensors: from the parameter source (sharded), else from params/grads. */
+static void unit_get(const tsr_model *m, int u, int backward, unit_view *v) {
+    memset(v, 0, sizeof *v);
+    if (m->src) {
+        m->src->get(m->src->ctx, u, backward, v->w, v->g);
+        return;
+    }
+    for (int i = 0; i < TSR_P_COUNT; i++) {
+        const tsr_param_info *p = &m->params_info[i];
+        if (!p->numel || model_param_per_layer((tsr_param_id)i) != (u > 0)) continue;
+        size_t at = p->offset + (u > 0 ? (size_t)(u - 1) * (p->numel / (size_t)m->L) : 0);
+        v->w[i] = m->params + at;
+        if (m->grads) v->g[i] = m->grads + at;
+    }
+}
 
-static layer_view layer_params(const tsr_model *m, float *(*get)(const tsr_model *, tsr_param_id),
-                               int l) {
-    size_t C = m->C, F = m->F;
-    layer_view v = {
-        at(get(m, TSR_P_LN1W), l, C),          at(get(m, TSR_P_LN1B), l, C),
-        at(get(m, TSR_P_QKVW), l, 3 * C * C),  at(get(m, TSR_P_QKVB), l, 3 * C),
-        at(get(m, TSR_P_ATTPROJW), l, C * C),  at(get(m, TSR_P_ATTPROJB), l, C),
-        at(get(m, TSR_P_LN2W), l, C),          at(get(m, TSR_P_LN2B), l, C),
-        at(get(m, TSR_P_FCW), l, F * C),       at(get(m, TSR_P_FCB), l, F),
-        at(get(m, TSR_P_FCPROJW), l, C * F),   at(get(m, TSR_P_FCPROJB), l, C),
-    };
-    return v;
+static void unit_put(const tsr_model *m, int u, int backward) {
+    if (m->src) m->src->put(m->src->ctx, u, backward);
 }
 
 /* attn_mask = document: seq[b,t] = eot_tokens in tokens[b,0..t-1] (an eot_token ends its own
@@ -348,39 +351,40 @@ typedef enum {
 } layer_step;
 
 /* Runs steps [first, last] of layer l's forward on B x T. */
-static void layer_forward(tsr_model *m, int l, int B, int T, layer_step first, layer_step last) {
+static void layer_forward(tsr_model *m, int l, const unit_view *u, int B, int T, layer_step first,
+                          layer_step last) {
     const tsr_ops *o = m->ops;
     tsr_acts *a = &m->acts;
     size_t C = m->C, F = m->F, NH = m->NH, N = (size_t)B * T;
-    layer_view w = layer_params(m, P, l);
+    float *const *w = u->w;
     layer_acts v = layer_acts_at(m, l, T);
     for (int s = first; s <= (int)last; s++) {
         switch ((layer_step)s) {
         case LS_LN1:
-            o->layernorm_forward(v.ln1, v.ln1m, v.ln1r, v.x, w.ln1w, w.ln1b, (int)N, (int)C);
+            o->layernorm_forward(v.ln1, v.ln1m, v.ln1r, v.x, w[TSR_P_LN1W], w[TSR_P_LN1B], (int)N, (int)C);
             break;
         case LS_QKV:
-            o->matmul_forward(v.qkv, v.ln1, w.qkvw, w.qkvb, (int)N, (int)C, (int)(3 * C));
+            o->matmul_forward(v.qkv, v.ln1, w[TSR_P_QKVW], w[TSR_P_QKVB], (int)N, (int)C, (int)(3 * C));
             break;
         case LS_ATTN:
             o->attention_forward(v.atty, v.att, v.qkv, m->alibi_slopes, a->seq, B, T, (int)C,
                                  (int)NH);
             break;
         case LS_ATTPROJ:
-            o->matmul_forward(a->scratch, v.atty, w.attprojw, w.attprojb, (int)N, (int)C, (int)C);
+            o->matmul_forward(a->scratch, v.atty, w[TSR_P_ATTPROJW], w[TSR_P_ATTPROJB], (int)N, (int)C, (int)C);
             o->residual_forward(v.res2, v.x, a->scratch, N * C);
             break;
         case LS_LN2:
-            o->layernorm_forward(v.ln2, v.ln2m, v.ln2r, v.res2, w.ln2w, w.ln2b, (int)N, (int)C);
+            o->layernorm_forward(v.ln2, v.ln2m, v.ln2r, v.res2, w[TSR_P_LN2W], w[TSR_P_LN2B], (int)N, (int)C);
             break;
         case LS_FC:
-            o->matmul_forward(v.fch, v.ln2, w.fcw, w.fcb, (int)N, (int)C, (int)F);
+            o->matmul_forward(v.fch, v.ln2, w[TSR_P_FCW], w[TSR_P_FCB], (int)N, (int)C, (int)F);
             break;
         case LS_GELU:
             o->gelu_forward(v.fchg, v.fch, N * F, (tsr_gelu_kind)m->cfg.gelu);
             break;
         case LS_FCPROJ:
-            o->matmul_forward(a->scratch, v.fchg, w.fcprojw, w.fcprojb, (int)N, (int)F, (int)C);
+            o->matmul_forward(a->scratch, v.fchg, w[TSR_P_FCPROJW], w[TSR_P_FCPROJB], (int)N, (int)F, (int)C);
             o->residual_forward(v.res3, v.res2, a->scratch, N * C);
             break;
         case LS_COUNT:
@@ -410,13 +414,20 @@ double model_forward(tsr_model *m, const int32_t *tokens, const int32_t *targets
     size_t C = m->C, N = (size_t)B * T;
     size_t sN = (size_t)a->B * T; /* per-layer stride of the allocated buffers */
     if (a->seq) segments_from_tokens(a->seq, a->pos, tokens, m->cfg.eot_token, B, T);
-    o->encoder_forward(a->encoded, tokens, P(m, TSR_P_WTE), P(m, TSR_P_WPE), a->pos, B, T, (int)C);
+    unit_view root, lu;
+    unit_get(m, 0, 0, &root);
+    o->encoder_forward(a->encoded, tokens, root.w[TSR_P_WTE], root.w[TSR_P_WPE], a->pos, B, T, (int)C);
     /* a checkpointed layer writes what it does not keep to slot 0, which the next one overwrites */
-    for (int l = 0; l < m->L; l++) layer_forward(m, l, B, T, LS_LN1, LS_FCPROJ);
+    for (int l = 0; l < m->L; l++) {
+        unit_get(m, l + 1, 0, &lu);
+        layer_forward(m, l, &lu, B, T, LS_LN1, LS_FCPROJ);
+        unit_put(m, l + 1, 0);
+    }
     float *last = a->residual3 + (m->L - 1) * sN * C;
-    o->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, P(m, TSR_P_LNFW),
-                         P(m, TSR_P_LNFB), (int)N, (int)C);
-    o->matmul_forward(a->probs, a->lnf, P(m, TSR_P_WTE), NULL, (int)N, (int)C, m->Vp);
+    o->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, root.w[TSR_P_LNFW],
+                         root.w[TSR_P_LNFB], (int)N, (int)C);
+    o->matmul_forward(a->probs, a->lnf, root.w[TSR_P_WTE], NULL, (int)N, (int)C, m->Vp);
+    unit_put(m, 0, 0);
     o->softmax_xent_forward(a->losses, a->probs, a->probs, targets, (int)N, m->V, m->Vp);
     double sum = 0.0;
     for (size_t i = 0; i < N; i++)
@@ -433,43 +444,48 @@ void model_backward(tsr_model *m, const int32_t *tokens, const int32_t *targets,
     for (size_t i = 0; i < N; i++) a->dlosses[i] = targets[i] >= 0 ? loss_scale : 0.0f;
     /* dlogits overwrite probs in place */
     o->softmax_xent_backward(a->probs, a->dlosses, a->probs, targets, (int)N, m->V, m->Vp);
+    unit_view root, lu;
+    unit_get(m, 0, 1, &root);
     o->zero(a->dln, N * C * f);
-    o->matmul_backward(a->dln, G(m, TSR_P_WTE), NULL, a->probs, a->lnf, P(m, TSR_P_WTE), (int)N,
-                       (int)C, m->Vp);
+    o->matmul_backward(a->dln, root.g[TSR_P_WTE], NULL, a->probs, a->lnf, root.w[TSR_P_WTE],
+                       (int)N, (int)C, m->Vp);
     o->zero(a->dresidual, N * C * f);
     float *last = a->residual3 + (m->L - 1) * sN * C;
-    o->layernorm_backward(a->dresidual, G(m, TSR_P_LNFW), G(m, TSR_P_LNFB), a->dln, last,
-                          P(m, TSR_P_LNFW), a->lnf_mean, a->lnf_rstd, (int)N, (int)C);
+    o->layernorm_backward(a->dresidual, root.g[TSR_P_LNFW], root.g[TSR_P_LNFB], a->dln, last,
+                          root.w[TSR_P_LNFW], a->lnf_mean, a->lnf_rstd, (int)N, (int)C);
     for (int l = m->L - 1; l >= 0; l--) {
+        unit_get(m, l + 1, 1, &lu);
         if (l < m->n_ckpt) {
             /* recompute what the layer did not keep into slot 0 (a->scratch is free here) */
             tsr_actckpt_kind k = m->cfg.activation_checkpointing;
-            layer_forward(m, l, B, T, actckpt_rerun[k].first, actckpt_rerun[k].last);
+            layer_forward(m, l, &lu, B, T, actckpt_rerun[k].first, actckpt_rerun[k].last);
         }
-        layer_view w = layer_params(m, P, l), g = layer_params(m, G, l);
+        float *const *w = lu.w, *const *g = lu.g;
         layer_acts v = layer_acts_at(m, l, T);
         /* MLP branch: dresidual is d(residual3) = d(fcproj output), and flows on to residual2 */
         o->zero(a->dfch_gelu, N * F * f);
-        o->matmul_backward(a->dfch_gelu, g.fcprojw, g.fcprojb, a->dresidual, v.fchg, w.fcprojw,
+        o->matmul_backward(a->dfch_gelu, g[TSR_P_FCPROJW], g[TSR_P_FCPROJB], a->dresidual, v.fchg, w[TSR_P_FCPROJW],
                            (int)N, (int)F, (int)C);
         o->zero(a->dfch, N * F * f);
         o->gelu_backward(a->dfch, v.fch, a->dfch_gelu, N * F, (tsr_gelu_kind)m->cfg.gelu);
         o->zero(a->dln, N * C * f);
-        o->matmul_backward(a->dln, g.fcw, g.fcb, a->dfch, v.ln2, w.fcw, (int)N, (int)C, (int)F);
-        o->layernorm_backward(a->dresidual, g.ln2w, g.ln2b, a->dln, v.res2, w.ln2w, v.ln2m, v.ln2r,
+        o->matmul_backward(a->dln, g[TSR_P_FCW], g[TSR_P_FCB], a->dfch, v.ln2, w[TSR_P_FCW], (int)N, (int)C, (int)F);
+        o->layernorm_backward(a->dresidual, g[TSR_P_LN2W], g[TSR_P_LN2B], a->dln, v.res2, w[TSR_P_LN2W], v.ln2m, v.ln2r,
                               (int)N, (int)C);
         /* attention branch: dresidual is now d(residual2) = d(attproj output) */
         o->zero(a->datty, N * C * f);
-        o->matmul_backward(a->datty, g.attprojw, g.attprojb, a->dresidual, v.atty, w.attprojw,
+        o->matmul_backward(a->datty, g[TSR_P_ATTPROJW], g[TSR_P_ATTPROJB], a->dresidual, v.atty, w[TSR_P_ATTPROJW],
                            (int)N, (int)C, (int)C);
         o->zero(a->dqkv, N * 3 * C * f);
         o->attention_backward(a->dqkv, a->datty, v.qkv, v.att, a->seq, B, T, (int)C, (int)NH);
         o->zero(a->dln, N * C * f);
-        o->matmul_backward(a->dln, g.qkvw, g.qkvb, a->dqkv, v.ln1, w.qkvw, (int)N, (int)C,
+        o->matmul_backward(a->dln, g[TSR_P_QKVW], g[TSR_P_QKVB], a->dqkv, v.ln1, w[TSR_P_QKVW], (int)N, (int)C,
                            (int)(3 * C));
-        o->layernorm_backward(a->dresidual, g.ln1w, g.ln1b, a->dln, v.x, w.ln1w, v.ln1m, v.ln1r,
+        o->layernorm_backward(a->dresidual, g[TSR_P_LN1W], g[TSR_P_LN1B], a->dln, v.x, w[TSR_P_LN1W], v.ln1m, v.ln1r,
                               (int)N, (int)C);
+        unit_put(m, l + 1, 1);
     }
-    o->encoder_backward(G(m, TSR_P_WTE), G(m, TSR_P_WPE), a->dresidual, tokens, a->pos, B, T,
+    o->encoder_backward(root.g[TSR_P_WTE], root.g[TSR_P_WPE], a->dresidual, tokens, a->pos, B, T,
                         (int)C);
+    unit_put(m, 0, 1);
 }

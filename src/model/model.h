@@ -81,6 +81,18 @@ typedef struct tsr_acts {
     int32_t *pos;        /* (B,T) position in the segment (learned positions only) */
 } tsr_acts;
 
+/* Sharded parameters (parallel.sharding = zero3 | hsdp, src/train/fsdp.h). When a model has a
+ * source, model_forward and model_backward never touch params/grads: they ask the source for each
+ * unit's tensors just before using them and hand them back right after. Unit 0 is the root (wte,
+ * wpe, lnfw, lnfb); unit l+1 is layer l. get fills w[id] (and in backward g[id], where the unit's
+ * gradients are to be accumulated) with the base of tensor id's slice for that unit, NULL for
+ * tensors the unit does not hold. */
+typedef struct tsr_param_source {
+    void *ctx;
+    void (*get)(void *ctx, int unit, int backward, float **w, float **g);
+    void (*put)(void *ctx, int unit, int backward);
+} tsr_param_source;
+
 typedef struct tsr_model {
     tsr_model_config cfg;
     const tsr_ops *ops;
@@ -90,6 +102,7 @@ typedef struct tsr_model {
     size_t n_params_counted; /* trainable parameters: excludes padded vocab rows */
     float *params, *grads;   /* flat (n_params) */
     float *alibi_slopes;     /* (NH) or NULL */
+    const tsr_param_source *src; /* NULL: params/grads hold everything */
     int n_ckpt;              /* Lc: layers 0..Lc-1 are checkpointed (0: activation_checkpointing
                               * = none) */
     tsr_acts acts;
@@ -104,6 +117,10 @@ void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const ts
 int model_config_check(const tsr_model_config *cfg, char *why, size_t n);
 /* Allocates parameters and gradients (zeroed) and the ALiBi slopes. */
 void model_alloc_params(tsr_model *m);
+/* The ALiBi slopes alone (a model whose parameters live in a tsr_param_source). */
+void model_alloc_slopes(tsr_model *m);
+/* Tensor id holds one slice per layer ((L, ...) shapes): ln1w .. fcprojb. */
+int model_param_per_layer(tsr_param_id id);
 /* GPT-2 initialisation: weights N(0, init_std), residual projections N(0, init_std/sqrt(2L)),
  * biases 0, LayerNorm weights 1, padded vocab rows 0. A pure function of (seed): every rank gets
  * the same bits without communication. */

@@ -45,6 +45,20 @@ int checkpointing_stop_requested(void) {
  * checks config.json and the safetensors header itself (the same answer everywhere; rank 0 alone
  * reports), then reads only the tensors that meet its part of the flat parameter buffer, as a
  * checkpoint load does; an all-reduce agrees on the outcome, an all-gather completes the weights. */
+/* ZeRO-3 / HSDP: a weights-only load (--init-from) goes through a full flat buffer, as the
+ * initialisation does (trainer.c init_sharded): this rank keeps its shard of it. */
+static void full_begin(tsr_trainer *t) {
+    if (!t->fsdp_on) return;
+    t->model.params = t->ops->alloc(t->model.n_params * sizeof(float));
+    t->ops->zero(t->model.params, t->model.n_params * sizeof(float));
+}
+static void full_end(tsr_trainer *t, int ok) {
+    if (!t->fsdp_on) return;
+    if (ok) fsdp_load_full(&t->fsdp, t->model.params);
+    t->ops->free(t->model.params);
+    t->model.params = NULL;
+}
+
 static int init_from_hf(tsr_trainer *t, const char *dir) {
     double t0 = tsr_now();
     hf_import *h = NULL;
@@ -53,12 +67,14 @@ static int init_from_hf(tsr_trainer *t, const char *dir) {
     tsr_log_mute(0);
     size_t lo = (size_t)t->part_displs[t->dist.rank], hi = lo + (size_t)t->part_counts[t->dist.rank];
     uint64_t bytes = 0;
+    full_begin(t);
     if (!rc) rc = hf_import_read(h, &t->model, lo, hi, &bytes);
     hf_import_close(h);
     double worst = rc;
     dist_allreduce_max_f64(&worst, 1); /* a read error on one rank stops all of them */
+    if (worst == 0) dist_allgatherv_f32(t->model.params, t->part_counts, t->part_displs);
+    full_end(t, worst == 0);
     if (worst != 0) return (int)worst;
-    dist_allgatherv_f32(t->model.params, t->part_counts, t->part_displs);
     int64_t total = (int64_t)bytes;
     dist_allreduce_sum_i64(&total, 1);
     metrics_log_checkpoint(t, "init-from", dir, tsr_now() - t0, (uint64_t)total);
@@ -96,10 +112,46 @@ int checkpointing_resume(tsr_trainer *t, const char *resume_path, const char *in
 enum { SET_MODEL = 0, SET_M, SET_V, SET_COUNT };
 static const char *const set_prefix[SET_COUNT] = {"model/", "optim/m/", "optim/v/"};
 
+/* The flat range this rank reads and writes, and where each set's floats of it are: DDP and
+ * ZeRO-1 ranks use their part of the trainer's partition, straight from the model and the moments;
+ * ZeRO-3 / HSDP ranks of the first group their part of the group's partition, through t->ckio
+ * (filled from the shards before a save, moved into them after a load); the other groups none. */
+static void io_layout(tsr_trainer *t, int with_optim, size_t *lo, size_t *hi, float **base,
+                      size_t *origin) {
+    if (!t->fsdp_on) {
+        *lo = (size_t)t->part_displs[t->dist.rank];
+        *hi = *lo + (size_t)t->part_counts[t->dist.rank];
+        base[SET_MODEL] = t->model.params, base[SET_M] = t->m, base[SET_V] = t->v;
+        origin[SET_MODEL] = 0, origin[SET_M] = origin[SET_V] = t->shard_lo;
+        return;
+    }
+    tsr_fsdp *f = &t->fsdp;
+    size_t n = f->gindex == 0 ? (size_t)f->part_counts[f->grank] : 0;
+    *lo = f->gindex == 0 ? (size_t)f->part_displs[f->grank] : 0;
+    *hi = *lo + n;
+    for (int set = 0; set < SET_COUNT; set++) {
+        if (!t->ckio[set] && (set == SET_MODEL || with_optim) && n > 0) {
+            t->ckio[set] = t->ops->alloc(n * sizeof(float));
+            t->ops->zero(t->ckio[set], n * sizeof(float));
+        }
+        base[set] = t->ckio[set];
+        origin[set] = *lo;
+    }
+}
+
+static void io_release(tsr_trainer *t) {
+    for (int set = 0; set < SET_COUNT; set++) {
+        if (t->ckio[set]) t->ops->free(t->ckio[set]);
+        t->ckio[set] = NULL;
+    }
+}
+
 /* Fills up to 3 * TSR_P_COUNT tensor descriptors; names are written into names (64 each). */
 static int build_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (*names)[64]) {
     const tsr_model *m = &t->model;
-    size_t lo = (size_t)t->part_displs[t->dist.rank], hi = lo + (size_t)t->part_counts[t->dist.rank];
+    size_t lo, hi, origin[SET_COUNT];
+    float *base[SET_COUNT];
+    io_layout(t, with_optim, &lo, &hi, base, origin);
     int n = 0;
     for (int set = 0; set < (with_optim ? SET_COUNT : 1); set++) {
         for (int i = 0; i < TSR_P_COUNT; i++) {
@@ -115,9 +167,7 @@ static int build_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (
             for (int d = 0; d < 4; d++) c->shape[d] = d < p->ndim && d < 3 ? p->shape[d] : 0;
             c->lo = a - p->offset;
             c->hi = b - p->offset;
-            float *base = set == SET_MODEL ? m->params : set == SET_M ? t->m : t->v;
-            size_t origin = set == SET_MODEL ? 0 : t->shard_lo; /* moments cover [shard_lo, shard_hi) */
-            c->data = base + (a - origin);
+            c->data = a < b ? base[set] + (a - origin[set]) : NULL;
             n++;
         }
     }
@@ -151,18 +201,35 @@ int checkpointing_save(tsr_trainer *t) {
     ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
     char names[SET_COUNT * TSR_P_COUNT][64];
     int n = build_tensors(t, 1, ts, names);
+    if (t->fsdp_on && t->fsdp.gindex == 0) { /* the first group writes (fsdp.h) */
+        fsdp_shard_to_part(&t->fsdp, t->fsdp.params, t->ckio[SET_MODEL]);
+        fsdp_shard_to_part(&t->fsdp, t->m, t->ckio[SET_M]);
+        fsdp_shard_to_part(&t->fsdp, t->v, t->ckio[SET_V]);
+    }
     ckpt_meta *meta = tsr_malloc(sizeof *meta);
     fill_meta(t, meta);
     char path[1200];
     ckpt_stats st = {0};
     int rc = ckpt_save(t->cfg.run_dir, meta, ts, n, t->cfg.keep_last, path, sizeof path, &st);
     free(meta);
+    io_release(t);
     if (!rc) metrics_log_checkpoint(t, "save", path, st.seconds, st.bytes);
     return rc;
 }
 
-/* After reading each rank's part: complete the replicated state. */
+/* After reading each rank's part: complete the replicated state; ZeRO-3 / HSDP: move the first
+ * group's parts into its shards and copy those to the other groups. */
 static void gather_after_load(tsr_trainer *t, int with_optim) {
+    if (t->fsdp_on) {
+        tsr_fsdp *f = &t->fsdp;
+        float *shard[SET_COUNT] = {f->params, t->m, t->v};
+        for (int set = 0; set < (with_optim ? SET_COUNT : 1); set++) {
+            if (f->gindex == 0) fsdp_part_to_shard(f, t->ckio[set], shard[set]);
+            dist_group_bcast_f32(f->replicas, shard[set], f->shard_n, 0);
+        }
+        fsdp_params_changed(f);
+        return;
+    }
     dist_allgatherv_f32(t->model.params, t->part_counts, t->part_displs);
     if (with_optim && !t->zero1) {
         dist_allgatherv_f32(t->m, t->part_counts, t->part_displs);
@@ -248,6 +315,7 @@ int checkpointing_rollback(tsr_trainer *t, int64_t max_step, char *path, size_t 
         metrics_log_checkpoint(t, "rollback", path, st.seconds, st.bytes);
     }
     free(meta);
+    io_release(t);
     return rc;
 }
 
@@ -281,6 +349,7 @@ int checkpointing_resume(tsr_trainer *t, const char *resume_arg, const char *ini
     if (rc == 1 && init_hf) { /* fresh run from a Hugging Face directory: weights only */
         rc = init_from_hf(t, init_arg);
     } else if (rc == 1 && init_from) { /* fresh run: weights only, step 0 */
+        io_release(t);
         n = build_tensors(t, 0, ts, names);
         rc = ckpt_load(init_from, meta, ts, n, "model/", &st);
         if (!rc) {
@@ -294,6 +363,7 @@ int checkpointing_resume(tsr_trainer *t, const char *resume_arg, const char *ini
         metrics_log_checkpoint(t, "resume", path, st.seconds, st.bytes);
     }
     free(meta);
+    io_release(t);
     return rc;
 }
 

@@ -51,11 +51,52 @@ static int plan_shards(tsr_trainer *t) {
         t->part_displs[r] = (int)lo;
         t->part_counts[r] = (int)(hi - lo);
     }
-    t->zero1 = t->cfg.sharding == TSR_SHARD_ZERO1 && W > 1;
+    t->zero1 = t->cfg.sharding == TSR_SHARD_ZERO1 && W > 1; /* (zero3 and hsdp: train/fsdp.h) */
     t->shard_lo = t->zero1 ? (size_t)t->part_displs[t->dist.rank] : 0;
     t->shard_hi = t->zero1 ? t->shard_lo + (size_t)t->part_counts[t->dist.rank] : n;
     if (t->zero1) t->gslice = t->ops->alloc((t->shard_hi - t->shard_lo) * sizeof(float));
     return 0;
+}
+
+int trainer_shard_group(const tsr_config *cfg, int world, int local_world, int *G) {
+    *G = world;
+    if (cfg->sharding != TSR_SHARD_HSDP) return 0;
+    *G = cfg->replica_group > 0 ? (int)cfg->replica_group : local_world;
+    if (*G < 1 || world % *G != 0) {
+        tsr_error("parallel.replica_group = %lld%s: the %d ranks do not split into groups of %d "
+                  "(hsdp shards within a group and replicates across groups): choose a divisor "
+                  "of the rank count", (long long)cfg->replica_group,
+                  cfg->replica_group > 0 ? "" : " (the ranks of one node)", world, *G);
+        return TSR_EXIT_USAGE;
+    }
+    return 0;
+}
+
+void trainer_full_weights(tsr_trainer *t, int on) {
+    if (!t->fsdp_on) return;
+    tsr_model *m = &t->model;
+    if (on) {
+        m->params = fsdp_gather_full(&t->fsdp);
+        m->src = NULL;
+    } else {
+        t->ops->free(m->params);
+        m->params = NULL;
+        m->src = &t->fsdp.src;
+    }
+}
+
+/* ZeRO-3 / HSDP: the model's weights live in shards. Initialisation builds the full weights once
+ * (model_init_weights is a pure function of the seed: every rank gets the same bits) and keeps
+ * this rank's shard. */
+static void init_sharded(tsr_trainer *t, uint64_t seed) {
+    tsr_model *m = &t->model;
+    fsdp_init(&t->fsdp, m, t->fsdp_group, &t->dist);
+    m->params = t->ops->alloc(m->n_params * sizeof(float));
+    model_init_weights(m, seed);
+    fsdp_load_full(&t->fsdp, m->params);
+    t->ops->free(m->params);
+    m->params = NULL;
+    model_alloc_slopes(m);
 }
 
 int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run) {
@@ -77,6 +118,8 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->eval_every = duration_to_steps(cfg->eval_interval, cfg->global_batch, cfg->seq_len, epoch_samples);
     t->save_every = duration_to_steps(cfg->save_interval, cfg->global_batch, cfg->seq_len, epoch_samples);
     guard_init(&t->guard, cfg);
+    TSR_CHECK(trainer_shard_group(cfg, d->world, d->local_world, &t->fsdp_group));
+    t->fsdp_on = cfg->sharding == TSR_SHARD_ZERO3 || cfg->sharding == TSR_SHARD_HSDP;
     model_init(&t->model, &cfg->model, t->T, t->ops);
     t->flops_per_token = model_flops_per_token(&t->model, t->T);
     if (dry_run) { /* the plan needs the layout only: nothing is allocated */
@@ -85,12 +128,16 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     }
     TSR_CHECK(train_data_plan(t));
     TSR_CHECK(train_data_stage_open(t));
-    model_alloc_params(&t->model);
-    model_init_weights(&t->model, (uint64_t)cfg->seed);
+    if (t->fsdp_on) {
+        init_sharded(t, (uint64_t)cfg->seed);
+    } else {
+        model_alloc_params(&t->model);
+        model_init_weights(&t->model, (uint64_t)cfg->seed);
+    }
     model_alloc_acts(&t->model, t->micro, t->T);
     TSR_CHECK(train_icl_open(t)); /* task files read before the first step */
     TSR_CHECK(plan_shards(t));
-    size_t owned = t->shard_hi - t->shard_lo;
+    size_t owned = t->fsdp_on ? t->fsdp.shard_n : t->shard_hi - t->shard_lo;
     t->m = t->ops->alloc(owned * sizeof(float));
     t->v = t->ops->alloc(owned * sizeof(float));
     t->inputs = tsr_malloc((size_t)t->per_rank * t->T * sizeof(int32_t));
@@ -128,8 +175,10 @@ static void nan_fault(tsr_trainer *t) {
         if (sscanf(f, "%lld:%lld", &from, &rank) != 2) return;
         to = from;
     }
-    if (t->step + 1 >= from && t->step + 1 <= to && rank == t->dist.rank)
-        t->model.grads[t->model.n_params / 2] = NAN;
+    if (t->step + 1 >= from && t->step + 1 <= to && rank == t->dist.rank) {
+        if (t->fsdp_on) t->fsdp.grads[t->fsdp.shard_n / 2] = NAN;
+        else t->model.grads[t->model.n_params / 2] = NAN;
+    }
 }
 
 void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
@@ -149,7 +198,8 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     float scale = counted > 0 ? 1.0f / (float)counted : 0.0f;
     watchdog_phase(WD_COMPUTE, t->step);
     double tc = tsr_now();
-    t->ops->zero(m->grads, m->n_params * sizeof(float));
+    if (t->fsdp_on) fsdp_zero_grads(&t->fsdp);
+    else t->ops->zero(m->grads, m->n_params * sizeof(float));
     double loss_sum = 0.0;
     for (int64_t b = 0; b < t->per_rank; b += t->micro) {
         const int32_t *in = t->inputs + b * t->T, *tg = t->targets + b * t->T;
@@ -163,7 +213,10 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     /* gradients of the owned slice, summed over ranks */
     float *g = m->grads + t->shard_lo;
     size_t lo = t->shard_lo, hi = t->shard_hi;
-    if (t->zero1) {
+    if (t->fsdp_on) { /* the layers' gradients are reduce-scattered already */
+        fsdp_finish_grads(&t->fsdp);
+        g = t->fsdp.grads, lo = 0, hi = t->fsdp.shard_n;
+    } else if (t->zero1) {
         dist_reduce_scatter_sum_f32(m->grads, t->gslice, t->part_counts);
         g = t->gslice;
     } else if (t->dist.world > 1) {
@@ -172,6 +225,7 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     if (t->dist.world > 1) dist_allreduce_sum_f64(&loss_sum, 1);
     double sq = t->ops->sumsq(g, hi - lo);
     if (t->zero1) dist_allreduce_sum_f64(&sq, 1);
+    if (t->fsdp_on) dist_group_allreduce_sum_f64(t->fsdp.group, &sq, 1); /* replicas are equal */
     double norm = sqrt(sq);
     float gscale = 1.0f;
     if (o->grad_clip > 0 && norm > o->grad_clip) gscale = (float)(o->grad_clip / (norm + 1e-6));
@@ -192,7 +246,15 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     int apply = st->verdict == GUARD_OK || st->verdict == GUARD_WARN;
     if (apply) t->optim_step++;
     /* AdamW on the owned part of each tensor (weight decay depends on the tensor's kind) */
-    for (int i = 0; apply && i < TSR_P_COUNT; i++) {
+    for (int k = 0; apply && t->fsdp_on && k < t->fsdp.n_pieces[t->fsdp.grank]; k++) {
+        const fsdp_piece *p = &t->fsdp.pieces[t->fsdp.grank][k];
+        float wd = param_decays(o, m->params_info[p->id].kind) ? (float)o->weight_decay : 0.0f;
+        t->ops->adamw_update(t->fsdp.params + p->shard, g + p->shard, t->m + p->shard,
+                             t->v + p->shard, p->len, (float)lr, (float)o->beta1, (float)o->beta2,
+                             (float)o->eps, wd, gscale, (int)t->optim_step);
+    }
+    if (apply && t->fsdp_on) fsdp_params_changed(&t->fsdp);
+    for (int i = 0; apply && !t->fsdp_on && i < TSR_P_COUNT; i++) {
         const tsr_param_info *p = &m->params_info[i];
         size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
         if (a >= b) continue;
@@ -215,8 +277,11 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
 
 double trainer_eval(tsr_trainer *t) {
     if (!t->val) return NAN;
-    return train_data_eval_loss(&t->model, t->val, t->cfg.data.val, t->T, t->micro,
-                                t->cfg.eval_samples, &t->dist, t->inputs, t->targets, NULL);
+    trainer_full_weights(t, 1); /* ranks run different numbers of batches: no per-layer gathers */
+    double loss = train_data_eval_loss(&t->model, t->val, t->cfg.data.val, t->T, t->micro,
+                                       t->cfg.eval_samples, &t->dist, t->inputs, t->targets, NULL);
+    trainer_full_weights(t, 0);
+    return loss;
 }
 
 /* Test-only fault injection (tests/test_resume.sh): TSR_FAULT="kill:STEP:RANK" makes that rank
@@ -361,7 +426,9 @@ int trainer_run(tsr_trainer *t) {
         }
         if (t->icl && eval_now) {
             watchdog_phase(WD_EVAL, t->step);
+            trainer_full_weights(t, 1);
             train_icl_run(t);
+            trainer_full_weights(t, 0);
         }
         /* no periodic save inside an outlier streak: it would be useless to a rollback and its
          * retention could delete the last checkpoint from before the spike */
@@ -381,6 +448,7 @@ int trainer_run(tsr_trainer *t) {
     watchdog_stop();
     train_data_stage_end(t);
     metrics_finish(t);
+    if (t->cfg.sample.tokens > 0) trainer_full_weights(t, 1);
     if (t->cfg.sample.tokens > 0 && t->dist.rank == 0) {
         /* prompt: the end-of-text token, by convention the vocabulary's last id (GPT-2's 50256,
          * the synthetic corpus' V-1, a trained tokenizer's last special) */
@@ -390,6 +458,7 @@ int trainer_run(tsr_trainer *t) {
         metrics_log_sample(t, ids, n);
         free(ids);
     }
+    if (t->cfg.sample.tokens > 0) trainer_full_weights(t, 0);
     return TSR_EXIT_OK;
 }
 
@@ -401,7 +470,8 @@ void trainer_free(tsr_trainer *t) {
     if (t->v) t->ops->free(t->v);
     free(t->inputs);
     free(t->targets);
-    if (t->model.params) model_free(&t->model);
+    fsdp_free(&t->fsdp);
+    model_free(&t->model);
     train_data_close(t);
     train_icl_close(t);
     guard_free(&t->guard);

@@ -16,6 +16,7 @@
 #include "dist.h"
 #include "data/mix.h"
 #include "model/model.h"
+#include "train/fsdp.h"
 #include "train/guard.h"
 
 typedef struct tsr_step_stats {
@@ -70,6 +71,11 @@ typedef struct tsr_trainer {
      * the partition only splits checkpoint I/O. */
     int zero1;
     size_t shard_lo, shard_hi;
+    /* ZeRO-3 / HSDP (fsdp_on): weights, gradients and moments live as fsdp shards (train/fsdp.h);
+     * m, v are (fsdp.shard_n) in shard order, model.params/grads are NULL */
+    int fsdp_on, fsdp_group;     /* fsdp_group: G, the ranks that share one copy of the state */
+    tsr_fsdp fsdp;
+    float *ckio[3];              /* fsdp checkpoint I/O: weights, m, v in the flat partition */
     int *part_counts, *part_displs; /* per rank */
     float *gslice;               /* ZeRO-1: summed gradients of the owned slice */
     float *m, *v;                /* AdamW moments of the owned slice */
@@ -93,6 +99,14 @@ double trainer_eval(tsr_trainer *t);
  * exit code. */
 int trainer_run(tsr_trainer *t);
 void trainer_free(tsr_trainer *t);
+/* parallel.sharding = zero3 | hsdp: the ranks per sharding group (zero3: the world; hsdp:
+ * parallel.replica_group, 0 = the ranks of one node). 0 and *G, or TSR_EXIT_USAGE after naming the
+ * key when G does not divide the world. */
+int trainer_shard_group(const tsr_config *cfg, int world, int local_world, int *G);
+/* ZeRO-3 / HSDP: on = 1 gathers the full weights into model.params on every rank (eval, ICL and
+ * sampling run on them, like FSDP's summon_full_params); on = 0 frees them. Collective; nothing
+ * under ddp and zero1. */
+void trainer_full_weights(tsr_trainer *t, int on);
 /* Samples n_new tokens after the prompt (n_prompt >= 1 tokens) with sample.temperature and
  * sample.top_k, deterministically from seed; writes them to out. Local to the calling rank. */
 int trainer_sample(tsr_trainer *t, const int32_t *prompt, int n_prompt, int n_new, uint64_t seed,

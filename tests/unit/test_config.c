@@ -356,10 +356,15 @@ static void test_cross(void) {
     p = write_cfg("x5.cfg", 10, "  max_seq_len = 8; pos = \"alibi\";", 0);
     rc = load(&c, p, NULL, 0);
     expect(rc, 0, "... but alibi does not", NULL);
-    p = write_cfg("x6.cfg", 17, "parallel = { sharding = \"zero3\"; };", 0);
+    p = write_cfg("x6.cfg", 17, "parallel = { sharding = \"hsdp\"; replica_group = 2; };", 0);
     rc = load(&c, p, NULL, 0);
-    expect(rc, TSR_EXIT_USAGE, "sharding other than ddp and zero1",
-           "parallel.sharding = \"zero3\": not implemented yet; accepted now: ddp | zero1", NULL);
+    expect(rc, 0, "sharding = hsdp with replica_group = 2 loads", NULL);
+    expect(c.sharding == TSR_SHARD_HSDP && c.replica_group == 2 ? 0 : 1, 0,
+           "... and sets sharding and replica_group", NULL);
+    p = write_cfg("x6b.cfg", 17, "parallel = { sharding = \"hsdp\"; replica_group = -1; };", 0);
+    rc = load(&c, p, NULL, 0);
+    expect(rc, TSR_EXIT_USAGE, "replica_group < 0 is refused naming the key",
+           fmt("%s:17: parallel.replica_group", p), NULL);
     p = write_cfg("x7.cfg", 17, "device = \"cuda\";", 0);
     rc = load(&c, p, NULL, 0);
 #ifdef TSR_HAVE_CUDA
@@ -634,7 +639,7 @@ static void test_table_and_docs(void) {
         for (int j = 0; j < i; j++)
             if (!strcmp(cfgtab_keys[j].name, k->name)) ok = 0, tap_diag("%s twice", k->name);
     }
-    tap_ok(ok && cfgtab_n_keys == 64, "key table: %d keys, each documented, unique, default xor example",
+    tap_ok(ok && cfgtab_n_keys == 65, "key table: %d keys, each documented, unique, default xor example",
            cfgtab_n_keys);
     char *text = NULL;
     size_t len = 0;

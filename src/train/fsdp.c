@@ -1,0 +1,322 @@
+/* fsdp.c — ZeRO-3 / HSDP: units, shards, gathers with prefetch, gradient reduce-scatter, and the
+ * checkpoint layout exchange (fsdp.h, docs/sharding.md). */
+#include "train/fsdp.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+/* unit 0: the tensors that are not per layer; unit l+1: layer l's slices of the others */
+static void build_unit(const tsr_model *m, int u, fsdp_unit *un) {
+    memset(un, 0, sizeof *un);
+    for (int i = 0; i < TSR_P_COUNT; i++) {
+        const tsr_param_info *p = &m->params_info[i];
+        if (!p->numel || model_param_per_layer((tsr_param_id)i) != (u > 0)) continue;
+        size_t len = u > 0 ? p->numel / (size_t)m->L : p->numel;
+        un->seg[un->n_seg++] = (fsdp_seg){i, p->offset + (u > 0 ? (size_t)(u - 1) * len : 0),
+                                          un->size, len};
+        un->size += len;
+    }
+}
+
+static void plan_units(const tsr_model *m, int G, fsdp_unit *units) {
+    for (int u = 0; u <= m->L; u++) {
+        build_unit(m, u, &units[u]);
+        units[u].counts = tsr_malloc((size_t)G * sizeof(int));
+        units[u].displs = tsr_malloc((size_t)G * sizeof(int));
+        for (int r = 0; r < G; r++) {
+            size_t lo = units[u].size * (size_t)r / (size_t)G;
+            size_t hi = units[u].size * (size_t)(r + 1) / (size_t)G;
+            units[u].displs[r] = (int)lo;
+            units[u].counts[r] = (int)(hi - lo);
+        }
+    }
+}
+
+void fsdp_plan_bytes(const tsr_model *m, int G, double *weights, double *grads, double *optim) {
+    size_t root = 0, layer = 0, total = 0;
+    fsdp_unit un;
+    for (int u = 0; u <= m->L; u++) {
+        build_unit(m, u, &un);
+        total += un.size;
+        if (u == 0) root = un.size;
+        else if (un.size > layer) layer = un.size;
+    }
+    double shard = (double)((total + (size_t)G - 1) / (size_t)G) * sizeof(float);
+    *weights = shard + (double)(root + 2 * layer) * sizeof(float);
+    *grads = shard + (double)(root + layer) * sizeof(float);
+    *optim = 2 * shard;
+}
+
+/* Rank r's shard as flat runs, in shard order. */
+static int list_pieces(const tsr_fsdp *f, int r, fsdp_piece *out) {
+    int n = 0;
+    size_t s = 0;
+    for (int u = 0; u < f->n_units; u++) {
+        const fsdp_unit *un = &f->units[u];
+        size_t a = (size_t)un->displs[r], b = a + (size_t)un->counts[r];
+        for (int k = 0; k < un->n_seg; k++) {
+            const fsdp_seg *g = &un->seg[k];
+            size_t x0 = a > g->at ? a : g->at, x1 = b < g->at + g->len ? b : g->at + g->len;
+            if (x0 < x1 && out) out[n] = (fsdp_piece){g->id, g->flat + (x0 - g->at), s + (x0 - a), x1 - x0};
+            if (x0 < x1) n++;
+        }
+        s += b - a;
+    }
+    return n;
+}
+
+static void *grab(tsr_fsdp *f, size_t n) {
+    float *p = f->ops->alloc((n ? n : 1) * sizeof(float));
+    f->ops->zero(p, (n ? n : 1) * sizeof(float));
+    return p;
+}
+
+static void src_get(void *ctx, int u, int backward, float **w, float **g);
+static void src_put(void *ctx, int u, int backward);
+
+void fsdp_init(tsr_fsdp *f, tsr_model *m, int G, const tsr_dist *d) {
+    memset(f, 0, sizeof *f);
+    f->m = m;
+    f->ops = m->ops;
+    f->G = G;
+    f->R = d->world / G;
+    f->grank = d->rank % G;
+    f->gindex = d->rank / G;
+    f->group = dist_group_split(f->gindex, f->grank);
+    f->replicas = dist_group_split(f->grank, f->gindex);
+    f->n_units = m->L + 1;
+    f->units = tsr_calloc((size_t)f->n_units, sizeof *f->units);
+    plan_units(m, G, f->units);
+    f->unit_at = tsr_malloc((size_t)f->n_units * sizeof(size_t));
+    for (int u = 0; u < f->n_units; u++) {
+        f->unit_at[u] = f->shard_n;
+        f->shard_n += (size_t)f->units[u].counts[f->grank];
+        if (u > 0 && f->units[u].size > f->max_layer) f->max_layer = f->units[u].size;
+    }
+    f->n_pieces = tsr_malloc((size_t)G * sizeof(int));
+    f->pieces = tsr_malloc((size_t)G * sizeof(fsdp_piece *));
+    for (int r = 0; r < G; r++) {
+        f->n_pieces[r] = list_pieces(f, r, NULL);
+        f->pieces[r] = tsr_malloc((size_t)(f->n_pieces[r] ? f->n_pieces[r] : 1) * sizeof(fsdp_piece));
+        list_pieces(f, r, f->pieces[r]);
+    }
+    size_t n = m->n_params;
+    f->part_counts = tsr_malloc((size_t)G * sizeof(int));
+    f->part_displs = tsr_malloc((size_t)G * sizeof(int));
+    for (size_t r = 0; r < (size_t)G; r++) { /* the rule of the trainer's flat partition */
+        size_t lo = n * r / (size_t)G / 16 * 16;
+        size_t hi = r + 1 == (size_t)G ? n : n * (r + 1) / (size_t)G / 16 * 16;
+        f->part_displs[r] = (int)lo;
+        f->part_counts[r] = (int)(hi - lo);
+    }
+    f->params = grab(f, f->shard_n);
+    f->grads = grab(f, f->shard_n);
+    f->root_w = grab(f, f->units[0].size);
+    f->root_g = grab(f, f->units[0].size);
+    f->slot[0] = grab(f, f->max_layer);
+    f->slot[1] = grab(f, f->max_layer);
+    f->slot_unit[0] = f->slot_unit[1] = -1;
+    f->layer_g = grab(f, f->max_layer);
+    size_t most = f->units[0].counts[f->grank];
+    for (int u = 1; u < f->n_units; u++)
+        if ((size_t)f->units[u].counts[f->grank] > most) most = (size_t)f->units[u].counts[f->grank];
+    f->piece_buf = grab(f, most);
+    f->src = (tsr_param_source){f, src_get, src_put};
+    m->src = &f->src;
+}
+
+void fsdp_params_changed(tsr_fsdp *f) {
+    for (int k = 0; k < 2; k++) {
+        dist_wait(f->slot_req[k]);
+        f->slot_req[k] = NULL;
+        f->slot_unit[k] = -1;
+    }
+    f->root_valid = 0;
+}
+
+void fsdp_free(tsr_fsdp *f) {
+    if (!f->units) return;
+    fsdp_params_changed(f);
+    float *bufs[] = {f->params, f->grads, f->root_w, f->root_g, f->slot[0], f->slot[1],
+                     f->layer_g, f->piece_buf};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) f->ops->free(bufs[i]);
+    for (int u = 0; u < f->n_units; u++) free(f->units[u].counts), free(f->units[u].displs);
+    for (int r = 0; r < f->G; r++) free(f->pieces[r]);
+    free(f->pieces), free(f->n_pieces), free(f->units), free(f->unit_at);
+    free(f->part_counts), free(f->part_displs);
+    dist_group_free(f->group);
+    dist_group_free(f->replicas);
+    if (f->m->src == &f->src) f->m->src = NULL;
+    memset(f, 0, sizeof *f);
+}
+
+void fsdp_load_full(tsr_fsdp *f, const float *full) {
+    const fsdp_piece *p = f->pieces[f->grank];
+    for (int k = 0; k < f->n_pieces[f->grank]; k++)
+        memcpy(f->params + p[k].shard, full + p[k].flat, p[k].len * sizeof(float));
+    fsdp_params_changed(f);
+}
+
+static void gather_unit(tsr_fsdp *f, int u, float *dst) {
+    const fsdp_unit *un = &f->units[u];
+    dist_group_allgatherv_f32(f->group, f->params + f->unit_at[u], dst, un->counts, un->displs);
+    f->sent_bytes += (uint64_t)un->counts[f->grank] * sizeof(float);
+}
+
+float *fsdp_gather_full(tsr_fsdp *f) {
+    float *full = grab(f, f->m->n_params), *unit = grab(f, f->units[0].size > f->max_layer
+                                                             ? f->units[0].size : f->max_layer);
+    for (int u = 0; u < f->n_units; u++) {
+        const fsdp_unit *un = &f->units[u];
+        gather_unit(f, u, unit);
+        for (int k = 0; k < un->n_seg; k++)
+            memcpy(full + un->seg[k].flat, unit + un->seg[k].at, un->seg[k].len * sizeof(float));
+    }
+    f->ops->free(unit);
+    return full;
+}
+
+void fsdp_zero_grads(tsr_fsdp *f) {
+    f->ops->zero(f->grads, f->shard_n * sizeof(float));
+    f->ops->zero(f->root_g, f->units[0].size * sizeof(float));
+}
+
+/* grads[unit u's piece] += this rank's piece of the group's sum of g (the unit's gradients) */
+static void scatter_unit(tsr_fsdp *f, int u, const float *g) {
+    const fsdp_unit *un = &f->units[u];
+    size_t n = (size_t)un->counts[f->grank];
+    dist_group_reduce_scatter_f32(f->group, g, f->piece_buf, un->counts);
+    f->sent_bytes += (uint64_t)un->size * sizeof(float);
+    float *dst = f->grads + f->unit_at[u];
+    for (size_t i = 0; i < n; i++) dst[i] += f->piece_buf[i];
+}
+
+void fsdp_finish_grads(tsr_fsdp *f) {
+    scatter_unit(f, 0, f->root_g);
+    if (f->R > 1) {
+        dist_group_allreduce_sum_f32(f->replicas, f->grads, f->shard_n);
+        f->sent_bytes += (uint64_t)f->shard_n * sizeof(float);
+    }
+}
+
+/* The slot holding unit u (its gather completed), or -1. */
+static int find_slot(tsr_fsdp *f, int u) {
+    for (int k = 0; k < 2; k++) {
+        if (f->slot_unit[k] != u) continue;
+        dist_wait(f->slot_req[k]);
+        f->slot_req[k] = NULL;
+        return k;
+    }
+    return -1;
+}
+
+static void src_get(void *ctx, int u, int backward, float **w, float **g) {
+    tsr_fsdp *f = ctx;
+    const fsdp_unit *un = &f->units[u];
+    float *base, *gbase = NULL;
+    if (u == 0) {
+        if (!f->root_valid) gather_unit(f, 0, f->root_w);
+        f->root_valid = 1;
+        base = f->root_w;
+        gbase = f->root_g; /* accumulates over the step's microbatches */
+    } else {
+        int next = backward ? u - 1 : u + 1; /* the unit the model asks for after this one */
+        int k = find_slot(f, u);
+        if (k < 0) { /* not prefetched: gather now, into the slot not holding the next unit */
+            k = f->slot_unit[0] == next ? 1 : 0;
+            dist_wait(f->slot_req[k]);
+            f->slot_req[k] = NULL;
+            f->slot_unit[k] = u;
+            gather_unit(f, u, f->slot[k]);
+        }
+        base = f->slot[k];
+        /* prefetch the next unit into the other slot, overlapping this one's compute */
+        int o = 1 - k;
+        if (next >= 1 && next < f->n_units && f->slot_unit[o] != next) {
+            dist_wait(f->slot_req[o]);
+            f->slot_unit[o] = next;
+            const fsdp_unit *nu = &f->units[next];
+            f->slot_req[o] = dist_group_iallgatherv_f32(f->group, f->params + f->unit_at[next],
+                                                        f->slot[o], nu->counts, nu->displs);
+            f->sent_bytes += (uint64_t)nu->counts[f->grank] * sizeof(float);
+        }
+        if (backward) {
+            f->ops->zero(f->layer_g, un->size * sizeof(float));
+            gbase = f->layer_g;
+        }
+    }
+    for (int k = 0; k < un->n_seg; k++) {
+        w[un->seg[k].id] = base + un->seg[k].at;
+        if (backward) g[un->seg[k].id] = gbase + un->seg[k].at;
+    }
+}
+
+static void src_put(void *ctx, int u, int backward) {
+    tsr_fsdp *f = ctx;
+    if (u > 0 && backward) scatter_unit(f, u, f->layer_g); /* the layer's gradients are complete */
+}
+
+/* Floats of shard owner r's pieces inside part owner q's part of the flat layout. */
+static size_t overlap(const tsr_fsdp *f, int r, int q) {
+    size_t plo = (size_t)f->part_displs[q], phi = plo + (size_t)f->part_counts[q], n = 0;
+    for (int k = 0; k < f->n_pieces[r]; k++) {
+        const fsdp_piece *p = &f->pieces[r][k];
+        size_t a = p->flat > plo ? p->flat : plo, b = p->flat + p->len < phi ? p->flat + p->len : phi;
+        if (a < b) n += b - a;
+    }
+    return n;
+}
+
+/* Moves floats between shards and parts within the group. to_part: from each rank's shard to the
+ * ranks' parts, else back. Both sides walk the sender's pieces in shard order, so the packing
+ * order needs no message of its own. */
+static void exchange(tsr_fsdp *f, int to_part, const float *src, float *dst) {
+    int G = f->G, me = f->grank;
+    int *sc = tsr_calloc((size_t)G, sizeof(int)), *sd = tsr_calloc((size_t)G, sizeof(int));
+    int *rc = tsr_calloc((size_t)G, sizeof(int)), *rd = tsr_calloc((size_t)G, sizeof(int));
+    size_t total_s = 0, total_r = 0;
+    for (int x = 0; x < G; x++) { /* sending to x, receiving from x */
+        sc[x] = (int)(to_part ? overlap(f, me, x) : overlap(f, x, me));
+        rc[x] = (int)(to_part ? overlap(f, x, me) : overlap(f, me, x));
+        sd[x] = (int)total_s, rd[x] = (int)total_r;
+        total_s += (size_t)sc[x], total_r += (size_t)rc[x];
+    }
+    float *sbuf = tsr_malloc((total_s ? total_s : 1) * sizeof(float));
+    float *rbuf = tsr_malloc((total_r ? total_r : 1) * sizeof(float));
+    /* pack: the sender's pieces of (send_r) that meet part send_q, in shard order */
+    for (int x = 0; x < G; x++) {
+        int r = to_part ? me : x, q = to_part ? x : me;
+        size_t plo = (size_t)f->part_displs[q], phi = plo + (size_t)f->part_counts[q], o = (size_t)sd[x];
+        for (int k = 0; k < f->n_pieces[r]; k++) {
+            const fsdp_piece *p = &f->pieces[r][k];
+            size_t a = p->flat > plo ? p->flat : plo, b = p->flat + p->len < phi ? p->flat + p->len : phi;
+            if (a >= b) continue;
+            const float *from = to_part ? src + p->shard + (a - p->flat) : src + (a - plo);
+            memcpy(sbuf + o, from, (b - a) * sizeof(float));
+            o += b - a;
+        }
+    }
+    dist_group_alltoallv_f32(f->group, sbuf, sc, sd, rbuf, rc, rd);
+    for (int x = 0; x < G; x++) {
+        int r = to_part ? x : me, q = to_part ? me : x;
+        size_t plo = (size_t)f->part_displs[q], phi = plo + (size_t)f->part_counts[q], o = (size_t)rd[x];
+        for (int k = 0; k < f->n_pieces[r]; k++) {
+            const fsdp_piece *p = &f->pieces[r][k];
+            size_t a = p->flat > plo ? p->flat : plo, b = p->flat + p->len < phi ? p->flat + p->len : phi;
+            if (a >= b) continue;
+            float *to = to_part ? dst + (a - plo) : dst + p->shard + (a - p->flat);
+            memcpy(to, rbuf + o, (b - a) * sizeof(float));
+            o += b - a;
+        }
+    }
+    free(sbuf), free(rbuf), free(sc), free(sd), free(rc), free(rd);
+}
+
+void fsdp_shard_to_part(tsr_fsdp *f, const float *shard, float *part) {
+    memset(part, 0, (size_t)f->part_counts[f->grank] * sizeof(float)); /* padding between tensors */
+    exchange(f, 1, shard, part);
+}
+
+void fsdp_part_to_shard(tsr_fsdp *f, const float *part, float *shard) { exchange(f, 0, part, shard); }

@@ -1,0 +1,100 @@
+/* fsdp.h — fully sharded parameters (parallel.sharding = zero3 | hsdp) on the CPU backend
+ * (docs/sharding.md).
+ *
+ * Units: unit 0 is the root (wte, wpe, lnfw, lnfb), unit l+1 is layer l's slices of the per-layer
+ * tensors; a unit's elements are its tensors' slices concatenated in tsr_param_id order. The ranks
+ * of a sharding group (G ranks: the world under zero3, parallel.replica_group under hsdp) split
+ * every unit into G contiguous pieces, rank order; a rank's shard is its piece of each unit, units
+ * in order. Weights, gradients and both AdamW moments live only as shards.
+ *
+ * A step: the model asks for each unit just before using it (tsr_param_source): a layer's weights
+ * are all-gathered into one of two layer buffers, and the next layer's gather is started before
+ * the current one is computed (forward: l+1, backward: l-1); after a layer's backward its gradients
+ * are reduce-scattered into the owners' shards. The root stays gathered for the step (the LM head
+ * and the embedding use wte at both ends), its gradients accumulate over the microbatches and are
+ * reduce-scattered once. Under hsdp the groups then all-reduce their shards (one collective per
+ * step over the ranks holding the same piece).
+ *
+ * Checkpoints stay at global shapes: the shards are exchanged (all-to-all within the group) into
+ * the contiguous flat partition checkpoints use (16-float aligned parts of the flat layout, rank
+ * order), which the first group writes and reads; a load sends the parts back to the shards and
+ * broadcasts them to the other groups.
+ */
+#ifndef TSR_FSDP_H
+#define TSR_FSDP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dist.h"
+#include "model/model.h"
+
+typedef struct fsdp_seg {
+    int id;          /* tensor */
+    size_t flat;     /* offset of the slice in the flat parameter layout (model.h) */
+    size_t at, len;  /* offset in the unit and length */
+} fsdp_seg;
+
+typedef struct fsdp_unit {
+    size_t size;
+    int n_seg;
+    fsdp_seg seg[TSR_P_COUNT];
+    int *counts, *displs; /* per group rank: its piece of the unit */
+} fsdp_unit;
+
+/* A run of a rank's shard that is one run of the flat layout (one tensor). */
+typedef struct fsdp_piece {
+    int id;
+    size_t flat, shard, len;
+} fsdp_piece;
+
+typedef struct tsr_fsdp {
+    tsr_model *m;
+    const tsr_ops *ops;
+    int G, R;                 /* group size, number of groups (replicas) */
+    int grank, gindex;        /* rank in the group, index of the group */
+    tsr_group *group, *replicas; /* replicas: the ranks with the same grank in every group */
+    int n_units;              /* L + 1 */
+    fsdp_unit *units;
+    size_t *unit_at;          /* (n_units) where this rank's piece of each unit starts in its shard */
+    size_t shard_n;           /* floats in this rank's shard */
+    int *n_pieces;            /* per group rank */
+    fsdp_piece **pieces;      /* per group rank: its shard as flat runs, in shard order */
+    float *params, *grads;    /* the shard */
+    float *root_w, *root_g;   /* unit 0, gathered for the step; its gradients */
+    int root_valid;
+    float *slot[2];           /* layer units gathered: the current and the prefetched one */
+    int slot_unit[2];
+    void *slot_req[2];        /* a gather in flight into the slot, or NULL */
+    float *layer_g;           /* the gradients of the layer in backward */
+    float *piece_buf;         /* this rank's piece of one unit's summed gradients */
+    size_t max_layer;
+    int *part_counts, *part_displs; /* the checkpoint partition of the flat layout over G */
+    tsr_param_source src;
+    uint64_t sent_bytes;      /* floats x 4 this rank put into gathers and reduce-scatters */
+} tsr_fsdp;
+
+/* Per-rank bytes of a sharded step (the memory plan; nothing allocated): weights (shard + root +
+ * two layer buffers), grads (shard + root + one layer), AdamW (two shards). */
+void fsdp_plan_bytes(const tsr_model *m, int G, double *weights, double *grads, double *optim);
+/* Builds the units, the groups (world rank r: group r / G, group rank r % G; collective) and the
+ * buffers, and sets m->src. G must divide the world. */
+void fsdp_init(tsr_fsdp *f, tsr_model *m, int G, const tsr_dist *d);
+void fsdp_free(tsr_fsdp *f);
+/* Takes this rank's shard out of a full flat buffer that every rank holds (initialisation). */
+void fsdp_load_full(tsr_fsdp *f, const float *full);
+/* A full flat copy of the weights on every rank (eval, ICL, sampling); the caller frees it with
+ * ops->free. */
+float *fsdp_gather_full(tsr_fsdp *f);
+void fsdp_zero_grads(tsr_fsdp *f);
+/* After the last microbatch's backward: the root's gradients reduce-scattered into the shards,
+ * then (hsdp) the shards all-reduced over the groups. */
+void fsdp_finish_grads(tsr_fsdp *f);
+/* The shard's weights changed (update, load): gathered copies are stale. */
+void fsdp_params_changed(tsr_fsdp *f);
+/* Checkpoint layout exchange within the group: shard (shard_n) <-> this rank's part of the flat
+ * layout (part_counts[grank] floats starting at flat offset part_displs[grank]). */
+void fsdp_shard_to_part(tsr_fsdp *f, const float *shard, float *part);
+void fsdp_part_to_shard(tsr_fsdp *f, const float *part, float *shard);
+
+#endif
