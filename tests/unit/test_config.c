@@ -654,7 +654,7 @@ static void test_table_and_docs(void) {
     free(text);
 }
 
-#define N_FIXED 80
+#define N_FIXED 82
 
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/tsr_test_config_XXXXXX");
