@@ -9,10 +9,11 @@
 #    on 4 with the same next loss as the zero3 run itself; a ddp checkpoint resumes under zero3;
 #    every checkpoint verifies (ranges tile each tensor: under hsdp only the first group writes);
 #  - eval and sampling under zero3 (full weights gathered for them) give ddp's validation loss;
-#  - the printed memory plan shrinks; a replica_group that does not divide the ranks exits 1.
+#  - the printed memory plan shrinks; --plan mpt-7b on 8 ranks matches the hand calculation of
+#    docs/sharding.md within 10%; a replica_group that does not divide the ranks exits 1.
 source "$(dirname "$0")/lib.sh"
 tsr_tmpdir
-tap_plan 14
+tap_plan 17
 make_synth "$TMP/data" 512 60000
 tap_check $? "synthetic corpus made"
 args=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set data.tokenizer=
@@ -125,6 +126,23 @@ wd=$(wbytes "$TMP/plan_ddp.txt") wz=$(wbytes "$TMP/plan_z3.txt")
 tap_diag "12 layers, 4 ranks: weights per rank ddp $wd B, zero3 $wz B"
 ((wd > 0 && wz > 0 && wz * 2 < wd)) && grep -q "ZeRO-3: all state sharded over 4 ranks" "$TMP/plan_z3.txt"
 tap_check $? "the printed memory plan: zero3 weights per rank under half of ddp's on 4 ranks"
+
+# --plan: mpt-7b on 8 ranks under zero3 vs the hand calculation in docs/sharding.md (279.6 GiB)
+"$TRAIN" --config "$TSR_ROOT/configs/mpt-7b.cfg" --plan 8 --set parallel.sharding=zero3 >"$TMP/p7b.txt" 2>&1
+rc=$?
+total=$(sed -nE 's/^memory per rank.*; total ([0-9.]+) GiB$/\1/p' "$TMP/p7b.txt")
+tap_diag "mpt-7b, --plan 8, zero3: total ${total:-?} GiB per rank; hand calculation 279.6 GiB"
+((rc == 0)) && grep -q "batch: global 1024 = 8 ranks x 128 per rank" "$TMP/p7b.txt" &&
+    /usr/bin/python3 -c "import sys; sys.exit(0 if abs(float('$total') / 279.6 - 1) <= 0.10 else 1)" 2>/dev/null
+tap_check $? "--plan 8 for mpt-7b under zero3: per-rank total within 10% of the hand calculation in docs/sharding.md"
+"$TRAIN" --config "$TSR_ROOT/configs/mpt-7b.cfg" --plan 64/8 --set parallel.sharding=hsdp >"$TMP/p64.txt" 2>&1 &&
+    grep -q "HSDP: all state sharded over groups of 8 ranks, 8 replicas" "$TMP/p64.txt" &&
+    grep -q "batch: global 1024 = 64 ranks x 16 per rank" "$TMP/p64.txt"
+tap_check $? "--plan 64/8 under hsdp: groups of the 8 ranks of a node, 8 replicas, 16 sequences per rank"
+"$TRAIN" --config "$TSR_ROOT/configs/mpt-7b.cfg" --plan 6/4 >"$TMP/pbad.txt" 2>&1
+rc=$?
+((rc == 1)) && grep -q "\-\-plan 6/4: expected RANKS or RANKS/PER_NODE" "$TMP/pbad.txt"
+tap_check $? "--plan 6/4 refused (exit $rc, want 1): PER_NODE must divide RANKS"
 
 run BAD 4 --set parallel.sharding=hsdp --set parallel.replica_group=3
 rc=$?

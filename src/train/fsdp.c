@@ -34,7 +34,8 @@ static void plan_units(const tsr_model *m, int G, fsdp_unit *units) {
     }
 }
 
-void fsdp_plan_bytes(const tsr_model *m, int G, double *weights, double *grads, double *optim) {
+void fsdp_plan_bytes(const tsr_model *m, int G, double *weights, double *grads, double *optim,
+                     double *comm) {
     size_t root = 0, layer = 0, total = 0;
     fsdp_unit un;
     for (int u = 0; u <= m->L; u++) {
@@ -43,10 +44,11 @@ void fsdp_plan_bytes(const tsr_model *m, int G, double *weights, double *grads, 
         if (u == 0) root = un.size;
         else if (un.size > layer) layer = un.size;
     }
-    double shard = (double)((total + (size_t)G - 1) / (size_t)G) * sizeof(float);
-    *weights = shard + (double)(root + 2 * layer) * sizeof(float);
-    *grads = shard + (double)(root + layer) * sizeof(float);
+    double f = sizeof(float), shard = (double)((total + (size_t)G - 1) / (size_t)G) * f;
+    double piece = (double)(((root > layer ? root : layer) + (size_t)G - 1) / (size_t)G) * f;
+    *weights = *grads = shard;
     *optim = 2 * shard;
+    *comm = (double)(2 * root + 3 * layer) * f + piece;
 }
 
 /* Rank r's shard as flat runs, in shard order. */

@@ -74,9 +74,11 @@ typedef struct tsr_fsdp {
     uint64_t sent_bytes;      /* floats x 4 this rank put into gathers and reduce-scatters */
 } tsr_fsdp;
 
-/* Per-rank bytes of a sharded step (the memory plan; nothing allocated): weights (shard + root +
- * two layer buffers), grads (shard + root + one layer), AdamW (two shards). */
-void fsdp_plan_bytes(const tsr_model *m, int G, double *weights, double *grads, double *optim);
+/* Per-rank bytes of a sharded step (the memory plan; nothing allocated): the weight and gradient
+ * shards, AdamW (two shards), and the gather buffers (root weights and gradients, two layer
+ * buffers, one layer's gradients, one unit's piece of reduce-scattered gradients). */
+void fsdp_plan_bytes(const tsr_model *m, int G, double *weights, double *grads, double *optim,
+                     double *comm);
 /* Builds the units, the groups (world rank r: group r / G, group rank r % G; collective) and the
  * buffers, and sets m->src. G must divide the world. */
 void fsdp_init(tsr_fsdp *f, tsr_model *m, int G, const tsr_dist *d);

@@ -44,15 +44,18 @@ static void human_count(char *buf, size_t n, double v) {
 
 /* The planned fp32 memory of one rank, in bytes: weights = grads = pb, AdamW ob, activations of
  * one microbatch ab; returns the total 2*pb + ob + ab. */
-static double plan_bytes(const tsr_trainer *t, double *pb, double *gb, double *ob, double *ab) {
+static double plan_bytes(const tsr_trainer *t, double *pb, double *gb, double *ob, double *cb,
+                         double *ab) {
     *pb = *gb = (double)t->model.n_params * sizeof(float);
     *ab = (double)model_acts_bytes(&t->model, t->micro, t->T);
-    /* ZeRO-1 keeps AdamW state for 1/W of the parameters on each rank */
+    /* ZeRO-1 keeps AdamW state for 1/W of the parameters on each rank, and receives its slice
+     * of the summed gradients into a buffer of that size; DDP all-reduces in place */
     int zero1 = t->cfg.sharding == TSR_SHARD_ZERO1 && t->dist.world > 1;
     *ob = 2 * *pb / (zero1 ? t->dist.world : 1);
-    /* ZeRO-3 / HSDP: shards, plus the root unit and the layers being gathered (train/fsdp.h) */
-    if (t->fsdp_on) fsdp_plan_bytes(&t->model, t->fsdp_group, pb, gb, ob);
-    return *pb + *gb + *ob + *ab;
+    *cb = zero1 ? *pb / t->dist.world : 0;
+    /* ZeRO-3 / HSDP: shards, plus the gather buffers (train/fsdp.h) */
+    if (t->fsdp_on) fsdp_plan_bytes(&t->model, t->fsdp_group, pb, gb, ob, cb);
+    return *pb + *gb + *ob + *cb + *ab;
 }
 
 void metrics_print_plan(const tsr_trainer *t, int dry_run) {
@@ -61,8 +64,10 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
     const tsr_config *c = &t->cfg;
     char np[32], w[32], g[32], opt[32], acts[32], tot[32];
     human_count(np, sizeof np, (double)m->n_params_counted);
-    double pb, gb, ob, ab;
-    double total = plan_bytes(t, &pb, &gb, &ob, &ab);
+    double pb, gb, ob, cb, ab;
+    double total = plan_bytes(t, &pb, &gb, &ob, &cb, &ab);
+    char comm[32];
+    human_bytes(comm, sizeof comm, cb);
     human_bytes(w, sizeof w, pb);
     human_bytes(g, sizeof g, gb);
     int zero1 = c->sharding == TSR_SHARD_ZERO1 && t->dist.world > 1;
@@ -79,15 +84,13 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
     char how[160] = "";
     if (zero1) snprintf(how, sizeof how, " (ZeRO-1: sharded over %d ranks)", t->dist.world);
     if (c->sharding == TSR_SHARD_ZERO3)
-        snprintf(how, sizeof how, " (ZeRO-3: all state sharded over %d ranks; weights and grads "
-                 "include the root unit and the layers being gathered)", t->fsdp_group);
+        snprintf(how, sizeof how, " (ZeRO-3: all state sharded over %d ranks)", t->fsdp_group);
     if (c->sharding == TSR_SHARD_HSDP)
         snprintf(how, sizeof how, " (HSDP: all state sharded over groups of %d ranks, %d "
-                 "replicas; weights and grads include the root unit and the layers being "
-                 "gathered)", t->fsdp_group, t->dist.world / t->fsdp_group);
-    printf("memory per rank (fp32): weights %s, grads %s, AdamW %s%s, activations %s per "
-           "microbatch of %d x %d; total %s\n",
-           w, g, opt, how, acts, t->micro, t->T, tot);
+                 "replicas)", t->fsdp_group, t->dist.world / t->fsdp_group);
+    printf("memory per rank (fp32): weights %s, grads %s, AdamW %s%s, communication buffers %s, "
+           "activations %s per microbatch of %d x %d; total %s\n",
+           w, g, opt, how, comm, acts, t->micro, t->T, tot);
     printf("batch: global %lld = %d ranks x %lld per rank = %lld microbatches of %d; "
            "seq_len %d; %lld tokens/step\n",
            (long long)c->global_batch, t->dist.world, (long long)t->per_rank,
@@ -198,7 +201,7 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
         fflush(t->metrics);
     }
     if (t->tb) { /* the same figures as the JSONL line; mfu as a fraction, as there */
-        double pb, gb, ob, ab;
+        double pb, gb, ob, cb, ab;
         tboard_scalar(t->tb, "train/loss", st->loss);
         tboard_scalar(t->tb, "train/lr", st->lr);
         tboard_scalar(t->tb, "train/grad_norm", st->grad_norm);
@@ -206,7 +209,7 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
         tboard_scalar(t->tb, "train/mfu", mfu);
         tboard_scalar(t->tb, "train/step_time_s", st->step_time);
         tboard_scalar(t->tb, "train/tokens", (double)t->tokens_seen);
-        tboard_scalar(t->tb, "memory/planned_bytes", plan_bytes(t, &pb, &gb, &ob, &ab));
+        tboard_scalar(t->tb, "memory/planned_bytes", plan_bytes(t, &pb, &gb, &ob, &cb, &ab));
         tboard_write_step(t->tb, st->step);
     }
 }

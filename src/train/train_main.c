@@ -31,13 +31,14 @@ static const struct opt_doc {
     {{"resume", required_argument, NULL, 'r'}, "PATH", "resume from this checkpoint: a step-*.h5, a run directory or a latest file (default: run_dir's latest valid one)"},
     {{"init-from", required_argument, NULL, 'i'}, "PATH", "start a new run from this checkpoint's weights (PATH as for --resume; ignored when run_dir has a checkpoint)"},
     {{"dry-run", no_argument, NULL, 'n'}, NULL, "validate the config, print the plan, exit"},
+    {{"plan", required_argument, NULL, 'p'}, "RANKS[/PER_NODE]", "--dry-run as if started on RANKS ranks (PER_NODE per node, default all on one: hsdp's default group); the memory plan of any recipe at any scale"},
     {{"version", no_argument, NULL, 'V'}, NULL, "print the version and exit"},
     {{"help", no_argument, NULL, 'h'}, NULL, "this help"},
 };
 #define N_OPTIONS (int)(sizeof options / sizeof options[0])
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: tessera-train --config FILE [--set KEY=VALUE ...] [--dry-run]\n"
+    fprintf(f, "usage: tessera-train --config FILE [--set KEY=VALUE ...] [--dry-run | --plan RANKS]\n"
                "       mpirun -np N tessera-train --config FILE ...\n\noptions:\n");
     for (int i = 0; i < N_OPTIONS; i++) {
         char left[64];
@@ -55,6 +56,7 @@ typedef struct cli {
     const char *sets[MAX_SETS];
     const char *resume, *init_from;
     int n_sets, dry_run;
+    int plan_world, plan_per_node; /* --plan: the world the plan is for (0: the real one) */
 } cli;
 
 static void parse_cli(cli *c, int argc, char **argv, int rank) {
@@ -79,6 +81,17 @@ static void parse_cli(cli *c, int argc, char **argv, int rank) {
             c->sets[c->n_sets++] = optarg;
             break;
         case 'n': c->dry_run = 1; break;
+        case 'p': {
+            char end = 0;
+            int k = sscanf(optarg, "%d/%d%c", &c->plan_world, &c->plan_per_node, &end);
+            if (k == 1) c->plan_per_node = c->plan_world;
+            if (!(k == 1 || k == 2) || c->plan_world < 1 || c->plan_world > 1000000 ||
+                c->plan_per_node < 1 || c->plan_world % c->plan_per_node != 0)
+                tsr_fail_all(TSR_EXIT_USAGE, "--plan %s: expected RANKS or RANKS/PER_NODE (1 .. "
+                             "1000000 ranks, PER_NODE dividing RANKS), e.g. --plan 64/8", optarg);
+            c->dry_run = 1;
+            break;
+        }
         case 'r': c->resume = optarg; break;
         case 'i': c->init_from = optarg; break;
         case 'V':
@@ -126,10 +139,12 @@ int main(int argc, char **argv) {
     tsr_log_mute(d.rank != 0);
     int rc = config_load(&cfg, c.config, c.sets, c.n_sets);
     tsr_trainer t;
-    if (!rc) rc = trainer_init(&t, &cfg, &d, c.dry_run);
+    tsr_dist pd = d; /* --plan: the plan's world; rank 0 still prints it */
+    if (c.plan_world > 0) pd.world = c.plan_world, pd.local_world = c.plan_per_node;
+    if (!rc) rc = trainer_init(&t, &cfg, &pd, c.dry_run);
     tsr_log_mute(0);
     if (rc) tsr_exit(rc);
-    banner(&d, &cfg, t.threads);
+    banner(&pd, &cfg, t.threads);
     if (!c.dry_run) {
         checkpointing_install_signals();
         rc = checkpointing_resume(&t, c.resume, c.init_from);
