@@ -260,19 +260,28 @@ static void src_put(void *ctx, int u, int backward) {
     if (u > 0 && backward) scatter_unit(f, u, f->layer_g); /* the layer's gradients are complete */
 }
 
-/* Floats of shard owner r's pieces inside part owner q's part of the flat layout. */
-static size_t overlap(const tsr_fsdp *f, int r, int q) {
+/* Walks shard owner r's pieces inside part owner q's part of the flat layout, in shard order, and
+ * returns their floats; with buf, copies them to buf (to_buf) or from it, packed, the other side
+ * being data: r's shard (data_is_shard) or q's part (read only when to_buf). */
+static size_t walk(const tsr_fsdp *f, int r, int q, float *buf, float *data, int data_is_shard,
+                   int to_buf) {
     size_t plo = (size_t)f->part_displs[q], phi = plo + (size_t)f->part_counts[q], n = 0;
     for (int k = 0; k < f->n_pieces[r]; k++) {
         const fsdp_piece *p = &f->pieces[r][k];
         size_t a = p->flat > plo ? p->flat : plo, b = p->flat + p->len < phi ? p->flat + p->len : phi;
-        if (a < b) n += b - a;
+        if (a >= b) continue;
+        if (buf) {
+            float *d = data_is_shard ? data + p->shard + (a - p->flat) : data + (a - plo);
+            if (to_buf) memcpy(buf + n, d, (b - a) * sizeof(float));
+            else memcpy(d, buf + n, (b - a) * sizeof(float));
+        }
+        n += b - a;
     }
     return n;
 }
 
 /* Moves floats between shards and parts within the group. to_part: from each rank's shard to the
- * ranks' parts, else back. Both sides walk the sender's pieces in shard order, so the packing
+ * ranks' parts, else back. Both sides walk the shard owner's pieces in shard order, so the packing
  * order needs no message of its own. */
 static void exchange(tsr_fsdp *f, int to_part, const float *src, float *dst) {
     int G = f->G, me = f->grank;
@@ -280,38 +289,22 @@ static void exchange(tsr_fsdp *f, int to_part, const float *src, float *dst) {
     int *rc = tsr_calloc((size_t)G, sizeof(int)), *rd = tsr_calloc((size_t)G, sizeof(int));
     size_t total_s = 0, total_r = 0;
     for (int x = 0; x < G; x++) { /* sending to x, receiving from x */
-        sc[x] = (int)(to_part ? overlap(f, me, x) : overlap(f, x, me));
-        rc[x] = (int)(to_part ? overlap(f, x, me) : overlap(f, me, x));
+        sc[x] = (int)(to_part ? walk(f, me, x, NULL, NULL, 0, 0) : walk(f, x, me, NULL, NULL, 0, 0));
+        rc[x] = (int)(to_part ? walk(f, x, me, NULL, NULL, 0, 0) : walk(f, me, x, NULL, NULL, 0, 0));
         sd[x] = (int)total_s, rd[x] = (int)total_r;
         total_s += (size_t)sc[x], total_r += (size_t)rc[x];
     }
     float *sbuf = tsr_malloc((total_s ? total_s : 1) * sizeof(float));
     float *rbuf = tsr_malloc((total_r ? total_r : 1) * sizeof(float));
-    /* pack: the sender's pieces of (send_r) that meet part send_q, in shard order */
+    float *from = (float *)src; /* only read: walk copies to the buffer */
     for (int x = 0; x < G; x++) {
-        int r = to_part ? me : x, q = to_part ? x : me;
-        size_t plo = (size_t)f->part_displs[q], phi = plo + (size_t)f->part_counts[q], o = (size_t)sd[x];
-        for (int k = 0; k < f->n_pieces[r]; k++) {
-            const fsdp_piece *p = &f->pieces[r][k];
-            size_t a = p->flat > plo ? p->flat : plo, b = p->flat + p->len < phi ? p->flat + p->len : phi;
-            if (a >= b) continue;
-            const float *from = to_part ? src + p->shard + (a - p->flat) : src + (a - plo);
-            memcpy(sbuf + o, from, (b - a) * sizeof(float));
-            o += b - a;
-        }
+        if (to_part) walk(f, me, x, sbuf + sd[x], from, 1, 1); /* my shard's runs in x's part */
+        else walk(f, x, me, sbuf + sd[x], from, 0, 1);         /* my part's runs of x's shard */
     }
     dist_group_alltoallv_f32(f->group, sbuf, sc, sd, rbuf, rc, rd);
     for (int x = 0; x < G; x++) {
-        int r = to_part ? x : me, q = to_part ? me : x;
-        size_t plo = (size_t)f->part_displs[q], phi = plo + (size_t)f->part_counts[q], o = (size_t)rd[x];
-        for (int k = 0; k < f->n_pieces[r]; k++) {
-            const fsdp_piece *p = &f->pieces[r][k];
-            size_t a = p->flat > plo ? p->flat : plo, b = p->flat + p->len < phi ? p->flat + p->len : phi;
-            if (a >= b) continue;
-            float *to = to_part ? dst + (a - plo) : dst + p->shard + (a - p->flat);
-            memcpy(to, rbuf + o, (b - a) * sizeof(float));
-            o += b - a;
-        }
+        if (to_part) walk(f, x, me, rbuf + rd[x], dst, 0, 0);
+        else walk(f, me, x, rbuf + rd[x], dst, 1, 0);
     }
     free(sbuf), free(rbuf), free(sc), free(sd), free(rc), free(rd);
 }
