@@ -50,6 +50,7 @@ typedef struct ckpt_meta {
     char mix_tokens[2048];   /* "name=tokens,...": tokens seen from each stream so far */
     char mix_plan[2048];     /* "start:count,count;...": the mix's phases in data batches */
     char guard_state[65536]; /* "streak first nonfinite|loss,norm;...": the spike guard's window */
+    int64_t micro_batch;     /* micro_batch = auto: the microbatch in use; 0 = fixed by the config */
 } ckpt_meta;
 
 typedef struct ckpt_stats {

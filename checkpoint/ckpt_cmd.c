@@ -334,6 +334,7 @@ static int run_inspect(const sub_args *a) {
     printf("rollbacks        %lld (updates skipped %lld)\n", (long long)m->rollbacks,
            (long long)m->updates_skipped);
     printf("skipped_batches  %s\n", m->skipped_batches[0] ? m->skipped_batches : "none");
+    if (m->micro_batch > 0) printf("micro_batch      auto, %lld in use\n", (long long)m->micro_batch);
     if (m->mix_tokens[0]) printf("mix_tokens      %s\n", m->mix_tokens);
     printf("program_version  %s\n", m->program_version);
     printf("created          %s\n", r->created);

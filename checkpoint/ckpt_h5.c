@@ -127,7 +127,8 @@ int ck_meta_write(hid_t file, const ckpt_meta *m, const char *created) {
         ck_attr_write_str(file, "skipped_batches", m->skipped_batches) ||
         ck_attr_write_str(file, "mix_tokens", m->mix_tokens) ||
         ck_attr_write_str(file, "mix_plan", m->mix_plan) ||
-        ck_attr_write_str(file, "guard_state", m->guard_state))
+        ck_attr_write_str(file, "guard_state", m->guard_state) ||
+        ck_attr_write_i64(file, "micro_batch_auto", m->micro_batch))
         return -1;
     return 0;
 }
@@ -185,6 +186,7 @@ int ck_meta_read(hid_t file, ckpt_meta *m, char *why, size_t why_cap) {
     if (ck_attr_read_str(file, "mix_plan", m->mix_plan, sizeof m->mix_plan)) m->mix_plan[0] = '\0';
     if (ck_attr_read_str(file, "guard_state", m->guard_state, sizeof m->guard_state))
         m->guard_state[0] = '\0';
+    if (ck_attr_read_i64(file, "micro_batch_auto", &m->micro_batch) != 0) m->micro_batch = 0;
     return 0;
 }
 

@@ -29,6 +29,8 @@ typedef struct tsr_ops {
 
     /* memory on the backend's device */
     void *(*alloc)(size_t bytes);      /* zero-filled; dies on failure naming the size */
+    void *(*try_alloc)(size_t bytes);  /* zero-filled; NULL when there is no room (the caller
+                                        * backs off: micro_batch = auto) */
     void (*free)(void *p);
     void (*zero)(void *p, size_t bytes);
 
@@ -108,6 +110,11 @@ typedef struct tsr_ops {
 extern const tsr_ops tsr_cpu_ops;
 /* Number of threads the CPU ops use (OpenMP and OpenBLAS); call before the first op. */
 void cpu_ops_set_threads(int n);
+/* Test hook of the out-of-memory back-off (micro_batch = auto): a try_alloc that would take the
+ * bytes live through alloc/try_alloc past `bytes` returns NULL, as on a device that full; alloc
+ * is not limited. 0 = no limit (the default). cpu_ops_live_bytes: what is live now. */
+void cpu_ops_set_mem_limit(size_t bytes);
+size_t cpu_ops_live_bytes(void);
 /* Name of the BLAS core in use (e.g. "SkylakeX"), for the banner. */
 const char *cpu_ops_blas_core(void);
 

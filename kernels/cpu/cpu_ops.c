@@ -9,6 +9,7 @@
  * chunks of rows in double, then the chunks in order.
  */
 #include <cblas.h>
+#include <malloc.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -42,22 +43,44 @@ const char *cpu_ops_blas_core(void) {
 
 /* ---- memory: 64-byte aligned, zero-filled ---------------------------------------------------- */
 
-static void *cpu_alloc(size_t bytes) {
+/* Bytes live through cpu_alloc/cpu_try_alloc (their usable sizes), and the test hook's limit.
+ * Allocation happens on the main thread only. */
+static size_t live_bytes, mem_limit;
+
+void cpu_ops_set_mem_limit(size_t bytes) { mem_limit = bytes; }
+size_t cpu_ops_live_bytes(void) { return live_bytes; }
+
+static void *alloc_live(size_t bytes, int limited) {
     size_t rounded = (bytes + 63) & ~(size_t)63;
-    if (rounded < bytes) /* overflow */
-        tsr_die(TSR_EXIT_INTERNAL, "cpu alloc: %zu bytes is too large to allocate", bytes);
+    if (rounded < bytes) return NULL; /* overflow */
     if (rounded == 0) rounded = 64;
+    if (limited && mem_limit && (rounded > mem_limit || live_bytes > mem_limit - rounded))
+        return NULL;
     void *p = aligned_alloc(64, rounded);
+    if (!p) return NULL;
+    live_bytes += malloc_usable_size(p);
+    memset(p, 0, rounded);
+    return p;
+}
+
+static void *cpu_try_alloc(size_t bytes) { return alloc_live(bytes, 1); }
+
+static void *cpu_alloc(size_t bytes) {
+    void *p = alloc_live(bytes, 0);
     if (!p)
         tsr_die(TSR_EXIT_INTERNAL,
                 "cpu alloc: out of memory allocating %zu bytes (%.1f MiB); use a smaller "
                 "batch or model",
                 bytes, (double)bytes / (1024.0 * 1024.0));
-    memset(p, 0, rounded);
     return p;
 }
 
-static void cpu_free(void *p) { free(p); }
+static void cpu_free(void *p) {
+    if (!p) return;
+    size_t u = malloc_usable_size(p);
+    live_bytes = live_bytes > u ? live_bytes - u : 0;
+    free(p);
+}
 
 static void cpu_zero(void *p, size_t bytes) {
     if (bytes) memset(p, 0, bytes);
@@ -379,6 +402,7 @@ static void adamw_update(float *p, const float *g, float *m, float *v, size_t n,
 const tsr_ops tsr_cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
+    .try_alloc = cpu_try_alloc,
     .free = cpu_free,
     .zero = cpu_zero,
     .encoder_forward = encoder_forward,

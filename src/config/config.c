@@ -307,7 +307,7 @@ static void check_required(load_ctx *c) {
 static const char *const cross_rules[] = {
     "`model.d_model` is a multiple of `model.n_head` (and `n_head <= d_model`).",
     "`global_batch` is a multiple of `micro_batch`; at launch with W ranks, `global_batch` is a "
-    "multiple of W and `global_batch / W` a multiple of `micro_batch`.",
+    "multiple of W and `global_batch / W` a multiple of `micro_batch` (`\"auto\"` picks a divisor).",
     "With `model.pos = \"learned\"`, `model.max_seq_len` is 0 or >= `seq_len`.",
     "`model.expansion_ratio x model.d_model` (the MLP width) is a whole number.",
     "`model.vocab_size` rounded up to a multiple of `model.vocab_multiple` fits in 31 bits.",
@@ -351,7 +351,7 @@ static void validate(load_ctx *c) {
                   where(c, "model.d_model", at, sizeof at), m->d_model, m->n_head);
         c->errors++;
     }
-    if (g->global_batch % g->micro_batch != 0) {
+    if (g->micro_batch > 0 && g->global_batch % g->micro_batch != 0) { /* 0 = auto */
         tsr_error("%sglobal_batch = %lld is not divisible by micro_batch = %lld: choose a "
                   "global_batch that is a multiple of micro_batch (times the number of ranks)",
                   where(c, "global_batch", at, sizeof at), (long long)g->global_batch,
@@ -480,7 +480,7 @@ int config_check_world(const tsr_config *cfg, int world) {
                   "is a multiple of %d (and of %d x micro_batch)", gb, world, world, world);
         return TSR_EXIT_USAGE;
     }
-    if ((gb / world) % mb != 0) {
+    if (mb > 0 && (gb / world) % mb != 0) { /* mb 0 = auto: a divisor is chosen at run time */
         tsr_error("per-rank batch %lld (global_batch %lld / %d ranks) is not divisible by "
                   "micro_batch = %lld", gb / world, gb, world, mb);
         return TSR_EXIT_USAGE;

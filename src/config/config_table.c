@@ -74,9 +74,11 @@ const cfgtab_key cfgtab_keys[] = {
      .doc = "Sequences per optimizer step over all ranks; a multiple of ranks x micro_batch. "
             "Fixed by the recipe, so the step does not depend on the rank count."},
     {.name = "micro_batch", .type = CFGK_INT, FIELD(micro_batch), .example = "16", .ilo = 1,
-     .ihi = INT64_MAX,
+     .ihi = INT64_MAX, .auto_word = "auto",
      .doc = "Sequences per forward/backward pass on one rank; gradients accumulate over "
-            "global_batch / (ranks x micro_batch) passes."},
+            "global_batch / (ranks x micro_batch) passes. `\"auto\"`: start at the per-rank "
+            "batch and halve on out-of-memory (docs/training.md); the choice is kept in "
+            "checkpoints."},
     {.name = "seq_len", .type = CFGK_INT, FIELD(seq_len), .example = "1024", .ilo = 1,
      .ihi = 1048576, .doc = "Tokens per training sequence (T)."},
     {.name = "eval_interval", .type = CFGK_DURATION, FIELD(eval_interval), .def = "0ba",
@@ -412,7 +414,9 @@ static const char *range_text(const cfgtab_key *k, char *buf, size_t n) {
 
 static const char *out_of_range(const cfgtab_key *k, char *why, size_t n) {
     char r[160];
-    snprintf(why, n, "out of range, accepted %s", range_text(k, r, sizeof r));
+    snprintf(why, n, "out of range, accepted %s%s%s%s", range_text(k, r, sizeof r),
+             k->auto_word ? " or \"" : "", k->auto_word ? k->auto_word : "",
+             k->auto_word ? "\"" : "");
     return why;
 }
 
@@ -427,6 +431,9 @@ const char *cfgtab_accepted(const cfgtab_key *k, char *buf, size_t n) {
     size_t o = 0;
     switch (k->type) {
     case CFGK_INT:
+        range_text(k, buf, n);
+        if (k->auto_word) snprintf(buf + strlen(buf), n - strlen(buf), ", or `\"%s\"`", k->auto_word);
+        return buf;
     case CFGK_FLOAT: return range_text(k, buf, n);
     case CFGK_BOOL: return "`true`, `false`";
     case CFGK_STRING:
@@ -461,9 +468,20 @@ const char *cfgtab_assign(const cfgtab_key *k, tsr_config *cfg, const cfgtab_val
     switch (k->type) {
     case CFGK_INT: {
         int64_t x;
-        if (v->kind == CFGV_INT) x = v->i;
-        else if (v->kind != CFGV_TEXT || parse_int_text(v->s, &x) != 0) return "expected an integer";
-        if (x < k->ilo || x > k->ihi) return out_of_range(k, why, n);
+        if (k->auto_word && v->kind == CFGV_TEXT && unquote(v->s, text, sizeof text) == 0)
+            str = text; /* --set micro_batch=auto or ="auto" */
+        if (k->auto_word && str && strcmp(str, k->auto_word) == 0) {
+            x = 0; /* decided at run time */
+        } else {
+            if (v->kind == CFGV_INT) {
+                x = v->i;
+            } else if (v->kind != CFGV_TEXT || parse_int_text(v->s, &x) != 0) {
+                if (!k->auto_word) return "expected an integer";
+                snprintf(why, n, "expected an integer or \"%s\"", k->auto_word);
+                return why;
+            }
+            if (x < k->ilo || x > k->ihi) return out_of_range(k, why, n);
+        }
         if (k->size == sizeof(int)) {
             int y = (int)x;
             memcpy(field, &y, sizeof y);
@@ -536,7 +554,10 @@ void cfgtab_defaults(tsr_config *cfg) {
 
 const char *cfgtab_type_name(const cfgtab_key *k, char *buf, size_t n) {
     switch (k->type) {
-    case CFGK_INT: return "integer";
+    case CFGK_INT:
+        if (!k->auto_word) return "integer";
+        snprintf(buf, n, "integer or \"%s\"", k->auto_word);
+        return buf;
     case CFGK_FLOAT: return "number";
     case CFGK_BOOL: return "boolean";
     case CFGK_STRING: return "string";
@@ -622,7 +643,8 @@ void cfgtab_format(const cfgtab_key *k, const tsr_config *cfg, char *buf, size_t
         } else {
             memcpy(&x, field, sizeof x);
         }
-        format_int_literal(buf, n, x);
+        if (k->auto_word && x == 0) cfgtab_quote(buf, n, k->auto_word);
+        else format_int_literal(buf, n, x);
         return;
     }
     case CFGK_FLOAT: {

@@ -31,6 +31,8 @@ typedef struct cfgtab_key {
     double lo, hi;         /* CFGK_FLOAT range */
     unsigned char lo_open, hi_open; /* float bounds exclusive */
     const char *const *names; /* CFGK_ENUM */
+    const char *auto_word;  /* CFGK_INT: this word (bare or quoted) is also accepted and stored
+                             * as 0, "decided at run time" (micro_batch = auto); NULL = none */
     int n_names;
     const char *doc;       /* one line, markdown */
 } cfgtab_key;

@@ -182,46 +182,65 @@ static size_t group_slot(const tsr_model *m, act_group g, int l) {
     return l < m->n_ckpt ? 0 : (size_t)(l - m->n_ckpt + 1);
 }
 
-/* Activation buffers: one allocation per tensor keeps the code obvious. */
-void model_alloc_acts(tsr_model *m, int B, int T) {
+/* Activation buffers: one allocation per tensor keeps the code obvious. Every pointer of tsr_acts
+ * that model_free_acts frees, in one list. */
+#define ACT_FLOAT_BUFS(a)                                                                         \
+    {&(a)->encoded, &(a)->ln1, &(a)->ln1_mean, &(a)->ln1_rstd, &(a)->qkv, &(a)->atty, &(a)->att,  \
+     &(a)->residual2, &(a)->ln2, &(a)->ln2_mean, &(a)->ln2_rstd, &(a)->fch, &(a)->fch_gelu,       \
+     &(a)->residual3, &(a)->lnf, &(a)->lnf_mean, &(a)->lnf_rstd, &(a)->probs, &(a)->losses,       \
+     &(a)->scratch, &(a)->dresidual, &(a)->dln, &(a)->datty, &(a)->dqkv, &(a)->dfch,              \
+     &(a)->dfch_gelu, &(a)->dlosses}
+
+int model_try_alloc_acts(tsr_model *m, int B, int T) {
     const tsr_ops *o = m->ops;
     tsr_acts *a = &m->acts;
     size_t L = m->L, C = m->C, F = m->F, NH = m->NH, N = (size_t)B * T, f = sizeof(float);
     size_t Ln1 = group_layers(m, AG_LN1), Lat = group_layers(m, AG_ATTN);
     size_t Lr2 = group_layers(m, AG_RES2), Lml = group_layers(m, AG_MLP);
+    model_free_acts(m);
+    /* floats per buffer, in the order of ACT_FLOAT_BUFS */
+    size_t n[] = {N * C, Ln1 * N * C, Ln1 * N, Ln1 * N, Lat * N * 3 * C, Lat * N * C,
+                  Lat * B * NH * (size_t)T * T, Lr2 * N * C, Lr2 * N * C, Lr2 * N, Lr2 * N,
+                  Lml * N * F, Lml * N * F, L * N * C, N * C, N, N, N * (size_t)m->Vp, N,
+                  N * C, N * C, N * C, N * C, N * 3 * C, N * F, N * F, N};
+    float **bufs[] = ACT_FLOAT_BUFS(a);
+    _Static_assert(sizeof n / sizeof n[0] == sizeof bufs / sizeof bufs[0], "n vs ACT_FLOAT_BUFS");
     a->B = B;
     a->T = T;
-    a->encoded = o->alloc(N * C * f);
-    a->ln1 = o->alloc(Ln1 * N * C * f);
-    a->ln1_mean = o->alloc(Ln1 * N * f);
-    a->ln1_rstd = o->alloc(Ln1 * N * f);
-    a->qkv = o->alloc(Lat * N * 3 * C * f);
-    a->atty = o->alloc(Lat * N * C * f);
-    a->att = o->alloc(Lat * B * NH * (size_t)T * T * f);
-    a->residual2 = o->alloc(Lr2 * N * C * f);
-    a->ln2 = o->alloc(Lr2 * N * C * f);
-    a->ln2_mean = o->alloc(Lr2 * N * f);
-    a->ln2_rstd = o->alloc(Lr2 * N * f);
-    a->fch = o->alloc(Lml * N * F * f);
-    a->fch_gelu = o->alloc(Lml * N * F * f);
-    a->residual3 = o->alloc(L * N * C * f);
-    a->lnf = o->alloc(N * C * f);
-    a->lnf_mean = o->alloc(N * f);
-    a->lnf_rstd = o->alloc(N * f);
-    a->probs = o->alloc(N * (size_t)m->Vp * f);
-    a->losses = o->alloc(N * f);
-    a->scratch = o->alloc(N * C * f);
-    a->dresidual = o->alloc(N * C * f);
-    a->dln = o->alloc(N * C * f);
-    a->datty = o->alloc(N * C * f);
-    a->dqkv = o->alloc(N * 3 * C * f);
-    a->dfch = o->alloc(N * F * f);
-    a->dfch_gelu = o->alloc(N * F * f);
-    a->dlosses = o->alloc(N * f);
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (!(*bufs[i] = o->try_alloc(n[i] * f))) goto fail;
     if (m->cfg.attn_mask == TSR_MASK_DOCUMENT) {
-        a->seq = o->alloc(N * sizeof(int32_t));
-        if (m->params_info[TSR_P_WPE].numel) a->pos = o->alloc(N * sizeof(int32_t));
+        if (!(a->seq = o->try_alloc(N * sizeof(int32_t)))) goto fail;
+        if (m->params_info[TSR_P_WPE].numel && !(a->pos = o->try_alloc(N * sizeof(int32_t))))
+            goto fail;
     }
+    return 0;
+fail: /* what was allocated goes back: nothing half-made stays */
+    model_free_acts(m);
+    return -1;
+}
+
+void model_alloc_acts(tsr_model *m, int B, int T) {
+    if (model_try_alloc_acts(m, B, T) != 0)
+        tsr_die(TSR_EXIT_INTERNAL, "out of memory allocating the activations for a microbatch of "
+                "%d x %d (%.1f MiB): use a smaller micro_batch (or micro_batch = \"auto\"), "
+                "activation checkpointing or a smaller model", B, T,
+                (double)model_acts_bytes(m, B, T) / (1024.0 * 1024.0));
+}
+
+void model_free_acts(tsr_model *m) {
+    tsr_acts *a = &m->acts;
+    float **bufs[] = ACT_FLOAT_BUFS(a);
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        if (*bufs[i]) m->ops->free(*bufs[i]);
+        *bufs[i] = NULL;
+    }
+    int32_t **ibufs[] = {&a->seq, &a->pos};
+    for (size_t i = 0; i < sizeof ibufs / sizeof ibufs[0]; i++) {
+        if (*ibufs[i]) m->ops->free(*ibufs[i]);
+        *ibufs[i] = NULL;
+    }
+    a->B = 0;
 }
 
 size_t model_acts_bytes(const tsr_model *m, int B, int T) {
@@ -242,22 +261,11 @@ size_t model_acts_bytes(const tsr_model *m, int B, int T) {
 }
 
 void model_free(tsr_model *m) {
-    const tsr_ops *o = m->ops;
-    tsr_acts *a = &m->acts;
-    float **bufs[] = {&a->encoded, &a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->atty,
-                      &a->att, &a->residual2, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fch,
-                      &a->fch_gelu, &a->residual3, &a->lnf, &a->lnf_mean, &a->lnf_rstd,
-                      &a->probs, &a->losses, &a->scratch, &a->dresidual, &a->dln, &a->datty,
-                      &a->dqkv, &a->dfch, &a->dfch_gelu, &a->dlosses, &m->params, &m->grads,
-                      &m->alibi_slopes};
+    model_free_acts(m);
+    float **bufs[] = {&m->params, &m->grads, &m->alibi_slopes};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-        if (*bufs[i]) o->free(*bufs[i]);
+        if (*bufs[i]) m->ops->free(*bufs[i]);
         *bufs[i] = NULL;
-    }
-    int32_t **ibufs[] = {&a->seq, &a->pos};
-    for (size_t i = 0; i < sizeof ibufs / sizeof ibufs[0]; i++) {
-        if (*ibufs[i]) o->free(*ibufs[i]);
-        *ibufs[i] = NULL;
     }
 }
 

@@ -125,8 +125,13 @@ int model_param_per_layer(tsr_param_id id);
  * biases 0, LayerNorm weights 1, padded vocab rows 0. A pure function of (seed): every rank gets
  * the same bits without communication. */
 void model_init_weights(tsr_model *m, uint64_t seed);
-/* Allocates activations for microbatches of B x T. */
+/* Allocates activations for microbatches of B x T (dies when out of memory). */
 void model_alloc_acts(tsr_model *m, int B, int T);
+/* The same, but returns -1 when an allocation fails (with everything it allocated freed again, the
+ * activations left unallocated), 0 on success: micro_batch = auto backs off on -1. */
+int model_try_alloc_acts(tsr_model *m, int B, int T);
+/* Frees the activations only (acts.B = 0 after). */
+void model_free_acts(tsr_model *m);
 void model_free(tsr_model *m);
 
 /* Forward pass. tokens, targets (B,T) with -1 = no loss. Returns the SUM of the per-token losses

@@ -186,6 +186,7 @@ static void fill_meta(const tsr_trainer *t, ckpt_meta *meta) {
     train_data_mix_tokens(t, meta->mix_tokens, sizeof meta->mix_tokens);
     train_data_format_plan(t, meta->mix_plan, sizeof meta->mix_plan);
     guard_format_state(&t->guard, meta->guard_state, sizeof meta->guard_state);
+    meta->micro_batch = t->auto_micro ? t->micro : 0;
     meta->world_size = t->dist.world;
     meta->global_batch = t->cfg.global_batch;
     meta->seed = t->cfg.seed;
@@ -284,6 +285,14 @@ static int apply_meta(tsr_trainer *t, const ckpt_meta *meta, const char *path, i
     if (with_guard) {
         t->guard.rollbacks = meta->rollbacks;
         t->guard.updates_skipped = meta->updates_skipped;
+    }
+    /* micro_batch = auto: a resumed run starts where the last one settled instead of failing its
+     * way down again (a divisor of this run's per-rank batch, which a new rank count may change) */
+    if (with_guard && t->auto_micro && meta->micro_batch > 0 && t->model.acts.B == 0) {
+        t->micro = trainer_micro_at_most(t, meta->micro_batch);
+        if (t->dist.rank == 0)
+            printf("micro_batch auto: %d, kept from %s (it ran %lld)\n", t->micro, path,
+                   (long long)meta->micro_batch);
     }
     train_data_reset_seen(t);
     return 0;

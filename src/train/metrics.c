@@ -91,11 +91,12 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
     printf("memory per rank (fp32): weights %s, grads %s, AdamW %s%s, communication buffers %s, "
            "activations %s per microbatch of %d x %d; total %s\n",
            w, g, opt, how, comm, acts, t->micro, t->T, tot);
-    printf("batch: global %lld = %d ranks x %lld per rank = %lld microbatches of %d; "
+    printf("batch: global %lld = %d ranks x %lld per rank = %lld microbatches of %d%s; "
            "seq_len %d; %lld tokens/step\n",
            (long long)c->global_batch, t->dist.world, (long long)t->per_rank,
-           (long long)(t->per_rank / t->micro), t->micro, t->T,
-           (long long)(c->global_batch * c->seq_len));
+           (long long)(t->per_rank / t->micro), t->micro,
+           t->auto_micro ? " (micro_batch = auto: the size tried first; halved on out-of-memory)"
+                         : "", t->T, (long long)(c->global_batch * c->seq_len));
     if (dry_run)
         printf("dry run: plan only, no data opened, nothing allocated\n");
     else
@@ -278,6 +279,30 @@ void metrics_log_checkpoint(const tsr_trainer *t, const char *what, const char *
                 "{\"step\": %lld, \"checkpoint\": \"%s\", \"path\": \"%s\", \"seconds\": %.6g, "
                 "\"bytes\": %llu, \"gb_per_s\": %.6g}\n",
                 (long long)t->step, what, path, seconds, (unsigned long long)bytes, gbs);
+        fflush(t->metrics);
+    }
+}
+
+void metrics_log_micro(const tsr_trainer *t, int from, int micro, int64_t failed) {
+    if (t->dist.rank != 0) return;
+    const double mib = 1024.0 * 1024.0;
+    if (from > 0)
+        printf("micro_batch auto: %d x %d sequences (%.1f MiB of activations) do not fit on %lld "
+               "of %d ranks: step %lld reruns with microbatches of %d\n", from, t->T,
+               (double)model_acts_bytes(&t->model, from, t->T) / mib, (long long)failed,
+               t->dist.world, (long long)t->step + 1, micro);
+    else
+        printf("micro_batch auto: %d sequences per pass (%lld passes per step), %.1f MiB of "
+               "activations per rank\n", micro, (long long)(t->per_rank / micro),
+               (double)model_acts_bytes(&t->model, micro, t->T) / mib);
+    fflush(stdout);
+    if (t->metrics) {
+        fprintf(t->metrics, "{\"event\": \"micro_batch\", \"step\": %lld, \"micro_batch\": %d",
+                (long long)t->step, micro);
+        if (from > 0)
+            fprintf(t->metrics, ", \"did_not_fit\": %d, \"ranks_failed\": %lld", from,
+                    (long long)failed);
+        fprintf(t->metrics, "}\n");
         fflush(t->metrics);
     }
 }

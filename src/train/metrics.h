@@ -14,6 +14,9 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run);
 int metrics_open_run_dir(tsr_trainer *t);
 /* A {"event": "start"} line: where this process started (after a resume, the resumed step). */
 void metrics_log_start(tsr_trainer *t);
+/* micro_batch = auto (rank 0, terminal and metrics.jsonl): from > 0: microbatches of `from` did
+ * not fit on `failed` ranks, the step reruns with `micro`; from = 0: `micro` is what runs. */
+void metrics_log_micro(const tsr_trainer *t, int from, int micro, int64_t failed);
 void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st);
 void metrics_log_eval(tsr_trainer *t, double val_loss);
 void metrics_finish(tsr_trainer *t);

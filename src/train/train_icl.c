@@ -61,6 +61,10 @@ static void log_jsonl(const tsr_trainer *t, const icl_scores *sc, double seconds
 void train_icl_run(tsr_trainer *t) {
     double t0 = tsr_now();
     icl_scores sc;
+    trainer_ensure_acts(t);
+    /* micro_batch = auto may have lowered the rows the activations hold since the suite opened;
+     * fewer rows per pass give the same scores (the padding rows count for nothing) */
+    if (t->icl->B > t->model.acts.B) t->icl->B = t->model.acts.B;
     icl_suite_score(t->icl, &t->model, &t->dist, &sc);
     double seconds = tsr_now() - t0;
     if (t->dist.rank != 0) return;

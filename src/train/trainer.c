@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -99,15 +100,30 @@ static void init_sharded(tsr_trainer *t, uint64_t seed) {
     model_alloc_slopes(m);
 }
 
+/* Test hook (tests/test_auto_micro.sh): TSR_FAULT="oom:MICRO:RANK" (RANK -1: every rank) makes
+ * RANK's CPU backend behave like a device on which the activations of more than MICRO sequences
+ * do not fit: try_alloc fails past what is live now plus 1.5x the activations of MICRO sequences,
+ * so MICRO fits and 2 x MICRO fails partway through allocating (a real failed allocation, not a
+ * flag). MICRO 0: no activations fit at all. */
+static void oom_fault(const tsr_trainer *t) {
+    long long micro, rank;
+    const char *f = tsr_fault("oom");
+    if (!f || sscanf(f, "%lld:%lld", &micro, &rank) != 2 || micro < 0) return;
+    if (rank != -1 && rank != t->dist.rank) return;
+    size_t acts = model_acts_bytes(&t->model, (int)micro, t->T);
+    cpu_ops_set_mem_limit(cpu_ops_live_bytes() + acts + acts / 2);
+}
+
 int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run) {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
     t->dist = *d;
     t->ops = &tsr_cpu_ops;
     t->T = (int)cfg->seq_len;
-    t->micro = (int)cfg->micro_batch;
     TSR_CHECK(config_check_world(cfg, d->world));
     t->per_rank = cfg->global_batch / d->world;
+    t->auto_micro = cfg->micro_batch == 0; /* "auto": start with the whole per-rank batch */
+    t->micro = t->auto_micro ? trainer_micro_at_most(t, t->per_rank) : (int)cfg->micro_batch;
     t->threads = pick_threads(cfg, d);
     cpu_ops_set_threads(t->threads);
     t->peak_flops = cfg->peak_flops > 0 ? cfg->peak_flops : metrics_peak_flops("cpu", t->threads);
@@ -134,7 +150,6 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
         model_alloc_params(&t->model);
         model_init_weights(&t->model, (uint64_t)cfg->seed);
     }
-    model_alloc_acts(&t->model, t->micro, t->T);
     TSR_CHECK(train_icl_open(t)); /* task files read before the first step */
     TSR_CHECK(plan_shards(t));
     size_t owned = t->fsdp_on ? t->fsdp.shard_n : t->shard_hi - t->shard_lo;
@@ -142,9 +157,44 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->v = t->ops->alloc(owned * sizeof(float));
     t->inputs = tsr_malloc((size_t)t->per_rank * t->T * sizeof(int32_t));
     t->targets = tsr_malloc((size_t)t->per_rank * t->T * sizeof(int32_t));
+    /* the activations are allocated by the first step (trainer_ensure_acts), where micro_batch =
+     * auto can still back off */
+    oom_fault(t);
     metrics_print_plan(t, 0);
     if (d->rank == 0) TSR_CHECK(metrics_open_run_dir(t));
     return 0;
+}
+
+int trainer_micro_at_most(const tsr_trainer *t, int64_t at_most) {
+    int64_t b = at_most < t->per_rank ? at_most : t->per_rank;
+    if (b > INT_MAX) b = INT_MAX;
+    while (b > 1 && t->per_rank % b != 0) b--;
+    return b < 1 ? 1 : (int)b;
+}
+
+void trainer_ensure_acts(tsr_trainer *t) {
+    tsr_model *m = &t->model;
+    if (m->acts.B > 0) return;
+    for (;;) {
+        int64_t failed = model_try_alloc_acts(m, t->micro, t->T) != 0;
+        dist_allreduce_sum_i64(&failed, 1); /* every rank learns of any rank's failure */
+        if (!failed) break;
+        model_free_acts(m); /* the ranks that succeeded give theirs back too */
+        if (!t->auto_micro || t->micro == 1) {
+            double need = (double)model_acts_bytes(m, t->micro, t->T) / (1024.0 * 1024.0);
+            metrics_print_plan(t, 0);
+            tsr_fail_all(TSR_EXIT_USAGE,
+                         "out of memory on %lld of %d ranks allocating the activations for a "
+                         "microbatch of %d x %d (%.1f MiB, plan above)%s: use activation "
+                         "checkpointing, parallel.sharding = zero3, more ranks, a shorter seq_len "
+                         "or a smaller model", (long long)failed, t->dist.world, t->micro, t->T,
+                         need, t->auto_micro ? "; micro_batch = auto is down to 1 sequence" : "");
+        }
+        int next = trainer_micro_at_most(t, t->micro / 2);
+        metrics_log_micro(t, t->micro, next, failed);
+        t->micro = next;
+    }
+    if (t->auto_micro) metrics_log_micro(t, 0, t->micro, 0);
 }
 
 static int param_decays(const tsr_optim_config *o, tsr_param_kind kind) {
@@ -196,6 +246,7 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     st->phase_switch = d > 0 && mix_phase(&t->mix, d) != mix_phase(&t->mix, d - 1);
     if (st->phase_switch) guard_restart_window(&t->guard);
     float scale = counted > 0 ? 1.0f / (float)counted : 0.0f;
+    trainer_ensure_acts(t); /* micro_batch = auto: the batch just loaded runs at the size that fits */
     watchdog_phase(WD_COMPUTE, t->step);
     double tc = tsr_now();
     if (t->fsdp_on) fsdp_zero_grads(&t->fsdp);
@@ -277,6 +328,7 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
 
 double trainer_eval(tsr_trainer *t) {
     if (!t->val) return NAN;
+    trainer_ensure_acts(t);
     trainer_full_weights(t, 1); /* ranks run different numbers of batches: no per-layer gathers */
     double loss = train_data_eval_loss(&t->model, t->val, t->cfg.data.val, t->T, t->micro,
                                        t->cfg.eval_samples, &t->dist, t->inputs, t->targets, NULL);

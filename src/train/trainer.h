@@ -61,7 +61,9 @@ typedef struct tsr_trainer {
     int64_t data_offset;         /* data batch of step s (0-based) = s + data_offset (rollbacks) */
     int64_t optim_step;          /* AdamW updates applied (the bias-correction step) */
     tsr_guard guard;
-    int T, micro;                /* seq_len, micro_batch */
+    int T, micro;                /* seq_len, micro_batch (the value in use) */
+    int auto_micro;              /* micro_batch = auto: micro starts at per_rank (or the value a
+                                  * resumed checkpoint kept) and halves on out-of-memory */
     int64_t per_rank, step, total_steps, warmup_steps, eval_every, tokens_seen;
     int64_t save_every;          /* steps between checkpoints, 0 = only at the end */
     /* Optimizer ownership. The flat parameters are partitioned over the ranks (part_*: 16-float
@@ -92,6 +94,12 @@ typedef struct tsr_trainer {
 int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run);
 /* One optimizer step on the next global batch. */
 void trainer_step(tsr_trainer *t, tsr_step_stats *st);
+/* The activations for t->micro sequences, allocated when they are not yet (collective). Under
+ * micro_batch = auto an allocation that fails on any rank lowers micro on every rank and retries;
+ * at 1 sequence the run stops (exit 1) after printing the memory plan. */
+void trainer_ensure_acts(tsr_trainer *t);
+/* micro_batch = auto: the largest divisor of the per-rank batch that is at most `at_most` (>= 1). */
+int trainer_micro_at_most(const tsr_trainer *t, int64_t at_most);
 /* Mean validation loss over eval_samples (or the whole split); NAN when there is no val set. */
 double trainer_eval(tsr_trainer *t);
 /* The whole run: steps until max_duration with logging, periodic eval and checkpoints; a stop

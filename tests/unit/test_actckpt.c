@@ -39,11 +39,15 @@ static uint32_t urand_below(uint32_t n) {
     return (uint32_t)(((rng * 0x2545f4914f6cdd1dull) >> 32) % n);
 }
 
-/* the op table with an alloc that counts the bytes asked for (the memory plan's unit) */
+/* the op table with allocators that count the bytes asked for (the memory plan's unit) */
 static size_t alloc_bytes;
 static void *counting_alloc(size_t bytes) {
     alloc_bytes += bytes;
     return tsr_cpu_ops.alloc(bytes);
+}
+static void *counting_try_alloc(size_t bytes) {
+    alloc_bytes += bytes;
+    return tsr_cpu_ops.try_alloc(bytes);
 }
 static tsr_ops counting_ops;
 
@@ -235,6 +239,7 @@ static void check_config(void) {
 int main(void) {
     counting_ops = tsr_cpu_ops;
     counting_ops.alloc = counting_alloc;
+    counting_ops.try_alloc = counting_try_alloc;
     tap_plan(NCHECKS);
     tap_diag("L = %d, C = %d, NH = %d, T = %d; microbatches of 2 and 1 rows", L, C, NH, T);
     run_variant(TSR_POS_LEARNED, TSR_MASK_CAUSAL, 1);
