@@ -4,11 +4,12 @@
 #  - model.activation_checkpointing = block gives the same loss, lr and grad norm at every step as
 #    none, bit for bit (the recomputation runs the same ops on the same inputs), with and without
 #    model.attn_mask = document;
+#  - the same for attention checkpointing on a layer range (activation_checkpointing_range = 1-2);
 #  - the memory plan rank 0 prints shows a smaller activations figure (model_acts_bytes);
 #  - activation_checkpointing_layers above model.n_layer is refused with exit 1 naming the key.
 source "$(dirname "$0")/lib.sh"
 tsr_tmpdir
-tap_plan 5
+tap_plan 6
 make_synth "$TMP/data" 512 60000
 tap_check $? "synthetic corpus made"
 args=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set data.tokenizer=
@@ -40,6 +41,11 @@ tap_diag "block: $(tail -1 "$TMP/K.loss")"
     (($(wc -l <"$TMP/ND.loss") == 10)) && cmp -s "$TMP/ND.loss" "$TMP/KD.loss" &&
     ! cmp -s "$TMP/N.loss" "$TMP/ND.loss"
 tap_check $? "loss, lr and grad norm of all 10 steps bit-identical to none, causal and document (which differ from each other)"
+
+run KR --set model.activation_checkpointing=attention --set model.activation_checkpointing_range=1-2 &&
+    final_lines "$TMP/KR/metrics.jsonl" >"$TMP/KR.loss" && cmp -s "$TMP/N.loss" "$TMP/KR.loss" &&
+    (($(acts "$TMP/KR.txt") < $(acts "$TMP/N.txt")))
+tap_check $? "attention checkpointing on the layer range 1-2: all 10 steps bit-identical to none, smaller plan"
 
 an=$(acts "$TMP/N.txt") ak=$(acts "$TMP/K.txt") and=$(acts "$TMP/ND.txt") akd=$(acts "$TMP/KD.txt")
 tap_diag "activations per microbatch: none $an B, block $ak B; document: none $and B, block (2 of 3) $akd B"

@@ -7,6 +7,7 @@
  */
 #include <libconfig.h>
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -314,7 +315,9 @@ static const char *const cross_rules[] = {
     "`eval_interval` other than `0ba` needs `data.val` or `icl_tasks`.",
     "With `model.attn_mask = \"document\"`, `model.eot_token` is below `model.vocab_size`.",
     "With `model.activation_checkpointing` other than `none`, "
-    "`model.activation_checkpointing_layers` is -1 (all) or 1 .. `model.n_layer`.",
+    "`model.activation_checkpointing_layers` is -1 (all) or 1 .. `model.n_layer`; "
+    "`model.activation_checkpointing_range` is `\"A-B\"` with 0 <= A <= B < `model.n_layer`, given "
+    "only with `activation_checkpointing_layers` = -1.",
     "With `parallel.sharding = \"hsdp\"`, `parallel.replica_group` (0: the ranks of one node) "
     "divides the rank count (checked at start, when the rank count is known).",
     "`device = \"cuda\"` needs a build with the CUDA backend.",
@@ -399,13 +402,11 @@ static void validate(load_ctx *c) {
                   m->eot_token, m->vocab_size, m->vocab_size);
         c->errors++;
     }
-    int ck = m->activation_checkpointing_layers;
-    if (m->activation_checkpointing != TSR_ACTCKPT_NONE && (ck == 0 || ck < -1 || ck > m->n_layer)) {
-        /* the same rule as model_config_check, here with the key's file:line */
-        tsr_error("%smodel.activation_checkpointing_layers = %d with model.n_layer = %d: checkpoint "
-                  "the first 1 .. %d layers, or -1 = all (or set model.activation_checkpointing = "
-                  "\"none\")", where(c, "model.activation_checkpointing_layers", at, sizeof at), ck,
-                  m->n_layer, m->n_layer);
+    int ck_lo, ck_n;
+    const char *ck_key;
+    char ck_why[400];
+    if (config_actckpt_layers(m, &ck_lo, &ck_n, &ck_key, ck_why, sizeof ck_why) != 0) {
+        tsr_error("%s%s", where(c, ck_key, at, sizeof at), ck_why);
         c->errors++;
     }
     if (c->mix_line && c->present[key_index(cfgtab_find("data.train"))]) {
@@ -467,6 +468,43 @@ int config_load(tsr_config *cfg, const char *path, const char *const *sets, int 
     free(c.text_name);
     free(c.text);
     return rc;
+}
+
+int config_actckpt_layers(const tsr_model_config *m, int *lo, int *n, const char **key, char *why,
+                          size_t cap) {
+    int ck = m->activation_checkpointing_layers, L = m->n_layer;
+    const char *r = m->activation_checkpointing_range;
+    *lo = 0, *n = 0;
+    *key = "model.activation_checkpointing_layers";
+    if (m->activation_checkpointing == TSR_ACTCKPT_NONE) return 0;
+    if (r[0]) {
+        long a, b;
+        int used = 0;
+        *key = "model.activation_checkpointing_range";
+        if (ck != -1) {
+            snprintf(why, cap, "model.activation_checkpointing_range = \"%s\" and "
+                     "model.activation_checkpointing_layers = %d are both given: choose the first "
+                     "N layers or a range", r, ck);
+            return -1;
+        }
+        if (sscanf(r, "%ld-%ld%n", &a, &b, &used) != 2 || r[used] != '\0' || a < 0 || b < a ||
+            b >= L || !isdigit((unsigned char)r[0])) {
+            snprintf(why, cap, "model.activation_checkpointing_range = \"%s\" with model.n_layer "
+                     "= %d: expected \"A-B\", layers A to B inclusive, 0 <= A <= B <= %d", r, L,
+                     L - 1);
+            return -1;
+        }
+        *lo = (int)a, *n = (int)(b - a + 1);
+        return 0;
+    }
+    if (ck == 0 || ck < -1 || ck > L) {
+        snprintf(why, cap, "model.activation_checkpointing_layers = %d with model.n_layer = %d: "
+                 "checkpoint the first 1 .. %d layers, or -1 = all (or set "
+                 "model.activation_checkpointing = \"none\")", ck, L, L);
+        return -1;
+    }
+    *n = ck < 0 ? L : ck;
+    return 0;
 }
 
 int config_check_world(const tsr_config *cfg, int world) {

@@ -49,6 +49,7 @@ typedef struct tsr_model_config {
     int eot_token;        /* the end-of-text id that ends a segment (attn_mask = document) */
     tsr_actckpt_kind activation_checkpointing;
     int activation_checkpointing_layers; /* the first this many layers are checkpointed; -1 = all */
+    char activation_checkpointing_range[32]; /* "A-B": layers A..B (0-based, inclusive) instead */
 } tsr_model_config;
 
 typedef struct tsr_optim_config {
@@ -153,6 +154,12 @@ int config_load(tsr_config *cfg, const char *path, const char *const *sets, int 
 /* Checks what depends on the world size: global_batch divisible by world, per-rank batch by
  * micro_batch. Returns 0 or TSR_EXIT_USAGE after printing the error. */
 int config_check_world(const tsr_config *cfg, int world);
+/* The layers activation checkpointing applies to: [*lo, *lo + *n) (n = 0 with
+ * activation_checkpointing = none), from activation_checkpointing_layers (the first N, -1 = all) or
+ * activation_checkpointing_range ("A-B", 0-based, inclusive). Returns 0, or -1 with the reason in
+ * why and the offending key in *key. */
+int config_actckpt_layers(const tsr_model_config *m, int *lo, int *n, const char **key, char *why,
+                          size_t cap);
 /* Writes the effective config in libconfig syntax (loadable by config_load). */
 void config_print(FILE *f, const tsr_config *cfg);
 /* Writes the effective config to path (temp file + fsync + rename). Returns 0 or TSR_EXIT_DATA.

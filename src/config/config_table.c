@@ -146,6 +146,11 @@ const cfgtab_key cfgtab_keys[] = {
      .doc = "With activation_checkpointing other than `none`: the first this many layers are "
             "checkpointed; -1 = all, else 1 .. model.n_layer. One layer saves nothing (the "
             "recomputation needs one layer of buffers)."},
+    {.name = "model.activation_checkpointing_range", .type = CFGK_STRING,
+     FIELD(model.activation_checkpointing_range), .def = "",
+     .doc = "With activation_checkpointing other than `none`: `\"A-B\"` checkpoints layers A to B "
+            "(0-based, inclusive) instead of the first N, e.g. the middle of a deep model; `\"\"` "
+            "= use activation_checkpointing_layers."},
 
     {.name = "optim.lr", .type = CFGK_FLOAT, FIELD(optim.lr), .example = "6e-4", .lo = 0,
      .lo_open = 1, NO_MAX, .doc = "Peak learning rate (AdamW), reached at the end of warmup."},

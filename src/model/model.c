@@ -53,16 +53,9 @@ int model_config_check(const tsr_model_config *cfg, char *why, size_t n) {
                  cfg->eot_token, cfg->vocab_size, cfg->vocab_size);
         return -1;
     }
-    int ck = cfg->activation_checkpointing_layers;
-    if (cfg->activation_checkpointing != TSR_ACTCKPT_NONE &&
-        (ck == 0 || ck < -1 || ck > cfg->n_layer)) {
-        snprintf(why, n,
-                 "model.activation_checkpointing_layers = %d with model.n_layer = %d: checkpoint "
-                 "the first 1 .. %d layers, or -1 = all (or set model.activation_checkpointing = "
-                 "\"none\")",
-                 ck, cfg->n_layer, cfg->n_layer);
-        return -1;
-    }
+    int lo, cn;
+    const char *key;
+    if (config_actckpt_layers(cfg, &lo, &cn, &key, why, n) != 0) return -1;
     return 0;
 }
 
@@ -80,9 +73,8 @@ void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const ts
     int mult = cfg->vocab_multiple > 0 ? cfg->vocab_multiple : 1;
     m->Vp = (m->V + mult - 1) / mult * mult;
     m->maxT = cfg->max_seq_len > 0 ? cfg->max_seq_len : seq_len;
-    if (cfg->activation_checkpointing != TSR_ACTCKPT_NONE)
-        m->n_ckpt = cfg->activation_checkpointing_layers < 0 ? m->L
-                                                             : cfg->activation_checkpointing_layers;
+    const char *ck_key;
+    config_actckpt_layers(cfg, &m->ckpt_lo, &m->n_ckpt, &ck_key, why, sizeof why); /* checked */
     int64_t L = m->L, C = m->C, F = m->F;
     int learned = cfg->pos == TSR_POS_LEARNED, bias = cfg->bias;
     set_param(m, TSR_P_WTE, "wte", TSR_PK_EMBEDDING, 1, 2, m->Vp, C, 0);
@@ -176,10 +168,16 @@ static int group_dropped(const tsr_model *m, act_group g) {
 static size_t group_layers(const tsr_model *m, act_group g) {
     return group_dropped(m, g) ? (size_t)(m->L - m->n_ckpt + 1) : (size_t)m->L;
 }
-/* layer l's slot in the group's stack */
+/* layer l is checkpointed */
+static int ckpt_layer(const tsr_model *m, int l) {
+    return l >= m->ckpt_lo && l < m->ckpt_lo + m->n_ckpt;
+}
+/* layer l's slot in the group's stack: 0 is shared by the checkpointed layers, the others follow
+ * in layer order */
 static size_t group_slot(const tsr_model *m, act_group g, int l) {
     if (!group_dropped(m, g)) return (size_t)l;
-    return l < m->n_ckpt ? 0 : (size_t)(l - m->n_ckpt + 1);
+    if (ckpt_layer(m, l)) return 0;
+    return (size_t)(l < m->ckpt_lo ? l + 1 : l - m->n_ckpt + 1);
 }
 
 /* Activation buffers: one allocation per tensor keeps the code obvious. Every pointer of tsr_acts
@@ -463,7 +461,7 @@ void model_backward(tsr_model *m, const int32_t *tokens, const int32_t *targets,
                           root.w[TSR_P_LNFW], a->lnf_mean, a->lnf_rstd, (int)N, (int)C);
     for (int l = m->L - 1; l >= 0; l--) {
         unit_get(m, l + 1, 1, &lu);
-        if (l < m->n_ckpt) {
+        if (ckpt_layer(m, l)) {
             /* recompute what the layer did not keep into slot 0 (a->scratch is free here) */
             tsr_actckpt_kind k = m->cfg.activation_checkpointing;
             layer_forward(m, l, &lu, B, T, actckpt_rerun[k].first, actckpt_rerun[k].last);

@@ -53,7 +53,7 @@ typedef struct tsr_param_info {
 /* Activations. Per-layer tensors are stacked (Lk, ...): Lk = L, except under activation
  * checkpointing (docs/model.md) for the tensors the mode recomputes, where Lk = L - Lc + 1: index 0
  * is one layer of buffers shared by the Lc checkpointed layers (written by their forward, rewritten
- * by the recomputation before each one's backward), then one per layer Lc..L-1. */
+ * by the recomputation before each one's backward), then one per other layer in layer order. */
 typedef struct tsr_acts {
     int B, T;            /* allocated for this microbatch shape (smaller B also works) */
     float *encoded;      /* (B,T,C) */
@@ -103,8 +103,8 @@ typedef struct tsr_model {
     float *params, *grads;   /* flat (n_params) */
     float *alibi_slopes;     /* (NH) or NULL */
     const tsr_param_source *src; /* NULL: params/grads hold everything */
-    int n_ckpt;              /* Lc: layers 0..Lc-1 are checkpointed (0: activation_checkpointing
-                              * = none) */
+    int ckpt_lo, n_ckpt;     /* layers ckpt_lo .. ckpt_lo + n_ckpt - 1 are checkpointed
+                              * (n_ckpt 0: activation_checkpointing = none) */
     tsr_acts acts;
 } tsr_model;
 
@@ -113,7 +113,7 @@ typedef struct tsr_model {
 void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const tsr_ops *ops);
 /* Checks what the config table cannot check key by key: with attn_mask = document, eot_token
  * must be a token id (< vocab_size); with activation_checkpointing other than none,
- * activation_checkpointing_layers is -1 or 1..n_layer. Returns 0, or -1 with the reason in why. */
+ * the layers are valid (config_actckpt_layers). Returns 0, or -1 with the reason in why. */
 int model_config_check(const tsr_model_config *cfg, char *why, size_t n);
 /* Allocates parameters and gradients (zeroed) and the ALiBi slopes. */
 void model_alloc_params(tsr_model *m);

@@ -5,7 +5,9 @@
  * accumulate into the gradients (B = 2, then B = 1 on activations allocated for B = 2, so the
  * strides of a partly used buffer are exercised too); random tokens with end-of-text tokens among
  * them. For every mode (block, attention, mlp) over all layers and over the first 2 of 3, against
- * the same weights and data with activation_checkpointing = none:
+ * the same weights and data with activation_checkpointing = none (and, with
+ * activation_checkpointing_range, over layers 1-2 and layer 1 alone: the shared slot between
+ * kept layers):
  *   - both forwards' loss sums and per-token losses, and every parameter gradient, compared with
  *     memcmp: the recomputation runs the same ops on the same inputs, so anything but equal bits
  *     is a bug (no tolerance);
@@ -15,7 +17,8 @@
  *   - model_acts_bytes is what model_alloc_acts allocated (counted through the op table's alloc),
  *     and exactly the none figure minus (Lc - 1) layers of the groups the mode drops.
  * The check itself can fail: one weight moved by one ulp changes the gradient bits (control).
- * model_config_check refuses activation_checkpointing_layers = 0 and > n_layer, naming the key.
+ * model_config_check refuses activation_checkpointing_layers = 0 and > n_layer, and malformed or
+ * out-of-range activation_checkpointing_range values, naming the key.
  */
 #include <math.h>
 #include <stdint.h>
@@ -28,8 +31,8 @@
 #include "tap.h"
 
 enum { L = 3, T = 16, V = 50, C = 32, NH = 4, F = 4 * C, EOT = V - 1, BMAX = 2 };
-enum { N_VARIANTS = 4, N_MODES = 3, N_RANGES = 2 };
-#define NCHECKS (N_VARIANTS * (N_MODES * N_RANGES * 3 + 1) + 1 + 2)
+enum { N_VARIANTS = 4, N_MODES = 3, N_RANGES = 4 };
+#define NCHECKS (N_VARIANTS * (N_MODES * N_RANGES * 3 + 1) + 1 + 3)
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull; /* xorshift64*: the test needs nothing external */
 static uint32_t urand_below(uint32_t n) {
@@ -52,7 +55,7 @@ static void *counting_try_alloc(size_t bytes) {
 static tsr_ops counting_ops;
 
 static tsr_model_config tiny(tsr_pos_kind pos, tsr_attn_mask_kind mask, tsr_actckpt_kind mode,
-                             int layers) {
+                             int layers, const char *range) {
     tsr_model_config c;
     memset(&c, 0, sizeof c);
     c.n_layer = L;
@@ -69,6 +72,7 @@ static tsr_model_config tiny(tsr_pos_kind pos, tsr_attn_mask_kind mask, tsr_actc
     c.eot_token = EOT;
     c.activation_checkpointing = mode;
     c.activation_checkpointing_layers = layers;
+    snprintf(c.activation_checkpointing_range, sizeof c.activation_checkpointing_range, "%s", range);
     return c;
 }
 
@@ -160,7 +164,7 @@ static void run_variant(tsr_pos_kind pos, tsr_attn_mask_kind mask, int control) 
         tok[i] = urand_below(6) == 0 ? EOT : (int32_t)urand_below(EOT);
         tg[i] = urand_below(8) == 0 ? -1 : (int32_t)urand_below(V);
     }
-    tsr_model_config c0 = tiny(pos, mask, TSR_ACTCKPT_NONE, -1);
+    tsr_model_config c0 = tiny(pos, mask, TSR_ACTCKPT_NONE, -1, "");
     tsr_model m0;
     size_t bytes0 = build(&m0, &c0);
     result r0;
@@ -182,15 +186,18 @@ static void run_variant(tsr_pos_kind pos, tsr_attn_mask_kind mask, int control) 
 
     for (int mode = TSR_ACTCKPT_BLOCK; mode < TSR_ACTCKPT_COUNT; mode++) {
         for (int range = 0; range < N_RANGES; range++) {
-            int layers = range == 0 ? -1 : 2, lc = range == 0 ? L : 2;
-            tsr_model_config c = tiny(pos, mask, (tsr_actckpt_kind)mode, layers);
+            static const int layers_of[N_RANGES] = {-1, 2, -1, -1}, lc_of[N_RANGES] = {L, 2, 2, 1};
+            static const char *const range_of[N_RANGES] = {"", "", "1-2", "1-1"};
+            static const char *const what_of[N_RANGES] = {"all 3 layers", "the first 2 of 3",
+                                                          "range 1-2", "range 1-1"};
+            int layers = layers_of[range], lc = lc_of[range];
+            tsr_model_config c = tiny(pos, mask, (tsr_actckpt_kind)mode, layers, range_of[range]);
             tsr_model m;
             size_t bytes = build(&m, &c);
             result r;
             run(&m, tok, tg, &r);
             char what[160];
-            snprintf(what, sizeof what, "%s, %s on %s", name, mode_names[mode],
-                     range == 0 ? "all 3 layers" : "the first 2 of 3");
+            snprintf(what, sizeof what, "%s, %s on %s", name, mode_names[mode], what_of[range]);
             int same_loss = !memcmp(r.sum, r0.sum, sizeof r.sum) &&
                             !memcmp(r.losses, r0.losses, sizeof r.losses);
             tap_ok(same_loss, "%s: loss sums and per-token losses of both microbatches "
@@ -200,7 +207,7 @@ static void run_variant(tsr_pos_kind pos, tsr_attn_mask_kind mask, int control) 
                    d ? "; first differing: " : "", d ? d : "");
             size_t want = bytes0 - (size_t)(lc - 1) * dropped_layer_bytes((tsr_actckpt_kind)mode);
             size_t got = model_acts_bytes(&m, BMAX, T);
-            tap_ok(got == bytes && got == want && got < bytes0,
+            tap_ok(got == bytes && got == want && (got < bytes0 || lc == 1), /* 1 saves nothing */
                    "%s: model_acts_bytes %zu = allocated %zu = none's %zu - %d layers of what it "
                    "recomputes (%zu)", what, got, bytes, bytes0, lc - 1, want);
             free(r.grads);
@@ -216,7 +223,7 @@ static void run_variant(tsr_pos_kind pos, tsr_attn_mask_kind mask, int control) 
 
 static void check_config(void) {
     char why[256] = "";
-    tsr_model_config c = tiny(TSR_POS_LEARNED, TSR_MASK_CAUSAL, TSR_ACTCKPT_BLOCK, 0);
+    tsr_model_config c = tiny(TSR_POS_LEARNED, TSR_MASK_CAUSAL, TSR_ACTCKPT_BLOCK, 0, "");
     int rc0 = model_config_check(&c, why, sizeof why);
     int named = strstr(why, "model.activation_checkpointing_layers = 0") != NULL;
     c.activation_checkpointing_layers = L + 1;
@@ -234,6 +241,18 @@ static void check_config(void) {
     c.activation_checkpointing_layers = 0;
     ok &= model_config_check(&c, why, sizeof why) == 0;
     tap_ok(ok, "model_config_check accepts layers -1 and n_layer, and any value with none");
+    static const char *const bad[] = {"2-1", "0-3", "1", "-1-2", "1-2x", "a-b"};
+    int refused = 0;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        c = tiny(TSR_POS_LEARNED, TSR_MASK_CAUSAL, TSR_ACTCKPT_MLP, -1, bad[i]);
+        why[0] = '\0';
+        refused += model_config_check(&c, why, sizeof why) == -1 &&
+                   strstr(why, "model.activation_checkpointing_range = ") != NULL;
+    }
+    c = tiny(TSR_POS_LEARNED, TSR_MASK_CAUSAL, TSR_ACTCKPT_MLP, 2, "0-1");
+    int both = model_config_check(&c, why2, sizeof why2) == -1 && strstr(why2, "both given");
+    tap_ok(refused == 6 && both, "activation_checkpointing_range: 2-1, 0-3, 1, -1-2, 1-2x, a-b "
+           "refused naming the key (%d of 6), and together with layers = 2 (\"%s\")", refused, why2);
 }
 
 int main(void) {
