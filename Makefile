@@ -2,6 +2,7 @@
 #   make            build build/tessera-train, build/tessera and the tests
 #   make demo       train the tiny model on the Brown corpus with 2 MPI ranks, then sample from it
 #   make check      run every test; the last line is "N passed, N failed, N skipped"
+#   make check-gpu  the GPU tests alone (CUDA ops vs the CPU oracle; they skip without a GPU)
 #   make bench      CPU throughput vs PyTorch (bench/, results in docs/benchmarks.md)
 #   make install PREFIX=/opt/apps/tessera/X [DESTDIR=...]   (make uninstall with the same)
 # Options (validated): NO_MPI=1  SANITIZE=address,undefined  WERROR=0  ARCH=native|x86-64-v3|...
@@ -129,12 +130,23 @@ HC_GPU_LIBS    = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
                  $(if $(HC_NCCL_OWN),-L$(NCCL_HOME)/lib -Wl$(comma)-rpath$(comma)$(NCCL_HOME)/lib) \
                  -lcublas -lnccl -lcudart_static -lstdc++ -ldl -lpthread -lrt
 HC_GPU_TARGET  = $(if $(HC_GPU_OK),$(HC_GPU_SO))
+# kernels/cuda/: the CUDA training backend (bf16 ops, cuBLASLt, fused attention; cuda_ops.h), built
+# into libtessera-cuda.a wherever nvcc and cublasLt.h are found, with its op-by-op test against the
+# CPU oracle (build/tests/test_gpu_ops: exit 77, a loud skip, where no GPU answers)
+CUDA_OK        = $(and $(wildcard $(HC_NVCC)),$(wildcard $(CUDA_HOME)/include/cublasLt.h))
+CUDA_OBJ      := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(wildcard kernels/cuda/*.cu))
+CUDA_LIB      := $(BUILD)/libtessera-cuda.a
+CUDA_NVCC_FLAGS = -O3 -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC,-Wall,-Wextra \
+                 $(if $(filter 1,$(WERROR)),-Werror all-warnings) -Ikernels -Ikernels/cuda -Isrc -MMD -MP
+CUDA_LIBS      = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static \
+                 -lstdc++ -ldl -lpthread -lrt
+CUDA_TARGETS   = $(if $(CUDA_OK),$(CUDA_LIB) $(BUILD)/tests/test_gpu_ops)
 # a CUDA-free stand-in for the GPU library, canned facts (healthcheck/mock/): tests the GPU mode's
 # host side (loading, MPI bootstrap of NCCL, pairs, judge, report) on any machine
 HC_GPU_MOCK   := $(BUILD)/tests/libtessera-hc-gpu-mock.so
 
-.PHONY: all deps demo check bench install uninstall clean docs announce
-all: $(PROGRAMS) $(TEST_BIN) $(HC_GPU_TARGET) $(HC_GPU_MOCK)
+.PHONY: all deps demo check check-gpu bench install uninstall clean docs announce
+all: $(PROGRAMS) $(TEST_BIN) $(HC_GPU_TARGET) $(HC_GPU_MOCK) $(CUDA_TARGETS)
 
 # Order-only prerequisite of every object: runs once per make invocation.
 deps:
@@ -144,7 +156,7 @@ deps:
 # A separate make run, so what it prints is read after ./INSTALL may have installed things.
 announce:
 	@if [ -x "$(CUDA_HOME)/bin/nvcc" ]; then \
-	  echo "  ✓ CUDA            $(CUDA_HOME)/bin/nvcc found: healthcheck GPU library built; CUDA training backend not written yet (kernels/cuda/): CPU training"; \
+	  echo "  ✓ CUDA            $(CUDA_HOME)/bin/nvcc found: CUDA kernels $(CUDA_LIB) ($(NVCC_GENCODE)) and their GPU test; training runs on the CPU backend (device = cuda is not wired to the trainer yet)"; \
 	else echo "  ✗ CUDA            nvcc not found under CUDA_HOME=$(CUDA_HOME): CPU-only build"; fi
 	@if [ -n "$(HC_GPU_OK)" ]; then \
 	  echo "  ✓ healthcheck GPU $(HC_GPU_SO): tessera-healthcheck's GPU mode (nvcc, cuBLAS, NCCL from $(NCCL_HOME))"; \
@@ -196,6 +208,23 @@ $(BUILD)/obj/healthcheck/gpu/%.cu.o: healthcheck/gpu/%.cu | deps
 $(HC_GPU_SO): $(HC_GPU_OBJ) healthcheck/gpu/hc_gpu.map
 	$(CC) $(filter-out -fopenmp,$(CFLAGS)) -shared -o $@ $(HC_GPU_OBJ) \
 	  -Wl,--version-script=healthcheck/gpu/hc_gpu.map -Wl,--no-undefined $(HC_GPU_LIBS)
+
+# the CUDA backend: every kernels/cuda/*.cu by nvcc (warnings as errors like the C code)
+$(BUILD)/obj/kernels/cuda/%.cu.o: kernels/cuda/%.cu | deps
+	@mkdir -p $(@D)
+	$(HC_NVCC) $(CUDA_NVCC_FLAGS) -c $< -o $@
+
+$(CUDA_LIB): $(CUDA_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/obj/tests/gpu/%.o: tests/gpu/%.c | deps
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -Itests -Ikernels/cuda -c $< -o $@
+
+$(BUILD)/tests/test_gpu_ops: $(BUILD)/obj/tests/gpu/test_gpu_ops.o $(CUDA_LIB) $(BUILD)/libtessera.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS) $(CUDA_LIBS)
 
 $(HC_GPU_MOCK): healthcheck/mock/hc_gpu_mock.c healthcheck/hc_judge.c healthcheck/hc.h healthcheck/hc_gpu.h \
                 healthcheck/hc_fault.h healthcheck/gpu/hc_gpu.map | deps
@@ -263,6 +292,10 @@ demo: all data/brown/train/index.tsv
 
 check: all
 	bash tests/run.sh
+
+# the GPU tests alone (make check runs them too; without a GPU they skip, loudly)
+check-gpu: all
+	TESTS="test_gpu" bash tests/run.sh
 
 bench: all
 	bash bench/cpu_vs_torch.sh

@@ -1,0 +1,785 @@
+/* cuda_attention.cu — fused causal attention of cuda_ops.h (FlashAttention-2 style): the maths of
+ * kernels/cpu/cpu_attention.c without the (T,T) matrix. tcu_attention_forward,
+ * tcu_attention_scratch_bytes, tcu_attention_backward.
+ *
+ * File-wide conventions (cuda_ops.h):
+ *   - qkv (B,T,3C) bf16 laid out [q | k | v], head h at columns h*hs.. of each; out, dout (B,T,C);
+ *     lse, D (B,NH,T) fp32; hs = C/NH in {32, 64, 128} (one template instance each);
+ *   - s[i,j] = q_i.k_j * scale - slope_h (i - j), scale = 1/sqrt(hs), allowed for lo(i) <= j <= i,
+ *     lo(i) the first index of the run of equal seq ids holding i (0 without seq). Equivalently
+ *     j <= i < hi(j), hi(j) one past the end of j's run: the query-major kernels mask with lo of
+ *     their rows, the key-major kernel with hi of its keys. Masked scores are -inf, exp gives 0;
+ *   - the kernels work in log2 units: x = s * log2(e), p = exp2(x - m); lse is stored in natural
+ *     units, lse = (m + log2 l) * ln 2;
+ *   - tensor cores: mma.sync m16n8k16 bf16 x bf16 -> fp32 (sm_80 and sm_90a), operands from shared
+ *     memory through ldmatrix, P and dS fed back from the accumulators as bf16 A fragments;
+ *     softmax, masks, dS and every sum in fp32;
+ *   - 128 threads per block, 4 warps; each warp owns 16 rows (queries or keys) of the block's
+ *     tile and all columns of the other operand's tile, so warps share nothing but the shared
+ *     memory tiles. Shared rows are padded to hs + 8 bf16 (ldmatrix without bank conflicts);
+ *     rows past T are zero-filled (cp.async with source size 0);
+ *   - backward ACCUMULATES into dqkv: read bf16, add the fp32 result, round once. Deterministic:
+ *     dk, dv by one block per key tile, dq by one block per query tile, fixed loop orders, no
+ *     floating-point atomics;
+ *   - every launch on the caller's stream, checked (TCU_CHECK_LAUNCH); qkv, out, dout, dqkv must
+ *     be 16-byte aligned (16-byte loads).
+ * Segment bounds: a block needs lo (or hi) of its rows only; the run start of its first row is
+ * found by a block-wide backward scan of seq (1024 positions per round), the rest from the tile's
+ * own ids in shared memory.
+ */
+#include <climits>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+
+#include "cuda_internal.h"
+
+#define ATT_THREADS 128 /* 4 warps per block, 16 rows each */
+#define ATT_WARPS (ATT_THREADS / 32)
+#define ATT_SCAN 8      /* seq positions each thread tests per round of a segment scan */
+
+static constexpr float kLog2e = 1.4426950408889634f;
+static constexpr float kLn2 = 0.6931471805599453f;
+
+/* Tile sizes per head size. Forward: BR query rows x BC keys per step. Backward dk/dv: BK keys
+ * per block, BQ queries per step (32 at hs 128 keeps dk, dv, P, dP in registers). Backward dq: BR
+ * query rows per block, BC keys per step. */
+template <int HS> struct att_tiles {
+    static constexpr int LD = HS + 8; /* shared row stride in bf16 */
+    static constexpr int FWD_BR = 64, FWD_BC = 64;
+    static constexpr int KV_BK = 64, KV_BQ = HS == 128 ? 32 : 64;
+    static constexpr int DQ_BR = 64, DQ_BC = 64;
+    static constexpr size_t fwd_smem = (size_t)(FWD_BR + 2 * FWD_BC) * LD * sizeof(bf16);
+    static constexpr size_t kv_smem = (size_t)(2 * KV_BK + 4 * KV_BQ) * LD * sizeof(bf16);
+    static constexpr size_t dq_smem = (size_t)(2 * DQ_BR + 2 * DQ_BC) * LD * sizeof(bf16);
+};
+
+/* ---- PTX wrappers (sm_80+) --------------------------------------------------------------- */
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+/* 16 bytes global -> shared, asynchronous; src_bytes 0 writes zeros (reads nothing) */
+__device__ __forceinline__ void cp_async16(void *sdst, const void *gsrc, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(sdst)),
+                 "l"(gsrc), "r"(src_bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+/* wait until at most N of this thread's committed groups are still in flight */
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+/* four 8x8 b16 matrices; lanes 8m..8m+7 address the rows of matrix m; thread l gets of each
+ * matrix row l/4, columns 2(l%4), 2(l%4)+1 (.trans: rows 2(l%4), 2(l%4)+1 of column l/4) */
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16 *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p))
+                 : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const bf16 *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p))
+                 : "memory");
+}
+/* c (16x8 fp32) += a (16x16 bf16, row) * b (16x8 bf16, col). Fragments (g = lane/4, t = lane%4):
+ * a = {A[g][2t..], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..]}, b = {B[2t..][g], B[2t+8..][g]},
+ * c = {C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1]} */
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* two fp32 -> one bf16x2 register, lo in the low half (round to nearest even) */
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
+           ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
+}
+
+/* ---- warp-level tile products ------------------------------------------------------------ */
+
+/* acc (16 x 8NN) += A B with A the 16 rows r0.. of sa (16 x KD, row-major, stride LD) and
+ * B[k][n] = sb[n][k] (sb: 8NN rows of KD, stride LD): S = Q K^T, dP = dO V^T and their
+ * transposes. */
+template <int NN, int KD, int LD>
+__device__ __forceinline__ void warp_mma_rows_rowsT(float (&acc)[NN][4], const bf16 *sa, int r0,
+                                                    const bf16 *sb, int lane) {
+    static_assert(NN % 2 == 0 && KD % 16 == 0, "whole 16x16 fragments");
+    /* A: matrices (rows +0, cols +0), (+8, +0), (+0, +8), (+8, +8) -> a0..a3 */
+    const bf16 *pa = sa + (r0 + (lane & 15)) * LD + ((lane >> 4) << 3);
+    /* B: matrices (n +0, k +0), (n +0, k +8), (n +8, k +0), (n +8, k +8) -> b0, b1 of n-tile
+     * 2np, b0, b1 of n-tile 2np+1 */
+    const bf16 *pb = sb + ((lane & 7) + ((lane >> 4) << 3)) * LD + (((lane >> 3) & 1) << 3);
+#pragma unroll
+    for (int kk = 0; kk < KD / 16; kk++) {
+        uint32_t a[4];
+        ldsm_x4(a, pa + kk * 16);
+#pragma unroll
+        for (int np = 0; np < NN / 2; np++) {
+            uint32_t b[4];
+            ldsm_x4(b, pb + np * 16 * LD + kk * 16);
+            mma_bf16(acc[2 * np], a, b[0], b[1]);
+            mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+/* acc (16 x 8NN) += P sb with P (16 x KP) the accumulator tiles p (KP/8 n-tiles of 8 columns,
+ * rounded to bf16) and sb (KP rows x 8NN columns, row-major, stride LD): O += P V, dQ += dS K,
+ * dV += P^T dO, dK += dS^T Q. */
+template <int NN, int KP, int LD>
+__device__ __forceinline__ void warp_mma_regs_rows(float (&acc)[NN][4], const float (&p)[KP / 8][4],
+                                                   const bf16 *sb, int lane) {
+    static_assert(NN % 2 == 0 && KP % 16 == 0, "whole 16x16 fragments");
+    /* B (.trans): matrices (k +0, n +0), (k +8, n +0), (k +0, n +8), (k +8, n +8) -> b0, b1 of
+     * n-tile 2np, b0, b1 of n-tile 2np+1 */
+    const bf16 *pb = sb + (lane & 15) * LD + ((lane >> 4) << 3);
+#pragma unroll
+    for (int kc = 0; kc < KP / 16; kc++) {
+        /* the accumulator layout of n-tiles 2kc, 2kc+1 is the A layout of k-block kc */
+        const uint32_t a[4] = {pack_bf16(p[2 * kc][0], p[2 * kc][1]),
+                               pack_bf16(p[2 * kc][2], p[2 * kc][3]),
+                               pack_bf16(p[2 * kc + 1][0], p[2 * kc + 1][1]),
+                               pack_bf16(p[2 * kc + 1][2], p[2 * kc + 1][3])};
+#pragma unroll
+        for (int np = 0; np < NN / 2; np++) {
+            uint32_t b[4];
+            ldsm_x4_trans(b, pb + kc * 16 * LD + np * 16);
+            mma_bf16(acc[2 * np], a, b[0], b[1]);
+            mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+/* ---- block-level helpers ----------------------------------------------------------------- */
+
+/* rows r0..r0+ROWS-1 of one head (g: row 0 of the head, row stride ld elements, HS columns) ->
+ * s (stride HS + 8), asynchronously; rows >= T are zero-filled. All threads of the block. */
+template <int ROWS, int HS>
+__device__ __forceinline__ void load_rows_async(bf16 *s, const bf16 *g, size_t ld, int r0,
+                                                int T) {
+    constexpr int CPR = HS / 8, TOTAL = ROWS * CPR; /* 16-byte chunks per row, in all */
+    static_assert(TOTAL % ATT_THREADS == 0, "whole rounds of chunks");
+#pragma unroll
+    for (int k = 0; k < TOTAL / ATT_THREADS; k++) {
+        const int c = threadIdx.x + k * ATT_THREADS, r = c / CPR, col = (c % CPR) * 8;
+        const int gr = r0 + r;
+        const bool ok = gr < T;
+        cp_async16(s + r * (HS + 8) + col, g + (size_t)(ok ? gr : 0) * ld + col, ok ? 16 : 0);
+    }
+}
+
+/* Start of the run holding p (0 <= p < T): the largest b in [1, p] with sq[b] != sq[b-1], else 0.
+ * All threads of the block call it (barriers inside; the result is the same in every thread).
+ * s_red: ATT_WARPS ints of shared memory. */
+__device__ int segment_start(const int32_t *sq, int p, int *s_red) {
+    for (int top = p; top >= 1; top -= ATT_THREADS * ATT_SCAN) {
+        const int first = top - (int)threadIdx.x * ATT_SCAN; /* tests first, first-1, .. */
+        int best = -1;
+#pragma unroll
+        for (int k = 0; k < ATT_SCAN; k++) {
+            const int q = first - k;
+            if (q >= 1 && sq[q] != sq[q - 1]) best = max(best, q); /* independent loads */
+        }
+        if (__syncthreads_or(best >= 0)) {
+            best = __reduce_max_sync(0xffffffffu, best);
+            if ((threadIdx.x & 31) == 0) s_red[threadIdx.x >> 5] = best;
+            __syncthreads();
+            int r = s_red[0];
+#pragma unroll
+            for (int w = 1; w < ATT_WARPS; w++) r = max(r, s_red[w]);
+            return r;
+        }
+    }
+    return 0;
+}
+
+/* End of the run holding p (0 <= p < T): the smallest b in [p+1, T-1] with sq[b] != sq[b-1],
+ * else T. All threads of the block, as segment_start. */
+__device__ int segment_end(const int32_t *sq, int p, int T, int *s_red) {
+    for (int bot = p + 1; bot < T; bot += ATT_THREADS * ATT_SCAN) {
+        const int first = bot + (int)threadIdx.x * ATT_SCAN; /* tests first, first+1, .. */
+        int best = INT_MAX;
+#pragma unroll
+        for (int k = 0; k < ATT_SCAN; k++) {
+            const int q = first + k;
+            if (q < T && sq[q] != sq[q - 1]) best = min(best, q);
+        }
+        if (__syncthreads_or(best != INT_MAX)) {
+            best = __reduce_min_sync(0xffffffffu, best);
+            if ((threadIdx.x & 31) == 0) s_red[threadIdx.x >> 5] = best;
+            __syncthreads();
+            int r = s_red[0];
+#pragma unroll
+            for (int w = 1; w < ATT_WARPS; w++) r = min(r, s_red[w]);
+            return r;
+        }
+    }
+    return T;
+}
+
+/* s_lo[r] = lo(min(i0 + r, T-1)) for r < R (rows past T get the last row's bound), sq the ids of
+ * this sequence or NULL (lo = 0). Ends with a barrier. s_seq: R ints of shared memory. */
+template <int R>
+__device__ void segment_starts(int *s_lo, int *s_seq, int *s_red, const int32_t *sq, int i0,
+                               int T) {
+    static_assert(R <= ATT_THREADS, "one row per thread");
+    const int tid = threadIdx.x;
+    if (!sq) {
+        if (tid < R) s_lo[tid] = 0;
+        __syncthreads();
+        return;
+    }
+    const int lo0 = segment_start(sq, i0, s_red);
+    if (tid < R) s_seq[tid] = sq[min(i0 + tid, T - 1)];
+    __syncthreads();
+    if (tid < R) {
+        int lo = lo0; /* the last boundary in (i0, i0 + tid], else lo(i0) */
+        for (int k = tid; k >= 1; k--)
+            if (s_seq[k] != s_seq[k - 1]) {
+                lo = i0 + k;
+                break;
+            }
+        s_lo[tid] = lo;
+    }
+    __syncthreads();
+}
+
+/* s_hi[r] = hi(min(j0 + r, T-1)) for r < R, hi(j) one past the end of j's run (T without seq).
+ * Ends with a barrier. */
+template <int R>
+__device__ void segment_ends(int *s_hi, int *s_seq, int *s_red, const int32_t *sq, int j0, int T) {
+    static_assert(R <= ATT_THREADS, "one row per thread");
+    const int tid = threadIdx.x;
+    if (!sq) {
+        if (tid < R) s_hi[tid] = T;
+        __syncthreads();
+        return;
+    }
+    const int hil = segment_end(sq, min(j0 + R - 1, T - 1), T, s_red);
+    if (tid < R) s_seq[tid] = sq[min(j0 + tid, T - 1)];
+    __syncthreads();
+    if (tid < R) {
+        int hi = hil; /* the first boundary in (j0 + tid, j0 + R), else hi of the tile's last key */
+        for (int k = tid + 1; k < R; k++)
+            if (s_seq[k] != s_seq[k - 1]) {
+                hi = j0 + k;
+                break;
+            }
+        s_hi[tid] = hi;
+    }
+    __syncthreads();
+}
+
+/* p[0], p[1] += x, y (bf16 pair: read, add in fp32, round once); p 4-byte aligned */
+__device__ __forceinline__ void add_bf16x2(bf16 *p, float x, float y) {
+    __nv_bfloat162 *q = reinterpret_cast<__nv_bfloat162 *>(p);
+    const float2 f = __bfloat1622float2(*q);
+    *q = __floats2bfloat162_rn(f.x + x, f.y + y);
+}
+
+/* ---- forward ----------------------------------------------------------------------------- */
+
+/* out[b,i,h*HS..] = sum_j softmax_j(s[i,j]) v_j, lse[b,h,i] = log sum_j exp s[i,j].
+ * Flash (online softmax) over key tiles, tensor-core S = Q K^T and O += P V.
+ * Grid (ceil(T/BR), NH, B), last query tile first (the longest rows start first); 128 threads;
+ * dynamic shared memory att_tiles<HS>::fwd_smem (Q, K, V tiles). Key tiles start at lo of the
+ * tile's first row and end at its last row; K of the next tile loads while P V runs, V of the
+ * next tile while the next S runs. sl2 = scale * log2(e). */
+template <int HS>
+__global__ void __launch_bounds__(ATT_THREADS)
+    attention_forward_flash_mma_kernel(bf16 *__restrict__ out, float *__restrict__ lse,
+                                       const bf16 *__restrict__ qkv,
+                                       const float *__restrict__ slopes,
+                                       const int32_t *__restrict__ seq, int T, int C, int NH,
+                                       float sl2) {
+    using Tl = att_tiles<HS>;
+    constexpr int BR = Tl::FWD_BR, BC = Tl::FWD_BC, LD = Tl::LD;
+    static_assert(BR == 16 * ATT_WARPS, "one 16-row slab per warp");
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    bf16 *sQ = reinterpret_cast<bf16 *>(att_smem), *sK = sQ + BR * LD, *sV = sK + BC * LD;
+    __shared__ int s_lo[BR], s_seq[BR], s_red[ATT_WARPS];
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+    const int i0 = (gridDim.x - 1 - blockIdx.x) * BR, h = blockIdx.y, b = blockIdx.z;
+    const size_t ld = 3 * (size_t)C;
+    const bf16 *q = qkv + (size_t)b * T * ld + (size_t)h * HS, *k = q + C, *v = q + 2 * (size_t)C;
+
+    load_rows_async<BR, HS>(sQ, q, ld, i0, T);
+    cp_async_commit();
+    segment_starts<BR>(s_lo, s_seq, s_red, seq ? seq + (size_t)b * T : nullptr, i0, T);
+    const int jstart = s_lo[0], lo_max = s_lo[BR - 1], ilast = min(i0 + BR, T) - 1;
+    const int ntiles = (ilast - jstart) / BC + 1;
+    load_rows_async<BC, HS>(sK, k, ld, jstart, T);
+    cp_async_commit();
+    load_rows_async<BC, HS>(sV, v, ld, jstart, T);
+    cp_async_commit();
+
+    /* this thread's rows: ia (accumulator elements 0, 1) and ib = ia + 8 (elements 2, 3) */
+    const int ra = warp * 16 + g, ia = i0 + ra, ib = ia + 8;
+    const int lo_a = s_lo[ra], lo_b = s_lo[ra + 8];
+    const float slope2 = slopes ? slopes[h] * kLog2e : 0.0f;
+    float o[HS / 8][4] = {};
+    float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f; /* l: this thread's columns */
+
+    for (int jt = 0; jt < ntiles; jt++) {
+        const int j0 = jstart + jt * BC;
+        cp_async_wait<1>(); /* Q and K of this tile (V may still be in flight) */
+        __syncthreads();
+        float s[BC / 8][4] = {};
+        warp_mma_rows_rowsT<BC / 8, HS, LD>(s, sQ, warp * 16, sK, lane);
+
+        /* mask, scale, ALiBi; every (i, j) allowed when the tile lies left of the diagonal and
+         * right of every row's segment start (columns past T lie right of the diagonal) */
+        const bool full = j0 + BC - 1 <= i0 && j0 >= lo_max;
+        float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < BC / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int j = j0 + nt * 8 + 2 * t4 + (e & 1), i = e < 2 ? ia : ib;
+                const int lo = e < 2 ? lo_a : lo_b;
+                float x = s[nt][e] * sl2 - slope2 * (float)(i - j);
+                if (!full && (j > i || j < lo)) x = -INFINITY;
+                s[nt][e] = x;
+                if (e < 2)
+                    mx_a = fmaxf(mx_a, x);
+                else
+                    mx_b = fmaxf(mx_b, x);
+            }
+        /* a row's 8 columns of each n-tile are spread over the 4 threads of a quad */
+        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+        const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
+        /* a row with nothing allowed so far keeps m = -inf: subtract 0 instead (exp2(-inf) = 0,
+         * never -inf - -inf) */
+        const float mu_a = mn_a == -INFINITY ? 0.0f : mn_a, mu_b = mn_b == -INFINITY ? 0.0f : mn_b;
+        const float al_a = exp2f(m_a - mu_a), al_b = exp2f(m_b - mu_b);
+        m_a = mn_a;
+        m_b = mn_b;
+        float ps_a = 0.0f, ps_b = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < BC / 8; nt++) {
+            s[nt][0] = exp2f(s[nt][0] - mu_a);
+            s[nt][1] = exp2f(s[nt][1] - mu_a);
+            s[nt][2] = exp2f(s[nt][2] - mu_b);
+            s[nt][3] = exp2f(s[nt][3] - mu_b);
+            ps_a += s[nt][0] + s[nt][1];
+            ps_b += s[nt][2] + s[nt][3];
+        }
+        l_a = l_a * al_a + ps_a;
+        l_b = l_b * al_b + ps_b;
+#pragma unroll
+        for (int dn = 0; dn < HS / 8; dn++) {
+            o[dn][0] *= al_a;
+            o[dn][1] *= al_a;
+            o[dn][2] *= al_b;
+            o[dn][3] *= al_b;
+        }
+
+        cp_async_wait<0>(); /* V of this tile */
+        __syncthreads();    /* ... visible to all; every warp is done with K */
+        if (jt + 1 < ntiles) {
+            load_rows_async<BC, HS>(sK, k, ld, j0 + BC, T);
+            cp_async_commit();
+        }
+        warp_mma_regs_rows<HS / 8, BC, LD>(o, s, sV, lane);
+        __syncthreads(); /* every warp is done with V */
+        if (jt + 1 < ntiles) {
+            load_rows_async<BC, HS>(sV, v, ld, j0 + BC, T);
+            cp_async_commit();
+        }
+    }
+
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
+    /* a row < T saw its diagonal, so l >= 1 */
+    const float inv_a = 1.0f / l_a, inv_b = 1.0f / l_b;
+    bf16 *oa = out + ((size_t)b * T + ia) * C + (size_t)h * HS + 2 * t4, *ob = oa + 8 * (size_t)C;
+#pragma unroll
+    for (int dn = 0; dn < HS / 8; dn++) {
+        if (ia < T)
+            *reinterpret_cast<__nv_bfloat162 *>(oa + dn * 8) =
+                __floats2bfloat162_rn(o[dn][0] * inv_a, o[dn][1] * inv_a);
+        if (ib < T)
+            *reinterpret_cast<__nv_bfloat162 *>(ob + dn * 8) =
+                __floats2bfloat162_rn(o[dn][2] * inv_b, o[dn][3] * inv_b);
+    }
+    if (t4 == 0) {
+        float *lbh = lse + ((size_t)b * NH + h) * T;
+        if (ia < T) lbh[ia] = (m_a + log2f(l_a)) * kLn2;
+        if (ib < T) lbh[ib] = (m_b + log2f(l_b)) * kLn2;
+    }
+}
+
+/* ---- backward ---------------------------------------------------------------------------- */
+
+/* D[b,h,i] = sum_d dout[b,i,h*HS+d] * out[b,i,h*HS+d] (fp32). One thread per 8 channels (16-byte
+ * loads), a group of HS/8 consecutive lanes per (row, head), summed by shuffles in a fixed order.
+ * Grid ceil(B*T*C/8 / 256), 256 threads. */
+template <int HS>
+__global__ void __launch_bounds__(256)
+    attention_backward_rowdot_kernel(float *__restrict__ D, const bf16 *__restrict__ dout,
+                                     const bf16 *__restrict__ out, size_t nchunks, int T, int C,
+                                     int NH) {
+    constexpr int G = HS / 8;
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const bool ok = idx < nchunks; /* G divides 32 and C/8: a group is all in or all out */
+    float acc = 0.0f;
+    if (ok) {
+        const int4 dr = *reinterpret_cast<const int4 *>(dout + idx * 8);
+        const int4 orw = *reinterpret_cast<const int4 *>(out + idx * 8);
+        const __nv_bfloat162 *d2 = reinterpret_cast<const __nv_bfloat162 *>(&dr);
+        const __nv_bfloat162 *o2 = reinterpret_cast<const __nv_bfloat162 *>(&orw);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const float2 x = __bfloat1622float2(d2[k]), y = __bfloat1622float2(o2[k]);
+            acc = fmaf(x.x, y.x, acc);
+            acc = fmaf(x.y, y.y, acc);
+        }
+    }
+#pragma unroll
+    for (int off = G / 2; off >= 1; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    const size_t cpr = (size_t)C / 8, n = idx / cpr; /* row b*T + i */
+    const int c8 = (int)(idx % cpr);
+    if (ok && c8 % G == 0) {
+        const size_t bb = n / T, i = n % T;
+        D[(bb * NH + c8 / G) * T + i] = acc;
+    }
+}
+
+/* dk_j = scale sum_i dS[i,j] q_i, dv_j = sum_i P[i,j] dout_i for the BK keys of one block, with
+ * P = exp(s - lse_i), dP = dout_i . v_j, dS = P (dP - D_i) recomputed per query tile:
+ * S^T = K Q^T, dP^T = V dO^T, dV += P^T dO, dK += dS^T Q on tensor cores (each warp 16 keys).
+ * Query tiles run from the block's first key to hi of its last key; Q, dO, lse, D of the next
+ * tile load while the current one is computed (two shared buffers). Result added into the k and
+ * v columns of dqkv. Grid (ceil(T/BK), NH, B), 128 threads, dynamic shared memory
+ * att_tiles<HS>::kv_smem (K, V, 2 x Q, 2 x dO). */
+template <int HS>
+__global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_mma_kernel(
+    bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
+    const float *__restrict__ lse, const float *__restrict__ Dsum,
+    const float *__restrict__ slopes, const int32_t *__restrict__ seq, int T, int C, int NH,
+    float scale, float sl2) {
+    using Tl = att_tiles<HS>;
+    constexpr int BK = Tl::KV_BK, BQ = Tl::KV_BQ, LD = Tl::LD;
+    static_assert(BK == 16 * ATT_WARPS, "one 16-key slab per warp");
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    bf16 *sK = reinterpret_cast<bf16 *>(att_smem), *sV = sK + BK * LD;
+    bf16 *sQ0 = sV + BK * LD, *sG0 = sQ0 + 2 * BQ * LD; /* buffer u at +u * BQ * LD */
+    __shared__ float s_lse[2][BQ], s_D[2][BQ];
+    __shared__ int s_hi[BK], s_seq[BK], s_red[ATT_WARPS];
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
+    const int j0 = blockIdx.x * BK, h = blockIdx.y, b = blockIdx.z;
+    const size_t ld = 3 * (size_t)C;
+    const bf16 *q = qkv + (size_t)b * T * ld + (size_t)h * HS, *k = q + C, *v = q + 2 * (size_t)C;
+    const bf16 *go = dout + (size_t)b * T * C + (size_t)h * HS;
+    const float *lbh = lse + ((size_t)b * NH + h) * T, *dbh = Dsum + ((size_t)b * NH + h) * T;
+
+    load_rows_async<BK, HS>(sK, k, ld, j0, T);
+    load_rows_async<BK, HS>(sV, v, ld, j0, T);
+    cp_async_commit();
+    segment_ends<BK>(s_hi, s_seq, s_red, seq ? seq + (size_t)b * T : nullptr, j0, T);
+    const int hi_min = s_hi[0], i_end = s_hi[BK - 1]; /* queries j0 <= i < i_end (<= T) */
+    const int nq = (i_end - j0 + BQ - 1) / BQ;
+
+    /* query tile it0.. into buffer u: Q, dO asynchronously, lse (log2 units) and D by plain
+     * stores; zeros past T */
+    auto load_query_tile = [&](int it0, int u) {
+        load_rows_async<BQ, HS>(sQ0 + u * BQ * LD, q, ld, it0, T);
+        load_rows_async<BQ, HS>(sG0 + u * BQ * LD, go, (size_t)C, it0, T);
+        cp_async_commit();
+        if (tid < BQ) {
+            const int i = it0 + tid;
+            s_lse[u][tid] = i < T ? lbh[i] * kLog2e : 0.0f;
+            s_D[u][tid] = i < T ? dbh[i] : 0.0f;
+        }
+    };
+    load_query_tile(j0, 0);
+
+    /* this thread's keys: ja (accumulator elements 0, 1) and jb = ja + 8 (elements 2, 3) */
+    const int ra = warp * 16 + g, ja = j0 + ra, jb = ja + 8;
+    const int hi_a = s_hi[ra], hi_b = s_hi[ra + 8];
+    const float slope2 = slopes ? slopes[h] * kLog2e : 0.0f;
+    float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
+
+    for (int qi = 0; qi < nq; qi++) {
+        const int u = qi & 1, it0 = j0 + qi * BQ;
+        if (qi + 1 < nq) {
+            load_query_tile(it0 + BQ, u ^ 1); /* buffer u^1 was released by the last barrier */
+            cp_async_wait<1>();               /* everything but that tile */
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const bf16 *sQ = sQ0 + u * BQ * LD, *sG = sG0 + u * BQ * LD;
+        const float *tl = s_lse[u], *tD = s_D[u];
+
+        /* P^T (keys x queries) */
+        float p[BQ / 8][4] = {};
+        warp_mma_rows_rowsT<BQ / 8, HS, LD>(p, sK, warp * 16, sQ, lane);
+        const bool full = j0 + BK - 1 <= it0 && it0 + BQ <= hi_min; /* hi_min <= T */
+#pragma unroll
+        for (int nt = 0; nt < BQ / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int c = nt * 8 + 2 * t4 + (e & 1), i = it0 + c;
+                const int j = e < 2 ? ja : jb, hi = e < 2 ? hi_a : hi_b;
+                float x = p[nt][e] * sl2 - slope2 * (float)(i - j) - tl[c];
+                if (!full && (j > i || i >= hi)) x = -INFINITY;
+                p[nt][e] = exp2f(x);
+            }
+        /* dP^T = V dO^T (keys x queries) */
+        float ds[BQ / 8][4] = {};
+        warp_mma_rows_rowsT<BQ / 8, HS, LD>(ds, sV, warp * 16, sG, lane);
+        warp_mma_regs_rows<HS / 8, BQ, LD>(dv, p, sG, lane); /* dV += P^T dO */
+#pragma unroll
+        for (int nt = 0; nt < BQ / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                ds[nt][e] = p[nt][e] * (ds[nt][e] - tD[nt * 8 + 2 * t4 + (e & 1)]);
+        warp_mma_regs_rows<HS / 8, BQ, LD>(dk, ds, sQ, lane); /* dK += dS^T Q */
+        __syncthreads(); /* every warp is done with buffer u */
+    }
+
+    bf16 *dka = dqkv + ((size_t)b * T + ja) * ld + C + (size_t)h * HS + 2 * t4;
+    bf16 *dkb = dka + 8 * ld;
+#pragma unroll
+    for (int dn = 0; dn < HS / 8; dn++) {
+        if (ja < T) {
+            add_bf16x2(dka + dn * 8, dk[dn][0] * scale, dk[dn][1] * scale);
+            add_bf16x2(dka + C + dn * 8, dv[dn][0], dv[dn][1]);
+        }
+        if (jb < T) {
+            add_bf16x2(dkb + dn * 8, dk[dn][2] * scale, dk[dn][3] * scale);
+            add_bf16x2(dkb + C + dn * 8, dv[dn][2], dv[dn][3]);
+        }
+    }
+}
+
+/* dq_i = scale sum_j dS[i,j] k_j for the BR query rows of one block, P and dS recomputed per key
+ * tile (dP = dO V^T, S = Q K^T, dQ += dS K on tensor cores, each warp 16 rows). Key tiles as in
+ * the forward; V of the next tile loads while S and dQ run, K of the next tile while dP runs.
+ * Result added into the q columns of dqkv. Grid (ceil(T/BR), NH, B), last query tile first; 128
+ * threads; dynamic shared memory att_tiles<HS>::dq_smem (Q, dO, K, V). */
+template <int HS>
+__global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_mma_kernel(
+    bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
+    const float *__restrict__ lse, const float *__restrict__ Dsum,
+    const float *__restrict__ slopes, const int32_t *__restrict__ seq, int T, int C, int NH,
+    float scale, float sl2) {
+    using Tl = att_tiles<HS>;
+    constexpr int BR = Tl::DQ_BR, BC = Tl::DQ_BC, LD = Tl::LD;
+    static_assert(BR == 16 * ATT_WARPS, "one 16-row slab per warp");
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    bf16 *sQ = reinterpret_cast<bf16 *>(att_smem), *sG = sQ + BR * LD, *sK = sG + BR * LD;
+    bf16 *sV = sK + BC * LD;
+    __shared__ int s_lo[BR], s_seq[BR], s_red[ATT_WARPS];
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+    const int i0 = (gridDim.x - 1 - blockIdx.x) * BR, h = blockIdx.y, b = blockIdx.z;
+    const size_t ld = 3 * (size_t)C;
+    const bf16 *q = qkv + (size_t)b * T * ld + (size_t)h * HS, *k = q + C, *v = q + 2 * (size_t)C;
+    const bf16 *go = dout + (size_t)b * T * C + (size_t)h * HS;
+    const float *lbh = lse + ((size_t)b * NH + h) * T, *dbh = Dsum + ((size_t)b * NH + h) * T;
+
+    load_rows_async<BR, HS>(sQ, q, ld, i0, T);
+    load_rows_async<BR, HS>(sG, go, (size_t)C, i0, T);
+    cp_async_commit();
+    segment_starts<BR>(s_lo, s_seq, s_red, seq ? seq + (size_t)b * T : nullptr, i0, T);
+    const int jstart = s_lo[0], lo_max = s_lo[BR - 1], ilast = min(i0 + BR, T) - 1;
+    const int ntiles = (ilast - jstart) / BC + 1;
+    load_rows_async<BC, HS>(sV, v, ld, jstart, T);
+    cp_async_commit();
+    load_rows_async<BC, HS>(sK, k, ld, jstart, T);
+    cp_async_commit();
+
+    const int ra = warp * 16 + g, ia = i0 + ra, ib = ia + 8;
+    const int lo_a = s_lo[ra], lo_b = s_lo[ra + 8];
+    const float lse_a = ia < T ? lbh[ia] * kLog2e : 0.0f, lse_b = ib < T ? lbh[ib] * kLog2e : 0.0f;
+    const float d_a = ia < T ? dbh[ia] : 0.0f, d_b = ib < T ? dbh[ib] : 0.0f;
+    const float slope2 = slopes ? slopes[h] * kLog2e : 0.0f;
+    float dq[HS / 8][4] = {};
+
+    for (int jt = 0; jt < ntiles; jt++) {
+        const int j0 = jstart + jt * BC;
+        cp_async_wait<1>(); /* Q, dO and V of this tile (K may still be in flight) */
+        __syncthreads();
+        float dp[BC / 8][4] = {};
+        warp_mma_rows_rowsT<BC / 8, HS, LD>(dp, sG, warp * 16, sV, lane); /* dP = dO V^T */
+        cp_async_wait<0>(); /* K of this tile */
+        __syncthreads();    /* ... visible to all; every warp is done with V */
+        if (jt + 1 < ntiles) {
+            load_rows_async<BC, HS>(sV, v, ld, j0 + BC, T);
+            cp_async_commit();
+        }
+        float s[BC / 8][4] = {};
+        warp_mma_rows_rowsT<BC / 8, HS, LD>(s, sQ, warp * 16, sK, lane); /* S = Q K^T */
+        /* rows past T are masked too (their lse and D are stand-ins) */
+        const bool full = j0 + BC - 1 <= i0 && j0 >= lo_max && i0 + BR <= T;
+#pragma unroll
+        for (int nt = 0; nt < BC / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int j = j0 + nt * 8 + 2 * t4 + (e & 1), i = e < 2 ? ia : ib;
+                const int lo = e < 2 ? lo_a : lo_b;
+                float x = s[nt][e] * sl2 - slope2 * (float)(i - j) - (e < 2 ? lse_a : lse_b);
+                if (!full && (j > i || j < lo || i >= T)) x = -INFINITY;
+                s[nt][e] = exp2f(x) * (dp[nt][e] - (e < 2 ? d_a : d_b)); /* dS */
+            }
+        warp_mma_regs_rows<HS / 8, BC, LD>(dq, s, sK, lane); /* dQ += dS K */
+        __syncthreads(); /* every warp is done with K */
+        if (jt + 1 < ntiles) {
+            load_rows_async<BC, HS>(sK, k, ld, j0 + BC, T);
+            cp_async_commit();
+        }
+    }
+
+    bf16 *qa = dqkv + ((size_t)b * T + ia) * ld + (size_t)h * HS + 2 * t4, *qb = qa + 8 * ld;
+#pragma unroll
+    for (int dn = 0; dn < HS / 8; dn++) {
+        if (ia < T) add_bf16x2(qa + dn * 8, dq[dn][0] * scale, dq[dn][1] * scale);
+        if (ib < T) add_bf16x2(qb + dn * 8, dq[dn][2] * scale, dq[dn][3] * scale);
+    }
+}
+
+/* ---- host -------------------------------------------------------------------------------- */
+
+/* printf-style message for TCU_REQUIRE (evaluated only when the check fails; tcu_fail exits) */
+__attribute__((format(printf, 3, 4))) static const char *att_msg(char *buf, size_t n,
+                                                                 const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, n, fmt, ap);
+    va_end(ap);
+    return buf;
+}
+
+static bool att_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* shapes and head size; returns hs */
+static int att_check(const char *what, int B, int T, int C, int NH) {
+    char buf[192];
+    TCU_REQUIRE(B >= 1 && B <= 65535 && T >= 1 && NH >= 1 && NH <= 65535 && C >= NH &&
+                    C % NH == 0,
+                what,
+                att_msg(buf, sizeof buf,
+                        "bad shape B=%d T=%d C=%d NH=%d (B, NH in 1..65535, T >= 1, NH divides C)",
+                        B, T, C, NH));
+    const int hs = C / NH;
+    TCU_REQUIRE(hs == 32 || hs == 64 || hs == 128, what,
+                att_msg(buf, sizeof buf,
+                        "head size hs = C/NH = %d (C=%d, NH=%d) has no kernel: 32, 64 or 128",
+                        hs, C, NH));
+    return hs;
+}
+
+/* a kernel's dynamic shared-memory limit = bytes (needed past the default 48 KB; set always, so
+ * that the static part added on top never tips a size near 48 KB over) */
+static void att_smem_limit(const void *kernel, size_t bytes, const char *what) {
+    TCU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
+              what);
+}
+
+template <int HS>
+static void attention_forward_hs(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
+                                 const float *slopes, const int32_t *seq, int B, int T, int C,
+                                 int NH, cudaStream_t st) {
+    using Tl = att_tiles<HS>;
+    const float scale = 1.0f / sqrtf((float)HS);
+    auto kernel = attention_forward_flash_mma_kernel<HS>;
+    att_smem_limit((const void *)kernel, Tl::fwd_smem, "tcu_attention_forward: shared memory");
+    const dim3 grid((unsigned)((T + Tl::FWD_BR - 1) / Tl::FWD_BR), (unsigned)NH, (unsigned)B);
+    kernel<<<grid, ATT_THREADS, Tl::fwd_smem, st>>>(reinterpret_cast<bf16 *>(out), lse,
+                                                    reinterpret_cast<const bf16 *>(qkv), slopes,
+                                                    seq, T, C, NH, scale * kLog2e);
+    TCU_CHECK_LAUNCH("tcu_attention_forward");
+}
+
+/* out (B,T,C) bf16, lse (B,NH,T) fp32 = forward of ops.h attention_forward (see the file header).
+ * qkv (B,T,3C) bf16, alibi_slopes (NH) or NULL, seq (B,T) or NULL. hs = C/NH in {32, 64, 128};
+ * qkv and out 16-byte aligned. One kernel, grid (ceil(T/64), NH, B) x 128 threads. */
+extern "C" void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
+                                      const float *alibi_slopes, const int32_t *seq, int B, int T,
+                                      int C, int NH, tcu_stream s) {
+    const int hs = att_check("tcu_attention_forward", B, T, C, NH);
+    TCU_REQUIRE(att_aligned16(qkv) && att_aligned16(out), "tcu_attention_forward",
+                "qkv and out must be 16-byte aligned");
+    cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
+    if (hs == 32)
+        attention_forward_hs<32>(out, lse, qkv, alibi_slopes, seq, B, T, C, NH, st);
+    else if (hs == 64)
+        attention_forward_hs<64>(out, lse, qkv, alibi_slopes, seq, B, T, C, NH, st);
+    else
+        attention_forward_hs<128>(out, lse, qkv, alibi_slopes, seq, B, T, C, NH, st);
+}
+
+/* scratch of tcu_attention_backward: D = rowsum(dout * out), (B,NH,T) fp32, nothing else (dq, dk,
+ * dv are complete in registers when a block ends and go straight into dqkv) */
+extern "C" size_t tcu_attention_scratch_bytes(int B, int T, int C, int NH) {
+    (void)C;
+    return (size_t)B * NH * T * sizeof(float);
+}
+
+template <int HS>
+static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
+                                  const tsr_bf16 *out, const float *lse, const float *slopes,
+                                  const int32_t *seq, float *D, int B, int T, int C, int NH,
+                                  cudaStream_t st) {
+    using Tl = att_tiles<HS>;
+    const char *what = "tcu_attention_backward";
+    const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * kLog2e;
+    bf16 *dq = reinterpret_cast<bf16 *>(dqkv);
+    const bf16 *g = reinterpret_cast<const bf16 *>(dout), *x = reinterpret_cast<const bf16 *>(qkv);
+
+    const size_t nchunks = (size_t)B * T * (C / 8);
+    attention_backward_rowdot_kernel<HS><<<tcu_blocks(nchunks, 256), 256, 0, st>>>(
+        D, g, reinterpret_cast<const bf16 *>(out), nchunks, T, C, NH);
+    TCU_CHECK_LAUNCH("tcu_attention_backward: rowsum(dout * out)");
+
+    auto kv = attention_backward_dkdv_keytile_mma_kernel<HS>;
+    att_smem_limit((const void *)kv, Tl::kv_smem, "tcu_attention_backward: shared memory (dk, dv)");
+    const dim3 gkv((unsigned)((T + Tl::KV_BK - 1) / Tl::KV_BK), (unsigned)NH, (unsigned)B);
+    kv<<<gkv, ATT_THREADS, Tl::kv_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, C, NH, scale, sl2);
+    TCU_CHECK_LAUNCH("tcu_attention_backward: dk, dv");
+
+    auto qk = attention_backward_dq_querytile_mma_kernel<HS>;
+    att_smem_limit((const void *)qk, Tl::dq_smem, "tcu_attention_backward: shared memory (dq)");
+    const dim3 gq((unsigned)((T + Tl::DQ_BR - 1) / Tl::DQ_BR), (unsigned)NH, (unsigned)B);
+    qk<<<gq, ATT_THREADS, Tl::dq_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, C, NH, scale, sl2);
+    TCU_CHECK_LAUNCH(what);
+}
+
+/* dqkv (B,T,3C) bf16 += the gradient of ops.h attention_forward, from dout (B,T,C), out and lse
+ * of the forward, qkv, slopes, seq as given to it; scratch: tcu_attention_scratch_bytes bytes.
+ * Three kernels: D = rowsum(dout * out) into scratch, dk/dv per key tile, dq per query tile. */
+extern "C" void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
+                                       const tsr_bf16 *out, const float *lse,
+                                       const float *alibi_slopes, const int32_t *seq,
+                                       void *scratch, int B, int T, int C, int NH, tcu_stream s) {
+    const int hs = att_check("tcu_attention_backward", B, T, C, NH);
+    TCU_REQUIRE(att_aligned16(dqkv) && att_aligned16(dout) && att_aligned16(qkv) &&
+                    att_aligned16(out),
+                "tcu_attention_backward", "dqkv, dout, qkv and out must be 16-byte aligned");
+    TCU_REQUIRE(scratch != nullptr, "tcu_attention_backward", "scratch is NULL");
+    cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
+    float *D = static_cast<float *>(scratch);
+    if (hs == 32)
+        attention_backward_hs<32>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, D, B, T, C, NH, st);
+    else if (hs == 64)
+        attention_backward_hs<64>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, D, B, T, C, NH, st);
+    else
+        attention_backward_hs<128>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, D, B, T, C, NH,
+                                   st);
+}

@@ -1,0 +1,418 @@
+/* cuda_layernorm.cu — LayerNorm of cuda_ops.h: tcu_layernorm_forward, the fused
+ * tcu_residual_layernorm_forward and tcu_layernorm_backward, the maths of kernels/cpu/cpu_ops.c.
+ *
+ * File-wide conventions (cuda_ops.h):
+ *   - row-major (N,C) bf16 activations, (C) bf16 weight and bias, fp32 mean/rstd (N);
+ *   - statistics in fp32: two passes (mean, then the biased variance of x - mean: no
+ *     E[x^2] - E[x]^2 cancellation), rstd = 1 / sqrtf(var + TSR_LN_EPS), as the CPU op;
+ *   - backward ACCUMULATES: dinp (bf16) += (read, add in fp32, round once); dw, db (fp32) +=;
+ *   - dw/db are deterministic: no atomics. The rows are cut into P groups (P a function of N only,
+ *     ln_bwd_groups); one block per group walks its rows in order and keeps fp32 column sums,
+ *     written as partial row p of a scratch (P, 2C) = [dw | db]; a second kernel adds the P
+ *     partials per column in a fixed order into dw/db;
+ *   - every launch on the caller's stream, checked (TCU_CHECK_LAUNCH).
+ * Vector width: W = 8 bf16 per lane step (16-byte loads and stores) when C % 8 == 0 and every
+ * pointer is 16-byte aligned; W = 8 with scalar loads when C % 8 == 0 but a pointer is not (same
+ * element-to-lane mapping, so the same summation order and the same bits); W = 1 otherwise.
+ * The backward scratch is one static device buffer, grown (tcu_malloc) on demand and never freed:
+ * layernorm backwards on two streams at once would race on it (one stream per rank).
+ */
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+
+#include "cuda_internal.h"
+
+#define LN_FWD_THREADS 256   /* forward: 8 warps per block, one row per warp */
+#define LN_BWD_MAX_GROUPS 512 /* backward: at most this many row groups (partials) */
+#define LN_BWD_MIN_ROWS 4     /* backward: at least this many rows per group */
+#define LN_RED_COLS 32        /* partial reduction: columns per block (one warp wide) */
+#define LN_RED_SLICES 32      /* partial reduction: warps per block, each sums every 32nd partial */
+
+/* printf-style message for TCU_REQUIRE (evaluated only when the check fails; tcu_fail exits) */
+__attribute__((format(printf, 1, 2))) static const char *ln_msg(const char *fmt, ...) {
+    static char buf[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return buf;
+}
+
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* ---- device helpers ---------------------------------------------------------------------- */
+
+/* v[0..W) = p[0..W) as fp32; VEC: one 16-byte load (W == 8, p 16-byte aligned) */
+template <int W, bool VEC>
+__device__ __forceinline__ void ln_load(float (&v)[W], const bf16 *p) {
+    if constexpr (VEC) {
+        static_assert(W == 8, "a 16-byte access holds 8 bf16");
+        int4 raw = *reinterpret_cast<const int4 *>(p);
+        __nv_bfloat162 h[4];
+        memcpy(h, &raw, sizeof raw);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float2 f = __bfloat1622float2(h[k]);
+            v[2 * k] = f.x;
+            v[2 * k + 1] = f.y;
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < W; k++) v[k] = __bfloat162float(p[k]);
+    }
+}
+
+/* p[0..W) = round-to-nearest-even bf16 of v[0..W) */
+template <int W, bool VEC>
+__device__ __forceinline__ void ln_store(bf16 *p, const float (&v)[W]) {
+    if constexpr (VEC) {
+        static_assert(W == 8, "a 16-byte access holds 8 bf16");
+        __nv_bfloat162 h[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+        int4 raw;
+        memcpy(&raw, h, sizeof raw);
+        *reinterpret_cast<int4 *>(p) = raw;
+    } else {
+#pragma unroll
+        for (int k = 0; k < W; k++) p[k] = __float2bfloat16_rn(v[k]);
+    }
+}
+
+__device__ __forceinline__ float ln_warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* ---- forward ----------------------------------------------------------------------------- */
+
+/* out[n,:] = (x - mean) * rstd * w + bias, mean = sum x / C, rstd = 1/sqrtf(sum (x-mean)^2 / C + eps);
+ * x = inp[n,:], or (FUSED) x = residual[n,:] = bf16(a[n,:] + b[n,:]), written first.
+ * out (N,C) bf16; mean, rstd (N) fp32 or NULL (not saved); FUSED: residual (N,C) bf16 written,
+ * a = xa, b = xb (N,C) bf16 (residual may be a or b: each lane reads an element before it
+ * writes it); else inp = xa (N,C), xb unused; w (C) bf16; bias (C) bf16 or NULL.
+ * Launch: grid ceil(N / 8), block LN_FWD_THREADS (8 warps), one warp per row, no shared memory.
+ * Lane l handles columns c = l*W + j*32*W .. +W (same mapping in all three passes and in both
+ * variants: the fused one sums the same bf16 values in the same order as the plain one on the
+ * residual, bit for bit). Passes 2 and 3 reload the row (L1/L2 hits; FUSED: the residual this
+ * lane just wrote). Preconditions (host): C >= 1; VEC: C % 8 == 0, all pointers 16-byte aligned. */
+template <int W, bool VEC, bool FUSED>
+__global__ void __launch_bounds__(LN_FWD_THREADS)
+    layernorm_forward_warp_per_row_kernel(bf16 *out, float *mean, float *rstd, bf16 *residual,
+                                          const bf16 *xa, const bf16 *xb, const bf16 *w,
+                                          const bf16 *bias, int N, int C) {
+    const int lane = threadIdx.x & 31;
+    const int row = blockIdx.x * (LN_FWD_THREADS / 32) + (threadIdx.x >> 5);
+    if (row >= N) return; /* whole warp: row is warp-uniform, and there is no block barrier */
+    const size_t off = (size_t)row * C;
+    const bf16 *x = FUSED ? residual + off : xa + off;
+
+    /* pass 1: sum (FUSED: residual = bf16(a + b), written, then summed as stored) */
+    float s = 0.0f;
+    for (int c = lane * W; c < C; c += 32 * W) {
+        float v[W];
+        if constexpr (FUSED) {
+            float va[W], vb[W];
+            ln_load<W, VEC>(va, xa + off + c);
+            ln_load<W, VEC>(vb, xb + off + c);
+#pragma unroll
+            for (int k = 0; k < W; k++) v[k] = __bfloat162float(__float2bfloat16_rn(va[k] + vb[k]));
+            ln_store<W, VEC>(residual + off + c, v); /* exact: v is already bf16-representable */
+        } else {
+            ln_load<W, VEC>(v, x + c);
+        }
+#pragma unroll
+        for (int k = 0; k < W; k++) s += v[k];
+    }
+    const float m = ln_warp_sum(s) / (float)C;
+
+    /* pass 2: biased variance around m */
+    float q = 0.0f;
+    for (int c = lane * W; c < C; c += 32 * W) {
+        float v[W];
+        ln_load<W, VEC>(v, x + c);
+#pragma unroll
+        for (int k = 0; k < W; k++) {
+            const float d = v[k] - m;
+            q += d * d;
+        }
+    }
+    const float r = 1.0f / sqrtf(ln_warp_sum(q) / (float)C + TSR_LN_EPS);
+
+    /* pass 3: normalise, scale, shift (same expression order as the CPU op) */
+    for (int c = lane * W; c < C; c += 32 * W) {
+        float v[W], wv[W], o[W];
+        ln_load<W, VEC>(v, x + c);
+        ln_load<W, VEC>(wv, w + c);
+        if (bias) {
+            float bv[W];
+            ln_load<W, VEC>(bv, bias + c);
+#pragma unroll
+            for (int k = 0; k < W; k++) o[k] = fmaf((v[k] - m) * r, wv[k], bv[k]);
+        } else {
+#pragma unroll
+            for (int k = 0; k < W; k++) o[k] = (v[k] - m) * r * wv[k];
+        }
+        ln_store<W, VEC>(out + off + c, o);
+    }
+    if (lane == 0) {
+        if (mean) mean[row] = m;
+        if (rstd) rstd[row] = r;
+    }
+}
+
+/* Picks W/VEC (see the file comment) and launches; `what` names the op in errors. */
+template <bool FUSED>
+static void ln_forward_launch(const char *what, bf16 *out, float *mean, float *rstd,
+                              bf16 *residual, const bf16 *xa, const bf16 *xb, const bf16 *w,
+                              const bf16 *bias, int N, int C, cudaStream_t st) {
+    TCU_REQUIRE(N >= 0 && C >= 1, what, ln_msg("need N >= 0 and C >= 1, got N=%d C=%d", N, C));
+    TCU_REQUIRE(out && xa && w && (!FUSED || (xb && residual)), what, "a required pointer is NULL");
+    if (N == 0) return;
+    bool aligned = aligned16(out) && aligned16(xa) && aligned16(w) && (!bias || aligned16(bias));
+    if (FUSED) aligned = aligned && aligned16(xb) && aligned16(residual);
+    const unsigned grid = tcu_blocks((size_t)N, LN_FWD_THREADS / 32);
+    if (C % 8 == 0 && aligned)
+        layernorm_forward_warp_per_row_kernel<8, true, FUSED><<<grid, LN_FWD_THREADS, 0, st>>>(
+            out, mean, rstd, residual, xa, xb, w, bias, N, C);
+    else if (C % 8 == 0)
+        layernorm_forward_warp_per_row_kernel<8, false, FUSED><<<grid, LN_FWD_THREADS, 0, st>>>(
+            out, mean, rstd, residual, xa, xb, w, bias, N, C);
+    else
+        layernorm_forward_warp_per_row_kernel<1, false, FUSED><<<grid, LN_FWD_THREADS, 0, st>>>(
+            out, mean, rstd, residual, xa, xb, w, bias, N, C);
+    TCU_CHECK_LAUNCH(what);
+}
+
+/* out = LN(inp).  out (N,C) bf16; mean, rstd (N) fp32; inp (N,C) bf16; w (C) bf16; b (C) or NULL.
+ * One warp per row (layernorm_forward_warp_per_row_kernel). N >= 0, C >= 1. */
+void tcu_layernorm_forward(tsr_bf16 *out, float *mean, float *rstd, const tsr_bf16 *inp,
+                           const tsr_bf16 *w, const tsr_bf16 *b, int N, int C, tcu_stream s) {
+    ln_forward_launch<false>("tcu_layernorm_forward", (bf16 *)out, mean, rstd, nullptr,
+                             (const bf16 *)inp, nullptr, (const bf16 *)w, (const bf16 *)b, N, C,
+                             (cudaStream_t)s);
+}
+
+/* residual = bf16(a + b) (round to nearest even: what tcu_residual_forward writes), out =
+ * LN(residual) computed from the rounded residual: equal, bit for bit, to tcu_residual_forward
+ * then tcu_layernorm_forward. residual, out (N,C) bf16; a, b (N,C) bf16 (residual may alias a or
+ * b); mean, rstd (N) fp32; w (C) bf16; bias (C) or NULL. N >= 0, C >= 1. */
+void tcu_residual_layernorm_forward(tsr_bf16 *residual, tsr_bf16 *out, float *mean, float *rstd,
+                                    const tsr_bf16 *a, const tsr_bf16 *b, const tsr_bf16 *w,
+                                    const tsr_bf16 *bias, int N, int C, tcu_stream s) {
+    ln_forward_launch<true>("tcu_residual_layernorm_forward", (bf16 *)out, mean, rstd,
+                            (bf16 *)residual, (const bf16 *)a, (const bf16 *)b, (const bf16 *)w,
+                            (const bf16 *)bias, N, C, (cudaStream_t)s);
+}
+
+/* ---- backward ---------------------------------------------------------------------------- */
+
+/* Block-wide sum of (x, y), the same value returned to every thread; fixed order (warp butterfly,
+ * then warps 0..nw-1 in order). red: 32 float2 of shared memory; all threads must call it. The
+ * leading barrier lets it be called again (next row) while slower threads still read red. */
+__device__ __forceinline__ float2 ln_block_sum2(float2 v, float2 *red) {
+    v.x = ln_warp_sum(v.x);
+    v.y = ln_warp_sum(v.y);
+    const int nw = blockDim.x >> 5;
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float2 t = make_float2(0.0f, 0.0f);
+    for (int i = 0; i < nw; i++) {
+        t.x += red[i].x;
+        t.y += red[i].y;
+    }
+    return t;
+}
+
+/* One row group per block; per row n of the group, in order (norm = (x - mean) * rstd, g = dout):
+ *   dinp[n,:] += (w*g - mean(w*g) - norm * mean(w*g*norm)) * rstd      (bf16, read-add-round)
+ *   acc_w[:] += g * norm;  acc_b[:] += g   (fp32 column sums of this group, when with_db)
+ * then partial[group] = [acc_w | acc_b].
+ * dinp, dout, inp (N,C) bf16; w (C) bf16; mean, rstd (N) fp32; partial (P, 2C) fp32 scratch.
+ * Launch: grid P = ceil(N / rows), block = ceil(C / W) rounded up to a warp, at most 1024
+ * threads (thread t owns columns c = t*W + j*blockDim*W .. +W: the same in every pass, so each
+ * column's sums are kept by one thread, in row order: deterministic). Dynamic shared memory
+ * 2*C floats when acc_smem (the accumulators), else 0 and the accumulators are partial[group]
+ * itself (generic pointer; for C too large for shared memory). Two barriers per row (the
+ * block sums of w*g and w*g*norm). Preconditions (host): rows >= 1; VEC: C % 8 == 0, aligned. */
+template <int W, bool VEC>
+__global__ void __launch_bounds__(1024)
+    layernorm_backward_row_group_kernel(bf16 *dinp, float *partial, const bf16 *dout,
+                                        const bf16 *inp, const bf16 *w, const float *mean,
+                                        const float *rstd, int N, int C, int rows, int acc_smem,
+                                        int with_db) {
+    extern __shared__ float ln_acc_smem[]; /* [2C] when acc_smem */
+    __shared__ float2 red[32];
+    float *part = partial + (size_t)blockIdx.x * 2 * C;
+    float *acc = acc_smem ? ln_acc_smem : part;
+    const int c0 = threadIdx.x * W, step = blockDim.x * W;
+    for (int c = c0; c < C; c += step) {
+#pragma unroll
+        for (int k = 0; k < W; k++) {
+            acc[c + k] = 0.0f;
+            if (with_db) acc[C + c + k] = 0.0f;
+        }
+    }
+    const int n0 = blockIdx.x * rows;
+    const int n1 = min(N, n0 + rows);
+    for (int n = n0; n < n1; n++) { /* n is block-uniform: every thread reaches the barriers */
+        const size_t off = (size_t)n * C;
+        const float m = mean[n], r = rstd[n];
+        float2 sums = make_float2(0.0f, 0.0f); /* sum of w*g, of w*g*norm */
+        for (int c = c0; c < C; c += step) {
+            float xv[W], gv[W], wv[W];
+            ln_load<W, VEC>(xv, inp + off + c);
+            ln_load<W, VEC>(gv, dout + off + c);
+            ln_load<W, VEC>(wv, w + c);
+#pragma unroll
+            for (int k = 0; k < W; k++) {
+                const float norm = (xv[k] - m) * r;
+                const float dnorm = wv[k] * gv[k];
+                sums.x += dnorm;
+                sums.y += dnorm * norm;
+                acc[c + k] += gv[k] * norm;
+                if (with_db) acc[C + c + k] += gv[k];
+            }
+        }
+        sums = ln_block_sum2(sums, red);
+        const float dmean = sums.x / (float)C, dnmean = sums.y / (float)C;
+        for (int c = c0; c < C; c += step) {
+            float xv[W], gv[W], wv[W], dv[W];
+            ln_load<W, VEC>(xv, inp + off + c);
+            ln_load<W, VEC>(gv, dout + off + c);
+            ln_load<W, VEC>(wv, w + c);
+            ln_load<W, VEC>(dv, dinp + off + c);
+#pragma unroll
+            for (int k = 0; k < W; k++) {
+                const float norm = (xv[k] - m) * r;
+                dv[k] += (wv[k] * gv[k] - dmean - norm * dnmean) * r;
+            }
+            ln_store<W, VEC>(dinp + off + c, dv);
+        }
+    }
+    if (acc_smem) {
+        for (int c = c0; c < C; c += step) {
+#pragma unroll
+            for (int k = 0; k < W; k++) {
+                part[c + k] = acc[c + k];
+                if (with_db) part[C + c + k] = acc[C + c + k];
+            }
+        }
+    }
+}
+
+/* dw[c] += sum_p partial[p, c];  db[c] += sum_p partial[p, C + c] (when db), p = 0..P-1.
+ * dw (C) fp32, db (C) fp32 or NULL, partial (P, 2C) fp32.
+ * Launch: grid ceil(width / LN_RED_COLS), width = C (no db) or 2C; block (LN_RED_COLS,
+ * LN_RED_SLICES). Thread (x, y) sums partials y, y + 32, ... of its column in order; thread (x, 0)
+ * adds the 32 slice sums in order 0..31: a fixed order, deterministic. */
+__global__ void __launch_bounds__(LN_RED_COLS *LN_RED_SLICES)
+    layernorm_param_grad_fixed_order_kernel(float *dw, float *db, const float *partial, int P,
+                                            int C) {
+    __shared__ float sl[LN_RED_SLICES][LN_RED_COLS];
+    const int width = db ? 2 * C : C;
+    const int col = blockIdx.x * LN_RED_COLS + threadIdx.x;
+    float s = 0.0f;
+    if (col < width)
+        for (int p = threadIdx.y; p < P; p += LN_RED_SLICES) s += partial[(size_t)p * 2 * C + col];
+    sl[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < width) {
+        float t = 0.0f;
+        for (int i = 0; i < LN_RED_SLICES; i++) t += sl[i][threadIdx.x];
+        if (col < C) dw[col] += t;
+        else db[col - C] += t;
+    }
+}
+
+/* Rows per group: a function of N only (never of the device or of timing), so the partial sums
+ * and the order they are added in, hence dw/db's bits, depend on the inputs alone. */
+static int ln_bwd_rows_per_group(int N) {
+    const int r = (int)(((long long)N + LN_BWD_MAX_GROUPS - 1) / LN_BWD_MAX_GROUPS);
+    return r < LN_BWD_MIN_ROWS ? LN_BWD_MIN_ROWS : r;
+}
+
+/* The partial-sum scratch: grown on demand, never shrunk or freed (see the file comment). */
+static float *ln_partial = nullptr;
+static size_t ln_partial_bytes = 0;
+
+static float *ln_partial_scratch(size_t bytes) {
+    if (bytes > ln_partial_bytes) {
+        if (ln_partial) {
+            /* a launch of the previous size may still be reading it, on any stream */
+            TCU_CHECK(cudaDeviceSynchronize(), "tcu_layernorm_backward: growing its scratch");
+            tcu_free(ln_partial);
+        }
+        ln_partial = (float *)tcu_malloc(bytes, "tcu_layernorm_backward dw/db partial sums");
+        ln_partial_bytes = bytes;
+    }
+    return ln_partial;
+}
+
+/* dinp (N,C) bf16 +=; dw (C) fp32 +=; db (C) fp32 += or NULL; dout, inp (N,C) bf16; w (C) bf16;
+ * mean, rstd (N) fp32 from the forward pass.
+ * Two launches: layernorm_backward_row_group_kernel (dinp, and P = ceil(N / rows) partial sums
+ * of dw/db into the scratch), then layernorm_param_grad_fixed_order_kernel (dw, db +=).
+ * Deterministic. N >= 0, C >= 1. */
+void tcu_layernorm_backward(tsr_bf16 *dinp, float *dw, float *db, const tsr_bf16 *dout,
+                            const tsr_bf16 *inp, const tsr_bf16 *w, const float *mean,
+                            const float *rstd, int N, int C, tcu_stream s) {
+    const char *what = "tcu_layernorm_backward";
+    TCU_REQUIRE(N >= 0 && C >= 1, what, ln_msg("need N >= 0 and C >= 1, got N=%d C=%d", N, C));
+    TCU_REQUIRE(dinp && dw && dout && inp && w && mean && rstd, what, "a required pointer is NULL");
+    if (N == 0) return;
+    const cudaStream_t st = (cudaStream_t)s;
+    const int rows = ln_bwd_rows_per_group(N);
+    const int P = (N + rows - 1) / rows;
+    float *partial = ln_partial_scratch((size_t)P * 2 * C * sizeof(float));
+
+    const bool w8 = C % 8 == 0;
+    const bool vec = w8 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w);
+    const int W = w8 ? 8 : 1;
+    int threads = (int)(((size_t)C / W + 31) / 32 * 32);
+    if (threads > 1024) threads = 1024;
+    if (threads < 32) threads = 32;
+
+    /* accumulators in shared memory when they fit beside the kernel's static 256 bytes */
+    const size_t acc_bytes = (size_t)2 * C * sizeof(float);
+    const tcu_context *ctx = tcu_context_get(what);
+    const int acc_smem = acc_bytes + 32 * sizeof(float2) <= ctx->smem_optin;
+    const size_t dyn = acc_smem ? acc_bytes : 0;
+    const int with_db = db != nullptr;
+    if (vec) {
+        auto kern = layernorm_backward_row_group_kernel<8, true>;
+        if (dyn > 48 * 1024)
+            TCU_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)dyn), what);
+        kern<<<P, threads, dyn, st>>>((bf16 *)dinp, partial, (const bf16 *)dout,
+                                      (const bf16 *)inp, (const bf16 *)w, mean, rstd, N, C, rows,
+                                      acc_smem, with_db);
+    } else if (w8) {
+        auto kern = layernorm_backward_row_group_kernel<8, false>;
+        if (dyn > 48 * 1024)
+            TCU_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)dyn), what);
+        kern<<<P, threads, dyn, st>>>((bf16 *)dinp, partial, (const bf16 *)dout,
+                                      (const bf16 *)inp, (const bf16 *)w, mean, rstd, N, C, rows,
+                                      acc_smem, with_db);
+    } else {
+        auto kern = layernorm_backward_row_group_kernel<1, false>;
+        if (dyn > 48 * 1024)
+            TCU_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)dyn), what);
+        kern<<<P, threads, dyn, st>>>((bf16 *)dinp, partial, (const bf16 *)dout,
+                                      (const bf16 *)inp, (const bf16 *)w, mean, rstd, N, C, rows,
+                                      acc_smem, with_db);
+    }
+    TCU_CHECK_LAUNCH("tcu_layernorm_backward: layernorm_backward_row_group_kernel");
+
+    const int width = with_db ? 2 * C : C;
+    const dim3 rblock(LN_RED_COLS, LN_RED_SLICES);
+    layernorm_param_grad_fixed_order_kernel<<<tcu_blocks((size_t)width, LN_RED_COLS), rblock, 0,
+                                              st>>>(dw, db, partial, P, C);
+    TCU_CHECK_LAUNCH("tcu_layernorm_backward: layernorm_param_grad_fixed_order_kernel");
+}

@@ -1,0 +1,461 @@
+/* cuda_matmul.cu — the matmuls of cuda_ops.h through cuBLASLt: tcu_matmul_forward (bias and GELU
+ * in the epilogue) and tcu_matmul_backward (dinp, dw by cuBLASLt; dbias by a fixed-order kernel).
+ *
+ * File-wide conventions (cuda_ops.h):
+ *   - row-major tensors, the ops.h vocabulary: inp (N,IC), w (OC,IC), out (N,OC);
+ *   - bf16 operands, fp32 accumulation (CUBLAS_COMPUTE_32F, fp32 alpha/beta), bf16 activations;
+ *   - backward ACCUMULATES: dinp (bf16) += through beta = 1 on C = D; dw, dbias (fp32) +=;
+ *   - every cuBLASLt call and kernel launch on the caller's stream `s`, every call checked.
+ * Extension to cuda_ops.h: in tcu_matmul_backward each of dinp, dw, dbias may be NULL (that term is
+ * skipped), so a frozen weight or an input that needs no gradient costs nothing.
+ *
+ * Row-major to cuBLASLt (column-major): a row-major (R,C) matrix with leading dimension C is, byte
+ * for byte, the column-major (C,R) matrix with ld C, i.e. its transpose. So every product is
+ * written transposed: out = inp @ w^T (row-major) is out^T = w @ inp^T (column-major), and so on
+ * (each op's comment gives its mapping).
+ *
+ * Algorithm choice and determinism: cublasLtMatmulAlgoGetHeuristic picks one algorithm per
+ * (device, op, epilogue, m, n, k, pointer alignments, workspace size); it is cached in a small
+ * static table (lt_cache, LT_CACHE_SIZE entries, mutex-guarded), so every later call of the same
+ * key runs the same algorithm (negative answers are cached too). cuBLASLt is bitwise reproducible
+ * run to run for a fixed algorithm and a user-owned workspace (cuBLAS docs, "Results
+ * reproducibility"); it has no atomic split-K. Split-K is restricted further to
+ * CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE: partial sums kept in fp32 in the workspace and reduced in
+ * a separate fixed step, never INPLACE/OUTPUT_TYPE (those add partials in the output type: bf16 for
+ * out and dinp, which would break "fp32 accumulate"; INPLACE also orders them by counters in the
+ * workspace, which we would rather not depend on). Alignments are part of the key because the
+ * heuristic depends on them: the same shape at differently aligned addresses may run another
+ * algorithm (different bits); a training step reuses the same buffers, so it is reproducible.
+ * When the table is full the heuristic is asked every call (it is itself deterministic).
+ *
+ * Workspace: this file uses tcu_ctx.lt_workspace, at most tcu_ctx.lt_workspace_bytes (whatever
+ * tcu_init allocated; NVIDIA recommends 32 MiB on Hopper, 4 MiB before), and allocates no device
+ * memory of its own. The heuristic is told that limit (CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES).
+ * The workspace is shared: matmuls on two streams at once would race on it (one stream per rank).
+ *
+ * Shapes and alignment: any N, IC, OC >= 1. The heuristic is told the actual alignment of every
+ * pointer (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*), so odd shapes and odd offsets get the (slower)
+ * algorithms that accept them instead of none. If still no algorithm exists:
+ *   - GELU_AUX epilogue (also skipped unless OC % 8 == 0, the aux ld rule): bias epilogue into
+ *     pre_gelu, then the GELU kernel (tcu_gelu_forward);
+ *   - BIAS epilogue: DEFAULT epilogue, then bias_add_rows_kernel;
+ *   - DEFAULT epilogue: exit naming the op, m/n/k and N/IC/OC.
+ */
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+
+#include "cuda_internal.h"
+
+/* ---- fixed-order kernels: bias gradient, fallback bias add ------------------------------- */
+
+#define BG_COLS 32 /* columns per block: one warp wide, coalesced 64-byte row segments */
+#define BG_ROWS 32 /* warps per block; warp y sums rows y, y + BG_ROWS, ... */
+
+/* dbias[c] += sum_n dout[n, c] (fp32).  dbias (OC) fp32, dout (N,OC) bf16.
+ * Launch: grid ceil(OC / BG_COLS), block (BG_COLS, BG_ROWS). Each block owns a strip of BG_COLS
+ * columns; thread (x, y) sums column x over rows y, y + BG_ROWS, ... in order, then thread (x, 0)
+ * adds the BG_ROWS partials in order 0..BG_ROWS-1: a fixed order, no atomics, deterministic. */
+static __global__ void __launch_bounds__(BG_COLS *BG_ROWS)
+    bias_grad_column_strip_kernel(float *dbias, const bf16 *dout, int N, int OC) {
+    __shared__ float part[BG_ROWS][BG_COLS];
+    const int c = blockIdx.x * BG_COLS + threadIdx.x;
+    float acc = 0.0f;
+    if (c < OC) {
+#pragma unroll 4
+        for (int n = threadIdx.y; n < N; n += BG_ROWS)
+            acc += __bfloat162float(dout[(size_t)n * OC + c]);
+    }
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < OC) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int r = 0; r < BG_ROWS; r++) sum += part[r][threadIdx.x];
+        dbias[c] += sum;
+    }
+}
+
+/* x[n, o] = bf16(x[n, o] + bias[o]): the bias of a matmul whose BIAS epilogue had no algorithm.
+ * x (N,OC) bf16 as total = N*OC elements, bias (OC) bf16. Grid-stride, 256 threads. */
+static __global__ void bias_add_rows_kernel(bf16 *x, const bf16 *bias, size_t total, int OC) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] = __float2bfloat16(__bfloat162float(x[i]) + __bfloat162float(bias[i % (size_t)OC]));
+}
+
+/* ---- one cuBLASLt matmul: D = alpha op(A) op(B) + beta C, C == D, column-major ------------- */
+
+typedef enum { LT_FWD = 0, LT_DINP, LT_DW, LT_OP_COUNT } lt_op;
+static const char *const lt_op_name[] = {"tcu_matmul_forward", "tcu_matmul_backward (dinp)",
+                                         "tcu_matmul_backward (dw)"};
+static_assert(sizeof lt_op_name / sizeof lt_op_name[0] == LT_OP_COUNT, "lt_op_name vs lt_op");
+
+/* The pointer slots whose alignment the heuristic looks at. */
+enum { AL_A = 0, AL_B, AL_C, AL_BIAS, AL_AUX, AL_COUNT };
+
+typedef struct lt_gemm {
+    lt_op op;
+    int N, IC, OC;                   /* the op's own shape, for messages */
+    cublasOperation_t ta, tb;        /* op(A), op(B) */
+    cudaDataType_t ab_type, cd_type; /* A and B; C and D (the same buffer) */
+    int m, n, k;                     /* op(A) (m,k), op(B) (k,n), D (m,n) column-major */
+    int lda, ldb, ldc;
+    const void *a, *b;
+    void *d;                         /* C = D (in place, one layout) */
+    float beta;                      /* 0: overwrite, 1: accumulate */
+    cublasLtEpilogue_t epi;
+    const void *bias;                /* BIAS epilogues: (m) bf16, or NULL */
+    void *aux;                       /* GELU_AUX: pre-activation out (m,n) ld aux_ld, or NULL */
+    int64_t aux_ld;
+} lt_gemm;
+
+typedef struct lt_key {
+    int device;
+    int op, epi;
+    int m, n, k;
+    uint32_t align[AL_COUNT];
+    size_t workspace_bytes;
+} lt_key;
+
+typedef struct lt_entry {
+    lt_key key;
+    int found; /* 0: the heuristic had no algorithm (the caller falls back or fails) */
+    cublasLtMatmulAlgo_t algo;
+} lt_entry;
+
+#define LT_CACHE_SIZE 128
+static lt_entry lt_cache[LT_CACHE_SIZE];
+static int lt_cache_n;
+static std::mutex lt_cache_mutex;
+
+static bool lt_key_equal(const lt_key *x, const lt_key *y) {
+    if (x->device != y->device || x->op != y->op || x->epi != y->epi || x->m != y->m ||
+        x->n != y->n || x->k != y->k || x->workspace_bytes != y->workspace_bytes)
+        return false;
+    for (int i = 0; i < AL_COUNT; i++)
+        if (x->align[i] != y->align[i]) return false;
+    return true;
+}
+
+/* The largest power of two (<= 256, cuBLASLt's default requirement) dividing the address;
+ * 256 for NULL (a slot that is not used). */
+static uint32_t ptr_alignment(const void *p) {
+    uintptr_t addr = (uintptr_t)p;
+    uint32_t al = 256;
+    while (al > 1 && addr % al != 0) al >>= 1;
+    return al;
+}
+
+/* Asks the heuristic for the best algorithm of g under the workspace limit, the fp32-only split-K
+ * rule and the actual pointer alignments. Returns 1 and *algo, or 0 (none; *status says why). */
+static int lt_heuristic(const lt_gemm *g, const tcu_context *ctx, cublasLtMatmulDesc_t desc,
+                        cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                        cublasLtMatrixLayout_t lcd, const uint32_t align[AL_COUNT],
+                        cublasLtMatmulAlgo_t *algo, cublasStatus_t *status) {
+    const char *what = lt_op_name[g->op];
+    cublasLtMatmulPreference_t pref;
+    TCU_CHECK_BLAS(cublasLtMatmulPreferenceCreate(&pref), what);
+    uint64_t ws = ctx->lt_workspace_bytes;
+    uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE; /* or none: see the top */
+    TCU_CHECK_BLAS(cublasLtMatmulPreferenceSetAttribute(
+                       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), what);
+    TCU_CHECK_BLAS(cublasLtMatmulPreferenceSetAttribute(
+                       pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction,
+                       sizeof reduction), what);
+    TCU_CHECK_BLAS(cublasLtMatmulPreferenceSetAttribute(
+                       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align[AL_A],
+                       sizeof align[AL_A]), what);
+    TCU_CHECK_BLAS(cublasLtMatmulPreferenceSetAttribute(
+                       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align[AL_B],
+                       sizeof align[AL_B]), what);
+    TCU_CHECK_BLAS(cublasLtMatmulPreferenceSetAttribute(
+                       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align[AL_C],
+                       sizeof align[AL_C]), what);
+    TCU_CHECK_BLAS(cublasLtMatmulPreferenceSetAttribute(
+                       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align[AL_C],
+                       sizeof align[AL_C]), what);
+
+    cublasLtMatmulHeuristicResult_t res;
+    memset(&res, 0, sizeof res);
+    int count = 0;
+    /* NOT_SUPPORTED (and, for some epilogue/shape pairs, INVALID_VALUE) is how the heuristic says
+     * "no algorithm": an answer, not a failure; the caller falls back or exits naming the shape. */
+    *status = cublasLtMatmulAlgoGetHeuristic(ctx->lt, desc, la, lb, lcd, lcd, pref, 1, &res,
+                                             &count);
+    TCU_CHECK_BLAS(cublasLtMatmulPreferenceDestroy(pref), what);
+    if (*status != CUBLAS_STATUS_SUCCESS) {
+        if (*status != CUBLAS_STATUS_NOT_SUPPORTED && *status != CUBLAS_STATUS_INVALID_VALUE)
+            tcu_fail(what, cublasLtGetStatusString(*status), __FILE__, __LINE__);
+        return 0;
+    }
+    if (count < 1 || res.state != CUBLAS_STATUS_SUCCESS || res.workspaceSize > ws) {
+        *status = CUBLAS_STATUS_NOT_SUPPORTED;
+        return 0;
+    }
+    *algo = res.algo;
+    return 1;
+}
+
+/* The cached algorithm of g (asking the heuristic on a miss). Returns 0 when there is none. */
+static int lt_algo(const lt_gemm *g, const tcu_context *ctx, cublasLtMatmulDesc_t desc,
+                   cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                   cublasLtMatrixLayout_t lcd, cublasLtMatmulAlgo_t *algo,
+                   cublasStatus_t *status) {
+    lt_key key;
+    memset(&key, 0, sizeof key);
+    key.device = ctx->device;
+    key.op = (int)g->op;
+    key.epi = (int)g->epi;
+    key.m = g->m;
+    key.n = g->n;
+    key.k = g->k;
+    key.align[AL_A] = ptr_alignment(g->a);
+    key.align[AL_B] = ptr_alignment(g->b);
+    key.align[AL_C] = ptr_alignment(g->d);
+    key.align[AL_BIAS] = ptr_alignment(g->bias);
+    key.align[AL_AUX] = ptr_alignment(g->aux);
+    key.workspace_bytes = ctx->lt_workspace_bytes;
+
+    std::lock_guard<std::mutex> lock(lt_cache_mutex);
+    for (int i = 0; i < lt_cache_n; i++) {
+        if (!lt_key_equal(&lt_cache[i].key, &key)) continue;
+        *algo = lt_cache[i].algo;
+        *status = lt_cache[i].found ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
+        return lt_cache[i].found;
+    }
+    int found = lt_heuristic(g, ctx, desc, la, lb, lcd, key.align, algo, status);
+    if (lt_cache_n < LT_CACHE_SIZE) {
+        lt_entry *e = &lt_cache[lt_cache_n++];
+        e->key = key;
+        e->found = found;
+        if (found) e->algo = *algo;
+    }
+    return found;
+}
+
+/* Runs g on stream s: D = 1 * op(A) op(B) + beta * C (C = D) with g's epilogue.
+ * Returns false, having launched nothing, when cuBLASLt has no algorithm for it and allow_none;
+ * without allow_none that exits naming the op and the shape. */
+static bool lt_matmul(const lt_gemm *g, tcu_stream s, bool allow_none) {
+    const char *what = lt_op_name[g->op];
+    const tcu_context *ctx = tcu_context_get(what);
+
+    cublasLtMatmulDesc_t desc;
+    TCU_CHECK_BLAS(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
+    int32_t ta = (int32_t)g->ta, tb = (int32_t)g->tb;
+    uint32_t epi = (uint32_t)g->epi;
+    TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
+                                                  sizeof ta), what);
+    TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
+                                                  sizeof tb), what);
+    TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                  sizeof epi), what);
+    if (g->bias) {
+        int32_t bias_type = CUDA_R_16BF; /* the default for bf16 D; stated, not assumed */
+        TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                      &g->bias, sizeof g->bias), what);
+        TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                      &bias_type, sizeof bias_type), what);
+    }
+    if (g->aux) { /* aux data type left at its default: D's type (bf16) */
+        TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(
+                           desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux,
+                           sizeof g->aux), what);
+        TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                      &g->aux_ld, sizeof g->aux_ld), what);
+    }
+
+    /* Layouts describe the stored matrices (before op): A is (m,k) or, transposed, (k,m). */
+    cublasLtMatrixLayout_t la, lb, lcd;
+    int a_rows = g->ta == CUBLAS_OP_N ? g->m : g->k, a_cols = g->ta == CUBLAS_OP_N ? g->k : g->m;
+    int b_rows = g->tb == CUBLAS_OP_N ? g->k : g->n, b_cols = g->tb == CUBLAS_OP_N ? g->n : g->k;
+    TCU_CHECK_BLAS(cublasLtMatrixLayoutCreate(&la, g->ab_type, a_rows, a_cols, g->lda), what);
+    TCU_CHECK_BLAS(cublasLtMatrixLayoutCreate(&lb, g->ab_type, b_rows, b_cols, g->ldb), what);
+    TCU_CHECK_BLAS(cublasLtMatrixLayoutCreate(&lcd, g->cd_type, g->m, g->n, g->ldc), what);
+
+    cublasLtMatmulAlgo_t algo;
+    cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+    int found = lt_algo(g, ctx, desc, la, lb, lcd, &algo, &status);
+    if (found) {
+        const float alpha = 1.0f, beta = g->beta;
+        TCU_CHECK_BLAS(cublasLtMatmul(ctx->lt, desc, &alpha, g->a, la, g->b, lb, &beta, g->d,
+                                      lcd, g->d, lcd, &algo, ctx->lt_workspace,
+                                      ctx->lt_workspace_bytes, (cudaStream_t)s), what);
+    }
+    TCU_CHECK_BLAS(cublasLtMatrixLayoutDestroy(lcd), what);
+    TCU_CHECK_BLAS(cublasLtMatrixLayoutDestroy(lb), what);
+    TCU_CHECK_BLAS(cublasLtMatrixLayoutDestroy(la), what);
+    TCU_CHECK_BLAS(cublasLtMatmulDescDestroy(desc), what);
+    if (!found && !allow_none) {
+        char msg[320];
+        snprintf(msg, sizeof msg,
+                 "cuBLASLt has no algorithm for m=%d n=%d k=%d (N=%d IC=%d OC=%d, epilogue %u, "
+                 "workspace %zu bytes): %s",
+                 g->m, g->n, g->k, g->N, g->IC, g->OC, epi, ctx->lt_workspace_bytes,
+                 cublasLtGetStatusString(status));
+        tcu_fail(what, msg, __FILE__, __LINE__);
+    }
+    return found != 0;
+}
+
+/* ---- the ops ------------------------------------------------------------------------------- */
+
+static void require_shape(const char *what, int N, int IC, int OC) {
+    if (N >= 1 && IC >= 1 && OC >= 1) return;
+    char msg[128];
+    snprintf(msg, sizeof msg, "N=%d IC=%d OC=%d: every dimension must be >= 1", N, IC, OC);
+    tcu_fail(what, msg, __FILE__, __LINE__);
+}
+
+/* out = inp @ w^T + bias  [then out = gelu(.), pre_gelu = the argument].
+ * out (N,OC) bf16; pre_gelu (N,OC) bf16 or NULL (distinct from out); inp (N,IC) bf16;
+ * w (OC,IC) bf16; bias (OC) bf16 or NULL; gelu: the kind applied when pre_gelu is given.
+ * cuBLASLt: D (OC,N) ld OC [= out row-major] = op(A) B with A = w stored (IC,OC) ld IC, op T
+ * [= w as (OC,IC)]; B = inp stored (IC,N) ld IC, op N; m = OC, n = N, k = IC; beta = 0.
+ * Bias (length m = OC, broadcast over the N columns of D) by CUBLASLT_EPILOGUE_BIAS.
+ * tanh GELU: CUBLASLT_EPILOGUE_GELU_AUX[_BIAS], whose GELU is the tanh approximation (it matches
+ * torch's gelu(approximate="tanh"), which torch's _addmm_activation decomposition uses for it on
+ * CUDA); aux = pre_gelu (OC,N) ld OC, so OC % 8 == 0 (the aux ld rule) or the fallback below.
+ * exact GELU (or no fused algorithm): bias epilogue into pre_gelu, then tcu_gelu_forward. */
+void tcu_matmul_forward(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *inp,
+                        const tsr_bf16 *w, const tsr_bf16 *bias, int N, int IC, int OC,
+                        tsr_gelu_kind gelu, tcu_stream s) {
+    const char *what = lt_op_name[LT_FWD];
+    require_shape(what, N, IC, OC);
+    TCU_REQUIRE(out && inp && w, what, "out, inp and w must not be NULL");
+    if (pre_gelu) {
+        TCU_REQUIRE((unsigned)gelu < (unsigned)TSR_GELU_COUNT, what, "unknown GELU kind");
+        TCU_REQUIRE(pre_gelu != out, what, "pre_gelu must not alias out");
+    }
+
+    lt_gemm g;
+    memset(&g, 0, sizeof g);
+    g.op = LT_FWD;
+    g.N = N;
+    g.IC = IC;
+    g.OC = OC;
+    g.ta = CUBLAS_OP_T;
+    g.tb = CUBLAS_OP_N;
+    g.ab_type = CUDA_R_16BF;
+    g.cd_type = CUDA_R_16BF;
+    g.m = OC;
+    g.n = N;
+    g.k = IC;
+    g.lda = IC;
+    g.ldb = IC;
+    g.ldc = OC;
+    g.a = w;
+    g.b = inp;
+    g.beta = 0.0f;
+    g.bias = bias;
+
+    /* tanh GELU fused: out = gelu(acc + bias) from the fp32 accumulator, pre_gelu = acc + bias */
+    if (pre_gelu && gelu == TSR_GELU_TANH && OC % 8 == 0) {
+        g.d = out;
+        g.epi = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+        g.aux = pre_gelu;
+        g.aux_ld = OC;
+        if (lt_matmul(&g, s, true)) return;
+        g.aux = NULL;
+        g.aux_ld = 0;
+    }
+
+    /* plain: matmul (+ bias) into out, or into pre_gelu and then the GELU kernel into out */
+    tsr_bf16 *dst = pre_gelu ? pre_gelu : out;
+    g.d = dst;
+    g.epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    if (!lt_matmul(&g, s, bias != NULL)) {
+        /* no BIAS-epilogue algorithm for this shape: plain matmul, then the bias kernel (rounds
+         * to bf16 twice, where the epilogue rounds once) */
+        g.epi = CUBLASLT_EPILOGUE_DEFAULT;
+        g.bias = NULL;
+        lt_matmul(&g, s, false);
+        size_t total = (size_t)N * OC;
+        unsigned blocks = tcu_blocks(total, 256);
+        unsigned cap = (unsigned)tcu_context_get(what)->sm_count * 32u;
+        if (cap > 0 && blocks > cap) blocks = cap;
+        bias_add_rows_kernel<<<blocks, 256, 0, (cudaStream_t)s>>>(
+            reinterpret_cast<bf16 *>(dst), reinterpret_cast<const bf16 *>(bias), total, OC);
+        TCU_CHECK_LAUNCH(what);
+    }
+    if (pre_gelu) tcu_gelu_forward(out, pre_gelu, (size_t)N * OC, gelu, s);
+}
+
+/* dinp (N,IC) bf16 += dout @ w;  dw (OC,IC) fp32 += dout^T @ inp;  dbias (OC) fp32 += sum_n dout.
+ * Each of dinp, dw, dbias may be NULL (that term skipped: an extension of cuda_ops.h); inp may be
+ * NULL when dw is, w when dinp is. dout (N,OC) bf16, inp (N,IC) bf16, w (OC,IC) bf16.
+ * dinp: D (IC,N) ld IC [= dinp row-major] = A B + D; A = w stored (IC,OC) ld IC, op N [w row-major
+ *   is w^T column-major]; B = dout stored (OC,N) ld OC, op N; m = IC, n = N, k = OC; bf16 C = D,
+ *   beta = 1 (read, add in fp32, round once).
+ * dw:   D (IC,OC) ld IC [= dw row-major] = A op(B) + D; A = inp stored (IC,N) ld IC, op N;
+ *   B = dout stored (OC,N) ld OC, op T [= dout as (N,OC)]; m = IC, n = OC, k = N; A/B bf16,
+ *   C = D fp32, beta = 1.
+ * dbias: bias_grad_column_strip_kernel (fixed order; cuBLASLt's BGRADA/BGRADB epilogues write
+ *   the bias gradient, they cannot accumulate into it). */
+void tcu_matmul_backward(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16 *dout,
+                         const tsr_bf16 *inp, const tsr_bf16 *w, int N, int IC, int OC,
+                         tcu_stream s) {
+    const char *what = "tcu_matmul_backward";
+    require_shape(what, N, IC, OC);
+    TCU_REQUIRE(dout != NULL, what, "dout must not be NULL");
+    TCU_REQUIRE(!dinp || w, what, "dinp needs w (w is NULL)");
+    TCU_REQUIRE(!dw || inp, what, "dw needs inp (inp is NULL)");
+
+    if (dinp) {
+        lt_gemm g;
+        memset(&g, 0, sizeof g);
+        g.op = LT_DINP;
+        g.N = N;
+        g.IC = IC;
+        g.OC = OC;
+        g.ta = CUBLAS_OP_N;
+        g.tb = CUBLAS_OP_N;
+        g.ab_type = CUDA_R_16BF;
+        g.cd_type = CUDA_R_16BF;
+        g.m = IC;
+        g.n = N;
+        g.k = OC;
+        g.lda = IC;
+        g.ldb = OC;
+        g.ldc = IC;
+        g.a = w;
+        g.b = dout;
+        g.d = dinp;
+        g.beta = 1.0f;
+        g.epi = CUBLASLT_EPILOGUE_DEFAULT;
+        lt_matmul(&g, s, false);
+    }
+    if (dw) {
+        lt_gemm g;
+        memset(&g, 0, sizeof g);
+        g.op = LT_DW;
+        g.N = N;
+        g.IC = IC;
+        g.OC = OC;
+        g.ta = CUBLAS_OP_N;
+        g.tb = CUBLAS_OP_T;
+        g.ab_type = CUDA_R_16BF;
+        g.cd_type = CUDA_R_32F;
+        g.m = IC;
+        g.n = OC;
+        g.k = N;
+        g.lda = IC;
+        g.ldb = OC;
+        g.ldc = IC;
+        g.a = inp;
+        g.b = dout;
+        g.d = dw;
+        g.beta = 1.0f;
+        g.epi = CUBLASLT_EPILOGUE_DEFAULT;
+        lt_matmul(&g, s, false);
+    }
+    if (dbias) {
+        dim3 block(BG_COLS, BG_ROWS);
+        unsigned grid = (unsigned)((OC + BG_COLS - 1) / BG_COLS);
+        bias_grad_column_strip_kernel<<<grid, block, 0, (cudaStream_t)s>>>(
+            dbias, reinterpret_cast<const bf16 *>(dout), N, OC);
+        TCU_CHECK_LAUNCH(what);
+    }
+}

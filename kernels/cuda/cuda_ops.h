@@ -1,0 +1,166 @@
+/* cuda_ops.h — the CUDA backend's op interface (C API; the .cu files of kernels/cuda/ implement it).
+ *
+ * The same ops and the same maths as kernels/ops.h (the fp32 CPU oracle), in the precisions a GPU
+ * trains in: activations and the weights the matmuls read are bf16; parameter gradients, master
+ * weights and AdamW moments are fp32; every reduction (LayerNorm statistics, softmax, attention's
+ * online softmax, matmul accumulation, bias and weight gradients) accumulates in fp32.
+ * Dimension vocabulary as in ops.h: B T C NH hs=C/NH F V Vp N=B*T.
+ *
+ * Conventions (as ops.h, so each op can be checked against its CPU twin):
+ *   - every pointer is device memory unless its name ends in _host;
+ *   - backward ops ACCUMULATE (+=) into parameter gradients (fp32) and into input gradients (bf16,
+ *     read-modify-write); the exception is tcu_softmax_xent, which WRITES dlogits over the logits;
+ *   - optional pointers are marked "or NULL": NULL drops that term (no bias, no learned positions,
+ *     no ALiBi, no segments);
+ *   - every op takes an explicit stream; every launch is followed by a check of the last error and
+ *     a failure exits the process with the op's name and CUDA's message (tcu_check);
+ *   - preconditions an op cannot handle (a head size it has no kernel for, C not a multiple of 8
+ *     where a vector width needs it) exit with a message naming the op and the value.
+ * Deterministic: every op gives the same bits run to run on one GPU for the same inputs (no
+ * floating-point atomics; fixed cuBLASLt algorithms), except tcu_encoder_backward when given no
+ * host copy of the tokens (see there). docs/cuda.md says what that costs.
+ */
+#ifndef TSR_CUDA_OPS_H
+#define TSR_CUDA_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops.h" /* tsr_gelu_kind, TSR_LN_EPS */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef uint16_t tsr_bf16;            /* bf16 bits (__nv_bfloat16 on the device side) */
+typedef struct CUstream_st *tcu_stream; /* = cudaStream_t */
+
+/* ---- device, memory, context ---- */
+
+/* Number of usable CUDA devices; 0 (never an error) when there is no driver, no device, or the
+ * runtime cannot start: callers skip GPU work on 0. */
+int tcu_device_count(void);
+/* "NVIDIA H100 80GB HBM3", sm major*10+minor in *sm, free and total bytes of the current device. */
+void tcu_device_info(char *name, size_t n, int *sm, size_t *free_bytes, size_t *total_bytes);
+
+/* Allocations die (exit 1) naming the size, what it was for, and the free memory; tcu_try_malloc
+ * returns NULL instead (auto microbatch and the memory plan check use it). Memory is not zeroed
+ * (tcu_zero does). */
+void *tcu_malloc(size_t bytes, const char *what);
+void *tcu_try_malloc(size_t bytes);
+void tcu_free(void *p);
+void tcu_zero(void *p, size_t bytes, tcu_stream s);
+void tcu_memcpy_h2d(void *dst, const void *src_host, size_t bytes, tcu_stream s);
+void tcu_memcpy_d2h(void *dst_host, const void *src, size_t bytes, tcu_stream s);
+void tcu_sync(tcu_stream s);
+tcu_stream tcu_stream_create(void);
+void tcu_stream_destroy(tcu_stream s);
+
+/* The cuBLASLt handle, its workspace and scratch reused across ops; one per process (one rank per
+ * GPU). tcu_init selects device `device`, creates them; tcu_shutdown frees them. */
+void tcu_init(int device);
+void tcu_shutdown(void);
+
+/* fp32 <-> bf16 (round to nearest even), n elements */
+void tcu_f32_to_bf16(tsr_bf16 *out, const float *inp, size_t n, tcu_stream s);
+void tcu_bf16_to_f32(float *out, const tsr_bf16 *inp, size_t n, tcu_stream s);
+
+/* ---- ops: the math of kernels/ops.h, precisions as above ---- */
+
+/* out[b,t,:] = wte[tokens[b,t],:] + wpe[pos[b,t] or t,:].  out (B,T,C) bf16; tokens (B,T);
+ * wte (Vp,C) bf16; wpe (T_max,C) bf16 or NULL; pos (B,T) or NULL */
+void tcu_encoder_forward(tsr_bf16 *out, const int32_t *tokens, const tsr_bf16 *wte,
+                         const tsr_bf16 *wpe, const int32_t *pos, int B, int T, int C,
+                         tcu_stream s);
+/* dwte (Vp,C) fp32 +=, dwpe (T_max,C) fp32 += or NULL, dout (B,T,C) bf16.
+ * tokens_host (B,T) on the host, or NULL: with it the rows of dwte are summed in a fixed order
+ * (tokens grouped on the host, deterministic); without it by atomics (order varies run to run). */
+void tcu_encoder_backward(float *dwte, float *dwpe, const tsr_bf16 *dout, const int32_t *tokens,
+                          const int32_t *tokens_host, const int32_t *pos, int B, int T, int C,
+                          tcu_stream s);
+
+/* LayerNorm over the last axis, eps TSR_LN_EPS, biased variance.
+ * out (N,C) bf16; mean, rstd (N) fp32 saved for backward; inp (N,C) bf16; w (C) bf16;
+ * b (C) bf16 or NULL */
+void tcu_layernorm_forward(tsr_bf16 *out, float *mean, float *rstd, const tsr_bf16 *inp,
+                           const tsr_bf16 *w, const tsr_bf16 *b, int N, int C, tcu_stream s);
+/* Fused residual add + LayerNorm: residual = a + b (written, bf16), then out = LN(residual). */
+void tcu_residual_layernorm_forward(tsr_bf16 *residual, tsr_bf16 *out, float *mean, float *rstd,
+                                    const tsr_bf16 *a, const tsr_bf16 *b, const tsr_bf16 *w,
+                                    const tsr_bf16 *bias, int N, int C, tcu_stream s);
+/* dinp (N,C) bf16 +=; dw (C) fp32 +=; db (C) fp32 += or NULL; dout (N,C) bf16; inp, w, mean,
+ * rstd as in forward. */
+void tcu_layernorm_backward(tsr_bf16 *dinp, float *dw, float *db, const tsr_bf16 *dout,
+                            const tsr_bf16 *inp, const tsr_bf16 *w, const float *mean,
+                            const float *rstd, int N, int C, tcu_stream s);
+
+/* out = inp @ w^T + bias through cuBLASLt (bf16 in, fp32 accumulate, bf16 out; bias in the
+ * epilogue).  out (N,OC); inp (N,IC); w (OC,IC); bias (OC) or NULL.
+ * pre_gelu (N,OC) or NULL: when given, out = gelu(inp @ w^T + bias) of kind `gelu` and pre_gelu
+ * keeps the argument for backward (tanh: cuBLASLt's GELU_AUX epilogue; exact: bias epilogue into
+ * pre_gelu, then the erf GELU kernel). */
+void tcu_matmul_forward(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *inp,
+                        const tsr_bf16 *w, const tsr_bf16 *bias, int N, int IC, int OC,
+                        tsr_gelu_kind gelu, tcu_stream s);
+/* dinp (N,IC) bf16 += dout @ w; dw (OC,IC) fp32 += dout^T @ inp; dbias (OC) fp32 += column sums
+ * of dout (or NULL).  dout (N,OC) bf16, inp (N,IC) bf16, w (OC,IC) bf16. */
+void tcu_matmul_backward(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16 *dout,
+                         const tsr_bf16 *inp, const tsr_bf16 *w, int N, int IC, int OC,
+                         tcu_stream s);
+
+/* GELU of kind `kind`.  out, inp (n) bf16;  backward: dinp (n) bf16 += gelu'(inp) * dout */
+void tcu_gelu_forward(tsr_bf16 *out, const tsr_bf16 *inp, size_t n, tsr_gelu_kind kind,
+                      tcu_stream s);
+void tcu_gelu_backward(tsr_bf16 *dinp, const tsr_bf16 *inp, const tsr_bf16 *dout, size_t n,
+                       tsr_gelu_kind kind, tcu_stream s);
+
+/* out = a + b;  backward: da += dout, db += dout.  all (n) bf16 */
+void tcu_residual_forward(tsr_bf16 *out, const tsr_bf16 *a, const tsr_bf16 *b, size_t n,
+                          tcu_stream s);
+void tcu_residual_backward(tsr_bf16 *da, tsr_bf16 *db, const tsr_bf16 *dout, size_t n,
+                           tcu_stream s);
+
+/* Fused causal attention (FlashAttention style: tiles of q, k, v in shared memory, online
+ * softmax, no (T,T) matrix in device memory), the maths of ops.h attention_forward:
+ *   s[i,j] = q_i.k_j / sqrt(hs) - slope_h (i - j), j in [lo(i), i] (segments as in ops.h).
+ * out (B,T,C) bf16; lse (B,NH,T) fp32 = log sum_j exp(s[i,j]), saved for backward (replaces the
+ * CPU's att); qkv (B,T,3C) bf16 laid out [q|k|v]; alibi_slopes (NH) fp32 or NULL; seq (B,T) or
+ * NULL. hs = C/NH must be 32, 64 or 128. */
+void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
+                           const float *alibi_slopes, const int32_t *seq, int B, int T, int C,
+                           int NH, tcu_stream s);
+/* dqkv (B,T,3C) bf16 +=; dout, out (B,T,C) bf16 and lse from the forward pass; qkv, slopes, seq
+ * as given to it. scratch: tcu_attention_scratch_bytes(B,T,C,NH) bytes of device memory (the fp32
+ * row sums D = rowsum(dout * out), (B,NH,T); dq, dk, dv stay in registers until added into dqkv);
+ * deterministic (dk,dv parallel over key tiles, dq over query tiles: no atomics). */
+size_t tcu_attention_scratch_bytes(int B, int T, int C, int NH);
+void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
+                            const tsr_bf16 *out, const float *lse, const float *alibi_slopes,
+                            const int32_t *seq, void *scratch, int B, int T, int C, int NH,
+                            tcu_stream s);
+
+/* Fused softmax + cross-entropy + its gradient, one pass over each row of logits (never a full
+ * fp32 copy of the logits): softmax over the first V of Vp columns (fp32 arithmetic),
+ * losses[n] = -log p[n, target] (fp32; 0 where target < 0).
+ * With dlosses (N fp32, or NULL): logits is OVERWRITTEN by dlogits = (p - onehot) * dlosses[n]
+ * (bf16; rows with target < 0 and columns >= V written 0). With dlosses NULL the logits are left
+ * as they are (evaluation). logits (N,Vp) bf16; targets (N), -1 = ignore. */
+void tcu_softmax_xent(float *losses, tsr_bf16 *logits, const int32_t *targets,
+                      const float *dlosses, int N, int V, int Vp, tcu_stream s);
+
+/* Sum of squares of g (n fp32) added into *acc (one fp32 on the device, fp32 partial sums per
+ * block then a fixed-order sum: deterministic). Zero *acc first (tcu_zero) for a fresh norm. */
+void tcu_sumsq(float *acc, const float *g, size_t n, tcu_stream s);
+
+/* AdamW (decoupled weight decay, as torch.optim.AdamW and ops.h adamw_update) on fp32 master
+ * weights p, fp32 g, m, v (n), then the bf16 copy p_bf16 (n) = round(p) that the ops read (or
+ * NULL). grad_scale multiplies g first (clipping and 1/accumulation folded in). t >= 1. */
+void tcu_adamw_update(float *p, tsr_bf16 *p_bf16, const float *g, float *m, float *v, size_t n,
+                      float lr, float beta1, float beta2, float eps, float wd, float grad_scale,
+                      int t, tcu_stream s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,202 @@
+/* cuda_xent.cu — tcu_softmax_xent of cuda_ops.h: softmax over the first V of Vp columns fused with
+ * cross-entropy and its gradient, the maths of cpu_softmax_xent_forward followed by
+ * cpu_softmax_xent_backward (kernels/cpu/cpu_softmax.c), without an fp32 copy of the logits.
+ *
+ * File-wide conventions (cuda_ops.h):
+ *   - logits (N,Vp) bf16, row-major; losses, dlosses (N) fp32; targets (N) int32, < 0 = ignore;
+ *   - all arithmetic in fp32: one read pass keeps an online (max, sum of exp(x - max)) per thread,
+ *     combined across the block in a fixed order (deterministic);
+ *   - dlogits WRITES (=) over the logits, bf16, rounded once; with dlosses NULL nothing is written
+ *     but losses (evaluation);
+ *   - every launch on the caller's stream, checked (TCU_CHECK_LAUNCH).
+ * A target >= V (a bug upstream: no such class) is not an error exit but poisons the row:
+ * losses[n] = NaN and, with dlosses, dlogits[n, j] = NaN for j < V (0 for j >= V), so the loss,
+ * the gradient norm and the tests all see it.
+ */
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+
+#include <math_constants.h>
+
+#include "cuda_internal.h"
+
+#define XENT_MAX_THREADS 1024 /* one block per row; fewer threads for narrow rows */
+
+/* printf-style message for TCU_REQUIRE (evaluated only when the check fails; tcu_fail exits) */
+__attribute__((format(printf, 1, 2))) static const char *xent_msg(const char *fmt, ...) {
+    static char buf[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return buf;
+}
+
+/* ---- device helpers ---------------------------------------------------------------------- */
+
+/* v[0..W) = p[0..W) as fp32; VEC: one 16-byte load (W == 8, p 16-byte aligned) */
+template <int W, bool VEC>
+__device__ __forceinline__ void xent_load(float (&v)[W], const bf16 *p) {
+    if constexpr (VEC) {
+        static_assert(W == 8, "a 16-byte access holds 8 bf16");
+        int4 raw = *reinterpret_cast<const int4 *>(p);
+        __nv_bfloat162 h[4];
+        memcpy(h, &raw, sizeof raw);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float2 f = __bfloat1622float2(h[k]);
+            v[2 * k] = f.x;
+            v[2 * k + 1] = f.y;
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < W; k++) v[k] = __bfloat162float(p[k]);
+    }
+}
+
+/* p[0..W) = round-to-nearest-even bf16 of v[0..W) */
+template <int W, bool VEC>
+__device__ __forceinline__ void xent_store(bf16 *p, const float (&v)[W]) {
+    if constexpr (VEC) {
+        static_assert(W == 8, "a 16-byte access holds 8 bf16");
+        __nv_bfloat162 h[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+        int4 raw;
+        memcpy(&raw, h, sizeof raw);
+        *reinterpret_cast<int4 *>(p) = raw;
+    } else {
+#pragma unroll
+        for (int k = 0; k < W; k++) p[k] = __float2bfloat16_rn(v[k]);
+    }
+}
+
+/* Online-softmax state (m, s): s = sum of exp(x - m) over the values seen, m their max; the empty
+ * state is (-inf, 0). Merging two states rescales both sums to the larger max; an empty side adds
+ * 0 (never exp(-inf - -inf) = NaN). Commutative bit for bit (fmaxf and + are). */
+__device__ __forceinline__ float2 xent_merge(float2 a, float2 b) {
+    const float m = fmaxf(a.x, b.x);
+    const float sa = a.x == -CUDART_INF_F ? 0.0f : a.y * expf(a.x - m);
+    const float sb = b.x == -CUDART_INF_F ? 0.0f : b.y * expf(b.x - m);
+    return make_float2(m, sa + sb);
+}
+
+/* ---- the kernel -------------------------------------------------------------------------- */
+
+/* Row n, t = targets[n], x = logits[n, 0..V):
+ *   losses[n] = log(sum_j exp(x_j - max)) - (x_t - max), or 0 when t < 0, or NaN when t >= V;
+ *   with dlosses: logits[n, j] = (exp(x_j - max) / sum - [j == t]) * dlosses[n] for j < V,
+ *                 0 for V <= j < Vp, the whole row 0 when t < 0 (NaN for j < V when t >= V).
+ * losses (N) fp32; logits (N,Vp) bf16, read then (with dlosses) overwritten; targets (N) int32;
+ * dlosses (N) fp32 or NULL.
+ * Launch: grid N (one block per row), block = ceil(Vp / W) rounded up to a warp, at most
+ * XENT_MAX_THREADS; static shared memory 32 float2. Thread i owns the W-wide chunks starting at
+ * c = i*W + j*blockDim*W. Pass 1 (columns < V) keeps an online (max, sum) per thread: per chunk,
+ * the chunk max first, then one rescale and W exps; the block merge (warp butterfly, then the
+ * warps in order 0..nw-1) ends with a barrier, after which pass 2 rewrites each chunk by the
+ * thread that owns it (it reads the chunk, then writes it): every read of the row for the loss,
+ * x_t included (thread 0, before the barrier), happens before any write.
+ * Preconditions (host): 1 <= V <= Vp; VEC: W == 8, Vp % 8 == 0, logits 16-byte aligned (then a
+ * chunk starting below V or Vp lies wholly inside the row). */
+template <int W, bool VEC>
+__global__ void __launch_bounds__(XENT_MAX_THREADS)
+    softmax_xent_block_per_row_kernel(float *losses, bf16 *logits, const int32_t *targets,
+                                      const float *dlosses, int V, int Vp) {
+    __shared__ float2 red[32];
+    const int n = blockIdx.x;
+    bf16 *x = logits + (size_t)n * Vp;
+    const int t = targets[n]; /* block-uniform: the early return below skips no barrier */
+    const int c0 = threadIdx.x * W, step = blockDim.x * W;
+
+    if (t < 0) { /* ignored row: no loss, no gradient */
+        if (threadIdx.x == 0) losses[n] = 0.0f;
+        if (dlosses) {
+            float z[W];
+#pragma unroll
+            for (int k = 0; k < W; k++) z[k] = 0.0f;
+            for (int c = c0; c < Vp; c += step) xent_store<W, VEC>(x + c, z);
+        }
+        return;
+    }
+    const bool bad = t >= V;
+    const float xt = (threadIdx.x == 0 && !bad) ? __bfloat162float(x[t]) : 0.0f;
+    const float dl = dlosses ? dlosses[n] : 0.0f; /* before losses[n] is written: may alias */
+
+    /* pass 1: online max and sum over columns < V */
+    float2 st = make_float2(-CUDART_INF_F, 0.0f);
+    for (int c = c0; c < V; c += step) {
+        float v[W];
+        xent_load<W, VEC>(v, x + c);
+        float cm = -CUDART_INF_F;
+#pragma unroll
+        for (int k = 0; k < W; k++)
+            if (c + k < V) cm = fmaxf(cm, v[k]);
+        if (cm > st.x) { /* new max: rescale what was summed (exp(-inf) = 0 when it was empty) */
+            st.y *= expf(st.x - cm);
+            st.x = cm;
+        }
+        if (st.x != -CUDART_INF_F) { /* all -inf so far: nothing to add (and no -inf - -inf) */
+#pragma unroll
+            for (int k = 0; k < W; k++)
+                if (c + k < V) st.y += expf(v[k] - st.x);
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float2 other;
+        other.x = __shfl_xor_sync(0xffffffffu, st.x, o);
+        other.y = __shfl_xor_sync(0xffffffffu, st.y, o);
+        st = xent_merge(st, other);
+    }
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = st;
+    __syncthreads(); /* the row is read: from here on it may be overwritten */
+    float2 row = red[0];
+    for (int i = 1; i < (int)(blockDim.x >> 5); i++) row = xent_merge(row, red[i]);
+    const float mx = row.x, sum = row.y;
+
+    if (threadIdx.x == 0) losses[n] = bad ? CUDART_NAN_F : logf(sum) - (xt - mx);
+    if (!dlosses) return;
+
+    /* pass 2: dlogits over the whole row, in place */
+    const float inv = 1.0f / sum;
+    for (int c = c0; c < Vp; c += step) {
+        float v[W];
+        xent_load<W, VEC>(v, x + c);
+#pragma unroll
+        for (int k = 0; k < W; k++) {
+            const int j = c + k;
+            if (j >= V) v[k] = 0.0f;
+            else if (bad) v[k] = CUDART_NAN_F;
+            else v[k] = (expf(v[k] - mx) * inv - (j == t ? 1.0f : 0.0f)) * dl;
+        }
+        xent_store<W, VEC>(x + c, v);
+    }
+}
+
+/* losses (N) fp32 =; logits (N,Vp) bf16, overwritten by dlogits when dlosses is given;
+ * targets (N) int32 (-1 = ignore); dlosses (N) fp32 or NULL.
+ * One block per row (softmax_xent_block_per_row_kernel); 16-byte loads and stores when
+ * Vp % 8 == 0 and logits is 16-byte aligned. N >= 0, 1 <= V <= Vp. */
+void tcu_softmax_xent(float *losses, tsr_bf16 *logits, const int32_t *targets,
+                      const float *dlosses, int N, int V, int Vp, tcu_stream s) {
+    const char *what = "tcu_softmax_xent";
+    TCU_REQUIRE(N >= 0 && V >= 1 && Vp >= V, what,
+                xent_msg("need N >= 0 and 1 <= V <= Vp, got N=%d V=%d Vp=%d", N, V, Vp));
+    TCU_REQUIRE(losses && logits && targets, what, "a required pointer is NULL");
+    if (N == 0) return;
+    const cudaStream_t st = (cudaStream_t)s;
+    const bool vec = Vp % 8 == 0 && ((uintptr_t)logits & 15u) == 0;
+    const int W = vec ? 8 : 1;
+    int threads = (int)(((size_t)Vp / W + 31) / 32 * 32);
+    if (threads > XENT_MAX_THREADS) threads = XENT_MAX_THREADS;
+    if (threads < 32) threads = 32;
+    if (vec)
+        softmax_xent_block_per_row_kernel<8, true><<<(unsigned)N, threads, 0, st>>>(
+            losses, (bf16 *)logits, targets, dlosses, V, Vp);
+    else
+        softmax_xent_block_per_row_kernel<1, false><<<(unsigned)N, threads, 0, st>>>(
+            losses, (bf16 *)logits, targets, dlosses, V, Vp);
+    TCU_CHECK_LAUNCH(what);
+}
