@@ -47,8 +47,9 @@ typedef struct tcu_context {
 extern tcu_context tcu_ctx;
 /* dies unless tcu_init ran */
 const tcu_context *tcu_context_get(const char *what);
-/* frees cuda_elementwise.cu's cached scratch (tcu_shutdown calls it) */
+/* free the scratch cuda_elementwise.cu and cuda_layernorm.cu cache (tcu_shutdown calls them) */
 void tcu_elementwise_release(void);
+void tcu_layernorm_release(void);
 
 static inline unsigned tcu_blocks(size_t n, unsigned threads) {
     return (unsigned)((n + threads - 1) / threads);

@@ -336,9 +336,15 @@ static int ln_bwd_rows_per_group(int N) {
     return r < LN_BWD_MIN_ROWS ? LN_BWD_MIN_ROWS : r;
 }
 
-/* The partial-sum scratch: grown on demand, never shrunk or freed (see the file comment). */
+/* The partial-sum scratch: grown on demand, freed by tcu_layernorm_release (tcu_shutdown). */
 static float *ln_partial = nullptr;
 static size_t ln_partial_bytes = 0;
+
+void tcu_layernorm_release(void) {
+    if (ln_partial) tcu_free(ln_partial);
+    ln_partial = nullptr;
+    ln_partial_bytes = 0;
+}
 
 static float *ln_partial_scratch(size_t bytes) {
     if (bytes > ln_partial_bytes) {

@@ -16,6 +16,10 @@
  *     a failure exits the process with the op's name and CUDA's message (tcu_check);
  *   - preconditions an op cannot handle (a head size it has no kernel for, C not a multiple of 8
  *     where a vector width needs it) exit with a message naming the op and the value.
+ *   - one stream per process at a time: the ops share process-wide scratch (the cuBLASLt
+ *     workspace, reduction partials), so two streams running ops concurrently would race;
+ *   - device pointers come from tcu_malloc (256-byte aligned); attention requires its bf16
+ *     tensors 16-byte aligned and exits naming the op otherwise.
  * Deterministic: every op gives the same bits run to run on one GPU for the same inputs (no
  * floating-point atomics; fixed cuBLASLt algorithms), except tcu_encoder_backward when given no
  * host copy of the tokens (see there). docs/cuda.md says what that costs.
@@ -80,7 +84,8 @@ void tcu_encoder_backward(float *dwte, float *dwpe, const tsr_bf16 *dout, const 
                           tcu_stream s);
 
 /* LayerNorm over the last axis, eps TSR_LN_EPS, biased variance.
- * out (N,C) bf16; mean, rstd (N) fp32 saved for backward; inp (N,C) bf16; w (C) bf16;
+ * out (N,C) bf16; mean, rstd (N) fp32 saved for backward (or NULL: not saved); inp (N,C) bf16;
+ * w (C) bf16;
  * b (C) bf16 or NULL */
 void tcu_layernorm_forward(tsr_bf16 *out, float *mean, float *rstd, const tsr_bf16 *inp,
                            const tsr_bf16 *w, const tsr_bf16 *b, int N, int C, tcu_stream s);
@@ -103,7 +108,8 @@ void tcu_matmul_forward(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *inp,
                         const tsr_bf16 *w, const tsr_bf16 *bias, int N, int IC, int OC,
                         tsr_gelu_kind gelu, tcu_stream s);
 /* dinp (N,IC) bf16 += dout @ w; dw (OC,IC) fp32 += dout^T @ inp; dbias (OC) fp32 += column sums
- * of dout (or NULL).  dout (N,OC) bf16, inp (N,IC) bf16, w (OC,IC) bf16. */
+ * of dout. Each of dinp, dw, dbias may be NULL (skipped; inp is read only for dw, w only for
+ * dinp).  dout (N,OC) bf16, inp (N,IC) bf16, w (OC,IC) bf16. */
 void tcu_matmul_backward(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16 *dout,
                          const tsr_bf16 *inp, const tsr_bf16 *w, int N, int IC, int OC,
                          tcu_stream s);
@@ -139,8 +145,8 @@ void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16
                             const int32_t *seq, void *scratch, int B, int T, int C, int NH,
                             tcu_stream s);
 
-/* Fused softmax + cross-entropy + its gradient, one pass over each row of logits (never a full
- * fp32 copy of the logits): softmax over the first V of Vp columns (fp32 arithmetic),
+/* Fused softmax + cross-entropy + its gradient: one read pass over each row of logits, a second
+ * that writes the gradient when asked (never a full fp32 copy of the logits): softmax over the first V of Vp columns (fp32 arithmetic),
  * losses[n] = -log p[n, target] (fp32; 0 where target < 0).
  * With dlosses (N fp32, or NULL): logits is OVERWRITTEN by dlogits = (p - onehot) * dlosses[n]
  * (bf16; rows with target < 0 and columns >= V written 0). With dlosses NULL the logits are left

@@ -500,7 +500,10 @@ int trainer_run(tsr_trainer *t) {
     watchdog_stop();
     train_data_stage_end(t);
     metrics_finish(t);
-    if (t->cfg.sample.tokens > 0) trainer_full_weights(t, 1);
+    if (t->cfg.sample.tokens > 0) {
+        trainer_ensure_acts(t); /* collective: a resumed run that was already done ran no step */
+        trainer_full_weights(t, 1);
+    }
     if (t->cfg.sample.tokens > 0 && t->dist.rank == 0) {
         /* prompt: the end-of-text token, by convention the vocabulary's last id (GPT-2's 50256,
          * the synthetic corpus' V-1, a trained tokenizer's last special) */

@@ -116,6 +116,7 @@ int main(int argc, char **argv) {
         counted += k;
     }
     double loss_sum = 0.0;
+    trainer_ensure_acts(&t); /* what the first trainer_step would do */
     memset(m->grads, 0, m->n_params * sizeof(float));
     for (int b = 0; b < GB; b += micro) {
         const int32_t *in = inputs + (size_t)b * T, *tg = targets + (size_t)b * T;
