@@ -656,31 +656,16 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_m
 
 /* ---- host -------------------------------------------------------------------------------- */
 
-/* printf-style message for TCU_REQUIRE (evaluated only when the check fails; tcu_fail exits) */
-__attribute__((format(printf, 3, 4))) static const char *att_msg(char *buf, size_t n,
-                                                                 const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, n, fmt, ap);
-    va_end(ap);
-    return buf;
-}
-
-static bool att_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-
 /* shapes and head size; returns hs */
 static int att_check(const char *what, int B, int T, int C, int NH) {
-    char buf[192];
     TCU_REQUIRE(B >= 1 && B <= 65535 && T >= 1 && NH >= 1 && NH <= 65535 && C >= NH &&
                     C % NH == 0,
                 what,
-                att_msg(buf, sizeof buf,
-                        "bad shape B=%d T=%d C=%d NH=%d (B, NH in 1..65535, T >= 1, NH divides C)",
+                tcu_msg("bad shape B=%d T=%d C=%d NH=%d (B, NH in 1..65535, T >= 1, NH divides C)",
                         B, T, C, NH));
     const int hs = C / NH;
     TCU_REQUIRE(hs == 32 || hs == 64 || hs == 128, what,
-                att_msg(buf, sizeof buf,
-                        "head size hs = C/NH = %d (C=%d, NH=%d) has no kernel: 32, 64 or 128",
+                tcu_msg("head size hs = C/NH = %d (C=%d, NH=%d) has no kernel: 32, 64 or 128",
                         hs, C, NH));
     return hs;
 }
@@ -714,7 +699,7 @@ extern "C" void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 
                                       const float *alibi_slopes, const int32_t *seq, int B, int T,
                                       int C, int NH, tcu_stream s) {
     const int hs = att_check("tcu_attention_forward", B, T, C, NH);
-    TCU_REQUIRE(att_aligned16(qkv) && att_aligned16(out), "tcu_attention_forward",
+    TCU_REQUIRE(tcu_aligned16(qkv) && tcu_aligned16(out), "tcu_attention_forward",
                 "qkv and out must be 16-byte aligned");
     cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
     if (hs == 32)
@@ -769,8 +754,8 @@ extern "C" void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, con
                                        const float *alibi_slopes, const int32_t *seq,
                                        void *scratch, int B, int T, int C, int NH, tcu_stream s) {
     const int hs = att_check("tcu_attention_backward", B, T, C, NH);
-    TCU_REQUIRE(att_aligned16(dqkv) && att_aligned16(dout) && att_aligned16(qkv) &&
-                    att_aligned16(out),
+    TCU_REQUIRE(tcu_aligned16(dqkv) && tcu_aligned16(dout) && tcu_aligned16(qkv) &&
+                    tcu_aligned16(out),
                 "tcu_attention_backward", "dqkv, dout, qkv and out must be 16-byte aligned");
     TCU_REQUIRE(scratch != nullptr, "tcu_attention_backward", "scratch is NULL");
     cudaStream_t st = reinterpret_cast<cudaStream_t>(s);

@@ -43,8 +43,7 @@ void tcu_fail(const char *what, const char *msg, const char *file, int line) {
     exit(1);
 }
 
-/* printf into a buffer of this thread, for messages built only on the failure path */
-static const char *fmt_msg(const char *fmt, ...) {
+const char *tcu_msg(const char *fmt, ...) {
     static thread_local char buf[512];
     va_list ap;
     va_start(ap, fmt);
@@ -115,7 +114,7 @@ void *tcu_malloc(size_t bytes, const char *what) {
     (void)cudaGetDevice(&dev);
     if (cudaMemGetInfo(&f, &t) == cudaSuccess) {
         tcu_fail("tcu_malloc",
-                 fmt_msg("cannot allocate %s (%zu bytes) for %s: %s; device %d has %s free of %s "
+                 tcu_msg("cannot allocate %s (%zu bytes) for %s: %s; device %d has %s free of %s "
                          "(use a smaller microbatch or model)",
                          fmt_bytes(want, sizeof want, bytes), bytes, what ? what : "?",
                          cudaGetErrorString(err), dev, fmt_bytes(freeb, sizeof freeb, f),
@@ -124,7 +123,7 @@ void *tcu_malloc(size_t bytes, const char *what) {
     }
     (void)cudaGetLastError();
     tcu_fail("tcu_malloc",
-             fmt_msg("cannot allocate %s (%zu bytes) for %s: %s; device %d, free memory unknown",
+             tcu_msg("cannot allocate %s (%zu bytes) for %s: %s; device %d, free memory unknown",
                      fmt_bytes(want, sizeof want, bytes), bytes, what ? what : "?",
                      cudaGetErrorString(err), dev),
              __FILE__, __LINE__);
@@ -190,7 +189,7 @@ void tcu_stream_destroy(tcu_stream s) {
 void tcu_init(int device) {
     if (tcu_initialised) {
         TCU_REQUIRE(device == tcu_ctx.device, "tcu_init",
-                    fmt_msg("already initialised on device %d, asked for device %d (call "
+                    tcu_msg("already initialised on device %d, asked for device %d (call "
                             "tcu_shutdown first)",
                             tcu_ctx.device, device));
         return;
@@ -198,7 +197,7 @@ void tcu_init(int device) {
     int count = tcu_device_count();
     TCU_REQUIRE(count > 0, "tcu_init", "no CUDA device (no driver, no GPU, or CUDA cannot start)");
     TCU_REQUIRE(device >= 0 && device < count, "tcu_init",
-                fmt_msg("device %d does not exist (%d device%s: 0..%d)", device, count,
+                tcu_msg("device %d does not exist (%d device%s: 0..%d)", device, count,
                         count == 1 ? "" : "s", count - 1));
     TCU_CHECK(cudaSetDevice(device), "tcu_init: cudaSetDevice");
 
@@ -421,7 +420,7 @@ void tcu_adamw_update(float *p, tsr_bf16 *p_bf16, const float *g, float *m, floa
                       float lr, float beta1, float beta2, float eps, float wd, float grad_scale,
                       int t, tcu_stream s) {
     const char *what = "tcu_adamw_update";
-    TCU_REQUIRE(t >= 1, what, fmt_msg("step t = %d must be >= 1", t));
+    TCU_REQUIRE(t >= 1, what, tcu_msg("step t = %d must be >= 1", t));
     if (n == 0) return;
     TCU_REQUIRE(p && g && m && v, what, "p, g, m and v must not be NULL");
     double bc1 = 1.0 - pow((double)beta1, (double)t);

@@ -35,18 +35,6 @@
 #define EW_MAX_BLOCKS 65536u /* grid-stride launches use at most this many blocks */
 #define FULL_MASK 0xffffffffu
 
-/* printf into a buffer of this thread; only evaluated on the failure path of TCU_REQUIRE */
-static const char *fmt_msg(const char *fmt, ...) {
-    static thread_local char buf[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    return buf;
-}
-
-static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-
 static unsigned ew_grid(size_t items) {
     unsigned b = tcu_blocks(items, EW_THREADS);
     return b < EW_MAX_BLOCKS ? b : EW_MAX_BLOCKS;
@@ -55,43 +43,15 @@ static unsigned ew_grid(size_t items) {
 /* B, T, C > 0 and B*T < 2^30 rows (int row indices with room to spare) */
 static void check_btc(const char *what, int B, int T, int C) {
     TCU_REQUIRE(B > 0 && T > 0 && C > 0, what,
-                fmt_msg("B = %d, T = %d, C = %d must be > 0", B, T, C));
+                tcu_msg("B = %d, T = %d, C = %d must be > 0", B, T, C));
     TCU_REQUIRE((size_t)B * T < ((size_t)1 << 30), what,
-                fmt_msg("B*T = %zu rows is too many (at most 2^30 - 1)", (size_t)B * T));
+                tcu_msg("B*T = %zu rows is too many (at most 2^30 - 1)", (size_t)B * T));
 }
 
 namespace {
 
-/* ---- device helpers: bf16 packs ------------------------------------------------------------ */
+/* ---- device helpers ------------------------------------------------------------------------ */
 
-/* bf16 bits -> float is exact: the bits are the top half of the float. */
-__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
-__device__ __forceinline__ uint32_t bf16_pair(float lo, float hi) {
-    return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
-           ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
-}
-__device__ __forceinline__ void unpack8(uint4 r, float f[8]) {
-    f[0] = bf16_lo(r.x); f[1] = bf16_hi(r.x); f[2] = bf16_lo(r.y); f[3] = bf16_hi(r.y);
-    f[4] = bf16_lo(r.z); f[5] = bf16_hi(r.z); f[6] = bf16_lo(r.w); f[7] = bf16_hi(r.w);
-}
-/* 8 bf16 at p (16-byte aligned) into fp32 */
-__device__ __forceinline__ void load8(const bf16 *p, float f[8]) {
-    unpack8(*reinterpret_cast<const uint4 *>(p), f);
-}
-/* 8 fp32 rounded to nearest even into 8 bf16 at p (16-byte aligned) */
-__device__ __forceinline__ void store8(bf16 *p, const float f[8]) {
-    uint4 r;
-    r.x = bf16_pair(f[0], f[1]); r.y = bf16_pair(f[2], f[3]);
-    r.z = bf16_pair(f[4], f[5]); r.w = bf16_pair(f[6], f[7]);
-    *reinterpret_cast<uint4 *>(p) = r;
-}
-
-/* W consecutive bf16 (W = 8: one 16-byte access, p aligned; W = 1: one element) as fp32 */
-template <int W> __device__ __forceinline__ void load_bf16(const bf16 *p, float f[W]) {
-    if constexpr (W == 8) load8(p, f);
-    else f[0] = __bfloat162float(*p);
-}
 /* W consecutive fp32 (W = 8: two 16-byte accesses, p aligned) */
 template <int W> __device__ __forceinline__ void load_f32(const float *p, float f[W]) {
     if constexpr (W == 8) {
@@ -123,7 +83,8 @@ __device__ __forceinline__ void accumulate_rows(float acc[W], const bf16 *dout, 
     for (; i + ACC_ROWS <= count; i += ACC_ROWS) {
         float g[ACC_ROWS][W];
 #pragma unroll
-        for (int r = 0; r < ACC_ROWS; r++) load_bf16<W>(dout + row_of(i + r) * (size_t)C + c, g[r]);
+        for (int r = 0; r < ACC_ROWS; r++)
+            tcu_load_bf16<W>(g[r], dout + row_of(i + r) * (size_t)C + c);
 #pragma unroll
         for (int r = 0; r < ACC_ROWS; r++)
 #pragma unroll
@@ -131,7 +92,7 @@ __device__ __forceinline__ void accumulate_rows(float acc[W], const bf16 *dout, 
     }
     for (; i < count; i++) {
         float g[W];
-        load_bf16<W>(dout + row_of(i) * (size_t)C + c, g);
+        tcu_load_bf16<W>(g, dout + row_of(i) * (size_t)C + c);
 #pragma unroll
         for (int j = 0; j < W; j++) acc[j] += g[j];
     }
@@ -163,11 +124,11 @@ __global__ void encoder_forward_gather(bf16 *out, const int32_t *tokens, const b
         }
         size_t p = pos ? (size_t)pos[n] : n % (size_t)T;
         float a[W], b[W];
-        load_bf16<W>(e, a);
-        load_bf16<W>(wpe + p * C + c, b);
+        tcu_load_bf16<W>(a, e);
+        tcu_load_bf16<W>(b, wpe + p * C + c);
 #pragma unroll
         for (int j = 0; j < W; j++) a[j] += b[j];
-        if constexpr (W == 8) store8(o, a);
+        if constexpr (W == 8) tcu_store_bf16<8>(o, a);
         else *o = __float2bfloat16_rn(a[0]);
     }
 }
@@ -183,7 +144,7 @@ void tcu_encoder_forward(tsr_bf16 *out, const int32_t *tokens, const tsr_bf16 *w
     TCU_REQUIRE(out && tokens && wte, what, "out, tokens and wte must not be NULL");
     bf16 *o = (bf16 *)out;
     const bf16 *e = (const bf16 *)wte, *p = (const bf16 *)wpe;
-    bool v8 = C % 8 == 0 && aligned16(o) && aligned16(e) && (!p || aligned16(p));
+    bool v8 = C % 8 == 0 && tcu_aligned16(o) && tcu_aligned16(e) && (!p || tcu_aligned16(p));
     size_t items = (size_t)B * T * (size_t)(v8 ? C / 8 : C);
     auto kernel = v8 ? encoder_forward_gather<8> : encoder_forward_gather<1>;
     kernel<<<ew_grid(items), EW_THREADS, 0, s>>>(o, tokens, e, p, pos, T, C, items);
@@ -273,7 +234,7 @@ __global__ void dwte_scatter_atomic(float *dwte, const bf16 *dout, const int32_t
         size_t n = k / packs;
         int c = (int)(k - n * packs) * W;
         float g[W];
-        load_bf16<W>(dout + n * C + c, g);
+        tcu_load_bf16<W>(g, dout + n * C + c);
         float *d = dwte + (size_t)tokens[n] * C + c;
 #pragma unroll
         for (int j = 0; j < W; j++) atomicAdd(d + j, g[j]);
@@ -338,14 +299,14 @@ static int enc_group_on_host(const int32_t *tokens_host, int N) {
     int32_t maxtok = -1;
     for (int n = 0; n < N; n++) {
         int32_t t = tokens_host[n];
-        TCU_REQUIRE(t >= 0, what, fmt_msg("tokens_host[%d] = %d is negative", n, (int)t));
+        TCU_REQUIRE(t >= 0, what, tcu_msg("tokens_host[%d] = %d is negative", n, (int)t));
         if (t > maxtok) maxtok = t;
     }
     size_t K = (size_t)maxtok + 1;
     if (K > enc.counts_len) {
         free(enc.counts);
         enc.counts = (int32_t *)malloc(K * sizeof *enc.counts);
-        TCU_REQUIRE(enc.counts, what, fmt_msg("out of host memory for %zu token counts", K));
+        TCU_REQUIRE(enc.counts, what, tcu_msg("out of host memory for %zu token counts", K));
         enc.counts_len = K;
     }
     int32_t *cnt = enc.counts;
@@ -396,8 +357,8 @@ void tcu_encoder_backward(float *dwte, float *dwpe, const tsr_bf16 *dout_, const
                 "dwte, dout and tokens (or tokens_host) must not be NULL");
     const bf16 *dout = (const bf16 *)dout_;
     const int N = B * T;
-    const bool w8 = C % 8 == 0 && aligned16(dout);
-    const bool te8 = w8 && aligned16(dwte), pe8 = w8 && dwpe && aligned16(dwpe);
+    const bool w8 = C % 8 == 0 && tcu_aligned16(dout);
+    const bool te8 = w8 && tcu_aligned16(dwte), pe8 = w8 && dwpe && tcu_aligned16(dwpe);
     const int packs_te = te8 ? C / 8 : C, packs_pe = pe8 ? C / 8 : C;
 
     const bool host_group = tokens_host != NULL, dev_sort = dwpe && pos;
@@ -541,10 +502,10 @@ template <tsr_gelu_kind K> struct gelu_forward_op {
     const bf16 *inp;
     __device__ void pack(size_t i) const {
         float x[8];
-        load8(inp + i, x);
+        tcu_load_bf16<8>(x, inp + i);
 #pragma unroll
         for (int j = 0; j < 8; j++) x[j] = gelu_value<K>(x[j]);
-        store8(out + i, x);
+        tcu_store_bf16<8>(out + i, x);
     }
     __device__ void one(size_t i) const {
         out[i] = __float2bfloat16_rn(gelu_value<K>(__bfloat162float(inp[i])));
@@ -557,12 +518,12 @@ template <tsr_gelu_kind K> struct gelu_backward_op {
     const bf16 *inp, *dout;
     __device__ void pack(size_t i) const {
         float x[8], g[8], d[8];
-        load8(inp + i, x);
-        load8(dout + i, g);
-        load8(dinp + i, d);
+        tcu_load_bf16<8>(x, inp + i);
+        tcu_load_bf16<8>(g, dout + i);
+        tcu_load_bf16<8>(d, dinp + i);
 #pragma unroll
         for (int j = 0; j < 8; j++) d[j] += gelu_grad<K>(x[j]) * g[j];
-        store8(dinp + i, d);
+        tcu_store_bf16<8>(dinp + i, d);
     }
     __device__ void one(size_t i) const {
         float x = __bfloat162float(inp[i]), g = __bfloat162float(dout[i]);
@@ -577,11 +538,11 @@ struct residual_forward_op {
     const bf16 *a, *b;
     __device__ void pack(size_t i) const {
         float x[8], y[8];
-        load8(a + i, x);
-        load8(b + i, y);
+        tcu_load_bf16<8>(x, a + i);
+        tcu_load_bf16<8>(y, b + i);
 #pragma unroll
         for (int j = 0; j < 8; j++) x[j] += y[j];
-        store8(out + i, x);
+        tcu_store_bf16<8>(out + i, x);
     }
     __device__ void one(size_t i) const {
         out[i] = __float2bfloat16_rn(__bfloat162float(a[i]) + __bfloat162float(b[i]));
@@ -596,21 +557,21 @@ struct residual_backward_op {
     bool same;
     __device__ void pack(size_t i) const {
         float g[8], x[8], y[8];
-        load8(dout + i, g);
-        load8(da + i, x);
+        tcu_load_bf16<8>(g, dout + i);
+        tcu_load_bf16<8>(x, da + i);
         if (same) {
 #pragma unroll
             for (int j = 0; j < 8; j++) x[j] = (x[j] + g[j]) + g[j];
         } else {
-            load8(db + i, y);
+            tcu_load_bf16<8>(y, db + i);
 #pragma unroll
             for (int j = 0; j < 8; j++) {
                 x[j] += g[j];
                 y[j] += g[j];
             }
-            store8(db + i, y);
+            tcu_store_bf16<8>(db + i, y);
         }
-        store8(da + i, x);
+        tcu_store_bf16<8>(da + i, x);
     }
     __device__ void one(size_t i) const {
         float g = __bfloat162float(dout[i]), x = __bfloat162float(da[i]) + g;
@@ -625,32 +586,32 @@ struct residual_backward_op {
 void tcu_gelu_forward(tsr_bf16 *out, const tsr_bf16 *inp, size_t n, tsr_gelu_kind kind,
                       tcu_stream s) {
     const char *what = "tcu_gelu_forward";
-    bool vec = aligned16(out) && aligned16(inp);
+    bool vec = tcu_aligned16(out) && tcu_aligned16(inp);
     bf16 *o = (bf16 *)out;
     const bf16 *x = (const bf16 *)inp;
     if (kind == TSR_GELU_TANH)
         launch_packs_of_8(gelu_forward_op<TSR_GELU_TANH>{o, x}, n, vec, s, what);
     else if (kind == TSR_GELU_EXACT)
         launch_packs_of_8(gelu_forward_op<TSR_GELU_EXACT>{o, x}, n, vec, s, what);
-    else tcu_fail(what, fmt_msg("unknown GELU kind %d", (int)kind), __FILE__, __LINE__);
+    else tcu_fail(what, tcu_msg("unknown GELU kind %d", (int)kind), __FILE__, __LINE__);
 }
 
 void tcu_gelu_backward(tsr_bf16 *dinp, const tsr_bf16 *inp, const tsr_bf16 *dout, size_t n,
                        tsr_gelu_kind kind, tcu_stream s) {
     const char *what = "tcu_gelu_backward";
-    bool vec = aligned16(dinp) && aligned16(inp) && aligned16(dout);
+    bool vec = tcu_aligned16(dinp) && tcu_aligned16(inp) && tcu_aligned16(dout);
     bf16 *d = (bf16 *)dinp;
     const bf16 *x = (const bf16 *)inp, *g = (const bf16 *)dout;
     if (kind == TSR_GELU_TANH)
         launch_packs_of_8(gelu_backward_op<TSR_GELU_TANH>{d, x, g}, n, vec, s, what);
     else if (kind == TSR_GELU_EXACT)
         launch_packs_of_8(gelu_backward_op<TSR_GELU_EXACT>{d, x, g}, n, vec, s, what);
-    else tcu_fail(what, fmt_msg("unknown GELU kind %d", (int)kind), __FILE__, __LINE__);
+    else tcu_fail(what, tcu_msg("unknown GELU kind %d", (int)kind), __FILE__, __LINE__);
 }
 
 void tcu_residual_forward(tsr_bf16 *out, const tsr_bf16 *a, const tsr_bf16 *b, size_t n,
                           tcu_stream s) {
-    bool vec = aligned16(out) && aligned16(a) && aligned16(b);
+    bool vec = tcu_aligned16(out) && tcu_aligned16(a) && tcu_aligned16(b);
     launch_packs_of_8(residual_forward_op{(bf16 *)out, (const bf16 *)a, (const bf16 *)b}, n, vec, s,
                       "tcu_residual_forward");
 }
@@ -659,7 +620,7 @@ void tcu_residual_forward(tsr_bf16 *out, const tsr_bf16 *a, const tsr_bf16 *b, s
  * not supported. */
 void tcu_residual_backward(tsr_bf16 *da, tsr_bf16 *db, const tsr_bf16 *dout, size_t n,
                            tcu_stream s) {
-    bool vec = aligned16(da) && aligned16(db) && aligned16(dout);
+    bool vec = tcu_aligned16(da) && tcu_aligned16(db) && tcu_aligned16(dout);
     launch_packs_of_8(residual_backward_op{(bf16 *)da, (bf16 *)db, (const bf16 *)dout, da == db}, n,
                       vec, s, "tcu_residual_backward");
 }

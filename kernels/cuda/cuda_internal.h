@@ -6,6 +6,8 @@
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "cuda_ops.h"
 
@@ -50,6 +52,48 @@ const tcu_context *tcu_context_get(const char *what);
 /* free the scratch cuda_elementwise.cu and cuda_layernorm.cu cache (tcu_shutdown calls them) */
 void tcu_elementwise_release(void);
 void tcu_layernorm_release(void);
+
+/* printf into a buffer of the calling thread, for messages built only on a failure path
+ * (TCU_REQUIRE's value); the next call overwrites it */
+const char *tcu_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static inline bool tcu_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* W consecutive bf16 <-> fp32: widening is exact, narrowing rounds to nearest even.
+ * VEC: one 16-byte access (W == 8, p 16-byte aligned); else W scalar accesses. */
+template <int W, bool VEC = (W == 8)>
+__device__ __forceinline__ void tcu_load_bf16(float *v, const bf16 *p) {
+    if constexpr (VEC) {
+        static_assert(W == 8, "a 16-byte access holds 8 bf16");
+        int4 raw = *reinterpret_cast<const int4 *>(p);
+        __nv_bfloat162 h[4];
+        memcpy(h, &raw, sizeof raw);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float2 f = __bfloat1622float2(h[k]);
+            v[2 * k] = f.x;
+            v[2 * k + 1] = f.y;
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < W; k++) v[k] = __bfloat162float(p[k]);
+    }
+}
+template <int W, bool VEC = (W == 8)>
+__device__ __forceinline__ void tcu_store_bf16(bf16 *p, const float *v) {
+    if constexpr (VEC) {
+        static_assert(W == 8, "a 16-byte access holds 8 bf16");
+        __nv_bfloat162 h[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+        int4 raw;
+        memcpy(&raw, h, sizeof raw);
+        *reinterpret_cast<int4 *>(p) = raw;
+    } else {
+#pragma unroll
+        for (int k = 0; k < W; k++) p[k] = __float2bfloat16_rn(v[k]);
+    }
+}
 
 static inline unsigned tcu_blocks(size_t n, unsigned threads) {
     return (unsigned)((n + threads - 1) / threads);

@@ -30,56 +30,7 @@
 #define LN_RED_COLS 32        /* partial reduction: columns per block (one warp wide) */
 #define LN_RED_SLICES 32      /* partial reduction: warps per block, each sums every 32nd partial */
 
-/* printf-style message for TCU_REQUIRE (evaluated only when the check fails; tcu_fail exits) */
-__attribute__((format(printf, 1, 2))) static const char *ln_msg(const char *fmt, ...) {
-    static char buf[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    return buf;
-}
-
-static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-
 /* ---- device helpers ---------------------------------------------------------------------- */
-
-/* v[0..W) = p[0..W) as fp32; VEC: one 16-byte load (W == 8, p 16-byte aligned) */
-template <int W, bool VEC>
-__device__ __forceinline__ void ln_load(float (&v)[W], const bf16 *p) {
-    if constexpr (VEC) {
-        static_assert(W == 8, "a 16-byte access holds 8 bf16");
-        int4 raw = *reinterpret_cast<const int4 *>(p);
-        __nv_bfloat162 h[4];
-        memcpy(h, &raw, sizeof raw);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            float2 f = __bfloat1622float2(h[k]);
-            v[2 * k] = f.x;
-            v[2 * k + 1] = f.y;
-        }
-    } else {
-#pragma unroll
-        for (int k = 0; k < W; k++) v[k] = __bfloat162float(p[k]);
-    }
-}
-
-/* p[0..W) = round-to-nearest-even bf16 of v[0..W) */
-template <int W, bool VEC>
-__device__ __forceinline__ void ln_store(bf16 *p, const float (&v)[W]) {
-    if constexpr (VEC) {
-        static_assert(W == 8, "a 16-byte access holds 8 bf16");
-        __nv_bfloat162 h[4];
-#pragma unroll
-        for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
-        int4 raw;
-        memcpy(&raw, h, sizeof raw);
-        *reinterpret_cast<int4 *>(p) = raw;
-    } else {
-#pragma unroll
-        for (int k = 0; k < W; k++) p[k] = __float2bfloat16_rn(v[k]);
-    }
-}
 
 __device__ __forceinline__ float ln_warp_sum(float v) {
 #pragma unroll
@@ -116,13 +67,14 @@ __global__ void __launch_bounds__(LN_FWD_THREADS)
         float v[W];
         if constexpr (FUSED) {
             float va[W], vb[W];
-            ln_load<W, VEC>(va, xa + off + c);
-            ln_load<W, VEC>(vb, xb + off + c);
+            tcu_load_bf16<W, VEC>(va, xa + off + c);
+            tcu_load_bf16<W, VEC>(vb, xb + off + c);
 #pragma unroll
             for (int k = 0; k < W; k++) v[k] = __bfloat162float(__float2bfloat16_rn(va[k] + vb[k]));
-            ln_store<W, VEC>(residual + off + c, v); /* exact: v is already bf16-representable */
+            /* exact: v is already bf16-representable */
+            tcu_store_bf16<W, VEC>(residual + off + c, v);
         } else {
-            ln_load<W, VEC>(v, x + c);
+            tcu_load_bf16<W, VEC>(v, x + c);
         }
 #pragma unroll
         for (int k = 0; k < W; k++) s += v[k];
@@ -133,7 +85,7 @@ __global__ void __launch_bounds__(LN_FWD_THREADS)
     float q = 0.0f;
     for (int c = lane * W; c < C; c += 32 * W) {
         float v[W];
-        ln_load<W, VEC>(v, x + c);
+        tcu_load_bf16<W, VEC>(v, x + c);
 #pragma unroll
         for (int k = 0; k < W; k++) {
             const float d = v[k] - m;
@@ -145,18 +97,18 @@ __global__ void __launch_bounds__(LN_FWD_THREADS)
     /* pass 3: normalise, scale, shift (same expression order as the CPU op) */
     for (int c = lane * W; c < C; c += 32 * W) {
         float v[W], wv[W], o[W];
-        ln_load<W, VEC>(v, x + c);
-        ln_load<W, VEC>(wv, w + c);
+        tcu_load_bf16<W, VEC>(v, x + c);
+        tcu_load_bf16<W, VEC>(wv, w + c);
         if (bias) {
             float bv[W];
-            ln_load<W, VEC>(bv, bias + c);
+            tcu_load_bf16<W, VEC>(bv, bias + c);
 #pragma unroll
             for (int k = 0; k < W; k++) o[k] = fmaf((v[k] - m) * r, wv[k], bv[k]);
         } else {
 #pragma unroll
             for (int k = 0; k < W; k++) o[k] = (v[k] - m) * r * wv[k];
         }
-        ln_store<W, VEC>(out + off + c, o);
+        tcu_store_bf16<W, VEC>(out + off + c, o);
     }
     if (lane == 0) {
         if (mean) mean[row] = m;
@@ -169,11 +121,12 @@ template <bool FUSED>
 static void ln_forward_launch(const char *what, bf16 *out, float *mean, float *rstd,
                               bf16 *residual, const bf16 *xa, const bf16 *xb, const bf16 *w,
                               const bf16 *bias, int N, int C, cudaStream_t st) {
-    TCU_REQUIRE(N >= 0 && C >= 1, what, ln_msg("need N >= 0 and C >= 1, got N=%d C=%d", N, C));
+    TCU_REQUIRE(N >= 0 && C >= 1, what, tcu_msg("need N >= 0 and C >= 1, got N=%d C=%d", N, C));
     TCU_REQUIRE(out && xa && w && (!FUSED || (xb && residual)), what, "a required pointer is NULL");
     if (N == 0) return;
-    bool aligned = aligned16(out) && aligned16(xa) && aligned16(w) && (!bias || aligned16(bias));
-    if (FUSED) aligned = aligned && aligned16(xb) && aligned16(residual);
+    bool aligned = tcu_aligned16(out) && tcu_aligned16(xa) && tcu_aligned16(w) &&
+                   (!bias || tcu_aligned16(bias));
+    if (FUSED) aligned = aligned && tcu_aligned16(xb) && tcu_aligned16(residual);
     const unsigned grid = tcu_blocks((size_t)N, LN_FWD_THREADS / 32);
     if (C % 8 == 0 && aligned)
         layernorm_forward_warp_per_row_kernel<8, true, FUSED><<<grid, LN_FWD_THREADS, 0, st>>>(
@@ -265,9 +218,9 @@ __global__ void __launch_bounds__(1024)
         float2 sums = make_float2(0.0f, 0.0f); /* sum of w*g, of w*g*norm */
         for (int c = c0; c < C; c += step) {
             float xv[W], gv[W], wv[W];
-            ln_load<W, VEC>(xv, inp + off + c);
-            ln_load<W, VEC>(gv, dout + off + c);
-            ln_load<W, VEC>(wv, w + c);
+            tcu_load_bf16<W, VEC>(xv, inp + off + c);
+            tcu_load_bf16<W, VEC>(gv, dout + off + c);
+            tcu_load_bf16<W, VEC>(wv, w + c);
 #pragma unroll
             for (int k = 0; k < W; k++) {
                 const float norm = (xv[k] - m) * r;
@@ -282,16 +235,16 @@ __global__ void __launch_bounds__(1024)
         const float dmean = sums.x / (float)C, dnmean = sums.y / (float)C;
         for (int c = c0; c < C; c += step) {
             float xv[W], gv[W], wv[W], dv[W];
-            ln_load<W, VEC>(xv, inp + off + c);
-            ln_load<W, VEC>(gv, dout + off + c);
-            ln_load<W, VEC>(wv, w + c);
-            ln_load<W, VEC>(dv, dinp + off + c);
+            tcu_load_bf16<W, VEC>(xv, inp + off + c);
+            tcu_load_bf16<W, VEC>(gv, dout + off + c);
+            tcu_load_bf16<W, VEC>(wv, w + c);
+            tcu_load_bf16<W, VEC>(dv, dinp + off + c);
 #pragma unroll
             for (int k = 0; k < W; k++) {
                 const float norm = (xv[k] - m) * r;
                 dv[k] += (wv[k] * gv[k] - dmean - norm * dnmean) * r;
             }
-            ln_store<W, VEC>(dinp + off + c, dv);
+            tcu_store_bf16<W, VEC>(dinp + off + c, dv);
         }
     }
     if (acc_smem) {
@@ -368,7 +321,7 @@ void tcu_layernorm_backward(tsr_bf16 *dinp, float *dw, float *db, const tsr_bf16
                             const tsr_bf16 *inp, const tsr_bf16 *w, const float *mean,
                             const float *rstd, int N, int C, tcu_stream s) {
     const char *what = "tcu_layernorm_backward";
-    TCU_REQUIRE(N >= 0 && C >= 1, what, ln_msg("need N >= 0 and C >= 1, got N=%d C=%d", N, C));
+    TCU_REQUIRE(N >= 0 && C >= 1, what, tcu_msg("need N >= 0 and C >= 1, got N=%d C=%d", N, C));
     TCU_REQUIRE(dinp && dw && dout && inp && w && mean && rstd, what, "a required pointer is NULL");
     if (N == 0) return;
     const cudaStream_t st = (cudaStream_t)s;
@@ -377,7 +330,8 @@ void tcu_layernorm_backward(tsr_bf16 *dinp, float *dw, float *db, const tsr_bf16
     float *partial = ln_partial_scratch((size_t)P * 2 * C * sizeof(float));
 
     const bool w8 = C % 8 == 0;
-    const bool vec = w8 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w);
+    const bool vec = w8 && tcu_aligned16(dinp) && tcu_aligned16(dout) && tcu_aligned16(inp) &&
+                     tcu_aligned16(w);
     const int W = w8 ? 8 : 1;
     int threads = (int)(((size_t)C / W + 31) / 32 * 32);
     if (threads > 1024) threads = 1024;
@@ -389,31 +343,14 @@ void tcu_layernorm_backward(tsr_bf16 *dinp, float *dw, float *db, const tsr_bf16
     const int acc_smem = acc_bytes + 32 * sizeof(float2) <= ctx->smem_optin;
     const size_t dyn = acc_smem ? acc_bytes : 0;
     const int with_db = db != nullptr;
-    if (vec) {
-        auto kern = layernorm_backward_row_group_kernel<8, true>;
-        if (dyn > 48 * 1024)
-            TCU_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)dyn), what);
-        kern<<<P, threads, dyn, st>>>((bf16 *)dinp, partial, (const bf16 *)dout,
-                                      (const bf16 *)inp, (const bf16 *)w, mean, rstd, N, C, rows,
-                                      acc_smem, with_db);
-    } else if (w8) {
-        auto kern = layernorm_backward_row_group_kernel<8, false>;
-        if (dyn > 48 * 1024)
-            TCU_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)dyn), what);
-        kern<<<P, threads, dyn, st>>>((bf16 *)dinp, partial, (const bf16 *)dout,
-                                      (const bf16 *)inp, (const bf16 *)w, mean, rstd, N, C, rows,
-                                      acc_smem, with_db);
-    } else {
-        auto kern = layernorm_backward_row_group_kernel<1, false>;
-        if (dyn > 48 * 1024)
-            TCU_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)dyn), what);
-        kern<<<P, threads, dyn, st>>>((bf16 *)dinp, partial, (const bf16 *)dout,
-                                      (const bf16 *)inp, (const bf16 *)w, mean, rstd, N, C, rows,
-                                      acc_smem, with_db);
-    }
+    auto kern = vec ? layernorm_backward_row_group_kernel<8, true>
+                : w8 ? layernorm_backward_row_group_kernel<8, false>
+                     : layernorm_backward_row_group_kernel<1, false>;
+    if (dyn > 48 * 1024)
+        TCU_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn),
+                  what);
+    kern<<<P, threads, dyn, st>>>((bf16 *)dinp, partial, (const bf16 *)dout, (const bf16 *)inp,
+                                  (const bf16 *)w, mean, rstd, N, C, rows, acc_smem, with_db);
     TCU_CHECK_LAUNCH("tcu_layernorm_backward: layernorm_backward_row_group_kernel");
 
     const int width = with_db ? 2 * C : C;

@@ -111,6 +111,27 @@ typedef struct lt_gemm {
     int64_t aux_ld;
 } lt_gemm;
 
+/* A dense GEMM, D (m,n) = op(A) op(B) + beta D, column-major, A and B bf16, no epilogue: the
+ * leading dimensions follow from the shapes (lda = rows of A as stored, ldb likewise, ldc = m). */
+static lt_gemm lt_gemm_dense(lt_op op, int N, int IC, int OC, cublasOperation_t ta,
+                             cublasOperation_t tb, int m, int n, int k, const void *a,
+                             const void *b, void *d, cudaDataType_t cd_type, float beta) {
+    lt_gemm g;
+    memset(&g, 0, sizeof g);
+    g.op = op;
+    g.N = N, g.IC = IC, g.OC = OC;
+    g.ta = ta, g.tb = tb;
+    g.ab_type = CUDA_R_16BF, g.cd_type = cd_type;
+    g.m = m, g.n = n, g.k = k;
+    g.lda = ta == CUBLAS_OP_T ? k : m;
+    g.ldb = tb == CUBLAS_OP_T ? n : k;
+    g.ldc = m;
+    g.a = a, g.b = b, g.d = d;
+    g.beta = beta;
+    g.epi = CUBLASLT_EPILOGUE_DEFAULT;
+    return g;
+}
+
 typedef struct lt_key {
     int device;
     int op, epi;
@@ -330,25 +351,9 @@ void tcu_matmul_forward(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *inp,
         TCU_REQUIRE(pre_gelu != out, what, "pre_gelu must not alias out");
     }
 
-    lt_gemm g;
-    memset(&g, 0, sizeof g);
-    g.op = LT_FWD;
-    g.N = N;
-    g.IC = IC;
-    g.OC = OC;
-    g.ta = CUBLAS_OP_T;
-    g.tb = CUBLAS_OP_N;
-    g.ab_type = CUDA_R_16BF;
-    g.cd_type = CUDA_R_16BF;
-    g.m = OC;
-    g.n = N;
-    g.k = IC;
-    g.lda = IC;
-    g.ldb = IC;
-    g.ldc = OC;
-    g.a = w;
-    g.b = inp;
-    g.beta = 0.0f;
+    /* row-major out = inp w^T is column-major out^T (OC,N) = w^T-as-stored^T (IC,OC)^T inp (IC,N) */
+    lt_gemm g = lt_gemm_dense(LT_FWD, N, IC, OC, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, inp,
+                              nullptr, CUDA_R_16BF, 0.0f);
     g.bias = bias;
 
     /* tanh GELU fused: out = gelu(acc + bias) from the fp32 accumulator, pre_gelu = acc + bias */
@@ -404,51 +409,13 @@ void tcu_matmul_backward(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16
     TCU_REQUIRE(!dw || inp, what, "dw needs inp (inp is NULL)");
 
     if (dinp) {
-        lt_gemm g;
-        memset(&g, 0, sizeof g);
-        g.op = LT_DINP;
-        g.N = N;
-        g.IC = IC;
-        g.OC = OC;
-        g.ta = CUBLAS_OP_N;
-        g.tb = CUBLAS_OP_N;
-        g.ab_type = CUDA_R_16BF;
-        g.cd_type = CUDA_R_16BF;
-        g.m = IC;
-        g.n = N;
-        g.k = OC;
-        g.lda = IC;
-        g.ldb = OC;
-        g.ldc = IC;
-        g.a = w;
-        g.b = dout;
-        g.d = dinp;
-        g.beta = 1.0f;
-        g.epi = CUBLASLT_EPILOGUE_DEFAULT;
+        lt_gemm g = lt_gemm_dense(LT_DINP, N, IC, OC, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, dout,
+                                  dinp, CUDA_R_16BF, 1.0f);
         lt_matmul(&g, s, false);
     }
     if (dw) {
-        lt_gemm g;
-        memset(&g, 0, sizeof g);
-        g.op = LT_DW;
-        g.N = N;
-        g.IC = IC;
-        g.OC = OC;
-        g.ta = CUBLAS_OP_N;
-        g.tb = CUBLAS_OP_T;
-        g.ab_type = CUDA_R_16BF;
-        g.cd_type = CUDA_R_32F;
-        g.m = IC;
-        g.n = OC;
-        g.k = N;
-        g.lda = IC;
-        g.ldb = OC;
-        g.ldc = IC;
-        g.a = inp;
-        g.b = dout;
-        g.d = dw;
-        g.beta = 1.0f;
-        g.epi = CUBLASLT_EPILOGUE_DEFAULT;
+        lt_gemm g = lt_gemm_dense(LT_DW, N, IC, OC, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, dout,
+                                  dw, CUDA_R_32F, 1.0f);
         lt_matmul(&g, s, false);
     }
     if (dbias) {

@@ -24,54 +24,8 @@
 
 #define XENT_MAX_THREADS 1024 /* one block per row; fewer threads for narrow rows */
 
-/* printf-style message for TCU_REQUIRE (evaluated only when the check fails; tcu_fail exits) */
-__attribute__((format(printf, 1, 2))) static const char *xent_msg(const char *fmt, ...) {
-    static char buf[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    return buf;
-}
-
 /* ---- device helpers ---------------------------------------------------------------------- */
 
-/* v[0..W) = p[0..W) as fp32; VEC: one 16-byte load (W == 8, p 16-byte aligned) */
-template <int W, bool VEC>
-__device__ __forceinline__ void xent_load(float (&v)[W], const bf16 *p) {
-    if constexpr (VEC) {
-        static_assert(W == 8, "a 16-byte access holds 8 bf16");
-        int4 raw = *reinterpret_cast<const int4 *>(p);
-        __nv_bfloat162 h[4];
-        memcpy(h, &raw, sizeof raw);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            float2 f = __bfloat1622float2(h[k]);
-            v[2 * k] = f.x;
-            v[2 * k + 1] = f.y;
-        }
-    } else {
-#pragma unroll
-        for (int k = 0; k < W; k++) v[k] = __bfloat162float(p[k]);
-    }
-}
-
-/* p[0..W) = round-to-nearest-even bf16 of v[0..W) */
-template <int W, bool VEC>
-__device__ __forceinline__ void xent_store(bf16 *p, const float (&v)[W]) {
-    if constexpr (VEC) {
-        static_assert(W == 8, "a 16-byte access holds 8 bf16");
-        __nv_bfloat162 h[4];
-#pragma unroll
-        for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
-        int4 raw;
-        memcpy(&raw, h, sizeof raw);
-        *reinterpret_cast<int4 *>(p) = raw;
-    } else {
-#pragma unroll
-        for (int k = 0; k < W; k++) p[k] = __float2bfloat16_rn(v[k]);
-    }
-}
 
 /* Online-softmax state (m, s): s = sum of exp(x - m) over the values seen, m their max; the empty
  * state is (-inf, 0). Merging two states rescales both sums to the larger max; an empty side adds
@@ -116,7 +70,7 @@ __global__ void __launch_bounds__(XENT_MAX_THREADS)
             float z[W];
 #pragma unroll
             for (int k = 0; k < W; k++) z[k] = 0.0f;
-            for (int c = c0; c < Vp; c += step) xent_store<W, VEC>(x + c, z);
+            for (int c = c0; c < Vp; c += step) tcu_store_bf16<W, VEC>(x + c, z);
         }
         return;
     }
@@ -128,7 +82,7 @@ __global__ void __launch_bounds__(XENT_MAX_THREADS)
     float2 st = make_float2(-CUDART_INF_F, 0.0f);
     for (int c = c0; c < V; c += step) {
         float v[W];
-        xent_load<W, VEC>(v, x + c);
+        tcu_load_bf16<W, VEC>(v, x + c);
         float cm = -CUDART_INF_F;
 #pragma unroll
         for (int k = 0; k < W; k++)
@@ -163,7 +117,7 @@ __global__ void __launch_bounds__(XENT_MAX_THREADS)
     const float inv = 1.0f / sum;
     for (int c = c0; c < Vp; c += step) {
         float v[W];
-        xent_load<W, VEC>(v, x + c);
+        tcu_load_bf16<W, VEC>(v, x + c);
 #pragma unroll
         for (int k = 0; k < W; k++) {
             const int j = c + k;
@@ -171,7 +125,7 @@ __global__ void __launch_bounds__(XENT_MAX_THREADS)
             else if (bad) v[k] = CUDART_NAN_F;
             else v[k] = (expf(v[k] - mx) * inv - (j == t ? 1.0f : 0.0f)) * dl;
         }
-        xent_store<W, VEC>(x + c, v);
+        tcu_store_bf16<W, VEC>(x + c, v);
     }
 }
 
@@ -183,7 +137,7 @@ void tcu_softmax_xent(float *losses, tsr_bf16 *logits, const int32_t *targets,
                       const float *dlosses, int N, int V, int Vp, tcu_stream s) {
     const char *what = "tcu_softmax_xent";
     TCU_REQUIRE(N >= 0 && V >= 1 && Vp >= V, what,
-                xent_msg("need N >= 0 and 1 <= V <= Vp, got N=%d V=%d Vp=%d", N, V, Vp));
+                tcu_msg("need N >= 0 and 1 <= V <= Vp, got N=%d V=%d Vp=%d", N, V, Vp));
     TCU_REQUIRE(losses && logits && targets, what, "a required pointer is NULL");
     if (N == 0) return;
     const cudaStream_t st = (cudaStream_t)s;
