@@ -95,7 +95,12 @@ MAINS    := src/train/train_main.c src/tessera_main.c
 # checkpoint/: the pure parts (ranges, CRC combine) build everywhere; the rest needs MPI + HDF5
 CKPT_PURE := checkpoint/ckpt_ranges.c checkpoint/crc_combine.c
 CKPT_MPI  := $(filter-out $(CKPT_PURE),$(wildcard checkpoint/*.c))
-LIB_SRC  := $(filter-out $(MAINS),$(wildcard src/*.c src/*/*.c kernels/cpu/*.c)) $(CKPT_PURE)
+# src/gpu/: the trainer's device = cuda path. gpu_load.c (in the library) opens
+# libtessera-cuda-train.so, made of the rest of src/gpu/ and the CUDA backend, on first use
+# (src/gpu/gpu_train.h); the emulator test build links those objects in directly.
+GPU_SRC  := src/gpu/gpu_model.c src/gpu/gpu_train.c
+GPU_OBJ  := $(GPU_SRC:%.c=$(BUILD)/obj/%.o)
+LIB_SRC  := $(filter-out $(MAINS) $(GPU_SRC) src/gpu/gpu_comm_%.c,$(wildcard src/*.c src/*/*.c kernels/cpu/*.c)) $(CKPT_PURE)
 ifeq ($(NO_MPI),0)
   LIB_SRC += $(CKPT_MPI)
 endif
@@ -141,12 +146,20 @@ CUDA_NVCC_FLAGS = -O3 -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC,-Wall,-Wextra 
 CUDA_LIBS      = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static \
                  -lstdc++ -ldl -lpthread -lrt
 CUDA_TARGETS   = $(if $(CUDA_OK),$(CUDA_LIB) $(BUILD)/tests/test_gpu_ops)
+# device = cuda: the trainer's GPU path and the backend as one library tessera-train opens when a
+# run asks for it (NCCL in turn opened by it at run time); its undefined symbols are the
+# trainer's, found in the executable (linked -rdynamic)
+CUDA_TRAIN_SO := $(BUILD)/libtessera-cuda-train.so
+CUDA_TARGETS  += $(if $(CUDA_OK),$(CUDA_TRAIN_SO))
+# the host emulator of cuda_ops.h (kernels/cuda_emu/): the same trainer GPU path, runnable on any
+# machine; tests/test_cuda_train.sh checks it against the CPU backend
+CUEMU_TRAIN   := $(BUILD)/tests/tessera-train-cuemu $(BUILD)/tests/test_gpu_ops_emu
 # a CUDA-free stand-in for the GPU library, canned facts (healthcheck/mock/): tests the GPU mode's
 # host side (loading, MPI bootstrap of NCCL, pairs, judge, report) on any machine
 HC_GPU_MOCK   := $(BUILD)/tests/libtessera-hc-gpu-mock.so
 
 .PHONY: all deps demo check check-gpu bench install uninstall clean docs announce
-all: $(PROGRAMS) $(TEST_BIN) $(HC_GPU_TARGET) $(HC_GPU_MOCK) $(CUDA_TARGETS)
+all: $(PROGRAMS) $(TEST_BIN) $(HC_GPU_TARGET) $(HC_GPU_MOCK) $(CUDA_TARGETS) $(CUEMU_TRAIN)
 
 # Order-only prerequisite of every object: runs once per make invocation.
 deps:
@@ -156,7 +169,7 @@ deps:
 # A separate make run, so what it prints is read after ./INSTALL may have installed things.
 announce:
 	@if [ -x "$(CUDA_HOME)/bin/nvcc" ]; then \
-	  echo "  ✓ CUDA            $(CUDA_HOME)/bin/nvcc found: CUDA kernels $(CUDA_LIB) ($(NVCC_GENCODE)) and their GPU test; training runs on the CPU backend (device = cuda is not wired to the trainer yet)"; \
+	  echo "  ✓ CUDA            $(CUDA_HOME)/bin/nvcc found: tessera-train with device = cuda ($(CUDA_LIB), $(NVCC_GENCODE); NCCL loaded at run time) and the GPU op test"; \
 	else echo "  ✗ CUDA            nvcc not found under CUDA_HOME=$(CUDA_HOME): CPU-only build"; fi
 	@if [ -n "$(HC_GPU_OK)" ]; then \
 	  echo "  ✓ healthcheck GPU $(HC_GPU_SO): tessera-healthcheck's GPU mode (nvcc, cuBLAS, NCCL from $(NCCL_HOME))"; \
@@ -182,6 +195,31 @@ $(BUILD)/libtessera.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 $(BUILD)/tessera-train: $(BUILD)/obj/src/train/train_main.o $(BUILD)/libtessera.a
+	$(CC) $(CFLAGS) -rdynamic -o $@ $^ $(ALL_LIBS)
+
+# the GPU path's C files see the CUDA backend's C API (the NCCL one also nccl.h), position
+# independent: they go into the shared library
+$(BUILD)/obj/src/gpu/%.o: CFLAGS += -Ikernels/cuda -fPIC
+$(BUILD)/obj/src/gpu/gpu_comm_nccl.o: CFLAGS += -isystem $(CUDA_HOME)/include
+$(BUILD)/obj/kernels/cuda_emu/%.o: CFLAGS += -Ikernels/cuda
+$(BUILD)/obj/src/gpu/gpu_train_emu.o: src/gpu/gpu_train.c | deps
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -DTSR_GPU_BACKEND='"cuda-emulator"' -c $< -o $@
+
+$(CUDA_TRAIN_SO): $(GPU_OBJ) $(BUILD)/obj/src/gpu/gpu_comm_nccl.o $(CUDA_LIB)
+	$(CC) $(filter-out -fopenmp,$(CFLAGS)) -shared -o $@ $^ $(CUDA_LIBS) -lm
+
+# the emulator itself checked against the CPU oracle by the GPU op test (it is the instrument of
+# tests/test_cuda_train.sh): the same test program, linked to it instead of the CUDA library
+$(BUILD)/tests/test_gpu_ops_emu: $(BUILD)/obj/tests/gpu/test_gpu_ops.o $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o \
+                                 $(BUILD)/libtessera.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
+
+$(BUILD)/tests/tessera-train-cuemu: $(BUILD)/obj/src/train/train_main.o $(BUILD)/obj/src/gpu/gpu_model.o \
+                $(BUILD)/obj/src/gpu/gpu_train_emu.o $(BUILD)/obj/src/gpu/gpu_comm_mpi.o \
+                $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o $(BUILD)/libtessera.a
+	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
 
 $(BUILD)/tessera: $(BUILD)/obj/src/tessera_main.o $(BUILD)/libtessera.a
@@ -322,6 +360,7 @@ install: all
 	install -m 644 configs/*.cfg $(D)/share/tessera/configs/
 	install -m 644 healthcheck/healthcheck.cfg $(D)/share/tessera/configs/
 	if [ -f $(HC_GPU_SO) ]; then install -d $(D)/lib/tessera && install -m 755 $(HC_GPU_SO) $(D)/lib/tessera/; fi
+	if [ -f $(CUDA_TRAIN_SO) ]; then install -d $(D)/lib/tessera && install -m 755 $(CUDA_TRAIN_SO) $(D)/lib/tessera/; fi
 	install -m 644 configs/tiny.cfg $(D)/share/tessera/examples/
 	install -m 755 $(INSTALL_JOBS) $(D)/share/tessera/jobs/
 	install -m 644 jobs/lib/tessera-job.sh $(D)/share/tessera/jobs/lib/

@@ -8,22 +8,11 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "fsutil.h"
 #include "hc_measure.h"
 
 const char *const hc_gpu_mode_names[HC_GPU_MODE_COUNT] = {"off", "auto", "on"};
 _Static_assert(sizeof hc_gpu_mode_names / sizeof hc_gpu_mode_names[0] == HC_GPU_MODE_COUNT, "one per mode");
-
-/* The directory of this executable (/proc/self/exe), or "" when unreadable. */
-static void exe_dir(char *buf, size_t n) {
-    char exe[PATH_MAX];
-    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    buf[0] = '\0';
-    if (k <= 0) return;
-    exe[k] = '\0';
-    char *slash = strrchr(exe, '/');
-    if (slash) *slash = '\0';
-    snprintf(buf, n, "%s", exe);
-}
 
 /* The .so to load (see hc_measure.h for the order). Returns 0, or 1 with why set. */
 static int find_lib(const char *lib, char *path, size_t np, char *why, size_t nw) {
@@ -36,7 +25,7 @@ static int find_lib(const char *lib, char *path, size_t np, char *why, size_t nw
         return 0;
     }
     char dir[PATH_MAX];
-    exe_dir(dir, sizeof dir);
+    fs_exe_dir(dir, sizeof dir);
     static const char *const rel[] = {HC_GPU_LIB_NAME, "../lib/tessera/" HC_GPU_LIB_NAME};
     for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
         if (tsr_snprintf(path, np, "%s/%s", dir, rel[i])) continue;

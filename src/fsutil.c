@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -41,4 +43,15 @@ int fs_sync_parent(const char *path) {
     }
     close(fd);
     return 0;
+}
+
+void fs_exe_dir(char *buf, size_t n) {
+    char exe[PATH_MAX];
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    buf[0] = '\0';
+    if (k <= 0) return;
+    exe[k] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = '\0';
+    snprintf(buf, n, "%s", exe);
 }

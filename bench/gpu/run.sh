@@ -14,7 +14,7 @@
 # command, date and device; the same with per-run details and every command in
 # $BENCH_OUT/results.md, logs and JSON beside it. It builds nothing, and never prints a number a
 # program did not measure: a run that fails gets a line saying so (tessera with device=cuda
-# before its CUDA path exists: "tessera: device=cuda not available in this build (see issue 7)").
+# where its library is missing: "tessera: device=cuda not available in this build").
 #
 # Environment (all optional):
 #   MODELS="gpt2-124m gpt2-350m mpt-1b"  recipes from configs/ (T = 1024, 1024, 2048)
@@ -398,8 +398,8 @@ for m in $MODELS; do
         mem_stop
         if ((rc)); then
             why=$(grep -m1 -i 'error' "$base-tessera.log" || tail -1 "$base-tessera.log")
-            if grep -qiE 'no CUDA backend|cuda.*not (wired|available|supported)' "$base-tessera.log"; then
-                fail="tessera: device=$TDEV not available in this build (see issue 7) [exit $rc: $why]"
+            if grep -qiE 'libtessera-cuda-train.so|no CUDA backend' "$base-tessera.log"; then
+                fail="tessera: device=$TDEV not available in this build [exit $rc: $why]"
             else
                 fail="tessera: device=$TDEV run failed (exit $rc): $why"
             fi

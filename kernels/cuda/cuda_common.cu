@@ -181,6 +181,24 @@ void tcu_stream_destroy(tcu_stream s) {
     if (s) TCU_CHECK(cudaStreamDestroy(s), "tcu_stream_destroy");
 }
 
+tcu_event tcu_event_create(void) {
+    cudaEvent_t e = NULL;
+    TCU_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "tcu_event_create");
+    return e;
+}
+
+void tcu_event_destroy(tcu_event e) {
+    if (e) TCU_CHECK(cudaEventDestroy(e), "tcu_event_destroy");
+}
+
+void tcu_event_record(tcu_event e, tcu_stream s) {
+    TCU_CHECK(cudaEventRecord(e, s), "tcu_event_record");
+}
+
+void tcu_stream_wait_event(tcu_stream s, tcu_event e) {
+    TCU_CHECK(cudaStreamWaitEvent(s, e, 0), "tcu_stream_wait_event");
+}
+
 /* ---- context ------------------------------------------------------------------------------- */
 
 /* Selects `device`, reads its SM count and opt-in shared memory per block, creates the cuBLASLt

@@ -59,6 +59,14 @@ void tcu_memcpy_d2h(void *dst_host, const void *src, size_t bytes, tcu_stream s)
 void tcu_sync(tcu_stream s);
 tcu_stream tcu_stream_create(void);
 void tcu_stream_destroy(tcu_stream s);
+/* Events order two streams (the trainer's gradient communication runs on its own stream, so the
+ * one-stream rule above is about ops; collectives touch no op scratch): record on one stream, make
+ * another wait for it. Timing is disabled (cheaper). */
+typedef struct CUevent_st *tcu_event; /* = cudaEvent_t */
+tcu_event tcu_event_create(void);
+void tcu_event_destroy(tcu_event e);
+void tcu_event_record(tcu_event e, tcu_stream s);
+void tcu_stream_wait_event(tcu_stream s, tcu_event e);
 
 /* The cuBLASLt handle, its workspace and scratch reused across ops; one per process (one rank per
  * GPU). tcu_init selects device `device`, creates them; tcu_shutdown frees them. */

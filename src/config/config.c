@@ -432,13 +432,6 @@ static void validate(load_ctx *c) {
                   where(c, "data.cache_limit", at, sizeof at), g->data.cache_limit);
         c->errors++;
     }
-#ifndef TSR_HAVE_CUDA
-    if (g->device == TSR_DEVICE_CUDA) {
-        tsr_error("%sdevice = \"cuda\": this build has no CUDA backend yet; accepted: cpu",
-                  where(c, "device", at, sizeof at));
-        c->errors++;
-    }
-#endif
 }
 
 /* ---- public ---- */

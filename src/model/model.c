@@ -297,11 +297,7 @@ static void unit_put(const tsr_model *m, int u, int backward) {
     if (m->src) m->src->put(m->src->ctx, u, backward);
 }
 
-/* attn_mask = document: seq[b,t] = eot_tokens in tokens[b,0..t-1] (an eot_token ends its own
- * segment; the next one starts after it), pos[b,t] = t - (start of that segment); pos may be NULL.
- * tokens, seq, pos (B,T) */
-static void segments_from_tokens(int32_t *seq, int32_t *pos, const int32_t *tokens, int eot, int B,
-                                 int T) {
+void model_segments(int32_t *seq, int32_t *pos, const int32_t *tokens, int eot, int B, int T) {
     for (int b = 0; b < B; b++) {
         int32_t s = 0, p = 0;
         for (size_t n = (size_t)b * T, end = n + (size_t)T; n < end; n++) {
@@ -412,6 +408,7 @@ _Static_assert(sizeof actckpt_rerun / sizeof actckpt_rerun[0] == TSR_ACTCKPT_COU
                "actckpt_rerun vs tsr_actckpt_kind");
 
 double model_forward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T) {
+    if (m->fwd) return m->fwd(m->fwd_ctx, tokens, targets, B, T);
     const tsr_ops *o = m->ops;
     tsr_acts *a = &m->acts;
     if (B > a->B || T != a->T)
@@ -419,7 +416,7 @@ double model_forward(tsr_model *m, const int32_t *tokens, const int32_t *targets
                 a->B, a->T);
     size_t C = m->C, N = (size_t)B * T;
     size_t sN = (size_t)a->B * T; /* per-layer stride of the allocated buffers */
-    if (a->seq) segments_from_tokens(a->seq, a->pos, tokens, m->cfg.eot_token, B, T);
+    if (a->seq) model_segments(a->seq, a->pos, tokens, m->cfg.eot_token, B, T);
     unit_view root, lu;
     unit_get(m, 0, 0, &root);
     o->encoder_forward(a->encoded, tokens, root.w[TSR_P_WTE], root.w[TSR_P_WPE], a->pos, B, T, (int)C);

@@ -106,6 +106,11 @@ typedef struct tsr_model {
     int ckpt_lo, n_ckpt;     /* layers ckpt_lo .. ckpt_lo + n_ckpt - 1 are checkpointed
                               * (n_ckpt 0: activation_checkpointing = none) */
     tsr_acts acts;
+    /* Set when the maths runs on another backend (device = cuda, src/gpu/gpu_model.h):
+     * model_forward hands the call to fwd (evaluation loss; training steps and the rest of the
+     * model's state belong to that backend). NULL: the ops above. */
+    double (*fwd)(void *ctx, const int32_t *tokens, const int32_t *targets, int B, int T);
+    void *fwd_ctx;
 } tsr_model;
 
 /* Builds the parameter layout (shapes, offsets, counts); allocates nothing. Dies with exit 1
@@ -143,6 +148,11 @@ double model_forward(tsr_model *m, const int32_t *tokens, const int32_t *targets
  * inputs, so the gradients are the same bits as without checkpointing. */
 void model_backward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
                     float loss_scale);
+
+/* attn_mask = document: seq[b,t] = eot_tokens in tokens[b,0..t-1] (an eot_token ends its own
+ * segment; the next one starts after it), pos[b,t] = t - (start of that segment); pos may be NULL.
+ * tokens, seq, pos (B,T) */
+void model_segments(int32_t *seq, int32_t *pos, const int32_t *tokens, int eot, int B, int T);
 
 /* Size in bytes of the activations for B x T (for the memory plan): what model_alloc_acts
  * allocates, so it shrinks with activation checkpointing. */

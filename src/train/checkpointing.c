@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "gpu/gpu_train.h"
 #include "hf/hf.h"
 #include "train/metrics.h"
 #include "train/train_data.h"
@@ -73,6 +74,7 @@ static int init_from_hf(tsr_trainer *t, const char *dir) {
     double worst = rc;
     dist_allreduce_max_f64(&worst, 1); /* a read error on one rank stops all of them */
     if (worst == 0) dist_allgatherv_f32(t->model.params, t->part_counts, t->part_displs);
+    if (worst == 0 && t->gpu) gpu_train_push(t, 0);
     full_end(t, worst == 0);
     if (worst != 0) return (int)worst;
     int64_t total = (int64_t)bytes;
@@ -202,6 +204,7 @@ int checkpointing_save(tsr_trainer *t) {
     ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
     char names[SET_COUNT * TSR_P_COUNT][64];
     int n = build_tensors(t, 1, ts, names);
+    if (t->gpu) gpu_train_pull(t); /* device = cuda: the host mirror is what is written */
     if (t->fsdp_on && t->fsdp.gindex == 0) { /* the first group writes (fsdp.h) */
         fsdp_shard_to_part(&t->fsdp, t->fsdp.params, t->ckio[SET_MODEL]);
         fsdp_shard_to_part(&t->fsdp, t->m, t->ckio[SET_M]);
@@ -236,6 +239,7 @@ static void gather_after_load(tsr_trainer *t, int with_optim) {
         dist_allgatherv_f32(t->m, t->part_counts, t->part_displs);
         dist_allgatherv_f32(t->v, t->part_counts, t->part_displs);
     }
+    if (t->gpu) gpu_train_push(t, with_optim);
 }
 
 static int check_batch(const tsr_trainer *t, const ckpt_meta *meta, const char *path) {
@@ -288,7 +292,7 @@ static int apply_meta(tsr_trainer *t, const ckpt_meta *meta, const char *path, i
     }
     /* micro_batch = auto: a resumed run starts where the last one settled instead of failing its
      * way down again (a divisor of this run's per-rank batch, which a new rank count may change) */
-    if (with_guard && t->auto_micro && meta->micro_batch > 0 && t->model.acts.B == 0) {
+    if (with_guard && t->auto_micro && meta->micro_batch > 0 && trainer_acts_B(t) == 0) {
         t->micro = trainer_micro_at_most(t, meta->micro_batch);
         if (t->dist.rank == 0)
             printf("micro_batch auto: %d, kept from %s (it ran %lld)\n", t->micro, path,

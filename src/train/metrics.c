@@ -28,7 +28,7 @@ double metrics_peak_flops(const char *device, int threads) {
     return 0.0;
 }
 
-static void human_bytes(char *buf, size_t n, double b) {
+void metrics_human_bytes(char *buf, size_t n, double b) {
     const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     int i = 0;
     while (b >= 1024.0 && i < 4) b /= 1024.0, i++;
@@ -67,13 +67,13 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
     double pb, gb, ob, cb, ab;
     double total = plan_bytes(t, &pb, &gb, &ob, &cb, &ab);
     char comm[32];
-    human_bytes(comm, sizeof comm, cb);
-    human_bytes(w, sizeof w, pb);
-    human_bytes(g, sizeof g, gb);
+    metrics_human_bytes(comm, sizeof comm, cb);
+    metrics_human_bytes(w, sizeof w, pb);
+    metrics_human_bytes(g, sizeof g, gb);
     int zero1 = c->sharding == TSR_SHARD_ZERO1 && t->dist.world > 1;
-    human_bytes(opt, sizeof opt, ob);
-    human_bytes(acts, sizeof acts, ab);
-    human_bytes(tot, sizeof tot, total);
+    metrics_human_bytes(opt, sizeof opt, ob);
+    metrics_human_bytes(acts, sizeof acts, ab);
+    metrics_human_bytes(tot, sizeof tot, total);
     printf("model: %s, L=%d d_model=%d heads=%d mlp=%d vocab=%d (padded %d) pos=%s bias=%s "
            "gelu=%s\n",
            np, m->L, m->C, m->NH, m->F, m->V, m->Vp,

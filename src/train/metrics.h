@@ -8,6 +8,8 @@
 /* Peak FLOP/s of one rank by device name ("cpu", "H100", ...): the table in docs/mfu.md.
  * For "cpu" it is the measured fp32 FMA roofline per core times threads. */
 double metrics_peak_flops(const char *device, int threads);
+/* b bytes as "12.3 MiB" (B, KiB, MiB, GiB, TiB; one decimal). */
+void metrics_human_bytes(char *buf, size_t n, double b);
 /* Parameter count, FLOPs/token, memory plan, batch split, steps (rank 0 prints). */
 void metrics_print_plan(const tsr_trainer *t, int dry_run);
 /* Creates run_dir, writes the effective config (run_dir/config.cfg), opens run_dir/metrics.jsonl. */

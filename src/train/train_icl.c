@@ -64,7 +64,7 @@ void train_icl_run(tsr_trainer *t) {
     trainer_ensure_acts(t);
     /* micro_batch = auto may have lowered the rows the activations hold since the suite opened;
      * fewer rows per pass give the same scores (the padding rows count for nothing) */
-    if (t->icl->B > t->model.acts.B) t->icl->B = t->model.acts.B;
+    if (t->icl->B > trainer_acts_B(t)) t->icl->B = trainer_acts_B(t);
     icl_suite_score(t->icl, &t->model, &t->dist, &sc);
     double seconds = tsr_now() - t0;
     if (t->dist.rank != 0) return;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "gpu/gpu_train.h"
 #include "train/checkpointing.h"
 #include "train/metrics.h"
 #include "train/tboard.h"
@@ -114,6 +115,26 @@ static void oom_fault(const tsr_trainer *t) {
     cpu_ops_set_mem_limit(cpu_ops_live_bytes() + acts + acts / 2);
 }
 
+/* device = cuda: what this build or the CUDA path cannot do yet is refused before anything
+ * starts, naming the key (the configuration itself loads in every build: `tessera eval` reads a
+ * GPU run's stored config). */
+static int cuda_config_check(const tsr_config *cfg, int rank) {
+    const char *no = NULL, *key = "device";
+    char why[1400];
+    if (!gpu_backend(why, sizeof why))
+        no = why;
+    else if (cfg->sharding != TSR_SHARD_DDP)
+        key = "parallel.sharding", no = "only \"ddp\" runs on the CUDA backend so far";
+    else if (cfg->model.activation_checkpointing != TSR_ACTCKPT_NONE)
+        key = "model.activation_checkpointing", no = "only \"none\" on the CUDA backend so far";
+    else if (cfg->n_icl > 0)
+        key = "icl_tasks", no = "in-training ICL scoring runs on the CPU backend only so far: "
+                                "score the checkpoints with `tessera eval`";
+    if (!no) return 0;
+    if (rank == 0) tsr_error("device = \"cuda\": %s (%s); or use device = \"cpu\"", no, key);
+    return TSR_EXIT_USAGE;
+}
+
 int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run) {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
@@ -121,6 +142,7 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->ops = &tsr_cpu_ops;
     t->T = (int)cfg->seq_len;
     TSR_CHECK(config_check_world(cfg, d->world));
+    if (cfg->device == TSR_DEVICE_CUDA) TSR_CHECK(cuda_config_check(cfg, d->rank));
     t->per_rank = cfg->global_batch / d->world;
     t->auto_micro = cfg->micro_batch == 0; /* "auto": start with the whole per-rank batch */
     t->micro = t->auto_micro ? trainer_micro_at_most(t, t->per_rank) : (int)cfg->micro_batch;
@@ -140,6 +162,7 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->flops_per_token = model_flops_per_token(&t->model, t->T);
     if (dry_run) { /* the plan needs the layout only: nothing is allocated */
         metrics_print_plan(t, 1);
+        if (cfg->device == TSR_DEVICE_CUDA) gpu_train_print_plan(t);
         return 0;
     }
     TSR_CHECK(train_data_plan(t));
@@ -159,8 +182,13 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->targets = tsr_malloc((size_t)t->per_rank * t->T * sizeof(int32_t));
     /* the activations are allocated by the first step (trainer_ensure_acts), where micro_batch =
      * auto can still back off */
-    oom_fault(t);
     metrics_print_plan(t, 0);
+    if (cfg->device == TSR_DEVICE_CUDA) {
+        gpu_train_print_plan(t);
+        TSR_CHECK(gpu_train_init(t));
+    } else {
+        oom_fault(t);
+    }
     if (d->rank == 0) TSR_CHECK(metrics_open_run_dir(t));
     return 0;
 }
@@ -172,17 +200,25 @@ int trainer_micro_at_most(const tsr_trainer *t, int64_t at_most) {
     return b < 1 ? 1 : (int)b;
 }
 
+int trainer_acts_B(const tsr_trainer *t) {
+    return t->gpu ? gpu_train_acts_B(t) : t->model.acts.B;
+}
+
 void trainer_ensure_acts(tsr_trainer *t) {
     tsr_model *m = &t->model;
-    if (m->acts.B > 0) return;
+    if (trainer_acts_B(t) > 0) return;
     for (;;) {
-        int64_t failed = model_try_alloc_acts(m, t->micro, t->T) != 0;
+        int64_t failed = (t->gpu ? gpu_train_try_acts(t, t->micro)
+                                 : model_try_alloc_acts(m, t->micro, t->T)) != 0;
         dist_allreduce_sum_i64(&failed, 1); /* every rank learns of any rank's failure */
         if (!failed) break;
-        model_free_acts(m); /* the ranks that succeeded give theirs back too */
+        if (t->gpu) gpu_train_free_acts(t); /* the ranks that succeeded give theirs back too */
+        else model_free_acts(m);
         if (!t->auto_micro || t->micro == 1) {
-            double need = (double)model_acts_bytes(m, t->micro, t->T) / (1024.0 * 1024.0);
+            double need = (double)(t->gpu ? gpu_train_acts_bytes(t, t->micro)
+                                          : model_acts_bytes(m, t->micro, t->T)) / (1024.0 * 1024.0);
             metrics_print_plan(t, 0);
+            if (t->gpu) gpu_train_print_plan(t);
             tsr_fail_all(TSR_EXIT_USAGE,
                          "out of memory on %lld of %d ranks allocating the activations for a "
                          "microbatch of %d x %d (%.1f MiB, plan above)%s: use activation "
@@ -197,7 +233,7 @@ void trainer_ensure_acts(tsr_trainer *t) {
     if (t->auto_micro) metrics_log_micro(t, 0, t->micro, 0);
 }
 
-static int param_decays(const tsr_optim_config *o, tsr_param_kind kind) {
+int trainer_param_decays(const tsr_optim_config *o, tsr_param_kind kind) {
     if (kind == TSR_PK_EMBEDDING) return o->decay_embeddings;
     if (kind == TSR_PK_NORM || kind == TSR_PK_BIAS) return o->decay_norms_biases;
     return 1;
@@ -249,9 +285,20 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     trainer_ensure_acts(t); /* micro_batch = auto: the batch just loaded runs at the size that fits */
     watchdog_phase(WD_COMPUTE, t->step);
     double tc = tsr_now();
+    double loss_sum = 0.0, sq;
+    /* gradients of the owned slice, summed over ranks */
+    float *g = m->grads + t->shard_lo;
+    size_t lo = t->shard_lo, hi = t->shard_hi;
+    if (t->gpu) { /* device = cuda: the layers' gradients are summed during backward */
+        loss_sum = gpu_train_compute(t, scale);
+        compute_fault(t);
+        st->compute_time = tsr_now() - tc;
+        watchdog_phase(WD_REDUCE, t->step);
+        sq = gpu_train_grad_sumsq(t);
+        goto reduced;
+    }
     if (t->fsdp_on) fsdp_zero_grads(&t->fsdp);
     else t->ops->zero(m->grads, m->n_params * sizeof(float));
-    double loss_sum = 0.0;
     for (int64_t b = 0; b < t->per_rank; b += t->micro) {
         const int32_t *in = t->inputs + b * t->T, *tg = t->targets + b * t->T;
         loss_sum += model_forward(m, in, tg, t->micro, t->T);
@@ -261,9 +308,6 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     nan_fault(t);
     st->compute_time = tsr_now() - tc;
     watchdog_phase(WD_REDUCE, t->step);
-    /* gradients of the owned slice, summed over ranks */
-    float *g = m->grads + t->shard_lo;
-    size_t lo = t->shard_lo, hi = t->shard_hi;
     if (t->fsdp_on) { /* the layers' gradients are reduce-scattered already */
         fsdp_finish_grads(&t->fsdp);
         g = t->fsdp.grads, lo = 0, hi = t->fsdp.shard_n;
@@ -273,10 +317,11 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     } else if (t->dist.world > 1) {
         dist_allreduce_sum_f32(m->grads, m->n_params);
     }
-    if (t->dist.world > 1) dist_allreduce_sum_f64(&loss_sum, 1);
-    double sq = t->ops->sumsq(g, hi - lo);
+    sq = t->ops->sumsq(g, hi - lo);
     if (t->zero1) dist_allreduce_sum_f64(&sq, 1);
     if (t->fsdp_on) dist_group_allreduce_sum_f64(t->fsdp.group, &sq, 1); /* replicas are equal */
+reduced:
+    if (t->dist.world > 1) dist_allreduce_sum_f64(&loss_sum, 1);
     double norm = sqrt(sq);
     float gscale = 1.0f;
     if (o->grad_clip > 0 && norm > o->grad_clip) gscale = (float)(o->grad_clip / (norm + 1e-6));
@@ -297,19 +342,20 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     int apply = st->verdict == GUARD_OK || st->verdict == GUARD_WARN;
     if (apply) t->optim_step++;
     /* AdamW on the owned part of each tensor (weight decay depends on the tensor's kind) */
+    if (apply && t->gpu) gpu_train_update(t, lr, gscale, (int)t->optim_step);
     for (int k = 0; apply && t->fsdp_on && k < t->fsdp.n_pieces[t->fsdp.grank]; k++) {
         const fsdp_piece *p = &t->fsdp.pieces[t->fsdp.grank][k];
-        float wd = param_decays(o, m->params_info[p->id].kind) ? (float)o->weight_decay : 0.0f;
+        float wd = trainer_param_decays(o, m->params_info[p->id].kind) ? (float)o->weight_decay : 0.0f;
         t->ops->adamw_update(t->fsdp.params + p->shard, g + p->shard, t->m + p->shard,
                              t->v + p->shard, p->len, (float)lr, (float)o->beta1, (float)o->beta2,
                              (float)o->eps, wd, gscale, (int)t->optim_step);
     }
     if (apply && t->fsdp_on) fsdp_params_changed(&t->fsdp);
-    for (int i = 0; apply && !t->fsdp_on && i < TSR_P_COUNT; i++) {
+    for (int i = 0; apply && !t->fsdp_on && !t->gpu && i < TSR_P_COUNT; i++) {
         const tsr_param_info *p = &m->params_info[i];
         size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
         if (a >= b) continue;
-        float wd = param_decays(o, p->kind) ? (float)o->weight_decay : 0.0f;
+        float wd = trainer_param_decays(o, p->kind) ? (float)o->weight_decay : 0.0f;
         t->ops->adamw_update(m->params + a, g + (a - lo), t->m + (a - lo), t->v + (a - lo), b - a,
                              (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps, wd,
                              gscale, (int)t->optim_step);
@@ -503,6 +549,7 @@ int trainer_run(tsr_trainer *t) {
     if (t->cfg.sample.tokens > 0) {
         trainer_ensure_acts(t); /* collective: a resumed run that was already done ran no step */
         trainer_full_weights(t, 1);
+        if (t->gpu) gpu_train_host_model(t, 1); /* sampling runs on the host's fp32 ops */
     }
     if (t->cfg.sample.tokens > 0 && t->dist.rank == 0) {
         /* prompt: the end-of-text token, by convention the vocabulary's last id (GPT-2's 50256,
@@ -514,10 +561,12 @@ int trainer_run(tsr_trainer *t) {
         free(ids);
     }
     if (t->cfg.sample.tokens > 0) trainer_full_weights(t, 0);
+    if (t->cfg.sample.tokens > 0 && t->gpu) gpu_train_host_model(t, 0);
     return TSR_EXIT_OK;
 }
 
 void trainer_free(tsr_trainer *t) {
+    gpu_train_free(t);
     if (t->gslice) t->ops->free(t->gslice);
     free(t->part_counts);
     free(t->part_displs);

@@ -85,6 +85,7 @@ typedef struct tsr_trainer {
     FILE *metrics;               /* run_dir/metrics.jsonl on rank 0, else NULL */
     struct tsr_tboard *tb;       /* run_dir/tb/ event file on rank 0 (train/tboard.h), else NULL */
     struct icl_suite *icl;       /* icl_tasks, scored at each eval (train/train_icl.h), else NULL */
+    struct tsr_gpu_train *gpu;   /* device = cuda (src/gpu/gpu_train.h), else NULL */
     double flops_per_token, peak_flops, time_sum;
     int threads;
 } tsr_trainer;
@@ -98,6 +99,10 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st);
  * micro_batch = auto an allocation that fails on any rank lowers micro on every rank and retries;
  * at 1 sequence the run stops (exit 1) after printing the memory plan. */
 void trainer_ensure_acts(tsr_trainer *t);
+/* Sequences the allocated activations hold (on the device with device = cuda); 0: none yet. */
+int trainer_acts_B(const tsr_trainer *t);
+/* Whether tensors of this kind get weight decay (optim.decay_embeddings, decay_norms_biases). */
+int trainer_param_decays(const tsr_optim_config *o, tsr_param_kind kind);
 /* micro_batch = auto: the largest divisor of the per-rank batch that is at most `at_most` (>= 1). */
 int trainer_micro_at_most(const tsr_trainer *t, int64_t at_most);
 /* Mean validation loss over eval_samples (or the whole split); NAN when there is no val set. */

@@ -1,0 +1,634 @@
+/* cuda_emu.c — a host emulator of the CUDA backend's C API (kernels/cuda/cuda_ops.h): every tcu_*
+ * function, on host memory, computed by the fp32 CPU ops (kernels/ops.h) with bf16 storage. It is
+ * for testing the GPU code path's orchestration (bf16 activations, fp32 master weights and
+ * gradients, the sequence of tcu_* calls, buffer sizes and lifetimes) on machines without a GPU;
+ * it proves nothing about the CUDA kernels themselves (tests/gpu/test_gpu_ops.c on a GPU does).
+ * Link it instead of libtessera-cuda.a.
+ *
+ * File-wide conventions:
+ *   - "device memory" is host memory: tcu_malloc returns 256-byte aligned blocks with a header
+ *     (magic, size) in the 256 bytes before them, filled with 0xff bytes (NaN in bf16 and fp32),
+ *     so that reading memory nobody wrote shows as NaN (the contract: memory is not zeroed). The
+ *     emulated capacity is TSR_EMU_MEM bytes (a plain integer) or 8 GiB; live bytes are the sizes
+ *     asked for (0 counts 1); tcu_malloc dies past it, tcu_try_malloc returns NULL;
+ *   - one device (0), no real streams: every op has finished when it returns, so streams and
+ *     events are dummy handles and record, wait and sync do nothing; the NULL stream is accepted;
+ *   - each op widens its bf16 inputs to fp32 temporaries (exact), computes with tsr_cpu_ops or a
+ *     direct loop, and rounds to bf16 (nearest even, NaN stays NaN) where the real kernels round:
+ *     a bf16 input gradient += is round(widen(old) + fp32 increment), an fp32 gradient += is an
+ *     fp32 add (mostly the CPU op's own); GELU after a matmul reads the rounded pre_gelu;
+ *   - preconditions the real ops check (shapes, NULL pointers, head size, 16-byte alignment for
+ *     attention, tcu_init before the ops that need the context) exit 1 with
+ *     "tessera cuda: WHAT: MSG (emulator)", as tcu_fail does;
+ *   - attention backward reads the forward's lse (P = exp(s - lse)), as the real kernel does, so a
+ *     stale lse shows; out is not read (the CPU op forms rowsum(dout * out) from P);
+ *   - deterministic run to run, tokens_host or not (each output is made by one thread in a fixed
+ *     order; sgemm for a fixed thread count, which the caller's cpu_ops_set_threads sets, never
+ *     the emulator). Temporaries are host malloc, not counted as device memory.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_ops.h"
+#include "ops.h"
+
+#define EMU_ALIGN 256                     /* device pointer alignment; header room */
+#define EMU_MAGIC 0x74737265756d6531ull   /* "tsreume1": the header of a live block */
+#define EMU_DEFAULT_MEM ((size_t)8 << 30) /* capacity without TSR_EMU_MEM */
+#define EMU_ROWS 1024                     /* rows per chunk of the matmul temporaries */
+
+static const tsr_ops *const cpu = &tsr_cpu_ops;
+
+/* every op has finished when it returns: the streams (and a few inputs, said where) go unread */
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+
+/* ---- failing ------------------------------------------------------------------------------- */
+
+__attribute__((format(printf, 2, 3))) static _Noreturn void emu_fail(const char *what,
+                                                                     const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+    fprintf(stderr, "tessera cuda: %s: %s (emulator)\n", what, msg);
+    fflush(stderr);
+    exit(1);
+}
+
+#define REQUIRE(cond, what, ...) do { if (!(cond)) emu_fail(what, __VA_ARGS__); } while (0)
+
+/* ---- bf16 and host temporaries ------------------------------------------------------------- */
+
+/* fp32 -> bf16, round to nearest even; NaN -> a quiet NaN of the same sign (never Inf) */
+static inline tsr_bf16 bf16_round(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (tsr_bf16)((x >> 16) | 0x0040u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (tsr_bf16)(x >> 16);
+}
+
+/* bf16 -> fp32, exact */
+static inline float bf16_widen(tsr_bf16 h) {
+    uint32_t x = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
+static void *host_alloc(size_t bytes, const char *what) {
+    void *p = malloc(bytes ? bytes : 1);
+    REQUIRE(p, what, "out of host memory for a temporary of %zu bytes", bytes);
+    return p;
+}
+
+static float *host_zeros(size_t n, const char *what) {
+    float *p = calloc(n ? n : 1, sizeof *p);
+    REQUIRE(p, what, "out of host memory for a temporary of %zu floats", n);
+    return p;
+}
+
+static void widen_into(float *f, const tsr_bf16 *x, size_t n) {
+    for (size_t i = 0; i < n; i++) f[i] = bf16_widen(x[i]);
+}
+
+/* a new fp32 copy of x (n) */
+static float *widen(const tsr_bf16 *x, size_t n, const char *what) {
+    float *f = host_alloc(n * sizeof *f, what);
+    widen_into(f, x, n);
+    return f;
+}
+
+static void round_into(tsr_bf16 *x, const float *f, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = bf16_round(f[i]);
+}
+
+/* x (bf16) += inc (fp32): one rounding of the fp32 sum */
+static void add_round_into(tsr_bf16 *x, const float *inc, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = bf16_round(bf16_widen(x[i]) + inc[i]);
+}
+
+/* ---- device, memory, context --------------------------------------------------------------- */
+
+typedef struct {
+    uint64_t magic;
+    size_t bytes; /* as counted in emu_live */
+} emu_head;
+
+static atomic_size_t emu_live, emu_cap; /* live bytes; capacity (0: TSR_EMU_MEM not read yet) */
+static int emu_inits;                   /* tcu_init calls since tcu_shutdown (0: no context) */
+
+static size_t emu_capacity(void) {
+    size_t cap = atomic_load(&emu_cap);
+    if (cap) return cap;
+    cap = EMU_DEFAULT_MEM;
+    const char *e = getenv("TSR_EMU_MEM");
+    if (e && *e) {
+        char *end = NULL;
+        errno = 0;
+        unsigned long long v = strtoull(e, &end, 10);
+        REQUIRE(*e >= '0' && *e <= '9' && *end == '\0' && errno == 0 && v > 0 && v <= SIZE_MAX,
+                "TSR_EMU_MEM", "'%s' is not a positive number of bytes (a plain integer)", e);
+        cap = (size_t)v;
+    }
+    atomic_store(&emu_cap, cap);
+    return cap;
+}
+
+int tcu_device_count(void) { return 1; }
+
+/* Any output pointer may be NULL (that fact is skipped). */
+void tcu_device_info(char *name, size_t n, int *sm, size_t *free_bytes, size_t *total_bytes) {
+    if (name && n > 0) snprintf(name, n, "%s", "tessera CUDA emulator (host memory)");
+    if (sm) *sm = 0;
+    size_t cap = emu_capacity(), live = atomic_load(&emu_live);
+    if (free_bytes) *free_bytes = cap > live ? cap - live : 0;
+    if (total_bytes) *total_bytes = cap;
+}
+
+/* NULL when the capacity would be exceeded (*host_oom = 0) or the host has no memory left
+ * (*host_oom = 1) */
+static void *emu_alloc(size_t bytes, int *host_oom) {
+    const size_t want = bytes ? bytes : 1, cap = emu_capacity();
+    const size_t body = (want + EMU_ALIGN - 1) & ~(size_t)(EMU_ALIGN - 1);
+    *host_oom = 0;
+    size_t live = atomic_load(&emu_live);
+    do {
+        if (want > cap || live > cap - want) return NULL;
+    } while (!atomic_compare_exchange_weak(&emu_live, &live, live + want));
+    unsigned char *base = NULL;
+    if (body >= want && body <= SIZE_MAX - EMU_ALIGN)
+        base = aligned_alloc(EMU_ALIGN, EMU_ALIGN + body);
+    if (!base) {
+        atomic_fetch_sub(&emu_live, want);
+        *host_oom = 1;
+        return NULL;
+    }
+    const emu_head h = {EMU_MAGIC, want};
+    memcpy(base, &h, sizeof h);
+    memset(base + EMU_ALIGN, 0xff, body);
+    return base + EMU_ALIGN;
+}
+
+void *tcu_malloc(size_t bytes, const char *what) {
+    int host_oom;
+    void *p = emu_alloc(bytes, &host_oom);
+    if (p) return p;
+    size_t free_b = 0, total_b = 0;
+    tcu_device_info(NULL, 0, NULL, &free_b, &total_b);
+    emu_fail("tcu_malloc",
+             "cannot allocate %.1f MiB (%zu bytes) for %s: %s; device 0 has %.1f MiB free (%zu "
+             "bytes) of %.1f MiB (TSR_EMU_MEM; use a smaller microbatch or model)",
+             bytes / 1048576.0, bytes, what ? what : "?",
+             host_oom ? "the host is out of memory" : "out of emulated device memory",
+             free_b / 1048576.0, free_b, total_b / 1048576.0);
+}
+
+void *tcu_try_malloc(size_t bytes) {
+    int host_oom;
+    return emu_alloc(bytes, &host_oom);
+}
+
+void tcu_free(void *p) {
+    if (!p) return;
+    REQUIRE((uintptr_t)p % EMU_ALIGN == 0, "tcu_free", "%p is not a pointer from tcu_malloc", p);
+    unsigned char *base = (unsigned char *)p - EMU_ALIGN;
+    emu_head h;
+    memcpy(&h, base, sizeof h);
+    REQUIRE(h.magic == EMU_MAGIC, "tcu_free",
+            "%p is not a live pointer from tcu_malloc (freed twice, or host memory)", p);
+    atomic_fetch_sub(&emu_live, h.bytes);
+    free(base);
+}
+
+void tcu_zero(void *p, size_t bytes, tcu_stream s) { if (bytes) memset(p, 0, bytes); }
+
+void tcu_memcpy_h2d(void *dst, const void *src_host, size_t bytes, tcu_stream s) {
+    if (bytes) memcpy(dst, src_host, bytes);
+}
+
+void tcu_memcpy_d2h(void *dst_host, const void *src, size_t bytes, tcu_stream s) {
+    if (bytes) memcpy(dst_host, src, bytes);
+}
+
+void tcu_sync(tcu_stream s) {}
+
+tcu_stream tcu_stream_create(void) { return host_alloc(1, "tcu_stream_create"); }
+void tcu_stream_destroy(tcu_stream s) { free(s); }
+tcu_event tcu_event_create(void) { return host_alloc(1, "tcu_event_create"); }
+void tcu_event_destroy(tcu_event e) { free(e); }
+
+/* CUDA rejects a NULL event; so does the emulator */
+void tcu_event_record(tcu_event e, tcu_stream s) {
+    REQUIRE(e, "tcu_event_record", "the event is NULL");
+}
+
+void tcu_stream_wait_event(tcu_stream s, tcu_event e) {
+    REQUIRE(e, "tcu_stream_wait_event", "the event is NULL");
+}
+
+void tcu_init(int device) {
+    REQUIRE(device == 0, "tcu_init", "device %d does not exist (1 device: 0)", device);
+    emu_inits++;
+}
+
+void tcu_shutdown(void) { emu_inits = 0; }
+
+/* the ops whose real twins use the context (cuBLASLt, scratch) die without tcu_init, as they do */
+static void need_context(const char *what) {
+    REQUIRE(emu_inits > 0, what,
+            "the CUDA backend is not initialised (call tcu_init(device) first)");
+}
+
+void tcu_f32_to_bf16(tsr_bf16 *out, const float *inp, size_t n, tcu_stream s) {
+    round_into(out, inp, n);
+}
+
+void tcu_bf16_to_f32(float *out, const tsr_bf16 *inp, size_t n, tcu_stream s) {
+    widen_into(out, inp, n);
+}
+
+/* ---- encoder ------------------------------------------------------------------------------- */
+
+static void check_btc(const char *what, int B, int T, int C) {
+    REQUIRE(B > 0 && T > 0 && C > 0, what, "B = %d, T = %d, C = %d must be > 0", B, T, C);
+    REQUIRE((size_t)B * T < ((size_t)1 << 30), what,
+            "B*T = %zu rows is too many (at most 2^30 - 1)", (size_t)B * T);
+}
+
+/* out = round(wte[tok] + wpe[pos or t]) (an exact fp32 sum of two bf16 values); without wpe the
+ * wte row is copied (bits, -0 included) */
+void tcu_encoder_forward(tsr_bf16 *out, const int32_t *tokens, const tsr_bf16 *wte,
+                         const tsr_bf16 *wpe, const int32_t *pos, int B, int T, int C,
+                         tcu_stream s) {
+    const char *what = "tcu_encoder_forward";
+    check_btc(what, B, T, C);
+    REQUIRE(out && tokens && wte, what, "out, tokens and wte must not be NULL");
+    const size_t N = (size_t)B * T;
+    for (size_t n = 0; n < N; n++) {
+        const tsr_bf16 *e = wte + (size_t)tokens[n] * C;
+        tsr_bf16 *o = out + n * C;
+        if (!wpe) {
+            memcpy(o, e, (size_t)C * sizeof *o);
+            continue;
+        }
+        const tsr_bf16 *p = wpe + (pos ? (size_t)pos[n] : n % (size_t)T) * C;
+        for (int c = 0; c < C; c++) o[c] = bf16_round(bf16_widen(e[c]) + bf16_widen(p[c]));
+    }
+}
+
+/* the CPU op on the widened dout (dwte, dwpe fp32 +=; a fixed order with or without tokens_host) */
+void tcu_encoder_backward(float *dwte, float *dwpe, const tsr_bf16 *dout, const int32_t *tokens,
+                          const int32_t *tokens_host, const int32_t *pos, int B, int T, int C,
+                          tcu_stream s) {
+    const char *what = "tcu_encoder_backward";
+    check_btc(what, B, T, C);
+    REQUIRE(dwte && dout && (tokens || tokens_host), what,
+            "dwte, dout and tokens (or tokens_host) must not be NULL");
+    const size_t N = (size_t)B * T;
+    if (tokens_host)
+        for (size_t n = 0; n < N; n++)
+            REQUIRE(tokens_host[n] >= 0, what, "tokens_host[%zu] = %d is negative", n,
+                    (int)tokens_host[n]);
+    float *g = widen(dout, N * C, what);
+    cpu->encoder_backward(dwte, dwpe, g, tokens ? tokens : tokens_host, pos, B, T, C);
+    free(g);
+}
+
+/* ---- layernorm ----------------------------------------------------------------------------- */
+
+/* out = round(LN(x)) with x = inp, or (fused) x = residual = round(a + b): the LayerNorm of the
+ * rounded residual, bit for bit the two separate ops; mean, rstd written when not NULL */
+static void ln_forward(const char *what, int fused, tsr_bf16 *residual, tsr_bf16 *out,
+                       float *mean, float *rstd, const tsr_bf16 *a, const tsr_bf16 *b,
+                       const tsr_bf16 *w, const tsr_bf16 *bias, int N, int C) {
+    REQUIRE(N >= 0 && C >= 1, what, "need N >= 0 and C >= 1, got N=%d C=%d", N, C);
+    REQUIRE(out && a && w && (!fused || (b && residual)), what, "a required pointer is NULL");
+    if (N == 0) return;
+    const size_t n = (size_t)N * C;
+    float *x = host_alloc(n * sizeof *x, what), *o = host_alloc(n * sizeof *o, what);
+    for (size_t i = 0; i < n; i++) {
+        if (fused) residual[i] = bf16_round(bf16_widen(a[i]) + bf16_widen(b[i]));
+        x[i] = bf16_widen(fused ? residual[i] : a[i]);
+    }
+    float *wf = widen(w, C, what), *bf = bias ? widen(bias, C, what) : NULL;
+    float *mn = mean ? mean : host_alloc((size_t)N * sizeof *mn, what);
+    float *rs = rstd ? rstd : host_alloc((size_t)N * sizeof *rs, what);
+    cpu->layernorm_forward(o, mn, rs, x, wf, bf, N, C);
+    round_into(out, o, n);
+    if (!mean) free(mn);
+    if (!rstd) free(rs);
+    free(bf), free(wf), free(o), free(x);
+}
+
+void tcu_layernorm_forward(tsr_bf16 *out, float *mean, float *rstd, const tsr_bf16 *inp,
+                           const tsr_bf16 *w, const tsr_bf16 *b, int N, int C, tcu_stream s) {
+    ln_forward("tcu_layernorm_forward", 0, NULL, out, mean, rstd, inp, NULL, w, b, N, C);
+}
+
+void tcu_residual_layernorm_forward(tsr_bf16 *residual, tsr_bf16 *out, float *mean, float *rstd,
+                                    const tsr_bf16 *a, const tsr_bf16 *b, const tsr_bf16 *w,
+                                    const tsr_bf16 *bias, int N, int C, tcu_stream s) {
+    ln_forward("tcu_residual_layernorm_forward", 1, residual, out, mean, rstd, a, b, w, bias, N,
+               C);
+}
+
+/* dinp (bf16) += the CPU op's fp32 increment; dw, db fp32 += by the CPU op */
+void tcu_layernorm_backward(tsr_bf16 *dinp, float *dw, float *db, const tsr_bf16 *dout,
+                            const tsr_bf16 *inp, const tsr_bf16 *w, const float *mean,
+                            const float *rstd, int N, int C, tcu_stream s) {
+    const char *what = "tcu_layernorm_backward";
+    REQUIRE(N >= 0 && C >= 1, what, "need N >= 0 and C >= 1, got N=%d C=%d", N, C);
+    REQUIRE(dinp && dw && dout && inp && w && mean && rstd, what, "a required pointer is NULL");
+    if (N == 0) return;
+    need_context(what);
+    const size_t n = (size_t)N * C;
+    float *x = widen(inp, n, what), *g = widen(dout, n, what), *wf = widen(w, C, what);
+    float *dx = host_zeros(n, what);
+    cpu->layernorm_backward(dx, dw, db, g, x, wf, mean, rstd, N, C);
+    add_round_into(dinp, dx, n);
+    free(dx), free(wf), free(g), free(x);
+}
+
+/* ---- matmul -------------------------------------------------------------------------------- */
+
+static void require_shape(const char *what, int N, int IC, int OC) {
+    REQUIRE(N >= 1 && IC >= 1 && OC >= 1, what,
+            "N=%d IC=%d OC=%d: every dimension must be >= 1", N, IC, OC);
+}
+
+static int gelu_kind_ok(tsr_gelu_kind k) { return (unsigned)k < (unsigned)TSR_GELU_COUNT; }
+
+/* In chunks of EMU_ROWS rows: acc = inp @ w^T + bias (fp32); without pre_gelu out = round(acc);
+ * with it pre_gelu = round(acc), out = round(gelu(widen(pre_gelu))) */
+void tcu_matmul_forward(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *inp,
+                        const tsr_bf16 *w, const tsr_bf16 *bias, int N, int IC, int OC,
+                        tsr_gelu_kind gelu, tcu_stream s) {
+    const char *what = "tcu_matmul_forward";
+    require_shape(what, N, IC, OC);
+    REQUIRE(out && inp && w, what, "out, inp and w must not be NULL");
+    if (pre_gelu) {
+        REQUIRE(gelu_kind_ok(gelu), what, "unknown GELU kind %d", (int)gelu);
+        REQUIRE(pre_gelu != out, what, "pre_gelu must not alias out");
+    }
+    need_context(what);
+    const int rows = N < EMU_ROWS ? N : EMU_ROWS;
+    float *wf = widen(w, (size_t)OC * IC, what), *bf = bias ? widen(bias, OC, what) : NULL;
+    float *x = host_alloc((size_t)rows * IC * sizeof *x, what);
+    float *o = host_alloc((size_t)rows * OC * sizeof *o, what);
+    for (int n0 = 0; n0 < N; n0 += rows) {
+        const int nr = N - n0 < rows ? N - n0 : rows;
+        const size_t no = (size_t)nr * OC, off = (size_t)n0 * OC;
+        widen_into(x, inp + (size_t)n0 * IC, (size_t)nr * IC);
+        cpu->matmul_forward(o, x, wf, bf, nr, IC, OC);
+        if (pre_gelu) {
+            round_into(pre_gelu + off, o, no);
+            widen_into(o, pre_gelu + off, no);
+            cpu->gelu_forward(o, o, no, gelu);
+        }
+        round_into(out + off, o, no);
+    }
+    free(o), free(x), free(bf), free(wf);
+}
+
+/* In chunks of EMU_ROWS rows, the CPU op: dinp (bf16) += its fp32 increment of the chunk; dw and
+ * dbias fp32 += by it (one fp32 add per chunk). A NULL dinp or dw gets a scratch stand-in (the
+ * CPU op computes both products), and a NULL w or inp reads as zeros. */
+void tcu_matmul_backward(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16 *dout,
+                         const tsr_bf16 *inp, const tsr_bf16 *w, int N, int IC, int OC,
+                         tcu_stream s) {
+    const char *what = "tcu_matmul_backward";
+    require_shape(what, N, IC, OC);
+    REQUIRE(dout != NULL, what, "dout must not be NULL");
+    REQUIRE(!dinp || w, what, "dinp needs w (w is NULL)");
+    REQUIRE(!dw || inp, what, "dw needs inp (inp is NULL)");
+    need_context(what);
+    if (!dinp && !dw && !dbias) return;
+    const int rows = N < EMU_ROWS ? N : EMU_ROWS;
+    const size_t nw = (size_t)OC * IC;
+    float *wf = dinp ? widen(w, nw, what) : host_zeros(nw, what);
+    float *dwf = dw ? dw : host_zeros(nw, what);
+    float *g = host_alloc((size_t)rows * OC * sizeof *g, what);
+    float *x = host_zeros((size_t)rows * IC, what);
+    float *dx = host_alloc((size_t)rows * IC * sizeof *dx, what);
+    for (int n0 = 0; n0 < N; n0 += rows) {
+        const int nr = N - n0 < rows ? N - n0 : rows;
+        const size_t ni = (size_t)nr * IC;
+        widen_into(g, dout + (size_t)n0 * OC, (size_t)nr * OC);
+        if (dw) widen_into(x, inp + (size_t)n0 * IC, ni);
+        memset(dx, 0, ni * sizeof *dx);
+        cpu->matmul_backward(dx, dwf, dbias, g, x, wf, nr, IC, OC);
+        if (dinp) add_round_into(dinp + (size_t)n0 * IC, dx, ni);
+    }
+    if (!dw) free(dwf);
+    free(dx), free(x), free(g), free(wf);
+}
+
+/* ---- gelu, residual ------------------------------------------------------------------------ */
+
+void tcu_gelu_forward(tsr_bf16 *out, const tsr_bf16 *inp, size_t n, tsr_gelu_kind kind,
+                      tcu_stream s) {
+    const char *what = "tcu_gelu_forward";
+    REQUIRE(gelu_kind_ok(kind), what, "unknown GELU kind %d", (int)kind);
+    if (n == 0) return;
+    float *x = widen(inp, n, what);
+    cpu->gelu_forward(x, x, n, kind);
+    round_into(out, x, n);
+    free(x);
+}
+
+/* dinp = round(dinp + gelu'(inp) dout) */
+void tcu_gelu_backward(tsr_bf16 *dinp, const tsr_bf16 *inp, const tsr_bf16 *dout, size_t n,
+                       tsr_gelu_kind kind, tcu_stream s) {
+    const char *what = "tcu_gelu_backward";
+    REQUIRE(gelu_kind_ok(kind), what, "unknown GELU kind %d", (int)kind);
+    if (n == 0) return;
+    float *x = widen(inp, n, what), *g = widen(dout, n, what), *d = host_zeros(n, what);
+    cpu->gelu_backward(d, x, g, n, kind);
+    add_round_into(dinp, d, n);
+    free(d), free(g), free(x);
+}
+
+void tcu_residual_forward(tsr_bf16 *out, const tsr_bf16 *a, const tsr_bf16 *b, size_t n,
+                          tcu_stream s) {
+    for (size_t i = 0; i < n; i++) out[i] = bf16_round(bf16_widen(a[i]) + bf16_widen(b[i]));
+}
+
+/* da = round(da + dout), db = round(db + dout); da == db: round((da + dout) + dout), as the real
+ * kernel (the CPU's two += on one buffer, rounded once) */
+void tcu_residual_backward(tsr_bf16 *da, tsr_bf16 *db, const tsr_bf16 *dout, size_t n,
+                           tcu_stream s) {
+    for (size_t i = 0; i < n; i++) {
+        const float g = bf16_widen(dout[i]), x = bf16_widen(da[i]) + g;
+        if (da == db) {
+            da[i] = bf16_round(x + g);
+        } else {
+            db[i] = bf16_round(bf16_widen(db[i]) + g);
+            da[i] = bf16_round(x);
+        }
+    }
+}
+
+/* ---- attention ----------------------------------------------------------------------------- */
+
+static void att_check(const char *what, int B, int T, int C, int NH) {
+    REQUIRE(B >= 1 && B <= 65535 && T >= 1 && NH >= 1 && NH <= 65535 && C >= NH && C % NH == 0,
+            what, "bad shape B=%d T=%d C=%d NH=%d (B, NH in 1..65535, T >= 1, NH divides C)", B, T,
+            C, NH);
+    const int hs = C / NH;
+    REQUIRE(hs == 32 || hs == 64 || hs == 128, what,
+            "head size hs = C/NH = %d (C=%d, NH=%d) has no kernel: 32, 64 or 128", hs, C, NH);
+}
+
+static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* Rows r = h*T + i of sequence b (x (T,3C): its widened qkv), over j in [lo(i), i], lo(i) the start
+ * of i's segment (run of equal ids in sq, or 0), with s[i,j] = q_i . k_j / sqrt(hs) - slope (i - j)
+ * in fp32 (fma dot products, as the CPU op): with lse_out, lse_out[b,h,i] = log sum_j exp(s[i,j])
+ * (online, in double); else att (NH,T,T) row r = exp(s[i,j] - lse[b,h,i]), exact zeros elsewhere */
+static void att_rows(float *lse_out, float *att, const float *lse, const float *x,
+                     const float *slopes, const int32_t *sq, int *lo, int b, int T, int C,
+                     int NH) {
+    const int hs = C / NH;
+    const float scale = 1.0f / sqrtf((float)hs);
+    lo[0] = 0;
+    for (int i = 1; i < T; i++) lo[i] = !sq ? 0 : sq[i] == sq[i - 1] ? lo[i - 1] : i;
+#pragma omp parallel for schedule(dynamic, 16)
+    for (long r = 0; r < (long)NH * T; r++) {
+        const int h = (int)(r / T), i = (int)(r % T);
+        const float slope = slopes ? slopes[h] : 0.0f, *q = x + (size_t)i * 3 * C + h * hs;
+        const size_t at = ((size_t)b * NH + h) * T + i;
+        double m = -INFINITY, sum = 0.0;
+        if (!lse_out) memset(att + (size_t)r * T, 0, (size_t)T * sizeof *att);
+        for (int j = lo[i]; j <= i; j++) {
+            const float *k = x + (size_t)j * 3 * C + C + h * hs;
+            float dot = 0.0f;
+            for (int d = 0; d < hs; d++) dot = fmaf(q[d], k[d], dot);
+            float sj = scale * dot;
+            if (slope != 0.0f) sj -= slope * (float)(i - j);
+            if (!lse_out) att[(size_t)r * T + j] = expf(sj - lse[at]);
+            else if (sj > m) sum = sum * exp(m - sj) + 1.0, m = sj;
+            else sum += exp(sj - m);
+        }
+        if (lse_out) lse_out[at] = (float)(m + log(sum));
+    }
+}
+
+/* One sequence at a time (att temporaries of NH*T*T): out = round(CPU attention_forward of the
+ * widened qkv); lse[b,h,i] = log sum_{lo(i) <= j <= i} exp(s[i,j]) (att_rows) */
+void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
+                           const float *alibi_slopes, const int32_t *seq, int B, int T, int C,
+                           int NH, tcu_stream s) {
+    const char *what = "tcu_attention_forward";
+    att_check(what, B, T, C, NH);
+    REQUIRE(out && lse && qkv, what, "out, lse and qkv must not be NULL");
+    REQUIRE(aligned16(qkv) && aligned16(out), what, "qkv and out must be 16-byte aligned");
+    const size_t nx = (size_t)T * 3 * C, no = (size_t)T * C;
+    float *x = host_alloc(nx * sizeof *x, what), *o = host_alloc(no * sizeof *o, what);
+    float *att = host_alloc((size_t)NH * T * T * sizeof *att, what);
+    int *lo = host_alloc((size_t)T * sizeof *lo, what);
+    for (int b = 0; b < B; b++) {
+        const int32_t *sq = seq ? seq + (size_t)b * T : NULL;
+        widen_into(x, qkv + b * nx, nx);
+        cpu->attention_forward(o, att, x, alibi_slopes, sq, 1, T, C, NH);
+        round_into(out + b * no, o, no);
+        att_rows(lse, NULL, NULL, x, alibi_slopes, sq, lo, b, T, C, NH);
+    }
+    free(lo), free(att), free(o), free(x);
+}
+
+size_t tcu_attention_scratch_bytes(int B, int T, int C, int NH) {
+    return (size_t)B * NH * T * sizeof(float);
+}
+
+/* One sequence at a time: att = exp(s - lse) from the given lse (att_rows), the CPU
+ * attention_backward into fp32 zeros, dqkv (bf16) += that. out and scratch are not read (scratch
+ * must be given, as on the GPU). */
+void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
+                            const tsr_bf16 *out, const float *lse, const float *alibi_slopes,
+                            const int32_t *seq, void *scratch, int B, int T, int C, int NH,
+                            tcu_stream s) {
+    const char *what = "tcu_attention_backward";
+    att_check(what, B, T, C, NH);
+    REQUIRE(dqkv && dout && qkv && out && lse, what,
+            "dqkv, dout, qkv, out and lse must not be NULL");
+    REQUIRE(aligned16(dqkv) && aligned16(dout) && aligned16(qkv) && aligned16(out), what,
+            "dqkv, dout, qkv and out must be 16-byte aligned");
+    REQUIRE(scratch != NULL, what, "scratch is NULL");
+    const size_t nx = (size_t)T * 3 * C, no = (size_t)T * C;
+    float *x = host_alloc(nx * sizeof *x, what), *g = host_alloc(no * sizeof *g, what);
+    float *dx = host_alloc(nx * sizeof *dx, what);
+    float *att = host_alloc((size_t)NH * T * T * sizeof *att, what);
+    int *lo = host_alloc((size_t)T * sizeof *lo, what);
+    for (int b = 0; b < B; b++) {
+        const int32_t *sq = seq ? seq + (size_t)b * T : NULL;
+        widen_into(x, qkv + b * nx, nx);
+        widen_into(g, dout + b * no, no);
+        att_rows(NULL, att, lse, x, alibi_slopes, sq, lo, b, T, C, NH);
+        memset(dx, 0, nx * sizeof *dx);
+        cpu->attention_backward(dx, g, x, att, sq, 1, T, C, NH);
+        add_round_into(dqkv + b * nx, dx, nx);
+    }
+    free(lo), free(att), free(dx), free(g), free(x);
+}
+
+/* ---- softmax + cross-entropy --------------------------------------------------------------- */
+
+/* Row by row (in parallel): the CPU ops on the widened row, in place; with dlosses the row of
+ * logits is overwritten by round(dlogits) (0 for target < 0 and columns >= V), without it left
+ * as it is */
+void tcu_softmax_xent(float *losses, tsr_bf16 *logits, const int32_t *targets,
+                      const float *dlosses, int N, int V, int Vp, tcu_stream s) {
+    const char *what = "tcu_softmax_xent";
+    REQUIRE(N >= 0 && V >= 1 && Vp >= V, what,
+            "need N >= 0 and 1 <= V <= Vp, got N=%d V=%d Vp=%d", N, V, Vp);
+    REQUIRE(losses && logits && targets, what, "a required pointer is NULL");
+    for (int n = 0; n < N; n++)
+        REQUIRE(targets[n] < V, what, "targets[%d] = %d is not below V = %d", n,
+                (int)targets[n], V);
+    if (N == 0) return;
+#pragma omp parallel
+    {
+        float *row = host_alloc((size_t)Vp * sizeof *row, what);
+#pragma omp for schedule(static)
+        for (int n = 0; n < N; n++) {
+            tsr_bf16 *lr = logits + (size_t)n * Vp;
+            widen_into(row, lr, Vp);
+            cpu->softmax_xent_forward(losses + n, row, row, targets + n, 1, V, Vp);
+            if (dlosses) {
+                cpu->softmax_xent_backward(row, dlosses + n, row, targets + n, 1, V, Vp);
+                round_into(lr, row, Vp);
+            }
+        }
+        free(row);
+    }
+}
+
+/* ---- optimizer ----------------------------------------------------------------------------- */
+
+/* *acc += (float) of the CPU op's double sum */
+void tcu_sumsq(float *acc, const float *g, size_t n, tcu_stream s) {
+    if (n == 0) return;
+    REQUIRE(acc && g, "tcu_sumsq", "acc and g must not be NULL");
+    *acc += (float)cpu->sumsq(g, n);
+}
+
+/* the CPU op on the fp32 state, then p_bf16 = round(p) */
+void tcu_adamw_update(float *p, tsr_bf16 *p_bf16, const float *g, float *m, float *v, size_t n,
+                      float lr, float beta1, float beta2, float eps, float wd, float grad_scale,
+                      int t, tcu_stream s) {
+    const char *what = "tcu_adamw_update";
+    REQUIRE(t >= 1, what, "step t = %d must be >= 1", t);
+    if (n == 0) return;
+    REQUIRE(p && g && m && v, what, "p, g, m and v must not be NULL");
+    cpu->adamw_update(p, g, m, v, n, lr, beta1, beta2, eps, wd, grad_scale, t);
+    if (p_bf16) round_into(p_bf16, p, n);
+}

@@ -1,0 +1,132 @@
+/* gpu_comm_nccl.c — gpu_comm.h on NCCL (the CUDA build).
+ *
+ * libnccl.so.2 is opened with dlopen when a run first needs it, so the trainer links no NCCL:
+ * CPU runs and single-GPU runs start where NCCL is not installed (a single GPU without NCCL
+ * simply sums nothing). Bootstrap: rank 0 makes the unique id, MPI broadcasts it, every rank
+ * calls ncclCommInitRank with its CUDA device already selected (tcu_init). Each all-reduce is
+ * one ncclGroupStart/End over the slices of a layer, on the communication stream after an event
+ * recorded on the compute stream; gpu_comm_wait makes the compute stream wait for the last one.
+ */
+#include "gpu/gpu_comm.h"
+
+#include <dlfcn.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+typedef struct nccl_api {
+    ncclResult_t (*get_unique_id)(ncclUniqueId *);
+    ncclResult_t (*comm_init_rank)(ncclComm_t *, int, ncclUniqueId, int);
+    ncclResult_t (*comm_destroy)(ncclComm_t);
+    ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t,
+                               ncclComm_t, cudaStream_t);
+    ncclResult_t (*group_start)(void);
+    ncclResult_t (*group_end)(void);
+    ncclResult_t (*get_version)(int *);
+    const char *(*error_string)(ncclResult_t);
+} nccl_api;
+
+struct gpu_comm {
+    nccl_api api;
+    void *lib;
+    ncclComm_t comm;
+    tcu_stream compute, stream;
+    tcu_event ready, done;
+    int world, version;
+    char name[64];
+};
+
+/* Loads libnccl and its functions; 0, or -1 with the reason. */
+static int load_nccl(gpu_comm *c, char *why, size_t n) {
+    const char *names[] = {"libnccl.so.2", "libnccl.so"};
+    for (size_t i = 0; i < 2 && !c->lib; i++) c->lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!c->lib) {
+        snprintf(why, n, "cannot load NCCL (libnccl.so.2: %s): load the NCCL module or add its "
+                 "lib directory to LD_LIBRARY_PATH", dlerror());
+        return -1;
+    }
+    struct { void **fn; const char *sym; } syms[] = {
+        {(void **)&c->api.get_unique_id, "ncclGetUniqueId"},
+        {(void **)&c->api.comm_init_rank, "ncclCommInitRank"},
+        {(void **)&c->api.comm_destroy, "ncclCommDestroy"},
+        {(void **)&c->api.all_reduce, "ncclAllReduce"},
+        {(void **)&c->api.group_start, "ncclGroupStart"},
+        {(void **)&c->api.group_end, "ncclGroupEnd"},
+        {(void **)&c->api.get_version, "ncclGetVersion"},
+        {(void **)&c->api.error_string, "ncclGetErrorString"},
+    };
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+        if (!(*syms[i].fn = dlsym(c->lib, syms[i].sym))) {
+            snprintf(why, n, "libnccl.so.2 has no %s: NCCL too old (need 2.x)", syms[i].sym);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+#define NCCL_DIE(c, call, what)                                                                   \
+    do {                                                                                          \
+        ncclResult_t r_ = (call);                                                                 \
+        if (r_ != ncclSuccess)                                                                    \
+            tsr_die(TSR_EXIT_INTERNAL, "NCCL %s failed: %s", what, (c)->api.error_string(r_));    \
+    } while (0)
+
+gpu_comm *gpu_comm_open(const tsr_dist *d, tcu_stream compute, char *why, size_t n) {
+    gpu_comm *c = tsr_calloc(1, sizeof *c);
+    c->compute = compute;
+    c->world = d->world;
+    int bad = load_nccl(c, why, n) != 0;
+    /* agree: a rank without NCCL stops every rank, with its reason on that rank */
+    double agree = bad;
+    dist_allreduce_max_f64(&agree, 1);
+    if (agree > 0) {
+        if (!bad) snprintf(why, n, "another rank could not load NCCL (its message says why)");
+        if (c->lib) dlclose(c->lib);
+        free(c);
+        return NULL;
+    }
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    if (d->rank == 0) NCCL_DIE(c, c->api.get_unique_id(&id), "ncclGetUniqueId");
+    dist_bcast(&id, sizeof id, 0);
+    NCCL_DIE(c, c->api.comm_init_rank(&c->comm, d->world, id, d->rank), "ncclCommInitRank");
+    c->api.get_version(&c->version);
+    snprintf(c->name, sizeof c->name, "NCCL %d.%d.%d", c->version / 10000,
+             c->version / 100 % 100, c->version % 100);
+    c->stream = tcu_stream_create();
+    c->ready = tcu_event_create();
+    c->done = tcu_event_create();
+    return c;
+}
+
+const char *gpu_comm_name(const gpu_comm *c) { return c->name; }
+
+void gpu_comm_allreduce(gpu_comm *c, float *base, const size_t *off, const size_t *len, int k) {
+    tcu_event_record(c->ready, c->compute);
+    tcu_stream_wait_event(c->stream, c->ready);
+    NCCL_DIE(c, c->api.group_start(), "ncclGroupStart");
+    for (int i = 0; i < k; i++)
+        NCCL_DIE(c, c->api.all_reduce(base + off[i], base + off[i], len[i], ncclFloat, ncclSum,
+                                      c->comm, (cudaStream_t)c->stream),
+                 "ncclAllReduce");
+    NCCL_DIE(c, c->api.group_end(), "ncclGroupEnd");
+}
+
+void gpu_comm_wait(gpu_comm *c) {
+    tcu_event_record(c->done, c->stream);
+    tcu_stream_wait_event(c->compute, c->done);
+}
+
+void gpu_comm_close(gpu_comm *c) {
+    if (!c) return;
+    tcu_sync(c->stream);
+    if (c->comm) (void)c->api.comm_destroy(c->comm);
+    tcu_event_destroy(c->ready);
+    tcu_event_destroy(c->done);
+    tcu_stream_destroy(c->stream);
+    /* the library stays loaded: NCCL's own threads may outlive the communicator briefly */
+    free(c);
+}

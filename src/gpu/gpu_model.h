@@ -1,0 +1,74 @@
+/* gpu_model.h — the decoder of model.h on the CUDA backend (kernels/cuda/cuda_ops.h).
+ *
+ * Same layout, same maths, GPU precisions (docs/cuda.md): fp32 master weights, their bf16 copy
+ * that the ops read, fp32 gradients, bf16 activations, fp32 statistics and losses. The flat
+ * buffers use the host model's offsets (tsr_model.params_info), so one copy moves weights or
+ * gradients between host and device whole. Activations are stacked per layer like the CPU's; the
+ * attention keeps its log-sum-exp (B,NH,T) instead of probabilities, and the logits are
+ * overwritten by their gradient in the forward pass of a training step (fused
+ * softmax-cross-entropy): forward and backward come in pairs. No activation checkpointing yet.
+ * Every call is queued on the model's stream; only gpu_model_loss_sum waits for it.
+ */
+#ifndef TSR_GPU_MODEL_H
+#define TSR_GPU_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuda_ops.h"
+#include "model/model.h"
+
+typedef struct tsr_gpu_model {
+    const tsr_model *m; /* layout and configuration (host); its params/grads are the host mirror */
+    tcu_stream s;
+    float *params;      /* (n_params) fp32 master weights */
+    tsr_bf16 *wbf;      /* (n_params) bf16 copy read by the ops */
+    float *grads;       /* (n_params) fp32 */
+    float *slopes;      /* (NH) ALiBi slopes, or NULL */
+    int B, T;           /* activations allocated for B x T (0: none) */
+    /* activations (bf16 unless noted); per-layer stacks (L, B, T, ...) */
+    tsr_bf16 *encoded, *ln1, *qkv, *atty, *res2, *ln2, *fch, *fchg, *res3, *lnf, *logits, *scratch;
+    float *ln1m, *ln1r, *ln2m, *ln2r, *lnfm, *lnfr; /* LayerNorm statistics (fp32) */
+    float *lse;                                     /* (L, B, NH, T) attention log-sum-exp */
+    float *losses, *dlosses;                        /* (B, T) fp32 */
+    /* gradient scratch, reused layer by layer */
+    tsr_bf16 *dres, *dln, *datty, *dqkv, *dfch, *dfchg;
+    void *att_scratch;
+    int32_t *tokens, *targets, *seq, *pos;          /* (B, T); seq, pos only with attn_mask = document */
+    /* host scratch */
+    int32_t *seq_host, *pos_host;
+    float *losses_host, *dlosses_host;
+} tsr_gpu_model;
+
+/* Device bytes of the weights (fp32 + bf16) and gradients (fp32). */
+size_t gpu_model_state_bytes(const tsr_model *m);
+/* Device bytes of the activations for B x T (what gpu_model_try_alloc_acts allocates). */
+size_t gpu_model_acts_bytes(const tsr_model *m, int B, int T);
+/* Allocates weights, bf16 copy, gradients (dies naming what does not fit; callers check the plan
+ * first) and the slopes. tcu_init must have run. */
+void gpu_model_init(tsr_gpu_model *g, const tsr_model *m, tcu_stream s);
+/* Activations for B x T: 0, or -1 with nothing left allocated when the device is full. */
+int gpu_model_try_alloc_acts(tsr_gpu_model *g, int B, int T);
+void gpu_model_free_acts(tsr_gpu_model *g);
+void gpu_model_free(tsr_gpu_model *g);
+/* Host fp32 weights (n_params) -> master weights and their bf16 copy; and back. */
+void gpu_model_upload(tsr_gpu_model *g, const float *params_host);
+void gpu_model_download(const tsr_gpu_model *g, float *params_host);
+/* Forward over tokens, targets (B,T, host; -1 = no loss). loss_scale > 0: a training step, the
+ * logits are replaced by d(loss_scale * sum of losses)/d logits for gpu_model_backward;
+ * loss_scale 0: evaluation. Queued: gpu_model_loss_sum reads the result. */
+void gpu_model_forward(tsr_gpu_model *g, const int32_t *tokens, const int32_t *targets, int B,
+                       int T, float loss_scale);
+/* Sum of the losses of the last forward over its counted targets (waits for the stream). */
+double gpu_model_loss_sum(tsr_gpu_model *g, const int32_t *targets, int B, int T);
+/* Backward of the last (training) forward: gradients accumulate. tokens (host) as given to forward.
+ * ready(ctx, unit), when not NULL, is called as soon as a unit's gradients are complete on the
+ * stream (unit l+1: layer l, in the order L..1; unit 0, last: wte, wpe, lnfw, lnfb), so their
+ * communication can start while the rest of the backward pass runs. */
+void gpu_model_backward(tsr_gpu_model *g, const int32_t *tokens, int B, int T,
+                        void (*ready)(void *ctx, int unit), void *ctx);
+/* Unit u's tensors in the flat buffer: (offset, count) pairs into off[], len[], one per tensor the
+ * unit holds; returns how many (at most TSR_P_COUNT). */
+int gpu_model_unit_slices(const tsr_model *m, int u, size_t *off, size_t *len);
+
+#endif

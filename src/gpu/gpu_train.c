@@ -1,0 +1,268 @@
+/* gpu_train.c — device = cuda in the trainer: the entry points of libtessera-cuda-train.so
+ * (gpu_train.h). Everything but the table is static: the executable exports wrappers of the same
+ * names, which must not capture the library's own calls. */
+#include "gpu/gpu_train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "gpu/gpu_comm.h"
+#include "gpu/gpu_model.h"
+#include "train/metrics.h"
+#include "train/trainer.h"
+
+struct tsr_gpu_train {
+    tsr_gpu_model g;
+    tcu_stream s;
+    gpu_comm *comm;       /* NULL: one rank and no NCCL (nothing to sum) */
+    float *m, *v;         /* (n_params) AdamW moments */
+    float *acc;           /* (1) sum of squares of the gradients */
+    int device;
+    /* per unit (0: root, l+1: layer l) its tensors' slices in the flat buffer */
+    int n_slices[1 + 4096];
+    size_t *off, *len;    /* (units * TSR_P_COUNT) */
+    int host_acts;        /* lib_host_model(on) allocated host activations */
+};
+
+static size_t fixed_bytes(const tsr_model *m) {
+    return gpu_model_state_bytes(m) + 2 * m->n_params * sizeof(float) + 256;
+}
+
+static void lib_print_plan(const tsr_trainer *t) {
+    if (t->dist.rank != 0) return;
+    const tsr_model *m = &t->model;
+    char w[32], g[32], o[32], a[32], tot[32];
+    double nb = (double)m->n_params;
+    size_t acts = gpu_model_acts_bytes(m, t->micro, t->T);
+    metrics_human_bytes(w, sizeof w, nb * (double)(sizeof(float) + sizeof(tsr_bf16)));
+    metrics_human_bytes(g, sizeof g, nb * sizeof(float));
+    metrics_human_bytes(o, sizeof o, nb * 2 * sizeof(float));
+    metrics_human_bytes(a, sizeof a, (double)acts);
+    metrics_human_bytes(tot, sizeof tot, (double)(fixed_bytes(m) + acts));
+    printf("device memory per rank (cuda, bf16 activations): weights %s (fp32 master + bf16 "
+           "copy), grads %s, AdamW %s, activations %s per microbatch of %d x %d; total %s\n",
+           w, g, o, a, t->micro, t->T, tot);
+}
+
+/* The GPU's peak bf16 FLOP/s from its name ("NVIDIA H100 80GB HBM3" -> H100), else 0. */
+static double peak_of(const char *name) {
+    const char *known[] = {"H100", "H200", "A100"};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strstr(name, known[i])) return metrics_peak_flops(known[i], 1);
+    return 0.0;
+}
+
+static double eval_forward(void *ctx, const int32_t *tokens, const int32_t *targets, int B,
+                           int T) {
+    tsr_gpu_model *g = ctx;
+    gpu_model_forward(g, tokens, targets, B, T, 0.0f);
+    return gpu_model_loss_sum(g, targets, B, T);
+}
+
+static int lib_init(tsr_trainer *t) {
+    const tsr_model *m = &t->model;
+    int count = tcu_device_count();
+    double worst = count > 0 ? 0 : 1;
+    dist_allreduce_max_f64(&worst, 1);
+    if (worst > 0) {
+        if (count == 0) {
+            const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+            tsr_error("device = \"cuda\": rank %d on %s sees no CUDA device (CUDA_VISIBLE_DEVICES=%s):"
+                      " request GPUs (sbatch --gpus-per-task=1) or use device = \"cpu\"",
+                      t->dist.rank, t->dist.host, vis ? vis : "(unset)");
+        }
+        return TSR_EXIT_USAGE;
+    }
+    struct tsr_gpu_train *gt = tsr_calloc(1, sizeof *gt);
+    t->gpu = gt;
+    gt->device = t->dist.local_rank % count;
+    if (t->dist.local_world > count && t->dist.local_rank == 0)
+        tsr_warn("%d ranks on %s share %d GPU(s): expect contention (one rank per GPU is the "
+                 "intended layout)", t->dist.local_world, t->dist.host, count);
+    tcu_init(gt->device);
+    char name[128];
+    int sm = 0;
+    size_t free_b = 0, total_b = 0;
+    tcu_device_info(name, sizeof name, &sm, &free_b, &total_b);
+    if (t->cfg.peak_flops <= 0) t->peak_flops = peak_of(name);
+    /* the plan against the free memory, before anything large is allocated */
+    size_t need = fixed_bytes(m) + gpu_model_acts_bytes(m, t->auto_micro ? 1 : t->micro, t->T);
+    double short_by = need > free_b ? (double)(need - free_b) : 0.0;
+    dist_allreduce_max_f64(&short_by, 1);
+    if (t->dist.rank == 0)
+        printf("device: %s (sm %d.%d), %.2f GiB free of %.2f on rank 0 (CUDA device %d)\n", name,
+               sm / 10, sm % 10, (double)free_b / (1u << 30), (double)total_b / (1u << 30),
+               gt->device);
+    if (short_by > 0) {
+        if (t->dist.rank == 0)
+            tsr_error("device = \"cuda\": the plan needs %.2f GiB per GPU%s, %.2f GiB more than a "
+                      "rank has free: use a smaller micro_batch (or \"auto\"), a shorter seq_len, "
+                      "more GPUs or a smaller model", (double)need / (1u << 30),
+                      t->auto_micro ? " with a microbatch of 1" : "", short_by / (1u << 30));
+        return TSR_EXIT_USAGE;
+    }
+    gt->s = tcu_stream_create();
+    gpu_model_init(&gt->g, m, gt->s);
+    gt->m = tcu_malloc(m->n_params * sizeof(float), "AdamW m (fp32)");
+    gt->v = tcu_malloc(m->n_params * sizeof(float), "AdamW v (fp32)");
+    gt->acc = tcu_malloc(sizeof(float), "gradient norm");
+    tcu_zero(gt->m, m->n_params * sizeof(float), gt->s);
+    tcu_zero(gt->v, m->n_params * sizeof(float), gt->s);
+    gpu_model_upload(&gt->g, m->params);
+    /* per-unit slices for the layer-by-layer gradient sums */
+    int units = m->L + 1;
+    if (units > (int)(sizeof gt->n_slices / sizeof gt->n_slices[0]))
+        tsr_die(TSR_EXIT_USAGE, "model.n_layers = %d: device = cuda supports at most %zu", m->L,
+                sizeof gt->n_slices / sizeof gt->n_slices[0] - 1);
+    gt->off = tsr_malloc((size_t)units * TSR_P_COUNT * sizeof(size_t));
+    gt->len = tsr_malloc((size_t)units * TSR_P_COUNT * sizeof(size_t));
+    for (int u = 0; u < units; u++)
+        gt->n_slices[u] = gpu_model_unit_slices(m, u, gt->off + (size_t)u * TSR_P_COUNT,
+                                                gt->len + (size_t)u * TSR_P_COUNT);
+    /* the communicator: needed with more than one rank; with one, NCCL is still used when it
+     * loads (the same code path as many ranks), else nothing has to be summed */
+    char why[512] = "";
+    gt->comm = gpu_comm_open(&t->dist, gt->s, why, sizeof why);
+    if (!gt->comm && t->dist.world > 1) {
+        tsr_error("device = \"cuda\" on %d ranks: rank %d: %s", t->dist.world, t->dist.rank, why);
+        return TSR_EXIT_USAGE;
+    }
+    if (t->dist.rank == 0)
+        printf("gradients: summed per layer during backward by %s\n",
+               gt->comm ? gpu_comm_name(gt->comm) : "nothing (one rank; NCCL not loaded)");
+    if (!gt->comm && t->dist.rank == 0) tsr_warn("one rank without NCCL: %s", why);
+    t->model.fwd = eval_forward;
+    t->model.fwd_ctx = &gt->g;
+    return 0;
+}
+
+static int lib_acts_B(const tsr_trainer *t) { return t->gpu->g.B; }
+
+static int lib_try_acts(tsr_trainer *t, int B) { return gpu_model_try_alloc_acts(&t->gpu->g, B, t->T); }
+
+static void lib_free_acts(tsr_trainer *t) { gpu_model_free_acts(&t->gpu->g); }
+
+static size_t lib_acts_bytes(const tsr_trainer *t, int B) {
+    return gpu_model_acts_bytes(&t->model, B, t->T);
+}
+
+static void unit_ready(void *ctx, int u) {
+    struct tsr_gpu_train *gt = ctx;
+    gpu_comm_allreduce(gt->comm, gt->g.grads, gt->off + (size_t)u * TSR_P_COUNT,
+                       gt->len + (size_t)u * TSR_P_COUNT, gt->n_slices[u]);
+}
+
+static double lib_compute(tsr_trainer *t, float scale) {
+    struct tsr_gpu_train *gt = t->gpu;
+    tcu_zero(gt->g.grads, t->model.n_params * sizeof(float), gt->s);
+    double loss_sum = 0.0;
+    for (int64_t b = 0; b < t->per_rank; b += t->micro) {
+        const int32_t *in = t->inputs + b * t->T, *tg = t->targets + b * t->T;
+        int last = b + t->micro >= t->per_rank;
+        gpu_model_forward(&gt->g, in, tg, t->micro, t->T, scale);
+        /* the last microbatch completes each layer's gradients: their sums start right away */
+        gpu_model_backward(&gt->g, in, t->micro, t->T, last && gt->comm ? unit_ready : NULL, gt);
+        loss_sum += gpu_model_loss_sum(&gt->g, tg, t->micro, t->T);
+    }
+    return loss_sum;
+}
+
+static double lib_grad_sumsq(tsr_trainer *t) {
+    struct tsr_gpu_train *gt = t->gpu;
+    if (gt->comm) gpu_comm_wait(gt->comm);
+    float sq = 0.0f;
+    tcu_zero(gt->acc, sizeof(float), gt->s);
+    tcu_sumsq(gt->acc, gt->g.grads, t->model.n_params, gt->s);
+    tcu_memcpy_d2h(&sq, gt->acc, sizeof sq, gt->s);
+    return sq;
+}
+
+static void lib_update(tsr_trainer *t, double lr, float gscale, int step) {
+    struct tsr_gpu_train *gt = t->gpu;
+    const tsr_model *m = &t->model;
+    const tsr_optim_config *o = &t->cfg.optim;
+    for (int i = 0; i < TSR_P_COUNT; i++) {
+        const tsr_param_info *p = &m->params_info[i];
+        if (!p->numel) continue;
+        float wd = trainer_param_decays(o, p->kind) ? (float)o->weight_decay : 0.0f;
+        size_t at = p->offset;
+        tcu_adamw_update(gt->g.params + at, gt->g.wbf + at, gt->g.grads + at, gt->m + at,
+                         gt->v + at, p->numel, (float)lr, (float)o->beta1, (float)o->beta2,
+                         (float)o->eps, wd, gscale, step, gt->s);
+    }
+}
+
+static void lib_pull(tsr_trainer *t) {
+    struct tsr_gpu_train *gt = t->gpu;
+    size_t bytes = t->model.n_params * sizeof(float);
+    gpu_model_download(&gt->g, t->model.params);
+    tcu_memcpy_d2h(t->m, gt->m, bytes, gt->s);
+    tcu_memcpy_d2h(t->v, gt->v, bytes, gt->s);
+}
+
+static void lib_push(tsr_trainer *t, int with_optim) {
+    struct tsr_gpu_train *gt = t->gpu;
+    size_t bytes = t->model.n_params * sizeof(float);
+    gpu_model_upload(&gt->g, t->model.params);
+    if (with_optim) {
+        tcu_memcpy_h2d(gt->m, t->m, bytes, gt->s);
+        tcu_memcpy_h2d(gt->v, t->v, bytes, gt->s);
+        tcu_sync(gt->s);
+    }
+}
+
+static void lib_host_model(tsr_trainer *t, int on) {
+    struct tsr_gpu_train *gt = t->gpu;
+    tsr_model *m = &t->model;
+    if (on) {
+        gpu_model_download(&gt->g, m->params);
+        m->fwd = NULL;
+        if (m->acts.B == 0) model_alloc_acts(m, 1, t->T), gt->host_acts = 1;
+    } else {
+        if (gt->host_acts) model_free_acts(m), gt->host_acts = 0;
+        m->fwd = eval_forward;
+    }
+}
+
+static void lib_free(tsr_trainer *t) {
+    struct tsr_gpu_train *gt = t->gpu;
+    if (!gt) return;
+    gpu_comm_close(gt->comm);
+    gpu_model_free(&gt->g);
+    tcu_free(gt->m);
+    tcu_free(gt->v);
+    tcu_free(gt->acc);
+    tcu_stream_destroy(gt->s);
+    tcu_shutdown();
+    free(gt->off);
+    free(gt->len);
+    free(gt);
+    t->gpu = NULL;
+    t->model.fwd = NULL;
+}
+
+#ifndef TSR_GPU_BACKEND
+#define TSR_GPU_BACKEND "cuda"
+#endif
+
+const gpu_train_api tsr_gpu_train_api = {
+    .version = TSR_VERSION,
+    .trainer_size = sizeof(tsr_trainer),
+    .backend = TSR_GPU_BACKEND,
+    .init = lib_init,
+    .print_plan = lib_print_plan,
+    .acts_B = lib_acts_B,
+    .try_acts = lib_try_acts,
+    .free_acts = lib_free_acts,
+    .acts_bytes = lib_acts_bytes,
+    .compute = lib_compute,
+    .grad_sumsq = lib_grad_sumsq,
+    .update = lib_update,
+    .pull = lib_pull,
+    .push = lib_push,
+    .host_model = lib_host_model,
+    .free = lib_free,
+};

@@ -1,0 +1,79 @@
+/* gpu_train.h — device = cuda in the trainer (src/train/trainer.c calls these when t->gpu).
+ *
+ * One GPU per rank (CUDA device local_rank mod the visible count). On the device: the fp32
+ * master weights and their bf16 copy, fp32 gradients and AdamW moments, bf16 activations
+ * (gpu_model.h). On the host the trainer keeps its usual buffers as a mirror (model.params, m,
+ * v), filled by gpu_train_pull before a checkpoint is written and sent back by gpu_train_push
+ * after one is read: checkpoints are the same files as on the CPU, so a run moves between
+ * devices at any checkpoint. Gradients are summed over ranks per layer as the backward pass
+ * reaches them (gpu_comm.h), overlapping the layers still to come.
+ *
+ * The GPU code lives in libtessera-cuda-train.so (gpu_train.c, gpu_model.c, gpu_comm_nccl.c and
+ * the CUDA backend), which gpu_load.c opens with dlopen the first time a run asks for
+ * device = cuda: tessera-train itself links no CUDA, starts as fast on a CPU node (loading
+ * cuBLASLt costs ~0.9 s per process) and runs where no CUDA is installed. A program that links
+ * gpu_train.o directly (the emulator test build) uses that copy instead. The functions below
+ * forward to the library's table.
+ */
+#ifndef TSR_GPU_TRAIN_H
+#define TSR_GPU_TRAIN_H
+
+#include <stddef.h>
+
+struct tsr_trainer;
+
+/* The library's entry points (gpu_train.c); the wrappers below document them. */
+typedef struct gpu_train_api {
+    const char *version;  /* TSR_VERSION it was built with: must be the executable's */
+    size_t trainer_size;  /* sizeof(tsr_trainer) it was built with: must be the executable's */
+    const char *backend;  /* "cuda", or "cuda-emulator" */
+    int (*init)(struct tsr_trainer *t);
+    void (*print_plan)(const struct tsr_trainer *t);
+    int (*acts_B)(const struct tsr_trainer *t);
+    int (*try_acts)(struct tsr_trainer *t, int B);
+    void (*free_acts)(struct tsr_trainer *t);
+    size_t (*acts_bytes)(const struct tsr_trainer *t, int B);
+    double (*compute)(struct tsr_trainer *t, float scale);
+    double (*grad_sumsq)(struct tsr_trainer *t);
+    void (*update)(struct tsr_trainer *t, double lr, float gscale, int step);
+    void (*pull)(struct tsr_trainer *t);
+    void (*push)(struct tsr_trainer *t, int with_optim);
+    void (*host_model)(struct tsr_trainer *t, int on);
+    void (*free)(struct tsr_trainer *t);
+} gpu_train_api;
+#define GPU_TRAIN_LIB_NAME "libtessera-cuda-train.so"
+#define GPU_TRAIN_SYMBOL "tsr_gpu_train_api"
+
+/* The backend device = cuda trains on ("cuda"; "cuda-emulator" in the test build), loading the
+ * library on first use; NULL when there is none, with the reason in why (n bytes). Searched:
+ * $TESSERA_CUDA_LIB, then the executable's directory, then ../lib/tessera/ from it. */
+const char *gpu_backend(char *why, size_t n);
+/* After the host weights are initialised (rank-identical): selects the GPU, prints and checks
+ * the device memory plan, allocates, uploads, opens the communicator. 0 or an exit code
+ * (reported on rank 0; every rank returns the same). */
+int gpu_train_init(struct tsr_trainer *t);
+/* The device memory plan for the trainer's model and microbatch (rank 0 prints; --plan). */
+void gpu_train_print_plan(const struct tsr_trainer *t);
+/* Activations: allocated B (0: none); try to allocate for B sequences (0, or -1 with nothing
+ * left allocated); free; their bytes for B. */
+int gpu_train_acts_B(const struct tsr_trainer *t);
+int gpu_train_try_acts(struct tsr_trainer *t, int B);
+void gpu_train_free_acts(struct tsr_trainer *t);
+size_t gpu_train_acts_bytes(const struct tsr_trainer *t, int B);
+/* A step's forward and backward over this rank's batch (t->inputs, t->targets) in microbatches
+ * of t->micro, gradients scaled by scale and summed over the ranks. Returns this rank's loss sum. */
+double gpu_train_compute(struct tsr_trainer *t, float scale);
+/* Sum of squares of the summed gradients (after the communication). */
+double gpu_train_grad_sumsq(struct tsr_trainer *t);
+/* AdamW on every tensor (weight decay by kind), at lr, gradients times gscale, step `step`. */
+void gpu_train_update(struct tsr_trainer *t, double lr, float gscale, int step);
+/* Host mirror <- device (weights, moments) / device <- host mirror (weights, and the moments
+ * when with_optim). */
+void gpu_train_pull(struct tsr_trainer *t);
+void gpu_train_push(struct tsr_trainer *t, int with_optim);
+/* on = 1: the host model computes (host weights pulled, host activations for 1 sequence:
+ * sampling); on = 0: back to the device. */
+void gpu_train_host_model(struct tsr_trainer *t, int on);
+void gpu_train_free(struct tsr_trainer *t);
+
+#endif
