@@ -148,7 +148,7 @@ CUDA_LIBS      = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -
 CUDA_TARGETS   = $(if $(CUDA_OK),$(CUDA_LIB) $(BUILD)/tests/test_gpu_ops)
 # device = cuda: the trainer's GPU path and the backend as one library tessera-train opens when a
 # run asks for it (NCCL in turn opened by it at run time); its undefined symbols are the
-# trainer's, found in the executable (linked -rdynamic)
+# trainer's, found in the executable, which exports exactly those (src/gpu/exports.list)
 CUDA_TRAIN_SO := $(BUILD)/libtessera-cuda-train.so
 CUDA_TARGETS  += $(if $(CUDA_OK),$(CUDA_TRAIN_SO))
 # the host emulator of cuda_ops.h (kernels/cuda_emu/): the same trainer GPU path, runnable on any
@@ -194,13 +194,14 @@ $(BUILD)/libtessera.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/tessera-train: $(BUILD)/obj/src/train/train_main.o $(BUILD)/libtessera.a
-	$(CC) $(CFLAGS) -rdynamic -o $@ $^ $(ALL_LIBS)
+$(BUILD)/tessera-train: $(BUILD)/obj/src/train/train_main.o $(BUILD)/libtessera.a src/gpu/exports.list
+	$(CC) $(CFLAGS) -Wl,--dynamic-list=src/gpu/exports.list -o $@ $(filter-out %.list,$^) $(ALL_LIBS)
 
 # the GPU path's C files see the CUDA backend's C API (the NCCL one also nccl.h), position
 # independent: they go into the shared library
 $(BUILD)/obj/src/gpu/%.o: CFLAGS += -Ikernels/cuda -fPIC
-$(BUILD)/obj/src/gpu/gpu_comm_nccl.o: CFLAGS += -isystem $(CUDA_HOME)/include
+$(BUILD)/obj/src/gpu/gpu_comm_nccl.o: CFLAGS += -isystem $(CUDA_HOME)/include \
+                                      $(if $(HC_NCCL_OWN),-isystem $(NCCL_HOME)/include)
 $(BUILD)/obj/kernels/cuda_emu/%.o: CFLAGS += -Ikernels/cuda
 $(BUILD)/obj/src/gpu/gpu_train_emu.o: src/gpu/gpu_train.c | deps
 	@mkdir -p $(@D)

@@ -35,11 +35,16 @@ static bool tcu_initialised = false;
 
 /* ---- failing ------------------------------------------------------------------------------- */
 
+static void (*fail_hook)(int status);
+
+void tcu_set_fail_hook(void (*hook)(int status)) { fail_hook = hook; }
+
 void tcu_fail(const char *what, const char *msg, const char *file, int line) {
     fflush(stdout);
     fprintf(stderr, "tessera cuda: %s: %s (%s:%d)\n", what ? what : "?", msg ? msg : "?",
             file ? file : "?", line);
     fflush(stderr);
+    if (fail_hook) fail_hook(1);
     exit(1);
 }
 

@@ -72,6 +72,10 @@ void tcu_stream_wait_event(tcu_stream s, tcu_event e);
  * GPU). tcu_init selects device `device`, creates them; tcu_shutdown frees them. */
 void tcu_init(int device);
 void tcu_shutdown(void);
+/* Called (when set) after a failure is reported, instead of exit(1): an MPI program passes a
+ * function that aborts every rank (one rank exiting alone leaves the others hung in a
+ * collective). It must not return. */
+void tcu_set_fail_hook(void (*hook)(int status));
 
 /* fp32 <-> bf16 (round to nearest even), n elements */
 void tcu_f32_to_bf16(tsr_bf16 *out, const float *inp, size_t n, tcu_stream s);

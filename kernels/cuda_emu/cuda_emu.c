@@ -11,8 +11,9 @@
  *     so that reading memory nobody wrote shows as NaN (the contract: memory is not zeroed). The
  *     emulated capacity is TSR_EMU_MEM bytes (a plain integer) or 8 GiB; live bytes are the sizes
  *     asked for (0 counts 1); tcu_malloc dies past it, tcu_try_malloc returns NULL;
- *   - one device (0), no real streams: every op has finished when it returns, so streams and
- *     events are dummy handles and record, wait and sync do nothing; the NULL stream is accepted;
+ *   - 8 devices (each process's capacity of this host's memory: ranks of a test take one each),
+ *     no real streams: every op has finished when it returns, so streams and events are dummy
+ *     handles and record, wait and sync do nothing; the NULL stream is accepted;
  *   - each op widens its bf16 inputs to fp32 temporaries (exact), computes with tsr_cpu_ops or a
  *     direct loop, and rounds to bf16 (nearest even, NaN stays NaN) where the real kernels round:
  *     a bf16 input gradient += is round(widen(old) + fp32 increment), an fp32 gradient += is an
@@ -50,6 +51,10 @@ static const tsr_ops *const cpu = &tsr_cpu_ops;
 
 /* ---- failing ------------------------------------------------------------------------------- */
 
+static void (*fail_hook)(int status);
+
+void tcu_set_fail_hook(void (*hook)(int status)) { fail_hook = hook; }
+
 __attribute__((format(printf, 2, 3))) static _Noreturn void emu_fail(const char *what,
                                                                      const char *fmt, ...) {
     char msg[512];
@@ -60,6 +65,7 @@ __attribute__((format(printf, 2, 3))) static _Noreturn void emu_fail(const char 
     fflush(stdout);
     fprintf(stderr, "tessera cuda: %s: %s (emulator)\n", what, msg);
     fflush(stderr);
+    if (fail_hook) fail_hook(1);
     exit(1);
 }
 
@@ -143,7 +149,9 @@ static size_t emu_capacity(void) {
     return cap;
 }
 
-int tcu_device_count(void) { return 1; }
+/* As many devices as a GPU node has, so that several ranks of one test may each take one (every
+ * "device" is this host; the gradient sums go through MPI, not NCCL). */
+int tcu_device_count(void) { return 8; }
 
 /* Any output pointer may be NULL (that fact is skipped). */
 void tcu_device_info(char *name, size_t n, int *sm, size_t *free_bytes, size_t *total_bytes) {
@@ -236,7 +244,8 @@ void tcu_stream_wait_event(tcu_stream s, tcu_event e) {
 }
 
 void tcu_init(int device) {
-    REQUIRE(device == 0, "tcu_init", "device %d does not exist (1 device: 0)", device);
+    REQUIRE(device >= 0 && device < tcu_device_count(), "tcu_init",
+            "device %d does not exist (%d devices)", device, tcu_device_count());
     emu_inits++;
 }
 

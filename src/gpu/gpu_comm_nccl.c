@@ -83,7 +83,8 @@ gpu_comm *gpu_comm_open(const tsr_dist *d, tcu_stream compute, char *why, size_t
     double agree = bad;
     dist_allreduce_max_f64(&agree, 1);
     if (agree > 0) {
-        if (!bad) snprintf(why, n, "another rank could not load NCCL (its message says why)");
+        if (!bad) snprintf(why, n, "some rank could not load libnccl.so.2: load the NCCL module "
+                                   "or add its lib directory to LD_LIBRARY_PATH on every node");
         if (c->lib) dlclose(c->lib);
         free(c);
         return NULL;

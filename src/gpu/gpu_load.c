@@ -55,8 +55,9 @@ static const gpu_train_api *open_lib(char *why, size_t n) {
         return NULL;
     }
     if (strcmp(a->version, TSR_VERSION) != 0 || a->trainer_size != sizeof(tsr_trainer)) {
-        (void)tsr_snprintf(why, n, "%s was built for tessera %s, this is %s: rebuild or reinstall both", path,
-                 a->version, TSR_VERSION);
+        (void)tsr_snprintf(why, n, "%s was built for tessera %s (trainer struct of %zu bytes), this "
+                           "is %s (%zu): rebuild or reinstall both", path, a->version,
+                           a->trainer_size, TSR_VERSION, sizeof(tsr_trainer));
         dlclose(h);
         return NULL;
     }

@@ -220,12 +220,12 @@ void gpu_model_forward(tsr_gpu_model *g, const int32_t *tokens, const int32_t *t
             last ? W(g, TSR_P_LNFB, 0) : W(g, TSR_P_LN1B, l + 1), (int)N, C, s);
     }
     tcu_matmul_forward(g->logits, NULL, g->lnf, W(g, TSR_P_WTE, 0), NULL, (int)N, C, m->Vp, gk, s);
-    if (loss_scale > 0) {
+    if (loss_scale >= 0) {
         for (size_t i = 0; i < N; i++) g->dlosses_host[i] = loss_scale;
         tcu_memcpy_h2d(g->dlosses, g->dlosses_host, N * sizeof(float), s);
     }
-    tcu_softmax_xent(g->losses, g->logits, g->targets, loss_scale > 0 ? g->dlosses : NULL, (int)N,
-                     m->V, m->Vp, s);
+    tcu_softmax_xent(g->losses, g->logits, g->targets, loss_scale >= 0 ? g->dlosses : NULL,
+                     (int)N, m->V, m->Vp, s);
 }
 
 double gpu_model_loss_sum(tsr_gpu_model *g, const int32_t *targets, int B, int T) {

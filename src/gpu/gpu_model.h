@@ -7,7 +7,7 @@
  * attention keeps its log-sum-exp (B,NH,T) instead of probabilities, and the logits are
  * overwritten by their gradient in the forward pass of a training step (fused
  * softmax-cross-entropy): forward and backward come in pairs. No activation checkpointing yet.
- * Every call is queued on the model's stream; only gpu_model_loss_sum waits for it.
+ * Every call is queued on the model's stream; gpu_model_loss_sum, upload and download wait for it.
  */
 #ifndef TSR_GPU_MODEL_H
 #define TSR_GPU_MODEL_H
@@ -54,9 +54,11 @@ void gpu_model_free(tsr_gpu_model *g);
 /* Host fp32 weights (n_params) -> master weights and their bf16 copy; and back. */
 void gpu_model_upload(tsr_gpu_model *g, const float *params_host);
 void gpu_model_download(const tsr_gpu_model *g, float *params_host);
-/* Forward over tokens, targets (B,T, host; -1 = no loss). loss_scale > 0: a training step, the
- * logits are replaced by d(loss_scale * sum of losses)/d logits for gpu_model_backward;
- * loss_scale 0: evaluation. Queued: gpu_model_loss_sum reads the result. */
+/* Forward over tokens, targets (B,T, host; -1 = no loss). loss_scale >= 0: a training step, the
+ * logits are replaced by d(loss_scale * sum of losses)/d logits for gpu_model_backward (0 when
+ * no target counts: zero gradients, as on the CPU); loss_scale < 0: evaluation, the logits stay.
+ * Queued: gpu_model_loss_sum reads the result. The host arrays may be reused as soon as this
+ * returns (copies from pageable memory have read them by then: cuda_common.cu). */
 void gpu_model_forward(tsr_gpu_model *g, const int32_t *tokens, const int32_t *targets, int B,
                        int T, float loss_scale);
 /* Sum of the losses of the last forward over its counted targets (waits for the stream). */

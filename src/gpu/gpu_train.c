@@ -58,30 +58,37 @@ static double peak_of(const char *name) {
 static double eval_forward(void *ctx, const int32_t *tokens, const int32_t *targets, int B,
                            int T) {
     tsr_gpu_model *g = ctx;
-    gpu_model_forward(g, tokens, targets, B, T, 0.0f);
+    gpu_model_forward(g, tokens, targets, B, T, -1.0f);
     return gpu_model_loss_sum(g, targets, B, T);
 }
 
 static int lib_init(tsr_trainer *t) {
     const tsr_model *m = &t->model;
-    int count = tcu_device_count();
-    double worst = count > 0 ? 0 : 1;
-    dist_allreduce_max_f64(&worst, 1);
-    if (worst > 0) {
-        if (count == 0) {
-            const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-            tsr_error("device = \"cuda\": rank %d on %s sees no CUDA device (CUDA_VISIBLE_DEVICES=%s):"
-                      " request GPUs (sbatch --gpus-per-task=1) or use device = \"cpu\"",
-                      t->dist.rank, t->dist.host, vis ? vis : "(unset)");
-        }
+    int count = tcu_device_count(), W = t->dist.world;
+    /* every rank needs a GPU of its own (NCCL refuses two ranks on one GPU); the first rank
+     * without is named by rank 0 (other ranks' messages are muted during init) */
+    int bad = count == 0 ? 1 : W > 1 && t->dist.local_world > count ? 2 : 0;
+    double first = bad ? W - t->dist.rank : 0; /* the max names the lowest such rank */
+    dist_allreduce_max_f64(&first, 1);
+    if (first > 0) {
+        int r = W - (int)first;
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        double cnt = t->dist.rank == r ? count : 0;
+        dist_allreduce_max_f64(&cnt, 1);
+        if (t->dist.rank == 0 && cnt == 0)
+            tsr_error("device = \"cuda\": rank %d sees no CUDA device (rank 0: "
+                      "CUDA_VISIBLE_DEVICES=%s): request GPUs (sbatch --gpus-per-task=1) or use "
+                      "device = \"cpu\"", r, vis ? vis : "(unset)");
+        else if (t->dist.rank == 0)
+            tsr_error("device = \"cuda\": rank %d shares a node's %d GPU(s) with more ranks: one "
+                      "rank per GPU (srun --gpus-per-task=1, or as many ranks per node as GPUs)",
+                      r, (int)cnt);
         return TSR_EXIT_USAGE;
     }
     struct tsr_gpu_train *gt = tsr_calloc(1, sizeof *gt);
     t->gpu = gt;
     gt->device = t->dist.local_rank % count;
-    if (t->dist.local_world > count && t->dist.local_rank == 0)
-        tsr_warn("%d ranks on %s share %d GPU(s): expect contention (one rank per GPU is the "
-                 "intended layout)", t->dist.local_world, t->dist.host, count);
+    tcu_set_fail_hook(dist_abort); /* a CUDA failure on one rank stops them all */
     tcu_init(gt->device);
     char name[128];
     int sm = 0;
@@ -127,7 +134,7 @@ static int lib_init(tsr_trainer *t) {
     char why[512] = "";
     gt->comm = gpu_comm_open(&t->dist, gt->s, why, sizeof why);
     if (!gt->comm && t->dist.world > 1) {
-        tsr_error("device = \"cuda\" on %d ranks: rank %d: %s", t->dist.world, t->dist.rank, why);
+        if (t->dist.rank == 0) tsr_error("device = \"cuda\" on %d ranks: %s", t->dist.world, why);
         return TSR_EXIT_USAGE;
     }
     if (t->dist.rank == 0)
@@ -141,7 +148,23 @@ static int lib_init(tsr_trainer *t) {
 
 static int lib_acts_B(const tsr_trainer *t) { return t->gpu->g.B; }
 
-static int lib_try_acts(tsr_trainer *t, int B) { return gpu_model_try_alloc_acts(&t->gpu->g, B, t->T); }
+/* The activations, and room left after them for what the ops allocate later (scratch, cuBLASLt,
+ * NCCL's buffers, kernels' local memory): 2% of the device, tried and given back, so a
+ * microbatch that fills the GPU backs off here instead of failing in the first backward. */
+static int lib_try_acts(tsr_trainer *t, int B) {
+    if (gpu_model_try_alloc_acts(&t->gpu->g, B, t->T)) return -1;
+    char name[128];
+    int sm;
+    size_t free_b, total_b;
+    tcu_device_info(name, sizeof name, &sm, &free_b, &total_b);
+    void *room = tcu_try_malloc(total_b / 50 > 0 ? total_b / 50 : 1);
+    if (!room) {
+        gpu_model_free_acts(&t->gpu->g);
+        return -1;
+    }
+    tcu_free(room);
+    return 0;
+}
 
 static void lib_free_acts(tsr_trainer *t) { gpu_model_free_acts(&t->gpu->g); }
 

@@ -549,7 +549,8 @@ int trainer_run(tsr_trainer *t) {
     if (t->cfg.sample.tokens > 0) {
         trainer_ensure_acts(t); /* collective: a resumed run that was already done ran no step */
         trainer_full_weights(t, 1);
-        if (t->gpu) gpu_train_host_model(t, 1); /* sampling runs on the host's fp32 ops */
+        /* rank 0 samples, on the host's fp32 ops from the device's weights */
+        if (t->gpu && t->dist.rank == 0) gpu_train_host_model(t, 1);
     }
     if (t->cfg.sample.tokens > 0 && t->dist.rank == 0) {
         /* prompt: the end-of-text token, by convention the vocabulary's last id (GPT-2's 50256,
@@ -561,7 +562,7 @@ int trainer_run(tsr_trainer *t) {
         free(ids);
     }
     if (t->cfg.sample.tokens > 0) trainer_full_weights(t, 0);
-    if (t->cfg.sample.tokens > 0 && t->gpu) gpu_train_host_model(t, 0);
+    if (t->cfg.sample.tokens > 0 && t->gpu && t->dist.rank == 0) gpu_train_host_model(t, 0);
     return TSR_EXIT_OK;
 }
 
