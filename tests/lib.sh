@@ -31,6 +31,37 @@ tsr_tmpdir() {
 make_synth() {
     "$TOOL" synth --out "$1" --vocab "${2:-512}" --tokens "${3:-200000}" --seed 1 >/dev/null
 }
+# tiny_args TRAIN_DIR: sets the array `args` to a tiny model (d_model 64, seq_len 32, vocabulary
+# 512) on the synthetic corpus at TRAIN_DIR, one thread, every step logged, no validation, no
+# sample; tests append their own layers, heads, batch and duration
+tiny_args() {
+    args=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set data.tokenizer=
+          --set sample.tokens=0 --set data.train="$1" --set data.val= --set eval_interval=0ba
+          --set model.d_model=64 --set seq_len=32 --set model.max_seq_len=32 --set log_interval=1
+          --set threads=1)
+}
+# metrics_close A B FROM LOSS_TOL NORM_TOL: runs A and B (metrics.jsonl files) logged the same
+# steps from FROM on, and at each the loss of B is within LOSS_TOL and the gradient norm within
+# NORM_TOL of A's, relative; prints the largest differences
+metrics_close() {
+    /usr/bin/python3 - "$@" <<'PY'
+import json, sys
+def steps(p):
+    d = {}
+    for l in open(p):
+        j = json.loads(l)
+        if "loss" in j and "grad_norm" in j: d[j["step"]] = (j["loss"], j["grad_norm"])
+    return d
+a, b, lo = steps(sys.argv[1]), steps(sys.argv[2]), int(sys.argv[3])
+keys = [k for k in sorted(a) if k >= lo]
+if not keys or keys != [k for k in sorted(b) if k >= lo]:
+    print(f"steps differ from {lo}: {keys} vs {[k for k in sorted(b) if k >= lo]}"); sys.exit(1)
+wl = max(abs(b[k][0] - a[k][0]) / abs(a[k][0]) for k in keys)
+wn = max(abs(b[k][1] - a[k][1]) / abs(a[k][1]) for k in keys)
+print(f"loss {wl:.1e}, norm {wn:.1e} over steps {keys[0]}..{keys[-1]}")
+sys.exit(0 if wl <= float(sys.argv[4]) and wn <= float(sys.argv[5]) else 1)
+PY
+}
 # json_field FILE STEP FIELD: the value of FIELD on the metrics.jsonl line of STEP (train lines)
 json_field() {
     grep "\"step\": $2," "$1" | grep "\"$3\"" | head -1 | sed -E "s/.*\"$3\": ([^,}]+).*/\1/"

@@ -12,11 +12,9 @@ tsr_tmpdir
 tap_plan 6
 make_synth "$TMP/data" 512 60000
 tap_check $? "synthetic corpus made"
-args=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set data.tokenizer=
-      --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
-      --set eval_interval=0ba --set model.n_layer=3 --set model.d_model=64 --set model.n_head=4
-      --set seq_len=32 --set model.max_seq_len=32 --set global_batch=8 --set micro_batch=2
-      --set max_duration=10ba --set log_interval=1 --set threads=1 --set model.eot_token=7)
+tiny_args "$TMP/data/train"
+args+=(--set model.n_layer=3 --set model.n_head=4 --set global_batch=8 --set micro_batch=2
+       --set max_duration=10ba --set model.eot_token=7)
 run() { local dir=$1; shift; "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
 # acts FILE: the activations figure of the printed memory plan, in bytes
 acts() {

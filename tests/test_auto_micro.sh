@@ -14,11 +14,9 @@ tsr_tmpdir
 tap_plan 11
 make_synth "$TMP/data" 512 60000
 tap_check $? "synthetic corpus made"
-args=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set data.tokenizer=
-      --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
-      --set eval_interval=0ba --set model.n_layer=2 --set model.d_model=64 --set model.n_head=4
-      --set seq_len=32 --set model.max_seq_len=32 --set global_batch=16 --set max_duration=10ba
-      --set log_interval=1 --set threads=1 --set save_interval=5ba)
+tiny_args "$TMP/data/train"
+args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=16 --set max_duration=10ba
+       --set save_interval=5ba)
 # run DIR [--set ...]: 2 ranks, output in $TMP/DIR.txt
 run() {
     local dir=$1

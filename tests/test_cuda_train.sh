@@ -16,12 +16,9 @@ PER=9
 tap_plan $((2 * PER + 4))
 make_synth "$TMP/data" 512 80000
 
-base=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set data.tokenizer=
-      --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
-      --set eval_interval=0ba --set model.n_layer=2 --set model.d_model=64 --set model.n_head=2
-      --set seq_len=32 --set model.max_seq_len=32 --set global_batch=8 --set micro_batch=4
-      --set log_interval=1 --set threads=1 --set model.eot_token=7 --set max_duration=20ba
-      --set save_interval=10ba)
+tiny_args "$TMP/data/train"
+base=("${args[@]}" --set model.n_layer=2 --set model.n_head=2 --set global_batch=8
+      --set micro_batch=4 --set model.eot_token=7 --set max_duration=20ba --set save_interval=10ba)
 mpt=(--set model.pos=alibi --set model.bias=false --set model.gelu=exact
      --set model.attn_mask=document)
 # run BIN NP DIR ARGS...: trains, output in DIR.txt
@@ -29,27 +26,9 @@ run() {
     local bin=$1 np=$2 dir=$3; shift 3
     "${MPIRUN[@]}" -np "$np" "$bin" "${base[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1
 }
-# close A B FROM: every step's loss of run B within $LOSS_TOL (relative) of run A's, and its
-# gradient norm within $NORM_TOL, for steps >= FROM; prints the largest differences
-close() {
-    /usr/bin/python3 - "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" "$3" "$LOSS_TOL" "$NORM_TOL" <<'PY'
-import json, sys
-def steps(p):
-    out = {}
-    for l in open(p):
-        d = json.loads(l)
-        if "loss" in d and "step" in d: out[d["step"]] = (d["loss"], d["grad_norm"])
-    return out
-a, b, lo = steps(sys.argv[1]), steps(sys.argv[2]), int(sys.argv[3])
-keys = [k for k in sorted(a) if k >= lo]
-if not keys or not all(k in b for k in keys):
-    print("steps missing"); sys.exit(1)
-wl = max(abs(b[k][0] - a[k][0]) / abs(a[k][0]) for k in keys)
-wn = max(abs(b[k][1] - a[k][1]) / abs(a[k][1]) for k in keys)
-print(f"loss {wl:.1e}, norm {wn:.1e} over steps {keys[0]}..{keys[-1]}")
-sys.exit(0 if wl <= float(sys.argv[4]) and wn <= float(sys.argv[5]) else 1)
-PY
-}
+# close A B FROM: every step of run B from FROM has its loss within $LOSS_TOL (relative) of run
+# A's and its gradient norm within $NORM_TOL; prints the largest differences
+close() { metrics_close "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" "$3" "$LOSS_TOL" "$NORM_TOL"; }
 
 # the CPU reference runs, shared by both suites (each keeps its step-10 checkpoint)
 run "$TRAIN" 1 cpu_gpt2 && run "$TRAIN" 1 cpu_mpt "${mpt[@]}" && run "$TRAIN" 2 cpu_ddp --set micro_batch=2

@@ -16,35 +16,18 @@ tsr_tmpdir
 tap_plan 17
 make_synth "$TMP/data" 512 60000
 tap_check $? "synthetic corpus made"
-args=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set data.tokenizer=
-      --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
-      --set eval_interval=0ba --set model.n_layer=3 --set model.d_model=64 --set model.n_head=4
-      --set seq_len=32 --set model.max_seq_len=32 --set global_batch=8 --set micro_batch=2
-      --set max_duration=20ba --set log_interval=1 --set threads=1 --set save_interval=10ba)
+tiny_args "$TMP/data/train"
+args+=(--set model.n_layer=3 --set model.n_head=4 --set global_batch=8 --set micro_batch=2
+       --set max_duration=20ba --set save_interval=10ba)
 # run DIR NP [--set ...]: a training run in $TMP/DIR, output in $TMP/DIR.txt
 run() {
     local dir=$1 np=$2
     shift 2
     "${MPIRUN[@]}" -np "$np" "$TRAIN" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1
 }
-# close A B [FROM]: every step (from FROM) of metrics.jsonl A and B has loss and grad norm within
-# 1e-6 relative; prints the worst
-close() {
-    /usr/bin/python3 - "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" "${3:-1}" <<'PY'
-import json, sys
-def steps(p):
-    d = {}
-    for l in open(p):
-        j = json.loads(l)
-        if "loss" in j and "grad_norm" in j: d[j["step"]] = (j["loss"], j["grad_norm"])
-    return d
-a, b, lo = steps(sys.argv[1]), steps(sys.argv[2]), int(sys.argv[3])
-keys = [k for k in sorted(b) if k >= lo]
-worst = max(abs(x - y) / abs(x) for k in keys for x, y in zip(a[k], b[k]))
-print(f"{len(keys)} steps from {lo}, worst relative difference {worst:.2e}")
-sys.exit(0 if keys and all(k in a for k in keys) and worst <= 1e-6 else 1)
-PY
-}
+# close A B [FROM]: every step (from FROM) of runs A and B has loss and grad norm within 1e-6
+# relative; prints the worst
+close() { metrics_close "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" "${3:-1}" 1e-6 1e-6; }
 
 run D2 2 && run O2 2 --set parallel.sharding=zero1 && run Z2 2 --set parallel.sharding=zero3
 tap_check $? "2 ranks: ddp, zero1, zero3 (20 steps each)"

@@ -22,7 +22,7 @@ struct tsr_gpu_train {
     float *acc;           /* (1) sum of squares of the gradients */
     int device;
     /* per unit (0: root, l+1: layer l) its tensors' slices in the flat buffer */
-    int n_slices[1 + 4096];
+    int *n_slices;        /* (units) */
     size_t *off, *len;    /* (units * TSR_P_COUNT) */
     int host_acts;        /* lib_host_model(on) allocated host activations */
 };
@@ -120,15 +120,13 @@ static int lib_init(tsr_trainer *t) {
     tcu_zero(gt->v, m->n_params * sizeof(float), gt->s);
     gpu_model_upload(&gt->g, m->params);
     /* per-unit slices for the layer-by-layer gradient sums */
-    int units = m->L + 1;
-    if (units > (int)(sizeof gt->n_slices / sizeof gt->n_slices[0]))
-        tsr_die(TSR_EXIT_USAGE, "model.n_layers = %d: device = cuda supports at most %zu", m->L,
-                sizeof gt->n_slices / sizeof gt->n_slices[0] - 1);
-    gt->off = tsr_malloc((size_t)units * TSR_P_COUNT * sizeof(size_t));
-    gt->len = tsr_malloc((size_t)units * TSR_P_COUNT * sizeof(size_t));
-    for (int u = 0; u < units; u++)
-        gt->n_slices[u] = gpu_model_unit_slices(m, u, gt->off + (size_t)u * TSR_P_COUNT,
-                                                gt->len + (size_t)u * TSR_P_COUNT);
+    size_t units = (size_t)m->L + 1;
+    gt->n_slices = tsr_malloc(units * sizeof(int));
+    gt->off = tsr_malloc(units * TSR_P_COUNT * sizeof(size_t));
+    gt->len = tsr_malloc(units * TSR_P_COUNT * sizeof(size_t));
+    for (size_t u = 0; u < units; u++)
+        gt->n_slices[u] = gpu_model_unit_slices(m, (int)u, gt->off + u * TSR_P_COUNT,
+                                                gt->len + u * TSR_P_COUNT);
     /* the communicator: needed with more than one rank; with one, NCCL is still used when it
      * loads (the same code path as many ranks), else nothing has to be summed */
     char why[512] = "";
@@ -260,6 +258,7 @@ static void lib_free(tsr_trainer *t) {
     tcu_free(gt->acc);
     tcu_stream_destroy(gt->s);
     tcu_shutdown();
+    free(gt->n_slices);
     free(gt->off);
     free(gt->len);
     free(gt);
