@@ -165,6 +165,13 @@ void dist_group_alltoallv_f32(tsr_group *g, const float *send, const int *scount
 void dist_group_bcast_f32(tsr_group *g, float *buf, size_t n, int root) {
     if (g->size > 1) MPI_CHECK(MPI_Bcast(buf, (int)n, MPI_FLOAT, root, g->comm));
 }
+void dist_group_bcast(tsr_group *g, void *buf, size_t bytes, int root) {
+    if (g->size > 1) MPI_CHECK(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, g->comm));
+}
+void dist_group_allgather(tsr_group *g, const void *mine, void *all, size_t bytes) {
+    if (g->size == 1) memmove(all, mine, bytes);
+    else MPI_CHECK(MPI_Allgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, g->comm));
+}
 void dist_abort(int code) {
     MPI_Abort(MPI_COMM_WORLD, code);
     exit(code);
@@ -242,6 +249,13 @@ void dist_group_alltoallv_f32(tsr_group *g, const float *send, const int *scount
 }
 void dist_group_bcast_f32(tsr_group *g, float *buf, size_t n, int root) {
     (void)g, (void)buf, (void)n, (void)root;
+}
+void dist_group_bcast(tsr_group *g, void *buf, size_t bytes, int root) {
+    (void)g, (void)buf, (void)bytes, (void)root;
+}
+void dist_group_allgather(tsr_group *g, const void *mine, void *all, size_t bytes) {
+    (void)g;
+    memmove(all, mine, bytes);
 }
 void dist_abort(int code) { exit(code); }
 void dist_version(char *buf, size_t n) { snprintf(buf, n, "no MPI (NO_MPI=1 build)"); }

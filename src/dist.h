@@ -65,6 +65,10 @@ void dist_group_alltoallv_f32(tsr_group *g, const float *send, const int *scount
                               const int *sdispls, float *recv, const int *rcounts,
                               const int *rdispls);
 void dist_group_bcast_f32(tsr_group *g, float *buf, size_t n, int root);
+/* Byte-wise variants (device = cuda: NCCL ids, and bf16 data in the CUDA emulator):
+ * all[r * bytes .. + bytes) = group rank r's mine. */
+void dist_group_bcast(tsr_group *g, void *buf, size_t bytes, int root);
+void dist_group_allgather(tsr_group *g, const void *mine, void *all, size_t bytes);
 void dist_bcast(void *buf, size_t bytes, int root);
 _Noreturn void dist_abort(int code);
 /* Library version string (compile-time vs run-time), for the banner. */

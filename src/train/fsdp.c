@@ -20,14 +20,21 @@ static void build_unit(const tsr_model *m, int u, fsdp_unit *un) {
     }
 }
 
+size_t fsdp_piece_len(size_t size, int G) {
+    size_t P = (size + (size_t)G - 1) / (size_t)G;
+    return (P + 15) / 16 * 16;
+}
+
 static void plan_units(const tsr_model *m, int G, fsdp_unit *units) {
     for (int u = 0; u <= m->L; u++) {
         build_unit(m, u, &units[u]);
         units[u].counts = tsr_malloc((size_t)G * sizeof(int));
         units[u].displs = tsr_malloc((size_t)G * sizeof(int));
+        size_t size = units[u].size, P = fsdp_piece_len(size, G);
+        units[u].piece = P;
         for (int r = 0; r < G; r++) {
-            size_t lo = units[u].size * (size_t)r / (size_t)G;
-            size_t hi = units[u].size * (size_t)(r + 1) / (size_t)G;
+            size_t lo = P * (size_t)r < size ? P * (size_t)r : size;
+            size_t hi = lo + P < size ? lo + P : size;
             units[u].displs[r] = (int)lo;
             units[u].counts[r] = (int)(hi - lo);
         }
@@ -45,7 +52,7 @@ void fsdp_plan_bytes(const tsr_model *m, int G, double *weights, double *grads, 
         else if (un.size > layer) layer = un.size;
     }
     double f = sizeof(float), shard = (double)((total + (size_t)G - 1) / (size_t)G) * f;
-    double piece = (double)(((root > layer ? root : layer) + (size_t)G - 1) / (size_t)G) * f;
+    double piece = (double)fsdp_piece_len(root > layer ? root : layer, G) * f;
     *weights = *grads = shard;
     *optim = 2 * shard;
     *comm = (double)(2 * root + 3 * layer) * f + piece;
@@ -78,7 +85,7 @@ static void *grab(tsr_fsdp *f, size_t n) {
 static void src_get(void *ctx, int u, int backward, float **w, float **g);
 static void src_put(void *ctx, int u, int backward);
 
-void fsdp_init(tsr_fsdp *f, tsr_model *m, int G, const tsr_dist *d) {
+void fsdp_plan(tsr_fsdp *f, tsr_model *m, int G, const tsr_dist *d) {
     memset(f, 0, sizeof *f);
     f->m = m;
     f->ops = m->ops;
@@ -113,6 +120,10 @@ void fsdp_init(tsr_fsdp *f, tsr_model *m, int G, const tsr_dist *d) {
         f->part_displs[r] = (int)lo;
         f->part_counts[r] = (int)(hi - lo);
     }
+}
+
+void fsdp_init(tsr_fsdp *f, tsr_model *m, int G, const tsr_dist *d) {
+    fsdp_plan(f, m, G, d);
     f->params = grab(f, f->shard_n);
     f->grads = grab(f, f->shard_n);
     f->root_w = grab(f, f->units[0].size);
@@ -143,7 +154,8 @@ void fsdp_free(tsr_fsdp *f) {
     fsdp_params_changed(f);
     float *bufs[] = {f->params, f->grads, f->root_w, f->root_g, f->slot[0], f->slot[1],
                      f->layer_g, f->piece_buf};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) f->ops->free(bufs[i]);
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        if (bufs[i]) f->ops->free(bufs[i]);
     for (int u = 0; u < f->n_units; u++) free(f->units[u].counts), free(f->units[u].displs);
     for (int r = 0; r < f->G; r++) free(f->pieces[r]);
     free(f->pieces), free(f->n_pieces), free(f->units), free(f->unit_at);

@@ -4,8 +4,11 @@
  * Units: unit 0 is the root (wte, wpe, lnfw, lnfb), unit l+1 is layer l's slices of the per-layer
  * tensors; a unit's elements are its tensors' slices concatenated in tsr_param_id order. The ranks
  * of a sharding group (G ranks: the world under zero3, parallel.replica_group under hsdp) split
- * every unit into G contiguous pieces, rank order; a rank's shard is its piece of each unit, units
- * in order. Weights, gradients and both AdamW moments live only as shards.
+ * every unit into G contiguous pieces, rank order, of fsdp_piece_len floats each (the last ones
+ * short or empty): a rank's shard is its piece of each unit, units in order. Equal pieces are what
+ * NCCL's reduce-scatter and all-gather need, so the CUDA path (src/gpu/gpu_shard.c) uses this
+ * plan too, with each piece padded to the full length on the device. Weights, gradients and both
+ * AdamW moments live only as shards.
  *
  * A step: the model asks for each unit just before using it (tsr_param_source): a layer's weights
  * are all-gathered into one of two layer buffers, and the next layer's gather is started before
@@ -39,7 +42,9 @@ typedef struct fsdp_unit {
     size_t size;
     int n_seg;
     fsdp_seg seg[TSR_P_COUNT];
-    int *counts, *displs; /* per group rank: its piece of the unit */
+    size_t piece;         /* fsdp_piece_len(size, G): rank r's piece starts at r * piece */
+    int *counts, *displs; /* per group rank: its piece of the unit (the last ones may be short
+                           * or empty) */
 } fsdp_unit;
 
 /* A run of a rank's shard that is one run of the flat layout (one tensor). */
@@ -79,6 +84,11 @@ typedef struct tsr_fsdp {
  * buffers, one layer's gradients, one unit's piece of reduce-scattered gradients). */
 void fsdp_plan_bytes(const tsr_model *m, int G, double *weights, double *grads, double *optim,
                      double *comm);
+/* ceil(size / G) rounded up to 16 floats (64-byte aligned pieces). */
+size_t fsdp_piece_len(size_t size, int G);
+/* The plan only: units, groups, pieces, checkpoint partition; no buffers, m->src untouched
+ * (collective: it splits the groups). fsdp_free releases it. */
+void fsdp_plan(tsr_fsdp *f, tsr_model *m, int G, const tsr_dist *d);
 /* Builds the units, the groups (world rank r: group r / G, group rank r % G; collective) and the
  * buffers, and sets m->src. G must divide the world. */
 void fsdp_init(tsr_fsdp *f, tsr_model *m, int G, const tsr_dist *d);
