@@ -172,6 +172,12 @@ void tcu_memcpy_d2h(void *dst_host, const void *src, size_t bytes, tcu_stream s)
     TCU_CHECK(cudaStreamSynchronize(s), "tcu_memcpy_d2h: cudaStreamSynchronize");
 }
 
+/* Stream-ordered; bytes 0 does nothing. */
+void tcu_memcpy_d2d(void *dst, const void *src, size_t bytes, tcu_stream s) {
+    if (bytes)
+        TCU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s), "tcu_memcpy_d2d");
+}
+
 /* Waits for all work queued on s; reports (and exits on) a fault of any kernel that ran there. */
 void tcu_sync(tcu_stream s) { TCU_CHECK(cudaStreamSynchronize(s), "tcu_sync"); }
 

@@ -1,7 +1,8 @@
 /* cuda_elementwise.cu — the memory-bound model ops of cuda_ops.h: encoder forward and backward,
- * GELU, residual. The maths are those of the CPU oracle (kernels/cpu/cpu_ops.c), in fp32 registers
- * over bf16 (activations, weights) or fp32 (parameter gradients) storage. (The optimizer kernels,
- * tcu_sumsq and tcu_adamw_update, are in cuda_common.cu.)
+ * GELU, residual, and the fp32 add tcu_add_f32. The maths are those of the CPU oracle
+ * (kernels/cpu/cpu_ops.c), in fp32 registers over bf16 (activations, weights) or fp32 (parameter
+ * gradients) storage. (The optimizer kernels, tcu_sumsq and tcu_adamw_update, are in
+ * cuda_common.cu.)
  *
  * File-wide conventions:
  *   - backward ops accumulate (+=): parameter gradients in fp32 (dwte, dwpe), activation gradients
@@ -11,7 +12,8 @@
  *   - flat kernels are grid-stride loops of 256 threads over "packs" of 8 bf16: a pack
  *     moves as one 16-byte access when every pointer is 16-byte aligned (a flag computed on the
  *     host), element by element otherwise and for the last, partial pack. Each element gets the
- *     same arithmetic either way, so results do not depend on alignment;
+ *     same arithmetic either way, so results do not depend on alignment (tcu_add_f32, over fp32,
+ *     is a plain grid-stride loop of one element per step);
  *   - deterministic: no floating-point atomics, except tcu_encoder_backward's dwte when it is given
  *     no host copy of the tokens (as cuda_ops.h allows). Reductions add in a fixed order that
  *     depends only on the sizes (not on timing, not on the GPU model);
@@ -623,4 +625,28 @@ void tcu_residual_backward(tsr_bf16 *da, tsr_bf16 *db, const tsr_bf16 *dout, siz
     bool vec = tcu_aligned16(da) && tcu_aligned16(db) && tcu_aligned16(dout);
     launch_packs_of_8(residual_backward_op{(bf16 *)da, (bf16 *)db, (const bf16 *)dout, da == db}, n,
                       vec, s, "tcu_residual_backward");
+}
+
+/* ---- fp32 add ------------------------------------------------------------------------------ */
+
+namespace {
+
+/* dst[i] += src[i] for i < n.  dst, src (n) fp32 (the same buffer, or not overlapping).
+ * Grid-stride over size_t indices (n may exceed 2^31), 256 threads; one fp32 add per element
+ * (__fadd_rn: never contracted), so the result does not depend on the launch. */
+__global__ void add_f32_grid_stride(float *dst, const float *src, size_t n) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        dst[i] = __fadd_rn(dst[i], src[i]);
+}
+
+} // namespace
+
+/* No scratch and no context: safe on any stream, concurrently with ops on another stream. */
+void tcu_add_f32(float *dst, const float *src, size_t n, tcu_stream s) {
+    const char *what = "tcu_add_f32";
+    if (n == 0) return;
+    TCU_REQUIRE(dst && src, what, "dst and src must not be NULL");
+    add_f32_grid_stride<<<ew_grid(n), EW_THREADS, 0, s>>>(dst, src, n);
+    TCU_CHECK_LAUNCH(what);
 }

@@ -17,7 +17,8 @@
  *   - preconditions an op cannot handle (a head size it has no kernel for, C not a multiple of 8
  *     where a vector width needs it) exit with a message naming the op and the value.
  *   - one stream per process at a time: the ops share process-wide scratch (the cuBLASLt
- *     workspace, reduction partials), so two streams running ops concurrently would race;
+ *     workspace, reduction partials), so two streams running ops concurrently would race
+ *     (tcu_add_f32, which uses none, is the exception: any stream, concurrently);
  *   - device pointers come from tcu_malloc (256-byte aligned); attention requires its bf16
  *     tensors 16-byte aligned and exits naming the op otherwise.
  * Deterministic: every op gives the same bits run to run on one GPU for the same inputs (no
@@ -56,6 +57,9 @@ void tcu_free(void *p);
 void tcu_zero(void *p, size_t bytes, tcu_stream s);
 void tcu_memcpy_h2d(void *dst, const void *src_host, size_t bytes, tcu_stream s);
 void tcu_memcpy_d2h(void *dst_host, const void *src, size_t bytes, tcu_stream s);
+/* Device-to-device copy of `bytes` bytes, stream-ordered (async) on s; bytes 0 does nothing.
+ * dst and src must not overlap. */
+void tcu_memcpy_d2d(void *dst, const void *src, size_t bytes, tcu_stream s);
 void tcu_sync(tcu_stream s);
 tcu_stream tcu_stream_create(void);
 void tcu_stream_destroy(tcu_stream s);
@@ -169,6 +173,13 @@ void tcu_softmax_xent(float *losses, tsr_bf16 *logits, const int32_t *targets,
 /* Sum of squares of g (n fp32) added into *acc (one fp32 on the device, fp32 partial sums per
  * block then a fixed-order sum: deterministic). Zero *acc first (tcu_zero) for a fresh norm. */
 void tcu_sumsq(float *acc, const float *g, size_t n, tcu_stream s);
+
+/* dst[i] += src[i], i < n (fp32; one fp32 add per element: deterministic, bit for bit the host's
+ * dst[i] + src[i]); n == 0 does nothing. dst and src must be the same buffer or not overlap.
+ * Unlike the other ops it uses no process-wide scratch (and no context), so it may run on any
+ * stream, concurrently with ops on another one (e.g. on the gradient communication stream while
+ * the compute stream runs ops). */
+void tcu_add_f32(float *dst, const float *src, size_t n, tcu_stream s);
 
 /* AdamW (decoupled weight decay, as torch.optim.AdamW and ops.h adamw_update) on fp32 master
  * weights p, fp32 g, m, v (n), then the bf16 copy p_bf16 (n) = round(p) that the ops read (or

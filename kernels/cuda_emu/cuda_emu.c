@@ -227,6 +227,10 @@ void tcu_memcpy_d2h(void *dst_host, const void *src, size_t bytes, tcu_stream s)
     if (bytes) memcpy(dst_host, src, bytes);
 }
 
+void tcu_memcpy_d2d(void *dst, const void *src, size_t bytes, tcu_stream s) {
+    if (bytes) memcpy(dst, src, bytes);
+}
+
 void tcu_sync(tcu_stream s) {}
 
 tcu_stream tcu_stream_create(void) { return host_alloc(1, "tcu_stream_create"); }
@@ -628,6 +632,13 @@ void tcu_sumsq(float *acc, const float *g, size_t n, tcu_stream s) {
     if (n == 0) return;
     REQUIRE(acc && g, "tcu_sumsq", "acc and g must not be NULL");
     *acc += (float)cpu->sumsq(g, n);
+}
+
+/* dst[i] = dst[i] + src[i], one fp32 add each (as the kernel); needs no context (as the kernel) */
+void tcu_add_f32(float *dst, const float *src, size_t n, tcu_stream s) {
+    if (n == 0) return;
+    REQUIRE(dst && src, "tcu_add_f32", "dst and src must not be NULL");
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
 
 /* the CPU op on the fp32 state, then p_bf16 = round(p) */

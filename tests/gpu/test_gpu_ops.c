@@ -927,6 +927,82 @@ static void test_adamw(const adamw_cfg *a) {
     scope_end(tag);
 }
 
+/* ---- fp32 add, device-to-device copy ------------------------------------------------------ */
+
+/* float bits on the device == want (n) bit for bit (NaN included) */
+static int check_bits32(const char *what, const float *d, const float *want, size_t n) {
+    float *got = get_f32(d, n);
+    size_t bad = ndiff(got, want, n, sizeof(float)), first = 0;
+    while (bad && !memcmp(&got[first], &want[first], sizeof(float))) first++;
+    char fb[96] = "";
+    if (bad)
+        snprintf(fb, sizeof fb, " (first [%zu]: gpu %a, want %a)", first, got[first], want[first]);
+    return tap_ok(bad == 0, "%s: %zu of %zu differ%s", what, bad, n, fb);
+}
+
+#define ADD_F32_CHECKS 3
+/* dst += src: one fp32 add per element, so bit for bit the host's dst0[i] + src[i]. Magnitudes
+ * spread over 1e-3 .. 1e3 so most adds round. n == 0: buffers of 16 left as they are (and NULL
+ * pointers accepted). The aliased call (dst == src: 2 dst) runs on a stream of its own: the op
+ * may run on any stream. */
+static void test_add_f32(size_t n) {
+    const size_t m = n ? n : 16;
+    float *x = hf(m), *y = hf(m), *want = hf(m);
+    for (size_t i = 0; i < m; i++) {
+        x[i] = uni(-1, 1) * powf(10.0f, uni(-3, 3));
+        y[i] = uni(-1, 1) * powf(10.0f, uni(-3, 3));
+    }
+    if (m > 2) x[0] = 1.0f, y[0] = 0x1p-24f, x[m - 1] = -3.0f, y[m - 1] = 3.0f; /* a tie; exact 0 */
+    float *d_x = new_f32(x, m), *d_y = new_f32(y, m);
+    tcu_add_f32(d_x, d_y, n, g_s);
+    if (n == 0) tcu_add_f32(NULL, NULL, 0, g_s);
+    for (size_t i = 0; i < m; i++) {
+        volatile float sum = x[i] + y[i]; /* one fp32 rounding */
+        want[i] = i < n ? sum : x[i];
+    }
+    check_bits32(n ? L("add_f32 n=%zu: dst == dst0 + src (fp32) bit for bit", n)
+                   : "add_f32 n=0: dst left as it was (and NULL pointers accepted)",
+                 d_x, want, m);
+    check_bits32(L("add_f32 n=%zu: src unchanged", n), d_y, y, m);
+    tcu_stream s2 = tcu_stream_create();
+    tcu_add_f32(d_y, d_y, n, s2);
+    tcu_sync(s2);
+    tcu_stream_destroy(s2);
+    for (size_t i = 0; i < m; i++) want[i] = i < n ? y[i] + y[i] : y[i];
+    check_bits32(L("add_f32 n=%zu: dst == src (aliased, on another stream): %s", n,
+                   n ? "dst == 2 dst0" : "left as it was"),
+                 d_y, want, m);
+    scope_end("add_f32");
+}
+
+typedef struct { size_t bytes, dst_off, src_off; } d2d_cfg;
+#define D2D_CHECKS 3
+/* random bytes from src + src_off into a poisoned dst at dst_off (byte offsets: any alignment),
+ * stream-ordered before the read-back on the same stream */
+static void test_memcpy_d2d(const d2d_cfg *c) {
+    const size_t tail = 77, nd = c->dst_off + c->bytes + tail, ns = c->src_off + c->bytes + 5;
+    unsigned char *src = halloc(ns), *got = halloc(nd);
+    for (size_t i = 0; i < ns; i++) src[i] = (unsigned char)(rng_next() >> 56);
+    unsigned char *d_src = dalloc(ns), *d_dst = dalloc(nd);
+    h2d(d_src, src, ns);
+    poison(d_dst, nd);
+    tcu_memcpy_d2d(d_dst + c->dst_off, d_src + c->src_off, c->bytes, g_s);
+    d2h(got, d_dst, nd);
+    size_t out = 0;
+    for (size_t i = 0; i < nd; i++)
+        if (i < c->dst_off || i >= c->dst_off + c->bytes) out += got[i] != 0xff;
+    tap_ok(!memcmp(got + c->dst_off, src + c->src_off, c->bytes),
+           "memcpy_d2d %zu bytes (dst +%zu, src +%zu): the copied bytes == src (%zu differ)",
+           c->bytes, c->dst_off, c->src_off,
+           ndiff(got + c->dst_off, src + c->src_off, c->bytes, 1));
+    tap_ok(out == 0, "memcpy_d2d %zu bytes (dst +%zu, src +%zu): the %zu bytes of dst outside the "
+           "range untouched (%zu changed)", c->bytes, c->dst_off, c->src_off, nd - c->bytes, out);
+    unsigned char *src_after = halloc(ns);
+    d2h(src_after, d_src, ns);
+    tap_ok(!memcmp(src_after, src, ns), "memcpy_d2d %zu bytes: src unchanged", c->bytes);
+    scope_end("memcpy_d2d");
+}
+
 /* ---- main --------------------------------------------------------------------------------- */
 
 static const enc_cfg ENC[] = {
@@ -963,6 +1039,11 @@ static const xent_cfg XENT[] = {
 };
 static const size_t SUMSQ[] = {1, 1000, 1000003};
 static const adamw_cfg ADAMW[] = {{7, 1, 1}, {100003, 10, 1}, {4099, 1, 0}};
+/* 0; under, over and not a multiple of the 256-thread block; past 65536 blocks (grid-stride) */
+static const size_t ADD_F32[] = {0, 1, 255, 257, 1000003, ((size_t)1 << 24) + 1001};
+static const d2d_cfg D2D[] = {
+    {0, 8, 0}, {1, 3, 0}, {7, 0, 5}, {4096 + 13, 256, 1}, {((size_t)1 << 22) + 5, 3, 256},
+};
 /* last: what cuda_ops.h does not spell out (elementwise n not a multiple of 8; matmul_backward
  * with dinp or dw NULL, only dbias is marked "or NULL"): a crash here loses no other check */
 static const gelu_cfg GELU_ODD[] = {{1001, TSR_GELU_TANH}, {1001, TSR_GELU_EXACT}};
@@ -982,6 +1063,7 @@ static int plan_size(void) {
     n += (int)(COUNT(GELU) + COUNT(GELU_ODD)) * GELU_CHECKS;
     n += (int)(COUNT(RESID) + 1) * RESIDUAL_CHECKS + (int)COUNT(ATT) * ATT_CHECKS;
     n += (int)COUNT(XENT) * XENT_CHECKS + (int)COUNT(SUMSQ) * SUMSQ_CHECKS;
+    n += (int)COUNT(ADD_F32) * ADD_F32_CHECKS + (int)COUNT(D2D) * D2D_CHECKS;
     return n;
 }
 
@@ -1013,6 +1095,7 @@ int main(void) {
     tap_plan(plan_size());
 
     test_convert();
+    for (size_t i = 0; i < COUNT(D2D); i++) test_memcpy_d2d(&D2D[i]);
     for (size_t i = 0; i < COUNT(ENC); i++) test_encoder(&ENC[i]);
     for (size_t i = 0; i < COUNT(LN); i++) test_layernorm(&LN[i]);
     for (size_t i = 0; i < COUNT(MMF); i++) test_matmul_fwd(&MMF[i]);
@@ -1023,6 +1106,7 @@ int main(void) {
     for (size_t i = 0; i < COUNT(XENT); i++) test_xent(&XENT[i]);
     for (size_t i = 0; i < COUNT(SUMSQ); i++) test_sumsq(SUMSQ[i]);
     for (size_t i = 0; i < COUNT(ADAMW); i++) test_adamw(&ADAMW[i]);
+    for (size_t i = 0; i < COUNT(ADD_F32); i++) test_add_f32(ADD_F32[i]);
     tap_diag("next: what cuda_ops.h does not spell out (odd n, matmul_backward dinp/dw NULL)");
     for (size_t i = 0; i < COUNT(GELU_ODD); i++) test_gelu(&GELU_ODD[i]);
     test_residual(RESID_ODD);
