@@ -98,7 +98,7 @@ CKPT_MPI  := $(filter-out $(CKPT_PURE),$(wildcard checkpoint/*.c))
 # src/gpu/: the trainer's device = cuda path. gpu_load.c (in the library) opens
 # libtessera-cuda-train.so, made of the rest of src/gpu/ and the CUDA backend, on first use
 # (src/gpu/gpu_train.h); the emulator test build links those objects in directly.
-GPU_SRC  := src/gpu/gpu_model.c src/gpu/gpu_train.c
+GPU_SRC  := src/gpu/gpu_model.c src/gpu/gpu_shard.c src/gpu/gpu_train.c
 GPU_OBJ  := $(GPU_SRC:%.c=$(BUILD)/obj/%.o)
 LIB_SRC  := $(filter-out $(MAINS) $(GPU_SRC) src/gpu/gpu_comm_%.c,$(wildcard src/*.c src/*/*.c kernels/cpu/*.c)) $(CKPT_PURE)
 ifeq ($(NO_MPI),0)
@@ -219,7 +219,7 @@ $(BUILD)/tests/test_gpu_ops_emu: $(BUILD)/obj/tests/gpu/test_gpu_ops.o $(BUILD)/
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
 
 $(BUILD)/tests/tessera-train-cuemu: $(BUILD)/obj/src/train/train_main.o $(BUILD)/obj/src/gpu/gpu_model.o \
-                $(BUILD)/obj/src/gpu/gpu_train_emu.o $(BUILD)/obj/src/gpu/gpu_comm_mpi.o \
+                $(BUILD)/obj/src/gpu/gpu_shard.o $(BUILD)/obj/src/gpu/gpu_train_emu.o $(BUILD)/obj/src/gpu/gpu_comm_mpi.o \
                 $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)

@@ -17,14 +17,30 @@
 
 typedef struct gpu_comm gpu_comm;
 
-/* Collective over the world. Returns NULL with the reason in why when the communicator cannot
- * be made (every rank learns of a failure: the result is agreed). */
-gpu_comm *gpu_comm_open(const tsr_dist *d, tcu_stream compute, char *why, size_t n);
+/* Collective over the world: the ranks passing the same color form one communicator, ranked by
+ * key (color 0, key = rank: the world; parallel.sharding = hsdp makes a group's and a replica
+ * set's). Returns NULL with the reason in why when it cannot be made (every rank learns of a
+ * failure: the result is agreed). */
+gpu_comm *gpu_comm_open(const tsr_dist *d, int color, int key, tcu_stream compute, char *why,
+                        size_t n);
 /* What carries the sums, for the banner ("NCCL 2.27.3", "MPI (host memory)"). */
 const char *gpu_comm_name(const gpu_comm *c);
+int gpu_comm_size(const gpu_comm *c);
 /* In-place sum over the ranks of the k slices base[off[i] .. + len[i]) (fp32), as one grouped
  * operation, after the work queued on the compute stream so far. Returns at once. */
 void gpu_comm_allreduce(gpu_comm *c, float *base, const size_t *off, const size_t *len, int k);
+/* recv (count fp32) = this rank's block of the element-wise sum over the ranks of send
+ * (size * count fp32, blocks in rank order); after the compute stream's work so far. */
+void gpu_comm_reduce_scatter(gpu_comm *c, const float *send, float *recv, size_t count);
+/* recv (size * count elements of elem bytes) = every rank's send (count elements), rank order;
+ * after the compute stream's work so far. */
+void gpu_comm_all_gather(gpu_comm *c, const void *send, void *recv, size_t count, size_t elem);
+/* The communication stream, made to wait for the compute stream's work so far: copies queued on
+ * it run in order with the collectives (packing a unit before its reduce-scatter, adding a
+ * piece after it). */
+tcu_stream gpu_comm_follow(gpu_comm *c);
+/* Records e on the communication stream (after everything queued there so far). */
+void gpu_comm_mark(gpu_comm *c, tcu_event e);
 /* The compute stream waits (on the device) for every collective queued so far. */
 void gpu_comm_wait(gpu_comm *c);
 void gpu_comm_close(gpu_comm *c);

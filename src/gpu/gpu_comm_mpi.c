@@ -1,6 +1,7 @@
 /* gpu_comm_mpi.c — gpu_comm.h for the host emulator of the CUDA backend (kernels/cuda_emu/):
- * its device memory is host memory, so the gradients are summed by MPI in place. The compute
- * stream is synchronised first (a no-op in the emulator), which keeps the ordering contract. */
+ * its device memory is host memory, so MPI moves it in place, on a group of dist_group_split.
+ * Every call synchronises the compute stream first (a no-op in the emulator) and completes
+ * before it returns, which keeps the ordering contract. */
 #include "gpu/gpu_comm.h"
 
 #include <stdlib.h>
@@ -9,14 +10,18 @@
 
 struct gpu_comm {
     tcu_stream compute;
-    int world;
+    tsr_group *g;
+    int size, rank;
 };
 
-gpu_comm *gpu_comm_open(const tsr_dist *d, tcu_stream compute, char *why, size_t n) {
-    (void)why, (void)n;
+gpu_comm *gpu_comm_open(const tsr_dist *d, int color, int key, tcu_stream compute, char *why,
+                        size_t n) {
+    (void)d, (void)why, (void)n;
     gpu_comm *c = tsr_malloc(sizeof *c);
     c->compute = compute;
-    c->world = d->world;
+    c->g = dist_group_split(color, key);
+    c->size = dist_group_size(c->g);
+    c->rank = dist_group_rank(c->g);
     return c;
 }
 
@@ -25,12 +30,38 @@ const char *gpu_comm_name(const gpu_comm *c) {
     return "MPI (host memory: the CUDA emulator)";
 }
 
+int gpu_comm_size(const gpu_comm *c) { return c->size; }
+
 void gpu_comm_allreduce(gpu_comm *c, float *base, const size_t *off, const size_t *len, int k) {
-    if (c->world < 2) return;
+    if (c->size < 2) return;
     tcu_sync(c->compute);
-    for (int i = 0; i < k; i++) dist_allreduce_sum_f32(base + off[i], len[i]);
+    for (int i = 0; i < k; i++) dist_group_allreduce_sum_f32(c->g, base + off[i], len[i]);
 }
+
+void gpu_comm_reduce_scatter(gpu_comm *c, const float *send, float *recv, size_t count) {
+    tcu_sync(c->compute);
+    int *counts = tsr_malloc((size_t)c->size * sizeof(int));
+    for (int r = 0; r < c->size; r++) counts[r] = (int)count;
+    dist_group_reduce_scatter_f32(c->g, send, recv, counts);
+    free(counts);
+}
+
+void gpu_comm_all_gather(gpu_comm *c, const void *send, void *recv, size_t count, size_t elem) {
+    tcu_sync(c->compute);
+    dist_group_allgather(c->g, send, recv, count * elem);
+}
+
+tcu_stream gpu_comm_follow(gpu_comm *c) {
+    tcu_sync(c->compute);
+    return c->compute;
+}
+
+void gpu_comm_mark(gpu_comm *c, tcu_event e) { tcu_event_record(e, c->compute); }
 
 void gpu_comm_wait(gpu_comm *c) { (void)c; }
 
-void gpu_comm_close(gpu_comm *c) { free(c); }
+void gpu_comm_close(gpu_comm *c) {
+    if (!c) return;
+    dist_group_free(c->g);
+    free(c);
+}

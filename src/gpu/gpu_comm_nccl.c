@@ -3,7 +3,8 @@
  * libnccl.so.2 is opened with dlopen when a run first needs it, so the trainer links no NCCL:
  * CPU runs and single-GPU runs start where NCCL is not installed (a single GPU without NCCL
  * simply sums nothing). Bootstrap: rank 0 makes the unique id, MPI broadcasts it, every rank
- * calls ncclCommInitRank with its CUDA device already selected (tcu_init). Each all-reduce is
+ * calls ncclCommInitRank with its CUDA device already selected (tcu_init); a communicator over a
+ * group (hsdp) gets its id from the group's first rank. Each all-reduce is
  * one ncclGroupStart/End over the slices of a layer, on the communication stream after an event
  * recorded on the compute stream; gpu_comm_wait makes the compute stream wait for the last one.
  */
@@ -23,6 +24,10 @@ typedef struct nccl_api {
     ncclResult_t (*comm_destroy)(ncclComm_t);
     ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t,
                                ncclComm_t, cudaStream_t);
+    ncclResult_t (*reduce_scatter)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t,
+                                   ncclComm_t, cudaStream_t);
+    ncclResult_t (*all_gather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t,
+                               cudaStream_t);
     ncclResult_t (*group_start)(void);
     ncclResult_t (*group_end)(void);
     ncclResult_t (*get_version)(int *);
@@ -33,9 +38,10 @@ struct gpu_comm {
     nccl_api api;
     void *lib;
     ncclComm_t comm;
+    tsr_group *g;
     tcu_stream compute, stream;
     tcu_event ready, done;
-    int world, version;
+    int size, version;
     char name[64];
 };
 
@@ -53,6 +59,8 @@ static int load_nccl(gpu_comm *c, char *why, size_t n) {
         {(void **)&c->api.comm_init_rank, "ncclCommInitRank"},
         {(void **)&c->api.comm_destroy, "ncclCommDestroy"},
         {(void **)&c->api.all_reduce, "ncclAllReduce"},
+        {(void **)&c->api.reduce_scatter, "ncclReduceScatter"},
+        {(void **)&c->api.all_gather, "ncclAllGather"},
         {(void **)&c->api.group_start, "ncclGroupStart"},
         {(void **)&c->api.group_end, "ncclGroupEnd"},
         {(void **)&c->api.get_version, "ncclGetVersion"},
@@ -74,10 +82,10 @@ static int load_nccl(gpu_comm *c, char *why, size_t n) {
             tsr_die(TSR_EXIT_INTERNAL, "NCCL %s failed: %s", what, (c)->api.error_string(r_));    \
     } while (0)
 
-gpu_comm *gpu_comm_open(const tsr_dist *d, tcu_stream compute, char *why, size_t n) {
+gpu_comm *gpu_comm_open(const tsr_dist *d, int color, int key, tcu_stream compute, char *why,
+                        size_t n) {
     gpu_comm *c = tsr_calloc(1, sizeof *c);
     c->compute = compute;
-    c->world = d->world;
     int bad = load_nccl(c, why, n) != 0;
     /* agree: a rank without NCCL stops every rank, with its reason on that rank */
     double agree = bad;
@@ -89,11 +97,15 @@ gpu_comm *gpu_comm_open(const tsr_dist *d, tcu_stream compute, char *why, size_t
         free(c);
         return NULL;
     }
+    (void)d;
+    c->g = dist_group_split(color, key);
+    c->size = dist_group_size(c->g);
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
-    if (d->rank == 0) NCCL_DIE(c, c->api.get_unique_id(&id), "ncclGetUniqueId");
-    dist_bcast(&id, sizeof id, 0);
-    NCCL_DIE(c, c->api.comm_init_rank(&c->comm, d->world, id, d->rank), "ncclCommInitRank");
+    if (dist_group_rank(c->g) == 0) NCCL_DIE(c, c->api.get_unique_id(&id), "ncclGetUniqueId");
+    dist_group_bcast(c->g, &id, sizeof id, 0);
+    NCCL_DIE(c, c->api.comm_init_rank(&c->comm, c->size, id, dist_group_rank(c->g)),
+             "ncclCommInitRank");
     c->api.get_version(&c->version);
     snprintf(c->name, sizeof c->name, "NCCL %d.%d.%d", c->version / 10000,
              c->version / 100 % 100, c->version % 100);
@@ -105,9 +117,16 @@ gpu_comm *gpu_comm_open(const tsr_dist *d, tcu_stream compute, char *why, size_t
 
 const char *gpu_comm_name(const gpu_comm *c) { return c->name; }
 
-void gpu_comm_allreduce(gpu_comm *c, float *base, const size_t *off, const size_t *len, int k) {
+int gpu_comm_size(const gpu_comm *c) { return c->size; }
+
+tcu_stream gpu_comm_follow(gpu_comm *c) {
     tcu_event_record(c->ready, c->compute);
     tcu_stream_wait_event(c->stream, c->ready);
+    return c->stream;
+}
+
+void gpu_comm_allreduce(gpu_comm *c, float *base, const size_t *off, const size_t *len, int k) {
+    gpu_comm_follow(c);
     NCCL_DIE(c, c->api.group_start(), "ncclGroupStart");
     for (int i = 0; i < k; i++)
         NCCL_DIE(c, c->api.all_reduce(base + off[i], base + off[i], len[i], ncclFloat, ncclSum,
@@ -115,6 +134,22 @@ void gpu_comm_allreduce(gpu_comm *c, float *base, const size_t *off, const size_
                  "ncclAllReduce");
     NCCL_DIE(c, c->api.group_end(), "ncclGroupEnd");
 }
+
+void gpu_comm_reduce_scatter(gpu_comm *c, const float *send, float *recv, size_t count) {
+    gpu_comm_follow(c);
+    NCCL_DIE(c, c->api.reduce_scatter(send, recv, count, ncclFloat, ncclSum, c->comm,
+                                      (cudaStream_t)c->stream),
+             "ncclReduceScatter");
+}
+
+void gpu_comm_all_gather(gpu_comm *c, const void *send, void *recv, size_t count, size_t elem) {
+    gpu_comm_follow(c);
+    NCCL_DIE(c, c->api.all_gather(send, recv, count * elem, ncclUint8, c->comm,
+                                  (cudaStream_t)c->stream),
+             "ncclAllGather");
+}
+
+void gpu_comm_mark(gpu_comm *c, tcu_event e) { tcu_event_record(e, c->stream); }
 
 void gpu_comm_wait(gpu_comm *c) {
     tcu_event_record(c->done, c->stream);
@@ -128,6 +163,7 @@ void gpu_comm_close(gpu_comm *c) {
     tcu_event_destroy(c->ready);
     tcu_event_destroy(c->done);
     tcu_stream_destroy(c->stream);
+    dist_group_free(c->g);
     /* the library stays loaded: NCCL's own threads may outlive the communicator briefly */
     free(c);
 }

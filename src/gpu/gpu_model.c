@@ -6,8 +6,10 @@
 
 #include "common.h"
 
-size_t gpu_model_state_bytes(const tsr_model *m) {
-    return m->n_params * (2 * sizeof(float) + sizeof(tsr_bf16));
+size_t gpu_model_state_bytes(const tsr_model *m, gpu_state state) {
+    size_t per = state == GPU_STATE_FULL ? 2 * sizeof(float) + sizeof(tsr_bf16)
+               : state == GPU_STATE_NO_MASTER ? sizeof(float) + sizeof(tsr_bf16) : 0;
+    return m->n_params * per;
 }
 
 /* Every activation buffer with its element size and count, in one table, so the byte count of
@@ -69,14 +71,17 @@ size_t gpu_model_acts_bytes(const tsr_model *m, int B, int T) {
     return bytes;
 }
 
-void gpu_model_init(tsr_gpu_model *g, const tsr_model *m, tcu_stream s) {
+void gpu_model_init(tsr_gpu_model *g, const tsr_model *m, tcu_stream s, gpu_state state) {
     memset(g, 0, sizeof *g);
     g->m = m;
     g->s = s;
-    g->params = tcu_malloc(m->n_params * sizeof(float), "master weights (fp32)");
-    g->wbf = tcu_malloc(m->n_params * sizeof(tsr_bf16), "weights (bf16 copy)");
-    g->grads = tcu_malloc(m->n_params * sizeof(float), "gradients (fp32)");
-    tcu_zero(g->grads, m->n_params * sizeof(float), s);
+    if (state == GPU_STATE_FULL)
+        g->params = tcu_malloc(m->n_params * sizeof(float), "master weights (fp32)");
+    if (state != GPU_STATE_NONE) {
+        g->wbf = tcu_malloc(m->n_params * sizeof(tsr_bf16), "weights (bf16 copy)");
+        g->grads = tcu_malloc(m->n_params * sizeof(float), "gradients (fp32)");
+        tcu_zero(g->grads, m->n_params * sizeof(float), s);
+    }
     if (m->cfg.pos == TSR_POS_ALIBI) {
         float *h = tsr_malloc((size_t)m->NH * sizeof(float));
         model_alibi_slopes(h, m->NH);
@@ -154,17 +159,33 @@ int gpu_model_unit_slices(const tsr_model *m, int u, size_t *off, size_t *len) {
     return k;
 }
 
-/* Tensor id's slice for layer l (l ignored for the root tensors): weights (bf16) and gradients;
- * NULL when the model has no such tensor. */
+/* Tensor id's slice for layer l (l ignored for the root tensors) in the flat layout. */
 static size_t slice_at(const tsr_model *m, tsr_param_id id, int l) {
     const tsr_param_info *p = &m->params_info[id];
     return p->offset + (model_param_per_layer(id) ? (size_t)l * (p->numel / (size_t)m->L) : 0);
 }
-static const tsr_bf16 *W(const tsr_gpu_model *g, tsr_param_id id, int l) {
-    return g->m->params_info[id].numel ? g->wbf + slice_at(g->m, id, l) : NULL;
-}
-static float *G(const tsr_gpu_model *g, tsr_param_id id, int l) {
-    return g->m->params_info[id].numel ? g->grads + slice_at(g->m, id, l) : NULL;
+
+/* Unit u's weights (bf16) and, in backward, gradients (fp32) per tensor id; NULL for tensors the
+ * model does not have or the unit does not hold. From the flat buffers, or from the source
+ * (zero3 / hsdp) when the model holds no flat weights. */
+typedef struct uview {
+    const tsr_bf16 *w[TSR_P_COUNT];
+    float *gr[TSR_P_COUNT];
+} uview;
+
+static void view(const tsr_gpu_model *g, int u, int backward, uview *v) {
+    memset(v, 0, sizeof *v);
+    if (!g->wbf) {
+        g->src->get(g->src->ctx, u, backward, v->w, v->gr);
+        return;
+    }
+    const tsr_model *m = g->m;
+    for (int i = 0; i < TSR_P_COUNT; i++) {
+        if (!m->params_info[i].numel || model_param_per_layer((tsr_param_id)i) != (u > 0)) continue;
+        size_t at = slice_at(m, (tsr_param_id)i, u > 0 ? u - 1 : 0);
+        v->w[i] = g->wbf + at;
+        if (backward) v->gr[i] = g->grads + at;
+    }
 }
 
 static void check_shape(const tsr_gpu_model *g, int B, int T, const char *what) {
@@ -188,38 +209,45 @@ void gpu_model_forward(tsr_gpu_model *g, const int32_t *tokens, const int32_t *t
         tcu_memcpy_h2d(g->seq, g->seq_host, N * sizeof(int32_t), s);
         if (g->pos) tcu_memcpy_h2d(g->pos, g->pos_host, N * sizeof(int32_t), s);
     }
-    tcu_encoder_forward(g->encoded, g->tokens, W(g, TSR_P_WTE, 0), W(g, TSR_P_WPE, 0), g->pos, B,
-                        T, C, s);
-    tcu_layernorm_forward(g->ln1, g->ln1m, g->ln1r, g->encoded, W(g, TSR_P_LN1W, 0),
-                          W(g, TSR_P_LN1B, 0), (int)N, C, s);
+    uview r, cur, nxt;
+    view(g, 0, 0, &r);
+    view(g, 1, 0, &cur);
+    tcu_encoder_forward(g->encoded, g->tokens, r.w[TSR_P_WTE], r.w[TSR_P_WPE], g->pos, B, T, C,
+                        s);
+    tcu_layernorm_forward(g->ln1, g->ln1m, g->ln1r, g->encoded, cur.w[TSR_P_LN1W],
+                          cur.w[TSR_P_LN1B], (int)N, C, s);
     for (int l = 0; l < L; l++) {
         const tsr_bf16 *x = l ? g->res3 + (size_t)(l - 1) * sN * C : g->encoded;
         tsr_bf16 *ln1 = g->ln1 + l * sN * C, *qkv = g->qkv + l * sN * 3 * C;
         tsr_bf16 *atty = g->atty + l * sN * C, *res2 = g->res2 + l * sN * C;
         tsr_bf16 *ln2 = g->ln2 + l * sN * C, *fch = g->fch + l * sN * F;
         tsr_bf16 *fchg = g->fchg + l * sN * F, *res3 = g->res3 + l * sN * C;
-        tcu_matmul_forward(qkv, NULL, ln1, W(g, TSR_P_QKVW, l), W(g, TSR_P_QKVB, l), (int)N, C,
+        tcu_matmul_forward(qkv, NULL, ln1, cur.w[TSR_P_QKVW], cur.w[TSR_P_QKVB], (int)N, C,
                            3 * C, gk, s);
         tcu_attention_forward(atty, g->lse + (size_t)l * g->B * NH * T, qkv, g->slopes, g->seq, B,
                               T, C, NH, s);
-        tcu_matmul_forward(g->scratch, NULL, atty, W(g, TSR_P_ATTPROJW, l),
-                           W(g, TSR_P_ATTPROJB, l), (int)N, C, C, gk, s);
+        tcu_matmul_forward(g->scratch, NULL, atty, cur.w[TSR_P_ATTPROJW],
+                           cur.w[TSR_P_ATTPROJB], (int)N, C, C, gk, s);
         tcu_residual_layernorm_forward(res2, ln2, g->ln2m + l * sN, g->ln2r + l * sN, x,
-                                       g->scratch, W(g, TSR_P_LN2W, l), W(g, TSR_P_LN2B, l),
+                                       g->scratch, cur.w[TSR_P_LN2W], cur.w[TSR_P_LN2B],
                                        (int)N, C, s);
-        tcu_matmul_forward(fchg, fch, ln2, W(g, TSR_P_FCW, l), W(g, TSR_P_FCB, l), (int)N, C, F,
+        tcu_matmul_forward(fchg, fch, ln2, cur.w[TSR_P_FCW], cur.w[TSR_P_FCB], (int)N, C, F,
                            gk, s);
-        tcu_matmul_forward(g->scratch, NULL, fchg, W(g, TSR_P_FCPROJW, l),
-                           W(g, TSR_P_FCPROJB, l), (int)N, F, C, gk, s);
-        /* the residual add fused with the next LayerNorm: layer l+1's ln1, or the final one */
+        tcu_matmul_forward(g->scratch, NULL, fchg, cur.w[TSR_P_FCPROJW],
+                           cur.w[TSR_P_FCPROJB], (int)N, F, C, gk, s);
+        /* the residual add fused with the next LayerNorm: layer l+1's ln1, or the final one
+         * (asked for only now: this layer's weights are all queued, so a sharded source may
+         * reuse their buffer for the layer after the next) */
         int last = l + 1 == L;
+        if (!last) view(g, l + 2, 0, &nxt);
         tcu_residual_layernorm_forward(
             res3, last ? g->lnf : g->ln1 + (l + 1) * sN * C,
             last ? g->lnfm : g->ln1m + (l + 1) * sN, last ? g->lnfr : g->ln1r + (l + 1) * sN,
-            res2, g->scratch, last ? W(g, TSR_P_LNFW, 0) : W(g, TSR_P_LN1W, l + 1),
-            last ? W(g, TSR_P_LNFB, 0) : W(g, TSR_P_LN1B, l + 1), (int)N, C, s);
+            res2, g->scratch, last ? r.w[TSR_P_LNFW] : nxt.w[TSR_P_LN1W],
+            last ? r.w[TSR_P_LNFB] : nxt.w[TSR_P_LN1B], (int)N, C, s);
+        if (!last) cur = nxt;
     }
-    tcu_matmul_forward(g->logits, NULL, g->lnf, W(g, TSR_P_WTE, 0), NULL, (int)N, C, m->Vp, gk, s);
+    tcu_matmul_forward(g->logits, NULL, g->lnf, r.w[TSR_P_WTE], NULL, (int)N, C, m->Vp, gk, s);
     if (loss_scale >= 0) {
         for (size_t i = 0; i < N; i++) g->dlosses_host[i] = loss_scale;
         tcu_memcpy_h2d(g->dlosses, g->dlosses_host, N * sizeof(float), s);
@@ -248,11 +276,13 @@ void gpu_model_backward(tsr_gpu_model *g, const int32_t *tokens, int B, int T,
     /* logits hold dlogits (the fused softmax-cross-entropy of forward) */
     tcu_zero(g->dres, N * C * b, s);
     tcu_zero(g->dln, N * C * b, s);
-    tcu_matmul_backward(g->dln, G(g, TSR_P_WTE, 0), NULL, g->logits, g->lnf, W(g, TSR_P_WTE, 0),
-                        (int)N, C, m->Vp, s);
-    tcu_layernorm_backward(g->dres, G(g, TSR_P_LNFW, 0), G(g, TSR_P_LNFB, 0), g->dln,
-                           g->res3 + (size_t)(L - 1) * sN * C, W(g, TSR_P_LNFW, 0), g->lnfm,
-                           g->lnfr, (int)N, C, s);
+    uview r, c;
+    view(g, 0, 1, &r);
+    tcu_matmul_backward(g->dln, r.gr[TSR_P_WTE], NULL, g->logits, g->lnf, r.w[TSR_P_WTE], (int)N,
+                        C, m->Vp, s);
+    tcu_layernorm_backward(g->dres, r.gr[TSR_P_LNFW], r.gr[TSR_P_LNFB], g->dln,
+                           g->res3 + (size_t)(L - 1) * sN * C, r.w[TSR_P_LNFW], g->lnfm, g->lnfr,
+                           (int)N, C, s);
     /* dres: the gradient of the residual stream, first of residual3, then residual2, then x */
     for (int l = L - 1; l >= 0; l--) {
         const tsr_bf16 *x = l ? g->res3 + (size_t)(l - 1) * sN * C : g->encoded;
@@ -260,32 +290,34 @@ void gpu_model_backward(tsr_gpu_model *g, const int32_t *tokens, int B, int T,
         const tsr_bf16 *atty = g->atty + l * sN * C, *res2 = g->res2 + l * sN * C;
         const tsr_bf16 *ln2 = g->ln2 + l * sN * C, *fch = g->fch + l * sN * F;
         const tsr_bf16 *fchg = g->fchg + l * sN * F;
+        view(g, l + 1, 1, &c);
         tcu_zero(g->dfchg, N * F * b, s);
-        tcu_matmul_backward(g->dfchg, G(g, TSR_P_FCPROJW, l), G(g, TSR_P_FCPROJB, l), g->dres,
-                            fchg, W(g, TSR_P_FCPROJW, l), (int)N, F, C, s);
+        tcu_matmul_backward(g->dfchg, c.gr[TSR_P_FCPROJW], c.gr[TSR_P_FCPROJB], g->dres,
+                            fchg, c.w[TSR_P_FCPROJW], (int)N, F, C, s);
         tcu_zero(g->dfch, N * F * b, s);
         tcu_gelu_backward(g->dfch, fch, g->dfchg, N * F, gk, s);
         tcu_zero(g->dln, N * C * b, s);
-        tcu_matmul_backward(g->dln, G(g, TSR_P_FCW, l), G(g, TSR_P_FCB, l), g->dfch, ln2,
-                            W(g, TSR_P_FCW, l), (int)N, C, F, s);
-        tcu_layernorm_backward(g->dres, G(g, TSR_P_LN2W, l), G(g, TSR_P_LN2B, l), g->dln, res2,
-                               W(g, TSR_P_LN2W, l), g->ln2m + l * sN, g->ln2r + l * sN, (int)N, C,
+        tcu_matmul_backward(g->dln, c.gr[TSR_P_FCW], c.gr[TSR_P_FCB], g->dfch, ln2,
+                            c.w[TSR_P_FCW], (int)N, C, F, s);
+        tcu_layernorm_backward(g->dres, c.gr[TSR_P_LN2W], c.gr[TSR_P_LN2B], g->dln, res2,
+                               c.w[TSR_P_LN2W], g->ln2m + l * sN, g->ln2r + l * sN, (int)N, C,
                                s);
         tcu_zero(g->datty, N * C * b, s);
-        tcu_matmul_backward(g->datty, G(g, TSR_P_ATTPROJW, l), G(g, TSR_P_ATTPROJB, l), g->dres,
-                            atty, W(g, TSR_P_ATTPROJW, l), (int)N, C, C, s);
+        tcu_matmul_backward(g->datty, c.gr[TSR_P_ATTPROJW], c.gr[TSR_P_ATTPROJB], g->dres,
+                            atty, c.w[TSR_P_ATTPROJW], (int)N, C, C, s);
         tcu_zero(g->dqkv, N * 3 * C * b, s);
         tcu_attention_backward(g->dqkv, g->datty, qkv, atty, g->lse + (size_t)l * g->B * NH * T,
                                g->slopes, g->seq, g->att_scratch, B, T, C, NH, s);
         tcu_zero(g->dln, N * C * b, s);
-        tcu_matmul_backward(g->dln, G(g, TSR_P_QKVW, l), G(g, TSR_P_QKVB, l), g->dqkv, ln1,
-                            W(g, TSR_P_QKVW, l), (int)N, C, 3 * C, s);
-        tcu_layernorm_backward(g->dres, G(g, TSR_P_LN1W, l), G(g, TSR_P_LN1B, l), g->dln, x,
-                               W(g, TSR_P_LN1W, l), g->ln1m + l * sN, g->ln1r + l * sN, (int)N, C,
+        tcu_matmul_backward(g->dln, c.gr[TSR_P_QKVW], c.gr[TSR_P_QKVB], g->dqkv, ln1,
+                            c.w[TSR_P_QKVW], (int)N, C, 3 * C, s);
+        tcu_layernorm_backward(g->dres, c.gr[TSR_P_LN1W], c.gr[TSR_P_LN1B], g->dln, x,
+                               c.w[TSR_P_LN1W], g->ln1m + l * sN, g->ln1r + l * sN, (int)N, C,
                                s);
+        if (!g->wbf) g->src->put(g->src->ctx, l + 1);
         if (ready) ready(ctx, l + 1);
     }
-    tcu_encoder_backward(G(g, TSR_P_WTE, 0), G(g, TSR_P_WPE, 0), g->dres, g->tokens, tokens,
-                         g->pos, B, T, C, s);
+    tcu_encoder_backward(r.gr[TSR_P_WTE], r.gr[TSR_P_WPE], g->dres, g->tokens, tokens, g->pos, B,
+                         T, C, s);
     if (ready) ready(ctx, 0);
 }

@@ -7,6 +7,7 @@
  * attention keeps its log-sum-exp (B,NH,T) instead of probabilities, and the logits are
  * overwritten by their gradient in the forward pass of a training step (fused
  * softmax-cross-entropy): forward and backward come in pairs. No activation checkpointing yet.
+ * Under zero3 / hsdp the weights come unit by unit from a gpu_param_source (gpu_shard.c).
  * Every call is queued on the model's stream; gpu_model_loss_sum, upload and download wait for it.
  */
 #ifndef TSR_GPU_MODEL_H
@@ -18,12 +19,31 @@
 #include "cuda_ops.h"
 #include "model/model.h"
 
+/* Which flat buffers the model holds (parallel.sharding): ddp all three (fp32 master weights,
+ * their bf16 copy, fp32 gradients); zero1 the bf16 weights and the gradients (the master weights
+ * are sharded with the AdamW state, src/gpu/gpu_shard.h); zero3 / hsdp none: a source gives each
+ * unit's weights and gradient buffers as the passes reach it. */
+typedef enum { GPU_STATE_FULL, GPU_STATE_NO_MASTER, GPU_STATE_NONE } gpu_state;
+
+/* The source of the weights under zero3 / hsdp (units as train/fsdp.h: 0 the root, l+1 layer l).
+ * get fills w[id] (bf16 weights) and, when backward, gr[id] (fp32 gradients to accumulate into)
+ * for unit u's tensors, usable by the work queued next on the compute stream; the forward pass
+ * asks for the root, then layer units in order (each just after the previous layer's weights are
+ * queued), the backward pass for the root, then layers L..1. put(ctx, u) follows the backward of
+ * layer unit u (its gradients complete). */
+typedef struct gpu_param_source {
+    void *ctx;
+    void (*get)(void *ctx, int u, int backward, const tsr_bf16 **w, float **gr);
+    void (*put)(void *ctx, int u);
+} gpu_param_source;
+
 typedef struct tsr_gpu_model {
     const tsr_model *m; /* layout and configuration (host); its params/grads are the host mirror */
     tcu_stream s;
-    float *params;      /* (n_params) fp32 master weights */
-    tsr_bf16 *wbf;      /* (n_params) bf16 copy read by the ops */
-    float *grads;       /* (n_params) fp32 */
+    float *params;      /* (n_params) fp32 master weights (GPU_STATE_FULL), else NULL */
+    tsr_bf16 *wbf;      /* (n_params) bf16 copy read by the ops; NULL: src gives the units */
+    float *grads;       /* (n_params) fp32, or NULL under GPU_STATE_NONE */
+    const gpu_param_source *src; /* zero3 / hsdp */
     float *slopes;      /* (NH) ALiBi slopes, or NULL */
     int B, T;           /* activations allocated for B x T (0: none) */
     /* activations (bf16 unless noted); per-layer stacks (L, B, T, ...) */
@@ -40,18 +60,19 @@ typedef struct tsr_gpu_model {
     float *losses_host, *dlosses_host;
 } tsr_gpu_model;
 
-/* Device bytes of the weights (fp32 + bf16) and gradients (fp32). */
-size_t gpu_model_state_bytes(const tsr_model *m);
+/* Device bytes of the flat weights and gradients the state holds. */
+size_t gpu_model_state_bytes(const tsr_model *m, gpu_state state);
 /* Device bytes of the activations for B x T (what gpu_model_try_alloc_acts allocates). */
 size_t gpu_model_acts_bytes(const tsr_model *m, int B, int T);
-/* Allocates weights, bf16 copy, gradients (dies naming what does not fit; callers check the plan
- * first) and the slopes. tcu_init must have run. */
-void gpu_model_init(tsr_gpu_model *g, const tsr_model *m, tcu_stream s);
+/* Allocates the state's flat buffers (dies naming what does not fit; callers check the plan
+ * first) and the slopes. tcu_init must have run. GPU_STATE_NONE: set g->src before a pass. */
+void gpu_model_init(tsr_gpu_model *g, const tsr_model *m, tcu_stream s, gpu_state state);
 /* Activations for B x T: 0, or -1 with nothing left allocated when the device is full. */
 int gpu_model_try_alloc_acts(tsr_gpu_model *g, int B, int T);
 void gpu_model_free_acts(tsr_gpu_model *g);
 void gpu_model_free(tsr_gpu_model *g);
-/* Host fp32 weights (n_params) -> master weights and their bf16 copy; and back. */
+/* Host fp32 weights (n_params) -> master weights and their bf16 copy; and back
+ * (GPU_STATE_FULL only: the sharded states move weights through gpu_shard.h). */
 void gpu_model_upload(tsr_gpu_model *g, const float *params_host);
 void gpu_model_download(const tsr_gpu_model *g, float *params_host);
 /* Forward over tokens, targets (B,T, host; -1 = no loss). loss_scale >= 0: a training step, the

@@ -11,14 +11,17 @@
 #include "common.h"
 #include "gpu/gpu_comm.h"
 #include "gpu/gpu_model.h"
+#include "gpu/gpu_shard.h"
 #include "train/metrics.h"
 #include "train/trainer.h"
 
 struct tsr_gpu_train {
     tsr_gpu_model g;
     tcu_stream s;
-    gpu_comm *comm;       /* NULL: one rank and no NCCL (nothing to sum) */
-    float *m, *v;         /* (n_params) AdamW moments */
+    int sharded;          /* zero1 on more than one rank, zero3, hsdp: gpu_shard.h */
+    gpu_shard sh;
+    gpu_comm *comm;       /* ddp; NULL: one rank and no NCCL (nothing to sum) */
+    float *m, *v;         /* ddp: (n_params) AdamW moments */
     float *acc;           /* (1) sum of squares of the gradients */
     int device;
     /* per unit (0: root, l+1: layer l) its tensors' slices in the flat buffer */
@@ -27,21 +30,46 @@ struct tsr_gpu_train {
     int host_acts;        /* lib_host_model(on) allocated host activations */
 };
 
-static size_t fixed_bytes(const tsr_model *m) {
-    return gpu_model_state_bytes(m) + 2 * m->n_params * sizeof(float) + 256;
+/* The sharding this run uses on the GPU: 0 ddp, 1 zero1, 3 zero3 / hsdp (zero1 on one rank is
+ * ddp, as on the CPU), and the group size. */
+static int shard_mode(const tsr_trainer *t, int *G) {
+    int W = t->dist.world;
+    *G = W;
+    if (t->cfg.sharding == TSR_SHARD_ZERO1) return W > 1 ? 1 : 0;
+    if (t->cfg.sharding == TSR_SHARD_DDP) return 0;
+    int g = W;
+    if (trainer_shard_group(&t->cfg, W, t->dist.local_world, &g) == 0) *G = g;
+    return 3;
+}
+
+static size_t fixed_bytes(const tsr_trainer *t) {
+    const tsr_model *m = &t->model;
+    int G, mode = shard_mode(t, &G);
+    if (mode) return gpu_shard_bytes(m, mode == 1, G) + 512;
+    return gpu_model_state_bytes(m, GPU_STATE_FULL) + 2 * m->n_params * sizeof(float) + 256;
 }
 
 static void lib_print_plan(const tsr_trainer *t) {
     if (t->dist.rank != 0) return;
     const tsr_model *m = &t->model;
-    char w[32], g[32], o[32], a[32], tot[32];
+    int G, mode = shard_mode(t, &G);
+    char a[32], tot[32], st[32];
+    size_t acts = gpu_model_acts_bytes(m, t->micro, t->T), fixed = fixed_bytes(t);
+    metrics_human_bytes(a, sizeof a, (double)acts);
+    metrics_human_bytes(tot, sizeof tot, (double)(fixed + acts));
+    metrics_human_bytes(st, sizeof st, (double)fixed);
+    if (mode) {
+        printf("device memory per rank (cuda, bf16 activations, %s over %d ranks): shards, "
+               "gathered weights and communication buffers %s, activations %s per microbatch of "
+               "%d x %d; total %s\n", mode == 1 ? "zero1" : G < t->dist.world ? "hsdp" : "zero3",
+               G, st, a, t->micro, t->T, tot);
+        return;
+    }
+    char w[32], g[32], o[32];
     double nb = (double)m->n_params;
-    size_t acts = gpu_model_acts_bytes(m, t->micro, t->T);
     metrics_human_bytes(w, sizeof w, nb * (double)(sizeof(float) + sizeof(tsr_bf16)));
     metrics_human_bytes(g, sizeof g, nb * sizeof(float));
     metrics_human_bytes(o, sizeof o, nb * 2 * sizeof(float));
-    metrics_human_bytes(a, sizeof a, (double)acts);
-    metrics_human_bytes(tot, sizeof tot, (double)(fixed_bytes(m) + acts));
     printf("device memory per rank (cuda, bf16 activations): weights %s (fp32 master + bf16 "
            "copy), grads %s, AdamW %s, activations %s per microbatch of %d x %d; total %s\n",
            w, g, o, a, t->micro, t->T, tot);
@@ -96,7 +124,7 @@ static int lib_init(tsr_trainer *t) {
     tcu_device_info(name, sizeof name, &sm, &free_b, &total_b);
     if (t->cfg.peak_flops <= 0) t->peak_flops = peak_of(name);
     /* the plan against the free memory, before anything large is allocated */
-    size_t need = fixed_bytes(m) + gpu_model_acts_bytes(m, t->auto_micro ? 1 : t->micro, t->T);
+    size_t need = fixed_bytes(t) + gpu_model_acts_bytes(m, t->auto_micro ? 1 : t->micro, t->T);
     double short_by = need > free_b ? (double)(need - free_b) : 0.0;
     dist_allreduce_max_f64(&short_by, 1);
     if (t->dist.rank == 0)
@@ -112,7 +140,22 @@ static int lib_init(tsr_trainer *t) {
         return TSR_EXIT_USAGE;
     }
     gt->s = tcu_stream_create();
-    gpu_model_init(&gt->g, m, gt->s);
+    int G, mode = shard_mode(t, &G);
+    gt->sharded = mode != 0;
+    gpu_model_init(&gt->g, m, gt->s,
+                   mode == 0 ? GPU_STATE_FULL : mode == 1 ? GPU_STATE_NO_MASTER : GPU_STATE_NONE);
+    if (gt->sharded) {
+        int rc = gpu_shard_init(&gt->sh, t, &gt->g, gt->s);
+        if (rc) return rc;
+        gpu_shard_push(&gt->sh, t, 0);
+        if (t->dist.rank == 0)
+            printf("gradients: reduce-scattered per layer during backward into %s shards "
+                   "(groups of %d) by %s\n", mode == 1 ? "zero1" : G < W ? "hsdp" : "zero3", G,
+                   gpu_comm_name(gt->sh.group));
+        t->model.fwd = eval_forward;
+        t->model.fwd_ctx = &gt->g;
+        return 0;
+    }
     gt->m = tcu_malloc(m->n_params * sizeof(float), "AdamW m (fp32)");
     gt->v = tcu_malloc(m->n_params * sizeof(float), "AdamW v (fp32)");
     gt->acc = tcu_malloc(sizeof(float), "gradient norm");
@@ -130,7 +173,7 @@ static int lib_init(tsr_trainer *t) {
     /* the communicator: needed with more than one rank; with one, NCCL is still used when it
      * loads (the same code path as many ranks), else nothing has to be summed */
     char why[512] = "";
-    gt->comm = gpu_comm_open(&t->dist, gt->s, why, sizeof why);
+    gt->comm = gpu_comm_open(&t->dist, 0, t->dist.rank, gt->s, why, sizeof why);
     if (!gt->comm && t->dist.world > 1) {
         if (t->dist.rank == 0) tsr_error("device = \"cuda\" on %d ranks: %s", t->dist.world, why);
         return TSR_EXIT_USAGE;
@@ -178,21 +221,28 @@ static void unit_ready(void *ctx, int u) {
 
 static double lib_compute(tsr_trainer *t, float scale) {
     struct tsr_gpu_train *gt = t->gpu;
-    tcu_zero(gt->g.grads, t->model.n_params * sizeof(float), gt->s);
+    if (gt->sharded) gpu_shard_zero_grads(&gt->sh);
+    else tcu_zero(gt->g.grads, t->model.n_params * sizeof(float), gt->s);
+    /* the last microbatch completes each layer's gradients: their sums (ddp) or reduce-scatters
+     * (zero1) start right away; zero3 / hsdp reduce-scatter every microbatch's (the source) */
+    void (*ready)(void *, int) = gt->comm ? unit_ready : NULL;
+    void *ctx = gt;
+    if (gt->sharded) ready = gt->sh.zero1 ? gpu_shard_zero1_ready : NULL, ctx = &gt->sh;
     double loss_sum = 0.0;
     for (int64_t b = 0; b < t->per_rank; b += t->micro) {
         const int32_t *in = t->inputs + b * t->T, *tg = t->targets + b * t->T;
         int last = b + t->micro >= t->per_rank;
         gpu_model_forward(&gt->g, in, tg, t->micro, t->T, scale);
-        /* the last microbatch completes each layer's gradients: their sums start right away */
-        gpu_model_backward(&gt->g, in, t->micro, t->T, last && gt->comm ? unit_ready : NULL, gt);
+        gpu_model_backward(&gt->g, in, t->micro, t->T, last ? ready : NULL, ctx);
         loss_sum += gpu_model_loss_sum(&gt->g, tg, t->micro, t->T);
     }
+    if (gt->sharded) gpu_shard_finish_grads(&gt->sh);
     return loss_sum;
 }
 
 static double lib_grad_sumsq(tsr_trainer *t) {
     struct tsr_gpu_train *gt = t->gpu;
+    if (gt->sharded) return gpu_shard_grad_sumsq(&gt->sh);
     if (gt->comm) gpu_comm_wait(gt->comm);
     float sq = 0.0f;
     tcu_zero(gt->acc, sizeof(float), gt->s);
@@ -205,6 +255,10 @@ static void lib_update(tsr_trainer *t, double lr, float gscale, int step) {
     struct tsr_gpu_train *gt = t->gpu;
     const tsr_model *m = &t->model;
     const tsr_optim_config *o = &t->cfg.optim;
+    if (gt->sharded) {
+        gpu_shard_update(&gt->sh, t, lr, gscale, step);
+        return;
+    }
     for (int i = 0; i < TSR_P_COUNT; i++) {
         const tsr_param_info *p = &m->params_info[i];
         if (!p->numel) continue;
@@ -218,6 +272,10 @@ static void lib_update(tsr_trainer *t, double lr, float gscale, int step) {
 
 static void lib_pull(tsr_trainer *t) {
     struct tsr_gpu_train *gt = t->gpu;
+    if (gt->sharded) {
+        gpu_shard_pull(&gt->sh, t, 1);
+        return;
+    }
     size_t bytes = t->model.n_params * sizeof(float);
     gpu_model_download(&gt->g, t->model.params);
     tcu_memcpy_d2h(t->m, gt->m, bytes, gt->s);
@@ -226,6 +284,10 @@ static void lib_pull(tsr_trainer *t) {
 
 static void lib_push(tsr_trainer *t, int with_optim) {
     struct tsr_gpu_train *gt = t->gpu;
+    if (gt->sharded) {
+        gpu_shard_push(&gt->sh, t, with_optim);
+        return;
+    }
     size_t bytes = t->model.n_params * sizeof(float);
     gpu_model_upload(&gt->g, t->model.params);
     if (with_optim) {
@@ -235,23 +297,34 @@ static void lib_push(tsr_trainer *t, int with_optim) {
     }
 }
 
+/* Collective: the weights come to the host on every rank that needs them (sharded: all, to
+ * gather; ddp: rank 0, which samples). */
 static void lib_host_model(tsr_trainer *t, int on) {
     struct tsr_gpu_train *gt = t->gpu;
     tsr_model *m = &t->model;
+    int sampler = t->dist.rank == 0;
     if (on) {
-        gpu_model_download(&gt->g, m->params);
+        if (gt->sharded) gpu_shard_pull(&gt->sh, t, 0);
+        else if (sampler) gpu_model_download(&gt->g, m->params);
+        if (gt->sharded && !gt->sh.zero1) trainer_host_weights(t, 1);
         m->fwd = NULL;
-        if (m->acts.B == 0) model_alloc_acts(m, 1, t->T), gt->host_acts = 1;
+        if (sampler && m->acts.B == 0) model_alloc_acts(m, 1, t->T), gt->host_acts = 1;
     } else {
         if (gt->host_acts) model_free_acts(m), gt->host_acts = 0;
+        if (gt->sharded && !gt->sh.zero1) trainer_host_weights(t, 0);
         m->fwd = eval_forward;
     }
+}
+
+static void lib_full_weights(tsr_trainer *t, int on) {
+    if (t->gpu->sharded) gpu_shard_full_weights(&t->gpu->sh, on);
 }
 
 static void lib_free(tsr_trainer *t) {
     struct tsr_gpu_train *gt = t->gpu;
     if (!gt) return;
     gpu_comm_close(gt->comm);
+    gpu_shard_free(&gt->sh);
     gpu_model_free(&gt->g);
     tcu_free(gt->m);
     tcu_free(gt->v);
@@ -286,5 +359,6 @@ const gpu_train_api tsr_gpu_train_api = {
     .pull = lib_pull,
     .push = lib_push,
     .host_model = lib_host_model,
+    .full_weights = lib_full_weights,
     .free = lib_free,
 };

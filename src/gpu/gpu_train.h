@@ -6,7 +6,8 @@
  * v), filled by gpu_train_pull before a checkpoint is written and sent back by gpu_train_push
  * after one is read: checkpoints are the same files as on the CPU, so a run moves between
  * devices at any checkpoint. Gradients are summed over ranks per layer as the backward pass
- * reaches them (gpu_comm.h), overlapping the layers still to come.
+ * reaches them (gpu_comm.h), overlapping the layers still to come; parallel.sharding = zero1,
+ * zero3 and hsdp shard the state as gpu_shard.h says.
  *
  * The GPU code lives in libtessera-cuda-train.so (gpu_train.c, gpu_model.c, gpu_comm_nccl.c and
  * the CUDA backend), which gpu_load.c opens with dlopen the first time a run asks for
@@ -39,6 +40,7 @@ typedef struct gpu_train_api {
     void (*pull)(struct tsr_trainer *t);
     void (*push)(struct tsr_trainer *t, int with_optim);
     void (*host_model)(struct tsr_trainer *t, int on);
+    void (*full_weights)(struct tsr_trainer *t, int on);
     void (*free)(struct tsr_trainer *t);
 } gpu_train_api;
 #define GPU_TRAIN_LIB_NAME "libtessera-cuda-train.so"
@@ -71,9 +73,12 @@ void gpu_train_update(struct tsr_trainer *t, double lr, float gscale, int step);
  * when with_optim). */
 void gpu_train_pull(struct tsr_trainer *t);
 void gpu_train_push(struct tsr_trainer *t, int with_optim);
-/* on = 1: the host model computes (host weights pulled, host activations for 1 sequence:
- * sampling); on = 0: back to the device. */
+/* on = 1: the host model computes (host weights pulled, host activations for 1 sequence on rank
+ * 0: sampling); on = 0: back to the device. Collective (sharded weights are gathered). */
 void gpu_train_host_model(struct tsr_trainer *t, int on);
+/* zero3 / hsdp: the full bf16 weights on the device for evaluation (on = 1) or freed (on = 0);
+ * collective; nothing under ddp and zero1. */
+void gpu_train_full_weights(struct tsr_trainer *t, int on);
 void gpu_train_free(struct tsr_trainer *t);
 
 #endif

@@ -74,8 +74,8 @@ static int init_from_hf(tsr_trainer *t, const char *dir) {
     double worst = rc;
     dist_allreduce_max_f64(&worst, 1); /* a read error on one rank stops all of them */
     if (worst == 0) dist_allgatherv_f32(t->model.params, t->part_counts, t->part_displs);
-    if (worst == 0 && t->gpu) gpu_train_push(t, 0);
     full_end(t, worst == 0);
+    if (worst == 0 && t->gpu) gpu_train_push(t, 0); /* (zero3 / hsdp: from the shard) */
     if (worst != 0) return (int)worst;
     int64_t total = (int64_t)bytes;
     dist_allreduce_sum_i64(&total, 1);
@@ -232,6 +232,7 @@ static void gather_after_load(tsr_trainer *t, int with_optim) {
             dist_group_bcast_f32(f->replicas, shard[set], f->shard_n, 0);
         }
         fsdp_params_changed(f);
+        if (t->gpu) gpu_train_push(t, with_optim);
         return;
     }
     dist_allgatherv_f32(t->model.params, t->part_counts, t->part_displs);

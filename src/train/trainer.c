@@ -75,6 +75,11 @@ int trainer_shard_group(const tsr_config *cfg, int world, int local_world, int *
 }
 
 void trainer_full_weights(tsr_trainer *t, int on) {
+    if (t->gpu) gpu_train_full_weights(t, on);
+    else trainer_host_weights(t, on);
+}
+
+void trainer_host_weights(tsr_trainer *t, int on) {
     if (!t->fsdp_on) return;
     tsr_model *m = &t->model;
     if (on) {
@@ -123,8 +128,6 @@ static int cuda_config_check(const tsr_config *cfg, int rank) {
     char why[1400];
     if (!gpu_backend(why, sizeof why))
         no = why;
-    else if (cfg->sharding != TSR_SHARD_DDP)
-        key = "parallel.sharding", no = "only \"ddp\" runs on the CUDA backend so far";
     else if (cfg->model.activation_checkpointing != TSR_ACTCKPT_NONE)
         key = "model.activation_checkpointing", no = "only \"none\" on the CUDA backend so far";
     else if (cfg->n_icl > 0)
@@ -343,14 +346,14 @@ reduced:
     if (apply) t->optim_step++;
     /* AdamW on the owned part of each tensor (weight decay depends on the tensor's kind) */
     if (apply && t->gpu) gpu_train_update(t, lr, gscale, (int)t->optim_step);
-    for (int k = 0; apply && t->fsdp_on && k < t->fsdp.n_pieces[t->fsdp.grank]; k++) {
+    for (int k = 0; apply && t->fsdp_on && !t->gpu && k < t->fsdp.n_pieces[t->fsdp.grank]; k++) {
         const fsdp_piece *p = &t->fsdp.pieces[t->fsdp.grank][k];
         float wd = trainer_param_decays(o, m->params_info[p->id].kind) ? (float)o->weight_decay : 0.0f;
         t->ops->adamw_update(t->fsdp.params + p->shard, g + p->shard, t->m + p->shard,
                              t->v + p->shard, p->len, (float)lr, (float)o->beta1, (float)o->beta2,
                              (float)o->eps, wd, gscale, (int)t->optim_step);
     }
-    if (apply && t->fsdp_on) fsdp_params_changed(&t->fsdp);
+    if (apply && t->fsdp_on && !t->gpu) fsdp_params_changed(&t->fsdp);
     for (int i = 0; apply && !t->fsdp_on && !t->gpu && i < TSR_P_COUNT; i++) {
         const tsr_param_info *p = &m->params_info[i];
         size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
@@ -360,7 +363,7 @@ reduced:
                              (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps, wd,
                              gscale, (int)t->optim_step);
     }
-    if (apply && t->zero1) dist_allgatherv_f32(m->params, t->part_counts, t->part_displs);
+    if (apply && t->zero1 && !t->gpu) dist_allgatherv_f32(m->params, t->part_counts, t->part_displs);
     t->tokens_seen += t->cfg.global_batch * t->T;
     st->step = t->step;
     for (int k = 0; apply && k < t->n_streams; k++) t->stream_seen[k] += sums[1 + k];
@@ -548,9 +551,9 @@ int trainer_run(tsr_trainer *t) {
     metrics_finish(t);
     if (t->cfg.sample.tokens > 0) {
         trainer_ensure_acts(t); /* collective: a resumed run that was already done ran no step */
-        trainer_full_weights(t, 1);
-        /* rank 0 samples, on the host's fp32 ops from the device's weights */
-        if (t->gpu && t->dist.rank == 0) gpu_train_host_model(t, 1);
+        /* rank 0 samples on the host's fp32 ops; device = cuda: from the device's weights */
+        if (t->gpu) gpu_train_host_model(t, 1);
+        else trainer_host_weights(t, 1);
     }
     if (t->cfg.sample.tokens > 0 && t->dist.rank == 0) {
         /* prompt: the end-of-text token, by convention the vocabulary's last id (GPT-2's 50256,
@@ -561,8 +564,8 @@ int trainer_run(tsr_trainer *t) {
         metrics_log_sample(t, ids, n);
         free(ids);
     }
-    if (t->cfg.sample.tokens > 0) trainer_full_weights(t, 0);
-    if (t->cfg.sample.tokens > 0 && t->gpu && t->dist.rank == 0) gpu_train_host_model(t, 0);
+    if (t->cfg.sample.tokens > 0 && t->gpu) gpu_train_host_model(t, 0);
+    else if (t->cfg.sample.tokens > 0) trainer_host_weights(t, 0);
     return TSR_EXIT_OK;
 }
 

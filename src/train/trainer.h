@@ -116,10 +116,14 @@ void trainer_free(tsr_trainer *t);
  * parallel.replica_group, 0 = the ranks of one node). 0 and *G, or TSR_EXIT_USAGE after naming the
  * key when G does not divide the world. */
 int trainer_shard_group(const tsr_config *cfg, int world, int local_world, int *G);
-/* ZeRO-3 / HSDP: on = 1 gathers the full weights into model.params on every rank (eval, ICL and
- * sampling run on them, like FSDP's summon_full_params); on = 0 frees them. Collective; nothing
- * under ddp and zero1. */
+/* ZeRO-3 / HSDP: on = 1 gathers the full weights for evaluation (like FSDP's
+ * summon_full_params): into model.params on every rank on the CPU (eval, ICL and sampling run on
+ * them), into the device model under device = cuda (gpu_train_full_weights); on = 0 frees them.
+ * Collective; nothing under ddp and zero1. */
 void trainer_full_weights(tsr_trainer *t, int on);
+/* The host half of it: the host shards gathered into model.params (the CPU backend, and the
+ * end-of-run sample of a sharded GPU run after its shards are pulled). */
+void trainer_host_weights(tsr_trainer *t, int on);
 /* Samples n_new tokens after the prompt (n_prompt >= 1 tokens) with sample.temperature and
  * sample.top_k, deterministically from seed; writes them to out. Local to the calling rank. */
 int trainer_sample(tsr_trainer *t, const int32_t *prompt, int n_prompt, int n_new, uint64_t seed,

@@ -1,0 +1,353 @@
+/* gpu_shard.c — zero1 / zero3 / hsdp on the CUDA backend (gpu_shard.h). */
+#include "gpu/gpu_shard.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "train/trainer.h"
+
+/* Units' sizes without a plan (the plan bytes, --plan): unit u = its tensors' slices. */
+static size_t unit_size(const tsr_model *m, int u) {
+    size_t off[TSR_P_COUNT], len[TSR_P_COUNT], size = 0;
+    int k = gpu_model_unit_slices(m, u, off, len);
+    for (int i = 0; i < k; i++) size += len[i];
+    return size;
+}
+
+size_t gpu_shard_bytes(const tsr_model *m, int zero1, int G) {
+    size_t n = 0, max_unit = 0, unit0 = (size_t)G * fsdp_piece_len(unit_size(m, 0), G);
+    size_t max_piece = 0, f = sizeof(float), b = sizeof(tsr_bf16);
+    for (int u = 0; u <= m->L; u++) {
+        size_t P = fsdp_piece_len(unit_size(m, u), G);
+        n += P;
+        if (P > max_piece) max_piece = P;
+        if ((u > 0 || zero1) && (size_t)G * P > max_unit) max_unit = (size_t)G * P;
+    }
+    size_t shard = n * (4 * f + b); /* master, grads, m, v; bf16 copy */
+    if (zero1) return shard + gpu_model_state_bytes(m, GPU_STATE_NO_MASTER) + max_unit * (f + b);
+    return shard + unit0 * (b + f) + 2 * max_unit * (b + f) + max_piece * f;
+}
+
+static void *dev_zeroed(size_t bytes, const char *what, tcu_stream s) {
+    void *p = tcu_malloc(bytes ? bytes : 1, what);
+    tcu_zero(p, bytes ? bytes : 1, s);
+    return p;
+}
+
+/* ---- zero3 / hsdp: the model's source of units ---- */
+
+static void gather_unit(gpu_shard *sh, int u, tsr_bf16 *dst, tcu_event done) {
+    gpu_comm_all_gather(sh->group, sh->wbf + sh->at[u], dst, sh->f->units[u].piece,
+                        sizeof(tsr_bf16));
+    gpu_comm_mark(sh->group, done);
+}
+
+static void src_get(void *ctx, int u, int backward, const tsr_bf16 **w, float **gr) {
+    gpu_shard *sh = ctx;
+    const fsdp_unit *un = &sh->f->units[u];
+    const tsr_bf16 *base;
+    float *gbase = NULL;
+    if (u == 0) {
+        if (!sh->root_valid) gather_unit(sh, 0, sh->root_w, sh->root_ev);
+        sh->root_valid = 1;
+        tcu_stream_wait_event(sh->s, sh->root_ev);
+        base = sh->root_w;
+        gbase = sh->root_g;
+    } else {
+        int next = backward ? u - 1 : u + 1; /* the unit the model asks for after this one */
+        int k = sh->slot_unit[0] == u ? 0 : sh->slot_unit[1] == u ? 1 : -1;
+        if (k < 0) { /* not prefetched: gather now, into the slot not holding the next unit */
+            k = sh->slot_unit[0] == next ? 1 : 0;
+            sh->slot_unit[k] = u;
+            gather_unit(sh, u, sh->slot[k], sh->slot_ev[k]);
+        }
+        tcu_stream_wait_event(sh->s, sh->slot_ev[k]);
+        base = sh->slot[k];
+        /* the next unit's gather runs while this one computes: the other slot's last user is
+         * queued already, and the gather follows it on the device */
+        int o = 1 - k;
+        if (next >= 1 && next <= sh->g->m->L && sh->slot_unit[o] != next) {
+            sh->slot_unit[o] = next;
+            gather_unit(sh, next, sh->slot[o], sh->slot_ev[o]);
+        }
+        if (backward) { /* a gradient buffer whose last reduce-scatter has finished */
+            int j = sh->lg_next;
+            sh->lg_next ^= 1;
+            sh->lg_cur = j;
+            tcu_stream_wait_event(sh->s, sh->lg_ev[j]);
+            tcu_zero(sh->layer_g[j], (size_t)sh->f->G * un->piece * sizeof(float), sh->s);
+            gbase = sh->layer_g[j];
+        }
+    }
+    for (int k = 0; k < un->n_seg; k++) {
+        w[un->seg[k].id] = base + un->seg[k].at;
+        if (backward) gr[un->seg[k].id] = gbase + un->seg[k].at;
+    }
+}
+
+/* Unit u's gradients (G pieces in src) reduce-scattered and added into the shard. */
+static void scatter_add(gpu_shard *sh, int u, const float *src, tcu_event read) {
+    size_t P = sh->f->units[u].piece;
+    gpu_comm_reduce_scatter(sh->group, src, sh->piece, P);
+    if (read) gpu_comm_mark(sh->group, read);
+    tcu_add_f32(sh->grads + sh->at[u], sh->piece, P, gpu_comm_follow(sh->group));
+}
+
+static void src_put(void *ctx, int u) {
+    gpu_shard *sh = ctx;
+    scatter_add(sh, u, sh->layer_g[sh->lg_cur], sh->lg_ev[sh->lg_cur]);
+}
+
+static void forget_gathers(gpu_shard *sh) {
+    sh->root_valid = 0;
+    sh->slot_unit[0] = sh->slot_unit[1] = -1;
+}
+
+/* ---- setup ---- */
+
+int gpu_shard_init(gpu_shard *sh, tsr_trainer *t, tsr_gpu_model *g, tcu_stream s) {
+    memset(sh, 0, sizeof *sh);
+    sh->zero1 = t->cfg.sharding == TSR_SHARD_ZERO1;
+    sh->g = g;
+    sh->s = s;
+    if (sh->zero1) fsdp_plan(&sh->own, &t->model, t->dist.world, &t->dist);
+    sh->f = sh->zero1 ? &sh->own : &t->fsdp;
+    const tsr_fsdp *f = sh->f;
+    char why[512] = "";
+    /* the group: world rank r is rank r % G of group r / G (fsdp.c); the replicas: same r % G */
+    sh->group = gpu_comm_open(&t->dist, f->gindex, f->grank, s, why, sizeof why);
+    if (sh->group && f->R > 1)
+        sh->replicas = gpu_comm_open(&t->dist, f->grank, f->gindex, s, why, sizeof why);
+    if (!sh->group || (f->R > 1 && !sh->replicas)) {
+        if (t->dist.rank == 0)
+            tsr_error("device = \"cuda\", parallel.sharding = %s: %s",
+                      sh->zero1 ? "zero1" : f->R > 1 ? "hsdp" : "zero3", why);
+        return TSR_EXIT_USAGE;
+    }
+    sh->at = tsr_malloc((size_t)f->n_units * sizeof(size_t));
+    size_t max_piece = 0;
+    for (int u = 0; u < f->n_units; u++) {
+        size_t P = f->units[u].piece, whole = (size_t)f->G * P;
+        sh->at[u] = sh->n;
+        sh->n += P;
+        if (P > max_piece) max_piece = P;
+        if ((u > 0 || sh->zero1) && whole > sh->max_unit) sh->max_unit = whole;
+    }
+    /* this rank's pieces in the device shard: the unit's start plus the offset in its piece */
+    int np = f->n_pieces[f->grank];
+    sh->piece_at = tsr_malloc((size_t)(np ? np : 1) * sizeof(size_t));
+    for (int k = 0, u = 0; k < np; k++) {
+        const fsdp_piece *p = &f->pieces[f->grank][k];
+        while (p->shard >= f->unit_at[u] + (size_t)f->units[u].counts[f->grank]) u++;
+        sh->piece_at[k] = sh->at[u] + (p->shard - f->unit_at[u]);
+    }
+    size_t fb = sizeof(float), bb = sizeof(tsr_bf16);
+    sh->params = dev_zeroed(sh->n * fb, "shard: master weights (fp32)", s);
+    sh->grads = dev_zeroed(sh->n * fb, "shard: gradients (fp32)", s);
+    sh->m = dev_zeroed(sh->n * fb, "shard: AdamW m (fp32)", s);
+    sh->v = dev_zeroed(sh->n * fb, "shard: AdamW v (fp32)", s);
+    sh->wbf = dev_zeroed(sh->n * bb, "shard: weights (bf16)", s);
+    sh->acc = dev_zeroed(fb, "gradient norm", s);
+    if (sh->zero1) {
+        sh->pack = dev_zeroed(sh->max_unit * fb, "zero1: a unit's gradients", s);
+        sh->packbf = dev_zeroed(sh->max_unit * bb, "zero1: a unit's weights", s);
+    } else {
+        size_t whole0 = (size_t)f->G * f->units[0].piece;
+        sh->root_w = dev_zeroed(whole0 * bb, "zero3: gathered root weights (bf16)", s);
+        sh->root_g = dev_zeroed(whole0 * fb, "zero3: root gradients", s);
+        for (int k = 0; k < 2; k++) {
+            sh->slot[k] = dev_zeroed(sh->max_unit * bb, "zero3: gathered layer (bf16)", s);
+            sh->layer_g[k] = dev_zeroed(sh->max_unit * fb, "zero3: a layer's gradients", s);
+            sh->slot_ev[k] = tcu_event_create();
+            sh->lg_ev[k] = tcu_event_create();
+        }
+        sh->piece = dev_zeroed(max_piece * fb, "zero3: reduce-scattered piece", s);
+        sh->root_ev = tcu_event_create();
+        sh->src = (gpu_param_source){sh, src_get, src_put};
+        g->src = &sh->src;
+    }
+    forget_gathers(sh);
+    sh->host = tsr_malloc((f->shard_n ? f->shard_n : 1) * sizeof(float));
+    tcu_sync(s);
+    return 0;
+}
+
+void gpu_shard_free(gpu_shard *sh) {
+    if (!sh->g) return;
+    tcu_sync(sh->s);
+    gpu_comm_close(sh->group);
+    gpu_comm_close(sh->replicas);
+    void *bufs[] = {sh->params, sh->grads, sh->m, sh->v, sh->wbf, sh->acc, sh->pack, sh->packbf,
+                    sh->root_w, sh->root_g, sh->slot[0], sh->slot[1], sh->layer_g[0],
+                    sh->layer_g[1], sh->piece};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        if (bufs[i]) tcu_free(bufs[i]);
+    tcu_event *evs[] = {&sh->root_ev, &sh->slot_ev[0], &sh->slot_ev[1], &sh->lg_ev[0],
+                        &sh->lg_ev[1]};
+    for (size_t i = 0; !sh->zero1 && i < sizeof evs / sizeof *evs; i++) tcu_event_destroy(*evs[i]);
+    if (sh->zero1) fsdp_free(&sh->own);
+    free(sh->at), free(sh->piece_at), free(sh->host);
+    memset(sh, 0, sizeof *sh);
+}
+
+/* ---- a step ---- */
+
+void gpu_shard_zero_grads(gpu_shard *sh) {
+    if (sh->zero1) { /* the model's flat gradients accumulate; the shard is written whole */
+        tcu_zero(sh->g->grads, sh->g->m->n_params * sizeof(float), sh->s);
+        return;
+    }
+    tcu_zero(sh->grads, sh->n * sizeof(float), sh->s);
+    tcu_zero(sh->root_g, (size_t)sh->f->G * sh->f->units[0].piece * sizeof(float), sh->s);
+}
+
+void gpu_shard_zero1_ready(void *ctx, int u) {
+    gpu_shard *sh = ctx;
+    const fsdp_unit *un = &sh->f->units[u];
+    size_t whole = (size_t)sh->f->G * un->piece;
+    tcu_stream cs = gpu_comm_follow(sh->group);
+    for (int k = 0; k < un->n_seg; k++)
+        tcu_memcpy_d2d(sh->pack + un->seg[k].at, sh->g->grads + un->seg[k].flat,
+                       un->seg[k].len * sizeof(float), cs);
+    tcu_zero(sh->pack + un->size, (whole - un->size) * sizeof(float), cs);
+    gpu_comm_reduce_scatter(sh->group, sh->pack, sh->grads + sh->at[u], un->piece);
+}
+
+void gpu_shard_finish_grads(gpu_shard *sh) {
+    if (!sh->zero1) scatter_add(sh, 0, sh->root_g, NULL);
+    if (sh->replicas) { /* hsdp: the groups' shards summed over the replicas */
+        gpu_comm_wait(sh->group);
+        size_t off = 0;
+        gpu_comm_allreduce(sh->replicas, sh->grads, &off, &sh->n, 1);
+    }
+}
+
+double gpu_shard_grad_sumsq(gpu_shard *sh) {
+    gpu_comm_wait(sh->group);
+    if (sh->replicas) gpu_comm_wait(sh->replicas);
+    float sq = 0.0f;
+    tcu_zero(sh->acc, sizeof(float), sh->s);
+    tcu_sumsq(sh->acc, sh->grads, sh->n, sh->s); /* the padding is zero */
+    tcu_memcpy_d2h(&sq, sh->acc, sizeof sq, sh->s);
+    double d = sq;
+    dist_group_allreduce_sum_f64(sh->f->group, &d, 1); /* the replicas hold equal shards */
+    return d;
+}
+
+/* zero1: every unit's bf16 piece gathered and unpacked into the model's flat weights. */
+static void zero1_gather_weights(gpu_shard *sh) {
+    const tsr_fsdp *f = sh->f;
+    for (int u = 0; u < f->n_units; u++) {
+        const fsdp_unit *un = &f->units[u];
+        gpu_comm_all_gather(sh->group, sh->wbf + sh->at[u], sh->packbf, un->piece,
+                            sizeof(tsr_bf16));
+        tcu_stream cs = gpu_comm_follow(sh->group);
+        for (int k = 0; k < un->n_seg; k++)
+            tcu_memcpy_d2d(sh->g->wbf + un->seg[k].flat, sh->packbf + un->seg[k].at,
+                           un->seg[k].len * sizeof(tsr_bf16), cs);
+    }
+    gpu_comm_wait(sh->group);
+}
+
+void gpu_shard_update(gpu_shard *sh, const tsr_trainer *t, double lr, float gscale, int step) {
+    const tsr_fsdp *f = sh->f;
+    const tsr_optim_config *o = &t->cfg.optim;
+    for (int k = 0; k < f->n_pieces[f->grank]; k++) {
+        const fsdp_piece *p = &f->pieces[f->grank][k];
+        size_t a = sh->piece_at[k];
+        float wd = trainer_param_decays(o, t->model.params_info[p->id].kind)
+                       ? (float)o->weight_decay : 0.0f;
+        tcu_adamw_update(sh->params + a, sh->wbf + a, sh->grads + a, sh->m + a, sh->v + a,
+                         p->len, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps, wd,
+                         gscale, step, sh->s);
+    }
+    if (sh->zero1) zero1_gather_weights(sh);
+    else forget_gathers(sh);
+}
+
+/* ---- the host mirror ---- */
+
+/* device shard (padded pieces) <-> host shard of the plan (unpadded) */
+static void shard_d2h(const gpu_shard *sh, float *host, const float *dev) {
+    const tsr_fsdp *f = sh->f;
+    for (int u = 0; u < f->n_units; u++)
+        tcu_memcpy_d2h(host + f->unit_at[u], dev + sh->at[u],
+                       (size_t)f->units[u].counts[f->grank] * sizeof(float), sh->s);
+}
+static void shard_h2d(const gpu_shard *sh, float *dev, const float *host) {
+    const tsr_fsdp *f = sh->f;
+    for (int u = 0; u < f->n_units; u++)
+        tcu_memcpy_h2d(dev + sh->at[u], host + f->unit_at[u],
+                       (size_t)f->units[u].counts[f->grank] * sizeof(float), sh->s);
+    tcu_sync(sh->s);
+}
+
+void gpu_shard_pull(gpu_shard *sh, tsr_trainer *t, int with_optim) {
+    tcu_sync(sh->s);
+    if (!sh->zero1) {
+        shard_d2h(sh, t->fsdp.params, sh->params);
+        if (with_optim) shard_d2h(sh, t->m, sh->m), shard_d2h(sh, t->v, sh->v);
+        return;
+    }
+    /* zero1: the shard to this rank's part of the flat layout (the trainer's partition), then
+     * the full weights on every rank as the CPU's zero1 keeps them */
+    tsr_fsdp *f = &sh->own;
+    shard_d2h(sh, sh->host, sh->params);
+    fsdp_shard_to_part(f, sh->host, t->model.params + t->part_displs[t->dist.rank]);
+    dist_allgatherv_f32(t->model.params, t->part_counts, t->part_displs);
+    if (!with_optim) return;
+    shard_d2h(sh, sh->host, sh->m);
+    fsdp_shard_to_part(f, sh->host, t->m);
+    shard_d2h(sh, sh->host, sh->v);
+    fsdp_shard_to_part(f, sh->host, t->v);
+}
+
+void gpu_shard_push(gpu_shard *sh, tsr_trainer *t, int with_optim) {
+    tcu_sync(sh->s);
+    const tsr_fsdp *f = sh->f;
+    if (sh->zero1) { /* this rank's pieces of the full weights */
+        const fsdp_piece *p = f->pieces[f->grank];
+        for (int k = 0; k < f->n_pieces[f->grank]; k++)
+            memcpy(sh->host + p[k].shard, t->model.params + p[k].flat, p[k].len * sizeof(float));
+    }
+    shard_h2d(sh, sh->params, sh->zero1 ? sh->host : t->fsdp.params);
+    tcu_f32_to_bf16(sh->wbf, sh->params, sh->n, sh->s);
+    if (with_optim && sh->zero1) {
+        fsdp_part_to_shard(&sh->own, t->m, sh->host);
+        shard_h2d(sh, sh->m, sh->host);
+        fsdp_part_to_shard(&sh->own, t->v, sh->host);
+        shard_h2d(sh, sh->v, sh->host);
+    } else if (with_optim) {
+        shard_h2d(sh, sh->m, t->m);
+        shard_h2d(sh, sh->v, t->v);
+    }
+    if (sh->zero1) zero1_gather_weights(sh);
+    else forget_gathers(sh);
+    tcu_sync(sh->s);
+}
+
+void gpu_shard_full_weights(gpu_shard *sh, int on) {
+    if (sh->zero1) return;
+    tsr_gpu_model *g = sh->g;
+    if (!on) {
+        tcu_sync(sh->s);
+        tcu_free(g->wbf);
+        g->wbf = NULL;
+        return;
+    }
+    const tsr_fsdp *f = sh->f;
+    g->wbf = tcu_malloc(g->m->n_params * sizeof(tsr_bf16), "evaluation: full weights (bf16)");
+    for (int u = 0; u < f->n_units; u++) {
+        tsr_bf16 *unit = u == 0 ? sh->root_w : sh->slot[0];
+        gather_unit(sh, u, unit, u == 0 ? sh->root_ev : sh->slot_ev[0]);
+        tcu_stream cs = gpu_comm_follow(sh->group);
+        const fsdp_unit *un = &f->units[u];
+        for (int k = 0; k < un->n_seg; k++)
+            tcu_memcpy_d2d(g->wbf + un->seg[k].flat, unit + un->seg[k].at,
+                           un->seg[k].len * sizeof(tsr_bf16), cs);
+    }
+    gpu_comm_wait(sh->group);
+    sh->root_valid = 1;
+    sh->slot_unit[0] = -1;
+}

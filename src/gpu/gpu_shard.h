@@ -1,0 +1,94 @@
+/* gpu_shard.h — parallel.sharding = zero1 | zero3 | hsdp on the CUDA backend (docs/sharding.md,
+ * docs/cuda.md).
+ *
+ * One shard layout for the three modes: the units and pieces of train/fsdp.h (unit 0 the root,
+ * unit l+1 layer l; a unit split into G pieces of fsdp_piece_len floats, rank order). On the
+ * device every piece is padded to that full length (the padding stays zero), so the collectives
+ * are NCCL's equal-block reduce-scatter and all-gather and a gathered unit is the unit itself.
+ * The shard holds the fp32 master weights, their bf16 copy, the fp32 gradients and both AdamW
+ * moments; AdamW runs on the shard, tensor piece by tensor piece (weight decay by kind).
+ *
+ * zero1 (G = world): the model keeps its flat bf16 weights and fp32 gradients (gpu_model.h
+ * GPU_STATE_NO_MASTER). The last microbatch's backward hands each unit, as it completes, to the
+ * communication stream: its gradients are packed into the unit layout and reduce-scattered into
+ * the shard, overlapping the layers still to come. After the update every unit's bf16 piece is
+ * all-gathered and unpacked into the flat weights.
+ *
+ * zero3 (G = world) and hsdp (G = parallel.replica_group, R = world / G replicas): the model holds
+ * no flat weights (GPU_STATE_NONE) and asks this source for each unit. The root is all-gathered
+ * once per step and its gradients accumulate over the microbatches; a layer's bf16 weights are
+ * all-gathered into one of two slots, the next layer's gather started on the communication stream
+ * before this one computes (forward l+1, backward l-1); a layer's gradients go to one of two
+ * buffers and are reduce-scattered, then added into the shard, as soon as its backward is queued.
+ * Under hsdp the replicas then all-reduce their shards. Evaluation gathers the full bf16 weights
+ * for its duration (ranks run different numbers of evaluation batches: no per-layer collectives).
+ *
+ * Host mirror (checkpoints, sampling): as the CPU trainer of the same mode keeps it. zero3 / hsdp:
+ * t->fsdp's shard and t->m, t->v (unpadded pieces); zero1: the full fp32 weights and t->m, t->v
+ * over the rank's part of the flat layout (converted with fsdp_shard_to_part / part_to_shard).
+ */
+#ifndef TSR_GPU_SHARD_H
+#define TSR_GPU_SHARD_H
+
+#include <stddef.h>
+
+#include "gpu/gpu_comm.h"
+#include "gpu/gpu_model.h"
+#include "train/fsdp.h"
+
+struct tsr_trainer;
+
+typedef struct gpu_shard {
+    const tsr_fsdp *f;      /* the plan: t->fsdp (zero3, hsdp) or own (zero1) */
+    tsr_fsdp own;
+    int zero1;
+    tsr_gpu_model *g;
+    tcu_stream s;
+    gpu_comm *group, *replicas; /* replicas: hsdp with more than one group, else NULL */
+    size_t *at;             /* (units) where unit u's piece starts in the device shard */
+    size_t *piece_at;       /* (this rank's pieces) their offsets in the device shard */
+    size_t n;               /* floats in the device shard */
+    size_t max_unit;        /* G x the longest piece of a layer unit (zero1: of any unit) */
+    float *params, *grads, *m, *v; /* the shard (n) */
+    tsr_bf16 *wbf;          /* (n) */
+    float *acc;             /* (1) the sum of squares */
+    float *pack;            /* zero1: (max_unit) a unit's gradients in the unit layout */
+    tsr_bf16 *packbf;       /* zero1: (max_unit) a unit's gathered weights */
+    tsr_bf16 *root_w;       /* zero3: (G x piece of unit 0) the gathered root */
+    float *root_g;          /* zero3: its gradients, over the step's microbatches */
+    int root_valid;
+    tsr_bf16 *slot[2];      /* zero3: gathered layer units (max_unit) */
+    int slot_unit[2];
+    float *layer_g[2];      /* zero3: a layer's gradients (max_unit), alternately */
+    int lg_next, lg_cur;
+    float *piece;           /* zero3: a unit's reduce-scattered piece */
+    tcu_event root_ev, slot_ev[2], lg_ev[2];
+    gpu_param_source src;
+    float *host;            /* host staging: one shard of f (unpadded) */
+} gpu_shard;
+
+/* Device bytes of the shard state, its buffers, and the model's flat buffers, per rank, for the
+ * trainer's sharding mode and group size G (nothing allocated: the plan and --plan use it). */
+size_t gpu_shard_bytes(const tsr_model *m, int zero1, int G);
+/* Plans (zero1), opens the communicators, allocates (the plan was checked against free memory),
+ * sets g->src (zero3 / hsdp). 0, or an exit code with the reason reported on rank 0. */
+int gpu_shard_init(gpu_shard *sh, struct tsr_trainer *t, tsr_gpu_model *g, tcu_stream s);
+void gpu_shard_free(gpu_shard *sh);
+/* A step: zero the gradients; zero1: the callback the last microbatch's backward calls per unit;
+ * after the last backward: the remaining reduce-scatters (and the replicas' sum); the sum of
+ * squares of the shard's gradients over the group; AdamW on the shard and the weights' refresh. */
+void gpu_shard_zero_grads(gpu_shard *sh);
+void gpu_shard_zero1_ready(void *sh, int unit);
+void gpu_shard_finish_grads(gpu_shard *sh);
+double gpu_shard_grad_sumsq(gpu_shard *sh);
+void gpu_shard_update(gpu_shard *sh, const struct tsr_trainer *t, double lr, float gscale,
+                      int step);
+/* Host mirror <- device (weights and moments; collective) and back (the moments when
+ * with_optim). */
+void gpu_shard_pull(gpu_shard *sh, struct tsr_trainer *t, int with_optim);
+void gpu_shard_push(gpu_shard *sh, struct tsr_trainer *t, int with_optim);
+/* zero3 / hsdp: on = 1 gathers the full bf16 weights into the model (evaluation), 0 frees them
+ * (collective; a no-op under zero1). */
+void gpu_shard_full_weights(gpu_shard *sh, int on);
+
+#endif
