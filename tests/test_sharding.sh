@@ -13,7 +13,7 @@
 #    docs/sharding.md within 10%; a replica_group that does not divide the ranks exits 1.
 source "$(dirname "$0")/lib.sh"
 tsr_tmpdir
-tap_plan 17
+tap_plan 18
 make_synth "$TMP/data" 512 60000
 tap_check $? "synthetic corpus made"
 tiny_args "$TMP/data/train"
@@ -118,6 +118,13 @@ tap_diag "mpt-7b, --plan 8, zero3: total ${total:-?} GiB per rank; hand calculat
 ((rc == 0)) && grep -q "batch: global 1024 = 8 ranks x 128 per rank" "$TMP/p7b.txt" &&
     /usr/bin/python3 -c "import sys; sys.exit(0 if abs(float('$total') / 279.6 - 1) <= 0.10 else 1)" 2>/dev/null
 tap_check $? "--plan 8 for mpt-7b under zero3: per-rank total within 10% of the hand calculation in docs/sharding.md"
+"$TRAIN" --config "$TSR_ROOT/configs/mpt-7b.cfg" --plan 8 --set parallel.sharding=zero3 --set device=cuda \
+    >"$TMP/p7bgpu.txt" 2>&1
+rc=$?
+fixed=$(sed -nE 's/^device memory per rank \(cuda.*, zero3 over 8 ranks\).* buffers ([0-9.]+) GiB,.*/\1/p' \
+    "$TMP/p7bgpu.txt")
+((rc == 0)) && /usr/bin/python3 -c "import sys; sys.exit(0 if abs(float('$fixed') / 17.43 - 1) <= 0.01 else 1)" 2>/dev/null
+tap_check $? "--plan 8 for mpt-7b under zero3 with device = cuda: shards and buffers ${fixed:-?} GiB per rank, the hand calculation's 17.43 GiB (1%)"
 "$TRAIN" --config "$TSR_ROOT/configs/mpt-7b.cfg" --plan 64/8 --set parallel.sharding=hsdp >"$TMP/p64.txt" 2>&1 &&
     grep -q "HSDP: all state sharded over groups of 8 ranks, 8 replicas" "$TMP/p64.txt" &&
     grep -q "batch: global 1024 = 64 ranks x 16 per rank" "$TMP/p64.txt"
