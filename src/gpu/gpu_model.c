@@ -25,19 +25,24 @@ static size_t act_table(tsr_gpu_model *g, const tsr_model *m, int B, int T, act_
     int doc = m->cfg.attn_mask == TSR_MASK_DOCUMENT, learned = m->params_info[TSR_P_WPE].numel > 0;
     size_t k = 0;
 #define BUF(field, e, count) t[k++] = (act_buf){(void **)&g->field, (e), (count)}
+    /* activation checkpointing: a dropped group has fewer layers of buffers (model.h) */
+    size_t Ln1 = model_act_group_layers(m, TSR_AG_LN1);
+    size_t Lat = model_act_group_layers(m, TSR_AG_ATTN);
+    size_t Lr2 = model_act_group_layers(m, TSR_AG_RES2);
+    size_t Lml = model_act_group_layers(m, TSR_AG_MLP);
     BUF(encoded, b, N * C);
-    BUF(ln1, b, L * N * C);
-    BUF(ln1m, f, L * N);
-    BUF(ln1r, f, L * N);
-    BUF(qkv, b, L * N * 3 * C);
-    BUF(atty, b, L * N * C);
-    BUF(lse, f, L * B * NH * (size_t)T);
-    BUF(res2, b, L * N * C);
-    BUF(ln2, b, L * N * C);
-    BUF(ln2m, f, L * N);
-    BUF(ln2r, f, L * N);
-    BUF(fch, b, L * N * F);
-    BUF(fchg, b, L * N * F);
+    BUF(ln1, b, Ln1 * N * C);
+    BUF(ln1m, f, Ln1 * N);
+    BUF(ln1r, f, Ln1 * N);
+    BUF(qkv, b, Lat * N * 3 * C);
+    BUF(atty, b, Lat * N * C);
+    BUF(lse, f, Lat * B * NH * (size_t)T);
+    BUF(res2, b, Lr2 * N * C);
+    BUF(ln2, b, Lr2 * N * C);
+    BUF(ln2m, f, Lr2 * N);
+    BUF(ln2r, f, Lr2 * N);
+    BUF(fch, b, Lml * N * F);
+    BUF(fchg, b, Lml * N * F);
     BUF(res3, b, L * N * C);
     BUF(lnf, b, N * C);
     BUF(lnfm, f, N);
@@ -188,6 +193,73 @@ static void view(const tsr_gpu_model *g, int u, int backward, uview *v) {
     }
 }
 
+/* Layer l's activations: its slot of each group's stack (a dropped group's slot 0 is shared by
+ * the checkpointed layers), x its input (the previous layer's residual3, or the embeddings). */
+typedef struct lacts {
+    const tsr_bf16 *x;
+    tsr_bf16 *ln1, *qkv, *atty, *res2, *ln2, *fch, *fchg, *res3;
+    float *ln1m, *ln1r, *lse, *ln2m, *ln2r;
+} lacts;
+
+static lacts lacts_at(const tsr_gpu_model *g, int l) {
+    const tsr_model *m = g->m;
+    size_t C = m->C, F = m->F, sN = (size_t)g->B * g->T, sL = (size_t)g->B * m->NH * g->T;
+    size_t s1 = model_act_group_slot(m, TSR_AG_LN1, l);
+    size_t sa = model_act_group_slot(m, TSR_AG_ATTN, l);
+    size_t s2 = model_act_group_slot(m, TSR_AG_RES2, l);
+    size_t sm = model_act_group_slot(m, TSR_AG_MLP, l);
+    return (lacts){
+        .x = l ? g->res3 + (size_t)(l - 1) * sN * C : g->encoded,
+        .ln1 = g->ln1 + s1 * sN * C, .ln1m = g->ln1m + s1 * sN, .ln1r = g->ln1r + s1 * sN,
+        .qkv = g->qkv + sa * sN * 3 * C, .atty = g->atty + sa * sN * C, .lse = g->lse + sa * sL,
+        .res2 = g->res2 + s2 * sN * C, .ln2 = g->ln2 + s2 * sN * C, .ln2m = g->ln2m + s2 * sN,
+        .ln2r = g->ln2r + s2 * sN, .fch = g->fch + sm * sN * F, .fchg = g->fchg + sm * sN * F,
+        .res3 = g->res3 + (size_t)l * sN * C,
+    };
+}
+
+/* A layer's forward from its ln1 to the MLP's GELU, in steps; fcproj and the residual add fused
+ * with the next LayerNorm stay in gpu_model_forward (residual3 is always kept, so a
+ * recomputation never reruns them). */
+typedef enum { STEP_QKV, STEP_ATTN, STEP_RES2, STEP_FC } layer_step;
+
+static void layer_steps(tsr_gpu_model *g, const lacts *a, const uview *c, int B, int T,
+                        layer_step first, layer_step last) {
+    const tsr_model *m = g->m;
+    int C = m->C, F = m->F, NH = m->NH, N = B * T;
+    tsr_gelu_kind gk = (tsr_gelu_kind)m->cfg.gelu;
+    tcu_stream s = g->s;
+    for (layer_step k = first; k <= last; k++) switch (k) {
+        case STEP_QKV:
+            tcu_matmul_forward(a->qkv, NULL, a->ln1, c->w[TSR_P_QKVW], c->w[TSR_P_QKVB], N, C,
+                               3 * C, gk, s);
+            break;
+        case STEP_ATTN:
+            tcu_attention_forward(a->atty, a->lse, a->qkv, g->slopes, g->seq, B, T, C, NH, s);
+            break;
+        case STEP_RES2:
+            tcu_matmul_forward(g->scratch, NULL, a->atty, c->w[TSR_P_ATTPROJW],
+                               c->w[TSR_P_ATTPROJB], N, C, C, gk, s);
+            tcu_residual_layernorm_forward(a->res2, a->ln2, a->ln2m, a->ln2r, a->x, g->scratch,
+                                           c->w[TSR_P_LN2W], c->w[TSR_P_LN2B], N, C, s);
+            break;
+        case STEP_FC:
+            tcu_matmul_forward(a->fchg, a->fch, a->ln2, c->w[TSR_P_FCW], c->w[TSR_P_FCB], N, C, F,
+                               gk, s);
+            break;
+        }
+}
+
+/* What a checkpointed layer recomputes before its backward, by mode (the steps that write its
+ * dropped groups; block also its ln1, from the kept input). Indexed by tsr_actckpt_kind. */
+static const struct { int ln1; layer_step first, last; } rerun[] = {
+    {0, STEP_FC, STEP_QKV},   /* none: nothing */
+    {1, STEP_QKV, STEP_FC},   /* block */
+    {0, STEP_QKV, STEP_ATTN}, /* attention */
+    {0, STEP_FC, STEP_FC},    /* mlp */
+};
+_Static_assert(sizeof rerun / sizeof rerun[0] == TSR_ACTCKPT_COUNT, "rerun vs tsr_actckpt_kind");
+
 static void check_shape(const tsr_gpu_model *g, int B, int T, const char *what) {
     if (B > g->B || T != g->T)
         tsr_die(TSR_EXIT_INTERNAL, "%s: batch %dx%d exceeds the allocated %dx%d", what, B, T, g->B,
@@ -199,8 +271,8 @@ void gpu_model_forward(tsr_gpu_model *g, const int32_t *tokens, const int32_t *t
     const tsr_model *m = g->m;
     check_shape(g, B, T, "gpu_model_forward");
     tcu_stream s = g->s;
-    int C = m->C, F = m->F, NH = m->NH, L = m->L;
-    size_t N = (size_t)B * T, sN = (size_t)g->B * T; /* sN: per-layer stride of the stacks */
+    int C = m->C, F = m->F, L = m->L;
+    size_t N = (size_t)B * T;
     tsr_gelu_kind gk = (tsr_gelu_kind)m->cfg.gelu;
     tcu_memcpy_h2d(g->tokens, tokens, N * sizeof(int32_t), s);
     tcu_memcpy_h2d(g->targets, targets, N * sizeof(int32_t), s);
@@ -214,36 +286,24 @@ void gpu_model_forward(tsr_gpu_model *g, const int32_t *tokens, const int32_t *t
     view(g, 1, 0, &cur);
     tcu_encoder_forward(g->encoded, g->tokens, r.w[TSR_P_WTE], r.w[TSR_P_WPE], g->pos, B, T, C,
                         s);
-    tcu_layernorm_forward(g->ln1, g->ln1m, g->ln1r, g->encoded, cur.w[TSR_P_LN1W],
+    lacts a0 = lacts_at(g, 0);
+    tcu_layernorm_forward(a0.ln1, a0.ln1m, a0.ln1r, g->encoded, cur.w[TSR_P_LN1W],
                           cur.w[TSR_P_LN1B], (int)N, C, s);
+    /* a checkpointed layer writes its dropped groups to slot 0, which the next one overwrites */
     for (int l = 0; l < L; l++) {
-        const tsr_bf16 *x = l ? g->res3 + (size_t)(l - 1) * sN * C : g->encoded;
-        tsr_bf16 *ln1 = g->ln1 + l * sN * C, *qkv = g->qkv + l * sN * 3 * C;
-        tsr_bf16 *atty = g->atty + l * sN * C, *res2 = g->res2 + l * sN * C;
-        tsr_bf16 *ln2 = g->ln2 + l * sN * C, *fch = g->fch + l * sN * F;
-        tsr_bf16 *fchg = g->fchg + l * sN * F, *res3 = g->res3 + l * sN * C;
-        tcu_matmul_forward(qkv, NULL, ln1, cur.w[TSR_P_QKVW], cur.w[TSR_P_QKVB], (int)N, C,
-                           3 * C, gk, s);
-        tcu_attention_forward(atty, g->lse + (size_t)l * g->B * NH * T, qkv, g->slopes, g->seq, B,
-                              T, C, NH, s);
-        tcu_matmul_forward(g->scratch, NULL, atty, cur.w[TSR_P_ATTPROJW],
-                           cur.w[TSR_P_ATTPROJB], (int)N, C, C, gk, s);
-        tcu_residual_layernorm_forward(res2, ln2, g->ln2m + l * sN, g->ln2r + l * sN, x,
-                                       g->scratch, cur.w[TSR_P_LN2W], cur.w[TSR_P_LN2B],
-                                       (int)N, C, s);
-        tcu_matmul_forward(fchg, fch, ln2, cur.w[TSR_P_FCW], cur.w[TSR_P_FCB], (int)N, C, F,
-                           gk, s);
-        tcu_matmul_forward(g->scratch, NULL, fchg, cur.w[TSR_P_FCPROJW],
+        lacts a = lacts_at(g, l);
+        layer_steps(g, &a, &cur, B, T, STEP_QKV, STEP_FC);
+        tcu_matmul_forward(g->scratch, NULL, a.fchg, cur.w[TSR_P_FCPROJW],
                            cur.w[TSR_P_FCPROJB], (int)N, F, C, gk, s);
         /* the residual add fused with the next LayerNorm: layer l+1's ln1, or the final one
          * (asked for only now: this layer's weights are all queued, so a sharded source may
          * reuse their buffer for the layer after the next) */
         int last = l + 1 == L;
+        lacts n = last ? a : lacts_at(g, l + 1);
         if (!last) view(g, l + 2, 0, &nxt);
         tcu_residual_layernorm_forward(
-            res3, last ? g->lnf : g->ln1 + (l + 1) * sN * C,
-            last ? g->lnfm : g->ln1m + (l + 1) * sN, last ? g->lnfr : g->ln1r + (l + 1) * sN,
-            res2, g->scratch, last ? r.w[TSR_P_LNFW] : nxt.w[TSR_P_LN1W],
+            a.res3, last ? g->lnf : n.ln1, last ? g->lnfm : n.ln1m, last ? g->lnfr : n.ln1r,
+            a.res2, g->scratch, last ? r.w[TSR_P_LNFW] : nxt.w[TSR_P_LN1W],
             last ? r.w[TSR_P_LNFB] : nxt.w[TSR_P_LN1B], (int)N, C, s);
         if (!last) cur = nxt;
     }
@@ -285,12 +345,17 @@ void gpu_model_backward(tsr_gpu_model *g, const int32_t *tokens, int B, int T,
                            (int)N, C, s);
     /* dres: the gradient of the residual stream, first of residual3, then residual2, then x */
     for (int l = L - 1; l >= 0; l--) {
-        const tsr_bf16 *x = l ? g->res3 + (size_t)(l - 1) * sN * C : g->encoded;
-        const tsr_bf16 *ln1 = g->ln1 + l * sN * C, *qkv = g->qkv + l * sN * 3 * C;
-        const tsr_bf16 *atty = g->atty + l * sN * C, *res2 = g->res2 + l * sN * C;
-        const tsr_bf16 *ln2 = g->ln2 + l * sN * C, *fch = g->fch + l * sN * F;
-        const tsr_bf16 *fchg = g->fchg + l * sN * F;
+        lacts a = lacts_at(g, l);
         view(g, l + 1, 1, &c);
+        if (model_ckpt_layer(m, l)) { /* recompute what the layer did not keep, into slot 0 */
+            tsr_actckpt_kind k = m->cfg.activation_checkpointing;
+            if (rerun[k].ln1)
+                tcu_layernorm_forward(a.ln1, a.ln1m, a.ln1r, a.x, c.w[TSR_P_LN1W],
+                                      c.w[TSR_P_LN1B], (int)N, C, s);
+            layer_steps(g, &a, &c, B, T, rerun[k].first, rerun[k].last);
+        }
+        const tsr_bf16 *x = a.x, *ln1 = a.ln1, *qkv = a.qkv, *atty = a.atty, *res2 = a.res2;
+        const tsr_bf16 *ln2 = a.ln2, *fch = a.fch, *fchg = a.fchg;
         tcu_zero(g->dfchg, N * F * b, s);
         tcu_matmul_backward(g->dfchg, c.gr[TSR_P_FCPROJW], c.gr[TSR_P_FCPROJB], g->dres,
                             fchg, c.w[TSR_P_FCPROJW], (int)N, F, C, s);
@@ -300,20 +365,18 @@ void gpu_model_backward(tsr_gpu_model *g, const int32_t *tokens, int B, int T,
         tcu_matmul_backward(g->dln, c.gr[TSR_P_FCW], c.gr[TSR_P_FCB], g->dfch, ln2,
                             c.w[TSR_P_FCW], (int)N, C, F, s);
         tcu_layernorm_backward(g->dres, c.gr[TSR_P_LN2W], c.gr[TSR_P_LN2B], g->dln, res2,
-                               c.w[TSR_P_LN2W], g->ln2m + l * sN, g->ln2r + l * sN, (int)N, C,
-                               s);
+                               c.w[TSR_P_LN2W], a.ln2m, a.ln2r, (int)N, C, s);
         tcu_zero(g->datty, N * C * b, s);
         tcu_matmul_backward(g->datty, c.gr[TSR_P_ATTPROJW], c.gr[TSR_P_ATTPROJB], g->dres,
                             atty, c.w[TSR_P_ATTPROJW], (int)N, C, C, s);
         tcu_zero(g->dqkv, N * 3 * C * b, s);
-        tcu_attention_backward(g->dqkv, g->datty, qkv, atty, g->lse + (size_t)l * g->B * NH * T,
+        tcu_attention_backward(g->dqkv, g->datty, qkv, atty, a.lse,
                                g->slopes, g->seq, g->att_scratch, B, T, C, NH, s);
         tcu_zero(g->dln, N * C * b, s);
         tcu_matmul_backward(g->dln, c.gr[TSR_P_QKVW], c.gr[TSR_P_QKVB], g->dqkv, ln1,
                             c.w[TSR_P_QKVW], (int)N, C, 3 * C, s);
         tcu_layernorm_backward(g->dres, c.gr[TSR_P_LN1W], c.gr[TSR_P_LN1B], g->dln, x,
-                               c.w[TSR_P_LN1W], g->ln1m + l * sN, g->ln1r + l * sN, (int)N, C,
-                               s);
+                               c.w[TSR_P_LN1W], a.ln1m, a.ln1r, (int)N, C, s);
         if (!g->wbf) g->src->put(g->src->ctx, l + 1);
         if (ready) ready(ctx, l + 1);
     }

@@ -6,7 +6,9 @@
  * gradients between host and device whole. Activations are stacked per layer like the CPU's; the
  * attention keeps its log-sum-exp (B,NH,T) instead of probabilities, and the logits are
  * overwritten by their gradient in the forward pass of a training step (fused
- * softmax-cross-entropy): forward and backward come in pairs. No activation checkpointing yet.
+ * softmax-cross-entropy): forward and backward come in pairs. Activation checkpointing keeps
+ * the groups of model.h as the CPU does and recomputes the dropped ones before a layer's
+ * backward.
  * Under zero3 / hsdp the weights come unit by unit from a gpu_param_source (gpu_shard.c).
  * Every call is queued on the model's stream; gpu_model_loss_sum, upload and download wait for it.
  */

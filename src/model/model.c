@@ -140,43 +140,29 @@ void model_init_weights(tsr_model *m, uint64_t seed) {
     }
 }
 
-/* Activation checkpointing (docs/model.md). The per-layer activations come in groups that a
- * mode keeps or recomputes as a whole; a dropped group is stacked over Lk = L - Lc + 1 layers
- * instead of L: slot 0 serves every checkpointed layer (l < Lc), slot l - Lc + 1 layer l >= Lc. */
-typedef enum {
-    AG_LN1 = 0, /* ln1, ln1_mean, ln1_rstd */
-    AG_ATTN,    /* qkv, atty, att */
-    AG_RES2,    /* residual2, ln2, ln2_mean, ln2_rstd */
-    AG_MLP,     /* fch, fch_gelu */
-    AG_COUNT
-} act_group;
-
-/* groups each mode recomputes, as bit masks over act_group */
+/* Activation checkpointing (docs/model.md; the groups and slots: model.h). The groups each mode
+ * recomputes, as bit masks over tsr_act_group. */
 static const unsigned actckpt_drops[] = {
-    0,                                                               /* none */
-    1u << AG_LN1 | 1u << AG_ATTN | 1u << AG_RES2 | 1u << AG_MLP,     /* block */
-    1u << AG_ATTN,                                                   /* attention */
-    1u << AG_MLP,                                                    /* mlp */
+    0,                                                                       /* none */
+    1u << TSR_AG_LN1 | 1u << TSR_AG_ATTN | 1u << TSR_AG_RES2 | 1u << TSR_AG_MLP, /* block */
+    1u << TSR_AG_ATTN,                                                       /* attention */
+    1u << TSR_AG_MLP,                                                        /* mlp */
 };
 _Static_assert(sizeof actckpt_drops / sizeof actckpt_drops[0] == TSR_ACTCKPT_COUNT,
                "actckpt_drops vs tsr_actckpt_kind");
 
-static int group_dropped(const tsr_model *m, act_group g) {
+int model_act_group_dropped(const tsr_model *m, tsr_act_group g) {
     return m->n_ckpt > 0 && (actckpt_drops[m->cfg.activation_checkpointing] >> g & 1u);
 }
-/* layers of buffers the group has */
-static size_t group_layers(const tsr_model *m, act_group g) {
-    return group_dropped(m, g) ? (size_t)(m->L - m->n_ckpt + 1) : (size_t)m->L;
+size_t model_act_group_layers(const tsr_model *m, tsr_act_group g) {
+    return model_act_group_dropped(m, g) ? (size_t)(m->L - m->n_ckpt + 1) : (size_t)m->L;
 }
-/* layer l is checkpointed */
-static int ckpt_layer(const tsr_model *m, int l) {
+int model_ckpt_layer(const tsr_model *m, int l) {
     return l >= m->ckpt_lo && l < m->ckpt_lo + m->n_ckpt;
 }
-/* layer l's slot in the group's stack: 0 is shared by the checkpointed layers, the others follow
- * in layer order */
-static size_t group_slot(const tsr_model *m, act_group g, int l) {
-    if (!group_dropped(m, g)) return (size_t)l;
-    if (ckpt_layer(m, l)) return 0;
+size_t model_act_group_slot(const tsr_model *m, tsr_act_group g, int l) {
+    if (!model_act_group_dropped(m, g)) return (size_t)l;
+    if (model_ckpt_layer(m, l)) return 0;
     return (size_t)(l < m->ckpt_lo ? l + 1 : l - m->n_ckpt + 1);
 }
 
@@ -193,8 +179,10 @@ int model_try_alloc_acts(tsr_model *m, int B, int T) {
     const tsr_ops *o = m->ops;
     tsr_acts *a = &m->acts;
     size_t L = m->L, C = m->C, F = m->F, NH = m->NH, N = (size_t)B * T, f = sizeof(float);
-    size_t Ln1 = group_layers(m, AG_LN1), Lat = group_layers(m, AG_ATTN);
-    size_t Lr2 = group_layers(m, AG_RES2), Lml = group_layers(m, AG_MLP);
+    size_t Ln1 = model_act_group_layers(m, TSR_AG_LN1);
+    size_t Lat = model_act_group_layers(m, TSR_AG_ATTN);
+    size_t Lr2 = model_act_group_layers(m, TSR_AG_RES2);
+    size_t Lml = model_act_group_layers(m, TSR_AG_MLP);
     model_free_acts(m);
     /* floats per buffer, in the order of ACT_FLOAT_BUFS */
     size_t n[] = {N * C, Ln1 * N * C, Ln1 * N, Ln1 * N, Lat * N * 3 * C, Lat * N * C,
@@ -243,12 +231,16 @@ void model_free_acts(tsr_model *m) {
 
 size_t model_acts_bytes(const tsr_model *m, int B, int T) {
     size_t L = m->L, C = m->C, F = m->F, NH = m->NH, N = (size_t)B * T;
+    size_t Ln1 = model_act_group_layers(m, TSR_AG_LN1);
+    size_t Lat = model_act_group_layers(m, TSR_AG_ATTN);
+    size_t Lr2 = model_act_group_layers(m, TSR_AG_RES2);
+    size_t Lml = model_act_group_layers(m, TSR_AG_MLP);
     size_t floats = N * C                                              /* encoded */
-                    + group_layers(m, AG_LN1) * N * (C + 2)            /* ln1 + stats */
-                    + group_layers(m, AG_ATTN) * (N * 3 * C + N * C    /* qkv, atty */
-                                                  + B * NH * (size_t)T * T) /* att */
-                    + group_layers(m, AG_RES2) * (N * C + N * (C + 2)) /* residual2, ln2 + stats */
-                    + group_layers(m, AG_MLP) * N * F * 2              /* fch, fch_gelu */
+                    + Ln1 * N * (C + 2)                                /* ln1 + stats */
+                    + Lat * (N * 3 * C + N * C                         /* qkv, atty */
+                             + B * NH * (size_t)T * T)                 /* att */
+                    + Lr2 * (N * C + N * (C + 2))                      /* residual2, ln2 + stats */
+                    + Lml * N * F * 2                                  /* fch, fch_gelu */
                     + L * N * C                                        /* residual3 */
                     + N * (C + 2)                                      /* lnf */
                     + N * (size_t)m->Vp + N                            /* probs, losses */
@@ -323,8 +315,10 @@ static layer_acts layer_acts_at(const tsr_model *m, int l, int T) {
     const tsr_acts *a = &m->acts;
     size_t C = m->C, F = m->F, NH = m->NH;
     size_t sN = (size_t)a->B * T; /* per-layer stride of the allocated buffers */
-    size_t s1 = group_slot(m, AG_LN1, l), sa = group_slot(m, AG_ATTN, l);
-    size_t s2 = group_slot(m, AG_RES2, l), sm = group_slot(m, AG_MLP, l);
+    size_t s1 = model_act_group_slot(m, TSR_AG_LN1, l);
+    size_t sa = model_act_group_slot(m, TSR_AG_ATTN, l);
+    size_t s2 = model_act_group_slot(m, TSR_AG_RES2, l);
+    size_t sm = model_act_group_slot(m, TSR_AG_MLP, l);
     layer_acts v = {
         .x = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * sN * C,
         .ln1 = a->ln1 + s1 * sN * C, .ln1m = a->ln1_mean + s1 * sN, .ln1r = a->ln1_rstd + s1 * sN,
@@ -458,7 +452,7 @@ void model_backward(tsr_model *m, const int32_t *tokens, const int32_t *targets,
                           root.w[TSR_P_LNFW], a->lnf_mean, a->lnf_rstd, (int)N, (int)C);
     for (int l = m->L - 1; l >= 0; l--) {
         unit_get(m, l + 1, 1, &lu);
-        if (ckpt_layer(m, l)) {
+        if (model_ckpt_layer(m, l)) {
             /* recompute what the layer did not keep into slot 0 (a->scratch is free here) */
             tsr_actckpt_kind k = m->cfg.activation_checkpointing;
             layer_forward(m, l, &lu, B, T, actckpt_rerun[k].first, actckpt_rerun[k].last);

@@ -113,6 +113,24 @@ typedef struct tsr_model {
     void *fwd_ctx;
 } tsr_model;
 
+/* Activation checkpointing (docs/model.md): the per-layer activations come in groups that a mode
+ * keeps or recomputes as a whole. A dropped group is stacked over L - n_ckpt + 1 layers instead
+ * of L: slot 0 serves every checkpointed layer (forward writes each one's values there, the next
+ * overwrites them, backward recomputes them), the other layers have a slot each, in layer order.
+ * Exported for the backends that lay out their own activations (src/gpu/gpu_model.c). */
+typedef enum {
+    TSR_AG_LN1,  /* ln1 and its statistics */
+    TSR_AG_ATTN, /* qkv, the attention output, the attention probabilities (GPU: log-sum-exp) */
+    TSR_AG_RES2, /* residual2, ln2 and its statistics */
+    TSR_AG_MLP,  /* the MLP hidden layer before and after GELU */
+    TSR_AG_COUNT
+} tsr_act_group;
+int model_act_group_dropped(const tsr_model *m, tsr_act_group g);
+size_t model_act_group_layers(const tsr_model *m, tsr_act_group g);
+size_t model_act_group_slot(const tsr_model *m, tsr_act_group g, int l);
+/* layer l is checkpointed */
+int model_ckpt_layer(const tsr_model *m, int l);
+
 /* Builds the parameter layout (shapes, offsets, counts); allocates nothing. Dies with exit 1
  * (usage) naming the key when cfg has no valid model (model_config_check). */
 void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const tsr_ops *ops);

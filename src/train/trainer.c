@@ -128,8 +128,6 @@ static int cuda_config_check(const tsr_config *cfg, int rank) {
     char why[1400];
     if (!gpu_backend(why, sizeof why))
         no = why;
-    else if (cfg->model.activation_checkpointing != TSR_ACTCKPT_NONE)
-        key = "model.activation_checkpointing", no = "only \"none\" on the CUDA backend so far";
     else if (cfg->n_icl > 0)
         key = "icl_tasks", no = "in-training ICL scoring runs on the CPU backend only so far: "
                                 "score the checkpoints with `tessera eval`";
