@@ -24,6 +24,9 @@
 #   ACCUM=1               microbatches per optimizer step (global_batch = ACCUM x micro batch)
 #   COMPILE=1             0: the PyTorch peer runs eagerly (--no-compile)
 #   PEER_ARGS=""          more torch_peer.py options, e.g. "--sdpa-backends efficient,cudnn,math"
+#   TESSERA_ARGS=""       more tessera settings, KEY=VALUE separated by spaces, each given as
+#                         --set KEY=VALUE: e.g. "parallel.sharding=zero3" (issue 8: zero3 against
+#                         ddp on one GPU) or "model.activation_checkpointing=block"
 #   DEVICE=cuda           cuda or cuda:N; cpu runs both programs on the CPU (the self-check)
 #   TINY=0                1: toy dimensions of each recipe for both programs (torch_peer.py --tiny-sets)
 #   CPU_THREADS=1         threads of each program with DEVICE=cpu (one: steady timings on a shared
@@ -60,6 +63,7 @@ MICRO_BATCH=${MICRO_BATCH:-}
 ACCUM=${ACCUM:-1}
 COMPILE=${COMPILE:-1}
 PEER_ARGS=${PEER_ARGS:-}
+TESSERA_ARGS=${TESSERA_ARGS:-}
 DEVICE=${DEVICE:-cuda}
 TINY=${TINY:-0}
 CPU_THREADS=${CPU_THREADS:-1}
@@ -291,7 +295,7 @@ else
 fi
 TESSERA_DESC+="; tree $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo ' + local changes')"
 MB_DESC=$(for m in $MODELS; do printf '%s=%s ' "$m" "$(micro_batch "$m")"; done)
-COMMAND="MODELS=\"$MODELS\" STEPS=$STEPS WARMUP=$WARMUP MICRO_BATCH=\"${MB_DESC% }\" ACCUM=$ACCUM COMPILE=$COMPILE DEVICE=$DEVICE TINY=$TINY${PEER_ARGS:+ PEER_ARGS=\"$PEER_ARGS\"} PEAK_FLOPS=$PEAK_FLOPS bash bench/gpu/run.sh"
+COMMAND="MODELS=\"$MODELS\" STEPS=$STEPS WARMUP=$WARMUP MICRO_BATCH=\"${MB_DESC% }\" ACCUM=$ACCUM COMPILE=$COMPILE DEVICE=$DEVICE TINY=$TINY${PEER_ARGS:+ PEER_ARGS=\"$PEER_ARGS\"}${TESSERA_ARGS:+ TESSERA_ARGS=\"$TESSERA_ARGS\"} PEAK_FLOPS=$PEAK_FLOPS bash bench/gpu/run.sh"
 DATE=$(date -u '+%Y-%m-%d %H:%M:%S UTC')
 
 TMP=$(mktemp -d /tmp/tessera-gpu-bench.XXXXXX)
@@ -391,6 +395,8 @@ for m in $MODELS; do
               --set 'data.val=""' --set 'eval_interval="0ba"' --set 'save_interval="0ba"'
               --set log_interval=1 --set "run_dir=\"$run_dir\"")
         [[ $TDEV == cpu ]] && tess+=(--set "threads=$CPU_THREADS")
+        read -r -a more <<<"$TESSERA_ARGS"
+        for a in "${more[@]}"; do tess+=(--set "$a"); done
         cmdline "${tess[@]}" >"$base-tessera.cmd"
         mem_start "$base-tessera.mem"
         rc=0
