@@ -139,7 +139,8 @@ HC_GPU_TARGET  = $(if $(HC_GPU_OK),$(HC_GPU_SO))
 # into libtessera-cuda.a wherever nvcc and cublasLt.h are found, with its op-by-op test against the
 # CPU oracle (build/tests/test_gpu_ops: exit 77, a loud skip, where no GPU answers)
 CUDA_OK        = $(and $(wildcard $(HC_NVCC)),$(wildcard $(CUDA_HOME)/include/cublasLt.h))
-CUDA_OBJ      := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(wildcard kernels/cuda/*.cu))
+CUDA_OBJ      := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(wildcard kernels/cuda/*.cu)) \
+                 $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard kernels/cuda/*.c))
 CUDA_LIB      := $(BUILD)/libtessera-cuda.a
 CUDA_NVCC_FLAGS = -O3 -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC,-Wall,-Wextra \
                  $(if $(filter 1,$(WERROR)),-Werror all-warnings) -Ikernels -Ikernels/cuda -Isrc -MMD -MP
@@ -204,6 +205,11 @@ $(BUILD)/obj/src/gpu/%.o: CFLAGS += -Ikernels/cuda -fPIC
 $(BUILD)/obj/src/gpu/gpu_comm_nccl.o: CFLAGS += -isystem $(CUDA_HOME)/include \
                                       $(if $(HC_NCCL_OWN),-isystem $(NCCL_HOME)/include)
 $(BUILD)/obj/kernels/cuda_emu/%.o: CFLAGS += -Ikernels/cuda
+# the backend's host-side C (kernels/cuda/*.c) goes into the shared library too; the table of
+# device blocks is also checked on its own, on every machine (tests/unit/test_memtab.c)
+$(BUILD)/obj/kernels/cuda/%.o: CFLAGS += -fPIC
+$(BUILD)/obj/tests/unit/test_memtab.o: CFLAGS += -Ikernels/cuda
+$(BUILD)/tests/test_memtab: $(BUILD)/obj/kernels/cuda/tcu_memtab.o
 $(BUILD)/obj/src/gpu/gpu_train_emu.o: src/gpu/gpu_train.c | deps
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -DTSR_GPU_BACKEND='"cuda-emulator"' -c $< -o $@

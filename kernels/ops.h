@@ -112,9 +112,11 @@ extern const tsr_ops tsr_cpu_ops;
 void cpu_ops_set_threads(int n);
 /* Test hook of the out-of-memory back-off (micro_batch = auto): a try_alloc that would take the
  * bytes live through alloc/try_alloc past `bytes` returns NULL, as on a device that full; alloc
- * is not limited. 0 = no limit (the default). cpu_ops_live_bytes: what is live now. */
+ * is not limited. 0 = no limit (the default). cpu_ops_live_bytes: what is live now;
+ * cpu_ops_peak_bytes: the most that was live at once (metrics.jsonl's peak_mem_bytes). */
 void cpu_ops_set_mem_limit(size_t bytes);
 size_t cpu_ops_live_bytes(void);
+size_t cpu_ops_peak_bytes(void);
 /* Name of the BLAS core in use (e.g. "SkylakeX"), for the banner. */
 const char *cpu_ops_blas_core(void);
 

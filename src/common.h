@@ -67,6 +67,8 @@ int tsr_parse_f64(const char *s, double lo, double hi, double *out);
 
 /* Wall clock in seconds (CLOCK_MONOTONIC). */
 double tsr_now(void);
+/* The most resident memory this process has used, in bytes (getrusage's ru_maxrss); 0 if unknown. */
+size_t tsr_peak_rss(void);
 
 /* snprintf that reports truncation as an error (returns nonzero). */
 int tsr_snprintf(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -17,7 +17,7 @@
 # not the CUDA kernels) and on the real backend when a GPU is present (skipped loudly otherwise).
 source "$(dirname "$0")/lib.sh"
 tsr_tmpdir
-PER=15
+PER=16
 tap_plan $((2 * PER + 4))
 make_synth "$TMP/data" 512 80000
 
@@ -67,14 +67,16 @@ gpus() {
     return 1
 }
 
-# suite BIN LABEL LOSS_TOL NORM_TOL: the checks on one backend
+# suite BIN LABEL LOSS_TOL NORM_TOL MEM_SLACK: the checks on one backend
 suite() {
     local bin=$1 l=$2 d
-    LOSS_TOL=$3 NORM_TOL=$4
+    LOSS_TOL=$3 NORM_TOL=$4 MEM_SLACK=$5
     run "$bin" 1 "$l.gpt2" --set device=cuda
     tap_check $? "$l: tiny GPT-2, 20 steps with device = cuda"
     grep -q "device memory per rank (cuda" "$TMP/$l.gpt2.txt" && grep -q "^device: " "$TMP/$l.gpt2.txt"
     tap_check $? "$l: the device memory plan and the device are printed"
+    d=$(peak_in_plan "$l.gpt2")
+    tap_check $? "$l: peak_mem_bytes (the device allocator's peak) within the device plan ($d; slack $MEM_SLACK B)"
     d=$(close cpu_gpt2 "$l.gpt2" 1)
     tap_check $? "$l: GPT-2 loss within $LOSS_TOL of the CPU at every step ($d)"
     run "$bin" 1 "$l.mpt" --set device=cuda "${mpt[@]}" && d=$(close cpu_mpt "$l.mpt" 1)
@@ -98,8 +100,8 @@ suite() {
         gpus 3 "$l: parallel.sharding = $mode on 3 ranks" || continue
         run "$bin" 3 "$l.$mode" --set device=cuda "${three[@]}" --set parallel.sharding=$mode &&
             grep -q "into $mode shards (groups of 3)" "$TMP/$l.$mode.txt" &&
-            d=$(close cpu_ddp3 "$l.$mode" 1)
-        tap_check $? "$l: parallel.sharding = $mode on 3 ranks x 2 microbatches (uneven pieces): every step within $LOSS_TOL of the CPU's ddp ($d)"
+            d=$(close cpu_ddp3 "$l.$mode" 1) && d="$d; $(peak_in_plan "$l.$mode")"
+        tap_check $? "$l: parallel.sharding = $mode on 3 ranks x 2 microbatches (uneven pieces): every step within $LOSS_TOL of the CPU's ddp, peak device memory within its plan ($d)"
     done
     if gpus 4 "$l: parallel.sharding = hsdp on 2 x 2 ranks"; then
         run "$bin" 4 "$l.hsdp" --set device=cuda --set micro_batch=2 --set parallel.sharding=hsdp \
@@ -150,6 +152,23 @@ suite() {
         tap_check $? "$l: block checkpointing under zero3 on 2 ranks (recomputed from the gathered layer): all 20 steps bit-identical to none"
     fi
 }
+# peak_in_plan RUN: the largest rank's peak_mem_bytes (the device allocator's) at the last step of
+# RUN, against the device plan it printed: at least 95% of the plan's total (less its rounding to
+# 0.1 of a unit), at most 10% over it plus $MEM_SLACK bytes (what the plan leaves out: cuBLASLt's workspace,
+# the ops' scratch). Prints "peak P B, plan Q B"
+peak_in_plan() {
+    /usr/bin/python3 - "$TMP/$1.txt" "$TMP/$1/metrics.jsonl" "$MEM_SLACK" <<'PY'
+import json, re, sys
+t = open(sys.argv[1]).read()
+m = re.search(r"^device memory per rank.* total ([0-9.]+) (B|KiB|MiB|GiB)", t, re.M)
+unit = 1024 ** ["B", "KiB", "MiB", "GiB"].index(m.group(2)) if m else 0
+plan = float(m.group(1)) * unit if m else -1
+steps = [j for j in map(json.loads, open(sys.argv[2])) if "loss" in j]
+peak = steps[-1].get("peak_mem_bytes", -1) if steps else -1
+print(f"peak {peak:.0f} B, plan {plan:.0f} B")
+sys.exit(0 if m and 0.95 * plan - 0.05 * unit <= peak <= 1.10 * plan + float(sys.argv[3]) else 1)
+PY
+}
 # device_acts FILE: the device plan's activations figure, in bytes
 device_acts() {
     /usr/bin/python3 - "$1" <<'PY'
@@ -165,7 +184,8 @@ PY
 # runs, whose batches are smallest): its loss tolerance is tight enough that a dropped gradient
 # term (wpe's: loss 9e-4 off) fails. The GPU gets the issue's 0.5% on the loss, 5% on the norm.
 GPUS=8 # the emulator's devices
-suite "$BUILD/tests/tessera-train-cuemu" emulator 3e-4 5e-3
+# Its allocator holds exactly what the plan counts (no cuBLASLt workspace, no scratch): no slack.
+suite "$BUILD/tests/tessera-train-cuemu" emulator 3e-4 5e-3 0
 
 # micro_batch = auto on a device that holds the activations of 2 sequences but not of 4: the
 # emulator's capacity (TSR_EMU_MEM) set between the two from the plan the GPT-2 run printed
@@ -191,7 +211,8 @@ why=""
 [[ -z $why && ! -e /dev/nvidiactl ]] && why="no GPU on this machine (no /dev/nvidiactl)"
 if [[ -z $why ]]; then
     GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-    suite "$TRAIN" cuda 5e-3 5e-2
+    # the plan leaves out the 32 MiB cuBLASLt workspace and the ops' scratch (a few MiB here)
+    suite "$TRAIN" cuda 5e-3 5e-2 $((64 << 20))
     _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - the real library without a GPU # SKIP there is a GPU"
 else
     # without a GPU the real library still loads (dlopen, the trainer's symbols from the

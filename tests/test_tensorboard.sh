@@ -3,7 +3,8 @@
 #  - a short real run (tiny model, synthetic data, 2 MPI ranks, eval every 4 steps) writes one
 #    event file under run_dir/tb/ with TensorBoard's name; a reader written here (TFRecord framing
 #    with both masked CRC32Cs verified, the Event/Summary/Value protobufs decoded by hand) finds the
-#    file_version record first, every step's scalars equal to metrics.jsonl's (float32 rounding),
+#    file_version record first, every step's scalars equal to metrics.jsonl's (float32 rounding), the peak memory figures
+#    never falling, within 10% of the plan (CPU) and under the resident peak,
 #    and eval/val_loss at the eval steps;
 #  - the reader is no rubber stamp: a flipped data byte, a flipped length byte, and a loss changed
 #    in metrics.jsonl each make it fail;
@@ -183,7 +184,7 @@ def ulps(a, b):  # distance of two positive float32 values in float32 steps
     ia, ib = (struct.unpack("<I", struct.pack("<f", v))[0] for v in (a, b))
     return abs(ia - ib)
 
-def check(run):
+def check(run, one_process=True):
     files = event_files(run)
     if not files:
         raise Bad(f"{run}/tb: no event file")
@@ -194,7 +195,8 @@ def check(run):
     nine = {"train/loss": "loss", "train/lr": "lr", "train/grad_norm": "grad_norm"}
     six = {"train/tokens_per_s": "tokens_per_s", "train/mfu": "mfu", "train/step_time_s": "step_time_s"}
     bad = []
-    for tag in list(nine) + list(six) + ["train/tokens", "memory/planned_bytes"]:
+    peaks = {"memory/peak_bytes": "peak_mem_bytes", "memory/peak_rss_bytes": "peak_rss_bytes"}
+    for tag in list(nine) + list(six) + list(peaks) + ["train/tokens", "memory/planned_bytes"]:
         if set(sc.get(tag, {})) != set(train):
             bad.append(f"{tag}: steps {sorted(sc.get(tag, {}))} != metrics.jsonl's {sorted(train)}")
     for s, d in train.items():
@@ -209,6 +211,24 @@ def check(run):
     mem = set(sc.get("memory/planned_bytes", {}).values())
     if len(mem) != 1 or not min(mem) > 0:
         bad.append(f"memory/planned_bytes: {sorted(mem)} (expected one positive value)")
+    # the peaks: as in metrics.jsonl (float32), never falling within one process (a resumed run
+    # starts counting again); the CPU allocator's peak is what the
+    # plan counts (weights, grads, AdamW, activations; malloc rounding and the sampler's few KiB
+    # over it), and the process's resident peak holds at least that
+    last = {}
+    for s in sorted(train):
+        d = train[s]
+        for tag, k in peaks.items():
+            if s in sc.get(tag, {}) and sc[tag][s] != f32(d[k]):
+                bad.append(f"step {s} {tag}: {sc[tag][s]!r} vs metrics.jsonl {d[k]!r}")
+            if one_process and not d[k] >= last.get(k, 0):
+                bad.append(f"step {s} {k}: {d[k]} fell from {last[k]}")
+            last[k] = d[k]
+        if mem and not min(mem) <= d["peak_mem_bytes"] <= 1.10 * min(mem):
+            bad.append(f"step {s} peak_mem_bytes {d['peak_mem_bytes']} not within 10% over the "
+                       f"plan's {min(mem):.0f}")
+        if not d["peak_rss_bytes"] >= d["peak_mem_bytes"]:
+            bad.append(f"step {s} peak_rss_bytes {d['peak_rss_bytes']} < peak_mem_bytes")
     for tag, k in (("eval/val_loss", "val_loss"), ("eval/val_ppl", "val_ppl")):
         if set(sc.get(tag, {})) != set(ev):
             bad.append(f"{tag}: steps {sorted(sc.get(tag, {}))} != metrics.jsonl's eval steps {sorted(ev)}")
@@ -260,7 +280,7 @@ def summary(run):
 try:
     cmd = sys.argv[1]
     if cmd == "check":
-        sys.exit(0 if check(sys.argv[2]) else 1)
+        sys.exit(0 if check(sys.argv[2], len(sys.argv) < 4) else 1)  # a 3rd argument: resumed
     elif cmd == "read":
         evs = read_file(sys.argv[2])
         print(" ".join(str(ev["step"]) for ev in evs[1:] if any(t == "train/loss" for t, _ in ev["values"])))
@@ -282,7 +302,7 @@ host=$(hostname)
 [[ $rc == 0 && ${#files[@]} == 1 && ${files[0]##*/} =~ ^events\.out\.tfevents\.[0-9]{10}\.${host//./\\.}$ ]]
 tap_check $? "12 steps on 2 ranks (exit $rc): one event file in run_dir/tb/, named events.out.tfevents.SECONDS.HOST (${files[0]##*/})"
 tb check "$TMP/A"
-tap_check $? "reader (TFRecord CRCs, protobuf by hand): file_version first; every step's train/* and memory/ scalars and eval/* at steps 4, 8, 12 equal metrics.jsonl (float32)"
+tap_check $? "reader (TFRecord CRCs, protobuf by hand): file_version first; every step's train/* and memory/ scalars and eval/* at steps 4, 8, 12 equal metrics.jsonl (float32); peak memory never falls, within 10% of the plan, under the resident peak"
 
 # ---- the reader can fail ----
 tb read "${files[0]}" >/dev/null &&
@@ -309,7 +329,7 @@ bfiles=("$TMP"/B/tb/events.out.tfevents.*)
 tap_check $? "SIGUSR1 after step 5: exit $rc1 (85), the rerun exit $rc2: two event files (${bfiles[*]##*/})"
 s1=$(tb read "${bfiles[0]}"); s2=$(tb read "${bfiles[1]}")
 tap_diag "train/loss steps: first file [$s1], second file [$s2]"
-[[ $s1 == "1 2 3 4 5" && $s2 == "6 7 8 9 10 11 12" ]] && tb check "$TMP/B" &&
+[[ $s1 == "1 2 3 4 5" && $s2 == "6 7 8 9 10 11 12" ]] && tb check "$TMP/B" resumed &&
     "$PY" - "$TMP/tb.py" "$TMP/A" "$TMP/B" <<'PY'
 import runpy, sys
 tb = runpy.run_path(sys.argv[1])
@@ -336,7 +356,7 @@ kfiles=("$TMP"/K/tb/events.out.tfevents.*)
 k1=$(tb read "${kfiles[0]}"); k2=$(tb read "${kfiles[1]:-/nonexistent}")
 tap_diag "train/loss steps: killed run [$k1], rerun from the step-4 checkpoint [$k2]"
 [[ $rc1 != 0 && $rc2 == 0 && ${#kfiles[@]} == 2 && $k1 == "1 2 3 4 5 6" && $k2 == "5 6 7 8 9 10 11 12" &&
-   ${kfiles[1]} == *.$host.1 ]] && tb check "$TMP/K" >/dev/null
+   ${kfiles[1]} == *.$host.1 ]] && tb check "$TMP/K" resumed >/dev/null
 tap_check $? "rank 0 SIGKILLed after step 6 (exit $rc1): its event file reads to the end with steps 1..6; the rerun's file (${kfiles[1]##*/}: its name was taken) re-logs 5..12; together (later wins) they match metrics.jsonl"
 
 # ---- tessera report ----

@@ -154,7 +154,7 @@ def cmd_tessera(base_json, metrics, config, warmup, peak, samples, out):
             m = json.loads(line)
             if "step_time_s" in m:
                 mfu_own.append(m.get("mfu"))
-                if "peak_mem_bytes" in m:  # a per-step device memory figure, if tessera reports one
+                if "peak_mem_bytes" in m:  # the device allocator's peak so far (tcu_mem_stats)
                     mem.append(m["peak_mem_bytes"])
     own = [x for x in mfu_own[int(warmup):] if x is not None]
     r = {"framework": "tessera", "params": d["params"], "tokens_per_step": d["tokens_per_step"],
@@ -241,7 +241,7 @@ def cmd_table(out_dir, device, *models):
         print("Peak mem: the process's peak RSS (PyTorch VmHWM, tessera getrusage).")
     else:
         print("Peak mem: PyTorch torch.cuda.max_memory_allocated; tessera the peak_mem_bytes of its "
-              "metrics.jsonl where it reports one. In parentheses, for both: the peak of the GPU's "
+              "metrics.jsonl (its device allocator's peak, cuBLASLt workspace included). In parentheses, for both: the peak of the GPU's "
               "memory.used (nvidia-smi every 0.25 s) over the idle baseline: the whole process, CUDA "
               "context and allocator cache included.")
     print("tokens/s = tokens per step / median step time of the timed steps; MFU = (6N + 12·L·d·T) × "

@@ -43,12 +43,13 @@ const char *cpu_ops_blas_core(void) {
 
 /* ---- memory: 64-byte aligned, zero-filled ---------------------------------------------------- */
 
-/* Bytes live through cpu_alloc/cpu_try_alloc (their usable sizes), and the test hook's limit.
- * Allocation happens on the main thread only. */
-static size_t live_bytes, mem_limit;
+/* Bytes live through cpu_alloc/cpu_try_alloc (their usable sizes), the most live at once, and
+ * the test hook's limit. Allocation happens on the main thread only. */
+static size_t live_bytes, peak_bytes, mem_limit;
 
 void cpu_ops_set_mem_limit(size_t bytes) { mem_limit = bytes; }
 size_t cpu_ops_live_bytes(void) { return live_bytes; }
+size_t cpu_ops_peak_bytes(void) { return peak_bytes; }
 
 static void *alloc_live(size_t bytes, int limited) {
     size_t rounded = (bytes + 63) & ~(size_t)63;
@@ -59,6 +60,7 @@ static void *alloc_live(size_t bytes, int limited) {
     void *p = aligned_alloc(64, rounded);
     if (!p) return NULL;
     live_bytes += malloc_usable_size(p);
+    if (live_bytes > peak_bytes) peak_bytes = live_bytes;
     memset(p, 0, rounded);
     return p;
 }

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "tcu_memtab.h"
 
 /* cuBLASLt workspace: NVIDIA recommends 32 MiB on Hopper (4 MiB is enough before it). */
 #define TCU_LT_WORKSPACE_BYTES ((size_t)32 << 20)
@@ -106,12 +107,35 @@ void tcu_device_info(char *name, size_t n, int *sm, size_t *free_bytes, size_t *
 
 /* ---- memory -------------------------------------------------------------------------------- */
 
+/* What tcu_malloc / tcu_try_malloc hold (tcu_mem_stats): every live block's size, by address. */
+static tcu_memtab mem_tab;
+
+static void mem_track(void *p, size_t bytes) {
+    TCU_REQUIRE(tcu_memtab_add(&mem_tab, p, bytes) == 0, "tcu_malloc",
+                "the host is out of memory (the table of device blocks)");
+}
+
+static void mem_untrack(void *p) {
+    TCU_REQUIRE(tcu_memtab_remove(&mem_tab, p) == 0, "tcu_free",
+                tcu_msg("%p is not a live pointer from tcu_malloc (freed twice, or not device "
+                        "memory from tessera)",
+                        p));
+}
+
+void tcu_mem_stats(size_t *live, size_t *peak) {
+    if (live) *live = mem_tab.live;
+    if (peak) *peak = mem_tab.peak;
+}
+
 /* A request of 0 bytes allocates 1 (cudaMalloc would return NULL, which tcu_try_malloc uses for
  * failure). cudaMalloc memory is aligned to at least 256 bytes. */
 void *tcu_malloc(size_t bytes, const char *what) {
     void *p = NULL;
     cudaError_t err = cudaMalloc(&p, bytes ? bytes : 1);
-    if (err == cudaSuccess) return p;
+    if (err == cudaSuccess) {
+        mem_track(p, bytes ? bytes : 1);
+        return p;
+    }
     (void)cudaGetLastError();
     char want[32], freeb[32], totalb[32];
     size_t f = 0, t = 0;
@@ -139,7 +163,10 @@ void *tcu_malloc(size_t bytes, const char *what) {
 void *tcu_try_malloc(size_t bytes) {
     void *p = NULL;
     cudaError_t err = cudaMalloc(&p, bytes ? bytes : 1);
-    if (err == cudaSuccess) return p;
+    if (err == cudaSuccess) {
+        mem_track(p, bytes ? bytes : 1);
+        return p;
+    }
     if (err == cudaErrorMemoryAllocation) {
         (void)cudaGetLastError();
         return NULL;
@@ -148,7 +175,9 @@ void *tcu_try_malloc(size_t bytes) {
 }
 
 void tcu_free(void *p) {
-    if (p) TCU_CHECK(cudaFree(p), "tcu_free");
+    if (!p) return;
+    mem_untrack(p);
+    TCU_CHECK(cudaFree(p), "tcu_free");
 }
 
 void tcu_zero(void *p, size_t bytes, tcu_stream s) {

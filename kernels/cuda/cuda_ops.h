@@ -53,7 +53,14 @@ void tcu_device_info(char *name, size_t n, int *sm, size_t *free_bytes, size_t *
  * (tcu_zero does). */
 void *tcu_malloc(size_t bytes, const char *what);
 void *tcu_try_malloc(size_t bytes);
+/* p from tcu_malloc / tcu_try_malloc, or NULL; any other pointer dies (freed twice, host memory). */
 void tcu_free(void *p);
+/* Bytes held through tcu_malloc / tcu_try_malloc now, and the most held at once since the process
+ * started (sizes as asked, 0 counting 1): the allocator's figure, like PyTorch's
+ * torch.cuda.memory_allocated / max_memory_allocated. The CUDA context and the memory NCCL and
+ * cuBLASLt allocate for themselves are not in it; the cuBLASLt workspace and the ops' scratch are.
+ * Either pointer may be NULL. */
+void tcu_mem_stats(size_t *live, size_t *peak);
 void tcu_zero(void *p, size_t bytes, tcu_stream s);
 void tcu_memcpy_h2d(void *dst, const void *src_host, size_t bytes, tcu_stream s);
 void tcu_memcpy_d2h(void *dst_host, const void *src, size_t bytes, tcu_stream s);

@@ -130,6 +130,7 @@ typedef struct {
 } emu_head;
 
 static atomic_size_t emu_live, emu_cap; /* live bytes; capacity (0: TSR_EMU_MEM not read yet) */
+static atomic_size_t emu_peak;          /* the most live at once */
 static int emu_inits;                   /* tcu_init calls since tcu_shutdown (0: no context) */
 
 static size_t emu_capacity(void) {
@@ -180,6 +181,9 @@ static void *emu_alloc(size_t bytes, int *host_oom) {
         *host_oom = 1;
         return NULL;
     }
+    size_t peak = atomic_load(&emu_peak); /* live + want was live after this block at least */
+    while (live + want > peak && !atomic_compare_exchange_weak(&emu_peak, &peak, live + want)) {
+    }
     const emu_head h = {EMU_MAGIC, want};
     memcpy(base, &h, sizeof h);
     memset(base + EMU_ALIGN, 0xff, body);
@@ -215,6 +219,11 @@ void tcu_free(void *p) {
             "%p is not a live pointer from tcu_malloc (freed twice, or host memory)", p);
     atomic_fetch_sub(&emu_live, h.bytes);
     free(base);
+}
+
+void tcu_mem_stats(size_t *live, size_t *peak) {
+    if (live) *live = atomic_load(&emu_live);
+    if (peak) *peak = atomic_load(&emu_peak);
 }
 
 void tcu_zero(void *p, size_t bytes, tcu_stream s) { if (bytes) memset(p, 0, bytes); }

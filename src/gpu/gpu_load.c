@@ -95,6 +95,7 @@ void gpu_train_pull(struct tsr_trainer *t) { A()->pull(t); }
 void gpu_train_push(struct tsr_trainer *t, int with_optim) { A()->push(t, with_optim); }
 void gpu_train_host_model(struct tsr_trainer *t, int on) { A()->host_model(t, on); }
 void gpu_train_full_weights(struct tsr_trainer *t, int on) { A()->full_weights(t, on); }
+size_t gpu_train_mem_peak(void) { return A()->mem_peak(); }
 void gpu_train_free(struct tsr_trainer *t) {
     if (t->gpu) A()->free(t);
 }

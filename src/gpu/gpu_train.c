@@ -190,20 +190,17 @@ static int lib_init(tsr_trainer *t) {
 static int lib_acts_B(const tsr_trainer *t) { return t->gpu->g.B; }
 
 /* The activations, and room left after them for what the ops allocate later (scratch, cuBLASLt,
- * NCCL's buffers, kernels' local memory): 2% of the device, tried and given back, so a
- * microbatch that fills the GPU backs off here instead of failing in the first backward. */
+ * NCCL's buffers, kernels' local memory): 2% of the device must stay free, so a microbatch that
+ * fills the GPU backs off here instead of failing in the first backward. The room is read, not
+ * allocated: a trial allocation would count in the allocator's peak (peak_mem_bytes). */
 static int lib_try_acts(tsr_trainer *t, int B) {
     if (gpu_model_try_alloc_acts(&t->gpu->g, B, t->T)) return -1;
-    char name[128];
-    int sm;
-    size_t free_b, total_b;
-    tcu_device_info(name, sizeof name, &sm, &free_b, &total_b);
-    void *room = tcu_try_malloc(total_b / 50 > 0 ? total_b / 50 : 1);
-    if (!room) {
+    size_t free_b = 0, total_b = 0;
+    tcu_device_info(NULL, 0, NULL, &free_b, &total_b);
+    if (free_b < total_b / 50) {
         gpu_model_free_acts(&t->gpu->g);
         return -1;
     }
-    tcu_free(room);
     return 0;
 }
 
@@ -320,6 +317,12 @@ static void lib_full_weights(tsr_trainer *t, int on) {
     if (t->gpu->sharded) gpu_shard_full_weights(&t->gpu->sh, on);
 }
 
+static size_t lib_mem_peak(void) {
+    size_t peak = 0;
+    tcu_mem_stats(NULL, &peak);
+    return peak;
+}
+
 static void lib_free(tsr_trainer *t) {
     struct tsr_gpu_train *gt = t->gpu;
     if (!gt) return;
@@ -360,5 +363,6 @@ const gpu_train_api tsr_gpu_train_api = {
     .push = lib_push,
     .host_model = lib_host_model,
     .full_weights = lib_full_weights,
+    .mem_peak = lib_mem_peak,
     .free = lib_free,
 };

@@ -41,6 +41,7 @@ typedef struct gpu_train_api {
     void (*push)(struct tsr_trainer *t, int with_optim);
     void (*host_model)(struct tsr_trainer *t, int on);
     void (*full_weights)(struct tsr_trainer *t, int on);
+    size_t (*mem_peak)(void);
     void (*free)(struct tsr_trainer *t);
 } gpu_train_api;
 #define GPU_TRAIN_LIB_NAME "libtessera-cuda-train.so"
@@ -79,6 +80,9 @@ void gpu_train_host_model(struct tsr_trainer *t, int on);
 /* zero3 / hsdp: the full bf16 weights on the device for evaluation (on = 1) or freed (on = 0);
  * collective; nothing under ddp and zero1. */
 void gpu_train_full_weights(struct tsr_trainer *t, int on);
+/* The most device bytes this process held at once through the backend's allocator (tcu_mem_stats;
+ * metrics.jsonl's peak_mem_bytes under device = cuda). */
+size_t gpu_train_mem_peak(void);
 void gpu_train_free(struct tsr_trainer *t);
 
 #endif

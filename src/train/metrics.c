@@ -161,13 +161,14 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
     double tok_s = (double)(t->cfg.global_batch * t->T) / st->step_time;
     double mfu = t->peak_flops > 0 ? t->flops_per_token * tok_s / (t->dist.world * t->peak_flops) : 0;
     if (st->step % t->cfg.log_interval == 0 || st->step == t->total_steps || st->step == 1) {
-        char eta[32];
+        char eta[32], mem[32];
         format_eta(eta, sizeof eta, avg * (double)(t->total_steps - st->step));
+        metrics_human_bytes(mem, sizeof mem, st->peak_mem);
         printf("step %*lld/%lld | loss %.6f | lr %.3e | norm %.4f | %.0f tok/s | mfu %.1f%% | "
-               "%.1f ms | eta %s\n",
+               "%.1f ms | mem %s | eta %s\n",
                (int)snprintf(NULL, 0, "%lld", (long long)t->total_steps), (long long)st->step,
                (long long)t->total_steps, st->loss, st->lr, st->grad_norm, tok_s, 100 * mfu,
-               1e3 * st->step_time, eta);
+               1e3 * st->step_time, mem, eta);
         fflush(stdout);
     }
     if (t->metrics) {
@@ -182,9 +183,11 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
         fprintf(t->metrics,
                 "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
                 "\"tokens\": %lld, \"tokens_per_s\": %s, \"mfu\": %s, \"step_time_s\": %s, "
-                "\"data_batch\": %lld, \"targets\": %lld",
+                "\"data_batch\": %lld, \"targets\": %lld, \"peak_mem_bytes\": %.0f, "
+                "\"peak_rss_bytes\": %.0f",
                 (long long)st->step, loss, st->lr, norm, (long long)t->tokens_seen,
-                rate, frac, secs, (long long)st->data_batch, (long long)st->tokens);
+                rate, frac, secs, (long long)st->data_batch, (long long)st->tokens,
+                st->peak_mem, st->peak_rss);
         if (t->n_streams > 1) { /* samples trained on from each stream so far, as loaded */
             fprintf(t->metrics, ", \"samples\": {");
             for (int k = 0; k < t->n_streams; k++)
@@ -211,6 +214,8 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
         tboard_scalar(t->tb, "train/step_time_s", st->step_time);
         tboard_scalar(t->tb, "train/tokens", (double)t->tokens_seen);
         tboard_scalar(t->tb, "memory/planned_bytes", plan_bytes(t, &pb, &gb, &ob, &cb, &ab));
+        tboard_scalar(t->tb, "memory/peak_bytes", st->peak_mem);
+        tboard_scalar(t->tb, "memory/peak_rss_bytes", st->peak_rss);
         tboard_write_step(t->tb, st->step);
     }
 }

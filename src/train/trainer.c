@@ -323,6 +323,10 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     if (t->fsdp_on) dist_group_allreduce_sum_f64(t->fsdp.group, &sq, 1); /* replicas are equal */
 reduced:
     if (t->dist.world > 1) dist_allreduce_sum_f64(&loss_sum, 1);
+    double mem[2] = {(double)(t->gpu ? gpu_train_mem_peak() : cpu_ops_peak_bytes()),
+                     (double)tsr_peak_rss()};
+    if (t->dist.world > 1) dist_allreduce_max_f64(mem, 2);
+    st->peak_mem = mem[0], st->peak_rss = mem[1];
     double norm = sqrt(sq);
     float gscale = 1.0f;
     if (o->grad_clip > 0 && norm > o->grad_clip) gscale = (float)(o->grad_clip / (norm + 1e-6));
@@ -330,8 +334,6 @@ reduced:
                                       t->total_steps);
     watchdog_phase(WD_OPTIMIZER, t->step);
     double loss = counted > 0 ? loss_sum / (double)counted : NAN;
-    /* the spike guard judges before the update; every rank sees the same all-reduced numbers,
-     * and the max makes the verdict one even if a reduction differed in the last bit */
     /* the spike guard judges before the update, on rank 0's numbers (all-reduced, so equal on
      * every rank unless a reduction differed in the last bit): every rank's guard state and
      * verdict are then the same by construction */

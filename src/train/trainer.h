@@ -26,6 +26,9 @@ typedef struct tsr_step_stats {
     int64_t tokens;        /* counted target tokens in the global batch */
     double step_time;      /* seconds */
     double compute_time;   /* seconds of forward/backward on this rank, no collective waits */
+    double peak_mem;       /* bytes: the most the training device's allocator held at once so far
+                            * (cpu: tsr_ops allocations; cuda: device memory), largest rank */
+    double peak_rss;       /* bytes: the process's peak resident memory so far, largest rank */
     int64_t data_batch;    /* index of the global batch in the data stream (docs/spike-guard.md) */
     tsr_guard_verdict verdict; /* GUARD_OK: the update was applied normally */
     char why[512];         /* the guard's reason when verdict != GUARD_OK */

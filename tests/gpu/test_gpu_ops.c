@@ -1053,7 +1053,7 @@ static const mmb_cfg MMB_NULL[] = {{65, 72, 200, 0, 1, 1}, {65, 72, 200, 1, 0, 1
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 static int plan_size(void) {
-    int n = 3 + 1; /* conversions; guard bytes */
+    int n = 3 + 1 + 1; /* conversions; guard bytes; memory statistics */
     for (size_t i = 0; i < COUNT(ENC); i++) n += enc_checks(&ENC[i]);
     for (size_t i = 0; i < COUNT(LN); i++) n += ln_checks(&LN[i]);
     for (size_t i = 0; i < COUNT(MMF); i++) n += mmf_checks(&MMF[i]);
@@ -1114,6 +1114,17 @@ int main(void) {
 
     tap_ok(guards_broken == 0, "no op wrote into the %d guard bytes around its buffers (%zu of %zu "
            "buffers hit)", GUARD, guards_broken, guards_checked);
+    /* tcu_mem_stats (metrics.jsonl's peak_mem_bytes): a block counts exactly while it lives and
+     * raises the peak to at least the live bytes it made */
+    size_t live0, peak0, live1, peak1, live2, peak2, big = ((size_t)3 << 20) + 1;
+    tcu_mem_stats(&live0, &peak0);
+    void *blk = tcu_malloc(big, "the memory statistics check");
+    tcu_mem_stats(&live1, &peak1);
+    tcu_free(blk);
+    tcu_mem_stats(&live2, &peak2);
+    tap_ok(live1 == live0 + big && live2 == live0 && peak1 >= live1 && peak2 == peak1 && peak0 <= peak1,
+           "tcu_mem_stats: a %zu-byte block adds exactly its size while live (%zu -> %zu -> %zu "
+           "bytes), the peak holds it (%zu -> %zu)", big, live0, live1, live2, peak0, peak2);
     tcu_stream_destroy(g_s);
     tcu_shutdown();
     tap_diag("device buffers: %zu allocated, %zu freed", dev_allocs, dev_frees);
