@@ -12,11 +12,14 @@
 #    one rank scoring the step-75 weights (--init-from that checkpoint, lr 1e-30, one step) gives
 #    the 2-rank run's step-75 result exactly;
 #  - TensorBoard holds icl/<label>/accuracy and icl/gauntlet at every eval step;
+#  - device = cuda (the emulated GPU; the real one when present) scores the same weights as the
+#    CPU within 3 of 30 examples per task, also under zero3 on 2 ranks; a head size the GPU has no
+#    attention kernel for is refused at start;
 #  - a missing task file stops the run before its first step (exit 2, naming the file); a bad task
 #    line names file:line (exit 2); icl_tasks without data.tokenizer exit 1 naming the key.
 source "$(dirname "$0")/lib.sh"
 tsr_tmpdir
-tap_plan 10
+tap_plan 12
 PY=/usr/bin/python3
 TASKS=$TSR_ROOT/eval/tasks
 "$TOOL" tokenizer train --vocab-size 320 --special '<|endoftext|>' --out "$TMP/tok.tok" -q "$TASKS/colors_corpus.txt" &&
@@ -118,6 +121,59 @@ print("# the same weights, 1 rank:", {k: v["correct"] for k, v in b[0]["tasks"].
 sys.exit(0 if len(b) == 1 and a["tasks"] == b[0]["tasks"] and a["gauntlet"] == b[0]["gauntlet"] else 1)
 PY
 tap_check $? "1 rank scoring the step-75 weights gives the 2-rank run's step-75 result exactly (exit $rc)"
+
+# device = cuda scores through the same scorer (model_token_scores: per-position losses and the
+# logits' argmax on the device). The GPU's attention needs head size 32, 64 or 128, so a model of
+# 2 heads (hs 32) is trained on the CPU here; its step-75 (mid-learning) and step-150 weights are
+# scored by one CPU rank, by the emulated GPU on one rank and under zero3 on two (full weights
+# gathered for scoring), and by the real GPU when there is one. bf16 logits move near-ties between
+# options: measured on the emulator, at most 2 of 30 examples per task at step 75, none at 150.
+gargs=(--set model.n_head=2 --set max_duration=150ba)
+train 2 "$TMP/icl.cfg" "$TMP/H" "${gargs[@]}" >"$TMP/H.txt" 2>&1
+score() { # BIN NP RUN STEP ARGS...: scores the step's weights after one step at lr 1e-30
+    local bin=$1 np=$2 run=$3 step=$4; shift 4
+    "${MPIRUN[@]}" -np "$np" "$bin" --config "$TMP/icl.cfg" "${args[@]}" "${gargs[@]}" --set run_dir="$TMP/$run" \
+        --init-from "$TMP/H/step-$(printf %08d "$step").h5" --set optim.lr=1e-30 --set max_duration=1ba "$@" >"$TMP/$run.txt" 2>&1
+}
+gpu_bins=("$BUILD/tests/tessera-train-cuemu")
+[[ -f $BUILD/libtessera-cuda-train.so && -e /dev/nvidiactl ]] && gpu_bins+=("$TRAIN")
+ok=0
+for step in 75 150; do
+    score "$TRAIN" 1 "C$step" "$step" || ok=1
+    k=0
+    for bin in "${gpu_bins[@]}"; do
+        score "$bin" 1 "G$k.$step" "$step" --set device=cuda || ok=1
+        k=$((k + 1))
+    done
+    score "$BUILD/tests/tessera-train-cuemu" 2 "Z$step" "$step" --set device=cuda --set parallel.sharding=zero3 || ok=1
+done
+$PY - "$TMP" "${#gpu_bins[@]}" <<'PY' && ((ok == 0))
+import json, sys
+tmp, n = sys.argv[1], int(sys.argv[2])
+res = lambda run: [{k: v["correct"] for k, v in json.loads(l)["tasks"].items()}
+                   for l in open(f"{tmp}/{run}/metrics.jsonl") if '"event": "icl"' in l][-1]
+ok = True
+for step in (75, 150):
+    cpu = res(f"C{step}")
+    print(f"# step {step}: CPU {cpu}")
+    for k in range(n):
+        g = res(f"G{k}.{step}")
+        d = max(abs(g[t] - cpu[t]) for t in cpu)
+        print(f"#   {'emulator' if k == 0 else 'GPU'}: {g} (largest difference {d} of 30)")
+        ok &= g.keys() == cpu.keys() and d <= 3
+    z = res(f"Z{step}")
+    print(f"#   emulator zero3 on 2 ranks: {z}")
+    ok &= z == res(f"G0.{step}")
+sys.exit(0 if ok else 1)
+PY
+tap_check $? "device = cuda scores ICL on the device: the same weights within 3 of 30 examples per task of the CPU's (emulator; the real GPU when present), zero3 on 2 ranks equal to 1 rank"
+
+# a head size the GPU has no kernel for (this test's model: 64 / 4 = 16) is refused at start
+"${MPIRUN[@]}" -np 1 "$BUILD/tests/tessera-train-cuemu" --config "$TMP/plain.cfg" "${args[@]}" --set device=cuda \
+    --set run_dir="$TMP/hs16" >"$TMP/hs16.txt" 2>&1
+rc=$?
+((rc == 1)) && grep -q "model.d_model / model.n_head = 64 / 4 = 16" "$TMP/hs16.txt" && ! grep -q "^step " "$TMP/hs16.txt"
+tap_check $? "device = cuda with head size 16: exit 1 before any step, naming model.d_model / model.n_head (got $rc)"
 
 # TensorBoard: TFRecords (u64 length, u32 masked crc, data, u32 masked crc) of Event protobufs
 $PY - "$TMP/A" <<'PY'

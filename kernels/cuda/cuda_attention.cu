@@ -657,6 +657,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_m
 /* ---- host -------------------------------------------------------------------------------- */
 
 /* shapes and head size; returns hs */
+int tcu_attention_head_size_ok(int hs) { return hs == 32 || hs == 64 || hs == 128; }
+
 static int att_check(const char *what, int B, int T, int C, int NH) {
     TCU_REQUIRE(B >= 1 && B <= 65535 && T >= 1 && NH >= 1 && NH <= 65535 && C >= NH &&
                     C % NH == 0,
@@ -664,7 +666,7 @@ static int att_check(const char *what, int B, int T, int C, int NH) {
                 tcu_msg("bad shape B=%d T=%d C=%d NH=%d (B, NH in 1..65535, T >= 1, NH divides C)",
                         B, T, C, NH));
     const int hs = C / NH;
-    TCU_REQUIRE(hs == 32 || hs == 64 || hs == 128, what,
+    TCU_REQUIRE(tcu_attention_head_size_ok(hs), what,
                 tcu_msg("head size hs = C/NH = %d (C=%d, NH=%d) has no kernel: 32, 64 or 128",
                         hs, C, NH));
     return hs;

@@ -155,6 +155,9 @@ void tcu_residual_backward(tsr_bf16 *da, tsr_bf16 *db, const tsr_bf16 *dout, siz
  * out (B,T,C) bf16; lse (B,NH,T) fp32 = log sum_j exp(s[i,j]), saved for backward (replaces the
  * CPU's att); qkv (B,T,3C) bf16 laid out [q|k|v]; alibi_slopes (NH) fp32 or NULL; seq (B,T) or
  * NULL. hs = C/NH must be 32, 64 or 128. */
+/* 1 when the attention ops have a kernel for head size hs (32, 64 or 128), else 0: callers check a
+ * model's shape with it before allocating anything. */
+int tcu_attention_head_size_ok(int hs);
 void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
                            const float *alibi_slopes, const int32_t *seq, int B, int T, int C,
                            int NH, tcu_stream s);
@@ -176,6 +179,11 @@ void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16
  * as they are (evaluation). logits (N,Vp) bf16; targets (N), -1 = ignore. */
 void tcu_softmax_xent(float *losses, tsr_bf16 *logits, const int32_t *targets,
                       const float *dlosses, int N, int V, int Vp, tcu_stream s);
+/* The greedy token of each row: idx[n] = the column j < V with the largest logits[n, j], the
+ * lowest such j on ties; NaN counts as -inf (a row of -inf and NaN gives 0). Columns >= V are
+ * never chosen. idx (N) int32 =; logits (N,Vp) bf16, read only. Exact (no arithmetic), so the
+ * same on every run and every device. */
+void tcu_argmax(int32_t *idx, const tsr_bf16 *logits, int N, int V, int Vp, tcu_stream s);
 
 /* Sum of squares of g (n fp32) added into *acc (one fp32 on the device, fp32 partial sums per
  * block then a fixed-order sum: deterministic). Zero *acc first (tcu_zero) for a fresh norm. */

@@ -1,6 +1,7 @@
-/* cuda_xent.cu — tcu_softmax_xent of cuda_ops.h: softmax over the first V of Vp columns fused with
- * cross-entropy and its gradient, the maths of cpu_softmax_xent_forward followed by
- * cpu_softmax_xent_backward (kernels/cpu/cpu_softmax.c), without an fp32 copy of the logits.
+/* cuda_xent.cu — the head of cuda_ops.h: tcu_softmax_xent, softmax over the first V of Vp columns
+ * fused with cross-entropy and its gradient, the maths of cpu_softmax_xent_forward followed by
+ * cpu_softmax_xent_backward (kernels/cpu/cpu_softmax.c), without an fp32 copy of the logits; and
+ * tcu_argmax, each row's greedy token (ICL scoring during training).
  *
  * File-wide conventions (cuda_ops.h):
  *   - logits (N,Vp) bf16, row-major; losses, dlosses (N) fp32; targets (N) int32, < 0 = ignore;
@@ -14,6 +15,7 @@
  * the gradient norm and the tests all see it.
  */
 #include <cstdarg>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -152,5 +154,78 @@ void tcu_softmax_xent(float *losses, tsr_bf16 *logits, const int32_t *targets,
     else
         softmax_xent_block_per_row_kernel<1, false><<<(unsigned)N, threads, 0, st>>>(
             losses, (bf16 *)logits, targets, dlosses, V, Vp);
+    TCU_CHECK_LAUNCH(what);
+}
+
+/* ---- greedy tokens (argmax) ----------------------------------------------------------------- */
+
+/* (v, j) beats (bv, bj) when v is larger, or equal with the lower column: a total order, so the
+ * result does not depend on how the columns are split among threads. NaN is read as -inf. */
+__device__ __forceinline__ bool argmax_beats(float v, int j, float bv, int bj) {
+    return v > bv || (v == bv && j < bj);
+}
+
+/* Row n: idx[n] = the column j < V with the largest logits[n, j], the lowest such j on ties
+ * (a NaN counts as -inf; a row of -inf and NaN gives 0).
+ * idx (N) int32 =; logits (N,Vp) bf16, read only.
+ * Launch: grid N (one block per row), block = ceil(V / W) rounded up to a warp, at most
+ * XENT_MAX_THREADS; thread i owns the W-wide chunks at c = i*W + j*blockDim*W (with VEC a chunk
+ * that starts below V ends inside the row: Vp % 8 == 0); static shared memory 32 (float, int);
+ * the warp butterfly, then thread 0 over the warps, combine by argmax_beats. Idle lanes hold
+ * (-inf, INT32_MAX), which column 0 always beats, so the result is a real column. Preconditions
+ * as tcu_softmax_xent. */
+template <int W, bool VEC>
+__global__ void __launch_bounds__(XENT_MAX_THREADS)
+    argmax_block_per_row_kernel(int32_t *idx, const bf16 *logits, int V, int Vp) {
+    __shared__ float red_v[32];
+    __shared__ int red_j[32];
+    const int n = blockIdx.x;
+    const bf16 *x = logits + (size_t)n * Vp;
+    float bv = -CUDART_INF_F;
+    int bj = INT32_MAX;
+    for (int c = threadIdx.x * W; c < V; c += blockDim.x * W) {
+        float v[W];
+        tcu_load_bf16<W, VEC>(v, x + c);
+#pragma unroll
+        for (int k = 0; k < W; k++) {
+            const float e = isnan(v[k]) ? -CUDART_INF_F : v[k];
+            if (c + k < V && argmax_beats(e, c + k, bv, bj)) bv = e, bj = c + k;
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oj = __shfl_xor_sync(0xffffffffu, bj, o);
+        if (argmax_beats(ov, oj, bv, bj)) bv = ov, bj = oj;
+    }
+    if ((threadIdx.x & 31) == 0) red_v[threadIdx.x >> 5] = bv, red_j[threadIdx.x >> 5] = bj;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int i = 1; i < (int)(blockDim.x >> 5); i++)
+            if (argmax_beats(red_v[i], red_j[i], red_v[0], red_j[0])) red_v[0] = red_v[i], red_j[0] = red_j[i];
+        idx[n] = red_j[0] == INT32_MAX ? 0 : red_j[0];
+    }
+}
+
+/* idx (N) int32 =; logits (N,Vp) bf16. One block per row (argmax_block_per_row_kernel), 16-byte
+ * loads when Vp % 8 == 0 and logits is 16-byte aligned. N >= 0, 1 <= V <= Vp. */
+void tcu_argmax(int32_t *idx, const tsr_bf16 *logits, int N, int V, int Vp, tcu_stream s) {
+    const char *what = "tcu_argmax";
+    TCU_REQUIRE(N >= 0 && V >= 1 && Vp >= V, what,
+                tcu_msg("need N >= 0 and 1 <= V <= Vp, got N=%d V=%d Vp=%d", N, V, Vp));
+    TCU_REQUIRE(idx && logits, what, "a required pointer is NULL");
+    if (N == 0) return;
+    const cudaStream_t st = (cudaStream_t)s;
+    const bool vec = Vp % 8 == 0 && ((uintptr_t)logits & 15u) == 0;
+    const int W = vec ? 8 : 1;
+    int threads = (int)(((size_t)V / W + 31) / 32 * 32);
+    if (threads > XENT_MAX_THREADS) threads = XENT_MAX_THREADS;
+    if (threads < 32) threads = 32;
+    if (vec)
+        argmax_block_per_row_kernel<8, true><<<(unsigned)N, threads, 0, st>>>(
+            idx, (const bf16 *)logits, V, Vp);
+    else
+        argmax_block_per_row_kernel<1, false><<<(unsigned)N, threads, 0, st>>>(
+            idx, (const bf16 *)logits, V, Vp);
     TCU_CHECK_LAUNCH(what);
 }

@@ -499,6 +499,9 @@ void tcu_residual_backward(tsr_bf16 *da, tsr_bf16 *db, const tsr_bf16 *dout, siz
     }
 }
 
+int tcu_attention_head_size_ok(int hs) { return hs == 32 || hs == 64 || hs == 128; }
+
+
 /* ---- attention ----------------------------------------------------------------------------- */
 
 static void att_check(const char *what, int B, int T, int C, int NH) {
@@ -506,7 +509,7 @@ static void att_check(const char *what, int B, int T, int C, int NH) {
             what, "bad shape B=%d T=%d C=%d NH=%d (B, NH in 1..65535, T >= 1, NH divides C)", B, T,
             C, NH);
     const int hs = C / NH;
-    REQUIRE(hs == 32 || hs == 64 || hs == 128, what,
+    REQUIRE(tcu_attention_head_size_ok(hs), what,
             "head size hs = C/NH = %d (C=%d, NH=%d) has no kernel: 32, 64 or 128", hs, C, NH);
 }
 
@@ -631,6 +634,24 @@ void tcu_softmax_xent(float *losses, tsr_bf16 *logits, const int32_t *targets,
             }
         }
         free(row);
+    }
+}
+
+void tcu_argmax(int32_t *idx, const tsr_bf16 *logits, int N, int V, int Vp, tcu_stream s) {
+    const char *what = "tcu_argmax";
+    REQUIRE(N >= 0 && V >= 1 && Vp >= V, what, "need N >= 0 and 1 <= V <= Vp, got N=%d V=%d Vp=%d",
+            N, V, Vp);
+    REQUIRE(idx && logits, what, "a required pointer is NULL");
+    for (int n = 0; n < N; n++) { /* the largest value, the lowest column on ties, NaN as -inf */
+        const tsr_bf16 *x = logits + (size_t)n * Vp;
+        float bv = -INFINITY;
+        int bj = 0;
+        for (int j = 0; j < V; j++) {
+            float v = bf16_widen(x[j]);
+            if (isnan(v)) v = -INFINITY;
+            if (v > bv) bv = v, bj = j;
+        }
+        idx[n] = bj;
     }
 }
 

@@ -64,6 +64,8 @@ int icl_suite_open(icl_suite *s, const tsr_icl_task_config *tasks, int n, const 
     s->T = T;
     s->in = tsr_malloc((size_t)B * (size_t)T * sizeof *s->in);
     s->tg = tsr_malloc((size_t)B * (size_t)T * sizeof *s->tg);
+    s->loss = tsr_malloc((size_t)B * (size_t)T * sizeof *s->loss);
+    s->greedy = tsr_malloc((size_t)B * (size_t)T * sizeof *s->greedy);
     return 0;
 }
 
@@ -72,6 +74,8 @@ void icl_suite_close(icl_suite *s) {
     free(s->tasks);
     free(s->in);
     free(s->tg);
+    free(s->loss);
+    free(s->greedy);
     memset(s, 0, sizeof *s);
 }
 
@@ -88,9 +92,10 @@ static void put_option(icl_suite *s, int r, const icl_option *o) {
 }
 
 /* Scores rows [0, rows) of a forward pass of all B rows: mean NLL per continuation token, and
- * whether greedy decoding gives every continuation token (the argmax, ties to the lower id). */
+ * whether greedy decoding gives every continuation token (the argmax, ties to the lower id). On
+ * any backend (model_token_scores: the CPU ops, or the GPU's through the model's hook). */
 static void score_rows(tsr_model *m, icl_suite *s, int rows, double *nll, int *greedy) {
-    model_forward(m, s->in, s->tg, s->B, s->T);
+    model_token_scores(m, s->in, s->tg, s->B, s->T, s->loss, s->greedy);
     for (int r = 0; r < rows; r++) {
         double sum = 0;
         int k = 0, ok = 1;
@@ -98,13 +103,9 @@ static void score_rows(tsr_model *m, icl_suite *s, int rows, double *nll, int *g
             size_t at = (size_t)r * s->T + (size_t)j;
             int32_t want = s->tg[at];
             if (want < 0) continue;
-            sum += m->acts.losses[at];
+            sum += s->loss[at];
             k++;
-            const float *p = m->acts.probs + at * (size_t)m->Vp;
-            int best = 0;
-            for (int v = 1; v < m->V; v++)
-                if (p[v] > p[best]) best = v;
-            ok &= best == want;
+            ok &= s->greedy[at] == want;
         }
         nll[r] = k ? sum / k : INFINITY;
         greedy[r] = ok && k > 0;

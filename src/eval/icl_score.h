@@ -31,6 +31,8 @@ typedef struct icl_suite {
     icl_task *tasks;      /* (n) tokenized, in the order of icl_tasks */
     int B, T;             /* rows per forward pass, sequence length */
     int32_t *in, *tg;     /* (B, T) inputs and targets of one pass; target -1 = not scored */
+    float *loss;          /* (B, T) a pass's per-position losses (model_token_scores) */
+    int32_t *greedy;      /* (B, T) and its greedy tokens */
 } icl_suite;
 
 typedef struct icl_scores {

@@ -60,6 +60,7 @@ static size_t act_table(tsr_gpu_model *g, const tsr_model *m, int B, int T, act_
     BUF(att_scratch, 1, tcu_attention_scratch_bytes(B, T, (int)C, (int)NH));
     BUF(tokens, i, N);
     BUF(targets, i, N);
+    BUF(greedy, i, N);
     if (doc) BUF(seq, i, N);
     if (doc && learned) BUF(pos, i, N);
 #undef BUF
@@ -323,6 +324,18 @@ double gpu_model_loss_sum(tsr_gpu_model *g, const int32_t *targets, int B, int T
     for (size_t i = 0; i < N; i++)
         if (targets[i] >= 0) sum += g->losses_host[i];
     return sum;
+}
+
+void gpu_model_token_scores(tsr_gpu_model *g, const int32_t *targets, int B, int T, float *losses,
+                            int32_t *greedy) {
+    const tsr_model *m = g->m;
+    check_shape(g, B, T, "gpu_model_token_scores");
+    size_t N = (size_t)B * T;
+    tcu_argmax(g->greedy, g->logits, (int)N, m->V, m->Vp, g->s);
+    tcu_memcpy_d2h(losses, g->losses, N * sizeof(float), g->s);
+    tcu_memcpy_d2h(greedy, g->greedy, N * sizeof(int32_t), g->s);
+    for (size_t i = 0; i < N; i++)
+        if (targets[i] < 0) losses[i] = 0.0f, greedy[i] = -1;
 }
 
 void gpu_model_backward(tsr_gpu_model *g, const int32_t *tokens, int B, int T,

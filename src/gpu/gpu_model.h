@@ -57,6 +57,7 @@ typedef struct tsr_gpu_model {
     tsr_bf16 *dres, *dln, *datty, *dqkv, *dfch, *dfchg;
     void *att_scratch;
     int32_t *tokens, *targets, *seq, *pos;          /* (B, T); seq, pos only with attn_mask = document */
+    int32_t *greedy;                                /* (B, T) the logits' argmax (token scores) */
     /* host scratch */
     int32_t *seq_host, *pos_host;
     float *losses_host, *dlosses_host;
@@ -86,6 +87,12 @@ void gpu_model_forward(tsr_gpu_model *g, const int32_t *tokens, const int32_t *t
                        int T, float loss_scale);
 /* Sum of the losses of the last forward over its counted targets (waits for the stream). */
 double gpu_model_loss_sum(tsr_gpu_model *g, const int32_t *targets, int B, int T);
+/* After an evaluation forward (loss_scale < 0) over the same B x T: per position its loss and
+ * its greedy token (the argmax of its logits over the V real columns, the lower id on ties; bf16
+ * logits, so it can differ from the CPU's fp32 choice where two logits are within bf16 rounding),
+ * into host arrays of B*T; 0 and -1 where targets < 0 (model_token_scores). Waits for the stream. */
+void gpu_model_token_scores(tsr_gpu_model *g, const int32_t *targets, int B, int T, float *losses,
+                            int32_t *greedy);
 /* Backward of the last (training) forward: gradients accumulate. tokens (host) as given to forward.
  * ready(ctx, unit), when not NULL, is called as soon as a unit's gradients are complete on the
  * stream (unit l+1: layer l, in the order L..1; unit 0, last: wte, wpe, lnfw, lnfb), so their

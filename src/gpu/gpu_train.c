@@ -90,6 +90,21 @@ static double eval_forward(void *ctx, const int32_t *tokens, const int32_t *targ
     return gpu_model_loss_sum(g, targets, B, T);
 }
 
+static void eval_scores(void *ctx, const int32_t *tokens, const int32_t *targets, int B, int T,
+                        float *losses, int32_t *greedy) {
+    tsr_gpu_model *g = ctx;
+    gpu_model_forward(g, tokens, targets, B, T, -1.0f);
+    gpu_model_token_scores(g, targets, B, T, losses, greedy);
+}
+
+/* The host model's evaluation calls (model_forward, model_token_scores) go to the device (g), or
+ * back to the host ops (g NULL: sampling on the host weights, shutdown). */
+static void route_model(tsr_model *m, tsr_gpu_model *g) {
+    m->fwd = g ? eval_forward : NULL;
+    m->scores = g ? eval_scores : NULL;
+    m->fwd_ctx = g;
+}
+
 static int lib_init(tsr_trainer *t) {
     const tsr_model *m = &t->model;
     int count = tcu_device_count(), W = t->dist.world;
@@ -111,6 +126,13 @@ static int lib_init(tsr_trainer *t) {
             tsr_error("device = \"cuda\": rank %d shares a node's %d GPU(s) with more ranks: one "
                       "rank per GPU (srun --gpus-per-task=1, or as many ranks per node as GPUs)",
                       r, (int)cnt);
+        return TSR_EXIT_USAGE;
+    }
+    if (!tcu_attention_head_size_ok(m->C / m->NH)) { /* the same on every rank: the config */
+        if (t->dist.rank == 0)
+            tsr_error("device = \"cuda\": head size model.d_model / model.n_head = %d / %d = %d has "
+                      "no attention kernel on the GPU: it must be 32, 64 or 128 (change "
+                      "model.n_head, or use device = \"cpu\")", m->C, m->NH, m->C / m->NH);
         return TSR_EXIT_USAGE;
     }
     struct tsr_gpu_train *gt = tsr_calloc(1, sizeof *gt);
@@ -152,8 +174,7 @@ static int lib_init(tsr_trainer *t) {
             printf("gradients: reduce-scattered per layer during backward into %s shards "
                    "(groups of %d) by %s\n", mode == 1 ? "zero1" : G < W ? "hsdp" : "zero3", G,
                    gpu_comm_name(gt->sh.group));
-        t->model.fwd = eval_forward;
-        t->model.fwd_ctx = &gt->g;
+        route_model(&t->model, &gt->g);
         return 0;
     }
     gt->m = tcu_malloc(m->n_params * sizeof(float), "AdamW m (fp32)");
@@ -182,8 +203,7 @@ static int lib_init(tsr_trainer *t) {
         printf("gradients: summed per layer during backward by %s\n",
                gt->comm ? gpu_comm_name(gt->comm) : "nothing (one rank; NCCL not loaded)");
     if (!gt->comm && t->dist.rank == 0) tsr_warn("one rank without NCCL: %s", why);
-    t->model.fwd = eval_forward;
-    t->model.fwd_ctx = &gt->g;
+    route_model(&t->model, &gt->g);
     return 0;
 }
 
@@ -304,12 +324,12 @@ static void lib_host_model(tsr_trainer *t, int on) {
         if (gt->sharded) gpu_shard_pull(&gt->sh, t, 0);
         else if (sampler) gpu_model_download(&gt->g, m->params);
         if (gt->sharded && !gt->sh.zero1) trainer_host_weights(t, 1);
-        m->fwd = NULL;
+        route_model(m, NULL);
         if (sampler && m->acts.B == 0) model_alloc_acts(m, 1, t->T), gt->host_acts = 1;
     } else {
         if (gt->host_acts) model_free_acts(m), gt->host_acts = 0;
         if (gt->sharded && !gt->sh.zero1) trainer_host_weights(t, 0);
-        m->fwd = eval_forward;
+        route_model(m, &gt->g);
     }
 }
 
@@ -339,7 +359,7 @@ static void lib_free(tsr_trainer *t) {
     free(gt->len);
     free(gt);
     t->gpu = NULL;
-    t->model.fwd = NULL;
+    route_model(&t->model, NULL);
 }
 
 #ifndef TSR_GPU_BACKEND

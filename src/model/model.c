@@ -401,6 +401,25 @@ static const struct { layer_step first, last; } actckpt_rerun[] = {
 _Static_assert(sizeof actckpt_rerun / sizeof actckpt_rerun[0] == TSR_ACTCKPT_COUNT,
                "actckpt_rerun vs tsr_actckpt_kind");
 
+void model_token_scores(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
+                        float *losses, int32_t *greedy) {
+    if (m->scores) {
+        m->scores(m->fwd_ctx, tokens, targets, B, T, losses, greedy);
+        return;
+    }
+    model_forward(m, tokens, targets, B, T);
+    for (size_t i = 0; i < (size_t)B * T; i++) {
+        losses[i] = 0.0f, greedy[i] = -1;
+        if (targets[i] < 0) continue;
+        losses[i] = m->acts.losses[i];
+        const float *p = m->acts.probs + i * (size_t)m->Vp;
+        int best = 0;
+        for (int v = 1; v < m->V; v++)
+            if (p[v] > p[best]) best = v;
+        greedy[i] = best;
+    }
+}
+
 double model_forward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T) {
     if (m->fwd) return m->fwd(m->fwd_ctx, tokens, targets, B, T);
     const tsr_ops *o = m->ops;

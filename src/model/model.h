@@ -110,6 +110,9 @@ typedef struct tsr_model {
      * model_forward hands the call to fwd (evaluation loss; training steps and the rest of the
      * model's state belong to that backend). NULL: the ops above. */
     double (*fwd)(void *ctx, const int32_t *tokens, const int32_t *targets, int B, int T);
+    /* and model_token_scores to scores (NULL: the ops above), with the same ctx */
+    void (*scores)(void *ctx, const int32_t *tokens, const int32_t *targets, int B, int T,
+                   float *losses, int32_t *greedy);
     void *fwd_ctx;
 } tsr_model;
 
@@ -161,6 +164,12 @@ void model_free(tsr_model *m);
  * over the targets that count; probs/losses stay in m->acts for backward (and, with attn_mask =
  * document, the segment ids and positions made from tokens). */
 double model_forward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T);
+/* An evaluation forward with per-position results (ICL scoring): losses[i] the loss of position
+ * i and greedy[i] its greedy token, the argmax of the next-token distribution over the V real
+ * tokens (the lower id on ties), where targets[i] >= 0; 0 and -1 elsewhere. losses, greedy: host
+ * arrays of B*T. */
+void model_token_scores(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
+                        float *losses, int32_t *greedy);
 /* Backward pass of the last forward: parameter gradients += d(loss_scale * sum of losses).
  * Checkpointed layers first recompute what they did not keep, with the same ops on the same
  * inputs, so the gradients are the same bits as without checkpointing. */

@@ -120,19 +120,13 @@ static void oom_fault(const tsr_trainer *t) {
     cpu_ops_set_mem_limit(cpu_ops_live_bytes() + acts + acts / 2);
 }
 
-/* device = cuda: what this build or the CUDA path cannot do yet is refused before anything
- * starts, naming the key (the configuration itself loads in every build: `tessera eval` reads a
- * GPU run's stored config). */
-static int cuda_config_check(const tsr_config *cfg, int rank) {
-    const char *no = NULL, *key = "device";
+/* device = cuda without a CUDA backend in this build (or its library) is refused before anything
+ * starts (the configuration itself loads in every build: `tessera eval` reads a GPU run's stored
+ * config). */
+static int cuda_config_check(int rank) {
     char why[1400];
-    if (!gpu_backend(why, sizeof why))
-        no = why;
-    else if (cfg->n_icl > 0)
-        key = "icl_tasks", no = "in-training ICL scoring runs on the CPU backend only so far: "
-                                "score the checkpoints with `tessera eval`";
-    if (!no) return 0;
-    if (rank == 0) tsr_error("device = \"cuda\": %s (%s); or use device = \"cpu\"", no, key);
+    if (gpu_backend(why, sizeof why)) return 0;
+    if (rank == 0) tsr_error("device = \"cuda\": %s (device); or use device = \"cpu\"", why);
     return TSR_EXIT_USAGE;
 }
 
@@ -143,7 +137,7 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->ops = &tsr_cpu_ops;
     t->T = (int)cfg->seq_len;
     TSR_CHECK(config_check_world(cfg, d->world));
-    if (cfg->device == TSR_DEVICE_CUDA) TSR_CHECK(cuda_config_check(cfg, d->rank));
+    if (cfg->device == TSR_DEVICE_CUDA) TSR_CHECK(cuda_config_check(d->rank));
     t->per_rank = cfg->global_batch / d->world;
     t->auto_micro = cfg->micro_batch == 0; /* "auto": start with the whole per-rank batch */
     t->micro = t->auto_micro ? trainer_micro_at_most(t, t->per_rank) : (int)cfg->micro_batch;

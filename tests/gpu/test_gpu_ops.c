@@ -861,6 +861,48 @@ static void test_xent(const xent_cfg *x) {
     scope_end(tag);
 }
 
+/* argmax (ICL's greedy tokens): exact, so compared element for element with the rule written out
+ * here: the largest of the first V columns, the lowest column on ties, NaN as -inf. Rows carry a
+ * tie planted before the maximum (the earlier column wins) or after it (the original stays), NaN
+ * in column 0 and elsewhere, a row of -inf, a row of NaN; padding columns are 100 (never chosen). */
+static void test_argmax(const xent_cfg *x) {
+    const int N = x->N, V = x->V, Vp = x->Vp;
+    const size_t nl = (size_t)N * Vp;
+    float *lg = hf(nl);
+    int32_t *want = hi32(N), *got = hi32(N);
+    for (size_t i = 0; i < nl; i++) lg[i] = (int)(i % Vp) < V ? rbf16(uni(-x->scale, x->scale)) : 100.0f;
+    for (int n = 0; n < N; n++) {
+        float *r = lg + (size_t)n * Vp;
+        int top = 0;
+        for (int j = 1; j < V; j++) top = r[j] > r[top] ? j : top;
+        if (n % 4 == 1 && V > 1) r[top > 0 ? irand(top) : 1] = r[top]; /* a tie: lower or higher */
+        if (n % 7 == 3) r[0] = NAN, r[irand(V)] = NAN;
+        if (n == N - 1 && N > 2)
+            for (int j = 0; j < V; j++) r[j] = -INFINITY;
+        if (n == N - 2 && N > 2)
+            for (int j = 0; j < V; j++) r[j] = NAN;
+        float bv = -INFINITY;
+        want[n] = 0;
+        for (int j = 0; j < V; j++) {
+            float v = isnan(r[j]) ? -INFINITY : r[j];
+            if (v > bv) bv = v, want[n] = j;
+        }
+    }
+    tsr_bf16 *d_lg = new_bf16(lg, nl);
+    int32_t *d_idx = new_i32(want, N);
+    poison(d_idx, (size_t)N * sizeof(int32_t));
+    tcu_argmax(d_idx, d_lg, N, V, Vp, g_s);
+    d2h(got, d_idx, (size_t)N * sizeof(int32_t));
+    int bad = 0, first = -1;
+    for (int n = 0; n < N; n++)
+        if (got[n] != want[n]) bad++, first = first < 0 ? n : first;
+    tap_ok(bad == 0, "argmax N=%d V=%d Vp=%d logits in +-%g (ties both ways, NaN, a -inf row, a NaN "
+           "row, padding 100): %d of %d rows differ%s", N, V, Vp, x->scale, bad, N,
+           first < 0 ? "" : " (see the first below)");
+    if (first >= 0) tap_diag("row %d: gpu %d, expected %d", first, got[first], want[first]);
+    scope_end("argmax");
+}
+
 /* ---- sumsq, adamw ------------------------------------------------------------------------- */
 
 #define SUMSQ_CHECKS 3
@@ -1062,7 +1104,7 @@ static int plan_size(void) {
     for (size_t i = 0; i < COUNT(ADAMW); i++) n += adamw_checks(&ADAMW[i]);
     n += (int)(COUNT(GELU) + COUNT(GELU_ODD)) * GELU_CHECKS;
     n += (int)(COUNT(RESID) + 1) * RESIDUAL_CHECKS + (int)COUNT(ATT) * ATT_CHECKS;
-    n += (int)COUNT(XENT) * XENT_CHECKS + (int)COUNT(SUMSQ) * SUMSQ_CHECKS;
+    n += (int)COUNT(XENT) * (XENT_CHECKS + 1) + (int)COUNT(SUMSQ) * SUMSQ_CHECKS; /* + argmax */
     n += (int)COUNT(ADD_F32) * ADD_F32_CHECKS + (int)COUNT(D2D) * D2D_CHECKS;
     return n;
 }
@@ -1104,6 +1146,7 @@ int main(void) {
     for (size_t i = 0; i < COUNT(RESID); i++) test_residual(RESID[i]);
     for (size_t i = 0; i < COUNT(ATT); i++) test_attention(&ATT[i]);
     for (size_t i = 0; i < COUNT(XENT); i++) test_xent(&XENT[i]);
+    for (size_t i = 0; i < COUNT(XENT); i++) test_argmax(&XENT[i]);
     for (size_t i = 0; i < COUNT(SUMSQ); i++) test_sumsq(SUMSQ[i]);
     for (size_t i = 0; i < COUNT(ADAMW); i++) test_adamw(&ADAMW[i]);
     for (size_t i = 0; i < COUNT(ADD_F32); i++) test_add_f32(ADD_F32[i]);
