@@ -11,6 +11,8 @@
 #    (a GPU zero3 checkpoint resumed by the CPU's ddp, a GPU hsdp one by zero1 on the GPU);
 #  - activation checkpointing (block, attention on a layer range, mlp on the first layers; block
 #    under zero3): every step bit-identical to none on the same backend, smaller activations;
+#  - peak_mem_bytes (the device allocator's peak) within the device plan (ddp, zero1, zero3);
+#    micro_batch = auto under zero3 with evaluation leaves room for the evaluation's full weights;
 #  - a missing CUDA library is refused naming it (once, on tessera-train).
 # It runs twice: on the host emulator of the CUDA backend (build/tests/tessera-train-cuemu,
 # kernels/cuda_emu/: every machine; it checks the trainer's GPU path, bf16 activations and all,
@@ -18,7 +20,7 @@
 source "$(dirname "$0")/lib.sh"
 tsr_tmpdir
 PER=16
-tap_plan $((2 * PER + 4))
+tap_plan $((2 * PER + 5))
 make_synth "$TMP/data" 512 80000
 
 tiny_args "$TMP/data/train"
@@ -204,6 +206,25 @@ TSR_EMU_MEM=$cap run "$BUILD/tests/tessera-train-cuemu" 1 auto --set device=cuda
     final_lines "$TMP/micro2/metrics.jsonl" >"$TMP/micro2.loss" && cmp -s "$TMP/auto.loss" "$TMP/micro2.loss" &&
     grep -E '"event": "micro_batch"' "$TMP/auto/metrics.jsonl" | tail -1 | grep -q '"micro_batch": 2'
 tap_check $? "emulator: micro_batch = auto with room for 2 sequences ($cap bytes) halves 8 -> 4 -> 2 and all 20 steps equal micro_batch = 2 bit for bit"
+
+# zero3 with evaluation: an evaluation gathers the full bf16 weights, so micro_batch = auto must
+# leave room for them after the activations. On a device sized from a free run's peak (the
+# activations of 8 sequences and the evaluation buffer) less half that buffer, 8 sequences fit but
+# leave no room to evaluate: the run halves to 4 at step 1 and evaluates at step 10 (it used to
+# keep 8 and die at step 10's evaluation, out of device memory).
+ze=(--set device=cuda --set parallel.sharding=zero3 --set micro_batch=auto --set global_batch=8
+    --set data.val="$TMP/data/val" --set eval_interval=10ba --set eval_samples=24 --set max_duration=12ba)
+run "$BUILD/tests/tessera-train-cuemu" 1 ze_free "${ze[@]}"
+cap=$(/usr/bin/python3 - "$TMP/ze_free.txt" "$TMP/ze_free/metrics.jsonl" <<'PY'
+import json, re, sys
+m = re.search(r"full weights while evaluating ([0-9.]+) (B|KiB|MiB)", open(sys.argv[1]).read())
+peak = max((j.get("peak_mem_bytes", 0) for j in map(json.loads, open(sys.argv[2]))), default=0)
+print(int(peak - float(m.group(1)) * 1024 ** ["B", "KiB", "MiB"].index(m.group(2)) / 2) if m and peak else 0)
+PY
+)
+TSR_EMU_MEM=$cap run "$BUILD/tests/tessera-train-cuemu" 1 ze_cap "${ze[@]}" &&
+    grep -q "step 1 reruns with microbatches of 4" "$TMP/ze_cap.txt" && grep -q "^eval step 10 | val loss" "$TMP/ze_cap.txt"
+tap_check $? "emulator: zero3 + evaluation + micro_batch = auto on a device ($cap bytes) without room for the evaluation's full weights next to 8 sequences: halves to 4 at step 1, evaluates at step 10"
 
 # the real backend: a GPU, its driver and the library built beside tessera-train
 why=""

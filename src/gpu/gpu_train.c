@@ -42,10 +42,18 @@ static int shard_mode(const tsr_trainer *t, int *G) {
     return 3;
 }
 
+/* zero3 / hsdp: what an evaluation (validation loss, ICL) gathers on top of the training state
+ * while it runs, the full bf16 weights (gpu_shard_full_weights); 0 without evaluation or under
+ * ddp / zero1, whose bf16 weights are whole already. */
+static size_t eval_bytes(const tsr_trainer *t) {
+    int G, evals = t->cfg.data.val[0] != '\0' || t->cfg.n_icl > 0;
+    return evals && shard_mode(t, &G) == 3 ? t->model.n_params * sizeof(tsr_bf16) + 256 : 0;
+}
+
 static size_t fixed_bytes(const tsr_trainer *t) {
     const tsr_model *m = &t->model;
     int G, mode = shard_mode(t, &G);
-    if (mode) return gpu_shard_bytes(m, mode == 1, G) + 512;
+    if (mode) return gpu_shard_bytes(m, mode == 1, G) + eval_bytes(t) + 512;
     return gpu_model_state_bytes(m, GPU_STATE_FULL) + 2 * m->n_params * sizeof(float) + 256;
 }
 
@@ -53,16 +61,20 @@ static void lib_print_plan(const tsr_trainer *t) {
     if (t->dist.rank != 0) return;
     const tsr_model *m = &t->model;
     int G, mode = shard_mode(t, &G);
-    char a[32], tot[32], st[32];
+    char a[32], tot[32], st[32], ev[32];
     size_t acts = gpu_model_acts_bytes(m, t->micro, t->T), fixed = fixed_bytes(t);
+    size_t evb = eval_bytes(t);
     metrics_human_bytes(a, sizeof a, (double)acts);
     metrics_human_bytes(tot, sizeof tot, (double)(fixed + acts));
-    metrics_human_bytes(st, sizeof st, (double)fixed);
+    metrics_human_bytes(st, sizeof st, (double)(fixed - evb));
+    metrics_human_bytes(ev, sizeof ev, (double)evb);
     if (mode) {
         printf("device memory per rank (cuda, bf16 activations, %s over %d ranks): shards, "
-               "gathered weights and communication buffers %s, activations %s per microbatch of "
-               "%d x %d; total %s\n", mode == 1 ? "zero1" : G < t->dist.world ? "hsdp" : "zero3",
-               G, st, a, t->micro, t->T, tot);
+               "gathered weights and communication buffers %s, %s%s%sactivations %s per "
+               "microbatch of %d x %d; total %s\n",
+               mode == 1 ? "zero1" : G < t->dist.world ? "hsdp" : "zero3", G, st,
+               evb ? "full weights while evaluating " : "", evb ? ev : "", evb ? ", " : "", a,
+               t->micro, t->T, tot);
         return;
     }
     char w[32], g[32], o[32];
@@ -210,14 +222,15 @@ static int lib_init(tsr_trainer *t) {
 static int lib_acts_B(const tsr_trainer *t) { return t->gpu->g.B; }
 
 /* The activations, and room left after them for what the ops allocate later (scratch, cuBLASLt,
- * NCCL's buffers, kernels' local memory): 2% of the device must stay free, so a microbatch that
- * fills the GPU backs off here instead of failing in the first backward. The room is read, not
- * allocated: a trial allocation would count in the allocator's peak (peak_mem_bytes). */
+ * NCCL's buffers, kernels' local memory): 2% of the device must stay free, and under zero3 / hsdp
+ * with evaluation the full weights an evaluation gathers, so a microbatch that fills the GPU backs
+ * off here instead of failing in the first backward or the first evaluation. The room is read,
+ * not allocated: a trial allocation would count in the allocator's peak (peak_mem_bytes). */
 static int lib_try_acts(tsr_trainer *t, int B) {
     if (gpu_model_try_alloc_acts(&t->gpu->g, B, t->T)) return -1;
     size_t free_b = 0, total_b = 0;
     tcu_device_info(NULL, 0, NULL, &free_b, &total_b);
-    if (free_b < total_b / 50) {
+    if (free_b < total_b / 50 + eval_bytes(t)) {
         gpu_model_free_acts(&t->gpu->g);
         return -1;
     }
