@@ -6,7 +6,8 @@
 #   make bench      CPU throughput vs PyTorch (bench/, results in docs/benchmarks.md)
 #   make install PREFIX=/opt/apps/tessera/X [DESTDIR=...]   (make uninstall with the same)
 # Options (validated): NO_MPI=1  SANITIZE=address,undefined  WERROR=0  ARCH=native|x86-64-v3|...
-#   CUDA_HOME, MPI_HOME, HDF5_DIR, NVCC_GENCODE override what is found.
+#   CUDA_HOME, MPI_HOME, HDF5_DIR, NVCC_GENCODE override what is found. NO_MPI=1: one process, no
+#   MPI; checkpoints (the same files) through serial HDF5 instead of parallel (HDF5_DIR names it).
 # Every target first runs ./INSTALL --ensure: it checks the dependencies (✓/✗), installs missing
 # ones when it can (root + apt), else says what to install and stops.
 
@@ -52,12 +53,18 @@ else
   MPI_CFLAGS = $(shell pkg-config --cflags ompi-c)
   MPI_LIBS   = $(shell pkg-config --libs ompi-c)
 endif
+# HDF5: parallel (MPI-IO) for the MPI build; serial for NO_MPI=1: Debian's hdf5-serial, else
+# hdf5 when that is not the MPI one (Debian may point hdf5 at OpenMPI's). checkpoint/ckpt_h5.c
+# refuses an HDF5 of the wrong kind at compile time.
+HDF5_SERIAL_PC = $(shell pkg-config --exists hdf5-serial && echo hdf5-serial || \
+                   { pkg-config --cflags --libs hdf5 2>/dev/null | grep -qi mpi && echo hdf5-serial || echo hdf5; })
+HDF5_PC = $(if $(filter 1,$(NO_MPI)),$(HDF5_SERIAL_PC),hdf5-openmpi)
 ifneq ($(HDF5_DIR),)
   HDF5_CFLAGS = -I$(HDF5_DIR)/include
   HDF5_LIBS   = -L$(HDF5_DIR)/lib -Wl,-rpath,$(HDF5_DIR)/lib -lhdf5
 else
-  HDF5_CFLAGS = $(shell pkg-config --cflags hdf5-openmpi)
-  HDF5_LIBS   = $(shell pkg-config --libs hdf5-openmpi)
+  HDF5_CFLAGS = $(shell pkg-config --cflags $(HDF5_PC))
+  HDF5_LIBS   = $(shell pkg-config --libs $(HDF5_PC))
 endif
 # OpenBLAS: prefer its OpenMP build, so BLAS and our OpenMP loops share one thread pool. With the
 # pthread build, idle OpenMP workers spin while BLAS threads want the same cores: 7x slower steps
@@ -83,8 +90,8 @@ ifneq ($(SANITIZE),)
 endif
 ifeq ($(NO_MPI),1)
   CFLAGS += -DTSR_NO_MPI
-  ALL_CFLAGS = $(CFLAGS) $(DEP_CFLAGS)
-  ALL_LIBS   = $(DEP_LIBS) $(LDLIBS)
+  ALL_CFLAGS = $(CFLAGS) $(DEP_CFLAGS) $(HDF5_CFLAGS)
+  ALL_LIBS   = $(DEP_LIBS) $(HDF5_LIBS) $(LDLIBS)
 else
   ALL_CFLAGS = $(CFLAGS) $(DEP_CFLAGS) $(MPI_CFLAGS) $(HDF5_CFLAGS)
   ALL_LIBS   = $(DEP_LIBS) $(HDF5_LIBS) $(MPI_LIBS) $(LDLIBS)
@@ -92,23 +99,20 @@ endif
 
 # ---- sources ----
 MAINS    := src/train/train_main.c src/tessera_main.c
-# checkpoint/: the pure parts (ranges, CRC combine) build everywhere; the rest needs MPI + HDF5
-CKPT_PURE := checkpoint/ckpt_ranges.c checkpoint/crc_combine.c
-CKPT_MPI  := $(filter-out $(CKPT_PURE),$(wildcard checkpoint/*.c))
+# checkpoint/: in both builds (its collectives go through src/dist.h: a world of one with NO_MPI=1)
+CKPT_SRC := $(wildcard checkpoint/*.c)
 # src/gpu/: the trainer's device = cuda path. gpu_load.c (in the library) opens
 # libtessera-cuda-train.so, made of the rest of src/gpu/ and the CUDA backend, on first use
 # (src/gpu/gpu_train.h); the emulator test build links those objects in directly.
 GPU_SRC  := src/gpu/gpu_model.c src/gpu/gpu_shard.c src/gpu/gpu_train.c
 GPU_OBJ  := $(GPU_SRC:%.c=$(BUILD)/obj/%.o)
-LIB_SRC  := $(filter-out $(MAINS) $(GPU_SRC) src/gpu/gpu_comm_%.c,$(wildcard src/*.c src/*/*.c kernels/cpu/*.c)) $(CKPT_PURE)
-ifeq ($(NO_MPI),0)
-  LIB_SRC += $(CKPT_MPI)
-endif
+LIB_SRC  := $(filter-out $(MAINS) $(GPU_SRC) src/gpu/gpu_comm_%.c,$(wildcard src/*.c src/*/*.c kernels/cpu/*.c)) $(CKPT_SRC)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
-TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(BUILD)/tests/ref_dump
+# the checkpoint test driver (tests/mpi) calls MPI itself
 ifeq ($(NO_MPI),0)
-  TEST_BIN += $(BUILD)/tests/ref_dump $(BUILD)/tests/ckpt_driver
+  TEST_BIN += $(BUILD)/tests/ckpt_driver
 endif
 # healthcheck/: tessera-healthcheck; its parts but main form a library the unit test links too
 HC_MAIN  := healthcheck/hc_main.c
@@ -175,6 +179,7 @@ announce:
 	@if [ -n "$(HC_GPU_OK)" ]; then \
 	  echo "  ✓ healthcheck GPU $(HC_GPU_SO): tessera-healthcheck's GPU mode (nvcc, cuBLAS, NCCL from $(NCCL_HOME))"; \
 	else echo "  ✗ healthcheck GPU nvcc or nccl.h missing (CUDA_HOME=$(CUDA_HOME), NCCL_HOME=$(NCCL_HOME)): tessera-healthcheck CPU checks only"; fi
+	@echo "  HDF5:  $(if $(filter 1,$(NO_MPI)),serial (one process; default file driver),parallel (MPI-IO)) from $(if $(HDF5_DIR),HDF5_DIR=$(HDF5_DIR),pkg-config $(HDF5_PC) $(shell pkg-config --modversion $(HDF5_PC) 2>/dev/null)): checkpoints"
 	@echo "  build: $(if $(filter 1,$(NO_MPI)),single process (NO_MPI=1),MPI) | ARCH=$(ARCH) | OpenBLAS $(if $(OPENBLAS_PC_DIR),OpenMP build,from pkg-config: if it is the pthread build set OMP_WAIT_POLICY=passive) | $(BUILD)/"
 
 # keep objects of test programs (intermediate files of a pattern chain) from being deleted.

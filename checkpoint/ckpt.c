@@ -1,6 +1,7 @@
 /* ckpt.c — writing a checkpoint: HDF5 file and datasets created collectively through MPI-IO, every
  * rank's slices written independently (ckpt_io.c), per-tensor CRC32C, the commit protocol and
- * retention (ckpt.h; docs/checkpoint-format.md).
+ * retention (ckpt.h; docs/checkpoint-format.md). The NO_MPI build runs the same code as a world of
+ * one (src/dist.h) on serial HDF5's default driver (ck_fapl_driver): the same file.
  *
  * Order of a save (all ranks, MPI_COMM_WORLD):
  *   1. check the arguments, and that the ranks' ranges tile every tensor (one allgather), before
@@ -26,7 +27,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +37,7 @@
 #include "ckpt_h5.h"
 #include "common.h"
 #include "data/data.h"
+#include "dist.h"
 
 static int fsync_path(const char *path, int dir, char *why, size_t cap) {
     int fd = open(path, (dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
@@ -207,8 +208,7 @@ static int create_dataset(hid_t file, const ckpt_tensor *t, hid_t lcpl, hid_t dc
 static int write_file(hid_t file, const ckpt_meta *meta, const char *created,
                       const ckpt_tensor *tensors, int n, save_state *st, const char *tmp,
                       char *why, size_t cap) {
-    int rank;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int rank = dist_world_rank();
     int ok = ck_meta_write(file, meta, created) == 0;
     if (!ok) snprintf(why, cap, "cannot write the root attributes");
     if (!ck_agree(ok, why, cap)) return 0;
@@ -218,7 +218,7 @@ static int write_file(hid_t file, const ckpt_meta *meta, const char *created,
     H5Pset_layout(dcpl, H5D_CONTIGUOUS);
     H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY); /* addresses fixed before any data moves */
     H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);   /* every element is written */
-    H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_INDEPENDENT);
+    ck_dxpl_independent(dxpl);
     /* every dataset (collective: metadata only) */
     for (int i = 0; i < n && ok; i++)
         ok = create_dataset(file, &tensors[i], lcpl, dcpl, &st->ds[i], &st->off[i], why, cap);
@@ -259,10 +259,9 @@ static int write_file(hid_t file, const ckpt_meta *meta, const char *created,
 
 int ckpt_save(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *tensors, int n,
               int keep_last, char *path_out, size_t path_cap, ckpt_stats *stats) {
-    int rank;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Barrier(MPI_COMM_WORLD); /* timed from when every rank is here (ckpt_stats) */
-    double t0 = MPI_Wtime();
+    int rank = dist_world_rank();
+    dist_barrier(); /* timed from when every rank is here (ckpt_stats) */
+    double t0 = tsr_now();
     ck_h5_quiet();
     char why[1024] = "", base[64], final[4200], tmp[4300];
     snprintf(base, sizeof base, "step-%08lld.h5", (long long)meta->step);
@@ -296,16 +295,17 @@ int ckpt_save(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *ten
         gmtime_r(&now, &tm);
         strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm);
     }
-    MPI_Bcast(created, (int)sizeof created, MPI_CHAR, 0, MPI_COMM_WORLD);
+    dist_bcast(created, sizeof created, 0);
 
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    H5Pset_fapl_mpio(fapl, MPI_COMM_WORLD, MPI_INFO_NULL);
+    ck_fapl_driver(fapl);
     H5Pset_alignment(fapl, 65536, CK_DIRECT_ALIGN); /* large datasets start on a block */
     H5Pset_meta_block_size(fapl, 256 << 10); /* metadata together at the start: a load reads
                                                 * one region, not 50 headers among the data */
     hid_t file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     H5Pclose(fapl);
-    if (file < 0) snprintf(why, sizeof why, "cannot create the file (directory writable? MPI-IO?)");
+    if (file < 0)
+        snprintf(why, sizeof why, "cannot create the file (directory writable? full? MPI-IO?)");
     ok = ck_agree(file >= 0, why, sizeof why);
     if (ok) ok = write_file(file, meta, created, tensors, n, &st, tmp, why, sizeof why);
     state_close(&st, n);
@@ -327,7 +327,7 @@ int ckpt_save(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *ten
     }
     if (path_out && path_cap) snprintf(path_out, path_cap, "%s", final);
     if (stats) {
-        stats->seconds = MPI_Wtime() - t0;
+        stats->seconds = tsr_now() - t0;
         stats->bytes = bytes;
     }
     return 0;

@@ -17,6 +17,16 @@
     "counter-based SplitMix64: state = (seed, counters); nothing per rank to store"
 
 void ck_h5_quiet(void);
+
+/* The file driver of ckpt_save / ckpt_load (the same file format either way):
+ *   MPI build:    MPI-IO over MPI_COMM_WORLD (every rank opens the file together; collective
+ *                 metadata), data transfers independent (each rank moves its own slices);
+ *   NO_MPI build: serial HDF5's default (sec2) driver, one process.
+ * Both with HDF5's data sieve buffer off: sec2 would otherwise hold up to 64 KiB of raw data
+ * around a small write (the ends of a slice, ckpt_io.c) and write it back at H5Dclose, over the
+ * blocks ckpt_io.c wrote with O_DIRECT meanwhile (MPI-IO has no sieve buffer). */
+void ck_fapl_driver(hid_t fapl);
+void ck_dxpl_independent(hid_t dxpl);
 int ck_attr_write_i64(hid_t loc, const char *name, int64_t v);
 int ck_attr_write_u32(hid_t loc, const char *name, uint32_t v);
 int ck_attr_write_str(hid_t loc, const char *name, const char *s);
@@ -62,7 +72,7 @@ void ck_shape_str(char *buf, size_t cap, int ndim, const int64_t *shape);
 
 #endif
 
-/* ---- collective helpers (MPI_COMM_WORLD) ---- */
+/* ---- collective helpers (the world of src/dist.h: MPI_COMM_WORLD, or one process) ---- */
 
 /* All ranks learn whether every rank is ok; when not, `why` on every rank becomes the reason of
  * the lowest failing rank (prefixed "rank R: " when that is not rank 0). Returns the global ok. */

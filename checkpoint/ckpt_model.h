@@ -1,5 +1,5 @@
 /* ckpt_model.h — a trained model from a checkpoint, in one process (no MPI): what `tessera eval`,
- * `tessera generate` and `tessera ckpt export` start from. Built with HDF5 (not in NO_MPI=1). */
+ * `tessera generate` and `tessera ckpt export` start from (both builds: HDF5's default driver). */
 #ifndef TSR_CKPT_MODEL_H
 #define TSR_CKPT_MODEL_H
 

@@ -1,28 +1,27 @@
 /* ckpt_mpi.c — the two collectives under checkpoint saves and loads: agreeing on failure, and
- * assembling the tensors' CRCs from the ranks' slice CRCs (crc32c_combine), all tensors in one allgather. */
-#include <mpi.h>
+ * assembling the tensors' CRCs from the ranks' slice CRCs (crc32c_combine), all tensors in one
+ * allgather. Through src/dist.h: MPI_COMM_WORLD in the MPI build, a world of one with NO_MPI=1. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ckpt_h5.h"
 #include "common.h"
+#include "dist.h"
 
 int ck_agree(int ok, char *why, size_t why_cap) {
-    int rank, world;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
-    int mine = ok ? world : rank, first;
-    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    int rank = dist_world_rank(), world = dist_world_size();
+    int first = ok ? world : rank;
+    dist_allreduce_min_int(&first, 1);
     if (first == world) return 1;
-    char buf[1024];
+    char buf[1024] = "";
     if (rank == first) {
         if (first == 0)
             snprintf(buf, sizeof buf, "%s", why);
         else
             snprintf(buf, sizeof buf, "rank %d: %s", first, why);
     }
-    MPI_Bcast(buf, (int)sizeof buf, MPI_CHAR, first, MPI_COMM_WORLD);
+    dist_bcast(buf, sizeof buf, first);
     buf[sizeof buf - 1] = '\0';
     snprintf(why, why_cap, "%s", buf);
     return 0;
@@ -80,8 +79,7 @@ static int combine_one(const char *name, uint64_t numel, const slice_info *all, 
 
 int ck_tensors_crc(int n, const ckpt_tensor *const *t, const uint32_t *slice_crc,
                    const int *slice_ok, uint32_t *crc, char *why, size_t why_cap) {
-    int world;
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    int world = dist_world_size();
     size_t cnt = (size_t)(n > 0 ? n : 1);
     slice_info *mine = tsr_calloc(cnt, sizeof *mine);
     slice_info *all = tsr_malloc((size_t)world * cnt * sizeof *all);
@@ -94,8 +92,7 @@ int ck_tensors_crc(int n, const ckpt_tensor *const *t, const uint32_t *slice_crc
         mine[i].crc = slice_crc ? slice_crc[i] : 0;
         mine[i].ok = slice_ok ? (uint32_t)(slice_ok[i] != 0) : 1;
     }
-    MPI_Allgather(mine, (int)(cnt * sizeof *mine), MPI_BYTE, all, (int)(cnt * sizeof *mine),
-                  MPI_BYTE, MPI_COMM_WORLD);
+    dist_allgather(mine, all, cnt * sizeof *mine);
     for (int i = 0; i < n && rc == 0; i++) {
         for (int r = 0; r < world; r++) col[r] = all[(size_t)r * cnt + (size_t)i];
         uint32_t c = 0;

@@ -1,15 +1,15 @@
 /* ckpt_read.c — loading and verifying checkpoints, and choosing the one to resume from.
  *
- * A load opens the file through MPI-IO read-only, checks the format/format_version root
- * attributes, then per tensor that the dataset exists with the expected global shape; then each
- * rank reads its flat ranges of all tensors without waiting for the others (ck_transfer_slices,
- * O_DIRECT for whole blocks), the slice CRCs are allgathered once and combined, and each result
- * must equal the dataset's "crc32c" attribute. Every decision is agreed over MPI_COMM_WORLD
+ * A load opens the file read-only (through MPI-IO; in the NO_MPI build serial HDF5:
+ * ck_fapl_driver), checks the format/format_version root attributes, then per tensor that the
+ * dataset exists with the expected global shape; then each rank reads its flat ranges of all
+ * tensors without waiting for the others (ck_transfer_slices, O_DIRECT for whole blocks), the
+ * slice CRCs are allgathered once and combined, and each result must equal the dataset's "crc32c"
+ * attribute. Every decision is agreed over MPI_COMM_WORLD
  * (ck_agree), so all ranks accept or reject a file together and move on to the next together.
  * The layout (ranges) is the caller's at THIS world size: loading is elastic.
  */
 #include <errno.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +17,7 @@
 #include "ckpt_h5.h"
 #include "common.h"
 #include "data/data.h"
+#include "dist.h"
 
 static int wanted(const ckpt_tensor *t, const char *prefix) {
     return !prefix || strncmp(t->name, prefix, strlen(prefix)) == 0;
@@ -83,8 +84,8 @@ static int load_file(const char *path, ckpt_meta *meta, ckpt_tensor *t, int n, c
     const ckpt_tensor **sel = tsr_calloc(k, sizeof *sel);
     int m = 0; /* tensors wanted: sel[0..m), ds[0..m) */
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), dxpl = H5Pcreate(H5P_DATASET_XFER);
-    H5Pset_fapl_mpio(fapl, MPI_COMM_WORLD, MPI_INFO_NULL);
-    H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_INDEPENDENT);
+    ck_fapl_driver(fapl);
+    ck_dxpl_independent(dxpl);
     hid_t file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     if (file < 0) snprintf(why, cap, "cannot open it as HDF5 (missing, truncated or not HDF5)");
     int ok = ck_agree(file >= 0, why, cap);
@@ -120,10 +121,9 @@ static int load_file(const char *path, ckpt_meta *meta, ckpt_tensor *t, int n, c
 
 int ckpt_load(const char *path, ckpt_meta *meta, ckpt_tensor *tensors, int n,
               const char *only_prefix, ckpt_stats *stats) {
-    int rank;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Barrier(MPI_COMM_WORLD); /* timed from when every rank is here (ckpt_stats) */
-    double t0 = MPI_Wtime();
+    int rank = dist_world_rank();
+    dist_barrier(); /* timed from when every rank is here (ckpt_stats) */
+    double t0 = tsr_now();
     char why[1024] = "";
     uint64_t bytes;
     if (load_file(path, meta, tensors, n, only_prefix, &bytes, why, sizeof why) != 0) {
@@ -131,7 +131,7 @@ int ckpt_load(const char *path, ckpt_meta *meta, ckpt_tensor *tensors, int n,
         return TSR_EXIT_DATA;
     }
     if (stats) {
-        stats->seconds = MPI_Wtime() - t0;
+        stats->seconds = tsr_now() - t0;
         stats->bytes = bytes;
     }
     return 0;
@@ -173,14 +173,13 @@ static void list_candidates(const char *run_dir, candidates *c) {
 
 int ckpt_resume(const char *run_dir, ckpt_meta *meta, ckpt_tensor *tensors, int n, char *path_out,
                 size_t path_cap, ckpt_stats *stats) {
-    int rank;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Barrier(MPI_COMM_WORLD); /* timed from when every rank is here (ckpt_stats) */
-    double t0 = MPI_Wtime();
+    int rank = dist_world_rank();
+    dist_barrier(); /* timed from when every rank is here (ckpt_stats) */
+    double t0 = tsr_now();
     candidates *c = calloc(1, sizeof *c);
     if (!c) tsr_die(TSR_EXIT_INTERNAL, "out of memory");
     if (rank == 0) list_candidates(run_dir, c);
-    MPI_Bcast(c, (int)sizeof *c, MPI_BYTE, 0, MPI_COMM_WORLD);
+    dist_bcast(c, sizeof *c, 0);
     if (c->count == 0) {
         int latest_exists = c->note[0] && !strstr(c->note, "does not exist");
         if (latest_exists && rank == 0)
@@ -209,7 +208,7 @@ int ckpt_resume(const char *run_dir, ckpt_meta *meta, ckpt_tensor *tensors, int 
         if (valid) {
             if (path_out && path_cap) snprintf(path_out, path_cap, "%s", path);
             if (stats) {
-                stats->seconds = MPI_Wtime() - t0;
+                stats->seconds = tsr_now() - t0;
                 stats->bytes = bytes;
             }
             rc = 0;

@@ -2,7 +2,6 @@
  * newest committed checkpoint at or before a step, and setting aside the checkpoints of the
  * abandoned trajectory after a rollback. */
 #include <errno.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,13 +9,12 @@
 #include "ckpt.h"
 #include "ckpt_internal.h"
 #include "common.h"
+#include "dist.h"
 
 int ckpt_newest_at_or_before(const char *run_dir, int64_t max_step, char *path_out, size_t cap,
                              int64_t *step_out) {
-    int rank;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     long long found = -1;
-    if (rank == 0) {
+    if (dist_world_rank() == 0) {
         int64_t *steps = NULL;
         int n = ckpt_list_steps(run_dir, &steps); /* newest first */
         for (int k = 0; k < n; k++)
@@ -26,7 +24,7 @@ int ckpt_newest_at_or_before(const char *run_dir, int64_t max_step, char *path_o
             }
         free(steps);
     }
-    MPI_Bcast(&found, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+    dist_bcast(&found, sizeof found, 0);
     if (found < 0) return 1;
     snprintf(path_out, cap, "%s/step-%08lld.h5", run_dir, found);
     *step_out = found;
@@ -34,9 +32,7 @@ int ckpt_newest_at_or_before(const char *run_dir, int64_t max_step, char *path_o
 }
 
 void ckpt_set_aside_after(const char *run_dir, int64_t step) {
-    int rank;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (rank == 0) {
+    if (dist_world_rank() == 0) {
         int64_t *steps = NULL;
         int n = ckpt_list_steps(run_dir, &steps);
         for (int k = 0; k < n; k++) {
@@ -50,5 +46,5 @@ void ckpt_set_aside_after(const char *run_dir, int64_t step) {
         }
         free(steps);
     }
-    MPI_Barrier(MPI_COMM_WORLD);
+    dist_barrier();
 }

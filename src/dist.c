@@ -62,38 +62,62 @@ void dist_finalize(void) {
 
 int dist_is_initialized(void) { return initialized; }
 
+/* MPI is up: started by dist_init, or by a program that called MPI_Init itself (the checkpoint
+ * test driver, tests/mpi/ckpt_driver.c, which uses checkpoint/ and through it these functions). */
+static int mpi_live(void) {
+    int on = 0, off = 0;
+    if (initialized) return 1;
+    MPI_Initialized(&on);
+    if (on) MPI_Finalized(&off);
+    return on && !off;
+}
+
+int dist_world_rank(void) {
+    int r = 0;
+    if (mpi_live()) MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &r));
+    return r;
+}
+int dist_world_size(void) {
+    int w = 1;
+    if (mpi_live()) MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &w));
+    return w;
+}
+
 /* Without MPI_Init (dist_init_single: a world of one) the collectives are what they are for one
  * rank: sums and maxima are the input, gathers copy, the rest does nothing. */
 void dist_allreduce_sum_f32(float *buf, size_t n) {
-    if (initialized) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    if (mpi_live()) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
 }
 void dist_allreduce_sum_f64(double *buf, size_t n) {
-    if (initialized) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    if (mpi_live()) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
 }
 void dist_allreduce_sum_i64(int64_t *buf, size_t n) {
-    if (initialized) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+    if (mpi_live()) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
 }
 void dist_allreduce_max_f64(double *buf, size_t n) {
-    if (initialized) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    if (mpi_live()) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+}
+void dist_allreduce_min_int(int *buf, size_t n) {
+    if (mpi_live()) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
 }
 void dist_reduce_scatter_sum_f32(const float *send, float *recv, const int *counts) {
-    if (!initialized) memcpy(recv, send, (size_t)counts[0] * sizeof(float));
+    if (!mpi_live()) memcpy(recv, send, (size_t)counts[0] * sizeof(float));
     else MPI_CHECK(MPI_Reduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
 }
 void dist_allgatherv_f32(float *buf, const int *counts, const int *displs) {
-    if (initialized)
+    if (mpi_live())
         MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT,
                                  MPI_COMM_WORLD));
 }
 void dist_allgather(const void *mine, void *all, size_t bytes) {
-    if (!initialized) memcpy(all, mine, bytes);
+    if (!mpi_live()) memcpy(all, mine, bytes);
     else MPI_CHECK(MPI_Allgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, MPI_COMM_WORLD));
 }
 void dist_barrier(void) {
-    if (initialized) MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    if (mpi_live()) MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
 }
 void dist_bcast(void *buf, size_t bytes, int root) {
-    if (initialized) MPI_CHECK(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD));
+    if (mpi_live()) MPI_CHECK(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD));
 }
 struct tsr_group {
     MPI_Comm comm;
@@ -102,7 +126,7 @@ struct tsr_group {
 
 tsr_group *dist_group_split(int color, int key) {
     tsr_group *g = tsr_calloc(1, sizeof *g);
-    if (!initialized) {
+    if (!mpi_live()) {
         g->comm = MPI_COMM_NULL, g->size = 1;
         return g;
     }
@@ -114,7 +138,7 @@ tsr_group *dist_group_split(int color, int key) {
 }
 void dist_group_free(tsr_group *g) {
     if (!g) return;
-    if (g->comm != MPI_COMM_NULL && initialized) MPI_Comm_free(&g->comm);
+    if (g->comm != MPI_COMM_NULL && mpi_live()) MPI_Comm_free(&g->comm);
     free(g);
 }
 int dist_group_rank(const tsr_group *g) { return g->rank; }
@@ -199,6 +223,9 @@ void dist_init(tsr_dist *d, int *argc, char ***argv) {
 }
 void dist_finalize(void) { initialized = 0; }
 int dist_is_initialized(void) { return initialized; }
+int dist_world_rank(void) { return 0; }
+int dist_world_size(void) { return 1; }
+void dist_allreduce_min_int(int *buf, size_t n) { (void)buf; (void)n; }
 void dist_allreduce_sum_f32(float *buf, size_t n) { (void)buf; (void)n; }
 void dist_allreduce_sum_f64(double *buf, size_t n) { (void)buf; (void)n; }
 void dist_allreduce_sum_i64(int64_t *buf, size_t n) { (void)buf; (void)n; }

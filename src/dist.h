@@ -27,6 +27,13 @@ void dist_finalize(void);
  * dist_init_single instead (tessera-healthcheck, tessera eval). */
 int dist_launched(void);
 int dist_is_initialized(void);
+/* This process's rank in the world and the world's size: 0 and 1 in the NO_MPI build and without
+ * MPI_Init (dist_init_single). For code that has no tsr_dist at hand (checkpoint/). Like the
+ * collectives, they use MPI whenever it is initialised, by dist_init or by the program itself. */
+int dist_world_rank(void);
+int dist_world_size(void);
+/* In-place minima over all ranks. */
+void dist_allreduce_min_int(int *buf, size_t n);
 /* In-place sums over all ranks. */
 void dist_allreduce_sum_f32(float *buf, size_t n);
 void dist_allreduce_sum_f64(double *buf, size_t n);
@@ -69,6 +76,7 @@ void dist_group_bcast_f32(tsr_group *g, float *buf, size_t n, int root);
  * all[r * bytes .. + bytes) = group rank r's mine. */
 void dist_group_bcast(tsr_group *g, void *buf, size_t bytes, int root);
 void dist_group_allgather(tsr_group *g, const void *mine, void *all, size_t bytes);
+/* buf (bytes) of world rank root, on every rank */
 void dist_bcast(void *buf, size_t bytes, int root);
 _Noreturn void dist_abort(int code);
 /* Library version string (compile-time vs run-time), for the banner. */

@@ -3,9 +3,7 @@
 #include <string.h>
 
 #include "blas_env.h"
-#ifndef TSR_NO_MPI
 #include "../checkpoint/ckpt_cmd.h"
-#endif
 #include "common.h"
 #include "config/config.h"
 #include "data/data_cmd.h"
@@ -42,10 +40,8 @@ static const struct command {
     {"verify-data", cmd_verify_data, "check a dataset's headers and checksums"},
     {"config-doc", cmd_config_doc, "print the config key reference (docs/config.md)"},
     {"generate", cmd_generate, "complete a prompt with a checkpoint's model (KV cache, top-k/p)"},
-#ifndef TSR_NO_MPI
     {"ckpt", cmd_ckpt, "list, verify and inspect checkpoints"},
     {"eval", cmd_eval, "score a checkpoint: validation loss, in-context-learning tasks"},
-#endif
 };
 
 static void usage(FILE *f) {

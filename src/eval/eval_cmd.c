@@ -16,20 +16,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "common.h"
-#include "dist.h"
-
-#ifdef TSR_NO_MPI
-int cmd_eval(int argc, char **argv) {
-    (void)argc, (void)argv;
-    tsr_error("eval: reads HDF5 checkpoints, which the NO_MPI=1 build has no library for");
-    return TSR_EXIT_USAGE;
-}
-#else
 #include "../../checkpoint/ckpt_model.h"
 #include "blas_env.h"
+#include "cli.h"
+#include "common.h"
 #include "data/data.h"
+#include "dist.h"
 #include "eval/icl_score.h"
 #include "fsutil.h"
 #include "train/train_data.h"
@@ -239,4 +231,3 @@ int cmd_eval(int argc, char **argv) {
     if (launched) dist_finalize();
     return rc < 0 ? 0 : rc; /* -1: --help */
 }
-#endif

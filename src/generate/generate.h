@@ -8,12 +8,12 @@
 #include "config/config.h"
 #include "model/model.h"
 
-/* argv[0] is "generate"; returns the exit status: 0, 1 (usage, or a build without HDF5), 2 (the
- * checkpoint or tokenizer cannot be read). */
+/* argv[0] is "generate"; returns the exit status: 0, 1 (usage), 2 (the checkpoint or tokenizer
+ * cannot be read). */
 int cmd_generate(int argc, char **argv);
 
-/* ckpt_model_load in the MPI + HDF5 build; in the NO_MPI=1 build an error saying so (exit 1).
- * (generate_load.c: the one place that knows which build this is.) */
+/* The checkpoint's config and weights (ckpt_model_load; either build: the NO_MPI=1 one reads
+ * through serial HDF5). */
 int gen_load_model(const char *path, const char *const *sets, int n_sets, tsr_config *cfg,
                    tsr_model *m, char *resolved, size_t cap);
 

@@ -4,7 +4,9 @@
  * (AdamW moments), each at its global shape. Rank r writes and reads the intersection of each
  * tensor with its part of the flat parameter buffer (trainer.h), so every rank does 1/W of the
  * I/O in DDP and ZeRO-1 alike, and a checkpoint loads at any world size: after reading, DDP
- * ranks all-gather weights and moments, ZeRO-1 ranks all-gather weights only. */
+ * ranks all-gather weights and moments, ZeRO-1 ranks all-gather weights only. The NO_MPI build
+ * does the same as one rank (checkpoint/ on serial HDF5): its files load in the MPI build and
+ * back. */
 #include "train/checkpointing.h"
 
 #include <signal.h>
@@ -12,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../checkpoint/ckpt.h"
 #include "common.h"
 #include "gpu/gpu_train.h"
 #include "hf/hf.h"
@@ -82,34 +85,6 @@ static int init_from_hf(tsr_trainer *t, const char *dir) {
     metrics_log_checkpoint(t, "init-from", dir, tsr_now() - t0, (uint64_t)total);
     return 0;
 }
-
-#ifdef TSR_NO_MPI
-/* The single-process build has no MPI-IO / parallel HDF5: no checkpoints (a Hugging Face
- * directory, read with plain I/O, can still initialise a run). */
-int checkpointing_save(tsr_trainer *t) {
-    static int warned;
-    if (!warned && t->dist.rank == 0)
-        tsr_warn("checkpoints need the MPI build (NO_MPI=1 has no parallel HDF5): not saved");
-    warned = 1;
-    return 0;
-}
-int checkpointing_rollback(tsr_trainer *t, int64_t max_step, char *path, size_t cap,
-                           int64_t *data_batch) {
-    (void)t, (void)max_step, (void)path, (void)cap, (void)data_batch;
-    return 1; /* no checkpoints to roll back to */
-}
-void checkpointing_set_aside_after(tsr_trainer *t) { (void)t; }
-int checkpointing_resume(tsr_trainer *t, const char *resume_path, const char *init_from) {
-    if (init_from && !resume_path && hf_is_dir(init_from)) return init_from_hf(t, init_from);
-    if (resume_path || init_from) {
-        tsr_error("--resume / --init-from a tessera checkpoint need the MPI build (NO_MPI=1 has no "
-                  "parallel HDF5); --init-from a Hugging Face directory works in both");
-        return TSR_EXIT_USAGE;
-    }
-    return 0;
-}
-#else
-#include "../../checkpoint/ckpt.h"
 
 enum { SET_MODEL = 0, SET_M, SET_V, SET_COUNT };
 static const char *const set_prefix[SET_COUNT] = {"model/", "optim/m/", "optim/v/"};
@@ -380,5 +355,3 @@ int checkpointing_resume(tsr_trainer *t, const char *resume_arg, const char *ini
     io_release(t);
     return rc;
 }
-
-#endif
