@@ -7,6 +7,10 @@ BUILD=${BUILD:-build}
 TRAIN=$BUILD/tessera-train
 TOOL=$BUILD/tessera
 MPIRUN=(bash "$TSR_ROOT/tests/mpi_env.sh" mpirun)
+# the python3 for the tests' JSON helpers (the standard library only): Debian's, else the first on
+# PATH (the lent GPU machine has its own in a virtual environment: tests/gpu/device.sh)
+PY3=/usr/bin/python3
+[[ -x $PY3 ]] || PY3=$(command -v python3 || echo python3)
 _tap_n=0 _tap_failed=0 _tap_plan=0
 
 tap_plan() { _tap_plan=$1; echo "1..$1"; }
@@ -44,7 +48,7 @@ tiny_args() {
 # steps from FROM on, and at each the loss of B is within LOSS_TOL and the gradient norm within
 # NORM_TOL of A's, relative; prints the largest differences
 metrics_close() {
-    /usr/bin/python3 - "$@" <<'PY'
+    "$PY3" - "$@" <<'PY'
 import json, sys
 def steps(p):
     d = {}
@@ -74,7 +78,7 @@ losses() {
 # final_lines METRICS.jsonl: "step loss lr grad_norm" for each step, the last line logged for it (a
 # step is logged twice when a run resumes before it): what a resumed run must reproduce bit for bit
 final_lines() {
-    /usr/bin/python3 - "$1" <<'PY'
+    "$PY3" - "$1" <<'PY'
 import json, sys
 last = {}
 for l in open(sys.argv[1]):

@@ -7,6 +7,15 @@ set -euo pipefail
 if [[ $(id -u) == 0 ]]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
+# Without an mpirun (a NO_MPI=1 build on a machine without MPI: the lent GPU machine,
+# tests/gpu/device.sh) `mpirun -np 1 CMD...` runs CMD as the single process it would have been;
+# more ranks cannot run there: exit 77, which the tests count as a skip.
+if [[ ${1:-} == mpirun ]] && ! command -v mpirun >/dev/null; then
+    [[ ${2:-} == -np && ${3:-} =~ ^[0-9]+$ ]] || { echo "mpi_env.sh: no mpirun on PATH" >&2; exit 127; }
+    ((${3} == 1)) || { echo "mpi_env.sh: no mpirun on PATH: $3 ranks need MPI" >&2; exit 77; }
+    shift 3
+    exec "$@"
+fi
 export OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_btl=${OMPI_MCA_btl:-self,vader}
 exec "$@"
