@@ -1,6 +1,7 @@
 /* gpu_model.c — forward and backward of the decoder on the CUDA backend (gpu_model.h). */
 #include "gpu/gpu_model.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +20,14 @@ typedef struct act_buf {
     size_t elem, n;
 } act_buf;
 
+/* The elements between consecutive layers of a per-layer stack of n elements of elem bytes each:
+ * n rounded up to whole 256-byte blocks, so every layer's slice starts as aligned as the buffer
+ * (tcu_malloc: 256 bytes). cuBLASLt's algorithm is cached by the pointers' alignment
+ * (cuda_matmul.cu), so a layer's matmuls then run the same algorithm whichever layer or
+ * activation-checkpointing slot their buffers are: checkpointed runs stay bit-identical to
+ * `none` at any shape, not only where n * elem happens to be a multiple of 256. */
+static size_t layer_stride(size_t n, size_t elem) { return (n * elem + 255) / 256 * 256 / elem; }
+
 static size_t act_table(tsr_gpu_model *g, const tsr_model *m, int B, int T, act_buf *t) {
     size_t L = m->L, C = m->C, F = m->F, NH = m->NH, N = (size_t)B * T, Vp = m->Vp;
     size_t b = sizeof(tsr_bf16), f = sizeof(float), i = sizeof(int32_t);
@@ -30,20 +39,21 @@ static size_t act_table(tsr_gpu_model *g, const tsr_model *m, int B, int T, act_
     size_t Lat = model_act_group_layers(m, TSR_AG_ATTN);
     size_t Lr2 = model_act_group_layers(m, TSR_AG_RES2);
     size_t Lml = model_act_group_layers(m, TSR_AG_MLP);
+    size_t sNC = layer_stride(N * C, b), sNf = layer_stride(N, f), sF = layer_stride(N * F, b);
     BUF(encoded, b, N * C);
-    BUF(ln1, b, Ln1 * N * C);
-    BUF(ln1m, f, Ln1 * N);
-    BUF(ln1r, f, Ln1 * N);
-    BUF(qkv, b, Lat * N * 3 * C);
-    BUF(atty, b, Lat * N * C);
-    BUF(lse, f, Lat * B * NH * (size_t)T);
-    BUF(res2, b, Lr2 * N * C);
-    BUF(ln2, b, Lr2 * N * C);
-    BUF(ln2m, f, Lr2 * N);
-    BUF(ln2r, f, Lr2 * N);
-    BUF(fch, b, Lml * N * F);
-    BUF(fchg, b, Lml * N * F);
-    BUF(res3, b, L * N * C);
+    BUF(ln1, b, Ln1 * sNC);
+    BUF(ln1m, f, Ln1 * sNf);
+    BUF(ln1r, f, Ln1 * sNf);
+    BUF(qkv, b, Lat * layer_stride(N * 3 * C, b));
+    BUF(atty, b, Lat * sNC);
+    BUF(lse, f, Lat * layer_stride((size_t)B * NH * T, f));
+    BUF(res2, b, Lr2 * sNC);
+    BUF(ln2, b, Lr2 * sNC);
+    BUF(ln2m, f, Lr2 * sNf);
+    BUF(ln2r, f, Lr2 * sNf);
+    BUF(fch, b, Lml * sF);
+    BUF(fchg, b, Lml * sF);
+    BUF(res3, b, L * sNC);
     BUF(lnf, b, N * C);
     BUF(lnfm, f, N);
     BUF(lnfr, f, N);
@@ -98,6 +108,8 @@ void gpu_model_init(tsr_gpu_model *g, const tsr_model *m, tcu_stream s, gpu_stat
     }
 }
 
+static void check_layout(const tsr_gpu_model *g);
+
 int gpu_model_try_alloc_acts(tsr_gpu_model *g, int B, int T) {
     act_buf t[MAX_ACT_BUFS];
     gpu_model_free_acts(g);
@@ -116,6 +128,7 @@ int gpu_model_try_alloc_acts(tsr_gpu_model *g, int B, int T) {
     g->dlosses_host = tsr_malloc(N * sizeof(float));
     g->B = B;
     g->T = T;
+    check_layout(g);
     return 0;
 }
 
@@ -204,19 +217,36 @@ typedef struct lacts {
 
 static lacts lacts_at(const tsr_gpu_model *g, int l) {
     const tsr_model *m = g->m;
-    size_t C = m->C, F = m->F, sN = (size_t)g->B * g->T, sL = (size_t)g->B * m->NH * g->T;
+    size_t C = m->C, F = m->F, N = (size_t)g->B * g->T, b = sizeof(tsr_bf16), f = sizeof(float);
+    /* the strides of act_table, for the allocated B x T */
+    size_t sNC = layer_stride(N * C, b), sNf = layer_stride(N, f), sF = layer_stride(N * F, b);
+    size_t sQ = layer_stride(N * 3 * C, b), sL = layer_stride((size_t)g->B * m->NH * g->T, f);
     size_t s1 = model_act_group_slot(m, TSR_AG_LN1, l);
     size_t sa = model_act_group_slot(m, TSR_AG_ATTN, l);
     size_t s2 = model_act_group_slot(m, TSR_AG_RES2, l);
     size_t sm = model_act_group_slot(m, TSR_AG_MLP, l);
     return (lacts){
-        .x = l ? g->res3 + (size_t)(l - 1) * sN * C : g->encoded,
-        .ln1 = g->ln1 + s1 * sN * C, .ln1m = g->ln1m + s1 * sN, .ln1r = g->ln1r + s1 * sN,
-        .qkv = g->qkv + sa * sN * 3 * C, .atty = g->atty + sa * sN * C, .lse = g->lse + sa * sL,
-        .res2 = g->res2 + s2 * sN * C, .ln2 = g->ln2 + s2 * sN * C, .ln2m = g->ln2m + s2 * sN,
-        .ln2r = g->ln2r + s2 * sN, .fch = g->fch + sm * sN * F, .fchg = g->fchg + sm * sN * F,
-        .res3 = g->res3 + (size_t)l * sN * C,
+        .x = l ? g->res3 + (size_t)(l - 1) * sNC : g->encoded,
+        .ln1 = g->ln1 + s1 * sNC, .ln1m = g->ln1m + s1 * sNf, .ln1r = g->ln1r + s1 * sNf,
+        .qkv = g->qkv + sa * sQ, .atty = g->atty + sa * sNC, .lse = g->lse + sa * sL,
+        .res2 = g->res2 + s2 * sNC, .ln2 = g->ln2 + s2 * sNC, .ln2m = g->ln2m + s2 * sNf,
+        .ln2r = g->ln2r + s2 * sNf, .fch = g->fch + sm * sF, .fchg = g->fchg + sm * sF,
+        .res3 = g->res3 + (size_t)l * sNC,
     };
+}
+
+/* Every layer's slice of every stack starts on a 256-byte boundary (layer_stride), which keeps
+ * cuBLASLt's algorithm choice the same for every layer and slot: checked once per allocation. */
+static void check_layout(const tsr_gpu_model *g) {
+    for (int l = 0; l < g->m->L; l++) {
+        lacts a = lacts_at(g, l);
+        const void *p[] = {a.x, a.ln1, a.qkv, a.atty, a.res2, a.ln2, a.fch, a.fchg, a.res3,
+                           a.ln1m, a.ln1r, a.lse, a.ln2m, a.ln2r};
+        for (size_t k = 0; k < sizeof p / sizeof p[0]; k++)
+            if ((uintptr_t)p[k] % 256 != 0)
+                tsr_die(TSR_EXIT_INTERNAL, "gpu_model: layer %d's activation %zu at %p is not "
+                        "256-byte aligned (B=%d T=%d)", l, k, p[k], g->B, g->T);
+    }
 }
 
 /* A layer's forward from its ln1 to the MLP's GELU, in steps; fcproj and the residual add fused
@@ -344,7 +374,7 @@ void gpu_model_backward(tsr_gpu_model *g, const int32_t *tokens, int B, int T,
     check_shape(g, B, T, "gpu_model_backward");
     tcu_stream s = g->s;
     int C = m->C, F = m->F, NH = m->NH, L = m->L;
-    size_t N = (size_t)B * T, sN = (size_t)g->B * T, b = sizeof(tsr_bf16);
+    size_t N = (size_t)B * T, b = sizeof(tsr_bf16);
     tsr_gelu_kind gk = (tsr_gelu_kind)m->cfg.gelu;
     /* logits hold dlogits (the fused softmax-cross-entropy of forward) */
     tcu_zero(g->dres, N * C * b, s);
@@ -354,8 +384,7 @@ void gpu_model_backward(tsr_gpu_model *g, const int32_t *tokens, int B, int T,
     tcu_matmul_backward(g->dln, r.gr[TSR_P_WTE], NULL, g->logits, g->lnf, r.w[TSR_P_WTE], (int)N,
                         C, m->Vp, s);
     tcu_layernorm_backward(g->dres, r.gr[TSR_P_LNFW], r.gr[TSR_P_LNFB], g->dln,
-                           g->res3 + (size_t)(L - 1) * sN * C, r.w[TSR_P_LNFW], g->lnfm, g->lnfr,
-                           (int)N, C, s);
+                           lacts_at(g, L - 1).res3, r.w[TSR_P_LNFW], g->lnfm, g->lnfr, (int)N, C, s);
     /* dres: the gradient of the residual stream, first of residual3, then residual2, then x */
     for (int l = L - 1; l >= 0; l--) {
         lacts a = lacts_at(g, l);
