@@ -100,14 +100,64 @@ void dist_allreduce_max_f64(double *buf, size_t n) {
 void dist_allreduce_min_int(int *buf, size_t n) {
     if (mpi_live()) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
 }
-void dist_reduce_scatter_sum_f32(const float *send, float *recv, const int *counts) {
-    if (!mpi_live()) memcpy(recv, send, (size_t)counts[0] * sizeof(float));
-    else MPI_CHECK(MPI_Reduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+/* The largest extent (offset + count, in elements) one MPI call may address, its displacements
+ * being ints: INT32_MAX, or less under the test hook TSR_FAULT=mpi_int_limit:N, which makes small
+ * runs take the per-block path of the two collectives below (tests/mpi/test_zero1.sh). */
+static size_t extent_limit(void) {
+    const char *f = tsr_fault("mpi_int_limit");
+    long long v = f ? atoll(f) : 0;
+    return v > 0 && v < INT32_MAX ? (size_t)v : (size_t)INT32_MAX;
 }
-void dist_allgatherv_f32(float *buf, const int *counts, const int *displs) {
-    if (mpi_live())
-        MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT,
+
+/* Every block's end within extent_limit(): the counts' int copies in ic (and the offsets in id),
+ * else 0 */
+static int as_ints(const size_t *counts, const size_t *displs, int W, int *ic, int *id) {
+    size_t lim = extent_limit(), end = 0;
+    for (int r = 0; r < W; r++) {
+        size_t e = (displs ? displs[r] : end) + counts[r];
+        if (e > lim) return 0;
+        ic[r] = (int)counts[r];
+        if (id) id[r] = (int)(displs ? displs[r] : end);
+        end = e;
+    }
+    return 1;
+}
+
+void dist_reduce_scatter_sum_f32(const float *send, float *recv, const size_t *counts) {
+    if (!mpi_live()) {
+        memcpy(recv, send, counts[0] * sizeof(float));
+        return;
+    }
+    int W = dist_world_size(), me = dist_world_rank(), *ic = tsr_malloc((size_t)W * sizeof(int));
+    if (as_ints(counts, NULL, W, ic, NULL)) {
+        MPI_CHECK(MPI_Reduce_scatter(send, recv, ic, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    } else { /* block r summed onto rank r, one block at a time (each block's count is an int) */
+        size_t at = 0;
+        for (int r = 0; r < W; at += counts[r], r++) {
+            if (counts[r] > (size_t)INT32_MAX)
+                tsr_die(TSR_EXIT_INTERNAL, "reduce-scatter: rank %d's block of %zu floats exceeds "
+                        "MPI's int counts", r, counts[r]);
+            MPI_CHECK(MPI_Reduce(send + at, r == me ? recv : NULL, (int)counts[r], MPI_FLOAT,
+                                 MPI_SUM, r, MPI_COMM_WORLD));
+        }
+    }
+    free(ic);
+}
+void dist_allgatherv_f32(float *buf, const size_t *counts, const size_t *displs) {
+    if (!mpi_live()) return;
+    int W = dist_world_size(), *ic = tsr_malloc(2 * (size_t)W * sizeof(int));
+    if (as_ints(counts, displs, W, ic, ic + W)) {
+        MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, ic, ic + W, MPI_FLOAT,
                                  MPI_COMM_WORLD));
+    } else { /* rank r's block broadcast from r, one block at a time (offsets in size_t) */
+        for (int r = 0; r < W; r++) {
+            if (counts[r] > (size_t)INT32_MAX)
+                tsr_die(TSR_EXIT_INTERNAL, "all-gather: rank %d's block of %zu floats exceeds "
+                        "MPI's int counts", r, counts[r]);
+            MPI_CHECK(MPI_Bcast(buf + displs[r], (int)counts[r], MPI_FLOAT, r, MPI_COMM_WORLD));
+        }
+    }
+    free(ic);
 }
 void dist_allgather(const void *mine, void *all, size_t bytes) {
     if (!mpi_live()) memcpy(all, mine, bytes);
@@ -230,10 +280,10 @@ void dist_allreduce_sum_f32(float *buf, size_t n) { (void)buf; (void)n; }
 void dist_allreduce_sum_f64(double *buf, size_t n) { (void)buf; (void)n; }
 void dist_allreduce_sum_i64(int64_t *buf, size_t n) { (void)buf; (void)n; }
 void dist_allreduce_max_f64(double *buf, size_t n) { (void)buf; (void)n; }
-void dist_reduce_scatter_sum_f32(const float *send, float *recv, const int *counts) {
-    memcpy(recv, send, (size_t)counts[0] * sizeof(float));
+void dist_reduce_scatter_sum_f32(const float *send, float *recv, const size_t *counts) {
+    memcpy(recv, send, counts[0] * sizeof(float));
 }
-void dist_allgatherv_f32(float *buf, const int *counts, const int *displs) {
+void dist_allgatherv_f32(float *buf, const size_t *counts, const size_t *displs) {
     (void)buf, (void)counts, (void)displs;
 }
 void dist_allgather(const void *mine, void *all, size_t bytes) { memcpy(all, mine, bytes); }

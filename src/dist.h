@@ -40,10 +40,12 @@ void dist_allreduce_sum_f64(double *buf, size_t n);
 void dist_allreduce_sum_i64(int64_t *buf, size_t n);
 void dist_allreduce_max_f64(double *buf, size_t n);
 /* ZeRO-1: recv (counts[rank]) = this rank's block of the element-wise sum of send (sum of counts)
- * over all ranks; blocks in rank order. */
-void dist_reduce_scatter_sum_f32(const float *send, float *recv, const int *counts);
+ * over all ranks; blocks in rank order. Counts and offsets are size_t: a flat buffer of more than
+ * 2^31 floats (a 7B model) works as long as each block is under 2^31 (MPI's int counts: one call
+ * when everything fits an int, else one collective per rank's block). */
+void dist_reduce_scatter_sum_f32(const float *send, float *recv, const size_t *counts);
 /* In place: rank r's block buf[displs[r] .. + counts[r]) is sent to every rank. */
-void dist_allgatherv_f32(float *buf, const int *counts, const int *displs);
+void dist_allgatherv_f32(float *buf, const size_t *counts, const size_t *displs);
 /* all[r * bytes .. (r+1) * bytes) = rank r's `mine` (bytes each), on every rank */
 void dist_allgather(const void *mine, void *all, size_t bytes);
 void dist_barrier(void);

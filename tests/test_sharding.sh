@@ -13,7 +13,7 @@
 #    docs/sharding.md within 10%; a replica_group that does not divide the ranks exits 1.
 source "$(dirname "$0")/lib.sh"
 tsr_tmpdir
-tap_plan 18
+tap_plan 19
 make_synth "$TMP/data" 512 60000
 tap_check $? "synthetic corpus made"
 tiny_args "$TMP/data/train"
@@ -129,6 +129,15 @@ tap_check $? "--plan 8 for mpt-7b under zero3 with device = cuda: shards and buf
     grep -q "HSDP: all state sharded over groups of 8 ranks, 8 replicas" "$TMP/p64.txt" &&
     grep -q "batch: global 1024 = 64 ranks x 16 per rank" "$TMP/p64.txt"
 tap_check $? "--plan 64/8 under hsdp: groups of the 8 ranks of a node, 8 replicas, 16 sequences per rank"
+# past 2^31 floats per rank MPI's int counts cannot carry a rank's block: mpt-7b (6.6e9
+# parameters) on one rank is refused before anything is allocated; --plan only warns
+"$TOOL" synth --out "$TMP/s7" --vocab 50368 --tokens 20000 --seed 1 >/dev/null &&
+    { "$TRAIN" --config "$TSR_ROOT/configs/mpt-7b.cfg" --set data.train="$TMP/s7/train" --set data.val= \
+        --set eval_interval=0ba >"$TMP/big.txt" 2>&1; (($? == 1)); } &&
+    grep -q "6649024512 parameters over 1 rank: 6649024512 per rank exceed MPI's int counts" "$TMP/big.txt" &&
+    "$TRAIN" --config "$TSR_ROOT/configs/mpt-7b.cfg" --plan 2 >"$TMP/big2.txt" 2>&1 &&
+    grep -q "^warning: .*3324512256 per rank exceed" "$TMP/big2.txt" && grep -q "^memory per rank" "$TMP/big2.txt"
+tap_check $? "mpt-7b on 1 rank: exit 1 before allocating, 6.6e9 floats per rank past MPI's int counts; --plan 2 warns and prints the plan"
 "$TRAIN" --config "$TSR_ROOT/configs/mpt-7b.cfg" --plan 6/4 >"$TMP/pbad.txt" 2>&1
 rc=$?
 ((rc == 1)) && grep -q "\-\-plan 6/4: expected RANKS or RANKS/PER_NODE" "$TMP/pbad.txt"

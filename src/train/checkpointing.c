@@ -69,7 +69,7 @@ static int init_from_hf(tsr_trainer *t, const char *dir) {
     tsr_log_mute(t->dist.rank != 0);
     int rc = hf_import_open(&h, dir, &t->model);
     tsr_log_mute(0);
-    size_t lo = (size_t)t->part_displs[t->dist.rank], hi = lo + (size_t)t->part_counts[t->dist.rank];
+    size_t lo = t->part_displs[t->dist.rank], hi = lo + t->part_counts[t->dist.rank];
     uint64_t bytes = 0;
     full_begin(t);
     if (!rc) rc = hf_import_read(h, &t->model, lo, hi, &bytes);
@@ -96,15 +96,15 @@ static const char *const set_prefix[SET_COUNT] = {"model/", "optim/m/", "optim/v
 static void io_layout(tsr_trainer *t, int with_optim, size_t *lo, size_t *hi, float **base,
                       size_t *origin) {
     if (!t->fsdp_on) {
-        *lo = (size_t)t->part_displs[t->dist.rank];
-        *hi = *lo + (size_t)t->part_counts[t->dist.rank];
+        *lo = t->part_displs[t->dist.rank];
+        *hi = *lo + t->part_counts[t->dist.rank];
         base[SET_MODEL] = t->model.params, base[SET_M] = t->m, base[SET_V] = t->v;
         origin[SET_MODEL] = 0, origin[SET_M] = origin[SET_V] = t->shard_lo;
         return;
     }
     tsr_fsdp *f = &t->fsdp;
-    size_t n = f->gindex == 0 ? (size_t)f->part_counts[f->grank] : 0;
-    *lo = f->gindex == 0 ? (size_t)f->part_displs[f->grank] : 0;
+    size_t n = f->gindex == 0 ? f->part_counts[f->grank] : 0;
+    *lo = f->gindex == 0 ? f->part_displs[f->grank] : 0;
     *hi = *lo + n;
     for (int set = 0; set < SET_COUNT; set++) {
         if (!t->ckio[set] && (set == SET_MODEL || with_optim) && n > 0) {

@@ -112,13 +112,13 @@ void fsdp_plan(tsr_fsdp *f, tsr_model *m, int G, const tsr_dist *d) {
         list_pieces(f, r, f->pieces[r]);
     }
     size_t n = m->n_params;
-    f->part_counts = tsr_malloc((size_t)G * sizeof(int));
-    f->part_displs = tsr_malloc((size_t)G * sizeof(int));
+    f->part_counts = tsr_malloc((size_t)G * sizeof(size_t));
+    f->part_displs = tsr_malloc((size_t)G * sizeof(size_t));
     for (size_t r = 0; r < (size_t)G; r++) { /* the rule of the trainer's flat partition */
         size_t lo = n * r / (size_t)G / 16 * 16;
         size_t hi = r + 1 == (size_t)G ? n : n * (r + 1) / (size_t)G / 16 * 16;
-        f->part_displs[r] = (int)lo;
-        f->part_counts[r] = (int)(hi - lo);
+        f->part_displs[r] = lo;
+        f->part_counts[r] = hi - lo;
     }
 }
 
@@ -277,7 +277,7 @@ static void src_put(void *ctx, int u, int backward) {
  * being data: r's shard (data_is_shard) or q's part (read only when to_buf). */
 static size_t walk(const tsr_fsdp *f, int r, int q, float *buf, float *data, int data_is_shard,
                    int to_buf) {
-    size_t plo = (size_t)f->part_displs[q], phi = plo + (size_t)f->part_counts[q], n = 0;
+    size_t plo = f->part_displs[q], phi = plo + f->part_counts[q], n = 0;
     for (int k = 0; k < f->n_pieces[r]; k++) {
         const fsdp_piece *p = &f->pieces[r][k];
         size_t a = p->flat > plo ? p->flat : plo, b = p->flat + p->len < phi ? p->flat + p->len : phi;
@@ -322,7 +322,7 @@ static void exchange(tsr_fsdp *f, int to_part, const float *src, float *dst) {
 }
 
 void fsdp_shard_to_part(tsr_fsdp *f, const float *shard, float *part) {
-    memset(part, 0, (size_t)f->part_counts[f->grank] * sizeof(float)); /* padding between tensors */
+    memset(part, 0, f->part_counts[f->grank] * sizeof(float)); /* padding between tensors */
     exchange(f, 1, shard, part);
 }
 

@@ -74,7 +74,7 @@ typedef struct tsr_fsdp {
     float *layer_g;           /* the gradients of the layer in backward */
     float *piece_buf;         /* this rank's piece of one unit's summed gradients */
     size_t max_layer;
-    int *part_counts, *part_displs; /* the checkpoint partition of the flat layout over G */
+    size_t *part_counts, *part_displs; /* the checkpoint partition of the flat layout over G */
     tsr_param_source src;
     uint64_t sent_bytes;      /* floats x 4 this rank put into gathers and reduce-scatters */
 } tsr_fsdp;

@@ -40,22 +40,33 @@ static int pick_threads(const tsr_config *cfg, const tsr_dist *d) {
 /* The rank partition of the flat parameter buffer: rank r's part is [displs[r], +counts[r]),
  * 16-float aligned, in rank order. ZeRO-1 ranks own their part (optimizer state, update); DDP
  * ranks own everything but still use the partition to split checkpoint I/O. */
+/* One rank's block of a collective (a ZeRO-1 or checkpoint part, a zero3 / hsdp shard) is an MPI
+ * int count; the flat buffer itself may pass 2^31 floats (src/dist.h). Checked before anything is
+ * allocated; under --plan a warning (the memory figures still come). */
+static int check_int_counts(const tsr_trainer *t, int dry_run) {
+    size_t n = t->model.n_params, W = (size_t)t->dist.world;
+    int G = t->fsdp_on && t->fsdp_group > 0 ? t->fsdp_group : (int)W; /* validated already */
+    if (n / (size_t)G <= (size_t)INT32_MAX) return 0;
+    if (t->dist.rank == 0)
+        (dry_run ? tsr_warn : tsr_error)(
+            "%zu parameters over %s%d rank%s: %zu per rank exceed MPI's int counts (2^31 - 1); use "
+            "more ranks%s", n, G < (int)W ? "hsdp groups of " : "", G, G == 1 ? "" : "s", n / (size_t)G,
+            G < (int)W ? " or a larger parallel.replica_group" : "");
+    return dry_run ? 0 : TSR_EXIT_USAGE;
+}
+
 static int plan_shards(tsr_trainer *t) {
     size_t n = t->model.n_params, W = (size_t)t->dist.world;
-    if (n / W > (size_t)INT32_MAX) {
-        tsr_error("%zu parameters over %zu ranks exceed MPI's int counts; use more ranks", n, W);
-        return TSR_EXIT_USAGE;
-    }
-    t->part_counts = tsr_malloc(W * sizeof(int));
-    t->part_displs = tsr_malloc(W * sizeof(int));
+    t->part_counts = tsr_malloc(W * sizeof(size_t));
+    t->part_displs = tsr_malloc(W * sizeof(size_t));
     for (size_t r = 0; r < W; r++) {
         size_t lo = n * r / W / 16 * 16, hi = r + 1 == W ? n : n * (r + 1) / W / 16 * 16;
-        t->part_displs[r] = (int)lo;
-        t->part_counts[r] = (int)(hi - lo);
+        t->part_displs[r] = lo;
+        t->part_counts[r] = hi - lo;
     }
     t->zero1 = t->cfg.sharding == TSR_SHARD_ZERO1 && W > 1; /* (zero3 and hsdp: train/fsdp.h) */
-    t->shard_lo = t->zero1 ? (size_t)t->part_displs[t->dist.rank] : 0;
-    t->shard_hi = t->zero1 ? t->shard_lo + (size_t)t->part_counts[t->dist.rank] : n;
+    t->shard_lo = t->zero1 ? t->part_displs[t->dist.rank] : 0;
+    t->shard_hi = t->zero1 ? t->shard_lo + t->part_counts[t->dist.rank] : n;
     if (t->zero1) t->gslice = t->ops->alloc((t->shard_hi - t->shard_lo) * sizeof(float));
     return 0;
 }
@@ -155,6 +166,7 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->fsdp_on = cfg->sharding == TSR_SHARD_ZERO3 || cfg->sharding == TSR_SHARD_HSDP;
     model_init(&t->model, &cfg->model, t->T, t->ops);
     t->flops_per_token = model_flops_per_token(&t->model, t->T);
+    TSR_CHECK(check_int_counts(t, dry_run));
     if (dry_run) { /* the plan needs the layout only: nothing is allocated */
         metrics_print_plan(t, 1);
         if (cfg->device == TSR_DEVICE_CUDA) gpu_train_print_plan(t);

@@ -81,7 +81,7 @@ typedef struct tsr_trainer {
     int fsdp_on, fsdp_group;     /* fsdp_group: G, the ranks that share one copy of the state */
     tsr_fsdp fsdp;
     float *ckio[3];              /* fsdp checkpoint I/O: weights, m, v in the flat partition */
-    int *part_counts, *part_displs; /* per rank */
+    size_t *part_counts, *part_displs; /* per rank (size_t: a flat buffer may pass 2^31 floats) */
     float *gslice;               /* ZeRO-1: summed gradients of the owned slice */
     float *m, *v;                /* AdamW moments of the owned slice */
     int32_t *inputs, *targets;   /* this rank's batch (per_rank, T) */
