@@ -18,7 +18,8 @@
  *     where a vector width needs it) exit with a message naming the op and the value.
  *   - one stream per process at a time: the ops share process-wide scratch (the cuBLASLt
  *     workspace, reduction partials), so two streams running ops concurrently would race
- *     (tcu_add_f32, which uses none, is the exception: any stream, concurrently);
+ *     (tcu_add_f32, tcu_zero and tcu_memcpy_d2d, which use none, are the exceptions: any
+ *     stream, concurrently; the trainer's communication stream uses them);
  *   - device pointers come from tcu_malloc (256-byte aligned); attention requires its bf16
  *     tensors 16-byte aligned and exits naming the op otherwise.
  * Deterministic: every op gives the same bits run to run on one GPU for the same inputs (no

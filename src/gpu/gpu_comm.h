@@ -21,8 +21,7 @@ typedef struct gpu_comm gpu_comm;
  * key (color 0, key = rank: the world; parallel.sharding = hsdp makes a group's and a replica
  * set's). Returns NULL with the reason in why when it cannot be made (every rank learns of a
  * failure: the result is agreed). */
-gpu_comm *gpu_comm_open(const tsr_dist *d, int color, int key, tcu_stream compute, char *why,
-                        size_t n);
+gpu_comm *gpu_comm_open(int color, int key, tcu_stream compute, char *why, size_t n);
 /* What carries the sums, for the banner ("NCCL 2.27.3", "MPI (host memory)"). */
 const char *gpu_comm_name(const gpu_comm *c);
 int gpu_comm_size(const gpu_comm *c);

@@ -14,9 +14,8 @@ struct gpu_comm {
     int size, rank;
 };
 
-gpu_comm *gpu_comm_open(const tsr_dist *d, int color, int key, tcu_stream compute, char *why,
-                        size_t n) {
-    (void)d, (void)why, (void)n;
+gpu_comm *gpu_comm_open(int color, int key, tcu_stream compute, char *why, size_t n) {
+    (void)why, (void)n;
     gpu_comm *c = tsr_malloc(sizeof *c);
     c->compute = compute;
     c->g = dist_group_split(color, key);

@@ -82,8 +82,7 @@ static int load_nccl(gpu_comm *c, char *why, size_t n) {
             tsr_die(TSR_EXIT_INTERNAL, "NCCL %s failed: %s", what, (c)->api.error_string(r_));    \
     } while (0)
 
-gpu_comm *gpu_comm_open(const tsr_dist *d, int color, int key, tcu_stream compute, char *why,
-                        size_t n) {
+gpu_comm *gpu_comm_open(int color, int key, tcu_stream compute, char *why, size_t n) {
     gpu_comm *c = tsr_calloc(1, sizeof *c);
     c->compute = compute;
     int bad = load_nccl(c, why, n) != 0;
@@ -97,7 +96,6 @@ gpu_comm *gpu_comm_open(const tsr_dist *d, int color, int key, tcu_stream comput
         free(c);
         return NULL;
     }
-    (void)d;
     c->g = dist_group_split(color, key);
     c->size = dist_group_size(c->g);
     ncclUniqueId id;

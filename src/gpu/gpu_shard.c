@@ -116,9 +116,9 @@ int gpu_shard_init(gpu_shard *sh, tsr_trainer *t, tsr_gpu_model *g, tcu_stream s
     const tsr_fsdp *f = sh->f;
     char why[512] = "";
     /* the group: world rank r is rank r % G of group r / G (fsdp.c); the replicas: same r % G */
-    sh->group = gpu_comm_open(&t->dist, f->gindex, f->grank, s, why, sizeof why);
+    sh->group = gpu_comm_open(f->gindex, f->grank, s, why, sizeof why);
     if (sh->group && f->R > 1)
-        sh->replicas = gpu_comm_open(&t->dist, f->grank, f->gindex, s, why, sizeof why);
+        sh->replicas = gpu_comm_open(f->grank, f->gindex, s, why, sizeof why);
     if (!sh->group || (f->R > 1 && !sh->replicas)) {
         if (t->dist.rank == 0)
             tsr_error("device = \"cuda\", parallel.sharding = %s: %s",

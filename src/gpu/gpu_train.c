@@ -206,7 +206,7 @@ static int lib_init(tsr_trainer *t) {
     /* the communicator: needed with more than one rank; with one, NCCL is still used when it
      * loads (the same code path as many ranks), else nothing has to be summed */
     char why[512] = "";
-    gt->comm = gpu_comm_open(&t->dist, 0, t->dist.rank, gt->s, why, sizeof why);
+    gt->comm = gpu_comm_open(0, t->dist.rank, gt->s, why, sizeof why);
     if (!gt->comm && t->dist.world > 1) {
         if (t->dist.rank == 0) tsr_error("device = \"cuda\" on %d ranks: %s", t->dist.world, why);
         return TSR_EXIT_USAGE;

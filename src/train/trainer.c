@@ -67,7 +67,8 @@ static int plan_shards(tsr_trainer *t) {
     t->zero1 = t->cfg.sharding == TSR_SHARD_ZERO1 && W > 1; /* (zero3 and hsdp: train/fsdp.h) */
     t->shard_lo = t->zero1 ? t->part_displs[t->dist.rank] : 0;
     t->shard_hi = t->zero1 ? t->shard_lo + t->part_counts[t->dist.rank] : n;
-    if (t->zero1) t->gslice = t->ops->alloc((t->shard_hi - t->shard_lo) * sizeof(float));
+    if (t->zero1 && t->cfg.device != TSR_DEVICE_CUDA) /* the GPU reduce-scatters on the device */
+        t->gslice = t->ops->alloc((t->shard_hi - t->shard_lo) * sizeof(float));
     return 0;
 }
 
