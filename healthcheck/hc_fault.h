@@ -4,7 +4,8 @@
  *   KIND: slow_gemm     each GEMM call also sleeps 49x its own time (rate / 50)
  *         corrupt_gemm  one result element of the first timed iteration of each burn precision
  *                       (fp32 and fp64; GPU: bf16 and fp32, on every GPU) is altered by 1
- *         low_membw     each triad (GPU: HBM copy) repetition also sleeps 49x its own time
+ *         low_membw     each triad repetition counts 1000x its own time (sleeping up to 0.25 s
+ *                       of it); GPU: each HBM copy repetition also sleeps 49x its own time
  *         low_busbw     this rank sleeps 99x an all-reduce's time before each timed all-reduce, so
  *                       every group it is in measures ~1/100 of the bus bandwidth (GPU: NCCL, in
  *                       the node and with partner nodes)
