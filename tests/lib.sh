@@ -35,6 +35,21 @@ tsr_tmpdir() {
 make_synth() {
     "$TOOL" synth --out "$1" --vocab "${2:-512}" --tokens "${3:-200000}" --seed 1 >/dev/null
 }
+# ck RUN_DIR STEP: the path of that step's checkpoint
+ck() { printf '%s/step-%08d.h5' "$1" "$2"; }
+# same_tensors A.h5 B.h5: every tensor (weights and AdamW moments) of the two checkpoints equal,
+# element for element (Debian's python3 for h5py)
+same_tensors() {
+    /usr/bin/python3 - "$1" "$2" <<'PY'
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+names = []
+a.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+bad = [n for n in names if n not in b or not np.array_equal(a[n][()], b[n][()])]
+print("# compared", len(names), "tensors; different:", bad)
+sys.exit(1 if bad or not names else 0)
+PY
+}
 # tiny_args TRAIN_DIR: sets the array `args` to a tiny model (d_model 64, seq_len 32, vocabulary
 # 512) on the synthetic corpus at TRAIN_DIR, one thread, every step logged, no validation, no
 # sample; tests append their own layers, heads, batch and duration

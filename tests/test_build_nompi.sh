@@ -40,21 +40,9 @@ tap_check $? "NO_MPI and MPI builds give bit-identical losses"
 tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=2 --set micro_batch=1
        --set max_duration=6ba --set save_interval=3ba --set keep_last=3)
-ck() { printf '%s/step-%08d.h5' "$1" "$2"; }
 nrun() { local dir=$1; shift; "$NOMPI_TRAIN" "${args[@]}" --set run_dir="$dir" "$@"; }       # NO_MPI
 mrun() { local dir=$1 np=$2; shift 2; "${MPIRUN[@]}" -np "$np" "$TRAIN" "${args[@]}" --set run_dir="$dir" "$@"; }
 from4() { final_lines "$1" | awk '$1 >= 4'; }  # steps 4..6 of a run's metrics.jsonl
-same_tensors() { # exact equality of every tensor (weights and AdamW moments) of two checkpoints
-    /usr/bin/python3 - "$1" "$2" <<'PY'
-import sys, h5py, numpy as np
-a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
-names = []
-a.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
-bad = [n for n in names if n not in b or not np.array_equal(a[n][()], b[n][()])]
-print("# compared", len(names), "tensors; different:", bad)
-sys.exit(1 if bad or not names else 0)
-PY
-}
 
 nrun "$TMP/U" >"$TMP/U.txt" 2>&1
 rc=$?

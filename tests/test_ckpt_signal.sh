@@ -41,18 +41,6 @@ args=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set dat
       --set save_interval=2ba --set keep_last=3 --set threads=1 --set log_interval=1
       --set parallel.sharding=zero1)
 run() { local dir=$1; shift; "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$dir" "$@"; }
-ck() { printf '%s/step-%08d.h5' "$1" "$2"; }
-same_tensors() { # exact equality of every tensor (weights and AdamW moments) of two checkpoints
-    /usr/bin/python3 - "$1" "$2" <<'PY'
-import sys, h5py, numpy as np
-a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
-names = []
-a.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
-bad = [n for n in names if n not in b or not np.array_equal(a[n][()], b[n][()])]
-print("# compared", len(names), "tensors; different:", bad)
-sys.exit(1 if bad or not names else 0)
-PY
-}
 bit_identical() { # RUN_DIR: every step's loss/lr/norm and the final checkpoint equal run A's
     cmp -s <(final_lines "$TMP/A/metrics.jsonl") <(final_lines "$1/metrics.jsonl") &&
         same_tensors "$(ck "$TMP/A" 4)" "$(ck "$1" 4)"

@@ -131,6 +131,14 @@ __global__ void __launch_bounds__(XENT_MAX_THREADS)
     }
 }
 
+/* Threads of a block-per-row kernel over `cols` columns in W-wide chunks: one chunk per thread,
+ * rounded up to a warp, within [32, XENT_MAX_THREADS]. */
+static int row_threads(int cols, int W) {
+    int threads = (int)(((size_t)cols / W + 31) / 32 * 32);
+    if (threads > XENT_MAX_THREADS) threads = XENT_MAX_THREADS;
+    return threads < 32 ? 32 : threads;
+}
+
 /* losses (N) fp32 =; logits (N,Vp) bf16, overwritten by dlogits when dlosses is given;
  * targets (N) int32 (-1 = ignore); dlosses (N) fp32 or NULL.
  * One block per row (softmax_xent_block_per_row_kernel); 16-byte loads and stores when
@@ -144,10 +152,7 @@ void tcu_softmax_xent(float *losses, tsr_bf16 *logits, const int32_t *targets,
     if (N == 0) return;
     const cudaStream_t st = (cudaStream_t)s;
     const bool vec = Vp % 8 == 0 && ((uintptr_t)logits & 15u) == 0;
-    const int W = vec ? 8 : 1;
-    int threads = (int)(((size_t)Vp / W + 31) / 32 * 32);
-    if (threads > XENT_MAX_THREADS) threads = XENT_MAX_THREADS;
-    if (threads < 32) threads = 32;
+    const int threads = row_threads(Vp, vec ? 8 : 1);
     if (vec)
         softmax_xent_block_per_row_kernel<8, true><<<(unsigned)N, threads, 0, st>>>(
             losses, (bf16 *)logits, targets, dlosses, V, Vp);
@@ -217,10 +222,7 @@ void tcu_argmax(int32_t *idx, const tsr_bf16 *logits, int N, int V, int Vp, tcu_
     if (N == 0) return;
     const cudaStream_t st = (cudaStream_t)s;
     const bool vec = Vp % 8 == 0 && ((uintptr_t)logits & 15u) == 0;
-    const int W = vec ? 8 : 1;
-    int threads = (int)(((size_t)V / W + 31) / 32 * 32);
-    if (threads > XENT_MAX_THREADS) threads = XENT_MAX_THREADS;
-    if (threads < 32) threads = 32;
+    const int threads = row_threads(V, vec ? 8 : 1);
     if (vec)
         argmax_block_per_row_kernel<8, true><<<(unsigned)N, threads, 0, st>>>(
             idx, (const bf16 *)logits, V, Vp);
