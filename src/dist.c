@@ -83,32 +83,48 @@ int dist_world_size(void) {
     return w;
 }
 
+/* The most elements one MPI call may address (counts and displacements are ints): INT32_MAX, or
+ * less under the test hook TSR_FAULT=mpi_int_limit:N (read once), which makes small runs take the
+ * chunked and per-block paths of the collectives below (tests/mpi/test_zero1.sh). */
+static size_t extent_limit(void) {
+    static size_t lim;
+    if (lim) return lim;
+    lim = (size_t)INT32_MAX;
+    const char *f = tsr_fault("mpi_int_limit");
+    int64_t v = 0;
+    if (f && tsr_parse_i64(f, 1, INT32_MAX, &v) == 0) lim = (size_t)v;
+    else if (f) tsr_warn("TSR_FAULT=mpi_int_limit:%s: not a count in [1, 2^31 - 1]; ignored", f);
+    return lim;
+}
+
+/* In place over comm, n elements of elem bytes in calls of at most extent_limit() each (a
+ * gradient of more than 2^31 floats); n = 0 makes no call (the same n on every rank). */
+static void allreduce_chunked(void *buf, size_t n, size_t elem, MPI_Datatype type, MPI_Op op,
+                              MPI_Comm comm) {
+    const size_t chunk = extent_limit();
+    for (size_t at = 0; at < n; at += chunk) {
+        size_t k = n - at < chunk ? n - at : chunk;
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, (char *)buf + at * elem, (int)k, type, op, comm));
+    }
+}
+
 /* Without MPI_Init (dist_init_single: a world of one) the collectives are what they are for one
  * rank: sums and maxima are the input, gathers copy, the rest does nothing. */
 void dist_allreduce_sum_f32(float *buf, size_t n) {
-    if (mpi_live()) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    if (mpi_live()) allreduce_chunked(buf, n, sizeof *buf, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
 }
 void dist_allreduce_sum_f64(double *buf, size_t n) {
-    if (mpi_live()) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    if (mpi_live()) allreduce_chunked(buf, n, sizeof *buf, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
 }
 void dist_allreduce_sum_i64(int64_t *buf, size_t n) {
-    if (mpi_live()) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+    if (mpi_live()) allreduce_chunked(buf, n, sizeof *buf, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
 }
 void dist_allreduce_max_f64(double *buf, size_t n) {
-    if (mpi_live()) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    if (mpi_live()) allreduce_chunked(buf, n, sizeof *buf, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
 }
 void dist_allreduce_min_int(int *buf, size_t n) {
-    if (mpi_live()) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    if (mpi_live()) allreduce_chunked(buf, n, sizeof *buf, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
 }
-/* The largest extent (offset + count, in elements) one MPI call may address, its displacements
- * being ints: INT32_MAX, or less under the test hook TSR_FAULT=mpi_int_limit:N, which makes small
- * runs take the per-block path of the two collectives below (tests/mpi/test_zero1.sh). */
-static size_t extent_limit(void) {
-    const char *f = tsr_fault("mpi_int_limit");
-    long long v = f ? atoll(f) : 0;
-    return v > 0 && v < INT32_MAX ? (size_t)v : (size_t)INT32_MAX;
-}
-
 /* Every block's end within extent_limit(): the counts' int copies in ic (and the offsets in id),
  * else 0 */
 static int as_ints(const size_t *counts, const size_t *displs, int W, int *ic, int *id) {
@@ -124,11 +140,12 @@ static int as_ints(const size_t *counts, const size_t *displs, int W, int *ic, i
 }
 
 void dist_reduce_scatter_sum_f32(const float *send, float *recv, const size_t *counts) {
-    if (!mpi_live()) {
+    int W = dist_world_size(), me = dist_world_rank();
+    if (W == 1) { /* no MPI call: one process's block may be any size */
         memcpy(recv, send, counts[0] * sizeof(float));
         return;
     }
-    int W = dist_world_size(), me = dist_world_rank(), *ic = tsr_malloc((size_t)W * sizeof(int));
+    int *ic = tsr_malloc((size_t)W * sizeof(int));
     if (as_ints(counts, NULL, W, ic, NULL)) {
         MPI_CHECK(MPI_Reduce_scatter(send, recv, ic, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
     } else { /* block r summed onto rank r, one block at a time (each block's count is an int) */
@@ -144,8 +161,9 @@ void dist_reduce_scatter_sum_f32(const float *send, float *recv, const size_t *c
     free(ic);
 }
 void dist_allgatherv_f32(float *buf, const size_t *counts, const size_t *displs) {
-    if (!mpi_live()) return;
-    int W = dist_world_size(), *ic = tsr_malloc(2 * (size_t)W * sizeof(int));
+    int W = dist_world_size();
+    if (W == 1) return; /* in place: one process has everything */
+    int *ic = tsr_malloc(2 * (size_t)W * sizeof(int));
     if (as_ints(counts, displs, W, ic, ic + W)) {
         MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, ic, ic + W, MPI_FLOAT,
                                  MPI_COMM_WORLD));
@@ -196,11 +214,11 @@ int dist_group_size(const tsr_group *g) { return g->size; }
 /* a group of one needs no MPI call (and has none without MPI_Init) */
 void dist_group_allreduce_sum_f32(tsr_group *g, float *buf, size_t n) {
     if (g->size > 1)
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, g->comm));
+        allreduce_chunked(buf, n, sizeof *buf, MPI_FLOAT, MPI_SUM, g->comm);
 }
 void dist_group_allreduce_sum_f64(tsr_group *g, double *buf, size_t n) {
     if (g->size > 1)
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM, g->comm));
+        allreduce_chunked(buf, n, sizeof *buf, MPI_DOUBLE, MPI_SUM, g->comm);
 }
 void dist_group_allgatherv_f32(tsr_group *g, const float *mine, float *all, const int *counts,
                                const int *displs) {
@@ -227,14 +245,23 @@ void dist_group_reduce_scatter_f32(tsr_group *g, const float *send, float *recv,
     if (g->size == 1) memmove(recv, send, (size_t)counts[0] * sizeof(float));
     else MPI_CHECK(MPI_Reduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, g->comm));
 }
-void dist_group_alltoallv_f32(tsr_group *g, const float *send, const int *scounts,
-                              const int *sdispls, float *recv, const int *rcounts,
-                              const int *rdispls) {
-    if (g->size == 1)
-        memmove(recv + rdispls[0], send + sdispls[0], (size_t)scounts[0] * sizeof(float));
-    else
-        MPI_CHECK(MPI_Alltoallv(send, scounts, sdispls, MPI_FLOAT, recv, rcounts, rdispls,
-                                MPI_FLOAT, g->comm));
+void dist_group_alltoallv_f32(tsr_group *g, const float *send, const size_t *scounts,
+                              const size_t *sdispls, float *recv, const size_t *rcounts,
+                              const size_t *rdispls) {
+    if (g->size == 1) {
+        memmove(recv + rdispls[0], send + sdispls[0], scounts[0] * sizeof(float));
+        return;
+    }
+    int n = g->size, *v = tsr_malloc(4 * (size_t)n * sizeof(int));
+    const size_t *in[4] = {scounts, sdispls, rcounts, rdispls};
+    for (int k = 0; k < 4; k++)
+        for (int r = 0; r < n; r++) {
+            if (in[k][r] > (size_t)INT32_MAX) /* trainer_init's check_int_counts keeps them under */
+                tsr_die(TSR_EXIT_INTERNAL, "all-to-all: %zu floats exceed MPI's int counts", in[k][r]);
+            v[k * n + r] = (int)in[k][r];
+        }
+    MPI_CHECK(MPI_Alltoallv(send, v, v + n, MPI_FLOAT, recv, v + 2 * n, v + 3 * n, MPI_FLOAT, g->comm));
+    free(v);
 }
 void dist_group_bcast_f32(tsr_group *g, float *buf, size_t n, int root) {
     if (g->size > 1) MPI_CHECK(MPI_Bcast(buf, (int)n, MPI_FLOAT, root, g->comm));
@@ -318,11 +345,11 @@ void dist_group_reduce_scatter_f32(tsr_group *g, const float *send, float *recv,
     (void)g;
     memmove(recv, send, (size_t)counts[0] * sizeof(float));
 }
-void dist_group_alltoallv_f32(tsr_group *g, const float *send, const int *scounts,
-                              const int *sdispls, float *recv, const int *rcounts,
-                              const int *rdispls) {
+void dist_group_alltoallv_f32(tsr_group *g, const float *send, const size_t *scounts,
+                              const size_t *sdispls, float *recv, const size_t *rcounts,
+                              const size_t *rdispls) {
     (void)g, (void)rcounts;
-    memmove(recv + rdispls[0], send + sdispls[0], (size_t)scounts[0] * sizeof(float));
+    memmove(recv + rdispls[0], send + sdispls[0], scounts[0] * sizeof(float));
 }
 void dist_group_bcast_f32(tsr_group *g, float *buf, size_t n, int root) {
     (void)g, (void)buf, (void)n, (void)root;

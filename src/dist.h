@@ -70,9 +70,9 @@ void *dist_group_iallgatherv_f32(tsr_group *g, const float *mine, float *all, co
 void dist_wait(void *request);
 /* recv (counts[rank]) = this rank's block of the sum of send over the group */
 void dist_group_reduce_scatter_f32(tsr_group *g, const float *send, float *recv, const int *counts);
-void dist_group_alltoallv_f32(tsr_group *g, const float *send, const int *scounts,
-                              const int *sdispls, float *recv, const int *rcounts,
-                              const int *rdispls);
+void dist_group_alltoallv_f32(tsr_group *g, const float *send, const size_t *scounts,
+                              const size_t *sdispls, float *recv, const size_t *rcounts,
+                              const size_t *rdispls);
 void dist_group_bcast_f32(tsr_group *g, float *buf, size_t n, int root);
 /* Byte-wise variants (device = cuda: NCCL ids, and bf16 data in the CUDA emulator):
  * all[r * bytes .. + bytes) = group rank r's mine. */

@@ -129,15 +129,17 @@ tap_check $? "--plan 8 for mpt-7b under zero3 with device = cuda: shards and buf
     grep -q "HSDP: all state sharded over groups of 8 ranks, 8 replicas" "$TMP/p64.txt" &&
     grep -q "batch: global 1024 = 64 ranks x 16 per rank" "$TMP/p64.txt"
 tap_check $? "--plan 64/8 under hsdp: groups of the 8 ranks of a node, 8 replicas, 16 sequences per rank"
-# past 2^31 floats per rank MPI's int counts cannot carry a rank's block: mpt-7b (6.6e9
-# parameters) on one rank is refused before anything is allocated; --plan only warns
+# past 2^31 floats a rank's part that other ranks receive cannot be one MPI int count: mpt-7b
+# (6.6e9 parameters) under ddp on 2 ranks is refused before anything is allocated; --plan 2
+# warns; one process exchanges nothing, so --plan 1 does not
 "$TOOL" synth --out "$TMP/s7" --vocab 50368 --tokens 20000 --seed 1 >/dev/null &&
-    { "$TRAIN" --config "$TSR_ROOT/configs/mpt-7b.cfg" --set data.train="$TMP/s7/train" --set data.val= \
-        --set eval_interval=0ba >"$TMP/big.txt" 2>&1; (($? == 1)); } &&
-    grep -q "6649024512 parameters over 1 rank: 6649024512 per rank exceed MPI's int counts" "$TMP/big.txt" &&
+    { "${MPIRUN[@]}" -np 2 "$TRAIN" --config "$TSR_ROOT/configs/mpt-7b.cfg" --set data.train="$TMP/s7/train" \
+        --set data.val= --set eval_interval=0ba >"$TMP/big.txt" 2>&1; (($? == 1)); } &&
+    grep -q "6649024512 parameters over 2 ranks: 3324512256 per rank exceed MPI's int counts" "$TMP/big.txt" &&
     "$TRAIN" --config "$TSR_ROOT/configs/mpt-7b.cfg" --plan 2 >"$TMP/big2.txt" 2>&1 &&
-    grep -q "^warning: .*3324512256 per rank exceed" "$TMP/big2.txt" && grep -q "^memory per rank" "$TMP/big2.txt"
-tap_check $? "mpt-7b on 1 rank: exit 1 before allocating, 6.6e9 floats per rank past MPI's int counts; --plan 2 warns and prints the plan"
+    grep -q "^warning: .*3324512256 per rank exceed" "$TMP/big2.txt" && grep -q "^memory per rank" "$TMP/big2.txt" &&
+    "$TRAIN" --config "$TSR_ROOT/configs/mpt-7b.cfg" --plan 1 >"$TMP/big1.txt" 2>&1 && ! grep -q "^warning" "$TMP/big1.txt"
+tap_check $? "mpt-7b under ddp on 2 ranks: exit 1 before allocating, 3.3e9 floats per rank past MPI's int counts; --plan 2 warns and prints the plan, --plan 1 does not warn"
 "$TRAIN" --config "$TSR_ROOT/configs/mpt-7b.cfg" --plan 6/4 >"$TMP/pbad.txt" 2>&1
 rc=$?
 ((rc == 1)) && grep -q "\-\-plan 6/4: expected RANKS or RANKS/PER_NODE" "$TMP/pbad.txt"

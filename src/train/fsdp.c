@@ -297,14 +297,14 @@ static size_t walk(const tsr_fsdp *f, int r, int q, float *buf, float *data, int
  * order needs no message of its own. */
 static void exchange(tsr_fsdp *f, int to_part, const float *src, float *dst) {
     int G = f->G, me = f->grank;
-    int *sc = tsr_calloc((size_t)G, sizeof(int)), *sd = tsr_calloc((size_t)G, sizeof(int));
-    int *rc = tsr_calloc((size_t)G, sizeof(int)), *rd = tsr_calloc((size_t)G, sizeof(int));
+    size_t *sc = tsr_calloc((size_t)G, sizeof(size_t)), *sd = tsr_calloc((size_t)G, sizeof(size_t));
+    size_t *rc = tsr_calloc((size_t)G, sizeof(size_t)), *rd = tsr_calloc((size_t)G, sizeof(size_t));
     size_t total_s = 0, total_r = 0;
     for (int x = 0; x < G; x++) { /* sending to x, receiving from x */
-        sc[x] = (int)(to_part ? walk(f, me, x, NULL, NULL, 0, 0) : walk(f, x, me, NULL, NULL, 0, 0));
-        rc[x] = (int)(to_part ? walk(f, x, me, NULL, NULL, 0, 0) : walk(f, me, x, NULL, NULL, 0, 0));
-        sd[x] = (int)total_s, rd[x] = (int)total_r;
-        total_s += (size_t)sc[x], total_r += (size_t)rc[x];
+        sc[x] = to_part ? walk(f, me, x, NULL, NULL, 0, 0) : walk(f, x, me, NULL, NULL, 0, 0);
+        rc[x] = to_part ? walk(f, x, me, NULL, NULL, 0, 0) : walk(f, me, x, NULL, NULL, 0, 0);
+        sd[x] = total_s, rd[x] = total_r;
+        total_s += sc[x], total_r += rc[x];
     }
     float *sbuf = tsr_malloc((total_s ? total_s : 1) * sizeof(float));
     float *rbuf = tsr_malloc((total_r ? total_r : 1) * sizeof(float));

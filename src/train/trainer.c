@@ -40,17 +40,20 @@ static int pick_threads(const tsr_config *cfg, const tsr_dist *d) {
 /* The rank partition of the flat parameter buffer: rank r's part is [displs[r], +counts[r]),
  * 16-float aligned, in rank order. ZeRO-1 ranks own their part (optimizer state, update); DDP
  * ranks own everything but still use the partition to split checkpoint I/O. */
-/* One rank's block of a collective (a ZeRO-1 or checkpoint part, a zero3 / hsdp shard) is an MPI
- * int count; the flat buffer itself may pass 2^31 floats (src/dist.h). Checked before anything is
- * allocated; under --plan a warning (the memory figures still come). */
+/* A rank's block that other ranks receive (a ZeRO-1 or checkpoint part of the flat buffer, a
+ * zero3 / hsdp shard) is one MPI int count; the buffer itself may pass 2^31 floats (all-reduces
+ * are chunked, src/dist.h), and a world or group of one exchanges nothing. Checked before anything
+ * is allocated; under --plan a warning (the memory figures still come). */
 static int check_int_counts(const tsr_trainer *t, int dry_run) {
     size_t n = t->model.n_params, W = (size_t)t->dist.world;
-    int G = t->fsdp_on && t->fsdp_group > 0 ? t->fsdp_group : (int)W; /* validated already */
-    if (n / (size_t)G <= (size_t)INT32_MAX) return 0;
+    if (W == 1) return 0;
+    int G = t->fsdp_on && t->fsdp_group > 1 ? t->fsdp_group : (int)W; /* validated already */
+    size_t block = n / (size_t)G + 16; /* parts are cut at multiples of 16 floats */
+    if (block <= (size_t)INT32_MAX) return 0;
     if (t->dist.rank == 0)
         (dry_run ? tsr_warn : tsr_error)(
-            "%zu parameters over %s%d rank%s: %zu per rank exceed MPI's int counts (2^31 - 1); use "
-            "more ranks%s", n, G < (int)W ? "hsdp groups of " : "", G, G == 1 ? "" : "s", n / (size_t)G,
+            "%zu parameters over %s%d ranks: %zu per rank exceed MPI's int counts (2^31 - 1); use "
+            "more ranks%s", n, G < (int)W ? "hsdp groups of " : "", G, n / (size_t)G,
             G < (int)W ? " or a larger parallel.replica_group" : "");
     return dry_run ? 0 : TSR_EXIT_USAGE;
 }
