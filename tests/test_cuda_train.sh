@@ -43,11 +43,11 @@ close() { metrics_close "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" "$3" "$L
 three=(--set global_batch=6 --set micro_batch=1)
 evals=(--set data.val="$TMP/data/val" --set eval_interval=10ba --set eval_samples=24
        --set sample.tokens=8)
-# Without MPI (a NO_MPI=1 build on the lent GPU machine: tests/gpu/device.sh) only one process
-# runs: the multi-rank references are not made, and every check that needs them asks for more
+# Without MPI (a NO_MPI=1 build, or no mpirun: the lent GPU machine, tests/gpu/device.sh) only
+# one process runs: the multi-rank references are not made, and every check that needs them asks for more
 # GPUs (emulated ones too) than such a machine has, so it skips.
-MPI_OK=0 multi="(no mpirun: one-rank references only)"
-command -v mpirun >/dev/null && MPI_OK=1 multi="2, 3 and 4 ranks"
+MPI_OK=0 multi="(no MPI: one-rank references only)"
+command -v mpirun >/dev/null && ldd "$TRAIN" 2>/dev/null | grep -q libmpi && MPI_OK=1 multi="2, 3 and 4 ranks"
 run "$TRAIN" 1 cpu_gpt2 && run "$TRAIN" 1 cpu_mpt "${mpt[@]}" && run "$TRAIN" 1 cpu_eval "${evals[@]}" &&
     run "$TRAIN" 1 cpu_odd --set seq_len=31 --set micro_batch=1 --set global_batch=3 --set model.n_layer=3 &&
     { ((MPI_OK == 0)) || { run "$TRAIN" 2 cpu_ddp --set micro_batch=2 &&

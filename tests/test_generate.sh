@@ -10,8 +10,8 @@
 #    top-p equal greedy; the recipe's defaults reproduce the trainer's own sample (src/train/sample.c);
 #  - end-of-text stops the completion exactly where the model emits it;
 #  - a text prompt is the ids the tokenizer encodes, the text printed is the ids decoded;
-#  - the learned position table ends generation with a message; errors exit 1 or 2 saying why;
-#  - the NO_MPI=1 build (no HDF5) has the command and says it needs the HDF5 build.
+#  - the learned position table ends generation with a message; errors exit 1 or 2 saying why.
+# (The NO_MPI=1 build's generate, the same tokens: tests/test_build_nompi.sh.)
 source "$(dirname "$0")/lib.sh"
 tsr_tmpdir
 tap_plan 19

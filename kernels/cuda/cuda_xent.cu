@@ -47,8 +47,8 @@ __device__ __forceinline__ float2 xent_merge(float2 a, float2 b) {
  *                 0 for V <= j < Vp, the whole row 0 when t < 0 (NaN for j < V when t >= V).
  * losses (N) fp32; logits (N,Vp) bf16, read then (with dlosses) overwritten; targets (N) int32;
  * dlosses (N) fp32 or NULL.
- * Launch: grid N (one block per row), block = ceil(Vp / W) rounded up to a warp, at most
- * XENT_MAX_THREADS; static shared memory 32 float2. Thread i owns the W-wide chunks starting at
+ * Launch: grid N (one block per row), block = row_threads(Vp, W) (Vp / W rounded up to a warp,
+ * in [32, XENT_MAX_THREADS]); static shared memory 32 float2. Thread i owns the W-wide chunks starting at
  * c = i*W + j*blockDim*W. Pass 1 (columns < V) keeps an online (max, sum) per thread: per chunk,
  * the chunk max first, then one rescale and W exps; the block merge (warp butterfly, then the
  * warps in order 0..nw-1) ends with a barrier, after which pass 2 rewrites each chunk by the
@@ -131,8 +131,8 @@ __global__ void __launch_bounds__(XENT_MAX_THREADS)
     }
 }
 
-/* Threads of a block-per-row kernel over `cols` columns in W-wide chunks: one chunk per thread,
- * rounded up to a warp, within [32, XENT_MAX_THREADS]. */
+/* Threads of a block-per-row kernel over `cols` columns in W-wide chunks: cols / W (a last partial
+ * chunk goes to a thread's second round) rounded up to a warp, within [32, XENT_MAX_THREADS]. */
 static int row_threads(int cols, int W) {
     int threads = (int)(((size_t)cols / W + 31) / 32 * 32);
     if (threads > XENT_MAX_THREADS) threads = XENT_MAX_THREADS;
@@ -173,8 +173,8 @@ __device__ __forceinline__ bool argmax_beats(float v, int j, float bv, int bj) {
 /* Row n: idx[n] = the column j < V with the largest logits[n, j], the lowest such j on ties
  * (a NaN counts as -inf; a row of -inf and NaN gives 0).
  * idx (N) int32 =; logits (N,Vp) bf16, read only.
- * Launch: grid N (one block per row), block = ceil(V / W) rounded up to a warp, at most
- * XENT_MAX_THREADS; thread i owns the W-wide chunks at c = i*W + j*blockDim*W (with VEC a chunk
+ * Launch: grid N (one block per row), block = row_threads(V, W) (V / W rounded up to a warp, in
+ * [32, XENT_MAX_THREADS]); thread i owns the W-wide chunks at c = i*W + j*blockDim*W (with VEC a chunk
  * that starts below V ends inside the row: Vp % 8 == 0); static shared memory 32 (float, int);
  * the warp butterfly, then thread 0 over the warps, combine by argmax_beats. Idle lanes hold
  * (-inf, INT32_MAX), which column 0 always beats, so the result is a real column. Preconditions

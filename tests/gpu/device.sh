@@ -80,6 +80,7 @@ setup() {
     py_dirs=$(python3 -c 'import glob, os, site
 roots = site.getsitepackages() + [site.getusersitepackages()]
 print(":".join(sorted({d for r in roots for d in glob.glob(os.path.join(r, "nvidia", "*", "lib"))})))' 2>/dev/null || true)
+    ORIG_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
     export LD_LIBRARY_PATH="$UNPACKED/lib:$cuda_dirs:$py_dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export BUILD=$UNPACKED/build TSR_ROOT=$ROOT
     mkdir -p "$OUTDIR"
@@ -108,7 +109,14 @@ bench() {
     setup
     local models=${*:-gpt2-124m} tag rc=0
     tag=$(printf '%s' "$models${TESSERA_ARGS:+ $TESSERA_ARGS}" | tr -c 'A-Za-z0-9_.-' '_' | cut -c1-60)
-    MODELS=$models BENCH_OUT=/tmp/bench-$tag PYTHON=python3 bash bench/gpu/run.sh 2>&1 |
+    # PyTorch gets the machine's library path back: the bundle's Debian libraries (libz, libssl,
+    # libgomp, ...) are for tessera's programs only
+    local py=$UNPACKED/python3-machine
+    # shellcheck disable=SC2016 # the $ lines are the wrapper's own, expanded when it runs
+    printf '#!/usr/bin/env bash\nexport LD_LIBRARY_PATH=%q\n[[ -n $LD_LIBRARY_PATH ]] || unset LD_LIBRARY_PATH\nexec %q "$@"\n' \
+        "$ORIG_LD_LIBRARY_PATH" "$(command -v python3)" >"$py"
+    chmod +x "$py"
+    MODELS=$models BENCH_OUT=/tmp/bench-$tag PYTHON=$py bash bench/gpu/run.sh 2>&1 |
         tee "$OUTDIR/bench-$tag.txt" || rc=$?
     cp "/tmp/bench-$tag/results.md" "$OUTDIR/results-$tag.md" 2>/dev/null || true
     tar -C /tmp -czf "$OUTDIR/bench-$tag.tar.gz" "bench-$tag"

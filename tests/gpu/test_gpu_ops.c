@@ -868,14 +868,19 @@ static void test_xent(const xent_cfg *x) {
 static void test_argmax(const xent_cfg *x) {
     const int N = x->N, V = x->V, Vp = x->Vp;
     const size_t nl = (size_t)N * Vp;
-    float *lg = hf(nl);
     int32_t *want = hi32(N), *got = hi32(N);
-    for (size_t i = 0; i < nl; i++) lg[i] = (int)(i % Vp) < V ? rbf16(uni(-x->scale, x->scale)) : 100.0f;
+    const double sc = fabs(x->scale);
+    float *lg_all = hf(nl + 1), *lg = lg_all + 1; /* lg_all[0]: the element before, unaligned case */
+    lg_all[0] = 0.0f;
+    for (size_t i = 0; i < nl; i++) lg[i] = (int)(i % Vp) < V ? rbf16(uni(-sc, sc)) : 100.0f;
     for (int n = 0; n < N; n++) {
         float *r = lg + (size_t)n * Vp;
         int top = 0;
         for (int j = 1; j < V; j++) top = r[j] > r[top] ? j : top;
-        if (n % 4 == 1 && V > 1) r[top > 0 ? irand(top) : 1] = r[top]; /* a tie: lower or higher */
+        if (n % 4 == 1 && V > 1) { /* a tie in another column, before or after the maximum */
+            int c = irand(V - 1);
+            r[c + (c >= top)] = r[top];
+        }
         if (n % 7 == 3) r[0] = NAN, r[irand(V)] = NAN;
         if (n == N - 1 && N > 2)
             for (int j = 0; j < V; j++) r[j] = -INFINITY;
@@ -888,7 +893,8 @@ static void test_argmax(const xent_cfg *x) {
             if (v > bv) bv = v, want[n] = j;
         }
     }
-    tsr_bf16 *d_lg = new_bf16(lg, nl);
+    /* x->scale < 0: the logits one bf16 past a 16-byte boundary (the op's unaligned path) */
+    tsr_bf16 *d_all = new_bf16(lg - (x->scale < 0), nl + (x->scale < 0)), *d_lg = d_all + (x->scale < 0);
     int32_t *d_idx = new_i32(want, N);
     poison(d_idx, (size_t)N * sizeof(int32_t));
     tcu_argmax(d_idx, d_lg, N, V, Vp, g_s);
@@ -896,8 +902,9 @@ static void test_argmax(const xent_cfg *x) {
     int bad = 0, first = -1;
     for (int n = 0; n < N; n++)
         if (got[n] != want[n]) bad++, first = first < 0 ? n : first;
-    tap_ok(bad == 0, "argmax N=%d V=%d Vp=%d logits in +-%g (ties both ways, NaN, a -inf row, a NaN "
-           "row, padding 100): %d of %d rows differ%s", N, V, Vp, x->scale, bad, N,
+    tap_ok(bad == 0, "argmax N=%d V=%d Vp=%d logits in +-%g%s (ties both ways, NaN, a -inf row, a "
+           "NaN row, padding 100): %d of %d rows differ%s", N, V, Vp, sc,
+           x->scale < 0 ? " at an unaligned address" : "", bad, N,
            first < 0 ? "" : " (see the first below)");
     if (first >= 0) tap_diag("row %d: gpu %d, expected %d", first, got[first], want[first]);
     scope_end("argmax");
@@ -1079,6 +1086,9 @@ static const xent_cfg XENT[] = {
     {1, 50, 64, 5}, {65, 50, 64, 60}, {65, 1000, 1024, 5}, {7, 50257, 50304, 5},
     {65, 50, 60, 5}, /* Vp % 8 != 0: the scalar path */
 };
+/* argmax beyond the softmax shapes: the scalar path with many chunks per thread and many warps
+ * (Vp not a multiple of 8), and the vector-eligible shape at an unaligned address (scale < 0) */
+static const xent_cfg ARGMAX_MORE[] = {{7, 50257, 50260, 5.0f}, {65, 1000, 1024, -5.0f}};
 static const size_t SUMSQ[] = {1, 1000, 1000003};
 static const adamw_cfg ADAMW[] = {{7, 1, 1}, {100003, 10, 1}, {4099, 1, 0}};
 /* 0; under, over and not a multiple of the 256-thread block; past 65536 blocks (grid-stride) */
@@ -1104,7 +1114,8 @@ static int plan_size(void) {
     for (size_t i = 0; i < COUNT(ADAMW); i++) n += adamw_checks(&ADAMW[i]);
     n += (int)(COUNT(GELU) + COUNT(GELU_ODD)) * GELU_CHECKS;
     n += (int)(COUNT(RESID) + 1) * RESIDUAL_CHECKS + (int)COUNT(ATT) * ATT_CHECKS;
-    n += (int)COUNT(XENT) * (XENT_CHECKS + 1) + (int)COUNT(SUMSQ) * SUMSQ_CHECKS; /* + argmax */
+    n += (int)COUNT(XENT) * (XENT_CHECKS + 1) + (int)COUNT(ARGMAX_MORE); /* + argmax */
+    n += (int)COUNT(SUMSQ) * SUMSQ_CHECKS;
     n += (int)COUNT(ADD_F32) * ADD_F32_CHECKS + (int)COUNT(D2D) * D2D_CHECKS;
     return n;
 }
@@ -1147,6 +1158,7 @@ int main(void) {
     for (size_t i = 0; i < COUNT(ATT); i++) test_attention(&ATT[i]);
     for (size_t i = 0; i < COUNT(XENT); i++) test_xent(&XENT[i]);
     for (size_t i = 0; i < COUNT(XENT); i++) test_argmax(&XENT[i]);
+    for (size_t i = 0; i < COUNT(ARGMAX_MORE); i++) test_argmax(&ARGMAX_MORE[i]);
     for (size_t i = 0; i < COUNT(SUMSQ); i++) test_sumsq(SUMSQ[i]);
     for (size_t i = 0; i < COUNT(ADAMW); i++) test_adamw(&ADAMW[i]);
     for (size_t i = 0; i < COUNT(ADD_F32); i++) test_add_f32(ADD_F32[i]);
