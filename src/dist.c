@@ -125,6 +125,14 @@ void dist_allreduce_max_f64(double *buf, size_t n) {
 void dist_allreduce_min_int(int *buf, size_t n) {
     if (mpi_live()) allreduce_chunked(buf, n, sizeof *buf, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
 }
+/* n as an MPI count: a rank's block, which trainer_init's check_int_counts keeps within an int
+ * (anything larger here is a bug, named by what) */
+static int block_count(size_t n, const char *what) {
+    if (n > (size_t)INT32_MAX)
+        tsr_die(TSR_EXIT_INTERNAL, "%s: a block of %zu floats exceeds MPI's int counts", what, n);
+    return (int)n;
+}
+
 /* Every block's end within extent_limit(): the counts' int copies in ic (and the offsets in id),
  * else 0 */
 static int as_ints(const size_t *counts, const size_t *displs, int W, int *ic, int *id) {
@@ -151,11 +159,9 @@ void dist_reduce_scatter_sum_f32(const float *send, float *recv, const size_t *c
     } else { /* block r summed onto rank r, one block at a time (each block's count is an int) */
         size_t at = 0;
         for (int r = 0; r < W; at += counts[r], r++) {
-            if (counts[r] > (size_t)INT32_MAX)
-                tsr_die(TSR_EXIT_INTERNAL, "reduce-scatter: rank %d's block of %zu floats exceeds "
-                        "MPI's int counts", r, counts[r]);
-            MPI_CHECK(MPI_Reduce(send + at, r == me ? recv : NULL, (int)counts[r], MPI_FLOAT,
-                                 MPI_SUM, r, MPI_COMM_WORLD));
+            MPI_CHECK(MPI_Reduce(send + at, r == me ? recv : NULL,
+                                 block_count(counts[r], "reduce-scatter"), MPI_FLOAT, MPI_SUM, r,
+                                 MPI_COMM_WORLD));
         }
     }
     free(ic);
@@ -169,10 +175,8 @@ void dist_allgatherv_f32(float *buf, const size_t *counts, const size_t *displs)
                                  MPI_COMM_WORLD));
     } else { /* rank r's block broadcast from r, one block at a time (offsets in size_t) */
         for (int r = 0; r < W; r++) {
-            if (counts[r] > (size_t)INT32_MAX)
-                tsr_die(TSR_EXIT_INTERNAL, "all-gather: rank %d's block of %zu floats exceeds "
-                        "MPI's int counts", r, counts[r]);
-            MPI_CHECK(MPI_Bcast(buf + displs[r], (int)counts[r], MPI_FLOAT, r, MPI_COMM_WORLD));
+            MPI_CHECK(MPI_Bcast(buf + displs[r], block_count(counts[r], "all-gather"), MPI_FLOAT,
+                                r, MPI_COMM_WORLD));
         }
     }
     free(ic);
@@ -255,11 +259,7 @@ void dist_group_alltoallv_f32(tsr_group *g, const float *send, const size_t *sco
     int n = g->size, *v = tsr_malloc(4 * (size_t)n * sizeof(int));
     const size_t *in[4] = {scounts, sdispls, rcounts, rdispls};
     for (int k = 0; k < 4; k++)
-        for (int r = 0; r < n; r++) {
-            if (in[k][r] > (size_t)INT32_MAX) /* trainer_init's check_int_counts keeps them under */
-                tsr_die(TSR_EXIT_INTERNAL, "all-to-all: %zu floats exceed MPI's int counts", in[k][r]);
-            v[k * n + r] = (int)in[k][r];
-        }
+        for (int r = 0; r < n; r++) v[k * n + r] = block_count(in[k][r], "all-to-all");
     MPI_CHECK(MPI_Alltoallv(send, v, v + n, MPI_FLOAT, recv, v + 2 * n, v + 3 * n, MPI_FLOAT, g->comm));
     free(v);
 }

@@ -28,6 +28,18 @@ typedef struct act_buf {
  * `none` at any shape, not only where n * elem happens to be a multiple of 256. */
 static size_t layer_stride(size_t n, size_t elem) { return (n * elem + 255) / 256 * 256 / elem; }
 
+/* The per-layer strides of the stacks for B x T, in elements: act_table sizes the stacks with
+ * them and lacts_at finds a layer's slices with them (one place, so the two cannot disagree). */
+typedef struct strides {
+    size_t nc, n, f, qkv, lse; /* bf16 (N,C); fp32 (N); bf16 (N,F); bf16 (N,3C); fp32 (B,NH,T) */
+} strides;
+
+static strides strides_of(const tsr_model *m, int B, int T) {
+    size_t N = (size_t)B * T, b = sizeof(tsr_bf16), f = sizeof(float);
+    return (strides){layer_stride(N * m->C, b), layer_stride(N, f), layer_stride(N * m->F, b),
+                     layer_stride(N * 3 * m->C, b), layer_stride((size_t)B * m->NH * T, f)};
+}
+
 static size_t act_table(tsr_gpu_model *g, const tsr_model *m, int B, int T, act_buf *t) {
     size_t L = m->L, C = m->C, F = m->F, NH = m->NH, N = (size_t)B * T, Vp = m->Vp;
     size_t b = sizeof(tsr_bf16), f = sizeof(float), i = sizeof(int32_t);
@@ -39,21 +51,21 @@ static size_t act_table(tsr_gpu_model *g, const tsr_model *m, int B, int T, act_
     size_t Lat = model_act_group_layers(m, TSR_AG_ATTN);
     size_t Lr2 = model_act_group_layers(m, TSR_AG_RES2);
     size_t Lml = model_act_group_layers(m, TSR_AG_MLP);
-    size_t sNC = layer_stride(N * C, b), sNf = layer_stride(N, f), sF = layer_stride(N * F, b);
+    const strides st = strides_of(m, B, T);
     BUF(encoded, b, N * C);
-    BUF(ln1, b, Ln1 * sNC);
-    BUF(ln1m, f, Ln1 * sNf);
-    BUF(ln1r, f, Ln1 * sNf);
-    BUF(qkv, b, Lat * layer_stride(N * 3 * C, b));
-    BUF(atty, b, Lat * sNC);
-    BUF(lse, f, Lat * layer_stride((size_t)B * NH * T, f));
-    BUF(res2, b, Lr2 * sNC);
-    BUF(ln2, b, Lr2 * sNC);
-    BUF(ln2m, f, Lr2 * sNf);
-    BUF(ln2r, f, Lr2 * sNf);
-    BUF(fch, b, Lml * sF);
-    BUF(fchg, b, Lml * sF);
-    BUF(res3, b, L * sNC);
+    BUF(ln1, b, Ln1 * st.nc);
+    BUF(ln1m, f, Ln1 * st.n);
+    BUF(ln1r, f, Ln1 * st.n);
+    BUF(qkv, b, Lat * st.qkv);
+    BUF(atty, b, Lat * st.nc);
+    BUF(lse, f, Lat * st.lse);
+    BUF(res2, b, Lr2 * st.nc);
+    BUF(ln2, b, Lr2 * st.nc);
+    BUF(ln2m, f, Lr2 * st.n);
+    BUF(ln2r, f, Lr2 * st.n);
+    BUF(fch, b, Lml * st.f);
+    BUF(fchg, b, Lml * st.f);
+    BUF(res3, b, L * st.nc);
     BUF(lnf, b, N * C);
     BUF(lnfm, f, N);
     BUF(lnfr, f, N);
@@ -217,10 +229,8 @@ typedef struct lacts {
 
 static lacts lacts_at(const tsr_gpu_model *g, int l) {
     const tsr_model *m = g->m;
-    size_t C = m->C, F = m->F, N = (size_t)g->B * g->T, b = sizeof(tsr_bf16), f = sizeof(float);
-    /* the strides of act_table, for the allocated B x T */
-    size_t sNC = layer_stride(N * C, b), sNf = layer_stride(N, f), sF = layer_stride(N * F, b);
-    size_t sQ = layer_stride(N * 3 * C, b), sL = layer_stride((size_t)g->B * m->NH * g->T, f);
+    const strides st = strides_of(m, g->B, g->T); /* act_table's, for the allocated B x T */
+    size_t sNC = st.nc, sNf = st.n, sF = st.f, sQ = st.qkv, sL = st.lse;
     size_t s1 = model_act_group_slot(m, TSR_AG_LN1, l);
     size_t sa = model_act_group_slot(m, TSR_AG_ATTN, l);
     size_t s2 = model_act_group_slot(m, TSR_AG_RES2, l);
