@@ -196,8 +196,10 @@ int hc_drain_apply(const char *node, const hc_verdict *v, int n, int n_failed, i
     if (act == HC_ACT_NONE) return 0;
     /* again, right before the update: a reason set meanwhile (by an admin, or another checker) wins */
     if (read_node(sc, node, &now)) return 2;
+    /* the reason must be the same; the state may move on (IDLE -> MIXED as a job starts) as long as
+     * the decision stays (for a resume: still drained) */
     if (now.has_reason != first.has_reason || strcmp(now.reason, first.reason) ||
-        strcmp(now.state, first.state) || hc_drain_decide(n_failed > 0, drain, resume_own, &now) != act) {
+        hc_drain_decide(n_failed > 0, drain, resume_own, &now) != act) {
         fprintf(stderr, "tessera-healthcheck: %s changed while the checker decided (state %s -> %s, "
                         "reason \"%s\" -> \"%s\"): left as it is\n",
                 node, first.state, now.state, first.reason, now.reason);

@@ -4,7 +4,8 @@
  * "tessera-hc: CHECK ACTUAL<LIMIT UNIT"; never overwrite a reason that does not start with
  * "tessera-hc:"; resume only a healthy, drained node whose reason starts with "tessera-hc:".
  * The node is read twice (`scontrol -o show node`): once to decide, once more right before the
- * `update`; if the two reads differ (someone changed the node meanwhile) it is left alone.
+ * `update`; if the reason differs, or the decision would (someone changed the node meanwhile),
+ * it is left alone.
  * scontrol runs through posix_spawnp with an argv array (no shell); $TSR_HC_SCONTROL names another
  * program (tests use a fake one). Without root it prints what it would do and changes nothing.
  */

@@ -94,11 +94,11 @@ no_update() { # what: passes when scontrol was asked to show hc-n0 but never to 
 if [[ $(id -u) != 0 ]]; then
     for _ in 1 2 3 4 5 6 7; do tap_check 0 "drain rules # SKIP not root"; done
 else
-    FAKE_SHOW=$(rec IDLE) TSR_HC_FAULT=corrupt_gemm fake_hc --drain
+    FAKE_SHOW=$(rec IDLE) FAKE_SHOW2=$(rec MIXED) TSR_HC_FAULT=corrupt_gemm fake_hc --drain
     [[ $(grep -c '^-o show node hc-n0$' "$FAKE_LOG") == 2 ]] &&
         grep -qx 'update nodename=hc-n0 state=drain reason=tessera-hc: sgemm_verify 1>0 errors (+1 more)' "$FAKE_LOG"
     r=$?; ((r)) && { tap_diag "scontrol calls:"; sed 's/^/#   /' "$FAKE_LOG"; }
-    tap_check $r "--drain on an unhealthy node: reads its state twice, drains it with a tessera-hc: reason"
+    tap_check $r "--drain on an unhealthy node: reads it twice (IDLE, then MIXED as a job starts), drains it with a tessera-hc: reason"
     FAKE_SHOW=$(rec IDLE+DRAIN 'Reason=bad DIMM [admin@2024-01-01T00:00:00]') TSR_HC_FAULT=corrupt_gemm fake_hc --drain
     no_update "--drain never overwrites another reason"
     FAKE_SHOW=$(rec IDLE+DRAIN 'Reason=tessera-hc: sgemm 1.0<10.0 GFLOP/s [root@2024-01-01T00:00:00]') \
