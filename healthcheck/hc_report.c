@@ -128,7 +128,8 @@ static FILE *open_temp_beside(const char *path, char *tmp, size_t n) {
     }
     int fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0) {
-        tsr_error("--json %s: cannot create a temporary file %s: %s", path, tmp, strerror(errno));
+        tsr_error("--json %s: cannot create a temporary file beside it (%s.XXXXXX): %s", path, path,
+                  strerror(errno));
         return NULL;
     }
     FILE *f = fchmod(fd, 0644) == 0 ? fdopen(fd, "w") : NULL; /* mkstemp makes it 0600 */
