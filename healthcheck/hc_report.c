@@ -2,11 +2,16 @@
 #include "hc_report.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common.h"
+#include "fsutil.h"
 
 int hc_print_verdicts(FILE *f, const hc_run_info *ri, const hc_node_report *r, int n) {
     int bad = 0, checks = 0;
@@ -112,17 +117,34 @@ static void json_node(FILE *f, const hc_node_report *r) {
     fprintf(f, "}");
 }
 
+/* A new, empty temp file beside path ("PATH.XXXXXX"), opened for writing: mkstemp creates it with
+ * O_CREAT|O_EXCL, so whatever is already at any such name (a file, a planted symlink) is never
+ * opened or followed; rank 0 may run as root in a directory others can write. Returns the stream
+ * with the name in tmp, or NULL after tsr_error. */
+static FILE *open_temp_beside(const char *path, char *tmp, size_t n) {
+    if (tsr_snprintf(tmp, n, "%s.XXXXXX", path)) {
+        tsr_error("--json %s: path too long", path);
+        return NULL;
+    }
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        tsr_error("--json %s: cannot create a temporary file beside it (%s.XXXXXX): %s", path, path,
+                  strerror(errno));
+        return NULL;
+    }
+    FILE *f = fchmod(fd, 0644) == 0 ? fdopen(fd, "w") : NULL; /* mkstemp makes it 0600 */
+    if (!f) {
+        tsr_error("--json %s: cannot open %s: %s", path, tmp, strerror(errno));
+        close(fd);
+        unlink(tmp);
+    }
+    return f;
+}
+
 int hc_write_json(const char *path, const hc_run_info *ri, const hc_node_report *r, int n, int exit_code) {
     char tmp[4200];
-    if (tsr_snprintf(tmp, sizeof tmp, "%s.tmp", path)) {
-        tsr_error("--json %s: path too long", path);
-        return 2;
-    }
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        tsr_error("--json %s: cannot write %s: %s", path, tmp, strerror(errno));
-        return 2;
-    }
+    FILE *f = open_temp_beside(path, tmp, sizeof tmp);
+    if (!f) return 2;
     int unhealthy = 0;
     for (int i = 0; i < n; i++) unhealthy += r[i].n_failed > 0;
     fprintf(f, "{\"tool\": \"tessera-healthcheck\", \"format\": %d, \"version\": ", HC_REPORT_FORMAT);
@@ -136,12 +158,12 @@ int hc_write_json(const char *path, const hc_run_info *ri, const hc_node_report 
         fprintf(f, "%s\n", i + 1 < n ? "," : "");
     }
     fprintf(f, " ]}\n");
-    int bad = ferror(f);
+    int bad = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0;
     bad |= fclose(f) != 0;
     if (bad || rename(tmp, path) != 0) {
         tsr_error("--json %s: write failed: %s", path, strerror(errno));
-        remove(tmp);
+        unlink(tmp);
         return 2;
     }
-    return 0;
+    return fs_sync_parent(path) ? 2 : 0;
 }

@@ -26,7 +26,9 @@ typedef struct hc_run_info {
  * the number of unhealthy nodes. */
 int hc_print_verdicts(FILE *f, const hc_run_info *ri, const hc_node_report *r, int n);
 
-/* Writes the JSON report to path (via path.tmp + rename). Returns 0, or 2 after tsr_error. */
+/* Writes the JSON report to path: a fresh temp file beside it (mkstemp: never an existing name,
+ * never through a symlink), fsync, rename over path, fsync of the directory. Returns 0, or 2 after
+ * tsr_error (path is then untouched). */
 int hc_write_json(const char *path, const hc_run_info *ri, const hc_node_report *r, int n, int exit_code);
 
 #endif

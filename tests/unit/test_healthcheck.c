@@ -106,29 +106,93 @@ static void test_sanitize(void) {
            "node names: [A-Za-z0-9._-]+, no leading '-'");
 }
 
+/* `scontrol -o show node` lines as Slurm 22.05+ prints them (src/api/node_info.c), with the fields
+ * before State= shortened; TAIL is what follows State= up to where Reason= would be. */
+#define SHOW_HEAD "NodeName=n01 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUTot=2 CPULoad=0.01 " \
+                  "AvailableFeatures=(null) ActiveFeatures=(null) Gres=(null) NodeAddr=n01 " \
+                  "NodeHostName=n01 Version=22.05.8 OS=Linux 6.1.0-18-amd64 #1 SMP PREEMPT_DYNAMIC Debian " \
+                  "6.1.76-1 (2024-02-01)  RealMemory=1000 AllocMem=0 FreeMem=900 Sockets=2 Boards=1 "
+#define SHOW_TAIL " ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A Partitions=debug  " \
+                  "BootTime=2024-05-01T08:00:00 SlurmdStartTime=2024-05-01T08:01:00 " \
+                  "LastBusyTime=2024-05-01T09:00:00 ResumeAfterTime=None CfgTRES=cpu=2,mem=1000M,billing=2 " \
+                  "AllocTRES= CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 " \
+                  "ExtSensorsTemp=n/s"
+
+static hc_node_state parsed(const char *line, int *rc) {
+    hc_node_state ns;
+    *rc = hc_parse_show_node(line, &ns);
+    return ns;
+}
+
 static void test_drain_decide(void) {
-    char state[64], reason[256];
-    const char *show =
-        "NodeName=n01 Arch=x86_64 CoresPerSocket=1\n   State=IDLE+DRAIN ThreadsPerCore=1\n"
-        "   Reason=tessera-hc: sgemm 1.0<10.0 GFLOP/s [root@2024-05-01T10:00:00]\n   Comment=(null)\n";
-    hc_parse_show_node(show, state, sizeof state, reason, sizeof reason);
-    tap_ok(!strcmp(state, "IDLE+DRAIN") && !strcmp(reason, "tessera-hc: sgemm 1.0<10.0 GFLOP/s"),
-           "scontrol show node: state '%s', reason '%s' (user@time dropped)", state, reason);
-    tap_ok(hc_drain_decide(0, 1, 1, state, reason) == HC_ACT_RESUME, "healthy + own reason + drained -> resume");
-    tap_ok(hc_drain_decide(1, 1, 1, state, reason) == HC_ACT_DRAIN, "unhealthy + own reason -> drain (reason refreshed)");
-    tap_ok(hc_drain_decide(0, 1, 0, state, reason) == HC_ACT_NONE, "healthy without --resume-own -> nothing");
-    hc_parse_show_node("NodeName=n02 State=DRAIN\n   Reason=disk replaced by Bob [bob@2024-05-01T09:00:00]\n",
-                       state, sizeof state, reason, sizeof reason);
-    tap_ok(!strcmp(reason, "disk replaced by Bob") && hc_drain_decide(1, 1, 0, state, reason) == HC_ACT_FOREIGN &&
-               hc_drain_decide(0, 1, 1, state, reason) == HC_ACT_NONE,
+    int rc;
+    hc_node_state ns = parsed(SHOW_HEAD "State=IDLE+DRAIN" SHOW_TAIL
+                              " Reason=tessera-hc: sgemm 1.0<10.0 GFLOP/s [root@2024-05-01T10:00:00]\n", &rc);
+    tap_ok(rc == 0 && !strcmp(ns.state, "IDLE+DRAIN") && ns.has_reason &&
+               !strcmp(ns.reason, "tessera-hc: sgemm 1.0<10.0 GFLOP/s"),
+           "scontrol -o show node: state '%s', reason '%s' (user@time dropped)", ns.state, ns.reason);
+    tap_ok(hc_drain_decide(0, 1, 1, &ns) == HC_ACT_RESUME, "healthy + own reason + drained -> resume");
+    tap_ok(hc_drain_decide(1, 1, 1, &ns) == HC_ACT_DRAIN, "unhealthy + own reason -> drain (reason refreshed)");
+    tap_ok(hc_drain_decide(0, 1, 0, &ns) == HC_ACT_NONE, "healthy without --resume-own -> nothing");
+    ns = parsed(SHOW_HEAD "State=IDLE+DRAIN" SHOW_TAIL " Reason=disk replaced by Bob [bob@2024-05-01T09:00:00] "
+                "Comment=rack 4\n", &rc);
+    tap_ok(rc == 0 && !strcmp(ns.reason, "disk replaced by Bob") && hc_drain_decide(1, 1, 0, &ns) == HC_ACT_FOREIGN &&
+               hc_drain_decide(0, 1, 1, &ns) == HC_ACT_NONE,
            "someone else's reason: never overwritten, never resumed");
-    hc_parse_show_node("NodeName=n03 State=IDLE ThreadsPerCore=1\n", state, sizeof state, reason, sizeof reason);
-    tap_ok(reason[0] == '\0' && hc_drain_decide(1, 1, 0, state, reason) == HC_ACT_DRAIN &&
-               hc_drain_decide(1, 0, 1, state, reason) == HC_ACT_NONE,
-           "no reason: an unhealthy node is drained with --drain only");
-    hc_parse_show_node("NodeName=n04 State=IDLE\n   Reason=tessera-hc: old [root@x]\n", state, sizeof state,
-                       reason, sizeof reason);
-    tap_ok(hc_drain_decide(0, 1, 1, state, reason) == HC_ACT_NONE, "own reason but not drained: no resume");
+    ns = parsed(SHOW_HEAD "State=IDLE" SHOW_TAIL "\n", &rc);
+    tap_ok(rc == 0 && !ns.has_reason && hc_drain_decide(1, 1, 0, &ns) == HC_ACT_DRAIN &&
+               hc_drain_decide(1, 0, 1, &ns) == HC_ACT_NONE,
+           "no Reason= field: an unhealthy node is drained with --drain only");
+    ns = parsed(SHOW_HEAD "State=IDLE" SHOW_TAIL " Reason=tessera-hc: old [root@2024-05-01T09:00:00]\n", &rc);
+    tap_ok(rc == 0 && hc_drain_decide(0, 1, 1, &ns) == HC_ACT_NONE, "own reason but not drained: no resume");
+
+    /* the probe's fooling cases: each is a human's reason, so --drain leaves it and --resume-own
+     * never resumes */
+    static const char *const human[] = {
+        SHOW_HEAD "State=IDLE+DRAIN" SHOW_TAIL " Reason=fan noise; was Reason=tessera-hc: sgemm 1<2 GFLOP/s "
+                  "[bob@2024-05-01T09:00:00]\n",
+        SHOW_HEAD "State=IDLE+DRAIN" SHOW_TAIL " Reason=cable [bob@2024-05-01T09:00:00] "
+                  "Comment=see Reason=tessera-hc: x\n",
+        SHOW_HEAD "State=IDLE+DRAIN" SHOW_TAIL " Reason=none [bob@2024-05-01T09:00:00]\n",
+        SHOW_HEAD "State=IDLE+DRAIN" SHOW_TAIL " Reason=(null) [bob@2024-05-01T09:00:00]\n",
+        SHOW_HEAD "State=IDLE+DRAIN" SHOW_TAIL " Reason=None\n",
+        SHOW_HEAD "State=IDLE+DRAIN" SHOW_TAIL " Reason=see State=IDLE Reason=tessera-hc: y [bob@2024-05-01T09:00:00]\n",
+    };
+    int fooled = 0;
+    for (size_t i = 0; i < sizeof human / sizeof *human; i++) {
+        ns = parsed(human[i], &rc);
+        if (rc || !ns.has_reason || strcmp(ns.state, "IDLE+DRAIN") || hc_drain_decide(1, 1, 0, &ns) != HC_ACT_FOREIGN ||
+            hc_drain_decide(0, 0, 1, &ns) != HC_ACT_NONE) {
+            fooled++;
+            tap_diag("fooled by case %zu: rc %d state '%s' has_reason %d reason '%s'", i, rc, ns.state,
+                     ns.has_reason, ns.reason);
+        }
+    }
+    tap_ok(fooled == 0, "a reason quoting \"Reason=tessera-hc:\", a Comment that does, \"none\", \"(null)\": "
+                        "all human reasons (%d fooled)", fooled);
+    /* no reason, but a Comment (free text after it) that looks like one of ours */
+    ns = parsed(SHOW_HEAD "State=IDLE+DRAIN" SHOW_TAIL " Comment=x Reason=tessera-hc: old\n", &rc);
+    tap_ok(rc == 0 && !ns.has_reason && hc_drain_decide(0, 0, 1, &ns) == HC_ACT_NONE,
+           "a Comment containing Reason=tessera-hc: is not a reason: no resume");
+    /* what the parser refuses: nothing is decided on text it does not know */
+    int refused = 0;
+    static const char *const bad[] = {
+        "State=IDLE Reason=x\n",                                  /* no NodeName= */
+        "NodeName=n1 Arch=x86_64\n",                              /* no State= */
+        "NodeName=n1 State=IDLE\nNodeName=n2 State=IDLE\n",       /* two records */
+        "NodeName=n1 State=IDLE\n   Reason=tessera-hc: x\n",      /* the multi-line format */
+        "NodeName=n1 State=IDLE garbage Reason=tessera-hc: x\n",  /* not Key=Value before Reason= */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        if (hc_parse_show_node(bad[i], &ns) == -1) refused++;
+        else tap_diag("not refused: %s", bad[i]);
+    }
+    tap_ok(refused == (int)(sizeof bad / sizeof *bad), "%d of %zu malformed node records refused", refused,
+           sizeof bad / sizeof *bad);
+    ns = parsed("NodeName=n1 State=MIXED+DRAINING Reason=tessera-hc: x [root@2024-05-01T09:00:00]\n", &rc);
+    hc_node_state ns2 = parsed("NodeName=n1 State=IDLE+NOT_RESPONDING Reason=tessera-hc: x [root@t]\n", &rc);
+    tap_ok(hc_drain_decide(0, 0, 1, &ns) == HC_ACT_RESUME && hc_drain_decide(0, 0, 1, &ns2) == HC_ACT_NONE,
+           "drained means a DRAIN, DRAINED or DRAINING word of State=");
 }
 
 static void test_config(void) {
@@ -411,7 +475,7 @@ static void test_gpu_config(void) {
 
 int main(void) {
     if (!mkdtemp(tmpdir)) return 2;
-    tap_plan(58);
+    tap_plan(62);
     test_judge();
     test_sanitize();
     test_drain_decide();

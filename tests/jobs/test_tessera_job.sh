@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# tessera-job with hostile values, no Slurm needed: every shipped template is filled with values
+# holding spaces, quotes, ;, $(), backticks, newlines and @KEY@ text, then the generated script's
+# shell part is executed with recording stand-ins for the external programs it calls (srun,
+# tessera-train, tessera, tessera-healthcheck, module): the program's argv must equal the values
+# byte for byte and no planted command may run. #SBATCH values that sbatch cannot take are refused
+# with exit 1 naming the key; ACCOUNT and PARTITION, when not given, leave no #SBATCH line.
+# shellcheck source=../lib.sh
+source "$(dirname "$0")/../lib.sh"
+tsr_tmpdir
+tap_plan 14
+J=$TSR_ROOT/jobs/tessera-job
+
+# stand-ins: srun writes its argv, NUL-terminated, to $TMP/argv and exits 0
+BIN=$TMP/bin
+mkdir -p "$BIN" "$TMP/root/share/tessera/jobs/lib"
+ln -s "$TSR_ROOT/jobs/lib/tessera-job.sh" "$TMP/root/share/tessera/jobs/lib/tessera-job.sh"
+printf '#!/bin/sh\nprintf "%%s\\0" "$@" >"$ARGV_OUT"\nexit 0\n' >"$BIN/srun"
+printf '#!/bin/sh\necho "tessera-train 0.0-stub"\n' >"$BIN/tessera-train"
+printf '#!/bin/sh\nexit 0\n' >"$BIN/tessera"
+printf '#!/bin/sh\nexit 0\n' >"$BIN/tessera-healthcheck"
+chmod +x "$BIN"/*
+
+# the hostile values: each one plants a command that would create a file under $TMP/pwned
+P=$TMP/pwned
+v_run="/scratch/my run; touch $P-semi \$(touch $P-subst) \`touch $P-tick\` 'single' \"double\" &"
+v_cfg="$TMP/cfg dir/it's
+touch $P-newline
+@RUN_DIR@ \\ \$HOME ~ *"
+v_init="-x \${PATH} %s \\n	tab|pipe>redir<in #hash"
+v_ckpt=$'trailing newline\n'
+# shellcheck disable=SC2088 # a literal ~, quoted on purpose
+v_out="~/out.json"
+base=(NODES=2 TASKS_PER_NODE=4 GPUS_PER_NODE=0 CPUS_PER_TASK=1 WALLTIME=0:10:00)
+
+# run_job NAME: execute $TMP/NAME.sbatch as sbatch would start it (bash, in a job), argv to
+# $TMP/NAME.argv; returns the script's exit status
+run_job() {
+    (cd "$TMP" && env -i PATH="$BIN:/usr/bin:/bin" HOME="$TMP" TESSERA_ROOT="$TMP/root" \
+        SLURM_JOB_ID=7 TSR_PREFLIGHT=off ARGV_OUT="$TMP/$1.argv" BASH_FUNC_module%%="() { :; }" \
+        bash "$TMP/$1.sbatch" >"$TMP/$1.out" 2>&1)
+}
+# argv_is NAME ARG...: the recorded argv equals ARG... exactly
+argv_is() {
+    local name=$1 got=()
+    shift
+    [[ -f $TMP/$name.argv ]] || { tap_diag "$name: srun never ran: $(tail -3 "$TMP/$name.out")"; return 1; }
+    mapfile -d '' -t got <"$TMP/$name.argv"
+    if [[ ${#got[@]} != "$#" ]]; then tap_diag "$name: ${#got[@]} args, expected $#: $(printf '[%q] ' "${got[@]}")"; return 1; fi
+    local i=0 a
+    for a in "$@"; do
+        [[ ${got[i]} == "$a" ]] || { tap_diag "$name: arg $i is $(printf %q "${got[i]}"), expected $(printf %q "$a")"; return 1; }
+        i=$((i + 1))
+    done
+}
+no_pwned() { ! compgen -G "$P*" >/dev/null || { tap_diag "planted commands ran: $(ls "$P"*)"; return 1; }; }
+# checks NAME: bash -n and (when installed) shellcheck on the generated script
+syntax_ok() {
+    bash -n "$TMP/$1.sbatch" || return 1
+    # SC2088: a value with a leading ~ is the literal the user quoted, not a forgotten $HOME
+    if command -v shellcheck >/dev/null; then shellcheck -S warning -e SC2088 -x "$TMP/$1.sbatch" || return 1; fi
+}
+
+# each template, hostile values, the shell part executed
+"$J" pretrain "${base[@]}" RUN_DIR="$v_run" CONFIG="$v_cfg" >"$TMP/pretrain.sbatch" && syntax_ok pretrain &&
+    run_job pretrain && argv_is pretrain --mpi=pmix --kill-on-bad-exit=1 tessera-train --config "$v_cfg" \
+    --set "run_dir=$v_run" --set threads=0 && no_pwned
+tap_check $? "pretrain: RUN_DIR and CONFIG with ; \$() backticks quotes newline @KEY@ reach tessera-train byte for byte, nothing planted runs"
+"$J" finetune "${base[@]}" RUN_DIR="$v_cfg" CONFIG="$v_run" INIT_FROM="$v_init" >"$TMP/finetune.sbatch" &&
+    syntax_ok finetune && run_job finetune && argv_is finetune --mpi=pmix --kill-on-bad-exit=1 tessera-train \
+    --config "$v_run" --init-from "$v_init" --set "run_dir=$v_cfg" --set threads=0 && no_pwned
+tap_check $? "finetune: RUN_DIR, CONFIG, INIT_FROM (leading -, \${}, tab, |, >, #) byte for byte"
+"$J" eval "${base[@]}" CKPT="$v_ckpt" CONFIG="$v_cfg" OUT="$v_out" >"$TMP/eval.sbatch" && syntax_ok eval &&
+    run_job eval && argv_is eval --mpi=pmix --kill-on-bad-exit=1 tessera eval --config "$v_cfg" --ckpt "$v_ckpt" \
+    --out "$v_out" --set threads=0 && no_pwned
+tap_check $? "eval: a trailing newline and a leading ~ are kept as they are"
+"$J" healthcheck NODES=2 GPUS_PER_NODE=0 WALLTIME=5 DRAIN= REPORT="$v_run" >"$TMP/hc.sbatch" && syntax_ok hc &&
+    run_job hc && argv_is hc --mpi=pmix tessera-healthcheck --full --json "$v_run" && no_pwned
+tap_check $? "healthcheck: DRAIN empty adds no argument; REPORT byte for byte"
+"$J" healthcheck NODES=2 GPUS_PER_NODE=0 WALLTIME=5 DRAIN=--drain REPORT=r.json >"$TMP/hc2.sbatch" &&
+    run_job hc2 && argv_is hc2 --mpi=pmix tessera-healthcheck --full --json r.json --drain
+tap_check $? "healthcheck: DRAIN=--drain is passed as one argument"
+"$J" healthcheck NODES=2 GPUS_PER_NODE=0 WALLTIME=5 DRAIN="--drain; touch $P-drain" REPORT=r.json >"$TMP/hc3.sbatch"
+run_job hc3
+rc=$?
+((rc == 2)) && [[ ! -f $TMP/hc3.argv ]] && grep -q 'DRAIN=.*expected --drain or nothing' "$TMP/hc3.out" && no_pwned
+tap_check $? "healthcheck: any other DRAIN stops the script (exit $rc) before srun"
+
+# #SBATCH values sbatch cannot take: exit 1 naming the key, nothing printed
+bad=("JOB_NAME=a
+#SBATCH --uid=0" "JOB_NAME=my job" "JOB_NAME=x/y" "ACCOUNT=a b" "PARTITION=p;q" "NODES=0" "NODES=2#x"
+     "TASKS_PER_NODE=-1" "CPUS_PER_TASK=1.5" "GPUS_PER_NODE=4 --exclusive" "WALLTIME=1:00:00 --wrap=id"
+     "WALLTIME=1:99:00" "WALLTIME=" "STOP_SECONDS=70000" "STOP_SECONDS=0" "NODES=")
+refused=0
+for kv in "${bad[@]}"; do
+    k=${kv%%=*}
+    out=$("$J" pretrain "${base[@]}" RUN_DIR=r CONFIG=c "$kv" 2>"$TMP/err")
+    rc=$?
+    if ((rc == 1)) && [[ -z $out ]] && grep -q "$k" "$TMP/err"; then refused=$((refused + 1))
+    else tap_diag "not refused (exit $rc): $(printf %q "$kv"): $(head -c 300 "$TMP/err")"; fi
+done
+((refused == ${#bad[@]}))
+tap_check $? "$refused of ${#bad[@]} invalid #SBATCH values refused with exit 1 naming the key, nothing printed"
+good=0
+for kv in JOB_NAME=run-1.a_b+c NODES=2-4 GPUS_PER_NODE=a100:4 WALLTIME=90 WALLTIME=30:00 WALLTIME=1-0 \
+    WALLTIME=2-12:30 WALLTIME=2-12:30:00 PARTITION=gpu,gpu-long ACCOUNT=proj_42 STOP_SECONDS=600; do
+    v=${kv#*=}
+    out=$("$J" pretrain "${base[@]}" RUN_DIR=r CONFIG=c "$kv" 2>"$TMP/err") &&
+        [[ $out == *"=$v "* || $out == *"@$v "* ]] && good=$((good + 1)) || tap_diag "refused: $kv: $(cat "$TMP/err")"
+done
+((good == 11))
+tap_check $? "valid #SBATCH values are taken as they are ($good of 11: ranges, TYPE:COUNT, Slurm's time formats, comma lists)"
+
+out=$("$J" pretrain "${base[@]}" RUN_DIR=r CONFIG=c)
+rc=$?
+want=$(($(grep -c '^#SBATCH' "$TSR_ROOT/jobs/pretrain.sbatch") - 2))
+((rc == 0)) && ! grep -q -- '--account\|--partition' <<<"$out" && [[ $(grep -c '^#SBATCH' <<<"$out") == "$want" ]]
+tap_check $? "ACCOUNT and PARTITION not given: their #SBATCH lines are left out (exit $rc)"
+out=$("$J" eval "${base[@]}" CKPT=k CONFIG=c OUT=o ACCOUNT= PARTITION=debug)
+rc=$?
+((rc == 0)) && ! grep -q -- '--account' <<<"$out" && grep -q '^#SBATCH --partition=debug ' <<<"$out"
+tap_check $? "ACCOUNT= (empty) leaves its line out; PARTITION=debug is written"
+out=$("$J" --list pretrain)
+grep -q '^ACCOUNT  *optional' <<<"$out" && grep -q '^PARTITION  *optional' <<<"$out" &&
+    grep -q '^RUN_DIR  *required' <<<"$out" && grep -q '^NODES  *required' <<<"$out"
+tap_check $? "--list says which keys are optional"
+
+# what stays an error
+err=$("$J" pretrain ACCOUNT=a 2>&1 >/dev/null)
+rc=$?
+err2=$("$J" pretrain "${base[@]}" RUN_DIR=r CONFIG=c BOGUS=1 2>&1 >/dev/null)
+rc2=$?
+[[ $rc == 1 && $err == *"no value for CONFIG CPUS_PER_TASK"* && $rc2 == 1 && $err2 == *"no placeholder @BOGUS@"* ]]
+tap_check $? "missing values and unknown keys: exit 1 naming them ($err | $err2)"
+printf '#!/bin/bash\n#SBATCH --nodes=@NODES@\necho "dir: @RUN_DIR@"\n' >"$TMP/own.sbatch"
+printf '#!/bin/bash\n# run in @RUN_DIR@\nX=1\n' >"$TMP/own2.sbatch"
+err=$("$J" "$TMP/own.sbatch" NODES=1 RUN_DIR=r 2>&1 >/dev/null)
+rc=$?
+err2=$("$J" "$TMP/own2.sbatch" RUN_DIR=r 2>&1 >/dev/null)
+rc2=$?
+[[ $rc == 1 && $err == *"own.sbatch:3: placeholder outside"* && $rc2 == 1 && $err2 == *"own2.sbatch:2:"* ]]
+tap_check $? "a template using a placeholder inside quotes or a comment is refused naming file:line ($err)"
+
+# the shipped templates themselves, as templates
+ok=0
+for t in "$TSR_ROOT"/jobs/*.sbatch; do bash -n "$t" && ok=$((ok + 1)); done
+((ok == 4))
+tap_check $? "the 4 shipped templates parse (bash -n) as they are"
+tap_done
