@@ -13,14 +13,11 @@
 
 #include "dist.h"
 
-static const char *log_program; /* NULL: the executable's name */
 static char log_prefix[128] = "";
 static int log_rank; /* 0 until tsr_log_set_rank says otherwise */
 static int log_muted;
 
 void tsr_log_mute(int mute) { log_muted = mute; }
-
-void tsr_log_set_program(const char *name) { log_program = name; }
 
 void tsr_log_set_rank(int rank, int world) {
     char host[64] = "?";
@@ -36,8 +33,7 @@ void tsr_log_set_rank(int rank, int world) {
 static void vreport(const char *kind, const char *fmt, va_list ap) {
     char msg[4096];
     vsnprintf(msg, sizeof msg, fmt, ap);
-    fprintf(stderr, "%s: %s%s%s\n", log_program ? log_program : program_invocation_short_name,
-            log_prefix, kind, msg);
+    fprintf(stderr, "%s: %s%s%s\n", program_invocation_short_name, log_prefix, kind, msg);
     fflush(stderr);
 }
 

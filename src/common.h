@@ -28,9 +28,8 @@ void tsr_log_set_rank(int rank, int world);
  * mute themselves around collective phases (config, opening data) where every rank meets the
  * same error, so it is printed once. */
 void tsr_log_mute(int mute);
-/* The program name that starts every message (default: the executable's name, e.g. tessera-train). */
-void tsr_log_set_program(const char *name);
-/* stderr: "PROGRAM: [rank R host] error: <msg>" (no rank in single-process runs). */
+/* stderr: "PROGRAM: [rank R host] error: <msg>" (PROGRAM: the executable's name, e.g. tessera-train;
+ * no rank in single-process runs). */
 void tsr_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void tsr_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Test-only fault injection: TSR_FAULT holds comma-separated items "kind:args" (e.g.

@@ -10,7 +10,8 @@ HC=$BUILD/tessera-healthcheck
 JOB=$TSR_ROOT/jobs/tessera-job
 
 # every help text: "NAME<TAB>COMMAND..." (subcommands from the exported table, ckpt's from its help)
-progs=("tessera-train	$TRAIN" "tessera-healthcheck	$HC" "tessera-job	$JOB" "tessera	$TOOL")
+progs=("tessera-train	$TRAIN" "tessera-healthcheck	$HC" "tessera-job	$JOB" "tessera	$TOOL"
+       "tessera tokenizer	$TOOL tokenizer" "tessera ckpt	$TOOL ckpt")
 while IFS= read -r sub; do progs+=("tessera $sub	$TOOL $sub"); done < <("$BUILD/tests/test_cli" --list)
 while read -r sub _; do progs+=("tessera ckpt $sub	$TOOL ckpt $sub"); done < <(
     "$TOOL" ckpt --help | sed -n '/^commands:/,/^$/p' | sed '1d;/^$/d')

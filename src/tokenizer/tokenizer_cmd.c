@@ -189,7 +189,8 @@ int cmd_tokenizer(int argc, char **argv) {
         "  encode   text -> token ids (space-separated decimals, one line per file)\n"
         "  decode   token ids -> text\n"
         "  train    learn a byte-level BPE tokenizer from text\n"
-        "'tessera tokenizer SUBCOMMAND --help' describes each; docs/tokenizer.md has the details.\n";
+        "'tessera tokenizer SUBCOMMAND --help' describes each; docs/tokenizer.md has the details.\n"
+        "\nexit codes: " CLI_EXITS "\n";
     if (argc < 2) {
         fputs(usage, stderr);
         return TSR_EXIT_USAGE;

@@ -103,6 +103,10 @@ static void parse_cli(cli *c, int argc, char **argv, int rank) {
         case ':':
             tsr_fail_all(TSR_EXIT_USAGE, "option %s needs a value (see --help)", argv[optind - 1]);
         default:
+            for (int i = 0; i < N_OPTIONS; i++) /* a letter --plan lost (docs/cli.md) */
+                if (optopt > 0 && options[i].opt.val == CLI_NO_SHORT(optopt))
+                    tsr_fail_all(TSR_EXIT_USAGE, "unknown option '-%c' (it has no short form: use --%s)",
+                                 optopt, options[i].opt.name);
             tsr_fail_all(TSR_EXIT_USAGE, "unknown option '%s' (see --help)", argv[optind - 1]);
         }
     }
