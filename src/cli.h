@@ -27,7 +27,7 @@ typedef struct cli_cmd {
     const char *exits;                     /* the "exit codes:" help line; NULL: CLI_EXITS */
 } cli_cmd;
 
-/* The exit codes of tessera's subcommands (README.md "Exit codes"). */
+/* The exit codes of tessera's subcommands (docs/cli.md "Exit codes"). */
 #define CLI_EXITS "0 ok, 1 usage or config error, 2 data, checkpoint or I/O error, 3 internal error"
 
 #define CLI_MAX_OPTS 31
