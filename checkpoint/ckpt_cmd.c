@@ -20,6 +20,7 @@
 
 #include "ckpt_h5.h"
 #include "ckpt_model.h"
+#include "cli.h"
 #include "common.h"
 #include "data/data.h"
 #include "hf/hf.h"
@@ -170,12 +171,7 @@ static void report_free(file_report *r) {
 
 /* ================================ option tables ================================ */
 
-typedef struct sub_opt {
-    const char *name;
-    int short_name;
-    const char *arg; /* NULL: a flag */
-    const char *help;
-} sub_opt;
+typedef cli_opt sub_opt; /* cli.h's option row: one letter, one meaning (docs/cli.md) */
 
 #define MAX_SUB_OPTS 4
 typedef struct sub_args {
@@ -198,7 +194,7 @@ enum { EXPORT_FORMAT = 0, EXPORT_DTYPE, EXPORT_TOKENIZER, EXPORT_OPT_COUNT };
 static const sub_opt export_opts[] = {
     [EXPORT_FORMAT] = {"format", 'f', "FMT", "required: hf (a transformers directory: "
                        "model.safetensors + config.json + tokenizer files)"},
-    [EXPORT_DTYPE] = {"dtype", 'd', "DTYPE", "fp32 (default, exact) or bf16 (rounded to nearest even)"},
+    [EXPORT_DTYPE] = {"dtype", CLI_NO_SHORT('d'), "DTYPE", "fp32 (default, exact) or bf16 (rounded to nearest even)"},
     [EXPORT_TOKENIZER] = {"tokenizer", 't', "SPEC", "gpt2, a directory with encoder.json + vocab.bpe, "
                           "or none (default: the checkpoint's data.tokenizer)"},
 };
@@ -229,10 +225,7 @@ static const sub_spec subs[] = {
 #define N_SUBS ((int)(sizeof subs / sizeof subs[0]))
 
 static void help_opt(FILE *f, const sub_opt *o) {
-    char left[64];
-    snprintf(left, sizeof left, "-%c, --%s%s%s", o->short_name, o->name, o->arg ? " " : "",
-             o->arg ? o->arg : "");
-    fprintf(f, "  %-26s %s\n", left, o->help);
+    cli_help_line(f, o->short_name, o->name, o->arg, o->help);
 }
 
 static void help_sub(FILE *f, const sub_spec *s) {
@@ -240,6 +233,7 @@ static void help_sub(FILE *f, const sub_spec *s) {
             s->summary);
     for (int k = 0; k < s->n_opts; k++) help_opt(f, &s->opts[k]);
     for (int k = 0; k < N_COMMON_OPTS; k++) help_opt(f, &common_opts[k]);
+    fprintf(f, "\nexit codes: %s\n", CLI_EXITS);
 }
 
 static void help_all(FILE *f) {
@@ -251,7 +245,7 @@ static void help_all(FILE *f) {
         snprintf(left, sizeof left, "%s %s", subs[k].name, subs[k].operands);
         fprintf(f, "  %-22s %s\n", left, subs[k].summary);
     }
-    fprintf(f, "\n'tessera ckpt COMMAND --help' for a command's options.\n");
+    fprintf(f, "\n'tessera ckpt COMMAND --help' for a command's options.\nexit codes: %s\n", CLI_EXITS);
 }
 
 /* ================================ subcommands ================================ */
@@ -414,6 +408,7 @@ int cmd_ckpt(int argc, char **argv) {
     for (int k = 0; k < s->n_opts; k++, n++) {
         lo[n] = (struct option){s->opts[k].name, s->opts[k].arg ? required_argument : no_argument,
                                 NULL, s->opts[k].short_name};
+        if (s->opts[k].short_name >= 0x100) continue; /* long-only (cli.h) */
         *sp++ = (char)s->opts[k].short_name;
         if (s->opts[k].arg) *sp++ = ':';
     }

@@ -1,6 +1,6 @@
 /* tessera-healthcheck — is this node fit to train? One MPI rank per node; each gathers facts
  * (measurements) once, judges them against thresholds from healthcheck.cfg, and rank 0 prints one
- * verdict line per check and node. Exit 0 healthy, 1 unhealthy, 2 could not run.
+ * verdict line per check and node. Exit 0 healthy, 1 unhealthy or usage error, 2 could not run.
  * Phases: parse options -> GPU or CPU checks -> identify node -> load thresholds -> gather ->
  * judge -> report -> drain.
  */
@@ -45,16 +45,16 @@ typedef struct hc_gpu_ctx { /* the GPU mode's state on this rank */
 } hc_gpu_ctx;
 
 static const cli_opt opts[] = {
-    {"quick", 'q', NULL, "quick mode (default): a short fp32 + fp64 GEMM burn (GPU: NVML state and a bf16 "
+    {"quick", CLI_NO_SHORT('q'), NULL, "quick mode (default): a short fp32 + fp64 GEMM burn (GPU: NVML state and a bf16 "
                          "+ fp32 burn), for prologs"},
-    {"full", 'f', NULL, "full mode: longer burn, memory bandwidth, all-reduce in the node (GPU) and "
+    {"full", CLI_NO_SHORT('f'), NULL, "full mode: longer burn, memory bandwidth, all-reduce in the node (GPU) and "
                         "between node pairs"},
     {"config", 'c', "FILE", "thresholds (default: $TESSERA_HC_CONFIG, else the installed healthcheck.cfg)"},
-    {"json", 'j', "FILE", "also write a JSON report of every node to FILE (rank 0)"},
+    {"json", CLI_NO_SHORT('j'), "FILE", "also write a JSON report of every node to FILE (rank 0)"},
     {"drain", 'd', NULL, "as root: drain this node if unhealthy (reason \"tessera-hc: ...\")"},
-    {"resume-own", 'r', NULL, "as root: resume this node if healthy and drained by tessera-hc"},
+    {"resume-own", CLI_NO_SHORT('r'), NULL, "as root: resume this node if healthy and drained by tessera-hc"},
     {"burn", 'b', "SECONDS", "GEMM burn time (fp32 + fp64, GPU: bf16 + fp32, together) instead of the config's"},
-    {"threads", 't', "N", "BLAS/OpenMP threads per rank (default: cores / ranks on the node)"},
+    {"threads", 'j', "N", "BLAS/OpenMP threads per rank (default: cores / ranks on the node)"},
     {"gpu", 'g', "MODE", "auto (default): GPU checks where " HC_GPU_LIB_NAME " finds a GPU; on: GPU "
                          "checks or exit 2; off: CPU checks"},
     {"gpu-lib", 'l', "FILE", "the GPU gather library (default: $TESSERA_HC_GPU_LIB, else "
@@ -64,17 +64,17 @@ static const cli_opt opts[] = {
 };
 static const cli_cmd cmd = {"tessera-healthcheck", "",
                             "tessera-healthcheck: node health verdicts, one line per check: NODE CHECK "
-                            "OK|FAIL ACTUAL EXPECTED UNIT.\nExit 0 healthy, 1 unhealthy, 2 could not run. "
-                            "Docs: tessera-healthcheck(8), docs/healthcheck.md.",
-                            opts, (int)(sizeof opts / sizeof opts[0])};
+                            "OK|FAIL ACTUAL EXPECTED UNIT.\nDocs: tessera-healthcheck(8), docs/healthcheck.md.",
+                            opts, (int)(sizeof opts / sizeof opts[0]),
+                            "0 healthy, 1 unhealthy or usage error, 2 could not run"};
 
 static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
     hc_opts *o = ctx;
     int64_t v;
     switch (ch) {
-    case 'q':
-    case 'f': {
-        hc_mode m = ch == 'q' ? HC_MODE_QUICK : HC_MODE_FULL;
+    case CLI_NO_SHORT('q'):
+    case CLI_NO_SHORT('f'): {
+        hc_mode m = ch == CLI_NO_SHORT('q') ? HC_MODE_QUICK : HC_MODE_FULL;
         if (o->mode_set && o->mode != m) return cli_usage_error(c, "--quick and --full exclude each other", NULL);
         o->mode = m, o->mode_set = 1;
         return 0;
@@ -88,11 +88,11 @@ static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
             return 0;
         }
         return cli_usage_error(c, "--gpu: expected auto, on or off, got ", val);
-    case 'j': o->json = val; return 0;
+    case CLI_NO_SHORT('j'): o->json = val; return 0;
     case 'd': o->drain = 1; return 0;
-    case 'r': o->resume_own = 1; return 0;
+    case CLI_NO_SHORT('r'): o->resume_own = 1; return 0;
     case 'V': o->version = 1; return 0;
-    case 't':
+    case 'j':
         if (cli_number(c, ch, val, 1, 4096, &v)) return TSR_EXIT_USAGE;
         o->threads = (int)v;
         return 0;
@@ -220,7 +220,7 @@ int main(int argc, char **argv) {
     if (rc == 0 && optind < argc) rc = cli_usage_error(&cmd, "unexpected operand: ", argv[optind]);
     tsr_log_mute(0);
     if (rc == -1) tsr_exit(0);
-    if (rc) tsr_exit(HC_EXIT_CANNOT_RUN);
+    if (rc) tsr_exit(rc); /* a usage error: 1, as in every tessera program */
     if (o.version) {
         if (d.rank == 0) printf("tessera-healthcheck %s\n", TSR_VERSION);
         tsr_exit(0);

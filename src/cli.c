@@ -13,21 +13,36 @@ static const char *typed(const cli_cmd *c, char *buf, size_t n) {
     return buf;
 }
 
+/* A program of its own names itself in the error prefix (tsr_error); a subcommand names itself
+ * after it: "tessera: error: prep: ...". */
+static const char *own_name(const cli_cmd *c) {
+    return strncmp(c->name, "tessera-", 8) == 0 ? "" : c->name;
+}
+
+static int has_short(int short_name) { return short_name > 0 && short_name < 0x100; }
+
+void cli_help_line(FILE *f, int short_name, const char *name, const char *arg, const char *help) {
+    char left[64];
+    snprintf(left, sizeof left, "%c%c%c --%s%s%s", has_short(short_name) ? '-' : ' ',
+             has_short(short_name) ? short_name : ' ', has_short(short_name) ? ',' : ' ', name,
+             arg ? " " : "", arg ? arg : "");
+    fprintf(f, "  %-26s %s\n", left, help);
+}
+
 void cli_help(FILE *f, const cli_cmd *c) {
     char t[96];
     fprintf(f, "usage: %s [options]%s%s\n%s\n\noptions:\n", typed(c, t, sizeof t),
             c->operands[0] ? " " : "", c->operands, c->summary);
-    for (int k = 0; k < c->n_opts; k++) {
-        char left[64];
-        snprintf(left, sizeof left, "-%c, --%s%s%s", c->opts[k].short_name, c->opts[k].name,
-                 c->opts[k].arg ? " " : "", c->opts[k].arg ? c->opts[k].arg : "");
-        fprintf(f, "  %-26s %s\n", left, c->opts[k].help);
-    }
+    for (int k = 0; k < c->n_opts; k++)
+        cli_help_line(f, c->opts[k].short_name, c->opts[k].name, c->opts[k].arg, c->opts[k].help);
+    fprintf(f, "\nexit codes: %s\n", c->exits ? c->exits : CLI_EXITS);
 }
 
 int cli_usage_error(const cli_cmd *c, const char *msg, const char *detail) {
     char t[96];
-    tsr_error("%s: %s%s (see '%s --help')", c->name, msg, detail ? detail : "", typed(c, t, sizeof t));
+    const char *own = own_name(c);
+    tsr_error("%s%s%s%s (see '%s --help')", own, own[0] ? ": " : "", msg, detail ? detail : "",
+              typed(c, t, sizeof t));
     return TSR_EXIT_USAGE;
 }
 
@@ -40,8 +55,10 @@ const char *cli_opt_name(const cli_cmd *c, int short_name) {
 int cli_number(const cli_cmd *c, int ch, const char *val, int64_t lo, int64_t hi, int64_t *out) {
     if (tsr_parse_i64(val, lo, hi, out) == 0) return 0;
     char t[96];
-    tsr_error("%s: --%s '%s': expected an integer in [%lld, %lld] (see '%s --help')", c->name,
-              cli_opt_name(c, ch), val, (long long)lo, (long long)hi, typed(c, t, sizeof t));
+    const char *own = own_name(c);
+    tsr_error("%s%s--%s '%s': expected an integer in [%lld, %lld] (see '%s --help')", own,
+              own[0] ? ": " : "", cli_opt_name(c, ch), val, (long long)lo, (long long)hi,
+              typed(c, t, sizeof t));
     return TSR_EXIT_USAGE;
 }
 
@@ -51,8 +68,12 @@ int cli_parse(const cli_cmd *c, int argc, char **argv, cli_opt_fn on_opt, void *
     if (c->n_opts > CLI_MAX_OPTS) return cli_usage_error(c, "internal: too many options", NULL);
     *s++ = ':'; /* report a missing argument as ':' */
     for (int k = 0; k < c->n_opts; k++) {
+        for (int j = 0; j < k; j++)
+            if (c->opts[j].short_name == c->opts[k].short_name)
+                return cli_usage_error(c, "internal: two options with one key: --", c->opts[k].name);
         lo[k] = (struct option){c->opts[k].name, c->opts[k].arg ? required_argument : no_argument,
                                 NULL, c->opts[k].short_name};
+        if (!has_short(c->opts[k].short_name)) continue;
         *s++ = (char)c->opts[k].short_name;
         if (c->opts[k].arg) *s++ = ':';
     }
@@ -67,8 +88,11 @@ int cli_parse(const cli_cmd *c, int argc, char **argv, cli_opt_fn on_opt, void *
             return -1;
         }
         if (ch == ':' || ch == '?') {
-            char bad[128];
+            char bad[192];
+            const char *was = optopt > 0 && optopt < 0x100 ? cli_opt_name(c, CLI_NO_SHORT(optopt)) : "?";
             if (ch == ':') snprintf(bad, sizeof bad, "--%s", cli_opt_name(c, optopt));
+            else if (strcmp(was, "?") != 0) /* a letter this command's option lost (docs/cli.md) */
+                snprintf(bad, sizeof bad, "-%c (it has no short form here: use --%s)", optopt, was);
             else if (optopt) snprintf(bad, sizeof bad, "-%c", optopt);
             else snprintf(bad, sizeof bad, "%.120s", argv[optind - 1]);
             return cli_usage_error(c, ch == ':' ? "option needs a value: " : "unknown option: ", bad);

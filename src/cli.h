@@ -1,15 +1,21 @@
 /* cli.h — the `tessera` subcommands' option tables: one table per command drives getopt_long and
  * the generated --help, so help and parser cannot drift apart (STYLE.md "Build and CLI").
- * Usage errors read "NAME: MESSAGE (see 'tessera NAME --help')" and return TSR_EXIT_USAGE. */
+ * Usage errors read "PROGRAM: error: NAME: MESSAGE (see 'tessera NAME --help')" and return
+ * TSR_EXIT_USAGE. One meaning per option letter across every program: docs/cli.md. */
 #ifndef TSR_CLI_H
 #define TSR_CLI_H
 
 #include <stdint.h>
 #include <stdio.h>
 
+/* An option with no short letter (docs/cli.md gives each letter one meaning across all programs):
+ * short_name CLI_NO_SHORT('s') is a getopt_long value >= 256 that on_opt tells apart by, while
+ * "-s" stays free for the letter's one meaning. */
+#define CLI_NO_SHORT(c) (0x100 | (c))
+
 typedef struct cli_opt {
     const char *name;  /* long name */
-    int short_name;
+    int short_name;    /* its letter, or CLI_NO_SHORT(c): long-only; the value on_opt receives */
     const char *arg;   /* placeholder of the argument; NULL for a flag */
     const char *help;
 } cli_opt;
@@ -18,11 +24,18 @@ typedef struct cli_cmd {
     const char *name, *operands, *summary; /* name as typed after `tessera`, e.g. "tokenizer encode" */
     const cli_opt *opts;
     int n_opts;                            /* at most CLI_MAX_OPTS */
+    const char *exits;                     /* the "exit codes:" help line; NULL: CLI_EXITS */
 } cli_cmd;
+
+/* The exit codes of tessera's subcommands (docs/cli.md "Exit codes"). */
+#define CLI_EXITS "0 ok, 1 usage or config error, 2 data, checkpoint or I/O error, 3 internal error"
 
 #define CLI_MAX_OPTS 31
 
 void cli_help(FILE *f, const cli_cmd *c);
+/* One option line of a --help: "  -s, --set KEY=VALUE   help" or "      --plan RANKS   help" for a
+ * long-only option; every program's help prints its options with it. */
+void cli_help_line(FILE *f, int short_name, const char *name, const char *arg, const char *help);
 int cli_usage_error(const cli_cmd *c, const char *msg, const char *detail);
 /* The long name of the option with this short name ("?" if none). */
 const char *cli_opt_name(const cli_cmd *c, int short_name);

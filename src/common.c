@@ -33,7 +33,7 @@ void tsr_log_set_rank(int rank, int world) {
 static void vreport(const char *kind, const char *fmt, va_list ap) {
     char msg[4096];
     vsnprintf(msg, sizeof msg, fmt, ap);
-    fprintf(stderr, "%s%s%s\n", log_prefix, kind, msg);
+    fprintf(stderr, "%s: %s%s%s\n", program_invocation_short_name, log_prefix, kind, msg);
     fflush(stderr);
 }
 
@@ -43,6 +43,20 @@ void tsr_error(const char *fmt, ...) {
     va_start(ap, fmt);
     vreport("error: ", fmt, ap);
     va_end(ap);
+}
+
+static void report(const char *kind, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void report(const char *kind, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vreport(kind, fmt, ap);
+    va_end(ap);
+}
+
+void tsr_trace(const char *file, int line, const char *call) {
+    const char *d = getenv("TSR_DEBUG");
+    if (log_muted || !d || strcmp(d, "1") != 0) return;
+    report("debug: ", "from %s:%d: %s", file, line, call);
 }
 
 void tsr_warn(const char *fmt, ...) {

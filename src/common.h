@@ -2,8 +2,9 @@
  *
  * Errors come in two tiers (STYLE.md): library code returns a status (0 = ok, else an exit code
  * below) after printing what went wrong with tsr_error(); programs turn a status into an exit with
- * tsr_fail(). Messages say actual vs expected with units and a hint, go to stderr, and are prefixed
- * with "[rank R host]" once the rank is known.
+ * tsr_fail(). Messages say actual vs expected with units and a hint, go to stderr, and start with
+ * the program's name, then "[rank R host]" once the rank is known in a multi-rank run, then the
+ * kind: "tessera-train: [rank 1 node7] error: ..." (docs/cli.md "Error messages").
  */
 #ifndef TSR_COMMON_H
 #define TSR_COMMON_H
@@ -27,7 +28,8 @@ void tsr_log_set_rank(int rank, int world);
  * mute themselves around collective phases (config, opening data) where every rank meets the
  * same error, so it is printed once. */
 void tsr_log_mute(int mute);
-/* stderr: "[rank R host] error: <msg>" (no prefix in single-process runs). */
+/* stderr: "PROGRAM: [rank R host] error: <msg>" (PROGRAM: the executable's name, e.g. tessera-train;
+ * no rank in single-process runs). */
 void tsr_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void tsr_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Test-only fault injection: TSR_FAULT holds comma-separated items "kind:args" (e.g.
@@ -51,12 +53,16 @@ void *tsr_realloc_(void *p, size_t n, const char *file, int line);
 #define tsr_calloc(n, s) tsr_calloc_((n), (s), __FILE__, __LINE__)
 #define tsr_realloc(p, n) tsr_realloc_((p), (n), __FILE__, __LINE__)
 
-/* Relay a nonzero status from a library call, noting where it was relayed from. */
+/* With TSR_DEBUG=1 in the environment: "PROGRAM: debug: from FILE:LINE: CALL", the internal
+ * location a status was relayed from; users see only the error itself. */
+void tsr_trace(const char *file, int line, const char *call);
+
+/* Relay a nonzero status from a library call, noting where it was relayed from (TSR_DEBUG=1). */
 #define TSR_CHECK(call)                                                                  \
     do {                                                                                 \
         int tsr_check_rc_ = (call);                                                      \
         if (tsr_check_rc_ != 0) {                                                        \
-            tsr_error("  from %s:%d: %s", __FILE__, __LINE__, #call);                  \
+            tsr_trace(__FILE__, __LINE__, #call);                                        \
             return tsr_check_rc_;                                                        \
         }                                                                                \
     } while (0)

@@ -1,9 +1,11 @@
 /* tessera — the user's tool: one subcommand per job, dispatched from a table. */
+#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "blas_env.h"
 #include "../checkpoint/ckpt_cmd.h"
+#include "cli_commands.h"
 #include "common.h"
 #include "config/config.h"
 #include "data/data_cmd.h"
@@ -17,12 +19,15 @@
 #define TSR_VERSION "unknown"
 #endif
 
+static int config_doc_on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
+    (void)ch, (void)val, (void)ctx;
+    return cli_usage_error(c, "internal: unhandled option", NULL);
+}
+
 static int cmd_config_doc(int argc, char **argv) {
-    (void)argv;
-    if (argc != 1) {
-        tsr_error("usage: tessera config-doc  (writes docs/config.md to stdout)");
-        return TSR_EXIT_USAGE;
-    }
+    int rc = cli_parse(&config_doc_cli, argc, argv, config_doc_on_opt, NULL);
+    if (rc) return rc < 0 ? 0 : rc; /* -1: --help was printed */
+    if (optind < argc) return cli_usage_error(&config_doc_cli, "unexpected operand: ", argv[optind]);
     config_doc_markdown(stdout);
     return 0;
 }
@@ -48,6 +53,8 @@ static void usage(FILE *f) {
     fprintf(f, "usage: tessera COMMAND [ARGS]   (tessera COMMAND --help for its options)\n\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\nexit codes: %s\noption letters: one meaning in every tessera program (docs/cli.md)\n",
+            CLI_EXITS);
 }
 
 int main(int argc, char **argv) {

@@ -137,8 +137,8 @@ tap_check $? "--plan 64/8 under hsdp: groups of the 8 ranks of a node, 8 replica
         --set data.val= --set eval_interval=0ba >"$TMP/big.txt" 2>&1; (($? == 1)); } &&
     grep -q "6649024512 parameters over 2 ranks: 3324512256 per rank exceed MPI's int counts" "$TMP/big.txt" &&
     "$TRAIN" --config "$TSR_ROOT/configs/mpt-7b.cfg" --plan 2 >"$TMP/big2.txt" 2>&1 &&
-    grep -q "^warning: .*3324512256 per rank exceed" "$TMP/big2.txt" && grep -q "^memory per rank" "$TMP/big2.txt" &&
-    "$TRAIN" --config "$TSR_ROOT/configs/mpt-7b.cfg" --plan 1 >"$TMP/big1.txt" 2>&1 && ! grep -q "^warning" "$TMP/big1.txt"
+    grep -q "^tessera-train: warning: .*3324512256 per rank exceed" "$TMP/big2.txt" && grep -q "^memory per rank" "$TMP/big2.txt" &&
+    "$TRAIN" --config "$TSR_ROOT/configs/mpt-7b.cfg" --plan 1 >"$TMP/big1.txt" 2>&1 && ! grep -q "^tessera-train: warning" "$TMP/big1.txt"
 tap_check $? "mpt-7b under ddp on 2 ranks: exit 1 before allocating, 3.3e9 floats per rank past MPI's int counts; --plan 2 warns and prints the plan, --plan 1 does not warn"
 "$TRAIN" --config "$TSR_ROOT/configs/mpt-7b.cfg" --plan 6/4 >"$TMP/pbad.txt" 2>&1
 rc=$?

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_commands.h"
 #include "common.h"
 #include "fsutil.h"
 #include "data/data.h"
@@ -28,17 +29,17 @@
 
 static const cli_opt shard_opts[] = {
     {"out", 'o', "DIR", "dataset directory to create (must not exist)"},
-    {"vocab", 'v', "V", "vocabulary size: every token id must be < V (1..2^31)"},
+    {"vocab", CLI_NO_SHORT('v'), "V", "vocabulary size: every token id must be < V (1..2^31)"},
     {"mask", 'm', NULL, "tokens carry a loss mask: write each as ID:1 (a target) or ID:0 (not)"},
-    {"shard-tokens", 's', "N", "tokens per shard file (default 134217728)"},
+    {"shard-tokens", CLI_NO_SHORT('s'), "N", "tokens per shard file (default 134217728)"},
     {"quiet", 'q', NULL, "print nothing on success"},
     {"help", 'h', NULL, "show this help"},
 };
-static const cli_cmd shard_spec = {
+const cli_cmd shard_cli = {
     "shard", "FILE...",
     "Writes token ids from text FILEs (whitespace-separated decimal ids; '-' reads stdin)\n"
     "into a tessera dataset directory.",
-    shard_opts, (int)(sizeof shard_opts / sizeof shard_opts[0]),
+    shard_opts, (int)(sizeof shard_opts / sizeof shard_opts[0]), NULL,
 };
 
 typedef struct shard_args {
@@ -51,9 +52,9 @@ static int shard_on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
     shard_args *a = ctx;
     switch (ch) {
     case 'o': a->out = val; return 0;
-    case 'v': return cli_number(c, ch, val, 1, INT64_C(1) << 31, &a->vocab);
+    case CLI_NO_SHORT('v'): return cli_number(c, ch, val, 1, INT64_C(1) << 31, &a->vocab);
     case 'm': a->mask = 1; return 0;
-    case 's': return cli_number(c, ch, val, 1, INT64_C(1) << 60, &a->shard_tokens);
+    case CLI_NO_SHORT('s'): return cli_number(c, ch, val, 1, INT64_C(1) << 60, &a->shard_tokens);
     case 'q': a->quiet = 1; return 0;
     default: return cli_usage_error(c, "unhandled option", NULL);
     }
@@ -181,11 +182,11 @@ static int shard_read_file(tok_parser *p, const char *path) {
 
 int cmd_shard(int argc, char **argv) {
     shard_args a = {.shard_tokens = (int64_t)DEFAULT_SHARD_TOKENS};
-    int rc = cli_parse(&shard_spec, argc, argv, shard_on_opt, &a);
+    int rc = cli_parse(&shard_cli, argc, argv, shard_on_opt, &a);
     if (rc) return rc < 0 ? 0 : rc;
-    if (!a.out) return cli_usage_error(&shard_spec, "--out DIR is required", NULL);
-    if (!a.vocab) return cli_usage_error(&shard_spec, "--vocab V is required", NULL);
-    if (optind >= argc) return cli_usage_error(&shard_spec, "no input FILE given", NULL);
+    if (!a.out) return cli_usage_error(&shard_cli, "--out DIR is required", NULL);
+    if (!a.vocab) return cli_usage_error(&shard_cli, "--vocab V is required", NULL);
+    if (optind >= argc) return cli_usage_error(&shard_cli, "no input FILE given", NULL);
     tok_parser *p = tsr_calloc(1, sizeof *p);
     p->with_mask = a.mask;
     p->vocab = (uint32_t)a.vocab;
@@ -321,20 +322,20 @@ static int synth_split(synth_state *s, const char *dir, uint64_t stream, uint64_
 
 static const cli_opt synth_opts[] = {
     {"out", 'o', "DIR", "directory to create, holding the datasets DIR/train and DIR/val"},
-    {"vocab", 'v', "V", "vocabulary size, 2..1048576; id V-1 ends a document (default 512)"},
-    {"tokens", 'n', "N", "training tokens (default 2000000)"},
+    {"vocab", CLI_NO_SHORT('v'), "V", "vocabulary size, 2..1048576; id V-1 ends a document (default 512)"},
+    {"tokens", CLI_NO_SHORT('n'), "N", "training tokens (default 2000000)"},
     {"val-tokens", 'e', "N", "validation tokens, 0 = no DIR/val (default N/10)"},
     {"seed", 'S', "SEED", "random seed; same arguments give byte-identical output (default 1)"},
-    {"shard-tokens", 's', "N", "tokens per shard file (default 134217728)"},
+    {"shard-tokens", CLI_NO_SHORT('s'), "N", "tokens per shard file (default 134217728)"},
     {"quiet", 'q', NULL, "print nothing on success"},
     {"help", 'h', NULL, "show this help"},
 };
-static const cli_cmd synth_spec = {
+const cli_cmd synth_cli = {
     "synth", "",
     "Writes a deterministic synthetic corpus: documents from a seeded order-2 Markov chain,\n"
     "with a known entropy (the loss a perfect model reaches), for demos and tests. Train and\n"
     "val follow the same chain with independent random streams.",
-    synth_opts, (int)(sizeof synth_opts / sizeof synth_opts[0]),
+    synth_opts, (int)(sizeof synth_opts / sizeof synth_opts[0]), NULL,
 };
 
 typedef struct synth_args {
@@ -347,11 +348,11 @@ static int synth_on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
     synth_args *a = ctx;
     switch (ch) {
     case 'o': a->out = val; return 0;
-    case 'v': return cli_number(c, ch, val, 2, 1 << 20, &a->vocab);
-    case 'n': return cli_number(c, ch, val, 1, INT64_C(1) << 40, &a->tokens);
+    case CLI_NO_SHORT('v'): return cli_number(c, ch, val, 2, 1 << 20, &a->vocab);
+    case CLI_NO_SHORT('n'): return cli_number(c, ch, val, 1, INT64_C(1) << 40, &a->tokens);
     case 'e': return cli_number(c, ch, val, 0, INT64_C(1) << 40, &a->val_tokens);
     case 'S': return cli_number(c, ch, val, 0, INT64_MAX, &a->seed);
-    case 's': return cli_number(c, ch, val, 1, INT64_C(1) << 60, &a->shard_tokens);
+    case CLI_NO_SHORT('s'): return cli_number(c, ch, val, 1, INT64_C(1) << 60, &a->shard_tokens);
     case 'q': a->quiet = 1; return 0;
     default: return cli_usage_error(c, "unhandled option", NULL);
     }
@@ -397,10 +398,10 @@ static int synth_write(const synth_args *a, synth_state *s, double *train_nll,
 int cmd_synth(int argc, char **argv) {
     synth_args a = {.vocab = 512, .tokens = 2000000, .val_tokens = -1, .seed = 1,
                     .shard_tokens = (int64_t)DEFAULT_SHARD_TOKENS};
-    int rc = cli_parse(&synth_spec, argc, argv, synth_on_opt, &a);
+    int rc = cli_parse(&synth_cli, argc, argv, synth_on_opt, &a);
     if (rc) return rc < 0 ? 0 : rc;
-    if (!a.out) return cli_usage_error(&synth_spec, "--out DIR is required", NULL);
-    if (optind < argc) return cli_usage_error(&synth_spec, "unexpected operand: ", argv[optind]);
+    if (!a.out) return cli_usage_error(&synth_cli, "--out DIR is required", NULL);
+    if (optind < argc) return cli_usage_error(&synth_cli, "unexpected operand: ", argv[optind]);
     if (a.val_tokens < 0) a.val_tokens = a.tokens / 10;
     synth_state s;
     synth_init(&s, (uint32_t)a.vocab, (uint64_t)a.seed);
@@ -426,10 +427,10 @@ static const cli_opt verify_opts[] = {
     {"seq-len", 'T', "T", "also report the number of samples of length T (default 1024)"},
     {"help", 'h', NULL, "show this help"},
 };
-static const cli_cmd verify_spec = {
+const cli_cmd verify_data_cli = {
     "verify-data", "DIR",
     "Checks a dataset: index, every shard header, payload checksums, token ids < vocab.",
-    verify_opts, (int)(sizeof verify_opts / sizeof verify_opts[0]),
+    verify_opts, (int)(sizeof verify_opts / sizeof verify_opts[0]), NULL,
 };
 
 static int verify_on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
@@ -439,9 +440,9 @@ static int verify_on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
 
 int cmd_verify_data(int argc, char **argv) {
     int64_t T = 1024;
-    int rc = cli_parse(&verify_spec, argc, argv, verify_on_opt, &T);
+    int rc = cli_parse(&verify_data_cli, argc, argv, verify_on_opt, &T);
     if (rc) return rc < 0 ? 0 : rc;
-    if (optind != argc - 1) return cli_usage_error(&verify_spec, "expected exactly one DIR", NULL);
+    if (optind != argc - 1) return cli_usage_error(&verify_data_cli, "expected exactly one DIR", NULL);
     const char *dir = argv[optind];
     tsr_dataset *ds;
     if (dataset_open(&ds, dir, 1)) return TSR_EXIT_DATA;

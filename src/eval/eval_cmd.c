@@ -19,6 +19,7 @@
 #include "../../checkpoint/ckpt_model.h"
 #include "blas_env.h"
 #include "cli.h"
+#include "cli_commands.h"
 #include "common.h"
 #include "data/data.h"
 #include "dist.h"
@@ -27,22 +28,22 @@
 #include "train/train_data.h"
 
 static const cli_opt eval_opts[] = {
-    {"ckpt", 'c', "PATH", "checkpoint: a step-*.h5 file, a run directory or its `latest` (required)"},
-    {"config", 'f', "FILE", "recipe with what to evaluate (data.val, icl_tasks, eval_samples); "
+    {"ckpt", 'C', "PATH", "checkpoint: a step-*.h5 file, a run directory or its `latest` (required)"},
+    {"config", 'c', "FILE", "recipe with what to evaluate (data.val, icl_tasks, eval_samples); "
                             "default: the checkpoint's own config"},
     {"set", 's', "KEY=VALUE", "override a key of that config (repeatable), e.g. threads=4"},
-    {"val", 'v', "DIR", "another validation dataset (repeatable)"},
+    {"val", CLI_NO_SHORT('v'), "DIR", "another validation dataset (repeatable)"},
     {"out", 'o', "FILE", "write the JSON report here too (temp file + rename)"},
     {"seed", 'S', "SEED", "seed of the few-shot example choice (default 1234)"},
     {"help", 'h', NULL, "show this help"},
 };
-static const cli_cmd eval_spec = {
+const cli_cmd eval_cli = {
     "eval", "",
     "Scores a checkpoint: validation loss and perplexity per dataset, accuracy per in-context-\n"
     "learning task (multiple_choice, language_modeling, schema; LLM Foundry's JSONL), and the\n"
     "average of the tasks' accuracies above their random baselines. Under mpirun/srun the work is\n"
     "split over the ranks. Exit 0 ok, 1 usage or config error, 2 checkpoint, data or task error.",
-    eval_opts, (int)(sizeof eval_opts / sizeof eval_opts[0]),
+    eval_opts, (int)(sizeof eval_opts / sizeof eval_opts[0]), NULL,
 };
 
 #define MAX_SETS 64
@@ -58,15 +59,15 @@ typedef struct eval_args {
 static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
     eval_args *a = ctx;
     switch (ch) {
-    case 'c': a->ckpt = val; return 0;
-    case 'f': a->config = val; return 0;
+    case 'C': a->ckpt = val; return 0;
+    case 'c': a->config = val; return 0;
     case 'o': a->out = val; return 0;
     case 'S': return cli_number(c, ch, val, 0, INT64_MAX, &a->seed);
     case 's':
         if (a->n_sets == MAX_SETS) return cli_usage_error(c, "too many --set options", "");
         a->sets[a->n_sets++] = val;
         return 0;
-    case 'v':
+    case CLI_NO_SHORT('v'):
         if (a->n_vals == MAX_VALS) return cli_usage_error(c, "too many --val options", "");
         a->vals[a->n_vals++] = val;
         return 0;
@@ -223,9 +224,9 @@ int cmd_eval(int argc, char **argv) {
     else dist_init_single(&d);
     tsr_log_mute(d.rank != 0); /* every rank parses the same argv: report once */
     eval_args a = {.seed = ICL_DEFAULT_SEED};
-    int rc = cli_parse(&eval_spec, argc, argv, on_opt, &a);
-    if (rc == 0 && optind < argc) rc = cli_usage_error(&eval_spec, "unexpected operand: ", argv[optind]);
-    if (rc == 0 && !a.ckpt) rc = cli_usage_error(&eval_spec, "--ckpt is required", "");
+    int rc = cli_parse(&eval_cli, argc, argv, on_opt, &a);
+    if (rc == 0 && optind < argc) rc = cli_usage_error(&eval_cli, "unexpected operand: ", argv[optind]);
+    if (rc == 0 && !a.ckpt) rc = cli_usage_error(&eval_cli, "--ckpt is required", "");
     if (rc == 0) rc = evaluate(&a, &d);
     tsr_log_mute(0);
     if (launched) dist_finalize();

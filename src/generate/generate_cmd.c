@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_commands.h"
 #include "common.h"
 #include "generate/gen_sample.h"
 #include "tokenizer/tokenizer.h"
@@ -25,28 +26,28 @@
 #define GEN_PREFILL_CHUNK 512 /* prompt positions per forward call of the cached path */
 
 static const cli_opt gen_opts[] = {
-    {"ckpt", 'c', "PATH", "checkpoint: a step-NNNNNNNN.h5 file, a run directory or its `latest` (required)"},
+    {"ckpt", 'C', "PATH", "checkpoint: a step-NNNNNNNN.h5 file, a run directory or its `latest` (required)"},
     {"prompt", 'p', "TEXT", "prompt text, encoded with the tokenizer (special tokens recognised)"},
-    {"prompt-ids", 'i', "IDS", "prompt as token ids, e.g. \"1 2 3\" (no tokenizer needed); with neither, "
+    {"prompt-ids", CLI_NO_SHORT('i'), "IDS", "prompt as token ids, e.g. \"1 2 3\" (no tokenizer needed); with neither, "
                                "the prompt is the end-of-text token"},
-    {"max-tokens", 'n', "N", "tokens to generate, 0..1000000 (default 64)"},
-    {"temperature", 't', "T", "0 = greedy (argmax); default: the checkpoint's sample.temperature"},
+    {"max-tokens", CLI_NO_SHORT('n'), "N", "tokens to generate, 0..1000000 (default 64)"},
+    {"temperature", CLI_NO_SHORT('t'), "T", "0 = greedy (argmax); default: the checkpoint's sample.temperature"},
     {"top-k", 'k', "K", "sample among the K most likely tokens, 0 = all; default: sample.top_k"},
     {"top-p", 'P', "P", "nucleus: the fewest tokens holding P of the probability, 0 < P <= 1 (default 1)"},
-    {"seed", 's', "S", "random seed of the sampling; default: the checkpoint's seed"},
-    {"no-eos-stop", 'E', NULL, "do not stop at the end-of-text token (<|endoftext|>, else id V-1)"},
+    {"seed", 'S', "S", "random seed of the sampling; default: the checkpoint's seed"},
+    {"no-eos-stop", CLI_NO_SHORT('E'), NULL, "do not stop at the end-of-text token (<|endoftext|>, else id V-1)"},
     {"no-cache", 'N', NULL, "no KV cache: rerun the whole context every token (the reference; slow)"},
-    {"tokenizer", 'T', "SPEC", "gpt2, a directory or a tokenizer file; '' = none (default: data.tokenizer)"},
-    {"set", 'S', "KEY=VALUE", "override a key of the checkpoint's config, e.g. threads=2 (repeatable)"},
+    {"tokenizer", 't', "SPEC", "gpt2, a directory or a tokenizer file; '' = none (default: data.tokenizer)"},
+    {"set", 's', "KEY=VALUE", "override a key of the checkpoint's config, e.g. threads=2 (repeatable)"},
     {"ids", 'I', NULL, "print token ids instead of text"},
     {"dump-probs", 'D', "FILE", "debug: per token, its step, id and the V next-token probabilities"},
     {"help", 'h', NULL, "show this help"},
 };
-static const cli_cmd gen_spec = {
+const cli_cmd generate_cli = {
     "generate", "",
     "Generates a completion of a prompt from a checkpoint's model (one sequence, fp32 CPU, KV cache).\n"
     "Prints the completion on stdout (text with a tokenizer, else ids); counts and tokens/s on stderr.",
-    gen_opts, (int)(sizeof gen_opts / sizeof gen_opts[0]),
+    gen_opts, (int)(sizeof gen_opts / sizeof gen_opts[0]), NULL,
 };
 
 typedef struct gen_args {
@@ -96,21 +97,21 @@ static int parse_f64(const cli_cmd *c, int ch, const char *val, double lo, doubl
 static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
     gen_args *a = ctx;
     switch (ch) {
-    case 'c': a->ckpt = val; return 0;
+    case 'C': a->ckpt = val; return 0;
     case 'p': a->prompt = val; return 0;
-    case 'i': a->prompt_ids = val; return 0;
-    case 'n': return cli_number(c, ch, val, 0, 1000000, &a->max_tokens);
-    case 't': a->has_temperature = 1; return parse_f64(c, ch, val, 0.0, 100.0, &a->temperature);
+    case CLI_NO_SHORT('i'): a->prompt_ids = val; return 0;
+    case CLI_NO_SHORT('n'): return cli_number(c, ch, val, 0, 1000000, &a->max_tokens);
+    case CLI_NO_SHORT('t'): a->has_temperature = 1; return parse_f64(c, ch, val, 0.0, 100.0, &a->temperature);
     case 'k': a->has_top_k = 1; return cli_number(c, ch, val, 0, INT32_MAX, &a->top_k);
     case 'P':
         a->has_top_p = 1;
         if (parse_f64(c, ch, val, 0.0, 1.0, &a->top_p)) return TSR_EXIT_USAGE;
         return a->top_p > 0.0 ? 0 : cli_usage_error(c, "--top-p must be > 0: ", val);
-    case 's': a->has_seed = 1; return cli_number(c, ch, val, 0, INT64_MAX, &a->seed);
-    case 'E': a->no_eos_stop = 1; return 0;
+    case 'S': a->has_seed = 1; return cli_number(c, ch, val, 0, INT64_MAX, &a->seed);
+    case CLI_NO_SHORT('E'): a->no_eos_stop = 1; return 0;
     case 'N': a->no_cache = 1; return 0;
-    case 'T': a->tokenizer = val; return 0;
-    case 'S':
+    case 't': a->tokenizer = val; return 0;
+    case 's':
         if (a->n_sets == GEN_MAX_SETS) return cli_usage_error(c, "too many --set options", NULL);
         if (!strchr(val, '=')) return cli_usage_error(c, "--set wants KEY=VALUE, got ", val);
         a->sets[a->n_sets++] = val;
@@ -125,14 +126,14 @@ static int parse_args(int argc, char **argv, gen_args *a) {
     memset(a, 0, sizeof *a);
     a->max_tokens = 64;
     a->top_p = 1.0;
-    int rc = cli_parse(&gen_spec, argc, argv, on_opt, a);
+    int rc = cli_parse(&generate_cli, argc, argv, on_opt, a);
     if (rc) return rc;
-    if (optind < argc) return cli_usage_error(&gen_spec, "unexpected operand: ", argv[optind]);
-    if (!a->ckpt) return cli_usage_error(&gen_spec, "--ckpt PATH is required", NULL);
+    if (optind < argc) return cli_usage_error(&generate_cli, "unexpected operand: ", argv[optind]);
+    if (!a->ckpt) return cli_usage_error(&generate_cli, "--ckpt PATH is required", NULL);
     if (a->prompt && a->prompt_ids)
-        return cli_usage_error(&gen_spec, "--prompt and --prompt-ids exclude each other", NULL);
+        return cli_usage_error(&generate_cli, "--prompt and --prompt-ids exclude each other", NULL);
     if (a->has_temperature && a->temperature == 0.0 && (a->has_top_k || a->has_top_p))
-        return cli_usage_error(&gen_spec, "--top-k and --top-p have no effect with --temperature 0 "
+        return cli_usage_error(&generate_cli, "--top-k and --top-p have no effect with --temperature 0 "
                                           "(greedy): leave them out", NULL);
     return 0;
 }
@@ -172,7 +173,7 @@ static int parse_ids(const char *s, int32_t **ids, int *n) {
         long long v = strtoll(p, &end, 10);
         if (end == p || errno || v < 0 || v > INT32_MAX ||
             !(*end == '\0' || *end == ' ' || *end == '\t' || *end == '\n' || *end == ','))
-            return cli_usage_error(&gen_spec, "--prompt-ids: expected non-negative integers "
+            return cli_usage_error(&generate_cli, "--prompt-ids: expected non-negative integers "
                                               "separated by spaces or commas, at: ", p);
         if (*n == cap) {
             cap = cap ? 2 * cap : 64;

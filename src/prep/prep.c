@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_commands.h"
 #include "common.h"
 #include "fsutil.h"
 #include "data/data.h"
@@ -51,16 +52,16 @@ static const cli_opt prep_opts[] = {
     {"tokenizer", 't', "SPEC", "gpt2, a directory with encoder.json + vocab.bpe, or a tessera "
                                "tokenizer file (default gpt2)"},
     {"format", 'f', "FMT", "auto|text|jsonl|sft|chat (default auto: by extension and first line)"},
-    {"val-fraction", 'v', "F", "fraction of documents for DIR/val, 0..1; 0 = no val (default 0.01)"},
+    {"val-fraction", CLI_NO_SHORT('v'), "F", "fraction of documents for DIR/val, 0..1; 0 = no val (default 0.01)"},
     {"seed", 'S', "SEED", "seed of the train/val split (default 1)"},
-    {"bos", 'b', NULL, "put <|endoftext|> before each document too"},
+    {"bos", CLI_NO_SHORT('b'), NULL, "put <|endoftext|> before each document too"},
     {"no-eos", 'E', NULL, "do not put <|endoftext|> after each document"},
-    {"target-prompts", 'P', NULL, "sft/chat: every token is a target (mask 1), prompts too"},
+    {"target-prompts", CLI_NO_SHORT('P'), NULL, "sft/chat: every token is a target (mask 1), prompts too"},
     {"strict", 'x', NULL, "stop at the first bad JSONL line (exit 2, nothing written)"},
-    {"doc-sep", 'd', "SEP", "text files: split documents at SEP (escapes \\n \\t \\r \\\\), "
+    {"doc-sep", CLI_NO_SHORT('d'), "SEP", "text files: split documents at SEP (escapes \\n \\t \\r \\\\), "
                             "e.g. '\\n\\n'; default: one file = one document"},
-    {"shard-tokens", 's', "N", "tokens per shard file (default 134217728)"},
-    {"pack", 'p', "T", "sft/chat: whole examples in each sample of seq_len T, padded (mask 0); "
+    {"shard-tokens", CLI_NO_SHORT('s'), "N", "tokens per shard file (default 134217728)"},
+    {"pack", CLI_NO_SHORT('p'), "T", "sft/chat: whole examples in each sample of seq_len T, padded (mask 0); "
                        "train with seq_len = T"},
     {"threads", 'j', "N", "tokenizer threads (default: OpenMP's, i.e. the cores)"},
     {"quiet", 'q', NULL, "no progress and no summary"},
@@ -73,10 +74,10 @@ static const char *const prep_summary =
     "{\"prompt\",\"response\"} or {\"messages\":[{\"role\",\"content\"}]}) into the datasets\n"
     "DIR/train and DIR/val (docs/prep.md). Exit 0 ok, 1 usage error, 2 data or I/O error.";
 
-static const cli_cmd prep_cmd = {"prep", "INPUT...", prep_summary, prep_opts, N_OPTS};
+const cli_cmd prep_cli = {"prep", "INPUT...", prep_summary, prep_opts, N_OPTS, NULL};
 
 static int usage_error(const char *msg, const char *detail) {
-    return cli_usage_error(&prep_cmd, msg, detail);
+    return cli_usage_error(&prep_cli, msg, detail);
 }
 
 typedef struct prep_args {
@@ -90,7 +91,7 @@ typedef struct prep_args {
 } prep_args;
 
 static int opt_int(int ch, const char *val, int64_t lo, int64_t hi, int64_t *out) {
-    return cli_number(&prep_cmd, ch, val, lo, hi, out);
+    return cli_number(&prep_cli, ch, val, lo, hi, out);
 }
 
 /* --doc-sep with the escapes \n \t \r \\ decoded. */
@@ -128,17 +129,17 @@ static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
                 return 0;
             }
         return usage_error("--format: expected auto, text, jsonl, sft or chat, found ", val);
-    case 'v':
+    case CLI_NO_SHORT('v'):
         if (tsr_parse_f64(val, 0.0, 1.0, &a->val_fraction) == 0) return 0;
         return usage_error("--val-fraction: expected a number in [0, 1], found ", val);
     case 'S': return opt_int(ch, val, 0, INT64_MAX, &a->seed);
-    case 'b': a->bos = 1; return 0;
+    case CLI_NO_SHORT('b'): a->bos = 1; return 0;
     case 'E': a->no_eos = 1; return 0;
-    case 'P': a->target_prompts = 1; return 0;
+    case CLI_NO_SHORT('P'): a->target_prompts = 1; return 0;
     case 'x': a->strict = 1; return 0;
-    case 'd': return parse_sep(a, val);
-    case 's': return opt_int(ch, val, 1, INT64_C(1) << 60, &a->shard_tokens);
-    case 'p': return opt_int(ch, val, PACK_MIN_T, PACK_MAX_T, &a->pack);
+    case CLI_NO_SHORT('d'): return parse_sep(a, val);
+    case CLI_NO_SHORT('s'): return opt_int(ch, val, 1, INT64_C(1) << 60, &a->shard_tokens);
+    case CLI_NO_SHORT('p'): return opt_int(ch, val, PACK_MIN_T, PACK_MAX_T, &a->pack);
     case 'j': return opt_int(ch, val, 1, 1024, &a->threads);
     case 'q': a->quiet = 1; return 0;
     default: return usage_error("unhandled option", NULL);
@@ -147,7 +148,7 @@ static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
 
 /* Returns 0, -1 after --help, or an exit status. */
 static int parse_args(prep_args *a, int argc, char **argv) {
-    int rc = cli_parse(&prep_cmd, argc, argv, on_opt, a);
+    int rc = cli_parse(&prep_cli, argc, argv, on_opt, a);
     if (rc) return rc;
     if (!a->out) return usage_error("--out DIR is required", NULL);
     if (optind >= argc) return usage_error("no INPUT given", NULL);

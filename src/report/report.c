@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_commands.h"
 #include "common.h"
 #include "fsutil.h"
 #include "report/runlog.h"
@@ -28,12 +29,12 @@ static const cli_opt report_opts[] = {
     {"out", 'o', "DIR", "where the PNGs, plots.gp and summary.txt go (default RUN_DIR/report)"},
     {"help", 'h', NULL, "show this help"},
 };
-static const cli_cmd report_spec = {
+const cli_cmd report_cli = {
     "report", "RUN_DIR",
     "Reads RUN_DIR/metrics.jsonl; writes loss.png, throughput.png and mfu.png (drawn by gnuplot)\n"
     "and summary.txt into DIR, and prints the summary. Exit 2: metrics.jsonl missing or not\n"
     "JSON, or gnuplot missing or failing (the summary is still written).",
-    report_opts, (int)(sizeof report_opts / sizeof report_opts[0]),
+    report_opts, (int)(sizeof report_opts / sizeof report_opts[0]), NULL,
 };
 
 static int report_on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
@@ -250,11 +251,11 @@ static int run_gnuplot(const char *script, const char *out) {
 
 int cmd_report(int argc, char **argv) {
     const char *out = NULL;
-    int rc = cli_parse(&report_spec, argc, argv, report_on_opt, &out);
+    int rc = cli_parse(&report_cli, argc, argv, report_on_opt, &out);
     if (rc) return rc < 0 ? 0 : rc;
-    if (optind >= argc) return cli_usage_error(&report_spec, "no RUN_DIR given", NULL);
+    if (optind >= argc) return cli_usage_error(&report_cli, "no RUN_DIR given", NULL);
     if (optind + 1 < argc)
-        return cli_usage_error(&report_spec, "unexpected operand: ", argv[optind + 1]);
+        return cli_usage_error(&report_cli, "unexpected operand: ", argv[optind + 1]);
     const char *run_dir = argv[optind];
     char metrics[1100], out_buf[1100], summary[1200], script[1200];
     struct stat sb;
@@ -265,13 +266,13 @@ int cmd_report(int argc, char **argv) {
     }
     if (!out) {
         if (tsr_snprintf(out_buf, sizeof out_buf, "%s/report", run_dir))
-            return cli_usage_error(&report_spec, "RUN_DIR too long: ", run_dir);
+            return cli_usage_error(&report_cli, "RUN_DIR too long: ", run_dir);
         out = out_buf;
     }
     if (tsr_snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", run_dir) ||
         tsr_snprintf(summary, sizeof summary, "%s/summary.txt", out) ||
         tsr_snprintf(script, sizeof script, "%s/plots.gp", out))
-        return cli_usage_error(&report_spec, "path too long: ", strlen(out) > 1000 ? out : run_dir);
+        return cli_usage_error(&report_cli, "path too long: ", strlen(out) > 1000 ? out : run_dir);
     runlog rl;
     if ((rc = runlog_read(&rl, metrics))) return rc;
     if (rl.n_train == 0) {

@@ -13,27 +13,28 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_commands.h"
 #include "common.h"
 #include "tokenizer/tokenizer.h"
 
 static const cli_opt encode_opts[] = {
     {"tokenizer", 't', "SPEC", "gpt2 (default), a directory with encoder.json + vocab.bpe, or a tessera tokenizer file"},
-    {"special", 's', NULL, "recognise special tokens such as <|endoftext|> in the text"},
+    {"special", CLI_NO_SHORT('s'), NULL, "recognise special tokens such as <|endoftext|> in the text"},
     {"help", 'h', NULL, "show this help"},
 };
-static const cli_cmd encode_spec = {
+const cli_cmd tokenizer_encode_cli = {
     "tokenizer encode", "FILE...|-",
     "Prints the token ids of each FILE ('-' = stdin) as one line of space-separated decimals.",
-    encode_opts, (int)(sizeof encode_opts / sizeof encode_opts[0]),
+    encode_opts, (int)(sizeof encode_opts / sizeof encode_opts[0]), NULL,
 };
 static const cli_opt decode_opts[] = {
     {"tokenizer", 't', "SPEC", "gpt2 (default), a directory with encoder.json + vocab.bpe, or a tessera tokenizer file"},
     {"help", 'h', NULL, "show this help"},
 };
-static const cli_cmd decode_spec = {
+const cli_cmd tokenizer_decode_cli = {
     "tokenizer decode", "FILE...|-",
     "Reads whitespace-separated token ids from each FILE ('-' = stdin) and writes their bytes.",
-    decode_opts, (int)(sizeof decode_opts / sizeof decode_opts[0]),
+    decode_opts, (int)(sizeof decode_opts / sizeof decode_opts[0]), NULL,
 };
 
 typedef struct tok_args {
@@ -45,7 +46,7 @@ static int tok_on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
     tok_args *a = ctx;
     (void)c;
     if (ch == 't') a->spec = val;
-    if (ch == 's') a->special = 1;
+    if (ch == CLI_NO_SHORT('s')) a->special = 1;
     return 0;
 }
 
@@ -166,7 +167,7 @@ static int run_decode(const tsr_tokenizer *tok, const char *path) {
 }
 
 static int run_sub(int argc, char **argv, int decode) {
-    const cli_cmd *c = decode ? &decode_spec : &encode_spec;
+    const cli_cmd *c = decode ? &tokenizer_decode_cli : &tokenizer_encode_cli;
     tok_args a = {"gpt2", 0};
     int rc = cmd_parse(c, argc, argv, &a);
     if (rc) return rc < 0 ? 0 : rc;
@@ -188,7 +189,8 @@ int cmd_tokenizer(int argc, char **argv) {
         "  encode   text -> token ids (space-separated decimals, one line per file)\n"
         "  decode   token ids -> text\n"
         "  train    learn a byte-level BPE tokenizer from text\n"
-        "'tessera tokenizer SUBCOMMAND --help' describes each; docs/tokenizer.md has the details.\n";
+        "'tessera tokenizer SUBCOMMAND --help' describes each; docs/tokenizer.md has the details.\n"
+        "\nexit codes: " CLI_EXITS "\n";
     if (argc < 2) {
         fputs(usage, stderr);
         return TSR_EXIT_USAGE;

@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "cli_commands.h"
 #include "common.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_cmd.h"
@@ -49,35 +50,35 @@ typedef struct train_args {
 } train_args;
 
 static const cli_opt train_opts[] = {
-    {"vocab-size", 'v', "N", "vocabulary size: 256 bytes + merges + special tokens (required)"},
+    {"vocab-size", CLI_NO_SHORT('v'), "N", "vocabulary size: 256 bytes + merges + special tokens (required)"},
     {"out", 'o', "FILE", "tokenizer file to write (tessera format, docs/tokenizer.md) (required)"},
-    {"min-frequency", 'f', "K", "merge only pairs seen at least K times (default 2)"},
-    {"special", 's', "TEXT", "a special token, e.g. '<|endoftext|>' (repeatable; last ids)"},
-    {"max-memory", 'm', "MB", "bound on the piece table: rare pieces are pruned (default 1024)"},
+    {"min-frequency", CLI_NO_SHORT('f'), "K", "merge only pairs seen at least K times (default 2)"},
+    {"special", CLI_NO_SHORT('s'), "TEXT", "a special token, e.g. '<|endoftext|>' (repeatable; last ids)"},
+    {"max-memory", CLI_NO_SHORT('m'), "MB", "bound on the piece table: rare pieces are pruned (default 1024)"},
     {"quiet", 'q', NULL, "print only warnings and errors"},
     {"help", 'h', NULL, "show this help"},
 };
-static const cli_cmd train_cmd = {
+const cli_cmd tokenizer_train_cli = {
     "tokenizer train", "INPUT...",
     "Learns a byte-level BPE tokenizer (GPT-2's scheme) from text; --vocab-size and --out are\n"
     "required. INPUT: a text file, a directory (its files, recursively, in sorted order; names\n"
     "starting with '.' are skipped), or '-' for stdin.",
-    train_opts, (int)(sizeof train_opts / sizeof train_opts[0]),
+    train_opts, (int)(sizeof train_opts / sizeof train_opts[0]), NULL,
 };
 
 static int usage(const char *msg, const char *detail) {
-    return cli_usage_error(&train_cmd, msg, detail);
+    return cli_usage_error(&tokenizer_train_cli, msg, detail);
 }
 
 static int train_on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
     train_args *a = ctx;
     switch (ch) {
-    case 'v': return cli_number(c, ch, val, 257, MAX_VOCAB, &a->vocab_size);
+    case CLI_NO_SHORT('v'): return cli_number(c, ch, val, 257, MAX_VOCAB, &a->vocab_size);
     case 'o': a->out = val; return 0;
-    case 'f': return cli_number(c, ch, val, 1, INT64_MAX / 2, &a->min_freq);
-    case 'm': return cli_number(c, ch, val, 1, INT64_C(1) << 30, &a->max_memory_mb);
+    case CLI_NO_SHORT('f'): return cli_number(c, ch, val, 1, INT64_MAX / 2, &a->min_freq);
+    case CLI_NO_SHORT('m'): return cli_number(c, ch, val, 1, INT64_C(1) << 30, &a->max_memory_mb);
     case 'q': a->quiet = 1; return 0;
-    case 's':
+    case CLI_NO_SHORT('s'):
         if (!val[0]) return usage("--special: the text is empty", NULL);
         for (uint32_t k = 0; k < a->n_specials; k++)
             if (!strcmp(a->specials[k], val)) return usage("--special given twice: ", val);
@@ -92,7 +93,7 @@ static int train_on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
 static int parse_args(int argc, char **argv, train_args *a) {
     *a = (train_args){.min_freq = 2, .max_memory_mb = 1024};
     a->specials = tsr_calloc(MAX_SPECIALS, sizeof *a->specials);
-    int rc = cli_parse(&train_cmd, argc, argv, train_on_opt, a);
+    int rc = cli_parse(&tokenizer_train_cli, argc, argv, train_on_opt, a);
     if (rc) return rc;
     if (!a->vocab_size) return usage("--vocab-size N is required", NULL);
     if (!a->out) return usage("--out FILE is required", NULL);

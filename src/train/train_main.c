@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "blas_env.h"
+#include "cli.h"
 #include "common.h"
 #include "config/config.h"
 #include "dist.h"
@@ -21,7 +22,8 @@
 
 #define MAX_SETS 256
 
-/* The option table: the parser and the help text are both generated from it. */
+/* The option table: the parser and the help text are both generated from it. One meaning per
+ * letter across tessera's programs (docs/cli.md): --plan has none (-p is generate's --prompt). */
 static const struct opt_doc {
     struct option opt;
     const char *arg, *help;
@@ -31,7 +33,7 @@ static const struct opt_doc {
     {{"resume", required_argument, NULL, 'r'}, "PATH", "resume from this checkpoint: a step-*.h5, a run directory or a latest file (default: run_dir's latest valid one)"},
     {{"init-from", required_argument, NULL, 'i'}, "PATH", "start a new run from this checkpoint's weights (PATH as for --resume; ignored when run_dir has a checkpoint)"},
     {{"dry-run", no_argument, NULL, 'n'}, NULL, "validate the config, print the plan, exit"},
-    {{"plan", required_argument, NULL, 'p'}, "RANKS[/PER_NODE]", "--dry-run as if started on RANKS ranks (PER_NODE per node, default all on one: hsdp's default group); the memory plan of any recipe at any scale"},
+    {{"plan", required_argument, NULL, CLI_NO_SHORT('p')}, "RANKS[/PER_NODE]", "--dry-run as if started on RANKS ranks (PER_NODE per node, default all on one: hsdp's default group); the memory plan of any recipe at any scale"},
     {{"version", no_argument, NULL, 'V'}, NULL, "print the version and exit"},
     {{"help", no_argument, NULL, 'h'}, NULL, "this help"},
 };
@@ -40,15 +42,12 @@ static const struct opt_doc {
 static void usage(FILE *f) {
     fprintf(f, "usage: tessera-train --config FILE [--set KEY=VALUE ...] [--dry-run | --plan RANKS]\n"
                "       mpirun -np N tessera-train --config FILE ...\n\noptions:\n");
-    for (int i = 0; i < N_OPTIONS; i++) {
-        char left[64];
-        snprintf(left, sizeof left, "-%c, --%s%s%s", options[i].opt.val, options[i].opt.name,
-                 options[i].arg ? " " : "", options[i].arg ? options[i].arg : "");
-        fprintf(f, "  %-28s %s\n", left, options[i].help);
-    }
+    for (int i = 0; i < N_OPTIONS; i++)
+        cli_help_line(f, options[i].opt.val, options[i].opt.name, options[i].arg, options[i].help);
     fprintf(f, "\nexit codes: 0 finished, 1 usage/config error, 2 data or checkpoint error, 3 internal\n"
-               "error, 85 checkpoint committed after SIGUSR1/SIGTERM (requeue me)\n"
-               "config keys: docs/config.md\n");
+               "error, 85 checkpoint committed after SIGUSR1/SIGTERM (requeue me), 86 checkpoint\n"
+               "committed because the run got slow (sweep the node, then requeue)\n"
+               "config keys: docs/config.md; option letters: docs/cli.md\n");
 }
 
 typedef struct cli {
@@ -65,6 +64,7 @@ static void parse_cli(cli *c, int argc, char **argv, int rank) {
     *p++ = ':';
     for (int i = 0; i < N_OPTIONS; i++) {
         longopts[i] = options[i].opt;
+        if (options[i].opt.val >= 0x100) continue; /* long-only (cli.h) */
         *p++ = (char)options[i].opt.val;
         if (options[i].opt.has_arg == required_argument) *p++ = ':';
     }
@@ -81,7 +81,7 @@ static void parse_cli(cli *c, int argc, char **argv, int rank) {
             c->sets[c->n_sets++] = optarg;
             break;
         case 'n': c->dry_run = 1; break;
-        case 'p': {
+        case CLI_NO_SHORT('p'): {
             char end = 0;
             int k = sscanf(optarg, "%d/%d%c", &c->plan_world, &c->plan_per_node, &end);
             if (k == 1) c->plan_per_node = c->plan_world;
@@ -103,6 +103,10 @@ static void parse_cli(cli *c, int argc, char **argv, int rank) {
         case ':':
             tsr_fail_all(TSR_EXIT_USAGE, "option %s needs a value (see --help)", argv[optind - 1]);
         default:
+            for (int i = 0; i < N_OPTIONS; i++) /* a letter --plan lost (docs/cli.md) */
+                if (optopt > 0 && options[i].opt.val == CLI_NO_SHORT(optopt))
+                    tsr_fail_all(TSR_EXIT_USAGE, "unknown option '-%c' (it has no short form: use --%s)",
+                                 optopt, options[i].opt.name);
             tsr_fail_all(TSR_EXIT_USAGE, "unknown option '%s' (see --help)", argv[optind - 1]);
         }
     }

@@ -80,7 +80,7 @@ expect_rc 2 "bad.cfg:[0-9]+: devices.\[0\].membw.tolerance = 2: out of range" \
     "bad config: exit 2 naming file:line and key" "${MPIRUN[@]}" -np 2 "$HC" --config "$TMP/bad.cfg"
 expect_rc 2 "TSR_HC_FAULT: unknown fault 'melt'" "unknown fault: exit 2" \
     env TSR_HC_FAULT=melt "$HC" --config "$HC_CFG"
-expect_rc 2 "exclude each other" "--quick --full: exit 2" "$HC" --quick --full
+expect_rc 1 "exclude each other" "--quick --full: a usage error, exit 1 (docs/cli.md)" "$HC" --quick --full
 
 # drain rules, with the fake scontrol (as root only: without root --drain only says what it would do)
 # one-line records as `scontrol -o show node` prints them (fields between NodeName= and State= cut)

@@ -620,9 +620,9 @@ static void test_commands(void) {
     pjoin(c, root, "syn-c");
     FMT(line, "synth -q --out %s --tokens 100000 --shard-tokens 30000", a);
     int ra = run_cmd(cmd_synth, line);
-    FMT(line, "synth -q -o %s -n 100000 -s 30000 --seed 1 --vocab 512 --val-tokens 10000", b);
+    FMT(line, "synth -q -o %s --tokens 100000 --shard-tokens 30000 -S 1 --vocab 512 --val-tokens 10000", b);
     int rb = run_cmd(cmd_synth, line);
-    FMT(line, "synth -q -o %s -n 100000 -s 30000 --seed 2", c);
+    FMT(line, "synth -q -o %s --tokens 100000 --shard-tokens 30000 -S 2", c);
     int rc = run_cmd(cmd_synth, line);
     int same = ra == 0 && rb == 0;
     const char *names[7] = {"train/index.tsv", "train/shard-00000.bin", "train/shard-00001.bin",
@@ -694,7 +694,7 @@ static void test_commands(void) {
 
     spit(fa, "1 2 3\n4 12 5\n", 13);
     pjoin(a, root, "sh-bad");
-    FMT(line, "shard -q -v 12 -o %s %s", a, fa);
+    FMT(line, "shard -q --vocab 12 -o %s %s", a, fa);
     cap_begin();
     r = run_cmd(cmd_shard, line);
     const char *err = cap_end();
