@@ -8,8 +8,12 @@
 # Options (validated): NO_MPI=1  SANITIZE=address,undefined  WERROR=0  ARCH=native|x86-64-v3|...
 #   CUDA_HOME, MPI_HOME, HDF5_DIR, NVCC_GENCODE override what is found. NO_MPI=1: one process, no
 #   MPI; checkpoints (the same files) through serial HDF5 instead of parallel (HDF5_DIR names it).
-# Every target first runs ./INSTALL --ensure: it checks the dependencies (✓/✗), installs missing
-# ones when it can (root + apt), else says what to install and stops.
+# Every target first checks the dependencies (./INSTALL --check-build: ✓/✗, what is missing and
+# how to get it, then stops; never apt-get). `make demo`, `make check`, `make check-gpu` and
+# `make bench` (or any target with INSTALL_DEPS=1) run ./INSTALL --ensure instead, which also
+# installs what is missing when it can (root + apt-get; the npm files with npm): the two commands
+# of the README's first screen set up a fresh Debian machine. `make` and `make install` never
+# install system packages.
 
 BUILD     ?= build
 PREFIX    ?= /usr/local
@@ -29,12 +33,21 @@ DESTDIR   ?=
 MODULEDIR ?= $(PREFIX)/share/modulefiles
 MODULEDIR_TCL ?= $(PREFIX)/share/modulefiles-tcl
 MPI_MODULE  ?=
+# INSTALL_DEPS=1: install missing dependencies (./INSTALL --ensure) before building; the default
+# is 1 for the targets that need the test and demo tools, else 0 (check and stop)
+ifneq ($(filter demo check check-gpu bench,$(MAKECMDGOALS)),)
+  INSTALL_DEPS ?= 1
+endif
+INSTALL_DEPS ?= 0
 HDF5_MODULE ?=
 CUDA_MODULE ?=
 
 comma := ,
 ifeq ($(filter $(NO_MPI),0 1),)
   $(error NO_MPI=$(NO_MPI): accepted 0 or 1)
+endif
+ifeq ($(filter $(INSTALL_DEPS),0 1),)
+  $(error INSTALL_DEPS=$(INSTALL_DEPS): accepted 0 or 1)
 endif
 ifeq ($(filter $(WERROR),0 1),)
   $(error WERROR=$(WERROR): accepted 0 or 1)
@@ -168,7 +181,7 @@ all: $(PROGRAMS) $(TEST_BIN) $(HC_GPU_TARGET) $(HC_GPU_MOCK) $(CUDA_TARGETS) $(C
 
 # Order-only prerequisite of every object: runs once per make invocation.
 deps:
-	@NO_MPI=$(NO_MPI) ./INSTALL --ensure
+	@NO_MPI=$(NO_MPI) ./INSTALL $(if $(filter 1,$(INSTALL_DEPS)),--ensure,--check-build)
 	@$(MAKE) --no-print-directory announce
 
 # A separate make run, so what it prints is read after ./INSTALL may have installed things.
