@@ -147,7 +147,10 @@ int main(int argc, char **argv) {
     banner(&pd, &cfg, t.threads);
     if (!c.dry_run) {
         checkpointing_install_signals();
+        /* the checkpoint is read (and a model that differs from the config's refused) before
+         * anything is written in run_dir */
         rc = checkpointing_resume(&t, c.resume, c.init_from);
+        if (!rc) rc = trainer_open_run_dir(&t);
         if (!rc) rc = trainer_run(&t);
     }
     trainer_free(&t);
