@@ -8,6 +8,7 @@
 
 #include "common.h"
 #include "data/stage.h"
+#include "tokenizer/tokenizer.h"
 #include "train/metrics.h"
 
 static int check_dataset(const tsr_trainer *t, tsr_dataset *ds, const char *name) {
@@ -26,6 +27,19 @@ static int check_dataset(const tsr_trainer *t, tsr_dataset *ds, const char *name
     return 0;
 }
 
+/* 1 when the dataset's recorded tokenizer `made` and the run's `want` are the same one: the same
+ * name, or the same file or directory by another path ("gpt2" standing for its directory, which
+ * the start-up check found when the run names it). An unknown side ("") matches anything. */
+static int same_tokenizer(const char *made, const char *want) {
+    if (!made[0] || !want[0] || strcmp(made, want) == 0) return 1;
+    char gpt2[4096], a[4096], b[4096];
+    if (strcmp(want, "gpt2") == 0) {
+        if (tokenizer_gpt2_dir(gpt2, sizeof gpt2)) return 0;
+        want = gpt2;
+    }
+    return realpath(made, a) && realpath(want, b) && strcmp(a, b) == 0;
+}
+
 /* The dataset at config key `key` (data.train, data.val, data.streams[k].path): opened, checked
  * against the model, and its recorded tokenizer compared with data.tokenizer (a warning: the
  * tokens may still be right, e.g. the same files under another path). */
@@ -39,10 +53,7 @@ static int open_dataset(const tsr_trainer *t, tsr_dataset **ds, const char *path
         return rc;
     }
     const char *made = dataset_tokenizer(*ds), *want = c->data.tokenizer;
-    char a[4096], b[4096];
-    int same = !made[0] || !want[0] || strcmp(made, want) == 0 ||
-               (realpath(made, a) && realpath(want, b) && strcmp(a, b) == 0);
-    if (!same && t->dist.rank == 0)
+    if (!same_tokenizer(made, want) && t->dist.rank == 0)
         tsr_warn("%s = \"%s\" was made with the tokenizer \"%s\", but data.tokenizer = \"%s\": "
                  "the samples and ICL tasks will be decoded/encoded with another vocabulary than "
                  "the tokens'", key, path, made, want);

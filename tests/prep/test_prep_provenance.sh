@@ -50,8 +50,10 @@ train1 "$TMP/d2/train" "$TMP/./tok/" samepath
 tap_check $? "no warning for the same tokenizer directory by another path"
 
 train1 "$TMP/d1/train" gpt2 same
-[[ $? == 0 ]] && ! grep -q "was made with the tokenizer" "$TMP/same.txt"
-tap_check $? "no warning when both say gpt2"
+[[ $? == 0 ]] && ! grep -q "was made with the tokenizer" "$TMP/same.txt" &&
+    "$TOOL" prep --out "$TMP/d5" --tokenizer "$GPT2_DIR" --val-fraction 0 --quiet "$TMP/in/good.txt" &&
+    train1 "$TMP/d5/train" gpt2 gpt2path && ! grep -q "was made with the tokenizer" "$TMP/gpt2path.txt"
+tap_check $? "no warning when both say gpt2, nor for a dataset made with gpt2's directory trained with gpt2"
 
 make_synth "$TMP/syn"
 ! grep -q tokenizer "$TMP/syn/train/index.tsv" && train1 "$TMP/syn/train" gpt2 synth 512 &&
