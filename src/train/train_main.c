@@ -118,7 +118,7 @@ static void parse_cli(cli *c, int argc, char **argv, int rank) {
 
 /* --config NAME: a file, else (NAME without a slash) an installed recipe by name, looked for as
  * PREFIX/share/tessera/configs/NAME[.cfg] beside the program, then the checkout's configs/ beside a
- * program built in build/ (docs/training.md "Recipes by name"). Returns the path to load: arg
+ * program built in build/ (docs/training.md, "Finding GPT-2's files and recipes"). Returns the path to load: arg
  * itself when it is a file or nothing matched (config_load then says it is missing). */
 static const char *find_recipe(const char *arg, char *buf, size_t cap, int rank) {
     if (access(arg, F_OK) == 0 || strchr(arg, '/')) return arg;

@@ -228,7 +228,6 @@ int trainer_open_run_dir(tsr_trainer *t) {
     return (int)rc;
 }
 
-
 int trainer_micro_at_most(const tsr_trainer *t, int64_t at_most) {
     int64_t b = at_most < t->per_rank ? at_most : t->per_rank;
     if (b > INT_MAX) b = INT_MAX;
