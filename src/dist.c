@@ -1,9 +1,12 @@
 /* dist.c — MPI behind the dist.h interface; a world of one when built with NO_MPI. */
 #include "dist.h"
 
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -34,7 +37,28 @@ static int initialized;
         }                                                                                   \
     } while (0)
 
+/* A rank started by a launcher dies with it: when mpirun (or Open MPI's local daemon, or srun's
+ * slurmstepd) is killed outright, nothing tells the ranks, which trained on and wrote checkpoints
+ * for ~20 s until a collective failed. PR_SET_PDEATHSIG sends SIGKILL (not SIGTERM: that would ask
+ * for a checkpoint) when the parent exits. A launcher that died before the prctl is caught by
+ * comparing the parent with the one at start. A program started by hand (a singleton, nohup) has
+ * a shell for parent and keeps running without it. */
+static void die_with_launcher(void) {
+    if (!dist_launched()) return;
+    pid_t parent = getppid();
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
+        tsr_warn("prctl(PR_SET_PDEATHSIG): %s: this rank will not stop by itself if its launcher "
+                 "is killed", strerror(errno));
+        return;
+    }
+    if (parent == 1 || getppid() != parent) {
+        fprintf(stderr, "error: the launcher of this rank (pid %d) is gone: exiting\n", (int)parent);
+        _exit(TSR_EXIT_INTERNAL);
+    }
+}
+
 void dist_init(tsr_dist *d, int *argc, char ***argv) {
+    die_with_launcher();
     /* FUNNELED: OpenMP and the checkpoint I/O threads exist, but only the main thread calls MPI */
     int provided = 0;
     MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));

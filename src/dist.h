@@ -15,7 +15,8 @@ typedef struct tsr_dist {
     char host[64];
 } tsr_dist;
 
-/* Initialises MPI (if built with it) and fills d. */
+/* Initialises MPI (if built with it) and fills d. A rank started by a launcher (dist_launched)
+ * is first tied to it: the kernel SIGKILLs it when the launcher exits (PR_SET_PDEATHSIG). */
 void dist_init(tsr_dist *d, int *argc, char ***argv);
 /* A world of one without touching MPI: for a program not started by mpirun/srun (see
  * healthcheck/hc_main.c); dist_is_initialized() stays 0. The NO_MPI build's dist_init uses it. */

@@ -88,7 +88,7 @@ json_field() {
 # losses FILE: the step and eval lines of a metrics.jsonl without their timings (what a rerun with
 # the same config and seed must reproduce bit for bit); start and checkpoint lines are left out
 losses() {
-    grep -E '"(loss|val_loss)"' "$1" | grep -v '"checkpoint"' | sed -E 's/, "tokens_per_s".*//'
+    grep -E '"(loss|val_loss)"' "$1" | grep -v '"checkpoint"' | sed -E 's/, "tokens_per_s".*//; s/, "time": [0-9.]+\}$/}/'
 }
 # final_lines METRICS.jsonl: "step loss lr grad_norm" for each step, the last line logged for it (a
 # step is logged twice when a run resumes before it): what a resumed run must reproduce bit for bit

@@ -32,7 +32,7 @@ grep -E "^micro_batch auto" "$TMP/A.txt" | sed 's/^/# /'
 grep -q "8 x 32 sequences .* do not fit on 1 of 2 ranks: step 1 reruns with microbatches of 4" "$TMP/A.txt" &&
     grep -q "4 x 32 sequences .* do not fit on 1 of 2 ranks: step 1 reruns with microbatches of 2" "$TMP/A.txt" &&
     grep -q "micro_batch auto: 2 sequences per pass (4 passes per step)" "$TMP/A.txt" &&
-    grep -q '"event": "micro_batch", "step": 0, "micro_batch": 2}' "$TMP/A/metrics.jsonl" &&
+    grep -q '"event": "micro_batch", "step": 0, "micro_batch": 2, "time"' "$TMP/A/metrics.jsonl" &&
     grep -q '"micro_batch": 4, "did_not_fit": 8, "ranks_failed": 1' "$TMP/A/metrics.jsonl"
 tap_check $? "8 and 4 fail on rank 1 only, every rank halves, step 1 reruns at 2 (terminal and metrics.jsonl)"
 tap_diag "auto:  $(tail -1 "$TMP/A.loss" 2>/dev/null || final_lines "$TMP/A/metrics.jsonl" | tail -1)"

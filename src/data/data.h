@@ -30,6 +30,9 @@ uint32_t dataset_vocab_size(const tsr_dataset *ds);
 uint64_t dataset_n_tokens(const tsr_dataset *ds);
 int dataset_n_shards(const tsr_dataset *ds);
 int dataset_has_mask(const tsr_dataset *ds);
+/* The tokenizer that made the dataset, as its index records it (tessera prep's --tokenizer), or ""
+ * when the index has no `tokenizer` line (unknown: older datasets, tessera synth). */
+const char *dataset_tokenizer(const tsr_dataset *ds);
 /* Samples of length T in the whole dataset (see above). */
 uint64_t dataset_n_samples(const tsr_dataset *ds, int T);
 /* Global sample i (< dataset_n_samples): inputs (T) and targets (T); a target whose loss-mask byte
@@ -82,6 +85,9 @@ int dataset_writer_open(tsr_dataset_writer **out, const char *dir, uint32_t voca
 /* Appends n tokens (each < vocab_size) and, when the dataset has a mask, n mask bytes (0 or 1). */
 int dataset_writer_append(tsr_dataset_writer *w, const uint32_t *tokens, const uint8_t *mask,
                           size_t n);
+/* Records in the index the tokenizer that made the tokens (a name or path without whitespace,
+ * at most 1023 bytes; anything else is refused with TSR_EXIT_USAGE after tsr_error()). */
+int dataset_writer_set_tokenizer(tsr_dataset_writer *w, const char *name);
 /* Finishes the last shard, writes the index, fsyncs, renames `dir`.tmp to `dir`. Frees w. */
 int dataset_writer_close(tsr_dataset_writer *w);
 /* Removes `dir`.tmp and frees w. */

@@ -88,6 +88,7 @@ typedef struct dataset_index {
     int has_mask, n_shards;
     uint64_t n_tokens;
     index_row *rows; /* (n_shards) */
+    char tokenizer[TOKENIZER_MAX_LEN + 1]; /* the optional `tokenizer` line's value, "" without */
 } dataset_index;
 
 /* Strict unsigned decimal: digits only, no sign, no overflow. */
@@ -241,7 +242,8 @@ static int index_parse_row(const char *path, int lineno, char **f, int nf, index
 }
 
 /* Parses the index text (modified in place). Lines: magic+version, the five header keys in
- * order, n_shards shard rows, "end". Blank lines and lines starting with '#' are skipped. */
+ * order, optionally "tokenizer NAME", n_shards shard rows, "end". Blank lines and lines starting
+ * with '#' are skipped. */
 static int index_parse(const char *path, char *text, dataset_index *ix) {
     uint64_t hv[INDEX_N_KEYS];
     int stage = 0, lineno = 0, rows = 0; /* stage: 0 magic, 1..5 keys, 6 rows, 7 end seen */
@@ -284,6 +286,14 @@ static int index_parse(const char *path, char *text, dataset_index *ix) {
                 ix->rows = tsr_calloc((size_t)ix->n_shards + 1, sizeof *ix->rows);
                 if (ix->n_shards == 0) stage = 6;
             }
+        } else if (stage == 6 && rows == 0 && strcmp(f[0], "tokenizer") == 0) {
+            /* the tokenizer that made the tokens (tessera prep); absent in older datasets */
+            if (nf != 2 || ix->tokenizer[0] || strlen(f[1]) > TOKENIZER_MAX_LEN) {
+                tsr_error("%s:%d: expected one 'tokenizer <name>' line (a name without spaces, at "
+                          "most %d bytes) before the shard rows", path, lineno, TOKENIZER_MAX_LEN);
+                return TSR_EXIT_DATA;
+            }
+            snprintf(ix->tokenizer, sizeof ix->tokenizer, "%s", f[1]);
         } else if (stage == 6 && rows == ix->n_shards) {
             if (nf != 1 || strcmp(f[0], "end") != 0) {
                 tsr_error("%s:%d: expected 'end' after %d shard rows, found '%s'", path, lineno,
@@ -577,6 +587,7 @@ uint32_t dataset_vocab_size(const tsr_dataset *ds) { return ds->vocab; }
 uint64_t dataset_n_tokens(const tsr_dataset *ds) { return ds->n_tokens; }
 int dataset_n_shards(const tsr_dataset *ds) { return ds->n_shards; }
 int dataset_has_mask(const tsr_dataset *ds) { return ds->has_mask; }
+const char *dataset_tokenizer(const tsr_dataset *ds) { return ds->ix.tokenizer; }
 
 static uint64_t shard_samples(uint64_t n_tokens, int T) {
     return n_tokens ? (n_tokens - 1) / (uint64_t)T : 0;

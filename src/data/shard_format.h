@@ -16,6 +16,8 @@
 #define MAX_SHARD_TOKENS (1ull << 60)
 #define MAX_SHARDS 10000000
 #define NAME_MAX_LEN 255
+/* the longest tokenizer name an index records (its optional `tokenizer` line) */
+#define TOKENIZER_MAX_LEN 1023
 #define IO_CHUNK 65536
 
 typedef struct shard_header {

@@ -29,6 +29,7 @@ struct tsr_dataset_writer {
     uint64_t cur_n;       /* tokens in the open shard */
     uint32_t crc;         /* running payload CRC of the open shard's tokens */
     shard_rec *recs;      /* finished shards */
+    char tokenizer[TOKENIZER_MAX_LEN + 1]; /* recorded in the index when set */
     int n_recs, cap_recs;
 };
 
@@ -270,6 +271,19 @@ int dataset_writer_append(tsr_dataset_writer *w, const uint32_t *tokens, const u
     return 0;
 }
 
+int dataset_writer_set_tokenizer(tsr_dataset_writer *w, const char *name) {
+    size_t n = strlen(name);
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)name[i] <= ' ' || name[i] == 0x7f) n = SIZE_MAX;
+    if (n == 0 || n > TOKENIZER_MAX_LEN) {
+        tsr_error("tokenizer \"%.200s\": a dataset records a tokenizer name or path of 1 to %d "
+                  "bytes without spaces or control characters", name, TOKENIZER_MAX_LEN);
+        return TSR_EXIT_USAGE;
+    }
+    memcpy(w->tokenizer, name, n + 1);
+    return 0;
+}
+
 static int writer_write_index(tsr_dataset_writer *w) {
     char *ipath = data_path_join(w->tmp, INDEX_NAME);
     FILE *f = fopen(ipath, "w");
@@ -284,6 +298,7 @@ static int writer_write_index(tsr_dataset_writer *w) {
     fprintf(f, "# tessera token dataset; format: docs/data-format.md\n");
     fprintf(f, "vocab_size\t%u\ntoken_width\t%u\nhas_mask\t%d\nn_shards\t%d\nn_tokens\t%llu\n",
             w->vocab, w->width, w->with_mask, w->n_recs, (unsigned long long)total);
+    if (w->tokenizer[0]) fprintf(f, "tokenizer\t%s\n", w->tokenizer);
     fprintf(f, "# shard\tfile\tn_tokens\tpayload_crc32c\n");
     for (int k = 0; k < w->n_recs; k++)
         fprintf(f, "shard\tshard-%05d.bin\t%llu\t%08x\n", k,

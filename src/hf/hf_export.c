@@ -37,8 +37,12 @@ static int resolve_tokenizer(const char *spec, const tsr_model *m, tok_files *t)
     }
     struct stat st;
     if (!strcmp(spec, "gpt2")) {
-        const char *d = getenv("TSR_DATA_DIR");
-        snprintf(t->dir, sizeof t->dir, "%s/gpt2", d && *d ? d : "data/npm");
+        int rc = tokenizer_gpt2_dir(t->dir, sizeof t->dir);
+        if (rc) {
+            tsr_error("export: the tokenizer \"gpt2\" (above) cannot be read; give another with "
+                      "--tokenizer DIR, or export without tokenizer files: --tokenizer none");
+            return rc;
+        }
     } else if (stat(spec, &st) == 0 && !S_ISDIR(st.st_mode)) {
         snprintf(t->note, sizeof t->note, "data.tokenizer = \"%.400s\" is a tessera tokenizer file, "
                  "which transformers cannot load (GPT-2-format vocab.json + merges.txt are written "

@@ -182,6 +182,7 @@ typedef struct in_file {
     char *path;
     prep_format kind; /* FMT_TEXT, FMT_JSONL, FMT_SFT or FMT_CHAT */
     uint64_t size;
+    uint64_t invalid_utf8; /* a text file's ill-formed UTF-8 sequences, each encoded as U+FFFD */
 } in_file;
 
 typedef struct file_list {
@@ -198,6 +199,7 @@ static void add_file(file_list *l, const char *path, uint64_t size) {
         free(l->v);
         l->v = nv;
     }
+    memset(&l->v[l->n], 0, sizeof l->v[l->n]);
     l->v[l->n].path = strdup(path);
     if (!l->v[l->n].path) tsr_die(TSR_EXIT_INTERNAL, "prep: out of memory");
     l->v[l->n].kind = FMT_TEXT;
@@ -347,6 +349,7 @@ typedef struct prep_ctx {
     const prep_args *a;
     file_list files;
     tsr_tokenizer *tok;
+    char tok_name[4096]; /* what the dataset records: "gpt2", else the tokenizer's absolute path */
     prep_doc_rules rules;
     uint32_t eos, vocab;
     int with_mask, threads, tty;
@@ -461,7 +464,11 @@ static int consume_packed(prep_ctx *c, const prep_item *it, int val, const char 
 
 /* Handles one finished item in input order: report it, or append it to train or val. */
 static int consume(prep_ctx *c, const prep_item *it) {
-    const char *path = c->files.v[it->file].path;
+    in_file *f = &c->files.v[it->file];
+    const char *path = f->path;
+    /* JSON refuses invalid UTF-8 (a bad line); plain text keeps it, replaced: counted per file */
+    if (f->kind == FMT_TEXT)
+        f->invalid_utf8 += tokenizer_count_invalid_utf8((const uint8_t *)c->buf + it->off, it->len);
     if (it->status == ITEM_BAD) {
         c->bad++;
         if (c->a->strict) {
@@ -683,6 +690,23 @@ static void summary(const prep_ctx *c) {
            c->files.n == 1 ? "" : "s", dt, dt > 0 ? c->files.bytes / 1e6 / dt : 0.0, c->threads,
            c->threads == 1 ? "" : "s", (unsigned long long)c->bad, c->bad == 1 ? "" : "s",
            (unsigned long long)c->empty, c->empty == 1 ? "" : "s");
+    /* text that is not valid UTF-8 was tokenized with U+FFFD in place of each ill-formed
+     * sequence (as GPT-2's encoder reads it): say where, so a wrong encoding is noticed */
+    uint64_t files_bad = 0, total_bad = 0;
+    for (size_t k = 0; k < c->files.n; k++) {
+        const in_file *f = &c->files.v[k];
+        if (!f->invalid_utf8) continue;
+        total_bad += f->invalid_utf8;
+        if (++files_bad <= MAX_REPORTED)
+            printf("prep: %s: %llu invalid UTF-8 sequence%s replaced by U+FFFD\n", f->path,
+                   (unsigned long long)f->invalid_utf8, f->invalid_utf8 == 1 ? "" : "s");
+    }
+    if (files_bad > MAX_REPORTED)
+        printf("prep: ... and %llu more files with invalid UTF-8\n",
+               (unsigned long long)(files_bad - MAX_REPORTED));
+    printf("prep: invalid UTF-8: %llu sequence%s replaced by U+FFFD in %llu of %zu files%s\n",
+           (unsigned long long)total_bad, total_bad == 1 ? "" : "s", (unsigned long long)files_bad,
+           c->files.n, total_bad ? " (is the input in another encoding? convert it with iconv)" : "");
 }
 
 static void ctx_free(prep_ctx *c) {
@@ -705,6 +729,8 @@ static void ctx_free(prep_ctx *c) {
 static int open_tokenizer(prep_ctx *c) {
     int rc = tokenizer_open(&c->tok, c->a->tokenizer);
     if (rc) return rc;
+    if (strcmp(c->a->tokenizer, "gpt2") == 0 || !realpath(c->a->tokenizer, c->tok_name))
+        snprintf(c->tok_name, sizeof c->tok_name, "%s", c->a->tokenizer);
     c->vocab = tokenizer_vocab_size(c->tok);
     c->eos = tokenizer_special_id(c->tok, "<|endoftext|>");
     c->rules = (prep_doc_rules){c->tok, c->eos, c->a->bos, c->a->no_eos, c->a->target_prompts};
@@ -755,6 +781,12 @@ int cmd_prep(int argc, char **argv) {
     snprintf(sub, sizeof sub, "%s/val", tmp);
     if (!rc && a.val_fraction > 0)
         rc = dataset_writer_open(&c.w[1], sub, c.vocab, c.with_mask, shard_tokens);
+    /* the dataset records the tokenizer that made it (the trainer warns on another one) */
+    if (!rc && strpbrk(c.tok_name, " \t\n\r\v\f"))
+        tsr_warn("prep: tokenizer \"%s\": a path with spaces is not recorded in the dataset's "
+                 "index (the trainer then cannot warn when its data.tokenizer differs)", c.tok_name);
+    for (int k = 0; k < 2 && !rc && !strpbrk(c.tok_name, " \t\n\r\v\f"); k++)
+        if (c.w[k]) rc = dataset_writer_set_tokenizer(c.w[k], c.tok_name);
     for (int k = 0; k < 2 && !rc && a.pack; k++)
         if (c.w[k]) c.pk[k] = pack_open(c.w[k], c.eos, (uint64_t)a.pack, shard_tokens);
     c.t0 = tsr_now();

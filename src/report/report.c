@@ -166,6 +166,13 @@ static int write_script(const char *script, const char *out, const char *run, co
                "    set terminal pngcairo size 960,600 font 'sans,11'\n"
                "} else {\n    set terminal png size 960,600\n}\n"
                "set termoption noenhanced\nset grid\nset key top right\nset xlabel 'step'\n");
+    /* a restart (a process start after the first: a resume, a requeue) is a dashed vertical line
+     * at the step it started from, on every plot */
+    for (size_t i = 0; i < rl->n_restarts; i++)
+        fprintf(f, "set arrow from %lld, graph 0 to %lld, graph 1 nohead dt 2 lw 1.5 lc rgb '#7f7f7f'\n"
+                   "set label 'restart' at %lld, graph 0.97 right rotate by 90 offset -0.9,0 "
+                   "tc rgb '#7f7f7f' font ',9'\n",
+                (long long)rl->restarts[i], (long long)rl->restarts[i], (long long)rl->restarts[i]);
     size_t n_loss = datablock(f, "loss", rl->train, rl->n_train, RL_LOSS, 1);
     size_t n_val = datablock(f, "val", rl->eval, rl->n_eval, RL_VAL_LOSS, 1);
     size_t n_tput = datablock(f, "tput", rl->train, rl->n_train, RL_TOKENS_PER_S, 1);
@@ -299,6 +306,12 @@ int cmd_report(int argc, char **argv) {
         return TSR_EXIT_DATA;
     }
     write_summary(stdout, run_dir, &rl);
+    if (rl.n_restarts) { /* marked on the plots */
+        printf("restarts:   %zu, at step", rl.n_restarts);
+        for (size_t i = 0; i < rl.n_restarts; i++)
+            printf("%s %lld", i ? "," : "", (long long)rl.restarts[i]);
+        printf(" (dashed lines on the plots)\n");
+    }
     printf("summary:    %s\n", summary);
     const char *base = strrchr(run_dir, '/');
     base = base && base[1] ? base + 1 : run_dir;

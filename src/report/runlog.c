@@ -20,7 +20,7 @@ _Static_assert(sizeof field_names / sizeof field_names[0] == RL_FIELD_COUNT,
 
 const char *runlog_field_name(runlog_field f) { return field_names[f]; }
 
-enum { LINE_OTHER, LINE_STEP, LINE_EVAL };
+enum { LINE_OTHER, LINE_STEP, LINE_EVAL, LINE_START };
 
 /* One parsed line (src/prep/jsonl.c's parser): an object whose runlog_field keys are numbers or
  * null. Returns LINE_* or -1 with *why. */
@@ -35,11 +35,14 @@ static int classify(const json_value *o, runlog_point *pt, const char **why) {
         if (v->type == JSON_NUMBER) pt->v[f] = v->num, pt->has |= 1u << f;
         else if (v->type != JSON_NULL) return *why = "expected a number or null", -1;
     }
-    if (json_get(o, "event") || !(pt->has & 1u << RL_STEP)) return LINE_OTHER;
+    const json_value *ev = json_get(o, "event");
+    int start = ev && ev->type == JSON_STRING && strcmp(ev->str, "start") == 0;
+    if ((ev && !start) || !(pt->has & 1u << RL_STEP)) return LINE_OTHER;
     double sv = pt->v[RL_STEP];
     if (!(sv >= 0 && sv < 9e18) || (double)(int64_t)sv != sv)
         return *why = "\"step\" is not an integer in [0, 9e18)", -1;
     pt->step = (int64_t)sv;
+    if (start) return LINE_START; /* a process start: after the first, a restart */
     if (seen & 1u << RL_LOSS) return LINE_STEP;
     if (seen & 1u << RL_VAL_LOSS) return LINE_EVAL;
     return LINE_OTHER; /* a checkpoint line */
@@ -111,6 +114,12 @@ int runlog_read(runlog *rl, const char *path) {
         pt.line = lineno;
         if (kind == LINE_STEP) push(&rl->train, &rl->n_train, &cap_t, &pt), rl->train_lines++;
         if (kind == LINE_EVAL) push(&rl->eval, &rl->n_eval, &cap_e, &pt), rl->eval_lines++;
+        if (kind == LINE_START && rl->n_starts++ > 0) {
+            int64_t *r = realloc(rl->restarts, rl->n_starts * sizeof *r);
+            if (!r) tsr_die(TSR_EXIT_INTERNAL, "runlog: realloc(%zu restarts): out of memory", rl->n_starts);
+            rl->restarts = r;
+            rl->restarts[rl->n_restarts++] = pt.step;
+        }
     }
     if (!rc && ferror(f)) {
         tsr_error("%s: read error: %s", path, strerror(errno));
@@ -131,5 +140,6 @@ int runlog_read(runlog *rl, const char *path) {
 void runlog_free(runlog *rl) {
     free(rl->train);
     free(rl->eval);
+    free(rl->restarts);
     memset(rl, 0, sizeof *rl);
 }

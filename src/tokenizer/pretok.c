@@ -89,6 +89,21 @@ uint8_t *tsr_utf8_sanitize(const uint8_t *text, size_t n, size_t *out_n) {
     return out;
 }
 
+size_t tokenizer_count_invalid_utf8(const uint8_t *text, size_t n) {
+    size_t bad = 0;
+    uint32_t cp;
+    for (size_t i = 0; i < n;) {
+        if (text[i] < 0x80) {
+            i++;
+            continue;
+        }
+        size_t l = tsr_utf8_next(text + i, n - i, &cp);
+        bad += cp == 0xFFFD && !(l == 3 && text[i] == 0xEF && text[i + 1] == 0xBF && text[i + 2] == 0xBD);
+        i += l;
+    }
+    return bad;
+}
+
 static int in_ranges(const uint32_t (*r)[2], uint32_t n, uint32_t cp) {
     uint32_t a = 0, b = n;
     while (a < b) {

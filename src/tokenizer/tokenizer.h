@@ -32,8 +32,12 @@ int tokenizer_load_gpt2(tsr_tokenizer **out, const char *encoder_json, const cha
 /* tessera's own format (written by tokenizer_save). */
 int tokenizer_load(tsr_tokenizer **out, const char *path);
 int tokenizer_save(const tsr_tokenizer *tok, const char *path); /* temp file + rename */
-/* Loads by name: "gpt2" (the files under $TSR_DATA_DIR/gpt2 or data/npm/gpt2, see INSTALL), a
- * directory holding encoder.json + vocab.bpe, or a file in tessera's format. */
+/* Where "gpt2"'s encoder.json + vocab.bpe are: the first directory found of $TSR_DATA_DIR/gpt2,
+ * PREFIX/share/tessera/gpt2 beside the program, the checkout's data/npm/gpt2 beside the program,
+ * ./data/npm/gpt2. Returns 0, or TSR_EXIT_DATA after an error naming every place tried. */
+int tokenizer_gpt2_dir(char *dir, size_t cap);
+/* Loads by name: "gpt2" (tokenizer_gpt2_dir), a directory holding encoder.json + vocab.bpe, or a
+ * file in tessera's format. */
 int tokenizer_open(tsr_tokenizer **out, const char *spec);
 void tokenizer_free(tsr_tokenizer *tok);
 
@@ -41,6 +45,9 @@ uint32_t tokenizer_vocab_size(const tsr_tokenizer *tok);
 /* Id of a special token such as "<|endoftext|>", or UINT32_MAX when it has none. */
 uint32_t tokenizer_special_id(const tsr_tokenizer *tok, const char *name);
 
+/* Ill-formed UTF-8 subparts in n bytes: each becomes one U+FFFD when encoded (the maximal-subpart
+ * rule of tokenizer_encode); a literal U+FFFD in the text is not counted. */
+size_t tokenizer_count_invalid_utf8(const uint8_t *text, size_t n);
 /* Encodes n bytes of text (any bytes; UTF-8 expected, invalid sequences are handled as GPT-2's
  * encoder does). Special tokens are recognised when allow_special != 0. Appends to *ids (realloc'd,
  * capacity in *cap) and returns the number of ids written after *n_ids, updating *n_ids. */

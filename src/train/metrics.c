@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "common.h"
 #include "tokenizer/tokenizer.h"
@@ -141,6 +142,13 @@ int metrics_open_run_dir(tsr_trainer *t) {
     return 0;
 }
 
+void metrics_end_record(FILE *f) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    fprintf(f, ", \"time\": %lld.%03ld}\n", (long long)ts.tv_sec, ts.tv_nsec / 1000000);
+    fflush(f);
+}
+
 static void format_eta(char *buf, size_t n, double s) {
     long v = (long)(s + 0.5);
     if (v >= 3600) snprintf(buf, n, "%ldh%02ldm", v / 3600, v / 60 % 60);
@@ -155,9 +163,11 @@ static void json_number(char *buf, size_t n, double v) {
 
 void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
     if (t->dist.rank != 0) return;
-    /* the first step pays for page faults and thread start-up: keep it out of the average */
-    if (st->step > 1) t->time_sum += st->step_time;
-    double avg = st->step > 1 ? t->time_sum / (double)(st->step - 1) : st->step_time;
+    /* the first step of this process pays for page faults and thread start-up: keep it out of
+     * the average, which divides this process's time by this process's steps (after a resume
+     * the step number counts the earlier runs' steps too) */
+    if (++t->steps_run > 1) t->time_sum += st->step_time;
+    double avg = t->steps_run > 1 ? t->time_sum / (double)(t->steps_run - 1) : st->step_time;
     double tok_s = (double)(t->cfg.global_batch * t->T) / st->step_time;
     double mfu = t->peak_flops > 0 ? t->flops_per_token * tok_s / (t->dist.world * t->peak_flops) : 0;
     if (st->step % t->cfg.log_interval == 0 || st->step == t->total_steps || st->step == 1) {
@@ -201,8 +211,7 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
         }
         static const char *const verdicts[] = {"ok", "warn", "skip", "rollback", "stop"};
         if (st->verdict != GUARD_OK) fprintf(t->metrics, ", \"guard\": \"%s\"", verdicts[st->verdict]);
-        fprintf(t->metrics, "}\n");
-        fflush(t->metrics);
+        metrics_end_record(t->metrics);
     }
     if (t->tb) { /* the same figures as the JSONL line; mfu as a fraction, as there */
         double pb, gb, ob, cb, ab;
@@ -228,9 +237,9 @@ void metrics_log_guard_note(const tsr_trainer *t, const char *action, const tsr_
     fflush(stdout);
     if (t->metrics) {
         fprintf(t->metrics, "{\"event\": \"guard\", \"action\": \"%s\", \"step\": %lld, "
-                "\"data_batch\": %lld, \"why\": \"%s\"}\n", action, (long long)st->step,
+                "\"data_batch\": %lld, \"why\": \"%s\"", action, (long long)st->step,
                 (long long)st->data_batch, note);
-        fflush(t->metrics);
+        metrics_end_record(t->metrics);
     }
 }
 
@@ -245,9 +254,9 @@ void metrics_log_guard(const tsr_trainer *t, const char *action, const tsr_step_
     if (t->metrics) {
         fprintf(t->metrics,
                 "{\"event\": \"guard\", \"action\": \"%s\", \"step\": %lld, \"data_batch\": %lld, "
-                "\"outlier_loss\": %s, \"outlier_grad_norm\": %s, \"why\": \"%s\"}\n",
+                "\"outlier_loss\": %s, \"outlier_grad_norm\": %s, \"why\": \"%s\"",
                 action, (long long)st->step, (long long)st->data_batch, loss, norm, st->why);
-        fflush(t->metrics);
+        metrics_end_record(t->metrics);
     }
 }
 
@@ -265,10 +274,10 @@ void metrics_log_rollback(const tsr_trainer *t, int64_t from_step, const char *p
         fprintf(t->metrics,
                 "{\"event\": \"rollback\", \"step\": %lld, \"to_step\": %lld, \"checkpoint\": "
                 "\"%s\", \"skipped_batches\": [%lld, %lld], \"skipped_samples\": [%lld, %lld], "
-                "\"rollbacks\": %lld}\n",
+                "\"rollbacks\": %lld",
                 (long long)from_step, (long long)t->step, path, (long long)lo, (long long)hi,
                 (long long)lo * gb, (long long)hi * gb, (long long)t->guard.rollbacks);
-        fflush(t->metrics);
+        metrics_end_record(t->metrics);
     }
 }
 
@@ -282,9 +291,9 @@ void metrics_log_checkpoint(const tsr_trainer *t, const char *what, const char *
     if (t->metrics) {
         fprintf(t->metrics,
                 "{\"step\": %lld, \"checkpoint\": \"%s\", \"path\": \"%s\", \"seconds\": %.6g, "
-                "\"bytes\": %llu, \"gb_per_s\": %.6g}\n",
+                "\"bytes\": %llu, \"gb_per_s\": %.6g",
                 (long long)t->step, what, path, seconds, (unsigned long long)bytes, gbs);
-        fflush(t->metrics);
+        metrics_end_record(t->metrics);
     }
 }
 
@@ -307,16 +316,15 @@ void metrics_log_micro(const tsr_trainer *t, int from, int micro, int64_t failed
         if (from > 0)
             fprintf(t->metrics, ", \"did_not_fit\": %d, \"ranks_failed\": %lld", from,
                     (long long)failed);
-        fprintf(t->metrics, "}\n");
-        fflush(t->metrics);
+        metrics_end_record(t->metrics);
     }
 }
 
 void metrics_log_start(tsr_trainer *t) {
     if (t->dist.rank != 0 || !t->metrics) return;
-    fprintf(t->metrics, "{\"event\": \"start\", \"step\": %lld, \"world\": %d}\n",
+    fprintf(t->metrics, "{\"event\": \"start\", \"step\": %lld, \"world\": %d",
             (long long)t->step, t->dist.world);
-    fflush(t->metrics);
+    metrics_end_record(t->metrics);
 }
 
 void metrics_log_eval(tsr_trainer *t, double val_loss) {
@@ -325,9 +333,9 @@ void metrics_log_eval(tsr_trainer *t, double val_loss) {
            exp(val_loss));
     fflush(stdout);
     if (t->metrics) {
-        fprintf(t->metrics, "{\"step\": %lld, \"val_loss\": %.9g, \"val_ppl\": %.9g}\n",
+        fprintf(t->metrics, "{\"step\": %lld, \"val_loss\": %.9g, \"val_ppl\": %.9g",
                 (long long)t->step, val_loss, exp(val_loss));
-        fflush(t->metrics);
+        metrics_end_record(t->metrics);
     }
     tboard_scalar(t->tb, "eval/val_loss", val_loss);
     tboard_scalar(t->tb, "eval/val_ppl", exp(val_loss));
@@ -336,9 +344,14 @@ void metrics_log_eval(tsr_trainer *t, double val_loss) {
 
 void metrics_finish(tsr_trainer *t) {
     if (t->dist.rank != 0) return;
-    double avg = t->step > 1 ? t->time_sum / (double)(t->step - 1) : 0;
-    printf("done: %lld steps, %lld tokens, %.1f ms/step average (steps 2..%lld)\n",
-           (long long)t->step, (long long)t->tokens_seen, 1e3 * avg, (long long)t->step);
+    double avg = t->steps_run > 1 ? t->time_sum / (double)(t->steps_run - 1) : 0;
+    if (t->steps_run > 1)
+        printf("done: %lld steps, %lld tokens, %.1f ms/step average (steps %lld..%lld, this "
+               "process's after its first)\n", (long long)t->step, (long long)t->tokens_seen,
+               1e3 * avg, (long long)(t->step - t->steps_run + 2), (long long)t->step);
+    else
+        printf("done: %lld steps, %lld tokens (%lld run by this process: no average)\n",
+               (long long)t->step, (long long)t->tokens_seen, (long long)t->steps_run);
     fflush(stdout);
     /* (the early-return paths close it in trainer_free; every record is flushed already) */
     tboard_close(t->tb);

@@ -8,6 +8,8 @@
 
 #include "common.h"
 #include "data/stage.h"
+#include "tokenizer/tokenizer.h"
+#include "train/metrics.h"
 
 static int check_dataset(const tsr_trainer *t, tsr_dataset *ds, const char *name) {
     const tsr_config *c = &t->cfg;
@@ -25,14 +27,50 @@ static int check_dataset(const tsr_trainer *t, tsr_dataset *ds, const char *name
     return 0;
 }
 
+/* 1 when the dataset's recorded tokenizer `made` and the run's `want` are the same one: the same
+ * name, or the same file or directory by another path ("gpt2" standing for its directory, which
+ * the start-up check found when the run names it). An unknown side ("") matches anything. */
+static int same_tokenizer(const char *made, const char *want) {
+    if (!made[0] || !want[0] || strcmp(made, want) == 0) return 1;
+    char gpt2[4096], a[4096], b[4096];
+    if (strcmp(want, "gpt2") == 0) {
+        if (tokenizer_gpt2_dir(gpt2, sizeof gpt2)) return 0;
+        want = gpt2;
+    }
+    return realpath(made, a) && realpath(want, b) && strcmp(a, b) == 0;
+}
+
+/* The dataset at config key `key` (data.train, data.val, data.streams[k].path): opened, checked
+ * against the model, and its recorded tokenizer compared with data.tokenizer (a warning: the
+ * tokens may still be right, e.g. the same files under another path). */
+static int open_dataset(const tsr_trainer *t, tsr_dataset **ds, const char *path, const char *key) {
+    const tsr_config *c = &t->cfg;
+    int rc = dataset_open(ds, path, c->data.verify);
+    if (!rc) rc = check_dataset(t, *ds, path);
+    if (rc) {
+        tsr_error("%s = \"%s\": the dataset (above) cannot be used for training; fix the path or "
+                  "the data (tessera prep, tessera verify-data)", key, path);
+        return rc;
+    }
+    const char *made = dataset_tokenizer(*ds), *want = c->data.tokenizer;
+    if (!same_tokenizer(made, want) && t->dist.rank == 0)
+        tsr_warn("%s = \"%s\" was made with the tokenizer \"%s\", but data.tokenizer = \"%s\": "
+                 "the samples and ICL tasks will be decoded/encoded with another vocabulary than "
+                 "the tokens'", key, path, made, want);
+    return 0;
+}
+
 int train_data_open(tsr_trainer *t) {
     const tsr_config *c = &t->cfg;
     t->n_streams = c->data.n_streams ? c->data.n_streams : 1;
     for (int k = 0; k < t->n_streams; k++) {
         t->stream_names[k] = c->data.n_streams ? c->data.streams[k].name : "train";
         t->stream_paths[k] = c->data.n_streams ? c->data.streams[k].path : c->data.train;
-        TSR_CHECK(dataset_open(&t->streams[k], t->stream_paths[k], c->data.verify));
-        TSR_CHECK(check_dataset(t, t->streams[k], t->stream_paths[k]));
+        char key[160];
+        if (c->data.n_streams) snprintf(key, sizeof key, "data.streams[%d].path (stream %s)", k,
+                                        t->stream_names[k]);
+        else snprintf(key, sizeof key, "data.train");
+        TSR_CHECK(open_dataset(t, &t->streams[k], t->stream_paths[k], key));
         t->samplers[k].n = dataset_n_samples(t->streams[k], t->T);
         t->samplers[k].seed = mix_stream_seed((uint64_t)c->seed, k);
         t->samplers[k].shuffle = c->data.shuffle;
@@ -40,8 +78,7 @@ int train_data_open(tsr_trainer *t) {
     t->train = t->streams[0];
     t->sampler = t->samplers[0];
     if (c->data.val[0]) {
-        TSR_CHECK(dataset_open(&t->val, c->data.val, c->data.verify));
-        TSR_CHECK(check_dataset(t, t->val, c->data.val));
+        TSR_CHECK(open_dataset(t, &t->val, c->data.val, "data.val"));
     }
     t->slot_stream = tsr_malloc((size_t)t->per_rank * sizeof *t->slot_stream);
     t->slot_pos = tsr_malloc((size_t)t->per_rank * sizeof *t->slot_pos);
@@ -282,10 +319,10 @@ static void stage_log(tsr_trainer *t, int64_t window, double waited) {
                 "{\"event\": \"staging\", \"step\": %lld, \"window\": %lld, \"staged_reads\": "
                 "%lld, \"in_place_reads\": %lld, \"files_staged\": %lld, \"ranks_staging\": %lld, "
                 "\"files_evicted\": %lld, \"skipped_for_space\": %lld, \"cache_bytes\": %.0f, "
-                "\"wait_s\": %.3f}\n",
+                "\"wait_s\": %.3f",
                 (long long)t->step, (long long)window - 1, (long long)reads, (long long)in_place,
                 (long long)v[2], (long long)v[3], (long long)v[4], (long long)v[5], mx[0], mx[1]);
-        fflush(t->metrics);
+        metrics_end_record(t->metrics);
     }
 }
 

@@ -8,6 +8,7 @@
 #include "common.h"
 #include "eval/icl_score.h"
 #include "train/tboard.h"
+#include "train/metrics.h"
 #include "train/trainer.h"
 
 int train_icl_open(tsr_trainer *t) {
@@ -54,8 +55,8 @@ static void log_jsonl(const tsr_trainer *t, const icl_scores *sc, double seconds
     }
     fprintf(f, "}, \"gauntlet\": ");
     json_num(f, sc->gauntlet);
-    fprintf(f, ", \"seconds\": %.6g}\n", seconds);
-    fflush(f);
+    fprintf(f, ", \"seconds\": %.6g", seconds);
+    metrics_end_record(f);
 }
 
 void train_icl_run(tsr_trainer *t) {

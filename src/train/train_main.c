@@ -6,12 +6,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "blas_env.h"
 #include "cli.h"
 #include "common.h"
 #include "config/config.h"
 #include "dist.h"
+#include "fsutil.h"
 #include "ops.h"
 #include "train/checkpointing.h"
 #include "train/trainer.h"
@@ -118,6 +120,28 @@ static void parse_cli(cli *c, int argc, char **argv, int rank) {
     }
 }
 
+/* --config NAME: a file, else (NAME without a slash) an installed recipe by name, looked for as
+ * PREFIX/share/tessera/configs/NAME[.cfg] beside the program, then the checkout's configs/ beside a
+ * program built in build/ (docs/training.md, "Finding GPT-2's files and recipes"). Returns the path to load: arg
+ * itself when it is a file or nothing matched (config_load then says it is missing). */
+static const char *find_recipe(const char *arg, char *buf, size_t cap, int rank) {
+    if (access(arg, F_OK) == 0 || strchr(arg, '/')) return arg;
+    char exe[4096];
+    fs_exe_dir(exe, sizeof exe);
+    if (!*exe) return arg;
+    size_t n = strlen(arg);
+    const char *ext = n > 4 && strcmp(arg + n - 4, ".cfg") == 0 ? "" : ".cfg";
+    static const char *const dirs[] = {"../share/tessera/configs", "../configs"};
+    for (int i = 0; i < 2; i++) {
+        if (tsr_snprintf(buf, cap, "%s/%s/%s%s", exe, dirs[i], arg, ext)) continue;
+        if (access(buf, R_OK) == 0) {
+            if (rank == 0) printf("--config %s: the recipe %s\n", arg, buf);
+            return buf;
+        }
+    }
+    return arg;
+}
+
 static void banner(const tsr_dist *d, const tsr_config *cfg, int threads) {
     if (d->rank != 0) return;
     char mpi[256];
@@ -141,7 +165,8 @@ int main(int argc, char **argv) {
     /* Every rank parses the same file and opens the same data: an error there stops all of them
      * with the same status, and rank 0 alone reports it. */
     tsr_log_mute(d.rank != 0);
-    int rc = config_load(&cfg, c.config, c.sets, c.n_sets);
+    char recipe[4200];
+    int rc = config_load(&cfg, find_recipe(c.config, recipe, sizeof recipe, d.rank), c.sets, c.n_sets);
     tsr_trainer t;
     tsr_dist pd = d; /* --plan: the plan's world; rank 0 still prints it */
     if (c.plan_world > 0) pd.world = c.plan_world, pd.local_world = c.plan_per_node;
@@ -151,7 +176,10 @@ int main(int argc, char **argv) {
     banner(&pd, &cfg, t.threads);
     if (!c.dry_run) {
         checkpointing_install_signals();
+        /* the checkpoint is read (and a model that differs from the config's refused) before
+         * anything is written in run_dir */
         rc = checkpointing_resume(&t, c.resume, c.init_from);
+        if (!rc) rc = trainer_open_run_dir(&t);
         if (!rc) rc = trainer_run(&t);
     }
     trainer_free(&t);

@@ -11,6 +11,7 @@
 
 #include "common.h"
 #include "gpu/gpu_train.h"
+#include "tokenizer/tokenizer.h"
 #include "train/checkpointing.h"
 #include "train/metrics.h"
 #include "train/tboard.h"
@@ -145,6 +146,23 @@ static int cuda_config_check(int rank) {
     return TSR_EXIT_USAGE;
 }
 
+/* The tokenizer the run names (data.tokenizer: the samples, the ICL tasks) is loaded once at start,
+ * so a wrong name or missing files stop the run before anything is written, not after the last
+ * step. */
+static int check_tokenizer(const tsr_config *cfg) {
+    if (!cfg->data.tokenizer[0]) return 0;
+    tsr_tokenizer *tok = NULL;
+    int rc = tokenizer_open(&tok, cfg->data.tokenizer);
+    if (rc) {
+        tsr_error("data.tokenizer = \"%s\": cannot load it (above); it decodes the samples and "
+                  "the ICL tasks: fix it, or set data.tokenizer = \"\" to print token ids",
+                  cfg->data.tokenizer);
+        return rc;
+    }
+    tokenizer_free(tok);
+    return 0;
+}
+
 int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run) {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
@@ -153,6 +171,7 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->T = (int)cfg->seq_len;
     TSR_CHECK(config_check_world(cfg, d->world));
     if (cfg->device == TSR_DEVICE_CUDA) TSR_CHECK(cuda_config_check(d->rank));
+    TSR_CHECK(check_tokenizer(cfg));
     t->per_rank = cfg->global_batch / d->world;
     t->auto_micro = cfg->micro_batch == 0; /* "auto": start with the whole per-rank batch */
     t->micro = t->auto_micro ? trainer_micro_at_most(t, t->per_rank) : (int)cfg->micro_batch;
@@ -200,8 +219,13 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     } else {
         oom_fault(t);
     }
-    if (d->rank == 0) TSR_CHECK(metrics_open_run_dir(t));
-    return 0;
+    return 0; /* run_dir is not touched yet: trainer_open_run_dir, once the checkpoint is read */
+}
+
+int trainer_open_run_dir(tsr_trainer *t) {
+    int64_t rc = t->dist.rank == 0 ? metrics_open_run_dir(t) : 0;
+    dist_allreduce_sum_i64(&rc, 1); /* rank 0's outcome, on every rank */
+    return (int)rc;
 }
 
 int trainer_micro_at_most(const tsr_trainer *t, int64_t at_most) {
@@ -488,8 +512,8 @@ static int guard_respond(tsr_trainer *t, const tsr_step_stats *st) {
                   (long long)st->step, reason, t->cfg.run_dir);
         if (t->metrics) {
             fprintf(t->metrics, "{\"event\": \"guard\", \"action\": \"stop\", \"step\": %lld, "
-                                "\"why\": \"%s\"}\n", (long long)st->step, reason);
-            fflush(t->metrics);
+                                "\"why\": \"%s\"", (long long)st->step, reason);
+            metrics_end_record(t->metrics);
         }
     }
     guard_report(t, st, reason);

@@ -89,13 +89,19 @@ typedef struct tsr_trainer {
     struct tsr_tboard *tb;       /* run_dir/tb/ event file on rank 0 (train/tboard.h), else NULL */
     struct icl_suite *icl;       /* icl_tasks, scored at each eval (train/train_icl.h), else NULL */
     struct tsr_gpu_train *gpu;   /* device = cuda (src/gpu/gpu_train.h), else NULL */
-    double flops_per_token, peak_flops, time_sum;
+    double flops_per_token, peak_flops, time_sum; /* time_sum: this process's steps 2.. */
+    int64_t steps_run;           /* steps run by this process (the ETA and average divide by it) */
     int threads;
 } tsr_trainer;
 
-/* Opens data, builds the model, prints the banner and the plan (rank 0). dry_run: stop after the
- * plan (no data opened, nothing allocated). Returns 0 or an exit code after reporting. */
+/* Checks the tokenizer, opens data, builds the model, prints the plan (rank 0). dry_run: stop
+ * after the plan (no data opened, nothing allocated). Writes nothing in run_dir. Returns 0 or an
+ * exit code after reporting. */
 int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run);
+/* Rank 0 creates run_dir, writes config.cfg, opens metrics.jsonl and a TensorBoard file: called
+ * once config, data, tokenizer and checkpoint were all accepted, so a refused start leaves run_dir
+ * as it was. Collective; returns 0 or rank 0's exit code on every rank. */
+int trainer_open_run_dir(tsr_trainer *t);
 /* One optimizer step on the next global batch. */
 void trainer_step(tsr_trainer *t, tsr_step_stats *st);
 /* The activations for t->micro sequences, allocated when they are not yet (collective). Under

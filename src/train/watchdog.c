@@ -11,6 +11,7 @@
 
 #include "common.h"
 #include "dist.h"
+#include "train/metrics.h"
 #include "train/trainer.h"
 
 static const char *const phase_names[WD_PHASES] = {
@@ -155,10 +156,10 @@ int watchdog_after_step(tsr_trainer *t, const tsr_step_stats *st) {
                TSR_EXIT_SLOW);
         if (t->metrics) {
             fprintf(t->metrics, "{\"step\": %lld, \"event\": \"watchdog\", \"slow_rank\": %d, "
-                    "\"slow_host\": \"%s\", \"mfu\": %.6g, \"reason\": \"%s\"}\n",
+                    "\"slow_host\": \"%s\", \"mfu\": %.6g, \"reason\": \"%s\"",
                     (long long)t->step, slow, slow >= 0 ? wd.hosts[slow] : "", mfu,
                     slow >= 0 ? "straggler" : "mfu");
-            fflush(t->metrics);
+            metrics_end_record(t->metrics);
         }
     }
     free(all);

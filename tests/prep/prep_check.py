@@ -205,6 +205,8 @@ def read_shards(d):
     for l in lines[1:-1]:
         if l[0] == "shard":
             rows.append((l[1], int(l[2])))
+        elif l[0] == "tokenizer":  # the optional record of the tokenizer that made the dataset
+            meta["tokenizer"] = l[1]
         else:
             meta[l[0]] = int(l[1])
     width, has_mask = meta["token_width"], meta["has_mask"]
