@@ -42,7 +42,7 @@ away tessera-train --config tiny --set data.train=ds/train --set data.val= --set
     --set model.max_seq_len=16 --set global_batch=2 --set micro_batch=2 --set max_duration=1ba \
     --set eval_interval=0ba --set sample.tokens=4 --set threads=1 >"$TMP/train.txt" 2>&1
 rc=$?
-away tessera generate --ckpt run --tokenizer gpt2 --prompt "Line 3 of" -n 4 -t 0 >"$TMP/gen.txt" 2>"$TMP/gen.err"
+away tessera generate --ckpt run --tokenizer gpt2 --prompt "Line 3 of" --max-tokens 4 --temperature 0 >"$TMP/gen.txt" 2>"$TMP/gen.err"
 rc2=$?
 [[ $rc == 0 && $rc2 == 0 && -s $TMP/gen.txt ]]
 tap_check $? "installed tessera-train (data.tokenizer gpt2, exit $rc) and tessera generate --tokenizer gpt2 (exit $rc2) from elsewhere"
