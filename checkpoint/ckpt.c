@@ -209,8 +209,7 @@ static int write_file(hid_t file, const ckpt_meta *meta, const char *created,
                       const ckpt_tensor *tensors, int n, save_state *st, const char *tmp,
                       char *why, size_t cap) {
     int rank = dist_world_rank();
-    int ok = ck_meta_write(file, meta, created) == 0;
-    if (!ok) snprintf(why, cap, "cannot write the root attributes");
+    int ok = ck_meta_write(file, meta, created, why, cap) == 0;
     if (!ck_agree(ok, why, cap)) return 0;
     hid_t lcpl = H5Pcreate(H5P_LINK_CREATE), dcpl = H5Pcreate(H5P_DATASET_CREATE);
     hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);

@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #define TSR_CKPT_FORMAT "tessera-checkpoint"
-#define TSR_CKPT_VERSION 1
+#define TSR_CKPT_VERSION 2 /* 2: fixed-length strings + meta_crc32c; 1 still read */
 
 typedef struct ckpt_tensor {
     const char *name;   /* dataset path inside the file, e.g. "model/wte" or "optim/m/wte" */

@@ -1,7 +1,8 @@
 /* ckpt_read.c — loading and verifying checkpoints, and choosing the one to resume from.
  *
- * A load opens the file read-only (through MPI-IO; in the NO_MPI build serial HDF5:
- * ck_fapl_driver), checks the format/format_version root attributes, then per tensor that the
+ * A load has rank 0 read and check the root attributes (ck_meta_read_file: format, version, the
+ * metadata CRC and the counters' identities) and broadcast them, then opens the file read-only
+ * (through MPI-IO; in the NO_MPI build serial HDF5: ck_fapl_driver), then checks per tensor that the
  * dataset exists with the expected global shape; then each rank reads its flat ranges of all
  * tensors without waiting for the others (ck_transfer_slices, O_DIRECT for whole blocks), the
  * slice CRCs are allgathered once and combined, and each result must equal the dataset's "crc32c"
@@ -86,10 +87,14 @@ static int load_file(const char *path, ckpt_meta *meta, ckpt_tensor *t, int n, c
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), dxpl = H5Pcreate(H5P_DATASET_XFER);
     ck_fapl_driver(fapl);
     ck_dxpl_independent(dxpl);
-    hid_t file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
-    if (file < 0) snprintf(why, cap, "cannot open it as HDF5 (missing, truncated or not HDF5)");
-    int ok = ck_agree(file >= 0, why, cap);
-    if (ok) ok = ck_agree(ck_meta_read(file, meta, why, cap) == 0, why, cap);
+    /* the root attributes: rank 0 reads and checks them (its own open, ckpt_meta.c), then all
+     * ranks have its answer; only a file whose metadata passed is opened through MPI-IO */
+    int ok = dist_world_rank() == 0 ? ck_meta_read_file(path, meta, NULL, why, cap) == 0 : 1;
+    ok = ck_agree(ok, why, cap);
+    if (ok) dist_bcast(meta, sizeof *meta, 0);
+    hid_t file = ok ? H5Fopen(path, H5F_ACC_RDONLY, fapl) : -1;
+    if (ok && file < 0) snprintf(why, cap, "cannot open it as HDF5 (missing, truncated or not HDF5)");
+    if (ok) ok = ck_agree(file >= 0, why, cap);
     for (int i = 0; i < n && ok; i++) {
         if (!wanted(&t[i], prefix)) continue;
         ds[m] = open_checked(file, &t[i], &want[m], why, cap);
