@@ -12,7 +12,7 @@
 #include "data/data.h"
 
 /* The stored config text -> cfg: through a temporary file, since config_load reads files. */
-static int load_config(const char *path, const char *text, const char *const *sets, int n_sets,
+int ckpt_config_from_text(const char *path, const char *text, const char *const *sets, int n_sets,
                        tsr_config *cfg) {
     char tmp[] = "/tmp/tessera-ckpt-config.XXXXXX";
     int fd = mkstemp(tmp);
@@ -81,7 +81,7 @@ int ckpt_model_load(const char *path, const char *const *sets, int n_sets, int T
         return TSR_EXIT_DATA;
     }
     int rc = 0;
-    if (!rc) rc = load_config(file, meta->config, sets, n_sets, cfg);
+    if (!rc) rc = ckpt_config_from_text(file, meta->config, sets, n_sets, cfg);
     if (!rc) {
         model_init(m, &cfg->model, T > 0 ? T : (int)cfg->seq_len, &tsr_cpu_ops);
         model_alloc_params(m);
