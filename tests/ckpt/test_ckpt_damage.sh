@@ -4,7 +4,8 @@
 #    before format 2) still verifies and loads exactly on 1 and 2 ranks;
 #  - one byte of the version 1 file's HDF5 global heap (the length of a string attribute) flipped:
 #    `tessera ckpt verify` and a load on 1 and 2 ranks exit 2 naming the damaged heap (no crash,
-#    no hang); a resume skips it and falls back to the previous checkpoint;
+#    no hang); a resume skips it and falls back to the previous checkpoint; a heap bit that makes
+#    HDF5 loop is stopped after 30 s (exit 2);
 #  - format 2: an int64 root attribute changed by one (optim_step, data_cursor) or one byte of the
 #    config text flipped: verify exits 2 (metadata CRC), a resume falls back with a warning;
 #  - a version 1 file (no metadata CRC) whose data_cursor breaks
@@ -16,7 +17,7 @@ source "$(dirname "$0")/../lib.sh"
 DRIVER=$BUILD/tests/ckpt_driver
 if [[ ! -x $DRIVER ]]; then echo "$DRIVER not built (MPI build needed)"; exit 77; fi
 tsr_tmpdir
-tap_plan 21
+tap_plan 22
 drv() { local np=$1; shift; timeout 120 "${MPIRUN[@]}" -np "$np" "$DRIVER" "$@"; }
 verify() { timeout 60 "$TOOL" ckpt verify "$1"; }
 # flip FILE OFFSET MASK: XOR one byte in place
@@ -61,6 +62,15 @@ for np in 1 2; do
     grep -q "global heap is damaged" "$TMP/heapload$np.txt"
     tap_check $(( (rc == 2 ? 0 : 1) | $? )) "heap byte flipped: load on $np ranks exits 2, no crash or hang (got $rc)"
 done
+# another bit of the heap (found by flipping bits at random) makes HDF5 loop for ever: the child
+# reading the strings is stopped after 30 s and the file rejected
+G=$TMP/loop.h5
+cp "$V1" "$G"
+flip "$G" $((gcol + 281)) 0x04
+timeout 90 "$TOOL" ckpt verify "$G" >"$TMP/loop.txt" 2>&1
+rc=$?
+grep -q "did not finish in 30 s: the file's HDF5 global heap is damaged" "$TMP/loop.txt"
+tap_check $(( (rc == 2 ? 0 : 1) | $? )) "heap bit that makes HDF5 loop: ckpt verify exits 2 after 30 s (got $rc, 124 = hung)"
 F=$TMP/fallback
 mkdir -p "$F"
 cp "$V1" "$F/step-00000002.h5"
