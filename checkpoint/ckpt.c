@@ -121,9 +121,9 @@ static void fs_describe(const char *path, char *out, size_t cap) {
     free(real);
 }
 
-/* Bytes a checkpoint file takes beyond its tensors: the 256 KiB metadata block, the root
- * attributes (strings), and up to one 4 KiB alignment gap per dataset. An estimate from above:
- * the 256 KiB metadata block is mostly never written (a hole). */
+/* Bytes a checkpoint file takes beyond its tensors: 64 KiB of metadata, the root
+ * attributes (strings), and up to one 4 KiB alignment gap per dataset: an estimate from above
+ * (the 256 KiB metadata block is mostly a hole: only what HDF5 writes of it takes room). */
 static uint64_t file_bytes_needed(const ckpt_meta *m, const ckpt_tensor *t, int n) {
     uint64_t b = (64u << 10) + strlen(m->config) + strlen(m->guard_state) +
                  strlen(m->skipped_batches) + strlen(m->mix_tokens) + strlen(m->mix_plan) + 4096;

@@ -139,6 +139,24 @@ int ck_meta_write(hid_t file, const ckpt_meta *m, const char *created, char *why
     return bad ? -1 : 0;
 }
 
+/* The file access of the metadata reads: HDF5's default (sec2) driver, read-only. HDF5 >= 1.10.7
+ * takes a file lock and, by default, fails the open where the filesystem has locks disabled
+ * (Lustre mounted without flock): ignored here, as the MPI-IO driver of a load never locks. */
+static hid_t meta_fapl(void) {
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+#if H5_VERSION_GE(1, 12, 1) || (H5_VERS_MAJOR == 1 && H5_VERS_MINOR == 10 && H5_VERS_RELEASE >= 7)
+    if (fapl >= 0) H5Pset_file_locking(fapl, 1, 1);
+#endif
+    return fapl;
+}
+
+static hid_t meta_open(const char *path) {
+    hid_t fapl = meta_fapl();
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl < 0 ? H5P_DEFAULT : fapl);
+    if (fapl >= 0) H5Pclose(fapl);
+    return f;
+}
+
 /* ---- version 2: every attribute required, strings fixed-length, the CRC must match ---- */
 
 static int read_v2(hid_t f, ckpt_meta *m, ck_meta_info *info, char *why, size_t cap) {
@@ -267,7 +285,7 @@ static int read_v1_isolated(const char *path, ckpt_meta *m, ck_meta_info *info, 
     if (pid == 0) { /* the child: no MPI, its own read-only open, then _exit */
         alarm(V1_READ_SECONDS);
         ck_h5_quiet();
-        hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+        hid_t f = meta_open(path);
         if (f < 0) {
             snprintf(r->why, sizeof r->why, "cannot open it as HDF5");
             _exit(0);
@@ -308,7 +326,7 @@ int ck_meta_read_file(const char *path, ckpt_meta *m, ck_meta_info *info, char *
     memset(info, 0, sizeof *info);
     info->version = -1;
     ck_h5_quiet();
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t f = meta_open(path);
     if (f < 0) {
         snprintf(why, why_cap, "cannot open it as HDF5 (missing, truncated or not HDF5)");
         return -1;
