@@ -322,7 +322,7 @@ static int run_inspect(const sub_args *a) {
     }
     const ckpt_meta *m = &r->meta;
     printf("file             %s\n", path);
-    printf("format           %s version %lld (this program reads %s version %d)\n", r->format,
+    printf("format           %s version %lld (this program reads %s versions 1 to %d)\n", r->format,
            (long long)r->version, TSR_CKPT_FORMAT, TSR_CKPT_VERSION);
     printf("step             %lld\n", (long long)m->step);
     printf("tokens           %lld\n", (long long)m->tokens);

@@ -8,7 +8,10 @@
  * every rank) with it. Version 2 stores fixed-length strings (bytes in the object header, read
  * by size) and a CRC32C over every root attribute, so a damaged or edited value is a clear
  * "invalid" instead. Version 1 files are still read, in a child process: a crash or a hang there
- * rejects the file and the caller goes on (falls back to an older checkpoint).
+ * rejects the file and the caller goes on (falls back to an older checkpoint). Only rank 0 forks
+ * (ckpt_read.c), and the child calls no MPI and leaves with _exit; memory the interconnect has
+ * pinned stays the parent's (Open MPI asks for verbs fork support; kernels >= 5.13 copy pinned
+ * pages at fork). A file saved once by this version is version 2 and needs no child.
  */
 #include <errno.h>
 #include <signal.h>
