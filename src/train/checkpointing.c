@@ -375,9 +375,9 @@ int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg) {
 }
 
 int checkpointing_resume(tsr_trainer *t, const char *resume_arg, const char *init_arg) {
-    tsr_log_mute(t->dist.rank != 0); /* every rank finds the same; rank 0 reports */
-    int pre = checkpointing_check_start(&t->cfg, resume_arg);
-    tsr_log_mute(0);
+    /* rank 0 alone opens the checkpoint's metadata (not thousands of ranks at once) */
+    int pre = t->dist.rank == 0 ? checkpointing_check_start(&t->cfg, resume_arg) : 0;
+    dist_bcast(&pre, sizeof pre, 0);
     if (pre) return pre;
     char resume_buf[1200], init_buf[1200];
     const char *resume_path = NULL, *init_from = NULL;

@@ -16,8 +16,9 @@ int checkpointing_save(tsr_trainer *t);
  * characters; a resume (resume_path, else run_dir's `latest` / newest checkpoint whose metadata
  * reads) whose stored config has another model ("the model in the config differs from the
  * checkpoint's: n_layer 2 vs 4 (config vs checkpoint)"). TSR_EXIT_DATA when resume_path does not
- * resolve. 0 otherwise (also with no checkpoint). Local and the same on every rank (no MPI): mute
- * the other ranks' logs around it. checkpointing_resume calls it first. */
+ * resolve. 0 otherwise (also with no checkpoint). Local (no MPI), the same answer on every rank:
+ * call it on rank 0 and broadcast the status (as checkpointing_resume does first), so that one
+ * process, not every rank, opens the checkpoint. */
 int checkpointing_check_start(const tsr_config *cfg, const char *resume_path);
 /* At start: resume from resume_path if given, else from run_dir's latest valid checkpoint if any;
  * on a fresh run with init_from, load the weights only. Returns 0 (resumed or fresh) or an exit
