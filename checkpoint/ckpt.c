@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -62,24 +63,94 @@ static int commit(const char *run_dir, const char *tmp, const char *final, const
     if (fsync_path(run_dir, 1, why, cap)) return -1;
     snprintf(latest, sizeof latest, "%s/latest", run_dir);
     snprintf(latest_tmp, sizeof latest_tmp, "%s/latest.tmp", run_dir);
+    /* from here on the checkpoint is committed: a failure leaves `latest` naming the previous
+     * one (a resume still finds the newest valid file) and no latest.tmp behind */
     FILE *f = fopen(latest_tmp, "w");
     if (!f) {
         snprintf(why, cap, "cannot create %.300s: %.300s", latest_tmp, strerror(errno));
-        return -1;
+        return -2;
     }
     int bad = fprintf(f, "%s\n", base) < 0;
     bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
     bad |= fclose(f) != 0;
     if (bad) {
         snprintf(why, cap, "writing %.300s failed: %.300s", latest_tmp, strerror(errno));
-        return -1;
+        unlink(latest_tmp);
+        return -2;
     }
     if (rename(latest_tmp, latest) != 0) {
         snprintf(why, cap, "rename %.300s -> %.300s failed: %.300s", latest_tmp, latest,
                  strerror(errno));
-        return -1;
+        unlink(latest_tmp);
+        return -2;
     }
-    return fsync_path(run_dir, 1, why, cap);
+    return fsync_path(run_dir, 1, why, cap) ? -2 : 0;
+}
+
+/* Rank 0, before a save: RUN_DIR/latest, when it exists, must be a regular file (a directory
+ * there would make the commit fail after the checkpoint is written). */
+static int latest_writable(const char *run_dir, char *why, size_t cap) {
+    char latest[4200];
+    struct stat st;
+    snprintf(latest, sizeof latest, "%s/latest", run_dir);
+    if (lstat(latest, &st) != 0 || S_ISREG(st.st_mode)) return 0;
+    snprintf(why, cap, "%.300s is %s, expected a regular file naming the newest checkpoint: "
+             "remove or rename it (a resume without it takes the newest valid step-*.h5)",
+             latest, S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
+    return -1;
+}
+
+/* "tmpfs at /mnt/x": the type and mount point of the filesystem holding path (the longest mount
+ * point of /proc/self/mounts that is a prefix of its real path), or "the filesystem". */
+static void fs_describe(const char *path, char *out, size_t cap) {
+    snprintf(out, cap, "the filesystem");
+    char *real = realpath(path, NULL);
+    FILE *f = real ? fopen("/proc/self/mounts", "r") : NULL;
+    size_t best = 0;
+    char line[4096], dev[1024], mnt[2048], type[256];
+    while (f && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "%1023s %2047s %255s", dev, mnt, type) != 3) continue;
+        size_t n = strlen(mnt);
+        int under = strncmp(real, mnt, n) == 0 && (real[n] == '/' || real[n] == '\0' || n == 1);
+        if (under && n >= best) {
+            best = n;
+            snprintf(out, cap, "%.200s at %.800s", type, mnt);
+        }
+    }
+    if (f) fclose(f);
+    free(real);
+}
+
+/* Bytes a checkpoint file takes beyond its tensors: 64 KiB of metadata, the root
+ * attributes (strings), and up to one 4 KiB alignment gap per dataset: an estimate from above
+ * (the 256 KiB metadata block is mostly a hole: only what HDF5 writes of it takes room). */
+static uint64_t file_bytes_needed(const ckpt_meta *m, const ckpt_tensor *t, int n) {
+    uint64_t b = (64u << 10) + strlen(m->config) + strlen(m->guard_state) +
+                 strlen(m->skipped_batches) + strlen(m->mix_tokens) + strlen(m->mix_plan) + 4096;
+    for (int i = 0; i < n; i++) b += ckpt_numel(t[i].ndim, t[i].shape) * sizeof(float) + 4096;
+    return b;
+}
+
+/* "ckpt: tmpfs at /mnt/x (RUN_DIR) has N bytes free, the checkpoint needs M ..." into why;
+ * returns the bytes free (UINT64_MAX when statvfs cannot tell). */
+static uint64_t space_msg(const char *run_dir, uint64_t need, char *why, size_t cap) {
+    struct statvfs sv;
+    if (statvfs(run_dir, &sv) != 0) return UINT64_MAX; /* cannot tell: the write will say */
+    uint64_t avail = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
+    char fs[1100];
+    fs_describe(run_dir, fs, sizeof fs);
+    snprintf(why, cap, "ckpt: %.400s (%.300s) has %llu bytes free, the checkpoint needs %llu: free "
+             "space there", fs, run_dir, (unsigned long long)avail, (unsigned long long)need);
+    return avail;
+}
+
+/* Rank 0, before a save: room for the whole file on run_dir's filesystem (the previous
+ * checkpoints stay until this one is committed). */
+static int room_for(const char *run_dir, uint64_t need, char *why, size_t cap) {
+    char msg[1200] = "";
+    if (space_msg(run_dir, need, msg, sizeof msg) >= need) return 0;
+    snprintf(why, cap, "%s", msg);
+    return -1;
 }
 
 static int ends_with(const char *s, const char *suffix) {
@@ -112,13 +183,22 @@ static void retention(const char *run_dir, int keep_last, int64_t just_written) 
     closedir(d);
 }
 
+/* TSR_CKPT_FAULT="skip-space-check" (test-only): the free-space checks of a save (statvfs before,
+ * fallocate after the datasets are placed) are skipped, so a full filesystem is met by the writes
+ * and the close (tests/ckpt/test_ckpt_diskfull.sh). */
+static int fault_skip_space_check(void) {
+    const char *v = getenv("TSR_CKPT_FAULT");
+    return v && strcmp(v, "skip-space-check") == 0;
+}
+
 /* TSR_CKPT_FAULT="abort-after:K" (test-only): K, or -1 when unset. */
 static long fault_abort_after(void) {
     const char *v = getenv("TSR_CKPT_FAULT");
-    if (!v || !*v) return -1;
+    if (!v || !*v || fault_skip_space_check()) return -1;
     int64_t k;
     if (strncmp(v, "abort-after:", 12) != 0 || tsr_parse_i64(v + 12, 0, 1 << 30, &k) != 0) {
-        tsr_warn("TSR_CKPT_FAULT=\"%s\" not understood (expected \"abort-after:K\"); ignored", v);
+        tsr_warn("TSR_CKPT_FAULT=\"%s\" not understood (expected \"abort-after:K\" or "
+                 "\"skip-space-check\"); ignored", v);
         return -1;
     }
     return (long)k;
@@ -158,6 +238,12 @@ static int check_args(const ckpt_meta *meta, const ckpt_tensor *t, int n, int ke
                      (unsigned long long)numel);
             return -1;
         }
+    }
+    /* a file breaking the identities every reader checks would never load again: a bug here */
+    char bad[600];
+    if (ck_meta_check(meta, bad, sizeof bad) != 0) {
+        snprintf(why, cap, "its metadata is inconsistent (a bug in the caller): %s", bad);
+        return -1;
     }
     return 0;
 }
@@ -204,13 +290,35 @@ static int create_dataset(hid_t file, const ckpt_tensor *t, hid_t lcpl, hid_t dc
     return ck_agree(*ds >= 0, why, cap);
 }
 
+/* Rank 0, once every dataset has its address: reserves the blocks of the whole file (up to the
+ * end of its last dataset, metadata block included) with fallocate, so a full filesystem is met here,
+ * before any data moves, and never by the final flush inside H5Fclose (which HDF5 cannot undo:
+ * close_before_error). A filesystem without fallocate is written as before. */
+static int reserve(const save_state *st, const ckpt_tensor *t, int n, const char *tmp,
+                   const char *run_dir, char *why, size_t cap) {
+    uint64_t end = 0; /* the end of the last dataset: the metadata block lies before them */
+    for (int i = 0; i < n; i++) {
+        if (st->off[i] == HADDR_UNDEF) return 0; /* unknown: written as before */
+        uint64_t e = (uint64_t)st->off[i] + ckpt_numel(t[i].ndim, t[i].shape) * sizeof(float);
+        if (e > end) end = e;
+    }
+    int fd = end ? open(tmp, O_WRONLY | O_CLOEXEC) : -1;
+    if (fd < 0) return 0;
+    int rc = fallocate(fd, 0, 0, (off_t)end) == 0 ? 0 : errno;
+    close(fd);
+    if (rc == ENOSPC || rc == EDQUOT) {
+        space_msg(run_dir, end, why, cap);
+        return -1;
+    }
+    return 0;
+}
+
 /* Writes the file: datasets, this rank's slices, CRC attributes. Returns the agreed ok. */
 static int write_file(hid_t file, const ckpt_meta *meta, const char *created,
                       const ckpt_tensor *tensors, int n, save_state *st, const char *tmp,
-                      char *why, size_t cap) {
+                      const char *run_dir, char *why, size_t cap) {
     int rank = dist_world_rank();
-    int ok = ck_meta_write(file, meta, created) == 0;
-    if (!ok) snprintf(why, cap, "cannot write the root attributes");
+    int ok = ck_meta_write(file, meta, created, why, cap) == 0;
     if (!ck_agree(ok, why, cap)) return 0;
     hid_t lcpl = H5Pcreate(H5P_LINK_CREATE), dcpl = H5Pcreate(H5P_DATASET_CREATE);
     hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
@@ -222,6 +330,8 @@ static int write_file(hid_t file, const ckpt_meta *meta, const char *created,
     /* every dataset (collective: metadata only) */
     for (int i = 0; i < n && ok; i++)
         ok = create_dataset(file, &tensors[i], lcpl, dcpl, &st->ds[i], &st->off[i], why, cap);
+    if (ok && !fault_skip_space_check())
+        ok = ck_agree(rank != 0 || reserve(st, tensors, n, tmp, run_dir, why, cap) == 0, why, cap);
     /* this rank's slices: independent transfers, no rank waits for another between tensors */
     long fault = rank == 0 ? fault_abort_after() : -1;
     int upto = fault >= 1 && fault <= n ? (int)fault : n, wrote = 1;
@@ -257,6 +367,24 @@ static int write_file(hid_t file, const ckpt_meta *meta, const char *created,
     return ok;
 }
 
+/* A save that failed is given up before its file is closed: HDF5's H5Fclose ends with a flush,
+ * and when that flush fails (a full disk) HDF5 1.10 leaves the file half closed; closing it again,
+ * or HDF5's own clean-up inside MPI_Finalize, then crashed (SIGSEGV in H5F__close: exit 139,
+ * which the job hook took for a crash and requeued). So rank 0 empties the .tmp first (its blocks
+ * go back to the filesystem) and the flush has room. */
+static void close_before_error(const char *tmp, const char *run_dir, uint64_t need, char *why,
+                               size_t cap) {
+    dist_barrier(); /* every rank's own writes are over */
+    char room[1200];
+    size_t o = strlen(why);
+    if (dist_world_rank() == 0 && !strstr(why, "bytes free") &&
+        room_for(run_dir, need, room, sizeof room) != 0 && o < cap)
+        snprintf(why + o, cap - o, "; %.600s", room); /* a full disk: say which and how full */
+    if (dist_world_rank() == 0 && truncate(tmp, 0) != 0 && errno != ENOENT)
+        tsr_warn("checkpoint %s: cannot empty it after the failure: %s", tmp, strerror(errno));
+    dist_barrier();
+}
+
 int ckpt_save(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *tensors, int n,
               int keep_last, char *path_out, size_t path_cap, ckpt_stats *stats) {
     int rank = dist_world_rank();
@@ -267,6 +395,11 @@ int ckpt_save(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *ten
     snprintf(base, sizeof base, "step-%08lld.h5", (long long)meta->step);
     int ok = snprintf(final, sizeof final, "%s/%s", run_dir, base) < (int)sizeof final;
     snprintf(tmp, sizeof tmp, "%s.tmp", final);
+    int usage = ckpt_check_run_dir(run_dir, why, sizeof why); /* the same on every rank */
+    if (usage) {
+        if (rank == 0) tsr_error("checkpoint %.300s... not written: %s", run_dir, why);
+        return usage;
+    }
     if (!ok)
         snprintf(why, sizeof why, "run directory path too long");
     else if (check_args(meta, tensors, n, keep_last, why, sizeof why))
@@ -274,9 +407,14 @@ int ckpt_save(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *ten
     else if (rank == 0 && mkdir(run_dir, 0777) != 0 && errno != EEXIST) {
         snprintf(why, sizeof why, "cannot create the run directory: %s", strerror(errno));
         ok = 0;
+    } else if (rank == 0 && (latest_writable(run_dir, why, sizeof why) ||
+                             (!fault_skip_space_check() &&
+                              room_for(run_dir, file_bytes_needed(meta, tensors, n), why,
+                                       sizeof why)))) {
+        ok = 0;
     }
     if (!ck_agree(ok, why, sizeof why)) {
-        if (rank == 0) tsr_error("checkpoint %s: %s", final, why);
+        if (rank == 0) tsr_error("checkpoint %s not written: %s", final, why);
         return TSR_EXIT_DATA;
     }
     save_state st;
@@ -307,8 +445,10 @@ int ckpt_save(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *ten
     if (file < 0)
         snprintf(why, sizeof why, "cannot create the file (directory writable? full? MPI-IO?)");
     ok = ck_agree(file >= 0, why, sizeof why);
-    if (ok) ok = write_file(file, meta, created, tensors, n, &st, tmp, why, sizeof why);
+    if (ok) ok = write_file(file, meta, created, tensors, n, &st, tmp, run_dir, why, sizeof why);
     state_close(&st, n);
+    if (file >= 0 && !ok)
+        close_before_error(tmp, run_dir, file_bytes_needed(meta, tensors, n), why, sizeof why);
     if (file >= 0 && H5Fclose(file) < 0 && ok) {
         snprintf(why, sizeof why, "closing the file failed (data not flushed)");
         ok = 0;
@@ -317,12 +457,23 @@ int ckpt_save(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *ten
     for (int i = 0; i < n; i++)
         bytes += ckpt_numel(tensors[i].ndim, tensors[i].shape) * sizeof(float);
     ok = ck_agree(ok, why, sizeof why);
-    if (ok && rank == 0 && commit(run_dir, tmp, final, base, why, sizeof why) != 0) ok = 0;
-    if (!ok && rank == 0) unlink(tmp);
+    int committed = 0; /* rank 0: the rename to the final name happened */
+    if (ok && rank == 0) {
+        int c = commit(run_dir, tmp, final, base, why, sizeof why);
+        committed = c == 0 || c == -2;
+        ok = c == 0;
+    }
+    if (!ok && rank == 0 && !committed) unlink(tmp);
     if (ok && rank == 0) retention(run_dir, keep_last, meta->step);
+    dist_bcast(&committed, sizeof committed, 0);
     if (!ck_agree(ok, why,
                   sizeof why)) { /* also the barrier: every rank returns after the commit */
-        if (rank == 0) tsr_error("checkpoint %s not written: %s", final, why);
+        if (rank == 0 && committed)
+            tsr_error("checkpoint %s was written and committed, but %s/latest could not be "
+                      "updated (it still names the previous checkpoint): %s", final, run_dir,
+                      why);
+        else if (rank == 0)
+            tsr_error("checkpoint %s not written: %s", final, why);
         return TSR_EXIT_DATA;
     }
     if (path_out && path_cap) snprintf(path_out, path_cap, "%s", final);

@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #define TSR_CKPT_FORMAT "tessera-checkpoint"
-#define TSR_CKPT_VERSION 1
+#define TSR_CKPT_VERSION 2 /* 2: fixed-length strings + meta_crc32c; 1 still read */
 
 typedef struct ckpt_tensor {
     const char *name;   /* dataset path inside the file, e.g. "model/wte" or "optim/m/wte" */
@@ -80,6 +80,18 @@ int ckpt_resolve_path(const char *in, char *out, size_t cap);
  * tried and why. */
 int ckpt_resume(const char *run_dir, ckpt_meta *meta, ckpt_tensor *tensors, int n, char *path_out,
                 size_t path_cap, ckpt_stats *stats);
+
+/* The longest run directory (as given, relative or absolute) a checkpoint is written in: Open MPI
+ * 4.1's MPI-IO aborts ("buffer overflow detected", SIGABRT) on a checkpoint path of 245+
+ * characters (run_dir of 224+); 200 leaves room for longer step numbers. */
+#define CKPT_RUN_DIR_MAX 200
+/* 0 when run_dir is short enough, else TSR_EXIT_USAGE with why naming its length and the limit
+ * (ckpt_save refuses the same way, before any file exists). Local. */
+int ckpt_check_run_dir(const char *run_dir, char *why, size_t cap);
+/* The metadata of the checkpoint a resume of run_dir would try first: `latest`, else the newest
+ * step-*.h5, skipping those whose metadata does not read (ck_meta_read_file: no tensor is read);
+ * run_dir may also be a checkpoint file. 0 with meta and its path; 1 when none. Local (no MPI). */
+int ckpt_peek_meta(const char *run_dir, ckpt_meta *meta, char *path_out, size_t cap);
 
 /* Loads one named checkpoint file (no fallback): meta, and the tensors' slices (verified). A
  * tensor listed in `tensors` but absent from the file is an error naming it; with `only_prefix`

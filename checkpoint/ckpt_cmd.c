@@ -102,20 +102,20 @@ static void examine(const char *path, file_report *r, int read_data) {
     memset(r, 0, sizeof *r);
     r->valid = 1;
     ck_h5_quiet();
+    char why[1024];
+    ck_meta_info info;
+    /* the root attributes first, by the reader that survives a damaged file (ckpt_meta.c) */
+    if (ck_meta_read_file(path, &r->meta, &info, why, sizeof why) != 0) problem(r, "%s%s", "", why);
+    snprintf(r->format, sizeof r->format, "%s", info.format[0] ? info.format : "?");
+    r->version = info.version;
+    snprintf(r->created, sizeof r->created, "%s", info.created[0] ? info.created : "?");
+    snprintf(r->rng, sizeof r->rng, "%s", info.rng[0] ? info.rng : "?");
+    if (!r->valid && !r->meta.program_version[0]) return; /* metadata unreadable: stop there */
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f < 0) {
         problem(r, "%scannot open it as HDF5 (missing, truncated or not HDF5)%s", "", "");
         return;
     }
-    char why[1024];
-    if (ck_meta_read(f, &r->meta, why, sizeof why) != 0) problem(r, "%s%s", "", why);
-    if (ck_attr_read_str(f, "format", r->format, sizeof r->format) != 0)
-        snprintf(r->format, sizeof r->format, "?");
-    if (ck_attr_read_i64(f, "format_version", &r->version) != 0) r->version = -1;
-    if (ck_attr_read_str(f, "created", r->created, sizeof r->created) != 0)
-        snprintf(r->created, sizeof r->created, "?");
-    if (ck_attr_read_str(f, "rng", r->rng, sizeof r->rng) != 0)
-        snprintf(r->rng, sizeof r->rng, "?");
     if (H5Lvisit(f, H5_INDEX_NAME, H5_ITER_INC, collect, r) < 0)
         problem(r, "%scannot list the datasets (damaged metadata)%s", "", "");
     for (int i = 0; i < r->n; i++) {
@@ -316,7 +316,7 @@ static int run_inspect(const sub_args *a) {
     }
     const ckpt_meta *m = &r->meta;
     printf("file             %s\n", path);
-    printf("format           %s version %lld (this program reads %s version %d)\n", r->format,
+    printf("format           %s version %lld (this program reads %s versions 1 to %d)\n", r->format,
            (long long)r->version, TSR_CKPT_FORMAT, TSR_CKPT_VERSION);
     printf("step             %lld\n", (long long)m->step);
     printf("tokens           %lld\n", (long long)m->tokens);

@@ -55,20 +55,15 @@ int ck_attr_write_u32(hid_t loc, const char *name, uint32_t v) {
     return attr_write(loc, name, H5T_STD_U32LE, H5T_NATIVE_UINT32, &v);
 }
 
-static hid_t vlen_str_type(void) {
+int ck_attr_write_str(hid_t loc, const char *name, const char *s) {
+    size_t n = strlen(s) + 1; /* the terminating NUL is stored: never an empty type */
+    if (n > CK_STR_MAX) return -1;
     hid_t t = H5Tcopy(H5T_C_S1);
     if (t < 0) return -1;
-    if (H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0) {
-        H5Tclose(t);
-        return -1;
-    }
-    return t;
-}
-
-int ck_attr_write_str(hid_t loc, const char *name, const char *s) {
-    hid_t t = vlen_str_type();
-    if (t < 0) return -1;
-    int rc = attr_write(loc, name, t, t, &s);
+    int rc = H5Tset_size(t, n) < 0 || H5Tset_strpad(t, H5T_STR_NULLTERM) < 0 ||
+                     H5Tset_cset(t, H5T_CSET_UTF8) < 0
+                 ? -1
+                 : attr_write(loc, name, t, t, s);
     H5Tclose(t);
     return rc;
 }
@@ -109,114 +104,29 @@ int ck_attr_read_str(hid_t loc, const char *name, char *buf, size_t cap) {
     hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
     if (a < 0) return -1;
     int rc = -1;
-    hid_t ft = H5Aget_type(a), mt = -1;
-    if (ft < 0 || H5Tget_class(ft) != H5T_STRING) goto done;
-    if (H5Tis_variable_str(ft) > 0) {
-        mt = vlen_str_type();
-        char *p = NULL;
-        if (mt < 0 || H5Aread(a, mt, &p) < 0 || !p) goto done;
-        size_t n = strlen(p);
-        if (n < cap) {
-            memcpy(buf, p, n + 1);
-            rc = 0;
-        }
-        H5free_memory(p);
-    } else {
-        size_t n = H5Tget_size(ft);
-        char *tmp = calloc(n + 1, 1);
-        mt = H5Tcopy(H5T_C_S1);
-        if (tmp && mt >= 0 && H5Tset_size(mt, n) >= 0 && H5Aread(a, mt, tmp) >= 0 &&
-            strlen(tmp) < cap) {
-            strcpy(buf, tmp);
-            rc = 0;
-        }
-        free(tmp);
+    hid_t ft = H5Aget_type(a), sp = H5Aget_space(a), mt = -1;
+    size_t n = ft >= 0 ? H5Tget_size(ft) : 0;
+    /* a fixed-length string (never variable-length: its bytes live in the global heap), one
+     * element, whose stored size is its type's size: the bytes come from the object header */
+    if (ft < 0 || sp < 0 || H5Tget_class(ft) != H5T_STRING || H5Tis_variable_str(ft) != 0 ||
+        n == 0 || n > CK_STR_MAX || H5Sget_simple_extent_npoints(sp) != 1 ||
+        H5Aget_storage_size(a) != (hsize_t)n)
+        goto done;
+    char *tmp = calloc(n + 1, 1);
+    mt = H5Tcopy(H5T_C_S1);
+    if (tmp && mt >= 0 && H5Tset_size(mt, n) >= 0 && H5Tset_strpad(mt, H5T_STR_NULLPAD) >= 0 &&
+        H5Tset_cset(mt, H5Tget_cset(ft)) >= 0 && /* HDF5 converts no character set */
+        H5Aread(a, mt, tmp) >= 0 && strlen(tmp) < cap) {
+        memcpy(buf, tmp, strlen(tmp) + 1);
+        rc = 0;
     }
+    free(tmp);
 done:
     if (mt >= 0) H5Tclose(mt);
+    if (sp >= 0) H5Sclose(sp);
     if (ft >= 0) H5Tclose(ft);
     H5Aclose(a);
     return rc;
-}
-
-int ck_meta_write(hid_t file, const ckpt_meta *m, const char *created) {
-    if (ck_attr_write_str(file, "format", TSR_CKPT_FORMAT) ||
-        ck_attr_write_i64(file, "format_version", TSR_CKPT_VERSION) ||
-        ck_attr_write_i64(file, "step", m->step) || ck_attr_write_i64(file, "tokens", m->tokens) ||
-        ck_attr_write_i64(file, "data_cursor", m->data_cursor) ||
-        ck_attr_write_i64(file, "world_size", m->world_size) ||
-        ck_attr_write_i64(file, "global_batch", m->global_batch) ||
-        ck_attr_write_i64(file, "seed", m->seed) || ck_attr_write_str(file, "config", m->config) ||
-        ck_attr_write_str(file, "program_version", m->program_version) ||
-        ck_attr_write_str(file, "created", created) ||
-        ck_attr_write_str(file, "rng", CKPT_RNG_NOTE) ||
-        ck_attr_write_i64(file, "optim_step", m->optim_step) ||
-        ck_attr_write_i64(file, "rollbacks", m->rollbacks) ||
-        ck_attr_write_i64(file, "updates_skipped", m->updates_skipped) ||
-        ck_attr_write_str(file, "skipped_batches", m->skipped_batches) ||
-        ck_attr_write_str(file, "mix_tokens", m->mix_tokens) ||
-        ck_attr_write_str(file, "mix_plan", m->mix_plan) ||
-        ck_attr_write_str(file, "guard_state", m->guard_state) ||
-        ck_attr_write_i64(file, "micro_batch_auto", m->micro_batch))
-        return -1;
-    return 0;
-}
-
-int ck_meta_read(hid_t file, ckpt_meta *m, char *why, size_t why_cap) {
-    char fmt[64];
-    int64_t ver;
-    memset(m, 0, sizeof *m);
-    if (ck_attr_read_str(file, "format", fmt, sizeof fmt) != 0) {
-        snprintf(why, why_cap, "no \"format\" root attribute (not a tessera checkpoint)");
-        return -1;
-    }
-    if (strcmp(fmt, TSR_CKPT_FORMAT) != 0) {
-        snprintf(why, why_cap, "root attribute format = \"%s\", expected \"%s\"", fmt,
-                 TSR_CKPT_FORMAT);
-        return -1;
-    }
-    if (ck_attr_read_i64(file, "format_version", &ver) != 0) {
-        snprintf(why, why_cap, "no integer \"format_version\" root attribute");
-        return -1;
-    }
-    if (ver != TSR_CKPT_VERSION) {
-        snprintf(why, why_cap, "format_version = %lld, this program reads version %d",
-                 (long long)ver, TSR_CKPT_VERSION);
-        return -1;
-    }
-    static const char *const ints[] = {"step",       "tokens",       "data_cursor",
-                                       "world_size", "global_batch", "seed"};
-    int64_t *dst[] = {&m->step,       &m->tokens,       &m->data_cursor,
-                      &m->world_size, &m->global_batch, &m->seed};
-    for (int k = 0; k < 6; k++) {
-        if (ck_attr_read_i64(file, ints[k], dst[k]) != 0) {
-            snprintf(why, why_cap, "missing or non-integer root attribute \"%s\"", ints[k]);
-            return -1;
-        }
-    }
-    if (ck_attr_read_str(file, "config", m->config, sizeof m->config) != 0) {
-        snprintf(why, why_cap, "missing root attribute \"config\" (or longer than %zu bytes)",
-                 sizeof m->config - 1);
-        return -1;
-    }
-    if (ck_attr_read_str(file, "program_version", m->program_version, sizeof m->program_version) !=
-        0) {
-        snprintf(why, why_cap, "missing root attribute \"program_version\"");
-        return -1;
-    }
-    /* optional: absent in files from before the spike guard and data mixing */
-    if (ck_attr_read_i64(file, "optim_step", &m->optim_step) != 0) m->optim_step = -1;
-    if (ck_attr_read_i64(file, "rollbacks", &m->rollbacks) != 0) m->rollbacks = 0;
-    if (ck_attr_read_i64(file, "updates_skipped", &m->updates_skipped) != 0) m->updates_skipped = 0;
-    if (ck_attr_read_str(file, "skipped_batches", m->skipped_batches, sizeof m->skipped_batches))
-        m->skipped_batches[0] = '\0';
-    if (ck_attr_read_str(file, "mix_tokens", m->mix_tokens, sizeof m->mix_tokens))
-        m->mix_tokens[0] = '\0';
-    if (ck_attr_read_str(file, "mix_plan", m->mix_plan, sizeof m->mix_plan)) m->mix_plan[0] = '\0';
-    if (ck_attr_read_str(file, "guard_state", m->guard_state, sizeof m->guard_state))
-        m->guard_state[0] = '\0';
-    if (ck_attr_read_i64(file, "micro_batch_auto", &m->micro_batch) != 0) m->micro_batch = 0;
-    return 0;
 }
 
 int ck_select_range(hid_t filespace, int ndim, const int64_t *shape, uint64_t lo, uint64_t hi) {

@@ -1,7 +1,9 @@
 /* ckpt_h5.h — HDF5 helpers shared by the checkpoint writer, reader and `tessera ckpt` (internal).
  *
- * Attributes: integers are int64 little-endian (uint32 for "crc32c"), strings variable-length UTF-8
- * (so the config text has no 64 KiB object-header limit and h5py reads them as str).
+ * Attributes: integers are int64 little-endian (uint32 for "crc32c"), strings fixed-length UTF-8,
+ * NUL-terminated (format version 2: their bytes sit in the object header, covered by the root
+ * attribute meta_crc32c; version 1's variable-length strings lived in HDF5's global heap, which
+ * HDF5 reads without any check: docs/checkpoint-format.md "Version 1 files").
  * Every function returns 0 or -1 (HDF5's own error stack is silenced: ck_h5_quiet()).
  */
 #ifndef TSR_CKPT_H5_H
@@ -29,18 +31,39 @@ void ck_fapl_driver(hid_t fapl);
 void ck_dxpl_independent(hid_t dxpl);
 int ck_attr_write_i64(hid_t loc, const char *name, int64_t v);
 int ck_attr_write_u32(hid_t loc, const char *name, uint32_t v);
-int ck_attr_write_str(hid_t loc, const char *name, const char *s);
+/* Largest string attribute, its NUL included: an HDF5 object header message holds < 64 KiB. */
+#define CK_STR_MAX 65000u
+int ck_attr_write_str(hid_t loc, const char *name, const char *s); /* -1 above CK_STR_MAX */
 int ck_attr_read_i64(hid_t loc, const char *name, int64_t *v);
 int ck_attr_read_u32(hid_t loc, const char *name, uint32_t *v);
-/* Reads a string attribute (variable- or fixed-length); -1 when absent, not a string, or longer
- * than cap - 1. */
+/* Reads a fixed-length string attribute; -1 when absent, not a fixed-length string (a
+ * variable-length one is refused: ckpt_meta.c reads version 1's apart), or longer than cap - 1. */
 int ck_attr_read_str(hid_t loc, const char *name, char *buf, size_t cap);
 
-/* Writes the root attributes of a checkpoint (collective in a parallel file: same values). */
-int ck_meta_write(hid_t file, const ckpt_meta *m, const char *created);
-/* Reads and checks the root attributes: format and format_version must match (why names the
- * attribute and the value found). */
-int ck_meta_read(hid_t file, ckpt_meta *m, char *why, size_t why_cap);
+/* ---- root metadata (ckpt_meta.c) ---- */
+
+/* What the root attributes hold besides ckpt_meta. */
+typedef struct ck_meta_info {
+    char format[64];
+    int64_t version;
+    char created[64];
+    char rng[256];
+} ck_meta_info;
+
+/* Writes the root attributes of a checkpoint, meta_crc32c last (collective in a parallel file:
+ * same values on every rank). -1 when HDF5 fails or a string is over CK_STR_MAX (why says). */
+int ck_meta_write(hid_t file, const ckpt_meta *m, const char *created, char *why, size_t why_cap);
+/* Reads and checks the root attributes of the file at `path` (local: its own read-only open with
+ * HDF5's default driver; close any other handle on it first). Version 2: fixed-length strings,
+ * meta_crc32c must match. Version 1: read in a child process, so a damaged global heap (HDF5
+ * crashes or loops on one) rejects the file instead of killing the caller. Then
+ * ck_meta_check. info may be NULL. Returns 0, or -1 with why naming the attribute and fault. */
+int ck_meta_read_file(const char *path, ckpt_meta *m, ck_meta_info *info, char *why,
+                      size_t why_cap);
+/* The identities of docs/checkpoint-format.md: counters >= 0, world_size and global_batch >= 1,
+ * optim_step <= step, skipped_batches well formed, and
+ * data_cursor = (step + skipped batches) x global_batch. 0, or -1 with why. Local. */
+int ck_meta_check(const ckpt_meta *m, char *why, size_t why_cap);
 
 /* Selects a tensor's flat range [lo, hi) in its dataset's file space (H5Sselect_none if empty). */
 int ck_select_range(hid_t filespace, int ndim, const int64_t *shape, uint64_t lo, uint64_t hi);

@@ -12,7 +12,7 @@
 #include "data/data.h"
 
 /* The stored config text -> cfg: through a temporary file, since config_load reads files. */
-static int load_config(const char *path, const char *text, const char *const *sets, int n_sets,
+int ckpt_config_from_text(const char *path, const char *text, const char *const *sets, int n_sets,
                        tsr_config *cfg) {
     char tmp[] = "/tmp/tessera-ckpt-config.XXXXXX";
     int fd = mkstemp(tmp);
@@ -66,20 +66,22 @@ int ckpt_model_load(const char *path, const char *const *sets, int n_sets, int T
     memset(m, 0, sizeof *m);
     if (ckpt_resolve_path(path, file, sizeof file)) return TSR_EXIT_DATA;
     if (resolved && cap) snprintf(resolved, cap, "%s", file);
+    ckpt_meta *meta = tsr_malloc(sizeof *meta);
+    char why[1024];
+    if (ck_meta_read_file(file, meta, NULL, why, sizeof why) != 0) {
+        tsr_error("%s: %s", file, why);
+        free(meta);
+        return TSR_EXIT_DATA;
+    }
     ck_h5_quiet();
     hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f < 0) {
         tsr_error("%s: cannot open it as HDF5 (missing, truncated or not HDF5)", file);
+        free(meta);
         return TSR_EXIT_DATA;
     }
-    ckpt_meta *meta = tsr_malloc(sizeof *meta);
-    char why[1024];
     int rc = 0;
-    if (ck_meta_read(f, meta, why, sizeof why) != 0) {
-        tsr_error("%s: %s", file, why);
-        rc = TSR_EXIT_DATA;
-    }
-    if (!rc) rc = load_config(file, meta->config, sets, n_sets, cfg);
+    if (!rc) rc = ckpt_config_from_text(file, meta->config, sets, n_sets, cfg);
     if (!rc) {
         model_init(m, &cfg->model, T > 0 ? T : (int)cfg->seq_len, &tsr_cpu_ops);
         model_alloc_params(m);

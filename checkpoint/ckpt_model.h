@@ -18,4 +18,10 @@
 int ckpt_model_load(const char *path, const char *const *sets, int n_sets, int T, tsr_config *cfg,
                     tsr_model *m, char *resolved, size_t cap);
 
+/* A checkpoint's stored config text (ckpt_meta.config) -> cfg, with the "key=value" overrides in
+ * sets applied after it; path names the checkpoint in errors. 0, TSR_EXIT_USAGE (does not load)
+ * or TSR_EXIT_DATA (cannot stage it), after reporting. */
+int ckpt_config_from_text(const char *path, const char *text, const char *const *sets, int n_sets,
+                          tsr_config *cfg);
+
 #endif

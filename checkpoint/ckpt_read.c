@@ -1,7 +1,8 @@
 /* ckpt_read.c — loading and verifying checkpoints, and choosing the one to resume from.
  *
- * A load opens the file read-only (through MPI-IO; in the NO_MPI build serial HDF5:
- * ck_fapl_driver), checks the format/format_version root attributes, then per tensor that the
+ * A load has rank 0 read and check the root attributes (ck_meta_read_file: format, version, the
+ * metadata CRC and the counters' identities) and broadcast them, then opens the file read-only
+ * (through MPI-IO; in the NO_MPI build serial HDF5: ck_fapl_driver), then checks per tensor that the
  * dataset exists with the expected global shape; then each rank reads its flat ranges of all
  * tensors without waiting for the others (ck_transfer_slices, O_DIRECT for whole blocks), the
  * slice CRCs are allgathered once and combined, and each result must equal the dataset's "crc32c"
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ckpt_h5.h"
 #include "common.h"
@@ -86,10 +88,14 @@ static int load_file(const char *path, ckpt_meta *meta, ckpt_tensor *t, int n, c
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), dxpl = H5Pcreate(H5P_DATASET_XFER);
     ck_fapl_driver(fapl);
     ck_dxpl_independent(dxpl);
-    hid_t file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
-    if (file < 0) snprintf(why, cap, "cannot open it as HDF5 (missing, truncated or not HDF5)");
-    int ok = ck_agree(file >= 0, why, cap);
-    if (ok) ok = ck_agree(ck_meta_read(file, meta, why, cap) == 0, why, cap);
+    /* the root attributes: rank 0 reads and checks them (its own open, ckpt_meta.c), then all
+     * ranks have its answer; only a file whose metadata passed is opened through MPI-IO */
+    int ok = dist_world_rank() == 0 ? ck_meta_read_file(path, meta, NULL, why, cap) == 0 : 1;
+    ok = ck_agree(ok, why, cap);
+    if (ok) dist_bcast(meta, sizeof *meta, 0);
+    hid_t file = ok ? H5Fopen(path, H5F_ACC_RDONLY, fapl) : -1;
+    if (ok && file < 0) snprintf(why, cap, "cannot open it as HDF5 (missing, truncated or not HDF5)");
+    if (ok) ok = ck_agree(file >= 0, why, cap);
     for (int i = 0; i < n && ok; i++) {
         if (!wanted(&t[i], prefix)) continue;
         ds[m] = open_checked(file, &t[i], &want[m], why, cap);
@@ -143,6 +149,7 @@ typedef struct candidates {
     char names[16384];
     char note[1024];
     int count;
+    int latest_missing; /* RUN_DIR/latest does not exist (a fresh run when nothing else is there) */
 } candidates;
 
 static void list_candidates(const char *run_dir, candidates *c) {
@@ -154,7 +161,8 @@ static void list_candidates(const char *run_dir, candidates *c) {
         o += (size_t)snprintf(c->names + o, sizeof c->names - o, "%s\n", latest);
         c->count++;
     } else if (lr == 0) {
-        snprintf(c->note, sizeof c->note, "%s/latest does not exist", run_dir);
+        snprintf(c->note, sizeof c->note, "%.900s/latest does not exist", run_dir);
+        c->latest_missing = 1;
     } else {
         snprintf(c->note, sizeof c->note, "%s", why);
     }
@@ -181,7 +189,7 @@ int ckpt_resume(const char *run_dir, ckpt_meta *meta, ckpt_tensor *tensors, int 
     if (rank == 0) list_candidates(run_dir, c);
     dist_bcast(c, sizeof *c, 0);
     if (c->count == 0) {
-        int latest_exists = c->note[0] && !strstr(c->note, "does not exist");
+        int latest_exists = !c->latest_missing;
         if (latest_exists && rank == 0)
             tsr_error("no checkpoint to resume from in %s: %s", run_dir, c->note);
         free(c);
@@ -224,4 +232,40 @@ int ckpt_resume(const char *run_dir, ckpt_meta *meta, ckpt_tensor *tensors, int 
     free(tried);
     free(c);
     return rc;
+}
+
+int ckpt_peek_meta(const char *run_dir, ckpt_meta *meta, char *path_out, size_t cap) {
+    struct stat st;
+    if (stat(run_dir, &st) == 0 && S_ISREG(st.st_mode)) { /* a checkpoint file itself */
+        char why[1024];
+        if (ck_meta_read_file(run_dir, meta, NULL, why, sizeof why) != 0) return 1;
+        if (path_out && cap) snprintf(path_out, cap, "%s", run_dir);
+        return 0;
+    }
+    candidates *c = calloc(1, sizeof *c);
+    if (!c) tsr_die(TSR_EXIT_INTERNAL, "out of memory");
+    list_candidates(run_dir, c);
+    int rc = 1;
+    char *save = NULL;
+    for (char *name = strtok_r(c->names, "\n", &save); name && rc;
+         name = strtok_r(NULL, "\n", &save)) {
+        char path[4200], why[1024];
+        snprintf(path, sizeof path, "%s/%s", run_dir, name);
+        if (ck_meta_read_file(path, meta, NULL, why, sizeof why) != 0) continue;
+        if (path_out && cap) snprintf(path_out, cap, "%s", path);
+        rc = 0;
+    }
+    free(c);
+    return rc;
+}
+
+int ckpt_check_run_dir(const char *run_dir, char *why, size_t cap) {
+    size_t n = strlen(run_dir);
+    if (n > CKPT_RUN_DIR_MAX) {
+        snprintf(why, cap, "run_dir is %zu characters long, at most %d are supported (Open MPI's "
+                 "MPI-IO overflows a buffer and aborts on longer checkpoint paths): use a shorter "
+                 "path or a symbolic link", n, CKPT_RUN_DIR_MAX);
+        return TSR_EXIT_USAGE;
+    }
+    return 0;
 }

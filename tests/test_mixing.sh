@@ -44,7 +44,7 @@ awk '($1 <= 20 && ($2 != 6 || $3 != 2)) || ($1 > 20 && ($2 != 4 || $3 != 4)) { b
 tap_check $? "every global batch holds exactly 6 web + 2 domain (0.75/0.25 of 8), then 4 + 4 from step 21 (domain x3 at 50%)"
 grep -q "data mix from step 0: web 6/8 domain 2/8" "$TMP/A.txt" && grep -q "data mix from step 20: web 4/8 domain 4/8" "$TMP/A.txt"
 tap_check $? "the plan is printed at start"
-[[ $(/usr/bin/python3 -c 'import sys,h5py; print(h5py.File(sys.argv[1],"r").attrs["mix_tokens"])' "$TMP/A/step-00000040.h5") == "web=6400,domain=3840" ]]
+[[ $(/usr/bin/python3 -c 'import sys,h5py; print(h5py.File(sys.argv[1],"r").attrs["mix_tokens"].decode())' "$TMP/A/step-00000040.h5") == "web=6400,domain=3840" ]]
 tap_check $? "the checkpoint records the tokens drawn per stream: web=6400,domain=3840 (200 and 120 samples of 32)"
 
 TSR_FAULT=usr1:15:1 run 2 "$TMP/B" >"$TMP/B1.txt" 2>&1

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "../../checkpoint/ckpt.h"
+#include "../../checkpoint/ckpt_model.h"
 #include "common.h"
 #include "gpu/gpu_train.h"
 #include "hf/hf.h"
@@ -310,7 +311,74 @@ int checkpointing_rollback(tsr_trainer *t, int64_t max_step, char *path, size_t 
 
 void checkpointing_set_aside_after(tsr_trainer *t) { ckpt_set_aside_after(t->cfg.run_dir, t->step); }
 
+/* The settings that give the model its tensors and their meaning, config vs checkpoint:
+ * "n_layer 2 vs 4, d_model 64 vs 128" into out (empty when they agree). */
+static void model_diff(const tsr_config *a, const tsr_config *b, char *out, size_t cap) {
+    const tsr_model_config *x = &a->model, *y = &b->model;
+    long long xs = x->max_seq_len ? x->max_seq_len : a->seq_len;
+    long long ys = y->max_seq_len ? y->max_seq_len : b->seq_len;
+    struct {
+        const char *name;
+        double u, v;
+    } f[] = {
+        {"n_layer", x->n_layer, y->n_layer},
+        {"d_model", x->d_model, y->d_model},
+        {"n_head", x->n_head, y->n_head},
+        {"vocab_size", x->vocab_size, y->vocab_size},
+        {"vocab_multiple", x->vocab_multiple, y->vocab_multiple},
+        {"pos (0 learned, 1 alibi)", x->pos, y->pos},
+        {"bias", x->bias, y->bias},
+        {"expansion_ratio", x->expansion_ratio, y->expansion_ratio},
+        {"max_seq_len", x->pos == TSR_POS_LEARNED ? (double)xs : 0,
+         y->pos == TSR_POS_LEARNED ? (double)ys : 0},
+    };
+    size_t o = 0;
+    out[0] = '\0';
+    for (size_t k = 0; k < sizeof f / sizeof f[0] && o < cap; k++)
+        if (f[k].u != f[k].v)
+            o += (size_t)snprintf(out + o, cap - o, "%s%s %g vs %g", o ? ", " : "", f[k].name,
+                                  f[k].u, f[k].v);
+}
+
+int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg) {
+    char why[1024];
+    int rc = ckpt_check_run_dir(cfg->run_dir, why, sizeof why);
+    if (rc) {
+        tsr_error("%s", why);
+        return rc;
+    }
+    char from[1200], path[1200];
+    if (resume_arg) {
+        if (ckpt_resolve_path(resume_arg, from, sizeof from)) return TSR_EXIT_DATA;
+    } else {
+        snprintf(from, sizeof from, "%s", cfg->run_dir);
+    }
+    ckpt_meta *meta = tsr_malloc(sizeof *meta);
+    tsr_config *ck = tsr_calloc(1, sizeof *ck);
+    /* no checkpoint (a fresh run), or none whose metadata reads (the resume reports each), or a
+     * stored config that does not load (reported): nothing to compare */
+    if (ckpt_peek_meta(from, meta, path, sizeof path) == 0 &&
+        ckpt_config_from_text(path, meta->config, NULL, 0, ck) == 0) {
+        char diff[1024];
+        model_diff(cfg, ck, diff, sizeof diff);
+        if (diff[0]) {
+            tsr_error("%s: the model in the config differs from the checkpoint's: %s (config vs "
+                      "checkpoint). A resume continues the same model: restore those settings, "
+                      "use another run_dir, or start from the weights with --init-from",
+                      path, diff);
+            rc = TSR_EXIT_USAGE;
+        }
+    }
+    free(ck);
+    free(meta);
+    return rc;
+}
+
 int checkpointing_resume(tsr_trainer *t, const char *resume_arg, const char *init_arg) {
+    /* rank 0 alone opens the checkpoint's metadata (not thousands of ranks at once) */
+    int pre = t->dist.rank == 0 ? checkpointing_check_start(&t->cfg, resume_arg) : 0;
+    dist_bcast(&pre, sizeof pre, 0);
+    if (pre) return pre;
     char resume_buf[1200], init_buf[1200];
     const char *resume_path = NULL, *init_from = NULL;
     if (resume_arg) {

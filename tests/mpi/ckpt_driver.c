@@ -4,6 +4,8 @@
  *   ckpt_driver save-gap RUN_DIR STEP  the same, but model/wte's last element is owned by no rank
  *   ckpt_driver resume RUN_DIR         ckpt_resume at this world size, check every element
  *   ckpt_driver load FILE [PREFIX]     ckpt_load of one file, check every (PREFIX) element
+ *   ckpt_driver setattr FILE NAME V    overwrites the int64 root attribute NAME with V in place
+ *                                      (what an edit with h5py does; one process)
  *
  * Tensors of 1-D..4-D shapes whose sizes are not multiples of the world size; element i of tensor
  * t at step s is v(t, i, s), an exactly representable float, so checks are exact (count of wrong
@@ -12,6 +14,7 @@
  * Exit: 0 all exact, 1 wrong elements or metadata, else the library's status (1 = no checkpoint
  * for resume, 2 = invalid).
  */
+#include <hdf5.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,6 +99,19 @@ int main(int argc, char **argv) {
                 "usage: ckpt_driver save RUN_DIR STEP... | resume RUN_DIR | load FILE [PREFIX]\n");
         MPI_Finalize();
         return 1;
+    }
+    if (strcmp(argv[1], "setattr") == 0) { /* serial HDF5 open, as h5py would */
+        int64_t v;
+        if (argc != 5 || tsr_parse_i64(argv[4], INT64_MIN, INT64_MAX, &v))
+            tsr_die(1, "usage: ckpt_driver setattr FILE NAME INT64");
+        hid_t f = H5Fopen(argv[2], H5F_ACC_RDWR, H5P_DEFAULT);
+        hid_t a = f < 0 ? -1 : H5Aopen(f, argv[3], H5P_DEFAULT);
+        int bad = a < 0 || H5Awrite(a, H5T_NATIVE_INT64, &v) < 0;
+        if (a >= 0) H5Aclose(a);
+        if (f >= 0 && H5Fclose(f) < 0) bad = 1;
+        if (bad) fprintf(stderr, "ckpt_driver: cannot set %s in %s\n", argv[3], argv[2]);
+        MPI_Finalize();
+        return bad;
     }
     ckpt_tensor ts[NT];
     make_tensors(ts, world, rank);

@@ -60,9 +60,15 @@ for t, name, shape in [(0, "model/wte", (37, 11)), (3, "optim/m/attn", (5, 7, 3)
           f"crc32c python 0x{crc:08x} attribute 0x{int(d.attrs['crc32c']):08x}")
     ok &= good
 at = f.attrs
-ok &= at["format"] == "tessera-checkpoint" and int(at["format_version"]) == 1 and int(at["step"]) == 3
-ok &= int(at["world_size"]) == 2 and int(at["tokens"]) == 3000 and "global_batch = 8" in at["config"]
-print("# root attributes:", {k: (v if not isinstance(v, str) else v[:40]) for k, v in at.items()})
+ok &= at["format"] == b"tessera-checkpoint" and int(at["format_version"]) == 2 and int(at["step"]) == 3
+ok &= int(at["world_size"]) == 2 and int(at["tokens"]) == 3000 and b"global_batch = 8" in at["config"]
+# meta_crc32c: every other root attribute in order of name, each as name NUL value NUL
+# (integers in decimal, strings as stored; docs/checkpoint-format.md)
+txt = lambda v: v if isinstance(v, bytes) else str(int(v)).encode()
+blob = b"".join(k.encode() + b"\0" + txt(at[k]) + b"\0" for k in sorted(at.keys()) if k != "meta_crc32c")
+ok &= crc32c(blob) == int(at["meta_crc32c"])
+print("# root attributes:", {k: (v if not isinstance(v, bytes) else v[:40]) for k, v in at.items()},
+      f"meta_crc32c python 0x{crc32c(blob):08x}")
 sys.exit(0 if ok else 1)
 PY
 tap_check $? "h5py reads model/wte, optim/m/attn, optim/v/attn: shapes, values exact, python CRC32C == attribute"

@@ -310,7 +310,8 @@ def rel_err(a, b):
 def check_root_attrs(tap, run, path, s, ranks, step, run_dir, version, tmp):
     bad = []
     with h5py.File(path, "r") as f:
-        attrs = {k: f.attrs[k] for k in f.attrs.keys()}
+        # format 2: strings are fixed-length (h5py gives bytes); meta_crc32c covers the others
+        attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
         for k in ROOT_INT_ATTRS:
             if k not in attrs:
                 bad.append(f"root attribute {k} is missing")
@@ -324,9 +325,9 @@ def check_root_attrs(tap, run, path, s, ranks, step, run_dir, version, tmp):
                 continue
             a = f.attrs.get_id(k)
             info = h5py.check_string_dtype(a.dtype)
-            if a.shape != () or info is None or info.encoding != "utf-8" or info.length is not None:
+            if a.shape != () or info is None or info.encoding != "utf-8" or info.length is None:
                 bad.append(f"{k}: shape {a.shape} type {a.dtype} ({info}), want a scalar "
-                           f"variable-length UTF-8 string")
+                           f"fixed-length UTF-8 string")
         extra = sorted(set(attrs) - set(ROOT_INT_ATTRS) - set(ROOT_STR_ATTRS))
         if extra:
             tap.diag(f"{run}: root attributes not on the format page: {extra}")
@@ -335,7 +336,7 @@ def check_root_attrs(tap, run, path, s, ranks, step, run_dir, version, tmp):
             tap.diag(b)
         return tap.ok(False, f"{run}: root attributes and their HDF5 types")
     gb, T = int(s["global_batch"]), int(s["seq_len"])
-    want = {"format": "tessera-checkpoint", "format_version": 1, "step": step,
+    want = {"format": "tessera-checkpoint", "format_version": 2, "step": step,
             "tokens": step * gb * T, "data_cursor": step * gb, "world_size": ranks,
             "global_batch": gb, "seed": int(s["seed"]), "program_version": version}
     for k, v in want.items():

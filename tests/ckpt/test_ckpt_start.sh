@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# What the trainer refuses at start about its checkpoints (issue 21: the newcomer walkthrough and
+# item 4), on 1 and 2 ranks:
+#  - a restart whose config has another model than the run's checkpoint: exit 1 and "the model in
+#    the config differs from the checkpoint's: n_layer 3 vs 2" (was "no valid checkpoint", exit 2);
+#    the same through --resume FILE (d_model); the run's checkpoints and `latest` are untouched;
+#  - run_dir longer than 200 characters: exit 1 naming the limit (230 aborted inside Open MPI's
+#    MPI-IO at the first save, exit 134).
+source "$(dirname "$0")/../lib.sh"
+tsr_tmpdir
+tap_plan 6
+make_synth "$TMP/data"
+tiny_args "$TMP/data/train"
+args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=4 --set micro_batch=2
+       --set max_duration=4ba --set save_interval=2ba)
+run() { local dir=$1; shift; timeout 300 "${MPIRUN[@]}" -np 1 "$TRAIN" "${args[@]}" --set run_dir="$dir" "$@"; }
+
+R=$TMP/run
+run "$R" >"$TMP/first.txt" 2>&1
+tap_check $? "4 steps, checkpoints at 2 and 4"
+before=$(cd "$R" && cat latest && sha256sum step-*.h5)
+timeout 300 "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$R" --set model.n_layer=3 \
+    --set max_duration=6ba >"$TMP/layers.txt" 2>&1
+rc=$?
+said=$(grep -c "step-00000004.h5: the model in the config differs from the checkpoint's: n_layer 3 vs 2" "$TMP/layers.txt")
+tap_check $(( (rc == 1 ? 0 : 1) | (said == 1 ? 0 : 1) )) "restart on 2 ranks with n_layer 3 over a 2-layer checkpoint: exit 1 (got $rc), n_layer 3 vs 2 said once ($said)"
+run "$TMP/other" --resume "$(ck "$R" 2)" --set model.d_model=32 >"$TMP/dmodel.txt" 2>&1
+rc=$?
+grep -q "step-00000002.h5: the model in the config differs from the checkpoint's: d_model 32 vs 64" "$TMP/dmodel.txt"
+tap_check $(( (rc == 1 ? 0 : 1) | $? )) "--resume FILE with d_model 32 over 64: exit 1 (got $rc), names d_model"
+after=$(cd "$R" && cat latest && sha256sum step-*.h5)
+[[ $before == "$after" ]]
+tap_check $? "the refused restarts left the checkpoints and latest as they were"
+pad() { local p=$1 n=$2; while ((${#p} < n)); do p+=x; done; printf '%s' "$p"; }
+L=$(pad "$TMP/long" 230)
+run "$L" >"$TMP/long.txt" 2>&1
+rc=$?
+grep -q "run_dir is 230 characters long, at most 200" "$TMP/long.txt"
+tap_check $(( (rc == 1 ? 0 : 1) | $? )) "run_dir of 230 characters: exit 1 naming the limit (got $rc)"
+L=$(pad "$TMP/ok" 200)
+run "$L" --set max_duration=2ba >"$TMP/ok.txt" 2>&1
+rc=$?
+[[ $rc == 0 && $(cat "$L/latest") == step-00000002.h5 ]]
+tap_check $? "run_dir of 200 characters: trains and checkpoints (exit $rc)"
+tap_done
