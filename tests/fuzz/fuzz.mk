@@ -53,13 +53,20 @@ $(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/obj/tests/fuzz/fuzz_%.o $(FUZZ_COMMON) $(FUZZ_DI
 
 # the harnesses' scratch files go under $(FUZZ_DIR)/tmp (a crash skips their removal at exit)
 FUZZ_ENV = TMPDIR=$(abspath $(FUZZ_DIR))/tmp LSAN_OPTIONS=suppressions=$(abspath tests/fuzz/lsan.supp)
+# libFuzzer flags for every harness: an input parsed for more than 10 s is a hang (a finding)
+FUZZ_FLAGS ?= -timeout=10
+# HDF5 1.10 itself hangs on some damaged files (docs/fuzzing.md "Found"): the checkpoint harness
+# runs in fork mode, keeping each hang as a timeout-* file in tests/fuzz/found/ckpt/ (not the
+# corpus, which make check runs) and going on
+FUZZ_FLAGS_ckpt = -fork=1 -ignore_timeouts=1 -artifact_prefix=tests/fuzz/found/ckpt/
 fuzz: $(FUZZ:%=$(FUZZ_DIR)/fuzz_%)
-	@mkdir -p $(FUZZ_DIR)/tmp
+	@mkdir -p $(FUZZ_DIR)/tmp tests/fuzz/found/ckpt
 	@for h in $(FUZZ); do \
 	  mkdir -p $(FUZZ_DIR)/corpus/$$h tests/fuzz/corpus/$$h || exit 1; \
 	  echo "== fuzz_$$h: $(FUZZ_SECONDS) s; crashes go to tests/fuzz/corpus/$$h/"; \
+	  case $$h in ckpt) extra='$(FUZZ_FLAGS_ckpt)';; *) extra=;; esac; \
 	  $(FUZZ_ENV) nice -n $(FUZZ_NICE) $(FUZZ_DIR)/fuzz_$$h -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
-	    -dict=tests/fuzz/fuzz.dict -artifact_prefix=tests/fuzz/corpus/$$h/ \
+	    -dict=tests/fuzz/fuzz.dict -artifact_prefix=tests/fuzz/corpus/$$h/ $(FUZZ_FLAGS) $$extra \
 	    $(FUZZ_DIR)/corpus/$$h tests/fuzz/corpus/$$h || \
 	  { echo "fuzz_$$h found a crash: the input is in tests/fuzz/corpus/$$h/ (see docs/fuzzing.md)"; exit 1; }; \
 	done

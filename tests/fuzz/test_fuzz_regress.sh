@@ -4,11 +4,12 @@
 # fuzzing from it: a parser change that brings back a saved crash fails here (docs/fuzzing.md).
 # One TAP line per harness, plus one that the harnesses left no scratch file behind. Builds them
 # (make fuzz-build: clang, ASan + UBSan, the NO_MPI variant with serial HDF5); skips (77), loudly,
-# where clang cannot link a libFuzzer program. FUZZ_REGRESS_SECONDS (default 3): fuzzing time per
-# harness after its corpus ran.
+# where clang cannot link a libFuzzer program. After its corpus, each harness runs
+# FUZZ_REGRESS_RUNS (default 1000) mutations from a fixed seed, at most FUZZ_REGRESS_SECONDS (10).
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-SECS=${FUZZ_REGRESS_SECONDS:-3}
+SECS=${FUZZ_REGRESS_SECONDS:-10}
+RUNS=${FUZZ_REGRESS_RUNS:-1000}
 NAMES=(config dataset gpt2 tokfile bpe jsonl safetensors ckpt)
 
 # can clang link a libFuzzer + ASan + UBSan program here?
@@ -35,8 +36,10 @@ for h in "${NAMES[@]}"; do
     n=$(find "$corpus" -type f | wc -l)
     mkdir -p "$TMP/new/$h" "$TMP/crash/$h"
     # new inputs go to the first (scratch) directory, never into the committed corpus
-    nice -n 10 "$BUILD/fuzz/fuzz_$h" -max_total_time="$SECS" -print_final_stats=1 \
-        -dict="$TSR_ROOT/tests/fuzz/fuzz.dict" -artifact_prefix="$TMP/crash/$h/" \
+    # -seed and -runs fixed: the same mutations on every machine, so a failure reproduces (a
+    # time limit would make the count depend on the machine's speed); -max_total_time caps it
+    nice -n 10 "$BUILD/fuzz/fuzz_$h" -seed=1 -runs="$RUNS" -max_total_time="$SECS" -timeout=10 \
+        -print_final_stats=1 -dict="$TSR_ROOT/tests/fuzz/fuzz.dict" -artifact_prefix="$TMP/crash/$h/" \
         "$TMP/new/$h" "$corpus" >"$TMP/$h.log" 2>&1
     rc=$?
     runs=$(grep -oE 'stat::number_of_executed_units: [0-9]+' "$TMP/$h.log" | grep -oE '[0-9]+$')
@@ -47,7 +50,7 @@ for h in "${NAMES[@]}"; do
         tap_diag "the input is kept in $BUILD/fuzz/regress-crashes/$h/"
     fi
     [[ $rc == 0 && $n -gt 0 ]]
-    tap_check $? "fuzz_$h: its $n corpus files, then ${SECS} s of fuzzing: no crash, leak or UB (exit $rc; ${runs:-?} runs, ${cov:-no coverage line})"
+    tap_check $? "fuzz_$h: its $n corpus files, then $RUNS mutations (seed 1): no crash, hang, leak or UB (exit $rc; ${runs:-?} runs, ${cov:-no coverage line})"
 done
 left=$(find "$TMP/scratch" -mindepth 1 | head -3)
 [[ -z $left ]]
