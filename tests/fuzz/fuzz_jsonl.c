@@ -20,11 +20,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
-/* Touches every byte the tree claims to hold; checks the counts it states. */
+/* Touches every byte the tree claims to hold; checks the counts and terminators it states. */
 static size_t walk(const json_value *v, int depth) {
     size_t sum = (size_t)v->type;
     if (depth > JSON_MAX_DEPTH + 1) abort(); /* deeper than the parser allows */
-    if (v->key) sum += (size_t)memchr(v->key, '\0', v->key_len + 1) - (size_t)v->key;
+    if (v->key && v->key[v->key_len] != '\0') abort(); /* keys are NUL-terminated */
+    if (v->key) sum += v->key_len;
     if (v->type == JSON_STRING) {
         if (v->str[v->len] != '\0') abort(); /* strings are NUL-terminated */
         for (size_t i = 0; i < v->len; i++) sum += (unsigned char)v->str[i];
