@@ -69,7 +69,7 @@ fuzz: $(FUZZ:%=$(FUZZ_DIR)/fuzz_%)
 	  $(FUZZ_ENV) nice -n $(FUZZ_NICE) $(FUZZ_DIR)/fuzz_$$h -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
 	    -dict=tests/fuzz/fuzz.dict -artifact_prefix=tests/fuzz/corpus/$$h/ $(FUZZ_FLAGS) $$extra \
 	    $(FUZZ_DIR)/corpus/$$h tests/fuzz/corpus/$$h || \
-	  { echo "fuzz_$$h found a crash: the input is in tests/fuzz/corpus/$$h/ (see docs/fuzzing.md)"; exit 1; }; \
+	  { echo "fuzz_$$h found a crash: the input is in tests/fuzz/$$(case $$h in ckpt) echo found;; *) echo corpus;; esac)/$$h/ (see docs/fuzzing.md)"; exit 1; }; \
 	done
 
 -include $(shell find $(FUZZ_DIR)/obj -name '*.d' 2>/dev/null)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_parser_bounds.sh — what the fuzz harnesses found, as plain checks of the programs users run
+# test_parser_bounds.sh — faults of the fuzzing work, as plain checks of the programs users run
 # (no clang needed): a small file that claims a huge count is refused by name with exit 2, quickly,
 # under a 2 GiB address-space limit, instead of allocating what it claims (or dying with exit 3).
 # GPT-2's encoder.json ids: tests/tokenizer/test_gpt2_bounds.sh.
@@ -10,8 +10,8 @@ tap_plan 2
 # limited CMD...: runs CMD with 2 GiB of address space and 60 s at most, output in $TMP/out
 limited() { (ulimit -v 2097152; timeout 60 "$@") > "$TMP/out" 2>&1; }
 
-# dataset index: n_shards sizes the row table; fuzz_dataset found 10000000 in a 90-byte index
-# asking for 2.7 GB (tests/fuzz/corpus/dataset/oom-n-shards)
+# dataset index: n_shards sized the row table; 10000000 in a 90-byte index asked for 2.7 GB (seen
+# while writing fuzz_dataset, replayed through it: tests/fuzz/corpus/dataset/oom-n-shards)
 mkdir -p "$TMP/ds"
 printf 'tessera-dataset 1\nvocab_size 64\ntoken_width 2\nhas_mask 0\nn_shards 10000000\nn_tokens 0\nend\n' > "$TMP/ds/index.tsv"
 limited "$TOOL" verify-data "$TMP/ds"
