@@ -4,6 +4,7 @@
 #   make check      run every test; the last line is "N passed, N failed, N skipped"
 #   make check-gpu  the GPU tests alone (CUDA ops vs the CPU oracle; they skip without a GPU)
 #   make bench      CPU throughput vs PyTorch (bench/, results in docs/benchmarks.md)
+#   make fuzz       libFuzzer over each parser for FUZZ_SECONDS (60) (tests/fuzz/, docs/fuzzing.md)
 #   make install PREFIX=/opt/apps/tessera/X [DESTDIR=...]   (make uninstall with the same)
 # Options (validated): NO_MPI=1  SANITIZE=address,undefined  WERROR=0  ARCH=native|x86-64-v3|...
 #   CUDA_HOME, MPI_HOME, HDF5_DIR, NVCC_GENCODE override what is found. NO_MPI=1: one process, no
@@ -416,5 +417,8 @@ uninstall:
 
 clean:
 	rm -rf $(BUILD)
+
+# the parsers' libFuzzer harnesses: make fuzz, make fuzz-build (tests/fuzz/fuzz.mk)
+include tests/fuzz/fuzz.mk
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -283,6 +283,18 @@ static int index_parse(const char *path, char *text, dataset_index *ix) {
             }
             if (++stage == INDEX_N_KEYS + 1) {
                 if (index_check_header(path, hv, ix)) return TSR_EXIT_DATA;
+                /* each shard needs a row: a count beyond the lines left is refused before the
+                 * row table is sized by it (a 90-byte index must not ask for gigabytes) */
+                size_t left = 0;
+                for (const char *q = save; q; left++) {
+                    q = strchr(q, '\n');
+                    if (q) q++;
+                }
+                if ((size_t)ix->n_shards > left) {
+                    tsr_error("%s:%d: n_shards %d, but only %zu lines follow (one 'shard' row per "
+                              "shard, then 'end')", path, lineno, ix->n_shards, left);
+                    return TSR_EXIT_DATA;
+                }
                 ix->rows = tsr_calloc((size_t)ix->n_shards + 1, sizeof *ix->rows);
                 if (ix->n_shards == 0) stage = 6;
             }

@@ -178,13 +178,47 @@ static const char *parse_string(const char *p, uint32_t *cps, size_t cap, size_t
     return p;
 }
 
+/* One encoder.json entry as read, before the table is sized. */
+typedef struct enc_entry {
+    uint32_t id, len;
+    uint8_t *bytes;
+} enc_entry;
+
+/* Moves the entries into v, indexed by id. The table is sized by the entry count, never by the
+ * largest id: ids must be exactly 0..n-1, so a small file cannot ask for a huge table (an id of
+ * 2,000,000,000 in a 3 KB file is refused by name, not allocated). Frees every entry's bytes on
+ * failure. */
+static int place_entries(const char *path, enc_entry *e, size_t n, vocab *v) {
+    for (size_t k = 0; k < n; k++)
+        if (e[k].id >= n) {
+            tsr_error("%s: token id %u is out of range: the file has %zu entries, so the ids must "
+                      "be 0..%zu, one per entry", path, e[k].id, n, n - 1);
+            for (size_t j = 0; j < n; j++) free(e[j].bytes);
+            return TSR_EXIT_DATA;
+        }
+    v->tok = tsr_calloc(n, sizeof *v->tok);
+    v->len = tsr_calloc(n, sizeof *v->len);
+    v->n = (uint32_t)n;
+    for (size_t k = 0; k < n; k++) {
+        if (v->tok[e[k].id]) {
+            tsr_error("%s: token id %u appears twice", path, e[k].id);
+            for (size_t j = k; j < n; j++) free(e[j].bytes);
+            return TSR_EXIT_DATA;
+        }
+        v->tok[e[k].id] = e[k].bytes;
+        v->len[e[k].id] = e[k].len;
+    }
+    return 0; /* n entries, n distinct ids below n: every id 0..n-1 is there */
+}
+
 static int parse_encoder(const char *path, const char *buf, vocab *v, int *has_eot) {
     int16_t u2b[324];
     unicode_to_byte(u2b);
     uint32_t cps[4096];
     uint8_t bytes[4096];
     const char *why = NULL, *p = skip_ws(buf);
-    size_t cap = 0;
+    enc_entry *ents = NULL;
+    size_t n_ents = 0, cap = 0;
     *has_eot = 0;
     memset(v, 0, sizeof *v);
     if (*p++ != '{') {
@@ -198,8 +232,12 @@ static int parse_encoder(const char *path, const char *buf, vocab *v, int *has_e
     }
     for (;;) {
         size_t ncp;
-        p = parse_string(skip_ws(p), cps, 4096, &ncp, &why);
-        if (!p) goto bad;
+        const char *at = skip_ws(p);
+        p = parse_string(at, cps, 4096, &ncp, &why);
+        if (!p) {
+            p = at; /* the error names where the string starts */
+            goto bad;
+        }
         p = skip_ws(p);
         if (*p++ != ':') {
             why = "expected ':'";
@@ -229,23 +267,14 @@ static int parse_encoder(const char *path, const char *buf, vocab *v, int *has_e
             why = "a token holds a character outside GPT-2's byte-to-unicode table";
             goto bad;
         }
-        if ((uint64_t)id >= cap) {
-            size_t nc = cap ? cap : 65536;
-            while (nc <= (uint64_t)id) nc *= 2;
-            v->tok = realloc(v->tok, nc * sizeof *v->tok);
-            v->len = realloc(v->len, nc * sizeof *v->len);
-            if (!v->tok || !v->len) tsr_die(TSR_EXIT_INTERNAL, "out of memory reading %s", path);
-            memset(v->tok + cap, 0, (nc - cap) * sizeof *v->tok);
-            cap = nc;
+        if (n_ents == cap) { /* grows with the entries read: bounded by the file's size */
+            cap = cap ? 2 * cap : 1024;
+            ents = tsr_realloc(ents, cap * sizeof *ents);
         }
-        if (v->tok[id]) {
-            tsr_error("%s: token id %lld appears twice", path, id);
-            return TSR_EXIT_DATA;
-        }
-        v->tok[id] = tsr_malloc(ncp ? ncp : 1);
-        memcpy(v->tok[id], bytes, ncp);
-        v->len[id] = (uint32_t)ncp;
-        if ((uint32_t)id + 1 > v->n) v->n = (uint32_t)id + 1;
+        ents[n_ents].id = (uint32_t)id;
+        ents[n_ents].len = (uint32_t)ncp;
+        ents[n_ents].bytes = tsr_malloc(ncp ? ncp : 1);
+        memcpy(ents[n_ents++].bytes, bytes, ncp);
         if (is_eot == 1) *has_eot = 1;
         p = skip_ws(p);
         if (*p == ',') {
@@ -260,14 +289,13 @@ static int parse_encoder(const char *path, const char *buf, vocab *v, int *has_e
         why = "trailing characters after the object";
         goto bad;
     }
-    for (uint32_t i = 0; i < v->n; i++)
-        if (!v->tok[i]) {
-            tsr_error("%s: token ids are not dense: id %u is missing (largest id %u)", path, i, v->n - 1);
-            return TSR_EXIT_DATA;
-        }
-    return 0;
+    int rc = place_entries(path, ents, n_ents, v);
+    free(ents);
+    return rc;
 bad:
-    tsr_error("%s: malformed encoder.json at byte %zu: %s", path, p ? (size_t)(p - buf) : 0, why);
+    tsr_error("%s: malformed encoder.json at byte %zu: %s", path, (size_t)(p - buf), why);
+    for (size_t j = 0; j < n_ents; j++) free(ents[j].bytes);
+    free(ents);
     return TSR_EXIT_DATA;
 }
 

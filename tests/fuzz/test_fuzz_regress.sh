@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# test_fuzz_regress.sh — every libFuzzer harness of tests/fuzz/ over its committed corpus (the seeds
+# from the repository's real files and every crash a fuzzer ever found), then a few seconds of
+# fuzzing from it: a parser change that brings back a saved crash fails here (docs/fuzzing.md).
+# One TAP line per harness, plus one that the harnesses left no scratch file behind. Builds them
+# (make fuzz-build: clang, ASan + UBSan, the NO_MPI variant with serial HDF5); skips (77), loudly,
+# where clang cannot link a libFuzzer program. After its corpus, each harness runs
+# FUZZ_REGRESS_RUNS (default 1000) mutations from a fixed seed, at most FUZZ_REGRESS_SECONDS (10).
+source "$(dirname "$0")/../lib.sh"
+tsr_tmpdir
+SECS=${FUZZ_REGRESS_SECONDS:-10}
+RUNS=${FUZZ_REGRESS_RUNS:-1000}
+NAMES=(config dataset gpt2 tokfile bpe jsonl safetensors ckpt)
+
+# can clang link a libFuzzer + ASan + UBSan program here?
+printf '#include <stddef.h>\n#include <stdint.h>\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }\n' > "$TMP/probe.c"
+if ! command -v "${FUZZ_CC:-clang}" >/dev/null 2>&1; then
+    echo "SKIP: ${FUZZ_CC:-clang} not found: the fuzz harnesses need clang with libFuzzer (Debian: clang libclang-rt-dev; ./INSTALL as root installs them)"; exit 77
+fi
+if ! "${FUZZ_CC:-clang}" -fsanitize=fuzzer,address,undefined "$TMP/probe.c" -o "$TMP/probe" >"$TMP/probe.txt" 2>&1; then
+    echo "SKIP: ${FUZZ_CC:-clang} cannot link a libFuzzer program ($(head -1 "$TMP/probe.txt")): install libclang-rt-dev (./INSTALL as root)"; exit 77
+fi
+tap_plan $((${#NAMES[@]} + 1))
+
+start=$SECONDS
+if ! nice -n 10 make -C "$TSR_ROOT" --no-print-directory -j2 BUILD="$BUILD" fuzz-build >"$TMP/make.txt" 2>&1; then
+    tail -20 "$TMP/make.txt" | sed 's/^/# /'
+    echo "Bail out! make fuzz-build failed"; exit 1
+fi
+tap_diag "make fuzz-build: $((SECONDS - start)) s"
+
+mkdir -p "$TMP/scratch"
+export TMPDIR=$TMP/scratch LSAN_OPTIONS=suppressions=$TSR_ROOT/tests/fuzz/lsan.supp
+for h in "${NAMES[@]}"; do
+    corpus=$TSR_ROOT/tests/fuzz/corpus/$h
+    n=$(find "$corpus" -type f | wc -l)
+    mkdir -p "$TMP/new/$h" "$TMP/crash/$h"
+    # new inputs go to the first (scratch) directory, never into the committed corpus
+    # -seed and -runs fixed: the same mutations on every machine, so a failure reproduces (a
+    # time limit would make the count depend on the machine's speed); -max_total_time caps it
+    nice -n 10 "$BUILD/fuzz/fuzz_$h" -seed=1 -runs="$RUNS" -max_total_time="$SECS" -timeout=10 \
+        -print_final_stats=1 -dict="$TSR_ROOT/tests/fuzz/fuzz.dict" -artifact_prefix="$TMP/crash/$h/" \
+        "$TMP/new/$h" "$corpus" >"$TMP/$h.log" 2>&1
+    rc=$?
+    runs=$(grep -oE 'stat::number_of_executed_units: [0-9]+' "$TMP/$h.log" | grep -oE '[0-9]+$')
+    cov=$(grep -oE 'cov: [0-9]+ ft: [0-9]+' "$TMP/$h.log" | tail -1)
+    if ((rc != 0)); then
+        mkdir -p "$BUILD/fuzz/regress-crashes/$h" && cp "$TMP/crash/$h/"* "$BUILD/fuzz/regress-crashes/$h/" 2>/dev/null
+        grep -E 'ERROR|SUMMARY|^    #[0-9] ' "$TMP/$h.log" | head -12 | sed 's/^/# /'
+        tap_diag "the input is kept in $BUILD/fuzz/regress-crashes/$h/"
+    fi
+    [[ $rc == 0 && $n -gt 0 ]]
+    tap_check $? "fuzz_$h: its $n corpus files, then $RUNS mutations (seed 1): no crash, hang, leak or UB (exit $rc; ${runs:-?} runs, ${cov:-no coverage line})"
+done
+left=$(find "$TMP/scratch" -mindepth 1 | head -3)
+[[ -z $left ]]
+tap_check $? "the harnesses removed their scratch files (left: ${left:-none})"
+tap_done

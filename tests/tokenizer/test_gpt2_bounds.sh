@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# test_gpt2_bounds.sh — GPT-2 tokenizer files that lie about their size are refused by name, quickly,
+# without allocating what they ask for (issue 21 item 8): encoder.json's ids must be exactly
+# 0..N-1 for its N entries, so a 3 KB file with id 2,000,000,000 exits 2 naming the id instead of
+# asking for 24 GiB and dying with exit 3. Runs under a 2 GiB address-space limit and a timeout.
+source "$(dirname "$0")/../lib.sh"
+tsr_tmpdir
+tap_plan 5
+
+# enc DIR 'k: v, ...': an encoder.json of the 256 byte tokens (ids 0..255, GPT-2's byte-to-unicode
+# spelling) plus the given extra members, and a vocab.bpe holding only its version line
+enc() {
+    mkdir -p "$1"
+    /usr/bin/python3 - "$1/encoder.json" "$2" <<'PY'
+import json, sys
+bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b); cs.append(256 + n); n += 1
+e = {chr(c): b for b, c in zip(bs, cs)}
+body = json.dumps(e, ensure_ascii=False)[:-1]
+extra = sys.argv[2]
+open(sys.argv[1], "w", encoding="utf-8").write(body + (", " + extra if extra else "") + "}")
+PY
+    printf '#version: 0.2\n' > "$1/vocab.bpe"
+}
+# run DIR: encodes a word with the tokenizer in DIR, 2 GiB of address space at most, 60 s at most
+run() {
+    (ulimit -v 2097152; printf 'hello' | timeout 60 "$TOOL" tokenizer encode --tokenizer "$1" - ) > "$TMP/out" 2>&1
+}
+
+enc "$TMP/ok" '"<|endoftext|>": 256'
+run "$TMP/ok" && [[ $(cat "$TMP/out") == "104 101 108 108 111" ]]
+tap_check $? "a well-formed 257-entry encoder.json loads and encodes ('$(head -c 80 "$TMP/out")')"
+
+enc "$TMP/big" '"<|endoftext|>": 2000000000'
+size=$(wc -c < "$TMP/big/encoder.json")
+start=$SECONDS
+run "$TMP/big"
+rc=$?
+tap_diag "$(head -3 "$TMP/out")"
+[[ $rc == 2 ]] && grep -q "encoder.json: token id 2000000000 is out of range: the file has 257 entries, so the ids must be 0..256" "$TMP/out"
+tap_check $? "a $size-byte encoder.json with id 2000000000 exits 2 naming the id and the entry count (got exit $rc in $((SECONDS - start)) s)"
+
+enc "$TMP/gap" '"<|endoftext|>": 257'
+run "$TMP/gap"
+rc=$?
+[[ $rc == 2 ]] && grep -q "token id 257 is out of range: the file has 257 entries" "$TMP/out"
+tap_check $? "ids with a gap (0..255, 257) exit 2 naming id 257 (got exit $rc)"
+
+enc "$TMP/dup" '"<|endoftext|>": 255'
+run "$TMP/dup"
+rc=$?
+[[ $rc == 2 ]] && grep -q "token id 255 appears twice" "$TMP/out"
+tap_check $? "a repeated id exits 2 naming it (got exit $rc)"
+
+enc "$TMP/huge" '"<|endoftext|>": 2147483648'
+run "$TMP/huge"
+rc=$?
+[[ $rc == 2 ]] && grep -q "expected a token id (an integer in \[0, 2^31))" "$TMP/out"
+tap_check $? "an id of 2^31 is refused as not a token id, exit 2 (got exit $rc)"
+tap_done
