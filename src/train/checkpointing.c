@@ -64,6 +64,16 @@ static void full_end(tsr_trainer *t, int ok) {
     t->model.params = NULL;
 }
 
+/* The checkpoint read at start: checkpointing_resume runs before run_dir is opened (a refused start
+ * writes nothing), so its record is kept for trainer_open_run_dir to log (metrics.jsonl, stdout). */
+static void note_start_load(tsr_trainer *t, const char *what, const char *path, double seconds,
+                            uint64_t bytes) {
+    snprintf(t->start_load.what, sizeof t->start_load.what, "%s", what);
+    snprintf(t->start_load.path, sizeof t->start_load.path, "%s", path);
+    t->start_load.seconds = seconds;
+    t->start_load.bytes = bytes;
+}
+
 static int init_from_hf(tsr_trainer *t, const char *dir) {
     double t0 = tsr_now();
     hf_import *h = NULL;
@@ -83,7 +93,7 @@ static int init_from_hf(tsr_trainer *t, const char *dir) {
     if (worst != 0) return (int)worst;
     int64_t total = (int64_t)bytes;
     dist_allreduce_sum_i64(&total, 1);
-    metrics_log_checkpoint(t, "init-from", dir, tsr_now() - t0, (uint64_t)total);
+    note_start_load(t, "init-from", dir, tsr_now() - t0, (uint64_t)total);
     return 0;
 }
 
@@ -411,13 +421,13 @@ int checkpointing_resume(tsr_trainer *t, const char *resume_arg, const char *ini
         rc = ckpt_load(init_from, meta, ts, n, "model/", &st);
         if (!rc) {
             gather_after_load(t, 0);
-            metrics_log_checkpoint(t, "init-from", init_from, st.seconds, st.bytes);
+            note_start_load(t, "init-from", init_from, st.seconds, st.bytes);
         }
     } else if (rc == 1) {
         rc = 0; /* fresh run */
     } else if (!rc && !(rc = check_batch(t, meta, path)) && !(rc = apply_meta(t, meta, path, 1))) {
         gather_after_load(t, 1);
-        metrics_log_checkpoint(t, "resume", path, st.seconds, st.bytes);
+        note_start_load(t, "resume", path, st.seconds, st.bytes);
     }
     free(meta);
     io_release(t);
