@@ -350,7 +350,7 @@ static void model_diff(const tsr_config *a, const tsr_config *b, char *out, size
                                   f[k].u, f[k].v);
 }
 
-int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg) {
+int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg, const char *init_arg) {
     char why[1024];
     int rc = ckpt_check_run_dir(cfg->run_dir, why, sizeof why);
     if (rc) {
@@ -358,8 +358,19 @@ int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg) {
         return rc;
     }
     char from[1200], path[1200];
+    if (init_arg && !hf_is_dir(init_arg)) { /* its file is opened through MPI-IO */
+        if (ckpt_resolve_path(init_arg, path, sizeof path)) return TSR_EXIT_DATA;
+        if ((rc = ckpt_check_load_path(path, why, sizeof why))) {
+            tsr_error("--init-from %s: %s", init_arg, why);
+            return rc;
+        }
+    }
     if (resume_arg) {
         if (ckpt_resolve_path(resume_arg, from, sizeof from)) return TSR_EXIT_DATA;
+        if ((rc = ckpt_check_load_path(from, why, sizeof why))) {
+            tsr_error("--resume %s: %s", resume_arg, why);
+            return rc;
+        }
     } else {
         snprintf(from, sizeof from, "%s", cfg->run_dir);
     }
@@ -386,7 +397,7 @@ int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg) {
 
 int checkpointing_resume(tsr_trainer *t, const char *resume_arg, const char *init_arg) {
     /* rank 0 alone opens the checkpoint's metadata (not thousands of ranks at once) */
-    int pre = t->dist.rank == 0 ? checkpointing_check_start(&t->cfg, resume_arg) : 0;
+    int pre = t->dist.rank == 0 ? checkpointing_check_start(&t->cfg, resume_arg, init_arg) : 0;
     dist_bcast(&pre, sizeof pre, 0);
     if (pre) return pre;
     char resume_buf[1200], init_buf[1200];
