@@ -85,9 +85,15 @@ int ckpt_resume(const char *run_dir, ckpt_meta *meta, ckpt_tensor *tensors, int 
  * 4.1's MPI-IO aborts ("buffer overflow detected", SIGABRT) on a checkpoint path of 245+
  * characters (run_dir of 224+); 200 leaves room for longer step numbers. */
 #define CKPT_RUN_DIR_MAX 200
+/* The longest checkpoint path the trainer opens through MPI-IO (a load: --resume, --init-from, a
+ * rollback): Open MPI 4.1 aborts on 245 characters and more, as on a save. */
+#define CKPT_MPIIO_PATH_MAX 244
 /* 0 when run_dir is short enough, else TSR_EXIT_USAGE with why naming its length and the limit
  * (ckpt_save refuses the same way, before any file exists). Local. */
 int ckpt_check_run_dir(const char *run_dir, char *why, size_t cap);
+/* 0 when a checkpoint file's path fits CKPT_MPIIO_PATH_MAX, else TSR_EXIT_USAGE with why naming
+ * its length and the limit (every load checks it before MPI-IO sees the path). Local. */
+int ckpt_check_load_path(const char *path, char *why, size_t cap);
 /* The metadata of the checkpoint a resume of run_dir would try first: `latest`, else the newest
  * step-*.h5, skipping those whose metadata does not read (ck_meta_read_file: no tensor is read);
  * run_dir may also be a checkpoint file. 0 with meta and its path; 1 when none. Local (no MPI). */

@@ -431,6 +431,15 @@ int cmd_ckpt(int argc, char **argv) {
         }
         int k = 0;
         while (k < s->n_opts && s->opts[k].short_name != ch) k++;
+        int lost = 0; /* a letter this command's option lost (docs/cli.md) */
+        while (ch == '?' && optopt > 0 && optopt < 0x100 && lost < s->n_opts &&
+               s->opts[lost].short_name != CLI_NO_SHORT(optopt))
+            lost++;
+        if (ch == '?' && optopt > 0 && optopt < 0x100 && lost < s->n_opts) {
+            tsr_error("ckpt %s: unknown option: -%c (it has no short form here: use --%s) (see "
+                      "'tessera ckpt %s --help')", s->name, optopt, s->opts[lost].name, s->name);
+            return TSR_EXIT_USAGE;
+        }
         if (ch == ':' || k == s->n_opts) {
             tsr_error("ckpt %s: %s '%s' (see 'tessera ckpt %s --help')", s->name,
                       ch == ':' ? "missing value for option" : "unknown option",

@@ -89,8 +89,10 @@ static int load_file(const char *path, ckpt_meta *meta, ckpt_tensor *t, int n, c
     ck_fapl_driver(fapl);
     ck_dxpl_independent(dxpl);
     /* the root attributes: rank 0 reads and checks them (its own open, ckpt_meta.c), then all
-     * ranks have its answer; only a file whose metadata passed is opened through MPI-IO */
-    int ok = dist_world_rank() == 0 ? ck_meta_read_file(path, meta, NULL, why, cap) == 0 : 1;
+     * ranks have its answer; only a file whose metadata passed is opened through MPI-IO, and only
+     * by a path MPI-IO survives */
+    int ok = ckpt_check_load_path(path, why, cap) == 0;
+    if (ok && dist_world_rank() == 0) ok = ck_meta_read_file(path, meta, NULL, why, cap) == 0;
     ok = ck_agree(ok, why, cap);
     if (ok) dist_bcast(meta, sizeof *meta, 0);
     hid_t file = ok ? H5Fopen(path, H5F_ACC_RDONLY, fapl) : -1;
@@ -257,6 +259,17 @@ int ckpt_peek_meta(const char *run_dir, ckpt_meta *meta, char *path_out, size_t 
     }
     free(c);
     return rc;
+}
+
+int ckpt_check_load_path(const char *path, char *why, size_t cap) {
+    size_t n = strlen(path);
+    if (n > CKPT_MPIIO_PATH_MAX) {
+        snprintf(why, cap, "the checkpoint path %.120s... is %zu characters long, at most %d can be "
+                 "opened (Open MPI's MPI-IO overflows a buffer and aborts on longer paths): move it, "
+                 "or point a shorter symbolic link at its directory", path, n, CKPT_MPIIO_PATH_MAX);
+        return TSR_EXIT_USAGE;
+    }
+    return 0;
 }
 
 int ckpt_check_run_dir(const char *run_dir, char *why, size_t cap) {

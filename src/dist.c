@@ -40,8 +40,8 @@ static int initialized;
 /* A rank started by a launcher dies with it: when mpirun (or Open MPI's local daemon, or srun's
  * slurmstepd) is killed outright, nothing tells the ranks, which trained on and wrote checkpoints
  * for ~20 s until a collective failed. PR_SET_PDEATHSIG sends SIGKILL (not SIGTERM: that would ask
- * for a checkpoint) when the parent exits. A launcher that died before the prctl is caught by
- * comparing the parent with the one at start. A program started by hand (a singleton, nohup) has
+ * for a checkpoint) when the parent exits. A launcher that died between the two calls is caught
+ * by comparing the parent before and after. A program started by hand (a singleton, nohup) has
  * a shell for parent and keeps running without it. */
 static void die_with_launcher(void) {
     if (!dist_launched()) return;
@@ -51,8 +51,11 @@ static void die_with_launcher(void) {
                  "is killed", strerror(errno));
         return;
     }
-    if (parent == 1 || getppid() != parent) {
-        fprintf(stderr, "error: the launcher of this rank (pid %d) is gone: exiting\n", (int)parent);
+    /* the parent changed between getppid() and prctl: the launcher died in between. A parent of
+     * pid 1 is no sign of that: in a container (docker run without --init, a PID namespace)
+     * mpirun itself is pid 1, and every rank exited 3 */
+    if (getppid() != parent) {
+        tsr_error("the launcher of this rank (pid %d) is gone: exiting", (int)parent);
         _exit(TSR_EXIT_INTERNAL);
     }
 }

@@ -5,7 +5,7 @@
 # lists the exit codes (86 for tessera-train); the internal "from src/..." lines only with TSR_DEBUG=1.
 source "$(dirname "$0")/lib.sh"
 tsr_tmpdir
-tap_plan 7
+tap_plan 8
 HC=$BUILD/tessera-healthcheck
 JOB=$TSR_ROOT/jobs/tessera-job
 
@@ -72,6 +72,10 @@ tap_check $r "--bogus-option: exit 1 and 'PROGRAM: error: ...' from every progra
 rc=$?
 ((rc == 1)) && grep -q "^tessera: error: prep: unknown option: -s (it has no short form here: use --shard-tokens)" "$TMP/err.txt"
 tap_check $? "prep -s: exit 1, the hint '--shard-tokens'"
+"$TOOL" ckpt export -d bf16 x >/dev/null 2>"$TMP/err.txt" # ckpt's own parser, the same hint
+rc=$?
+((rc == 1)) && grep -q "^tessera: error: ckpt export: unknown option: -d (it has no short form here: use --dtype)" "$TMP/err.txt"
+tap_check $? "ckpt export -d: exit 1, the hint '--dtype' ($(head -c 120 "$TMP/err.txt"))"
 
 # 6, 7: a data error relayed through TSR_CHECK: the internal locations only with TSR_DEBUG=1
 args=(--config "$TSR_ROOT/configs/tiny.cfg" --set data.train="$TMP/nodata" --set run_dir="$TMP/run"

@@ -5,11 +5,13 @@
 #  - both ranks are gone within 5 s (they trained on for ~20 s, writing checkpoints);
 #  - no checkpoint is committed after the SIGKILL (they went on committing them);
 #  - a rank started by hand with no launcher (a singleton, as under nohup) is not tied to its parent:
-#    its parent shell exits and it still finishes its run.
+#    its parent shell exits and it still finishes its run;
+#  - mpirun as pid 1 (its own PID namespace, as in a container without --init) is a launcher like
+#    any other: the ranks train (they exited 3 at once, taking pid 1 for "the launcher is gone").
 source "$(dirname "$0")/lib.sh"
 command -v mpirun >/dev/null || { echo "1..0 # SKIP no mpirun"; exit 77; }
 tsr_tmpdir
-tap_plan 3
+tap_plan 4
 make_synth "$TMP/data"
 tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=1 --set model.n_head=4 --set global_batch=4 --set micro_batch=2
@@ -54,4 +56,14 @@ bash -c "\"$TRAIN\" $(printf '%q ' "${args[@]}") --set max_duration=40ba --set r
 for _ in $(seq 1 300); do grep -q "^done:" "$TMP/alone.txt" 2>/dev/null && break; sleep 0.1; done
 grep -q "^done: 40 steps" "$TMP/alone.txt"
 tap_check $? "without a launcher a rank outlives its parent shell and finishes"
+if unshare --pid --fork --mount-proc true 2>/dev/null; then
+    timeout 120 unshare --pid --fork --mount-proc "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" \
+        --set max_duration=4ba --set run_dir="$TMP/pid1" >"$TMP/pid1.txt" 2>&1
+    rc=$?
+    [[ $rc == 0 ]] && grep -q "^done: 4 steps" "$TMP/pid1.txt"
+    tap_check $? "mpirun as pid 1 of a PID namespace: the ranks train to the end (exit $rc)"
+    grep -E "error" "$TMP/pid1.txt" | head -2 | sed 's/^/#   /'
+else
+    tap_check 0 "mpirun as pid 1 # SKIP unshare --pid not permitted here (needs root or user namespaces)"
+fi
 tap_done

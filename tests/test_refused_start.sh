@@ -9,10 +9,11 @@
 #  - a bad config value (optim.lr = -1): exit 1;
 #  - data.tokenizer names no tokenizer: exit 2 before the first step, naming data.tokenizer (it
 #    was reported after the last step, when the sample was decoded);
-# and a fresh run_dir with a missing tokenizer is not even created.
+# and a fresh run_dir with a missing tokenizer is not even created; the resume (and an init-from)
+# read before run_dir is opened still reach metrics.jsonl.
 source "$(dirname "$0")/lib.sh"
 tsr_tmpdir
-tap_plan 8
+tap_plan 10
 make_synth "$TMP/data"
 tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=4 --set micro_batch=2
@@ -57,6 +58,15 @@ rc=$?
 unchanged
 [[ $rc == 0 && $? != 0 ]] && grep -q "checkpoint resume step 4" "$TMP/ok.txt" && [[ -f $(ck "$TMP/run" 6) ]]
 tap_check $? "an accepted restart resumes from step 4 and writes run_dir (exit $rc)"
+# the checkpoint read at start is read before run_dir is opened; its record still reaches
+# metrics.jsonl (it was lost when the opening moved after the resume)
+grep -q "\"step\": 4, \"checkpoint\": \"resume\", \"path\": \"$TMP/run/step-00000004.h5\"" "$TMP/run/metrics.jsonl"
+tap_check $? "the resume at step 4 is recorded in metrics.jsonl"
+"$TRAIN" "${args[@]}" --set max_duration=2ba --set run_dir="$TMP/init" --init-from "$TMP/run" \
+    >"$TMP/init.txt" 2>&1
+rc=$?
+[[ $rc == 0 ]] && grep -q '"step": 0, "checkpoint": "init-from"' "$TMP/init/metrics.jsonl"
+tap_check $? "a fresh run --init-from records its init-from in metrics.jsonl (exit $rc)"
 # and the fresh run with a good tokenizer creates run_dir
 "$TRAIN" "${args[@]}" --set max_duration=2ba --set run_dir="$TMP/fresh" >"$TMP/fresh2.txt" 2>&1
 [[ $? == 0 && -f $TMP/fresh/config.cfg && -f $TMP/fresh/metrics.jsonl ]]

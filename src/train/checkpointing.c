@@ -64,6 +64,16 @@ static void full_end(tsr_trainer *t, int ok) {
     t->model.params = NULL;
 }
 
+/* The checkpoint read at start: checkpointing_resume runs before run_dir is opened (a refused start
+ * writes nothing), so its record is kept for trainer_open_run_dir to log (metrics.jsonl, stdout). */
+static void note_start_load(tsr_trainer *t, const char *what, const char *path, double seconds,
+                            uint64_t bytes) {
+    snprintf(t->start_load.what, sizeof t->start_load.what, "%s", what);
+    snprintf(t->start_load.path, sizeof t->start_load.path, "%s", path);
+    t->start_load.seconds = seconds;
+    t->start_load.bytes = bytes;
+}
+
 static int init_from_hf(tsr_trainer *t, const char *dir) {
     double t0 = tsr_now();
     hf_import *h = NULL;
@@ -83,7 +93,7 @@ static int init_from_hf(tsr_trainer *t, const char *dir) {
     if (worst != 0) return (int)worst;
     int64_t total = (int64_t)bytes;
     dist_allreduce_sum_i64(&total, 1);
-    metrics_log_checkpoint(t, "init-from", dir, tsr_now() - t0, (uint64_t)total);
+    note_start_load(t, "init-from", dir, tsr_now() - t0, (uint64_t)total);
     return 0;
 }
 
@@ -340,7 +350,7 @@ static void model_diff(const tsr_config *a, const tsr_config *b, char *out, size
                                   f[k].u, f[k].v);
 }
 
-int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg) {
+int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg, const char *init_arg) {
     char why[1024];
     int rc = ckpt_check_run_dir(cfg->run_dir, why, sizeof why);
     if (rc) {
@@ -348,8 +358,19 @@ int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg) {
         return rc;
     }
     char from[1200], path[1200];
+    if (init_arg && !hf_is_dir(init_arg)) { /* its file is opened through MPI-IO */
+        if (ckpt_resolve_path(init_arg, path, sizeof path)) return TSR_EXIT_DATA;
+        if ((rc = ckpt_check_load_path(path, why, sizeof why))) {
+            tsr_error("--init-from %s: %s", init_arg, why);
+            return rc;
+        }
+    }
     if (resume_arg) {
         if (ckpt_resolve_path(resume_arg, from, sizeof from)) return TSR_EXIT_DATA;
+        if ((rc = ckpt_check_load_path(from, why, sizeof why))) {
+            tsr_error("--resume %s: %s", resume_arg, why);
+            return rc;
+        }
     } else {
         snprintf(from, sizeof from, "%s", cfg->run_dir);
     }
@@ -376,7 +397,7 @@ int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg) {
 
 int checkpointing_resume(tsr_trainer *t, const char *resume_arg, const char *init_arg) {
     /* rank 0 alone opens the checkpoint's metadata (not thousands of ranks at once) */
-    int pre = t->dist.rank == 0 ? checkpointing_check_start(&t->cfg, resume_arg) : 0;
+    int pre = t->dist.rank == 0 ? checkpointing_check_start(&t->cfg, resume_arg, init_arg) : 0;
     dist_bcast(&pre, sizeof pre, 0);
     if (pre) return pre;
     char resume_buf[1200], init_buf[1200];
@@ -411,13 +432,13 @@ int checkpointing_resume(tsr_trainer *t, const char *resume_arg, const char *ini
         rc = ckpt_load(init_from, meta, ts, n, "model/", &st);
         if (!rc) {
             gather_after_load(t, 0);
-            metrics_log_checkpoint(t, "init-from", init_from, st.seconds, st.bytes);
+            note_start_load(t, "init-from", init_from, st.seconds, st.bytes);
         }
     } else if (rc == 1) {
         rc = 0; /* fresh run */
     } else if (!rc && !(rc = check_batch(t, meta, path)) && !(rc = apply_meta(t, meta, path, 1))) {
         gather_after_load(t, 1);
-        metrics_log_checkpoint(t, "resume", path, st.seconds, st.bytes);
+        note_start_load(t, "resume", path, st.seconds, st.bytes);
     }
     free(meta);
     io_release(t);

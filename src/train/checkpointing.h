@@ -13,13 +13,15 @@ int checkpointing_stop_requested(void);
 int checkpointing_save(tsr_trainer *t);
 /* Before anything is written into the run directory (trainer start-up): refuses what would fail
  * later, with TSR_EXIT_USAGE after tsr_error: a run_dir longer than CKPT_RUN_DIR_MAX (200)
- * characters; a resume (resume_path, else run_dir's `latest` / newest checkpoint whose metadata
+ * characters; a --resume or --init-from checkpoint path longer than CKPT_MPIIO_PATH_MAX (244); a
+ * resume (resume_path, else run_dir's `latest` / newest checkpoint whose metadata
  * reads) whose stored config has another model ("the model in the config differs from the
  * checkpoint's: n_layer 2 vs 4 (config vs checkpoint)"). TSR_EXIT_DATA when resume_path does not
  * resolve. 0 otherwise (also with no checkpoint). Local (no MPI), the same answer on every rank:
  * call it on rank 0 and broadcast the status (as checkpointing_resume does first), so that one
  * process, not every rank, opens the checkpoint. */
-int checkpointing_check_start(const tsr_config *cfg, const char *resume_path);
+int checkpointing_check_start(const tsr_config *cfg, const char *resume_path,
+                              const char *init_from);
 /* At start: resume from resume_path if given, else from run_dir's latest valid checkpoint if any;
  * on a fresh run with init_from, load the weights only. Returns 0 (resumed or fresh) or an exit
  * code after reporting. */

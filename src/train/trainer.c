@@ -225,6 +225,10 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
 int trainer_open_run_dir(tsr_trainer *t) {
     int64_t rc = t->dist.rank == 0 ? metrics_open_run_dir(t) : 0;
     dist_allreduce_sum_i64(&rc, 1); /* rank 0's outcome, on every rank */
+    if (!rc) metrics_log_start(t); /* a process's first record (docs/tracking.md) */
+    if (!rc && t->start_load.what[0]) /* then the checkpoint it read, before run_dir was opened */
+        metrics_log_checkpoint(t, t->start_load.what, t->start_load.path, t->start_load.seconds,
+                               t->start_load.bytes);
     return (int)rc;
 }
 
@@ -524,7 +528,6 @@ int trainer_run(tsr_trainer *t) {
     tsr_step_stats st;
     int rc;
     int64_t committed = -1; /* step of the last checkpoint this run committed */
-    metrics_log_start(t);
     watchdog_start(t);
     while (t->step < t->total_steps) {
         if (checkpointing_stop_requested()) { /* at a step boundary, all ranks together */

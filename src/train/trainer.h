@@ -92,6 +92,12 @@ typedef struct tsr_trainer {
     double flops_per_token, peak_flops, time_sum; /* time_sum: this process's steps 2.. */
     int64_t steps_run;           /* steps run by this process (the ETA and average divide by it) */
     int threads;
+    struct {                     /* the checkpoint read at start (resume, init-from), read before */
+        char what[16];           /* run_dir is opened: logged by trainer_open_run_dir; "" none */
+        char path[1200];
+        double seconds;
+        uint64_t bytes;
+    } start_load;
 } tsr_trainer;
 
 /* Checks the tokenizer, opens data, builds the model, prints the plan (rank 0). dry_run: stop
@@ -100,7 +106,8 @@ typedef struct tsr_trainer {
 int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run);
 /* Rank 0 creates run_dir, writes config.cfg, opens metrics.jsonl and a TensorBoard file: called
  * once config, data, tokenizer and checkpoint were all accepted, so a refused start leaves run_dir
- * as it was. Collective; returns 0 or rank 0's exit code on every rank. */
+ * as it was; then logs the {"event": "start"} record and the checkpoint read at start (resume,
+ * init-from: t->start_load). Collective; returns 0 or rank 0's exit code on every rank. */
 int trainer_open_run_dir(tsr_trainer *t);
 /* One optimizer step on the next global batch. */
 void trainer_step(tsr_trainer *t, tsr_step_stats *st);

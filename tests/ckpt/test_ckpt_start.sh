@@ -5,10 +5,12 @@
 #    the config differs from the checkpoint's: n_layer 3 vs 2" (was "no valid checkpoint", exit 2);
 #    the same through --resume FILE (d_model); the run's checkpoints and `latest` are untouched;
 #  - run_dir longer than 200 characters: exit 1 naming the limit (230 aborted inside Open MPI's
-#    MPI-IO at the first save, exit 134).
+#    MPI-IO at the first save, exit 134); 200 trains;
+#  - --init-from a checkpoint whose path is 245 characters: exit 1 naming the limit, run_dir not
+#    created (the load aborted inside MPI-IO the same way, exit 134); 244 loads.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 6
+tap_plan 8
 make_synth "$TMP/data"
 tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=4 --set micro_batch=2
@@ -42,4 +44,16 @@ run "$L" --set max_duration=2ba >"$TMP/ok.txt" 2>&1
 rc=$?
 [[ $rc == 0 && $(cat "$L/latest") == step-00000002.h5 ]]
 tap_check $? "run_dir of 200 characters: trains and checkpoints (exit $rc)"
+D=$(pad "$TMP/ld" 228) # + "/step-00000002.h5": 245 characters
+mkdir -p "$D" && cp "$(ck "$R" 2)" "$D/"
+run "$TMP/init245" --init-from "$D/step-00000002.h5" --set max_duration=1ba >"$TMP/i245.txt" 2>&1
+rc=$?
+grep -q "is 245 characters long, at most 244" "$TMP/i245.txt" && [[ ! -e $TMP/init245 ]]
+tap_check $(( (rc == 1 ? 0 : 1) | $? )) "--init-from a 245-character checkpoint path: exit 1 naming the limit, nothing created (got $rc)"
+D=$(pad "$TMP/le" 227) # 244
+mkdir -p "$D" && cp "$(ck "$R" 2)" "$D/"
+run "$TMP/init244" --init-from "$D/step-00000002.h5" --set max_duration=1ba >"$TMP/i244.txt" 2>&1
+rc=$?
+[[ $rc == 0 ]] && grep -q "checkpoint init-from step 0 | $D/step-00000002.h5" "$TMP/i244.txt"
+tap_check $? "--init-from a 244-character checkpoint path loads (exit $rc)"
 tap_done
