@@ -4,6 +4,7 @@
  * @huggingface/jinja 0.5.11, quirks included: strip('\n') strips all whitespace (hf ignores the
  * argument), `list` only takes arrays, `+` on a float prints it as JavaScript does ("1" for 1.0). */
 #include <ctype.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
@@ -35,13 +36,33 @@ static jj_value *trim(jj_interp *in, const jj_value *s, int left, int right) {
     return new_str(in, p, n);
 }
 
-/* ASCII case mapping (hf: toUpperCase/toLowerCase on all of Unicode; see the docs) */
-static jj_value *map_case(jj_interp *in, const jj_value *s, int (*fn)(int)) {
-    jj_value *v = new_str(in, s->s, s->n);
-    char *p = (char *)v->s;
-    for (size_t i = 0; i < v->n; i++)
-        if (!((unsigned char)p[i] & 0x80)) p[i] = (char)fn((unsigned char)p[i]);
-    return v;
+static const char *case_of(unsigned cp, int upper) {
+    const jj_case *t = upper ? jj_case_upper : jj_case_lower;
+    size_t lo = 0, hi = upper ? jj_case_upper_n : jj_case_lower_n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (t[mid].cp == cp) return t[mid].to;
+        if (t[mid].cp < cp) lo = mid + 1;
+        else hi = mid;
+    }
+    return NULL;
+}
+
+/* toUpperCase / toLowerCase of the first `count` characters (SIZE_MAX: all) */
+static jj_value *map_case(jj_interp *in, const jj_value *s, int upper, size_t count) {
+    jj_buf b;
+    jj_buf_init(&b, in->a);
+    jj_buf_add(&b, "", 0);
+    size_t i = 0, len;
+    for (size_t c = 0; i < s->n && c < count; i += len, c++) {
+        unsigned cp = jj_utf8_decode(s->s + i, s->n - i, &len);
+        const char *to = cp < 0x80 ? NULL : case_of(cp, upper);
+        if (cp < 0x80) jj_buf_addc(&b, (char)(upper ? toupper((int)cp) : tolower((int)cp)));
+        else if (to) jj_buf_adds(&b, to);
+        else jj_buf_add(&b, s->s + i, len);
+    }
+    jj_buf_add(&b, s->s + i, s->n - i);
+    return buf_value(in, &b);
 }
 
 static int is_word(unsigned char c) { return isalnum(c) || c == '_'; }
@@ -56,11 +77,6 @@ static jj_value *title(jj_interp *in, const jj_value *s) {
     return v;
 }
 
-static jj_value *capitalize(jj_interp *in, const jj_value *s) {
-    jj_value *v = new_str(in, s->s, s->n);
-    if (v->n && !((unsigned char)v->s[0] & 0x80)) ((char *)v->s)[0] = (char)toupper((unsigned char)v->s[0]);
-    return v;
-}
 
 static int affix(const jj_value *s, const jj_value *p, int end) {
     if (p->n > s->n) return 0;
@@ -103,7 +119,10 @@ static jj_value *split_space(jj_interp *in, const jj_value *s, double maxsplit) 
             break;
         }
         const char *w = p;
-        while (p < end && !jj_space_at(p, (size_t)(end - p))) p++;
+        while (p < end && !jj_space_at(p, (size_t)(end - p))) {
+            jj_utf8_decode(p, (size_t)(end - p), &k);
+            p += k;
+        }
         push_item(in, &items, &n, &cap, new_str(in, w, (size_t)(p - w)));
         while (p < end && (k = jj_space_at(p, (size_t)(end - p)))) p += k;
     }
@@ -257,13 +276,13 @@ static jj_value *items_of(jj_interp *in, const jj_map *m, int what) { /* 0 items
 }
 
 static jj_value *str_method(jj_interp *in, const char *m, jj_value *s, const jj_args *a) {
-    if (!strcmp(m, "upper")) return map_case(in, s, toupper);
-    if (!strcmp(m, "lower")) return map_case(in, s, tolower);
+    if (!strcmp(m, "upper")) return map_case(in, s, 1, SIZE_MAX);
+    if (!strcmp(m, "lower")) return map_case(in, s, 0, SIZE_MAX);
     if (!strcmp(m, "strip")) return trim(in, s, 1, 1);
     if (!strcmp(m, "lstrip")) return trim(in, s, 1, 0);
     if (!strcmp(m, "rstrip")) return trim(in, s, 0, 1);
     if (!strcmp(m, "title")) return title(in, s);
-    if (!strcmp(m, "capitalize")) return capitalize(in, s);
+    if (!strcmp(m, "capitalize")) return map_case(in, s, 1, 1); /* the rest stays as it is */
     if (!strcmp(m, "startswith")) return starts_ends(in, s, a, 0);
     if (!strcmp(m, "endswith")) return starts_ends(in, s, a, 1);
     if (!strcmp(m, "split")) return split(in, s, a);
@@ -386,17 +405,19 @@ jj_value *jj_call(jj_interp *in, jj_value *fn, jj_args *a, jj_scope *sc) {
 }
 
 /* ---- tests ---- */
-static int is_lower_upper(const jj_value *v, int upper) {
+/* s === s.toLowerCase() (or upper) */
+static int is_lower_upper(jj_interp *in, const jj_value *v, int upper) {
     if (v->t != V_STR) return 0;
-    for (size_t i = 0; i < v->n; i++) {
-        unsigned char c = (unsigned char)v->s[i];
-        if (upper ? islower(c) : isupper(c)) return 0;
-    }
-    return 1;
+    jj_value *m = map_case(in, v, upper, SIZE_MAX);
+    return m->n == v->n && !memcmp(m->s, v->s, v->n);
 }
 
-bool jj_run_test(jj_interp *in, const char *name, const jj_value *v) {
+bool jj_run_test(jj_interp *in, const char *name, const jj_value *v, const jj_value *other) {
     jj_vtype t = v->t;
+    if (!strcmp(name, "equalto") || !strcmp(name, "eq")) {
+        if (!other) jj_rt_fail(in, "the test %s needs a value to compare with", name);
+        return jj_strict_eq(v, other);
+    }
     if (!strcmp(name, "defined")) return t != V_UNDEF;
     if (!strcmp(name, "undefined")) return t == V_UNDEF;
     if (!strcmp(name, "none")) return t == V_NULL;
@@ -411,8 +432,8 @@ bool jj_run_test(jj_interp *in, const char *name, const jj_value *v) {
     if (!strcmp(name, "sequence"))
         return t == V_ARRAY || t == V_TUPLE || t == V_OBJECT || t == V_KWARGS || t == V_STR;
     if (!strcmp(name, "callable")) return t == V_FUNC;
-    if (!strcmp(name, "lower")) return is_lower_upper(v, 0);
-    if (!strcmp(name, "upper")) return is_lower_upper(v, 1);
+    if (!strcmp(name, "lower")) return is_lower_upper(in, v, 0);
+    if (!strcmp(name, "upper")) return is_lower_upper(in, v, 1);
     if (!strcmp(name, "odd") || !strcmp(name, "even")) {
         if (t != V_INT) jj_rt_fail(in, "cannot %s on %s", name, jj_type_name(t));
         return (fmod(v->num, 2) != 0) == (name[0] == 'o');

@@ -430,7 +430,7 @@ jj_value *jj_eval(jj_interp *in, const jj_node *nd, jj_scope *sc) {
         jj_value *v = jj_eval(in, nd->a, sc);
         in->f->line = nd->line;
         in->f->col = nd->col;
-        return jj_bool(in->a, jj_run_test(in, nd->s, v) != nd->flag);
+        return jj_bool(in->a, jj_run_test(in, nd->s, v, NULL) != nd->flag);
     }
     case N_SELECT:
         return jj_truthy(jj_eval(in, nd->b, sc)) ? jj_eval(in, nd->a, sc) : undef(in);

@@ -189,6 +189,7 @@ static jj_value *select_attr(jj_interp *in, jj_value *v, const jj_node *call, jj
     if (call->body.n < 1) jj_rt_fail(in, "selectattr/rejectattr need an attribute name");
     jj_value *attr = jj_eval(in, call->body.v[0], sc);
     const char *test = call->body.n > 1 ? call->body.v[1]->s : NULL;
+    jj_value *other = call->body.n > 2 ? jj_eval(in, call->body.v[2], sc) : NULL;
     jj_value **items = jj_alloc(in->a, (v->n ? v->n : 1) * sizeof *items);
     size_t n = 0;
     for (size_t i = 0; i < v->n; i++)
@@ -196,7 +197,7 @@ static jj_value *select_attr(jj_interp *in, jj_value *v, const jj_node *call, jj
             jj_rt_fail(in, "`%s` can only be applied to array of objects", select ? "selectattr" : "rejectattr");
     for (size_t i = 0; i < v->n; i++) {
         jj_value *x = jj_map_get(v->items[i]->map, attr->s, attr->n);
-        int r = x ? (test ? jj_run_test(in, test, x) : jj_truthy(x)) : 0;
+        int r = x ? (test ? jj_run_test(in, test, x, other) : jj_truthy(x)) : 0;
         if (r == select) items[n++] = v->items[i];
     }
     return jj_array(in->a, items, n);

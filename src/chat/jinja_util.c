@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "chat/jinja_int.h"
+#include "tokenizer/unicode_tables.h"
 
 struct jj_chunk {
     jj_chunk *next;
@@ -95,13 +96,13 @@ unsigned jj_utf8_decode(const char *s, size_t n, size_t *len) {
     size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
     if (k == 0 || k > n) {
         *len = 1;
-        return c;
+        return 0xfffd;
     }
     unsigned cp = k == 1 ? c : k == 2 ? (c & 0x1f) : k == 3 ? (c & 0x0f) : (c & 0x07);
     for (size_t i = 1; i < k; i++) {
         if ((u[i] & 0xc0) != 0x80) {
             *len = 1;
-            return c;
+            return 0xfffd;
         }
         cp = cp << 6 | (u[i] & 0x3f);
     }
@@ -133,15 +134,12 @@ void jj_utf8_encode(jj_buf *b, unsigned cp) {
     }
 }
 
-/* JavaScript's WhiteSpace and LineTerminator: what \s, trim() and trimEnd() match. */
+/* JavaScript's WhiteSpace and LineTerminator: what \s, trim() and trimEnd() match (the
+ * tokenizer's table of \s, generated from node) */
 static int js_space(unsigned cp) {
-    switch (cp) {
-    case '\t': case '\n': case 0x0b: case 0x0c: case '\r': case ' ': case 0xa0: case 0x1680:
-    case 0x2028: case 0x2029: case 0x202f: case 0x205f: case 0x3000: case 0xfeff:
-        return 1;
-    default:
-        return cp >= 0x2000 && cp <= 0x200a;
-    }
+    for (uint32_t i = 0; i < tsr_uc_space_n; i++)
+        if (cp >= tsr_uc_space[i][0] && cp <= tsr_uc_space[i][1]) return 1;
+    return 0;
 }
 
 size_t jj_space_at(const char *s, size_t n) {
