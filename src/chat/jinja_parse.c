@@ -92,7 +92,7 @@ static void enter(parser *p) {
     if (++p->depth > MAX_NESTING) perr(p, peek(p), "%s", "template nested too deeply (over 200)");
 }
 
-/* statements until {% one-of-names %} (not consumed) */
+/* statements until {% one-of-names %} (not consumed); names[0] is the closing tag */
 static void parse_until(parser *p, jj_list *l, const char *const *names) {
     while (!is_statement(p, names)) {
         if (is(p, TK_EOF)) perr(p, peek(p), "Unexpected end of template: expected {%% %s %%}", names[0]);
@@ -449,7 +449,7 @@ static jj_node *parse_set(parser *p, const jj_token *at) {
 }
 
 static jj_node *parse_if(parser *p, const jj_token *at) {
-    static const char *const stops[] = {"elif", "else", "endif", NULL};
+    static const char *const stops[] = {"endif", "elif", "else", NULL};
     static const char *const endif[] = {"endif", NULL};
     jj_node *nd = node(p, N_IF, at);
     nd->a = parse_expr(p);
