@@ -173,8 +173,26 @@ static long long clock_now(void) {
     return (long long)time(NULL);
 }
 
+static void apply_overrides(jj_interp *in, jj_scope *g, const jinja_overrides *ov) {
+    if (!ov) return;
+    jj_value *m = jj_map_get(&g->vars, "messages", 8);
+    if (ov->nmessages >= 0) {
+        if (!m || m->t != V_ARRAY)
+            jj_fail(in->f, JINJA_ECONTEXT, 0, 0, "the context has no messages array to cut");
+        jj_value *cut = jj_array(in->a, m->items, (size_t)ov->nmessages < m->n ? (size_t)ov->nmessages : m->n);
+        jj_map_set(in->a, &g->vars, "messages", 8, cut);
+    }
+    if (ov->add_generation_prompt >= 0)
+        jj_map_set(in->a, &g->vars, "add_generation_prompt", 21, jj_bool(in->a, ov->add_generation_prompt));
+}
+
 int jinja_render(const jinja_template *t, const json_value *const *ctx, size_t nctx, char **out,
                  size_t *out_len, jinja_error *err) {
+    return jinja_render_ex(t, ctx, nctx, NULL, out, out_len, err);
+}
+
+int jinja_render_ex(const jinja_template *t, const json_value *const *ctx, size_t nctx,
+                    const jinja_overrides *ov, char **out, size_t *out_len, jinja_error *err) {
     clear_error(err);
     *out = NULL;
     *out_len = 0;
@@ -194,6 +212,7 @@ int jinja_render(const jinja_template *t, const json_value *const *ctx, size_t n
     if (!g) jj_fail(&f, JINJA_ENOMEM, 0, 0, "out of memory");
     setup_globals(&in, g);
     load_context(&in, g, ctx, nctx);
+    apply_overrides(&in, g, ov);
     jj_value *s = jj_eval_block(&in, &t->prog, g);
     if (in.ctl) jj_fail(&f, JINJA_ERUNTIME, 0, 0, "{%% %s %%} outside a for loop", in.ctl == 1 ? "break" : "continue");
     char *r = malloc(s->n + 1);

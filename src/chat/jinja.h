@@ -47,6 +47,16 @@ void jinja_free(jinja_template *t);
 int jinja_render(const jinja_template *t, const json_value *const *ctx, size_t nctx, char **out,
                  size_t *out_len, jinja_error *err);
 
+/* What jinja_render_ex changes in the context after merging it: messages cut to the first
+ * nmessages (-1: all), add_generation_prompt set to 0/1 (-1: as the context says). */
+typedef struct jinja_overrides {
+    long nmessages;
+    int add_generation_prompt;
+} jinja_overrides;
+
+int jinja_render_ex(const jinja_template *t, const json_value *const *ctx, size_t nctx,
+                    const jinja_overrides *ov, char **out, size_t *out_len, jinja_error *err);
+
 /* "syntax error", "raise_exception", ... for messages. */
 const char *jinja_status_name(int status);
 

@@ -320,6 +320,41 @@ static int reuse_and_merge(void) {
     return ok;
 }
 
+/* jinja_render_ex: messages cut to a prefix, add_generation_prompt forced (prep's loss mask
+ * renders prefixes of a conversation this way) */
+static int overrides(void) {
+    const char *src = "{% for m in messages %}{{ m.role }};{% endfor %}{{ add_generation_prompt }}";
+    const char *js = "{\"messages\": [{\"role\": \"a\"}, {\"role\": \"b\"}], \"add_generation_prompt\": false}";
+    json_doc doc;
+    json_value *v;
+    json_error je;
+    json_doc_init(&doc);
+    if (json_parse(&doc, js, strlen(js), &v, &je)) return 0;
+    const json_value *ctx = v;
+    jinja_template *t;
+    jinja_error err;
+    char *o[4] = {0};
+    size_t n;
+    const jinja_overrides ov[4] = {{-1, -1}, {1, 1}, {0, -1}, {5, 0}};
+    int ok = jinja_compile(src, strlen(src), &t, &err) == JINJA_OK;
+    for (int i = 0; ok && i < 4; i++) ok = jinja_render_ex(t, &ctx, 1, &ov[i], &o[i], &n, &err) == JINJA_OK;
+    ok = ok && !strcmp(o[0], "a;b;false") && !strcmp(o[1], "a;true") && !strcmp(o[2], "false") &&
+         !strcmp(o[3], "a;b;false");
+    if (!ok) tap_diag("got %s | %s | %s | %s (%s)", o[0], o[1], o[2], o[3], err.msg);
+    const char *no_msgs = "{\"x\": 1}";
+    json_doc_free(&doc);
+    json_doc_init(&doc);
+    char *bad = NULL;
+    if (!json_parse(&doc, no_msgs, strlen(no_msgs), &v, &je)) {
+        ctx = v;
+        ok = ok && jinja_render_ex(t, &ctx, 1, &ov[1], &bad, &n, &err) == JINJA_ECONTEXT && !bad;
+    }
+    for (int i = 0; i < 4; i++) free(o[i]);
+    jinja_free(t);
+    json_doc_free(&doc);
+    return ok;
+}
+
 /* Random templates from Jinja fragments: every one compiles and renders or fails with a status
  * and a message; none crashes (ASan build: no memory error either). */
 static int fuzz(int rounds) {
@@ -363,7 +398,7 @@ static int unit_checks(void) {
     setenv("TZ", "UTC", 1);
     setenv("TSR_JINJA_NOW", "1721952000", 1);
     const size_t ncases = sizeof cases / sizeof cases[0];
-    tap_plan((int)ncases + 18);
+    tap_plan((int)ncases + 19);
     for (size_t i = 0; i < ncases; i++) tap_ok(renders_as(i), "%s", cases[i].what);
 
     /* errors: status, position, message */
@@ -402,6 +437,7 @@ static int unit_checks(void) {
                  "takes not more than 1"), "macro called with too many arguments");
 
     tap_ok(reuse_and_merge(), "a compiled template renders twice; later contexts override earlier ones");
+    tap_ok(overrides(), "jinja_render_ex cuts messages and sets add_generation_prompt; no messages: context error");
     tap_ok(fuzz(3000), "3000 random fragment templates: each renders or fails with a message");
     return tap_done();
 }
