@@ -38,6 +38,7 @@ int jinja_compile(const char *src, size_t n, jinja_template **out, jinja_error *
         return err->status = JINJA_ENOMEM;
     }
     jj_fail_ctx f = {.err = err};
+    t->arena.f = &f;
     if (setjmp(f.jmp)) {
         jj_arena_free(&t->arena);
         free(t);
@@ -46,6 +47,7 @@ int jinja_compile(const char *src, size_t n, jinja_template **out, jinja_error *
     size_t count;
     jj_token *toks = jj_tokenize(&t->arena, &f, src, n, &count);
     t->prog = jj_parse(&t->arena, &f, toks, count);
+    t->arena.f = NULL; /* the template's arena takes no more allocations */
     *out = t;
     return JINJA_OK;
 }
@@ -208,8 +210,8 @@ int jinja_render_ex(const jinja_template *t, const json_value *const *ctx, size_
         free(arena);
         return f.status;
     }
+    arena->f = &f;
     jj_scope *g = jj_alloc(arena, sizeof *g);
-    if (!g) jj_fail(&f, JINJA_ENOMEM, 0, 0, "out of memory");
     setup_globals(&in, g);
     load_context(&in, g, ctx, nctx);
     apply_overrides(&in, g, ov);

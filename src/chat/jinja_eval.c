@@ -31,7 +31,6 @@ jj_value *jj_lookup(jj_scope *sc, const char *name, size_t n) {
 
 static jj_scope *scope_new(jj_interp *in, jj_scope *parent) {
     jj_scope *s = jj_alloc(in->a, sizeof *s);
-    if (!s) jj_fail(in->f, JINJA_ENOMEM, 0, 0, "out of memory");
     s->parent = parent;
     return s;
 }

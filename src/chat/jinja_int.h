@@ -19,17 +19,20 @@
 
 /* ---- arena and failure ---- */
 typedef struct jj_chunk jj_chunk;
+typedef struct jj_fail_ctx jj_fail_ctx;
 typedef struct jj_arena {
     jj_chunk *head;
+    jj_fail_ctx *f; /* where running out of memory unwinds to (JINJA_ENOMEM) */
 } jj_arena;
 
-typedef struct jj_fail_ctx {
+struct jj_fail_ctx {
     jmp_buf jmp;
     jinja_error *err;
     int status;
     int line, col; /* node being evaluated: where a failure without its own position points */
-} jj_fail_ctx;
+};
 
+/* Zeroed memory from the arena; never NULL (out of memory fails through a->f). */
 void *jj_alloc(jj_arena *a, size_t n);
 char *jj_strdup(jj_arena *a, const char *s, size_t n);
 void jj_arena_free(jj_arena *a);

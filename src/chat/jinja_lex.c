@@ -42,7 +42,6 @@ const char *jj_tok_name(jj_tok_type t) { return t < TK_COUNT ? tok_names[t] : "?
 static void pp_alloc(lexer *lx, pp *p, size_t cap) {
     p->s = jj_alloc(lx->a, cap + 1);
     p->o = jj_alloc(lx->a, (cap + 1) * sizeof *p->o);
-    if (!p->s || !p->o) jj_fail(lx->f, JINJA_ENOMEM, 0, 0, "out of memory lexing the template");
     p->n = 0;
 }
 
@@ -181,7 +180,6 @@ static void push(lexer *lx, jj_tok_type t, const char *s, size_t n, size_t pos) 
     if (lx->n == lx->cap) {
         size_t cap = lx->cap ? lx->cap * 2 : 256;
         jj_token *v = jj_alloc(lx->a, cap * sizeof *v);
-        if (!v) jj_fail(lx->f, JINJA_ENOMEM, 0, 0, "out of memory lexing the template");
         if (lx->n) memcpy(v, lx->toks, lx->n * sizeof *v);
         lx->toks = v;
         lx->cap = cap;

@@ -36,7 +36,6 @@ static const jj_token *peek(const parser *p) { return &p->t[p->cur < p->n ? p->c
 
 static jj_node *node(parser *p, jj_node_type type, const jj_token *at) {
     jj_node *nd = jj_alloc(p->a, sizeof *nd);
-    if (!nd) jj_fail(p->f, JINJA_ENOMEM, 0, 0, "out of memory parsing the template");
     nd->type = type;
     nd->line = at->line;
     nd->col = at->col;
@@ -46,7 +45,6 @@ static jj_node *node(parser *p, jj_node_type type, const jj_token *at) {
 static void list_push(parser *p, jj_list *l, jj_node *nd) {
     if ((l->n & (l->n - 1)) == 0) { /* capacity doubles at powers of two */
         jj_node **v = jj_alloc(p->a, (l->n ? l->n * 2 : 1) * sizeof *v);
-        if (!v) jj_fail(p->f, JINJA_ENOMEM, 0, 0, "out of memory parsing the template");
         if (l->n) memcpy(v, l->v, l->n * sizeof *v);
         l->v = v;
     }

@@ -24,7 +24,7 @@ void *jj_alloc(jj_arena *a, size_t n) {
     if (!c || c->cap - c->used < n) {
         size_t cap = n > JJ_CHUNK ? n : JJ_CHUNK;
         c = malloc(sizeof *c + cap);
-        if (!c) return NULL;
+        if (!c) jj_fail(a->f, JINJA_ENOMEM, 0, 0, "out of memory (%zu bytes more)", cap);
         c->cap = cap;
         c->used = 0;
         c->next = a->head;
@@ -38,7 +38,6 @@ void *jj_alloc(jj_arena *a, size_t n) {
 
 char *jj_strdup(jj_arena *a, const char *s, size_t n) {
     char *p = jj_alloc(a, n + 1);
-    if (!p) return NULL;
     if (n) memcpy(p, s, n);
     p[n] = '\0';
     return p;
@@ -76,7 +75,6 @@ void jj_buf_add(jj_buf *b, const char *s, size_t n) {
         size_t cap = b->cap ? b->cap * 2 : 64;
         while (cap < b->n + n + 1) cap *= 2;
         char *p = jj_alloc(b->a, cap);
-        if (!p) abort(); /* out of memory: no way to report from here (jinja_render checks size) */
         if (b->n) memcpy(p, b->p, b->n);
         b->p = p;
         b->cap = cap;

@@ -17,7 +17,6 @@ const char *jj_type_name(jj_vtype t) { return t < V_VTYPE_COUNT ? type_names[t] 
 
 jj_value *jj_new(jj_arena *a, jj_vtype t) {
     jj_value *v = jj_alloc(a, sizeof *v);
-    if (!v) abort(); /* out of memory in the middle of a render: nothing sane to return */
     v->t = t;
     return v;
 }
@@ -25,7 +24,6 @@ jj_value *jj_new(jj_arena *a, jj_vtype t) {
 jj_value *jj_str(jj_arena *a, const char *s, size_t n) {
     jj_value *v = jj_new(a, V_STR);
     v->s = jj_strdup(a, s, n);
-    if (!v->s) abort();
     v->n = n;
     return v;
 }
@@ -51,7 +49,6 @@ jj_value *jj_array(jj_arena *a, jj_value **items, size_t n) {
 
 jj_map *jj_map_new(jj_arena *a) {
     jj_map *m = jj_alloc(a, sizeof *m);
-    if (!m) abort();
     return m;
 }
 
@@ -78,7 +75,6 @@ void jj_map_set(jj_arena *a, jj_map *m, const char *k, size_t kn, jj_value *v) {
         const char **keys = jj_alloc(a, cap * sizeof *keys);
         size_t *klen = jj_alloc(a, cap * sizeof *klen);
         jj_value **vals = jj_alloc(a, cap * sizeof *vals);
-        if (!keys || !klen || !vals) abort();
         if (m->n) {
             memcpy(keys, m->keys, m->n * sizeof *keys);
             memcpy(klen, m->klen, m->n * sizeof *klen);
@@ -308,7 +304,6 @@ static void json_object(jj_fail_ctx *f, jj_buf *b, const jj_map *m, const jj_jso
                         int depth, const char *isep, const char *ksep) {
     size_t n = m->n;
     key_ref *order = jj_alloc(b->a, (n ? n : 1) * sizeof *order);
-    if (!order) abort();
     for (size_t i = 0; i < n; i++) order[i] = (key_ref){m->keys[i], i};
     if (o->sort_keys) qsort(order, n, sizeof *order, key_cmp); /* byte order (hf: localeCompare) */
     jj_buf_addc(b, '{');
