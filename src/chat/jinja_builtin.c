@@ -236,7 +236,7 @@ jj_value *jj_slice(jj_interp *in, jj_value *obj, jj_value *start, jj_value *stop
 /* ---- builtin members ---- */
 static const char *const str_methods[] = {"upper", "lower", "strip", "title", "capitalize",
     "rstrip", "lstrip", "startswith", "endswith", "split", "replace", NULL};
-static const char *const obj_methods[] = {"get", "items", "keys", "values", NULL};
+static const char *const obj_methods[] = {"get", "items", "keys", "values", "dictsort", NULL};
 
 static const char *find_name(const char *const *names, const char *s, size_t n) {
     for (; *names; names++)
@@ -297,6 +297,7 @@ static jj_value *obj_method(jj_interp *in, const char *m, jj_value *o, const jj_
         jj_value *v = jj_map_get(o->map, k->s, k->n);
         return v ? v : def ? def : jj_new(in->a, V_NULL);
     }
+    if (!strcmp(m, "dictsort")) return jj_dictsort(in, o, a);
     return items_of(in, o->map, !strcmp(m, "items") ? 0 : !strcmp(m, "keys") ? 1 : 2);
 }
 

@@ -166,17 +166,7 @@ static jj_value *map_attr(jj_interp *in, jj_value *v, const jj_args *a) {
     for (size_t i = 0; i < v->n; i++) {
         jj_value *x = v->items[i];
         if (x->t != V_OBJECT && x->t != V_KWARGS && x->t != V_NS) jj_rt_fail(in, "items in map must be an object");
-        const char *p = attr->s, *end = attr->s + attr->n;
-        for (;;) { /* a dotted path: objects by key, arrays by index */
-            const char *dot = memchr(p, '.', (size_t)(end - p));
-            size_t len = (size_t)((dot ? dot : end) - p);
-            if (x->t == V_OBJECT || x->t == V_KWARGS || x->t == V_NS) x = jj_map_get(x->map, p, len);
-            else if (x->t == V_ARRAY && len && len < 10 && strspn(p, "0123456789") >= len &&
-                     (size_t)atol(p) < x->n) x = x->items[atol(p)];
-            else x = NULL;
-            if (!x || !dot) break;
-            p = dot + 1;
-        }
+        x = jj_attr_path(x, attr->s, attr->n);
         items[i] = x ? x : def ? def : jj_new(in->a, V_UNDEF);
     }
     return jj_array(in->a, items, v->n);
@@ -211,6 +201,7 @@ static jj_value *array_filter(jj_interp *in, jj_value *v, const char *f) {
     if (!strcmp(f, "reverse")) return reverse(in, v);
     if (!strcmp(f, "join")) return join(in, v, NULL);
     if (!strcmp(f, "unique")) return unique(in, v);
+    if (!strcmp(f, "sort")) return jj_sort(in, v, NULL);
     if (!strcmp(f, "string")) {
         jj_buf b;
         jj_json_opts o = {0};
@@ -305,6 +296,7 @@ static jj_value *call_filter(jj_interp *in, jj_value *v, const jj_node *call, jj
         return v->t == V_UNDEF || (boolean && boolean->b && !jj_truthy(v)) ? def : v;
     }
     if ((v->t == V_ARRAY || v->t == V_TUPLE) && !strcmp(f, "map")) return map_attr(in, v, &a);
+    if ((v->t == V_ARRAY || v->t == V_TUPLE) && !strcmp(f, "sort")) return jj_sort(in, v, &a);
     if (v->t == V_STR && !strcmp(f, "indent")) return indent(in, v, &a);
     if (v->t == V_STR && !strcmp(f, "replace")) {
         jj_value *fn = jj_builtin_member(in, v, "replace", 7);

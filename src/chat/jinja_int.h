@@ -212,4 +212,10 @@ jj_value *jj_builtin_member(jj_interp *in, jj_value *obj, const char *name, size
 void jj_eval_args(jj_interp *in, const jj_list *l, jj_scope *sc, jj_args *out);
 jj_value *jj_slice(jj_interp *in, jj_value *obj, jj_value *start, jj_value *stop, jj_value *step);
 
+/* ordering (jinja_sort.c) */
+jj_value *jj_sort(jj_interp *in, jj_value *list, const jj_args *args);      /* args may be NULL */
+jj_value *jj_dictsort(jj_interp *in, jj_value *obj, const jj_args *args);
+/* The value at a dotted path ("a.b.0": objects by key, lists by index), or NULL. */
+jj_value *jj_attr_path(const jj_value *v, const char *path, size_t n);
+
 #endif

@@ -254,11 +254,22 @@ static const struct {
      "{{ strftime_now('%Y-%m-%d %H:%M %b %B %% %j') }}",
      "{}",
      "2024-07-26 00:00 Jul July % %j"},
+    {"sort: stable, reverse, case, attribute paths",
+     "{{ [3, 1, 2.5, true]|sort }} {{ ['b', 'A', 'a', 'C']|sort }} {{ ['b', 'A', 'a', 'C']|sort(case_sensitive=true) }} {{ [1, 3, 2]|sort(true) }} {{ m|sort(attribute='k')|map(attribute='n')|join }} {{ m|sort(reverse=true, attribute='k')|map(attribute='n')|join }} {{ m|sort(attribute='l.0')|map(attribute='n')|join }}",
+     "{\"m\": [{\"k\": 2, \"n\": \"a\", \"l\": [3]}, {\"k\": 1, \"n\": \"b\", \"l\": [1]}, {\"k\": 2, \"n\": \"c\", \"l\": [2]}]}",
+     "[1, true, 2.5, 3] [\"A\", \"a\", \"b\", \"C\"] [\"A\", \"C\", \"a\", \"b\"] [3, 2, 1] bac acb bca"},
+    {"dictsort",
+     "{{ d|dictsort }} {{ d|dictsort(by='value') }} {{ d|dictsort(reverse=true) }} {{ d.dictsort(true) }}",
+     "{\"d\": {\"b\": 1, \"a\": 3, \"C\": 2}}",
+     "[[\"a\", 3], [\"b\", 1], [\"C\", 2]] [[\"b\", 1], [\"C\", 2], [\"a\", 3]] [[\"C\", 2], [\"b\", 1], [\"a\", 3]] [[\"C\", 2], [\"a\", 3], [\"b\", 1]]"},
+    {"sort of mixed types fails",
+     "{{ [1, 'a']|sort }}",
+     "{}",
+     "error: Cannot compare different types: StringValue and IntegerValue\n"},
     {"range and list concatenation",
      "{{ range(3)|list }} {{ range(1, 7, 2)|list }} {{ range(3, 0, -1)|list }} {{ [1] + [2, 3] }}",
      "{}",
      "[0, 1, 2] [1, 3, 5] [3, 2, 1] [1, 2, 3]"},
-
 };
 
 static int renders_as(size_t i) {
