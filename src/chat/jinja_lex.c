@@ -228,6 +228,22 @@ static unsigned hex_escape(lexer *lx, int len, char which) {
     return v;
 }
 
+/* hf's ESCAPE_CHARACTERS: \n \t \r \b \f \v \' \" \\ (-1: not one of them) */
+static int simple_escape(char e) {
+    switch (e) {
+    case 'n': return '\n';
+    case 't': return '\t';
+    case 'r': return '\r';
+    case 'b': return '\b';
+    case 'f': return '\f';
+    case 'v': return '\v';
+    case '\'':
+    case '"':
+    case '\\': return e;
+    default: return -1;
+    }
+}
+
 static void string_literal(lexer *lx, char quote) {
     const pp *p = &lx->src;
     size_t start = lx->cur++;
@@ -244,13 +260,13 @@ static void string_literal(lexer *lx, char quote) {
         if (c == '\\') {
             if (++lx->cur >= p->n) lex_fail(lx, start, "Unexpected end of input", "");
             char e = p->s[lx->cur++];
-            const char *map = strchr("n\nt\tr\rb\bf\fv\v''\"\"\\\\", e);
+            int simple = simple_escape(e);
             if (e == 'x' || e == 'u') {
                 unit = hex_escape(lx, e == 'x' ? 2 : 4, e);
                 is_unit = 1;
-            } else if (map && ((map - "n\nt\tr\rb\bf\fv\v''\"\"\\\\") % 2) == 0 && e) {
+            } else if (simple >= 0) {
                 if (high) jj_utf8_encode(&b, 0xfffd), high = 0;
-                jj_buf_addc(&b, map[1]);
+                jj_buf_addc(&b, (char)simple);
                 continue;
             } else {
                 char d[2] = {e, 0};
