@@ -302,16 +302,38 @@ static jj_value *obj_method(jj_interp *in, const char *m, jj_value *o, const jj_
 }
 
 /* ---- global functions ---- */
+/* one [key, value] pair of namespace([...]); a two-character string is a pair of characters */
+static void namespace_pair(jj_interp *in, jj_map *m, jj_value *pair) {
+    jj_value *k = NULL, *v = NULL;
+    if ((pair->t == V_ARRAY || pair->t == V_TUPLE) && pair->n == 2) {
+        k = pair->items[0];
+        v = pair->items[1];
+    } else if (pair->t == V_STR) {
+        size_t l1, l2 = 0;
+        if (pair->n) jj_utf8_decode(pair->s, pair->n, &l1);
+        if (pair->n && l1 < pair->n) jj_utf8_decode(pair->s + l1, pair->n - l1, &l2);
+        if (pair->n && l1 + l2 == pair->n && l2) {
+            k = jj_str(in->a, pair->s, l1);
+            v = jj_str(in->a, pair->s + l1, l2);
+        }
+    }
+    if (!k) jj_rt_fail(in, "namespace expected an object or an iterable of [key, value] pairs");
+    if (k->t != V_STR) jj_rt_fail(in, "namespace keys must be strings");
+    jj_map_set(in->a, m, k->s, k->n, v);
+}
+
 static jj_value *namespace_fn(jj_interp *in, const jj_args *a) {
     jj_value *ns = jj_new(in->a, V_NS);
     ns->map = jj_map_new(in->a);
     if (a->npos > 1) jj_rt_fail(in, "namespace expected at most 1 argument, got %zu", a->npos);
-    if (a->npos == 1) {
-        const jj_value *src = a->pos[0];
-        if (src->t != V_OBJECT && src->t != V_KWARGS)
-            jj_rt_fail(in, "'%s' object is not iterable", jj_type_name(src->t));
+    const jj_value *src = a->npos == 1 ? a->pos[0] : NULL;
+    if (src && (src->t == V_OBJECT || src->t == V_KWARGS)) {
         for (size_t i = 0; i < src->map->n; i++)
             jj_map_set(in->a, ns->map, src->map->keys[i], src->map->klen[i], src->map->vals[i]);
+    } else if (src && (src->t == V_ARRAY || src->t == V_TUPLE)) {
+        for (size_t i = 0; i < src->n; i++) namespace_pair(in, ns->map, src->items[i]);
+    } else if (src) {
+        jj_rt_fail(in, "'%s' object is not iterable", jj_type_name(src->t));
     }
     for (size_t i = 0; a->kw && i < a->kw->n; i++)
         jj_map_set(in->a, ns->map, a->kw->keys[i], a->kw->klen[i], a->kw->vals[i]);

@@ -61,11 +61,12 @@ jj_value *jj_eval_block(jj_interp *in, const jj_list *l, jj_scope *sc) {
 }
 
 /* ---- assignment ---- */
+/* a, b = v: in a set v may be a list or a tuple; a for loop's item must be a list (hf) */
 static void assign_tuple(jj_interp *in, const jj_node *target, jj_value *v, jj_scope *sc,
                          const char *where) {
-    if (v->t != V_ARRAY && v->t != V_TUPLE)
+    if (v->t != V_ARRAY && (v->t != V_TUPLE || !*where))
         jj_rt_fail(in, "Cannot unpack non-iterable type%s: %s", where, jj_type_name(v->t));
-    if (v->n != target->body.n)
+    if (v->n != target->body.n) /* too many or too few */
         jj_rt_fail(in, "Too %s items to unpack%s", target->body.n > v->n ? "few" : "many", where);
     for (size_t i = 0; i < v->n; i++) {
         const jj_node *e = target->body.v[i];
