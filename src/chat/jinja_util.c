@@ -17,6 +17,8 @@ struct jj_chunk {
 };
 
 enum { JJ_CHUNK = 64 * 1024 };
+#define JJ_MAX_STRING ((size_t)32 << 20) /* no string (output included) grows past 32 MiB: a
+                                         * conversation renders to KBs, 128k tokens to ~0.5 MB */
 
 void *jj_alloc(jj_arena *a, size_t n) {
     n = (n + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
@@ -71,6 +73,8 @@ void jj_buf_init(jj_buf *b, jj_arena *a) {
 }
 
 void jj_buf_add(jj_buf *b, const char *s, size_t n) {
+    if (n > JJ_MAX_STRING - b->n)
+        jj_fail(b->a->f, JINJA_ERUNTIME, 0, 0, "a string would exceed %zu MiB", JJ_MAX_STRING >> 20);
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 64;
         while (cap < b->n + n + 1) cap *= 2;

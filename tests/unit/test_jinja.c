@@ -421,7 +421,7 @@ static int unit_checks(void) {
     setenv("TZ", "UTC", 1);
     setenv("TSR_JINJA_NOW", "1721952000", 1);
     const size_t ncases = sizeof cases / sizeof cases[0];
-    tap_plan((int)ncases + 19);
+    tap_plan((int)ncases + 20);
     for (size_t i = 0; i < ncases; i++) tap_ok(renders_as(i), "%s", cases[i].what);
 
     /* errors: status, position, message */
@@ -459,6 +459,9 @@ static int unit_checks(void) {
     tap_ok(fails("{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}", "{}", JINJA_ERUNTIME, 0, 0,
                  "takes not more than 1"), "macro called with too many arguments");
 
+    tap_ok(fails("{% set ns = namespace(s='xxxxxxxx') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}"
+                 "{% endfor %}{{ ns.s|length }}", "{}", JINJA_ERUNTIME, 1, 82, "exceed 32 MiB"),
+           "a string doubling without end stops at 32 MiB (at the ~)");
     tap_ok(reuse_and_merge(), "a compiled template renders twice; later contexts override earlier ones");
     tap_ok(overrides(), "jinja_render_ex cuts messages and sets add_generation_prompt; no messages: context error");
     tap_ok(fuzz(3000), "3000 random fragment templates: each renders or fails with a message");
