@@ -1,9 +1,13 @@
 /* jinja_int.h — internals of the Jinja subset (src/chat/jinja*.c); not for use outside src/chat.
  *
- * Pipeline: jinja_lex.c (preprocess + tokens) -> jinja_parse.c (AST) -> jinja_eval.c (values,
- * filters in jinja_builtin.c, value helpers and tojson in jinja_value.c). Everything of one
- * compile or one render lives in an arena (jj_arena) freed at once; errors unwind to the public
- * entry point with longjmp (jj_fail), so no function below returns a status.
+ * Pipeline: jinja.c (public API, JSON context -> values) -> jinja_lex.c (preprocess + tokens)
+ * -> jinja_parse.c (syntax tree) -> jinja_eval.c (statements, operators). Beside them:
+ * jinja_filter.c (filters), jinja_builtin.c (tests, globals, string/dict methods, macros,
+ * slicing), jinja_sort.c (sort, dictsort), jinja_value.c (values, printing, ==, tojson),
+ * jinja_util.c (arena, buffers, UTF-8), jinja_case.c (generated case tables).
+ * Everything of one compile or one render lives in an arena (jj_arena) freed at once; errors
+ * unwind to the public entry point with longjmp (jj_fail), so no function below returns a
+ * status.
  *
  * Semantics follow @huggingface/jinja 0.5.11 (docs/chat-templates.md lists the differences):
  * numbers are doubles tagged integer or float, strings are UTF-8 byte strings.
