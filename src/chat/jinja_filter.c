@@ -195,8 +195,10 @@ static jj_value *select_attr(jj_interp *in, jj_value *v, const jj_node *call, jj
 
 static jj_value *array_filter(jj_interp *in, jj_value *v, const char *f) {
     if (!strcmp(f, "list")) return v;
-    if (!strcmp(f, "first")) return v->n ? v->items[0] : jj_new(in->a, V_UNDEF);
-    if (!strcmp(f, "last")) return v->n ? v->items[v->n - 1] : jj_new(in->a, V_UNDEF);
+    if ((!strcmp(f, "first") || !strcmp(f, "last")) && !v->n) /* hf fails on it (a JS TypeError) */
+        jj_rt_fail(in, "the %s of an empty list", f);
+    if (!strcmp(f, "first")) return v->items[0];
+    if (!strcmp(f, "last")) return v->items[v->n - 1];
     if (!strcmp(f, "length")) return jj_num(in->a, V_INT, (double)v->n);
     if (!strcmp(f, "reverse")) return reverse(in, v);
     if (!strcmp(f, "join")) return join(in, v, NULL);

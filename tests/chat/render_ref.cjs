@@ -3,6 +3,8 @@
 //   node render_ref.cjs JINJA_PACKAGE_DIR TEMPLATE_FILE [CONTEXT.json ...]
 // The contexts are JSON objects merged in order. Prints the rendering, or "error: MESSAGE" and
 // exits 2 when the template does not parse or raises. TSR_JINJA_NOW: see below.
+//   node render_ref.cjs JINJA_PACKAGE_DIR --batch CONTEXT.json TEMPLATE_FILE...
+// renders each template (one node for all) into TEMPLATE_FILE.ref, the same way.
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -26,14 +28,22 @@ if (process.env.TSR_JINJA_NOW) {
   };
 }
 const { Template } = require(path.resolve(jinjaDir, "dist/index.cjs"));
-const source = fs.readFileSync(templateFile, "utf8");
+// [true, rendering] or [false, "error: MESSAGE\n"]
+function render(file, context) {
+  try {
+    return [true, new Template(fs.readFileSync(file, "utf8")).render(context)];
+  } catch (e) {
+    return [false, `error: ${e && e.message !== undefined ? e.message : String(e)}\n`];
+  }
+}
+if (templateFile === "--batch") {
+  const [ctxFile, ...files] = contextFiles;
+  const ctx = JSON.parse(fs.readFileSync(ctxFile, "utf8"));
+  for (const f of files) fs.writeFileSync(f + ".ref", render(f, ctx)[1]);
+  process.exit(0);
+}
 const context = {};
 for (const f of contextFiles) Object.assign(context, JSON.parse(fs.readFileSync(f, "utf8")));
-let out;
-try {
-  out = new Template(source).render(context);
-} catch (e) {
-  process.stdout.write(`error: ${e && e.message !== undefined ? e.message : String(e)}\n`);
-  process.exit(2);
-}
-process.stdout.write(out);
+const [ok, text] = render(templateFile, context);
+process.stdout.write(text);
+process.exit(ok ? 0 : 2);

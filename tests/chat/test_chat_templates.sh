@@ -6,8 +6,11 @@
 # templates of ours (tests/chat/templates: a Llama-3.1-style tool template and one exercising
 # every construct), over the conversations in tests/chat/conversations. Where the reference
 # fails (raise_exception, a type error), ours must fail too, and with the same message when it
-# is raise_exception. Then a robustness pass: truncations and byte mutations of the templates
-# give an error or a rendering, never a crash (run it in the ASan build: BUILD=build-asan).
+# is raise_exception. Then 500 random expressions (tests/chat/random_exprs.py: operators,
+# filters, tests, methods over numbers, strings with emoji, lists, dicts) must render as hf
+# renders them, or both fail. Then a robustness pass: truncations and byte mutations of the
+# templates give an error or a rendering, never a crash (run it in the ASan build:
+# BUILD=build-asan).
 # Skips (77) without node or the npm files.
 source "$(dirname "$0")/../lib.sh"
 NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
@@ -44,7 +47,8 @@ for m in "${MODELS[@]}"; do templates+=("$TMP/$m.jinja"); tokens+=("$TMP/$m.toke
 for t in "$HERE"/templates/*.jinja; do templates+=("$t"); tokens+=("$TMP/own.tokens.json"); done
 convs=("$HERE"/conversations/*.json)
 N_FUZZ=${N_FUZZ:-300}
-tap_plan $((${#templates[@]} * ${#convs[@]} + 2))
+N_EXPR=${N_EXPR:-500}
+tap_plan $((${#templates[@]} * ${#convs[@]} + 3))
 
 # same TEMPLATE TOKENS CONV: 0 when the two renderings agree (see the header), with a diff if not
 export TZ=UTC LC_ALL=C TSR_JINJA_NOW=1721952000   # strftime_now: 26 Jul 2024, both sides
@@ -72,6 +76,19 @@ for i in "${!templates[@]}"; do
         tap_check $? "$(basename "${templates[$i]}" .jinja) x $(basename "$c" .json): identical to @huggingface/jinja"
     done
 done
+
+# ---- random expressions, each rendered by both (hf: one node for all) ----
+"$PY3" "$HERE/random_exprs.py" "$TMP/expr" "$N_EXPR" 24 || exit 1
+node "$HERE/render_ref.cjs" "$JINJA" --batch "$TMP/expr/context.json" "$TMP"/expr/e*.jinja
+differ=0
+for f in "$TMP"/expr/e*.jinja; do
+    "$RENDER" --render "$f" "$TMP/expr/context.json" > "$f.out" 2>&1
+    cmp -s "$f.ref" "$f.out" && continue
+    [[ $(head -c 7 "$f.ref") == "error: " && $(head -c 7 "$f.out") == "error: " ]] && continue
+    differ=$((differ + 1))
+    ((differ <= 5)) && tap_diag "$(cat "$f"): hf '$(head -c 120 "$f.ref")', ours '$(head -c 120 "$f.out")'"
+done
+tap_check $differ "$N_EXPR random expressions render as @huggingface/jinja renders them (or both fail)"
 
 # ---- robustness: truncated and mutated templates fail cleanly (exit 0 or 2, never a crash) ----
 crashes=0
