@@ -6,8 +6,8 @@
 # templates of ours (tests/chat/templates: a Llama-3.1-style tool template and one exercising
 # every construct), over the conversations in tests/chat/conversations. Where the reference
 # fails (raise_exception, a type error), ours must fail too, and with the same message when it
-# is raise_exception. Then 500 random expressions (tests/chat/random_exprs.py: operators,
-# filters, tests, methods over numbers, strings with emoji, lists, dicts) must render as hf
+# is raise_exception. Then 600 random templates (tests/chat/random_exprs.py: expressions over
+# operators, filters, tests and methods; statements; whitespace control) must render as hf
 # renders them, or both fail. Then a robustness pass: truncations and byte mutations of the
 # templates give an error or a rendering, never a crash (run it in the ASan build:
 # BUILD=build-asan).
@@ -47,7 +47,7 @@ for m in "${MODELS[@]}"; do templates+=("$TMP/$m.jinja"); tokens+=("$TMP/$m.toke
 for t in "$HERE"/templates/*.jinja; do templates+=("$t"); tokens+=("$TMP/own.tokens.json"); done
 convs=("$HERE"/conversations/*.json)
 N_FUZZ=${N_FUZZ:-300}
-N_EXPR=${N_EXPR:-500}
+N_EXPR=${N_EXPR:-600}
 tap_plan $((${#templates[@]} * ${#convs[@]} + 3))
 
 # same TEMPLATE TOKENS CONV: 0 when the two renderings agree (see the header), with a diff if not
@@ -77,7 +77,7 @@ for i in "${!templates[@]}"; do
     done
 done
 
-# ---- random expressions, each rendered by both (hf: one node for all) ----
+# ---- random templates, each rendered by both (hf: one node for all) ----
 "$PY3" "$HERE/random_exprs.py" "$TMP/expr" "$N_EXPR" 24 || exit 1
 node "$HERE/render_ref.cjs" "$JINJA" --batch "$TMP/expr/context.json" "$TMP"/expr/e*.jinja
 differ=0
@@ -88,7 +88,7 @@ for f in "$TMP"/expr/e*.jinja; do
     differ=$((differ + 1))
     ((differ <= 5)) && tap_diag "$(cat "$f"): hf '$(head -c 120 "$f.ref")', ours '$(head -c 120 "$f.out")'"
 done
-tap_check $differ "$N_EXPR random expressions render as @huggingface/jinja renders them (or both fail)"
+tap_check $differ "$N_EXPR random expressions, statements and whitespace controls render as @huggingface/jinja renders them (or both fail)"
 
 # ---- robustness: truncated and mutated templates fail cleanly (exit 0 or 2, never a crash) ----
 crashes=0
