@@ -177,6 +177,12 @@ static jj_value *eval_for(jj_interp *in, const jj_node *nd, jj_scope *env) {
 }
 
 /* ---- member access ---- */
+static size_t code_points(const jj_value *s) {
+    size_t n = 0;
+    for (size_t i = 0, len; i < s->n; i += len, n++) jj_utf8_decode(s->s + i, s->n - i, &len);
+    return n;
+}
+
 static jj_value *member_of(jj_interp *in, jj_value *obj, jj_value *prop) {
     jj_value *v = NULL;
     if (obj->t == V_OBJECT || obj->t == V_KWARGS || obj->t == V_NS) {
@@ -185,8 +191,8 @@ static jj_value *member_of(jj_interp *in, jj_value *obj, jj_value *prop) {
         v = jj_map_get(obj->map, prop->s, prop->n);
         if (!v && obj->t != V_NS) v = jj_builtin_member(in, obj, prop->s, prop->n);
     } else if (obj->t == V_ARRAY || obj->t == V_TUPLE || obj->t == V_STR) {
-        if (prop->t == V_INT) {
-            double i = prop->num < 0 ? prop->num + (double)(obj->t == V_STR ? jj_utf16_len(obj->s, obj->n) : obj->n) : prop->num;
+        if (prop->t == V_INT) { /* lists by element, strings by code point */
+            double i = prop->num < 0 ? prop->num + (double)(obj->t == V_STR ? code_points(obj) : obj->n) : prop->num;
             if (obj->t == V_STR) {
                 jj_value one = {.t = V_INT, .num = i};
                 jj_value end = {.t = V_INT, .num = i + 1};

@@ -98,6 +98,7 @@ static int parse_number(const char *s, size_t n, int is_int, double *out) {
         *out = strtod(tmp, NULL);
         return 1;
     }
+    if (strchr("iInN", tmp[i]) && tmp[i]) return 0; /* strtod reads inf and nan; parseFloat does not */
     if (tmp[i] == 'x' || tmp[i] == 'X' || (tmp[i] == '0' && (tmp[i + 1] == 'x' || tmp[i + 1] == 'X'))) {
         *out = tmp[i] == '0' ? 0 : NAN; /* strtod would read hex; parseFloat stops at the x */
         return tmp[i] == '0';
