@@ -21,7 +21,7 @@ void jj_rt_fail(jj_interp *in, const char *fmt, ...) {
     jj_fail(in->f, JINJA_ERUNTIME, 0, 0, "%s", msg);
 }
 
-jj_value *jj_lookup(jj_scope *sc, const char *name, size_t n) {
+static jj_value *lookup(jj_scope *sc, const char *name, size_t n) {
     for (; sc; sc = sc->parent) {
         jj_value *v = jj_map_get(&sc->vars, name, n);
         if (v) return v;
@@ -419,7 +419,7 @@ jj_value *jj_eval(jj_interp *in, const jj_node *nd, jj_scope *sc) {
     case N_TUPLE: return eval_list(in, nd, sc, V_TUPLE);
     case N_OBJECT: return eval_object(in, nd, sc);
     case N_IDENT: {
-        jj_value *v = jj_lookup(sc, nd->s, nd->n);
+        jj_value *v = lookup(sc, nd->s, nd->n);
         return v ? v : undef(in);
     }
     case N_CALL: return eval_call(in, nd, sc);
