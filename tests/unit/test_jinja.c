@@ -6,11 +6,15 @@
  *                                      template file with the JSON context files (objects, merged
  *                                      in order) to stdout; on an error prints
  *                                      "error: STATUS: LINE:COL: MESSAGE" to stdout and exits 2
+ *   test_jinja --render-config TOKENIZER_CONFIG CTX...   the same with the chat_template and
+ *                                      special tokens of a tokenizer_config.json (chat_config.h)
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "chat/chat_config.h"
 #include "chat/jinja.h"
 #include "tap.h"
 
@@ -35,7 +39,7 @@ static char *read_file(const char *path, size_t *n) {
 
 static int render_files(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: test_jinja --render TEMPLATE [CONTEXT.json ...]\n");
+        fprintf(stderr, "usage: test_jinja --render TEMPLATE|--render-config TOKENIZER_CONFIG [CONTEXT.json ...]\n");
         return 1;
     }
     size_t n;
@@ -64,12 +68,25 @@ static int render_files(int argc, char **argv) {
     jinja_error err;
     char *out = NULL;
     size_t out_len = 0;
-    int rc = jinja_compile(src, n, &t, &err);
-    if (rc == JINJA_OK) rc = jinja_render(t, ctx, (size_t)nctx, &out, &out_len, &err);
+    chat_config cc = {0};
+    int from_config = !strcmp(argv[1], "--render-config"), rc;
+    if (from_config) {
+        rc = chat_config_load(argv[2], &cc, &err);
+        if (rc == JINJA_OK && !cc.tpl) rc = JINJA_ECONTEXT, snprintf(err.msg, sizeof err.msg, "no chat_template");
+        if (rc == JINJA_OK) {
+            memmove(ctx + 1, ctx, (size_t)nctx * sizeof *ctx);
+            ctx[0] = cc.vars;
+            rc = jinja_render(cc.tpl, ctx, (size_t)nctx + 1, &out, &out_len, &err);
+        }
+    } else {
+        rc = jinja_compile(src, n, &t, &err);
+        if (rc == JINJA_OK) rc = jinja_render(t, ctx, (size_t)nctx, &out, &out_len, &err);
+    }
     if (rc == JINJA_OK) fwrite(out, 1, out_len, stdout);
     else printf("error: %s: %d:%d: %s\n", jinja_status_name(rc), err.line, err.col, err.msg);
     free(out);
     jinja_free(t);
+    if (from_config) chat_config_free(&cc);
     for (int i = 0; i < nctx; i++) {
         json_doc_free(&docs[i]);
         free(texts[i]);
@@ -386,6 +403,53 @@ static int overrides(void) {
     return ok;
 }
 
+/* Writes text to a temp file, loads it as a tokenizer_config.json and renders messages with it:
+ * the rendering or "error: STATUS: MESSAGE" in out. */
+static void config_render(const char *text, char *out, size_t cap) {
+    char path[] = "/tmp/test_jinja_cfg.XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text)) {
+        snprintf(out, cap, "cannot write %s", path);
+        if (fd >= 0) close(fd), unlink(path);
+        return;
+    }
+    close(fd);
+    chat_config cc;
+    jinja_error err;
+    int rc = chat_config_load(path, &cc, &err);
+    unlink(path);
+    if (rc != JINJA_OK) {
+        snprintf(out, cap, "error: %s: %s", jinja_status_name(rc), strstr(err.msg, ": ") + 2);
+        return;
+    }
+    if (!cc.tpl) {
+        snprintf(out, cap, "no template");
+        chat_config_free(&cc);
+        return;
+    }
+    const char *conv = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}";
+    json_doc doc;
+    json_value *v;
+    json_error je;
+    json_doc_init(&doc);
+    json_parse(&doc, conv, strlen(conv), &v, &je);
+    const json_value *ctx[2] = {cc.vars, v};
+    char *r = NULL;
+    size_t n;
+    rc = jinja_render(cc.tpl, ctx, 2, &r, &n, &err);
+    snprintf(out, cap, "%s", rc == JINJA_OK ? r : err.msg);
+    free(r);
+    json_doc_free(&doc);
+    chat_config_free(&cc);
+}
+
+static int config_is(const char *text, const char *want) {
+    char out[512];
+    config_render(text, out, sizeof out);
+    if (strcmp(out, want)) tap_diag("got '%s', want '%s'", out, want);
+    return !strcmp(out, want);
+}
+
 /* Random templates from Jinja fragments: every one compiles and renders or fails with a status
  * and a message; none crashes (ASan build: no memory error either). */
 static int fuzz(int rounds) {
@@ -429,7 +493,7 @@ static int unit_checks(void) {
     setenv("TZ", "UTC", 1);
     setenv("TSR_JINJA_NOW", "1721952000", 1);
     const size_t ncases = sizeof cases / sizeof cases[0];
-    tap_plan((int)ncases + 20);
+    tap_plan((int)ncases + 26);
     for (size_t i = 0; i < ncases; i++) tap_ok(renders_as(i), "%s", cases[i].what);
 
     /* errors: status, position, message */
@@ -471,12 +535,29 @@ static int unit_checks(void) {
                  "{% endfor %}{{ ns.s|length }}", "{}", JINJA_ERUNTIME, 1, 82, "exceed 32 MiB"),
            "a string doubling without end stops at 32 MiB (at the ~)");
     tap_ok(reuse_and_merge(), "a compiled template renders twice; later contexts override earlier ones");
+    const char *tpl = "\"{{ bos_token }}|{{ eos_token }}|{{ pad_token is defined }}|{{ messages[0].content }}\"";
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, "{\"chat_template\": %s, \"bos_token\": \"<s>\", \"eos_token\": "
+             "{\"content\": \"</s>\", \"lstrip\": false}, \"pad_token\": null}", tpl);
+    tap_ok(config_is(cfg, "<s>|</s>|false|hi"),
+           "tokenizer_config.json: template string, special tokens as strings or {content}, null left out");
+    snprintf(cfg, sizeof cfg, "{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"T\"}, "
+             "{\"name\": \"default\", \"template\": %s}], \"eos_token\": \"E\"}", tpl);
+    tap_ok(config_is(cfg, "|E|false|hi"), "tokenizer_config.json: the default of named templates");
+    tap_ok(config_is("{\"bos_token\": \"<s>\"}", "no template"), "tokenizer_config.json without a chat_template");
+    tap_ok(config_is("{\"chat_template\": 5}", "error: context error: chat_template is number, expected a string or a list of {\"name\", \"template\"} with a \"default\""),
+           "chat_template of a wrong type: an error naming the file and what was expected");
+    tap_ok(config_is("{\"chat_template\": \"{% if %}\"}", "error: syntax error: chat_template: Unexpected token: CloseStatement"),
+           "a template that does not parse: a syntax error naming the file and chat_template");
+    tap_ok(config_is("{\"chat_template\": ", "error: context error: byte 18: expected a value, found end of line"),
+           "a config that is not JSON: the byte where it breaks");
     tap_ok(overrides(), "jinja_render_ex cuts messages and sets add_generation_prompt; no messages: context error");
     tap_ok(fuzz(3000), "3000 random fragment templates: each renders or fails with a message");
     return tap_done();
 }
 
 int main(int argc, char **argv) {
-    if (argc > 1 && !strcmp(argv[1], "--render")) return render_files(argc, argv);
+    if (argc > 1 && (!strcmp(argv[1], "--render") || !strcmp(argv[1], "--render-config")))
+        return render_files(argc, argv);
     return unit_checks();
 }
