@@ -12,7 +12,8 @@
 static const char *const special[CHAT_SPECIAL_TOKENS] = {
     "bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"};
 
-static int fail(jinja_error *err, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(jinja_error *err, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int fail(jinja_error *err, int status, const char *fmt, ...) {
     va_list ap;
     err->status = status;
@@ -100,7 +101,8 @@ int chat_config_load(const char *path, chat_config *cc, jinja_error *err) {
     if (json_parse(&cc->doc, cc->text, n, &cfg, &je))
         rc = fail(err, JINJA_ECONTEXT, "%s: byte %zu: %s", path, je.pos, je.msg);
     else if (cfg->type != JSON_OBJECT)
-        rc = fail(err, JINJA_ECONTEXT, "%s: is %s, expected a JSON object", path, json_type_name(cfg->type));
+        rc = fail(err, JINJA_ECONTEXT, "%s: is %s, expected a JSON object", path,
+                  json_type_name(cfg->type));
     else if ((src = template_of(cfg)) && src->type != JSON_STRING && src->type != JSON_NULL)
         rc = fail(err, JINJA_ECONTEXT, "%s: chat_template is %s, expected a string or a list of "
                   "{\"name\", \"template\"} with a \"default\"", path, json_type_name(src->type));

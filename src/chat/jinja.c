@@ -106,8 +106,11 @@ static jj_value *from_json(jj_interp *in, const json_value *j) {
     case JSON_FALSE:
     case JSON_TRUE: return jj_bool(in->a, j->type == JSON_TRUE);
     case JSON_NUMBER:
-        return jj_num(in->a, j->num == (double)(long long)j->num && j->num > -9.3e18 && j->num < 9.3e18
-                                 ? V_INT : V_FLOAT, j->num);
+        return jj_num(in->a,
+                      j->num == (double)(long long)j->num && j->num > -9.3e18 && j->num < 9.3e18
+                          ? V_INT
+                          : V_FLOAT,
+                      j->num);
     case JSON_STRING: return jj_str(in->a, j->str, j->len);
     case JSON_ARRAY: {
         jj_value **items = jj_alloc(in->a, (j->len ? j->len : 1) * sizeof *items);
@@ -157,9 +160,10 @@ static void load_context(jj_interp *in, jj_scope *g, const json_value *const *ct
     }
     for (size_t k = 0; k < vars.n; k++) {
         for (size_t i = 0; i < nglobals; i++)
-            if (g->vars.klen[i] == vars.klen[k] && !memcmp(g->vars.keys[i], vars.keys[k], vars.klen[k]))
-                jj_fail(in->f, JINJA_ECONTEXT, 0, 0, "context key '%s' clashes with the global of that name",
-                        vars.keys[k]);
+            if (g->vars.klen[i] == vars.klen[k] &&
+                !memcmp(g->vars.keys[i], vars.keys[k], vars.klen[k]))
+                jj_fail(in->f, JINJA_ECONTEXT, 0, 0,
+                        "context key '%s' clashes with the global of that name", vars.keys[k]);
         jj_map_set(in->a, &g->vars, vars.keys[k], vars.klen[k], vars.vals[k]);
     }
 }
@@ -181,11 +185,13 @@ static void apply_overrides(jj_interp *in, jj_scope *g, const jinja_overrides *o
     if (ov->nmessages >= 0) {
         if (!m || m->t != V_ARRAY)
             jj_fail(in->f, JINJA_ECONTEXT, 0, 0, "the context has no messages array to cut");
-        jj_value *cut = jj_array(in->a, m->items, (size_t)ov->nmessages < m->n ? (size_t)ov->nmessages : m->n);
+        jj_value *cut =
+            jj_array(in->a, m->items, (size_t)ov->nmessages < m->n ? (size_t)ov->nmessages : m->n);
         jj_map_set(in->a, &g->vars, "messages", 8, cut);
     }
     if (ov->add_generation_prompt >= 0)
-        jj_map_set(in->a, &g->vars, "add_generation_prompt", 21, jj_bool(in->a, ov->add_generation_prompt));
+        jj_map_set(in->a, &g->vars, "add_generation_prompt", 21,
+                   jj_bool(in->a, ov->add_generation_prompt));
 }
 
 int jinja_render(const jinja_template *t, const json_value *const *ctx, size_t nctx, char **out,
@@ -216,7 +222,9 @@ int jinja_render_ex(const jinja_template *t, const json_value *const *ctx, size_
     load_context(&in, g, ctx, nctx);
     apply_overrides(&in, g, ov);
     jj_value *s = jj_eval_block(&in, &t->prog, g);
-    if (in.ctl) jj_fail(&f, JINJA_ERUNTIME, 0, 0, "{%% %s %%} outside a for loop", in.ctl == 1 ? "break" : "continue");
+    if (in.ctl)
+        jj_fail(&f, JINJA_ERUNTIME, 0, 0, "{%% %s %%} outside a for loop",
+                in.ctl == 1 ? "break" : "continue");
     char *r = malloc(s->n + 1);
     if (!r) jj_fail(&f, JINJA_ENOMEM, 0, 0, "out of memory: %zu bytes of output", s->n);
     memcpy(r, s->s, s->n);

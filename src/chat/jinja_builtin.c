@@ -1,8 +1,9 @@
-/* jinja_builtin.c — what templates call: filters (`x | trim`), tests (`x is string`), global
+/* jinja_builtin.c — what templates call, filters aside (jinja_filter.c): tests (`x is string`), global
  * functions (namespace, raise_exception, range, strftime_now), the methods of strings
  * (startswith, split, strip...) and objects (get, items...), macros, and slicing. Each follows
  * @huggingface/jinja 0.5.11, quirks included: strip('\n') strips all whitespace (hf ignores the
- * argument), `list` only takes arrays, `+` on a float prints it as JavaScript does ("1" for 1.0). */
+ * argument), `list` only takes arrays, `+` on a float prints it as JavaScript does ("1" for
+ * 1.0). */
 #include <ctype.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -131,7 +132,8 @@ static jj_value *split_space(jj_interp *in, const jj_value *s, double maxsplit) 
 
 static jj_value *split(jj_interp *in, const jj_value *s, const jj_args *a) {
     jj_value *sep = arg(a, 0, NULL), *max = arg(a, 1, NULL);
-    if (sep && sep->t != V_STR && sep->t != V_NULL) jj_rt_fail(in, "sep argument must be a string or null");
+    if (sep && sep->t != V_STR && sep->t != V_NULL)
+        jj_rt_fail(in, "sep argument must be a string or null");
     if (max && max->t != V_INT) jj_rt_fail(in, "maxsplit argument must be a number");
     double maxsplit = max ? max->num : -1;
     if (!sep || sep->t == V_NULL) return split_space(in, s, maxsplit);
@@ -187,13 +189,22 @@ static jj_value *replace(jj_interp *in, const jj_value *s, const jj_args *a) {
 }
 
 /* ---- slicing (utils.ts slice): arrays by element, strings by code point ---- */
-static void slice_bounds(double len, jj_value *start, jj_value *stop, double step, double *s, double *e) {
+static void slice_bounds(double len, jj_value *start, jj_value *stop, double step, double *s,
+                         double *e) {
     if (step >= 0) {
-        *s = start->t == V_UNDEF ? 0 : start->num < 0 ? fmax(len + start->num, 0) : fmin(start->num, len);
-        *e = stop->t == V_UNDEF ? len : stop->num < 0 ? fmax(len + stop->num, 0) : fmin(stop->num, len);
+        *s = start->t == V_UNDEF ? 0
+             : start->num < 0    ? fmax(len + start->num, 0)
+                                 : fmin(start->num, len);
+        *e = stop->t == V_UNDEF ? len
+             : stop->num < 0    ? fmax(len + stop->num, 0)
+                                : fmin(stop->num, len);
     } else {
-        *s = start->t == V_UNDEF ? len - 1 : start->num < 0 ? fmax(len + start->num, -1) : fmin(start->num, len - 1);
-        *e = stop->t == V_UNDEF ? -1 : stop->num < -1 ? fmax(len + stop->num, -1) : fmin(stop->num, len - 1);
+        *s = start->t == V_UNDEF ? len - 1
+             : start->num < 0    ? fmax(len + start->num, -1)
+                                 : fmin(start->num, len - 1);
+        *e = stop->t == V_UNDEF ? -1
+             : stop->num < -1   ? fmax(len + stop->num, -1)
+                                : fmin(stop->num, len - 1);
     }
 }
 
@@ -247,10 +258,13 @@ static const char *find_name(const char *const *names, const char *s, size_t n) 
 jj_value *jj_builtin_member(jj_interp *in, jj_value *obj, const char *name, size_t n) {
     const char *m = NULL;
     jj_fn fn = FN_STR_METHOD;
-    if ((obj->t == V_STR || obj->t == V_ARRAY || obj->t == V_TUPLE) && n == 6 && !memcmp(name, "length", 6))
-        return jj_num(in->a, V_INT, obj->t == V_STR ? (double)jj_utf16_len(obj->s, obj->n) : (double)obj->n);
+    if ((obj->t == V_STR || obj->t == V_ARRAY || obj->t == V_TUPLE) && n == 6 &&
+        !memcmp(name, "length", 6))
+        return jj_num(in->a, V_INT,
+                      obj->t == V_STR ? (double)jj_utf16_len(obj->s, obj->n) : (double)obj->n);
     if (obj->t == V_STR) m = find_name(str_methods, name, n);
-    if (obj->t == V_OBJECT || obj->t == V_KWARGS) m = find_name(obj_methods, name, n), fn = FN_OBJ_METHOD;
+    if (obj->t == V_OBJECT || obj->t == V_KWARGS)
+        m = find_name(obj_methods, name, n), fn = FN_OBJ_METHOD;
     if (!m) return NULL;
     jj_value *f = jj_new(in->a, V_FUNC);
     f->fn = fn;
@@ -293,7 +307,8 @@ static jj_value *obj_method(jj_interp *in, const char *m, jj_value *o, const jj_
     if (!strcmp(m, "get")) {
         jj_value *k = arg(a, 0, NULL), *def = arg(a, 1, NULL);
         if (!k || k->t != V_STR)
-            jj_rt_fail(in, "Object key must be a string: got %s", k ? jj_type_name(k->t) : "nothing");
+            jj_rt_fail(in, "Object key must be a string: got %s",
+                       k ? jj_type_name(k->t) : "nothing");
         jj_value *v = jj_map_get(o->map, k->s, k->n);
         return v ? v : def ? def : jj_new(in->a, V_NULL);
     }
@@ -399,7 +414,8 @@ static jj_value *call_macro(jj_interp *in, jj_value *fn, const jj_args *a, jj_sc
         if (!v && p->type == N_KWARG) continue;
         jj_map_set(in->a, &sc->vars, p->s, p->n, v ? v : jj_new(in->a, V_UNDEF));
     }
-    if (a->kw && used_kw < a->kw->n) jj_rt_fail(in, "macro '%s' got an unknown keyword argument", m->s);
+    if (a->kw && used_kw < a->kw->n)
+        jj_rt_fail(in, "macro '%s' got an unknown keyword argument", m->s);
     for (size_t i = 0; i < m->alt.n; i++) { /* defaults, evaluated in the macro's scope */
         const jj_node *p = m->alt.v[i];
         if (p->type == N_KWARG && !jj_map_get(&sc->vars, p->s, p->n))

@@ -192,7 +192,9 @@ static jj_value *member_of(jj_interp *in, jj_value *obj, jj_value *prop) {
         if (!v && obj->t != V_NS) v = jj_builtin_member(in, obj, prop->s, prop->n);
     } else if (obj->t == V_ARRAY || obj->t == V_TUPLE || obj->t == V_STR) {
         if (prop->t == V_INT) { /* lists by element, strings by code point */
-            double i = prop->num < 0 ? prop->num + (double)(obj->t == V_STR ? code_points(obj) : obj->n) : prop->num;
+            double i = prop->num < 0
+                           ? prop->num + (double)(obj->t == V_STR ? code_points(obj) : obj->n)
+                           : prop->num;
             if (obj->t == V_STR) {
                 jj_value one = {.t = V_INT, .num = i};
                 jj_value end = {.t = V_INT, .num = i + 1};
@@ -259,7 +261,8 @@ static jj_value *eval_call(jj_interp *in, const jj_node *nd, jj_scope *sc) {
     in->f->col = nd->col;
     if (fn->t != V_FUNC)
         jj_rt_fail(in, "Cannot call something that is not a function: got %s", jj_type_name(fn->t));
-    if (++in->depth > MAX_CALL_DEPTH) jj_rt_fail(in, "calls nested too deeply (over %d)", MAX_CALL_DEPTH);
+    if (++in->depth > MAX_CALL_DEPTH)
+        jj_rt_fail(in, "calls nested too deeply (over %d)", MAX_CALL_DEPTH);
     jj_value *r = jj_call(in, fn, &args, sc);
     in->depth--;
     return r;
@@ -386,7 +389,8 @@ static jj_value *eval_object(jj_interp *in, const jj_node *nd, jj_scope *sc) {
     o->map = jj_map_new(in->a);
     for (size_t i = 0; i < nd->body.n; i++) {
         jj_value *k = jj_eval(in, nd->body.v[i], sc);
-        if (k->t != V_STR) jj_rt_fail(in, "Object keys must be strings: got %s", jj_type_name(k->t));
+        if (k->t != V_STR)
+            jj_rt_fail(in, "Object keys must be strings: got %s", jj_type_name(k->t));
         jj_map_set(in->a, o->map, k->s, k->n, jj_eval(in, nd->alt.v[i], sc));
     }
     return o;

@@ -32,11 +32,13 @@ static jj_value *tojson(jj_interp *in, jj_value *v, const jj_args *a) {
     jj_json_opts o = {.undef_null = true};
     jj_value *indent = a ? kwarg(a, "indent") : NULL, *ascii = a ? kwarg(a, "ensure_ascii") : NULL;
     jj_value *sort = a ? kwarg(a, "sort_keys") : NULL, *sep = a ? kwarg(a, "separators") : NULL;
-    if (indent && indent->t != V_INT && indent->t != V_NULL) jj_rt_fail(in, "If set, indent must be a number");
+    if (indent && indent->t != V_INT && indent->t != V_NULL)
+        jj_rt_fail(in, "If set, indent must be a number");
     if (ascii && ascii->t != V_BOOL) jj_rt_fail(in, "If set, ensure_ascii must be a boolean");
     if (sort && sort->t != V_BOOL) jj_rt_fail(in, "If set, sort_keys must be a boolean");
     if (indent && indent->t == V_INT) {
-        if (indent->num < 0 || indent->num > 64) jj_rt_fail(in, "tojson indent %g: expected 0 to 64", indent->num);
+        if (indent->num < 0 || indent->num > 64)
+            jj_rt_fail(in, "tojson indent %g: expected 0 to 64", indent->num);
         o.indent = (int)indent->num;
     }
     o.ensure_ascii = ascii && ascii->b;
@@ -98,8 +100,10 @@ static int parse_number(const char *s, size_t n, int is_int, double *out) {
         *out = strtod(tmp, NULL);
         return 1;
     }
-    if (strchr("iInN", tmp[i]) && tmp[i]) return 0; /* strtod reads inf and nan; parseFloat does not */
-    if (tmp[i] == 'x' || tmp[i] == 'X' || (tmp[i] == '0' && (tmp[i + 1] == 'x' || tmp[i + 1] == 'X'))) {
+    if (strchr("iInN", tmp[i]) && tmp[i])
+        return 0; /* strtod reads inf and nan; parseFloat does not */
+    if (tmp[i] == 'x' || tmp[i] == 'X' ||
+        (tmp[i] == '0' && (tmp[i + 1] == 'x' || tmp[i + 1] == 'X'))) {
         *out = tmp[i] == '0' ? 0 : NAN; /* strtod would read hex; parseFloat stops at the x */
         return tmp[i] == '0';
     }
@@ -117,7 +121,8 @@ static jj_value *to_number(jj_interp *in, jj_value *v, int is_int, jj_value *def
     }
     if (jj_is_num(v)) return v;
     if (v->t == V_BOOL) return jj_num(in->a, t, v->b ? 1 : 0);
-    jj_rt_fail(in, "Cannot apply filter \"%s\" to type: %s", is_int ? "int" : "float", jj_type_name(v->t));
+    jj_rt_fail(in, "Cannot apply filter \"%s\" to type: %s", is_int ? "int" : "float",
+               jj_type_name(v->t));
 }
 
 static jj_value *indent(jj_interp *in, jj_value *v, const jj_args *a) {
@@ -131,7 +136,8 @@ static jj_value *indent(jj_interp *in, jj_value *v, const jj_args *a) {
     for (size_t line = 0;; line++) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         const char *le = nl ? nl : end;
-        int pad = !((line == 0 && !(first && jj_truthy(first))) || (le == p && !(blank && jj_truthy(blank))));
+        int pad = !((line == 0 && !(first && jj_truthy(first))) ||
+                    (le == p && !(blank && jj_truthy(blank))));
         for (int i = 0; pad && i < width; i++) jj_buf_addc(&b, ' ');
         jj_buf_add(&b, p, (size_t)(le - p));
         if (!nl) break;
@@ -161,12 +167,14 @@ static jj_value *unique(jj_interp *in, jj_value *v) {
 /* map(attribute='a.b', default=x) */
 static jj_value *map_attr(jj_interp *in, jj_value *v, const jj_args *a) {
     jj_value *attr = kwarg(a, "attribute"), *def = kwarg(a, "default");
-    if (!attr) jj_rt_fail(in, "`map` expressions without `attribute` set are not currently supported.");
+    if (!attr)
+        jj_rt_fail(in, "`map` expressions without `attribute` set are not currently supported.");
     if (attr->t != V_STR) jj_rt_fail(in, "attribute must be a string");
     jj_value **items = jj_alloc(in->a, (v->n ? v->n : 1) * sizeof *items);
     for (size_t i = 0; i < v->n; i++) {
         jj_value *x = v->items[i];
-        if (x->t != V_OBJECT && x->t != V_KWARGS && x->t != V_NS) jj_rt_fail(in, "items in map must be an object");
+        if (x->t != V_OBJECT && x->t != V_KWARGS && x->t != V_NS)
+            jj_rt_fail(in, "items in map must be an object");
         x = jj_attr_path(x, attr->s, attr->n);
         items[i] = x ? x : def ? def : jj_new(in->a, V_UNDEF);
     }
@@ -174,9 +182,12 @@ static jj_value *map_attr(jj_interp *in, jj_value *v, const jj_args *a) {
 }
 
 /* selectattr('attr'[, 'test']) / rejectattr */
-static jj_value *select_attr(jj_interp *in, jj_value *v, const jj_node *call, jj_scope *sc, int select) {
+static jj_value *select_attr(jj_interp *in, jj_value *v, const jj_node *call, jj_scope *sc,
+                             int select) {
     for (size_t i = 0; i < call->body.n; i++)
-        if (call->body.v[i]->type != N_STR) jj_rt_fail(in, "arguments of `%s` must be strings", select ? "selectattr" : "rejectattr");
+        if (call->body.v[i]->type != N_STR)
+            jj_rt_fail(in, "arguments of `%s` must be strings",
+                       select ? "selectattr" : "rejectattr");
     if (call->body.n < 1) jj_rt_fail(in, "selectattr/rejectattr need an attribute name");
     jj_value *attr = jj_eval(in, call->body.v[0], sc);
     const char *test = call->body.n > 1 ? call->body.v[1]->s : NULL;
@@ -185,7 +196,8 @@ static jj_value *select_attr(jj_interp *in, jj_value *v, const jj_node *call, jj
     size_t n = 0;
     for (size_t i = 0; i < v->n; i++)
         if (v->items[i]->t != V_OBJECT && v->items[i]->t != V_NS)
-            jj_rt_fail(in, "`%s` can only be applied to array of objects", select ? "selectattr" : "rejectattr");
+            jj_rt_fail(in, "`%s` can only be applied to array of objects",
+                       select ? "selectattr" : "rejectattr");
     for (size_t i = 0; i < v->n; i++) {
         jj_value *x = jj_map_get(v->items[i]->map, attr->s, attr->n);
         int r = x ? (test ? jj_run_test(in, test, x, other) : jj_truthy(x)) : 0;
@@ -252,7 +264,8 @@ static jj_value *scalar_filter(jj_interp *in, jj_value *v, const char *f) {
     jj_rt_fail(in, "Unknown BooleanValue filter: %s", f);
 }
 
-static jj_value *object_filter(jj_interp *in, jj_value *v, const char *f, jj_args *a, jj_scope *sc) {
+static jj_value *object_filter(jj_interp *in, jj_value *v, const char *f, jj_args *a,
+                               jj_scope *sc) {
     if (!a && !strcmp(f, "length")) return jj_num(in->a, V_INT, (double)v->map->n);
     jj_value *m = jj_builtin_member(in, v, f, strlen(f));
     if (!m) jj_rt_fail(in, "Unknown ObjectValue filter: %s", f);
@@ -280,7 +293,8 @@ static jj_value *call_filter(jj_interp *in, jj_value *v, const jj_node *call, jj
     const char *f = call->a->s;
     jj_args a;
     if (!strcmp(f, "selectattr") || !strcmp(f, "rejectattr")) {
-        if (v->t != V_ARRAY && v->t != V_TUPLE) jj_rt_fail(in, "Cannot apply filter \"%s\" to type: %s", f, jj_type_name(v->t));
+        if (v->t != V_ARRAY && v->t != V_TUPLE)
+            jj_rt_fail(in, "Cannot apply filter \"%s\" to type: %s", f, jj_type_name(v->t));
         return select_attr(in, v, call, sc, f[0] == 's');
     }
     jj_eval_args(in, &call->body, sc, &a);
@@ -292,10 +306,13 @@ static jj_value *call_filter(jj_interp *in, jj_value *v, const jj_node *call, jj
             jj_rt_fail(in, "Cannot apply filter \"join\" to type: %s", jj_type_name(v->t));
         return join(in, v, &a);
     }
-    if (!strcmp(f, "int") || !strcmp(f, "float")) return to_number(in, v, f[0] == 'i', arg_or(&a, 0, "default"));
+    if (!strcmp(f, "int") || !strcmp(f, "float"))
+        return to_number(in, v, f[0] == 'i', arg_or(&a, 0, "default"));
     if (!strcmp(f, "default")) {
-        jj_value *def = a.npos ? a.pos[0] : jj_str(in->a, "", 0), *boolean = arg_or(&a, 1, "boolean");
-        if (boolean && boolean->t != V_BOOL) jj_rt_fail(in, "`default` filter flag must be a boolean");
+        jj_value *def = a.npos ? a.pos[0] : jj_str(in->a, "", 0),
+                 *boolean = arg_or(&a, 1, "boolean");
+        if (boolean && boolean->t != V_BOOL)
+            jj_rt_fail(in, "`default` filter flag must be a boolean");
         return v->t == V_UNDEF || (boolean && boolean->b && !jj_truthy(v)) ? def : v;
     }
     if ((v->t == V_ARRAY || v->t == V_TUPLE) && !strcmp(f, "map")) return map_attr(in, v, &a);

@@ -196,7 +196,8 @@ typedef struct jj_interp {
     long long now;     /* strftime_now's clock (seconds since the epoch) */
 } jj_interp;
 
-_Noreturn void jj_rt_fail(jj_interp *in, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+_Noreturn void jj_rt_fail(jj_interp *in, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 jj_value *jj_eval(jj_interp *in, const jj_node *nd, jj_scope *sc);
 jj_value *jj_eval_block(jj_interp *in, const jj_list *l, jj_scope *sc);
 

@@ -317,7 +317,8 @@ static int unary_sign(lexer *lx) {
         char d[2] = {c, 0};
         lex_fail(lx, lx->cur, "Unexpected character: ", d);
     }
-    if (lt == TK_IDENT || lt == TK_NUMBER || lt == TK_STRING || lt == TK_RPAREN || lt == TK_RBRACKET)
+    if (lt == TK_IDENT || lt == TK_NUMBER || lt == TK_STRING || lt == TK_RPAREN ||
+        lt == TK_RBRACKET)
         return 0;
     size_t start = lx->cur++;
     size_t e = digits(p, lx->cur);

@@ -93,7 +93,8 @@ static void enter(parser *p) {
 /* statements until {% one-of-names %} (not consumed); names[0] is the closing tag */
 static void parse_until(parser *p, jj_list *l, const char *const *names) {
     while (!is_statement(p, names)) {
-        if (is(p, TK_EOF)) perr(p, peek(p), "Unexpected end of template: expected {%% %s %%}", names[0]);
+        if (is(p, TK_EOF))
+            perr(p, peek(p), "Unexpected end of template: expected {%% %s %%}", names[0]);
         list_push(p, l, parse_any(p));
     }
 }
@@ -368,7 +369,8 @@ static jj_node *parse_literal_list(parser *p, const jj_token *t, int object) {
     jj_node *l = node(p, object ? N_OBJECT : N_ARRAY, t);
     jj_tok_type close = object ? TK_RBRACE : TK_RBRACKET;
     while (!is(p, close)) {
-        if (is(p, TK_EOF)) perr(p, t, "Unexpected end of template in a %s literal", object ? "{ }" : "[ ]");
+        if (is(p, TK_EOF))
+            perr(p, t, "Unexpected end of template in a %s literal", object ? "{ }" : "[ ]");
         list_push(p, &l->body, parse_expr(p));
         if (object) {
             expect(p, TK_COLON, "Expected colon between key and value in object literal");
@@ -475,7 +477,8 @@ static jj_node *parse_for(parser *p, const jj_token *at) {
     nd->a = expr_sequence(p, 1);
     if (nd->a->type != N_IDENT && nd->a->type != N_TUPLE)
         perr(p, vt, "%s", "Expected identifier/tuple for the loop variable");
-    if (!is_ident(p, 0, "in")) perr(p, peek(p), "%s", "Expected `in` keyword following loop variable");
+    if (!is_ident(p, 0, "in"))
+        perr(p, peek(p), "%s", "Expected `in` keyword following loop variable");
     p->cur++;
     nd->b = parse_expr(p);
     expect(p, TK_CLOSE_STMT, "Expected closing statement token");

@@ -16,7 +16,8 @@ static int compare(jj_interp *in, const jj_value *a, const jj_value *b, int case
         jj_rt_fail(in, "Cannot compare %s with %s", jj_type_name(a->t), jj_type_name(b->t));
     if (numlike(a) && numlike(b)) return num(a) < num(b) ? -1 : num(a) > num(b) ? 1 : 0;
     if (a->t != b->t)
-        jj_rt_fail(in, "Cannot compare different types: %s and %s", jj_type_name(a->t), jj_type_name(b->t));
+        jj_rt_fail(in, "Cannot compare different types: %s and %s", jj_type_name(a->t),
+                   jj_type_name(b->t));
     if (a->t != V_STR) jj_rt_fail(in, "Cannot compare type: %s", jj_type_name(a->t));
     if (!case_sensitive) {
         jj_args none = {0};
@@ -69,7 +70,8 @@ static void merge_sort(jj_interp *in, sort_key *k, sort_key *tmp, size_t n, int 
     memcpy(k, tmp, n * sizeof *k);
 }
 
-static jj_value *sorted(jj_interp *in, jj_value **items, jj_value **keys, size_t n, int cs, int rev) {
+static jj_value *sorted(jj_interp *in, jj_value **items, jj_value **keys, size_t n, int cs,
+                        int rev) {
     sort_key *k = jj_alloc(in->a, (n ? n : 1) * 2 * sizeof *k);
     for (size_t i = 0; i < n; i++) k[i] = (sort_key){items[i], keys[i]};
     merge_sort(in, k, k + n, n, cs, rev);
@@ -101,7 +103,8 @@ jj_value *jj_sort(jj_interp *in, jj_value *v, const jj_args *a) {
     if (attr && attr->t == V_INT) jj_fmt_number(&path, attr->num);
     if (attr && attr->t == V_STR) jj_buf_add(&path, attr->s, attr->n);
     for (size_t i = 0; i < v->n; i++) {
-        jj_value *k = attr && attr->t != V_NULL ? jj_attr_path(v->items[i], path.p, path.n) : v->items[i];
+        jj_value *k =
+            attr && attr->t != V_NULL ? jj_attr_path(v->items[i], path.p, path.n) : v->items[i];
         keys[i] = k ? k : jj_new(in->a, V_UNDEF);
     }
     return sorted(in, v->items, keys, v->n, cs, rev);
@@ -112,7 +115,8 @@ jj_value *jj_dictsort(jj_interp *in, jj_value *obj, const jj_args *a) {
     jj_value *by = arg(a, 1, "by");
     if (by && by->t != V_STR) jj_rt_fail(in, "by must be a string");
     int by_value = by && !strcmp(by->s, "value");
-    if (by && !by_value && strcmp(by->s, "key")) jj_rt_fail(in, "by must be either 'key' or 'value'");
+    if (by && !by_value && strcmp(by->s, "key"))
+        jj_rt_fail(in, "by must be either 'key' or 'value'");
     const jj_map *m = obj->map;
     jj_value **pairs = jj_alloc(in->a, (m->n ? m->n : 1) * sizeof *pairs);
     jj_value **keys = jj_alloc(in->a, (m->n ? m->n : 1) * sizeof *keys);

@@ -74,7 +74,8 @@ void jj_buf_init(jj_buf *b, jj_arena *a) {
 
 void jj_buf_add(jj_buf *b, const char *s, size_t n) {
     if (n > JJ_MAX_STRING - b->n)
-        jj_fail(b->a->f, JINJA_ERUNTIME, 0, 0, "a string would exceed %zu MiB", JJ_MAX_STRING >> 20);
+        jj_fail(b->a->f, JINJA_ERUNTIME, 0, 0, "a string would exceed %zu MiB",
+                JJ_MAX_STRING >> 20);
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 64;
         while (cap < b->n + n + 1) cap *= 2;
