@@ -1,8 +1,8 @@
-/* jinja_builtin.c — what templates call, filters aside (jinja_filter.c): tests (`x is string`), global
- * functions (namespace, raise_exception, range, strftime_now), the methods of strings
- * (startswith, split, strip...) and objects (get, items...), macros, and slicing. Each follows
- * @huggingface/jinja 0.5.11, quirks included: strip('\n') strips all whitespace (hf ignores the
- * argument), `list` only takes arrays, `+` on a float prints it as JavaScript does ("1" for
+/* jinja_builtin.c — what templates call, filters aside (jinja_filter.c): tests
+ * (`x is string`), global functions (namespace, raise_exception, range, strftime_now), the
+ * methods of strings (startswith, split, strip...) and objects (get, items...), macros, and
+ * slicing. Each follows @huggingface/jinja 0.5.11, quirks included: strip('\n') strips all
+ * whitespace (hf ignores the argument), `+` on a float prints it as JavaScript does ("1" for
  * 1.0). */
 #include <ctype.h>
 #include <stdint.h>
