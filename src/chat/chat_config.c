@@ -1,0 +1,130 @@
+/* chat_config.c — tokenizer_config.json -> compiled chat template + special-token variables
+ * (chat_config.h). The variables are json_value nodes built in place, pointing at strings of
+ * the parsed file, so they live as long as the chat_config. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat/chat_config.h"
+
+static const char *const special[CHAT_SPECIAL_TOKENS] = {
+    "bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"};
+
+static int fail(jinja_error *err, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(jinja_error *err, int status, const char *fmt, ...) {
+    va_list ap;
+    err->status = status;
+    err->line = err->col = 0;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+static char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    size_t cap = 0, len = 0, got;
+    do {
+        if (len == cap) {
+            char *nb = realloc(buf, cap = cap ? cap * 2 : 65536);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                errno = ENOMEM;
+                return NULL;
+            }
+            buf = nb;
+        }
+        got = fread(buf + len, 1, cap - len, f);
+        len += got;
+    } while (got > 0);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        errno = EIO;
+        return NULL;
+    }
+    *n = len;
+    return buf;
+}
+
+/* the template source: a string, or the "default" of a list of named templates */
+static const json_value *template_of(const json_value *cfg) {
+    const json_value *t = json_get(cfg, "chat_template");
+    if (!t || t->type != JSON_ARRAY) return t;
+    for (const json_value *c = t->child; c; c = c->next) {
+        const json_value *name = json_get(c, "name");
+        if (name && name->type == JSON_STRING && !strcmp(name->str, "default"))
+            return json_get(c, "template");
+    }
+    return NULL;
+}
+
+/* {"bos_token": "...", ...} from the special tokens given as strings or {"content": "..."} */
+static void build_vars(chat_config *cc, const json_value *cfg) {
+    json_value *obj = &cc->nodes[0], *last = NULL;
+    memset(cc->nodes, 0, sizeof cc->nodes);
+    obj->type = JSON_OBJECT;
+    for (int i = 0; i < CHAT_SPECIAL_TOKENS; i++) {
+        const json_value *t = json_get(cfg, special[i]);
+        if (t && t->type == JSON_OBJECT) t = json_get(t, "content");
+        if (!t || t->type != JSON_STRING) continue;
+        json_value *m = &cc->nodes[1 + obj->len];
+        *m = *t;
+        m->key = special[i];
+        m->key_len = strlen(special[i]);
+        m->next = NULL;
+        if (last) last->next = m;
+        else obj->child = m;
+        last = m;
+        obj->len++;
+    }
+    cc->vars = obj;
+}
+
+int chat_config_load(const char *path, chat_config *cc, jinja_error *err) {
+    memset(cc, 0, sizeof *cc);
+    size_t n = 0;
+    cc->text = slurp(path, &n);
+    if (!cc->text) return fail(err, JINJA_ECONTEXT, "%s: cannot read: %s", path, strerror(errno));
+    json_doc_init(&cc->doc);
+    json_value *cfg;
+    json_error je;
+    int rc = JINJA_OK;
+    const json_value *src = NULL;
+    if (json_parse(&cc->doc, cc->text, n, &cfg, &je))
+        rc = fail(err, JINJA_ECONTEXT, "%s: byte %zu: %s", path, je.pos, je.msg);
+    else if (cfg->type != JSON_OBJECT)
+        rc = fail(err, JINJA_ECONTEXT, "%s: is %s, expected a JSON object", path,
+                  json_type_name(cfg->type));
+    else if ((src = template_of(cfg)) && src->type != JSON_STRING && src->type != JSON_NULL)
+        rc = fail(err, JINJA_ECONTEXT, "%s: chat_template is %s, expected a string or a list of "
+                  "{\"name\", \"template\"} with a \"default\"", path, json_type_name(src->type));
+    if (rc == JINJA_OK && src && src->type == JSON_STRING) {
+        rc = jinja_compile(src->str, src->len, &cc->tpl, err);
+        if (rc != JINJA_OK) {
+            char m[sizeof err->msg];
+            snprintf(m, sizeof m, "%s", err->msg);
+            snprintf(err->msg, sizeof err->msg, "%.100s: chat_template: %.130s", path, m);
+        }
+    }
+    if (rc != JINJA_OK) {
+        chat_config_free(cc);
+        return rc;
+    }
+    build_vars(cc, cfg);
+    return JINJA_OK;
+}
+
+void chat_config_free(chat_config *cc) {
+    jinja_free(cc->tpl);
+    json_doc_free(&cc->doc);
+    free(cc->text);
+    memset(cc, 0, sizeof *cc);
+}

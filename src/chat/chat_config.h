@@ -1,0 +1,36 @@
+/* chat_config.h — a tokenizer's chat template, from its tokenizer_config.json, ready to render.
+ *
+ *   chat_config cc;  jinja_error e;
+ *   if (chat_config_load("tok/tokenizer_config.json", &cc, &e)) -> e.status, e.msg (and line:col)
+ *   if (!cc.tpl) -> no chat_template: prep keeps its "ROLE: content" format
+ *   const json_value *ctx[2] = { cc.vars, conversation_line };
+ *   jinja_render(cc.tpl, ctx, 2, &out, &n, &e);
+ *   chat_config_free(&cc);
+ *
+ * chat_template is a string, or a list of {"name", "template"} whose "default" is taken. The
+ * special tokens (bos, eos, unk, pad, sep, cls, mask) become string variables bos_token, ...:
+ * each a string or an added-token object {"content": ...} in the file; null or absent ones are
+ * left out, as transformers leaves them out of the template's variables.
+ */
+#ifndef TSR_CHAT_CONFIG_H
+#define TSR_CHAT_CONFIG_H
+
+#include "chat/jinja.h"
+
+enum { CHAT_SPECIAL_TOKENS = 7 };
+
+typedef struct chat_config {
+    jinja_template *tpl;   /* NULL when the file has no chat_template */
+    const json_value *vars; /* object {"bos_token": "<s>", ...}: the first render context */
+    /* owned storage */
+    json_doc doc;
+    char *text;
+    json_value nodes[1 + CHAT_SPECIAL_TOKENS];
+} chat_config;
+
+/* JINJA_OK, or JINJA_ECONTEXT (file unreadable, not JSON, chat_template of a wrong type; the
+ * message names the file) or the template's JINJA_ESYNTAX. On failure nothing needs freeing. */
+int chat_config_load(const char *path, chat_config *cc, jinja_error *err);
+void chat_config_free(chat_config *cc);
+
+#endif

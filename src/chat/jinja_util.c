@@ -1,0 +1,171 @@
+/* jinja_util.c — the arena, failure unwinding, byte buffers and the UTF-8 helpers of the Jinja
+ * subset. Characters are judged as JavaScript does (\s, String.length), since the reference
+ * implementation (@huggingface/jinja) runs on JavaScript strings. */
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat/jinja_int.h"
+#include "tokenizer/unicode_tables.h"
+
+struct jj_chunk {
+    jj_chunk *next;
+    size_t used, cap;
+    max_align_t data[];
+};
+
+enum { JJ_CHUNK = 64 * 1024 };
+#define JJ_MAX_STRING ((size_t)32 << 20) /* no string (output included) grows past 32 MiB: a
+                                         * conversation renders to KBs, 128k tokens to ~0.5 MB */
+
+void *jj_alloc(jj_arena *a, size_t n) {
+    n = (n + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
+    jj_chunk *c = a->head;
+    if (!c || c->cap - c->used < n) {
+        size_t cap = n > JJ_CHUNK ? n : JJ_CHUNK;
+        c = malloc(sizeof *c + cap);
+        if (!c) jj_fail(a->f, JINJA_ENOMEM, 0, 0, "out of memory (%zu bytes more)", cap);
+        c->cap = cap;
+        c->used = 0;
+        c->next = a->head;
+        a->head = c;
+    }
+    void *p = (char *)c->data + c->used;
+    c->used += n;
+    memset(p, 0, n);
+    return p;
+}
+
+char *jj_strdup(jj_arena *a, const char *s, size_t n) {
+    char *p = jj_alloc(a, n + 1);
+    if (n) memcpy(p, s, n);
+    p[n] = '\0';
+    return p;
+}
+
+void jj_arena_free(jj_arena *a) {
+    for (jj_chunk *c = a->head, *next; c; c = next) {
+        next = c->next;
+        free(c);
+    }
+    a->head = NULL;
+}
+
+void jj_fail(jj_fail_ctx *f, int status, int line, int col, const char *fmt, ...) {
+    va_list ap;
+    f->err->status = status;
+    f->err->line = line ? line : f->line;
+    f->err->col = line ? col : f->col;
+    va_start(ap, fmt);
+    vsnprintf(f->err->msg, sizeof f->err->msg, fmt, ap);
+    va_end(ap);
+    f->status = status;
+    longjmp(f->jmp, 1);
+}
+
+/* ---- buffers: arena memory, so a failure that unwinds leaks nothing ---- */
+void jj_buf_init(jj_buf *b, jj_arena *a) {
+    b->a = a;
+    b->p = NULL;
+    b->n = b->cap = 0;
+}
+
+void jj_buf_add(jj_buf *b, const char *s, size_t n) {
+    if (n > JJ_MAX_STRING - b->n)
+        jj_fail(b->a->f, JINJA_ERUNTIME, 0, 0, "a string would exceed %zu MiB",
+                JJ_MAX_STRING >> 20);
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 64;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = jj_alloc(b->a, cap);
+        if (b->n) memcpy(p, b->p, b->n);
+        b->p = p;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+}
+
+void jj_buf_adds(jj_buf *b, const char *s) { jj_buf_add(b, s, strlen(s)); }
+void jj_buf_addc(jj_buf *b, char c) { jj_buf_add(b, &c, 1); }
+
+/* ---- UTF-8 ---- */
+unsigned jj_utf8_decode(const char *s, size_t n, size_t *len) {
+    const unsigned char *u = (const unsigned char *)s;
+    unsigned c = u[0];
+    size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (k == 0 || k > n) {
+        *len = 1;
+        return 0xfffd;
+    }
+    unsigned cp = k == 1 ? c : k == 2 ? (c & 0x1f) : k == 3 ? (c & 0x0f) : (c & 0x07);
+    for (size_t i = 1; i < k; i++) {
+        if ((u[i] & 0xc0) != 0x80) {
+            *len = 1;
+            return 0xfffd;
+        }
+        cp = cp << 6 | (u[i] & 0x3f);
+    }
+    *len = k;
+    return cp;
+}
+
+void jj_utf8_encode(jj_buf *b, unsigned cp) {
+    char t[4];
+    if (cp >= 0xd800 && cp < 0xe000) cp = 0xfffd; /* a lone surrogate prints as U+FFFD in node */
+    if (cp < 0x80) {
+        t[0] = (char)cp;
+        jj_buf_add(b, t, 1);
+    } else if (cp < 0x800) {
+        t[0] = (char)(0xc0 | cp >> 6);
+        t[1] = (char)(0x80 | (cp & 0x3f));
+        jj_buf_add(b, t, 2);
+    } else if (cp < 0x10000) {
+        t[0] = (char)(0xe0 | cp >> 12);
+        t[1] = (char)(0x80 | (cp >> 6 & 0x3f));
+        t[2] = (char)(0x80 | (cp & 0x3f));
+        jj_buf_add(b, t, 3);
+    } else {
+        t[0] = (char)(0xf0 | cp >> 18);
+        t[1] = (char)(0x80 | (cp >> 12 & 0x3f));
+        t[2] = (char)(0x80 | (cp >> 6 & 0x3f));
+        t[3] = (char)(0x80 | (cp & 0x3f));
+        jj_buf_add(b, t, 4);
+    }
+}
+
+/* JavaScript's WhiteSpace and LineTerminator: what \s, trim() and trimEnd() match (the
+ * tokenizer's table of \s, generated from node) */
+static int js_space(unsigned cp) {
+    for (uint32_t i = 0; i < tsr_uc_space_n; i++)
+        if (cp >= tsr_uc_space[i][0] && cp <= tsr_uc_space[i][1]) return 1;
+    return 0;
+}
+
+size_t jj_space_at(const char *s, size_t n) {
+    if (n == 0) return 0;
+    size_t len;
+    unsigned cp = jj_utf8_decode(s, n, &len);
+    return js_space(cp) ? len : 0;
+}
+
+size_t jj_space_before(const char *s, size_t n) {
+    if (n == 0) return 0;
+    size_t k = 1;
+    while (k < 4 && k < n && ((unsigned char)s[n - k] & 0xc0) == 0x80) k++;
+    size_t len;
+    unsigned cp = jj_utf8_decode(s + n - k, k, &len);
+    return len == k && js_space(cp) ? k : 0;
+}
+
+size_t jj_utf16_len(const char *s, size_t n) {
+    size_t units = 0;
+    for (size_t i = 0, len; i < n; i += len) {
+        unsigned cp = jj_utf8_decode(s + i, n - i, &len);
+        units += cp >= 0x10000 ? 2 : 1;
+    }
+    return units;
+}

