@@ -1,0 +1,160 @@
+/* hf_bpe.c — encoding and decoding with a loaded tokenizer.json (byte-level BPE family).
+ *
+ * encode(text), as transformers.js's _encode_text does it:
+ *   1. ill-formed UTF-8 -> U+FFFD per maximal subpart (node's reading of a file);
+ *   2. added tokens split out: at each position the longest added token starting there, scanning
+ *      left to right (DictionarySplitter); each is its id;
+ *   3. each section between them: NFC when the normalizer says so, the Split pre-tokenizer
+ *      (hf_pretok.c), then per piece: with ignore_merges the piece's id when the whole piece is a
+ *      vocab entry, else BPE on its bytes: repeatedly merge the adjacent pair of lowest rank, the
+ *      leftmost first among equal ranks (transformers.js orders its queue by rank + start/length),
+ *      until no adjacent pair has a merge.
+ * NFC: only text whose code points are all below U+0300 is handled (NFC leaves it unchanged: no
+ * character there decomposes, composes with a predecessor or has a combining class); other text
+ * is refused for an NFC tokenizer until composition tables exist (docs/tokenizers-hf.md).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "tokenizer/hf_tok_internal.h"
+#include "tokenizer/tokenizer_internal.h"
+
+typedef struct ids_out {
+    uint32_t **ids;
+    size_t *n, *cap;
+} ids_out;
+
+static void push(ids_out *o, uint32_t id) {
+    if (*o->n == *o->cap) {
+        *o->cap = *o->cap ? 2 * *o->cap : 1024;
+        *o->ids = tsr_realloc(*o->ids, *o->cap * sizeof **o->ids);
+    }
+    (*o->ids)[(*o->n)++] = id;
+}
+
+typedef struct piece_ctx {
+    const hf_tok *t;
+    ids_out *out;
+    uint32_t *sym; /* scratch: the symbols of one piece */
+    size_t sym_cap;
+} piece_ctx;
+
+/* BPE of one piece of n bytes: lowest rank first, leftmost among equal ranks. */
+static void bpe_piece(void *vctx, const uint8_t *p, size_t n) {
+    piece_ctx *c = vctx;
+    const hf_tok *t = c->t;
+    if (t->ignore_merges) {
+        uint32_t id = hf_vocab_find(t, p, n);
+        if (id != HF_NONE) {
+            push(c->out, id);
+            return;
+        }
+    }
+    if (n > c->sym_cap) {
+        c->sym_cap = 2 * n;
+        c->sym = tsr_realloc(c->sym, c->sym_cap * sizeof *c->sym);
+    }
+    uint32_t *s = c->sym;
+    size_t m = n;
+    for (size_t i = 0; i < n; i++) s[i] = t->byte_tok[p[i]];
+    while (m > 1) {
+        uint32_t best = HF_NONE, best_res = 0, res;
+        size_t at = 0;
+        for (size_t i = 0; i + 1 < m; i++) {
+            uint32_t r = hf_merge_find(t, s[i], s[i + 1], &res);
+            if (r < best) best = r, best_res = res, at = i;
+        }
+        if (best == HF_NONE) break;
+        s[at] = best_res;
+        memmove(s + at + 1, s + at + 2, (m - at - 2) * sizeof *s);
+        m--;
+    }
+    for (size_t i = 0; i < m; i++) push(c->out, s[i]);
+}
+
+/* NFC is the identity on text whose code points are all below U+0300; returns the offset of the
+ * first code point at or above it, or n. */
+static size_t nfc_unsafe_at(const uint8_t *p, size_t n) {
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t len = tsr_utf8_next(p + i, n - i, &cp);
+        if (cp >= 0x300) return i;
+        i += len;
+    }
+    return n;
+}
+
+static int encode_section(piece_ctx *c, const uint8_t *p, size_t n) {
+    if (n == 0) return 0;
+    if (c->t->nfc) {
+        size_t at = nfc_unsafe_at(p, n);
+        if (at < n) {
+            uint32_t cp;
+            tsr_utf8_next(p + at, n - at, &cp);
+            tsr_error("hf tokenizer: this tokenizer.json normalises with NFC, which is implemented only "
+                      "for text below U+0300; the text holds U+%04X", cp);
+            return -1;
+        }
+    }
+    hf_pretok_split(c->t->split, p, n, bpe_piece, c);
+    return 0;
+}
+
+/* Longest added token starting at p (n bytes left): its index, length in *len; or -1. */
+static long added_at(const hf_tok *t, const uint8_t *p, size_t n, size_t *len) {
+    long best = -1;
+    *len = 0;
+    for (uint32_t k = 0; k < t->n_added; k++) {
+        uint32_t l = t->added_len[k];
+        if (l > *len && l <= n && (uint8_t)t->added[k][0] == p[0] && memcmp(t->added[k], p, l) == 0)
+            best = k, *len = l;
+    }
+    return best;
+}
+
+size_t hf_tok_encode(const hf_tok *t, const uint8_t *text, size_t n, int allow_special,
+                     uint32_t **ids, size_t *n_ids, size_t *cap) {
+    size_t fixed_n, before = *n_ids;
+    uint8_t *fixed = tsr_utf8_sanitize(text, n, &fixed_n);
+    if (fixed) text = fixed, n = fixed_n;
+    ids_out out = {ids, n_ids, cap};
+    piece_ctx c = {.t = t, .out = &out};
+    int rc = 0;
+    size_t start = 0;
+    for (size_t i = 0; i < n && allow_special && t->n_added;) {
+        size_t len;
+        long k = added_at(t, text + i, n - i, &len);
+        if (k < 0) {
+            i++;
+            continue;
+        }
+        if ((rc = encode_section(&c, text + start, i - start)) != 0) break;
+        push(&out, t->added_id[k]);
+        i += len;
+        start = i;
+    }
+    if (!rc) rc = encode_section(&c, text + start, n - start);
+    free(c.sym);
+    free(fixed);
+    if (rc) {
+        *n_ids = before;
+        return (size_t)-1;
+    }
+    return *n_ids - before;
+}
+
+size_t hf_tok_decode(const hf_tok *t, const uint32_t *ids, size_t n, uint8_t *out, size_t cap) {
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] >= t->n_ids || !t->assigned[ids[i]]) {
+            tsr_error("hf tokenizer: token id %u at position %zu is not in the vocabulary (%u ids)",
+                      ids[i], i, t->n_ids);
+            return (size_t)-1;
+        }
+        size_t m = t->off[ids[i] + 1] - t->off[ids[i]];
+        if (len < cap) memcpy(out + len, t->blob + t->off[ids[i]], m < cap - len ? m : cap - len);
+        len += m;
+    }
+    return len;
+}
