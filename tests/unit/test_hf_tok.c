@@ -5,6 +5,7 @@
  *   test_hf_tok                         the TAP tests
  *   test_hf_tok --encode JSON FILE...   prints each file's ids on one line (added tokens matched),
  *                                       for tests/tokenizer/test_hf_identity.sh
+ *   test_hf_tok --decode-check JSON FILE...  exit 1 unless decode(encode(file)) == file
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -235,35 +236,56 @@ static void test_errors(const char *dir) {
     tap_ok(load_err(p, "cannot open"), "missing file: refused");
 }
 
-static int encode_files(int argc, char **argv) {
+static uint8_t *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "test_hf_tok: cannot open %s\n", path);
+        return NULL;
+    }
+    size_t cap = 1 << 16, got;
+    uint8_t *buf = malloc(cap);
+    *n = 0;
+    while ((got = fread(buf + *n, 1, cap - *n, f)) > 0)
+        if ((*n += got) == cap) buf = realloc(buf, cap *= 2);
+    fclose(f);
+    return buf;
+}
+
+/* --encode JSON FILE...: ids per file; --decode-check JSON FILE...: exit 1 unless
+ * decode(encode(file)) == file for each */
+static int run_files(int argc, char **argv, int check) {
     hf_tok *t;
     int rc = hf_tok_load(&t, argv[2]);
     if (rc) return rc;
-    for (int i = 3; i < argc; i++) {
-        FILE *f = fopen(argv[i], "rb");
-        if (!f) {
-            fprintf(stderr, "test_hf_tok: cannot open %s\n", argv[i]);
-            return 2;
+    for (int i = 3; i < argc && rc == 0; i++) {
+        size_t n;
+        uint8_t *buf = slurp(argv[i], &n);
+        if (!buf) {
+            rc = 2;
+            break;
         }
-        size_t cap = 1 << 16, n = 0, got;
-        uint8_t *buf = malloc(cap);
-        while ((got = fread(buf + n, 1, cap - n, f)) > 0)
-            if ((n += got) == cap) buf = realloc(buf, cap *= 2);
-        fclose(f);
         uint32_t *ids = NULL;
         size_t n_ids = 0, icap = 0;
-        if (hf_tok_encode(t, buf, n, 1, &ids, &n_ids, &icap) == (size_t)-1) return 2;
-        for (size_t k = 0; k < n_ids; k++) printf(k ? " %u" : "%u", ids[k]);
-        printf("\n");
+        if (hf_tok_encode(t, buf, n, 1, &ids, &n_ids, &icap) == (size_t)-1) rc = 2;
+        else if (check) {
+            uint8_t *out = malloc(n + 1);
+            size_t len = hf_tok_decode(t, ids, n_ids, out, n + 1);
+            if (len != n || memcmp(out, buf, n) != 0) rc = 1;
+            free(out);
+        } else {
+            for (size_t k = 0; k < n_ids; k++) printf(k ? " %u" : "%u", ids[k]);
+            printf("\n");
+        }
         free(ids);
         free(buf);
     }
     hf_tok_free(t);
-    return 0;
+    return rc;
 }
 
 int main(int argc, char **argv) {
-    if (argc >= 3 && strcmp(argv[1], "--encode") == 0) return encode_files(argc, argv);
+    if (argc >= 3 && strcmp(argv[1], "--encode") == 0) return run_files(argc, argv, 0);
+    if (argc >= 3 && strcmp(argv[1], "--decode-check") == 0) return run_files(argc, argv, 1);
     tap_plan(2 * N_SPLIT_CASES + 12 + 4);
     test_split();
     char dir[] = "/tmp/tessera-hftok.XXXXXX";
