@@ -4,19 +4,17 @@
  *   1. ill-formed UTF-8 -> U+FFFD per maximal subpart (node's reading of a file);
  *   2. added tokens split out: at each position the longest added token starting there, scanning
  *      left to right (DictionarySplitter); each is its id;
- *   3. each section between them: NFC when the normalizer says so, the Split pre-tokenizer
+ *   3. each section between them: NFC when the normalizer says so (hf_nfc.c), the Split pre-tokenizer
  *      (hf_pretok.c), then per piece: with ignore_merges the piece's id when the whole piece is a
  *      vocab entry, else BPE on its bytes: repeatedly merge the adjacent pair of lowest rank, the
  *      leftmost first among equal ranks (transformers.js orders its queue by rank + start/length),
  *      until no adjacent pair has a merge.
- * NFC: only text whose code points are all below U+0300 is handled (NFC leaves it unchanged: no
- * character there decomposes, composes with a predecessor or has a combining class); other text
- * is refused for an NFC tokenizer until composition tables exist (docs/tokenizers-hf.md).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
+#include "tokenizer/hf_nfc.h"
 #include "tokenizer/hf_tok_internal.h"
 #include "tokenizer/tokenizer_internal.h"
 
@@ -73,32 +71,13 @@ static void bpe_piece(void *vctx, const uint8_t *p, size_t n) {
     for (size_t i = 0; i < m; i++) push(c->out, s[i]);
 }
 
-/* NFC is the identity on text whose code points are all below U+0300; returns the offset of the
- * first code point at or above it, or n. */
-static size_t nfc_unsafe_at(const uint8_t *p, size_t n) {
-    for (size_t i = 0; i < n;) {
-        uint32_t cp;
-        size_t len = tsr_utf8_next(p + i, n - i, &cp);
-        if (cp >= 0x300) return i;
-        i += len;
-    }
-    return n;
-}
-
-static int encode_section(piece_ctx *c, const uint8_t *p, size_t n) {
-    if (n == 0) return 0;
-    if (c->t->nfc) {
-        size_t at = nfc_unsafe_at(p, n);
-        if (at < n) {
-            uint32_t cp;
-            tsr_utf8_next(p + at, n - at, &cp);
-            tsr_error("hf tokenizer: this tokenizer.json normalises with NFC, which is implemented only "
-                      "for text below U+0300; the text holds U+%04X", cp);
-            return -1;
-        }
-    }
+static void encode_section(piece_ctx *c, const uint8_t *p, size_t n) {
+    if (n == 0) return;
+    size_t nfc_n;
+    uint8_t *nfc = c->t->nfc ? hf_nfc(p, n, &nfc_n) : NULL;
+    if (nfc) p = nfc, n = nfc_n;
     hf_pretok_split(c->t->split, p, n, bpe_piece, c);
-    return 0;
+    free(nfc);
 }
 
 /* Longest added token starting at p (n bytes left): its index, length in *len; or -1. */
@@ -120,7 +99,6 @@ size_t hf_tok_encode(const hf_tok *t, const uint8_t *text, size_t n, int allow_s
     if (fixed) text = fixed, n = fixed_n;
     ids_out out = {ids, n_ids, cap};
     piece_ctx c = {.t = t, .out = &out};
-    int rc = 0;
     size_t start = 0;
     for (size_t i = 0; i < n && allow_special && t->n_added;) {
         size_t len;
@@ -129,18 +107,14 @@ size_t hf_tok_encode(const hf_tok *t, const uint8_t *text, size_t n, int allow_s
             i++;
             continue;
         }
-        if ((rc = encode_section(&c, text + start, i - start)) != 0) break;
+        encode_section(&c, text + start, i - start);
         push(&out, t->added_id[k]);
         i += len;
         start = i;
     }
-    if (!rc) rc = encode_section(&c, text + start, n - start);
+    encode_section(&c, text + start, n - start);
     free(c.sym);
     free(fixed);
-    if (rc) {
-        *n_ids = before;
-        return (size_t)-1;
-    }
     return *n_ids - before;
 }
 

@@ -33,8 +33,7 @@ uint32_t hf_tok_added_id(const hf_tok *tok, const char *content);
 
 /* Encodes n bytes of text (ill-formed UTF-8: each maximal subpart reads as U+FFFD, as node reads
  * a file). Added tokens are matched when allow_special != 0. Appends to *ids (realloc'd, capacity
- * *cap), updates *n_ids and returns the ids written, or (size_t)-1 after tsr_error() when the
- * text needs a normalisation not implemented (NFC of code points >= U+0300; see the docs). */
+ * *cap), updates *n_ids and returns the ids written. */
 size_t hf_tok_encode(const hf_tok *tok, const uint8_t *text, size_t n, int allow_special,
                      uint32_t **ids, size_t *n_ids, size_t *cap);
 /* Decodes ids to bytes: writes at most cap bytes, returns the full length, (size_t)-1 after
