@@ -20,7 +20,7 @@ done
 compgen -G "$BROWN/c[a-r][0-9][0-9]" >/dev/null || { echo "$BROWN: Brown corpus missing: run ./INSTALL --ensure"; exit 77; }
 [[ -x $ENC ]] || { echo "$ENC missing: run make"; exit 77; }
 tsr_tmpdir
-tap_plan 8
+tap_plan 9
 
 # same_lines WHAT REF_OUT OUT FILES...: per-file comparison, naming the first file that differs
 same_lines() {
@@ -91,4 +91,33 @@ tap_check $rt_ok "llama3: decode(encode(x)) == x (Brown files, scripts, emoji, C
 n_eot=$("$ENC" --encode "$HF/llama3/models/tokenizer.json" "$E/added" | tr ' ' '\n' | grep -c '^128009$')
 [[ $n_eot == 3 ]]
 tap_check $? "llama3: <|eot_id|> inside text -> 128009 (3 of 3, got $n_eot)"
+# NFC (Qwen's normalizer) equals node's String.prototype.normalize("NFC"): every code point, and
+# random sequences of composites, their decompositions, bases, marks and Hangul jamo
+N=$TMP/nfc; mkdir -p "$N"
+node -e '
+const fs = require("fs"); const dir = process.argv[1];
+const all = [];
+for (let c = 0; c < 0x110000; c++) if (!(c >= 0xd800 && c <= 0xdfff)) all.push(String.fromCodePoint(c));
+fs.writeFileSync(dir + "/all", all.join("\n"));
+let s = 99; const rnd = n => { s = (s * 1103515245 + 12345) % 2147483648; return s % n; };
+const marks = [], bases = [..."aeiouAEIOUnNcCsSwyzLRgk"];
+for (let c = 0x300; c < 0x110000; c++) {
+  if (c >= 0xd800 && c <= 0xdfff) continue;
+  const ch = String.fromCodePoint(c);
+  if (ch.normalize("NFD") !== ch) bases.push(ch, ch.normalize("NFD"));
+  else if (/\p{M}/u.test(ch)) marks.push(ch);
+}
+for (let c = 0x1100; c < 0x1113; c++) bases.push(String.fromCodePoint(c));
+for (let c = 0x1161; c < 0x1176; c++) marks.push(String.fromCodePoint(c));
+for (let c = 0x11a8; c < 0x11c3; c++) marks.push(String.fromCodePoint(c));
+let t = "";
+for (let i = 0; i < 300000; i++) t += rnd(3) ? marks[rnd(marks.length)] : bases[rnd(bases.length)];
+fs.writeFileSync(dir + "/mixed", t);
+for (const f of ["all", "mixed"])
+  fs.writeFileSync(dir + "/" + f + ".nfc", fs.readFileSync(dir + "/" + f, "utf8").normalize("NFC"));' "$N"
+nfc_ok=0
+for f in all mixed; do
+    "$ENC" --nfc "$N/$f" | cmp -s - "$N/$f.nfc" || { tap_diag "NFC of $f differs from node's"; nfc_ok=1; }
+done
+tap_check $nfc_ok "NFC == node's normalize(\"NFC\") on all $(node -p 0x110000-0x800) code points and 300K random base/mark/jamo code points"
 tap_done
