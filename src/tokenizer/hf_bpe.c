@@ -102,7 +102,7 @@ size_t hf_tok_encode(const hf_tok *t, const uint8_t *text, size_t n, int allow_s
     size_t start = 0;
     for (size_t i = 0; i < n && allow_special && t->n_added;) {
         size_t len;
-        long k = added_at(t, text + i, n - i, &len);
+        long k = t->added_first[text[i]] ? added_at(t, text + i, n - i, &len) : -1;
         if (k < 0) {
             i++;
             continue;

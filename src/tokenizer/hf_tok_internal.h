@@ -29,6 +29,7 @@ struct hf_tok {
     uint32_t n_added;
     char **added;
     uint32_t *added_len, *added_id;
+    uint8_t added_first[256]; /* 1 for a byte that starts some added token */
 };
 
 /* Id of the model-vocab entry holding bytes p[0..n), or HF_NONE. */

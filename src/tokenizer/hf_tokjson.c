@@ -266,6 +266,7 @@ static int load_added(hf_tok *t, const json_value *added, const char *path) {
         memcpy(t->added[k], c->str, c->len + 1);
         t->added_len[k] = (uint32_t)c->len;
         t->added_id[k] = (uint32_t)json_get(v, "id")->num;
+        t->added_first[(uint8_t)c->str[0]] = 1;
     }
     return 0;
 }
