@@ -63,6 +63,13 @@ for (let f = 0; f < 16; f++) {
   let t = ""; const m = 1 + rnd(3000);
   for (let i = 0; i < m; i++) t += String.fromCodePoint(pool[rnd(pool.length)]);
   fs.writeFileSync(process.argv[1] + "/u" + f, t);
+}
+// long pieces: punctuation, letters, digits, CJK, emoji without spaces
+const runs = { punct: "!\"#$%&()*+,-./:;<=>?@[]^_`{|}~", alpha: "etaoinshrdlucmfwyp", digit: "0123456789",
+               cjk: "的一是不了人我在有他这中大来上国个到说们", emoji: "🎉👍🏽❤️‍🔥🇫🇷" };
+for (const [name, cs] of Object.entries(runs)) {
+  const a = [...cs]; let t = ""; for (let i = 0; i < 4000; i++) t += a[rnd(a.length)];
+  fs.writeFileSync(process.argv[1] + "/long_" + name, t);
 }' "$R"
 rand=("$R"/*)
 
@@ -79,7 +86,7 @@ for model in llama3 qwen3; do
     node "$REF" "$HF/tokenizers" "$HF/$model" "${rand[@]}" > "$TMP/rand.$model.ref"
     "$ENC" --encode "$J" "${rand[@]}" > "$TMP/rand.$model.tsr"
     same_lines "$model random" "$TMP/rand.$model.ref" "$TMP/rand.$model.tsr" "${rand[@]}"
-    tap_check $? "$model: random text (${#rand[@]} files, seed 4242) identical"
+    tap_check $? "$model: random text (${#rand[@]} files incl. 4000-code-point pieces, seed 4242) identical"
 done
 
 # round trip through the reference's decoder is the identity on the ids: decode our ids with ours
