@@ -8,7 +8,7 @@
  *      (hf_pretok.c), then per piece: with ignore_merges the piece's id when the whole piece is a
  *      vocab entry, else BPE on its bytes: repeatedly merge the adjacent pair of lowest rank, the
  *      leftmost first among equal ranks (transformers.js orders its queue by rank + start/length),
- *      until no adjacent pair has a merge.
+ *      until no adjacent pair has a merge. Pieces up to 48 bytes are cached per call.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -31,12 +31,55 @@ static void push(ids_out *o, uint32_t id) {
     (*o->ids)[(*o->n)++] = id;
 }
 
+/* Per-call cache of short pieces -> their ids (no shared mutable state: encode stays thread-safe).
+ * Keys and ids are copied into growing pools, so a piece may come from a freed NFC buffer. */
+#define CACHE_KEY_MAX 48
+#define CACHE_SLOTS (1u << 16) /* at most half filled; beyond that pieces are merged uncached */
+
+typedef struct cache_slot {
+    uint32_t key_off, ids_off; /* into key_pool / id_pool */
+    uint8_t key_len, n_ids;    /* key_len 0: empty */
+} cache_slot;
+
 typedef struct piece_ctx {
     const hf_tok *t;
     ids_out *out;
     uint32_t *sym; /* scratch: the symbols of one piece */
     size_t sym_cap;
+    cache_slot *slot; /* (CACHE_SLOTS), allocated on first use */
+    uint32_t n_cached;
+    uint8_t *key_pool;
+    uint32_t *id_pool;
+    size_t key_n, key_cap, id_n, id_cap;
 } piece_ctx;
+
+static uint32_t piece_hash(const uint8_t *p, size_t n) {
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 16777619u;
+    return h ^ (h >> 15);
+}
+
+/* The cached slot of piece p (found: key_len != 0), or the empty slot to fill; NULL: no cache. */
+static cache_slot *cache_find(piece_ctx *c, const uint8_t *p, size_t n) {
+    if (n > CACHE_KEY_MAX) return NULL;
+    if (!c->slot) c->slot = tsr_calloc(CACHE_SLOTS, sizeof *c->slot);
+    for (uint32_t s = piece_hash(p, n) & (CACHE_SLOTS - 1);; s = (s + 1) & (CACHE_SLOTS - 1)) {
+        cache_slot *e = &c->slot[s];
+        if (e->key_len == 0 || (e->key_len == n && memcmp(c->key_pool + e->key_off, p, n) == 0)) return e;
+    }
+}
+
+static void cache_put(piece_ctx *c, cache_slot *e, const uint8_t *p, size_t n, const uint32_t *ids,
+                      size_t m) {
+    if (c->n_cached >= CACHE_SLOTS / 2 || m > 255) return;
+    if (c->key_n + n > c->key_cap) c->key_pool = tsr_realloc(c->key_pool, c->key_cap = 2 * (c->key_cap + n));
+    if (c->id_n + m > c->id_cap) c->id_pool = tsr_realloc(c->id_pool, (c->id_cap = 2 * (c->id_cap + m)) * sizeof *ids);
+    memcpy(c->key_pool + c->key_n, p, n);
+    memcpy(c->id_pool + c->id_n, ids, m * sizeof *ids);
+    *e = (cache_slot){(uint32_t)c->key_n, (uint32_t)c->id_n, (uint8_t)n, (uint8_t)m};
+    c->key_n += n, c->id_n += m;
+    c->n_cached++;
+}
 
 /* BPE of one piece of n bytes: lowest rank first, leftmost among equal ranks. */
 static void bpe_piece(void *vctx, const uint8_t *p, size_t n) {
@@ -48,6 +91,11 @@ static void bpe_piece(void *vctx, const uint8_t *p, size_t n) {
             push(c->out, id);
             return;
         }
+    }
+    cache_slot *e = cache_find(c, p, n);
+    if (e && e->key_len) {
+        for (uint32_t k = 0; k < e->n_ids; k++) push(c->out, c->id_pool[e->ids_off + k]);
+        return;
     }
     if (n > c->sym_cap) {
         c->sym_cap = 2 * n;
@@ -69,6 +117,7 @@ static void bpe_piece(void *vctx, const uint8_t *p, size_t n) {
         m--;
     }
     for (size_t i = 0; i < m; i++) push(c->out, s[i]);
+    if (e) cache_put(c, e, p, n, s, m);
 }
 
 static void encode_section(piece_ctx *c, const uint8_t *p, size_t n) {
@@ -114,6 +163,7 @@ size_t hf_tok_encode(const hf_tok *t, const uint8_t *text, size_t n, int allow_s
     }
     encode_section(&c, text + start, n - start);
     free(c.sym);
+    free(c.slot), free(c.key_pool), free(c.id_pool);
     free(fixed);
     return *n_ids - before;
 }
