@@ -207,6 +207,21 @@ static void test_tiny(const char *dir) {
     hf_tok_free(a), hf_tok_free(b), hf_tok_free(c);
 }
 
+static uint8_t *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "test_hf_tok: cannot open %s\n", path);
+        return NULL;
+    }
+    size_t cap = 1 << 16, got;
+    uint8_t *buf = malloc(cap);
+    *n = 0;
+    while ((got = fread(buf + *n, 1, cap - *n, f)) > 0)
+        if ((*n += got) == cap) buf = realloc(buf, cap *= 2);
+    fclose(f);
+    return buf;
+}
+
 /* ---- load errors: status 2 and a message naming the file and the fault ---- */
 static int load_err(const char *path, const char *name) {
     char log[] = "/tmp/tessera-hftok-err.XXXXXX";
@@ -230,8 +245,36 @@ static int load_err(const char *path, const char *name) {
     return rc == TSR_EXIT_DATA && named && t == NULL;
 }
 
+/* dst = src with the first `from` replaced by `to` */
+static void variant(const char *src, const char *dst, const char *from, const char *to) {
+    size_t n;
+    char *t = (char *)slurp(src, &n), *at;
+    FILE *f = fopen(dst, "w");
+    t = realloc(t, n + 1);
+    t[n] = '\0';
+    if ((at = strstr(t, from)) != NULL) {
+        fwrite(t, 1, (size_t)(at - t), f);
+        fputs(to, f);
+        fputs(at + strlen(from), f);
+    } else tap_diag("variant: '%s' not in %s", from, src);
+    fclose(f);
+    free(t);
+}
+
 static void test_errors(const char *dir) {
-    char p[256];
+    char p[256], good[256];
+    snprintf(good, sizeof good, "%s/good.json", dir);
+    write_json(good, 0, 0, LLAMA3_RE, "null");
+    snprintf(p, sizeof p, "%s/bad_merge.json", dir);
+    variant(good, p, "\"he ll\"", "\"he lx\"");
+    tap_ok(load_err(p, "model.merges[2]: 'he' + 'lx': the right side is not in model.vocab"),
+           "merge with a side missing from the vocab: refused, naming the merge");
+    snprintf(p, sizeof p, "%s/lstrip.json", dir);
+    variant(good, p, "\"lstrip\":false", "\"lstrip\":true");
+    tap_ok(load_err(p, "added_tokens: '<|a|>': lstrip"), "added token with lstrip: refused, naming it");
+    snprintf(p, sizeof p, "%s/unigram.json", dir);
+    variant(good, p, "\"type\":\"BPE\"", "\"type\":\"Unigram\"");
+    tap_ok(load_err(p, "model.type"), "model.type Unigram: refused");
     snprintf(p, sizeof p, "%s/bad_pattern.json", dir);
     write_json(p, 0, 0, "\\\\s+|\\\\w+", "null");
     tap_ok(load_err(p, "unknown pattern '\\s+|\\w+'"), "unknown Split pattern: refused, naming it");
@@ -245,21 +288,6 @@ static void test_errors(const char *dir) {
     tap_ok(load_err(p, "not valid JSON"), "truncated file: refused as invalid JSON");
     snprintf(p, sizeof p, "%s/missing.json", dir);
     tap_ok(load_err(p, "cannot open"), "missing file: refused");
-}
-
-static uint8_t *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "test_hf_tok: cannot open %s\n", path);
-        return NULL;
-    }
-    size_t cap = 1 << 16, got;
-    uint8_t *buf = malloc(cap);
-    *n = 0;
-    while ((got = fread(buf + *n, 1, cap - *n, f)) > 0)
-        if ((*n += got) == cap) buf = realloc(buf, cap *= 2);
-    fclose(f);
-    return buf;
 }
 
 /* --encode JSON FILE...: ids per file; --decode-check JSON FILE...: exit 1 unless
@@ -310,7 +338,7 @@ int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "--encode") == 0) return run_files(argc, argv, 0);
     if (argc >= 3 && strcmp(argv[1], "--decode-check") == 0) return run_files(argc, argv, 1);
     if (argc == 3 && strcmp(argv[1], "--nfc") == 0) return nfc_file(argv[2]);
-    tap_plan(2 * N_SPLIT_CASES + 13 + 4);
+    tap_plan(2 * N_SPLIT_CASES + 13 + 7);
     test_split();
     char dir[] = "/tmp/tessera-hftok.XXXXXX";
     if (!mkdtemp(dir)) return 1;
