@@ -1,0 +1,50 @@
+/* hf_tok.h — Hugging Face tokenizer.json, byte-level BPE family (Llama 3, Qwen 2/3).
+ *
+ * Accepted: model.type "BPE" (vocab, merges as "a b" strings or [a, b] pairs, ignore_merges,
+ * byte_fallback false), added_tokens (matched literally, leftmost-longest, before everything else),
+ * normalizer null or NFC, pre_tokenizer Sequence[Split(Regex P, Isolated, invert false),
+ * ByteLevel(use_regex false)] where P is Llama 3's or Qwen 2/3's pattern (matched by hand-written C,
+ * hf_pretok.c), decoder ByteLevel. Anything else is refused naming the file and the key.
+ * The reference is transformers.js (npm @lenml/tokenizers); docs/tokenizers-hf.md.
+ * A loaded tokenizer is read-only: encode and decode may run in several threads at once.
+ */
+#ifndef TSR_HF_TOK_H
+#define TSR_HF_TOK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct hf_tok hf_tok;
+
+/* Split patterns recognised (exact string compare with the tokenizer.json's Regex). */
+typedef enum hf_split_kind {
+    HF_SPLIT_LLAMA3, /* ...|\p{N}{1,3}|...  (Llama 3, 3.1, 3.2) */
+    HF_SPLIT_QWEN2,  /* ...|\p{N}|...       (Qwen 2, 2.5, 3) */
+    HF_SPLIT_COUNT
+} hf_split_kind;
+
+/* Loads a tokenizer.json. Returns 0, or TSR_EXIT_DATA after tsr_error() named the file and fault. */
+int hf_tok_load(hf_tok **out, const char *path);
+void hf_tok_free(hf_tok *tok);
+
+uint32_t hf_tok_vocab_size(const hf_tok *tok); /* 1 + the largest id (vocab and added tokens) */
+/* Id of an added token such as "<|eot_id|>", or UINT32_MAX. */
+uint32_t hf_tok_added_id(const hf_tok *tok, const char *content);
+
+/* Encodes n bytes of text (ill-formed UTF-8: each maximal subpart reads as U+FFFD, as node reads
+ * a file). Added tokens are matched when allow_special != 0. Appends to *ids (realloc'd, capacity
+ * *cap), updates *n_ids and returns the ids written. */
+size_t hf_tok_encode(const hf_tok *tok, const uint8_t *text, size_t n, int allow_special,
+                     uint32_t **ids, size_t *n_ids, size_t *cap);
+/* Decodes ids to bytes: writes at most cap bytes, returns the full length, (size_t)-1 after
+ * tsr_error() for an id out of range. */
+size_t hf_tok_decode(const hf_tok *tok, const uint32_t *ids, size_t n, uint8_t *out, size_t cap);
+
+/* The Split pre-tokenisation alone: calls piece(ctx, start, len) for each piece of the UTF-8
+ * text t (already sanitised: valid UTF-8). */
+void hf_pretok_split(hf_split_kind kind, const uint8_t *t, size_t n,
+                     void (*piece)(void *ctx, const uint8_t *p, size_t len), void *ctx);
+/* The kind whose Regex is exactly pattern, or HF_SPLIT_COUNT. */
+hf_split_kind hf_split_kind_of(const char *pattern);
+
+#endif

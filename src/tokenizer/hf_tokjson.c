@@ -1,0 +1,392 @@
+/* hf_tokjson.c — loading a Hugging Face tokenizer.json (byte-level BPE family) with the JSON parser
+ * of src/prep/jsonl.c. What is accepted is listed in hf_tok.h; every refusal names the file, the
+ * key and what was expected. Vocab strings are byte-level mapped (GPT-2's bytes_to_unicode); they
+ * are mapped back to bytes here, so the rest works on bytes. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "prep/jsonl.h"
+#include "tokenizer/hf_tok_internal.h"
+#include "tokenizer/tokenizer_internal.h"
+
+#define MAX_IDS (1u << 24) /* ids above this are refused (vocabularies to 262K and far beyond) */
+
+static uint64_t hash_bytes(const uint8_t *p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return tsr_hash64(h);
+}
+
+static const uint8_t *id_bytes(const hf_tok *t, uint32_t id, size_t *n) {
+    *n = t->off[id + 1] - t->off[id];
+    return t->blob + t->off[id];
+}
+
+uint32_t hf_vocab_find(const hf_tok *t, const uint8_t *p, size_t n) {
+    for (uint64_t s = hash_bytes(p, n) & t->vmask;; s = (s + 1) & t->vmask) {
+        uint32_t id = t->vslot[s];
+        if (id == HF_NONE) return HF_NONE;
+        size_t m;
+        const uint8_t *q = id_bytes(t, id, &m);
+        if (m == n && memcmp(p, q, n) == 0) return id;
+    }
+}
+
+uint32_t hf_merge_find(const hf_tok *t, uint32_t l, uint32_t r, uint32_t *res) {
+    uint64_t key = (uint64_t)l << 32 | r;
+    for (uint64_t s = tsr_hash64(key) & t->mmask;; s = (s + 1) & t->mmask) {
+        if (t->mkey[s] == key) {
+            *res = t->mres[s];
+            return t->mrank[s];
+        }
+        if (t->mkey[s] == UINT64_MAX) return HF_NONE;
+    }
+}
+
+/* byte-level mapping undone: code point -> byte, or -1 */
+static int unmap_cp(uint32_t cp) {
+    if ((cp >= 33 && cp <= 126) || (cp >= 161 && cp <= 172) || (cp >= 174 && cp <= 255)) return (int)cp;
+    if (cp < 256 || cp > 256 + 67) return -1;
+    int k = (int)(cp - 256), b; /* the k-th byte outside the ranges above, in byte order */
+    for (b = 0; b < 256; b++) {
+        int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+        if (!printable && k-- == 0) return b;
+    }
+    return -1;
+}
+
+/* s (byte-level mapped UTF-8) -> bytes in out (cap >= len); returns the byte count or -1. */
+static long unmap_str(const char *s, size_t len, uint8_t *out) {
+    size_t o = 0;
+    for (size_t i = 0; i < len;) {
+        uint32_t cp;
+        i += tsr_utf8_next((const uint8_t *)s + i, len - i, &cp);
+        int b = unmap_cp(cp);
+        if (b < 0) return -1;
+        out[o++] = (uint8_t)b;
+    }
+    return (long)o;
+}
+
+static int fail(const char *path, const char *what) {
+    tsr_error("%s: %s", path, what);
+    return TSR_EXIT_DATA;
+}
+
+static char *read_all(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        tsr_error("%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 20, len = 0, got;
+    char *b = tsr_malloc(cap);
+    while ((got = fread(b + len, 1, cap - len, f)) > 0) {
+        len += got;
+        if (len == cap) b = tsr_realloc(b, cap *= 2);
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (err) {
+        tsr_error("%s: read error", path);
+        free(b);
+        return NULL;
+    }
+    *n = len;
+    return b;
+}
+
+static int is_type(const json_value *v, const char *type) {
+    const json_value *t = json_get(v, "type");
+    return t && t->type == JSON_STRING && strcmp(t->str, type) == 0;
+}
+
+static int bool_is(const json_value *v, const char *key, int want) {
+    const json_value *b = json_get(v, key);
+    if (!b || b->type == JSON_NULL) return !want;
+    return (b->type == JSON_TRUE) == want && (b->type == JSON_TRUE || b->type == JSON_FALSE);
+}
+
+/* The accepted pipeline around the model; fills split and nfc. */
+static int check_pipeline(hf_tok *t, const json_value *root, const char *path) {
+    char msg[400];
+    const json_value *nz = json_get(root, "normalizer");
+    if (nz && nz->type != JSON_NULL) {
+        if (!is_type(nz, "NFC"))
+            return fail(path, "normalizer: expected null or {\"type\": \"NFC\"} (byte-level BPE family)");
+        t->nfc = 1;
+    }
+    const json_value *pt = json_get(root, "pre_tokenizer");
+    const json_value *seq = pt ? json_get(pt, "pretokenizers") : NULL;
+    if (!pt || !is_type(pt, "Sequence") || !seq || seq->type != JSON_ARRAY || seq->len != 2)
+        return fail(path, "pre_tokenizer: expected Sequence[Split(Regex), ByteLevel(use_regex false)]");
+    const json_value *sp = seq->child, *bl = sp->next;
+    const json_value *pat = json_get(sp, "pattern"), *re = pat ? json_get(pat, "Regex") : NULL;
+    const json_value *beh = json_get(sp, "behavior");
+    if (!is_type(sp, "Split") || !re || re->type != JSON_STRING || !beh || beh->type != JSON_STRING ||
+        strcmp(beh->str, "Isolated") != 0 || !bool_is(sp, "invert", 0))
+        return fail(path, "pre_tokenizer.pretokenizers[0]: expected Split with pattern.Regex, "
+                          "behavior Isolated, invert false");
+    t->split = hf_split_kind_of(re->str);
+    if (t->split == HF_SPLIT_COUNT) {
+        tsr_snprintf(msg, sizeof msg, "pre_tokenizer.pretokenizers[0].pattern.Regex: unknown pattern "
+                     "'%.250s' (known: Llama 3's and Qwen 2/3's)", re->str);
+        return fail(path, msg);
+    }
+    if (!is_type(bl, "ByteLevel") || !bool_is(bl, "use_regex", 0) || !bool_is(bl, "add_prefix_space", 0))
+        return fail(path, "pre_tokenizer.pretokenizers[1]: expected ByteLevel with use_regex false, "
+                          "add_prefix_space false");
+    const json_value *dec = json_get(root, "decoder");
+    if (!dec || !is_type(dec, "ByteLevel")) return fail(path, "decoder: expected ByteLevel");
+    return 0;
+}
+
+static void vocab_insert(hf_tok *t, uint32_t id) {
+    size_t n;
+    const uint8_t *p = id_bytes(t, id, &n);
+    uint64_t s = hash_bytes(p, n) & t->vmask;
+    while (t->vslot[s] != HF_NONE) s = (s + 1) & t->vmask;
+    t->vslot[s] = id;
+}
+
+static uint64_t pow2_at_least(uint64_t n) {
+    uint64_t c = 16;
+    while (c < n) c *= 2;
+    return c;
+}
+
+static int load_vocab(hf_tok *t, const json_value *vocab, const json_value *added, const char *path) {
+    char msg[300];
+    uint32_t max_id = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (const json_value *v = pass ? added->child : vocab->child; v; v = v->next) {
+            const json_value *idv = pass ? json_get(v, "id") : v;
+            double d = idv ? idv->num : -1;
+            if (!idv || idv->type != JSON_NUMBER || d < 0 || d >= MAX_IDS || d != (double)(uint32_t)d) {
+                tsr_snprintf(msg, sizeof msg, "%s: id of '%.60s': expected an integer in [0, %u)",
+                             pass ? "added_tokens" : "model.vocab", pass ? "?" : v->key, MAX_IDS);
+                return fail(path, msg);
+            }
+            if ((uint32_t)d > max_id) max_id = (uint32_t)d;
+        }
+    t->n_ids = max_id + 1;
+    const json_value **src = tsr_calloc(t->n_ids, sizeof *src);
+    uint8_t *is_added = tsr_calloc(t->n_ids, 1);
+    size_t total = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (const json_value *v = pass ? added->child : vocab->child; v; v = v->next) {
+            uint32_t id = (uint32_t)(pass ? json_get(v, "id")->num : v->num);
+            const json_value *c = pass ? json_get(v, "content") : NULL;
+            if (pass && (!c || c->type != JSON_STRING || c->len == 0)) {
+                free(src), free(is_added);
+                return fail(path, "added_tokens: each needs a non-empty string 'content'");
+            }
+            if (!pass && src[id]) {
+                tsr_snprintf(msg, sizeof msg, "model.vocab: id %u given twice ('%.60s')", id, v->key);
+                free(src), free(is_added);
+                return fail(path, msg);
+            }
+            if (pass && src[id] && !is_added[id]) { /* an added token that is also a vocab entry */
+                size_t kl = src[id]->key_len;
+                uint8_t *tmp = tsr_malloc(kl + 1);
+                long bl = unmap_str(src[id]->key, kl, tmp);
+                int same = bl == (long)c->len && memcmp(tmp, c->str, c->len) == 0;
+                free(tmp);
+                if (!same) {
+                    tsr_snprintf(msg, sizeof msg, "added_tokens: '%.60s' has id %u, which the vocab "
+                                 "gives to '%.60s'", c->str, id, src[id]->key);
+                    free(src), free(is_added);
+                    return fail(path, msg);
+                }
+            }
+            src[id] = pass ? c : v;
+            is_added[id] = (uint8_t)pass;
+            total += pass ? c->len : v->key_len;
+        }
+    t->blob = tsr_malloc(total + 1);
+    t->off = tsr_calloc((size_t)t->n_ids + 1, sizeof *t->off);
+    t->assigned = tsr_calloc(t->n_ids, 1);
+    uint64_t o = 0;
+    for (uint32_t id = 0; id < t->n_ids; id++) {
+        t->off[id] = o;
+        const json_value *s = src[id];
+        if (!s) continue;
+        t->assigned[id] = 1;
+        if (is_added[id]) {
+            memcpy(t->blob + o, s->str, s->len);
+            o += s->len;
+            continue;
+        }
+        long bl = unmap_str(s->key, s->key_len, t->blob + o);
+        if (bl < 0) { /* not byte-level text: kept as written, never produced by encoding */
+            memcpy(t->blob + o, s->key, s->key_len);
+            o += s->key_len;
+            t->assigned[id] = 2;
+        } else o += (uint64_t)bl;
+    }
+    t->off[t->n_ids] = o;
+    uint64_t cap = pow2_at_least(2 * (uint64_t)t->n_ids);
+    t->vslot = tsr_malloc(cap * sizeof *t->vslot);
+    memset(t->vslot, 0xff, cap * sizeof *t->vslot);
+    t->vmask = cap - 1;
+    for (uint32_t id = 0; id < t->n_ids; id++)
+        if (t->assigned[id] == 1 && !is_added[id]) vocab_insert(t, id);
+    for (int b = 0; b < 256; b++) {
+        uint8_t c = (uint8_t)b;
+        t->byte_tok[b] = hf_vocab_find(t, &c, 1);
+        if (t->byte_tok[b] == HF_NONE) {
+            tsr_snprintf(msg, sizeof msg, "model.vocab: no entry for byte 0x%02X (byte-level BPE needs "
+                         "all 256)", b);
+            free(src), free(is_added);
+            return fail(path, msg);
+        }
+    }
+    free(src), free(is_added);
+    return 0;
+}
+
+static int load_added(hf_tok *t, const json_value *added, const char *path) {
+    t->n_added = (uint32_t)added->len;
+    t->added = tsr_calloc(t->n_added + 1, sizeof *t->added);
+    t->added_len = tsr_calloc(t->n_added + 1, sizeof *t->added_len);
+    t->added_id = tsr_calloc(t->n_added + 1, sizeof *t->added_id);
+    uint32_t k = 0;
+    for (const json_value *v = added->child; v; v = v->next, k++) {
+        const json_value *c = json_get(v, "content");
+        if (!bool_is(v, "lstrip", 0) || !bool_is(v, "rstrip", 0) || !bool_is(v, "single_word", 0)) {
+            char msg[200];
+            tsr_snprintf(msg, sizeof msg, "added_tokens: '%.60s': lstrip, rstrip and single_word must "
+                         "be false (not supported)", c->str);
+            return fail(path, msg);
+        }
+        t->added[k] = tsr_malloc(c->len + 1);
+        memcpy(t->added[k], c->str, c->len + 1);
+        t->added_len[k] = (uint32_t)c->len;
+        t->added_id[k] = (uint32_t)json_get(v, "id")->num;
+        t->added_first[(uint8_t)c->str[0]] = 1;
+    }
+    return 0;
+}
+
+/* One merge's two sides: "a b" (split at the first space, as transformers.js) or ["a", "b"]. */
+static int merge_sides(const json_value *m, const char **a, size_t *al, const char **b, size_t *bl) {
+    if (m->type == JSON_STRING) {
+        const char *sp = memchr(m->str, ' ', m->len);
+        if (!sp) return -1;
+        const char *sp2 = memchr(sp + 1, ' ', m->len - (size_t)(sp + 1 - m->str));
+        *a = m->str, *al = (size_t)(sp - m->str);
+        *b = sp + 1, *bl = (sp2 ? (size_t)(sp2 - sp - 1) : m->len - *al - 1);
+        return 0;
+    }
+    if (m->type != JSON_ARRAY || m->len != 2 || m->child->type != JSON_STRING ||
+        m->child->next->type != JSON_STRING)
+        return -1;
+    *a = m->child->str, *al = m->child->len, *b = m->child->next->str, *bl = m->child->next->len;
+    return 0;
+}
+
+static int load_merges(hf_tok *t, const json_value *merges, const char *path) {
+    char msg[300];
+    uint64_t cap = pow2_at_least(2 * (uint64_t)merges->len + 2);
+    t->mkey = tsr_malloc(cap * sizeof *t->mkey);
+    memset(t->mkey, 0xff, cap * sizeof *t->mkey);
+    t->mrank = tsr_malloc(cap * sizeof *t->mrank);
+    t->mres = tsr_malloc(cap * sizeof *t->mres);
+    t->mmask = cap - 1;
+    uint8_t buf[2048];
+    uint32_t rank = 0;
+    for (const json_value *m = merges->child; m; m = m->next, rank++) {
+        const char *a, *b;
+        size_t al, bl;
+        long na, nb;
+        if (merge_sides(m, &a, &al, &b, &bl) != 0 || al + bl > sizeof buf ||
+            (na = unmap_str(a, al, buf)) <= 0 || (nb = unmap_str(b, bl, buf + na)) <= 0) {
+            tsr_snprintf(msg, sizeof msg, "model.merges[%u]: expected \"a b\" or [\"a\", \"b\"] of "
+                         "byte-level tokens", rank);
+            return fail(path, msg);
+        }
+        uint32_t l = hf_vocab_find(t, buf, (size_t)na), r = hf_vocab_find(t, buf + na, (size_t)nb);
+        uint32_t res = hf_vocab_find(t, buf, (size_t)(na + nb));
+        if (l == HF_NONE || r == HF_NONE || res == HF_NONE) {
+            tsr_snprintf(msg, sizeof msg, "model.merges[%u]: '%.*s' + '%.*s': %s is not in model.vocab",
+                         rank, (int)al, a, (int)bl, b,
+                         l == HF_NONE ? "the left side" : r == HF_NONE ? "the right side" : "the result");
+            return fail(path, msg);
+        }
+        uint64_t key = (uint64_t)l << 32 | r, s = tsr_hash64(key) & t->mmask;
+        while (t->mkey[s] != UINT64_MAX && t->mkey[s] != key) s = (s + 1) & t->mmask;
+        t->mkey[s] = key; /* a repeated pair takes its later rank (transformers.js builds a Map) */
+        t->mrank[s] = rank;
+        t->mres[s] = res;
+    }
+    return 0;
+}
+
+static int load_root(hf_tok *t, const json_value *root, const char *path) {
+    if (root->type != JSON_OBJECT) return fail(path, "expected a JSON object (a tokenizer.json)");
+    const json_value *model = json_get(root, "model");
+    if (!model || !is_type(model, "BPE"))
+        return fail(path, "model.type: expected \"BPE\" (byte-level BPE: Llama 3, Qwen 2/3)");
+    const json_value *vocab = json_get(model, "vocab"), *merges = json_get(model, "merges");
+    const json_value *added = json_get(root, "added_tokens");
+    if (!vocab || vocab->type != JSON_OBJECT || vocab->len == 0)
+        return fail(path, "model.vocab: expected a non-empty object");
+    if (!merges || merges->type != JSON_ARRAY) return fail(path, "model.merges: expected an array");
+    if (added && added->type != JSON_ARRAY) return fail(path, "added_tokens: expected an array");
+    static const json_value no_added = {.type = JSON_ARRAY};
+    if (!added) added = &no_added;
+    if (!bool_is(model, "byte_fallback", 0))
+        return fail(path, "model.byte_fallback: true is not supported with byte-level BPE");
+    const json_value *dr = json_get(model, "dropout");
+    if (dr && dr->type != JSON_NULL) return fail(path, "model.dropout: expected null");
+    t->ignore_merges = bool_is(model, "ignore_merges", 1);
+    int rc = check_pipeline(t, root, path);
+    if (!rc) rc = load_vocab(t, vocab, added, path);
+    if (!rc) rc = load_added(t, added, path);
+    if (!rc) rc = load_merges(t, merges, path);
+    return rc;
+}
+
+int hf_tok_load(hf_tok **out, const char *path) {
+    *out = NULL;
+    size_t n;
+    char *text = read_all(path, &n);
+    if (!text) return TSR_EXIT_DATA;
+    json_doc doc;
+    json_doc_init(&doc);
+    json_value *root;
+    json_error err;
+    int rc;
+    if (json_parse(&doc, text, n, &root, &err) != 0) {
+        tsr_error("%s: not valid JSON at byte %zu: %s", path, err.pos, err.msg);
+        rc = TSR_EXIT_DATA;
+    } else {
+        hf_tok *t = tsr_calloc(1, sizeof *t);
+        rc = load_root(t, root, path);
+        if (rc) hf_tok_free(t);
+        else *out = t;
+    }
+    json_doc_free(&doc);
+    free(text);
+    return rc;
+}
+
+void hf_tok_free(hf_tok *t) {
+    if (!t) return;
+    for (uint32_t k = 0; k < t->n_added; k++) free(t->added[k]);
+    free(t->added), free(t->added_len), free(t->added_id);
+    free(t->blob), free(t->off), free(t->assigned), free(t->vslot);
+    free(t->mkey), free(t->mrank), free(t->mres);
+    free(t);
+}
+
+uint32_t hf_tok_vocab_size(const hf_tok *t) { return t->n_ids; }
+
+uint32_t hf_tok_added_id(const hf_tok *t, const char *content) {
+    for (uint32_t k = 0; k < t->n_added; k++)
+        if (strcmp(t->added[k], content) == 0) return t->added_id[k];
+    return HF_NONE;
+}

