@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -54,4 +55,34 @@ void fs_exe_dir(char *buf, size_t n) {
     char *slash = strrchr(exe, '/');
     if (slash) *slash = '\0';
     snprintf(buf, n, "%s", exe);
+}
+
+int fs_read_all(const char *path, size_t max_bytes, char **out, size_t *n) {
+    *out = NULL;
+    *n = 0;
+    int is_stdin = strcmp(path, "-") == 0;
+    FILE *f = is_stdin ? stdin : fopen(path, "rb");
+    if (!f) {
+        tsr_error("%s: cannot open: %s", path, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    size_t cap = 1 << 16, len = 0, got;
+    char *b = tsr_malloc(cap + 1);
+    while ((got = fread(b + len, 1, cap - len, f)) > 0) {
+        len += got;
+        if (max_bytes && len > max_bytes) break;
+        if (len == cap) b = tsr_realloc(b, (cap *= 2) + 1);
+    }
+    int err = ferror(f) ? errno : 0;
+    if (!is_stdin) fclose(f);
+    if (err || (max_bytes && len > max_bytes)) {
+        if (err) tsr_error("%s: read failed after %zu bytes: %s", path, len, strerror(err));
+        else tsr_error("%s: larger than %zu bytes, the most this file may hold", path, max_bytes);
+        free(b);
+        return TSR_EXIT_DATA;
+    }
+    b[len] = '\0';
+    *out = b;
+    *n = len;
+    return 0;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "chat/chat_config.h"
+#include "fsutil.h"
 
 static const char *const special[CHAT_SPECIAL_TOKENS] = {
     "bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"};
@@ -22,36 +23,6 @@ static int fail(jinja_error *err, int status, const char *fmt, ...) {
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
     va_end(ap);
     return status;
-}
-
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    size_t cap = 0, len = 0, got;
-    do {
-        if (len == cap) {
-            char *nb = realloc(buf, cap = cap ? cap * 2 : 65536);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                errno = ENOMEM;
-                return NULL;
-            }
-            buf = nb;
-        }
-        got = fread(buf + len, 1, cap - len, f);
-        len += got;
-    } while (got > 0);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        errno = EIO;
-        return NULL;
-    }
-    *n = len;
-    return buf;
 }
 
 /* the template source: a string, or the "default" of a list of named templates */
@@ -91,8 +62,8 @@ static void build_vars(chat_config *cc, const json_value *cfg) {
 int chat_config_load(const char *path, chat_config *cc, jinja_error *err) {
     memset(cc, 0, sizeof *cc);
     size_t n = 0;
-    cc->text = slurp(path, &n);
-    if (!cc->text) return fail(err, JINJA_ECONTEXT, "%s: cannot read: %s", path, strerror(errno));
+    if (fs_read_all(path, 0, &cc->text, &n))
+        return fail(err, JINJA_ECONTEXT, "%s: cannot read it (above)", path);
     json_doc_init(&cc->doc);
     json_value *cfg;
     json_error je;

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "fsutil.h"
 #include "hf/hf_internal.h"
 #include "ops.h"
 #include "prep/jsonl.h"
@@ -222,7 +223,7 @@ static void check_mpt(checker *c, const json_value *r, const tsr_model *m) {
 int hf_config_check(const char *path, const tsr_model *m, hf_config *out) {
     char *text;
     size_t n;
-    int rc = hf_read_file(path, &text, &n);
+    int rc = fs_read_all(path, 0, &text, &n);
     if (rc) return rc;
     json_doc doc;
     json_doc_init(&doc);

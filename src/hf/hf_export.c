@@ -75,7 +75,7 @@ static int resolve_tokenizer(const char *spec, const tsr_model *m, tok_files *t)
 static int copy_file(const char *from, const char *to) {
     char *data;
     size_t n;
-    int rc = hf_read_file(from, &data, &n);
+    int rc = fs_read_all(from, 0, &data, &n);
     if (!rc) rc = hf_write_file(to, data, n);
     free(data);
     return rc;

@@ -52,7 +52,5 @@ int hf_config_check(const char *path, const tsr_model *m, hf_config *out);
 /* Writes n bytes to path atomically (path.tmp, fsync, rename, fsync of the directory).
  * 0 or TSR_EXIT_DATA after tsr_error. */
 int hf_write_file(const char *path, const void *data, size_t n);
-/* Reads a whole file (malloc'd, NUL-terminated; *n bytes). 0 or TSR_EXIT_DATA after tsr_error. */
-int hf_read_file(const char *path, char **data, size_t *n);
 
 #endif

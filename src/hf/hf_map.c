@@ -133,27 +133,3 @@ int hf_write_file(const char *path, const void *data, size_t n) {
     return fs_sync_parent(path);
 }
 
-int hf_read_file(const char *path, char **data, size_t *n) {
-    *data = NULL;
-    *n = 0;
-    FILE *f = fopen(path, "rb");
-    struct stat st;
-    if (!f || fstat(fileno(f), &st) != 0) {
-        tsr_error("%s: cannot open it: %s", path, strerror(errno));
-        if (f) fclose(f);
-        return TSR_EXIT_DATA;
-    }
-    char *buf = tsr_malloc((size_t)st.st_size + 1);
-    size_t got = fread(buf, 1, (size_t)st.st_size, f);
-    int bad = ferror(f) || got != (size_t)st.st_size;
-    fclose(f);
-    if (bad) {
-        tsr_error("%s: reading it failed (%zu of %lld bytes)", path, got, (long long)st.st_size);
-        free(buf);
-        return TSR_EXIT_DATA;
-    }
-    buf[got] = '\0';
-    *data = buf;
-    *n = got;
-    return 0;
-}

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "fsutil.h"
 #include "prep/jsonl.h"
 #include "tokenizer/hf_tok_internal.h"
 #include "tokenizer/tokenizer_internal.h"
@@ -74,29 +75,6 @@ static long unmap_str(const char *s, size_t len, uint8_t *out) {
 static int fail(const char *path, const char *what) {
     tsr_error("%s: %s", path, what);
     return TSR_EXIT_DATA;
-}
-
-static char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        tsr_error("%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 20, len = 0, got;
-    char *b = tsr_malloc(cap);
-    while ((got = fread(b + len, 1, cap - len, f)) > 0) {
-        len += got;
-        if (len == cap) b = tsr_realloc(b, cap *= 2);
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (err) {
-        tsr_error("%s: read error", path);
-        free(b);
-        return NULL;
-    }
-    *n = len;
-    return b;
 }
 
 static int is_type(const json_value *v, const char *type) {
@@ -353,8 +331,8 @@ static int load_root(hf_tok *t, const json_value *root, const char *path) {
 int hf_tok_load(hf_tok **out, const char *path) {
     *out = NULL;
     size_t n;
-    char *text = read_all(path, &n);
-    if (!text) return TSR_EXIT_DATA;
+    char *text;
+    if (fs_read_all(path, 0, &text, &n)) return TSR_EXIT_DATA;
     json_doc doc;
     json_doc_init(&doc);
     json_value *root;

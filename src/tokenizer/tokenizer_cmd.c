@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "cli_commands.h"
 #include "common.h"
+#include "fsutil.h"
 #include "tokenizer/tokenizer.h"
 
 static const cli_opt encode_opts[] = {
@@ -58,35 +59,6 @@ static int cmd_parse(const cli_cmd *c, int argc, char **argv, tok_args *a) {
     return 0;
 }
 
-/* Reads a whole file ('-' = stdin) into a malloc'd buffer. */
-static int slurp(const char *path, uint8_t **buf, size_t *n) {
-    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-    if (!f) {
-        tsr_error("%s: cannot open: %s", path, strerror(errno));
-        return TSR_EXIT_DATA;
-    }
-    size_t cap = 1 << 16, len = 0, got;
-    uint8_t *b = tsr_malloc(cap);
-    while ((got = fread(b + len, 1, cap - len, f)) > 0) {
-        len += got;
-        if (len == cap) {
-            uint8_t *nb = realloc(b, cap *= 2);
-            if (!nb) tsr_die(TSR_EXIT_INTERNAL, "out of memory reading %s (%zu bytes)", path, len);
-            b = nb;
-        }
-    }
-    int err = ferror(f);
-    if (f != stdin) fclose(f);
-    if (err) {
-        tsr_error("%s: read error", path);
-        free(b);
-        return TSR_EXIT_DATA;
-    }
-    *buf = b;
-    *n = len;
-    return 0;
-}
-
 static int write_all(const void *p, size_t n) {
     if (n && fwrite(p, 1, n, stdout) != n) {
         tsr_error("stdout: write failed: %s", strerror(errno));
@@ -96,12 +68,12 @@ static int write_all(const void *p, size_t n) {
 }
 
 static int run_encode(const tsr_tokenizer *tok, const char *path, int special) {
-    uint8_t *text;
+    char *text;
     size_t n, n_ids = 0, cap = 0;
     uint32_t *ids = NULL;
-    int rc = slurp(path, &text, &n);
+    int rc = fs_read_all(path, 0, &text, &n);
     if (rc) return rc;
-    tokenizer_encode(tok, text, n, special, &ids, &n_ids, &cap);
+    tokenizer_encode(tok, (const uint8_t *)text, n, special, &ids, &n_ids, &cap);
     free(text);
     char *line = tsr_malloc(11 * n_ids + 2), *o = line;
     for (size_t i = 0; i < n_ids; i++) {
@@ -122,9 +94,9 @@ static int run_encode(const tsr_tokenizer *tok, const char *path, int special) {
 }
 
 static int run_decode(const tsr_tokenizer *tok, const char *path) {
-    uint8_t *text;
+    char *text;
     size_t n;
-    int rc = slurp(path, &text, &n);
+    int rc = fs_read_all(path, 0, &text, &n);
     if (rc) return rc;
     size_t n_ids = 0, cap = 1024;
     uint32_t *ids = tsr_malloc(cap * sizeof *ids);

@@ -31,6 +31,7 @@
 
 #include "common.h"
 #include "data/data.h"
+#include "fsutil.h"
 
 #define MAX_TOKENS (UINT32_C(1) << 31) /* ids fit int32, as dataset vocabularies (data-format.md) */
 #define MAX_FILE_BYTES (UINT64_C(1) << 34)
@@ -191,42 +192,6 @@ typedef struct reader {
     const char *p, *end; /* the unread part of the records */
     long line;           /* line number of the record being read (1-based) */
 } reader;
-
-/* Reads the file into memory (NUL-terminated). */
-static int slurp(const char *path, char **out, size_t *n_out) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        tsr_error("%s: cannot open tokenizer file: %s", path, strerror(errno));
-        return TSR_EXIT_DATA;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > MAX_FILE_BYTES) {
-        tsr_error("%s: not a regular file of at most %llu bytes (tokenizer file expected)", path,
-                  (unsigned long long)MAX_FILE_BYTES);
-        close(fd);
-        return TSR_EXIT_DATA;
-    }
-    size_t n = (size_t)st.st_size, done = 0;
-    char *buf = malloc(n + 1);
-    if (!buf) tsr_die(TSR_EXIT_INTERNAL, "%s: out of memory reading %zu bytes", path, n);
-    while (done < n) {
-        ssize_t k = read(fd, buf + done, n - done);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) {
-            tsr_error("%s: read failed after %zu of %zu bytes: %s", path, done, n,
-                      k < 0 ? strerror(errno) : "file shrank while reading");
-            free(buf);
-            close(fd);
-            return TSR_EXIT_DATA;
-        }
-        done += (size_t)k;
-    }
-    close(fd);
-    buf[n] = '\0';
-    *out = buf;
-    *n_out = n;
-    return 0;
-}
 
 static int bad_record(reader *r, const char *what) {
     tsr_error("%s: line %ld: %s", r->path, r->line, what);
@@ -413,7 +378,7 @@ int tokfile_read(tsr_tokfile_parts *out, const char *path) {
     memset(out, 0, sizeof *out);
     char *buf;
     size_t n;
-    TSR_CHECK(slurp(path, &buf, &n));
+    TSR_CHECK(fs_read_all(path, (size_t)MAX_FILE_BYTES, &buf, &n));
     int rc = TSR_EXIT_DATA;
     size_t ml = strlen(TSR_TOKFILE_MAGIC);
     /* 1. magic */
