@@ -87,7 +87,7 @@ our_pid() {
     [[ -s $2 ]] || return 1
     pid=$(tr -dc 0-9 <"$2")
     [[ -n $pid && $(cat "/proc/$pid/comm" 2>/dev/null) == "$1" ]] || return 1
-    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$DIR/" || return 1
+    tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "$DIR/" || return 1
     echo "$pid"
 }
 # stop_pidfiles COMM PIDFILE...: SIGTERM our COMM of each PIDFILE, wait, SIGKILL after 20 s

@@ -132,8 +132,8 @@ rank_pid() {
     local p
     for p in /proc/[0-9]*; do
         [[ $(cat "$p/comm" 2>/dev/null) == tessera-train ]] || continue
-        tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qx "SLURM_JOB_ID=$1" || continue
-        tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qx "SLURM_PROCID=$2" && { echo "${p#/proc/}"; return 0; }
+        tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -qx "SLURM_JOB_ID=$1" || continue
+        tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -qx "SLURM_PROCID=$2" && { echo "${p#/proc/}"; return 0; }
     done
     return 1
 }
