@@ -66,15 +66,18 @@ can_run() {
     if [[ -z $v ]] || ((10#${v%.*} < 20 || (10#${v%.*} == 20 && 10#${v#*.} < 2))); then
         echo "Slurm ${v:-of unknown version} is older than 20.02: not known to keep a cluster private"; return 1
     fi
-    # munged wants o+x on every directory above its socket, and a unix socket path fits in 108 bytes
+}
+# check_dir: what the instance directory must be: munged wants o+x on every directory above its
+# socket, and the sockets under it (munge/, spool/NODE/) must fit in sun_path (108 bytes)
+check_dir() {
     local d=$DIR
+    ((${#DIR} <= 60)) || die "SLURM_TEST_DIR=$DIR is longer than 60 bytes: its sockets would not fit a unix socket path"
     while [[ ! -e $d ]]; do d=$(dirname "$d"); done
     while [[ $d != / ]]; do
         [[ $(stat -c %A "$d") == ?????????[xt] ]] ||
-            { echo "$d (above $DIR) is not searchable by others (chmod o+x): munged refuses such a socket path"; return 1; }
+            die "$d (above SLURM_TEST_DIR=$DIR) is not searchable by others: munged refuses a socket there (chmod o+x $d)"
         d=$(dirname "$d")
     done
-    ((${#DIR} <= 60)) || { echo "SLURM_TEST_DIR=$DIR is longer than 60 bytes: its sockets would not fit sun_path"; return 1; }
 }
 munged_bin() { if [[ -x /usr/sbin/munged ]]; then /usr/sbin/munged "$@"; else munged "$@"; fi; }
 slurmctld_bin() { if [[ -x /usr/sbin/slurmctld ]]; then /usr/sbin/slurmctld "$@"; else slurmctld "$@"; fi; }
@@ -245,6 +248,7 @@ cancel_ours() {
 do_up() {
     local t0=$SECONDS n why
     why=$(can_run) || die "cannot run a private Slurm cluster here: $why"
+    check_dir
     if [[ -e $DIR ]]; then
         [[ -d $DIR && -z $(ls -A "$DIR") ]] || die "$DIR exists and is not empty (another instance, or not ours): not touching it; run down or pick another SLURM_TEST_DIR"
     fi
