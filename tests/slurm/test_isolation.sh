@@ -69,12 +69,18 @@ fake_daemon() {
     decoy "$2" "$!"
 }
 alive() { local p; for p in "${fakes[@]}"; do [[ $(cat "/proc/$p/comm" 2>/dev/null) == slurmctld || $(cat "/proc/$p/comm" 2>/dev/null) == slurmd ]] || return 1; done; }
-# ours DIR: the pids of live processes whose command line names DIR
-ours() { local p; for p in /proc/[0-9]*; do tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -qF -- "$1/" && echo "${p#/proc/}"; done; }
+# ours DIR: the pids of live processes whose command line or environment names DIR (the daemons,
+# and the slurmstepd and job processes they started: cluster.sh exports SLURM_CONF)
+ours() {
+    local p
+    for p in /proc/[0-9]*; do
+        cat 2>/dev/null "$p/cmdline" "$p/environ" | tr '\0' '\n' | grep -qF -- "$1/" && echo "${p#/proc/}"
+    done
+}
 # sl DIR CMD...: a client command against the instance in DIR (fails at once if it has no config:
 # Slurm's clients would retry a missing SLURM_CONF for 60 s)
 sl() { [[ -f $1/slurm.conf ]] || return 1; SLURM_CONF=$1/slurm.conf "${@:2}"; }
-others() { ps -eo pid=,comm= | awk '$2 ~ /^(munged|slurmctld|slurmd|slurmstepd|slurmscriptd)$/ { print $1 }' | sort; }
+others() { ps -eo pid=,comm= | awk '$2 ~ /^(munged|slurmctld|slurmd|slurmscriptd)$/ { print $1 }' | sort; }
 
 before=$(snapshot)
 decoy /etc/slurm/slurm.conf "# decoy written by tessera's tests/slurm/test_isolation.sh: must stay untouched
@@ -161,7 +167,7 @@ tap_check $? "every system path byte for byte as before (sha256, size, mode, own
 alive && [[ $(cat /run/slurmctld.pid 2>/dev/null) == "${fakes[0]}" || ${made[*]} != *"/run/slurmctld.pid"* ]]
 tap_check $? "the host's slurmctld and slurmd (pids ${fakes[*]}, named by /run/slurmctld.pid and /run/slurmd-n1.pid) still run"
 [[ $(others) == "$host_procs" ]]
-tap_check $? "every munged/slurmctld/slurmd process of the host before the test still runs, no new one is left ($(others | tr '\n' ' '))"
+tap_check $? "every munged/slurmctld/slurmd daemon of the host before the test still runs, no new one is left ($(others | tr '\n' ' '))"
 grep -q 'ClusterName=decoy' /etc/slurm/slurm.conf 2>/dev/null || [[ ${made[*]} != *"/etc/slurm/slurm.conf"* ]]
 tap_check $? "/etc/slurm/slurm.conf is still the decoy (or the site's own file, unchanged)"
 

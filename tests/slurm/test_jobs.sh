@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Slurm job suite end to end on a real, private Slurm (tests/slurm/cluster.sh: its own munged,
-# slurmctld + slurmd n1, n2 on this host, all in $TMP/slurm), through the installed templates, the requeue hook, the modulefile and srun:
+# slurmctld + slurmd n1, n2 on this host, all in $TMP/slurm), through the installed templates, the
+# requeue hook, the modulefile and srun:
 #  - pretrain.sbatch (tiny model, 2 nodes x 1 rank) runs to completion;
 #  - scancel --signal=USR1 --batch mid-run: the hook forwards it, the trainer checkpoints and exits
 #    85, the hook requeues, the rerun resumes and finishes bit-identical to the uninterrupted run;
