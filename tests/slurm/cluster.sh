@@ -29,7 +29,10 @@
 #   cluster.sh can    exit 0 if this machine can run a private cluster; else print why, exit 1.
 # Settings: SLURM_TEST_CPUS, SLURM_TEST_CRED_EXPIRE, SLURM_TEST_HC_INTERVAL, SLURM_TEST_HOOK_ENV
 # (space-separated VAR=VALUE words, no spaces in a value, exported to the three hooks).
-# Needs root and Debian's slurmctld, slurmd, slurm-client, munge (./INSTALL installs them).
+# Exit status: 0 done; 1 a refusal or a failure, the message naming the directory, file or value
+# (`can`: the reason on stdout, for the tests' exit-77 skip line).
+# Needs root and Debian's slurmctld, slurmd, slurm-client, munge (./INSTALL installs them), and
+# every directory above SLURM_TEST_DIR searchable by all (munged checks its socket's path).
 # Plugins that touch nothing of the host: proctrack/linuxproc, task/none, jobacct_gather/none (no
 # cgroups, so nothing conflicts with a real slurmd's cgroup tree); no accounting storage.
 set -euo pipefail
