@@ -28,10 +28,11 @@ node() { sinfo -h -N -n "$1" -o "%$2" | head -1; }     # node N T: state; node N
 wait_for() { local end=$((SECONDS + $1)); shift; until "$@"; do ((SECONDS < end)) || return 1; sleep 0.5; done; }
 done_state() { [[ $(field "$1" JobState) =~ ^(COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL)$ ]]; }
 # run the installed HealthCheckProgram wrapper as slurmd does: root, SLURMD_NODENAME, no job
-# (the environment the cluster's hooks/healthcheck wrapper gives it: SLURM_CONF and the site file)
+# (the environment the cluster's hooks/healthcheck wrapper gives it: SLURM_CONF, the site file, thresholds)
 hc_as_slurmd() {
     env -i PATH=/usr/bin:/bin:/usr/sbin:/sbin SLURMD_NODENAME="$1" SLURM_CONF="$SLURM_CONF" \
-        TESSERA_HC_DEFAULTS="$DEFAULTS" TESSERA_HC_LOG="$TESSERA_HC_LOG" sh "$W/healthcheck.sh"
+        TESSERA_HC_DEFAULTS="$DEFAULTS" TESSERA_HC_LOG="$TESSERA_HC_LOG" TESSERA_HC_CONFIG="$TESSERA_HC_CONFIG" \
+        sh "$W/healthcheck.sh"
 }
 cd "$TMP" || exit 1
 
