@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The health checker in the Slurm loop, on a real Slurm (tests/slurm/cluster.sh) with the installed
-# wrappers as Prolog=, Epilog= and HealthCheckProgram=, and a fault injected on n1 through the
-# wrappers' site file (/etc/default/tessera-hc: TSR_HC_FAULT=corrupt_gemm:n1):
+# The health checker in the Slurm loop, on a real, private Slurm (tests/slurm/cluster.sh) with the
+# installed wrappers as Prolog=, Epilog= and HealthCheckProgram=, and a fault injected on n1 through
+# the wrappers' site file (the test's own $TMP/tessera-hc, handed to them as TESSERA_HC_DEFAULTS by
+# the cluster's hooks: TSR_HC_FAULT=corrupt_gemm:n1):
 #  - a job placed on n1: the prolog's quick check fails, n1 is drained with a "tessera-hc:" reason,
 #    the job is requeued and finishes on n2;
 #  - a node drained by hand with another reason keeps it: the checker neither overwrites nor resumes it;
@@ -11,13 +12,12 @@
 source "$(dirname "$0")/../lib.sh"
 # shellcheck source=slurm_lib.sh
 source "$(dirname "$0")/slurm_lib.sh"
-DEFAULTS=/etc/default/tessera-hc
 slurm_require
-if [[ -e $DEFAULTS ]]; then echo "skip: $DEFAULTS exists (a site's settings): not touching it"; exit 77; fi
 tsr_tmpdir
-trap 'rm -f "$DEFAULTS"; slurm_down; rm -rf "$TMP"' EXIT
+trap 'slurm_down; rm -rf "$TMP"' EXIT
 tap_plan 6
 
+DEFAULTS=$TMP/tessera-hc    # = slurm_lib's HC_DEFAULTS: the hooks pass it as TESSERA_HC_DEFAULTS
 export TESSERA_HC_LOG=$TMP/hc.log
 # the wrappers' site file: where they log, and the injected fault (FAULT=... lines)
 defaults() { printf 'export TESSERA_HC_LOG=%s\n%s\n' "$TESSERA_HC_LOG" "${1:-}" >"$DEFAULTS"; }
@@ -28,7 +28,12 @@ node() { sinfo -h -N -n "$1" -o "%$2" | head -1; }     # node N T: state; node N
 wait_for() { local end=$((SECONDS + $1)); shift; until "$@"; do ((SECONDS < end)) || return 1; sleep 0.5; done; }
 done_state() { [[ $(field "$1" JobState) =~ ^(COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL)$ ]]; }
 # run the installed HealthCheckProgram wrapper as slurmd does: root, SLURMD_NODENAME, no job
-hc_as_slurmd() { env -i PATH=/usr/bin:/bin:/usr/sbin:/sbin SLURMD_NODENAME="$1" TESSERA_HC_LOG="$TESSERA_HC_LOG" sh "$W/healthcheck.sh"; }
+# (the environment the cluster's hooks/healthcheck wrapper gives it: SLURM_CONF, the site file, thresholds)
+hc_as_slurmd() {
+    env -i PATH=/usr/bin:/bin:/usr/sbin:/sbin SLURMD_NODENAME="$1" SLURM_CONF="$SLURM_CONF" \
+        TESSERA_HC_DEFAULTS="$DEFAULTS" TESSERA_HC_LOG="$TESSERA_HC_LOG" TESSERA_HC_CONFIG="$TESSERA_HC_CONFIG" \
+        sh "$W/healthcheck.sh"
+}
 cd "$TMP" || exit 1
 
 # 1. the fault on n1; n2 held by hand so that the job lands on n1 first

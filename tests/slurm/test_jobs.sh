@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The Slurm job suite end to end on a real Slurm (tests/slurm/cluster.sh: slurmctld + slurmd n1, n2
-# on this host), through the installed templates, the requeue hook, the modulefile and srun:
+# The Slurm job suite end to end on a real, private Slurm (tests/slurm/cluster.sh: its own munged,
+# slurmctld + slurmd n1, n2 on this host, all in $TMP/slurm), through the installed templates, the
+# requeue hook, the modulefile and srun:
 #  - pretrain.sbatch (tiny model, 2 nodes x 1 rank) runs to completion;
 #  - scancel --signal=USR1 --batch mid-run: the hook forwards it, the trainer checkpoints and exits
 #    85, the hook requeues, the rerun resumes and finishes bit-identical to the uninterrupted run;
@@ -132,8 +133,8 @@ rank_pid() {
     local p
     for p in /proc/[0-9]*; do
         [[ $(cat "$p/comm" 2>/dev/null) == tessera-train ]] || continue
-        tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qx "SLURM_JOB_ID=$1" || continue
-        tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qx "SLURM_PROCID=$2" && { echo "${p#/proc/}"; return 0; }
+        tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -qx "SLURM_JOB_ID=$1" || continue
+        tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -qx "SLURM_PROCID=$2" && { echo "${p#/proc/}"; return 0; }
     done
     return 1
 }
@@ -258,9 +259,8 @@ tap_ok "tessera-job refuses a template with a placeholder left unfilled" \
 grep -q '^#SBATCH --requeue' full.sbatch && grep -q '^#SBATCH --open-mode=append' full.sbatch &&
     grep -q '^#SBATCH --signal=B:USR1@300 ' full.sbatch && ! grep -q '@[A-Z_]*@' full.sbatch
 tap_check $? "a filled template: --requeue, --open-mode=append, --signal=B:USR1@300, no placeholder left"
-hc_log=/var/log/tessera-hc.log
-grep -q "prolog node=n1 job=$jfull: " $hc_log &&
-    grep -q "prolog node=n2 job=$jfull:" $hc_log && grep -q "epilog node=n1 job=$jfull:" $hc_log
+grep -q "prolog node=n1 job=$jfull: " "$HC_LOG" &&
+    grep -q "prolog node=n2 job=$jfull:" "$HC_LOG" && grep -q "epilog node=n1 job=$jfull:" "$HC_LOG"
 tap_check $? "the installed prolog and epilog wrappers ran on both nodes as the cluster's Prolog=/Epilog= and let the job start"
 ! sinfo -h -N -o '%E' | grep -q 'Prolog error\|Epilog error'
 tap_check $? "no node drained by the wrappers: $(sinfo -h -N -o '%N=%T' | tr '\n' ' ')"
