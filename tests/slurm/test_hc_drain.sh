@@ -15,7 +15,7 @@ source "$(dirname "$0")/slurm_lib.sh"
 slurm_require
 tsr_tmpdir
 trap 'slurm_down; rm -rf "$TMP"' EXIT
-tap_plan 6
+tap_plan 8
 
 DEFAULTS=$TMP/tessera-hc    # = slurm_lib's HC_DEFAULTS: the hooks pass it as TESSERA_HC_DEFAULTS
 export TESSERA_HC_LOG=$TMP/hc.log
@@ -62,6 +62,27 @@ hc_as_slurmd n2
 [[ $(node n2 T) == drained && $(node n2 E) == "admin: cable swap" ]]
 tap_check $? "n2 healthy again: --resume-own leaves a node it did not drain drained"
 scontrol update nodename=n2 state=resume
+
+# 2b. human reasons that look empty, or quote the checker's own prefix, are still a person's: kept
+#     by --drain and never resumed by --resume-own (the exact parse of `scontrol -o show node`)
+kept=0 stayed=0
+for r in "none" "(null)" "fan; was Reason=tessera-hc: sgemm 1<2 GFLOP/s"; do
+    scontrol update nodename=n2 state=drain reason="$r"
+    shown=$(node n2 E)                                # as Slurm shows it ("(null)" reads "none")
+    defaults 'export TSR_HC_FAULT=corrupt_gemm:n2'
+    hc_as_slurmd n2                                   # unhealthy: --drain must keep the reason
+    after_bad=$(node n2 E)
+    [[ $after_bad == "$shown" && $after_bad != tessera-hc:* ]] && kept=$((kept + 1))
+    defaults
+    hc_as_slurmd n2                                   # healthy: --resume-own must not resume
+    [[ $(node n2 T) == drained && $(node n2 E) == "$shown" ]] && stayed=$((stayed + 1))
+    tap_diag "reason '$r' (shown '$shown'): after the unhealthy check '$after_bad', after the healthy one $(node n2 T) '$(node n2 E)'"
+    scontrol update nodename=n2 state=resume
+done
+((kept == 3))
+tap_check $? "human reasons 'none', '(null)' and one quoting 'Reason=tessera-hc:' are never overwritten ($kept/3)"
+((stayed == 3))
+tap_check $? "...and never resumed by --resume-own ($stayed/3)"
 
 # 3. the fault cleared: --resume-own returns n1
 hc_as_slurmd n1

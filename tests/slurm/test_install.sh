@@ -35,7 +35,7 @@ modload() { # modload MODULEDIR CMDS: a clean non-interactive bash with Lmod, mo
         module use $1; module load tessera; $2" 2>&1
 }
 if [[ -r $LMOD_INIT ]]; then
-    out=$(modload "$PREFIX/share/modulefiles" 'command -v tessera-train; tessera-job --list pretrain | head -1; echo "root=$TESSERA_ROOT"; tessera-train --version; man -w tessera-train')
+    out=$(modload "$PREFIX/share/modulefiles" 'command -v tessera-train; tessera-job --list pretrain | sed -n 1p; echo "root=$TESSERA_ROOT"; tessera-train --version; man -w tessera-train')
     rc=$?
     tap_diag "${out//$'\n'/ | }"
     [[ $rc == 0 && $out == "$PREFIX/bin/tessera-train"* && $out == *"root=$PREFIX"* && $out == *"tessera-train $REL"* &&
@@ -75,7 +75,7 @@ tap_check $? "the man pages render without groff warnings${out:+: $out}"
 J=$PREFIX/bin/tessera-job
 out=$("$J" pretrain ACCOUNT=a PARTITION=p NODES=2 TASKS_PER_NODE=4 GPUS_PER_NODE=4 CPUS_PER_TASK=8 \
     WALLTIME=1:00:00 RUN_DIR='/scratch/x&y/run' CONFIG=/c.cfg STOP_SECONDS=120)
-[[ $? == 0 && $out != *@[A-Z]*@* && $out == *"RUN_DIR=/scratch/x&y/run "* && $out == *"--signal=B:USR1@120 "* &&
+[[ $? == 0 && $out != *@[A-Z]*@* && $out == *"RUN_DIR='/scratch/x&y/run' "* && $out == *"--signal=B:USR1@120 "* &&
     $out == *"--job-name=tessera-pretrain "* ]]
 tap_check $? "tessera-job fills every placeholder (values with / and &, JOB_NAME default, STOP_SECONDS given)"
 err=$("$J" pretrain ACCOUNT=a 2>&1 >/dev/null)
