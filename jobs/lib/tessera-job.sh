@@ -128,10 +128,31 @@ tsr_forward() {
     kill -USR1 "$TSR_STEP_PID" 2>/dev/null || true
 }
 
+# tsr_task_exit FILE: srun's stderr of the step. When srun ended with a signal's status (>128), the
+# exit status the ranks themselves chose, if they chose one: with --kill-on-bad-exit, rank 0 exiting
+# 1 on a config error gets its peers SIGTERMed before they exit 1 too, and srun then reports 143.
+# Prints X when every "task(s) N: Exited with exit code X" line of srun names the same X, that X is
+# 1 or 2 (errors that a requeue cannot fix), and no task ended by a signal other than srun's own
+# Terminated/Killed; prints nothing otherwise (a crash stays a crash).
+tsr_task_exit() {
+    local f=$1 line codes="" other=0
+    [[ -r $f ]] || return 0
+    while IFS= read -r line; do
+        if [[ $line =~ tasks?\ [0-9,-]+:\ Exited\ with\ exit\ code\ ([0-9]+) ]]; then
+            [[ " $codes " == *" ${BASH_REMATCH[1]} "* ]] || codes+="${codes:+ }${BASH_REMATCH[1]}"
+        elif [[ $line =~ tasks?\ [0-9,-]+:\ (.*)$ ]]; then
+            case ${BASH_REMATCH[1]} in Terminated|Killed) ;; *) other=1 ;; esac
+        fi
+    done < <(grep -E '^srun: error: .*: tasks? [0-9,-]+: ' "$f")
+    if ((other == 0)) && [[ $codes == 1 || $codes == 2 ]]; then printf '%s\n' "$codes"; fi
+}
+
 tsr_run() {
-    local rc
+    local rc step_err
     tsr_log "step: $*"
-    "$@" &
+    # srun's stderr goes to the job's log as always, and to a copy that tsr_task_exit reads
+    step_err=$(mktemp "${TMPDIR:-/tmp}/tessera-step.XXXXXX")
+    "$@" 2> >(tee -a "$step_err" >&2) &
     TSR_STEP_PID=$!
     trap 'tsr_forward USR1' USR1
     trap 'tsr_forward TERM' TERM
@@ -144,6 +165,15 @@ tsr_run() {
     done
     trap - USR1 TERM
     tsr_log "step exited with $rc"
+    if ((rc > 128)); then
+        local chosen
+        chosen=$(tsr_task_exit "$step_err")
+        if [[ -n $chosen ]]; then
+            tsr_log "srun's $rc is its kill of the other ranks (--kill-on-bad-exit): the ranks exited $chosen"
+            rc=$chosen
+        fi
+    fi
+    rm -f "$step_err"
     case $rc in
         0) tsr_log "finished"; exit 0 ;;
         85) tsr_log "checkpoint committed after a stop request"; tsr_requeue 85 ;;
