@@ -4,7 +4,8 @@
 # vocabulary is over 65,536) whose documents are `tessera tokenizer encode`'s ids plus <|endoftext|>
 # and decode (`tessera tokenizer decode`) back to the files; the directory form equals the file form;
 # added tokens match only with --special; a tokenizer.json with an unknown pre-tokenizer exits 2
-# naming the file, and prep then writes nothing. Skips (77) without the npm files ./INSTALL fetches.
+# naming the file, and prep then writes nothing; the trainer (data.tokenizer = the tokenizer.json)
+# trains 2 steps on the dataset and generate turns a text prompt with <|im_end|> into its ids. Skips (77) without the npm files ./INSTALL fetches.
 source "$(dirname "$0")/../lib.sh"
 NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
 Q=$NPM_DIR/chat/qwen3 BROWN=$NPM_DIR/brown
@@ -13,7 +14,7 @@ Q=$NPM_DIR/chat/qwen3 BROWN=$NPM_DIR/brown
 [[ -x $TOOL ]] || { echo "$TOOL missing: run make"; exit 77; }
 "$PY3" -c 'import numpy' 2>/dev/null || { echo "skip: $PY3 has no numpy"; exit 77; }
 tsr_tmpdir
-tap_plan 9
+tap_plan 10
 
 mkdir -p "$TMP/in"
 cp "$BROWN/ca01" "$BROWN/cb02" "$BROWN/cr09" "$TMP/in/"
@@ -60,6 +61,20 @@ for f in "$TMP"/docs/doc*; do
     ((found)) || { tap_diag "$f does not decode to any input file"; rt=1; }
 done
 tap_check $rt "tokenizer decode of each dataset document gives its Brown file back byte for byte"
+
+# the trainer takes the tokenizer.json as data.tokenizer; generate encodes the prompt with it
+# (added tokens matched) and prints text
+"${MPIRUN[@]}" -np 1 "$TRAIN" --config "$TSR_ROOT/configs/tiny.cfg" --set eval_interval=0ba --set data.val= \
+    --set threads=1 --set model.vocab_size="$vocab" --set data.tokenizer="$Q/tokenizer.json" \
+    --set data.train="$TMP/ds/train" --set max_duration=2ba --set sample.tokens=0 --set seq_len=64 \
+    --set model.n_layer=1 --set run_dir="$TMP/run" >"$TMP/train.txt" 2>&1 || tap_diag "$(tail -3 "$TMP/train.txt")"
+prompt='The jury said<|im_end|>'
+pids=$("$TOOL" tokenizer encode --special --tokenizer "$Q/tokenizer.json" <(printf '%s' "$prompt"))
+gen=("$TOOL" generate --set threads=1 --ckpt "$TMP/run" --seed 5 --max-tokens 4)
+a=$("${gen[@]}" --prompt "$prompt" --ids 2>"$TMP/gen.err")
+b=$("${gen[@]}" --prompt-ids "$pids" --ids 2>/dev/null)
+[[ $(wc -w <<< "$pids") == 4 && " $pids" == *" 151645" && -n $a && $a == "$b" ]] && grep -q "prompt 4 tokens" "$TMP/gen.err"
+tap_check $? "trainer with data.tokenizer = qwen3/tokenizer.json, then generate: prompt \"$prompt\" = ids $pids (4 prompt tokens, same output $a as --prompt-ids)"
 
 # added tokens: matched with --special, plain text without (as for GPT-2)
 printf 'a<|im_end|>b' > "$TMP/added"
