@@ -49,8 +49,9 @@ _Static_assert(sizeof fmt_names / sizeof fmt_names[0] == FMT_COUNT, "format name
 
 static const cli_opt prep_opts[] = {
     {"out", 'o', "DIR", "directory to create, holding the datasets DIR/train and DIR/val"},
-    {"tokenizer", 't', "SPEC", "gpt2, a directory with encoder.json + vocab.bpe, or a tessera "
-                               "tokenizer file (default gpt2)"},
+    {"tokenizer", 't', "SPEC", "gpt2, a directory with encoder.json + vocab.bpe, a Hugging Face "
+                               "tokenizer.json (or its directory), or a tessera tokenizer file "
+                               "(default gpt2)"},
     {"format", 'f', "FMT", "auto|text|jsonl|sft|chat (default auto: by extension and first line)"},
     {"val-fraction", CLI_NO_SHORT('v'), "F", "fraction of documents for DIR/val, 0..1; 0 = no val (default 0.01)"},
     {"seed", 'S', "SEED", "seed of the train/val split (default 1)"},

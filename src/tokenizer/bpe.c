@@ -15,6 +15,7 @@
 
 #include "common.h"
 #include "fsutil.h"
+#include "tokenizer/hf_tok.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_internal.h"
 
@@ -39,6 +40,7 @@ struct tsr_tokenizer {
     uint32_t n_specials;
     char **specials;
     uint32_t *special_len, *special_ids;
+    hf_tok *hf; /* non-NULL: a Hugging Face tokenizer.json; every call goes to hf_tok_* instead */
 };
 
 static void *xrealloc(void *p, size_t n) {
@@ -91,6 +93,7 @@ void tsr_tokenizer_set_pair(tsr_tokenizer *t, uint32_t l, uint32_t r, uint32_t r
 
 void tokenizer_free(tsr_tokenizer *t) {
     if (!t) return;
+    hf_tok_free(t->hf);
     free(t->blob);
     free(t->off);
     free(t->merges);
@@ -197,15 +200,21 @@ fail:
 
 /* ================================ accessors ================================ */
 
-uint32_t tokenizer_vocab_size(const tsr_tokenizer *t) { return t->n_tokens; }
+uint32_t tokenizer_vocab_size(const tsr_tokenizer *t) {
+    return t->hf ? hf_tok_vocab_size(t->hf) : t->n_tokens;
+}
+
+int tokenizer_is_hf(const tsr_tokenizer *t) { return t->hf != NULL; }
 
 uint32_t tokenizer_special_id(const tsr_tokenizer *t, const char *name) {
+    if (t->hf) return hf_tok_added_id(t->hf, name);
     for (uint32_t k = 0; k < t->n_specials; k++)
         if (strcmp(t->specials[k], name) == 0) return t->special_ids[k];
     return UINT32_MAX;
 }
 
 const uint8_t *tokenizer_token_bytes(const tsr_tokenizer *t, uint32_t id, uint32_t *len) {
+    if (t->hf) return hf_tok_token_bytes(t->hf, id, len);
     if (id >= t->n_tokens) return NULL;
     *len = tok_len(t, id);
     return t->blob + t->off[id];
@@ -221,6 +230,7 @@ uint32_t tokenizer_special_id_at(const tsr_tokenizer *t, uint32_t k) { return t-
 
 size_t tokenizer_decode(const tsr_tokenizer *t, const uint32_t *ids, size_t n, uint8_t *out,
                         size_t cap) {
+    if (t->hf) return hf_tok_decode(t->hf, ids, n, out, cap);
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
         if (ids[i] >= t->n_tokens) {
@@ -493,6 +503,7 @@ static size_t next_special(const tsr_tokenizer *t, const uint8_t *s, size_t n, s
 
 size_t tokenizer_encode(const tsr_tokenizer *t, const uint8_t *text, size_t n, int allow_special,
                         uint32_t **ids, size_t *n_ids, size_t *cap) {
+    if (t->hf) return hf_tok_encode(t->hf, text, n, allow_special, ids, n_ids, cap);
     size_t start = *n_ids, clean_n = 0;
     uint8_t *clean = tsr_utf8_sanitize(text, n, &clean_n);
     if (clean) text = clean, n = clean_n;
@@ -553,23 +564,41 @@ int tokenizer_gpt2_dir(char *dir, size_t cap) {
     return TSR_EXIT_DATA;
 }
 
+/* Wraps a Hugging Face tokenizer.json (hf_tok.h) as a tsr_tokenizer. */
+static int open_hf(tsr_tokenizer **out, const char *path) {
+    hf_tok *h = NULL;
+    TSR_CHECK(hf_tok_load(&h, path));
+    tsr_tokenizer *t = tsr_calloc(1, sizeof *t);
+    t->hf = h;
+    *out = t;
+    return 0;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
 int tokenizer_open(tsr_tokenizer **out, const char *spec) {
-    char dir[4096], enc[4200], bpe[4200];
+    char dir[4096], enc[4200], bpe[4200], hf[4200];
     struct stat st;
     *out = NULL;
     if (strcmp(spec, "gpt2") == 0) {
         TSR_CHECK(tokenizer_gpt2_dir(dir, sizeof dir));
     } else if (stat(spec, &st) != 0) {
         tsr_error("tokenizer '%s': %s (expected gpt2, a directory with encoder.json + vocab.bpe, "
-                  "or a tessera tokenizer file)", spec, strerror(errno));
+                  "a Hugging Face tokenizer.json (or a directory holding one), or a tessera "
+                  "tokenizer file)", spec, strerror(errno));
         return TSR_EXIT_DATA;
     } else if (!S_ISDIR(st.st_mode)) {
-        return tokenizer_load(out, spec);
+        return ends_with(spec, ".json") ? open_hf(out, spec) : tokenizer_load(out, spec);
     } else if (tsr_snprintf(dir, sizeof dir, "%s", spec)) {
         tsr_error("tokenizer: path too long: %.100s...", spec);
         return TSR_EXIT_USAGE;
     }
     snprintf(enc, sizeof enc, "%s/encoder.json", dir);
     snprintf(bpe, sizeof bpe, "%s/vocab.bpe", dir);
+    snprintf(hf, sizeof hf, "%s/tokenizer.json", dir);
+    if (stat(enc, &st) != 0 && stat(hf, &st) == 0 && S_ISREG(st.st_mode)) return open_hf(out, hf);
     return tokenizer_load_gpt2(out, enc, bpe);
 }

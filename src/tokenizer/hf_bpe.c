@@ -182,3 +182,9 @@ size_t hf_tok_decode(const hf_tok *t, const uint32_t *ids, size_t n, uint8_t *ou
     }
     return len;
 }
+
+const uint8_t *hf_tok_token_bytes(const hf_tok *t, uint32_t id, uint32_t *len) {
+    if (id >= t->n_ids || !t->assigned[id]) return NULL;
+    *len = (uint32_t)(t->off[id + 1] - t->off[id]);
+    return t->blob + t->off[id];
+}

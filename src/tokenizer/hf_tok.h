@@ -39,6 +39,8 @@ size_t hf_tok_encode(const hf_tok *tok, const uint8_t *text, size_t n, int allow
 /* Decodes ids to bytes: writes at most cap bytes, returns the full length, (size_t)-1 after
  * tsr_error() for an id out of range. */
 size_t hf_tok_decode(const hf_tok *tok, const uint32_t *ids, size_t n, uint8_t *out, size_t cap);
+/* The bytes of one id (length in *len), or NULL for an id out of range or unassigned. */
+const uint8_t *hf_tok_token_bytes(const hf_tok *tok, uint32_t id, uint32_t *len);
 
 /* The Split pre-tokenisation alone: calls piece(ctx, start, len) for each piece of the UTF-8
  * text t (already sanitised: valid UTF-8). */

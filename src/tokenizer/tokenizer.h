@@ -36,9 +36,15 @@ int tokenizer_save(const tsr_tokenizer *tok, const char *path); /* temp file + r
  * PREFIX/share/tessera/gpt2 beside the program, the checkout's data/npm/gpt2 beside the program,
  * ./data/npm/gpt2. Returns 0, or TSR_EXIT_DATA after an error naming every place tried. */
 int tokenizer_gpt2_dir(char *dir, size_t cap);
-/* Loads by name: "gpt2" (tokenizer_gpt2_dir), a directory holding encoder.json + vocab.bpe, or a
- * file in tessera's format. */
+/* Loads by name: "gpt2" (tokenizer_gpt2_dir), a directory holding encoder.json + vocab.bpe, a
+ * Hugging Face tokenizer.json (a file whose name ends in .json, or a directory holding
+ * tokenizer.json but no encoder.json; hf_tok.h, docs/tokenizers-hf.md), or a file in tessera's
+ * format. An HF tokenizer answers every call below through hf_tok_*: its special tokens are its
+ * added tokens (tokenizer_special_id); it has no merges or specials to list (n_merges and
+ * n_specials are 0) and tokenizer_save refuses it. */
 int tokenizer_open(tsr_tokenizer **out, const char *spec);
+/* 1 when tok was opened from a Hugging Face tokenizer.json. */
+int tokenizer_is_hf(const tsr_tokenizer *tok);
 void tokenizer_free(tsr_tokenizer *tok);
 
 uint32_t tokenizer_vocab_size(const tsr_tokenizer *tok);

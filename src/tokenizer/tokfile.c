@@ -453,6 +453,11 @@ int tokenizer_load(tsr_tokenizer **out, const char *path) {
 }
 
 int tokenizer_save(const tsr_tokenizer *tok, const char *path) {
+    if (tokenizer_is_hf(tok)) {
+        tsr_error("%s: not written: a Hugging Face tokenizer.json cannot be saved in tessera's "
+                  "tokenizer format (use the tokenizer.json itself)", path);
+        return TSR_EXIT_USAGE;
+    }
     uint32_t n = tokenizer_vocab_size(tok), ns = tokenizer_n_specials(tok);
     const uint8_t **tokens = tsr_malloc((size_t)n * sizeof *tokens);
     uint32_t *len = tsr_malloc((size_t)n * sizeof *len);

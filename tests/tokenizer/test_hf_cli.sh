@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# test_hf_cli.sh — a Hugging Face tokenizer.json through the command line (issue 24): `tessera prep
+# --tokenizer .../qwen3/tokenizer.json` over a few Brown files writes a uint32 dataset (Qwen 3's
+# vocabulary is over 65,536) whose documents are `tessera tokenizer encode`'s ids plus <|endoftext|>
+# and decode (`tessera tokenizer decode`) back to the files; the directory form equals the file form;
+# added tokens match only with --special; a tokenizer.json with an unknown pre-tokenizer exits 2
+# naming the file, and prep then writes nothing; the trainer (data.tokenizer = the tokenizer.json)
+# trains 2 steps on the dataset and generate turns a text prompt with <|im_end|> into its ids. Skips (77) without the npm files ./INSTALL fetches.
+source "$(dirname "$0")/../lib.sh"
+NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
+Q=$NPM_DIR/chat/qwen3 BROWN=$NPM_DIR/brown
+[[ -f $Q/tokenizer.json ]] || { echo "$Q/tokenizer.json missing: run ./INSTALL --ensure"; exit 77; }
+[[ -f $BROWN/ca01 && -f $BROWN/cb02 && -f $BROWN/cr09 ]] || { echo "$BROWN: Brown corpus missing: run ./INSTALL --ensure"; exit 77; }
+[[ -x $TOOL ]] || { echo "$TOOL missing: run make"; exit 77; }
+"$PY3" -c 'import numpy' 2>/dev/null || { echo "skip: $PY3 has no numpy"; exit 77; }
+tsr_tmpdir
+tap_plan 10
+
+mkdir -p "$TMP/in"
+cp "$BROWN/ca01" "$BROWN/cb02" "$BROWN/cr09" "$TMP/in/"
+"$TOOL" tokenizer encode --tokenizer "$Q/tokenizer.json" "$TMP"/in/* > "$TMP/ids.txt"
+tap_check $? "tokenizer encode --tokenizer qwen3/tokenizer.json: exit 0"
+"$TOOL" tokenizer encode --tokenizer "$Q" "$TMP"/in/* | cmp -s - "$TMP/ids.txt"
+tap_check $? "a directory holding tokenizer.json (no encoder.json) gives the same ids as the file"
+
+"$TOOL" prep --tokenizer "$Q/tokenizer.json" --quiet --val-fraction 0 --out "$TMP/ds" "$TMP/in" >/dev/null
+tap_check $? "prep --tokenizer qwen3/tokenizer.json over 3 Brown files: exit 0"
+# the dataset: width and vocab from the index and shard headers, its documents (split at
+# <|endoftext|>) are exactly the encode lines, each decoded back to its file
+EOT=$("$TOOL" tokenizer encode --special --tokenizer "$Q/tokenizer.json" <(printf '<|endoftext|>'))
+out=$(cd "$TSR_ROOT/tests/prep" && "$PY3" - "$TMP/ds/train" "$TMP/ids.txt" "$EOT" "$TMP/docs" <<'PY'
+import sys, os
+import numpy as np
+from prep_check import read_dataset
+d, ids_file, eot, docs_dir = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+meta = dict(l.split()[:2] for l in open(os.path.join(d, "index.tsv")) if len(l.split()) >= 2)
+t, _ = read_dataset(d)
+docs, cur = [], []
+for x in t.tolist():
+    if x == eot: docs.append(cur); cur = []
+    else: cur.append(x)
+assert not cur, "tokens after the last <|endoftext|>"
+want = [[int(v) for v in l.split()] for l in open(ids_file)]
+os.makedirs(docs_dir)
+for i, doc in enumerate(docs):
+    open(os.path.join(docs_dir, "doc%d" % i), "w").write(" ".join(map(str, doc)))
+same = sorted(docs) == sorted(want)
+print(meta["token_width"], meta["vocab_size"], len(docs), int(t.max()), "same" if same else "differ")
+PY
+)
+read -r width vocab ndocs maxid same <<< "$out"
+[[ $width == 4 && $vocab -gt 65536 && $maxid == "$EOT" && $EOT -gt 65535 ]]
+tap_check $? "dataset: uint32 tokens (width $width), vocab $vocab > 65536, <|endoftext|> = $EOT stored whole (max id $maxid)"
+[[ $ndocs == 3 && $same == same ]]
+tap_check $? "dataset: 3 documents, each exactly the encode ids of one file ($out)"
+rt=0
+for f in "$TMP"/docs/doc*; do
+    "$TOOL" tokenizer decode --tokenizer "$Q/tokenizer.json" "$f" > "$f.txt" || rt=1
+    found=0
+    for b in "$TMP"/in/*; do cmp -s "$f.txt" "$b" && found=1; done
+    ((found)) || { tap_diag "$f does not decode to any input file"; rt=1; }
+done
+tap_check $rt "tokenizer decode of each dataset document gives its Brown file back byte for byte"
+
+# the trainer takes the tokenizer.json as data.tokenizer; generate encodes the prompt with it
+# (added tokens matched) and prints text
+"${MPIRUN[@]}" -np 1 "$TRAIN" --config "$TSR_ROOT/configs/tiny.cfg" --set eval_interval=0ba --set data.val= \
+    --set threads=1 --set model.vocab_size="$vocab" --set data.tokenizer="$Q/tokenizer.json" \
+    --set data.train="$TMP/ds/train" --set max_duration=2ba --set sample.tokens=0 --set seq_len=64 \
+    --set model.n_layer=1 --set run_dir="$TMP/run" >"$TMP/train.txt" 2>&1 || tap_diag "$(tail -3 "$TMP/train.txt")"
+prompt='The jury said<|im_end|>'
+pids=$("$TOOL" tokenizer encode --special --tokenizer "$Q/tokenizer.json" <(printf '%s' "$prompt"))
+gen=("$TOOL" generate --set threads=1 --ckpt "$TMP/run" --seed 5 --max-tokens 4)
+a=$("${gen[@]}" --prompt "$prompt" --ids 2>"$TMP/gen.err")
+b=$("${gen[@]}" --prompt-ids "$pids" --ids 2>/dev/null)
+[[ $(wc -w <<< "$pids") == 4 && " $pids" == *" 151645" && -n $a && $a == "$b" ]] && grep -q "prompt 4 tokens" "$TMP/gen.err"
+tap_check $? "trainer with data.tokenizer = qwen3/tokenizer.json, then generate: prompt \"$prompt\" = ids $pids (4 prompt tokens, same output $a as --prompt-ids)"
+
+# added tokens: matched with --special, plain text without (as for GPT-2)
+printf 'a<|im_end|>b' > "$TMP/added"
+with=$("$TOOL" tokenizer encode --special --tokenizer "$Q/tokenizer.json" "$TMP/added")
+without=$("$TOOL" tokenizer encode --tokenizer "$Q/tokenizer.json" "$TMP/added")
+im_end=$("$TOOL" tokenizer encode --special --tokenizer "$Q/tokenizer.json" <(printf '<|im_end|>'))
+[[ $(wc -w <<< "$with") == 3 && " $with " == *" $im_end "* && " $without " != *" $im_end "* && $(wc -w <<< "$without") -gt 3 ]]
+tap_check $? "<|im_end|> is one id ($im_end) with --special ($with), plain text without ($without)"
+
+# a tokenizer.json with a pre-tokenizer tessera does not implement: exit 2 naming the file
+"$PY3" - "$Q/tokenizer.json" "$TMP/bad/tokenizer.json" <<'PY'
+import json, os, sys
+j = json.load(open(sys.argv[1], encoding="utf-8"))
+j["pre_tokenizer"] = {"type": "Whitespace"}
+os.makedirs(os.path.dirname(sys.argv[2]))
+json.dump(j, open(sys.argv[2], "w", encoding="utf-8"), ensure_ascii=False)
+PY
+"$TOOL" tokenizer encode --tokenizer "$TMP/bad/tokenizer.json" "$TMP/added" >/dev/null 2>"$TMP/err"; rc=$?
+((rc == 2)) && grep -q "bad/tokenizer.json" "$TMP/err" && grep -qi "pre_tokenizer" "$TMP/err"
+tap_check $? "unknown pre-tokenizer: tokenizer encode exits 2 naming the file and the key (rc=$rc: $(head -c 300 "$TMP/err"))"
+"$TOOL" prep --tokenizer "$TMP/bad" --quiet --out "$TMP/bad_ds" "$TMP/in" >/dev/null 2>"$TMP/err"; rc=$?
+((rc == 2)) && grep -q "bad/tokenizer.json" "$TMP/err" && [[ ! -e $TMP/bad_ds && ! -e $TMP/bad_ds.tmp ]]
+tap_check $? "unknown pre-tokenizer: prep --tokenizer DIR exits 2 naming the file, nothing written (rc=$rc)"
+tap_done
