@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# tokenizer_encode.sh — GPT-2 encode throughput (MB/s) of `tessera tokenizer encode` vs the
-# reference JS encoder (npm gpt-3-encoder's Encoder.js under node) on the Brown corpus, same
-# machine, one run each; checks that both print identical ids. Results in docs/benchmarks.md
-# ("Tokenizer: encode throughput").
+# tokenizer_encode.sh — encode throughput (MB/s) of `tessera tokenizer encode` vs the reference JS
+# encoders on the Brown corpus, same machine, one run each; checks that both print identical ids.
+# GPT-2: npm gpt-3-encoder's Encoder.js under node. Llama 3 and Qwen 3 (tokenizer.json):
+# transformers.js (npm @lenml/tokenizers) through tests/tokenizer/ref_hf_encode.js. Results in
+# docs/benchmarks.md ("Tokenizer: encode throughput"). HF_MODELS="llama3 qwen3" (empty: GPT-2 only).
 #
 #   bash bench/tokenizer_encode.sh        (after make and ./INSTALL --ensure, which fetches the corpus)
 #
@@ -50,3 +51,15 @@ else
 fi
 awk -v e="$(cat "$OUT/js_exact.ids.time")" -v l="$(cat "$OUT/js_loop.ids.time")" -v t="$(cat "$OUT/tsr.ids.time")" \
     'BEGIN { printf "speed-up: tessera per file vs js encode() %.0fx, vs js loop %.0fx\n", e / t, l / t }'
+
+# Hugging Face tokenizer.json models: the 500 files, one process each side, ids compared
+HFJS=$NPM_DIR/hf-tokenizers
+for m in ${HF_MODELS-llama3 qwen3}; do
+    J=$NPM_DIR/chat/$m/tokenizer.json
+    [[ -f $J && -f $HFJS/dist/main.js ]] || { echo "$m: $J or $HFJS missing (./INSTALL --ensure)" >&2; exit 1; }
+    time_run "js transformers.js $m per file" "$OUT/js_$m.ids" node "$ROOT/tests/tokenizer/ref_hf_encode.js" "$HFJS" "$NPM_DIR/chat/$m" "${files[@]}"
+    time_run "tessera $m per file" "$OUT/tsr_$m.ids" "$TESSERA" tokenizer encode --special --tokenizer "$J" "${files[@]}"
+    cmp -s "$OUT/js_$m.ids" "$OUT/tsr_$m.ids" || { echo "$m: ids DIFFER between tessera and transformers.js" >&2; exit 1; }
+    awk -v j="$(cat "$OUT/js_$m.ids.time")" -v t="$(cat "$OUT/tsr_$m.ids.time")" -v n="$(wc -w < "$OUT/tsr_$m.ids")" -v m="$m" \
+        'BEGIN { printf "%s: identical ids (%d tokens); speed-up tessera vs transformers.js %.0fx\n", m, n, j / t }'
+done
