@@ -102,3 +102,15 @@ for l in open(sys.argv[1]):
 for k in sorted(last): print(k, *last[k])
 PY
 }
+
+# same_lines WHAT REF_OUT OUT FILES...: two files of one line per input file (ids); on a difference,
+# names the first input file whose line differs and shows the first ids that differ
+same_lines() {
+    local what=$1 a=$2 b=$3; shift 3
+    if cmp -s "$a" "$b"; then return 0; fi
+    local files=("$@") n
+    n=$(diff <(cat -n "$a") <(cat -n "$b") | grep -m1 '^<' | awk '{print $2}')
+    tap_diag "$what: first difference in ${files[$((n - 1))]:-?} (line $n)"
+    diff <(sed -n "${n}p" "$a" | tr ' ' '\n') <(sed -n "${n}p" "$b" | tr ' ' '\n') | head -8 | sed 's/^/#   /'
+    return 1
+}

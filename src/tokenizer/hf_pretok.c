@@ -41,17 +41,6 @@ hf_split_kind hf_split_kind_of(const char *pattern) {
     return HF_SPLIT_COUNT;
 }
 
-static int in_table(const uint32_t (*r)[2], uint32_t n, uint32_t cp) {
-    uint32_t lo = 0, hi = n;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (cp < r[mid][0]) hi = mid;
-        else if (cp > r[mid][1]) lo = mid + 1;
-        else return 1;
-    }
-    return 0;
-}
-
 static int cp_class(uint32_t cp) {
     if (cp < 0x80) {
         if ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z') return CL_L;
@@ -59,9 +48,9 @@ static int cp_class(uint32_t cp) {
         if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D)) return CL_S;
         return CL_O;
     }
-    if (in_table(tsr_uc_letter, tsr_uc_letter_n, cp)) return CL_L;
-    if (in_table(tsr_uc_number, tsr_uc_number_n, cp)) return CL_N;
-    if (in_table(tsr_uc_space, tsr_uc_space_n, cp)) return CL_S;
+    if (tsr_uc_in_ranges(tsr_uc_letter, tsr_uc_letter_n, cp)) return CL_L;
+    if (tsr_uc_in_ranges(tsr_uc_number, tsr_uc_number_n, cp)) return CL_N;
+    if (tsr_uc_in_ranges(tsr_uc_space, tsr_uc_space_n, cp)) return CL_S;
     return CL_O;
 }
 

@@ -104,7 +104,7 @@ size_t tokenizer_count_invalid_utf8(const uint8_t *text, size_t n) {
     return bad;
 }
 
-static int in_ranges(const uint32_t (*r)[2], uint32_t n, uint32_t cp) {
+int tsr_uc_in_ranges(const uint32_t (*r)[2], uint32_t n, uint32_t cp) {
     uint32_t a = 0, b = n;
     while (a < b) {
         uint32_t m = (a + b) / 2;
@@ -119,9 +119,9 @@ static uint8_t ascii_class[128];
 static int ascii_ready;
 
 static int uc_class(uint32_t cp) {
-    if (in_ranges(tsr_uc_letter, tsr_uc_letter_n, cp)) return CL_LETTER;
-    if (in_ranges(tsr_uc_number, tsr_uc_number_n, cp)) return CL_NUMBER;
-    if (in_ranges(tsr_uc_space, tsr_uc_space_n, cp)) return CL_SPACE;
+    if (tsr_uc_in_ranges(tsr_uc_letter, tsr_uc_letter_n, cp)) return CL_LETTER;
+    if (tsr_uc_in_ranges(tsr_uc_number, tsr_uc_number_n, cp)) return CL_NUMBER;
+    if (tsr_uc_in_ranges(tsr_uc_space, tsr_uc_space_n, cp)) return CL_SPACE;
     return CL_OTHER;
 }
 

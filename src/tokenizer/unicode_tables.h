@@ -14,4 +14,7 @@ extern const uint32_t tsr_uc_space[][2];
 extern const uint32_t tsr_uc_space_n;
 extern const char tsr_uc_version[]; /* "Unicode X (node vY, ICU Z)" */
 
+/* 1 if cp lies in one of the n ranges r (a table above), else 0: binary search (pretok.c). */
+int tsr_uc_in_ranges(const uint32_t (*r)[2], uint32_t n, uint32_t cp);
+
 #endif

@@ -361,12 +361,7 @@ void metrics_finish(tsr_trainer *t) {
 void metrics_log_sample(const tsr_trainer *t, const int32_t *ids, int n) {
     printf("sample (%d tokens, temperature %g, top-k %lld):\n", n, t->cfg.sample.temperature,
            (long long)t->cfg.sample.top_k);
-    tsr_tokenizer *tok = NULL;
-    if (t->cfg.data.tokenizer[0] && tokenizer_open(&tok, t->cfg.data.tokenizer) != 0) {
-        tsr_warn("data.tokenizer = \"%s\": cannot load it (above); printing token ids",
-                 t->cfg.data.tokenizer);
-        tok = NULL;
-    }
+    const tsr_tokenizer *tok = t->tok; /* loaded at start (trainer_init) */
     if (tok) {
         uint32_t *u = tsr_malloc((size_t)n * sizeof *u);
         for (int i = 0; i < n; i++) u[i] = (uint32_t)ids[i];
@@ -376,7 +371,6 @@ void metrics_log_sample(const tsr_trainer *t, const int32_t *ids, int n) {
         if (text) printf("%.*s\n", (int)len, (const char *)text);
         free(text);
         free(u);
-        tokenizer_free(tok);
     } else {
         for (int i = 0; i < n; i++) printf("%d%c", ids[i], i + 1 == n ? '\n' : ' ');
     }

@@ -146,21 +146,19 @@ static int cuda_config_check(int rank) {
     return TSR_EXIT_USAGE;
 }
 
-/* The tokenizer the run names (data.tokenizer: the samples, the ICL tasks) is loaded once at start,
- * so a wrong name or missing files stop the run before anything is written, not after the last
- * step. */
-static int check_tokenizer(const tsr_config *cfg) {
-    if (!cfg->data.tokenizer[0]) return 0;
-    tsr_tokenizer *tok = NULL;
-    int rc = tokenizer_open(&tok, cfg->data.tokenizer);
+/* The tokenizer the run names (data.tokenizer: the samples, the ICL tasks) is loaded once at start
+ * and kept for the samples, so a wrong name or missing files stop the run before anything is
+ * written, not after the last step. */
+static int open_tokenizer(tsr_trainer *t) {
+    if (!t->cfg.data.tokenizer[0]) return 0;
+    int rc = tokenizer_open(&t->tok, t->cfg.data.tokenizer);
     if (rc) {
+        t->tok = NULL;
         tsr_error("data.tokenizer = \"%s\": cannot load it (above); it decodes the samples and "
                   "the ICL tasks: fix it, or set data.tokenizer = \"\" to print token ids",
-                  cfg->data.tokenizer);
-        return rc;
+                  t->cfg.data.tokenizer);
     }
-    tokenizer_free(tok);
-    return 0;
+    return rc;
 }
 
 int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run) {
@@ -171,7 +169,7 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->T = (int)cfg->seq_len;
     TSR_CHECK(config_check_world(cfg, d->world));
     if (cfg->device == TSR_DEVICE_CUDA) TSR_CHECK(cuda_config_check(d->rank));
-    TSR_CHECK(check_tokenizer(cfg));
+    TSR_CHECK(open_tokenizer(t));
     t->per_rank = cfg->global_batch / d->world;
     t->auto_micro = cfg->micro_batch == 0; /* "auto": start with the whole per-rank batch */
     t->micro = t->auto_micro ? trainer_micro_at_most(t, t->per_rank) : (int)cfg->micro_batch;
@@ -619,6 +617,7 @@ void trainer_free(tsr_trainer *t) {
     model_free(&t->model);
     train_data_close(t);
     train_icl_close(t);
+    if (t->tok) tokenizer_free(t->tok);
     guard_free(&t->guard);
     if (t->metrics) fclose(t->metrics);
     if (t->tb) tboard_close(t->tb); /* every record is flushed already: this only closes */

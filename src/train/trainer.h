@@ -88,6 +88,7 @@ typedef struct tsr_trainer {
     FILE *metrics;               /* run_dir/metrics.jsonl on rank 0, else NULL */
     struct tsr_tboard *tb;       /* run_dir/tb/ event file on rank 0 (train/tboard.h), else NULL */
     struct icl_suite *icl;       /* icl_tasks, scored at each eval (train/train_icl.h), else NULL */
+    struct tsr_tokenizer *tok;   /* data.tokenizer, loaded at start (decodes the samples), else NULL */
     struct tsr_gpu_train *gpu;   /* device = cuda (src/gpu/gpu_train.h), else NULL */
     double flops_per_token, peak_flops, time_sum; /* time_sum: this process's steps 2.. */
     int64_t steps_run;           /* steps run by this process (the ETA and average divide by it) */

@@ -9,9 +9,6 @@
 #include "fuzz_common.h"
 #include "fuzz_tokenizer.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
 static tsr_tokenizer *g_tok;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {

@@ -8,15 +8,6 @@
 #include "common.h"
 #include "fuzz_common.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc, (void)argv;
-    fuzz_quiet();
-    return 0;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *path = fuzz_write("step-00000001.h5", data, size);
     tsr_config *cfg = malloc(sizeof *cfg);

@@ -88,3 +88,9 @@ int fuzz_split(const uint8_t *data, size_t n, fuzz_part *parts, int max) {
     parts[k++] = (fuzz_part){p, (size_t)(end - p)};
     return k;
 }
+
+__attribute__((weak)) int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc, (void)argv;
+    fuzz_quiet();
+    return 0;
+}

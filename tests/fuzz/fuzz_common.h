@@ -24,6 +24,11 @@ typedef struct fuzz_part {
 /* Mutes tessera's error messages (every rejected input would print one); FUZZ_VERBOSE=1 keeps
  * them, for reading why a saved input is refused. Call from LLVMFuzzerInitialize. */
 void fuzz_quiet(void);
+
+/* libFuzzer's entry points. fuzz_common.c defines a default LLVMFuzzerInitialize (weak: a harness
+ * that must load something first, such as fuzz_bpe, defines its own) that only calls fuzz_quiet. */
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 /* "DIR/name" in this process's private directory (made on first call; removed at exit). The
  * returned string is static per name slot: valid until the next call with the same name. */
 const char *fuzz_path(const char *name);

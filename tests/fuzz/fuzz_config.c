@@ -10,15 +10,6 @@
 
 #define MAX_SETS 32
 
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc, (void)argv;
-    fuzz_quiet();
-    return 0;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_part part[2];
     int np = fuzz_split(data, size, part, 2);

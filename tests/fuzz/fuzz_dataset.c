@@ -13,15 +13,6 @@
 #include "data/shard_format.h"
 #include "fuzz_common.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc, (void)argv;
-    fuzz_quiet();
-    return 0;
-}
-
 static void read_some(const tsr_dataset *ds, int T) {
     uint64_t n = dataset_n_samples(ds, T);
     if (n == 0) return;

@@ -4,15 +4,6 @@
 #include "fuzz_common.h"
 #include "fuzz_tokenizer.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc, (void)argv;
-    fuzz_quiet();
-    return 0;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_part part[3];
     int np = fuzz_split(data, size, part, 3);

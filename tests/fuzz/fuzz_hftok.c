@@ -9,15 +9,6 @@
 #include "fuzz_common.h"
 #include "tokenizer/hf_tok.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc, (void)argv;
-    fuzz_quiet();
-    return 0;
-}
-
 static void use(const hf_tok *tok, const uint8_t *text, size_t n) {
     uint32_t *ids = NULL;
     size_t n_ids = 0, cap = 0;

@@ -8,9 +8,6 @@
 #include "fuzz_common.h"
 #include "prep/jsonl.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
 static json_doc g_doc; /* one per process, reused like prep's per-thread doc */
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {

@@ -6,15 +6,6 @@
 #include "fuzz_common.h"
 #include "hf/safetensors.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc, (void)argv;
-    fuzz_quiet();
-    return 0;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *path = fuzz_write("model.safetensors", data, size);
     st_file f;

@@ -12,15 +12,6 @@
 #include "fuzz_common.h"
 #include "fuzz_tokenizer.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc, (void)argv;
-    fuzz_quiet();
-    return 0;
-}
-
 static void load_and_use(const char *path, const fuzz_part *text) {
     tsr_tokenizer *tok = NULL;
     if (tokenizer_load(&tok, path) != 0) return;

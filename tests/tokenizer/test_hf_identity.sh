@@ -24,17 +24,6 @@ for x in "$TOOL" "$HFT"; do [[ -x $x ]] || { echo "$x missing: run make"; exit 7
 tsr_tmpdir
 tap_plan 9
 
-# same_lines WHAT REF_OUT OUT FILES...: per-file comparison, naming the first file that differs
-same_lines() {
-    local what=$1 a=$2 b=$3; shift 3
-    if cmp -s "$a" "$b"; then return 0; fi
-    local files=("$@") n
-    n=$(diff <(cat -n "$a") <(cat -n "$b") | grep -m1 '^<' | awk '{print $2}')
-    tap_diag "$what: first difference in ${files[$((n - 1))]:-?} (line $n)"
-    diff <(sed -n "${n}p" "$a" | tr ' ' '\n') <(sed -n "${n}p" "$b" | tr ' ' '\n') | head -8 | sed 's/^/#   /'
-    return 1
-}
-
 brown=("$BROWN"/c[a-r][0-9][0-9])
 E=$TMP/edge; mkdir -p "$E"
 printf 'Ünïcödé Ελληνικά Русский العربية हिन्दी ١٢٣ ४५६ Ⅻ ½ ²³ 𝟘𝟙 ǅ ʰ 〇 ﬁ' > "$E/scripts"
