@@ -13,7 +13,9 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int tap_planned_, tap_run_, tap_failed_;
 
@@ -73,6 +75,34 @@ static inline double tap_max_err(const double *a, const double *b, size_t n, dou
         if (e > worst) worst = e;
     }
     return worst;
+}
+
+/* text with control characters escaped (\n \r \t), for one-line test names; a static buffer */
+static inline const char *tap_esc(const char *s) {
+    static char buf[512];
+    size_t o = 0;
+    for (; *s && o + 5 < sizeof buf; s++) {
+        if (*s == '\n') buf[o++] = '\\', buf[o++] = 'n';
+        else if (*s == '\r') buf[o++] = '\\', buf[o++] = 'r';
+        else if (*s == '\t') buf[o++] = '\\', buf[o++] = 't';
+        else buf[o++] = *s;
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+/* pieces joined by '|': a callback for the pre-tokenisers' piece(ctx, p, len) */
+typedef struct tap_joined {
+    char s[1024];
+    size_t n;
+} tap_joined;
+
+static inline void tap_join_piece(void *ctx, const uint8_t *p, size_t len) {
+    tap_joined *j = ctx;
+    if (j->n) j->s[j->n++] = '|';
+    memcpy(j->s + j->n, p, len);
+    j->n += len;
+    j->s[j->n] = '\0';
 }
 
 #endif

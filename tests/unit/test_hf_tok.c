@@ -20,31 +20,7 @@
 #include "tokenizer/hf_tok.h"
 
 /* ---- the Split matchers: pieces joined by '|' ---- */
-typedef struct joined {
-    char s[1024];
-    size_t n;
-} joined;
 
-static void join_piece(void *ctx, const uint8_t *p, size_t len) {
-    joined *j = ctx;
-    if (j->n) j->s[j->n++] = '|';
-    memcpy(j->s + j->n, p, len);
-    j->n += len;
-    j->s[j->n] = '\0';
-}
-
-static const char *esc(const char *s) {
-    static char buf[512];
-    size_t o = 0;
-    for (; *s && o + 5 < sizeof buf; s++) {
-        if (*s == '\n') buf[o++] = '\\', buf[o++] = 'n';
-        else if (*s == '\r') buf[o++] = '\\', buf[o++] = 'r';
-        else if (*s == '\t') buf[o++] = '\\', buf[o++] = 't';
-        else buf[o++] = *s;
-    }
-    buf[o] = '\0';
-    return buf;
-}
 
 /* text, Llama 3 pieces, Qwen 2/3 pieces: from node (String.matchAll with transformers.js's
  * rewriting of each pattern), see tests/tokenizer/ref_hf_encode.js */
@@ -71,12 +47,12 @@ static const char *const split_cases[][3] = {
 static void test_split(void) {
     for (int k = 0; k < HF_SPLIT_COUNT; k++)
         for (int i = 0; i < N_SPLIT_CASES; i++) {
-            joined j = {.n = 0};
+            tap_joined j = {.n = 0};
             const char *t = split_cases[i][0];
-            hf_pretok_split((hf_split_kind)k, (const uint8_t *)t, strlen(t), join_piece, &j);
+            hf_pretok_split((hf_split_kind)k, (const uint8_t *)t, strlen(t), tap_join_piece, &j);
             if (!tap_ok(strcmp(j.s, split_cases[i][1 + k]) == 0, "%s split of \"%s\"",
-                        k == HF_SPLIT_LLAMA3 ? "Llama 3" : "Qwen 2", esc(t)))
-                tap_diag("got \"%s\", want \"%s\"", esc(j.s), esc(split_cases[i][1 + k]));
+                        k == HF_SPLIT_LLAMA3 ? "Llama 3" : "Qwen 2", tap_esc(t)))
+                tap_diag("got \"%s\", want \"%s\"", tap_esc(j.s), tap_esc(split_cases[i][1 + k]));
         }
 }
 
@@ -142,12 +118,12 @@ static int ids_are(const hf_tok *t, const char *text, int special, const uint32_
         size_t o = 0;
         for (size_t i = 0; i < n_ids && o + 12 < sizeof buf; i++) o += (size_t)sprintf(buf + o, " %u", ids[i]);
         buf[o] = '\0';
-        tap_diag("\"%s\" -> [%s ]", esc(text), buf);
+        tap_diag("\"%s\" -> [%s ]", tap_esc(text), buf);
     }
     uint8_t out[256];
     size_t len = hf_tok_decode(t, ids, n_ids, out, sizeof out);
     if (ok && !(len == strlen(text) && memcmp(out, text, len) == 0)) {
-        tap_diag("decode(encode(\"%s\")) differs", esc(text));
+        tap_diag("decode(encode(\"%s\")) differs", tap_esc(text));
         ok = 0;
     }
     free(ids);

@@ -13,41 +13,16 @@
 #include "tokenizer/tokenizer.h"
 
 /* ---- pre-tokenisation: pieces joined by '|' ---- */
-typedef struct joined {
-    char s[1024];
-    size_t n;
-} joined;
 
-static void join_piece(void *ctx, const uint8_t *p, size_t len) {
-    joined *j = ctx;
-    if (j->n) j->s[j->n++] = '|';
-    memcpy(j->s + j->n, p, len);
-    j->n += len;
-    j->s[j->n] = '\0';
-}
-
-/* text with control characters escaped, for one-line test names */
-static const char *esc(const char *s) {
-    static char buf[512];
-    size_t o = 0;
-    for (; *s && o + 5 < sizeof buf; s++) {
-        if (*s == '\n') buf[o++] = '\\', buf[o++] = 'n';
-        else if (*s == '\r') buf[o++] = '\\', buf[o++] = 'r';
-        else if (*s == '\t') buf[o++] = '\\', buf[o++] = 't';
-        else buf[o++] = *s;
-    }
-    buf[o] = '\0';
-    return buf;
-}
 
 static void check_pieces(const char *text, const char *want) {
-    joined j = {.n = 0};
+    tap_joined j = {.n = 0};
     j.s[0] = '\0';
-    tokenizer_pretokenize((const uint8_t *)text, strlen(text), join_piece, &j);
-    if (!tap_ok(strcmp(j.s, want) == 0, "pretokenize \"%s\"", esc(text)))
+    tokenizer_pretokenize((const uint8_t *)text, strlen(text), tap_join_piece, &j);
+    if (!tap_ok(strcmp(j.s, want) == 0, "pretokenize \"%s\"", tap_esc(text)))
 {
-        tap_diag("got  \"%s\"", esc(j.s));
-        tap_diag("want \"%s\"", esc(want));
+        tap_diag("got  \"%s\"", tap_esc(j.s));
+        tap_diag("want \"%s\"", tap_esc(want));
     }
 }
 
