@@ -28,6 +28,21 @@
 
 tsr_log() { printf '[tessera-job %(%F %T)T] %s\n' -1 "$*"; }
 
+# Stop signals before the step runs. Slurm's --signal=B:USR1@N, a preemption's TERM or an scancel
+# may arrive while the module loads or the preflight runs; bash's default action for both would end
+# the batch shell at once (job FAILED, no requeue). From here on (and from the templates' first line,
+# which sets the same variable) such a signal is kept in TSR_STOP_SIG: a running sweep is abandoned,
+# and the job is requeued without starting the step (tsr_stop_if_asked). While the step runs,
+# tsr_run forwards the signals to it instead.
+TSR_STOP_SIG=${TSR_STOP_SIG:-}
+tsr_hold_stops() { trap 'TSR_STOP_SIG=USR1' USR1; trap 'TSR_STOP_SIG=TERM' TERM; }
+tsr_hold_stops
+tsr_stop_if_asked() {
+    [[ -n $TSR_STOP_SIG ]] || return 0
+    tsr_log "received SIG$TSR_STOP_SIG before the step started: requeueing without starting it (the run resumes from its latest checkpoint)"
+    tsr_requeue 85
+}
+
 # The id `scontrol requeue` needs: ARRAYJOB_TASK for an array task, else the job id.
 tsr_job_id() {
     if [[ -n ${SLURM_ARRAY_JOB_ID:-} && -n ${SLURM_ARRAY_TASK_ID:-} ]]; then
@@ -63,6 +78,7 @@ tsr_hc_cmd() {
 # if run as root).
 tsr_preflight() {
     local hc mode=${TSR_PREFLIGHT:-full}
+    tsr_stop_if_asked
     case $mode in
         full | quick) ;;
         off) tsr_log "preflight: TSR_PREFLIGHT=off: skipped"; return 0 ;;
@@ -75,19 +91,36 @@ tsr_preflight() {
         tsr_log "preflight: unhealthy: $TSR_BAD_NODES"
         tsr_requeue_excluding "$TSR_BAD_NODES"
     fi
+    tsr_stop_if_asked
 }
 
 # tsr_sweep HC ARGS...: run the checker once per node; sets TSR_BAD_NODES (comma list) from the
 # verdict lines "NODE CHECK FAIL ...". Exit status 2 (could not run) marks nobody bad.
 # A check that does not end within TSR_HC_LIMIT seconds (default 300) is abandoned: a hung checker
-# must not eat the job's walltime, and it marks nobody bad.
+# must not eat the job's walltime, and it marks nobody bad. Nor must one that a stop signal
+# interrupts (TSR_STOP_SIG): it is stopped and marks nobody bad.
 TSR_BAD_NODES=
 tsr_sweep() {
-    local out rc=0
-    out=$(timeout "${TSR_HC_LIMIT:-300}" srun --mpi="${TSR_SRUN_MPI:-pmix}" --ntasks-per-node=1 \
-        --kill-on-bad-exit=0 "$@" 2>&1) || rc=$?
+    local out rc pid f
+    f=$(mktemp "${TMPDIR:-/tmp}/tessera-sweep.XXXXXX")
+    # in the background, so that a trapped signal interrupts the wait instead of waiting for the end
+    timeout "${TSR_HC_LIMIT:-300}" srun --mpi="${TSR_SRUN_MPI:-pmix}" --ntasks-per-node=1 \
+        --kill-on-bad-exit=0 "$@" >"$f" 2>&1 &
+    pid=$!
+    while :; do
+        rc=0
+        wait "$pid" || rc=$?
+        if ((rc > 128)) && kill -0 "$pid" 2>/dev/null; then
+            [[ -n $TSR_STOP_SIG ]] && kill -TERM "$pid" 2>/dev/null
+            continue
+        fi
+        break
+    done
+    out=$(<"$f")
+    rm -f "$f"
     printf '%s\n' "$out" | sed 's/^/  hc| /'
     TSR_BAD_NODES=$(printf '%s\n' "$out" | awk '$3 == "FAIL" { print $1 }' | sort -u | paste -sd, -)
+    [[ -n $TSR_STOP_SIG ]] && { TSR_BAD_NODES=; tsr_log "sweep: SIG$TSR_STOP_SIG arrived: abandoned (exit $rc), nobody marked bad"; return 0; }
     ((rc == 124)) && { TSR_BAD_NODES=; tsr_log "sweep: no answer within ${TSR_HC_LIMIT:-300} s: abandoned, nobody marked bad"; return 0; }
     tsr_log "sweep: exit $rc, unhealthy nodes: ${TSR_BAD_NODES:-none}"
 }
@@ -149,6 +182,7 @@ tsr_task_exit() {
 
 tsr_run() {
     local rc step_err
+    tsr_stop_if_asked
     tsr_log "step: $*"
     # srun's stderr goes to the job's log as always, and to a copy that tsr_task_exit reads
     step_err=$(mktemp "${TMPDIR:-/tmp}/tessera-step.XXXXXX")
@@ -156,6 +190,8 @@ tsr_run() {
     TSR_STEP_PID=$!
     trap 'tsr_forward USR1' USR1
     trap 'tsr_forward TERM' TERM
+    # one that came between the start of the step and these traps is forwarded now
+    [[ -n $TSR_STOP_SIG ]] && tsr_forward "$TSR_STOP_SIG"
     while :; do
         rc=0
         wait "$TSR_STEP_PID" || rc=$?
@@ -163,7 +199,7 @@ tsr_run() {
         if ((rc > 128)) && kill -0 "$TSR_STEP_PID" 2>/dev/null; then continue; fi
         break
     done
-    trap - USR1 TERM
+    tsr_hold_stops
     tsr_log "step exited with $rc"
     if ((rc > 128)); then
         local chosen

@@ -5,10 +5,12 @@
 # must stop the job; a crash must requeue it. The step here is a stand-in for srun that prints the
 # lines Slurm's srun prints and exits as it does (no Slurm needed); TSR_REQUEUE=exit makes the
 # requeue decision visible as the exit status (the crash's code) instead of a call to scontrol.
+# Then stop signals that arrive before the step starts (a short --time's --signal, a preemption's
+# TERM during the preflight): kept, the sweep stopped, the job requeued without running the step.
 # shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 5
+tap_plan 8
 HOOK=$TSR_ROOT/jobs/lib/tessera-job.sh
 
 # step RC LINE...: run tsr_run on a stand-in step that prints LINEs on stderr and exits RC;
@@ -42,4 +44,53 @@ step 143
 ((got == 143)) && grep -q "requeue" "$TMP/out.txt" && ! grep -q "not requeued" "$TMP/out.txt" &&
     ! compgen -G "${TMPDIR:-/tmp}/tessera-step.*" >/dev/null
 tap_check $? "srun killed with no task lines: a crash, requeued (exit $got); no stderr copy left behind"
+# A stand-in srun (drops its own --options, runs the rest) and a health checker that hangs: it
+# records its pid and sleeps far longer than the test waits.
+mkdir -p "$TMP/bin"
+cat >"$TMP/bin/srun" <<'SH'
+#!/bin/bash
+while [[ $1 == --* ]]; do shift; done
+exec "$@"
+SH
+cat >"$TMP/hc" <<SH
+#!/bin/bash
+echo \$\$ >"$TMP/hc.pid"
+exec sleep 300
+SH
+chmod +x "$TMP/bin/srun" "$TMP/hc"
+# prestep SIG WHEN: a batch shell that sources the hook, runs the preflight, then the step (which
+# would print STEP-RAN); SIG reaches it WHEN=early (before the preflight) or during the sweep
+prestep() {
+    rm -f "$TMP/hc.pid"
+    local early=:
+    [[ $2 == early ]] && early="kill -$1 \$\$"
+    PATH=$TMP/bin:$PATH SLURM_JOB_ID=7 TSR_REQUEUE=exit TSR_HEALTHCHECK=$TMP/hc TSR_PREFLIGHT=quick \
+        bash -c "set -euo pipefail; source '$HOOK'; $early; tsr_preflight; tsr_run bash -c 'echo STEP-RAN'" \
+        >"$TMP/out.txt" 2>&1 &
+    local pid=$! i
+    if [[ $2 == during ]]; then
+        for ((i = 0; i < 100; i++)); do [[ -s $TMP/hc.pid ]] && break; sleep 0.1; done
+        kill -"$1" "$pid"
+    fi
+    got=0
+    wait "$pid" || got=$?
+}
+prestep USR1 during
+hcpid=$(cat "$TMP/hc.pid" 2>/dev/null)
+((got == 85)) && grep -q "received SIGUSR1 before the step started: requeueing" "$TMP/out.txt" &&
+    grep -q "sweep: SIGUSR1 arrived: abandoned" "$TMP/out.txt" && ! grep -q STEP-RAN "$TMP/out.txt" &&
+    [[ -n $hcpid ]] && ! kill -0 "$hcpid" 2>/dev/null
+tap_check $? "SIGUSR1 during the preflight sweep: the sweep (pid ${hcpid:-none}) stopped, requeued without starting the step (exit $got)"
+[[ -n $hcpid ]] && kill "$hcpid" 2>/dev/null   # a hook that left it running: not left behind
+prestep TERM early
+((got == 85)) && grep -q "received SIGTERM before the step started" "$TMP/out.txt" &&
+    ! grep -q "preflight:" "$TMP/out.txt" && ! grep -q STEP-RAN "$TMP/out.txt" && [[ ! -e $TMP/hc.pid ]]
+tap_check $? "SIGTERM before the preflight: no sweep, requeued without starting the step (exit $got)"
+# the templates keep a signal from their first command on, before the module system loads
+bad=
+for t in pretrain finetune eval; do
+    sed -n '/^set -euo pipefail$/,/^type module/p' "$TSR_ROOT/jobs/$t.sbatch" | grep -q "^trap 'TSR_STOP_SIG=USR1' USR1; trap 'TSR_STOP_SIG=TERM' TERM$" || bad+=" $t"
+done
+[[ -z $bad ]]
+tap_check $? "pretrain, finetune and eval templates set the keeping traps before 'module load'${bad:+ (missing in:$bad)}"
 tap_done
