@@ -19,6 +19,8 @@
 #include "train/train_icl.h"
 #include "train/watchdog.h"
 
+static const struct trainer_strategy *trainer_pick_strategy(const tsr_trainer *t);
+
 double lr_multiplier(tsr_sched_kind kind, double alpha_f, int64_t s, int64_t W, int64_t S) {
     if (s < W) return (double)(s + 1) / (double)W;
     double p = (double)(s - W) / (double)(S - W > 1 ? S - W : 1);
@@ -38,9 +40,6 @@ static int pick_threads(const tsr_config *cfg, const tsr_dist *d) {
     return n > 0 ? n : 1;
 }
 
-/* The rank partition of the flat parameter buffer: rank r's part is [displs[r], +counts[r]),
- * 16-float aligned, in rank order. ZeRO-1 ranks own their part (optimizer state, update); DDP
- * ranks own everything but still use the partition to split checkpoint I/O. */
 /* A rank's block that other ranks receive (a ZeRO-1 or checkpoint part of the flat buffer, a
  * zero3 / hsdp shard) is one MPI int count; the buffer itself may pass 2^31 floats (all-reduces
  * are chunked, src/dist.h), and a world or group of one exchanges nothing. Checked before anything
@@ -59,6 +58,9 @@ static int check_int_counts(const tsr_trainer *t, int dry_run) {
     return dry_run ? 0 : TSR_EXIT_USAGE;
 }
 
+/* The rank partition of the flat parameter buffer: rank r's part is [displs[r], +counts[r]),
+ * 16-float aligned, in rank order. ZeRO-1 ranks own their part (optimizer state, update); DDP
+ * ranks own everything but still use the partition to split checkpoint I/O. */
 static int plan_shards(tsr_trainer *t) {
     size_t n = t->model.n_params, W = (size_t)t->dist.world;
     t->part_counts = tsr_malloc(W * sizeof(size_t));
@@ -217,6 +219,7 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     } else {
         oom_fault(t);
     }
+    t->strategy = trainer_pick_strategy(t);
     return 0; /* run_dir is not touched yet: trainer_open_run_dir, once the checkpoint is read */
 }
 
@@ -304,75 +307,169 @@ static void nan_fault(tsr_trainer *t) {
     }
 }
 
-void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
-    double t0 = tsr_now();
-    watchdog_phase(WD_DATA, t->step);
+/* The step's strategies (chosen once, by trainer_pick_strategy): how this run computes, sums,
+ * measures and applies its gradients, and brings updated weights back to the ranks that compute.
+ * ddp: every rank owns the whole flat buffer, gradients are all-reduced; zero1: rank r owns its
+ * part [shard_lo, shard_hi) and its summed gradients (reduce-scatter into gslice), the updated
+ * parts are all-gathered; fsdp (zero3, hsdp): weights, gradients and moments are fsdp shards, the
+ * layers' gradients are reduce-scattered during backward; device (device = cuda): the library
+ * sums the gradients during backward and updates on the device. */
+typedef struct trainer_strategy {
+    const char *name;
+    /* forward and backward over this rank's batch in microbatches, gradients scaled by scale:
+     * returns this rank's loss sum */
+    double (*compute)(tsr_trainer *t, float scale);
+    void (*reduce)(tsr_trainer *t);   /* the gradients summed over the ranks into the owned part */
+    double (*sumsq)(tsr_trainer *t);  /* squared norm of the summed gradients, equal on all ranks */
+    void (*update)(tsr_trainer *t, double lr, float gscale); /* AdamW on the owned part */
+    void (*gather)(tsr_trainer *t);   /* the updated weights to every rank that computes */
+    size_t (*mem_peak)(void);         /* the training allocator's peak bytes */
+} trainer_strategy;
+
+static void zero_flat_grads(tsr_trainer *t) {
+    t->ops->zero(t->model.grads, t->model.n_params * sizeof(float));
+}
+
+static void zero_shard_grads(tsr_trainer *t) { fsdp_zero_grads(&t->fsdp); }
+
+/* CPU: the microbatches' forward and backward (the gradients accumulate), after zero. */
+static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer *)) {
     tsr_model *m = &t->model;
-    const tsr_optim_config *o = &t->cfg.optim;
-    int64_t d = t->step + t->data_offset;
-    int64_t sums[1 + TSR_MAX_STREAMS]; /* counted targets, then samples per stream */
-    sums[0] = train_data_load(t, d);
-    for (int k = 0; k < t->n_streams; k++) sums[1 + k] = t->stream_loaded[k];
-    dist_allreduce_sum_i64(sums, 1 + (size_t)t->n_streams);
-    int64_t counted = sums[0];
-    /* a curriculum phase starts: its loss level may differ, so the spike window starts over */
-    st->phase_switch = d > 0 && mix_phase(&t->mix, d) != mix_phase(&t->mix, d - 1);
-    if (st->phase_switch) guard_restart_window(&t->guard);
-    float scale = counted > 0 ? 1.0f / (float)counted : 0.0f;
-    trainer_ensure_acts(t); /* micro_batch = auto: the batch just loaded runs at the size that fits */
-    watchdog_phase(WD_COMPUTE, t->step);
-    double tc = tsr_now();
-    double loss_sum = 0.0, sq;
-    /* gradients of the owned slice, summed over ranks */
-    float *g = m->grads + t->shard_lo;
-    size_t lo = t->shard_lo, hi = t->shard_hi;
-    if (t->gpu) { /* device = cuda: the layers' gradients are summed during backward */
-        loss_sum = gpu_train_compute(t, scale);
-        compute_fault(t);
-        st->compute_time = tsr_now() - tc;
-        watchdog_phase(WD_REDUCE, t->step);
-        sq = gpu_train_grad_sumsq(t);
-        goto reduced;
-    }
-    if (t->fsdp_on) fsdp_zero_grads(&t->fsdp);
-    else t->ops->zero(m->grads, m->n_params * sizeof(float));
+    double loss_sum = 0.0;
+    zero(t);
     for (int64_t b = 0; b < t->per_rank; b += t->micro) {
         const int32_t *in = t->inputs + b * t->T, *tg = t->targets + b * t->T;
         loss_sum += model_forward(m, in, tg, t->micro, t->T);
         model_backward(m, in, tg, t->micro, t->T, scale);
     }
-    compute_fault(t);
     nan_fault(t);
-    st->compute_time = tsr_now() - tc;
-    watchdog_phase(WD_REDUCE, t->step);
-    if (t->fsdp_on) { /* the layers' gradients are reduce-scattered already */
-        fsdp_finish_grads(&t->fsdp);
-        g = t->fsdp.grads, lo = 0, hi = t->fsdp.shard_n;
-    } else if (t->zero1) {
-        dist_reduce_scatter_sum_f32(m->grads, t->gslice, t->part_counts);
-        g = t->gslice;
-    } else if (t->dist.world > 1) {
-        dist_allreduce_sum_f32(m->grads, m->n_params);
+    return loss_sum;
+}
+
+static double flat_compute(tsr_trainer *t, float scale) { return cpu_compute(t, scale, zero_flat_grads); }
+static double shard_compute(tsr_trainer *t, float scale) { return cpu_compute(t, scale, zero_shard_grads); }
+
+static void nothing(tsr_trainer *t) { (void)t; }
+
+static void ddp_reduce(tsr_trainer *t) {
+    if (t->dist.world > 1) dist_allreduce_sum_f32(t->model.grads, t->model.n_params);
+}
+
+static void zero1_reduce(tsr_trainer *t) {
+    dist_reduce_scatter_sum_f32(t->model.grads, t->gslice, t->part_counts);
+}
+
+/* the layers' gradients are reduce-scattered already: the root's, and hsdp's replica sum */
+static void fsdp_reduce(tsr_trainer *t) { fsdp_finish_grads(&t->fsdp); }
+
+/* the summed gradients of the owned part [shard_lo, shard_hi) of the flat layout */
+static float *owned_grads(tsr_trainer *t) { return t->zero1 ? t->gslice : t->model.grads; }
+
+static double ddp_sumsq(tsr_trainer *t) {
+    return t->ops->sumsq(t->model.grads, t->shard_hi - t->shard_lo);
+}
+
+static double zero1_sumsq(tsr_trainer *t) {
+    double sq = t->ops->sumsq(t->gslice, t->shard_hi - t->shard_lo);
+    dist_allreduce_sum_f64(&sq, 1);
+    return sq;
+}
+
+static double fsdp_sumsq(tsr_trainer *t) {
+    double sq = t->ops->sumsq(t->fsdp.grads, t->fsdp.shard_n);
+    dist_group_allreduce_sum_f64(t->fsdp.group, &sq, 1); /* replicas are equal */
+    return sq;
+}
+
+static float decay_of(const tsr_optim_config *o, tsr_param_kind kind) {
+    return trainer_param_decays(o, kind) ? (float)o->weight_decay : 0.0f;
+}
+
+/* ddp, zero1: AdamW on the owned part of each tensor (weight decay depends on the tensor's kind) */
+static void flat_update(tsr_trainer *t, double lr, float gscale) {
+    const tsr_optim_config *o = &t->cfg.optim;
+    size_t lo = t->shard_lo, hi = t->shard_hi;
+    float *g = owned_grads(t);
+    for (int i = 0; i < TSR_P_COUNT; i++) {
+        const tsr_param_info *p = &t->model.params_info[i];
+        size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+        if (a >= b) continue;
+        t->ops->adamw_update(t->model.params + a, g + (a - lo), t->m + (a - lo), t->v + (a - lo),
+                             b - a, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
+                             decay_of(o, p->kind), gscale, (int)t->optim_step);
     }
-    sq = t->ops->sumsq(g, hi - lo);
-    if (t->zero1) dist_allreduce_sum_f64(&sq, 1);
-    if (t->fsdp_on) dist_group_allreduce_sum_f64(t->fsdp.group, &sq, 1); /* replicas are equal */
-reduced:
+}
+
+/* zero3, hsdp: AdamW on the shard, tensor piece by tensor piece */
+static void fsdp_update(tsr_trainer *t, double lr, float gscale) {
+    const tsr_optim_config *o = &t->cfg.optim;
+    tsr_fsdp *f = &t->fsdp;
+    for (int k = 0; k < f->n_pieces[f->grank]; k++) {
+        const fsdp_piece *p = &f->pieces[f->grank][k];
+        t->ops->adamw_update(f->params + p->shard, f->grads + p->shard, t->m + p->shard,
+                             t->v + p->shard, p->len, (float)lr, (float)o->beta1, (float)o->beta2,
+                             (float)o->eps, decay_of(o, t->model.params_info[p->id].kind), gscale,
+                             (int)t->optim_step);
+    }
+}
+
+static void zero1_gather(tsr_trainer *t) {
+    dist_allgatherv_f32(t->model.params, t->part_counts, t->part_displs);
+}
+
+static void fsdp_gather(tsr_trainer *t) { fsdp_params_changed(&t->fsdp); }
+
+static double device_sumsq(tsr_trainer *t) { return gpu_train_grad_sumsq(t); }
+
+static void device_update(tsr_trainer *t, double lr, float gscale) {
+    gpu_train_update(t, lr, gscale, (int)t->optim_step);
+}
+
+static size_t cpu_mem_peak(void) { return cpu_ops_peak_bytes(); }
+
+static const trainer_strategy strategy_ddp = {
+    "ddp", flat_compute, ddp_reduce, ddp_sumsq, flat_update, nothing, cpu_mem_peak};
+static const trainer_strategy strategy_zero1 = {
+    "zero1", flat_compute, zero1_reduce, zero1_sumsq, flat_update, zero1_gather, cpu_mem_peak};
+static const trainer_strategy strategy_fsdp = {
+    "fsdp", shard_compute, fsdp_reduce, fsdp_sumsq, fsdp_update, fsdp_gather, cpu_mem_peak};
+/* the gradients are summed during backward, the weights refreshed by the update */
+static const trainer_strategy strategy_device = {
+    "device", gpu_train_compute, nothing, device_sumsq, device_update, nothing, gpu_train_mem_peak};
+
+static const trainer_strategy *trainer_pick_strategy(const tsr_trainer *t) {
+    if (t->gpu) return &strategy_device;
+    if (t->fsdp_on) return &strategy_fsdp;
+    return t->zero1 ? &strategy_zero1 : &strategy_ddp;
+}
+
+/* The step's data: this rank's part of global batch d loaded; counted targets and samples per
+ * stream summed over the ranks (sums[0], sums[1 + k]); a curriculum phase that starts with it
+ * restarts the spike window (its loss level may differ). */
+static int64_t step_load(tsr_trainer *t, int64_t d, int64_t *sums, tsr_step_stats *st) {
+    watchdog_phase(WD_DATA, t->step);
+    sums[0] = train_data_load(t, d);
+    for (int k = 0; k < t->n_streams; k++) sums[1 + k] = t->stream_loaded[k];
+    dist_allreduce_sum_i64(sums, 1 + (size_t)t->n_streams);
+    st->phase_switch = d > 0 && mix_phase(&t->mix, d) != mix_phase(&t->mix, d - 1);
+    if (st->phase_switch) guard_restart_window(&t->guard);
+    return sums[0];
+}
+
+/* The global loss (mean over the counted targets) and the ranks' peak memory. */
+static double step_global_loss(tsr_trainer *t, double loss_sum, int64_t counted,
+                               tsr_step_stats *st) {
     if (t->dist.world > 1) dist_allreduce_sum_f64(&loss_sum, 1);
-    double mem[2] = {(double)(t->gpu ? gpu_train_mem_peak() : cpu_ops_peak_bytes()),
-                     (double)tsr_peak_rss()};
+    double mem[2] = {(double)t->strategy->mem_peak(), (double)tsr_peak_rss()};
     if (t->dist.world > 1) dist_allreduce_max_f64(mem, 2);
     st->peak_mem = mem[0], st->peak_rss = mem[1];
-    double norm = sqrt(sq);
-    float gscale = 1.0f;
-    if (o->grad_clip > 0 && norm > o->grad_clip) gscale = (float)(o->grad_clip / (norm + 1e-6));
-    double lr = o->lr * lr_multiplier(o->schedule, o->alpha_f, t->step, t->warmup_steps,
-                                      t->total_steps);
-    watchdog_phase(WD_OPTIMIZER, t->step);
-    double loss = counted > 0 ? loss_sum / (double)counted : NAN;
-    /* the spike guard judges before the update, on rank 0's numbers (all-reduced, so equal on
-     * every rank unless a reduction differed in the last bit): every rank's guard state and
-     * verdict are then the same by construction */
+    return counted > 0 ? loss_sum / (double)counted : NAN;
+}
+
+/* The spike guard judges before the update, on rank 0's numbers (all-reduced, so equal on every
+ * rank unless a reduction differed in the last bit): every rank's guard state and verdict are then
+ * the same by construction. Counts the step; returns whether its update is applied. */
+static int step_judge(tsr_trainer *t, double loss, double norm, tsr_step_stats *st) {
     double judged[2] = {loss, norm};
     if (t->dist.world > 1) dist_bcast(judged, sizeof judged, 0);
     st->verdict = guard_judge(&t->guard, t->step + 1, judged[0], judged[1], st->why, sizeof st->why);
@@ -380,34 +477,42 @@ reduced:
     t->step++;
     int apply = st->verdict == GUARD_OK || st->verdict == GUARD_WARN;
     if (apply) t->optim_step++;
-    /* AdamW on the owned part of each tensor (weight decay depends on the tensor's kind) */
-    if (apply && t->gpu) gpu_train_update(t, lr, gscale, (int)t->optim_step);
-    for (int k = 0; apply && t->fsdp_on && !t->gpu && k < t->fsdp.n_pieces[t->fsdp.grank]; k++) {
-        const fsdp_piece *p = &t->fsdp.pieces[t->fsdp.grank][k];
-        float wd = trainer_param_decays(o, m->params_info[p->id].kind) ? (float)o->weight_decay : 0.0f;
-        t->ops->adamw_update(t->fsdp.params + p->shard, g + p->shard, t->m + p->shard,
-                             t->v + p->shard, p->len, (float)lr, (float)o->beta1, (float)o->beta2,
-                             (float)o->eps, wd, gscale, (int)t->optim_step);
+    return apply;
+}
+
+/* The gradients' multiplier under clipping (optim.grad_clip), 1 when within it. */
+static float clip_scale(const tsr_optim_config *o, double norm) {
+    return o->grad_clip > 0 && norm > o->grad_clip ? (float)(o->grad_clip / (norm + 1e-6)) : 1.0f;
+}
+
+void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
+    const trainer_strategy *s = t->strategy;
+    const tsr_optim_config *o = &t->cfg.optim;
+    double t0 = tsr_now();
+    int64_t d = t->step + t->data_offset, sums[1 + TSR_MAX_STREAMS];
+    int64_t counted = step_load(t, d, sums, st);
+    trainer_ensure_acts(t); /* micro_batch = auto: the batch just loaded runs at the size that fits */
+    watchdog_phase(WD_COMPUTE, t->step);
+    double tc = tsr_now();
+    double loss_sum = s->compute(t, counted > 0 ? 1.0f / (float)counted : 0.0f);
+    compute_fault(t);
+    st->compute_time = tsr_now() - tc;
+    watchdog_phase(WD_REDUCE, t->step);
+    s->reduce(t);
+    double norm = sqrt(s->sumsq(t));
+    double loss = step_global_loss(t, loss_sum, counted, st);
+    double lr = o->lr * lr_multiplier(o->schedule, o->alpha_f, t->step, t->warmup_steps,
+                                      t->total_steps);
+    watchdog_phase(WD_OPTIMIZER, t->step);
+    int apply = step_judge(t, loss, norm, st);
+    if (apply) {
+        s->update(t, lr, clip_scale(o, norm));
+        s->gather(t);
     }
-    if (apply && t->fsdp_on && !t->gpu) fsdp_params_changed(&t->fsdp);
-    for (int i = 0; apply && !t->fsdp_on && !t->gpu && i < TSR_P_COUNT; i++) {
-        const tsr_param_info *p = &m->params_info[i];
-        size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-        if (a >= b) continue;
-        float wd = trainer_param_decays(o, p->kind) ? (float)o->weight_decay : 0.0f;
-        t->ops->adamw_update(m->params + a, g + (a - lo), t->m + (a - lo), t->v + (a - lo), b - a,
-                             (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps, wd,
-                             gscale, (int)t->optim_step);
-    }
-    if (apply && t->zero1 && !t->gpu) dist_allgatherv_f32(m->params, t->part_counts, t->part_displs);
     t->tokens_seen += t->cfg.global_batch * t->T;
-    st->step = t->step;
     for (int k = 0; apply && k < t->n_streams; k++) t->stream_seen[k] += sums[1 + k];
-    st->loss = loss;
-    st->data_batch = d;
-    st->lr = lr;
-    st->grad_norm = norm;
-    st->tokens = counted;
+    st->step = t->step, st->data_batch = d, st->tokens = counted;
+    st->loss = loss, st->lr = lr, st->grad_norm = norm;
     st->step_time = tsr_now() - t0;
 }
 
@@ -522,85 +627,105 @@ static int guard_respond(tsr_trainer *t, const tsr_step_stats *st) {
     return TSR_EXIT_DATA;
 }
 
-int trainer_run(tsr_trainer *t) {
-    tsr_step_stats st;
+/* At a step boundary after a stop request (SIGUSR1/SIGTERM on any rank): the checkpoint of this
+ * step, unless a periodic save during which the signal came committed it already (committed:
+ * the step of the last checkpoint this run committed). Returns TSR_EXIT_REQUEUE or an exit code. */
+static int stop_on_request(tsr_trainer *t, int64_t committed) {
     int rc;
-    int64_t committed = -1; /* step of the last checkpoint this run committed */
-    watchdog_start(t);
-    while (t->step < t->total_steps) {
-        if (checkpointing_stop_requested()) { /* at a step boundary, all ranks together */
-            /* a stop signal that came during a periodic save finds this step committed: that
-             * checkpoint is the one to resume from, do not write it a second time */
-            watchdog_phase(WD_CHECKPOINT, t->step);
-            if (committed != t->step && (rc = checkpointing_save(t))) return watchdog_stop(), rc;
-            if (t->dist.rank == 0)
-                printf("stop requested (SIGUSR1/SIGTERM): checkpoint of step %lld committed; "
-                       "exit %d = requeue me\n", (long long)t->step, TSR_EXIT_REQUEUE);
-            watchdog_stop();
-            return TSR_EXIT_REQUEUE;
-        }
-        train_data_stage_step(t);
-        trainer_step(t, &st);
-        metrics_log_step(t, &st);
-        if (st.phase_switch)
-            metrics_log_guard_note(t, "restart-window", &st, "a data-mix curriculum phase starts "
-                                   "with this batch: the spike window starts over");
-        if (st.verdict != GUARD_OK) {
-            if (st.verdict == GUARD_ROLLBACK) watchdog_phase(WD_CHECKPOINT, t->step);
-            rc = guard_respond(t, &st);
-            if (rc == 1) { /* rolled back: the loop goes on from the restored step */
-                committed = t->step;
-                continue;
-            }
-            if (rc) return watchdog_stop(), rc;
-        }
-        int last = t->step == t->total_steps;
-        int eval_now = (t->eval_every > 0 && t->step % t->eval_every == 0) || last;
-        if (t->val && eval_now) {
-            watchdog_phase(WD_EVAL, t->step);
-            metrics_log_eval(t, trainer_eval(t));
-        }
-        if (t->icl && eval_now) {
-            watchdog_phase(WD_EVAL, t->step);
-            trainer_full_weights(t, 1);
-            train_icl_run(t);
-            trainer_full_weights(t, 0);
-        }
-        /* no periodic save inside an outlier streak: it would be useless to a rollback and its
-         * retention could delete the last checkpoint from before the spike */
-        if ((t->save_every > 0 && t->step % t->save_every == 0 && t->guard.streak == 0) || last) {
-            watchdog_phase(WD_CHECKPOINT, t->step);
-            if ((rc = checkpointing_save(t))) return watchdog_stop(), rc;
-            committed = t->step;
-        }
-        if (watchdog_after_step(t, &st) && !last) { /* a straggler or low MFU: exit 86 */
-            watchdog_phase(WD_CHECKPOINT, t->step);
-            if (committed != t->step && (rc = checkpointing_save(t))) return watchdog_stop(), rc;
-            watchdog_stop();
-            return TSR_EXIT_SLOW;
-        }
-        maybe_fault(t);
+    watchdog_phase(WD_CHECKPOINT, t->step);
+    if (committed != t->step && (rc = checkpointing_save(t))) return rc;
+    if (t->dist.rank == 0)
+        printf("stop requested (SIGUSR1/SIGTERM): checkpoint of step %lld committed; "
+               "exit %d = requeue me\n", (long long)t->step, TSR_EXIT_REQUEUE);
+    return TSR_EXIT_REQUEUE;
+}
+
+/* The evaluations due after this step: validation loss, the ICL tasks. */
+static void evaluate(tsr_trainer *t) {
+    if (t->val) {
+        watchdog_phase(WD_EVAL, t->step);
+        metrics_log_eval(t, trainer_eval(t));
     }
-    watchdog_stop();
-    train_data_stage_end(t);
-    metrics_finish(t);
-    if (t->cfg.sample.tokens > 0) {
-        trainer_ensure_acts(t); /* collective: a resumed run that was already done ran no step */
-        /* rank 0 samples on the host's fp32 ops; device = cuda: from the device's weights */
-        if (t->gpu) gpu_train_host_model(t, 1);
-        else trainer_host_weights(t, 1);
+    if (t->icl) {
+        watchdog_phase(WD_EVAL, t->step);
+        trainer_full_weights(t, 1);
+        train_icl_run(t);
+        trainer_full_weights(t, 0);
     }
-    if (t->cfg.sample.tokens > 0 && t->dist.rank == 0) {
-        /* prompt: the end-of-text token, by convention the vocabulary's last id (GPT-2's 50256,
-         * the synthetic corpus' V-1, a trained tokenizer's last special) */
+}
+
+/* sample.tokens after the run: rank 0 samples on the host's fp32 ops (device = cuda: from the
+ * device's weights); the prompt is the end-of-text token, by convention the vocabulary's last id
+ * (GPT-2's 50256, the synthetic corpus' V-1, a trained tokenizer's last special). Collective. */
+static void end_of_run_sample(tsr_trainer *t) {
+    if (t->cfg.sample.tokens <= 0) return;
+    trainer_ensure_acts(t); /* collective: a resumed run that was already done ran no step */
+    if (t->gpu) gpu_train_host_model(t, 1);
+    else trainer_host_weights(t, 1);
+    if (t->dist.rank == 0) {
         int32_t eot = t->model.V - 1, n = (int32_t)t->cfg.sample.tokens;
         int32_t *ids = tsr_malloc((size_t)n * sizeof *ids);
         trainer_sample(t, &eot, 1, n, (uint64_t)t->cfg.seed, ids);
         metrics_log_sample(t, ids, n);
         free(ids);
     }
-    if (t->cfg.sample.tokens > 0 && t->gpu) gpu_train_host_model(t, 0);
-    else if (t->cfg.sample.tokens > 0) trainer_host_weights(t, 0);
+    if (t->gpu) gpu_train_host_model(t, 0);
+    else trainer_host_weights(t, 0);
+}
+
+/* After a step: its log line, the guard's response, evaluation, periodic checkpoint, the
+ * straggler watchdog. Returns 0 to go on, 1 after a rollback (committed: the restored step), else
+ * an exit code (TSR_EXIT_SLOW after a checkpoint). */
+static int after_step(tsr_trainer *t, const tsr_step_stats *st, int64_t *committed) {
+    int rc;
+    metrics_log_step(t, st);
+    if (st->phase_switch)
+        metrics_log_guard_note(t, "restart-window", st, "a data-mix curriculum phase starts "
+                               "with this batch: the spike window starts over");
+    if (st->verdict != GUARD_OK) {
+        if (st->verdict == GUARD_ROLLBACK) watchdog_phase(WD_CHECKPOINT, t->step);
+        if ((rc = guard_respond(t, st)) == 1) *committed = t->step;
+        if (rc) return rc;
+    }
+    int last = t->step == t->total_steps;
+    if ((t->eval_every > 0 && t->step % t->eval_every == 0) || last) evaluate(t);
+    /* no periodic save inside an outlier streak: it would be useless to a rollback and its
+     * retention could delete the last checkpoint from before the spike */
+    if ((t->save_every > 0 && t->step % t->save_every == 0 && t->guard.streak == 0) || last) {
+        watchdog_phase(WD_CHECKPOINT, t->step);
+        if ((rc = checkpointing_save(t))) return rc;
+        *committed = t->step;
+    }
+    if (watchdog_after_step(t, st) && !last) { /* a straggler or low MFU: exit 86 */
+        watchdog_phase(WD_CHECKPOINT, t->step);
+        if (*committed != t->step && (rc = checkpointing_save(t))) return rc;
+        return TSR_EXIT_SLOW;
+    }
+    return 0;
+}
+
+int trainer_run(tsr_trainer *t) {
+    tsr_step_stats st;
+    int64_t committed = -1; /* step of the last checkpoint this run committed */
+    watchdog_start(t);
+    while (t->step < t->total_steps) {
+        int rc;
+        if (checkpointing_stop_requested()) { /* at a step boundary, all ranks together */
+            rc = stop_on_request(t, committed); /* the hang watchdog watches its save */
+            watchdog_stop();
+            return rc;
+        }
+        train_data_stage_step(t);
+        trainer_step(t, &st);
+        rc = after_step(t, &st, &committed);
+        if (rc == 1) continue; /* rolled back: the loop goes on from the restored step */
+        if (rc) return watchdog_stop(), rc;
+        maybe_fault(t);
+    }
+    watchdog_stop();
+    train_data_stage_end(t);
+    metrics_finish(t);
+    end_of_run_sample(t);
     return TSR_EXIT_OK;
 }
 

@@ -90,6 +90,7 @@ typedef struct tsr_trainer {
     struct icl_suite *icl;       /* icl_tasks, scored at each eval (train/train_icl.h), else NULL */
     struct tsr_tokenizer *tok;   /* data.tokenizer, loaded at start (decodes the samples), else NULL */
     struct tsr_gpu_train *gpu;   /* device = cuda (src/gpu/gpu_train.h), else NULL */
+    const struct trainer_strategy *strategy; /* ddp, zero1, fsdp or device (trainer.c) */
     double flops_per_token, peak_flops, time_sum; /* time_sum: this process's steps 2.. */
     int64_t steps_run;           /* steps run by this process (the ETA and average divide by it) */
     int threads;
