@@ -3,7 +3,7 @@
 #ifndef TSR_CHECKPOINTING_H
 #define TSR_CHECKPOINTING_H
 
-#include "train/trainer.h"
+#include "train/train_state.h"
 
 /* SIGUSR1 and SIGTERM only set a flag (never checkpoint from a handler). */
 void checkpointing_install_signals(void);

@@ -173,7 +173,7 @@ int main(int argc, char **argv) {
     if (!rc) rc = trainer_init(&t, &cfg, &pd, c.dry_run);
     tsr_log_mute(0);
     if (rc) tsr_exit(rc);
-    banner(&pd, &cfg, t.threads);
+    banner(&pd, &cfg, t.be.threads);
     if (!c.dry_run) {
         checkpointing_install_signals();
         /* the checkpoint is read (and a model that differs from the config's refused) before

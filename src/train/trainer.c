@@ -10,12 +10,12 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "gpu/gpu_train.h"
 #include "tokenizer/tokenizer.h"
 #include "train/checkpointing.h"
 #include "train/metrics.h"
 #include "train/tboard.h"
 #include "train/train_data.h"
+#include "train/train_gpu.h"
 #include "train/train_icl.h"
 #include "train/watchdog.h"
 
@@ -47,7 +47,7 @@ static int pick_threads(const tsr_config *cfg, const tsr_dist *d) {
 static int check_int_counts(const tsr_trainer *t, int dry_run) {
     size_t n = t->model.n_params, W = (size_t)t->dist.world;
     if (W == 1) return 0;
-    int G = t->fsdp_on && t->fsdp_group > 1 ? t->fsdp_group : (int)W; /* validated already */
+    int G = t->part.fsdp_on && t->part.fsdp_group > 1 ? t->part.fsdp_group : (int)W; /* validated already */
     size_t block = n / (size_t)G + 16; /* parts are cut at multiples of 16 floats */
     if (block <= (size_t)INT32_MAX) return 0;
     if (t->dist.rank == 0)
@@ -63,51 +63,19 @@ static int check_int_counts(const tsr_trainer *t, int dry_run) {
  * ranks own everything but still use the partition to split checkpoint I/O. */
 static int plan_shards(tsr_trainer *t) {
     size_t n = t->model.n_params, W = (size_t)t->dist.world;
-    t->part_counts = tsr_malloc(W * sizeof(size_t));
-    t->part_displs = tsr_malloc(W * sizeof(size_t));
+    t->part.part_counts = tsr_malloc(W * sizeof(size_t));
+    t->part.part_displs = tsr_malloc(W * sizeof(size_t));
     for (size_t r = 0; r < W; r++) {
         size_t lo = n * r / W / 16 * 16, hi = r + 1 == W ? n : n * (r + 1) / W / 16 * 16;
-        t->part_displs[r] = lo;
-        t->part_counts[r] = hi - lo;
+        t->part.part_displs[r] = lo;
+        t->part.part_counts[r] = hi - lo;
     }
-    t->zero1 = t->cfg.sharding == TSR_SHARD_ZERO1 && W > 1; /* (zero3 and hsdp: train/fsdp.h) */
-    t->shard_lo = t->zero1 ? t->part_displs[t->dist.rank] : 0;
-    t->shard_hi = t->zero1 ? t->shard_lo + t->part_counts[t->dist.rank] : n;
-    if (t->zero1 && t->cfg.device != TSR_DEVICE_CUDA) /* the GPU reduce-scatters on the device */
-        t->gslice = t->ops->alloc((t->shard_hi - t->shard_lo) * sizeof(float));
+    t->part.zero1 = t->cfg.sharding == TSR_SHARD_ZERO1 && W > 1; /* (zero3 and hsdp: train/fsdp.h) */
+    t->part.shard_lo = t->part.zero1 ? t->part.part_displs[t->dist.rank] : 0;
+    t->part.shard_hi = t->part.zero1 ? t->part.shard_lo + t->part.part_counts[t->dist.rank] : n;
+    if (t->part.zero1 && t->cfg.device != TSR_DEVICE_CUDA) /* the GPU reduce-scatters on the device */
+        t->part.gslice = t->be.ops->alloc((t->part.shard_hi - t->part.shard_lo) * sizeof(float));
     return 0;
-}
-
-int trainer_shard_group(const tsr_config *cfg, int world, int local_world, int *G) {
-    *G = world;
-    if (cfg->sharding != TSR_SHARD_HSDP) return 0;
-    *G = cfg->replica_group > 0 ? (int)cfg->replica_group : local_world;
-    if (*G < 1 || world % *G != 0) {
-        tsr_error("parallel.replica_group = %lld%s: the %d ranks do not split into groups of %d "
-                  "(hsdp shards within a group and replicates across groups): choose a divisor "
-                  "of the rank count", (long long)cfg->replica_group,
-                  cfg->replica_group > 0 ? "" : " (the ranks of one node)", world, *G);
-        return TSR_EXIT_USAGE;
-    }
-    return 0;
-}
-
-void trainer_full_weights(tsr_trainer *t, int on) {
-    if (t->gpu) gpu_train_full_weights(t, on);
-    else trainer_host_weights(t, on);
-}
-
-void trainer_host_weights(tsr_trainer *t, int on) {
-    if (!t->fsdp_on) return;
-    tsr_model *m = &t->model;
-    if (on) {
-        m->params = fsdp_gather_full(&t->fsdp);
-        m->src = NULL;
-    } else {
-        t->ops->free(m->params);
-        m->params = NULL;
-        m->src = &t->fsdp.src;
-    }
 }
 
 /* ZeRO-3 / HSDP: the model's weights live in shards. Initialisation builds the full weights once
@@ -115,11 +83,11 @@ void trainer_host_weights(tsr_trainer *t, int on) {
  * this rank's shard. */
 static void init_sharded(tsr_trainer *t, uint64_t seed) {
     tsr_model *m = &t->model;
-    fsdp_init(&t->fsdp, m, t->fsdp_group, &t->dist);
-    m->params = t->ops->alloc(m->n_params * sizeof(float));
+    fsdp_init(&t->part.fsdp, m, t->part.fsdp_group, &t->dist);
+    m->params = t->be.ops->alloc(m->n_params * sizeof(float));
     model_init_weights(m, seed);
-    fsdp_load_full(&t->fsdp, m->params);
-    t->ops->free(m->params);
+    fsdp_load_full(&t->part.fsdp, m->params);
+    t->be.ops->free(m->params);
     m->params = NULL;
     model_alloc_slopes(m);
 }
@@ -167,7 +135,7 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
     t->dist = *d;
-    t->ops = &tsr_cpu_ops;
+    t->be.ops = &tsr_cpu_ops;
     t->T = (int)cfg->seq_len;
     TSR_CHECK(config_check_world(cfg, d->world));
     if (cfg->device == TSR_DEVICE_CUDA) TSR_CHECK(cuda_config_check(d->rank));
@@ -175,9 +143,9 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->per_rank = cfg->global_batch / d->world;
     t->auto_micro = cfg->micro_batch == 0; /* "auto": start with the whole per-rank batch */
     t->micro = t->auto_micro ? trainer_micro_at_most(t, t->per_rank) : (int)cfg->micro_batch;
-    t->threads = pick_threads(cfg, d);
-    cpu_ops_set_threads(t->threads);
-    t->peak_flops = cfg->peak_flops > 0 ? cfg->peak_flops : metrics_peak_flops("cpu", t->threads);
+    t->be.threads = pick_threads(cfg, d);
+    cpu_ops_set_threads(t->be.threads);
+    t->out.peak_flops = cfg->peak_flops > 0 ? cfg->peak_flops : metrics_peak_flops("cpu", t->be.threads);
     if (!dry_run) TSR_CHECK(train_data_open(t));
     uint64_t epoch_samples = dry_run ? 1 : train_data_epoch_samples(t);
     t->total_steps = duration_to_steps(cfg->max_duration, cfg->global_batch, cfg->seq_len, epoch_samples);
@@ -185,41 +153,42 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->eval_every = duration_to_steps(cfg->eval_interval, cfg->global_batch, cfg->seq_len, epoch_samples);
     t->save_every = duration_to_steps(cfg->save_interval, cfg->global_batch, cfg->seq_len, epoch_samples);
     guard_init(&t->guard, cfg);
-    TSR_CHECK(trainer_shard_group(cfg, d->world, d->local_world, &t->fsdp_group));
-    t->fsdp_on = cfg->sharding == TSR_SHARD_ZERO3 || cfg->sharding == TSR_SHARD_HSDP;
-    model_init(&t->model, &cfg->model, t->T, t->ops);
-    t->flops_per_token = model_flops_per_token(&t->model, t->T);
+    TSR_CHECK(trainer_shard_group(cfg, d->world, d->local_world, &t->part.fsdp_group));
+    t->part.fsdp_on = cfg->sharding == TSR_SHARD_ZERO3 || cfg->sharding == TSR_SHARD_HSDP;
+    model_init(&t->model, &cfg->model, t->T, t->be.ops);
+    t->out.flops_per_token = model_flops_per_token(&t->model, t->T);
     TSR_CHECK(check_int_counts(t, dry_run));
     if (dry_run) { /* the plan needs the layout only: nothing is allocated */
         metrics_print_plan(t, 1);
-        if (cfg->device == TSR_DEVICE_CUDA) gpu_train_print_plan(t);
+        if (cfg->device == TSR_DEVICE_CUDA) train_gpu_print_plan(t);
         return 0;
     }
     TSR_CHECK(train_data_plan(t));
     TSR_CHECK(train_data_stage_open(t));
-    if (t->fsdp_on) {
+    if (t->part.fsdp_on) {
         init_sharded(t, (uint64_t)cfg->seed);
     } else {
         model_alloc_params(&t->model);
         model_init_weights(&t->model, (uint64_t)cfg->seed);
     }
-    TSR_CHECK(train_icl_open(t)); /* task files read before the first step */
+    /* the ICL task files are read before the first step */
+    TSR_CHECK(train_icl_open(&t->icl, cfg, t->model.V, t->micro, t->T));
     TSR_CHECK(plan_shards(t));
-    size_t owned = t->fsdp_on ? t->fsdp.shard_n : t->shard_hi - t->shard_lo;
-    t->m = t->ops->alloc(owned * sizeof(float));
-    t->v = t->ops->alloc(owned * sizeof(float));
-    t->inputs = tsr_malloc((size_t)t->per_rank * t->T * sizeof(int32_t));
-    t->targets = tsr_malloc((size_t)t->per_rank * t->T * sizeof(int32_t));
+    size_t owned = t->part.fsdp_on ? t->part.fsdp.shard_n : t->part.shard_hi - t->part.shard_lo;
+    t->part.m = t->be.ops->alloc(owned * sizeof(float));
+    t->part.v = t->be.ops->alloc(owned * sizeof(float));
+    t->data.inputs = tsr_malloc((size_t)t->per_rank * t->T * sizeof(int32_t));
+    t->data.targets = tsr_malloc((size_t)t->per_rank * t->T * sizeof(int32_t));
     /* the activations are allocated by the first step (trainer_ensure_acts), where micro_batch =
      * auto can still back off */
     metrics_print_plan(t, 0);
     if (cfg->device == TSR_DEVICE_CUDA) {
-        gpu_train_print_plan(t);
-        TSR_CHECK(gpu_train_init(t));
+        train_gpu_print_plan(t);
+        TSR_CHECK(train_gpu_init(t));
     } else {
         oom_fault(t);
     }
-    t->strategy = trainer_pick_strategy(t);
+    t->be.strategy = trainer_pick_strategy(t);
     return 0; /* run_dir is not touched yet: trainer_open_run_dir, once the checkpoint is read */
 }
 
@@ -227,38 +196,27 @@ int trainer_open_run_dir(tsr_trainer *t) {
     int64_t rc = t->dist.rank == 0 ? metrics_open_run_dir(t) : 0;
     dist_allreduce_sum_i64(&rc, 1); /* rank 0's outcome, on every rank */
     if (!rc) metrics_log_start(t); /* a process's first record (docs/tracking.md) */
-    if (!rc && t->start_load.what[0]) /* then the checkpoint it read, before run_dir was opened */
-        metrics_log_checkpoint(t, t->start_load.what, t->start_load.path, t->start_load.seconds,
-                               t->start_load.bytes);
+    if (!rc && t->out.start_load.what[0]) /* then the checkpoint it read, before run_dir was opened */
+        metrics_log_checkpoint(t, t->out.start_load.what, t->out.start_load.path, t->out.start_load.seconds,
+                               t->out.start_load.bytes);
     return (int)rc;
-}
-
-int trainer_micro_at_most(const tsr_trainer *t, int64_t at_most) {
-    int64_t b = at_most < t->per_rank ? at_most : t->per_rank;
-    if (b > INT_MAX) b = INT_MAX;
-    while (b > 1 && t->per_rank % b != 0) b--;
-    return b < 1 ? 1 : (int)b;
-}
-
-int trainer_acts_B(const tsr_trainer *t) {
-    return t->gpu ? gpu_train_acts_B(t) : t->model.acts.B;
 }
 
 void trainer_ensure_acts(tsr_trainer *t) {
     tsr_model *m = &t->model;
     if (trainer_acts_B(t) > 0) return;
     for (;;) {
-        int64_t failed = (t->gpu ? gpu_train_try_acts(t, t->micro)
+        int64_t failed = (t->be.gpu ? gpu_train_try_acts(train_gpu(t), t->micro)
                                  : model_try_alloc_acts(m, t->micro, t->T)) != 0;
         dist_allreduce_sum_i64(&failed, 1); /* every rank learns of any rank's failure */
         if (!failed) break;
-        if (t->gpu) gpu_train_free_acts(t); /* the ranks that succeeded give theirs back too */
+        if (t->be.gpu) gpu_train_free_acts(t->be.gpu); /* the ranks that succeeded give theirs back too */
         else model_free_acts(m);
         if (!t->auto_micro || t->micro == 1) {
-            double need = (double)(t->gpu ? gpu_train_acts_bytes(t, t->micro)
+            double need = (double)(t->be.gpu ? gpu_train_acts_bytes(t->be.gpu, t->micro)
                                           : model_acts_bytes(m, t->micro, t->T)) / (1024.0 * 1024.0);
             metrics_print_plan(t, 0);
-            if (t->gpu) gpu_train_print_plan(t);
+            if (t->be.gpu) train_gpu_print_plan(t);
             tsr_fail_all(TSR_EXIT_USAGE,
                          "out of memory on %lld of %d ranks allocating the activations for a "
                          "microbatch of %d x %d (%.1f MiB, plan above)%s: use activation "
@@ -271,12 +229,6 @@ void trainer_ensure_acts(tsr_trainer *t) {
         t->micro = next;
     }
     if (t->auto_micro) metrics_log_micro(t, 0, t->micro, 0);
-}
-
-int trainer_param_decays(const tsr_optim_config *o, tsr_param_kind kind) {
-    if (kind == TSR_PK_EMBEDDING) return o->decay_embeddings;
-    if (kind == TSR_PK_NORM || kind == TSR_PK_BIAS) return o->decay_norms_biases;
-    return 1;
 }
 
 /* Test-only faults inside a step's compute (TSR_FAULT, see maybe_fault): "slow:MS:RANK" makes RANK
@@ -302,7 +254,7 @@ static void nan_fault(tsr_trainer *t) {
         to = from;
     }
     if (t->step + 1 >= from && t->step + 1 <= to && rank == t->dist.rank) {
-        if (t->fsdp_on) t->fsdp.grads[t->fsdp.shard_n / 2] = NAN;
+        if (t->part.fsdp_on) t->part.fsdp.grads[t->part.fsdp.shard_n / 2] = NAN;
         else t->model.grads[t->model.n_params / 2] = NAN;
     }
 }
@@ -327,10 +279,10 @@ typedef struct trainer_strategy {
 } trainer_strategy;
 
 static void zero_flat_grads(tsr_trainer *t) {
-    t->ops->zero(t->model.grads, t->model.n_params * sizeof(float));
+    t->be.ops->zero(t->model.grads, t->model.n_params * sizeof(float));
 }
 
-static void zero_shard_grads(tsr_trainer *t) { fsdp_zero_grads(&t->fsdp); }
+static void zero_shard_grads(tsr_trainer *t) { fsdp_zero_grads(&t->part.fsdp); }
 
 /* CPU: the microbatches' forward and backward (the gradients accumulate), after zero. */
 static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer *)) {
@@ -338,7 +290,7 @@ static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer 
     double loss_sum = 0.0;
     zero(t);
     for (int64_t b = 0; b < t->per_rank; b += t->micro) {
-        const int32_t *in = t->inputs + b * t->T, *tg = t->targets + b * t->T;
+        const int32_t *in = t->data.inputs + b * t->T, *tg = t->data.targets + b * t->T;
         loss_sum += model_forward(m, in, tg, t->micro, t->T);
         model_backward(m, in, tg, t->micro, t->T, scale);
     }
@@ -356,28 +308,28 @@ static void ddp_reduce(tsr_trainer *t) {
 }
 
 static void zero1_reduce(tsr_trainer *t) {
-    dist_reduce_scatter_sum_f32(t->model.grads, t->gslice, t->part_counts);
+    dist_reduce_scatter_sum_f32(t->model.grads, t->part.gslice, t->part.part_counts);
 }
 
 /* the layers' gradients are reduce-scattered already: the root's, and hsdp's replica sum */
-static void fsdp_reduce(tsr_trainer *t) { fsdp_finish_grads(&t->fsdp); }
+static void fsdp_reduce(tsr_trainer *t) { fsdp_finish_grads(&t->part.fsdp); }
 
 /* the summed gradients of the owned part [shard_lo, shard_hi) of the flat layout */
-static float *owned_grads(tsr_trainer *t) { return t->zero1 ? t->gslice : t->model.grads; }
+static float *owned_grads(tsr_trainer *t) { return t->part.zero1 ? t->part.gslice : t->model.grads; }
 
 static double ddp_sumsq(tsr_trainer *t) {
-    return t->ops->sumsq(t->model.grads, t->shard_hi - t->shard_lo);
+    return t->be.ops->sumsq(t->model.grads, t->part.shard_hi - t->part.shard_lo);
 }
 
 static double zero1_sumsq(tsr_trainer *t) {
-    double sq = t->ops->sumsq(t->gslice, t->shard_hi - t->shard_lo);
+    double sq = t->be.ops->sumsq(t->part.gslice, t->part.shard_hi - t->part.shard_lo);
     dist_allreduce_sum_f64(&sq, 1);
     return sq;
 }
 
 static double fsdp_sumsq(tsr_trainer *t) {
-    double sq = t->ops->sumsq(t->fsdp.grads, t->fsdp.shard_n);
-    dist_group_allreduce_sum_f64(t->fsdp.group, &sq, 1); /* replicas are equal */
+    double sq = t->be.ops->sumsq(t->part.fsdp.grads, t->part.fsdp.shard_n);
+    dist_group_allreduce_sum_f64(t->part.fsdp.group, &sq, 1); /* replicas are equal */
     return sq;
 }
 
@@ -388,13 +340,13 @@ static float decay_of(const tsr_optim_config *o, tsr_param_kind kind) {
 /* ddp, zero1: AdamW on the owned part of each tensor (weight decay depends on the tensor's kind) */
 static void flat_update(tsr_trainer *t, double lr, float gscale) {
     const tsr_optim_config *o = &t->cfg.optim;
-    size_t lo = t->shard_lo, hi = t->shard_hi;
+    size_t lo = t->part.shard_lo, hi = t->part.shard_hi;
     float *g = owned_grads(t);
     for (int i = 0; i < TSR_P_COUNT; i++) {
         const tsr_param_info *p = &t->model.params_info[i];
         size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
         if (a >= b) continue;
-        t->ops->adamw_update(t->model.params + a, g + (a - lo), t->m + (a - lo), t->v + (a - lo),
+        t->be.ops->adamw_update(t->model.params + a, g + (a - lo), t->part.m + (a - lo), t->part.v + (a - lo),
                              b - a, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
                              decay_of(o, p->kind), gscale, (int)t->optim_step);
     }
@@ -403,26 +355,30 @@ static void flat_update(tsr_trainer *t, double lr, float gscale) {
 /* zero3, hsdp: AdamW on the shard, tensor piece by tensor piece */
 static void fsdp_update(tsr_trainer *t, double lr, float gscale) {
     const tsr_optim_config *o = &t->cfg.optim;
-    tsr_fsdp *f = &t->fsdp;
+    tsr_fsdp *f = &t->part.fsdp;
     for (int k = 0; k < f->n_pieces[f->grank]; k++) {
         const fsdp_piece *p = &f->pieces[f->grank][k];
-        t->ops->adamw_update(f->params + p->shard, f->grads + p->shard, t->m + p->shard,
-                             t->v + p->shard, p->len, (float)lr, (float)o->beta1, (float)o->beta2,
+        t->be.ops->adamw_update(f->params + p->shard, f->grads + p->shard, t->part.m + p->shard,
+                             t->part.v + p->shard, p->len, (float)lr, (float)o->beta1, (float)o->beta2,
                              (float)o->eps, decay_of(o, t->model.params_info[p->id].kind), gscale,
                              (int)t->optim_step);
     }
 }
 
 static void zero1_gather(tsr_trainer *t) {
-    dist_allgatherv_f32(t->model.params, t->part_counts, t->part_displs);
+    dist_allgatherv_f32(t->model.params, t->part.part_counts, t->part.part_displs);
 }
 
-static void fsdp_gather(tsr_trainer *t) { fsdp_params_changed(&t->fsdp); }
+static void fsdp_gather(tsr_trainer *t) { fsdp_params_changed(&t->part.fsdp); }
 
-static double device_sumsq(tsr_trainer *t) { return gpu_train_grad_sumsq(t); }
+static double device_compute(tsr_trainer *t, float scale) {
+    return gpu_train_compute(train_gpu(t), scale);
+}
+
+static double device_sumsq(tsr_trainer *t) { return gpu_train_grad_sumsq(t->be.gpu); }
 
 static void device_update(tsr_trainer *t, double lr, float gscale) {
-    gpu_train_update(t, lr, gscale, (int)t->optim_step);
+    gpu_train_update(t->be.gpu, lr, gscale, (int)t->optim_step);
 }
 
 static size_t cpu_mem_peak(void) { return cpu_ops_peak_bytes(); }
@@ -435,12 +391,12 @@ static const trainer_strategy strategy_fsdp = {
     "fsdp", shard_compute, fsdp_reduce, fsdp_sumsq, fsdp_update, fsdp_gather, cpu_mem_peak};
 /* the gradients are summed during backward, the weights refreshed by the update */
 static const trainer_strategy strategy_device = {
-    "device", gpu_train_compute, nothing, device_sumsq, device_update, nothing, gpu_train_mem_peak};
+    "device", device_compute, nothing, device_sumsq, device_update, nothing, gpu_train_mem_peak};
 
 static const trainer_strategy *trainer_pick_strategy(const tsr_trainer *t) {
-    if (t->gpu) return &strategy_device;
-    if (t->fsdp_on) return &strategy_fsdp;
-    return t->zero1 ? &strategy_zero1 : &strategy_ddp;
+    if (t->be.gpu) return &strategy_device;
+    if (t->part.fsdp_on) return &strategy_fsdp;
+    return t->part.zero1 ? &strategy_zero1 : &strategy_ddp;
 }
 
 /* The step's data: this rank's part of global batch d loaded; counted targets and samples per
@@ -449,9 +405,9 @@ static const trainer_strategy *trainer_pick_strategy(const tsr_trainer *t) {
 static int64_t step_load(tsr_trainer *t, int64_t d, int64_t *sums, tsr_step_stats *st) {
     watchdog_phase(WD_DATA, t->step);
     sums[0] = train_data_load(t, d);
-    for (int k = 0; k < t->n_streams; k++) sums[1 + k] = t->stream_loaded[k];
-    dist_allreduce_sum_i64(sums, 1 + (size_t)t->n_streams);
-    st->phase_switch = d > 0 && mix_phase(&t->mix, d) != mix_phase(&t->mix, d - 1);
+    for (int k = 0; k < t->data.n_streams; k++) sums[1 + k] = t->data.stream_loaded[k];
+    dist_allreduce_sum_i64(sums, 1 + (size_t)t->data.n_streams);
+    st->phase_switch = d > 0 && mix_phase(&t->data.mix, d) != mix_phase(&t->data.mix, d - 1);
     if (st->phase_switch) guard_restart_window(&t->guard);
     return sums[0];
 }
@@ -460,7 +416,7 @@ static int64_t step_load(tsr_trainer *t, int64_t d, int64_t *sums, tsr_step_stat
 static double step_global_loss(tsr_trainer *t, double loss_sum, int64_t counted,
                                tsr_step_stats *st) {
     if (t->dist.world > 1) dist_allreduce_sum_f64(&loss_sum, 1);
-    double mem[2] = {(double)t->strategy->mem_peak(), (double)tsr_peak_rss()};
+    double mem[2] = {(double)t->be.strategy->mem_peak(), (double)tsr_peak_rss()};
     if (t->dist.world > 1) dist_allreduce_max_f64(mem, 2);
     st->peak_mem = mem[0], st->peak_rss = mem[1];
     return counted > 0 ? loss_sum / (double)counted : NAN;
@@ -486,10 +442,10 @@ static float clip_scale(const tsr_optim_config *o, double norm) {
 }
 
 void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
-    const trainer_strategy *s = t->strategy;
+    const trainer_strategy *s = t->be.strategy;
     const tsr_optim_config *o = &t->cfg.optim;
     double t0 = tsr_now();
-    int64_t d = t->step + t->data_offset, sums[1 + TSR_MAX_STREAMS];
+    int64_t d = t->step + t->data.data_offset, sums[1 + TSR_MAX_STREAMS];
     int64_t counted = step_load(t, d, sums, st);
     trainer_ensure_acts(t); /* micro_batch = auto: the batch just loaded runs at the size that fits */
     watchdog_phase(WD_COMPUTE, t->step);
@@ -510,18 +466,18 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
         s->gather(t);
     }
     t->tokens_seen += t->cfg.global_batch * t->T;
-    for (int k = 0; apply && k < t->n_streams; k++) t->stream_seen[k] += sums[1 + k];
+    for (int k = 0; apply && k < t->data.n_streams; k++) t->data.stream_seen[k] += sums[1 + k];
     st->step = t->step, st->data_batch = d, st->tokens = counted;
     st->loss = loss, st->lr = lr, st->grad_norm = norm;
     st->step_time = tsr_now() - t0;
 }
 
 double trainer_eval(tsr_trainer *t) {
-    if (!t->val) return NAN;
+    if (!t->data.val) return NAN;
     trainer_ensure_acts(t);
     trainer_full_weights(t, 1); /* ranks run different numbers of batches: no per-layer gathers */
-    double loss = train_data_eval_loss(&t->model, t->val, t->cfg.data.val, t->T, t->micro,
-                                       t->cfg.eval_samples, &t->dist, t->inputs, t->targets, NULL);
+    double loss = train_data_eval_loss(&t->model, t->data.val, t->cfg.data.val, t->T, t->micro,
+                                       t->cfg.eval_samples, &t->dist, t->data.inputs, t->data.targets, NULL);
     trainer_full_weights(t, 0);
     return loss;
 }
@@ -579,15 +535,15 @@ static int guard_respond(tsr_trainer *t, const tsr_step_stats *st) {
     if (st->verdict == GUARD_ROLLBACK) {
         metrics_log_guard(t, "rollback", st);
         char path[1200];
-        int64_t from = t->step, d_next = t->step + t->data_offset, d_c = 0;
+        int64_t from = t->step, d_next = t->step + t->data.data_offset, d_c = 0;
         int nonfinite = g->nonfinite_streak > 0;
         int rc = g->n_skips >= TSR_GUARD_MAX_SKIPS ? -1 /* no room to record the skip */
                  : checkpointing_rollback(t, g->streak_first - 1, path, sizeof path, &d_c);
         if (rc == 0) {
             guard_record_rollback(g, d_c, d_next);
-            t->data_offset = d_next - t->step;
+            t->data.data_offset = d_next - t->step;
             train_data_reset_seen(t);
-            t->stage_started = 0; /* the data position jumped: announce new windows */
+            t->data.stage_started = 0; /* the data position jumped: announce new windows */
             metrics_log_rollback(t, from, path, d_c, d_next);
             /* commit the restored step with the skip recorded (this also points `latest` at
              * it), then set the abandoned trajectory's checkpoints aside */
@@ -617,10 +573,10 @@ static int guard_respond(tsr_trainer *t, const tsr_step_stats *st) {
     if (t->dist.rank == 0) {
         tsr_error("spike guard: stopping at step %lld: %s (report: %s/guard-report.json)",
                   (long long)st->step, reason, t->cfg.run_dir);
-        if (t->metrics) {
-            fprintf(t->metrics, "{\"event\": \"guard\", \"action\": \"stop\", \"step\": %lld, "
+        if (t->out.metrics) {
+            fprintf(t->out.metrics, "{\"event\": \"guard\", \"action\": \"stop\", \"step\": %lld, "
                                 "\"why\": \"%s\"", (long long)st->step, reason);
-            metrics_end_record(t->metrics);
+            metrics_end_record(t->out.metrics);
         }
     }
     guard_report(t, st, reason);
@@ -642,14 +598,16 @@ static int stop_on_request(tsr_trainer *t, int64_t committed) {
 
 /* The evaluations due after this step: validation loss, the ICL tasks. */
 static void evaluate(tsr_trainer *t) {
-    if (t->val) {
+    if (t->data.val) {
         watchdog_phase(WD_EVAL, t->step);
         metrics_log_eval(t, trainer_eval(t));
     }
     if (t->icl) {
         watchdog_phase(WD_EVAL, t->step);
         trainer_full_weights(t, 1);
-        train_icl_run(t);
+        trainer_ensure_acts(t);
+        train_icl_run(t->icl, &t->model, &t->dist, trainer_acts_B(t), t->step, t->out.metrics,
+                      t->out.tb);
         trainer_full_weights(t, 0);
     }
 }
@@ -660,7 +618,7 @@ static void evaluate(tsr_trainer *t) {
 static void end_of_run_sample(tsr_trainer *t) {
     if (t->cfg.sample.tokens <= 0) return;
     trainer_ensure_acts(t); /* collective: a resumed run that was already done ran no step */
-    if (t->gpu) gpu_train_host_model(t, 1);
+    if (t->be.gpu) gpu_train_host_model(t->be.gpu, 1);
     else trainer_host_weights(t, 1);
     if (t->dist.rank == 0) {
         int32_t eot = t->model.V - 1, n = (int32_t)t->cfg.sample.tokens;
@@ -669,7 +627,7 @@ static void end_of_run_sample(tsr_trainer *t) {
         metrics_log_sample(t, ids, n);
         free(ids);
     }
-    if (t->gpu) gpu_train_host_model(t, 0);
+    if (t->be.gpu) gpu_train_host_model(t->be.gpu, 0);
     else trainer_host_weights(t, 0);
 }
 
@@ -730,21 +688,21 @@ int trainer_run(tsr_trainer *t) {
 }
 
 void trainer_free(tsr_trainer *t) {
-    gpu_train_free(t);
-    if (t->gslice) t->ops->free(t->gslice);
-    free(t->part_counts);
-    free(t->part_displs);
-    if (t->m) t->ops->free(t->m);
-    if (t->v) t->ops->free(t->v);
-    free(t->inputs);
-    free(t->targets);
-    fsdp_free(&t->fsdp);
+    train_gpu_free(t);
+    if (t->part.gslice) t->be.ops->free(t->part.gslice);
+    free(t->part.part_counts);
+    free(t->part.part_displs);
+    if (t->part.m) t->be.ops->free(t->part.m);
+    if (t->part.v) t->be.ops->free(t->part.v);
+    free(t->data.inputs);
+    free(t->data.targets);
+    fsdp_free(&t->part.fsdp);
     model_free(&t->model);
     train_data_close(t);
-    train_icl_close(t);
+    train_icl_close(&t->icl);
     if (t->tok) tokenizer_free(t->tok);
     guard_free(&t->guard);
-    if (t->metrics) fclose(t->metrics);
-    if (t->tb) tboard_close(t->tb); /* every record is flushed already: this only closes */
+    if (t->out.metrics) fclose(t->out.metrics);
+    if (t->out.tb) tboard_close(t->out.tb); /* every record is flushed already: this only closes */
     memset(t, 0, sizeof *t);
 }
