@@ -1,7 +1,7 @@
 /* gpu_shard.h — parallel.sharding = zero1 | zero3 | hsdp on the CUDA backend (docs/sharding.md,
  * docs/cuda.md).
  *
- * One shard layout for the three modes: the units and pieces of train/fsdp.h (unit 0 the root,
+ * One shard layout for the three modes: the units and pieces of model/fsdp.h (unit 0 the root,
  * unit l+1 layer l; a unit split into G pieces of fsdp_piece_len floats, rank order). On the
  * device every piece is padded to that full length (the padding stays zero), so the collectives
  * are NCCL's equal-block reduce-scatter and all-gather and a gathered unit is the unit itself.

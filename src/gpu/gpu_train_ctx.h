@@ -15,7 +15,7 @@
 #include "config/config.h"
 #include "dist.h"
 #include "model/model.h"
-#include "train/fsdp.h"
+#include "model/fsdp.h"
 
 /* parallel.sharding as the GPU runs it: zero1 on one rank is ddp, as on the CPU */
 typedef enum { GPU_SHARD_DDP = 0, GPU_SHARD_ZERO1 = 1, GPU_SHARD_FSDP = 3 } gpu_shard_mode;

@@ -18,7 +18,6 @@
 #include "../../checkpoint/ckpt_model.h"
 #include "common.h"
 #include "gpu/gpu_train.h"
-#include "hf/hf.h"
 #include "train/metrics.h"
 #include "train/train_data.h"
 
@@ -27,6 +26,14 @@
 #endif
 
 static volatile sig_atomic_t stop_signal;
+static const checkpointing_importer *importer;
+
+void checkpointing_use_importer(const checkpointing_importer *imp) { importer = imp; }
+
+/* --init-from names a directory of the importer's (a Hugging Face one), not a checkpoint */
+static int imported(const char *init_arg) {
+    return init_arg && importer && importer->is_source(init_arg);
+}
 
 static void on_stop_signal(int sig) { stop_signal = sig; } /* a flag only: never save here */
 
@@ -76,15 +83,15 @@ static void note_start_load(tsr_trainer *t, const char *what, const char *path, 
 
 static int init_from_hf(tsr_trainer *t, const char *dir) {
     double t0 = tsr_now();
-    hf_import *h = NULL;
+    void *h = NULL;
     tsr_log_mute(t->dist.rank != 0);
-    int rc = hf_import_open(&h, dir, &t->model);
+    int rc = importer->open(&h, dir, &t->model);
     tsr_log_mute(0);
     size_t lo = t->part.part_displs[t->dist.rank], hi = lo + t->part.part_counts[t->dist.rank];
     uint64_t bytes = 0;
     full_begin(t);
-    if (!rc) rc = hf_import_read(h, &t->model, lo, hi, &bytes);
-    hf_import_close(h);
+    if (!rc) rc = importer->read(h, &t->model, lo, hi, &bytes);
+    importer->close(h);
     double worst = rc;
     dist_allreduce_max_f64(&worst, 1); /* a read error on one rank stops all of them */
     if (worst == 0) dist_allgatherv_f32(t->model.params, t->part.part_counts, t->part.part_displs);
@@ -358,7 +365,7 @@ int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg, con
         return rc;
     }
     char from[1200], path[1200];
-    if (init_arg && !hf_is_dir(init_arg)) { /* its file is opened through MPI-IO */
+    if (init_arg && !imported(init_arg)) { /* its file is opened through MPI-IO */
         if (ckpt_resolve_path(init_arg, path, sizeof path)) return TSR_EXIT_DATA;
         if ((rc = ckpt_check_load_path(path, why, sizeof why))) {
             tsr_error("--init-from %s: %s", init_arg, why);
@@ -406,7 +413,7 @@ int checkpointing_resume(tsr_trainer *t, const char *resume_arg, const char *ini
         if (ckpt_resolve_path(resume_arg, resume_buf, sizeof resume_buf)) return TSR_EXIT_DATA;
         resume_path = resume_buf;
     }
-    int init_hf = init_arg && hf_is_dir(init_arg); /* a Hugging Face directory, not a run's */
+    int init_hf = imported(init_arg); /* a Hugging Face directory, not a run's */
     if (init_arg && !init_hf) {
         if (ckpt_resolve_path(init_arg, init_buf, sizeof init_buf)) return TSR_EXIT_DATA;
         init_from = init_buf;

@@ -54,7 +54,7 @@ static double plan_bytes(const tsr_trainer *t, double *pb, double *gb, double *o
     int zero1 = t->cfg.sharding == TSR_SHARD_ZERO1 && t->dist.world > 1;
     *ob = 2 * *pb / (zero1 ? t->dist.world : 1);
     *cb = zero1 ? *pb / t->dist.world : 0;
-    /* ZeRO-3 / HSDP: shards, plus the gather buffers (train/fsdp.h) */
+    /* ZeRO-3 / HSDP: shards, plus the gather buffers (model/fsdp.h) */
     if (t->part.fsdp_on) fsdp_plan_bytes(&t->model, t->part.fsdp_group, pb, gb, ob, cb);
     return *pb + *gb + *ob + *cb + *ab;
 }

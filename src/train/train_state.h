@@ -20,7 +20,7 @@
 #include "data/mix.h"
 #include "dist.h"
 #include "model/model.h"
-#include "train/fsdp.h"
+#include "model/fsdp.h"
 #include "train/guard.h"
 
 typedef struct tsr_step_stats {
@@ -74,7 +74,7 @@ typedef struct tsr_train_data {
  * AdamW state for it only, receives its summed gradients by reduce-scatter and all-gathers its
  * updated parameters. DDP: every rank owns [0, n_params), gradients are all-reduced, and the
  * partition only splits checkpoint I/O. ZeRO-3 / HSDP (fsdp_on): weights, gradients and moments
- * live as fsdp shards (train/fsdp.h); m, v are (fsdp.shard_n) in shard order, model.params/grads
+ * live as fsdp shards (model/fsdp.h); m, v are (fsdp.shard_n) in shard order, model.params/grads
  * are NULL. */
 typedef struct tsr_train_part {
     int zero1;

@@ -16,7 +16,6 @@
 #include "train/tboard.h"
 #include "train/train_data.h"
 #include "train/train_gpu.h"
-#include "train/train_icl.h"
 #include "train/watchdog.h"
 
 static const struct trainer_strategy *trainer_pick_strategy(const tsr_trainer *t);
@@ -70,7 +69,7 @@ static int plan_shards(tsr_trainer *t) {
         t->part.part_displs[r] = lo;
         t->part.part_counts[r] = hi - lo;
     }
-    t->part.zero1 = t->cfg.sharding == TSR_SHARD_ZERO1 && W > 1; /* (zero3 and hsdp: train/fsdp.h) */
+    t->part.zero1 = t->cfg.sharding == TSR_SHARD_ZERO1 && W > 1; /* (zero3 and hsdp: model/fsdp.h) */
     t->part.shard_lo = t->part.zero1 ? t->part.part_displs[t->dist.rank] : 0;
     t->part.shard_hi = t->part.zero1 ? t->part.shard_lo + t->part.part_counts[t->dist.rank] : n;
     if (t->part.zero1 && t->cfg.device != TSR_DEVICE_CUDA) /* the GPU reduce-scatters on the device */
@@ -131,6 +130,22 @@ static int open_tokenizer(tsr_trainer *t) {
     return rc;
 }
 
+static const trainer_icl_api *icl_api;
+
+void trainer_use_icl(const trainer_icl_api *api) { icl_api = api; }
+
+/* icl_tasks: the suite, opened with the program's ICL evaluation (trainer_use_icl). */
+static int open_icl(tsr_trainer *t) {
+    if (t->cfg.n_icl == 0) return 0;
+    if (!icl_api) {
+        if (t->dist.rank == 0)
+            tsr_error("icl_tasks: this program has no ICL evaluation (tessera-train has): remove "
+                      "icl_tasks from the recipe");
+        return TSR_EXIT_USAGE;
+    }
+    return icl_api->open(&t->icl, &t->cfg, t->model.V, t->micro, t->T);
+}
+
 int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run) {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
@@ -171,8 +186,7 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
         model_alloc_params(&t->model);
         model_init_weights(&t->model, (uint64_t)cfg->seed);
     }
-    /* the ICL task files are read before the first step */
-    TSR_CHECK(train_icl_open(&t->icl, cfg, t->model.V, t->micro, t->T));
+    TSR_CHECK(open_icl(t)); /* the task files are read before the first step */
     TSR_CHECK(plan_shards(t));
     size_t owned = t->part.fsdp_on ? t->part.fsdp.shard_n : t->part.shard_hi - t->part.shard_lo;
     t->part.m = t->be.ops->alloc(owned * sizeof(float));
@@ -606,8 +620,8 @@ static void evaluate(tsr_trainer *t) {
         watchdog_phase(WD_EVAL, t->step);
         trainer_full_weights(t, 1);
         trainer_ensure_acts(t);
-        train_icl_run(t->icl, &t->model, &t->dist, trainer_acts_B(t), t->step, t->out.metrics,
-                      t->out.tb);
+        icl_api->run(t->icl, &t->model, &t->dist, trainer_acts_B(t), t->step, t->out.metrics,
+                     t->out.tb);
         trainer_full_weights(t, 0);
     }
 }
@@ -699,7 +713,7 @@ void trainer_free(tsr_trainer *t) {
     fsdp_free(&t->part.fsdp);
     model_free(&t->model);
     train_data_close(t);
-    train_icl_close(&t->icl);
+    if (icl_api) icl_api->close(&t->icl);
     if (t->tok) tokenizer_free(t->tok);
     guard_free(&t->guard);
     if (t->out.metrics) fclose(t->out.metrics);

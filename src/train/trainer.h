@@ -8,6 +8,20 @@
 
 #include "train/train_state.h"
 
+struct icl_suite;
+struct tsr_tboard;
+
+/* In-context-learning evaluation at the trainer's evaluations. The scorer sits above the trainer
+ * (src/eval/train_icl.h, which documents the three calls), so the program hands it over with
+ * trainer_use_icl before trainer_init; without it a recipe with icl_tasks is refused. */
+typedef struct trainer_icl_api {
+    int (*open)(struct icl_suite **out, const tsr_config *cfg, int V, int micro, int T);
+    void (*run)(struct icl_suite *s, tsr_model *m, const tsr_dist *d, int acts_B, int64_t step,
+                FILE *metrics, struct tsr_tboard *tb);
+    void (*close)(struct icl_suite **s);
+} trainer_icl_api;
+void trainer_use_icl(const trainer_icl_api *api);
+
 /* Checks the tokenizer, opens data, builds the model, prints the plan (rank 0). dry_run: stop
  * after the plan (no data opened, nothing allocated). Writes nothing in run_dir. Returns 0 or an
  * exit code after reporting. */

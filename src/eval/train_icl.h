@@ -5,6 +5,9 @@
  * (eval/icl_score.h) and its default few-shot seed, so the last result equals `tessera eval` on
  * the final checkpoint. Rank 0 reports it: a line on stdout, an {"event": "icl"} line in
  * metrics.jsonl and the TensorBoard scalars icl/<label>/accuracy and icl/gauntlet.
+ *
+ * It sits above the trainer (it uses the scorer of `tessera eval`): tessera-train hands these
+ * three functions to the trainer as its trainer_icl_api (train/trainer.h, train_main.c).
  */
 #ifndef TSR_TRAIN_ICL_H
 #define TSR_TRAIN_ICL_H

@@ -1,5 +1,5 @@
 /* train_icl.c — the recipe's icl_tasks scored at the trainer's evaluations (train_icl.h). */
-#include "train/train_icl.h"
+#include "eval/train_icl.h"
 
 #include <math.h>
 #include <stdio.h>
