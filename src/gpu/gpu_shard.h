@@ -25,7 +25,8 @@
  *
  * Host mirror (checkpoints, sampling): as the CPU trainer of the same mode keeps it (the context's
  * buffers, gpu_train_ctx.h). zero3 / hsdp: the fsdp shard and c->m, c->v (unpadded pieces); zero1:
- * the full fp32 weights and c->m, c->v over the rank's part of the flat layout (converted with fsdp_shard_to_part / part_to_shard).
+ * the full fp32 weights and c->m, c->v over the rank's part of the flat layout (converted with
+ * fsdp_shard_to_part / part_to_shard).
  */
 #ifndef TSR_GPU_SHARD_H
 #define TSR_GPU_SHARD_H

@@ -170,8 +170,8 @@ static int lib_init(gpu_train_ctx *c) {
     TSR_CHECK(check_devices(c, count));
     if (!tcu_attention_head_size_ok(m->C / m->NH)) { /* the same on every rank: the config */
         if (c->dist->rank == 0)
-            tsr_error("device = \"cuda\": head size model.d_model / model.n_head = %d / %d = %d has "
-                      "no attention kernel on the GPU: it must be 32, 64 or 128 (change "
+            tsr_error("device = \"cuda\": head size model.d_model / model.n_head = %d / %d = %d "
+                      "has no attention kernel on the GPU: it must be 32, 64 or 128 (change "
                       "model.n_head, or use device = \"cpu\")", m->C, m->NH, m->C / m->NH);
         return TSR_EXIT_USAGE;
     }

@@ -67,7 +67,8 @@ int gpu_train_try_acts(gpu_train_ctx *c, int B);
 void gpu_train_free_acts(gpu_train_ctx *c);
 size_t gpu_train_acts_bytes(const gpu_train_ctx *c, int B);
 /* A step's forward and backward over this rank's batch (c->inputs, c->targets) in microbatches
- * of c->micro, gradients scaled by scale and summed over the ranks. Returns this rank's loss sum. */
+ * of c->micro, gradients scaled by scale and summed over the ranks. Returns this rank's loss
+ * sum. */
 double gpu_train_compute(gpu_train_ctx *c, float scale);
 /* Sum of squares of the summed gradients (after the communication). */
 double gpu_train_grad_sumsq(gpu_train_ctx *c);

@@ -197,7 +197,7 @@ int checkpointing_save(tsr_trainer *t) {
     ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
     char names[SET_COUNT * TSR_P_COUNT][64];
     int n = build_tensors(t, 1, ts, names);
-    if (t->be.gpu) gpu_train_pull(t->be.gpu); /* device = cuda: the host mirror is what is written */
+    if (t->be.gpu) gpu_train_pull(t->be.gpu); /* device = cuda: the host mirror is written */
     if (t->part.fsdp_on && t->part.fsdp.gindex == 0) { /* the first group writes (fsdp.h) */
         fsdp_shard_to_part(&t->part.fsdp, t->part.fsdp.params, t->part.ckio[SET_MODEL]);
         fsdp_shard_to_part(&t->part.fsdp, t->part.m, t->part.ckio[SET_M]);

@@ -167,9 +167,11 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
      * the average, which divides this process's time by this process's steps (after a resume
      * the step number counts the earlier runs' steps too) */
     if (++t->out.steps_run > 1) t->out.time_sum += st->step_time;
-    double avg = t->out.steps_run > 1 ? t->out.time_sum / (double)(t->out.steps_run - 1) : st->step_time;
+    double avg = t->out.steps_run > 1 ? t->out.time_sum / (double)(t->out.steps_run - 1)
+                                      : st->step_time;
     double tok_s = (double)(t->cfg.global_batch * t->T) / st->step_time;
-    double mfu = t->out.peak_flops > 0 ? t->out.flops_per_token * tok_s / (t->dist.world * t->out.peak_flops) : 0;
+    double mfu = t->out.peak_flops > 0
+                     ? t->out.flops_per_token * tok_s / (t->dist.world * t->out.peak_flops) : 0;
     if (st->step % t->cfg.log_interval == 0 || st->step == t->total_steps || st->step == 1) {
         char eta[32], mem[32];
         format_eta(eta, sizeof eta, avg * (double)(t->total_steps - st->step));
@@ -210,7 +212,8 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
             fprintf(t->out.metrics, "}");
         }
         static const char *const verdicts[] = {"ok", "warn", "skip", "rollback", "stop"};
-        if (st->verdict != GUARD_OK) fprintf(t->out.metrics, ", \"guard\": \"%s\"", verdicts[st->verdict]);
+        if (st->verdict != GUARD_OK)
+            fprintf(t->out.metrics, ", \"guard\": \"%s\"", verdicts[st->verdict]);
         metrics_end_record(t->out.metrics);
     }
     if (t->out.tb) { /* the same figures as the JSONL line; mfu as a fraction, as there */

@@ -241,9 +241,11 @@ void train_data_format_plan(const tsr_trainer *t, char *buf, size_t n) {
     size_t o = 0;
     buf[0] = '\0';
     for (int p = 0; p < t->data.mix.n_phases && o < n; p++) {
-        o += (size_t)snprintf(buf + o, n - o, "%s%lld:", p ? ";" : "", (long long)t->data.mix.start[p]);
+        o += (size_t)snprintf(buf + o, n - o, "%s%lld:", p ? ";" : "",
+                              (long long)t->data.mix.start[p]);
         for (int k = 0; k < t->data.n_streams && o < n; k++)
-            o += (size_t)snprintf(buf + o, n - o, "%s%lld", k ? "," : "", (long long)t->data.mix.count[p][k]);
+            o += (size_t)snprintf(buf + o, n - o, "%s%lld", k ? "," : "",
+                                  (long long)t->data.mix.count[p][k]);
     }
 }
 

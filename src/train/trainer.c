@@ -46,7 +46,8 @@ static int pick_threads(const tsr_config *cfg, const tsr_dist *d) {
 static int check_int_counts(const tsr_trainer *t, int dry_run) {
     size_t n = t->model.n_params, W = (size_t)t->dist.world;
     if (W == 1) return 0;
-    int G = t->part.fsdp_on && t->part.fsdp_group > 1 ? t->part.fsdp_group : (int)W; /* validated already */
+    /* (the group was validated already) */
+    int G = t->part.fsdp_on && t->part.fsdp_group > 1 ? t->part.fsdp_group : (int)W;
     size_t block = n / (size_t)G + 16; /* parts are cut at multiples of 16 floats */
     if (block <= (size_t)INT32_MAX) return 0;
     if (t->dist.rank == 0)
@@ -160,7 +161,8 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->micro = t->auto_micro ? trainer_micro_at_most(t, t->per_rank) : (int)cfg->micro_batch;
     t->be.threads = pick_threads(cfg, d);
     cpu_ops_set_threads(t->be.threads);
-    t->out.peak_flops = cfg->peak_flops > 0 ? cfg->peak_flops : metrics_peak_flops("cpu", t->be.threads);
+    t->out.peak_flops = cfg->peak_flops > 0 ? cfg->peak_flops
+                                            : metrics_peak_flops("cpu", t->be.threads);
     if (!dry_run) TSR_CHECK(train_data_open(t));
     uint64_t epoch_samples = dry_run ? 1 : train_data_epoch_samples(t);
     t->total_steps = duration_to_steps(cfg->max_duration, cfg->global_batch, cfg->seq_len, epoch_samples);
@@ -211,7 +213,8 @@ int trainer_open_run_dir(tsr_trainer *t) {
     dist_allreduce_sum_i64(&rc, 1); /* rank 0's outcome, on every rank */
     if (!rc) metrics_log_start(t); /* a process's first record (docs/tracking.md) */
     if (!rc && t->out.start_load.what[0]) /* then the checkpoint it read, before run_dir was opened */
-        metrics_log_checkpoint(t, t->out.start_load.what, t->out.start_load.path, t->out.start_load.seconds,
+        metrics_log_checkpoint(t, t->out.start_load.what, t->out.start_load.path,
+                               t->out.start_load.seconds,
                                t->out.start_load.bytes);
     return (int)rc;
 }
@@ -224,7 +227,8 @@ void trainer_ensure_acts(tsr_trainer *t) {
                                  : model_try_alloc_acts(m, t->micro, t->T)) != 0;
         dist_allreduce_sum_i64(&failed, 1); /* every rank learns of any rank's failure */
         if (!failed) break;
-        if (t->be.gpu) gpu_train_free_acts(t->be.gpu); /* the ranks that succeeded give theirs back too */
+        /* the ranks that succeeded give theirs back too */
+        if (t->be.gpu) gpu_train_free_acts(t->be.gpu);
         else model_free_acts(m);
         if (!t->auto_micro || t->micro == 1) {
             double need = (double)(t->be.gpu ? gpu_train_acts_bytes(t->be.gpu, t->micro)
@@ -312,8 +316,13 @@ static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer 
     return loss_sum;
 }
 
-static double flat_compute(tsr_trainer *t, float scale) { return cpu_compute(t, scale, zero_flat_grads); }
-static double shard_compute(tsr_trainer *t, float scale) { return cpu_compute(t, scale, zero_shard_grads); }
+static double flat_compute(tsr_trainer *t, float scale) {
+    return cpu_compute(t, scale, zero_flat_grads);
+}
+
+static double shard_compute(tsr_trainer *t, float scale) {
+    return cpu_compute(t, scale, zero_shard_grads);
+}
 
 static void nothing(tsr_trainer *t) { (void)t; }
 
@@ -329,7 +338,9 @@ static void zero1_reduce(tsr_trainer *t) {
 static void fsdp_reduce(tsr_trainer *t) { fsdp_finish_grads(&t->part.fsdp); }
 
 /* the summed gradients of the owned part [shard_lo, shard_hi) of the flat layout */
-static float *owned_grads(tsr_trainer *t) { return t->part.zero1 ? t->part.gslice : t->model.grads; }
+static float *owned_grads(tsr_trainer *t) {
+    return t->part.zero1 ? t->part.gslice : t->model.grads;
+}
 
 static double ddp_sumsq(tsr_trainer *t) {
     return t->be.ops->sumsq(t->model.grads, t->part.shard_hi - t->part.shard_lo);
@@ -358,11 +369,13 @@ static void flat_update(tsr_trainer *t, double lr, float gscale) {
     float *g = owned_grads(t);
     for (int i = 0; i < TSR_P_COUNT; i++) {
         const tsr_param_info *p = &t->model.params_info[i];
-        size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+        size_t end = p->offset + p->numel;
+        size_t a = p->offset > lo ? p->offset : lo, b = end < hi ? end : hi;
         if (a >= b) continue;
-        t->be.ops->adamw_update(t->model.params + a, g + (a - lo), t->part.m + (a - lo), t->part.v + (a - lo),
-                             b - a, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
-                             decay_of(o, p->kind), gscale, (int)t->optim_step);
+        t->be.ops->adamw_update(t->model.params + a, g + (a - lo), t->part.m + (a - lo),
+                                t->part.v + (a - lo), b - a, (float)lr, (float)o->beta1,
+                                (float)o->beta2, (float)o->eps, decay_of(o, p->kind), gscale,
+                                (int)t->optim_step);
     }
 }
 
@@ -373,9 +386,10 @@ static void fsdp_update(tsr_trainer *t, double lr, float gscale) {
     for (int k = 0; k < f->n_pieces[f->grank]; k++) {
         const fsdp_piece *p = &f->pieces[f->grank][k];
         t->be.ops->adamw_update(f->params + p->shard, f->grads + p->shard, t->part.m + p->shard,
-                             t->part.v + p->shard, p->len, (float)lr, (float)o->beta1, (float)o->beta2,
-                             (float)o->eps, decay_of(o, t->model.params_info[p->id].kind), gscale,
-                             (int)t->optim_step);
+                                t->part.v + p->shard, p->len, (float)lr, (float)o->beta1,
+                                (float)o->beta2, (float)o->eps,
+                                decay_of(o, t->model.params_info[p->id].kind), gscale,
+                                (int)t->optim_step);
     }
 }
 
@@ -491,7 +505,8 @@ double trainer_eval(tsr_trainer *t) {
     trainer_ensure_acts(t);
     trainer_full_weights(t, 1); /* ranks run different numbers of batches: no per-layer gathers */
     double loss = train_data_eval_loss(&t->model, t->data.val, t->cfg.data.val, t->T, t->micro,
-                                       t->cfg.eval_samples, &t->dist, t->data.inputs, t->data.targets, NULL);
+                                       t->cfg.eval_samples, &t->dist, t->data.inputs,
+                                       t->data.targets, NULL);
     trainer_full_weights(t, 0);
     return loss;
 }

@@ -138,7 +138,8 @@ int watchdog_after_step(tsr_trainer *t, const tsr_step_stats *st) {
         if (wd.strikes[r] >= patience && (slow < 0 || all[r].compute > all[slow].compute)) slow = r;
     }
     double tok_s = wall > 0 ? (double)wd.tokens_sum / ((double)wd.n * wall) : 0;
-    double mfu = t->out.peak_flops > 0 ? t->out.flops_per_token * tok_s / (world * t->out.peak_flops) : 0;
+    double mfu = t->out.peak_flops > 0
+                     ? t->out.flops_per_token * tok_s / (world * t->out.peak_flops) : 0;
     const double floor = t->cfg.watchdog.min_mfu;
     wd.mfu_strikes = floor > 0 && mfu < floor ? wd.mfu_strikes + 1 : 0;
     int stop = slow >= 0 || wd.mfu_strikes >= patience;
