@@ -17,7 +17,7 @@
 
 /* Peak dense FLOP/s per device (per rank). GPUs: bf16 dense from the vendors' datasheets.
  * cpu: 172.5 GFLOP/s per core = half the measured 2-core AVX-512 FMA roofline of the CI
- * machine kind (../shared/tools/cpu-notes.md); set peak_flops for other CPUs. */
+ * machine kind (docs/mfu.md); set peak_flops for other CPUs. */
 static const struct { const char *name; double flops; int per_thread; } peak_table[] = {
     {"H100", 989.4e12, 0}, {"H200", 989.4e12, 0}, {"A100", 312e12, 0}, {"cpu", 172.5e9, 1},
 };

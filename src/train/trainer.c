@@ -18,7 +18,6 @@
 #include "train/train_gpu.h"
 #include "train/watchdog.h"
 
-static const struct trainer_strategy *trainer_pick_strategy(const tsr_trainer *t);
 
 double lr_multiplier(tsr_sched_kind kind, double alpha_f, int64_t s, int64_t W, int64_t S) {
     if (s < W) return (double)(s + 1) / (double)W;
@@ -29,6 +28,184 @@ double lr_multiplier(tsr_sched_kind kind, double alpha_f, int64_t s, int64_t W, 
     case TSR_SCHED_LINEAR: return 1.0 - (1.0 - alpha_f) * p;
     default: return 1.0;
     }
+}
+
+/* Test-only faults inside a step's compute (TSR_FAULT, see maybe_fault): "slow:MS:RANK" makes RANK
+ * sleep MS ms in every step (a straggler); "hang:STEP:RANK" makes it stop for good in step STEP. */
+static void compute_fault(const tsr_trainer *t) {
+    long long a = -1, rank = -1;
+    const char *f = tsr_fault("slow");
+    if (f && sscanf(f, "%lld:%lld", &a, &rank) == 2 && rank == t->dist.rank && a > 0)
+        usleep((useconds_t)(a * 1000));
+    f = tsr_fault("hang");
+    if (f && sscanf(f, "%lld:%lld", &a, &rank) == 2 && rank == t->dist.rank && a == t->step + 1)
+        for (;;) pause();
+}
+
+/* Test-only (TSR_FAULT="nan:STEP:RANK" or "nan:FROM-TO:RANK"): RANK's gradient gets a NaN in
+ * step STEP (1-based), or in every step FROM..TO. */
+static void nan_fault(tsr_trainer *t) {
+    const char *f = tsr_fault("nan");
+    long long from, to, rank;
+    if (!f) return;
+    if (sscanf(f, "%lld-%lld:%lld", &from, &to, &rank) != 3) {
+        if (sscanf(f, "%lld:%lld", &from, &rank) != 2) return;
+        to = from;
+    }
+    if (t->step + 1 >= from && t->step + 1 <= to && rank == t->dist.rank) {
+        if (t->part.fsdp_on) t->part.fsdp.grads[t->part.fsdp.shard_n / 2] = NAN;
+        else t->model.grads[t->model.n_params / 2] = NAN;
+    }
+}
+
+/* The step's strategies (chosen once, by trainer_pick_strategy): how this run computes, sums,
+ * measures and applies its gradients, and brings updated weights back to the ranks that compute.
+ * ddp: every rank owns the whole flat buffer, gradients are all-reduced; zero1: rank r owns its
+ * part [shard_lo, shard_hi) and its summed gradients (reduce-scatter into gslice), the updated
+ * parts are all-gathered; fsdp (zero3, hsdp): weights, gradients and moments are fsdp shards, the
+ * layers' gradients are reduce-scattered during backward; device (device = cuda): the library
+ * sums the gradients during backward and updates on the device. */
+typedef struct trainer_strategy {
+    const char *name;
+    /* forward and backward over this rank's batch in microbatches, gradients scaled by scale:
+     * returns this rank's loss sum */
+    double (*compute)(tsr_trainer *t, float scale);
+    void (*reduce)(tsr_trainer *t);   /* the gradients summed over the ranks into the owned part */
+    double (*sumsq)(tsr_trainer *t);  /* squared norm of the summed gradients, equal on all ranks */
+    void (*update)(tsr_trainer *t, double lr, float gscale); /* AdamW on the owned part */
+    void (*gather)(tsr_trainer *t);   /* the updated weights to every rank that computes */
+    size_t (*mem_peak)(void);         /* the training allocator's peak bytes */
+} trainer_strategy;
+
+static void zero_flat_grads(tsr_trainer *t) {
+    t->be.ops->zero(t->model.grads, t->model.n_params * sizeof(float));
+}
+
+static void zero_shard_grads(tsr_trainer *t) { fsdp_zero_grads(&t->part.fsdp); }
+
+/* CPU: the microbatches' forward and backward (the gradients accumulate), after zero. */
+static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer *)) {
+    tsr_model *m = &t->model;
+    double loss_sum = 0.0;
+    zero(t);
+    for (int64_t b = 0; b < t->per_rank; b += t->micro) {
+        const int32_t *in = t->data.inputs + b * t->T, *tg = t->data.targets + b * t->T;
+        loss_sum += model_forward(m, in, tg, t->micro, t->T);
+        model_backward(m, in, tg, t->micro, t->T, scale);
+    }
+    nan_fault(t);
+    return loss_sum;
+}
+
+static double flat_compute(tsr_trainer *t, float scale) {
+    return cpu_compute(t, scale, zero_flat_grads);
+}
+
+static double shard_compute(tsr_trainer *t, float scale) {
+    return cpu_compute(t, scale, zero_shard_grads);
+}
+
+static void nothing(tsr_trainer *t) { (void)t; }
+
+static void ddp_reduce(tsr_trainer *t) {
+    if (t->dist.world > 1) dist_allreduce_sum_f32(t->model.grads, t->model.n_params);
+}
+
+static void zero1_reduce(tsr_trainer *t) {
+    dist_reduce_scatter_sum_f32(t->model.grads, t->part.gslice, t->part.part_counts);
+}
+
+/* the layers' gradients are reduce-scattered already: the root's, and hsdp's replica sum */
+static void fsdp_reduce(tsr_trainer *t) { fsdp_finish_grads(&t->part.fsdp); }
+
+/* the summed gradients of the owned part [shard_lo, shard_hi) of the flat layout */
+static float *owned_grads(tsr_trainer *t) {
+    return t->part.zero1 ? t->part.gslice : t->model.grads;
+}
+
+static double ddp_sumsq(tsr_trainer *t) {
+    return t->be.ops->sumsq(t->model.grads, t->part.shard_hi - t->part.shard_lo);
+}
+
+static double zero1_sumsq(tsr_trainer *t) {
+    double sq = t->be.ops->sumsq(t->part.gslice, t->part.shard_hi - t->part.shard_lo);
+    dist_allreduce_sum_f64(&sq, 1);
+    return sq;
+}
+
+static double fsdp_sumsq(tsr_trainer *t) {
+    double sq = t->be.ops->sumsq(t->part.fsdp.grads, t->part.fsdp.shard_n);
+    dist_group_allreduce_sum_f64(t->part.fsdp.group, &sq, 1); /* replicas are equal */
+    return sq;
+}
+
+static float decay_of(const tsr_optim_config *o, tsr_param_kind kind) {
+    return trainer_param_decays(o, kind) ? (float)o->weight_decay : 0.0f;
+}
+
+/* ddp, zero1: AdamW on the owned part of each tensor (weight decay depends on the tensor's kind) */
+static void flat_update(tsr_trainer *t, double lr, float gscale) {
+    const tsr_optim_config *o = &t->cfg.optim;
+    size_t lo = t->part.shard_lo, hi = t->part.shard_hi;
+    float *g = owned_grads(t);
+    for (int i = 0; i < TSR_P_COUNT; i++) {
+        const tsr_param_info *p = &t->model.params_info[i];
+        size_t end = p->offset + p->numel;
+        size_t a = p->offset > lo ? p->offset : lo, b = end < hi ? end : hi;
+        if (a >= b) continue;
+        t->be.ops->adamw_update(t->model.params + a, g + (a - lo), t->part.m + (a - lo),
+                                t->part.v + (a - lo), b - a, (float)lr, (float)o->beta1,
+                                (float)o->beta2, (float)o->eps, decay_of(o, p->kind), gscale,
+                                (int)t->optim_step);
+    }
+}
+
+/* zero3, hsdp: AdamW on the shard, tensor piece by tensor piece */
+static void fsdp_update(tsr_trainer *t, double lr, float gscale) {
+    const tsr_optim_config *o = &t->cfg.optim;
+    tsr_fsdp *f = &t->part.fsdp;
+    for (int k = 0; k < f->n_pieces[f->grank]; k++) {
+        const fsdp_piece *p = &f->pieces[f->grank][k];
+        t->be.ops->adamw_update(f->params + p->shard, f->grads + p->shard, t->part.m + p->shard,
+                                t->part.v + p->shard, p->len, (float)lr, (float)o->beta1,
+                                (float)o->beta2, (float)o->eps,
+                                decay_of(o, t->model.params_info[p->id].kind), gscale,
+                                (int)t->optim_step);
+    }
+}
+
+static void zero1_gather(tsr_trainer *t) {
+    dist_allgatherv_f32(t->model.params, t->part.part_counts, t->part.part_displs);
+}
+
+static void fsdp_gather(tsr_trainer *t) { fsdp_params_changed(&t->part.fsdp); }
+
+static double device_compute(tsr_trainer *t, float scale) {
+    return gpu_train_compute(train_gpu(t), scale);
+}
+
+static double device_sumsq(tsr_trainer *t) { return gpu_train_grad_sumsq(t->be.gpu); }
+
+static void device_update(tsr_trainer *t, double lr, float gscale) {
+    gpu_train_update(t->be.gpu, lr, gscale, (int)t->optim_step);
+}
+
+static size_t cpu_mem_peak(void) { return cpu_ops_peak_bytes(); }
+
+static const trainer_strategy strategy_ddp = {
+    "ddp", flat_compute, ddp_reduce, ddp_sumsq, flat_update, nothing, cpu_mem_peak};
+static const trainer_strategy strategy_zero1 = {
+    "zero1", flat_compute, zero1_reduce, zero1_sumsq, flat_update, zero1_gather, cpu_mem_peak};
+static const trainer_strategy strategy_fsdp = {
+    "fsdp", shard_compute, fsdp_reduce, fsdp_sumsq, fsdp_update, fsdp_gather, cpu_mem_peak};
+/* the gradients are summed during backward, the weights refreshed by the update */
+static const trainer_strategy strategy_device = {
+    "device", device_compute, nothing, device_sumsq, device_update, nothing, gpu_train_mem_peak};
+
+static const trainer_strategy *trainer_pick_strategy(const tsr_trainer *t) {
+    if (t->be.gpu) return &strategy_device;
+    if (t->part.fsdp_on) return &strategy_fsdp;
+    return t->part.zero1 ? &strategy_zero1 : &strategy_ddp;
 }
 
 /* Threads per rank: the config's value, else the node's cores shared among its ranks. */
@@ -247,184 +424,6 @@ void trainer_ensure_acts(tsr_trainer *t) {
         t->micro = next;
     }
     if (t->auto_micro) metrics_log_micro(t, 0, t->micro, 0);
-}
-
-/* Test-only faults inside a step's compute (TSR_FAULT, see maybe_fault): "slow:MS:RANK" makes RANK
- * sleep MS ms in every step (a straggler); "hang:STEP:RANK" makes it stop for good in step STEP. */
-static void compute_fault(const tsr_trainer *t) {
-    long long a = -1, rank = -1;
-    const char *f = tsr_fault("slow");
-    if (f && sscanf(f, "%lld:%lld", &a, &rank) == 2 && rank == t->dist.rank && a > 0)
-        usleep((useconds_t)(a * 1000));
-    f = tsr_fault("hang");
-    if (f && sscanf(f, "%lld:%lld", &a, &rank) == 2 && rank == t->dist.rank && a == t->step + 1)
-        for (;;) pause();
-}
-
-/* Test-only (TSR_FAULT="nan:STEP:RANK" or "nan:FROM-TO:RANK"): RANK's gradient gets a NaN in
- * step STEP (1-based), or in every step FROM..TO. */
-static void nan_fault(tsr_trainer *t) {
-    const char *f = tsr_fault("nan");
-    long long from, to, rank;
-    if (!f) return;
-    if (sscanf(f, "%lld-%lld:%lld", &from, &to, &rank) != 3) {
-        if (sscanf(f, "%lld:%lld", &from, &rank) != 2) return;
-        to = from;
-    }
-    if (t->step + 1 >= from && t->step + 1 <= to && rank == t->dist.rank) {
-        if (t->part.fsdp_on) t->part.fsdp.grads[t->part.fsdp.shard_n / 2] = NAN;
-        else t->model.grads[t->model.n_params / 2] = NAN;
-    }
-}
-
-/* The step's strategies (chosen once, by trainer_pick_strategy): how this run computes, sums,
- * measures and applies its gradients, and brings updated weights back to the ranks that compute.
- * ddp: every rank owns the whole flat buffer, gradients are all-reduced; zero1: rank r owns its
- * part [shard_lo, shard_hi) and its summed gradients (reduce-scatter into gslice), the updated
- * parts are all-gathered; fsdp (zero3, hsdp): weights, gradients and moments are fsdp shards, the
- * layers' gradients are reduce-scattered during backward; device (device = cuda): the library
- * sums the gradients during backward and updates on the device. */
-typedef struct trainer_strategy {
-    const char *name;
-    /* forward and backward over this rank's batch in microbatches, gradients scaled by scale:
-     * returns this rank's loss sum */
-    double (*compute)(tsr_trainer *t, float scale);
-    void (*reduce)(tsr_trainer *t);   /* the gradients summed over the ranks into the owned part */
-    double (*sumsq)(tsr_trainer *t);  /* squared norm of the summed gradients, equal on all ranks */
-    void (*update)(tsr_trainer *t, double lr, float gscale); /* AdamW on the owned part */
-    void (*gather)(tsr_trainer *t);   /* the updated weights to every rank that computes */
-    size_t (*mem_peak)(void);         /* the training allocator's peak bytes */
-} trainer_strategy;
-
-static void zero_flat_grads(tsr_trainer *t) {
-    t->be.ops->zero(t->model.grads, t->model.n_params * sizeof(float));
-}
-
-static void zero_shard_grads(tsr_trainer *t) { fsdp_zero_grads(&t->part.fsdp); }
-
-/* CPU: the microbatches' forward and backward (the gradients accumulate), after zero. */
-static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer *)) {
-    tsr_model *m = &t->model;
-    double loss_sum = 0.0;
-    zero(t);
-    for (int64_t b = 0; b < t->per_rank; b += t->micro) {
-        const int32_t *in = t->data.inputs + b * t->T, *tg = t->data.targets + b * t->T;
-        loss_sum += model_forward(m, in, tg, t->micro, t->T);
-        model_backward(m, in, tg, t->micro, t->T, scale);
-    }
-    nan_fault(t);
-    return loss_sum;
-}
-
-static double flat_compute(tsr_trainer *t, float scale) {
-    return cpu_compute(t, scale, zero_flat_grads);
-}
-
-static double shard_compute(tsr_trainer *t, float scale) {
-    return cpu_compute(t, scale, zero_shard_grads);
-}
-
-static void nothing(tsr_trainer *t) { (void)t; }
-
-static void ddp_reduce(tsr_trainer *t) {
-    if (t->dist.world > 1) dist_allreduce_sum_f32(t->model.grads, t->model.n_params);
-}
-
-static void zero1_reduce(tsr_trainer *t) {
-    dist_reduce_scatter_sum_f32(t->model.grads, t->part.gslice, t->part.part_counts);
-}
-
-/* the layers' gradients are reduce-scattered already: the root's, and hsdp's replica sum */
-static void fsdp_reduce(tsr_trainer *t) { fsdp_finish_grads(&t->part.fsdp); }
-
-/* the summed gradients of the owned part [shard_lo, shard_hi) of the flat layout */
-static float *owned_grads(tsr_trainer *t) {
-    return t->part.zero1 ? t->part.gslice : t->model.grads;
-}
-
-static double ddp_sumsq(tsr_trainer *t) {
-    return t->be.ops->sumsq(t->model.grads, t->part.shard_hi - t->part.shard_lo);
-}
-
-static double zero1_sumsq(tsr_trainer *t) {
-    double sq = t->be.ops->sumsq(t->part.gslice, t->part.shard_hi - t->part.shard_lo);
-    dist_allreduce_sum_f64(&sq, 1);
-    return sq;
-}
-
-static double fsdp_sumsq(tsr_trainer *t) {
-    double sq = t->be.ops->sumsq(t->part.fsdp.grads, t->part.fsdp.shard_n);
-    dist_group_allreduce_sum_f64(t->part.fsdp.group, &sq, 1); /* replicas are equal */
-    return sq;
-}
-
-static float decay_of(const tsr_optim_config *o, tsr_param_kind kind) {
-    return trainer_param_decays(o, kind) ? (float)o->weight_decay : 0.0f;
-}
-
-/* ddp, zero1: AdamW on the owned part of each tensor (weight decay depends on the tensor's kind) */
-static void flat_update(tsr_trainer *t, double lr, float gscale) {
-    const tsr_optim_config *o = &t->cfg.optim;
-    size_t lo = t->part.shard_lo, hi = t->part.shard_hi;
-    float *g = owned_grads(t);
-    for (int i = 0; i < TSR_P_COUNT; i++) {
-        const tsr_param_info *p = &t->model.params_info[i];
-        size_t end = p->offset + p->numel;
-        size_t a = p->offset > lo ? p->offset : lo, b = end < hi ? end : hi;
-        if (a >= b) continue;
-        t->be.ops->adamw_update(t->model.params + a, g + (a - lo), t->part.m + (a - lo),
-                                t->part.v + (a - lo), b - a, (float)lr, (float)o->beta1,
-                                (float)o->beta2, (float)o->eps, decay_of(o, p->kind), gscale,
-                                (int)t->optim_step);
-    }
-}
-
-/* zero3, hsdp: AdamW on the shard, tensor piece by tensor piece */
-static void fsdp_update(tsr_trainer *t, double lr, float gscale) {
-    const tsr_optim_config *o = &t->cfg.optim;
-    tsr_fsdp *f = &t->part.fsdp;
-    for (int k = 0; k < f->n_pieces[f->grank]; k++) {
-        const fsdp_piece *p = &f->pieces[f->grank][k];
-        t->be.ops->adamw_update(f->params + p->shard, f->grads + p->shard, t->part.m + p->shard,
-                                t->part.v + p->shard, p->len, (float)lr, (float)o->beta1,
-                                (float)o->beta2, (float)o->eps,
-                                decay_of(o, t->model.params_info[p->id].kind), gscale,
-                                (int)t->optim_step);
-    }
-}
-
-static void zero1_gather(tsr_trainer *t) {
-    dist_allgatherv_f32(t->model.params, t->part.part_counts, t->part.part_displs);
-}
-
-static void fsdp_gather(tsr_trainer *t) { fsdp_params_changed(&t->part.fsdp); }
-
-static double device_compute(tsr_trainer *t, float scale) {
-    return gpu_train_compute(train_gpu(t), scale);
-}
-
-static double device_sumsq(tsr_trainer *t) { return gpu_train_grad_sumsq(t->be.gpu); }
-
-static void device_update(tsr_trainer *t, double lr, float gscale) {
-    gpu_train_update(t->be.gpu, lr, gscale, (int)t->optim_step);
-}
-
-static size_t cpu_mem_peak(void) { return cpu_ops_peak_bytes(); }
-
-static const trainer_strategy strategy_ddp = {
-    "ddp", flat_compute, ddp_reduce, ddp_sumsq, flat_update, nothing, cpu_mem_peak};
-static const trainer_strategy strategy_zero1 = {
-    "zero1", flat_compute, zero1_reduce, zero1_sumsq, flat_update, zero1_gather, cpu_mem_peak};
-static const trainer_strategy strategy_fsdp = {
-    "fsdp", shard_compute, fsdp_reduce, fsdp_sumsq, fsdp_update, fsdp_gather, cpu_mem_peak};
-/* the gradients are summed during backward, the weights refreshed by the update */
-static const trainer_strategy strategy_device = {
-    "device", device_compute, nothing, device_sumsq, device_update, nothing, gpu_train_mem_peak};
-
-static const trainer_strategy *trainer_pick_strategy(const tsr_trainer *t) {
-    if (t->be.gpu) return &strategy_device;
-    if (t->part.fsdp_on) return &strategy_fsdp;
-    return t->part.zero1 ? &strategy_zero1 : &strategy_ddp;
 }
 
 /* The step's data: this rank's part of global batch d loaded; counted targets and samples per
