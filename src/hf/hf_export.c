@@ -42,22 +42,15 @@ static int has_suffix(const char *s, const char *suf) {
 static int resolve_hf(const char *spec, const tsr_tokenizer *tok, tok_files *t) {
     struct stat st;
     int isdir = stat(spec, &st) == 0 && S_ISDIR(st.st_mode);
-    if (tsr_snprintf(t->json, sizeof t->json, isdir ? "%s/tokenizer.json" : "%s", spec)) {
-        tsr_error("export: the tokenizer path \"%.200s...\" is too long", spec);
-        return TSR_EXIT_USAGE;
-    }
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", t->json);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = 0;
-    if (tsr_snprintf(t->config, sizeof t->config, "%s/tokenizer_config.json", slash ? dir : ".")) {
+    int have_cfg = chat_config_find(spec, t->config, sizeof t->config);
+    if (have_cfg < 0 ||
+        tsr_snprintf(t->json, sizeof t->json, isdir ? "%s/tokenizer.json" : "%s", spec)) {
         tsr_error("export: the tokenizer path \"%.200s...\" is too long", spec);
         return TSR_EXIT_USAGE;
     }
     const char *eos = "<|endoftext|>";
     chat_config cc;
     jinja_error e;
-    int have_cfg = stat(t->config, &st) == 0;
     if (!have_cfg) t->config[0] = 0;
     else if (chat_config_load(t->config, &cc, &e)) {
         tsr_error("export: %s", e.msg);
