@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "prep/jsonl.h"
+#include "json.h"
 #include "tokenizer/tokenizer.h"
 
 typedef enum prep_format { FMT_AUTO, FMT_TEXT, FMT_JSONL, FMT_SFT, FMT_CHAT, FMT_COUNT } prep_format;
