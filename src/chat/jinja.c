@@ -1,5 +1,5 @@
 /* jinja.c — the public face of the Jinja subset (jinja.h): compile once, render per
- * conversation. The context arrives as parsed JSON (src/prep/jsonl.h) and becomes runtime values
+ * conversation. The context arrives as parsed JSON (src/base/json.h) and becomes runtime values
  * the way @huggingface/jinja converts a JavaScript object: integral numbers are integers, other
  * numbers floats, and an object's keys come in JavaScript's order (array-index keys first, in
  * numeric order, then the rest as written; a repeated key keeps its first place, last value). */

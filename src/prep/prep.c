@@ -28,7 +28,7 @@
 #include "common.h"
 #include "fsutil.h"
 #include "data/data.h"
-#include "prep/jsonl.h"
+#include "json.h"
 #include "prep/prep_doc.h"
 #include "prep/prep_pack.h"
 #include "tokenizer/tokenizer.h"

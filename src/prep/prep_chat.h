@@ -15,7 +15,7 @@
 #include <stddef.h>
 
 #include "chat/chat_config.h"
-#include "prep/jsonl.h"
+#include "json.h"
 
 typedef struct chat_span {
     size_t off, len; /* bytes of one assistant turn's content in the rendered text */

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "chat/chat_config.h"
-#include "prep/jsonl.h"
+#include "json.h"
 #include "tokenizer/tokenizer.h"
 
 typedef enum prep_format { FMT_AUTO, FMT_TEXT, FMT_JSONL, FMT_SFT, FMT_CHAT, FMT_COUNT } prep_format;
