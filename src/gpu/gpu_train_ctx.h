@@ -27,7 +27,8 @@ typedef struct gpu_train_ctx {
     gpu_shard_mode mode;
     int G;                     /* ranks per sharding group (zero3: the world; hsdp: the group) */
     int evals;                 /* the run evaluates (validation set or ICL tasks) */
-    int T, micro, per_rank;    /* seq_len, the microbatch in use, sequences per rank and step */
+    int T, micro;              /* seq_len, the microbatch in use */
+    int64_t per_rank;          /* sequences per rank and step */
     int auto_micro;            /* micro_batch = auto: the plan must fit a microbatch of 1 */
     const int32_t *inputs, *targets; /* this rank's batch (per_rank, T) */
     const tsr_optim_config *optim;

@@ -29,7 +29,7 @@ static void fill(gpu_train_ctx *c, const tsr_trainer *t) {
         trainer_shard_group(cfg, t->dist.world, t->dist.local_world, &G) == 0)
         c->G = G;
     c->evals = cfg->data.val[0] != '\0' || cfg->n_icl > 0;
-    c->T = t->T, c->micro = t->micro, c->per_rank = (int)t->per_rank, c->auto_micro = t->auto_micro;
+    c->T = t->T, c->micro = t->micro, c->per_rank = t->per_rank, c->auto_micro = t->auto_micro;
     c->inputs = t->data.inputs, c->targets = t->data.targets;
     c->optim = &cfg->optim;
     for (int i = 0; i < TSR_P_COUNT; i++)

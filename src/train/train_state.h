@@ -121,7 +121,7 @@ typedef struct tsr_trainer {
     int64_t per_rank, step, total_steps, warmup_steps, eval_every, tokens_seen;
     int64_t save_every;          /* steps between checkpoints, 0 = only at the end */
     int64_t optim_step;          /* AdamW updates applied (the bias-correction step) */
-    struct icl_suite *icl;       /* icl_tasks, scored at each eval (train/train_icl.h), else NULL */
+    struct icl_suite *icl;       /* icl_tasks, scored at each eval (eval/train_icl.h), else NULL */
     struct tsr_tokenizer *tok;   /* data.tokenizer, loaded at start (decodes the samples), else NULL */
     tsr_train_data data;
     tsr_train_part part;
