@@ -107,7 +107,7 @@ static jj_value *from_json(jj_interp *in, const json_value *j) {
     case JSON_TRUE: return jj_bool(in->a, j->type == JSON_TRUE);
     case JSON_NUMBER:
         return jj_num(in->a,
-                      j->num == (double)(long long)j->num && j->num > -9.3e18 && j->num < 9.3e18
+                      j->num > -9.3e18 && j->num < 9.3e18 && j->num == (double)(long long)j->num
                           ? V_INT
                           : V_FLOAT,
                       j->num);
