@@ -1,13 +1,14 @@
 /* train_state.h — the trainer's state, in owned parts, and the small questions asked of it.
  *
- * The lowest header of src/train/ above fsdp and guard: the modules that work on the trainer
- * (metrics, train_data, checkpointing, watchdog, train_gpu) include this, not trainer.h, and
- * trainer.c, which drives them, sits above them all, so no include goes around in a circle.
+ * The lowest header of src/train/ but guard.h: the modules that work on the trainer (metrics,
+ * train_data, checkpointing, watchdog, train_gpu) include this, not trainer.h, and trainer.c,
+ * which drives them, sits above them all, so no include goes around in a circle.
  *
- * Batch math (docs/training.md): global_batch sequences per optimizer step; rank r of W takes
- * global positions [s*GB + r*GB/W, s*GB + (r+1)*GB/W) of the sampler's stream in microbatches of
- * micro_batch; the loss is the mean over all counted target tokens of the global batch, so the
- * update does not depend on W beyond floating-point summation order.
+ * Batch math (docs/architecture.md "Data flow", docs/training.md): global_batch sequences per
+ * optimizer step; rank r of W takes global positions [s*GB + r*GB/W, s*GB + (r+1)*GB/W) of the
+ * sampler's stream in microbatches of micro_batch; the loss is the mean over all counted target
+ * tokens of the global batch, so the update does not depend on W beyond floating-point summation
+ * order.
  */
 #ifndef TSR_TRAIN_STATE_H
 #define TSR_TRAIN_STATE_H
