@@ -13,7 +13,6 @@
 
 #include "common.h"
 #include "fsutil.h"
-#include "train/trainer.h"
 
 /* present when gpu_train.o is linked into this program */
 extern const gpu_train_api tsr_gpu_train_api __attribute__((weak));
@@ -54,10 +53,10 @@ static const gpu_train_api *open_lib(char *why, size_t n) {
         dlclose(h);
         return NULL;
     }
-    if (strcmp(a->version, TSR_VERSION) != 0 || a->trainer_size != sizeof(tsr_trainer)) {
-        (void)tsr_snprintf(why, n, "%s was built for tessera %s (trainer struct of %zu bytes), this "
-                           "is %s (%zu): rebuild or reinstall both", path, a->version,
-                           a->trainer_size, TSR_VERSION, sizeof(tsr_trainer));
+    if (strcmp(a->version, TSR_VERSION) != 0 || a->ctx_size != sizeof(gpu_train_ctx)) {
+        (void)tsr_snprintf(why, n, "%s was built for tessera %s (trainer context of %zu bytes), "
+                           "this is %s (%zu): rebuild or reinstall both", path, a->version,
+                           a->ctx_size, TSR_VERSION, sizeof(gpu_train_ctx));
         dlclose(h);
         return NULL;
     }
@@ -80,22 +79,24 @@ static const gpu_train_api *A(void) {
     return api;
 }
 
-int gpu_train_init(struct tsr_trainer *t) { return A()->init(t); }
-void gpu_train_print_plan(const struct tsr_trainer *t) { A()->print_plan(t); }
-int gpu_train_acts_B(const struct tsr_trainer *t) { return A()->acts_B(t); }
-int gpu_train_try_acts(struct tsr_trainer *t, int B) { return A()->try_acts(t, B); }
-void gpu_train_free_acts(struct tsr_trainer *t) { A()->free_acts(t); }
-size_t gpu_train_acts_bytes(const struct tsr_trainer *t, int B) { return A()->acts_bytes(t, B); }
-double gpu_train_compute(struct tsr_trainer *t, float scale) { return A()->compute(t, scale); }
-double gpu_train_grad_sumsq(struct tsr_trainer *t) { return A()->grad_sumsq(t); }
-void gpu_train_update(struct tsr_trainer *t, double lr, float gscale, int step) {
-    A()->update(t, lr, gscale, step);
+int gpu_train_init(gpu_train_ctx *c) { return A()->init(c); }
+void gpu_train_plan_bytes(const gpu_train_ctx *c, size_t *fixed, size_t *eval) {
+    A()->plan_bytes(c, fixed, eval);
 }
-void gpu_train_pull(struct tsr_trainer *t) { A()->pull(t); }
-void gpu_train_push(struct tsr_trainer *t, int with_optim) { A()->push(t, with_optim); }
-void gpu_train_host_model(struct tsr_trainer *t, int on) { A()->host_model(t, on); }
-void gpu_train_full_weights(struct tsr_trainer *t, int on) { A()->full_weights(t, on); }
+int gpu_train_acts_B(const gpu_train_ctx *c) { return A()->acts_B(c); }
+int gpu_train_try_acts(gpu_train_ctx *c, int B) { return A()->try_acts(c, B); }
+void gpu_train_free_acts(gpu_train_ctx *c) { A()->free_acts(c); }
+size_t gpu_train_acts_bytes(const gpu_train_ctx *c, int B) { return A()->acts_bytes(c, B); }
+double gpu_train_compute(gpu_train_ctx *c, float scale) { return A()->compute(c, scale); }
+double gpu_train_grad_sumsq(gpu_train_ctx *c) { return A()->grad_sumsq(c); }
+void gpu_train_update(gpu_train_ctx *c, double lr, float gscale, int step) {
+    A()->update(c, lr, gscale, step);
+}
+void gpu_train_pull(gpu_train_ctx *c) { A()->pull(c); }
+void gpu_train_push(gpu_train_ctx *c, int with_optim) { A()->push(c, with_optim); }
+void gpu_train_host_model(gpu_train_ctx *c, int on) { A()->host_model(c, on); }
+void gpu_train_full_weights(gpu_train_ctx *c, int on) { A()->full_weights(c, on); }
 size_t gpu_train_mem_peak(void) { return A()->mem_peak(); }
-void gpu_train_free(struct tsr_trainer *t) {
-    if (t->gpu) A()->free(t);
+void gpu_train_free(gpu_train_ctx *c) {
+    if (c->state) A()->free(c);
 }

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "common.h"
-#include "train/trainer.h"
 
 /* Units' sizes without a plan (the plan bytes, --plan): unit u = its tensors' slices. */
 static size_t unit_size(const tsr_model *m, int u) {
@@ -106,13 +105,13 @@ static void forget_gathers(gpu_shard *sh) {
 
 /* ---- setup ---- */
 
-int gpu_shard_init(gpu_shard *sh, tsr_trainer *t, tsr_gpu_model *g, tcu_stream s) {
+int gpu_shard_init(gpu_shard *sh, gpu_train_ctx *c, tsr_gpu_model *g, tcu_stream s) {
     memset(sh, 0, sizeof *sh);
-    sh->zero1 = t->cfg.sharding == TSR_SHARD_ZERO1;
+    sh->zero1 = c->mode == GPU_SHARD_ZERO1;
     sh->g = g;
     sh->s = s;
-    if (sh->zero1) fsdp_plan(&sh->own, &t->model, t->dist.world, &t->dist);
-    sh->f = sh->zero1 ? &sh->own : &t->fsdp;
+    if (sh->zero1) fsdp_plan(&sh->own, c->model, c->dist->world, c->dist);
+    sh->f = sh->zero1 ? &sh->own : c->fsdp;
     const tsr_fsdp *f = sh->f;
     char why[512] = "";
     /* the group: world rank r is rank r % G of group r / G (fsdp.c); the replicas: same r % G */
@@ -120,7 +119,7 @@ int gpu_shard_init(gpu_shard *sh, tsr_trainer *t, tsr_gpu_model *g, tcu_stream s
     if (sh->group && f->R > 1)
         sh->replicas = gpu_comm_open(f->grank, f->gindex, s, why, sizeof why);
     if (!sh->group || (f->R > 1 && !sh->replicas)) {
-        if (t->dist.rank == 0)
+        if (c->dist->rank == 0)
             tsr_error("device = \"cuda\", parallel.sharding = %s: %s",
                       sh->zero1 ? "zero1" : f->R > 1 ? "hsdp" : "zero3", why);
         return TSR_EXIT_USAGE;
@@ -250,14 +249,13 @@ static void zero1_gather_weights(gpu_shard *sh) {
     gpu_comm_wait(sh->group);
 }
 
-void gpu_shard_update(gpu_shard *sh, const tsr_trainer *t, double lr, float gscale, int step) {
+void gpu_shard_update(gpu_shard *sh, const gpu_train_ctx *c, double lr, float gscale, int step) {
     const tsr_fsdp *f = sh->f;
-    const tsr_optim_config *o = &t->cfg.optim;
+    const tsr_optim_config *o = c->optim;
     for (int k = 0; k < f->n_pieces[f->grank]; k++) {
         const fsdp_piece *p = &f->pieces[f->grank][k];
         size_t a = sh->piece_at[k];
-        float wd = trainer_param_decays(o, t->model.params_info[p->id].kind)
-                       ? (float)o->weight_decay : 0.0f;
+        float wd = c->decay[p->id];
         tcu_adamw_update(sh->params + a, sh->wbf + a, sh->grads + a, sh->m + a, sh->v + a,
                          p->len, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps, wd,
                          gscale, step, sh->s);
@@ -283,44 +281,44 @@ static void shard_h2d(const gpu_shard *sh, float *dev, const float *host) {
     tcu_sync(sh->s);
 }
 
-void gpu_shard_pull(gpu_shard *sh, tsr_trainer *t, int with_optim) {
+void gpu_shard_pull(gpu_shard *sh, gpu_train_ctx *c, int with_optim) {
     tcu_sync(sh->s);
     if (!sh->zero1) {
-        shard_d2h(sh, t->fsdp.params, sh->params);
-        if (with_optim) shard_d2h(sh, t->m, sh->m), shard_d2h(sh, t->v, sh->v);
+        shard_d2h(sh, c->fsdp->params, sh->params);
+        if (with_optim) shard_d2h(sh, c->m, sh->m), shard_d2h(sh, c->v, sh->v);
         return;
     }
     /* zero1: the shard to this rank's part of the flat layout (the trainer's partition), then
      * the full weights on every rank as the CPU's zero1 keeps them */
     tsr_fsdp *f = &sh->own;
     shard_d2h(sh, sh->host, sh->params);
-    fsdp_shard_to_part(f, sh->host, t->model.params + t->part_displs[t->dist.rank]);
-    dist_allgatherv_f32(t->model.params, t->part_counts, t->part_displs);
+    fsdp_shard_to_part(f, sh->host, c->model->params + c->part_displs[c->dist->rank]);
+    dist_allgatherv_f32(c->model->params, c->part_counts, c->part_displs);
     if (!with_optim) return;
     shard_d2h(sh, sh->host, sh->m);
-    fsdp_shard_to_part(f, sh->host, t->m);
+    fsdp_shard_to_part(f, sh->host, c->m);
     shard_d2h(sh, sh->host, sh->v);
-    fsdp_shard_to_part(f, sh->host, t->v);
+    fsdp_shard_to_part(f, sh->host, c->v);
 }
 
-void gpu_shard_push(gpu_shard *sh, tsr_trainer *t, int with_optim) {
+void gpu_shard_push(gpu_shard *sh, gpu_train_ctx *c, int with_optim) {
     tcu_sync(sh->s);
     const tsr_fsdp *f = sh->f;
     if (sh->zero1) { /* this rank's pieces of the full weights */
         const fsdp_piece *p = f->pieces[f->grank];
         for (int k = 0; k < f->n_pieces[f->grank]; k++)
-            memcpy(sh->host + p[k].shard, t->model.params + p[k].flat, p[k].len * sizeof(float));
+            memcpy(sh->host + p[k].shard, c->model->params + p[k].flat, p[k].len * sizeof(float));
     }
-    shard_h2d(sh, sh->params, sh->zero1 ? sh->host : t->fsdp.params);
+    shard_h2d(sh, sh->params, sh->zero1 ? sh->host : c->fsdp->params);
     tcu_f32_to_bf16(sh->wbf, sh->params, sh->n, sh->s);
     if (with_optim && sh->zero1) {
-        fsdp_part_to_shard(&sh->own, t->m, sh->host);
+        fsdp_part_to_shard(&sh->own, c->m, sh->host);
         shard_h2d(sh, sh->m, sh->host);
-        fsdp_part_to_shard(&sh->own, t->v, sh->host);
+        fsdp_part_to_shard(&sh->own, c->v, sh->host);
         shard_h2d(sh, sh->v, sh->host);
     } else if (with_optim) {
-        shard_h2d(sh, sh->m, t->m);
-        shard_h2d(sh, sh->v, t->v);
+        shard_h2d(sh, sh->m, c->m);
+        shard_h2d(sh, sh->v, c->v);
     }
     if (sh->zero1) zero1_gather_weights(sh);
     else forget_gathers(sh);

@@ -1,7 +1,7 @@
 /* gpu_shard.h — parallel.sharding = zero1 | zero3 | hsdp on the CUDA backend (docs/sharding.md,
  * docs/cuda.md).
  *
- * One shard layout for the three modes: the units and pieces of train/fsdp.h (unit 0 the root,
+ * One shard layout for the three modes: the units and pieces of model/fsdp.h (unit 0 the root,
  * unit l+1 layer l; a unit split into G pieces of fsdp_piece_len floats, rank order). On the
  * device every piece is padded to that full length (the padding stays zero), so the collectives
  * are NCCL's equal-block reduce-scatter and all-gather and a gathered unit is the unit itself.
@@ -23,9 +23,10 @@
  * Under hsdp the replicas then all-reduce their shards. Evaluation gathers the full bf16 weights
  * for its duration (ranks run different numbers of evaluation batches: no per-layer collectives).
  *
- * Host mirror (checkpoints, sampling): as the CPU trainer of the same mode keeps it. zero3 / hsdp:
- * t->fsdp's shard and t->m, t->v (unpadded pieces); zero1: the full fp32 weights and t->m, t->v
- * over the rank's part of the flat layout (converted with fsdp_shard_to_part / part_to_shard).
+ * Host mirror (checkpoints, sampling): as the CPU trainer of the same mode keeps it (the context's
+ * buffers, gpu_train_ctx.h). zero3 / hsdp: the fsdp shard and c->m, c->v (unpadded pieces); zero1:
+ * the full fp32 weights and c->m, c->v over the rank's part of the flat layout (converted with
+ * fsdp_shard_to_part / part_to_shard).
  */
 #ifndef TSR_GPU_SHARD_H
 #define TSR_GPU_SHARD_H
@@ -34,12 +35,10 @@
 
 #include "gpu/gpu_comm.h"
 #include "gpu/gpu_model.h"
-#include "train/fsdp.h"
-
-struct tsr_trainer;
+#include "gpu/gpu_train_ctx.h"
 
 typedef struct gpu_shard {
-    const tsr_fsdp *f;      /* the plan: t->fsdp (zero3, hsdp) or own (zero1) */
+    const tsr_fsdp *f;      /* the plan: the trainer's (c->fsdp: zero3, hsdp) or own (zero1) */
     tsr_fsdp own;
     int zero1;
     tsr_gpu_model *g;
@@ -72,7 +71,7 @@ typedef struct gpu_shard {
 size_t gpu_shard_bytes(const tsr_model *m, int zero1, int G);
 /* Plans (zero1), opens the communicators, allocates (the plan was checked against free memory),
  * sets g->src (zero3 / hsdp). 0, or an exit code with the reason reported on rank 0. */
-int gpu_shard_init(gpu_shard *sh, struct tsr_trainer *t, tsr_gpu_model *g, tcu_stream s);
+int gpu_shard_init(gpu_shard *sh, gpu_train_ctx *c, tsr_gpu_model *g, tcu_stream s);
 void gpu_shard_free(gpu_shard *sh);
 /* A step: zero the gradients; zero1: the callback the last microbatch's backward calls per unit;
  * after the last backward: the remaining reduce-scatters (and the replicas' sum); the sum of
@@ -81,12 +80,12 @@ void gpu_shard_zero_grads(gpu_shard *sh);
 void gpu_shard_zero1_ready(void *sh, int unit);
 void gpu_shard_finish_grads(gpu_shard *sh);
 double gpu_shard_grad_sumsq(gpu_shard *sh);
-void gpu_shard_update(gpu_shard *sh, const struct tsr_trainer *t, double lr, float gscale,
+void gpu_shard_update(gpu_shard *sh, const gpu_train_ctx *c, double lr, float gscale,
                       int step);
 /* Host mirror <- device (weights and moments; collective) and back (the moments when
  * with_optim). */
-void gpu_shard_pull(gpu_shard *sh, struct tsr_trainer *t, int with_optim);
-void gpu_shard_push(gpu_shard *sh, struct tsr_trainer *t, int with_optim);
+void gpu_shard_pull(gpu_shard *sh, gpu_train_ctx *c, int with_optim);
+void gpu_shard_push(gpu_shard *sh, gpu_train_ctx *c, int with_optim);
 /* zero3 / hsdp: on = 1 gathers the full bf16 weights into the model (evaluation), 0 frees them
  * (collective; a no-op under zero1). */
 void gpu_shard_full_weights(gpu_shard *sh, int on);

@@ -1,4 +1,5 @@
-/* gpu_train.h — device = cuda in the trainer (src/train/trainer.c calls these when t->gpu).
+/* gpu_train.h — device = cuda in the trainer (src/train/train_gpu.c fills the context and calls
+ * these).
  *
  * One GPU per rank (CUDA device local_rank mod the visible count). On the device: the fp32
  * master weights and their bf16 copy, fp32 gradients and AdamW moments, bf16 activations
@@ -14,35 +15,35 @@
  * device = cuda: tessera-train itself links no CUDA, starts as fast on a CPU node (loading
  * cuBLASLt costs ~0.9 s per process) and runs where no CUDA is installed. A program that links
  * gpu_train.o directly (the emulator test build) uses that copy instead. The functions below
- * forward to the library's table.
+ * forward to the library's table. The library sees the trainer through gpu_train_ctx.h only.
  */
 #ifndef TSR_GPU_TRAIN_H
 #define TSR_GPU_TRAIN_H
 
 #include <stddef.h>
 
-struct tsr_trainer;
+#include "gpu/gpu_train_ctx.h"
 
 /* The library's entry points (gpu_train.c); the wrappers below document them. */
 typedef struct gpu_train_api {
     const char *version;  /* TSR_VERSION it was built with: must be the executable's */
-    size_t trainer_size;  /* sizeof(tsr_trainer) it was built with: must be the executable's */
+    size_t ctx_size;      /* sizeof(gpu_train_ctx) it was built with: must be the executable's */
     const char *backend;  /* "cuda", or "cuda-emulator" */
-    int (*init)(struct tsr_trainer *t);
-    void (*print_plan)(const struct tsr_trainer *t);
-    int (*acts_B)(const struct tsr_trainer *t);
-    int (*try_acts)(struct tsr_trainer *t, int B);
-    void (*free_acts)(struct tsr_trainer *t);
-    size_t (*acts_bytes)(const struct tsr_trainer *t, int B);
-    double (*compute)(struct tsr_trainer *t, float scale);
-    double (*grad_sumsq)(struct tsr_trainer *t);
-    void (*update)(struct tsr_trainer *t, double lr, float gscale, int step);
-    void (*pull)(struct tsr_trainer *t);
-    void (*push)(struct tsr_trainer *t, int with_optim);
-    void (*host_model)(struct tsr_trainer *t, int on);
-    void (*full_weights)(struct tsr_trainer *t, int on);
+    int (*init)(gpu_train_ctx *c);
+    void (*plan_bytes)(const gpu_train_ctx *c, size_t *fixed, size_t *eval);
+    int (*acts_B)(const gpu_train_ctx *c);
+    int (*try_acts)(gpu_train_ctx *c, int B);
+    void (*free_acts)(gpu_train_ctx *c);
+    size_t (*acts_bytes)(const gpu_train_ctx *c, int B);
+    double (*compute)(gpu_train_ctx *c, float scale);
+    double (*grad_sumsq)(gpu_train_ctx *c);
+    void (*update)(gpu_train_ctx *c, double lr, float gscale, int step);
+    void (*pull)(gpu_train_ctx *c);
+    void (*push)(gpu_train_ctx *c, int with_optim);
+    void (*host_model)(gpu_train_ctx *c, int on);
+    void (*full_weights)(gpu_train_ctx *c, int on);
     size_t (*mem_peak)(void);
-    void (*free)(struct tsr_trainer *t);
+    void (*free)(gpu_train_ctx *c);
 } gpu_train_api;
 #define GPU_TRAIN_LIB_NAME "libtessera-cuda-train.so"
 #define GPU_TRAIN_SYMBOL "tsr_gpu_train_api"
@@ -51,38 +52,42 @@ typedef struct gpu_train_api {
  * library on first use; NULL when there is none, with the reason in why (n bytes). Searched:
  * $TESSERA_CUDA_LIB, then the executable's directory, then ../lib/tessera/ from it. */
 const char *gpu_backend(char *why, size_t n);
-/* After the host weights are initialised (rank-identical): selects the GPU, prints and checks
- * the device memory plan, allocates, uploads, opens the communicator. 0 or an exit code
- * (reported on rank 0; every rank returns the same). */
-int gpu_train_init(struct tsr_trainer *t);
-/* The device memory plan for the trainer's model and microbatch (rank 0 prints; --plan). */
-void gpu_train_print_plan(const struct tsr_trainer *t);
+/* After the host weights are initialised (rank-identical): selects the GPU (its name into
+ * c->device_name), checks the device memory plan against the free memory, allocates, uploads,
+ * opens the communicator. 0 or an exit code (reported on rank 0; every rank returns the same). */
+int gpu_train_init(gpu_train_ctx *c);
+/* The device memory plan per rank, nothing allocated (--plan): *fixed, the bytes of everything
+ * but the activations (weights, gradients, AdamW, shards and communication buffers, and *eval:
+ * under zero3 / hsdp with evaluation, the full bf16 weights an evaluation gathers, else 0). */
+void gpu_train_plan_bytes(const gpu_train_ctx *c, size_t *fixed, size_t *eval);
 /* Activations: allocated B (0: none); try to allocate for B sequences (0, or -1 with nothing
  * left allocated); free; their bytes for B. */
-int gpu_train_acts_B(const struct tsr_trainer *t);
-int gpu_train_try_acts(struct tsr_trainer *t, int B);
-void gpu_train_free_acts(struct tsr_trainer *t);
-size_t gpu_train_acts_bytes(const struct tsr_trainer *t, int B);
-/* A step's forward and backward over this rank's batch (t->inputs, t->targets) in microbatches
- * of t->micro, gradients scaled by scale and summed over the ranks. Returns this rank's loss sum. */
-double gpu_train_compute(struct tsr_trainer *t, float scale);
+int gpu_train_acts_B(const gpu_train_ctx *c);
+int gpu_train_try_acts(gpu_train_ctx *c, int B);
+void gpu_train_free_acts(gpu_train_ctx *c);
+size_t gpu_train_acts_bytes(const gpu_train_ctx *c, int B);
+/* A step's forward and backward over this rank's batch (c->inputs, c->targets) in microbatches
+ * of c->micro, gradients scaled by scale and summed over the ranks. Returns this rank's loss
+ * sum. */
+double gpu_train_compute(gpu_train_ctx *c, float scale);
 /* Sum of squares of the summed gradients (after the communication). */
-double gpu_train_grad_sumsq(struct tsr_trainer *t);
-/* AdamW on every tensor (weight decay by kind), at lr, gradients times gscale, step `step`. */
-void gpu_train_update(struct tsr_trainer *t, double lr, float gscale, int step);
+double gpu_train_grad_sumsq(gpu_train_ctx *c);
+/* AdamW on every tensor (weight decay c->decay), at lr, gradients times gscale, step `step`. */
+void gpu_train_update(gpu_train_ctx *c, double lr, float gscale, int step);
 /* Host mirror <- device (weights, moments) / device <- host mirror (weights, and the moments
  * when with_optim). */
-void gpu_train_pull(struct tsr_trainer *t);
-void gpu_train_push(struct tsr_trainer *t, int with_optim);
+void gpu_train_pull(gpu_train_ctx *c);
+void gpu_train_push(gpu_train_ctx *c, int with_optim);
 /* on = 1: the host model computes (host weights pulled, host activations for 1 sequence on rank
  * 0: sampling); on = 0: back to the device. Collective (sharded weights are gathered). */
-void gpu_train_host_model(struct tsr_trainer *t, int on);
+void gpu_train_host_model(gpu_train_ctx *c, int on);
 /* zero3 / hsdp: the full bf16 weights on the device for evaluation (on = 1) or freed (on = 0);
  * collective; nothing under ddp and zero1. */
-void gpu_train_full_weights(struct tsr_trainer *t, int on);
+void gpu_train_full_weights(gpu_train_ctx *c, int on);
 /* The most device bytes this process held at once through the backend's allocator (tcu_mem_stats;
  * metrics.jsonl's peak_mem_bytes under device = cuda). */
 size_t gpu_train_mem_peak(void);
-void gpu_train_free(struct tsr_trainer *t);
+/* Frees the library's state (nothing when c->state is NULL). */
+void gpu_train_free(gpu_train_ctx *c);
 
 #endif

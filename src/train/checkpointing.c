@@ -18,7 +18,6 @@
 #include "ckpt/ckpt_model.h"
 #include "common.h"
 #include "gpu/gpu_train.h"
-#include "hf/hf.h"
 #include "train/metrics.h"
 #include "train/train_data.h"
 
@@ -27,6 +26,14 @@
 #endif
 
 static volatile sig_atomic_t stop_signal;
+static const checkpointing_importer *importer;
+
+void checkpointing_use_importer(const checkpointing_importer *imp) { importer = imp; }
+
+/* --init-from names a directory of the importer's (a Hugging Face one), not a checkpoint */
+static int imported(const char *init_arg) {
+    return init_arg && importer && importer->is_source(init_arg);
+}
 
 static void on_stop_signal(int sig) { stop_signal = sig; } /* a flag only: never save here */
 
@@ -53,14 +60,14 @@ int checkpointing_stop_requested(void) {
 /* ZeRO-3 / HSDP: a weights-only load (--init-from) goes through a full flat buffer, as the
  * initialisation does (trainer.c init_sharded): this rank keeps its shard of it. */
 static void full_begin(tsr_trainer *t) {
-    if (!t->fsdp_on) return;
-    t->model.params = t->ops->alloc(t->model.n_params * sizeof(float));
-    t->ops->zero(t->model.params, t->model.n_params * sizeof(float));
+    if (!t->part.fsdp_on) return;
+    t->model.params = t->be.ops->alloc(t->model.n_params * sizeof(float));
+    t->be.ops->zero(t->model.params, t->model.n_params * sizeof(float));
 }
 static void full_end(tsr_trainer *t, int ok) {
-    if (!t->fsdp_on) return;
-    if (ok) fsdp_load_full(&t->fsdp, t->model.params);
-    t->ops->free(t->model.params);
+    if (!t->part.fsdp_on) return;
+    if (ok) fsdp_load_full(&t->part.fsdp, t->model.params);
+    t->be.ops->free(t->model.params);
     t->model.params = NULL;
 }
 
@@ -68,28 +75,28 @@ static void full_end(tsr_trainer *t, int ok) {
  * writes nothing), so its record is kept for trainer_open_run_dir to log (metrics.jsonl, stdout). */
 static void note_start_load(tsr_trainer *t, const char *what, const char *path, double seconds,
                             uint64_t bytes) {
-    snprintf(t->start_load.what, sizeof t->start_load.what, "%s", what);
-    snprintf(t->start_load.path, sizeof t->start_load.path, "%s", path);
-    t->start_load.seconds = seconds;
-    t->start_load.bytes = bytes;
+    snprintf(t->out.start_load.what, sizeof t->out.start_load.what, "%s", what);
+    snprintf(t->out.start_load.path, sizeof t->out.start_load.path, "%s", path);
+    t->out.start_load.seconds = seconds;
+    t->out.start_load.bytes = bytes;
 }
 
 static int init_from_hf(tsr_trainer *t, const char *dir) {
     double t0 = tsr_now();
-    hf_import *h = NULL;
+    void *h = NULL;
     tsr_log_mute(t->dist.rank != 0);
-    int rc = hf_import_open(&h, dir, &t->model);
+    int rc = importer->open(&h, dir, &t->model);
     tsr_log_mute(0);
-    size_t lo = t->part_displs[t->dist.rank], hi = lo + t->part_counts[t->dist.rank];
+    size_t lo = t->part.part_displs[t->dist.rank], hi = lo + t->part.part_counts[t->dist.rank];
     uint64_t bytes = 0;
     full_begin(t);
-    if (!rc) rc = hf_import_read(h, &t->model, lo, hi, &bytes);
-    hf_import_close(h);
+    if (!rc) rc = importer->read(h, &t->model, lo, hi, &bytes);
+    importer->close(h);
     double worst = rc;
     dist_allreduce_max_f64(&worst, 1); /* a read error on one rank stops all of them */
-    if (worst == 0) dist_allgatherv_f32(t->model.params, t->part_counts, t->part_displs);
+    if (worst == 0) dist_allgatherv_f32(t->model.params, t->part.part_counts, t->part.part_displs);
     full_end(t, worst == 0);
-    if (worst == 0 && t->gpu) gpu_train_push(t, 0); /* (zero3 / hsdp: from the shard) */
+    if (worst == 0 && t->be.gpu) gpu_train_push(t->be.gpu, 0); /* (zero3 / hsdp: from the shard) */
     if (worst != 0) return (int)worst;
     int64_t total = (int64_t)bytes;
     dist_allreduce_sum_i64(&total, 1);
@@ -102,35 +109,35 @@ static const char *const set_prefix[SET_COUNT] = {"model/", "optim/m/", "optim/v
 
 /* The flat range this rank reads and writes, and where each set's floats of it are: DDP and
  * ZeRO-1 ranks use their part of the trainer's partition, straight from the model and the moments;
- * ZeRO-3 / HSDP ranks of the first group their part of the group's partition, through t->ckio
+ * ZeRO-3 / HSDP ranks of the first group their part of the group's partition, through t->part.ckio
  * (filled from the shards before a save, moved into them after a load); the other groups none. */
 static void io_layout(tsr_trainer *t, int with_optim, size_t *lo, size_t *hi, float **base,
                       size_t *origin) {
-    if (!t->fsdp_on) {
-        *lo = t->part_displs[t->dist.rank];
-        *hi = *lo + t->part_counts[t->dist.rank];
-        base[SET_MODEL] = t->model.params, base[SET_M] = t->m, base[SET_V] = t->v;
-        origin[SET_MODEL] = 0, origin[SET_M] = origin[SET_V] = t->shard_lo;
+    if (!t->part.fsdp_on) {
+        *lo = t->part.part_displs[t->dist.rank];
+        *hi = *lo + t->part.part_counts[t->dist.rank];
+        base[SET_MODEL] = t->model.params, base[SET_M] = t->part.m, base[SET_V] = t->part.v;
+        origin[SET_MODEL] = 0, origin[SET_M] = origin[SET_V] = t->part.shard_lo;
         return;
     }
-    tsr_fsdp *f = &t->fsdp;
+    tsr_fsdp *f = &t->part.fsdp;
     size_t n = f->gindex == 0 ? f->part_counts[f->grank] : 0;
     *lo = f->gindex == 0 ? f->part_displs[f->grank] : 0;
     *hi = *lo + n;
     for (int set = 0; set < SET_COUNT; set++) {
-        if (!t->ckio[set] && (set == SET_MODEL || with_optim) && n > 0) {
-            t->ckio[set] = t->ops->alloc(n * sizeof(float));
-            t->ops->zero(t->ckio[set], n * sizeof(float));
+        if (!t->part.ckio[set] && (set == SET_MODEL || with_optim) && n > 0) {
+            t->part.ckio[set] = t->be.ops->alloc(n * sizeof(float));
+            t->be.ops->zero(t->part.ckio[set], n * sizeof(float));
         }
-        base[set] = t->ckio[set];
+        base[set] = t->part.ckio[set];
         origin[set] = *lo;
     }
 }
 
 static void io_release(tsr_trainer *t) {
     for (int set = 0; set < SET_COUNT; set++) {
-        if (t->ckio[set]) t->ops->free(t->ckio[set]);
-        t->ckio[set] = NULL;
+        if (t->part.ckio[set]) t->be.ops->free(t->part.ckio[set]);
+        t->part.ckio[set] = NULL;
     }
 }
 
@@ -166,7 +173,7 @@ static void fill_meta(const tsr_trainer *t, ckpt_meta *meta) {
     memset(meta, 0, sizeof *meta);
     meta->step = t->step;
     meta->tokens = t->tokens_seen;
-    meta->data_cursor = (t->step + t->data_offset) * t->cfg.global_batch;
+    meta->data_cursor = (t->step + t->data.data_offset) * t->cfg.global_batch;
     meta->optim_step = t->optim_step;
     meta->rollbacks = t->guard.rollbacks;
     meta->updates_skipped = t->guard.updates_skipped;
@@ -190,11 +197,11 @@ int checkpointing_save(tsr_trainer *t) {
     ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
     char names[SET_COUNT * TSR_P_COUNT][64];
     int n = build_tensors(t, 1, ts, names);
-    if (t->gpu) gpu_train_pull(t); /* device = cuda: the host mirror is what is written */
-    if (t->fsdp_on && t->fsdp.gindex == 0) { /* the first group writes (fsdp.h) */
-        fsdp_shard_to_part(&t->fsdp, t->fsdp.params, t->ckio[SET_MODEL]);
-        fsdp_shard_to_part(&t->fsdp, t->m, t->ckio[SET_M]);
-        fsdp_shard_to_part(&t->fsdp, t->v, t->ckio[SET_V]);
+    if (t->be.gpu) gpu_train_pull(t->be.gpu); /* device = cuda: the host mirror is written */
+    if (t->part.fsdp_on && t->part.fsdp.gindex == 0) { /* the first group writes (fsdp.h) */
+        fsdp_shard_to_part(&t->part.fsdp, t->part.fsdp.params, t->part.ckio[SET_MODEL]);
+        fsdp_shard_to_part(&t->part.fsdp, t->part.m, t->part.ckio[SET_M]);
+        fsdp_shard_to_part(&t->part.fsdp, t->part.v, t->part.ckio[SET_V]);
     }
     ckpt_meta *meta = tsr_malloc(sizeof *meta);
     fill_meta(t, meta);
@@ -210,23 +217,23 @@ int checkpointing_save(tsr_trainer *t) {
 /* After reading each rank's part: complete the replicated state; ZeRO-3 / HSDP: move the first
  * group's parts into its shards and copy those to the other groups. */
 static void gather_after_load(tsr_trainer *t, int with_optim) {
-    if (t->fsdp_on) {
-        tsr_fsdp *f = &t->fsdp;
-        float *shard[SET_COUNT] = {f->params, t->m, t->v};
+    if (t->part.fsdp_on) {
+        tsr_fsdp *f = &t->part.fsdp;
+        float *shard[SET_COUNT] = {f->params, t->part.m, t->part.v};
         for (int set = 0; set < (with_optim ? SET_COUNT : 1); set++) {
-            if (f->gindex == 0) fsdp_part_to_shard(f, t->ckio[set], shard[set]);
+            if (f->gindex == 0) fsdp_part_to_shard(f, t->part.ckio[set], shard[set]);
             dist_group_bcast_f32(f->replicas, shard[set], f->shard_n, 0);
         }
         fsdp_params_changed(f);
-        if (t->gpu) gpu_train_push(t, with_optim);
+        if (t->be.gpu) gpu_train_push(t->be.gpu, with_optim);
         return;
     }
-    dist_allgatherv_f32(t->model.params, t->part_counts, t->part_displs);
-    if (with_optim && !t->zero1) {
-        dist_allgatherv_f32(t->m, t->part_counts, t->part_displs);
-        dist_allgatherv_f32(t->v, t->part_counts, t->part_displs);
+    dist_allgatherv_f32(t->model.params, t->part.part_counts, t->part.part_displs);
+    if (with_optim && !t->part.zero1) {
+        dist_allgatherv_f32(t->part.m, t->part.part_counts, t->part.part_displs);
+        dist_allgatherv_f32(t->part.v, t->part.part_counts, t->part.part_displs);
     }
-    if (t->gpu) gpu_train_push(t, with_optim);
+    if (t->be.gpu) gpu_train_push(t->be.gpu, with_optim);
 }
 
 static int check_batch(const tsr_trainer *t, const ckpt_meta *meta, const char *path) {
@@ -271,7 +278,7 @@ static int apply_meta(tsr_trainer *t, const ckpt_meta *meta, const char *path, i
     }
     t->step = meta->step;
     t->tokens_seen = meta->tokens;
-    t->data_offset = meta->data_cursor / gb - meta->step;
+    t->data.data_offset = meta->data_cursor / gb - meta->step;
     t->optim_step = meta->optim_step >= 0 ? meta->optim_step : meta->step;
     if (with_guard) {
         t->guard.rollbacks = meta->rollbacks;
@@ -358,7 +365,7 @@ int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg, con
         return rc;
     }
     char from[1200], path[1200];
-    if (init_arg && !hf_is_dir(init_arg)) { /* its file is opened through MPI-IO */
+    if (init_arg && !imported(init_arg)) { /* its file is opened through MPI-IO */
         if (ckpt_resolve_path(init_arg, path, sizeof path)) return TSR_EXIT_DATA;
         if ((rc = ckpt_check_load_path(path, why, sizeof why))) {
             tsr_error("--init-from %s: %s", init_arg, why);
@@ -406,7 +413,7 @@ int checkpointing_resume(tsr_trainer *t, const char *resume_arg, const char *ini
         if (ckpt_resolve_path(resume_arg, resume_buf, sizeof resume_buf)) return TSR_EXIT_DATA;
         resume_path = resume_buf;
     }
-    int init_hf = init_arg && hf_is_dir(init_arg); /* a Hugging Face directory, not a run's */
+    int init_hf = imported(init_arg); /* a Hugging Face directory, not a run's */
     if (init_arg && !init_hf) {
         if (ckpt_resolve_path(init_arg, init_buf, sizeof init_buf)) return TSR_EXIT_DATA;
         init_from = init_buf;

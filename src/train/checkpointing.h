@@ -1,9 +1,23 @@
 /* checkpointing.h — save, resume and stop requests for the trainer (docs/checkpoint-format.md,
- * docs/tessera-train.md "STOP REQUESTS"). Collective: every rank calls these at the same step boundary. */
+ * docs/tessera-train.md "CHECKPOINTS AND RESUME", "STOP REQUESTS"). Collective: every rank calls
+ * these at the same step boundary. */
 #ifndef TSR_CHECKPOINTING_H
 #define TSR_CHECKPOINTING_H
 
-#include "train/trainer.h"
+#include "train/train_state.h"
+
+/* A weights-only source for --init-from other than a checkpoint: a Hugging Face directory
+ * (docs/hf.md). Its reader sits above the trainer (src/hf), so the program hands it over with
+ * checkpointing_use_importer (train_main.c); without one every --init-from names a checkpoint.
+ * is_source: path is one of its directories; open checks it against the model (h is set, also
+ * on failure); read fills m->params[lo, hi) and adds the bytes read; close takes any h. */
+typedef struct checkpointing_importer {
+    int (*is_source)(const char *path);
+    int (*open)(void **h, const char *dir, const tsr_model *m);
+    int (*read)(void *h, tsr_model *m, size_t lo, size_t hi, uint64_t *bytes);
+    void (*close)(void *h);
+} checkpointing_importer;
+void checkpointing_use_importer(const checkpointing_importer *imp);
 
 /* SIGUSR1 and SIGTERM only set a flag (never checkpoint from a handler). */
 void checkpointing_install_signals(void);

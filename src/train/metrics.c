@@ -17,7 +17,7 @@
 
 /* Peak dense FLOP/s per device (per rank). GPUs: bf16 dense from the vendors' datasheets.
  * cpu: 172.5 GFLOP/s per core = half the measured 2-core AVX-512 FMA roofline of the CI
- * machine kind (../shared/tools/cpu-notes.md); set peak_flops for other CPUs. */
+ * machine kind (docs/mfu.md); set peak_flops for other CPUs. */
 static const struct { const char *name; double flops; int per_thread; } peak_table[] = {
     {"H100", 989.4e12, 0}, {"H200", 989.4e12, 0}, {"A100", 312e12, 0}, {"cpu", 172.5e9, 1},
 };
@@ -54,8 +54,8 @@ static double plan_bytes(const tsr_trainer *t, double *pb, double *gb, double *o
     int zero1 = t->cfg.sharding == TSR_SHARD_ZERO1 && t->dist.world > 1;
     *ob = 2 * *pb / (zero1 ? t->dist.world : 1);
     *cb = zero1 ? *pb / t->dist.world : 0;
-    /* ZeRO-3 / HSDP: shards, plus the gather buffers (train/fsdp.h) */
-    if (t->fsdp_on) fsdp_plan_bytes(&t->model, t->fsdp_group, pb, gb, ob, cb);
+    /* ZeRO-3 / HSDP: shards, plus the gather buffers (model/fsdp.h) */
+    if (t->part.fsdp_on) fsdp_plan_bytes(&t->model, t->part.fsdp_group, pb, gb, ob, cb);
     return *pb + *gb + *ob + *cb + *ab;
 }
 
@@ -81,14 +81,14 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
            c->model.pos == TSR_POS_ALIBI ? "alibi" : "learned", c->model.bias ? "yes" : "no",
            c->model.gelu ? "exact" : "tanh");
     printf("params: %zu trainable; FLOPs/token = 6N + 12*L*d*T = %.4g (docs/mfu.md)\n",
-           m->n_params_counted, t->flops_per_token);
+           m->n_params_counted, t->out.flops_per_token);
     char how[160] = "";
     if (zero1) snprintf(how, sizeof how, " (ZeRO-1: sharded over %d ranks)", t->dist.world);
     if (c->sharding == TSR_SHARD_ZERO3)
-        snprintf(how, sizeof how, " (ZeRO-3: all state sharded over %d ranks)", t->fsdp_group);
+        snprintf(how, sizeof how, " (ZeRO-3: all state sharded over %d ranks)", t->part.fsdp_group);
     if (c->sharding == TSR_SHARD_HSDP)
         snprintf(how, sizeof how, " (HSDP: all state sharded over groups of %d ranks, %d "
-                 "replicas)", t->fsdp_group, t->dist.world / t->fsdp_group);
+                 "replicas)", t->part.fsdp_group, t->dist.world / t->part.fsdp_group);
     printf("memory per rank (fp32): weights %s, grads %s, AdamW %s%s, communication buffers %s, "
            "activations %s per microbatch of %d x %d; total %s\n",
            w, g, opt, how, comm, acts, t->micro, t->T, tot);
@@ -104,7 +104,7 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
         printf("steps: %lld (warmup %lld), train samples/epoch %llu, eval every %lld steps; "
                "peak %.4g FLOP/s per rank\n",
                (long long)t->total_steps, (long long)t->warmup_steps,
-               (unsigned long long)t->sampler.n, (long long)t->eval_every, t->peak_flops);
+               (unsigned long long)t->data.sampler.n, (long long)t->eval_every, t->out.peak_flops);
     fflush(stdout);
 }
 
@@ -132,13 +132,13 @@ int metrics_open_run_dir(tsr_trainer *t) {
     /* appended to: a resumed or requeued run continues the same file (a "start" line marks each
      * process start; a step logged twice after a crash is the later line that counts) */
     snprintf(path, sizeof path, "%s/metrics.jsonl", t->cfg.run_dir);
-    t->metrics = fopen(path, "a");
-    if (!t->metrics) {
+    t->out.metrics = fopen(path, "a");
+    if (!t->out.metrics) {
         tsr_error("%s: cannot open for writing: %s", path, strerror(errno));
         return TSR_EXIT_DATA;
     }
     /* a new event file per process start: TensorBoard merges the files of run_dir/tb/ */
-    TSR_CHECK(tboard_open(&t->tb, t->cfg.run_dir));
+    TSR_CHECK(tboard_open(&t->out.tb, t->cfg.run_dir));
     return 0;
 }
 
@@ -166,10 +166,12 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
     /* the first step of this process pays for page faults and thread start-up: keep it out of
      * the average, which divides this process's time by this process's steps (after a resume
      * the step number counts the earlier runs' steps too) */
-    if (++t->steps_run > 1) t->time_sum += st->step_time;
-    double avg = t->steps_run > 1 ? t->time_sum / (double)(t->steps_run - 1) : st->step_time;
+    if (++t->out.steps_run > 1) t->out.time_sum += st->step_time;
+    double avg = t->out.steps_run > 1 ? t->out.time_sum / (double)(t->out.steps_run - 1)
+                                      : st->step_time;
     double tok_s = (double)(t->cfg.global_batch * t->T) / st->step_time;
-    double mfu = t->peak_flops > 0 ? t->flops_per_token * tok_s / (t->dist.world * t->peak_flops) : 0;
+    double mfu = t->out.peak_flops > 0
+                     ? t->out.flops_per_token * tok_s / (t->dist.world * t->out.peak_flops) : 0;
     if (st->step % t->cfg.log_interval == 0 || st->step == t->total_steps || st->step == 1) {
         char eta[32], mem[32];
         format_eta(eta, sizeof eta, avg * (double)(t->total_steps - st->step));
@@ -181,7 +183,7 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
                1e3 * st->step_time, mem, eta);
         fflush(stdout);
     }
-    if (t->metrics) {
+    if (t->out.metrics) {
         /* JSON has no NaN or Inf: a non-finite value is null (a zero step time from a coarse
          * clock would make the rates infinite) */
         char loss[32], norm[32], rate[32], frac[32], secs[32];
@@ -190,7 +192,7 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
         json_number(rate, sizeof rate, tok_s);
         json_number(frac, sizeof frac, mfu);
         json_number(secs, sizeof secs, st->step_time);
-        fprintf(t->metrics,
+        fprintf(t->out.metrics,
                 "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
                 "\"tokens\": %lld, \"tokens_per_s\": %s, \"mfu\": %s, \"step_time_s\": %s, "
                 "\"data_batch\": %lld, \"targets\": %lld, \"peak_mem_bytes\": %.0f, "
@@ -198,34 +200,35 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
                 (long long)st->step, loss, st->lr, norm, (long long)t->tokens_seen,
                 rate, frac, secs, (long long)st->data_batch, (long long)st->tokens,
                 st->peak_mem, st->peak_rss);
-        if (t->n_streams > 1) { /* samples trained on from each stream so far, as loaded */
-            fprintf(t->metrics, ", \"samples\": {");
-            for (int k = 0; k < t->n_streams; k++)
-                fprintf(t->metrics, "%s\"%s\": %lld", k ? ", " : "", t->stream_names[k],
-                        (long long)t->stream_seen[k]);
-            fprintf(t->metrics, "}, \"stream_tokens\": {");
-            for (int k = 0; k < t->n_streams; k++)
-                fprintf(t->metrics, "%s\"%s\": %lld", k ? ", " : "", t->stream_names[k],
-                        (long long)t->stream_seen[k] * t->T);
-            fprintf(t->metrics, "}");
+        if (t->data.n_streams > 1) { /* samples trained on from each stream so far, as loaded */
+            fprintf(t->out.metrics, ", \"samples\": {");
+            for (int k = 0; k < t->data.n_streams; k++)
+                fprintf(t->out.metrics, "%s\"%s\": %lld", k ? ", " : "", t->data.stream_names[k],
+                        (long long)t->data.stream_seen[k]);
+            fprintf(t->out.metrics, "}, \"stream_tokens\": {");
+            for (int k = 0; k < t->data.n_streams; k++)
+                fprintf(t->out.metrics, "%s\"%s\": %lld", k ? ", " : "", t->data.stream_names[k],
+                        (long long)t->data.stream_seen[k] * t->T);
+            fprintf(t->out.metrics, "}");
         }
         static const char *const verdicts[] = {"ok", "warn", "skip", "rollback", "stop"};
-        if (st->verdict != GUARD_OK) fprintf(t->metrics, ", \"guard\": \"%s\"", verdicts[st->verdict]);
-        metrics_end_record(t->metrics);
+        if (st->verdict != GUARD_OK)
+            fprintf(t->out.metrics, ", \"guard\": \"%s\"", verdicts[st->verdict]);
+        metrics_end_record(t->out.metrics);
     }
-    if (t->tb) { /* the same figures as the JSONL line; mfu as a fraction, as there */
+    if (t->out.tb) { /* the same figures as the JSONL line; mfu as a fraction, as there */
         double pb, gb, ob, cb, ab;
-        tboard_scalar(t->tb, "train/loss", st->loss);
-        tboard_scalar(t->tb, "train/lr", st->lr);
-        tboard_scalar(t->tb, "train/grad_norm", st->grad_norm);
-        tboard_scalar(t->tb, "train/tokens_per_s", tok_s);
-        tboard_scalar(t->tb, "train/mfu", mfu);
-        tboard_scalar(t->tb, "train/step_time_s", st->step_time);
-        tboard_scalar(t->tb, "train/tokens", (double)t->tokens_seen);
-        tboard_scalar(t->tb, "memory/planned_bytes", plan_bytes(t, &pb, &gb, &ob, &cb, &ab));
-        tboard_scalar(t->tb, "memory/peak_bytes", st->peak_mem);
-        tboard_scalar(t->tb, "memory/peak_rss_bytes", st->peak_rss);
-        tboard_write_step(t->tb, st->step);
+        tboard_scalar(t->out.tb, "train/loss", st->loss);
+        tboard_scalar(t->out.tb, "train/lr", st->lr);
+        tboard_scalar(t->out.tb, "train/grad_norm", st->grad_norm);
+        tboard_scalar(t->out.tb, "train/tokens_per_s", tok_s);
+        tboard_scalar(t->out.tb, "train/mfu", mfu);
+        tboard_scalar(t->out.tb, "train/step_time_s", st->step_time);
+        tboard_scalar(t->out.tb, "train/tokens", (double)t->tokens_seen);
+        tboard_scalar(t->out.tb, "memory/planned_bytes", plan_bytes(t, &pb, &gb, &ob, &cb, &ab));
+        tboard_scalar(t->out.tb, "memory/peak_bytes", st->peak_mem);
+        tboard_scalar(t->out.tb, "memory/peak_rss_bytes", st->peak_rss);
+        tboard_write_step(t->out.tb, st->step);
     }
 }
 
@@ -235,11 +238,11 @@ void metrics_log_guard_note(const tsr_trainer *t, const char *action, const tsr_
     printf("guard: %s at step %lld (data batch %lld): %s\n", action, (long long)st->step,
            (long long)st->data_batch, note);
     fflush(stdout);
-    if (t->metrics) {
-        fprintf(t->metrics, "{\"event\": \"guard\", \"action\": \"%s\", \"step\": %lld, "
+    if (t->out.metrics) {
+        fprintf(t->out.metrics, "{\"event\": \"guard\", \"action\": \"%s\", \"step\": %lld, "
                 "\"data_batch\": %lld, \"why\": \"%s\"", action, (long long)st->step,
                 (long long)st->data_batch, note);
-        metrics_end_record(t->metrics);
+        metrics_end_record(t->out.metrics);
     }
 }
 
@@ -251,12 +254,12 @@ void metrics_log_guard(const tsr_trainer *t, const char *action, const tsr_step_
     char loss[32], norm[32];
     json_number(loss, sizeof loss, st->loss);
     json_number(norm, sizeof norm, st->grad_norm);
-    if (t->metrics) {
-        fprintf(t->metrics,
+    if (t->out.metrics) {
+        fprintf(t->out.metrics,
                 "{\"event\": \"guard\", \"action\": \"%s\", \"step\": %lld, \"data_batch\": %lld, "
                 "\"outlier_loss\": %s, \"outlier_grad_norm\": %s, \"why\": \"%s\"",
                 action, (long long)st->step, (long long)st->data_batch, loss, norm, st->why);
-        metrics_end_record(t->metrics);
+        metrics_end_record(t->out.metrics);
     }
 }
 
@@ -270,14 +273,14 @@ void metrics_log_rollback(const tsr_trainer *t, int64_t from_step, const char *p
            (long long)lo * gb, (long long)hi * gb, (long long)t->guard.rollbacks,
            (long long)t->guard.max_rollbacks);
     fflush(stdout);
-    if (t->metrics) {
-        fprintf(t->metrics,
+    if (t->out.metrics) {
+        fprintf(t->out.metrics,
                 "{\"event\": \"rollback\", \"step\": %lld, \"to_step\": %lld, \"checkpoint\": "
                 "\"%s\", \"skipped_batches\": [%lld, %lld], \"skipped_samples\": [%lld, %lld], "
                 "\"rollbacks\": %lld",
                 (long long)from_step, (long long)t->step, path, (long long)lo, (long long)hi,
                 (long long)lo * gb, (long long)hi * gb, (long long)t->guard.rollbacks);
-        metrics_end_record(t->metrics);
+        metrics_end_record(t->out.metrics);
     }
 }
 
@@ -288,12 +291,12 @@ void metrics_log_checkpoint(const tsr_trainer *t, const char *what, const char *
     printf("checkpoint %s step %lld | %s | %.3f s | %.1f MB | %.2f GB/s\n", what,
            (long long)t->step, path, seconds, (double)bytes / 1e6, gbs);
     fflush(stdout);
-    if (t->metrics) {
-        fprintf(t->metrics,
+    if (t->out.metrics) {
+        fprintf(t->out.metrics,
                 "{\"step\": %lld, \"checkpoint\": \"%s\", \"path\": \"%s\", \"seconds\": %.6g, "
                 "\"bytes\": %llu, \"gb_per_s\": %.6g",
                 (long long)t->step, what, path, seconds, (unsigned long long)bytes, gbs);
-        metrics_end_record(t->metrics);
+        metrics_end_record(t->out.metrics);
     }
 }
 
@@ -310,21 +313,21 @@ void metrics_log_micro(const tsr_trainer *t, int from, int micro, int64_t failed
                "activations per rank\n", micro, (long long)(t->per_rank / micro),
                (double)model_acts_bytes(&t->model, micro, t->T) / mib);
     fflush(stdout);
-    if (t->metrics) {
-        fprintf(t->metrics, "{\"event\": \"micro_batch\", \"step\": %lld, \"micro_batch\": %d",
+    if (t->out.metrics) {
+        fprintf(t->out.metrics, "{\"event\": \"micro_batch\", \"step\": %lld, \"micro_batch\": %d",
                 (long long)t->step, micro);
         if (from > 0)
-            fprintf(t->metrics, ", \"did_not_fit\": %d, \"ranks_failed\": %lld", from,
+            fprintf(t->out.metrics, ", \"did_not_fit\": %d, \"ranks_failed\": %lld", from,
                     (long long)failed);
-        metrics_end_record(t->metrics);
+        metrics_end_record(t->out.metrics);
     }
 }
 
 void metrics_log_start(tsr_trainer *t) {
-    if (t->dist.rank != 0 || !t->metrics) return;
-    fprintf(t->metrics, "{\"event\": \"start\", \"step\": %lld, \"world\": %d",
+    if (t->dist.rank != 0 || !t->out.metrics) return;
+    fprintf(t->out.metrics, "{\"event\": \"start\", \"step\": %lld, \"world\": %d",
             (long long)t->step, t->dist.world);
-    metrics_end_record(t->metrics);
+    metrics_end_record(t->out.metrics);
 }
 
 void metrics_log_eval(tsr_trainer *t, double val_loss) {
@@ -332,30 +335,30 @@ void metrics_log_eval(tsr_trainer *t, double val_loss) {
     printf("eval step %lld | val loss %.6f | val ppl %.4f\n", (long long)t->step, val_loss,
            exp(val_loss));
     fflush(stdout);
-    if (t->metrics) {
-        fprintf(t->metrics, "{\"step\": %lld, \"val_loss\": %.9g, \"val_ppl\": %.9g",
+    if (t->out.metrics) {
+        fprintf(t->out.metrics, "{\"step\": %lld, \"val_loss\": %.9g, \"val_ppl\": %.9g",
                 (long long)t->step, val_loss, exp(val_loss));
-        metrics_end_record(t->metrics);
+        metrics_end_record(t->out.metrics);
     }
-    tboard_scalar(t->tb, "eval/val_loss", val_loss);
-    tboard_scalar(t->tb, "eval/val_ppl", exp(val_loss));
-    tboard_write_step(t->tb, t->step);
+    tboard_scalar(t->out.tb, "eval/val_loss", val_loss);
+    tboard_scalar(t->out.tb, "eval/val_ppl", exp(val_loss));
+    tboard_write_step(t->out.tb, t->step);
 }
 
 void metrics_finish(tsr_trainer *t) {
     if (t->dist.rank != 0) return;
-    double avg = t->steps_run > 1 ? t->time_sum / (double)(t->steps_run - 1) : 0;
-    if (t->steps_run > 1)
+    double avg = t->out.steps_run > 1 ? t->out.time_sum / (double)(t->out.steps_run - 1) : 0;
+    if (t->out.steps_run > 1)
         printf("done: %lld steps, %lld tokens, %.1f ms/step average (steps %lld..%lld, this "
                "process's after its first)\n", (long long)t->step, (long long)t->tokens_seen,
-               1e3 * avg, (long long)(t->step - t->steps_run + 2), (long long)t->step);
+               1e3 * avg, (long long)(t->step - t->out.steps_run + 2), (long long)t->step);
     else
         printf("done: %lld steps, %lld tokens (%lld run by this process: no average)\n",
-               (long long)t->step, (long long)t->tokens_seen, (long long)t->steps_run);
+               (long long)t->step, (long long)t->tokens_seen, (long long)t->out.steps_run);
     fflush(stdout);
     /* (the early-return paths close it in trainer_free; every record is flushed already) */
-    tboard_close(t->tb);
-    t->tb = NULL;
+    tboard_close(t->out.tb);
+    t->out.tb = NULL;
 }
 
 void metrics_log_sample(const tsr_trainer *t, const int32_t *ids, int n) {

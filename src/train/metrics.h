@@ -3,7 +3,7 @@
 #ifndef TSR_METRICS_H
 #define TSR_METRICS_H
 
-#include "train/trainer.h"
+#include "train/train_state.h"
 
 /* Peak FLOP/s of one rank by device name ("cpu", "H100", ...): the table in docs/mfu.md.
  * For "cpu" it is the measured fp32 FMA roofline per core times threads. */

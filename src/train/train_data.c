@@ -62,26 +62,26 @@ static int open_dataset(const tsr_trainer *t, tsr_dataset **ds, const char *path
 
 int train_data_open(tsr_trainer *t) {
     const tsr_config *c = &t->cfg;
-    t->n_streams = c->data.n_streams ? c->data.n_streams : 1;
-    for (int k = 0; k < t->n_streams; k++) {
-        t->stream_names[k] = c->data.n_streams ? c->data.streams[k].name : "train";
-        t->stream_paths[k] = c->data.n_streams ? c->data.streams[k].path : c->data.train;
+    t->data.n_streams = c->data.n_streams ? c->data.n_streams : 1;
+    for (int k = 0; k < t->data.n_streams; k++) {
+        t->data.stream_names[k] = c->data.n_streams ? c->data.streams[k].name : "train";
+        t->data.stream_paths[k] = c->data.n_streams ? c->data.streams[k].path : c->data.train;
         char key[160];
         if (c->data.n_streams) snprintf(key, sizeof key, "data.streams[%d].path (stream %s)", k,
-                                        t->stream_names[k]);
+                                        t->data.stream_names[k]);
         else snprintf(key, sizeof key, "data.train");
-        TSR_CHECK(open_dataset(t, &t->streams[k], t->stream_paths[k], key));
-        t->samplers[k].n = dataset_n_samples(t->streams[k], t->T);
-        t->samplers[k].seed = mix_stream_seed((uint64_t)c->seed, k);
-        t->samplers[k].shuffle = c->data.shuffle;
+        TSR_CHECK(open_dataset(t, &t->data.streams[k], t->data.stream_paths[k], key));
+        t->data.samplers[k].n = dataset_n_samples(t->data.streams[k], t->T);
+        t->data.samplers[k].seed = mix_stream_seed((uint64_t)c->seed, k);
+        t->data.samplers[k].shuffle = c->data.shuffle;
     }
-    t->train = t->streams[0];
-    t->sampler = t->samplers[0];
+    t->data.train = t->data.streams[0];
+    t->data.sampler = t->data.samplers[0];
     if (c->data.val[0]) {
-        TSR_CHECK(open_dataset(t, &t->val, c->data.val, "data.val"));
+        TSR_CHECK(open_dataset(t, &t->data.val, c->data.val, "data.val"));
     }
-    t->slot_stream = tsr_malloc((size_t)t->per_rank * sizeof *t->slot_stream);
-    t->slot_pos = tsr_malloc((size_t)t->per_rank * sizeof *t->slot_pos);
+    t->data.slot_stream = tsr_malloc((size_t)t->per_rank * sizeof *t->data.slot_stream);
+    t->data.slot_pos = tsr_malloc((size_t)t->per_rank * sizeof *t->data.slot_pos);
     return 0;
 }
 
@@ -90,15 +90,15 @@ static double base_weight(const tsr_trainer *t, int k) {
     const tsr_stream_config *s = &t->cfg.data.streams[k];
     if (!t->cfg.data.n_streams) return 1.0;
     if (s->kind == TSR_MIX_PROPORTION) return s->value;
-    if (s->kind == TSR_MIX_REPEAT) return round(s->value * (double)t->samplers[k].n);
+    if (s->kind == TSR_MIX_REPEAT) return round(s->value * (double)t->data.samplers[k].n);
     return s->value;
 }
 
 uint64_t train_data_epoch_samples(const tsr_trainer *t) {
-    if (t->cfg.data.n_streams == 0) return t->samplers[0].n;
+    if (t->cfg.data.n_streams == 0) return t->data.samplers[0].n;
     double sum = 0;
-    for (int k = 0; k < t->n_streams; k++)
-        sum += t->cfg.data.streams[k].kind == TSR_MIX_PROPORTION ? (double)t->samplers[k].n
+    for (int k = 0; k < t->data.n_streams; k++)
+        sum += t->cfg.data.streams[k].kind == TSR_MIX_PROPORTION ? (double)t->data.samplers[k].n
                                                                  : base_weight(t, k);
     return sum >= 1 ? (uint64_t)sum : 1;
 }
@@ -110,7 +110,7 @@ int train_data_plan(tsr_trainer *t) {
     int np = 1;
     int64_t prev_at = 0;
     start[0] = 0;
-    for (int k = 0; k < t->n_streams; k++) w[0][k] = base_weight(t, k);
+    for (int k = 0; k < t->data.n_streams; k++) w[0][k] = base_weight(t, k);
     for (int i = 0; i < dc->n_phases; i++) {
         const tsr_phase_config *ph = &dc->phases[i];
         int64_t at = ph->at_percent >= 0
@@ -128,17 +128,17 @@ int train_data_plan(tsr_trainer *t) {
         }
         prev_at = at;
         start[p] = at;
-        for (int k = 0; k < t->n_streams; k++) {
+        for (int k = 0; k < t->data.n_streams; k++) {
             double b = base_weight(t, k), v = ph->w[k];
             /* proportion phases give weights in the stream's own unit: a repeat stream's value is
              * a repeat factor (x its size), a choose stream's a sample count */
             if (ph->kind == TSR_PHASE_PROPORTION && dc->streams[k].kind == TSR_MIX_REPEAT)
-                v = round(v * (double)t->samplers[k].n);
+                v = round(v * (double)t->data.samplers[k].n);
             w[p][k] = !ph->named[k] ? b : ph->kind == TSR_PHASE_PROPORTION ? v : b * v;
         }
     }
     char why[256];
-    if (mix_build(&t->mix, t->n_streams, np, start, (const double(*)[TSR_MAX_STREAMS])w,
+    if (mix_build(&t->data.mix, t->data.n_streams, np, start, (const double(*)[TSR_MAX_STREAMS])w,
                   t->cfg.global_batch, (uint64_t)t->cfg.seed, why, sizeof why) != 0) {
         tsr_error("%s: data.mix / data.curriculum: %s", t->cfg.source, why);
         return TSR_EXIT_USAGE;
@@ -146,8 +146,8 @@ int train_data_plan(tsr_trainer *t) {
     if (t->dist.rank == 0 && dc->n_streams) {
         for (int p = 0; p < np; p++) {
             printf("data mix from step %lld:", (long long)start[p]);
-            for (int k = 0; k < t->n_streams; k++)
-                printf(" %s %lld/%lld", t->stream_names[k], (long long)t->mix.count[p][k],
+            for (int k = 0; k < t->data.n_streams; k++)
+                printf(" %s %lld/%lld", t->data.stream_names[k], (long long)t->data.mix.count[p][k],
                        (long long)t->cfg.global_batch);
             printf(" (samples per global batch)\n");
         }
@@ -199,15 +199,15 @@ static uint64_t hash64(uint64_t x) {
 
 int64_t train_data_load(tsr_trainer *t, int64_t d) {
     int64_t lo = t->dist.rank * t->per_rank, counted = 0;
-    mix_slots(&t->mix, d, lo, lo + t->per_rank, t->slot_stream, t->slot_pos);
+    mix_slots(&t->data.mix, d, lo, lo + t->per_rank, t->data.slot_stream, t->data.slot_pos);
     int garbage = garbage_batch(d);
-    memset(t->stream_loaded, 0, sizeof t->stream_loaded);
+    memset(t->data.stream_loaded, 0, sizeof t->data.stream_loaded);
     for (int64_t i = 0; i < t->per_rank; i++) {
-        int k = t->slot_stream[i];
-        t->stream_loaded[k]++;
-        uint64_t idx = sampler_index(&t->samplers[k], t->slot_pos[i]);
-        int32_t *in = t->inputs + i * t->T, *tg = t->targets + i * t->T;
-        counted += train_data_read(t->streams[k], t->stream_paths[k], t->T, idx, in, tg);
+        int k = t->data.slot_stream[i];
+        t->data.stream_loaded[k]++;
+        uint64_t idx = sampler_index(&t->data.samplers[k], t->data.slot_pos[i]);
+        int32_t *in = t->data.inputs + i * t->T, *tg = t->data.targets + i * t->T;
+        counted += train_data_read(t->data.streams[k], t->data.stream_paths[k], t->T, idx, in, tg);
         for (int j = 0; garbage && j < t->T; j++) {
             uint64_t h = hash64(((uint64_t)d * (uint64_t)t->cfg.global_batch + (uint64_t)(lo + i)) *
                                     (uint64_t)(t->T + 1) + (uint64_t)j);
@@ -221,29 +221,31 @@ int64_t train_data_load(tsr_trainer *t, int64_t d) {
 void train_data_mix_tokens(const tsr_trainer *t, char *buf, size_t n) {
     size_t o = 0;
     buf[0] = '\0';
-    for (int k = 0; k < t->n_streams && o < n; k++)
-        o += (size_t)snprintf(buf + o, n - o, "%s%s=%lld", k ? "," : "", t->stream_names[k],
-                              (long long)t->stream_seen[k] * t->T);
+    for (int k = 0; k < t->data.n_streams && o < n; k++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%s=%lld", k ? "," : "", t->data.stream_names[k],
+                              (long long)t->data.stream_seen[k] * t->T);
 }
 
 void train_data_reset_seen(tsr_trainer *t) {
-    int64_t d = t->step + t->data_offset, lo[TSR_MAX_STREAMS], hi[TSR_MAX_STREAMS];
-    mix_cumulative(&t->mix, d, t->stream_seen);
+    int64_t d = t->step + t->data.data_offset, lo[TSR_MAX_STREAMS], hi[TSR_MAX_STREAMS];
+    mix_cumulative(&t->data.mix, d, t->data.stream_seen);
     for (int i = 0; i < t->guard.n_skips; i++) { /* windows a rollback skipped were not trained on */
         if (t->guard.skips[i][1] > d) continue;
-        mix_cumulative(&t->mix, t->guard.skips[i][0], lo);
-        mix_cumulative(&t->mix, t->guard.skips[i][1], hi);
-        for (int k = 0; k < t->n_streams; k++) t->stream_seen[k] -= hi[k] - lo[k];
+        mix_cumulative(&t->data.mix, t->guard.skips[i][0], lo);
+        mix_cumulative(&t->data.mix, t->guard.skips[i][1], hi);
+        for (int k = 0; k < t->data.n_streams; k++) t->data.stream_seen[k] -= hi[k] - lo[k];
     }
 }
 
 void train_data_format_plan(const tsr_trainer *t, char *buf, size_t n) {
     size_t o = 0;
     buf[0] = '\0';
-    for (int p = 0; p < t->mix.n_phases && o < n; p++) {
-        o += (size_t)snprintf(buf + o, n - o, "%s%lld:", p ? ";" : "", (long long)t->mix.start[p]);
-        for (int k = 0; k < t->n_streams && o < n; k++)
-            o += (size_t)snprintf(buf + o, n - o, "%s%lld", k ? "," : "", (long long)t->mix.count[p][k]);
+    for (int p = 0; p < t->data.mix.n_phases && o < n; p++) {
+        o += (size_t)snprintf(buf + o, n - o, "%s%lld:", p ? ";" : "",
+                              (long long)t->data.mix.start[p]);
+        for (int k = 0; k < t->data.n_streams && o < n; k++)
+            o += (size_t)snprintf(buf + o, n - o, "%s%lld", k ? "," : "",
+                                  (long long)t->data.mix.count[p][k]);
     }
 }
 
@@ -255,14 +257,14 @@ int train_data_stage_open(tsr_trainer *t) {
     /* the global ranks on this node: their batches decide what the node stages */
     char *hosts = tsr_malloc((size_t)t->dist.world * sizeof t->dist.host);
     dist_allgather(t->dist.host, hosts, sizeof t->dist.host);
-    t->node_ranks = tsr_malloc((size_t)t->dist.world * sizeof *t->node_ranks);
+    t->data.node_ranks = tsr_malloc((size_t)t->dist.world * sizeof *t->data.node_ranks);
     for (int r = 0; r < t->dist.world; r++)
         if (!strncmp(hosts + (size_t)r * sizeof t->dist.host, t->dist.host, sizeof t->dist.host))
-            t->node_ranks[t->n_node_ranks++] = r;
+            t->data.node_ranks[t->data.n_node_ranks++] = r;
     free(hosts);
     int rc = 0;
-    for (int k = 0; k < t->n_streams && !rc; k++)
-        rc = stager_open(&t->stagers[k], t->streams[k], dc->stage_to, dc->cache_limit_bytes,
+    for (int k = 0; k < t->data.n_streams && !rc; k++)
+        rc = stager_open(&t->data.stagers[k], t->data.streams[k], dc->stage_to, dc->cache_limit_bytes,
                          t->dist.local_rank == 0);
     /* one rank failing (a full or missing local disk) stops every rank */
     int64_t bad = rc != 0;
@@ -270,23 +272,23 @@ int train_data_stage_open(tsr_trainer *t) {
     if (bad && !rc) rc = TSR_EXIT_USAGE;
     if (!rc && t->dist.rank == 0)
         printf("staging: %d dataset(s) to %s per node, windows of %lld steps, cache limit %s\n",
-               t->n_streams, dc->stage_to, (long long)dc->stage_window,
+               t->data.n_streams, dc->stage_to, (long long)dc->stage_window,
                dc->cache_limit_bytes ? dc->cache_limit : "none");
     return rc;
 }
 
 /* The shards of stream k the node reads in data batches [a, b), in order of first use. */
 static int window_shards(tsr_trainer *t, int k, int64_t a, int64_t b, int *out, unsigned char *seen) {
-    int n = 0, n_shards = dataset_n_shards(t->streams[k]);
+    int n = 0, n_shards = dataset_n_shards(t->data.streams[k]);
     memset(seen, 0, (size_t)n_shards);
     for (int64_t d = a; d < b; d++)
-        for (int i = 0; i < t->n_node_ranks; i++) {
-            int64_t lo = t->node_ranks[i] * t->per_rank;
-            mix_slots(&t->mix, d, lo, lo + t->per_rank, t->slot_stream, t->slot_pos);
+        for (int i = 0; i < t->data.n_node_ranks; i++) {
+            int64_t lo = t->data.node_ranks[i] * t->per_rank;
+            mix_slots(&t->data.mix, d, lo, lo + t->per_rank, t->data.slot_stream, t->data.slot_pos);
             for (int64_t j = 0; j < t->per_rank; j++) {
-                if (t->slot_stream[j] != k) continue;
-                uint64_t idx = sampler_index(&t->samplers[k], t->slot_pos[j]);
-                int s = dataset_sample_shard(t->streams[k], t->T, idx);
+                if (t->data.slot_stream[j] != k) continue;
+                uint64_t idx = sampler_index(&t->data.samplers[k], t->data.slot_pos[j]);
+                int s = dataset_sample_shard(t->data.streams[k], t->T, idx);
                 if (s >= 0 && !seen[s]) seen[s] = 1, out[n++] = s;
             }
         }
@@ -297,9 +299,9 @@ static int window_shards(tsr_trainer *t, int k, int64_t a, int64_t b, int *out, 
 static void stage_log(tsr_trainer *t, int64_t window, double waited) {
     int64_t v[7] = {0}; /* staged reads, in-place reads, files staged, ranks that staged, evicted,
                            skipped for space, cache bytes (max over ranks) */
-    for (int k = 0; k < t->n_streams; k++) {
+    for (int k = 0; k < t->data.n_streams; k++) {
         tsr_stage_stats st;
-        stager_stats(t->stagers[k], &st);
+        stager_stats(t->data.stagers[k], &st);
         v[0] += (int64_t)st.staged_reads;
         v[1] += (int64_t)st.in_place_reads;
         v[2] += (int64_t)st.files_staged;
@@ -311,34 +313,34 @@ static void stage_log(tsr_trainer *t, int64_t window, double waited) {
     double mx[2] = {(double)v[6], waited};
     dist_allreduce_sum_i64(v, 6);
     dist_allreduce_max_f64(mx, 2); /* also lines the ranks up after a data.stage_wait */
-    int64_t reads = v[0] - t->stage_last[0], in_place = v[1] - t->stage_last[1];
-    t->stage_last[0] = v[0], t->stage_last[1] = v[1];
+    int64_t reads = v[0] - t->data.stage_last[0], in_place = v[1] - t->data.stage_last[1];
+    t->data.stage_last[0] = v[0], t->data.stage_last[1] = v[1];
     if (t->dist.rank != 0 || window == 0) return;
-    if (t->metrics) {
-        fprintf(t->metrics,
+    if (t->out.metrics) {
+        fprintf(t->out.metrics,
                 "{\"event\": \"staging\", \"step\": %lld, \"window\": %lld, \"staged_reads\": "
                 "%lld, \"in_place_reads\": %lld, \"files_staged\": %lld, \"ranks_staging\": %lld, "
                 "\"files_evicted\": %lld, \"skipped_for_space\": %lld, \"cache_bytes\": %.0f, "
                 "\"wait_s\": %.3f",
                 (long long)t->step, (long long)window - 1, (long long)reads, (long long)in_place,
                 (long long)v[2], (long long)v[3], (long long)v[4], (long long)v[5], mx[0], mx[1]);
-        metrics_end_record(t->metrics);
+        metrics_end_record(t->out.metrics);
     }
 }
 
 void train_data_stage_step(tsr_trainer *t) {
-    if (!t->stagers[0]) return;
-    int64_t W = t->cfg.data.stage_window, d = t->step + t->data_offset;
+    if (!t->data.stagers[0]) return;
+    int64_t W = t->cfg.data.stage_window, d = t->step + t->data.data_offset;
     /* a window starts every W batches, and at the first step of this process (resume) */
-    if (d % W == 0 || !t->stage_started) {
+    if (d % W == 0 || !t->data.stage_started) {
         int64_t a = d / W * W;
         double waited = 0;
-        if (t->stage_started && t->cfg.data.stage_wait > 0) {
+        if (t->data.stage_started && t->cfg.data.stage_wait > 0) {
             /* data.stage_wait: let the copies announced a window ago finish (stage_log's
              * all-reduce then starts the window on every rank with them committed) */
             double t0 = tsr_now(), left = t->cfg.data.stage_wait;
-            for (int k = 0; k < t->n_streams; k++) {
-                if (stager_wait_idle_for(t->stagers[k], left))
+            for (int k = 0; k < t->data.n_streams; k++) {
+                if (stager_wait_idle_for(t->data.stagers[k], left))
                     tsr_warn("staging of window %lld not done after data.stage_wait=%g s; "
                              "reading in place meanwhile", (long long)(d / W),
                              t->cfg.data.stage_wait);
@@ -347,36 +349,36 @@ void train_data_stage_step(tsr_trainer *t) {
                 if (left < 0) left = 0;
             }
         }
-        stage_log(t, t->stage_started ? d / W : 0, waited);
-        for (int k = 0; k < t->n_streams; k++) {
-            int n_shards = dataset_n_shards(t->streams[k]);
+        stage_log(t, t->data.stage_started ? d / W : 0, waited);
+        for (int k = 0; k < t->data.n_streams; k++) {
+            int n_shards = dataset_n_shards(t->data.streams[k]);
             int *list = tsr_malloc(2 * (size_t)n_shards * sizeof *list);
             unsigned char *seen = tsr_malloc((size_t)n_shards);
             /* this window first (it may lag at the start), then the next one */
             int n = window_shards(t, k, d, a + W, list, seen);
             int m = window_shards(t, k, a + W, a + 2 * W, list + n, seen);
-            stager_want(t->stagers[k], list, n + m);
+            stager_want(t->data.stagers[k], list, n + m);
             free(list);
             free(seen);
         }
-        t->stage_started = 1;
+        t->data.stage_started = 1;
     }
-    for (int k = 0; k < t->n_streams; k++) stager_poll(t->stagers[k]);
+    for (int k = 0; k < t->data.n_streams; k++) stager_poll(t->data.stagers[k]);
 }
 
 void train_data_stage_end(tsr_trainer *t) {
-    if (!t->stagers[0]) return;
-    int64_t d = t->step + t->data_offset, W = t->cfg.data.stage_window;
+    if (!t->data.stagers[0]) return;
+    int64_t d = t->step + t->data.data_offset, W = t->cfg.data.stage_window;
     stage_log(t, (d - 1) / W + 1, 0); /* the last (maybe partial) window */
 }
 
 void train_data_close(tsr_trainer *t) {
-    for (int k = 0; k < t->n_streams; k++) {
-        stager_close(t->stagers[k]); /* before its dataset */
-        if (t->streams[k]) dataset_close(t->streams[k]);
+    for (int k = 0; k < t->data.n_streams; k++) {
+        stager_close(t->data.stagers[k]); /* before its dataset */
+        if (t->data.streams[k]) dataset_close(t->data.streams[k]);
     }
-    free(t->node_ranks);
-    if (t->val) dataset_close(t->val);
-    free(t->slot_stream);
-    free(t->slot_pos);
+    free(t->data.node_ranks);
+    if (t->data.val) dataset_close(t->data.val);
+    free(t->data.slot_stream);
+    free(t->data.slot_pos);
 }

@@ -3,7 +3,7 @@
 #ifndef TSR_TRAIN_DATA_H
 #define TSR_TRAIN_DATA_H
 
-#include "train/trainer.h"
+#include "train/train_state.h"
 
 /* Opens data.train (or every data.mix stream) and data.val; checks vocabularies and sizes.
  * Returns 0 or an exit code after reporting. */

@@ -10,14 +10,14 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "gpu/gpu_train.h"
 #include "tokenizer/tokenizer.h"
 #include "train/checkpointing.h"
 #include "train/metrics.h"
 #include "train/tboard.h"
 #include "train/train_data.h"
-#include "train/train_icl.h"
+#include "train/train_gpu.h"
 #include "train/watchdog.h"
+
 
 double lr_multiplier(tsr_sched_kind kind, double alpha_f, int64_t s, int64_t W, int64_t S) {
     if (s < W) return (double)(s + 1) / (double)W;
@@ -30,6 +30,184 @@ double lr_multiplier(tsr_sched_kind kind, double alpha_f, int64_t s, int64_t W, 
     }
 }
 
+/* Test-only faults inside a step's compute (TSR_FAULT, see maybe_fault): "slow:MS:RANK" makes RANK
+ * sleep MS ms in every step (a straggler); "hang:STEP:RANK" makes it stop for good in step STEP. */
+static void compute_fault(const tsr_trainer *t) {
+    long long a = -1, rank = -1;
+    const char *f = tsr_fault("slow");
+    if (f && sscanf(f, "%lld:%lld", &a, &rank) == 2 && rank == t->dist.rank && a > 0)
+        usleep((useconds_t)(a * 1000));
+    f = tsr_fault("hang");
+    if (f && sscanf(f, "%lld:%lld", &a, &rank) == 2 && rank == t->dist.rank && a == t->step + 1)
+        for (;;) pause();
+}
+
+/* Test-only (TSR_FAULT="nan:STEP:RANK" or "nan:FROM-TO:RANK"): RANK's gradient gets a NaN in
+ * step STEP (1-based), or in every step FROM..TO. */
+static void nan_fault(tsr_trainer *t) {
+    const char *f = tsr_fault("nan");
+    long long from, to, rank;
+    if (!f) return;
+    if (sscanf(f, "%lld-%lld:%lld", &from, &to, &rank) != 3) {
+        if (sscanf(f, "%lld:%lld", &from, &rank) != 2) return;
+        to = from;
+    }
+    if (t->step + 1 >= from && t->step + 1 <= to && rank == t->dist.rank) {
+        if (t->part.fsdp_on) t->part.fsdp.grads[t->part.fsdp.shard_n / 2] = NAN;
+        else t->model.grads[t->model.n_params / 2] = NAN;
+    }
+}
+
+/* The step's strategies (chosen once, by trainer_pick_strategy): how this run computes, sums,
+ * measures and applies its gradients, and brings updated weights back to the ranks that compute.
+ * ddp: every rank owns the whole flat buffer, gradients are all-reduced; zero1: rank r owns its
+ * part [shard_lo, shard_hi) and its summed gradients (reduce-scatter into gslice), the updated
+ * parts are all-gathered; fsdp (zero3, hsdp): weights, gradients and moments are fsdp shards, the
+ * layers' gradients are reduce-scattered during backward; device (device = cuda): the library
+ * sums the gradients during backward and updates on the device. */
+typedef struct trainer_strategy {
+    const char *name;
+    /* forward and backward over this rank's batch in microbatches, gradients scaled by scale:
+     * returns this rank's loss sum */
+    double (*compute)(tsr_trainer *t, float scale);
+    void (*reduce)(tsr_trainer *t);   /* the gradients summed over the ranks into the owned part */
+    double (*sumsq)(tsr_trainer *t);  /* squared norm of the summed gradients, equal on all ranks */
+    void (*update)(tsr_trainer *t, double lr, float gscale); /* AdamW on the owned part */
+    void (*gather)(tsr_trainer *t);   /* the updated weights to every rank that computes */
+    size_t (*mem_peak)(void);         /* the training allocator's peak bytes */
+} trainer_strategy;
+
+static void zero_flat_grads(tsr_trainer *t) {
+    t->be.ops->zero(t->model.grads, t->model.n_params * sizeof(float));
+}
+
+static void zero_shard_grads(tsr_trainer *t) { fsdp_zero_grads(&t->part.fsdp); }
+
+/* CPU: the microbatches' forward and backward (the gradients accumulate), after zero. */
+static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer *)) {
+    tsr_model *m = &t->model;
+    double loss_sum = 0.0;
+    zero(t);
+    for (int64_t b = 0; b < t->per_rank; b += t->micro) {
+        const int32_t *in = t->data.inputs + b * t->T, *tg = t->data.targets + b * t->T;
+        loss_sum += model_forward(m, in, tg, t->micro, t->T);
+        model_backward(m, in, tg, t->micro, t->T, scale);
+    }
+    nan_fault(t);
+    return loss_sum;
+}
+
+static double flat_compute(tsr_trainer *t, float scale) {
+    return cpu_compute(t, scale, zero_flat_grads);
+}
+
+static double shard_compute(tsr_trainer *t, float scale) {
+    return cpu_compute(t, scale, zero_shard_grads);
+}
+
+static void nothing(tsr_trainer *t) { (void)t; }
+
+static void ddp_reduce(tsr_trainer *t) {
+    if (t->dist.world > 1) dist_allreduce_sum_f32(t->model.grads, t->model.n_params);
+}
+
+static void zero1_reduce(tsr_trainer *t) {
+    dist_reduce_scatter_sum_f32(t->model.grads, t->part.gslice, t->part.part_counts);
+}
+
+/* the layers' gradients are reduce-scattered already: the root's, and hsdp's replica sum */
+static void fsdp_reduce(tsr_trainer *t) { fsdp_finish_grads(&t->part.fsdp); }
+
+/* the summed gradients of the owned part [shard_lo, shard_hi) of the flat layout */
+static float *owned_grads(tsr_trainer *t) {
+    return t->part.zero1 ? t->part.gslice : t->model.grads;
+}
+
+static double ddp_sumsq(tsr_trainer *t) {
+    return t->be.ops->sumsq(t->model.grads, t->part.shard_hi - t->part.shard_lo);
+}
+
+static double zero1_sumsq(tsr_trainer *t) {
+    double sq = t->be.ops->sumsq(t->part.gslice, t->part.shard_hi - t->part.shard_lo);
+    dist_allreduce_sum_f64(&sq, 1);
+    return sq;
+}
+
+static double fsdp_sumsq(tsr_trainer *t) {
+    double sq = t->be.ops->sumsq(t->part.fsdp.grads, t->part.fsdp.shard_n);
+    dist_group_allreduce_sum_f64(t->part.fsdp.group, &sq, 1); /* replicas are equal */
+    return sq;
+}
+
+static float decay_of(const tsr_optim_config *o, tsr_param_kind kind) {
+    return trainer_param_decays(o, kind) ? (float)o->weight_decay : 0.0f;
+}
+
+/* ddp, zero1: AdamW on the owned part of each tensor (weight decay depends on the tensor's kind) */
+static void flat_update(tsr_trainer *t, double lr, float gscale) {
+    const tsr_optim_config *o = &t->cfg.optim;
+    size_t lo = t->part.shard_lo, hi = t->part.shard_hi;
+    float *g = owned_grads(t);
+    for (int i = 0; i < TSR_P_COUNT; i++) {
+        const tsr_param_info *p = &t->model.params_info[i];
+        size_t end = p->offset + p->numel;
+        size_t a = p->offset > lo ? p->offset : lo, b = end < hi ? end : hi;
+        if (a >= b) continue;
+        t->be.ops->adamw_update(t->model.params + a, g + (a - lo), t->part.m + (a - lo),
+                                t->part.v + (a - lo), b - a, (float)lr, (float)o->beta1,
+                                (float)o->beta2, (float)o->eps, decay_of(o, p->kind), gscale,
+                                (int)t->optim_step);
+    }
+}
+
+/* zero3, hsdp: AdamW on the shard, tensor piece by tensor piece */
+static void fsdp_update(tsr_trainer *t, double lr, float gscale) {
+    const tsr_optim_config *o = &t->cfg.optim;
+    tsr_fsdp *f = &t->part.fsdp;
+    for (int k = 0; k < f->n_pieces[f->grank]; k++) {
+        const fsdp_piece *p = &f->pieces[f->grank][k];
+        t->be.ops->adamw_update(f->params + p->shard, f->grads + p->shard, t->part.m + p->shard,
+                                t->part.v + p->shard, p->len, (float)lr, (float)o->beta1,
+                                (float)o->beta2, (float)o->eps,
+                                decay_of(o, t->model.params_info[p->id].kind), gscale,
+                                (int)t->optim_step);
+    }
+}
+
+static void zero1_gather(tsr_trainer *t) {
+    dist_allgatherv_f32(t->model.params, t->part.part_counts, t->part.part_displs);
+}
+
+static void fsdp_gather(tsr_trainer *t) { fsdp_params_changed(&t->part.fsdp); }
+
+static double device_compute(tsr_trainer *t, float scale) {
+    return gpu_train_compute(train_gpu(t), scale);
+}
+
+static double device_sumsq(tsr_trainer *t) { return gpu_train_grad_sumsq(t->be.gpu); }
+
+static void device_update(tsr_trainer *t, double lr, float gscale) {
+    gpu_train_update(t->be.gpu, lr, gscale, (int)t->optim_step);
+}
+
+static size_t cpu_mem_peak(void) { return cpu_ops_peak_bytes(); }
+
+static const trainer_strategy strategy_ddp = {
+    "ddp", flat_compute, ddp_reduce, ddp_sumsq, flat_update, nothing, cpu_mem_peak};
+static const trainer_strategy strategy_zero1 = {
+    "zero1", flat_compute, zero1_reduce, zero1_sumsq, flat_update, zero1_gather, cpu_mem_peak};
+static const trainer_strategy strategy_fsdp = {
+    "fsdp", shard_compute, fsdp_reduce, fsdp_sumsq, fsdp_update, fsdp_gather, cpu_mem_peak};
+/* the gradients are summed during backward, the weights refreshed by the update */
+static const trainer_strategy strategy_device = {
+    "device", device_compute, nothing, device_sumsq, device_update, nothing, gpu_train_mem_peak};
+
+static const trainer_strategy *trainer_pick_strategy(const tsr_trainer *t) {
+    if (t->be.gpu) return &strategy_device;
+    if (t->part.fsdp_on) return &strategy_fsdp;
+    return t->part.zero1 ? &strategy_zero1 : &strategy_ddp;
+}
+
 /* Threads per rank: the config's value, else the node's cores shared among its ranks. */
 static int pick_threads(const tsr_config *cfg, const tsr_dist *d) {
     if (cfg->threads > 0) return cfg->threads;
@@ -38,9 +216,6 @@ static int pick_threads(const tsr_config *cfg, const tsr_dist *d) {
     return n > 0 ? n : 1;
 }
 
-/* The rank partition of the flat parameter buffer: rank r's part is [displs[r], +counts[r]),
- * 16-float aligned, in rank order. ZeRO-1 ranks own their part (optimizer state, update); DDP
- * ranks own everything but still use the partition to split checkpoint I/O. */
 /* A rank's block that other ranks receive (a ZeRO-1 or checkpoint part of the flat buffer, a
  * zero3 / hsdp shard) is one MPI int count; the buffer itself may pass 2^31 floats (all-reduces
  * are chunked, src/dist.h), and a world or group of one exchanges nothing. Checked before anything
@@ -48,7 +223,8 @@ static int pick_threads(const tsr_config *cfg, const tsr_dist *d) {
 static int check_int_counts(const tsr_trainer *t, int dry_run) {
     size_t n = t->model.n_params, W = (size_t)t->dist.world;
     if (W == 1) return 0;
-    int G = t->fsdp_on && t->fsdp_group > 1 ? t->fsdp_group : (int)W; /* validated already */
+    /* (the group was validated already) */
+    int G = t->part.fsdp_on && t->part.fsdp_group > 1 ? t->part.fsdp_group : (int)W;
     size_t block = n / (size_t)G + 16; /* parts are cut at multiples of 16 floats */
     if (block <= (size_t)INT32_MAX) return 0;
     if (t->dist.rank == 0)
@@ -59,53 +235,24 @@ static int check_int_counts(const tsr_trainer *t, int dry_run) {
     return dry_run ? 0 : TSR_EXIT_USAGE;
 }
 
+/* The rank partition of the flat parameter buffer: rank r's part is [displs[r], +counts[r]),
+ * 16-float aligned, in rank order. ZeRO-1 ranks own their part (optimizer state, update); DDP
+ * ranks own everything but still use the partition to split checkpoint I/O. */
 static int plan_shards(tsr_trainer *t) {
     size_t n = t->model.n_params, W = (size_t)t->dist.world;
-    t->part_counts = tsr_malloc(W * sizeof(size_t));
-    t->part_displs = tsr_malloc(W * sizeof(size_t));
+    t->part.part_counts = tsr_malloc(W * sizeof(size_t));
+    t->part.part_displs = tsr_malloc(W * sizeof(size_t));
     for (size_t r = 0; r < W; r++) {
         size_t lo = n * r / W / 16 * 16, hi = r + 1 == W ? n : n * (r + 1) / W / 16 * 16;
-        t->part_displs[r] = lo;
-        t->part_counts[r] = hi - lo;
+        t->part.part_displs[r] = lo;
+        t->part.part_counts[r] = hi - lo;
     }
-    t->zero1 = t->cfg.sharding == TSR_SHARD_ZERO1 && W > 1; /* (zero3 and hsdp: train/fsdp.h) */
-    t->shard_lo = t->zero1 ? t->part_displs[t->dist.rank] : 0;
-    t->shard_hi = t->zero1 ? t->shard_lo + t->part_counts[t->dist.rank] : n;
-    if (t->zero1 && t->cfg.device != TSR_DEVICE_CUDA) /* the GPU reduce-scatters on the device */
-        t->gslice = t->ops->alloc((t->shard_hi - t->shard_lo) * sizeof(float));
+    t->part.zero1 = t->cfg.sharding == TSR_SHARD_ZERO1 && W > 1; /* (zero3 and hsdp: model/fsdp.h) */
+    t->part.shard_lo = t->part.zero1 ? t->part.part_displs[t->dist.rank] : 0;
+    t->part.shard_hi = t->part.zero1 ? t->part.shard_lo + t->part.part_counts[t->dist.rank] : n;
+    if (t->part.zero1 && t->cfg.device != TSR_DEVICE_CUDA) /* the GPU reduce-scatters on the device */
+        t->part.gslice = t->be.ops->alloc((t->part.shard_hi - t->part.shard_lo) * sizeof(float));
     return 0;
-}
-
-int trainer_shard_group(const tsr_config *cfg, int world, int local_world, int *G) {
-    *G = world;
-    if (cfg->sharding != TSR_SHARD_HSDP) return 0;
-    *G = cfg->replica_group > 0 ? (int)cfg->replica_group : local_world;
-    if (*G < 1 || world % *G != 0) {
-        tsr_error("parallel.replica_group = %lld%s: the %d ranks do not split into groups of %d "
-                  "(hsdp shards within a group and replicates across groups): choose a divisor "
-                  "of the rank count", (long long)cfg->replica_group,
-                  cfg->replica_group > 0 ? "" : " (the ranks of one node)", world, *G);
-        return TSR_EXIT_USAGE;
-    }
-    return 0;
-}
-
-void trainer_full_weights(tsr_trainer *t, int on) {
-    if (t->gpu) gpu_train_full_weights(t, on);
-    else trainer_host_weights(t, on);
-}
-
-void trainer_host_weights(tsr_trainer *t, int on) {
-    if (!t->fsdp_on) return;
-    tsr_model *m = &t->model;
-    if (on) {
-        m->params = fsdp_gather_full(&t->fsdp);
-        m->src = NULL;
-    } else {
-        t->ops->free(m->params);
-        m->params = NULL;
-        m->src = &t->fsdp.src;
-    }
 }
 
 /* ZeRO-3 / HSDP: the model's weights live in shards. Initialisation builds the full weights once
@@ -113,11 +260,11 @@ void trainer_host_weights(tsr_trainer *t, int on) {
  * this rank's shard. */
 static void init_sharded(tsr_trainer *t, uint64_t seed) {
     tsr_model *m = &t->model;
-    fsdp_init(&t->fsdp, m, t->fsdp_group, &t->dist);
-    m->params = t->ops->alloc(m->n_params * sizeof(float));
+    fsdp_init(&t->part.fsdp, m, t->part.fsdp_group, &t->dist);
+    m->params = t->be.ops->alloc(m->n_params * sizeof(float));
     model_init_weights(m, seed);
-    fsdp_load_full(&t->fsdp, m->params);
-    t->ops->free(m->params);
+    fsdp_load_full(&t->part.fsdp, m->params);
+    t->be.ops->free(m->params);
     m->params = NULL;
     model_alloc_slopes(m);
 }
@@ -161,11 +308,27 @@ static int open_tokenizer(tsr_trainer *t) {
     return rc;
 }
 
+static const trainer_icl_api *icl_api;
+
+void trainer_use_icl(const trainer_icl_api *api) { icl_api = api; }
+
+/* icl_tasks: the suite, opened with the program's ICL evaluation (trainer_use_icl). */
+static int open_icl(tsr_trainer *t) {
+    if (t->cfg.n_icl == 0) return 0;
+    if (!icl_api) {
+        if (t->dist.rank == 0)
+            tsr_error("icl_tasks: this program has no ICL evaluation (tessera-train has): remove "
+                      "icl_tasks from the recipe");
+        return TSR_EXIT_USAGE;
+    }
+    return icl_api->open(&t->icl, &t->cfg, t->model.V, t->micro, t->T);
+}
+
 int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run) {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
     t->dist = *d;
-    t->ops = &tsr_cpu_ops;
+    t->be.ops = &tsr_cpu_ops;
     t->T = (int)cfg->seq_len;
     TSR_CHECK(config_check_world(cfg, d->world));
     if (cfg->device == TSR_DEVICE_CUDA) TSR_CHECK(cuda_config_check(d->rank));
@@ -173,9 +336,10 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->per_rank = cfg->global_batch / d->world;
     t->auto_micro = cfg->micro_batch == 0; /* "auto": start with the whole per-rank batch */
     t->micro = t->auto_micro ? trainer_micro_at_most(t, t->per_rank) : (int)cfg->micro_batch;
-    t->threads = pick_threads(cfg, d);
-    cpu_ops_set_threads(t->threads);
-    t->peak_flops = cfg->peak_flops > 0 ? cfg->peak_flops : metrics_peak_flops("cpu", t->threads);
+    t->be.threads = pick_threads(cfg, d);
+    cpu_ops_set_threads(t->be.threads);
+    t->out.peak_flops = cfg->peak_flops > 0 ? cfg->peak_flops
+                                            : metrics_peak_flops("cpu", t->be.threads);
     if (!dry_run) TSR_CHECK(train_data_open(t));
     uint64_t epoch_samples = dry_run ? 1 : train_data_epoch_samples(t);
     t->total_steps = duration_to_steps(cfg->max_duration, cfg->global_batch, cfg->seq_len, epoch_samples);
@@ -183,40 +347,41 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->eval_every = duration_to_steps(cfg->eval_interval, cfg->global_batch, cfg->seq_len, epoch_samples);
     t->save_every = duration_to_steps(cfg->save_interval, cfg->global_batch, cfg->seq_len, epoch_samples);
     guard_init(&t->guard, cfg);
-    TSR_CHECK(trainer_shard_group(cfg, d->world, d->local_world, &t->fsdp_group));
-    t->fsdp_on = cfg->sharding == TSR_SHARD_ZERO3 || cfg->sharding == TSR_SHARD_HSDP;
-    model_init(&t->model, &cfg->model, t->T, t->ops);
-    t->flops_per_token = model_flops_per_token(&t->model, t->T);
+    TSR_CHECK(trainer_shard_group(cfg, d->world, d->local_world, &t->part.fsdp_group));
+    t->part.fsdp_on = cfg->sharding == TSR_SHARD_ZERO3 || cfg->sharding == TSR_SHARD_HSDP;
+    model_init(&t->model, &cfg->model, t->T, t->be.ops);
+    t->out.flops_per_token = model_flops_per_token(&t->model, t->T);
     TSR_CHECK(check_int_counts(t, dry_run));
     if (dry_run) { /* the plan needs the layout only: nothing is allocated */
         metrics_print_plan(t, 1);
-        if (cfg->device == TSR_DEVICE_CUDA) gpu_train_print_plan(t);
+        if (cfg->device == TSR_DEVICE_CUDA) train_gpu_print_plan(t);
         return 0;
     }
     TSR_CHECK(train_data_plan(t));
     TSR_CHECK(train_data_stage_open(t));
-    if (t->fsdp_on) {
+    if (t->part.fsdp_on) {
         init_sharded(t, (uint64_t)cfg->seed);
     } else {
         model_alloc_params(&t->model);
         model_init_weights(&t->model, (uint64_t)cfg->seed);
     }
-    TSR_CHECK(train_icl_open(t)); /* task files read before the first step */
+    TSR_CHECK(open_icl(t)); /* the task files are read before the first step */
     TSR_CHECK(plan_shards(t));
-    size_t owned = t->fsdp_on ? t->fsdp.shard_n : t->shard_hi - t->shard_lo;
-    t->m = t->ops->alloc(owned * sizeof(float));
-    t->v = t->ops->alloc(owned * sizeof(float));
-    t->inputs = tsr_malloc((size_t)t->per_rank * t->T * sizeof(int32_t));
-    t->targets = tsr_malloc((size_t)t->per_rank * t->T * sizeof(int32_t));
+    size_t owned = t->part.fsdp_on ? t->part.fsdp.shard_n : t->part.shard_hi - t->part.shard_lo;
+    t->part.m = t->be.ops->alloc(owned * sizeof(float));
+    t->part.v = t->be.ops->alloc(owned * sizeof(float));
+    t->data.inputs = tsr_malloc((size_t)t->per_rank * t->T * sizeof(int32_t));
+    t->data.targets = tsr_malloc((size_t)t->per_rank * t->T * sizeof(int32_t));
     /* the activations are allocated by the first step (trainer_ensure_acts), where micro_batch =
      * auto can still back off */
     metrics_print_plan(t, 0);
     if (cfg->device == TSR_DEVICE_CUDA) {
-        gpu_train_print_plan(t);
-        TSR_CHECK(gpu_train_init(t));
+        train_gpu_print_plan(t);
+        TSR_CHECK(train_gpu_init(t));
     } else {
         oom_fault(t);
     }
+    t->be.strategy = trainer_pick_strategy(t);
     return 0; /* run_dir is not touched yet: trainer_open_run_dir, once the checkpoint is read */
 }
 
@@ -224,38 +389,29 @@ int trainer_open_run_dir(tsr_trainer *t) {
     int64_t rc = t->dist.rank == 0 ? metrics_open_run_dir(t) : 0;
     dist_allreduce_sum_i64(&rc, 1); /* rank 0's outcome, on every rank */
     if (!rc) metrics_log_start(t); /* a process's first record (docs/tracking.md) */
-    if (!rc && t->start_load.what[0]) /* then the checkpoint it read, before run_dir was opened */
-        metrics_log_checkpoint(t, t->start_load.what, t->start_load.path, t->start_load.seconds,
-                               t->start_load.bytes);
+    if (!rc && t->out.start_load.what[0]) /* then the checkpoint it read, before run_dir was opened */
+        metrics_log_checkpoint(t, t->out.start_load.what, t->out.start_load.path,
+                               t->out.start_load.seconds,
+                               t->out.start_load.bytes);
     return (int)rc;
-}
-
-int trainer_micro_at_most(const tsr_trainer *t, int64_t at_most) {
-    int64_t b = at_most < t->per_rank ? at_most : t->per_rank;
-    if (b > INT_MAX) b = INT_MAX;
-    while (b > 1 && t->per_rank % b != 0) b--;
-    return b < 1 ? 1 : (int)b;
-}
-
-int trainer_acts_B(const tsr_trainer *t) {
-    return t->gpu ? gpu_train_acts_B(t) : t->model.acts.B;
 }
 
 void trainer_ensure_acts(tsr_trainer *t) {
     tsr_model *m = &t->model;
     if (trainer_acts_B(t) > 0) return;
     for (;;) {
-        int64_t failed = (t->gpu ? gpu_train_try_acts(t, t->micro)
+        int64_t failed = (t->be.gpu ? gpu_train_try_acts(train_gpu(t), t->micro)
                                  : model_try_alloc_acts(m, t->micro, t->T)) != 0;
         dist_allreduce_sum_i64(&failed, 1); /* every rank learns of any rank's failure */
         if (!failed) break;
-        if (t->gpu) gpu_train_free_acts(t); /* the ranks that succeeded give theirs back too */
+        /* the ranks that succeeded give theirs back too */
+        if (t->be.gpu) gpu_train_free_acts(t->be.gpu);
         else model_free_acts(m);
         if (!t->auto_micro || t->micro == 1) {
-            double need = (double)(t->gpu ? gpu_train_acts_bytes(t, t->micro)
+            double need = (double)(t->be.gpu ? gpu_train_acts_bytes(t->be.gpu, t->micro)
                                           : model_acts_bytes(m, t->micro, t->T)) / (1024.0 * 1024.0);
             metrics_print_plan(t, 0);
-            if (t->gpu) gpu_train_print_plan(t);
+            if (t->be.gpu) train_gpu_print_plan(t);
             tsr_fail_all(TSR_EXIT_USAGE,
                          "out of memory on %lld of %d ranks allocating the activations for a "
                          "microbatch of %d x %d (%.1f MiB, plan above)%s: use activation "
@@ -270,109 +426,33 @@ void trainer_ensure_acts(tsr_trainer *t) {
     if (t->auto_micro) metrics_log_micro(t, 0, t->micro, 0);
 }
 
-int trainer_param_decays(const tsr_optim_config *o, tsr_param_kind kind) {
-    if (kind == TSR_PK_EMBEDDING) return o->decay_embeddings;
-    if (kind == TSR_PK_NORM || kind == TSR_PK_BIAS) return o->decay_norms_biases;
-    return 1;
-}
-
-/* Test-only faults inside a step's compute (TSR_FAULT, see maybe_fault): "slow:MS:RANK" makes RANK
- * sleep MS ms in every step (a straggler); "hang:STEP:RANK" makes it stop for good in step STEP. */
-static void compute_fault(const tsr_trainer *t) {
-    long long a = -1, rank = -1;
-    const char *f = tsr_fault("slow");
-    if (f && sscanf(f, "%lld:%lld", &a, &rank) == 2 && rank == t->dist.rank && a > 0)
-        usleep((useconds_t)(a * 1000));
-    f = tsr_fault("hang");
-    if (f && sscanf(f, "%lld:%lld", &a, &rank) == 2 && rank == t->dist.rank && a == t->step + 1)
-        for (;;) pause();
-}
-
-/* Test-only (TSR_FAULT="nan:STEP:RANK" or "nan:FROM-TO:RANK"): RANK's gradient gets a NaN in
- * step STEP (1-based), or in every step FROM..TO. */
-static void nan_fault(tsr_trainer *t) {
-    const char *f = tsr_fault("nan");
-    long long from, to, rank;
-    if (!f) return;
-    if (sscanf(f, "%lld-%lld:%lld", &from, &to, &rank) != 3) {
-        if (sscanf(f, "%lld:%lld", &from, &rank) != 2) return;
-        to = from;
-    }
-    if (t->step + 1 >= from && t->step + 1 <= to && rank == t->dist.rank) {
-        if (t->fsdp_on) t->fsdp.grads[t->fsdp.shard_n / 2] = NAN;
-        else t->model.grads[t->model.n_params / 2] = NAN;
-    }
-}
-
-void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
-    double t0 = tsr_now();
+/* The step's data: this rank's part of global batch d loaded; counted targets and samples per
+ * stream summed over the ranks (sums[0], sums[1 + k]); a curriculum phase that starts with it
+ * restarts the spike window (its loss level may differ). */
+static int64_t step_load(tsr_trainer *t, int64_t d, int64_t *sums, tsr_step_stats *st) {
     watchdog_phase(WD_DATA, t->step);
-    tsr_model *m = &t->model;
-    const tsr_optim_config *o = &t->cfg.optim;
-    int64_t d = t->step + t->data_offset;
-    int64_t sums[1 + TSR_MAX_STREAMS]; /* counted targets, then samples per stream */
     sums[0] = train_data_load(t, d);
-    for (int k = 0; k < t->n_streams; k++) sums[1 + k] = t->stream_loaded[k];
-    dist_allreduce_sum_i64(sums, 1 + (size_t)t->n_streams);
-    int64_t counted = sums[0];
-    /* a curriculum phase starts: its loss level may differ, so the spike window starts over */
-    st->phase_switch = d > 0 && mix_phase(&t->mix, d) != mix_phase(&t->mix, d - 1);
+    for (int k = 0; k < t->data.n_streams; k++) sums[1 + k] = t->data.stream_loaded[k];
+    dist_allreduce_sum_i64(sums, 1 + (size_t)t->data.n_streams);
+    st->phase_switch = d > 0 && mix_phase(&t->data.mix, d) != mix_phase(&t->data.mix, d - 1);
     if (st->phase_switch) guard_restart_window(&t->guard);
-    float scale = counted > 0 ? 1.0f / (float)counted : 0.0f;
-    trainer_ensure_acts(t); /* micro_batch = auto: the batch just loaded runs at the size that fits */
-    watchdog_phase(WD_COMPUTE, t->step);
-    double tc = tsr_now();
-    double loss_sum = 0.0, sq;
-    /* gradients of the owned slice, summed over ranks */
-    float *g = m->grads + t->shard_lo;
-    size_t lo = t->shard_lo, hi = t->shard_hi;
-    if (t->gpu) { /* device = cuda: the layers' gradients are summed during backward */
-        loss_sum = gpu_train_compute(t, scale);
-        compute_fault(t);
-        st->compute_time = tsr_now() - tc;
-        watchdog_phase(WD_REDUCE, t->step);
-        sq = gpu_train_grad_sumsq(t);
-        goto reduced;
-    }
-    if (t->fsdp_on) fsdp_zero_grads(&t->fsdp);
-    else t->ops->zero(m->grads, m->n_params * sizeof(float));
-    for (int64_t b = 0; b < t->per_rank; b += t->micro) {
-        const int32_t *in = t->inputs + b * t->T, *tg = t->targets + b * t->T;
-        loss_sum += model_forward(m, in, tg, t->micro, t->T);
-        model_backward(m, in, tg, t->micro, t->T, scale);
-    }
-    compute_fault(t);
-    nan_fault(t);
-    st->compute_time = tsr_now() - tc;
-    watchdog_phase(WD_REDUCE, t->step);
-    if (t->fsdp_on) { /* the layers' gradients are reduce-scattered already */
-        fsdp_finish_grads(&t->fsdp);
-        g = t->fsdp.grads, lo = 0, hi = t->fsdp.shard_n;
-    } else if (t->zero1) {
-        dist_reduce_scatter_sum_f32(m->grads, t->gslice, t->part_counts);
-        g = t->gslice;
-    } else if (t->dist.world > 1) {
-        dist_allreduce_sum_f32(m->grads, m->n_params);
-    }
-    sq = t->ops->sumsq(g, hi - lo);
-    if (t->zero1) dist_allreduce_sum_f64(&sq, 1);
-    if (t->fsdp_on) dist_group_allreduce_sum_f64(t->fsdp.group, &sq, 1); /* replicas are equal */
-reduced:
+    return sums[0];
+}
+
+/* The global loss (mean over the counted targets) and the ranks' peak memory. */
+static double step_global_loss(tsr_trainer *t, double loss_sum, int64_t counted,
+                               tsr_step_stats *st) {
     if (t->dist.world > 1) dist_allreduce_sum_f64(&loss_sum, 1);
-    double mem[2] = {(double)(t->gpu ? gpu_train_mem_peak() : cpu_ops_peak_bytes()),
-                     (double)tsr_peak_rss()};
+    double mem[2] = {(double)t->be.strategy->mem_peak(), (double)tsr_peak_rss()};
     if (t->dist.world > 1) dist_allreduce_max_f64(mem, 2);
     st->peak_mem = mem[0], st->peak_rss = mem[1];
-    double norm = sqrt(sq);
-    float gscale = 1.0f;
-    if (o->grad_clip > 0 && norm > o->grad_clip) gscale = (float)(o->grad_clip / (norm + 1e-6));
-    double lr = o->lr * lr_multiplier(o->schedule, o->alpha_f, t->step, t->warmup_steps,
-                                      t->total_steps);
-    watchdog_phase(WD_OPTIMIZER, t->step);
-    double loss = counted > 0 ? loss_sum / (double)counted : NAN;
-    /* the spike guard judges before the update, on rank 0's numbers (all-reduced, so equal on
-     * every rank unless a reduction differed in the last bit): every rank's guard state and
-     * verdict are then the same by construction */
+    return counted > 0 ? loss_sum / (double)counted : NAN;
+}
+
+/* The spike guard judges before the update, on rank 0's numbers (all-reduced, so equal on every
+ * rank unless a reduction differed in the last bit): every rank's guard state and verdict are then
+ * the same by construction. Counts the step; returns whether its update is applied. */
+static int step_judge(tsr_trainer *t, double loss, double norm, tsr_step_stats *st) {
     double judged[2] = {loss, norm};
     if (t->dist.world > 1) dist_bcast(judged, sizeof judged, 0);
     st->verdict = guard_judge(&t->guard, t->step + 1, judged[0], judged[1], st->why, sizeof st->why);
@@ -380,43 +460,52 @@ reduced:
     t->step++;
     int apply = st->verdict == GUARD_OK || st->verdict == GUARD_WARN;
     if (apply) t->optim_step++;
-    /* AdamW on the owned part of each tensor (weight decay depends on the tensor's kind) */
-    if (apply && t->gpu) gpu_train_update(t, lr, gscale, (int)t->optim_step);
-    for (int k = 0; apply && t->fsdp_on && !t->gpu && k < t->fsdp.n_pieces[t->fsdp.grank]; k++) {
-        const fsdp_piece *p = &t->fsdp.pieces[t->fsdp.grank][k];
-        float wd = trainer_param_decays(o, m->params_info[p->id].kind) ? (float)o->weight_decay : 0.0f;
-        t->ops->adamw_update(t->fsdp.params + p->shard, g + p->shard, t->m + p->shard,
-                             t->v + p->shard, p->len, (float)lr, (float)o->beta1, (float)o->beta2,
-                             (float)o->eps, wd, gscale, (int)t->optim_step);
+    return apply;
+}
+
+/* The gradients' multiplier under clipping (optim.grad_clip), 1 when within it. */
+static float clip_scale(const tsr_optim_config *o, double norm) {
+    return o->grad_clip > 0 && norm > o->grad_clip ? (float)(o->grad_clip / (norm + 1e-6)) : 1.0f;
+}
+
+void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
+    const trainer_strategy *s = t->be.strategy;
+    const tsr_optim_config *o = &t->cfg.optim;
+    double t0 = tsr_now();
+    int64_t d = t->step + t->data.data_offset, sums[1 + TSR_MAX_STREAMS];
+    int64_t counted = step_load(t, d, sums, st);
+    trainer_ensure_acts(t); /* micro_batch = auto: the batch just loaded runs at the size that fits */
+    watchdog_phase(WD_COMPUTE, t->step);
+    double tc = tsr_now();
+    double loss_sum = s->compute(t, counted > 0 ? 1.0f / (float)counted : 0.0f);
+    compute_fault(t);
+    st->compute_time = tsr_now() - tc;
+    watchdog_phase(WD_REDUCE, t->step);
+    s->reduce(t);
+    double norm = sqrt(s->sumsq(t));
+    double loss = step_global_loss(t, loss_sum, counted, st);
+    double lr = o->lr * lr_multiplier(o->schedule, o->alpha_f, t->step, t->warmup_steps,
+                                      t->total_steps);
+    watchdog_phase(WD_OPTIMIZER, t->step);
+    int apply = step_judge(t, loss, norm, st);
+    if (apply) {
+        s->update(t, lr, clip_scale(o, norm));
+        s->gather(t);
     }
-    if (apply && t->fsdp_on && !t->gpu) fsdp_params_changed(&t->fsdp);
-    for (int i = 0; apply && !t->fsdp_on && !t->gpu && i < TSR_P_COUNT; i++) {
-        const tsr_param_info *p = &m->params_info[i];
-        size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-        if (a >= b) continue;
-        float wd = trainer_param_decays(o, p->kind) ? (float)o->weight_decay : 0.0f;
-        t->ops->adamw_update(m->params + a, g + (a - lo), t->m + (a - lo), t->v + (a - lo), b - a,
-                             (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps, wd,
-                             gscale, (int)t->optim_step);
-    }
-    if (apply && t->zero1 && !t->gpu) dist_allgatherv_f32(m->params, t->part_counts, t->part_displs);
     t->tokens_seen += t->cfg.global_batch * t->T;
-    st->step = t->step;
-    for (int k = 0; apply && k < t->n_streams; k++) t->stream_seen[k] += sums[1 + k];
-    st->loss = loss;
-    st->data_batch = d;
-    st->lr = lr;
-    st->grad_norm = norm;
-    st->tokens = counted;
+    for (int k = 0; apply && k < t->data.n_streams; k++) t->data.stream_seen[k] += sums[1 + k];
+    st->step = t->step, st->data_batch = d, st->tokens = counted;
+    st->loss = loss, st->lr = lr, st->grad_norm = norm;
     st->step_time = tsr_now() - t0;
 }
 
 double trainer_eval(tsr_trainer *t) {
-    if (!t->val) return NAN;
+    if (!t->data.val) return NAN;
     trainer_ensure_acts(t);
     trainer_full_weights(t, 1); /* ranks run different numbers of batches: no per-layer gathers */
-    double loss = train_data_eval_loss(&t->model, t->val, t->cfg.data.val, t->T, t->micro,
-                                       t->cfg.eval_samples, &t->dist, t->inputs, t->targets, NULL);
+    double loss = train_data_eval_loss(&t->model, t->data.val, t->cfg.data.val, t->T, t->micro,
+                                       t->cfg.eval_samples, &t->dist, t->data.inputs,
+                                       t->data.targets, NULL);
     trainer_full_weights(t, 0);
     return loss;
 }
@@ -474,15 +563,15 @@ static int guard_respond(tsr_trainer *t, const tsr_step_stats *st) {
     if (st->verdict == GUARD_ROLLBACK) {
         metrics_log_guard(t, "rollback", st);
         char path[1200];
-        int64_t from = t->step, d_next = t->step + t->data_offset, d_c = 0;
+        int64_t from = t->step, d_next = t->step + t->data.data_offset, d_c = 0;
         int nonfinite = g->nonfinite_streak > 0;
         int rc = g->n_skips >= TSR_GUARD_MAX_SKIPS ? -1 /* no room to record the skip */
                  : checkpointing_rollback(t, g->streak_first - 1, path, sizeof path, &d_c);
         if (rc == 0) {
             guard_record_rollback(g, d_c, d_next);
-            t->data_offset = d_next - t->step;
+            t->data.data_offset = d_next - t->step;
             train_data_reset_seen(t);
-            t->stage_started = 0; /* the data position jumped: announce new windows */
+            t->data.stage_started = 0; /* the data position jumped: announce new windows */
             metrics_log_rollback(t, from, path, d_c, d_next);
             /* commit the restored step with the skip recorded (this also points `latest` at
              * it), then set the abandoned trajectory's checkpoints aside */
@@ -512,114 +601,136 @@ static int guard_respond(tsr_trainer *t, const tsr_step_stats *st) {
     if (t->dist.rank == 0) {
         tsr_error("spike guard: stopping at step %lld: %s (report: %s/guard-report.json)",
                   (long long)st->step, reason, t->cfg.run_dir);
-        if (t->metrics) {
-            fprintf(t->metrics, "{\"event\": \"guard\", \"action\": \"stop\", \"step\": %lld, "
+        if (t->out.metrics) {
+            fprintf(t->out.metrics, "{\"event\": \"guard\", \"action\": \"stop\", \"step\": %lld, "
                                 "\"why\": \"%s\"", (long long)st->step, reason);
-            metrics_end_record(t->metrics);
+            metrics_end_record(t->out.metrics);
         }
     }
     guard_report(t, st, reason);
     return TSR_EXIT_DATA;
 }
 
-int trainer_run(tsr_trainer *t) {
-    tsr_step_stats st;
+/* At a step boundary after a stop request (SIGUSR1/SIGTERM on any rank): the checkpoint of this
+ * step, unless a periodic save during which the signal came committed it already (committed:
+ * the step of the last checkpoint this run committed). Returns TSR_EXIT_REQUEUE or an exit code. */
+static int stop_on_request(tsr_trainer *t, int64_t committed) {
     int rc;
-    int64_t committed = -1; /* step of the last checkpoint this run committed */
-    watchdog_start(t);
-    while (t->step < t->total_steps) {
-        if (checkpointing_stop_requested()) { /* at a step boundary, all ranks together */
-            /* a stop signal that came during a periodic save finds this step committed: that
-             * checkpoint is the one to resume from, do not write it a second time */
-            watchdog_phase(WD_CHECKPOINT, t->step);
-            if (committed != t->step && (rc = checkpointing_save(t))) return watchdog_stop(), rc;
-            if (t->dist.rank == 0)
-                printf("stop requested (SIGUSR1/SIGTERM): checkpoint of step %lld committed; "
-                       "exit %d = requeue me\n", (long long)t->step, TSR_EXIT_REQUEUE);
-            watchdog_stop();
-            return TSR_EXIT_REQUEUE;
-        }
-        train_data_stage_step(t);
-        trainer_step(t, &st);
-        metrics_log_step(t, &st);
-        if (st.phase_switch)
-            metrics_log_guard_note(t, "restart-window", &st, "a data-mix curriculum phase starts "
-                                   "with this batch: the spike window starts over");
-        if (st.verdict != GUARD_OK) {
-            if (st.verdict == GUARD_ROLLBACK) watchdog_phase(WD_CHECKPOINT, t->step);
-            rc = guard_respond(t, &st);
-            if (rc == 1) { /* rolled back: the loop goes on from the restored step */
-                committed = t->step;
-                continue;
-            }
-            if (rc) return watchdog_stop(), rc;
-        }
-        int last = t->step == t->total_steps;
-        int eval_now = (t->eval_every > 0 && t->step % t->eval_every == 0) || last;
-        if (t->val && eval_now) {
-            watchdog_phase(WD_EVAL, t->step);
-            metrics_log_eval(t, trainer_eval(t));
-        }
-        if (t->icl && eval_now) {
-            watchdog_phase(WD_EVAL, t->step);
-            trainer_full_weights(t, 1);
-            train_icl_run(t);
-            trainer_full_weights(t, 0);
-        }
-        /* no periodic save inside an outlier streak: it would be useless to a rollback and its
-         * retention could delete the last checkpoint from before the spike */
-        if ((t->save_every > 0 && t->step % t->save_every == 0 && t->guard.streak == 0) || last) {
-            watchdog_phase(WD_CHECKPOINT, t->step);
-            if ((rc = checkpointing_save(t))) return watchdog_stop(), rc;
-            committed = t->step;
-        }
-        if (watchdog_after_step(t, &st) && !last) { /* a straggler or low MFU: exit 86 */
-            watchdog_phase(WD_CHECKPOINT, t->step);
-            if (committed != t->step && (rc = checkpointing_save(t))) return watchdog_stop(), rc;
-            watchdog_stop();
-            return TSR_EXIT_SLOW;
-        }
-        maybe_fault(t);
+    watchdog_phase(WD_CHECKPOINT, t->step);
+    if (committed != t->step && (rc = checkpointing_save(t))) return rc;
+    if (t->dist.rank == 0)
+        printf("stop requested (SIGUSR1/SIGTERM): checkpoint of step %lld committed; "
+               "exit %d = requeue me\n", (long long)t->step, TSR_EXIT_REQUEUE);
+    return TSR_EXIT_REQUEUE;
+}
+
+/* The evaluations due after this step: validation loss, the ICL tasks. */
+static void evaluate(tsr_trainer *t) {
+    if (t->data.val) {
+        watchdog_phase(WD_EVAL, t->step);
+        metrics_log_eval(t, trainer_eval(t));
     }
-    watchdog_stop();
-    train_data_stage_end(t);
-    metrics_finish(t);
-    if (t->cfg.sample.tokens > 0) {
-        trainer_ensure_acts(t); /* collective: a resumed run that was already done ran no step */
-        /* rank 0 samples on the host's fp32 ops; device = cuda: from the device's weights */
-        if (t->gpu) gpu_train_host_model(t, 1);
-        else trainer_host_weights(t, 1);
+    if (t->icl) {
+        watchdog_phase(WD_EVAL, t->step);
+        trainer_full_weights(t, 1);
+        trainer_ensure_acts(t);
+        icl_api->run(t->icl, &t->model, &t->dist, trainer_acts_B(t), t->step, t->out.metrics,
+                     t->out.tb);
+        trainer_full_weights(t, 0);
     }
-    if (t->cfg.sample.tokens > 0 && t->dist.rank == 0) {
-        /* prompt: the end-of-text token, by convention the vocabulary's last id (GPT-2's 50256,
-         * the synthetic corpus' V-1, a trained tokenizer's last special) */
+}
+
+/* sample.tokens after the run: rank 0 samples on the host's fp32 ops (device = cuda: from the
+ * device's weights); the prompt is the end-of-text token, by convention the vocabulary's last id
+ * (GPT-2's 50256, the synthetic corpus' V-1, a trained tokenizer's last special). Collective. */
+static void end_of_run_sample(tsr_trainer *t) {
+    if (t->cfg.sample.tokens <= 0) return;
+    trainer_ensure_acts(t); /* collective: a resumed run that was already done ran no step */
+    if (t->be.gpu) gpu_train_host_model(t->be.gpu, 1);
+    else trainer_host_weights(t, 1);
+    if (t->dist.rank == 0) {
         int32_t eot = t->model.V - 1, n = (int32_t)t->cfg.sample.tokens;
         int32_t *ids = tsr_malloc((size_t)n * sizeof *ids);
         trainer_sample(t, &eot, 1, n, (uint64_t)t->cfg.seed, ids);
         metrics_log_sample(t, ids, n);
         free(ids);
     }
-    if (t->cfg.sample.tokens > 0 && t->gpu) gpu_train_host_model(t, 0);
-    else if (t->cfg.sample.tokens > 0) trainer_host_weights(t, 0);
+    if (t->be.gpu) gpu_train_host_model(t->be.gpu, 0);
+    else trainer_host_weights(t, 0);
+}
+
+/* After a step: its log line, the guard's response, evaluation, periodic checkpoint, the
+ * straggler watchdog. Returns 0 to go on, 1 after a rollback (committed: the restored step), else
+ * an exit code (TSR_EXIT_SLOW after a checkpoint). */
+static int after_step(tsr_trainer *t, const tsr_step_stats *st, int64_t *committed) {
+    int rc;
+    metrics_log_step(t, st);
+    if (st->phase_switch)
+        metrics_log_guard_note(t, "restart-window", st, "a data-mix curriculum phase starts "
+                               "with this batch: the spike window starts over");
+    if (st->verdict != GUARD_OK) {
+        if (st->verdict == GUARD_ROLLBACK) watchdog_phase(WD_CHECKPOINT, t->step);
+        if ((rc = guard_respond(t, st)) == 1) *committed = t->step;
+        if (rc) return rc;
+    }
+    int last = t->step == t->total_steps;
+    if ((t->eval_every > 0 && t->step % t->eval_every == 0) || last) evaluate(t);
+    /* no periodic save inside an outlier streak: it would be useless to a rollback and its
+     * retention could delete the last checkpoint from before the spike */
+    if ((t->save_every > 0 && t->step % t->save_every == 0 && t->guard.streak == 0) || last) {
+        watchdog_phase(WD_CHECKPOINT, t->step);
+        if ((rc = checkpointing_save(t))) return rc;
+        *committed = t->step;
+    }
+    if (watchdog_after_step(t, st) && !last) { /* a straggler or low MFU: exit 86 */
+        watchdog_phase(WD_CHECKPOINT, t->step);
+        if (*committed != t->step && (rc = checkpointing_save(t))) return rc;
+        return TSR_EXIT_SLOW;
+    }
+    return 0;
+}
+
+int trainer_run(tsr_trainer *t) {
+    tsr_step_stats st;
+    int64_t committed = -1; /* step of the last checkpoint this run committed */
+    watchdog_start(t);
+    while (t->step < t->total_steps) {
+        int rc;
+        if (checkpointing_stop_requested()) { /* at a step boundary, all ranks together */
+            rc = stop_on_request(t, committed); /* the hang watchdog watches its save */
+            watchdog_stop();
+            return rc;
+        }
+        train_data_stage_step(t);
+        trainer_step(t, &st);
+        rc = after_step(t, &st, &committed);
+        if (rc == 1) continue; /* rolled back: the loop goes on from the restored step */
+        if (rc) return watchdog_stop(), rc;
+        maybe_fault(t);
+    }
+    watchdog_stop();
+    train_data_stage_end(t);
+    metrics_finish(t);
+    end_of_run_sample(t);
     return TSR_EXIT_OK;
 }
 
 void trainer_free(tsr_trainer *t) {
-    gpu_train_free(t);
-    if (t->gslice) t->ops->free(t->gslice);
-    free(t->part_counts);
-    free(t->part_displs);
-    if (t->m) t->ops->free(t->m);
-    if (t->v) t->ops->free(t->v);
-    free(t->inputs);
-    free(t->targets);
-    fsdp_free(&t->fsdp);
+    train_gpu_free(t);
+    if (t->part.gslice) t->be.ops->free(t->part.gslice);
+    free(t->part.part_counts);
+    free(t->part.part_displs);
+    if (t->part.m) t->be.ops->free(t->part.m);
+    if (t->part.v) t->be.ops->free(t->part.v);
+    free(t->data.inputs);
+    free(t->data.targets);
+    fsdp_free(&t->part.fsdp);
     model_free(&t->model);
     train_data_close(t);
-    train_icl_close(t);
+    if (icl_api) icl_api->close(&t->icl);
     if (t->tok) tokenizer_free(t->tok);
     guard_free(&t->guard);
-    if (t->metrics) fclose(t->metrics);
-    if (t->tb) tboard_close(t->tb); /* every record is flushed already: this only closes */
+    if (t->out.metrics) fclose(t->out.metrics);
+    if (t->out.tb) tboard_close(t->out.tb); /* every record is flushed already: this only closes */
     memset(t, 0, sizeof *t);
 }

@@ -12,7 +12,7 @@
 #include "common.h"
 #include "dist.h"
 #include "train/metrics.h"
-#include "train/trainer.h"
+#include "train/train_state.h"
 
 static const char *const phase_names[WD_PHASES] = {
     "between steps", "loading the batch", "forward/backward", "gradient reduction",
@@ -138,7 +138,8 @@ int watchdog_after_step(tsr_trainer *t, const tsr_step_stats *st) {
         if (wd.strikes[r] >= patience && (slow < 0 || all[r].compute > all[slow].compute)) slow = r;
     }
     double tok_s = wall > 0 ? (double)wd.tokens_sum / ((double)wd.n * wall) : 0;
-    double mfu = t->peak_flops > 0 ? t->flops_per_token * tok_s / (world * t->peak_flops) : 0;
+    double mfu = t->out.peak_flops > 0
+                     ? t->out.flops_per_token * tok_s / (world * t->out.peak_flops) : 0;
     const double floor = t->cfg.watchdog.min_mfu;
     wd.mfu_strikes = floor > 0 && mfu < floor ? wd.mfu_strikes + 1 : 0;
     int stop = slow >= 0 || wd.mfu_strikes >= patience;
@@ -154,12 +155,12 @@ int watchdog_after_step(tsr_trainer *t, const tsr_step_stats *st) {
                      "%lld steps in a row", 100 * mfu, 100 * floor, wd.mfu_strikes, (long long)window);
         printf("watchdog: %s: checkpoint, then exit %d = sweep the nodes and requeue\n", why,
                TSR_EXIT_SLOW);
-        if (t->metrics) {
-            fprintf(t->metrics, "{\"step\": %lld, \"event\": \"watchdog\", \"slow_rank\": %d, "
+        if (t->out.metrics) {
+            fprintf(t->out.metrics, "{\"step\": %lld, \"event\": \"watchdog\", \"slow_rank\": %d, "
                     "\"slow_host\": \"%s\", \"mfu\": %.6g, \"reason\": \"%s\"",
                     (long long)t->step, slow, slow >= 0 ? wd.hosts[slow] : "", mfu,
                     slow >= 0 ? "straggler" : "mfu");
-            metrics_end_record(t->metrics);
+            metrics_end_record(t->out.metrics);
         }
     }
     free(all);

@@ -110,7 +110,7 @@ int main(int argc, char **argv) {
     float *logits = tsr_malloc(BT * (size_t)Vp * sizeof(float));
     int64_t counted = 0;
     for (int i = 0; i < GB; i++) {
-        int k = dataset_read_sample(t.train, T, sampler_index(&t.sampler, (uint64_t)i),
+        int k = dataset_read_sample(t.data.train, T, sampler_index(&t.data.sampler, (uint64_t)i),
                                     inputs + (size_t)i * T, targets + (size_t)i * T);
         if (k < 0) tsr_die(TSR_EXIT_DATA, "ref_dump: cannot read sample %d", i);
         counted += k;
@@ -121,7 +121,7 @@ int main(int argc, char **argv) {
     for (int b = 0; b < GB; b += micro) {
         const int32_t *in = inputs + (size_t)b * T, *tg = targets + (size_t)b * T;
         loss_sum += model_forward(m, in, tg, micro, T);
-        t.ops->matmul_forward(logits + (size_t)b * T * Vp, m->acts.lnf, m->params, NULL,
+        t.be.ops->matmul_forward(logits + (size_t)b * T * Vp, m->acts.lnf, m->params, NULL,
                               micro * T, m->C, Vp);
         model_backward(m, in, tg, micro, T, 1.0f / (float)counted);
     }
@@ -143,9 +143,9 @@ int main(int argc, char **argv) {
     for (int s = 0; s < S; s++) {
         tsr_step_stats st;
         trainer_step(&t, &st);
-        /* the batch the step used: single rank, so t.inputs holds the whole global batch */
-        memcpy(all_in + (size_t)s * BT, t.inputs, BT * sizeof(int32_t));
-        memcpy(all_tg + (size_t)s * BT, t.targets, BT * sizeof(int32_t));
+        /* the batch the step used: single rank, so t.data.inputs holds the whole global batch */
+        memcpy(all_in + (size_t)s * BT, t.data.inputs, BT * sizeof(int32_t));
+        memcpy(all_tg + (size_t)s * BT, t.data.targets, BT * sizeof(int32_t));
         loss[s] = st.loss;
         lr[s] = st.lr;
         norm[s] = st.grad_norm;

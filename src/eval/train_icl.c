@@ -1,5 +1,5 @@
 /* train_icl.c — the recipe's icl_tasks scored at the trainer's evaluations (train_icl.h). */
-#include "train/train_icl.h"
+#include "eval/train_icl.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -9,29 +9,28 @@
 #include "eval/icl_score.h"
 #include "train/tboard.h"
 #include "train/metrics.h"
-#include "train/trainer.h"
 
-int train_icl_open(tsr_trainer *t) {
-    if (t->cfg.n_icl == 0) return 0;
+int train_icl_open(icl_suite **out, const tsr_config *cfg, int V, int micro, int T) {
+    *out = NULL;
+    if (cfg->n_icl == 0) return 0;
     /* micro_batch rows of seq_len: the activations allocated for training fit the ICL passes,
      * so nothing beyond the suite's own token buffers is allocated */
-    int B = icl_rows(t->micro);
     icl_suite *s = tsr_calloc(1, sizeof *s);
-    int rc = icl_suite_open(s, t->cfg.icl, t->cfg.n_icl, t->cfg.data.tokenizer, ICL_DEFAULT_SEED,
-                            t->model.V, B, t->T);
+    int rc = icl_suite_open(s, cfg->icl, cfg->n_icl, cfg->data.tokenizer, ICL_DEFAULT_SEED, V,
+                            icl_rows(micro), T);
     if (rc) {
         free(s);
         return rc;
     }
-    t->icl = s;
+    *out = s;
     return 0;
 }
 
-void train_icl_close(tsr_trainer *t) {
-    if (!t->icl) return;
-    icl_suite_close(t->icl);
-    free(t->icl);
-    t->icl = NULL;
+void train_icl_close(icl_suite **s) {
+    if (!*s) return;
+    icl_suite_close(*s);
+    free(*s);
+    *s = NULL;
 }
 
 /* A JSON number, or null when not finite (JSON has no NaN). */
@@ -43,11 +42,11 @@ static void json_num(FILE *f, double v) {
 /* {"event": "icl", "step": S, "tasks": {"<label>": {"accuracy": A, "rescaled": R, "correct": C,
  * "examples": N}, ...}, "gauntlet": G, "seconds": X}; labels are [A-Za-z0-9_.-] (config_icl.c), so
  * they need no escaping. */
-static void log_jsonl(const tsr_trainer *t, const icl_scores *sc, double seconds) {
-    FILE *f = t->metrics;
-    fprintf(f, "{\"event\": \"icl\", \"step\": %lld, \"tasks\": {", (long long)t->step);
+static void log_jsonl(FILE *f, const icl_suite *s, int64_t step, const icl_scores *sc,
+                      double seconds) {
+    fprintf(f, "{\"event\": \"icl\", \"step\": %lld, \"tasks\": {", (long long)step);
     for (int i = 0; i < sc->n; i++) {
-        fprintf(f, "%s\"%s\": {\"accuracy\": ", i ? ", " : "", t->icl->tasks[i].cfg.label);
+        fprintf(f, "%s\"%s\": {\"accuracy\": ", i ? ", " : "", s->tasks[i].cfg.label);
         json_num(f, sc->accuracy[i]);
         fprintf(f, ", \"rescaled\": ");
         json_num(f, sc->rescaled[i]);
@@ -59,26 +58,26 @@ static void log_jsonl(const tsr_trainer *t, const icl_scores *sc, double seconds
     metrics_end_record(f);
 }
 
-void train_icl_run(tsr_trainer *t) {
+void train_icl_run(icl_suite *s, tsr_model *m, const tsr_dist *d, int acts_B, int64_t step,
+                   FILE *metrics, struct tsr_tboard *tb) {
     double t0 = tsr_now();
     icl_scores sc;
-    trainer_ensure_acts(t);
     /* micro_batch = auto may have lowered the rows the activations hold since the suite opened;
      * fewer rows per pass give the same scores (the padding rows count for nothing) */
-    if (t->icl->B > trainer_acts_B(t)) t->icl->B = trainer_acts_B(t);
-    icl_suite_score(t->icl, &t->model, &t->dist, &sc);
+    if (s->B > acts_B) s->B = acts_B;
+    icl_suite_score(s, m, d, &sc);
     double seconds = tsr_now() - t0;
-    if (t->dist.rank != 0) return;
-    printf("eval step %lld | icl", (long long)t->step);
-    for (int i = 0; i < sc.n; i++) printf(" %s %.4f", t->icl->tasks[i].cfg.label, sc.accuracy[i]);
+    if (d->rank != 0) return;
+    printf("eval step %lld | icl", (long long)step);
+    for (int i = 0; i < sc.n; i++) printf(" %s %.4f", s->tasks[i].cfg.label, sc.accuracy[i]);
     printf(" | gauntlet %.4f | %.2f s\n", sc.gauntlet, seconds);
     fflush(stdout);
-    if (t->metrics) log_jsonl(t, &sc, seconds);
+    if (metrics) log_jsonl(metrics, s, step, &sc, seconds);
     char tag[128];
     for (int i = 0; i < sc.n; i++) {
-        snprintf(tag, sizeof tag, "icl/%s/accuracy", t->icl->tasks[i].cfg.label);
-        tboard_scalar(t->tb, tag, sc.accuracy[i]);
+        snprintf(tag, sizeof tag, "icl/%s/accuracy", s->tasks[i].cfg.label);
+        tboard_scalar(tb, tag, sc.accuracy[i]);
     }
-    tboard_scalar(t->tb, "icl/gauntlet", sc.gauntlet);
-    tboard_write_step(t->tb, t->step);
+    tboard_scalar(tb, "icl/gauntlet", sc.gauntlet);
+    tboard_write_step(tb, step);
 }

@@ -1,6 +1,6 @@
 /* fsdp.c — ZeRO-3 / HSDP: units, shards, gathers with prefetch, gradient reduce-scatter, and the
  * checkpoint layout exchange (fsdp.h, docs/sharding.md). */
-#include "train/fsdp.h"
+#include "model/fsdp.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -7,7 +7,9 @@
  * every unit into G contiguous pieces, rank order, of fsdp_piece_len floats each (the last ones
  * short or empty): a rank's shard is its piece of each unit, units in order. Equal pieces are what
  * NCCL's reduce-scatter and all-gather need, so the CUDA path (src/gpu/gpu_shard.c) uses this
- * plan too, with each piece padded to the full length on the device. Weights, gradients and both
+ * plan too, with each piece padded to the full length on the device. It lives with the model (it
+ * is the model's sharded tsr_param_source) so that both the trainer (src/train) and the CUDA path
+ * (src/gpu, below the trainer) include it downward. Weights, gradients and both
  * AdamW moments live only as shards.
  *
  * A step: the model asks for each unit just before using it (tsr_param_source): a layer's weights

@@ -1,0 +1,47 @@
+/* gpu_train_ctx.h — the trainer as the CUDA path sees it (gpu_train.h, gpu_shard.h).
+ *
+ * The trainer's glue (src/train/train_gpu.c) fills it from the trainer: what the library reads
+ * (layout, batch, sharding, optimizer settings) and the host buffers it mirrors (weights in the
+ * host model, AdamW moments, fsdp shards). The library sees nothing else of the trainer, so the
+ * CUDA path depends on the layers below it only (config, model, dist), and the table of entry
+ * points checks the size of this struct, not of the whole trainer.
+ */
+#ifndef TSR_GPU_TRAIN_CTX_H
+#define TSR_GPU_TRAIN_CTX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/config.h"
+#include "dist.h"
+#include "model/model.h"
+#include "model/fsdp.h"
+
+/* parallel.sharding as the GPU runs it: zero1 on one rank is ddp, as on the CPU */
+typedef enum { GPU_SHARD_DDP = 0, GPU_SHARD_ZERO1 = 1, GPU_SHARD_FSDP = 3 } gpu_shard_mode;
+
+typedef struct gpu_train_ctx {
+    const tsr_dist *dist;
+    tsr_model *model;          /* the host model: the layout, the host mirror of the weights, and
+                                * the evaluation calls the library routes to the device */
+    gpu_shard_mode mode;
+    int G;                     /* ranks per sharding group (zero3: the world; hsdp: the group) */
+    int evals;                 /* the run evaluates (validation set or ICL tasks) */
+    int T, micro;              /* seq_len, the microbatch in use */
+    int64_t per_rank;          /* sequences per rank and step */
+    int auto_micro;            /* micro_batch = auto: the plan must fit a microbatch of 1 */
+    const int32_t *inputs, *targets; /* this rank's batch (per_rank, T) */
+    const tsr_optim_config *optim;
+    float decay[TSR_P_COUNT];  /* each tensor's weight decay (optim.weight_decay, or 0 by kind) */
+    float *m, *v;              /* host mirror of the AdamW moments: ddp (n_params); zero1 the
+                                * rank's part of the flat partition; zero3 / hsdp the fsdp shard */
+    const size_t *part_counts, *part_displs; /* the flat partition over the world (per rank) */
+    tsr_fsdp *fsdp;            /* zero3 / hsdp: the host shards and their plan */
+    /* zero3 / hsdp: the host shards gathered into model->params (on = 1) or freed (on = 0) */
+    void (*host_weights)(void *owner, int on);
+    void *owner;
+    char device_name[128];     /* set by init: the GPU's name (its peak FLOP/s) */
+    struct tsr_gpu_train *state; /* the library's, NULL before init and after free */
+} gpu_train_ctx;
+
+#endif

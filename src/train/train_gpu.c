@@ -1,0 +1,102 @@
+/* train_gpu.c — the trainer's side of device = cuda (train_gpu.h). */
+#include "train/train_gpu.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "train/metrics.h"
+#include "train/train_state.h"
+
+/* the host shards gathered into model.params or freed (zero3 / hsdp: sampling on the host) */
+static void host_weights(void *owner, int on) { trainer_host_weights(owner, on); }
+
+/* The context the CUDA path sees (gpu_train_ctx.h), from the trainer. */
+static void fill(gpu_train_ctx *c, const tsr_trainer *t) {
+    memset(c, 0, sizeof *c);
+    const tsr_config *cfg = &t->cfg;
+    c->dist = &t->dist;
+    c->model = (tsr_model *)&t->model;
+    /* zero1 on one rank is ddp, as on the CPU */
+    c->mode = cfg->sharding == TSR_SHARD_DDP ? GPU_SHARD_DDP
+              : cfg->sharding != TSR_SHARD_ZERO1 ? GPU_SHARD_FSDP
+              : t->dist.world > 1 ? GPU_SHARD_ZERO1 : GPU_SHARD_DDP;
+    c->G = t->dist.world;
+    int G = t->dist.world;
+    if (c->mode == GPU_SHARD_FSDP &&
+        trainer_shard_group(cfg, t->dist.world, t->dist.local_world, &G) == 0)
+        c->G = G;
+    c->evals = cfg->data.val[0] != '\0' || cfg->n_icl > 0;
+    c->T = t->T, c->micro = t->micro, c->per_rank = t->per_rank, c->auto_micro = t->auto_micro;
+    c->inputs = t->data.inputs, c->targets = t->data.targets;
+    c->optim = &cfg->optim;
+    for (int i = 0; i < TSR_P_COUNT; i++)
+        c->decay[i] = trainer_param_decays(&cfg->optim, t->model.params_info[i].kind)
+                          ? (float)cfg->optim.weight_decay : 0.0f;
+    c->m = t->part.m, c->v = t->part.v;
+    c->part_counts = t->part.part_counts, c->part_displs = t->part.part_displs;
+    c->fsdp = (tsr_fsdp *)&t->part.fsdp;
+    c->host_weights = host_weights;
+    c->owner = (void *)t;
+}
+
+void train_gpu_print_plan(const tsr_trainer *t) {
+    if (t->dist.rank != 0) return;
+    gpu_train_ctx c;
+    fill(&c, t);
+    size_t fixed, evb, acts = gpu_train_acts_bytes(&c, t->micro);
+    gpu_train_plan_bytes(&c, &fixed, &evb);
+    char a[32], tot[32], st[32], ev[32];
+    metrics_human_bytes(a, sizeof a, (double)acts);
+    metrics_human_bytes(tot, sizeof tot, (double)(fixed + acts));
+    metrics_human_bytes(st, sizeof st, (double)(fixed - evb));
+    metrics_human_bytes(ev, sizeof ev, (double)evb);
+    if (c.mode != GPU_SHARD_DDP) {
+        printf("device memory per rank (cuda, bf16 activations, %s over %d ranks): shards, "
+               "gathered weights and communication buffers %s, %s%s%sactivations %s per "
+               "microbatch of %d x %d; total %s\n",
+               c.mode == GPU_SHARD_ZERO1 ? "zero1" : c.G < t->dist.world ? "hsdp" : "zero3", c.G,
+               st, evb ? "full weights while evaluating " : "", evb ? ev : "", evb ? ", " : "",
+               a, t->micro, t->T, tot);
+        return;
+    }
+    char w[32], g[32], o[32];
+    double nb = (double)t->model.n_params;
+    metrics_human_bytes(w, sizeof w, nb * (double)(sizeof(float) + sizeof(uint16_t) /* bf16 */));
+    metrics_human_bytes(g, sizeof g, nb * sizeof(float));
+    metrics_human_bytes(o, sizeof o, nb * 2 * sizeof(float));
+    printf("device memory per rank (cuda, bf16 activations): weights %s (fp32 master + bf16 "
+           "copy), grads %s, AdamW %s, activations %s per microbatch of %d x %d; total %s\n",
+           w, g, o, a, t->micro, t->T, tot);
+}
+
+/* The GPU's peak bf16 FLOP/s from its name ("NVIDIA H100 80GB HBM3" -> H100), else 0. */
+static double peak_of(const char *name) {
+    const char *known[] = {"H100", "H200", "A100"};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strstr(name, known[i])) return metrics_peak_flops(known[i], 1);
+    return 0.0;
+}
+
+int train_gpu_init(tsr_trainer *t) {
+    t->be.gpu = tsr_malloc(sizeof *t->be.gpu);
+    fill(t->be.gpu, t);
+    int rc = gpu_train_init(t->be.gpu);
+    if (t->cfg.peak_flops <= 0 && t->be.gpu->device_name[0])
+        t->out.peak_flops = peak_of(t->be.gpu->device_name);
+    return rc;
+}
+
+gpu_train_ctx *train_gpu(tsr_trainer *t) {
+    t->be.gpu->micro = t->micro;
+    return t->be.gpu;
+}
+
+void train_gpu_free(tsr_trainer *t) {
+    if (!t->be.gpu) return;
+    gpu_train_free(t->be.gpu);
+    free(t->be.gpu);
+    t->be.gpu = NULL;
+}

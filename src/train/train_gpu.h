@@ -1,0 +1,21 @@
+/* train_gpu.h — the trainer's side of device = cuda: fills the CUDA path's narrow context
+ * (gpu/gpu_train_ctx.h) from the trainer, prints its device memory plan, and hands the context to
+ * the gpu_train_* calls (gpu/gpu_train.h). The library sees nothing else of the trainer. */
+#ifndef TSR_TRAIN_GPU_H
+#define TSR_TRAIN_GPU_H
+
+#include "gpu/gpu_train.h"
+
+struct tsr_trainer;
+
+/* The device memory plan per rank for the trainer's model, sharding and microbatch (rank 0
+ * prints; --plan too, where nothing is allocated). */
+void train_gpu_print_plan(const struct tsr_trainer *t);
+/* After the host weights are initialised: fills t->gpu and starts the library (gpu_train_init);
+ * without optim peak_flops, the GPU's peak bf16 FLOP/s by its name. 0 or an exit code. */
+int train_gpu_init(struct tsr_trainer *t);
+/* t->gpu with the trainer's current microbatch (micro_batch = auto lowers it). */
+gpu_train_ctx *train_gpu(struct tsr_trainer *t);
+void train_gpu_free(struct tsr_trainer *t);
+
+#endif

@@ -1,0 +1,56 @@
+/* train_state.c — the small questions asked of the trainer's state (train_state.h). */
+#include "train/train_state.h"
+
+#include <limits.h>
+
+#include "common.h"
+#include "gpu/gpu_train.h"
+
+int trainer_shard_group(const tsr_config *cfg, int world, int local_world, int *G) {
+    *G = world;
+    if (cfg->sharding != TSR_SHARD_HSDP) return 0;
+    *G = cfg->replica_group > 0 ? (int)cfg->replica_group : local_world;
+    if (*G < 1 || world % *G != 0) {
+        tsr_error("parallel.replica_group = %lld%s: the %d ranks do not split into groups of %d "
+                  "(hsdp shards within a group and replicates across groups): choose a divisor "
+                  "of the rank count", (long long)cfg->replica_group,
+                  cfg->replica_group > 0 ? "" : " (the ranks of one node)", world, *G);
+        return TSR_EXIT_USAGE;
+    }
+    return 0;
+}
+
+void trainer_full_weights(tsr_trainer *t, int on) {
+    if (t->be.gpu) gpu_train_full_weights(t->be.gpu, on);
+    else trainer_host_weights(t, on);
+}
+
+void trainer_host_weights(tsr_trainer *t, int on) {
+    if (!t->part.fsdp_on) return;
+    tsr_model *m = &t->model;
+    if (on) {
+        m->params = fsdp_gather_full(&t->part.fsdp);
+        m->src = NULL;
+    } else {
+        t->be.ops->free(m->params);
+        m->params = NULL;
+        m->src = &t->part.fsdp.src;
+    }
+}
+
+int trainer_micro_at_most(const tsr_trainer *t, int64_t at_most) {
+    int64_t b = at_most < t->per_rank ? at_most : t->per_rank;
+    if (b > INT_MAX) b = INT_MAX;
+    while (b > 1 && t->per_rank % b != 0) b--;
+    return b < 1 ? 1 : (int)b;
+}
+
+int trainer_acts_B(const tsr_trainer *t) {
+    return t->be.gpu ? gpu_train_acts_B(t->be.gpu) : t->model.acts.B;
+}
+
+int trainer_param_decays(const tsr_optim_config *o, tsr_param_kind kind) {
+    if (kind == TSR_PK_EMBEDDING) return o->decay_embeddings;
+    if (kind == TSR_PK_NORM || kind == TSR_PK_BIAS) return o->decay_norms_biases;
+    return 1;
+}

@@ -1,0 +1,152 @@
+/* train_state.h — the trainer's state, in owned parts, and the small questions asked of it.
+ *
+ * The lowest header of src/train/ but guard.h: the modules that work on the trainer (metrics,
+ * train_data, checkpointing, watchdog, train_gpu) include this, not trainer.h, and trainer.c,
+ * which drives them, sits above them all, so no include goes around in a circle.
+ *
+ * Batch math (docs/architecture.md "Data flow", docs/training.md): global_batch sequences per
+ * optimizer step; rank r of W takes global positions [s*GB + r*GB/W, s*GB + (r+1)*GB/W) of the
+ * sampler's stream in microbatches of micro_batch; the loss is the mean over all counted target
+ * tokens of the global batch, so the update does not depend on W beyond floating-point summation
+ * order.
+ */
+#ifndef TSR_TRAIN_STATE_H
+#define TSR_TRAIN_STATE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "config/config.h"
+#include "data/data.h"
+#include "data/mix.h"
+#include "dist.h"
+#include "model/model.h"
+#include "model/fsdp.h"
+#include "train/guard.h"
+
+typedef struct tsr_step_stats {
+    int64_t step;          /* 1-based index of the step just taken */
+    double loss;           /* mean loss over the global batch's counted targets */
+    double lr, grad_norm;  /* lr used; global grad norm before clipping */
+    int64_t tokens;        /* counted target tokens in the global batch */
+    double step_time;      /* seconds */
+    double compute_time;   /* seconds of forward/backward on this rank, no collective waits */
+    double peak_mem;       /* bytes: the most the training device's allocator held at once so far
+                            * (cpu: tsr_ops allocations; cuda: device memory), largest rank */
+    double peak_rss;       /* bytes: the process's peak resident memory so far, largest rank */
+    int64_t data_batch;    /* index of the global batch in the data stream (docs/spike-guard.md) */
+    tsr_guard_verdict verdict; /* GUARD_OK: the update was applied normally */
+    char why[512];         /* the guard's reason when verdict != GUARD_OK */
+    int rebaselined;       /* the guard restarted its window after this step's outlier */
+    int phase_switch;      /* this step's batch starts a curriculum phase */
+} tsr_step_stats;
+
+struct tsr_stager;
+struct icl_suite;
+struct gpu_train_ctx;
+struct trainer_strategy;
+
+/* The data streams and this rank's batch (owner: train/train_data.c). data.train alone is one
+ * stream named "train"; data.mix lists several. Global batch d of the data stream is composed by
+ * `mix`. */
+typedef struct tsr_train_data {
+    tsr_dataset *train, *val;    /* train = streams[0] */
+    tsr_sampler sampler;         /* = samplers[0] */
+    int n_streams;
+    tsr_dataset *streams[TSR_MAX_STREAMS];
+    const char *stream_names[TSR_MAX_STREAMS], *stream_paths[TSR_MAX_STREAMS];
+    tsr_sampler samplers[TSR_MAX_STREAMS];
+    tsr_mix mix;
+    int64_t stream_seen[TSR_MAX_STREAMS];   /* samples trained on per stream (not skipped away) */
+    int64_t stream_loaded[TSR_MAX_STREAMS]; /* this rank's samples per stream in the current batch */
+    int *slot_stream;            /* (per_rank) scratch of load_batch */
+    uint64_t *slot_pos;
+    struct tsr_stager *stagers[TSR_MAX_STREAMS]; /* data.stage_to, else NULL */
+    int *node_ranks, n_node_ranks; /* global ranks on this node (staging) */
+    int stage_started;
+    int64_t stage_last[2];       /* staged / in-place reads at the last window boundary */
+    int64_t data_offset;         /* data batch of step s (0-based) = s + data_offset (rollbacks) */
+    int32_t *inputs, *targets;   /* this rank's batch (per_rank, T) */
+} tsr_train_data;
+
+/* Who owns which parameters (owner: trainer.c plan_shards and init_sharded; checkpointing.c does
+ * its I/O through it). The flat parameters are partitioned over the ranks (part_*: 16-float
+ * aligned, rank order). ZeRO-1 (zero1 = 1): rank r owns its part [shard_lo, shard_hi), keeps
+ * AdamW state for it only, receives its summed gradients by reduce-scatter and all-gathers its
+ * updated parameters. DDP: every rank owns [0, n_params), gradients are all-reduced, and the
+ * partition only splits checkpoint I/O. ZeRO-3 / HSDP (fsdp_on): weights, gradients and moments
+ * live as fsdp shards (model/fsdp.h); m, v are (fsdp.shard_n) in shard order, model.params/grads
+ * are NULL. */
+typedef struct tsr_train_part {
+    int zero1;
+    size_t shard_lo, shard_hi;
+    int fsdp_on, fsdp_group;     /* fsdp_group: G, the ranks that share one copy of the state */
+    tsr_fsdp fsdp;
+    float *ckio[3];              /* fsdp checkpoint I/O: weights, m, v in the flat partition */
+    size_t *part_counts, *part_displs; /* per rank (size_t: a flat buffer may pass 2^31 floats) */
+    float *gslice;               /* ZeRO-1: summed gradients of the owned slice */
+    float *m, *v;                /* AdamW moments of the owned slice */
+} tsr_train_part;
+
+/* What the run reports (owner: train/metrics.c). */
+typedef struct tsr_train_out {
+    FILE *metrics;               /* run_dir/metrics.jsonl on rank 0, else NULL */
+    struct tsr_tboard *tb;       /* run_dir/tb/ event file on rank 0 (train/tboard.h), else NULL */
+    double flops_per_token, peak_flops, time_sum; /* time_sum: this process's steps 2.. */
+    int64_t steps_run;           /* steps run by this process (the ETA and average divide by it) */
+    struct {                     /* the checkpoint read at start (resume, init-from), read before */
+        char what[16];           /* run_dir is opened: logged by trainer_open_run_dir; "" none */
+        char path[1200];
+        double seconds;
+        uint64_t bytes;
+    } start_load;
+} tsr_train_out;
+
+/* Where the step runs (owner: trainer.c; the CUDA path: train/train_gpu.c). */
+typedef struct tsr_train_backend {
+    const tsr_ops *ops;          /* the host's fp32 ops */
+    struct gpu_train_ctx *gpu;   /* device = cuda: what the CUDA path sees (train/train_gpu.h),
+                                  * else NULL */
+    const struct trainer_strategy *strategy; /* ddp, zero1, fsdp or device (trainer.c) */
+    int threads;
+} tsr_train_backend;
+
+typedef struct tsr_trainer {
+    tsr_config cfg;
+    tsr_dist dist;
+    tsr_model model;
+    tsr_guard guard;
+    int T, micro;                /* seq_len, micro_batch (the value in use) */
+    int auto_micro;              /* micro_batch = auto: micro starts at per_rank (or the value a
+                                  * resumed checkpoint kept) and halves on out-of-memory */
+    int64_t per_rank, step, total_steps, warmup_steps, eval_every, tokens_seen;
+    int64_t save_every;          /* steps between checkpoints, 0 = only at the end */
+    int64_t optim_step;          /* AdamW updates applied (the bias-correction step) */
+    struct icl_suite *icl;       /* icl_tasks, scored at each eval (eval/train_icl.h), else NULL */
+    struct tsr_tokenizer *tok;   /* data.tokenizer, loaded at start (decodes the samples), else NULL */
+    tsr_train_data data;
+    tsr_train_part part;
+    tsr_train_out out;
+    tsr_train_backend be;
+} tsr_trainer;
+
+/* Sequences the allocated activations hold (on the device with device = cuda); 0: none yet. */
+int trainer_acts_B(const tsr_trainer *t);
+/* Whether tensors of this kind get weight decay (optim.decay_embeddings, decay_norms_biases). */
+int trainer_param_decays(const tsr_optim_config *o, tsr_param_kind kind);
+/* micro_batch = auto: the largest divisor of the per-rank batch that is at most `at_most` (>= 1). */
+int trainer_micro_at_most(const tsr_trainer *t, int64_t at_most);
+/* parallel.sharding = zero3 | hsdp: the ranks per sharding group (zero3: the world; hsdp:
+ * parallel.replica_group, 0 = the ranks of one node). 0 and *G, or TSR_EXIT_USAGE after naming the
+ * key when G does not divide the world. */
+int trainer_shard_group(const tsr_config *cfg, int world, int local_world, int *G);
+/* ZeRO-3 / HSDP: on = 1 gathers the full weights for evaluation (like FSDP's
+ * summon_full_params): into model.params on every rank on the CPU (eval, ICL and sampling run on
+ * them), into the device model under device = cuda (gpu_train_full_weights); on = 0 frees them.
+ * Collective; nothing under ddp and zero1. */
+void trainer_full_weights(tsr_trainer *t, int on);
+/* The host half of it: the host shards gathered into model.params (the CPU backend, and the
+ * end-of-run sample of a sharded GPU run after its shards are pulled). */
+void trainer_host_weights(tsr_trainer *t, int on);
+
+#endif
