@@ -13,6 +13,7 @@
  */
 #include "model/decoder.h"
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,15 @@ static strides strides_of(const tsr_model *m, const tsr_backend *be, int B, int 
                      layer_stride(N * m->F, e, al), layer_stride(N * 3 * m->C, e, al),
                      layer_stride(be->attention_saved(B, T, m->NH), f, al)};
 }
+
+/* tsr_acts' named view lies over buf[] in tsr_act_id order (model.h) */
+#define NAMED_AT(field, id) (offsetof(tsr_acts, field) == offsetof(tsr_acts, buf) + (id) * sizeof(void *))
+_Static_assert(NAMED_AT(encoded, TSR_A_ENCODED) && NAMED_AT(att, TSR_A_ATT) &&
+               NAMED_AT(residual3, TSR_A_RES3) && NAMED_AT(probs, TSR_A_LOGITS) &&
+               NAMED_AT(dlosses, TSR_A_DLOSSES) && NAMED_AT(seq, TSR_A_SEQ) &&
+               NAMED_AT(greedy, TSR_A_GREEDY),
+               "tsr_acts: the named buffers vs tsr_act_id");
+#undef NAMED_AT
 
 /* Bytes of every buffer of tsr_acts for B x T on be (0: not allocated). */
 static void act_plan(const tsr_model *m, const tsr_backend *be, int B, int T,
