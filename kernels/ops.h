@@ -1,4 +1,7 @@
-/* ops.h — the op interface every backend implements (CPU fp32 oracle now, CUDA bf16 later).
+/* ops.h — the fp32 op table: the CPU backend's kernels (kernels/cpu/), the oracle every other
+ * backend is tested against. The decoder (src/model/decoder.c) does not call it directly: it runs
+ * on the typed backend interface of kernels/backend.h, whose fp32 implementation (cpu_backend.c)
+ * is built on this table, and whose bf16 one (src/gpu/gpu_model.c) on kernels/cuda/cuda_ops.h.
  *
  * Dimension vocabulary (fixed for the whole code base):
  *   B  sequences in a microbatch      T  sequence length          C  channels (d_model)
@@ -94,6 +97,20 @@ typedef struct tsr_ops {
      * >= V are written 0. WRITES, may alias probs. dlosses (N) */
     void (*softmax_xent_backward)(float *dlogits, const float *dlosses, const float *probs,
                                   const int32_t *targets, int N, int V, int Vp);
+
+    /* Decoding over a KV cache (one layer; docs/generate.md): stores the keys and values of rows
+     * p0..p0+c-1 of qkv (c,3C) into kt (NH,hs,cap) (keys transposed per head) and v (NH,cap,hs),
+     * then out (c,C) = attention of each row p over the cached positions seg..p, with the scores,
+     * softmax and products of attention_forward in the same order (the same bits as a forward
+     * over the segment alone). scratch (nscratch, cap): one score row per thread (at most
+     * nscratch threads). */
+    void (*attention_decode)(float *out, float *kt, float *v, const float *qkv,
+                             const float *alibi_slopes, float *scratch, int nscratch, int p0,
+                             int c, int seg, int cap, int C, int NH);
+    /* out (OC) = inp (IC) @ w^T + bias (or NULL): one row, the decode step's matrix-vector
+     * product (another summation order than matmul_forward). */
+    void (*matvec_forward)(float *out, const float *inp, const float *w, const float *bias,
+                           int IC, int OC);
 
     /* sum of squares of g (n) in double, for the global gradient norm */
     double (*sumsq)(const float *g, size_t n);

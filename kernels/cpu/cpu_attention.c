@@ -268,3 +268,63 @@ void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, co
         free(vt);
     }
 }
+
+/* ---- decoding over a KV cache ------------------------------------------------------------- */
+
+/* Keys and values of rows p0..p0+c-1 (from qkv (c,3C) = [q | k | v]) into one layer's cache:
+ * kt (NH, hs, cap) keys transposed per head, v (NH, cap, hs). */
+static void cache_store(float *kt, float *v, const float *qkv, int p0, int c, int cap, int C,
+                        int NH) {
+    const int hs = C / NH;
+    for (int i = 0; i < c; i++) {
+        const float *k = qkv + (size_t)i * 3 * C + C, *vi = k + C;
+        const size_t p = (size_t)(p0 + i);
+        for (int h = 0; h < NH; h++) {
+            float *kth = kt + (size_t)h * hs * cap + p;
+            for (int d = 0; d < hs; d++) kth[(size_t)d * cap] = k[h * hs + d];
+            memcpy(v + ((size_t)h * cap + p) * hs, vi + h * hs, (size_t)hs * sizeof(float));
+        }
+    }
+}
+
+/* One head of one row at position p of its sequence (which starts at kt, v): the same arithmetic
+ * as cpu_attention_forward's tiles, one column at a time:
+ *   s_j = (fmaf-chain over d of q_d k_j[d]) * scale,  a = softmax_causal_row(s),
+ *   out[d] = fmaf-chain over j of a_j v_j[d].
+ * q (hs), kt (hs, cap), v (cap, hs), row (p+1) scratch, out (hs) */
+static void decode_row(float *out, float *row, const float *q, const float *kt, const float *v,
+                       int cap, int hs, int p, float slope, float scale) {
+    const int n = p + 1;
+    for (int j = 0; j < n; j++) row[j] = 0.0f;
+    for (int d = 0; d < hs; d++) {
+        const float a = q[d], *k = kt + (size_t)d * cap;
+        for (int j = 0; j < n; j++) row[j] = fmaf(a, k[j], row[j]);
+    }
+    for (int j = 0; j < n; j++) row[j] = scale * row[j];
+    softmax_causal_row(row, 0, p, n, slope);
+    for (int d = 0; d < hs; d++) out[d] = 0.0f;
+    for (int j = 0; j < n; j++) {
+        const float a = row[j], *vj = v + (size_t)j * hs;
+        for (int d = 0; d < hs; d++) out[d] = fmaf(a, vj[d], out[d]);
+    }
+}
+
+/* Attention work (multiply-adds) below which a decode step stays on one thread. */
+#define DECODE_PAR_MIN 32768
+
+void cpu_attention_decode(float *out, float *kt, float *v, const float *qkv,
+                          const float *alibi_slopes, float *scratch, int nscratch, int p0, int c,
+                          int seg, int cap, int C, int NH) {
+    const int hs = C / NH;
+    const float scale = 1.0f / sqrtf((float)hs);
+    cache_store(kt, v, qkv, p0, c, cap, C, NH);
+    const long tasks = (long)c * NH, work = tasks * (p0 + c - seg) * hs;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nscratch) if (work >= DECODE_PAR_MIN)
+    for (long t = 0; t < tasks; t++) {
+        const int i = (int)(t / NH), h = (int)(t % NH);
+        float *row = scratch + (size_t)omp_get_thread_num() * cap;
+        decode_row(out + (size_t)i * C + (size_t)h * hs, row, qkv + (size_t)i * 3 * C + h * hs,
+                   kt + (size_t)h * hs * cap + seg, v + ((size_t)h * cap + seg) * hs, cap, hs,
+                   p0 + i - seg, alibi_slopes ? alibi_slopes[h] : 0.0f, scale);
+    }
+}

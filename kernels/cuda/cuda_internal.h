@@ -37,7 +37,7 @@ typedef __nv_bfloat16 bf16;
         if (!(cond)) tcu_fail((what), (fmt_value), __FILE__, __LINE__);                         \
     } while (0)
 
-/* The process-wide context tcu_init makes (cuda_common.cu). */
+/* The process-wide context tcu_init makes (cuda_context.cu; the data lives in cuda_common.cu). */
 typedef struct tcu_context {
     int device;
     int sm_count;
@@ -47,6 +47,7 @@ typedef struct tcu_context {
     size_t lt_workspace_bytes;
 } tcu_context;
 extern tcu_context tcu_ctx;
+extern bool tcu_initialised; /* tcu_init ran (cuda_context.cu) and tcu_shutdown did not since */
 /* dies unless tcu_init ran */
 const tcu_context *tcu_context_get(const char *what);
 /* free the scratch cuda_elementwise.cu and cuda_layernorm.cu cache (tcu_shutdown calls them) */

@@ -1,6 +1,7 @@
 /* gpu_model.h — the decoder of model.h on the CUDA backend (kernels/cuda/cuda_ops.h).
  *
- * Same layout, same maths, GPU precisions (docs/cuda.md): fp32 master weights, their bf16 copy
+ * The sequence is src/model/decoder.c's, on the CUDA implementation of kernels/backend.h that
+ * gpu_model.c fills in (docs/decoder.md). Same layout, same maths, GPU precisions (docs/cuda.md): fp32 master weights, their bf16 copy
  * that the ops read, fp32 gradients, bf16 activations, fp32 statistics and losses. The flat
  * buffers use the host model's offsets (tsr_model.params_info), so one copy moves weights or
  * gradients between host and device whole. Activations are stacked per layer like the CPU's; the
@@ -19,6 +20,7 @@
 #include <stdint.h>
 
 #include "cuda_ops.h"
+#include "backend.h"
 #include "model/model.h"
 
 /* Which flat buffers the model holds (parallel.sharding): ddp all three (fp32 master weights,
@@ -47,20 +49,9 @@ typedef struct tsr_gpu_model {
     float *grads;       /* (n_params) fp32, or NULL under GPU_STATE_NONE */
     const gpu_param_source *src; /* zero3 / hsdp */
     float *slopes;      /* (NH) ALiBi slopes, or NULL */
-    int B, T;           /* activations allocated for B x T (0: none) */
-    /* activations (bf16 unless noted); per-layer stacks (L, B, T, ...) */
-    tsr_bf16 *encoded, *ln1, *qkv, *atty, *res2, *ln2, *fch, *fchg, *res3, *lnf, *logits, *scratch;
-    float *ln1m, *ln1r, *ln2m, *ln2r, *lnfm, *lnfr; /* LayerNorm statistics (fp32) */
-    float *lse;                                     /* (L, B, NH, T) attention log-sum-exp */
-    float *losses, *dlosses;                        /* (B, T) fp32 */
-    /* gradient scratch, reused layer by layer */
-    tsr_bf16 *dres, *dln, *datty, *dqkv, *dfch, *dfchg;
-    void *att_scratch;
-    int32_t *tokens, *targets, *seq, *pos;          /* (B, T); seq, pos only with attn_mask = document */
-    int32_t *greedy;                                /* (B, T) the logits' argmax (token scores) */
-    /* host scratch */
-    int32_t *seq_host, *pos_host;
-    float *losses_host, *dlosses_host;
+    int B, T;           /* activations allocated for B x T (0: none; = a.B, a.T) */
+    tsr_backend be;     /* the CUDA backend (bf16) on stream s: the decoder's interface */
+    tsr_acts a;         /* activations (bf16, statistics fp32), laid out by src/model/decoder.c */
 } tsr_gpu_model;
 
 /* Device bytes of the flat weights and gradients the state holds. */

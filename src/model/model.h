@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "config/config.h"
+#include "backend.h"
 #include "ops.h"
 
 /* Parameter tensors, in the order they are laid out in the flat parameter buffer. */
@@ -50,35 +51,60 @@ typedef struct tsr_param_info {
     size_t offset, numel; /* into the flat buffer; numel 0 = absent in this model */
 } tsr_param_info;
 
-/* Activations. Per-layer tensors are stacked (Lk, ...): Lk = L, except under activation
- * checkpointing (docs/model.md) for the tensors the mode recomputes, where Lk = L - Lc + 1: index 0
- * is one layer of buffers shared by the Lc checkpointed layers (written by their forward, rewritten
- * by the recomputation before each one's backward), then one per other layer in layer order. */
+/* Activations, on the model's backend (src/model/decoder.c lays them out for either one; the plan
+ * is decoder.c's act_plan). Per-layer tensors are stacked (Lk, ...): Lk = L, except under
+ * activation checkpointing (docs/model.md) for the tensors the mode recomputes, where
+ * Lk = L - Lc + 1: index 0 is one layer of buffers shared by the Lc checkpointed layers (written by
+ * their forward, rewritten by the recomputation before each one's backward), then one per other
+ * layer in layer order. A stack's layers are each aligned to the backend's align bytes (the fp32
+ * backend: packed). The buffers are buf[tsr_act_id]; the named view beside them is typed for the
+ * fp32 backend (on the CUDA backend the act-typed ones hold bf16). */
+typedef enum {
+    TSR_A_ENCODED = 0, TSR_A_LN1, TSR_A_LN1_MEAN, TSR_A_LN1_RSTD, TSR_A_QKV, TSR_A_ATTY, TSR_A_ATT,
+    TSR_A_RES2, TSR_A_LN2, TSR_A_LN2_MEAN, TSR_A_LN2_RSTD, TSR_A_FCH, TSR_A_FCHG, TSR_A_RES3,
+    TSR_A_LNF, TSR_A_LNF_MEAN, TSR_A_LNF_RSTD, TSR_A_LOGITS, TSR_A_LOSSES, TSR_A_SCRATCH,
+    TSR_A_DRES, TSR_A_DLN, TSR_A_DATTY, TSR_A_DQKV, TSR_A_DFCH, TSR_A_DFCHG, TSR_A_DLOSSES,
+    TSR_A_SEQ, TSR_A_POS, TSR_A_ATT_SCRATCH, TSR_A_TOKENS, TSR_A_TARGETS, TSR_A_GREEDY,
+    TSR_A_COUNT
+} tsr_act_id;
+
 typedef struct tsr_acts {
     int B, T;            /* allocated for this microbatch shape (smaller B also works) */
-    float *encoded;      /* (B,T,C) */
-    float *ln1, *ln1_mean, *ln1_rstd;    /* (Lk,B,T,C), (Lk,B,T), (Lk,B,T); block drops them */
-    float *qkv;          /* (Lk,B,T,3C); block and attention drop qkv, atty, att */
-    float *atty;         /* (Lk,B,T,C) */
-    float *att;          /* (Lk,B,NH,T,T) */
-    float *residual2;    /* (Lk,B,T,C); block drops residual2 and ln2 (with stats) */
-    float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fch_gelu; /* (Lk,B,T,F); block and mlp drop them */
-    float *residual3;    /* (L,B,T,C) always kept: layer l+1's input, where recomputing starts */
-    float *lnf, *lnf_mean, *lnf_rstd; /* (B,T,C), (B,T), (B,T) */
-    float *probs;        /* (B,T,Vp) logits, then softmax in place, then dlogits in place */
-    float *losses;       /* (B,T) */
-    float *scratch;      /* (B,T,C) attproj / fcproj outputs */
-    /* gradient scratch, reused layer by layer */
-    float *dresidual;    /* (B,T,C) the residual stream's gradient */
-    float *dln, *datty;  /* (B,T,C) */
-    float *dqkv;         /* (B,T,3C) */
-    float *dfch, *dfch_gelu; /* (B,T,F) */
-    float *dlosses;      /* (B,T) */
-    /* attn_mask = document only (else NULL): made from the tokens by model_forward, reused by
-     * model_backward */
-    int32_t *seq;        /* (B,T) segment ids: the count of eot_tokens before each position */
-    int32_t *pos;        /* (B,T) position in the segment (learned positions only) */
+    int dlogits;         /* the last forward replaced the logits by their gradient (fused) */
+    union {
+        void *buf[TSR_A_COUNT];
+        struct { /* in tsr_act_id order */
+            float *encoded;      /* (B,T,C) */
+            float *ln1, *ln1_mean, *ln1_rstd; /* (Lk,B,T,C), (Lk,B,T), (Lk,B,T); block drops them */
+            float *qkv;          /* (Lk,B,T,3C); block and attention drop qkv, atty, att */
+            float *atty;         /* (Lk,B,T,C) */
+            float *att;          /* (Lk, backend's attention_saved): fp32 (B,NH,T,T) probabilities */
+            float *residual2;    /* (Lk,B,T,C); block drops residual2 and ln2 (with stats) */
+            float *ln2, *ln2_mean, *ln2_rstd;
+            float *fch, *fch_gelu; /* (Lk,B,T,F); block and mlp drop them */
+            float *residual3;    /* (L,B,T,C) always kept: layer l+1's input, where recomputing starts */
+            float *lnf, *lnf_mean, *lnf_rstd; /* (B,T,C), (B,T), (B,T) */
+            float *probs;        /* (B,T,Vp) logits, then softmax in place, then dlogits in place */
+            float *losses;       /* (B,T) */
+            float *scratch;      /* (B,T,C) attproj / fcproj outputs */
+            /* gradient scratch, reused layer by layer */
+            float *dresidual;    /* (B,T,C) the residual stream's gradient */
+            float *dln, *datty;  /* (B,T,C) */
+            float *dqkv;         /* (B,T,3C) */
+            float *dfch, *dfch_gelu; /* (B,T,F) */
+            float *dlosses;      /* (B,T) */
+            /* attn_mask = document only (else NULL): made from the tokens by model_forward,
+             * reused by model_backward */
+            int32_t *seq;        /* (B,T) segment ids: the count of eot_tokens before each position */
+            int32_t *pos;        /* (B,T) position in the segment (learned positions only) */
+            void *att_scratch;   /* the backend's attention_scratch bytes, or NULL */
+            /* a device backend's copies of the host arrays (NULL on a host backend) */
+            int32_t *tokens, *targets, *greedy; /* (B,T) */
+        };
+    };
+    /* host staging for a device backend (NULL on a host backend) */
+    int32_t *seq_host, *pos_host;
+    float *losses_host, *dlosses_host;
 } tsr_acts;
 
 /* Sharded parameters (parallel.sharding = zero3 | hsdp, src/train/fsdp.h). When a model has a
@@ -96,6 +122,7 @@ typedef struct tsr_param_source {
 typedef struct tsr_model {
     tsr_model_config cfg;
     const tsr_ops *ops;
+    tsr_backend be;          /* the fp32 backend over ops, which model_forward runs on */
     int L, C, NH, F, V, Vp, maxT;
     tsr_param_info params_info[TSR_P_COUNT];
     size_t n_params;         /* floats in the flat buffer (including padded vocab rows) */

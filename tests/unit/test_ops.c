@@ -18,11 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "cpu/cpu_internal.h"
 #include "ops.h"
 #include "tap.h"
 
-#define NCHECKS 112
+#define NCHECKS 117
 
 static const tsr_ops *ops = &tsr_cpu_ops;
 static const double FD_H = 1e-5;
@@ -836,6 +837,63 @@ static void test_determinism(void) {
     free(mean), free(rstd), free(w), free(lo);
 }
 
+/* attention_decode over a KV cache fed in chunks of `chunk` rows gives the same bits as
+ * attention_forward over the whole sequence (the same fmaf order, softmax_causal_row shared). */
+static void test_attention_decode(int T, int C, int NH, int alibi, int chunk) {
+    const int hs = C / NH, nthr = 2;
+    float *qkv = xcalloc((size_t)T * 3 * C, sizeof(float)), *out = xcalloc((size_t)T * C, 4);
+    float *att = xcalloc((size_t)NH * T * T, 4), *dec = xcalloc((size_t)T * C, 4);
+    float *kt = xcalloc((size_t)NH * hs * T, 4), *v = xcalloc((size_t)NH * T * hs, 4);
+    float *scratch = xcalloc((size_t)nthr * T, 4), sl[16];
+    double sd[16];
+    fill(qkv, NULL, (size_t)T * 3 * C, -2.0, 2.0);
+    alibi_slopes(sd, NH);
+    for (int h = 0; h < NH; h++) sl[h] = (float)sd[h];
+    ops->attention_forward(out, att, qkv, alibi ? sl : NULL, NULL, 1, T, C, NH);
+    for (int p0 = 0; p0 < T; p0 += chunk) {
+        int c = T - p0 < chunk ? T - p0 : chunk;
+        ops->attention_decode(dec + (size_t)p0 * C, kt, v, qkv + (size_t)p0 * 3 * C,
+                              alibi ? sl : NULL, scratch, nthr, p0, c, 0, T, C, NH);
+    }
+    tap_ok(memcmp(out, dec, (size_t)T * C * sizeof(float)) == 0,
+           "attention_decode T=%d C=%d NH=%d%s chunk %d: the same bits as attention_forward", T,
+           C, NH, alibi ? " ALiBi" : "", chunk);
+    free(qkv), free(out), free(att), free(dec), free(kt), free(v), free(scratch);
+}
+
+/* The fp32 backend's fused ops are the unfused op-table sequence, bit for bit. */
+static void test_fp32_backend_fusions(void) {
+    const int N = 6, C = 16, OC = 24, V = 20, Vp = 24;
+    const tsr_backend be = tsr_fp32_backend(ops);
+    float *a = xcalloc((size_t)N * OC, 4), *b = xcalloc((size_t)N * OC, 4), *w = xcalloc(OC * C, 4);
+    float *r1 = xcalloc((size_t)N * OC, 4), *r2 = xcalloc((size_t)N * OC, 4);
+    float *o1 = xcalloc((size_t)N * Vp, 4), *o2 = xcalloc((size_t)N * Vp, 4);
+    float st[4][8], l1[8], l2[8], dl[8];
+    int32_t tg[6] = {1, -1, 19, 0, 7, 3};
+    fill(a, NULL, (size_t)N * OC, -1.0, 1.0), fill(b, NULL, (size_t)N * OC, -1.0, 1.0);
+    fill(w, NULL, (size_t)OC * C, -1.0, 1.0);
+    be.residual_layernorm_forward(&be, r1, o1, st[0], st[1], a, b, w, b, N, C);
+    ops->residual_forward(r2, a, b, (size_t)N * C);
+    ops->layernorm_forward(o2, st[2], st[3], r2, w, b, N, C);
+    tap_ok(!memcmp(r1, r2, (size_t)N * C * 4) && !memcmp(o1, o2, (size_t)N * C * 4) &&
+           !memcmp(st[0], st[2], N * 4) && !memcmp(st[1], st[3], N * 4),
+           "fp32 backend: residual_layernorm_forward = residual_forward, layernorm_forward");
+    be.matmul_forward(&be, o1, r1, a, w, b, N, C, OC, TSR_GELU_EXACT);
+    ops->matmul_forward(r2, a, w, b, N, C, OC);
+    ops->gelu_forward(o2, r2, (size_t)N * OC, TSR_GELU_EXACT);
+    tap_ok(!memcmp(r1, r2, (size_t)N * OC * 4) && !memcmp(o1, o2, (size_t)N * OC * 4),
+           "fp32 backend: matmul_forward with pre_gelu = matmul_forward, gelu_forward");
+    for (int i = 0; i < N; i++) dl[i] = 0.25f;
+    fill(o1, NULL, (size_t)N * Vp, -3.0, 3.0);
+    memcpy(o2, o1, (size_t)N * Vp * 4);
+    be.softmax_xent(&be, l1, o1, tg, dl, N, V, Vp);
+    ops->softmax_xent_forward(l2, o2, o2, tg, N, V, Vp);
+    ops->softmax_xent_backward(o2, dl, o2, tg, N, V, Vp);
+    tap_ok(!memcmp(l1, l2, N * 4) && !memcmp(o1, o2, (size_t)N * Vp * 4),
+           "fp32 backend: softmax_xent with dlosses = softmax_xent_forward, _backward in place");
+    free(a), free(b), free(w), free(r1), free(r2), free(o1), free(o2);
+}
+
 int main(void) {
     tap_plan(NCHECKS);
     cpu_ops_set_threads(2);
@@ -859,6 +917,8 @@ int main(void) {
     test_attention_seq(2, 12, 12, 3, 1, 0);  /* ALiBi, 3 heads */
     test_attention_seq(1, 70, 64, 2, 1, 400); /* full tiles, segments across tiles and row blocks */
     test_attention_seq(2, 150, 32, 2, 0, 400); /* three backward row blocks */
+    test_attention_decode(9, 12, 3, 1, 1);  /* one row at a time, ALiBi, 3 heads */
+    test_attention_decode(70, 64, 2, 0, 3); /* chunks of 3 rows across the forward's tiles */
     test_gelu(TSR_GELU_TANH);
     test_gelu(TSR_GELU_EXACT);
     test_residual();
@@ -867,5 +927,6 @@ int main(void) {
     test_adamw(1);
     test_adamw(5);
     test_determinism();
+    test_fp32_backend_fusions();
     return tap_done();
 }

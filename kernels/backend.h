@@ -1,0 +1,129 @@
+/* backend.h — the interface the decoder runs on (src/model/decoder.c; docs/decoder.md).
+ *
+ * One table of function pointers per backend, in the manner of ggml's backend interface: the
+ * decoder's sequence (embedding, blocks, final norm, head, loss, their backward, activation
+ * recomputation, the KV-cache decode step) is written once over it, and each backend fills it
+ * with its own kernels. Buffers carry their element type through the table: activations and
+ * their gradients are `act` elements, the weights the ops read `weight` elements; parameter
+ * gradients, LayerNorm statistics, the attention state, losses are fp32, token ids int32.
+ *   fp32 backend (kernels/cpu/cpu_backend.c): act = weight = fp32, over the op table of ops.h;
+ *   CUDA backend (src/gpu/gpu_model.c): act = weight = bf16 (fp32 master weights outside the
+ *     table), over kernels/cuda/cuda_ops.h, ctx = the stream.
+ * Dimensions and conventions as in ops.h: B T C NH hs F V Vp N = B*T; backward ops accumulate
+ * (+=) into gradients except softmax_xent's gradient, which is written over the logits.
+ *
+ * The fused ops are the seams a backend may fuse behind (the CUDA backend does); the fp32
+ * backend runs each as the unfused sequence of ops.h calls written beside it, so its results
+ * are the same bits as calling those ops one by one.
+ * Optional entries (NULL where the backend has none): softmax_xent_grad, argmax is required;
+ * matvec_forward (the decoder then uses matmul_forward), attention_decode (no KV-cache decoding
+ * on that backend).
+ */
+#ifndef TSR_BACKEND_H
+#define TSR_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops.h" /* tsr_gelu_kind */
+
+typedef enum { TSR_DT_F32 = 0, TSR_DT_BF16, TSR_DT_COUNT } tsr_dtype;
+
+/* bytes of one element of type t */
+size_t tsr_dtype_size(tsr_dtype t);
+
+typedef struct tsr_backend tsr_backend;
+struct tsr_backend {
+    const char *name;
+    tsr_dtype act;    /* activations, their gradients, the logits */
+    tsr_dtype weight; /* the weights the ops read */
+    size_t align;     /* bytes each layer's slice of an activation stack is aligned to (>= 1) */
+    int host;         /* buffers are host memory: host arrays (tokens, segment ids) used in place */
+    void *ctx;        /* the backend's state: the fp32 op table, or the CUDA stream */
+
+    /* memory: try_alloc returns NULL when there is no room (callers back off); copies */
+    void *(*try_alloc)(const tsr_backend *be, size_t bytes);
+    void (*free)(const tsr_backend *be, void *p);
+    void (*zero)(const tsr_backend *be, void *p, size_t bytes);
+    void (*to_device)(const tsr_backend *be, void *dst, const void *src_host, size_t bytes);
+    /* waits for the queued work before copying */
+    void (*to_host)(const tsr_backend *be, void *dst_host, const void *src, size_t bytes);
+
+    /* out (B,T,C) act = wte[tokens] + wpe[pos or t]; wte (Vp,C), wpe (T_max,C) or NULL weight */
+    void (*encoder_forward)(const tsr_backend *be, void *out, const int32_t *tokens,
+                            const void *wte, const void *wpe, const int32_t *pos, int B, int T,
+                            int C);
+    /* dwte, dwpe (or NULL) fp32 +=; dout act; tokens on the backend, tokens_host the same ids on
+     * the host (a backend may group rows by token with them) */
+    void (*encoder_backward)(const tsr_backend *be, float *dwte, float *dwpe, const void *dout,
+                             const int32_t *tokens, const int32_t *tokens_host,
+                             const int32_t *pos, int B, int T, int C);
+    /* out (N,C) act = LN(inp) * w + b; mean, rstd (N) fp32; w, b (C) weight (b or NULL) */
+    void (*layernorm_forward)(const tsr_backend *be, void *out, float *mean, float *rstd,
+                              const void *inp, const void *w, const void *b, int N, int C);
+    /* fused: res = a + b (N,C), then out = LN(res) as layernorm_forward
+     * (fp32: residual_forward, then layernorm_forward) */
+    void (*residual_layernorm_forward)(const tsr_backend *be, void *res, void *out, float *mean,
+                                       float *rstd, const void *a, const void *b, const void *w,
+                                       const void *bias, int N, int C);
+    /* dinp (N,C) act +=, dw, db (C) fp32 += (db or NULL); dout, inp act; w weight */
+    void (*layernorm_backward)(const tsr_backend *be, void *dinp, float *dw, float *db,
+                               const void *dout, const void *inp, const void *w,
+                               const float *mean, const float *rstd, int N, int C);
+    /* out (N,OC) = inp (N,IC) @ w^T + bias (or NULL). pre_gelu (N,OC) or NULL: fused epilogue,
+     * pre_gelu = the product, out = gelu(pre_gelu) of kind gelu
+     * (fp32: matmul_forward into pre_gelu, then gelu_forward) */
+    void (*matmul_forward)(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,
+                           const void *w, const void *bias, int N, int IC, int OC,
+                           tsr_gelu_kind gelu);
+    /* one row (N = 1) of matmul_forward, for the decode step, or NULL */
+    void (*matvec_forward)(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,
+                           const void *w, const void *bias, int N, int IC, int OC,
+                           tsr_gelu_kind gelu);
+    /* dinp act +=, dw, dbias fp32 += (dbias or NULL), as ops.h matmul_backward */
+    void (*matmul_backward)(const tsr_backend *be, void *dinp, float *dw, float *dbias,
+                            const void *dout, const void *inp, const void *w, int N, int IC,
+                            int OC);
+    /* dinp (n) act += gelu'(inp) * dout */
+    void (*gelu_backward)(const tsr_backend *be, void *dinp, const void *inp, const void *dout,
+                          size_t n, tsr_gelu_kind kind);
+
+    /* Attention (the maths of ops.h attention_forward). What the backward reads besides qkv and
+     * out is the backend's: `saved` fp32 of attention_saved(B,T,NH) floats (fp32: the
+     * probabilities (B,NH,T,T); CUDA: the log-sum-exp (B,NH,T)), and attention_scratch bytes of
+     * scratch (0: none). */
+    size_t (*attention_saved)(int B, int T, int NH);
+    size_t (*attention_scratch)(int B, int T, int C, int NH);
+    void (*attention_forward)(const tsr_backend *be, void *out, float *saved, const void *qkv,
+                              const float *slopes, const int32_t *seq, int B, int T, int C,
+                              int NH);
+    void (*attention_backward)(const tsr_backend *be, void *dqkv, const void *dout,
+                               const void *qkv, const void *out, const float *saved,
+                               const float *slopes, const int32_t *seq, void *scratch, int B,
+                               int T, int C, int NH);
+    /* ops.h attention_decode on one layer's cache (kt, v act; scratch fp32), or NULL */
+    void (*attention_decode)(const tsr_backend *be, void *out, void *kt, void *v,
+                             const void *qkv, const float *slopes, float *scratch, int nscratch,
+                             int p0, int c, int seg, int cap, int C, int NH);
+
+    /* Softmax over the first V of Vp columns and cross-entropy: losses (N) fp32. dlosses (N)
+     * or NULL. fused: with dlosses the logits (N,Vp) act are overwritten by
+     * dlogits = (p - onehot) * dlosses[n]; without, the logits become whatever the backend
+     * keeps for evaluation (fp32: the probabilities; CUDA: the logits unchanged).
+     * (fp32: softmax_xent_forward in place, then softmax_xent_backward in place) */
+    void (*softmax_xent)(const tsr_backend *be, float *losses, void *logits,
+                         const int32_t *targets, const float *dlosses, int N, int V, int Vp);
+    /* The gradient after an evaluation softmax_xent (dlosses NULL), in place, or NULL where the
+     * backend cannot (the decoder then needs dlosses in the forward). */
+    void (*softmax_xent_grad)(const tsr_backend *be, void *logits, const float *dlosses,
+                              const int32_t *targets, int N, int V, int Vp);
+    /* idx (N) int32 = argmax over the V real columns of what an evaluation softmax_xent left in
+     * logits (the lowest index on ties) */
+    void (*argmax)(const tsr_backend *be, int32_t *idx, const void *logits, int N, int V, int Vp);
+};
+
+/* The fp32 backend over an op table (kernels/cpu/cpu_backend.c): host memory, act = weight =
+ * fp32, no alignment beyond the allocator's. */
+tsr_backend tsr_fp32_backend(const tsr_ops *ops);
+
+#endif

@@ -1,0 +1,165 @@
+/* cpu_backend.c — the fp32 backend of backend.h over an op table (ops.h): host memory, fp32
+ * activations and weights. Each fused op is the unfused sequence of table calls written beside it,
+ * so the decoder computes with it exactly what those calls compute one by one. */
+#include <string.h>
+
+#include "backend.h"
+
+size_t tsr_dtype_size(tsr_dtype t) { return t == TSR_DT_BF16 ? 2 : 4; }
+
+#define OPS(be) ((const tsr_ops *)(be)->ctx)
+
+static void *f_try_alloc(const tsr_backend *be, size_t bytes) { return OPS(be)->try_alloc(bytes); }
+static void f_free(const tsr_backend *be, void *p) { OPS(be)->free(p); }
+static void f_zero(const tsr_backend *be, void *p, size_t bytes) { OPS(be)->zero(p, bytes); }
+static void f_copy(const tsr_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (dst != src && bytes) memcpy(dst, src, bytes);
+}
+
+static void f_encoder_forward(const tsr_backend *be, void *out, const int32_t *tokens,
+                              const void *wte, const void *wpe, const int32_t *pos, int B, int T,
+                              int C) {
+    OPS(be)->encoder_forward(out, tokens, wte, wpe, pos, B, T, C);
+}
+
+static void f_encoder_backward(const tsr_backend *be, float *dwte, float *dwpe, const void *dout,
+                               const int32_t *tokens, const int32_t *tokens_host,
+                               const int32_t *pos, int B, int T, int C) {
+    (void)tokens_host; /* host memory: tokens are the host's */
+    OPS(be)->encoder_backward(dwte, dwpe, dout, tokens, pos, B, T, C);
+}
+
+static void f_layernorm_forward(const tsr_backend *be, void *out, float *mean, float *rstd,
+                                const void *inp, const void *w, const void *b, int N, int C) {
+    OPS(be)->layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+}
+
+/* residual_forward, then layernorm_forward */
+static void f_residual_layernorm_forward(const tsr_backend *be, void *res, void *out, float *mean,
+                                         float *rstd, const void *a, const void *b, const void *w,
+                                         const void *bias, int N, int C) {
+    OPS(be)->residual_forward(res, a, b, (size_t)N * C);
+    OPS(be)->layernorm_forward(out, mean, rstd, res, w, bias, N, C);
+}
+
+static void f_layernorm_backward(const tsr_backend *be, void *dinp, float *dw, float *db,
+                                 const void *dout, const void *inp, const void *w,
+                                 const float *mean, const float *rstd, int N, int C) {
+    OPS(be)->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+}
+
+/* matmul_forward (into pre_gelu when given), then gelu_forward */
+static void f_matmul_forward(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,
+                             const void *w, const void *bias, int N, int IC, int OC,
+                             tsr_gelu_kind gelu) {
+    OPS(be)->matmul_forward(pre_gelu ? pre_gelu : out, inp, w, bias, N, IC, OC);
+    if (pre_gelu) OPS(be)->gelu_forward(out, pre_gelu, (size_t)N * OC, gelu);
+}
+
+/* matvec_forward (into pre_gelu when given), then gelu_forward */
+static void f_matvec_forward(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,
+                             const void *w, const void *bias, int N, int IC, int OC,
+                             tsr_gelu_kind gelu) {
+    (void)N; /* 1 */
+    OPS(be)->matvec_forward(pre_gelu ? pre_gelu : out, inp, w, bias, IC, OC);
+    if (pre_gelu) OPS(be)->gelu_forward(out, pre_gelu, (size_t)OC, gelu);
+}
+
+static void f_matmul_backward(const tsr_backend *be, void *dinp, float *dw, float *dbias,
+                              const void *dout, const void *inp, const void *w, int N, int IC,
+                              int OC) {
+    OPS(be)->matmul_backward(dinp, dw, dbias, dout, inp, w, N, IC, OC);
+}
+
+static void f_gelu_backward(const tsr_backend *be, void *dinp, const void *inp, const void *dout,
+                            size_t n, tsr_gelu_kind kind) {
+    OPS(be)->gelu_backward(dinp, inp, dout, n, kind);
+}
+
+/* the probabilities (B,NH,T,T); no scratch */
+static size_t f_attention_saved(int B, int T, int NH) { return (size_t)B * NH * T * T; }
+static size_t f_attention_scratch(int B, int T, int C, int NH) {
+    (void)B, (void)T, (void)C, (void)NH;
+    return 0;
+}
+
+static void f_attention_forward(const tsr_backend *be, void *out, float *saved, const void *qkv,
+                                const float *slopes, const int32_t *seq, int B, int T, int C,
+                                int NH) {
+    OPS(be)->attention_forward(out, saved, qkv, slopes, seq, B, T, C, NH);
+}
+
+/* the probabilities hold the ALiBi term: out, slopes and scratch go unread */
+static void f_attention_backward(const tsr_backend *be, void *dqkv, const void *dout,
+                                 const void *qkv, const void *out, const float *saved,
+                                 const float *slopes, const int32_t *seq, void *scratch, int B,
+                                 int T, int C, int NH) {
+    (void)out, (void)slopes, (void)scratch;
+    OPS(be)->attention_backward(dqkv, dout, qkv, saved, seq, B, T, C, NH);
+}
+
+static void f_attention_decode(const tsr_backend *be, void *out, void *kt, void *v,
+                               const void *qkv, const float *slopes, float *scratch, int nscratch,
+                               int p0, int c, int seg, int cap, int C, int NH) {
+    OPS(be)->attention_decode(out, kt, v, qkv, slopes, scratch, nscratch, p0, c, seg, cap, C, NH);
+}
+
+/* softmax_xent_forward in place (probabilities over the logits), then with dlosses
+ * softmax_xent_backward in place */
+static void f_softmax_xent(const tsr_backend *be, float *losses, void *logits,
+                           const int32_t *targets, const float *dlosses, int N, int V, int Vp) {
+    OPS(be)->softmax_xent_forward(losses, logits, logits, targets, N, V, Vp);
+    if (dlosses) OPS(be)->softmax_xent_backward(logits, dlosses, logits, targets, N, V, Vp);
+}
+
+static void f_softmax_xent_grad(const tsr_backend *be, void *logits, const float *dlosses,
+                                const int32_t *targets, int N, int V, int Vp) {
+    OPS(be)->softmax_xent_backward(logits, dlosses, logits, targets, N, V, Vp);
+}
+
+/* over the probabilities an evaluation softmax_xent left */
+static void f_argmax(const tsr_backend *be, int32_t *idx, const void *logits, int N, int V,
+                     int Vp) {
+    (void)be;
+    for (size_t i = 0; i < (size_t)N; i++) {
+        const float *p = (const float *)logits + i * (size_t)Vp;
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            if (p[v] > p[best]) best = v;
+        idx[i] = best;
+    }
+}
+
+tsr_backend tsr_fp32_backend(const tsr_ops *ops) {
+    return (tsr_backend){
+        .name = ops->name,
+        .act = TSR_DT_F32,
+        .weight = TSR_DT_F32,
+        .align = 1,
+        .host = 1,
+        .ctx = (void *)ops,
+        .try_alloc = f_try_alloc,
+        .free = f_free,
+        .zero = f_zero,
+        .to_device = f_copy,
+        .to_host = f_copy,
+        .encoder_forward = f_encoder_forward,
+        .encoder_backward = f_encoder_backward,
+        .layernorm_forward = f_layernorm_forward,
+        .residual_layernorm_forward = f_residual_layernorm_forward,
+        .layernorm_backward = f_layernorm_backward,
+        .matmul_forward = f_matmul_forward,
+        .matvec_forward = ops->matvec_forward ? f_matvec_forward : NULL,
+        .matmul_backward = f_matmul_backward,
+        .gelu_backward = f_gelu_backward,
+        .attention_saved = f_attention_saved,
+        .attention_scratch = f_attention_scratch,
+        .attention_forward = f_attention_forward,
+        .attention_backward = f_attention_backward,
+        .attention_decode = ops->attention_decode ? f_attention_decode : NULL,
+        .softmax_xent = f_softmax_xent,
+        .softmax_xent_grad = f_softmax_xent_grad,
+        .argmax = f_argmax,
+    };
+}

@@ -1,0 +1,518 @@
+/* decoder.c — the decoder's sequence, written once over the backend interface (decoder.h,
+ * kernels/backend.h; docs/decoder.md).
+ *
+ * One block:  ln1 = LN1(x); qkv = ln1 @ qkvw^T + qkvb; atty = attention(qkv);
+ *             residual2 = x + atty @ attprojw^T + attprojb; ln2 = LN2(residual2);
+ *             fch_gelu = gelu(fch = ln2 @ fcw^T + fcb);
+ *             residual3 = residual2 + fch_gelu @ fcprojw^T + fcprojb
+ * Each residual add is fused with the LayerNorm that reads it (residual2 with LN2, residual3 with
+ * the next layer's LN1 or the final one), so only layer 0's LN1 runs alone. The steps from LN1 to
+ * the MLP's GELU form a table that activation checkpointing reruns a range of (residual3 is always
+ * kept, so the last matmul never reruns). The KV-cache decode step runs the same layer loop over
+ * one chunk's buffers, with the cache's attention in place of the training one.
+ */
+#include "model/decoder.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+/* ---- the parameter units ------------------------------------------------------------------- */
+
+void dec_unit_offsets(const tsr_model *m, int u, size_t off[TSR_P_COUNT]) {
+    for (int i = 0; i < TSR_P_COUNT; i++) {
+        const tsr_param_info *p = &m->params_info[i];
+        off[i] = SIZE_MAX;
+        if (!p->numel || model_param_per_layer((tsr_param_id)i) != (u > 0)) continue;
+        off[i] = p->offset + (u > 0 ? (size_t)(u - 1) * (p->numel / (size_t)m->L) : 0);
+    }
+}
+
+/* unit u's tensors by id (weights in the backend's type; gradients in backward) */
+typedef struct dec_unit {
+    const void *w[TSR_P_COUNT];
+    float *g[TSR_P_COUNT];
+} dec_unit;
+
+static void unit_get(const tsr_decoder *d, int u, int backward, dec_unit *v) {
+    memset(v, 0, sizeof *v);
+    d->params.get(d->params.ctx, u, backward, v->w, v->g);
+}
+
+static void unit_put(const tsr_decoder *d, int u, int backward) {
+    if (d->params.put) d->params.put(d->params.ctx, u, backward);
+}
+
+/* ---- the activation plan ------------------------------------------------------------------- */
+
+/* Elements between consecutive layers of a stack of n elements of elem bytes: n rounded up to
+ * whole blocks of the backend's alignment. On CUDA (256 bytes) every layer's slice then starts as
+ * aligned as the buffer, so cuBLASLt (which caches its algorithm by the pointers' alignment) runs
+ * the same algorithm for every layer and checkpoint slot: checkpointed runs stay bit-identical. */
+static size_t layer_stride(size_t n, size_t elem, size_t align) {
+    return (n * elem + align - 1) / align * align / elem;
+}
+
+/* per-layer strides of the stacks for B x T, in elements */
+typedef struct strides {
+    size_t nc, n, f, qkv, att; /* act (N,C); fp32 (N); act (N,F); act (N,3C); the saved attention */
+} strides;
+
+static strides strides_of(const tsr_model *m, const tsr_backend *be, int B, int T) {
+    size_t N = (size_t)B * T, e = tsr_dtype_size(be->act), f = sizeof(float), al = be->align;
+    return (strides){layer_stride(N * m->C, e, al), layer_stride(N, f, al),
+                     layer_stride(N * m->F, e, al), layer_stride(N * 3 * m->C, e, al),
+                     layer_stride(be->attention_saved(B, T, m->NH), f, al)};
+}
+
+/* tsr_acts' named view lies over buf[] in tsr_act_id order (model.h) */
+#define NAMED_AT(field, id) (offsetof(tsr_acts, field) == offsetof(tsr_acts, buf) + (id) * sizeof(void *))
+_Static_assert(NAMED_AT(encoded, TSR_A_ENCODED) && NAMED_AT(att, TSR_A_ATT) &&
+               NAMED_AT(residual3, TSR_A_RES3) && NAMED_AT(probs, TSR_A_LOGITS) &&
+               NAMED_AT(dlosses, TSR_A_DLOSSES) && NAMED_AT(seq, TSR_A_SEQ) &&
+               NAMED_AT(greedy, TSR_A_GREEDY),
+               "tsr_acts: the named buffers vs tsr_act_id");
+#undef NAMED_AT
+
+/* Bytes of every buffer of tsr_acts for B x T on be (0: not allocated). */
+static void act_plan(const tsr_model *m, const tsr_backend *be, int B, int T,
+                     size_t bytes[TSR_A_COUNT]) {
+    const size_t L = m->L, C = m->C, F = m->F, N = (size_t)B * T, e = tsr_dtype_size(be->act);
+    const size_t f = sizeof(float), i4 = sizeof(int32_t);
+    const size_t Ln1 = model_act_group_layers(m, TSR_AG_LN1);
+    const size_t Lat = model_act_group_layers(m, TSR_AG_ATTN);
+    const size_t Lr2 = model_act_group_layers(m, TSR_AG_RES2);
+    const size_t Lml = model_act_group_layers(m, TSR_AG_MLP);
+    const strides st = strides_of(m, be, B, T);
+    const int doc = m->cfg.attn_mask == TSR_MASK_DOCUMENT;
+    const int learned = m->params_info[TSR_P_WPE].numel > 0;
+    const size_t dev = be->host ? 0 : N * i4; /* device copies of host arrays */
+    const size_t b[TSR_A_COUNT] = {
+        [TSR_A_ENCODED] = e * N * C,      [TSR_A_LN1] = e * Ln1 * st.nc,
+        [TSR_A_LN1_MEAN] = f * Ln1 * st.n, [TSR_A_LN1_RSTD] = f * Ln1 * st.n,
+        [TSR_A_QKV] = e * Lat * st.qkv,   [TSR_A_ATTY] = e * Lat * st.nc,
+        [TSR_A_ATT] = f * Lat * st.att,   [TSR_A_RES2] = e * Lr2 * st.nc,
+        [TSR_A_LN2] = e * Lr2 * st.nc,    [TSR_A_LN2_MEAN] = f * Lr2 * st.n,
+        [TSR_A_LN2_RSTD] = f * Lr2 * st.n, [TSR_A_FCH] = e * Lml * st.f,
+        [TSR_A_FCHG] = e * Lml * st.f,    [TSR_A_RES3] = e * L * st.nc,
+        [TSR_A_LNF] = e * N * C,          [TSR_A_LNF_MEAN] = f * N,
+        [TSR_A_LNF_RSTD] = f * N,         [TSR_A_LOGITS] = e * N * (size_t)m->Vp,
+        [TSR_A_LOSSES] = f * N,           [TSR_A_SCRATCH] = e * N * C,
+        [TSR_A_DRES] = e * N * C,         [TSR_A_DLN] = e * N * C,
+        [TSR_A_DATTY] = e * N * C,        [TSR_A_DQKV] = e * N * 3 * C,
+        [TSR_A_DFCH] = e * N * F,         [TSR_A_DFCHG] = e * N * F,
+        [TSR_A_DLOSSES] = f * N,          [TSR_A_SEQ] = doc ? i4 * N : 0,
+        [TSR_A_POS] = doc && learned ? i4 * N : 0,
+        [TSR_A_ATT_SCRATCH] = be->attention_scratch(B, T, (int)C, m->NH),
+        [TSR_A_TOKENS] = dev,             [TSR_A_TARGETS] = dev,
+        [TSR_A_GREEDY] = dev,
+    };
+    memcpy(bytes, b, sizeof b);
+}
+
+size_t dec_acts_bytes(const tsr_model *m, const tsr_backend *be, int B, int T) {
+    size_t b[TSR_A_COUNT], sum = 0;
+    act_plan(m, be, B, T, b);
+    for (int i = 0; i < TSR_A_COUNT; i++) sum += (b[i] + be->align - 1) / be->align * be->align;
+    return sum;
+}
+
+/* layer l's activations: its slot of each group's stack, x its input */
+typedef struct dec_layer {
+    void *x, *ln1, *qkv, *atty, *res2, *ln2, *fch, *fchg, *res3;
+    float *ln1m, *ln1r, *att, *ln2m, *ln2r;
+} dec_layer;
+
+static dec_layer layer_at(const tsr_model *m, const tsr_backend *be, const tsr_acts *a, int l) {
+    const strides st = strides_of(m, be, a->B, a->T); /* the allocated B x T */
+    const size_t e = tsr_dtype_size(be->act);
+    const size_t s1 = model_act_group_slot(m, TSR_AG_LN1, l);
+    const size_t sa = model_act_group_slot(m, TSR_AG_ATTN, l);
+    const size_t s2 = model_act_group_slot(m, TSR_AG_RES2, l);
+    const size_t sm = model_act_group_slot(m, TSR_AG_MLP, l);
+    char *const *p = (char *const *)a->buf;
+#define AT(id, slot, stride) ((void *)(p[id] + (slot) * (stride) * e))
+    return (dec_layer){
+        .x = l ? AT(TSR_A_RES3, (size_t)(l - 1), st.nc) : a->buf[TSR_A_ENCODED],
+        .ln1 = AT(TSR_A_LN1, s1, st.nc), .ln1m = a->ln1_mean + s1 * st.n,
+        .ln1r = a->ln1_rstd + s1 * st.n, .qkv = AT(TSR_A_QKV, sa, st.qkv),
+        .atty = AT(TSR_A_ATTY, sa, st.nc), .att = a->att + sa * st.att,
+        .res2 = AT(TSR_A_RES2, s2, st.nc), .ln2 = AT(TSR_A_LN2, s2, st.nc),
+        .ln2m = a->ln2_mean + s2 * st.n, .ln2r = a->ln2_rstd + s2 * st.n,
+        .fch = AT(TSR_A_FCH, sm, st.f), .fchg = AT(TSR_A_FCHG, sm, st.f),
+        .res3 = AT(TSR_A_RES3, (size_t)l, st.nc),
+    };
+#undef AT
+}
+
+/* Every layer's slice of every stack starts on the backend's alignment (layer_stride): checked
+ * once per allocation. */
+static void check_layout(const tsr_model *m, const tsr_backend *be, const tsr_acts *a) {
+    if (be->align <= 1) return;
+    for (int l = 0; l < m->L; l++) {
+        dec_layer v = layer_at(m, be, a, l);
+        const void *p[] = {v.x, v.ln1, v.qkv, v.atty, v.res2, v.ln2, v.fch, v.fchg, v.res3,
+                           v.ln1m, v.ln1r, v.att, v.ln2m, v.ln2r};
+        for (size_t k = 0; k < sizeof p / sizeof p[0]; k++)
+            if ((uintptr_t)p[k] % be->align != 0)
+                tsr_die(TSR_EXIT_INTERNAL, "decoder: layer %d's activation %zu at %p is not "
+                        "%zu-byte aligned (B=%d T=%d)", l, k, p[k], be->align, a->B, a->T);
+    }
+}
+
+int dec_try_alloc_acts(const tsr_model *m, const tsr_backend *be, tsr_acts *a, int B, int T) {
+    size_t b[TSR_A_COUNT];
+    dec_free_acts(be, a);
+    act_plan(m, be, B, T, b);
+    for (int i = 0; i < TSR_A_COUNT; i++)
+        if (b[i] && !(a->buf[i] = be->try_alloc(be, b[i]))) {
+            dec_free_acts(be, a); /* nothing half-made stays */
+            return -1;
+        }
+    if (!be->host) {
+        size_t N = (size_t)B * T;
+        a->seq_host = tsr_malloc(N * sizeof(int32_t));
+        a->pos_host = tsr_malloc(N * sizeof(int32_t));
+        a->losses_host = tsr_malloc(N * sizeof(float));
+        a->dlosses_host = tsr_malloc(N * sizeof(float));
+    }
+    a->B = B;
+    a->T = T;
+    check_layout(m, be, a);
+    return 0;
+}
+
+void dec_free_acts(const tsr_backend *be, tsr_acts *a) {
+    for (int i = 0; i < TSR_A_COUNT; i++) {
+        if (a->buf[i]) be->free(be, a->buf[i]);
+        a->buf[i] = NULL;
+    }
+    free(a->seq_host), free(a->pos_host), free(a->losses_host), free(a->dlosses_host);
+    a->seq_host = a->pos_host = NULL;
+    a->losses_host = a->dlosses_host = NULL;
+    a->B = a->T = 0;
+    a->dlogits = 0;
+}
+
+/* ---- the layers ---------------------------------------------------------------------------- */
+
+/* The steps of a block's forward from LN1 to the MLP's GELU, in order. */
+typedef enum {
+    ST_LN1 = 0, /* ln1 = LN1(x) (layer 0 only, and recomputation: else fused at the last layer) */
+    ST_QKV,     /* qkv = ln1 @ qkvw^T + qkvb */
+    ST_ATTN,    /* atty = attention(qkv) */
+    ST_RES2,    /* residual2 = x + atty @ attprojw^T + attprojb; ln2 = LN2(residual2) */
+    ST_FC,      /* fch_gelu = gelu(fch = ln2 @ fcw^T + fcb) */
+    ST_COUNT
+} layer_step;
+
+/* What a checkpointed layer reruns before its backward, by mode: from the first step that writes
+ * a dropped group to the last one the backward reads. Indexed by tsr_actckpt_kind. */
+static const struct { layer_step first, last; } rerun[] = {
+    {ST_COUNT, ST_LN1}, /* none: nothing */
+    {ST_LN1, ST_FC},    /* block: everything from the kept input x */
+    {ST_QKV, ST_ATTN},  /* attention: from the kept ln1 */
+    {ST_FC, ST_FC},     /* mlp: from the kept ln2 */
+};
+_Static_assert(sizeof rerun / sizeof rerun[0] == TSR_ACTCKPT_COUNT, "rerun vs tsr_actckpt_kind");
+
+/* One pass over the layers: training (kv NULL: layer l's slots of the stacks) or a decode chunk
+ * (one set of chunk buffers, the cache's attention). */
+typedef struct run {
+    const tsr_decoder *d;
+    int B, T, N;
+    void *scratch;                 /* (N,C) the projections' outputs */
+    void *lnf;                     /* (N,C) the final LayerNorm's output, and its statistics */
+    float *lnfm, *lnfr;
+    tsr_kv_cache *kv;              /* decode: the cache, its chunk buffers; p0 the first position */
+    int p0;
+} run;
+
+static dec_layer run_layer(const run *r, int l) {
+    if (!r->kv) return layer_at(r->d->m, r->d->be, r->d->a, l);
+    tsr_kv_cache *kv = r->kv;
+    return (dec_layer){.x = kv->x, .ln1 = kv->ln, .qkv = kv->qkv, .atty = kv->atty, .res2 = kv->x,
+                       .ln2 = kv->ln, .fch = kv->fch, .fchg = kv->fchg, .res3 = kv->x,
+                       .ln1m = kv->mean, .ln1r = kv->rstd, .ln2m = kv->mean, .ln2r = kv->rstd};
+}
+
+/* out = inp @ w^T + bias (gelu epilogue when pre_gelu): a decode step's single row goes to the
+ * backend's matrix-vector product where it has one */
+static void linear(const run *r, void *out, void *pre_gelu, const void *inp, const void *w,
+                   const void *bias, int N, int IC, int OC) {
+    const tsr_backend *be = r->d->be;
+    tsr_gelu_kind gk = (tsr_gelu_kind)r->d->m->cfg.gelu;
+    if (r->kv && N == 1 && be->matvec_forward)
+        be->matvec_forward(be, out, pre_gelu, inp, w, bias, N, IC, OC, gk);
+    else be->matmul_forward(be, out, pre_gelu, inp, w, bias, N, IC, OC, gk);
+}
+
+static void attention(const run *r, int l, const dec_layer *v) {
+    const tsr_decoder *d = r->d;
+    const tsr_backend *be = d->be;
+    const int C = d->m->C, NH = d->m->NH;
+    if (!r->kv) {
+        be->attention_forward(be, v->atty, v->att, v->qkv, d->slopes, d->a->seq, r->B, r->T, C, NH);
+        return;
+    }
+    tsr_kv_cache *kv = r->kv;
+    const size_t per = (size_t)C * kv->cap, e = tsr_dtype_size(be->act);
+    be->attention_decode(be, v->atty, (char *)kv->kt + l * per * e, (char *)kv->v + l * per * e,
+                         v->qkv, d->slopes, kv->att, kv->nthreads, r->p0, r->N, kv->seg, kv->cap,
+                         C, NH);
+}
+
+/* Runs steps [first, last] of layer l with its weights w. */
+static void layer_steps(const run *r, int l, const dec_layer *v, const void *const *w,
+                        layer_step first, layer_step last) {
+    const tsr_backend *be = r->d->be;
+    const int C = r->d->m->C, F = r->d->m->F, N = r->N;
+    for (int s = first; s <= (int)last; s++) switch ((layer_step)s) {
+        case ST_LN1:
+            be->layernorm_forward(be, v->ln1, v->ln1m, v->ln1r, v->x, w[TSR_P_LN1W],
+                                  w[TSR_P_LN1B], N, C);
+            break;
+        case ST_QKV:
+            linear(r, v->qkv, NULL, v->ln1, w[TSR_P_QKVW], w[TSR_P_QKVB], N, C, 3 * C);
+            break;
+        case ST_ATTN:
+            attention(r, l, v);
+            break;
+        case ST_RES2:
+            linear(r, r->scratch, NULL, v->atty, w[TSR_P_ATTPROJW], w[TSR_P_ATTPROJB], N, C, C);
+            be->residual_layernorm_forward(be, v->res2, v->ln2, v->ln2m, v->ln2r, v->x, r->scratch,
+                                           w[TSR_P_LN2W], w[TSR_P_LN2B], N, C);
+            break;
+        case ST_FC:
+            linear(r, v->fchg, v->fch, v->ln2, w[TSR_P_FCW], w[TSR_P_FCB], N, C, F);
+            break;
+        case ST_COUNT:
+            break;
+        }
+}
+
+/* Every layer's forward after the embedding (in x of layer 0), ending in the final LayerNorm.
+ * A checkpointed layer writes its dropped groups to slot 0, which the next one overwrites. */
+static void layers_forward(const run *r, const dec_unit *root) {
+    const tsr_decoder *d = r->d;
+    const tsr_backend *be = d->be;
+    const int C = d->m->C, F = d->m->F, L = d->m->L, N = r->N;
+    dec_unit cur, nxt;
+    unit_get(d, 1, 0, &cur);
+    dec_layer v0 = run_layer(r, 0);
+    layer_steps(r, 0, &v0, cur.w, ST_LN1, ST_LN1);
+    for (int l = 0; l < L; l++) {
+        dec_layer v = run_layer(r, l);
+        layer_steps(r, l, &v, cur.w, ST_QKV, ST_FC);
+        linear(r, r->scratch, NULL, v.fchg, cur.w[TSR_P_FCPROJW], cur.w[TSR_P_FCPROJB], N, F, C);
+        /* the residual add fused with the next LayerNorm: layer l+1's LN1, or the final one
+         * (the next unit is asked for only now: this layer's weights are all used or queued) */
+        const int last = l + 1 == L;
+        if (!last) unit_get(d, l + 2, 0, &nxt);
+        unit_put(d, l + 1, 0);
+        dec_layer n = last ? v : run_layer(r, l + 1);
+        be->residual_layernorm_forward(be, v.res3, last ? r->lnf : n.ln1, last ? r->lnfm : n.ln1m,
+                                       last ? r->lnfr : n.ln1r, v.res2, r->scratch,
+                                       last ? root->w[TSR_P_LNFW] : nxt.w[TSR_P_LN1W],
+                                       last ? root->w[TSR_P_LNFB] : nxt.w[TSR_P_LN1B], N, C);
+        if (!last) cur = nxt;
+    }
+}
+
+/* Layer l's backward; dres holds d(residual3) and leaves with d(x). */
+static void layer_backward(const run *r, int l, const dec_unit *u) {
+    const tsr_decoder *d = r->d;
+    const tsr_backend *be = d->be;
+    tsr_acts *a = d->a;
+    const int C = d->m->C, F = d->m->F, NH = d->m->NH, N = r->N;
+    const size_t e = tsr_dtype_size(be->act), n = (size_t)N;
+    const void *const *w = u->w;
+    float *const *g = u->g;
+    dec_layer v = run_layer(r, l);
+    if (model_ckpt_layer(d->m, l)) { /* recompute what the layer did not keep, into slot 0 */
+        tsr_actckpt_kind k = d->m->cfg.activation_checkpointing;
+        layer_steps(r, l, &v, w, rerun[k].first, rerun[k].last);
+    }
+    /* MLP branch: dres is d(residual3) = d(fcproj output), and flows on to residual2 */
+    be->zero(be, a->dfch_gelu, n * F * e);
+    be->matmul_backward(be, a->dfch_gelu, g[TSR_P_FCPROJW], g[TSR_P_FCPROJB], a->dresidual,
+                        v.fchg, w[TSR_P_FCPROJW], N, F, C);
+    be->zero(be, a->dfch, n * F * e);
+    be->gelu_backward(be, a->dfch, v.fch, a->dfch_gelu, n * F, (tsr_gelu_kind)d->m->cfg.gelu);
+    be->zero(be, a->dln, n * C * e);
+    be->matmul_backward(be, a->dln, g[TSR_P_FCW], g[TSR_P_FCB], a->dfch, v.ln2, w[TSR_P_FCW], N,
+                        C, F);
+    be->layernorm_backward(be, a->dresidual, g[TSR_P_LN2W], g[TSR_P_LN2B], a->dln, v.res2,
+                           w[TSR_P_LN2W], v.ln2m, v.ln2r, N, C);
+    /* attention branch: dres is now d(residual2) = d(attproj output) */
+    be->zero(be, a->datty, n * C * e);
+    be->matmul_backward(be, a->datty, g[TSR_P_ATTPROJW], g[TSR_P_ATTPROJB], a->dresidual, v.atty,
+                        w[TSR_P_ATTPROJW], N, C, C);
+    be->zero(be, a->dqkv, n * 3 * C * e);
+    be->attention_backward(be, a->dqkv, a->datty, v.qkv, v.atty, v.att, d->slopes, a->seq,
+                           a->att_scratch, r->B, r->T, C, NH);
+    be->zero(be, a->dln, n * C * e);
+    be->matmul_backward(be, a->dln, g[TSR_P_QKVW], g[TSR_P_QKVB], a->dqkv, v.ln1, w[TSR_P_QKVW],
+                        N, C, 3 * C);
+    be->layernorm_backward(be, a->dresidual, g[TSR_P_LN1W], g[TSR_P_LN1B], a->dln, v.x,
+                           w[TSR_P_LN1W], v.ln1m, v.ln1r, N, C);
+}
+
+/* ---- training and evaluation ---------------------------------------------------------------- */
+
+static run train_run(const tsr_decoder *d, int B, int T, const char *what) {
+    const tsr_acts *a = d->a;
+    if (B > a->B || T != a->T)
+        tsr_die(TSR_EXIT_INTERNAL, "%s: batch %dx%d exceeds the allocated %dx%d", what, B, T, a->B,
+                a->T);
+    return (run){.d = d, .B = B, .T = T, .N = B * T, .scratch = a->scratch, .lnf = a->lnf,
+                 .lnfm = a->lnf_mean, .lnfr = a->lnf_rstd};
+}
+
+/* dlosses[i] = loss_scale where targets[i] counts, else 0; on the backend */
+static void set_dlosses(const tsr_decoder *d, const int32_t *targets, size_t N, float loss_scale) {
+    const tsr_backend *be = d->be;
+    tsr_acts *a = d->a;
+    float *h = be->host ? a->dlosses : a->dlosses_host;
+    for (size_t i = 0; i < N; i++) h[i] = targets[i] >= 0 ? loss_scale : 0.0f;
+    be->to_device(be, a->dlosses, h, N * sizeof(float));
+}
+
+/* tokens, targets and (attn_mask = document) the segments onto the backend; returns the backend's
+ * tokens and sets *tg to its targets */
+static const int32_t *stage_inputs(const tsr_decoder *d, const int32_t *tokens,
+                                   const int32_t *targets, size_t N, int B, int T,
+                                   const int32_t **tg) {
+    const tsr_backend *be = d->be;
+    tsr_acts *a = d->a;
+    if (a->seq) {
+        int32_t *seq = be->host ? a->seq : a->seq_host, *pos = be->host ? a->pos : a->pos_host;
+        model_segments(seq, a->pos ? pos : NULL, tokens, d->m->cfg.eot_token, B, T);
+        be->to_device(be, a->seq, seq, N * sizeof(int32_t));
+        if (a->pos) be->to_device(be, a->pos, pos, N * sizeof(int32_t));
+    }
+    if (be->host) {
+        *tg = targets;
+        return tokens;
+    }
+    be->to_device(be, a->tokens, tokens, N * sizeof(int32_t));
+    be->to_device(be, a->targets, targets, N * sizeof(int32_t));
+    *tg = a->targets;
+    return a->tokens;
+}
+
+void dec_forward(const tsr_decoder *d, const int32_t *tokens, const int32_t *targets, int B,
+                 int T, float loss_scale) {
+    const tsr_model *m = d->m;
+    const tsr_backend *be = d->be;
+    tsr_acts *a = d->a;
+    const run r = train_run(d, B, T, "decoder forward");
+    const int32_t *tg, *tok = stage_inputs(d, tokens, targets, (size_t)r.N, B, T, &tg);
+    dec_unit root;
+    unit_get(d, 0, 0, &root);
+    be->encoder_forward(be, a->encoded, tok, root.w[TSR_P_WTE], root.w[TSR_P_WPE], a->pos, B, T,
+                        m->C);
+    layers_forward(&r, &root);
+    be->matmul_forward(be, a->probs, NULL, a->lnf, root.w[TSR_P_WTE], NULL, r.N, m->C, m->Vp,
+                       TSR_GELU_TANH);
+    unit_put(d, 0, 0);
+    if (loss_scale >= 0) set_dlosses(d, targets, (size_t)r.N, loss_scale);
+    be->softmax_xent(be, a->losses, a->probs, tg, loss_scale >= 0 ? a->dlosses : NULL, r.N, m->V,
+                     m->Vp);
+    a->dlogits = loss_scale >= 0;
+}
+
+double dec_loss_sum(const tsr_decoder *d, const int32_t *targets, int B, int T) {
+    const tsr_backend *be = d->be;
+    const tsr_acts *a = d->a;
+    size_t N = (size_t)B * T;
+    const float *l = a->losses;
+    if (!be->host) be->to_host(be, a->losses_host, a->losses, N * sizeof(float)), l = a->losses_host;
+    double sum = 0.0;
+    for (size_t i = 0; i < N; i++)
+        if (targets[i] >= 0) sum += l[i];
+    return sum;
+}
+
+void dec_token_scores(const tsr_decoder *d, const int32_t *targets, int B, int T, float *losses,
+                      int32_t *greedy) {
+    const tsr_backend *be = d->be;
+    const tsr_acts *a = d->a;
+    const run r = train_run(d, B, T, "decoder token scores");
+    const size_t N = (size_t)r.N;
+    be->argmax(be, be->host ? greedy : a->greedy, a->probs, r.N, d->m->V, d->m->Vp);
+    be->to_host(be, losses, a->losses, N * sizeof(float));
+    be->to_host(be, greedy, be->host ? greedy : a->greedy, N * sizeof(int32_t));
+    for (size_t i = 0; i < N; i++)
+        if (targets[i] < 0) losses[i] = 0.0f, greedy[i] = -1;
+}
+
+void dec_backward(const tsr_decoder *d, const int32_t *tokens, const int32_t *targets, int B,
+                  int T, float loss_scale, void (*ready)(void *ctx, int unit), void *ctx) {
+    const tsr_model *m = d->m;
+    const tsr_backend *be = d->be;
+    tsr_acts *a = d->a;
+    const run r = train_run(d, B, T, "decoder backward");
+    const int C = m->C, L = m->L, N = r.N;
+    const size_t e = tsr_dtype_size(be->act);
+    if (!a->dlogits) { /* an evaluation forward: the loss's gradient over the logits now */
+        if (!be->softmax_xent_grad)
+            tsr_die(TSR_EXIT_INTERNAL, "decoder backward: the %s backend forms the loss gradient "
+                    "in the forward pass only (give it a loss scale)", be->name);
+        set_dlosses(d, targets, (size_t)N, loss_scale);
+        be->softmax_xent_grad(be, a->probs, a->dlosses, be->host ? targets : a->targets, N, m->V,
+                              m->Vp);
+    }
+    dec_unit root, u;
+    unit_get(d, 0, 1, &root);
+    be->zero(be, a->dln, (size_t)N * C * e);
+    be->matmul_backward(be, a->dln, root.g[TSR_P_WTE], NULL, a->probs, a->lnf, root.w[TSR_P_WTE],
+                        N, C, m->Vp);
+    be->zero(be, a->dresidual, (size_t)N * C * e);
+    be->layernorm_backward(be, a->dresidual, root.g[TSR_P_LNFW], root.g[TSR_P_LNFB], a->dln,
+                           layer_at(m, be, a, L - 1).res3, root.w[TSR_P_LNFW], a->lnf_mean,
+                           a->lnf_rstd, N, C);
+    for (int l = L - 1; l >= 0; l--) {
+        unit_get(d, l + 1, 1, &u);
+        layer_backward(&r, l, &u);
+        unit_put(d, l + 1, 1);
+        if (ready) ready(ctx, l + 1);
+    }
+    be->encoder_backward(be, root.g[TSR_P_WTE], root.g[TSR_P_WPE], a->dresidual,
+                         be->host ? tokens : a->tokens, tokens, a->pos, B, T, C);
+    unit_put(d, 0, 1);
+    if (ready) ready(ctx, 0);
+}
+
+/* ---- decoding with a KV cache --------------------------------------------------------------- */
+
+void dec_kv_chunk(const tsr_decoder *d, tsr_kv_cache *kv, const int32_t *tokens, int c,
+                  float *probs) {
+    const tsr_model *m = d->m;
+    const tsr_backend *be = d->be;
+    const int C = m->C, p0 = kv->len;
+    const size_t w = tsr_dtype_size(be->weight);
+    if (!be->attention_decode || !be->host)
+        tsr_die(TSR_EXIT_INTERNAL, "decoder: the %s backend has no KV-cache decoding", be->name);
+    const run r = {.d = d, .B = 1, .T = c, .N = c, .scratch = kv->proj, .lnf = kv->ln,
+                   .lnfm = kv->mean, .lnfr = kv->rstd, .kv = kv, .p0 = p0};
+    dec_unit root;
+    unit_get(d, 0, 0, &root);
+    const char *wpe = root.w[TSR_P_WPE]; /* learned positions count from the segment's start */
+    be->encoder_forward(be, kv->x, tokens, root.w[TSR_P_WTE],
+                        wpe ? wpe + (size_t)(p0 - kv->seg) * C * w : NULL, NULL, 1, c, C);
+    layers_forward(&r, &root);
+    kv->len += c;
+    if (probs) { /* the last row through the LM head and the softmax */
+        float loss;
+        const int32_t none = -1;
+        linear(&r, kv->logits, NULL, kv->ln + (size_t)(c - 1) * C, root.w[TSR_P_WTE], NULL, 1, C,
+               m->Vp);
+        be->softmax_xent(be, &loss, kv->logits, &none, NULL, 1, m->V, m->Vp);
+        be->to_host(be, probs, kv->logits, (size_t)m->Vp * sizeof(float));
+    }
+    unit_put(d, 0, 0);
+}

@@ -1,0 +1,76 @@
+/* decoder.h — the decoder written once over the backend interface (kernels/backend.h;
+ * docs/decoder.md): its activation plan, its forward (training and evaluation), its backward with
+ * the activation-checkpoint recomputation, and its KV-cache decode step. model.c runs it on the
+ * fp32 backend, src/gpu/gpu_model.c on the CUDA backend; each only says where the weights and
+ * activations are.
+ *
+ * Shapes and layout: model.h (tsr_model, tsr_acts, tsr_kv_cache). A unit is as in model.h's
+ * tsr_param_source: unit 0 the root (wte, wpe, lnfw, lnfb), unit l+1 layer l.
+ */
+#ifndef TSR_DECODER_H
+#define TSR_DECODER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "model/model.h"
+
+/* Where the decoder takes each unit's tensors from, just before it uses them: get fills w[id]
+ * (the backend's weight type) and, when backward, g[id] (fp32 gradients to accumulate into),
+ * NULL for tensors the unit does not hold; put follows the unit's last use in a pass. The
+ * forward asks for the root, then the layer units in order (unit l+2 right after layer l's last
+ * matmul, for the residual add fused with the next LayerNorm), putting each back after the next
+ * one is fetched; the backward for the root, then units L..1, putting each after its backward,
+ * then the root. */
+typedef struct tsr_dec_params {
+    void *ctx;
+    void (*get)(void *ctx, int unit, int backward, const void **w, float **g);
+    void (*put)(void *ctx, int unit, int backward);
+} tsr_dec_params;
+
+typedef struct tsr_decoder {
+    const tsr_model *m;      /* shapes, configuration, activation checkpointing */
+    const tsr_backend *be;
+    tsr_acts *a;             /* allocated with dec_try_alloc_acts on be */
+    tsr_dec_params params;
+    const float *slopes;     /* (NH) ALiBi slopes on the backend, or NULL */
+} tsr_decoder;
+
+/* Offsets in the flat parameter layout of unit u's slice of each tensor; SIZE_MAX for tensors
+ * the unit does not hold (or the model does not have). */
+void dec_unit_offsets(const tsr_model *m, int u, size_t off[TSR_P_COUNT]);
+
+/* The activation plan: bytes of activations for B x T on be (each buffer rounded up to be->align),
+ * allocation (0, or -1 with nothing left allocated), release (a->B = 0 after). */
+size_t dec_acts_bytes(const tsr_model *m, const tsr_backend *be, int B, int T);
+int dec_try_alloc_acts(const tsr_model *m, const tsr_backend *be, tsr_acts *a, int B, int T);
+void dec_free_acts(const tsr_backend *be, tsr_acts *a);
+
+/* Forward over tokens, targets (B,T, host; -1 = no loss). loss_scale >= 0: a training forward,
+ * the logits are replaced by d(loss_scale * sum of losses)/d logits (fused); < 0: evaluation.
+ * Needs B <= a->B and T == a->T. */
+void dec_forward(const tsr_decoder *d, const int32_t *tokens, const int32_t *targets, int B,
+                 int T, float loss_scale);
+/* Sum of the last forward's losses over the targets that count (waits for the backend). */
+double dec_loss_sum(const tsr_decoder *d, const int32_t *targets, int B, int T);
+/* After an evaluation forward: per position its loss and greedy token (host arrays of B*T), 0 and
+ * -1 where targets < 0 (model.h model_token_scores). */
+void dec_token_scores(const tsr_decoder *d, const int32_t *targets, int B, int T, float *losses,
+                      int32_t *greedy);
+/* Backward of the last forward: parameter gradients accumulate. After an evaluation forward the
+ * gradient of the loss is formed first (targets, loss_scale: as the forward would have; needs the
+ * backend's softmax_xent_grad); after a training forward both are unused. tokens: the host ids.
+ * ready(ctx, unit), or NULL, follows each unit's put in the backward. Checkpointed layers first
+ * recompute what they dropped with the same ops on the same inputs (the same bits). */
+void dec_backward(const tsr_decoder *d, const int32_t *tokens, const int32_t *targets, int B,
+                  int T, float loss_scale, void (*ready)(void *ctx, int unit), void *ctx);
+
+/* The KV-cache decode step: c tokens at positions kv->len.. (one segment, starting at kv->seg)
+ * through every layer on be, appending their keys and values; kv->len += c. With probs (Vp,
+ * host) not NULL, the next-token distribution after the last of them. Needs the backend's
+ * attention_decode, a host backend (kv's buffers). */
+void dec_kv_chunk(const tsr_decoder *d, tsr_kv_cache *kv, const int32_t *tokens, int c,
+                  float *probs);
+
+#endif

@@ -1,0 +1,89 @@
+/* model_pass.c — a tsr_model's activations and passes on its fp32 backend: the decoder of
+ * decoder.c over the model's flat parameters (or its sharded source). */
+#include <stdint.h>
+#include <string.h>
+
+#include "common.h"
+#include "model.h"
+#include "model/decoder.h"
+
+int model_try_alloc_acts(tsr_model *m, int B, int T) {
+    return dec_try_alloc_acts(m, &m->be, &m->acts, B, T);
+}
+
+void model_alloc_acts(tsr_model *m, int B, int T) {
+    if (model_try_alloc_acts(m, B, T) != 0)
+        tsr_die(TSR_EXIT_INTERNAL, "out of memory allocating the activations for a microbatch of "
+                "%d x %d (%.1f MiB): use a smaller micro_batch (or micro_batch = \"auto\"), "
+                "activation checkpointing or a smaller model", B, T,
+                (double)model_acts_bytes(m, B, T) / (1024.0 * 1024.0));
+}
+
+void model_free_acts(tsr_model *m) { dec_free_acts(&m->be, &m->acts); }
+
+size_t model_acts_bytes(const tsr_model *m, int B, int T) {
+    return dec_acts_bytes(m, &m->be, B, T);
+}
+
+void model_free(tsr_model *m) {
+    model_free_acts(m);
+    float **bufs[] = {&m->params, &m->grads, &m->alibi_slopes};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        if (*bufs[i]) m->ops->free(*bufs[i]);
+        *bufs[i] = NULL;
+    }
+}
+
+/* The decoder's parameter source: unit u's tensors from the sharded source, else from
+ * params/grads. */
+static void unit_get(void *ctx, int u, int backward, const void **w, float **g) {
+    const tsr_model *m = ctx;
+    if (m->src) {
+        float *wf[TSR_P_COUNT] = {0};
+        m->src->get(m->src->ctx, u, backward, wf, g);
+        for (int i = 0; i < TSR_P_COUNT; i++) w[i] = wf[i];
+        return;
+    }
+    size_t off[TSR_P_COUNT];
+    dec_unit_offsets(m, u, off);
+    for (int i = 0; i < TSR_P_COUNT; i++) {
+        if (off[i] == SIZE_MAX) continue;
+        w[i] = m->params + off[i];
+        if (m->grads) g[i] = m->grads + off[i];
+    }
+}
+
+static void unit_put(void *ctx, int u, int backward) {
+    const tsr_model *m = ctx;
+    if (m->src) m->src->put(m->src->ctx, u, backward);
+}
+
+/* The decoder over this model on the fp32 backend. */
+static tsr_decoder decoder_of(tsr_model *m) {
+    return (tsr_decoder){.m = m, .be = &m->be, .a = &m->acts,
+                         .params = {m, unit_get, unit_put}, .slopes = m->alibi_slopes};
+}
+
+void model_token_scores(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
+                        float *losses, int32_t *greedy) {
+    if (m->scores) {
+        m->scores(m->fwd_ctx, tokens, targets, B, T, losses, greedy);
+        return;
+    }
+    model_forward(m, tokens, targets, B, T);
+    tsr_decoder d = decoder_of(m);
+    dec_token_scores(&d, targets, B, T, losses, greedy);
+}
+
+double model_forward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T) {
+    if (m->fwd) return m->fwd(m->fwd_ctx, tokens, targets, B, T);
+    tsr_decoder d = decoder_of(m);
+    dec_forward(&d, tokens, targets, B, T, -1.0f);
+    return dec_loss_sum(&d, targets, B, T);
+}
+
+void model_backward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
+                    float loss_scale) {
+    tsr_decoder d = decoder_of(m);
+    dec_backward(&d, tokens, targets, B, T, loss_scale, NULL, NULL);
+}
