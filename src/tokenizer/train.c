@@ -19,7 +19,6 @@
  * Deterministic: same inputs and options give a byte-identical file (fixed chunking, ordered
  * inputs, total order on heap entries).
  */
-#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -30,6 +29,7 @@
 #include "cli.h"
 #include "cli_commands.h"
 #include "common.h"
+#include "fsutil.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_cmd.h"
 #include "tokenizer/tokenizer_internal.h"
@@ -126,47 +126,10 @@ static void paths_add(path_list *l, const char *path) {
     memcpy(l->p[l->n++], path, n);
 }
 
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Appends the regular files under dir, recursively, in sorted order. Symbolic links to files are
- * followed; links to directories are not (no loops). */
-static int walk_dir(path_list *l, const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) {
-        tsr_error("%s: cannot list directory: %s", dir, strerror(errno));
-        return TSR_EXIT_DATA;
-    }
-    path_list names = {0};
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (de->d_name[0] == '.') continue;
-        char full[4096];
-        if (tsr_snprintf(full, sizeof full, "%s/%s", dir, de->d_name)) {
-            closedir(d);
-            tsr_error("%s/%s: path too long", dir, de->d_name);
-            return TSR_EXIT_DATA;
-        }
-        paths_add(&names, full);
-    }
-    closedir(d);
-    qsort(names.p, names.n, sizeof *names.p, cmp_str);
-    int rc = 0;
-    for (size_t i = 0; i < names.n && !rc; i++) {
-        struct stat st, lst;
-        if (stat(names.p[i], &st) != 0 || lstat(names.p[i], &lst) != 0) {
-            tsr_error("%s: cannot stat: %s", names.p[i], strerror(errno));
-            rc = TSR_EXIT_DATA;
-        } else if (S_ISDIR(st.st_mode)) {
-            if (!S_ISLNK(lst.st_mode)) rc = walk_dir(l, names.p[i]);
-        } else if (S_ISREG(st.st_mode)) {
-            paths_add(l, names.p[i]);
-        }
-    }
-    for (size_t i = 0; i < names.n; i++) free(names.p[i]);
-    free(names.p);
-    return rc;
+static int add_walked(void *ctx, const char *path, const struct stat *st) {
+    (void)st;
+    paths_add(ctx, path);
+    return 0;
 }
 
 static int list_inputs(path_list *l, int n, char **operands) {
@@ -178,7 +141,7 @@ static int list_inputs(path_list *l, int n, char **operands) {
             tsr_error("%s: cannot read input: %s", operands[i], strerror(errno));
             return TSR_EXIT_DATA;
         } else if (S_ISDIR(st.st_mode)) {
-            TSR_CHECK(walk_dir(l, operands[i]));
+            TSR_CHECK(fs_walk(operands[i], add_walked, l));
         } else {
             paths_add(l, operands[i]);
         }
