@@ -1,7 +1,7 @@
 /* config_table.c — the table of every config key, and what is driven by it alone: defaults, value
  * conversion and range checks, value formatting, sizes and durations. The effective-config
  * printout and config_save are in config_print.c.
- * Parsing the libconfig file, --set, cross-key validation and docs/config.md are in config.c.
+ * Parsing the libconfig file, --set, cross-key validation and docs/config.md are in config_load.c.
  */
 #include "config/config_table.h"
 
@@ -457,6 +457,77 @@ const char *cfgtab_accepted(const cfgtab_key *k, char *buf, size_t n) {
 
 #define DURATION_HINT "expected a duration like 100ba, 2e9tok or 1ep"
 
+/* The assign_* steps of cfgtab_assign: each stores a value of its key type into field, or returns
+ * why the value is refused (a literal, or why[n] filled). */
+
+/* CFGK_INT: an integer in [ilo, ihi], or the key's auto word (stored as 0). str: the value when
+ * it is a string. */
+static const char *assign_int(const cfgtab_key *k, char *field, const cfgtab_value *v,
+                              const char *str, char *why, size_t n) {
+    char text[2048];
+    int64_t x;
+    if (k->auto_word && v->kind == CFGV_TEXT && unquote(v->s, text, sizeof text) == 0)
+        str = text; /* --set micro_batch=auto or ="auto" */
+    if (k->auto_word && str && strcmp(str, k->auto_word) == 0) {
+        x = 0; /* decided at run time */
+    } else {
+        if (v->kind == CFGV_INT) {
+            x = v->i;
+        } else if (v->kind != CFGV_TEXT || parse_int_text(v->s, &x) != 0) {
+            if (!k->auto_word) return "expected an integer";
+            snprintf(why, n, "expected an integer or \"%s\"", k->auto_word);
+            return why;
+        }
+        if (x < k->ilo || x > k->ihi) return out_of_range(k, why, n);
+    }
+    if (k->size == sizeof(int)) {
+        int y = (int)x;
+        memcpy(field, &y, sizeof y);
+    } else {
+        memcpy(field, &x, sizeof x);
+    }
+    return NULL;
+}
+
+/* CFGK_FLOAT: a finite number in the key's (open or closed) range. */
+static const char *assign_float(const cfgtab_key *k, char *field, const cfgtab_value *v,
+                                char *why, size_t n) {
+    double x;
+    if (v->kind == CFGV_INT) x = (double)v->i;
+    else if (v->kind == CFGV_FLOAT) x = v->f;
+    else if (v->kind != CFGV_TEXT || parse_double_text(v->s, &x) != 0) return "expected a number";
+    if (!isfinite(x) || x < k->lo || x > k->hi || (k->lo_open && x == k->lo) ||
+        (k->hi_open && x == k->hi))
+        return out_of_range(k, why, n);
+    memcpy(field, &x, sizeof x);
+    return NULL;
+}
+
+/* CFGK_BOOL: a libconfig boolean, or true/false (any case) from --set. */
+static const char *assign_bool(char *field, const cfgtab_value *v) {
+    int b;
+    if (v->kind == CFGV_BOOL) b = v->i != 0;
+    else if (v->kind == CFGV_TEXT && strcasecmp(v->s, "true") == 0) b = 1;
+    else if (v->kind == CFGV_TEXT && strcasecmp(v->s, "false") == 0) b = 0;
+    else return "expected true or false";
+    memcpy(field, &b, sizeof b);
+    return NULL;
+}
+
+/* CFGK_STRING: fits the field, at least ilo characters. */
+static const char *assign_string(const cfgtab_key *k, char *field, const char *str, char *why,
+                                 size_t n) {
+    if (!str) return "expected a string";
+    size_t len = strlen(str);
+    if (len >= k->size) {
+        snprintf(why, n, "too long (%zu characters), at most %zu", len, k->size - 1);
+        return why;
+    }
+    if ((int64_t)len < k->ilo) return "must not be empty";
+    memcpy(field, str, len + 1);
+    return NULL;
+}
+
 const char *cfgtab_assign(const cfgtab_key *k, tsr_config *cfg, const cfgtab_value *v, char *why,
                           size_t n) {
     char *field = (char *)cfg + k->offset;
@@ -471,61 +542,10 @@ const char *cfgtab_assign(const cfgtab_key *k, tsr_config *cfg, const cfgtab_val
         str = text;
     }
     switch (k->type) {
-    case CFGK_INT: {
-        int64_t x;
-        if (k->auto_word && v->kind == CFGV_TEXT && unquote(v->s, text, sizeof text) == 0)
-            str = text; /* --set micro_batch=auto or ="auto" */
-        if (k->auto_word && str && strcmp(str, k->auto_word) == 0) {
-            x = 0; /* decided at run time */
-        } else {
-            if (v->kind == CFGV_INT) {
-                x = v->i;
-            } else if (v->kind != CFGV_TEXT || parse_int_text(v->s, &x) != 0) {
-                if (!k->auto_word) return "expected an integer";
-                snprintf(why, n, "expected an integer or \"%s\"", k->auto_word);
-                return why;
-            }
-            if (x < k->ilo || x > k->ihi) return out_of_range(k, why, n);
-        }
-        if (k->size == sizeof(int)) {
-            int y = (int)x;
-            memcpy(field, &y, sizeof y);
-        } else {
-            memcpy(field, &x, sizeof x);
-        }
-        return NULL;
-    }
-    case CFGK_FLOAT: {
-        double x;
-        if (v->kind == CFGV_INT) x = (double)v->i;
-        else if (v->kind == CFGV_FLOAT) x = v->f;
-        else if (v->kind != CFGV_TEXT || parse_double_text(v->s, &x) != 0) return "expected a number";
-        if (!isfinite(x) || x < k->lo || x > k->hi || (k->lo_open && x == k->lo) ||
-            (k->hi_open && x == k->hi))
-            return out_of_range(k, why, n);
-        memcpy(field, &x, sizeof x);
-        return NULL;
-    }
-    case CFGK_BOOL: {
-        int b;
-        if (v->kind == CFGV_BOOL) b = v->i != 0;
-        else if (v->kind == CFGV_TEXT && strcasecmp(v->s, "true") == 0) b = 1;
-        else if (v->kind == CFGV_TEXT && strcasecmp(v->s, "false") == 0) b = 0;
-        else return "expected true or false";
-        memcpy(field, &b, sizeof b);
-        return NULL;
-    }
-    case CFGK_STRING: {
-        if (!str) return "expected a string";
-        size_t len = strlen(str);
-        if (len >= k->size) {
-            snprintf(why, n, "too long (%zu characters), at most %zu", len, k->size - 1);
-            return why;
-        }
-        if ((int64_t)len < k->ilo) return "must not be empty";
-        memcpy(field, str, len + 1);
-        return NULL;
-    }
+    case CFGK_INT: return assign_int(k, field, v, str, why, n);
+    case CFGK_FLOAT: return assign_float(k, field, v, why, n);
+    case CFGK_BOOL: return assign_bool(field, v);
+    case CFGK_STRING: return assign_string(k, field, str, why, n);
     case CFGK_ENUM:
         for (int i = 0; str && i < k->n_names; i++)
             if (strcmp(str, k->names[i]) == 0) {

@@ -108,16 +108,9 @@ static inline uint32_t tok_len(const tsr_tokenizer *t, uint32_t id) {
     return (uint32_t)(t->off[id + 1] - t->off[id]);
 }
 
-int tokenizer_build(tsr_tokenizer **out, uint32_t n_tokens, const uint8_t *const *tokens,
-                    const uint32_t *len, uint32_t n_merges, const tsr_merge *merges,
-                    uint32_t n_specials, const char *const *specials, const uint32_t *special_ids) {
-    *out = NULL;
-    if (n_tokens < 256) {
-        tsr_error("tokenizer: %u tokens; a byte-level vocabulary needs at least the 256 single bytes",
-                  n_tokens);
-        return TSR_EXIT_DATA;
-    }
-    tsr_tokenizer *t = tsr_calloc(1, sizeof *t);
+/* The tokens' bytes into t->blob / t->off, and the token of each single byte (all 256 needed). */
+static int build_vocab(tsr_tokenizer *t, uint32_t n_tokens, const uint8_t *const *tokens,
+                       const uint32_t *len) {
     t->n_tokens = n_tokens;
     t->off = tsr_malloc(((size_t)n_tokens + 1) * sizeof *t->off);
     uint64_t total = 0;
@@ -135,9 +128,16 @@ int tokenizer_build(tsr_tokenizer **out, uint32_t n_tokens, const uint8_t *const
         if (t->byte_tok[b] == UINT32_MAX) {
             tsr_error("tokenizer: no token holds the single byte 0x%02x; a byte-level vocabulary "
                       "needs all 256", b);
-            goto fail;
+            return TSR_EXIT_DATA;
         }
+    return 0;
+}
 
+/* The merges in rank order, and the pair table (left, right) -> rank, result; each merge's ids in
+ * range, its result the left's bytes then the right's, no pair twice. */
+static int build_merges(tsr_tokenizer *t, const uint8_t *const *tokens, const uint32_t *len,
+                        uint32_t n_merges, const tsr_merge *merges) {
+    uint32_t n_tokens = t->n_tokens;
     t->n_merges = n_merges;
     t->merges = tsr_malloc((n_merges ? n_merges : 1) * sizeof *t->merges);
     if (n_merges) memcpy(t->merges, merges, n_merges * sizeof *merges);
@@ -153,24 +153,30 @@ int tokenizer_build(tsr_tokenizer **out, uint32_t n_tokens, const uint8_t *const
         if (m->left >= n_tokens || m->right >= n_tokens || m->result >= n_tokens) {
             tsr_error("tokenizer: merge %u (%u %u -> %u): id out of range (vocabulary of %u)", r,
                       m->left, m->right, m->result, n_tokens);
-            goto fail;
+            return TSR_EXIT_DATA;
         }
         uint32_t ll = len[m->left], lr = len[m->right];
         if (len[m->result] != ll + lr || memcmp(tokens[m->result], tokens[m->left], ll) != 0 ||
             memcmp(tokens[m->result] + ll, tokens[m->right], lr) != 0) {
             tsr_error("tokenizer: merge %u (%u %u -> %u): the result's bytes are not the left's "
                       "followed by the right's", r, m->left, m->right, m->result);
-            goto fail;
+            return TSR_EXIT_DATA;
         }
         uint32_t dummy;
         uint32_t prev = pair_lookup(t, m->left, m->right, &dummy);
         if (prev != NO_RANK) {
             tsr_error("tokenizer: merge %u (%u %u) repeats merge %u", r, m->left, m->right, prev);
-            goto fail;
+            return TSR_EXIT_DATA;
         }
         tsr_tokenizer_set_pair(t, m->left, m->right, r, m->result);
     }
+    return 0;
+}
 
+/* The special tokens: each non-empty and the vocabulary entry of its id. */
+static int build_specials(tsr_tokenizer *t, const uint8_t *const *tokens, const uint32_t *len,
+                          uint32_t n_specials, const char *const *specials,
+                          const uint32_t *special_ids) {
     t->n_specials = n_specials;
     t->specials = tsr_calloc(n_specials ? n_specials : 1, sizeof *t->specials);
     t->special_len = tsr_malloc((n_specials ? n_specials : 1) * sizeof *t->special_len);
@@ -178,21 +184,36 @@ int tokenizer_build(tsr_tokenizer **out, uint32_t n_tokens, const uint8_t *const
     for (uint32_t k = 0; k < n_specials; k++) {
         size_t sl = strlen(specials[k]);
         uint32_t id = special_ids[k];
-        if (sl == 0 || id >= n_tokens || len[id] != sl || memcmp(tokens[id], specials[k], sl) != 0) {
+        if (sl == 0 || id >= t->n_tokens || len[id] != sl || memcmp(tokens[id], specials[k], sl) != 0) {
             tsr_error("tokenizer: special token '%s' (id %u) is empty, out of range or not the "
                       "vocabulary entry of its id", specials[k], id);
-            goto fail;
+            return TSR_EXIT_DATA;
         }
         t->specials[k] = tsr_malloc(sl + 1);
         memcpy(t->specials[k], specials[k], sl + 1);
         t->special_len[k] = (uint32_t)sl;
         t->special_ids[k] = id;
     }
+    return 0;
+}
+
+int tokenizer_build(tsr_tokenizer **out, uint32_t n_tokens, const uint8_t *const *tokens,
+                    const uint32_t *len, uint32_t n_merges, const tsr_merge *merges,
+                    uint32_t n_specials, const char *const *specials, const uint32_t *special_ids) {
+    *out = NULL;
+    if (n_tokens < 256) {
+        tsr_error("tokenizer: %u tokens; a byte-level vocabulary needs at least the 256 single bytes",
+                  n_tokens);
+        return TSR_EXIT_DATA;
+    }
+    tsr_tokenizer *t = tsr_calloc(1, sizeof *t);
+    if (build_vocab(t, n_tokens, tokens, len) || build_merges(t, tokens, len, n_merges, merges) ||
+        build_specials(t, tokens, len, n_specials, specials, special_ids)) {
+        tokenizer_free(t);
+        return TSR_EXIT_DATA;
+    }
     *out = t;
     return 0;
-fail:
-    tokenizer_free(t);
-    return TSR_EXIT_DATA;
 }
 
 /* ================================ accessors ================================ */

@@ -1,4 +1,4 @@
-/* config.c — config_load: defaults, then the libconfig file, then --set overrides, then checks
+/* config_load.c — config_load: defaults, then the libconfig file, then --set overrides, then checks
  * across keys; config_check_world; docs/config.md. The keys themselves are in config_table.c.
  *
  * Every error is printed with tsr_error() naming file:line (or "--set ..."), the key, the value
