@@ -17,41 +17,11 @@
 #include <string.h>
 
 #include "common.h"
+#include "fsutil.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_internal.h"
 
 #define SPECIAL_EOT "<|endoftext|>"
-
-static int read_file(const char *path, char **buf, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        tsr_error("%s: cannot open: %s", path, strerror(errno));
-        return TSR_EXIT_DATA;
-    }
-    size_t cap = 1 << 20, len = 0;
-    char *b = tsr_malloc(cap + 1);
-    size_t got;
-    while ((got = fread(b + len, 1, cap - len, f)) > 0) {
-        len += got;
-        if (len == cap) {
-            cap *= 2;
-            char *nb = realloc(b, cap + 1);
-            if (!nb) tsr_die(TSR_EXIT_INTERNAL, "out of memory reading %s", path);
-            b = nb;
-        }
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (err) {
-        tsr_error("%s: read error", path);
-        free(b);
-        return TSR_EXIT_DATA;
-    }
-    b[len] = '\0';
-    *buf = b;
-    *n = len;
-    return 0;
-}
 
 /* code point (< 324) of bytes_to_unicode -> byte, or -1 */
 static void unicode_to_byte(int16_t map[324]) {
@@ -432,7 +402,8 @@ int tokenizer_load_gpt2(tsr_tokenizer **out, const char *encoder_json, const cha
     str_map m = {0};
     int rc, has_eot = 0;
     *out = NULL;
-    if ((rc = read_file(encoder_json, &ebuf, &en)) || (rc = read_file(vocab_bpe, &bbuf, &bn))) goto done;
+    if ((rc = fs_read_all(encoder_json, 0, &ebuf, &en)) || (rc = fs_read_all(vocab_bpe, 0, &bbuf, &bn)))
+        goto done;
     if (strlen(ebuf) != en) {
         tsr_error("%s: malformed encoder.json: holds a NUL byte", encoder_json);
         rc = TSR_EXIT_DATA;
