@@ -66,6 +66,7 @@ void dist_init(tsr_dist *d, int *argc, char ***argv) {
     int provided = 0;
     MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
     initialized = 1;
+    tsr_set_exit_hooks(dist_abort, dist_finalize);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &d->rank));
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &d->world));
@@ -83,6 +84,7 @@ void dist_init(tsr_dist *d, int *argc, char ***argv) {
 void dist_finalize(void) {
     if (initialized) {
         initialized = 0;
+        tsr_set_exit_hooks(NULL, NULL);
         MPI_Finalize();
     }
 }
@@ -90,7 +92,7 @@ void dist_finalize(void) {
 int dist_is_initialized(void) { return initialized; }
 
 /* MPI is up: started by dist_init, or by a program that called MPI_Init itself (the checkpoint
- * test driver, tests/mpi/ckpt_driver.c, which uses checkpoint/ and through it these functions). */
+ * test driver, tests/mpi/ckpt_driver.c, which uses src/ckpt/ and through it these functions). */
 static int mpi_live(void) {
     int on = 0, off = 0;
     if (initialized) return 1;
@@ -323,9 +325,13 @@ void dist_init(tsr_dist *d, int *argc, char ***argv) {
     (void)argc;
     (void)argv;
     initialized = 1;
+    tsr_set_exit_hooks(dist_abort, dist_finalize);
     dist_init_single(d);
 }
-void dist_finalize(void) { initialized = 0; }
+void dist_finalize(void) {
+    initialized = 0;
+    tsr_set_exit_hooks(NULL, NULL);
+}
 int dist_is_initialized(void) { return initialized; }
 int dist_world_rank(void) { return 0; }
 int dist_world_size(void) { return 1; }

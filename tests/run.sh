@@ -9,7 +9,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export TSR_ROOT=$PWD BUILD=${BUILD:-build} PYTHON=${PYTHON:-/usr/bin/python3}
 # torch in the reference tests loads Debian's OpenBLAS, which mis-detects this CPU (tessera's own
-# programs fix that themselves, src/blas_env.c); python has no such hook, so set it here when the
+# programs fix that themselves, src/base/blas_env.c); python has no such hook, so set it here when the
 # CPU has AVX-512 and nobody chose a core.
 if [[ -z ${OPENBLAS_CORETYPE:-} ]] && grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
     export OPENBLAS_CORETYPE=SkylakeX

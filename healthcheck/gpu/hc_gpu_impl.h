@@ -21,7 +21,7 @@
 #include "hc_fault.h"
 #include "hc_gpu.h"
 
-/* Writes "fmt..." into err unless it already holds an earlier failure. */
+/* Writes "fmt..." into err unless it already holds an earlier failure (hc_gpu_util.c). */
 void gpu_note(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #define GPU_TRY(err, n, call)                                                                   \
@@ -52,6 +52,7 @@ void gpu_note(char *err, size_t n, const char *fmt, ...) __attribute__((format(p
         }                                                                                       \
     } while (0)
 
+/* ---- hc_gpu_util.c: the helpers (they use nothing else of the library) ---- */
 double gpu_now(void);         /* CLOCK_MONOTONIC, s */
 void gpu_sleep(double s);     /* the fault injections' sleeps */
 /* Runs fn(ctx, d) for d < n, each on its own thread, and waits for all. */
@@ -73,12 +74,14 @@ extern const unsigned long long nvml_reasons_hw, nvml_reasons_thermal;
 /* Cumulative time (ns) the GPU was held below application clocks by power (thermal = 0) or by
  * temperature (thermal = 1). Returns 0 or 1. */
 int nvml_violation_ns(void *h, int thermal, unsigned long long *ns);
+/* Per GPU of the job: name, bus id, NVML handle and state into dev (the API's state step). */
+void gpu_state(const hc_gpu_job *job, hc_gpu_dev *dev);
+/* The NVML handle of device d (gpu_state found it from its bus id), or NULL. */
+void *gpu_nvml_handle(int d);
 
 /* ---- hc_gpu_burn.c ---- */
 void gpu_burn(const hc_gpu_job *job, hc_gpu_dev *dev);
 void gpu_membw(const hc_gpu_job *job, hc_gpu_dev *dev);
-/* hc_gpu_so.c: the NVML handle of device d (gpu_state found it from its bus id), or NULL. */
-void *gpu_nvml_handle(int d);
 
 /* ---- hc_gpu_nccl.c ---- */
 double gpu_nccl_node(const hc_gpu_job *job, char *err, size_t n);

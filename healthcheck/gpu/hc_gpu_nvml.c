@@ -1,4 +1,4 @@
-/* hc_gpu_nvml.c — the NVML facts (see hc_gpu_impl.h). NVML ships with the driver, not with the
+/* hc_gpu_nvml.c — the NVML facts and the per-GPU state pass (see hc_gpu_impl.h). NVML ships with the driver, not with the
  * CUDA toolkit, and the build machine has no nvml.h: so libnvidia-ml.so.1 is loaded here with
  * dlopen and the few entry points used are declared below from NVIDIA's documentation of its C ABI
  * (stable across drivers; the _v2 names are the symbols nvml.h maps the plain names to):
@@ -187,4 +187,26 @@ int nvml_violation_ns(void *h, int thermal, unsigned long long *ns) {
     if (nv.violation((nvml_dev_t)h, thermal ? NVML_POLICY_THERMAL : NVML_POLICY_POWER, &t) != NVML_OK) return 1;
     *ns = t.violation_time;
     return 0;
+}
+
+/* NVML handles of the CUDA devices, found from their PCI bus ids by gpu_state */
+static void *nvml_of[HC_MAX_GPUS];
+
+void *gpu_nvml_handle(int d) { return d >= 0 && d < HC_MAX_GPUS ? nvml_of[d] : NULL; }
+
+/* Per GPU: name, bus id, NVML handle and state. Sequential: a few fast queries per GPU. */
+void gpu_state(const hc_gpu_job *job, hc_gpu_dev *dev) {
+    for (int d = 0; d < job->n_devices && d < HC_MAX_GPUS; d++) {
+        hc_gpu_dev *g = &dev[d];
+        struct cudaDeviceProp prop;
+        char why[256] = "";
+        nvml_of[d] = NULL;
+        GPU_TRY(g->error, sizeof g->error, cudaGetDeviceProperties(&prop, d));
+        snprintf(g->name, sizeof g->name, "%.*s", (int)sizeof g->name - 1, prop.name);
+        GPU_TRY(g->error, sizeof g->error, cudaDeviceGetPCIBusId(g->bus_id, (int)sizeof g->bus_id, d));
+        nvml_of[d] = nvml_device(g->bus_id, why, sizeof why);
+        if (!nvml_of[d] && why[0]) gpu_note(g->error, sizeof g->error, "NVML: %s", why);
+        nvml_state(nvml_of[d], g);
+    fail:; /* the burn meets the same failure again and records this GPU as failed */
+    }
 }

@@ -1,5 +1,5 @@
 /* hc_gpu_mock.c — a stand-in for libtessera-hc-gpu.so with no CUDA in it, for tests on machines
- * without a GPU (tests/test_hc_gpu.sh). It implements the same function table (hc_gpu.h) and
+ * without a GPU (tests/gpu/test_hc_gpu.sh). It implements the same function table (hc_gpu.h) and
  * answers with canned facts of a healthy H100 node, so everything on the executable's side of the
  * GPU mode runs for real: loading and ABI checks, choosing GPU or CPU checks across ranks, the
  * fault injections that act outside the library (missing_gpu), the NCCL bootstrap over MPI (id

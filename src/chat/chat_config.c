@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "chat/chat_config.h"
 #include "fsutil.h"
@@ -98,4 +99,18 @@ void chat_config_free(chat_config *cc) {
     json_doc_free(&cc->doc);
     free(cc->text);
     memset(cc, 0, sizeof *cc);
+}
+
+int chat_config_find(const char *tokenizer_spec, char *buf, size_t cap) {
+    struct stat st;
+    int n;
+    if (stat(tokenizer_spec, &st) == 0 && S_ISDIR(st.st_mode)) {
+        n = snprintf(buf, cap, "%s/tokenizer_config.json", tokenizer_spec);
+    } else {
+        const char *slash = strrchr(tokenizer_spec, '/');
+        int dir = slash ? (int)(slash - tokenizer_spec) : 1;
+        n = snprintf(buf, cap, "%.*s/tokenizer_config.json", dir, slash ? tokenizer_spec : ".");
+    }
+    if (n < 0 || (size_t)n >= cap) return -1;
+    return stat(buf, &st) == 0 && S_ISREG(st.st_mode);
 }

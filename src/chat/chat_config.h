@@ -33,4 +33,10 @@ typedef struct chat_config {
 int chat_config_load(const char *path, chat_config *cc, jinja_error *err);
 void chat_config_free(chat_config *cc);
 
+/* The tokenizer_config.json that goes with a Hugging Face tokenizer spec: DIR/tokenizer_config.json
+ * for a directory, the one beside FILE for a tokenizer.json file. Returns 1 and the path in buf when
+ * that file exists, 0 when it does not (buf then holds the path looked at), -1 when the path does
+ * not fit in cap bytes. */
+int chat_config_find(const char *tokenizer_spec, char *buf, size_t cap);
+
 #endif

@@ -1,5 +1,5 @@
 /* jinja.c — the public face of the Jinja subset (jinja.h): compile once, render per
- * conversation. The context arrives as parsed JSON (src/prep/jsonl.h) and becomes runtime values
+ * conversation. The context arrives as parsed JSON (src/base/json.h) and becomes runtime values
  * the way @huggingface/jinja converts a JavaScript object: integral numbers are integers, other
  * numbers floats, and an object's keys come in JavaScript's order (array-index keys first, in
  * numeric order, then the rest as written; a repeated key keeps its first place, last value). */
@@ -107,7 +107,7 @@ static jj_value *from_json(jj_interp *in, const json_value *j) {
     case JSON_TRUE: return jj_bool(in->a, j->type == JSON_TRUE);
     case JSON_NUMBER:
         return jj_num(in->a,
-                      j->num == (double)(long long)j->num && j->num > -9.3e18 && j->num < 9.3e18
+                      j->num > -9.3e18 && j->num < 9.3e18 && j->num == (double)(long long)j->num
                           ? V_INT
                           : V_FLOAT,
                       j->num);

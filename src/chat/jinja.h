@@ -16,7 +16,7 @@
 
 #include <stddef.h>
 
-#include "prep/jsonl.h"
+#include "json.h"
 
 enum {
     JINJA_OK = 0,

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "chat/jinja_int.h"
-#include "tokenizer/unicode_tables.h"
+#include "unicode_tables.h"
 
 struct jj_chunk {
     jj_chunk *next;

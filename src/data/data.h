@@ -112,13 +112,4 @@ uint64_t sampler_permute(uint64_t seed, uint64_t epoch, uint64_t n, uint64_t p);
 /* Global position g -> sample index. */
 uint64_t sampler_index(const tsr_sampler *s, uint64_t g);
 
-/* CRC32C (Castagnoli) of a buffer, continuing from crc (start with 0). Used for shard headers,
- * payloads and index files, checkpoint tensors and metadata (checkpoint/), tokenizer files
- * (tokfile.c) and TensorBoard event records (src/train/tboard.c). */
-uint32_t tsr_crc32c(uint32_t crc, const void *buf, size_t n);
-/* The portable slicing-by-8 implementation (same result); tsr_crc32c uses the SSE4.2 crc32
- * instruction instead when tsr_crc32c_hw() says the CPU has it. For tests and diagnostics. */
-uint32_t tsr_crc32c_sw(uint32_t crc, const void *buf, size_t n);
-int tsr_crc32c_hw(void);
-
 #endif

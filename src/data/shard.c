@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "crc32c.h"
 #include "data/data.h"
 
 #include "data/shard_format.h"

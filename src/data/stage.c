@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "crc32c.h"
 #include "data/shard_format.h"
 #include "fsutil.h"
 

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../checkpoint/ckpt_model.h"
+#include "ckpt/ckpt_model.h"
 #include "blas_env.h"
 #include "cli.h"
 #include "cli_commands.h"

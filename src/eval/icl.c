@@ -8,7 +8,7 @@
 
 #include "common.h"
 #include "data/data.h"
-#include "prep/jsonl.h"
+#include "json.h"
 
 /* One parsed line: the strings of the example (pointers into the JSON document). */
 typedef struct raw_example {

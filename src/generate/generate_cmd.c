@@ -5,7 +5,7 @@
  * at a time, streaming it to stdout -> the counts and speeds on stderr. With the KV cache (default)
  * each decode step runs one position through the model (model_infer_forward); --no-cache reruns
  * model_forward, the training forward, over the whole context each step: the reference the cache
- * is tested against (tests/test_generate.sh). Usage, limits and speeds: docs/generate.md.
+ * is tested against (tests/eval/test_generate.sh). Usage, limits and speeds: docs/generate.md.
  */
 #include "generate/generate.h"
 

@@ -15,7 +15,7 @@
 #include "fsutil.h"
 #include "hf/hf_internal.h"
 #include "ops.h"
-#include "prep/jsonl.h"
+#include "json.h"
 
 /* ================================ writing ================================ */
 

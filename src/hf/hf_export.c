@@ -5,6 +5,8 @@
  *   OUT/vocab.json          GPT-2-format tokenizer only: a byte copy of encoder.json
  *   OUT/merges.txt          ... of vocab.bpe
  *   OUT/tokenizer_config.json  GPT2Tokenizer, model_max_length, <|endoftext|> as bos/eos/unk
+ *   OUT/tokenizer.json      Hugging Face tokenizer.json (Llama 3, Qwen, ...) only: a byte copy, with
+ *                           the tokenizer_config.json found beside it (byte copy) when there is one
  * Each file is written atomically; files already in OUT with other names are left alone.
  */
 #include <stdio.h>
@@ -16,17 +18,54 @@
 #include "fsutil.h"
 #include "hf/hf.h"
 #include "hf/hf_internal.h"
+#include "chat/chat_config.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct tok_files {
-    int present;          /* GPT-2-format files to copy */
-    char dir[4096];
+    int present;          /* tokenizer files to copy */
+    int hf;               /* 1: a tokenizer.json (file `json`, and `config` when non-empty) */
+    char dir[4096];       /* GPT-2 format: the directory with encoder.json + vocab.bpe */
+    char json[4096], config[4096];
     long eot;             /* id of <|endoftext|>, or -1 */
     uint32_t vocab;
     char note[600];       /* why none are written */
 } tok_files;
 
-/* spec: "gpt2", a directory with encoder.json + vocab.bpe, a tessera tokenizer file, "" or "none". */
+static int has_suffix(const char *s, const char *suf) {
+    size_t n = strlen(s), k = strlen(suf);
+    return n >= k && !strcmp(s + n - k, suf);
+}
+
+/* A tokenizer.json's files: the JSON itself (spec, or spec/tokenizer.json for a directory) and the
+ * tokenizer_config.json beside it if any; the end-of-sequence id is that config's eos_token (else
+ * <|endoftext|>, else none), so config.json's eos_token_id is the one transformers' tokenizer has. */
+static int resolve_hf(const char *spec, const tsr_tokenizer *tok, tok_files *t) {
+    struct stat st;
+    int isdir = stat(spec, &st) == 0 && S_ISDIR(st.st_mode);
+    int have_cfg = chat_config_find(spec, t->config, sizeof t->config);
+    if (have_cfg < 0 ||
+        tsr_snprintf(t->json, sizeof t->json, isdir ? "%s/tokenizer.json" : "%s", spec)) {
+        tsr_error("export: the tokenizer path \"%.200s...\" is too long", spec);
+        return TSR_EXIT_USAGE;
+    }
+    const char *eos = "<|endoftext|>";
+    chat_config cc;
+    jinja_error e;
+    if (!have_cfg) t->config[0] = 0;
+    else if (chat_config_load(t->config, &cc, &e)) {
+        tsr_error("export: %s", e.msg);
+        return TSR_EXIT_DATA;
+    }
+    const json_value *v = have_cfg ? json_get(cc.vars, "eos_token") : NULL;
+    uint32_t id = tokenizer_special_id(tok, v && v->type == JSON_STRING ? v->str : eos);
+    t->eot = id == UINT32_MAX ? -1 : (long)id;
+    if (have_cfg) chat_config_free(&cc);
+    t->hf = 1;
+    return 0;
+}
+
+/* spec: "gpt2", a directory with encoder.json + vocab.bpe, a Hugging Face tokenizer.json (or a
+ * directory holding one), a tessera tokenizer file, "" or "none". */
 static int resolve_tokenizer(const char *spec, const tsr_model *m, tok_files *t) {
     memset(t, 0, sizeof *t);
     t->eot = -1;
@@ -43,7 +82,7 @@ static int resolve_tokenizer(const char *spec, const tsr_model *m, tok_files *t)
                       "--tokenizer DIR, or export without tokenizer files: --tokenizer none");
             return rc;
         }
-    } else if (stat(spec, &st) == 0 && !S_ISDIR(st.st_mode)) {
+    } else if (stat(spec, &st) == 0 && !S_ISDIR(st.st_mode) && !has_suffix(spec, ".json")) {
         snprintf(t->note, sizeof t->note, "data.tokenizer = \"%.400s\" is a tessera tokenizer file, "
                  "which transformers cannot load (GPT-2-format vocab.json + merges.txt are written "
                  "for \"gpt2\" or a directory with encoder.json + vocab.bpe)", spec);
@@ -61,7 +100,9 @@ static int resolve_tokenizer(const char *spec, const tsr_model *m, tok_files *t)
     t->vocab = tokenizer_vocab_size(tok);
     uint32_t eot = tokenizer_special_id(tok, "<|endoftext|>");
     t->eot = eot == UINT32_MAX ? -1 : (long)eot;
+    rc = tokenizer_is_hf(tok) ? resolve_hf(spec, tok, t) : 0;
     tokenizer_free(tok);
+    if (rc) return rc;
     if (t->vocab > (uint32_t)m->V) {
         tsr_error("export: the tokenizer \"%s\" has %u tokens, the model's vocabulary only %d "
                   "(model.vocab_size): it is not this model's tokenizer; give the right one with "
@@ -83,6 +124,13 @@ static int copy_file(const char *from, const char *to) {
 
 static int write_tokenizer(const char *out_dir, const tok_files *t, const tsr_model *m) {
     char from[4300], to[4300];
+    if (t->hf) {
+        snprintf(to, sizeof to, "%s/tokenizer.json", out_dir);
+        TSR_CHECK(copy_file(t->json, to));
+        if (!t->config[0]) return 0;
+        snprintf(to, sizeof to, "%s/tokenizer_config.json", out_dir);
+        return copy_file(t->config, to);
+    }
     snprintf(from, sizeof from, "%s/encoder.json", t->dir);
     snprintf(to, sizeof to, "%s/vocab.json", out_dir);
     TSR_CHECK(copy_file(from, to));
@@ -155,8 +203,13 @@ int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
            m->maxT);
     if (tk.present) {
         TSR_CHECK(write_tokenizer(out_dir, &tk, m));
-        printf("wrote %s/vocab.json, merges.txt, tokenizer_config.json: GPT-2 BPE from %s (%u "
-               "tokens%s)\n", out_dir, tk.dir, tk.vocab, tk.eot >= 0 ? ", <|endoftext|> = bos/eos" : "");
+        if (tk.hf)
+            printf("wrote %s/tokenizer.json%s: byte copies of %s%s%s (%u tokens, eos_token_id %ld)\n",
+                   out_dir, tk.config[0] ? ", tokenizer_config.json" : "", tk.json,
+                   tk.config[0] ? " and " : "", tk.config, tk.vocab, tk.eot);
+        else
+            printf("wrote %s/vocab.json, merges.txt, tokenizer_config.json: GPT-2 BPE from %s (%u "
+                   "tokens%s)\n", out_dir, tk.dir, tk.vocab, tk.eot >= 0 ? ", <|endoftext|> = bos/eos" : "");
     } else {
         printf("no tokenizer files written: %s\n", tk.note);
     }

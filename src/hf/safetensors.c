@@ -17,7 +17,7 @@
 
 #include "common.h"
 #include "fsutil.h"
-#include "prep/jsonl.h"
+#include "json.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c assumes a little-endian host (the format is little-endian)"

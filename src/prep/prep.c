@@ -27,7 +27,7 @@
 #include "common.h"
 #include "fsutil.h"
 #include "data/data.h"
-#include "prep/jsonl.h"
+#include "json.h"
 #include "prep/prep_doc.h"
 #include "prep/prep_pack.h"
 #include "tokenizer/tokenizer.h"
@@ -57,6 +57,9 @@ static const cli_opt prep_opts[] = {
     {"bos", CLI_NO_SHORT('b'), NULL, "put <|endoftext|> before each document too"},
     {"no-eos", 'E', NULL, "do not put <|endoftext|> after each document"},
     {"target-prompts", CLI_NO_SHORT('P'), NULL, "sft/chat: every token is a target (mask 1), prompts too"},
+    {"chat-template", CLI_NO_SHORT('T'), "SPEC", "chat: auto (default: the chat_template of the "
+                      "tokenizer_config.json beside a tokenizer.json), a tokenizer_config.json, or "
+                      "none (the \"ROLE: content\" format)"},
     {"strict", 'x', NULL, "stop at the first bad JSONL line (exit 2, nothing written)"},
     {"doc-sep", CLI_NO_SHORT('d'), "SEP", "text files: split documents at SEP (escapes \\n \\t \\r \\\\), "
                             "e.g. '\\n\\n'; default: one file = one document"},
@@ -81,7 +84,7 @@ static int usage_error(const char *msg, const char *detail) {
 }
 
 typedef struct prep_args {
-    const char *out, *tokenizer;
+    const char *out, *tokenizer, *chat_template; /* chat_template: NULL = auto */
     prep_format format;
     double val_fraction;
     int64_t seed, shard_tokens, threads, pack; /* pack: T of --pack, 0 = not packed */
@@ -136,6 +139,7 @@ static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
     case CLI_NO_SHORT('b'): a->bos = 1; return 0;
     case 'E': a->no_eos = 1; return 0;
     case CLI_NO_SHORT('P'): a->target_prompts = 1; return 0;
+    case CLI_NO_SHORT('T'): a->chat_template = strcmp(val, "auto") ? val : NULL; return 0;
     case 'x': a->strict = 1; return 0;
     case CLI_NO_SHORT('d'): return parse_sep(a, val);
     case CLI_NO_SHORT('s'): return opt_int(ch, val, 1, INT64_C(1) << 60, &a->shard_tokens);
@@ -326,6 +330,8 @@ typedef struct prep_ctx {
     file_list files;
     tsr_tokenizer *tok;
     char tok_name[4096]; /* what the dataset records: "gpt2", else the tokenizer's absolute path */
+    chat_config chat;    /* the tokenizer's tokenizer_config.json, when loaded (have_chat) */
+    int have_chat;
     prep_doc_rules rules;
     uint32_t eos, vocab;
     int with_mask, threads, tty;
@@ -699,6 +705,41 @@ static void ctx_free(prep_ctx *c) {
     for (size_t k = 0; k < c->files.n; k++) free(c->files.v[k].path);
     free(c->files.v);
     if (c->tok) tokenizer_free(c->tok);
+    if (c->have_chat) chat_config_free(&c->chat);
+}
+
+/* The tokenizer_config.json of --chat-template, or (auto) the one beside a tokenizer.json: its
+ * chat_template renders chat lines, its eos_token ends documents when the vocabulary has no
+ * <|endoftext|> (Llama 3's <|end_of_text|>). */
+static int open_chat_config(prep_ctx *c) {
+    const char *spec = c->a->chat_template;
+    char path[4096];
+    jinja_error e;
+    int none = spec && !strcmp(spec, "none");
+    if (none) spec = NULL; /* still read for the eos_token */
+    if (spec) {
+        snprintf(path, sizeof path, "%s", spec);
+    } else if (!tokenizer_is_hf(c->tok) || chat_config_find(c->a->tokenizer, path, sizeof path) != 1) {
+        return 0;
+    }
+    if (chat_config_load(path, &c->chat, &e)) {
+        tsr_error("prep: %s%s", e.msg, e.status == JINJA_ESYNTAX ? " (the chat_template's syntax)" : "");
+        return TSR_EXIT_DATA;
+    }
+    c->have_chat = 1;
+    if (spec && !c->chat.tpl) {
+        tsr_error("prep: --chat-template %s: the file has no chat_template (give a "
+                  "tokenizer_config.json that has one, or --chat-template none)", spec);
+        return TSR_EXIT_USAGE;
+    }
+    const json_value *eos = json_get(c->chat.vars, "eos_token");
+    if (c->eos == UINT32_MAX && eos) c->eos = tokenizer_special_id(c->tok, eos->str);
+    if (none && c->chat.tpl) {
+        jinja_free(c->chat.tpl);
+        c->chat.tpl = NULL;
+    }
+    if (c->chat.tpl && !c->a->quiet) printf("prep: chat lines: the chat template of %s\n", path);
+    return 0;
 }
 
 /* Loads the tokenizer and finds <|endoftext|> when a document boundary needs it. */
@@ -709,10 +750,14 @@ static int open_tokenizer(prep_ctx *c) {
         snprintf(c->tok_name, sizeof c->tok_name, "%s", c->a->tokenizer);
     c->vocab = tokenizer_vocab_size(c->tok);
     c->eos = tokenizer_special_id(c->tok, "<|endoftext|>");
-    c->rules = (prep_doc_rules){c->tok, c->eos, c->a->bos, c->a->no_eos, c->a->target_prompts};
+    rc = open_chat_config(c);
+    if (rc) return rc;
+    c->rules = (prep_doc_rules){c->tok, c->eos, c->a->bos, c->a->no_eos, c->a->target_prompts,
+                                c->have_chat && c->chat.tpl ? &c->chat : NULL};
     if (c->eos == UINT32_MAX && (!c->a->no_eos || c->a->bos)) {
-        tsr_error("prep: tokenizer '%s' has no <|endoftext|> token to end documents with (add "
-                  "one, or pass --no-eos without --bos)", c->a->tokenizer);
+        tsr_error("prep: tokenizer '%s' has no <|endoftext|> token (nor an eos_token in a "
+                  "tokenizer_config.json beside it) to end documents with (add one, or pass "
+                  "--no-eos without --bos)", c->a->tokenizer);
         return TSR_EXIT_USAGE;
     }
     return 0;

@@ -12,11 +12,14 @@
 #include <string.h>
 
 #include "common.h"
+#include "prep/prep_chat.h"
 
-/* Appends the tokens of text (mask m) to the item. */
-static void put_text(const prep_doc_rules *r, prep_item *it, const char *s, size_t n, uint8_t m) {
+/* Appends the tokens of text (mask m) to the item; special: special tokens in the text are
+ * recognised (a chat template's output), else they are plain text (the user's data). */
+static void put_text(const prep_doc_rules *r, prep_item *it, const char *s, size_t n, uint8_t m,
+                     int special) {
     size_t before = it->n;
-    tokenizer_encode(r->tok, (const uint8_t *)s, n, 0, &it->tok, &it->n, &it->cap);
+    tokenizer_encode(r->tok, (const uint8_t *)s, n, special, &it->tok, &it->n, &it->cap);
     if (it->mask_cap < it->cap) {
         uint8_t *nm = realloc(it->mask, it->cap);
         if (!nm) tsr_die(TSR_EXIT_INTERNAL, "prep: out of memory (%zu mask bytes)", it->cap);
@@ -78,6 +81,62 @@ static const json_value *get_str(prep_item *it, const json_value *obj, const cha
     return v;
 }
 
+/* 1 when id is a special (added) token: its text names it back. */
+static int is_special(const tsr_tokenizer *tok, uint32_t id) {
+    uint8_t text[256];
+    size_t n = tokenizer_decode(tok, &id, 1, text, sizeof text - 1);
+    if (n >= sizeof text) return 0; /* also (size_t)-1: an id out of range */
+    text[n] = 0;
+    return tokenizer_special_id(tok, (const char *)text) == id;
+}
+
+/* Bytes of each token of it->tok[from..] in order (decoded one by one), into *len (malloc'd).
+ * Returns the sum, or (size_t)-1 when a token does not decode. */
+static size_t token_bytes(const tsr_tokenizer *tok, const prep_item *it, size_t from, size_t **len) {
+    size_t total = 0;
+    uint8_t buf[64];
+    *len = tsr_malloc((it->n - from + 1) * sizeof **len);
+    for (size_t k = from; k < it->n; k++) {
+        size_t n = tokenizer_decode(tok, &it->tok[k], 1, buf, sizeof buf);
+        if (n == (size_t)-1) return n;
+        (*len)[k - from] = n;
+        total += n;
+    }
+    return total;
+}
+
+/* A conversation through the model's chat template (prep_chat.h). The whole rendered text is
+ * tokenized at once, special tokens recognised, as transformers tokenizes a rendered conversation
+ * (so the ids equal its apply_chat_template's). Targets: every token that holds a byte of an
+ * assistant turn's content, and the special token that closes the turn when it comes right after
+ * (<|eot_id|>, <|im_end|>, <end_of_turn>); the rest is prompt (mask tp). The template writes the
+ * BOS/EOS it wants: prep adds none. */
+static void put_chat(const prep_doc_rules *r, const json_value *root, prep_item *it, uint8_t tp) {
+    chat_render cr;
+    char why[sizeof it->err];
+    if (prep_chat_render(r->chat, root, &cr, why, sizeof why)) {
+        bad(it, "%s", why);
+        return;
+    }
+    size_t from = it->n, *len, at = 0, s = 0;
+    put_text(r, it, cr.text, cr.len, tp, 1);
+    if (token_bytes(r->tok, it, from, &len) != cr.len) {
+        bad(it, "the chat template's output does not decode back to itself token by token: its "
+            "loss mask cannot be placed");
+    } else {
+        for (size_t k = from; k < it->n; at += len[k - from], k++) {
+            while (s < cr.n_spans && at >= cr.spans[s].off + cr.spans[s].len) {
+                if (at == cr.spans[s].off + cr.spans[s].len && is_special(r->tok, it->tok[k]))
+                    it->mask[k] = 1; /* the turn's closing token */
+                s++;
+            }
+            if (s < cr.n_spans && at + len[k - from] > cr.spans[s].off) it->mask[k] = 1;
+        }
+    }
+    free(len);
+    prep_chat_render_free(&cr);
+}
+
 void prep_tokenize(const prep_doc_rules *r, prep_format kind, const char *s, prep_item *it,
                    json_doc *jd) {
     uint8_t tp = (uint8_t)r->target_prompts;
@@ -89,7 +148,7 @@ void prep_tokenize(const prep_doc_rules *r, prep_format kind, const char *s, pre
             return;
         }
         if (r->bos) put_id(it, r->eos, 1);
-        put_text(r, it, s, it->len, 1);
+        put_text(r, it, s, it->len, 1, 0);
         if (!r->no_eos) put_id(it, r->eos, 1);
         return;
     }
@@ -111,7 +170,7 @@ void prep_tokenize(const prep_doc_rules *r, prep_format kind, const char *s, pre
             return;
         }
         if (r->bos) put_id(it, r->eos, 1);
-        put_text(r, it, t->str, t->len, 1);
+        put_text(r, it, t->str, t->len, 1, 0);
         if (!r->no_eos) put_id(it, r->eos, 1);
         return;
     }
@@ -123,12 +182,16 @@ void prep_tokenize(const prep_doc_rules *r, prep_format kind, const char *s, pre
                    ? get_str(it, root, "response") : get_str(it, root, "completion");
         if (!resp) return;
         if (r->bos) put_id(it, r->eos, tp);
-        put_text(r, it, prompt->str, prompt->len, tp);
-        put_text(r, it, resp->str, resp->len, 1);
+        put_text(r, it, prompt->str, prompt->len, tp, 0);
+        put_text(r, it, resp->str, resp->len, 1, 0);
         if (!r->no_eos) put_id(it, r->eos, 1);
         return;
     }
     /* chat */
+    if (r->chat) {
+        put_chat(r, root, it, tp);
+        return;
+    }
     const json_value *msgs = json_get(root, "messages");
     if (!msgs) {
         bad(it, "missing field \"messages\"");
@@ -156,11 +219,11 @@ void prep_tokenize(const prep_doc_rules *r, prep_format kind, const char *s, pre
         char small[128], *head = role->len + 3 <= sizeof small ? small : tsr_malloc(role->len + 3);
         memcpy(head, role->str, role->len);
         memcpy(head + role->len, ": ", 3);
-        put_text(r, it, head, role->len + 2, tp); /* the header "ROLE: " is never a target */
+        put_text(r, it, head, role->len + 2, tp, 0); /* the header "ROLE: " is never a target */
         if (head != small) free(head);
         uint8_t m_content = (uint8_t)(last_assistant || tp);
-        put_text(r, it, content->str, content->len, m_content);
-        put_text(r, it, "\n", 1, m_content);
+        put_text(r, it, content->str, content->len, m_content, 0);
+        put_text(r, it, "\n", 1, m_content, 0);
     }
     if (!r->no_eos) put_id(it, r->eos, (uint8_t)(last_assistant || tp));
 }

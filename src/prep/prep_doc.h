@@ -7,7 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "prep/jsonl.h"
+#include "chat/chat_config.h"
+#include "json.h"
 #include "tokenizer/tokenizer.h"
 
 typedef enum prep_format { FMT_AUTO, FMT_TEXT, FMT_JSONL, FMT_SFT, FMT_CHAT, FMT_COUNT } prep_format;
@@ -25,11 +26,13 @@ typedef struct prep_item {
 } prep_item;
 enum { ITEM_OK, ITEM_BAD, ITEM_EMPTY };
 
-/* How documents are framed: BOS/EOS are both `eos` (<|endoftext|>: GPT-2 has no BOS). */
+/* How documents are framed: BOS/EOS are both `eos` (<|endoftext|>: GPT-2 has no BOS). chat: the
+ * model's chat template for chat lines (prep_chat.h), or NULL for the "ROLE: content" format. */
 typedef struct prep_doc_rules {
     const tsr_tokenizer *tok;
     uint32_t eos;
     int bos, no_eos, target_prompts;
+    const chat_config *chat;
 } prep_doc_rules;
 
 /* Tokenizes the it->len bytes at s as a document of the given kind (FMT_TEXT: the bytes are the

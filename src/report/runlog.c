@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "common.h"
-#include "prep/jsonl.h"
+#include "json.h"
 
 static const char *const field_names[] = {
     "step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mfu", "step_time_s",
@@ -22,7 +22,7 @@ const char *runlog_field_name(runlog_field f) { return field_names[f]; }
 
 enum { LINE_OTHER, LINE_STEP, LINE_EVAL, LINE_START };
 
-/* One parsed line (src/prep/jsonl.c's parser): an object whose runlog_field keys are numbers or
+/* One parsed line (src/base/json.c's parser): an object whose runlog_field keys are numbers or
  * null. Returns LINE_* or -1 with *why. */
 static int classify(const json_value *o, runlog_point *pt, const char **why) {
     unsigned seen = 0;

@@ -23,7 +23,7 @@
 
 #include "tokenizer/hf_tok.h"
 #include "tokenizer/tokenizer_internal.h"
-#include "tokenizer/unicode_tables.h"
+#include "unicode_tables.h"
 
 enum { CL_O, CL_L, CL_N, CL_S };
 

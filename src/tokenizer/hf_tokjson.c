@@ -1,5 +1,5 @@
 /* hf_tokjson.c — loading a Hugging Face tokenizer.json (byte-level BPE family) with the JSON parser
- * of src/prep/jsonl.c. What is accepted is listed in hf_tok.h; every refusal names the file, the
+ * of src/base/json.c. What is accepted is listed in hf_tok.h; every refusal names the file, the
  * key and what was expected. Vocab strings are byte-level mapped (GPT-2's bytes_to_unicode); they
  * are mapped back to bytes here, so the rest works on bytes. */
 #include <errno.h>
@@ -9,7 +9,7 @@
 
 #include "common.h"
 #include "fsutil.h"
-#include "prep/jsonl.h"
+#include "json.h"
 #include "tokenizer/hf_tok_internal.h"
 #include "tokenizer/tokenizer_internal.h"
 

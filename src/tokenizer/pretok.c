@@ -16,7 +16,7 @@
 #include "common.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_internal.h"
-#include "tokenizer/unicode_tables.h"
+#include "unicode_tables.h"
 
 enum { CL_OTHER, CL_LETTER, CL_NUMBER, CL_SPACE };
 
@@ -102,17 +102,6 @@ size_t tokenizer_count_invalid_utf8(const uint8_t *text, size_t n) {
         i += l;
     }
     return bad;
-}
-
-int tsr_uc_in_ranges(const uint32_t (*r)[2], uint32_t n, uint32_t cp) {
-    uint32_t a = 0, b = n;
-    while (a < b) {
-        uint32_t m = (a + b) / 2;
-        if (cp < r[m][0]) b = m;
-        else if (cp > r[m][1]) a = m + 1;
-        else return 1;
-    }
-    return 0;
 }
 
 static uint8_t ascii_class[128];

@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "data/data.h"
+#include "crc32c.h"
 #include "fsutil.h"
 
 #define MAX_TOKENS (UINT32_C(1) << 31) /* ids fit int32, as dataset vocabularies (data-format.md) */

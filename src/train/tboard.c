@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "data/data.h"
+#include "crc32c.h"
 
 /* A growable byte buffer for one encoded message. */
 typedef struct pbuf {

@@ -122,7 +122,7 @@ static void init_sharded(tsr_trainer *t, uint64_t seed) {
     model_alloc_slopes(m);
 }
 
-/* Test hook (tests/test_auto_micro.sh): TSR_FAULT="oom:MICRO:RANK" (RANK -1: every rank) makes
+/* Test hook (tests/train/test_auto_micro.sh): TSR_FAULT="oom:MICRO:RANK" (RANK -1: every rank) makes
  * RANK's CPU backend behave like a device on which the activations of more than MICRO sequences
  * do not fit: try_alloc fails past what is live now plus 1.5x the activations of MICRO sequences,
  * so MICRO fits and 2 x MICRO fails partway through allocating (a real failed allocation, not a
@@ -421,7 +421,7 @@ double trainer_eval(tsr_trainer *t) {
     return loss;
 }
 
-/* Test-only fault injection (tests/test_resume.sh): TSR_FAULT="kill:STEP:RANK" makes that rank
+/* Test-only fault injection (tests/resume/test_resume.sh): TSR_FAULT="kill:STEP:RANK" makes that rank
  * SIGKILL itself right after that step, with no warning to anyone; "usr1:STEP:RANK" sends it
  * SIGUSR1 (a stop request, as Slurm's --signal would) at exactly that point; "term:STEP:RANK"
  * sends SIGTERM (what scancel and a requeue send). */

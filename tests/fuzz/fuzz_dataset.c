@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "crc32c.h"
 #include "data/data.h"
 #include "data/shard_format.h"
 #include "fuzz_common.h"

@@ -1,4 +1,4 @@
-/* fuzz_jsonl.c — the strict JSON Lines parser of `tessera prep` (src/prep/jsonl.c), one doc reused
+/* fuzz_jsonl.c — the strict JSON Lines parser of `tessera prep` (src/base/json.c), one doc reused
  * across lines as prep does. Input: JSONL text; each line is parsed on its own. For a value that
  * parses, the tree is walked (counts, keys, json_get) so a bad link or length shows under ASan. */
 #include <stdlib.h>
@@ -6,7 +6,7 @@
 
 #include "common.h"
 #include "fuzz_common.h"
-#include "prep/jsonl.h"
+#include "json.h"
 
 static json_doc g_doc; /* one per process, reused like prep's per-thread doc */
 

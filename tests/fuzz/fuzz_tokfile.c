@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "common.h"
-#include "data/data.h"
+#include "crc32c.h"
 #include "fuzz_common.h"
 #include "fuzz_tokenizer.h"
 

@@ -8,7 +8,7 @@
 #             build-device/, and its programs with every library they load that the GPU machine
 #             does not have in .devbundle/bundle.tar.xz (git-ignored, ~15 MB; the working tree
 #             and it travel together: a device run with carry [".devbundle"])
-#   there:  bash tests/gpu/device.sh check          the GPU op test and tests/test_cuda_train.sh
+#   there:  bash tests/gpu/device.sh check          the GPU op test and tests/gpu/test_cuda_train.sh
 #                                                   (its GPU half and the emulator's), ~5 min
 #           bash tests/gpu/device.sh bench [MODEL...]   bench/gpu/run.sh (tessera vs PyTorch) for
 #                                                   MODELs (default gpt2-124m); its settings from

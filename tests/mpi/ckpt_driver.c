@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../checkpoint/ckpt.h"
+#include "ckpt/ckpt.h"
 #include "common.h"
 
 #define NT 5

@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../checkpoint/ckpt.h"
-#include "../../checkpoint/ckpt_internal.h"
-#include "data/data.h"
+#include "ckpt/ckpt.h"
+#include "ckpt/ckpt_internal.h"
+#include "crc32c.h"
 #include "tap.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;

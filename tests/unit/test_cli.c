@@ -1,12 +1,12 @@
 /* test_cli.c — the option tables of tessera's subcommands (src/cli_commands.h) give each letter
  * one meaning (docs/cli.md), and cli.c's parser and help handle long-only options.
- * `test_cli --list` prints the subcommands' names, one a line, for tests/test_cli.sh, which checks
+ * `test_cli --list` prints the subcommands' names, one a line, for tests/cli/test_cli.sh, which checks
  * the letters of every program (tessera-train, tessera-healthcheck, tessera-job too) from --help. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../tap.h"
+#include "tap.h"
 #include "cli.h"
 #include "cli_commands.h"
 #include "common.h"

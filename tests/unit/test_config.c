@@ -368,7 +368,7 @@ static void test_cross(void) {
     p = write_cfg("x7.cfg", 17, "device = \"cuda\";", 0);
     rc = load(&c, p, NULL, 0);
     /* a configuration names its device whatever the build (`tessera eval` reads a GPU run's
-     * stored config); the trainer refuses what its build cannot do (tests/test_cuda_train.sh) */
+     * stored config); the trainer refuses what its build cannot do (tests/gpu/test_cuda_train.sh) */
     expect(rc, 0, "device = cuda loads in any build", NULL);
     expect(c.device == TSR_DEVICE_CUDA ? 0 : 1, 0, "... and sets device", NULL);
     p = write_cfg("x8.cfg", 10, "  expansion_ratio = 2.3;", 0);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "crc32c.h"
 #include "data/data.h"
 #include "data/data_cmd.h"
 #include "tap.h"

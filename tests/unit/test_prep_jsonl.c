@@ -1,8 +1,8 @@
-/* test_prep_jsonl.c — the strict JSON Lines parser of `tessera prep` (src/prep/jsonl.c):
+/* test_prep_jsonl.c — the strict JSON Lines parser of `tessera prep` (src/base/json.c):
  * every escape, surrogate pairs, UTF-8 validation, numbers, nesting, and errors with positions. */
 #include <string.h>
 
-#include "prep/jsonl.h"
+#include "json.h"
 #include "tap.h"
 
 static json_doc doc;

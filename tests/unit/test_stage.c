@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "crc32c.h"
 #include "data/data.h"
 #include "data/stage.h"
 #include "tap.h"

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "data/data.h"
+#include "crc32c.h"
 #include "tap.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_cmd.h"

@@ -1,0 +1,484 @@
+/* ckpt.c — writing a checkpoint: HDF5 file and datasets created collectively through MPI-IO, every
+ * rank's slices written independently (ckpt_io.c), per-tensor CRC32C, the commit protocol and
+ * retention (ckpt.h; docs/checkpoint-format.md). The NO_MPI build runs the same code as a world of
+ * one (src/dist.h) on serial HDF5's default driver (ck_fapl_driver): the same file.
+ *
+ * Order of a save (all ranks, MPI_COMM_WORLD):
+ *   1. check the arguments, and that the ranks' ranges tile every tensor (one allgather), before
+ *      any file exists (agreed: all ranks fail together);
+ *   2. H5Fcreate RUN_DIR/step-NNNNNNNN.h5.tmp through MPI-IO (metadata packed at the start of the
+ *      file, large datasets aligned to 4 KiB); root attributes; every dataset of its global shape
+ *      (collective, contiguous, allocated at once, never filled);
+ *   3. each rank writes all its slices without waiting for the others (ck_transfer_slices: whole
+ *      4 KiB blocks with O_DIRECT, the partial blocks at the ends through HDF5/MPI-IO, the slice's
+ *      CRC32C computed on the way); the write errors are agreed once;
+ *   4. the slice CRCs are allgathered once and combined; "crc32c" attributes (collective);
+ *   5. H5Fclose; rank 0 commits: fsync the file, rename, fsync the directory, replace `latest`
+ *      (latest.tmp + fsync + rename + fsync dir), then retention (keep_last newest, stale *.tmp).
+ * Why in this order: a save used to move each tensor collectively, one after the other, so every
+ * rank waited for the owner of each tensor and the writes of the ranks never overlapped; and
+ * buffered writes left all of the disk traffic to the final fsync (docs/benchmarks.md).
+ * A crash before the rename of step 5 leaves only a *.tmp, which readers ignore.
+ *
+ * Test-only fault injection: TSR_CKPT_FAULT="abort-after:K" makes rank 0 abort() (SIGABRT, no
+ * cleanup) right after the K-th tensor of a save is written; tests/mpi/test_ckpt_mpi.sh uses it to
+ * check that a crash mid-save leaves the previous checkpoint valid. Never set it in production.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt_h5.h"
+#include "common.h"
+#include "dist.h"
+
+static int fsync_path(const char *path, int dir, char *why, size_t cap) {
+    int fd = open(path, (dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+    if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL)) {
+        snprintf(why, cap, "fsync of %.300s failed: %.300s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    close(fd);
+    return 0;
+}
+
+/* Rank 0: makes the written .tmp the committed checkpoint and points `latest` at it. */
+static int commit(const char *run_dir, const char *tmp, const char *final, const char *base,
+                  char *why, size_t cap) {
+    char latest[4200], latest_tmp[4200];
+    if (fsync_path(tmp, 0, why, cap)) return -1;
+    if (rename(tmp, final) != 0) {
+        snprintf(why, cap, "rename %.300s -> %.300s failed: %.300s", tmp, final, strerror(errno));
+        return -1;
+    }
+    if (fsync_path(run_dir, 1, why, cap)) return -1;
+    snprintf(latest, sizeof latest, "%s/latest", run_dir);
+    snprintf(latest_tmp, sizeof latest_tmp, "%s/latest.tmp", run_dir);
+    /* from here on the checkpoint is committed: a failure leaves `latest` naming the previous
+     * one (a resume still finds the newest valid file) and no latest.tmp behind */
+    FILE *f = fopen(latest_tmp, "w");
+    if (!f) {
+        snprintf(why, cap, "cannot create %.300s: %.300s", latest_tmp, strerror(errno));
+        return -2;
+    }
+    int bad = fprintf(f, "%s\n", base) < 0;
+    bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    if (bad) {
+        snprintf(why, cap, "writing %.300s failed: %.300s", latest_tmp, strerror(errno));
+        unlink(latest_tmp);
+        return -2;
+    }
+    if (rename(latest_tmp, latest) != 0) {
+        snprintf(why, cap, "rename %.300s -> %.300s failed: %.300s", latest_tmp, latest,
+                 strerror(errno));
+        unlink(latest_tmp);
+        return -2;
+    }
+    return fsync_path(run_dir, 1, why, cap) ? -2 : 0;
+}
+
+/* Rank 0, before a save: RUN_DIR/latest, when it exists, must be a regular file (a directory
+ * there would make the commit fail after the checkpoint is written). */
+static int latest_writable(const char *run_dir, char *why, size_t cap) {
+    char latest[4200];
+    struct stat st;
+    snprintf(latest, sizeof latest, "%s/latest", run_dir);
+    if (lstat(latest, &st) != 0 || S_ISREG(st.st_mode)) return 0;
+    snprintf(why, cap, "%.300s is %s, expected a regular file naming the newest checkpoint: "
+             "remove or rename it (a resume without it takes the newest valid step-*.h5)",
+             latest, S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
+    return -1;
+}
+
+/* "tmpfs at /mnt/x": the type and mount point of the filesystem holding path (the longest mount
+ * point of /proc/self/mounts that is a prefix of its real path), or "the filesystem". */
+static void fs_describe(const char *path, char *out, size_t cap) {
+    snprintf(out, cap, "the filesystem");
+    char *real = realpath(path, NULL);
+    FILE *f = real ? fopen("/proc/self/mounts", "r") : NULL;
+    size_t best = 0;
+    char line[4096], dev[1024], mnt[2048], type[256];
+    while (f && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "%1023s %2047s %255s", dev, mnt, type) != 3) continue;
+        size_t n = strlen(mnt);
+        int under = strncmp(real, mnt, n) == 0 && (real[n] == '/' || real[n] == '\0' || n == 1);
+        if (under && n >= best) {
+            best = n;
+            snprintf(out, cap, "%.200s at %.800s", type, mnt);
+        }
+    }
+    if (f) fclose(f);
+    free(real);
+}
+
+/* Bytes a checkpoint file takes beyond its tensors: 64 KiB of metadata, the root
+ * attributes (strings), and up to one 4 KiB alignment gap per dataset: an estimate from above
+ * (the 256 KiB metadata block is mostly a hole: only what HDF5 writes of it takes room). */
+static uint64_t file_bytes_needed(const ckpt_meta *m, const ckpt_tensor *t, int n) {
+    uint64_t b = (64u << 10) + strlen(m->config) + strlen(m->guard_state) +
+                 strlen(m->skipped_batches) + strlen(m->mix_tokens) + strlen(m->mix_plan) + 4096;
+    for (int i = 0; i < n; i++) b += ckpt_numel(t[i].ndim, t[i].shape) * sizeof(float) + 4096;
+    return b;
+}
+
+/* "ckpt: tmpfs at /mnt/x (RUN_DIR) has N bytes free, the checkpoint needs M ..." into why;
+ * returns the bytes free (UINT64_MAX when statvfs cannot tell). */
+static uint64_t space_msg(const char *run_dir, uint64_t need, char *why, size_t cap) {
+    struct statvfs sv;
+    if (statvfs(run_dir, &sv) != 0) return UINT64_MAX; /* cannot tell: the write will say */
+    uint64_t avail = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
+    char fs[1100];
+    fs_describe(run_dir, fs, sizeof fs);
+    snprintf(why, cap, "ckpt: %.400s (%.300s) has %llu bytes free, the checkpoint needs %llu: free "
+             "space there", fs, run_dir, (unsigned long long)avail, (unsigned long long)need);
+    return avail;
+}
+
+/* Rank 0, before a save: room for the whole file on run_dir's filesystem (the previous
+ * checkpoints stay until this one is committed). */
+static int room_for(const char *run_dir, uint64_t need, char *why, size_t cap) {
+    char msg[1200] = "";
+    if (space_msg(run_dir, need, msg, sizeof msg) >= need) return 0;
+    snprintf(why, cap, "%s", msg);
+    return -1;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* Rank 0, after a commit: keeps the keep_last newest step-*.h5 (never the one just written),
+ * removes older ones and stale *.h5.tmp. Failures to delete are warnings, not errors. */
+static void retention(const char *run_dir, int keep_last, int64_t just_written) {
+    int64_t *steps;
+    int n = ckpt_list_steps(run_dir, &steps);
+    char path[4200];
+    for (int k = keep_last; k < n; k++) {
+        if (steps[k] == just_written) continue;
+        snprintf(path, sizeof path, "%s/step-%08lld.h5", run_dir, (long long)steps[k]);
+        if (unlink(path) != 0 && errno != ENOENT)
+            tsr_warn("checkpoint retention: cannot remove %s: %s", path, strerror(errno));
+    }
+    free(steps);
+    DIR *d = opendir(run_dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "step-", 5) != 0 || !ends_with(e->d_name, ".h5.tmp")) continue;
+        snprintf(path, sizeof path, "%s/%s", run_dir, e->d_name);
+        if (unlink(path) != 0 && errno != ENOENT)
+            tsr_warn("checkpoint retention: cannot remove %s: %s", path, strerror(errno));
+    }
+    closedir(d);
+}
+
+/* TSR_CKPT_FAULT="skip-space-check" (test-only): the free-space checks of a save (statvfs before,
+ * fallocate after the datasets are placed) are skipped, so a full filesystem is met by the writes
+ * and the close (tests/ckpt/test_ckpt_diskfull.sh). */
+static int fault_skip_space_check(void) {
+    const char *v = getenv("TSR_CKPT_FAULT");
+    return v && strcmp(v, "skip-space-check") == 0;
+}
+
+/* TSR_CKPT_FAULT="abort-after:K" (test-only): K, or -1 when unset. */
+static long fault_abort_after(void) {
+    const char *v = getenv("TSR_CKPT_FAULT");
+    if (!v || !*v || fault_skip_space_check()) return -1;
+    int64_t k;
+    if (strncmp(v, "abort-after:", 12) != 0 || tsr_parse_i64(v + 12, 0, 1 << 30, &k) != 0) {
+        tsr_warn("TSR_CKPT_FAULT=\"%s\" not understood (expected \"abort-after:K\" or "
+                 "\"skip-space-check\"); ignored", v);
+        return -1;
+    }
+    return (long)k;
+}
+
+static int check_args(const ckpt_meta *meta, const ckpt_tensor *t, int n, int keep_last, char *why,
+                      size_t cap) {
+    if (keep_last < 2) {
+        snprintf(why, cap,
+                 "keep_last = %d, expected >= 2 (a crash must leave a previous checkpoint)",
+                 keep_last);
+        return -1;
+    }
+    if (meta->step < 0) {
+        snprintf(why, cap, "step = %lld, expected >= 0", (long long)meta->step);
+        return -1;
+    }
+    if (n < 0 || (n > 0 && !t)) {
+        snprintf(why, cap, "%d tensors given", n);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        uint64_t numel = ckpt_numel(t[i].ndim, t[i].shape);
+        if (!t[i].name || !t[i].name[0]) {
+            snprintf(why, cap, "tensor #%d has no name", i);
+            return -1;
+        }
+        if (numel == 0) {
+            snprintf(why, cap, "tensor %s: ndim %d and shape must have 1..4 dimensions >= 1",
+                     t[i].name, t[i].ndim);
+            return -1;
+        }
+        if (t[i].lo > t[i].hi || t[i].hi > numel || (t[i].hi > t[i].lo && !t[i].data)) {
+            snprintf(why, cap,
+                     "tensor %s: range [%llu, %llu) is not inside [0, %llu) (or data is NULL)",
+                     t[i].name, (unsigned long long)t[i].lo, (unsigned long long)t[i].hi,
+                     (unsigned long long)numel);
+            return -1;
+        }
+    }
+    /* a file breaking the identities every reader checks would never load again: a bug here */
+    char bad[600];
+    if (ck_meta_check(meta, bad, sizeof bad) != 0) {
+        snprintf(why, cap, "its metadata is inconsistent (a bug in the caller): %s", bad);
+        return -1;
+    }
+    return 0;
+}
+
+/* Per-tensor state of a save: the datasets, their addresses in the file, this rank's slice CRCs
+ * and whether it wrote its slice, the whole-tensor CRCs. */
+typedef struct save_state {
+    hid_t *ds;
+    haddr_t *off;
+    uint32_t *slice_crc, *crc;
+    int *ok;
+    const ckpt_tensor **ptr;
+} save_state;
+
+static void state_init(save_state *st, const ckpt_tensor *tensors, int n) {
+    size_t k = (size_t)(n > 0 ? n : 1);
+    st->ds = tsr_malloc(k * sizeof *st->ds);
+    st->off = tsr_malloc(k * sizeof *st->off);
+    st->slice_crc = tsr_calloc(k, sizeof *st->slice_crc);
+    st->crc = tsr_calloc(k, sizeof *st->crc);
+    st->ok = tsr_calloc(k, sizeof *st->ok);
+    st->ptr = tsr_calloc(k, sizeof *st->ptr);
+    for (int i = 0; i < n; i++) st->ds[i] = -1, st->off[i] = HADDR_UNDEF, st->ptr[i] = &tensors[i];
+}
+
+static void state_close(save_state *st, int n) {
+    for (int i = 0; i < n; i++)
+        if (st->ds[i] >= 0) H5Dclose(st->ds[i]);
+    free(st->ds), free(st->off), free(st->slice_crc), free(st->crc), free(st->ok), free(st->ptr);
+}
+
+/* Creates one tensor's dataset of its global shape (collective). Returns the agreed ok. */
+static int create_dataset(hid_t file, const ckpt_tensor *t, hid_t lcpl, hid_t dcpl, hid_t *ds,
+                          haddr_t *off, char *why, size_t cap) {
+    hsize_t dims[CKPT_MAX_NDIM];
+    for (int d = 0; d < t->ndim; d++) dims[d] = (hsize_t)t->shape[d];
+    hid_t fs = H5Screate_simple(t->ndim, dims, NULL);
+    *ds = fs < 0 ? -1 : H5Dcreate2(file, t->name, H5T_IEEE_F32LE, fs, lcpl, dcpl, H5P_DEFAULT);
+    if (fs >= 0) H5Sclose(fs);
+    if (*ds < 0)
+        snprintf(why, cap, "tensor %s: cannot create the dataset (a duplicate name?)", t->name);
+    else
+        *off = H5Dget_offset(*ds);
+    return ck_agree(*ds >= 0, why, cap);
+}
+
+/* Rank 0, once every dataset has its address: reserves the blocks of the whole file (up to the
+ * end of its last dataset, metadata block included) with fallocate, so a full filesystem is met here,
+ * before any data moves, and never by the final flush inside H5Fclose (which HDF5 cannot undo:
+ * close_before_error). A filesystem without fallocate is written as before. */
+static int reserve(const save_state *st, const ckpt_tensor *t, int n, const char *tmp,
+                   const char *run_dir, char *why, size_t cap) {
+    uint64_t end = 0; /* the end of the last dataset: the metadata block lies before them */
+    for (int i = 0; i < n; i++) {
+        if (st->off[i] == HADDR_UNDEF) return 0; /* unknown: written as before */
+        uint64_t e = (uint64_t)st->off[i] + ckpt_numel(t[i].ndim, t[i].shape) * sizeof(float);
+        if (e > end) end = e;
+    }
+    int fd = end ? open(tmp, O_WRONLY | O_CLOEXEC) : -1;
+    if (fd < 0) return 0;
+    int rc = fallocate(fd, 0, 0, (off_t)end) == 0 ? 0 : errno;
+    close(fd);
+    if (rc == ENOSPC || rc == EDQUOT) {
+        space_msg(run_dir, end, why, cap);
+        return -1;
+    }
+    return 0;
+}
+
+/* Writes the file: datasets, this rank's slices, CRC attributes. Returns the agreed ok. */
+static int write_file(hid_t file, const ckpt_meta *meta, const char *created,
+                      const ckpt_tensor *tensors, int n, save_state *st, const char *tmp,
+                      const char *run_dir, char *why, size_t cap) {
+    int rank = dist_world_rank();
+    int ok = ck_meta_write(file, meta, created, why, cap) == 0;
+    if (!ck_agree(ok, why, cap)) return 0;
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    H5Pset_layout(dcpl, H5D_CONTIGUOUS);
+    H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY); /* addresses fixed before any data moves */
+    H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);   /* every element is written */
+    ck_dxpl_independent(dxpl);
+    /* every dataset (collective: metadata only) */
+    for (int i = 0; i < n && ok; i++)
+        ok = create_dataset(file, &tensors[i], lcpl, dcpl, &st->ds[i], &st->off[i], why, cap);
+    if (ok && !fault_skip_space_check())
+        ok = ck_agree(rank != 0 || reserve(st, tensors, n, tmp, run_dir, why, cap) == 0, why, cap);
+    /* this rank's slices: independent transfers, no rank waits for another between tensors */
+    long fault = rank == 0 ? fault_abort_after() : -1;
+    int upto = fault >= 1 && fault <= n ? (int)fault : n, wrote = 1;
+    if (ok)
+        ck_transfer_slices(tmp, 1, upto, st->ptr, st->ds, st->off, dxpl, st->slice_crc, st->ok);
+    if (ok && (upto < n || (fault >= 1 && fault == n))) {
+        fprintf(stderr, "TSR_CKPT_FAULT: aborting after %d tensors of %s\n", upto, tmp);
+        abort();
+    }
+    for (int i = 0; i < n && ok && wrote; i++) {
+        if (!st->ok[i]) {
+            snprintf(why, cap, "tensor %s: writing [%llu, %llu) failed (disk full? quota?)",
+                     tensors[i].name, (unsigned long long)tensors[i].lo,
+                     (unsigned long long)tensors[i].hi);
+            wrote = 0;
+        }
+    }
+    /* what this rank wrote through its page cache (the ends of its slices; everything without
+     * O_DIRECT) must be on disk before rank 0 commits: its fsync covers its own node only */
+    if (ok && wrote && rank != 0 && fsync_path(tmp, 0, why, cap) != 0) wrote = 0;
+    if (ok) ok = ck_agree(wrote, why, cap);
+    /* the whole-tensor CRCs from the slice CRCs (one allgather), attributes (collective) */
+    if (ok) ok = ck_tensors_crc(n, st->ptr, st->slice_crc, st->ok, st->crc, why, cap) == 0;
+    for (int i = 0; i < n && ok; i++) {
+        int aok = ck_attr_write_u32(st->ds[i], "crc32c", st->crc[i]) == 0;
+        if (!aok)
+            snprintf(why, cap, "tensor %s: cannot write the crc32c attribute", tensors[i].name);
+        ok = ck_agree(aok, why, cap);
+    }
+    H5Pclose(lcpl);
+    H5Pclose(dcpl);
+    H5Pclose(dxpl);
+    return ok;
+}
+
+/* A save that failed is given up before its file is closed: HDF5's H5Fclose ends with a flush,
+ * and when that flush fails (a full disk) HDF5 1.10 leaves the file half closed; closing it again,
+ * or HDF5's own clean-up inside MPI_Finalize, then crashed (SIGSEGV in H5F__close: exit 139,
+ * which the job hook took for a crash and requeued). So rank 0 empties the .tmp first (its blocks
+ * go back to the filesystem) and the flush has room. */
+static void close_before_error(const char *tmp, const char *run_dir, uint64_t need, char *why,
+                               size_t cap) {
+    dist_barrier(); /* every rank's own writes are over */
+    char room[1200];
+    size_t o = strlen(why);
+    if (dist_world_rank() == 0 && !strstr(why, "bytes free") &&
+        room_for(run_dir, need, room, sizeof room) != 0 && o < cap)
+        snprintf(why + o, cap - o, "; %.600s", room); /* a full disk: say which and how full */
+    if (dist_world_rank() == 0 && truncate(tmp, 0) != 0 && errno != ENOENT)
+        tsr_warn("checkpoint %s: cannot empty it after the failure: %s", tmp, strerror(errno));
+    dist_barrier();
+}
+
+int ckpt_save(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *tensors, int n,
+              int keep_last, char *path_out, size_t path_cap, ckpt_stats *stats) {
+    int rank = dist_world_rank();
+    dist_barrier(); /* timed from when every rank is here (ckpt_stats) */
+    double t0 = tsr_now();
+    ck_h5_quiet();
+    char why[1024] = "", base[64], final[4200], tmp[4300];
+    snprintf(base, sizeof base, "step-%08lld.h5", (long long)meta->step);
+    int ok = snprintf(final, sizeof final, "%s/%s", run_dir, base) < (int)sizeof final;
+    snprintf(tmp, sizeof tmp, "%s.tmp", final);
+    int usage = ckpt_check_run_dir(run_dir, why, sizeof why); /* the same on every rank */
+    if (usage) {
+        if (rank == 0) tsr_error("checkpoint %.300s... not written: %s", run_dir, why);
+        return usage;
+    }
+    if (!ok)
+        snprintf(why, sizeof why, "run directory path too long");
+    else if (check_args(meta, tensors, n, keep_last, why, sizeof why))
+        ok = 0;
+    else if (rank == 0 && mkdir(run_dir, 0777) != 0 && errno != EEXIST) {
+        snprintf(why, sizeof why, "cannot create the run directory: %s", strerror(errno));
+        ok = 0;
+    } else if (rank == 0 && (latest_writable(run_dir, why, sizeof why) ||
+                             (!fault_skip_space_check() &&
+                              room_for(run_dir, file_bytes_needed(meta, tensors, n), why,
+                                       sizeof why)))) {
+        ok = 0;
+    }
+    if (!ck_agree(ok, why, sizeof why)) {
+        if (rank == 0) tsr_error("checkpoint %s not written: %s", final, why);
+        return TSR_EXIT_DATA;
+    }
+    save_state st;
+    state_init(&st, tensors, n);
+    /* the ranks' ranges must tile every tensor: refused before any file exists */
+    if (ck_tensors_crc(n, st.ptr, NULL, NULL, NULL, why, sizeof why) != 0) {
+        state_close(&st, n);
+        if (rank == 0) tsr_error("checkpoint %s not written: %s", final, why);
+        return TSR_EXIT_DATA;
+    }
+
+    char created[64] = "";
+    if (rank == 0) {
+        time_t now = time(NULL);
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    }
+    dist_bcast(created, sizeof created, 0);
+
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    ck_fapl_driver(fapl);
+    H5Pset_alignment(fapl, 65536, CK_DIRECT_ALIGN); /* large datasets start on a block */
+    H5Pset_meta_block_size(fapl, 256 << 10); /* metadata together at the start: a load reads
+                                                * one region, not 50 headers among the data */
+    hid_t file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    H5Pclose(fapl);
+    if (file < 0)
+        snprintf(why, sizeof why, "cannot create the file (directory writable? full? MPI-IO?)");
+    ok = ck_agree(file >= 0, why, sizeof why);
+    if (ok) ok = write_file(file, meta, created, tensors, n, &st, tmp, run_dir, why, sizeof why);
+    state_close(&st, n);
+    if (file >= 0 && !ok)
+        close_before_error(tmp, run_dir, file_bytes_needed(meta, tensors, n), why, sizeof why);
+    if (file >= 0 && H5Fclose(file) < 0 && ok) {
+        snprintf(why, sizeof why, "closing the file failed (data not flushed)");
+        ok = 0;
+    }
+    uint64_t bytes = 0;
+    for (int i = 0; i < n; i++)
+        bytes += ckpt_numel(tensors[i].ndim, tensors[i].shape) * sizeof(float);
+    ok = ck_agree(ok, why, sizeof why);
+    int committed = 0; /* rank 0: the rename to the final name happened */
+    if (ok && rank == 0) {
+        int c = commit(run_dir, tmp, final, base, why, sizeof why);
+        committed = c == 0 || c == -2;
+        ok = c == 0;
+    }
+    if (!ok && rank == 0 && !committed) unlink(tmp);
+    if (ok && rank == 0) retention(run_dir, keep_last, meta->step);
+    dist_bcast(&committed, sizeof committed, 0);
+    if (!ck_agree(ok, why,
+                  sizeof why)) { /* also the barrier: every rank returns after the commit */
+        if (rank == 0 && committed)
+            tsr_error("checkpoint %s was written and committed, but %s/latest could not be "
+                      "updated (it still names the previous checkpoint): %s", final, run_dir,
+                      why);
+        else if (rank == 0)
+            tsr_error("checkpoint %s not written: %s", final, why);
+        return TSR_EXIT_DATA;
+    }
+    if (path_out && path_cap) snprintf(path_out, path_cap, "%s", final);
+    if (stats) {
+        stats->seconds = tsr_now() - t0;
+        stats->bytes = bytes;
+    }
+    return 0;
+}

@@ -1,0 +1,119 @@
+/* ckpt.h — HDF5 checkpoints: one file per checkpoint, created collectively through MPI-IO, each
+ * rank writing its own slices (src/ckpt/ckpt_io.c).
+ *
+ * Every tensor is a dataset of its GLOBAL shape; each rank writes (and on load reads) the part it
+ * owns, given as a range [lo, hi) of the tensor's row-major flattened elements (ZeRO shards of a
+ * flat buffer cut tensors anywhere, so a range, not a box). Each dataset carries a "crc32c"
+ * attribute: the CRC32C of the whole tensor's little-endian float32 bytes, assembled from the
+ * ranks' slice CRCs (crc32c_combine), so it equals a plain CRC32C of the dataset read by h5py.
+ *
+ * Commit protocol (DESIGN.md "Checkpoints"): write RUN_DIR/step-NNNNNNNN.h5.tmp, fsync, rename to
+ * step-NNNNNNNN.h5, fsync the directory, then replace RUN_DIR/latest (a one-line text file naming
+ * the checkpoint) by writing latest.tmp + rename; only then delete checkpoints beyond keep_last
+ * (>= 2). A crash at any point leaves the previous checkpoint and `latest` valid.
+ *
+ * All functions are collective over MPI_COMM_WORLD (every rank calls them with the same names,
+ * shapes and metadata) unless marked "local". The NO_MPI build has the same functions for a world
+ * of one process (src/dist.h), on serial HDF5, and writes and reads the same files. They return 0
+ * or TSR_EXIT_DATA after tsr_error() named the file and the fault. Format:
+ * docs/checkpoint-format.md.
+ */
+#ifndef TSR_CKPT_H
+#define TSR_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TSR_CKPT_FORMAT "tessera-checkpoint"
+#define TSR_CKPT_VERSION 2 /* 2: fixed-length strings + meta_crc32c; 1 still read */
+
+typedef struct ckpt_tensor {
+    const char *name;   /* dataset path inside the file, e.g. "model/wte" or "optim/m/wte" */
+    int ndim;           /* 1..4 */
+    int64_t shape[4];   /* global shape */
+    uint64_t lo, hi;    /* this rank's flat element range, lo <= hi <= numel (may be empty) */
+    float *data;        /* hi - lo elements: read from on save, written to on load */
+} ckpt_tensor;
+
+typedef struct ckpt_meta {
+    int64_t step;            /* optimizer steps taken */
+    int64_t tokens;          /* tokens seen */
+    int64_t data_cursor;     /* global sample position of the next batch */
+    int64_t world_size;      /* ranks that wrote it */
+    int64_t global_batch;    /* resume refuses a different one */
+    int64_t seed;
+    char config[65536];      /* the effective config text */
+    char program_version[64];
+    /* Optional on read (files written before them lack them; docs/checkpoint-format.md) */
+    int64_t optim_step;      /* AdamW updates applied (skipped ones do not count); -1 = absent */
+    int64_t rollbacks;       /* spike-guard rollbacks so far in this run */
+    int64_t updates_skipped; /* updates the spike guard skipped so far */
+    char skipped_batches[4096]; /* "lo-hi,lo-hi,...": data batches [lo, hi) skipped by rollbacks */
+    char mix_tokens[2048];   /* "name=tokens,...": tokens seen from each stream so far */
+    char mix_plan[2048];     /* "start:count,count;...": the mix's phases in data batches */
+    char guard_state[65536]; /* "streak first nonfinite|loss,norm;...": the spike guard's window */
+    int64_t micro_batch;     /* micro_batch = auto: the microbatch in use; 0 = fixed by the config */
+} ckpt_meta;
+
+typedef struct ckpt_stats {
+    double seconds;          /* wall time of the whole save or load (commit included), from
+                                the moment every rank has called it (a barrier: time a rank
+                                spends arriving late is not the checkpoint's) */
+    uint64_t bytes;          /* tensor bytes written or read by all ranks */
+} ckpt_stats;
+
+/* Writes and commits checkpoint `meta->step` in run_dir, then applies retention (keep_last >= 2).
+ * The path of the committed file is written to path_out (may be NULL). */
+int ckpt_save(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *tensors, int n,
+              int keep_last, char *path_out, size_t path_cap, ckpt_stats *stats);
+
+/* What --resume / --init-from accept: a checkpoint file, a run directory (the checkpoint its
+ * `latest` names) or a `latest` file. out = the checkpoint file. Returns 0, or TSR_EXIT_DATA after
+ * reporting. Local (no MPI). */
+int ckpt_resolve_path(const char *in, char *out, size_t cap);
+/* Finds the checkpoint to resume from: `latest` if valid, else the newest valid step-*.h5, with a
+ * warning naming what was wrong with each one skipped. Validity = opens, format/version attributes
+ * right, every tensor's crc32c matches (each rank checks its slices of `tensors`, which gives the
+ * layout wanted at THIS world size; data is read into the buffers as a side effect). Returns 0 and
+ * fills meta and path_out; returns 1 when run_dir has no checkpoint at all (a fresh run); returns
+ * TSR_EXIT_DATA when there are checkpoints but none is valid, after an error listing each file
+ * tried and why. */
+int ckpt_resume(const char *run_dir, ckpt_meta *meta, ckpt_tensor *tensors, int n, char *path_out,
+                size_t path_cap, ckpt_stats *stats);
+
+/* The longest run directory (as given, relative or absolute) a checkpoint is written in: Open MPI
+ * 4.1's MPI-IO aborts ("buffer overflow detected", SIGABRT) on a checkpoint path of 245+
+ * characters (run_dir of 224+); 200 leaves room for longer step numbers. */
+#define CKPT_RUN_DIR_MAX 200
+/* The longest checkpoint path the trainer opens through MPI-IO (a load: --resume, --init-from, a
+ * rollback): Open MPI 4.1 aborts on 245 characters and more, as on a save. */
+#define CKPT_MPIIO_PATH_MAX 244
+/* 0 when run_dir is short enough, else TSR_EXIT_USAGE with why naming its length and the limit
+ * (ckpt_save refuses the same way, before any file exists). Local. */
+int ckpt_check_run_dir(const char *run_dir, char *why, size_t cap);
+/* 0 when a checkpoint file's path fits CKPT_MPIIO_PATH_MAX, else TSR_EXIT_USAGE with why naming
+ * its length and the limit (every load checks it before MPI-IO sees the path). Local. */
+int ckpt_check_load_path(const char *path, char *why, size_t cap);
+/* The metadata of the checkpoint a resume of run_dir would try first: `latest`, else the newest
+ * step-*.h5, skipping those whose metadata does not read (ck_meta_read_file: no tensor is read);
+ * run_dir may also be a checkpoint file. 0 with meta and its path; 1 when none. Local (no MPI). */
+int ckpt_peek_meta(const char *run_dir, ckpt_meta *meta, char *path_out, size_t cap);
+
+/* Loads one named checkpoint file (no fallback): meta, and the tensors' slices (verified). A
+ * tensor listed in `tensors` but absent from the file is an error naming it; with `only_prefix`
+ * non-NULL only tensors whose name starts with it are loaded (e.g. "model/" for --init-from). */
+int ckpt_load(const char *path, ckpt_meta *meta, ckpt_tensor *tensors, int n,
+              const char *only_prefix, ckpt_stats *stats);
+
+/* Rollbacks (src/ckpt/ckpt_rollback.c). The newest committed step-*.h5 of run_dir whose step is
+ * <= max_step: 0, its path and step, or 1 when there is none. Collective (rank 0 lists). */
+int ckpt_newest_at_or_before(const char *run_dir, int64_t max_step, char *path_out, size_t cap,
+                             int64_t *step_out);
+/* Renames every committed checkpoint newer than step to step-N.h5.rolledback (kept for
+ * inspection; neither resume nor retention sees it). Collective; failures are warnings. */
+void ckpt_set_aside_after(const char *run_dir, int64_t step);
+
+/* CRC32C of A followed by B, from crc(A), crc(B) and B's length (local). */
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+
+#endif

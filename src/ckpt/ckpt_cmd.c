@@ -1,0 +1,458 @@
+/* ckpt_cmd.c — `tessera ckpt`: list, verify and inspect checkpoints from a login node.
+ *
+ *   tessera ckpt ls RUN_DIR        one line per step-*.h5: step, size, valid?, which `latest` names
+ *   tessera ckpt verify FILE       root attributes, shapes, every tensor's CRC32C; exit 0 or 2
+ *   tessera ckpt inspect FILE      format, counters, config text, tensor table (no data read)
+ *   tessera ckpt export --format hf [--dtype fp32|bf16] [--tokenizer SPEC] CKPT OUT_DIR
+ *                                  a transformers directory (src/hf/, docs/hf.md)
+ *
+ * Local: files are opened with HDF5's default (sec2) driver, MPI is never initialised. Tensors are
+ * read in slabs of CHUNK elements, so verifying a large checkpoint needs little memory.
+ * Options come from one table per subcommand; the parser and --help are generated from it.
+ */
+#include "ckpt_cmd.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ckpt_h5.h"
+#include "ckpt_model.h"
+#include "cli.h"
+#include "common.h"
+#include "crc32c.h"
+#include "hf/hf.h"
+
+#define CHUNK (1u << 22) /* elements per read while verifying: 16 MiB */
+
+/* ================================ examining one file ================================ */
+
+typedef struct tensor_info {
+    char name[256];
+    int ndim;
+    int64_t shape[CKPT_MAX_NDIM];
+    uint64_t numel;
+    uint32_t crc_attr, crc_data;
+    int has_crc, checked;
+} tensor_info;
+
+typedef struct file_report {
+    ckpt_meta meta;
+    char format[64], created[64], rng[256];
+    int64_t version;
+    tensor_info *t;
+    int n, cap;
+    int valid;
+    char why[1024]; /* the first problem found */
+    uint64_t bytes;
+} file_report;
+
+static void problem(file_report *r, const char *fmt, const char *name, const char *detail) {
+    if (!r->valid) return; /* keep the first */
+    r->valid = 0;
+    snprintf(r->why, sizeof r->why, fmt, name, detail);
+}
+
+static herr_t collect(hid_t g, const char *name, const H5L_info_t *info, void *arg) {
+    (void)info;
+    file_report *r = arg;
+    hid_t o = H5Oopen(g, name, H5P_DEFAULT);
+    if (o < 0) return 0;
+    int is_ds = H5Iget_type(o) == H5I_DATASET;
+    H5Oclose(o);
+    if (!is_ds) return 0;
+    if (r->n == r->cap) {
+        r->cap = r->cap ? 2 * r->cap : 32;
+        r->t = realloc(r->t, (size_t)r->cap * sizeof *r->t);
+        if (!r->t) tsr_die(TSR_EXIT_INTERNAL, "out of memory listing datasets");
+    }
+    tensor_info *ti = &r->t[r->n++];
+    memset(ti, 0, sizeof *ti);
+    snprintf(ti->name, sizeof ti->name, "%s", name);
+    return 0;
+}
+
+/* CRC32C of a whole dataset, read in slabs of CHUNK elements. */
+static int crc_dataset(hid_t ds, const tensor_info *ti, uint32_t *crc) {
+    float *buf = tsr_malloc((size_t)CHUNK * sizeof(float));
+    hid_t fs = H5Dget_space(ds);
+    int rc = fs < 0 ? -1 : 0;
+    uint32_t c = 0;
+    for (uint64_t lo = 0; lo < ti->numel && rc == 0; lo += CHUNK) {
+        uint64_t hi = lo + CHUNK < ti->numel ? lo + CHUNK : ti->numel;
+        hsize_t m = hi - lo;
+        hid_t ms = H5Screate_simple(1, &m, NULL);
+        if (ms < 0 || ck_select_range(fs, ti->ndim, ti->shape, lo, hi) != 0 ||
+            H5Dread(ds, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf) < 0)
+            rc = -1;
+        else
+            c = tsr_crc32c(c, buf, (size_t)m * sizeof(float));
+        if (ms >= 0) H5Sclose(ms);
+    }
+    if (fs >= 0) H5Sclose(fs);
+    free(buf);
+    *crc = c;
+    return rc;
+}
+
+/* Fills r; with read_data every tensor's CRC is recomputed. r->valid says whether all is right. */
+static void examine(const char *path, file_report *r, int read_data) {
+    memset(r, 0, sizeof *r);
+    r->valid = 1;
+    ck_h5_quiet();
+    char why[1024];
+    ck_meta_info info;
+    /* the root attributes first, by the reader that survives a damaged file (ckpt_meta.c) */
+    if (ck_meta_read_file(path, &r->meta, &info, why, sizeof why) != 0) problem(r, "%s%s", "", why);
+    snprintf(r->format, sizeof r->format, "%s", info.format[0] ? info.format : "?");
+    r->version = info.version;
+    snprintf(r->created, sizeof r->created, "%s", info.created[0] ? info.created : "?");
+    snprintf(r->rng, sizeof r->rng, "%s", info.rng[0] ? info.rng : "?");
+    if (!r->valid && !r->meta.program_version[0]) return; /* metadata unreadable: stop there */
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) {
+        problem(r, "%scannot open it as HDF5 (missing, truncated or not HDF5)%s", "", "");
+        return;
+    }
+    if (H5Lvisit(f, H5_INDEX_NAME, H5_ITER_INC, collect, r) < 0)
+        problem(r, "%scannot list the datasets (damaged metadata)%s", "", "");
+    for (int i = 0; i < r->n; i++) {
+        tensor_info *ti = &r->t[i];
+        hid_t ds = H5Dopen2(f, ti->name, H5P_DEFAULT);
+        if (ds < 0) {
+            problem(r, "tensor %s: %s", ti->name, "cannot open the dataset");
+            continue;
+        }
+        hid_t type = H5Dget_type(ds);
+        int f32 = type >= 0 && H5Tget_class(type) == H5T_FLOAT && H5Tget_size(type) == 4;
+        if (type >= 0) H5Tclose(type);
+        if (ck_dataset_shape(ds, &ti->ndim, ti->shape) != 0) {
+            problem(r, "tensor %s: %s", ti->name, "rank outside 1..4");
+            ti->ndim = 0;
+        } else if (!f32) {
+            problem(r, "tensor %s: %s", ti->name, "not a float32 dataset");
+        }
+        ti->numel = ti->ndim ? ckpt_numel(ti->ndim, ti->shape) : 0;
+        r->bytes += ti->numel * sizeof(float);
+        ti->has_crc = ck_attr_read_u32(ds, "crc32c", &ti->crc_attr) == 0;
+        if (!ti->has_crc) problem(r, "tensor %s: %s", ti->name, "no crc32c attribute");
+        if (read_data && ti->has_crc && f32 && ti->numel) {
+            if (crc_dataset(ds, ti, &ti->crc_data) != 0) {
+                problem(r, "tensor %s: %s", ti->name, "reading its data failed");
+            } else {
+                ti->checked = 1;
+                if (ti->crc_data != ti->crc_attr) {
+                    char d[128];
+                    snprintf(d, sizeof d,
+                             "CRC32C mismatch: data 0x%08x, attribute crc32c 0x%08x (corrupt)",
+                             ti->crc_data, ti->crc_attr);
+                    problem(r, "tensor %s: %s", ti->name, d);
+                }
+            }
+        }
+        H5Dclose(ds);
+    }
+    H5Fclose(f);
+}
+
+static file_report *report_new(void) {
+    file_report *r = calloc(1, sizeof *r);
+    if (!r) tsr_die(TSR_EXIT_INTERNAL, "out of memory");
+    return r;
+}
+
+static void report_free(file_report *r) {
+    if (!r) return;
+    free(r->t);
+    free(r);
+}
+
+/* ================================ option tables ================================ */
+
+typedef cli_opt sub_opt; /* cli.h's option row: one letter, one meaning (docs/cli.md) */
+
+#define MAX_SUB_OPTS 4
+typedef struct sub_args {
+    const char *operand[2];
+    const char *opt[MAX_SUB_OPTS]; /* the values of the subcommand's options, in its table's order */
+} sub_args;
+
+typedef struct sub_spec {
+    const char *name, *operands, *summary;
+    int n_operands;
+    const sub_opt *opts; /* the subcommand's own options (besides --help) */
+    int n_opts;
+    int (*run)(const sub_args *a);
+} sub_spec;
+
+static const sub_opt common_opts[] = {{"help", 'h', NULL, "print this help and exit"}};
+#define N_COMMON_OPTS ((int)(sizeof common_opts / sizeof common_opts[0]))
+
+enum { EXPORT_FORMAT = 0, EXPORT_DTYPE, EXPORT_TOKENIZER, EXPORT_OPT_COUNT };
+static const sub_opt export_opts[] = {
+    [EXPORT_FORMAT] = {"format", 'f', "FMT", "required: hf (a transformers directory: "
+                       "model.safetensors + config.json + tokenizer files)"},
+    [EXPORT_DTYPE] = {"dtype", CLI_NO_SHORT('d'), "DTYPE", "fp32 (default, exact) or bf16 (rounded to nearest even)"},
+    [EXPORT_TOKENIZER] = {"tokenizer", 't', "SPEC", "gpt2, a directory with encoder.json + vocab.bpe, "
+                          "or none (default: the checkpoint's data.tokenizer)"},
+};
+_Static_assert(sizeof export_opts / sizeof export_opts[0] == EXPORT_OPT_COUNT, "one row per option");
+_Static_assert(EXPORT_OPT_COUNT <= MAX_SUB_OPTS, "sub_args.opt holds them");
+
+static int run_ls(const sub_args *a);
+static int run_verify(const sub_args *a);
+static int run_inspect(const sub_args *a);
+static int run_export(const sub_args *a);
+
+static const sub_spec subs[] = {
+    {"ls", "RUN_DIR",
+     "list the checkpoints of a run: step, size, valid (full CRC check), which one `latest` names",
+     1, NULL, 0, run_ls},
+    {"verify", "FILE",
+     "check one checkpoint's attributes, shapes and every tensor's CRC32C (exit 0 valid, 2 "
+     "invalid)",
+     1, NULL, 0, run_verify},
+    {"inspect", "FILE",
+     "print a checkpoint's format, counters, config text and tensor table (no data read)", 1,
+     NULL, 0, run_inspect},
+    {"export", "CKPT OUT_DIR",
+     "write a checkpoint (file, run directory or latest) as a Hugging Face transformers "
+     "directory: GPT2LMHeadModel (learned positions) or MptForCausalLM (ALiBi); docs/hf.md",
+     2, export_opts, EXPORT_OPT_COUNT, run_export},
+};
+#define N_SUBS ((int)(sizeof subs / sizeof subs[0]))
+
+static void help_opt(FILE *f, const sub_opt *o) {
+    cli_help_line(f, o->short_name, o->name, o->arg, o->help);
+}
+
+static void help_sub(FILE *f, const sub_spec *s) {
+    fprintf(f, "usage: tessera ckpt %s [options] %s\n%s\n\noptions:\n", s->name, s->operands,
+            s->summary);
+    for (int k = 0; k < s->n_opts; k++) help_opt(f, &s->opts[k]);
+    for (int k = 0; k < N_COMMON_OPTS; k++) help_opt(f, &common_opts[k]);
+    fprintf(f, "\nexit codes: %s\n", CLI_EXITS);
+}
+
+static void help_all(FILE *f) {
+    fprintf(f,
+            "usage: tessera ckpt COMMAND [options] OPERAND...\nInspect and export tessera "
+            "checkpoints (docs/checkpoint-format.md, docs/hf.md).\n\ncommands:\n");
+    for (int k = 0; k < N_SUBS; k++) {
+        char left[64];
+        snprintf(left, sizeof left, "%s %s", subs[k].name, subs[k].operands);
+        fprintf(f, "  %-22s %s\n", left, subs[k].summary);
+    }
+    fprintf(f, "\n'tessera ckpt COMMAND --help' for a command's options.\nexit codes: %s\n", CLI_EXITS);
+}
+
+/* ================================ subcommands ================================ */
+
+static int run_ls(const sub_args *a) {
+    const char *run_dir = a->operand[0];
+    int64_t *steps;
+    int n = ckpt_list_steps(run_dir, &steps);
+    if (n < 0) {
+        tsr_error("ckpt ls: cannot read the directory %s (does it exist?)", run_dir);
+        return TSR_EXIT_DATA;
+    }
+    char latest[256] = "", why[1024] = "";
+    int lr = ckpt_read_latest(run_dir, latest, sizeof latest, why, sizeof why);
+    printf("%10s  %-18s %12s  %s\n", "step", "file", "bytes", "status");
+    int named_found = 0;
+    for (int k = n - 1; k >= 0; k--) { /* oldest first */
+        char name[64], path[4200];
+        snprintf(name, sizeof name, "step-%08lld.h5", (long long)steps[k]);
+        snprintf(path, sizeof path, "%s/%s", run_dir, name);
+        struct stat st;
+        long long size = stat(path, &st) == 0 ? (long long)st.st_size : -1;
+        file_report *r = report_new();
+        examine(path, r, 1);
+        int is_latest = lr == 1 && strcmp(latest, name) == 0;
+        named_found |= is_latest;
+        printf(
+            "%10lld  %-18s %12lld  %s%s%s%s\n", (long long)steps[k], name, size,
+            r->valid ? "valid" : "invalid: ", r->valid ? "" : r->why,
+            is_latest ? "  <- latest" : "",
+            (r->valid && r->meta.step != steps[k]) ? "  (note: its step attribute differs)" : "");
+        report_free(r);
+    }
+    if (n == 0) printf("(no checkpoints)\n");
+    if (lr == 0 && n > 0)
+        printf("note: no `latest` file; a resume takes the newest valid checkpoint\n");
+    if (lr < 0) printf("note: %s\n", why);
+    if (lr == 1 && !named_found) printf("note: `latest` names %s, which does not exist\n", latest);
+    free(steps);
+    return 0;
+}
+
+static int run_verify(const sub_args *a) {
+    const char *path = a->operand[0];
+    file_report *r = report_new();
+    examine(path, r, 1);
+    int rc = 0;
+    if (r->valid) {
+        printf(
+            "%s: valid (step %lld, %d tensors, %llu bytes of tensor data, every CRC32C matches)\n",
+            path, (long long)r->meta.step, r->n, (unsigned long long)r->bytes);
+    } else {
+        tsr_error("%s: invalid: %s", path, r->why);
+        rc = TSR_EXIT_DATA;
+    }
+    report_free(r);
+    return rc;
+}
+
+static int run_inspect(const sub_args *a) {
+    const char *path = a->operand[0];
+    file_report *r = report_new();
+    examine(path, r, 0);
+    if (!r->valid && r->n == 0 && !r->meta.program_version[0]) {
+        tsr_error("%s: %s", path, r->why);
+        report_free(r);
+        return TSR_EXIT_DATA;
+    }
+    const ckpt_meta *m = &r->meta;
+    printf("file             %s\n", path);
+    printf("format           %s version %lld (this program reads %s versions 1 to %d)\n", r->format,
+           (long long)r->version, TSR_CKPT_FORMAT, TSR_CKPT_VERSION);
+    printf("step             %lld\n", (long long)m->step);
+    printf("tokens           %lld\n", (long long)m->tokens);
+    printf("data_cursor      %lld\n", (long long)m->data_cursor);
+    printf("world_size       %lld\n", (long long)m->world_size);
+    printf("global_batch     %lld\n", (long long)m->global_batch);
+    printf("seed             %lld\n", (long long)m->seed);
+    if (m->optim_step >= 0) printf("optim_step       %lld\n", (long long)m->optim_step);
+    printf("rollbacks        %lld (updates skipped %lld)\n", (long long)m->rollbacks,
+           (long long)m->updates_skipped);
+    printf("skipped_batches  %s\n", m->skipped_batches[0] ? m->skipped_batches : "none");
+    if (m->micro_batch > 0) printf("micro_batch      auto, %lld in use\n", (long long)m->micro_batch);
+    if (m->mix_tokens[0]) printf("mix_tokens      %s\n", m->mix_tokens);
+    printf("program_version  %s\n", m->program_version);
+    printf("created          %s\n", r->created);
+    printf("rng              %s\n", r->rng);
+    printf("config:\n");
+    const char *p = m->config;
+    while (*p) {
+        const char *e = strchr(p, '\n');
+        int len = e ? (int)(e - p) : (int)strlen(p);
+        printf("    %.*s\n", len, p);
+        p += len + (e ? 1 : 0);
+    }
+    printf("tensors (%d, %llu bytes):\n", r->n, (unsigned long long)r->bytes);
+    printf("  %-40s %-20s %12s  %s\n", "name", "shape", "numel", "crc32c");
+    for (int i = 0; i < r->n; i++) {
+        char shape[96];
+        ck_shape_str(shape, sizeof shape, r->t[i].ndim, r->t[i].shape);
+        char crc[16];
+        if (r->t[i].has_crc)
+            snprintf(crc, sizeof crc, "0x%08x", r->t[i].crc_attr);
+        else
+            snprintf(crc, sizeof crc, "-");
+        printf("  %-40s %-20s %12llu  %s\n", r->t[i].name, shape, (unsigned long long)r->t[i].numel,
+               crc);
+    }
+    if (!r->valid) printf("problem: %s\n", r->why);
+    int rc = r->valid ? 0 : TSR_EXIT_DATA;
+    report_free(r);
+    return rc;
+}
+
+static int run_export(const sub_args *a) {
+    const char *fmt = a->opt[EXPORT_FORMAT], *dt = a->opt[EXPORT_DTYPE];
+    if (!fmt || strcmp(fmt, "hf") != 0) {
+        tsr_error("ckpt export: %s%s%s (accepted: --format hf)", fmt ? "--format " : "",
+                  fmt ? fmt : "--format is required", fmt ? " is not a known format" : "");
+        return TSR_EXIT_USAGE;
+    }
+    hf_export_opts o = {ST_F32, a->opt[EXPORT_TOKENIZER], NULL};
+    if (dt && !strcmp(dt, "bf16")) {
+        o.dtype = ST_BF16;
+    } else if (dt && strcmp(dt, "fp32") != 0) {
+        tsr_error("ckpt export: --dtype %s (accepted: fp32, bf16)", dt);
+        return TSR_EXIT_USAGE;
+    }
+    tsr_config *cfg = tsr_malloc(sizeof *cfg);
+    tsr_model m;
+    char file[1200];
+    int rc = ckpt_model_load(a->operand[0], NULL, 0, 0, cfg, &m, file, sizeof file);
+    if (!rc) {
+        printf("exporting %s\n", file);
+        o.source = file;
+        rc = hf_export(&m, cfg, a->operand[1], &o);
+        model_free(&m);
+    }
+    free(cfg);
+    return rc;
+}
+
+int cmd_ckpt(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        help_all(argc < 2 ? stderr : stdout);
+        return argc < 2 ? TSR_EXIT_USAGE : 0;
+    }
+    const sub_spec *s = NULL;
+    for (int k = 0; k < N_SUBS; k++)
+        if (strcmp(argv[1], subs[k].name) == 0) s = &subs[k];
+    if (!s) {
+        tsr_error("ckpt: unknown command '%s' (see 'tessera ckpt --help')", argv[1]);
+        return TSR_EXIT_USAGE;
+    }
+    /* the table -> getopt_long: the subcommand's options (val = their index), then --help */
+    struct option lo[MAX_SUB_OPTS + N_COMMON_OPTS + 1];
+    char shorts[3 * (MAX_SUB_OPTS + N_COMMON_OPTS) + 2], *sp = shorts;
+    *sp++ = ':';
+    int n = 0;
+    for (int k = 0; k < s->n_opts; k++, n++) {
+        lo[n] = (struct option){s->opts[k].name, s->opts[k].arg ? required_argument : no_argument,
+                                NULL, s->opts[k].short_name};
+        if (s->opts[k].short_name >= 0x100) continue; /* long-only (cli.h) */
+        *sp++ = (char)s->opts[k].short_name;
+        if (s->opts[k].arg) *sp++ = ':';
+    }
+    for (int k = 0; k < N_COMMON_OPTS; k++, n++) {
+        lo[n] = (struct option){common_opts[k].name, no_argument, NULL, common_opts[k].short_name};
+        *sp++ = (char)common_opts[k].short_name;
+    }
+    lo[n] = (struct option){0, 0, 0, 0};
+    *sp = '\0';
+    optind = 0;
+    opterr = 0;
+    sub_args args;
+    memset(&args, 0, sizeof args);
+    int ch, sub_argc = argc - 1;
+    char **sub_argv = argv + 1;
+    while ((ch = getopt_long(sub_argc, sub_argv, shorts, lo, NULL)) != -1) {
+        if (ch == 'h') {
+            help_sub(stdout, s);
+            return 0;
+        }
+        int k = 0;
+        while (k < s->n_opts && s->opts[k].short_name != ch) k++;
+        int lost = 0; /* a letter this command's option lost (docs/cli.md) */
+        while (ch == '?' && optopt > 0 && optopt < 0x100 && lost < s->n_opts &&
+               s->opts[lost].short_name != CLI_NO_SHORT(optopt))
+            lost++;
+        if (ch == '?' && optopt > 0 && optopt < 0x100 && lost < s->n_opts) {
+            tsr_error("ckpt %s: unknown option: -%c (it has no short form here: use --%s) (see "
+                      "'tessera ckpt %s --help')", s->name, optopt, s->opts[lost].name, s->name);
+            return TSR_EXIT_USAGE;
+        }
+        if (ch == ':' || k == s->n_opts) {
+            tsr_error("ckpt %s: %s '%s' (see 'tessera ckpt %s --help')", s->name,
+                      ch == ':' ? "missing value for option" : "unknown option",
+                      sub_argv[optind - 1], s->name);
+            return TSR_EXIT_USAGE;
+        }
+        args.opt[k] = optarg ? optarg : "1";
+    }
+    if (sub_argc - optind != s->n_operands) {
+        tsr_error("ckpt %s: expected %s, got %d operand%s (see 'tessera ckpt %s --help')", s->name,
+                  s->operands, sub_argc - optind, sub_argc - optind == 1 ? "" : "s", s->name);
+        return TSR_EXIT_USAGE;
+    }
+    for (int k = 0; k < s->n_operands; k++) args.operand[k] = sub_argv[optind + k];
+    return s->run(&args);
+}

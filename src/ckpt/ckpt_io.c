@@ -1,0 +1,371 @@
+/* ckpt_io.c — moving one rank's slices of a checkpoint between memory and the file.
+ *
+ * Where the time of a save or load went on a local disk (docs/benchmarks.md, "Checkpoint save and
+ * load"): the tensors were moved one after the other with collective transfers, so the ranks took
+ * turns instead of writing at the same time; a buffered write copies 1.5 GB into fresh page-cache
+ * pages (slow to come by in a VM: as long as the disk transfer itself) and leaves all the disk
+ * traffic to the final fsync; and a disk wants several large requests in flight to reach its
+ * bandwidth. So here:
+ *
+ *   - each rank moves all its slices without waiting for the other ranks (independent transfers;
+ *     the caller agrees on errors and combines the CRCs once, afterwards);
+ *   - the whole 4 KiB blocks of a slice (CK_DIRECT_ALIGN), i.e. nearly all of it, go with O_DIRECT
+ *     between the disk and aligned bounce buffers, in pieces of CK_DIRECT_PIECE_BYTES, with up to
+ *     CK_SLOTS pieces in flight per rank (one I/O thread per bounce buffer: 64 MiB per rank while
+ *     a save or load runs); the CRC32C of a piece is computed in the same pass as its copy
+ *     between the tensor and the bounce buffer (so the rank's own thread does copy + CRC while
+ *     its I/O threads wait for the disk);
+ *   - the at most two partial blocks at the ends of a slice (shared with the neighbouring rank's
+ *     slice or with HDF5 metadata) go through HDF5 and MPI-IO, so no block is written two ways.
+ *
+ * The file is the same byte for byte: HDF5 allocated every dataset (contiguous layout, early
+ * allocation, no fill value written) before any data moves, and only its raw little-endian float32
+ * bytes are written here, at the address H5Dget_offset gives. Without O_DIRECT (a filesystem that
+ * refuses it, TSR_CKPT_DIRECT=0, an unknown address, a big-endian float), or after a transfer
+ * failed with it, the bytes go through HDF5 in CK_PIECE_BYTES pieces, and on writes
+ * sync_file_range starts the write-back of each piece at once so the final fsync has little left.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt_h5.h"
+#include "crc32c.h"
+
+#define CK_SLOTS 4                  /* bounce buffers = I/O threads = pieces in flight per rank */
+#define CK_STEP_BYTES (256u << 10) /* copy + CRC in steps that stay in the core's cache */
+
+/* One piece of a slice. Every piece gets its own CRC; a slice's CRC is folded from its pieces' in
+ * flat order (crc32c_combine), so the pieces may move in any order. */
+typedef struct item {
+    int t;          /* tensor index */
+    int direct;     /* whole aligned blocks moved with O_DIRECT (else through HDF5) */
+    int ok;
+    uint32_t crc;
+    uint64_t a, b;  /* elements [a, b) */
+} item;
+
+enum { SLOT_IDLE, SLOT_QUEUED, SLOT_DONE };
+
+typedef struct slot {
+    char *buf;      /* CK_DIRECT_PIECE_BYTES, CK_DIRECT_ALIGN-aligned */
+    int state, err;
+    int item;       /* the item it holds, -1 none */
+    size_t n;
+    uint64_t off;
+} slot;
+
+/* The I/O threads of one rank and their slots. Slots are used round robin, and the threads take
+ * queued slots in FIFO order, so waiting for slot k % CK_SLOTS waits for the oldest transfer. */
+typedef struct io_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    slot s[CK_SLOTS];
+    int queue[CK_SLOTS], qhead, qlen;
+    int fd, writing, quit, nthreads;
+    pthread_t th[CK_SLOTS];
+} io_pool;
+
+/* pwrite/pread of the whole buffer; 0, or -1 (short transfers are continued, errors are not). */
+static int full_io(int fd, int writing, void *buf, size_t n, uint64_t off) {
+    char *p = buf;
+    while (n > 0) {
+        ssize_t k = writing ? pwrite(fd, p, n, (off_t)off) : pread(fd, p, n, (off_t)off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        p += k, n -= (size_t)k, off += (uint64_t)k;
+    }
+    return 0;
+}
+
+static void *io_thread(void *arg) {
+    io_pool *p = arg;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (p->qlen == 0 && !p->quit) pthread_cond_wait(&p->work, &p->mu);
+        if (p->qlen == 0) break; /* quit, nothing left */
+        slot *s = &p->s[p->queue[p->qhead]];
+        p->qhead = (p->qhead + 1) % CK_SLOTS;
+        p->qlen--;
+        pthread_mutex_unlock(&p->mu);
+        int err = full_io(p->fd, p->writing, s->buf, s->n, s->off) != 0;
+        pthread_mutex_lock(&p->mu);
+        s->err = err;
+        s->state = SLOT_DONE;
+        pthread_cond_broadcast(&p->done);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+/* 0 with the buffers and (where they can be had) threads; -1 when no buffer could be allocated. */
+static int pool_start(io_pool *p, int fd, int writing) {
+    memset(p, 0, sizeof *p);
+    p->fd = fd;
+    p->writing = writing;
+    for (int k = 0; k < CK_SLOTS; k++) {
+        p->s[k].item = -1;
+        p->s[k].buf = aligned_alloc(CK_DIRECT_ALIGN, CK_DIRECT_PIECE_BYTES);
+        if (!p->s[k].buf) {
+            while (k-- > 0) free(p->s[k].buf);
+            return -1;
+        }
+    }
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->work, NULL);
+    pthread_cond_init(&p->done, NULL);
+    /* the I/O threads take no signals: a stop request (SIGUSR1, SIGTERM) reaches the thread that
+     * runs the trainer, as without them */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    while (p->nthreads < CK_SLOTS && pthread_create(&p->th[p->nthreads], NULL, io_thread, p) == 0)
+        p->nthreads++; /* none at all: the transfers run in the calling thread */
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return 0;
+}
+
+static void pool_submit(io_pool *p, int k) {
+    slot *s = &p->s[k];
+    if (p->nthreads == 0) {
+        s->err = full_io(p->fd, p->writing, s->buf, s->n, s->off) != 0;
+        s->state = SLOT_DONE;
+        return;
+    }
+    pthread_mutex_lock(&p->mu);
+    s->state = SLOT_QUEUED;
+    p->queue[(p->qhead + p->qlen) % CK_SLOTS] = k;
+    p->qlen++;
+    pthread_cond_signal(&p->work);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void pool_wait(io_pool *p, int k) {
+    pthread_mutex_lock(&p->mu);
+    while (p->s[k].state == SLOT_QUEUED) pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void pool_stop(io_pool *p) {
+    for (int k = 0; k < CK_SLOTS; k++) pool_wait(p, k);
+    pthread_mutex_lock(&p->mu);
+    p->quit = 1;
+    pthread_cond_broadcast(&p->work);
+    pthread_mutex_unlock(&p->mu);
+    for (int k = 0; k < p->nthreads; k++) pthread_join(p->th[k], NULL);
+    pthread_cond_destroy(&p->work);
+    pthread_cond_destroy(&p->done);
+    pthread_mutex_destroy(&p->mu);
+    for (int k = 0; k < CK_SLOTS; k++) free(p->s[k].buf);
+}
+
+/* Elements [a, b) of t through HDF5, in pieces cut at multiples of CK_PIECE_BYTES in the tensor;
+ * crc (NULL: none) is advanced over them. hint_fd >= 0: start each written piece's write-back. */
+static int via_hdf5(hid_t ds, const ckpt_tensor *t, int writing, hid_t dxpl, int hint_fd,
+                    haddr_t off, uint64_t a, uint64_t b, uint32_t *crc) {
+    const uint64_t piece = CK_PIECE_BYTES / sizeof(float);
+    hid_t fs = H5Dget_space(ds);
+    int rc = fs < 0 ? -1 : 0;
+    while (rc == 0 && a < b) {
+        uint64_t e = (a / piece + 1) * piece;
+        if (e > b) e = b;
+        float *buf = t->data + (a - t->lo);
+        size_t bytes = (size_t)(e - a) * sizeof(float);
+        hsize_t m = e - a;
+        hid_t ms = H5Screate_simple(1, &m, NULL);
+        if (writing && crc) *crc = tsr_crc32c(*crc, buf, bytes);
+        if (ms < 0 || ck_select_range(fs, t->ndim, t->shape, a, e) != 0 ||
+            (writing ? H5Dwrite(ds, H5T_NATIVE_FLOAT, ms, fs, dxpl, buf)
+                     : H5Dread(ds, H5T_NATIVE_FLOAT, ms, fs, dxpl, buf)) < 0)
+            rc = -1;
+        else if (!writing && crc)
+            *crc = tsr_crc32c(*crc, buf, bytes);
+#ifdef SYNC_FILE_RANGE_WRITE
+        if (rc == 0 && writing && hint_fd >= 0 && off != HADDR_UNDEF) /* a hint only */
+            (void)sync_file_range(hint_fd, (off64_t)(off + a * sizeof(float)), (off64_t)bytes,
+                                  SYNC_FILE_RANGE_WRITE);
+#else
+        (void)hint_fd, (void)off;
+#endif
+        if (ms >= 0) H5Sclose(ms);
+        a = e;
+    }
+    if (fs >= 0) H5Sclose(fs);
+    return rc;
+}
+
+/* Copies between a tensor piece and a bounce buffer, with the piece's CRC, in cache-sized steps. */
+static uint32_t copy_crc(char *dst, const char *src, size_t bytes, int crc_of_dst, uint32_t crc) {
+    for (size_t s = 0; s < bytes; s += CK_STEP_BYTES) {
+        size_t k = bytes - s < CK_STEP_BYTES ? bytes - s : CK_STEP_BYTES;
+        if (!crc_of_dst) crc = tsr_crc32c(crc, src + s, k);
+        memcpy(dst + s, src + s, k);
+        if (crc_of_dst) crc = tsr_crc32c(crc, dst + s, k);
+    }
+    return crc;
+}
+
+/* The pieces of this rank's slices, in order; direct ones only where O_DIRECT can serve them. */
+static item *plan(int n, const ckpt_tensor *const *t, const haddr_t *off, int direct, int *count) {
+    const uint64_t dpiece = CK_DIRECT_PIECE_BYTES / sizeof(float);
+    size_t cap = 16, m = 0;
+    item *it = malloc(cap * sizeof *it);
+    for (int i = 0; i < n && it; i++) {
+        uint64_t lo = t[i]->lo, hi = t[i]->hi, a = hi, b = hi; /* direct: elements [a, b) */
+        if (lo >= hi) continue;
+        if (direct && off[i] != HADDR_UNDEF && off[i] % sizeof(float) == 0) {
+            uint64_t f0 = off[i] + lo * sizeof(float), f1 = off[i] + hi * sizeof(float);
+            uint64_t fa = (f0 + CK_DIRECT_ALIGN - 1) / CK_DIRECT_ALIGN * CK_DIRECT_ALIGN;
+            uint64_t fb = f1 / CK_DIRECT_ALIGN * CK_DIRECT_ALIGN;
+            if (fa < fb) a = (fa - off[i]) / sizeof(float), b = (fb - off[i]) / sizeof(float);
+        }
+        size_t need = 2 + (size_t)((b - a + dpiece - 1) / dpiece);
+        if (m + need > cap) {
+            while (m + need > cap) cap *= 2;
+            item *p = realloc(it, cap * sizeof *it);
+            if (!p) {
+                free(it);
+                return NULL;
+            }
+            it = p;
+        }
+        if (lo < a) it[m++] = (item){i, 0, 1, 0, lo, a};
+        for (uint64_t x = a; x < b; x += dpiece)
+            it[m++] = (item){i, 1, 1, 0, x, x + dpiece < b ? x + dpiece : b};
+        if (b < hi) it[m++] = (item){i, 0, 1, 0, b, hi};
+    }
+    *count = (int)m;
+    return it;
+}
+
+static int native_is_f32le(void) { return H5Tequal(H5T_NATIVE_FLOAT, H5T_IEEE_F32LE) > 0; }
+
+/* Writes: waits for the piece in slot k; one that failed is written again through HDF5 (its CRC
+ * was taken from memory). Returns 1 when it had failed. */
+static int settle_write(io_pool *pool, int k, item *it, const ckpt_tensor *const *t,
+                        const hid_t *ds, const haddr_t *off, hid_t dxpl) {
+    slot *s = &pool->s[k];
+    pool_wait(pool, k);
+    int failed = s->item >= 0 && s->err;
+    if (failed) {
+        item *y = &it[s->item];
+        y->ok = via_hdf5(ds[y->t], t[y->t], 1, dxpl, -1, off[y->t], y->a, y->b, NULL) == 0;
+    }
+    s->item = -1;
+    return failed;
+}
+
+/* The direct pieces it[didx[0..nd)], up to CK_SLOTS in flight; piece d uses slot d % CK_SLOTS.
+ * After a failure (O_DIRECT refused after all), that piece and every one not yet in flight go
+ * through HDF5. */
+static void direct_pieces(io_pool *pool, item *it, const int *didx, int nd, int writing,
+                          const ckpt_tensor *const *t, const hid_t *ds, const haddr_t *off,
+                          hid_t dxpl) {
+    int broken = 0, queued = 0; /* reads: pieces queued so far */
+    for (int d = 0; d < nd; d++) {
+        item *x = &it[didx[d]];
+        const ckpt_tensor *ti = t[x->t];
+        char *mem = (char *)(ti->data + (x->a - ti->lo));
+        size_t bytes = (size_t)(x->b - x->a) * sizeof(float);
+        int k = d % CK_SLOTS;
+        slot *s = &pool->s[k];
+        if (writing) {
+            broken |= settle_write(pool, k, it, t, ds, off, dxpl);
+            if (!broken) {
+                x->crc = copy_crc(s->buf, mem, bytes, 0, 0);
+                s->item = didx[d], s->err = 0, s->n = bytes;
+                s->off = off[x->t] + x->a * sizeof(float);
+                pool_submit(pool, k);
+                continue;
+            }
+        } else {
+            /* keep the next CK_SLOTS pieces in flight: slot q % CK_SLOTS last held piece
+             * q - CK_SLOTS < d, already taken */
+            for (; !broken && queued < nd && queued < d + CK_SLOTS; queued++) {
+                const item *y = &it[didx[queued]];
+                slot *r = &pool->s[queued % CK_SLOTS];
+                r->item = didx[queued], r->err = 0;
+                r->n = (size_t)(y->b - y->a) * sizeof(float);
+                r->off = off[y->t] + y->a * sizeof(float);
+                pool_submit(pool, queued % CK_SLOTS);
+            }
+            if (s->item == didx[d]) {
+                pool_wait(pool, k);
+                s->item = -1;
+                if (!s->err) {
+                    x->crc = copy_crc(mem, s->buf, bytes, 1, 0);
+                    continue;
+                }
+                broken = 1;
+            }
+        }
+        x->crc = 0;
+        x->ok = via_hdf5(ds[x->t], ti, writing, dxpl, -1, off[x->t], x->a, x->b, &x->crc) == 0;
+    }
+    for (int k = 0; writing && k < CK_SLOTS; k++) settle_write(pool, k, it, t, ds, off, dxpl);
+}
+
+int ck_transfer_slices(const char *path, int writing, int n, const ckpt_tensor *const *t,
+                       const hid_t *ds, const haddr_t *off, hid_t dxpl, uint32_t *slice_crc,
+                       int *slice_ok) {
+    for (int i = 0; i < n; i++) slice_crc[i] = 0, slice_ok[i] = 1;
+    int dfd = -1;
+    const char *env = getenv("TSR_CKPT_DIRECT");
+#ifdef O_DIRECT
+    if (!(env && strcmp(env, "0") == 0) && native_is_f32le())
+        dfd = open(path, (writing ? O_WRONLY : O_RDONLY) | O_DIRECT | O_CLOEXEC);
+#else
+    (void)env;
+#endif
+    io_pool pool;
+    if (dfd >= 0 && pool_start(&pool, dfd, writing) != 0) {
+        close(dfd);
+        dfd = -1;
+    }
+    /* without O_DIRECT the write-back of each piece is started at once (sync_file_range); with
+     * it, the few small pieces left to HDF5 wait for the fsync (a hint would queue them behind
+     * the direct transfers) */
+    int hint_fd = writing && dfd < 0 ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    int m = 0, nd = 0;
+    item *it = plan(n, t, off, dfd >= 0, &m);
+    int *didx = it ? malloc(((size_t)m + 1) * sizeof *didx) : NULL;
+    if (!didx) { /* out of memory: every slice through HDF5 as a whole */
+        for (int i = 0; i < n; i++)
+            slice_ok[i] = via_hdf5(ds[i], t[i], writing, dxpl, hint_fd, off[i], t[i]->lo, t[i]->hi,
+                                   &slice_crc[i]) == 0;
+        m = 0;
+    }
+    /* 1. the pieces through HDF5 first (small ones with O_DIRECT: the ends of the slices), so no
+     *    small read waits behind the queue of large direct ones */
+    for (int j = 0; j < m; j++) {
+        item *x = &it[j];
+        if (x->direct) {
+            didx[nd++] = j;
+            continue;
+        }
+        x->ok = via_hdf5(ds[x->t], t[x->t], writing, dxpl, hint_fd, off[x->t], x->a, x->b,
+                         &x->crc) == 0;
+    }
+    /* 2. the direct pieces */
+    if (nd > 0) direct_pieces(&pool, it, didx, nd, writing, t, ds, off, dxpl);
+    if (dfd >= 0) {
+        pool_stop(&pool);
+        close(dfd);
+    }
+    if (hint_fd >= 0) close(hint_fd);
+    /* 3. each slice's CRC from its pieces' */
+    for (int j = 0; j < m; j++) {
+        const item *x = &it[j];
+        slice_crc[x->t] = crc32c_combine(slice_crc[x->t], x->crc, (x->b - x->a) * sizeof(float));
+        if (!x->ok) slice_ok[x->t] = 0;
+    }
+    free(didx);
+    free(it);
+    for (int i = 0; i < n; i++)
+        if (!slice_ok[i]) return -1;
+    return 0;
+}

@@ -1,0 +1,38 @@
+/* prep_chat.h — a conversation rendered with the model's own chat template, and where each
+ * assistant turn's content lies in the rendered text (the loss mask's targets). Internal to
+ * src/prep/; the rules are in docs/prep.md ("Chat templates").
+ *
+ * The text is the template's render of the whole conversation (add_generation_prompt false). The
+ * assistant turns are found by rendering once more with each assistant message's content replaced
+ * by a marker: the text between the markers is the template's own, and must appear in the first
+ * render in the same order; what lies between those pieces is each turn's content as the template
+ * printed it (trimmed, for instance). A template that moves or rewrites the content so that this
+ * does not hold is reported, never guessed.
+ */
+#ifndef TSR_PREP_CHAT_H
+#define TSR_PREP_CHAT_H
+
+#include <stddef.h>
+
+#include "chat/chat_config.h"
+#include "json.h"
+
+typedef struct chat_span {
+    size_t off, len; /* bytes of one assistant turn's content in the rendered text */
+} chat_span;
+
+typedef struct chat_render {
+    char *text; /* the rendered conversation (malloc'd, NUL-terminated) */
+    size_t len;
+    chat_span *spans; /* the assistant turns, in order (malloc'd) */
+    size_t n_spans;
+} chat_render;
+
+/* Renders conv (a JSON object with "messages", and whatever else the template reads: "tools", ...)
+ * with cc's template and its special-token variables. Returns 0, or -1 with the reason in why
+ * (the template's own error, or why the assistant turns cannot be located). Thread-safe. */
+int prep_chat_render(const chat_config *cc, const json_value *conv, chat_render *out, char *why,
+                     size_t why_cap);
+void prep_chat_render_free(chat_render *r);
+
+#endif

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The command line of every tessera program, from the outside (docs/cli.md): one long name per
+# option letter across tessera-train, tessera's subcommands, tessera-healthcheck and tessera-job
+# (read from their --help); usage errors exit 1 and start with the program's name; every --help
+# lists the exit codes (86 for tessera-train); the internal "from src/..." lines only with TSR_DEBUG=1.
+source "$(dirname "$0")/../lib.sh"
+tsr_tmpdir
+tap_plan 8
+HC=$BUILD/tessera-healthcheck
+JOB=$TSR_ROOT/jobs/tessera-job
+
+# every help text: "NAME<TAB>COMMAND..." (subcommands from the exported table, ckpt's from its help)
+progs=("tessera-train	$TRAIN" "tessera-healthcheck	$HC" "tessera-job	$JOB" "tessera	$TOOL"
+       "tessera tokenizer	$TOOL tokenizer" "tessera ckpt	$TOOL ckpt")
+while IFS= read -r sub; do progs+=("tessera $sub	$TOOL $sub"); done < <("$BUILD/tests/test_cli" --list)
+while read -r sub _; do progs+=("tessera ckpt $sub	$TOOL ckpt $sub"); done < <(
+    "$TOOL" ckpt --help | sed -n '/^commands:/,/^$/p' | sed '1d;/^$/d')
+n_help=0
+for p in "${progs[@]}"; do
+    name=${p%%	*}
+    read -ra cmd <<<"${p#*	}"
+    "${cmd[@]}" --help >"$TMP/help.txt" 2>&1 || echo "$name --help: exit $?" >>"$TMP/help-fail.txt"
+    sed -nE "s/^ +-([A-Za-z0-9]), --([a-z0-9-]+).*/\1 \2 $name/p" "$TMP/help.txt" >>"$TMP/letters.txt"
+    cp "$TMP/help.txt" "$TMP/help-$n_help.txt"
+    n_help=$((n_help + 1))
+done
+
+# 1: a letter with two long names anywhere is a conflict (case matters: -s and -S differ)
+LC_ALL=C sort -u -k1,2 "$TMP/letters.txt" | awk '{ n[$1]++; l[$1] = l[$1] " --" $2 " (" $3 " " $4 ")" }
+    END { for (c in n) if (n[c] > 1) { print "-" c ":" l[c]; bad++ } exit bad > 0 }' >"$TMP/conflicts.txt"
+r=$?
+((r)) && sed 's/^/# /' "$TMP/conflicts.txt"
+tap_check $r "one long name per option letter across ${#progs[@]} help texts ($(wc -l <"$TMP/letters.txt") options)"
+
+# 2: the collection is real: every program answered --help with exit 0, and tessera-train's -c is there
+[[ ! -s $TMP/help-fail.txt ]] && grep -qx "c config tessera-train" "$TMP/letters.txt" &&
+    grep -qx "h help tessera prep" "$TMP/letters.txt" && grep -q "^h help tessera ckpt export" "$TMP/letters.txt"
+r=$?
+((r)) && sed 's/^/# /' "$TMP/help-fail.txt" 2>/dev/null
+tap_check $r "every program's --help exits 0 and lists its options (tessera config-doc --help too)"
+
+# 3: every --help but tessera-job's (the ops helper's, a script) has its exit codes; train's has 86
+miss=""
+for ((k = 0; k < n_help; k++)); do
+    [[ ${progs[k]%%	*} == tessera-job ]] && continue
+    grep -q "exit codes:" "$TMP/help-$k.txt" || miss+=" '${progs[k]%%	*}'"
+done
+[[ -z $miss ]] && "$TRAIN" --help | grep -q "86 checkpoint"
+r=$?
+((r)) && tap_diag "no exit codes in the --help of:$miss"
+tap_check $r "every --help lists the exit codes; tessera-train's has 86"
+
+# 4: usage errors: exit 1, first line "PROGRAM: error: ..." (PROGRAM = the executable's name)
+bad=""
+for p in "${progs[@]}"; do
+    name=${p%%	*}
+    [[ $name == tessera-job ]] && continue
+    read -ra cmd <<<"${p#*	}"
+    "${cmd[@]}" --bogus-option >/dev/null 2>"$TMP/err.txt"
+    rc=$?
+    exe=${name%% *}
+    ((rc == 1)) && head -1 "$TMP/err.txt" | grep -q "^$exe: error: .*bogus-option" ||
+        bad+=" '$name' (exit $rc: $(head -1 "$TMP/err.txt"))"
+done
+[[ -z $bad ]]
+r=$?
+((r)) && tap_diag "wrong usage error from:$bad"
+tap_check $r "--bogus-option: exit 1 and 'PROGRAM: error: ...' from every program (healthcheck too)"
+
+# 5: a letter an option lost says which long option it belongs to
+"$TOOL" prep -s 5 x >/dev/null 2>"$TMP/err.txt"
+rc=$?
+((rc == 1)) && grep -q "^tessera: error: prep: unknown option: -s (it has no short form here: use --shard-tokens)" "$TMP/err.txt"
+tap_check $? "prep -s: exit 1, the hint '--shard-tokens'"
+"$TOOL" ckpt export -d bf16 x >/dev/null 2>"$TMP/err.txt" # ckpt's own parser, the same hint
+rc=$?
+((rc == 1)) && grep -q "^tessera: error: ckpt export: unknown option: -d (it has no short form here: use --dtype)" "$TMP/err.txt"
+tap_check $? "ckpt export -d: exit 1, the hint '--dtype' ($(head -c 120 "$TMP/err.txt"))"
+
+# 6, 7: a data error relayed through TSR_CHECK: the internal locations only with TSR_DEBUG=1
+args=(--config "$TSR_ROOT/configs/tiny.cfg" --set data.train="$TMP/nodata" --set run_dir="$TMP/run"
+      --set max_duration=1ba)
+"$TRAIN" "${args[@]}" >/dev/null 2>"$TMP/plain.txt"
+rc=$?
+((rc == 2)) && grep -q "^tessera-train: error: $TMP/nodata/index.tsv: cannot open" "$TMP/plain.txt" &&
+    ! grep -q "from src/" "$TMP/plain.txt"
+r=$?
+((r)) && sed 's/^/# /' "$TMP/plain.txt"
+tap_check $r "missing dataset: exit 2, 'tessera-train: error: ...', no 'from src/' line"
+TSR_DEBUG=1 "$TRAIN" "${args[@]}" >/dev/null 2>"$TMP/debug.txt"
+rc=$?
+((rc == 2)) && grep -q "^tessera-train: debug: from src/train/train_data.c:[0-9]*: " "$TMP/debug.txt"
+tap_check $? "TSR_DEBUG=1: the same error plus 'tessera-train: debug: from src/train/train_data.c:LINE'"
+tap_done

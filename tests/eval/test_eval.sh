@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# `tessera eval` (docs/eval.md) on a model trained for the shipped "colors" task set
+# (eval/tasks/, written by eval/tasks/make_colors.py): a tokenizer trained on the task set's text,
+# the text prepped, a tiny model trained on 2 MPI ranks, then:
+#  - the trained model knows every answer (multiple_choice, language_modeling, schema), a model
+#    with random weights scores about the random baseline;
+#  - validation loss equals the trainer's own final evaluation; the rescaled accuracies and the
+#    gauntlet average follow their formulas;
+#  - 2 ranks give the same report as 1; --out writes the same JSON;
+#  - bad task files, a missing checkpoint and a task list without a tokenizer are refused.
+source "$(dirname "$0")/../lib.sh"
+tsr_tmpdir
+tap_plan 8
+TASKS=$TSR_ROOT/eval/tasks
+"$TOOL" tokenizer train --vocab-size 320 --special '<|endoftext|>' --out "$TMP/tok.tok" -q "$TASKS/colors_corpus.txt" &&
+    "$TOOL" prep --out "$TMP/data" --tokenizer "$TMP/tok.tok" --format text --doc-sep '\n' --val-fraction 0.1 -q "$TASKS/colors_corpus.txt"
+tap_check $? "tokenizer trained on the colors text (320 tokens), the text prepped (one line = one document)"
+args=(--set model.vocab_size=320 --set model.vocab_multiple=64 --set data.tokenizer="$TMP/tok.tok"
+      --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val="$TMP/data/val"
+      --set model.n_layer=2 --set model.d_model=64 --set model.n_head=4 --set seq_len=32
+      --set model.max_seq_len=32 --set global_batch=16 --set micro_batch=8 --set eval_interval=100ba
+      --set eval_samples=0 --set threads=1 --set log_interval=50)
+"${MPIRUN[@]}" -np 2 "$TRAIN" --config "$TSR_ROOT/configs/tiny.cfg" "${args[@]}" --set max_duration=300ba --set run_dir="$TMP/A" >"$TMP/A.txt" 2>&1 &&
+"${MPIRUN[@]}" -np 2 "$TRAIN" --config "$TSR_ROOT/configs/tiny.cfg" "${args[@]}" --set max_duration=1ba --set optim.lr=1e-12 --set run_dir="$TMP/R" >"$TMP/R.txt" 2>&1
+tap_check $? "trained a tiny model 300 steps, and one for 1 step at lr 1e-12 (random weights)"
+
+# the recipe: tiny.cfg plus its evaluation tasks
+{ cat "$TSR_ROOT/configs/tiny.cfg"; cat <<CFG
+icl_tasks = (
+  { label = "colors_mc"; type = "multiple_choice"; path = "$TASKS/colors_mc.jsonl"; },
+  { label = "colors_mc_2shot"; type = "multiple_choice"; path = "$TASKS/colors_mc.jsonl"; fewshot = 2; },
+  { label = "colors_lm"; type = "language_modeling"; path = "$TASKS/colors_lm.jsonl"; },
+  { label = "colors_schema"; type = "schema"; path = "$TASKS/colors_schema.jsonl"; }
+);
+CFG
+} >"$TMP/eval.cfg"
+"$TOOL" eval --ckpt "$TMP/A" --config "$TMP/eval.cfg" "${args[@]}" --out "$TMP/A.json" >"$TMP/A.out" 2>"$TMP/A.err" &&
+"$TOOL" eval --ckpt "$TMP/R" --config "$TMP/eval.cfg" "${args[@]}" >"$TMP/R.out" 2>"$TMP/R.err"
+rc=$?
+sed 's/^/# /' "$TMP/A.out" | grep -E 'label|gauntlet'
+/usr/bin/python3 - "$TMP/A.out" "$TMP/R.out" <<'PY'
+import json, sys
+a, r = (json.load(open(p)) for p in sys.argv[1:])
+acc = lambda rep: {t["label"]: t["accuracy"] for t in rep["icl"]}
+A, R = acc(a), acc(r)
+print("# trained", A, "\n# random", R)
+ok = A["colors_mc"] == 1 and A["colors_lm"] == 1 and A["colors_schema"] >= 0.9
+ok &= R["colors_mc"] <= 0.5 and R["colors_schema"] <= 0.7 and R["colors_lm"] <= 0.1
+sys.exit(0 if ok else 1)
+PY
+tap_check $? "trained: every colour right (multiple_choice, language_modeling, schema); random weights: near the baselines 0.2 / 0 / 0.33 (exit $rc)"
+
+/usr/bin/python3 - "$TMP/A.out" "$TMP/A/metrics.jsonl" <<'PY'
+import json, math, sys
+rep = json.load(open(sys.argv[1]))
+last = [json.loads(l) for l in open(sys.argv[2]) if '"val_loss"' in l][-1]
+v = rep["val"][0]
+ok = abs(v["loss"] - last["val_loss"]) <= 1e-6 * last["val_loss"] and abs(v["perplexity"] - math.exp(v["loss"])) < 1e-6 * v["perplexity"]
+res = [(t["accuracy"] - t["random_baseline"]) / (1 - t["random_baseline"]) for t in rep["icl"]]
+ok &= all(abs(x - t["rescaled"]) < 1e-9 for x, t in zip(res, rep["icl"]))
+ok &= abs(rep["gauntlet"]["average_rescaled_accuracy"] - sum(res) / len(res)) < 1e-9 and rep["gauntlet"]["tasks"] == 4
+ok &= rep["step"] == 300 and all(t["examples"] == 30 for t in rep["icl"])
+print("# val loss", v["loss"], "trainer", last["val_loss"], "gauntlet", rep["gauntlet"])
+sys.exit(0 if ok else 1)
+PY
+tap_check $? "validation loss equals the trainer's final eval; rescaled = (acc - baseline) / (1 - baseline); gauntlet = their mean"
+
+"${MPIRUN[@]}" -np 2 "$TOOL" eval --ckpt "$TMP/A" --config "$TMP/eval.cfg" "${args[@]}" >"$TMP/A2.out" 2>"$TMP/A2.err" &&
+/usr/bin/python3 - "$TMP/A.out" "$TMP/A2.out" "$TMP/A.json" <<'PY'
+import json, sys
+a, b, c = (json.load(open(p)) for p in sys.argv[1:])
+same = a["icl"] == b["icl"] and a["gauntlet"] == b["gauntlet"] and abs(a["val"][0]["loss"] - b["val"][0]["loss"]) < 1e-9 * a["val"][0]["loss"]
+sys.exit(0 if same and a == c else 1)
+PY
+tap_check $? "2 MPI ranks give the same report as 1 (val loss within 1e-9); --out holds the same JSON"
+
+printf '{"query": "the apple is", "choices": ["red"], "gold": 3}\n' >"$TMP/bad.jsonl"
+sed "s|$TASKS/colors_lm.jsonl|$TMP/bad.jsonl|; s|\"language_modeling\"; path = \"$TMP/bad.jsonl\"|\"multiple_choice\"; path = \"$TMP/bad.jsonl\"|" "$TMP/eval.cfg" >"$TMP/bad.cfg"
+"$TOOL" eval --ckpt "$TMP/A" --config "$TMP/bad.cfg" "${args[@]}" >/dev/null 2>"$TMP/bad.err"
+rc=$?
+sed 's/^/# /' "$TMP/bad.err"
+[[ $rc == 2 ]] && grep -q "$TMP/bad.jsonl:1: multiple_choice example: \"gold\"" "$TMP/bad.err"
+tap_check $? "a task line with gold out of range: exit 2 naming file:line and the field (got $rc)"
+
+"$TOOL" eval --ckpt "$TMP/nothing" --config "$TMP/eval.cfg" >/dev/null 2>"$TMP/miss.err"
+rc=$?
+[[ $rc == 2 ]] && grep -q "$TMP/nothing" "$TMP/miss.err"
+tap_check $? "a missing checkpoint: exit 2 naming it (got $rc)"
+
+"$TOOL" eval --ckpt "$TMP/A" --config "$TMP/eval.cfg" "${args[@]}" --set data.tokenizer= >/dev/null 2>"$TMP/tok.err"
+rc=$?
+sed 's/^/# /' "$TMP/tok.err"
+[[ $rc == 1 ]] && grep -q "icl_tasks need a tokenizer" "$TMP/tok.err"
+tap_check $? "ICL tasks without a tokenizer: exit 1 saying so (got $rc)"

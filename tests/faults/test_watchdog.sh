@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The trainer's watchdogs (2 MPI ranks, test-only TSR_FAULT injections):
+#  - a straggler (rank 1 sleeps in every step's compute) -> checkpoint + exit 86, naming the rank and
+#    its host, logged in metrics.jsonl; the rerun without the fault resumes and finishes;
+#  - a healthy run with the same settings never trips it;
+#  - an MFU floor nobody reaches -> exit 86 naming the MFU;
+#  - a rank stuck in a step (hang_timeout) -> every rank names its phase, the run aborts (exit 3);
+#  - stop requests still reach the trainer while the hang thread runs; bad settings exit 1.
+# shellcheck source=../lib.sh
+source "$(dirname "$0")/../lib.sh"
+tsr_tmpdir
+tap_plan 8
+make_synth "$TMP/data"
+args=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set data.tokenizer=
+      --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
+      --set model.n_layer=2 --set model.d_model=64 --set model.n_head=4 --set seq_len=32
+      --set global_batch=8 --set micro_batch=4 --set max_duration=60ba --set eval_interval=0ba
+      --set save_interval=0ba --set threads=1 --set log_interval=10
+      --set watchdog.window=5 --set watchdog.patience=2)
+run() { local dir=$1; shift; "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$dir" "$@"; }
+
+TSR_FAULT=slow:60:1 run "$TMP/S" >"$TMP/S1.txt" 2>&1
+rc=$?
+grep -q "watchdog: rank 1 on .* computes .* ms per step, .*x the ranks' median" "$TMP/S1.txt" &&
+    [[ $rc == 86 && -f $TMP/S/step-00000010.h5 ]] && grep -q '"event": "watchdog", "slow_rank": 1' "$TMP/S/metrics.jsonl"
+tap_check $? "straggler (rank 1 +60 ms per step): exit $rc after 2 windows of 5 steps, rank and host named, checkpoint of step 10, JSONL event"
+"$TOOL" ckpt verify "$TMP/S/step-00000010.h5" >/dev/null 2>&1 && run "$TMP/S" >"$TMP/S2.txt" 2>&1 &&
+    grep -q 'checkpoint resume step 10' "$TMP/S2.txt" && [[ -f $TMP/S/step-00000060.h5 ]]
+tap_check $? "the watchdog's checkpoint verifies; the rerun without the fault resumes from step 10 and finishes"
+
+run "$TMP/H" >"$TMP/H.txt" 2>&1
+rc=$?
+[[ $rc == 0 ]] && ! grep -q 'watchdog:' "$TMP/H.txt"
+tap_check $? "a healthy run with the same watchdog settings finishes (exit $rc), no watchdog line"
+
+run "$TMP/M" --set watchdog.min_mfu=0.99 --set peak_flops=1e12 >"$TMP/M.txt" 2>&1
+rc=$?
+[[ $rc == 86 ]] && grep -q 'watchdog: MFU .*% under watchdog.min_mfu 99.0%' "$TMP/M.txt"
+tap_check $? "MFU under watchdog.min_mfu for 2 windows: exit $rc with the MFU named"
+
+TSR_FAULT=hang:5:1 timeout 60 "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$TMP/G" \
+    --set watchdog.hang_timeout=3 >"$TMP/G.txt" 2>&1
+rc=$?
+[[ $rc != 0 && $rc != 124 ]] && grep -q '\[rank 1 .*\] watchdog: step 5 stuck in forward/backward for [0-9]* s' "$TMP/G.txt"
+tap_check $? "rank 1 stuck in step 5: it names its phase (forward/backward) and the run aborts (exit $rc, not the 60 s timeout)"
+grep -q '\[rank 0 .*\] watchdog: step 5 stuck in gradient reduction' "$TMP/G.txt" ||
+    grep -q 'MPI_ABORT was invoked on rank 1' "$TMP/G.txt"
+tap_check $? "the waiting rank names its phase too (gradient reduction), or the abort from rank 1 ended it first"
+
+TSR_FAULT=usr1:5:0 run "$TMP/U" --set watchdog.hang_timeout=30 >"$TMP/U.txt" 2>&1
+tap_check $(($? != 85)) "SIGUSR1 with the hang thread running: still a stop request (exit 85)"
+
+run "$TMP/B" --set watchdog.slow_factor=1 >"$TMP/B.txt" 2>&1
+rc=$?
+[[ $rc == 1 ]] && grep -q 'watchdog.slow_factor' "$TMP/B.txt"
+tap_check $? "watchdog.slow_factor = 1 is refused (exit $rc) naming the key"
+tap_done

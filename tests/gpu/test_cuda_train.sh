@@ -1,0 +1,275 @@
+#!/usr/bin/env bash
+# device = cuda through the trainer (docs/cuda.md), against the CPU backend on the same runs:
+#  - a tiny GPT-2 (learned positions, biases, tanh GELU) and a tiny MPT (ALiBi, no biases, exact
+#    GELU, document mask): the loss of step 1 and of each of 20 steps within 0.5% of the CPU run's;
+#  - 2 ranks with gradient accumulation (the per-layer gradient sums during backward);
+#  - a checkpoint written by the GPU run resumes on the CPU, and one written on the CPU resumes on
+#    the GPU: the next steps within 0.5% of the CPU run that never stopped;
+#  - parallel.sharding = zero1 and zero3 on 3 ranks (uneven pieces), hsdp on 2 x 2, zero3 on one
+#    rank (with evaluation through the gathered weights and the end-of-run sample): every step
+#    within the tolerance of the CPU's ddp run; checkpoints across modes, rank counts and devices
+#    (a GPU zero3 checkpoint resumed by the CPU's ddp, a GPU hsdp one by zero1 on the GPU);
+#  - activation checkpointing (block, attention on a layer range, mlp on the first layers; block
+#    under zero3): every step bit-identical to none on the same backend, smaller activations;
+#  - the same run twice gives the same bits (the backend's determinism);
+#  - peak_mem_bytes (the device allocator's peak) within the device plan (ddp, zero1, zero3);
+#    micro_batch = auto under zero3 with evaluation leaves room for the evaluation's full weights;
+#  - a missing CUDA library is refused naming it (once, on tessera-train).
+# It runs twice: on the host emulator of the CUDA backend (build/tests/tessera-train-cuemu,
+# kernels/cuda_emu/: every machine; it checks the trainer's GPU path, bf16 activations and all,
+# not the CUDA kernels) and on the real backend when a GPU is present (skipped loudly otherwise).
+source "$(dirname "$0")/../lib.sh"
+tsr_tmpdir
+PER=18
+tap_plan $((2 * PER + 5))
+make_synth "$TMP/data" 512 80000
+
+tiny_args "$TMP/data/train"
+base=("${args[@]}" --set model.n_layer=2 --set model.n_head=2 --set global_batch=8
+      --set micro_batch=4 --set model.eot_token=7 --set max_duration=20ba --set save_interval=10ba)
+mpt=(--set model.pos=alibi --set model.bias=false --set model.gelu=exact
+     --set model.attn_mask=document)
+# run BIN NP DIR ARGS...: trains, output in DIR.txt
+run() {
+    local bin=$1 np=$2 dir=$3; shift 3
+    "${MPIRUN[@]}" -np "$np" "$bin" "${base[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1
+}
+# close A B FROM: every step of run B from FROM has its loss within $LOSS_TOL (relative) of run
+# A's and its gradient norm within $NORM_TOL; prints the largest differences
+close() { metrics_close "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" "$3" "$LOSS_TOL" "$NORM_TOL"; }
+
+# the CPU reference runs, shared by both suites (each keeps its step-10 checkpoint)
+# 3 ranks: the shard pieces do not divide the units, so the last rank's is short and padded
+three=(--set global_batch=6 --set micro_batch=1)
+evals=(--set data.val="$TMP/data/val" --set eval_interval=10ba --set eval_samples=24
+       --set sample.tokens=8)
+# Without MPI (a NO_MPI=1 build, or no mpirun: the lent GPU machine, tests/gpu/device.sh) only
+# one process runs: the multi-rank references are not made, and every check that needs them asks for more
+# GPUs (emulated ones too) than such a machine has, so it skips.
+MPI_OK=0 multi="(no MPI: one-rank references only)"
+command -v mpirun >/dev/null && ldd "$TRAIN" 2>/dev/null | grep -q libmpi && MPI_OK=1 multi="2, 3 and 4 ranks"
+run "$TRAIN" 1 cpu_gpt2 && run "$TRAIN" 1 cpu_mpt "${mpt[@]}" && run "$TRAIN" 1 cpu_eval "${evals[@]}" &&
+    run "$TRAIN" 1 cpu_odd --set seq_len=31 --set micro_batch=1 --set global_batch=3 --set model.n_layer=3 &&
+    { ((MPI_OK == 0)) || { run "$TRAIN" 2 cpu_ddp --set micro_batch=2 &&
+        run "$TRAIN" 4 cpu_ddp4 --set micro_batch=2 && run "$TRAIN" 3 cpu_ddp3 "${three[@]}"; }; }
+tap_check $? "CPU reference runs: GPT-2, MPT, with evaluation, an odd shape; $multi"
+# evals_close A B: both runs evaluated at the same steps, B's validation losses within $LOSS_TOL
+evals_close() {
+    "$PY3" - "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" "$LOSS_TOL" <<'PY'
+import json, sys
+ev = lambda p: {j["step"]: j["val_loss"] for j in map(json.loads, open(p)) if "val_loss" in j}
+a, b = ev(sys.argv[1]), ev(sys.argv[2])
+w = max((abs(b[k] - a[k]) / a[k] for k in a if k in b), default=1.0)
+print(f"val loss {w:.1e} at steps {sorted(b)}")
+sys.exit(0 if a and sorted(a) == sorted(b) and w <= float(sys.argv[3]) else 1)
+PY
+}
+TESSERA_CUDA_LIB=$TMP/nowhere.so run "$TRAIN" 1 nolib --set device=cuda
+rc=$?
+((rc == 1)) && grep -q "cannot load $TMP/nowhere.so" "$TMP/nolib.txt"
+tap_check $? "device = cuda without its library: exit $rc (want 1), naming the library"
+
+# gpus N WHAT: true when the suite's backend has N GPUs (one rank each), else WHAT is skipped
+gpus() {
+    ((GPUS >= $1)) && return 0
+    _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - $2 # SKIP needs $1 GPUs, this machine has $GPUS"
+    return 1
+}
+
+# suite BIN LABEL LOSS_TOL NORM_TOL MEM_SLACK: the checks on one backend
+suite() {
+    local bin=$1 l=$2 d
+    LOSS_TOL=$3 NORM_TOL=$4 MEM_SLACK=$5
+    run "$bin" 1 "$l.gpt2" --set device=cuda
+    tap_check $? "$l: tiny GPT-2, 20 steps with device = cuda"
+    grep -q "device memory per rank (cuda" "$TMP/$l.gpt2.txt" && grep -q "^device: " "$TMP/$l.gpt2.txt"
+    tap_check $? "$l: the device memory plan and the device are printed"
+    d=$(peak_in_plan "$l.gpt2")
+    tap_check $? "$l: peak_mem_bytes (the device allocator's peak) within the device plan ($d; slack $MEM_SLACK B)"
+    d=$(close cpu_gpt2 "$l.gpt2" 1)
+    tap_check $? "$l: GPT-2 loss within $LOSS_TOL of the CPU at every step ($d)"
+    # determinism (docs/cuda.md): no atomics, fixed reduction orders, one cuBLASLt algorithm per
+    # shape, so the same run gives the same bits
+    run "$bin" 1 "$l.gpt2b" --set device=cuda && final_lines "$TMP/$l.gpt2/metrics.jsonl" >"$TMP/$l.det1" &&
+        final_lines "$TMP/$l.gpt2b/metrics.jsonl" | cmp -s - "$TMP/$l.det1" && (($(wc -l <"$TMP/$l.det1") == 20))
+    tap_check $? "$l: the GPT-2 run again: all 20 steps' loss, lr and grad norm the same bits"
+    run "$bin" 1 "$l.mpt" --set device=cuda "${mpt[@]}" && d=$(close cpu_mpt "$l.mpt" 1)
+    tap_check $? "$l: tiny MPT (ALiBi, no bias, exact GELU, document mask) within $LOSS_TOL of the CPU ($d)"
+    if gpus 2 "$l: 2 ranks, 2 microbatches each"; then
+        run "$bin" 2 "$l.ddp" --set device=cuda --set micro_batch=2 && d=$(close cpu_ddp "$l.ddp" 1)
+        tap_check $? "$l: 2 ranks, 2 microbatches each: within $LOSS_TOL of the CPU's 2 ranks ($d)"
+    fi
+    # GPU -> CPU: the GPU run's step-10 checkpoint, resumed on the CPU to step 20
+    run "$TRAIN" 1 "$l.g2c" --resume "$TMP/$l.gpt2/step-00000010.h5" &&
+        grep -q "resume" "$TMP/$l.g2c.txt" && d=$(close cpu_gpt2 "$l.g2c" 11)
+    tap_check $? "$l: checkpoint of the GPU run at step 10 resumed on the CPU: steps 11-20 within $LOSS_TOL ($d)"
+    # CPU -> GPU
+    run "$bin" 1 "$l.c2g" --set device=cuda --resume "$TMP/cpu_gpt2/step-00000010.h5" &&
+        grep -q "resume" "$TMP/$l.c2g.txt" && d=$(close cpu_gpt2 "$l.c2g" 11)
+    tap_check $? "$l: a CPU checkpoint at step 10 resumed with device = cuda: steps 11-20 within $LOSS_TOL ($d)"
+    # sharded: the same steps as the CPU's ddp (zero1 and zero3 reduce-scatter per layer, hsdp
+    # then sums the replicas; zero3 gathers every layer)
+    local mode
+    for mode in zero1 zero3; do
+        gpus 3 "$l: parallel.sharding = $mode on 3 ranks" || continue
+        run "$bin" 3 "$l.$mode" --set device=cuda "${three[@]}" --set parallel.sharding=$mode &&
+            grep -q "into $mode shards (groups of 3)" "$TMP/$l.$mode.txt" &&
+            d=$(close cpu_ddp3 "$l.$mode" 1) && d="$d; $(peak_in_plan "$l.$mode")"
+        tap_check $? "$l: parallel.sharding = $mode on 3 ranks x 2 microbatches (uneven pieces): every step within $LOSS_TOL of the CPU's ddp, peak device memory within its plan ($d)"
+    done
+    if gpus 4 "$l: parallel.sharding = hsdp on 2 x 2 ranks"; then
+        run "$bin" 4 "$l.hsdp" --set device=cuda --set micro_batch=2 --set parallel.sharding=hsdp \
+            --set parallel.replica_group=2 && grep -q "into hsdp shards (groups of 2)" "$TMP/$l.hsdp.txt" &&
+            d=$(close cpu_ddp4 "$l.hsdp" 1)
+        tap_check $? "$l: parallel.sharding = hsdp, 2 groups of 2: every step within $LOSS_TOL of the CPU's 4 ranks ($d)"
+    fi
+    # one GPU: zero3 still gathers and reduce-scatters (a group of one); evaluation runs on the
+    # gathered weights and the sample on the host from the shards
+    run "$bin" 1 "$l.z3eval" --set device=cuda --set parallel.sharding=zero3 "${evals[@]}" &&
+        d=$(close cpu_eval "$l.z3eval" 1) && d="$d, $(evals_close cpu_eval "$l.z3eval")" &&
+        grep -A1 '^sample (8 tokens' "$TMP/$l.z3eval.txt" | tail -1 | grep -Eq '^[0-9]+( [0-9]+){7}$'
+    tap_check $? "$l: zero3 on one rank, with evaluation and a sample: steps and validation within $LOSS_TOL of the CPU ($d)"
+    # checkpoints across modes, rank counts and devices
+    if gpus 3 "$l: a zero3 checkpoint of the GPU resumed by the CPU's ddp"; then
+        run "$TRAIN" 2 "$l.z3cpu" "${three[@]}" --resume "$TMP/$l.zero3/step-00000010.h5" &&
+            d=$(close cpu_ddp3 "$l.z3cpu" 11)
+        tap_check $? "$l: the GPU's zero3 checkpoint (3 ranks) at step 10 resumed by ddp on 2 CPU ranks: steps 11-20 within $LOSS_TOL ($d)"
+    fi
+    if gpus 4 "$l: an hsdp checkpoint of the GPU resumed by zero1 on the GPU"; then
+        run "$bin" 2 "$l.hsdpz1" --set device=cuda --set micro_batch=2 --set parallel.sharding=zero1 \
+            --resume "$TMP/$l.hsdp/step-00000010.h5" && d=$(close cpu_ddp "$l.hsdpz1" 11)
+        tap_check $? "$l: the GPU's hsdp checkpoint (2 x 2 ranks) resumed by zero1 on 2: steps 11-20 within $LOSS_TOL ($d)"
+    fi
+    # activation checkpointing: the recomputation reruns the same kernels on the same inputs, so
+    # every step is bit-identical to none on the same backend (3 layers, 2 microbatches, document
+    # mask), and the device plan's activations shrink
+    local ac=(--set device=cuda --set model.n_layer=3 --set model.attn_mask=document) k
+    run "$bin" 1 "$l.acn" "${ac[@]}" && final_lines "$TMP/$l.acn/metrics.jsonl" >"$TMP/$l.acn.loss"
+    local same=$? what=""
+    for k in "block" "attention --set model.activation_checkpointing_range=1-2" \
+        "mlp --set model.activation_checkpointing_layers=2"; do
+        # shellcheck disable=SC2086 # k carries the mode and its layer setting
+        run "$bin" 1 "$l.ac${k%% *}" "${ac[@]}" --set model.activation_checkpointing=$k &&
+            final_lines "$TMP/$l.ac${k%% *}/metrics.jsonl" | cmp -s - "$TMP/$l.acn.loss" &&
+            (($(device_acts "$TMP/$l.ac${k%% *}.txt") < $(device_acts "$TMP/$l.acn.txt"))) || same=1
+        what+=" ${k%% *} $(device_acts "$TMP/$l.ac${k%% *}.txt") B,"
+    done
+    (($(wc -l <"$TMP/$l.acn.loss") == 20)) && ((same == 0))
+    tap_check $? "$l: activation checkpointing block, attention (layers 1-2), mlp (first 2): all 20 steps bit-identical to none, activations $(device_acts "$TMP/$l.acn.txt") B ->${what%,}"
+    # a shape whose per-layer slices are not whole 256-byte blocks (1 x 31 x 64 bf16 = 3968 B):
+    # the activation stacks pad each layer to 256 bytes (gpu_model.c, layer_stride), so the
+    # matmuls' alignment, hence cuBLASLt's algorithm, is the same for every layer and slot
+    local odd=(--set seq_len=31 --set micro_batch=1 --set global_batch=3 --set model.n_layer=3)
+    run "$bin" 1 "$l.oddn" --set device=cuda "${odd[@]}" && d=$(close cpu_odd "$l.oddn" 1) &&
+        run "$bin" 1 "$l.oddb" --set device=cuda "${odd[@]}" --set model.activation_checkpointing=block &&
+        final_lines "$TMP/$l.oddn/metrics.jsonl" >"$TMP/$l.oddn.loss" &&
+        final_lines "$TMP/$l.oddb/metrics.jsonl" | cmp -s - "$TMP/$l.oddn.loss"
+    tap_check $? "$l: seq_len 31, microbatches of 1 (layer slices padded to 256 bytes): within $LOSS_TOL of the CPU ($d), block checkpointing bit-identical to none"
+    if gpus 2 "$l: activation checkpointing under zero3 on 2 ranks"; then
+        run "$bin" 2 "$l.z3n" "${ac[@]}" --set parallel.sharding=zero3 &&
+            run "$bin" 2 "$l.z3ac" "${ac[@]}" --set parallel.sharding=zero3 \
+                --set model.activation_checkpointing=block &&
+            final_lines "$TMP/$l.z3n/metrics.jsonl" >"$TMP/$l.z3n.loss" &&
+            final_lines "$TMP/$l.z3ac/metrics.jsonl" | cmp -s - "$TMP/$l.z3n.loss" &&
+            (($(wc -l <"$TMP/$l.z3n.loss") == 20))
+        tap_check $? "$l: block checkpointing under zero3 on 2 ranks (recomputed from the gathered layer): all 20 steps bit-identical to none"
+    fi
+}
+# peak_in_plan RUN: the largest rank's peak_mem_bytes (the device allocator's) at the last step of
+# RUN, against the device plan it printed: at least 95% of the plan's total (less its rounding to
+# 0.1 of a unit), at most 10% over it plus $MEM_SLACK bytes (what the plan leaves out: cuBLASLt's workspace,
+# the ops' scratch). Prints "peak P B, plan Q B"
+peak_in_plan() {
+    "$PY3" - "$TMP/$1.txt" "$TMP/$1/metrics.jsonl" "$MEM_SLACK" <<'PY'
+import json, re, sys
+t = open(sys.argv[1]).read()
+m = re.search(r"^device memory per rank.* total ([0-9.]+) (B|KiB|MiB|GiB)", t, re.M)
+unit = 1024 ** ["B", "KiB", "MiB", "GiB"].index(m.group(2)) if m else 0
+plan = float(m.group(1)) * unit if m else -1
+steps = [j for j in map(json.loads, open(sys.argv[2])) if "loss" in j]
+peak = steps[-1].get("peak_mem_bytes", -1) if steps else -1
+print(f"peak {peak:.0f} B, plan {plan:.0f} B")
+sys.exit(0 if m and 0.95 * plan - 0.05 * unit <= peak <= 1.10 * plan + float(sys.argv[3]) else 1)
+PY
+}
+# device_acts FILE: the device plan's activations figure, in bytes
+device_acts() {
+    "$PY3" - "$1" <<'PY'
+import re, sys
+m = re.search(r"^device memory per rank.*activations ([0-9.]+) (B|KiB|MiB|GiB) per microbatch",
+              open(sys.argv[1]).read(), re.M)
+print(int(float(m.group(1)) * 1024 ** ["B", "KiB", "MiB", "GiB"].index(m.group(2))) if m else -1)
+PY
+}
+
+# The emulator computes each op in fp32 and rounds where the GPU rounds, so it stays far closer to
+# the CPU than the issue's 0.5% (measured: loss up to 4.3e-5, norm up to 3.8e-3 on the 3-rank
+# runs, whose batches are smallest): its loss tolerance is tight enough that a dropped gradient
+# term (wpe's: loss 9e-4 off) fails. The GPU gets the issue's 0.5% on the loss, 5% on the norm.
+GPUS=$((MPI_OK ? 8 : 1)) # the emulator's devices (one rank each), as many as MPI can start
+# Its allocator holds exactly what the plan counts (no cuBLASLt workspace, no scratch): no slack.
+suite "$BUILD/tests/tessera-train-cuemu" emulator 3e-4 5e-3 0
+
+# micro_batch = auto on a device that holds the activations of 2 sequences but not of 4: the
+# emulator's capacity (TSR_EMU_MEM) set between the two from the plan the GPT-2 run printed
+cap=$("$PY3" - "$TMP/emulator.gpt2.txt" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+u = lambda v, s: float(v) * 1024 ** ["B", "KiB", "MiB", "GiB"].index(s)
+a = re.search(r"device memory per rank.*activations ([0-9.]+) (\w+) per microbatch of 4 x.*total ([0-9.]+) (\w+)", t)
+print(int(u(a.group(3), a.group(4)) - u(a.group(1), a.group(2)) / 4) if a else 0)
+PY
+)
+TSR_EMU_MEM=$cap run "$BUILD/tests/tessera-train-cuemu" 1 auto --set device=cuda --set micro_batch=auto &&
+    run "$BUILD/tests/tessera-train-cuemu" 1 micro2 --set device=cuda --set micro_batch=2 &&
+    grep -q '"event": "micro_batch"' "$TMP/auto/metrics.jsonl" &&
+    final_lines "$TMP/auto/metrics.jsonl" >"$TMP/auto.loss" &&
+    final_lines "$TMP/micro2/metrics.jsonl" >"$TMP/micro2.loss" && cmp -s "$TMP/auto.loss" "$TMP/micro2.loss" &&
+    grep -E '"event": "micro_batch"' "$TMP/auto/metrics.jsonl" | tail -1 | grep -q '"micro_batch": 2'
+tap_check $? "emulator: micro_batch = auto with room for 2 sequences ($cap bytes) halves 8 -> 4 -> 2 and all 20 steps equal micro_batch = 2 bit for bit"
+
+# zero3 with evaluation: an evaluation gathers the full bf16 weights, so micro_batch = auto must
+# leave room for them after the activations. On a device sized from a free run's peak (the
+# activations of 8 sequences and the evaluation buffer) less half that buffer, 8 sequences fit but
+# leave no room to evaluate: the run halves to 4 at step 1 and evaluates at step 10 (it used to
+# keep 8 and die at step 10's evaluation, out of device memory).
+ze=(--set device=cuda --set parallel.sharding=zero3 --set micro_batch=auto --set global_batch=8
+    --set data.val="$TMP/data/val" --set eval_interval=10ba --set eval_samples=24 --set max_duration=12ba)
+run "$BUILD/tests/tessera-train-cuemu" 1 ze_free "${ze[@]}"
+cap=$("$PY3" - "$TMP/ze_free.txt" "$TMP/ze_free/metrics.jsonl" <<'PY'
+import json, re, sys
+m = re.search(r"full weights while evaluating ([0-9.]+) (B|KiB|MiB)", open(sys.argv[1]).read())
+peak = max((j.get("peak_mem_bytes", 0) for j in map(json.loads, open(sys.argv[2]))), default=0)
+print(int(peak - float(m.group(1)) * 1024 ** ["B", "KiB", "MiB"].index(m.group(2)) / 2) if m and peak else 0)
+PY
+)
+TSR_EMU_MEM=$cap run "$BUILD/tests/tessera-train-cuemu" 1 ze_cap "${ze[@]}" &&
+    grep -q "step 1 reruns with microbatches of 4" "$TMP/ze_cap.txt" && grep -q "^eval step 10 | val loss" "$TMP/ze_cap.txt"
+tap_check $? "emulator: zero3 + evaluation + micro_batch = auto on a device ($cap bytes) without room for the evaluation's full weights next to 8 sequences: halves to 4 at step 1, evaluates at step 10"
+
+# the real backend: a GPU, its driver and the library built beside tessera-train
+why=""
+[[ -f $BUILD/libtessera-cuda-train.so ]] || why="no $BUILD/libtessera-cuda-train.so (built where nvcc is)"
+[[ -z $why && ! -e /dev/nvidiactl ]] && why="no GPU on this machine (no /dev/nvidiactl)"
+if [[ -z $why ]]; then
+    GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    ((MPI_OK)) || GPUS=1 # one process without MPI, whatever the GPUs
+    # the plan leaves out the 32 MiB cuBLASLt workspace and the ops' scratch (a few MiB here)
+    suite "$TRAIN" cuda 5e-3 5e-2 $((64 << 20))
+    _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - the real library without a GPU # SKIP there is a GPU"
+else
+    # without a GPU the real library still loads (dlopen, the trainer's symbols from the
+    # executable, cuBLASLt) and says there is no device
+    if [[ -f $BUILD/libtessera-cuda-train.so ]]; then
+        run "$TRAIN" 1 nodev --set device=cuda
+        rc=$?
+        ((rc == 1)) && grep -q 'device = "cuda": rank 0 sees no CUDA device' "$TMP/nodev.txt"
+        tap_check $? "$BUILD/libtessera-cuda-train.so loads and reports no CUDA device (exit $rc, want 1)"
+    else
+        _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - the real library without a GPU # SKIP $why"
+    fi
+    for ((i = 0; i < PER; i++)); do
+        _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda check $((i + 1)) of $PER # SKIP $why"
+    done
+fi
+tap_done

@@ -1,0 +1,453 @@
+#!/usr/bin/env bash
+# Tracking (docs/tracking.md): the TensorBoard event files the trainer writes and `tessera report`.
+#  - a short real run (tiny model, synthetic data, 2 MPI ranks, eval every 4 steps) writes one
+#    event file under run_dir/tb/ with TensorBoard's name; a reader written here (TFRecord framing
+#    with both masked CRC32Cs verified, the Event/Summary/Value protobufs decoded by hand) finds the
+#    file_version record first, every step's scalars equal to metrics.jsonl's (float32 rounding), the peak memory figures
+#    never falling, within 10% of the plan (CPU) and under the resident peak,
+#    and eval/val_loss at the eval steps;
+#  - the reader is no rubber stamp: a flipped data byte, a flipped length byte, and a loss changed
+#    in metrics.jsonl each make it fail;
+#  - SIGUSR1 (exit 85) and a rerun: a second event file; the two together cover every step, and
+#    the losses equal the uninterrupted run's; rank 0 SIGKILLed after step 6: its file (flushed
+#    per record) reads to its end with steps 1..6, and the rerun from step 4 re-logs 5 and 6;
+#  - `tessera report` writes three PNGs (signature, 960x600 header, plausible size) and a summary
+#    whose numbers are recomputed here from metrics.jsonl; on a hand-made metrics.jsonl (steps
+#    logged twice, nulls, event lines, nested values, escapes) it gives the summary worked out by
+#    hand; a line that is not JSON, a missing run dir, a missing metrics.jsonl and a missing
+#    gnuplot exit 2 naming the cause (the summary is still written without gnuplot); usage errors
+#    exit 1.
+source "$(dirname "$0")/../lib.sh"
+tsr_tmpdir
+tap_plan 14
+tap_skip() { _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - $1 # SKIP $2"; }
+diag_file() { sed 's/^/# /' "$@"; }
+PY=/usr/bin/python3
+make_synth "$TMP/data"
+args=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set data.tokenizer=
+      --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val="$TMP/data/val"
+      --set model.n_layer=2 --set model.d_model=64 --set model.n_head=4 --set seq_len=32
+      --set global_batch=8 --set micro_batch=2 --set max_duration=12ba --set eval_interval=4ba
+      --set eval_samples=16 --set save_interval=4ba --set threads=1)
+run() { local dir=$1; shift; "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$dir" "$@"; }
+
+# The reader: python3 tb.py check RUN_DIR | read FILE | corrupt SRC DST data|length | summary RUN_DIR
+cat >"$TMP/tb.py" <<'PY'
+import glob, json, os, struct, sys
+
+class Bad(Exception):
+    pass
+
+TABLE = []
+for i in range(256):
+    c = i
+    for _ in range(8):
+        c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+    TABLE.append(c)
+
+def crc32c(data):  # CRC-32C (Castagnoli), reflected, init and final xor 0xffffffff
+    c = 0xFFFFFFFF
+    for b in data:
+        c = TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+assert crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
+
+def masked(c):
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+def records(path):
+    """TFRecord: u64 length, u32 masked crc of the length, data, u32 masked crc of the data."""
+    data, off = open(path, "rb").read(), 0
+    while off < len(data):
+        if len(data) - off < 12:
+            raise Bad(f"{path}: truncated record header at byte {off}")
+        (n,), (hc,) = struct.unpack("<Q", data[off:off + 8]), struct.unpack("<I", data[off + 8:off + 12])
+        if hc != masked(crc32c(data[off:off + 8])):
+            raise Bad(f"{path}: length crc mismatch in the record at byte {off}")
+        if len(data) - off - 16 < n:
+            raise Bad(f"{path}: truncated record at byte {off} ({n} data bytes announced)")
+        body = data[off + 12:off + 12 + n]
+        (dc,) = struct.unpack("<I", data[off + 12 + n:off + 16 + n])
+        if dc != masked(crc32c(body)):
+            raise Bad(f"{path}: data crc mismatch in the record at byte {off}")
+        yield off, body
+        off += 16 + n
+
+def varint(b, i):
+    v = shift = 0
+    while True:
+        if i >= len(b):
+            raise Bad("truncated varint")
+        x = b[i]
+        i += 1
+        v |= (x & 0x7F) << shift
+        shift += 7
+        if not x & 0x80:
+            return v, i
+        if shift > 63:
+            raise Bad("varint longer than 10 bytes")
+
+def fields(b):
+    i = 0
+    while i < len(b):
+        key, i = varint(b, i)
+        f, wt = key >> 3, key & 7
+        if wt == 0:
+            v, i = varint(b, i)
+        elif wt in (1, 5):
+            n = 8 if wt == 1 else 4
+            if i + n > len(b):
+                raise Bad("truncated fixed field")
+            v, i = b[i:i + n], i + n
+        elif wt == 2:
+            n, i = varint(b, i)
+            if i + n > len(b):
+                raise Bad("truncated length-delimited field")
+            v, i = b[i:i + n], i + n
+        else:
+            raise Bad(f"field {f}: unexpected wire type {wt}")
+        yield f, wt, v
+
+def event(b):
+    """Event {1 wall_time double, 2 step int64, 3 file_version string, 5 summary Summary};
+    Summary {1 repeated Value}; Value {1 tag string, 2 simple_value float}."""
+    ev = {"values": []}
+    for f, wt, v in fields(b):
+        if (f, wt) == (1, 1):
+            ev["wall_time"] = struct.unpack("<d", v)[0]
+        elif (f, wt) == (2, 0):
+            ev["step"] = v - (1 << 64) if v >= 1 << 63 else v
+        elif (f, wt) == (3, 2):
+            ev["file_version"] = v.decode()
+        elif (f, wt) == (5, 2):
+            for f2, wt2, val in fields(v):
+                if (f2, wt2) != (1, 2):
+                    raise Bad(f"Summary: unexpected field {f2} (wire type {wt2})")
+                tag = simple = None
+                for f3, wt3, x in fields(val):
+                    if (f3, wt3) == (1, 2):
+                        tag = x.decode()
+                    elif (f3, wt3) == (2, 5):
+                        simple = struct.unpack("<f", x)[0]
+                    else:
+                        raise Bad(f"Value: unexpected field {f3} (wire type {wt3})")
+                if tag is None or simple is None:
+                    raise Bad("Value without tag or simple_value")
+                ev["values"].append((tag, simple))
+        else:
+            raise Bad(f"Event: unexpected field {f} (wire type {wt})")
+    return ev
+
+def read_file(path):
+    """The events of one file; the first must be {wall_time, file_version "brain.Event:2"}."""
+    evs = [event(body) for _, body in records(path)]
+    if not evs or evs[0].get("file_version") != "brain.Event:2" or "step" in evs[0] or evs[0]["values"]:
+        raise Bad(f"{path}: the first record is not {{wall_time, file_version 'brain.Event:2'}}")
+    for ev in evs:
+        if not ev.get("wall_time", 0) > 1.5e9:
+            raise Bad(f"{path}: an event without a plausible wall_time")
+    for ev in evs[1:]:
+        if "file_version" in ev or "step" not in ev or not ev["values"]:
+            raise Bad(f"{path}: a scalar event without step or values")
+    return evs
+
+def event_files(run):
+    return sorted(glob.glob(os.path.join(run, "tb", "events.out.tfevents.*")))
+
+def scalars(files):
+    """{tag: {step: value}}: the union of the files, later records winning."""
+    out = {}
+    for path in files:
+        for ev in read_file(path)[1:]:
+            for tag, v in ev["values"]:
+                out.setdefault(tag, {})[ev["step"]] = v
+    return out
+
+def last_lines(run):
+    """metrics.jsonl's step and eval lines, the last line of a step counting."""
+    train, ev = {}, {}
+    for line in open(os.path.join(run, "metrics.jsonl")):
+        d = json.loads(line)
+        if "event" in d:
+            continue
+        if "loss" in d:
+            train[d["step"]] = d
+        elif "val_loss" in d:
+            ev[d["step"]] = d
+    return train, ev
+
+def f32(x):
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+def ulps(a, b):  # distance of two positive float32 values in float32 steps
+    ia, ib = (struct.unpack("<I", struct.pack("<f", v))[0] for v in (a, b))
+    return abs(ia - ib)
+
+def check(run, one_process=True):
+    files = event_files(run)
+    if not files:
+        raise Bad(f"{run}/tb: no event file")
+    sc = scalars(files)
+    train, ev = last_lines(run)
+    # metrics.jsonl holds loss, lr, val_loss, val_ppl with 9 significant digits (1 float32 ulp
+    # after rounding), tokens_per_s, mfu and step_time_s with 6 (relative 5e-6), tokens exactly
+    nine = {"train/loss": "loss", "train/lr": "lr", "train/grad_norm": "grad_norm"}
+    six = {"train/tokens_per_s": "tokens_per_s", "train/mfu": "mfu", "train/step_time_s": "step_time_s"}
+    bad = []
+    peaks = {"memory/peak_bytes": "peak_mem_bytes", "memory/peak_rss_bytes": "peak_rss_bytes"}
+    for tag in list(nine) + list(six) + list(peaks) + ["train/tokens", "memory/planned_bytes"]:
+        if set(sc.get(tag, {})) != set(train):
+            bad.append(f"{tag}: steps {sorted(sc.get(tag, {}))} != metrics.jsonl's {sorted(train)}")
+    for s, d in train.items():
+        for tag, k in nine.items():
+            if d[k] is not None and s in sc.get(tag, {}) and ulps(sc[tag][s], f32(d[k])) > 1:
+                bad.append(f"step {s} {tag}: {sc[tag][s]!r} vs metrics.jsonl {d[k]!r}")
+        for tag, k in six.items():
+            if s in sc.get(tag, {}) and not abs(sc[tag][s] - d[k]) <= 1e-5 * abs(d[k]):
+                bad.append(f"step {s} {tag}: {sc[tag][s]!r} vs metrics.jsonl {d[k]!r}")
+        if s in sc.get("train/tokens", {}) and sc["train/tokens"][s] != f32(d["tokens"]):
+            bad.append(f"step {s} train/tokens: {sc['train/tokens'][s]} vs {d['tokens']}")
+    mem = set(sc.get("memory/planned_bytes", {}).values())
+    if len(mem) != 1 or not min(mem) > 0:
+        bad.append(f"memory/planned_bytes: {sorted(mem)} (expected one positive value)")
+    # the peaks: as in metrics.jsonl (float32), never falling within one process (a resumed run
+    # starts counting again); the CPU allocator's peak is what the
+    # plan counts (weights, grads, AdamW, activations; malloc rounding and the sampler's few KiB
+    # over it), and the process's resident peak holds at least that
+    last = {}
+    for s in sorted(train):
+        d = train[s]
+        for tag, k in peaks.items():
+            if s in sc.get(tag, {}) and sc[tag][s] != f32(d[k]):
+                bad.append(f"step {s} {tag}: {sc[tag][s]!r} vs metrics.jsonl {d[k]!r}")
+            if one_process and not d[k] >= last.get(k, 0):
+                bad.append(f"step {s} {k}: {d[k]} fell from {last[k]}")
+            last[k] = d[k]
+        if mem and not min(mem) <= d["peak_mem_bytes"] <= 1.10 * min(mem):
+            bad.append(f"step {s} peak_mem_bytes {d['peak_mem_bytes']} not within 10% over the "
+                       f"plan's {min(mem):.0f}")
+        if not d["peak_rss_bytes"] >= d["peak_mem_bytes"]:
+            bad.append(f"step {s} peak_rss_bytes {d['peak_rss_bytes']} < peak_mem_bytes")
+    for tag, k in (("eval/val_loss", "val_loss"), ("eval/val_ppl", "val_ppl")):
+        if set(sc.get(tag, {})) != set(ev):
+            bad.append(f"{tag}: steps {sorted(sc.get(tag, {}))} != metrics.jsonl's eval steps {sorted(ev)}")
+        for s, d in ev.items():
+            if s in sc.get(tag, {}) and ulps(sc[tag][s], f32(d[k])) > 1:
+                bad.append(f"step {s} {tag}: {sc[tag][s]!r} vs metrics.jsonl {d[k]!r}")
+    print(f"# {run}: {len(files)} event file(s), tags {sorted(sc)}, steps {min(train)}..{max(train)}, "
+          f"eval steps {sorted(ev)}")
+    for b in bad[:10]:
+        print("#   " + b)
+    return not bad
+
+def corrupt(src, dst, where):
+    """Copies src, flipping one bit in the second record (the first step): a data byte or a
+    byte of its length."""
+    data = bytearray(open(src, "rb").read())
+    offs = [off for off, _ in records(src)]
+    off = offs[1]
+    data[off + 12 + 5 if where == "data" else off + 1] ^= 0x01
+    open(dst, "wb").write(data)
+
+def summary(run):
+    """The summary `tessera report` must print, recomputed (report.c's definitions)."""
+    train, ev = last_lines(run)
+    lines = open(os.path.join(run, "metrics.jsonl")).read().splitlines()
+    n_train = sum(1 for l in lines if l.strip() and "event" not in json.loads(l) and "loss" in json.loads(l))
+    n_eval = sum(1 for l in lines if l.strip() and "event" not in json.loads(l) and "val_loss" in json.loads(l)
+                 and "loss" not in json.loads(l))
+    steps = sorted(train)
+    print(f"run:        {run} (metrics.jsonl: {n_train} step lines, {n_eval} eval lines)")
+    print(f"steps:      {len(steps)} (steps {steps[0]}..{steps[-1]})")
+    print("tokens:     %.0f" % train[steps[-1]]["tokens"])
+    ls = [(s, train[s]["loss"]) for s in steps if train[s]["loss"] is not None]
+    mn = min(ls, key=lambda x: x[1])
+    print("loss:       first %.6g (step %d), last %.6g (step %d), min %.6g (step %d)" %
+          (ls[0][1], ls[0][0], ls[-1][1], ls[-1][0], mn[1], mn[0]))
+    e = ev[max(ev)]
+    print("val loss:   %.6g (step %d), ppl %.6g" % (e["val_loss"], max(ev), e["val_ppl"]))
+    def median(k):
+        v = sorted(train[s][k] for s in steps if train[s][k] is not None)
+        return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+    print("tokens/s:   median %.6g" % median("tokens_per_s"))
+    print("mfu:        median %.4g %%" % (100 * median("mfu")))
+    t = 0.0
+    for s in steps:
+        t += train[s]["step_time_s"]
+    print("train time: %.6g s (sum of the step times)" % t)
+
+try:
+    cmd = sys.argv[1]
+    if cmd == "check":
+        sys.exit(0 if check(sys.argv[2], len(sys.argv) < 4) else 1)  # a 3rd argument: resumed
+    elif cmd == "read":
+        evs = read_file(sys.argv[2])
+        print(" ".join(str(ev["step"]) for ev in evs[1:] if any(t == "train/loss" for t, _ in ev["values"])))
+    elif cmd == "corrupt":
+        corrupt(*sys.argv[2:5])
+    elif cmd == "summary":
+        summary(sys.argv[2])
+except Bad as e:
+    print(f"tb.py: {e}", file=sys.stderr)
+    sys.exit(1)
+PY
+tb() { "$PY" "$TMP/tb.py" "$@"; }
+
+# ---- a run: one event file, the scalars of metrics.jsonl ----
+run "$TMP/A" >"$TMP/A.txt" 2>&1
+rc=$?
+files=("$TMP"/A/tb/events.out.tfevents.*)
+host=$(hostname)
+[[ $rc == 0 && ${#files[@]} == 1 && ${files[0]##*/} =~ ^events\.out\.tfevents\.[0-9]{10}\.${host//./\\.}$ ]]
+tap_check $? "12 steps on 2 ranks (exit $rc): one event file in run_dir/tb/, named events.out.tfevents.SECONDS.HOST (${files[0]##*/})"
+tb check "$TMP/A"
+tap_check $? "reader (TFRecord CRCs, protobuf by hand): file_version first; every step's train/* and memory/ scalars and eval/* at steps 4, 8, 12 equal metrics.jsonl (float32); peak memory never falls, within 10% of the plan, under the resident peak"
+
+# ---- the reader can fail ----
+tb read "${files[0]}" >/dev/null &&
+    tb corrupt "${files[0]}" "$TMP/bad-data" data && tb corrupt "${files[0]}" "$TMP/bad-len" length
+! tb read "$TMP/bad-data" 2>"$TMP/bad-data.err" && grep -q "data crc mismatch" "$TMP/bad-data.err" &&
+    ! tb read "$TMP/bad-len" 2>"$TMP/bad-len.err" && grep -q "length crc mismatch" "$TMP/bad-len.err"
+tap_check $? "one flipped bit in a record's data, or in its length, fails the reader's CRC check ($(cat "$TMP/bad-data.err" "$TMP/bad-len.err" | sed 's/.*: //' | paste -sd';'))"
+mkdir -p "$TMP/A2" && ln -s "$TMP/A/tb" "$TMP/A2/tb" &&
+    "$PY" -c 'import json, sys
+for l in open(sys.argv[1]):
+    d = json.loads(l)
+    if d.get("step") == 7 and "loss" in d: d["loss"] += 2e-5
+    print(json.dumps(d))' "$TMP/A/metrics.jsonl" >"$TMP/A2/metrics.jsonl"
+! tb check "$TMP/A2" >"$TMP/A2.txt" && grep -q 'step 7 train/loss' "$TMP/A2.txt"
+tap_check $? "step 7's loss in metrics.jsonl moved by 2e-5 fails the comparison ($(grep 'step 7 train/loss' "$TMP/A2.txt" | sed 's/^# *//'))"
+
+# ---- a resume adds a file; the union covers every step ----
+TSR_FAULT=usr1:5:0 run "$TMP/B" >"$TMP/B1.txt" 2>&1
+rc1=$?
+run "$TMP/B" >"$TMP/B2.txt" 2>&1
+rc2=$?
+bfiles=("$TMP"/B/tb/events.out.tfevents.*)
+[[ $rc1 == 85 && $rc2 == 0 && ${#bfiles[@]} == 2 ]]
+tap_check $? "SIGUSR1 after step 5: exit $rc1 (85), the rerun exit $rc2: two event files (${bfiles[*]##*/})"
+s1=$(tb read "${bfiles[0]}"); s2=$(tb read "${bfiles[1]}")
+tap_diag "train/loss steps: first file [$s1], second file [$s2]"
+[[ $s1 == "1 2 3 4 5" && $s2 == "6 7 8 9 10 11 12" ]] && tb check "$TMP/B" resumed &&
+    "$PY" - "$TMP/tb.py" "$TMP/A" "$TMP/B" <<'PY'
+import runpy, sys
+tb = runpy.run_path(sys.argv[1])
+a, b = (tb["scalars"](tb["event_files"](d))["train/loss"] for d in sys.argv[2:4])
+print(f"# train/loss: run A {len(a)} steps, resumed run B {len(b)} steps, equal: {a == b}")
+sys.exit(0 if a == b and len(a) == 12 else 1)
+PY
+tap_check $? "the two files cover steps 1..5 and 6..12; their union matches metrics.jsonl and equals the uninterrupted run's train/loss"
+
+# ---- a crash: the writer's own rank killed (SIGKILL) after step 6 loses no logged step ----
+# (the rerun finds its file name taken: empty placeholders hold the names of the next 60 s, so it
+# must open NAME.1)
+TSR_FAULT=kill:6:0 run "$TMP/K" >"$TMP/K1.txt" 2>&1
+rc1=$?
+now=$(date +%s) held=()
+for ((s = now; s <= now + 60; s++)); do
+    f=$TMP/K/tb/events.out.tfevents.$s.$host
+    [[ -e $f ]] || { : >"$f"; held+=("$f"); }
+done
+run "$TMP/K" >"$TMP/K2.txt" 2>&1
+rc2=$?
+rm -f "${held[@]}"
+kfiles=("$TMP"/K/tb/events.out.tfevents.*)
+k1=$(tb read "${kfiles[0]}"); k2=$(tb read "${kfiles[1]:-/nonexistent}")
+tap_diag "train/loss steps: killed run [$k1], rerun from the step-4 checkpoint [$k2]"
+[[ $rc1 != 0 && $rc2 == 0 && ${#kfiles[@]} == 2 && $k1 == "1 2 3 4 5 6" && $k2 == "5 6 7 8 9 10 11 12" &&
+   ${kfiles[1]} == *.$host.1 ]] && tb check "$TMP/K" resumed >/dev/null
+tap_check $? "rank 0 SIGKILLed after step 6 (exit $rc1): its event file reads to the end with steps 1..6; the rerun's file (${kfiles[1]##*/}: its name was taken) re-logs 5..12; together (later wins) they match metrics.jsonl"
+
+# ---- tessera report ----
+have_gnuplot=1
+command -v gnuplot >/dev/null || have_gnuplot=0
+"$TOOL" report "$TMP/A" >"$TMP/rep.txt" 2>&1
+rc=$?
+if ((have_gnuplot)); then
+    "$PY" - "$TMP/A/report" <<'PY'
+import os, struct, sys
+ok = True
+for name in ("loss.png", "throughput.png", "mfu.png"):
+    p = os.path.join(sys.argv[1], name)
+    b = open(p, "rb").read() if os.path.exists(p) else b""
+    sig = b[:8] == b"\x89PNG\r\n\x1a\n" and b[12:16] == b"IHDR"
+    w, h = struct.unpack(">II", b[16:24]) if len(b) >= 24 else (0, 0)
+    print(f"# {name}: {len(b)} bytes, PNG signature {sig}, {w}x{h}")
+    ok &= sig and (w, h) == (960, 600) and 5000 < len(b) < 2000000
+sys.exit(0 if ok else 1)
+PY
+    (($? == 0 && rc == 0))
+    tap_check $? "tessera report (exit $rc) writes loss.png, throughput.png, mfu.png: PNG signature, 960x600, 5 KB..2 MB"
+else
+    tap_skip "tessera report writes three PNGs" "gnuplot not installed (./INSTALL installs gnuplot-nox)"
+fi
+tb summary "$TMP/A" >"$TMP/expect.txt"
+diff "$TMP/expect.txt" "$TMP/A/report/summary.txt" >"$TMP/diff.txt" && grep -qxF -f "$TMP/expect.txt" "$TMP/rep.txt" &&
+    (( $(grep -cxF -f "$TMP/expect.txt" "$TMP/rep.txt") == $(wc -l <"$TMP/expect.txt") ))
+tap_check $? "summary.txt and stdout: steps, tokens, first/last/min loss, val loss, medians, time as recomputed from metrics.jsonl"
+sed 's/^/#   /' "$TMP/A/report/summary.txt"
+
+# a hand-made metrics.jsonl: steps 2 and 3 logged again after a rollback (the later lines count),
+# a null loss and grad norm, event and checkpoint lines, nested values, escapes, a blank line
+mkdir -p "$TMP/H"
+cat >"$TMP/H/metrics.jsonl" <<'EOF'
+{"event": "start", "step": 0, "world": 2}
+{"step": 1, "loss": 6.5, "lr": 1e-4, "grad_norm": null, "tokens": 100, "tokens_per_s": 1000, "mfu": 0.1, "step_time_s": 0.5, "samples": {"a": 1, "b": [1, 2.5e-3, {"c": "x\"y\\\u00e9"}]}, "guard": "warn"}
+{"step": 2, "loss": null, "lr": 2e-4, "grad_norm": 1.5, "tokens": 200, "tokens_per_s": 3000, "mfu": 0.3, "step_time_s": 0.75}
+{"step": 3, "loss": 3.25, "lr": 3e-4, "grad_norm": 1.5, "tokens": 300, "tokens_per_s": 2000, "mfu": 0.2, "step_time_s": 0.5}
+{"step": 3, "checkpoint": "save", "path": "h/step-00000003.h5", "seconds": 0.1, "bytes": 10, "gb_per_s": 1e-7}
+{"step": 3, "val_loss": 5.5, "val_ppl": 244.691932}
+{"event": "guard", "action": "rollback", "step": 3, "data_batch": 2, "outlier_loss": null, "why": "loss 3.25 > 3 \u03c3"}
+{"event": "rollback", "step": 3, "to_step": 1, "checkpoint": "h/step-00000001.h5", "skipped_batches": [2, 3], "rollbacks": 1}
+
+{"step": 2, "loss": 6.0, "lr": 2e-4, "grad_norm": 1.25, "tokens": 200, "tokens_per_s": 4000, "mfu": 0.4, "step_time_s": 0.25}
+{"step": 3, "loss": 4.75, "lr": 3e-4, "grad_norm": 1.0, "tokens": 300, "tokens_per_s": 5000, "mfu": 0.5, "step_time_s": 0.125}
+{"step": 4, "loss": 4.5e0, "lr": 4e-4, "grad_norm": 0.5, "tokens": 400, "tokens_per_s": 6000, "mfu": 0.6, "step_time_s": 0.125, "data_batch": 5}
+EOF
+cat >"$TMP/H.expect" <<EOF
+run:        $TMP/H (metrics.jsonl: 6 step lines, 1 eval lines)
+steps:      4 (steps 1..4)
+tokens:     400
+loss:       first 6.5 (step 1), last 4.5 (step 4), min 4.5 (step 4)
+val loss:   5.5 (step 3), ppl 244.692
+tokens/s:   median 4500
+mfu:        median 45 %
+train time: 1 s (sum of the step times)
+EOF
+"$TOOL" report "$TMP/H" --out "$TMP/H-out" >"$TMP/H.txt" 2>&1
+rc=$?
+diff "$TMP/H.expect" "$TMP/H-out/summary.txt" && (( rc == (have_gnuplot ? 0 : 2) ))
+tap_check $? "hand-made metrics.jsonl (rollback re-logs, nulls, events, nesting, escapes), --out DIR: the summary worked out by hand (exit $rc)"
+
+# ---- errors ----
+sed '4s/.*/{"step": 3, "loss": 3.25,, "lr": 3e-4}/' "$TMP/H/metrics.jsonl" >"$TMP/bad.jsonl"
+mkdir -p "$TMP/J" && cp "$TMP/bad.jsonl" "$TMP/J/metrics.jsonl"
+"$TOOL" report "$TMP/J" >"$TMP/J.txt" 2>&1
+rc=$?
+diag_file "$TMP/J.txt"
+[[ $rc == 2 ]] && grep -q "$TMP/J/metrics.jsonl:4:.*not JSON" "$TMP/J.txt"
+tap_check $? "a line that is not JSON: exit 2 ($rc), naming file:line"
+"$TOOL" report "$TMP/nonexistent" >"$TMP/M.txt" 2>&1
+rc=$?
+mkdir -p "$TMP/E"
+"$TOOL" report "$TMP/E" >"$TMP/E.txt" 2>&1
+rc2=$?
+diag_file "$TMP/M.txt" "$TMP/E.txt"
+[[ $rc == 2 && $rc2 == 2 ]] && grep -q "$TMP/nonexistent" "$TMP/M.txt" && grep -q "$TMP/E/metrics.jsonl" "$TMP/E.txt"
+tap_check $? "a missing run dir (exit $rc) and a run dir without metrics.jsonl (exit $rc2): exit 2 naming them"
+PATH=/nonexistent "$TOOL" report "$TMP/A" --out "$TMP/nognu" >"$TMP/N.txt" 2>&1
+rc=$?
+grep -i gnuplot "$TMP/N.txt" | diag_file
+[[ $rc == 2 && -s $TMP/nognu/summary.txt && ! -e $TMP/nognu/loss.png ]] && grep -q "gnuplot not found" "$TMP/N.txt"
+tap_check $? "without gnuplot on PATH: exit 2 ($rc) saying so; summary.txt still written"
+"$TOOL" report >/dev/null 2>&1
+rc=$?
+"$TOOL" report "$TMP/A" "$TMP/B" >/dev/null 2>&1
+rc2=$?
+"$TOOL" report --bogus "$TMP/A" >/dev/null 2>&1
+rc3=$?
+"$TOOL" report --help | grep -q -- "--out DIR"
+[[ $? == 0 && $rc == 1 && $rc2 == 1 && $rc3 == 1 ]]
+tap_check $? "usage: no RUN_DIR ($rc), two ($rc2), an unknown option ($rc3): exit 1; --help lists --out DIR"
+tap_done

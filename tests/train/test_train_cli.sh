@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# tessera-train's contract at the edges: exit codes and messages for bad usage, bad configs and
+# bad data; --dry-run prints the plan of every shipped recipe (big ones included) with the
+# published parameter counts; data files are never modified.
+source "$(dirname "$0")/../lib.sh"
+tsr_tmpdir
+tap_plan 11
+make_synth "$TMP/data" 512 50000
+base=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set data.train="$TMP/data/train"
+      --set data.val="$TMP/data/val" --set run_dir="$TMP/run" --set max_duration=2ba)
+
+expect() { # expect RC PATTERN what CMD...: exit code RC and stderr/stdout containing PATTERN
+    local want=$1 pat=$2 what=$3; shift 3
+    "$@" >"$TMP/o.txt" 2>&1
+    local rc=$?
+    [[ $rc == "$want" ]] && grep -qE -- "$pat" "$TMP/o.txt"
+    local ok=$?
+    ((ok)) && { tap_diag "exit $rc, output:"; sed 's/^/#   /' "$TMP/o.txt" | tail -5; }
+    tap_check $ok "$what (exit $rc)"
+}
+
+expect 1 "unknown option '--bogus'" "unknown option -> exit 1" "$TRAIN" --bogus
+expect 1 "--config FILE is required" "missing --config -> exit 1" "$TRAIN"
+expect 1 "unknown key 'model.n_layers'" "unknown --set key -> exit 1" "$TRAIN" "${base[@]}" --set model.n_layers=2
+expect 1 "vocab_size = 100" "dataset vocabulary larger than the model -> exit 1" "$TRAIN" "${base[@]}" --set model.vocab_size=100
+expect 2 "$TMP/nodata" "missing dataset -> exit 2 naming it" "$TRAIN" "${base[@]}" --set data.train="$TMP/nodata"
+# corrupt one payload byte of a copy of the dataset
+cp -r "$TMP/data/train" "$TMP/bad"
+shard=$(ls "$TMP/bad"/*.bin | head -1)
+sum_before=$(md5sum "$shard")
+printf '\x07' | dd of="$shard" bs=1 seek=5000 conv=notrunc status=none
+sum_corrupt=$(md5sum "$shard")
+expect 2 "$(basename "$shard").*(checksum|crc)" "corrupt shard -> exit 2 naming the file" "$TRAIN" "${base[@]}" --set data.train="$TMP/bad"
+[[ $(md5sum "$shard") == "$sum_corrupt" && $sum_before != "$sum_corrupt" ]]
+tap_check $? "the trainer did not modify the data file"
+expect 0 "step 2/2" "a valid run still works" "$TRAIN" "${base[@]}"
+# published parameter counts (untied padding rows excluded): GPT-2 124M = 124,439,808
+expect 0 "params: 124439808 trainable" "gpt2-124m dry run prints the published 124,439,808 parameters" \
+    "$TRAIN" --config "$TSR_ROOT/configs/gpt2-124m.cfg" --dry-run
+expect 0 "params: 1557611200 trainable" "gpt2-1558m dry run prints 1,557,611,200 parameters" \
+    "$TRAIN" --config "$TSR_ROOT/configs/gpt2-1558m.cfg" --dry-run
+fails=0
+for cfg in "$TSR_ROOT"/configs/*.cfg; do
+    "$TRAIN" --config "$cfg" --dry-run >"$TMP/dry.txt" 2>&1 && grep -q "FLOPs/token" "$TMP/dry.txt" \
+        || { fails=$((fails + 1)); tap_diag "dry run failed: $cfg"; tail -3 "$TMP/dry.txt" | sed 's/^/#   /'; }
+done
+tap_check $fails "every shipped recipe passes --dry-run and prints its plan ($(ls "$TSR_ROOT"/configs/*.cfg | wc -l) recipes)"
+tap_done
