@@ -1,6 +1,6 @@
 /* hc_drain.h — --drain and --resume-own: Slurm node state changes the checker may make.
  *
- * Rules (DESIGN.md "Health checker"): only as root; drain only a node that failed, with the reason
+ * Rules (docs/healthcheck.md "Drain rules"): only as root; drain only a node that failed, with the reason
  * "tessera-hc: CHECK ACTUAL<LIMIT UNIT"; never overwrite a reason that does not start with
  * "tessera-hc:"; resume only a healthy, drained node whose reason starts with "tessera-hc:".
  * The node is read twice (`scontrol -o show node`): once to decide, once more right before the

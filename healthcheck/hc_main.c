@@ -14,7 +14,7 @@
 #include "blas_env.h"       /* blas_fix_coretype: OpenBLAS kernels on unrecognised CPUs */
 #include "cli.h"            /* the option table, --help */
 #include "common.h"         /* tsr_error, tsr_now, number parsing */
-#include "dist.h"           /* MPI init/finalize, rank, ranks per node */
+#include "dist.h"           /* MPI init/finalize, rank, ranks per node, collectives */
 #include "hc.h"             /* checks, facts, judge, verdict lines */
 #include "hc_config.h"      /* healthcheck.cfg */
 #include "hc_drain.h"       /* --drain, --resume-own */
@@ -148,6 +148,12 @@ static void gather(const hc_opts *o, const hc_thresholds *t, unsigned faults, co
     if (d->world < 2) snprintf(f->skipped, sizeof f->skipped, "allreduce (1 rank: no partner node)");
 }
 
+/* The maximum of v over all ranks (a status: any rank's error stops every rank). Collective. */
+static int max_over_ranks(int v) {
+    dist_allreduce_max_int(&v, 1);
+    return v;
+}
+
 /* GPU or CPU checks. Every rank runs the same kind (their collectives differ): the GPU checks when
  * any rank has a usable GPU (auto) or always (on: a rank without one makes every rank exit 2). In
  * auto, a node with an NVIDIA driver but no loadable GPU library is an error, not a CPU node. A
@@ -170,8 +176,8 @@ static int choose_checks(const hc_opts *o, const tsr_dist *d, hc_gpu_ctx *g, hc_
         tsr_error("--gpu on: no usable GPU on %s: %s", f->node, g->why);
         rc = HC_EXIT_CANNOT_RUN;
     }
-    if (hc_net_max(rc)) return HC_EXIT_CANNOT_RUN;
-    g->on = hc_net_max(have);
+    if (max_over_ranks(rc)) return HC_EXIT_CANNOT_RUN;
+    g->on = max_over_ranks(have);
     if (!g->on) {
         cpu_model(f->device, sizeof f->device);
         return 0;
@@ -206,87 +212,116 @@ static void gather_gpu(const hc_opts *o, const hc_thresholds *t, unsigned faults
     hc_gpu_gather(g->api, &job, o->mode == HC_MODE_FULL, d->rank, d->world, f);
 }
 
-int main(int argc, char **argv) {
-    blas_fix_coretype(argv);
-    tsr_dist d;
-    if (dist_launched()) { /* not under slurmd's prolog: dist.h says why that matters */
-        dist_init(&d, &argc, &argv);
-    } else {
-        dist_init_single(&d);
-    }
-    hc_opts o = {.mode = HC_MODE_QUICK, .gpu = HC_GPU_AUTO};
-    tsr_log_mute(d.rank != 0); /* every rank parses the same argv: report once */
-    int rc = cli_parse(&cmd, argc, argv, on_opt, &o);
+/* MPI when a launcher started us (not under slurmd's prolog: dist.h says why that matters), else a
+ * world of one. A failed MPI call then stops every rank with 2, could not run. */
+static void start(int *argc, char ***argv, tsr_dist *d) {
+    blas_fix_coretype(*argv);
+    if (dist_launched()) dist_init(d, argc, argv);
+    else dist_init_single(d);
+    dist_set_fail_code(HC_EXIT_CANNOT_RUN);
+}
+
+/* Every rank parses the same argv, rank 0 reports. Exits on --help, --version and usage errors. */
+static void parse_options(int argc, char **argv, const tsr_dist *d, hc_opts *o) {
+    *o = (hc_opts){.mode = HC_MODE_QUICK, .gpu = HC_GPU_AUTO};
+    tsr_log_mute(d->rank != 0);
+    int rc = cli_parse(&cmd, argc, argv, on_opt, o);
     if (rc == 0 && optind < argc) rc = cli_usage_error(&cmd, "unexpected operand: ", argv[optind]);
     tsr_log_mute(0);
     if (rc == -1) tsr_exit(0);
     if (rc) tsr_exit(rc); /* a usage error: 1, as in every tessera program */
-    if (o.version) {
-        if (d.rank == 0) printf("tessera-healthcheck %s\n", TSR_VERSION);
+    if (o->version) {
+        if (d->rank == 0) printf("tessera-healthcheck %s\n", TSR_VERSION);
         tsr_exit(0);
     }
+}
 
-    /* identify this node, load its thresholds and faults; any rank's error stops every rank */
-    hc_node_report me;
-    memset(&me, 0, sizeof me);
-    hc_facts *f = &me.facts;
-    node_name(f->node, sizeof f->node, d.host);
-    hc_gpu_ctx gpu;
-    memset(&gpu, 0, sizeof gpu);
-    if (choose_checks(&o, &d, &gpu, f)) tsr_exit(HC_EXIT_CANNOT_RUN);
-    f->rank = d.rank;
-    f->threads = o.threads ? o.threads : default_threads(d.local_world);
-    char cfg_path[4096];
-    hc_thresholds th;
-    unsigned faults = 0;
-    rc = o.config ? (tsr_snprintf(cfg_path, sizeof cfg_path, "%s", o.config) ? 2 : 0)
-                  : hc_config_default_path(cfg_path, sizeof cfg_path);
-    if (!rc) rc = hc_config_load(cfg_path, gpu.on, f->device, &th);
-    if (!rc) rc = hc_fault_parse(getenv("TSR_HC_FAULT"), f->node, d.rank, &faults);
+/* Identify this node, choose GPU or CPU checks, load its thresholds and faults; any rank's error
+ * stops every rank with 2. Collective. */
+static void prepare(const hc_opts *o, const tsr_dist *d, hc_node_report *me, hc_gpu_ctx *gpu,
+                    hc_thresholds *th, unsigned *faults, char *cfg_path, size_t np) {
+    hc_facts *f = &me->facts;
+    node_name(f->node, sizeof f->node, d->host);
+    if (choose_checks(o, d, gpu, f)) tsr_exit(HC_EXIT_CANNOT_RUN);
+    f->rank = d->rank;
+    f->threads = o->threads ? o->threads : default_threads(d->local_world);
+    int rc = o->config ? (tsr_snprintf(cfg_path, np, "%s", o->config) ? 2 : 0)
+                       : hc_config_default_path(cfg_path, np);
+    if (!rc) rc = hc_config_load(cfg_path, gpu->on, f->device, th);
+    if (!rc) rc = hc_fault_parse(getenv("TSR_HC_FAULT"), f->node, d->rank, faults);
     if (!rc && !hc_node_name_ok(f->node)) {
         tsr_error("node name '%s' (SLURMD_NODENAME or host name) is not [A-Za-z0-9._-]+", f->node);
         rc = HC_EXIT_CANNOT_RUN;
     }
-    if (hc_net_max(rc)) tsr_exit(HC_EXIT_CANNOT_RUN);
-    snprintf(me.section, sizeof me.section, "%s", th.section);
+    if (max_over_ranks(rc)) tsr_exit(HC_EXIT_CANNOT_RUN);
+    snprintf(me->section, sizeof me->section, "%s", th->section);
     omp_set_num_threads(f->threads);
     openblas_set_num_threads(f->threads);
-    if (d.rank == 0) {
+}
+
+/* Rank 0's banner on stderr: the mode, the config section, the libraries; then each injected
+ * fault, on its rank. */
+static void announce(const hc_opts *o, const tsr_dist *d, const hc_gpu_ctx *gpu, const hc_thresholds *th,
+                     unsigned faults, const char *cfg_path, const hc_facts *f) {
+    if (d->rank == 0) {
         char mpi[256];
         dist_version(mpi, sizeof mpi);
-        if (gpu.on)
+        if (gpu->on)
             fprintf(stderr, "tessera-healthcheck %s: %s mode, GPU checks, %d rank%s, %d GPU%s on rank 0, "
                     "config %s (section \"%s\" for \"%s\"), %s (%s; NVML %s), %s\n", TSR_VERSION,
-                    hc_mode_names[o.mode], d.world, d.world == 1 ? "" : "s", gpu.info.n_devices,
-                    gpu.info.n_devices == 1 ? "" : "s", cfg_path, th.section, f->device, gpu.lib,
-                    gpu.info.versions, gpu.info.nvml[0] ? gpu.info.nvml : "loaded", mpi);
+                    hc_mode_names[o->mode], d->world, d->world == 1 ? "" : "s", gpu->info.n_devices,
+                    gpu->info.n_devices == 1 ? "" : "s", cfg_path, th->section, f->device, gpu->lib,
+                    gpu->info.versions, gpu->info.nvml[0] ? gpu->info.nvml : "loaded", mpi);
         else
             fprintf(stderr, "tessera-healthcheck %s: %s mode, %d rank%s, %d thread%s/rank, config %s "
                     "(section \"%s\" for \"%s\"), OpenBLAS core %s, %s; CPU checks (rank 0: %s)\n",
-                    TSR_VERSION, hc_mode_names[o.mode], d.world, d.world == 1 ? "" : "s", f->threads,
-                    f->threads == 1 ? "" : "s", cfg_path, th.section, f->device, openblas_get_corename(),
-                    mpi, gpu.why);
+                    TSR_VERSION, hc_mode_names[o->mode], d->world, d->world == 1 ? "" : "s", f->threads,
+                    f->threads == 1 ? "" : "s", cfg_path, th->section, f->device, openblas_get_corename(),
+                    mpi, gpu->why);
     }
     if (faults)
         for (int k = 0; k < HC_FAULT_COUNT; k++)
             if (HC_FAULT(faults, k)) tsr_warn("TSR_HC_FAULT: injecting %s on %s", hc_fault_names[k], f->node);
+}
+
+/* Rank 0 prints every node's verdicts and writes the JSON. Returns the exit status, the same on
+ * every rank. Collective. */
+static int report(const hc_opts *o, const tsr_dist *d, const hc_gpu_ctx *gpu, const char *cfg_path,
+                  const hc_node_report *me) {
+    hc_node_report *all = d->rank == 0 ? tsr_calloc((size_t)d->world, sizeof *all) : NULL;
+    dist_gather(me, all, sizeof *me, 0);
+    int code = me->n_failed ? 1 : 0;
+    if (d->rank == 0) {
+        hc_run_info ri = {TSR_VERSION, cfg_path, hc_mode_names[o->mode], d->world, gpu->on};
+        int bad = hc_print_verdicts(stdout, &ri, all, d->world);
+        code = bad ? 1 : 0;
+        if (o->json && hc_write_json(o->json, &ri, all, d->world, code)) code = HC_EXIT_CANNOT_RUN;
+        free(all);
+    }
+    return max_over_ranks(code);
+}
+
+int main(int argc, char **argv) {
+    tsr_dist d;
+    start(&argc, &argv, &d);
+    hc_opts o;
+    parse_options(argc, argv, &d, &o);
+
+    hc_node_report me;
+    memset(&me, 0, sizeof me);
+    hc_facts *f = &me.facts;
+    hc_gpu_ctx gpu;
+    memset(&gpu, 0, sizeof gpu);
+    char cfg_path[4096];
+    hc_thresholds th;
+    unsigned faults = 0;
+    prepare(&o, &d, &me, &gpu, &th, &faults, cfg_path, sizeof cfg_path);
+    announce(&o, &d, &gpu, &th, faults, cfg_path, f);
 
     if (gpu.on) gather_gpu(&o, &th, faults, &d, &gpu, f);
     else gather(&o, &th, faults, &d, f);
     me.n_verdicts = hc_judge(f, &th, me.v, &me.n_failed);
-
-    /* report: rank 0 prints every node's verdicts and writes the JSON */
-    hc_node_report *all = d.rank == 0 ? tsr_calloc((size_t)d.world, sizeof *all) : NULL;
-    hc_net_gather(&me, all, sizeof me);
-    int code = me.n_failed ? 1 : 0;
-    if (d.rank == 0) {
-        hc_run_info ri = {TSR_VERSION, cfg_path, hc_mode_names[o.mode], d.world, gpu.on};
-        int bad = hc_print_verdicts(stdout, &ri, all, d.world);
-        code = bad ? 1 : 0;
-        if (o.json && hc_write_json(o.json, &ri, all, d.world, code)) code = HC_EXIT_CANNOT_RUN;
-        free(all);
-    }
-    code = hc_net_max(code);
+    int code = report(&o, &d, &gpu, cfg_path, &me);
 
     /* drain/resume after MPI is done: no fork under a live MPI library */
     if (gpu.api) gpu.api->close();

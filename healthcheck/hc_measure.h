@@ -1,6 +1,6 @@
 /* hc_measure.h — the gather step: the CPU mode's GEMM burn with verification, memory bandwidth,
  * all-reduce bus bandwidth between node pairs; the GPU mode's loader of libtessera-hc-gpu.so and
- * its driver; the collectives the driver needs. Each fills hc_facts; none judges. */
+ * its driver. Each fills hc_facts; none judges. (The driver's collectives: dist.h.) */
 #ifndef TSR_HC_MEASURE_H
 #define TSR_HC_MEASURE_H
 
@@ -27,7 +27,7 @@ void hc_gemm_burn(int fp64, int n, double seconds, unsigned faults, hc_facts *f)
  * (STREAM's count: no write-allocate traffic). Sets HC_MEMBW. */
 void hc_membw(int mib, int reps, unsigned faults, hc_facts *f);
 
-/* ---- hc_net.c (MPI; a world of one in NO_MPI builds) ----
+/* ---- hc_net.c (dist.h's groups; a world of one in NO_MPI builds) ----
  * Collective. Round 1 groups ranks (2k, 2k+1); round 2 (k, k + N/2), run only when N >= 4. With N
  * odd the last rank joins the previous group (a group of 3). In each round every group all-reduces
  * `mib` MiB of floats (sum) `iters` times after 2 warm-ups, each after a barrier; t = the best
@@ -42,10 +42,6 @@ void hc_net_allreduce(int mib, int iters, unsigned faults, int rank, int world, 
  * MPI carries it. A group with a node without GPUs, or whose NCCL failed, measures 0 GB/s.
  * Sets HC_NCCL_PAIRS (best round) when world >= 2. */
 void hc_net_gpu_pairs(const hc_gpu_api *api, const hc_gpu_job *job, int rank, int world, hc_facts *f);
-/* Collective: rank 0 receives every rank's `bytes` (all, world * bytes); others pass all = NULL. */
-void hc_net_gather(const void *mine, void *all, size_t bytes);
-/* Collective: the maximum of v over all ranks. */
-int hc_net_max(int v);
 
 /* ---- hc_gpu_load.c: finding and opening libtessera-hc-gpu.so ---- */
 typedef enum { HC_GPU_OFF = 0, HC_GPU_AUTO, HC_GPU_ON, HC_GPU_MODE_COUNT } hc_gpu_mode;

@@ -1,85 +1,69 @@
 /* hc_net.c — all-reduce bus bandwidth between node pairs (MPI on CPUs; NCCL on GPUs, bootstrapped
- * here), and the driver's collectives (see hc_measure.h). The only healthcheck file that calls MPI
- * directly: dist.h has no sub-communicators or gathers yet. Every MPI call goes through
- * HC_MPI_CHECK, which names the call and aborts every rank with exit 2 (could not run). */
+ * here) through dist.h's groups (see hc_measure.h). A failed MPI call stops every rank with exit 2
+ * (could not run: hc_main.c sets dist_set_fail_code). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "common.h"
-#include "hc_fault.h"
 #include "dist.h"
+#include "hc_fault.h"
 #include "hc_measure.h"
 
-#ifndef TSR_NO_MPI
-#include <mpi.h>
+/* The world ranks of the group's members, by group rank (n = the group's size); collective. */
+static int *group_members(tsr_group *g, int rank) {
+    int *members = malloc((size_t)dist_group_size(g) * sizeof *members);
+    if (!members) tsr_die(HC_EXIT_CANNOT_RUN, "all-reduce: out of memory");
+    dist_group_allgather(g, &rank, members, sizeof rank);
+    return members;
+}
 
-#define HC_MPI_CHECK(call)                                                                   \
-    do {                                                                                     \
-        int hc_rc_ = (call);                                                                 \
-        if (hc_rc_ != MPI_SUCCESS) {                                                         \
-            char hc_msg_[MPI_MAX_ERROR_STRING];                                              \
-            int hc_len_ = 0;                                                                 \
-            MPI_Error_string(hc_rc_, hc_msg_, &hc_len_);                                     \
-            tsr_die(HC_EXIT_CANNOT_RUN, "%s:%d: %s failed: %s", __FILE__, __LINE__, #call,  \
-                    hc_msg_);                                                                \
-        }                                                                                    \
-    } while (0)
-
-/* One round: all-reduce within the group of this rank's color; returns busbw in GB/s. */
-static double round_busbw(int color, int rank, size_t count, int iters, unsigned faults,
-                          float *send, float *recv, int *group_size, int *partner) {
-    MPI_Comm g;
-    HC_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, rank, &g));
-    int n = 0, me = 0;
-    HC_MPI_CHECK(MPI_Comm_size(g, &n));
-    HC_MPI_CHECK(MPI_Comm_rank(g, &me));
-    int other = me == 0 ? 1 : 0, world_of_other = -1;
-    MPI_Group gg, wg;
-    HC_MPI_CHECK(MPI_Comm_group(g, &gg));
-    HC_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &wg));
-    HC_MPI_CHECK(MPI_Group_translate_ranks(gg, 1, &other, wg, &world_of_other));
-    MPI_Group_free(&gg);
-    MPI_Group_free(&wg);
-    *group_size = n;
-    *partner = world_of_other;
-    /* inputs: small integers, so the float sum is exact and checkable */
-    for (size_t i = 0; i < count; i++) send[i] = (float)((rank + (int)(i % 7)) % 5);
+/* The fastest of iters all-reduces of count floats from send into recv over g, each after a barrier;
+ * an iteration lasts as long as its slowest member. The low_busbw fault sleeps 99x a warm-up's time
+ * in every iteration. */
+static double best_allreduce_s(tsr_group *g, size_t count, int iters, unsigned faults, const float *send,
+                               float *recv) {
     double last = 0; /* a warm-up all-reduce's time: the low_busbw fault sleeps 99x it */
     for (int w = 0; w < 2; w++) {
         double c0 = tsr_now();
-        HC_MPI_CHECK(MPI_Allreduce(send, recv, (int)count, MPI_FLOAT, MPI_SUM, g));
+        dist_group_allreduce_sum_f32_from(g, send, recv, count);
         last = tsr_now() - c0;
     }
     double *t = malloc((size_t)iters * sizeof *t);
     if (!t) tsr_die(HC_EXIT_CANNOT_RUN, "all-reduce: out of memory");
     for (int it = 0; it < iters; it++) {
-        HC_MPI_CHECK(MPI_Barrier(g));
+        dist_group_barrier(g);
         double c0 = tsr_now();
         if (HC_FAULT(faults, HC_FAULT_LOW_BUSBW)) {
             double s = 99 * last;
             struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
             nanosleep(&ts, NULL);
         }
-        HC_MPI_CHECK(MPI_Allreduce(send, recv, (int)count, MPI_FLOAT, MPI_SUM, g));
+        dist_group_allreduce_sum_f32_from(g, send, recv, count);
         t[it] = tsr_now() - c0;
     }
-    /* an iteration takes as long as its slowest member; keep the best iteration, so a healthy
-     * node that shares its cores with other jobs is not judged by its preempted iterations */
-    HC_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t, iters, MPI_DOUBLE, MPI_MAX, g));
+    /* keep the best iteration, so a healthy node that shares its cores with other jobs is not
+     * judged by its preempted iterations */
+    dist_group_allreduce_max_f64(g, t, (size_t)iters);
     double best = t[0];
     for (int it = 1; it < iters; it++) best = t[it] < best ? t[it] : best;
     free(t);
+    return best;
+}
+
+/* One round: all-reduce within the group of this rank's color; returns busbw in GB/s. */
+static double round_busbw(int color, int rank, size_t count, int iters, unsigned faults,
+                          float *send, float *recv, int *group_size, int *partner) {
+    tsr_group *g = dist_group_split(color, rank);
+    int n = dist_group_size(g), me = dist_group_rank(g);
+    int *members = group_members(g, rank);
+    *group_size = n;
+    *partner = members[me == 0 ? 1 : 0];
+    /* inputs: small integers, so the float sum is exact and checkable */
+    for (size_t i = 0; i < count; i++) send[i] = (float)((rank + (int)(i % 7)) % 5);
+    double best = best_allreduce_s(g, count, iters, faults, send, recv);
     /* expected sum of the group's inputs, element by element */
-    int *members = malloc((size_t)n * sizeof *members), *idx = malloc((size_t)n * sizeof *idx);
-    if (!members || !idx) tsr_die(HC_EXIT_CANNOT_RUN, "all-reduce: out of memory");
-    for (int k = 0; k < n; k++) idx[k] = k;
-    HC_MPI_CHECK(MPI_Comm_group(g, &gg));
-    HC_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &wg));
-    HC_MPI_CHECK(MPI_Group_translate_ranks(gg, n, idx, wg, members));
-    MPI_Group_free(&gg);
-    MPI_Group_free(&wg);
     size_t bad = 0;
     for (size_t i = 0; i < count; i++) {
         int want = 0;
@@ -87,11 +71,10 @@ static double round_busbw(int color, int rank, size_t count, int iters, unsigned
         bad += recv[i] != (float)want;
     }
     free(members);
-    free(idx);
-    MPI_Comm_free(&g);
+    dist_group_free(g);
     if (bad) {
         tsr_warn("all-reduce with rank %d: %zu of %zu elements wrong: bus bandwidth counted as 0",
-                 world_of_other, bad, count);
+                 *partner, bad, count);
         return 0.0;
     }
     double algbw = (double)count * sizeof(float) / best / 1e9;
@@ -131,22 +114,18 @@ void hc_net_allreduce(int mib, int iters, unsigned faults, int rank, int world, 
  * Returns busbw in GB/s (0 when a member has no GPU, NCCL failed anywhere, or a sum was wrong). */
 static double gpu_round_busbw(const hc_gpu_api *api, const hc_gpu_job *mine, int color, int rank,
                               int *n_gpus, int *partner) {
-    MPI_Comm g;
-    HC_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, rank, &g));
-    int n = 0, me = 0;
-    HC_MPI_CHECK(MPI_Comm_size(g, &n));
-    HC_MPI_CHECK(MPI_Comm_rank(g, &me));
+    tsr_group *g = dist_group_split(color, rank);
+    int n = dist_group_size(g), me = dist_group_rank(g);
     /* nodes of different GPU models judge by different config sections: measure with the
      * smallest message and count of the group, so every member makes the same calls */
     hc_gpu_job grp = *mine;
     const hc_gpu_job *job = &grp;
-    HC_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &grp.allreduce_mib, 1, MPI_INT, MPI_MIN, g));
-    HC_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &grp.allreduce_iters, 1, MPI_INT, MPI_MIN, g));
-    int *ranks = malloc((size_t)n * sizeof *ranks), *gpus = malloc((size_t)n * sizeof *gpus);
+    dist_group_allreduce_min_int(g, &grp.allreduce_mib, 1);
+    dist_group_allreduce_min_int(g, &grp.allreduce_iters, 1);
+    int *ranks = group_members(g, rank), *gpus = malloc((size_t)n * sizeof *gpus);
     double *t = malloc((size_t)job->allreduce_iters * sizeof *t);
-    if (!ranks || !gpus || !t) tsr_die(HC_EXIT_CANNOT_RUN, "NCCL pairs: out of memory");
-    HC_MPI_CHECK(MPI_Allgather(&rank, 1, MPI_INT, ranks, 1, MPI_INT, g));
-    HC_MPI_CHECK(MPI_Allgather(&job->n_devices, 1, MPI_INT, gpus, 1, MPI_INT, g));
+    if (!gpus || !t) tsr_die(HC_EXIT_CANNOT_RUN, "NCCL pairs: out of memory");
+    dist_group_allgather(g, &job->n_devices, gpus, sizeof *gpus);
     *partner = ranks[me == 0 ? 1 : 0];
     int first = 0, total = 0, empty = 0;
     for (int k = 0; k < n; k++) {
@@ -164,22 +143,23 @@ static double gpu_round_busbw(const hc_gpu_api *api, const hc_gpu_job *mine, int
     } else if (me == 0) {
         msg.rc = api->nccl_id(msg.id, err, sizeof err);
     }
-    HC_MPI_CHECK(MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, 0, g));
+    dist_group_bcast(g, &msg, sizeof msg, 0);
     long long wrong = 0;
     int rc = msg.rc;
     for (int i = 0; i < job->allreduce_iters; i++) t[i] = 0;
     if (!rc) rc = api->nccl_group(job, msg.id, first, total, t, &wrong, err, sizeof err);
-    /* an iteration lasts as long as its slowest node; any failure or wrong sum fails the group */
-    long long bad[2] = {rc != 0, wrong};
-    HC_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, bad, 2, MPI_LONG_LONG, MPI_MAX, g));
-    HC_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t, job->allreduce_iters, MPI_DOUBLE, MPI_MAX, g));
-    HC_MPI_CHECK(MPI_Comm_free(&g));
+    /* an iteration lasts as long as its slowest node; any failure or wrong sum fails the group
+     * (counts of wrong elements are exact in a double) */
+    double bad[2] = {rc != 0, (double)wrong};
+    dist_group_allreduce_max_f64(g, bad, 2);
+    dist_group_allreduce_max_f64(g, t, (size_t)job->allreduce_iters);
+    dist_group_free(g);
     double best = t[0];
     for (int i = 1; i < job->allreduce_iters; i++) best = t[i] < best ? t[i] : best;
     free(ranks), free(gpus), free(t);
-    if (bad[0] || bad[1]) {
+    if (bad[0] != 0 || bad[1] != 0) {
         if (err[0]) tsr_warn("NCCL all-reduce with rank %d: %s", *partner, err);
-        else if (bad[1]) tsr_warn("NCCL all-reduce with rank %d: %lld elements wrong", *partner, bad[1]);
+        else if (bad[1] != 0) tsr_warn("NCCL all-reduce with rank %d: %.0f elements wrong", *partner, bad[1]);
         else tsr_warn("NCCL all-reduce with rank %d failed on a partner node (see its messages)", *partner);
         tsr_warn("NCCL all-reduce with rank %d: bus bandwidth counted as 0", *partner);
         return 0.0;
@@ -201,34 +181,3 @@ void hc_net_gpu_pairs(const hc_gpu_api *api, const hc_gpu_job *job, int rank, in
     f->n_rounds = rounds;
     hc_fact_set(f, HC_NCCL_PAIRS, best);
 }
-
-/* Run by slurmd (prolog, HealthCheckProgram) the checker has no MPI launcher and never initialises
- * MPI (hc_main.c): then it is a world of one, like the NO_MPI build. */
-void hc_net_gather(const void *mine, void *all, size_t bytes) {
-    if (!dist_is_initialized()) {
-        memcpy(all, mine, bytes);
-        return;
-    }
-    HC_MPI_CHECK(MPI_Gather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD));
-}
-
-int hc_net_max(int v) {
-    if (!dist_is_initialized()) return v;
-    HC_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-    return v;
-}
-
-#else /* TSR_NO_MPI: a world of one; no partner to measure with */
-
-void hc_net_allreduce(int mib, int iters, unsigned faults, int rank, int world, hc_facts *f) {
-    (void)mib, (void)iters, (void)faults, (void)rank, (void)world;
-    f->n_rounds = 0;
-}
-void hc_net_gpu_pairs(const hc_gpu_api *api, const hc_gpu_job *job, int rank, int world, hc_facts *f) {
-    (void)api, (void)job, (void)rank, (void)world;
-    f->n_rounds = 0;
-}
-void hc_net_gather(const void *mine, void *all, size_t bytes) { memcpy(all, mine, bytes); }
-int hc_net_max(int v) { return v; }
-
-#endif

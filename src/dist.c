@@ -19,6 +19,10 @@ void dist_init_single(tsr_dist *d) {
     tsr_log_set_rank(0, 1);
 }
 
+/* the exit status a failed MPI call dies with (dist_set_fail_code) */
+static int fail_code = TSR_EXIT_INTERNAL;
+void dist_set_fail_code(int code) { fail_code = code; }
+
 #ifndef TSR_NO_MPI
 #include <mpi.h>
 
@@ -32,7 +36,7 @@ static int initialized;
             char mpi_msg_[MPI_MAX_ERROR_STRING];                                            \
             int mpi_len_ = 0;                                                               \
             MPI_Error_string(mpi_rc_, mpi_msg_, &mpi_len_);                                 \
-            tsr_die(TSR_EXIT_INTERNAL, "%s:%d: %s failed: %s", __FILE__, __LINE__, #call,    \
+            tsr_die(fail_code, "%s:%d: %s failed: %s", __FILE__, __LINE__, #call,             \
                     mpi_msg_);                                                              \
         }                                                                                   \
     } while (0)
@@ -126,15 +130,21 @@ static size_t extent_limit(void) {
     return lim;
 }
 
-/* In place over comm, n elements of elem bytes in calls of at most extent_limit() each (a
- * gradient of more than 2^31 floats); n = 0 makes no call (the same n on every rank). */
-static void allreduce_chunked(void *buf, size_t n, size_t elem, MPI_Datatype type, MPI_Op op,
-                              MPI_Comm comm) {
+/* Over comm, n elements of elem bytes from send into buf (send NULL: in place) in calls of at most
+ * extent_limit() each (a gradient of more than 2^31 floats); n = 0 makes no call (the same n on
+ * every rank). */
+static void allreduce_from(const void *send, void *buf, size_t n, size_t elem, MPI_Datatype type,
+                           MPI_Op op, MPI_Comm comm) {
     const size_t chunk = extent_limit();
     for (size_t at = 0; at < n; at += chunk) {
         size_t k = n - at < chunk ? n - at : chunk;
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, (char *)buf + at * elem, (int)k, type, op, comm));
+        MPI_CHECK(MPI_Allreduce(send ? (const char *)send + at * elem : MPI_IN_PLACE,
+                                (char *)buf + at * elem, (int)k, type, op, comm));
     }
+}
+static void allreduce_chunked(void *buf, size_t n, size_t elem, MPI_Datatype type, MPI_Op op,
+                              MPI_Comm comm) {
+    allreduce_from(NULL, buf, n, elem, type, op, comm);
 }
 
 /* Without MPI_Init (dist_init_single: a world of one) the collectives are what they are for one
@@ -153,6 +163,9 @@ void dist_allreduce_max_f64(double *buf, size_t n) {
 }
 void dist_allreduce_min_int(int *buf, size_t n) {
     if (mpi_live()) allreduce_chunked(buf, n, sizeof *buf, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+}
+void dist_allreduce_max_int(int *buf, size_t n) {
+    if (mpi_live()) allreduce_chunked(buf, n, sizeof *buf, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
 }
 /* n as an MPI count: a rank's block, which trainer_init's check_int_counts keeps within an int
  * (anything larger here is a bug, named by what) */
@@ -214,6 +227,10 @@ void dist_allgather(const void *mine, void *all, size_t bytes) {
     if (!mpi_live()) memcpy(all, mine, bytes);
     else MPI_CHECK(MPI_Allgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, MPI_COMM_WORLD));
 }
+void dist_gather(const void *mine, void *all, size_t bytes, int root) {
+    if (!mpi_live()) memcpy(all, mine, bytes);
+    else MPI_CHECK(MPI_Gather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD));
+}
 void dist_barrier(void) {
     if (mpi_live()) MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
 }
@@ -252,6 +269,21 @@ void dist_group_allreduce_sum_f32(tsr_group *g, float *buf, size_t n) {
 void dist_group_allreduce_sum_f64(tsr_group *g, double *buf, size_t n) {
     if (g->size > 1)
         allreduce_chunked(buf, n, sizeof *buf, MPI_DOUBLE, MPI_SUM, g->comm);
+}
+void dist_group_allreduce_sum_f32_from(tsr_group *g, const float *send, float *recv, size_t n) {
+    if (g->size == 1) memmove(recv, send, n * sizeof *recv);
+    else allreduce_from(send, recv, n, sizeof *recv, MPI_FLOAT, MPI_SUM, g->comm);
+}
+void dist_group_allreduce_max_f64(tsr_group *g, double *buf, size_t n) {
+    if (g->size > 1)
+        allreduce_chunked(buf, n, sizeof *buf, MPI_DOUBLE, MPI_MAX, g->comm);
+}
+void dist_group_allreduce_min_int(tsr_group *g, int *buf, size_t n) {
+    if (g->size > 1)
+        allreduce_chunked(buf, n, sizeof *buf, MPI_INT, MPI_MIN, g->comm);
+}
+void dist_group_barrier(tsr_group *g) {
+    if (g->size > 1) MPI_CHECK(MPI_Barrier(g->comm));
 }
 void dist_group_allgatherv_f32(tsr_group *g, const float *mine, float *all, const int *counts,
                                const int *displs) {
@@ -340,6 +372,7 @@ void dist_allreduce_sum_f32(float *buf, size_t n) { (void)buf; (void)n; }
 void dist_allreduce_sum_f64(double *buf, size_t n) { (void)buf; (void)n; }
 void dist_allreduce_sum_i64(int64_t *buf, size_t n) { (void)buf; (void)n; }
 void dist_allreduce_max_f64(double *buf, size_t n) { (void)buf; (void)n; }
+void dist_allreduce_max_int(int *buf, size_t n) { (void)buf; (void)n; }
 void dist_reduce_scatter_sum_f32(const float *send, float *recv, const size_t *counts) {
     memcpy(recv, send, counts[0] * sizeof(float));
 }
@@ -347,6 +380,10 @@ void dist_allgatherv_f32(float *buf, const size_t *counts, const size_t *displs)
     (void)buf, (void)counts, (void)displs;
 }
 void dist_allgather(const void *mine, void *all, size_t bytes) { memcpy(all, mine, bytes); }
+void dist_gather(const void *mine, void *all, size_t bytes, int root) {
+    (void)root;
+    memcpy(all, mine, bytes);
+}
 void dist_barrier(void) {}
 void dist_bcast(void *buf, size_t bytes, int root) { (void)buf; (void)bytes; (void)root; }
 struct tsr_group {
@@ -363,6 +400,13 @@ int dist_group_rank(const tsr_group *g) { return g->rank; }
 int dist_group_size(const tsr_group *g) { return g->size; }
 void dist_group_allreduce_sum_f32(tsr_group *g, float *buf, size_t n) { (void)g, (void)buf, (void)n; }
 void dist_group_allreduce_sum_f64(tsr_group *g, double *buf, size_t n) { (void)g, (void)buf, (void)n; }
+void dist_group_allreduce_sum_f32_from(tsr_group *g, const float *send, float *recv, size_t n) {
+    (void)g;
+    memmove(recv, send, n * sizeof *recv);
+}
+void dist_group_allreduce_max_f64(tsr_group *g, double *buf, size_t n) { (void)g, (void)buf, (void)n; }
+void dist_group_allreduce_min_int(tsr_group *g, int *buf, size_t n) { (void)g, (void)buf, (void)n; }
+void dist_group_barrier(tsr_group *g) { (void)g; }
 void dist_group_allgatherv_f32(tsr_group *g, const float *mine, float *all, const int *counts,
                                const int *displs) {
     (void)g;

@@ -22,6 +22,9 @@ void dist_init(tsr_dist *d, int *argc, char ***argv);
  * healthcheck/hc_main.c); dist_is_initialized() stays 0. The NO_MPI build's dist_init uses it. */
 void dist_init_single(tsr_dist *d);
 void dist_finalize(void);
+/* The exit status every rank dies with when an MPI call fails (the call, file and line named):
+ * TSR_EXIT_INTERNAL unless a program sets its own (tessera-healthcheck: 2, could not run). */
+void dist_set_fail_code(int code);
 /* Started by mpirun or srun --mpi=...? (an MPI launcher's variables are set). A program run by
  * slurmd (Prolog, HealthCheckProgram) or by hand is not, and OpenMPI's singleton MPI_Init then
  * aborts with exit 1 when it finds a job's Slurm variables but no PMI server: such programs use
@@ -33,8 +36,9 @@ int dist_is_initialized(void);
  * collectives, they use MPI whenever it is initialised, by dist_init or by the program itself. */
 int dist_world_rank(void);
 int dist_world_size(void);
-/* In-place minima over all ranks. */
+/* In-place minima and maxima over all ranks. */
 void dist_allreduce_min_int(int *buf, size_t n);
+void dist_allreduce_max_int(int *buf, size_t n);
 /* In-place sums over all ranks. */
 void dist_allreduce_sum_f32(float *buf, size_t n);
 void dist_allreduce_sum_f64(double *buf, size_t n);
@@ -49,9 +53,12 @@ void dist_reduce_scatter_sum_f32(const float *send, float *recv, const size_t *c
 void dist_allgatherv_f32(float *buf, const size_t *counts, const size_t *displs);
 /* all[r * bytes .. (r+1) * bytes) = rank r's `mine` (bytes each), on every rank */
 void dist_allgather(const void *mine, void *all, size_t bytes);
+/* The same on world rank root only (all: world * bytes there; unused elsewhere). */
+void dist_gather(const void *mine, void *all, size_t bytes, int root);
 void dist_barrier(void);
 
-/* Groups of ranks (ZeRO-3 / HSDP, src/train/fsdp.c): a communicator over a subset of the world.
+/* Groups of ranks (ZeRO-3 / HSDP, src/train/fsdp.c; the health checker's node pairs,
+ * healthcheck/hc_net.c): a communicator over a subset of the world.
  * dist_group_split is collective over the world: ranks passing the same color form a group,
  * ranked by key. In the NO_MPI build (or without MPI_Init) every group is this one rank. Counts
  * and displacements are per group rank, in floats. */
@@ -62,6 +69,11 @@ int dist_group_rank(const tsr_group *g);
 int dist_group_size(const tsr_group *g);
 void dist_group_allreduce_sum_f32(tsr_group *g, float *buf, size_t n);
 void dist_group_allreduce_sum_f64(tsr_group *g, double *buf, size_t n);
+/* recv = the sum of send over the group (send is left as it is: a measurement repeats it) */
+void dist_group_allreduce_sum_f32_from(tsr_group *g, const float *send, float *recv, size_t n);
+void dist_group_allreduce_max_f64(tsr_group *g, double *buf, size_t n);
+void dist_group_allreduce_min_int(tsr_group *g, int *buf, size_t n);
+void dist_group_barrier(tsr_group *g);
 /* all[displs[r] .. + counts[r]) = rank r's mine (counts[r] floats), on every group rank */
 void dist_group_allgatherv_f32(tsr_group *g, const float *mine, float *all, const int *counts,
                                const int *displs);

@@ -5,7 +5,7 @@
  * needs something absent is reported "ok N - what # SKIP why". tests/run.sh aggregates the lines
  * of every test program into the final "N passed, N failed, N skipped".
  *
- * Tolerances (STYLE.md): err <= abs + rel * |ref|, written !(err <= tol) so NaN fails.
+ * Tolerances (docs/style.md "Tests"): err <= abs + rel * |ref|, written !(err <= tol) so NaN fails.
  */
 #ifndef TSR_TAP_H
 #define TSR_TAP_H

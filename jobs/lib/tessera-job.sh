@@ -24,7 +24,7 @@
 # the hook requeues; exit: it exits 85/86 for a slurm.conf RequeueExit=85,86), TSR_HEALTHCHECK
 # (default: tessera-healthcheck on PATH).
 # Exit codes of the batch script: those of tessera-train, plus 3 when MAX_RESTARTS stopped it.
-# Contract: ../shared/DESIGN.md "Requeue loop"; user documentation: docs/slurm.md.
+# The requeue loop: docs/slurm.md "3. The requeue loop" (exit codes: docs/architecture.md).
 
 tsr_log() { printf '[tessera-job %(%F %T)T] %s\n' -1 "$*"; }
 

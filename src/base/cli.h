@@ -1,5 +1,5 @@
 /* cli.h — the `tessera` subcommands' option tables: one table per command drives getopt_long and
- * the generated --help, so help and parser cannot drift apart (STYLE.md "Build and CLI").
+ * the generated --help, so help and parser cannot drift apart (docs/style.md "Build and command line").
  * Usage errors read "PROGRAM: error: NAME: MESSAGE (see 'tessera NAME --help')" and return
  * TSR_EXIT_USAGE. One meaning per option letter across every program: docs/cli.md. */
 #ifndef TSR_CLI_H

@@ -1,8 +1,8 @@
 /* common.h — exit codes, error reporting and small helpers shared by every tessera program.
  *
- * Errors come in two tiers (STYLE.md): library code returns a status (0 = ok, else an exit code
- * below) after printing what went wrong with tsr_error(); programs turn a status into an exit with
- * tsr_fail(). Messages say actual vs expected with units and a hint, go to stderr, and start with
+ * Errors come in two tiers (docs/style.md "Errors"): library code returns a status (0 = ok, else an
+ * exit code below) after printing what went wrong with tsr_error(); programs turn a status into an
+ * exit with tsr_exit() (or tsr_fail_all(), tsr_die() below). Messages say actual vs expected with units and a hint, go to stderr, and start with
  * the program's name, then "[rank R host]" once the rank is known in a multi-rank run, then the
  * kind: "tessera-train: [rank 1 node7] error: ..." (docs/cli.md "Error messages").
  */
@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Exit codes of tessera-train (DESIGN.md "Exit codes"; docs/tessera-train.1.md). */
+/* Exit codes of tessera-train (docs/tessera-train.md "EXIT STATUS", docs/man/tessera-train.1). */
 enum tsr_exit {
     TSR_EXIT_OK = 0,       /* finished */
     TSR_EXIT_USAGE = 1,    /* usage or config error: do not requeue */

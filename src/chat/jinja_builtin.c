@@ -37,35 +37,6 @@ static jj_value *trim(jj_interp *in, const jj_value *s, int left, int right) {
     return new_str(in, p, n);
 }
 
-static const char *case_of(unsigned cp, int upper) {
-    const jj_case *t = upper ? jj_case_upper : jj_case_lower;
-    size_t lo = 0, hi = upper ? jj_case_upper_n : jj_case_lower_n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (t[mid].cp == cp) return t[mid].to;
-        if (t[mid].cp < cp) lo = mid + 1;
-        else hi = mid;
-    }
-    return NULL;
-}
-
-/* toUpperCase / toLowerCase of the first `count` characters (SIZE_MAX: all) */
-static jj_value *map_case(jj_interp *in, const jj_value *s, int upper, size_t count) {
-    jj_buf b;
-    jj_buf_init(&b, in->a);
-    jj_buf_add(&b, "", 0);
-    size_t i = 0, len;
-    for (size_t c = 0; i < s->n && c < count; i += len, c++) {
-        unsigned cp = jj_utf8_decode(s->s + i, s->n - i, &len);
-        const char *to = cp < 0x80 ? NULL : case_of(cp, upper);
-        if (cp < 0x80) jj_buf_addc(&b, (char)(upper ? toupper((int)cp) : tolower((int)cp)));
-        else if (to) jj_buf_adds(&b, to);
-        else jj_buf_add(&b, s->s + i, len);
-    }
-    jj_buf_add(&b, s->s + i, s->n - i);
-    return buf_value(in, &b);
-}
-
 static int is_word(unsigned char c) { return isalnum(c) || c == '_'; }
 
 /* /\b\w/g -> upper case: the first word character after a non-word one */
@@ -290,13 +261,13 @@ static jj_value *items_of(jj_interp *in, const jj_map *m, int what) { /* 0 items
 }
 
 static jj_value *str_method(jj_interp *in, const char *m, jj_value *s, const jj_args *a) {
-    if (!strcmp(m, "upper")) return map_case(in, s, 1, SIZE_MAX);
-    if (!strcmp(m, "lower")) return map_case(in, s, 0, SIZE_MAX);
+    if (!strcmp(m, "upper")) return jj_case_map(in->a, s, 1, SIZE_MAX);
+    if (!strcmp(m, "lower")) return jj_case_map(in->a, s, 0, SIZE_MAX);
     if (!strcmp(m, "strip")) return trim(in, s, 1, 1);
     if (!strcmp(m, "lstrip")) return trim(in, s, 1, 0);
     if (!strcmp(m, "rstrip")) return trim(in, s, 0, 1);
     if (!strcmp(m, "title")) return title(in, s);
-    if (!strcmp(m, "capitalize")) return map_case(in, s, 1, 1); /* the rest stays as it is */
+    if (!strcmp(m, "capitalize")) return jj_case_map(in->a, s, 1, 1); /* the rest stays as it is */
     if (!strcmp(m, "startswith")) return starts_ends(in, s, a, 0);
     if (!strcmp(m, "endswith")) return starts_ends(in, s, a, 1);
     if (!strcmp(m, "split")) return split(in, s, a);
@@ -400,31 +371,7 @@ static jj_value *strftime_fn(jj_interp *in, const jj_args *a) {
     return buf_value(in, &b);
 }
 
-static jj_value *call_macro(jj_interp *in, jj_value *fn, const jj_args *a, jj_scope *caller) {
-    const jj_node *m = fn->macro;
-    jj_scope *sc = jj_alloc(in->a, sizeof *sc);
-    sc->parent = caller; /* hf: the macro sees the caller's variables */
-    if (a->npos > m->alt.n)
-        jj_rt_fail(in, "macro '%s' takes not more than %zu argument(s)", m->s, m->alt.n);
-    size_t used_kw = 0;
-    for (size_t i = 0; i < m->alt.n; i++) {
-        const jj_node *p = m->alt.v[i];
-        jj_value *v = i < a->npos ? a->pos[i] : a->kw ? jj_map_get(a->kw, p->s, p->n) : NULL;
-        if (i >= a->npos && v) used_kw++;
-        if (!v && p->type == N_KWARG) continue;
-        jj_map_set(in->a, &sc->vars, p->s, p->n, v ? v : jj_new(in->a, V_UNDEF));
-    }
-    if (a->kw && used_kw < a->kw->n)
-        jj_rt_fail(in, "macro '%s' got an unknown keyword argument", m->s);
-    for (size_t i = 0; i < m->alt.n; i++) { /* defaults, evaluated in the macro's scope */
-        const jj_node *p = m->alt.v[i];
-        if (p->type == N_KWARG && !jj_map_get(&sc->vars, p->s, p->n))
-            jj_map_set(in->a, &sc->vars, p->s, p->n, jj_eval(in, p->a, sc));
-    }
-    return jj_eval_block(in, &m->body, sc);
-}
-
-jj_value *jj_call(jj_interp *in, jj_value *fn, jj_args *a, jj_scope *sc) {
+jj_value *jj_call(jj_interp *in, jj_value *fn, jj_args *a) {
     switch (fn->fn) {
     case FN_NAMESPACE: return namespace_fn(in, a);
     case FN_RAISE: {
@@ -438,7 +385,6 @@ jj_value *jj_call(jj_interp *in, jj_value *fn, jj_args *a, jj_scope *sc) {
     case FN_STRFTIME: return strftime_fn(in, a);
     case FN_STR_METHOD: return str_method(in, fn->s, fn->self, a);
     case FN_OBJ_METHOD: return obj_method(in, fn->s, fn->self, a);
-    case FN_MACRO: return call_macro(in, fn, a, sc);
     default: jj_rt_fail(in, "unknown function");
     }
 }
@@ -447,7 +393,7 @@ jj_value *jj_call(jj_interp *in, jj_value *fn, jj_args *a, jj_scope *sc) {
 /* s === s.toLowerCase() (or upper) */
 static int is_lower_upper(jj_interp *in, const jj_value *v, int upper) {
     if (v->t != V_STR) return 0;
-    jj_value *m = map_case(in, v, upper, SIZE_MAX);
+    jj_value *m = jj_case_map(in->a, v, upper, SIZE_MAX);
     return m->n == v->n && !memcmp(m->s, v->s, v->n);
 }
 

@@ -12,15 +12,6 @@
 
 enum { MAX_CALL_DEPTH = 100 };
 
-void jj_rt_fail(jj_interp *in, const char *fmt, ...) {
-    char msg[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    jj_fail(in->f, JINJA_ERUNTIME, 0, 0, "%s", msg);
-}
-
 static jj_value *lookup(jj_scope *sc, const char *name, size_t n) {
     for (; sc; sc = sc->parent) {
         jj_value *v = jj_map_get(&sc->vars, name, n);
@@ -253,6 +244,30 @@ void jj_eval_args(jj_interp *in, const jj_list *l, jj_scope *sc, jj_args *out) {
     }
 }
 
+static jj_value *call_macro(jj_interp *in, jj_value *fn, const jj_args *a, jj_scope *caller) {
+    const jj_node *m = fn->macro;
+    jj_scope *sc = jj_alloc(in->a, sizeof *sc);
+    sc->parent = caller; /* hf: the macro sees the caller's variables */
+    if (a->npos > m->alt.n)
+        jj_rt_fail(in, "macro '%s' takes not more than %zu argument(s)", m->s, m->alt.n);
+    size_t used_kw = 0;
+    for (size_t i = 0; i < m->alt.n; i++) {
+        const jj_node *p = m->alt.v[i];
+        jj_value *v = i < a->npos ? a->pos[i] : a->kw ? jj_map_get(a->kw, p->s, p->n) : NULL;
+        if (i >= a->npos && v) used_kw++;
+        if (!v && p->type == N_KWARG) continue;
+        jj_map_set(in->a, &sc->vars, p->s, p->n, v ? v : jj_new(in->a, V_UNDEF));
+    }
+    if (a->kw && used_kw < a->kw->n)
+        jj_rt_fail(in, "macro '%s' got an unknown keyword argument", m->s);
+    for (size_t i = 0; i < m->alt.n; i++) { /* defaults, evaluated in the macro's scope */
+        const jj_node *p = m->alt.v[i];
+        if (p->type == N_KWARG && !jj_map_get(&sc->vars, p->s, p->n))
+            jj_map_set(in->a, &sc->vars, p->s, p->n, jj_eval(in, p->a, sc));
+    }
+    return jj_eval_block(in, &m->body, sc);
+}
+
 static jj_value *eval_call(jj_interp *in, const jj_node *nd, jj_scope *sc) {
     jj_args args;
     jj_eval_args(in, &nd->body, sc, &args);
@@ -263,9 +278,21 @@ static jj_value *eval_call(jj_interp *in, const jj_node *nd, jj_scope *sc) {
         jj_rt_fail(in, "Cannot call something that is not a function: got %s", jj_type_name(fn->t));
     if (++in->depth > MAX_CALL_DEPTH)
         jj_rt_fail(in, "calls nested too deeply (over %d)", MAX_CALL_DEPTH);
-    jj_value *r = jj_call(in, fn, &args, sc);
+    jj_value *r = fn->fn == FN_MACRO ? call_macro(in, fn, &args, sc) : jj_call(in, fn, &args);
     in->depth--;
     return r;
+}
+
+/* A filter, its arguments evaluated here (selectattr and rejectattr take their string literals as
+ * they are: jinja_filter.c). */
+static jj_value *apply_filter(jj_interp *in, jj_value *v, const jj_node *filter, jj_scope *sc) {
+    jj_args args, *a = NULL;
+    if (filter->type != N_IDENT && strcmp(filter->a->s, "selectattr") &&
+        strcmp(filter->a->s, "rejectattr")) {
+        jj_eval_args(in, &filter->body, sc, &args);
+        a = &args;
+    }
+    return jj_apply_filter(in, v, filter, a);
 }
 
 static jj_value *eval_macro_def(jj_interp *in, const jj_node *nd, jj_scope *sc) {
@@ -418,7 +445,7 @@ jj_value *jj_eval(jj_interp *in, const jj_node *nd, jj_scope *sc) {
     case N_CONTINUE:
         in->ctl = nd->type == N_BREAK ? 1 : 2;
         return jj_new(in->a, V_NULL);
-    case N_FILTER_STMT: return jj_apply_filter(in, jj_eval_block(in, &nd->body, sc), nd->a, sc);
+    case N_FILTER_STMT: return apply_filter(in, jj_eval_block(in, &nd->body, sc), nd->a, sc);
     case N_ARRAY: return eval_list(in, nd, sc, V_ARRAY);
     case N_TUPLE: return eval_list(in, nd, sc, V_TUPLE);
     case N_OBJECT: return eval_object(in, nd, sc);
@@ -434,7 +461,7 @@ jj_value *jj_eval(jj_interp *in, const jj_node *nd, jj_scope *sc) {
         jj_value *v = jj_eval(in, nd->a, sc);
         in->f->line = nd->line;
         in->f->col = nd->col;
-        return jj_apply_filter(in, v, nd->b, sc);
+        return apply_filter(in, v, nd->b, sc);
     }
     case N_TEST: {
         jj_value *v = jj_eval(in, nd->a, sc);

@@ -181,17 +181,24 @@ static jj_value *map_attr(jj_interp *in, jj_value *v, const jj_args *a) {
     return jj_array(in->a, items, v->n);
 }
 
-/* selectattr('attr'[, 'test']) / rejectattr */
-static jj_value *select_attr(jj_interp *in, jj_value *v, const jj_node *call, jj_scope *sc,
-                             int select) {
+/* A string literal's value, as evaluating it gives (the bytes shared with the node). */
+static jj_value *literal(jj_interp *in, const jj_node *nd) {
+    jj_value *v = jj_new(in->a, V_STR);
+    v->s = nd->s;
+    v->n = nd->n;
+    return v;
+}
+
+/* selectattr('attr'[, 'test']) / rejectattr: string literals only */
+static jj_value *select_attr(jj_interp *in, jj_value *v, const jj_node *call, int select) {
     for (size_t i = 0; i < call->body.n; i++)
         if (call->body.v[i]->type != N_STR)
             jj_rt_fail(in, "arguments of `%s` must be strings",
                        select ? "selectattr" : "rejectattr");
     if (call->body.n < 1) jj_rt_fail(in, "selectattr/rejectattr need an attribute name");
-    jj_value *attr = jj_eval(in, call->body.v[0], sc);
+    jj_value *attr = literal(in, call->body.v[0]);
     const char *test = call->body.n > 1 ? call->body.v[1]->s : NULL;
-    jj_value *other = call->body.n > 2 ? jj_eval(in, call->body.v[2], sc) : NULL;
+    jj_value *other = call->body.n > 2 ? literal(in, call->body.v[2]) : NULL;
     jj_value **items = jj_alloc(in->a, (v->n ? v->n : 1) * sizeof *items);
     size_t n = 0;
     for (size_t i = 0; i < v->n; i++)
@@ -227,17 +234,17 @@ static jj_value *array_filter(jj_interp *in, jj_value *v, const char *f) {
     jj_rt_fail(in, "Unknown ArrayValue filter: %s", f);
 }
 
-static jj_value *string_filter(jj_interp *in, jj_value *v, const char *f, jj_scope *sc) {
+static jj_value *string_filter(jj_interp *in, jj_value *v, const char *f) {
     static const char *const methods[] = {"upper", "lower", "title", "capitalize", NULL};
     for (const char *const *m = methods; *m; m++) {
         if (strcmp(f, *m)) continue;
         jj_args none = {0};
-        return jj_call(in, jj_builtin_member(in, v, f, strlen(f)), &none, sc);
+        return jj_call(in, jj_builtin_member(in, v, f, strlen(f)), &none);
     }
     if (!strcmp(f, "length")) return jj_builtin_member(in, v, "length", 6);
     if (!strcmp(f, "trim")) {
         jj_args none = {0};
-        return jj_call(in, jj_builtin_member(in, v, "strip", 5), &none, sc);
+        return jj_call(in, jj_builtin_member(in, v, "strip", 5), &none);
     }
     if (!strcmp(f, "indent")) return indent(in, v, NULL);
     if (!strcmp(f, "join") || !strcmp(f, "string")) return v;
@@ -264,69 +271,66 @@ static jj_value *scalar_filter(jj_interp *in, jj_value *v, const char *f) {
     jj_rt_fail(in, "Unknown BooleanValue filter: %s", f);
 }
 
-static jj_value *object_filter(jj_interp *in, jj_value *v, const char *f, jj_args *a,
-                               jj_scope *sc) {
+static jj_value *object_filter(jj_interp *in, jj_value *v, const char *f, jj_args *a) {
     if (!a && !strcmp(f, "length")) return jj_num(in->a, V_INT, (double)v->map->n);
     jj_value *m = jj_builtin_member(in, v, f, strlen(f));
     if (!m) jj_rt_fail(in, "Unknown ObjectValue filter: %s", f);
     jj_args none = {0};
-    return jj_call(in, m, a ? a : &none, sc);
+    return jj_call(in, m, a ? a : &none);
 }
 
-static jj_value *plain_filter(jj_interp *in, jj_value *v, const char *f, jj_scope *sc) {
+static jj_value *plain_filter(jj_interp *in, jj_value *v, const char *f) {
     if (!strcmp(f, "safe")) return v;
     if (!strcmp(f, "tojson")) return tojson(in, v, NULL);
     switch (v->t) {
     case V_ARRAY:
     case V_TUPLE: return array_filter(in, v, f);
-    case V_STR: return string_filter(in, v, f, sc);
+    case V_STR: return string_filter(in, v, f);
     case V_INT:
     case V_FLOAT:
     case V_BOOL: return scalar_filter(in, v, f);
     case V_OBJECT:
-    case V_KWARGS: return object_filter(in, v, f, NULL, sc);
+    case V_KWARGS: return object_filter(in, v, f, NULL);
     default: jj_rt_fail(in, "Cannot apply filter \"%s\" to type: %s", f, jj_type_name(v->t));
     }
 }
 
-static jj_value *call_filter(jj_interp *in, jj_value *v, const jj_node *call, jj_scope *sc) {
+static jj_value *call_filter(jj_interp *in, jj_value *v, const jj_node *call, jj_args *a) {
     const char *f = call->a->s;
-    jj_args a;
     if (!strcmp(f, "selectattr") || !strcmp(f, "rejectattr")) {
         if (v->t != V_ARRAY && v->t != V_TUPLE)
             jj_rt_fail(in, "Cannot apply filter \"%s\" to type: %s", f, jj_type_name(v->t));
-        return select_attr(in, v, call, sc, f[0] == 's');
+        return select_attr(in, v, call, f[0] == 's');
     }
-    jj_eval_args(in, &call->body, sc, &a);
     in->f->line = call->line;
     in->f->col = call->col;
-    if (!strcmp(f, "tojson")) return tojson(in, v, &a);
+    if (!strcmp(f, "tojson")) return tojson(in, v, a);
     if (!strcmp(f, "join")) {
         if (v->t != V_STR && v->t != V_ARRAY && v->t != V_TUPLE)
             jj_rt_fail(in, "Cannot apply filter \"join\" to type: %s", jj_type_name(v->t));
-        return join(in, v, &a);
+        return join(in, v, a);
     }
     if (!strcmp(f, "int") || !strcmp(f, "float"))
-        return to_number(in, v, f[0] == 'i', arg_or(&a, 0, "default"));
+        return to_number(in, v, f[0] == 'i', arg_or(a, 0, "default"));
     if (!strcmp(f, "default")) {
-        jj_value *def = a.npos ? a.pos[0] : jj_str(in->a, "", 0),
-                 *boolean = arg_or(&a, 1, "boolean");
+        jj_value *def = a->npos ? a->pos[0] : jj_str(in->a, "", 0),
+                 *boolean = arg_or(a, 1, "boolean");
         if (boolean && boolean->t != V_BOOL)
             jj_rt_fail(in, "`default` filter flag must be a boolean");
         return v->t == V_UNDEF || (boolean && boolean->b && !jj_truthy(v)) ? def : v;
     }
-    if ((v->t == V_ARRAY || v->t == V_TUPLE) && !strcmp(f, "map")) return map_attr(in, v, &a);
-    if ((v->t == V_ARRAY || v->t == V_TUPLE) && !strcmp(f, "sort")) return jj_sort(in, v, &a);
-    if (v->t == V_STR && !strcmp(f, "indent")) return indent(in, v, &a);
+    if ((v->t == V_ARRAY || v->t == V_TUPLE) && !strcmp(f, "map")) return map_attr(in, v, a);
+    if ((v->t == V_ARRAY || v->t == V_TUPLE) && !strcmp(f, "sort")) return jj_sort(in, v, a);
+    if (v->t == V_STR && !strcmp(f, "indent")) return indent(in, v, a);
     if (v->t == V_STR && !strcmp(f, "replace")) {
         jj_value *fn = jj_builtin_member(in, v, "replace", 7);
-        return jj_call(in, fn, &a, sc);
+        return jj_call(in, fn, a);
     }
-    if (v->t == V_OBJECT || v->t == V_KWARGS) return object_filter(in, v, f, &a, sc);
+    if (v->t == V_OBJECT || v->t == V_KWARGS) return object_filter(in, v, f, a);
     jj_rt_fail(in, "Unknown filter %s(...) for %s", f, jj_type_name(v->t));
 }
 
-jj_value *jj_apply_filter(jj_interp *in, jj_value *v, const jj_node *filter, jj_scope *sc) {
-    if (filter->type == N_IDENT) return plain_filter(in, v, filter->s, sc);
-    return call_filter(in, v, filter, sc);
+jj_value *jj_apply_filter(jj_interp *in, jj_value *v, const jj_node *filter, jj_args *args) {
+    if (filter->type == N_IDENT) return plain_filter(in, v, filter->s);
+    return call_filter(in, v, filter, args);
 }

@@ -173,6 +173,8 @@ void jj_to_string(jj_fail_ctx *f, jj_buf *b, const jj_value *v);
 void jj_raw_string(jj_fail_ctx *f, jj_buf *b, const jj_value *v);
 bool jj_loose_eq(jj_fail_ctx *f, jj_arena *a, const jj_value *x, const jj_value *y);
 bool jj_strict_eq(const jj_value *x, const jj_value *y);
+/* toUpperCase / toLowerCase of the first `count` characters (SIZE_MAX: all) */
+jj_value *jj_case_map(jj_arena *a, const jj_value *s, int upper, size_t count);
 
 typedef struct jj_json_opts {
     int indent; /* 0: none */
@@ -207,10 +209,13 @@ typedef struct jj_args {
     size_t npos;
     jj_map *kw; /* NULL when none */
 } jj_args;
-jj_value *jj_apply_filter(jj_interp *in, jj_value *v, const jj_node *filter, jj_scope *sc);
+/* filter: an identifier, or a call whose arguments the evaluator evaluated into args (NULL for
+ * selectattr/rejectattr, which read their string literals from the node) */
+jj_value *jj_apply_filter(jj_interp *in, jj_value *v, const jj_node *filter, jj_args *args);
 /* `v is name` (other: the argument of equalto/eq, NULL when none) */
 bool jj_run_test(jj_interp *in, const char *name, const jj_value *v, const jj_value *other);
-jj_value *jj_call(jj_interp *in, jj_value *fn, jj_args *args, jj_scope *sc);
+/* A builtin function or method (macros are called by the evaluator, jinja_eval.c). */
+jj_value *jj_call(jj_interp *in, jj_value *fn, jj_args *args);
 /* Builtin member of a string, object or array (upper, get, length...), or NULL. */
 jj_value *jj_builtin_member(jj_interp *in, jj_value *obj, const char *name, size_t n);
 void jj_eval_args(jj_interp *in, const jj_list *l, jj_scope *sc, jj_args *out);

@@ -3,6 +3,7 @@
  * As @huggingface/jinja: numbers and booleans compare as numbers, strings as strings (lower-cased
  * unless case_sensitive), two nones or two undefineds are equal, anything else mixed is an error;
  * the sort is stable (JavaScript's Array.prototype.sort is). */
+#include <stdint.h>
 #include <string.h>
 
 #include "chat/jinja_int.h"
@@ -19,10 +20,9 @@ static int compare(jj_interp *in, const jj_value *a, const jj_value *b, int case
         jj_rt_fail(in, "Cannot compare different types: %s and %s", jj_type_name(a->t),
                    jj_type_name(b->t));
     if (a->t != V_STR) jj_rt_fail(in, "Cannot compare type: %s", jj_type_name(a->t));
-    if (!case_sensitive) {
-        jj_args none = {0};
-        a = jj_call(in, jj_builtin_member(in, (jj_value *)a, "lower", 5), &none, NULL);
-        b = jj_call(in, jj_builtin_member(in, (jj_value *)b, "lower", 5), &none, NULL);
+    if (!case_sensitive) { /* as the lower() method */
+        a = jj_case_map(in->a, a, 0, SIZE_MAX);
+        b = jj_case_map(in->a, b, 0, SIZE_MAX);
     }
     size_t n = a->n < b->n ? a->n : b->n;
     int c = memcmp(a->s, b->s, n);

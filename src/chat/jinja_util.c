@@ -169,3 +169,12 @@ size_t jj_utf16_len(const char *s, size_t n) {
     }
     return units;
 }
+
+void jj_rt_fail(jj_interp *in, const char *fmt, ...) {
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    jj_fail(in->f, JINJA_ERUNTIME, 0, 0, "%s", msg);
+}

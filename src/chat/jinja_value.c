@@ -1,6 +1,7 @@
 /* jinja_value.c — runtime values of the Jinja subset: constructors, ordered maps, truth,
  * printing (JavaScript's number formatting, as @huggingface/jinja prints through JS), equality
  * (==, which is JavaScript's loose ==, and the strict one `in` uses) and tojson. */
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -346,4 +347,35 @@ void jj_to_json(jj_fail_ctx *f, jj_buf *b, const jj_value *v, const jj_json_opts
     default:
         jj_fail(f, JINJA_ERUNTIME, 0, 0, "Cannot convert to JSON: %s", jj_type_name(v->t));
     }
+}
+
+static const char *case_of(unsigned cp, int upper) {
+    const jj_case *t = upper ? jj_case_upper : jj_case_lower;
+    size_t lo = 0, hi = upper ? jj_case_upper_n : jj_case_lower_n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (t[mid].cp == cp) return t[mid].to;
+        if (t[mid].cp < cp) lo = mid + 1;
+        else hi = mid;
+    }
+    return NULL;
+}
+
+jj_value *jj_case_map(jj_arena *a, const jj_value *s, int upper, size_t count) {
+    jj_buf b;
+    jj_buf_init(&b, a);
+    jj_buf_add(&b, "", 0);
+    size_t i = 0, len;
+    for (size_t c = 0; i < s->n && c < count; i += len, c++) {
+        unsigned cp = jj_utf8_decode(s->s + i, s->n - i, &len);
+        const char *to = cp < 0x80 ? NULL : case_of(cp, upper);
+        if (cp < 0x80) jj_buf_addc(&b, (char)(upper ? toupper((int)cp) : tolower((int)cp)));
+        else if (to) jj_buf_adds(&b, to);
+        else jj_buf_add(&b, s->s + i, len);
+    }
+    jj_buf_add(&b, s->s + i, s->n - i);
+    jj_value *v = jj_new(a, V_STR);
+    v->s = b.p ? b.p : "";
+    v->n = b.n;
+    return v;
 }

@@ -7,7 +7,7 @@
  * attribute: the CRC32C of the whole tensor's little-endian float32 bytes, assembled from the
  * ranks' slice CRCs (crc32c_combine), so it equals a plain CRC32C of the dataset read by h5py.
  *
- * Commit protocol (DESIGN.md "Checkpoints"): write RUN_DIR/step-NNNNNNNN.h5.tmp, fsync, rename to
+ * Commit protocol (docs/checkpoint-format.md "How a save works"): write RUN_DIR/step-NNNNNNNN.h5.tmp, fsync, rename to
  * step-NNNNNNNN.h5, fsync the directory, then replace RUN_DIR/latest (a one-line text file naming
  * the checkpoint) by writing latest.tmp + rename; only then delete checkpoints beyond keep_last
  * (>= 2). A crash at any point leaves the previous checkpoint and `latest` valid.

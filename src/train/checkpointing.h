@@ -1,5 +1,5 @@
-/* checkpointing.h — save, resume and stop requests for the trainer (DESIGN.md "Checkpoints",
- * "Stop requests"). Collective: every rank calls these at the same step boundary. */
+/* checkpointing.h — save, resume and stop requests for the trainer (docs/checkpoint-format.md,
+ * docs/tessera-train.md "STOP REQUESTS"). Collective: every rank calls these at the same step boundary. */
 #ifndef TSR_CHECKPOINTING_H
 #define TSR_CHECKPOINTING_H
 

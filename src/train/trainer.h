@@ -1,6 +1,6 @@
 /* trainer.h — the training loop: data-parallel steps over MPI, AdamW, schedule, eval, metrics.
  *
- * Batch math (DESIGN.md): global_batch sequences per optimizer step; rank r of W takes global
+ * Batch math (docs/architecture.md "Data flow", docs/training.md): global_batch sequences per optimizer step; rank r of W takes global
  * positions [s*GB + r*GB/W, s*GB + (r+1)*GB/W) of the sampler's stream in microbatches of
  * micro_batch; the loss is the mean over all counted target tokens of the global batch, so the
  * update does not depend on W beyond floating-point summation order.

@@ -9,7 +9,7 @@
  * same random values on both sides, which also checks that the op adds. Device buffers carry 256
  * guard bytes on each side; the last check says whether any op wrote into them.
  *
- * Comparison (STYLE.md): NaN/Inf counted first, then |gpu - cpu| <= atol + rtol |cpu| + mtol mag,
+ * Comparison (docs/style.md "Tests"): NaN/Inf counted first, then |gpu - cpu| <= atol + rtol |cpu| + mtol mag,
  * written !(err <= tol); mag is a per-element size of the terms that made the result (sum of
  * |terms|: the CPU op run on absolute values where it is linear). Failures name the worst element.
  * Tolerances, in units of u = 2^-8 (bf16 has 8 significant bits; rounding to nearest errs by
