@@ -3,10 +3,13 @@
 #ifndef TSR_TESTFS_H
 #define TSR_TESTFS_H
 
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* out (512 bytes) = a "/" b */
 static inline void pjoin(char *out, const char *a, const char *b) {
@@ -42,6 +45,48 @@ static inline char *slurp(const char *path, size_t *len) {
     buf[got] = '\0';
     if (len) *len = got;
     return buf;
+}
+
+/* Stderr capture: cap_begin sends fd 2 to a file until cap_end returns what was written there,
+ * trailing newlines dropped and the others shown as '|' (so it fits one TAP line; at most 8191
+ * bytes). cap_set_dir(dir) first: the file is dir/stderr.txt. State in a function's statics, so a
+ * test that does not capture gets no unused variable. */
+typedef struct testfs_capture {
+    int saved;
+    char path[512];
+    char text[8192];
+} testfs_capture;
+
+static inline testfs_capture *testfs_cap(void) {
+    static testfs_capture c = {.saved = -1};
+    return &c;
+}
+
+static inline void cap_set_dir(const char *dir) { pjoin(testfs_cap()->path, dir, "stderr.txt"); }
+
+static inline void cap_begin(void) {
+    testfs_capture *c = testfs_cap();
+    fflush(stderr);
+    c->saved = dup(2);
+    int fd = open(c->path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fd, 2);
+    close(fd);
+}
+
+static inline const char *cap_end(void) {
+    testfs_capture *c = testfs_cap();
+    fflush(stderr);
+    dup2(c->saved, 2);
+    close(c->saved);
+    size_t n;
+    char *t = slurp(c->path, &n);
+    snprintf(c->text, sizeof c->text, "%.*s", (int)n, t ? t : "");
+    free(t);
+    n = strlen(c->text);
+    while (n && c->text[n - 1] == '\n') c->text[--n] = '\0';
+    for (char *p = c->text; *p; p++)
+        if (*p == '\n') *p = '|';
+    return c->text;
 }
 
 #endif

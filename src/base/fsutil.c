@@ -1,6 +1,7 @@
 /* fsutil.c — see fsutil.h. */
 #include "fsutil.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -85,4 +86,108 @@ int fs_read_all(const char *path, size_t max_bytes, char **out, size_t *n) {
     *out = b;
     *n = len;
     return 0;
+}
+
+/* ---- the input-directory walk ---- */
+
+/* A directory on the path from the walk's root down: (device, inode) identify it whatever link
+ * led there; path is where the walk met it. */
+typedef struct fs_walk_dir {
+    dev_t dev;
+    ino_t ino;
+    const char *path;
+    const struct fs_walk_dir *up;
+} fs_walk_dir;
+
+typedef struct fs_walker {
+    char path[4096]; /* the entry being visited; each level appends "/name" and truncates back */
+    fs_walk_fn on_file;
+    void *ctx;
+} fs_walker;
+
+static int walk_name_cmp(const struct dirent **x, const struct dirent **y) {
+    return strcmp((*x)->d_name, (*y)->d_name); /* byte order: independent of the locale */
+}
+static int walk_not_hidden(const struct dirent *e) {
+    return e->d_name[0] != '.';
+}
+
+static const char *special_kind(mode_t m) {
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISSOCK(m)) return "a socket";
+    if (S_ISCHR(m) || S_ISBLK(m)) return "a device";
+    return "not a regular file or a directory";
+}
+
+static int walk_level(fs_walker *w, const fs_walk_dir *here);
+
+/* Visits w->path (stat'ed into st): a file, a directory below `here`, or something skipped. */
+static int walk_entry(fs_walker *w, const fs_walk_dir *here, const struct stat *st) {
+    if (S_ISREG(st->st_mode)) return w->on_file(w->ctx, w->path, st);
+    if (!S_ISDIR(st->st_mode)) {
+        tsr_warn("%s: %s, skipped", w->path, special_kind(st->st_mode));
+        return 0;
+    }
+    for (const fs_walk_dir *a = here; a; a = a->up)
+        if (a->dev == st->st_dev && a->ino == st->st_ino) {
+            tsr_warn("%s: a symbolic link loop (the directory %s again), skipped", w->path, a->path);
+            return 0;
+        }
+    char *own = strdup(w->path);
+    if (!own) tsr_die(TSR_EXIT_INTERNAL, "out of memory walking %s", w->path);
+    fs_walk_dir sub = {st->st_dev, st->st_ino, own, here};
+    int rc = walk_level(w, &sub);
+    free(own);
+    return rc;
+}
+
+/* Visits the entries of the directory w->path (which is `here`), in byte order of their names. */
+static int walk_level(fs_walker *w, const fs_walk_dir *here) {
+    struct dirent **names;
+    int n = scandir(w->path, &names, walk_not_hidden, walk_name_cmp);
+    if (n < 0) {
+        tsr_error("%s: cannot list directory: %s", w->path, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    size_t len = strlen(w->path);
+    int rc = 0;
+    for (int k = 0; k < n; k++) {
+        const char *sep = len && w->path[len - 1] == '/' ? "" : "/";
+        struct stat st;
+        if (!rc && tsr_snprintf(w->path + len, sizeof w->path - len, "%s%s", sep,
+                                names[k]->d_name)) {
+            w->path[len] = '\0';
+            tsr_error("%s%s%s: path too long", w->path, sep, names[k]->d_name);
+            rc = TSR_EXIT_DATA;
+        }
+        if (!rc && stat(w->path, &st) != 0) {
+            tsr_error("%s: cannot read input: %s", w->path, strerror(errno));
+            rc = TSR_EXIT_DATA;
+        }
+        if (!rc) rc = walk_entry(w, here, &st);
+        w->path[len] = '\0';
+        free(names[k]);
+    }
+    free(names);
+    return rc;
+}
+
+int fs_walk(const char *dir, fs_walk_fn on_file, void *ctx) {
+    fs_walker *w = tsr_malloc(sizeof *w);
+    w->on_file = on_file;
+    w->ctx = ctx;
+    struct stat st;
+    int rc = 0;
+    if (tsr_snprintf(w->path, sizeof w->path, "%s", dir)) {
+        tsr_error("%s: path too long", dir);
+        rc = TSR_EXIT_DATA;
+    } else if (stat(dir, &st) != 0) {
+        tsr_error("%s: cannot read input: %s", dir, strerror(errno));
+        rc = TSR_EXIT_DATA;
+    } else {
+        fs_walk_dir root = {st.st_dev, st.st_ino, dir, NULL};
+        rc = walk_level(w, &root);
+    }
+    free(w);
+    return rc;
 }

@@ -1,8 +1,10 @@
-/* fsutil.h — small filesystem steps: the write-aside-then-rename protocol, where this program is. */
+/* fsutil.h — small filesystem steps: the write-aside-then-rename protocol, where this program is,
+ * the walk of an input directory. */
 #ifndef TSR_FSUTIL_H
 #define TSR_FSUTIL_H
 
 #include <stddef.h>
+#include <sys/stat.h>
 
 /* mkdir -p of the directory that will hold `path` (its last component is not created).
  * Returns 0 or -1 with errno set. */
@@ -17,5 +19,20 @@ void fs_exe_dir(char *buf, size_t n);
  * a '\0' after its *n bytes. At most max_bytes bytes (0: no limit). Returns 0, or TSR_EXIT_DATA
  * after tsr_error() naming the path (cannot open, read error, too large). */
 int fs_read_all(const char *path, size_t max_bytes, char **out, size_t *n);
+
+/* Called by fs_walk for each regular file found: its path (dir/sub/name) and stat (the target's,
+ * for a symbolic link). Returns 0 to go on, or a status that stops the walk. */
+typedef int (*fs_walk_fn)(void *ctx, const char *path, const struct stat *st);
+/* The input-directory walk of `prep` and `tokenizer train` (docs/prep.md "Inputs"): calls on_file
+ * for every regular file below the directory `dir`, recursively, depth first, each directory's
+ * entries in byte order of their names (strcmp: the order does not depend on the locale, so a
+ * run is reproducible). Names starting with '.' are skipped. Symbolic links are followed, to
+ * files and to directories; a directory already on the path from `dir` down (a symbolic link
+ * loop, e.g. `latest -> ..`) is skipped with a warning naming both paths, so every file is
+ * visited once along each path and the walk ends. Sockets, FIFOs and devices are skipped with a
+ * warning naming the path. An entry that cannot be stat'ed (a dangling link, no permission), a
+ * directory that cannot be listed and a path over 4095 bytes are errors. Returns 0, on_file's
+ * nonzero status, or TSR_EXIT_DATA after tsr_error() named the path. */
+int fs_walk(const char *dir, fs_walk_fn on_file, void *ctx);
 
 #endif

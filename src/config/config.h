@@ -1,6 +1,6 @@
 /* config.h — run configuration: one libconfig file plus --set key=value overrides.
  *
- * A single table (config.c) lists every key with its type, default, range and documentation; it
+ * A single table (config_table.c) lists every key with its type, default, range and documentation; it
  * drives parsing, validation, the effective-config printout and the generated docs/config.md.
  * Errors name file:line, the key, the value and what is accepted, and return TSR_EXIT_USAGE.
  */

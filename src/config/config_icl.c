@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "common.h"
-#include "config/config_mix.h"
+#include "config/config_icl.h"
 #include "config/config_table.h"
 
 static const char *const type_names[TSR_ICL_COUNT] = {"multiple_choice", "language_modeling", "schema"};

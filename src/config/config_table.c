@@ -1,6 +1,7 @@
 /* config_table.c — the table of every config key, and what is driven by it alone: defaults, value
- * conversion and range checks, the effective-config printout, config_save, durations.
- * Parsing the libconfig file, --set, cross-key validation and docs/config.md are in config.c.
+ * conversion and range checks, value formatting, sizes and durations. The effective-config
+ * printout and config_save are in config_print.c.
+ * Parsing the libconfig file, --set, cross-key validation and docs/config.md are in config_load.c.
  */
 #include "config/config_table.h"
 
@@ -16,7 +17,6 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "config/config_mix.h"
 
 /* ---- enum names: index = enum value ---- */
 
@@ -457,6 +457,77 @@ const char *cfgtab_accepted(const cfgtab_key *k, char *buf, size_t n) {
 
 #define DURATION_HINT "expected a duration like 100ba, 2e9tok or 1ep"
 
+/* The assign_* steps of cfgtab_assign: each stores a value of its key type into field, or returns
+ * why the value is refused (a literal, or why[n] filled). */
+
+/* CFGK_INT: an integer in [ilo, ihi], or the key's auto word (stored as 0). str: the value when
+ * it is a string. */
+static const char *assign_int(const cfgtab_key *k, char *field, const cfgtab_value *v,
+                              const char *str, char *why, size_t n) {
+    char text[2048];
+    int64_t x;
+    if (k->auto_word && v->kind == CFGV_TEXT && unquote(v->s, text, sizeof text) == 0)
+        str = text; /* --set micro_batch=auto or ="auto" */
+    if (k->auto_word && str && strcmp(str, k->auto_word) == 0) {
+        x = 0; /* decided at run time */
+    } else {
+        if (v->kind == CFGV_INT) {
+            x = v->i;
+        } else if (v->kind != CFGV_TEXT || parse_int_text(v->s, &x) != 0) {
+            if (!k->auto_word) return "expected an integer";
+            snprintf(why, n, "expected an integer or \"%s\"", k->auto_word);
+            return why;
+        }
+        if (x < k->ilo || x > k->ihi) return out_of_range(k, why, n);
+    }
+    if (k->size == sizeof(int)) {
+        int y = (int)x;
+        memcpy(field, &y, sizeof y);
+    } else {
+        memcpy(field, &x, sizeof x);
+    }
+    return NULL;
+}
+
+/* CFGK_FLOAT: a finite number in the key's (open or closed) range. */
+static const char *assign_float(const cfgtab_key *k, char *field, const cfgtab_value *v,
+                                char *why, size_t n) {
+    double x;
+    if (v->kind == CFGV_INT) x = (double)v->i;
+    else if (v->kind == CFGV_FLOAT) x = v->f;
+    else if (v->kind != CFGV_TEXT || parse_double_text(v->s, &x) != 0) return "expected a number";
+    if (!isfinite(x) || x < k->lo || x > k->hi || (k->lo_open && x == k->lo) ||
+        (k->hi_open && x == k->hi))
+        return out_of_range(k, why, n);
+    memcpy(field, &x, sizeof x);
+    return NULL;
+}
+
+/* CFGK_BOOL: a libconfig boolean, or true/false (any case) from --set. */
+static const char *assign_bool(char *field, const cfgtab_value *v) {
+    int b;
+    if (v->kind == CFGV_BOOL) b = v->i != 0;
+    else if (v->kind == CFGV_TEXT && strcasecmp(v->s, "true") == 0) b = 1;
+    else if (v->kind == CFGV_TEXT && strcasecmp(v->s, "false") == 0) b = 0;
+    else return "expected true or false";
+    memcpy(field, &b, sizeof b);
+    return NULL;
+}
+
+/* CFGK_STRING: fits the field, at least ilo characters. */
+static const char *assign_string(const cfgtab_key *k, char *field, const char *str, char *why,
+                                 size_t n) {
+    if (!str) return "expected a string";
+    size_t len = strlen(str);
+    if (len >= k->size) {
+        snprintf(why, n, "too long (%zu characters), at most %zu", len, k->size - 1);
+        return why;
+    }
+    if ((int64_t)len < k->ilo) return "must not be empty";
+    memcpy(field, str, len + 1);
+    return NULL;
+}
+
 const char *cfgtab_assign(const cfgtab_key *k, tsr_config *cfg, const cfgtab_value *v, char *why,
                           size_t n) {
     char *field = (char *)cfg + k->offset;
@@ -471,61 +542,10 @@ const char *cfgtab_assign(const cfgtab_key *k, tsr_config *cfg, const cfgtab_val
         str = text;
     }
     switch (k->type) {
-    case CFGK_INT: {
-        int64_t x;
-        if (k->auto_word && v->kind == CFGV_TEXT && unquote(v->s, text, sizeof text) == 0)
-            str = text; /* --set micro_batch=auto or ="auto" */
-        if (k->auto_word && str && strcmp(str, k->auto_word) == 0) {
-            x = 0; /* decided at run time */
-        } else {
-            if (v->kind == CFGV_INT) {
-                x = v->i;
-            } else if (v->kind != CFGV_TEXT || parse_int_text(v->s, &x) != 0) {
-                if (!k->auto_word) return "expected an integer";
-                snprintf(why, n, "expected an integer or \"%s\"", k->auto_word);
-                return why;
-            }
-            if (x < k->ilo || x > k->ihi) return out_of_range(k, why, n);
-        }
-        if (k->size == sizeof(int)) {
-            int y = (int)x;
-            memcpy(field, &y, sizeof y);
-        } else {
-            memcpy(field, &x, sizeof x);
-        }
-        return NULL;
-    }
-    case CFGK_FLOAT: {
-        double x;
-        if (v->kind == CFGV_INT) x = (double)v->i;
-        else if (v->kind == CFGV_FLOAT) x = v->f;
-        else if (v->kind != CFGV_TEXT || parse_double_text(v->s, &x) != 0) return "expected a number";
-        if (!isfinite(x) || x < k->lo || x > k->hi || (k->lo_open && x == k->lo) ||
-            (k->hi_open && x == k->hi))
-            return out_of_range(k, why, n);
-        memcpy(field, &x, sizeof x);
-        return NULL;
-    }
-    case CFGK_BOOL: {
-        int b;
-        if (v->kind == CFGV_BOOL) b = v->i != 0;
-        else if (v->kind == CFGV_TEXT && strcasecmp(v->s, "true") == 0) b = 1;
-        else if (v->kind == CFGV_TEXT && strcasecmp(v->s, "false") == 0) b = 0;
-        else return "expected true or false";
-        memcpy(field, &b, sizeof b);
-        return NULL;
-    }
-    case CFGK_STRING: {
-        if (!str) return "expected a string";
-        size_t len = strlen(str);
-        if (len >= k->size) {
-            snprintf(why, n, "too long (%zu characters), at most %zu", len, k->size - 1);
-            return why;
-        }
-        if ((int64_t)len < k->ilo) return "must not be empty";
-        memcpy(field, str, len + 1);
-        return NULL;
-    }
+    case CFGK_INT: return assign_int(k, field, v, str, why, n);
+    case CFGK_FLOAT: return assign_float(k, field, v, why, n);
+    case CFGK_BOOL: return assign_bool(field, v);
+    case CFGK_STRING: return assign_string(k, field, str, why, n);
     case CFGK_ENUM:
         for (int i = 0; str && i < k->n_names; i++)
             if (strcmp(str, k->names[i]) == 0) {
@@ -695,76 +715,6 @@ void cfgtab_format_value(const cfgtab_value *v, char *buf, size_t n) {
     case CFGV_LIST: snprintf(buf, n, "[ ... ]"); return;
     }
     snprintf(buf, n, "?");
-}
-
-/* ---- the effective config ---- */
-
-void config_print(FILE *f, const tsr_config *cfg) {
-    char val[4200], src[1024];
-    snprintf(src, sizeof src, "%s", cfg->source[0] ? cfg->source : "(defaults and --set only)");
-    for (char *p = src; *p; p++)
-        if (*p == '\n' || *p == '\r') *p = '?';
-    fprintf(f, "# tessera effective config; source: %s\n", src);
-    /* top-level keys, then each group in table order */
-    for (int i = 0; i < cfgtab_n_keys; i++) {
-        if (strchr(cfgtab_keys[i].name, '.')) continue;
-        cfgtab_format(&cfgtab_keys[i], cfg, val, sizeof val);
-        fprintf(f, "%s = %s;\n", cfgtab_keys[i].name, val);
-    }
-    cfgicl_print(f, cfg);
-    for (int i = 0; i < cfgtab_n_keys; i++) {
-        const char *name = cfgtab_keys[i].name, *dot = strchr(name, '.');
-        size_t glen = dot ? (size_t)(dot - name) : 0;
-        int seen = 0;
-        for (int j = 0; dot && j < i; j++)
-            if (strncmp(cfgtab_keys[j].name, name, glen + 1) == 0) seen = 1;
-        if (!dot || seen) continue;
-        fprintf(f, "%.*s = {\n", (int)glen, name);
-        for (int j = i; j < cfgtab_n_keys; j++) {
-            if (strncmp(cfgtab_keys[j].name, name, glen + 1) != 0) continue;
-            if (cfg->data.n_streams && !strcmp(cfgtab_keys[j].name, "data.train")) continue;
-            cfgtab_format(&cfgtab_keys[j], cfg, val, sizeof val);
-            fprintf(f, "  %s = %s;\n", cfgtab_keys[j].name + glen + 1, val);
-        }
-        if (glen == 4 && !strncmp(name, "data", 4)) cfgmix_print(f, cfg);
-        fprintf(f, "};\n");
-    }
-}
-
-int config_save(const char *path, const tsr_config *cfg) {
-    char tmp[4096], dir[4096];
-    if (tsr_snprintf(tmp, sizeof tmp, "%s.tmp", path) != 0) {
-        tsr_error("%s: cannot write config: path too long", path);
-        return TSR_EXIT_DATA;
-    }
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        tsr_error("%s: cannot write config: fopen: %s", tmp, strerror(errno));
-        return TSR_EXIT_DATA;
-    }
-    config_print(f, cfg);
-    int bad = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0;
-    int err = errno;
-    if (fclose(f) != 0 && !bad) bad = 1, err = errno;
-    if (!bad && rename(tmp, path) != 0) bad = 1, err = errno;
-    if (bad) {
-        tsr_error("%s: cannot write config: %s", tmp, strerror(err));
-        remove(tmp);
-        return TSR_EXIT_DATA;
-    }
-    /* Make the rename durable: fsync the directory. */
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash == dir) dir[1] = '\0';
-    else if (slash) *slash = '\0';
-    else strcpy(dir, ".");
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        if (fsync(fd) != 0 && errno != EINVAL)
-            tsr_warn("%s: fsync of directory failed: %s", dir, strerror(errno));
-        close(fd);
-    }
-    return 0;
 }
 
 /* ---- sizes ---- */

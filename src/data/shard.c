@@ -242,87 +242,123 @@ static int index_parse_row(const char *path, int lineno, char **f, int nf, index
     return 0;
 }
 
+/* The index parser's state: which line it expects next. */
+typedef struct index_parser {
+    const char *path;
+    dataset_index *ix;
+    int stage; /* 0 magic, 1..5 header keys, 6 rows, 7 end seen */
+    int lineno, rows;
+    uint64_t hv[INDEX_N_KEYS];
+} index_parser;
+
+/* Line 1: "tessera-dataset <version>". */
+static int index_magic(const index_parser *p, char **f, int nf) {
+    uint64_t ver;
+    if (nf != 2 || strcmp(f[0], INDEX_MAGIC) != 0 || parse_u64(f[1], &ver)) {
+        tsr_error("%s:%d: bad magic: expected '%s <version>' as the first line, found "
+                  "'%s'", p->path, p->lineno, INDEX_MAGIC, f[0]);
+        return TSR_EXIT_DATA;
+    }
+    if (ver != TSR_DATA_VERSION) {
+        tsr_error("%s:%d: dataset format version %llu, this tessera reads version %d",
+                  p->path, p->lineno, (unsigned long long)ver, TSR_DATA_VERSION);
+        return TSR_EXIT_DATA;
+    }
+    return 0;
+}
+
+/* After the last header key: the header checked, and the row table sized by n_shards. Each shard
+ * needs a row: a count beyond the lines left (rest: the text after this line) is refused before
+ * the row table is sized by it (a 90-byte index must not ask for gigabytes). */
+static int index_header_done(index_parser *p, const char *rest) {
+    dataset_index *ix = p->ix;
+    if (index_check_header(p->path, p->hv, ix)) return TSR_EXIT_DATA;
+    size_t left = 0;
+    for (const char *q = rest; q; left++) {
+        q = strchr(q, '\n');
+        if (q) q++;
+    }
+    if ((size_t)ix->n_shards > left) {
+        tsr_error("%s:%d: n_shards %d, but only %zu lines follow (one 'shard' row per "
+                  "shard, then 'end')", p->path, p->lineno, ix->n_shards, left);
+        return TSR_EXIT_DATA;
+    }
+    ix->rows = tsr_calloc((size_t)ix->n_shards + 1, sizeof *ix->rows);
+    if (ix->n_shards == 0) p->stage = 6;
+    return 0;
+}
+
+/* One header line "<key> <number>", the keys in index_keys order. */
+static int index_header_key(index_parser *p, char **f, int nf, const char *rest) {
+    const char *key = index_keys[p->stage - 1];
+    if (nf != 2 || strcmp(f[0], key) != 0 || parse_u64(f[1], &p->hv[p->stage - 1])) {
+        tsr_error("%s:%d: expected '%s <number>', found '%s'%s%s", p->path, p->lineno, key, f[0],
+                  nf > 1 ? " " : "", nf > 1 ? f[1] : "");
+        return TSR_EXIT_DATA;
+    }
+    if (++p->stage == INDEX_N_KEYS + 1) return index_header_done(p, rest);
+    return 0;
+}
+
+/* "tokenizer NAME": the tokenizer that made the tokens (tessera prep); absent in older datasets. */
+static int index_tokenizer(const index_parser *p, char **f, int nf) {
+    if (nf != 2 || p->ix->tokenizer[0] || strlen(f[1]) > TOKENIZER_MAX_LEN) {
+        tsr_error("%s:%d: expected one 'tokenizer <name>' line (a name without spaces, at "
+                  "most %d bytes) before the shard rows", p->path, p->lineno, TOKENIZER_MAX_LEN);
+        return TSR_EXIT_DATA;
+    }
+    snprintf(p->ix->tokenizer, sizeof p->ix->tokenizer, "%s", f[1]);
+    return 0;
+}
+
+/* One line that is not blank nor a comment, by what the parser expects next. */
+static int index_line(index_parser *p, char **f, int nf, const char *rest) {
+    if (p->stage == 7) {
+        tsr_error("%s:%d: text after the 'end' line", p->path, p->lineno);
+        return TSR_EXIT_DATA;
+    }
+    if (p->stage == 0) {
+        TSR_CHECK(index_magic(p, f, nf));
+        p->stage = 1;
+    } else if (p->stage <= INDEX_N_KEYS) {
+        return index_header_key(p, f, nf, rest);
+    } else if (p->stage == 6 && p->rows == 0 && strcmp(f[0], "tokenizer") == 0) {
+        return index_tokenizer(p, f, nf);
+    } else if (p->stage == 6 && p->rows == p->ix->n_shards) {
+        if (nf != 1 || strcmp(f[0], "end") != 0) {
+            tsr_error("%s:%d: expected 'end' after %d shard rows, found '%s'", p->path, p->lineno,
+                      p->rows, f[0]);
+            return TSR_EXIT_DATA;
+        }
+        p->stage = 7;
+    } else {
+        p->stage = 6;
+        if (index_parse_row(p->path, p->lineno, f, nf, &p->ix->rows[p->rows])) return TSR_EXIT_DATA;
+        p->rows++;
+    }
+    return 0;
+}
+
 /* Parses the index text (modified in place). Lines: magic+version, the five header keys in
  * order, optionally "tokenizer NAME", n_shards shard rows, "end". Blank lines and lines starting
  * with '#' are skipped. */
 static int index_parse(const char *path, char *text, dataset_index *ix) {
-    uint64_t hv[INDEX_N_KEYS];
-    int stage = 0, lineno = 0, rows = 0; /* stage: 0 magic, 1..5 keys, 6 rows, 7 end seen */
+    index_parser p = {.path = path, .ix = ix};
     char *save = NULL;
     memset(ix, 0, sizeof *ix);
     for (char *line = text; line; line = save) {
         char *nl = strchr(line, '\n');
         save = nl ? nl + 1 : NULL;
         if (nl) *nl = '\0';
-        lineno++;
+        p.lineno++;
         char *f[5];
         int nf = split_fields(line, f, 4);
         if (nf == 0 || f[0][0] == '#') continue;
-        if (stage == 7) {
-            tsr_error("%s:%d: text after the 'end' line", path, lineno);
-            return TSR_EXIT_DATA;
-        }
-        if (stage == 0) {
-            uint64_t ver;
-            if (nf != 2 || strcmp(f[0], INDEX_MAGIC) != 0 || parse_u64(f[1], &ver)) {
-                tsr_error("%s:%d: bad magic: expected '%s <version>' as the first line, found "
-                          "'%s'", path, lineno, INDEX_MAGIC, f[0]);
-                return TSR_EXIT_DATA;
-            }
-            if (ver != TSR_DATA_VERSION) {
-                tsr_error("%s:%d: dataset format version %llu, this tessera reads version %d",
-                          path, lineno, (unsigned long long)ver, TSR_DATA_VERSION);
-                return TSR_EXIT_DATA;
-            }
-            stage = 1;
-        } else if (stage <= INDEX_N_KEYS) {
-            const char *key = index_keys[stage - 1];
-            if (nf != 2 || strcmp(f[0], key) != 0 || parse_u64(f[1], &hv[stage - 1])) {
-                tsr_error("%s:%d: expected '%s <number>', found '%s'%s%s", path, lineno, key, f[0],
-                          nf > 1 ? " " : "", nf > 1 ? f[1] : "");
-                return TSR_EXIT_DATA;
-            }
-            if (++stage == INDEX_N_KEYS + 1) {
-                if (index_check_header(path, hv, ix)) return TSR_EXIT_DATA;
-                /* each shard needs a row: a count beyond the lines left is refused before the
-                 * row table is sized by it (a 90-byte index must not ask for gigabytes) */
-                size_t left = 0;
-                for (const char *q = save; q; left++) {
-                    q = strchr(q, '\n');
-                    if (q) q++;
-                }
-                if ((size_t)ix->n_shards > left) {
-                    tsr_error("%s:%d: n_shards %d, but only %zu lines follow (one 'shard' row per "
-                              "shard, then 'end')", path, lineno, ix->n_shards, left);
-                    return TSR_EXIT_DATA;
-                }
-                ix->rows = tsr_calloc((size_t)ix->n_shards + 1, sizeof *ix->rows);
-                if (ix->n_shards == 0) stage = 6;
-            }
-        } else if (stage == 6 && rows == 0 && strcmp(f[0], "tokenizer") == 0) {
-            /* the tokenizer that made the tokens (tessera prep); absent in older datasets */
-            if (nf != 2 || ix->tokenizer[0] || strlen(f[1]) > TOKENIZER_MAX_LEN) {
-                tsr_error("%s:%d: expected one 'tokenizer <name>' line (a name without spaces, at "
-                          "most %d bytes) before the shard rows", path, lineno, TOKENIZER_MAX_LEN);
-                return TSR_EXIT_DATA;
-            }
-            snprintf(ix->tokenizer, sizeof ix->tokenizer, "%s", f[1]);
-        } else if (stage == 6 && rows == ix->n_shards) {
-            if (nf != 1 || strcmp(f[0], "end") != 0) {
-                tsr_error("%s:%d: expected 'end' after %d shard rows, found '%s'", path, lineno,
-                          rows, f[0]);
-                return TSR_EXIT_DATA;
-            }
-            stage = 7;
-        } else {
-            stage = 6;
-            if (index_parse_row(path, lineno, f, nf, &ix->rows[rows])) return TSR_EXIT_DATA;
-            rows++;
-        }
+        TSR_CHECK(index_line(&p, f, nf, save));
     }
-    if (stage != 7) {
+    if (p.stage != 7) {
         tsr_error("%s: incomplete index (ends at line %d before the 'end' line; %d of %d shard "
-                  "rows)", path, lineno, rows, ix->n_shards);
+                  "rows)", path, p.lineno, p.rows, ix->n_shards);
         return TSR_EXIT_DATA;
     }
     uint64_t sum = 0;

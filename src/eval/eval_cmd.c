@@ -22,10 +22,10 @@
 #include "cli_commands.h"
 #include "common.h"
 #include "data/data.h"
+#include "data/data_loss.h"
 #include "dist.h"
 #include "eval/icl_score.h"
 #include "fsutil.h"
-#include "train/train_data.h"
 
 static const cli_opt eval_opts[] = {
     {"ckpt", 'C', "PATH", "checkpoint: a step-*.h5 file, a run directory or its `latest` (required)"},
@@ -81,13 +81,17 @@ typedef struct batch {
     int32_t *in, *tg;
 } batch;
 
-/* Mean loss of the dataset at dir (the trainer's own evaluation: train_data_eval_loss). */
+static double forward(void *m, const int32_t *inputs, const int32_t *targets, int B, int T) {
+    return model_forward(m, inputs, targets, B, T);
+}
+
+/* Mean loss of the dataset at dir (data_mean_loss: the trainer's own evaluation). */
 static int val_loss(tsr_model *m, batch *b, const char *dir, int64_t limit, const tsr_dist *d,
                     double *loss, double *samples) {
     tsr_dataset *ds;
     TSR_CHECK(dataset_open(&ds, dir, 1));
     uint64_t n = 0;
-    *loss = train_data_eval_loss(m, ds, dir, b->T, b->B, limit, d, b->in, b->tg, &n);
+    *loss = data_mean_loss(ds, dir, b->T, b->B, limit, d, forward, m, b->in, b->tg, &n);
     *samples = (double)n;
     dataset_close(ds);
     return 0;

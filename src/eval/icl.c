@@ -104,19 +104,34 @@ static void build_option(const tsr_tokenizer *tok, const char *prefix, const cha
     free(b.s);
 }
 
-int icl_task_load(icl_task *t, const tsr_icl_task_config *c, const tsr_tokenizer *tok,
-                  uint64_t seed) {
-    memset(t, 0, sizeof *t);
-    t->cfg = *c;
+/* A task file as read: every non-blank line kept with its parsed document (few-shot prefixes need
+ * the other examples), and the example it holds. */
+typedef struct task_file {
+    json_doc *docs;
+    raw_example *raw;
+    char **lines;
+    int n;
+} task_file;
+
+static void task_file_free(task_file *tf) {
+    for (int i = 0; i < tf->n; i++) {
+        json_doc_free(&tf->docs[i]);
+        free(tf->lines[i]);
+    }
+    free(tf->docs);
+    free(tf->raw);
+    free(tf->lines);
+}
+
+/* Reads every example of the task file c->path into tf. Returns 0 or TSR_EXIT_DATA after
+ * tsr_error() named the file and line. */
+static int read_task_file(const tsr_icl_task_config *c, task_file *tf) {
     FILE *f = fopen(c->path, "r");
     if (!f) {
         tsr_error("%s: cannot read ICL task '%s': %s", c->path, c->label, strerror(errno));
         return TSR_EXIT_DATA;
     }
-    /* every line is kept (its document too): few-shot prefixes need the other examples */
-    json_doc *docs = NULL;
-    raw_example *raw = NULL;
-    char *line = NULL, **lines = NULL;
+    char *line = NULL;
     size_t cap = 0;
     ssize_t len;
     int n = 0, rc = 0, lineno = 0;
@@ -125,27 +140,74 @@ int icl_task_load(icl_task *t, const tsr_icl_task_config *c, const tsr_tokenizer
         size_t k = (size_t)len;
         while (k && (line[k - 1] == '\n' || line[k - 1] == '\r' || line[k - 1] == ' ')) k--;
         if (k == 0) continue;
-        docs = tsr_realloc(docs, (size_t)(n + 1) * sizeof *docs);
-        raw = tsr_realloc(raw, (size_t)(n + 1) * sizeof *raw);
-        lines = tsr_realloc(lines, (size_t)(n + 1) * sizeof *lines);
-        lines[n] = tsr_malloc(k + 1);
-        memcpy(lines[n], line, k);
-        lines[n][k] = '\0';
-        json_doc_init(&docs[n]);
+        tf->docs = tsr_realloc(tf->docs, (size_t)(n + 1) * sizeof *tf->docs);
+        tf->raw = tsr_realloc(tf->raw, (size_t)(n + 1) * sizeof *tf->raw);
+        tf->lines = tsr_realloc(tf->lines, (size_t)(n + 1) * sizeof *tf->lines);
+        tf->lines[n] = tsr_malloc(k + 1);
+        memcpy(tf->lines[n], line, k);
+        tf->lines[n][k] = '\0';
+        json_doc_init(&tf->docs[n]);
         json_value *root;
         json_error err;
         const char *why = NULL;
-        if (json_parse(&docs[n], lines[n], k, &root, &err) != 0) {
+        if (json_parse(&tf->docs[n], tf->lines[n], k, &root, &err) != 0) {
             tsr_error("%s:%d: not JSON: %s at byte %zu", c->path, lineno, err.msg, err.pos + 1);
             rc = TSR_EXIT_DATA;
-        } else if (parse_line(c, root, &raw[n], &why) != 0) {
+        } else if (parse_line(c, root, &tf->raw[n], &why) != 0) {
             tsr_error("%s:%d: %s example: %s", c->path, lineno, config_icl_type_name(c->type), why);
             rc = TSR_EXIT_DATA;
         }
-        n++;
+        tf->n = ++n;
     }
     free(line);
     fclose(f);
+    return rc;
+}
+
+/* The few-shot prefix of example i into prefix: c->fewshot other examples, in the order of a
+ * seeded permutation of the file (skipping i), each with its gold option. */
+static void fewshot_prefix(const tsr_icl_task_config *c, const task_file *tf, int i, uint64_t seed,
+                           growbuf *prefix) {
+    gb_add(prefix, "");
+    for (int p = 0, used = 0; used < c->fewshot; p++) {
+        int j = (int)sampler_permute(seed, (uint64_t)i, (uint64_t)tf->n, (uint64_t)p);
+        if (j == i) continue;
+        const char *sctx, *scont;
+        option_text(c, &tf->raw[j], c->type == TSR_ICL_LM ? 0 : tf->raw[j].gold, &sctx, &scont);
+        gb_add(prefix, sctx);
+        gb_add(prefix, c->continuation_delimiter);
+        gb_add(prefix, scont);
+        gb_add(prefix, c->example_delimiter);
+        used++;
+    }
+}
+
+/* Example i of the task, every option tokenized after the prefix. Returns 0, or TSR_EXIT_DATA
+ * when an option's continuation has no tokens. */
+static int build_example(const tsr_icl_task_config *c, const tsr_tokenizer *tok,
+                         const raw_example *r, int i, const char *prefix, icl_example *e) {
+    int rc = 0;
+    e->n_opts = c->type == TSR_ICL_MC ? r->n_cont : c->type == TSR_ICL_SCHEMA ? r->n_ctx : 1;
+    e->gold = r->gold;
+    e->opts = tsr_calloc((size_t)e->n_opts, sizeof *e->opts);
+    for (int k = 0; k < e->n_opts; k++) {
+        const char *ctx, *cont;
+        option_text(c, r, k, &ctx, &cont);
+        build_option(tok, prefix, ctx, c->continuation_delimiter, cont, &e->opts[k]);
+        if (e->opts[k].n_cont == 0) {
+            tsr_error("%s: example %d option %d: the continuation has no tokens", c->path, i + 1, k);
+            rc = TSR_EXIT_DATA;
+        }
+    }
+    return rc;
+}
+
+int icl_task_load(icl_task *t, const tsr_icl_task_config *c, const tsr_tokenizer *tok,
+                  uint64_t seed) {
+    memset(t, 0, sizeof *t);
+    t->cfg = *c;
+    task_file tf = {0};
+    int rc = read_task_file(c, &tf), n = tf.n;
     if (!rc && n == 0) {
         tsr_error("%s: no examples (ICL task '%s')", c->path, c->label);
         rc = TSR_EXIT_DATA;
@@ -160,45 +222,14 @@ int icl_task_load(icl_task *t, const tsr_icl_task_config *c, const tsr_tokenizer
         double base = 0;
         for (int i = 0; i < n; i++) {
             growbuf prefix = {0};
-            gb_add(&prefix, "");
-            /* fewshot others, in the order of a seeded permutation of the file (skipping i) */
-            for (int p = 0, used = 0; used < c->fewshot; p++) {
-                int j = (int)sampler_permute(seed, (uint64_t)i, (uint64_t)n, (uint64_t)p);
-                if (j == i) continue;
-                const char *sctx, *scont;
-                option_text(c, &raw[j], c->type == TSR_ICL_LM ? 0 : raw[j].gold, &sctx, &scont);
-                gb_add(&prefix, sctx);
-                gb_add(&prefix, c->continuation_delimiter);
-                gb_add(&prefix, scont);
-                gb_add(&prefix, c->example_delimiter);
-                used++;
-            }
-            icl_example *e = &t->ex[i];
-            e->n_opts = c->type == TSR_ICL_MC ? raw[i].n_cont : c->type == TSR_ICL_SCHEMA ? raw[i].n_ctx : 1;
-            e->gold = raw[i].gold;
-            e->opts = tsr_calloc((size_t)e->n_opts, sizeof *e->opts);
-            for (int k = 0; k < e->n_opts; k++) {
-                const char *ctx, *cont;
-                option_text(c, &raw[i], k, &ctx, &cont);
-                build_option(tok, prefix.s, ctx, c->continuation_delimiter, cont, &e->opts[k]);
-                if (e->opts[k].n_cont == 0) {
-                    tsr_error("%s: example %d option %d: the continuation has no tokens", c->path,
-                              i + 1, k);
-                    rc = TSR_EXIT_DATA;
-                }
-            }
-            base += c->type == TSR_ICL_LM ? 0.0 : 1.0 / e->n_opts;
+            fewshot_prefix(c, &tf, i, seed, &prefix);
+            if (build_example(c, tok, &tf.raw[i], i, prefix.s, &t->ex[i])) rc = TSR_EXIT_DATA;
+            base += c->type == TSR_ICL_LM ? 0.0 : 1.0 / t->ex[i].n_opts;
             free(prefix.s);
         }
         t->baseline = base / n;
     }
-    for (int i = 0; i < n; i++) {
-        json_doc_free(&docs[i]);
-        free(lines[i]);
-    }
-    free(docs);
-    free(raw);
-    free(lines);
+    task_file_free(&tf);
     if (rc) icl_task_free(t);
     return rc;
 }

@@ -19,7 +19,7 @@
 #include "cli.h"
 #include "cli_commands.h"
 #include "common.h"
-#include "generate/gen_sample.h"
+#include "model/gen_sample.h"
 #include "tokenizer/tokenizer.h"
 
 #define GEN_MAX_SETS 64

@@ -11,7 +11,6 @@
  */
 #include "prep/prep.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -213,15 +212,14 @@ static void add_file(file_list *l, const char *path, uint64_t size) {
     l->bytes += size;
 }
 
-static int cmp_name(const struct dirent **x, const struct dirent **y) {
-    return strcmp((*x)->d_name, (*y)->d_name); /* byte order: independent of the locale */
-}
-static int not_hidden(const struct dirent *e) {
-    return e->d_name[0] != '.';
+static int add_walked(void *ctx, const char *path, const struct stat *st) {
+    add_file(ctx, path, (uint64_t)st->st_size);
+    return 0;
 }
 
-/* Adds path: a file, or every non-hidden file below a directory, in sorted order. */
-static int collect(file_list *l, const char *path, int depth) {
+/* Adds an INPUT: a regular file, or every file of a directory as fs_walk finds them (sorted,
+ * hidden names skipped, links followed, special files skipped with a warning). */
+static int collect(file_list *l, const char *path) {
     struct stat st;
     if (stat(path, &st) != 0) {
         tsr_error("%s: cannot read input: %s", path, strerror(errno));
@@ -235,30 +233,7 @@ static int collect(file_list *l, const char *path, int depth) {
         tsr_error("%s: not a regular file or a directory", path);
         return TSR_EXIT_DATA;
     }
-    if (depth > 64) {
-        tsr_error("%s: directories nested more than 64 deep (a symlink loop?)", path);
-        return TSR_EXIT_DATA;
-    }
-    struct dirent **names;
-    int n = scandir(path, &names, not_hidden, cmp_name);
-    if (n < 0) {
-        tsr_error("%s: cannot list directory: %s", path, strerror(errno));
-        return TSR_EXIT_DATA;
-    }
-    int rc = 0;
-    for (int k = 0; k < n; k++) {
-        char sub[4096];
-        size_t pl = strlen(path);
-        if (!rc && tsr_snprintf(sub, sizeof sub, "%s%s%s", path,
-                                pl && path[pl - 1] == '/' ? "" : "/", names[k]->d_name)) {
-            tsr_error("%s/%s: path too long", path, names[k]->d_name);
-            rc = TSR_EXIT_DATA;
-        }
-        if (!rc) rc = collect(l, sub, depth + 1);
-        free(names[k]);
-    }
-    free(names);
-    return rc;
+    return fs_walk(path, add_walked, l);
 }
 
 static int has_suffix(const char *s, const char *suf) {
@@ -802,7 +777,7 @@ int cmd_prep(int argc, char **argv) {
                   a.out);
         return TSR_EXIT_DATA;
     }
-    for (int k = optind; k < argc && !rc; k++) rc = collect(&c.files, argv[k], 0);
+    for (int k = optind; k < argc && !rc; k++) rc = collect(&c.files, argv[k]);
     if (!rc) rc = detect_kinds(&c.files, a.format);
     if (!rc && a.pack) rc = check_pack_kinds(&c.files);
     if (!rc) rc = open_tokenizer(&c);

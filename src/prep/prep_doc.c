@@ -137,19 +137,83 @@ static void put_chat(const prep_doc_rules *r, const json_value *root, prep_item 
     prep_chat_render_free(&cr);
 }
 
+/* A plain document (a text file's, or a JSONL line's "text"): [BOS] text [EOS], every token a
+ * target; an empty text is an empty item. */
+static void put_plain(const prep_doc_rules *r, prep_item *it, const char *s, size_t n) {
+    if (n == 0) {
+        it->status = ITEM_EMPTY;
+        return;
+    }
+    if (r->bos) put_id(it, r->eos, 1);
+    put_text(r, it, s, n, 1, 0);
+    if (!r->no_eos) put_id(it, r->eos, 1);
+}
+
+/* {"prompt", "response"} ("completion" is accepted in place of "response"): the prompt is a
+ * target only with target_prompts. */
+static void put_sft(const prep_doc_rules *r, prep_item *it, const json_value *root) {
+    uint8_t tp = (uint8_t)r->target_prompts;
+    const json_value *prompt = get_str(it, root, "prompt"), *resp;
+    if (!prompt) return;
+    resp = json_get(root, "response") || !json_get(root, "completion")
+               ? get_str(it, root, "response") : get_str(it, root, "completion");
+    if (!resp) return;
+    if (r->bos) put_id(it, r->eos, tp);
+    put_text(r, it, prompt->str, prompt->len, tp, 0);
+    put_text(r, it, resp->str, resp->len, 1, 0);
+    if (!r->no_eos) put_id(it, r->eos, 1);
+}
+
+/* Chat turn k in the "ROLE: content" format: "ROLE: " (never a target), the content and "\n"
+ * (targets for the assistant, or with target_prompts). Returns 0, or -1 after bad().
+ * *assistant: the role is "assistant". */
+static int put_turn(const prep_doc_rules *r, prep_item *it, const json_value *m, int k,
+                    int *assistant) {
+    uint8_t tp = (uint8_t)r->target_prompts;
+    if (m->type != JSON_OBJECT) return bad(it, "messages[%d] is %s, expected an object", k, what(m->type));
+    const json_value *role = get_str(it, m, "role"), *content;
+    if (!role || !(content = get_str(it, m, "content"))) {
+        char why[sizeof it->err];
+        snprintf(why, sizeof why, "%s", it->err);
+        return bad(it, "messages[%d]: %s", k, why);
+    }
+    *assistant = strcmp(role->str, "assistant") == 0;
+    if (k == 0 && r->bos) put_id(it, r->eos, tp);
+    char small[128], *head = role->len + 3 <= sizeof small ? small : tsr_malloc(role->len + 3);
+    memcpy(head, role->str, role->len);
+    memcpy(head + role->len, ": ", 3);
+    put_text(r, it, head, role->len + 2, tp, 0); /* the header "ROLE: " is never a target */
+    if (head != small) free(head);
+    uint8_t m_content = (uint8_t)(*assistant || tp);
+    put_text(r, it, content->str, content->len, m_content, 0);
+    put_text(r, it, "\n", 1, m_content, 0);
+    return 0;
+}
+
+/* {"messages": [{"role", "content"}, ...]} without a chat template: the turns, then EOS (a target
+ * after an assistant's last turn, or with target_prompts). */
+static void put_role_chat(const prep_doc_rules *r, prep_item *it, const json_value *root) {
+    const json_value *msgs = json_get(root, "messages");
+    if (!msgs) {
+        bad(it, "missing field \"messages\"");
+        return;
+    }
+    if (msgs->type != JSON_ARRAY || msgs->len == 0) {
+        bad(it, "field \"messages\" must be a non-empty array of {\"role\", \"content\"}");
+        return;
+    }
+    int k = 0, last_assistant = 0;
+    for (const json_value *m = msgs->child; m; m = m->next, k++)
+        if (put_turn(r, it, m, k, &last_assistant)) return;
+    if (!r->no_eos) put_id(it, r->eos, (uint8_t)(last_assistant || r->target_prompts));
+}
+
 void prep_tokenize(const prep_doc_rules *r, prep_format kind, const char *s, prep_item *it,
                    json_doc *jd) {
-    uint8_t tp = (uint8_t)r->target_prompts;
     it->n = 0;
     it->status = ITEM_OK;
     if (kind == FMT_TEXT) {
-        if (it->len == 0) {
-            it->status = ITEM_EMPTY;
-            return;
-        }
-        if (r->bos) put_id(it, r->eos, 1);
-        put_text(r, it, s, it->len, 1, 0);
-        if (!r->no_eos) put_id(it, r->eos, 1);
+        put_plain(r, it, s, it->len);
         return;
     }
     json_value *root;
@@ -164,66 +228,12 @@ void prep_tokenize(const prep_doc_rules *r, prep_format kind, const char *s, pre
     }
     if (kind == FMT_JSONL) {
         const json_value *t = get_str(it, root, "text");
-        if (!t) return;
-        if (t->len == 0) {
-            it->status = ITEM_EMPTY;
-            return;
-        }
-        if (r->bos) put_id(it, r->eos, 1);
-        put_text(r, it, t->str, t->len, 1, 0);
-        if (!r->no_eos) put_id(it, r->eos, 1);
-        return;
+        if (t) put_plain(r, it, t->str, t->len);
+    } else if (kind == FMT_SFT) {
+        put_sft(r, it, root);
+    } else if (r->chat) {
+        put_chat(r, root, it, (uint8_t)r->target_prompts);
+    } else {
+        put_role_chat(r, it, root);
     }
-    if (kind == FMT_SFT) {
-        /* "completion" is accepted in place of "response" */
-        const json_value *prompt = get_str(it, root, "prompt"), *resp;
-        if (!prompt) return;
-        resp = json_get(root, "response") || !json_get(root, "completion")
-                   ? get_str(it, root, "response") : get_str(it, root, "completion");
-        if (!resp) return;
-        if (r->bos) put_id(it, r->eos, tp);
-        put_text(r, it, prompt->str, prompt->len, tp, 0);
-        put_text(r, it, resp->str, resp->len, 1, 0);
-        if (!r->no_eos) put_id(it, r->eos, 1);
-        return;
-    }
-    /* chat */
-    if (r->chat) {
-        put_chat(r, root, it, tp);
-        return;
-    }
-    const json_value *msgs = json_get(root, "messages");
-    if (!msgs) {
-        bad(it, "missing field \"messages\"");
-        return;
-    }
-    if (msgs->type != JSON_ARRAY || msgs->len == 0) {
-        bad(it, "field \"messages\" must be a non-empty array of {\"role\", \"content\"}");
-        return;
-    }
-    int k = 0, last_assistant = 0;
-    for (const json_value *m = msgs->child; m; m = m->next, k++) {
-        if (m->type != JSON_OBJECT) {
-            bad(it, "messages[%d] is %s, expected an object", k, what(m->type));
-            return;
-        }
-        const json_value *role = get_str(it, m, "role"), *content;
-        if (!role || !(content = get_str(it, m, "content"))) {
-            char why[sizeof it->err];
-            snprintf(why, sizeof why, "%s", it->err);
-            bad(it, "messages[%d]: %s", k, why);
-            return;
-        }
-        last_assistant = strcmp(role->str, "assistant") == 0;
-        if (k == 0 && r->bos) put_id(it, r->eos, tp);
-        char small[128], *head = role->len + 3 <= sizeof small ? small : tsr_malloc(role->len + 3);
-        memcpy(head, role->str, role->len);
-        memcpy(head + role->len, ": ", 3);
-        put_text(r, it, head, role->len + 2, tp, 0); /* the header "ROLE: " is never a target */
-        if (head != small) free(head);
-        uint8_t m_content = (uint8_t)(last_assistant || tp);
-        put_text(r, it, content->str, content->len, m_content, 0);
-        put_text(r, it, "\n", 1, m_content, 0);
-    }
-    if (!r->no_eos) put_id(it, r->eos, (uint8_t)(last_assistant || tp));
 }

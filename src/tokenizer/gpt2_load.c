@@ -17,42 +17,11 @@
 #include <string.h>
 
 #include "common.h"
+#include "fsutil.h"
 #include "tokenizer/tokenizer.h"
-
-void tsr_tokenizer_set_pair(tsr_tokenizer *t, uint32_t l, uint32_t r, uint32_t rank, uint32_t res);
+#include "tokenizer/tokenizer_internal.h"
 
 #define SPECIAL_EOT "<|endoftext|>"
-
-static int read_file(const char *path, char **buf, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        tsr_error("%s: cannot open: %s", path, strerror(errno));
-        return TSR_EXIT_DATA;
-    }
-    size_t cap = 1 << 20, len = 0;
-    char *b = tsr_malloc(cap + 1);
-    size_t got;
-    while ((got = fread(b + len, 1, cap - len, f)) > 0) {
-        len += got;
-        if (len == cap) {
-            cap *= 2;
-            char *nb = realloc(b, cap + 1);
-            if (!nb) tsr_die(TSR_EXIT_INTERNAL, "out of memory reading %s", path);
-            b = nb;
-        }
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (err) {
-        tsr_error("%s: read error", path);
-        free(b);
-        return TSR_EXIT_DATA;
-    }
-    b[len] = '\0';
-    *buf = b;
-    *n = len;
-    return 0;
-}
 
 /* code point (< 324) of bytes_to_unicode -> byte, or -1 */
 static void unicode_to_byte(int16_t map[324]) {
@@ -211,11 +180,55 @@ static int place_entries(const char *path, enc_entry *e, size_t n, vocab *v) {
     return 0; /* n entries, n distinct ids below n: every id 0..n-1 is there */
 }
 
+/* One `"token": id` of encoder.json at *pp: the token's bytes (each code point through
+ * bytes_to_unicode reversed) into e, malloc'd; *is_eot when it is <|endoftext|>. Returns 0 with *pp
+ * after the id, or -1 with *pp at the fault and *why saying what it is. */
+static int parse_entry(const char **pp, const int16_t *u2b, enc_entry *e, int *is_eot,
+                       const char **why) {
+    uint32_t cps[4096];
+    uint8_t bytes[4096];
+    size_t ncp;
+    const char *at = skip_ws(*pp), *p = parse_string(at, cps, 4096, &ncp, why);
+    if (!p) {
+        *pp = at; /* the error names where the string starts */
+        return -1;
+    }
+    p = skip_ws(p);
+    if (*p++ != ':') {
+        *pp = p;
+        *why = "expected ':'";
+        return -1;
+    }
+    p = skip_ws(p);
+    char *end;
+    errno = 0;
+    long long id = strtoll(p, &end, 10);
+    if (end == p || errno || id < 0 || id >= (1ll << 31) || *end == '.' || *end == 'e' || *end == 'E') {
+        *pp = p;
+        *why = "expected a token id (an integer in [0, 2^31))";
+        return -1;
+    }
+    *pp = end;
+    *is_eot = 0;
+    for (size_t i = 0; i < ncp; i++) {
+        if (cps[i] >= 324 || u2b[cps[i]] < 0) {
+            /* only the special token may hold other characters (it holds none in GPT-2) */
+            *why = "a token holds a character outside GPT-2's byte-to-unicode table";
+            return -1;
+        }
+        bytes[i] = (uint8_t)u2b[cps[i]];
+    }
+    *is_eot = ncp == strlen(SPECIAL_EOT) && memcmp(bytes, SPECIAL_EOT, ncp) == 0;
+    e->id = (uint32_t)id;
+    e->len = (uint32_t)ncp;
+    e->bytes = tsr_malloc(ncp ? ncp : 1);
+    memcpy(e->bytes, bytes, ncp);
+    return 0;
+}
+
 static int parse_encoder(const char *path, const char *buf, vocab *v, int *has_eot) {
     int16_t u2b[324];
     unicode_to_byte(u2b);
-    uint32_t cps[4096];
-    uint8_t bytes[4096];
     const char *why = NULL, *p = skip_ws(buf);
     enc_entry *ents = NULL;
     size_t n_ents = 0, cap = 0;
@@ -231,51 +244,14 @@ static int parse_encoder(const char *path, const char *buf, vocab *v, int *has_e
         goto bad;
     }
     for (;;) {
-        size_t ncp;
-        const char *at = skip_ws(p);
-        p = parse_string(at, cps, 4096, &ncp, &why);
-        if (!p) {
-            p = at; /* the error names where the string starts */
-            goto bad;
-        }
-        p = skip_ws(p);
-        if (*p++ != ':') {
-            why = "expected ':'";
-            goto bad;
-        }
-        p = skip_ws(p);
-        char *end;
-        errno = 0;
-        long long id = strtoll(p, &end, 10);
-        if (end == p || errno || id < 0 || id >= (1ll << 31) || *end == '.' || *end == 'e' || *end == 'E') {
-            why = "expected a token id (an integer in [0, 2^31))";
-            goto bad;
-        }
-        p = end;
-        /* the token's bytes: each code point through bytes_to_unicode reversed */
-        int is_eot = 0;
-        for (size_t i = 0; i < ncp; i++) {
-            if (cps[i] >= 324 || u2b[cps[i]] < 0) {
-                /* only the special token may hold other characters (it holds none in GPT-2) */
-                is_eot = -1;
-                break;
-            }
-            bytes[i] = (uint8_t)u2b[cps[i]];
-        }
-        if (ncp == strlen(SPECIAL_EOT) && is_eot == 0 && memcmp(bytes, SPECIAL_EOT, ncp) == 0) is_eot = 1;
-        if (is_eot < 0) {
-            why = "a token holds a character outside GPT-2's byte-to-unicode table";
-            goto bad;
-        }
         if (n_ents == cap) { /* grows with the entries read: bounded by the file's size */
             cap = cap ? 2 * cap : 1024;
             ents = tsr_realloc(ents, cap * sizeof *ents);
         }
-        ents[n_ents].id = (uint32_t)id;
-        ents[n_ents].len = (uint32_t)ncp;
-        ents[n_ents].bytes = tsr_malloc(ncp ? ncp : 1);
-        memcpy(ents[n_ents++].bytes, bytes, ncp);
-        if (is_eot == 1) *has_eot = 1;
+        int is_eot;
+        if (parse_entry(&p, u2b, &ents[n_ents], &is_eot, &why)) goto bad;
+        n_ents++;
+        if (is_eot) *has_eot = 1;
         p = skip_ws(p);
         if (*p == ',') {
             p++;
@@ -342,44 +318,32 @@ static int operand_bytes(const char *s, const int16_t *u2b, uint8_t *out, size_t
     return 0;
 }
 
-int tokenizer_load_gpt2(tsr_tokenizer **out, const char *encoder_json, const char *vocab_bpe) {
-    char *ebuf = NULL, *bbuf = NULL;
-    size_t en, bn;
-    vocab v = {0};
-    tsr_merge *merges = NULL;
-    str_map m = {0};
-    int rc, has_eot = 0;
-    *out = NULL;
-    if ((rc = read_file(encoder_json, &ebuf, &en)) || (rc = read_file(vocab_bpe, &bbuf, &bn))) goto done;
-    if (strlen(ebuf) != en) {
-        tsr_error("%s: malformed encoder.json: holds a NUL byte", encoder_json);
-        rc = TSR_EXIT_DATA;
-        goto done;
-    }
-    if ((rc = parse_encoder(encoder_json, ebuf, &v, &has_eot))) goto done;
-
+/* The vocabulary's token -> id map (open addressing over v's tokens). */
+static str_map map_vocab(const vocab *v) {
     size_t mcap = 16;
-    while (mcap < 2ull * v.n) mcap <<= 1;
-    m = (str_map){tsr_calloc(mcap, sizeof(uint32_t)), mcap - 1, (const uint8_t *const *)v.tok, v.len};
-    for (uint32_t i = 0; i < v.n; i++) {
-        size_t s = str_hash(v.tok[i], v.len[i]) & m.mask;
+    while (mcap < 2ull * v->n) mcap <<= 1;
+    str_map m = {tsr_calloc(mcap, sizeof(uint32_t)), mcap - 1, (const uint8_t *const *)v->tok, v->len};
+    for (uint32_t i = 0; i < v->n; i++) {
+        size_t s = str_hash(v->tok[i], v->len[i]) & m.mask;
         while (m.slot[s]) s = (s + 1) & m.mask;
         m.slot[s] = i + 1;
     }
+    return m;
+}
 
-    /* vocab.bpe: lines[1 : -1] */
+/* The merges of vocab.bpe (bbuf, bn bytes; lines[1 : -1], as the reference reads it) as token ids
+ * of m, into merges (one per line at most); their count in *n_merges. Returns 0 or TSR_EXIT_DATA
+ * after tsr_error() named the line. */
+static int parse_merges(const char *vocab_bpe, const char *encoder_json, char *bbuf, size_t bn,
+                        const str_map *m, tsr_merge *merges, uint32_t *n_merges) {
     int16_t u2b[324];
     unicode_to_byte(u2b);
-    size_t n_lines = 0;
-    for (size_t i = 0; i < bn; i++) n_lines += bbuf[i] == '\n';
-    merges = tsr_malloc((n_lines + 1) * sizeof *merges);
-    uint32_t n_merges = 0;
+    *n_merges = 0;
     char *line = bbuf, *nl = memchr(bbuf, '\n', bn);
     if (!nl) {
         tsr_error("%s: malformed vocab.bpe: no line break (expected a '#version' line, then merges)",
                   vocab_bpe);
-        rc = TSR_EXIT_DATA;
-        goto done;
+        return TSR_EXIT_DATA;
     }
     long lineno = 1;
     for (line = nl + 1; (nl = memchr(line, '\n', bn - (size_t)(line - bbuf))) != NULL; line = nl + 1) {
@@ -392,19 +356,66 @@ int tokenizer_load_gpt2(tsr_tokenizer **out, const char *encoder_json, const cha
             operand_bytes(b, u2b, ab + la, &lb)) {
             tsr_error("%s:%ld: malformed vocab.bpe: expected two tokens 'left right' spelled "
                       "through GPT-2's byte-to-unicode table", vocab_bpe, lineno);
-            rc = TSR_EXIT_DATA;
-            goto done;
+            return TSR_EXIT_DATA;
         }
-        uint32_t l = map_find(&m, ab, la), r = map_find(&m, ab + la, lb), res = map_find(&m, ab, la + lb);
+        uint32_t l = map_find(m, ab, la), r = map_find(m, ab + la, lb), res = map_find(m, ab, la + lb);
         if (l == UINT32_MAX || r == UINT32_MAX || res == UINT32_MAX) {
             tsr_error("%s:%ld: merge '%s %s': %s is not in %s", vocab_bpe, lineno, a, b,
                       l == UINT32_MAX ? "the left token" : r == UINT32_MAX ? "the right token" : "the merged token",
                       encoder_json);
-            rc = TSR_EXIT_DATA;
-            goto done;
+            return TSR_EXIT_DATA;
         }
-        merges[n_merges++] = (tsr_merge){l, r, res};
+        merges[(*n_merges)++] = (tsr_merge){l, r, res};
     }
+    return 0;
+}
+
+/* The reference's rank keys are left + "," + right: every split of a merge's key at a comma into
+ * two vocabulary tokens gets the rank (the last merge with that key wins). */
+static void add_comma_ranks(tsr_tokenizer *t, const vocab *v, const str_map *m,
+                            const tsr_merge *merges, uint32_t n_merges) {
+    for (uint32_t r = 0; r < n_merges; r++) {
+        uint8_t key[8200];
+        uint32_t la = v->len[merges[r].left], lb = v->len[merges[r].right];
+        memcpy(key, v->tok[merges[r].left], la);
+        key[la] = ',';
+        memcpy(key + la + 1, v->tok[merges[r].right], lb);
+        size_t kl = la + 1 + lb;
+        for (size_t p = 1; p + 1 < kl; p++) {
+            if (key[p] != ',') continue;
+            uint32_t x = map_find(m, key, p), y = map_find(m, key + p + 1, kl - p - 1);
+            if (x == UINT32_MAX || y == UINT32_MAX) continue;
+            uint8_t xy[8200];
+            memcpy(xy, key, p);
+            memcpy(xy + p, key + p + 1, kl - p - 1);
+            uint32_t res = map_find(m, xy, kl - 1);
+            if (res != UINT32_MAX) tsr_tokenizer_set_pair(t, x, y, r, res);
+        }
+    }
+}
+
+int tokenizer_load_gpt2(tsr_tokenizer **out, const char *encoder_json, const char *vocab_bpe) {
+    char *ebuf = NULL, *bbuf = NULL;
+    size_t en, bn;
+    vocab v = {0};
+    tsr_merge *merges = NULL;
+    str_map m = {0};
+    int rc, has_eot = 0;
+    *out = NULL;
+    if ((rc = fs_read_all(encoder_json, 0, &ebuf, &en)) || (rc = fs_read_all(vocab_bpe, 0, &bbuf, &bn)))
+        goto done;
+    if (strlen(ebuf) != en) {
+        tsr_error("%s: malformed encoder.json: holds a NUL byte", encoder_json);
+        rc = TSR_EXIT_DATA;
+        goto done;
+    }
+    if ((rc = parse_encoder(encoder_json, ebuf, &v, &has_eot))) goto done;
+    m = map_vocab(&v);
+    size_t n_lines = 0;
+    for (size_t i = 0; i < bn; i++) n_lines += bbuf[i] == '\n';
+    merges = tsr_malloc((n_lines + 1) * sizeof *merges);
+    uint32_t n_merges = 0;
+    if ((rc = parse_merges(vocab_bpe, encoder_json, bbuf, bn, &m, merges, &n_merges))) goto done;
 
     const char *special = SPECIAL_EOT;
     uint32_t eot_id = UINT32_MAX;
@@ -415,26 +426,7 @@ int tokenizer_load_gpt2(tsr_tokenizer **out, const char *encoder_json, const cha
         tsr_error("  while loading %s + %s", encoder_json, vocab_bpe);
         goto done;
     }
-    /* the reference's rank keys are left + "," + right: every split of a merge's key at a comma
-     * into two vocabulary tokens gets the rank (the last merge with that key wins) */
-    for (uint32_t r = 0; r < n_merges; r++) {
-        uint8_t key[8200];
-        uint32_t la = v.len[merges[r].left], lb = v.len[merges[r].right];
-        memcpy(key, v.tok[merges[r].left], la);
-        key[la] = ',';
-        memcpy(key + la + 1, v.tok[merges[r].right], lb);
-        size_t kl = la + 1 + lb;
-        for (size_t p = 1; p + 1 < kl; p++) {
-            if (key[p] != ',') continue;
-            uint32_t x = map_find(&m, key, p), y = map_find(&m, key + p + 1, kl - p - 1);
-            if (x == UINT32_MAX || y == UINT32_MAX) continue;
-            uint8_t xy[8200];
-            memcpy(xy, key, p);
-            memcpy(xy + p, key + p + 1, kl - p - 1);
-            uint32_t res = map_find(&m, xy, kl - 1);
-            if (res != UINT32_MAX) tsr_tokenizer_set_pair(*out, x, y, r, res);
-        }
-    }
+    add_comma_ranks(*out, &v, &m, merges, n_merges);
 done:
     free(m.slot);
     free(merges);

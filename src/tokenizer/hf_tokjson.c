@@ -136,9 +136,12 @@ static uint64_t pow2_at_least(uint64_t n) {
     return c;
 }
 
-static int load_vocab(hf_tok *t, const json_value *vocab, const json_value *added, const char *path) {
+/* Pass 1 over model.vocab then added_tokens: every id an integer in [0, MAX_IDS); the largest in
+ * *max_id. Returns 0 or fail(). */
+static int vocab_max_id(const json_value *vocab, const json_value *added, const char *path,
+                        uint32_t *max_id) {
     char msg[300];
-    uint32_t max_id = 0;
+    *max_id = 0;
     for (int pass = 0; pass < 2; pass++)
         for (const json_value *v = pass ? added->child : vocab->child; v; v = v->next) {
             const json_value *idv = pass ? json_get(v, "id") : v;
@@ -148,23 +151,26 @@ static int load_vocab(hf_tok *t, const json_value *vocab, const json_value *adde
                              pass ? "added_tokens" : "model.vocab", pass ? "?" : v->key, MAX_IDS);
                 return fail(path, msg);
             }
-            if ((uint32_t)d > max_id) max_id = (uint32_t)d;
+            if ((uint32_t)d > *max_id) *max_id = (uint32_t)d;
         }
-    t->n_ids = max_id + 1;
-    const json_value **src = tsr_calloc(t->n_ids, sizeof *src);
-    uint8_t *is_added = tsr_calloc(t->n_ids, 1);
-    size_t total = 0;
+    return 0;
+}
+
+/* Pass 2: src[id] = the JSON value holding id's text (a vocab key, or an added token's content),
+ * is_added[id] = which; *total = the bytes of all texts. An id given twice in the vocab, or an
+ * added token whose id the vocab gives to another text, is refused. Returns 0 or fail(). */
+static int vocab_sources(const json_value *vocab, const json_value *added, const char *path,
+                         const json_value **src, uint8_t *is_added, size_t *total) {
+    char msg[300];
+    *total = 0;
     for (int pass = 0; pass < 2; pass++)
         for (const json_value *v = pass ? added->child : vocab->child; v; v = v->next) {
             uint32_t id = (uint32_t)(pass ? json_get(v, "id")->num : v->num);
             const json_value *c = pass ? json_get(v, "content") : NULL;
-            if (pass && (!c || c->type != JSON_STRING || c->len == 0)) {
-                free(src), free(is_added);
+            if (pass && (!c || c->type != JSON_STRING || c->len == 0))
                 return fail(path, "added_tokens: each needs a non-empty string 'content'");
-            }
             if (!pass && src[id]) {
                 tsr_snprintf(msg, sizeof msg, "model.vocab: id %u given twice ('%.60s')", id, v->key);
-                free(src), free(is_added);
                 return fail(path, msg);
             }
             if (pass && src[id] && !is_added[id]) { /* an added token that is also a vocab entry */
@@ -176,14 +182,21 @@ static int load_vocab(hf_tok *t, const json_value *vocab, const json_value *adde
                 if (!same) {
                     tsr_snprintf(msg, sizeof msg, "added_tokens: '%.60s' has id %u, which the vocab "
                                  "gives to '%.60s'", c->str, id, src[id]->key);
-                    free(src), free(is_added);
                     return fail(path, msg);
                 }
             }
             src[id] = pass ? c : v;
             is_added[id] = (uint8_t)pass;
-            total += pass ? c->len : v->key_len;
+            *total += pass ? c->len : v->key_len;
         }
+    return 0;
+}
+
+/* Every id's bytes into t->blob / t->off (vocab keys through the byte-level map; a key that is
+ * not byte-level text kept as written, assigned = 2, never produced by encoding), then the
+ * byte-level vocab entries into the lookup table. */
+static void vocab_fill(hf_tok *t, const json_value *const *src, const uint8_t *is_added,
+                       size_t total) {
     t->blob = tsr_malloc(total + 1);
     t->off = tsr_calloc((size_t)t->n_ids + 1, sizeof *t->off);
     t->assigned = tsr_calloc(t->n_ids, 1);
@@ -212,18 +225,37 @@ static int load_vocab(hf_tok *t, const json_value *vocab, const json_value *adde
     t->vmask = cap - 1;
     for (uint32_t id = 0; id < t->n_ids; id++)
         if (t->assigned[id] == 1 && !is_added[id]) vocab_insert(t, id);
+}
+
+/* t->byte_tok: the token of each single byte; byte-level BPE needs all 256. Returns 0 or fail(). */
+static int vocab_bytes(hf_tok *t, const char *path) {
+    char msg[300];
     for (int b = 0; b < 256; b++) {
         uint8_t c = (uint8_t)b;
         t->byte_tok[b] = hf_vocab_find(t, &c, 1);
         if (t->byte_tok[b] == HF_NONE) {
             tsr_snprintf(msg, sizeof msg, "model.vocab: no entry for byte 0x%02X (byte-level BPE needs "
                          "all 256)", b);
-            free(src), free(is_added);
             return fail(path, msg);
         }
     }
-    free(src), free(is_added);
     return 0;
+}
+
+static int load_vocab(hf_tok *t, const json_value *vocab, const json_value *added, const char *path) {
+    uint32_t max_id;
+    TSR_CHECK(vocab_max_id(vocab, added, path, &max_id));
+    t->n_ids = max_id + 1;
+    const json_value **src = tsr_calloc(t->n_ids, sizeof *src);
+    uint8_t *is_added = tsr_calloc(t->n_ids, 1);
+    size_t total;
+    int rc = vocab_sources(vocab, added, path, src, is_added, &total);
+    if (!rc) {
+        vocab_fill(t, src, is_added, total);
+        rc = vocab_bytes(t, path);
+    }
+    free(src), free(is_added);
+    return rc;
 }
 
 static int load_added(hf_tok *t, const json_value *added, const char *path) {

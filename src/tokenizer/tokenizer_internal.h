@@ -16,4 +16,13 @@ size_t tsr_utf8_next(const uint8_t *p, size_t n, uint32_t *cp);
  * replaced by U+FFFD (EF BF BD) and its length in *out_n; else NULL (the text is valid). */
 uint8_t *tsr_utf8_sanitize(const uint8_t *text, size_t n, size_t *out_n);
 
+/* bpe.c's object, for the loaders beside it. A merge (l, r) -> res of rank `rank`, into the
+ * pair table of a tokenizer gpt2_load.c is filling. */
+struct tsr_tokenizer;
+struct hf_tok;
+void tsr_tokenizer_set_pair(struct tsr_tokenizer *t, uint32_t l, uint32_t r, uint32_t rank,
+                            uint32_t res);
+/* A tsr_tokenizer whose every call goes to the Hugging Face tokenizer h (taken over). Returns 0. */
+int tokenizer_wrap_hf(struct tsr_tokenizer **out, struct hf_tok *h);
+
 #endif

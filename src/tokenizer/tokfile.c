@@ -289,7 +289,9 @@ void tokfile_parts_free(tsr_tokfile_parts *p) {
 }
 
 /* Everything after the checksum was verified: the records and their cross-references. */
-static int read_records(reader *r, tsr_tokfile_parts *t) {
+/* The header counts, checked against each other and against the file's size, then t's arrays
+ * allocated for them. */
+static int read_counts(reader *r, tsr_tokfile_parts *t) {
     char msg[200];
     uint32_t n_tok, n_mer, n_spe;
     TSR_CHECK(read_count(r, "tokens", MAX_TOKENS, &n_tok));
@@ -312,9 +314,14 @@ static int read_records(reader *r, tsr_tokfile_parts *t) {
     t->n_tokens = n_tok; /* from here tokfile_parts_free frees what was read */
     t->n_specials = n_spe;
     t->n_merges = n_mer;
+    return 0;
+}
 
+/* The 't ID HEX' records: ids 0..n_tokens-1 in order. */
+static int read_tokens(reader *r, tsr_tokfile_parts *t) {
+    char msg[200];
     const char *s, *e;
-    for (uint32_t i = 0; i < n_tok; i++) {
+    for (uint32_t i = 0; i < t->n_tokens; i++) {
         TSR_CHECK(next_line(r, &s, &e));
         uint32_t id;
         if (expect(&s, e, "t ") || parse_u32(&s, e, &id) || expect(&s, e, " ") ||
@@ -326,7 +333,15 @@ static int read_records(reader *r, tsr_tokfile_parts *t) {
             return bad_record(r, msg);
         }
     }
-    for (uint32_t k = 0; k < n_mer; k++) {
+    return 0;
+}
+
+/* The 'm LEFT RIGHT RESULT' records: ids in range, the result's bytes the left's then the right's. */
+static int read_merges(reader *r, tsr_tokfile_parts *t) {
+    char msg[200];
+    const char *s, *e;
+    uint32_t n_tok = t->n_tokens;
+    for (uint32_t k = 0; k < t->n_merges; k++) {
         TSR_CHECK(next_line(r, &s, &e));
         tsr_merge *m = &t->merges[k];
         if (expect(&s, e, "m ") || parse_u32(&s, e, &m->left) || expect(&s, e, " ") ||
@@ -347,7 +362,15 @@ static int read_records(reader *r, tsr_tokfile_parts *t) {
             return bad_record(r, msg);
         }
     }
-    for (uint32_t k = 0; k < n_spe; k++) {
+    return 0;
+}
+
+/* The 's ID HEX' records: each the text of its vocabulary entry, no NUL, none repeated. */
+static int read_specials(reader *r, tsr_tokfile_parts *t) {
+    char msg[200];
+    const char *s, *e;
+    uint32_t n_tok = t->n_tokens;
+    for (uint32_t k = 0; k < t->n_specials; k++) {
         TSR_CHECK(next_line(r, &s, &e));
         uint32_t id, sl;
         uint8_t *text = NULL;
@@ -370,6 +393,14 @@ static int read_records(reader *r, tsr_tokfile_parts *t) {
                 return bad_record(r, msg);
             }
     }
+    return 0;
+}
+
+static int read_records(reader *r, tsr_tokfile_parts *t) {
+    TSR_CHECK(read_counts(r, t));
+    TSR_CHECK(read_tokens(r, t));
+    TSR_CHECK(read_merges(r, t));
+    TSR_CHECK(read_specials(r, t));
     if (r->p != r->end) return bad_record(r, "unexpected record after the special tokens");
     return 0;
 }

@@ -19,7 +19,6 @@
  * Deterministic: same inputs and options give a byte-identical file (fixed chunking, ordered
  * inputs, total order on heap entries).
  */
-#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -30,6 +29,7 @@
 #include "cli.h"
 #include "cli_commands.h"
 #include "common.h"
+#include "fsutil.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_cmd.h"
 #include "tokenizer/tokenizer_internal.h"
@@ -126,47 +126,10 @@ static void paths_add(path_list *l, const char *path) {
     memcpy(l->p[l->n++], path, n);
 }
 
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Appends the regular files under dir, recursively, in sorted order. Symbolic links to files are
- * followed; links to directories are not (no loops). */
-static int walk_dir(path_list *l, const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) {
-        tsr_error("%s: cannot list directory: %s", dir, strerror(errno));
-        return TSR_EXIT_DATA;
-    }
-    path_list names = {0};
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (de->d_name[0] == '.') continue;
-        char full[4096];
-        if (tsr_snprintf(full, sizeof full, "%s/%s", dir, de->d_name)) {
-            closedir(d);
-            tsr_error("%s/%s: path too long", dir, de->d_name);
-            return TSR_EXIT_DATA;
-        }
-        paths_add(&names, full);
-    }
-    closedir(d);
-    qsort(names.p, names.n, sizeof *names.p, cmp_str);
-    int rc = 0;
-    for (size_t i = 0; i < names.n && !rc; i++) {
-        struct stat st, lst;
-        if (stat(names.p[i], &st) != 0 || lstat(names.p[i], &lst) != 0) {
-            tsr_error("%s: cannot stat: %s", names.p[i], strerror(errno));
-            rc = TSR_EXIT_DATA;
-        } else if (S_ISDIR(st.st_mode)) {
-            if (!S_ISLNK(lst.st_mode)) rc = walk_dir(l, names.p[i]);
-        } else if (S_ISREG(st.st_mode)) {
-            paths_add(l, names.p[i]);
-        }
-    }
-    for (size_t i = 0; i < names.n; i++) free(names.p[i]);
-    free(names.p);
-    return rc;
+static int add_walked(void *ctx, const char *path, const struct stat *st) {
+    (void)st;
+    paths_add(ctx, path);
+    return 0;
 }
 
 static int list_inputs(path_list *l, int n, char **operands) {
@@ -178,7 +141,7 @@ static int list_inputs(path_list *l, int n, char **operands) {
             tsr_error("%s: cannot read input: %s", operands[i], strerror(errno));
             return TSR_EXIT_DATA;
         } else if (S_ISDIR(st.st_mode)) {
-            TSR_CHECK(walk_dir(l, operands[i]));
+            TSR_CHECK(fs_walk(operands[i], add_walked, l));
         } else {
             paths_add(l, operands[i]);
         }
@@ -674,10 +637,168 @@ static uint32_t bpe_train(bpe *b, uint32_t max_merges, int64_t min_freq, tsr_mer
     return n;
 }
 
-/* ================================ the command ================================ */
-
 static void print_count(FILE *f, const char *label, uint64_t v) {
     fprintf(f, "%s%llu", label, (unsigned long long)v);
+}
+
+/* ================================ the command ================================ */
+
+/* What the run learned and measured, for the summary and the closing warnings. */
+typedef struct train_run {
+    counter c;
+    uint64_t piece_bytes, special_bytes; /* input bytes in counted pieces, in specials */
+    uint64_t n_tok_out;                  /* the training input's tokens under the learned merges */
+    uint64_t table_peak;                 /* bytes of the piece table after counting */
+    uint32_t n_distinct, want, n_merges, n_tokens;
+    double t0, t1, t2, t3; /* start, counted, merged, written */
+} train_run;
+
+/* Phase 1: counts the pieces of every input into r->c. Returns 0 or an exit status. */
+static int count_inputs(train_run *r, const train_args *a, const path_list *inputs) {
+    counter *c = &r->c;
+    c->specials = a->specials;
+    c->n_specials = a->n_specials;
+    c->special_len = tsr_calloc(a->n_specials + 1, sizeof *c->special_len);
+    c->special_seen = tsr_calloc(a->n_specials + 1, sizeof *c->special_seen);
+    c->special_next = tsr_calloc(a->n_specials + 1, sizeof *c->special_next);
+    for (uint32_t k = 0; k < a->n_specials; k++) c->special_len[k] = strlen(a->specials[k]);
+    pt_init(&c->t, (uint64_t)a->max_memory_mb << 20);
+    uint8_t *buf = tsr_malloc(CHUNK);
+    int rc = 0;
+    for (size_t i = 0; i < inputs->n && !rc; i++) rc = count_file(c, inputs->p[i], buf, CHUNK);
+    free(buf);
+    if (rc) return rc;
+    for (uint32_t i = 0; i < c->t.n; i++) r->piece_bytes += c->t.e[i].count * c->t.e[i].len;
+    uint64_t special_seen = 0;
+    for (uint32_t k = 0; k < a->n_specials; k++) {
+        r->special_bytes += c->special_seen[k] * c->special_len[k];
+        special_seen += c->special_seen[k];
+    }
+    r->n_tok_out = special_seen;
+    r->n_distinct = c->t.n;
+    r->table_peak = pt_bytes(&c->t);
+    return 0;
+}
+
+/* Phase 2: learns up to r->want merges from the counted pieces; returns them (malloc'd). */
+static tsr_merge *learn_merges(train_run *r, int64_t min_freq) {
+    bpe b;
+    bpe_init(&b, &r->c.t);
+    /* Each merge shortens some word by at least one symbol: at most sum(len - 1) merges. */
+    uint64_t most = 0;
+    for (uint32_t i = 0; i < b.n_words; i++) most += b.w[i].len - 1;
+    tsr_merge *merges = tsr_malloc((size_t)(most < r->want ? most + 1 : r->want) * sizeof *merges);
+    r->n_merges = bpe_train(&b, r->want, min_freq, merges);
+    for (uint32_t i = 0; i < b.n_words; i++) r->n_tok_out += b.w[i].count * b.w[i].len;
+    bpe_free(&b);
+    return merges;
+}
+
+/* Phase 3: the vocabulary (bytes, merges, specials) written to a->out, then loaded back as a
+ * check. Returns 0 or an exit status. */
+static int write_vocab(train_run *r, const train_args *a, const tsr_merge *merges) {
+    uint32_t n_merges = r->n_merges, n_tokens = r->n_tokens = 256 + n_merges + a->n_specials;
+    uint8_t **tok = tsr_malloc((size_t)n_tokens * sizeof *tok);
+    uint32_t *len = tsr_malloc((size_t)n_tokens * sizeof *len);
+    uint32_t *special_ids = tsr_malloc((size_t)(a->n_specials + 1) * sizeof *special_ids);
+    for (uint32_t i = 0; i < 256; i++) {
+        tok[i] = tsr_malloc(1);
+        tok[i][0] = (uint8_t)i;
+        len[i] = 1;
+    }
+    for (uint32_t k = 0; k < n_merges; k++) {
+        uint32_t l = merges[k].left, rt = merges[k].right, x = merges[k].result;
+        len[x] = len[l] + len[rt];
+        tok[x] = tsr_malloc(len[x]);
+        memcpy(tok[x], tok[l], len[l]);
+        memcpy(tok[x] + len[l], tok[rt], len[rt]);
+    }
+    for (uint32_t k = 0; k < a->n_specials; k++) {
+        uint32_t id = 256 + n_merges + k;
+        special_ids[k] = id;
+        len[id] = (uint32_t)r->c.special_len[k];
+        tok[id] = tsr_malloc(len[id]);
+        memcpy(tok[id], a->specials[k], len[id]);
+    }
+    int rc = tokenizer_save_parts(a->out, n_tokens, (const uint8_t *const *)tok, len, n_merges,
+                                  merges, a->n_specials, a->specials, special_ids);
+    tsr_tokenizer *check = NULL;
+    if (!rc) {
+        rc = tokenizer_load(&check, a->out);
+        if (rc) tsr_error("%s: the file just written does not load back (a bug)", a->out);
+        tokenizer_free(check);
+    }
+    for (uint32_t i = 0; i < n_tokens; i++) free(tok[i]);
+    free(tok);
+    free(len);
+    free(special_ids);
+    return rc;
+}
+
+/* The summary on stdout (not with --quiet). */
+static void print_summary(FILE *f, const train_run *r, const train_args *a) {
+    const counter *c = &r->c;
+    print_count(f, "read: ", c->bytes);
+    print_count(f, " bytes from ", c->files);
+    fprintf(f, " file(s) in %.2f s (%.1f MB/s)\n", r->t1 - r->t0,
+            (double)c->bytes / 1e6 / (r->t1 - r->t0 > 1e-9 ? r->t1 - r->t0 : 1e-9));
+    print_count(f, "pieces: ", r->n_distinct);
+    fprintf(f, " distinct (table %.1f MB at the end, limit %lld MB",
+            (double)r->table_peak / (1 << 20), (long long)a->max_memory_mb);
+    if (c->t.n_prunes) fprintf(f, "; pruned %llu", (unsigned long long)c->t.pruned);
+    fprintf(f, ")");
+    for (uint32_t k = 0; k < a->n_specials; k++)
+        fprintf(f, "%s'%s' x %llu", k ? ", " : "; specials: ", a->specials[k],
+                (unsigned long long)c->special_seen[k]);
+    fprintf(f, "\nmerges: %u in %.2f s; vocabulary %u = 256 bytes + %u merges + %u specials\n",
+            r->n_merges, r->t2 - r->t1, r->n_tokens, r->n_merges, a->n_specials);
+    uint64_t in_bytes = r->piece_bytes + r->special_bytes;
+    if (in_bytes)
+        fprintf(f, "tokens per byte on the training input: %.4f (%llu tokens / %llu bytes%s)\n",
+                (double)r->n_tok_out / (double)in_bytes, (unsigned long long)r->n_tok_out,
+                (unsigned long long)in_bytes, c->t.n_prunes ? ", pruned pieces excluded" : "");
+    fprintf(f, "wrote %s (loads back) in %.2f s; total %.2f s\n", a->out, r->t3 - r->t2,
+            r->t3 - r->t0);
+}
+
+/* Warnings about what the run could not do as asked: pruning, ill-formed UTF-8, fewer merges. */
+static void warn_shortfalls(const train_run *r, const train_args *a) {
+    const counter *c = &r->c;
+    if (c->t.n_prunes)
+        tsr_warn("tokenizer train: the piece table reached --max-memory %lld MB %llu time(s): "
+                 "dropped %llu distinct pieces (%llu occurrences) counted at most %llu times when "
+                 "dropped; "
+                 "merges are learned from the rest", (long long)a->max_memory_mb,
+                 (unsigned long long)c->t.n_prunes, (unsigned long long)c->t.pruned,
+                 (unsigned long long)c->t.pruned_count,
+                 (unsigned long long)c->t.prune_max_threshold);
+    if (c->replaced)
+        tsr_warn("tokenizer train: %llu chunk(s) of the input held ill-formed UTF-8: counted as "
+                 "U+FFFD, as the encoder reads it", (unsigned long long)c->replaced);
+    if (r->n_merges < r->want)
+        tsr_warn("tokenizer train: stopped after %u merges: no pair left that occurs at least "
+                 "--min-frequency %lld times; vocabulary is %u tokens, not the %lld asked for "
+                 "(more text or a lower --min-frequency gives more)", r->n_merges,
+                 (long long)a->min_freq, r->n_tokens, (long long)a->vocab_size);
+}
+
+/* Phases 1-3 over the listed inputs, then the summary. Returns 0 or an exit status. */
+static int train_tokenizer(train_run *r, const train_args *a, const path_list *inputs) {
+    r->t0 = tsr_now();
+    int rc = count_inputs(r, a, inputs);
+    if (rc) return rc;
+    r->t1 = tsr_now();
+    r->want = (uint32_t)(a->vocab_size - 256 - a->n_specials);
+    tsr_merge *merges = learn_merges(r, a->min_freq);
+    r->t2 = tsr_now();
+    rc = write_vocab(r, a, merges);
+    free(merges);
+    r->t3 = tsr_now();
+    if (rc) return rc;
+    if (!a->quiet) print_summary(stdout, r, a);
+    fflush(stdout);
+    warn_shortfalls(r, a);
+    return 0;
 }
 
 int cmd_tokenizer_train(int argc, char **argv) {
@@ -693,131 +814,12 @@ int cmd_tokenizer_train(int argc, char **argv) {
         tsr_error("tokenizer train: the inputs hold no files");
         rc = TSR_EXIT_DATA;
     }
-    double t0 = tsr_now();
-
-    /* 1. count */
-    counter c = {0};
-    c.specials = a.specials;
-    c.n_specials = a.n_specials;
-    c.special_len = tsr_calloc(a.n_specials + 1, sizeof *c.special_len);
-    c.special_seen = tsr_calloc(a.n_specials + 1, sizeof *c.special_seen);
-    c.special_next = tsr_calloc(a.n_specials + 1, sizeof *c.special_next);
-    for (uint32_t k = 0; k < a.n_specials; k++) c.special_len[k] = strlen(a.specials[k]);
-    pt_init(&c.t, (uint64_t)a.max_memory_mb << 20);
-    uint8_t *buf = tsr_malloc(CHUNK);
-    for (size_t i = 0; i < inputs.n && !rc; i++) rc = count_file(&c, inputs.p[i], buf, CHUNK);
-    free(buf);
-    if (rc) goto out;
-    uint64_t piece_bytes = 0, special_bytes = 0, special_seen = 0;
-    for (uint32_t i = 0; i < c.t.n; i++) piece_bytes += c.t.e[i].count * c.t.e[i].len;
-    for (uint32_t k = 0; k < a.n_specials; k++) {
-        special_bytes += c.special_seen[k] * c.special_len[k];
-        special_seen += c.special_seen[k];
-    }
-    uint32_t n_distinct = c.t.n;
-    uint64_t table_peak = pt_bytes(&c.t);
-    double t1 = tsr_now();
-
-    /* 2. merge */
-    uint32_t want = (uint32_t)(a.vocab_size - 256 - a.n_specials);
-    bpe b;
-    bpe_init(&b, &c.t);
-    /* Each merge shortens some word by at least one symbol: at most sum(len - 1) merges. */
-    uint64_t most = 0;
-    for (uint32_t i = 0; i < b.n_words; i++) most += b.w[i].len - 1;
-    tsr_merge *merges = tsr_malloc((size_t)(most < want ? most + 1 : want) * sizeof *merges);
-    uint32_t n_merges = bpe_train(&b, want, a.min_freq, merges);
-    uint64_t n_tok_out = special_seen;
-    for (uint32_t i = 0; i < b.n_words; i++) n_tok_out += b.w[i].count * b.w[i].len;
-    bpe_free(&b);
-    double t2 = tsr_now();
-
-    /* 3. the vocabulary: bytes, merges, specials; then write and load back */
-    uint32_t n_tokens = 256 + n_merges + a.n_specials;
-    uint8_t **tok = tsr_malloc((size_t)n_tokens * sizeof *tok);
-    uint32_t *len = tsr_malloc((size_t)n_tokens * sizeof *len);
-    uint32_t *special_ids = tsr_malloc((size_t)(a.n_specials + 1) * sizeof *special_ids);
-    for (uint32_t i = 0; i < 256; i++) {
-        tok[i] = tsr_malloc(1);
-        tok[i][0] = (uint8_t)i;
-        len[i] = 1;
-    }
-    for (uint32_t k = 0; k < n_merges; k++) {
-        uint32_t l = merges[k].left, r = merges[k].right, x = merges[k].result;
-        len[x] = len[l] + len[r];
-        tok[x] = tsr_malloc(len[x]);
-        memcpy(tok[x], tok[l], len[l]);
-        memcpy(tok[x] + len[l], tok[r], len[r]);
-    }
-    for (uint32_t k = 0; k < a.n_specials; k++) {
-        uint32_t id = 256 + n_merges + k;
-        special_ids[k] = id;
-        len[id] = (uint32_t)c.special_len[k];
-        tok[id] = tsr_malloc(len[id]);
-        memcpy(tok[id], a.specials[k], len[id]);
-    }
-    rc = tokenizer_save_parts(a.out, n_tokens, (const uint8_t *const *)tok, len, n_merges, merges,
-                              a.n_specials, a.specials, special_ids);
-    tsr_tokenizer *check = NULL;
-    if (!rc) {
-        rc = tokenizer_load(&check, a.out);
-        if (rc) tsr_error("%s: the file just written does not load back (a bug)", a.out);
-        tokenizer_free(check);
-    }
-    for (uint32_t i = 0; i < n_tokens; i++) free(tok[i]);
-    free(tok);
-    free(len);
-    free(special_ids);
-    free(merges);
-    double t3 = tsr_now();
-    if (rc) goto out;
-
-    if (!a.quiet) {
-        FILE *f = stdout;
-        print_count(f, "read: ", c.bytes);
-        print_count(f, " bytes from ", c.files);
-        fprintf(f, " file(s) in %.2f s (%.1f MB/s)\n", t1 - t0,
-                (double)c.bytes / 1e6 / (t1 - t0 > 1e-9 ? t1 - t0 : 1e-9));
-        print_count(f, "pieces: ", n_distinct);
-        fprintf(f, " distinct (table %.1f MB at the end, limit %lld MB",
-                (double)table_peak / (1 << 20), (long long)a.max_memory_mb);
-        if (c.t.n_prunes) fprintf(f, "; pruned %llu", (unsigned long long)c.t.pruned);
-        fprintf(f, ")");
-        for (uint32_t k = 0; k < a.n_specials; k++)
-            fprintf(f, "%s'%s' x %llu", k ? ", " : "; specials: ", a.specials[k],
-                    (unsigned long long)c.special_seen[k]);
-        fprintf(f, "\nmerges: %u in %.2f s; vocabulary %u = 256 bytes + %u merges + %u specials\n",
-                n_merges, t2 - t1, n_tokens, n_merges, a.n_specials);
-        if (piece_bytes + special_bytes)
-            fprintf(f, "tokens per byte on the training input: %.4f (%llu tokens / %llu bytes%s)\n",
-                    (double)n_tok_out / (double)(piece_bytes + special_bytes),
-                    (unsigned long long)n_tok_out,
-                    (unsigned long long)(piece_bytes + special_bytes),
-                    c.t.n_prunes ? ", pruned pieces excluded" : "");
-        fprintf(f, "wrote %s (loads back) in %.2f s; total %.2f s\n", a.out, t3 - t2, t3 - t0);
-    }
-    fflush(stdout);
-    if (c.t.n_prunes)
-        tsr_warn("tokenizer train: the piece table reached --max-memory %lld MB %llu time(s): "
-                 "dropped %llu distinct pieces (%llu occurrences) counted at most %llu times when "
-                 "dropped; "
-                 "merges are learned from the rest", (long long)a.max_memory_mb,
-                 (unsigned long long)c.t.n_prunes, (unsigned long long)c.t.pruned,
-                 (unsigned long long)c.t.pruned_count,
-                 (unsigned long long)c.t.prune_max_threshold);
-    if (c.replaced)
-        tsr_warn("tokenizer train: %llu chunk(s) of the input held ill-formed UTF-8: counted as "
-                 "U+FFFD, as the encoder reads it", (unsigned long long)c.replaced);
-    if (n_merges < want)
-        tsr_warn("tokenizer train: stopped after %u merges: no pair left that occurs at least "
-                 "--min-frequency %lld times; vocabulary is %u tokens, not the %lld asked for "
-                 "(more text or a lower --min-frequency gives more)", n_merges,
-                 (long long)a.min_freq, n_tokens, (long long)a.vocab_size);
-out:
-    pt_free(&c.t);
-    free(c.special_len);
-    free(c.special_seen);
-    free(c.special_next);
+    train_run r = {0};
+    if (!rc) rc = train_tokenizer(&r, &a, &inputs);
+    pt_free(&r.c.t);
+    free(r.c.special_len);
+    free(r.c.special_seen);
+    free(r.c.special_next);
     for (size_t i = 0; i < inputs.n; i++) free(inputs.p[i]);
     free(inputs.p);
     free(a.specials);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "data/data_loss.h"
 #include "data/stage.h"
 #include "tokenizer/tokenizer.h"
 #include "train/metrics.h"
@@ -157,31 +158,17 @@ int train_data_plan(tsr_trainer *t) {
 
 int64_t train_data_read(const tsr_dataset *ds, const char *name, int T, uint64_t idx,
                            int32_t *inputs, int32_t *targets) {
-    int k = dataset_read_sample(ds, T, idx, inputs, targets);
-    if (k < 0)
-        tsr_die(TSR_EXIT_DATA, "%s: cannot read sample %llu (reason above); set data.verify = "
-                "true to check the whole dataset at start", name, (unsigned long long)idx);
-    return k;
+    return data_read_or_die(ds, name, T, idx, inputs, targets);
+}
+
+static double forward(void *m, const int32_t *inputs, const int32_t *targets, int B, int T) {
+    return model_forward(m, inputs, targets, B, T);
 }
 
 double train_data_eval_loss(tsr_model *m, const tsr_dataset *ds, const char *name, int T, int B,
                             int64_t limit, const tsr_dist *d, int32_t *inputs, int32_t *targets,
                             uint64_t *samples) {
-    uint64_t n = dataset_n_samples(ds, T);
-    if (limit > 0 && (uint64_t)limit < n) n = (uint64_t)limit;
-    uint64_t lo = n * (uint64_t)d->rank / (uint64_t)d->world;
-    uint64_t hi = n * (uint64_t)(d->rank + 1) / (uint64_t)d->world;
-    double acc[2] = {0.0, 0.0}; /* loss sum, counted targets */
-    for (uint64_t s = lo; s < hi; s += (uint64_t)B) {
-        int b_n = (int)(hi - s < (uint64_t)B ? hi - s : (uint64_t)B);
-        for (int b = 0; b < b_n; b++)
-            acc[1] += (double)train_data_read(ds, name, T, s + (uint64_t)b, inputs + b * T,
-                                              targets + b * T);
-        acc[0] += model_forward(m, inputs, targets, b_n, T);
-    }
-    dist_allreduce_sum_f64(acc, 2);
-    if (samples) *samples = n;
-    return acc[1] > 0 ? acc[0] / acc[1] : NAN;
+    return data_mean_loss(ds, name, T, B, limit, d, forward, m, inputs, targets, samples);
 }
 
 /* TSR_FAULT="garbage:LO:HI" (test hook): is data batch d in [LO, HI)? */

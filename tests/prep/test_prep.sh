@@ -31,7 +31,7 @@ prep() { "$TOOL" prep --tokenizer "$GPT2_DIR" --quiet "$@"; }
 check() { local out=$1; shift; "$PY" "$CHECK" check "$out" "$F/ids.txt" "$EOS" "$@"; }
 spec() { echo "$F/spec-$1.json"; }
 
-tap_plan 49
+tap_plan 50
 
 # ---- usage errors: exit 1
 "$TOOL" prep "$F/corpus.jsonl" >/dev/null 2>"$TMP/err"; rc=$?
@@ -57,6 +57,15 @@ out=$(check "$TMP/text" "$(spec text)"); rc=$?
 [[ $rc == 0 && $out == "docs 3 0 "* ]]; tap_check $? "text directory: 3 documents (empty + hidden files skipped), tokens exact: $out"
 [[ ! -e $TMP/text/val && ! -e $TMP/text.tmp ]]; tap_check $? "--val-fraction 0: no val dataset, no staging dir left"
 "$TOOL" verify-data "$TMP/text/train" | grep -q "loss mask no"; tap_check $? "verify-data: text dataset ok, no mask channel"
+
+# ---- the directory walk shared with tokenizer train (fs_walk): a link to a directory is followed,
+# a FIFO and a link loop beside it are skipped, each named in a warning
+mkdir "$TMP/walk" && ln -s "$F/text" "$TMP/walk/text" && ln -s . "$TMP/walk/loop" && mkfifo "$TMP/walk/fifo"
+prep --out "$TMP/walked" --val-fraction 0 "$TMP/walk" >/dev/null 2>"$TMP/err"; rc=$?
+out=$(check "$TMP/walked" "$(spec text)")
+[[ $rc == 0 && $out == "docs 3 0 "* ]] && grep -q "walk/fifo: a FIFO, skipped" "$TMP/err" &&
+    grep -q "walk/loop: a symbolic link loop" "$TMP/err"
+tap_check $? "a linked directory is walked, a FIFO and a link loop skipped with warnings (rc=$rc): $out"
 
 # ---- JSONL with bad lines: skipped, reported as FILE:LINE, counted
 "$TOOL" prep --tokenizer "$GPT2_DIR" --out "$TMP/corpus" --val-fraction 0.2 --seed 7 \

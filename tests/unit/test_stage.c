@@ -36,7 +36,7 @@
 #define T 31
 #define B 12064u /* bytes per shard file */
 
-static char root[256], ds_dir[512], cap_path[512];
+static char root[256], ds_dir[512];
 static tsr_dataset *ref; /* never redirected */
 static uint64_t n_samples;
 
@@ -67,31 +67,6 @@ static void flip_byte(const char *path, long off) {
     c ^= 0x5a;
     if (fd < 0 || pwrite(fd, &c, 1, off) != 1) perror(path);
     if (fd >= 0) close(fd);
-}
-
-/* Stderr capture: fd 2 goes to a file until cap_end returns its text (one line, '|' joined). */
-static int cap_saved = -1;
-static char cap_text[8192];
-static void cap_begin(void) {
-    fflush(stderr);
-    cap_saved = dup(2);
-    int fd = open(cap_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    dup2(fd, 2);
-    close(fd);
-}
-static const char *cap_end(void) {
-    fflush(stderr);
-    dup2(cap_saved, 2);
-    close(cap_saved);
-    size_t n;
-    char *t = slurp(cap_path, &n);
-    snprintf(cap_text, sizeof cap_text, "%.*s", (int)n, t ? t : "");
-    free(t);
-    n = strlen(cap_text);
-    while (n && cap_text[n - 1] == '\n') cap_text[--n] = '\0';
-    for (char *c = cap_text; *c; c++)
-        if (*c == '\n') *c = '|';
-    return cap_text;
 }
 
 static uint32_t fix_token(uint64_t i) { return (uint32_t)((i * 7919u + 13u) % VOCAB); }
@@ -804,7 +779,7 @@ int main(void) {
         perror("mkdtemp");
         return 1;
     }
-    pjoin(cap_path, root, "stderr.txt");
+    cap_set_dir(root);
     pjoin(ds_dir, root, "ds");
     if (write_fixture(ds_dir) || dataset_open(&ref, ds_dir, 1)) {
         fprintf(stderr, "test_stage: cannot write the fixture in %s\n", ds_dir);

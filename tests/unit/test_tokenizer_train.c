@@ -29,7 +29,7 @@
 #include "tokenizer/tokenizer_cmd.h"
 #include "tokenizer/tokfile.h"
 
-#define PLAN 43
+#define PLAN 44
 
 static char root[256];
 
@@ -383,6 +383,33 @@ int main(void) {
     rc = run_train(8, a3);
     tap_ok(rc == 0 && same_file(tok1, tokdir), "a directory of two parts (+ a dot file) gives the "
            "same file as the whole text");
+
+    /* 5b. the shared walk (fs_walk): a link to a directory is followed, a FIFO and a link loop are
+     * skipped with a warning; linked/ = a.txt, fifo, loop -> ., rest -> parts/sub */
+    char linked[512], tokln[512];
+    path_of(linked, "linked");
+    path_of(tokln, "linked.tok");
+    mkdir(linked, 0755);
+    path_of(part, "linked/a.txt");
+    write_all(part, c.p, cut);
+    path_of(part, "linked/fifo");
+    mkfifo(part, 0600);
+    path_of(part, "linked/loop");
+    int ln = symlink(".", part);
+    path_of(part, "linked/rest");
+    ln |= symlink("../parts/sub", part);
+    char *a3b[] = {"train", "--vocab-size", "1500", "--out", tokln, "--special", "<|endoftext|>",
+                   linked};
+    rc = run_train(8, a3b);
+    path_of(part, "stderr.txt");
+    size_t nw;
+    char *warned = read_all(part, &nw);
+    int said = warned && strstr(warned, "linked/fifo: a FIFO, skipped") &&
+               strstr(warned, "linked/loop: a symbolic link loop");
+    tap_ok(ln == 0 && rc == 0 && said && same_file(tok1, tokln), "a directory reached through a "
+           "link, with a FIFO and a link loop beside it (each named in a warning), gives the same "
+           "file as the whole text");
+    free(warned);
 
     /* 6. tokenizer_save of the loaded tokenizer rewrites the file byte for byte */
     rc = tokenizer_save(tok, resave);

@@ -5,14 +5,16 @@
  * the top k, weighted w_i = p_i^(1/T) (= softmax(logits / T) up to normalisation), then cut to the
  * shortest prefix whose weight reaches top_p of the total (at least one token); the pick is the
  * first candidate whose running weight exceeds u * (kept total), u = tsr_rand_uniform(seed,
- * GEN_RAND_STREAM, step). With top_p = 1 this is, bit for bit, the trainer's sample.c pick().
+ * GEN_RAND_STREAM, step). The trainer's end-of-run sample (src/train/sample.c) picks with it too
+ * (top_p = 1), so both draw the same tokens from the same seed. It lives with the model, below
+ * both `tessera generate` and the trainer.
  */
 #ifndef TSR_GEN_SAMPLE_H
 #define TSR_GEN_SAMPLE_H
 
 #include <stdint.h>
 
-/* The random stream of src/train/sample.c, so the same seed draws the same u at each step. */
+/* The random stream of the draws: u at step s is tsr_rand_uniform(seed, GEN_RAND_STREAM, s). */
 #define GEN_RAND_STREAM 0x5a3317eu
 
 typedef struct gen_sampling {

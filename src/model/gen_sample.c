@@ -1,5 +1,5 @@
 /* gen_sample.c — the next token from a distribution (gen_sample.h). */
-#include "gen_sample.h"
+#include "model/gen_sample.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -87,7 +87,7 @@ int32_t gen_pick(const float *probs, int V, const gen_sampling *s, uint64_t step
     double total = 0.0;
     if (s->top_p < 1.0) {
         k = nucleus(cand, k, inv_t, s->top_p, w, &total);
-    } else { /* sample.c's pick(), operation for operation */
+    } else {
         qsort(cand, (size_t)k, sizeof *cand, by_order);
         for (int i = 0; i < k; i++) total += w[i] = weight(cand[i].p, inv_t);
     }

@@ -1,4 +1,4 @@
-/* config.c — config_load: defaults, then the libconfig file, then --set overrides, then checks
+/* config_load.c — config_load: defaults, then the libconfig file, then --set overrides, then checks
  * across keys; config_check_world; docs/config.md. The keys themselves are in config_table.c.
  *
  * Every error is printed with tsr_error() naming file:line (or "--set ..."), the key, the value
@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include "common.h"
+#include "config/config_icl.h"
 #include "config/config_mix.h"
 #include "config/config_table.h"
 
@@ -339,7 +340,8 @@ static const char *where(const load_ctx *c, const char *name, char *buf, size_t 
     return buf;
 }
 
-static void validate(load_ctx *c) {
+/* The model's and the batch's sizes against each other. */
+static void validate_shapes(load_ctx *c) {
     const tsr_config *g = c->cfg;
     const tsr_model_config *m = &g->model;
     char at[1200];
@@ -386,6 +388,13 @@ static void validate(load_ctx *c) {
                   (long long)vp, INT_MAX);
         c->errors++;
     }
+}
+
+/* Options that need another key: evaluations, the document mask, activation checkpointing. */
+static void validate_options(load_ctx *c) {
+    const tsr_config *g = c->cfg;
+    const tsr_model_config *m = &g->model;
+    char at[1200];
     if (g->eval_interval.value > 0 && g->data.val[0] == '\0' && g->n_icl == 0) {
         char d[96];
         duration_format(d, sizeof d, g->eval_interval);
@@ -409,6 +418,12 @@ static void validate(load_ctx *c) {
         tsr_error("%s%s", where(c, ck_key, at, sizeof at), ck_why);
         c->errors++;
     }
+}
+
+/* The data lists: data.mix or data.train, curriculum order, the cache limit. */
+static void validate_data(load_ctx *c) {
+    const tsr_config *g = c->cfg;
+    char at[1200];
     if (c->mix_line && c->present[key_index(cfgtab_find("data.train"))]) {
         tsr_error("%s:%d: data.mix and data.train are both given: train on one dataset with "
                   "data.train, or on several with data.mix", c->mix_file, c->mix_line);
@@ -432,6 +447,13 @@ static void validate(load_ctx *c) {
                   where(c, "data.cache_limit", at, sizeof at), g->data.cache_limit);
         c->errors++;
     }
+}
+
+/* The cross-key rules (cross_rules above), each error with the key's file:line. */
+static void validate(load_ctx *c) {
+    validate_shapes(c);
+    validate_options(c);
+    validate_data(c);
 }
 
 /* ---- public ---- */

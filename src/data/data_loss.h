@@ -1,0 +1,30 @@
+/* data_loss.h — the mean loss of a model over a dataset, with the model passed in as a forward
+ * function: the trainer's periodic evaluation and `tessera eval` share it, and it needs nothing
+ * above the data layer. */
+#ifndef TSR_DATA_LOSS_H
+#define TSR_DATA_LOSS_H
+
+#include <stdint.h>
+
+#include "data/data.h"
+#include "dist.h"
+
+/* Reads sample idx of ds (named name in errors); a sample the reader refuses (a token id beyond
+ * the vocabulary in a dataset opened without verify) is seen by this rank only, so it aborts
+ * every rank (tsr_die). Returns the count of counted targets. */
+int64_t data_read_or_die(const tsr_dataset *ds, const char *name, int T, uint64_t idx,
+                         int32_t *inputs, int32_t *targets);
+
+/* The summed loss of B rows of T tokens (inputs, targets), as model_forward returns it. */
+typedef double (*data_forward_fn)(void *model, const int32_t *inputs, const int32_t *targets,
+                                  int B, int T);
+
+/* Mean loss over the counted targets of the first `limit` samples of ds (0 = all), split over the
+ * ranks in contiguous ranges, in calls of forward(model, ...) of up to B rows (the model's
+ * activations must hold B x T); inputs/targets hold B x T. Collective (sums over d's ranks);
+ * *samples (may be NULL) = the samples evaluated. NaN when no target counted. */
+double data_mean_loss(const tsr_dataset *ds, const char *name, int T, int B, int64_t limit,
+                      const tsr_dist *d, data_forward_fn forward, void *model, int32_t *inputs,
+                      int32_t *targets, uint64_t *samples);
+
+#endif
