@@ -127,7 +127,8 @@ static void spm_piece(void *vctx, const uint8_t *p, size_t n) {
     }
     size_t before = *c->out->n;
     hf_spm_piece(c->t, p, n, c->out);
-    if (e) cache_put(c, e, p, n, *c->out->ids + before, *c->out->n - before);
+    if (e && *c->out->n > before) /* a piece may give no id: no byte token and no unk_token */
+        cache_put(c, e, p, n, *c->out->ids + before, *c->out->n - before);
 }
 
 static void encode_section(piece_ctx *c, const uint8_t *p, size_t n) {
