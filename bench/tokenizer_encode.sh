@@ -3,7 +3,7 @@
 # encoders on the Brown corpus, same machine, one run each; checks that both print identical ids.
 # GPT-2: npm gpt-3-encoder's Encoder.js under node. Llama 3 and Qwen 3 (tokenizer.json):
 # transformers.js (npm @lenml/tokenizers) through tests/tokenizer/ref_hf_encode.js. Results in
-# docs/benchmarks.md ("Tokenizer: encode throughput"). HF_MODELS="llama3 qwen3" (empty: GPT-2 only).
+# docs/benchmarks.md ("Tokenizer: encode throughput"). HF_MODELS="llama3 qwen3 llama2 gemma3" (empty: GPT-2 only).
 #
 #   bash bench/tokenizer_encode.sh        (after make and ./INSTALL --ensure, which fetches the corpus)
 #
@@ -54,7 +54,7 @@ awk -v e="$(cat "$OUT/js_exact.ids.time")" -v l="$(cat "$OUT/js_loop.ids.time")"
 
 # Hugging Face tokenizer.json models: the 500 files, one process each side, ids compared
 HFJS=$NPM_DIR/hf-tokenizers
-for m in ${HF_MODELS-llama3 qwen3}; do
+for m in ${HF_MODELS-llama3 qwen3 llama2 gemma3}; do
     J=$NPM_DIR/chat/$m/tokenizer.json
     [[ -f $J && -f $HFJS/dist/main.js ]] || { echo "$m: $J or $HFJS missing (./INSTALL --ensure)" >&2; exit 1; }
     time_run "js transformers.js $m per file" "$OUT/js_$m.ids" node "$ROOT/tests/tokenizer/ref_hf_encode.js" "$HFJS" "$NPM_DIR/chat/$m" "${files[@]}"

@@ -18,12 +18,9 @@
 #include "tokenizer/hf_tok_internal.h"
 #include "tokenizer/tokenizer_internal.h"
 
-typedef struct ids_out {
-    uint32_t **ids;
-    size_t *n, *cap;
-} ids_out;
+typedef hf_ids_out ids_out;
 
-static void push(ids_out *o, uint32_t id) {
+void hf_ids_push(ids_out *o, uint32_t id) {
     if (*o->n == *o->cap) {
         *o->cap = *o->cap ? 2 * *o->cap : 1024;
         *o->ids = tsr_realloc(*o->ids, *o->cap * sizeof **o->ids);
@@ -88,13 +85,13 @@ static void bpe_piece(void *vctx, const uint8_t *p, size_t n) {
     if (t->ignore_merges) {
         uint32_t id = hf_vocab_find(t, p, n);
         if (id != HF_NONE) {
-            push(c->out, id);
+            hf_ids_push(c->out, id);
             return;
         }
     }
     cache_slot *e = cache_find(c, p, n);
     if (e && e->key_len) {
-        for (uint32_t k = 0; k < e->n_ids; k++) push(c->out, c->id_pool[e->ids_off + k]);
+        for (uint32_t k = 0; k < e->n_ids; k++) hf_ids_push(c->out, c->id_pool[e->ids_off + k]);
         return;
     }
     if (n > c->sym_cap) {
@@ -116,12 +113,33 @@ static void bpe_piece(void *vctx, const uint8_t *p, size_t n) {
         memmove(s + at + 1, s + at + 2, (m - at - 2) * sizeof *s);
         m--;
     }
-    for (size_t i = 0; i < m; i++) push(c->out, s[i]);
+    for (size_t i = 0; i < m; i++) hf_ids_push(c->out, s[i]);
     if (e) cache_put(c, e, p, n, s, m);
+}
+
+/* SentencePiece-style BPE of one piece (hf_spm.c), through the same per-call cache. */
+static void spm_piece(void *vctx, const uint8_t *p, size_t n) {
+    piece_ctx *c = vctx;
+    cache_slot *e = cache_find(c, p, n);
+    if (e && e->key_len) {
+        for (uint32_t k = 0; k < e->n_ids; k++) hf_ids_push(c->out, c->id_pool[e->ids_off + k]);
+        return;
+    }
+    size_t before = *c->out->n;
+    hf_spm_piece(c->t, p, n, c->out);
+    if (e && *c->out->n > before) /* a piece may give no id: no byte token and no unk_token */
+        cache_put(c, e, p, n, *c->out->ids + before, *c->out->n - before);
 }
 
 static void encode_section(piece_ctx *c, const uint8_t *p, size_t n) {
     if (n == 0) return;
+    if (c->t->spm) {
+        size_t sn;
+        uint8_t *s = hf_spm_normalize(c->t, p, n, &sn);
+        hf_spm_split(c->t, s, sn, spm_piece, c);
+        free(s);
+        return;
+    }
     size_t nfc_n;
     uint8_t *nfc = c->t->nfc ? hf_nfc(p, n, &nfc_n) : NULL;
     if (nfc) p = nfc, n = nfc_n;
@@ -157,7 +175,7 @@ size_t hf_tok_encode(const hf_tok *t, const uint8_t *text, size_t n, int allow_s
             continue;
         }
         encode_section(&c, text + start, i - start);
-        push(&out, t->added_id[k]);
+        hf_ids_push(&out, t->added_id[k]);
         i += len;
         start = i;
     }
@@ -175,6 +193,11 @@ size_t hf_tok_decode(const hf_tok *t, const uint32_t *ids, size_t n, uint8_t *ou
             tsr_error("hf tokenizer: token id %u at position %zu is not in the vocabulary (%u ids)",
                       ids[i], i, t->n_ids);
             return (size_t)-1;
+        }
+        if (t->spm) { /* Strip(" ", 1, 0) applies to the first token only */
+            len += hf_spm_decode_id(t, ids[i], i == 0 && t->strip_first, len < cap ? out + len : NULL,
+                                    len < cap ? cap - len : 0);
+            continue;
         }
         size_t m = t->off[ids[i] + 1] - t->off[ids[i]];
         if (len < cap) memcpy(out + len, t->blob + t->off[ids[i]], m < cap - len ? m : cap - len);

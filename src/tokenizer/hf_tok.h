@@ -1,10 +1,13 @@
-/* hf_tok.h — Hugging Face tokenizer.json, byte-level BPE family (Llama 3, Qwen 2/3).
+/* hf_tok.h — Hugging Face tokenizer.json: the byte-level BPE family (Llama 3, Qwen 2/3) and the
+ * SentencePiece-style BPE family with byte fallback (Llama 2, Gemma 3; hf_spm.c).
  *
  * Accepted: model.type "BPE" (vocab, merges as "a b" strings or [a, b] pairs, ignore_merges,
- * byte_fallback false), added_tokens (matched literally, leftmost-longest, before everything else),
- * normalizer null or NFC, pre_tokenizer Sequence[Split(Regex P, Isolated, invert false),
- * ByteLevel(use_regex false)] where P is Llama 3's or Qwen 2/3's pattern (matched by hand-written C,
- * hf_pretok.c), decoder ByteLevel. Anything else is refused naming the file and the key.
+ * byte_fallback), added_tokens (matched literally, leftmost-longest, before everything else).
+ * Byte-level: normalizer null or NFC, pre_tokenizer Sequence[Split(Regex P, Isolated, invert
+ * false), ByteLevel(use_regex false)] where P is Llama 3's or Qwen 2/3's pattern (matched by
+ * hand-written C, hf_pretok.c), decoder ByteLevel. SentencePiece-style: normalizer
+ * [Prepend("\u2581"),] Replace(" " -> "\u2581"), no pre_tokenizer (or Gemma 3's Split on " "),
+ * decoder Replace, ByteFallback, Fuse[, Strip]. Anything else is refused naming the file and key.
  * The reference is transformers.js (npm @lenml/tokenizers); docs/tokenizers-hf.md.
  * A loaded tokenizer is read-only: encode and decode may run in several threads at once.
  */

@@ -25,12 +25,42 @@ struct hf_tok {
     uint64_t *mkey;
     uint32_t *mrank, *mres;
     uint64_t mmask;
+    /* SentencePiece-style BPE (model.byte_fallback: Llama 2, Gemma 3; hf_spm.c): vocab keys are raw
+     * UTF-8 with U+2581 for a space; merging starts from code points; a code point outside the
+     * vocab becomes the <0xXX> tokens of its bytes */
+    int spm;
+    int prepend;      /* normalizer Prepend("\u2581") before Replace(" " -> "\u2581") */
+    int strip_first;  /* decoder Strip(" ", 1, 0): the first decoded space of a decode is dropped */
+    uint32_t fb[256]; /* <0xXX> ids */
+    uint32_t unk;     /* model.unk_token's id, or HF_NONE */
+    uint32_t n_cross; /* vocab entries with U+2581 right after another code point (hf_spm_split) */
+    uint32_t *cross_id, *cross_at; /* ... and the byte offset of that U+2581 in each */
     /* added tokens, matched literally (leftmost-longest) */
     uint32_t n_added;
     char **added;
     uint32_t *added_len, *added_id;
     uint8_t added_first[256]; /* 1 for a byte that starts some added token */
 };
+
+/* Where encoded ids go: appended to *ids (realloc'd, capacity *cap), count *n. */
+typedef struct hf_ids_out {
+    uint32_t **ids;
+    size_t *n, *cap;
+} hf_ids_out;
+void hf_ids_push(hf_ids_out *o, uint32_t id);
+
+/* SentencePiece-style BPE (hf_spm.c): the normalizer of one section of text between added tokens
+ * (valid UTF-8; malloc'd result), the cuts that do not change the ids, and the BPE of one piece
+ * (merges from code points, then byte fallback). */
+uint8_t *hf_spm_normalize(const hf_tok *t, const uint8_t *p, size_t n, size_t *out_n);
+void hf_spm_split(const hf_tok *t, const uint8_t *s, size_t n,
+                  void (*piece)(void *ctx, const uint8_t *p, size_t len), void *ctx);
+void hf_spm_piece(const hf_tok *t, const uint8_t *s, size_t n, hf_ids_out *out);
+/* The crossing entries of the vocab (t->n_cross, cross_id, cross_at), after it is loaded. */
+void hf_spm_find_crossing(hf_tok *t);
+/* One id's decoded bytes for a SentencePiece-style tokenizer: U+2581 -> ' ', <0xXX> -> the byte,
+ * one leading ' ' dropped when strip; written to out (at most cap), returns the full length. */
+size_t hf_spm_decode_id(const hf_tok *t, uint32_t id, int strip, uint8_t *out, size_t cap);
 
 /* Id of the model-vocab entry holding bytes p[0..n), or HF_NONE. */
 uint32_t hf_vocab_find(const hf_tok *t, const uint8_t *p, size_t n);

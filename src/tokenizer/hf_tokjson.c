@@ -1,7 +1,8 @@
-/* hf_tokjson.c — loading a Hugging Face tokenizer.json (byte-level BPE family) with the JSON parser
- * of src/base/json.c. What is accepted is listed in hf_tok.h; every refusal names the file, the
- * key and what was expected. Vocab strings are byte-level mapped (GPT-2's bytes_to_unicode); they
- * are mapped back to bytes here, so the rest works on bytes. */
+/* hf_tokjson.c — loading a Hugging Face tokenizer.json (byte-level or SentencePiece-style BPE) with
+ * the JSON parser of src/base/json.c. What is accepted is listed in hf_tok.h; every refusal names
+ * the file, the key and what was expected. Byte-level vocab strings are mapped (GPT-2's
+ * bytes_to_unicode) back to bytes here, so the rest works on bytes; SentencePiece-style ones
+ * (model.byte_fallback) are kept as written (key_bytes). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +73,14 @@ static long unmap_str(const char *s, size_t len, uint8_t *out) {
     return (long)o;
 }
 
+/* A vocab or merge string as bytes: byte-level mapped ones through the map, SentencePiece-style
+ * ones (t->spm) as written. Returns the byte count, or -1 (not byte-level text). */
+static long key_bytes(const hf_tok *t, const char *s, size_t len, uint8_t *out) {
+    if (!t->spm) return unmap_str(s, len, out);
+    memcpy(out, s, len);
+    return (long)len;
+}
+
 static int fail(const char *path, const char *what) {
     tsr_error("%s: %s", path, what);
     return TSR_EXIT_DATA;
@@ -86,6 +95,57 @@ static int bool_is(const json_value *v, const char *key, int want) {
     const json_value *b = json_get(v, key);
     if (!b || b->type == JSON_NULL) return !want;
     return (b->type == JSON_TRUE) == want && (b->type == JSON_TRUE || b->type == JSON_FALSE);
+}
+
+static int is_metaspace(const json_value *v) {
+    return v && v->type == JSON_STRING && strcmp(v->str, "\u2581") == 0;
+}
+
+/* Replace(String from -> to) */
+static int is_replace(const json_value *v, const char *from, int to_metaspace) {
+    const json_value *pat = json_get(v, "pattern"), *str = pat ? json_get(pat, "String") : NULL;
+    const json_value *c = json_get(v, "content");
+    int from_ok = !strcmp(from, " ") ? str && str->type == JSON_STRING && !strcmp(str->str, " ")
+                                     : is_metaspace(str);
+    return is_type(v, "Replace") && from_ok && c && c->type == JSON_STRING &&
+           (to_metaspace ? is_metaspace(c) : !strcmp(c->str, " "));
+}
+
+/* The SentencePiece-style pipeline (Llama 2, Gemma 3); fills prepend, strip_first. */
+static int check_spm_pipeline(hf_tok *t, const json_value *root, const char *path) {
+    const json_value *nz = json_get(root, "normalizer"), *pt = json_get(root, "pre_tokenizer");
+    const json_value *seq = nz ? json_get(nz, "normalizers") : NULL;
+    if (nz && is_type(nz, "Sequence") && seq && seq->type == JSON_ARRAY && seq->len == 2 &&
+        is_type(seq->child, "Prepend") && is_metaspace(json_get(seq->child, "prepend")) &&
+        is_replace(seq->child->next, " ", 1))
+        t->prepend = 1;
+    else if (!nz || !is_replace(nz, " ", 1))
+        return fail(path, "normalizer: expected Replace(\" \" -> \"\u2581\"), or Sequence[Prepend(\"\u2581\"), "
+                          "that Replace] (SentencePiece-style BPE: Llama 2, Gemma 3)");
+    if (pt && pt->type != JSON_NULL) {
+        const json_value *pat = json_get(pt, "pattern"), *str = pat ? json_get(pat, "String") : NULL;
+        const json_value *beh = json_get(pt, "behavior");
+        if (!is_type(pt, "Split") || !str || str->type != JSON_STRING || strcmp(str->str, " ") ||
+            !beh || beh->type != JSON_STRING || strcmp(beh->str, "MergedWithPrevious") ||
+            !bool_is(pt, "invert", 0))
+            return fail(path, "pre_tokenizer: expected null or Split(String \" \", MergedWithPrevious) "
+                              "(Metaspace pre-tokenizers are not supported yet)");
+    }
+    const json_value *dec = json_get(root, "decoder"), *ds = dec ? json_get(dec, "decoders") : NULL;
+    const json_value *d = ds && ds->type == JSON_ARRAY ? ds->child : NULL;
+    if (!dec || !is_type(dec, "Sequence") || !d || !is_replace(d, "\u2581", 0) ||
+        !is_type(d->next, "ByteFallback") || !is_type(d->next->next, "Fuse"))
+        return fail(path, "decoder: expected Sequence[Replace(\"\u2581\" -> \" \"), ByteFallback, Fuse, "
+                          "Strip(\" \", 1, 0) optional]");
+    const json_value *st = d->next->next->next;
+    if (st) {
+        const json_value *c = json_get(st, "content"), *a = json_get(st, "start"), *b = json_get(st, "stop");
+        if (!is_type(st, "Strip") || !c || c->type != JSON_STRING || strcmp(c->str, " ") || !a ||
+            a->type != JSON_NUMBER || a->num != 1 || !b || b->type != JSON_NUMBER || b->num != 0 || st->next)
+            return fail(path, "decoder.decoders[3]: expected Strip(\" \", start 1, stop 0) as the last one");
+        t->strip_first = 1;
+    }
+    return 0;
 }
 
 /* The accepted pipeline around the model; fills split and nfc. */
@@ -159,8 +219,8 @@ static int vocab_max_id(const json_value *vocab, const json_value *added, const 
 /* Pass 2: src[id] = the JSON value holding id's text (a vocab key, or an added token's content),
  * is_added[id] = which; *total = the bytes of all texts. An id given twice in the vocab, or an
  * added token whose id the vocab gives to another text, is refused. Returns 0 or fail(). */
-static int vocab_sources(const json_value *vocab, const json_value *added, const char *path,
-                         const json_value **src, uint8_t *is_added, size_t *total) {
+static int vocab_sources(const hf_tok *t, const json_value *vocab, const json_value *added,
+                         const char *path, const json_value **src, uint8_t *is_added, size_t *total) {
     char msg[300];
     *total = 0;
     for (int pass = 0; pass < 2; pass++)
@@ -176,7 +236,7 @@ static int vocab_sources(const json_value *vocab, const json_value *added, const
             if (pass && src[id] && !is_added[id]) { /* an added token that is also a vocab entry */
                 size_t kl = src[id]->key_len;
                 uint8_t *tmp = tsr_malloc(kl + 1);
-                long bl = unmap_str(src[id]->key, kl, tmp);
+                long bl = key_bytes(t, src[id]->key, kl, tmp);
                 int same = bl == (long)c->len && memcmp(tmp, c->str, c->len) == 0;
                 free(tmp);
                 if (!same) {
@@ -185,6 +245,7 @@ static int vocab_sources(const json_value *vocab, const json_value *added, const
                     return fail(path, msg);
                 }
             }
+            if (pass && src[id]) continue; /* also a vocab entry (same text): stays one, merges use it */
             src[id] = pass ? c : v;
             is_added[id] = (uint8_t)pass;
             *total += pass ? c->len : v->key_len;
@@ -211,7 +272,7 @@ static void vocab_fill(hf_tok *t, const json_value *const *src, const uint8_t *i
             o += s->len;
             continue;
         }
-        long bl = unmap_str(s->key, s->key_len, t->blob + o);
+        long bl = key_bytes(t, s->key, s->key_len, t->blob + o);
         if (bl < 0) { /* not byte-level text: kept as written, never produced by encoding */
             memcpy(t->blob + o, s->key, s->key_len);
             o += s->key_len;
@@ -227,9 +288,19 @@ static void vocab_fill(hf_tok *t, const json_value *const *src, const uint8_t *i
         if (t->assigned[id] == 1 && !is_added[id]) vocab_insert(t, id);
 }
 
-/* t->byte_tok: the token of each single byte; byte-level BPE needs all 256. Returns 0 or fail(). */
+/* t->byte_tok: the token of each single byte; byte-level BPE needs all 256. SentencePiece-style:
+ * t->fb, the <0xXX> tokens of byte fallback (a missing one falls back to unk_token). Returns 0 or
+ * fail(). */
 static int vocab_bytes(hf_tok *t, const char *path) {
     char msg[300];
+    if (t->spm) {
+        for (int b = 0; b < 256; b++) {
+            char name[8];
+            snprintf(name, sizeof name, "<0x%02X>", b);
+            t->fb[b] = hf_vocab_find(t, (const uint8_t *)name, 6);
+        }
+        return 0;
+    }
     for (int b = 0; b < 256; b++) {
         uint8_t c = (uint8_t)b;
         t->byte_tok[b] = hf_vocab_find(t, &c, 1);
@@ -249,7 +320,7 @@ static int load_vocab(hf_tok *t, const json_value *vocab, const json_value *adde
     const json_value **src = tsr_calloc(t->n_ids, sizeof *src);
     uint8_t *is_added = tsr_calloc(t->n_ids, 1);
     size_t total;
-    int rc = vocab_sources(vocab, added, path, src, is_added, &total);
+    int rc = vocab_sources(t, vocab, added, path, src, is_added, &total);
     if (!rc) {
         vocab_fill(t, src, is_added, total);
         rc = vocab_bytes(t, path);
@@ -313,7 +384,7 @@ static int load_merges(hf_tok *t, const json_value *merges, const char *path) {
         size_t al, bl;
         long na, nb;
         if (merge_sides(m, &a, &al, &b, &bl) != 0 || al + bl > sizeof buf ||
-            (na = unmap_str(a, al, buf)) <= 0 || (nb = unmap_str(b, bl, buf + na)) <= 0) {
+            (na = key_bytes(t, a, al, buf)) <= 0 || (nb = key_bytes(t, b, bl, buf + na)) <= 0) {
             tsr_snprintf(msg, sizeof msg, "model.merges[%u]: expected \"a b\" or [\"a\", \"b\"] of "
                          "byte-level tokens", rank);
             return fail(path, msg);
@@ -348,15 +419,20 @@ static int load_root(hf_tok *t, const json_value *root, const char *path) {
     if (added && added->type != JSON_ARRAY) return fail(path, "added_tokens: expected an array");
     static const json_value no_added = {.type = JSON_ARRAY};
     if (!added) added = &no_added;
-    if (!bool_is(model, "byte_fallback", 0))
-        return fail(path, "model.byte_fallback: true is not supported with byte-level BPE");
+    t->spm = bool_is(model, "byte_fallback", 1);
     const json_value *dr = json_get(model, "dropout");
     if (dr && dr->type != JSON_NULL) return fail(path, "model.dropout: expected null");
     t->ignore_merges = bool_is(model, "ignore_merges", 1);
-    int rc = check_pipeline(t, root, path);
+    if (t->spm && t->ignore_merges)
+        return fail(path, "model.ignore_merges: true is not supported with byte_fallback");
+    int rc = t->spm ? check_spm_pipeline(t, root, path) : check_pipeline(t, root, path);
     if (!rc) rc = load_vocab(t, vocab, added, path);
     if (!rc) rc = load_added(t, added, path);
     if (!rc) rc = load_merges(t, merges, path);
+    if (!rc && t->spm) hf_spm_find_crossing(t);
+    const json_value *unk = json_get(model, "unk_token");
+    t->unk = !rc && unk && unk->type == JSON_STRING
+                 ? hf_vocab_find(t, (const uint8_t *)unk->str, unk->len) : HF_NONE;
     return rc;
 }
 
@@ -390,6 +466,7 @@ void hf_tok_free(hf_tok *t) {
     free(t->added), free(t->added_len), free(t->added_id);
     free(t->blob), free(t->off), free(t->assigned), free(t->vslot);
     free(t->mkey), free(t->mrank), free(t->mres);
+    free(t->cross_id), free(t->cross_at);
     free(t);
 }
 

