@@ -357,12 +357,10 @@ demo: all data/brown/train/index.tsv
 	@echo "own text (build/tessera prep --out data/mine --tokenizer gpt2 DIR), or use a recipe in configs/."
 
 # first the include checker (tools/check_includes.py: no include cycle, no include into a higher
-# layer of docs/architecture.md's table), then every test. INCLUDES_STRICT=0 reports its findings
-# without failing (while the tree is being brought to zero)
-INCLUDES_STRICT ?= 0
+# layer of docs/architecture.md's table; a finding stops make check), then every test
 check: all
-	$(PYTHON) tools/check_includes.py$(if $(filter 0,$(INCLUDES_STRICT)), || echo "check_includes: not fatal yet (INCLUDES_STRICT=0)")
-	INCLUDES_STRICT=$(INCLUDES_STRICT) bash tests/run.sh
+	$(PYTHON) tools/check_includes.py
+	bash tests/run.sh
 
 # the GPU tests alone: the op test (build/tests/test_gpu_ops*) and every script in tests/gpu/ (make
 # check runs them too; without a GPU their device halves skip, loudly)

@@ -20,14 +20,6 @@
 
 typedef hf_ids_out ids_out;
 
-void hf_ids_push(ids_out *o, uint32_t id) {
-    if (*o->n == *o->cap) {
-        *o->cap = *o->cap ? 2 * *o->cap : 1024;
-        *o->ids = tsr_realloc(*o->ids, *o->cap * sizeof **o->ids);
-    }
-    (*o->ids)[(*o->n)++] = id;
-}
-
 /* Per-call cache of short pieces -> their ids (no shared mutable state: encode stays thread-safe).
  * Keys and ids are copied into growing pools, so a piece may come from a freed NFC buffer. */
 #define CACHE_KEY_MAX 48

@@ -149,10 +149,6 @@ void hf_spm_piece(const hf_tok *t, const uint8_t *s, size_t sn, hf_ids_out *out)
     free(w.id), free(w.off), free(w.len), free(w.prev), free(w.next), free(w.heap);
 }
 
-static int metaspace_at(const uint8_t *s, size_t n, size_t i) {
-    return i + 3 <= n && memcmp(s + i, METASPACE, 3) == 0;
-}
-
 /* 1 when a crossing token (a vocab entry with U+2581 right after another code point) lies over
  * the U+2581 at i, as text: then a symbol may span i and the text must not be cut there. */
 static int crossed(const hf_tok *t, const uint8_t *s, size_t n, size_t i) {
@@ -169,7 +165,7 @@ void hf_spm_split(const hf_tok *t, const uint8_t *s, size_t n,
     size_t start = 0;
     for (size_t i = 1; i < n; i++) {
         /* a cut before each U+2581 that follows another code point (not inside a code point) */
-        if (!metaspace_at(s, n, i) || (i >= 3 && metaspace_at(s, n, i - 3)) || crossed(t, s, n, i)) continue;
+        if (!hf_metaspace_at(s, n, i) || (i >= 3 && hf_metaspace_at(s, n, i - 3)) || crossed(t, s, n, i)) continue;
         piece(ctx, s + start, i - start);
         start = i;
     }
@@ -218,20 +214,3 @@ size_t hf_spm_decode_id(const hf_tok *t, uint32_t id, int strip, uint8_t *out, s
     return len;
 }
 
-void hf_spm_find_crossing(hf_tok *t) {
-    uint32_t cap = 0;
-    for (uint32_t id = 0; id < t->n_ids; id++) {
-        if (t->assigned[id] != 1) continue;
-        const uint8_t *p = t->blob + t->off[id];
-        size_t n = t->off[id + 1] - t->off[id];
-        for (size_t i = 1; i < n; i++) {
-            if (!metaspace_at(p, n, i) || (i >= 3 && metaspace_at(p, n, i - 3))) continue;
-            if (t->n_cross == cap) {
-                cap = cap ? 2 * cap : 8;
-                t->cross_id = tsr_realloc(t->cross_id, cap * sizeof *t->cross_id);
-                t->cross_at = tsr_realloc(t->cross_at, cap * sizeof *t->cross_at);
-            }
-            t->cross_id[t->n_cross] = id, t->cross_at[t->n_cross++] = (uint32_t)i;
-        }
-    }
-}

@@ -5,6 +5,8 @@
 
 #include <stdint.h>
 
+#include "common.h"
+
 #include "tokenizer/hf_tok.h"
 
 #define HF_NONE UINT32_MAX
@@ -47,7 +49,17 @@ typedef struct hf_ids_out {
     uint32_t **ids;
     size_t *n, *cap;
 } hf_ids_out;
-void hf_ids_push(hf_ids_out *o, uint32_t id);
+static inline void hf_ids_push(hf_ids_out *o, uint32_t id) {
+    if (*o->n == *o->cap) {
+        *o->cap = *o->cap ? 2 * *o->cap : 1024;
+        *o->ids = tsr_realloc(*o->ids, *o->cap * sizeof **o->ids);
+    }
+    (*o->ids)[(*o->n)++] = id;
+}
+/* 1 when the n bytes at s hold U+2581 (the SentencePiece space) at byte i. */
+static inline int hf_metaspace_at(const uint8_t *s, size_t n, size_t i) {
+    return i + 3 <= n && s[i] == 0xE2 && s[i + 1] == 0x96 && s[i + 2] == 0x81;
+}
 
 /* SentencePiece-style BPE (hf_spm.c): the normalizer of one section of text between added tokens
  * (valid UTF-8; malloc'd result), the cuts that do not change the ids, and the BPE of one piece
@@ -56,8 +68,7 @@ uint8_t *hf_spm_normalize(const hf_tok *t, const uint8_t *p, size_t n, size_t *o
 void hf_spm_split(const hf_tok *t, const uint8_t *s, size_t n,
                   void (*piece)(void *ctx, const uint8_t *p, size_t len), void *ctx);
 void hf_spm_piece(const hf_tok *t, const uint8_t *s, size_t n, hf_ids_out *out);
-/* The crossing entries of the vocab (t->n_cross, cross_id, cross_at), after it is loaded. */
-void hf_spm_find_crossing(hf_tok *t);
+
 /* One id's decoded bytes for a SentencePiece-style tokenizer: U+2581 -> ' ', <0xXX> -> the byte,
  * one leading ' ' dropped when strip; written to out (at most cap), returns the full length. */
 size_t hf_spm_decode_id(const hf_tok *t, uint32_t id, int strip, uint8_t *out, size_t cap);

@@ -406,6 +406,26 @@ static int load_merges(hf_tok *t, const json_value *merges, const char *path) {
     return 0;
 }
 
+/* The crossing entries of a SentencePiece-style vocab (t->n_cross, cross_id, cross_at): entries with
+ * U+2581 right after another code point, which hf_spm_split must not cut. */
+static void find_crossing(hf_tok *t) {
+    uint32_t cap = 0;
+    for (uint32_t id = 0; id < t->n_ids; id++) {
+        if (t->assigned[id] != 1) continue;
+        const uint8_t *p = t->blob + t->off[id];
+        size_t n = t->off[id + 1] - t->off[id];
+        for (size_t i = 1; i < n; i++) {
+            if (!hf_metaspace_at(p, n, i) || (i >= 3 && hf_metaspace_at(p, n, i - 3))) continue;
+            if (t->n_cross == cap) {
+                cap = cap ? 2 * cap : 8;
+                t->cross_id = tsr_realloc(t->cross_id, cap * sizeof *t->cross_id);
+                t->cross_at = tsr_realloc(t->cross_at, cap * sizeof *t->cross_at);
+            }
+            t->cross_id[t->n_cross] = id, t->cross_at[t->n_cross++] = (uint32_t)i;
+        }
+    }
+}
+
 static int load_root(hf_tok *t, const json_value *root, const char *path) {
     if (root->type != JSON_OBJECT) return fail(path, "expected a JSON object (a tokenizer.json)");
     const json_value *model = json_get(root, "model");
@@ -429,7 +449,7 @@ static int load_root(hf_tok *t, const json_value *root, const char *path) {
     if (!rc) rc = load_vocab(t, vocab, added, path);
     if (!rc) rc = load_added(t, added, path);
     if (!rc) rc = load_merges(t, merges, path);
-    if (!rc && t->spm) hf_spm_find_crossing(t);
+    if (!rc && t->spm) find_crossing(t);
     const json_value *unk = json_get(model, "unk_token");
     t->unk = !rc && unk && unk->type == JSON_STRING
                  ? hf_vocab_find(t, (const uint8_t *)unk->str, unk->len) : HF_NONE;
