@@ -18,7 +18,7 @@
 #   PYTHON=/usr/bin/python3 (the interpreter with torch)
 #   OPENBLAS_CORETYPE: unset = SkylakeX on AVX-512 CPUs, Haswell on AVX2 CPUs, for both programs
 #     (Debian's OpenBLAS may pick generic kernels on new CPUs; torch's matmuls go through the same
-#     library, so both must load it with the same core: ../shared/tools/cpu-notes.md)
+#     library, so both must load it with the same core: docs/decisions.md, "OpenBLAS core")
 #   TORCH_ENV: extra environment of the PyTorch runs only; unset = PyTorch's fastest settings
 #     measured on the 2-core machine (docs/benchmarks.md): OMP_WAIT_POLICY=PASSIVE (Debian's torch
 #     uses the pthread OpenBLAS, whose threads fight spinning OpenMP workers for the cores),
