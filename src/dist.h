@@ -57,7 +57,7 @@ void dist_allgather(const void *mine, void *all, size_t bytes);
 void dist_gather(const void *mine, void *all, size_t bytes, int root);
 void dist_barrier(void);
 
-/* Groups of ranks (ZeRO-3 / HSDP, src/train/fsdp.c; the health checker's node pairs,
+/* Groups of ranks (ZeRO-3 / HSDP, src/model/fsdp.c; the health checker's node pairs,
  * healthcheck/hc_net.c): a communicator over a subset of the world.
  * dist_group_split is collective over the world: ranks passing the same color form a group,
  * ranked by key. In the NO_MPI build (or without MPI_Init) every group is this one rank. Counts

@@ -29,7 +29,7 @@
  * unit's weights and gradient buffers as the passes reach it. */
 typedef enum { GPU_STATE_FULL, GPU_STATE_NO_MASTER, GPU_STATE_NONE } gpu_state;
 
-/* The source of the weights under zero3 / hsdp (units as train/fsdp.h: 0 the root, l+1 layer l).
+/* The source of the weights under zero3 / hsdp (units as model/fsdp.h: 0 the root, l+1 layer l).
  * get fills w[id] (bf16 weights) and, when backward, gr[id] (fp32 gradients to accumulate into)
  * for unit u's tensors, usable by the work queued next on the compute stream; the forward pass
  * asks for the root, then layer units in order (each just after the previous layer's weights are

@@ -107,7 +107,7 @@ typedef struct tsr_acts {
     float *losses_host, *dlosses_host;
 } tsr_acts;
 
-/* Sharded parameters (parallel.sharding = zero3 | hsdp, src/train/fsdp.h). When a model has a
+/* Sharded parameters (parallel.sharding = zero3 | hsdp, src/model/fsdp.h). When a model has a
  * source, model_forward and model_backward never touch params/grads: they ask the source for each
  * unit's tensors just before using them and hand them back right after. Unit 0 is the root (wte,
  * wpe, lnfw, lnfb); unit l+1 is layer l. get fills w[id] (and in backward g[id], where the unit's
