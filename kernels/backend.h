@@ -15,9 +15,9 @@
  * The fused ops are the seams a backend may fuse behind (the CUDA backend does); the fp32
  * backend runs each as the unfused sequence of ops.h calls written beside it, so its results
  * are the same bits as calling those ops one by one.
- * Optional entries (NULL where the backend has none): softmax_xent_grad, argmax is required;
- * matvec_forward (the decoder then uses matmul_forward), attention_decode (no KV-cache decoding
- * on that backend).
+ * Optional entries (NULL where the backend has none): softmax_xent_grad, matvec_forward (the
+ * decoder then uses matmul_forward), attention_decode (no KV-cache decoding on that backend).
+ * argmax is required.
  */
 #ifndef TSR_BACKEND_H
 #define TSR_BACKEND_H

@@ -172,12 +172,16 @@ int dec_try_alloc_acts(const tsr_model *m, const tsr_backend *be, tsr_acts *a, i
             dec_free_acts(be, a); /* nothing half-made stays */
             return -1;
         }
-    if (!be->host) {
+    if (!be->host) { /* host staging: a failure backs off like the device buffers, never exits */
         size_t N = (size_t)B * T;
-        a->seq_host = tsr_malloc(N * sizeof(int32_t));
-        a->pos_host = tsr_malloc(N * sizeof(int32_t));
-        a->losses_host = tsr_malloc(N * sizeof(float));
-        a->dlosses_host = tsr_malloc(N * sizeof(float));
+        a->seq_host = malloc(N * sizeof(int32_t));
+        a->pos_host = malloc(N * sizeof(int32_t));
+        a->losses_host = malloc(N * sizeof(float));
+        a->dlosses_host = malloc(N * sizeof(float));
+        if (!a->seq_host || !a->pos_host || !a->losses_host || !a->dlosses_host) {
+            dec_free_acts(be, a);
+            return -1;
+        }
     }
     a->B = B;
     a->T = T;
