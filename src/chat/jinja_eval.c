@@ -287,6 +287,15 @@ static jj_value *eval_call(jj_interp *in, const jj_node *nd, jj_scope *sc) {
  * they are: jinja_filter.c). */
 static jj_value *apply_filter(jj_interp *in, jj_value *v, const jj_node *filter, jj_scope *sc) {
     jj_args args, *a = NULL;
+    /* the parser takes `| f`, `| f(...)`, and member and call chains after those (`| f(x).y`,
+     * `| f(x)(y)`), which the reference refuses at run time by the node's type */
+    const jj_node *bad = filter->type == N_MEMBER ? filter
+                         : filter->type == N_CALL && filter->a->type != N_IDENT ? filter->a : NULL;
+    if (bad) {
+        in->f->line = filter->line;
+        in->f->col = filter->col;
+        jj_rt_fail(in, "Unknown filter: %s", bad->type == N_CALL ? "CallExpression" : "MemberExpression");
+    }
     if (filter->type != N_IDENT && strcmp(filter->a->s, "selectattr") &&
         strcmp(filter->a->s, "rejectattr")) {
         jj_eval_args(in, &filter->body, sc, &args);

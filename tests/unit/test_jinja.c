@@ -493,7 +493,7 @@ static int unit_checks(void) {
     setenv("TZ", "UTC", 1);
     setenv("TSR_JINJA_NOW", "1721952000", 1);
     const size_t ncases = sizeof cases / sizeof cases[0];
-    tap_plan((int)ncases + 26);
+    tap_plan((int)ncases + 27);
     for (size_t i = 0; i < ncases; i++) tap_ok(renders_as(i), "%s", cases[i].what);
 
     /* errors: status, position, message */
@@ -517,6 +517,9 @@ static int unit_checks(void) {
                  JINJA_ERAISE, 2, 19, "bad x"),
            "raise_exception: its message, status raise");
     tap_ok(fails("{{ 1 is foo }}", "{}", JINJA_ERUNTIME, 1, 6, "Unknown test: foo"), "unknown test");
+    tap_ok(fails("{{ 'x' | trim('a').bar }}", "{}", JINJA_ERUNTIME, 1, 19, "Unknown filter: MemberExpression") &&
+               fails("{{ 'x' | trim()() }}", "{}", JINJA_ERUNTIME, 1, 16, "Unknown filter: CallExpression"),
+           "a member or a call after a filter call: the reference's error, not a crash (fuzz_chat)");
     tap_ok(fails("a{% break %}", "{}", JINJA_ERUNTIME, 0, 0, "outside a for loop"), "break outside a loop");
     tap_ok(fails("x", "[1]", JINJA_ECONTEXT, 0, 0, "expected a JSON object"), "context must be an object");
     tap_ok(fails("x", "{\"true\": 1}", JINJA_ECONTEXT, 0, 0, "'true' clashes"), "context key clashing with a global");
