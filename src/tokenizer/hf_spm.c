@@ -194,22 +194,16 @@ size_t hf_spm_decode_id(const hf_tok *t, uint32_t id, int strip, uint8_t *out, s
         return 1;
     }
     for (size_t i = 0; i < n;) {
-        uint8_t c = p[i];
-        size_t k = 1;
-        if (i + 3 <= n && memcmp(p + i, METASPACE, 3) == 0) c = ' ', k = 3;
-        i += k;
-        if (strip && len == 0 && c == ' ' && k == 3) {
+        int meta = hf_metaspace_at(p, n, i);
+        uint8_t c = meta ? ' ' : p[i];
+        i += meta ? 3 : 1;
+        if (strip && meta) { /* only the first character can be stripped */
             strip = 0;
             continue;
         }
         strip = 0;
-        if (k == 3) {
-            if (len < cap) out[len] = ' ';
-            len++;
-        } else {
-            if (len < cap) out[len] = p[i - 1];
-            len++;
-        }
+        if (len < cap) out[len] = c;
+        len++;
     }
     return len;
 }
