@@ -129,10 +129,14 @@ same_run "$TMP/run-usr1"
 tap_check $? "after the USR1 requeue: every loss and the final weights and optimizer state equal the uninterrupted run bit for bit"
 
 # 3. SIGKILL of rank 1 (found by its job id and rank in /proc, never by name)
+#    The pid is looked up as soon as the rank runs (a /proc scan under load takes seconds, and the
+#    600 steps can be over a few seconds after step 250), then killed at step 250.
 rank_pid() {
-    local p
+    local p c
     for p in /proc/[0-9]*; do
-        [[ $(cat "$p/comm" 2>/dev/null) == tessera-train ]] || continue
+        c=
+        read -r c 2>/dev/null <"$p/comm"
+        [[ $c == tessera-train ]] || continue
         tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -qx "SLURM_JOB_ID=$1" || continue
         tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -qx "SLURM_PROCID=$2" && { echo "${p#/proc/}"; return 0; }
     done
@@ -141,7 +145,14 @@ rank_pid() {
 job kill
 j=$(submit kill.sbatch)
 pid=
-wait_step "$TMP/run-kill" 250 90 && pid=$(rank_pid "$j" 1) && kill -9 "$pid"
+end=$((SECONDS + 90))
+until pid=$(rank_pid "$j" 1) || ((SECONDS > end)); do sleep 0.2; done
+if [[ -n $pid ]] && wait_step "$TMP/run-kill" 250 90 && kill -0 "$pid" 2>/dev/null; then
+    kill -9 "$pid"
+else
+    tap_diag "rank 1 of job $j: pid '${pid}', step 250 not seen or the rank already gone"
+    pid=
+fi
 st=$(wait_done "$j" 180)
 [[ -n $pid && $st == COMPLETED && $(field "$j" Restarts) == 1 ]] && grep -q 'crashed' "kill-$j.log" &&
     grep -q 'checkpoint resume step [23]00' "kill-$j.log"
