@@ -17,7 +17,9 @@
  * are the same bits as calling those ops one by one.
  * Optional entries (NULL where the backend has none): softmax_xent_grad, matvec_forward (the
  * decoder then uses matmul_forward), attention_decode (no KV-cache decoding on that backend).
- * argmax is required.
+ * argmax is required. The entries of the Llama-style blocks (rmsnorm_*, residual_rmsnorm_forward,
+ * qknorm_*, rope_*, swiglu_*) are needed only by the models that use them: the decoder refuses a
+ * model whose entries its backend lacks (dec_check_backend).
  */
 #ifndef TSR_BACKEND_H
 #define TSR_BACKEND_H
@@ -70,6 +72,36 @@ struct tsr_backend {
     void (*layernorm_backward)(const tsr_backend *be, void *dinp, float *dw, float *db,
                                const void *dout, const void *inp, const void *w,
                                const float *mean, const float *rstd, int N, int C);
+    /* RMSNorm (ops.h rmsnorm_forward): out (N,C) act, rstd (N) fp32, w (C) weight */
+    void (*rmsnorm_forward)(const tsr_backend *be, void *out, float *rstd, const void *inp,
+                            const void *w, int N, int C, float eps);
+    /* fused: res = a + b (N,C), then out = RMSNorm(res) (fp32: residual_forward, then
+     * rmsnorm_forward) */
+    void (*residual_rmsnorm_forward)(const tsr_backend *be, void *res, void *out, float *rstd,
+                                     const void *a, const void *b, const void *w, int N, int C,
+                                     float eps);
+    /* dinp (N,C) act +=, dw (C) fp32 +=; dout, inp act; w weight */
+    void (*rmsnorm_backward)(const tsr_backend *be, void *dinp, float *dw, const void *dout,
+                             const void *inp, const void *w, const float *rstd, int N, int C);
+    /* QK-norm (ops.h qknorm_forward): out, inp (N,QKV) act; rstd (N,NH+KVH) fp32; qw, kw (hs)
+     * weight. backward: dinp act +=, dqw, dkw fp32 += */
+    void (*qknorm_forward)(const tsr_backend *be, void *out, float *rstd, const void *inp,
+                           const void *qw, const void *kw, int N, int NH, int KVH, int hs,
+                           float eps);
+    void (*qknorm_backward)(const tsr_backend *be, void *dinp, float *dqw, float *dkw,
+                            const void *dout, const void *inp, const void *qw, const void *kw,
+                            const float *rstd, int N, int NH, int KVH, int hs);
+    /* RoPE in place on qkv / its transpose on dqkv (B,T,QKV) act (ops.h rope_forward); pos on
+     * the backend or NULL (then t + p0); inv_freq (hs/2) fp32 on the backend */
+    void (*rope_forward)(const tsr_backend *be, void *qkv, const int32_t *pos, int p0,
+                         const float *inv_freq, int B, int T, int NH, int KVH, int hs);
+    void (*rope_backward)(const tsr_backend *be, void *dqkv, const int32_t *pos, int p0,
+                          const float *inv_freq, int B, int T, int NH, int KVH, int hs);
+    /* SwiGLU: out (N,F) act = silu(inp[:, :F]) * inp[:, F:], inp (N,2F) act;
+     * backward dinp (N,2F) act += */
+    void (*swiglu_forward)(const tsr_backend *be, void *out, const void *inp, int N, int F);
+    void (*swiglu_backward)(const tsr_backend *be, void *dinp, const void *inp, const void *dout,
+                            int N, int F);
     /* out (N,OC) = inp (N,IC) @ w^T + bias (or NULL). pre_gelu (N,OC) or NULL: fused epilogue,
      * pre_gelu = the product, out = gelu(pre_gelu) of kind gelu
      * (fp32: matmul_forward into pre_gelu, then gelu_forward) */
@@ -93,18 +125,18 @@ struct tsr_backend {
      * probabilities (B,NH,T,T); CUDA: the log-sum-exp (B,NH,T)), and attention_scratch bytes of
      * scratch (0: none). */
     size_t (*attention_saved)(int B, int T, int NH);
-    size_t (*attention_scratch)(int B, int T, int C, int NH);
+    size_t (*attention_scratch)(int B, int T, int NH, int KVH, int hs);
     void (*attention_forward)(const tsr_backend *be, void *out, float *saved, const void *qkv,
-                              const float *slopes, const int32_t *seq, int B, int T, int C,
-                              int NH);
+                              const float *slopes, const int32_t *seq, int B, int T, int NH,
+                              int KVH, int hs);
     void (*attention_backward)(const tsr_backend *be, void *dqkv, const void *dout,
                                const void *qkv, const void *out, const float *saved,
                                const float *slopes, const int32_t *seq, void *scratch, int B,
-                               int T, int C, int NH);
+                               int T, int NH, int KVH, int hs);
     /* ops.h attention_decode on one layer's cache (kt, v act; scratch fp32), or NULL */
     void (*attention_decode)(const tsr_backend *be, void *out, void *kt, void *v,
                              const void *qkv, const float *slopes, float *scratch, int nscratch,
-                             int p0, int c, int seg, int cap, int C, int NH);
+                             int p0, int c, int seg, int cap, int NH, int KVH, int hs);
 
     /* Softmax over the first V of Vp columns and cross-entropy: losses (N) fp32. dlosses (N)
      * or NULL. fused: with dlosses the logits (N,Vp) act are overwritten by

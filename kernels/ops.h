@@ -5,7 +5,10 @@
  *
  * Dimension vocabulary (fixed for the whole code base):
  *   B  sequences in a microbatch      T  sequence length          C  channels (d_model)
- *   NH attention heads, hs = C / NH   F  MLP hidden = expansion_ratio * C
+ *   NH attention heads                hs head size (C / NH unless the model sets head_dim)
+ *   KVH key/value heads (NH a multiple; NH/KVH query heads share one: GQA, MQA at KVH = 1)
+ *   QKV = (NH + 2 KVH) hs: the fused projection's width, [q heads | k heads | v heads]
+ *   F  MLP hidden (expansion_ratio * C, or the model's intermediate_size)
  *   V  real vocabulary size           Vp vocabulary padded to a multiple of 64/128 (Vp >= V)
  *   N  rows = B * T                   L  layers
  * Every tensor is dense, row-major, fp32 on the CPU backend.
@@ -62,20 +65,57 @@ typedef struct tsr_ops {
     void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
                             const float *inp, const float *w, int N, int IC, int OC);
 
-    /* Causal multi-head attention on a fused qkv projection, optionally block-diagonal.
+    /* Causal multi-head attention on a fused qkv projection, optionally block-diagonal, with
+     * grouped key/value heads: query head h reads key/value head g = h / (NH / KVH).
      *   s[i,j] = q_i . k_j / sqrt(hs) - slope_h * (i - j)   for j in [lo(i), i]  (ALiBi term only
      *            if slopes); lo(i) = 0 when seq is NULL, else the first index of the run of equal
      *            seq ids that holds i (a segment: row i sees only its own segment)
      *   att[b,h,i,:] = softmax_j(s[i,:]) (exact zeros for j outside [lo(i), i]);
      *   out[b,i,h*hs:(h+1)*hs] = sum_j att v_j
-     * qkv (B,T,3C) laid out [q | k | v], each head h at columns h*hs..; out (B,T,C);
+     * qkv (B,T,QKV) laid out [q | k | v]: query head h at columns h*hs.., key head g at
+     * NH*hs + g*hs.., value head g at (NH+KVH)*hs + g*hs..; out (B,T,NH*hs);
      * att (B,NH,T,T) saved for backward; alibi_slopes (NH) or NULL; seq (B,T) segment ids or NULL
      * (segments are contiguous runs: an id that comes back after another is a new segment) */
     void (*attention_forward)(float *out, float *att, const float *qkv, const float *alibi_slopes,
-                              const int32_t *seq, int B, int T, int C, int NH);
-    /* dqkv (B,T,3C) +=, dout (B,T,C), qkv and att from the forward pass, seq as given to it */
+                              const int32_t *seq, int B, int T, int NH, int KVH, int hs);
+    /* dqkv (B,T,QKV) +=, dout (B,T,NH*hs), qkv and att from the forward pass, seq as given to it
+     * (a key/value head's gradient sums over the query heads that share it) */
     void (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *att,
-                               const int32_t *seq, int B, int T, int C, int NH);
+                               const int32_t *seq, int B, int T, int NH, int KVH, int hs);
+
+    /* RMSNorm over the last axis: out = inp * rstd * w, rstd = 1 / sqrt(mean(inp^2) + eps).
+     * out (N,C), rstd (N) saved for backward, inp (N,C), w (C) */
+    void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int N,
+                            int C, float eps);
+    /* dinp (N,C) +=, dw (C) +=, dout (N,C); inp, w, rstd as in forward */
+    void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp,
+                             const float *w, const float *rstd, int N, int C);
+    /* QK-norm (Qwen 3): out (N,QKV) = inp with every query head RMSNorm'ed with qw (hs) and every
+     * key head with kw (hs), eps as given; the value heads copied. rstd (N, NH+KVH) saved for
+     * backward (query heads, then key heads). */
+    void (*qknorm_forward)(float *out, float *rstd, const float *inp, const float *qw,
+                           const float *kw, int N, int NH, int KVH, int hs, float eps);
+    /* dinp (N,QKV) += (the value columns: dout's), dqw, dkw (hs) +=; dout (N,QKV) */
+    void (*qknorm_backward)(float *dinp, float *dqw, float *dkw, const float *dout,
+                            const float *inp, const float *qw, const float *kw, const float *rstd,
+                            int N, int NH, int KVH, int hs);
+    /* RoPE in place on the query and key heads of qkv (B,T,QKV) (the value heads untouched), the
+     * rotate-half pairing of Llama/Qwen: for i < hs/2, with a = p * inv_freq[i],
+     *   x'[i] = x[i] cos a - x[i + hs/2] sin a,  x'[i + hs/2] = x[i + hs/2] cos a + x[i] sin a
+     * p = pos[b,t] (attn_mask = document: the position in the segment), or t + p0 when pos is
+     * NULL. The angle and its cosine and sine are formed in double. inv_freq (hs/2): the model's
+     * frequencies (src/model/model.c model_rope_freqs). */
+    void (*rope_forward)(float *qkv, const int32_t *pos, int p0, const float *inv_freq, int B,
+                         int T, int NH, int KVH, int hs);
+    /* The backward, in place on dqkv (B,T,QKV): the transposed rotation (angle -a) of the query
+     * and key gradients; the value gradients untouched. */
+    void (*rope_backward)(float *dqkv, const int32_t *pos, int p0, const float *inv_freq, int B,
+                          int T, int NH, int KVH, int hs);
+    /* SwiGLU: out (N,F) = silu(inp[:, :F]) * inp[:, F:], silu(x) = x / (1 + exp(-x)); inp (N,2F)
+     * is the fused [gate | up] projection */
+    void (*swiglu_forward)(float *out, const float *inp, int N, int F);
+    /* dinp (N,2F) +=, dout (N,F), inp as in forward */
+    void (*swiglu_backward)(float *dinp, const float *inp, const float *dout, int N, int F);
 
     /* GELU, tanh approximation (GPT-2) or exact erf form (MPT).  out, inp (n) */
     void (*gelu_forward)(float *out, const float *inp, size_t n, tsr_gelu_kind kind);
@@ -99,14 +139,14 @@ typedef struct tsr_ops {
                                   const int32_t *targets, int N, int V, int Vp);
 
     /* Decoding over a KV cache (one layer; docs/generate.md): stores the keys and values of rows
-     * p0..p0+c-1 of qkv (c,3C) into kt (NH,hs,cap) (keys transposed per head) and v (NH,cap,hs),
-     * then out (c,C) = attention of each row p over the cached positions seg..p, with the scores,
-     * softmax and products of attention_forward in the same order (the same bits as a forward
-     * over the segment alone). scratch (nscratch, cap): one score row per thread (at most
-     * nscratch threads). */
+     * p0..p0+c-1 of qkv (c,QKV) into kt (KVH,hs,cap) (keys transposed per head) and
+     * v (KVH,cap,hs), then out (c,NH*hs) = attention of each row p over the cached positions
+     * seg..p, with the scores, softmax and products of attention_forward in the same order (the
+     * same bits as a forward over the segment alone). scratch (nscratch, cap): one score row per
+     * thread (at most nscratch threads). */
     void (*attention_decode)(float *out, float *kt, float *v, const float *qkv,
                              const float *alibi_slopes, float *scratch, int nscratch, int p0,
-                             int c, int seg, int cap, int C, int NH);
+                             int c, int seg, int cap, int NH, int KVH, int hs);
     /* out (OC) = inp (IC) @ w^T + bias (or NULL): one row, the decode step's matrix-vector
      * product (another summation order than matmul_forward). */
     void (*matvec_forward)(float *out, const float *inp, const float *w, const float *bias,

@@ -149,8 +149,10 @@ static void segment_bounds(int *lo, int *hi, const int32_t *seq, int T) {
  * out (B,T,C), att (B,NH,T,T), qkv (B,T,3C) [q | k | v], alibi_slopes (NH) or NULL,
  * seq (B,T) segment ids or NULL */
 void cpu_attention_forward(float *out, float *att, const float *qkv, const float *alibi_slopes,
-                           const int32_t *seq, int B, int T, int C, int NH) {
-    const int hs = C / NH;
+                           const int32_t *seq, int B, int T, int NH, int KVH, int hs) {
+    const int C = NH * hs;
+    if (KVH != NH) tsr_die(TSR_EXIT_INTERNAL, "cpu attention: grouped-query attention (KVH < NH) is not built yet");
+
     const ptrdiff_t C3 = 3 * (ptrdiff_t)C;
     const float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel
@@ -195,8 +197,10 @@ void cpu_attention_forward(float *out, float *att, const float *qkv, const float
  * dqkv (B,T,3C) +=, dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T) from the forward pass,
  * seq (B,T) the forward's segment ids or NULL */
 void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
-                            const int32_t *seq, int B, int T, int C, int NH) {
-    const int hs = C / NH;
+                            const int32_t *seq, int B, int T, int NH, int KVH, int hs) {
+    const int C = NH * hs;
+    if (KVH != NH) tsr_die(TSR_EXIT_INTERNAL, "cpu attention: grouped-query attention (KVH < NH) is not built yet");
+
     const ptrdiff_t C3 = 3 * (ptrdiff_t)C;
     const size_t th = (size_t)T * hs;
     const float scale = 1.0f / sqrtf((float)hs);
@@ -314,8 +318,10 @@ static void decode_row(float *out, float *row, const float *q, const float *kt, 
 
 void cpu_attention_decode(float *out, float *kt, float *v, const float *qkv,
                           const float *alibi_slopes, float *scratch, int nscratch, int p0, int c,
-                          int seg, int cap, int C, int NH) {
-    const int hs = C / NH;
+                          int seg, int cap, int NH, int KVH, int hs) {
+    const int C = NH * hs;
+    if (KVH != NH) tsr_die(TSR_EXIT_INTERNAL, "cpu attention: grouped-query attention (KVH < NH) is not built yet");
+
     const float scale = 1.0f / sqrtf((float)hs);
     cache_store(kt, v, qkv, p0, c, cap, C, NH);
     const long tasks = (long)c * NH, work = tasks * (p0 + c - seg) * hs;

@@ -79,30 +79,30 @@ static void f_gelu_backward(const tsr_backend *be, void *dinp, const void *inp, 
 
 /* the probabilities (B,NH,T,T); no scratch */
 static size_t f_attention_saved(int B, int T, int NH) { return (size_t)B * NH * T * T; }
-static size_t f_attention_scratch(int B, int T, int C, int NH) {
-    (void)B, (void)T, (void)C, (void)NH;
+static size_t f_attention_scratch(int B, int T, int NH, int KVH, int hs) {
+    (void)B, (void)T, (void)NH, (void)KVH, (void)hs;
     return 0;
 }
 
 static void f_attention_forward(const tsr_backend *be, void *out, float *saved, const void *qkv,
-                                const float *slopes, const int32_t *seq, int B, int T, int C,
-                                int NH) {
-    OPS(be)->attention_forward(out, saved, qkv, slopes, seq, B, T, C, NH);
+                                const float *slopes, const int32_t *seq, int B, int T, int NH,
+                                int KVH, int hs) {
+    OPS(be)->attention_forward(out, saved, qkv, slopes, seq, B, T, NH, KVH, hs);
 }
 
 /* the probabilities hold the ALiBi term: out, slopes and scratch go unread */
 static void f_attention_backward(const tsr_backend *be, void *dqkv, const void *dout,
                                  const void *qkv, const void *out, const float *saved,
                                  const float *slopes, const int32_t *seq, void *scratch, int B,
-                                 int T, int C, int NH) {
+                                 int T, int NH, int KVH, int hs) {
     (void)out, (void)slopes, (void)scratch;
-    OPS(be)->attention_backward(dqkv, dout, qkv, saved, seq, B, T, C, NH);
+    OPS(be)->attention_backward(dqkv, dout, qkv, saved, seq, B, T, NH, KVH, hs);
 }
 
 static void f_attention_decode(const tsr_backend *be, void *out, void *kt, void *v,
                                const void *qkv, const float *slopes, float *scratch, int nscratch,
-                               int p0, int c, int seg, int cap, int C, int NH) {
-    OPS(be)->attention_decode(out, kt, v, qkv, slopes, scratch, nscratch, p0, c, seg, cap, C, NH);
+                               int p0, int c, int seg, int cap, int NH, int KVH, int hs) {
+    OPS(be)->attention_decode(out, kt, v, qkv, slopes, scratch, nscratch, p0, c, seg, cap, NH, KVH, hs);
 }
 
 /* softmax_xent_forward in place (probabilities over the logits), then with dlosses

@@ -14,12 +14,12 @@
 
 /* cpu_attention.c */
 void cpu_attention_forward(float *out, float *att, const float *qkv, const float *alibi_slopes,
-                           const int32_t *seq, int B, int T, int C, int NH);
+                           const int32_t *seq, int B, int T, int NH, int KVH, int hs);
 void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
-                            const int32_t *seq, int B, int T, int C, int NH);
+                            const int32_t *seq, int B, int T, int NH, int KVH, int hs);
 void cpu_attention_decode(float *out, float *kt, float *v, const float *qkv,
                           const float *alibi_slopes, float *scratch, int nscratch, int p0, int c,
-                          int seg, int cap, int C, int NH);
+                          int seg, int cap, int NH, int KVH, int hs);
 
 /* cpu_softmax.c */
 void cpu_softmax_xent_forward(float *losses, float *probs, const float *logits,

@@ -699,7 +699,9 @@ static void attention_forward_hs(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
  * qkv and out 16-byte aligned. One kernel, grid (ceil(T/64), NH, B) x 128 threads. */
 extern "C" void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
                                       const float *alibi_slopes, const int32_t *seq, int B, int T,
-                                      int C, int NH, tcu_stream s) {
+                                      int NH, int KVH, int hs_, tcu_stream s) {
+    const int C = NH * hs_;
+    TCU_REQUIRE(KVH == NH, "tcu_attention_forward", "grouped-query attention (KVH < NH) is not built yet");
     const int hs = att_check("tcu_attention_forward", B, T, C, NH);
     TCU_REQUIRE(tcu_aligned16(qkv) && tcu_aligned16(out), "tcu_attention_forward",
                 "qkv and out must be 16-byte aligned");
@@ -714,8 +716,8 @@ extern "C" void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 
 
 /* scratch of tcu_attention_backward: D = rowsum(dout * out), (B,NH,T) fp32, nothing else (dq, dk,
  * dv are complete in registers when a block ends and go straight into dqkv) */
-extern "C" size_t tcu_attention_scratch_bytes(int B, int T, int C, int NH) {
-    (void)C;
+extern "C" size_t tcu_attention_scratch_bytes(int B, int T, int NH, int KVH, int hs) {
+    (void)KVH, (void)hs;
     return (size_t)B * NH * T * sizeof(float);
 }
 
@@ -754,7 +756,10 @@ static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const ts
 extern "C" void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
                                        const tsr_bf16 *out, const float *lse,
                                        const float *alibi_slopes, const int32_t *seq,
-                                       void *scratch, int B, int T, int C, int NH, tcu_stream s) {
+                                       void *scratch, int B, int T, int NH, int KVH, int hs_,
+                                       tcu_stream s) {
+    const int C = NH * hs_;
+    TCU_REQUIRE(KVH == NH, "tcu_attention_backward", "grouped-query attention (KVH < NH) is not built yet");
     const int hs = att_check("tcu_attention_backward", B, T, C, NH);
     TCU_REQUIRE(tcu_aligned16(dqkv) && tcu_aligned16(dout) && tcu_aligned16(qkv) &&
                     tcu_aligned16(out),

@@ -153,24 +153,56 @@ void tcu_residual_backward(tsr_bf16 *da, tsr_bf16 *db, const tsr_bf16 *dout, siz
 /* Fused causal attention (FlashAttention style: tiles of q, k, v in shared memory, online
  * softmax, no (T,T) matrix in device memory), the maths of ops.h attention_forward:
  *   s[i,j] = q_i.k_j / sqrt(hs) - slope_h (i - j), j in [lo(i), i] (segments as in ops.h).
- * out (B,T,C) bf16; lse (B,NH,T) fp32 = log sum_j exp(s[i,j]), saved for backward (replaces the
- * CPU's att); qkv (B,T,3C) bf16 laid out [q|k|v]; alibi_slopes (NH) fp32 or NULL; seq (B,T) or
- * NULL. hs = C/NH must be 32, 64 or 128. */
+ * out (B,T,NH*hs) bf16; lse (B,NH,T) fp32 = log sum_j exp(s[i,j]), saved for backward (replaces
+ * the CPU's att); qkv (B,T,QKV) bf16 laid out [q|k|v] with KVH key/value heads (query head h
+ * reads key/value head h / (NH/KVH)); alibi_slopes (NH) fp32 or NULL; seq (B,T) or NULL. hs must
+ * be 32, 64 or 128. */
 /* 1 when the attention ops have a kernel for head size hs (32, 64 or 128), else 0: callers check a
  * model's shape with it before allocating anything. */
 int tcu_attention_head_size_ok(int hs);
 void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
-                           const float *alibi_slopes, const int32_t *seq, int B, int T, int C,
-                           int NH, tcu_stream s);
-/* dqkv (B,T,3C) bf16 +=; dout, out (B,T,C) bf16 and lse from the forward pass; qkv, slopes, seq
- * as given to it. scratch: tcu_attention_scratch_bytes(B,T,C,NH) bytes of device memory (the fp32
+                           const float *alibi_slopes, const int32_t *seq, int B, int T, int NH,
+                           int KVH, int hs, tcu_stream s);
+/* dqkv (B,T,QKV) bf16 +=; dout, out (B,T,NH*hs) bf16 and lse from the forward pass; qkv, slopes,
+ * seq as given to it. scratch: tcu_attention_scratch_bytes(B,T,NH,KVH,hs) bytes of device memory (the fp32
  * row sums D = rowsum(dout * out), (B,NH,T); dq, dk, dv stay in registers until added into dqkv);
  * deterministic (dk,dv parallel over key tiles, dq over query tiles: no atomics). */
-size_t tcu_attention_scratch_bytes(int B, int T, int C, int NH);
+size_t tcu_attention_scratch_bytes(int B, int T, int NH, int KVH, int hs);
 void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
                             const tsr_bf16 *out, const float *lse, const float *alibi_slopes,
-                            const int32_t *seq, void *scratch, int B, int T, int C, int NH,
-                            tcu_stream s);
+                            const int32_t *seq, void *scratch, int B, int T, int NH, int KVH,
+                            int hs, tcu_stream s);
+
+/* ---- the Llama-style blocks: the maths of the ops.h ops of the same names; bf16 activations and
+ * weights, fp32 statistics, weight gradients and arithmetic ---- */
+/* out (N,C) bf16; rstd (N) fp32 or NULL (not saved); inp (N,C) bf16; w (C) bf16 */
+void tcu_rmsnorm_forward(tsr_bf16 *out, float *rstd, const tsr_bf16 *inp, const tsr_bf16 *w,
+                         int N, int C, float eps, tcu_stream s);
+/* residual = a + b (written, bf16), then out = RMSNorm(residual) */
+void tcu_residual_rmsnorm_forward(tsr_bf16 *residual, tsr_bf16 *out, float *rstd,
+                                  const tsr_bf16 *a, const tsr_bf16 *b, const tsr_bf16 *w, int N,
+                                  int C, float eps, tcu_stream s);
+/* dinp (N,C) bf16 +=; dw (C) fp32 += (deterministic: no atomics across rows) */
+void tcu_rmsnorm_backward(tsr_bf16 *dinp, float *dw, const tsr_bf16 *dout, const tsr_bf16 *inp,
+                          const tsr_bf16 *w, const float *rstd, int N, int C, tcu_stream s);
+/* out, inp (N,QKV) bf16; rstd (N,NH+KVH) fp32; qw, kw (hs) bf16; backward dinp bf16 +=,
+ * dqw, dkw fp32 += */
+void tcu_qknorm_forward(tsr_bf16 *out, float *rstd, const tsr_bf16 *inp, const tsr_bf16 *qw,
+                        const tsr_bf16 *kw, int N, int NH, int KVH, int hs, float eps,
+                        tcu_stream s);
+void tcu_qknorm_backward(tsr_bf16 *dinp, float *dqw, float *dkw, const tsr_bf16 *dout,
+                         const tsr_bf16 *inp, const tsr_bf16 *qw, const tsr_bf16 *kw,
+                         const float *rstd, int N, int NH, int KVH, int hs, tcu_stream s);
+/* in place on qkv / dqkv (B,T,QKV) bf16; pos (B,T) device or NULL (t + p0); inv_freq (hs/2)
+ * fp32 device */
+void tcu_rope_forward(tsr_bf16 *qkv, const int32_t *pos, int p0, const float *inv_freq, int B,
+                      int T, int NH, int KVH, int hs, tcu_stream s);
+void tcu_rope_backward(tsr_bf16 *dqkv, const int32_t *pos, int p0, const float *inv_freq, int B,
+                       int T, int NH, int KVH, int hs, tcu_stream s);
+/* out (N,F) bf16 = silu(inp[:, :F]) * inp[:, F:], inp (N,2F) bf16; backward dinp (N,2F) += */
+void tcu_swiglu_forward(tsr_bf16 *out, const tsr_bf16 *inp, int N, int F, tcu_stream s);
+void tcu_swiglu_backward(tsr_bf16 *dinp, const tsr_bf16 *inp, const tsr_bf16 *dout, int N, int F,
+                         tcu_stream s);
 
 /* Fused softmax + cross-entropy + its gradient: one read pass over each row of logits, a second
  * that writes the gradient when asked (never a full fp32 copy of the logits): softmax over the first V of Vp columns (fp32 arithmetic),

@@ -550,9 +550,11 @@ static void att_rows(float *lse_out, float *att, const float *lse, const float *
 /* One sequence at a time (att temporaries of NH*T*T): out = round(CPU attention_forward of the
  * widened qkv); lse[b,h,i] = log sum_{lo(i) <= j <= i} exp(s[i,j]) (att_rows) */
 void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
-                           const float *alibi_slopes, const int32_t *seq, int B, int T, int C,
-                           int NH, tcu_stream s) {
+                           const float *alibi_slopes, const int32_t *seq, int B, int T, int NH,
+                           int KVH, int hs, tcu_stream s) {
     const char *what = "tcu_attention_forward";
+    const int C = NH * hs;
+    if (KVH != NH) emu_fail(what, "grouped-query attention (KVH < NH) is not built yet");
     att_check(what, B, T, C, NH);
     REQUIRE(out && lse && qkv, what, "out, lse and qkv must not be NULL");
     REQUIRE(aligned16(qkv) && aligned16(out), what, "qkv and out must be 16-byte aligned");
@@ -563,14 +565,15 @@ void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
     for (int b = 0; b < B; b++) {
         const int32_t *sq = seq ? seq + (size_t)b * T : NULL;
         widen_into(x, qkv + b * nx, nx);
-        cpu->attention_forward(o, att, x, alibi_slopes, sq, 1, T, C, NH);
+        cpu->attention_forward(o, att, x, alibi_slopes, sq, 1, T, NH, KVH, hs);
         round_into(out + b * no, o, no);
         att_rows(lse, NULL, NULL, x, alibi_slopes, sq, lo, b, T, C, NH);
     }
     free(lo), free(att), free(o), free(x);
 }
 
-size_t tcu_attention_scratch_bytes(int B, int T, int C, int NH) {
+size_t tcu_attention_scratch_bytes(int B, int T, int NH, int KVH, int hs) {
+    (void)KVH, (void)hs;
     return (size_t)B * NH * T * sizeof(float);
 }
 
@@ -579,9 +582,11 @@ size_t tcu_attention_scratch_bytes(int B, int T, int C, int NH) {
  * must be given, as on the GPU). */
 void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
                             const tsr_bf16 *out, const float *lse, const float *alibi_slopes,
-                            const int32_t *seq, void *scratch, int B, int T, int C, int NH,
-                            tcu_stream s) {
+                            const int32_t *seq, void *scratch, int B, int T, int NH, int KVH,
+                            int hs, tcu_stream s) {
     const char *what = "tcu_attention_backward";
+    const int C = NH * hs;
+    if (KVH != NH) emu_fail(what, "grouped-query attention (KVH < NH) is not built yet");
     att_check(what, B, T, C, NH);
     REQUIRE(dqkv && dout && qkv && out && lse, what,
             "dqkv, dout, qkv, out and lse must not be NULL");
@@ -599,7 +604,7 @@ void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16
         widen_into(g, dout + b * no, no);
         att_rows(NULL, att, lse, x, alibi_slopes, sq, lo, b, T, C, NH);
         memset(dx, 0, nx * sizeof *dx);
-        cpu->attention_backward(dx, g, x, att, sq, 1, T, C, NH);
+        cpu->attention_backward(dx, g, x, att, sq, 1, T, NH, KVH, hs);
         add_round_into(dqkv + b * nx, dx, nx);
     }
     free(lo), free(att), free(dx), free(g), free(x);

@@ -17,7 +17,14 @@ typedef struct tsr_duration {
     tsr_dur_unit unit;
 } tsr_duration;
 
-typedef enum { TSR_POS_LEARNED = 0, TSR_POS_ALIBI, TSR_POS_COUNT } tsr_pos_kind;
+typedef enum { TSR_POS_LEARNED = 0, TSR_POS_ALIBI, TSR_POS_ROPE, TSR_POS_COUNT } tsr_pos_kind;
+/* the normalisation of every block and the final one: LayerNorm (eps 1e-5) or RMSNorm (norm_eps) */
+typedef enum { TSR_NORM_LAYERNORM = 0, TSR_NORM_RMSNORM, TSR_NORM_COUNT } tsr_norm_kind;
+/* the MLP: gelu(x W1^T) W2^T, or SwiGLU silu(x Wg^T) * (x Wu^T) W2^T (Llama) */
+typedef enum { TSR_MLP_GELU = 0, TSR_MLP_SWIGLU, TSR_MLP_COUNT } tsr_mlp_kind;
+/* RoPE frequency scaling: none, or Llama 3.1's (factor, low/high-frequency factors, original
+ * context) */
+typedef enum { TSR_ROPE_SCALING_NONE = 0, TSR_ROPE_SCALING_LLAMA3, TSR_ROPE_SCALING_COUNT } tsr_rope_scaling_kind;
 /* causal: every token sees all earlier tokens of its row; document: only those of its own segment
  * (a segment ends with, and includes, an eot_token), and learned positions restart per segment */
 typedef enum { TSR_MASK_CAUSAL = 0, TSR_MASK_DOCUMENT, TSR_MASK_COUNT } tsr_attn_mask_kind;
@@ -47,6 +54,19 @@ typedef struct tsr_model_config {
     double init_std;
     tsr_attn_mask_kind attn_mask;
     int eot_token;        /* the end-of-text id that ends a segment (attn_mask = document) */
+    tsr_norm_kind norm;
+    double norm_eps;      /* RMSNorm's eps (LayerNorm's is fixed at TSR_LN_EPS) */
+    tsr_mlp_kind mlp;
+    int intermediate_size; /* the MLP width F; 0 = expansion_ratio x d_model */
+    int n_kv_head;        /* KVH: key/value heads (GQA; 1 = MQA); 0 = n_head */
+    int head_dim;         /* hs; 0 = d_model / n_head */
+    int qkv_bias;         /* a bias on the q, k, v projections even with bias = false (Qwen 2) */
+    int qk_norm;          /* RMSNorm of each q and k head before RoPE (Qwen 3) */
+    int tie_embeddings;   /* the LM head is wte; false: its own (Vp, C) matrix */
+    double rope_theta;
+    tsr_rope_scaling_kind rope_scaling;
+    double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_pos;
     tsr_actckpt_kind activation_checkpointing;
     int activation_checkpointing_layers; /* the first this many layers are checkpointed; -1 = all */
     char activation_checkpointing_range[32]; /* "A-B": layers A..B (0-based, inclusive) instead */
@@ -160,6 +180,16 @@ int config_check_world(const tsr_config *cfg, int world);
  * why and the offending key in *key. */
 int config_actckpt_layers(const tsr_model_config *m, int *lo, int *n, const char **key, char *why,
                           size_t cap);
+/* The attention and MLP shape a model config gives (0 = derived keys resolved). */
+typedef struct tsr_model_dims {
+    int NH, KVH, hs, F; /* heads, key/value heads, head size, MLP width */
+} tsr_model_dims;
+/* Resolves n_kv_head, head_dim and the MLP width and checks the architecture keys against each
+ * other: the head size (d_model / n_head when head_dim is 0), n_head a multiple of n_kv_head, an
+ * even head size with RoPE, a whole MLP width, LayerNorm's fixed eps, the llama3 RoPE scaling's
+ * factors. Returns 0, or -1 with the reason in why and the offending key in *key. */
+int config_model_dims(const tsr_model_config *m, tsr_model_dims *d, const char **key, char *why,
+                      size_t cap);
 /* Writes the effective config in libconfig syntax (loadable by config_load). */
 void config_print(FILE *f, const tsr_config *cfg);
 /* Writes the effective config to path (temp file + fsync + rename). Returns 0 or TSR_EXIT_DATA.

@@ -345,15 +345,11 @@ static void validate_shapes(load_ctx *c) {
     const tsr_config *g = c->cfg;
     const tsr_model_config *m = &g->model;
     char at[1200];
-    if (m->n_head > m->d_model) {
-        tsr_error("%smodel.n_head = %d is larger than model.d_model = %d: the head size "
-                  "d_model / n_head must be >= 1", where(c, "model.n_head", at, sizeof at),
-                  m->n_head, m->d_model);
-        c->errors++;
-    } else if (m->d_model % m->n_head != 0) {
-        tsr_error("%smodel.d_model = %d is not divisible by model.n_head = %d: choose a d_model "
-                  "that is a multiple of n_head (head size = d_model / n_head)",
-                  where(c, "model.d_model", at, sizeof at), m->d_model, m->n_head);
+    tsr_model_dims dims;
+    const char *dkey;
+    char dwhy[400];
+    if (config_model_dims(m, &dims, &dkey, dwhy, sizeof dwhy) != 0) {
+        tsr_error("%s%s", where(c, dkey, at, sizeof at), dwhy);
         c->errors++;
     }
     if (g->micro_batch > 0 && g->global_batch % g->micro_batch != 0) { /* 0 = auto */
@@ -368,16 +364,6 @@ static void validate_shapes(load_ctx *c) {
                   "\"learned\" the position table needs max_seq_len >= seq_len (or 0 = seq_len)",
                   where(c, "model.max_seq_len", at, sizeof at), m->max_seq_len,
                   (long long)g->seq_len);
-        c->errors++;
-    }
-    double hidden = m->expansion_ratio * m->d_model;
-    if (hidden != floor(hidden) || hidden < 1 || hidden > INT_MAX) {
-        char r[64], h[64];
-        cfgtab_format_double(r, sizeof r, m->expansion_ratio);
-        cfgtab_format_double(h, sizeof h, hidden);
-        tsr_error("%smodel.expansion_ratio = %s with model.d_model = %d gives an MLP width of %s: "
-                  "choose values whose product is a whole number in [1, %d]",
-                  where(c, "model.expansion_ratio", at, sizeof at), r, m->d_model, h, INT_MAX);
         c->errors++;
     }
     int64_t vp = ((int64_t)m->vocab_size + m->vocab_multiple - 1) / m->vocab_multiple * m->vocab_multiple;
@@ -483,6 +469,82 @@ int config_load(tsr_config *cfg, const char *path, const char *const *sets, int 
     free(c.text_name);
     free(c.text);
     return rc;
+}
+
+int config_model_dims(const tsr_model_config *m, tsr_model_dims *d, const char **key, char *why,
+                      size_t cap) {
+    memset(d, 0, sizeof *d);
+    d->NH = m->n_head;
+    d->KVH = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
+    *key = "model.n_head";
+    if (m->head_dim > 0) {
+        d->hs = m->head_dim;
+    } else if (m->n_head > m->d_model) {
+        snprintf(why, cap, "model.n_head = %d is larger than model.d_model = %d: the head size "
+                 "d_model / n_head must be >= 1 (or set model.head_dim)", m->n_head, m->d_model);
+        return -1;
+    } else if (m->d_model % m->n_head != 0) {
+        *key = "model.d_model";
+        snprintf(why, cap, "model.d_model = %d is not divisible by model.n_head = %d: choose a "
+                 "d_model that is a multiple of n_head (head size = d_model / n_head), or set "
+                 "model.head_dim", m->d_model, m->n_head);
+        return -1;
+    } else {
+        d->hs = m->d_model / m->n_head;
+    }
+    if ((int64_t)(d->NH + 2 * d->KVH) * d->hs > INT_MAX / 8) {
+        *key = "model.head_dim";
+        snprintf(why, cap, "model.head_dim = %d with %d heads and %d key/value heads makes a qkv "
+                 "projection wider than %d", d->hs, d->NH, d->KVH, INT_MAX / 8);
+        return -1;
+    }
+    if (d->NH % d->KVH != 0 || d->KVH > d->NH) {
+        *key = "model.n_kv_head";
+        snprintf(why, cap, "model.n_kv_head = %d does not divide model.n_head = %d: every "
+                 "key/value head serves the same number of query heads (n_head / n_kv_head)",
+                 m->n_kv_head, m->n_head);
+        return -1;
+    }
+    if (m->pos == TSR_POS_ROPE && d->hs % 2 != 0) {
+        *key = m->head_dim > 0 ? "model.head_dim" : "model.n_head";
+        snprintf(why, cap, "with model.pos = \"rope\" the head size must be even (RoPE turns "
+                 "pairs of dimensions); it is %d", d->hs);
+        return -1;
+    }
+    if (m->intermediate_size > 0) {
+        d->F = m->intermediate_size;
+    } else {
+        double hidden = m->expansion_ratio * m->d_model;
+        if (hidden != floor(hidden) || hidden < 1 || hidden > INT_MAX / 2) {
+            char r[64], h[64];
+            cfgtab_format_double(r, sizeof r, m->expansion_ratio);
+            cfgtab_format_double(h, sizeof h, hidden);
+            *key = "model.expansion_ratio";
+            snprintf(why, cap, "model.expansion_ratio = %s with model.d_model = %d gives an MLP "
+                     "width of %s: choose values whose product is a whole number in [1, %d] (or "
+                     "set model.intermediate_size)", r, m->d_model, h, INT_MAX / 2);
+            return -1;
+        }
+        d->F = (int)hidden;
+    }
+    if (m->norm == TSR_NORM_LAYERNORM && m->norm_eps != 1e-5) {
+        char e[64];
+        cfgtab_format_double(e, sizeof e, m->norm_eps);
+        *key = "model.norm_eps";
+        snprintf(why, cap, "model.norm_eps = %s with model.norm = \"layernorm\": LayerNorm's "
+                 "eps is fixed at 1e-5 (norm_eps is RMSNorm's)", e);
+        return -1;
+    }
+    if (m->pos == TSR_POS_ROPE && m->rope_scaling == TSR_ROPE_SCALING_LLAMA3 &&
+        m->rope_high_freq_factor <= m->rope_low_freq_factor) {
+        *key = "model.rope_high_freq_factor";
+        snprintf(why, cap, "model.rope_high_freq_factor = %g is not above "
+                 "model.rope_low_freq_factor = %g: Llama 3's scaling interpolates between the "
+                 "two (its published values: 4 and 1)", m->rope_high_freq_factor,
+                 m->rope_low_freq_factor);
+        return -1;
+    }
+    return 0;
 }
 
 int config_actckpt_layers(const tsr_model_config *m, int *lo, int *n, const char **key, char *why,

@@ -24,7 +24,14 @@
 
 static const char *const device_names[] = {"cpu", "cuda"};
 _Static_assert(NELEM(device_names) == TSR_DEVICE_COUNT, "device_names vs tsr_device_kind");
-static const char *const pos_names[] = {"learned", "alibi"};
+static const char *const pos_names[] = {"learned", "alibi", "rope"};
+static const char *const norm_names[] = {"layernorm", "rmsnorm"};
+_Static_assert(NELEM(norm_names) == TSR_NORM_COUNT, "norm_names vs tsr_norm_kind");
+static const char *const mlp_names[] = {"gelu", "swiglu"};
+_Static_assert(NELEM(mlp_names) == TSR_MLP_COUNT, "mlp_names vs tsr_mlp_kind");
+static const char *const rope_scaling_names[] = {"none", "llama3"};
+_Static_assert(NELEM(rope_scaling_names) == TSR_ROPE_SCALING_COUNT,
+               "rope_scaling_names vs tsr_rope_scaling_kind");
 _Static_assert(NELEM(pos_names) == TSR_POS_COUNT, "pos_names vs tsr_pos_kind");
 static const char *const mask_names[] = {"causal", "document"};
 _Static_assert(NELEM(mask_names) == TSR_MASK_COUNT, "mask_names vs tsr_attn_mask_kind");
@@ -115,7 +122,28 @@ const cfgtab_key cfgtab_keys[] = {
      .ihi = 1048576,
      .doc = "Rows of the learned position table; 0 = seq_len. With pos = learned, >= seq_len."},
     {.name = "model.pos", .type = CFGK_ENUM, FIELD(model.pos), .def = "learned", ENUM(pos_names),
-     .doc = "Positions: `learned` absolute embeddings (GPT-2) or `alibi` attention biases (MPT)."},
+     .doc = "Positions: `learned` absolute embeddings (GPT-2), `alibi` attention biases (MPT) or "
+            "`rope` rotary embeddings of q and k (Llama, Qwen, Mistral)."},
+    {.name = "model.rope_theta", .type = CFGK_FLOAT, FIELD(model.rope_theta), .def = "10000",
+     .lo = 0, .lo_open = 1, NO_MAX,
+     .doc = "RoPE base: pair i of a head turns by position x theta^(-2i/head_dim) (Llama 3: "
+            "500000, Qwen 2.5/3: 1000000)."},
+    {.name = "model.rope_scaling", .type = CFGK_ENUM, FIELD(model.rope_scaling), .def = "none",
+     ENUM(rope_scaling_names),
+     .doc = "RoPE frequency scaling: `none`, or `llama3` (Llama 3.1/3.2's rope_scaling: the "
+            "rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_max_pos keys)."},
+    {.name = "model.rope_factor", .type = CFGK_FLOAT, FIELD(model.rope_factor), .def = "8",
+     .lo = 1, NO_MAX, .doc = "rope_scaling = llama3: low frequencies are divided by this."},
+    {.name = "model.rope_low_freq_factor", .type = CFGK_FLOAT, FIELD(model.rope_low_freq_factor),
+     .def = "1", .lo = 0, .lo_open = 1, NO_MAX,
+     .doc = "rope_scaling = llama3: wavelengths above rope_original_max_pos / this are scaled."},
+    {.name = "model.rope_high_freq_factor", .type = CFGK_FLOAT,
+     FIELD(model.rope_high_freq_factor), .def = "4", .lo = 0, .lo_open = 1, NO_MAX,
+     .doc = "rope_scaling = llama3: wavelengths below rope_original_max_pos / this are kept; "
+            "between the two bounds they are interpolated. Must exceed rope_low_freq_factor."},
+    {.name = "model.rope_original_max_pos", .type = CFGK_INT, FIELD(model.rope_original_max_pos),
+     .def = "8192", .ilo = 1, INT32_ONLY,
+     .doc = "rope_scaling = llama3: the context length the model was first trained at."},
     {.name = "model.attn_mask", .type = CFGK_ENUM, FIELD(model.attn_mask), .def = "causal",
      ENUM(mask_names),
      .doc = "`causal`: a token attends to every earlier token of its sequence. `document`: only to "
@@ -133,6 +161,35 @@ const cfgtab_key cfgtab_keys[] = {
      .doc = "MLP hidden width = expansion_ratio x d_model, which must be a whole number."},
     {.name = "model.gelu", .type = CFGK_ENUM, FIELD(model.gelu), .def = "tanh", ENUM(gelu_names),
      .doc = "GELU form: `tanh` approximation (GPT-2) or `exact` erf form (MPT)."},
+    {.name = "model.norm", .type = CFGK_ENUM, FIELD(model.norm), .def = "layernorm",
+     ENUM(norm_names),
+     .doc = "Normalisation: `layernorm` (GPT-2, MPT; eps 1e-5) or `rmsnorm` (Llama, Qwen; eps "
+            "model.norm_eps, no bias)."},
+    {.name = "model.norm_eps", .type = CFGK_FLOAT, FIELD(model.norm_eps), .def = "1e-5", .lo = 0,
+     .lo_open = 1, .hi = 1,
+     .doc = "RMSNorm's epsilon (Llama 3: 1e-5, Qwen: 1e-6); LayerNorm's is fixed at 1e-5."},
+    {.name = "model.mlp", .type = CFGK_ENUM, FIELD(model.mlp), .def = "gelu", ENUM(mlp_names),
+     .doc = "MLP: `gelu` (two matrices, GELU of kind model.gelu) or `swiglu` (gate, up, down: "
+            "silu(x Wg) * (x Wu) Wd; Llama, Qwen, Mistral)."},
+    {.name = "model.intermediate_size", .type = CFGK_INT, FIELD(model.intermediate_size),
+     .def = "0", .ilo = 0, INT32_ONLY,
+     .doc = "MLP hidden width F; 0 = expansion_ratio x d_model (Llama 3.2 1B: 8192)."},
+    {.name = "model.n_kv_head", .type = CFGK_INT, FIELD(model.n_kv_head), .def = "0", .ilo = 0,
+     INT32_ONLY,
+     .doc = "Key/value heads (grouped-query attention; 1 = multi-query); 0 = n_head. n_head must "
+            "be a multiple of it."},
+    {.name = "model.head_dim", .type = CFGK_INT, FIELD(model.head_dim), .def = "0", .ilo = 0,
+     INT32_ONLY,
+     .doc = "Size of one attention head; 0 = d_model / n_head (Qwen 3 sets it: 128 at any width)."},
+    {.name = "model.qkv_bias", .type = CFGK_BOOL, FIELD(model.qkv_bias), .def = "false",
+     .doc = "A bias on the q, k and v projections even with model.bias = false (Qwen 2/2.5)."},
+    {.name = "model.qk_norm", .type = CFGK_BOOL, FIELD(model.qk_norm), .def = "false",
+     .doc = "RMSNorm (eps model.norm_eps, weights per head dimension) of every q and k head "
+            "before RoPE (Qwen 3)."},
+    {.name = "model.tie_embeddings", .type = CFGK_BOOL, FIELD(model.tie_embeddings),
+     .def = "true",
+     .doc = "The LM head is the token embedding wte (GPT-2, Llama 3.2 1B/3B, Qwen small); false: "
+            "a separate (vocab, d_model) matrix `lm_head` (Llama 3.1 8B, Qwen 7B/8B)."},
     {.name = "model.init_std", .type = CFGK_FLOAT, FIELD(model.init_std), .def = "0.02", .lo = 0,
      .lo_open = 1, NO_MAX, .doc = "Standard deviation of the normal weight initialization."},
     {.name = "model.activation_checkpointing", .type = CFGK_ENUM,

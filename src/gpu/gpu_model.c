@@ -86,16 +86,16 @@ static void c_gelu_backward(const tsr_backend *be, void *dinp, const void *inp, 
 static size_t c_attention_saved(int B, int T, int NH) { return (size_t)B * NH * T; }
 
 static void c_attention_forward(const tsr_backend *be, void *out, float *saved, const void *qkv,
-                                const float *slopes, const int32_t *seq, int B, int T, int C,
-                                int NH) {
-    tcu_attention_forward(out, saved, qkv, slopes, seq, B, T, C, NH, STREAM(be));
+                                const float *slopes, const int32_t *seq, int B, int T, int NH,
+                                int KVH, int hs) {
+    tcu_attention_forward(out, saved, qkv, slopes, seq, B, T, NH, KVH, hs, STREAM(be));
 }
 
 static void c_attention_backward(const tsr_backend *be, void *dqkv, const void *dout,
                                  const void *qkv, const void *out, const float *saved,
                                  const float *slopes, const int32_t *seq, void *scratch, int B,
-                                 int T, int C, int NH) {
-    tcu_attention_backward(dqkv, dout, qkv, out, saved, slopes, seq, scratch, B, T, C, NH,
+                                 int T, int NH, int KVH, int hs) {
+    tcu_attention_backward(dqkv, dout, qkv, out, saved, slopes, seq, scratch, B, T, NH, KVH, hs,
                            STREAM(be));
 }
 

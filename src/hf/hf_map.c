@@ -42,10 +42,22 @@ static const struct map_row {
     [TSR_P_FCPROJB] = {"h.%d.mlp.c_proj.bias", NULL, 1, 0},
     [TSR_P_LNFW] = {"ln_f.weight", "norm_f.weight", 0, 0},
     [TSR_P_LNFB] = {"ln_f.bias", NULL, 0, 0},
+    [TSR_P_QNORMW] = {NULL, NULL, 1, 0},
+    [TSR_P_KNORMW] = {NULL, NULL, 1, 0},
+    [TSR_P_LMHEAD] = {NULL, NULL, 0, 0},
 };
 _Static_assert(sizeof rows / sizeof rows[0] == TSR_P_COUNT, "one row per tessera parameter");
 
 int hf_arch_of(const tsr_model *m, hf_arch *a, char *why, size_t cap) {
+    const tsr_model_config *c = &m->cfg;
+    if (c->pos == TSR_POS_ROPE || c->norm != TSR_NORM_LAYERNORM || c->mlp != TSR_MLP_GELU ||
+        m->KVH != m->NH || c->qk_norm || c->qkv_bias || !c->tie_embeddings ||
+        m->hs * m->NH != m->C) {
+        snprintf(why, cap, "this model (RoPE, RMSNorm, SwiGLU, grouped-query attention, QK-norm, "
+                 "a qkv bias, an untied head or a head_dim) has no Hugging Face mapping yet: "
+                 "GPT-2 and MPT models export");
+        return TSR_EXIT_USAGE;
+    }
     if (m->cfg.pos == TSR_POS_LEARNED) { /* GPT-2: any GELU, any MLP width (n_inner); no biases
                                             are written as zeros, which computes the same */
         *a = HF_GPT2;

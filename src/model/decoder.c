@@ -1,10 +1,13 @@
 /* decoder.c — the decoder's sequence, written once over the backend interface (decoder.h,
  * kernels/backend.h; docs/decoder.md).
  *
- * One block:  ln1 = LN1(x); qkv = ln1 @ qkvw^T + qkvb; atty = attention(qkv);
- *             residual2 = x + atty @ attprojw^T + attprojb; ln2 = LN2(residual2);
- *             fch_gelu = gelu(fch = ln2 @ fcw^T + fcb);
+ * One block:  ln1 = N1(x); qkv = ln1 @ qkvw^T + qkvb (into qkvr, then qkv = QK-norm(qkvr) with
+ *             qk_norm); qkv = RoPE(qkv) in place (pos = rope); atty = attention(qkv);
+ *             residual2 = x + atty @ attprojw^T + attprojb; ln2 = N2(residual2);
+ *             fch_gelu = gelu(fch = ln2 @ fcw^T + fcb)  (SwiGLU: fch = [gate | up] projection,
+ *             fch_gelu = silu(gate) * up);
  *             residual3 = residual2 + fch_gelu @ fcprojw^T + fcprojb
+ * N is LayerNorm or RMSNorm (model.norm). The LM head is wte, or lm_head when untied.
  * Each residual add is fused with the LayerNorm that reads it (residual2 with LN2, residual3 with
  * the next layer's LN1 or the final one), so only layer 0's LN1 runs alone. The steps from LN1 to
  * the MLP's GELU form a table that activation checkpointing reruns a range of (residual3 is always
@@ -58,13 +61,17 @@ static size_t layer_stride(size_t n, size_t elem, size_t align) {
 
 /* per-layer strides of the stacks for B x T, in elements */
 typedef struct strides {
-    size_t nc, n, f, qkv, att; /* act (N,C); fp32 (N); act (N,F); act (N,3C); the saved attention */
+    size_t nc, n, f, fw, qkv, qd, qkn, att; /* act (N,C); fp32 (N); act (N,F); act (N,FW);
+                                             * act (N,QKV); act (N,NH*hs); fp32 (N,NH+KVH);
+                                             * the saved attention */
 } strides;
 
 static strides strides_of(const tsr_model *m, const tsr_backend *be, int B, int T) {
     size_t N = (size_t)B * T, e = tsr_dtype_size(be->act), f = sizeof(float), al = be->align;
     return (strides){layer_stride(N * m->C, e, al), layer_stride(N, f, al),
-                     layer_stride(N * m->F, e, al), layer_stride(N * 3 * m->C, e, al),
+                     layer_stride(N * m->F, e, al), layer_stride(N * m->FW, e, al),
+                     layer_stride(N * m->QKV, e, al), layer_stride(N * m->QD, e, al),
+                     layer_stride(N * (size_t)(m->NH + m->KVH), f, al),
                      layer_stride(be->attention_saved(B, T, m->NH), f, al)};
 }
 
@@ -81,6 +88,8 @@ _Static_assert(NAMED_AT(encoded, TSR_A_ENCODED) && NAMED_AT(att, TSR_A_ATT) &&
 static void act_plan(const tsr_model *m, const tsr_backend *be, int B, int T,
                      size_t bytes[TSR_A_COUNT]) {
     const size_t L = m->L, C = m->C, F = m->F, N = (size_t)B * T, e = tsr_dtype_size(be->act);
+    const size_t FW = m->FW, QKV = m->QKV, QD = m->QD;
+    const int ln = m->cfg.norm == TSR_NORM_LAYERNORM, qk = m->cfg.qk_norm;
     const size_t f = sizeof(float), i4 = sizeof(int32_t);
     const size_t Ln1 = model_act_group_layers(m, TSR_AG_LN1);
     const size_t Lat = model_act_group_layers(m, TSR_AG_ATTN);
@@ -88,25 +97,27 @@ static void act_plan(const tsr_model *m, const tsr_backend *be, int B, int T,
     const size_t Lml = model_act_group_layers(m, TSR_AG_MLP);
     const strides st = strides_of(m, be, B, T);
     const int doc = m->cfg.attn_mask == TSR_MASK_DOCUMENT;
-    const int learned = m->params_info[TSR_P_WPE].numel > 0;
+    const int learned = m->params_info[TSR_P_WPE].numel > 0, rope = m->cfg.pos == TSR_POS_ROPE;
     const size_t dev = be->host ? 0 : N * i4; /* device copies of host arrays */
     const size_t b[TSR_A_COUNT] = {
         [TSR_A_ENCODED] = e * N * C,      [TSR_A_LN1] = e * Ln1 * st.nc,
-        [TSR_A_LN1_MEAN] = f * Ln1 * st.n, [TSR_A_LN1_RSTD] = f * Ln1 * st.n,
-        [TSR_A_QKV] = e * Lat * st.qkv,   [TSR_A_ATTY] = e * Lat * st.nc,
+        [TSR_A_LN1_MEAN] = ln ? f * Ln1 * st.n : 0, [TSR_A_LN1_RSTD] = f * Ln1 * st.n,
+        [TSR_A_QKV] = e * Lat * st.qkv,   [TSR_A_QKVR] = qk ? e * Lat * st.qkv : 0,
+        [TSR_A_QKN_RSTD] = qk ? f * Lat * st.qkn : 0, [TSR_A_ATTY] = e * Lat * st.qd,
         [TSR_A_ATT] = f * Lat * st.att,   [TSR_A_RES2] = e * Lr2 * st.nc,
-        [TSR_A_LN2] = e * Lr2 * st.nc,    [TSR_A_LN2_MEAN] = f * Lr2 * st.n,
-        [TSR_A_LN2_RSTD] = f * Lr2 * st.n, [TSR_A_FCH] = e * Lml * st.f,
+        [TSR_A_LN2] = e * Lr2 * st.nc,    [TSR_A_LN2_MEAN] = ln ? f * Lr2 * st.n : 0,
+        [TSR_A_LN2_RSTD] = f * Lr2 * st.n, [TSR_A_FCH] = e * Lml * st.fw,
         [TSR_A_FCHG] = e * Lml * st.f,    [TSR_A_RES3] = e * L * st.nc,
-        [TSR_A_LNF] = e * N * C,          [TSR_A_LNF_MEAN] = f * N,
+        [TSR_A_LNF] = e * N * C,          [TSR_A_LNF_MEAN] = ln ? f * N : 0,
         [TSR_A_LNF_RSTD] = f * N,         [TSR_A_LOGITS] = e * N * (size_t)m->Vp,
         [TSR_A_LOSSES] = f * N,           [TSR_A_SCRATCH] = e * N * C,
         [TSR_A_DRES] = e * N * C,         [TSR_A_DLN] = e * N * C,
-        [TSR_A_DATTY] = e * N * C,        [TSR_A_DQKV] = e * N * 3 * C,
-        [TSR_A_DFCH] = e * N * F,         [TSR_A_DFCHG] = e * N * F,
+        [TSR_A_DATTY] = e * N * QD,       [TSR_A_DQKV] = e * N * QKV,
+        [TSR_A_DQKVR] = qk ? e * N * QKV : 0,
+        [TSR_A_DFCH] = e * N * FW,        [TSR_A_DFCHG] = e * N * F,
         [TSR_A_DLOSSES] = f * N,          [TSR_A_SEQ] = doc ? i4 * N : 0,
-        [TSR_A_POS] = doc && learned ? i4 * N : 0,
-        [TSR_A_ATT_SCRATCH] = be->attention_scratch(B, T, (int)C, m->NH),
+        [TSR_A_POS] = doc && (learned || rope) ? i4 * N : 0,
+        [TSR_A_ATT_SCRATCH] = be->attention_scratch(B, T, m->NH, m->KVH, m->hs),
         [TSR_A_TOKENS] = dev,             [TSR_A_TARGETS] = dev,
         [TSR_A_GREEDY] = dev,
     };
@@ -122,8 +133,8 @@ size_t dec_acts_bytes(const tsr_model *m, const tsr_backend *be, int B, int T) {
 
 /* layer l's activations: its slot of each group's stack, x its input */
 typedef struct dec_layer {
-    void *x, *ln1, *qkv, *atty, *res2, *ln2, *fch, *fchg, *res3;
-    float *ln1m, *ln1r, *att, *ln2m, *ln2r;
+    void *x, *ln1, *qkv, *qkvr, *atty, *res2, *ln2, *fch, *fchg, *res3;
+    float *ln1m, *ln1r, *qknr, *att, *ln2m, *ln2r; /* the means NULL with RMSNorm */
 } dec_layer;
 
 static dec_layer layer_at(const tsr_model *m, const tsr_backend *be, const tsr_acts *a, int l) {
@@ -134,18 +145,22 @@ static dec_layer layer_at(const tsr_model *m, const tsr_backend *be, const tsr_a
     const size_t s2 = model_act_group_slot(m, TSR_AG_RES2, l);
     const size_t sm = model_act_group_slot(m, TSR_AG_MLP, l);
     char *const *p = (char *const *)a->buf;
-#define AT(id, slot, stride) ((void *)(p[id] + (slot) * (stride) * e))
+    /* slot of a stack, NULL for a buffer this model does not have */
+#define AT(id, slot, stride) (p[id] ? (void *)(p[id] + (slot) * (stride) * e) : NULL)
+#define FAT(buf, slot, stride) ((buf) ? (buf) + (slot) * (stride) : NULL)
     return (dec_layer){
         .x = l ? AT(TSR_A_RES3, (size_t)(l - 1), st.nc) : a->buf[TSR_A_ENCODED],
-        .ln1 = AT(TSR_A_LN1, s1, st.nc), .ln1m = a->ln1_mean + s1 * st.n,
+        .ln1 = AT(TSR_A_LN1, s1, st.nc), .ln1m = FAT(a->ln1_mean, s1, st.n),
         .ln1r = a->ln1_rstd + s1 * st.n, .qkv = AT(TSR_A_QKV, sa, st.qkv),
-        .atty = AT(TSR_A_ATTY, sa, st.nc), .att = a->att + sa * st.att,
+        .qkvr = AT(TSR_A_QKVR, sa, st.qkv), .qknr = FAT(a->qkn_rstd, sa, st.qkn),
+        .atty = AT(TSR_A_ATTY, sa, st.qd), .att = a->att + sa * st.att,
         .res2 = AT(TSR_A_RES2, s2, st.nc), .ln2 = AT(TSR_A_LN2, s2, st.nc),
-        .ln2m = a->ln2_mean + s2 * st.n, .ln2r = a->ln2_rstd + s2 * st.n,
-        .fch = AT(TSR_A_FCH, sm, st.f), .fchg = AT(TSR_A_FCHG, sm, st.f),
+        .ln2m = FAT(a->ln2_mean, s2, st.n), .ln2r = a->ln2_rstd + s2 * st.n,
+        .fch = AT(TSR_A_FCH, sm, st.fw), .fchg = AT(TSR_A_FCHG, sm, st.f),
         .res3 = AT(TSR_A_RES3, (size_t)l, st.nc),
     };
 #undef AT
+#undef FAT
 }
 
 /* Every layer's slice of every stack starts on the backend's alignment (layer_stride): checked
@@ -154,8 +169,8 @@ static void check_layout(const tsr_model *m, const tsr_backend *be, const tsr_ac
     if (be->align <= 1) return;
     for (int l = 0; l < m->L; l++) {
         dec_layer v = layer_at(m, be, a, l);
-        const void *p[] = {v.x, v.ln1, v.qkv, v.atty, v.res2, v.ln2, v.fch, v.fchg, v.res3,
-                           v.ln1m, v.ln1r, v.att, v.ln2m, v.ln2r};
+        const void *p[] = {v.x,   v.ln1,  v.qkv,  v.qkvr, v.atty, v.res2, v.ln2, v.fch,
+                           v.fchg, v.res3, v.ln1m, v.ln1r, v.qknr, v.att, v.ln2m, v.ln2r};
         for (size_t k = 0; k < sizeof p / sizeof p[0]; k++)
             if ((uintptr_t)p[k] % be->align != 0)
                 tsr_die(TSR_EXIT_INTERNAL, "decoder: layer %d's activation %zu at %p is not "
@@ -163,8 +178,28 @@ static void check_layout(const tsr_model *m, const tsr_backend *be, const tsr_ac
     }
 }
 
+void dec_check_backend(const tsr_model *m, const tsr_backend *be) {
+    const tsr_model_config *c = &m->cfg;
+    const struct { int needed; const void *entry; const char *what; } need[] = {
+        {c->norm == TSR_NORM_RMSNORM, be->rmsnorm_forward, "model.norm = \"rmsnorm\""},
+        {c->norm == TSR_NORM_RMSNORM, be->residual_rmsnorm_forward, "model.norm = \"rmsnorm\""},
+        {c->norm == TSR_NORM_RMSNORM, be->rmsnorm_backward, "model.norm = \"rmsnorm\""},
+        {c->qk_norm, be->qknorm_forward, "model.qk_norm = true"},
+        {c->qk_norm, be->qknorm_backward, "model.qk_norm = true"},
+        {c->pos == TSR_POS_ROPE, be->rope_forward, "model.pos = \"rope\""},
+        {c->pos == TSR_POS_ROPE, be->rope_backward, "model.pos = \"rope\""},
+        {c->mlp == TSR_MLP_SWIGLU, be->swiglu_forward, "model.mlp = \"swiglu\""},
+        {c->mlp == TSR_MLP_SWIGLU, be->swiglu_backward, "model.mlp = \"swiglu\""},
+    };
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+        if (need[i].needed && !need[i].entry)
+            tsr_die(TSR_EXIT_USAGE, "%s: the %s backend does not have it yet (docs/models.md)",
+                    need[i].what, be->name);
+}
+
 int dec_try_alloc_acts(const tsr_model *m, const tsr_backend *be, tsr_acts *a, int B, int T) {
     size_t b[TSR_A_COUNT];
+    dec_check_backend(m, be);
     dec_free_acts(be, a);
     act_plan(m, be, B, T, b);
     for (int i = 0; i < TSR_A_COUNT; i++)
@@ -238,9 +273,53 @@ typedef struct run {
 static dec_layer run_layer(const run *r, int l) {
     if (!r->kv) return layer_at(r->d->m, r->d->be, r->d->a, l);
     tsr_kv_cache *kv = r->kv;
-    return (dec_layer){.x = kv->x, .ln1 = kv->ln, .qkv = kv->qkv, .atty = kv->atty, .res2 = kv->x,
-                       .ln2 = kv->ln, .fch = kv->fch, .fchg = kv->fchg, .res3 = kv->x,
-                       .ln1m = kv->mean, .ln1r = kv->rstd, .ln2m = kv->mean, .ln2r = kv->rstd};
+    return (dec_layer){.x = kv->x, .ln1 = kv->ln, .qkv = kv->qkv, .qkvr = kv->qkvr,
+                       .atty = kv->atty, .res2 = kv->x, .ln2 = kv->ln, .fch = kv->fch,
+                       .fchg = kv->fchg, .res3 = kv->x, .ln1m = kv->mean, .ln1r = kv->rstd,
+                       .qknr = kv->qknr, .ln2m = kv->mean, .ln2r = kv->rstd};
+}
+
+/* The block's normalisation (model.norm): LayerNorm (mean, rstd; bias b or NULL) or RMSNorm
+ * (rstd; mean and b unused). */
+static void norm_forward(const run *r, void *out, float *mean, float *rstd, const void *inp,
+                         const void *w, const void *b, int N) {
+    const tsr_backend *be = r->d->be;
+    const tsr_model *m = r->d->m;
+    if (m->cfg.norm == TSR_NORM_RMSNORM)
+        be->rmsnorm_forward(be, out, rstd, inp, w, N, m->C, (float)m->cfg.norm_eps);
+    else be->layernorm_forward(be, out, mean, rstd, inp, w, b, N, m->C);
+}
+
+/* res = a + b, then out = the normalisation of res (fused) */
+static void residual_norm_forward(const run *r, void *res, void *out, float *mean, float *rstd,
+                                  const void *a, const void *b, const void *w, const void *bias,
+                                  int N) {
+    const tsr_backend *be = r->d->be;
+    const tsr_model *m = r->d->m;
+    if (m->cfg.norm == TSR_NORM_RMSNORM)
+        be->residual_rmsnorm_forward(be, res, out, rstd, a, b, w, N, m->C,
+                                     (float)m->cfg.norm_eps);
+    else be->residual_layernorm_forward(be, res, out, mean, rstd, a, b, w, bias, N, m->C);
+}
+
+static void norm_backward(const run *r, void *dinp, float *dw, float *db, const void *dout,
+                          const void *inp, const void *w, const float *mean, const float *rstd) {
+    const tsr_backend *be = r->d->be;
+    const tsr_model *m = r->d->m;
+    if (m->cfg.norm == TSR_NORM_RMSNORM)
+        be->rmsnorm_backward(be, dinp, dw, dout, inp, w, rstd, r->N, m->C);
+    else be->layernorm_backward(be, dinp, dw, db, dout, inp, w, mean, rstd, r->N, m->C);
+}
+
+/* RoPE's positions: the segment positions (attn_mask = document, training), else t + p0 (a
+ * decode chunk: its first position in the current segment) */
+static const int32_t *rope_pos(const run *r, int *p0) {
+    if (r->kv) {
+        *p0 = r->p0 - r->kv->seg;
+        return NULL;
+    }
+    *p0 = 0;
+    return r->d->a->pos;
 }
 
 /* out = inp @ w^T + bias (gelu epilogue when pre_gelu): a decode step's single row goes to the
@@ -257,41 +336,66 @@ static void linear(const run *r, void *out, void *pre_gelu, const void *inp, con
 static void attention(const run *r, int l, const dec_layer *v) {
     const tsr_decoder *d = r->d;
     const tsr_backend *be = d->be;
-    const int C = d->m->C, NH = d->m->NH;
+    const int NH = d->m->NH, KVH = d->m->KVH, hs = d->m->hs;
     if (!r->kv) {
-        be->attention_forward(be, v->atty, v->att, v->qkv, d->slopes, d->a->seq, r->B, r->T, C, NH);
+        be->attention_forward(be, v->atty, v->att, v->qkv, d->slopes, d->a->seq, r->B, r->T, NH,
+                              KVH, hs);
         return;
     }
     tsr_kv_cache *kv = r->kv;
-    const size_t per = (size_t)C * kv->cap, e = tsr_dtype_size(be->act);
+    const size_t per = (size_t)KVH * hs * kv->cap, e = tsr_dtype_size(be->act);
     be->attention_decode(be, v->atty, (char *)kv->kt + l * per * e, (char *)kv->v + l * per * e,
                          v->qkv, d->slopes, kv->att, kv->nthreads, r->p0, r->N, kv->seg, kv->cap,
-                         C, NH);
+                         NH, KVH, hs);
+}
+
+/* qkv = ln1 @ qkvw^T + qkvb, then QK-norm (from qkvr) and RoPE in place */
+static void qkv_forward(const run *r, const dec_layer *v, const void *const *w) {
+    const tsr_decoder *d = r->d;
+    const tsr_backend *be = d->be;
+    const tsr_model *m = d->m;
+    const int qk = m->cfg.qk_norm;
+    linear(r, qk ? v->qkvr : v->qkv, NULL, v->ln1, w[TSR_P_QKVW], w[TSR_P_QKVB], r->N, m->C,
+           m->QKV);
+    if (qk)
+        be->qknorm_forward(be, v->qkv, v->qknr, v->qkvr, w[TSR_P_QNORMW], w[TSR_P_KNORMW], r->N,
+                           m->NH, m->KVH, m->hs, (float)m->cfg.norm_eps);
+    if (m->cfg.pos == TSR_POS_ROPE) {
+        int p0;
+        const int32_t *pos = rope_pos(r, &p0);
+        be->rope_forward(be, v->qkv, pos, p0, d->rope, r->B, r->T, m->NH, m->KVH, m->hs);
+    }
 }
 
 /* Runs steps [first, last] of layer l with its weights w. */
 static void layer_steps(const run *r, int l, const dec_layer *v, const void *const *w,
                         layer_step first, layer_step last) {
     const tsr_backend *be = r->d->be;
-    const int C = r->d->m->C, F = r->d->m->F, N = r->N;
+    const tsr_model *m = r->d->m;
+    const int C = m->C, F = m->F, N = r->N;
     for (int s = first; s <= (int)last; s++) switch ((layer_step)s) {
         case ST_LN1:
-            be->layernorm_forward(be, v->ln1, v->ln1m, v->ln1r, v->x, w[TSR_P_LN1W],
-                                  w[TSR_P_LN1B], N, C);
+            norm_forward(r, v->ln1, v->ln1m, v->ln1r, v->x, w[TSR_P_LN1W], w[TSR_P_LN1B], N);
             break;
         case ST_QKV:
-            linear(r, v->qkv, NULL, v->ln1, w[TSR_P_QKVW], w[TSR_P_QKVB], N, C, 3 * C);
+            qkv_forward(r, v, w);
             break;
         case ST_ATTN:
             attention(r, l, v);
             break;
         case ST_RES2:
-            linear(r, r->scratch, NULL, v->atty, w[TSR_P_ATTPROJW], w[TSR_P_ATTPROJB], N, C, C);
-            be->residual_layernorm_forward(be, v->res2, v->ln2, v->ln2m, v->ln2r, v->x, r->scratch,
-                                           w[TSR_P_LN2W], w[TSR_P_LN2B], N, C);
+            linear(r, r->scratch, NULL, v->atty, w[TSR_P_ATTPROJW], w[TSR_P_ATTPROJB], N, m->QD,
+                   C);
+            residual_norm_forward(r, v->res2, v->ln2, v->ln2m, v->ln2r, v->x, r->scratch,
+                                  w[TSR_P_LN2W], w[TSR_P_LN2B], N);
             break;
         case ST_FC:
-            linear(r, v->fchg, v->fch, v->ln2, w[TSR_P_FCW], w[TSR_P_FCB], N, C, F);
+            if (m->cfg.mlp == TSR_MLP_SWIGLU) {
+                linear(r, v->fch, NULL, v->ln2, w[TSR_P_FCW], w[TSR_P_FCB], N, C, m->FW);
+                be->swiglu_forward(be, v->fchg, v->fch, N, F);
+            } else {
+                linear(r, v->fchg, v->fch, v->ln2, w[TSR_P_FCW], w[TSR_P_FCB], N, C, F);
+            }
             break;
         case ST_COUNT:
             break;
@@ -302,7 +406,6 @@ static void layer_steps(const run *r, int l, const dec_layer *v, const void *con
  * A checkpointed layer writes its dropped groups to slot 0, which the next one overwrites. */
 static void layers_forward(const run *r, const dec_unit *root) {
     const tsr_decoder *d = r->d;
-    const tsr_backend *be = d->be;
     const int C = d->m->C, F = d->m->F, L = d->m->L, N = r->N;
     dec_unit cur, nxt;
     unit_get(d, 1, 0, &cur);
@@ -318,10 +421,10 @@ static void layers_forward(const run *r, const dec_unit *root) {
         if (!last) unit_get(d, l + 2, 0, &nxt);
         unit_put(d, l + 1, 0);
         dec_layer n = last ? v : run_layer(r, l + 1);
-        be->residual_layernorm_forward(be, v.res3, last ? r->lnf : n.ln1, last ? r->lnfm : n.ln1m,
-                                       last ? r->lnfr : n.ln1r, v.res2, r->scratch,
-                                       last ? root->w[TSR_P_LNFW] : nxt.w[TSR_P_LN1W],
-                                       last ? root->w[TSR_P_LNFB] : nxt.w[TSR_P_LN1B], N, C);
+        residual_norm_forward(r, v.res3, last ? r->lnf : n.ln1, last ? r->lnfm : n.ln1m,
+                              last ? r->lnfr : n.ln1r, v.res2, r->scratch,
+                              last ? root->w[TSR_P_LNFW] : nxt.w[TSR_P_LN1W],
+                              last ? root->w[TSR_P_LNFB] : nxt.w[TSR_P_LN1B], N);
         if (!last) cur = nxt;
     }
 }
@@ -330,39 +433,58 @@ static void layers_forward(const run *r, const dec_unit *root) {
 static void layer_backward(const run *r, int l, const dec_unit *u) {
     const tsr_decoder *d = r->d;
     const tsr_backend *be = d->be;
+    const tsr_model *m = d->m;
     tsr_acts *a = d->a;
-    const int C = d->m->C, F = d->m->F, NH = d->m->NH, N = r->N;
+    const int C = m->C, F = m->F, NH = m->NH, KVH = m->KVH, hs = m->hs, N = r->N;
     const size_t e = tsr_dtype_size(be->act), n = (size_t)N;
     const void *const *w = u->w;
     float *const *g = u->g;
     dec_layer v = run_layer(r, l);
-    if (model_ckpt_layer(d->m, l)) { /* recompute what the layer did not keep, into slot 0 */
-        tsr_actckpt_kind k = d->m->cfg.activation_checkpointing;
+    if (model_ckpt_layer(m, l)) { /* recompute what the layer did not keep, into slot 0 */
+        tsr_actckpt_kind k = m->cfg.activation_checkpointing;
         layer_steps(r, l, &v, w, rerun[k].first, rerun[k].last);
     }
     /* MLP branch: dres is d(residual3) = d(fcproj output), and flows on to residual2 */
     be->zero(be, a->dfch_gelu, n * F * e);
     be->matmul_backward(be, a->dfch_gelu, g[TSR_P_FCPROJW], g[TSR_P_FCPROJB], a->dresidual,
                         v.fchg, w[TSR_P_FCPROJW], N, F, C);
-    be->zero(be, a->dfch, n * F * e);
-    be->gelu_backward(be, a->dfch, v.fch, a->dfch_gelu, n * F, (tsr_gelu_kind)d->m->cfg.gelu);
+    be->zero(be, a->dfch, n * m->FW * e);
+    if (m->cfg.mlp == TSR_MLP_SWIGLU) be->swiglu_backward(be, a->dfch, v.fch, a->dfch_gelu, N, F);
+    else be->gelu_backward(be, a->dfch, v.fch, a->dfch_gelu, n * F, (tsr_gelu_kind)m->cfg.gelu);
     be->zero(be, a->dln, n * C * e);
     be->matmul_backward(be, a->dln, g[TSR_P_FCW], g[TSR_P_FCB], a->dfch, v.ln2, w[TSR_P_FCW], N,
-                        C, F);
-    be->layernorm_backward(be, a->dresidual, g[TSR_P_LN2W], g[TSR_P_LN2B], a->dln, v.res2,
-                           w[TSR_P_LN2W], v.ln2m, v.ln2r, N, C);
+                        C, m->FW);
+    norm_backward(r, a->dresidual, g[TSR_P_LN2W], g[TSR_P_LN2B], a->dln, v.res2, w[TSR_P_LN2W],
+                  v.ln2m, v.ln2r);
     /* attention branch: dres is now d(residual2) = d(attproj output) */
-    be->zero(be, a->datty, n * C * e);
+    be->zero(be, a->datty, n * m->QD * e);
     be->matmul_backward(be, a->datty, g[TSR_P_ATTPROJW], g[TSR_P_ATTPROJB], a->dresidual, v.atty,
-                        w[TSR_P_ATTPROJW], N, C, C);
-    be->zero(be, a->dqkv, n * 3 * C * e);
+                        w[TSR_P_ATTPROJW], N, m->QD, C);
+    be->zero(be, a->dqkv, n * m->QKV * e);
     be->attention_backward(be, a->dqkv, a->datty, v.qkv, v.atty, v.att, d->slopes, a->seq,
-                           a->att_scratch, r->B, r->T, C, NH);
+                           a->att_scratch, r->B, r->T, NH, KVH, hs);
+    if (m->cfg.pos == TSR_POS_ROPE) {
+        int p0;
+        const int32_t *pos = rope_pos(r, &p0);
+        be->rope_backward(be, a->dqkv, pos, p0, d->rope, r->B, r->T, NH, KVH, hs);
+    }
+    void *dproj = a->dqkv; /* the gradient of the projection's output */
+    if (m->cfg.qk_norm) {
+        be->zero(be, a->dqkvr, n * m->QKV * e);
+        be->qknorm_backward(be, a->dqkvr, g[TSR_P_QNORMW], g[TSR_P_KNORMW], a->dqkv, v.qkvr,
+                            w[TSR_P_QNORMW], w[TSR_P_KNORMW], v.qknr, N, NH, KVH, hs);
+        dproj = a->dqkvr;
+    }
     be->zero(be, a->dln, n * C * e);
-    be->matmul_backward(be, a->dln, g[TSR_P_QKVW], g[TSR_P_QKVB], a->dqkv, v.ln1, w[TSR_P_QKVW],
-                        N, C, 3 * C);
-    be->layernorm_backward(be, a->dresidual, g[TSR_P_LN1W], g[TSR_P_LN1B], a->dln, v.x,
-                           w[TSR_P_LN1W], v.ln1m, v.ln1r, N, C);
+    be->matmul_backward(be, a->dln, g[TSR_P_QKVW], g[TSR_P_QKVB], dproj, v.ln1, w[TSR_P_QKVW],
+                        N, C, m->QKV);
+    norm_backward(r, a->dresidual, g[TSR_P_LN1W], g[TSR_P_LN1B], a->dln, v.x, w[TSR_P_LN1W],
+                  v.ln1m, v.ln1r);
+}
+
+/* The LM head's weight: lm_head when untied, else wte (gradient likewise) */
+static int head_id(const tsr_model *m) {
+    return m->params_info[TSR_P_LMHEAD].numel ? TSR_P_LMHEAD : TSR_P_WTE;
 }
 
 /* ---- training and evaluation ---------------------------------------------------------------- */
@@ -420,7 +542,7 @@ void dec_forward(const tsr_decoder *d, const int32_t *tokens, const int32_t *tar
     be->encoder_forward(be, a->encoded, tok, root.w[TSR_P_WTE], root.w[TSR_P_WPE], a->pos, B, T,
                         m->C);
     layers_forward(&r, &root);
-    be->matmul_forward(be, a->probs, NULL, a->lnf, root.w[TSR_P_WTE], NULL, r.N, m->C, m->Vp,
+    be->matmul_forward(be, a->probs, NULL, a->lnf, root.w[head_id(m)], NULL, r.N, m->C, m->Vp,
                        TSR_GELU_TANH);
     unit_put(d, 0, 0);
     if (loss_scale >= 0) set_dlosses(d, targets, (size_t)r.N, loss_scale);
@@ -473,12 +595,11 @@ void dec_backward(const tsr_decoder *d, const int32_t *tokens, const int32_t *ta
     dec_unit root, u;
     unit_get(d, 0, 1, &root);
     be->zero(be, a->dln, (size_t)N * C * e);
-    be->matmul_backward(be, a->dln, root.g[TSR_P_WTE], NULL, a->probs, a->lnf, root.w[TSR_P_WTE],
-                        N, C, m->Vp);
+    be->matmul_backward(be, a->dln, root.g[head_id(m)], NULL, a->probs, a->lnf,
+                        root.w[head_id(m)], N, C, m->Vp);
     be->zero(be, a->dresidual, (size_t)N * C * e);
-    be->layernorm_backward(be, a->dresidual, root.g[TSR_P_LNFW], root.g[TSR_P_LNFB], a->dln,
-                           layer_at(m, be, a, L - 1).res3, root.w[TSR_P_LNFW], a->lnf_mean,
-                           a->lnf_rstd, N, C);
+    norm_backward(&r, a->dresidual, root.g[TSR_P_LNFW], root.g[TSR_P_LNFB], a->dln,
+                  layer_at(m, be, a, L - 1).res3, root.w[TSR_P_LNFW], a->lnf_mean, a->lnf_rstd);
     for (int l = L - 1; l >= 0; l--) {
         unit_get(d, l + 1, 1, &u);
         layer_backward(&r, l, &u);
@@ -513,7 +634,7 @@ void dec_kv_chunk(const tsr_decoder *d, tsr_kv_cache *kv, const int32_t *tokens,
     if (probs) { /* the last row through the LM head and the softmax */
         float loss;
         const int32_t none = -1;
-        linear(&r, kv->logits, NULL, kv->ln + (size_t)(c - 1) * C, root.w[TSR_P_WTE], NULL, 1, C,
+        linear(&r, kv->logits, NULL, kv->ln + (size_t)(c - 1) * C, root.w[head_id(m)], NULL, 1, C,
                m->Vp);
         be->softmax_xent(be, &loss, kv->logits, &none, NULL, 1, m->V, m->Vp);
         be->to_host(be, probs, kv->logits, (size_t)m->Vp * sizeof(float));

@@ -35,6 +35,7 @@ typedef struct tsr_decoder {
     tsr_acts *a;             /* allocated with dec_try_alloc_acts on be */
     tsr_dec_params params;
     const float *slopes;     /* (NH) ALiBi slopes on the backend, or NULL */
+    const float *rope;       /* (hs/2) RoPE frequencies on the backend, or NULL */
 } tsr_decoder;
 
 /* Offsets in the flat parameter layout of unit u's slice of each tensor; SIZE_MAX for tensors
@@ -45,6 +46,9 @@ void dec_unit_offsets(const tsr_model *m, int u, size_t off[TSR_P_COUNT]);
  * allocation (0, or -1 with nothing left allocated), release (a->B = 0 after). */
 size_t dec_acts_bytes(const tsr_model *m, const tsr_backend *be, int B, int T);
 int dec_try_alloc_acts(const tsr_model *m, const tsr_backend *be, tsr_acts *a, int B, int T);
+/* Exits with TSR_EXIT_USAGE naming the key when the model needs an entry be does not have (the
+ * Llama-style blocks on a backend without them). dec_try_alloc_acts calls it. */
+void dec_check_backend(const tsr_model *m, const tsr_backend *be);
 void dec_free_acts(const tsr_backend *be, tsr_acts *a);
 
 /* Forward over tokens, targets (B,T, host; -1 = no loss). loss_scale >= 0: a training forward,

@@ -43,6 +43,26 @@ void model_alibi_slopes(float *slopes, int NH) {
     memcpy(slopes, tmp, (size_t)NH * sizeof(float));
 }
 
+void model_rope_freqs(float *inv_freq, const tsr_model_config *cfg, int hs) {
+    const double pi = 3.14159265358979323846;
+    const double low_wl = cfg->rope_original_max_pos / cfg->rope_low_freq_factor;
+    const double high_wl = cfg->rope_original_max_pos / cfg->rope_high_freq_factor;
+    for (int i = 0; i < hs / 2; i++) {
+        double f = pow(cfg->rope_theta, -2.0 * i / hs);
+        if (cfg->rope_scaling == TSR_ROPE_SCALING_LLAMA3) {
+            double wl = 2.0 * pi / f;
+            if (wl > low_wl) {
+                f /= cfg->rope_factor;
+            } else if (wl >= high_wl) {
+                double s = (cfg->rope_original_max_pos / wl - cfg->rope_low_freq_factor) /
+                           (cfg->rope_high_freq_factor - cfg->rope_low_freq_factor);
+                f = (1.0 - s) * f / cfg->rope_factor + s * f;
+            }
+        }
+        inv_freq[i] = (float)f;
+    }
+}
+
 int model_config_check(const tsr_model_config *cfg, char *why, size_t n) {
     if (cfg->attn_mask == TSR_MASK_DOCUMENT &&
         (cfg->eot_token < 0 || cfg->eot_token >= cfg->vocab_size)) {
@@ -56,11 +76,14 @@ int model_config_check(const tsr_model_config *cfg, char *why, size_t n) {
     int lo, cn;
     const char *key;
     if (config_actckpt_layers(cfg, &lo, &cn, &key, why, n) != 0) return -1;
+    tsr_model_dims d;
+    if (config_model_dims(cfg, &d, &key, why, n) != 0) return -1;
     return 0;
 }
 
 void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const tsr_ops *ops) {
-    char why[256];
+    char why[400];
+    const char *ck_key;
     if (model_config_check(cfg, why, sizeof why)) tsr_die(TSR_EXIT_USAGE, "%s", why);
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
@@ -68,32 +91,42 @@ void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const ts
     m->be = tsr_fp32_backend(ops);
     m->L = cfg->n_layer;
     m->C = cfg->d_model;
-    m->NH = cfg->n_head;
-    m->F = (int)llround(cfg->expansion_ratio * cfg->d_model);
+    tsr_model_dims dims;
+    config_model_dims(cfg, &dims, &ck_key, why, sizeof why); /* checked above */
+    m->NH = dims.NH;
+    m->KVH = dims.KVH;
+    m->hs = dims.hs;
+    m->QD = m->NH * m->hs;
+    m->QKV = (m->NH + 2 * m->KVH) * m->hs;
+    m->F = dims.F;
+    m->FW = cfg->mlp == TSR_MLP_SWIGLU ? 2 * m->F : m->F;
     m->V = cfg->vocab_size;
     int mult = cfg->vocab_multiple > 0 ? cfg->vocab_multiple : 1;
     m->Vp = (m->V + mult - 1) / mult * mult;
     m->maxT = cfg->max_seq_len > 0 ? cfg->max_seq_len : seq_len;
-    const char *ck_key;
     config_actckpt_layers(cfg, &m->ckpt_lo, &m->n_ckpt, &ck_key, why, sizeof why); /* checked */
-    int64_t L = m->L, C = m->C, F = m->F;
+    int64_t L = m->L, C = m->C, F = m->F, FW = m->FW, QKV = m->QKV, QD = m->QD, hs = m->hs;
     int learned = cfg->pos == TSR_POS_LEARNED, bias = cfg->bias;
+    int nbias = bias && cfg->norm == TSR_NORM_LAYERNORM, qn = cfg->qk_norm;
     set_param(m, TSR_P_WTE, "wte", TSR_PK_EMBEDDING, 1, 2, m->Vp, C, 0);
     set_param(m, TSR_P_WPE, "wpe", TSR_PK_EMBEDDING, learned, 2, m->maxT, C, 0);
     set_param(m, TSR_P_LN1W, "ln1w", TSR_PK_NORM, 1, 2, L, C, 0);
-    set_param(m, TSR_P_LN1B, "ln1b", TSR_PK_NORM, bias, 2, L, C, 0);
-    set_param(m, TSR_P_QKVW, "qkvw", TSR_PK_WEIGHT, 1, 3, L, 3 * C, C);
-    set_param(m, TSR_P_QKVB, "qkvb", TSR_PK_BIAS, bias, 2, L, 3 * C, 0);
-    set_param(m, TSR_P_ATTPROJW, "attprojw", TSR_PK_WEIGHT, 1, 3, L, C, C);
+    set_param(m, TSR_P_LN1B, "ln1b", TSR_PK_NORM, nbias, 2, L, C, 0);
+    set_param(m, TSR_P_QKVW, "qkvw", TSR_PK_WEIGHT, 1, 3, L, QKV, C);
+    set_param(m, TSR_P_QKVB, "qkvb", TSR_PK_BIAS, bias || cfg->qkv_bias, 2, L, QKV, 0);
+    set_param(m, TSR_P_QNORMW, "qnormw", TSR_PK_NORM, qn, 2, L, hs, 0);
+    set_param(m, TSR_P_KNORMW, "knormw", TSR_PK_NORM, qn, 2, L, hs, 0);
+    set_param(m, TSR_P_ATTPROJW, "attprojw", TSR_PK_WEIGHT, 1, 3, L, C, QD);
     set_param(m, TSR_P_ATTPROJB, "attprojb", TSR_PK_BIAS, bias, 2, L, C, 0);
     set_param(m, TSR_P_LN2W, "ln2w", TSR_PK_NORM, 1, 2, L, C, 0);
-    set_param(m, TSR_P_LN2B, "ln2b", TSR_PK_NORM, bias, 2, L, C, 0);
-    set_param(m, TSR_P_FCW, "fcw", TSR_PK_WEIGHT, 1, 3, L, F, C);
-    set_param(m, TSR_P_FCB, "fcb", TSR_PK_BIAS, bias, 2, L, F, 0);
+    set_param(m, TSR_P_LN2B, "ln2b", TSR_PK_NORM, nbias, 2, L, C, 0);
+    set_param(m, TSR_P_FCW, "fcw", TSR_PK_WEIGHT, 1, 3, L, FW, C);
+    set_param(m, TSR_P_FCB, "fcb", TSR_PK_BIAS, bias, 2, L, FW, 0);
     set_param(m, TSR_P_FCPROJW, "fcprojw", TSR_PK_WEIGHT, 1, 3, L, C, F);
     set_param(m, TSR_P_FCPROJB, "fcprojb", TSR_PK_BIAS, bias, 2, L, C, 0);
     set_param(m, TSR_P_LNFW, "lnfw", TSR_PK_NORM, 1, 1, C, 0, 0);
-    set_param(m, TSR_P_LNFB, "lnfb", TSR_PK_NORM, bias, 1, C, 0, 0);
+    set_param(m, TSR_P_LNFB, "lnfb", TSR_PK_NORM, nbias, 1, C, 0, 0);
+    set_param(m, TSR_P_LMHEAD, "lm_head", TSR_PK_WEIGHT, !cfg->tie_embeddings, 2, m->Vp, C, 0);
     size_t off = 0;
     for (int i = 0; i < TSR_P_COUNT; i++) {
         m->params_info[i].offset = off;
@@ -103,7 +136,7 @@ void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const ts
     m->n_params = off;
     m->n_params_counted = 0;
     for (int i = 0; i < TSR_P_COUNT; i++) m->n_params_counted += m->params_info[i].numel;
-    m->n_params_counted -= (size_t)(m->Vp - m->V) * (size_t)C;
+    m->n_params_counted -= (size_t)(m->Vp - m->V) * (size_t)C * (cfg->tie_embeddings ? 1 : 2);
 }
 
 void model_alloc_params(tsr_model *m) {
@@ -118,6 +151,10 @@ void model_alloc_slopes(tsr_model *m) {
     if (m->cfg.pos == TSR_POS_ALIBI && !m->alibi_slopes) {
         m->alibi_slopes = m->ops->alloc((size_t)m->NH * sizeof(float));
         model_alibi_slopes(m->alibi_slopes, m->NH);
+    }
+    if (m->cfg.pos == TSR_POS_ROPE && !m->rope_freqs) {
+        m->rope_freqs = m->ops->alloc((size_t)(m->hs / 2) * sizeof(float));
+        model_rope_freqs(m->rope_freqs, &m->cfg, m->hs);
     }
 }
 
@@ -136,7 +173,8 @@ void model_init_weights(tsr_model *m, uint64_t seed) {
         }
         double s = (i == TSR_P_ATTPROJW || i == TSR_P_FCPROJW) ? proj_std : std;
         size_t n = p->numel;
-        if (i == TSR_P_WTE) n = (size_t)m->V * (size_t)m->C; /* padded rows stay zero */
+        if (i == TSR_P_WTE || i == TSR_P_LMHEAD)
+            n = (size_t)m->V * (size_t)m->C; /* padded rows stay zero */
         for (size_t k = 0; k < n; k++) w[k] = (float)(s * tsr_rand_normal(seed, (uint64_t)i, k));
     }
 }
@@ -168,7 +206,7 @@ size_t model_act_group_slot(const tsr_model *m, tsr_act_group g, int l) {
 }
 
 double model_flops_per_token(const tsr_model *m, int T) {
-    return 6.0 * (double)m->n_params_counted + 12.0 * m->L * (double)m->C * T;
+    return 6.0 * (double)m->n_params_counted + 12.0 * m->L * (double)m->QD * T;
 }
 
 void model_segments(int32_t *seq, int32_t *pos, const int32_t *tokens, int eot, int B, int T) {

@@ -1,9 +1,14 @@
-/* model.h — a decoder-only transformer (GPT-2 or MPT style) on top of the op interface.
+/* model.h — a decoder-only transformer (GPT-2, MPT, Llama, Qwen, Mistral style) on top of the op
+ * interface.
  *
- * Dimensions as in kernels/ops.h: B, T, C, NH, hs, F, V, Vp, L, N = B*T.
- * One block: x -> x + proj(attn(LN1(x))) -> x + fcproj(gelu(fc(LN2(x)))); final LN; logits = lnf @ wte^T
- * (tied embeddings). pos = learned adds wpe in the encoder; pos = alibi adds -slope_h*(i-j) to the
- * attention scores (MPT's slopes). bias = false removes biases from linear layers and LayerNorms.
+ * Dimensions as in kernels/ops.h: B, T, C, NH, KVH, hs, QKV, F, V, Vp, L, N = B*T.
+ * One block: x -> x + proj(attn(N1(x))) -> x + down(mlp(up(N2(x)))); final norm; logits = nf @ W^T
+ * with W = wte (tied) or lm_head. N = LayerNorm or RMSNorm (model.norm); mlp = gelu of fc, or
+ * SwiGLU of the fused [gate | up] projection (model.mlp). pos = learned adds wpe in the encoder;
+ * pos = alibi adds -slope_h*(i-j) to the attention scores (MPT's slopes); pos = rope turns q and k
+ * (after the optional per-head QK-norm of Qwen 3). Attention has NH query and KVH key/value heads
+ * of size hs. bias = false removes biases from linear layers and LayerNorms (qkv_bias puts the q,
+ * k, v ones back).
  * attn_mask = document cuts every input row into segments, each ending with (and including) an
  * eot_token: attention stays within a segment and learned positions restart at 0 in each, so a
  * segment computes what it would compute alone at the start of a row (docs/model.md).
@@ -26,18 +31,21 @@ typedef enum {
     TSR_P_WPE,     /* (maxT, C) learned positions; size 0 with ALiBi */
     TSR_P_LN1W,    /* (L, C) */
     TSR_P_LN1B,    /* (L, C) size 0 without bias */
-    TSR_P_QKVW,    /* (L, 3C, C) */
-    TSR_P_QKVB,    /* (L, 3C) */
-    TSR_P_ATTPROJW,/* (L, C, C) */
+    TSR_P_QKVW,    /* (L, QKV, C) [q heads | k heads | v heads] */
+    TSR_P_QKVB,    /* (L, QKV) */
+    TSR_P_QNORMW,  /* (L, hs) QK-norm weights of the query heads; size 0 without qk_norm */
+    TSR_P_KNORMW,  /* (L, hs) and of the key heads */
+    TSR_P_ATTPROJW,/* (L, C, NH*hs) */
     TSR_P_ATTPROJB,/* (L, C) */
     TSR_P_LN2W,    /* (L, C) */
     TSR_P_LN2B,    /* (L, C) */
-    TSR_P_FCW,     /* (L, F, C) */
-    TSR_P_FCB,     /* (L, F) */
+    TSR_P_FCW,     /* (L, F, C); SwiGLU: (L, 2F, C), the gate rows then the up rows */
+    TSR_P_FCB,     /* (L, F) or (L, 2F) */
     TSR_P_FCPROJW, /* (L, C, F) */
     TSR_P_FCPROJB, /* (L, C) */
     TSR_P_LNFW,    /* (C) */
     TSR_P_LNFB,    /* (C) */
+    TSR_P_LMHEAD,  /* (Vp, C) the untied LM head; size 0 with tie_embeddings */
     TSR_P_COUNT
 } tsr_param_id;
 
@@ -60,10 +68,12 @@ typedef struct tsr_param_info {
  * backend: packed). The buffers are buf[tsr_act_id]; the named view beside them is typed for the
  * fp32 backend (on the CUDA backend the act-typed ones hold bf16). */
 typedef enum {
-    TSR_A_ENCODED = 0, TSR_A_LN1, TSR_A_LN1_MEAN, TSR_A_LN1_RSTD, TSR_A_QKV, TSR_A_ATTY, TSR_A_ATT,
+    TSR_A_ENCODED = 0, TSR_A_LN1, TSR_A_LN1_MEAN, TSR_A_LN1_RSTD, TSR_A_QKV, TSR_A_QKVR,
+    TSR_A_QKN_RSTD, TSR_A_ATTY, TSR_A_ATT,
     TSR_A_RES2, TSR_A_LN2, TSR_A_LN2_MEAN, TSR_A_LN2_RSTD, TSR_A_FCH, TSR_A_FCHG, TSR_A_RES3,
     TSR_A_LNF, TSR_A_LNF_MEAN, TSR_A_LNF_RSTD, TSR_A_LOGITS, TSR_A_LOSSES, TSR_A_SCRATCH,
-    TSR_A_DRES, TSR_A_DLN, TSR_A_DATTY, TSR_A_DQKV, TSR_A_DFCH, TSR_A_DFCHG, TSR_A_DLOSSES,
+    TSR_A_DRES, TSR_A_DLN, TSR_A_DATTY, TSR_A_DQKV, TSR_A_DQKVR, TSR_A_DFCH, TSR_A_DFCHG,
+    TSR_A_DLOSSES,
     TSR_A_SEQ, TSR_A_POS, TSR_A_ATT_SCRATCH, TSR_A_TOKENS, TSR_A_TARGETS, TSR_A_GREEDY,
     TSR_A_COUNT
 } tsr_act_id;
@@ -75,13 +85,18 @@ typedef struct tsr_acts {
         void *buf[TSR_A_COUNT];
         struct { /* in tsr_act_id order */
             float *encoded;      /* (B,T,C) */
-            float *ln1, *ln1_mean, *ln1_rstd; /* (Lk,B,T,C), (Lk,B,T), (Lk,B,T); block drops them */
-            float *qkv;          /* (Lk,B,T,3C); block and attention drop qkv, atty, att */
-            float *atty;         /* (Lk,B,T,C) */
+            float *ln1, *ln1_mean, *ln1_rstd; /* (Lk,B,T,C), (Lk,B,T), (Lk,B,T); block drops them;
+                                               * the means only with LayerNorm */
+            float *qkv;          /* (Lk,B,T,QKV) what attention reads (after QK-norm and RoPE);
+                                  * block and attention drop qkv, qkvr, qkn_rstd, atty, att */
+            float *qkvr;         /* (Lk,B,T,QKV) the projection before QK-norm (qk_norm only) */
+            float *qkn_rstd;     /* (Lk,B,T,NH+KVH) QK-norm statistics (qk_norm only) */
+            float *atty;         /* (Lk,B,T,NH*hs) */
             float *att;          /* (Lk, backend's attention_saved): fp32 (B,NH,T,T) probabilities */
             float *residual2;    /* (Lk,B,T,C); block drops residual2 and ln2 (with stats) */
             float *ln2, *ln2_mean, *ln2_rstd;
-            float *fch, *fch_gelu; /* (Lk,B,T,F); block and mlp drop them */
+            float *fch, *fch_gelu; /* (Lk,B,T,F): fch (Lk,B,T,2F) with SwiGLU; block and mlp
+                                    * drop them */
             float *residual3;    /* (L,B,T,C) always kept: layer l+1's input, where recomputing starts */
             float *lnf, *lnf_mean, *lnf_rstd; /* (B,T,C), (B,T), (B,T) */
             float *probs;        /* (B,T,Vp) logits, then softmax in place, then dlogits in place */
@@ -89,14 +104,15 @@ typedef struct tsr_acts {
             float *scratch;      /* (B,T,C) attproj / fcproj outputs */
             /* gradient scratch, reused layer by layer */
             float *dresidual;    /* (B,T,C) the residual stream's gradient */
-            float *dln, *datty;  /* (B,T,C) */
-            float *dqkv;         /* (B,T,3C) */
-            float *dfch, *dfch_gelu; /* (B,T,F) */
+            float *dln, *datty;  /* (B,T,C), (B,T,NH*hs) */
+            float *dqkv;         /* (B,T,QKV) */
+            float *dqkvr;        /* (B,T,QKV) the gradient before QK-norm (qk_norm only) */
+            float *dfch, *dfch_gelu; /* (B,T,F); dfch (B,T,2F) with SwiGLU */
             float *dlosses;      /* (B,T) */
             /* attn_mask = document only (else NULL): made from the tokens by model_forward,
              * reused by model_backward */
             int32_t *seq;        /* (B,T) segment ids: the count of eot_tokens before each position */
-            int32_t *pos;        /* (B,T) position in the segment (learned positions only) */
+            int32_t *pos;        /* (B,T) position in the segment (learned positions, RoPE) */
             void *att_scratch;   /* the backend's attention_scratch bytes, or NULL */
             /* a device backend's copies of the host arrays (NULL on a host backend) */
             int32_t *tokens, *targets, *greedy; /* (B,T) */
@@ -124,6 +140,10 @@ typedef struct tsr_model {
     const tsr_ops *ops;
     tsr_backend be;          /* the fp32 backend over ops, which model_forward runs on */
     int L, C, NH, F, V, Vp, maxT;
+    int KVH, hs;             /* key/value heads, head size */
+    int QD, QKV;             /* NH*hs (attention output width), (NH + 2 KVH) hs (projection) */
+    int FW;                  /* width of the MLP's first projection: F, or 2F with SwiGLU */
+    float *rope_freqs;       /* (hs/2) RoPE frequencies (model_rope_freqs) or NULL */
     tsr_param_info params_info[TSR_P_COUNT];
     size_t n_params;         /* floats in the flat buffer (including padded vocab rows) */
     size_t n_params_counted; /* trainable parameters: excludes padded vocab rows */
@@ -168,9 +188,10 @@ void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const ts
  * must be a token id (< vocab_size); with activation_checkpointing other than none,
  * the layers are valid (config_actckpt_layers). Returns 0, or -1 with the reason in why. */
 int model_config_check(const tsr_model_config *cfg, char *why, size_t n);
-/* Allocates parameters and gradients (zeroed) and the ALiBi slopes. */
+/* Allocates parameters and gradients (zeroed) and the ALiBi slopes or RoPE frequencies. */
 void model_alloc_params(tsr_model *m);
-/* The ALiBi slopes alone (a model whose parameters live in a tsr_param_source). */
+/* The ALiBi slopes or RoPE frequencies alone (a model whose parameters live in a
+ * tsr_param_source). */
 void model_alloc_slopes(tsr_model *m);
 /* Tensor id holds one slice per layer ((L, ...) shapes): ln1w .. fcprojb. */
 int model_param_per_layer(tsr_param_id id);
@@ -215,11 +236,18 @@ size_t model_acts_bytes(const tsr_model *m, int B, int T);
 double model_flops_per_token(const tsr_model *m, int T);
 /* MPT's ALiBi slopes for NH heads with alibi_bias_max = 8 (writes NH floats). */
 void model_alibi_slopes(float *slopes, int NH);
+/* RoPE's frequencies for head size hs (writes hs/2 floats): inv_freq[i] = theta^(-2i/hs),
+ * computed in double, then (rope_scaling = llama3) Llama 3.1's scaling: wavelengths 2 pi / f
+ * above original_max_pos / low_freq_factor are divided by factor, those below
+ * original_max_pos / high_freq_factor kept, those between interpolated with
+ * s = (original_max_pos / wavelength - low) / (high - low): f' = (1 - s) f / factor + s f. */
+void model_rope_freqs(float *inv_freq, const tsr_model_config *cfg, int hs);
 
 /* ---- Inference on one sequence (model_infer.c; docs/generate.md) ---- */
 
 /* A KV cache for one sequence, plus the scratch of a forward over `chunk` new positions.
- * kt (L, NH, hs, cap): keys transposed per head; v (L, NH, cap, hs). Positions 0..len-1 are filled.
+ * kt (L, KVH, hs, cap): keys transposed per head; v (L, KVH, cap, hs). Positions 0..len-1 are
+ * filled.
  * With attn_mask = document, seg is where the current segment starts (after the last eot_token
  * fed): new positions attend to seg..; without it seg stays 0. */
 typedef struct tsr_kv_cache {
@@ -227,8 +255,9 @@ typedef struct tsr_kv_cache {
     int seg;                       /* attn_mask = document: first position of the current segment */
     float *kt, *v;                 /* (L, NH, hs, cap), (L, NH, cap, hs) */
     float *x, *ln, *mean, *rstd;   /* (chunk, C), (chunk, C), (chunk), (chunk) */
-    float *qkv, *atty, *proj;      /* (chunk, 3C), (chunk, C), (chunk, C) */
-    float *fch, *fchg;             /* (chunk, F) */
+    float *qkv, *atty, *proj;      /* (chunk, QKV), (chunk, NH*hs), (chunk, C) */
+    float *qkvr, *qknr;            /* qk_norm: (chunk, QKV), (chunk, NH+KVH); else NULL */
+    float *fch, *fchg;             /* (chunk, F or 2F), (chunk, F) */
     float *att, *logits;           /* (nthreads, cap), (Vp) */
 } tsr_kv_cache;
 
@@ -236,7 +265,7 @@ typedef struct tsr_kv_cache {
  * after cpu_ops_set_threads. */
 void model_kv_init(tsr_kv_cache *kv, const tsr_model *m, int cap, int chunk);
 void model_kv_free(tsr_kv_cache *kv, const tsr_model *m);
-/* Bytes of the cache proper (kt and v): 2 * L * cap * C floats. */
+/* Bytes of the cache proper (kt and v): 2 * L * cap * KVH * hs floats. */
 size_t model_kv_bytes(const tsr_model *m, int cap);
 /* Runs tokens (n) at positions kv->len.. through the model, appending their keys and values;
  * probs (Vp): the next-token distribution after the last of them, as model_forward's softmax

@@ -2,10 +2,11 @@
  * (the layers run in decoder.c's dec_kv_chunk), and the no-cache reference (model_forward over the
  * whole context) it is tested against.
  *
- * Dimensions as in kernels/ops.h (L, C, NH, hs = C/NH, F, V, Vp); cap = positions the cache holds;
- * c = rows (positions) of one chunk of new tokens. The KV cache, per layer l and head h:
- *   kt (L, NH, hs, cap)  keys, transposed per head: kt[l][h][d][j] = k_j[h*hs + d]
- *   v  (L, NH, cap, hs)  values:                     v[l][h][j][d]  = v_j[h*hs + d]
+ * Dimensions as in kernels/ops.h (L, C, NH, KVH, hs, QKV, F, V, Vp); cap = positions the cache
+ * holds; c = rows (positions) of one chunk of new tokens. The KV cache, per layer l and key/value
+ * head g (grouped-query attention caches KVH heads, not NH):
+ *   kt (L, KVH, hs, cap)  keys, transposed per head: kt[l][g][d][j] = k_j[g*hs + d]
+ *   v  (L, KVH, cap, hs)  values:                     v[l][g][j][d]  = v_j[g*hs + d]
  * (the layouts cpu_attention.c packs a head into, so a score row and an output row are computed
  * with the same fmaf order as the training kernel's tiles; its attention_decode op).
  *
@@ -16,7 +17,7 @@
  *
  * attn_mask = document (model.c): the fed tokens are cut into chunks that end at an eot_token, so
  * a chunk lies in one segment; a segment starting at position s = kv->seg sees positions s..p
- * only and its learned positions count from s, as in model_forward. A prompt without an
+ * only and its learned or rotary positions count from s, as in model_forward. A prompt without an
  * eot_token is one document; a completion after an end-of-text prompt starts a new one, as a
  * document after an eot_token does in training.
  */
@@ -29,29 +30,33 @@
 #include "model/decoder.h"
 
 size_t model_kv_bytes(const tsr_model *m, int cap) {
-    return 2 * (size_t)m->L * (size_t)cap * (size_t)m->C * sizeof(float);
+    return 2 * (size_t)m->L * (size_t)cap * (size_t)m->KVH * (size_t)m->hs * sizeof(float);
 }
 
 void model_kv_init(tsr_kv_cache *kv, const tsr_model *m, int cap, int chunk) {
     const tsr_ops *o = m->ops;
-    size_t C = m->C, F = m->F, f = sizeof(float);
+    size_t C = m->C, F = m->F, FW = m->FW, QKV = m->QKV, f = sizeof(float);
     if (cap < 1 || chunk < 1)
         tsr_die(TSR_EXIT_INTERNAL, "model_kv_init: cap %d and chunk %d must be >= 1", cap, chunk);
     memset(kv, 0, sizeof *kv);
     kv->cap = cap;
     kv->chunk = chunk < cap ? chunk : cap;
     kv->nthreads = omp_get_max_threads();
-    size_t per = (size_t)m->L * cap * C, n = (size_t)kv->chunk;
+    size_t per = (size_t)m->L * cap * m->KVH * m->hs, n = (size_t)kv->chunk;
     kv->kt = o->alloc(per * f);
     kv->v = o->alloc(per * f);
     kv->x = o->alloc(n * C * f);
     kv->ln = o->alloc(n * C * f);
     kv->mean = o->alloc(n * f);
     kv->rstd = o->alloc(n * f);
-    kv->qkv = o->alloc(n * 3 * C * f);
-    kv->atty = o->alloc(n * C * f);
+    kv->qkv = o->alloc(n * QKV * f);
+    if (m->cfg.qk_norm) {
+        kv->qkvr = o->alloc(n * QKV * f);
+        kv->qknr = o->alloc(n * (size_t)(m->NH + m->KVH) * f);
+    }
+    kv->atty = o->alloc(n * (size_t)m->QD * f);
     kv->proj = o->alloc(n * C * f);
-    kv->fch = o->alloc(n * F * f);
+    kv->fch = o->alloc(n * FW * f);
     kv->fchg = o->alloc(n * F * f);
     kv->att = o->alloc((size_t)kv->nthreads * cap * f);
     kv->logits = o->alloc((size_t)m->Vp * f);
@@ -59,7 +64,8 @@ void model_kv_init(tsr_kv_cache *kv, const tsr_model *m, int cap, int chunk) {
 
 void model_kv_free(tsr_kv_cache *kv, const tsr_model *m) {
     float **bufs[] = {&kv->kt,   &kv->v,    &kv->x,    &kv->ln,  &kv->mean, &kv->rstd, &kv->qkv,
-                      &kv->atty, &kv->proj, &kv->fch, &kv->fchg, &kv->att,  &kv->logits};
+                      &kv->atty, &kv->proj, &kv->fch, &kv->fchg, &kv->att,  &kv->logits,
+                      &kv->qkvr, &kv->qknr};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         if (*bufs[i]) m->ops->free(*bufs[i]);
         *bufs[i] = NULL;
@@ -85,7 +91,7 @@ void model_infer_forward(const tsr_model *m, tsr_kv_cache *kv, const int32_t *to
                 n, kv->len, kv->cap, learned ? " or the position table" : "");
     const int doc = m->cfg.attn_mask == TSR_MASK_DOCUMENT;
     const tsr_decoder d = {.m = m, .be = &m->be, .params = {(void *)m, infer_get, NULL},
-                           .slopes = m->alibi_slopes};
+                           .slopes = m->alibi_slopes, .rope = m->rope_freqs};
     for (int s = 0; s < n;) {
         int c = n - s < kv->chunk ? n - s : kv->chunk;
         if (doc) /* end the chunk at an eot_token: the next position starts a segment */

@@ -27,7 +27,7 @@ size_t model_acts_bytes(const tsr_model *m, int B, int T) {
 
 void model_free(tsr_model *m) {
     model_free_acts(m);
-    float **bufs[] = {&m->params, &m->grads, &m->alibi_slopes};
+    float **bufs[] = {&m->params, &m->grads, &m->alibi_slopes, &m->rope_freqs};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         if (*bufs[i]) m->ops->free(*bufs[i]);
         *bufs[i] = NULL;
@@ -61,7 +61,8 @@ static void unit_put(void *ctx, int u, int backward) {
 /* The decoder over this model on the fp32 backend. */
 static tsr_decoder decoder_of(tsr_model *m) {
     return (tsr_decoder){.m = m, .be = &m->be, .a = &m->acts,
-                         .params = {m, unit_get, unit_put}, .slopes = m->alibi_slopes};
+                         .params = {m, unit_get, unit_put}, .slopes = m->alibi_slopes,
+                         .rope = m->rope_freqs};
 }
 
 void model_token_scores(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,

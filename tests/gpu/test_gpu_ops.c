@@ -766,14 +766,14 @@ static void test_attention(const att_cfg *a) {
     fill_bf16(dout, no, -1, 1), fill_bf16(g0, nq, -1, 1);
 
     float *out = hf(no), *att = hf(na), *oabs = hf(no), *tmp = hf(na), *lse = hf(nl);
-    cpu->attention_forward(out, att, qkv, sl, sq, B, T, C, NH);
-    cpu->attention_forward(oabs, tmp, qabs, sl, sq, B, T, C, NH); /* sum_j P_ij |v_j| */
+    cpu->attention_forward(out, att, qkv, sl, sq, B, T, NH, NH, C / NH);
+    cpu->attention_forward(oabs, tmp, qabs, sl, sq, B, T, NH, NH, C / NH); /* sum_j P_ij |v_j| */
     host_lse(lse, qkv, sl, sq, B, T, C, NH);
     tsr_bf16 *d_qkv = new_bf16(qkv, nq), *d_out = d16(no);
     float *d_lse = df32(nl), *d_sl = a->alibi ? new_f32(slopes, NH) : NULL;
     int32_t *d_seq = a->seq ? new_i32(seq, (size_t)B * T) : NULL;
     poison(d_out, no * 2), poison(d_lse, nl * 4);
-    tcu_attention_forward(d_out, d_lse, d_qkv, d_sl, d_seq, B, T, C, NH, g_s);
+    tcu_attention_forward(d_out, d_lse, d_qkv, d_sl, d_seq, B, T, NH, NH, C / NH, g_s);
     /* out: P may be rounded to bf16 for P.V (u per term: u sum_j P|v_j|, 2x room), one rounding
      * of the output (2u) */
     check_close(L("attention_forward %s: out", tag), get_bf16(d_out, no), out, no, 0, RTOL_BF16,
@@ -786,15 +786,15 @@ static void test_attention(const att_cfg *a) {
     /* backward from the CPU forward's out (as bf16) and the host lse: tests this op alone */
     float *ref = hcopy(g0, nq), *mag = hf(nq), *outb = hf(no);
     for (size_t i = 0; i < no; i++) outb[i] = rbf16(out[i]);
-    cpu->attention_backward(ref, dout, qkv, att, sq, B, T, C, NH);
+    cpu->attention_backward(ref, dout, qkv, att, sq, B, T, NH, NH, C / NH);
     attention_bwd_mag(mag, qkv, att, out, dout, B, T, C, NH);
     tsr_bf16 *d_dout = new_bf16(dout, no), *d_g = d16(nq), *d_ob = new_bf16(outb, no);
     float *d_lh = new_f32(lse, nl), *got[2];
-    size_t scratch_bytes = tcu_attention_scratch_bytes(B, T, C, NH);
+    size_t scratch_bytes = tcu_attention_scratch_bytes(B, T, NH, NH, C / NH);
     void *d_scratch = dalloc(scratch_bytes);
     for (int k = 0; k < 2; k++) {
         put_bf16(d_g, g0, nq);
-        tcu_attention_backward(d_g, d_dout, d_qkv, d_ob, d_lh, d_sl, d_seq, d_scratch, B, T, C, NH,
+        tcu_attention_backward(d_g, d_dout, d_qkv, d_ob, d_lh, d_sl, d_seq, d_scratch, B, T, NH, NH, C / NH,
                                g_s);
         got[k] = get_bf16(d_g, nq);
     }

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/config_table.h"
 #include "model/model.h"
 #include "ops.h"
 #include "tap.h"
@@ -56,8 +57,9 @@ static tsr_ops counting_ops;
 
 static tsr_model_config tiny(tsr_pos_kind pos, tsr_attn_mask_kind mask, tsr_actckpt_kind mode,
                              int layers, const char *range) {
-    tsr_model_config c;
-    memset(&c, 0, sizeof c);
+    tsr_config defaults;
+    cfgtab_defaults(&defaults); /* the keys a test does not set keep their documented defaults */
+    tsr_model_config c = defaults.model;
     c.n_layer = L;
     c.d_model = C;
     c.n_head = NH;

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/config_table.h"
 #include "model/model.h"
 #include "ops.h"
 #include "tap.h"
@@ -55,8 +56,9 @@ static void *xcalloc(size_t n, size_t size) {
 }
 
 static tsr_model_config tiny(tsr_pos_kind pos, tsr_attn_mask_kind mask) {
-    tsr_model_config c;
-    memset(&c, 0, sizeof c);
+    tsr_config defaults;
+    cfgtab_defaults(&defaults); /* the keys a test does not set keep their documented defaults */
+    tsr_model_config c = defaults.model;
     c.n_layer = 2;
     c.d_model = 32;
     c.n_head = 4;

@@ -462,7 +462,7 @@ static void test_attention(int B, int T, int C, int NH, int alibi, size_t fd_sam
     (snprintf(what, sizeof what, "attention %s (B=%d T=%d C=%d NH=%d %s)", s, B, T, C, NH, \
               alibi ? "alibi" : "no alibi"),                                               \
      what)
-    ops->attention_forward(out, att, qkv, alibi ? slopes : NULL, NULL, B, T, C, NH);
+    ops->attention_forward(out, att, qkv, alibi ? slopes : NULL, NULL, B, T, NH, NH, C / NH);
     ref_attention(want, want_att, qkv_, alibi ? slopes_ : NULL, NULL, B, T, C, NH);
     /* scores are hs-term dot products of values <= 2 (error ~1e-6 absolute), through exp */
     check(ATT_WHAT("forward out"), out, want, no, 2e-6, 1e-5);
@@ -476,7 +476,7 @@ static void test_attention(int B, int T, int C, int NH, int alibi, size_t fd_sam
     float *g = FALLOC(nq);
     fill(g, NULL, nq, -1, 1);
     float *g0 = copy_f(g, nq);
-    ops->attention_backward(g, dout, qkv, att, NULL, B, T, C, NH);
+    ops->attention_backward(g, dout, qkv, att, NULL, B, T, NH, NH, C / NH);
     att_ctx ctx = {qkv_, alibi ? slopes_ : NULL, NULL, B, T, C, NH};
     objective o = {att_obj, &ctx, no, wts, DALLOC(no)};
     /* sums over T and hs of products of order-1 values: fp32 error ~1e-6, abs 1e-5 */
@@ -543,7 +543,7 @@ static void test_attention_seq(int B, int T, int C, int NH, int alibi, size_t fd
               "segments)", s, B, T, C, NH, alibi ? "alibi" : "no alibi", nseg),           \
      what)
     for (size_t i = 0; i < na; i++) att[i] = 7.0f; /* every element must be written */
-    ops->attention_forward(out, att, qkv, sl, seq, B, T, C, NH);
+    ops->attention_forward(out, att, qkv, sl, seq, B, T, NH, NH, C / NH);
     ref_attention(want, want_att, qkv_, alibi ? slopes_ : NULL, seq, B, T, C, NH);
     /* as test_attention: hs-term dot products of values <= 2, through exp */
     check(SEQ_WHAT("forward out"), out, want, no, 2e-6, 1e-5);
@@ -560,7 +560,7 @@ static void test_attention_seq(int B, int T, int C, int NH, int alibi, size_t fd
     float *g = FALLOC(nq);
     fill(g, NULL, nq, -1, 1);
     float *g0 = copy_f(g, nq);
-    ops->attention_backward(g, dout, qkv, att, seq, B, T, C, NH);
+    ops->attention_backward(g, dout, qkv, att, seq, B, T, NH, NH, C / NH);
     att_ctx ctx = {qkv_, alibi ? slopes_ : NULL, seq, B, T, C, NH};
     objective o = {att_obj, &ctx, no, wts, DALLOC(no)};
     /* as test_attention */
@@ -572,10 +572,10 @@ static void test_attention_seq(int B, int T, int C, int NH, int alibi, size_t fd
     /* NULL against all-zero ids: the same bits */
     float *out1 = FALLOC(no), *att1 = FALLOC(na), *out2 = FALLOC(no), *att2 = FALLOC(na);
     float *g1 = FALLOC(nq), *g2 = FALLOC(nq);
-    ops->attention_forward(out1, att1, qkv, sl, NULL, B, T, C, NH);
-    ops->attention_forward(out2, att2, qkv, sl, zero, B, T, C, NH);
-    ops->attention_backward(g1, dout, qkv, att1, NULL, B, T, C, NH);
-    ops->attention_backward(g2, dout, qkv, att2, zero, B, T, C, NH);
+    ops->attention_forward(out1, att1, qkv, sl, NULL, B, T, NH, NH, C / NH);
+    ops->attention_forward(out2, att2, qkv, sl, zero, B, T, NH, NH, C / NH);
+    ops->attention_backward(g1, dout, qkv, att1, NULL, B, T, NH, NH, C / NH);
+    ops->attention_backward(g2, dout, qkv, att2, zero, B, T, NH, NH, C / NH);
     tap_ok(!memcmp(out1, out2, no * sizeof(float)) && !memcmp(att1, att2, na * sizeof(float)) &&
                !memcmp(g1, g2, nq * sizeof(float)),
            "%s", SEQ_WHAT("seq NULL and seq all 0 give the same bits (out, att, dqkv)"));
@@ -594,8 +594,8 @@ static void test_attention_seq(int B, int T, int C, int NH, int alibi, size_t fd
             float *gg = FALLOC((size_t)n * rq), *gp = FALLOC((size_t)n * rq);
             memcpy(q1, qkv + off * rq, (size_t)n * rq * sizeof(float));
             memcpy(d1, dout + off * C, (size_t)n * C * sizeof(float));
-            ops->attention_forward(o1, a1, q1, sl, NULL, 1, n, C, NH);
-            ops->attention_backward(gg, d1, q1, a1, NULL, 1, n, C, NH);
+            ops->attention_forward(o1, a1, q1, sl, NULL, 1, n, NH, NH, C / NH);
+            ops->attention_backward(gg, d1, q1, a1, NULL, 1, n, NH, NH, C / NH);
             same_fwd &= !memcmp(o1, out + off * C, (size_t)n * C * sizeof(float));
             for (int h = 0; h < NH; h++)
                 for (int i = 0; i < n; i++)
@@ -802,17 +802,17 @@ static void test_determinism(void) {
     for (int i = 0; i < B * T; i++) tok[i] = (int32_t)(urand() * Vp);
     random_segments(seq, B, T);
     for (int i = 0; i < B * T; i++) pos[i] = i % T && seq[i] == seq[i - 1] ? pos[i - 1] + 1 : 0;
-    ops->attention_forward(out, att, qkv, NULL, NULL, B, T, C, NH);
-    ops->attention_forward(out, att_s, qkv, NULL, seq, B, T, C, NH);
+    ops->attention_forward(out, att, qkv, NULL, NULL, B, T, NH, NH, C / NH);
+    ops->attention_forward(out, att_s, qkv, NULL, seq, B, T, NH, NH, C / NH);
     ops->layernorm_forward(lo, mean, rstd, qkv, w, NULL, B * T, C); /* qkv rows as inputs */
     const int threads[3] = {1, 2, 2};
     size_t ne = (size_t)Vp * C + (size_t)T * C; /* dwte | dwpe */
     for (int k = 0; k < 3; k++) {
         cpu_ops_set_threads(threads[k]);
         r[k] = FALLOC(nq);
-        ops->attention_backward(r[k], dout, qkv, att, NULL, B, T, C, NH);
+        ops->attention_backward(r[k], dout, qkv, att, NULL, B, T, NH, NH, C / NH);
         rs[k] = FALLOC(nq);
-        ops->attention_backward(rs[k], dout, qkv, att_s, seq, B, T, C, NH);
+        ops->attention_backward(rs[k], dout, qkv, att_s, seq, B, T, NH, NH, C / NH);
         e[k] = FALLOC(ne);
         ops->encoder_backward(e[k], e[k] + (size_t)Vp * C, dout, tok, NULL, B, T, C);
         ep[k] = FALLOC(ne);
@@ -849,11 +849,11 @@ static void test_attention_decode(int T, int C, int NH, int alibi, int chunk) {
     fill(qkv, NULL, (size_t)T * 3 * C, -2.0, 2.0);
     alibi_slopes(sd, NH);
     for (int h = 0; h < NH; h++) sl[h] = (float)sd[h];
-    ops->attention_forward(out, att, qkv, alibi ? sl : NULL, NULL, 1, T, C, NH);
+    ops->attention_forward(out, att, qkv, alibi ? sl : NULL, NULL, 1, T, NH, NH, C / NH);
     for (int p0 = 0; p0 < T; p0 += chunk) {
         int c = T - p0 < chunk ? T - p0 : chunk;
         ops->attention_decode(dec + (size_t)p0 * C, kt, v, qkv + (size_t)p0 * 3 * C,
-                              alibi ? sl : NULL, scratch, nthr, p0, c, 0, T, C, NH);
+                              alibi ? sl : NULL, scratch, nthr, p0, c, 0, T, NH, NH, C / NH);
     }
     tap_ok(memcmp(out, dec, (size_t)T * C * sizeof(float)) == 0,
            "attention_decode T=%d C=%d NH=%d%s chunk %d: the same bits as attention_forward", T,
