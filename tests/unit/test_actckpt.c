@@ -35,7 +35,8 @@
 
 enum { L = 3, T = 16, V = 50, C = 32, NH = 4, F = 4 * C, EOT = V - 1, BMAX = 2 };
 enum { N_VARIANTS = 6, N_MODES = 3, N_RANGES = 4, HS_ROPE = 6, KVH_ROPE = 2, F_ROPE = 40 };
-#define NCHECKS (N_VARIANTS * (N_MODES * N_RANGES * 3 + 1) + 2 + 3) /* two controls, three config checks */
+/* per variant and mode and range 3, per variant 1; two controls; three config checks */
+#define NCHECKS (N_VARIANTS * (N_MODES * N_RANGES * 3 + 1) + 2 + 3)
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull; /* xorshift64*: the test needs nothing external */
 static uint32_t urand_below(uint32_t n) {
@@ -183,7 +184,9 @@ static const char *const mode_names[] = {"none", "block", "attention", "mlp"};
 static void run_variant(tsr_pos_kind pos, tsr_attn_mask_kind mask, int control) {
     char name[64];
     snprintf(name, sizeof name, "%s, %s",
-             pos == TSR_POS_LEARNED ? "GPT-2 (learned)" : pos == TSR_POS_ALIBI ? "MPT (alibi)" : "Llama/Qwen (rope)",
+             pos == TSR_POS_LEARNED ? "GPT-2 (learned)"
+             : pos == TSR_POS_ALIBI ? "MPT (alibi)"
+                                    : "Llama/Qwen (rope)",
              mask == TSR_MASK_DOCUMENT ? "document mask" : "causal");
     int32_t tok[2 * BMAX * T], tg[2 * BMAX * T];
     for (int i = 0; i < 2 * BMAX * T; i++) {
