@@ -400,8 +400,8 @@ void tcu_rope_backward(tsr_bf16 *dqkv, const int32_t *pos, int p0, const float *
 
 /* ---- SwiGLU -------------------------------------------------------------------------------- */
 
-/* sigmoid(x) = 1 / (1 + e^-x) (e^-x = inf for x < -88: 0, never NaN) */
-__device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* sigmoid(x) = 1 / (1 + e^-x), e^-x clamped to e^87 as the CPU's cpu_expf (finite: no inf * 0) */
+__device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(fminf(-x, 87.0f))); }
 
 /* BACKWARD = false: out[n,f] = silu(g) * u; true: dinp[n,f] += dout * u * silu'(g),
  * dinp[n,F+f] += dout * silu(g), silu(g) = g sigmoid(g), silu' = s (1 + g (1 - s)); g = inp[n,f],
