@@ -1,5 +1,5 @@
-/* cuda_llama.cu — the Llama-style block ops of cuda_ops.h: RMSNorm (tcu_rmsnorm_forward, the fused
- * tcu_residual_rmsnorm_forward, tcu_rmsnorm_backward), Qwen 3's per-head QK-norm
+/* cuda_llama.cu — the Llama-style block ops of cuda_ops.h: RMSNorm (tcu_rmsnorm_forward, the
+ * fused tcu_residual_rmsnorm_forward, tcu_rmsnorm_backward), Qwen 3's per-head QK-norm
  * (tcu_qknorm_forward/backward), RoPE (tcu_rope_forward/backward) and SwiGLU
  * (tcu_swiglu_forward/backward): the maths of the ops.h ops of the same names.
  *
@@ -401,7 +401,9 @@ void tcu_rope_backward(tsr_bf16 *dqkv, const int32_t *pos, int p0, const float *
 /* ---- SwiGLU -------------------------------------------------------------------------------- */
 
 /* sigmoid(x) = 1 / (1 + e^-x), e^-x clamped to e^87 as the CPU's cpu_expf (finite: no inf * 0) */
-__device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(fminf(-x, 87.0f))); }
+__device__ __forceinline__ float sigmoid_f(float x) {
+    return 1.0f / (1.0f + expf(fminf(-x, 87.0f)));
+}
 
 /* BACKWARD = false: out[n,f] = silu(g) * u; true: dinp[n,f] += dout * u * silu'(g),
  * dinp[n,F+f] += dout * silu(g), silu(g) = g sigmoid(g), silu' = s (1 + g (1 - s)); g = inp[n,f],

@@ -87,8 +87,8 @@ void gpu_model_token_scores(tsr_gpu_model *g, const int32_t *targets, int B, int
                             int32_t *greedy);
 /* Backward of the last (training) forward: gradients accumulate. tokens (host) as given to forward.
  * ready(ctx, unit), when not NULL, is called as soon as a unit's gradients are complete on the
- * stream (unit l+1: layer l, in the order L..1; unit 0, last: wte, wpe, lnfw, lnfb, lm_head), so their
- * communication can start while the rest of the backward pass runs. */
+ * stream (unit l+1: layer l, in the order L..1; unit 0, last: wte, wpe, lnfw, lnfb, lm_head), so
+ * their communication can start while the rest of the backward pass runs. */
 void gpu_model_backward(tsr_gpu_model *g, const int32_t *tokens, int B, int T,
                         void (*ready)(void *ctx, int unit), void *ctx);
 /* Unit u's tensors in the flat buffer: (offset, count) pairs into off[], len[], one per tensor the
