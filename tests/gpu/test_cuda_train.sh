@@ -24,7 +24,7 @@
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 PER=20
-tap_plan $((2 * PER + 6))
+tap_plan $((2 * PER + 7))
 make_synth "$TMP/data" 512 80000
 
 tiny_args "$TMP/data/train"
@@ -265,6 +265,14 @@ PY
 TSR_EMU_MEM=$cap run "$BUILD/tests/tessera-train-cuemu" 1 ze_cap "${ze[@]}" &&
     grep -q "step 1 reruns with microbatches of 4" "$TMP/ze_cap.txt" && grep -q "^eval step 10 | val loss" "$TMP/ze_cap.txt"
 tap_check $? "emulator: zero3 + evaluation + micro_batch = auto on a device ($cap bytes) without room for the evaluation's full weights next to 8 sequences: halves to 4 at step 1, evaluates at step 10"
+
+# the head size checked is the model's (head_dim), not d_model / n_head (64 / 2 = 32 has a kernel,
+# 48 has none): refused at start naming model.head_dim, before any step
+run "$BUILD/tests/tessera-train-cuemu" 1 hs48 --set device=cuda --set model.head_dim=48
+rc=$?
+((rc == 1)) && grep -q 'head size model.head_dim = 48 has no attention kernel' "$TMP/hs48.txt" &&
+    ! grep -q '^step ' "$TMP/hs48.txt"
+tap_check $? "emulator: head_dim 48 (d_model / n_head = 32) refused at start naming model.head_dim (exit $rc, want 1)"
 
 # the real backend: a GPU, its driver and the library built beside tessera-train
 why=""
