@@ -117,10 +117,10 @@ COMMON_OPTIM = dict(lr=1e-2, warmup='"3ba"', schedule='"cosine"', alpha_f=0.1, w
 # grad_clip is chosen per model from the measured norms so that some steps clip and some do not.
 GPT2_DOC_CLIP = 1.4
 MPT_DOC_CLIP = 1.8
-LLAMA_CLIP = 1.5
-LLAMA_DOC_CLIP = 1.5
-QWEN3_CLIP = 1.5
-QWEN25_CLIP = 1.5
+LLAMA_CLIP = 3.1
+LLAMA_DOC_CLIP = 3.0
+QWEN3_CLIP = 2.3
+QWEN25_CLIP = 2.6
 # Llama 3: RMSNorm eps 1e-5, RoPE theta 500000 with Llama 3.1's scaling, SwiGLU of an explicit
 # width (not 4C), 4 query heads on 2 key/value heads, no biases, an untied lm_head. The scaling's
 # numbers are not Llama 3.1's (factor 8, low 1, high 4, original context 8192), under which all
