@@ -129,8 +129,7 @@ class RMSNorm(nn.Module):
 class Attention(nn.Module):
     def __init__(self, cfg):
         super().__init__()
-        self.cfg = cfg
-        c = cfg
+        self.cfg = c = cfg
         self.q_proj = nn.Linear(c.C, c.NH * c.hs, bias=c.qkv_bias)
         self.k_proj = nn.Linear(c.C, c.KVH * c.hs, bias=c.qkv_bias)
         self.v_proj = nn.Linear(c.C, c.KVH * c.hs, bias=c.qkv_bias)
