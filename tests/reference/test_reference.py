@@ -163,7 +163,7 @@ CONFIGS = [
                     attn_mask='"document"', eot_token=EOT)),
     dict(name="llama", grad_clip=LLAMA_CLIP, model=LLAMA),
     # RoPE positions restart per document
-    dict(name="llama-doc", grad_clip=LLAMA_DOC_CLIP, data="doc",
+    dict(name="llama-doc", grad_clip=LLAMA_DOC_CLIP, data="doc", seed=1235,
          model=dict(LLAMA, attn_mask='"document"', eot_token=EOT)),
     dict(name="qwen3", grad_clip=QWEN3_CLIP, model=QWEN3),
     dict(name="qwen2.5", grad_clip=QWEN25_CLIP, model=QWEN25),
@@ -216,7 +216,7 @@ def write_config(path, cfg, tmp, data_dir):
     with open(path, "w") as f:
         f.write(f"""# {cfg['name']}: written by tests/reference/test_reference.py
 run_dir = "{os.path.join(tmp, 'run_' + cfg['name'])}";
-seed = 1234;
+seed = {cfg.get("seed", 1234)};
 max_duration = "{STEPS}ba";
 global_batch = {GLOBAL_BATCH};
 micro_batch = {MICRO_BATCH};
