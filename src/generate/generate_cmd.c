@@ -32,12 +32,12 @@
 static const cli_opt gen_opts[] = {
     {"ckpt", 'C', "PATH", "checkpoint: a step-NNNNNNNN.h5 file, a run directory or its `latest` (required)"},
     {"prompt", 'p', "TEXT", "prompt text, encoded with the tokenizer (special tokens recognised)"},
+    {"prompt-ids", CLI_NO_SHORT('i'), "IDS", "prompt as token ids, e.g. \"1 2 3\" (no tokenizer needed); with neither, "
+                               "the prompt is the end-of-text token"},
     {"chat", CLI_NO_SHORT('c'), NULL, "the prompt is a user message: render it with the tokenizer's chat "
                                "template, stop at the end of the assistant's turn"},
     {"system", CLI_NO_SHORT('y'), "TEXT", "with --chat: a system message before the user's"},
     {"echo", CLI_NO_SHORT('e'), NULL, "print the prompt (as rendered by --chat) before the completion"},
-    {"prompt-ids", CLI_NO_SHORT('i'), "IDS", "prompt as token ids, e.g. \"1 2 3\" (no tokenizer needed); with neither, "
-                               "the prompt is the end-of-text token"},
     {"max-tokens", CLI_NO_SHORT('n'), "N", "tokens to generate, 0..1000000 (default 64)"},
     {"temperature", CLI_NO_SHORT('t'), "T", "0 = greedy (argmax); default: the checkpoint's sample.temperature"},
     {"top-k", 'k', "K", "sample among the K most likely tokens, 0 = all; default: sample.top_k"},
