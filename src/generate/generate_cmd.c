@@ -24,6 +24,7 @@
 #include "generate/gen_chat.h"
 #include "model/gen_sample.h"
 #include "tokenizer/tokenizer.h"
+#include "train/metrics.h"
 
 #define GEN_MAX_SETS 64
 #define GEN_PREFILL_CHUNK 512 /* prompt positions per forward call of the cached path */
@@ -493,10 +494,10 @@ static void stops_text(const gen_run *g, char *buf, size_t cap) {
 
 static void banner(const gen_run *g, const gen_args *a) {
     const tsr_model *m = &g->m;
-    char cache[96], arch[96], stops[GEN_MAX_STOPS * 160];
+    char cache[96], arch[96], stops[GEN_MAX_STOPS * 160], size[32];
+    metrics_human_bytes(size, sizeof size, (double)model_kv_bytes(m, g->kv.cap));
     if (a->no_cache) snprintf(cache, sizeof cache, "off (--no-cache: full forward every token)");
-    else snprintf(cache, sizeof cache, "%d positions, %.1f MiB", g->kv.cap,
-                  (double)model_kv_bytes(m, g->kv.cap) / (1024.0 * 1024.0));
+    else snprintf(cache, sizeof cache, "%d positions, %s", g->kv.cap, size);
     arch_text(&m->cfg, arch, sizeof arch);
     stops_text(g, stops, sizeof stops);
     fprintf(stderr, "generate: %s | L=%d C=%d NH=%d KVH=%d hs=%d V=%d %s | threads %d | KV cache %s\n",
