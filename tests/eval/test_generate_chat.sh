@@ -39,11 +39,11 @@ with open(sys.argv[1], "w") as f:
 PY
 # the vocabulary covers Qwen 3's 151669 ids too, so that its template can be rendered on this model
 "$TOOL" prep -q --out "$TMP/data" --format chat --pack 32 --tokenizer "$L3" --val-fraction 0 "$TMP/conv.jsonl" &&
-"${MPIRUN[@]}" -np 1 "$TRAIN" --config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=151669 \
+"${MPIRUN[@]}" -np 1 "$TRAIN" --config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=151669 \
     --set data.tokenizer="$L3" --set data.train="$TMP/data/train" --set data.val= --set eval_interval=0ba \
-    --set sample.tokens=0 --set threads=1 --set model.d_model=64 --set model.n_head=4 --set model.n_layer=2 \
-    --set seq_len=32 --set model.max_seq_len=64 --set global_batch=4 --set micro_batch=4 --set max_duration=25ba \
-    --set optim.lr=1e-2 --set optim.warmup=5ba --set run_dir="$TMP/run" >"$TMP/train.txt" 2>&1
+    --set sample.tokens=0 --set threads=1 --set model.d_model=64 --set model.n_head=4 --set model.n_kv_head=2 \
+    --set model.intermediate_size=160 --set model.n_layer=2 --set seq_len=32 --set global_batch=4 --set micro_batch=4 \
+    --set max_duration=25ba --set optim.lr=1e-2 --set optim.warmup=5ba --set run_dir="$TMP/run" >"$TMP/train.txt" 2>&1
 tap_check $? "prep Llama 3 chat data (400 conversations), train a tiny model 25 steps: $(grep -o 'loss [0-9.]*' "$TMP/train.txt" | tail -1)"
 
 # ---- (a) the rendered prompt == @huggingface/jinja's, the ids == that text encoded ----
