@@ -94,6 +94,9 @@ typedef struct gen_run {
     char stop_from[GEN_MAX_STOPS][96];   /* where each comes from, e.g. "eos_token, end of turn" */
     char *text;         /* --chat: the rendered prompt */
     int n_printed;      /* tokens (or the echoed prompt) written to stdout */
+    int dec_from;       /* text output: ctx[dec_from..] is decoded as one piece (emit_text) */
+    size_t dec_done, dec_cap; /* its bytes already printed; dec's capacity */
+    uint8_t *dec;
     float *probs;       /* (Vp) cached path's output */
     gen_cand *cand;     /* (V) */
     double *w;          /* (V) */
@@ -361,15 +364,41 @@ static int write_failed(void) {
     return TSR_EXIT_DATA;
 }
 
-/* Prints one token: its bytes, <|id N|> for an id the tokenizer lacks, or (--ids, no tokenizer)
- * its id after a space unless it is the first thing printed. */
-static int emit(gen_run *g, int32_t id, int ids) {
+/* The text of ctx[dec_from..at] (the tokenizer's decode: a SentencePiece decoder turns U+2581
+ * into a space and strips the first one, as transformers' decode of the new ids does) past the
+ * dec_done bytes already printed. Byte-level BPE decodes token by token, so this is the token's
+ * bytes; a SentencePiece token's text depends on whether it comes first. */
+static int emit_text(gen_run *g, int at) {
+    const uint32_t *ids = (const uint32_t *)g->ctx + g->dec_from; /* ids >= 0: same bits */
+    size_t n = (size_t)(at + 1 - g->dec_from);
+    size_t len = tokenizer_decode(g->tok, ids, n, g->dec, g->dec_cap);
+    if (len != (size_t)-1 && len > g->dec_cap) {
+        g->dec_cap = 2 * len;
+        g->dec = realloc(g->dec, g->dec_cap);
+        if (!g->dec) tsr_die(TSR_EXIT_INTERNAL, "out of memory decoding %zu bytes", len);
+        len = tokenizer_decode(g->tok, ids, n, g->dec, g->dec_cap);
+    }
+    if (len == (size_t)-1) tsr_die(TSR_EXIT_INTERNAL, "generate: id %d cannot be decoded", g->ctx[at]);
+    size_t fresh = len > g->dec_done ? len - g->dec_done : 0;
+    int bad = fresh && fwrite(g->dec + g->dec_done, 1, fresh, stdout) != fresh;
+    g->dec_done += fresh;
+    return bad;
+}
+
+/* Prints token ctx[at]: its text, <|id N|> for an id the tokenizer lacks (the text restarts after
+ * it), or (--ids, no tokenizer) its id after a space unless it is the first thing printed. */
+static int emit(gen_run *g, int at, int ids) {
+    const int32_t id = g->ctx[at];
     uint32_t n = 0;
-    const uint8_t *b = g->tok && !ids ? tokenizer_token_bytes(g->tok, (uint32_t)id, &n) : NULL;
     int bad;
-    if (b) bad = n && fwrite(b, 1, n, stdout) != n;
-    else if (g->tok && !ids) bad = printf("<|id %d|>", id) < 0;
-    else bad = printf(g->n_printed ? " %d" : "%d", id) < 0;
+    if (g->tok && !ids && tokenizer_token_bytes(g->tok, (uint32_t)id, &n)) {
+        bad = emit_text(g, at);
+    } else if (g->tok && !ids) {
+        bad = printf("<|id %d|>", id) < 0;
+        g->dec_from = at + 1, g->dec_done = 0;
+    } else {
+        bad = printf(g->n_printed ? " %d" : "%d", id) < 0;
+    }
     g->n_printed++;
     return bad || fflush(stdout) != 0 ? write_failed() : 0;
 }
@@ -379,7 +408,7 @@ static int emit(gen_run *g, int32_t id, int ids) {
 static int echo_prompt(gen_run *g, const gen_args *a) {
     const char *text = a->ids ? NULL : g->text ? g->text : a->prompt;
     if (!text) {
-        for (int i = 0; i < g->P; i++) TSR_CHECK(emit(g, g->ctx[i], a->ids));
+        for (int i = 0; i < g->P; i++) TSR_CHECK(emit(g, i, a->ids));
         return 0;
     }
     size_t n = strlen(text);
@@ -417,6 +446,7 @@ static int dump_probs(const gen_run *g, int step, int32_t id, const float *probs
 /* Prefill, then sample / emit / feed until n_max tokens, end-of-text or the context limit. */
 static int generate(gen_run *g, const gen_args *a) {
     if (a->echo) TSR_CHECK(echo_prompt(g, a));
+    g->dec_from = g->P, g->dec_done = 0; /* the completion's text, decoded apart from the prompt */
     double t0 = tsr_now();
     const float *probs = forward(g, g->P, a->no_cache);
     double t1 = tsr_now();
@@ -431,8 +461,8 @@ static int generate(gen_run *g, const gen_args *a) {
             g->hit = id;
             break;
         }
-        TSR_CHECK(emit(g, id, a->ids));
-        g->ctx[g->len++] = id;
+        g->ctx[g->len] = id;
+        TSR_CHECK(emit(g, g->len++, a->ids));
         if (s + 1 == g->n_max) break;
         probs = forward(g, 1, a->no_cache);
         g->n_steps++;
@@ -517,6 +547,7 @@ static void gen_free(gen_run *g) {
     if (g->tok) tokenizer_free(g->tok);
     gen_chat_free(&g->chat);
     free(g->text);
+    free(g->dec);
     if (g->dump) fclose(g->dump);
     free(g->ctx), free(g->cand), free(g->w);
 }

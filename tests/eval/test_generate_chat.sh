@@ -17,12 +17,12 @@ source "$(dirname "$0")/../lib.sh"
 NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
 JINJA=$NPM_DIR/hf-jinja MODELS=$NPM_DIR/chat
 command -v node >/dev/null || { echo "node not found (Debian: nodejs; ./INSTALL)"; exit 77; }
-for f in "$JINJA/dist/index.cjs" "$MODELS"/{llama3,qwen3}/tokenizer{,_config}.json; do
+for f in "$JINJA/dist/index.cjs" "$MODELS"/{llama3,qwen3,gemma3}/tokenizer{,_config}.json; do
     [[ -f $f ]] || { echo "$f missing: run ./INSTALL --ensure"; exit 77; }
 done
 [[ -x $TOOL ]] || { echo "$TOOL missing: run make"; exit 77; }
 tsr_tmpdir
-tap_plan 11
+tap_plan 13
 L3=$MODELS/llama3/tokenizer.json
 GEN=("$TOOL" generate --set threads=1 --temperature 0)
 
@@ -113,6 +113,19 @@ printf '{"eos_token_id": [128001, "x"]}\n' >"$TMP/l3g/generation_config.json"
 rc=$?
 ((rc == 2)) && grep -q "l3g/generation_config.json: eos_token_id: expected a token id" "$TMP/e.txt"
 tap_check $? "a generation_config.json with a bad eos_token_id: exit 2 ($rc), naming it"
+
+# the end-of-text id without --chat: no <|endoftext|> in Llama 3, so the eos_token, as prep ends documents
+"${GEN[@]}" --ckpt "$TMP/run" --prompt "the cat" --max-tokens 1 >/dev/null 2>"$TMP/p.err"
+grep -q "^generate: greedy; end-of-text id 128001$" "$TMP/p.err"
+tap_check $? "without --chat the end-of-text id is the eos_token <|end_of_text|> (128001), as prep ends documents"
+# text output through a SentencePiece decoder (Gemma 3: U+2581 is a space): what tokenizer decode gives
+G3=(--tokenizer "$MODELS/gemma3/tokenizer.json" --prompt-ids "9642 13 1000 2000 40000" --max-tokens 24 --no-eos-stop)
+ids=$("${GEN[@]}" --ckpt "$TMP/run" "${G3[@]}" --ids 2>/dev/null)
+txt=$("${GEN[@]}" --ckpt "$TMP/run" "${G3[@]}" 2>/dev/null)
+dec=$(printf '%s\n' "$ids" | "$TOOL" tokenizer decode --tokenizer "$MODELS/gemma3/tokenizer.json" -)
+tap_diag "gemma3 text: '${txt:0:60}'"
+[[ -n $txt && $txt == "$dec" && $txt != *$'\u2581'* ]]
+tap_check $? "a SentencePiece tokenizer (Gemma 3): the printed completion == tokenizer decode of its ids"
 
 # ---- (c) refusals ----
 mkdir -p "$TMP/notpl" && ln -s "$L3" "$TMP/notpl/tokenizer.json"
