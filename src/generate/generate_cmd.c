@@ -95,8 +95,7 @@ typedef struct gen_run {
     char *text;         /* --chat: the rendered prompt */
     int n_printed;      /* tokens (or the echoed prompt) written to stdout */
     int dec_from;       /* text output: ctx[dec_from..] is decoded as one piece (emit_text) */
-    size_t dec_done, dec_cap; /* its bytes already printed; dec's capacity */
-    uint8_t *dec;
+    uint8_t dec[256];   /* the decode of two tokens */
     float *probs;       /* (Vp) cached path's output */
     gen_cand *cand;     /* (V) */
     double *w;          /* (V) */
@@ -364,25 +363,27 @@ static int write_failed(void) {
     return TSR_EXIT_DATA;
 }
 
-/* The text of ctx[dec_from..at] (the tokenizer's decode: a SentencePiece decoder turns U+2581
- * into a space and strips the first one, as transformers' decode of the new ids does) past the
- * dec_done bytes already printed. Byte-level BPE decodes token by token, so this is the token's
- * bytes; a SentencePiece token's text depends on whether it comes first. */
+/* What token ctx[at] adds to the decoded text of ctx[dec_from..at]: the tokenizer's decode (a
+ * SentencePiece decoder turns U+2581 into a space and strips the first one, as transformers'
+ * decode of the new ids does). The decoders tessera reads (ByteLevel; Replace, ByteFallback, Fuse,
+ * Strip of the first token) extend the text of a prefix, so the token's part is the decode of it
+ * and its predecessor past the predecessor's alone, or its own decode when it comes first. */
 static int emit_text(gen_run *g, int at) {
-    const uint32_t *ids = (const uint32_t *)g->ctx + g->dec_from; /* ids >= 0: same bits */
-    size_t n = (size_t)(at + 1 - g->dec_from);
-    size_t len = tokenizer_decode(g->tok, ids, n, g->dec, g->dec_cap);
-    if (len != (size_t)-1 && len > g->dec_cap) {
-        g->dec_cap = 2 * len;
-        g->dec = realloc(g->dec, g->dec_cap);
-        if (!g->dec) tsr_die(TSR_EXIT_INTERNAL, "out of memory decoding %zu bytes", len);
-        len = tokenizer_decode(g->tok, ids, n, g->dec, g->dec_cap);
+    const int from = at > g->dec_from ? at - 1 : at;
+    const uint32_t *ids = (const uint32_t *)g->ctx + from; /* ids >= 0: the same bits */
+    const size_t n = (size_t)(at + 1 - from);
+    size_t before = from < at ? tokenizer_decode(g->tok, ids, 1, NULL, 0) : 0;
+    size_t len = tokenizer_decode(g->tok, ids, n, g->dec, sizeof g->dec);
+    if (len == (size_t)-1 || before == (size_t)-1)
+        tsr_die(TSR_EXIT_INTERNAL, "generate: id %d cannot be decoded", g->ctx[at]);
+    if (len > sizeof g->dec) { /* a long token: decode into a buffer of its size */
+        uint8_t *big = tsr_malloc(len);
+        tokenizer_decode(g->tok, ids, n, big, len);
+        int bad = len > before && fwrite(big + before, 1, len - before, stdout) != len - before;
+        free(big);
+        return bad;
     }
-    if (len == (size_t)-1) tsr_die(TSR_EXIT_INTERNAL, "generate: id %d cannot be decoded", g->ctx[at]);
-    size_t fresh = len > g->dec_done ? len - g->dec_done : 0;
-    int bad = fresh && fwrite(g->dec + g->dec_done, 1, fresh, stdout) != fresh;
-    g->dec_done += fresh;
-    return bad;
+    return len > before && fwrite(g->dec + before, 1, len - before, stdout) != len - before;
 }
 
 /* Prints token ctx[at]: its text, <|id N|> for an id the tokenizer lacks (the text restarts after
@@ -395,7 +396,7 @@ static int emit(gen_run *g, int at, int ids) {
         bad = emit_text(g, at);
     } else if (g->tok && !ids) {
         bad = printf("<|id %d|>", id) < 0;
-        g->dec_from = at + 1, g->dec_done = 0;
+        g->dec_from = at + 1;
     } else {
         bad = printf(g->n_printed ? " %d" : "%d", id) < 0;
     }
@@ -446,7 +447,7 @@ static int dump_probs(const gen_run *g, int step, int32_t id, const float *probs
 /* Prefill, then sample / emit / feed until n_max tokens, end-of-text or the context limit. */
 static int generate(gen_run *g, const gen_args *a) {
     if (a->echo) TSR_CHECK(echo_prompt(g, a));
-    g->dec_from = g->P, g->dec_done = 0; /* the completion's text, decoded apart from the prompt */
+    g->dec_from = g->P; /* the completion's text, decoded apart from the prompt */
     double t0 = tsr_now();
     const float *probs = forward(g, g->P, a->no_cache);
     double t1 = tsr_now();
@@ -547,7 +548,6 @@ static void gen_free(gen_run *g) {
     if (g->tok) tokenizer_free(g->tok);
     gen_chat_free(&g->chat);
     free(g->text);
-    free(g->dec);
     if (g->dump) fclose(g->dump);
     free(g->ctx), free(g->cand), free(g->w);
 }
