@@ -221,7 +221,6 @@ static int parse_ids(const char *s, int32_t **ids, int *n) {
     return 0;
 }
 
-/* The prompt's ids in g->ctx (room for n_max more is made by plan_length). */
 /* Adds id to the ids that end the completion (from: where it comes from), or from to the
  * sources of an id already there. */
 static void add_stop(gen_run *g, int64_t id, const char *from) {
@@ -279,6 +278,7 @@ static int encode_text(const gen_run *g, const char *text, int32_t **ids, int *n
     return 0;
 }
 
+/* The prompt's ids in g->ctx (room for n_max more is made by plan_length); the stop ids. */
 static int build_prompt(gen_run *g, const gen_args *a) {
     int32_t *ids = NULL;
     int n = 0;
@@ -372,7 +372,7 @@ static int emit_text(gen_run *g, int at) {
     const int from = at > g->dec_from ? at - 1 : at;
     const uint32_t *ids = (const uint32_t *)g->ctx + from; /* ids >= 0: the same bits */
     const size_t n = (size_t)(at + 1 - from);
-    size_t before = from < at ? tokenizer_decode(g->tok, ids, 1, NULL, 0) : 0;
+    size_t before = from < at ? tokenizer_decode(g->tok, ids, 1, g->dec, sizeof g->dec) : 0;
     size_t len = tokenizer_decode(g->tok, ids, n, g->dec, sizeof g->dec);
     if (len == (size_t)-1 || before == (size_t)-1)
         tsr_die(TSR_EXIT_INTERNAL, "generate: id %d cannot be decoded", g->ctx[at]);
