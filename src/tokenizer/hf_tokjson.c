@@ -127,7 +127,7 @@ static int opt_string(const json_value *v, const char *key, const char *where, c
  * replacement (and the old str_rep) "\u2581"; prepend_scheme always (the default), first or never;
  * add_prefix_space true, false or absent; split false or absent in a pre-tokenizer (true: HF
  * tokenizers cuts before every U+2581, so "\u2581\u2581" is never one token, and transformers.js
- * never cuts; refused rather than pick one), anything in a decoder (unused). add_prefix_space
+ * never cuts; refused rather than pick one), either in a decoder (unused). add_prefix_space
  * false means never; absent, the scheme rules, as in HF tokenizers and transformers.js since its
  * PR #1451 (3.7.2 reads absent as false and so never prepends to Mistral's file, whose ids then
  * differ from the model's). Fills *scheme. */
