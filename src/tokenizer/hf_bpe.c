@@ -123,11 +123,12 @@ static void spm_piece(void *vctx, const uint8_t *p, size_t n) {
         cache_put(c, e, p, n, *c->out->ids + before, *c->out->n - before);
 }
 
-static void encode_section(piece_ctx *c, const uint8_t *p, size_t n) {
+/* One section between added tokens; first: it starts the text (Metaspace's prepend_scheme "first"). */
+static void encode_section(piece_ctx *c, const uint8_t *p, size_t n, int first) {
     if (n == 0) return;
     if (c->t->spm) {
         size_t sn;
-        uint8_t *s = hf_spm_normalize(c->t, p, n, &sn);
+        uint8_t *s = hf_spm_normalize(c->t, p, n, first, &sn);
         hf_spm_split(c->t, s, sn, spm_piece, c);
         free(s);
         return;
@@ -166,12 +167,12 @@ size_t hf_tok_encode(const hf_tok *t, const uint8_t *text, size_t n, int allow_s
             i++;
             continue;
         }
-        encode_section(&c, text + start, i - start);
+        encode_section(&c, text + start, i - start, start == 0);
         hf_ids_push(&out, t->added_id[k]);
         i += len;
         start = i;
     }
-    encode_section(&c, text + start, n - start);
+    encode_section(&c, text + start, n - start, start == 0);
     free(c.sym);
     free(c.slot), free(c.key_pool), free(c.id_pool);
     free(fixed);

@@ -1,7 +1,9 @@
 /* hf_spm.c — SentencePiece-style BPE of a tokenizer.json with model.byte_fallback (Llama 2,
- * Gemma 3), as transformers.js encodes it (docs/tokenizers-hf.md):
+ * Gemma 3, Mistral), as transformers.js encodes it (docs/tokenizers-hf.md):
  *   1. the normalizer: Prepend("\u2581") (Llama 2) to each section between added tokens, and
- *      Replace(" " -> "\u2581");
+ *      Replace(" " -> "\u2581"); or, with normalizer null, the Metaspace pre-tokenizer (Mistral):
+ *      the same Replace, and a U+2581 in front by its prepend_scheme ("first": only the section
+ *      at the start of the text) unless the section already starts with one; it does not split;
  *   2. no pre-tokenization (Gemma 3's Split on " " finds no space left after Replace), so BPE
  *      runs over whole sections. For speed (and the per-call piece cache of hf_bpe.c) a section
  *      is cut before each U+2581 that follows another code point (hf_spm_split): no symbol can
@@ -22,11 +24,19 @@
 
 static const uint8_t METASPACE[3] = {0xE2, 0x96, 0x81}; /* U+2581 */
 
-uint8_t *hf_spm_normalize(const hf_tok *t, const uint8_t *p, size_t n, size_t *out_n) {
+/* 1 when a section gets a U+2581 in front: Llama 2's Prepend normalizer always; Metaspace by its
+ * prepend_scheme, unless the section already starts with U+2581 once its spaces are replaced. */
+static int prefixed(const hf_tok *t, const uint8_t *p, size_t n, int first) {
+    if (t->prepend) return 1;
+    if (!t->metaspace || (n && (p[0] == ' ' || hf_metaspace_at(p, n, 0)))) return 0;
+    return t->ms_prepend == HF_PREPEND_ALWAYS || (t->ms_prepend == HF_PREPEND_FIRST && first);
+}
+
+uint8_t *hf_spm_normalize(const hf_tok *t, const uint8_t *p, size_t n, int first, size_t *out_n) {
     size_t spaces = 0;
     for (size_t i = 0; i < n; i++) spaces += p[i] == ' ';
     uint8_t *s = tsr_malloc(n + 2 * spaces + 3 + 1), *o = s;
-    if (t->prepend) memcpy(o, METASPACE, 3), o += 3;
+    if (prefixed(t, p, n, first)) memcpy(o, METASPACE, 3), o += 3;
     for (size_t i = 0; i < n; i++) {
         if (p[i] == ' ') memcpy(o, METASPACE, 3), o += 3;
         else *o++ = p[i];
@@ -187,7 +197,7 @@ static int fallback_byte(const uint8_t *p, size_t n) {
 size_t hf_spm_decode_id(const hf_tok *t, uint32_t id, int strip, uint8_t *out, size_t cap) {
     size_t n = t->off[id + 1] - t->off[id], len = 0;
     const uint8_t *p = t->blob + t->off[id];
-    int b = t->assigned[id] == 1 ? fallback_byte(p, n) : -1;
+    int b = t->dec_bytes && t->assigned[id] == 1 ? fallback_byte(p, n) : -1;
     if (b >= 0) {
         if (strip && b == ' ') return 0;
         if (cap) out[0] = (uint8_t)b;

@@ -6,8 +6,9 @@
  * Byte-level: normalizer null or NFC, pre_tokenizer Sequence[Split(Regex P, Isolated, invert
  * false), ByteLevel(use_regex false)] where P is Llama 3's or Qwen 2/3's pattern (matched by
  * hand-written C, hf_pretok.c), decoder ByteLevel. SentencePiece-style: normalizer
- * [Prepend("\u2581"),] Replace(" " -> "\u2581"), no pre_tokenizer (or Gemma 3's Split on " "),
- * decoder Replace, ByteFallback, Fuse[, Strip]. Anything else is refused naming the file and key.
+ * [Prepend("\u2581"),] Replace(" " -> "\u2581"), no pre_tokenizer (or Gemma 3's Split on " "), or
+ * normalizer null and pre_tokenizer Metaspace (Mistral); decoder Replace, ByteFallback, Fuse[,
+ * Strip], or Metaspace. Anything else is refused naming the file and key.
  * The reference is transformers.js (npm @lenml/tokenizers); docs/tokenizers-hf.md.
  * A loaded tokenizer is read-only: encode and decode may run in several threads at once.
  */

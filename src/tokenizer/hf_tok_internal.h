@@ -11,6 +11,10 @@
 
 #define HF_NONE UINT32_MAX
 
+/* Metaspace's prepend_scheme: which sections get a U+2581 in front (transformers.js: "first" is
+ * the section at the start of the text, not one after an added token). */
+typedef enum hf_prepend { HF_PREPEND_NEVER, HF_PREPEND_FIRST, HF_PREPEND_ALWAYS, HF_PREPEND_COUNT } hf_prepend;
+
 struct hf_tok {
     hf_split_kind split;
     int nfc;           /* normalizer NFC */
@@ -32,7 +36,10 @@ struct hf_tok {
      * vocab becomes the <0xXX> tokens of its bytes */
     int spm;
     int prepend;      /* normalizer Prepend("\u2581") before Replace(" " -> "\u2581") */
-    int strip_first;  /* decoder Strip(" ", 1, 0): the first decoded space of a decode is dropped */
+    int metaspace;    /* pre_tokenizer Metaspace (Mistral; normalizer null): ' ' -> U+2581 ... */
+    hf_prepend ms_prepend; /* ... and a U+2581 prefixed to a section not starting with one */
+    int strip_first;  /* decoder Strip(" ", 1, 0) or Metaspace: the first decoded space is dropped */
+    int dec_bytes;    /* decoder ByteFallback: <0xXX> decodes to its byte (a Metaspace decoder: as text) */
     uint32_t fb[256]; /* <0xXX> ids */
     uint32_t unk;     /* model.unk_token's id, or HF_NONE */
     uint32_t n_cross; /* vocab entries with U+2581 right after another code point (hf_spm_split) */
@@ -61,16 +68,17 @@ static inline int hf_metaspace_at(const uint8_t *s, size_t n, size_t i) {
     return i + 3 <= n && s[i] == 0xE2 && s[i + 1] == 0x96 && s[i + 2] == 0x81;
 }
 
-/* SentencePiece-style BPE (hf_spm.c): the normalizer of one section of text between added tokens
- * (valid UTF-8; malloc'd result), the cuts that do not change the ids, and the BPE of one piece
- * (merges from code points, then byte fallback). */
-uint8_t *hf_spm_normalize(const hf_tok *t, const uint8_t *p, size_t n, size_t *out_n);
+/* SentencePiece-style BPE (hf_spm.c): the normalizer or Metaspace pre-tokenizer of one section of
+ * text between added tokens (valid UTF-8; first: the section starts the text; malloc'd result),
+ * the cuts that do not change the ids, and the BPE of one piece (merges from code points, then
+ * byte fallback). */
+uint8_t *hf_spm_normalize(const hf_tok *t, const uint8_t *p, size_t n, int first, size_t *out_n);
 void hf_spm_split(const hf_tok *t, const uint8_t *s, size_t n,
                   void (*piece)(void *ctx, const uint8_t *p, size_t len), void *ctx);
 void hf_spm_piece(const hf_tok *t, const uint8_t *s, size_t n, hf_ids_out *out);
 
-/* One id's decoded bytes for a SentencePiece-style tokenizer: U+2581 -> ' ', <0xXX> -> the byte,
- * one leading ' ' dropped when strip; written to out (at most cap), returns the full length. */
+/* One id's decoded bytes for a SentencePiece-style tokenizer: U+2581 -> ' ', <0xXX> -> the byte
+ * (with dec_bytes), one leading ' ' dropped when strip; written to out (at most cap), returns the full length. */
 size_t hf_spm_decode_id(const hf_tok *t, uint32_t id, int strip, uint8_t *out, size_t cap);
 
 /* Id of the model-vocab entry holding bytes p[0..n), or HF_NONE. */

@@ -111,17 +111,79 @@ static int is_replace(const json_value *v, const char *from, int to_metaspace) {
            (to_metaspace ? is_metaspace(c) : !strcmp(c->str, " "));
 }
 
-/* The SentencePiece-style pipeline (Llama 2, Gemma 3); fills prepend, strip_first. */
-static int check_spm_pipeline(hf_tok *t, const json_value *root, const char *path) {
+/* A Metaspace pre-tokenizer's or decoder's optional string key (*out NULL when absent or null):
+ * 0, or fail() when it is not a string. */
+static int opt_string(const json_value *v, const char *key, const char *where, const char *path,
+                      const char **out) {
+    const json_value *x = json_get(v, key);
+    *out = x && x->type == JSON_STRING ? x->str : NULL;
+    if (!x || x->type == JSON_NULL || x->type == JSON_STRING) return 0;
+    char msg[200];
+    tsr_snprintf(msg, sizeof msg, "%s.%s: expected a string", where, key);
+    return fail(path, msg);
+}
+
+/* The keys of a Metaspace pre-tokenizer or decoder (where: "pre_tokenizer" or "decoder"):
+ * replacement (and the old str_rep) "\u2581"; prepend_scheme always (the default), first or never;
+ * add_prefix_space true, false or absent; split false or absent in a pre-tokenizer (true: HF
+ * tokenizers cuts before every U+2581, so "\u2581\u2581" is never one token, and transformers.js
+ * never cuts; refused rather than pick one), either in a decoder (unused). add_prefix_space
+ * false means never; absent, the scheme rules, as in HF tokenizers and transformers.js since its
+ * PR #1451 (3.7.2 reads absent as false and so never prepends to Mistral's file, whose ids then
+ * differ from the model's). Fills *scheme. */
+static int metaspace_keys(const json_value *v, const char *where, const char *path, hf_prepend *scheme) {
+    char msg[300];
+    const json_value *rep = json_get(v, "replacement"), *aps = json_get(v, "add_prefix_space");
+    const json_value *split = json_get(v, "split");
+    const char *str_rep, *ps;
+    TSR_CHECK(opt_string(v, "str_rep", where, path, &str_rep));
+    TSR_CHECK(opt_string(v, "prepend_scheme", where, path, &ps));
+    if (!is_metaspace(rep) || (str_rep && strcmp(str_rep, "\u2581") != 0)) {
+        tsr_snprintf(msg, sizeof msg, "%s.replacement: expected \"\u2581\" (U+2581)", where);
+        return fail(path, msg);
+    }
+    static const char *const names[HF_PREPEND_COUNT] = {"never", "first", "always"};
+    _Static_assert(HF_PREPEND_COUNT == 3, "one name per prepend scheme");
+    *scheme = HF_PREPEND_ALWAYS;
+    for (int k = 0; ps && k < HF_PREPEND_COUNT; k++)
+        if (strcmp(ps, names[k]) == 0) *scheme = (hf_prepend)k, ps = NULL;
+    if (ps) {
+        tsr_snprintf(msg, sizeof msg, "%s.prepend_scheme: '%.40s': expected always, first or never", where, ps);
+        return fail(path, msg);
+    }
+    for (int k = 0; k < 2; k++) {
+        const json_value *b = k ? split : aps;
+        if (b && b->type != JSON_NULL && b->type != JSON_TRUE && b->type != JSON_FALSE) {
+            tsr_snprintf(msg, sizeof msg, "%s.%s: expected true or false", where, k ? "split" : "add_prefix_space");
+            return fail(path, msg);
+        }
+    }
+    if (split && split->type == JSON_TRUE && strcmp(where, "pre_tokenizer") == 0)
+        return fail(path, "pre_tokenizer.split: true is not supported (HF tokenizers then cuts before "
+                          "every \u2581, transformers.js does not; Mistral's files have false)");
+    if (aps && aps->type == JSON_FALSE) *scheme = HF_PREPEND_NEVER;
+    return 0;
+}
+
+/* The SentencePiece-style normalizer and pre-tokenizer (Llama 2, Gemma 3, Mistral); fills prepend,
+ * metaspace, ms_prepend. */
+static int check_spm_normalizer(hf_tok *t, const json_value *root, const char *path) {
     const json_value *nz = json_get(root, "normalizer"), *pt = json_get(root, "pre_tokenizer");
     const json_value *seq = nz ? json_get(nz, "normalizers") : NULL;
+    if (pt && is_type(pt, "Metaspace")) {
+        if (nz && nz->type != JSON_NULL)
+            return fail(path, "normalizer: expected null with a Metaspace pre_tokenizer (Mistral)");
+        t->metaspace = 1;
+        return metaspace_keys(pt, "pre_tokenizer", path, &t->ms_prepend);
+    }
     if (nz && is_type(nz, "Sequence") && seq && seq->type == JSON_ARRAY && seq->len == 2 &&
         is_type(seq->child, "Prepend") && is_metaspace(json_get(seq->child, "prepend")) &&
         is_replace(seq->child->next, " ", 1))
         t->prepend = 1;
     else if (!nz || !is_replace(nz, " ", 1))
         return fail(path, "normalizer: expected Replace(\" \" -> \"\u2581\"), or Sequence[Prepend(\"\u2581\"), "
-                          "that Replace] (SentencePiece-style BPE: Llama 2, Gemma 3)");
+                          "that Replace] (SentencePiece-style BPE: Llama 2, Gemma 3), or null with a "
+                          "Metaspace pre_tokenizer (Mistral)");
     if (pt && pt->type != JSON_NULL) {
         const json_value *pat = json_get(pt, "pattern"), *str = pat ? json_get(pat, "String") : NULL;
         const json_value *beh = json_get(pt, "behavior");
@@ -129,14 +191,29 @@ static int check_spm_pipeline(hf_tok *t, const json_value *root, const char *pat
             !beh || beh->type != JSON_STRING || strcmp(beh->str, "MergedWithPrevious") ||
             !bool_is(pt, "invert", 0))
             return fail(path, "pre_tokenizer: expected null or Split(String \" \", MergedWithPrevious) "
-                              "(Metaspace pre-tokenizers are not supported yet)");
+                              "with a Replace normalizer, or Metaspace with normalizer null");
     }
+    return 0;
+}
+
+/* The SentencePiece-style decoder; fills strip_first, dec_bytes. Metaspace: U+2581 -> ' ', the
+ * first token's leading space dropped when add_prefix_space is true, or absent and prepend_scheme
+ * is not never (transformers.js reads only add_prefix_space here), and no byte fallback: <0xXX>
+ * decodes as that text. */
+static int check_spm_decoder(hf_tok *t, const json_value *root, const char *path) {
     const json_value *dec = json_get(root, "decoder"), *ds = dec ? json_get(dec, "decoders") : NULL;
+    if (dec && is_type(dec, "Metaspace")) {
+        hf_prepend scheme;
+        TSR_CHECK(metaspace_keys(dec, "decoder", path, &scheme));
+        t->strip_first = bool_is(dec, "add_prefix_space", 1) || scheme != HF_PREPEND_NEVER;
+        return 0;
+    }
     const json_value *d = ds && ds->type == JSON_ARRAY ? ds->child : NULL;
     if (!dec || !is_type(dec, "Sequence") || !d || !is_replace(d, "\u2581", 0) ||
         !is_type(d->next, "ByteFallback") || !is_type(d->next->next, "Fuse"))
         return fail(path, "decoder: expected Sequence[Replace(\"\u2581\" -> \" \"), ByteFallback, Fuse, "
-                          "Strip(\" \", 1, 0) optional]");
+                          "Strip(\" \", 1, 0) optional], or Metaspace");
+    t->dec_bytes = 1;
     const json_value *st = d->next->next->next;
     if (st) {
         const json_value *c = json_get(st, "content"), *a = json_get(st, "start"), *b = json_get(st, "stop");
@@ -146,6 +223,11 @@ static int check_spm_pipeline(hf_tok *t, const json_value *root, const char *pat
         t->strip_first = 1;
     }
     return 0;
+}
+
+static int check_spm_pipeline(hf_tok *t, const json_value *root, const char *path) {
+    TSR_CHECK(check_spm_normalizer(t, root, path));
+    return check_spm_decoder(t, root, path);
 }
 
 /* The accepted pipeline around the model; fills split and nfc. */

