@@ -334,6 +334,12 @@ static void model_diff(const tsr_config *a, const tsr_config *b, char *out, size
     const tsr_model_config *x = &a->model, *y = &b->model;
     long long xs = x->max_seq_len ? x->max_seq_len : a->seq_len;
     long long ys = y->max_seq_len ? y->max_seq_len : b->seq_len;
+    tsr_model_dims dx, dy; /* both configs loaded, so both resolve */
+    const char *key;
+    char why[400];
+    config_model_dims(x, &dx, &key, why, sizeof why);
+    config_model_dims(y, &dy, &key, why, sizeof why);
+    const int rx = x->pos == TSR_POS_ROPE, ry = y->pos == TSR_POS_ROPE;
     struct {
         const char *name;
         double u, v;
@@ -341,11 +347,21 @@ static void model_diff(const tsr_config *a, const tsr_config *b, char *out, size
         {"n_layer", x->n_layer, y->n_layer},
         {"d_model", x->d_model, y->d_model},
         {"n_head", x->n_head, y->n_head},
+        {"n_kv_head", dx.KVH, dy.KVH},
+        {"head_dim", dx.hs, dy.hs},
         {"vocab_size", x->vocab_size, y->vocab_size},
         {"vocab_multiple", x->vocab_multiple, y->vocab_multiple},
-        {"pos (0 learned, 1 alibi)", x->pos, y->pos},
+        {"pos (0 learned, 1 alibi, 2 rope)", x->pos, y->pos},
+        {"rope_theta", rx ? x->rope_theta : 0, ry ? y->rope_theta : 0},
+        {"rope_scaling (0 none, 1 llama3)", rx ? x->rope_scaling : 0, ry ? y->rope_scaling : 0},
+        {"norm (0 layernorm, 1 rmsnorm)", x->norm, y->norm},
+        {"norm_eps", x->norm_eps, y->norm_eps},
+        {"mlp (0 gelu, 1 swiglu)", x->mlp, y->mlp},
         {"bias", x->bias, y->bias},
-        {"expansion_ratio", x->expansion_ratio, y->expansion_ratio},
+        {"qkv_bias", x->qkv_bias, y->qkv_bias},
+        {"qk_norm", x->qk_norm, y->qk_norm},
+        {"tie_embeddings", x->tie_embeddings, y->tie_embeddings},
+        {"MLP width (expansion_ratio x d_model or intermediate_size)", dx.F, dy.F},
         {"max_seq_len", x->pos == TSR_POS_LEARNED ? (double)xs : 0,
          y->pos == TSR_POS_LEARNED ? (double)ys : 0},
     };

@@ -75,12 +75,19 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
     metrics_human_bytes(opt, sizeof opt, ob);
     metrics_human_bytes(acts, sizeof acts, ab);
     metrics_human_bytes(tot, sizeof tot, total);
-    printf("model: %s, L=%d d_model=%d heads=%d mlp=%d vocab=%d (padded %d) pos=%s bias=%s "
-           "gelu=%s\n",
-           np, m->L, m->C, m->NH, m->F, m->V, m->Vp,
-           c->model.pos == TSR_POS_ALIBI ? "alibi" : "learned", c->model.bias ? "yes" : "no",
-           c->model.gelu ? "exact" : "tanh");
-    printf("params: %zu trainable; FLOPs/token = 6N + 12*L*d*T = %.4g (docs/mfu.md)\n",
+    static const char *const pos[] = {"learned", "alibi", "rope"};
+    _Static_assert(sizeof pos / sizeof pos[0] == TSR_POS_COUNT, "pos names");
+    char arch[160];
+    if (c->model.mlp == TSR_MLP_SWIGLU)
+        snprintf(arch, sizeof arch, "mlp=swiglu %d", m->F);
+    else snprintf(arch, sizeof arch, "mlp=%d gelu=%s", m->F, c->model.gelu ? "exact" : "tanh");
+    printf("model: %s, L=%d d_model=%d heads=%d kv_heads=%d head_dim=%d %s vocab=%d (padded %d) "
+           "pos=%s norm=%s bias=%s%s%s%s\n",
+           np, m->L, m->C, m->NH, m->KVH, m->hs, arch, m->V, m->Vp, pos[c->model.pos],
+           c->model.norm == TSR_NORM_RMSNORM ? "rmsnorm" : "layernorm", c->model.bias ? "yes" : "no",
+           c->model.qkv_bias && !c->model.bias ? " qkv_bias" : "", c->model.qk_norm ? " qk_norm" : "",
+           c->model.tie_embeddings ? "" : " untied");
+    printf("params: %zu trainable; FLOPs/token = 6N + 12*L*(heads*head_dim)*T = %.4g (docs/mfu.md)\n",
            m->n_params_counted, t->out.flops_per_token);
     char how[160] = "";
     if (zero1) snprintf(how, sizeof how, " (ZeRO-1: sharded over %d ranks)", t->dist.world);

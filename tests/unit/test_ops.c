@@ -21,124 +21,12 @@
 #include "backend.h"
 #include "cpu/cpu_internal.h"
 #include "ops.h"
+#include "ops_check.h"
 #include "tap.h"
 
-#define NCHECKS 117
+#define NCHECKS 119
 
 static const tsr_ops *ops = &tsr_cpu_ops;
-static const double FD_H = 1e-5;
-
-/* ---- helpers ------------------------------------------------------------------------------ */
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull; /* xorshift64*: the test needs nothing external */
-static double urand(void) {
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return (double)((rng * 0x2545f4914f6cdd1dull) >> 11) * 0x1.0p-53;
-}
-
-static void *xcalloc(size_t n, size_t size) {
-    void *p = calloc(n ? n : 1, size);
-    if (!p) {
-        fprintf(stderr, "test_ops: out of memory (%zu x %zu bytes)\n", n, size);
-        exit(1);
-    }
-    return p;
-}
-#define FALLOC(n) ((float *)xcalloc((n), sizeof(float)))
-#define DALLOC(n) ((double *)xcalloc((n), sizeof(double)))
-
-/* f[i] = d[i] = a float drawn uniformly from [lo, hi) */
-static void fill(float *f, double *d, size_t n, double lo, double hi) {
-    for (size_t i = 0; i < n; i++) {
-        f[i] = (float)(lo + (hi - lo) * urand());
-        if (d) d[i] = f[i];
-    }
-}
-
-static double *to_double(const float *f, size_t n) {
-    double *d = DALLOC(n);
-    for (size_t i = 0; i < n; i++) d[i] = f[i];
-    return d;
-}
-
-/* tap check: fp32 result against float64 reference */
-static int check(const char *what, const float *got, const double *want, size_t n, double abs_tol,
-                 double rel_tol) {
-    double *g = to_double(got, n);
-    double err = tap_max_err(g, want, n, abs_tol, rel_tol);
-    free(g);
-    return tap_ok(err <= 1.0, "%s (max err %.3g of tolerance)", what, err);
-}
-
-/* A scalar objective of some inputs: J = sum_i out[i] * wts[i] where fwd(ctx, out) computes out
- * with the float64 reference from arrays that ctx points to. */
-typedef struct {
-    void (*fwd)(const void *ctx, double *out);
-    const void *ctx;
-    size_t nout;
-    const double *wts;
-    double *out; /* scratch (nout) */
-} objective;
-
-static double objective_eval(const objective *o) {
-    o->fwd(o->ctx, o->out);
-    double j = 0.0;
-    for (size_t i = 0; i < o->nout; i++) j += o->out[i] * o->wts[i];
-    return j;
-}
-
-/* grad[k] = dJ/dx[idx[k]] by central differences (idx NULL: every element, nidx = n) */
-static void fd_grad(double *grad, double *x, const size_t *idx, size_t nidx, const objective *o) {
-    for (size_t k = 0; k < nidx; k++) {
-        size_t i = idx ? idx[k] : k;
-        double save = x[i];
-        x[i] = save + FD_H;
-        double jp = objective_eval(o);
-        x[i] = save - FD_H;
-        double jm = objective_eval(o);
-        x[i] = save;
-        grad[k] = (jp - jm) / (2.0 * FD_H);
-    }
-}
-
-/* Checks a gradient: got (fp32, after backward accumulated into g0) against g0 + dJ/dx over all
- * n elements of x. */
-static int check_grad(const char *what, const float *got, const float *g0, double *x, size_t n,
-                      const objective *o, double abs_tol, double rel_tol) {
-    double *want = DALLOC(n);
-    fd_grad(want, x, NULL, n, o);
-    for (size_t i = 0; i < n; i++) want[i] += g0[i];
-    int ok = check(what, got, want, n, abs_tol, rel_tol);
-    free(want);
-    return ok;
-}
-
-/* The same on nidx elements sampled at random (for inputs too large to difference fully). */
-static int check_grad_sampled(const char *what, const float *got, const float *g0, double *x,
-                              size_t n, size_t nidx, const objective *o, double abs_tol,
-                              double rel_tol) {
-    size_t *idx = xcalloc(nidx, sizeof *idx);
-    double *want = DALLOC(nidx), *g = DALLOC(nidx);
-    for (size_t k = 0; k < nidx; k++) idx[k] = (size_t)(urand() * n);
-    fd_grad(want, x, idx, nidx, o);
-    for (size_t k = 0; k < nidx; k++) {
-        want[k] += g0[idx[k]];
-        g[k] = got[idx[k]];
-    }
-    double err = tap_max_err(g, want, nidx, abs_tol, rel_tol);
-    free(idx);
-    free(want);
-    free(g);
-    return tap_ok(err <= 1.0, "%s (%zu sampled, max err %.3g of tolerance)", what, nidx, err);
-}
-
-static float *copy_f(const float *src, size_t n) {
-    float *d = FALLOC(n);
-    memcpy(d, src, n * sizeof *d);
-    return d;
-}
 
 /* ---- float64 references ------------------------------------------------------------------- */
 
@@ -838,26 +726,29 @@ static void test_determinism(void) {
 }
 
 /* attention_decode over a KV cache fed in chunks of `chunk` rows gives the same bits as
- * attention_forward over the whole sequence (the same fmaf order, softmax_causal_row shared). */
-static void test_attention_decode(int T, int C, int NH, int alibi, int chunk) {
+ * attention_forward over the whole sequence (the same fmaf order, softmax_causal_row shared);
+ * KVH < NH: grouped-query attention, the cache holding KVH heads. */
+static void test_attention_decode(int T, int C, int NH, int KVH, int alibi, int chunk) {
     const int hs = C / NH, nthr = 2;
-    float *qkv = xcalloc((size_t)T * 3 * C, sizeof(float)), *out = xcalloc((size_t)T * C, 4);
+    const size_t QKV = (size_t)(NH + 2 * KVH) * hs;
+    float *qkv = xcalloc((size_t)T * QKV, sizeof(float)), *out = xcalloc((size_t)T * C, 4);
     float *att = xcalloc((size_t)NH * T * T, 4), *dec = xcalloc((size_t)T * C, 4);
-    float *kt = xcalloc((size_t)NH * hs * T, 4), *v = xcalloc((size_t)NH * T * hs, 4);
+    float *kt = xcalloc((size_t)KVH * hs * T, 4), *v = xcalloc((size_t)KVH * T * hs, 4);
     float *scratch = xcalloc((size_t)nthr * T, 4), sl[16];
     double sd[16];
-    fill(qkv, NULL, (size_t)T * 3 * C, -2.0, 2.0);
+    fill(qkv, NULL, (size_t)T * QKV, -2.0, 2.0);
     alibi_slopes(sd, NH);
     for (int h = 0; h < NH; h++) sl[h] = (float)sd[h];
-    ops->attention_forward(out, att, qkv, alibi ? sl : NULL, NULL, 1, T, NH, NH, C / NH);
+    ops->attention_forward(out, att, qkv, alibi ? sl : NULL, NULL, 1, T, NH, KVH, hs);
     for (int p0 = 0; p0 < T; p0 += chunk) {
         int c = T - p0 < chunk ? T - p0 : chunk;
-        ops->attention_decode(dec + (size_t)p0 * C, kt, v, qkv + (size_t)p0 * 3 * C,
-                              alibi ? sl : NULL, scratch, nthr, p0, c, 0, T, NH, NH, C / NH);
+        ops->attention_decode(dec + (size_t)p0 * C, kt, v, qkv + (size_t)p0 * QKV,
+                              alibi ? sl : NULL, scratch, nthr, p0, c, 0, T, NH, KVH, hs);
     }
     tap_ok(memcmp(out, dec, (size_t)T * C * sizeof(float)) == 0,
-           "attention_decode T=%d C=%d NH=%d%s chunk %d: the same bits as attention_forward", T,
-           C, NH, alibi ? " ALiBi" : "", chunk);
+           "attention_decode T=%d C=%d NH=%d KVH=%d%s chunk %d: the same bits as "
+           "attention_forward",
+           T, C, NH, KVH, alibi ? " ALiBi" : "", chunk);
     free(qkv), free(out), free(att), free(dec), free(kt), free(v), free(scratch);
 }
 
@@ -917,8 +808,10 @@ int main(void) {
     test_attention_seq(2, 12, 12, 3, 1, 0);  /* ALiBi, 3 heads */
     test_attention_seq(1, 70, 64, 2, 1, 400); /* full tiles, segments across tiles and row blocks */
     test_attention_seq(2, 150, 32, 2, 0, 400); /* three backward row blocks */
-    test_attention_decode(9, 12, 3, 1, 1);  /* one row at a time, ALiBi, 3 heads */
-    test_attention_decode(70, 64, 2, 0, 3); /* chunks of 3 rows across the forward's tiles */
+    test_attention_decode(9, 12, 3, 3, 1, 1);  /* one row at a time, ALiBi, 3 heads */
+    test_attention_decode(70, 64, 2, 2, 0, 3); /* chunks of 3 rows across the forward's tiles */
+    test_attention_decode(70, 128, 4, 2, 0, 3); /* grouped-query: 2 query heads per kv head */
+    test_attention_decode(9, 24, 6, 1, 1, 2);   /* multi-query, ALiBi */
     test_gelu(TSR_GELU_TANH);
     test_gelu(TSR_GELU_EXACT);
     test_residual();

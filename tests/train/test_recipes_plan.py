@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""test_recipes_plan.py — the Llama / Qwen recipes' `--plan` figures against a hand calculation.
+
+For each recipe of configs/ named below, `tessera-train --config R --plan 1` (ddp, nothing
+allocated, no data opened) prints the parameter count, FLOPs per token and the fp32 weight memory.
+The test computes them by hand from the recipe's own model keys (read from the file, not from
+tessera) and compares:
+  - parameters: embeddings (V x C, twice when untied) + per layer (q, k, v, o projections with
+    n_kv_head key/value heads of head_dim, the q/k/v biases with qkv_bias, the QK-norm weights with
+    qk_norm, gate/up/down of the SwiGLU MLP, two RMSNorm weights) + the final norm; this must also
+    equal the published count of the model (the numbers of the models' Hugging Face pages);
+  - FLOPs per token: 6 N + 12 L (n_head head_dim) T, N without an untied input embedding (docs/mfu.md);
+  - fp32 weights: 4 bytes per parameter (the printed figure to 0.1 of its unit).
+Run: TESTS=recipes_plan bash tests/run.sh   (needs build/tessera-train). TAP; exit 77 without it.
+"""
+import os
+import re
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.environ.get("TSR_ROOT") or os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+from tap import Tap  # noqa: E402
+
+TRAIN = os.path.join(ROOT, os.environ.get("BUILD", "build"), "tessera-train")
+if not os.access(TRAIN, os.X_OK):
+    print(f"1..0 # SKIP {TRAIN} is missing (run make first)")
+    sys.exit(77)
+
+# recipe -> the published parameter count (model card / safetensors index total of the HF model)
+PUBLISHED = {
+    "llama-3.2-1b": 1235814400,
+    "llama-3.2-3b": 3212749824,
+    "llama-3.1-8b": 8030261248,
+    "qwen2.5-0.5b": 494032768,
+    "qwen2.5-7b": 7615616512,
+    "qwen3-0.6b": 596049920,
+    "qwen3-8b": 8190735360,
+}
+
+
+def model_keys(path):
+    """The `key = value;` lines of the recipe's model group (and seq_len), as strings."""
+    keys, group = {}, None
+    for line in open(path, encoding="utf-8"):
+        line = line.split("#", 1)[0].strip()
+        m = re.match(r"^(\w+)\s*=\s*\{", line)
+        if m:
+            group = m.group(1)
+            continue
+        if line.startswith("}"):
+            group = None
+            continue
+        m = re.match(r"^(\w+)\s*=\s*(.*?);$", line)
+        if m and group in (None, "model"):
+            keys[m.group(1)] = m.group(2).strip('"')
+    return keys
+
+
+def by_hand(k):
+    L, C, NH = int(k["n_layer"]), int(k["d_model"]), int(k["n_head"])
+    KVH = int(k.get("n_kv_head", NH)) or NH
+    hs = int(k.get("head_dim", 0)) or C // NH
+    F, V = int(k["intermediate_size"]), int(k["vocab_size"])
+    tied = k.get("tie_embeddings", "true") == "true"
+    per = C * NH * hs + 2 * C * KVH * hs + NH * hs * C  # q, k, v, o
+    per += 3 * C * F + 2 * C                              # gate, up, down; two RMSNorms
+    if k.get("qkv_bias") == "true":
+        per += (NH + 2 * KVH) * hs
+    if k.get("qk_norm") == "true":
+        per += 2 * hs
+    n = V * C * (1 if tied else 2) + L * per + C
+    lookup = 0 if tied else V * C  # an untied input embedding does no matmul (docs/mfu.md)
+    flops = 6 * (n - lookup) + 12 * L * NH * hs * int(k["seq_len"])
+    return n, flops
+
+
+UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+tap = Tap(3 * len(PUBLISHED))
+for name, published in PUBLISHED.items():
+    cfg = os.path.join(ROOT, "configs", f"{name}.cfg")
+    n, flops = by_hand(model_keys(cfg))
+    r = subprocess.run([TRAIN, "--config", cfg, "--plan", "1", "--set", "data.tokenizer=",
+                        "--set", "parallel.sharding=ddp"], capture_output=True, text=True)
+    out = r.stdout + r.stderr
+    m = re.search(r"params: (\d+) trainable; FLOPs/token = .* = ([0-9.e+]+)", out)
+    w = re.search(r"memory per rank \(fp32\): weights ([0-9.]+) (\w+)", out)
+    if r.returncode != 0 or not m or not w:
+        tap.diag(out[-2000:])
+        tap.fail_until(tap.n + 3, f"{name}: --plan exited {r.returncode} without the figures")
+        continue
+    got_n, got_flops = int(m.group(1)), float(m.group(2))
+    tap.ok(got_n == n == published,
+           f"{name}: {got_n} parameters printed, {n} by hand, {published} published")
+    tap.ok(abs(got_flops - flops) <= 5e-4 * flops,
+           f"{name}: FLOPs/token {got_flops:.4g} printed, 6N + 12 L H Q T = {flops:.4g} by hand")
+    wb = float(w.group(1)) * UNITS[w.group(2)]
+    tap.ok(abs(wb - 4 * n) <= 0.06 * UNITS[w.group(2)],  # printed to 0.1 of its unit
+           f"{name}: fp32 weights {w.group(1)} {w.group(2)} printed, 4 x {n} bytes by hand")
+sys.exit(1 if tap.failed else 0)
