@@ -164,7 +164,7 @@ def run_fixture(tap, name, fdir, tmp):
     exp = os.path.join(tmp, name + "_export")
     cmd = [hfe.TESSERA, "ckpt", "export", "--format", "hf", "--tokenizer", "none", ckpt, exp]
     if name in ARCH:
-        cmd[4:4] = ["--arch", ARCH[name]]
+        cmd[5:5] = ["--arch", ARCH[name]]
     envx = dict(hfe.env(), TSR_HF_MAX_SHARD=str(SHARD[name])) if name in SHARD else hfe.env()
     r = subprocess.run(cmd, capture_output=True, text=True, env=envx)
     if r.returncode:
