@@ -49,6 +49,8 @@ SHARD = {"llama_mqa_untied_sharded": 40000, "qwen3_qknorm_f16": 50000}
 ARCH = {"mistral_bf16": "mistral"}
 CHECKS_PER_FIXTURE = 6
 N_REFUSALS = 7
+N_TOKENIZER = 2
+LLAMA3_TOK = os.path.join(hfe.DATA_DIR, "chat", "llama3")  # ./INSTALL fetches it (npm)
 
 
 def write_cfg(path, run_dir, data_dir):
@@ -317,9 +319,60 @@ def refusals(tap, tmp, fixtures):
         tap.diag(out[-800:])
 
 
+def skip(tap, what, why):
+    tap.n += 1
+    print(f"ok {tap.n} - {what} # SKIP {why}", flush=True)
+
+
+def tokenizer_checks(tap, tmp, fixtures):
+    """A Llama-3-vocabulary model exported with Llama 3's tokenizer.json: generation_config.json and
+    config.json carry the ids of tokenizer_config.json's bos/eos tokens; a generation_config.json
+    beside the tokenizer.json (an instruct model's eos list) is copied byte for byte."""
+    what = ["llama3 tokenizer: generation_config.json and config.json bos/eos = the ids of "
+            "tokenizer_config.json's bos_token/eos_token, tokenizer files copied",
+            "a generation_config.json beside the tokenizer.json is copied byte for byte"]
+    if not all(os.path.exists(os.path.join(LLAMA3_TOK, f)) for f in ("tokenizer.json", "tokenizer_config.json")):
+        for w in what:
+            skip(tap, w, f"{LLAMA3_TOK} missing (./INSTALL --ensure)")
+        return
+    fx = fixtures["llama_gqa_tied"]
+    run_dir = os.path.join(tmp, "tok_run")
+    args = [hfe.TRAIN, "--config", fx["cfg"], "--set", f"run_dir={run_dir}"]
+    for k, v in dict(fx["sets"], **{"model.vocab_size": "128256", "model.d_model": "32",
+                                      "model.n_layer": "1", "model.head_dim": "8"}).items():
+        args += ["--set", f"{k}={v}"]
+    rc, out = hfe.run(hfe.MPIRUN + args)
+    if rc:
+        tap.diag(out[-1500:])
+    tok_cfg = json.load(open(os.path.join(LLAMA3_TOK, "tokenizer_config.json")))
+    vocab = {t["content"]: t["id"] for t in json.load(open(os.path.join(LLAMA3_TOK, "tokenizer.json")))["added_tokens"]}
+    bos, eos = vocab.get(tok_cfg["bos_token"]), vocab.get(tok_cfg["eos_token"])
+    out_dir = os.path.join(tmp, "tok_export")
+    rc, out = hfe.run([hfe.TESSERA, "ckpt", "export", "--format", "hf", "--tokenizer",
+                       os.path.join(LLAMA3_TOK, "tokenizer.json"), os.path.join(run_dir, "latest"), out_dir])
+    gen = json.load(open(os.path.join(out_dir, "generation_config.json"))) if rc == 0 else {}
+    cj = json.load(open(os.path.join(out_dir, "config.json"))) if rc == 0 else {}
+    same = rc == 0 and all(open(os.path.join(out_dir, f), "rb").read() == open(os.path.join(LLAMA3_TOK, f), "rb").read()
+                           for f in ("tokenizer.json", "tokenizer_config.json"))
+    tap.ok(same and bos is not None and gen.get("bos_token_id") == bos == cj.get("bos_token_id")
+           and gen.get("eos_token_id") == eos == cj.get("eos_token_id"),
+           f"{what[0]}: bos {gen.get('bos_token_id')} (want {bos} = {tok_cfg['bos_token']}), eos "
+           f"{gen.get('eos_token_id')} (want {eos} = {tok_cfg['eos_token']})")
+    if rc:
+        tap.diag(out[-1500:])
+    tok2 = os.path.join(tmp, "tok_with_gen")
+    shutil.copytree(LLAMA3_TOK, tok2)
+    text = b'{\n  "bos_token_id": 128000,\n  "eos_token_id": [128001, 128008, 128009],\n  "do_sample": true\n}\n'
+    open(os.path.join(tok2, "generation_config.json"), "wb").write(text)
+    rc, out = hfe.run([hfe.TESSERA, "ckpt", "export", "--format", "hf", "--tokenizer", tok2,
+                       os.path.join(run_dir, "latest"), out_dir + "2"])
+    got = open(os.path.join(out_dir + "2", "generation_config.json"), "rb").read() if rc == 0 else b""
+    tap.ok(got == text, f"{what[1]} (exit {rc})")
+
+
 def main():
     torch.set_default_dtype(torch.float64)
-    plan = CHECKS_PER_FIXTURE * len(fxm.FIXTURES) + N_REFUSALS
+    plan = CHECKS_PER_FIXTURE * len(fxm.FIXTURES) + N_REFUSALS + N_TOKENIZER
     tap = Tap(plan)
     fixtures = {}
     with tempfile.TemporaryDirectory(prefix="tsr-hf-llama-") as tmp:
@@ -341,6 +394,13 @@ def main():
         except Exception:
             tap.diag(traceback.format_exc())
         tap.fail_until(end, "refusal checks stopped early")
+        end = tap.n + N_TOKENIZER
+        try:
+            if "llama_gqa_tied" in fixtures:
+                tokenizer_checks(tap, tmp, fixtures)
+        except Exception:
+            tap.diag(traceback.format_exc())
+        tap.fail_until(end, "tokenizer checks stopped early")
     if tap.n != plan:
         tap.diag(f"planned {plan} checks, ran {tap.n}")
         return 1
