@@ -265,6 +265,26 @@ static int write_weights(const char *out_dir, const st_tensor *st, int n, const 
     return rc;
 }
 
+/* generation_config.json and the tokenizer's files, each said on stdout. */
+static int write_tokenizer_files(const char *out_dir, const tok_files *tk, const tsr_model *m) {
+    TSR_CHECK(write_generation_config(out_dir, tk));
+    printf("wrote %s/generation_config.json%s\n", out_dir,
+           tk->present && tk->gen[0] ? ": a byte copy of the one beside the tokenizer" : "");
+    if (!tk->present) {
+        printf("no tokenizer files written: %s\n", tk->note);
+        return 0;
+    }
+    TSR_CHECK(write_tokenizer(out_dir, tk, m));
+    if (tk->hf)
+        printf("wrote %s/tokenizer.json%s: byte copies of %s%s%s (%u tokens, eos_token_id %ld)\n",
+               out_dir, tk->config[0] ? ", tokenizer_config.json" : "", tk->json,
+               tk->config[0] ? " and " : "", tk->config, tk->vocab, tk->eot);
+    else
+        printf("wrote %s/vocab.json, merges.txt, tokenizer_config.json: GPT-2 BPE from %s (%u "
+               "tokens%s)\n", out_dir, tk->dir, tk->vocab, tk->eot >= 0 ? ", <|endoftext|> = bos/eos" : "");
+    return 0;
+}
+
 int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
               const hf_export_opts *o) {
     hf_arch a, want = o->arch ? hf_arch_named(o->arch) : HF_ARCH_COUNT;
@@ -327,21 +347,7 @@ int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
            "vocab %d, %s %d\n", path, hf_model_type[a], m->L, m->C, m->NH, m->KVH, m->hs, m->V,
            a == HF_GPT2 ? "n_positions" : a == HF_MPT ? "max_seq_len" : "max_position_embeddings",
            m->maxT);
-    TSR_CHECK(write_generation_config(out_dir, &tk));
-    printf("wrote %s/generation_config.json%s\n", out_dir,
-           tk.present && tk.gen[0] ? ": a byte copy of the one beside the tokenizer" : "");
-    if (tk.present) {
-        TSR_CHECK(write_tokenizer(out_dir, &tk, m));
-        if (tk.hf)
-            printf("wrote %s/tokenizer.json%s: byte copies of %s%s%s (%u tokens, eos_token_id %ld)\n",
-                   out_dir, tk.config[0] ? ", tokenizer_config.json" : "", tk.json,
-                   tk.config[0] ? " and " : "", tk.config, tk.vocab, tk.eot);
-        else
-            printf("wrote %s/vocab.json, merges.txt, tokenizer_config.json: GPT-2 BPE from %s (%u "
-                   "tokens%s)\n", out_dir, tk.dir, tk.vocab, tk.eot >= 0 ? ", <|endoftext|> = bos/eos" : "");
-    } else {
-        printf("no tokenizer files written: %s\n", tk.note);
-    }
+    TSR_CHECK(write_tokenizer_files(out_dir, &tk, m));
     printf("load it with: transformers.%s.from_pretrained(\"%s\")\n", hf_class_name[a], out_dir);
     return 0;
 }

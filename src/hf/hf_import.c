@@ -21,8 +21,6 @@
 #include "hf/hf.h"
 #include "hf/hf_internal.h"
 
-#define HF_MAX_SHARDS 4096
-
 struct hf_import {
     char st_path[1100];      /* model.safetensors, or the index naming the shards */
     st_file *f;              /* nf files: model.safetensors, or the shards in index order */
@@ -206,8 +204,9 @@ static int open_shards(hf_import *h, const char *dir) {
         tsr_error("%s: no \"weight_map\" object naming the shard of each tensor", h->st_path);
         rc = TSR_EXIT_DATA;
     }
-    const char **names = tsr_calloc(HF_MAX_SHARDS, sizeof *names);
-    h->f = tsr_calloc(HF_MAX_SHARDS, sizeof *h->f);
+    /* at most one file per tensor of the map */
+    const char **names = tsr_calloc(rc ? 1 : wm->len, sizeof *names);
+    h->f = tsr_calloc(rc ? 1 : wm->len, sizeof *h->f);
     for (const json_value *v = rc ? NULL : wm->child; v && !rc; v = v->next) {
         int i = 0;
         if (v->type != JSON_STRING || !shard_name_ok(v->str)) {
@@ -218,11 +217,6 @@ static int open_shards(hf_import *h, const char *dir) {
         while (i < h->nf && strcmp(names[i], v->str) != 0) i++;
         if (i == h->nf) {
             char path[4400];
-            if (h->nf == HF_MAX_SHARDS) {
-                tsr_error("%s: more than %d shards", h->st_path, HF_MAX_SHARDS);
-                rc = TSR_EXIT_DATA;
-                break;
-            }
             snprintf(path, sizeof path, "%s/%s", dir, v->str);
             names[i] = v->str;
             if ((rc = st_open(&h->f[i], path))) break;
