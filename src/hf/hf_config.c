@@ -342,10 +342,11 @@ static void check_window(checker *c, const json_value *r, const tsr_model *m, hf
     if (v && v->type == JSON_NULL) return;
     if (w < m->maxT)
         fault(c, TSR_EXIT_DATA, "sliding_window = %ld%s%s: tessera's attention sees the whole "
-              "causal context of %d tokens (model.max_seq_len, or seq_len), and a shorter window "
-              "computes something else; null or a window >= %d is accepted", w,
+              "causal context of %d tokens (model.max_seq_len, or seq_len when it is 0), and a "
+              "shorter window computes something else; null or a window >= the context is "
+              "accepted (a run with seq_len <= %ld and model.max_seq_len = 0 fits this one)", w,
               v ? "" : " (transformers' default for this model_type)",
-              a == HF_MISTRAL ? "" : " with use_sliding_window = true", m->maxT, m->maxT);
+              a == HF_MISTRAL ? "" : " with use_sliding_window = true", m->maxT, w);
 }
 
 /* The run must have the biases and QK-norm of the class. */
