@@ -289,8 +289,9 @@ int hf_import_read(hf_import *h, tsr_model *m, size_t lo, size_t hi, uint64_t *b
     }
     /* padded rows V..Vp-1 of wte and lm_head: zero, as at initialisation (never trained, never
      * sampled) */
-    for (int p = TSR_P_WTE; p <= TSR_P_LMHEAD; p += TSR_P_LMHEAD - TSR_P_WTE) {
-        const tsr_param_info *w = &m->params_info[p];
+    static const tsr_param_id vocab_rows[] = {TSR_P_WTE, TSR_P_LMHEAD};
+    for (size_t k = 0; k < sizeof vocab_rows / sizeof vocab_rows[0]; k++) {
+        const tsr_param_info *w = &m->params_info[vocab_rows[k]];
         size_t p0 = w->offset + (size_t)m->V * (size_t)m->C, p1 = w->offset + w->numel;
         for (size_t i = p0 > lo ? p0 : lo; i < p1 && i < hi && w->numel; i++) m->params[i] = 0.0f;
     }

@@ -77,8 +77,9 @@ static void build(tsr_model *m, const variant *v, int fill_nan) {
     model_alloc_params(m);
     for (size_t i = 0; i < m->n_params; i++) m->params[i] = fill_nan ? NAN : urand();
     if (fill_nan) return;
-    for (int p = TSR_P_WTE; p <= TSR_P_LMHEAD; p += TSR_P_LMHEAD - TSR_P_WTE) {
-        const tsr_param_info *w = &m->params_info[p];
+    static const tsr_param_id vocab_rows[] = {TSR_P_WTE, TSR_P_LMHEAD};
+    for (size_t k = 0; k < sizeof vocab_rows / sizeof vocab_rows[0]; k++) {
+        const tsr_param_info *w = &m->params_info[vocab_rows[k]];
         if (w->numel) memset(m->params + w->offset + (size_t)m->V * m->C, 0,
                              (w->numel - (size_t)m->V * m->C) * sizeof(float));
     }
