@@ -3,6 +3,7 @@
 logits of a float64 PyTorch forward of each.
 
     python3 tests/reference/hf_fixture.py OUT_ROOT     # writes OUT_ROOT/<name>/ for every fixture
+    python3 tests/reference/hf_fixture.py --fuzz-seeds DIR   # tests/fuzz/corpus/hfdir's seeds
 
 Each OUT_ROOT/<name>/ holds what transformers' save_pretrained writes for the class — config.json
 and model.safetensors (or model-0000k-of-0000n.safetensors + model.safetensors.index.json) in the
@@ -66,7 +67,8 @@ def state_dict(fx, seed):
     def norm(n):
         return 1.0 + w(n, std=0.2)
 
-    sd = {"model.embed_tokens.weight": w(V, C, std=0.5)}
+    Vx = fx.get("V", V)
+    sd = {"model.embed_tokens.weight": w(Vx, C, std=0.5)}
     for i in range(fx["L"]):
         p = f"model.layers.{i}."
         for name, rows in (("q", NH * hs), ("k", KVH * hs), ("v", KVH * hs)):
@@ -84,7 +86,7 @@ def state_dict(fx, seed):
         sd[p + "post_attention_layernorm.weight"] = norm(C)
     sd["model.norm.weight"] = norm(C)
     if not fx["tied"]:
-        sd["lm_head.weight"] = w(V, C, std=0.5)
+        sd["lm_head.weight"] = w(Vx, C, std=0.5)
     return sd
 
 
@@ -148,7 +150,7 @@ def write_weights(d, fx, sd):
 
 def config_json(fx):
     mt = fx["model_type"]
-    cj = {"architectures": [CLASS[mt]], "model_type": mt, "vocab_size": V, "hidden_size": fx["C"],
+    cj = {"architectures": [CLASS[mt]], "model_type": mt, "vocab_size": fx.get("V", V), "hidden_size": fx["C"],
           "intermediate_size": fx["F"], "num_hidden_layers": fx["L"],
           "num_attention_heads": fx["NH"], "num_key_value_heads": fx["KVH"], "hidden_act": "silu",
           "max_position_embeddings": 2048, "rms_norm_eps": fx["eps"], "rope_theta": fx["theta"],
@@ -282,8 +284,47 @@ def make_all(root):
     return {fx["name"]: make(root, fx, 1000 + k) for k, fx in enumerate(FIXTURES)}
 
 
+FUZZ_SEP = b"\n\x01--8<--\x01\n"  # tests/fuzz/fuzz_common.h
+
+
+def fuzz_seeds(out):
+    """Seeds of tests/fuzz/fuzz_hfdir.c: config.json SEP model.safetensors, or config.json SEP ""
+    SEP index SEP shard 1 SEP shard 2, for the harness's tiny models (L 1, d_model 8, 2 heads,
+    1 kv head of 4, MLP 8, vocabulary 16, untied)."""
+    import tempfile
+    os.makedirs(out, exist_ok=True)
+    tiny = dict(L=1, C=8, NH=2, KVH=1, hs=4, F=8, V=16, tied=False, theta=10000.0, eps=1e-6,
+                llama3=None, shard=None)
+    for k, (mt, dtype, sharded) in enumerate((("llama", "F32", False), ("mistral", "BF16", False),
+                                              ("qwen2", "F16", True), ("qwen3", "F32", True))):
+        fx = dict(tiny, name=mt, model_type=mt, dtype=dtype)
+        sd = state_dict(fx, 77 + k)
+        if sharded:  # the harness takes 2 shards: a limit of about half the bytes
+            size = sum(t.numel() for t in sd.values()) * (4 if dtype == "F32" else 2)
+            fx["shard"] = size // 2 + 64
+        with tempfile.TemporaryDirectory() as d:
+            write_weights(d, fx, sd)
+            cj = config_json(fx)
+            cj["max_position_embeddings"] = 16
+            parts = [json.dumps(cj, indent=2).encode()]
+            if sharded:
+                idx = json.load(open(os.path.join(d, "model.safetensors.index.json")))
+                files = sorted(set(idx["weight_map"].values()))
+                if len(files) != 2:
+                    sys.exit(f"fuzz seed {mt}: {len(files)} shards, the harness takes 2")
+                parts += [b"", open(os.path.join(d, "model.safetensors.index.json"), "rb").read()]
+                parts += [open(os.path.join(d, f), "rb").read() for f in files]
+            else:
+                parts.append(open(os.path.join(d, "model.safetensors"), "rb").read())
+        with open(os.path.join(out, f"seed-{mt}"), "wb") as f:
+            f.write(FUZZ_SEP.join(parts))
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--fuzz-seeds":
+        fuzz_seeds(sys.argv[2])
+        sys.exit(0)
     if len(sys.argv) != 2:
-        sys.exit("usage: hf_fixture.py OUT_ROOT")
+        sys.exit("usage: hf_fixture.py OUT_ROOT | --fuzz-seeds DIR")
     for name, d in make_all(sys.argv[1]).items():
         print(f"{name}: {d}")
