@@ -42,6 +42,8 @@ FIXTURES = [
          high_freq_factor=4.0, original_max_position_embeddings=64), dtype="F32", shard=None),
     dict(name="llama_mqa_untied_sharded", model_type="llama", L=2, C=64, NH=4, KVH=1, hs=16, F=80,
          tied=False, theta=10000.0, eps=1e-5, llama3=None, dtype="F32", shard=40000),
+    dict(name="llama_mha_biases", model_type="llama", L=2, C=48, NH=4, KVH=4, hs=12, F=64,
+         tied=False, theta=10000.0, eps=1e-5, llama3=None, dtype="F32", shard=None, bias=True),
     dict(name="mistral_bf16", model_type="mistral", L=2, C=48, NH=4, KVH=2, hs=12, F=64,
          tied=False, theta=10000.0, eps=1e-6, llama3=None, dtype="BF16", shard=None),
     dict(name="qwen2_qkv_bias", model_type="qwen2", L=2, C=64, NH=4, KVH=2, hs=16, F=96,
@@ -59,7 +61,8 @@ def state_dict(fx, seed):
     """HF name -> float64 tensor, in transformers' state-dict (module) order."""
     g = torch.Generator().manual_seed(seed)
     C, NH, KVH, hs, Fw = fx["C"], fx["NH"], fx["KVH"], fx["hs"], fx["F"]
-    qkv_bias, qk_norm = fx["model_type"] == "qwen2", fx["model_type"] == "qwen3"
+    qk_norm, bias = fx["model_type"] == "qwen3", fx.get("bias", False)  # bias: Llama's attention_bias + mlp_bias
+    qkv_bias = fx["model_type"] == "qwen2" or bias
 
     def w(*shape, std=0.1):
         return torch.randn(*shape, generator=g, dtype=torch.float64) * std
@@ -76,12 +79,15 @@ def state_dict(fx, seed):
             if qkv_bias:
                 sd[f"{p}self_attn.{name}_proj.bias"] = w(rows, std=0.2)
         sd[p + "self_attn.o_proj.weight"] = w(C, NH * hs)
+        if bias:
+            sd[p + "self_attn.o_proj.bias"] = w(C, std=0.2)
         if qk_norm:
             sd[p + "self_attn.q_norm.weight"] = norm(hs)
             sd[p + "self_attn.k_norm.weight"] = norm(hs)
-        sd[p + "mlp.gate_proj.weight"] = w(Fw, C)
-        sd[p + "mlp.up_proj.weight"] = w(Fw, C)
-        sd[p + "mlp.down_proj.weight"] = w(C, Fw)
+        for name, shape in (("gate", (Fw, C)), ("up", (Fw, C)), ("down", (C, Fw))):
+            sd[f"{p}mlp.{name}_proj.weight"] = w(*shape)
+            if bias:
+                sd[f"{p}mlp.{name}_proj.bias"] = w(shape[0], std=0.2)
         sd[p + "input_layernorm.weight"] = norm(C)
         sd[p + "post_attention_layernorm.weight"] = norm(C)
     sd["model.norm.weight"] = norm(C)
@@ -161,7 +167,7 @@ def config_json(fx):
     if fx["hs"] * fx["NH"] != fx["C"] or mt == "qwen3":
         cj["head_dim"] = fx["hs"]
     if mt == "llama":
-        cj.update(attention_bias=False, mlp_bias=False, pretraining_tp=1)
+        cj.update(attention_bias=fx.get("bias", False), mlp_bias=fx.get("bias", False), pretraining_tp=1)
     elif mt == "mistral":
         cj["sliding_window"] = None
     else:
@@ -176,7 +182,7 @@ def tessera_sets(fx):
     s = {"model.n_layer": fx["L"], "model.d_model": fx["C"], "model.n_head": fx["NH"],
          "model.n_kv_head": fx["KVH"], "model.head_dim": fx["hs"], "model.intermediate_size": fx["F"],
          "model.vocab_size": V, "model.vocab_multiple": VOCAB_MULTIPLE, "model.pos": "rope",
-         "model.norm": "rmsnorm", "model.mlp": "swiglu", "model.bias": "false",
+         "model.norm": "rmsnorm", "model.mlp": "swiglu", "model.bias": str(fx.get("bias", False)).lower(),
          "model.norm_eps": repr(fx["eps"]), "model.rope_theta": repr(fx["theta"]),
          "model.qkv_bias": str(fx["model_type"] == "qwen2").lower(),
          "model.qk_norm": str(fx["model_type"] == "qwen3").lower(),

@@ -2,9 +2,10 @@
 """test_hf_llama.py — Hugging Face import and export of the Llama family (LlamaForCausalLM,
 MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM) through tessera's programs.
 
-Fixtures: hf_fixture.py writes five tiny HF directories BY SCRIPT from the published formats (not
+Fixtures: hf_fixture.py writes six tiny HF directories BY SCRIPT from the published formats (not
 transformers' save_pretrained, which this machine lacks): Llama GQA 4:2 tied with Llama 3
-rope_scaling (fp32); Llama MQA untied in 10 shards + index (fp32); Mistral GQA untied (bf16);
+rope_scaling (fp32); Llama MQA untied in 10 shards + index (fp32); Llama with attention_bias and
+mlp_bias (q, k, v, o, gate, up, down biases = tessera's model.bias; fp32); Mistral GQA untied (bf16);
 Qwen 2 with q/k/v biases, tied (fp32); Qwen 3 with QK-norm and head_dim 24 at hidden 64, untied
 (fp16), each with the logits of a float64 forward written after transformers' modeling code.
 For each fixture (2 MPI ranks, the fixture's token rows as the first global batch):
@@ -108,6 +109,11 @@ def expected_from_ckpt(ck, cj):
         out[p + "mlp.gate_proj.weight"] = ck["fcw"][i][:Fw]
         out[p + "mlp.up_proj.weight"] = ck["fcw"][i][Fw:]
         out[p + "mlp.down_proj.weight"] = ck["fcprojw"][i]
+        if "attprojb" in ck and ck["attprojb"].size:  # Llama's attention_bias + mlp_bias
+            out[p + "self_attn.o_proj.bias"] = ck["attprojb"][i]
+            out[p + "mlp.gate_proj.bias"] = ck["fcb"][i][:Fw]
+            out[p + "mlp.up_proj.bias"] = ck["fcb"][i][Fw:]
+            out[p + "mlp.down_proj.bias"] = ck["fcprojb"][i]
         out[p + "input_layernorm.weight"] = ck["ln1w"][i]
         out[p + "post_attention_layernorm.weight"] = ck["ln2w"][i]
     return out
