@@ -21,7 +21,8 @@ For each fixture (2 MPI ranks, the fixture's token rows as the first global batc
     loss, grad norm, the weights after step 1).
 Refusals through tessera-train, exit status and message: a missing tensor, a tensor of another
 shape, an unexpected tensor, rope_scaling of type "dynamic", Mistral's sliding_window 8, a run with
-another n_kv_head; accepted: an older checkpoint's rotary_emb.inv_freq buffers (same loss).
+another n_kv_head; accepted: an older checkpoint's rotary_emb.inv_freq buffers (same loss); the
+sharded fixture into a parallel.sharding = zero3 run (ddp's loss within 1e-6).
 Run: TESTS=hf_llama bash tests/run.sh   (needs `make`). TAP; exit 1 on failure, 77 without torch.
 """
 import json
@@ -49,7 +50,7 @@ TOL_FP32 = 1e-5
 SHARD = {"llama_mqa_untied_sharded": 40000, "qwen3_qknorm_f16": 50000}
 ARCH = {"mistral_bf16": "mistral"}
 CHECKS_PER_FIXTURE = 6
-N_REFUSALS = 7
+N_REFUSALS = 8
 N_TOKENIZER = 2
 LLAMA3_TOK = os.path.join(hfe.DATA_DIR, "chat", "llama3")  # ./INSTALL fetches it (npm)
 
@@ -321,6 +322,14 @@ def refusals(tap, tmp, fixtures):
     rc, out, s = init_run(fx, fx["cfg"], os.path.join(tmp, "invfreq_run"), d)
     tap.ok(rc == 0 and s and fx["loss"] and s["loss"] == fx["loss"]["loss"],
            f"--init-from with a rotary_emb.inv_freq buffer: exit {rc}, the same step-1 loss")
+    if rc:
+        tap.diag(out[-800:])
+    # a sharded run (zero3: each rank reads its part of the flat buffer from the shards)
+    fx = fixtures["llama_mqa_untied_sharded"]
+    rc, out, s = init_run(fx, fx["cfg"], os.path.join(tmp, "zero3_run"), fx["dir"], "parallel.sharding=zero3")
+    e = abs(s["loss"] - fx["loss"]["loss"]) / fx["loss"]["loss"] if s and fx["loss"] else math.inf
+    tap.ok(rc == 0 and e <= 1e-6, f"--init-from the sharded fixture with parallel.sharding = zero3: "
+                                  f"step-1 loss {s and s['loss']} vs ddp's: rel err {e:.2e} <= 1e-6")
     if rc:
         tap.diag(out[-800:])
 
