@@ -3,8 +3,11 @@
  * tcu_attention_scratch_bytes, tcu_attention_backward.
  *
  * File-wide conventions (cuda_ops.h):
- *   - qkv (B,T,3C) bf16 laid out [q | k | v], head h at columns h*hs.. of each; out, dout (B,T,C);
- *     lse, D (B,NH,T) fp32; hs = C/NH in {32, 64, 128} (one template instance each);
+ *   - qkv (B,T,QKV) bf16, QKV = (NH + 2 KVH) hs, laid out [q heads | k heads | v heads]: query
+ *     head h at column h*hs, key head g at NH*hs + g*hs, value head g at (NH+KVH)*hs + g*hs;
+ *     grouped-query attention: query head h reads key/value head g = h / (NH/KVH) (KVH = NH:
+ *     multi-head, KVH = 1: multi-query); out, dout (B,T,C) with C = NH*hs; lse, D (B,NH,T) fp32;
+ *     hs in {32, 64, 128} (one template instance each);
  *   - s[i,j] = q_i.k_j * scale - slope_h (i - j), scale = 1/sqrt(hs), allowed for lo(i) <= j <= i,
  *     lo(i) the first index of the run of equal seq ids holding i (0 without seq). Equivalently
  *     j <= i < hi(j), hi(j) one past the end of j's run: the query-major kernels mask with lo of
@@ -19,7 +22,8 @@
  *     memory tiles. Shared rows are padded to hs + 8 bf16 (ldmatrix without bank conflicts);
  *     rows past T are zero-filled (cp.async with source size 0);
  *   - backward ACCUMULATES into dqkv: read bf16, add the fp32 result, round once. Deterministic:
- *     dk, dv by one block per key tile, dq by one block per query tile, fixed loop orders, no
+ *     dk, dv by one block per key tile of a key/value head (its group's query heads summed in the
+ *     block, in head order), dq by one block per query tile, fixed loop orders, no
  *     floating-point atomics;
  *   - every launch on the caller's stream, checked (TCU_CHECK_LAUNCH); qkv, out, dout, dqkv must
  *     be 16-byte aligned (16-byte loads).
@@ -284,6 +288,19 @@ __device__ __forceinline__ void add_bf16x2(bf16 *p, float x, float y) {
     *q = __floats2bfloat162_rn(f.x + x, f.y + y);
 }
 
+/* Row 0 of sequence b of query head h and of the key and value heads it reads (g = h / (NH/KVH)),
+ * in qkv (B,T,QKV); rows are QKV elements apart. */
+__device__ __forceinline__ void head_rows(const bf16 *&q, const bf16 *&k, const bf16 *&v,
+                                          const bf16 *qkv, int b, int T, int h, int NH, int KVH,
+                                          int hs) {
+    const size_t ld = (size_t)(NH + 2 * KVH) * hs;
+    const int g = h / (NH / KVH);
+    const bf16 *row = qkv + (size_t)b * T * ld;
+    q = row + (size_t)h * hs;
+    k = row + (size_t)(NH + g) * hs;
+    v = row + (size_t)(NH + KVH + g) * hs;
+}
+
 /* ---- forward ----------------------------------------------------------------------------- */
 
 /* out[b,i,h*HS..] = sum_j softmax_j(s[i,j]) v_j, lse[b,h,i] = log sum_j exp s[i,j].
@@ -297,10 +314,11 @@ __global__ void __launch_bounds__(ATT_THREADS)
     attention_forward_flash_mma_kernel(bf16 *__restrict__ out, float *__restrict__ lse,
                                        const bf16 *__restrict__ qkv,
                                        const float *__restrict__ slopes,
-                                       const int32_t *__restrict__ seq, int T, int C, int NH,
+                                       const int32_t *__restrict__ seq, int T, int NH, int KVH,
                                        float sl2) {
     using Tl = att_tiles<HS>;
     constexpr int BR = Tl::FWD_BR, BC = Tl::FWD_BC, LD = Tl::LD;
+    const int C = NH * HS;
     static_assert(BR == 16 * ATT_WARPS, "one 16-row slab per warp");
     extern __shared__ __align__(16) unsigned char att_smem[];
     bf16 *sQ = reinterpret_cast<bf16 *>(att_smem), *sK = sQ + BR * LD, *sV = sK + BC * LD;
@@ -308,8 +326,9 @@ __global__ void __launch_bounds__(ATT_THREADS)
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
     const int i0 = (gridDim.x - 1 - blockIdx.x) * BR, h = blockIdx.y, b = blockIdx.z;
-    const size_t ld = 3 * (size_t)C;
-    const bf16 *q = qkv + (size_t)b * T * ld + (size_t)h * HS, *k = q + C, *v = q + 2 * (size_t)C;
+    const size_t ld = (size_t)(NH + 2 * KVH) * HS;
+    const bf16 *q, *k, *v;
+    head_rows(q, k, v, qkv, b, T, h, NH, KVH, HS);
 
     load_rows_async<BR, HS>(sQ, q, ld, i0, T);
     cp_async_commit();
@@ -458,21 +477,25 @@ __global__ void __launch_bounds__(256)
     }
 }
 
-/* dk_j = scale sum_i dS[i,j] q_i, dv_j = sum_i P[i,j] dout_i for the BK keys of one block, with
- * P = exp(s - lse_i), dP = dout_i . v_j, dS = P (dP - D_i) recomputed per query tile:
- * S^T = K Q^T, dP^T = V dO^T, dV += P^T dO, dK += dS^T Q on tensor cores (each warp 16 keys).
- * Query tiles run from the block's first key to hi of its last key; Q, dO, lse, D of the next
- * tile load while the current one is computed (two shared buffers). Result added into the k and
- * v columns of dqkv. Grid (ceil(T/BK), NH, B), 128 threads, dynamic shared memory
- * att_tiles<HS>::kv_smem (K, V, 2 x Q, 2 x dO). */
+/* dk_j = scale sum_h sum_i dS[h,i,j] q_hi, dv_j = sum_h sum_i P[h,i,j] dout_hi for the BK keys
+ * of one block of key/value head kvh, h over the query heads that read it (kvh*grp ..
+ * kvh*grp + grp-1, grp = NH/KVH, in that order), with P = exp(s - lse_i), dP = dout_i . v_j,
+ * dS = P (dP - D_i) recomputed per query tile: S^T = K Q^T, dP^T = V dO^T, dV += P^T dO,
+ * dK += dS^T Q on tensor cores (each warp 16 keys). The (head, query tile) steps run head by
+ * head, tiles from the block's first key to hi of its last key; Q, dO, lse, D of the next step
+ * load while the current one is computed (two shared buffers). dk, dv stay in registers over the
+ * whole group (no atomics), then are added into the k and v columns of dqkv.
+ * Grid (ceil(T/BK), KVH, B), 128 threads, dynamic shared memory att_tiles<HS>::kv_smem (K, V,
+ * 2 x Q, 2 x dO). */
 template <int HS>
 __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_mma_kernel(
     bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
     const float *__restrict__ lse, const float *__restrict__ Dsum,
-    const float *__restrict__ slopes, const int32_t *__restrict__ seq, int T, int C, int NH,
+    const float *__restrict__ slopes, const int32_t *__restrict__ seq, int T, int NH, int KVH,
     float scale, float sl2) {
     using Tl = att_tiles<HS>;
     constexpr int BK = Tl::KV_BK, BQ = Tl::KV_BQ, LD = Tl::LD;
+    const int C = NH * HS, grp = NH / KVH;
     static_assert(BK == 16 * ATT_WARPS, "one 16-key slab per warp");
     extern __shared__ __align__(16) unsigned char att_smem[];
     bf16 *sK = reinterpret_cast<bf16 *>(att_smem), *sV = sK + BK * LD;
@@ -481,24 +504,26 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_m
     __shared__ int s_hi[BK], s_seq[BK], s_red[ATT_WARPS];
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
-    const int j0 = blockIdx.x * BK, h = blockIdx.y, b = blockIdx.z;
-    const size_t ld = 3 * (size_t)C;
-    const bf16 *q = qkv + (size_t)b * T * ld + (size_t)h * HS, *k = q + C, *v = q + 2 * (size_t)C;
-    const bf16 *go = dout + (size_t)b * T * C + (size_t)h * HS;
-    const float *lbh = lse + ((size_t)b * NH + h) * T, *dbh = Dsum + ((size_t)b * NH + h) * T;
+    const int j0 = blockIdx.x * BK, kvh = blockIdx.y, h0 = kvh * grp, b = blockIdx.z;
+    const size_t ld = (size_t)(NH + 2 * KVH) * HS;
+    const bf16 *q0, *k, *v;
+    head_rows(q0, k, v, qkv, b, T, h0, NH, KVH, HS); /* q0: the group's first query head */
 
     load_rows_async<BK, HS>(sK, k, ld, j0, T);
     load_rows_async<BK, HS>(sV, v, ld, j0, T);
     cp_async_commit();
     segment_ends<BK>(s_hi, s_seq, s_red, seq ? seq + (size_t)b * T : nullptr, j0, T);
     const int hi_min = s_hi[0], i_end = s_hi[BK - 1]; /* queries j0 <= i < i_end (<= T) */
-    const int nq = (i_end - j0 + BQ - 1) / BQ;
+    const int nq = (i_end - j0 + BQ - 1) / BQ, nsteps = grp * nq;
 
-    /* query tile it0.. into buffer u: Q, dO asynchronously, lse (log2 units) and D by plain
-     * stores; zeros past T */
-    auto load_query_tile = [&](int it0, int u) {
-        load_rows_async<BQ, HS>(sQ0 + u * BQ * LD, q, ld, it0, T);
-        load_rows_async<BQ, HS>(sG0 + u * BQ * LD, go, (size_t)C, it0, T);
+    /* step st = (query head h0 + st / nq, query tile st % nq) into buffer u: Q, dO
+     * asynchronously, lse (log2 units) and D by plain stores; zeros past T */
+    auto load_query_tile = [&](int st, int u) {
+        const int h = h0 + st / nq, it0 = j0 + (st % nq) * BQ;
+        const float *lbh = lse + ((size_t)b * NH + h) * T, *dbh = Dsum + ((size_t)b * NH + h) * T;
+        load_rows_async<BQ, HS>(sQ0 + u * BQ * LD, q0 + (size_t)(h - h0) * HS, ld, it0, T);
+        load_rows_async<BQ, HS>(sG0 + u * BQ * LD, dout + (size_t)b * T * C + (size_t)h * HS,
+                                (size_t)C, it0, T);
         cp_async_commit();
         if (tid < BQ) {
             const int i = it0 + tid;
@@ -506,19 +531,19 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_m
             s_D[u][tid] = i < T ? dbh[i] : 0.0f;
         }
     };
-    load_query_tile(j0, 0);
+    load_query_tile(0, 0);
 
     /* this thread's keys: ja (accumulator elements 0, 1) and jb = ja + 8 (elements 2, 3) */
     const int ra = warp * 16 + g, ja = j0 + ra, jb = ja + 8;
     const int hi_a = s_hi[ra], hi_b = s_hi[ra + 8];
-    const float slope2 = slopes ? slopes[h] * kLog2e : 0.0f;
     float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
 
-    for (int qi = 0; qi < nq; qi++) {
-        const int u = qi & 1, it0 = j0 + qi * BQ;
-        if (qi + 1 < nq) {
-            load_query_tile(it0 + BQ, u ^ 1); /* buffer u^1 was released by the last barrier */
-            cp_async_wait<1>();               /* everything but that tile */
+    for (int st = 0; st < nsteps; st++) {
+        const int u = st & 1, it0 = j0 + (st % nq) * BQ;
+        const float slope2 = slopes ? slopes[h0 + st / nq] * kLog2e : 0.0f;
+        if (st + 1 < nsteps) {
+            load_query_tile(st + 1, u ^ 1); /* buffer u^1 was released by the last barrier */
+            cp_async_wait<1>();             /* everything but that step's tiles */
         } else {
             cp_async_wait<0>();
         }
@@ -553,17 +578,18 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_m
         __syncthreads(); /* every warp is done with buffer u */
     }
 
-    bf16 *dka = dqkv + ((size_t)b * T + ja) * ld + C + (size_t)h * HS + 2 * t4;
+    const size_t voff = (size_t)KVH * HS; /* value head kvh, from key head kvh */
+    bf16 *dka = dqkv + ((size_t)b * T + ja) * ld + (size_t)(NH + kvh) * HS + 2 * t4;
     bf16 *dkb = dka + 8 * ld;
 #pragma unroll
     for (int dn = 0; dn < HS / 8; dn++) {
         if (ja < T) {
             add_bf16x2(dka + dn * 8, dk[dn][0] * scale, dk[dn][1] * scale);
-            add_bf16x2(dka + C + dn * 8, dv[dn][0], dv[dn][1]);
+            add_bf16x2(dka + voff + dn * 8, dv[dn][0], dv[dn][1]);
         }
         if (jb < T) {
             add_bf16x2(dkb + dn * 8, dk[dn][2] * scale, dk[dn][3] * scale);
-            add_bf16x2(dkb + C + dn * 8, dv[dn][2], dv[dn][3]);
+            add_bf16x2(dkb + voff + dn * 8, dv[dn][2], dv[dn][3]);
         }
     }
 }
@@ -577,10 +603,11 @@ template <int HS>
 __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_mma_kernel(
     bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
     const float *__restrict__ lse, const float *__restrict__ Dsum,
-    const float *__restrict__ slopes, const int32_t *__restrict__ seq, int T, int C, int NH,
+    const float *__restrict__ slopes, const int32_t *__restrict__ seq, int T, int NH, int KVH,
     float scale, float sl2) {
     using Tl = att_tiles<HS>;
     constexpr int BR = Tl::DQ_BR, BC = Tl::DQ_BC, LD = Tl::LD;
+    const int C = NH * HS;
     static_assert(BR == 16 * ATT_WARPS, "one 16-row slab per warp");
     extern __shared__ __align__(16) unsigned char att_smem[];
     bf16 *sQ = reinterpret_cast<bf16 *>(att_smem), *sG = sQ + BR * LD, *sK = sG + BR * LD;
@@ -589,8 +616,9 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_m
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
     const int i0 = (gridDim.x - 1 - blockIdx.x) * BR, h = blockIdx.y, b = blockIdx.z;
-    const size_t ld = 3 * (size_t)C;
-    const bf16 *q = qkv + (size_t)b * T * ld + (size_t)h * HS, *k = q + C, *v = q + 2 * (size_t)C;
+    const size_t ld = (size_t)(NH + 2 * KVH) * HS;
+    const bf16 *q, *k, *v;
+    head_rows(q, k, v, qkv, b, T, h, NH, KVH, HS);
     const bf16 *go = dout + (size_t)b * T * C + (size_t)h * HS;
     const float *lbh = lse + ((size_t)b * NH + h) * T, *dbh = Dsum + ((size_t)b * NH + h) * T;
 
@@ -656,20 +684,19 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_m
 
 /* ---- host -------------------------------------------------------------------------------- */
 
-/* shapes and head size; returns hs */
+/* 1 when there is a kernel instance for head size hs */
 int tcu_attention_head_size_ok(int hs) { return hs == 32 || hs == 64 || hs == 128; }
 
-static int att_check(const char *what, int B, int T, int C, int NH) {
-    TCU_REQUIRE(B >= 1 && B <= 65535 && T >= 1 && NH >= 1 && NH <= 65535 && C >= NH &&
-                    C % NH == 0,
+/* shapes and head size: B, NH in 1..65535, T >= 1, 1 <= KVH dividing NH, hs with a kernel */
+static void att_check(const char *what, int B, int T, int NH, int KVH, int hs) {
+    TCU_REQUIRE(B >= 1 && B <= 65535 && T >= 1 && NH >= 1 && NH <= 65535 && KVH >= 1 &&
+                    NH % KVH == 0,
                 what,
-                tcu_msg("bad shape B=%d T=%d C=%d NH=%d (B, NH in 1..65535, T >= 1, NH divides C)",
-                        B, T, C, NH));
-    const int hs = C / NH;
+                tcu_msg("bad shape B=%d T=%d NH=%d KVH=%d (B, NH in 1..65535, T >= 1, KVH >= 1 "
+                        "dividing NH)",
+                        B, T, NH, KVH));
     TCU_REQUIRE(tcu_attention_head_size_ok(hs), what,
-                tcu_msg("head size hs = C/NH = %d (C=%d, NH=%d) has no kernel: 32, 64 or 128",
-                        hs, C, NH));
-    return hs;
+                tcu_msg("head size hs = %d (NH=%d) has no kernel: 32, 64 or 128", hs, NH));
 }
 
 /* a kernel's dynamic shared-memory limit = bytes (needed past the default 48 KB; set always, so
@@ -681,8 +708,8 @@ static void att_smem_limit(const void *kernel, size_t bytes, const char *what) {
 
 template <int HS>
 static void attention_forward_hs(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
-                                 const float *slopes, const int32_t *seq, int B, int T, int C,
-                                 int NH, cudaStream_t st) {
+                                 const float *slopes, const int32_t *seq, int B, int T, int NH,
+                                 int KVH, cudaStream_t st) {
     using Tl = att_tiles<HS>;
     const float scale = 1.0f / sqrtf((float)HS);
     auto kernel = attention_forward_flash_mma_kernel<HS>;
@@ -690,28 +717,29 @@ static void attention_forward_hs(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
     const dim3 grid((unsigned)((T + Tl::FWD_BR - 1) / Tl::FWD_BR), (unsigned)NH, (unsigned)B);
     kernel<<<grid, ATT_THREADS, Tl::fwd_smem, st>>>(reinterpret_cast<bf16 *>(out), lse,
                                                     reinterpret_cast<const bf16 *>(qkv), slopes,
-                                                    seq, T, C, NH, scale * kLog2e);
+                                                    seq, T, NH, KVH, scale * kLog2e);
     TCU_CHECK_LAUNCH("tcu_attention_forward");
 }
 
-/* out (B,T,C) bf16, lse (B,NH,T) fp32 = forward of ops.h attention_forward (see the file header).
- * qkv (B,T,3C) bf16, alibi_slopes (NH) or NULL, seq (B,T) or NULL. hs = C/NH in {32, 64, 128};
- * qkv and out 16-byte aligned. One kernel, grid (ceil(T/64), NH, B) x 128 threads. */
+/* out (B,T,NH*hs) bf16, lse (B,NH,T) fp32 = forward of ops.h attention_forward (see the file
+ * header). qkv (B,T,(NH+2KVH)hs) bf16, alibi_slopes (NH) or NULL, seq (B,T) or NULL. hs in
+ * {32, 64, 128}; qkv and out 16-byte aligned. One kernel, grid (ceil(T/64), NH, B) x 128
+ * threads. */
 extern "C" void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
                                       const float *alibi_slopes, const int32_t *seq, int B, int T,
-                                      int NH, int KVH, int hs_, tcu_stream s) {
-    const int C = NH * hs_;
-    TCU_REQUIRE(KVH == NH, "tcu_attention_forward", "grouped-query attention (KVH < NH) is not built yet");
-    const int hs = att_check("tcu_attention_forward", B, T, C, NH);
-    TCU_REQUIRE(tcu_aligned16(qkv) && tcu_aligned16(out), "tcu_attention_forward",
+                                      int NH, int KVH, int hs, tcu_stream s) {
+    const char *what = "tcu_attention_forward";
+    att_check(what, B, T, NH, KVH, hs);
+    TCU_REQUIRE(out && lse && qkv, what, "out, lse and qkv must not be NULL");
+    TCU_REQUIRE(tcu_aligned16(qkv) && tcu_aligned16(out), what,
                 "qkv and out must be 16-byte aligned");
     cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
     if (hs == 32)
-        attention_forward_hs<32>(out, lse, qkv, alibi_slopes, seq, B, T, C, NH, st);
+        attention_forward_hs<32>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
     else if (hs == 64)
-        attention_forward_hs<64>(out, lse, qkv, alibi_slopes, seq, B, T, C, NH, st);
+        attention_forward_hs<64>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
     else
-        attention_forward_hs<128>(out, lse, qkv, alibi_slopes, seq, B, T, C, NH, st);
+        attention_forward_hs<128>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
 }
 
 /* scratch of tcu_attention_backward: D = rowsum(dout * out), (B,NH,T) fp32, nothing else (dq, dk,
@@ -724,10 +752,11 @@ extern "C" size_t tcu_attention_scratch_bytes(int B, int T, int NH, int KVH, int
 template <int HS>
 static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
                                   const tsr_bf16 *out, const float *lse, const float *slopes,
-                                  const int32_t *seq, float *D, int B, int T, int C, int NH,
+                                  const int32_t *seq, float *D, int B, int T, int NH, int KVH,
                                   cudaStream_t st) {
     using Tl = att_tiles<HS>;
     const char *what = "tcu_attention_backward";
+    const int C = NH * HS;
     const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * kLog2e;
     bf16 *dq = reinterpret_cast<bf16 *>(dqkv);
     const bf16 *g = reinterpret_cast<const bf16 *>(dout), *x = reinterpret_cast<const bf16 *>(qkv);
@@ -739,39 +768,45 @@ static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const ts
 
     auto kv = attention_backward_dkdv_keytile_mma_kernel<HS>;
     att_smem_limit((const void *)kv, Tl::kv_smem, "tcu_attention_backward: shared memory (dk, dv)");
-    const dim3 gkv((unsigned)((T + Tl::KV_BK - 1) / Tl::KV_BK), (unsigned)NH, (unsigned)B);
-    kv<<<gkv, ATT_THREADS, Tl::kv_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, C, NH, scale, sl2);
+    const dim3 gkv((unsigned)((T + Tl::KV_BK - 1) / Tl::KV_BK), (unsigned)KVH, (unsigned)B);
+    kv<<<gkv, ATT_THREADS, Tl::kv_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, NH, KVH, scale,
+                                              sl2);
     TCU_CHECK_LAUNCH("tcu_attention_backward: dk, dv");
 
     auto qk = attention_backward_dq_querytile_mma_kernel<HS>;
     att_smem_limit((const void *)qk, Tl::dq_smem, "tcu_attention_backward: shared memory (dq)");
     const dim3 gq((unsigned)((T + Tl::DQ_BR - 1) / Tl::DQ_BR), (unsigned)NH, (unsigned)B);
-    qk<<<gq, ATT_THREADS, Tl::dq_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, C, NH, scale, sl2);
+    qk<<<gq, ATT_THREADS, Tl::dq_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, NH, KVH, scale,
+                                             sl2);
     TCU_CHECK_LAUNCH(what);
 }
 
-/* dqkv (B,T,3C) bf16 += the gradient of ops.h attention_forward, from dout (B,T,C), out and lse
- * of the forward, qkv, slopes, seq as given to it; scratch: tcu_attention_scratch_bytes bytes.
- * Three kernels: D = rowsum(dout * out) into scratch, dk/dv per key tile, dq per query tile. */
+/* dqkv (B,T,QKV) bf16 += the gradient of ops.h attention_forward, from dout (B,T,NH*hs), out and
+ * lse of the forward, qkv, slopes, seq as given to it; scratch: tcu_attention_scratch_bytes
+ * bytes. Three kernels: D = rowsum(dout * out) into scratch, dk/dv per key tile of each key/value
+ * head (its query heads summed inside the block), dq per query tile. */
 extern "C" void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
                                        const tsr_bf16 *out, const float *lse,
                                        const float *alibi_slopes, const int32_t *seq,
-                                       void *scratch, int B, int T, int NH, int KVH, int hs_,
+                                       void *scratch, int B, int T, int NH, int KVH, int hs,
                                        tcu_stream s) {
-    const int C = NH * hs_;
-    TCU_REQUIRE(KVH == NH, "tcu_attention_backward", "grouped-query attention (KVH < NH) is not built yet");
-    const int hs = att_check("tcu_attention_backward", B, T, C, NH);
+    const char *what = "tcu_attention_backward";
+    att_check(what, B, T, NH, KVH, hs);
+    TCU_REQUIRE(dqkv && dout && qkv && out && lse, what,
+                "dqkv, dout, qkv, out and lse must not be NULL");
     TCU_REQUIRE(tcu_aligned16(dqkv) && tcu_aligned16(dout) && tcu_aligned16(qkv) &&
                     tcu_aligned16(out),
-                "tcu_attention_backward", "dqkv, dout, qkv and out must be 16-byte aligned");
-    TCU_REQUIRE(scratch != nullptr, "tcu_attention_backward", "scratch is NULL");
+                what, "dqkv, dout, qkv and out must be 16-byte aligned");
+    TCU_REQUIRE(scratch != nullptr, what, "scratch is NULL");
     cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
     float *D = static_cast<float *>(scratch);
     if (hs == 32)
-        attention_backward_hs<32>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, D, B, T, C, NH, st);
+        attention_backward_hs<32>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, D, B, T, NH, KVH,
+                                  st);
     else if (hs == 64)
-        attention_backward_hs<64>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, D, B, T, C, NH, st);
+        attention_backward_hs<64>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, D, B, T, NH, KVH,
+                                  st);
     else
-        attention_backward_hs<128>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, D, B, T, C, NH,
+        attention_backward_hs<128>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, D, B, T, NH, KVH,
                                    st);
 }

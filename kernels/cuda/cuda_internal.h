@@ -100,4 +100,42 @@ static inline unsigned tcu_blocks(size_t n, unsigned threads) {
     return (unsigned)((n + threads - 1) / threads);
 }
 
+/* sum over the 32 lanes of a warp (butterfly: every lane gets the same bits) */
+__device__ __forceinline__ float tcu_warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Block-wide sum of (x, y), the same value returned to every thread; fixed order (warp butterfly,
+ * then warps 0..nw-1 in order). red: 32 float2 of shared memory; all threads must call it. The
+ * leading barrier lets it be called again (next row) while slower threads still read red. */
+__device__ __forceinline__ float2 tcu_block_sum2(float2 v, float2 *red) {
+    v.x = tcu_warp_sum(v.x);
+    v.y = tcu_warp_sum(v.y);
+    const int nw = blockDim.x >> 5;
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float2 t = make_float2(0.0f, 0.0f);
+    for (int i = 0; i < nw; i++) {
+        t.x += red[i].x;
+        t.y += red[i].y;
+    }
+    return t;
+}
+
+/* The deterministic weight gradients of the norm backwards (cuda_layernorm.cu; LayerNorm and the
+ * RMSNorms of cuda_llama.cu share them): the rows are cut into groups of
+ * tcu_norm_rows_per_group(N) rows (a function of N only), each block sums its group's column
+ * terms in row order into row p of a partial scratch (P rows of `stride` floats, from
+ * tcu_norm_partial_scratch: one process-wide buffer, grown on demand, freed by tcu_shutdown), and
+ * tcu_norm_param_grad_reduce adds the P partials per column in a fixed order:
+ *   dw[c] += sum_p partial[p*stride + c], db[c] += sum_p partial[p*stride + C + c] (db or NULL;
+ * with db, stride >= 2C). */
+int tcu_norm_rows_per_group(int N);
+float *tcu_norm_partial_scratch(size_t bytes, const char *what);
+void tcu_norm_param_grad_reduce(float *dw, float *db, const float *partial, int P, int C,
+                                size_t stride, cudaStream_t st, const char *what);
+
 #endif

@@ -30,14 +30,6 @@
 #define LN_RED_COLS 32        /* partial reduction: columns per block (one warp wide) */
 #define LN_RED_SLICES 32      /* partial reduction: warps per block, each sums every 32nd partial */
 
-/* ---- device helpers ---------------------------------------------------------------------- */
-
-__device__ __forceinline__ float ln_warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 /* ---- forward ----------------------------------------------------------------------------- */
 
 /* out[n,:] = (x - mean) * rstd * w + bias, mean = sum x / C, rstd = 1/sqrtf(sum (x-mean)^2 / C + eps);
@@ -79,7 +71,7 @@ __global__ void __launch_bounds__(LN_FWD_THREADS)
 #pragma unroll
         for (int k = 0; k < W; k++) s += v[k];
     }
-    const float m = ln_warp_sum(s) / (float)C;
+    const float m = tcu_warp_sum(s) / (float)C;
 
     /* pass 2: biased variance around m */
     float q = 0.0f;
@@ -92,7 +84,7 @@ __global__ void __launch_bounds__(LN_FWD_THREADS)
             q += d * d;
         }
     }
-    const float r = 1.0f / sqrtf(ln_warp_sum(q) / (float)C + TSR_LN_EPS);
+    const float r = 1.0f / sqrtf(tcu_warp_sum(q) / (float)C + TSR_LN_EPS);
 
     /* pass 3: normalise, scale, shift (same expression order as the CPU op) */
     for (int c = lane * W; c < C; c += 32 * W) {
@@ -163,24 +155,6 @@ void tcu_residual_layernorm_forward(tsr_bf16 *residual, tsr_bf16 *out, float *me
 
 /* ---- backward ---------------------------------------------------------------------------- */
 
-/* Block-wide sum of (x, y), the same value returned to every thread; fixed order (warp butterfly,
- * then warps 0..nw-1 in order). red: 32 float2 of shared memory; all threads must call it. The
- * leading barrier lets it be called again (next row) while slower threads still read red. */
-__device__ __forceinline__ float2 ln_block_sum2(float2 v, float2 *red) {
-    v.x = ln_warp_sum(v.x);
-    v.y = ln_warp_sum(v.y);
-    const int nw = blockDim.x >> 5;
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float2 t = make_float2(0.0f, 0.0f);
-    for (int i = 0; i < nw; i++) {
-        t.x += red[i].x;
-        t.y += red[i].y;
-    }
-    return t;
-}
-
 /* One row group per block; per row n of the group, in order (norm = (x - mean) * rstd, g = dout):
  *   dinp[n,:] += (w*g - mean(w*g) - norm * mean(w*g*norm)) * rstd      (bf16, read-add-round)
  *   acc_w[:] += g * norm;  acc_b[:] += g   (fp32 column sums of this group, when with_db)
@@ -231,7 +205,7 @@ __global__ void __launch_bounds__(1024)
                 if (with_db) acc[C + c + k] += gv[k];
             }
         }
-        sums = ln_block_sum2(sums, red);
+        sums = tcu_block_sum2(sums, red);
         const float dmean = sums.x / (float)C, dnmean = sums.y / (float)C;
         for (int c = c0; c < C; c += step) {
             float xv[W], gv[W], wv[W], dv[W];
@@ -258,20 +232,20 @@ __global__ void __launch_bounds__(1024)
     }
 }
 
-/* dw[c] += sum_p partial[p, c];  db[c] += sum_p partial[p, C + c] (when db), p = 0..P-1.
- * dw (C) fp32, db (C) fp32 or NULL, partial (P, 2C) fp32.
+/* dw[c] += sum_p partial[p*stride + c];  db[c] += sum_p partial[p*stride + C + c] (when db),
+ * p = 0..P-1. dw (C) fp32, db (C) fp32 or NULL, partial (P, stride) fp32 (stride >= 2C with db).
  * Launch: grid ceil(width / LN_RED_COLS), width = C (no db) or 2C; block (LN_RED_COLS,
  * LN_RED_SLICES). Thread (x, y) sums partials y, y + 32, ... of its column in order; thread (x, 0)
  * adds the 32 slice sums in order 0..31: a fixed order, deterministic. */
 __global__ void __launch_bounds__(LN_RED_COLS *LN_RED_SLICES)
     layernorm_param_grad_fixed_order_kernel(float *dw, float *db, const float *partial, int P,
-                                            int C) {
+                                            int C, size_t stride) {
     __shared__ float sl[LN_RED_SLICES][LN_RED_COLS];
     const int width = db ? 2 * C : C;
     const int col = blockIdx.x * LN_RED_COLS + threadIdx.x;
     float s = 0.0f;
     if (col < width)
-        for (int p = threadIdx.y; p < P; p += LN_RED_SLICES) s += partial[(size_t)p * 2 * C + col];
+        for (int p = threadIdx.y; p < P; p += LN_RED_SLICES) s += partial[(size_t)p * stride + col];
     sl[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.y == 0 && col < width) {
@@ -282,9 +256,18 @@ __global__ void __launch_bounds__(LN_RED_COLS *LN_RED_SLICES)
     }
 }
 
+void tcu_norm_param_grad_reduce(float *dw, float *db, const float *partial, int P, int C,
+                                size_t stride, cudaStream_t st, const char *what) {
+    const int width = db ? 2 * C : C;
+    const dim3 rblock(LN_RED_COLS, LN_RED_SLICES);
+    layernorm_param_grad_fixed_order_kernel<<<tcu_blocks((size_t)width, LN_RED_COLS), rblock, 0,
+                                              st>>>(dw, db, partial, P, C, stride);
+    TCU_CHECK_LAUNCH(what);
+}
+
 /* Rows per group: a function of N only (never of the device or of timing), so the partial sums
  * and the order they are added in, hence dw/db's bits, depend on the inputs alone. */
-static int ln_bwd_rows_per_group(int N) {
+int tcu_norm_rows_per_group(int N) {
     const int r = (int)(((long long)N + LN_BWD_MAX_GROUPS - 1) / LN_BWD_MAX_GROUPS);
     return r < LN_BWD_MIN_ROWS ? LN_BWD_MIN_ROWS : r;
 }
@@ -299,14 +282,14 @@ void tcu_layernorm_release(void) {
     ln_partial_bytes = 0;
 }
 
-static float *ln_partial_scratch(size_t bytes) {
+float *tcu_norm_partial_scratch(size_t bytes, const char *what) {
     if (bytes > ln_partial_bytes) {
         if (ln_partial) {
             /* a launch of the previous size may still be reading it, on any stream */
-            TCU_CHECK(cudaDeviceSynchronize(), "tcu_layernorm_backward: growing its scratch");
+            TCU_CHECK(cudaDeviceSynchronize(), tcu_msg("%s: growing its scratch", what));
             tcu_free(ln_partial);
         }
-        ln_partial = (float *)tcu_malloc(bytes, "tcu_layernorm_backward dw/db partial sums");
+        ln_partial = (float *)tcu_malloc(bytes, "the norm backwards' weight-gradient partial sums");
         ln_partial_bytes = bytes;
     }
     return ln_partial;
@@ -325,9 +308,9 @@ void tcu_layernorm_backward(tsr_bf16 *dinp, float *dw, float *db, const tsr_bf16
     TCU_REQUIRE(dinp && dw && dout && inp && w && mean && rstd, what, "a required pointer is NULL");
     if (N == 0) return;
     const cudaStream_t st = (cudaStream_t)s;
-    const int rows = ln_bwd_rows_per_group(N);
+    const int rows = tcu_norm_rows_per_group(N);
     const int P = (N + rows - 1) / rows;
-    float *partial = ln_partial_scratch((size_t)P * 2 * C * sizeof(float));
+    float *partial = tcu_norm_partial_scratch((size_t)P * 2 * C * sizeof(float), what);
 
     const bool w8 = C % 8 == 0;
     const bool vec = w8 && tcu_aligned16(dinp) && tcu_aligned16(dout) && tcu_aligned16(inp) &&
@@ -353,9 +336,6 @@ void tcu_layernorm_backward(tsr_bf16 *dinp, float *dw, float *db, const tsr_bf16
                                   (const bf16 *)w, mean, rstd, N, C, rows, acc_smem, with_db);
     TCU_CHECK_LAUNCH("tcu_layernorm_backward: layernorm_backward_row_group_kernel");
 
-    const int width = with_db ? 2 * C : C;
-    const dim3 rblock(LN_RED_COLS, LN_RED_SLICES);
-    layernorm_param_grad_fixed_order_kernel<<<tcu_blocks((size_t)width, LN_RED_COLS), rblock, 0,
-                                              st>>>(dw, db, partial, P, C);
-    TCU_CHECK_LAUNCH("tcu_layernorm_backward: layernorm_param_grad_fixed_order_kernel");
+    tcu_norm_param_grad_reduce(dw, db, partial, P, C, (size_t)2 * C, st,
+                               "tcu_layernorm_backward: layernorm_param_grad_fixed_order_kernel");
 }

@@ -4,7 +4,8 @@
  * trains in: activations and the weights the matmuls read are bf16; parameter gradients, master
  * weights and AdamW moments are fp32; every reduction (LayerNorm statistics, softmax, attention's
  * online softmax, matmul accumulation, bias and weight gradients) accumulates in fp32.
- * Dimension vocabulary as in ops.h: B T C NH hs=C/NH F V Vp N=B*T.
+ * Dimension vocabulary as in ops.h: B T C NH KVH hs (C/NH unless the model sets head_dim)
+ * QKV=(NH+2KVH)hs F V Vp N=B*T.
  *
  * Conventions (as ops.h, so each op can be checked against its CPU twin):
  *   - every pointer is device memory unless its name ends in _host;

@@ -380,6 +380,161 @@ void tcu_layernorm_backward(tsr_bf16 *dinp, float *dw, float *db, const tsr_bf16
     free(dx), free(wf), free(g), free(x);
 }
 
+/* ---- the Llama-style blocks ----------------------------------------------------------------- */
+
+/* out = round(RMSNorm(x)) with x = inp, or (fused) x = residual = round(a + b): the RMSNorm of the
+ * rounded residual, bit for bit the two separate ops; rstd written when not NULL */
+static void rms_forward(const char *what, int fused, tsr_bf16 *residual, tsr_bf16 *out,
+                        float *rstd, const tsr_bf16 *a, const tsr_bf16 *b, const tsr_bf16 *w, int N,
+                        int C, float eps) {
+    REQUIRE(N >= 0 && C >= 1, what, "need N >= 0 and C >= 1, got N=%d C=%d", N, C);
+    REQUIRE(eps >= 0.0f, what, "eps = %g must be >= 0", (double)eps);
+    REQUIRE(out && a && w && (!fused || (b && residual)), what, "a required pointer is NULL");
+    if (N == 0) return;
+    const size_t n = (size_t)N * C;
+    float *x = host_alloc(n * sizeof *x, what), *o = host_alloc(n * sizeof *o, what);
+    for (size_t i = 0; i < n; i++) {
+        if (fused) residual[i] = bf16_round(bf16_widen(a[i]) + bf16_widen(b[i]));
+        x[i] = bf16_widen(fused ? residual[i] : a[i]);
+    }
+    float *wf = widen(w, C, what);
+    float *rs = rstd ? rstd : host_alloc((size_t)N * sizeof *rs, what);
+    cpu->rmsnorm_forward(o, rs, x, wf, N, C, eps);
+    round_into(out, o, n);
+    if (!rstd) free(rs);
+    free(wf), free(o), free(x);
+}
+
+void tcu_rmsnorm_forward(tsr_bf16 *out, float *rstd, const tsr_bf16 *inp, const tsr_bf16 *w,
+                         int N, int C, float eps, tcu_stream s) {
+    rms_forward("tcu_rmsnorm_forward", 0, NULL, out, rstd, inp, NULL, w, N, C, eps);
+}
+
+void tcu_residual_rmsnorm_forward(tsr_bf16 *residual, tsr_bf16 *out, float *rstd,
+                                  const tsr_bf16 *a, const tsr_bf16 *b, const tsr_bf16 *w, int N,
+                                  int C, float eps, tcu_stream s) {
+    rms_forward("tcu_residual_rmsnorm_forward", 1, residual, out, rstd, a, b, w, N, C, eps);
+}
+
+/* dinp (bf16) += the CPU op's fp32 increment; dw fp32 += by the CPU op */
+void tcu_rmsnorm_backward(tsr_bf16 *dinp, float *dw, const tsr_bf16 *dout, const tsr_bf16 *inp,
+                          const tsr_bf16 *w, const float *rstd, int N, int C, tcu_stream s) {
+    const char *what = "tcu_rmsnorm_backward";
+    REQUIRE(N >= 0 && C >= 1, what, "need N >= 0 and C >= 1, got N=%d C=%d", N, C);
+    REQUIRE(dinp && dw && dout && inp && w && rstd, what, "a required pointer is NULL");
+    if (N == 0) return;
+    need_context(what);
+    const size_t n = (size_t)N * C;
+    float *x = widen(inp, n, what), *g = widen(dout, n, what), *wf = widen(w, C, what);
+    float *dx = host_zeros(n, what);
+    cpu->rmsnorm_backward(dx, dw, g, x, wf, rstd, N, C);
+    add_round_into(dinp, dx, n);
+    free(dx), free(wf), free(g), free(x);
+}
+
+static void check_heads(const char *what, int N, int NH, int KVH, int hs) {
+    REQUIRE(N >= 0 && NH >= 1 && KVH >= 1 && NH % KVH == 0 && hs >= 1, what,
+            "bad shape N=%d NH=%d KVH=%d hs=%d (NH a multiple of KVH >= 1, hs >= 1)", N, NH, KVH,
+            hs);
+    REQUIRE((long long)N * (NH + KVH) < (1ll << 31), what,
+            "N*(NH+KVH) = %lld head rows is too many (at most 2^31 - 1)",
+            (long long)N * (NH + KVH));
+}
+
+/* out = round(the CPU op on the widened inp): the value heads, copied exactly */
+void tcu_qknorm_forward(tsr_bf16 *out, float *rstd, const tsr_bf16 *inp, const tsr_bf16 *qw,
+                        const tsr_bf16 *kw, int N, int NH, int KVH, int hs, float eps,
+                        tcu_stream s) {
+    const char *what = "tcu_qknorm_forward";
+    check_heads(what, N, NH, KVH, hs);
+    REQUIRE(eps >= 0.0f, what, "eps = %g must be >= 0", (double)eps);
+    REQUIRE(out && inp && qw && kw, what, "out, inp, qw and kw must not be NULL");
+    if (N == 0) return;
+    const size_t n = (size_t)N * (NH + 2 * KVH) * hs, nr = (size_t)N * (NH + KVH);
+    float *x = widen(inp, n, what), *qf = widen(qw, hs, what), *kf = widen(kw, hs, what);
+    float *rs = rstd ? rstd : host_alloc(nr * sizeof *rs, what);
+    cpu->qknorm_forward(x, rs, x, qf, kf, N, NH, KVH, hs, eps);
+    round_into(out, x, n);
+    if (!rstd) free(rs);
+    free(kf), free(qf), free(x);
+}
+
+/* dinp (bf16) += the CPU op's fp32 increment (the value columns: dout, exact before the add);
+ * dqw, dkw fp32 += by the CPU op */
+void tcu_qknorm_backward(tsr_bf16 *dinp, float *dqw, float *dkw, const tsr_bf16 *dout,
+                         const tsr_bf16 *inp, const tsr_bf16 *qw, const tsr_bf16 *kw,
+                         const float *rstd, int N, int NH, int KVH, int hs, tcu_stream s) {
+    const char *what = "tcu_qknorm_backward";
+    check_heads(what, N, NH, KVH, hs);
+    REQUIRE(dinp && dqw && dkw && dout && inp && qw && kw && rstd, what,
+            "a required pointer is NULL");
+    if (N == 0) return;
+    need_context(what);
+    const size_t n = (size_t)N * (NH + 2 * KVH) * hs;
+    float *x = widen(inp, n, what), *g = widen(dout, n, what), *dx = host_zeros(n, what);
+    float *qf = widen(qw, hs, what), *kf = widen(kw, hs, what);
+    cpu->qknorm_backward(dx, dqw, dkw, g, x, qf, kf, rstd, N, NH, KVH, hs);
+    add_round_into(dinp, dx, n);
+    free(kf), free(qf), free(dx), free(g), free(x);
+}
+
+/* in place: round(the CPU rotation of the widened qkv); the value heads come back unchanged
+ * (widening and rounding a bf16 is exact) */
+static void rope_emu(const char *what, tsr_bf16 *qkv, const int32_t *pos, int p0,
+                     const float *inv_freq, int B, int T, int NH, int KVH, int hs, int backward) {
+    REQUIRE(B >= 0 && T >= 1 && hs >= 2 && hs % 2 == 0, what,
+            "bad shape B=%d T=%d hs=%d (hs even)", B, T, hs);
+    check_heads(what, B * T, NH, KVH, hs);
+    REQUIRE(qkv && inv_freq, what, "qkv and inv_freq must not be NULL");
+    REQUIRE(pos || p0 >= 0, what, "p0 = %d must be >= 0", p0);
+    const size_t n = (size_t)B * T * (NH + 2 * KVH) * hs;
+    if (n == 0) return;
+    float *x = widen(qkv, n, what);
+    if (backward) cpu->rope_backward(x, pos, p0, inv_freq, B, T, NH, KVH, hs);
+    else cpu->rope_forward(x, pos, p0, inv_freq, B, T, NH, KVH, hs);
+    round_into(qkv, x, n);
+    free(x);
+}
+
+void tcu_rope_forward(tsr_bf16 *qkv, const int32_t *pos, int p0, const float *inv_freq, int B,
+                      int T, int NH, int KVH, int hs, tcu_stream s) {
+    rope_emu("tcu_rope_forward", qkv, pos, p0, inv_freq, B, T, NH, KVH, hs, 0);
+}
+
+void tcu_rope_backward(tsr_bf16 *dqkv, const int32_t *pos, int p0, const float *inv_freq, int B,
+                       int T, int NH, int KVH, int hs, tcu_stream s) {
+    rope_emu("tcu_rope_backward", dqkv, pos, p0, inv_freq, B, T, NH, KVH, hs, 1);
+}
+
+static void check_nf(const char *what, int N, int F, int ok) {
+    REQUIRE(N >= 0 && F >= 1, what, "need N >= 0 and F >= 1, got N=%d F=%d", N, F);
+    REQUIRE(ok, what, "a required pointer is NULL");
+}
+
+void tcu_swiglu_forward(tsr_bf16 *out, const tsr_bf16 *inp, int N, int F, tcu_stream s) {
+    const char *what = "tcu_swiglu_forward";
+    check_nf(what, N, F, out && inp);
+    if (N == 0) return;
+    const size_t n = (size_t)N * F;
+    float *x = widen(inp, 2 * n, what), *o = host_alloc(n * sizeof *o, what);
+    cpu->swiglu_forward(o, x, N, F);
+    round_into(out, o, n);
+    free(o), free(x);
+}
+
+/* dinp (bf16) += the CPU op's fp32 increment */
+void tcu_swiglu_backward(tsr_bf16 *dinp, const tsr_bf16 *inp, const tsr_bf16 *dout, int N, int F,
+                         tcu_stream s) {
+    const char *what = "tcu_swiglu_backward";
+    check_nf(what, N, F, dinp && inp && dout);
+    if (N == 0) return;
+    const size_t n = (size_t)N * F;
+    float *x = widen(inp, 2 * n, what), *g = widen(dout, n, what), *dx = host_zeros(2 * n, what);
+    cpu->swiglu_backward(dx, x, g, N, F);
+    add_round_into(dinp, dx, 2 * n);
+    free(dx), free(g), free(x);
+}
+
 /* ---- matmul -------------------------------------------------------------------------------- */
 
 static void require_shape(const char *what, int N, int IC, int OC) {
@@ -504,37 +659,38 @@ int tcu_attention_head_size_ok(int hs) { return hs == 32 || hs == 64 || hs == 12
 
 /* ---- attention ----------------------------------------------------------------------------- */
 
-static void att_check(const char *what, int B, int T, int C, int NH) {
-    REQUIRE(B >= 1 && B <= 65535 && T >= 1 && NH >= 1 && NH <= 65535 && C >= NH && C % NH == 0,
-            what, "bad shape B=%d T=%d C=%d NH=%d (B, NH in 1..65535, T >= 1, NH divides C)", B, T,
-            C, NH);
-    const int hs = C / NH;
+static void att_check(const char *what, int B, int T, int NH, int KVH, int hs) {
+    REQUIRE(B >= 1 && B <= 65535 && T >= 1 && NH >= 1 && NH <= 65535 && KVH >= 1 &&
+                NH % KVH == 0,
+            what, "bad shape B=%d T=%d NH=%d KVH=%d (B, NH in 1..65535, T >= 1, KVH >= 1 "
+            "dividing NH)", B, T, NH, KVH);
     REQUIRE(tcu_attention_head_size_ok(hs), what,
-            "head size hs = C/NH = %d (C=%d, NH=%d) has no kernel: 32, 64 or 128", hs, C, NH);
+            "head size hs = %d (NH=%d) has no kernel: 32, 64 or 128", hs, NH);
 }
 
 static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-/* Rows r = h*T + i of sequence b (x (T,3C): its widened qkv), over j in [lo(i), i], lo(i) the start
- * of i's segment (run of equal ids in sq, or 0), with s[i,j] = q_i . k_j / sqrt(hs) - slope (i - j)
- * in fp32 (fma dot products, as the CPU op): with lse_out, lse_out[b,h,i] = log sum_j exp(s[i,j])
- * (online, in double); else att (NH,T,T) row r = exp(s[i,j] - lse[b,h,i]), exact zeros elsewhere */
+/* Rows r = h*T + i of sequence b (x (T,QKV): its widened qkv, query head h reading key head
+ * h / (NH/KVH)), over j in [lo(i), i], lo(i) the start of i's segment (run of equal ids in sq, or
+ * 0), with s[i,j] = q_i . k_j / sqrt(hs) - slope (i - j) in fp32 (fma dot products, as the CPU
+ * op): with lse_out, lse_out[b,h,i] = log sum_j exp(s[i,j]) (online, in double); else att
+ * (NH,T,T) row r = exp(s[i,j] - lse[b,h,i]), exact zeros elsewhere */
 static void att_rows(float *lse_out, float *att, const float *lse, const float *x,
-                     const float *slopes, const int32_t *sq, int *lo, int b, int T, int C,
-                     int NH) {
-    const int hs = C / NH;
+                     const float *slopes, const int32_t *sq, int *lo, int b, int T, int NH,
+                     int KVH, int hs) {
+    const size_t ld = (size_t)(NH + 2 * KVH) * hs;
     const float scale = 1.0f / sqrtf((float)hs);
     lo[0] = 0;
     for (int i = 1; i < T; i++) lo[i] = !sq ? 0 : sq[i] == sq[i - 1] ? lo[i - 1] : i;
 #pragma omp parallel for schedule(dynamic, 16)
     for (long r = 0; r < (long)NH * T; r++) {
-        const int h = (int)(r / T), i = (int)(r % T);
-        const float slope = slopes ? slopes[h] : 0.0f, *q = x + (size_t)i * 3 * C + h * hs;
+        const int h = (int)(r / T), i = (int)(r % T), g = h / (NH / KVH);
+        const float slope = slopes ? slopes[h] : 0.0f, *q = x + (size_t)i * ld + (size_t)h * hs;
         const size_t at = ((size_t)b * NH + h) * T + i;
         double m = -INFINITY, sum = 0.0;
         if (!lse_out) memset(att + (size_t)r * T, 0, (size_t)T * sizeof *att);
         for (int j = lo[i]; j <= i; j++) {
-            const float *k = x + (size_t)j * 3 * C + C + h * hs;
+            const float *k = x + (size_t)j * ld + (size_t)(NH + g) * hs;
             float dot = 0.0f;
             for (int d = 0; d < hs; d++) dot = fmaf(q[d], k[d], dot);
             float sj = scale * dot;
@@ -553,12 +709,10 @@ void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
                            const float *alibi_slopes, const int32_t *seq, int B, int T, int NH,
                            int KVH, int hs, tcu_stream s) {
     const char *what = "tcu_attention_forward";
-    const int C = NH * hs;
-    if (KVH != NH) emu_fail(what, "grouped-query attention (KVH < NH) is not built yet");
-    att_check(what, B, T, C, NH);
+    att_check(what, B, T, NH, KVH, hs);
     REQUIRE(out && lse && qkv, what, "out, lse and qkv must not be NULL");
     REQUIRE(aligned16(qkv) && aligned16(out), what, "qkv and out must be 16-byte aligned");
-    const size_t nx = (size_t)T * 3 * C, no = (size_t)T * C;
+    const size_t nx = (size_t)T * (NH + 2 * KVH) * hs, no = (size_t)T * NH * hs;
     float *x = host_alloc(nx * sizeof *x, what), *o = host_alloc(no * sizeof *o, what);
     float *att = host_alloc((size_t)NH * T * T * sizeof *att, what);
     int *lo = host_alloc((size_t)T * sizeof *lo, what);
@@ -567,7 +721,7 @@ void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
         widen_into(x, qkv + b * nx, nx);
         cpu->attention_forward(o, att, x, alibi_slopes, sq, 1, T, NH, KVH, hs);
         round_into(out + b * no, o, no);
-        att_rows(lse, NULL, NULL, x, alibi_slopes, sq, lo, b, T, C, NH);
+        att_rows(lse, NULL, NULL, x, alibi_slopes, sq, lo, b, T, NH, KVH, hs);
     }
     free(lo), free(att), free(o), free(x);
 }
@@ -578,22 +732,21 @@ size_t tcu_attention_scratch_bytes(int B, int T, int NH, int KVH, int hs) {
 }
 
 /* One sequence at a time: att = exp(s - lse) from the given lse (att_rows), the CPU
- * attention_backward into fp32 zeros, dqkv (bf16) += that. out and scratch are not read (scratch
- * must be given, as on the GPU). */
+ * attention_backward into fp32 zeros (a key/value head's gradient summed over its query heads
+ * there), dqkv (bf16) += that. out and scratch are not read (scratch must be given, as on the
+ * GPU). */
 void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
                             const tsr_bf16 *out, const float *lse, const float *alibi_slopes,
                             const int32_t *seq, void *scratch, int B, int T, int NH, int KVH,
                             int hs, tcu_stream s) {
     const char *what = "tcu_attention_backward";
-    const int C = NH * hs;
-    if (KVH != NH) emu_fail(what, "grouped-query attention (KVH < NH) is not built yet");
-    att_check(what, B, T, C, NH);
+    att_check(what, B, T, NH, KVH, hs);
     REQUIRE(dqkv && dout && qkv && out && lse, what,
             "dqkv, dout, qkv, out and lse must not be NULL");
     REQUIRE(aligned16(dqkv) && aligned16(dout) && aligned16(qkv) && aligned16(out), what,
             "dqkv, dout, qkv and out must be 16-byte aligned");
     REQUIRE(scratch != NULL, what, "scratch is NULL");
-    const size_t nx = (size_t)T * 3 * C, no = (size_t)T * C;
+    const size_t nx = (size_t)T * (NH + 2 * KVH) * hs, no = (size_t)T * NH * hs;
     float *x = host_alloc(nx * sizeof *x, what), *g = host_alloc(no * sizeof *g, what);
     float *dx = host_alloc(nx * sizeof *dx, what);
     float *att = host_alloc((size_t)NH * T * T * sizeof *att, what);
@@ -602,7 +755,7 @@ void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16
         const int32_t *sq = seq ? seq + (size_t)b * T : NULL;
         widen_into(x, qkv + b * nx, nx);
         widen_into(g, dout + b * no, no);
-        att_rows(NULL, att, lse, x, alibi_slopes, sq, lo, b, T, C, NH);
+        att_rows(NULL, att, lse, x, alibi_slopes, sq, lo, b, T, NH, KVH, hs);
         memset(dx, 0, nx * sizeof *dx);
         cpu->attention_backward(dx, g, x, att, sq, 1, T, NH, KVH, hs);
         add_round_into(dqkv + b * nx, dx, nx);

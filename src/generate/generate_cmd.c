@@ -5,7 +5,9 @@
  * at a time, streaming it to stdout -> the counts and speeds on stderr. With the KV cache (default)
  * each decode step runs one position through the model (model_infer_forward); --no-cache reruns
  * model_forward, the training forward, over the whole context each step: the reference the cache
- * is tested against (tests/eval/test_generate.sh). Usage, limits and speeds: docs/generate.md.
+ * is tested against (tests/eval/test_generate.sh). --chat renders the prompt as one user turn with
+ * the tokenizer's chat template and stops at the end of the assistant's turn (gen_chat.h). Usage,
+ * limits and speeds: docs/generate.md.
  */
 #include "generate/generate.h"
 
@@ -19,23 +21,31 @@
 #include "cli.h"
 #include "cli_commands.h"
 #include "common.h"
+#include "generate/gen_chat.h"
 #include "model/gen_sample.h"
 #include "tokenizer/tokenizer.h"
+#include "train/metrics.h"
 
 #define GEN_MAX_SETS 64
 #define GEN_PREFILL_CHUNK 512 /* prompt positions per forward call of the cached path */
+#define GEN_MAX_STOPS 16      /* ids that end a completion */
 
 static const cli_opt gen_opts[] = {
     {"ckpt", 'C', "PATH", "checkpoint: a step-NNNNNNNN.h5 file, a run directory or its `latest` (required)"},
     {"prompt", 'p', "TEXT", "prompt text, encoded with the tokenizer (special tokens recognised)"},
     {"prompt-ids", CLI_NO_SHORT('i'), "IDS", "prompt as token ids, e.g. \"1 2 3\" (no tokenizer needed); with neither, "
                                "the prompt is the end-of-text token"},
+    {"chat", CLI_NO_SHORT('c'), NULL, "the prompt is a user message: render it with the tokenizer's chat "
+                               "template, stop at the end of the assistant's turn"},
+    {"system", CLI_NO_SHORT('y'), "TEXT", "with --chat: a system message before the user's"},
+    {"echo", CLI_NO_SHORT('e'), NULL, "print the prompt (as rendered by --chat) before the completion"},
     {"max-tokens", CLI_NO_SHORT('n'), "N", "tokens to generate, 0..1000000 (default 64)"},
     {"temperature", CLI_NO_SHORT('t'), "T", "0 = greedy (argmax); default: the checkpoint's sample.temperature"},
     {"top-k", 'k', "K", "sample among the K most likely tokens, 0 = all; default: sample.top_k"},
     {"top-p", 'P', "P", "nucleus: the fewest tokens holding P of the probability, 0 < P <= 1 (default 1)"},
     {"seed", 'S', "S", "random seed of the sampling; default: the checkpoint's seed"},
-    {"no-eos-stop", CLI_NO_SHORT('E'), NULL, "do not stop at the end-of-text token (<|endoftext|>, else id V-1)"},
+    {"no-eos-stop", CLI_NO_SHORT('E'), NULL, "do not stop at the end-of-text token (<|endoftext|>, else the "
+                                "eos_token, else id V-1) nor, with --chat, at the end of turn"},
     {"no-cache", 'N', NULL, "no KV cache: rerun the whole context every token (the reference; slow)"},
     {"tokenizer", 't', "SPEC", "gpt2, a directory or a tokenizer file; '' = none (default: data.tokenizer)"},
     {"set", 's', "KEY=VALUE", "override a key of the checkpoint's config, e.g. threads=2 (repeatable)"},
@@ -45,24 +55,26 @@ static const cli_opt gen_opts[] = {
 };
 const cli_cmd generate_cli = {
     "generate", "",
-    "Generates a completion of a prompt from a checkpoint's model (one sequence, fp32 CPU, KV cache).\n"
+    "Generates a completion of a prompt from a checkpoint's model (one sequence, fp32 CPU, KV cache);\n"
+    "with --chat, the assistant's reply to the prompt through the tokenizer's chat template.\n"
     "Prints the completion on stdout (text with a tokenizer, else ids); counts and tokens/s on stderr.",
     gen_opts, (int)(sizeof gen_opts / sizeof gen_opts[0]), NULL,
 };
 
 typedef struct gen_args {
     const char *ckpt, *prompt, *prompt_ids, *tokenizer, *dump; /* tokenizer NULL = the config's */
+    const char *system;                                        /* --system, NULL = none */
     int64_t max_tokens;
     double temperature, top_p;
     int64_t top_k, seed;
     int has_temperature, has_top_k, has_top_p, has_seed;
-    int no_eos_stop, no_cache, ids;
+    int no_eos_stop, no_cache, ids, chat, echo;
     const char *sets[GEN_MAX_SETS];
     int n_sets;
 } gen_args;
 
-typedef enum { GEN_STOP_MAX = 0, GEN_STOP_EOS, GEN_STOP_CONTEXT, GEN_STOP_COUNT } gen_stop;
-static const char *const stop_names[] = {"max-tokens", "end-of-text", "context limit"};
+typedef enum { GEN_STOP_MAX = 0, GEN_STOP_EOS, GEN_STOP_EOT, GEN_STOP_CONTEXT, GEN_STOP_COUNT } gen_stop;
+static const char *const stop_names[] = {"max-tokens", "end-of-text", "end-of-turn", "context limit"};
 _Static_assert(sizeof stop_names / sizeof stop_names[0] == GEN_STOP_COUNT, "stop names");
 
 /* One generation: the model, its cache or its full-forward activations, the context. */
@@ -71,10 +83,19 @@ typedef struct gen_run {
     tsr_model m;
     tsr_kv_cache kv;
     tsr_tokenizer *tok;
+    const char *tok_spec;   /* what tok was opened from */
+    gen_chat chat;          /* the tokenizer_config.json beside a Hugging Face tokenizer */
     gen_sampling smp;
     int32_t *ctx;       /* (P + n_max) prompt then completion */
     int P, n_max, len;  /* prompt tokens, tokens allowed, tokens in ctx */
-    int32_t eos;
+    int32_t eos;        /* end-of-text */
+    int n_stops;        /* ids that end the completion: eos first, then --chat's (end of turn) */
+    int32_t stop_id[GEN_MAX_STOPS], hit; /* hit: the stop id met */
+    char stop_from[GEN_MAX_STOPS][96];   /* where each comes from, e.g. "eos_token, end of turn" */
+    char *text;         /* --chat: the rendered prompt */
+    int n_printed;      /* tokens (or the echoed prompt) written to stdout */
+    int dec_from;       /* text output: ctx[dec_from..] is decoded as one piece (emit_text) */
+    uint8_t dec[256];   /* the decode of two tokens */
     float *probs;       /* (Vp) cached path's output */
     gen_cand *cand;     /* (V) */
     double *w;          /* (V) */
@@ -100,6 +121,9 @@ static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
     case 'C': a->ckpt = val; return 0;
     case 'p': a->prompt = val; return 0;
     case CLI_NO_SHORT('i'): a->prompt_ids = val; return 0;
+    case CLI_NO_SHORT('c'): a->chat = 1; return 0;
+    case CLI_NO_SHORT('y'): a->system = val; return 0;
+    case CLI_NO_SHORT('e'): a->echo = 1; return 0;
     case CLI_NO_SHORT('n'): return cli_number(c, ch, val, 0, 1000000, &a->max_tokens);
     case CLI_NO_SHORT('t'): a->has_temperature = 1; return parse_f64(c, ch, val, 0.0, 100.0, &a->temperature);
     case 'k': a->has_top_k = 1; return cli_number(c, ch, val, 0, INT32_MAX, &a->top_k);
@@ -132,6 +156,12 @@ static int parse_args(int argc, char **argv, gen_args *a) {
     if (!a->ckpt) return cli_usage_error(&generate_cli, "--ckpt PATH is required", NULL);
     if (a->prompt && a->prompt_ids)
         return cli_usage_error(&generate_cli, "--prompt and --prompt-ids exclude each other", NULL);
+    if (a->chat && !a->prompt)
+        return cli_usage_error(&generate_cli, "--chat wants the user's message as --prompt TEXT (the "
+                               "chat template renders text, not --prompt-ids)", NULL);
+    if (a->system && !a->chat)
+        return cli_usage_error(&generate_cli, "--system goes with --chat (a system message of the "
+                               "chat template)", NULL);
     if (a->has_temperature && a->temperature == 0.0 && (a->has_top_k || a->has_top_p))
         return cli_usage_error(&generate_cli, "--top-k and --top-p have no effect with --temperature 0 "
                                           "(greedy): leave them out", NULL);
@@ -141,10 +171,13 @@ static int parse_args(int argc, char **argv, gen_args *a) {
 /* ================================ tokenizer and prompt ================================ */
 
 /* Opens --tokenizer, else the config's data.tokenizer; "" = none. The end-of-text id: the
- * tokenizer's <|endoftext|> when it has one below V, else V-1 (the trainer's convention). */
+ * tokenizer's <|endoftext|> when it has one below V, else the eos_token of a tokenizer_config.json
+ * beside a Hugging Face tokenizer (what `tessera prep` ends documents with: Llama 3's
+ * <|end_of_text|>), else V-1 (the trainer's convention). */
 static int open_tokenizer(gen_run *g, const gen_args *a) {
     const char *spec = a->tokenizer ? a->tokenizer : g->cfg.data.tokenizer;
     g->eos = g->m.V - 1;
+    g->tok_spec = spec;
     if (!spec[0]) return 0;
     if (tokenizer_open(&g->tok, spec) != 0) {
         tsr_error("generate: cannot load the tokenizer '%s'%s (above); --tokenizer SPEC names "
@@ -152,7 +185,9 @@ static int open_tokenizer(gen_run *g, const gen_args *a) {
                   a->tokenizer ? "" : " named by the checkpoint's data.tokenizer");
         return TSR_EXIT_DATA;
     }
+    TSR_CHECK(gen_chat_open(&g->chat, spec, g->tok));
     uint32_t e = tokenizer_special_id(g->tok, "<|endoftext|>");
+    if (e == UINT32_MAX) e = gen_chat_eos_id(&g->chat, g->tok);
     if (e != UINT32_MAX && e < (uint32_t)g->m.V) g->eos = (int32_t)e;
     uint32_t nv = tokenizer_vocab_size(g->tok);
     if (nv < (uint32_t)g->m.V && !a->ids)
@@ -186,26 +221,73 @@ static int parse_ids(const char *s, int32_t **ids, int *n) {
     return 0;
 }
 
-/* The prompt's ids in g->ctx (room for n_max more is made by plan_length). */
+/* Adds id to the ids that end the completion (from: where it comes from), or from to the
+ * sources of an id already there. */
+static void add_stop(gen_run *g, int64_t id, const char *from) {
+    if (id < 0 || id >= g->m.V) {
+        tsr_warn("generate: the %s id %lld is outside the model's vocabulary (0..%d): the model "
+                 "cannot emit it", from, (long long)id, g->m.V - 1);
+        return;
+    }
+    for (int k = 0; k < g->n_stops; k++)
+        if (g->stop_id[k] == id) {
+            size_t l = strlen(g->stop_from[k]);
+            snprintf(g->stop_from[k] + l, sizeof g->stop_from[k] - l, ", %s", from);
+            return;
+        }
+    if (g->n_stops == GEN_MAX_STOPS) {
+        tsr_warn("generate: more than %d stop ids: %s's id %lld left out", GEN_MAX_STOPS, from,
+                 (long long)id);
+        return;
+    }
+    g->stop_id[g->n_stops] = (int32_t)id;
+    snprintf(g->stop_from[g->n_stops++], sizeof g->stop_from[0], "%s", from);
+}
+
+/* --chat: the prompt rendered by the chat template into g->text, and the ids that end the
+ * assistant's turn: the eos_token, the template's end of turn, generation_config.json's. */
+static int chat_prompt(gen_run *g, const gen_args *a) {
+    size_t n;
+    TSR_CHECK(gen_chat_render(&g->chat, g->tok_spec, a->system, a->prompt, &g->text, &n));
+    uint32_t e = gen_chat_eos_id(&g->chat, g->tok);
+    if (e != UINT32_MAX) add_stop(g, e, "eos_token");
+    e = gen_chat_end_of_turn(&g->chat, g->tok, a->system, a->prompt);
+    if (e != UINT32_MAX) add_stop(g, e, "end of turn");
+    int64_t ids[GEN_MAX_STOPS];
+    int k = 0;
+    TSR_CHECK(gen_chat_generation_eos(&g->chat, ids, GEN_MAX_STOPS, &k));
+    for (int i = 0; i < k; i++) add_stop(g, ids[i], "generation_config.json");
+    return 0;
+}
+
+/* The ids of a text prompt (special tokens recognised) into *ids (malloc'd), *n of them. */
+static int encode_text(const gen_run *g, const char *text, int32_t **ids, int *n) {
+    if (!g->tok) {
+        tsr_error("generate: a text --prompt needs a tokenizer, and the checkpoint's config has "
+                  "none (data.tokenizer is empty): give the prompt as token ids with "
+                  "--prompt-ids \"1 2 3\", or name one with --tokenizer SPEC");
+        return TSR_EXIT_USAGE;
+    }
+    uint32_t *u = NULL;
+    size_t nu = 0, cap = 0;
+    tokenizer_encode(g->tok, (const uint8_t *)text, strlen(text), 1, &u, &nu, &cap);
+    *ids = tsr_malloc((nu ? nu : 1) * sizeof **ids);
+    for (size_t i = 0; i < nu; i++) (*ids)[i] = u[i] > INT32_MAX ? INT32_MAX : (int32_t)u[i];
+    *n = (int)nu;
+    free(u);
+    return 0;
+}
+
+/* The prompt's ids in g->ctx (room for n_max more is made by plan_length); the stop ids. */
 static int build_prompt(gen_run *g, const gen_args *a) {
     int32_t *ids = NULL;
     int n = 0;
+    add_stop(g, g->eos, "end-of-text");
+    if (a->chat && g->tok) TSR_CHECK(chat_prompt(g, a));
     if (a->prompt_ids) {
         TSR_CHECK(parse_ids(a->prompt_ids, &ids, &n));
     } else if (a->prompt) {
-        if (!g->tok) {
-            tsr_error("generate: a text --prompt needs a tokenizer, and the checkpoint's config has "
-                      "none (data.tokenizer is empty): give the prompt as token ids with "
-                      "--prompt-ids \"1 2 3\", or name one with --tokenizer SPEC");
-            return TSR_EXIT_USAGE;
-        }
-        uint32_t *u = NULL;
-        size_t nu = 0, cap = 0;
-        tokenizer_encode(g->tok, (const uint8_t *)a->prompt, strlen(a->prompt), 1, &u, &nu, &cap);
-        ids = tsr_malloc((nu ? nu : 1) * sizeof *ids);
-        for (size_t i = 0; i < nu; i++) ids[i] = u[i] > INT32_MAX ? INT32_MAX : (int32_t)u[i];
-        n = (int)nu;
-        free(u);
+        TSR_CHECK(encode_text(g, g->text ? g->text : a->prompt, &ids, &n));
     } else {
         ids = tsr_malloc(sizeof *ids);
         ids[n++] = g->eos; /* as the trainer's sample: start a document */
@@ -242,8 +324,9 @@ static int plan_length(gen_run *g, const gen_args *a) {
     }
     if (learned && g->P + g->n_max > g->m.maxT) g->n_max = g->m.maxT - g->P;
     if (!learned && g->P + g->n_max > g->cfg.seq_len)
-        tsr_warn("generate: ALiBi: the context will reach %d positions, beyond the %lld the model "
-                 "was trained on (seq_len): extrapolating", g->P + g->n_max,
+        tsr_warn("generate: %s: the context will reach %d positions, beyond the %lld the model "
+                 "was trained on (seq_len): extrapolating",
+                 g->m.cfg.pos == TSR_POS_ALIBI ? "ALiBi" : "RoPE", g->P + g->n_max,
                  (long long)g->cfg.seq_len);
     int32_t *ctx = realloc(g->ctx, (size_t)(g->P + g->n_max) * sizeof *ctx);
     if (!ctx) tsr_die(TSR_EXIT_INTERNAL, "out of memory for %d tokens", g->P + g->n_max);
@@ -275,18 +358,80 @@ static const float *forward(gen_run *g, int n, int no_cache) {
     return g->probs;
 }
 
-static int emit(const gen_run *g, int32_t id, int first, int ids) {
-    uint32_t n = 0;
-    const uint8_t *b = g->tok && !ids ? tokenizer_token_bytes(g->tok, (uint32_t)id, &n) : NULL;
-    int bad;
-    if (b) bad = n && fwrite(b, 1, n, stdout) != n;
-    else if (g->tok && !ids) bad = printf("<|id %d|>", id) < 0;
-    else bad = printf(first ? "%d" : " %d", id) < 0;
-    if (bad || fflush(stdout) != 0) {
-        tsr_error("generate: writing to stdout failed: %s", strerror(errno));
-        return TSR_EXIT_DATA;
+static int write_failed(void) {
+    tsr_error("generate: writing to stdout failed: %s", strerror(errno));
+    return TSR_EXIT_DATA;
+}
+
+/* What token ctx[at] adds to the decoded text of ctx[dec_from..at]: the tokenizer's decode (a
+ * SentencePiece decoder turns U+2581 into a space and strips the first one, as transformers'
+ * decode of the new ids does). The decoders tessera reads (ByteLevel; Replace, ByteFallback, Fuse,
+ * Strip of the first token) extend the text of a prefix, so the token's part is the decode of it
+ * and its predecessor past the predecessor's alone, or its own decode when it comes first. */
+static int emit_text(gen_run *g, int at) {
+    const int from = at > g->dec_from ? at - 1 : at;
+    const uint32_t *ids = (const uint32_t *)g->ctx + from; /* ids >= 0: the same bits */
+    const size_t n = (size_t)(at + 1 - from);
+    size_t before = from < at ? tokenizer_decode(g->tok, ids, 1, g->dec, sizeof g->dec) : 0;
+    size_t len = tokenizer_decode(g->tok, ids, n, g->dec, sizeof g->dec);
+    if (len == (size_t)-1 || before == (size_t)-1)
+        tsr_die(TSR_EXIT_INTERNAL, "generate: id %d cannot be decoded", g->ctx[at]);
+    if (len > sizeof g->dec) { /* a long token: decode into a buffer of its size */
+        uint8_t *big = tsr_malloc(len);
+        tokenizer_decode(g->tok, ids, n, big, len);
+        int bad = len > before && fwrite(big + before, 1, len - before, stdout) != len - before;
+        free(big);
+        return bad;
     }
-    return 0;
+    return len > before && fwrite(g->dec + before, 1, len - before, stdout) != len - before;
+}
+
+/* Prints token ctx[at]: its text, <|id N|> for an id the tokenizer lacks (the text restarts after
+ * it), or (--ids, no tokenizer) its id after a space unless it is the first thing printed. */
+static int emit(gen_run *g, int at, int ids) {
+    const int32_t id = g->ctx[at];
+    uint32_t n = 0;
+    int bad;
+    if (g->tok && !ids && tokenizer_token_bytes(g->tok, (uint32_t)id, &n)) {
+        bad = emit_text(g, at);
+    } else if (g->tok && !ids) {
+        bad = printf("<|id %d|>", id) < 0;
+        g->dec_from = at + 1;
+    } else {
+        bad = printf(g->n_printed ? " %d" : "%d", id) < 0;
+    }
+    g->n_printed++;
+    return bad || fflush(stdout) != 0 ? write_failed() : 0;
+}
+
+/* --echo: the prompt before the completion: its text as given or as the chat template rendered
+ * it, else (--ids, --prompt-ids) its tokens as emit prints them. */
+static int echo_prompt(gen_run *g, const gen_args *a) {
+    const char *text = a->ids ? NULL : g->text ? g->text : a->prompt;
+    if (!text) {
+        for (int i = 0; i < g->P; i++) TSR_CHECK(emit(g, i, a->ids));
+        return 0;
+    }
+    size_t n = strlen(text);
+    g->n_printed += n > 0;
+    return (n && fwrite(text, 1, n, stdout) != n) || fflush(stdout) != 0 ? write_failed() : 0;
+}
+
+/* " '<|im_end|>'": a token's text for messages (cut to fit), "" without a tokenizer. */
+static const char *token_name(const gen_run *g, int32_t id, char *buf, size_t cap) {
+    uint32_t n = 0;
+    const uint8_t *b = g->tok ? tokenizer_token_bytes(g->tok, (uint32_t)id, &n) : NULL;
+    if (!b) return "";
+    int w = n > cap - 8 ? (int)(cap - 8) : (int)n;
+    snprintf(buf, cap, " '%.*s'", w, (const char *)b);
+    return buf;
+}
+
+/* The index of id among the stop ids, or -1. */
+static int stop_index(const gen_run *g, int32_t id) {
+    for (int k = 0; k < g->n_stops; k++)
+        if (g->stop_id[k] == id) return k;
+    return -1;
 }
 
 static int dump_probs(const gen_run *g, int step, int32_t id, const float *probs) {
@@ -301,6 +446,8 @@ static int dump_probs(const gen_run *g, int step, int32_t id, const float *probs
 
 /* Prefill, then sample / emit / feed until n_max tokens, end-of-text or the context limit. */
 static int generate(gen_run *g, const gen_args *a) {
+    if (a->echo) TSR_CHECK(echo_prompt(g, a));
+    g->dec_from = g->P; /* the completion's text, decoded apart from the prompt */
     double t0 = tsr_now();
     const float *probs = forward(g, g->P, a->no_cache);
     double t1 = tsr_now();
@@ -310,18 +457,19 @@ static int generate(gen_run *g, const gen_args *a) {
         int32_t id = gen_pick(probs, g->m.V, &g->smp, (uint64_t)s, g->cand, g->w);
         g->n_sampled++;
         if (g->dump) TSR_CHECK(dump_probs(g, s, id, probs));
-        if (id == g->eos && !a->no_eos_stop) {
-            g->stop = GEN_STOP_EOS;
+        if (!a->no_eos_stop && stop_index(g, id) >= 0) {
+            g->stop = id == g->eos ? GEN_STOP_EOS : GEN_STOP_EOT;
+            g->hit = id;
             break;
         }
-        TSR_CHECK(emit(g, id, s == 0, a->ids));
-        g->ctx[g->len++] = id;
+        g->ctx[g->len] = id;
+        TSR_CHECK(emit(g, g->len++, a->ids));
         if (s + 1 == g->n_max) break;
         probs = forward(g, 1, a->no_cache);
         g->n_steps++;
     }
     g->t_decode = tsr_now() - t1;
-    if (g->len > g->P && printf("\n") < 0) return TSR_EXIT_DATA;
+    if (g->n_printed && printf("\n") < 0) return write_failed();
     fflush(stdout);
     return 0;
 }
@@ -330,9 +478,13 @@ static int generate(gen_run *g, const gen_args *a) {
  * comes from the prefill, as llama.cpp counts). */
 static void report(const gen_run *g, const gen_args *a) {
     int n_new = g->len - g->P;
-    char why[160];
+    char why[256];
+    char name[64];
     if (g->stop == GEN_STOP_EOS)
         snprintf(why, sizeof why, "end-of-text id %d, not printed", g->eos);
+    else if (g->stop == GEN_STOP_EOT)
+        snprintf(why, sizeof why, "id %d%s (%s), not printed", g->hit,
+                 token_name(g, g->hit, name, sizeof name), g->stop_from[stop_index(g, g->hit)]);
     else if (g->stop == GEN_STOP_CONTEXT)
         snprintf(why, sizeof why, "context limit: prompt + completion = model.max_seq_len = %d "
                  "learned positions", g->m.maxT);
@@ -347,22 +499,46 @@ static void report(const gen_run *g, const gen_args *a) {
     else fprintf(stderr, "n/a\n");
 }
 
+/* The architecture: "learned", or e.g. "rope rmsnorm swiglu qk-norm untied no-bias". */
+static void arch_text(const tsr_model_config *c, char *buf, size_t cap) {
+    static const char *const pos[TSR_POS_COUNT] = {"learned", "alibi", "rope"};
+    snprintf(buf, cap, "%s%s%s%s%s%s%s", pos[c->pos], c->norm == TSR_NORM_RMSNORM ? " rmsnorm" : "",
+             c->mlp == TSR_MLP_SWIGLU ? " swiglu" : "", c->qkv_bias ? " qkv-bias" : "",
+             c->qk_norm ? " qk-norm" : "", c->tie_embeddings ? "" : " untied",
+             c->bias ? "" : " no-bias");
+}
+
+/* The ids that end the completion: "end-of-text id 299" alone, else each id, its token and
+ * where it comes from. */
+static void stops_text(const gen_run *g, char *buf, size_t cap) {
+    if (g->n_stops == 1 && !strcmp(g->stop_from[0], "end-of-text")) {
+        snprintf(buf, cap, "end-of-text id %d", g->eos);
+        return;
+    }
+    size_t l = (size_t)snprintf(buf, cap, "stop at");
+    for (int k = 0; k < g->n_stops && l < cap; k++) {
+        char name[64];
+        l += (size_t)snprintf(buf + l, cap - l, "%s %d%s (%s)", k ? "," : "", g->stop_id[k],
+                              token_name(g, g->stop_id[k], name, sizeof name), g->stop_from[k]);
+    }
+}
+
 static void banner(const gen_run *g, const gen_args *a) {
     const tsr_model *m = &g->m;
-    char cache[96];
+    char cache[96], arch[96], stops[GEN_MAX_STOPS * 160], size[32];
+    metrics_human_bytes(size, sizeof size, (double)model_kv_bytes(m, g->kv.cap));
     if (a->no_cache) snprintf(cache, sizeof cache, "off (--no-cache: full forward every token)");
-    else snprintf(cache, sizeof cache, "%d positions, %.1f MiB", g->kv.cap,
-                  (double)model_kv_bytes(m, g->kv.cap) / (1024.0 * 1024.0));
-    fprintf(stderr, "generate: %s | L=%d C=%d NH=%d V=%d %s%s | threads %d | KV cache %s\n",
-            g->resolved, m->L, m->C, m->NH, m->V, m->cfg.pos == TSR_POS_ALIBI ? "alibi" : "learned",
-            m->cfg.bias ? "" : " no-bias", g->threads, cache);
+    else snprintf(cache, sizeof cache, "%d positions, %s", g->kv.cap, size);
+    arch_text(&m->cfg, arch, sizeof arch);
+    stops_text(g, stops, sizeof stops);
+    fprintf(stderr, "generate: %s | L=%d C=%d NH=%d KVH=%d hs=%d V=%d %s | threads %d | KV cache %s\n",
+            g->resolved, m->L, m->C, m->NH, m->KVH, m->hs, m->V, arch, g->threads, cache);
     if (g->smp.temperature == 0.0)
-        fprintf(stderr, "generate: greedy; end-of-text id %d%s\n", g->eos,
-                a->no_eos_stop ? " (no stop)" : "");
+        fprintf(stderr, "generate: greedy; %s%s\n", stops, a->no_eos_stop ? " (no stop)" : "");
     else
-        fprintf(stderr, "generate: temperature %g, top-k %lld, top-p %g, seed %llu; end-of-text "
-                "id %d%s\n", g->smp.temperature, (long long)g->smp.top_k, g->smp.top_p,
-                (unsigned long long)g->smp.seed, g->eos, a->no_eos_stop ? " (no stop)" : "");
+        fprintf(stderr, "generate: temperature %g, top-k %lld, top-p %g, seed %llu; %s%s\n",
+                g->smp.temperature, (long long)g->smp.top_k, g->smp.top_p,
+                (unsigned long long)g->smp.seed, stops, a->no_eos_stop ? " (no stop)" : "");
 }
 
 static void gen_free(gen_run *g) {
@@ -370,6 +546,8 @@ static void gen_free(gen_run *g) {
     if (g->probs) g->m.ops->free(g->probs);
     if (g->m.params) model_free(&g->m);
     if (g->tok) tokenizer_free(g->tok);
+    gen_chat_free(&g->chat);
+    free(g->text);
     if (g->dump) fclose(g->dump);
     free(g->ctx), free(g->cand), free(g->w);
 }

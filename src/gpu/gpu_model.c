@@ -65,6 +65,53 @@ static void c_layernorm_backward(const tsr_backend *be, void *dinp, float *dw, f
     tcu_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, STREAM(be));
 }
 
+static void c_rmsnorm_forward(const tsr_backend *be, void *out, float *rstd, const void *inp,
+                              const void *w, int N, int C, float eps) {
+    tcu_rmsnorm_forward(out, rstd, inp, w, N, C, eps, STREAM(be));
+}
+
+static void c_residual_rmsnorm_forward(const tsr_backend *be, void *res, void *out, float *rstd,
+                                       const void *a, const void *b, const void *w, int N, int C,
+                                       float eps) {
+    tcu_residual_rmsnorm_forward(res, out, rstd, a, b, w, N, C, eps, STREAM(be));
+}
+
+static void c_rmsnorm_backward(const tsr_backend *be, void *dinp, float *dw, const void *dout,
+                               const void *inp, const void *w, const float *rstd, int N, int C) {
+    tcu_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C, STREAM(be));
+}
+
+static void c_qknorm_forward(const tsr_backend *be, void *out, float *rstd, const void *inp,
+                             const void *qw, const void *kw, int N, int NH, int KVH, int hs,
+                             float eps) {
+    tcu_qknorm_forward(out, rstd, inp, qw, kw, N, NH, KVH, hs, eps, STREAM(be));
+}
+
+static void c_qknorm_backward(const tsr_backend *be, void *dinp, float *dqw, float *dkw,
+                              const void *dout, const void *inp, const void *qw, const void *kw,
+                              const float *rstd, int N, int NH, int KVH, int hs) {
+    tcu_qknorm_backward(dinp, dqw, dkw, dout, inp, qw, kw, rstd, N, NH, KVH, hs, STREAM(be));
+}
+
+static void c_rope_forward(const tsr_backend *be, void *qkv, const int32_t *pos, int p0,
+                           const float *inv_freq, int B, int T, int NH, int KVH, int hs) {
+    tcu_rope_forward(qkv, pos, p0, inv_freq, B, T, NH, KVH, hs, STREAM(be));
+}
+
+static void c_rope_backward(const tsr_backend *be, void *dqkv, const int32_t *pos, int p0,
+                            const float *inv_freq, int B, int T, int NH, int KVH, int hs) {
+    tcu_rope_backward(dqkv, pos, p0, inv_freq, B, T, NH, KVH, hs, STREAM(be));
+}
+
+static void c_swiglu_forward(const tsr_backend *be, void *out, const void *inp, int N, int F) {
+    tcu_swiglu_forward(out, inp, N, F, STREAM(be));
+}
+
+static void c_swiglu_backward(const tsr_backend *be, void *dinp, const void *inp,
+                              const void *dout, int N, int F) {
+    tcu_swiglu_backward(dinp, inp, dout, N, F, STREAM(be));
+}
+
 static void c_matmul_forward(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,
                              const void *w, const void *bias, int N, int IC, int OC,
                              tsr_gelu_kind gelu) {
@@ -129,6 +176,15 @@ static tsr_backend cuda_backend(tcu_stream s) {
         .layernorm_forward = c_layernorm_forward,
         .residual_layernorm_forward = c_residual_layernorm_forward,
         .layernorm_backward = c_layernorm_backward,
+        .rmsnorm_forward = c_rmsnorm_forward,
+        .residual_rmsnorm_forward = c_residual_rmsnorm_forward,
+        .rmsnorm_backward = c_rmsnorm_backward,
+        .qknorm_forward = c_qknorm_forward,
+        .qknorm_backward = c_qknorm_backward,
+        .rope_forward = c_rope_forward,
+        .rope_backward = c_rope_backward,
+        .swiglu_forward = c_swiglu_forward,
+        .swiglu_backward = c_swiglu_backward,
         .matmul_forward = c_matmul_forward,
         .matmul_backward = c_matmul_backward,
         .gelu_backward = c_gelu_backward,
@@ -169,6 +225,15 @@ void gpu_model_init(tsr_gpu_model *g, const tsr_model *m, tcu_stream s, gpu_stat
         tcu_sync(s);
         free(h);
     }
+    if (m->cfg.pos == TSR_POS_ROPE) { /* the host model's frequencies, or the same computed */
+        const size_t n = (size_t)m->hs / 2;
+        float *h = m->rope_freqs ? NULL : tsr_malloc(n * sizeof(float));
+        if (h) model_rope_freqs(h, &m->cfg, m->hs);
+        g->rope = tcu_malloc(n * sizeof(float), "RoPE frequencies");
+        tcu_memcpy_h2d(g->rope, h ? h : m->rope_freqs, n * sizeof(float), s);
+        tcu_sync(s);
+        free(h);
+    }
 }
 
 int gpu_model_try_alloc_acts(tsr_gpu_model *g, int B, int T) {
@@ -193,6 +258,7 @@ void gpu_model_free(tsr_gpu_model *g) {
     tcu_free(g->wbf);
     tcu_free(g->grads);
     tcu_free(g->slopes);
+    tcu_free(g->rope);
     memset(g, 0, sizeof *g);
 }
 
@@ -247,7 +313,7 @@ static void unit_put(void *ctx, int u, int backward) {
 
 static tsr_decoder decoder_of(tsr_gpu_model *g) {
     return (tsr_decoder){.m = g->m, .be = &g->be, .a = &g->a, .params = {g, unit_get, unit_put},
-                         .slopes = g->slopes};
+                         .slopes = g->slopes, .rope = g->rope};
 }
 
 void gpu_model_forward(tsr_gpu_model *g, const int32_t *tokens, const int32_t *targets, int B,

@@ -49,6 +49,7 @@ typedef struct tsr_gpu_model {
     float *grads;       /* (n_params) fp32, or NULL under GPU_STATE_NONE */
     const gpu_param_source *src; /* zero3 / hsdp */
     float *slopes;      /* (NH) ALiBi slopes, or NULL */
+    float *rope;        /* (hs/2) RoPE frequencies (model_rope_freqs), or NULL */
     int B, T;           /* activations allocated for B x T (0: none; = a.B, a.T) */
     tsr_backend be;     /* the CUDA backend (bf16) on stream s: the decoder's interface */
     tsr_acts a;         /* activations (bf16, statistics fp32), laid out by src/model/decoder.c */
@@ -59,7 +60,7 @@ size_t gpu_model_state_bytes(const tsr_model *m, gpu_state state);
 /* Device bytes of the activations for B x T (what gpu_model_try_alloc_acts allocates). */
 size_t gpu_model_acts_bytes(const tsr_model *m, int B, int T);
 /* Allocates the state's flat buffers (dies naming what does not fit; callers check the plan
- * first) and the slopes. tcu_init must have run. GPU_STATE_NONE: set g->src before a pass. */
+ * first) and the ALiBi slopes or RoPE frequencies. tcu_init must have run. GPU_STATE_NONE: set g->src before a pass. */
 void gpu_model_init(tsr_gpu_model *g, const tsr_model *m, tcu_stream s, gpu_state state);
 /* Activations for B x T: 0, or -1 with nothing left allocated when the device is full. */
 int gpu_model_try_alloc_acts(tsr_gpu_model *g, int B, int T);
@@ -86,8 +87,8 @@ void gpu_model_token_scores(tsr_gpu_model *g, const int32_t *targets, int B, int
                             int32_t *greedy);
 /* Backward of the last (training) forward: gradients accumulate. tokens (host) as given to forward.
  * ready(ctx, unit), when not NULL, is called as soon as a unit's gradients are complete on the
- * stream (unit l+1: layer l, in the order L..1; unit 0, last: wte, wpe, lnfw, lnfb), so their
- * communication can start while the rest of the backward pass runs. */
+ * stream (unit l+1: layer l, in the order L..1; unit 0, last: wte, wpe, lnfw, lnfb, lm_head), so
+ * their communication can start while the rest of the backward pass runs. */
 void gpu_model_backward(tsr_gpu_model *g, const int32_t *tokens, int B, int T,
                         void (*ready)(void *ctx, int unit), void *ctx);
 /* Unit u's tensors in the flat buffer: (offset, count) pairs into off[], len[], one per tensor the

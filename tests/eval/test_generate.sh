@@ -15,6 +15,7 @@
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 19
+source "$(dirname "$0")/generate_lib.sh"
 GEN=("$TOOL" generate --set threads=1)
 PY=/usr/bin/python3
 PROMPT="5 17 3 250 99 12 7 300 41 8 2 66 19 101 3 77 45 9 13 21" # 20 ids < 511
@@ -29,22 +30,6 @@ synth=("${common[@]}" --set model.vocab_size=512 --set data.tokenizer= --set dat
     --set run_dir="$TMP/mpt" >"$TMP/mpt.txt" 2>&1
 tap_check $? "train a tiny GPT-2 (learned, bias, tanh) and MPT (ALiBi, no bias, exact GELU), 40 steps each"
 
-# greedy MODEL NAME [ARGS]: ids of a greedy completion of PROMPT, with the cache and without it
-greedy() {
-    local m=$1 n=$2; shift 2
-    "${GEN[@]}" --ckpt "$TMP/$m" --prompt-ids "$PROMPT" --temperature 0 --no-eos-stop --ids \
-        --dump-probs "$TMP/$n.c.probs" "$@" >"$TMP/$n.c" 2>"$TMP/$n.c.err" &&
-    "${GEN[@]}" --ckpt "$TMP/$m" --prompt-ids "$PROMPT" --temperature 0 --no-eos-stop --ids \
-        --dump-probs "$TMP/$n.n.probs" --no-cache "$@" >"$TMP/$n.n" 2>"$TMP/$n.n.err"
-}
-# same_ids A B N: files A and B hold the same N ids, not all alike (at least 10 distinct)
-same_ids() {
-    local na nd
-    na=$(wc -w <"$1"); nd=$(tr ' ' '\n' <"$1" | sort -u | wc -l)
-    tap_diag "$(basename "$1"): $na ids, $nd distinct: $(cut -d' ' -f1-16 "$1") ..."
-    [[ $na == "$3" ]] && ((nd >= 10)) && cmp -s "$1" "$2"
-}
-
 # ---- (a) KV cache == no cache, greedy, token for token ----
 greedy gpt gpt --max-tokens 130 && same_ids "$TMP/gpt.c" "$TMP/gpt.n" 130
 tap_check $? "GPT-2: greedy, 20-token prompt + 130 new tokens: KV cache == no cache, token for token"
@@ -52,21 +37,6 @@ greedy mpt mpt --max-tokens 150 && same_ids "$TMP/mpt.c" "$TMP/mpt.n" 150 && gre
 tap_check $? "MPT/ALiBi: greedy, 20 + 150 tokens (past the 128 trained positions): KV cache == no cache"
 
 # ---- (b) next-token probabilities, cached path vs model_forward ----
-# |p_cache - p_full| <= 1e-6 + 1e-4 p_full per entry: both are fp32 forwards of the same maths that
-# differ in summation order (sgemm on 1 row vs the whole context); measured max 6e-7 absolute.
-probs_close() {
-    "$PY" - "$1" "$2" <<'PY'
-import sys, numpy as np
-a, b = np.loadtxt(sys.argv[1], ndmin=2), np.loadtxt(sys.argv[2], ndmin=2)
-if a.shape != b.shape or a.shape[0] < 100: print("# shapes", a.shape, b.shape); sys.exit(1)
-pa, pb = a[:, 2:], b[:, 2:]
-if not (np.isfinite(pa).all() and np.isfinite(pb).all()): print("# NaN or Inf"); sys.exit(1)
-err = np.abs(pa - pb) / (1e-6 + 1e-4 * np.abs(pb))
-print("# %d steps x %d probabilities: max |diff| %.3g, max diff/tol %.3g, rows summing to %.6f..%.6f"
-      % (pa.shape[0], pa.shape[1], np.abs(pa - pb).max(), err.max(), pa.sum(1).min(), pa.sum(1).max()))
-sys.exit(0 if (a[:, :2] == b[:, :2]).all() and err.max() <= 1 and abs(pa.sum(1) - 1).max() < 1e-4 else 1)
-PY
-}
 probs_close "$TMP/gpt.c.probs" "$TMP/gpt.n.probs"
 tap_check $? "GPT-2: next-token probabilities with the cache == model_forward's within 1e-6 + 1e-4 p"
 probs_close "$TMP/mpt.c.probs" "$TMP/mpt.n.probs"

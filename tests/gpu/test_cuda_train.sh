@@ -2,6 +2,9 @@
 # device = cuda through the trainer (docs/cuda.md), against the CPU backend on the same runs:
 #  - a tiny GPT-2 (learned positions, biases, tanh GELU) and a tiny MPT (ALiBi, no biases, exact
 #    GELU, document mask): the loss of step 1 and of each of 20 steps within 0.5% of the CPU run's;
+#  - a tiny Llama (RMSNorm, RoPE with Llama 3.1 scaling, SwiGLU, grouped-query attention 4:2,
+#    head_dim 64 != d_model / n_head, untied head, document mask) and a tiny Qwen 3 (QK-norm,
+#    multi-query attention, qkv bias, tied): every step within the tolerance of the CPU;
 #  - 2 ranks with gradient accumulation (the per-layer gradient sums during backward);
 #  - a checkpoint written by the GPU run resumes on the CPU, and one written on the CPU resumes on
 #    the GPU: the next steps within 0.5% of the CPU run that never stopped;
@@ -20,8 +23,8 @@
 # not the CUDA kernels) and on the real backend when a GPU is present (skipped loudly otherwise).
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-PER=18
-tap_plan $((2 * PER + 5))
+PER=20
+tap_plan $((2 * PER + 7))
 make_synth "$TMP/data" 512 80000
 
 tiny_args "$TMP/data/train"
@@ -29,6 +32,15 @@ base=("${args[@]}" --set model.n_layer=2 --set model.n_head=2 --set global_batch
       --set micro_batch=4 --set model.eot_token=7 --set max_duration=20ba --set save_interval=10ba)
 mpt=(--set model.pos=alibi --set model.bias=false --set model.gelu=exact
      --set model.attn_mask=document)
+llama=(--set model.norm=rmsnorm --set model.pos=rope --set model.rope_theta=500000
+       --set model.rope_scaling=llama3 --set model.rope_original_max_pos=16 --set model.mlp=swiglu
+       --set model.intermediate_size=176 --set model.n_head=4 --set model.n_kv_head=2
+       --set model.head_dim=64 --set model.bias=false --set model.tie_embeddings=false
+       --set model.attn_mask=document)
+qwen3=(--set model.norm=rmsnorm --set model.norm_eps=1e-6 --set model.pos=rope
+       --set model.rope_theta=1000000 --set model.mlp=swiglu --set model.intermediate_size=96
+       --set model.n_head=4 --set model.n_kv_head=1 --set model.head_dim=32 --set model.qk_norm=true
+       --set model.bias=false --set model.qkv_bias=true)
 # run BIN NP DIR ARGS...: trains, output in DIR.txt
 run() {
     local bin=$1 np=$2 dir=$3; shift 3
@@ -54,6 +66,8 @@ run "$TRAIN" 1 cpu_gpt2 && run "$TRAIN" 1 cpu_mpt "${mpt[@]}" && run "$TRAIN" 1 
     { ((MPI_OK == 0)) || { run "$TRAIN" 2 cpu_ddp --set micro_batch=2 &&
         run "$TRAIN" 4 cpu_ddp4 --set micro_batch=2 && run "$TRAIN" 3 cpu_ddp3 "${three[@]}"; }; }
 tap_check $? "CPU reference runs: GPT-2, MPT, with evaluation, an odd shape; $multi"
+run "$TRAIN" 1 cpu_llama "${llama[@]}" && run "$TRAIN" 1 cpu_qwen3 "${qwen3[@]}"
+tap_check $? "CPU reference runs: tiny Llama and Qwen 3"
 # evals_close A B: both runs evaluated at the same steps, B's validation losses within $LOSS_TOL
 evals_close() {
     "$PY3" - "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" "$LOSS_TOL" <<'PY'
@@ -96,6 +110,10 @@ suite() {
     tap_check $? "$l: the GPT-2 run again: all 20 steps' loss, lr and grad norm the same bits"
     run "$bin" 1 "$l.mpt" --set device=cuda "${mpt[@]}" && d=$(close cpu_mpt "$l.mpt" 1)
     tap_check $? "$l: tiny MPT (ALiBi, no bias, exact GELU, document mask) within $LOSS_TOL of the CPU ($d)"
+    run "$bin" 1 "$l.llama" --set device=cuda "${llama[@]}" && d=$(close cpu_llama "$l.llama" 1)
+    tap_check $? "$l: tiny Llama (RMSNorm, RoPE llama3-scaled, SwiGLU, GQA 4:2, head_dim 64, untied, document mask) within $LOSS_TOL of the CPU ($d)"
+    run "$bin" 1 "$l.qwen3" --set device=cuda "${qwen3[@]}" && d=$(close cpu_qwen3 "$l.qwen3" 1)
+    tap_check $? "$l: tiny Qwen 3 (QK-norm, MQA, qkv bias, tied) within $LOSS_TOL of the CPU ($d)"
     if gpus 2 "$l: 2 ranks, 2 microbatches each"; then
         run "$bin" 2 "$l.ddp" --set device=cuda --set micro_batch=2 && d=$(close cpu_ddp "$l.ddp" 1)
         tap_check $? "$l: 2 ranks, 2 microbatches each: within $LOSS_TOL of the CPU's 2 ranks ($d)"
@@ -247,6 +265,14 @@ PY
 TSR_EMU_MEM=$cap run "$BUILD/tests/tessera-train-cuemu" 1 ze_cap "${ze[@]}" &&
     grep -q "step 1 reruns with microbatches of 4" "$TMP/ze_cap.txt" && grep -q "^eval step 10 | val loss" "$TMP/ze_cap.txt"
 tap_check $? "emulator: zero3 + evaluation + micro_batch = auto on a device ($cap bytes) without room for the evaluation's full weights next to 8 sequences: halves to 4 at step 1, evaluates at step 10"
+
+# the head size checked is the model's (head_dim), not d_model / n_head (64 / 2 = 32 has a kernel,
+# 48 has none): refused at start naming model.head_dim, before any step
+run "$BUILD/tests/tessera-train-cuemu" 1 hs48 --set device=cuda --set model.head_dim=48
+rc=$?
+((rc == 1)) && grep -q 'head size model.head_dim = 48 has no attention kernel' "$TMP/hs48.txt" &&
+    ! grep -q '^step ' "$TMP/hs48.txt"
+tap_check $? "emulator: head_dim 48 (d_model / n_head = 32) refused at start naming model.head_dim (exit $rc, want 1)"
 
 # the real backend: a GPU, its driver and the library built beside tessera-train
 why=""

@@ -670,7 +670,7 @@ static void test_residual(size_t n) {
 
 /* ---- attention ---------------------------------------------------------------------------- */
 
-typedef struct { int B, T, NH, hs, alibi, seq; } att_cfg;
+typedef struct { int B, T, NH, KVH, hs, alibi, seq; } att_cfg;
 #define ATT_CHECKS 4
 
 /* first index of the segment (run of equal ids) that holds i */
@@ -680,20 +680,26 @@ static int seg_lo(const int32_t *sq, int i) {
     return sq ? lo : 0;
 }
 
-/* lse[b,h,i] = log sum_{j in [lo(i), i]} exp(s[i,j]), in double, from ops.h's formula */
+/* Column of query head h, of key head g and of value head g in a qkv row of (NH + 2 KVH) hs */
+#define QCOL(h) ((size_t)(h) * hs)
+#define KCOL(g) ((size_t)(NH + (g)) * hs)
+#define VCOL(g) ((size_t)(NH + KVH + (g)) * hs)
+
+/* lse[b,h,i] = log sum_{j in [lo(i), i]} exp(s[i,j]), in double, from ops.h's formula (query
+ * head h reads key head h / (NH/KVH)) */
 static void host_lse(float *lse, const float *qkv, const float *slopes, const int32_t *seq, int B,
-                     int T, int C, int NH) {
-    const int hs = C / NH;
+                     int T, int NH, int KVH, int hs) {
+    const size_t ld = (size_t)(NH + 2 * KVH) * hs;
     const double scale = 1.0 / sqrt((double)hs);
     double *s = xmalloc((size_t)T * sizeof *s);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int i = 0; i < T; i++) {
                 const int lo = seg_lo(seq ? seq + (size_t)b * T : NULL, i);
-                const float *q = qkv + ((size_t)b * T + i) * 3 * C + h * hs;
+                const float *q = qkv + ((size_t)b * T + i) * ld + QCOL(h);
                 double mx = -INFINITY, sum = 0.0;
                 for (int j = lo; j <= i; j++) {
-                    const float *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+                    const float *k = qkv + ((size_t)b * T + j) * ld + KCOL(h / (NH / KVH));
                     double dot = 0.0;
                     for (int d = 0; d < hs; d++) dot += (double)q[d] * k[d];
                     s[j] = dot * scale - (slopes ? (double)slopes[h] * (i - j) : 0.0);
@@ -705,53 +711,58 @@ static void host_lse(float *lse, const float *qkv, const float *slopes, const in
     free(s);
 }
 
-/* mag (B,T,3C) = sums of |terms| of dq, dk, dv (att from the CPU forward):
+/* mag (B,T,QKV) = sums of |terms| of dq, dk, dv (att from the CPU forward; a key/value head's
+ * terms summed over the query heads that read it):
  *   dv_j: sum_i P_ij |dout_i|;  dS_ij bound: P_ij (sum|dout_i v_j| + sum|dout_i out_i|) scale;
  *   dq_i: sum_j |dS_ij| |k_j|;  dk_j: sum_i |dS_ij| |q_i| */
 static void attention_bwd_mag(float *mag, const float *qkv, const float *att, const float *out,
-                              const float *dout, int B, int T, int C, int NH) {
-    const int hs = C / NH;
+                              const float *dout, int B, int T, int NH, int KVH, int hs) {
+    const size_t ld = (size_t)(NH + 2 * KVH) * hs, C = (size_t)NH * hs;
     const double scale = 1.0 / sqrt((double)hs);
-    memset(mag, 0, (size_t)B * T * 3 * C * sizeof *mag);
+    memset(mag, 0, (size_t)B * T * ld * sizeof *mag);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int i = 0; i < T; i++) {
+                const int g = h / (NH / KVH);
                 const size_t ri = (size_t)b * T + i;
-                const float *q = qkv + ri * 3 * C + h * hs, *go = dout + ri * C + h * hs;
-                const float *o = out + ri * C + h * hs;
+                const float *q = qkv + ri * ld + QCOL(h), *go = dout + ri * C + QCOL(h);
+                const float *o = out + ri * C + QCOL(h);
                 double dabs = 0.0;
                 for (int d = 0; d < hs; d++) dabs += fabs((double)go[d] * o[d]);
                 for (int j = 0; j <= i; j++) {
                     const double P = att[(((size_t)b * NH + h) * T + i) * T + j];
                     if (P == 0.0) continue;
                     const size_t rj = (size_t)b * T + j;
-                    const float *k = qkv + rj * 3 * C + C + h * hs, *v = k + C;
+                    const float *k = qkv + rj * ld + KCOL(g), *v = qkv + rj * ld + VCOL(g);
                     double dpabs = 0.0;
                     for (int d = 0; d < hs; d++) dpabs += fabs((double)go[d] * v[d]);
                     const double ds = P * (dpabs + dabs) * scale;
-                    float *mq = mag + ri * 3 * C + h * hs, *mk = mag + rj * 3 * C + C + h * hs;
+                    float *mq = mag + ri * ld + QCOL(h), *mk = mag + rj * ld + KCOL(g);
+                    float *mv = mag + rj * ld + VCOL(g);
                     for (int d = 0; d < hs; d++) {
                         mq[d] += (float)(ds * fabsf(k[d]));
                         mk[d] += (float)(ds * fabsf(q[d]));
-                        mk[C + d] += (float)(P * fabsf(go[d])); /* dv */
+                        mv[d] += (float)(P * fabsf(go[d]));
                     }
                 }
             }
 }
 
 static void test_attention(const att_cfg *a) {
-    const int B = a->B, T = a->T, NH = a->NH, hs = a->hs, C = NH * hs;
-    const size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    const int B = a->B, T = a->T, NH = a->NH, KVH = a->KVH, hs = a->hs;
+    const size_t ld = (size_t)(NH + 2 * KVH) * hs, C = (size_t)NH * hs;
+    const size_t nq = (size_t)B * T * ld, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
     const size_t na = (size_t)B * NH * T * T;
     char tag[96];
-    snprintf(tag, sizeof tag, "B=%d T=%d NH=%d hs=%d%s%s", B, T, NH, hs, a->alibi ? " alibi" : "",
-             a->seq ? " seq" : "");
+    snprintf(tag, sizeof tag, "B=%d T=%d NH=%d KVH=%d hs=%d%s%s", B, T, NH, KVH, hs,
+             a->alibi ? " alibi" : "", a->seq ? " seq" : "");
     float *qkv = hf(nq), *qabs = hf(nq), *slopes = hf(NH), *dout = hf(no), *g0 = hf(nq);
     int32_t *seq = hi32((size_t)B * T);
     for (size_t r = 0; r < (size_t)B * T; r++) /* q, k in U(-2,2): scores of std ~1.3; v U(-1,1) */
-        for (int c = 0; c < 3 * C; c++) {
-            float v = rbf16(c < 2 * C ? uni(-2, 2) : uni(-1, 1));
-            qkv[r * 3 * C + c] = v, qabs[r * 3 * C + c] = c < 2 * C ? v : fabsf(v);
+        for (size_t c = 0; c < ld; c++) {
+            const int qk = c < VCOL(0);
+            float v = rbf16(qk ? uni(-2, 2) : uni(-1, 1));
+            qkv[r * ld + c] = v, qabs[r * ld + c] = qk ? v : fabsf(v);
         }
     for (int b = 0; b < B; b++) { /* a third row, if any, is one segment */
         if (b < 2) make_segments(seq + (size_t)b * T, T, 3 * b);
@@ -766,14 +777,14 @@ static void test_attention(const att_cfg *a) {
     fill_bf16(dout, no, -1, 1), fill_bf16(g0, nq, -1, 1);
 
     float *out = hf(no), *att = hf(na), *oabs = hf(no), *tmp = hf(na), *lse = hf(nl);
-    cpu->attention_forward(out, att, qkv, sl, sq, B, T, NH, NH, C / NH);
-    cpu->attention_forward(oabs, tmp, qabs, sl, sq, B, T, NH, NH, C / NH); /* sum_j P_ij |v_j| */
-    host_lse(lse, qkv, sl, sq, B, T, C, NH);
+    cpu->attention_forward(out, att, qkv, sl, sq, B, T, NH, KVH, hs);
+    cpu->attention_forward(oabs, tmp, qabs, sl, sq, B, T, NH, KVH, hs); /* sum_j P_ij |v_j| */
+    host_lse(lse, qkv, sl, sq, B, T, NH, KVH, hs);
     tsr_bf16 *d_qkv = new_bf16(qkv, nq), *d_out = d16(no);
     float *d_lse = df32(nl), *d_sl = a->alibi ? new_f32(slopes, NH) : NULL;
     int32_t *d_seq = a->seq ? new_i32(seq, (size_t)B * T) : NULL;
     poison(d_out, no * 2), poison(d_lse, nl * 4);
-    tcu_attention_forward(d_out, d_lse, d_qkv, d_sl, d_seq, B, T, NH, NH, C / NH, g_s);
+    tcu_attention_forward(d_out, d_lse, d_qkv, d_sl, d_seq, B, T, NH, KVH, hs, g_s);
     /* out: P may be rounded to bf16 for P.V (u per term: u sum_j P|v_j|, 2x room), one rounding
      * of the output (2u) */
     check_close(L("attention_forward %s: out", tag), get_bf16(d_out, no), out, no, 0, RTOL_BF16,
@@ -786,16 +797,16 @@ static void test_attention(const att_cfg *a) {
     /* backward from the CPU forward's out (as bf16) and the host lse: tests this op alone */
     float *ref = hcopy(g0, nq), *mag = hf(nq), *outb = hf(no);
     for (size_t i = 0; i < no; i++) outb[i] = rbf16(out[i]);
-    cpu->attention_backward(ref, dout, qkv, att, sq, B, T, NH, NH, C / NH);
-    attention_bwd_mag(mag, qkv, att, out, dout, B, T, C, NH);
+    cpu->attention_backward(ref, dout, qkv, att, sq, B, T, NH, KVH, hs);
+    attention_bwd_mag(mag, qkv, att, out, dout, B, T, NH, KVH, hs);
     tsr_bf16 *d_dout = new_bf16(dout, no), *d_g = d16(nq), *d_ob = new_bf16(outb, no);
     float *d_lh = new_f32(lse, nl), *got[2];
-    size_t scratch_bytes = tcu_attention_scratch_bytes(B, T, NH, NH, C / NH);
+    size_t scratch_bytes = tcu_attention_scratch_bytes(B, T, NH, KVH, hs);
     void *d_scratch = dalloc(scratch_bytes);
     for (int k = 0; k < 2; k++) {
         put_bf16(d_g, g0, nq);
-        tcu_attention_backward(d_g, d_dout, d_qkv, d_ob, d_lh, d_sl, d_seq, d_scratch, B, T, NH, NH, C / NH,
-                               g_s);
+        tcu_attention_backward(d_g, d_dout, d_qkv, d_ob, d_lh, d_sl, d_seq, d_scratch, B, T, NH,
+                               KVH, hs, g_s);
         got[k] = get_bf16(d_g, nq);
     }
     /* P and dS may be rounded to bf16 for the matmuls, D = rowsum(dout out) reads bf16 out: each
@@ -805,6 +816,217 @@ static void test_attention(const att_cfg *a) {
                 ref, nq, 0, RTOL_BF16, extra, 1.0);
     size_t dif = ndiff(got[0], got[1], nq, 4);
     tap_ok(dif == 0, "attention_backward %s: run twice, dqkv bit-identical (%zu differ)", tag, dif);
+    scope_end(tag);
+}
+
+/* ---- the Llama-style blocks: RMSNorm, QK-norm, RoPE, SwiGLU ---------------------------------- */
+
+#define RMS_EPS 1e-6f
+
+typedef struct { int N, C; float offset; } rms_cfg;
+#define RMS_CHECKS 8
+
+/* sums of |terms| of the norm backward's weight gradient over R rows of C (strided like QK-norm's
+ * heads: row r of token r / H at (r / H) * ld + (r % H) * C, rstd at (r / H) * sld + r % H),
+ * added into mw (C) */
+static void rms_dw_mag(float *mw, const float *dout, const float *x, const float *rstd, int R,
+                       int C, int H, size_t ld, int sld) {
+    for (int r = 0; r < R; r++) {
+        const size_t o = (size_t)(r / H) * ld + (size_t)(r % H) * C;
+        const float rs = rstd[(size_t)(r / H) * sld + r % H];
+        for (int c = 0; c < C; c++) mw[c] += fabsf(dout[o + c] * x[o + c] * rs);
+    }
+}
+
+/* out vs CPU as LayerNorm's (normalised values of order 1, one rounding: ATOL_LN + 2u); rstd: an
+ * fp32 sum of squares against the CPU's double, 1e-5 relative */
+static void check_rms_fwd(const char *what, const tsr_bf16 *d_out, const float *d_rstd,
+                          const float *out, const float *rstd, size_t n, size_t nr) {
+    check_close(L("%s: out", what), get_bf16(d_out, n), out, n, ATOL_LN, RTOL_BF16, NULL, 0);
+    check_close(L("%s: rstd", what), get_f32(d_rstd, nr), rstd, nr, 0, 1e-5, NULL, 0);
+}
+
+static void test_rmsnorm(const rms_cfg *r) {
+    const int N = r->N, C = r->C;
+    const size_t n = (size_t)N * C;
+    char tag[96];
+    snprintf(tag, sizeof tag, "N=%d C=%d offset %g", N, C, r->offset);
+    float *x = hf(n), *w = hf(C), *out = hf(n), *rstd = hf(N);
+    fill_bf16(x, n, r->offset - 2, r->offset + 2), fill_bf16(w, C, 0.5, 1.5);
+    tsr_bf16 *d_x = new_bf16(x, n), *d_w = new_bf16(w, C), *d_out = d16(n), *d_res = d16(n);
+    float *d_rstd = df32(N);
+    cpu->rmsnorm_forward(out, rstd, x, w, N, C, RMS_EPS);
+    poison(d_out, n * 2), poison(d_rstd, N * 4);
+    tcu_rmsnorm_forward(d_out, d_rstd, d_x, d_w, N, C, RMS_EPS, g_s);
+    check_rms_fwd(L("rmsnorm_forward %s", tag), d_out, d_rstd, out, rstd, n, N);
+
+    /* fused: residual = bf16(a + b) exactly, the RMSNorm that of the bf16 residual */
+    float *a = hf(n), *a2 = hf(n), *res = hf(n), *out2 = hf(n), *rstd2 = hf(N);
+    fill_bf16(a, n, r->offset - 1.5, r->offset + 1.5), fill_bf16(a2, n, -0.5, 0.5);
+    for (size_t i = 0; i < n; i++) res[i] = rbf16(a[i] + a2[i]);
+    cpu->rmsnorm_forward(out2, rstd2, res, w, N, C, RMS_EPS);
+    tsr_bf16 *d_a = new_bf16(a, n), *d_a2 = new_bf16(a2, n);
+    poison(d_res, n * 2), poison(d_out, n * 2), poison(d_rstd, N * 4);
+    tcu_residual_rmsnorm_forward(d_res, d_out, d_rstd, d_a, d_a2, d_w, N, C, RMS_EPS, g_s);
+    check_exact16(L("residual_rmsnorm_forward %s: residual == bf16(a + b)", tag), d_res, res, n);
+    check_rms_fwd(L("residual_rmsnorm_forward %s", tag), d_out, d_rstd, out2, rstd2, n, N);
+
+    /* backward from the CPU forward's rstd */
+    float *dout = hf(n), *g0i = hf(n), *g0w = hf(C);
+    fill_bf16(dout, n, -1, 1), fill_bf16(g0i, n, -1, 1), fill_f32(g0w, C, -1, 1);
+    float *ri = hcopy(g0i, n), *rw = hcopy(g0w, C), *mw = habs(g0w, C);
+    cpu->rmsnorm_backward(ri, rw, dout, x, w, rstd, N, C);
+    rms_dw_mag(mw, dout, x, rstd, N, C, 1, (size_t)C, 1);
+    tsr_bf16 *d_dout = new_bf16(dout, n), *d_gi = d16(n);
+    float *d_rs = new_f32(rstd, N), *d_gw = df32(C), *gi[2], *gw[2];
+    for (int k = 0; k < 2; k++) {
+        put_bf16(d_gi, g0i, n), put_f32(d_gw, g0w, C);
+        tcu_rmsnorm_backward(d_gi, d_gw, d_dout, d_x, d_w, d_rs, N, C, g_s);
+        gi[k] = get_bf16(d_gi, n), gw[k] = get_f32(d_gw, C);
+    }
+    /* dinp as LayerNorm's: ATOL_LN, g0 + increment rounded once (2u), or the increment first (u) */
+    check_close(L("rmsnorm_backward %s: dinp", tag), gi[0], ri, n, ATOL_LN, RTOL_BF16,
+                absdiff(ri, g0i, n, 1.0f, NULL, 0), U_BF16);
+    check_close(L("rmsnorm_backward %s: dw", tag), gw[0], rw, C, 0, 0, mw, MTOL_SUM);
+    size_t dif = ndiff(gi[0], gi[1], n, 4) + ndiff(gw[0], gw[1], C, 4);
+    tap_ok(dif == 0, "rmsnorm_backward %s: run twice, dinp and dw bit-identical (%zu differ)", tag,
+           dif);
+    scope_end(tag);
+}
+
+typedef struct { int N, NH, KVH, hs; } qkn_cfg;
+#define QKN_CHECKS 7
+
+static void test_qknorm(const qkn_cfg *q) {
+    const int N = q->N, NH = q->NH, KVH = q->KVH, hs = q->hs, H = NH + KVH;
+    const size_t ld = (size_t)(NH + 2 * KVH) * hs, n = (size_t)N * ld, nr = (size_t)N * H;
+    char tag[96];
+    snprintf(tag, sizeof tag, "N=%d NH=%d KVH=%d hs=%d", N, NH, KVH, hs);
+    float *x = hf(n), *qw = hf(hs), *kw = hf(hs), *out = hf(n), *rstd = hf(nr);
+    fill_bf16(x, n, -2, 2), fill_bf16(qw, hs, 0.5, 1.5), fill_bf16(kw, hs, 0.5, 1.5);
+    tsr_bf16 *d_x = new_bf16(x, n), *d_qw = new_bf16(qw, hs), *d_kw = new_bf16(kw, hs);
+    tsr_bf16 *d_out = d16(n);
+    float *d_rstd = df32(nr);
+    cpu->qknorm_forward(out, rstd, x, qw, kw, N, NH, KVH, hs, RMS_EPS);
+    poison(d_out, n * 2), poison(d_rstd, nr * 4);
+    tcu_qknorm_forward(d_out, d_rstd, d_x, d_qw, d_kw, N, NH, KVH, hs, RMS_EPS, g_s);
+    check_rms_fwd(L("qknorm_forward %s", tag), d_out, d_rstd, out, rstd, n, nr);
+    /* the value heads: copied bit for bit */
+    float *gout = get_bf16(d_out, n);
+    size_t vbad = 0;
+    for (int r = 0; r < N; r++)
+        vbad += ndiff(gout + r * ld + VCOL(0), x + r * ld + VCOL(0), (size_t)KVH * hs, 4);
+    tap_ok(vbad == 0, "qknorm_forward %s: value heads copied bit for bit (%zu differ)", tag, vbad);
+
+    float *dout = hf(n), *g0i = hf(n), *g0q = hf(hs), *g0k = hf(hs);
+    fill_bf16(dout, n, -1, 1), fill_bf16(g0i, n, -1, 1);
+    fill_f32(g0q, hs, -1, 1), fill_f32(g0k, hs, -1, 1);
+    float *ri = hcopy(g0i, n), *rq = hcopy(g0q, hs), *rk = hcopy(g0k, hs);
+    float *mq = habs(g0q, hs), *mk = habs(g0k, hs);
+    cpu->qknorm_backward(ri, rq, rk, dout, x, qw, kw, rstd, N, NH, KVH, hs);
+    rms_dw_mag(mq, dout, x, rstd, N * NH, hs, NH, ld, H);
+    rms_dw_mag(mk, dout + KCOL(0), x + KCOL(0), rstd + NH, N * KVH, hs, KVH, ld, H);
+    tsr_bf16 *d_dout = new_bf16(dout, n), *d_gi = d16(n);
+    float *d_rs = new_f32(rstd, nr), *d_gq = df32(hs), *d_gk = df32(hs), *gi[2], *gq[2], *gk[2];
+    for (int k = 0; k < 2; k++) {
+        put_bf16(d_gi, g0i, n), put_f32(d_gq, g0q, hs), put_f32(d_gk, g0k, hs);
+        tcu_qknorm_backward(d_gi, d_gq, d_gk, d_dout, d_x, d_qw, d_kw, d_rs, N, NH, KVH, hs, g_s);
+        gi[k] = get_bf16(d_gi, n), gq[k] = get_f32(d_gq, hs), gk[k] = get_f32(d_gk, hs);
+    }
+    check_close(L("qknorm_backward %s: dinp", tag), gi[0], ri, n, ATOL_LN, RTOL_BF16,
+                absdiff(ri, g0i, n, 1.0f, NULL, 0), U_BF16);
+    check_close(L("qknorm_backward %s: dqw", tag), gq[0], rq, hs, 0, 0, mq, MTOL_SUM);
+    check_close(L("qknorm_backward %s: dkw", tag), gk[0], rk, hs, 0, 0, mk, MTOL_SUM);
+    size_t dif = ndiff(gi[0], gi[1], n, 4) + ndiff(gq[0], gq[1], hs, 4) +
+                 ndiff(gk[0], gk[1], hs, 4);
+    tap_ok(dif == 0, "qknorm_backward %s: run twice, dinp dqw dkw bit-identical (%zu differ)", tag,
+           dif);
+    scope_end(tag);
+}
+
+typedef struct { int B, T, NH, KVH, hs, pos, p0; } rope_cfg;
+#define ROPE_CHECKS 3
+
+/* Llama's frequencies theta^(-2i/hs), theta = 500000 (the model's own come from model.c) */
+static void rope_freqs(float *f, int hs) {
+    for (int i = 0; i < hs / 2; i++) f[i] = (float)pow(500000.0, -2.0 * i / hs);
+}
+
+/* x' = x c - y s, y' = y c + x s rounded once (2u of the result) plus the GPU's fp32 angle and
+ * sincosf against the CPU's double: |a| 2^-24 of angle error, a few ulp of cos and sin, of
+ * |x| + |y| (mag): 2^-13 mag covers angles to ~2000 rad */
+static void test_rope(const rope_cfg *r) {
+    const int B = r->B, T = r->T, NH = r->NH, KVH = r->KVH, hs = r->hs;
+    const size_t ld = (size_t)(NH + 2 * KVH) * hs, N = (size_t)B * T, n = N * ld;
+    char tag[128];
+    snprintf(tag, sizeof tag, "B=%d T=%d NH=%d KVH=%d hs=%d %s p0=%d", B, T, NH, KVH, hs,
+             r->pos ? "positions given" : "t + p0", r->p0);
+    float *x = hf(n), *f = hf(hs / 2), *mag = hf(n), *ref = hf(n), *dref = hf(n);
+    int32_t *pos = hi32(N), *seq = hi32(T);
+    fill_bf16(x, n, -2, 2), rope_freqs(f, hs);
+    for (int b = 0; b < B; b++) { /* positions restart with each document (segment) */
+        make_segments(seq, T, b);
+        for (int t = 0; t < T; t++)
+            pos[b * T + t] = t && seq[t] == seq[t - 1] ? pos[b * T + t - 1] + 1 : 0;
+    }
+    const int32_t *ps = r->pos ? pos : NULL;
+    for (size_t i = 0; i < n; i++) { /* |x| + |partner| */
+        const size_t c = i % ld, h0 = c / hs * hs, d = c - h0;
+        const size_t partner = i - d + (d < (size_t)hs / 2 ? d + hs / 2 : d - hs / 2);
+        mag[i] = fabsf(x[i]) + fabsf(x[partner]);
+    }
+    memcpy(ref, x, n * sizeof *ref), memcpy(dref, x, n * sizeof *dref);
+    cpu->rope_forward(ref, ps, r->p0, f, B, T, NH, KVH, hs);
+    cpu->rope_backward(dref, ps, r->p0, f, B, T, NH, KVH, hs);
+    tsr_bf16 *d_x = new_bf16(x, n), *d_dx = new_bf16(x, n);
+    float *d_f = new_f32(f, hs / 2);
+    int32_t *d_pos = r->pos ? new_i32(pos, N) : NULL;
+    tcu_rope_forward(d_x, d_pos, r->p0, d_f, B, T, NH, KVH, hs, g_s);
+    tcu_rope_backward(d_dx, d_pos, r->p0, d_f, B, T, NH, KVH, hs, g_s);
+    float *gf = get_bf16(d_x, n), *gb = get_bf16(d_dx, n);
+    check_close(L("rope_forward %s", tag), gf, ref, n, 0, RTOL_BF16, mag, 0x1p-13);
+    check_close(L("rope_backward %s", tag), gb, dref, n, 0, RTOL_BF16, mag, 0x1p-13);
+    size_t vbad = 0;
+    for (size_t row = 0; row < N; row++) {
+        vbad += ndiff(gf + row * ld + VCOL(0), x + row * ld + VCOL(0), (size_t)KVH * hs, 4);
+        vbad += ndiff(gb + row * ld + VCOL(0), x + row * ld + VCOL(0), (size_t)KVH * hs, 4);
+    }
+    tap_ok(vbad == 0, "rope %s: value heads untouched by forward and backward (%zu differ)", tag,
+           vbad);
+    scope_end(tag);
+}
+
+typedef struct { int N, F; } swiglu_cfg;
+#define SWIGLU_CHECKS 2
+
+/* silu(g) u in fp32 (expf against the CPU's: a few ulp), rounded once: 2u + 2^-20 |g u|; the
+ * backward's increment in fp32 (a few ulp of its terms), g0 + increment rounded once (2u), or the
+ * increment first (u) */
+static void test_swiglu(const swiglu_cfg *c) {
+    const int N = c->N, F = c->F;
+    const size_t n = (size_t)N * F;
+    char tag[64];
+    snprintf(tag, sizeof tag, "N=%d F=%d", N, F);
+    float *x = hf(2 * n), *out = hf(n), *mag = hf(n), *dout = hf(n), *g0 = hf(2 * n);
+    for (int r = 0; r < N; r++) /* gates over the whole sigmoid, ups of order 1 */
+        for (int f = 0; f < 2 * F; f++)
+            x[(size_t)r * 2 * F + f] = rbf16(f < F ? uni(-8, 8) : uni(-2, 2));
+    for (int r = 0; r < N; r++)
+        for (int f = 0; f < F; f++)
+            mag[(size_t)r * F + f] = fabsf(x[(size_t)r * 2 * F + f] * x[(size_t)r * 2 * F + F + f]);
+    fill_bf16(dout, n, -1, 1), fill_bf16(g0, 2 * n, -1, 1);
+    cpu->swiglu_forward(out, x, N, F);
+    tsr_bf16 *d_x = new_bf16(x, 2 * n), *d_out = d16(n), *d_dout = new_bf16(dout, n);
+    tsr_bf16 *d_g = new_bf16(g0, 2 * n);
+    poison(d_out, n * 2);
+    tcu_swiglu_forward(d_out, d_x, N, F, g_s);
+    check_close(L("swiglu_forward %s", tag), get_bf16(d_out, n), out, n, 0, RTOL_BF16, mag,
+                0x1p-20);
+    float *ref = hcopy(g0, 2 * n);
+    cpu->swiglu_backward(ref, x, dout, N, F);
+    tcu_swiglu_backward(d_g, d_x, d_dout, N, F, g_s);
+    check_close(L("swiglu_backward %s: dinp", tag), get_bf16(d_g, 2 * n), ref, 2 * n, 1e-6,
+                RTOL_BF16, absdiff(ref, g0, 2 * n, 1.0f, NULL, 0), U_BF16);
     scope_end(tag);
 }
 
@@ -1078,10 +1300,26 @@ static const gelu_cfg GELU[] = {
 };
 static const size_t RESID[] = {18720, 789504};
 static const att_cfg ATT[] = {
-    {2, 65, 4, 32, 0, 0}, {2, 65, 4, 32, 1, 0}, {2, 65, 4, 32, 0, 1}, {2, 65, 4, 32, 1, 1},
-    {1, 130, 2, 64, 1, 1}, {2, 7, 3, 128, 0, 0}, {1, 1, 2, 64, 0, 0},  {3, 130, 2, 128, 0, 1},
-    {1, 257, 12, 64, 1, 0},
+    {2, 65, 4, 4, 32, 0, 0}, {2, 65, 4, 4, 32, 1, 0}, {2, 65, 4, 4, 32, 0, 1},
+    {2, 65, 4, 4, 32, 1, 1}, {1, 130, 2, 2, 64, 1, 1}, {2, 7, 3, 3, 128, 0, 0},
+    {1, 1, 2, 2, 64, 0, 0},  {3, 130, 2, 2, 128, 0, 1}, {1, 257, 12, 12, 64, 1, 0},
+    /* grouped-query (KVH = NH/2) and multi-query (KVH = 1) attention, hs 64 and 128 */
+    {2, 130, 4, 2, 64, 0, 1}, {2, 97, 8, 4, 128, 1, 0}, {1, 130, 4, 1, 64, 1, 1},
+    {2, 65, 6, 1, 128, 0, 0}, {3, 70, 6, 3, 64, 1, 1}, {1, 33, 4, 2, 32, 0, 0},
 };
+static const rms_cfg RMS[] = {
+    {1, 8, 0}, {7, 24, 1}, {65, 72, 0}, {257, 768, 3}, {130, 2048, 0},
+    {7, 20, 0}, /* C % 8 != 0: the scalar path */
+};
+static const qkn_cfg QKN[] = {
+    {7, 4, 2, 64}, {65, 8, 1, 128}, {33, 2, 2, 32}, {130, 16, 8, 64},
+    {5, 3, 1, 20}, /* hs % 8 != 0: the scalar path */
+};
+static const rope_cfg ROPE[] = {
+    {2, 65, 4, 2, 64, 0, 0}, {2, 65, 4, 2, 64, 1, 0}, {1, 33, 8, 1, 128, 0, 1000},
+    {3, 17, 2, 2, 32, 1, 0}, {1, 9, 3, 1, 12, 0, 5}, /* hs/2 % 8 != 0: the scalar path */
+};
+static const swiglu_cfg SWIGLU[] = {{7, 24}, {65, 200}, {257, 1376}, {33, 20}};
 static const xent_cfg XENT[] = {
     {1, 50, 64, 5}, {65, 50, 64, 60}, {65, 1000, 1024, 5}, {7, 50257, 50304, 5},
     {65, 50, 60, 5}, /* Vp % 8 != 0: the scalar path */
@@ -1114,6 +1352,8 @@ static int plan_size(void) {
     for (size_t i = 0; i < COUNT(ADAMW); i++) n += adamw_checks(&ADAMW[i]);
     n += (int)(COUNT(GELU) + COUNT(GELU_ODD)) * GELU_CHECKS;
     n += (int)(COUNT(RESID) + 1) * RESIDUAL_CHECKS + (int)COUNT(ATT) * ATT_CHECKS;
+    n += (int)COUNT(RMS) * RMS_CHECKS + (int)COUNT(QKN) * QKN_CHECKS;
+    n += (int)COUNT(ROPE) * ROPE_CHECKS + (int)COUNT(SWIGLU) * SWIGLU_CHECKS;
     n += (int)COUNT(XENT) * (XENT_CHECKS + 1) + (int)COUNT(ARGMAX_MORE); /* + argmax */
     n += (int)COUNT(SUMSQ) * SUMSQ_CHECKS;
     n += (int)COUNT(ADD_F32) * ADD_F32_CHECKS + (int)COUNT(D2D) * D2D_CHECKS;
@@ -1156,6 +1396,10 @@ int main(void) {
     for (size_t i = 0; i < COUNT(GELU); i++) test_gelu(&GELU[i]);
     for (size_t i = 0; i < COUNT(RESID); i++) test_residual(RESID[i]);
     for (size_t i = 0; i < COUNT(ATT); i++) test_attention(&ATT[i]);
+    for (size_t i = 0; i < COUNT(RMS); i++) test_rmsnorm(&RMS[i]);
+    for (size_t i = 0; i < COUNT(QKN); i++) test_qknorm(&QKN[i]);
+    for (size_t i = 0; i < COUNT(ROPE); i++) test_rope(&ROPE[i]);
+    for (size_t i = 0; i < COUNT(SWIGLU); i++) test_swiglu(&SWIGLU[i]);
     for (size_t i = 0; i < COUNT(XENT); i++) test_xent(&XENT[i]);
     for (size_t i = 0; i < COUNT(XENT); i++) test_argmax(&XENT[i]);
     for (size_t i = 0; i < COUNT(ARGMAX_MORE); i++) test_argmax(&ARGMAX_MORE[i]);

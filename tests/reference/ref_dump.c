@@ -11,7 +11,11 @@
  * then `steps` (attribute) optimizer steps from the same weights with the real trainer:
  *   /train/inputs, /train/targets (steps, global_batch, T); /train/loss, lr, grad_norm (steps)
  *   /final/<name>       parameters after the last step
- * Root attributes describe the model and optimizer so the test builds the same thing. */
+ *   /rope_freqs         (hs/2) the RoPE frequencies the model uses (pos = rope only)
+ * Root attributes describe the model and optimizer so the test builds the same thing: dimensions
+ * (V, Vp, C, L, NH, KVH, hs, F, T), architecture switches (alibi, rope, bias, gelu_exact, rmsnorm,
+ * swiglu, qkv_bias, qk_norm, tie_embeddings, doc_mask) and numbers (norm_eps, rope_theta,
+ * rope_scaling and its factors, eot_token), then the optimizer's. */
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
@@ -61,6 +65,37 @@ static void write_params(hid_t file, const char *group, const tsr_model *m, cons
     H5Gclose(g);
 }
 
+/* The Llama/Qwen architecture keys, resolved (KVH, hs) where the config leaves them 0; with
+ * RoPE also the frequencies tessera computed, so the test can check them before using its own. */
+static void write_arch_attrs(hid_t f, const tsr_model *m) {
+    const tsr_model_config *c = &m->cfg;
+    attr_d(f, "KVH", m->KVH);
+    attr_d(f, "hs", m->hs);
+    attr_d(f, "rmsnorm", c->norm == TSR_NORM_RMSNORM);
+    attr_d(f, "norm_eps", c->norm_eps);
+    attr_d(f, "swiglu", c->mlp == TSR_MLP_SWIGLU);
+    attr_d(f, "qkv_bias", c->qkv_bias);
+    attr_d(f, "qk_norm", c->qk_norm);
+    attr_d(f, "tie_embeddings", c->tie_embeddings);
+    attr_d(f, "rope", c->pos == TSR_POS_ROPE);
+    attr_d(f, "rope_theta", c->rope_theta);
+    attr_d(f, "rope_scaling", c->rope_scaling == TSR_ROPE_SCALING_LLAMA3);
+    attr_d(f, "rope_factor", c->rope_factor);
+    attr_d(f, "rope_low_freq_factor", c->rope_low_freq_factor);
+    attr_d(f, "rope_high_freq_factor", c->rope_high_freq_factor);
+    attr_d(f, "rope_original_max_pos", c->rope_original_max_pos);
+    if (m->rope_freqs) {
+        hsize_t n = (hsize_t)(m->hs / 2);
+        write_ds(f, "rope_freqs", H5T_NATIVE_FLOAT, m->rope_freqs, 1, &n);
+    }
+}
+
+/* The LM head's weight: lm_head when the embeddings are untied, else wte */
+static const float *head_weights(const tsr_model *m) {
+    const tsr_param_info *h = &m->params_info[TSR_P_LMHEAD];
+    return m->params + (h->numel ? h->offset : m->params_info[TSR_P_WTE].offset);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: ref_dump CONFIG OUT.h5 [KEY=VALUE ...]\n");
@@ -88,6 +123,7 @@ int main(int argc, char **argv) {
     attr_d(f, "bias", cfg.model.bias);
     attr_d(f, "gelu_exact", cfg.model.gelu);
     attr_d(f, "doc_mask", cfg.model.attn_mask == TSR_MASK_DOCUMENT);
+    write_arch_attrs(f, m);
     attr_d(f, "eot_token", cfg.model.eot_token);
     attr_d(f, "global_batch", GB);
     attr_d(f, "lr", cfg.optim.lr);
@@ -121,7 +157,7 @@ int main(int argc, char **argv) {
     for (int b = 0; b < GB; b += micro) {
         const int32_t *in = inputs + (size_t)b * T, *tg = targets + (size_t)b * T;
         loss_sum += model_forward(m, in, tg, micro, T);
-        t.be.ops->matmul_forward(logits + (size_t)b * T * Vp, m->acts.lnf, m->params, NULL,
+        t.be.ops->matmul_forward(logits + (size_t)b * T * Vp, m->acts.lnf, head_weights(m), NULL,
                               micro * T, m->C, Vp);
         model_backward(m, in, tg, micro, T, 1.0f / (float)counted);
     }

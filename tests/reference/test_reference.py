@@ -1,20 +1,26 @@
 #!/usr/bin/env python3
 """test_reference.py — tessera's fp32 CPU trainer against an independent float64 PyTorch model.
 
-For a GPT-2-style and an MPT-style tiny model (tests/reference/torch_gpt.py), on a random dataset
-written with `tessera shard` (vocab 100, so Vp = 128 padding rows; a loss mask with zeros, so
-ignored targets), and for both again with model.attn_mask = "document" on a dataset with
-end-of-text tokens inside the rows (torch: DocGPT below, the block-diagonal mask and positions
-restarting after each end-of-text token):
+For a GPT-2-style and an MPT-style tiny model (tests/reference/torch_gpt.py), a Llama-3-style, a
+Qwen-3-style and a Qwen-2.5-style one (tests/reference/torch_llama.py: RMSNorm, RoPE with and
+without Llama 3.1's scaling, SwiGLU, grouped-query attention, QK-norm, an explicit head_dim, qkv
+biases, tied and untied heads), on a random dataset written with `tessera shard` (vocab 100, so
+Vp = 128 padding rows; a loss mask with zeros, so ignored targets), and for GPT-2, MPT and Llama
+again with model.attn_mask = "document" on a dataset with end-of-text tokens inside the rows
+(torch: the block-diagonal mask, and learned or RoPE positions restarting after each end-of-text
+token):
   step 0 (build/tests/ref_dump's /step0): logits, loss and every parameter gradient at tessera's
           initial weights, torch run in float64 from the dumped /params;
   training: 10 AdamW steps (warmup + cosine lr, weight decay groups, global-norm clipping,
           2 microbatches of gradient accumulation): each step's lr, loss and gradient norm, and the
           parameters after the last step (/final).
+With RoPE also tessera's frequencies (/rope_freqs) against torch's. Before any of it, three checks
+of the torch Llama on its own (RoPE = a complex rotation, GQA = MHA with repeated key/value heads,
+a document under the document mask = the document alone).
 Metric, per tensor: relative error ||tessera - torch||_2 / ||torch||_2 (|a-b|/|b| for scalars),
 torch in float64 taken as exact. Tolerances and their reasons are at TOL_* below and in
-docs/reference-test.md. Exact checks: padded logit columns, padded rows of the wte gradient and of
-the final wte are exactly 0.
+docs/reference-test.md. Exact checks: padded logit columns, padded rows of the wte (and lm_head)
+gradient and of the final wte (and lm_head) are exactly 0.
 
 Run: TESTS=reference bash tests/run.sh   (needs build/tests/ref_dump and build/tessera: `make`)
 Prints TAP; exits 1 if a check fails, 77 (skip) without torch/h5py or the binaries.
@@ -25,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import traceback
+import types
 
 
 def skip(reason):
@@ -51,6 +58,7 @@ for exe in (REF_DUMP, TESSERA):
 
 sys.path.insert(0, HERE)
 import torch_gpt  # noqa: E402
+import torch_llama  # noqa: E402
 
 # ---- tolerances (torch float64 is the exact reference; docs/reference-test.md has the numbers) --
 # Step 0, relative per tensor. fp32 unit roundoff is 2^-24 = 6e-8; a tiny model's forward and
@@ -79,7 +87,16 @@ TOL_TRAJ = 1e-4         # gradient norms of steps 1.., and the parameters after 
 # is ~1e-11. A relative error of a zero is meaningless, so that block is checked with an absolute
 # bound instead: 1e-2, about 10x the measured drift and well under the ~sum(lr) = 0.064 a real
 # (consistently signed) gradient would move it.
+# With RoPE (qwen2.5's qkv bias) the key bias is turned by the key's position, so its gradient is
+# not zero, but in column pair i it is of the order of the angle f_i * (T-1) turned over the
+# sequence: ~1e-8 for the slowest pairs against ~1e-2 for the fastest. Those pairs drift the same
+# way (measured: max |diff| 2.5e-4 after 10 steps, 2.6e-3 relative, while the fast pairs agree to
+# 7e-7), so the pairs with f_i * (T-1) < 1 radian get the absolute bound and the others the
+# relative check with q and v (quiet_k_bias).
 TOL_K_BIAS = 1e-2
+# tessera keeps the RoPE frequencies in fp32 (computed in double, then rounded): at most half an
+# ulp, 2^-24 = 6e-8 relative, from torch's float64 ones.
+TOL_FREQ = 1e-7
 
 STEPS = 10
 SEQ_LEN = 16
@@ -100,6 +117,33 @@ COMMON_OPTIM = dict(lr=1e-2, warmup='"3ba"', schedule='"cosine"', alpha_f=0.1, w
 # grad_clip is chosen per model from the measured norms so that some steps clip and some do not.
 GPT2_DOC_CLIP = 1.4
 MPT_DOC_CLIP = 1.8
+LLAMA_CLIP = 3.1
+LLAMA_DOC_CLIP = 3.0
+QWEN3_CLIP = 2.3
+QWEN25_CLIP = 2.6
+# Llama 3: RMSNorm eps 1e-5, RoPE theta 500000 with Llama 3.1's scaling, SwiGLU of an explicit
+# width (not 4C), 4 query heads on 2 key/value heads, no biases, an untied lm_head. The scaling's
+# numbers are not Llama 3.1's (factor 8, low 1, high 4, original context 8192), under which all
+# wavelengths of a 12-wide head would be kept: with original context 128, low 2, high 8 the six
+# wavelengths 2 pi / theta^(-2i/12) = 6.3, 56, 498, ... are kept (6.3 < 128/8), interpolated
+# (16 <= 56 <= 64) and divided by the factor 4 (> 64), and they differ from the defaults so that
+# the dump shows each key was read.
+LLAMA = dict(n_layer=2, d_model=48, n_head=4, n_kv_head=2, vocab_size=VOCAB, vocab_multiple=128,
+             norm='"rmsnorm"', norm_eps=1e-5, pos='"rope"', rope_theta=500000.0,
+             rope_scaling='"llama3"', rope_factor=4.0, rope_low_freq_factor=2.0,
+             rope_high_freq_factor=8.0, rope_original_max_pos=128, mlp='"swiglu"',
+             intermediate_size=80, bias="false", tie_embeddings="false", init_std=INIT_STD)
+# Qwen 3: RMSNorm eps 1e-6 also over every q and k head (QK-norm, before RoPE), RoPE theta 1e6
+# without scaling, head_dim 16 while d_model / n_head = 8, GQA 4:2, tied embeddings, no biases.
+QWEN3 = dict(n_layer=2, d_model=32, n_head=4, n_kv_head=2, head_dim=16, vocab_size=VOCAB,
+             vocab_multiple=128, norm='"rmsnorm"', norm_eps=1e-6, pos='"rope"',
+             rope_theta=1000000.0, mlp='"swiglu"', intermediate_size=64, bias="false",
+             qk_norm="true", tie_embeddings="true", init_std=INIT_STD)
+# Qwen 2.5: like Qwen 3 without QK-norm but with q, k, v biases; here multi-query (3 heads, 1 kv).
+QWEN25 = dict(n_layer=2, d_model=48, n_head=3, n_kv_head=1, vocab_size=VOCAB, vocab_multiple=128,
+              norm='"rmsnorm"', norm_eps=1e-6, pos='"rope"', rope_theta=1000000.0,
+              mlp='"swiglu"', intermediate_size=96, bias="false", qkv_bias="true",
+              tie_embeddings="true", init_std=INIT_STD)
 CONFIGS = [
     dict(name="gpt2", grad_clip=1.4,
          model=dict(n_layer=2, d_model=32, n_head=4, vocab_size=VOCAB, vocab_multiple=128,
@@ -117,6 +161,12 @@ CONFIGS = [
          model=dict(n_layer=2, d_model=48, n_head=3, vocab_size=VOCAB, vocab_multiple=128,
                     pos='"alibi"', bias="false", gelu='"exact"', init_std=INIT_STD,
                     attn_mask='"document"', eot_token=EOT)),
+    dict(name="llama", grad_clip=LLAMA_CLIP, model=LLAMA),
+    # RoPE positions restart per document
+    dict(name="llama-doc", grad_clip=LLAMA_DOC_CLIP, data="doc", seed=1235,
+         model=dict(LLAMA, attn_mask='"document"', eot_token=EOT)),
+    dict(name="qwen3", grad_clip=QWEN3_CLIP, model=QWEN3),
+    dict(name="qwen2.5", grad_clip=QWEN25_CLIP, model=QWEN25),
 ]
 
 
@@ -166,7 +216,7 @@ def write_config(path, cfg, tmp, data_dir):
     with open(path, "w") as f:
         f.write(f"""# {cfg['name']}: written by tests/reference/test_reference.py
 run_dir = "{os.path.join(tmp, 'run_' + cfg['name'])}";
-seed = 1234;
+seed = {cfg.get("seed", 1234)};
 max_duration = "{STEPS}ba";
 global_batch = {GLOBAL_BATCH};
 micro_batch = {MICRO_BATCH};
@@ -197,6 +247,8 @@ def read_dump(path):
         d["attrs"] = {k: float(v) for k, v in f.attrs.items()}
         for g in ("params", "step0/grads", "final"):
             d[g] = {k: f[g][k][()] for k in f[g].keys()}
+        if "rope_freqs" in f:
+            d["rope_freqs"] = f["rope_freqs"][()]
         for k in ("inputs", "targets", "logits"):
             d["step0/" + k] = f["step0"][k][()]
         d["step0/loss"] = float(f["step0"].attrs["loss"])
@@ -208,10 +260,35 @@ def read_dump(path):
 # ---- the torch side ----------------------------------------------------------------------------
 
 def torch_config(a):
+    """The torch model's config from a dump's attributes: torch_gpt's GPT (learned positions or
+    ALiBi, LayerNorm, GELU) or, with RoPE, torch_llama's Llama (RMSNorm, SwiGLU)."""
     i = lambda k: int(round(a[k]))  # noqa: E731
-    return torch_gpt.GPTConfig(V=i("V"), Vp=i("Vp"), C=i("C"), L=i("L"), NH=i("NH"), F=i("F"),
-                               max_T=i("T"), alibi=bool(a["alibi"]), bias=bool(a["bias"]),
-                               gelu_exact=bool(a["gelu_exact"]))
+    if not a["rope"]:
+        if a["rmsnorm"] or a["swiglu"] or a["qk_norm"] or a["qkv_bias"] or not a["tie_embeddings"] \
+                or i("KVH") != i("NH") or i("hs") * i("NH") != i("C"):
+            raise ValueError("no torch model for a GPT/MPT-style dump with Llama/Qwen keys")
+        return torch_gpt.GPTConfig(V=i("V"), Vp=i("Vp"), C=i("C"), L=i("L"), NH=i("NH"),
+                                   F=i("F"), max_T=i("T"), alibi=bool(a["alibi"]),
+                                   bias=bool(a["bias"]), gelu_exact=bool(a["gelu_exact"]))
+    if not a["rmsnorm"] or not a["swiglu"] or a["bias"]:
+        raise ValueError("no torch model for RoPE without RMSNorm and SwiGLU, or with biases")
+    scaling = None
+    if a["rope_scaling"]:
+        scaling = torch_llama.RopeScaling(a["rope_factor"], a["rope_low_freq_factor"],
+                                          a["rope_high_freq_factor"], i("rope_original_max_pos"))
+    return torch_llama.LlamaConfig(V=i("V"), Vp=i("Vp"), C=i("C"), L=i("L"), NH=i("NH"),
+                                   KVH=i("KVH"), hs=i("hs"), F=i("F"), norm_eps=a["norm_eps"],
+                                   rope_theta=a["rope_theta"], rope_scaling=scaling,
+                                   qkv_bias=bool(a["qkv_bias"]), qk_norm=bool(a["qk_norm"]),
+                                   tie_embeddings=bool(a["tie_embeddings"]))
+
+
+def is_llama(tc):
+    return isinstance(tc, torch_llama.LlamaConfig)
+
+
+def param_names(tc):
+    return (torch_llama if is_llama(tc) else torch_gpt).param_names(tc)
 
 
 class DocGPT(torch_gpt.GPT):
@@ -245,11 +322,14 @@ class DocGPT(torch_gpt.GPT):
         return logits, loss_sum
 
 
-def torch_model(tc, a):
-    """The float64 torch model of a dump: DocGPT when it has the document mask."""
-    if a.get("doc_mask"):
-        return DocGPT(tc, int(round(a["eot_token"]))).double()
-    return torch_gpt.GPT(tc).double()
+def torch_model(tc, a, doc_mask=None):
+    """The float64 torch model of a dump: with the document mask (doc_mask, default the dump's)
+    DocGPT or a Llama with an eot id."""
+    doc_mask = a.get("doc_mask") if doc_mask is None else doc_mask
+    eot = int(round(a["eot_token"])) if doc_mask else None
+    if is_llama(tc):
+        return torch_llama.Llama(tc, eot).double()
+    return (DocGPT(tc, eot) if doc_mask else torch_gpt.GPT(tc)).double()
 
 
 def global_batch_backward(model, inputs, targets, micro):
@@ -305,15 +385,6 @@ def torch_train(model, d):
 
 # ---- checks ------------------------------------------------------------------------------------
 
-def checks_per_config(cfg):
-    learned = cfg["model"]["pos"] == '"learned"'
-    bias = cfg["model"]["bias"] == "true"
-    n = len(torch_gpt.param_names(torch_gpt.GPTConfig(V=1, Vp=1, C=1, L=1, NH=1, F=1, max_T=1,
-                                                      alibi=not learned, bias=bias,
-                                                      gelu_exact=False)))
-    return 12 + 2 * n + (1 if cfg.get("data") == "doc" else 0)
-
-
 def check_data(tap, name, d, tokens, mask):
     """Every dumped row is sample k of the token stream (inputs tokens[kT:kT+T], targets the next
     T tokens, -1 where the mask is 0); one epoch's rows are a permutation of the samples; the step-0
@@ -349,36 +420,60 @@ def check_data(tap, name, d, tokens, mask):
                          f"one epoch = a permutation of the {N_SAMPLES} samples")
 
 
-def run_config(tap, cfg, tmp, data_dir, tokens, mask):
-    name = cfg["name"]
-    cfg_path = os.path.join(tmp, name + ".cfg")
-    out = os.path.join(tmp, name + ".h5")
-    write_config(cfg_path, cfg, tmp, data_dir)
-    r = subprocess.run([REF_DUMP, cfg_path, out], capture_output=True, text=True, env=run_env())
-    if not tap.ok(r.returncode == 0 and os.path.exists(out),
-                  f"{name}: ref_dump {os.path.basename(cfg_path)} exits 0 (rc {r.returncode})"):
-        tap.diag((r.stdout + r.stderr)[-3000:])
-        return False
-    d = read_dump(out)
-    a = d["attrs"]
-    tc = torch_config(a)
-    names = torch_gpt.param_names(tc)
+def config_names(m):
+    """The tessera parameter names the config's model dict m must give (what the dump holds)."""
+    yes = lambda k, default="false": m.get(k, default) == "true"  # noqa: E731
+    if m["pos"] == '"rope"':
+        return torch_llama.param_names(types.SimpleNamespace(
+            qkv_bias=yes("qkv_bias"), qk_norm=yes("qk_norm"),
+            tie_embeddings=yes("tie_embeddings", "true")))
+    return torch_gpt.param_names(types.SimpleNamespace(bias=yes("bias"),
+                                                       alibi=m["pos"] == '"alibi"'))
 
-    # -- the dump describes the model the config asked for --
+
+def checks_per_config(cfg):
     m = cfg["model"]
-    want = dict(V=VOCAB, Vp=128, C=m["d_model"], L=m["n_layer"], NH=m["n_head"],
-                F=4 * m["d_model"], T=SEQ_LEN, alibi=float(m["pos"] == '"alibi"'),
-                bias=float(m["bias"] == "true"), gelu_exact=float(m["gelu"] == '"exact"'),
+    rope = m["pos"] == '"rope"'
+    extra = (1 if cfg.get("data") == "doc" else 0) + (2 if rope else 0)
+    extra += 2 if m.get("tie_embeddings") == "false" else 0
+    return 12 + 2 * len(config_names(m)) + extra
+
+
+def want_attrs(cfg):
+    """The root attributes a dump of this config must have (ref_dump.c's list)."""
+    m = cfg["model"]
+    yes = lambda k, default="false": float(m.get(k, default) == "true")  # noqa: E731
+    C, NH = m["d_model"], m["n_head"]
+    want = dict(V=VOCAB, Vp=128, C=C, L=m["n_layer"], NH=NH,
+                KVH=m.get("n_kv_head", NH), hs=m.get("head_dim", C // NH),
+                F=m.get("intermediate_size", 4 * C), T=SEQ_LEN,
+                alibi=float(m["pos"] == '"alibi"'), rope=float(m["pos"] == '"rope"'),
+                bias=yes("bias", "true"), gelu_exact=float(m.get("gelu") == '"exact"'),
+                rmsnorm=float(m.get("norm") == '"rmsnorm"'),
+                swiglu=float(m.get("mlp") == '"swiglu"'),
+                qkv_bias=yes("qkv_bias"), qk_norm=yes("qk_norm"),
+                tie_embeddings=yes("tie_embeddings", "true"),
+                rope_scaling=float(m.get("rope_scaling") == '"llama3"'),
                 global_batch=GLOBAL_BATCH, steps=STEPS, warmup_steps=3,
                 grad_clip=cfg["grad_clip"], weight_decay=COMMON_OPTIM["weight_decay"],
                 doc_mask=float(m.get("attn_mask") == '"document"'))
-    if "eot_token" in m:
-        want["eot_token"] = m["eot_token"]
-    bad = [f"{k} = {a.get(k)} (want {v})" for k, v in want.items() if a.get(k) != v]
+    for k in ("eot_token", "norm_eps", "rope_theta", "rope_factor", "rope_low_freq_factor",
+              "rope_high_freq_factor", "rope_original_max_pos"):
+        if k in m:
+            want[k] = m[k]
+    return want
+
+
+def check_dump_describes(tap, cfg, d, tc, names, model):
+    """The dump's attributes, tensor names and shapes are those of the config's model."""
+    a = d["attrs"]
+    bad = [f"{k} = {a.get(k)} (want {v})" for k, v in want_attrs(cfg).items() if a.get(k) != v]
+    if sorted(names) != sorted(config_names(cfg["model"])):
+        bad.append(f"the torch model has {names}, the config asks for "
+                   f"{config_names(cfg['model'])}")
     for g in ("params", "step0/grads", "final"):
         if sorted(d[g]) != sorted(names):
             bad.append(f"/{g} holds {sorted(d[g])}, want {sorted(names)}")
-    model = torch_model(tc, a)
     shapes = {n: tuple(t.shape) for n, t in model.tessera_tensors().items()}
     for g in ("params", "step0/grads", "final"):
         for n in names:
@@ -386,11 +481,62 @@ def run_config(tap, cfg, tmp, data_dir, tokens, mask):
                 bad.append(f"/{g}/{n} has shape {d[g][n].shape}, want {shapes[n]}")
     for b in bad[:8]:
         tap.diag(b)
-    tap.ok(not bad, f"{name}: dump attributes, tensor names and shapes match the config")
+    tap.ok(not bad, f"{cfg['name']}: dump attributes, tensor names and shapes match the config")
+    return shapes
 
-    check_data(tap, name, d, tokens, mask)
 
-    # -- step 0: forward and backward at the initial weights --
+def check_rope_freqs(tap, name, d, tc):
+    """tessera's RoPE frequencies (fp32) are torch's float64 ones rounded; with Llama 3.1's
+    scaling, the head has frequencies in each of its three regimes (kept, interpolated, divided
+    by the factor), so the scaling is exercised."""
+    want = torch_llama.rope_inv_freq(tc.hs, tc.rope_theta, tc.rope_scaling).numpy()
+    got = d["rope_freqs"] if "rope_freqs" in d else np.zeros(0)
+    e = float(np.max(np.abs(got - want) / want)) if got.shape == want.shape else math.inf
+    tap.diag(f"{name}: RoPE frequencies tessera " + " ".join(f"{x:.6g}" for x in got))
+    tap.ok(e <= TOL_FREQ, f"{name}: the {len(want)} RoPE frequencies (theta {tc.rope_theta:g}"
+                          f"{', llama3 scaling' if tc.rope_scaling else ''}) max rel err "
+                          f"{e:.1e} <= {TOL_FREQ:g} (fp32 rounding)")
+    plain = torch_llama.rope_inv_freq(tc.hs, tc.rope_theta).numpy()
+    if tc.rope_scaling is None:
+        ok = np.array_equal(want, plain)
+        tap.ok(ok, f"{name}: no scaling: the frequencies are theta^(-2i/hs)")
+        return
+    ratio = plain / want
+    kept = int(np.sum(ratio == 1))
+    divided = int(np.sum(np.isclose(ratio, tc.rope_scaling.factor, rtol=1e-12)))
+    between = int(np.sum((ratio > 1) & (ratio < tc.rope_scaling.factor)
+                         & ~np.isclose(ratio, tc.rope_scaling.factor, rtol=1e-12)))
+    tap.ok(kept and divided and between and kept + divided + between == len(ratio),
+           f"{name}: llama3 scaling changes the frequencies: {kept} kept, {between} interpolated, "
+           f"{divided} divided by {tc.rope_scaling.factor:g} (ratios "
+           + " ".join(f"{x:.4g}" for x in ratio) + ")")
+
+
+def check_pad_rows(tap, name, what, rows, V, Vp):
+    tap.ok(not np.any(rows != 0), f"{name}: padded rows {V}..{Vp - 1} of {what} are exactly 0 "
+                                  f"(max |x| {np.abs(rows).max() if rows.size else 0:g})")
+
+
+def quiet_k_bias(tc, names):
+    """Columns of qkvb whose gradient is zero, or nearly so, in exact arithmetic (TOL_K_BIAS), or
+    None. Without RoPE the whole key block NH*hs .. (NH+KVH)*hs (C .. 2C in a GPT): a bias added
+    to every key adds q.b to every score of a query, which softmax ignores. RoPE turns the bias by
+    the key's position, so its column pair i gets a gradient of the order of the angle f_i * (T-1)
+    it turns over the sequence: the pairs with f_i * (T-1) < 1 radian."""
+    if "qkvb" not in names:
+        return None
+    hs = tc.hs if is_llama(tc) else tc.C // tc.NH
+    NH, KVH = tc.NH, tc.KVH if is_llama(tc) else tc.NH
+    quiet = np.ones(hs, dtype=bool)
+    if is_llama(tc):
+        f = torch_llama.rope_inv_freq(hs, tc.rope_theta, tc.rope_scaling).numpy()
+        quiet = np.concatenate([f, f]) * (SEQ_LEN - 1) < 1.0
+    cols = NH * hs + np.flatnonzero(np.tile(quiet, KVH))
+    return cols if len(cols) else None
+
+
+def check_step0(tap, name, d, tc, names, shapes, model):
+    """Forward and backward at the initial weights. Returns the torch logits."""
     model.load_tessera(d["params"])
     model.zero_grad(set_to_none=False)
     loss, logits = global_batch_backward(model, d["step0/inputs"], d["step0/targets"], MICRO_BATCH)
@@ -412,37 +558,40 @@ def run_config(tap, cfg, tmp, data_dir, tokens, mask):
         tap.ok(e <= TOL_STEP0, f"{name}: step-0 grad {n} {shapes[n]} rel err {e:.2e} "
                                f"(|g| {np.linalg.norm(grads[n]):.3g}) <= {TOL_STEP0:g}")
     tap.diag(f"{name}: worst step-0 gradient: {worst[1]} at {worst[0]:.2e}")
-    if "qkvb" in names:  # the k block's gradient is exactly zero (TOL_K_BIAS)
-        kb = slice(tc.C, 2 * tc.C)
-        tap.diag(f"{name}: step-0 k-bias gradient norm: tessera "
+    kb = quiet_k_bias(tc, names)
+    if kb is not None:
+        tap.diag(f"{name}: step-0 gradient norm of the {len(kb)} quiet k-bias columns: tessera "
                  f"{np.linalg.norm(d['step0/grads']['qkvb'][:, kb]):.2e}, torch "
                  f"{np.linalg.norm(grads['qkvb'][:, kb]):.2e} (whole qkvb "
                  f"{np.linalg.norm(grads['qkvb']):.2e})")
-    padg = d["step0/grads"]["wte"][V:]
-    tap.ok(not np.any(padg != 0), f"{name}: padded rows {V}..{tc.Vp - 1} of the wte gradient "
-                                  f"are exactly 0 (max |g| {np.abs(padg).max():g})")
+    check_pad_rows(tap, name, "the wte gradient", d["step0/grads"]["wte"][V:], V, tc.Vp)
+    if "lm_head" in names:
+        check_pad_rows(tap, name, "the lm_head gradient", d["step0/grads"]["lm_head"][V:], V,
+                       tc.Vp)
+    return logits
 
-    if a["doc_mask"]:  # the case exercises the mask: documents inside rows change the logits
-        inner = int((d["step0/inputs"][:, :-1] == EOT).sum())
-        plain = torch_gpt.GPT(tc).double()
-        plain.load_tessera(d["params"])
-        with torch.no_grad():
-            causal_logits, _ = plain(torch.as_tensor(d["step0/inputs"], dtype=torch.long))
-        e = rel_err(causal_logits.numpy(), logits.numpy())
-        tap.ok(inner > 0 and e > 1e-2, f"{name}: the step-0 batch has {inner} end-of-text tokens "
-                                       f"inside rows; plain causal logits differ from the "
-                                       f"document-mask ones by {e:.2e} > 1e-2")
 
-    # -- 10 training steps --
-    model = torch_model(tc, a)
-    model.load_tessera(d["params"])
-    hist = torch_train(model, d)
+def check_doc_mask_matters(tap, name, d, tc, logits):
+    """The document-mask case exercises the mask: documents inside rows change the logits."""
+    inner = int((d["step0/inputs"][:, :-1] == EOT).sum())
+    plain = torch_model(tc, d["attrs"], doc_mask=False)
+    plain.load_tessera(d["params"])
+    with torch.no_grad():
+        causal_logits, _ = plain(torch.as_tensor(d["step0/inputs"], dtype=torch.long))
+    e = rel_err(causal_logits.numpy(), logits.numpy())
+    tap.ok(inner > 0 and e > 1e-2, f"{name}: the step-0 batch has {inner} end-of-text tokens "
+                                   f"inside rows; plain causal logits differ from the "
+                                   f"document-mask ones by {e:.2e} > 1e-2")
+
+
+def check_schedule_and_norms(tap, name, d, hist):
+    """lr per step, clipping, training losses and gradient norms of the 10 steps."""
     lr_t = d["train/lr"]
     e = max(abs(lr_t[s] - h[2]) / h[2] for s, h in enumerate(hist))
     tap.diag(f"{name}: lr per step " + " ".join(f"{x:.5g}" for x in lr_t))
     tap.ok(e <= TOL_LR, f"{name}: lr schedule (warmup 3, cosine to alpha_f 0.1) matches "
                         f"lr_multiplier's formula: max rel err {e:.1e} <= {TOL_LR:g}")
-    clip = a["grad_clip"]
+    clip = d["attrs"]["grad_clip"]
     norms_t = d["train/grad_norm"]
     clipped_t = [bool(x > clip) for x in norms_t]
     clipped_torch = [h[3] for h in hist]
@@ -465,32 +614,162 @@ def run_config(tap, cfg, tmp, data_dir, tokens, mask):
     tap.ok(e0 <= TOL_STEP0 and e1 <= TOL_TRAJ,
            f"{name}: gradient norms: step 0 rel err {e0:.2e} <= {TOL_STEP0:g}, "
            f"steps 1..{len(en) - 1} max {e1:.2e} <= {TOL_TRAJ:g}")
+
+
+def check_final(tap, name, d, tc, names, model):
+    """The parameters after the last step; padded vocabulary rows still zero."""
     final = {k: v.numpy() for k, v in model.tessera_tensors().items()}
     worst = (0.0, "")
     for n in names:
         got, want, extra, ok = d["final"][n], final[n], "", True
-        if n == "qkvb":  # the k block: absolute bound (TOL_K_BIAS); q and v blocks: relative
-            C = tc.C
-            kdev = float(np.abs(got[:, C:2 * C] - want[:, C:2 * C]).max())
+        kb = quiet_k_bias(tc, names) if n == "qkvb" else None
+        if kb is not None:  # those k columns: absolute bound (TOL_K_BIAS); the rest: relative
+            kdev = float(np.abs(got[:, kb] - want[:, kb]).max())
             ok = kdev <= TOL_K_BIAS
-            extra = f" (q,v blocks); k block max |diff| {kdev:.1e} <= {TOL_K_BIAS:g}"
-            got = np.concatenate([got[:, :C], got[:, 2 * C:]], axis=1)
-            want = np.concatenate([want[:, :C], want[:, 2 * C:]], axis=1)
+            extra = (f" (without the {len(kb)} quiet k columns); those max |diff| {kdev:.1e} "
+                     f"<= {TOL_K_BIAS:g}")
+            got, want = np.delete(got, kb, axis=1), np.delete(want, kb, axis=1)
         e = rel_err(got, want)
         worst = max(worst, (e, n))
         tap.ok(ok and e <= TOL_TRAJ, f"{name}: final {n} after {STEPS} steps rel err {e:.2e} "
                                      f"<= {TOL_TRAJ:g}{extra}")
     tap.diag(f"{name}: worst final parameter: {worst[1]} at {worst[0]:.2e}")
-    padp = d["final"]["wte"][V:]
-    tap.ok(not np.any(padp != 0), f"{name}: padded rows of the final wte are still exactly 0")
+    check_pad_rows(tap, name, "the final wte", d["final"]["wte"][tc.V:], tc.V, tc.Vp)
+    if "lm_head" in names:
+        check_pad_rows(tap, name, "the final lm_head", d["final"]["lm_head"][tc.V:], tc.V, tc.Vp)
+
+
+def run_config(tap, cfg, tmp, data_dir, tokens, mask):
+    name = cfg["name"]
+    cfg_path = os.path.join(tmp, name + ".cfg")
+    out = os.path.join(tmp, name + ".h5")
+    write_config(cfg_path, cfg, tmp, data_dir)
+    r = subprocess.run([REF_DUMP, cfg_path, out], capture_output=True, text=True, env=run_env())
+    if not tap.ok(r.returncode == 0 and os.path.exists(out),
+                  f"{name}: ref_dump {os.path.basename(cfg_path)} exits 0 (rc {r.returncode})"):
+        tap.diag((r.stdout + r.stderr)[-3000:])
+        return False
+    d = read_dump(out)
+    a = d["attrs"]
+    tc = torch_config(a)
+    names = param_names(tc)
+    model = torch_model(tc, a)
+    shapes = check_dump_describes(tap, cfg, d, tc, names, model)
+    if is_llama(tc):
+        check_rope_freqs(tap, name, d, tc)
+    check_data(tap, name, d, tokens, mask)
+    logits = check_step0(tap, name, d, tc, names, shapes, model)
+    if a["doc_mask"]:
+        check_doc_mask_matters(tap, name, d, tc, logits)
+    model = torch_model(tc, a)
+    model.load_tessera(d["params"])
+    hist = torch_train(model, d)
+    check_schedule_and_norms(tap, name, d, hist)
+    check_final(tap, name, d, tc, names, model)
     return True
+
+
+# ---- the torch Llama on its own -----------------------------------------------------------------
+
+TORCH_SELF_CHECKS = 3
+TOL_SELF = 1e-12  # float64 computations of the same thing in another order
+
+
+def tiny_llama(KVH, eot=None, seed=0, **kw):
+    """A random float64 Llama (every weight N(0, 0.3)) for the self-checks."""
+    cfg = dict(V=50, Vp=64, C=24, L=2, NH=4, KVH=KVH, hs=8, F=40, norm_eps=1e-5,
+               rope_theta=10000.0, rope_scaling=torch_llama.RopeScaling(4.0, 1.0, 4.0, 32),
+               qkv_bias=True, qk_norm=True, tie_embeddings=False)
+    cfg.update(kw)
+    model = torch_llama.Llama(torch_llama.LlamaConfig(**cfg), eot).double()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.3)
+    return model
+
+
+def self_check_rope(tap):
+    """rotate_half RoPE = multiplying x[i] + i x[i + hs/2] by e^(i p f_i)."""
+    g = torch.Generator().manual_seed(1)
+    hs = 12
+    x = torch.randn(2, 3, 5, hs, generator=g, dtype=torch.float64)
+    pos = torch.randint(0, 100, (2, 5), generator=g)
+    inv_freq = torch_llama.rope_inv_freq(hs, 500000.0, torch_llama.RopeScaling(4.0, 2.0, 8.0, 128))
+    cos, sin = torch_llama.rope_cos_sin(pos, inv_freq)
+    got = torch_llama.apply_rope(x, cos, sin)
+    z = torch.complex(x[..., :hs // 2], x[..., hs // 2:])
+    angle = pos[:, None, :, None].double() * inv_freq
+    z = z * torch.polar(torch.ones_like(angle), angle)
+    e = float((got - torch.cat((z.real, z.imag), dim=-1)).abs().max())
+    tap.ok(e <= TOL_SELF, f"torch: RoPE (rotate_half, cos/sin) equals the complex rotation of "
+                          f"(x[i], x[i + hs/2]) by p f_i: max |diff| {e:.1e} <= {TOL_SELF:g}")
+
+
+def self_check_gqa(tap):
+    """GQA with 2 kv heads for 4 query heads = MHA whose key/value heads h are GQA's h // 2 (and
+    not h % 2: the check can tell the two groupings apart)."""
+    gqa = tiny_llama(KVH=2)
+    idx = torch.randint(0, 50, (2, 10), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        want, _ = gqa(idx)
+    errs = {}
+    for how, head in (("h // 2", lambda h: h // 2), ("h % 2", lambda h: h % 2)):
+        mha = tiny_llama(KVH=4)
+        mha.load_state_dict({k: v for k, v in gqa.state_dict().items()
+                             if "k_proj" not in k and "v_proj" not in k}, strict=False)
+        with torch.no_grad():
+            for ls, ld in zip(gqa.layers, mha.layers):
+                for proj in ("k_proj", "v_proj"):
+                    s, t = getattr(ls.self_attn, proj), getattr(ld.self_attn, proj)
+                    rows = torch.cat([torch.arange(head(h) * 8, head(h) * 8 + 8) for h in range(4)])
+                    t.weight.copy_(s.weight[rows])
+                    t.bias.copy_(s.bias[rows])
+            got, _ = mha(idx)
+        errs[how] = rel_err(got.numpy(), want.numpy())
+    tap.ok(errs["h // 2"] <= TOL_SELF and errs["h % 2"] > 1e-3,
+           f"torch: GQA (repeat_kv, 4 query heads on 2 kv heads) equals MHA with kv head h // 2 "
+           f"repeated: rel err {errs['h // 2']:.1e} <= {TOL_SELF:g} (with h % 2: "
+           f"{errs['h % 2']:.1e})")
+
+
+def self_check_documents(tap):
+    """With the document mask, each document's logits are those of the document alone at the
+    start of a row (attention stays inside it, RoPE positions restart)."""
+    eot = 7
+    doc = tiny_llama(KVH=2, eot=eot)
+    alone = tiny_llama(KVH=2)
+    alone.load_state_dict(doc.state_dict())
+    row = torch.tensor([[3, 9, eot, 12, 4, 4, 30, eot, 5, 1, 2, 8]])
+    with torch.no_grad():
+        got, _ = doc(row)
+        errs = []
+        for s, e in ((0, 3), (3, 8), (8, 12)):
+            want, _ = alone(row[:, s:e])
+            errs.append(rel_err(got[:, s:e].numpy(), want.numpy()))
+        shifted, _ = alone(row)
+    e, diff = max(errs), rel_err(shifted[:, 3:].numpy(), got[:, 3:].numpy())
+    tap.ok(e <= TOL_SELF and diff > 1e-3,
+           f"torch: with the document mask, each of 3 documents in a row gives the logits of the "
+           f"document alone: max rel err {e:.1e} <= {TOL_SELF:g} (causal mask over the row: "
+           f"{diff:.1e})")
+
+
+def torch_self_checks(tap):
+    for check in (self_check_rope, self_check_gqa, self_check_documents):
+        try:
+            check(tap)
+        except Exception:
+            tap.diag(traceback.format_exc())
+            tap.ok(False, f"torch: {check.__name__} raised")
 
 
 def main():
     torch.set_default_dtype(torch.float64)
     datasets = {"plain": None, "doc": EOT}  # dataset name -> eot id inside its rows (or none)
-    plan = len(datasets) + sum(checks_per_config(c) for c in CONFIGS)
+    plan = TORCH_SELF_CHECKS + len(datasets) + sum(checks_per_config(c) for c in CONFIGS)
     tap = Tap(plan)
+    torch_self_checks(tap)
     with tempfile.TemporaryDirectory(prefix="tsr-ref-") as tmp:
         data = {}
         for dname, eot in datasets.items():

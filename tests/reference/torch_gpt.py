@@ -14,7 +14,8 @@ Attention is causal on a fused qkv projection laid out [q | k | v] (each head h 
 h*hs..), scores scaled by 1/sqrt(hs); with ALiBi the MPT bias is added to the scores.
 
 Parameter names and shapes follow tessera's dumps (tessera stacks per-layer tensors, e.g.
-qkvw (L, 3C, C)); `load_tessera`, `tessera_tensors` translate between the two layouts.
+qkvw (L, 3C, C)); `load_tessera`, `tessera_tensors` of TesseraLayout (shared with
+torch_llama.py) translate between the two layouts.
 """
 import math
 from dataclasses import dataclass
@@ -25,27 +26,34 @@ import torch.nn.functional as F
 
 LN_EPS = 1e-5  # GPT-2 and MPT LayerNorm epsilon
 
-# tessera name -> (kind, per_layer, needs_bias, needs_learned_pos). Kind decides weight decay:
-# "weight" always decays, "norm"/"bias" only with decay_norms_biases, "embedding" only with
-# decay_embeddings (MPT / llm-foundry conventions, as in trainer.c's param_decays).
+# tessera name -> (kind, per_layer), in tessera's order (src/model/model.h). Kind decides weight
+# decay: "weight" always decays, "norm"/"bias" only with decay_norms_biases, "embedding" only with
+# decay_embeddings (MPT / llm-foundry conventions, as in trainer.c's param_decays). Shared with
+# torch_llama.py, whose models have qnormw, knormw and lm_head.
 PARAMS = {
-    "wte": ("embedding", False, False, False),
-    "wpe": ("embedding", False, False, True),
-    "ln1w": ("norm", True, False, False),
-    "ln1b": ("norm", True, True, False),
-    "qkvw": ("weight", True, False, False),
-    "qkvb": ("bias", True, True, False),
-    "attprojw": ("weight", True, False, False),
-    "attprojb": ("bias", True, True, False),
-    "ln2w": ("norm", True, False, False),
-    "ln2b": ("norm", True, True, False),
-    "fcw": ("weight", True, False, False),
-    "fcb": ("bias", True, True, False),
-    "fcprojw": ("weight", True, False, False),
-    "fcprojb": ("bias", True, True, False),
-    "lnfw": ("norm", False, False, False),
-    "lnfb": ("norm", False, True, False),
+    "wte": ("embedding", False),
+    "wpe": ("embedding", False),
+    "ln1w": ("norm", True),
+    "ln1b": ("norm", True),
+    "qkvw": ("weight", True),
+    "qkvb": ("bias", True),
+    "qnormw": ("norm", True),
+    "knormw": ("norm", True),
+    "attprojw": ("weight", True),
+    "attprojb": ("bias", True),
+    "ln2w": ("norm", True),
+    "ln2b": ("norm", True),
+    "fcw": ("weight", True),
+    "fcb": ("bias", True),
+    "fcprojw": ("weight", True),
+    "fcprojb": ("bias", True),
+    "lnfw": ("norm", False),
+    "lnfb": ("norm", False),
+    "lm_head": ("weight", False),
 }
+GPT_BIASES = ("ln1b", "qkvb", "attprojb", "ln2b", "fcb", "fcprojb", "lnfb")
+GPT_NAMES = ("wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b",
+             "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb")
 
 
 @dataclass
@@ -64,8 +72,8 @@ class GPTConfig:
 
 def param_names(cfg):
     """tessera parameter names present in a model of this config, in tessera's order."""
-    return [n for n, (_, _, need_bias, need_pos) in PARAMS.items()
-            if (cfg.bias or not need_bias) and (not cfg.alibi or not need_pos)]
+    return [n for n in GPT_NAMES
+            if (cfg.bias or n not in GPT_BIASES) and (not cfg.alibi or n != "wpe")]
 
 
 def alibi_slopes(n_heads, alibi_bias_max=8):
@@ -151,7 +159,55 @@ class Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
-class GPT(nn.Module):
+class TesseraLayout:
+    """Translation between a torch model and tessera's stacked parameter layout. The model defines
+    tessera_views(): tessera name -> one entry per layer for a per-layer tensor (PARAMS), or a
+    single entry otherwise; an entry is the list of the model's tensors whose concatenation along
+    rows is that slice (one tensor, or e.g. [q_proj, k_proj, v_proj] for qkvw of a model with
+    separate projections, torch_llama.py)."""
+
+    @torch.no_grad()
+    def load_tessera(self, params):
+        """Copies tessera-layout arrays (name -> numpy array at tessera's shape) into the model."""
+        for name, entries in self.tessera_views().items():
+            src = torch.as_tensor(params[name])
+            if not PARAMS[name][1]:
+                src = src.unsqueeze(0)
+            rows = sum(t.shape[0] for t in entries[0])
+            if src.shape[0] != len(entries) or src.shape[1] != rows or \
+                    tuple(src.shape[2:]) != tuple(entries[0][0].shape[1:]):
+                raise ValueError(f"{name}: tessera shape {tuple(params[name].shape)} does not fit "
+                                 f"{len(entries)} x {[tuple(t.shape) for t in entries[0]]}")
+            for parts, s in zip(entries, src):
+                for dst, piece in zip(parts, s.split([t.shape[0] for t in parts])):
+                    dst.copy_(piece)
+
+    @torch.no_grad()
+    def tessera_tensors(self, grads=False):
+        """name -> stacked tensor (parameters, or their gradients) at tessera's shape."""
+        out = {}
+        for name, entries in self.tessera_views().items():
+            def value(t):
+                if not grads:
+                    return t
+                return t.grad if t.grad is not None else torch.zeros_like(t)
+            slices = [torch.cat([value(t) for t in parts]) for parts in entries]
+            out[name] = torch.stack(slices) if PARAMS[name][1] else slices[0].clone()
+        return out
+
+    def param_groups(self, weight_decay, decay_norms_biases=False, decay_embeddings=False):
+        """AdamW groups: decay on "weight" kinds, on norms/biases and embeddings only if asked."""
+        decay, no_decay = [], []
+        for name, entries in self.tessera_views().items():
+            kind = PARAMS[name][0]
+            d = (kind == "weight" or (kind in ("norm", "bias") and decay_norms_biases)
+                 or (kind == "embedding" and decay_embeddings))
+            (decay if d else no_decay).extend(t for parts in entries for t in parts)
+        return [{"params": decay, "weight_decay": weight_decay},
+                {"params": no_decay, "weight_decay": 0.0}]
+
+
+class GPT(TesseraLayout, nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.cfg = cfg
@@ -177,16 +233,14 @@ class GPT(nn.Module):
                                    ignore_index=-1, reduction="sum")
         return logits, loss_sum
 
-    # ---- tessera's stacked layout ----
-
     def tessera_views(self):
-        """tessera name -> list of this model's tensors that make it (one per layer for the
-        stacked per-layer tensors, in layer order)."""
+        """tessera name -> this model's tensors, one entry per layer for the stacked per-layer
+        tensors (in layer order), each entry a list of one tensor (TesseraLayout)."""
         def per_layer(get):
-            return [get(b) for b in self.blocks]
+            return [[get(b)] for b in self.blocks]
         v = {
-            "wte": [self.wte.weight],
-            "wpe": [self.wpe.weight] if self.wpe is not None else None,
+            "wte": [[self.wte.weight]],
+            "wpe": [[self.wpe.weight]] if self.wpe is not None else None,
             "ln1w": per_layer(lambda b: b.ln1.weight),
             "ln1b": per_layer(lambda b: b.ln1.bias),
             "qkvw": per_layer(lambda b: b.attn.qkv.weight),
@@ -199,44 +253,10 @@ class GPT(nn.Module):
             "fcb": per_layer(lambda b: b.mlp.fc.bias),
             "fcprojw": per_layer(lambda b: b.mlp.proj.weight),
             "fcprojb": per_layer(lambda b: b.mlp.proj.bias),
-            "lnfw": [self.lnf.weight],
-            "lnfb": [self.lnf.bias],
+            "lnfw": [[self.lnf.weight]],
+            "lnfb": [[self.lnf.bias]],
         }
         return {n: v[n] for n in param_names(self.cfg)}
-
-    @torch.no_grad()
-    def load_tessera(self, params):
-        """Copies tessera-layout arrays (name -> numpy array at tessera's shape) into the model."""
-        for name, tensors in self.tessera_views().items():
-            src = torch.as_tensor(params[name])
-            if not PARAMS[name][1]:
-                src = src.unsqueeze(0)
-            if src.shape[0] != len(tensors) or tuple(src.shape[1:]) != tuple(tensors[0].shape):
-                raise ValueError(f"{name}: tessera shape {tuple(params[name].shape)} does not fit "
-                                 f"{len(tensors)} x {tuple(tensors[0].shape)}")
-            for dst, s in zip(tensors, src):
-                dst.copy_(s)
-
-    @torch.no_grad()
-    def tessera_tensors(self, grads=False):
-        """name -> stacked tensor (parameters, or their gradients) at tessera's shape."""
-        out = {}
-        for name, tensors in self.tessera_views().items():
-            ts = [(t.grad if t.grad is not None else torch.zeros_like(t)) if grads else t
-                  for t in tensors]
-            out[name] = torch.stack(ts) if PARAMS[name][1] else ts[0].clone()
-        return out
-
-    def param_groups(self, weight_decay, decay_norms_biases=False, decay_embeddings=False):
-        """AdamW groups: decay on "weight" kinds, on norms/biases and embeddings only if asked."""
-        decay, no_decay = [], []
-        for name, tensors in self.tessera_views().items():
-            kind = PARAMS[name][0]
-            d = (kind == "weight" or (kind in ("norm", "bias") and decay_norms_biases)
-                 or (kind == "embedding" and decay_embeddings))
-            (decay if d else no_decay).extend(tensors)
-        return [{"params": decay, "weight_decay": weight_decay},
-                {"params": no_decay, "weight_decay": 0.0}]
 
 
 def lr_multiplier(schedule, alpha_f, step, warmup, total):

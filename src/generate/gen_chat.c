@@ -1,0 +1,172 @@
+/* gen_chat.c — the chat template and end-of-turn ids of `tessera generate --chat` (gen_chat.h). */
+#include "generate/gen_chat.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common.h"
+#include "fsutil.h"
+#include "json.h"
+#include "prep/prep_chat.h"
+
+enum { CONV_NODES = 2 + 3 * 3 }; /* the object, "messages", three messages of two members */
+
+int gen_chat_open(gen_chat *gc, const char *spec, const tsr_tokenizer *tok) {
+    memset(gc, 0, sizeof *gc);
+    if (!tokenizer_is_hf(tok) || chat_config_find(spec, gc->path, sizeof gc->path) != 1) return 0;
+    jinja_error e;
+    if (chat_config_load(gc->path, &gc->cc, &e)) {
+        tsr_error("generate: %s%s", e.msg,
+                  e.status == JINJA_ESYNTAX ? " (the chat_template's syntax)" : "");
+        return TSR_EXIT_DATA;
+    }
+    gc->loaded = 1;
+    return 0;
+}
+
+void gen_chat_free(gen_chat *gc) {
+    if (gc->loaded) chat_config_free(&gc->cc);
+    gc->loaded = 0;
+}
+
+uint32_t gen_chat_eos_id(const gen_chat *gc, const tsr_tokenizer *tok) {
+    const json_value *eos = gc->loaded ? json_get(gc->cc.vars, "eos_token") : NULL;
+    return eos ? tokenizer_special_id(tok, eos->str) : UINT32_MAX;
+}
+
+/* v becomes a string member key: s (the next sibling is set by the caller). */
+static json_value *string_member(json_value *v, const char *key, const char *s) {
+    *v = (json_value){.type = JSON_STRING, .str = s, .len = strlen(s), .key = key,
+                      .key_len = strlen(key)};
+    return v;
+}
+
+/* {"messages": [{"role": roles[i], "content": contents[i]} for i < n]} built in nodes
+ * (CONV_NODES), pointing at the caller's strings. */
+static const json_value *conversation(json_value *nodes, const char *const *roles,
+                                      const char *const *contents, int n) {
+    json_value *conv = &nodes[0], *msgs = &nodes[1], *prev = NULL;
+    *conv = (json_value){.type = JSON_OBJECT, .len = 1, .child = msgs};
+    *msgs = (json_value){.type = JSON_ARRAY, .len = (size_t)n, .key = "messages", .key_len = 8};
+    for (int i = 0; i < n; i++) {
+        json_value *m = &nodes[2 + 3 * i];
+        *m = (json_value){.type = JSON_OBJECT, .len = 2, .child = m + 1};
+        string_member(m + 1, "role", roles[i])->next = string_member(m + 2, "content", contents[i]);
+        if (prev) prev->next = m;
+        else msgs->child = m;
+        prev = m;
+    }
+    return conv;
+}
+
+/* [system?, user] (+ an assistant reply when reply is not NULL) in nodes. */
+static const json_value *chat_turns(json_value *nodes, const char *system, const char *user,
+                                    const char *reply) {
+    const char *roles[3], *contents[3];
+    int n = 0;
+    if (system) roles[n] = "system", contents[n++] = system;
+    roles[n] = "user", contents[n++] = user;
+    if (reply) roles[n] = "assistant", contents[n++] = reply;
+    return conversation(nodes, roles, contents, n);
+}
+
+int gen_chat_render(const gen_chat *gc, const char *spec, const char *system, const char *user,
+                    char **text, size_t *n) {
+    if (!gc->loaded || !gc->cc.tpl) {
+        char where[sizeof gc->path + 32];
+        if (!gc->path[0]) snprintf(where, sizeof where, "it is not a tokenizer.json");
+        else snprintf(where, sizeof where, "%s %s", gc->path, gc->loaded ? "has none" : "does not exist");
+        tsr_error("generate: --chat: the tokenizer %s has no chat_template (%s): --chat needs a "
+                  "Hugging Face tokenizer.json whose tokenizer_config.json beside it has one; "
+                  "leave --chat out to complete the prompt as plain text", spec, where);
+        return TSR_EXIT_USAGE;
+    }
+    json_value nodes[CONV_NODES];
+    const json_value *ctx[2] = {gc->cc.vars, chat_turns(nodes, system, user, NULL)};
+    const jinja_overrides ov = {.nmessages = -1, .add_generation_prompt = 1};
+    jinja_error e;
+    if (jinja_render_ex(gc->cc.tpl, ctx, 2, &ov, text, n, &e) == JINJA_OK) return 0;
+    if (e.line)
+        tsr_error("generate: --chat: the chat template of %s, line %d:%d: %s", gc->path, e.line,
+                  e.col, e.msg);
+    else
+        tsr_error("generate: --chat: the chat template of %s: %s", gc->path, e.msg);
+    return TSR_EXIT_USAGE;
+}
+
+uint32_t gen_chat_end_of_turn(const gen_chat *gc, const tsr_tokenizer *tok, const char *system,
+                              const char *user) {
+    if (!gc->loaded || !gc->cc.tpl) return UINT32_MAX;
+    json_value nodes[CONV_NODES];
+    chat_render r;
+    char why[256];
+    if (prep_chat_render(&gc->cc, chat_turns(nodes, system, user, "OK"), &r, why, sizeof why) ||
+        r.n_spans != 1)
+        return UINT32_MAX; /* the template hides the reply: no end of turn to learn from it */
+    const char *after = r.text + r.spans[0].off + r.spans[0].len, *end = r.text + r.len;
+    while (after < end && strchr(" \t\r\n", *after)) after++;
+    uint32_t *ids = NULL, id = UINT32_MAX;
+    size_t nids = 0, cap = 0;
+    tokenizer_encode(tok, (const uint8_t *)after, (size_t)(end - after), 1, &ids, &nids, &cap);
+    uint32_t len = 0;
+    const uint8_t *b = nids ? tokenizer_token_bytes(tok, ids[0], &len) : NULL;
+    if (b) {
+        char *name = tsr_malloc((size_t)len + 1);
+        memcpy(name, b, len);
+        name[len] = '\0';
+        if (tokenizer_special_id(tok, name) == ids[0]) id = ids[0];
+        free(name);
+    }
+    free(ids);
+    prep_chat_render_free(&r);
+    return id;
+}
+
+/* One eos_token_id entry: a non-negative integer. */
+static int id_of(const json_value *v, int64_t *out) {
+    if (v->type != JSON_NUMBER || v->num < 0 || v->num > INT32_MAX || v->num != floor(v->num))
+        return -1;
+    *out = (int64_t)v->num;
+    return 0;
+}
+
+int gen_chat_generation_eos(const gen_chat *gc, int64_t *ids, int cap, int *n) {
+    char path[sizeof gc->path + 32];
+    const char *slash = strrchr(gc->path, '/');
+    int dir = slash ? (int)(slash - gc->path) : 1;
+    snprintf(path, sizeof path, "%.*s/generation_config.json", dir, slash ? gc->path : ".");
+    struct stat st;
+    if (!gc->path[0] || stat(path, &st) != 0) return 0;
+    char *text;
+    size_t len;
+    TSR_CHECK(fs_read_all(path, 0, &text, &len));
+    json_doc doc;
+    json_doc_init(&doc);
+    json_value *root;
+    json_error je;
+    int rc = 0;
+    if (json_parse(&doc, text, len, &root, &je)) {
+        tsr_error("generate: %s: byte %zu: %s", path, je.pos, je.msg);
+        rc = TSR_EXIT_DATA;
+    }
+    const json_value *e = rc ? NULL : json_get(root, "eos_token_id");
+    if (e && e->type != JSON_NULL) {
+        const json_value *one = e->type == JSON_ARRAY ? e->child : e;
+        for (; one && !rc; one = e->type == JSON_ARRAY ? one->next : NULL) {
+            int64_t id;
+            if (id_of(one, &id)) {
+                tsr_error("generate: %s: eos_token_id: expected a token id (an integer >= 0) or a "
+                          "list of them, found a %s", path, json_type_name(one->type));
+                rc = TSR_EXIT_DATA;
+            } else if (*n < cap) {
+                ids[(*n)++] = id;
+            }
+        }
+    }
+    json_doc_free(&doc);
+    free(text);
+    return rc;
+}

@@ -1,0 +1,36 @@
+# generate_lib.sh — sourced by tests/eval/test_generate*.sh (after tests/lib.sh, with TMP, GEN and
+# PROMPT set): the KV cache against the no-cache reference.
+
+# greedy MODEL NAME [ARGS]: ids of a greedy completion of PROMPT by the model in $TMP/MODEL, with
+# the cache ($TMP/NAME.c, probabilities in NAME.c.probs) and without it ($TMP/NAME.n, NAME.n.probs)
+greedy() {
+    local m=$1 n=$2; shift 2
+    "${GEN[@]}" --ckpt "$TMP/$m" --prompt-ids "$PROMPT" --temperature 0 --no-eos-stop --ids \
+        --dump-probs "$TMP/$n.c.probs" "$@" >"$TMP/$n.c" 2>"$TMP/$n.c.err" &&
+    "${GEN[@]}" --ckpt "$TMP/$m" --prompt-ids "$PROMPT" --temperature 0 --no-eos-stop --ids \
+        --dump-probs "$TMP/$n.n.probs" --no-cache "$@" >"$TMP/$n.n" 2>"$TMP/$n.n.err"
+}
+# same_ids A B N: files A and B hold the same N ids, not all alike (at least 10 distinct)
+same_ids() {
+    local na nd
+    na=$(wc -w <"$1"); nd=$(tr ' ' '\n' <"$1" | sort -u | wc -l)
+    tap_diag "$(basename "$1"): $na ids, $nd distinct: $(cut -d' ' -f1-16 "$1") ..."
+    [[ $na == "$3" ]] && ((nd >= 10)) && cmp -s "$1" "$2"
+}
+# probs_close A B: the dumped next-token probabilities of the cached path (A) and model_forward (B)
+# agree: |p_cache - p_full| <= 1e-6 + 1e-4 p_full per entry. Both are fp32 forwards of the same
+# maths that differ in summation order (sgemv on 1 row vs sgemm on the whole context); measured
+# max 6e-7 absolute.
+probs_close() {
+    "$PY3" - "$1" "$2" <<'PY'
+import sys, numpy as np
+a, b = np.loadtxt(sys.argv[1], ndmin=2), np.loadtxt(sys.argv[2], ndmin=2)
+if a.shape != b.shape or a.shape[0] < 100: print("# shapes", a.shape, b.shape); sys.exit(1)
+pa, pb = a[:, 2:], b[:, 2:]
+if not (np.isfinite(pa).all() and np.isfinite(pb).all()): print("# NaN or Inf"); sys.exit(1)
+err = np.abs(pa - pb) / (1e-6 + 1e-4 * np.abs(pb))
+print("# %d steps x %d probabilities: max |diff| %.3g, max diff/tol %.3g, rows summing to %.6f..%.6f"
+      % (pa.shape[0], pa.shape[1], np.abs(pa - pb).max(), err.max(), pa.sum(1).min(), pa.sum(1).max()))
+sys.exit(0 if (a[:, :2] == b[:, :2]).all() and err.max() <= 1 and abs(pa.sum(1) - 1).max() < 1e-4 else 1)
+PY
+}

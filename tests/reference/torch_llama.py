@@ -1,0 +1,247 @@
+"""torch_llama.py — Llama-3 and Qwen-2.5/3-style decoders in PyTorch, for the reference test.
+Written from the published definitions (Hugging Face transformers' modeling_llama.py and
+modeling_qwen3.py: LlamaRMSNorm, rotate_half / apply_rotary_pos_emb, repeat_kv, LlamaMLP,
+Qwen3Attention's q_norm / k_norm, the "llama3" rope_type of modeling_rope_utils), not from
+tessera's C code. Run in float64 by the test.
+
+Dimensions as in kernels/ops.h: C d_model, NH query heads, KVH key/value heads (NH a multiple),
+hs head size (need not be C/NH), F intermediate size, V real vocabulary, Vp padded (>= V).
+
+  x = embed[idx]
+  per layer: h = input_layernorm(x)
+             q = q_proj(h), k = k_proj(h), v = v_proj(h)       (biases only with qkv_bias)
+             q, k = q_norm(q), k_norm(k) per head                (qk_norm, Qwen 3; before RoPE)
+             q, k = RoPE(q, k) at each token's position          (rotate_half pairing)
+             x = x + o_proj(softmax(q k^T / sqrt(hs) + mask) v)  (k, v repeated NH/KVH times)
+             x = x + down_proj(silu(gate_proj(h2)) * up_proj(h2)),  h2 = post_attention_layernorm(x)
+  logits = norm(x) @ W^T over all Vp rows, W = lm_head (untied) or embed (tied)
+  loss   = cross-entropy over the first V logits only, targets -1 ignored
+
+The projections are separate modules, as in transformers; tessera fuses them: qkvw rows are
+[q_proj | k_proj | v_proj], fcw rows [gate_proj | up_proj] (tessera_views says so, and
+load_tessera of torch_gpt.TesseraLayout splits the rows accordingly).
+
+With eot (model.attn_mask = "document"), a document ends with (and includes) an eot token: a
+token attends to the earlier tokens of its own document only, and its RoPE position counts from
+the document's first token.
+"""
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from torch_gpt import TesseraLayout
+
+
+@dataclass
+class RopeScaling:
+    """Llama 3.1's rope_scaling (rope_type "llama3")."""
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_pos: int
+
+
+@dataclass
+class LlamaConfig:
+    V: int
+    Vp: int
+    C: int
+    L: int
+    NH: int
+    KVH: int
+    hs: int
+    F: int
+    norm_eps: float
+    rope_theta: float
+    rope_scaling: Optional[RopeScaling]
+    qkv_bias: bool      # Qwen 2/2.5
+    qk_norm: bool       # Qwen 3
+    tie_embeddings: bool
+
+
+def param_names(cfg):
+    """tessera parameter names present in a model of this config, in tessera's order."""
+    names = ["wte", "ln1w", "qkvw"]
+    names += ["qkvb"] if cfg.qkv_bias else []
+    names += ["qnormw", "knormw"] if cfg.qk_norm else []
+    names += ["attprojw", "ln2w", "fcw", "fcprojw", "lnfw"]
+    return names + ([] if cfg.tie_embeddings else ["lm_head"])
+
+
+def rope_inv_freq(hs, theta, scaling=None):
+    """inv_freq[i] = theta^(-2i/hs), i < hs/2 (float64); with Llama 3.1's scaling, by wavelength
+    2 pi / f: above original_max_pos / low_freq_factor divided by factor, below
+    original_max_pos / high_freq_factor kept, in between (1 - s) f / factor + s f with
+    s = (original_max_pos / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs))
+    if scaling is None:
+        return inv_freq
+    low_wavelen = scaling.original_max_pos / scaling.low_freq_factor
+    high_wavelen = scaling.original_max_pos / scaling.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / scaling.factor, inv_freq)
+    smooth = ((scaling.original_max_pos / wavelen - scaling.low_freq_factor)
+              / (scaling.high_freq_factor - scaling.low_freq_factor))
+    smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
+    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rotate_half(x):
+    x1, x2 = x[..., :x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rope_cos_sin(pos, inv_freq):
+    """pos (B,T) -> cos, sin (B,1,T,hs) for heads laid out (B,H,T,hs)."""
+    freqs = pos[..., None].to(inv_freq.dtype) * inv_freq          # (B,T,hs/2)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos()[:, None], emb.sin()[:, None]
+
+
+def apply_rope(x, cos, sin):
+    return x * cos + rotate_half(x) * sin
+
+
+def repeat_kv(x, n_rep):
+    """(B,KVH,T,hs) -> (B,KVH*n_rep,T,hs): query head h reads key/value head h // n_rep."""
+    B, KVH, T, hs = x.shape
+    if n_rep == 1:
+        return x
+    return x[:, :, None].expand(B, KVH, n_rep, T, hs).reshape(B, KVH * n_rep, T, hs)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, n, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n))
+        self.eps = eps
+
+    def forward(self, x):
+        var = x.pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(var + self.eps))
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = c = cfg
+        self.q_proj = nn.Linear(c.C, c.NH * c.hs, bias=c.qkv_bias)
+        self.k_proj = nn.Linear(c.C, c.KVH * c.hs, bias=c.qkv_bias)
+        self.v_proj = nn.Linear(c.C, c.KVH * c.hs, bias=c.qkv_bias)
+        self.o_proj = nn.Linear(c.NH * c.hs, c.C, bias=False)
+        if c.qk_norm:
+            self.q_norm = RMSNorm(c.hs, c.norm_eps)
+            self.k_norm = RMSNorm(c.hs, c.norm_eps)
+
+    def forward(self, x, cos, sin, allowed):
+        """allowed (B,T,T) bool: query i may see key j."""
+        B, T, _ = x.shape
+        c = self.cfg
+        q = self.q_proj(x).view(B, T, c.NH, c.hs)
+        k = self.k_proj(x).view(B, T, c.KVH, c.hs)
+        v = self.v_proj(x).view(B, T, c.KVH, c.hs).transpose(1, 2)
+        if c.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)                   # (B,H,T,hs)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        k, v = repeat_kv(k, c.NH // c.KVH), repeat_kv(v, c.NH // c.KVH)
+        s = (q @ k.transpose(-2, -1)) * c.hs ** -0.5                  # (B,NH,T,T)
+        s = s.masked_fill(~allowed[:, None], float("-inf"))
+        y = F.softmax(s, dim=-1) @ v                                  # (B,NH,T,hs)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, c.NH * c.hs))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.C, cfg.F, bias=False)
+        self.up_proj = nn.Linear(cfg.C, cfg.F, bias=False)
+        self.down_proj = nn.Linear(cfg.F, cfg.C, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Layer(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.C, cfg.norm_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.C, cfg.norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin, allowed):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, allowed)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+def positions_and_mask(idx, eot):
+    """(pos (B,T), allowed (B,T,T)): causal with positions 0..T-1, or with an eot id the
+    block-diagonal document mask and positions counted from each document's first token."""
+    B, T = idx.shape
+    causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
+    if eot is None:
+        pos = torch.arange(T, device=idx.device).expand(B, T)
+        return pos, causal.expand(B, T, T)
+    is_eot = (idx == eot).long()
+    doc = torch.cumsum(is_eot, dim=1) - is_eot          # eot tokens strictly before t
+    allowed = (doc[:, :, None] == doc[:, None, :]) & causal
+    return allowed.sum(dim=-1) - 1, allowed
+
+
+class Llama(TesseraLayout, nn.Module):
+    def __init__(self, cfg, eot=None):
+        super().__init__()
+        self.cfg = cfg
+        self.eot = eot
+        self.embed_tokens = nn.Embedding(cfg.Vp, cfg.C)
+        self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.L))
+        self.norm = RMSNorm(cfg.C, cfg.norm_eps)
+        self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.C, cfg.Vp, bias=False)
+        self.register_buffer("inv_freq", rope_inv_freq(cfg.hs, cfg.rope_theta, cfg.rope_scaling),
+                             persistent=False)
+
+    def forward(self, idx, targets=None):
+        """idx, targets (B,T) int64. Returns logits (B,T,Vp) and, with targets, the SUM of the
+        cross-entropy over the targets that are not -1 (the caller divides by the global count)."""
+        pos, allowed = positions_and_mask(idx, self.eot)
+        cos, sin = rope_cos_sin(pos, self.inv_freq.to(torch.get_default_dtype()))
+        x = self.embed_tokens(idx)
+        for layer in self.layers:
+            x = layer(x, cos, sin, allowed)
+        head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        logits = F.linear(self.norm(x), head)
+        if targets is None:
+            return logits, None
+        V = self.cfg.V
+        loss_sum = F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1),
+                                   ignore_index=-1, reduction="sum")
+        return logits, loss_sum
+
+    def tessera_views(self):
+        """tessera name -> per layer (or once) the tensors whose rows make tessera's slice."""
+        per_layer = {  # layer -> its tensors of that name
+            "ln1w": lambda ly: [ly.input_layernorm.weight],
+            "qkvw": lambda ly: [ly.self_attn.q_proj.weight, ly.self_attn.k_proj.weight,
+                                ly.self_attn.v_proj.weight],
+            "qkvb": lambda ly: [ly.self_attn.q_proj.bias, ly.self_attn.k_proj.bias,
+                                ly.self_attn.v_proj.bias],
+            "qnormw": lambda ly: [ly.self_attn.q_norm.weight],
+            "knormw": lambda ly: [ly.self_attn.k_norm.weight],
+            "attprojw": lambda ly: [ly.self_attn.o_proj.weight],
+            "ln2w": lambda ly: [ly.post_attention_layernorm.weight],
+            "fcw": lambda ly: [ly.mlp.gate_proj.weight, ly.mlp.up_proj.weight],
+            "fcprojw": lambda ly: [ly.mlp.down_proj.weight],
+        }
+        once = {
+            "wte": lambda: [self.embed_tokens.weight],
+            "lnfw": lambda: [self.norm.weight],
+            "lm_head": lambda: [self.lm_head.weight],
+        }
+        return {n: [per_layer[n](ly) for ly in self.layers] if n in per_layer else [once[n]()]
+                for n in param_names(self.cfg)}
