@@ -377,6 +377,7 @@ static int run_export(const sub_args *a) {
         tsr_error("ckpt export: --dtype %s (accepted: fp32, bf16)", dt);
         return TSR_EXIT_USAGE;
     }
+    TSR_CHECK(hf_export_check_opts(&o)); /* a typo in --arch before reading the checkpoint */
     tsr_config *cfg = tsr_malloc(sizeof *cfg);
     tsr_model m;
     char file[1200];

@@ -37,6 +37,9 @@ typedef struct hf_export_opts {
  * TSR_EXIT_DATA (I/O, tokenizer files) after tsr_error. Local. */
 int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
               const hf_export_opts *o);
+/* The options alone (arch, the shard limit): 0, or TSR_EXIT_USAGE after tsr_error. hf_export checks
+ * them too; a caller checks them first to refuse a typo before reading a large checkpoint. */
+int hf_export_check_opts(const hf_export_opts *o);
 
 /* Is path a Hugging Face directory (a directory holding model.safetensors,
  * model.safetensors.index.json or config.json)? */

@@ -285,15 +285,22 @@ static int write_tokenizer_files(const char *out_dir, const tok_files *tk, const
     return 0;
 }
 
-int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
-              const hf_export_opts *o) {
-    hf_arch a, want = o->arch ? hf_arch_named(o->arch) : HF_ARCH_COUNT;
-    char why[512], path[4300];
+int hf_export_check_opts(const hf_export_opts *o) {
+    hf_arch want = o->arch ? hf_arch_named(o->arch) : HF_ARCH_COUNT;
+    uint64_t max_shard;
     if (o->arch && (want == HF_ARCH_COUNT || want < HF_LLAMA)) {
         tsr_error("export --format hf: --arch %s (accepted: llama, mistral, qwen2, qwen3; GPT-2 and "
                   "MPT follow from model.pos)", o->arch);
         return TSR_EXIT_USAGE;
     }
+    return shard_limit(o, &max_shard);
+}
+
+int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
+              const hf_export_opts *o) {
+    hf_arch a, want = o->arch ? hf_arch_named(o->arch) : HF_ARCH_COUNT;
+    char why[512], path[4300];
+    TSR_CHECK(hf_export_check_opts(o));
     if (hf_arch_of(m, want, &a, why, sizeof why)) {
         tsr_error("export --format hf: %s; this model has no transformers equivalent", why);
         return TSR_EXIT_USAGE;
@@ -308,7 +315,7 @@ int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
                  m->cfg.eot_token);
     tok_files tk;
     uint64_t max_shard, bytes;
-    TSR_CHECK(shard_limit(o, &max_shard));
+    shard_limit(o, &max_shard); /* checked above */
     TSR_CHECK(resolve_tokenizer(o->tokenizer ? o->tokenizer : cfg->data.tokenizer, m, &tk));
     if (tsr_snprintf(path, sizeof path, "%s/model.safetensors", out_dir) || fs_make_parents(path) != 0) {
         tsr_error("%s: cannot create the output directory", out_dir);

@@ -14,7 +14,8 @@
  * round-to-nearest-even bf16 of every weight. Refusals, exit status and the words of the message:
  * rope_scaling of type yarn (2), Mistral's sliding_window shorter than the context (2), another
  * num_key_value_heads (1), another rms_norm_eps (1), a missing rope_scaling in a llama3 run (1),
- * Qwen 3's attention_bias (2), an index naming a shard that lacks the tensor (2).
+ * Qwen 3's attention_bias (2), an index naming a shard that lacks the tensor (2); an unknown --arch and a
+ * TSR_HF_MAX_SHARD that is not a byte count (1), a QK-norm model exported as Llama (1, nothing written).
  * The model side (params layout) is src/model/model.c; the logits of imported models are checked by
  * tests/reference/test_hf_llama.py.
  */
@@ -32,7 +33,7 @@
 #include "tap.h"
 #include "testfs.h"
 
-enum { N_VARIANTS = 4, CHECKS_PER_VARIANT = 5, N_REFUSALS = 7, SEQ = 32 };
+enum { N_VARIANTS = 4, CHECKS_PER_VARIANT = 5, N_REFUSALS = 7, N_OPTS = 3, SEQ = 32 };
 
 static uint64_t rng = 0x243f6a8885a308d3ull; /* xorshift64* */
 static float urand(void) {
@@ -251,8 +252,39 @@ static void refusal(const char *tmp, const variant *v, const char *what, const c
     model_free(&m);
 }
 
+/* hf_export_check_opts: an unknown --arch and a bad TSR_HF_MAX_SHARD are usage errors; a class
+ * that cannot hold the model is refused by hf_export with what it needs. */
+static void opt_checks(const char *tmp) {
+    hf_export_opts o = {.dtype = ST_F32, .arch = "gemma"};
+    cap_set_dir(tmp);
+    cap_begin();
+    int rc = hf_export_check_opts(&o);
+    const char *err = cap_end();
+    tap_ok(rc == 1 && strstr(err, "--arch gemma"), "--arch gemma: exit %d, %.200s", rc, err);
+    o.arch = NULL;
+    setenv("TSR_HF_MAX_SHARD", "5GB", 1);
+    cap_begin();
+    rc = hf_export_check_opts(&o);
+    err = cap_end();
+    unsetenv("TSR_HF_MAX_SHARD");
+    tap_ok(rc == 1 && strstr(err, "TSR_HF_MAX_SHARD = \"5GB\""), "TSR_HF_MAX_SHARD=5GB: exit %d, "
+           "%.200s", rc, err);
+    tsr_model m;
+    build(&m, &variants[3], 0); /* Qwen 3 (QK-norm) as Llama */
+    variant v = variants[3];
+    v.arch = "llama";
+    char d[512];
+    snprintf(d, sizeof d, "%s/qk_as_llama", tmp);
+    cap_begin();
+    rc = do_export(&m, &v, d, ST_F32);
+    err = cap_end();
+    tap_ok(rc == 1 && strstr(err, "LlamaForCausalLM") && strstr(err, "qk_norm = false") && !exists(d),
+           "a QK-norm model with --arch llama: exit %d, nothing written, %.200s", rc, err);
+    model_free(&m);
+}
+
 int main(void) {
-    tap_plan(N_VARIANTS * CHECKS_PER_VARIANT + N_REFUSALS);
+    tap_plan(N_VARIANTS * CHECKS_PER_VARIANT + N_REFUSALS + N_OPTS);
     char tmp[] = "/tmp/tsr-hf-llama-XXXXXX";
     if (!mkdtemp(tmp)) {
         perror("mkdtemp");
@@ -281,6 +313,7 @@ int main(void) {
     snprintf(to, sizeof to, "\"model.norm.weight\": \"model-%05d-of-%05d", 1, ns);
     refusal(tmp, ll, "an index naming the wrong shard", "model.safetensors.index.json", from, to,
             2, "which has no such tensor");
+    opt_checks(tmp);
     rm_rf(tmp);
     return tap_done();
 }
