@@ -190,13 +190,15 @@ typedef struct sub_spec {
 static const sub_opt common_opts[] = {{"help", 'h', NULL, "print this help and exit"}};
 #define N_COMMON_OPTS ((int)(sizeof common_opts / sizeof common_opts[0]))
 
-enum { EXPORT_FORMAT = 0, EXPORT_DTYPE, EXPORT_TOKENIZER, EXPORT_OPT_COUNT };
+enum { EXPORT_FORMAT = 0, EXPORT_DTYPE, EXPORT_TOKENIZER, EXPORT_ARCH, EXPORT_OPT_COUNT };
 static const sub_opt export_opts[] = {
     [EXPORT_FORMAT] = {"format", 'f', "FMT", "required: hf (a transformers directory: "
                        "model.safetensors + config.json + tokenizer files)"},
     [EXPORT_DTYPE] = {"dtype", CLI_NO_SHORT('d'), "DTYPE", "fp32 (default, exact) or bf16 (rounded to nearest even)"},
     [EXPORT_TOKENIZER] = {"tokenizer", 't', "SPEC", "gpt2, a directory with encoder.json + vocab.bpe, "
                           "or none (default: the checkpoint's data.tokenizer)"},
+    [EXPORT_ARCH] = {"arch", CLI_NO_SHORT('a'), "TYPE", "a RoPE model's model_type: llama, mistral, "
+                     "qwen2 or qwen3 (default: qwen3 with qk_norm, qwen2 with qkv_bias, else llama)"},
 };
 _Static_assert(sizeof export_opts / sizeof export_opts[0] == EXPORT_OPT_COUNT, "one row per option");
 _Static_assert(EXPORT_OPT_COUNT <= MAX_SUB_OPTS, "sub_args.opt holds them");
@@ -219,7 +221,8 @@ static const sub_spec subs[] = {
      NULL, 0, run_inspect},
     {"export", "CKPT OUT_DIR",
      "write a checkpoint (file, run directory or latest) as a Hugging Face transformers "
-     "directory: GPT2LMHeadModel (learned positions) or MptForCausalLM (ALiBi); docs/hf.md",
+     "directory: GPT2LMHeadModel (learned positions), MptForCausalLM (ALiBi) or the Llama family "
+     "(RoPE: Llama, Mistral, Qwen2, Qwen3); docs/hf.md",
      2, export_opts, EXPORT_OPT_COUNT, run_export},
 };
 #define N_SUBS ((int)(sizeof subs / sizeof subs[0]))
@@ -367,13 +370,14 @@ static int run_export(const sub_args *a) {
                   fmt ? fmt : "--format is required", fmt ? " is not a known format" : "");
         return TSR_EXIT_USAGE;
     }
-    hf_export_opts o = {ST_F32, a->opt[EXPORT_TOKENIZER], NULL};
+    hf_export_opts o = {.dtype = ST_F32, .tokenizer = a->opt[EXPORT_TOKENIZER], .arch = a->opt[EXPORT_ARCH]};
     if (dt && !strcmp(dt, "bf16")) {
         o.dtype = ST_BF16;
     } else if (dt && strcmp(dt, "fp32") != 0) {
         tsr_error("ckpt export: --dtype %s (accepted: fp32, bf16)", dt);
         return TSR_EXIT_USAGE;
     }
+    TSR_CHECK(hf_export_check_opts(&o)); /* a typo in --arch before reading the checkpoint */
     tsr_config *cfg = tsr_malloc(sizeof *cfg);
     tsr_model m;
     char file[1200];

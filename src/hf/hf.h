@@ -1,9 +1,12 @@
 /* hf.h — Hugging Face interop: export a tessera model as a `transformers` directory, import one.
  *
- * A model with learned positions becomes GPT2LMHeadModel, one with ALiBi MptForCausalLM; the
- * directory holds model.safetensors (src/hf/safetensors.h), config.json and, when the model's
- * tokenizer is GPT-2's byte-level BPE, vocab.json + merges.txt + tokenizer_config.json. The name
- * mapping, the transposes and the rules are in docs/hf.md. No MPI and no HDF5: builds everywhere.
+ * A model with learned positions becomes GPT2LMHeadModel, one with ALiBi MptForCausalLM, one with
+ * RoPE + RMSNorm + SwiGLU LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or
+ * Qwen3ForCausalLM; the directory holds model.safetensors or its shards model-0000k-of-0000n.
+ * safetensors + model.safetensors.index.json (src/hf/safetensors.h), config.json,
+ * generation_config.json and the tokenizer's files (GPT-2's vocab.json + merges.txt +
+ * tokenizer_config.json, or a tokenizer.json and its tokenizer_config.json). The name mapping, the
+ * transposes and the rules are in docs/hf.md. No MPI and no HDF5: builds everywhere.
  */
 #ifndef TSR_HF_H
 #define TSR_HF_H
@@ -20,16 +23,26 @@ typedef struct hf_export_opts {
     const char *tokenizer; /* "gpt2", a directory with encoder.json + vocab.bpe, or "none";
                               NULL = the config's data.tokenizer */
     const char *source;    /* recorded in the safetensors metadata (the checkpoint file) */
+    const char *arch;      /* model_type to write ("llama", "mistral", "qwen2", "qwen3"); NULL:
+                              the one the model's features name (hf_map.c) */
+    uint64_t max_shard;    /* bytes of tensor data per file; 0: $TSR_HF_MAX_SHARD, else 5e9 */
 } hf_export_opts;
 
-/* Writes out_dir/model.safetensors, out_dir/config.json and the tokenizer files for the model m
- * (its config cfg). Prints what it wrote to stdout. Returns 0, TSR_EXIT_USAGE (the model has no
- * transformers equivalent, e.g. ALiBi with biases; a tokenizer larger than the vocabulary) or
+#define HF_MAX_SHARD_DEFAULT 5000000000ull /* transformers' max_shard_size "5GB" */
+
+/* Writes out_dir/model.safetensors (or its shards and index), out_dir/config.json,
+ * generation_config.json and the tokenizer files for the model m (its config cfg). Prints what it
+ * wrote to stdout. Returns 0, TSR_EXIT_USAGE (the model has no transformers equivalent, e.g. ALiBi
+ * with biases; an unknown arch or TSR_HF_MAX_SHARD; a tokenizer larger than the vocabulary) or
  * TSR_EXIT_DATA (I/O, tokenizer files) after tsr_error. Local. */
 int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
               const hf_export_opts *o);
+/* The options alone (arch, the shard limit): 0, or TSR_EXIT_USAGE after tsr_error. hf_export checks
+ * them too; a caller checks them first to refuse a typo before reading a large checkpoint. */
+int hf_export_check_opts(const hf_export_opts *o);
 
-/* Is path a Hugging Face directory (a directory holding model.safetensors or config.json)? */
+/* Is path a Hugging Face directory (a directory holding model.safetensors,
+ * model.safetensors.index.json or config.json)? */
 int hf_is_dir(const char *path);
 
 /* Import, in two phases so that a parallel caller can mute all ranks but one around the first:

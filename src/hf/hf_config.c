@@ -1,11 +1,14 @@
 /* hf_config.c — config.json of a transformers directory: written on export, checked on import.
  *
- * Keys are those of transformers' GPT2Config and MptConfig. Written: the sizes, the GELU form,
- * LayerNorm eps = 1e-5 (TSR_LN_EPS, kernels/ops.h), dropout 0 (tessera trains without dropout, so
- * a transformers finetune starts from the same function), tied embeddings. Read: a key that is
- * absent takes transformers' default for it, as transformers itself would do.
+ * Keys are those of transformers' GPT2Config, MptConfig, LlamaConfig, MistralConfig, Qwen2Config
+ * and Qwen3Config. Written: the sizes, the GELU form, LayerNorm eps = 1e-5 (TSR_LN_EPS,
+ * kernels/ops.h) or RMSNorm's model.norm_eps, RoPE's theta and Llama 3 scaling, dropout 0 (tessera
+ * trains without dropout, so a transformers finetune starts from the same function), the head's
+ * tying. Read: a key that is absent takes transformers' default for it, as transformers itself
+ * would do.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,8 +38,51 @@ static void add(textbuf *b, const char *fmt, ...) {
     else b->n += (size_t)k;
 }
 
+/* The shortest decimal that reads back as v, as a JSON float ("1e-05", "500000.0"). */
+static const char *json_double(char *buf, size_t cap, double v) {
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, cap, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    if (!strpbrk(buf, ".en")) { /* "500000" -> "500000.0" (no 'n': inf and nan never get here) */
+        size_t n = strlen(buf);
+        if (n + 3 <= cap) memcpy(buf + n, ".0", 3);
+    }
+    return buf;
+}
+
+/* The Llama family's keys (LlamaConfig and its relatives). */
+static void write_llama(textbuf *b, const tsr_model *m, hf_arch a) {
+    const tsr_model_config *c = &m->cfg;
+    char eps[32], theta[32], f[32], lo[32], hi[32];
+    add(b, "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
+            "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
+            "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n  \"hidden_act\": \"silu\",\n"
+            "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n  \"rope_theta\": %s,\n",
+        m->V, m->C, m->F, m->L, m->NH, m->KVH, m->hs, m->maxT,
+        json_double(eps, sizeof eps, c->norm_eps), json_double(theta, sizeof theta, c->rope_theta));
+    if (c->rope_scaling == TSR_ROPE_SCALING_LLAMA3)
+        add(b, "  \"rope_scaling\": {\n    \"rope_type\": \"llama3\",\n    \"factor\": %s,\n"
+                "    \"low_freq_factor\": %s,\n    \"high_freq_factor\": %s,\n"
+                "    \"original_max_position_embeddings\": %d\n  },\n",
+            json_double(f, sizeof f, c->rope_factor), json_double(lo, sizeof lo, c->rope_low_freq_factor),
+            json_double(hi, sizeof hi, c->rope_high_freq_factor), c->rope_original_max_pos);
+    else
+        add(b, "  \"rope_scaling\": null,\n");
+    add(b, "  \"attention_dropout\": 0.0,\n");
+    if (a == HF_LLAMA)
+        add(b, "  \"attention_bias\": %s,\n  \"mlp_bias\": %s,\n  \"pretraining_tp\": 1,\n",
+            c->bias ? "true" : "false", c->bias ? "true" : "false");
+    else if (a == HF_MISTRAL)
+        add(b, "  \"sliding_window\": null,\n");
+    else
+        add(b, "%s  \"use_sliding_window\": false,\n  \"sliding_window\": null,\n"
+                "  \"max_window_layers\": %d,\n", a == HF_QWEN3 ? "  \"attention_bias\": false,\n" : "",
+            m->L);
+}
+
 int hf_config_write(const char *path, const tsr_model *m, hf_arch a, const char *torch_dtype,
-                    long eot) {
+                    long bos, long eos) {
     textbuf b = {.n = 0};
     const char *gelu = m->cfg.gelu == TSR_GELU_EXACT ? "gelu" : "gelu_new";
     add(&b, "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n", hf_class_name[a],
@@ -49,7 +95,7 @@ int hf_config_write(const char *path, const tsr_model *m, hf_arch a, const char 
                 "  \"scale_attn_weights\": true,\n  \"scale_attn_by_inverse_layer_idx\": false,\n"
                 "  \"reorder_and_upcast_attn\": false,\n",
             m->V, m->maxT, m->maxT, m->C, m->L, m->NH, m->F, gelu, (double)TSR_LN_EPS);
-    } else {
+    } else if (a == HF_MPT) {
         add(&b, "  \"vocab_size\": %d,\n  \"max_seq_len\": %d,\n  \"d_model\": %d,\n  \"n_layers\": %d,\n"
                 "  \"n_heads\": %d,\n  \"expansion_ratio\": 4,\n  \"layer_norm_epsilon\": %g,\n"
                 "  \"no_bias\": true,\n  \"learned_pos_emb\": false,\n  \"resid_pdrop\": 0.0,\n"
@@ -61,10 +107,13 @@ int hf_config_write(const char *path, const tsr_model *m, hf_arch a, const char 
                 "    \"qk_ln\": false,\n    \"prefix_lm\": false,\n    \"attn_uses_sequence_id\": false\n"
                 "  },\n",
             m->V, m->maxT, m->C, m->L, m->NH, (double)TSR_LN_EPS);
+    } else {
+        write_llama(&b, m, a);
     }
-    add(&b, "  \"initializer_range\": %.17g,\n  \"tie_word_embeddings\": true,\n  \"use_cache\": true,\n",
-        m->cfg.init_std);
-    if (eot >= 0) add(&b, "  \"bos_token_id\": %ld,\n  \"eos_token_id\": %ld,\n", eot, eot);
+    add(&b, "  \"initializer_range\": %.17g,\n  \"tie_word_embeddings\": %s,\n  \"use_cache\": true,\n",
+        m->cfg.init_std, m->cfg.tie_embeddings ? "true" : "false");
+    if (bos >= 0) add(&b, "  \"bos_token_id\": %ld,\n", bos);
+    if (eos >= 0) add(&b, "  \"eos_token_id\": %ld,\n", eos);
     add(&b, "  \"torch_dtype\": \"%s\"\n}\n", torch_dtype);
     if (b.overflow) tsr_die(TSR_EXIT_INTERNAL, "config.json: text buffer too small");
     return hf_write_file(path, b.s, b.n);
@@ -220,6 +269,154 @@ static void check_mpt(checker *c, const json_value *r, const tsr_model *m) {
         fault(c, TSR_EXIT_DATA, "attn_config.attn_type must be \"multihead_attention\"");
 }
 
+/* A real-valued key that must equal the run's (relative 1e-6: a float32 value printed to JSON). */
+static void same_num(checker *c, const char *key, double hf, const char *run_key, double run) {
+    char h[32], r[32];
+    if (!c->rc && !(fabs(hf - run) <= 1e-6 * fabs(run)))
+        fault(c, TSR_EXIT_USAGE, "%s = %s, but this run has %s = %s: set --set %s=%s", key,
+              json_double(h, sizeof h, hf), run_key, json_double(r, sizeof r, run), run_key, h);
+}
+
+static void same_bool(checker *c, const char *key, int hf, const char *run_key, int run) {
+    if (hf != run)
+        fault(c, TSR_EXIT_USAGE, "%s = %s, but this run has %s = %s: set --set %s=%s", key,
+              hf ? "true" : "false", run_key, run ? "true" : "false", run_key, hf ? "true" : "false");
+}
+
+/* rope_theta and rope_scaling (or transformers 5's rope_parameters holding both). */
+static void check_rope(checker *c, const json_value *r, const tsr_model_config *mc) {
+    double theta = get_num(c, r, "rope_theta", 10000);
+    const char *key = "rope_scaling";
+    const json_value *rs = member(r, key);
+    if ((!rs || rs->type == JSON_NULL) && member(r, "rope_parameters")) {
+        key = "rope_parameters";
+        rs = member(r, key);
+        theta = get_num(c, rs, "rope_theta", theta);
+    }
+    const char *type = "default";
+    if (rs && rs->type != JSON_NULL && rs->type != JSON_OBJECT)
+        fault(c, TSR_EXIT_DATA, "%s is a JSON %s, expected an object or null", key, json_type_name(rs->type));
+    else if (rs && rs->type == JSON_OBJECT)
+        type = get_str(c, rs, "rope_type", get_str(c, rs, "type", "default"));
+    same_num(c, "rope_theta", theta, "model.rope_theta", mc->rope_theta);
+    int llama3 = mc->rope_scaling == TSR_ROPE_SCALING_LLAMA3;
+    if (!strcmp(type, "default")) {
+        if (llama3)
+            fault(c, TSR_EXIT_USAGE, "%s has no scaling, but this run has model.rope_scaling = "
+                  "\"llama3\": set --set model.rope_scaling=none", key);
+        return;
+    }
+    if (strcmp(type, "llama3") != 0) {
+        fault(c, TSR_EXIT_DATA, "%s.rope_type = \"%s\": tessera's RoPE has the plain frequencies "
+              "and Llama 3's scaling (\"llama3\") only; linear, dynamic, yarn, longrope and the "
+              "others are not supported", key, type);
+        return;
+    }
+    if (!llama3)
+        fault(c, TSR_EXIT_USAGE, "%s.rope_type = \"llama3\", but this run has model.rope_scaling = "
+              "\"none\": set --set model.rope_scaling=llama3 (and the rope_* keys)", key);
+    static const struct { const char *hf, *run; size_t off; } k[] = {
+        {"factor", "model.rope_factor", offsetof(tsr_model_config, rope_factor)},
+        {"low_freq_factor", "model.rope_low_freq_factor", offsetof(tsr_model_config, rope_low_freq_factor)},
+        {"high_freq_factor", "model.rope_high_freq_factor", offsetof(tsr_model_config, rope_high_freq_factor)},
+    };
+    char name[64];
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        double v = get_num(c, rs, k[i].hf, NAN);
+        snprintf(name, sizeof name, "%s.%s", key, k[i].hf);
+        if (isnan(v)) fault(c, TSR_EXIT_DATA, "%s is missing (rope_type \"llama3\" needs it)", name);
+        same_num(c, name, v, k[i].run, *(const double *)((const char *)mc + k[i].off));
+    }
+    snprintf(name, sizeof name, "%s.original_max_position_embeddings", key);
+    long omp = get_int(c, rs, "original_max_position_embeddings", -1);
+    if (omp < 0) fault(c, TSR_EXIT_DATA, "%s is missing (rope_type \"llama3\" needs it)", name);
+    same(c, name, omp, "model.rope_original_max_pos", mc->rope_original_max_pos, "");
+}
+
+/* Sliding-window attention: tessera attends to the whole causal context, so a window is accepted
+ * only when it is no shorter than the run's context (then it changes nothing). */
+static void check_window(checker *c, const json_value *r, const tsr_model *m, hf_arch a) {
+    if (a == HF_LLAMA || (a != HF_MISTRAL && !get_bool(c, r, "use_sliding_window", 0))) return;
+    long w = get_int(c, r, "sliding_window", 4096); /* null: -1 below; absent: the default */
+    const json_value *v = member(r, "sliding_window");
+    if (v && v->type == JSON_NULL) return;
+    if (w < m->maxT)
+        fault(c, TSR_EXIT_DATA, "sliding_window = %ld%s%s: tessera's attention sees the whole "
+              "causal context of %d tokens (model.max_seq_len, or seq_len when it is 0), and a "
+              "shorter window computes something else; null or a window >= the context is "
+              "accepted (a run with seq_len <= %ld and model.max_seq_len = 0 fits this one)", w,
+              v ? "" : " (transformers' default for this model_type)",
+              a == HF_MISTRAL ? "" : " with use_sliding_window = true", m->maxT, w);
+}
+
+/* The run must have the biases and QK-norm of the class. */
+static void check_llama_extras(checker *c, const json_value *r, const tsr_model_config *mc, hf_arch a) {
+    int ab = a == HF_QWEN2 ? 0 : get_bool(c, r, "attention_bias", 0);
+    if (a == HF_LLAMA) {
+        int mb = get_bool(c, r, "mlp_bias", 0);
+        if (ab != mb)
+            fault(c, TSR_EXIT_DATA, "attention_bias = %s and mlp_bias = %s: tessera's model.bias "
+                  "puts biases on q, k, v, o and the MLP together, model.qkv_bias on q, k, v only; "
+                  "this mix has no tessera equivalent", ab ? "true" : "false", mb ? "true" : "false");
+        same_bool(c, "attention_bias", ab, "model.bias", mc->bias);
+        if (!ab) same_bool(c, "attention_bias", 0, "model.qkv_bias", mc->qkv_bias);
+    } else if (ab) {
+        fault(c, TSR_EXIT_DATA, "attention_bias = true: %s then has an o_proj bias, which "
+              "tessera's model.qkv_bias (q, k, v only) cannot hold", hf_class_name[a]);
+    } else {
+        int qkv = a == HF_QWEN2;
+        if (mc->bias || mc->qkv_bias != qkv)
+            fault(c, TSR_EXIT_USAGE, "model_type = \"%s\" has %s, but this run has model.bias = %s, "
+                  "model.qkv_bias = %s: set --set model.bias=false --set model.qkv_bias=%s",
+                  hf_model_type[a], qkv ? "biases on q, k and v only" : "no biases",
+                  mc->bias ? "true" : "false", mc->qkv_bias ? "true" : "false", qkv ? "true" : "false");
+    }
+    if (mc->qk_norm != (a == HF_QWEN3))
+        fault(c, TSR_EXIT_USAGE, "model_type = \"%s\" %s QK-norm, but this run has model.qk_norm = "
+              "%s: set --set model.qk_norm=%s", hf_model_type[a], a == HF_QWEN3 ? "has" : "has no",
+              mc->qk_norm ? "true" : "false", a == HF_QWEN3 ? "true" : "false");
+}
+
+/* transformers' defaults per class (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config). */
+static const struct llama_defaults {
+    long vocab, hidden, inter, layers, heads, kv; /* kv 0: = heads */
+} llama_def[] = {
+    [HF_LLAMA] = {32000, 4096, 11008, 32, 32, 0},     [HF_MISTRAL] = {32000, 4096, 14336, 32, 32, 8},
+    [HF_QWEN2] = {151936, 4096, 22016, 32, 32, 32},   [HF_QWEN3] = {151936, 4096, 22016, 32, 32, 32},
+};
+
+static void check_llama(checker *c, const json_value *r, const tsr_model *m, hf_arch a) {
+    const tsr_model_config *mc = &m->cfg;
+    const struct llama_defaults *d = &llama_def[a];
+    if (mc->pos != TSR_POS_ROPE || mc->norm != TSR_NORM_RMSNORM || mc->mlp != TSR_MLP_SWIGLU) {
+        fault(c, TSR_EXIT_USAGE, "model_type = \"%s\" (RoPE, RMSNorm, SwiGLU), but this run has "
+              "model.pos = \"%s\", model.norm = \"%s\", model.mlp = \"%s\": set --set model.pos=rope "
+              "--set model.norm=rmsnorm --set model.mlp=swiglu", hf_model_type[a],
+              mc->pos == TSR_POS_ROPE ? "rope" : mc->pos == TSR_POS_ALIBI ? "alibi" : "learned",
+              mc->norm == TSR_NORM_RMSNORM ? "rmsnorm" : "layernorm",
+              mc->mlp == TSR_MLP_SWIGLU ? "swiglu" : "gelu");
+        return;
+    }
+    long C = get_int(c, r, "hidden_size", d->hidden), NH = get_int(c, r, "num_attention_heads", d->heads);
+    same(c, "num_hidden_layers", get_int(c, r, "num_hidden_layers", d->layers), "model.n_layer", mc->n_layer, "");
+    same(c, "hidden_size", C, "model.d_model", mc->d_model, "");
+    same(c, "num_attention_heads", NH, "model.n_head", mc->n_head, "");
+    same(c, "num_key_value_heads", get_int(c, r, "num_key_value_heads", d->kv ? d->kv : NH),
+         "model.n_kv_head", m->KVH, "");
+    long hs = get_int(c, r, "head_dim", a == HF_QWEN3 ? 128 : NH > 0 ? C / NH : 0);
+    same(c, "head_dim", hs, "model.head_dim", m->hs, "");
+    same(c, "intermediate_size", get_int(c, r, "intermediate_size", d->inter),
+         "model.intermediate_size", m->F, "");
+    same(c, "vocab_size", get_int(c, r, "vocab_size", d->vocab), "model.vocab_size", mc->vocab_size, "");
+    const char *act = get_str(c, r, "hidden_act", "silu");
+    if (strcmp(act, "silu") != 0 && strcmp(act, "swish") != 0)
+        fault(c, TSR_EXIT_DATA, "hidden_act = \"%s\": tessera's SwiGLU gates with silu only", act);
+    same_num(c, "rms_norm_eps", get_num(c, r, "rms_norm_eps", 1e-6), "model.norm_eps", mc->norm_eps);
+    check_rope(c, r, mc);
+    check_llama_extras(c, r, mc, a);
+    check_window(c, r, m, a);
+}
+
 int hf_config_check(const char *path, const tsr_model *m, hf_config *out) {
     char *text;
     size_t n;
@@ -235,17 +432,18 @@ int hf_config_check(const char *path, const tsr_model *m, hf_config *out) {
     else if (root->type != JSON_OBJECT)
         fault(&c, TSR_EXIT_DATA, "a JSON %s, expected an object", json_type_name(root->type));
     const char *mt = c.rc ? "" : get_str(&c, root, "model_type", "");
-    if (!c.rc) {
-        if (!strcmp(mt, "gpt2")) out->arch = HF_GPT2;
-        else if (!strcmp(mt, "mpt")) out->arch = HF_MPT;
-        else fault(&c, TSR_EXIT_DATA, "model_type = \"%s\": tessera imports \"gpt2\" "
-                   "(GPT2LMHeadModel) and \"mpt\" (MptForCausalLM) only", mt);
-    }
+    if (!c.rc && (out->arch = hf_arch_named(mt)) == HF_ARCH_COUNT)
+        fault(&c, TSR_EXIT_DATA, "model_type = \"%s\": tessera imports \"gpt2\", \"mpt\", "
+              "\"llama\", \"mistral\", \"qwen2\" and \"qwen3\" only", mt);
     if (!c.rc) {
         if (out->arch == HF_GPT2) check_gpt2(&c, root, m);
-        else check_mpt(&c, root, m);
-        check_eps(&c, root);
-        out->tied = get_bool(&c, root, "tie_word_embeddings", 1);
+        else if (out->arch == HF_MPT) check_mpt(&c, root, m);
+        else check_llama(&c, root, m, out->arch);
+        if (out->arch < HF_LLAMA) check_eps(&c, root);
+        out->tied = get_bool(&c, root, "tie_word_embeddings", out->arch < HF_LLAMA);
+        if (out->arch >= HF_LLAMA)
+            same_bool(&c, "tie_word_embeddings", out->tied, "model.tie_embeddings",
+                      m->cfg.tie_embeddings);
     }
     json_doc_free(&doc);
     free(text);

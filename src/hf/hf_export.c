@@ -1,18 +1,27 @@
 /* hf_export.c — a tessera model -> a transformers directory (hf.h, docs/hf.md).
  *
- *   OUT/model.safetensors   the weights (F32 or BF16), names and layouts of hf_map.c
- *   OUT/config.json         GPT2Config or MptConfig keys (hf_config.c)
+ *   OUT/model.safetensors   the weights (F32 or BF16), names and layouts of hf_map.c; above the
+ *                           shard limit instead model-0000k-of-0000n.safetensors (tensors in
+ *                           transformers' state-dict order, a new file when the next tensor would
+ *                           pass the limit, as save_pretrained splits) + model.safetensors.index.json
+ *   OUT/config.json         GPT2Config, MptConfig, LlamaConfig, ... keys (hf_config.c)
+ *   OUT/generation_config.json  bos/eos ids; a byte copy of the one beside a tokenizer.json if any
  *   OUT/vocab.json          GPT-2-format tokenizer only: a byte copy of encoder.json
  *   OUT/merges.txt          ... of vocab.bpe
  *   OUT/tokenizer_config.json  GPT2Tokenizer, model_max_length, <|endoftext|> as bos/eos/unk
  *   OUT/tokenizer.json      Hugging Face tokenizer.json (Llama 3, Qwen, ...) only: a byte copy, with
  *                           the tokenizer_config.json found beside it (byte copy) when there is one
- * Each file is written atomically; files already in OUT with other names are left alone.
+ * Each file is written atomically; files already in OUT with other names are left alone, except
+ * that a sharded export removes a model.safetensors and a single-file one an index (transformers
+ * would load the stale one).
  */
+#include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "fsutil.h"
@@ -26,7 +35,9 @@ typedef struct tok_files {
     int hf;               /* 1: a tokenizer.json (file `json`, and `config` when non-empty) */
     char dir[4096];       /* GPT-2 format: the directory with encoder.json + vocab.bpe */
     char json[4096], config[4096];
-    long eot;             /* id of <|endoftext|>, or -1 */
+    char gen[4096];       /* generation_config.json beside the tokenizer.json, or "" */
+    long eot;             /* end of sequence: the id of <|endoftext|> or of the config's eos_token; -1 */
+    long bos;             /* beginning of sequence: eot for GPT-2, the config's bos_token; -1 */
     uint32_t vocab;
     char note[600];       /* why none are written */
 } tok_files;
@@ -59,7 +70,15 @@ static int resolve_hf(const char *spec, const tsr_tokenizer *tok, tok_files *t) 
     const json_value *v = have_cfg ? json_get(cc.vars, "eos_token") : NULL;
     uint32_t id = tokenizer_special_id(tok, v && v->type == JSON_STRING ? v->str : eos);
     t->eot = id == UINT32_MAX ? -1 : (long)id;
+    v = have_cfg ? json_get(cc.vars, "bos_token") : NULL;
+    id = v && v->type == JSON_STRING ? tokenizer_special_id(tok, v->str) : UINT32_MAX;
+    t->bos = id == UINT32_MAX ? -1 : (long)id;
     if (have_cfg) chat_config_free(&cc);
+    /* generation_config.json beside tokenizer.json: the original model's (eos lists, sampling) */
+    const char *slash = strrchr(t->json, '/');
+    int dir_len = slash ? (int)(slash - t->json) : 1;
+    snprintf(t->gen, sizeof t->gen, "%.*s/generation_config.json", dir_len, slash ? t->json : ".");
+    if (stat(t->gen, &st) != 0 || !S_ISREG(st.st_mode)) t->gen[0] = 0;
     t->hf = 1;
     return 0;
 }
@@ -68,7 +87,7 @@ static int resolve_hf(const char *spec, const tsr_tokenizer *tok, tok_files *t) 
  * directory holding one), a tessera tokenizer file, "" or "none". */
 static int resolve_tokenizer(const char *spec, const tsr_model *m, tok_files *t) {
     memset(t, 0, sizeof *t);
-    t->eot = -1;
+    t->eot = t->bos = -1;
     if (!spec || !*spec || !strcmp(spec, "none")) {
         snprintf(t->note, sizeof t->note, "the checkpoint's config has no data.tokenizer%s",
                  spec && *spec ? " (--tokenizer none)" : "");
@@ -99,7 +118,7 @@ static int resolve_tokenizer(const char *spec, const tsr_model *m, tok_files *t)
     }
     t->vocab = tokenizer_vocab_size(tok);
     uint32_t eot = tokenizer_special_id(tok, "<|endoftext|>");
-    t->eot = eot == UINT32_MAX ? -1 : (long)eot;
+    t->eot = t->bos = eot == UINT32_MAX ? -1 : (long)eot;
     rc = tokenizer_is_hf(tok) ? resolve_hf(spec, tok, t) : 0;
     tokenizer_free(tok);
     if (rc) return rc;
@@ -150,11 +169,139 @@ static int write_tokenizer(const char *out_dir, const tok_files *t, const tsr_mo
     return hf_write_file(to, text, (size_t)k);
 }
 
+/* generation_config.json: the tokenizer's own when it has one, else its bos/eos ids. */
+static int write_generation_config(const char *out_dir, const tok_files *t) {
+    char path[4300], text[256];
+    snprintf(path, sizeof path, "%s/generation_config.json", out_dir);
+    if (t->present && t->gen[0]) return copy_file(t->gen, path);
+    int k = snprintf(text, sizeof text, "{\n  \"_from_model_config\": true");
+    if (t->present && t->bos >= 0) k += snprintf(text + k, sizeof text - (size_t)k, ",\n  \"bos_token_id\": %ld", t->bos);
+    if (t->present && t->eot >= 0) k += snprintf(text + k, sizeof text - (size_t)k, ",\n  \"eos_token_id\": %ld", t->eot);
+    k += snprintf(text + k, sizeof text - (size_t)k, "\n}\n");
+    return hf_write_file(path, text, (size_t)k);
+}
+
+/* The shard limit: o->max_shard, else $TSR_HF_MAX_SHARD (bytes, for tests), else 5 GB. */
+static int shard_limit(const hf_export_opts *o, uint64_t *max) {
+    const char *e = getenv("TSR_HF_MAX_SHARD");
+    *max = o->max_shard ? o->max_shard : HF_MAX_SHARD_DEFAULT;
+    if (o->max_shard || !e || !*e) return 0;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(e, &end, 10);
+    if (errno || *end || v == 0 || e[0] == '-') {
+        tsr_error("export: TSR_HF_MAX_SHARD = \"%s\": expected a positive number of bytes", e);
+        return TSR_EXIT_USAGE;
+    }
+    *max = v;
+    return 0;
+}
+
+static int by_name(const void *a, const void *b) {
+    return strcmp((*(const st_tensor *const *)a)->name, (*(const st_tensor *const *)b)->name);
+}
+
+/* model.safetensors.index.json: total bytes and which file holds each tensor, names sorted (as
+ * transformers writes it: json.dumps(..., indent=2, sort_keys=True)). */
+static int write_index(const char *path, const st_tensor *st, const int *shard, int n, int nshards,
+                       uint64_t total) {
+    const st_tensor **p = tsr_malloc((size_t)n * sizeof *p);
+    for (int k = 0; k < n; k++) p[k] = &st[k];
+    qsort(p, (size_t)n, sizeof *p, by_name);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) tsr_die(TSR_EXIT_INTERNAL, "open_memstream: %s", strerror(errno));
+    fprintf(f, "{\n  \"metadata\": {\n    \"total_size\": %" PRIu64 "\n  },\n  \"weight_map\": {\n", total);
+    for (int k = 0; k < n; k++)
+        fprintf(f, "    \"%s\": \"model-%05d-of-%05d.safetensors\"%s\n", p[k]->name,
+                shard[p[k] - st] + 1, nshards, k + 1 < n ? "," : "");
+    fprintf(f, "  }\n}\n");
+    fclose(f);
+    int rc = hf_write_file(path, text, len);
+    free(text);
+    free(p);
+    return rc;
+}
+
+/* Removes path if it exists (a stale file of another layout), saying so. */
+static void remove_stale(const char *path) {
+    if (unlink(path) == 0) printf("removed %s (left by an earlier export of another layout)\n", path);
+}
+
+/* The weights: one file, or shards of at most max bytes each (a tensor larger than max alone). */
+static int write_weights(const char *out_dir, const st_tensor *st, int n, const char *source,
+                         uint64_t max, uint64_t *total, int *nshards) {
+    int *shard = tsr_malloc((size_t)n * sizeof *shard), s = 0, rc = 0;
+    uint64_t cur = 0;
+    *total = 0;
+    for (int k = 0; k < n; k++) {
+        uint64_t b = (uint64_t)st[k].shape[0] * (uint64_t)(st[k].ndim == 2 ? st[k].shape[1] : 1) *
+                     st_dtype_size(st[k].dtype);
+        if (cur > 0 && cur + b > max) s++, cur = 0;
+        shard[k] = s;
+        cur += b;
+        *total += b;
+    }
+    *nshards = s + 1;
+    st_kv meta[] = {{"format", "pt"}, {"producer", "tessera ckpt export --format hf"},
+                    {"source", source ? source : ""}};
+    char path[4300];
+    st_tensor *part = tsr_malloc((size_t)n * sizeof *part);
+    for (int j = 0; j < *nshards && !rc; j++) {
+        int m = 0;
+        for (int k = 0; k < n; k++)
+            if (shard[k] == j) part[m++] = st[k];
+        if (*nshards == 1) snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
+        else snprintf(path, sizeof path, "%s/model-%05d-of-%05d.safetensors", out_dir, j + 1, *nshards);
+        rc = st_save(path, part, m, meta, (int)(sizeof meta / sizeof meta[0]));
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors%s", out_dir, *nshards == 1 ? ".index.json" : "");
+    if (!rc) remove_stale(path);
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", out_dir);
+    if (!rc && *nshards > 1) rc = write_index(path, st, shard, n, *nshards, *total);
+    free(part);
+    free(shard);
+    return rc;
+}
+
+/* generation_config.json and the tokenizer's files, each said on stdout. */
+static int write_tokenizer_files(const char *out_dir, const tok_files *tk, const tsr_model *m) {
+    TSR_CHECK(write_generation_config(out_dir, tk));
+    printf("wrote %s/generation_config.json%s\n", out_dir,
+           tk->present && tk->gen[0] ? ": a byte copy of the one beside the tokenizer" : "");
+    if (!tk->present) {
+        printf("no tokenizer files written: %s\n", tk->note);
+        return 0;
+    }
+    TSR_CHECK(write_tokenizer(out_dir, tk, m));
+    if (tk->hf)
+        printf("wrote %s/tokenizer.json%s: byte copies of %s%s%s (%u tokens, eos_token_id %ld)\n",
+               out_dir, tk->config[0] ? ", tokenizer_config.json" : "", tk->json,
+               tk->config[0] ? " and " : "", tk->config, tk->vocab, tk->eot);
+    else
+        printf("wrote %s/vocab.json, merges.txt, tokenizer_config.json: GPT-2 BPE from %s (%u "
+               "tokens%s)\n", out_dir, tk->dir, tk->vocab, tk->eot >= 0 ? ", <|endoftext|> = bos/eos" : "");
+    return 0;
+}
+
+int hf_export_check_opts(const hf_export_opts *o) {
+    hf_arch want = o->arch ? hf_arch_named(o->arch) : HF_ARCH_COUNT;
+    uint64_t max_shard;
+    if (o->arch && (want == HF_ARCH_COUNT || want < HF_LLAMA)) {
+        tsr_error("export --format hf: --arch %s (accepted: llama, mistral, qwen2, qwen3; GPT-2 and "
+                  "MPT follow from model.pos)", o->arch);
+        return TSR_EXIT_USAGE;
+    }
+    return shard_limit(o, &max_shard);
+}
+
 int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
               const hf_export_opts *o) {
-    hf_arch a;
+    hf_arch a, want = o->arch ? hf_arch_named(o->arch) : HF_ARCH_COUNT;
     char why[512], path[4300];
-    if (hf_arch_of(m, &a, why, sizeof why)) {
+    TSR_CHECK(hf_export_check_opts(o));
+    if (hf_arch_of(m, want, &a, why, sizeof why)) {
         tsr_error("export --format hf: %s; this model has no transformers equivalent", why);
         return TSR_EXIT_USAGE;
     }
@@ -167,16 +314,17 @@ int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
                  "model.eot_token = %d before the last position)", hf_class_name[a],
                  m->cfg.eot_token);
     tok_files tk;
+    uint64_t max_shard, bytes;
+    shard_limit(o, &max_shard); /* checked above */
     TSR_CHECK(resolve_tokenizer(o->tokenizer ? o->tokenizer : cfg->data.tokenizer, m, &tk));
     if (tsr_snprintf(path, sizeof path, "%s/model.safetensors", out_dir) || fs_make_parents(path) != 0) {
         tsr_error("%s: cannot create the output directory", out_dir);
         return TSR_EXIT_DATA;
     }
 
-    int n;
+    int n, nshards;
     hf_tensor *tab = hf_tensor_table(m, a, &n);
     st_tensor *st = tsr_calloc((size_t)n, sizeof *st);
-    uint64_t bytes = 0;
     for (int k = 0; k < n; k++) {
         st[k].name = tab[k].name;
         st[k].dtype = o->dtype;
@@ -185,34 +333,28 @@ int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
         st[k].shape[1] = tab[k].shape[1];
         st[k].src = tab[k].present ? m->params + tab[k].offset : NULL; /* absent bias: zeros */
         st[k].transpose = tab[k].transpose;
-        bytes += tab[k].numel * st_dtype_size(o->dtype);
     }
-    st_kv meta[] = {{"format", "pt"}, {"producer", "tessera ckpt export --format hf"},
-                    {"source", o->source ? o->source : ""}};
-    int rc = st_save(path, st, n, meta, (int)(sizeof meta / sizeof meta[0]));
+    int rc = write_weights(out_dir, st, n, o->source, max_shard, &bytes, &nshards);
     free(st);
     free(tab);
     if (rc) return rc;
-    printf("wrote %s: %d tensors, %.1f MB of %s (%s; wte: the %d real vocabulary rows of %d)\n",
-           path, n, (double)bytes / 1e6, st_dtype_name(o->dtype), hf_class_name[a], m->V, m->Vp);
+    if (nshards == 1)
+        printf("wrote %s: %d tensors, %.1f MB of %s (%s; wte: the %d real vocabulary rows of %d)\n",
+               path, n, (double)bytes / 1e6, st_dtype_name(o->dtype), hf_class_name[a], m->V, m->Vp);
+    else
+        printf("wrote %s/model-{00001..%05d}-of-%05d.safetensors and model.safetensors.index.json: "
+               "%d tensors, %.1f MB of %s in %d shards of at most %.1f MB (%s)\n", out_dir, nshards,
+               nshards, n, (double)bytes / 1e6, st_dtype_name(o->dtype), nshards,
+               (double)max_shard / 1e6, hf_class_name[a]);
 
     snprintf(path, sizeof path, "%s/config.json", out_dir);
-    TSR_CHECK(hf_config_write(path, m, a, o->dtype == ST_BF16 ? "bfloat16" : "float32", tk.eot));
-    printf("wrote %s: model_type \"%s\", %d layers, d_model %d, %d heads, vocab %d, %s %d\n", path,
-           hf_model_type[a], m->L, m->C, m->NH, m->V, a == HF_GPT2 ? "n_positions" : "max_seq_len",
+    TSR_CHECK(hf_config_write(path, m, a, o->dtype == ST_BF16 ? "bfloat16" : "float32",
+                              tk.present ? tk.bos : -1, tk.present ? tk.eot : -1));
+    printf("wrote %s: model_type \"%s\", %d layers, d_model %d, %d heads (%d key/value, size %d), "
+           "vocab %d, %s %d\n", path, hf_model_type[a], m->L, m->C, m->NH, m->KVH, m->hs, m->V,
+           a == HF_GPT2 ? "n_positions" : a == HF_MPT ? "max_seq_len" : "max_position_embeddings",
            m->maxT);
-    if (tk.present) {
-        TSR_CHECK(write_tokenizer(out_dir, &tk, m));
-        if (tk.hf)
-            printf("wrote %s/tokenizer.json%s: byte copies of %s%s%s (%u tokens, eos_token_id %ld)\n",
-                   out_dir, tk.config[0] ? ", tokenizer_config.json" : "", tk.json,
-                   tk.config[0] ? " and " : "", tk.config, tk.vocab, tk.eot);
-        else
-            printf("wrote %s/vocab.json, merges.txt, tokenizer_config.json: GPT-2 BPE from %s (%u "
-                   "tokens%s)\n", out_dir, tk.dir, tk.vocab, tk.eot >= 0 ? ", <|endoftext|> = bos/eos" : "");
-    } else {
-        printf("no tokenizer files written: %s\n", tk.note);
-    }
+    TSR_CHECK(write_tokenizer_files(out_dir, &tk, m));
     printf("load it with: transformers.%s.from_pretrained(\"%s\")\n", hf_class_name[a], out_dir);
     return 0;
 }

@@ -1,12 +1,13 @@
 /* hf_import.c — a transformers directory -> the parameters of the run's model (hf.h, docs/hf.md).
  *
- * Accepted: model.safetensors (F32, BF16 or F16 tensors; names with or without the "transformer."
- * prefix, as GPT2LMHeadModel and GPT2Model save them) + config.json, for the model the run's config
- * describes. Ignored: GPT-2's attention-mask buffers (h.N.attn.bias of 4 dimensions, h.N.attn.
- * masked_bias), which older checkpoints carry. lm_head.weight, when present, must equal wte (tessera
- * ties them). Any other tensor is refused by name, as is a missing one or one of the wrong shape.
- * Into a GPT-2-style run without biases, a GPT-2 checkpoint imports only if all its biases are 0
- * (e.g. one exported from such a run).
+ * Accepted: model.safetensors, or the shards that model.safetensors.index.json names (F32, BF16 or
+ * F16 tensors; names with or without the "transformer." / "model." prefix, as the *LMHeadModel /
+ * *ForCausalLM classes and their base models save them) + config.json, for the model the run's
+ * config describes. Ignored: GPT-2's attention-mask buffers (h.N.attn.bias of 4 dimensions,
+ * h.N.attn.masked_bias) and the Llama family's rotary_emb.inv_freq, buffers older checkpoints
+ * carry. With a tied head, lm_head.weight, when present, must equal wte. Any other tensor is
+ * refused by name, as is a missing one or one of the wrong shape. Into a GPT-2-style run without
+ * biases, a GPT-2 checkpoint imports only if all its biases are 0 (e.g. one exported from such a run).
  */
 #include <math.h>
 #include <stdio.h>
@@ -15,17 +16,21 @@
 #include <sys/stat.h>
 
 #include "common.h"
+#include "fsutil.h"
+#include "json.h"
 #include "hf/hf.h"
 #include "hf/hf_internal.h"
 
 struct hf_import {
-    char st_path[1100];
-    st_file f;
+    char st_path[1100];      /* model.safetensors, or the index naming the shards */
+    st_file *f;              /* nf files: model.safetensors, or the shards in index order */
+    int nf;
     hf_config hc;
     hf_tensor *tab;          /* n rows: the run's model in HF names */
     int n;
     const st_entry **src;    /* the file's entry of each row */
-    int bare;                /* names lack the "transformer." prefix */
+    int *src_file;           /* and the file that holds it */
+    int bare;                /* names lack the "transformer." / "model." prefix */
     float *buf;              /* one HF tensor, as float32 */
     size_t buf_cap;
 };
@@ -35,6 +40,8 @@ int hf_is_dir(const char *path) {
     char p[4200];
     if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
     snprintf(p, sizeof p, "%s/model.safetensors", path);
+    if (stat(p, &st) == 0) return 1;
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", path);
     if (stat(p, &st) == 0) return 1;
     snprintf(p, sizeof p, "%s/config.json", path);
     return stat(p, &st) == 0;
@@ -49,11 +56,23 @@ static float *buffer(hf_import *h, size_t numel) {
     return h->buf;
 }
 
-/* The file's entry for a full HF name ("transformer.x"), honouring a prefix-less file. */
-static const st_entry *lookup(const hf_import *h, const char *full) {
-    const char *pre = "transformer.";
+/* The entry called name in any of the files (its file in *fi), or NULL. */
+static const st_entry *find_any(const hf_import *h, const char *name, int *fi) {
+    for (int i = 0; i < h->nf; i++) {
+        const st_entry *e = st_find(&h->f[i], name);
+        if (e) {
+            *fi = i;
+            return e;
+        }
+    }
+    return NULL;
+}
+
+/* The files' entry for a full HF name ("transformer.x"), honouring a prefix-less file. */
+static const st_entry *lookup(const hf_import *h, const char *full, int *fi) {
+    const char *pre = hf_prefix(h->hc.arch);
     if (h->bare && !strncmp(full, pre, strlen(pre))) full += strlen(pre);
-    return st_find(&h->f, full);
+    return find_any(h, full, fi);
 }
 
 static void shape_str(char *s, size_t cap, int ndim, const int64_t *shape) {
@@ -63,28 +82,33 @@ static void shape_str(char *s, size_t cap, int ndim, const int64_t *shape) {
     if (o < cap) snprintf(s + o, cap - o, "]");
 }
 
-/* GPT-2's non-parameter buffers: h.N.attn.bias (the causal mask) and h.N.attn.masked_bias. */
-static int is_gpt2_buffer(const char *name) {
-    if (!strncmp(name, "transformer.", 12)) name += 12;
+/* Non-parameter buffers: GPT-2's h.N.attn.bias (the causal mask) and h.N.attn.masked_bias, the
+ * Llama family's layers.N.self_attn.rotary_emb.inv_freq (computed from config.json anyway). */
+static int is_buffer(hf_arch a, const char *name) {
+    const char *pre = hf_prefix(a), *suf = ".rotary_emb.inv_freq";
+    size_t n = strlen(name), k = strlen(suf);
+    if (a >= HF_LLAMA) return n > k && !strcmp(name + n - k, suf);
+    if (!strncmp(name, pre, strlen(pre))) name += strlen(pre);
     int l, pos = 0;
-    if (sscanf(name, "h.%d.attn.%n", &l, &pos) != 1 || pos == 0) return 0;
+    if (a != HF_GPT2 || sscanf(name, "h.%d.attn.%n", &l, &pos) != 1 || pos == 0) return 0;
     return !strcmp(name + pos, "bias") || !strcmp(name + pos, "masked_bias");
 }
 
 /* Every row's tensor is there with its shape and a float dtype; nothing unknown is there. */
 static int match_tensors(hf_import *h, const tsr_model *m) {
-    const char *path = h->st_path;
     char want[64], got[64];
-    unsigned char *used = tsr_calloc((size_t)h->f.n + 1, 1);
-    int rc = 0;
+    unsigned char **used = tsr_calloc((size_t)h->nf, sizeof *used);
+    for (int i = 0; i < h->nf; i++) used[i] = tsr_calloc((size_t)h->f[i].n + 1, 1);
+    int rc = 0, fi = 0;
     h->src = tsr_calloc((size_t)h->n, sizeof *h->src);
+    h->src_file = tsr_calloc((size_t)h->n, sizeof *h->src_file);
     for (int k = 0; k < h->n && !rc; k++) {
         const hf_tensor *t = &h->tab[k];
-        const st_entry *e = lookup(h, t->name);
+        const st_entry *e = lookup(h, t->name, &fi);
         shape_str(want, sizeof want, t->ndim, t->shape);
         if (!e) {
             tsr_error("%s: no tensor \"%s\" %s (the %s model of config.json and of this run has one)",
-                      path, t->name, want, hf_model_type[h->hc.arch]);
+                      h->st_path, t->name, want, hf_model_type[h->hc.arch]);
             rc = TSR_EXIT_DATA;
             break;
         }
@@ -93,37 +117,39 @@ static int match_tensors(hf_import *h, const tsr_model *m) {
         for (int d = 0; same && d < t->ndim; d++) same = e->shape[d] == t->shape[d];
         if (!same || (e->dtype != ST_F32 && e->dtype != ST_BF16 && e->dtype != ST_F16)) {
             tsr_error("%s: tensor \"%s\" is %s %s, the model of config.json needs %s in F32, BF16 "
-                      "or F16", path, e->name, st_dtype_name(e->dtype), got, want);
+                      "or F16", h->f[fi].path, e->name, st_dtype_name(e->dtype), got, want);
             rc = TSR_EXIT_DATA;
         }
-        used[e - h->f.t] = 1;
+        used[fi][e - h->f[fi].t] = 1;
         h->src[k] = e;
+        h->src_file[k] = fi;
     }
-    for (int i = 0; i < h->f.n && !rc; i++) {
-        const st_entry *e = &h->f.t[i];
-        if (used[i] || (h->hc.arch == HF_GPT2 && is_gpt2_buffer(e->name))) continue;
-        if (!strcmp(e->name, "lm_head.weight") && e->ndim == 2 && e->shape[0] == m->V &&
-            e->shape[1] == m->C) {
-            /* checked against wte below */
-            continue;
+    for (int j = 0; j < h->nf && !rc; j++)
+        for (int i = 0; i < h->f[j].n && !rc; i++) {
+            const st_entry *e = &h->f[j].t[i];
+            if (used[j][i] || is_buffer(h->hc.arch, e->name)) continue;
+            if (!strcmp(e->name, "lm_head.weight") && e->ndim == 2 && e->shape[0] == m->V &&
+                e->shape[1] == m->C)
+                continue; /* the run ties its head: checked against wte below */
+            shape_str(got, sizeof got, e->ndim, e->shape);
+            tsr_error("%s: unexpected tensor \"%s\" %s: it is no part of the %s model of "
+                      "config.json as tessera builds it (docs/hf.md lists the names)", h->f[j].path,
+                      e->name, got, hf_model_type[h->hc.arch]);
+            rc = TSR_EXIT_DATA;
         }
-        shape_str(got, sizeof got, e->ndim, e->shape);
-        tsr_error("%s: unexpected tensor \"%s\" %s: it is no part of the %s model of config.json "
-                  "as tessera builds it (docs/hf.md lists the names)", path, e->name, got,
-                  hf_model_type[h->hc.arch]);
-        rc = TSR_EXIT_DATA;
-    }
+    for (int i = 0; i < h->nf; i++) free(used[i]);
     free(used);
     return rc;
 }
 
-/* Tensors the run's model lacks must be zero (biases of a bias-free run); lm_head must be wte. */
+/* Tensors the run's model lacks must be zero (biases of a bias-free run); a tied lm_head must be
+ * wte. */
 static int check_untaken(hf_import *h, const tsr_model *m) {
     for (int k = 0; k < h->n; k++) {
         const st_entry *e = h->src[k];
         if (h->tab[k].present) continue;
         float *x = buffer(h, e->numel);
-        TSR_CHECK(st_read_f32(&h->f, e, x));
+        TSR_CHECK(st_read_f32(&h->f[h->src_file[k]], e, x));
         for (uint64_t i = 0; i < e->numel; i++)
             if (x[i] != 0.0f) {
                 tsr_error("%s: tensor \"%s\" holds nonzero values (element %llu is %g), but this run "
@@ -132,45 +158,109 @@ static int check_untaken(hf_import *h, const tsr_model *m) {
                 return TSR_EXIT_USAGE;
             }
     }
-    const st_entry *head = st_find(&h->f, "lm_head.weight");
-    if (!head && !h->hc.tied) {
+    int fh = 0;
+    const st_entry *head = find_any(h, "lm_head.weight", &fh);
+    if (!head && !h->hc.tied && h->hc.arch < HF_LLAMA) {
         tsr_error("%s: config.json says tie_word_embeddings = false but there is no lm_head.weight",
                   h->st_path);
         return TSR_EXIT_DATA;
     }
-    if (!head) return 0;
+    if (!head || m->params_info[TSR_P_LMHEAD].numel) return 0; /* untied: a row of the table */
     const st_entry *wte = h->src[0]; /* row 0 is wte */
     float *a = tsr_malloc((size_t)wte->numel * sizeof *a), *b = buffer(h, head->numel);
-    int rc = st_read_f32(&h->f, wte, a);
-    if (!rc) rc = st_read_f32(&h->f, head, b);
+    int rc = st_read_f32(&h->f[h->src_file[0]], wte, a);
+    if (!rc) rc = st_read_f32(&h->f[fh], head, b);
     if (!rc && memcmp(a, b, (size_t)wte->numel * sizeof *a) != 0) {
-        tsr_error("%s: lm_head.weight differs from %s: tessera ties the output head to the token "
-                  "embedding, an untied head cannot be imported", h->st_path, wte->name);
+        tsr_error("%s: lm_head.weight differs from %s: this run ties the output head to the token "
+                  "embedding (model.tie_embeddings = true), so an untied head cannot be imported%s",
+                  h->st_path, wte->name, h->hc.arch >= HF_LLAMA ? "" : " (GPT-2 and MPT are tied)");
         rc = TSR_EXIT_DATA;
     }
     free(a);
-    (void)m;
+    return rc;
+}
+
+/* A shard's name from the index: a plain file name in the directory. */
+static int shard_name_ok(const char *s) {
+    return *s && !strchr(s, '/') && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
+}
+
+/* model.safetensors.index.json: opens each shard its weight_map names (once, in order of first
+ * mention) and checks that the shard holds each tensor the map assigns to it. */
+static int open_shards(hf_import *h, const char *dir) {
+    char *text;
+    size_t len;
+    TSR_CHECK(fs_read_all(h->st_path, 0, &text, &len));
+    json_doc doc;
+    json_doc_init(&doc);
+    json_value *root = NULL;
+    json_error err;
+    const json_value *wm = NULL;
+    int rc = 0;
+    if (json_parse(&doc, text, len, &root, &err) != 0) {
+        tsr_error("%s: not valid JSON: %s at byte %zu", h->st_path, err.msg, err.pos);
+        rc = TSR_EXIT_DATA;
+    } else if (!(wm = json_get(root, "weight_map")) || wm->type != JSON_OBJECT || !wm->len) {
+        tsr_error("%s: no \"weight_map\" object naming the shard of each tensor", h->st_path);
+        rc = TSR_EXIT_DATA;
+    }
+    /* at most one file per tensor of the map */
+    const char **names = tsr_calloc(rc ? 1 : wm->len, sizeof *names);
+    h->f = tsr_calloc(rc ? 1 : wm->len, sizeof *h->f);
+    for (const json_value *v = rc ? NULL : wm->child; v && !rc; v = v->next) {
+        int i = 0;
+        if (v->type != JSON_STRING || !shard_name_ok(v->str)) {
+            tsr_error("%s: weight_map[\"%s\"] is not a file name of this directory", h->st_path, v->key);
+            rc = TSR_EXIT_DATA;
+            break;
+        }
+        while (i < h->nf && strcmp(names[i], v->str) != 0) i++;
+        if (i == h->nf) {
+            char path[4400];
+            snprintf(path, sizeof path, "%s/%s", dir, v->str);
+            names[i] = v->str;
+            if ((rc = st_open(&h->f[i], path))) break;
+            h->nf++;
+        }
+        if (!st_find(&h->f[i], v->key)) {
+            tsr_error("%s: weight_map puts \"%s\" in %s, which has no such tensor", h->st_path,
+                      v->key, v->str);
+            rc = TSR_EXIT_DATA;
+        }
+    }
+    free(names);
+    json_doc_free(&doc);
+    free(text);
     return rc;
 }
 
 int hf_import_open(hf_import **out, const char *dir, const tsr_model *m) {
     hf_import *h = tsr_calloc(1, sizeof *h);
     *out = h;
-    h->f.fd = -1;
-    char cfg_path[1100], index[1100];
+    char cfg_path[1100];
     struct stat st;
     snprintf(h->st_path, sizeof h->st_path, "%s/model.safetensors", dir);
     snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
-    snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
-    if (stat(h->st_path, &st) != 0) {
-        tsr_error("%s: no model.safetensors in this Hugging Face directory%s", dir,
-                  stat(index, &st) == 0 ? " (a sharded checkpoint, model.safetensors.index.json: "
-                  "not supported; save it unsharded, e.g. save_pretrained(max_shard_size=\"100GB\"))" : "");
+    int single = stat(h->st_path, &st) == 0;
+    if (!single) snprintf(h->st_path, sizeof h->st_path, "%s/model.safetensors.index.json", dir);
+    if (!single && stat(h->st_path, &st) != 0) {
+        tsr_error("%s: neither model.safetensors nor model.safetensors.index.json (shards) in this "
+                  "Hugging Face directory", dir);
         return TSR_EXIT_DATA;
     }
     TSR_CHECK(hf_config_check(cfg_path, m, &h->hc));
-    TSR_CHECK(st_open(&h->f, h->st_path));
-    h->bare = !st_find(&h->f, "transformer.wte.weight") && st_find(&h->f, "wte.weight");
+    if (single) {
+        h->f = tsr_calloc(1, sizeof *h->f);
+        TSR_CHECK(st_open(&h->f[0], h->st_path));
+        h->nf = 1;
+    } else {
+        TSR_CHECK(open_shards(h, dir));
+    }
+    char full[64];
+    int fi;
+    snprintf(full, sizeof full, "%s%s", hf_prefix(h->hc.arch),
+             h->hc.arch >= HF_LLAMA ? "embed_tokens.weight" : "wte.weight");
+    h->bare = !find_any(h, full, &fi) && find_any(h, full + strlen(hf_prefix(h->hc.arch)), &fi);
     h->tab = hf_tensor_table(m, h->hc.arch, &h->n);
     TSR_CHECK(match_tensors(h, m));
     return check_untaken(h, m);
@@ -183,7 +273,7 @@ int hf_import_read(hf_import *h, tsr_model *m, size_t lo, size_t hi, uint64_t *b
         if (!t->present || a >= b) continue;
         const st_entry *e = h->src[k];
         float *x = buffer(h, t->numel);
-        TSR_CHECK(st_read_f32(&h->f, e, x));
+        TSR_CHECK(st_read_f32(&h->f[h->src_file[k]], e, x));
         *bytes += e->end - e->begin;
         float *dst = m->params + t->offset;
         size_t R = (size_t)t->rows, Cc = (size_t)t->cols;
@@ -197,18 +287,24 @@ int hf_import_read(hf_import *h, tsr_model *m, size_t lo, size_t hi, uint64_t *b
             dst[i] = v;
         }
     }
-    /* wte's padded rows V..Vp-1: zero, as at initialisation (never trained, never sampled) */
-    const tsr_param_info *w = &m->params_info[TSR_P_WTE];
-    size_t p0 = w->offset + (size_t)m->V * (size_t)m->C, p1 = w->offset + w->numel;
-    for (size_t i = p0 > lo ? p0 : lo; i < p1 && i < hi; i++) m->params[i] = 0.0f;
+    /* padded rows V..Vp-1 of wte and lm_head: zero, as at initialisation (never trained, never
+     * sampled) */
+    static const tsr_param_id vocab_rows[] = {TSR_P_WTE, TSR_P_LMHEAD};
+    for (size_t k = 0; k < sizeof vocab_rows / sizeof vocab_rows[0]; k++) {
+        const tsr_param_info *w = &m->params_info[vocab_rows[k]];
+        size_t p0 = w->offset + (size_t)m->V * (size_t)m->C, p1 = w->offset + w->numel;
+        for (size_t i = p0 > lo ? p0 : lo; i < p1 && i < hi && w->numel; i++) m->params[i] = 0.0f;
+    }
     return 0;
 }
 
 void hf_import_close(hf_import *h) {
     if (!h) return;
-    if (h->f.fd >= 0 || h->f.t) st_close(&h->f);
+    for (int i = 0; i < h->nf; i++) st_close(&h->f[i]);
+    free(h->f);
     free(h->tab);
     free(h->src);
+    free(h->src_file);
     free(h->buf);
     free(h);
 }

@@ -1,7 +1,7 @@
 /* hf_internal.h — what src/hf/'s files share: the architecture, the tensor table, config.json.
  *
- * Dimensions as in model.h: L layers, C d_model, NH heads, F MLP width, V real vocabulary, Vp
- * padded rows of wte, maxT rows of wpe.
+ * Dimensions as in model.h: L layers, C d_model, NH heads, KVH key/value heads, hs head size,
+ * QD = NH hs, F MLP width, V real vocabulary, Vp padded rows of wte, maxT rows of wpe.
  */
 #ifndef TSR_HF_INTERNAL_H
 #define TSR_HF_INTERNAL_H
@@ -11,10 +11,15 @@
 
 #include "model/model.h"
 
-typedef enum { HF_GPT2 = 0, HF_MPT, HF_ARCH_COUNT } hf_arch;
+/* HF_LLAMA and after: the Llama family (RoPE, RMSNorm, SwiGLU, GQA), names under "model." */
+typedef enum { HF_GPT2 = 0, HF_MPT, HF_LLAMA, HF_MISTRAL, HF_QWEN2, HF_QWEN3, HF_ARCH_COUNT } hf_arch;
 
-extern const char *const hf_model_type[HF_ARCH_COUNT];   /* "gpt2", "mpt" */
-extern const char *const hf_class_name[HF_ARCH_COUNT];   /* "GPT2LMHeadModel", "MptForCausalLM" */
+extern const char *const hf_model_type[HF_ARCH_COUNT];   /* "gpt2", "mpt", "llama", ... */
+extern const char *const hf_class_name[HF_ARCH_COUNT];   /* "GPT2LMHeadModel", ... */
+/* The prefix of the names of the base model's tensors: "transformer." or "model.". */
+const char *hf_prefix(hf_arch a);
+/* The architecture whose model_type is s, or HF_ARCH_COUNT. */
+hf_arch hf_arch_named(const char *s);
 
 /* One tensor of the HF model and the block of tessera's flat parameter buffer it maps to. */
 typedef struct hf_tensor {
@@ -29,21 +34,25 @@ typedef struct hf_tensor {
 } hf_tensor;
 
 /* Which architecture m exports to: learned positions -> GPT-2, ALiBi -> MPT, whose transformers
- * class has no biases, exact GELU only and an MLP of 4 d_model. 0, or TSR_EXIT_USAGE with the
- * reason in why. */
-int hf_arch_of(const tsr_model *m, hf_arch *a, char *why, size_t cap);
-/* The HF tensors of m for architecture a, in tessera's parameter order (malloc'd; *n entries). */
+ * class has no biases, exact GELU only and an MLP of 4 d_model; RoPE + RMSNorm + SwiGLU -> Qwen 3
+ * (qk_norm), Qwen 2 (qkv_bias without model.bias) or Llama, or `want` when it is one of the four
+ * and can hold the model (HF_ARCH_COUNT: choose). 0, or TSR_EXIT_USAGE with the reason in why. */
+int hf_arch_of(const tsr_model *m, hf_arch want, hf_arch *a, char *why, size_t cap);
+/* The HF tensors of m for architecture a (malloc'd; *n entries): GPT-2 and MPT in tessera's
+ * parameter order, the Llama family in transformers' state-dict order; row 0 is wte. */
 hf_tensor *hf_tensor_table(const tsr_model *m, hf_arch a, int *n);
 
 /* The parsed config.json of an import: its architecture and the choices that change the weights. */
 typedef struct hf_config {
     hf_arch arch;
-    int tied;             /* tie_word_embeddings (default true) */
+    int tied;             /* tie_word_embeddings (default true for GPT-2 and MPT, false for the
+                             Llama family, as in transformers) */
 } hf_config;
 
-/* Writes config.json for m (architecture a); eot = id of <|endoftext|> or -1. 0 or TSR_EXIT_DATA. */
+/* Writes config.json for m (architecture a); bos, eos = token ids or -1 (then left out).
+ * 0 or TSR_EXIT_DATA. */
 int hf_config_write(const char *path, const tsr_model *m, hf_arch a, const char *torch_dtype,
-                    long eot);
+                    long bos, long eos);
 /* Reads config.json and checks it against the model m of this run: 0, TSR_EXIT_USAGE (a size,
  * the architecture or the GELU differ: both values named, with the --set that fixes it) or
  * TSR_EXIT_DATA (unreadable, not JSON, or a setting tessera cannot represent). */

@@ -1,9 +1,14 @@
-/* hf_map.c — tessera's parameters <-> transformers' GPT2LMHeadModel / MptForCausalLM names.
+/* hf_map.c — tessera's parameters <-> the tensor names of transformers' GPT2LMHeadModel,
+ * MptForCausalLM, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM.
  *
- * tessera stacks per-layer tensors (qkvw (L, 3C, C)) and stores every weight as nn.Linear does,
+ * tessera stacks per-layer tensors (qkvw (L, QKV, C)) and stores every weight as nn.Linear does,
  * (out, in): y = x W^T. transformers' GPT-2 uses Conv1D, (in, out): y = x W, so its weights are the
- * transposes; MPT uses nn.Linear, same layout as tessera. Both tie the LM head to wte, so no
- * lm_head.weight is written. wte is written with its V real rows (not the Vp padded ones).
+ * transposes; MPT and the Llama family use nn.Linear, same layout as tessera. GPT-2 and MPT tie the
+ * LM head to wte, so no lm_head.weight is written. wte (and an untied lm_head) is written with its
+ * V real rows (not the Vp padded ones). The Llama family splits what tessera fuses: qkvw's rows are
+ * [q_proj | k_proj | v_proj] (NH hs, KVH hs, KVH hs rows), fcw's [gate_proj | up_proj] (F, F), so
+ * each HF tensor is still one contiguous block of tessera's buffer. HF's Llama checkpoints hold q
+ * and k already in the rotate-half order tessera's RoPE uses: no permutation.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -17,8 +22,19 @@
 #include "fsutil.h"
 #include "hf/hf_internal.h"
 
-const char *const hf_model_type[HF_ARCH_COUNT] = {"gpt2", "mpt"};
-const char *const hf_class_name[HF_ARCH_COUNT] = {"GPT2LMHeadModel", "MptForCausalLM"};
+const char *const hf_model_type[HF_ARCH_COUNT] = {"gpt2", "mpt", "llama", "mistral", "qwen2",
+                                                   "qwen3"};
+const char *const hf_class_name[HF_ARCH_COUNT] = {"GPT2LMHeadModel",  "MptForCausalLM",
+                                                  "LlamaForCausalLM", "MistralForCausalLM",
+                                                  "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
+
+const char *hf_prefix(hf_arch a) { return a >= HF_LLAMA ? "model." : "transformer."; }
+
+hf_arch hf_arch_named(const char *s) {
+    for (int a = 0; a < HF_ARCH_COUNT; a++)
+        if (!strcmp(s, hf_model_type[a])) return (hf_arch)a;
+    return HF_ARCH_COUNT;
+}
 
 /* Per tessera parameter: HF names (after "transformer.", %d = layer; NULL = the architecture has
  * no such tensor), whether it is stacked per layer, whether GPT-2 holds its transpose. */
@@ -48,38 +64,79 @@ static const struct map_row {
 };
 _Static_assert(sizeof rows / sizeof rows[0] == TSR_P_COUNT, "one row per tessera parameter");
 
-int hf_arch_of(const tsr_model *m, hf_arch *a, char *why, size_t cap) {
+/* The Llama family: which of the four classes can hold m (want, or the one its features name). */
+static int llama_arch_of(const tsr_model *m, hf_arch want, hf_arch *a, char *why, size_t cap) {
     const tsr_model_config *c = &m->cfg;
-    if (c->pos == TSR_POS_ROPE || c->norm != TSR_NORM_LAYERNORM || c->mlp != TSR_MLP_GELU ||
-        m->KVH != m->NH || c->qk_norm || c->qkv_bias || !c->tie_embeddings ||
-        m->hs * m->NH != m->C) {
-        snprintf(why, cap, "this model (RoPE, RMSNorm, SwiGLU, grouped-query attention, QK-norm, "
-                 "a qkv bias, an untied head or a head_dim) has no Hugging Face mapping yet: "
-                 "GPT-2 and MPT models export");
+    if (c->norm != TSR_NORM_RMSNORM || c->mlp != TSR_MLP_SWIGLU) {
+        snprintf(why, cap, "model.pos = \"rope\" exports to the Llama family (LlamaForCausalLM, "
+                 "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM), which needs model.norm = "
+                 "\"rmsnorm\" and model.mlp = \"swiglu\"; this model has \"%s\" and \"%s\"",
+                 c->norm == TSR_NORM_RMSNORM ? "rmsnorm" : "layernorm",
+                 c->mlp == TSR_MLP_SWIGLU ? "swiglu" : "gelu");
         return TSR_EXIT_USAGE;
     }
-    if (m->cfg.pos == TSR_POS_LEARNED) { /* GPT-2: any GELU, any MLP width (n_inner); no biases
-                                            are written as zeros, which computes the same */
+    int qkv_only = c->qkv_bias && !c->bias;
+    *a = want != HF_ARCH_COUNT ? want : c->qk_norm ? HF_QWEN3 : qkv_only ? HF_QWEN2 : HF_LLAMA;
+    const char *need = NULL;
+    switch (*a) {
+    case HF_LLAMA: /* attention_bias (q, k, v, o) and mlp_bias = model.bias */
+        if (c->qk_norm || qkv_only) need = "model.qk_norm = false and no model.qkv_bias without "
+                                           "model.bias (q, k, v biases without an o_proj bias)";
+        break;
+    case HF_MISTRAL:
+        if (c->qk_norm || c->bias || c->qkv_bias) need = "model.qk_norm, model.bias and "
+                                                         "model.qkv_bias false (no biases)";
+        break;
+    case HF_QWEN2: /* q, k, v biases always, none elsewhere */
+        if (c->qk_norm || !qkv_only) need = "model.qkv_bias = true, model.bias = false and "
+                                            "model.qk_norm = false";
+        break;
+    case HF_QWEN3:
+        if (!c->qk_norm || c->bias || c->qkv_bias) need = "model.qk_norm = true, model.bias and "
+                                                          "model.qkv_bias false";
+        break;
+    default:
+        need = "model.pos other than \"rope\"";
+    }
+    if (!need) return 0;
+    snprintf(why, cap, "%s (model_type \"%s\") needs %s", hf_class_name[*a], hf_model_type[*a], need);
+    return TSR_EXIT_USAGE;
+}
+
+int hf_arch_of(const tsr_model *m, hf_arch want, hf_arch *a, char *why, size_t cap) {
+    if (m->cfg.pos == TSR_POS_ROPE) return llama_arch_of(m, want, a, why, cap);
+    const tsr_model_config *c = &m->cfg;
+    if (want != HF_ARCH_COUNT && want < HF_LLAMA) want = HF_ARCH_COUNT; /* the one below anyway */
+    if (want != HF_ARCH_COUNT)
+        snprintf(why, cap, "%s needs model.pos = \"rope\", this model has \"%s\"",
+                 hf_class_name[want], c->pos == TSR_POS_ALIBI ? "alibi" : "learned");
+    else if (c->norm != TSR_NORM_LAYERNORM || c->mlp != TSR_MLP_GELU || m->KVH != m->NH ||
+             c->qk_norm || c->qkv_bias || !c->tie_embeddings || m->hs * m->NH != m->C)
+        snprintf(why, cap, "GPT2LMHeadModel and MptForCausalLM have LayerNorm, a GELU MLP, as many "
+                 "key/value heads as heads of size d_model / n_head, no QK-norm, no qkv_bias and "
+                 "a tied head; this model differs (the Llama family needs model.pos = \"rope\")");
+    else if (c->pos == TSR_POS_LEARNED) { /* GPT-2: any GELU, any MLP width (n_inner); no biases
+                                             are written as zeros, which computes the same */
         *a = HF_GPT2;
         return 0;
-    }
-    *a = HF_MPT;
-    if (m->cfg.bias)
+    } else if (c->bias)
         snprintf(why, cap, "model.pos = \"alibi\" exports as MptForCausalLM, which has no biases, "
                  "but this model has model.bias = true (transformers has no ALiBi model with biases)");
-    else if (m->cfg.gelu != TSR_GELU_EXACT)
+    else if (c->gelu != TSR_GELU_EXACT)
         snprintf(why, cap, "model.pos = \"alibi\" exports as MptForCausalLM, whose MLP uses the exact "
                  "GELU, but this model has model.gelu = \"tanh\"");
     else if (m->F != 4 * m->C)
         snprintf(why, cap, "model.pos = \"alibi\" exports as MptForCausalLM, whose MLP is 4 x d_model "
                  "= %d wide, but this model's is %d (model.expansion_ratio = %g)", 4 * m->C, m->F,
-                 m->cfg.expansion_ratio);
-    else
+                 c->expansion_ratio);
+    else {
+        *a = HF_MPT;
         return 0;
+    }
     return TSR_EXIT_USAGE;
 }
 
-hf_tensor *hf_tensor_table(const tsr_model *m, hf_arch a, int *n) {
+static hf_tensor *gpt2_table(const tsr_model *m, hf_arch a, int *n) {
     int cap = TSR_P_COUNT * (m->L + 1), k = 0;
     hf_tensor *t = tsr_calloc((size_t)cap, sizeof *t);
     for (int p = 0; p < TSR_P_COUNT; p++) {
@@ -112,6 +169,82 @@ hf_tensor *hf_tensor_table(const tsr_model *m, hf_arch a, int *n) {
     }
     *n = k;
     return t;
+}
+
+/* The Llama family, in the order of transformers' state dict (module order: what a sharded save
+ * follows). part: which rows of the tessera block the tensor is. */
+typedef enum { PART_ALL = 0, PART_Q, PART_K, PART_V, PART_GATE, PART_UP, PART_VOCAB } part_kind;
+static const struct llama_row {
+    tsr_param_id p;
+    const char *fmt; /* %d = layer for per-layer tensors */
+    part_kind part;
+} llama_global_first[] = {{TSR_P_WTE, "model.embed_tokens.weight", PART_VOCAB}},
+  llama_layer[] = {
+    {TSR_P_QKVW, "self_attn.q_proj.weight", PART_Q},     {TSR_P_QKVB, "self_attn.q_proj.bias", PART_Q},
+    {TSR_P_QKVW, "self_attn.k_proj.weight", PART_K},     {TSR_P_QKVB, "self_attn.k_proj.bias", PART_K},
+    {TSR_P_QKVW, "self_attn.v_proj.weight", PART_V},     {TSR_P_QKVB, "self_attn.v_proj.bias", PART_V},
+    {TSR_P_ATTPROJW, "self_attn.o_proj.weight", PART_ALL},
+    {TSR_P_ATTPROJB, "self_attn.o_proj.bias", PART_ALL},
+    {TSR_P_QNORMW, "self_attn.q_norm.weight", PART_ALL}, {TSR_P_KNORMW, "self_attn.k_norm.weight", PART_ALL},
+    {TSR_P_FCW, "mlp.gate_proj.weight", PART_GATE},      {TSR_P_FCB, "mlp.gate_proj.bias", PART_GATE},
+    {TSR_P_FCW, "mlp.up_proj.weight", PART_UP},          {TSR_P_FCB, "mlp.up_proj.bias", PART_UP},
+    {TSR_P_FCPROJW, "mlp.down_proj.weight", PART_ALL},   {TSR_P_FCPROJB, "mlp.down_proj.bias", PART_ALL},
+    {TSR_P_LN1W, "input_layernorm.weight", PART_ALL},
+    {TSR_P_LN2W, "post_attention_layernorm.weight", PART_ALL},
+  },
+  llama_global_last[] = {{TSR_P_LNFW, "model.norm.weight", PART_ALL},
+                         {TSR_P_LMHEAD, "lm_head.weight", PART_VOCAB}};
+
+/* Rows [*r0, *r0 + *nr) of the block (one layer's slice, or the whole tensor) that part is. */
+static void part_rows(const tsr_model *m, part_kind part, int64_t nrows, int64_t *r0, int64_t *nr) {
+    int64_t qd = m->QD, kv = (int64_t)m->KVH * m->hs;
+    switch (part) {
+    case PART_Q: *r0 = 0, *nr = qd; break;
+    case PART_K: *r0 = qd, *nr = kv; break;
+    case PART_V: *r0 = qd + kv, *nr = kv; break;
+    case PART_GATE: *r0 = 0, *nr = m->F; break;
+    case PART_UP: *r0 = m->F, *nr = m->F; break;
+    case PART_VOCAB: *r0 = 0, *nr = m->V; break;
+    default: *r0 = 0, *nr = nrows;
+    }
+}
+
+/* Appends row r (layer l, or -1 for a global tensor) to t[*k] when m has the parameter. */
+static void llama_add(const tsr_model *m, const struct llama_row *r, int l, hf_tensor *t, int *k) {
+    const tsr_param_info *pi = &m->params_info[r->p];
+    if (!pi->numel) return;
+    int per = l >= 0, ndim = pi->ndim - per;
+    int64_t R = pi->shape[per], cols = ndim == 2 ? pi->shape[per + 1] : 1, r0, nr;
+    part_rows(m, r->part, R, &r0, &nr);
+    hf_tensor *h = &t[(*k)++];
+    if (per) snprintf(h->name, sizeof h->name, "model.layers.%d.%s", l, r->fmt);
+    else snprintf(h->name, sizeof h->name, "%s", r->fmt);
+    h->ndim = ndim;
+    h->shape[0] = nr;
+    h->shape[1] = cols;
+    h->present = 1;
+    h->numel = (size_t)nr * (size_t)cols;
+    h->offset = pi->offset + (per ? (size_t)l * (size_t)(R * cols) : 0) + (size_t)(r0 * cols);
+    h->transpose = 0;
+    h->rows = nr;
+    h->cols = cols;
+}
+
+static hf_tensor *llama_table(const tsr_model *m, int *n) {
+    const int nl = (int)(sizeof llama_layer / sizeof llama_layer[0]);
+    hf_tensor *t = tsr_calloc((size_t)(nl * m->L + 3), sizeof *t);
+    int k = 0;
+    llama_add(m, &llama_global_first[0], -1, t, &k);
+    for (int l = 0; l < m->L; l++)
+        for (int j = 0; j < nl; j++) llama_add(m, &llama_layer[j], l, t, &k);
+    for (size_t j = 0; j < sizeof llama_global_last / sizeof llama_global_last[0]; j++)
+        llama_add(m, &llama_global_last[j], -1, t, &k);
+    *n = k;
+    return t;
+}
+
+hf_tensor *hf_tensor_table(const tsr_model *m, hf_arch a, int *n) {
+    return a >= HF_LLAMA ? llama_table(m, n) : gpt2_table(m, a, n);
 }
 
 int hf_write_file(const char *path, const void *data, size_t n) {

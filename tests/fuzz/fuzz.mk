@@ -13,7 +13,7 @@
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_NICE    ?= 10
-FUZZ_NAMES   := config dataset gpt2 tokfile bpe jsonl safetensors ckpt hftok chat
+FUZZ_NAMES   := config dataset gpt2 tokfile bpe jsonl safetensors ckpt hftok chat hfdir
 FUZZ         ?= $(FUZZ_NAMES)
 ifneq ($(filter-out $(FUZZ_NAMES),$(FUZZ)),)
   $(error FUZZ=$(FUZZ): accepted harnesses are $(FUZZ_NAMES))

@@ -10,7 +10,7 @@ source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 SECS=${FUZZ_REGRESS_SECONDS:-10}
 RUNS=${FUZZ_REGRESS_RUNS:-1000}
-NAMES=(config dataset gpt2 tokfile bpe jsonl safetensors ckpt hftok chat)
+NAMES=(config dataset gpt2 tokfile bpe jsonl safetensors ckpt hftok chat hfdir)
 
 # can clang link a libFuzzer + ASan + UBSan program here?
 printf '#include <stddef.h>\n#include <stdint.h>\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }\n' > "$TMP/probe.c"

@@ -1,0 +1,336 @@
+#!/usr/bin/env python3
+"""hf_fixture.py — tiny Hugging Face directories of the Llama family, written by hand, with the
+logits of a float64 PyTorch forward of each.
+
+    python3 tests/reference/hf_fixture.py OUT_ROOT     # writes OUT_ROOT/<name>/ for every fixture
+    python3 tests/reference/hf_fixture.py --fuzz-seeds DIR   # tests/fuzz/corpus/hfdir's seeds
+
+Each OUT_ROOT/<name>/ holds what transformers' save_pretrained writes for the class — config.json
+and model.safetensors (or model-0000k-of-0000n.safetensors + model.safetensors.index.json) in the
+published formats — and, for the test, fixture.json (the tessera --set keys of the same model, the
+token rows) and logits.npy (float64 (B, T, V): the forward below on the rows).
+
+These directories are SCRIPT-WRITTEN from the published formats (safetensors: u64 little-endian
+header length, JSON header, raw little-endian data; config.json keys of LlamaConfig,
+MistralConfig, Qwen2Config, Qwen3Config), not saved by transformers, which this machine does not
+have. The forward follows transformers' modeling_llama / modeling_mistral / modeling_qwen2 /
+modeling_qwen3: RMSNorm x * rsqrt(mean(x^2) + eps) * w, rotate_half RoPE (cos = cat(f, f)) with
+the default or Llama 3 inv_freq (_compute_llama3_parameters), Qwen 3's per-head q_norm / k_norm
+before RoPE, repeat_kv for grouped-query attention, softmax(q k^T / sqrt(head_dim)) under a causal
+mask, SwiGLU down(silu(gate(x)) * up(x)), the head tied to embed_tokens or its own lm_head — all
+in float64 on the stored (fp32, bf16 or fp16) weights.
+"""
+import json
+import math
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+B, T = 4, 16          # token rows the logits are stored for (the test's first global batch)
+N_TOKENS = 2000       # tokens of the data set the test writes (rows are its first B*T+1)
+V, VOCAB_MULTIPLE = 100, 128
+
+# name, model_type, sizes, options. dtype: how the weights are stored; shard: bytes per shard
+# (None: one model.safetensors).
+FIXTURES = [
+    dict(name="llama_gqa_tied", model_type="llama", L=2, C=64, NH=4, KVH=2, hs=16, F=96,
+         tied=True, theta=500000.0, eps=1e-5, llama3=dict(factor=8.0, low_freq_factor=1.0,
+         high_freq_factor=4.0, original_max_position_embeddings=64), dtype="F32", shard=None),
+    dict(name="llama_mqa_untied_sharded", model_type="llama", L=2, C=64, NH=4, KVH=1, hs=16, F=80,
+         tied=False, theta=10000.0, eps=1e-5, llama3=None, dtype="F32", shard=40000),
+    dict(name="llama_mha_biases", model_type="llama", L=2, C=48, NH=4, KVH=4, hs=12, F=64,
+         tied=False, theta=10000.0, eps=1e-5, llama3=None, dtype="F32", shard=None, bias=True),
+    dict(name="mistral_bf16", model_type="mistral", L=2, C=48, NH=4, KVH=2, hs=12, F=64,
+         tied=False, theta=10000.0, eps=1e-6, llama3=None, dtype="BF16", shard=None),
+    dict(name="qwen2_qkv_bias", model_type="qwen2", L=2, C=64, NH=4, KVH=2, hs=16, F=96,
+         tied=True, theta=1000000.0, eps=1e-6, llama3=None, dtype="F32", shard=None),
+    dict(name="qwen3_qknorm_f16", model_type="qwen3", L=2, C=64, NH=4, KVH=2, hs=24, F=96,
+         tied=False, theta=1000000.0, eps=1e-6, llama3=None, dtype="F16", shard=None),
+]
+CLASS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+         "qwen3": "Qwen3ForCausalLM"}
+
+
+# ---- the weights ---------------------------------------------------------------------------------
+
+def state_dict(fx, seed):
+    """HF name -> float64 tensor, in transformers' state-dict (module) order."""
+    g = torch.Generator().manual_seed(seed)
+    C, NH, KVH, hs, Fw = fx["C"], fx["NH"], fx["KVH"], fx["hs"], fx["F"]
+    qk_norm, bias = fx["model_type"] == "qwen3", fx.get("bias", False)  # bias: Llama's attention_bias + mlp_bias
+    qkv_bias = fx["model_type"] == "qwen2" or bias
+
+    def w(*shape, std=0.1):
+        return torch.randn(*shape, generator=g, dtype=torch.float64) * std
+
+    def norm(n):
+        return 1.0 + w(n, std=0.2)
+
+    Vx = fx.get("V", V)
+    sd = {"model.embed_tokens.weight": w(Vx, C, std=0.5)}
+    for i in range(fx["L"]):
+        p = f"model.layers.{i}."
+        for name, rows in (("q", NH * hs), ("k", KVH * hs), ("v", KVH * hs)):
+            sd[f"{p}self_attn.{name}_proj.weight"] = w(rows, C)
+            if qkv_bias:
+                sd[f"{p}self_attn.{name}_proj.bias"] = w(rows, std=0.2)
+        sd[p + "self_attn.o_proj.weight"] = w(C, NH * hs)
+        if bias:
+            sd[p + "self_attn.o_proj.bias"] = w(C, std=0.2)
+        if qk_norm:
+            sd[p + "self_attn.q_norm.weight"] = norm(hs)
+            sd[p + "self_attn.k_norm.weight"] = norm(hs)
+        for name, shape in (("gate", (Fw, C)), ("up", (Fw, C)), ("down", (C, Fw))):
+            sd[f"{p}mlp.{name}_proj.weight"] = w(*shape)
+            if bias:
+                sd[f"{p}mlp.{name}_proj.bias"] = w(shape[0], std=0.2)
+        sd[p + "input_layernorm.weight"] = norm(C)
+        sd[p + "post_attention_layernorm.weight"] = norm(C)
+    sd["model.norm.weight"] = norm(C)
+    if not fx["tied"]:
+        sd["lm_head.weight"] = w(Vx, C, std=0.5)
+    return sd
+
+
+def to_dtype(t, dtype):
+    """(raw little-endian bytes, the float64 values they hold)."""
+    if dtype == "F32":
+        a = t.numpy().astype("<f4")
+        return a.tobytes(), torch.from_numpy(a.astype(np.float64))
+    if dtype == "F16":
+        a = t.numpy().astype("<f2")
+        return a.tobytes(), torch.from_numpy(a.astype(np.float64))
+    b = t.to(torch.float32).to(torch.bfloat16)
+    raw = b.view(torch.int16).numpy().astype("<i2").tobytes()
+    return raw, b.to(torch.float64)
+
+
+def write_safetensors(path, tensors, meta=None):
+    """tensors: [(name, dtype, shape, raw bytes)], written in the given order, the header padded
+    with spaces to a multiple of 8 as the reference writer pads it."""
+    hdr, at = {}, 0
+    if meta:
+        hdr["__metadata__"] = meta
+    for name, dtype, shape, raw in tensors:
+        hdr[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [at, at + len(raw)]}
+        at += len(raw)
+    text = json.dumps(hdr, separators=(",", ":")).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(t[3] for t in tensors))
+
+
+def write_weights(d, fx, sd):
+    """model.safetensors, or shards split as save_pretrained splits (a new shard when the next
+    tensor would pass the limit). Returns the stored values as float64."""
+    stored, entries = {}, []
+    for name, t in sd.items():
+        raw, val = to_dtype(t, fx["dtype"])
+        stored[name] = val
+        entries.append((name, fx["dtype"], tuple(t.shape), raw))
+    meta = {"format": "pt"}
+    if not fx["shard"]:
+        write_safetensors(os.path.join(d, "model.safetensors"), entries, meta)
+        return stored
+    shards, cur, size = [[]], 0, 0
+    for e in entries:
+        if cur and cur + len(e[3]) > fx["shard"]:
+            shards.append([])
+            cur = 0
+        shards[-1].append(e)
+        cur += len(e[3])
+        size += len(e[3])
+    n, wmap = len(shards), {}
+    for k, part in enumerate(shards):
+        fname = f"model-{k + 1:05d}-of-{n:05d}.safetensors"
+        write_safetensors(os.path.join(d, fname), part, meta)
+        wmap.update({e[0]: fname for e in part})
+    with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": size}, "weight_map": wmap}, f, indent=2, sort_keys=True)
+    return stored
+
+
+def config_json(fx):
+    mt = fx["model_type"]
+    cj = {"architectures": [CLASS[mt]], "model_type": mt, "vocab_size": fx.get("V", V), "hidden_size": fx["C"],
+          "intermediate_size": fx["F"], "num_hidden_layers": fx["L"],
+          "num_attention_heads": fx["NH"], "num_key_value_heads": fx["KVH"], "hidden_act": "silu",
+          "max_position_embeddings": 2048, "rms_norm_eps": fx["eps"], "rope_theta": fx["theta"],
+          "rope_scaling": dict(fx["llama3"], rope_type="llama3") if fx["llama3"] else None,
+          "attention_dropout": 0.0, "initializer_range": 0.02, "tie_word_embeddings": fx["tied"],
+          "use_cache": True, "bos_token_id": 1, "eos_token_id": 2,
+          "torch_dtype": {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}[fx["dtype"]]}
+    if fx["hs"] * fx["NH"] != fx["C"] or mt == "qwen3":
+        cj["head_dim"] = fx["hs"]
+    if mt == "llama":
+        cj.update(attention_bias=fx.get("bias", False), mlp_bias=fx.get("bias", False), pretraining_tp=1)
+    elif mt == "mistral":
+        cj["sliding_window"] = None
+    else:
+        cj.update(use_sliding_window=False, sliding_window=4096, max_window_layers=fx["L"])
+        if mt == "qwen3":
+            cj["attention_bias"] = False
+    return cj
+
+
+def tessera_sets(fx):
+    """The run config of the same model (--set keys)."""
+    s = {"model.n_layer": fx["L"], "model.d_model": fx["C"], "model.n_head": fx["NH"],
+         "model.n_kv_head": fx["KVH"], "model.head_dim": fx["hs"], "model.intermediate_size": fx["F"],
+         "model.vocab_size": V, "model.vocab_multiple": VOCAB_MULTIPLE, "model.pos": "rope",
+         "model.norm": "rmsnorm", "model.mlp": "swiglu", "model.bias": str(fx.get("bias", False)).lower(),
+         "model.norm_eps": repr(fx["eps"]), "model.rope_theta": repr(fx["theta"]),
+         "model.qkv_bias": str(fx["model_type"] == "qwen2").lower(),
+         "model.qk_norm": str(fx["model_type"] == "qwen3").lower(),
+         "model.tie_embeddings": str(fx["tied"]).lower()}
+    if fx["llama3"]:
+        ls = fx["llama3"]
+        s.update({"model.rope_scaling": "llama3", "model.rope_factor": ls["factor"],
+                  "model.rope_low_freq_factor": ls["low_freq_factor"],
+                  "model.rope_high_freq_factor": ls["high_freq_factor"],
+                  "model.rope_original_max_pos": ls["original_max_position_embeddings"]})
+    return {k: str(v) for k, v in s.items()}
+
+
+# ---- the forward (transformers' conventions, float64) ---------------------------------------------
+
+def inv_freq(cj, hs):
+    f = 1.0 / (cj["rope_theta"] ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs))
+    rs = cj.get("rope_scaling")
+    if not rs:
+        return f
+    factor, lo, hi = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+    old = rs["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / f
+    scaled = torch.where(wavelen > old / lo, f / factor, f)
+    smooth = (old / wavelen - lo) / (hi - lo)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < old / hi) & ~(wavelen > old / lo)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def forward(sd, cj, idx):
+    """Logits (B, T, V) of *ForCausalLM on the token rows idx (B, T)."""
+    Bn, Tn = idx.shape
+    NH, KVH, eps = cj["num_attention_heads"], cj["num_key_value_heads"], cj["rms_norm_eps"]
+    hs = cj.get("head_dim") or cj["hidden_size"] // NH
+    ang = torch.arange(Tn, dtype=torch.float64)[:, None] * inv_freq(cj, hs)[None, :]
+    emb = torch.cat((ang, ang), dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+    mask = torch.ones(Tn, Tn, dtype=torch.bool).tril()
+    x = sd["model.embed_tokens.weight"][idx]
+    for i in range(cj["num_hidden_layers"]):
+        def w(s):
+            return sd.get(f"model.layers.{i}.{s}")
+
+        def lin(h, s):
+            b = w(s + ".bias")
+            y = h @ w(s + ".weight").T
+            return y + b if b is not None else y
+        h = rms_norm(x, w("input_layernorm.weight"), eps)
+        q = lin(h, "self_attn.q_proj").view(Bn, Tn, NH, hs).transpose(1, 2)
+        k = lin(h, "self_attn.k_proj").view(Bn, Tn, KVH, hs).transpose(1, 2)
+        v = lin(h, "self_attn.v_proj").view(Bn, Tn, KVH, hs).transpose(1, 2)
+        if w("self_attn.q_norm.weight") is not None:
+            q = rms_norm(q, w("self_attn.q_norm.weight"), eps)
+            k = rms_norm(k, w("self_attn.k_norm.weight"), eps)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(NH // KVH, dim=1)  # repeat_kv
+        v = v.repeat_interleave(NH // KVH, dim=1)
+        s = (q @ k.transpose(-1, -2)) / math.sqrt(hs)
+        a = F.softmax(s.masked_fill(~mask, float("-inf")), dim=-1) @ v
+        x = x + lin(a.transpose(1, 2).reshape(Bn, Tn, NH * hs), "self_attn.o_proj")
+        h = rms_norm(x, w("post_attention_layernorm.weight"), eps)
+        x = x + lin(F.silu(lin(h, "mlp.gate_proj")) * lin(h, "mlp.up_proj"), "mlp.down_proj")
+    x = rms_norm(x, sd["model.norm.weight"], eps)
+    head = sd.get("lm_head.weight", sd["model.embed_tokens.weight"])
+    return x @ head.T
+
+
+def tokens(seed):
+    return np.random.RandomState(seed).randint(0, V, size=N_TOKENS)
+
+
+def make(root, fx, seed):
+    d = os.path.join(root, fx["name"])
+    os.makedirs(d, exist_ok=True)
+    cj = config_json(fx)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cj, f, indent=2)
+    stored = write_weights(d, fx, state_dict(fx, seed))
+    toks = tokens(seed)
+    idx = torch.as_tensor(np.stack([toks[k * T:k * T + T] for k in range(B)]), dtype=torch.long)
+    with torch.no_grad():
+        logits = forward(stored, cj, idx)
+    np.save(os.path.join(d, "logits.npy"), logits.numpy())
+    with open(os.path.join(d, "fixture.json"), "w") as f:
+        json.dump({"name": fx["name"], "model_type": fx["model_type"], "dtype": fx["dtype"],
+                   "seed": seed, "B": B, "T": T, "tokens": [int(t) for t in toks],
+                   "sets": tessera_sets(fx),
+                   "note": "script-written by tests/reference/hf_fixture.py, not by "
+                           "transformers' save_pretrained"}, f)
+    return d
+
+
+def make_all(root):
+    return {fx["name"]: make(root, fx, 1000 + k) for k, fx in enumerate(FIXTURES)}
+
+
+FUZZ_SEP = b"\n\x01--8<--\x01\n"  # tests/fuzz/fuzz_common.h
+
+
+def fuzz_seeds(out):
+    """Seeds of tests/fuzz/fuzz_hfdir.c: config.json SEP model.safetensors, or config.json SEP ""
+    SEP index SEP shard 1 SEP shard 2, for the harness's tiny models (L 1, d_model 8, 2 heads,
+    1 kv head of 4, MLP 8, vocabulary 16, untied)."""
+    import tempfile
+    os.makedirs(out, exist_ok=True)
+    tiny = dict(L=1, C=8, NH=2, KVH=1, hs=4, F=8, V=16, tied=False, theta=10000.0, eps=1e-6,
+                llama3=None, shard=None)
+    for k, (mt, dtype, sharded) in enumerate((("llama", "F32", False), ("mistral", "BF16", False),
+                                              ("qwen2", "F16", True), ("qwen3", "F32", True))):
+        fx = dict(tiny, name=mt, model_type=mt, dtype=dtype)
+        sd = state_dict(fx, 77 + k)
+        if sharded:  # the harness takes 2 shards: a limit of about half the bytes
+            size = sum(t.numel() for t in sd.values()) * (4 if dtype == "F32" else 2)
+            fx["shard"] = size // 2 + 64
+        with tempfile.TemporaryDirectory() as d:
+            write_weights(d, fx, sd)
+            cj = config_json(fx)
+            cj["max_position_embeddings"] = 16
+            parts = [json.dumps(cj, indent=2).encode()]
+            if sharded:
+                idx = json.load(open(os.path.join(d, "model.safetensors.index.json")))
+                files = sorted(set(idx["weight_map"].values()))
+                if len(files) != 2:
+                    sys.exit(f"fuzz seed {mt}: {len(files)} shards, the harness takes 2")
+                parts += [b"", open(os.path.join(d, "model.safetensors.index.json"), "rb").read()]
+                parts += [open(os.path.join(d, f), "rb").read() for f in files]
+            else:
+                parts.append(open(os.path.join(d, "model.safetensors"), "rb").read())
+        with open(os.path.join(out, f"seed-{mt}"), "wb") as f:
+            f.write(FUZZ_SEP.join(parts))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--fuzz-seeds":
+        fuzz_seeds(sys.argv[2])
+        sys.exit(0)
+    if len(sys.argv) != 2:
+        sys.exit("usage: hf_fixture.py OUT_ROOT | --fuzz-seeds DIR")
+    for name, d in make_all(sys.argv[1]).items():
+        print(f"{name}: {d}")
