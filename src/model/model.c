@@ -158,6 +158,17 @@ void model_alloc_slopes(tsr_model *m) {
     }
 }
 
+/* The random stream of each tensor's initialisation: the tensor ids of the GPT-2/MPT layout before
+ * the Llama/Qwen tensors were inserted among them, then new numbers for those, so a seed gives
+ * every older model the same initial weights as before. */
+static const uint64_t init_stream[TSR_P_COUNT] = {
+    [TSR_P_WTE] = 0,      [TSR_P_WPE] = 1,     [TSR_P_LN1W] = 2,     [TSR_P_LN1B] = 3,
+    [TSR_P_QKVW] = 4,     [TSR_P_QKVB] = 5,    [TSR_P_ATTPROJW] = 6, [TSR_P_ATTPROJB] = 7,
+    [TSR_P_LN2W] = 8,     [TSR_P_LN2B] = 9,    [TSR_P_FCW] = 10,     [TSR_P_FCB] = 11,
+    [TSR_P_FCPROJW] = 12, [TSR_P_FCPROJB] = 13, [TSR_P_LNFW] = 14,   [TSR_P_LNFB] = 15,
+    [TSR_P_QNORMW] = 16,  [TSR_P_KNORMW] = 17, [TSR_P_LMHEAD] = 18,
+};
+
 void model_init_weights(tsr_model *m, uint64_t seed) {
     double std = m->cfg.init_std, proj_std = std / sqrt(2.0 * m->L);
     memset(m->params, 0, m->n_params * sizeof(float));
@@ -175,7 +186,8 @@ void model_init_weights(tsr_model *m, uint64_t seed) {
         size_t n = p->numel;
         if (i == TSR_P_WTE || i == TSR_P_LMHEAD)
             n = (size_t)m->V * (size_t)m->C; /* padded rows stay zero */
-        for (size_t k = 0; k < n; k++) w[k] = (float)(s * tsr_rand_normal(seed, (uint64_t)i, k));
+        for (size_t k = 0; k < n; k++)
+            w[k] = (float)(s * tsr_rand_normal(seed, init_stream[i], k));
     }
 }
 
