@@ -14,14 +14,20 @@
 
 enum { CONV_NODES = 2 + 3 * 3 }; /* the object, "messages", three messages of two members */
 
-int gen_chat_open(gen_chat *gc, const char *spec, const tsr_tokenizer *tok) {
+int gen_chat_open(gen_chat *gc, const char *spec, const tsr_tokenizer *tok, int chat) {
     memset(gc, 0, sizeof *gc);
     if (!tokenizer_is_hf(tok) || chat_config_find(spec, gc->path, sizeof gc->path) != 1) return 0;
     jinja_error e;
     if (chat_config_load(gc->path, &gc->cc, &e)) {
-        tsr_error("generate: %s%s", e.msg,
-                  e.status == JINJA_ESYNTAX ? " (the chat_template's syntax)" : "");
-        return TSR_EXIT_DATA;
+        const char *syn = e.status == JINJA_ESYNTAX ? " (the chat_template's syntax)" : "";
+        if (chat) {
+            tsr_error("generate: %s%s", e.msg, syn);
+            return TSR_EXIT_DATA;
+        }
+        /* a plain completion needs no template: its end-of-text id falls back (open_tokenizer) */
+        tsr_warn("generate: %s%s: ignored without --chat (no eos_token from it either)", e.msg,
+                 syn);
+        return 0;
     }
     gc->loaded = 1;
     return 0;
@@ -103,9 +109,12 @@ uint32_t gen_chat_end_of_turn(const gen_chat *gc, const tsr_tokenizer *tok, cons
     json_value nodes[CONV_NODES];
     chat_render r;
     char why[256];
-    if (prep_chat_render(&gc->cc, chat_turns(nodes, system, user, "OK"), &r, why, sizeof why) ||
-        r.n_spans != 1)
-        return UINT32_MAX; /* the template hides the reply: no end of turn to learn from it */
+    if (prep_chat_render(&gc->cc, chat_turns(nodes, system, user, "OK"), &r, why, sizeof why))
+        return UINT32_MAX;
+    if (r.n_spans != 1) { /* the template hides the reply: no end of turn to learn from it */
+        prep_chat_render_free(&r);
+        return UINT32_MAX;
+    }
     const char *after = r.text + r.spans[0].off + r.spans[0].len, *end = r.text + r.len;
     while (after < end && strchr(" \t\r\n", *after)) after++;
     uint32_t *ids = NULL, id = UINT32_MAX;

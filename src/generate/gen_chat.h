@@ -25,9 +25,10 @@ typedef struct gen_chat {
 } gen_chat;
 
 /* Loads the tokenizer_config.json beside the tokenizer opened from spec when tok is a Hugging Face
- * one and the file exists (gc->loaded = 1); neither is an error (loaded 0). Returns 0, or
- * TSR_EXIT_DATA when the file is there but unreadable or its template does not compile. */
-int gen_chat_open(gen_chat *gc, const char *spec, const tsr_tokenizer *tok);
+ * one and the file exists (gc->loaded = 1); neither is an error (loaded 0). Returns 0, or, with
+ * chat (--chat), TSR_EXIT_DATA when the file is there but unreadable or its template does not
+ * compile; without chat that is a warning (loaded 0): a plain completion needs no template. */
+int gen_chat_open(gen_chat *gc, const char *spec, const tsr_tokenizer *tok, int chat);
 void gen_chat_free(gen_chat *gc);
 
 /* The id of the tokenizer_config's eos_token, or UINT32_MAX (no file, no eos_token, or the

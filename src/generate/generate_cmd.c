@@ -185,7 +185,7 @@ static int open_tokenizer(gen_run *g, const gen_args *a) {
                   a->tokenizer ? "" : " named by the checkpoint's data.tokenizer");
         return TSR_EXIT_DATA;
     }
-    TSR_CHECK(gen_chat_open(&g->chat, spec, g->tok));
+    TSR_CHECK(gen_chat_open(&g->chat, spec, g->tok, a->chat));
     uint32_t e = tokenizer_special_id(g->tok, "<|endoftext|>");
     if (e == UINT32_MAX) e = gen_chat_eos_id(&g->chat, g->tok);
     if (e != UINT32_MAX && e < (uint32_t)g->m.V) g->eos = (int32_t)e;

@@ -11,7 +11,8 @@
 #    does emit <|eot_id|> right there; generation_config.json's eos_token_id list also stops it;
 #  - refusals: no chat_template (exit 1, naming the tokenizer), a tokenizer that is not a
 #    tokenizer.json, --system without --chat, --chat with --prompt-ids; a bad generation_config.json
-#    (exit 2, naming it).
+#    (exit 2, naming it); a chat_template that does not compile stops --chat (exit 2) but only
+#    warns in a plain completion.
 # Skips (77) without node or the npm files ./INSTALL fetches.
 source "$(dirname "$0")/../lib.sh"
 NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
@@ -22,7 +23,7 @@ for f in "$JINJA/dist/index.cjs" "$MODELS"/{llama3,qwen3,gemma3}/tokenizer{,_con
 done
 [[ -x $TOOL ]] || { echo "$TOOL missing: run make"; exit 77; }
 tsr_tmpdir
-tap_plan 13
+tap_plan 14
 L3=$MODELS/llama3/tokenizer.json
 GEN=("$TOOL" generate --set threads=1 --temperature 0)
 
@@ -158,4 +159,15 @@ printf 'the cat\n\nthe dog\n' >"$TMP/t.txt"
 rc=$?
 ((rc == 1)) && grep -q "tok.bin has no chat_template (it is not a tokenizer.json)" "$TMP/e.txt"
 tap_check $? "--chat with a tessera tokenizer file: exit 1 ($rc), no chat template"
+# a template outside the Jinja subset: --chat stops (exit 2, the data error), a plain completion warns
+mkdir -p "$TMP/badtpl" && ln -s "$L3" "$TMP/badtpl/tokenizer.json"
+"$PY3" -c 'import json, sys; c = json.load(open(sys.argv[1])); c["chat_template"] = "{{ x }"; json.dump(c, open(sys.argv[2], "w"))' \
+    "$MODELS/llama3/tokenizer_config.json" "$TMP/badtpl/tokenizer_config.json"
+"${GEN[@]}" --ckpt "$TMP/run" --tokenizer "$TMP/badtpl/tokenizer.json" --chat --prompt "hi" >/dev/null 2>"$TMP/e.txt"
+rc=$?
+"${GEN[@]}" --ckpt "$TMP/run" --tokenizer "$TMP/badtpl/tokenizer.json" --prompt "hi" --max-tokens 3 >"$TMP/o.txt" 2>"$TMP/e2.txt"
+rc2=$?
+((rc == 2 && rc2 == 0)) && grep -q "chat_template's syntax" "$TMP/e.txt" && grep -q "ignored without --chat" "$TMP/e2.txt" &&
+    [[ -s $TMP/o.txt ]]
+tap_check $? "a chat_template that does not compile: --chat exits 2 ($rc) naming its syntax; without --chat a warning and a completion ($rc2)"
 tap_done
