@@ -492,23 +492,29 @@ int config_model_dims(const tsr_model_config *m, tsr_model_dims *d, const char *
     } else {
         d->hs = m->d_model / m->n_head;
     }
-    if ((int64_t)(d->NH + 2 * d->KVH) * d->hs > INT_MAX / 8) {
+    if (d->NH % d->KVH != 0 || d->KVH > d->NH) {
+        *key = "model.n_kv_head";
+        snprintf(why, cap, "model.n_kv_head = %d with model.n_head = %d: it must divide n_head "
+                 "(and so be at most n_head): every key/value head serves the same number of "
+                 "query heads, n_head / n_kv_head", m->n_kv_head, m->n_head);
+        return -1;
+    }
+    if (((int64_t)d->NH + 2 * (int64_t)d->KVH) * d->hs > INT_MAX / 8) {
         *key = "model.head_dim";
         snprintf(why, cap, "model.head_dim = %d with %d heads and %d key/value heads makes a qkv "
                  "projection wider than %d", d->hs, d->NH, d->KVH, INT_MAX / 8);
-        return -1;
-    }
-    if (d->NH % d->KVH != 0 || d->KVH > d->NH) {
-        *key = "model.n_kv_head";
-        snprintf(why, cap, "model.n_kv_head = %d does not divide model.n_head = %d: every "
-                 "key/value head serves the same number of query heads (n_head / n_kv_head)",
-                 m->n_kv_head, m->n_head);
         return -1;
     }
     if (m->pos == TSR_POS_ROPE && d->hs % 2 != 0) {
         *key = m->head_dim > 0 ? "model.head_dim" : "model.n_head";
         snprintf(why, cap, "with model.pos = \"rope\" the head size must be even (RoPE turns "
                  "pairs of dimensions); it is %d", d->hs);
+        return -1;
+    }
+    if (m->intermediate_size > INT_MAX / 2) {
+        *key = "model.intermediate_size";
+        snprintf(why, cap, "model.intermediate_size = %d is larger than %d (SwiGLU's fused gate "
+                 "and up projection is twice as wide)", m->intermediate_size, INT_MAX / 2);
         return -1;
     }
     if (m->intermediate_size > 0) {

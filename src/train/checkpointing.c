@@ -340,6 +340,8 @@ static void model_diff(const tsr_config *a, const tsr_config *b, char *out, size
     config_model_dims(x, &dx, &key, why, sizeof why);
     config_model_dims(y, &dy, &key, why, sizeof why);
     const int rx = x->pos == TSR_POS_ROPE, ry = y->pos == TSR_POS_ROPE;
+    const int sx = rx && x->rope_scaling == TSR_ROPE_SCALING_LLAMA3;
+    const int sy = ry && y->rope_scaling == TSR_ROPE_SCALING_LLAMA3;
     struct {
         const char *name;
         double u, v;
@@ -354,6 +356,13 @@ static void model_diff(const tsr_config *a, const tsr_config *b, char *out, size
         {"pos (0 learned, 1 alibi, 2 rope)", x->pos, y->pos},
         {"rope_theta", rx ? x->rope_theta : 0, ry ? y->rope_theta : 0},
         {"rope_scaling (0 none, 1 llama3)", rx ? x->rope_scaling : 0, ry ? y->rope_scaling : 0},
+        {"rope_factor", sx ? x->rope_factor : 0, sy ? y->rope_factor : 0},
+        {"rope_low_freq_factor", sx ? x->rope_low_freq_factor : 0,
+         sy ? y->rope_low_freq_factor : 0},
+        {"rope_high_freq_factor", sx ? x->rope_high_freq_factor : 0,
+         sy ? y->rope_high_freq_factor : 0},
+        {"rope_original_max_pos", sx ? x->rope_original_max_pos : 0,
+         sy ? y->rope_original_max_pos : 0},
         {"norm (0 layernorm, 1 rmsnorm)", x->norm, y->norm},
         {"norm_eps", x->norm_eps, y->norm_eps},
         {"mlp (0 gelu, 1 swiglu)", x->mlp, y->mlp},

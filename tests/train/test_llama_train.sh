@@ -10,11 +10,12 @@
 #  - Qwen 3 style (QK-norm, head_dim not d_model / n_head, multi-query attention, q/k/v biases,
 #    tied embeddings): zero3 equals ddp within 1e-6 and block activation checkpointing gives the
 #    same bits as none;
+#  - a resume with another Llama 3.1 RoPE scaling factor is refused naming the key;
 #  - --init-from a GQA checkpoint into a model with other n_kv_head is refused (exit 2, the
 #    checkpoint error) naming the tensor and both shapes, nothing written.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 9
+tap_plan 10
 make_synth "$TMP/data"
 args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --set data.tokenizer=
       --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
@@ -88,4 +89,10 @@ rc=$?
 [[ $rc == 2 ]] && grep -q "tensor model/qkvw: shape (2, 128, 64) in the file, expected (2, 192, 64)" "$TMP/I.txt" &&
     [[ ! -e $TMP/I/metrics.jsonl ]]
 tap_check $? "--init-from a GQA checkpoint into a model with other n_kv_head: exit 2 (got $rc) naming qkvw and both shapes, nothing written"
+
+run A 2 --set model.rope_factor=8 --set max_duration=14ba
+rc=$?
+[[ $rc == 1 ]] && grep -q "differs from the checkpoint's: rope_factor 8 vs 4" "$TMP/A.txt" &&
+    [[ -z $(json_field "$TMP/A/metrics.jsonl" 13 loss) ]]
+tap_check $? "a resume with another llama3 rope_factor (every frequency changes): exit 1 (got $rc) naming it"
 tap_done

@@ -462,6 +462,40 @@ static void test_set(void) {
            "missing required key 'max_duration' (duration, e.g. --set max_duration=\"10e9tok\")", NULL);
 }
 
+/* the Llama/Qwen architecture keys against each other (config_model_dims) */
+static void test_arch(void) {
+    tsr_config c;
+    const char *p = write_cfg("arch.cfg", 0);
+    static const struct { const char *sets[3], *want; } bad[] = {
+        {{"model.n_kv_head=3"}, "model.n_kv_head = 3 with model.n_head = 4: it must divide n_head"},
+        {{"model.pos=rope", "model.head_dim=7"},
+         "--set model.head_dim=7: with model.pos = \"rope\" the head size must be even"},
+        {{"model.norm_eps=1e-6"}, "LayerNorm's eps is fixed at 1e-5"},
+        {{"model.intermediate_size=2000000000"},
+         "model.intermediate_size = 2000000000 is larger than 1073741823"},
+        {{"model.pos=rope", "model.rope_scaling=llama3", "model.rope_high_freq_factor=1"},
+         "model.rope_high_freq_factor = 1 is not above model.rope_low_freq_factor = 1"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int n = 0;
+        while (n < 3 && bad[i].sets[n]) n++;
+        int rc = load(&c, p, bad[i].sets, n);
+        expect(rc, TSR_EXIT_USAGE, fmt("architecture keys refused: %s", bad[i].sets[n - 1]),
+               bad[i].want, NULL);
+    }
+    const char *ok[] = {"model.n_head=5",   "model.head_dim=8",   "model.n_kv_head=1",
+                        "model.pos=rope",   "model.norm=rmsnorm", "model.norm_eps=1e-6",
+                        "model.mlp=swiglu", "model.intermediate_size=40"};
+    int rc = load(&c, p, ok, (int)(sizeof ok / sizeof *ok));
+    tsr_model_dims d = {0};
+    const char *key;
+    char why[400];
+    int drc = rc == 0 ? config_model_dims(&c.model, &d, &key, why, sizeof why) : -1;
+    tap_ok(rc == 0 && drc == 0 && d.NH == 5 && d.KVH == 1 && d.hs == 8 && d.F == 40,
+           "head_dim 8 with d_model 32 and 5 heads (not divisible: fine with head_dim), MQA, "
+           "intermediate_size: loads; dims NH %d KVH %d hs %d F %d", d.NH, d.KVH, d.hs, d.F);
+}
+
 static void test_world(void) {
     tsr_config c;
     memset(&c, 0, sizeof c);
@@ -652,7 +686,7 @@ static void test_table_and_docs(void) {
     free(text);
 }
 
-#define N_FIXED 83
+#define N_FIXED 89
 
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/tsr_test_config_XXXXXX");
@@ -668,6 +702,7 @@ int main(void) {
     test_file_errors();
     test_cross();
     test_set();
+    test_arch();
     test_world();
     test_durations();
     test_round_trip();
