@@ -1,6 +1,7 @@
 /* test_docmask.c — model.attn_mask = document: packed examples do not see each other.
  *
- * A tiny model (GPT-2 style with learned positions, and MPT style with ALiBi) gets one row of
+ * A tiny model (GPT-2 style with learned positions, MPT style with ALiBi, and Llama/Qwen style
+ * with RoPE: GQA 4:2, RMSNorm, SwiGLU, QK-norm, q/k/v biases, an untied head) gets one row of
  * T = 32 tokens holding three random examples: 9 tokens ending with the end-of-text token, 15
  * ending with it, and 8 cut by the end of the row (no end-of-text, as a window cut leaves them);
  * it is the second row of a batch of two.
@@ -33,7 +34,7 @@
 #include "ops.h"
 #include "tap.h"
 
-#define NCHECKS 13
+#define NCHECKS 18
 
 enum { T = 32, V = 50, EOT = V - 1, NEX = 3 };
 static const int LEN[NEX] = {9, 15, 8}; /* the first two end with EOT; sum = T */
@@ -65,6 +66,16 @@ static tsr_model_config tiny(tsr_pos_kind pos, tsr_attn_mask_kind mask) {
     c.vocab_size = V;
     c.vocab_multiple = 16;
     c.pos = pos;
+    if (pos == TSR_POS_ROPE) { /* RoPE positions restart per document, in training and decoding */
+        c.norm = TSR_NORM_RMSNORM;
+        c.mlp = TSR_MLP_SWIGLU;
+        c.intermediate_size = 48;
+        c.n_kv_head = 2;
+        c.qk_norm = 1;
+        c.qkv_bias = 1;
+        c.tie_embeddings = 0;
+        c.rope_theta = 100; /* fast turns over 32 positions: a wrong position shows */
+    }
     c.bias = pos == TSR_POS_LEARNED; /* GPT-2 style, or MPT style: no biases, exact GELU */
     c.gelu = pos == TSR_POS_LEARNED ? TSR_GELU_TANH : TSR_GELU_EXACT;
     c.expansion_ratio = 4;
@@ -93,7 +104,10 @@ static double rel_err(const float *a, const float *b, size_t n) {
 }
 
 static void run_case(tsr_pos_kind pos) {
-    const char *name = pos == TSR_POS_LEARNED ? "learned positions" : "alibi";
+    const char *name = pos == TSR_POS_LEARNED ? "learned positions"
+                       : pos == TSR_POS_ALIBI ? "alibi"
+                                              : "rope (Llama/Qwen)";
+    const int positions = pos != TSR_POS_ALIBI; /* learned and RoPE need the segment positions */
     tsr_model_config cfg = tiny(pos, TSR_MASK_DOCUMENT);
     tsr_model m;
     build(&m, &cfg, 2);
@@ -193,10 +207,10 @@ static void run_case(tsr_pos_kind pos) {
     model_kv_free(&kv, &m);
     free(probs);
 
-    size_t ints = (size_t)T * (pos == TSR_POS_LEARNED ? 2 : 1) * sizeof(int32_t);
+    size_t ints = (size_t)T * (positions ? 2 : 1) * sizeof(int32_t);
     tap_ok(model_acts_bytes(&m, 1, T) == model_acts_bytes(&mc, 1, T) + ints,
            "%s: model_acts_bytes counts %zu bytes of segment ids%s", name, ints,
-           pos == TSR_POS_LEARNED ? " and positions" : "");
+           positions ? " and positions" : "");
     free(gp);
     model_free(&m);
 }
@@ -245,6 +259,7 @@ int main(void) {
     cpu_ops_set_threads(2);
     run_case(TSR_POS_LEARNED);
     run_case(TSR_POS_ALIBI);
+    run_case(TSR_POS_ROPE);
     test_config_check();
     test_positions();
     return tap_done();
