@@ -168,7 +168,7 @@ static void check_heads(const char *op, int NH, int KVH, int hs) {
 /* s[i,j] = q_i . k_j / sqrt(hs) - slope_h (i - j) (lo(i) <= j <= i), k and v those of the key/value
  * head g = h / (NH/KVH) of query head h;
  * att[b,h,i,:] = softmax_j s[i,:];  out[b,i,h*hs:(h+1)*hs] = sum_j att[b,h,i,j] v_j.
- * out (B,T,C), C = NH hs, att (B,NH,T,T), qkv (B,T,QKV) [q | k | v] (cpu_head_cols),
+ * out (B,T,C), C = NH hs, att (B,NH,T,T), qkv (B,T,QKV) [q | k | v] (k_col, v_col),
  * alibi_slopes (NH) or NULL, seq (B,T) segment ids or NULL. One task per (b, h): a key/value
  * head is packed once per query head that reads it (O(T hs) beside the head's O(T^2 hs)). */
 void cpu_attention_forward(float *out, float *att, const float *qkv, const float *alibi_slopes,

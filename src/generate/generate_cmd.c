@@ -253,6 +253,10 @@ static int chat_prompt(gen_run *g, const gen_args *a) {
     if (e != UINT32_MAX) add_stop(g, e, "eos_token");
     e = gen_chat_end_of_turn(&g->chat, g->tok, a->system, a->prompt);
     if (e != UINT32_MAX) add_stop(g, e, "end of turn");
+    else
+        tsr_warn("generate: the chat template of %s ends an assistant turn with no added token: "
+                 "the reply stops only at eos_token and generation_config.json's ids",
+                 g->chat.path);
     int64_t ids[GEN_MAX_STOPS];
     int k = 0;
     TSR_CHECK(gen_chat_generation_eos(&g->chat, ids, GEN_MAX_STOPS, &k));

@@ -254,7 +254,7 @@ void model_rope_freqs(float *inv_freq, const tsr_model_config *cfg, int hs);
 typedef struct tsr_kv_cache {
     int cap, len, chunk, nthreads; /* nthreads: OpenMP threads at init (per-thread score rows) */
     int seg;                       /* attn_mask = document: first position of the current segment */
-    float *kt, *v;                 /* (L, NH, hs, cap), (L, NH, cap, hs) */
+    float *kt, *v;                 /* (L, KVH, hs, cap), (L, KVH, cap, hs) */
     float *x, *ln, *mean, *rstd;   /* (chunk, C), (chunk, C), (chunk), (chunk) */
     float *qkv, *atty, *proj;      /* (chunk, QKV), (chunk, NH*hs), (chunk, C) */
     float *qkvr, *qknr;            /* qk_norm: (chunk, QKV), (chunk, NH+KVH); else NULL */
