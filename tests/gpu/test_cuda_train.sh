@@ -110,8 +110,13 @@ suite() {
     tap_check $? "$l: the GPT-2 run again: all 20 steps' loss, lr and grad norm the same bits"
     run "$bin" 1 "$l.mpt" --set device=cuda "${mpt[@]}" && d=$(close cpu_mpt "$l.mpt" 1)
     tap_check $? "$l: tiny MPT (ALiBi, no bias, exact GELU, document mask) within $LOSS_TOL of the CPU ($d)"
-    run "$bin" 1 "$l.llama" --set device=cuda "${llama[@]}" && d=$(close cpu_llama "$l.llama" 1)
-    tap_check $? "$l: tiny Llama (RMSNorm, RoPE llama3-scaled, SwiGLU, GQA 4:2, head_dim 64, untied, document mask) within $LOSS_TOL of the CPU ($d)"
+    # the Llama block rounds to bf16 more often per layer (qkvr, qkv after RoPE, the 2F gate/up):
+    # its gradient norm drifts faster from the fp32 run's (emulator: 2.6e-4 at step 1, 7.9e-3 at
+    # step 20 after a spike at 18, while the losses stay within 5e-5), so twice NORM_TOL
+    run "$bin" 1 "$l.llama" --set device=cuda "${llama[@]}" &&
+        d=$(metrics_close "$TMP/cpu_llama/metrics.jsonl" "$TMP/$l.llama/metrics.jsonl" 1 "$LOSS_TOL" \
+            "$(awk -v t="$NORM_TOL" 'BEGIN { print 2 * t }')")
+    tap_check $? "$l: tiny Llama (RMSNorm, RoPE llama3-scaled, SwiGLU, GQA 4:2, head_dim 64, untied, document mask) within $LOSS_TOL of the CPU, norms within 2 x $NORM_TOL ($d)"
     run "$bin" 1 "$l.qwen3" --set device=cuda "${qwen3[@]}" && d=$(close cpu_qwen3 "$l.qwen3" 1)
     tap_check $? "$l: tiny Qwen 3 (QK-norm, MQA, qkv bias, tied) within $LOSS_TOL of the CPU ($d)"
     if gpus 2 "$l: 2 ranks, 2 microbatches each"; then
