@@ -49,6 +49,55 @@ static void f_layernorm_backward(const tsr_backend *be, void *dinp, float *dw, f
     OPS(be)->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
 }
 
+static void f_rmsnorm_forward(const tsr_backend *be, void *out, float *rstd, const void *inp,
+                              const void *w, int N, int C, float eps) {
+    OPS(be)->rmsnorm_forward(out, rstd, inp, w, N, C, eps);
+}
+
+/* residual_forward, then rmsnorm_forward */
+static void f_residual_rmsnorm_forward(const tsr_backend *be, void *res, void *out, float *rstd,
+                                       const void *a, const void *b, const void *w, int N, int C,
+                                       float eps) {
+    OPS(be)->residual_forward(res, a, b, (size_t)N * C);
+    OPS(be)->rmsnorm_forward(out, rstd, res, w, N, C, eps);
+}
+
+static void f_rmsnorm_backward(const tsr_backend *be, void *dinp, float *dw, const void *dout,
+                               const void *inp, const void *w, const float *rstd, int N, int C) {
+    OPS(be)->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
+}
+
+static void f_qknorm_forward(const tsr_backend *be, void *out, float *rstd, const void *inp,
+                             const void *qw, const void *kw, int N, int NH, int KVH, int hs,
+                             float eps) {
+    OPS(be)->qknorm_forward(out, rstd, inp, qw, kw, N, NH, KVH, hs, eps);
+}
+
+static void f_qknorm_backward(const tsr_backend *be, void *dinp, float *dqw, float *dkw,
+                              const void *dout, const void *inp, const void *qw, const void *kw,
+                              const float *rstd, int N, int NH, int KVH, int hs) {
+    OPS(be)->qknorm_backward(dinp, dqw, dkw, dout, inp, qw, kw, rstd, N, NH, KVH, hs);
+}
+
+static void f_rope_forward(const tsr_backend *be, void *qkv, const int32_t *pos, int p0,
+                           const float *inv_freq, int B, int T, int NH, int KVH, int hs) {
+    OPS(be)->rope_forward(qkv, pos, p0, inv_freq, B, T, NH, KVH, hs);
+}
+
+static void f_rope_backward(const tsr_backend *be, void *dqkv, const int32_t *pos, int p0,
+                            const float *inv_freq, int B, int T, int NH, int KVH, int hs) {
+    OPS(be)->rope_backward(dqkv, pos, p0, inv_freq, B, T, NH, KVH, hs);
+}
+
+static void f_swiglu_forward(const tsr_backend *be, void *out, const void *inp, int N, int F) {
+    OPS(be)->swiglu_forward(out, inp, N, F);
+}
+
+static void f_swiglu_backward(const tsr_backend *be, void *dinp, const void *inp,
+                              const void *dout, int N, int F) {
+    OPS(be)->swiglu_backward(dinp, inp, dout, N, F);
+}
+
 /* matmul_forward (into pre_gelu when given), then gelu_forward */
 static void f_matmul_forward(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,
                              const void *w, const void *bias, int N, int IC, int OC,
@@ -149,6 +198,15 @@ tsr_backend tsr_fp32_backend(const tsr_ops *ops) {
         .layernorm_forward = f_layernorm_forward,
         .residual_layernorm_forward = f_residual_layernorm_forward,
         .layernorm_backward = f_layernorm_backward,
+        .rmsnorm_forward = f_rmsnorm_forward,
+        .residual_rmsnorm_forward = f_residual_rmsnorm_forward,
+        .rmsnorm_backward = f_rmsnorm_backward,
+        .qknorm_forward = f_qknorm_forward,
+        .qknorm_backward = f_qknorm_backward,
+        .rope_forward = f_rope_forward,
+        .rope_backward = f_rope_backward,
+        .swiglu_forward = f_swiglu_forward,
+        .swiglu_backward = f_swiglu_backward,
         .matmul_forward = f_matmul_forward,
         .matvec_forward = ops->matvec_forward ? f_matvec_forward : NULL,
         .matmul_backward = f_matmul_backward,

@@ -1,7 +1,8 @@
 /* cpu_internal.h — what the files of the CPU backend share (not part of the op interface).
  *
  * cpu_ops.c holds the op table and the simple ops; cpu_attention.c and cpu_softmax.c the ops whose
- * speed matters most. Every op is deterministic: each output element is produced by one thread in
+ * speed matters most; cpu_llama.c the ops of the Llama/Qwen blocks (RMSNorm, QK-norm, RoPE,
+ * SwiGLU). Every op is deterministic: each output element is produced by one thread in
  * an order that does not depend on the thread count, so the same inputs give the same bits.
  */
 #ifndef TSR_CPU_INTERNAL_H
@@ -12,6 +13,17 @@
 #include <stdint.h>
 #include <string.h>
 
+/* Elementwise loops shorter than this run on one thread (a parallel region costs microseconds). */
+#define CPU_PAR_MIN 16384
+/* Rows per partial sum in row reductions; fixed, so the sum order is thread-count independent. */
+#define CPU_ROW_CHUNK 64
+
+/* cpu_ops.c: deterministic column sums over rows. A reduction over N rows writes the partial sums
+ * of cpu_row_chunks(N) chunks of CPU_ROW_CHUNK rows into part[chunk][width] (doubles), then
+ * cpu_reduce_chunks adds them in chunk order: out[c] += sum_k part[k*width + c]. */
+int cpu_row_chunks(int N);
+void cpu_reduce_chunks(float *out, const double *part, int nchunks, int width);
+
 /* cpu_attention.c */
 void cpu_attention_forward(float *out, float *att, const float *qkv, const float *alibi_slopes,
                            const int32_t *seq, int B, int T, int NH, int KVH, int hs);
@@ -20,6 +32,23 @@ void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, co
 void cpu_attention_decode(float *out, float *kt, float *v, const float *qkv,
                           const float *alibi_slopes, float *scratch, int nscratch, int p0, int c,
                           int seg, int cap, int NH, int KVH, int hs);
+
+/* cpu_llama.c (ops.h describes each) */
+void cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                         float eps);
+void cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                          const float *w, const float *rstd, int N, int C);
+void cpu_qknorm_forward(float *out, float *rstd, const float *inp, const float *qw,
+                        const float *kw, int N, int NH, int KVH, int hs, float eps);
+void cpu_qknorm_backward(float *dinp, float *dqw, float *dkw, const float *dout, const float *inp,
+                         const float *qw, const float *kw, const float *rstd, int N, int NH,
+                         int KVH, int hs);
+void cpu_rope_forward(float *qkv, const int32_t *pos, int p0, const float *inv_freq, int B, int T,
+                      int NH, int KVH, int hs);
+void cpu_rope_backward(float *dqkv, const int32_t *pos, int p0, const float *inv_freq, int B,
+                       int T, int NH, int KVH, int hs);
+void cpu_swiglu_forward(float *out, const float *inp, int N, int F);
+void cpu_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F);
 
 /* cpu_softmax.c */
 void cpu_softmax_xent_forward(float *losses, float *probs, const float *logits,

@@ -1,6 +1,7 @@
 /* cpu_ops.c — the fp32 CPU reference backend (the oracle): op table, memory, encoder, layernorm,
  * matmul (OpenBLAS sgemm), GELU, residual, gradient norm and AdamW. Attention is in
- * cpu_attention.c, softmax + cross-entropy in cpu_softmax.c.
+ * cpu_attention.c, softmax + cross-entropy in cpu_softmax.c, RMSNorm, QK-norm, RoPE and SwiGLU in
+ * cpu_llama.c.
  *
  * File-wide conventions (ops.h): backward ops accumulate (+=) into every gradient they produce;
  * shapes use the ops.h vocabulary. Loops are OpenMP-parallel and every output element is written by
@@ -22,11 +23,6 @@
 /* Not declared by every cblas.h. */
 char *openblas_get_corename(void);
 void openblas_set_num_threads(int num_threads);
-
-/* Elementwise loops shorter than this run on one thread (a parallel region costs microseconds). */
-#define CPU_PAR_MIN 16384
-/* Rows per partial sum in row reductions; fixed, so the sum order is thread-count independent. */
-#define CPU_ROW_CHUNK 64
 
 /* ---- threads and BLAS ---------------------------------------------------------------------- */
 
@@ -150,10 +146,10 @@ static void encoder_backward(float *dwte, float *dwpe, const float *dout, const 
 
 /* Partial sums of fixed row chunks are written to part[chunk][...] by any thread; then each column
  * adds its chunks in order. part has nchunks * width doubles. */
-static int row_chunks(int N) { return (N + CPU_ROW_CHUNK - 1) / CPU_ROW_CHUNK; }
+int cpu_row_chunks(int N) { return (N + CPU_ROW_CHUNK - 1) / CPU_ROW_CHUNK; }
 
 /* out[c] += sum_k part[k*width + c] for k < nchunks, parallel over columns. */
-static void reduce_chunks(float *out, const double *part, int nchunks, int width) {
+void cpu_reduce_chunks(float *out, const double *part, int nchunks, int width) {
 #pragma omp parallel for schedule(static) if ((long)nchunks * width >= CPU_PAR_MIN)
     for (int c = 0; c < width; c++) {
         double s = 0.0;
@@ -198,7 +194,7 @@ static void layernorm_forward(float *out, float *mean, float *rstd, const float 
 static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                                const float *inp, const float *w, const float *mean,
                                const float *rstd, int N, int C) {
-    int nchunks = row_chunks(N);
+    int nchunks = cpu_row_chunks(N);
     double *part = tsr_malloc((size_t)nchunks * 2 * C * sizeof *part); /* [chunk][dw | db] */
 #pragma omp parallel for schedule(static) if ((long)N * C >= CPU_PAR_MIN)
     for (int k = 0; k < nchunks; k++) {
@@ -229,7 +225,7 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
     /* part holds [chunk][dw | db]: one reduction of width 2C */
     float *sums = tsr_malloc((size_t)2 * C * sizeof *sums);
     memset(sums, 0, (size_t)2 * C * sizeof *sums);
-    reduce_chunks(sums, part, nchunks, 2 * C);
+    cpu_reduce_chunks(sums, part, nchunks, 2 * C);
     for (int c = 0; c < C; c++) dw[c] += sums[c];
     if (db)
         for (int c = 0; c < C; c++) db[c] += sums[C + c];
@@ -270,7 +266,7 @@ static void matmul_backward(float *dinp, float *dw, float *dbias, const float *d
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f,
                 dw, IC);
     if (dbias) {
-        int nchunks = row_chunks(N);
+        int nchunks = cpu_row_chunks(N);
         double *part = tsr_malloc((size_t)nchunks * OC * sizeof *part);
 #pragma omp parallel for schedule(static) if ((long)N * OC >= CPU_PAR_MIN)
         for (int k = 0; k < nchunks; k++) {
@@ -283,7 +279,7 @@ static void matmul_backward(float *dinp, float *dw, float *dbias, const float *d
                 for (int o = 0; o < OC; o++) p[o] += g[o];
             }
         }
-        reduce_chunks(dbias, part, nchunks, OC);
+        cpu_reduce_chunks(dbias, part, nchunks, OC);
         free(part);
     }
 }
@@ -426,6 +422,14 @@ const tsr_ops tsr_cpu_ops = {
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
     .attention_decode = cpu_attention_decode,
+    .rmsnorm_forward = cpu_rmsnorm_forward,
+    .rmsnorm_backward = cpu_rmsnorm_backward,
+    .qknorm_forward = cpu_qknorm_forward,
+    .qknorm_backward = cpu_qknorm_backward,
+    .rope_forward = cpu_rope_forward,
+    .rope_backward = cpu_rope_backward,
+    .swiglu_forward = cpu_swiglu_forward,
+    .swiglu_backward = cpu_swiglu_backward,
     .matvec_forward = matvec_forward,
     .gelu_forward = gelu_forward,
     .gelu_backward = gelu_backward,

@@ -1,7 +1,9 @@
 /* test_actckpt.c — model.activation_checkpointing: recomputing in backward gives the same bits.
  *
- * A tiny model of L = 3 layers, GPT-2 style (learned positions, biases, tanh GELU) and MPT style
- * (ALiBi, no biases, exact GELU), each with attn_mask = causal and document. Two microbatches
+ * A tiny model of L = 3 layers, GPT-2 style (learned positions, biases, tanh GELU), MPT style
+ * (ALiBi, no biases, exact GELU) and Llama/Qwen style (RoPE, RMSNorm, SwiGLU, 4 query heads on 2
+ * key/value heads of head_dim 6, QK-norm, q/k/v biases, an untied head), each with attn_mask =
+ * causal and document. Two microbatches
  * accumulate into the gradients (B = 2, then B = 1 on activations allocated for B = 2, so the
  * strides of a partly used buffer are exercised too); random tokens with end-of-text tokens among
  * them. For every mode (block, attention, mlp) over all layers and over the first 2 of 3, against
@@ -16,7 +18,7 @@
  *     of recomputing) would fail the gradient check;
  *   - model_acts_bytes is what model_alloc_acts allocated (counted through the op table's alloc),
  *     and exactly the none figure minus (Lc - 1) layers of the groups the mode drops.
- * The check itself can fail: one weight moved by one ulp changes the gradient bits (control).
+ * The check itself can fail: one weight moved by a millionth of itself changes the gradient bits (control).
  * model_config_check refuses activation_checkpointing_layers = 0 and > n_layer, and malformed or
  * out-of-range activation_checkpointing_range values, naming the key.
  */
@@ -32,8 +34,9 @@
 #include "tap.h"
 
 enum { L = 3, T = 16, V = 50, C = 32, NH = 4, F = 4 * C, EOT = V - 1, BMAX = 2 };
-enum { N_VARIANTS = 4, N_MODES = 3, N_RANGES = 4 };
-#define NCHECKS (N_VARIANTS * (N_MODES * N_RANGES * 3 + 1) + 1 + 3)
+enum { N_VARIANTS = 6, N_MODES = 3, N_RANGES = 4, HS_ROPE = 6, KVH_ROPE = 2, F_ROPE = 40 };
+/* per variant and mode and range 3, per variant 1; two controls; three config checks */
+#define NCHECKS (N_VARIANTS * (N_MODES * N_RANGES * 3 + 1) + 2 + 3)
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull; /* xorshift64*: the test needs nothing external */
 static uint32_t urand_below(uint32_t n) {
@@ -66,6 +69,17 @@ static tsr_model_config tiny(tsr_pos_kind pos, tsr_attn_mask_kind mask, tsr_actc
     c.vocab_size = V;
     c.vocab_multiple = 16;
     c.pos = pos;
+    if (pos == TSR_POS_ROPE) { /* the Llama/Qwen blocks, all at once */
+        c.norm = TSR_NORM_RMSNORM;
+        c.norm_eps = 1e-6;
+        c.mlp = TSR_MLP_SWIGLU;
+        c.intermediate_size = F_ROPE;
+        c.n_kv_head = KVH_ROPE;
+        c.head_dim = HS_ROPE;
+        c.qk_norm = 1;
+        c.qkv_bias = 1;
+        c.tie_embeddings = 0;
+    }
     c.bias = pos == TSR_POS_LEARNED;
     c.gelu = pos == TSR_POS_LEARNED ? TSR_GELU_TANH : TSR_GELU_EXACT;
     c.expansion_ratio = 4;
@@ -100,16 +114,18 @@ static void poison_shared(tsr_model *m) {
     if (m->n_ckpt == 0) return;
     tsr_acts *a = &m->acts;
     size_t N = (size_t)a->B * T;
+    const size_t qkv = (size_t)m->QKV, qkn = (size_t)(m->NH + m->KVH);
     struct { float *p; size_t n; int mode_mask; } bufs[] = {
         /* mode bits: 1 block, 2 attention, 4 mlp */
         {a->ln1, N * C, 1}, {a->ln1_mean, N, 1}, {a->ln1_rstd, N, 1},
-        {a->qkv, N * 3 * C, 3}, {a->atty, N * C, 3}, {a->att, (size_t)a->B * NH * T * T, 3},
+        {a->qkv, N * qkv, 3}, {a->qkvr, N * qkv, 3}, {a->qkn_rstd, N * qkn, 3},
+        {a->atty, N * m->QD, 3}, {a->att, (size_t)a->B * NH * T * T, 3},
         {a->residual2, N * C, 1}, {a->ln2, N * C, 1}, {a->ln2_mean, N, 1}, {a->ln2_rstd, N, 1},
-        {a->fch, N * F, 5}, {a->fch_gelu, N * F, 5},
+        {a->fch, N * m->FW, 5}, {a->fch_gelu, N * m->F, 5},
     };
     int bit = 1 << (m->cfg.activation_checkpointing - 1);
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (bufs[i].mode_mask & bit)
+        if (bufs[i].p && (bufs[i].mode_mask & bit)) /* NULL: a buffer this model has not */
             for (size_t k = 0; k < bufs[i].n; k++) bufs[i].p[k] = NAN;
 }
 
@@ -143,11 +159,20 @@ static const char *grads_differ(const tsr_model *m, const float *a, const float 
     return NULL;
 }
 
-/* bytes of one layer of each group a mode drops, for B x T (model.h) */
-static size_t dropped_layer_bytes(tsr_actckpt_kind mode) {
-    size_t N = (size_t)BMAX * T;
-    size_t ln1 = N * (C + 2), attn = N * 4 * C + (size_t)BMAX * NH * T * T;
+/* bytes of one layer of each group a mode drops, for B x T (model.h), written out by hand: the
+ * Llama/Qwen style has no LayerNorm means, a pre-QK-norm copy of qkv and its statistics, and a
+ * SwiGLU input twice the MLP width */
+static size_t dropped_layer_bytes(tsr_pos_kind pos, tsr_actckpt_kind mode) {
+    size_t N = (size_t)BMAX * T, att = (size_t)BMAX * NH * T * T;
+    size_t ln1 = N * (C + 2), attn = N * 4 * C + att;
     size_t res2 = N * (2 * C + 2), mlp = N * 2 * F;
+    if (pos == TSR_POS_ROPE) {
+        size_t qkv = (size_t)(NH + 2 * KVH_ROPE) * HS_ROPE;
+        ln1 = N * (C + 1);
+        attn = N * (2 * qkv + NH + KVH_ROPE + NH * HS_ROPE) + att;
+        res2 = N * (2 * C + 1);
+        mlp = N * 3 * F_ROPE;
+    }
     size_t f = mode == TSR_ACTCKPT_BLOCK ? ln1 + attn + res2 + mlp
                : mode == TSR_ACTCKPT_ATTENTION ? attn
                                                : mlp;
@@ -159,7 +184,9 @@ static const char *const mode_names[] = {"none", "block", "attention", "mlp"};
 static void run_variant(tsr_pos_kind pos, tsr_attn_mask_kind mask, int control) {
     char name[64];
     snprintf(name, sizeof name, "%s, %s",
-             pos == TSR_POS_LEARNED ? "GPT-2 (learned)" : "MPT (alibi)",
+             pos == TSR_POS_LEARNED ? "GPT-2 (learned)"
+             : pos == TSR_POS_ALIBI ? "MPT (alibi)"
+                                    : "Llama/Qwen (rope)",
              mask == TSR_MASK_DOCUMENT ? "document mask" : "causal");
     int32_t tok[2 * BMAX * T], tg[2 * BMAX * T];
     for (int i = 0; i < 2 * BMAX * T; i++) {
@@ -173,15 +200,15 @@ static void run_variant(tsr_pos_kind pos, tsr_attn_mask_kind mask, int control) 
     run(&m0, tok, tg, &r0);
 
     if (control) {
-        /* one ulp on one weight of layer 0's qkv: the gradients' bits move */
+        /* a millionth of one weight of layer 0's qkv: the gradients' bits move */
         float *w = m0.params + m0.params_info[TSR_P_QKVW].offset + 5;
         float saved = *w;
-        *w = nextafterf(*w, INFINITY);
+        *w *= 1.000001f; /* a few ulps: one can round away in a normalised q */
         result rc;
         run(&m0, tok, tg, &rc);
         *w = saved;
         const char *d = grads_differ(&m0, rc.grads, r0.grads);
-        tap_ok(d != NULL, "%s: control: one ulp on one qkv weight changes the gradient bits (first "
+        tap_ok(d != NULL, "%s: control: one qkv weight moved by a millionth changes the gradient bits (first "
                "in %s): a bitwise check can fail", name, d ? d : "none");
         free(rc.grads);
     }
@@ -207,7 +234,8 @@ static void run_variant(tsr_pos_kind pos, tsr_attn_mask_kind mask, int control) 
             const char *d = grads_differ(&m, r.grads, r0.grads);
             tap_ok(d == NULL, "%s: every gradient bit-identical to none%s%s", what,
                    d ? "; first differing: " : "", d ? d : "");
-            size_t want = bytes0 - (size_t)(lc - 1) * dropped_layer_bytes((tsr_actckpt_kind)mode);
+            size_t want =
+                bytes0 - (size_t)(lc - 1) * dropped_layer_bytes(pos, (tsr_actckpt_kind)mode);
             size_t got = model_acts_bytes(&m, BMAX, T);
             tap_ok(got == bytes && got == want && (got < bytes0 || lc == 1), /* 1 saves nothing */
                    "%s: model_acts_bytes %zu = allocated %zu = none's %zu - %d layers of what it "
@@ -267,6 +295,8 @@ int main(void) {
     run_variant(TSR_POS_LEARNED, TSR_MASK_DOCUMENT, 0);
     run_variant(TSR_POS_ALIBI, TSR_MASK_CAUSAL, 0);
     run_variant(TSR_POS_ALIBI, TSR_MASK_DOCUMENT, 0);
+    run_variant(TSR_POS_ROPE, TSR_MASK_CAUSAL, 1);
+    run_variant(TSR_POS_ROPE, TSR_MASK_DOCUMENT, 0);
     check_config();
     return tap_done();
 }

@@ -1,0 +1,206 @@
+/* cpu_llama.c — the fp32 CPU ops of the Llama/Qwen blocks: RMSNorm, QK-norm (Qwen 3), RoPE
+ * (rotate-half pairing) and SwiGLU. ops.h states each op's contract.
+ *
+ * File-wide conventions (those of cpu_ops.c): backward ops accumulate (+=) into every gradient they
+ * produce; loops are OpenMP-parallel over rows, every output element written by one thread in a
+ * fixed order; parameter gradients (dw, dqw, dkw) are summed per fixed chunk of CPU_ROW_CHUNK
+ * rows in double, then the chunks in order (cpu_reduce_chunks), so results do not depend on the
+ * thread count. RMSNorm and QK-norm share one row routine each way: a QK-norm head is an RMSNorm
+ * row of hs.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "cpu_internal.h"
+
+/* ---- RMSNorm, one row ----------------------------------------------------------------------- */
+
+/* o = x * r * w over C, r = 1 / sqrt(mean(x^2) + eps) with the mean in double; returns r.
+ * o, x, w (C); o may be x */
+static float rms_row_forward(float *o, const float *x, const float *w, int C, float eps) {
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < C; c++) s += (double)x[c] * x[c];
+    const float r = (float)(1.0 / sqrt(s / C + (double)eps));
+    for (int c = 0; c < C; c++) o[c] = x[c] * r * w[c];
+    return r;
+}
+
+/* With norm = x r:  dx += (w g - norm * mean(w g norm)) r;  pw += g norm (in double).
+ * dx, g, x, w (C), pw (C) the chunk's partial sum of dw */
+static void rms_row_backward(float *dx, double *pw, const float *g, const float *x,
+                             const float *w, float r, int C) {
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < C; c++) {
+        const float norm = x[c] * r;
+        s += (double)(w[c] * g[c]) * norm;
+        pw[c] += (double)g[c] * norm;
+    }
+    const float m = (float)(s / C);
+    for (int c = 0; c < C; c++) dx[c] += (w[c] * g[c] - x[c] * r * m) * r;
+}
+
+/* ---- RMSNorm -------------------------------------------------------------------------------- */
+
+/* out = inp * rstd * w.  out (N,C), rstd (N), inp (N,C), w (C) */
+void cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                         float eps) {
+#pragma omp parallel for schedule(static) if ((long)N * C >= CPU_PAR_MIN)
+    for (int n = 0; n < N; n++)
+        rstd[n] = rms_row_forward(out + (size_t)n * C, inp + (size_t)n * C, w, C, eps);
+}
+
+/* dinp (N,C) +=, dw (C) += sum_n dout * inp * rstd; dout, inp (N,C), w (C), rstd (N) */
+void cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                          const float *w, const float *rstd, int N, int C) {
+    const int nchunks = cpu_row_chunks(N);
+    double *part = tsr_malloc((size_t)nchunks * C * sizeof *part);
+#pragma omp parallel for schedule(static) if ((long)N * C >= CPU_PAR_MIN)
+    for (int k = 0; k < nchunks; k++) {
+        double *pw = part + (size_t)k * C;
+        for (int c = 0; c < C; c++) pw[c] = 0.0;
+        const int n1 = (k + 1) * CPU_ROW_CHUNK < N ? (k + 1) * CPU_ROW_CHUNK : N;
+        for (int n = k * CPU_ROW_CHUNK; n < n1; n++) {
+            const size_t o = (size_t)n * C;
+            rms_row_backward(dinp + o, pw, dout + o, inp + o, w, rstd[n], C);
+        }
+    }
+    cpu_reduce_chunks(dw, part, nchunks, C);
+    free(part);
+}
+
+/* ---- QK-norm ------------------------------------------------------------------------------- */
+
+/* Heads 0..NH-1 of a qkv row are the queries, NH..NH+KVH-1 the keys: each an RMSNorm row of hs,
+ * with qw or kw. out, inp (N, (NH+2KVH) hs), rstd (N, NH+KVH), qw, kw (hs); out may be inp */
+void cpu_qknorm_forward(float *out, float *rstd, const float *inp, const float *qw,
+                        const float *kw, int N, int NH, int KVH, int hs, float eps) {
+    const int H = NH + KVH;
+    const size_t QKV = (size_t)(NH + 2 * KVH) * hs;
+#pragma omp parallel for schedule(static) if ((long)N * H * hs >= CPU_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + n * QKV;
+        float *o = out + n * QKV;
+        for (int h = 0; h < H; h++)
+            rstd[(size_t)n * H + h] =
+                rms_row_forward(o + (size_t)h * hs, x + (size_t)h * hs, h < NH ? qw : kw, hs, eps);
+        if (o != x) memcpy(o + (size_t)H * hs, x + (size_t)H * hs, (size_t)KVH * hs * sizeof *o);
+    }
+}
+
+/* dinp (N,QKV) += (value columns: dout), dqw, dkw (hs) +=; dout, inp (N,QKV), rstd (N,NH+KVH) */
+void cpu_qknorm_backward(float *dinp, float *dqw, float *dkw, const float *dout, const float *inp,
+                         const float *qw, const float *kw, const float *rstd, int N, int NH,
+                         int KVH, int hs) {
+    const int H = NH + KVH, nchunks = cpu_row_chunks(N);
+    const size_t QKV = (size_t)(NH + 2 * KVH) * hs, vhs = (size_t)KVH * hs;
+    double *part = tsr_malloc((size_t)nchunks * 2 * hs * sizeof *part); /* [chunk][dqw | dkw] */
+#pragma omp parallel for schedule(static) if ((long)N * QKV >= CPU_PAR_MIN)
+    for (int k = 0; k < nchunks; k++) {
+        double *pq = part + (size_t)k * 2 * hs;
+        for (int c = 0; c < 2 * hs; c++) pq[c] = 0.0;
+        const int n1 = (k + 1) * CPU_ROW_CHUNK < N ? (k + 1) * CPU_ROW_CHUNK : N;
+        for (int n = k * CPU_ROW_CHUNK; n < n1; n++) {
+            const size_t row = n * QKV;
+            for (int h = 0; h < H; h++) {
+                const size_t o = row + (size_t)h * hs;
+                rms_row_backward(dinp + o, h < NH ? pq : pq + hs, dout + o, inp + o,
+                                 h < NH ? qw : kw, rstd[(size_t)n * H + h], hs);
+            }
+            float *dv = dinp + row + (size_t)H * hs;
+            const float *gv = dout + row + (size_t)H * hs;
+            for (size_t c = 0; c < vhs; c++) dv[c] += gv[c];
+        }
+    }
+    /* one reduction of width 2 hs, then split */
+    float *sums = tsr_malloc((size_t)2 * hs * sizeof *sums);
+    memset(sums, 0, (size_t)2 * hs * sizeof *sums);
+    cpu_reduce_chunks(sums, part, nchunks, 2 * hs);
+    for (int c = 0; c < hs; c++) {
+        dqw[c] += sums[c];
+        dkw[c] += sums[hs + c];
+    }
+    free(sums);
+    free(part);
+}
+
+/* ---- RoPE ----------------------------------------------------------------------------------- */
+
+/* Rotates the query and key heads of every row of qkv (B,T,(NH+2KVH) hs) in place, pairs
+ * (i, i + hs/2), by the angle a = p * inv_freq[i] (sign 1) or -a (sign -1, the transpose), p =
+ * pos[b,t] or t + p0. The angle, its cosine and sine are formed in double once per (row, i) and
+ * rounded to float; the rotation is fp32:  x' = x c - y s,  y' = y c + x s. */
+static void rope_rotate(float *qkv, const int32_t *pos, int p0, const float *inv_freq, int B,
+                        int T, int NH, int KVH, int hs, double sign) {
+    if (hs % 2)
+        tsr_die(TSR_EXIT_INTERNAL, "cpu rope: head size %d is odd (RoPE rotates pairs)", hs);
+    const int half = hs / 2, H = NH + KVH;
+    const size_t QKV = (size_t)(NH + 2 * KVH) * hs;
+    const long N = (long)B * T;
+#pragma omp parallel if (N * H * hs >= CPU_PAR_MIN)
+    {
+        float *cs = tsr_malloc((size_t)(hs > 0 ? hs : 1) * sizeof *cs), *sn = cs + half;
+#pragma omp for schedule(static)
+        for (long n = 0; n < N; n++) {
+            const double p = pos ? (double)pos[n] : (double)(n % T) + p0;
+            for (int i = 0; i < half; i++) {
+                const double a = p * (double)inv_freq[i];
+                cs[i] = (float)cos(a);
+                sn[i] = (float)(sign * sin(a));
+            }
+            for (int h = 0; h < H; h++) {
+                float *x = qkv + n * QKV + (size_t)h * hs, *y = x + half;
+                for (int i = 0; i < half; i++) {
+                    const float x0 = x[i], y0 = y[i];
+                    x[i] = x0 * cs[i] - y0 * sn[i];
+                    y[i] = y0 * cs[i] + x0 * sn[i];
+                }
+            }
+        }
+        free(cs);
+    }
+}
+
+void cpu_rope_forward(float *qkv, const int32_t *pos, int p0, const float *inv_freq, int B, int T,
+                      int NH, int KVH, int hs) {
+    rope_rotate(qkv, pos, p0, inv_freq, B, T, NH, KVH, hs, 1.0);
+}
+
+void cpu_rope_backward(float *dqkv, const int32_t *pos, int p0, const float *inv_freq, int B,
+                       int T, int NH, int KVH, int hs) {
+    rope_rotate(dqkv, pos, p0, inv_freq, B, T, NH, KVH, hs, -1.0);
+}
+
+/* ---- SwiGLU --------------------------------------------------------------------------------- */
+
+/* out[n,f] = silu(g) u, g = inp[n,f], u = inp[n,F+f], silu(g) = g / (1 + e^-g).
+ * out (N,F), inp (N,2F) */
+void cpu_swiglu_forward(float *out, const float *inp, int N, int F) {
+#pragma omp parallel for schedule(static) if ((long)N * F >= CPU_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *g = inp + (size_t)n * 2 * F, *u = g + F;
+        float *o = out + (size_t)n * F;
+#pragma omp simd
+        for (int f = 0; f < F; f++) o[f] = g[f] / (1.0f + cpu_expf(-g[f])) * u[f];
+    }
+}
+
+/* With e = e^-g, s = 1 / (1 + e):  silu'(g) = s + g s (1 - s) = s + g s (e s);
+ * dgate += dout u silu'(g),  dup += dout silu(g).  dinp (N,2F) +=, inp (N,2F), dout (N,F) */
+void cpu_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F) {
+#pragma omp parallel for schedule(static) if ((long)N * F >= CPU_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *g = inp + (size_t)n * 2 * F, *u = g + F, *d = dout + (size_t)n * F;
+        float *dg = dinp + (size_t)n * 2 * F, *du = dg + F;
+#pragma omp simd
+        for (int f = 0; f < F; f++) {
+            const float e = cpu_expf(-g[f]), s = 1.0f / (1.0f + e);
+            const float silu = g[f] / (1.0f + e), dsilu = s + g[f] * s * (e * s);
+            dg[f] += d[f] * u[f] * dsilu;
+            du[f] += d[f] * silu;
+        }
+    }
+}

@@ -1,0 +1,412 @@
+/* test_ops_llama.c — the fp32 CPU ops of the Llama/Qwen blocks (kernels/cpu/cpu_llama.c: RMSNorm,
+ * QK-norm, RoPE, SwiGLU; grouped-query attention in cpu_attention.c) against float64 references
+ * written here as plain loops.
+ *
+ * Method (that of test_ops.c, whose helpers ops_check.h holds): inputs are drawn as floats and
+ * copied to float64, so op and reference see the same numbers; each forward is compared with the
+ * float64 reference forward; each backward with central finite differences of the float64
+ * reference of J = sum(out * wts), wts random and handed to the backward as dout. Gradient buffers
+ * start at random values G0 and are compared with G0 + dJ/dx, which checks the accumulation (+=).
+ * Tolerances are abs + rel * |ref| (tap_max_err <= 1 passes), about 10-100x the fp32 rounding
+ * error of each op (stated beside each check), so a wrong term (1e-2 and up) fails loudly.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "ops.h"
+#include "ops_check.h"
+#include "tap.h"
+
+#define NCHECKS 71
+
+static const tsr_ops *ops = &tsr_cpu_ops;
+
+/* ---- float64 references ------------------------------------------------------------------- */
+
+/* out = x * r * w, r = 1 / sqrt(mean(x^2) + eps), per row of C; rstd (N) or NULL */
+static void ref_rmsnorm(double *out, double *rstd, const double *inp, const double *w, int N,
+                        int C, double eps) {
+    for (int n = 0; n < N; n++) {
+        const double *x = inp + (size_t)n * C;
+        double s = 0.0;
+        for (int c = 0; c < C; c++) s += x[c] * x[c];
+        double r = 1.0 / sqrt(s / C + eps);
+        for (int c = 0; c < C; c++) out[(size_t)n * C + c] = x[c] * r * w[c];
+        if (rstd) rstd[n] = r;
+    }
+}
+
+/* QK-norm: query heads with qw, key heads with kw, value heads copied; rstd (N, NH+KVH) or NULL */
+static void ref_qknorm(double *out, double *rstd, const double *inp, const double *qw,
+                       const double *kw, int N, int NH, int KVH, int hs, double eps) {
+    const int H = NH + KVH, QKV = (NH + 2 * KVH) * hs;
+    for (int n = 0; n < N; n++) {
+        for (int h = 0; h < H; h++) {
+            size_t o = (size_t)n * QKV + (size_t)h * hs;
+            ref_rmsnorm(out + o, rstd ? rstd + (size_t)n * H + h : NULL, inp + o, h < NH ? qw : kw,
+                        1, hs, eps);
+        }
+        for (int c = H * hs; c < QKV; c++) out[(size_t)n * QKV + c] = inp[(size_t)n * QKV + c];
+    }
+}
+
+/* RoPE by the definition of ops.h, in float64 (sign -1: the inverse rotation) */
+static void ref_rope(double *out, const double *qkv, const int32_t *pos, int p0,
+                     const float *inv_freq, int B, int T, int NH, int KVH, int hs, double sign) {
+    const int QKV = (NH + 2 * KVH) * hs, half = hs / 2;
+    memcpy(out, qkv, (size_t)B * T * QKV * sizeof *out);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            double p = pos ? pos[b * T + t] : t + p0;
+            for (int h = 0; h < NH + KVH; h++) {
+                size_t o = ((size_t)b * T + t) * QKV + (size_t)h * hs;
+                for (int i = 0; i < half; i++) {
+                    double a = sign * p * (double)inv_freq[i], x = qkv[o + i];
+                    double y = qkv[o + half + i];
+                    out[o + i] = x * cos(a) - y * sin(a);
+                    out[o + half + i] = y * cos(a) + x * sin(a);
+                }
+            }
+        }
+}
+
+static void ref_swiglu(double *out, const double *inp, int N, int F) {
+    for (int n = 0; n < N; n++)
+        for (int f = 0; f < F; f++) {
+            double g = inp[(size_t)n * 2 * F + f], u = inp[(size_t)n * 2 * F + F + f];
+            out[(size_t)n * F + f] = g / (1.0 + exp(-g)) * u;
+        }
+}
+
+/* Llama's frequencies theta^(-2i/hs), as floats (the op takes them as given) */
+static void rope_freqs(float *f, int hs, double theta) {
+    for (int i = 0; i < hs / 2; i++) f[i] = (float)pow(theta, -2.0 * i / hs);
+}
+
+/* ---- RMSNorm ------------------------------------------------------------------------------ */
+
+typedef struct {
+    const double *inp, *w;
+    int N, C;
+    double eps;
+} rms_ctx;
+
+static void rms_obj(const void *c, double *out) {
+    const rms_ctx *r = c;
+    ref_rmsnorm(out, NULL, r->inp, r->w, r->N, r->C, r->eps);
+}
+
+/* 5 checks */
+static void test_rmsnorm(int N, int C, double offset, float eps) {
+    size_t nx = (size_t)N * C;
+    float *inp = FALLOC(nx), *w = FALLOC(C), *out = FALLOC(nx), *dout = FALLOC(nx);
+    float *rstd = FALLOC(N), *g_inp = FALLOC(nx), *g_w = FALLOC(C);
+    double *inp_ = DALLOC(nx), *w_ = DALLOC(C), *wts = DALLOC(nx), *want = DALLOC(nx);
+    double *wrstd = DALLOC(N);
+    fill(inp, inp_, nx, offset - 2, offset + 2);
+    fill(w, w_, C, 0.5, 1.5);
+    fill(dout, wts, nx, -1, 1);
+    fill(g_inp, NULL, nx, -1, 1);
+    fill(g_w, NULL, C, -1, 1);
+    float *g0_inp = copy_f(g_inp, nx), *g0_w = copy_f(g_w, C);
+    char what[96];
+#define RMS_WHAT(s) \
+    (snprintf(what, sizeof what, "rmsnorm %s (N=%d C=%d offset %g eps %g)", s, N, C, offset, \
+              (double)eps),                                                                 \
+     what)
+    ops->rmsnorm_forward(out, rstd, inp, w, N, C, eps);
+    ref_rmsnorm(want, wrstd, inp_, w_, N, C, eps);
+    /* a C-term sum of squares in double, then 3 fp32 products: a few ulp */
+    check(RMS_WHAT("forward out"), out, want, nx, 1e-6, 2e-6);
+    check(RMS_WHAT("forward rstd"), rstd, wrstd, N, 1e-9, 1e-6);
+    ops->rmsnorm_backward(g_inp, g_w, dout, inp, w, rstd, N, C);
+    rms_ctx ctx = {inp_, w_, N, C, eps};
+    objective o = {rms_obj, &ctx, nx, wts, DALLOC(nx)};
+    /* dinp: a C-term sum times rstd; dw: an N-term sum (both fp32 products of order-1 terms) */
+    check_grad(RMS_WHAT("backward dinp"), g_inp, g0_inp, inp_, nx, &o, 2e-5, 1e-4);
+    check_grad(RMS_WHAT("backward dw"), g_w, g0_w, w_, C, &o, 2e-5, 1e-4);
+#undef RMS_WHAT
+    /* the same bits in place (out == inp) */
+    float *io = copy_f(inp, nx), *rstd2 = FALLOC(N);
+    ops->rmsnorm_forward(io, rstd2, io, w, N, C, eps);
+    tap_ok(!memcmp(io, out, nx * 4) && !memcmp(rstd2, rstd, (size_t)N * 4),
+           "rmsnorm forward in place (N=%d C=%d): the same bits", N, C);
+    free(o.out), free(io), free(rstd2);
+    free(inp), free(w), free(out), free(dout), free(rstd), free(g_inp), free(g_w), free(inp_);
+    free(w_), free(wts), free(want), free(wrstd), free(g0_inp), free(g0_w);
+}
+
+/* ---- QK-norm ------------------------------------------------------------------------------ */
+
+typedef struct {
+    const double *inp, *qw, *kw;
+    int N, NH, KVH, hs;
+    double eps;
+} qkn_ctx;
+
+static void qkn_obj(const void *c, double *out) {
+    const qkn_ctx *q = c;
+    ref_qknorm(out, NULL, q->inp, q->qw, q->kw, q->N, q->NH, q->KVH, q->hs, q->eps);
+}
+
+/* 5 checks */
+static void test_qknorm(int N, int NH, int KVH, int hs) {
+    const float eps = 1e-6f;
+    size_t nx = (size_t)N * (NH + 2 * KVH) * hs, nr = (size_t)N * (NH + KVH);
+    float *inp = FALLOC(nx), *qw = FALLOC(hs), *kw = FALLOC(hs), *out = FALLOC(nx);
+    float *dout = FALLOC(nx), *rstd = FALLOC(nr), *g = FALLOC(nx), *gq = FALLOC(hs);
+    float *gk = FALLOC(hs);
+    double *inp_ = DALLOC(nx), *qw_ = DALLOC(hs), *kw_ = DALLOC(hs), *wts = DALLOC(nx);
+    double *want = DALLOC(nx), *wrstd = DALLOC(nr);
+    fill(inp, inp_, nx, -2, 2);
+    fill(qw, qw_, hs, 0.5, 1.5);
+    fill(kw, kw_, hs, 0.5, 1.5);
+    fill(dout, wts, nx, -1, 1);
+    fill(g, NULL, nx, -1, 1), fill(gq, NULL, hs, -1, 1), fill(gk, NULL, hs, -1, 1);
+    float *g0 = copy_f(g, nx), *g0q = copy_f(gq, hs), *g0k = copy_f(gk, hs);
+    char what[96];
+#define QKN_WHAT(s) \
+    (snprintf(what, sizeof what, "qknorm %s (N=%d NH=%d KVH=%d hs=%d)", s, N, NH, KVH, hs), what)
+    ops->qknorm_forward(out, rstd, inp, qw, kw, N, NH, KVH, hs, eps);
+    ref_qknorm(want, wrstd, inp_, qw_, kw_, N, NH, KVH, hs, eps);
+    /* RMSNorm rows of hs (a few ulp); value columns copied, so exact */
+    check(QKN_WHAT("forward out"), out, want, nx, 1e-6, 2e-6);
+    check(QKN_WHAT("forward rstd"), rstd, wrstd, nr, 1e-9, 1e-6);
+    ops->qknorm_backward(g, gq, gk, dout, inp, qw, kw, rstd, N, NH, KVH, hs);
+    qkn_ctx ctx = {inp_, qw_, kw_, N, NH, KVH, hs, eps};
+    objective o = {qkn_obj, &ctx, nx, wts, DALLOC(nx)};
+    check_grad(QKN_WHAT("backward dinp"), g, g0, inp_, nx, &o, 2e-5, 1e-4);
+    check_grad(QKN_WHAT("backward dqw"), gq, g0q, qw_, hs, &o, 2e-5, 1e-4);
+    check_grad(QKN_WHAT("backward dkw"), gk, g0k, kw_, hs, &o, 2e-5, 1e-4);
+#undef QKN_WHAT
+    free(o.out);
+    free(inp), free(qw), free(kw), free(out), free(dout), free(rstd), free(g), free(gq), free(gk);
+    free(inp_), free(qw_), free(kw_), free(wts), free(want), free(wrstd), free(g0), free(g0q);
+    free(g0k);
+}
+
+/* ---- RoPE --------------------------------------------------------------------------------- */
+
+typedef struct {
+    const double *qkv;
+    const int32_t *pos;
+    const float *inv_freq;
+    int p0, B, T, NH, KVH, hs;
+} rope_ctx;
+
+static void rope_obj(const void *c, double *out) {
+    const rope_ctx *r = c;
+    ref_rope(out, r->qkv, r->pos, r->p0, r->inv_freq, r->B, r->T, r->NH, r->KVH, r->hs, 1.0);
+}
+
+/* x . y over n, in double */
+static double dotf(const float *x, const float *y, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * y[i];
+    return s;
+}
+
+/* 5 checks. with_pos: positions given (restarting per segment, as attn_mask = document), else
+ * t + p0 */
+static void test_rope(int B, int T, int NH, int KVH, int hs, int with_pos, int p0) {
+    const int QKV = (NH + 2 * KVH) * hs, vcol = (NH + KVH) * hs;
+    size_t nx = (size_t)B * T * QKV;
+    int32_t *pos = xcalloc((size_t)B * T, sizeof *pos);
+    for (int i = 0; i < B * T; i++) pos[i] = i % T && urand() < 0.8 ? pos[i - 1] + 1 : 0;
+    const int32_t *ps = with_pos ? pos : NULL;
+    float *inv_freq = FALLOC(hs / 2), *x = FALLOC(nx), *y = FALLOC(nx), *rx = FALLOC(nx);
+    double *x_ = DALLOC(nx), *want = DALLOC(nx), *wts = DALLOC(nx);
+    rope_freqs(inv_freq, hs, 10000.0);
+    fill(x, x_, nx, -2, 2);
+    fill(y, wts, nx, -1, 1);
+    char what[128];
+#define ROPE_WHAT(s)                                                                        \
+    (snprintf(what, sizeof what, "rope %s (B=%d T=%d NH=%d KVH=%d hs=%d %s p0=%d)", s, B, T, \
+              NH, KVH, hs, with_pos ? "pos" : "t+p0", p0),                                  \
+     what)
+    memcpy(rx, x, nx * 4);
+    ops->rope_forward(rx, ps, p0, inv_freq, B, T, NH, KVH, hs);
+    ref_rope(want, x_, ps, p0, inv_freq, B, T, NH, KVH, hs, 1.0);
+    /* cos and sin rounded to float, two products and a sum of order 2: ~4 ulp of 2 */
+    check(ROPE_WHAT("forward"), rx, want, nx, 1e-6, 1e-6);
+    int vsame = 1;
+    for (size_t r = 0; r < (size_t)B * T; r++)
+        vsame &= !memcmp(rx + r * QKV + vcol, x + r * QKV + vcol, (size_t)KVH * hs * 4);
+    /* the backward: in place, the gradient of J = sum(rope(x) * y) */
+    float *ry = copy_f(y, nx);
+    ops->rope_backward(ry, ps, p0, inv_freq, B, T, NH, KVH, hs);
+    for (size_t r = 0; r < (size_t)B * T; r++)
+        vsame &= !memcmp(ry + r * QKV + vcol, y + r * QKV + vcol, (size_t)KVH * hs * 4);
+    tap_ok(vsame, "%s", ROPE_WHAT("forward and backward leave the value heads' bits alone"));
+    rope_ctx ctx = {x_, ps, inv_freq, p0, B, T, NH, KVH, hs};
+    objective o = {rope_obj, &ctx, nx, wts, DALLOC(nx)};
+    float *zero = FALLOC(nx);
+    check_grad(ROPE_WHAT("backward"), ry, zero, x_, nx, &o, 1e-6, 1e-5);
+    /* the transpose: R(x) . y == x . R^T(y), both in double over the fp32 results; each side
+     * has rounding ~1e-7 per term of size ~2 */
+    double l = dotf(rx, y, nx), r = dotf(x, ry, nx), scale_ = 0.0;
+    for (size_t i = 0; i < nx; i++) scale_ += fabs((double)x[i] * y[i]);
+    tap_ok(fabs(l - r) <= 1e-6 * scale_, "%s: %.12g vs %.12g",
+           ROPE_WHAT("R(x).y == x.R^T(y)"), l, r);
+    /* backward after forward gives x back (R^T R = 1) within rounding */
+    ops->rope_backward(rx, ps, p0, inv_freq, B, T, NH, KVH, hs);
+    check(ROPE_WHAT("backward(forward(x)) == x"), rx, x_, nx, 2e-6, 2e-6);
+#undef ROPE_WHAT
+    free(o.out), free(zero), free(ry);
+    free(pos), free(inv_freq), free(x), free(y), free(rx), free(x_), free(want), free(wts);
+}
+
+/* ---- SwiGLU ------------------------------------------------------------------------------- */
+
+typedef struct {
+    const double *inp;
+    int N, F;
+} swiglu_ctx;
+
+static void swiglu_obj(const void *c, double *out) {
+    const swiglu_ctx *s = c;
+    ref_swiglu(out, s->inp, s->N, s->F);
+}
+
+/* 2 checks. range: gate and up values in [-range, range] (plus a few large gates for the tails
+ * of exp) */
+static void test_swiglu(int N, int F, double range) {
+    size_t ni = (size_t)N * 2 * F, no = (size_t)N * F;
+    float *inp = FALLOC(ni), *out = FALLOC(no), *dout = FALLOC(no), *g = FALLOC(ni);
+    double *inp_ = DALLOC(ni), *want = DALLOC(no), *wts = DALLOC(no);
+    fill(inp, inp_, ni, -range, range);
+    const float tails[4] = {-100.0f, -30.0f, 30.0f, 100.0f};
+    for (int k = 0; k < 4 && F >= 4; k++) inp[k] = (float)(inp_[k] = tails[k]);
+    fill(dout, wts, no, -1, 1);
+    fill(g, NULL, ni, -1, 1);
+    float *g0 = copy_f(g, ni);
+    char what[96];
+    ops->swiglu_forward(out, inp, N, F);
+    ref_swiglu(want, inp_, N, F);
+    /* exp (a few ulp), a quotient and a product: ~1e-6 relative */
+    snprintf(what, sizeof what, "swiglu forward (N=%d F=%d range %g)", N, F, range);
+    check(what, out, want, no, 1e-7, 2e-6);
+    ops->swiglu_backward(g, inp, dout, N, F);
+    swiglu_ctx ctx = {inp_, N, F};
+    objective o = {swiglu_obj, &ctx, no, wts, DALLOC(no)};
+    snprintf(what, sizeof what, "swiglu backward dinp (N=%d F=%d range %g)", N, F, range);
+    if (ni <= 20000)
+        check_grad(what, g, g0, inp_, ni, &o, 1e-6, 1e-5);
+    else /* each difference reruns the whole reference */
+        check_grad_sampled(what, g, g0, inp_, ni, 300, &o, 1e-6, 1e-5);
+    free(o.out);
+    free(inp), free(out), free(dout), free(g), free(inp_), free(want), free(wts), free(g0);
+}
+
+/* ---- backend wiring and determinism ------------------------------------------------------- */
+
+/* 2 checks: the fp32 backend's entries give the op table's bits; residual_rmsnorm_forward is
+ * residual_forward then rmsnorm_forward */
+static void test_backend(void) {
+    const int N = 7, NH = 4, KVH = 2, hs = 8, C = 24, F = 10, QKV = (NH + 2 * KVH) * hs;
+    const float eps = 1e-5f;
+    const tsr_backend be = tsr_fp32_backend(ops);
+    float *a = FALLOC((size_t)N * C), *b = FALLOC((size_t)N * C), *w = FALLOC(C);
+    float *r1 = FALLOC((size_t)N * C), *r2 = FALLOC((size_t)N * C), *o1 = FALLOC((size_t)N * C);
+    float *o2 = FALLOC((size_t)N * C), *s1 = FALLOC(N * (NH + KVH)), *s2 = FALLOC(N * (NH + KVH));
+    fill(a, NULL, (size_t)N * C, -1, 1), fill(b, NULL, (size_t)N * C, -1, 1);
+    fill(w, NULL, C, 0.5, 1.5);
+    be.residual_rmsnorm_forward(&be, r1, o1, s1, a, b, w, N, C, eps);
+    ops->residual_forward(r2, a, b, (size_t)N * C);
+    ops->rmsnorm_forward(o2, s2, r2, w, N, C, eps);
+    tap_ok(!memcmp(r1, r2, (size_t)N * C * 4) && !memcmp(o1, o2, (size_t)N * C * 4) &&
+               !memcmp(s1, s2, (size_t)N * 4),
+           "fp32 backend: residual_rmsnorm_forward = residual_forward, rmsnorm_forward");
+
+    /* every other new entry against its op, on the same inputs (accumulating into equal
+     * buffers) */
+    size_t nq = (size_t)N * QKV, big = nq > (size_t)N * 2 * F ? nq : (size_t)N * 2 * F;
+    float *x = FALLOC(big), *d = FALLOC(big), *y1 = FALLOC(big), *y2 = FALLOC(big);
+    float *inv = FALLOC(hs / 2), *gw1 = FALLOC(2 * C), *gw2 = FALLOC(2 * C);
+    int ok = 1;
+    fill(x, NULL, big, -2, 2), fill(d, NULL, big, -1, 1);
+    rope_freqs(inv, hs, 500000.0);
+    be.rmsnorm_backward(&be, y1, gw1, d, x, w, s1, N, C);
+    ops->rmsnorm_backward(y2, gw2, d, x, w, s2, N, C);
+    ok &= !memcmp(y1, y2, big * 4) && !memcmp(gw1, gw2, 2 * C * 4);
+    be.qknorm_forward(&be, y1, s1, x, w, w + hs, N, NH, KVH, hs, eps);
+    ops->qknorm_forward(y2, s2, x, w, w + hs, N, NH, KVH, hs, eps);
+    ok &= !memcmp(y1, y2, big * 4) && !memcmp(s1, s2, (size_t)N * (NH + KVH) * 4);
+    be.qknorm_backward(&be, y1, gw1, gw1 + hs, d, x, w, w + hs, s1, N, NH, KVH, hs);
+    ops->qknorm_backward(y2, gw2, gw2 + hs, d, x, w, w + hs, s2, N, NH, KVH, hs);
+    ok &= !memcmp(y1, y2, big * 4) && !memcmp(gw1, gw2, 2 * C * 4);
+    be.rope_forward(&be, y1, NULL, 3, inv, 1, N, NH, KVH, hs);
+    ops->rope_forward(y2, NULL, 3, inv, 1, N, NH, KVH, hs);
+    ok &= !memcmp(y1, y2, big * 4);
+    be.rope_backward(&be, y1, NULL, 3, inv, 1, N, NH, KVH, hs);
+    ops->rope_backward(y2, NULL, 3, inv, 1, N, NH, KVH, hs);
+    ok &= !memcmp(y1, y2, big * 4);
+    be.swiglu_forward(&be, y1, x, N, F);
+    ops->swiglu_forward(y2, x, N, F);
+    ok &= !memcmp(y1, y2, big * 4);
+    be.swiglu_backward(&be, y1, x, d, N, F);
+    ops->swiglu_backward(y2, x, d, N, F);
+    ok &= !memcmp(y1, y2, big * 4);
+    tap_ok(ok, "fp32 backend: rmsnorm_backward, qknorm_*, rope_*, swiglu_* = the op table's bits");
+    free(a), free(b), free(w), free(r1), free(r2), free(o1), free(o2), free(s1), free(s2);
+    free(x), free(d), free(y1), free(y2), free(inv), free(gw1), free(gw2);
+}
+
+/* 3 checks: the reductions over rows (rmsnorm_backward's dw, qknorm_backward's dqw/dkw) and the
+ * row-parallel ops give the same bits with 1 and 2 threads, sizes past the one-thread cut-off
+ * and over several row chunks */
+static void test_determinism(void) {
+    const int N = 300, C = 96, NH = 4, KVH = 2, hs = 16, QKV = (NH + 2 * KVH) * hs;
+    const size_t nx = (size_t)N * C, nq = (size_t)N * QKV;
+    float *x = FALLOC(nq), *d = FALLOC(nq), *w = FALLOC(C), *rs = FALLOC(N * (NH + KVH));
+    float *inv = FALLOC(hs / 2), *r[2], *q[2], *p[2];
+    fill(x, NULL, nq, -2, 2), fill(d, NULL, nq, -1, 1), fill(w, NULL, C, 0.5, 1.5);
+    rope_freqs(inv, hs, 10000.0);
+    for (int k = 0; k < 2; k++) {
+        cpu_ops_set_threads(k + 1);
+        r[k] = FALLOC(nx + C + N); /* dinp | dw | out (of the forward) ... rstd reused */
+        ops->rmsnorm_forward(r[k], rs, x, w, N, C, 1e-5f);
+        ops->rmsnorm_backward(r[k], r[k] + nx, d, x, w, rs, N, C);
+        q[k] = FALLOC(nq + 2 * hs);
+        ops->qknorm_forward(q[k], rs, x, w, w + hs, N, NH, KVH, hs, 1e-6f);
+        ops->qknorm_backward(q[k], q[k] + nq, q[k] + nq + hs, d, x, w, w + hs, rs, N, NH, KVH, hs);
+        p[k] = copy_f(x, nq);
+        ops->rope_forward(p[k], NULL, 0, inv, 3, N / 3, NH, KVH, hs);
+        ops->swiglu_backward(p[k], x, d, N, QKV / 2);
+    }
+    cpu_ops_set_threads(2);
+    tap_ok(!memcmp(r[0], r[1], (nx + C) * 4),
+           "rmsnorm forward+backward: same bits, 1 and 2 threads");
+    tap_ok(!memcmp(q[0], q[1], (nq + 2 * hs) * 4),
+           "qknorm forward+backward: same bits, 1 and 2 threads");
+    tap_ok(!memcmp(p[0], p[1], nq * 4), "rope, swiglu_backward: same bits, 1 and 2 threads");
+    for (int k = 0; k < 2; k++) free(r[k]), free(q[k]), free(p[k]);
+    free(x), free(d), free(w), free(rs), free(inv);
+}
+
+int main(void) {
+    tap_plan(NCHECKS);
+    cpu_ops_set_threads(2);
+    test_rmsnorm(10, 8, 0.0, 1e-5f);
+    test_rmsnorm(7, 37, 5.0, 1e-6f);  /* odd sizes, inputs off centre */
+    test_rmsnorm(130, 16, 0.0, 1e-5f); /* three row chunks for dw */
+    test_qknorm(5, 4, 2, 8);           /* GQA 2:1 */
+    test_qknorm(3, 3, 1, 2);           /* MQA, hs 2 */
+    test_qknorm(7, 2, 2, 64);          /* MHA, hs 64 */
+    test_qknorm(70, 2, 1, 4);          /* two row chunks for dqw, dkw */
+    test_rope(2, 5, 4, 2, 8, 0, 0);
+    test_rope(2, 5, 4, 2, 8, 0, 7);    /* offset p0 (a KV-cache chunk) */
+    test_rope(2, 9, 4, 1, 8, 1, 0);    /* positions given, MQA */
+    test_rope(1, 3, 2, 2, 2, 0, 1);    /* hs 2 */
+    test_rope(1, 7, 2, 1, 64, 0, 3000); /* hs 64, large angles (cos/sin in double) */
+    test_swiglu(5, 7, 4.0);
+    test_swiglu(1, 1, 2.0);
+    test_swiglu(33, 600, 8.0); /* past the one-thread cut-off */
+    test_backend();
+    test_determinism();
+    return tap_done();
+}
