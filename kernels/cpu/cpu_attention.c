@@ -2,14 +2,16 @@
  * block-diagonal (segment ids: a row attends only within its own segment, model.attn_mask =
  * document).
  *
- * One (b, h) pair is one task, done by one thread, so dq, dk, dv of a head are summed in a fixed
- * order whatever the thread count. Every product is a small matrix product computed by tile(), an
- * MR x NR register tile over contiguous NR-wide rows of B (plain C that GCC vectorises: 8 vector
- * accumulators with AVX2, or AVX-512 when the build targets it). Causal structure skips the upper
- * triangle; att holds exact zeros above the diagonal, so contraction ranges may overshoot the
- * diagonal by less than a tile. The heads are packed into per-thread scratch (allocated once per
- * call) so that tiles walk contiguous memory: forward K^T (hs,T) and V (T,hs); backward V^T (hs,T),
- * q, k, dout (T,hs) and dS for a block of RB rows (RB,T).
+ * Grouped-query attention (ops.h): query head h reads key/value head h / (NH/KVH); KVH = NH is
+ * multi-head attention. The forward's task is one (b, h) pair, the backward's one (b, g) pair
+ * (a key/value head with its query heads, in head order), each done by one thread, so dq, dk, dv
+ * are summed in a fixed order whatever the thread count. Every product is a small matrix product
+ * computed by tile(), an MR x NR register tile over contiguous NR-wide rows of B (plain C that GCC
+ * vectorises: 8 vector accumulators with AVX2, or AVX-512 when the build targets it). Causal
+ * structure skips the upper triangle; att holds exact zeros above the diagonal, so contraction
+ * ranges may overshoot the diagonal by less than a tile. The heads are packed into per-thread
+ * scratch (allocated once per call) so that tiles walk contiguous memory: forward K^T (hs,T) and
+ * V (T,hs); backward V^T (hs,T), q, k, dout (T,hs) and dS for a block of RB rows (RB,T).
  *
  * Segments. Row i sees columns [lo(i), i], lo(i) the start of its segment (0 without segment ids).
  * lo is non-decreasing, so a tile of rows starting at i0 needs columns from lo(i0) on: every
@@ -144,16 +146,36 @@ static void segment_bounds(int *lo, int *hi, const int32_t *seq, int T) {
     for (int i = T - 2; i >= 0; i--) hi[i] = seq[i] == seq[i + 1] ? hi[i + 1] : i + 1;
 }
 
-/* s[i,j] = q_i . k_j / sqrt(hs) - slope_h (i - j) (lo(i) <= j <= i);
+/* Grouped-query attention: query head h reads key/value head g = h / (NH/KVH). In a qkv row
+ * [q heads | k heads | v heads] query head h starts at column h hs, key head g at NH hs + g hs,
+ * value head g at (NH + KVH) hs + g hs (KVH = NH: the 3C layout of multi-head attention). */
+static ptrdiff_t k_col(int h, int NH, int KVH, int hs) {
+    return (ptrdiff_t)(NH + h / (NH / KVH)) * hs;
+}
+static ptrdiff_t v_col(int h, int NH, int KVH, int hs) {
+    return (ptrdiff_t)(NH + KVH + h / (NH / KVH)) * hs;
+}
+
+/* the preconditions of grouped-query attention (ops.h): KVH divides NH */
+static void check_heads(const char *op, int NH, int KVH, int hs) {
+    if (NH < 1 || KVH < 1 || hs < 1 || NH % KVH)
+        tsr_die(TSR_EXIT_INTERNAL,
+                "cpu %s: NH = %d query heads, KVH = %d key/value heads, hs = %d: expected "
+                "KVH >= 1 dividing NH, hs >= 1",
+                op, NH, KVH, hs);
+}
+
+/* s[i,j] = q_i . k_j / sqrt(hs) - slope_h (i - j) (lo(i) <= j <= i), k and v those of the key/value
+ * head g = h / (NH/KVH) of query head h;
  * att[b,h,i,:] = softmax_j s[i,:];  out[b,i,h*hs:(h+1)*hs] = sum_j att[b,h,i,j] v_j.
- * out (B,T,C), att (B,NH,T,T), qkv (B,T,3C) [q | k | v], alibi_slopes (NH) or NULL,
- * seq (B,T) segment ids or NULL */
+ * out (B,T,C), C = NH hs, att (B,NH,T,T), qkv (B,T,QKV) [q | k | v] (cpu_head_cols),
+ * alibi_slopes (NH) or NULL, seq (B,T) segment ids or NULL. One task per (b, h): a key/value
+ * head is packed once per query head that reads it (O(T hs) beside the head's O(T^2 hs)). */
 void cpu_attention_forward(float *out, float *att, const float *qkv, const float *alibi_slopes,
                            const int32_t *seq, int B, int T, int NH, int KVH, int hs) {
     const int C = NH * hs;
-    if (KVH != NH) tsr_die(TSR_EXIT_INTERNAL, "cpu attention: grouped-query attention (KVH < NH) is not built yet");
-
-    const ptrdiff_t C3 = 3 * (ptrdiff_t)C;
+    check_heads("attention_forward", NH, KVH, hs);
+    const ptrdiff_t C3 = (ptrdiff_t)(NH + 2 * KVH) * hs;
     const float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel
     {
@@ -162,7 +184,8 @@ void cpu_attention_forward(float *out, float *att, const float *qkv, const float
 #pragma omp for schedule(static)
         for (int bh = 0; bh < B * NH; bh++) {
             const int b = bh / NH, h = bh % NH;
-            const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
+            const float *row = qkv + (size_t)b * T * C3, *q = row + (size_t)h * hs;
+            const float *k = row + k_col(h, NH, KVH, hs), *v = row + v_col(h, NH, KVH, hs);
             float *a = att + (size_t)bh * T * T;
             float *o = out + (size_t)b * T * C + (size_t)h * hs;
             const float slope = alibi_slopes ? alibi_slopes[h] : 0.0f;
@@ -189,19 +212,77 @@ void cpu_attention_forward(float *out, float *att, const float *qkv, const float
     }
 }
 
+/* One query head's share of the backward, its head's packed operands given: q, k, dout (T,hs) as
+ * qp, kp, gp, V^T (hs,T) as vt; a (T,T) its probabilities; ds (RB,T) scratch; lo, hi its rows'
+ * segment bounds. dq_i += sum_j dS[i,j] k_j into dq; dk_j += sum_i dS[i,j] q_i and
+ * dv_j += sum_i att[i,j] dout_i into dk, dv (rows C3 apart, all three). */
+static void head_backward(float *dq, float *dk, float *dv, const float *a, const float *qp,
+                          const float *kp, const float *vt, const float *gp, float *ds,
+                          const int *lo, const int *hi, int T, int hs, ptrdiff_t C3,
+                          float scale) {
+    for (int r0 = 0; r0 < T; r0 += RB) {
+        const int r1 = imin(T, r0 + RB), blo = lo[r0]; /* the block sees columns >= blo */
+        /* dA for rows r0..r1-1, columns lo(i0) <= j <= i (tiles may spill past both
+         * ends) */
+        for (int i0 = r0; i0 < r1; i0 += MR) {
+            const int m = imin(MR, r1 - i0), iend = i0 + m, jlo = lo[i0];
+            for (int j0 = jlo; j0 < iend; j0 += NR)
+                tile(m, imin(NR, T - j0), hs, gp + (size_t)i0 * hs, hs, 1, vt + j0, T,
+                     ds + (size_t)(i0 - r0) * T + j0, T, 1.0f, 0);
+        }
+        /* dS over [lo(i), i]; zero for blo <= j < lo(i) and i < j < r1 (the later
+         * contractions may overshoot into both) */
+        for (int i = r0; i < r1; i++) {
+            const int li = lo[i], n = i - li + 1;
+            const float *ai = a + (size_t)i * T + li;
+            float *row = ds + (size_t)(i - r0) * T, *di = row + li;
+            float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+            for (int j = 0; j < n; j++) dot += ai[j] * di[j];
+            for (int j = 0; j < n; j++) di[j] = scale * ai[j] * (di[j] - dot);
+            for (int j = blo; j < li; j++) row[j] = 0.0f;
+            for (int j = i + 1; j < r1; j++) row[j] = 0.0f;
+        }
+        /* dq_i += sum_{lo(i) <= j <= i} dS[i,j] k_j */
+        for (int i0 = r0; i0 < r1; i0 += MR) {
+            const int m = imin(MR, r1 - i0), iend = i0 + m, jlo = lo[i0];
+            for (int d0 = 0; d0 < hs; d0 += NR)
+                tile(m, imin(NR, hs - d0), iend - jlo, ds + (size_t)(i0 - r0) * T + jlo, T,
+                     1, kp + (size_t)jlo * hs + d0, hs, dq + i0 * C3 + d0, C3, 1.0f, 1);
+        }
+        /* dk_j += sum_{i in block, j <= i < hi(j)} dS[i,j] q_i;
+         * dv_j += sum att[i,j] dout_i (same rows; hi is non-decreasing, so the tile's
+         * last column bounds the rows of all its columns) */
+        for (int j0 = blo; j0 < r1; j0 += MR) {
+            const int m = imin(MR, r1 - j0), ist = j0 > r0 ? j0 : r0;
+            const int K = imin(r1, hi[j0 + m - 1]) - ist;
+            if (K <= 0) continue;
+            for (int d0 = 0; d0 < hs; d0 += NR) {
+                const int n = imin(NR, hs - d0);
+                tile(m, n, K, ds + (size_t)(ist - r0) * T + j0, 1, T,
+                     qp + (size_t)ist * hs + d0, hs, dk + j0 * C3 + d0, C3, 1.0f, 1);
+                tile(m, n, K, a + (size_t)ist * T + j0, 1, T, gp + (size_t)ist * hs + d0,
+                     hs, dv + j0 * C3 + d0, C3, 1.0f, 1);
+            }
+        }
+    }
+}
+
 /* With dA[i,j] = dout_i . v_j and dS[i,j] = att[i,j] (dA[i,j] - sum_l att[i,l] dA[i,l]) / sqrt(hs):
  *   dq_i += sum_j dS[i,j] k_j;  dk_j += sum_i dS[i,j] q_i;  dv_j += sum_i att[i,j] dout_i.
  * Rows are done in blocks of RB; dS is kept for one block. Packed copies of q, k, dout (T,hs) and
  * V^T (hs,T) make every tile walk contiguous memory. With segments, row i has terms for columns
  * [lo(i), i] only and column j for rows [j, hi(j)) only; the loops skip the rest.
- * dqkv (B,T,3C) +=, dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T) from the forward pass,
- * seq (B,T) the forward's segment ids or NULL */
+ * Grouped-query attention: a key/value head's gradient sums over its NH/KVH query heads, so one
+ * task is a (b, g) pair, which packs k and v once and adds its query heads' terms in head order:
+ * the same bits for any thread count (with KVH = NH a task is one head, as before GQA).
+ * dqkv (B,T,QKV) +=, dout (B,T,C), C = NH hs, qkv (B,T,QKV), att (B,NH,T,T) from the forward
+ * pass, seq (B,T) the forward's segment ids or NULL */
 void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
                             const int32_t *seq, int B, int T, int NH, int KVH, int hs) {
-    const int C = NH * hs;
-    if (KVH != NH) tsr_die(TSR_EXIT_INTERNAL, "cpu attention: grouped-query attention (KVH < NH) is not built yet");
-
-    const ptrdiff_t C3 = 3 * (ptrdiff_t)C;
+    const int C = NH * hs, R = NH / (KVH > 0 ? KVH : 1);
+    check_heads("attention_backward", NH, KVH, hs);
+    const ptrdiff_t C3 = (ptrdiff_t)(NH + 2 * KVH) * hs;
     const size_t th = (size_t)T * hs;
     const float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel
@@ -210,62 +291,19 @@ void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, co
         float *qp = vt + th, *kp = qp + th, *gp = kp + th, *ds = gp + th;
         int *lo = tsr_malloc((size_t)2 * T * sizeof *lo), *hi = lo + T;
 #pragma omp for schedule(static)
-        for (int bh = 0; bh < B * NH; bh++) {
-            const int b = bh / NH, h = bh % NH;
-            const size_t head = (size_t)b * T * C3 + (size_t)h * hs;
-            const float *q = qkv + head, *k = q + C, *v = q + 2 * C;
-            float *dq = dqkv + head, *dk = dq + C, *dv = dq + 2 * C;
-            const float *a = att + (size_t)bh * T * T;
+        for (int bg = 0; bg < B * KVH; bg++) {
+            const int b = bg / KVH, h0 = (bg % KVH) * R;
+            const size_t base = (size_t)b * T * C3;
+            const ptrdiff_t kc = k_col(h0, NH, KVH, hs), vc = v_col(h0, NH, KVH, hs);
             segment_bounds(lo, hi, seq ? seq + (size_t)b * T : NULL, T);
-            transpose_head(vt, v, C3, T, hs);
-            pack_head(qp, q, C3, T, hs);
-            pack_head(kp, k, C3, T, hs);
-            pack_head(gp, dout + (size_t)b * T * C + (size_t)h * hs, C, T, hs);
-            for (int r0 = 0; r0 < T; r0 += RB) {
-                const int r1 = imin(T, r0 + RB), blo = lo[r0]; /* the block sees columns >= blo */
-                /* dA for rows r0..r1-1, columns lo(i0) <= j <= i (tiles may spill past both
-                 * ends) */
-                for (int i0 = r0; i0 < r1; i0 += MR) {
-                    const int m = imin(MR, r1 - i0), iend = i0 + m, jlo = lo[i0];
-                    for (int j0 = jlo; j0 < iend; j0 += NR)
-                        tile(m, imin(NR, T - j0), hs, gp + (size_t)i0 * hs, hs, 1, vt + j0, T,
-                             ds + (size_t)(i0 - r0) * T + j0, T, 1.0f, 0);
-                }
-                /* dS over [lo(i), i]; zero for blo <= j < lo(i) and i < j < r1 (the later
-                 * contractions may overshoot into both) */
-                for (int i = r0; i < r1; i++) {
-                    const int li = lo[i], n = i - li + 1;
-                    const float *ai = a + (size_t)i * T + li;
-                    float *row = ds + (size_t)(i - r0) * T, *di = row + li;
-                    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-                    for (int j = 0; j < n; j++) dot += ai[j] * di[j];
-                    for (int j = 0; j < n; j++) di[j] = scale * ai[j] * (di[j] - dot);
-                    for (int j = blo; j < li; j++) row[j] = 0.0f;
-                    for (int j = i + 1; j < r1; j++) row[j] = 0.0f;
-                }
-                /* dq_i += sum_{lo(i) <= j <= i} dS[i,j] k_j */
-                for (int i0 = r0; i0 < r1; i0 += MR) {
-                    const int m = imin(MR, r1 - i0), iend = i0 + m, jlo = lo[i0];
-                    for (int d0 = 0; d0 < hs; d0 += NR)
-                        tile(m, imin(NR, hs - d0), iend - jlo, ds + (size_t)(i0 - r0) * T + jlo, T,
-                             1, kp + (size_t)jlo * hs + d0, hs, dq + i0 * C3 + d0, C3, 1.0f, 1);
-                }
-                /* dk_j += sum_{i in block, j <= i < hi(j)} dS[i,j] q_i;
-                 * dv_j += sum att[i,j] dout_i (same rows; hi is non-decreasing, so the tile's
-                 * last column bounds the rows of all its columns) */
-                for (int j0 = blo; j0 < r1; j0 += MR) {
-                    const int m = imin(MR, r1 - j0), ist = j0 > r0 ? j0 : r0;
-                    const int K = imin(r1, hi[j0 + m - 1]) - ist;
-                    if (K <= 0) continue;
-                    for (int d0 = 0; d0 < hs; d0 += NR) {
-                        const int n = imin(NR, hs - d0);
-                        tile(m, n, K, ds + (size_t)(ist - r0) * T + j0, 1, T,
-                             qp + (size_t)ist * hs + d0, hs, dk + j0 * C3 + d0, C3, 1.0f, 1);
-                        tile(m, n, K, a + (size_t)ist * T + j0, 1, T, gp + (size_t)ist * hs + d0,
-                             hs, dv + j0 * C3 + d0, C3, 1.0f, 1);
-                    }
-                }
+            transpose_head(vt, qkv + base + vc, C3, T, hs);
+            pack_head(kp, qkv + base + kc, C3, T, hs);
+            for (int h = h0; h < h0 + R; h++) {
+                pack_head(qp, qkv + base + (size_t)h * hs, C3, T, hs);
+                pack_head(gp, dout + (size_t)b * T * C + (size_t)h * hs, C, T, hs);
+                head_backward(dqkv + base + (size_t)h * hs, dqkv + base + kc, dqkv + base + vc,
+                              att + ((size_t)b * NH + h) * T * T, qp, kp, vt, gp, ds, lo, hi, T,
+                              hs, C3, scale);
             }
         }
         free(lo);
@@ -275,18 +313,18 @@ void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, co
 
 /* ---- decoding over a KV cache ------------------------------------------------------------- */
 
-/* Keys and values of rows p0..p0+c-1 (from qkv (c,3C) = [q | k | v]) into one layer's cache:
- * kt (NH, hs, cap) keys transposed per head, v (NH, cap, hs). */
-static void cache_store(float *kt, float *v, const float *qkv, int p0, int c, int cap, int C,
-                        int NH) {
-    const int hs = C / NH;
+/* Keys and values of rows p0..p0+c-1 (from qkv (c,QKV) = [q | k | v]) into one layer's cache:
+ * kt (KVH, hs, cap) keys transposed per head, v (KVH, cap, hs). */
+static void cache_store(float *kt, float *v, const float *qkv, int p0, int c, int cap, int NH,
+                        int KVH, int hs) {
+    const size_t QKV = (size_t)(NH + 2 * KVH) * hs;
     for (int i = 0; i < c; i++) {
-        const float *k = qkv + (size_t)i * 3 * C + C, *vi = k + C;
+        const float *k = qkv + i * QKV + (size_t)NH * hs, *vi = k + (size_t)KVH * hs;
         const size_t p = (size_t)(p0 + i);
-        for (int h = 0; h < NH; h++) {
-            float *kth = kt + (size_t)h * hs * cap + p;
-            for (int d = 0; d < hs; d++) kth[(size_t)d * cap] = k[h * hs + d];
-            memcpy(v + ((size_t)h * cap + p) * hs, vi + h * hs, (size_t)hs * sizeof(float));
+        for (int g = 0; g < KVH; g++) {
+            float *ktg = kt + (size_t)g * hs * cap + p;
+            for (int d = 0; d < hs; d++) ktg[(size_t)d * cap] = k[g * hs + d];
+            memcpy(v + ((size_t)g * cap + p) * hs, vi + g * hs, (size_t)hs * sizeof(float));
         }
     }
 }
@@ -316,21 +354,23 @@ static void decode_row(float *out, float *row, const float *q, const float *kt, 
 /* Attention work (multiply-adds) below which a decode step stays on one thread. */
 #define DECODE_PAR_MIN 32768
 
+/* out (c, NH hs): each query head h of rows p0..p0+c-1 over key/value head g = h / (NH/KVH) of
+ * the cache (see ops.h); one task per (row, query head) */
 void cpu_attention_decode(float *out, float *kt, float *v, const float *qkv,
                           const float *alibi_slopes, float *scratch, int nscratch, int p0, int c,
                           int seg, int cap, int NH, int KVH, int hs) {
-    const int C = NH * hs;
-    if (KVH != NH) tsr_die(TSR_EXIT_INTERNAL, "cpu attention: grouped-query attention (KVH < NH) is not built yet");
-
+    const int C = NH * hs, R = NH / (KVH > 0 ? KVH : 1);
+    check_heads("attention_decode", NH, KVH, hs);
+    const size_t QKV = (size_t)(NH + 2 * KVH) * hs;
     const float scale = 1.0f / sqrtf((float)hs);
-    cache_store(kt, v, qkv, p0, c, cap, C, NH);
+    cache_store(kt, v, qkv, p0, c, cap, NH, KVH, hs);
     const long tasks = (long)c * NH, work = tasks * (p0 + c - seg) * hs;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nscratch) if (work >= DECODE_PAR_MIN)
     for (long t = 0; t < tasks; t++) {
-        const int i = (int)(t / NH), h = (int)(t % NH);
+        const int i = (int)(t / NH), h = (int)(t % NH), g = h / R;
         float *row = scratch + (size_t)omp_get_thread_num() * cap;
-        decode_row(out + (size_t)i * C + (size_t)h * hs, row, qkv + (size_t)i * 3 * C + h * hs,
-                   kt + (size_t)h * hs * cap + seg, v + ((size_t)h * cap + seg) * hs, cap, hs,
+        decode_row(out + (size_t)i * C + (size_t)h * hs, row, qkv + i * QKV + (size_t)h * hs,
+                   kt + (size_t)g * hs * cap + seg, v + ((size_t)g * cap + seg) * hs, cap, hs,
                    p0 + i - seg, alibi_slopes ? alibi_slopes[h] : 0.0f, scale);
     }
 }

@@ -151,7 +151,8 @@ static void f_attention_backward(const tsr_backend *be, void *dqkv, const void *
 static void f_attention_decode(const tsr_backend *be, void *out, void *kt, void *v,
                                const void *qkv, const float *slopes, float *scratch, int nscratch,
                                int p0, int c, int seg, int cap, int NH, int KVH, int hs) {
-    OPS(be)->attention_decode(out, kt, v, qkv, slopes, scratch, nscratch, p0, c, seg, cap, NH, KVH, hs);
+    OPS(be)->attention_decode(out, kt, v, qkv, slopes, scratch, nscratch, p0, c, seg, cap, NH, KVH,
+                              hs);
 }
 
 /* softmax_xent_forward in place (probabilities over the logits), then with dlosses

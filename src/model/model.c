@@ -206,7 +206,9 @@ size_t model_act_group_slot(const tsr_model *m, tsr_act_group g, int l) {
 }
 
 double model_flops_per_token(const tsr_model *m, int T) {
-    return 6.0 * (double)m->n_params_counted + 12.0 * m->L * (double)m->QD * T;
+    /* an untied model's input embedding is a lookup, not a matmul: only the head's V x C count */
+    double lookup = m->cfg.tie_embeddings ? 0.0 : (double)m->V * m->C;
+    return 6.0 * ((double)m->n_params_counted - lookup) + 12.0 * m->L * (double)m->QD * T;
 }
 
 void model_segments(int32_t *seq, int32_t *pos, const int32_t *tokens, int eot, int B, int T) {

@@ -232,7 +232,8 @@ void model_segments(int32_t *seq, int32_t *pos, const int32_t *tokens, int eot, 
 /* Size in bytes of the activations for B x T (for the memory plan): what model_alloc_acts
  * allocates, so it shrinks with activation checkpointing. */
 size_t model_acts_bytes(const tsr_model *m, int B, int T);
-/* Training FLOPs per token: 6 N + 12 L C T (LLM Foundry / PaLM; docs/mfu.md). */
+/* Training FLOPs per token: 6 N + 12 L (NH hs) T (LLM Foundry / PaLM; docs/mfu.md), N without
+ * the input embedding of an untied model (a lookup; its head is the matmul that counts). */
 double model_flops_per_token(const tsr_model *m, int T);
 /* MPT's ALiBi slopes for NH heads with alibi_bias_max = 8 (writes NH floats). */
 void model_alibi_slopes(float *slopes, int NH);

@@ -9,7 +9,7 @@ tessera) and compares:
     n_kv_head key/value heads of head_dim, the q/k/v biases with qkv_bias, the QK-norm weights with
     qk_norm, gate/up/down of the SwiGLU MLP, two RMSNorm weights) + the final norm; this must also
     equal the published count of the model (the numbers of the models' Hugging Face pages);
-  - FLOPs per token: 6 N + 12 L (n_head head_dim) T (docs/mfu.md);
+  - FLOPs per token: 6 N + 12 L (n_head head_dim) T, N without an untied input embedding (docs/mfu.md);
   - fp32 weights: 4 bytes per parameter (the printed figure to 0.1 of its unit).
 Run: TESTS=recipes_plan bash tests/run.sh   (needs build/tessera-train). TAP; exit 77 without it.
 """
@@ -71,7 +71,8 @@ def by_hand(k):
     if k.get("qk_norm") == "true":
         per += 2 * hs
     n = V * C * (1 if tied else 2) + L * per + C
-    flops = 6 * n + 12 * L * NH * hs * int(k["seq_len"])
+    lookup = 0 if tied else V * C  # an untied input embedding does no matmul (docs/mfu.md)
+    flops = 6 * (n - lookup) + 12 * L * NH * hs * int(k["seq_len"])
     return n, flops
 
 

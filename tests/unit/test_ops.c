@@ -24,7 +24,7 @@
 #include "ops_check.h"
 #include "tap.h"
 
-#define NCHECKS 117
+#define NCHECKS 119
 
 static const tsr_ops *ops = &tsr_cpu_ops;
 
@@ -726,26 +726,29 @@ static void test_determinism(void) {
 }
 
 /* attention_decode over a KV cache fed in chunks of `chunk` rows gives the same bits as
- * attention_forward over the whole sequence (the same fmaf order, softmax_causal_row shared). */
-static void test_attention_decode(int T, int C, int NH, int alibi, int chunk) {
+ * attention_forward over the whole sequence (the same fmaf order, softmax_causal_row shared);
+ * KVH < NH: grouped-query attention, the cache holding KVH heads. */
+static void test_attention_decode(int T, int C, int NH, int KVH, int alibi, int chunk) {
     const int hs = C / NH, nthr = 2;
-    float *qkv = xcalloc((size_t)T * 3 * C, sizeof(float)), *out = xcalloc((size_t)T * C, 4);
+    const size_t QKV = (size_t)(NH + 2 * KVH) * hs;
+    float *qkv = xcalloc((size_t)T * QKV, sizeof(float)), *out = xcalloc((size_t)T * C, 4);
     float *att = xcalloc((size_t)NH * T * T, 4), *dec = xcalloc((size_t)T * C, 4);
-    float *kt = xcalloc((size_t)NH * hs * T, 4), *v = xcalloc((size_t)NH * T * hs, 4);
+    float *kt = xcalloc((size_t)KVH * hs * T, 4), *v = xcalloc((size_t)KVH * T * hs, 4);
     float *scratch = xcalloc((size_t)nthr * T, 4), sl[16];
     double sd[16];
-    fill(qkv, NULL, (size_t)T * 3 * C, -2.0, 2.0);
+    fill(qkv, NULL, (size_t)T * QKV, -2.0, 2.0);
     alibi_slopes(sd, NH);
     for (int h = 0; h < NH; h++) sl[h] = (float)sd[h];
-    ops->attention_forward(out, att, qkv, alibi ? sl : NULL, NULL, 1, T, NH, NH, C / NH);
+    ops->attention_forward(out, att, qkv, alibi ? sl : NULL, NULL, 1, T, NH, KVH, hs);
     for (int p0 = 0; p0 < T; p0 += chunk) {
         int c = T - p0 < chunk ? T - p0 : chunk;
-        ops->attention_decode(dec + (size_t)p0 * C, kt, v, qkv + (size_t)p0 * 3 * C,
-                              alibi ? sl : NULL, scratch, nthr, p0, c, 0, T, NH, NH, C / NH);
+        ops->attention_decode(dec + (size_t)p0 * C, kt, v, qkv + (size_t)p0 * QKV,
+                              alibi ? sl : NULL, scratch, nthr, p0, c, 0, T, NH, KVH, hs);
     }
     tap_ok(memcmp(out, dec, (size_t)T * C * sizeof(float)) == 0,
-           "attention_decode T=%d C=%d NH=%d%s chunk %d: the same bits as attention_forward", T,
-           C, NH, alibi ? " ALiBi" : "", chunk);
+           "attention_decode T=%d C=%d NH=%d KVH=%d%s chunk %d: the same bits as "
+           "attention_forward",
+           T, C, NH, KVH, alibi ? " ALiBi" : "", chunk);
     free(qkv), free(out), free(att), free(dec), free(kt), free(v), free(scratch);
 }
 
@@ -805,8 +808,10 @@ int main(void) {
     test_attention_seq(2, 12, 12, 3, 1, 0);  /* ALiBi, 3 heads */
     test_attention_seq(1, 70, 64, 2, 1, 400); /* full tiles, segments across tiles and row blocks */
     test_attention_seq(2, 150, 32, 2, 0, 400); /* three backward row blocks */
-    test_attention_decode(9, 12, 3, 1, 1);  /* one row at a time, ALiBi, 3 heads */
-    test_attention_decode(70, 64, 2, 0, 3); /* chunks of 3 rows across the forward's tiles */
+    test_attention_decode(9, 12, 3, 3, 1, 1);  /* one row at a time, ALiBi, 3 heads */
+    test_attention_decode(70, 64, 2, 2, 0, 3); /* chunks of 3 rows across the forward's tiles */
+    test_attention_decode(70, 128, 4, 2, 0, 3); /* grouped-query: 2 query heads per kv head */
+    test_attention_decode(9, 24, 6, 1, 1, 2);   /* multi-query, ALiBi */
     test_gelu(TSR_GELU_TANH);
     test_gelu(TSR_GELU_EXACT);
     test_residual();

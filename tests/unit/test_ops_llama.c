@@ -1,6 +1,6 @@
 /* test_ops_llama.c — the fp32 CPU ops of the Llama/Qwen blocks (kernels/cpu/cpu_llama.c: RMSNorm,
- * QK-norm, RoPE, SwiGLU; grouped-query attention in cpu_attention.c) against float64 references
- * written here as plain loops.
+ * QK-norm, RoPE, SwiGLU; grouped-query attention in cpu_attention.c, with KVH in {NH, NH/2, 1})
+ * against float64 references written here as plain loops.
  *
  * Method (that of test_ops.c, whose helpers ops_check.h holds): inputs are drawn as floats and
  * copied to float64, so op and reference see the same numbers; each forward is compared with the
@@ -21,7 +21,7 @@
 #include "ops_check.h"
 #include "tap.h"
 
-#define NCHECKS 71
+#define NCHECKS 90
 
 static const tsr_ops *ops = &tsr_cpu_ops;
 
@@ -80,6 +80,41 @@ static void ref_swiglu(double *out, const double *inp, int N, int F) {
             double g = inp[(size_t)n * 2 * F + f], u = inp[(size_t)n * 2 * F + F + f];
             out[(size_t)n * F + f] = g / (1.0 + exp(-g)) * u;
         }
+}
+
+/* Grouped-query causal attention with an explicit mask: query head h reads kv head h / (NH/KVH);
+ * row i sees j <= i with seq[j] == seq[i] (every j <= i without seq); att (B,NH,T,T) or NULL */
+static void ref_attention(double *out, double *att, const double *qkv, const double *slopes,
+                          const int32_t *seq, int B, int T, int NH, int KVH, int hs) {
+    const int QKV = (NH + 2 * KVH) * hs, C = NH * hs;
+    double scale = 1.0 / sqrt((double)hs), *s = DALLOC((size_t)T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                const int g = h / (NH / KVH);
+                const double *q = qkv + ((size_t)b * T + i) * QKV + h * hs;
+                double mx = -INFINITY, sum = 0.0;
+                for (int j = 0; j <= i; j++) {
+                    const double *k = qkv + ((size_t)b * T + j) * QKV + (NH + g) * hs;
+                    double dot = 0.0;
+                    for (int d = 0; d < hs; d++) dot += q[d] * k[d];
+                    s[j] = dot * scale - (slopes ? slopes[h] * (i - j) : 0.0);
+                    if (seq && seq[b * T + j] != seq[b * T + i]) s[j] = -INFINITY;
+                    if (s[j] > mx) mx = s[j];
+                }
+                for (int j = 0; j <= i; j++) sum += (s[j] = exp(s[j] - mx));
+                for (int j = 0; j <= i; j++) s[j] /= sum;
+                for (int d = 0; d < hs; d++) {
+                    double acc = 0.0;
+                    for (int j = 0; j <= i; j++)
+                        acc += s[j] * qkv[((size_t)b * T + j) * QKV + (NH + KVH + g) * hs + d];
+                    out[((size_t)b * T + i) * C + h * hs + d] = acc;
+                }
+                if (att)
+                    for (int j = 0; j < T; j++)
+                        att[(((size_t)b * NH + h) * T + i) * T + j] = j <= i ? s[j] : 0.0;
+            }
+    free(s);
 }
 
 /* Llama's frequencies theta^(-2i/hs), as floats (the op takes them as given) */
@@ -302,6 +337,103 @@ static void test_swiglu(int N, int F, double range) {
     free(inp), free(out), free(dout), free(g), free(inp_), free(want), free(wts), free(g0);
 }
 
+/* ---- grouped-query attention --------------------------------------------------------------- */
+
+typedef struct {
+    const double *qkv, *slopes;
+    const int32_t *seq;
+    int B, T, NH, KVH, hs;
+} att_ctx;
+
+static void att_obj(const void *c, double *out) {
+    const att_ctx *a = c;
+    ref_attention(out, NULL, a->qkv, a->slopes, a->seq, a->B, a->T, a->NH, a->KVH, a->hs);
+}
+
+/* Segment ids: runs of random length 1..T, increasing, not counting from 0 */
+static void random_segments(int32_t *seq, int B, int T) {
+    for (int b = 0; b < B; b++) {
+        int32_t id = 3;
+        for (int t = 0; t < T;) {
+            int len = 1 + (int)(urand() * (urand() < 0.5 ? 6 : T));
+            for (int k = 0; k < len && t < T; k++) seq[(size_t)b * T + t++] = id;
+            id += 1 + (int32_t)(urand() * 3);
+        }
+    }
+}
+
+/* 3 checks: forward out and probabilities against the float64 reference, backward dqkv (every
+ * element, or fd_samples of them) against its finite differences */
+static void test_gqa(int B, int T, int NH, int KVH, int hs, int alibi, int with_seq,
+                     size_t fd_samples) {
+    const int QKV = (NH + 2 * KVH) * hs, C = NH * hs;
+    size_t nq = (size_t)B * T * QKV, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    float *qkv = FALLOC(nq), *out = FALLOC(no), *att = FALLOC(na), *dout = FALLOC(no);
+    float *g = FALLOC(nq), *slopes = FALLOC(NH);
+    double *qkv_ = DALLOC(nq), *wts = DALLOC(no), *want = DALLOC(no), *want_att = DALLOC(na);
+    double *slopes_ = DALLOC(NH);
+    int32_t *seq = xcalloc((size_t)B * T, sizeof *seq);
+    random_segments(seq, B, T);
+    const int32_t *sq = with_seq ? seq : NULL;
+    for (int h = 0; h < NH; h++)
+        slopes[h] = (float)(slopes_[h] = (float)pow(2.0, -8.0 * (h + 1) / NH));
+    fill(qkv, qkv_, nq, -2, 2);
+    fill(dout, wts, no, -1, 1);
+    fill(g, NULL, nq, -1, 1);
+    float *g0 = copy_f(g, nq);
+    char what[128];
+#define GQA_WHAT(s)                                                                          \
+    (snprintf(what, sizeof what, "gqa attention %s (B=%d T=%d NH=%d KVH=%d hs=%d%s%s)", s, B, \
+              T, NH, KVH, hs, alibi ? " alibi" : "", with_seq ? " segments" : ""),           \
+     what)
+    ops->attention_forward(out, att, qkv, alibi ? slopes : NULL, sq, B, T, NH, KVH, hs);
+    ref_attention(want, want_att, qkv_, alibi ? slopes_ : NULL, sq, B, T, NH, KVH, hs);
+    /* scores: hs-term dot products of values <= 2 (fp32 error ~1e-6 absolute), through exp */
+    check(GQA_WHAT("forward out"), out, want, no, 2e-6, 1e-5);
+    check(GQA_WHAT("forward att"), att, want_att, na, 1e-6, 1e-5);
+    ops->attention_backward(g, dout, qkv, att, sq, B, T, NH, KVH, hs);
+    att_ctx ctx = {qkv_, alibi ? slopes_ : NULL, sq, B, T, NH, KVH, hs};
+    objective o = {att_obj, &ctx, no, wts, DALLOC(no)};
+    /* sums over T, hs and the group's query heads of order-1 products: fp32 error ~1e-6 */
+    if (fd_samples)
+        check_grad_sampled(GQA_WHAT("backward dqkv"), g, g0, qkv_, nq, fd_samples, &o, 1e-5, 1e-4);
+    else
+        check_grad(GQA_WHAT("backward dqkv"), g, g0, qkv_, nq, &o, 1e-5, 1e-4);
+#undef GQA_WHAT
+    free(o.out);
+    free(qkv), free(out), free(att), free(dout), free(g), free(slopes), free(qkv_), free(wts);
+    free(want), free(want_att), free(slopes_), free(seq), free(g0);
+}
+
+/* 1 check: the GQA backward (the query heads of a kv head add into one gradient) gives the same
+ * bits with 1 and 2 threads and run twice, plain and with segments */
+static void test_gqa_determinism(void) {
+    const int B = 2, T = 70, NH = 4, KVH = 2, hs = 32, QKV = (NH + 2 * KVH) * hs;
+    size_t nq = (size_t)B * T * QKV, no = (size_t)B * T * NH * hs, na = (size_t)B * NH * T * T;
+    float *qkv = FALLOC(nq), *out = FALLOC(no), *att = FALLOC(na), *att_s = FALLOC(na);
+    float *dout = FALLOC(no), *r[3], *rs[3];
+    int32_t *seq = xcalloc((size_t)B * T, sizeof *seq);
+    fill(qkv, NULL, nq, -2, 2), fill(dout, NULL, no, -1, 1);
+    random_segments(seq, B, T);
+    ops->attention_forward(out, att, qkv, NULL, NULL, B, T, NH, KVH, hs);
+    ops->attention_forward(out, att_s, qkv, NULL, seq, B, T, NH, KVH, hs);
+    const int threads[3] = {1, 2, 2};
+    for (int k = 0; k < 3; k++) {
+        cpu_ops_set_threads(threads[k]);
+        r[k] = FALLOC(nq), rs[k] = FALLOC(nq);
+        ops->attention_backward(r[k], dout, qkv, att, NULL, B, T, NH, KVH, hs);
+        ops->attention_backward(rs[k], dout, qkv, att_s, seq, B, T, NH, KVH, hs);
+    }
+    cpu_ops_set_threads(2);
+    const size_t nb = nq * sizeof(float);
+    tap_ok(!memcmp(r[0], r[1], nb) && !memcmp(r[1], r[2], nb) && !memcmp(rs[0], rs[1], nb) &&
+               !memcmp(rs[1], rs[2], nb),
+           "gqa attention_backward (NH=4 KVH=2), plain and with segments: same bits with 1 and 2 "
+           "threads, and run twice");
+    for (int k = 0; k < 3; k++) free(r[k]), free(rs[k]);
+    free(qkv), free(out), free(att), free(att_s), free(dout), free(seq);
+}
+
 /* ---- backend wiring and determinism ------------------------------------------------------- */
 
 /* 2 checks: the fp32 backend's entries give the op table's bits; residual_rmsnorm_forward is
@@ -406,6 +538,13 @@ int main(void) {
     test_swiglu(5, 7, 4.0);
     test_swiglu(1, 1, 2.0);
     test_swiglu(33, 600, 8.0); /* past the one-thread cut-off */
+    test_gqa(2, 5, 4, 2, 8, 0, 0, 0);
+    test_gqa(2, 7, 4, 1, 2, 1, 1, 0);     /* MQA, hs 2, ALiBi, segments */
+    test_gqa(1, 9, 3, 3, 6, 0, 1, 0);     /* KVH = NH through the same reference */
+    test_gqa(1, 70, 4, 2, 64, 1, 0, 300); /* full tiles, two backward row blocks */
+    test_gqa(2, 150, 4, 1, 16, 0, 1, 300); /* three row blocks, segments across them */
+    test_gqa(1, 33, 8, 2, 32, 0, 1, 300);  /* odd T, 4 query heads per kv head */
+    test_gqa_determinism();
     test_backend();
     test_determinism();
     return tap_done();
