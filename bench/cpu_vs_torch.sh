@@ -19,6 +19,9 @@
 #   QUIET_WAIT=60: before each run, wait up to this many seconds for the CPUs to go idle (a shared
 #     machine); every run also reports how much CPU other processes used while it ran
 #   PYTHON=/usr/bin/python3 (the interpreter with torch)
+#   CHECK_PEER=1: after the rounds of a Llama-style config, show that bench/torch_llama.py is
+#     tessera's model (build/tests/ref_dump's initial weights loaded into it, step 0's loss and
+#     gradients compared by bench/check_llama_peer.py); the benchmark fails if not. 0 = skip
 #   OPENBLAS_CORETYPE: unset = SkylakeX on AVX-512 CPUs, Haswell on AVX2 CPUs, for both programs
 #     (Debian's OpenBLAS may pick generic kernels on new CPUs; torch's matmuls go through the same
 #     library, so both must load it with the same core: docs/decisions.md, "OpenBLAS core")
@@ -42,6 +45,7 @@ CONFIGS=${CONFIGS:-tiny 20m llama-tiny llama-20m}
 BENCH_OUT=${BENCH_OUT:-$BUILD/bench}
 QUIET_WAIT=${QUIET_WAIT:-60}
 PYTHON=${PYTHON:-/usr/bin/python3}
+CHECK_PEER=${CHECK_PEER:-1}
 TRAIN=$BUILD/tessera-train
 TOOL=$BUILD/tessera
 UTIL=(env -u PYTHONPATH "$PYTHON" "$ROOT/bench/bench_util.py")
@@ -103,7 +107,24 @@ trap 'rm -rf "$TMP"' EXIT
 cp "$TRAIN" "$TOOL" "$TMP/"
 TRAIN=$TMP/tessera-train TOOL=$TMP/tessera
 mkdir -p "$BENCH_OUT"
-rm -f "$BENCH_OUT"/*-tessera-r* "$BENCH_OUT"/*-torch-r* "$BENCH_OUT/results.md"
+rm -f "$BENCH_OUT"/*-tessera-r* "$BENCH_OUT"/*-torch-r* "$BENCH_OUT"/*-peer-check.* "$BENCH_OUT/results.md"
+
+# check_peer CFG: tessera's ref_dump writes the initial weights, step 0's batch, loss and gradients
+# of the config (the --set keys of array sets, one step); bench/check_llama_peer.py loads the
+# weights into the PyTorch peer (options: array targs) and compares in float64
+check_peer() {
+    local cfg=$1 kv=() i log=$BENCH_OUT/$1-peer-check.log ref_dump=$BUILD/tests/ref_dump
+    [[ -x $ref_dump ]] || die "$ref_dump not found (make builds it), or set CHECK_PEER=0"
+    for ((i = 1; i < ${#sets[@]}; i += 2)); do kv+=("${sets[i]}"); done
+    kv+=('max_duration="1ba"' "run_dir=\"$TMP/peer-$cfg\"")
+    local mpi_root=()
+    ((EUID != 0)) || mpi_root=(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
+    env "${mpi_root[@]}" "$ref_dump" configs/tiny.cfg "$TMP/peer-$cfg.h5" "${kv[@]}" >"$log" 2>&1 ||
+        { tail -20 "$log" >&2; die "ref_dump failed ($log)"; }
+    env -u PYTHONPATH "$PYTHON" "$ROOT/bench/check_llama_peer.py" "$TMP/peer-$cfg.h5" "${targs[@]}" \
+        >>"$log" 2>&1 || { tail -20 "$log" >&2; die "$cfg: the PyTorch peer is not tessera's model ($log)"; }
+    echo "== $cfg: PyTorch peer vs tessera at step 0: $(grep -E '^(loss|gradients):' "$log" | tr '\n' ' ')"
+}
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 LOAD_START=$(load)
@@ -143,6 +164,7 @@ for cfg in $CONFIGS; do
         "${UTIL[@]}" torch-result "$base.log" "$base.rss" >"$base.json"
         results+=("$BENCH_OUT/$cfg-tessera-r$r.json" "$base.json")
     done
+    [[ $CHECK_PEER != 1 || $peer != torch_llama.py ]] || check_peer "$cfg"
 done
 
 echo
