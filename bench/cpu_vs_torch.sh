@@ -26,8 +26,10 @@
 #     (Debian's OpenBLAS may pick generic kernels on new CPUs; torch's matmuls go through the same
 #     library, so both must load it with the same core: docs/decisions.md, "OpenBLAS core")
 #   TORCH_ENV: extra environment of the PyTorch runs only; unset = PyTorch's fastest settings
-#     measured on the 2-core machine (docs/benchmarks.md): OMP_WAIT_POLICY=PASSIVE (Debian's torch
-#     uses the pthread OpenBLAS, whose threads fight spinning OpenMP workers for the cores),
+#     measured on the 2-core machines (docs/benchmarks.md): OMP_WAIT_POLICY=PASSIVE when torch
+#     loads the pthread OpenBLAS (Debian's default alternative; its threads fight spinning OpenMP
+#     workers for the cores) but not with the OpenMP build (one shared pool: passive waiting costs
+#     torch 1.1-1.8x there),
 #     ATEN_CPU_CAPABILITY=avx512 on AVX-512 CPUs (torch 1.13 picks AVX2), and glibc malloc tunables
 #     that keep freed activation buffers in the heap instead of unmapping them every step.
 #     TORCH_ENV=" " (a space) runs torch with Debian's defaults.
@@ -64,8 +66,12 @@ if [[ -z ${OPENBLAS_CORETYPE:-} ]]; then
     elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell
     fi
 fi
+# the OpenBLAS build Debian's torch loads (the libblas.so.3 alternative): pthread or openmp
+TORCH_BLAS=$(env -u PYTHONPATH "$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1]); import torch, torch_gpt
+print(" ".join(torch_gpt.blas_libraries()))' "$ROOT/bench")
 if [[ -z ${TORCH_ENV:-} ]]; then
-    TORCH_ENV="OMP_WAIT_POLICY=PASSIVE"
+    TORCH_ENV=
+    [[ $TORCH_BLAS == *openmp* ]] || TORCH_ENV="OMP_WAIT_POLICY=PASSIVE"
     grep -qw avx512f /proc/cpuinfo && TORCH_ENV+=" ATEN_CPU_CAPABILITY=avx512"
     TORCH_ENV+=" GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=68719476736:glibc.malloc.top_pad=268435456"
 fi
@@ -130,7 +136,7 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 LOAD_START=$(load)
 HEADER="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) CPUs online, load average $LOAD_START
 $("$TRAIN" --version 2>/dev/null || echo 'tessera-train (version unknown)') (the binary; the tree is at $(git rev-parse --short HEAD 2>/dev/null || echo '?')), OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, $THREADS threads
-PyTorch $("$PYTHON" -c 'import torch; print(torch.__version__)') ($PYTHON), environment: ${torch_env[*]:-Debian defaults}
+PyTorch $("$PYTHON" -c 'import torch; print(torch.__version__)') ($PYTHON, BLAS ${TORCH_BLAS:-?}), environment: ${torch_env[*]:-Debian defaults}
 ${STEPS_SET:-30 (tiny models) / 15 (20m models)} steps x $ROUNDS rounds per program and config, alternating; the first $SKIP steps of each run left out"
 echo "$HEADER"
 results=()
