@@ -210,6 +210,11 @@ def mib(kib):
     return "%.0f MiB" % (kib / 1024.0)
 
 
+# a run during which other processes used more than this many CPUs on average is marked disturbed
+# (quiet runs here: 0.00-0.04)
+DISTURBED_CPUS = 0.1
+
+
 def cmd_table(argv):
     # file names: <config>-<framework>-r<round>.json
     runs = {}
@@ -227,16 +232,22 @@ def cmd_table(argv):
         runs[cfg].setdefault(fw, []).append((rnd, d))
     print("Per run: the steady steps (after the first SKIP), tokens/s from their mean, and how much CPU")
     print("other processes used meanwhile")
+    disturbed = 0
     for cfg in order:
         for fw in ("tessera", "torch"):
             for rnd, d in sorted(runs[cfg].get(fw, [])):
                 ts = d["step_times"]
                 pr = d["proc"]
+                other = pr["foreign_cpu_s"] / pr["wall_s"]
+                disturbed += other > DISTURBED_CPUS
                 print("  %-10s %-7s round %d: %2d steps, mean %.4f s, median %.4f s (min %.4f, max %.4f)"
-                      " -> %6.0f tok/s | peak RSS %s | other processes used %.2f CPUs" % (
+                      " -> %6.0f tok/s | peak RSS %s | other processes used %.2f CPUs%s" % (
                           cfg, fw, rnd, len(ts), statistics.fmean(ts), statistics.median(ts), min(ts),
                           max(ts), d["tokens_per_step"] / statistics.fmean(ts), mib(pr["maxrss_kib"]),
-                          pr["foreign_cpu_s"] / pr["wall_s"]))
+                          other, "  DISTURBED" if other > DISTURBED_CPUS else ""))
+    if disturbed:
+        print("WARNING: %d run(s) shared the CPUs with other processes (> %.2f CPUs): their step times, "
+              "and the ratio, are not the programs' own; rerun on a quiet machine" % (disturbed, DISTURBED_CPUS))
     print()
     print("| config | params | tokens/step | tessera tok/s | PyTorch tok/s | ratio | "
           "tessera peak RSS | PyTorch peak RSS |")
