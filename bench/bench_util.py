@@ -5,9 +5,11 @@
                                           (getrusage of the reaped children: the largest process
                                           of its tree), wall and CPU time, and the CPU time other
                                           processes used meanwhile; exit with CMD's status
-  bench_util.py torch-args CONFIG.cfg    the bench/torch_gpt.py options for a tessera effective
-                                          config (run_dir/config.cfg); refuses what the PyTorch
-                                          peer does not model (ALiBi, no bias, exact GELU, ...)
+  bench_util.py torch-args CONFIG.cfg    the PyTorch peer for a tessera effective config
+                                          (run_dir/config.cfg): bench/torch_gpt.py (GPT-2 style) or
+                                          bench/torch_llama.py (pos = rope), then its options;
+                                          refuses what the peer does not model (ALiBi, exact GELU,
+                                          QK-norm, RoPE scaling, ...)
   bench_util.py tessera-result LOG METRICS SKIP RSSFILE
                                           one result object (JSON) from a tessera-train run
   bench_util.py torch-result LOG RSSFILE  one result object (JSON) from a torch_gpt.py run
@@ -94,18 +96,34 @@ def steps_of(duration, what):
     return int(float(m.group(1)))
 
 
-def cmd_torch_args(argv):
-    c = read_cfg(argv[0])
-    need = {"model.pos": "learned", "model.bias": "true", "model.gelu": "tanh",
-            "optim.schedule": "cosine", "optim.decay_norms_biases": "false",
-            "optim.decay_embeddings": "false"}
+# The keys of tessera's effective config every PyTorch peer models, then those of each model kind
+PEER_COMMON = {"model.attn_mask": "causal", "model.head_dim": "0", "model.qkv_bias": "false",
+               "model.qk_norm": "false", "model.activation_checkpointing": "none",
+               "optim.schedule": "cosine", "optim.decay_norms_biases": "false",
+               "optim.decay_embeddings": "false"}
+PEER_GPT = {"model.pos": "learned", "model.bias": "true", "model.gelu": "tanh",
+            "model.norm": "layernorm", "model.mlp": "gelu", "model.tie_embeddings": "true"}
+PEER_LLAMA = {"model.pos": "rope", "model.bias": "false", "model.norm": "rmsnorm",
+              "model.mlp": "swiglu", "model.rope_scaling": "none"}
+
+
+def require(c, need, peer):
     for k, v in need.items():
         if c.get(k, "").lower() != v:
-            die("%s = %r: the PyTorch peer models %s = %s only" % (k, c.get(k), k, v))
-    args = ["--n-layer", c["model.n_layer"], "--d-model", c["model.d_model"],
+            die("%s = %r: the PyTorch peer %s models %s = %s only" % (k, c.get(k), peer, k, v))
+
+
+def cmd_torch_args(argv):
+    """Prints the peer script's name (torch_gpt.py or torch_llama.py), then its options."""
+    c = read_cfg(argv[0])
+    llama = c.get("model.pos", "").lower() == "rope"
+    script = "torch_llama.py" if llama else "torch_gpt.py"
+    require(c, PEER_COMMON, script)
+    require(c, PEER_LLAMA if llama else PEER_GPT, script)
+    kvh = int(c.get("model.n_kv_head", "0")) or int(c["model.n_head"])
+    args = [script, "--n-layer", c["model.n_layer"], "--d-model", c["model.d_model"],
             "--n-head", c["model.n_head"], "--vocab", c["model.vocab_size"],
-            "--vocab-multiple", c["model.vocab_multiple"], "--max-seq-len", c["model.max_seq_len"],
-            "--expansion", c["model.expansion_ratio"], "--init-std", c["model.init_std"],
+            "--vocab-multiple", c["model.vocab_multiple"], "--init-std", c["model.init_std"],
             "--seq-len", c["seq_len"], "--global-batch", c["global_batch"],
             "--micro-batch", c["micro_batch"], "--seed", c["seed"], "--threads", c["threads"],
             "--lr", c["optim.lr"], "--beta1", c["optim.beta1"], "--beta2", c["optim.beta2"],
@@ -113,6 +131,21 @@ def cmd_torch_args(argv):
             "--grad-clip", c["optim.grad_clip"], "--alpha-f", c["optim.alpha_f"],
             "--warmup", str(steps_of(c["optim.warmup"], "optim.warmup")),
             "--total-steps", str(steps_of(c["max_duration"], "max_duration"))]
+    if llama:
+        F = int(c["model.intermediate_size"]) or int(round(float(c["model.expansion_ratio"]) *
+                                                           int(c["model.d_model"])))
+        args += ["--n-kv-head", str(kvh), "--intermediate-size", str(F),
+                 "--rope-theta", c["model.rope_theta"], "--norm-eps", c["model.norm_eps"]]
+        if c["model.tie_embeddings"].lower() == "false":
+            args.append("--untied")
+    else:
+        if kvh != int(c["model.n_head"]):
+            die("model.n_kv_head = %s: the PyTorch peer torch_gpt.py models n_kv_head = n_head only"
+                % c["model.n_kv_head"])
+        if int(c.get("model.intermediate_size", "0")):
+            die("model.intermediate_size = %s: the PyTorch peer torch_gpt.py takes the MLP width "
+                "from expansion_ratio only" % c["model.intermediate_size"])
+        args += ["--max-seq-len", c["model.max_seq_len"], "--expansion", c["model.expansion_ratio"]]
     print(" ".join(args))
     return 0
 
@@ -177,6 +210,11 @@ def mib(kib):
     return "%.0f MiB" % (kib / 1024.0)
 
 
+# a run during which other processes used more than this many CPUs on average is marked disturbed
+# (quiet runs here: 0.00-0.04)
+DISTURBED_CPUS = 0.1
+
+
 def cmd_table(argv):
     # file names: <config>-<framework>-r<round>.json
     runs = {}
@@ -194,16 +232,22 @@ def cmd_table(argv):
         runs[cfg].setdefault(fw, []).append((rnd, d))
     print("Per run: the steady steps (after the first SKIP), tokens/s from their mean, and how much CPU")
     print("other processes used meanwhile")
+    disturbed = 0
     for cfg in order:
         for fw in ("tessera", "torch"):
             for rnd, d in sorted(runs[cfg].get(fw, [])):
                 ts = d["step_times"]
                 pr = d["proc"]
-                print("  %-5s %-7s round %d: %2d steps, mean %.4f s, median %.4f s (min %.4f, max %.4f)"
-                      " -> %6.0f tok/s | peak RSS %s | other processes used %.2f CPUs" % (
+                other = pr["foreign_cpu_s"] / pr["wall_s"]
+                disturbed += other > DISTURBED_CPUS
+                print("  %-10s %-7s round %d: %2d steps, mean %.4f s, median %.4f s (min %.4f, max %.4f)"
+                      " -> %6.0f tok/s | peak RSS %s | other processes used %.2f CPUs%s" % (
                           cfg, fw, rnd, len(ts), statistics.fmean(ts), statistics.median(ts), min(ts),
                           max(ts), d["tokens_per_step"] / statistics.fmean(ts), mib(pr["maxrss_kib"]),
-                          pr["foreign_cpu_s"] / pr["wall_s"]))
+                          other, "  DISTURBED" if other > DISTURBED_CPUS else ""))
+    if disturbed:
+        print("WARNING: %d run(s) shared the CPUs with other processes (> %.2f CPUs): their step times, "
+              "and the ratio, are not the programs' own; rerun on a quiet machine" % (disturbed, DISTURBED_CPUS))
     print()
     print("| config | params | tokens/step | tessera tok/s | PyTorch tok/s | ratio | "
           "tessera peak RSS | PyTorch peak RSS |")

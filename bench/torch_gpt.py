@@ -30,16 +30,16 @@ import sys
 import time
 
 
-def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def training_parser(description):
+    """The options every PyTorch peer shares: the transformer's common sizes, batch, optimizer,
+    schedule and timing (bench/torch_llama.py adds its own to this parser)."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--n-layer", type=int, required=True)
     p.add_argument("--d-model", type=int, required=True)
     p.add_argument("--n-head", type=int, required=True)
     p.add_argument("--vocab", type=int, required=True, help="real vocabulary V")
     p.add_argument("--vocab-multiple", type=int, default=128, help="wte rows padded to a multiple")
     p.add_argument("--seq-len", type=int, required=True)
-    p.add_argument("--max-seq-len", type=int, default=0, help="position table rows (0 = seq_len)")
-    p.add_argument("--expansion", type=float, default=4.0)
     p.add_argument("--global-batch", type=int, required=True)
     p.add_argument("--micro-batch", type=int, required=True)
     p.add_argument("--steps", type=int, default=15)
@@ -56,7 +56,11 @@ def parse_args(argv):
     p.add_argument("--alpha-f", type=float, default=0.1)
     p.add_argument("--init-std", type=float, default=0.02)
     p.add_argument("--seed", type=int, default=42)
-    a = p.parse_args(argv)
+    return p
+
+
+def check_args(p, a):
+    """Refuses option combinations no peer can run (p.error exits)."""
     if a.global_batch % a.micro_batch:
         p.error("--global-batch must be a multiple of --micro-batch")
     if a.d_model % a.n_head:
@@ -64,6 +68,13 @@ def parse_args(argv):
     if a.skip >= a.steps:
         p.error("--skip must be smaller than --steps")
     return a
+
+
+def parse_args(argv):
+    p = training_parser(__doc__.split("\n")[0])
+    p.add_argument("--max-seq-len", type=int, default=0, help="position table rows (0 = seq_len)")
+    p.add_argument("--expansion", type=float, default=4.0)
+    return check_args(p, p.parse_args(argv))
 
 
 def proc_status_kib(field):
@@ -153,6 +164,7 @@ def build(a):
             C = a.d_model
             self.V = a.vocab
             self.Vp = (a.vocab + a.vocab_multiple - 1) // a.vocab_multiple * a.vocab_multiple
+            self.padding = (self.Vp - self.V) * C
             maxT = a.max_seq_len or a.seq_len
             Fdim = int(round(a.expansion * C))
             self.wte = nn.Embedding(self.Vp, C)
@@ -190,8 +202,10 @@ def build(a):
     return GPT()
 
 
-def main(argv):
-    a = parse_args(argv)
+def train(a, build_model):
+    """Builds build_model(a) and trains it a.steps steps as tessera's trainer_step does, printing
+    one JSON line per step and the summary. The model has V, Vp, padding (the parameters in padded
+    vocabulary rows, not counted) and forward(idx, targets, scale) -> (scaled loss, summed loss)."""
     rss_start = proc_status_kib("VmRSS")
     import torch
 
@@ -201,11 +215,11 @@ def main(argv):
     torch.manual_seed(a.seed)
     rss_import = proc_status_kib("VmRSS")
 
-    model = build(a)
+    model = build_model(a)
     n_all = sum(p.numel() for p in model.parameters())
-    n_counted = n_all - (model.Vp - model.V) * a.d_model  # padded rows are not parameters
-    # weight decay on matrices (qkv, attproj, fc, fcproj); not on embeddings, LayerNorms, biases,
-    # as tessera with decay_embeddings = decay_norms_biases = false
+    n_counted = n_all - model.padding  # padded rows are not parameters
+    # weight decay on matrices (qkv, attproj, fc, fcproj, an untied lm_head); not on embeddings,
+    # norms, biases, as tessera with decay_embeddings = decay_norms_biases = false
     decay = [p for n, p in model.named_parameters() if p.dim() == 2 and not n.startswith(("wte", "wpe"))]
     no_decay = [p for n, p in model.named_parameters() if not (p.dim() == 2 and not n.startswith(("wte", "wpe")))]
     kw = {}
@@ -251,7 +265,7 @@ def main(argv):
     steady = times[a.skip:]
     med = statistics.median(steady)
     print(json.dumps({
-        "summary": True, "framework": "torch", "torch": torch.__version__,
+        "summary": True, "framework": "torch", "model": type(model).__name__, "torch": torch.__version__,
         "threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
         "openblas_core": openblas_core(), "blas_libraries": blas_libraries(),
         "env": {k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OMP_WAIT_POLICY", "ATEN_CPU_CAPABILITY",
@@ -265,6 +279,10 @@ def main(argv):
         "vmhwm_kib": proc_status_kib("VmHWM"),
     }), flush=True)
     return 0
+
+
+def main(argv):
+    return train(parse_args(argv), build)
 
 
 if __name__ == "__main__":
