@@ -327,6 +327,18 @@ void tcu_encoder_backward(float *dwte, float *dwpe, const tsr_bf16 *dout, const 
 
 /* ---- layernorm ----------------------------------------------------------------------------- */
 
+/* The input of a norm, widened: a, or (fused) residual = round(a + b), written, then read back as
+ * stored (the fused op is bit for bit the residual op and the norm op) */
+static float *norm_input(const char *what, int fused, tsr_bf16 *residual, const tsr_bf16 *a,
+                         const tsr_bf16 *b, size_t n) {
+    float *x = host_alloc(n * sizeof *x, what);
+    for (size_t i = 0; i < n; i++) {
+        if (fused) residual[i] = bf16_round(bf16_widen(a[i]) + bf16_widen(b[i]));
+        x[i] = bf16_widen(fused ? residual[i] : a[i]);
+    }
+    return x;
+}
+
 /* out = round(LN(x)) with x = inp, or (fused) x = residual = round(a + b): the LayerNorm of the
  * rounded residual, bit for bit the two separate ops; mean, rstd written when not NULL */
 static void ln_forward(const char *what, int fused, tsr_bf16 *residual, tsr_bf16 *out,
@@ -336,11 +348,7 @@ static void ln_forward(const char *what, int fused, tsr_bf16 *residual, tsr_bf16
     REQUIRE(out && a && w && (!fused || (b && residual)), what, "a required pointer is NULL");
     if (N == 0) return;
     const size_t n = (size_t)N * C;
-    float *x = host_alloc(n * sizeof *x, what), *o = host_alloc(n * sizeof *o, what);
-    for (size_t i = 0; i < n; i++) {
-        if (fused) residual[i] = bf16_round(bf16_widen(a[i]) + bf16_widen(b[i]));
-        x[i] = bf16_widen(fused ? residual[i] : a[i]);
-    }
+    float *x = norm_input(what, fused, residual, a, b, n), *o = host_alloc(n * sizeof *o, what);
     float *wf = widen(w, C, what), *bf = bias ? widen(bias, C, what) : NULL;
     float *mn = mean ? mean : host_alloc((size_t)N * sizeof *mn, what);
     float *rs = rstd ? rstd : host_alloc((size_t)N * sizeof *rs, what);
@@ -392,11 +400,7 @@ static void rms_forward(const char *what, int fused, tsr_bf16 *residual, tsr_bf1
     REQUIRE(out && a && w && (!fused || (b && residual)), what, "a required pointer is NULL");
     if (N == 0) return;
     const size_t n = (size_t)N * C;
-    float *x = host_alloc(n * sizeof *x, what), *o = host_alloc(n * sizeof *o, what);
-    for (size_t i = 0; i < n; i++) {
-        if (fused) residual[i] = bf16_round(bf16_widen(a[i]) + bf16_widen(b[i]));
-        x[i] = bf16_widen(fused ? residual[i] : a[i]);
-    }
+    float *x = norm_input(what, fused, residual, a, b, n), *o = host_alloc(n * sizeof *o, what);
     float *wf = widen(w, C, what);
     float *rs = rstd ? rstd : host_alloc((size_t)N * sizeof *rs, what);
     cpu->rmsnorm_forward(o, rs, x, wf, N, C, eps);
