@@ -14,12 +14,14 @@ tap_plan 8
 HOOK=$TSR_ROOT/jobs/lib/tessera-job.sh
 
 # step RC LINE...: run tsr_run on a stand-in step that prints LINEs on stderr and exits RC;
-# sets $got (the hook's exit status) and leaves its output in $TMP/out.txt
+# sets $got (the hook's exit status) and leaves its output in $TMP/out.txt. The hook's stderr copy
+# goes to a TMPDIR of the test's own: other tests' jobs may hold /tmp/tessera-step.* meanwhile.
 step() {
     local rc=$1; shift
     local lines
     lines=$(printf 'echo %q >&2; ' "$@")
-    SLURM_JOB_ID=7 TSR_REQUEUE=exit bash -c "source '$HOOK'; tsr_run bash -c '$lines exit $rc'" \
+    mkdir -p "$TMP/steptmp"
+    SLURM_JOB_ID=7 TSR_REQUEUE=exit TMPDIR="$TMP/steptmp" bash -c "source '$HOOK'; tsr_run bash -c '$lines exit $rc'" \
         >"$TMP/out.txt" 2>&1
     got=$?
 }
@@ -42,7 +44,7 @@ tap_check $? "ranks that disagree (1 and 3): a crash, requeued (exit $got)"
 
 step 143
 ((got == 143)) && grep -q "requeue" "$TMP/out.txt" && ! grep -q "not requeued" "$TMP/out.txt" &&
-    ! compgen -G "${TMPDIR:-/tmp}/tessera-step.*" >/dev/null
+    ! compgen -G "$TMP/steptmp/tessera-step.*" >/dev/null
 tap_check $? "srun killed with no task lines: a crash, requeued (exit $got); no stderr copy left behind"
 # A stand-in srun (drops its own --options, runs the rest) and a health checker that hangs: it
 # records its pid and sleeps far longer than the test waits.
