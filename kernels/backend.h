@@ -18,8 +18,8 @@
  * Optional entries (NULL where the backend has none): softmax_xent_grad, matvec_forward (the
  * decoder then uses matmul_forward), attention_decode (no KV-cache decoding on that backend).
  * argmax is required. The entries of the Llama-style blocks (rmsnorm_*, residual_rmsnorm_forward,
- * qknorm_*, rope_*, swiglu_*) are needed only by the models that use them: the decoder refuses a
- * model whose entries its backend lacks (dec_check_backend).
+ * qknorm_*, rope_*, swiglu_*) and of mixture-of-experts (moe_*) are needed only by the models that
+ * use them: the decoder refuses a model whose entries its backend lacks (dec_check_backend).
  */
 #ifndef TSR_BACKEND_H
 #define TSR_BACKEND_H
@@ -102,6 +102,32 @@ struct tsr_backend {
     void (*swiglu_forward)(const tsr_backend *be, void *out, const void *inp, int N, int F);
     void (*swiglu_backward)(const tsr_backend *be, void *dinp, const void *inp, const void *dout,
                             int N, int F);
+    /* Mixture of experts: the maths, shapes and orders of ops.h's moe_* entries, with the
+     * backend's types: logits, x, xg, dx, dxg, out, base, y, dy, inp, dinp, dout, dlogits act;
+     * w weight; probs, lse, wts, dwts, stats, dw fp32; idx, offs, rows, slot int32 — all on the
+     * backend (no host copy is needed between them: a backend reads offs where it lies). */
+    void (*moe_route)(const tsr_backend *be, float *probs, float *lse, int32_t *idx, float *wts,
+                      int32_t *offs, int32_t *rows, int32_t *slot, float *stats,
+                      const void *logits, int N, int E, int K, int norm);
+    void (*moe_gather)(const tsr_backend *be, void *xg, const void *x, const int32_t *rows, int N,
+                       int K, int C);
+    void (*moe_gather_backward)(const tsr_backend *be, void *dx, const void *dxg,
+                                const int32_t *slot, int N, int K, int C);
+    void (*moe_matmul_forward)(const tsr_backend *be, void *out, const void *inp, const void *w,
+                               const int32_t *offs, int E, int NK, int IC, int OC);
+    void (*moe_matmul_backward)(const tsr_backend *be, void *dinp, float *dw, const void *dout,
+                                const void *inp, const void *w, const int32_t *offs, int E,
+                                int NK, int IC, int OC);
+    void (*moe_combine)(const tsr_backend *be, void *out, const void *base, const void *y,
+                        const float *wts, const int32_t *slot, int N, int K, int C);
+    void (*moe_combine_backward)(const tsr_backend *be, void *dy, float *dwts, const void *dout,
+                                 const void *y, const float *wts, const int32_t *slot, int N,
+                                 int K, int C);
+    void (*moe_router_backward)(const tsr_backend *be, void *dlogits, const float *dwts,
+                                const float *probs, const float *lse, const int32_t *idx,
+                                const float *wts, const int32_t *offs, int N, int E, int K,
+                                int norm, float aux_w, float z_w);
+
     /* out (N,OC) = inp (N,IC) @ w^T + bias (or NULL). pre_gelu (N,OC) or NULL: fused epilogue,
      * pre_gelu = the product, out = gelu(pre_gelu) of kind gelu
      * (fp32: matmul_forward into pre_gelu, then gelu_forward) */

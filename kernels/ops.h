@@ -117,6 +117,56 @@ typedef struct tsr_ops {
     /* dinp (N,2F) +=, dout (N,F), inp as in forward */
     void (*swiglu_backward)(float *dinp, const float *inp, const float *dout, int N, int F);
 
+    /* ---- Mixture of experts (docs/moe.md; E experts, top K of them per row, NK = N * K) ----
+     * MoE ops are optional in the table (NULL: the model refuses MoE configs on that backend).
+     *
+     * Routing: probs (N,E) = softmax(logits (N,E)) in fp32 (max-subtracted), lse (N) =
+     * logsumexp of each logits row; idx (N,K) the K experts of highest probability in descending
+     * order (ties: the lower expert index first); wts (N,K) their weights: probs[n, idx[n,j]],
+     * divided by the sum of the K when norm. Grouping: assignment a = n*K + j goes to grouped
+     * row slot[a]; rows are ordered by expert, then by a ascending (a stable counting sort), so
+     * offs (E+1) gives expert e the rows offs[e] .. offs[e+1]-1 (offs[0] = 0, offs[E] = NK) and
+     * rows (NK) is the inverse of slot (rows[slot[a]] = a). stats (2): this call's auxiliary
+     * losses, stats[0] = aux = E * sum_e (count_e / NK) * (sum_n probs[n,e] / N) (1 at perfect
+     * balance; count_e = offs[e+1] - offs[e]), stats[1] = z = sum_n lse[n]^2 / N. */
+    void (*moe_route)(float *probs, float *lse, int32_t *idx, float *wts, int32_t *offs,
+                      int32_t *rows, int32_t *slot, float *stats, const float *logits, int N,
+                      int E, int K, int norm);
+    /* xg (NK,C): xg[r] = x[rows[r] / K]; x (N,C) */
+    void (*moe_gather)(float *xg, const float *x, const int32_t *rows, int N, int K, int C);
+    /* dx (N,C) += dxg[slot[n*K + j]] for j = 0..K-1 in that order (added to dx[n] one by one) */
+    void (*moe_gather_backward)(float *dx, const float *dxg, const int32_t *slot, int N, int K,
+                                int C);
+    /* The experts' grouped product: for each e, rows offs[e]..offs[e+1]-1 of out (NK,OC) =
+     * those rows of inp (NK,IC) @ w[e]^T, w (E,OC,IC); an expert without rows computes nothing.
+     * Each expert's rows as matmul_forward of those rows alone would give them (no bias). */
+    void (*moe_matmul_forward)(float *out, const float *inp, const float *w, const int32_t *offs,
+                               int E, int NK, int IC, int OC);
+    /* dinp (NK,IC) +=, dw (E,OC,IC) += : matmul_backward of each expert's rows */
+    void (*moe_matmul_backward)(float *dinp, float *dw, const float *dout, const float *inp,
+                                const float *w, const int32_t *offs, int E, int NK, int IC,
+                                int OC);
+    /* out (N,C) = base[n] (or 0 when base is NULL), then += wts[n,j] * y[slot[n*K+j]] for
+     * j = 0..K-1 in that order. WRITES out. y (NK,C), wts (N,K) */
+    void (*moe_combine)(float *out, const float *base, const float *y, const float *wts,
+                        const int32_t *slot, int N, int K, int C);
+    /* WRITES dy (NK,C): row slot[n*K+j] = wts[n,j] * dout[n]; WRITES dwts (N,K) =
+     * dot(dout[n], y[slot[n*K+j]]) (summed in double) */
+    void (*moe_combine_backward)(float *dy, float *dwts, const float *dout, const float *y,
+                                 const float *wts, const int32_t *slot, int N, int K, int C);
+    /* WRITES dlogits (N,E), the gradient of the router logits given dwts (N,K), the gradient of
+     * the K weights, plus aux_w * d(aux)/d(logits) and z_w * d(z)/d(logits) of this call's stats:
+     *   dp[n,e]  = the weights' gradient through the normalisation (norm: for e = idx[n,j],
+     *              (dwts[n,j] - sum_j' dwts[n,j'] wts[n,j']) / s with s the sum of the K probs;
+     *              else dwts[n,j]), 0 for experts not chosen, plus aux_w * E * count_e / (NK * N)
+     *              (the counts are constants: aux's gradient flows through the probabilities);
+     *   dlogits  = probs * (dp - sum_e probs * dp) + z_w * 2 lse[n] probs[n,e] / N
+     * (sums in double). probs, lse, idx, wts, offs as moe_route wrote them. */
+    void (*moe_router_backward)(float *dlogits, const float *dwts, const float *probs,
+                                const float *lse, const int32_t *idx, const float *wts,
+                                const int32_t *offs, int N, int E, int K, int norm, float aux_w,
+                                float z_w);
+
     /* GELU, tanh approximation (GPT-2) or exact erf form (MPT).  out, inp (n) */
     void (*gelu_forward)(float *out, const float *inp, size_t n, tsr_gelu_kind kind);
     /* dinp (n) += gelu'(inp) * dout */

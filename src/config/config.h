@@ -63,6 +63,14 @@ typedef struct tsr_model_config {
     int qkv_bias;         /* a bias on the q, k, v projections even with bias = false (Qwen 2) */
     int qk_norm;          /* RMSNorm of each q and k head before RoPE (Qwen 3) */
     int tie_embeddings;   /* the LM head is wte; false: its own (Vp, C) matrix */
+    /* mixture of experts (docs/moe.md): 0 experts = a dense model */
+    int moe_experts;      /* E routed experts per MoE layer, each a SwiGLU MLP */
+    int moe_top_k;        /* K experts per token */
+    int moe_intermediate_size; /* an expert's hidden width; 0 = the dense MLP width F */
+    int moe_every;        /* layer l is MoE when (l + 1) % moe_every == 0 (1: every layer) */
+    int moe_norm_topk;    /* the K weights are divided by their sum */
+    int moe_shared_size;  /* hidden width of an always-on shared SwiGLU expert; 0 = none */
+    double moe_aux_loss_coef, moe_z_loss_coef;
     double rope_theta;
     tsr_rope_scaling_kind rope_scaling;
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
@@ -183,6 +191,8 @@ int config_actckpt_layers(const tsr_model_config *m, int *lo, int *n, const char
 /* The attention and MLP shape a model config gives (0 = derived keys resolved). */
 typedef struct tsr_model_dims {
     int NH, KVH, hs, F; /* heads, key/value heads, head size, MLP width */
+    int E, K, FE, S;    /* MoE: experts, experts per token, expert width, shared width (0 none) */
+    int LM;             /* MoE layers (0: dense) */
 } tsr_model_dims;
 /* Resolves n_kv_head, head_dim and the MLP width and checks the architecture keys against each
  * other: the head size (d_model / n_head when head_dim is 0), n_head a multiple of n_kv_head, an

@@ -190,6 +190,38 @@ const cfgtab_key cfgtab_keys[] = {
      .def = "true",
      .doc = "The LM head is the token embedding wte (GPT-2, Llama 3.2 1B/3B, Qwen small); false: "
             "a separate (vocab, d_model) matrix `lm_head` (Llama 3.1 8B, Qwen 7B/8B)."},
+    {.name = "model.moe_experts", .type = CFGK_INT, FIELD(model.moe_experts), .def = "0",
+     .ilo = 0, .ihi = 4096,
+     .doc = "Mixture of experts: routed experts per MoE layer (each a SwiGLU MLP); 0 = a dense "
+            "model, else >= 2 (Mixtral: 8, Qwen3-30B-A3B: 128, DBRX: 16; docs/moe.md)."},
+    {.name = "model.moe_top_k", .type = CFGK_INT, FIELD(model.moe_top_k), .def = "2", .ilo = 1,
+     .ihi = 4096,
+     .doc = "Experts each token is routed to (at most model.moe_experts; Mixtral 2, DBRX 4, "
+            "Qwen3-MoE 8). Dropless: every token reaches all of them."},
+    {.name = "model.moe_intermediate_size", .type = CFGK_INT,
+     FIELD(model.moe_intermediate_size), .def = "0", .ilo = 0, INT32_ONLY,
+     .doc = "Hidden width of one expert; 0 = the dense MLP width (model.intermediate_size or "
+            "expansion_ratio x d_model)."},
+    {.name = "model.moe_every", .type = CFGK_INT, FIELD(model.moe_every), .def = "1", .ilo = 1,
+     INT32_ONLY,
+     .doc = "Which layers are MoE: layer l (0-based) when (l + 1) is a multiple of it; 1 = every "
+            "layer, 2 = every second (the others keep the dense MLP of model.mlp)."},
+    {.name = "model.moe_norm_topk", .type = CFGK_BOOL, FIELD(model.moe_norm_topk),
+     .def = "true",
+     .doc = "Divide the top-k router probabilities by their sum (Mixtral, DBRX, Qwen3-MoE); "
+            "false: use them as they are (Qwen2-MoE, Switch)."},
+    {.name = "model.moe_shared_size", .type = CFGK_INT, FIELD(model.moe_shared_size),
+     .def = "0", .ilo = 0, INT32_ONLY,
+     .doc = "Hidden width of a shared SwiGLU expert every token passes through besides its "
+            "routed ones (DeepSeek style, ungated); 0 = none."},
+    {.name = "model.moe_aux_loss_coef", .type = CFGK_FLOAT, FIELD(model.moe_aux_loss_coef),
+     .def = "0.01", .lo = 0, NO_MAX,
+     .doc = "Weight of the load-balancing loss E * sum_e f_e P_e per MoE layer (1 at perfect "
+            "balance; Hugging Face's Mixtral form is top_k times it: docs/moe.md)."},
+    {.name = "model.moe_z_loss_coef", .type = CFGK_FLOAT, FIELD(model.moe_z_loss_coef),
+     .def = "0", .lo = 0, NO_MAX,
+     .doc = "Weight of the router z-loss, the mean squared logsumexp of the router logits per "
+            "MoE layer (ST-MoE; 1e-3 is usual); 0 = off."},
     {.name = "model.init_std", .type = CFGK_FLOAT, FIELD(model.init_std), .def = "0.02", .lo = 0,
      .lo_open = 1, NO_MAX, .doc = "Standard deviation of the normal weight initialization."},
     {.name = "model.activation_checkpointing", .type = CFGK_ENUM,

@@ -274,14 +274,10 @@ void gpu_model_download(const tsr_gpu_model *g, float *params_host) {
 }
 
 int gpu_model_unit_slices(const tsr_model *m, int u, size_t *off, size_t *len) {
-    size_t at[TSR_P_COUNT];
     int k = 0;
-    dec_unit_offsets(m, u, at);
     for (int i = 0; i < TSR_P_COUNT; i++) {
-        if (at[i] == SIZE_MAX) continue;
-        const tsr_param_info *p = &m->params_info[i];
-        off[k] = at[i];
-        len[k++] = u > 0 ? p->numel / (size_t)m->L : p->numel;
+        off[k] = model_unit_slice(m, (tsr_param_id)i, u, &len[k]);
+        if (off[k] != SIZE_MAX) k++;
     }
     return k;
 }

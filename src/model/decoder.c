@@ -26,12 +26,8 @@
 /* ---- the parameter units ------------------------------------------------------------------- */
 
 void dec_unit_offsets(const tsr_model *m, int u, size_t off[TSR_P_COUNT]) {
-    for (int i = 0; i < TSR_P_COUNT; i++) {
-        const tsr_param_info *p = &m->params_info[i];
-        off[i] = SIZE_MAX;
-        if (!p->numel || model_param_per_layer((tsr_param_id)i) != (u > 0)) continue;
-        off[i] = p->offset + (u > 0 ? (size_t)(u - 1) * (p->numel / (size_t)m->L) : 0);
-    }
+    size_t len;
+    for (int i = 0; i < TSR_P_COUNT; i++) off[i] = model_unit_slice(m, (tsr_param_id)i, u, &len);
 }
 
 /* unit u's tensors by id (weights in the backend's type; gradients in backward) */
@@ -190,6 +186,16 @@ void dec_check_backend(const tsr_model *m, const tsr_backend *be) {
         {c->pos == TSR_POS_ROPE, be->rope_backward, "model.pos = \"rope\""},
         {c->mlp == TSR_MLP_SWIGLU, be->swiglu_forward, "model.mlp = \"swiglu\""},
         {c->mlp == TSR_MLP_SWIGLU, be->swiglu_backward, "model.mlp = \"swiglu\""},
+        {m->E > 0, be->moe_route, "model.moe_experts > 0"},
+        {m->E > 0, be->moe_gather, "model.moe_experts > 0"},
+        {m->E > 0, be->moe_gather_backward, "model.moe_experts > 0"},
+        {m->E > 0, be->moe_matmul_forward, "model.moe_experts > 0"},
+        {m->E > 0, be->moe_matmul_backward, "model.moe_experts > 0"},
+        {m->E > 0, be->moe_combine, "model.moe_experts > 0"},
+        {m->E > 0, be->moe_combine_backward, "model.moe_experts > 0"},
+        {m->E > 0, be->moe_router_backward, "model.moe_experts > 0"},
+        {m->E > 0, be->swiglu_forward, "model.moe_experts > 0"},
+        {m->E > 0, be->swiglu_backward, "model.moe_experts > 0"},
     };
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
         if (need[i].needed && !need[i].entry)

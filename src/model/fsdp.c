@@ -11,11 +11,9 @@
 static void build_unit(const tsr_model *m, int u, fsdp_unit *un) {
     memset(un, 0, sizeof *un);
     for (int i = 0; i < TSR_P_COUNT; i++) {
-        const tsr_param_info *p = &m->params_info[i];
-        if (!p->numel || model_param_per_layer((tsr_param_id)i) != (u > 0)) continue;
-        size_t len = u > 0 ? p->numel / (size_t)m->L : p->numel;
-        un->seg[un->n_seg++] = (fsdp_seg){i, p->offset + (u > 0 ? (size_t)(u - 1) * len : 0),
-                                          un->size, len};
+        size_t len, off = model_unit_slice(m, (tsr_param_id)i, u, &len);
+        if (off == SIZE_MAX) continue;
+        un->seg[un->n_seg++] = (fsdp_seg){i, off, un->size, len};
         un->size += len;
     }
 }

@@ -8,7 +8,7 @@
 #include "common.h"
 
 static void set_param(tsr_model *m, tsr_param_id id, const char *name, tsr_param_kind kind,
-                      int present, int ndim, int64_t d0, int64_t d1, int64_t d2) {
+                      int present, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
     tsr_param_info *p = &m->params_info[id];
     p->name = name;
     p->kind = kind;
@@ -16,11 +16,13 @@ static void set_param(tsr_model *m, tsr_param_id id, const char *name, tsr_param
     p->shape[0] = d0;
     p->shape[1] = d1;
     p->shape[2] = d2;
+    p->shape[3] = d3;
     p->numel = 0;
     if (present) {
         p->numel = (size_t)d0;
         if (ndim > 1) p->numel *= (size_t)d1;
         if (ndim > 2) p->numel *= (size_t)d2;
+        if (ndim > 3) p->numel *= (size_t)d3;
     }
 }
 
@@ -100,6 +102,12 @@ void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const ts
     m->QKV = (m->NH + 2 * m->KVH) * m->hs;
     m->F = dims.F;
     m->FW = cfg->mlp == TSR_MLP_SWIGLU ? 2 * m->F : m->F;
+    m->E = dims.E;
+    m->K = dims.K;
+    m->FE = dims.FE;
+    m->S = dims.S;
+    m->LM = dims.LM;
+    m->LD = cfg->n_layer - dims.LM;
     m->V = cfg->vocab_size;
     int mult = cfg->vocab_multiple > 0 ? cfg->vocab_multiple : 1;
     m->Vp = (m->V + mult - 1) / mult * mult;
@@ -108,25 +116,31 @@ void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const ts
     int64_t L = m->L, C = m->C, F = m->F, FW = m->FW, QKV = m->QKV, QD = m->QD, hs = m->hs;
     int learned = cfg->pos == TSR_POS_LEARNED, bias = cfg->bias;
     int nbias = bias && cfg->norm == TSR_NORM_LAYERNORM, qn = cfg->qk_norm;
-    set_param(m, TSR_P_WTE, "wte", TSR_PK_EMBEDDING, 1, 2, m->Vp, C, 0);
-    set_param(m, TSR_P_WPE, "wpe", TSR_PK_EMBEDDING, learned, 2, m->maxT, C, 0);
-    set_param(m, TSR_P_LN1W, "ln1w", TSR_PK_NORM, 1, 2, L, C, 0);
-    set_param(m, TSR_P_LN1B, "ln1b", TSR_PK_NORM, nbias, 2, L, C, 0);
-    set_param(m, TSR_P_QKVW, "qkvw", TSR_PK_WEIGHT, 1, 3, L, QKV, C);
-    set_param(m, TSR_P_QKVB, "qkvb", TSR_PK_BIAS, bias || cfg->qkv_bias, 2, L, QKV, 0);
-    set_param(m, TSR_P_QNORMW, "qnormw", TSR_PK_NORM, qn, 2, L, hs, 0);
-    set_param(m, TSR_P_KNORMW, "knormw", TSR_PK_NORM, qn, 2, L, hs, 0);
-    set_param(m, TSR_P_ATTPROJW, "attprojw", TSR_PK_WEIGHT, 1, 3, L, C, QD);
-    set_param(m, TSR_P_ATTPROJB, "attprojb", TSR_PK_BIAS, bias, 2, L, C, 0);
-    set_param(m, TSR_P_LN2W, "ln2w", TSR_PK_NORM, 1, 2, L, C, 0);
-    set_param(m, TSR_P_LN2B, "ln2b", TSR_PK_NORM, nbias, 2, L, C, 0);
-    set_param(m, TSR_P_FCW, "fcw", TSR_PK_WEIGHT, 1, 3, L, FW, C);
-    set_param(m, TSR_P_FCB, "fcb", TSR_PK_BIAS, bias, 2, L, FW, 0);
-    set_param(m, TSR_P_FCPROJW, "fcprojw", TSR_PK_WEIGHT, 1, 3, L, C, F);
-    set_param(m, TSR_P_FCPROJB, "fcprojb", TSR_PK_BIAS, bias, 2, L, C, 0);
-    set_param(m, TSR_P_LNFW, "lnfw", TSR_PK_NORM, 1, 1, C, 0, 0);
-    set_param(m, TSR_P_LNFB, "lnfb", TSR_PK_NORM, nbias, 1, C, 0, 0);
-    set_param(m, TSR_P_LMHEAD, "lm_head", TSR_PK_WEIGHT, !cfg->tie_embeddings, 2, m->Vp, C, 0);
+    set_param(m, TSR_P_WTE, "wte", TSR_PK_EMBEDDING, 1, 2, m->Vp, C, 0, 0);
+    set_param(m, TSR_P_WPE, "wpe", TSR_PK_EMBEDDING, learned, 2, m->maxT, C, 0, 0);
+    set_param(m, TSR_P_LN1W, "ln1w", TSR_PK_NORM, 1, 2, L, C, 0, 0);
+    set_param(m, TSR_P_LN1B, "ln1b", TSR_PK_NORM, nbias, 2, L, C, 0, 0);
+    set_param(m, TSR_P_QKVW, "qkvw", TSR_PK_WEIGHT, 1, 3, L, QKV, C, 0);
+    set_param(m, TSR_P_QKVB, "qkvb", TSR_PK_BIAS, bias || cfg->qkv_bias, 2, L, QKV, 0, 0);
+    set_param(m, TSR_P_QNORMW, "qnormw", TSR_PK_NORM, qn, 2, L, hs, 0, 0);
+    set_param(m, TSR_P_KNORMW, "knormw", TSR_PK_NORM, qn, 2, L, hs, 0, 0);
+    set_param(m, TSR_P_ATTPROJW, "attprojw", TSR_PK_WEIGHT, 1, 3, L, C, QD, 0);
+    set_param(m, TSR_P_ATTPROJB, "attprojb", TSR_PK_BIAS, bias, 2, L, C, 0, 0);
+    set_param(m, TSR_P_LN2W, "ln2w", TSR_PK_NORM, 1, 2, L, C, 0, 0);
+    set_param(m, TSR_P_LN2B, "ln2b", TSR_PK_NORM, nbias, 2, L, C, 0, 0);
+    const int64_t LD = m->LD, LM = m->LM, E = m->E, FE = m->FE, S = m->S;
+    set_param(m, TSR_P_FCW, "fcw", TSR_PK_WEIGHT, LD > 0, 3, LD, FW, C, 0);
+    set_param(m, TSR_P_FCB, "fcb", TSR_PK_BIAS, LD > 0 && bias, 2, LD, FW, 0, 0);
+    set_param(m, TSR_P_FCPROJW, "fcprojw", TSR_PK_WEIGHT, LD > 0, 3, LD, C, F, 0);
+    set_param(m, TSR_P_FCPROJB, "fcprojb", TSR_PK_BIAS, LD > 0 && bias, 2, LD, C, 0, 0);
+    set_param(m, TSR_P_ROUTERW, "routerw", TSR_PK_WEIGHT, LM > 0, 3, LM, E, C, 0);
+    set_param(m, TSR_P_EXPW1, "expw1", TSR_PK_WEIGHT, LM > 0, 4, LM, E, 2 * FE, C);
+    set_param(m, TSR_P_EXPW2, "expw2", TSR_PK_WEIGHT, LM > 0, 4, LM, E, C, FE);
+    set_param(m, TSR_P_SHW1, "shw1", TSR_PK_WEIGHT, LM > 0 && S > 0, 3, LM, 2 * S, C, 0);
+    set_param(m, TSR_P_SHW2, "shw2", TSR_PK_WEIGHT, LM > 0 && S > 0, 3, LM, C, S, 0);
+    set_param(m, TSR_P_LNFW, "lnfw", TSR_PK_NORM, 1, 1, C, 0, 0, 0);
+    set_param(m, TSR_P_LNFB, "lnfb", TSR_PK_NORM, nbias, 1, C, 0, 0, 0);
+    set_param(m, TSR_P_LMHEAD, "lm_head", TSR_PK_WEIGHT, !cfg->tie_embeddings, 2, m->Vp, C, 0, 0);
     size_t off = 0;
     for (int i = 0; i < TSR_P_COUNT; i++) {
         m->params_info[i].offset = off;
@@ -145,7 +159,52 @@ void model_alloc_params(tsr_model *m) {
     model_alloc_slopes(m);
 }
 
-int model_param_per_layer(tsr_param_id id) { return id >= TSR_P_LN1W && id <= TSR_P_FCPROJB; }
+int model_param_per_layer(tsr_param_id id) { return id >= TSR_P_LN1W && id <= TSR_P_SHW2; }
+
+int model_moe_layer(const tsr_model *m, int l) {
+    return m->E > 0 && (l + 1) % m->cfg.moe_every == 0;
+}
+
+/* the layers a per-layer tensor serves: 0 all, 1 the dense-MLP ones, 2 the MoE ones */
+static int param_layer_set(tsr_param_id id) {
+    if (id >= TSR_P_FCW && id <= TSR_P_FCPROJB) return 1;
+    if (id >= TSR_P_ROUTERW && id <= TSR_P_SHW2) return 2;
+    return 0;
+}
+
+int model_param_layers(const tsr_model *m, tsr_param_id id) {
+    if (!model_param_per_layer(id)) return 0;
+    switch (param_layer_set(id)) {
+    case 1: return m->LD;
+    case 2: return m->LM;
+    default: return m->L;
+    }
+}
+
+size_t model_unit_slice(const tsr_model *m, tsr_param_id id, int u, size_t *len) {
+    const tsr_param_info *p = &m->params_info[id];
+    *len = 0;
+    if (!p->numel || model_param_per_layer(id) != (u > 0)) return SIZE_MAX;
+    if (u == 0) {
+        *len = p->numel;
+        return p->offset;
+    }
+    const int slot = model_layer_slot(m, id, u - 1);
+    if (slot < 0) return SIZE_MAX;
+    *len = p->numel / (size_t)model_param_layers(m, id);
+    return p->offset + (size_t)slot * *len;
+}
+
+int model_layer_slot(const tsr_model *m, tsr_param_id id, int l) {
+    if (!m->params_info[id].numel || !model_param_per_layer(id) || l < 0 || l >= m->L) return -1;
+    const int set = param_layer_set(id);
+    if (set == 0) return l;
+    const int moe = model_moe_layer(m, l);
+    if ((set == 2) != moe) return -1;
+    /* MoE layers before l: those k < l with (k + 1) % every == 0 */
+    const int before = m->E > 0 ? l / m->cfg.moe_every : 0;
+    return set == 2 ? before : l - before;
+}
 
 void model_alloc_slopes(tsr_model *m) {
     if (m->cfg.pos == TSR_POS_ALIBI && !m->alibi_slopes) {
@@ -167,6 +226,8 @@ static const uint64_t init_stream[TSR_P_COUNT] = {
     [TSR_P_LN2W] = 8,     [TSR_P_LN2B] = 9,    [TSR_P_FCW] = 10,     [TSR_P_FCB] = 11,
     [TSR_P_FCPROJW] = 12, [TSR_P_FCPROJB] = 13, [TSR_P_LNFW] = 14,   [TSR_P_LNFB] = 15,
     [TSR_P_QNORMW] = 16,  [TSR_P_KNORMW] = 17, [TSR_P_LMHEAD] = 18,
+    [TSR_P_ROUTERW] = 19, [TSR_P_EXPW1] = 20,  [TSR_P_EXPW2] = 21,   [TSR_P_SHW1] = 22,
+    [TSR_P_SHW2] = 23,
 };
 
 void model_init_weights(tsr_model *m, uint64_t seed) {
@@ -182,7 +243,8 @@ void model_init_weights(tsr_model *m, uint64_t seed) {
             for (size_t k = 0; k < p->numel; k++) w[k] = is_bias ? 0.0f : 1.0f;
             continue;
         }
-        double s = (i == TSR_P_ATTPROJW || i == TSR_P_FCPROJW) ? proj_std : std;
+        double s = (i == TSR_P_ATTPROJW || i == TSR_P_FCPROJW || i == TSR_P_EXPW2 ||
+                    i == TSR_P_SHW2) ? proj_std : std;
         size_t n = p->numel;
         if (i == TSR_P_WTE || i == TSR_P_LMHEAD)
             n = (size_t)m->V * (size_t)m->C; /* padded rows stay zero */
@@ -220,7 +282,9 @@ size_t model_act_group_slot(const tsr_model *m, tsr_act_group g, int l) {
 double model_flops_per_token(const tsr_model *m, int T) {
     /* an untied model's input embedding is a lookup, not a matmul: only the head's V x C count */
     double lookup = m->cfg.tie_embeddings ? 0.0 : (double)m->V * m->C;
-    return 6.0 * ((double)m->n_params_counted - lookup) + 12.0 * m->L * (double)m->QD * T;
+    /* MoE: a token passes through K of the E experts; the others' weights do no work for it */
+    double idle = (double)m->LM * (m->E - m->K) * 3.0 * m->FE * m->C;
+    return 6.0 * ((double)m->n_params_counted - lookup - idle) + 12.0 * m->L * (double)m->QD * T;
 }
 
 void model_segments(int32_t *seq, int32_t *pos, const int32_t *tokens, int eot, int B, int T) {

@@ -43,6 +43,13 @@ typedef enum {
     TSR_P_FCB,     /* (L, F) or (L, 2F) */
     TSR_P_FCPROJW, /* (L, C, F) */
     TSR_P_FCPROJB, /* (L, C) */
+    /* Mixture of experts (docs/moe.md), stacked over the LM MoE layers only; the dense MLP
+     * tensors above (fcw .. fcprojb) are then stacked over the LD = L - LM other layers. */
+    TSR_P_ROUTERW, /* (LM, E, C) the router */
+    TSR_P_EXPW1,   /* (LM, E, 2FE, C) each expert's [gate | up] rows, like SwiGLU's fcw */
+    TSR_P_EXPW2,   /* (LM, E, C, FE) each expert's down projection */
+    TSR_P_SHW1,    /* (LM, 2S, C) the shared expert's [gate | up]; size 0 without one */
+    TSR_P_SHW2,    /* (LM, C, S) */
     TSR_P_LNFW,    /* (C) */
     TSR_P_LNFB,    /* (C) */
     TSR_P_LMHEAD,  /* (Vp, C) the untied LM head; size 0 with tie_embeddings */
@@ -55,7 +62,7 @@ typedef struct tsr_param_info {
     const char *name;    /* "wte", "qkvw", ... (also the dataset name in dumps and checkpoints) */
     tsr_param_kind kind; /* decides weight decay */
     int ndim;
-    int64_t shape[3];
+    int64_t shape[4];
     size_t offset, numel; /* into the flat buffer; numel 0 = absent in this model */
 } tsr_param_info;
 
@@ -143,6 +150,9 @@ typedef struct tsr_model {
     int KVH, hs;             /* key/value heads, head size */
     int QD, QKV;             /* NH*hs (attention output width), (NH + 2 KVH) hs (projection) */
     int FW;                  /* width of the MLP's first projection: F, or 2F with SwiGLU */
+    int E, K, FE, S;         /* MoE (docs/moe.md): experts (0: dense), experts per token, expert
+                              * width, shared expert width (0: none) */
+    int LM, LD;              /* MoE layers, dense-MLP layers (LM + LD = L) */
     float *rope_freqs;       /* (hs/2) RoPE frequencies (model_rope_freqs) or NULL */
     tsr_param_info params_info[TSR_P_COUNT];
     size_t n_params;         /* floats in the flat buffer (including padded vocab rows) */
@@ -193,8 +203,21 @@ void model_alloc_params(tsr_model *m);
 /* The ALiBi slopes or RoPE frequencies alone (a model whose parameters live in a
  * tsr_param_source). */
 void model_alloc_slopes(tsr_model *m);
-/* Tensor id holds one slice per layer ((L, ...) shapes): ln1w .. fcprojb. */
+/* Tensor id holds one slice per layer it serves (a stacked (L, ...), (LD, ...) or (LM, ...)
+ * shape): ln1w .. shw2. */
 int model_param_per_layer(tsr_param_id id);
+/* Layer l is a mixture-of-experts layer: E > 0 and (l + 1) % moe_every == 0. */
+int model_moe_layer(const tsr_model *m, int l);
+/* Which slice of tensor id layer l uses: 0 .. (stack depth - 1), or -1 when layer l has no such
+ * tensor (a dense layer's expert tensors, a MoE layer's dense MLP, an absent tensor, a tensor that
+ * is not per layer). The slices are numel / depth floats each, in layer order. */
+int model_layer_slot(const tsr_model *m, tsr_param_id id, int l);
+/* The stack depth of per-layer tensor id: L, LD or LM (0 for the others). */
+int model_param_layers(const tsr_model *m, tsr_param_id id);
+/* Unit u's slice of tensor id (unit 0 the root's tensors whole, unit l+1 layer l's slice):
+ * its offset in the flat layout, and *len its floats; SIZE_MAX (and *len 0) when the unit has
+ * none of it. The one place the decoder, the ZeRO-3 shards and the CUDA model learn this. */
+size_t model_unit_slice(const tsr_model *m, tsr_param_id id, int u, size_t *len);
 /* GPT-2 initialisation: weights N(0, init_std), residual projections N(0, init_std/sqrt(2L)),
  * biases 0, LayerNorm weights 1, padded vocab rows 0. A pure function of (seed): every rank gets
  * the same bits without communication. */
@@ -233,7 +256,8 @@ void model_segments(int32_t *seq, int32_t *pos, const int32_t *tokens, int eot, 
  * allocates, so it shrinks with activation checkpointing. */
 size_t model_acts_bytes(const tsr_model *m, int B, int T);
 /* Training FLOPs per token: 6 N + 12 L (NH hs) T (LLM Foundry / PaLM; docs/mfu.md), N without
- * the input embedding of an untied model (a lookup; its head is the matmul that counts). */
+ * the input embedding of an untied model (a lookup; its head is the matmul that counts) and,
+ * with MoE, counting K of the E experts per layer (the active parameters). */
 double model_flops_per_token(const tsr_model *m, int T);
 /* MPT's ALiBi slopes for NH heads with alibi_bias_max = 8 (writes NH floats). */
 void model_alibi_slopes(float *slopes, int NH);

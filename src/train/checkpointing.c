@@ -159,7 +159,7 @@ static int build_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (
             snprintf(names[n], 64, "%s%s", set_prefix[set], p->name);
             c->name = names[n];
             c->ndim = p->ndim;
-            for (int d = 0; d < 4; d++) c->shape[d] = d < p->ndim && d < 3 ? p->shape[d] : 0;
+            for (int d = 0; d < 4; d++) c->shape[d] = d < p->ndim ? p->shape[d] : 0;
             c->lo = a - p->offset;
             c->hi = b - p->offset;
             c->data = a < b ? base[set] + (a - origin[set]) : NULL;
@@ -371,6 +371,12 @@ static void model_diff(const tsr_config *a, const tsr_config *b, char *out, size
         {"qk_norm", x->qk_norm, y->qk_norm},
         {"tie_embeddings", x->tie_embeddings, y->tie_embeddings},
         {"MLP width (expansion_ratio x d_model or intermediate_size)", dx.F, dy.F},
+        {"moe_experts", dx.E, dy.E},
+        {"moe_top_k", dx.K, dy.K},
+        {"moe expert width (moe_intermediate_size or the MLP width)", dx.FE, dy.FE},
+        {"moe_every", dx.E ? x->moe_every : 0, dy.E ? y->moe_every : 0},
+        {"moe_norm_topk", dx.E ? x->moe_norm_topk : 0, dy.E ? y->moe_norm_topk : 0},
+        {"moe_shared_size", dx.S, dy.S},
         {"max_seq_len", x->pos == TSR_POS_LEARNED ? (double)xs : 0,
          y->pos == TSR_POS_LEARNED ? (double)ys : 0},
     };
