@@ -294,12 +294,12 @@ static void gmm_obj(const void *c, double *out) {
             }
 }
 
-/* 5 checks: E=4 experts with 3, 0, 5, 2 rows (one without any): forward and backward the bits of
+/* 5 checks: E=5 experts with 3, 0, 1, 4, 2 rows (one without any, one with a single row): forward and backward the bits of
  * matmul_forward/matmul_backward of each expert's rows alone, forward against float64, dinp and
  * dw by finite differences (the empty expert's dw stays G0) */
 static void test_moe_matmul(int IC, int OC) {
-    enum { E = 4, NK = 10 };
-    const int32_t offs[E + 1] = {0, 3, 3, 8, 10};
+    enum { E = 5, NK = 10 };
+    const int32_t offs[E + 1] = {0, 3, 3, 4, 8, 10};
     const size_t ni = (size_t)NK * IC, no = (size_t)NK * OC, nw = (size_t)E * OC * IC;
     float *inp = FALLOC(ni), *w = FALLOC(nw), *out = FALLOC(no), *out2 = FALLOC(no);
     float *dout = FALLOC(no), *dinp = FALLOC(ni), *dw = FALLOC(nw);
