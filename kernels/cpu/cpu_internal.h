@@ -2,8 +2,9 @@
  *
  * cpu_ops.c holds the op table and the simple ops; cpu_attention.c and cpu_softmax.c the ops whose
  * speed matters most; cpu_llama.c the ops of the Llama/Qwen blocks (RMSNorm, QK-norm, RoPE,
- * SwiGLU); cpu_moe.c those of mixture of experts. Every op is deterministic: each output element is produced by one thread in
- * an order that does not depend on the thread count, so the same inputs give the same bits.
+ * SwiGLU); cpu_moe.c those of mixture of experts. Every op is deterministic: each output element
+ * is produced by one thread in an order that does not depend on the thread count, so the same
+ * inputs give the same bits.
  */
 #ifndef TSR_CPU_INTERNAL_H
 #define TSR_CPU_INTERNAL_H

@@ -23,7 +23,7 @@
 #include "cpu_internal.h"
 #include "ops.h"
 
-/* ---- routing -------------------------------------------------------------------------------- */
+/* ---- routing --------------------------------------------------------------------------------- */
 
 /* One row: p (E) = softmax(x) with max subtraction, the sum in double (cpu_softmax.c's way);
  * returns lse = max + log(sum). p may not alias x. */
@@ -121,7 +121,7 @@ void cpu_moe_route(float *probs, float *lse, int32_t *idx, float *wts, int32_t *
     }
 }
 
-/* ---- gather and combine ----------------------------------------------------------------------- */
+/* ---- gather and combine ---------------------------------------------------------------------- */
 
 /* xg[r] = x[rows[r] / K].  xg (NK,C), x (N,C), rows (NK) */
 void cpu_moe_gather(float *xg, const float *x, const int32_t *rows, int N, int K, int C) {
@@ -186,7 +186,7 @@ void cpu_moe_combine_backward(float *dy, float *dwts, const float *dout, const f
     }
 }
 
-/* ---- the experts' grouped matmuls ------------------------------------------------------------- */
+/* ---- the experts' grouped matmuls ------------------------------------------------------------ */
 
 /* For each expert with rows: out[offs[e]..] = inp[offs[e]..] @ w[e]^T, by matmul_forward.
  * out (NK,OC), inp (NK,IC), w (E,OC,IC), offs (E+1) */
@@ -215,7 +215,7 @@ void cpu_moe_matmul_backward(float *dinp, float *dw, const float *dout, const fl
     }
 }
 
-/* ---- router backward -------------------------------------------------------------------------- */
+/* ---- router backward ------------------------------------------------------------------------- */
 
 /* One row of dlogits (E), written: first dp (E) into d, rounded once from double: the aux term
  * cst * count_e for every e (cst = aux_w E / (NK N)) plus, for e = idx[j], the weights' gradient

@@ -82,7 +82,7 @@ static void ref_stats(double *aux, double *z, const double *probs, const double 
     for (int n = 0; n < N; n++) *z += lse[n] * lse[n] / N;
 }
 
-/* ---- routing outputs, the op's ---------------------------------------------------------------- */
+/* ---- routing outputs, the op's --------------------------------------------------------------- */
 
 typedef struct {
     float *probs, *lse, *wts, stats[2];
@@ -112,7 +112,8 @@ static void check_grouping(const char *what, const route_out *r, int N, int E, i
         ok &= r->offs[e + 1] >= r->offs[e];
         for (int g = r->offs[e]; g < r->offs[e + 1]; g++) ok &= r->idx[r->rows[g]] == e;
     }
-    for (int a = 0; a < NK; a++) ok &= r->slot[a] >= 0 && r->slot[a] < NK && r->rows[r->slot[a]] == a;
+    for (int a = 0; a < NK; a++)
+        ok &= r->slot[a] >= 0 && r->slot[a] < NK && r->rows[r->slot[a]] == a;
     tap_ok(ok, "%s: rows = slot^-1, offs from 0 to N*K=%d (no token dropped), each expert's rows "
                "its own", what, NK);
 }
@@ -235,7 +236,7 @@ static void test_route_random(int N, int E, int K, int norm, double scale) {
     free(slot);
 }
 
-/* ---- gather ------------------------------------------------------------------------------- */
+/* ---- gather ---------------------------------------------------------------------------------- */
 
 typedef struct {
     const double *x;
@@ -274,7 +275,7 @@ static void test_gather(int N, int E, int K, int C) {
     free(o.out), free(lg), free(x), free(xg), free(dxg), free(dx), free(x_), free(wts), free(g0);
 }
 
-/* ---- the grouped matmuls ------------------------------------------------------------------ */
+/* ---- the grouped matmuls --------------------------------------------------------------------- */
 
 typedef struct {
     const double *inp, *w;
@@ -294,9 +295,9 @@ static void gmm_obj(const void *c, double *out) {
             }
 }
 
-/* 5 checks: E=5 experts with 3, 0, 1, 4, 2 rows (one without any, one with a single row): forward and backward the bits of
- * matmul_forward/matmul_backward of each expert's rows alone, forward against float64, dinp and
- * dw by finite differences (the empty expert's dw stays G0) */
+/* 5 checks: E=5 experts with 3, 0, 1, 4, 2 rows (one without any, one with a single row):
+ * forward and backward the bits of matmul_forward/matmul_backward of each expert's rows alone,
+ * forward against float64, dinp and dw by finite differences (the empty expert's dw stays G0) */
 static void test_moe_matmul(int IC, int OC) {
     enum { E = 5, NK = 10 };
     const int32_t offs[E + 1] = {0, 3, 3, 4, 8, 10};
@@ -335,7 +336,7 @@ static void test_moe_matmul(int IC, int OC) {
     free(inp_), free(w_), free(wts), free(want), free(g0i), free(g0w), free(dinp2), free(dw2);
 }
 
-/* ---- combine ------------------------------------------------------------------------------ */
+/* ---- combine --------------------------------------------------------------------------------- */
 
 typedef struct {
     const double *base, *y, *w;
@@ -393,7 +394,7 @@ static void test_combine(int N, int E, int K, int C, int with_base) {
     free(dwts), free(g0y), free(g0w), free(base_), free(y_), free(w_), free(wts), free(want);
 }
 
-/* ---- router backward ---------------------------------------------------------------------- */
+/* ---- router backward ------------------------------------------------------------------------- */
 
 typedef struct {
     const double *dwts;
