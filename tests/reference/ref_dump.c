@@ -59,7 +59,8 @@ static void write_params(hid_t file, const char *group, const tsr_model *m, cons
     for (int i = 0; i < TSR_P_COUNT; i++) {
         const tsr_param_info *p = &m->params_info[i];
         if (!p->numel) continue;
-        hsize_t dims[3] = {(hsize_t)p->shape[0], (hsize_t)p->shape[1], (hsize_t)p->shape[2]};
+        hsize_t dims[4];
+        for (int k = 0; k < p->ndim; k++) dims[k] = (hsize_t)p->shape[k];
         write_ds(g, p->name, H5T_NATIVE_FLOAT, base + p->offset, p->ndim, dims);
     }
     H5Gclose(g);
