@@ -107,6 +107,7 @@ def build(a):
         return loss + share * extra, raw
 
     model.forward = forward
+    type(model).__name__ = "LlamaMoE"  # the summary's "model" (the class is this build's own)
     return model
 
 

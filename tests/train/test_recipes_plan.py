@@ -14,7 +14,7 @@ tessera) and compares:
     active parameters of a token count K of the E experts. The MoE models' cards print rounded
     figures (46.7B, 12.9B active): the hand count must be within one unit of their last digit;
   - FLOPs per token: 6 N + 12 L (n_head head_dim) T, N the active parameters without an untied
-    input embedding (docs/mfu.md);
+    input embedding (docs/mfu.md); a MoE model's plan also prints the active count, checked too;
   - fp32 weights: 4 bytes per parameter (the printed figure to 0.1 of its unit).
 Run: TESTS=recipes_plan bash tests/run.sh   (needs build/tessera-train). TAP; exit 77 without it.
 """
@@ -116,13 +116,15 @@ for name in RECIPES:
     r = subprocess.run([TRAIN, "--config", cfg, "--plan", "1", "--set", "data.tokenizer=",
                         "--set", "parallel.sharding=ddp"], capture_output=True, text=True)
     out = r.stdout + r.stderr
-    m = re.search(r"params: (\d+) trainable; FLOPs/token = .* = ([0-9.e+]+)", out)
+    m = re.search(r"params: (\d+) trainable(?:, (\d+) active per token [^;]*)?; FLOPs/token = "
+                  r".* = ([0-9.e+]+)", out)
     w = re.search(r"memory per rank \(fp32\): weights ([0-9.]+) (\w+)", out)
     if r.returncode != 0 or not m or not w:
         tap.diag(out[-2000:])
         tap.fail_until(tap.n + checks, f"{name}: --plan exited {r.returncode} without the figures")
         continue
-    got_n, got_flops = int(m.group(1)), float(m.group(2))
+    got_n, got_flops = int(m.group(1)), float(m.group(3))
+    got_active = int(m.group(2)) if m.group(2) else got_n  # printed for MoE models only
     if name in PUBLISHED:
         tap.ok(got_n == n == PUBLISHED[name],
                f"{name}: {got_n} parameters printed, {n} by hand, {PUBLISHED[name]} published")
@@ -130,10 +132,12 @@ for name in RECIPES:
         total, act = PUBLISHED_MOE[name]
         tap.ok(got_n == n and near_card(n, total),
                f"{name}: {got_n} parameters printed, {n} by hand, {total} on the model card")
-        tap.ok(near_card(active, act),
-               f"{name}: {active} active parameters per token by hand, {act} on the model card")
+        tap.ok(got_active == active and near_card(active, act),
+               f"{name}: {got_active} active parameters per token printed, {active} by hand, "
+               f"{act} on the model card")
     else:
-        tap.ok(got_n == n, f"{name}: {got_n} parameters printed, {n} by hand")
+        tap.ok(got_n == n and got_active == active,
+               f"{name}: {got_n} parameters ({got_active} active) printed, {n} ({active}) by hand")
     tap.ok(abs(got_flops - flops) <= 5e-4 * flops,
            f"{name}: FLOPs/token {got_flops:.4g} printed, 6N + 12 L H Q T = {flops:.4g} by hand")
     wb = float(w.group(1)) * UNITS[w.group(2)]
