@@ -59,6 +59,7 @@ for exe in (REF_DUMP, TESSERA):
 sys.path.insert(0, HERE)
 import torch_gpt  # noqa: E402
 import torch_llama  # noqa: E402
+import torch_moe  # noqa: E402
 
 # ---- tolerances (torch float64 is the exact reference; docs/reference-test.md has the numbers) --
 # Step 0, relative per tensor. fp32 unit roundoff is 2^-24 = 6e-8; a tiny model's forward and
@@ -672,7 +673,7 @@ def run_config(tap, cfg, tmp, data_dir, tokens, mask):
 
 # ---- the torch Llama on its own -----------------------------------------------------------------
 
-TORCH_SELF_CHECKS = 3
+TORCH_SELF_CHECKS = 6
 TOL_SELF = 1e-12  # float64 computations of the same thing in another order
 
 
@@ -756,8 +757,85 @@ def self_check_documents(tap):
            f"{diff:.1e})")
 
 
+def self_check_moe_hand(tap):
+    """Routing, weights and both router losses on 3 rows of known logits (E 3, K 2; the third row
+    ties experts 1 and 2 at the K-th place): probs [4,2,1]/7, [1,2,4]/7, [4,1,1]/6, so
+    counts [2,3,1], P = [58,31,37]/126, aux = 3 * (2*58 + 3*31 + 37) / (6*126) = 41/42,
+    z = (2 ln(7)^2 + ln(6)^2) / 3; and the gradients with the counts held constant:
+    d aux/d logits[n] = (E/N) (diag p_n - p_n p_n^T) f, d z/d logits[n] = (2/N) lse_n p_n."""
+    logits = torch.log(torch.tensor([[4.0, 2, 1], [1, 2, 4], [4, 1, 1]])).requires_grad_()
+    probs, idx, wts, margin = torch_moe.route(logits, 2, True)
+    aux, z, counts = torch_moe.router_losses(logits, probs, idx)
+    _, _, raw, _ = torch_moe.route(logits, 2, False)
+    errs = [float((wts - torch.tensor([[4 / 6, 2 / 6], [4 / 6, 2 / 6], [4 / 5, 1 / 5]])).abs().max()),
+            float((raw - torch.tensor([[4 / 7, 2 / 7], [4 / 7, 2 / 7], [4 / 6, 1 / 6]])).abs().max()),
+            abs(float(aux) - 41 / 42),
+            abs(float(z) - (2 * math.log(7) ** 2 + math.log(6) ** 2) / 3)]
+    g_aux, = torch.autograd.grad(aux, logits, retain_graph=True)
+    g_z, = torch.autograd.grad(z, logits)
+    p, f, E_over_N = probs.detach(), counts / 6, 3 / 3
+    want = torch.stack([(torch.diag(r) - torch.outer(r, r)) @ f for r in p]) * E_over_N
+    errs.append(float((g_aux - want).abs().max()))
+    lse = torch.logsumexp(logits.detach(), dim=-1)
+    errs.append(float((g_z - 2 / 3 * lse[:, None] * p).abs().max()))
+    routing_ok = idx.tolist() == [[0, 1], [2, 1], [0, 1]] and counts.tolist() == [2, 3, 1] \
+        and float(margin[2]) == 0.0
+    e = max(errs)
+    tap.ok(routing_ok and e <= TOL_SELF,
+           f"torch: MoE on hand logits: top-2 {idx.tolist()} (the tie at row 3 to the lower "
+           f"expert), normalised and raw weights, aux 41/42, z, and their gradients with constant "
+           f"counts: max |diff| {e:.1e} <= {TOL_SELF:g}")
+
+
+def random_moe(seed, N=8, C=6, E=4, FE=3, S=2):
+    """Random float64 inputs and weights (x, router, w1, w2, shw1, shw2) of one MoE layer."""
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(N, C), (E, C), (E, 2 * FE, C), (E, C, FE), (2 * S, C), (C, S)]
+    return [torch.randn(s, generator=g, dtype=torch.float64).requires_grad_() for s in shapes]
+
+
+def self_check_moe_dispatch(tap):
+    """The loop over experts (index_add of each expert's rows) equals every expert run on every
+    row, weighted by a dense (N,E) matrix that holds wts at idx and zeros elsewhere; no row dropped."""
+    errs, routed = [], []
+    for norm_topk, shared in ((True, False), (False, True)):
+        x, router, w1, w2, shw1, shw2 = random_moe(3)
+        sh = (shw1, shw2) if shared else (None, None)
+        out, _, _, info = torch_moe.moe_forward(x, router, w1, w2, *sh, 2, norm_topk)
+        dense = torch.zeros(x.shape[0], router.shape[0]).scatter(1, info.idx, info.wts)
+        want = torch_moe.swiglu(x, shw1, shw2) if shared else torch.zeros_like(x)
+        for e in range(router.shape[0]):
+            want = want + dense[:, e, None] * torch_moe.swiglu(x, w1[e], w2[e])
+        errs.append(rel_err(out.detach().numpy(), want.detach().numpy()))
+        routed.append(int(info.counts.sum()) == 2 * x.shape[0])
+    tap.ok(max(errs) <= TOL_SELF and all(routed),
+           f"torch: MoE dispatch (per-expert loop) equals the dense weighted sum over all experts, "
+           f"with and without a shared expert, N*K rows routed: rel err {max(errs):.1e} <= "
+           f"{TOL_SELF:g}")
+
+
+def self_check_moe_gradcheck(tap):
+    """torch.autograd.gradcheck (finite differences) of the MoE layer's output, aux and z with
+    respect to x and every weight, both weightings, shared expert on; the routing margin of the
+    rows is far above the finite-difference step, so no expert switches."""
+    results, margins = [], []
+    for norm_topk in (True, False):
+        inputs = random_moe(4)
+        margins.append(float(torch_moe.route(inputs[0] @ inputs[1].T, 2, norm_topk)[3].min()))
+
+        def layer(*t, norm_topk=norm_topk):
+            out, aux, z, _ = torch_moe.moe_forward(*t, 2, norm_topk)
+            return out, aux, z
+        results.append(torch.autograd.gradcheck(layer, inputs, eps=1e-6, atol=1e-7, rtol=1e-5,
+                                                raise_exception=False))
+    tap.ok(all(results) and min(margins) > 1e-3,
+           f"torch: gradcheck of the MoE layer (out, aux, z; norm_topk true and false) passes: "
+           f"{results}; smallest routing margin {min(margins):.2e} > 1e-3")
+
+
 def torch_self_checks(tap):
-    for check in (self_check_rope, self_check_gqa, self_check_documents):
+    for check in (self_check_rope, self_check_gqa, self_check_documents, self_check_moe_hand,
+                  self_check_moe_dispatch, self_check_moe_gradcheck):
         try:
             check(tap)
         except Exception:
