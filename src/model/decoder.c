@@ -60,15 +60,27 @@ typedef struct strides {
     size_t nc, n, f, fw, qkv, qd, qkn, att; /* act (N,C); fp32 (N); act (N,F); act (N,FW);
                                              * act (N,QKV); act (N,NH*hs); fp32 (N,NH+KVH);
                                              * the saved attention */
+    /* MoE (0 in a dense model): act (N,E), fp32 (N,E), 4-byte (N,K), 4-byte (NK), act (NK,C),
+     * act (NK,2FE), act (NK,FE), act (N,2S), act (N,S), int32 (E+1), fp32 (2) */
+    size_t ne, nef, nk, r, xg, h, hg, sh, shg, offs, stats;
 } strides;
 
 static strides strides_of(const tsr_model *m, const tsr_backend *be, int B, int T) {
     size_t N = (size_t)B * T, e = tsr_dtype_size(be->act), f = sizeof(float), al = be->align;
+    const size_t E = (size_t)m->E, K = (size_t)m->K, NK = N * K, FE = (size_t)m->FE;
+    const size_t S = (size_t)m->S;
     return (strides){layer_stride(N * m->C, e, al), layer_stride(N, f, al),
                      layer_stride(N * m->F, e, al), layer_stride(N * m->FW, e, al),
                      layer_stride(N * m->QKV, e, al), layer_stride(N * m->QD, e, al),
                      layer_stride(N * (size_t)(m->NH + m->KVH), f, al),
-                     layer_stride(be->attention_saved(B, T, m->NH), f, al)};
+                     layer_stride(be->attention_saved(B, T, m->NH), f, al),
+                     .ne = layer_stride(N * E, e, al), .nef = layer_stride(N * E, f, al),
+                     .nk = layer_stride(N * K, f, al), .r = layer_stride(NK, f, al),
+                     .xg = layer_stride(NK * m->C, e, al), .h = layer_stride(NK * 2 * FE, e, al),
+                     .hg = layer_stride(NK * FE, e, al), .sh = layer_stride(N * 2 * S, e, al),
+                     .shg = layer_stride(N * S, e, al),
+                     .offs = E ? layer_stride(E + 1, f, al) : 0,
+                     .stats = E ? layer_stride(2, f, al) : 0};
 }
 
 /* tsr_acts' named view lies over buf[] in tsr_act_id order (model.h) */
@@ -76,7 +88,8 @@ static strides strides_of(const tsr_model *m, const tsr_backend *be, int B, int 
 _Static_assert(NAMED_AT(encoded, TSR_A_ENCODED) && NAMED_AT(att, TSR_A_ATT) &&
                NAMED_AT(residual3, TSR_A_RES3) && NAMED_AT(probs, TSR_A_LOGITS) &&
                NAMED_AT(dlosses, TSR_A_DLOSSES) && NAMED_AT(seq, TSR_A_SEQ) &&
-               NAMED_AT(greedy, TSR_A_GREEDY),
+               NAMED_AT(greedy, TSR_A_GREEDY) && NAMED_AT(moe_logits, TSR_A_MOE_LOGITS) &&
+               NAMED_AT(moe_offs, TSR_A_MOE_OFFS) && NAMED_AT(moe_dshg, TSR_A_MOE_DSHG),
                "tsr_acts: the named buffers vs tsr_act_id");
 #undef NAMED_AT
 
@@ -95,6 +108,8 @@ static void act_plan(const tsr_model *m, const tsr_backend *be, int B, int T,
     const int doc = m->cfg.attn_mask == TSR_MASK_DOCUMENT;
     const int learned = m->params_info[TSR_P_WPE].numel > 0, rope = m->cfg.pos == TSR_POS_ROPE;
     const size_t dev = be->host ? 0 : N * i4; /* device copies of host arrays */
+    const int moe = m->E > 0, sh = moe && m->S > 0;
+    const size_t NK = N * (size_t)m->K, E = (size_t)m->E, FE = (size_t)m->FE, S = (size_t)m->S;
     const size_t b[TSR_A_COUNT] = {
         [TSR_A_ENCODED] = e * N * C,      [TSR_A_LN1] = e * Ln1 * st.nc,
         [TSR_A_LN1_MEAN] = ln ? f * Ln1 * st.n : 0, [TSR_A_LN1_RSTD] = f * Ln1 * st.n,
@@ -116,6 +131,29 @@ static void act_plan(const tsr_model *m, const tsr_backend *be, int B, int T,
         [TSR_A_ATT_SCRATCH] = be->attention_scratch(B, T, m->NH, m->KVH, m->hs),
         [TSR_A_TOKENS] = dev,             [TSR_A_TARGETS] = dev,
         [TSR_A_GREEDY] = dev,
+        [TSR_A_MOE_LOGITS] = moe ? e * Lml * st.ne : 0,
+        [TSR_A_MOE_PROBS] = moe ? f * Lml * st.nef : 0,
+        [TSR_A_MOE_LSE] = moe ? f * Lml * st.n : 0,
+        [TSR_A_MOE_IDX] = moe ? i4 * Lml * st.nk : 0,
+        [TSR_A_MOE_WTS] = moe ? f * Lml * st.nk : 0,
+        [TSR_A_MOE_ROWS] = moe ? i4 * Lml * st.r : 0,
+        [TSR_A_MOE_SLOT] = moe ? i4 * Lml * st.r : 0,
+        [TSR_A_MOE_XG] = moe ? e * Lml * st.xg : 0,
+        [TSR_A_MOE_H] = moe ? e * Lml * st.h : 0,
+        [TSR_A_MOE_HG] = moe ? e * Lml * st.hg : 0,
+        [TSR_A_MOE_Y] = moe ? e * Lml * st.xg : 0,
+        [TSR_A_MOE_SH] = sh ? e * Lml * st.sh : 0,
+        [TSR_A_MOE_SHG] = sh ? e * Lml * st.shg : 0,
+        [TSR_A_MOE_OFFS] = moe ? i4 * L * st.offs : 0,
+        [TSR_A_MOE_STATS] = moe ? f * L * st.stats : 0,
+        [TSR_A_MOE_SHOUT] = sh ? e * N * C : 0,
+        [TSR_A_MOE_DXY] = moe ? e * NK * C : 0,
+        [TSR_A_MOE_DH] = moe ? e * NK * 2 * FE : 0,
+        [TSR_A_MOE_DHG] = moe ? e * NK * FE : 0,
+        [TSR_A_MOE_DWTS] = moe ? f * N * (size_t)m->K : 0,
+        [TSR_A_MOE_DLOGITS] = moe ? e * N * E : 0,
+        [TSR_A_MOE_DSH] = sh ? e * N * 2 * S : 0,
+        [TSR_A_MOE_DSHG] = sh ? e * N * S : 0,
     };
     memcpy(bytes, b, sizeof b);
 }
@@ -131,6 +169,10 @@ size_t dec_acts_bytes(const tsr_model *m, const tsr_backend *be, int B, int T) {
 typedef struct dec_layer {
     void *x, *ln1, *qkv, *qkvr, *atty, *res2, *ln2, *fch, *fchg, *res3;
     float *ln1m, *ln1r, *qknr, *att, *ln2m, *ln2r; /* the means NULL with RMSNorm */
+    /* MoE (NULL in a dense model): the MLP group's slot, and the layer's offsets and stats */
+    void *mlg, *xg, *h, *hg, *y, *sh, *shg, *shout;
+    float *probs, *lse, *wts, *stats;
+    int32_t *idx, *rows, *slot, *offs;
 } dec_layer;
 
 static dec_layer layer_at(const tsr_model *m, const tsr_backend *be, const tsr_acts *a, int l) {
@@ -154,6 +196,14 @@ static dec_layer layer_at(const tsr_model *m, const tsr_backend *be, const tsr_a
         .ln2m = FAT(a->ln2_mean, s2, st.n), .ln2r = a->ln2_rstd + s2 * st.n,
         .fch = AT(TSR_A_FCH, sm, st.fw), .fchg = AT(TSR_A_FCHG, sm, st.f),
         .res3 = AT(TSR_A_RES3, (size_t)l, st.nc),
+        .mlg = AT(TSR_A_MOE_LOGITS, sm, st.ne), .xg = AT(TSR_A_MOE_XG, sm, st.xg),
+        .h = AT(TSR_A_MOE_H, sm, st.h), .hg = AT(TSR_A_MOE_HG, sm, st.hg),
+        .y = AT(TSR_A_MOE_Y, sm, st.xg), .sh = AT(TSR_A_MOE_SH, sm, st.sh),
+        .shg = AT(TSR_A_MOE_SHG, sm, st.shg), .shout = a->moe_shout,
+        .probs = FAT(a->moe_probs, sm, st.nef), .lse = FAT(a->moe_lse, sm, st.n),
+        .wts = FAT(a->moe_wts, sm, st.nk), .stats = FAT(a->moe_stats, (size_t)l, st.stats),
+        .idx = FAT(a->moe_idx, sm, st.nk), .rows = FAT(a->moe_rows, sm, st.r),
+        .slot = FAT(a->moe_slot, sm, st.r), .offs = FAT(a->moe_offs, (size_t)l, st.offs),
     };
 #undef AT
 #undef FAT
@@ -165,8 +215,10 @@ static void check_layout(const tsr_model *m, const tsr_backend *be, const tsr_ac
     if (be->align <= 1) return;
     for (int l = 0; l < m->L; l++) {
         dec_layer v = layer_at(m, be, a, l);
-        const void *p[] = {v.x,   v.ln1,  v.qkv,  v.qkvr, v.atty, v.res2, v.ln2, v.fch,
-                           v.fchg, v.res3, v.ln1m, v.ln1r, v.qknr, v.att, v.ln2m, v.ln2r};
+        const void *p[] = {v.x,    v.ln1,  v.qkv,  v.qkvr, v.atty, v.res2, v.ln2,  v.fch,
+                           v.fchg, v.res3, v.ln1m, v.ln1r, v.qknr, v.att,  v.ln2m, v.ln2r,
+                           v.mlg,  v.xg,   v.h,    v.hg,   v.y,    v.sh,   v.shg,  v.probs,
+                           v.lse,  v.wts,  v.stats, v.idx, v.rows, v.slot, v.offs};
         for (size_t k = 0; k < sizeof p / sizeof p[0]; k++)
             if ((uintptr_t)p[k] % be->align != 0)
                 tsr_die(TSR_EXIT_INTERNAL, "decoder: layer %d's activation %zu at %p is not "
@@ -282,7 +334,12 @@ static dec_layer run_layer(const run *r, int l) {
     return (dec_layer){.x = kv->x, .ln1 = kv->ln, .qkv = kv->qkv, .qkvr = kv->qkvr,
                        .atty = kv->atty, .res2 = kv->x, .ln2 = kv->ln, .fch = kv->fch,
                        .fchg = kv->fchg, .res3 = kv->x, .ln1m = kv->mean, .ln1r = kv->rstd,
-                       .qknr = kv->qknr, .ln2m = kv->mean, .ln2r = kv->rstd};
+                       .qknr = kv->qknr, .ln2m = kv->mean, .ln2r = kv->rstd,
+                       .mlg = kv->moe.logits, .xg = kv->moe.xg, .h = kv->moe.h,
+                       .hg = kv->moe.hg, .y = kv->moe.y, .sh = kv->moe.sh, .shg = kv->moe.shg,
+                       .shout = kv->moe.shout, .probs = kv->moe.probs, .lse = kv->moe.lse,
+                       .wts = kv->moe.wts, .stats = kv->moe.stats, .idx = kv->moe.idx,
+                       .rows = kv->moe.rows, .slot = kv->moe.slot, .offs = kv->moe.offs};
 }
 
 /* The block's normalisation (model.norm): LayerNorm (mean, rstd; bias b or NULL) or RMSNorm
@@ -373,6 +430,35 @@ static void qkv_forward(const run *r, const dec_layer *v, const void *const *w) 
     }
 }
 
+/* A MoE layer's MLP up to the experts' outputs (docs/moe.md): router, routing, the experts'
+ * SwiGLU and down projections, the shared expert up to its SwiGLU. moe_combine_forward adds them
+ * up afterwards (in the fcproj matmul's place). */
+static void moe_forward(const run *r, const dec_layer *v, const void *const *w) {
+    const tsr_backend *be = r->d->be;
+    const tsr_model *m = r->d->m;
+    const int N = r->N, C = m->C, E = m->E, K = m->K, FE = m->FE, NK = N * K;
+    linear(r, v->mlg, NULL, v->ln2, w[TSR_P_ROUTERW], NULL, N, C, E);
+    be->moe_route(be, v->probs, v->lse, v->idx, v->wts, v->offs, v->rows, v->slot, v->stats,
+                  v->mlg, N, E, K, m->cfg.moe_norm_topk);
+    be->moe_gather(be, v->xg, v->ln2, v->rows, N, K, C);
+    be->moe_matmul_forward(be, v->h, v->xg, w[TSR_P_EXPW1], v->offs, E, NK, C, 2 * FE);
+    be->swiglu_forward(be, v->hg, v->h, NK, FE);
+    be->moe_matmul_forward(be, v->y, v->hg, w[TSR_P_EXPW2], v->offs, E, NK, FE, C);
+    if (m->S) {
+        linear(r, v->sh, NULL, v->ln2, w[TSR_P_SHW1], NULL, N, C, 2 * m->S);
+        be->swiglu_forward(be, v->shg, v->sh, N, m->S);
+    }
+}
+
+/* out (N,C) = the shared expert's output (if any) + the weighted sum of each row's experts */
+static void moe_combine_forward(const run *r, void *out, const dec_layer *v,
+                                const void *const *w) {
+    const tsr_backend *be = r->d->be;
+    const tsr_model *m = r->d->m;
+    if (m->S) linear(r, v->shout, NULL, v->shg, w[TSR_P_SHW2], NULL, r->N, m->S, m->C);
+    be->moe_combine(be, out, m->S ? v->shout : NULL, v->y, v->wts, v->slot, r->N, m->K, m->C);
+}
+
 /* Runs steps [first, last] of layer l with its weights w. */
 static void layer_steps(const run *r, int l, const dec_layer *v, const void *const *w,
                         layer_step first, layer_step last) {
@@ -396,7 +482,9 @@ static void layer_steps(const run *r, int l, const dec_layer *v, const void *con
                                   w[TSR_P_LN2W], w[TSR_P_LN2B], N);
             break;
         case ST_FC:
-            if (m->cfg.mlp == TSR_MLP_SWIGLU) {
+            if (model_moe_layer(m, l)) {
+                moe_forward(r, v, w);
+            } else if (m->cfg.mlp == TSR_MLP_SWIGLU) {
                 linear(r, v->fch, NULL, v->ln2, w[TSR_P_FCW], w[TSR_P_FCB], N, C, m->FW);
                 be->swiglu_forward(be, v->fchg, v->fch, N, F);
             } else {
@@ -420,7 +508,8 @@ static void layers_forward(const run *r, const dec_unit *root) {
     for (int l = 0; l < L; l++) {
         dec_layer v = run_layer(r, l);
         layer_steps(r, l, &v, cur.w, ST_QKV, ST_FC);
-        linear(r, r->scratch, NULL, v.fchg, cur.w[TSR_P_FCPROJW], cur.w[TSR_P_FCPROJB], N, F, C);
+        if (model_moe_layer(d->m, l)) moe_combine_forward(r, r->scratch, &v, cur.w);
+        else linear(r, r->scratch, NULL, v.fchg, cur.w[TSR_P_FCPROJW], cur.w[TSR_P_FCPROJB], N, F, C);
         /* the residual add fused with the next LayerNorm: layer l+1's LN1, or the final one
          * (the next unit is asked for only now: this layer's weights are all used or queued) */
         const int last = l + 1 == L;
@@ -435,13 +524,70 @@ static void layers_forward(const run *r, const dec_unit *root) {
     }
 }
 
+/* A MoE layer's MLP backward: from dres = d(its output) to dln = d(ln2) (written). */
+static void moe_backward(const run *r, const dec_layer *v, const void *const *w,
+                         float *const *g) {
+    const tsr_decoder *d = r->d;
+    const tsr_backend *be = d->be;
+    const tsr_model *m = d->m;
+    tsr_acts *a = d->a;
+    const int N = r->N, C = m->C, E = m->E, K = m->K, FE = m->FE, S = m->S, NK = N * K;
+    const size_t e = tsr_dtype_size(be->act), n = (size_t)N, nk = (size_t)NK;
+    be->moe_combine_backward(be, a->moe_dxy, a->moe_dwts, a->dresidual, v->y, v->wts, v->slot, N,
+                             K, C);
+    be->zero(be, a->dln, n * C * e);
+    if (S) {
+        be->zero(be, a->moe_dshg, n * S * e);
+        be->matmul_backward(be, a->moe_dshg, g[TSR_P_SHW2], NULL, a->dresidual, v->shg,
+                            w[TSR_P_SHW2], N, S, C);
+        be->zero(be, a->moe_dsh, n * 2 * S * e);
+        be->swiglu_backward(be, a->moe_dsh, v->sh, a->moe_dshg, N, S);
+        be->matmul_backward(be, a->dln, g[TSR_P_SHW1], NULL, a->moe_dsh, v->ln2, w[TSR_P_SHW1], N,
+                            C, 2 * S);
+    }
+    be->zero(be, a->moe_dhg, nk * FE * e);
+    be->moe_matmul_backward(be, a->moe_dhg, g[TSR_P_EXPW2], a->moe_dxy, v->hg, w[TSR_P_EXPW2],
+                            v->offs, E, NK, FE, C);
+    be->zero(be, a->moe_dh, nk * 2 * FE * e);
+    be->swiglu_backward(be, a->moe_dh, v->h, a->moe_dhg, NK, FE);
+    be->zero(be, a->moe_dxy, nk * C * e); /* dy is used up: the buffer now takes d(xg) */
+    be->moe_matmul_backward(be, a->moe_dxy, g[TSR_P_EXPW1], a->moe_dh, v->xg, w[TSR_P_EXPW1],
+                            v->offs, E, NK, C, 2 * FE);
+    be->moe_gather_backward(be, a->dln, a->moe_dxy, v->slot, N, K, C);
+    be->moe_router_backward(be, a->moe_dlogits, a->moe_dwts, v->probs, v->lse, v->idx, v->wts,
+                            v->offs, N, E, K, m->cfg.moe_norm_topk,
+                            (float)(m->cfg.moe_aux_loss_coef * a->moe_w),
+                            (float)(m->cfg.moe_z_loss_coef * a->moe_w));
+    be->matmul_backward(be, a->dln, g[TSR_P_ROUTERW], NULL, a->moe_dlogits, v->ln2,
+                        w[TSR_P_ROUTERW], N, C, E);
+}
+
+/* The dense MLP's backward: from dres = d(its output) to dln = d(ln2) (written). */
+static void mlp_backward(const run *r, const dec_layer *v, const void *const *w,
+                         float *const *g) {
+    const tsr_backend *be = r->d->be;
+    const tsr_model *m = r->d->m;
+    tsr_acts *a = r->d->a;
+    const int C = m->C, F = m->F, N = r->N;
+    const size_t e = tsr_dtype_size(be->act), n = (size_t)N;
+    be->zero(be, a->dfch_gelu, n * F * e);
+    be->matmul_backward(be, a->dfch_gelu, g[TSR_P_FCPROJW], g[TSR_P_FCPROJB], a->dresidual,
+                        v->fchg, w[TSR_P_FCPROJW], N, F, C);
+    be->zero(be, a->dfch, n * m->FW * e);
+    if (m->cfg.mlp == TSR_MLP_SWIGLU) be->swiglu_backward(be, a->dfch, v->fch, a->dfch_gelu, N, F);
+    else be->gelu_backward(be, a->dfch, v->fch, a->dfch_gelu, n * F, (tsr_gelu_kind)m->cfg.gelu);
+    be->zero(be, a->dln, n * C * e);
+    be->matmul_backward(be, a->dln, g[TSR_P_FCW], g[TSR_P_FCB], a->dfch, v->ln2, w[TSR_P_FCW], N,
+                        C, m->FW);
+}
+
 /* Layer l's backward; dres holds d(residual3) and leaves with d(x). */
 static void layer_backward(const run *r, int l, const dec_unit *u) {
     const tsr_decoder *d = r->d;
     const tsr_backend *be = d->be;
     const tsr_model *m = d->m;
     tsr_acts *a = d->a;
-    const int C = m->C, F = m->F, NH = m->NH, KVH = m->KVH, hs = m->hs, N = r->N;
+    const int C = m->C, NH = m->NH, KVH = m->KVH, hs = m->hs, N = r->N;
     const size_t e = tsr_dtype_size(be->act), n = (size_t)N;
     const void *const *w = u->w;
     float *const *g = u->g;
@@ -450,16 +596,9 @@ static void layer_backward(const run *r, int l, const dec_unit *u) {
         tsr_actckpt_kind k = m->cfg.activation_checkpointing;
         layer_steps(r, l, &v, w, rerun[k].first, rerun[k].last);
     }
-    /* MLP branch: dres is d(residual3) = d(fcproj output), and flows on to residual2 */
-    be->zero(be, a->dfch_gelu, n * F * e);
-    be->matmul_backward(be, a->dfch_gelu, g[TSR_P_FCPROJW], g[TSR_P_FCPROJB], a->dresidual,
-                        v.fchg, w[TSR_P_FCPROJW], N, F, C);
-    be->zero(be, a->dfch, n * m->FW * e);
-    if (m->cfg.mlp == TSR_MLP_SWIGLU) be->swiglu_backward(be, a->dfch, v.fch, a->dfch_gelu, N, F);
-    else be->gelu_backward(be, a->dfch, v.fch, a->dfch_gelu, n * F, (tsr_gelu_kind)m->cfg.gelu);
-    be->zero(be, a->dln, n * C * e);
-    be->matmul_backward(be, a->dln, g[TSR_P_FCW], g[TSR_P_FCB], a->dfch, v.ln2, w[TSR_P_FCW], N,
-                        C, m->FW);
+    /* MLP branch: dres is d(residual3) = d(the MLP's output), and flows on to residual2 */
+    if (model_moe_layer(m, l)) moe_backward(r, &v, w, g);
+    else mlp_backward(r, &v, w, g);
     norm_backward(r, a->dresidual, g[TSR_P_LN2W], g[TSR_P_LN2B], a->dln, v.res2, w[TSR_P_LN2W],
                   v.ln2m, v.ln2r);
     /* attention branch: dres is now d(residual2) = d(attproj output) */
@@ -504,12 +643,18 @@ static run train_run(const tsr_decoder *d, int B, int T, const char *what) {
                  .lnfm = a->lnf_mean, .lnfr = a->lnf_rstd};
 }
 
-/* dlosses[i] = loss_scale where targets[i] counts, else 0; on the backend */
+/* dlosses[i] = loss_scale where targets[i] counts, else 0; on the backend. And the weight of the
+ * microbatch's MoE auxiliary losses: its counted targets x loss_scale (docs/moe.md). */
 static void set_dlosses(const tsr_decoder *d, const int32_t *targets, size_t N, float loss_scale) {
     const tsr_backend *be = d->be;
     tsr_acts *a = d->a;
     float *h = be->host ? a->dlosses : a->dlosses_host;
-    for (size_t i = 0; i < N; i++) h[i] = targets[i] >= 0 ? loss_scale : 0.0f;
+    size_t counted = 0;
+    for (size_t i = 0; i < N; i++) {
+        h[i] = targets[i] >= 0 ? loss_scale : 0.0f;
+        counted += targets[i] >= 0;
+    }
+    a->moe_w = (float)((double)counted * loss_scale);
     be->to_device(be, a->dlosses, h, N * sizeof(float));
 }
 
@@ -616,6 +761,27 @@ void dec_backward(const tsr_decoder *d, const int32_t *tokens, const int32_t *ta
                          be->host ? tokens : a->tokens, tokens, a->pos, B, T, C);
     unit_put(d, 0, 1);
     if (ready) ready(ctx, 0);
+}
+
+void dec_moe_stats_add(const tsr_decoder *d, double w, double *acc) {
+    const tsr_model *m = d->m;
+    const tsr_backend *be = d->be;
+    const tsr_acts *a = d->a;
+    if (!m->E) return;
+    const strides st = strides_of(m, be, a->B, a->T);
+    const int E = m->E;
+    int32_t *offs = tsr_malloc((size_t)(E + 1) * sizeof(int32_t));
+    float stats[2];
+    for (int l = 0, k = 0; l < m->L; l++) {
+        if (!model_moe_layer(m, l)) continue;
+        be->to_host(be, stats, a->moe_stats + (size_t)l * st.stats, sizeof stats);
+        be->to_host(be, offs, a->moe_offs + (size_t)l * st.offs, (size_t)(E + 1) * sizeof *offs);
+        double *x = acc + (size_t)k++ * (size_t)(2 + E);
+        x[0] += w * stats[0];
+        x[1] += w * stats[1];
+        for (int e = 0; e < E; e++) x[2 + e] += offs[e + 1] - offs[e];
+    }
+    free(offs);
 }
 
 /* ---- decoding with a KV cache --------------------------------------------------------------- */

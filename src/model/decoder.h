@@ -70,6 +70,11 @@ void dec_token_scores(const tsr_decoder *d, const int32_t *targets, int B, int T
 void dec_backward(const tsr_decoder *d, const int32_t *tokens, const int32_t *targets, int B,
                   int T, float loss_scale, void (*ready)(void *ctx, int unit), void *ctx);
 
+/* MoE (docs/moe.md): adds the last forward's statistics to acc, LM records of 2 + E doubles in
+ * layer order: w x the layer's aux loss, w x its z-loss, then its tokens per expert (unweighted
+ * counts of assignments). Nothing in a dense model. Waits for the backend. */
+void dec_moe_stats_add(const tsr_decoder *d, double w, double *acc);
+
 /* The KV-cache decode step: c tokens at positions kv->len.. (one segment, starting at kv->seg)
  * through every layer on be, appending their keys and values; kv->len += c. With probs (Vp,
  * host) not NULL, the next-token distribution after the last of them. Needs the backend's

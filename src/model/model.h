@@ -82,6 +82,11 @@ typedef enum {
     TSR_A_DRES, TSR_A_DLN, TSR_A_DATTY, TSR_A_DQKV, TSR_A_DQKVR, TSR_A_DFCH, TSR_A_DFCHG,
     TSR_A_DLOSSES,
     TSR_A_SEQ, TSR_A_POS, TSR_A_ATT_SCRATCH, TSR_A_TOKENS, TSR_A_TARGETS, TSR_A_GREEDY,
+    TSR_A_MOE_LOGITS, TSR_A_MOE_PROBS, TSR_A_MOE_LSE, TSR_A_MOE_IDX, TSR_A_MOE_WTS,
+    TSR_A_MOE_ROWS, TSR_A_MOE_SLOT, TSR_A_MOE_XG, TSR_A_MOE_H, TSR_A_MOE_HG, TSR_A_MOE_Y,
+    TSR_A_MOE_SH, TSR_A_MOE_SHG, TSR_A_MOE_OFFS, TSR_A_MOE_STATS, TSR_A_MOE_SHOUT,
+    TSR_A_MOE_DXY, TSR_A_MOE_DH, TSR_A_MOE_DHG, TSR_A_MOE_DWTS, TSR_A_MOE_DLOGITS,
+    TSR_A_MOE_DSH, TSR_A_MOE_DSHG,
     TSR_A_COUNT
 } tsr_act_id;
 
@@ -123,8 +128,28 @@ typedef struct tsr_acts {
             void *att_scratch;   /* the backend's attention_scratch bytes, or NULL */
             /* a device backend's copies of the host arrays (NULL on a host backend) */
             int32_t *tokens, *targets, *greedy; /* (B,T) */
+            /* mixture of experts (docs/moe.md; NK = N * K), NULL in a dense model. Stacked
+             * (Lk, ...) with the MLP group (a checkpointed layer recomputes them): */
+            float *moe_logits;   /* (N,E) act: the router's output */
+            float *moe_probs, *moe_lse; /* (N,E), (N) fp32 */
+            int32_t *moe_idx;    /* (N,K) */
+            float *moe_wts;      /* (N,K) fp32 */
+            int32_t *moe_rows, *moe_slot; /* (NK) the grouping */
+            float *moe_xg, *moe_h, *moe_hg, *moe_y; /* (NK,C), (NK,2FE), (NK,FE), (NK,C) act */
+            float *moe_sh, *moe_shg; /* (N,2S), (N,S) act: the shared expert (S > 0) */
+            /* kept for every layer (L, ...): the expert offsets (L,E+1) int32 and the aux and z
+             * losses (L,2) fp32 of each layer's last routing (the step's metrics read them) */
+            int32_t *moe_offs;
+            float *moe_stats;
+            float *moe_shout;    /* (N,C) act: the shared expert's output (forward scratch) */
+            /* gradient scratch, reused layer by layer: dy, then dxg (NK,C); dh (NK,2FE);
+             * dhg (NK,FE); dwts (N,K) fp32; dlogits (N,E); dsh (N,2S); dshg (N,S) */
+            float *moe_dxy, *moe_dh, *moe_dhg, *moe_dwts, *moe_dlogits, *moe_dsh, *moe_dshg;
         };
     };
+    float moe_w;         /* this microbatch's weight of its auxiliary losses (docs/moe.md):
+                          * counted targets x loss scale; set by the training forward or the
+                          * backward after an evaluation forward */
     /* host staging for a device backend (NULL on a host backend) */
     int32_t *seq_host, *pos_host;
     float *losses_host, *dlosses_host;
@@ -247,6 +272,10 @@ void model_token_scores(tsr_model *m, const int32_t *tokens, const int32_t *targ
 void model_backward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
                     float loss_scale);
 
+/* MoE: the last forward's statistics added to acc (decoder.h dec_moe_stats_add): LM records of
+ * [w aux, w z, tokens per expert (E)]. */
+void model_moe_stats_add(tsr_model *m, double w, double *acc);
+
 /* attn_mask = document: seq[b,t] = eot_tokens in tokens[b,0..t-1] (an eot_token ends its own
  * segment; the next one starts after it), pos[b,t] = t - (start of that segment); pos may be NULL.
  * tokens, seq, pos (B,T) */
@@ -284,6 +313,10 @@ typedef struct tsr_kv_cache {
     float *qkvr, *qknr;            /* qk_norm: (chunk, QKV), (chunk, NH+KVH); else NULL */
     float *fch, *fchg;             /* (chunk, F or 2F), (chunk, F) */
     float *att, *logits;           /* (nthreads, cap), (Vp) */
+    struct {                       /* MoE layers' chunk buffers (tsr_acts' moe_*), else NULL */
+        float *logits, *probs, *lse, *wts, *xg, *h, *hg, *y, *sh, *shg, *shout, *stats;
+        int32_t *idx, *rows, *slot, *offs;
+    } moe;
 } tsr_kv_cache;
 
 /* Allocates a cache of cap positions; prompts are run in chunks of at most chunk positions. Call

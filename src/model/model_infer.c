@@ -60,15 +60,44 @@ void model_kv_init(tsr_kv_cache *kv, const tsr_model *m, int cap, int chunk) {
     kv->fchg = o->alloc(n * F * f);
     kv->att = o->alloc((size_t)kv->nthreads * cap * f);
     kv->logits = o->alloc((size_t)m->Vp * f);
+    if (m->E) { /* the MoE layer's buffers for one chunk (4-byte elements, as tsr_acts') */
+        const size_t E = m->E, K = m->K, FE = m->FE, S = m->S, nk = n * K;
+        kv->moe.logits = o->alloc(n * E * f);
+        kv->moe.probs = o->alloc(n * E * f);
+        kv->moe.lse = o->alloc(n * f);
+        kv->moe.wts = o->alloc(nk * f);
+        kv->moe.xg = o->alloc(nk * C * f);
+        kv->moe.h = o->alloc(nk * 2 * FE * f);
+        kv->moe.hg = o->alloc(nk * FE * f);
+        kv->moe.y = o->alloc(nk * C * f);
+        if (S) {
+            kv->moe.sh = o->alloc(n * 2 * S * f);
+            kv->moe.shg = o->alloc(n * S * f);
+            kv->moe.shout = o->alloc(n * C * f);
+        }
+        kv->moe.stats = o->alloc(2 * f);
+        kv->moe.idx = o->alloc(nk * f);
+        kv->moe.rows = o->alloc(nk * f);
+        kv->moe.slot = o->alloc(nk * f);
+        kv->moe.offs = o->alloc((E + 1) * f);
+    }
 }
 
 void model_kv_free(tsr_kv_cache *kv, const tsr_model *m) {
     float **bufs[] = {&kv->kt,   &kv->v,    &kv->x,    &kv->ln,  &kv->mean, &kv->rstd, &kv->qkv,
                       &kv->atty, &kv->proj, &kv->fch, &kv->fchg, &kv->att,  &kv->logits,
-                      &kv->qkvr, &kv->qknr};
+                      &kv->qkvr, &kv->qknr,
+                      &kv->moe.logits, &kv->moe.probs, &kv->moe.lse, &kv->moe.wts, &kv->moe.xg,
+                      &kv->moe.h, &kv->moe.hg, &kv->moe.y, &kv->moe.sh, &kv->moe.shg,
+                      &kv->moe.shout, &kv->moe.stats};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         if (*bufs[i]) m->ops->free(*bufs[i]);
         *bufs[i] = NULL;
+    }
+    int32_t **ibufs[] = {&kv->moe.idx, &kv->moe.rows, &kv->moe.slot, &kv->moe.offs};
+    for (size_t i = 0; i < sizeof ibufs / sizeof ibufs[0]; i++) {
+        if (*ibufs[i]) m->ops->free(*ibufs[i]);
+        *ibufs[i] = NULL;
     }
 }
 

@@ -65,6 +65,11 @@ static tsr_decoder decoder_of(tsr_model *m) {
                          .rope = m->rope_freqs};
 }
 
+void model_moe_stats_add(tsr_model *m, double w, double *acc) {
+    tsr_decoder d = decoder_of(m);
+    dec_moe_stats_add(&d, w, acc);
+}
+
 void model_token_scores(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
                         float *losses, int32_t *greedy) {
     if (m->scores) {

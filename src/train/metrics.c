@@ -81,14 +81,28 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
     if (c->model.mlp == TSR_MLP_SWIGLU)
         snprintf(arch, sizeof arch, "mlp=swiglu %d", m->F);
     else snprintf(arch, sizeof arch, "mlp=%d gelu=%s", m->F, c->model.gelu ? "exact" : "tanh");
+    if (m->E) { /* docs/moe.md */
+        char shared[32] = "";
+        if (m->S) snprintf(shared, sizeof shared, " shared=%d", m->S);
+        size_t o = strlen(arch);
+        snprintf(arch + o, sizeof arch - o, " moe: experts=%d top_k=%d width=%d layers=%d/%d%s%s",
+                 m->E, m->K, m->FE, m->LM, m->L, shared,
+                 c->model.moe_norm_topk ? "" : " unnormalised");
+    }
     printf("model: %s, L=%d d_model=%d heads=%d kv_heads=%d head_dim=%d %s vocab=%d (padded %d) "
            "pos=%s norm=%s bias=%s%s%s%s\n",
            np, m->L, m->C, m->NH, m->KVH, m->hs, arch, m->V, m->Vp, pos[c->model.pos],
            c->model.norm == TSR_NORM_RMSNORM ? "rmsnorm" : "layernorm", c->model.bias ? "yes" : "no",
            c->model.qkv_bias && !c->model.bias ? " qkv_bias" : "", c->model.qk_norm ? " qk_norm" : "",
            c->model.tie_embeddings ? "" : " untied");
-    printf("params: %zu trainable; FLOPs/token = 6N + 12*L*(heads*head_dim)*T = %.4g (docs/mfu.md)\n",
-           m->n_params_counted, t->out.flops_per_token);
+    if (m->E)
+        printf("params: %zu trainable, %.0f active per token (%d of %d experts); FLOPs/token = "
+               "6N_active + 12*L*(heads*head_dim)*T = %.4g (docs/mfu.md)\n", m->n_params_counted,
+               (double)m->n_params_counted - (double)m->LM * (m->E - m->K) * 3.0 * m->FE * m->C,
+               m->K, m->E, t->out.flops_per_token);
+    else
+        printf("params: %zu trainable; FLOPs/token = 6N + 12*L*(heads*head_dim)*T = %.4g (docs/mfu.md)\n",
+               m->n_params_counted, t->out.flops_per_token);
     char how[160] = "";
     if (zero1) snprintf(how, sizeof how, " (ZeRO-1: sharded over %d ranks)", t->dist.world);
     if (c->sharding == TSR_SHARD_ZERO3)
@@ -168,6 +182,67 @@ static void json_number(char *buf, size_t n, double v) {
     else snprintf(buf, n, "null");
 }
 
+/* MoE: one layer's expert load of the step: tokens routed (assignments), fewest and most per
+ * expert, coefficient of variation (population standard deviation / mean) */
+typedef struct moe_load {
+    double tokens, min, max, cv;
+} moe_load;
+
+static moe_load moe_layer_load(const double *counts, int E) {
+    moe_load s = {0, counts[0], counts[0], 0};
+    for (int e = 0; e < E; e++) {
+        s.tokens += counts[e];
+        if (counts[e] < s.min) s.min = counts[e];
+        if (counts[e] > s.max) s.max = counts[e];
+    }
+    double mean = s.tokens / E, var = 0;
+    for (int e = 0; e < E; e++) var += (counts[e] - mean) * (counts[e] - mean);
+    s.cv = mean > 0 ? sqrt(var / E) / mean : 0;
+    return s;
+}
+
+/* The step's summed MoE losses over the layers: [aux, z] */
+static void moe_losses(const tsr_trainer *t, double out[2]) {
+    out[0] = out[1] = 0;
+    for (int k = 0; k < t->model.LM; k++) {
+        const double *x = t->out.moe + (size_t)k * (size_t)(2 + t->model.E);
+        out[0] += x[0];
+        out[1] += x[1];
+    }
+}
+
+/* the MoE part of a metrics.jsonl record and of the TensorBoard step (docs/moe.md) */
+static void moe_log(tsr_trainer *t) {
+    if (!t->out.moe) return;
+    const int E = t->model.E;
+    double lz[2];
+    moe_losses(t, lz);
+    if (t->out.metrics) {
+        fprintf(t->out.metrics, ", \"moe_aux\": %.9g, \"moe_z\": %.9g, \"moe_load\": [", lz[0],
+                lz[1]);
+        for (int k = 0; k < t->model.LM; k++) {
+            moe_load s = moe_layer_load(t->out.moe + (size_t)k * (size_t)(2 + E) + 2, E);
+            fprintf(t->out.metrics, "%s{\"tokens\": %.0f, \"min\": %.0f, \"max\": %.0f, "
+                    "\"cv\": %.6g}", k ? ", " : "", s.tokens, s.min, s.max, s.cv);
+        }
+        fprintf(t->out.metrics, "]");
+    }
+    if (t->out.tb) {
+        char tag[64];
+        tboard_scalar(t->out.tb, "moe/aux", lz[0]);
+        tboard_scalar(t->out.tb, "moe/z", lz[1]);
+        for (int k = 0; k < t->model.LM; k++) {
+            moe_load s = moe_layer_load(t->out.moe + (size_t)k * (size_t)(2 + E) + 2, E);
+            snprintf(tag, sizeof tag, "moe/load_cv/%d", k);
+            tboard_scalar(t->out.tb, tag, s.cv);
+            snprintf(tag, sizeof tag, "moe/load_max/%d", k);
+            tboard_scalar(t->out.tb, tag, s.max);
+            snprintf(tag, sizeof tag, "moe/load_min/%d", k);
+            tboard_scalar(t->out.tb, tag, s.min);
+        }
+    }
+}
+
 void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
     if (t->dist.rank != 0) return;
     /* the first step of this process pays for page faults and thread start-up: keep it out of
@@ -183,10 +258,16 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
         char eta[32], mem[32];
         format_eta(eta, sizeof eta, avg * (double)(t->total_steps - st->step));
         metrics_human_bytes(mem, sizeof mem, st->peak_mem);
-        printf("step %*lld/%lld | loss %.6f | lr %.3e | norm %.4f | %.0f tok/s | mfu %.1f%% | "
+        char aux[48] = "";
+        if (t->out.moe) {
+            double lz[2];
+            moe_losses(t, lz);
+            snprintf(aux, sizeof aux, " | aux %.4f", lz[0]);
+        }
+        printf("step %*lld/%lld | loss %.6f%s | lr %.3e | norm %.4f | %.0f tok/s | mfu %.1f%% | "
                "%.1f ms | mem %s | eta %s\n",
                (int)snprintf(NULL, 0, "%lld", (long long)t->total_steps), (long long)st->step,
-               (long long)t->total_steps, st->loss, st->lr, st->grad_norm, tok_s, 100 * mfu,
+               (long long)t->total_steps, st->loss, aux, st->lr, st->grad_norm, tok_s, 100 * mfu,
                1e3 * st->step_time, mem, eta);
         fflush(stdout);
     }
@@ -221,8 +302,9 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
         static const char *const verdicts[] = {"ok", "warn", "skip", "rollback", "stop"};
         if (st->verdict != GUARD_OK)
             fprintf(t->out.metrics, ", \"guard\": \"%s\"", verdicts[st->verdict]);
-        metrics_end_record(t->out.metrics);
     }
+    moe_log(t); /* the record's MoE part and the TensorBoard step's (before it is written) */
+    if (t->out.metrics) metrics_end_record(t->out.metrics);
     if (t->out.tb) { /* the same figures as the JSONL line; mfu as a fraction, as there */
         double pb, gb, ob, cb, ab;
         tboard_scalar(t->out.tb, "train/loss", st->loss);

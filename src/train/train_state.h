@@ -94,6 +94,10 @@ typedef struct tsr_train_out {
     struct tsr_tboard *tb;       /* run_dir/tb/ event file on rank 0 (train/tboard.h), else NULL */
     double flops_per_token, peak_flops, time_sum; /* time_sum: this process's steps 2.. */
     int64_t steps_run;           /* steps run by this process (the ETA and average divide by it) */
+    double *moe;                 /* MoE models: the step's statistics summed over microbatches and
+                                  * ranks, LM records of [aux, z, tokens per expert] (decoder.h
+                                  * dec_moe_stats_add; the losses weighted as docs/moe.md says);
+                                  * NULL in a dense model */
     struct {                     /* the checkpoint read at start (resume, init-from), read before */
         char what[16];           /* run_dir is opened: logged by trainer_open_run_dir; "" none */
         char path[1200];

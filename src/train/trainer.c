@@ -83,6 +83,15 @@ static void zero_flat_grads(tsr_trainer *t) {
 
 static void zero_shard_grads(tsr_trainer *t) { fsdp_zero_grads(&t->part.fsdp); }
 
+/* MoE: the microbatch's statistics into the step's, its losses weighted by its counted targets
+ * x scale (docs/moe.md) */
+static void moe_stats_add(tsr_trainer *t, const int32_t *tg, float scale) {
+    if (!t->out.moe) return;
+    int64_t counted = 0;
+    for (int64_t i = 0; i < (int64_t)t->micro * t->T; i++) counted += tg[i] >= 0;
+    model_moe_stats_add(&t->model, (double)counted * scale, t->out.moe);
+}
+
 /* CPU: the microbatches' forward and backward (the gradients accumulate), after zero. */
 static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer *)) {
     tsr_model *m = &t->model;
@@ -91,6 +100,7 @@ static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer 
     for (int64_t b = 0; b < t->per_rank; b += t->micro) {
         const int32_t *in = t->data.inputs + b * t->T, *tg = t->data.targets + b * t->T;
         loss_sum += model_forward(m, in, tg, t->micro, t->T);
+        moe_stats_add(t, tg, scale);
         model_backward(m, in, tg, t->micro, t->T, scale);
     }
     nan_fault(t);
@@ -351,6 +361,8 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->part.fsdp_on = cfg->sharding == TSR_SHARD_ZERO3 || cfg->sharding == TSR_SHARD_HSDP;
     model_init(&t->model, &cfg->model, t->T, t->be.ops);
     t->out.flops_per_token = model_flops_per_token(&t->model, t->T);
+    if (t->model.E)
+        t->out.moe = tsr_calloc((size_t)t->model.LM * (size_t)(2 + t->model.E), sizeof(double));
     TSR_CHECK(check_int_counts(t, dry_run));
     if (dry_run) { /* the plan needs the layout only: nothing is allocated */
         metrics_print_plan(t, 1);
@@ -473,6 +485,8 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     const tsr_optim_config *o = &t->cfg.optim;
     double t0 = tsr_now();
     int64_t d = t->step + t->data.data_offset, sums[1 + TSR_MAX_STREAMS];
+    const size_t n_moe = (size_t)t->model.LM * (size_t)(2 + t->model.E);
+    if (t->out.moe) memset(t->out.moe, 0, n_moe * sizeof(double));
     int64_t counted = step_load(t, d, sums, st);
     trainer_ensure_acts(t); /* micro_batch = auto: the batch just loaded runs at the size that fits */
     watchdog_phase(WD_COMPUTE, t->step);
@@ -480,6 +494,7 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     double loss_sum = s->compute(t, counted > 0 ? 1.0f / (float)counted : 0.0f);
     compute_fault(t);
     st->compute_time = tsr_now() - tc;
+    if (t->out.moe && t->dist.world > 1) dist_allreduce_sum_f64(t->out.moe, n_moe);
     watchdog_phase(WD_REDUCE, t->step);
     s->reduce(t);
     double norm = sqrt(s->sumsq(t));
@@ -732,5 +747,6 @@ void trainer_free(tsr_trainer *t) {
     guard_free(&t->guard);
     if (t->out.metrics) fclose(t->out.metrics);
     if (t->out.tb) tboard_close(t->out.tb); /* every record is flushed already: this only closes */
+    free(t->out.moe);
     memset(t, 0, sizeof *t);
 }
