@@ -151,11 +151,10 @@ class MoELlama(torch_llama.Llama):
         c = self.cfg
         return sum(c.aux_coef * m.aux + c.z_coef * m.z for m in self.moe_layers())
 
-    def router_values(self):
-        """(aux, z) of the last forward, each summed over the MoE layers (tessera's moe_aux and
-        moe_z before the microbatch weighting)."""
-        return (sum(float(m.aux) for m in self.moe_layers()),
-                sum(float(m.z) for m in self.moe_layers()))
+    def router_stats(self):
+        """Per MoE layer [aux, z, tokens per expert (E)] of the last forward, (LM, 2+E) numpy."""
+        return torch.stack([torch.cat([torch.stack([m.aux, m.z]).detach(), m.counts])
+                            for m in self.moe_layers()]).numpy()
 
     def min_margin(self):
         return min(m.min_margin for m in self.moe_layers())
