@@ -8,15 +8,19 @@ biases, tied and untied heads), on a random dataset written with `tessera shard`
 Vp = 128 padding rows; a loss mask with zeros, so ignored targets), and for GPT-2, MPT and Llama
 again with model.attn_mask = "document" on a dataset with end-of-text tokens inside the rows
 (torch: the block-diagonal mask, and learned or RoPE positions restarting after each end-of-text
-token):
+token), and three mixture-of-experts models (tests/reference/torch_moe.py: top-2 of 4 SwiGLU
+experts with the load-balancing and z losses, normalised or raw weights, MoE in every or every
+second layer, a shared expert, activation checkpointing):
   step 0 (build/tests/ref_dump's /step0): logits, loss and every parameter gradient at tessera's
           initial weights, torch run in float64 from the dumped /params;
   training: 10 AdamW steps (warmup + cosine lr, weight decay groups, global-norm clipping,
           2 microbatches of gradient accumulation): each step's lr, loss and gradient norm, and the
           parameters after the last step (/final).
-With RoPE also tessera's frequencies (/rope_freqs) against torch's. Before any of it, three checks
-of the torch Llama on its own (RoPE = a complex rotation, GQA = MHA with repeated key/value heads,
-a document under the document mask = the document alone).
+With RoPE also tessera's frequencies (/rope_freqs) against torch's; with MoE each step's per-layer
+aux and z losses and expert loads, and that no routing decision was near a tie. Before any of it,
+six checks of the torch models on their own (RoPE = a complex rotation, GQA = MHA with repeated
+key/value heads, a document under the document mask = the document alone; the MoE layer on hand
+logits, its dispatch, gradcheck).
 Metric, per tensor: relative error ||tessera - torch||_2 / ||torch||_2 (|a-b|/|b| for scalars),
 torch in float64 taken as exact. Tolerances and their reasons are at TOL_* below and in
 docs/reference-test.md. Exact checks: padded logit columns, padded rows of the wte (and lm_head)
@@ -746,7 +750,8 @@ def check_moe_run(tap, name, d, moe0, hist, margin):
     expert loads at step 0 and in each training step equal torch's."""
     tap.ok(margin > TOL_MARGIN,
            f"{name}: no routing near-tie: smallest gap between the K-th and (K+1)-th router "
-           f"probability over all rows, layers, microbatches and steps {margin:.2e} > {TOL_MARGIN:g}")
+           f"probability over all rows, layers, microbatches and steps {margin:.2e} > "
+           f"{TOL_MARGIN:g}")
     got0 = d.get("step0/moe")
     tap.diag(f"{name}: step-0 expert loads per MoE layer (tessera): "
              + "; ".join(" ".join(f"{int(c)}" for c in r[2:]) for r in np.atleast_2d(got0)))
@@ -798,7 +803,7 @@ def run_config(tap, cfg, tmp, data_dir, tokens, mask):
     return True
 
 
-# ---- the torch Llama on its own -----------------------------------------------------------------
+# ---- the torch Llama and MoE layer on their own -------------------------------------------------
 
 TORCH_SELF_CHECKS = 6
 TOL_SELF = 1e-12  # float64 computations of the same thing in another order
@@ -894,8 +899,9 @@ def self_check_moe_hand(tap):
     probs, idx, wts, margin = torch_moe.route(logits, 2, True)
     aux, z, counts = torch_moe.router_losses(logits, probs, idx)
     _, _, raw, _ = torch_moe.route(logits, 2, False)
-    errs = [float((wts - torch.tensor([[4 / 6, 2 / 6], [4 / 6, 2 / 6], [4 / 5, 1 / 5]])).abs().max()),
-            float((raw - torch.tensor([[4 / 7, 2 / 7], [4 / 7, 2 / 7], [4 / 6, 1 / 6]])).abs().max()),
+    want_wts = torch.tensor([[4 / 6, 2 / 6], [4 / 6, 2 / 6], [4 / 5, 1 / 5]])
+    want_raw = torch.tensor([[4 / 7, 2 / 7], [4 / 7, 2 / 7], [4 / 6, 1 / 6]])
+    errs = [float((wts - want_wts).abs().max()), float((raw - want_raw).abs().max()),
             abs(float(aux) - 41 / 42),
             abs(float(z) - (2 * math.log(7) ** 2 + math.log(6) ** 2) / 3)]
     g_aux, = torch.autograd.grad(aux, logits, retain_graph=True)
@@ -923,7 +929,8 @@ def random_moe(seed, N=8, C=6, E=4, FE=3, S=2):
 
 def self_check_moe_dispatch(tap):
     """The loop over experts (index_add of each expert's rows) equals every expert run on every
-    row, weighted by a dense (N,E) matrix that holds wts at idx and zeros elsewhere; no row dropped."""
+    row, weighted by a dense (N,E) matrix that holds wts at idx and zeros elsewhere; no row is
+    dropped."""
     errs, routed = [], []
     for norm_topk, shared in ((True, False), (False, True)):
         x, router, w1, w2, shw1, shw2 = random_moe(3)

@@ -7,9 +7,10 @@ Layer l is MoE when (l + 1) % moe_every == 0; its MLP is replaced by, for the N 
   logits = x @ router^T (N,E);  probs = softmax(logits);  lse = logsumexp(logits)
   idx    = the K experts of highest probability, descending, ties to the lower expert index
   wts    = probs[idx], divided by their sum with norm_topk
-  out[n] = shared(x[n]) (S > 0) + sum_j wts[n,j] * expert_idx[n,j](x[n])      (every token: dropless)
+  out[n] = shared(x[n]) (S > 0) + sum_j wts[n,j] * expert_idx[n,j](x[n])   (every token: dropless)
   expert e / shared = SwiGLU down(silu(gate(x)) * up(x)), w1 = [gate rows | up rows], no biases
-  aux = E * sum_e f_e P_e,  f_e = count_e / (N*K) (a constant: no gradient),  P_e = mean_n probs[n,e]
+  aux = E * sum_e f_e P_e,  f_e = count_e / (N*K) (a constant: no gradient),
+        P_e = mean_n probs[n,e]
   z   = mean_n lse[n]^2
 The experts run as the plain PyTorch loop over experts (Hugging Face's Mixtral): each expert on the
 rows routed to it, weighted and added back with index_add.
