@@ -166,9 +166,9 @@ QWEN25 = dict(n_layer=2, d_model=48, n_head=3, n_kv_head=1, vocab_size=VOCAB, vo
 MOE = dict(LLAMA, moe_experts=4, moe_top_k=2, moe_intermediate_size=32, moe_norm_topk="true",
            moe_aux_loss_coef=0.01, moe_z_loss_coef=0.001)
 # Seeds: routing decides on ~1400 (row, layer) pairs over the 11 passes, so a gap under TOL_MARGIN
-# between the K-th and (K+1)-th probability is common (seeds 1234..1259: 9 of 26 had none); these
-# are seeds without one (torch's smallest gap 1.9e-4 here, 2.5e-4 for moe-shared), with grad_clip
-# set from their norms so that some steps clip (the margins are printed).
+# between the K-th and (K+1)-th probability is common (about two seeds in three of 1234..1259 had
+# one); these are seeds without one (torch's smallest gap 1.9e-4 here, 2.5e-4 for moe-shared),
+# with grad_clip then set from their norms so that some steps clip (the margins are printed).
 MOE_CLIP = 2.9
 MOE_SEED = 1255
 # Qwen2-MoE style on the Qwen 3 above with 4 layers: MoE in layers 1 and 3 (moe_every 2; layers 0
