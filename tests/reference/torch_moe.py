@@ -109,7 +109,7 @@ def moe_forward(x, router, w1, w2, shw1, shw2, K, norm_topk):
 
 class MoE(nn.Module):
     """The MoE MLP of one layer. After each forward: aux, z (tensors, for the loss) and counts;
-    min_margin is the smallest routing margin seen since reset_margin()."""
+    min_margin is the smallest routing margin of all its forwards so far."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -119,9 +119,6 @@ class MoE(nn.Module):
         self.w2 = nn.Parameter(torch.empty(c.E, c.C, c.FE))
         self.shw1 = nn.Parameter(torch.empty(2 * c.S, c.C)) if c.S else None
         self.shw2 = nn.Parameter(torch.empty(c.C, c.S)) if c.S else None
-        self.reset_margin()
-
-    def reset_margin(self):
         self.min_margin = math.inf
 
     def forward(self, x):
@@ -158,11 +155,8 @@ class MoELlama(torch_llama.Llama):
                             for m in self.moe_layers()]).numpy()
 
     def min_margin(self):
+        """The smallest routing margin of every forward of every MoE layer so far."""
         return min(m.min_margin for m in self.moe_layers())
-
-    def reset_margin(self):
-        for m in self.moe_layers():
-            m.reset_margin()
 
     def tessera_views(self):
         """torch_llama's views for the attention, norms and embeddings; fcw/fcprojw over the dense
