@@ -725,7 +725,7 @@ def check_moe_switches(tap, name, d, tc, model):
     effects = {}
     for what, change in (("no aux loss", dict(aux_coef=0.0)), ("no z-loss", dict(z_coef=0.0)),
                          ("other weighting", dict(norm_topk=not tc.norm_topk))):
-        other = torch_moe.MoELlama(dataclasses.replace(tc, **change)).double()
+        other = torch_moe.MoELlama(dataclasses.replace(tc, **change), model.eot).double()
         other.load_tessera(d["params"])
         global_batch_backward(other, d["step0/inputs"], d["step0/targets"], MICRO_BATCH)
         grads = {k: v.numpy() for k, v in other.tessera_tensors(grads=True).items()}
