@@ -318,6 +318,12 @@ void gpu_model_forward(tsr_gpu_model *g, const int32_t *tokens, const int32_t *t
     dec_forward(&d, tokens, targets, B, T, loss_scale);
 }
 
+void gpu_model_moe_stats_add(tsr_gpu_model *g, const int32_t *targets, int B, int T,
+                             float loss_scale, double *acc) {
+    tsr_decoder d = decoder_of(g);
+    dec_moe_stats_add(&d, dec_moe_weight(targets, (size_t)B * (size_t)T, loss_scale), acc);
+}
+
 double gpu_model_loss_sum(tsr_gpu_model *g, const int32_t *targets, int B, int T) {
     tsr_decoder d = decoder_of(g);
     return dec_loss_sum(&d, targets, B, T);

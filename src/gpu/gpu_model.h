@@ -79,6 +79,10 @@ void gpu_model_forward(tsr_gpu_model *g, const int32_t *tokens, const int32_t *t
                        int T, float loss_scale);
 /* Sum of the losses of the last forward over its counted targets (waits for the stream). */
 double gpu_model_loss_sum(tsr_gpu_model *g, const int32_t *targets, int B, int T);
+/* MoE: the last forward's statistics added to acc (decoder.h dec_moe_stats_add), weighted as a
+ * training forward with loss_scale weighs them; waits for the stream. */
+void gpu_model_moe_stats_add(tsr_gpu_model *g, const int32_t *targets, int B, int T,
+                             float loss_scale, double *acc);
 /* After an evaluation forward (loss_scale < 0) over the same B x T: per position its loss and
  * its greedy token (the argmax of its logits over the V real columns, the lower id on ties; bf16
  * logits, so it can differ from the CPU's fp32 choice where two logits are within bf16 rounding),

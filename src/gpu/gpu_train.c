@@ -239,6 +239,7 @@ static double lib_compute(gpu_train_ctx *c, float scale) {
         const int32_t *in = c->inputs + b * c->T, *tg = c->targets + b * c->T;
         int last = b + c->micro >= c->per_rank;
         gpu_model_forward(&gt->g, in, tg, c->micro, c->T, scale);
+        if (c->moe) gpu_model_moe_stats_add(&gt->g, tg, c->micro, c->T, scale, c->moe);
         gpu_model_backward(&gt->g, in, c->micro, c->T, last ? ready : NULL, ctx);
         loss_sum += gpu_model_loss_sum(&gt->g, tg, c->micro, c->T);
     }

@@ -41,6 +41,8 @@ typedef struct gpu_train_ctx {
     void (*host_weights)(void *owner, int on);
     void *owner;
     char device_name[128];     /* set by init: the GPU's name (its peak FLOP/s) */
+    double *moe;               /* MoE: the step's statistics the library adds each microbatch's
+                                * to (train_state.h tsr_train_out.moe), else NULL */
     struct tsr_gpu_train *state; /* the library's, NULL before init and after free */
 } gpu_train_ctx;
 

@@ -649,12 +649,8 @@ static void set_dlosses(const tsr_decoder *d, const int32_t *targets, size_t N, 
     const tsr_backend *be = d->be;
     tsr_acts *a = d->a;
     float *h = be->host ? a->dlosses : a->dlosses_host;
-    size_t counted = 0;
-    for (size_t i = 0; i < N; i++) {
-        h[i] = targets[i] >= 0 ? loss_scale : 0.0f;
-        counted += targets[i] >= 0;
-    }
-    a->moe_w = (float)((double)counted * loss_scale);
+    for (size_t i = 0; i < N; i++) h[i] = targets[i] >= 0 ? loss_scale : 0.0f;
+    a->moe_w = (float)dec_moe_weight(targets, N, loss_scale);
     be->to_device(be, a->dlosses, h, N * sizeof(float));
 }
 
@@ -761,6 +757,12 @@ void dec_backward(const tsr_decoder *d, const int32_t *tokens, const int32_t *ta
                          be->host ? tokens : a->tokens, tokens, a->pos, B, T, C);
     unit_put(d, 0, 1);
     if (ready) ready(ctx, 0);
+}
+
+double dec_moe_weight(const int32_t *targets, size_t N, float loss_scale) {
+    size_t counted = 0;
+    for (size_t i = 0; i < N; i++) counted += targets[i] >= 0;
+    return (double)counted * loss_scale;
 }
 
 void dec_moe_stats_add(const tsr_decoder *d, double w, double *acc) {

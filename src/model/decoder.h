@@ -70,6 +70,9 @@ void dec_token_scores(const tsr_decoder *d, const int32_t *targets, int B, int T
 void dec_backward(const tsr_decoder *d, const int32_t *tokens, const int32_t *targets, int B,
                   int T, float loss_scale, void (*ready)(void *ctx, int unit), void *ctx);
 
+/* MoE (docs/moe.md): the weight of a microbatch's auxiliary losses, its counted targets (N host
+ * targets >= 0) x loss_scale. */
+double dec_moe_weight(const int32_t *targets, size_t N, float loss_scale);
 /* MoE (docs/moe.md): adds the last forward's statistics to acc, LM records of 2 + E doubles in
  * layer order: w x the layer's aux loss, w x its z-loss, then its tokens per expert (unweighted
  * counts of assignments). Nothing in a dense model. Waits for the backend. */

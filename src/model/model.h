@@ -273,8 +273,10 @@ void model_backward(tsr_model *m, const int32_t *tokens, const int32_t *targets,
                     float loss_scale);
 
 /* MoE: the last forward's statistics added to acc (decoder.h dec_moe_stats_add): LM records of
- * [w aux, w z, tokens per expert (E)]. */
-void model_moe_stats_add(tsr_model *m, double w, double *acc);
+ * [w aux, w z, tokens per expert (E)], w the weight a training forward with loss_scale gives the
+ * microbatch's auxiliary losses (its counted targets x loss_scale; docs/moe.md). */
+void model_moe_stats_add(tsr_model *m, const int32_t *targets, int B, int T, float loss_scale,
+                         double *acc);
 
 /* attn_mask = document: seq[b,t] = eot_tokens in tokens[b,0..t-1] (an eot_token ends its own
  * segment; the next one starts after it), pos[b,t] = t - (start of that segment); pos may be NULL.

@@ -65,9 +65,10 @@ static tsr_decoder decoder_of(tsr_model *m) {
                          .rope = m->rope_freqs};
 }
 
-void model_moe_stats_add(tsr_model *m, double w, double *acc) {
+void model_moe_stats_add(tsr_model *m, const int32_t *targets, int B, int T, float loss_scale,
+                         double *acc) {
     tsr_decoder d = decoder_of(m);
-    dec_moe_stats_add(&d, w, acc);
+    dec_moe_stats_add(&d, dec_moe_weight(targets, (size_t)B * (size_t)T, loss_scale), acc);
 }
 
 void model_token_scores(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,

@@ -31,6 +31,7 @@ static void fill(gpu_train_ctx *c, const tsr_trainer *t) {
     c->evals = cfg->data.val[0] != '\0' || cfg->n_icl > 0;
     c->T = t->T, c->micro = t->micro, c->per_rank = t->per_rank, c->auto_micro = t->auto_micro;
     c->inputs = t->data.inputs, c->targets = t->data.targets;
+    c->moe = t->out.moe;
     c->optim = &cfg->optim;
     for (int i = 0; i < TSR_P_COUNT; i++)
         c->decay[i] = trainer_param_decays(&cfg->optim, t->model.params_info[i].kind)

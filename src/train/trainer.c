@@ -83,13 +83,9 @@ static void zero_flat_grads(tsr_trainer *t) {
 
 static void zero_shard_grads(tsr_trainer *t) { fsdp_zero_grads(&t->part.fsdp); }
 
-/* MoE: the microbatch's statistics into the step's, its losses weighted by its counted targets
- * x scale (docs/moe.md) */
+/* MoE: the microbatch's statistics into the step's (docs/moe.md) */
 static void moe_stats_add(tsr_trainer *t, const int32_t *tg, float scale) {
-    if (!t->out.moe) return;
-    int64_t counted = 0;
-    for (int64_t i = 0; i < (int64_t)t->micro * t->T; i++) counted += tg[i] >= 0;
-    model_moe_stats_add(&t->model, (double)counted * scale, t->out.moe);
+    if (t->out.moe) model_moe_stats_add(&t->model, tg, t->micro, t->T, scale, t->out.moe);
 }
 
 /* CPU: the microbatches' forward and backward (the gradients accumulate), after zero. */

@@ -475,6 +475,11 @@ static void test_arch(void) {
          "model.intermediate_size = 2000000000 is larger than 1073741823"},
         {{"model.pos=rope", "model.rope_scaling=llama3", "model.rope_high_freq_factor=1"},
          "model.rope_high_freq_factor = 1 is not above model.rope_low_freq_factor = 1"},
+        {{"model.moe_experts=1"}, "model.moe_experts = 1: a mixture needs at least 2 experts"},
+        {{"model.moe_experts=4", "model.moe_top_k=5"},
+         "model.moe_top_k = 5 is more than model.moe_experts = 4"},
+        {{"model.moe_experts=4", "model.moe_every=3"},
+         "model.moe_every = 3 with model.n_layer = 2 leaves no MoE layer"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int n = 0;
@@ -494,6 +499,14 @@ static void test_arch(void) {
     tap_ok(rc == 0 && drc == 0 && d.NH == 5 && d.KVH == 1 && d.hs == 8 && d.F == 40,
            "head_dim 8 with d_model 32 and 5 heads (not divisible: fine with head_dim), MQA, "
            "intermediate_size: loads; dims NH %d KVH %d hs %d F %d", d.NH, d.KVH, d.hs, d.F);
+    const char *moe[] = {"model.n_layer=4", "model.moe_experts=8", "model.moe_top_k=2",
+                         "model.moe_every=2", "model.moe_shared_size=16"};
+    rc = load(&c, p, moe, (int)(sizeof moe / sizeof *moe));
+    drc = rc == 0 ? config_model_dims(&c.model, &d, &key, why, sizeof why) : -1;
+    tap_ok(rc == 0 && drc == 0 && d.E == 8 && d.K == 2 && d.FE == d.F && d.S == 16 && d.LM == 2,
+           "MoE: 8 experts top 2 on every second of 4 layers, the expert width defaulting to the "
+           "MLP's, a shared expert: E %d K %d FE %d (F %d) S %d LM %d", d.E, d.K, d.FE, d.F, d.S,
+           d.LM);
 }
 
 static void test_world(void) {
@@ -686,7 +699,7 @@ static void test_table_and_docs(void) {
     free(text);
 }
 
-#define N_FIXED 89
+#define N_FIXED 93
 
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/tsr_test_config_XXXXXX");
