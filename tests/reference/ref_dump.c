@@ -180,9 +180,7 @@ int main(int argc, char **argv) {
     for (int b = 0; b < GB; b += micro) {
         const int32_t *in = inputs + (size_t)b * T, *tg = targets + (size_t)b * T;
         loss_sum += model_forward(m, in, tg, micro, T);
-        int64_t mb_counted = 0;
-        for (size_t i = 0; i < (size_t)micro * T; i++) mb_counted += tg[i] >= 0;
-        model_moe_stats_add(m, (double)mb_counted / (double)counted, moe0);
+        model_moe_stats_add(m, tg, micro, T, 1.0f / (float)counted, moe0);
         t.be.ops->matmul_forward(logits + (size_t)b * T * Vp, m->acts.lnf, head_weights(m), NULL,
                               micro * T, m->C, Vp);
         model_backward(m, in, tg, micro, T, 1.0f / (float)counted);
