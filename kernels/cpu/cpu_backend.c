@@ -98,6 +98,53 @@ static void f_swiglu_backward(const tsr_backend *be, void *dinp, const void *inp
     OPS(be)->swiglu_backward(dinp, inp, dout, N, F);
 }
 
+/* mixture of experts: the table's moe_* ops (fp32: act = weight = float, casts only) */
+static void f_moe_route(const tsr_backend *be, float *probs, float *lse, int32_t *idx, float *wts,
+                        int32_t *offs, int32_t *rows, int32_t *slot, float *stats,
+                        const void *logits, int N, int E, int K, int norm) {
+    OPS(be)->moe_route(probs, lse, idx, wts, offs, rows, slot, stats, logits, N, E, K, norm);
+}
+
+static void f_moe_gather(const tsr_backend *be, void *xg, const void *x, const int32_t *rows,
+                         int N, int K, int C) {
+    OPS(be)->moe_gather(xg, x, rows, N, K, C);
+}
+
+static void f_moe_gather_backward(const tsr_backend *be, void *dx, const void *dxg,
+                                  const int32_t *slot, int N, int K, int C) {
+    OPS(be)->moe_gather_backward(dx, dxg, slot, N, K, C);
+}
+
+static void f_moe_matmul_forward(const tsr_backend *be, void *out, const void *inp, const void *w,
+                                 const int32_t *offs, int E, int NK, int IC, int OC) {
+    OPS(be)->moe_matmul_forward(out, inp, w, offs, E, NK, IC, OC);
+}
+
+static void f_moe_matmul_backward(const tsr_backend *be, void *dinp, float *dw, const void *dout,
+                                  const void *inp, const void *w, const int32_t *offs, int E,
+                                  int NK, int IC, int OC) {
+    OPS(be)->moe_matmul_backward(dinp, dw, dout, inp, w, offs, E, NK, IC, OC);
+}
+
+static void f_moe_combine(const tsr_backend *be, void *out, const void *base, const void *y,
+                          const float *wts, const int32_t *slot, int N, int K, int C) {
+    OPS(be)->moe_combine(out, base, y, wts, slot, N, K, C);
+}
+
+static void f_moe_combine_backward(const tsr_backend *be, void *dy, float *dwts,
+                                   const void *dout, const void *y, const float *wts,
+                                   const int32_t *slot, int N, int K, int C) {
+    OPS(be)->moe_combine_backward(dy, dwts, dout, y, wts, slot, N, K, C);
+}
+
+static void f_moe_router_backward(const tsr_backend *be, void *dlogits, const float *dwts,
+                                  const float *probs, const float *lse, const int32_t *idx,
+                                  const float *wts, const int32_t *offs, int N, int E, int K,
+                                  int norm, float aux_w, float z_w) {
+    OPS(be)->moe_router_backward(dlogits, dwts, probs, lse, idx, wts, offs, N, E, K, norm, aux_w,
+                                 z_w);
+}
+
 /* matmul_forward (into pre_gelu when given), then gelu_forward */
 static void f_matmul_forward(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,
                              const void *w, const void *bias, int N, int IC, int OC,
@@ -208,6 +255,14 @@ tsr_backend tsr_fp32_backend(const tsr_ops *ops) {
         .rope_backward = f_rope_backward,
         .swiglu_forward = f_swiglu_forward,
         .swiglu_backward = f_swiglu_backward,
+        .moe_route = ops->moe_route ? f_moe_route : NULL,
+        .moe_gather = ops->moe_gather ? f_moe_gather : NULL,
+        .moe_gather_backward = ops->moe_gather_backward ? f_moe_gather_backward : NULL,
+        .moe_matmul_forward = ops->moe_matmul_forward ? f_moe_matmul_forward : NULL,
+        .moe_matmul_backward = ops->moe_matmul_backward ? f_moe_matmul_backward : NULL,
+        .moe_combine = ops->moe_combine ? f_moe_combine : NULL,
+        .moe_combine_backward = ops->moe_combine_backward ? f_moe_combine_backward : NULL,
+        .moe_router_backward = ops->moe_router_backward ? f_moe_router_backward : NULL,
         .matmul_forward = f_matmul_forward,
         .matvec_forward = ops->matvec_forward ? f_matvec_forward : NULL,
         .matmul_backward = f_matmul_backward,

@@ -2,8 +2,9 @@
  *
  * cpu_ops.c holds the op table and the simple ops; cpu_attention.c and cpu_softmax.c the ops whose
  * speed matters most; cpu_llama.c the ops of the Llama/Qwen blocks (RMSNorm, QK-norm, RoPE,
- * SwiGLU). Every op is deterministic: each output element is produced by one thread in
- * an order that does not depend on the thread count, so the same inputs give the same bits.
+ * SwiGLU); cpu_moe.c those of mixture of experts. Every op is deterministic: each output element
+ * is produced by one thread in an order that does not depend on the thread count, so the same
+ * inputs give the same bits.
  */
 #ifndef TSR_CPU_INTERNAL_H
 #define TSR_CPU_INTERNAL_H
@@ -49,6 +50,26 @@ void cpu_rope_backward(float *dqkv, const int32_t *pos, int p0, const float *inv
                        int T, int NH, int KVH, int hs);
 void cpu_swiglu_forward(float *out, const float *inp, int N, int F);
 void cpu_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F);
+
+/* cpu_moe.c (ops.h describes each) */
+void cpu_moe_route(float *probs, float *lse, int32_t *idx, float *wts, int32_t *offs,
+                   int32_t *rows, int32_t *slot, float *stats, const float *logits, int N, int E,
+                   int K, int norm);
+void cpu_moe_gather(float *xg, const float *x, const int32_t *rows, int N, int K, int C);
+void cpu_moe_gather_backward(float *dx, const float *dxg, const int32_t *slot, int N, int K,
+                             int C);
+void cpu_moe_matmul_forward(float *out, const float *inp, const float *w, const int32_t *offs,
+                            int E, int NK, int IC, int OC);
+void cpu_moe_matmul_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                             const float *w, const int32_t *offs, int E, int NK, int IC, int OC);
+void cpu_moe_combine(float *out, const float *base, const float *y, const float *wts,
+                     const int32_t *slot, int N, int K, int C);
+void cpu_moe_combine_backward(float *dy, float *dwts, const float *dout, const float *y,
+                              const float *wts, const int32_t *slot, int N, int K, int C);
+void cpu_moe_router_backward(float *dlogits, const float *dwts, const float *probs,
+                             const float *lse, const int32_t *idx, const float *wts,
+                             const int32_t *offs, int N, int E, int K, int norm, float aux_w,
+                             float z_w);
 
 /* cpu_softmax.c */
 void cpu_softmax_xent_forward(float *losses, float *probs, const float *logits,

@@ -1,7 +1,7 @@
 /* cpu_ops.c — the fp32 CPU reference backend (the oracle): op table, memory, encoder, layernorm,
  * matmul (OpenBLAS sgemm), GELU, residual, gradient norm and AdamW. Attention is in
  * cpu_attention.c, softmax + cross-entropy in cpu_softmax.c, RMSNorm, QK-norm, RoPE and SwiGLU in
- * cpu_llama.c.
+ * cpu_llama.c, the mixture-of-experts ops in cpu_moe.c.
  *
  * File-wide conventions (ops.h): backward ops accumulate (+=) into every gradient they produce;
  * shapes use the ops.h vocabulary. Loops are OpenMP-parallel and every output element is written by
@@ -430,6 +430,14 @@ const tsr_ops tsr_cpu_ops = {
     .rope_backward = cpu_rope_backward,
     .swiglu_forward = cpu_swiglu_forward,
     .swiglu_backward = cpu_swiglu_backward,
+    .moe_route = cpu_moe_route,
+    .moe_gather = cpu_moe_gather,
+    .moe_gather_backward = cpu_moe_gather_backward,
+    .moe_matmul_forward = cpu_moe_matmul_forward,
+    .moe_matmul_backward = cpu_moe_matmul_backward,
+    .moe_combine = cpu_moe_combine,
+    .moe_combine_backward = cpu_moe_combine_backward,
+    .moe_router_backward = cpu_moe_router_backward,
     .matvec_forward = matvec_forward,
     .gelu_forward = gelu_forward,
     .gelu_backward = gelu_backward,
