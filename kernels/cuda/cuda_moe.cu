@@ -105,7 +105,10 @@ __global__ void __launch_bounds__(MOE_THREADS)
         if (lane == 0) idx[(size_t)n * K + j] = be, wts[(size_t)n * K + j] = w;
     }
     if (norm && lane == 0)
-        for (int j = 0; j < K; j++) wts[(size_t)n * K + j] = (float)((double)wts[(size_t)n * K + j] / s);
+        for (int j = 0; j < K; j++) {
+            float *wj = wts + (size_t)n * K + j;
+            *wj = (float)((double)*wj / s);
+        }
 }
 
 /* Loads chunk blockIdx.x's experts (idx of its assignments) into ex; returns how many it has. */
@@ -255,8 +258,9 @@ static bool vec8(int C, const void *a, const void *b, const void *c) {
     return C % 8 == 0 && tcu_aligned16(a) && tcu_aligned16(b) && (!c || tcu_aligned16(c));
 }
 
-/* BACKWARD = false: xg[r] = x[rows[r] / K] (a copy of bits); true: dx[n] = bf16(dx[n] + dxg[slot[n*K]]
- * + ... + dxg[slot[n*K+K-1]]), the fp32 adds in j order, one rounding. map = rows or slot.
+/* BACKWARD = false: xg[r] = x[rows[r] / K] (a copy of bits); true: dx[n] = bf16(dx[n] +
+ * dxg[slot[n*K]] + ... + dxg[slot[n*K+K-1]]), the fp32 adds in j order, one rounding. map = rows
+ * or slot.
  * One item = W columns of one output row; grid-stride, MOE_THREADS. */
 template <int W, bool BACKWARD>
 __global__ void moe_gather_kernel(bf16 *o, const bf16 *x, const int32_t *map, int K, int C,
