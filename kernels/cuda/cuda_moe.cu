@@ -135,19 +135,20 @@ __global__ void __launch_bounds__(MOE_CHUNK)
     counts[(size_t)blockIdx.x * E + e] = c;
 }
 
-/* partial (P, E+1): row group g (rows g*rows ..) sums probs[n,e] over its rows in order into
- * partial[g,e], and lse[n]^2 into partial[g,E]. Launch: P blocks of MOE_THREADS. */
+/* partial (P, E+1) double: row group g (rows g*rows ..) sums probs[n,e] over its rows in order
+ * into partial[g,e], and lse[n]^2 into partial[g,E], in double as the CPU op. Launch: P blocks of
+ * MOE_THREADS. */
 __global__ void __launch_bounds__(MOE_THREADS)
-    moe_route_partial_kernel(float *partial, const float *probs, const float *lse, int N, int E,
+    moe_route_partial_kernel(double *partial, const float *probs, const float *lse, int N, int E,
                              int rows) {
     const int n0 = blockIdx.x * rows, n1 = min(N, n0 + rows);
-    float *part = partial + (size_t)blockIdx.x * (E + 1);
+    double *part = partial + (size_t)blockIdx.x * (E + 1);
     for (int e = threadIdx.x; e <= E; e += blockDim.x) {
-        float acc = 0.0f;
+        double acc = 0.0;
         if (e < E)
             for (int n = n0; n < n1; n++) acc += probs[(size_t)n * E + e];
         else
-            for (int n = n0; n < n1; n++) acc = fmaf(lse[n], lse[n], acc);
+            for (int n = n0; n < n1; n++) acc += (double)lse[n] * lse[n];
         part[e] = acc;
     }
 }
@@ -157,7 +158,7 @@ __global__ void __launch_bounds__(MOE_THREADS)
  * aux = E * sum_e count_e * colsum_e / (NK * N), stats[1] = z = sum_g partial[g,E] / N, every
  * sum over partials and experts in double, in a fixed order. */
 __global__ void __launch_bounds__(MOE_THREADS)
-    moe_route_scan_kernel(int32_t *offs, float *stats, int32_t *counts, const float *partial,
+    moe_route_scan_kernel(int32_t *offs, float *stats, int32_t *counts, const double *partial,
                           int chunks, int P, int N, int E, int K) {
     __shared__ double red[MOE_THREADS];
     double mine = 0.0; /* sum over this thread's experts of count_e * colsum_e */
@@ -204,7 +205,7 @@ __global__ void __launch_bounds__(MOE_CHUNK)
 
 /* Five launches: the rows (softmax, top-k, weights), the per-chunk counts, the statistics'
  * partial sums, the scan (offs, stats), the placement (slot, rows). Scratch: the process-wide
- * partial-sum buffer (tcu_norm_partial_scratch): P*(E+1) floats, then chunks*E int32 counts. */
+ * partial-sum buffer (tcu_norm_partial_scratch): P*(E+1) doubles, then chunks*E int32 counts. */
 void tcu_moe_route(float *probs, float *lse, int32_t *idx, float *wts, int32_t *offs,
                    int32_t *rows, int32_t *slot, float *stats, const tsr_bf16 *logits, int N,
                    int E, int K, int norm, tcu_stream s) {
@@ -226,7 +227,8 @@ void tcu_moe_route(float *probs, float *lse, int32_t *idx, float *wts, int32_t *
     grp = grp < MOE_STAT_ROWS ? MOE_STAT_ROWS : grp;
     const int P = (N + grp - 1) / grp;
     const size_t nparts = (size_t)P * (E + 1), ncounts = (size_t)chunks * E;
-    float *partial = tcu_norm_partial_scratch((nparts + ncounts) * sizeof(float), what);
+    double *partial = (double *)tcu_norm_partial_scratch(
+        nparts * sizeof(double) + ncounts * sizeof(int32_t), what); /* 256-byte aligned */
     int32_t *counts = (int32_t *)(partial + nparts);
 
     moe_route_warp_per_row_kernel<<<tcu_blocks((size_t)N, MOE_WARPS), MOE_THREADS, 0, st>>>(

@@ -1043,7 +1043,7 @@ typedef struct { float *probs, *lse, *wts, stats[2]; int32_t *idx, *offs, *rows,
 /* Routing: logits on a grid of 1/16 in [-4, 4] (exact in bf16; ties frequent, to the lower index;
  * distinct values >= 1/16 apart, so both sides order them alike), -8 for a starved expert.
  * idx, offs, rows, slot exact; probs, wts to 2^-18 relative (expf against the CPU's: a few ulp),
- * lse 1e-5; stats (double sums of fp32 partials) 2^-18; run twice: the same bits. */
+ * lse 1e-5; stats (double sums) 2^-18; run twice: the same bits. */
 static void test_moe_route(const moe_cfg *c, const char *tag, moe_ref *r) {
     const int N = c->N, E = c->E, K = c->K;
     const size_t ne = (size_t)N * E, nk = (size_t)N * K;
