@@ -51,12 +51,14 @@ static const char *json_double(char *buf, size_t cap, double v) {
     return buf;
 }
 
-/* MixtralConfig's / Qwen3MoeConfig's experts. router_aux_loss_coef is top_k times tessera's
- * coefficient (transformers' load_balancing_loss_func divides the counts by N, tessera by N K:
- * docs/moe.md); the router's jitter noise (training only) is off, as in tessera. */
+/* MixtralConfig's / Qwen3MoeConfig's experts. router_aux_loss_coef is tessera's coefficient
+ * divided by top_k: transformers' load_balancing_loss_func divides the counts by N, tessera by
+ * N K, so its loss is K times tessera's and the same gradient needs a K times smaller weight
+ * (docs/moe.md; it also pools the layers, so the match is approximate). The router's jitter noise
+ * (training only) is off, as in tessera. */
 static void write_moe(textbuf *b, const tsr_model *m, hf_arch a) {
     char coef[32];
-    json_double(coef, sizeof coef, m->K * m->cfg.moe_aux_loss_coef);
+    json_double(coef, sizeof coef, m->cfg.moe_aux_loss_coef / m->K);
     if (a == HF_MIXTRAL)
         add(b, "  \"num_local_experts\": %d,\n  \"num_experts_per_tok\": %d,\n"
                 "  \"router_jitter_noise\": 0.0,\n", m->E, m->K);
@@ -449,14 +451,14 @@ static void check_moe(checker *c, const json_value *r, const tsr_model *m, hf_ar
                   "only an empty list (or null) is accepted", ml->type == JSON_ARRAY ?
                   "not empty" : json_type_name(ml->type));
     }
-    double hf = get_num(c, r, "router_aux_loss_coef", 0.001), run = m->K * mc->moe_aux_loss_coef;
-    char h[32], own[32], times[32], fix[32];
+    double hf = get_num(c, r, "router_aux_loss_coef", 0.001), run = mc->moe_aux_loss_coef / m->K;
+    char h[32], own[32], per[32], fix[32];
     if (!c->rc && !(fabs(hf - run) <= 1e-6 * fabs(hf))) /* a training choice: said, not refused */
-        tsr_warn("%s: router_aux_loss_coef = %s is top_k = %d times tessera's "
-                 "model.moe_aux_loss_coef (docs/moe.md), but this run has %s (x %d = %s): it trains "
-                 "with its own; --set model.moe_aux_loss_coef=%s trains with the model's", c->path,
+        tsr_warn("%s: router_aux_loss_coef = %s is tessera's model.moe_aux_loss_coef divided by "
+                 "top_k = %d (docs/moe.md), but this run has %s (/ %d = %s): it trains with its "
+                 "own; --set model.moe_aux_loss_coef=%s trains with the model's", c->path,
                  json_double(h, sizeof h, hf), m->K, json_double(own, sizeof own, mc->moe_aux_loss_coef),
-                 m->K, json_double(times, sizeof times, run), json_double(fix, sizeof fix, hf / m->K));
+                 m->K, json_double(per, sizeof per, run), json_double(fix, sizeof fix, hf * m->K));
 }
 
 static void check_llama(checker *c, const json_value *r, const tsr_model *m, hf_arch a) {

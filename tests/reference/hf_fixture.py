@@ -240,7 +240,7 @@ def tessera_sets(fx):
         s.update({"model.moe_experts": fx["E"], "model.moe_top_k": fx["K"],
                   "model.moe_intermediate_size": fx["FE"], "model.moe_every": fx["every"],
                   "model.moe_norm_topk": str(fx["norm_topk"]).lower(),
-                  "model.moe_aux_loss_coef": repr(fx["aux"] / fx["K"])})
+                  "model.moe_aux_loss_coef": repr(fx["aux"] * fx["K"])})
     if fx["llama3"]:
         ls = fx["llama3"]
         s.update({"model.rope_scaling": "llama3", "model.rope_factor": ls["factor"],

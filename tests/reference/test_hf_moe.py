@@ -10,16 +10,15 @@ with the logits of a float64 forward written after transformers' modeling code.
 For each fixture (2 MPI ranks, the fixture's token rows as the first global batch, optim.lr 1e-30
 so that step 1 leaves every fp32 weight as it was):
   - `tessera-train --init-from FIXTURE` reads it (config.json and every tensor accepted);
-  - then, once tessera can train a MoE model (the decoder's MoE layer and the CPU ops), else each
-    SKIPs saying so: the step-1 loss = the mean cross-entropy of the fixture's logits (rel err
+  - then: the step-1 loss = the mean cross-entropy of the fixture's logits (rel err
     <= 1e-5); `tessera ckpt export --format hf` of the step-1 checkpoint has the fixture's tensor
     names (safetensors header rules as in test_hf_export.py); every tensor equals the fixture's bit
     for bit in fp32 (the round trip); config.json equals the fixture's key by key (but the
-    run-side keys listed in NOT_COMPARED), router_aux_loss_coef = top_k x model.moe_aux_loss_coef.
+    run-side keys listed in NOT_COMPARED), router_aux_loss_coef = model.moe_aux_loss_coef / top_k.
 Refusals through tessera-train (the import runs before the first step, so these run today): a
 router of 3 rows for 4 experts, a missing expert tensor, a fifth expert's tensor, mlp_only_layers
 not empty, a run with another moe_top_k, a MoE directory into a dense run; and a run whose
-model.moe_aux_loss_coef is not router_aux_loss_coef / top_k imports with a warning saying both.
+model.moe_aux_loss_coef is not router_aux_loss_coef x top_k imports with a warning saying both.
 Run: TESTS=hf_moe bash tests/run.sh   (needs `make`). TAP; exit 1 on failure, 77 without torch.
 """
 import json
@@ -43,7 +42,6 @@ from tap import Tap  # noqa: E402
 TOL_FP32 = thl.TOL_FP32  # fp32 forward vs float64, as test_hf_llama.py
 LR = "optim.lr=1e-30"    # |lr x update| < half an ulp of every weight: step 1 changes no bit
 SHARD = {"qwen3_moe_sparse2": 30000}
-NO_MOE = "the cpu backend does not have it yet"  # decoder.c until the MoE ops are in
 # Written from the run, not the model: the position count (RoPE has no table), the init std, the
 # tokenizer's ids (exported with --tokenizer none), Qwen's unused window when use_sliding_window
 # is false.
@@ -51,11 +49,6 @@ NOT_COMPARED = {"max_position_embeddings", "initializer_range", "bos_token_id", 
                 "sliding_window"}
 CHECKS_PER_FIXTURE = 5
 N_REFUSALS = 7
-
-
-def skip(tap, what, why):
-    tap.n += 1
-    print(f"ok {tap.n} - {what} # SKIP {why}", flush=True)
 
 
 def compare_config(fcj, cj):
@@ -93,20 +86,15 @@ def run_fixture(tap, name, fdir, tmp):
 
     r0 = os.path.join(tmp, name + "_init")
     rc, out, s = thl.init_run(fx, cfg, r0, fdir, LR)
-    no_moe = rc != 0 and NO_MOE in out
     read = f"checkpoint init-from step 0 | {fdir}" in out and "error:" not in out
-    if not read or (rc and not no_moe):
+    if not read or rc:
         tap.diag(out[-2500:])
-    tap.ok(read and (rc == 0 or no_moe), f"{name}: --init-from the fixture: config.json and every "
-                                         f"tensor accepted (exit {rc}{', then no MoE layer to run yet' if no_moe else ''})")
+    tap.ok(read and rc == 0, f"{name}: --init-from the fixture: config.json and every tensor "
+                             f"accepted, one step trained (exit {rc})")
     what = [f"{name}: step-1 loss = the float64 forward's (rel err <= {TOL_FP32:g})",
             f"{name}: export: the safetensors header rules, the fixture's tensor names",
             f"{name}: every exported tensor = the fixture's bit for bit (fp32 round trip)",
             f"{name}: config.json = the fixture's key by key (but {sorted(NOT_COMPARED)})"]
-    if no_moe:
-        for w in what:
-            skip(tap, w, "tessera-train has no MoE layer yet (model.moe_experts > 0: " + NO_MOE + ")")
-        return fx
 
     ref = thl.xent_of(np.load(os.path.join(fdir, "logits.npy")), toks)
     e = abs(s["loss"] - ref) / ref if s else math.inf
@@ -197,11 +185,11 @@ def refusals(tap, tmp, fixtures):
     # another aux coefficient: a training choice, said and not refused
     rc, out, _ = thl.init_run(mx, mx["cfg"], os.path.join(tmp, "auxrun"), mx["dir"], LR,
                               "model.moe_aux_loss_coef=0.05")
-    warn = "router_aux_loss_coef = 0.02 is top_k = 2 times tessera's model.moe_aux_loss_coef"
-    tap.ok(warn in out and "moe_aux_loss_coef=0.01 trains with the model's" in out
+    warn = "router_aux_loss_coef = 0.02 is tessera's model.moe_aux_loss_coef divided by top_k = 2"
+    tap.ok(warn in out and "moe_aux_loss_coef=0.04 trains with the model's" in out
            and f"checkpoint init-from step 0 | {mx['dir']}" in out,
            f"--init-from {mx['name']} into a run with model.moe_aux_loss_coef 0.05: imported, with the "
-           f"warning \"{warn} ... --set model.moe_aux_loss_coef=0.01\"")
+           f"warning \"{warn} ... --set model.moe_aux_loss_coef=0.04\"")
     if warn not in out:
         tap.diag(out[-1200:])
 
