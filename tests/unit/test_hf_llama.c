@@ -217,8 +217,9 @@ static int count_shards(const char *dir) {
     return 0;
 }
 
-/* The HF tensor `name` of the export in dir (one file or shards) equals the rows [r0, r0 + nr)
- * (cols wide) at flat offset off of m's parameters; 0 when it is absent. */
+/* The HF tensor `name` of the export in dir (one file or shards): 1 when it equals the rows
+ * [r0, r0 + nr) (cols wide) at flat offset off of m's parameters, 0 when it is there but is not
+ * that, -1 when it is absent. */
 static int tensor_is(const char *dir, const char *name, const tsr_model *m, size_t off, int64_t nr,
                      int64_t cols) {
     char p[512];
@@ -242,7 +243,7 @@ static int tensor_is(const char *dir, const char *name, const tsr_model *m, size
         }
         st_close(&sf);
     }
-    return found && same;
+    return found ? same : -1;
 }
 
 /* MoE variants: every expert's tensors hold the slices of the layout (computed here, not by
@@ -258,14 +259,14 @@ static void moe_names(const variant *v, const char *tmp) {
     for (int l = 0; l < m.L && !rc; l++) {
         int moe = (l + 1) % v->every == 0;
         snprintf(name, sizeof name, "model.layers.%d.mlp.gate_proj.weight", l);
-        bad += tensor_is(d, name, &m, m.params_info[TSR_P_FCW].offset, m.F, C) != 0 && moe;
+        bad += moe && tensor_is(d, name, &m, m.params_info[TSR_P_FCW].offset, m.F, C) != -1;
         snprintf(name, sizeof name, "model.layers.%d.%s.gate.weight", l, mix ? "block_sparse_moe" : "mlp");
         size_t ro = m.params_info[TSR_P_ROUTERW].offset + (size_t)(slot * E * C);
         if (!moe) {
-            bad += tensor_is(d, name, &m, ro, E, C); /* absent: 0 */
+            bad += tensor_is(d, name, &m, ro, E, C) != -1; /* a dense layer has no router */
             continue;
         }
-        bad += !tensor_is(d, name, &m, ro, E, C), checked++;
+        bad += tensor_is(d, name, &m, ro, E, C) != 1, checked++;
         for (int e = 0; e < E; e++) {
             size_t w1 = m.params_info[TSR_P_EXPW1].offset + (size_t)((slot * E + e) * 2 * FE * C);
             size_t w2 = m.params_info[TSR_P_EXPW2].offset + (size_t)((slot * E + e) * C * FE);
@@ -274,7 +275,8 @@ static void moe_names(const variant *v, const char *tmp) {
             size_t off[3] = {w1, w1 + (size_t)(FE * C), w2};
             for (int j = 0; j < 3; j++) {
                 snprintf(name, sizeof name, "model.layers.%d.%s.%d.%s.weight", l, pre, e, sfx[j]);
-                bad += !tensor_is(d, name, &m, off[j], j < 2 ? FE : C, j < 2 ? C : FE), checked++;
+                bad += tensor_is(d, name, &m, off[j], j < 2 ? FE : C, j < 2 ? C : FE) != 1;
+                checked++;
             }
         }
         slot++;
