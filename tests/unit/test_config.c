@@ -478,6 +478,8 @@ static void test_arch(void) {
         {{"model.moe_experts=1"}, "model.moe_experts = 1: a mixture needs at least 2 experts"},
         {{"model.moe_experts=4", "model.moe_top_k=5"},
          "model.moe_top_k = 5 is more than model.moe_experts = 4"},
+        {{"model.moe_shared_size=16"},
+         "model.moe_shared_size is set, but model.moe_experts = 0 (a dense model)"},
         {{"model.moe_experts=4", "model.moe_every=3"},
          "model.moe_every = 3 with model.n_layer = 2 leaves no MoE layer"},
     };
@@ -699,7 +701,7 @@ static void test_table_and_docs(void) {
     free(text);
 }
 
-#define N_FIXED 93
+#define N_FIXED 94
 
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/tsr_test_config_XXXXXX");
