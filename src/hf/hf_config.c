@@ -430,16 +430,11 @@ static void check_moe(checker *c, const json_value *r, const tsr_model *m, hf_ar
     const char *fe = mix ? "intermediate_size" : "moe_intermediate_size";
     same(c, fe, get_int(c, r, fe, mix ? 14336 : 768), "model.moe_intermediate_size", m->FE,
          mc->moe_intermediate_size ? "" : " (0 = the dense MLP width)");
-    if (m->S)
-        fault(c, TSR_EXIT_USAGE, "%s has no shared expert, but this run has model.moe_shared_size "
-              "= %d: set --set model.moe_shared_size=0", hf_class_name[a], m->S);
-    if (mix) {
-        if (mc->moe_every != 1 || !mc->moe_norm_topk)
-            fault(c, TSR_EXIT_USAGE, "MixtralForCausalLM has experts in every layer and renormalises "
-                  "the top-k weights, but this run has model.moe_every = %d, model.moe_norm_topk = "
-                  "%s: set --set model.moe_every=1 --set model.moe_norm_topk=true", mc->moe_every,
-                  mc->moe_norm_topk ? "true" : "false");
-    } else {
+    const char *need = hf_moe_need(m, a);
+    if (need)
+        fault(c, TSR_EXIT_USAGE, "%s cannot hold this run's experts: it needs %s (set those keys "
+              "with --set)", hf_class_name[a], need);
+    if (!mix) {
         same(c, "decoder_sparse_step", get_int(c, r, "decoder_sparse_step", 1), "model.moe_every",
              mc->moe_every, "");
         same_bool(c, "norm_topk_prob", get_bool(c, r, "norm_topk_prob", 0), "model.moe_norm_topk",

@@ -27,6 +27,10 @@ const char *hf_prefix(hf_arch a);
 hf_arch hf_arch_named(const char *s);
 /* a has routed experts (Mixtral, Qwen3-MoE); a has Qwen 3's per-head q_norm / k_norm. */
 int hf_arch_moe(hf_arch a);
+/* What the mixture of m lacks for class a (NULL: a can hold it): experts for a MoE class, none for
+ * a dense one, no shared expert, and for Mixtral experts in every layer with renormalised top-k
+ * weights. The export's choice of class and the import's check both ask it. */
+const char *hf_moe_need(const tsr_model *m, hf_arch a);
 int hf_arch_qk_norm(hf_arch a);
 
 /* One tensor of the HF model and the block of tessera's flat parameter buffer it maps to. */

@@ -72,8 +72,7 @@ static const struct map_row {
 };
 _Static_assert(sizeof rows / sizeof rows[0] == TSR_P_COUNT, "one row per tessera parameter");
 
-/* What the mixture of m lacks for class a (NULL: a can hold it); a dense class needs no experts. */
-static const char *moe_need(const tsr_model *m, hf_arch a) {
+const char *hf_moe_need(const tsr_model *m, hf_arch a) {
     if (!hf_arch_moe(a))
         return m->E ? "model.moe_experts = 0 (a dense model; MixtralForCausalLM and "
                       "Qwen3MoeForCausalLM hold mixtures of experts)" : NULL;
@@ -124,7 +123,7 @@ static int llama_arch_of(const tsr_model *m, hf_arch want, hf_arch *a, char *why
     default:
         need = "model.pos other than \"rope\"";
     }
-    if (!need) need = moe_need(m, *a);
+    if (!need) need = hf_moe_need(m, *a);
     if (!need) return 0;
     snprintf(why, cap, "%s (model_type \"%s\") needs %s", hf_class_name[*a], hf_model_type[*a], need);
     return TSR_EXIT_USAGE;

@@ -1175,9 +1175,9 @@ static void test_moe(const moe_cfg *c) {
     char tag[96];
     snprintf(tag, sizeof tag, "N=%d E=%d K=%d C=%d F=%d%s%s%s", c->N, c->E, c->K, c->C, c->F,
              c->norm ? " norm" : "", c->starve ? " starved" : "", c->base ? " base" : "");
-    if (!moe_cpu_ops()) { /* the CPU oracle is optional in its table (ops.h) */
+    if (!moe_cpu_ops()) { /* optional in the table (ops.h), but the oracle these compare with */
         for (int i = 0; i < MOE_CHECKS; i++)
-            tap_skip(L("moe %s", tag), "the CPU MoE ops are missing from tsr_cpu_ops");
+            tap_ok(0, "%s: the CPU MoE ops are missing from tsr_cpu_ops", L("moe %s", tag));
         return;
     }
     const size_t ne = (size_t)c->N * c->E, nk = (size_t)c->N * c->K;

@@ -171,7 +171,7 @@ def refusals(tap, tmp, fixtures):
         ("a run with moe_top_k 1", qm, 1, ["num_experts_per_tok = 2, but this run has model.moe_top_k = 1"],
          lambda d: None, ["model.moe_top_k=1"]),
         ("a dense run", mx, 1, ['model_type = "mixtral" is a mixture of experts', "--set model.moe_experts=4"],
-         lambda d: None, ["model.moe_experts=0"]),
+         lambda d: None, ["model.moe_experts=0", "model.moe_intermediate_size=0", "model.moe_every=1"]),
     ]
     for k, (what, fx, want_rc, needles, damage, sets) in enumerate(cases):
         d = os.path.join(tmp, f"bad{k}")
