@@ -149,9 +149,9 @@ int main(int argc, char **argv) {
         char path[4096] = "";
         ckpt_stats st = {0};
         if (argv[1][0] == 'r')
-            rc = ckpt_resume(argv[2], &meta, ts, NT, path, sizeof path, &st);
+            rc = ckpt_resume(argv[2], &meta, ts, NT, path, sizeof path, &st, NULL);
         else
-            rc = ckpt_load(argv[2], &meta, ts, NT, prefix, &st),
+            rc = ckpt_load(argv[2], &meta, ts, NT, prefix, &st, NULL),
             snprintf(path, sizeof path, "%s", argv[2]);
         if (rc == 0) {
             long bad = check(ts, meta.step, prefix);
