@@ -405,6 +405,14 @@ static void utc_now(char *out, size_t cap) {
     strftime(out, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+/* Opens path with flags (mode 0666 when it creates) and closes it: 0, or the open's errno. */
+static int try_open(const char *path, int flags) {
+    int fd = open(path, flags | O_CLOEXEC, 0666);
+    if (fd < 0) return errno;
+    close(fd);
+    return 0;
+}
+
 /* Before H5Fcreate: rank 0 creates tmp (empty), then every other rank opens it for writing, and
  * the ranks agree on the outcome (ck_agree: the lowest failing rank's reason, naming the path).
  * Why: H5Fcreate opens the file with MPI_File_open, and Open MPI's OMPIO does not agree on the
@@ -414,17 +422,16 @@ static void utc_now(char *out, size_t cap) {
  * run_dir differs (node-local, read-only or absent there). Returns the agreed ok; when not ok,
  * rank 0 has removed what it created. */
 static int open_tmp_everywhere(const char *tmp, char *why, size_t cap) {
-    int rank = dist_world_rank(), fd = 0;
-    if (rank == 0 && (fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)) < 0)
-        snprintf(why, cap, "cannot create %.300s: %.200s", tmp, strerror(errno));
-    if (rank == 0 && fd >= 0) close(fd);
-    int ok = ck_agree(fd >= 0, why, cap);
-    if (ok && rank != 0 && (fd = open(tmp, O_RDWR | O_CLOEXEC)) < 0)
+    int rank = dist_world_rank();
+    int err = rank == 0 ? try_open(tmp, O_WRONLY | O_CREAT | O_TRUNC) : 0;
+    if (err) snprintf(why, cap, "cannot create %.300s: %.200s", tmp, strerror(err));
+    int ok = ck_agree(!err, why, cap);
+    err = ok && rank != 0 ? try_open(tmp, O_RDWR) : 0; /* RDWR: as MPI-IO will open it */
+    if (err)
         snprintf(why, cap, "cannot open %.300s for writing after rank 0 created it: %.200s (run_dir "
                  "must be one directory that every rank sees and can write: a shared filesystem, "
-                 "not a node-local path)", tmp, strerror(errno));
-    if (ok && rank != 0 && fd >= 0) close(fd);
-    if (ok) ok = ck_agree(fd >= 0, why, cap);
+                 "not a node-local path)", tmp, strerror(err));
+    if (ok) ok = ck_agree(!err, why, cap);
     if (!ok && rank == 0) unlink(tmp); /* ENOENT when it was never created */
     return ok;
 }
