@@ -388,6 +388,35 @@ static void model_diff(const tsr_config *a, const tsr_config *b, char *out, size
                                   f[k].u, f[k].v);
 }
 
+/* --init-from: the stacked MoE and dense-MLP tensors carry no layer index, so a run whose MoE
+ * layers sit elsewhere (another model.moe_every, same shapes) would load them into the wrong
+ * layers: refused. Shapes catch the rest (another n_layer, expert count or width). */
+static int check_init_moe_layers(const tsr_config *cfg, const char *path) {
+    ckpt_peeked *pk = tsr_malloc(sizeof *pk);
+    tsr_config *ck = tsr_calloc(1, sizeof *ck);
+    int rc = 0;
+    if (ckpt_peek_meta(path, pk) == 0 &&
+        ckpt_config_from_text(pk->path, pk->meta.config, NULL, 0, ck) == 0 &&
+        ck->model.n_layer == cfg->model.n_layer) {
+        const tsr_model_config *x = &cfg->model, *y = &ck->model;
+        for (int l = 0; l < x->n_layer && !rc; l++) {
+            int mx = x->moe_experts > 0 && (l + 1) % x->moe_every == 0;
+            int my = y->moe_experts > 0 && (l + 1) % y->moe_every == 0;
+            if (mx != my) {
+                tsr_error("--init-from %s: layer %d is %s in the checkpoint but %s in this run "
+                          "(model.moe_every %d vs %d there): the experts would load into other "
+                          "layers; use the checkpoint's model.moe_every", path, l,
+                          my ? "a mixture of experts" : "dense", mx ? "a mixture of experts" :
+                          "dense", x->moe_every, y->moe_every);
+                rc = TSR_EXIT_USAGE;
+            }
+        }
+    }
+    free(ck);
+    free(pk);
+    return rc;
+}
+
 int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg, const char *init_arg,
                               ckpt_peeked *peeked) {
     char why[1024];
@@ -404,6 +433,7 @@ int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg, con
             tsr_error("--init-from %s: %s", init_arg, why);
             return rc;
         }
+        if ((rc = check_init_moe_layers(cfg, path))) return rc;
     }
     if (resume_arg) {
         if (ckpt_resolve_path(resume_arg, from, sizeof from)) return TSR_EXIT_DATA;

@@ -16,10 +16,11 @@
 #  - a diverging run keeps metrics.jsonl JSON (non-finite figures null);
 #  - the checkpoint stores the experts at global shape (LM, E, ...) and verifies;
 #  - generation with the KV cache equals the no-cache reference (ids and every probability);
+#  - --init-from a checkpoint whose MoE layers sit elsewhere (same shapes) is refused;
 #  - a bad MoE key is refused before any work, naming it, nothing written.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 12
+tap_plan 13
 make_synth "$TMP/data"
 args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --set data.tokenizer=
       --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
@@ -152,6 +153,12 @@ recs = [json.loads(l) for l in open(sys.argv[1])]
 steps = [r for r in recs if "lr" in r]
 sys.exit(0 if steps and any(r["loss"] is None or r["moe_aux"] is None for r in steps) else 1)' "$TMP/NAN/metrics.jsonl"
 tap_check $? "a diverging MoE run (lr 1e6): every metrics.jsonl line parses as JSON, the non-finite loss and aux are null"
+
+run IM 1 "${alt[@]}" --set model.moe_every=3 --init-from "$TMP/SD/step-00000010.h5"
+rc=$?
+[[ $rc == 1 ]] && grep -q "layer 1 is a mixture of experts in the checkpoint but dense in this run" "$TMP/IM.txt" &&
+    [[ ! -e $TMP/IM/metrics.jsonl ]]
+tap_check $? "--init-from a checkpoint whose MoE layer sits elsewhere (moe_every 2 vs 3, same shapes): exit 1 (got $rc) naming the layer, nothing written"
 
 run E 1 --set model.moe_top_k=5
 rc=$?
