@@ -223,6 +223,13 @@ static void test_file_errors(void) {
     expect(rc, TSR_EXIT_USAGE, "duplicate key is a syntax error with libconfig's text",
            fmt("%s:17: syntax error: duplicate setting name", p), NULL);
 
+    p = write_cfg("mixdup.cfg", 16, "data = { mix = ( { name = \"web\"; path = \"a\"; proportion = 0.5; },", 17,
+                  "  { name = \"web\"; path = \"b\"; proportion = 0.5; } ); };", 0);
+    rc = load(&c, p, NULL, 0);
+    expect(rc, TSR_EXIT_USAGE, "data.mix: a stream name given twice: file:line of the second, the first's index",
+           fmt("%s:17: data.mix[1].name: 'web' is the name of data.mix[0] already: expected a name of its own", p),
+           NULL);
+
     p = write_cfg("unk1.cfg", 10, "  n_layers = 3;", 0);
     rc = load(&c, p, NULL, 0);
     expect(rc, TSR_EXIT_USAGE, "unknown key in a group, with suggestion",
