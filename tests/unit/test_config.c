@@ -708,7 +708,7 @@ static void test_table_and_docs(void) {
     free(text);
 }
 
-#define N_FIXED 94
+#define N_FIXED 95
 
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/tsr_test_config_XXXXXX");
