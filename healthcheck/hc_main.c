@@ -55,6 +55,7 @@ static const cli_opt opts[] = {
     {"resume-own", CLI_NO_SHORT('r'), NULL, "as root: resume this node if healthy and drained by tessera-hc"},
     {"burn", 'b', "SECONDS", "GEMM burn time (fp32 + fp64, GPU: bf16 + fp32, together) instead of the config's"},
     {"threads", 'j', "N", "BLAS/OpenMP threads per rank (default: cores / ranks on the node)"},
+    {"threads", CLI_MOVED('t'), NULL, NULL}, /* its letter until -t became --tokenizer (docs/cli.md) */
     {"gpu", 'g', "MODE", "auto (default): GPU checks where " HC_GPU_LIB_NAME " finds a GPU; on: GPU "
                          "checks or exit 2; off: CPU checks"},
     {"gpu-lib", 'l', "FILE", "the GPU gather library (default: $TESSERA_HC_GPU_LIB, else "

@@ -205,6 +205,43 @@ void tcu_swiglu_forward(tsr_bf16 *out, const tsr_bf16 *inp, int N, int F, tcu_st
 void tcu_swiglu_backward(tsr_bf16 *dinp, const tsr_bf16 *inp, const tsr_bf16 *dout, int N, int F,
                          tcu_stream s);
 
+/* ---- mixture of experts (cuda_moe.cu): the maths and orders of the ops.h moe_* ops (docs/moe.md;
+ * E experts, K per row, NK = N*K). bf16: logits, x, xg, dx, dxg, inp, dinp, out, dout, base, y,
+ * dy, dlogits, w; fp32: probs, lse, wts, dwts, stats, dw; int32: idx, offs, rows, slot; all on
+ * the device. No op waits for the host: the grouped products read offs on the device. ---- */
+/* probs (N,E), lse (N), idx (N,K), wts (N,K), offs (E+1), rows (NK), slot (NK), stats (2) from
+ * logits (N,E): softmax in fp32, top-k with ties to the lower expert, the stable grouping (no
+ * atomics), stats = {aux, z}. N == 0 writes offs = 0 and stats = 0. */
+void tcu_moe_route(float *probs, float *lse, int32_t *idx, float *wts, int32_t *offs,
+                   int32_t *rows, int32_t *slot, float *stats, const tsr_bf16 *logits, int N,
+                   int E, int K, int norm, tcu_stream s);
+/* xg (NK,C) = x[rows[r] / K] (bits); backward dx (N,C) += dxg[slot[n*K+j]], j in order, fp32
+ * adds, one rounding */
+void tcu_moe_gather(tsr_bf16 *xg, const tsr_bf16 *x, const int32_t *rows, int N, int K, int C,
+                    tcu_stream s);
+void tcu_moe_gather_backward(tsr_bf16 *dx, const tsr_bf16 *dxg, const int32_t *slot, int N, int K,
+                             int C, tcu_stream s);
+/* each expert's rows of out (NK,OC) = those of inp (NK,IC) @ w[e]^T, w (E,OC,IC); backward
+ * dinp (NK,IC) bf16 +=, dw (E,OC,IC) fp32 += (each element by one thread: deterministic) */
+void tcu_moe_matmul_forward(tsr_bf16 *out, const tsr_bf16 *inp, const tsr_bf16 *w,
+                            const int32_t *offs, int E, int NK, int IC, int OC, tcu_stream s);
+void tcu_moe_matmul_backward(tsr_bf16 *dinp, float *dw, const tsr_bf16 *dout,
+                             const tsr_bf16 *inp, const tsr_bf16 *w, const int32_t *offs, int E,
+                             int NK, int IC, int OC, tcu_stream s);
+/* out (N,C) = base (or 0 when NULL) + sum_j wts[n,j] y[slot[n*K+j]] (WRITES; out may be base);
+ * backward WRITES dy (NK,C) = wts * dout and dwts (N,K) = dot(dout[n], y[slot]) (double) */
+void tcu_moe_combine(tsr_bf16 *out, const tsr_bf16 *base, const tsr_bf16 *y, const float *wts,
+                     const int32_t *slot, int N, int K, int C, tcu_stream s);
+void tcu_moe_combine_backward(tsr_bf16 *dy, float *dwts, const tsr_bf16 *dout, const tsr_bf16 *y,
+                              const float *wts, const int32_t *slot, int N, int K, int C,
+                              tcu_stream s);
+/* WRITES dlogits (N,E): the router's gradient from dwts (N,K) plus aux_w, z_w times the
+ * gradients of this route's stats (ops.h moe_router_backward; sums in double) */
+void tcu_moe_router_backward(tsr_bf16 *dlogits, const float *dwts, const float *probs,
+                             const float *lse, const int32_t *idx, const float *wts,
+                             const int32_t *offs, int N, int E, int K, int norm, float aux_w,
+                             float z_w, tcu_stream s);
+
 /* Fused softmax + cross-entropy + its gradient: one read pass over each row of logits, a second
  * that writes the gradient when asked (never a full fp32 copy of the logits): softmax over the first V of Vp columns (fp32 arithmetic),
  * losses[n] = -log p[n, target] (fp32; 0 where target < 0).

@@ -1,11 +1,13 @@
 /* blas_env.c — see blas_env.h. */
 #include "blas_env.h"
 
-#include <stdio.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
+
+#include "common.h"
 
 char *openblas_get_corename(void);
 
@@ -24,5 +26,6 @@ void blas_fix_coretype(char **argv) {
     setenv("TSR_NO_BLAS_REEXEC", "1", 1); /* never loop */
     execv("/proc/self/exe", argv);
     /* exec failed: carry on with the slow kernels, the banner shows which core is in use */
-    fprintf(stderr, "warning: could not re-execute with OPENBLAS_CORETYPE=%s; BLAS runs slow\n", want);
+    tsr_warn("could not re-execute with OPENBLAS_CORETYPE=%s (%s): BLAS runs its slow generic kernels",
+             want, strerror(errno));
 }

@@ -20,6 +20,24 @@ static const char *own_name(const cli_cmd *c) {
 }
 
 static int has_short(int short_name) { return short_name > 0 && short_name < 0x100; }
+static int is_moved(int short_name) { return (short_name & ~0xff) == CLI_MOVED(0); }
+
+/* The option called name (not a CLI_MOVED row), or NULL. */
+static const cli_opt *opt_named(const cli_cmd *c, const char *name) {
+    for (int k = 0; k < c->n_opts; k++)
+        if (!is_moved(c->opts[k].short_name) && !strcmp(c->opts[k].name, name)) return &c->opts[k];
+    return NULL;
+}
+
+/* "-t (--threads is -j now: -j N or --threads N)" for a letter that moved (CLI_MOVED), else NULL. */
+static const char *moved_hint(const cli_cmd *c, int letter, char *buf, size_t n) {
+    const cli_opt *now = opt_named(c, cli_opt_name(c, CLI_MOVED(letter)));
+    if (!now || !has_short(now->short_name)) return NULL;
+    const char *arg = now->arg ? now->arg : "", *sp = now->arg ? " " : "";
+    snprintf(buf, n, "-%c (--%s is -%c now: -%c%s%s or --%s%s%s)", letter, now->name, now->short_name,
+             now->short_name, sp, arg, now->name, sp, arg);
+    return buf;
+}
 
 void cli_help_line(FILE *f, int short_name, const char *name, const char *arg, const char *help) {
     char left[64];
@@ -34,7 +52,8 @@ void cli_help(FILE *f, const cli_cmd *c) {
     fprintf(f, "usage: %s [options]%s%s\n%s\n\noptions:\n", typed(c, t, sizeof t),
             c->operands[0] ? " " : "", c->operands, c->summary);
     for (int k = 0; k < c->n_opts; k++)
-        cli_help_line(f, c->opts[k].short_name, c->opts[k].name, c->opts[k].arg, c->opts[k].help);
+        if (!is_moved(c->opts[k].short_name))
+            cli_help_line(f, c->opts[k].short_name, c->opts[k].name, c->opts[k].arg, c->opts[k].help);
     fprintf(f, "\nexit codes: %s\n", c->exits ? c->exits : CLI_EXITS);
 }
 
@@ -66,18 +85,20 @@ int cli_parse(const cli_cmd *c, int argc, char **argv, cli_opt_fn on_opt, void *
     struct option lo[CLI_MAX_OPTS + 1];
     char shorts[3 * CLI_MAX_OPTS + 2], *s = shorts;
     if (c->n_opts > CLI_MAX_OPTS) return cli_usage_error(c, "internal: too many options", NULL);
+    int n_lo = 0;
     *s++ = ':'; /* report a missing argument as ':' */
     for (int k = 0; k < c->n_opts; k++) {
         for (int j = 0; j < k; j++)
             if (c->opts[j].short_name == c->opts[k].short_name)
                 return cli_usage_error(c, "internal: two options with one key: --", c->opts[k].name);
-        lo[k] = (struct option){c->opts[k].name, c->opts[k].arg ? required_argument : no_argument,
-                                NULL, c->opts[k].short_name};
+        if (is_moved(c->opts[k].short_name)) continue;
+        lo[n_lo++] = (struct option){c->opts[k].name, c->opts[k].arg ? required_argument : no_argument,
+                                     NULL, c->opts[k].short_name};
         if (!has_short(c->opts[k].short_name)) continue;
         *s++ = (char)c->opts[k].short_name;
         if (c->opts[k].arg) *s++ = ':';
     }
-    lo[c->n_opts] = (struct option){0, 0, 0, 0};
+    lo[n_lo] = (struct option){0, 0, 0, 0};
     *s = '\0';
     optind = 0; /* full re-initialisation: commands may run more than once per process */
     opterr = 0;
@@ -89,6 +110,8 @@ int cli_parse(const cli_cmd *c, int argc, char **argv, cli_opt_fn on_opt, void *
         }
         if (ch == ':' || ch == '?') {
             char bad[192];
+            if (ch == '?' && has_short(optopt) && moved_hint(c, optopt, bad, sizeof bad))
+                return cli_usage_error(c, "unknown option: ", bad); /* its option has another letter now */
             const char *was = optopt > 0 && optopt < 0x100 ? cli_opt_name(c, CLI_NO_SHORT(optopt)) : "?";
             if (ch == ':') snprintf(bad, sizeof bad, "--%s", cli_opt_name(c, optopt));
             else if (strcmp(was, "?") != 0) /* a letter this command's option lost (docs/cli.md) */

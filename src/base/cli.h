@@ -12,6 +12,10 @@
  * short_name CLI_NO_SHORT('s') is a getopt_long value >= 256 that on_opt tells apart by, while
  * "-s" stays free for the letter's one meaning. */
 #define CLI_NO_SHORT(c) (0x100 | (c))
+/* A letter that an option had before it moved to another (docs/cli.md "Letters that moved"): a row
+ * {"threads", CLI_MOVED('t'), NULL, NULL} beside the option's own row is in neither the help nor
+ * the parser; it turns "-t" into "unknown option: -t (--threads is -j now: -j N or --threads N)". */
+#define CLI_MOVED(c) (0x200 | (c))
 
 typedef struct cli_opt {
     const char *name;  /* long name */

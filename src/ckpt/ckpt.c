@@ -6,9 +6,11 @@
  * Order of a save (all ranks, MPI_COMM_WORLD):
  *   1. check the arguments, and that the ranks' ranges tile every tensor (one allgather), before
  *      any file exists (agreed: all ranks fail together);
- *   2. H5Fcreate RUN_DIR/step-NNNNNNNN.h5.tmp through MPI-IO (metadata packed at the start of the
- *      file, large datasets aligned to 4 KiB); root attributes; every dataset of its global shape
- *      (collective, contiguous, allocated at once, never filled);
+ *   2. every rank opens RUN_DIR/step-NNNNNNNN.h5.tmp itself first (rank 0 creates it, then the
+ *      others open it for writing; agreed: open_tmp_everywhere), then H5Fcreate through MPI-IO
+ *      (metadata packed at the start of the file, large datasets aligned to 4 KiB); root
+ *      attributes; every dataset of its global shape (collective, contiguous, allocated at once,
+ *      never filled);
  *   3. each rank writes all its slices without waiting for the others (ck_transfer_slices: whole
  *      4 KiB blocks with O_DIRECT, the partial blocks at the ends through HDF5/MPI-IO, the slice's
  *      CRC32C computed on the way); the write errors are agreed once;
@@ -384,6 +386,75 @@ static void close_before_error(const char *tmp, const char *run_dir, uint64_t ne
     dist_barrier();
 }
 
+/* Rank 0, before a save: creates run_dir if needed; `latest` there is writable; room for need
+ * bytes (unless TSR_CKPT_FAULT=skip-space-check). 0, or -1 with why. */
+static int check_run_dir(const char *run_dir, uint64_t need, char *why, size_t cap) {
+    if (mkdir(run_dir, 0777) != 0 && errno != EEXIST) {
+        snprintf(why, cap, "cannot create the run directory: %s", strerror(errno));
+        return -1;
+    }
+    if (latest_writable(run_dir, why, cap)) return -1;
+    return !fault_skip_space_check() && room_for(run_dir, need, why, cap) ? -1 : 0;
+}
+
+/* "2026-11-23T11:22:33Z" (the "created" attribute) */
+static void utc_now(char *out, size_t cap) {
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(out, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* Opens path with flags (mode 0666 when it creates) and closes it: 0, or the open's errno. */
+static int try_open(const char *path, int flags) {
+    int fd = open(path, flags | O_CLOEXEC, 0666);
+    if (fd < 0) return errno;
+    close(fd);
+    return 0;
+}
+
+/* Before H5Fcreate: rank 0 creates tmp (empty), then every other rank opens it for writing, and
+ * the ranks agree on the outcome (ck_agree: the lowest failing rank's reason, naming the path).
+ * Why: H5Fcreate opens the file with MPI_File_open, and Open MPI's OMPIO does not agree on the
+ * failure of a rank other than 0 to open the file rank 0 created: that rank leaves MPI_File_open
+ * with an error while the others wait inside it for good (a hang inside H5Fcreate, before any
+ * status could be agreed; tests/mpi/test_ckpt_mpi.sh). A rank fails so when its node's view of
+ * run_dir differs (node-local, read-only or absent there). Returns the agreed ok; when not ok,
+ * rank 0 has removed what it created. */
+static int open_tmp_everywhere(const char *tmp, char *why, size_t cap) {
+    int rank = dist_world_rank();
+    int err = rank == 0 ? try_open(tmp, O_WRONLY | O_CREAT | O_TRUNC) : 0;
+    if (err) snprintf(why, cap, "cannot create %.300s: %.200s", tmp, strerror(err));
+    int ok = ck_agree(!err, why, cap);
+    err = ok && rank != 0 ? try_open(tmp, O_RDWR) : 0; /* RDWR: as MPI-IO will open it */
+    if (err)
+        snprintf(why, cap, "cannot open %.300s for writing after rank 0 created it: %.200s (run_dir "
+                 "must be one directory that every rank sees and can write: a shared filesystem, "
+                 "not a node-local path)", tmp, strerror(err));
+    if (ok) ok = ck_agree(!err, why, cap);
+    if (!ok && rank == 0) unlink(tmp); /* ENOENT when it was never created */
+    return ok;
+}
+
+/* After H5Fcreate (collective): 1 when every rank has the file, 0 when none has (why agreed).
+ * Some ranks with it and others without is a state no orderly way out of exists: H5Fclose is
+ * collective over the ranks that have it (the others would never join), and HDF5 closes what is
+ * left at exit (the same). So every rank stops there, through tsr_die (MPI_Abort in the programs),
+ * rather than hang; open_tmp_everywhere makes it the rare case of HDF5 failing on some ranks
+ * only after each could open the file. */
+static int agree_created(hid_t file, const char *tmp, char *why, size_t cap) {
+    if (file < 0)
+        snprintf(why, cap, "HDF5 cannot create %.300s through MPI-IO (H5Fcreate failed)", tmp);
+    int any = file >= 0;
+    dist_allreduce_max_int(&any, 1);
+    int all = ck_agree(file >= 0, why, cap);
+    if (!all && any)
+        tsr_die(TSR_EXIT_DATA, "checkpoint %s: %s; the file exists on some ranks only, which no "
+                "collective close can undo: stopping every rank (the previous checkpoint stays "
+                "the newest)", tmp, why);
+    return all;
+}
+
 int ckpt_save(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *tensors, int n,
               int keep_last, char *path_out, size_t path_cap, ckpt_stats *stats) {
     int rank = dist_world_rank();
@@ -401,39 +472,27 @@ int ckpt_save(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *ten
     }
     if (!ok)
         snprintf(why, sizeof why, "run directory path too long");
-    else if (check_args(meta, tensors, n, keep_last, why, sizeof why))
+    else if (check_args(meta, tensors, n, keep_last, why, sizeof why) ||
+             (rank == 0 && check_run_dir(run_dir, file_bytes_needed(meta, tensors, n), why,
+                                         sizeof why)))
         ok = 0;
-    else if (rank == 0 && mkdir(run_dir, 0777) != 0 && errno != EEXIST) {
-        snprintf(why, sizeof why, "cannot create the run directory: %s", strerror(errno));
-        ok = 0;
-    } else if (rank == 0 && (latest_writable(run_dir, why, sizeof why) ||
-                             (!fault_skip_space_check() &&
-                              room_for(run_dir, file_bytes_needed(meta, tensors, n), why,
-                                       sizeof why)))) {
-        ok = 0;
-    }
     if (!ck_agree(ok, why, sizeof why)) {
         if (rank == 0) tsr_error("checkpoint %s not written: %s", final, why);
         return TSR_EXIT_DATA;
     }
     save_state st;
     state_init(&st, tensors, n);
-    /* the ranks' ranges must tile every tensor: refused before any file exists */
-    if (ck_tensors_crc(n, st.ptr, NULL, NULL, NULL, why, sizeof why) != 0) {
+    /* the ranks' ranges must tile every tensor (refused before any file exists), and every rank
+     * must be able to open the .tmp (before HDF5 opens it on all of them at once) */
+    if (ck_tensors_crc(n, st.ptr, NULL, NULL, NULL, why, sizeof why) != 0 ||
+        !open_tmp_everywhere(tmp, why, sizeof why)) {
         state_close(&st, n);
         if (rank == 0) tsr_error("checkpoint %s not written: %s", final, why);
         return TSR_EXIT_DATA;
     }
-
     char created[64] = "";
-    if (rank == 0) {
-        time_t now = time(NULL);
-        struct tm tm;
-        gmtime_r(&now, &tm);
-        strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    }
+    if (rank == 0) utc_now(created, sizeof created);
     dist_bcast(created, sizeof created, 0);
-
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     ck_fapl_driver(fapl);
     H5Pset_alignment(fapl, 65536, CK_DIRECT_ALIGN); /* large datasets start on a block */
@@ -441,9 +500,7 @@ int ckpt_save(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *ten
                                                 * one region, not 50 headers among the data */
     hid_t file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     H5Pclose(fapl);
-    if (file < 0)
-        snprintf(why, sizeof why, "cannot create the file (directory writable? full? MPI-IO?)");
-    ok = ck_agree(file >= 0, why, sizeof why);
+    ok = agree_created(file, tmp, why, sizeof why);
     if (ok) ok = write_file(file, meta, created, tensors, n, &st, tmp, run_dir, why, sizeof why);
     state_close(&st, n);
     if (file >= 0 && !ok)

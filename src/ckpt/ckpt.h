@@ -62,6 +62,17 @@ typedef struct ckpt_stats {
     uint64_t bytes;          /* tensor bytes written or read by all ranks */
 } ckpt_stats;
 
+/* The root metadata of one checkpoint file as read and checked on one process (ckpt_peek_meta),
+ * handed to the load that follows there (ckpt_load, ckpt_resume: `peeked`, used on rank 0, may be
+ * NULL) so that it does not read the same attributes again: a load that comes to the same file,
+ * unchanged since (device, inode, size and modification time all equal), takes meta from here;
+ * any other file, or this one changed, is read as usual. */
+typedef struct ckpt_peeked {
+    char path[4200];     /* the file, as the peek named it ("" when none) */
+    ckpt_meta meta;      /* its root attributes, checked (ck_meta_read_file) */
+    uint64_t file_id[4]; /* device, inode, size in bytes, modification time in ns, before reading */
+} ckpt_peeked;
+
 /* Writes and commits checkpoint `meta->step` in run_dir, then applies retention (keep_last >= 2).
  * The path of the committed file is written to path_out (may be NULL). */
 int ckpt_save(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *tensors, int n,
@@ -79,7 +90,7 @@ int ckpt_resolve_path(const char *in, char *out, size_t cap);
  * TSR_EXIT_DATA when there are checkpoints but none is valid, after an error listing each file
  * tried and why. */
 int ckpt_resume(const char *run_dir, ckpt_meta *meta, ckpt_tensor *tensors, int n, char *path_out,
-                size_t path_cap, ckpt_stats *stats);
+                size_t path_cap, ckpt_stats *stats, const ckpt_peeked *peeked);
 
 /* The longest run directory (as given, relative or absolute) a checkpoint is written in: Open MPI
  * 4.1's MPI-IO aborts ("buffer overflow detected", SIGABRT) on a checkpoint path of 245+
@@ -96,14 +107,15 @@ int ckpt_check_run_dir(const char *run_dir, char *why, size_t cap);
 int ckpt_check_load_path(const char *path, char *why, size_t cap);
 /* The metadata of the checkpoint a resume of run_dir would try first: `latest`, else the newest
  * step-*.h5, skipping those whose metadata does not read (ck_meta_read_file: no tensor is read);
- * run_dir may also be a checkpoint file. 0 with meta and its path; 1 when none. Local (no MPI). */
-int ckpt_peek_meta(const char *run_dir, ckpt_meta *meta, char *path_out, size_t cap);
+ * run_dir may also be a checkpoint file. 0 with out filled; 1 when none (out->path empty). Local
+ * (no MPI). */
+int ckpt_peek_meta(const char *run_dir, ckpt_peeked *out);
 
 /* Loads one named checkpoint file (no fallback): meta, and the tensors' slices (verified). A
  * tensor listed in `tensors` but absent from the file is an error naming it; with `only_prefix`
  * non-NULL only tensors whose name starts with it are loaded (e.g. "model/" for --init-from). */
 int ckpt_load(const char *path, ckpt_meta *meta, ckpt_tensor *tensors, int n,
-              const char *only_prefix, ckpt_stats *stats);
+              const char *only_prefix, ckpt_stats *stats, const ckpt_peeked *peeked);
 
 /* Rollbacks (src/ckpt/ckpt_rollback.c). The newest committed step-*.h5 of run_dir whose step is
  * <= max_step: 0, its path and step, or 1 when there is none. Collective (rank 0 lists). */

@@ -198,7 +198,8 @@ static const sub_opt export_opts[] = {
     [EXPORT_TOKENIZER] = {"tokenizer", 't', "SPEC", "gpt2, a directory with encoder.json + vocab.bpe, "
                           "or none (default: the checkpoint's data.tokenizer)"},
     [EXPORT_ARCH] = {"arch", CLI_NO_SHORT('a'), "TYPE", "a RoPE model's model_type: llama, mistral, "
-                     "qwen2 or qwen3 (default: qwen3 with qk_norm, qwen2 with qkv_bias, else llama)"},
+                     "qwen2, qwen3, mixtral or qwen3_moe (default: with experts qwen3_moe with "
+                     "qk_norm, else mixtral; qwen3 with qk_norm, qwen2 with qkv_bias, else llama)"},
 };
 _Static_assert(sizeof export_opts / sizeof export_opts[0] == EXPORT_OPT_COUNT, "one row per option");
 _Static_assert(EXPORT_OPT_COUNT <= MAX_SUB_OPTS, "sub_args.opt holds them");
@@ -222,7 +223,7 @@ static const sub_spec subs[] = {
     {"export", "CKPT OUT_DIR",
      "write a checkpoint (file, run directory or latest) as a Hugging Face transformers "
      "directory: GPT2LMHeadModel (learned positions), MptForCausalLM (ALiBi) or the Llama family "
-     "(RoPE: Llama, Mistral, Qwen2, Qwen3); docs/hf.md",
+     "(RoPE: Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen3-MoE); docs/hf.md",
      2, export_opts, EXPORT_OPT_COUNT, run_export},
 };
 #define N_SUBS ((int)(sizeof subs / sizeof subs[0]))

@@ -1,7 +1,8 @@
 /* ckpt_read.c — loading and verifying checkpoints, and choosing the one to resume from.
  *
  * A load has rank 0 read and check the root attributes (ck_meta_read_file: format, version, the
- * metadata CRC and the counters' identities) and broadcast them, then opens the file read-only
+ * metadata CRC and the counters' identities; or take them from its peek: ckpt_peeked) and
+ * broadcast them, then opens the file read-only
  * (through MPI-IO; in the NO_MPI build serial HDF5: ck_fapl_driver), then checks per tensor that the
  * dataset exists with the expected global shape; then each rank reads its flat ranges of all
  * tensors without waiting for the others (ck_transfer_slices, O_DIRECT for whole blocks), the
@@ -66,6 +67,29 @@ static hid_t open_checked(hid_t file, const ckpt_tensor *t, uint32_t *crc_attr, 
     return ds;
 }
 
+/* A file's identity (ckpt_peeked.file_id): device, inode, size, modification time in ns. 0, or
+ * -1 when stat fails. Local. */
+static int file_identity(const char *path, uint64_t id[4]) {
+    struct stat st;
+    if (stat(path, &st) != 0) return -1;
+    id[0] = (uint64_t)st.st_dev, id[1] = (uint64_t)st.st_ino, id[2] = (uint64_t)st.st_size;
+    id[3] = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
+    return 0;
+}
+
+/* Rank 0 in a load: path's root attributes, taken from peeked when it holds those of this very
+ * file, unchanged since, else read and checked now (ck_meta_read_file). 0, or -1 with why. */
+static int read_meta(const char *path, const ckpt_peeked *peeked, ckpt_meta *meta, char *why,
+                     size_t cap) {
+    uint64_t id[4];
+    if (peeked && peeked->path[0] && file_identity(path, id) == 0 &&
+        memcmp(id, peeked->file_id, sizeof id) == 0) {
+        memcpy(meta, &peeked->meta, sizeof *meta);
+        return 0;
+    }
+    return ck_meta_read_file(path, meta, NULL, why, cap);
+}
+
 /* Loads one file (collective). 0, or -1 with why (agreed on every rank).
  * 1. per wanted tensor, in order: the dataset is there with the right shape, type and a crc32c
  *    attribute (agreed tensor by tensor, so the first fault in file order is named);
@@ -73,8 +97,8 @@ static hid_t open_checked(hid_t file, const ckpt_tensor *t, uint32_t *crc_attr, 
  *    ranks read at the same time, no rank waits for another between tensors);
  * 3. one allgather of the slice CRCs; per tensor, in order, the combined CRC must equal the
  *    attribute. */
-static int load_file(const char *path, ckpt_meta *meta, ckpt_tensor *t, int n, const char *prefix,
-                     uint64_t *bytes, char *why, size_t cap) {
+static int load_file(const char *path, const ckpt_peeked *peeked, ckpt_meta *meta, ckpt_tensor *t,
+                     int n, const char *prefix, uint64_t *bytes, char *why, size_t cap) {
     ck_h5_quiet();
     *bytes = 0;
     size_t k = (size_t)(n > 0 ? n : 1);
@@ -87,11 +111,11 @@ static int load_file(const char *path, ckpt_meta *meta, ckpt_tensor *t, int n, c
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), dxpl = H5Pcreate(H5P_DATASET_XFER);
     ck_fapl_driver(fapl);
     ck_dxpl_independent(dxpl);
-    /* the root attributes: rank 0 reads and checks them (its own open, ckpt_meta.c), then all
-     * ranks have its answer; only a file whose metadata passed is opened through MPI-IO, and only
-     * by a path MPI-IO survives */
+    /* the root attributes: rank 0 reads and checks them (its own open, ckpt_meta.c; or has them
+     * from its peek: read_meta), then all ranks have its answer; only a file whose metadata
+     * passed is opened through MPI-IO, and only by a path MPI-IO survives */
     int ok = ckpt_check_load_path(path, why, cap) == 0;
-    if (ok && dist_world_rank() == 0) ok = ck_meta_read_file(path, meta, NULL, why, cap) == 0;
+    if (ok && dist_world_rank() == 0) ok = read_meta(path, peeked, meta, why, cap) == 0;
     ok = ck_agree(ok, why, cap);
     if (ok) dist_bcast(meta, sizeof *meta, 0);
     hid_t file = ok ? H5Fopen(path, H5F_ACC_RDONLY, fapl) : -1;
@@ -127,13 +151,13 @@ static int load_file(const char *path, ckpt_meta *meta, ckpt_tensor *t, int n, c
 }
 
 int ckpt_load(const char *path, ckpt_meta *meta, ckpt_tensor *tensors, int n,
-              const char *only_prefix, ckpt_stats *stats) {
+              const char *only_prefix, ckpt_stats *stats, const ckpt_peeked *peeked) {
     int rank = dist_world_rank();
     dist_barrier(); /* timed from when every rank is here (ckpt_stats) */
     double t0 = tsr_now();
     char why[1024] = "";
     uint64_t bytes;
-    if (load_file(path, meta, tensors, n, only_prefix, &bytes, why, sizeof why) != 0) {
+    if (load_file(path, peeked, meta, tensors, n, only_prefix, &bytes, why, sizeof why) != 0) {
         if (rank == 0) tsr_error("checkpoint %s: %s", path, why);
         return TSR_EXIT_DATA;
     }
@@ -181,7 +205,7 @@ static void list_candidates(const char *run_dir, candidates *c) {
 }
 
 int ckpt_resume(const char *run_dir, ckpt_meta *meta, ckpt_tensor *tensors, int n, char *path_out,
-                size_t path_cap, ckpt_stats *stats) {
+                size_t path_cap, ckpt_stats *stats, const ckpt_peeked *peeked) {
     int rank = dist_world_rank();
     dist_barrier(); /* timed from when every rank is here (ckpt_stats) */
     double t0 = tsr_now();
@@ -208,7 +232,7 @@ int ckpt_resume(const char *run_dir, ckpt_meta *meta, ckpt_tensor *tensors, int 
         snprintf(path, sizeof path, "%s/%s", run_dir, name);
         int64_t named_step = -1;
         ckpt_parse_name(name, &named_step);
-        int valid = load_file(path, meta, tensors, n, NULL, &bytes, why, sizeof why) == 0;
+        int valid = load_file(path, peeked, meta, tensors, n, NULL, &bytes, why, sizeof why) == 0;
         if (valid && meta->step != named_step) { /* same on every rank: the same attribute */
             snprintf(why, sizeof why, "its step attribute is %lld, its name says %lld",
                      (long long)meta->step, (long long)named_step);
@@ -235,14 +259,22 @@ int ckpt_resume(const char *run_dir, ckpt_meta *meta, ckpt_tensor *tensors, int 
     return rc;
 }
 
-int ckpt_peek_meta(const char *run_dir, ckpt_meta *meta, char *path_out, size_t cap) {
+/* Rank 0's peek at one file: its identity first (a change while reading shows as a mismatch
+ * later), then its root attributes read and checked. 0, or -1. */
+static int peek_file(const char *path, ckpt_peeked *out) {
+    char why[1024];
+    if (file_identity(path, out->file_id) != 0 ||
+        ck_meta_read_file(path, &out->meta, NULL, why, sizeof why) != 0)
+        return -1;
+    snprintf(out->path, sizeof out->path, "%s", path);
+    return 0;
+}
+
+int ckpt_peek_meta(const char *run_dir, ckpt_peeked *out) {
     struct stat st;
-    if (stat(run_dir, &st) == 0 && S_ISREG(st.st_mode)) { /* a checkpoint file itself */
-        char why[1024];
-        if (ck_meta_read_file(run_dir, meta, NULL, why, sizeof why) != 0) return 1;
-        if (path_out && cap) snprintf(path_out, cap, "%s", run_dir);
-        return 0;
-    }
+    out->path[0] = '\0';
+    if (stat(run_dir, &st) == 0 && S_ISREG(st.st_mode)) /* a checkpoint file itself */
+        return peek_file(run_dir, out) == 0 ? 0 : 1;
     candidates *c = calloc(1, sizeof *c);
     if (!c) tsr_die(TSR_EXIT_INTERNAL, "out of memory");
     list_candidates(run_dir, c);
@@ -250,11 +282,9 @@ int ckpt_peek_meta(const char *run_dir, ckpt_meta *meta, char *path_out, size_t 
     char *save = NULL;
     for (char *name = strtok_r(c->names, "\n", &save); name && rc;
          name = strtok_r(NULL, "\n", &save)) {
-        char path[4200], why[1024];
+        char path[4200];
         snprintf(path, sizeof path, "%s/%s", run_dir, name);
-        if (ck_meta_read_file(path, meta, NULL, why, sizeof why) != 0) continue;
-        if (path_out && cap) snprintf(path_out, cap, "%s", path);
-        rc = 0;
+        rc = peek_file(path, out) == 0 ? 0 : 1;
     }
     free(c);
     return rc;

@@ -471,6 +471,61 @@ int config_load(tsr_config *cfg, const char *path, const char *const *sets, int 
     return rc;
 }
 
+/* The mixture-of-experts keys (docs/moe.md) into d (E, K, FE, S, LM; all 0 in a dense model, where
+ * the structural MoE keys must keep their defaults). d->F is resolved already. */
+static int moe_dims(const tsr_model_config *m, tsr_model_dims *d, const char **key, char *why,
+                    size_t cap) {
+    if (m->moe_experts == 0) {
+        const struct { int set; const char *name; } dense[] = {
+            {m->moe_intermediate_size != 0, "model.moe_intermediate_size"},
+            {m->moe_shared_size != 0, "model.moe_shared_size"},
+            {m->moe_every != 1, "model.moe_every"},
+            {m->moe_z_loss_coef != 0, "model.moe_z_loss_coef"},
+        };
+        for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++)
+            if (dense[i].set) {
+                *key = dense[i].name;
+                snprintf(why, cap, "%s is set, but model.moe_experts = 0 (a dense model): set "
+                         "model.moe_experts to make the model a mixture of experts, or leave %s "
+                         "out", dense[i].name, dense[i].name);
+                return -1;
+            }
+        return 0;
+    }
+    if (m->moe_experts < 2) {
+        *key = "model.moe_experts";
+        snprintf(why, cap, "model.moe_experts = %d: a mixture needs at least 2 experts (0 = "
+                 "a dense model)", m->moe_experts);
+        return -1;
+    }
+    if (m->moe_top_k > m->moe_experts) {
+        *key = "model.moe_top_k";
+        snprintf(why, cap, "model.moe_top_k = %d is more than model.moe_experts = %d: each "
+                 "token goes to top_k distinct experts", m->moe_top_k, m->moe_experts);
+        return -1;
+    }
+    if (m->moe_every > m->n_layer) {
+        *key = "model.moe_every";
+        snprintf(why, cap, "model.moe_every = %d with model.n_layer = %d leaves no MoE layer "
+                 "(layer l is MoE when l + 1 is a multiple of moe_every)", m->moe_every,
+                 m->n_layer);
+        return -1;
+    }
+    if (m->moe_intermediate_size > INT_MAX / 2 || m->moe_shared_size > INT_MAX / 2) {
+        *key = m->moe_shared_size > INT_MAX / 2 ? "model.moe_shared_size"
+                                                : "model.moe_intermediate_size";
+        snprintf(why, cap, "%s is larger than %d (SwiGLU's fused gate and up projection is "
+                 "twice as wide)", *key, INT_MAX / 2);
+        return -1;
+    }
+    d->E = m->moe_experts;
+    d->K = m->moe_top_k;
+    d->FE = m->moe_intermediate_size > 0 ? m->moe_intermediate_size : d->F;
+    d->S = m->moe_shared_size;
+    d->LM = m->n_layer / m->moe_every;
+    return 0;
+}
+
 int config_model_dims(const tsr_model_config *m, tsr_model_dims *d, const char **key, char *why,
                       size_t cap) {
     memset(d, 0, sizeof *d);
@@ -533,39 +588,7 @@ int config_model_dims(const tsr_model_config *m, tsr_model_dims *d, const char *
         }
         d->F = (int)hidden;
     }
-    if (m->moe_experts > 0) {
-        if (m->moe_experts < 2) {
-            *key = "model.moe_experts";
-            snprintf(why, cap, "model.moe_experts = %d: a mixture needs at least 2 experts (0 = "
-                     "a dense model)", m->moe_experts);
-            return -1;
-        }
-        if (m->moe_top_k > m->moe_experts) {
-            *key = "model.moe_top_k";
-            snprintf(why, cap, "model.moe_top_k = %d is more than model.moe_experts = %d: each "
-                     "token goes to top_k distinct experts", m->moe_top_k, m->moe_experts);
-            return -1;
-        }
-        if (m->moe_every > m->n_layer) {
-            *key = "model.moe_every";
-            snprintf(why, cap, "model.moe_every = %d with model.n_layer = %d leaves no MoE layer "
-                     "(layer l is MoE when l + 1 is a multiple of moe_every)", m->moe_every,
-                     m->n_layer);
-            return -1;
-        }
-        if (m->moe_intermediate_size > INT_MAX / 2 || m->moe_shared_size > INT_MAX / 2) {
-            *key = m->moe_shared_size > INT_MAX / 2 ? "model.moe_shared_size"
-                                                    : "model.moe_intermediate_size";
-            snprintf(why, cap, "%s is larger than %d (SwiGLU's fused gate and up projection is "
-                     "twice as wide)", *key, INT_MAX / 2);
-            return -1;
-        }
-        d->E = m->moe_experts;
-        d->K = m->moe_top_k;
-        d->FE = m->moe_intermediate_size > 0 ? m->moe_intermediate_size : d->F;
-        d->S = m->moe_shared_size;
-        d->LM = m->n_layer / m->moe_every;
-    }
+    if (moe_dims(m, d, key, why, cap) != 0) return -1;
     if (m->norm == TSR_NORM_LAYERNORM && m->norm_eps != 1e-5) {
         char e[64];
         cfgtab_format_double(e, sizeof e, m->norm_eps);

@@ -104,9 +104,10 @@ static int parse_stream(const config_setting_t *e, const char *file, int idx, ts
     return errors;
 }
 
-static int stream_index(const tsr_data_config *d, const char *name) {
-    for (int k = 0; k < d->n_streams; k++)
-        if (!strcmp(d->streams[k].name, name)) return k;
+/* The index of the stream called name among the first n, or -1. */
+static int stream_index(const tsr_stream_config *streams, int n, const char *name) {
+    for (int k = 0; k < n; k++)
+        if (!strcmp(streams[k].name, name)) return k;
     return -1;
 }
 
@@ -159,7 +160,7 @@ static int parse_phase(const config_setting_t *e, const char *file, int idx, tsr
         }
         for (int j = 0; j < config_setting_length(s); j++) {
             const config_setting_t *w = config_setting_get_elem(s, (unsigned)j);
-            int k = stream_index(d, config_setting_name(w));
+            int k = stream_index(d->streams, d->n_streams, config_setting_name(w));
             double v;
             if (k < 0) {
                 tsr_error("%s:%d: data.curriculum[%d].%s.%s: no stream of that name in data.mix",
@@ -211,18 +212,23 @@ int cfgmix_parse(const config_setting_t *s, const char *full, const char *file, 
             errors++;
             continue;
         }
-        errors += is_mix ? parse_stream(e, file, i, &d->streams[i])
-                         : parse_phase(e, file, i, d, &d->phases[i]);
+        if (!is_mix) {
+            errors += parse_phase(e, file, i, d, &d->phases[i]);
+            continue;
+        }
+        tsr_stream_config *st = &d->streams[i];
+        int k, bad = parse_stream(e, file, i, st);
+        if (!bad && (k = stream_index(d->streams, i, st->name)) >= 0) {
+            tsr_error("%s:%d: data.mix[%d].name: '%s' is the name of data.mix[%d] already: expected a "
+                      "name of its own", file, line_of(e), i, st->name, k);
+            bad = 1;
+        }
+        errors += bad;
     }
     if (errors) return errors;
     if (is_mix) {
         d->n_streams = n;
         for (int i = 0; i < n; i++) {
-            for (int j = 0; j < i; j++)
-                if (!strcmp(d->streams[i].name, d->streams[j].name)) {
-                    tsr_error("%s: data.mix: two streams named '%s'", file, d->streams[i].name);
-                    errors++;
-                }
             if ((d->streams[i].kind == TSR_MIX_PROPORTION) != (d->streams[0].kind == TSR_MIX_PROPORTION)) {
                 tsr_error("%s: data.mix: stream '%s' gives %s but stream '%s' gives %s: either every "
                           "stream gives a proportion or none does (repeat / choose)", file,

@@ -112,6 +112,53 @@ static void c_swiglu_backward(const tsr_backend *be, void *dinp, const void *inp
     tcu_swiglu_backward(dinp, inp, dout, N, F, STREAM(be));
 }
 
+static void c_moe_route(const tsr_backend *be, float *probs, float *lse, int32_t *idx,
+                        float *wts, int32_t *offs, int32_t *rows, int32_t *slot, float *stats,
+                        const void *logits, int N, int E, int K, int norm) {
+    tcu_moe_route(probs, lse, idx, wts, offs, rows, slot, stats, logits, N, E, K, norm,
+                  STREAM(be));
+}
+
+static void c_moe_gather(const tsr_backend *be, void *xg, const void *x, const int32_t *rows,
+                         int N, int K, int C) {
+    tcu_moe_gather(xg, x, rows, N, K, C, STREAM(be));
+}
+
+static void c_moe_gather_backward(const tsr_backend *be, void *dx, const void *dxg,
+                                  const int32_t *slot, int N, int K, int C) {
+    tcu_moe_gather_backward(dx, dxg, slot, N, K, C, STREAM(be));
+}
+
+static void c_moe_matmul_forward(const tsr_backend *be, void *out, const void *inp, const void *w,
+                                 const int32_t *offs, int E, int NK, int IC, int OC) {
+    tcu_moe_matmul_forward(out, inp, w, offs, E, NK, IC, OC, STREAM(be));
+}
+
+static void c_moe_matmul_backward(const tsr_backend *be, void *dinp, float *dw, const void *dout,
+                                  const void *inp, const void *w, const int32_t *offs, int E,
+                                  int NK, int IC, int OC) {
+    tcu_moe_matmul_backward(dinp, dw, dout, inp, w, offs, E, NK, IC, OC, STREAM(be));
+}
+
+static void c_moe_combine(const tsr_backend *be, void *out, const void *base, const void *y,
+                          const float *wts, const int32_t *slot, int N, int K, int C) {
+    tcu_moe_combine(out, base, y, wts, slot, N, K, C, STREAM(be));
+}
+
+static void c_moe_combine_backward(const tsr_backend *be, void *dy, float *dwts, const void *dout,
+                                   const void *y, const float *wts, const int32_t *slot, int N,
+                                   int K, int C) {
+    tcu_moe_combine_backward(dy, dwts, dout, y, wts, slot, N, K, C, STREAM(be));
+}
+
+static void c_moe_router_backward(const tsr_backend *be, void *dlogits, const float *dwts,
+                                  const float *probs, const float *lse, const int32_t *idx,
+                                  const float *wts, const int32_t *offs, int N, int E, int K,
+                                  int norm, float aux_w, float z_w) {
+    tcu_moe_router_backward(dlogits, dwts, probs, lse, idx, wts, offs, N, E, K, norm, aux_w, z_w,
+                            STREAM(be));
+}
+
 static void c_matmul_forward(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,
                              const void *w, const void *bias, int N, int IC, int OC,
                              tsr_gelu_kind gelu) {
@@ -185,6 +232,14 @@ static tsr_backend cuda_backend(tcu_stream s) {
         .rope_backward = c_rope_backward,
         .swiglu_forward = c_swiglu_forward,
         .swiglu_backward = c_swiglu_backward,
+        .moe_route = c_moe_route,
+        .moe_gather = c_moe_gather,
+        .moe_gather_backward = c_moe_gather_backward,
+        .moe_matmul_forward = c_moe_matmul_forward,
+        .moe_matmul_backward = c_moe_matmul_backward,
+        .moe_combine = c_moe_combine,
+        .moe_combine_backward = c_moe_combine_backward,
+        .moe_router_backward = c_moe_router_backward,
         .matmul_forward = c_matmul_forward,
         .matmul_backward = c_matmul_backward,
         .gelu_backward = c_gelu_backward,

@@ -1,7 +1,7 @@
 /* hf_config.c — config.json of a transformers directory: written on export, checked on import.
  *
- * Keys are those of transformers' GPT2Config, MptConfig, LlamaConfig, MistralConfig, Qwen2Config
- * and Qwen3Config. Written: the sizes, the GELU form, LayerNorm eps = 1e-5 (TSR_LN_EPS,
+ * Keys are those of transformers' GPT2Config, MptConfig, LlamaConfig, MistralConfig, Qwen2Config,
+ * Qwen3Config, MixtralConfig and Qwen3MoeConfig. Written: the sizes, the GELU form, LayerNorm eps = 1e-5 (TSR_LN_EPS,
  * kernels/ops.h) or RMSNorm's model.norm_eps, RoPE's theta and Llama 3 scaling, dropout 0 (tessera
  * trains without dropout, so a transformers finetune starts from the same function), the head's
  * tying. Read: a key that is absent takes transformers' default for it, as transformers itself
@@ -51,6 +51,25 @@ static const char *json_double(char *buf, size_t cap, double v) {
     return buf;
 }
 
+/* MixtralConfig's / Qwen3MoeConfig's experts. router_aux_loss_coef is tessera's coefficient
+ * divided by top_k: transformers' load_balancing_loss_func divides the counts by N, tessera by
+ * N K, so its loss is K times tessera's and the same gradient needs a K times smaller weight
+ * (docs/moe.md; it also pools the layers, so the match is approximate). The router's jitter noise
+ * (training only) is off, as in tessera. */
+static void write_moe(textbuf *b, const tsr_model *m, hf_arch a) {
+    char coef[32];
+    json_double(coef, sizeof coef, m->cfg.moe_aux_loss_coef / m->K);
+    if (a == HF_MIXTRAL)
+        add(b, "  \"num_local_experts\": %d,\n  \"num_experts_per_tok\": %d,\n"
+                "  \"router_jitter_noise\": 0.0,\n", m->E, m->K);
+    else
+        add(b, "  \"num_experts\": %d,\n  \"num_experts_per_tok\": %d,\n"
+                "  \"moe_intermediate_size\": %d,\n  \"norm_topk_prob\": %s,\n"
+                "  \"decoder_sparse_step\": %d,\n  \"mlp_only_layers\": [],\n", m->E, m->K, m->FE,
+            m->cfg.moe_norm_topk ? "true" : "false", m->cfg.moe_every);
+    add(b, "  \"router_aux_loss_coef\": %s,\n  \"output_router_logits\": false,\n", coef);
+}
+
 /* The Llama family's keys (LlamaConfig and its relatives). */
 static void write_llama(textbuf *b, const tsr_model *m, hf_arch a) {
     const tsr_model_config *c = &m->cfg;
@@ -59,7 +78,7 @@ static void write_llama(textbuf *b, const tsr_model *m, hf_arch a) {
             "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
             "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n  \"hidden_act\": \"silu\",\n"
             "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n  \"rope_theta\": %s,\n",
-        m->V, m->C, m->F, m->L, m->NH, m->KVH, m->hs, m->maxT,
+        m->V, m->C, a == HF_MIXTRAL ? m->FE : m->F, m->L, m->NH, m->KVH, m->hs, m->maxT,
         json_double(eps, sizeof eps, c->norm_eps), json_double(theta, sizeof theta, c->rope_theta));
     if (c->rope_scaling == TSR_ROPE_SCALING_LLAMA3)
         add(b, "  \"rope_scaling\": {\n    \"rope_type\": \"llama3\",\n    \"factor\": %s,\n"
@@ -73,12 +92,13 @@ static void write_llama(textbuf *b, const tsr_model *m, hf_arch a) {
     if (a == HF_LLAMA)
         add(b, "  \"attention_bias\": %s,\n  \"mlp_bias\": %s,\n  \"pretraining_tp\": 1,\n",
             c->bias ? "true" : "false", c->bias ? "true" : "false");
-    else if (a == HF_MISTRAL)
+    else if (a == HF_MISTRAL || a == HF_MIXTRAL)
         add(b, "  \"sliding_window\": null,\n");
     else
         add(b, "%s  \"use_sliding_window\": false,\n  \"sliding_window\": null,\n"
-                "  \"max_window_layers\": %d,\n", a == HF_QWEN3 ? "  \"attention_bias\": false,\n" : "",
+                "  \"max_window_layers\": %d,\n", hf_arch_qk_norm(a) ? "  \"attention_bias\": false,\n" : "",
             m->L);
+    if (hf_arch_moe(a)) write_moe(b, m, a);
 }
 
 int hf_config_write(const char *path, const tsr_model *m, hf_arch a, const char *torch_dtype,
@@ -336,17 +356,18 @@ static void check_rope(checker *c, const json_value *r, const tsr_model_config *
 /* Sliding-window attention: tessera attends to the whole causal context, so a window is accepted
  * only when it is no shorter than the run's context (then it changes nothing). */
 static void check_window(checker *c, const json_value *r, const tsr_model *m, hf_arch a) {
-    if (a == HF_LLAMA || (a != HF_MISTRAL && !get_bool(c, r, "use_sliding_window", 0))) return;
+    int always = a == HF_MISTRAL || a == HF_MIXTRAL; /* no use_sliding_window switch */
+    if (a == HF_LLAMA || (!always && !get_bool(c, r, "use_sliding_window", 0))) return;
     long w = get_int(c, r, "sliding_window", 4096); /* null: -1 below; absent: the default */
     const json_value *v = member(r, "sliding_window");
-    if (v && v->type == JSON_NULL) return;
+    if ((v && v->type == JSON_NULL) || (!v && a == HF_MIXTRAL)) return; /* Mixtral's default: none */
     if (w < m->maxT)
         fault(c, TSR_EXIT_DATA, "sliding_window = %ld%s%s: tessera's attention sees the whole "
               "causal context of %d tokens (model.max_seq_len, or seq_len when it is 0), and a "
               "shorter window computes something else; null or a window >= the context is "
               "accepted (a run with seq_len <= %ld and model.max_seq_len = 0 fits this one)", w,
               v ? "" : " (transformers' default for this model_type)",
-              a == HF_MISTRAL ? "" : " with use_sliding_window = true", m->maxT, w);
+              always ? "" : " with use_sliding_window = true", m->maxT, w);
 }
 
 /* The run must have the biases and QK-norm of the class. */
@@ -371,19 +392,69 @@ static void check_llama_extras(checker *c, const json_value *r, const tsr_model_
                   hf_model_type[a], qkv ? "biases on q, k and v only" : "no biases",
                   mc->bias ? "true" : "false", mc->qkv_bias ? "true" : "false", qkv ? "true" : "false");
     }
-    if (mc->qk_norm != (a == HF_QWEN3))
+    int qkn = hf_arch_qk_norm(a);
+    if (mc->qk_norm != qkn)
         fault(c, TSR_EXIT_USAGE, "model_type = \"%s\" %s QK-norm, but this run has model.qk_norm = "
-              "%s: set --set model.qk_norm=%s", hf_model_type[a], a == HF_QWEN3 ? "has" : "has no",
-              mc->qk_norm ? "true" : "false", a == HF_QWEN3 ? "true" : "false");
+              "%s: set --set model.qk_norm=%s", hf_model_type[a], qkn ? "has" : "has no",
+              mc->qk_norm ? "true" : "false", qkn ? "true" : "false");
 }
 
-/* transformers' defaults per class (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config). */
+/* transformers' defaults per class (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config,
+ * MixtralConfig, Qwen3MoeConfig). */
 static const struct llama_defaults {
     long vocab, hidden, inter, layers, heads, kv; /* kv 0: = heads */
 } llama_def[] = {
     [HF_LLAMA] = {32000, 4096, 11008, 32, 32, 0},     [HF_MISTRAL] = {32000, 4096, 14336, 32, 32, 8},
     [HF_QWEN2] = {151936, 4096, 22016, 32, 32, 32},   [HF_QWEN3] = {151936, 4096, 22016, 32, 32, 32},
+    [HF_MIXTRAL] = {32000, 4096, 14336, 32, 32, 8},   [HF_QWEN3_MOE] = {151936, 2048, 6144, 24, 32, 4},
 };
+_Static_assert(sizeof llama_def / sizeof llama_def[0] == HF_ARCH_COUNT, "one row per class");
+
+/* The experts: a dense class into a MoE run (or the reverse) is refused; E, K, FE, the layers
+ * that are MoE and the weights' normalisation must be the run's. */
+static void check_moe(checker *c, const json_value *r, const tsr_model *m, hf_arch a) {
+    const tsr_model_config *mc = &m->cfg;
+    int mix = a == HF_MIXTRAL;
+    const char *ek = mix ? "num_local_experts" : "num_experts";
+    long E = hf_arch_moe(a) ? get_int(c, r, ek, mix ? 8 : 128) : 0;
+    if (!hf_arch_moe(a) || !m->E) {
+        if (hf_arch_moe(a) != (m->E > 0))
+            fault(c, TSR_EXIT_USAGE, "model_type = \"%s\" %s, but this run has model.moe_experts = "
+                  "%d: set --set model.moe_experts=%ld (and the other model.moe_* keys of docs/hf.md)",
+                  hf_model_type[a], E ? "is a mixture of experts" : "has no experts", m->E, E);
+        return;
+    }
+    same(c, ek, E, "model.moe_experts", m->E, "");
+    same(c, "num_experts_per_tok", get_int(c, r, "num_experts_per_tok", mix ? 2 : 8),
+         "model.moe_top_k", m->K, "");
+    const char *fe = mix ? "intermediate_size" : "moe_intermediate_size";
+    same(c, fe, get_int(c, r, fe, mix ? 14336 : 768), "model.moe_intermediate_size", m->FE,
+         mc->moe_intermediate_size ? "" : " (0 = the dense MLP width)");
+    const char *need = hf_moe_need(m, a);
+    if (need)
+        fault(c, TSR_EXIT_USAGE, "%s cannot hold this run's experts: it needs %s (set those keys "
+              "with --set)", hf_class_name[a], need);
+    if (!mix) {
+        same(c, "decoder_sparse_step", get_int(c, r, "decoder_sparse_step", 1), "model.moe_every",
+             mc->moe_every, "");
+        same_bool(c, "norm_topk_prob", get_bool(c, r, "norm_topk_prob", 0), "model.moe_norm_topk",
+                  mc->moe_norm_topk);
+        const json_value *ml = member(r, "mlp_only_layers");
+        if (ml && ml->type != JSON_NULL && (ml->type != JSON_ARRAY || ml->len))
+            fault(c, TSR_EXIT_DATA, "mlp_only_layers is %s: tessera's MoE layers are every "
+                  "decoder_sparse_step-th (model.moe_every) and cannot be made dense one by one; "
+                  "only an empty list (or null) is accepted", ml->type == JSON_ARRAY ?
+                  "not empty" : json_type_name(ml->type));
+    }
+    double hf = get_num(c, r, "router_aux_loss_coef", 0.001), run = mc->moe_aux_loss_coef / m->K;
+    char h[32], own[32], per[32], fix[32];
+    if (!c->rc && !(fabs(hf - run) <= 1e-6 * fabs(hf))) /* a training choice: said, not refused */
+        tsr_warn("%s: router_aux_loss_coef = %s is tessera's model.moe_aux_loss_coef divided by "
+                 "top_k = %d (docs/moe.md), but this run has %s (/ %d = %s): it trains with its "
+                 "own; --set model.moe_aux_loss_coef=%s trains with the model's", c->path,
+                 json_double(h, sizeof h, hf), m->K, json_double(own, sizeof own, mc->moe_aux_loss_coef),
+                 m->K, json_double(per, sizeof per, run), json_double(fix, sizeof fix, hf * m->K));
+}
 
 static void check_llama(checker *c, const json_value *r, const tsr_model *m, hf_arch a) {
     const tsr_model_config *mc = &m->cfg;
@@ -405,8 +476,9 @@ static void check_llama(checker *c, const json_value *r, const tsr_model *m, hf_
          "model.n_kv_head", m->KVH, "");
     long hs = get_int(c, r, "head_dim", a == HF_QWEN3 ? 128 : NH > 0 ? C / NH : 0);
     same(c, "head_dim", hs, "model.head_dim", m->hs, "");
-    same(c, "intermediate_size", get_int(c, r, "intermediate_size", d->inter),
-         "model.intermediate_size", m->F, "");
+    if (!hf_arch_moe(a) || m->LD) /* the dense MLP (Mixtral's intermediate_size: the experts') */
+        same(c, "intermediate_size", get_int(c, r, "intermediate_size", d->inter),
+             "model.intermediate_size", m->F, "");
     same(c, "vocab_size", get_int(c, r, "vocab_size", d->vocab), "model.vocab_size", mc->vocab_size, "");
     const char *act = get_str(c, r, "hidden_act", "silu");
     if (strcmp(act, "silu") != 0 && strcmp(act, "swish") != 0)
@@ -434,11 +506,12 @@ int hf_config_check(const char *path, const tsr_model *m, hf_config *out) {
     const char *mt = c.rc ? "" : get_str(&c, root, "model_type", "");
     if (!c.rc && (out->arch = hf_arch_named(mt)) == HF_ARCH_COUNT)
         fault(&c, TSR_EXIT_DATA, "model_type = \"%s\": tessera imports \"gpt2\", \"mpt\", "
-              "\"llama\", \"mistral\", \"qwen2\" and \"qwen3\" only", mt);
+              "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"mixtral\" and \"qwen3_moe\" only", mt);
     if (!c.rc) {
         if (out->arch == HF_GPT2) check_gpt2(&c, root, m);
         else if (out->arch == HF_MPT) check_mpt(&c, root, m);
         else check_llama(&c, root, m, out->arch);
+        check_moe(&c, root, m, out->arch);
         if (out->arch < HF_LLAMA) check_eps(&c, root);
         out->tied = get_bool(&c, root, "tie_word_embeddings", out->arch < HF_LLAMA);
         if (out->arch >= HF_LLAMA)

@@ -4,7 +4,8 @@
  *                           shard limit instead model-0000k-of-0000n.safetensors (tensors in
  *                           transformers' state-dict order, a new file when the next tensor would
  *                           pass the limit, as save_pretrained splits) + model.safetensors.index.json
- *   OUT/config.json         GPT2Config, MptConfig, LlamaConfig, ... keys (hf_config.c)
+ *   OUT/config.json         GPT2Config, MptConfig, LlamaConfig, ..., MixtralConfig, Qwen3MoeConfig
+ *                           keys (hf_config.c)
  *   OUT/generation_config.json  bos/eos ids; a byte copy of the one beside a tokenizer.json if any
  *   OUT/vocab.json          GPT-2-format tokenizer only: a byte copy of encoder.json
  *   OUT/merges.txt          ... of vocab.bpe
@@ -289,8 +290,8 @@ int hf_export_check_opts(const hf_export_opts *o) {
     hf_arch want = o->arch ? hf_arch_named(o->arch) : HF_ARCH_COUNT;
     uint64_t max_shard;
     if (o->arch && (want == HF_ARCH_COUNT || want < HF_LLAMA)) {
-        tsr_error("export --format hf: --arch %s (accepted: llama, mistral, qwen2, qwen3; GPT-2 and "
-                  "MPT follow from model.pos)", o->arch);
+        tsr_error("export --format hf: --arch %s (accepted: llama, mistral, qwen2, qwen3, mixtral, "
+                  "qwen3_moe; GPT-2 and MPT follow from model.pos)", o->arch);
         return TSR_EXIT_USAGE;
     }
     return shard_limit(o, &max_shard);

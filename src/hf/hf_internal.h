@@ -1,7 +1,8 @@
 /* hf_internal.h — what src/hf/'s files share: the architecture, the tensor table, config.json.
  *
  * Dimensions as in model.h: L layers, C d_model, NH heads, KVH key/value heads, hs head size,
- * QD = NH hs, F MLP width, V real vocabulary, Vp padded rows of wte, maxT rows of wpe.
+ * QD = NH hs, F MLP width, V real vocabulary, Vp padded rows of wte, maxT rows of wpe; MoE: E
+ * experts, FE expert width, LM MoE layers, LD = L - LM dense-MLP layers.
  */
 #ifndef TSR_HF_INTERNAL_H
 #define TSR_HF_INTERNAL_H
@@ -11,8 +12,12 @@
 
 #include "model/model.h"
 
-/* HF_LLAMA and after: the Llama family (RoPE, RMSNorm, SwiGLU, GQA), names under "model." */
-typedef enum { HF_GPT2 = 0, HF_MPT, HF_LLAMA, HF_MISTRAL, HF_QWEN2, HF_QWEN3, HF_ARCH_COUNT } hf_arch;
+/* HF_LLAMA and after: the Llama family (RoPE, RMSNorm, SwiGLU, GQA), names under "model.";
+ * HF_MIXTRAL and HF_QWEN3_MOE are its mixtures of experts (docs/moe.md). */
+typedef enum {
+    HF_GPT2 = 0, HF_MPT, HF_LLAMA, HF_MISTRAL, HF_QWEN2, HF_QWEN3, HF_MIXTRAL, HF_QWEN3_MOE,
+    HF_ARCH_COUNT
+} hf_arch;
 
 extern const char *const hf_model_type[HF_ARCH_COUNT];   /* "gpt2", "mpt", "llama", ... */
 extern const char *const hf_class_name[HF_ARCH_COUNT];   /* "GPT2LMHeadModel", ... */
@@ -20,6 +25,13 @@ extern const char *const hf_class_name[HF_ARCH_COUNT];   /* "GPT2LMHeadModel", .
 const char *hf_prefix(hf_arch a);
 /* The architecture whose model_type is s, or HF_ARCH_COUNT. */
 hf_arch hf_arch_named(const char *s);
+/* a has routed experts (Mixtral, Qwen3-MoE); a has Qwen 3's per-head q_norm / k_norm. */
+int hf_arch_moe(hf_arch a);
+/* What the mixture of m lacks for class a (NULL: a can hold it): experts for a MoE class, none for
+ * a dense one, no shared expert, and for Mixtral experts in every layer with renormalised top-k
+ * weights. The export's choice of class and the import's check both ask it. */
+const char *hf_moe_need(const tsr_model *m, hf_arch a);
+int hf_arch_qk_norm(hf_arch a);
 
 /* One tensor of the HF model and the block of tessera's flat parameter buffer it maps to. */
 typedef struct hf_tensor {
@@ -35,8 +47,9 @@ typedef struct hf_tensor {
 
 /* Which architecture m exports to: learned positions -> GPT-2, ALiBi -> MPT, whose transformers
  * class has no biases, exact GELU only and an MLP of 4 d_model; RoPE + RMSNorm + SwiGLU -> Qwen 3
- * (qk_norm), Qwen 2 (qkv_bias without model.bias) or Llama, or `want` when it is one of the four
- * and can hold the model (HF_ARCH_COUNT: choose). 0, or TSR_EXIT_USAGE with the reason in why. */
+ * (qk_norm), Qwen 2 (qkv_bias without model.bias) or Llama, with experts Qwen3-MoE (qk_norm) or
+ * Mixtral; or `want` when it is one of the Llama family and can hold the model (HF_ARCH_COUNT:
+ * choose). 0, or TSR_EXIT_USAGE with the reason in why. */
 int hf_arch_of(const tsr_model *m, hf_arch want, hf_arch *a, char *why, size_t cap);
 /* The HF tensors of m for architecture a (malloc'd; *n entries): GPT-2 and MPT in tessera's
  * parameter order, the Llama family in transformers' state-dict order; row 0 is wte. */

@@ -1,5 +1,6 @@
 /* hf_map.c — tessera's parameters <-> the tensor names of transformers' GPT2LMHeadModel,
- * MptForCausalLM, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM.
+ * MptForCausalLM, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
+ * MixtralForCausalLM and Qwen3MoeForCausalLM.
  *
  * tessera stacks per-layer tensors (qkvw (L, QKV, C)) and stores every weight as nn.Linear does,
  * (out, in): y = x W^T. transformers' GPT-2 uses Conv1D, (in, out): y = x W, so its weights are the
@@ -9,6 +10,10 @@
  * [q_proj | k_proj | v_proj] (NH hs, KVH hs, KVH hs rows), fcw's [gate_proj | up_proj] (F, F), so
  * each HF tensor is still one contiguous block of tessera's buffer. HF's Llama checkpoints hold q
  * and k already in the rotate-half order tessera's RoPE uses: no permutation.
+ * Mixtures of experts (docs/moe.md): a MoE layer's router is routerw[slot] (E, C); expert e's
+ * gate / up projections are rows [0, FE) / [FE, 2FE) of expw1[slot, e] and its down projection
+ * expw2[slot, e] (C, FE), each again one contiguous block. slot = model_layer_slot: the MoE layers
+ * and the dense-MLP layers are stacked apart.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,10 +28,13 @@
 #include "hf/hf_internal.h"
 
 const char *const hf_model_type[HF_ARCH_COUNT] = {"gpt2", "mpt", "llama", "mistral", "qwen2",
-                                                   "qwen3"};
-const char *const hf_class_name[HF_ARCH_COUNT] = {"GPT2LMHeadModel",  "MptForCausalLM",
-                                                  "LlamaForCausalLM", "MistralForCausalLM",
-                                                  "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
+                                                   "qwen3", "mixtral", "qwen3_moe"};
+const char *const hf_class_name[HF_ARCH_COUNT] = {
+    "GPT2LMHeadModel",  "MptForCausalLM",   "LlamaForCausalLM",   "MistralForCausalLM",
+    "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MixtralForCausalLM", "Qwen3MoeForCausalLM"};
+
+int hf_arch_moe(hf_arch a) { return a == HF_MIXTRAL || a == HF_QWEN3_MOE; }
+int hf_arch_qk_norm(hf_arch a) { return a == HF_QWEN3 || a == HF_QWEN3_MOE; }
 
 const char *hf_prefix(hf_arch a) { return a >= HF_LLAMA ? "model." : "transformer."; }
 
@@ -64,19 +72,34 @@ static const struct map_row {
 };
 _Static_assert(sizeof rows / sizeof rows[0] == TSR_P_COUNT, "one row per tessera parameter");
 
-/* The Llama family: which of the four classes can hold m (want, or the one its features name). */
+const char *hf_moe_need(const tsr_model *m, hf_arch a) {
+    if (!hf_arch_moe(a))
+        return m->E ? "model.moe_experts = 0 (a dense model; MixtralForCausalLM and "
+                      "Qwen3MoeForCausalLM hold mixtures of experts)" : NULL;
+    if (!m->E) return "model.moe_experts > 0 (a mixture of experts)";
+    if (m->S) return "model.moe_shared_size = 0 (it has no shared expert)";
+    if (a == HF_MIXTRAL && (m->cfg.moe_every != 1 || !m->cfg.moe_norm_topk))
+        return "model.moe_every = 1 and model.moe_norm_topk = true (experts in every layer, the "
+               "top-k weights renormalised)";
+    return NULL;
+}
+
+/* The Llama family: which of its classes can hold m (want, or the one its features name). */
 static int llama_arch_of(const tsr_model *m, hf_arch want, hf_arch *a, char *why, size_t cap) {
     const tsr_model_config *c = &m->cfg;
     if (c->norm != TSR_NORM_RMSNORM || c->mlp != TSR_MLP_SWIGLU) {
         snprintf(why, cap, "model.pos = \"rope\" exports to the Llama family (LlamaForCausalLM, "
-                 "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM), which needs model.norm = "
-                 "\"rmsnorm\" and model.mlp = \"swiglu\"; this model has \"%s\" and \"%s\"",
+                 "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, "
+                 "Qwen3MoeForCausalLM), which needs model.norm = \"rmsnorm\" and model.mlp = "
+                 "\"swiglu\"; this model has \"%s\" and \"%s\"",
                  c->norm == TSR_NORM_RMSNORM ? "rmsnorm" : "layernorm",
                  c->mlp == TSR_MLP_SWIGLU ? "swiglu" : "gelu");
         return TSR_EXIT_USAGE;
     }
     int qkv_only = c->qkv_bias && !c->bias;
-    *a = want != HF_ARCH_COUNT ? want : c->qk_norm ? HF_QWEN3 : qkv_only ? HF_QWEN2 : HF_LLAMA;
+    if (want != HF_ARCH_COUNT) *a = want;
+    else if (m->E) *a = c->qk_norm ? HF_QWEN3_MOE : HF_MIXTRAL;
+    else *a = c->qk_norm ? HF_QWEN3 : qkv_only ? HF_QWEN2 : HF_LLAMA;
     const char *need = NULL;
     switch (*a) {
     case HF_LLAMA: /* attention_bias (q, k, v, o) and mlp_bias = model.bias */
@@ -84,6 +107,7 @@ static int llama_arch_of(const tsr_model *m, hf_arch want, hf_arch *a, char *why
                                            "model.bias (q, k, v biases without an o_proj bias)";
         break;
     case HF_MISTRAL:
+    case HF_MIXTRAL:
         if (c->qk_norm || c->bias || c->qkv_bias) need = "model.qk_norm, model.bias and "
                                                          "model.qkv_bias false (no biases)";
         break;
@@ -92,12 +116,14 @@ static int llama_arch_of(const tsr_model *m, hf_arch want, hf_arch *a, char *why
                                             "model.qk_norm = false";
         break;
     case HF_QWEN3:
+    case HF_QWEN3_MOE:
         if (!c->qk_norm || c->bias || c->qkv_bias) need = "model.qk_norm = true, model.bias and "
                                                           "model.qkv_bias false";
         break;
     default:
         need = "model.pos other than \"rope\"";
     }
+    if (!need) need = hf_moe_need(m, *a);
     if (!need) return 0;
     snprintf(why, cap, "%s (model_type \"%s\") needs %s", hf_class_name[*a], hf_model_type[*a], need);
     return TSR_EXIT_USAGE;
@@ -111,10 +137,11 @@ int hf_arch_of(const tsr_model *m, hf_arch want, hf_arch *a, char *why, size_t c
         snprintf(why, cap, "%s needs model.pos = \"rope\", this model has \"%s\"",
                  hf_class_name[want], c->pos == TSR_POS_ALIBI ? "alibi" : "learned");
     else if (c->norm != TSR_NORM_LAYERNORM || c->mlp != TSR_MLP_GELU || m->KVH != m->NH ||
-             c->qk_norm || c->qkv_bias || !c->tie_embeddings || m->hs * m->NH != m->C)
+             c->qk_norm || c->qkv_bias || !c->tie_embeddings || m->hs * m->NH != m->C || m->E)
         snprintf(why, cap, "GPT2LMHeadModel and MptForCausalLM have LayerNorm, a GELU MLP, as many "
-                 "key/value heads as heads of size d_model / n_head, no QK-norm, no qkv_bias and "
-                 "a tied head; this model differs (the Llama family needs model.pos = \"rope\")");
+                 "key/value heads as heads of size d_model / n_head, no QK-norm, no qkv_bias, "
+                 "no experts and a tied head; this model differs (the Llama family needs "
+                 "model.pos = \"rope\")");
     else if (c->pos == TSR_POS_LEARNED) { /* GPT-2: any GELU, any MLP width (n_inner); no biases
                                              are written as zeros, which computes the same */
         *a = HF_GPT2;
@@ -173,29 +200,52 @@ static hf_tensor *gpt2_table(const tsr_model *m, hf_arch a, int *n) {
 
 /* The Llama family, in the order of transformers' state dict (module order: what a sharded save
  * follows). part: which rows of the tessera block the tensor is. */
-typedef enum { PART_ALL = 0, PART_Q, PART_K, PART_V, PART_GATE, PART_UP, PART_VOCAB } part_kind;
-static const struct llama_row {
+typedef enum {
+    PART_ALL = 0, PART_Q, PART_K, PART_V, PART_GATE, PART_UP, PART_EGATE, PART_EUP, PART_VOCAB
+} part_kind;
+typedef struct llama_row {
     tsr_param_id p;
-    const char *fmt; /* %d = layer for per-layer tensors */
+    const char *fmt; /* after "model.layers.%d."; %d = the expert for expert tensors */
     part_kind part;
-} llama_global_first[] = {{TSR_P_WTE, "model.embed_tokens.weight", PART_VOCAB}},
-  llama_layer[] = {
+} llama_row;
+#define NROWS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+static const llama_row llama_global_first[] = {{TSR_P_WTE, "model.embed_tokens.weight", PART_VOCAB}},
+  llama_attn[] = {
     {TSR_P_QKVW, "self_attn.q_proj.weight", PART_Q},     {TSR_P_QKVB, "self_attn.q_proj.bias", PART_Q},
     {TSR_P_QKVW, "self_attn.k_proj.weight", PART_K},     {TSR_P_QKVB, "self_attn.k_proj.bias", PART_K},
     {TSR_P_QKVW, "self_attn.v_proj.weight", PART_V},     {TSR_P_QKVB, "self_attn.v_proj.bias", PART_V},
     {TSR_P_ATTPROJW, "self_attn.o_proj.weight", PART_ALL},
     {TSR_P_ATTPROJB, "self_attn.o_proj.bias", PART_ALL},
     {TSR_P_QNORMW, "self_attn.q_norm.weight", PART_ALL}, {TSR_P_KNORMW, "self_attn.k_norm.weight", PART_ALL},
+  },
+  llama_mlp[] = { /* a dense-MLP layer */
     {TSR_P_FCW, "mlp.gate_proj.weight", PART_GATE},      {TSR_P_FCB, "mlp.gate_proj.bias", PART_GATE},
     {TSR_P_FCW, "mlp.up_proj.weight", PART_UP},          {TSR_P_FCB, "mlp.up_proj.bias", PART_UP},
     {TSR_P_FCPROJW, "mlp.down_proj.weight", PART_ALL},   {TSR_P_FCPROJB, "mlp.down_proj.bias", PART_ALL},
+  },
+  llama_norms[] = {
     {TSR_P_LN1W, "input_layernorm.weight", PART_ALL},
     {TSR_P_LN2W, "post_attention_layernorm.weight", PART_ALL},
+  },
+  /* a MoE layer: the router, then per expert (MixtralBlockSparseTop2MLP: w1 w2 w3; Qwen3MoeMLP:
+   * gate_proj up_proj down_proj) */
+  mixtral_router[] = {{TSR_P_ROUTERW, "block_sparse_moe.gate.weight", PART_ALL}},
+  mixtral_expert[] = {
+    {TSR_P_EXPW1, "block_sparse_moe.experts.%d.w1.weight", PART_EGATE},
+    {TSR_P_EXPW2, "block_sparse_moe.experts.%d.w2.weight", PART_ALL},
+    {TSR_P_EXPW1, "block_sparse_moe.experts.%d.w3.weight", PART_EUP},
+  },
+  qwen3_moe_router[] = {{TSR_P_ROUTERW, "mlp.gate.weight", PART_ALL}},
+  qwen3_moe_expert[] = {
+    {TSR_P_EXPW1, "mlp.experts.%d.gate_proj.weight", PART_EGATE},
+    {TSR_P_EXPW1, "mlp.experts.%d.up_proj.weight", PART_EUP},
+    {TSR_P_EXPW2, "mlp.experts.%d.down_proj.weight", PART_ALL},
   },
   llama_global_last[] = {{TSR_P_LNFW, "model.norm.weight", PART_ALL},
                          {TSR_P_LMHEAD, "lm_head.weight", PART_VOCAB}};
 
-/* Rows [*r0, *r0 + *nr) of the block (one layer's slice, or the whole tensor) that part is. */
+/* Rows [*r0, *r0 + *nr) of the block (one layer's or expert's slice, or the whole tensor) that
+ * part is. */
 static void part_rows(const tsr_model *m, part_kind part, int64_t nrows, int64_t *r0, int64_t *nr) {
     int64_t qd = m->QD, kv = (int64_t)m->KVH * m->hs;
     switch (part) {
@@ -204,47 +254,68 @@ static void part_rows(const tsr_model *m, part_kind part, int64_t nrows, int64_t
     case PART_V: *r0 = qd + kv, *nr = kv; break;
     case PART_GATE: *r0 = 0, *nr = m->F; break;
     case PART_UP: *r0 = m->F, *nr = m->F; break;
+    case PART_EGATE: *r0 = 0, *nr = m->FE; break;
+    case PART_EUP: *r0 = m->FE, *nr = m->FE; break;
     case PART_VOCAB: *r0 = 0, *nr = m->V; break;
     default: *r0 = 0, *nr = nrows;
     }
 }
 
-/* Appends row r (layer l, or -1 for a global tensor) to t[*k] when m has the parameter. */
-static void llama_add(const tsr_model *m, const struct llama_row *r, int l, hf_tensor *t, int *k) {
+/* Appends row r of layer l (-1: a global tensor), expert e (-1: not an expert tensor) to t[*k]
+ * when m has the tensor there. */
+static void llama_add(const tsr_model *m, const llama_row *r, int l, int e, hf_tensor *t, int *k) {
     const tsr_param_info *pi = &m->params_info[r->p];
-    if (!pi->numel) return;
-    int per = l >= 0, ndim = pi->ndim - per;
-    int64_t R = pi->shape[per], cols = ndim == 2 ? pi->shape[per + 1] : 1, r0, nr;
+    int per = l >= 0, lead = per + (e >= 0), slot = per ? model_layer_slot(m, r->p, l) : 0;
+    if (!pi->numel || slot < 0) return;
+    int ndim = pi->ndim - lead;
+    int64_t R = pi->shape[lead], cols = ndim == 2 ? pi->shape[lead + 1] : 1, r0, nr;
+    size_t block = (size_t)(R * cols); /* one layer's slice, or one expert's of it */
     part_rows(m, r->part, R, &r0, &nr);
     hf_tensor *h = &t[(*k)++];
-    if (per) snprintf(h->name, sizeof h->name, "model.layers.%d.%s", l, r->fmt);
+    char sub[64];
+    snprintf(sub, sizeof sub, r->fmt, e);
+    if (per) snprintf(h->name, sizeof h->name, "model.layers.%d.%s", l, sub);
     else snprintf(h->name, sizeof h->name, "%s", r->fmt);
     h->ndim = ndim;
     h->shape[0] = nr;
     h->shape[1] = cols;
     h->present = 1;
     h->numel = (size_t)nr * (size_t)cols;
-    h->offset = pi->offset + (per ? (size_t)l * (size_t)(R * cols) : 0) + (size_t)(r0 * cols);
+    h->offset = pi->offset + ((size_t)slot * (size_t)(e >= 0 ? m->E : 1) + (size_t)(e >= 0 ? e : 0)) * block +
+                (size_t)(r0 * cols);
     h->transpose = 0;
     h->rows = nr;
     h->cols = cols;
 }
 
-static hf_tensor *llama_table(const tsr_model *m, int *n) {
-    const int nl = (int)(sizeof llama_layer / sizeof llama_layer[0]);
-    hf_tensor *t = tsr_calloc((size_t)(nl * m->L + 3), sizeof *t);
+static void llama_add_rows(const tsr_model *m, const llama_row *r, int n, int l, int e, hf_tensor *t,
+                           int *k) {
+    for (int j = 0; j < n; j++) llama_add(m, &r[j], l, e, t, k);
+}
+
+static hf_tensor *llama_table(const tsr_model *m, hf_arch a, int *n) {
+    const int mix = a == HF_MIXTRAL;
+    const llama_row *router = mix ? mixtral_router : qwen3_moe_router;
+    const llama_row *expert = mix ? mixtral_expert : qwen3_moe_expert;
+    const int per_layer = NROWS(llama_attn) + NROWS(llama_mlp) + NROWS(llama_norms) +
+                          NROWS(mixtral_router) + NROWS(mixtral_expert) * m->E;
+    hf_tensor *t = tsr_calloc((size_t)per_layer * (size_t)m->L + 3, sizeof *t);
     int k = 0;
-    llama_add(m, &llama_global_first[0], -1, t, &k);
-    for (int l = 0; l < m->L; l++)
-        for (int j = 0; j < nl; j++) llama_add(m, &llama_layer[j], l, t, &k);
-    for (size_t j = 0; j < sizeof llama_global_last / sizeof llama_global_last[0]; j++)
-        llama_add(m, &llama_global_last[j], -1, t, &k);
+    llama_add_rows(m, llama_global_first, NROWS(llama_global_first), -1, -1, t, &k);
+    for (int l = 0; l < m->L; l++) {
+        llama_add_rows(m, llama_attn, NROWS(llama_attn), l, -1, t, &k);
+        llama_add_rows(m, llama_mlp, NROWS(llama_mlp), l, -1, t, &k); /* none in a MoE layer */
+        llama_add_rows(m, router, NROWS(mixtral_router), l, -1, t, &k); /* none in a dense one */
+        for (int e = 0; e < m->E; e++) llama_add_rows(m, expert, NROWS(mixtral_expert), l, e, t, &k);
+        llama_add_rows(m, llama_norms, NROWS(llama_norms), l, -1, t, &k);
+    }
+    llama_add_rows(m, llama_global_last, NROWS(llama_global_last), -1, -1, t, &k);
     *n = k;
     return t;
 }
 
 hf_tensor *hf_tensor_table(const tsr_model *m, hf_arch a, int *n) {
-    return a >= HF_LLAMA ? llama_table(m, n) : gpt2_table(m, a, n);
+    return a >= HF_LLAMA ? llama_table(m, a, n) : gpt2_table(m, a, n);
 }
 
 int hf_write_file(const char *path, const void *data, size_t n) {

@@ -108,7 +108,11 @@ static void act_plan(const tsr_model *m, const tsr_backend *be, int B, int T,
     const int doc = m->cfg.attn_mask == TSR_MASK_DOCUMENT;
     const int learned = m->params_info[TSR_P_WPE].numel > 0, rope = m->cfg.pos == TSR_POS_ROPE;
     const size_t dev = be->host ? 0 : N * i4; /* device copies of host arrays */
+    /* the dense MLP's buffers only when some layer has one; with moe_every > 1 both kinds are
+     * stacked over the MLP group's layers (a MoE layer's slot of the dense stack goes unused, and
+     * the reverse: docs/moe.md) */
     const int moe = m->E > 0, sh = moe && m->S > 0;
+    const size_t dense = m->LD > 0;
     const size_t NK = N * (size_t)m->K, E = (size_t)m->E, FE = (size_t)m->FE, S = (size_t)m->S;
     const size_t b[TSR_A_COUNT] = {
         [TSR_A_ENCODED] = e * N * C,      [TSR_A_LN1] = e * Ln1 * st.nc,
@@ -117,15 +121,15 @@ static void act_plan(const tsr_model *m, const tsr_backend *be, int B, int T,
         [TSR_A_QKN_RSTD] = qk ? f * Lat * st.qkn : 0, [TSR_A_ATTY] = e * Lat * st.qd,
         [TSR_A_ATT] = f * Lat * st.att,   [TSR_A_RES2] = e * Lr2 * st.nc,
         [TSR_A_LN2] = e * Lr2 * st.nc,    [TSR_A_LN2_MEAN] = ln ? f * Lr2 * st.n : 0,
-        [TSR_A_LN2_RSTD] = f * Lr2 * st.n, [TSR_A_FCH] = e * Lml * st.fw,
-        [TSR_A_FCHG] = e * Lml * st.f,    [TSR_A_RES3] = e * L * st.nc,
+        [TSR_A_LN2_RSTD] = f * Lr2 * st.n, [TSR_A_FCH] = dense * e * Lml * st.fw,
+        [TSR_A_FCHG] = dense * e * Lml * st.f, [TSR_A_RES3] = e * L * st.nc,
         [TSR_A_LNF] = e * N * C,          [TSR_A_LNF_MEAN] = ln ? f * N : 0,
         [TSR_A_LNF_RSTD] = f * N,         [TSR_A_LOGITS] = e * N * (size_t)m->Vp,
         [TSR_A_LOSSES] = f * N,           [TSR_A_SCRATCH] = e * N * C,
         [TSR_A_DRES] = e * N * C,         [TSR_A_DLN] = e * N * C,
         [TSR_A_DATTY] = e * N * QD,       [TSR_A_DQKV] = e * N * QKV,
         [TSR_A_DQKVR] = qk ? e * N * QKV : 0,
-        [TSR_A_DFCH] = e * N * FW,        [TSR_A_DFCHG] = e * N * F,
+        [TSR_A_DFCH] = dense * e * N * FW, [TSR_A_DFCHG] = dense * e * N * F,
         [TSR_A_DLOSSES] = f * N,          [TSR_A_SEQ] = doc ? i4 * N : 0,
         [TSR_A_POS] = doc && (learned || rope) ? i4 * N : 0,
         [TSR_A_ATT_SCRATCH] = be->attention_scratch(B, T, m->NH, m->KVH, m->hs),
@@ -508,8 +512,11 @@ static void layers_forward(const run *r, const dec_unit *root) {
     for (int l = 0; l < L; l++) {
         dec_layer v = run_layer(r, l);
         layer_steps(r, l, &v, cur.w, ST_QKV, ST_FC);
-        if (model_moe_layer(d->m, l)) moe_combine_forward(r, r->scratch, &v, cur.w);
-        else linear(r, r->scratch, NULL, v.fchg, cur.w[TSR_P_FCPROJW], cur.w[TSR_P_FCPROJB], N, F, C);
+        if (model_moe_layer(d->m, l))
+            moe_combine_forward(r, r->scratch, &v, cur.w);
+        else
+            linear(r, r->scratch, NULL, v.fchg, cur.w[TSR_P_FCPROJW], cur.w[TSR_P_FCPROJB], N, F,
+                   C);
         /* the residual add fused with the next LayerNorm: layer l+1's LN1, or the final one
          * (the next unit is asked for only now: this layer's weights are all used or queued) */
         const int last = l + 1 == L;
@@ -772,18 +779,22 @@ void dec_moe_stats_add(const tsr_decoder *d, double w, double *acc) {
     if (!m->E) return;
     const strides st = strides_of(m, be, a->B, a->T);
     const int E = m->E;
-    int32_t *offs = tsr_malloc((size_t)(E + 1) * sizeof(int32_t));
-    float stats[2];
+    /* the two per-layer stacks in two copies (one wait for the backend) */
+    int32_t *offs = tsr_malloc((size_t)m->L * st.offs * sizeof(int32_t));
+    float *stats = tsr_malloc((size_t)m->L * st.stats * sizeof(float));
+    be->to_host(be, stats, a->moe_stats, (size_t)m->L * st.stats * sizeof(float));
+    be->to_host(be, offs, a->moe_offs, (size_t)m->L * st.offs * sizeof(int32_t));
     for (int l = 0, k = 0; l < m->L; l++) {
         if (!model_moe_layer(m, l)) continue;
-        be->to_host(be, stats, a->moe_stats + (size_t)l * st.stats, sizeof stats);
-        be->to_host(be, offs, a->moe_offs + (size_t)l * st.offs, (size_t)(E + 1) * sizeof *offs);
+        const float *s = stats + (size_t)l * st.stats;
+        const int32_t *o = offs + (size_t)l * st.offs;
         double *x = acc + (size_t)k++ * (size_t)(2 + E);
-        x[0] += w * stats[0];
-        x[1] += w * stats[1];
-        for (int e = 0; e < E; e++) x[2 + e] += offs[e + 1] - offs[e];
+        x[0] += w * s[0];
+        x[1] += w * s[1];
+        for (int e = 0; e < E; e++) x[2 + e] += o[e + 1] - o[e];
     }
     free(offs);
+    free(stats);
 }
 
 /* ---- decoding with a KV cache --------------------------------------------------------------- */

@@ -279,12 +279,16 @@ size_t model_act_group_slot(const tsr_model *m, tsr_act_group g, int l) {
     return (size_t)(l < m->ckpt_lo ? l + 1 : l - m->n_ckpt + 1);
 }
 
+double model_active_params(const tsr_model *m) {
+    /* MoE: a token passes through K of the E experts; the others' weights do no work for it */
+    double idle = (double)m->LM * (m->E - m->K) * 3.0 * m->FE * m->C;
+    return (double)m->n_params_counted - idle;
+}
+
 double model_flops_per_token(const tsr_model *m, int T) {
     /* an untied model's input embedding is a lookup, not a matmul: only the head's V x C count */
     double lookup = m->cfg.tie_embeddings ? 0.0 : (double)m->V * m->C;
-    /* MoE: a token passes through K of the E experts; the others' weights do no work for it */
-    double idle = (double)m->LM * (m->E - m->K) * 3.0 * m->FE * m->C;
-    return 6.0 * ((double)m->n_params_counted - lookup - idle) + 12.0 * m->L * (double)m->QD * T;
+    return 6.0 * (model_active_params(m) - lookup) + 12.0 * m->L * (double)m->QD * T;
 }
 
 void model_segments(int32_t *seq, int32_t *pos, const int32_t *tokens, int eot, int B, int T) {

@@ -39,10 +39,10 @@ typedef enum {
     TSR_P_ATTPROJB,/* (L, C) */
     TSR_P_LN2W,    /* (L, C) */
     TSR_P_LN2B,    /* (L, C) */
-    TSR_P_FCW,     /* (L, F, C); SwiGLU: (L, 2F, C), the gate rows then the up rows */
-    TSR_P_FCB,     /* (L, F) or (L, 2F) */
-    TSR_P_FCPROJW, /* (L, C, F) */
-    TSR_P_FCPROJB, /* (L, C) */
+    TSR_P_FCW,     /* (LD, F, C); SwiGLU: (LD, 2F, C), the gate rows then the up rows */
+    TSR_P_FCB,     /* (LD, F) or (LD, 2F) */
+    TSR_P_FCPROJW, /* (LD, C, F) */
+    TSR_P_FCPROJB, /* (LD, C); LD = L but in a MoE model (below) */
     /* Mixture of experts (docs/moe.md), stacked over the LM MoE layers only; the dense MLP
      * tensors above (fcw .. fcprojb) are then stacked over the LD = L - LM other layers. */
     TSR_P_ROUTERW, /* (LM, E, C) the router */
@@ -290,6 +290,9 @@ size_t model_acts_bytes(const tsr_model *m, int B, int T);
  * the input embedding of an untied model (a lookup; its head is the matmul that counts) and,
  * with MoE, counting K of the E experts per layer (the active parameters). */
 double model_flops_per_token(const tsr_model *m, int T);
+/* The parameters one token passes through: n_params_counted less, with MoE, the E - K routed
+ * experts of each MoE layer it does not reach (the count FLOPs per token use). */
+double model_active_params(const tsr_model *m);
 /* MPT's ALiBi slopes for NH heads with alibi_bias_max = 8 (writes NH floats). */
 void model_alibi_slopes(float *slopes, int NH);
 /* RoPE's frequencies for head size hs (writes hs/2 floats): inv_freq[i] = theta^(-2i/hs),

@@ -307,7 +307,7 @@ int checkpointing_rollback(tsr_trainer *t, int64_t max_step, char *path, size_t 
     /* newest first; one that fails to load (CRC, truncation) is reported and the next older tried:
      * every tensor is read again from the one that loads */
     while ((rc = ckpt_newest_at_or_before(t->cfg.run_dir, max_step, path, cap, &found)) == 0) {
-        rc = ckpt_load(path, meta, ts, n, NULL, &st);
+        rc = ckpt_load(path, meta, ts, n, NULL, &st, NULL);
         if (!rc) rc = check_batch(t, meta, path);
         if (!rc) break;
         if (rc == TSR_EXIT_USAGE) break;
@@ -388,8 +388,39 @@ static void model_diff(const tsr_config *a, const tsr_config *b, char *out, size
                                   f[k].u, f[k].v);
 }
 
-int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg, const char *init_arg) {
+/* --init-from: the stacked MoE and dense-MLP tensors carry no layer index, so a run whose MoE
+ * layers sit elsewhere (another model.moe_every, same shapes) would load them into the wrong
+ * layers: refused. Shapes catch the rest (another n_layer, expert count or width). */
+static int check_init_moe_layers(const tsr_config *cfg, const char *path) {
+    ckpt_peeked *pk = tsr_malloc(sizeof *pk);
+    tsr_config *ck = tsr_calloc(1, sizeof *ck);
+    int rc = 0;
+    if (ckpt_peek_meta(path, pk) == 0 &&
+        ckpt_config_from_text(pk->path, pk->meta.config, NULL, 0, ck) == 0 &&
+        ck->model.n_layer == cfg->model.n_layer) {
+        const tsr_model_config *x = &cfg->model, *y = &ck->model;
+        for (int l = 0; l < x->n_layer && !rc; l++) {
+            int mx = x->moe_experts > 0 && (l + 1) % x->moe_every == 0;
+            int my = y->moe_experts > 0 && (l + 1) % y->moe_every == 0;
+            if (mx != my) {
+                tsr_error("--init-from %s: layer %d is %s in the checkpoint but %s in this run "
+                          "(model.moe_every %d vs %d there): the experts would load into other "
+                          "layers; use the checkpoint's model.moe_every", path, l,
+                          my ? "a mixture of experts" : "dense", mx ? "a mixture of experts" :
+                          "dense", x->moe_every, y->moe_every);
+                rc = TSR_EXIT_USAGE;
+            }
+        }
+    }
+    free(ck);
+    free(pk);
+    return rc;
+}
+
+int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg, const char *init_arg,
+                              ckpt_peeked *peeked) {
     char why[1024];
+    if (peeked) peeked->path[0] = '\0';
     int rc = ckpt_check_run_dir(cfg->run_dir, why, sizeof why);
     if (rc) {
         tsr_error("%s", why);
@@ -402,6 +433,7 @@ int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg, con
             tsr_error("--init-from %s: %s", init_arg, why);
             return rc;
         }
+        if ((rc = check_init_moe_layers(cfg, path))) return rc;
     }
     if (resume_arg) {
         if (ckpt_resolve_path(resume_arg, from, sizeof from)) return TSR_EXIT_DATA;
@@ -412,32 +444,30 @@ int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg, con
     } else {
         snprintf(from, sizeof from, "%s", cfg->run_dir);
     }
-    ckpt_meta *meta = tsr_malloc(sizeof *meta);
+    ckpt_peeked *pk = peeked ? peeked : tsr_malloc(sizeof *pk);
     tsr_config *ck = tsr_calloc(1, sizeof *ck);
     /* no checkpoint (a fresh run), or none whose metadata reads (the resume reports each), or a
      * stored config that does not load (reported): nothing to compare */
-    if (ckpt_peek_meta(from, meta, path, sizeof path) == 0 &&
-        ckpt_config_from_text(path, meta->config, NULL, 0, ck) == 0) {
+    if (ckpt_peek_meta(from, pk) == 0 &&
+        ckpt_config_from_text(pk->path, pk->meta.config, NULL, 0, ck) == 0) {
         char diff[1024];
         model_diff(cfg, ck, diff, sizeof diff);
         if (diff[0]) {
             tsr_error("%s: the model in the config differs from the checkpoint's: %s (config vs "
                       "checkpoint). A resume continues the same model: restore those settings, "
                       "use another run_dir, or start from the weights with --init-from",
-                      path, diff);
+                      pk->path, diff);
             rc = TSR_EXIT_USAGE;
         }
     }
     free(ck);
-    free(meta);
+    if (pk != peeked) free(pk);
     return rc;
 }
 
-int checkpointing_resume(tsr_trainer *t, const char *resume_arg, const char *init_arg) {
-    /* rank 0 alone opens the checkpoint's metadata (not thousands of ranks at once) */
-    int pre = t->dist.rank == 0 ? checkpointing_check_start(&t->cfg, resume_arg, init_arg) : 0;
-    dist_bcast(&pre, sizeof pre, 0);
-    if (pre) return pre;
+/* checkpointing_resume after its check: peeked holds on rank 0 what the check read. */
+static int resume_or_init(tsr_trainer *t, const char *resume_arg, const char *init_arg,
+                          const ckpt_peeked *peeked) {
     char resume_buf[1200], init_buf[1200];
     const char *resume_path = NULL, *init_from = NULL;
     if (resume_arg) {
@@ -457,17 +487,17 @@ int checkpointing_resume(tsr_trainer *t, const char *resume_arg, const char *ini
     int rc, n = build_tensors(t, 1, ts, names);
     /* the run's own checkpoint wins over --init-from, so a requeued finetune continues */
     if (resume_path) {
-        rc = ckpt_load(resume_path, meta, ts, n, NULL, &st);
+        rc = ckpt_load(resume_path, meta, ts, n, NULL, &st, peeked);
         snprintf(path, sizeof path, "%s", resume_path);
     } else {
-        rc = ckpt_resume(t->cfg.run_dir, meta, ts, n, path, sizeof path, &st);
+        rc = ckpt_resume(t->cfg.run_dir, meta, ts, n, path, sizeof path, &st, peeked);
     }
     if (rc == 1 && init_hf) { /* fresh run from a Hugging Face directory: weights only */
         rc = init_from_hf(t, init_arg);
     } else if (rc == 1 && init_from) { /* fresh run: weights only, step 0 */
         io_release(t);
         n = build_tensors(t, 0, ts, names);
-        rc = ckpt_load(init_from, meta, ts, n, "model/", &st);
+        rc = ckpt_load(init_from, meta, ts, n, "model/", &st, NULL);
         if (!rc) {
             gather_after_load(t, 0);
             note_start_load(t, "init-from", init_from, st.seconds, st.bytes);
@@ -480,5 +510,18 @@ int checkpointing_resume(tsr_trainer *t, const char *resume_arg, const char *ini
     }
     free(meta);
     io_release(t);
+    return rc;
+}
+
+int checkpointing_resume(tsr_trainer *t, const char *resume_arg, const char *init_arg) {
+    /* rank 0 alone opens the checkpoint's metadata (not thousands of ranks at once), and once:
+     * what its check read is handed on to the load (ckpt_peeked), which reads the root
+     * attributes again only for another file (a fallback past a damaged one) or this one changed */
+    ckpt_peeked *peeked = tsr_calloc(1, sizeof *peeked);
+    int rc = t->dist.rank == 0 ? checkpointing_check_start(&t->cfg, resume_arg, init_arg, peeked)
+                               : 0;
+    dist_bcast(&rc, sizeof rc, 0);
+    if (!rc) rc = resume_or_init(t, resume_arg, init_arg, peeked);
+    free(peeked);
     return rc;
 }

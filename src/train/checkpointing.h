@@ -4,6 +4,7 @@
 #ifndef TSR_CHECKPOINTING_H
 #define TSR_CHECKPOINTING_H
 
+#include "ckpt/ckpt.h"
 #include "train/train_state.h"
 
 /* A weights-only source for --init-from other than a checkpoint: a Hugging Face directory
@@ -33,9 +34,10 @@ int checkpointing_save(tsr_trainer *t);
  * checkpoint's: n_layer 2 vs 4 (config vs checkpoint)"). TSR_EXIT_DATA when resume_path does not
  * resolve. 0 otherwise (also with no checkpoint). Local (no MPI), the same answer on every rank:
  * call it on rank 0 and broadcast the status (as checkpointing_resume does first), so that one
- * process, not every rank, opens the checkpoint. */
+ * process, not every rank, opens the checkpoint. peeked (may be NULL): the metadata it read and
+ * the file it read it from (path "" when none), for the load that follows (ckpt_peeked). */
 int checkpointing_check_start(const tsr_config *cfg, const char *resume_path,
-                              const char *init_from);
+                              const char *init_from, ckpt_peeked *peeked);
 /* At start: resume from resume_path if given, else from run_dir's latest valid checkpoint if any;
  * on a fresh run with init_from, load the weights only. Returns 0 (resumed or fresh) or an exit
  * code after reporting. */

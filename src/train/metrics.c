@@ -98,7 +98,7 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
     if (m->E)
         printf("params: %zu trainable, %.0f active per token (%d of %d experts); FLOPs/token = "
                "6N_active + 12*L*(heads*head_dim)*T = %.4g (docs/mfu.md)\n", m->n_params_counted,
-               (double)m->n_params_counted - (double)m->LM * (m->E - m->K) * 3.0 * m->FE * m->C,
+               model_active_params(m),
                m->K, m->E, t->out.flops_per_token);
     else
         printf("params: %zu trainable; FLOPs/token = 6N + 12*L*(heads*head_dim)*T = %.4g (docs/mfu.md)\n",
@@ -217,13 +217,16 @@ static void moe_log(tsr_trainer *t) {
     const int E = t->model.E;
     double lz[2];
     moe_losses(t, lz);
-    if (t->out.metrics) {
-        fprintf(t->out.metrics, ", \"moe_aux\": %.9g, \"moe_z\": %.9g, \"moe_load\": [", lz[0],
-                lz[1]);
+    if (t->out.metrics) { /* non-finite values (a diverged step) are null, as the loss is */
+        char aux[32], z[32], cv[32];
+        json_number(aux, sizeof aux, lz[0]);
+        json_number(z, sizeof z, lz[1]);
+        fprintf(t->out.metrics, ", \"moe_aux\": %s, \"moe_z\": %s, \"moe_load\": [", aux, z);
         for (int k = 0; k < t->model.LM; k++) {
             moe_load s = moe_layer_load(t->out.moe + (size_t)k * (size_t)(2 + E) + 2, E);
+            json_number(cv, sizeof cv, s.cv);
             fprintf(t->out.metrics, "%s{\"tokens\": %.0f, \"min\": %.0f, \"max\": %.0f, "
-                    "\"cv\": %.6g}", k ? ", " : "", s.tokens, s.min, s.max, s.cv);
+                    "\"cv\": %s}", k ? ", " : "", s.tokens, s.min, s.max, cv);
         }
         fprintf(t->out.metrics, "]");
     }

@@ -7,10 +7,13 @@
 #  - run_dir longer than 200 characters: exit 1 naming the limit (230 aborted inside Open MPI's
 #    MPI-IO at the first save, exit 134); 200 trains;
 #  - --init-from a checkpoint whose path is 245 characters: exit 1 naming the limit, run_dir not
-#    created (the load aborted inside MPI-IO the same way, exit 134); 244 loads.
+#    created (the load aborted inside MPI-IO the same way, exit 134); 244 loads;
+#  - a resume reads the checkpoint's root attributes once (its start check's read is handed on to
+#    the load): under strace -k, one open of the file with ck_meta_read_file on the stack (2
+#    before), from --resume FILE and from run_dir's `latest`. Skipped without strace -k.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 8
+tap_plan 10
 make_synth "$TMP/data"
 tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=4 --set micro_batch=2
@@ -56,4 +59,31 @@ run "$TMP/init244" --init-from "$D/step-00000002.h5" --set max_duration=1ba >"$T
 rc=$?
 [[ $rc == 0 ]] && grep -q "checkpoint init-from step 0 | $D/step-00000002.h5" "$TMP/i244.txt"
 tap_check $? "--init-from a 244-character checkpoint path loads (exit $rc)"
+
+# meta_reads FILE LOG: opens of FILE (strace -k LOG) with ck_meta_read_file on their stack
+meta_reads() {
+    awk -v f="\"$1\"" '/^[0-9]+ / { o = index($0, "openat(") && index($0, f) }
+        o && /\(ck_meta_read_file\+/ { n++; o = 0 } END { print n + 0 }' "$2"
+}
+straced() { # straced LOG RUN_DIR ARGS...: a 1-rank run under strace -f -k (openat only)
+    local log=$1 dir=$2; shift 2
+    timeout 300 "${MPIRUN[@]}" -np 1 strace -f -k -e trace=openat -o "$log" "$TRAIN" "${args[@]}" \
+        --set run_dir="$dir" "$@"
+}
+if strace -f -k -e trace=openat -o "$TMP/probe.st" true 2>/dev/null && grep -q '^ > ' "$TMP/probe.st"; then
+    straced "$TMP/file.st" "$TMP/fromfile" --resume "$(ck "$R" 2)" --set max_duration=3ba >"$TMP/resfile.txt" 2>&1
+    rc=$?
+    n=$(meta_reads "$(ck "$R" 2)" "$TMP/file.st")
+    grep -q "checkpoint resume step 2 | $(ck "$R" 2)" "$TMP/resfile.txt"
+    tap_check $(( (rc == 0 && n == 1 ? 0 : 1) | $? )) "--resume FILE: its root attributes read once (got $n; exit $rc)"
+    straced "$TMP/latest.st" "$R" --set max_duration=5ba >"$TMP/reslatest.txt" 2>&1
+    rc=$?
+    n=$(meta_reads "$(ck "$R" 4)" "$TMP/latest.st")
+    grep -q "checkpoint resume step 4 | $(ck "$R" 4)" "$TMP/reslatest.txt"
+    tap_check $(( (rc == 0 && n == 1 ? 0 : 1) | $? )) "resume from run_dir's latest: step 4's root attributes read once (got $n; exit $rc)"
+else
+    for what in "--resume FILE reads the metadata once" "resume from latest reads the metadata once"; do
+        _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - $what # SKIP no strace with stack traces (-k)"
+    done
+fi
 tap_done

@@ -5,6 +5,8 @@
 #  - a tiny Llama (RMSNorm, RoPE with Llama 3.1 scaling, SwiGLU, grouped-query attention 4:2,
 #    head_dim 64 != d_model / n_head, untied head, document mask) and a tiny Qwen 3 (QK-norm,
 #    multi-query attention, qkv bias, tied): every step within the tolerance of the CPU;
+#  - a tiny Llama MoE (4 experts, top 2, a shared expert, aux and z losses; docs/moe.md): every
+#    step within the tolerance of the CPU, every token routed (global_batch x seq_len x top_k);
 #  - 2 ranks with gradient accumulation (the per-layer gradient sums during backward);
 #  - a checkpoint written by the GPU run resumes on the CPU, and one written on the CPU resumes on
 #    the GPU: the next steps within 0.5% of the CPU run that never stopped;
@@ -23,7 +25,7 @@
 # not the CUDA kernels) and on the real backend when a GPU is present (skipped loudly otherwise).
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-PER=20
+PER=21
 tap_plan $((2 * PER + 7))
 make_synth "$TMP/data" 512 80000
 
@@ -41,6 +43,9 @@ qwen3=(--set model.norm=rmsnorm --set model.norm_eps=1e-6 --set model.pos=rope
        --set model.rope_theta=1000000 --set model.mlp=swiglu --set model.intermediate_size=96
        --set model.n_head=4 --set model.n_kv_head=1 --set model.head_dim=32 --set model.qk_norm=true
        --set model.bias=false --set model.qkv_bias=true)
+moe=("${llama[@]}" --set model.moe_experts=4 --set model.moe_top_k=2
+     --set model.moe_intermediate_size=64 --set model.moe_shared_size=32
+     --set model.moe_z_loss_coef=0.001)
 # run BIN NP DIR ARGS...: trains, output in DIR.txt
 run() {
     local bin=$1 np=$2 dir=$3; shift 3
@@ -66,8 +71,18 @@ run "$TRAIN" 1 cpu_gpt2 && run "$TRAIN" 1 cpu_mpt "${mpt[@]}" && run "$TRAIN" 1 
     { ((MPI_OK == 0)) || { run "$TRAIN" 2 cpu_ddp --set micro_batch=2 &&
         run "$TRAIN" 4 cpu_ddp4 --set micro_batch=2 && run "$TRAIN" 3 cpu_ddp3 "${three[@]}"; }; }
 tap_check $? "CPU reference runs: GPT-2, MPT, with evaluation, an odd shape; $multi"
-run "$TRAIN" 1 cpu_llama "${llama[@]}" && run "$TRAIN" 1 cpu_qwen3 "${qwen3[@]}"
-tap_check $? "CPU reference runs: tiny Llama and Qwen 3"
+run "$TRAIN" 1 cpu_llama "${llama[@]}" && run "$TRAIN" 1 cpu_qwen3 "${qwen3[@]}" &&
+    run "$TRAIN" 1 cpu_moe "${moe[@]}"
+tap_check $? "CPU reference runs: tiny Llama, Qwen 3 and a Llama MoE"
+# routed DIR: every step's every MoE layer routed global_batch x seq_len x top_k assignments
+routed() {
+    "$PY3" - "$TMP/$1/metrics.jsonl" <<'PY'
+import json, sys
+recs = [r for r in map(json.loads, open(sys.argv[1])) if "lr" in r]
+ok = len(recs) == 20 and all(len(r["moe_load"]) == 2 and all(x["tokens"] == 8 * 32 * 2 for x in r["moe_load"]) for r in recs)
+sys.exit(0 if ok else 1)
+PY
+}
 # evals_close A B: both runs evaluated at the same steps, B's validation losses within $LOSS_TOL
 evals_close() {
     "$PY3" - "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" "$LOSS_TOL" <<'PY'
@@ -119,6 +134,12 @@ suite() {
     tap_check $? "$l: tiny Llama (RMSNorm, RoPE llama3-scaled, SwiGLU, GQA 4:2, head_dim 64, untied, document mask) within $LOSS_TOL of the CPU, norms within 2 x $NORM_TOL ($d)"
     run "$bin" 1 "$l.qwen3" --set device=cuda "${qwen3[@]}" && d=$(close cpu_qwen3 "$l.qwen3" 1)
     tap_check $? "$l: tiny Qwen 3 (QK-norm, MQA, qkv bias, tied) within $LOSS_TOL of the CPU ($d)"
+    # the MoE block: bf16 logits may route a near-tie otherwise than fp32 does, so the same
+    # twice-NORM_TOL as the Llama block, and the routing's completeness checked on its own
+    run "$bin" 1 "$l.moe" --set device=cuda "${moe[@]}" &&
+        d=$(metrics_close "$TMP/cpu_moe/metrics.jsonl" "$TMP/$l.moe/metrics.jsonl" 1 "$LOSS_TOL" \
+            "$(awk -v t="$NORM_TOL" 'BEGIN { print 2 * t }')") && routed "$l.moe"
+    tap_check $? "$l: tiny Llama MoE (4 experts top 2, shared expert, aux + z) within $LOSS_TOL of the CPU, norms within 2 x $NORM_TOL, no token dropped ($d)"
     if gpus 2 "$l: 2 ranks, 2 microbatches each"; then
         run "$bin" 2 "$l.ddp" --set device=cuda --set micro_batch=2 && d=$(close cpu_ddp "$l.ddp" 1)
         tap_check $? "$l: 2 ranks, 2 microbatches each: within $LOSS_TOL of the CPU's 2 ranks ($d)"

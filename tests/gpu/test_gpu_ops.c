@@ -1030,6 +1030,168 @@ static void test_swiglu(const swiglu_cfg *c) {
     scope_end(tag);
 }
 
+/* ---- mixture of experts ------------------------------------------------------------------- */
+
+/* N rows, E experts, K per row, C channels, F an expert's output width; norm (the K weights
+ * normalised); starve (expert E-1 never chosen: an expert without rows); base (combine adds a
+ * base, else NULL) */
+typedef struct { int N, E, K, C, F, norm, starve, base; } moe_cfg;
+#define MOE_CHECKS 16
+/* the CPU routing every other MoE op reads (plain malloc: it outlives the scopes of the tests) */
+typedef struct { float *probs, *lse, *wts, stats[2]; int32_t *idx, *offs, *rows, *slot; } moe_ref;
+
+/* Routing: logits on a grid of 1/16 in [-4, 4] (exact in bf16; ties frequent, to the lower index;
+ * distinct values >= 1/16 apart, so both sides order them alike), -8 for a starved expert.
+ * idx, offs, rows, slot exact; probs, wts to 2^-18 relative (expf against the CPU's: a few ulp),
+ * lse 1e-5; stats (double sums) 2^-18; run twice: the same bits. */
+static void test_moe_route(const moe_cfg *c, const char *tag, moe_ref *r) {
+    const int N = c->N, E = c->E, K = c->K;
+    const size_t ne = (size_t)N * E, nk = (size_t)N * K;
+    float *x = hf(ne);
+    for (size_t i = 0; i < ne; i++)
+        x[i] = c->starve && i % E == (size_t)E - 1 ? -8.0f : (float)(irand(129) - 64) / 16.0f;
+    cpu->moe_route(r->probs, r->lse, r->idx, r->wts, r->offs, r->rows, r->slot, r->stats, x, N, E,
+                   K, c->norm);
+    tsr_bf16 *d_x = new_bf16(x, ne);
+    float *d_p = df32(ne), *d_lse = df32(N), *d_w = df32(nk), *d_st = df32(2), *p[2], *st[2];
+    int32_t *d_idx = dalloc(nk * 4), *d_offs = dalloc((E + 1) * 4), *d_rows = dalloc(nk * 4);
+    int32_t *d_slot = dalloc(nk * 4), *ints[2];
+    size_t ni = 3 * nk + E + 1, dif = 0;
+    for (int k = 0; k < 2; k++) {
+        poison(d_p, ne * 4), poison(d_lse, N * 4), poison(d_w, nk * 4), poison(d_st, 8);
+        poison(d_idx, nk * 4), poison(d_offs, (E + 1) * 4), poison(d_rows, nk * 4);
+        poison(d_slot, nk * 4);
+        tcu_moe_route(d_p, d_lse, d_idx, d_w, d_offs, d_rows, d_slot, d_st, d_x, N, E, K, c->norm,
+                      g_s);
+        p[k] = get_f32(d_p, ne), st[k] = get_f32(d_st, 2), ints[k] = hi32(ni);
+        d2h(ints[k], d_idx, nk * 4), d2h(ints[k] + nk, d_rows, nk * 4);
+        d2h(ints[k] + 2 * nk, d_slot, nk * 4), d2h(ints[k] + 3 * nk, d_offs, (E + 1) * 4);
+        dif += ndiff(p[k], p[0], ne, 4) + ndiff(st[k], st[0], 2, 4);
+        dif += ndiff(ints[k], ints[0], ni, 4);
+    }
+    size_t bad = ndiff(ints[0], r->idx, nk, 4) + ndiff(ints[0] + nk, r->rows, nk, 4);
+    bad += ndiff(ints[0] + 2 * nk, r->slot, nk, 4) + ndiff(ints[0] + 3 * nk, r->offs, E + 1, 4);
+    tap_ok(bad == 0, "moe_route %s: idx, rows, slot, offs exact (%zu of %zu differ)", tag, bad, ni);
+    check_close(L("moe_route %s: probs", tag), p[0], r->probs, ne, 0, 0x1p-18, NULL, 0);
+    check_close(L("moe_route %s: lse", tag), get_f32(d_lse, N), r->lse, N, 1e-5, 0, NULL, 0);
+    check_close(L("moe_route %s: wts", tag), get_f32(d_w, nk), r->wts, nk, 0, 0x1p-18, NULL, 0);
+    check_close(L("moe_route %s: stats (aux, z)", tag), st[0], r->stats, 2, 0, 0x1p-18, NULL, 0);
+    tap_ok(dif == 0, "moe_route %s: run twice, every output bit-identical (%zu differ)", tag, dif);
+}
+
+/* gather (bits) and its backward (dx + the K rows in j order, fp32, rounded once: bf16 of the
+ * CPU's fp32 result, bit for bit); the grouped products as matmul (2u + sums; dinp 2u or u of
+ * the increment; dw sums), backward run twice: the same bits */
+static void test_moe_experts(const moe_cfg *c, const char *tag, const moe_ref *r) {
+    const int N = c->N, E = c->E, K = c->K, C = c->C, F = c->F, NK = N * K;
+    const size_t nc = (size_t)N * C, ni = (size_t)NK * C, no = (size_t)NK * F;
+    const size_t nw = (size_t)E * F * C;
+    float *x = hf(nc), *xg = hf(ni), *dxg = hf(ni), *dx = hf(nc), *w = hf(nw), *out = hf(no);
+    float *dout = hf(no), *g0i = hf(ni), *g0w = hf(nw), *mo = hf(no), *gi[2], *gw[2];
+    fill_bf16(x, nc, -1, 1), fill_bf16(dxg, ni, -1, 1), fill_bf16(dx, nc, -1, 1);
+    fill_bf16(w, nw, -1, 1), fill_bf16(dout, no, -1, 1), fill_bf16(g0i, ni, -1, 1);
+    fill_f32(g0w, nw, -1, 1);
+    int32_t *d_rows = new_i32(r->rows, NK), *d_slot = new_i32(r->slot, NK);
+    int32_t *d_offs = new_i32(r->offs, E + 1);
+    tsr_bf16 *d_x = new_bf16(x, nc), *d_xg = d16(ni), *d_dxg = new_bf16(dxg, ni);
+    tsr_bf16 *d_dx = new_bf16(dx, nc), *d_w = new_bf16(w, nw), *d_out = d16(no);
+    tsr_bf16 *d_dout = new_bf16(dout, no), *d_gi = d16(ni);
+    float *d_gw = df32(nw);
+    cpu->moe_gather(xg, x, r->rows, N, K, C);
+    poison(d_xg, ni * 2);
+    tcu_moe_gather(d_xg, d_x, d_rows, N, K, C, g_s);
+    check_exact16(L("moe_gather %s: xg", tag), d_xg, xg, ni);
+    cpu->moe_gather_backward(dx, dxg, r->slot, N, K, C);
+    tcu_moe_gather_backward(d_dx, d_dxg, d_slot, N, K, C, g_s);
+    check_exact16(L("moe_gather_backward %s: dx", tag), d_dx, dx, nc);
+    cpu->moe_matmul_forward(out, xg, w, r->offs, E, NK, C, F);
+    cpu->moe_matmul_forward(mo, habs(xg, ni), habs(w, nw), r->offs, E, NK, C, F);
+    poison(d_out, no * 2);
+    tcu_moe_matmul_forward(d_out, d_xg, d_w, d_offs, E, NK, C, F, g_s);
+    check_close(L("moe_matmul_forward %s: out", tag), get_bf16(d_out, no), out, no, 0, RTOL_BF16,
+                mo, MTOL_SUM);
+    float *ri = hcopy(g0i, ni), *rw = hcopy(g0w, nw), *mi = habs(g0i, ni), *mw = habs(g0w, nw);
+    cpu->moe_matmul_backward(ri, rw, dout, xg, w, r->offs, E, NK, C, F);
+    cpu->moe_matmul_backward(mi, mw, habs(dout, no), habs(xg, ni), habs(w, nw), r->offs, E, NK, C,
+                             F);
+    for (int k = 0; k < 2; k++) {
+        put_bf16(d_gi, g0i, ni), put_f32(d_gw, g0w, nw);
+        tcu_moe_matmul_backward(d_gi, d_gw, d_dout, d_xg, d_w, d_offs, E, NK, C, F, g_s);
+        gi[k] = get_bf16(d_gi, ni), gw[k] = get_f32(d_gw, nw);
+    }
+    check_close(L("moe_matmul_backward %s: dinp", tag), gi[0], ri, ni, 0, RTOL_BF16,
+                absdiff(ri, g0i, ni, (float)U_BF16, mi, (float)MTOL_SUM), 1.0);
+    check_close(L("moe_matmul_backward %s: dw", tag), gw[0], rw, nw, 0, 0, mw, MTOL_SUM);
+    size_t dif = ndiff(gi[0], gi[1], ni, 4) + ndiff(gw[0], gw[1], nw, 4);
+    tap_ok(dif == 0, "moe_matmul_backward %s: run twice, dinp dw bit-identical (%zu differ)", tag,
+           dif);
+}
+
+/* combine (base + K weighted rows, fp32, rounded once: 2u + sums); its backward: dy = bf16(w g)
+ * bit for bit, dwts (double dots of exact products) to 2^-22; the router backward (double
+ * arithmetic both sides, the CPU rounding dp to fp32 on the way: 2^-20 absolute), rounded once */
+static void test_moe_combine_router(const moe_cfg *c, const char *tag, const moe_ref *r) {
+    const int N = c->N, E = c->E, K = c->K, C = c->C, NK = N * K;
+    const size_t nc = (size_t)N * C, ny = (size_t)NK * C, ne = (size_t)N * E;
+    float *y = hf(ny), *base = hf(nc), *out = hf(nc), *mag = hf(nc), *dout = hf(nc), *dy = hf(ny);
+    float *dwts = hf(NK), *gw = hf(NK), *dl = hf(ne);
+    fill_bf16(y, ny, -1, 1), fill_bf16(base, nc, -1, 1), fill_bf16(dout, nc, -1, 1);
+    fill_f32(gw, NK, -1, 1);
+    int32_t *d_slot = new_i32(r->slot, NK), *d_idx = new_i32(r->idx, NK);
+    int32_t *d_offs = new_i32(r->offs, E + 1);
+    float *d_wts = new_f32(r->wts, NK), *d_dwts = df32(NK), *d_gw = new_f32(gw, NK);
+    float *d_p = new_f32(r->probs, ne), *d_lse = new_f32(r->lse, N);
+    tsr_bf16 *d_y = new_bf16(y, ny), *d_base = c->base ? new_bf16(base, nc) : NULL;
+    tsr_bf16 *d_out = d16(nc), *d_dout = new_bf16(dout, nc), *d_dy = d16(ny), *d_dl = d16(ne);
+    cpu->moe_combine(out, c->base ? base : NULL, y, r->wts, r->slot, N, K, C);
+    cpu->moe_combine(mag, c->base ? habs(base, nc) : NULL, habs(y, ny), habs(r->wts, NK), r->slot,
+                     N, K, C);
+    poison(d_out, nc * 2);
+    tcu_moe_combine(d_out, d_base, d_y, d_wts, d_slot, N, K, C, g_s);
+    check_close(L("moe_combine %s: out", tag), get_bf16(d_out, nc), out, nc, 0, RTOL_BF16, mag,
+                MTOL_SUM);
+    cpu->moe_combine_backward(dy, dwts, dout, y, r->wts, r->slot, N, K, C);
+    poison(d_dy, ny * 2), poison(d_dwts, NK * 4);
+    tcu_moe_combine_backward(d_dy, d_dwts, d_dout, d_y, d_wts, d_slot, N, K, C, g_s);
+    check_exact16(L("moe_combine_backward %s: dy", tag), d_dy, dy, ny);
+    check_close(L("moe_combine_backward %s: dwts", tag), get_f32(d_dwts, NK), dwts, NK, 1e-12,
+                0x1p-22, NULL, 0);
+    cpu->moe_router_backward(dl, gw, r->probs, r->lse, r->idx, r->wts, r->offs, N, E, K, c->norm,
+                             0.5f, 0.25f);
+    poison(d_dl, ne * 2);
+    tcu_moe_router_backward(d_dl, d_gw, d_p, d_lse, d_idx, d_wts, d_offs, N, E, K, c->norm, 0.5f,
+                            0.25f, g_s);
+    check_close(L("moe_router_backward %s: dlogits", tag), get_bf16(d_dl, ne), dl, ne, 0x1p-20,
+                RTOL_BF16, NULL, 0);
+}
+
+static int moe_cpu_ops(void) {
+    return cpu->moe_route && cpu->moe_gather && cpu->moe_gather_backward &&
+           cpu->moe_matmul_forward && cpu->moe_matmul_backward && cpu->moe_combine &&
+           cpu->moe_combine_backward && cpu->moe_router_backward;
+}
+
+static void test_moe(const moe_cfg *c) {
+    char tag[96];
+    snprintf(tag, sizeof tag, "N=%d E=%d K=%d C=%d F=%d%s%s%s", c->N, c->E, c->K, c->C, c->F,
+             c->norm ? " norm" : "", c->starve ? " starved" : "", c->base ? " base" : "");
+    if (!moe_cpu_ops()) { /* optional in the table (ops.h), but the oracle these compare with */
+        for (int i = 0; i < MOE_CHECKS; i++)
+            tap_ok(0, "%s: the CPU MoE ops are missing from tsr_cpu_ops", L("moe %s", tag));
+        return;
+    }
+    const size_t ne = (size_t)c->N * c->E, nk = (size_t)c->N * c->K;
+    moe_ref r = {xmalloc(ne * 4), xmalloc(c->N * 4), xmalloc(nk * 4), {0, 0}, xmalloc(nk * 4),
+                 xmalloc((c->E + 1) * 4), xmalloc(nk * 4), xmalloc(nk * 4)};
+    test_moe_route(c, tag, &r);
+    scope_end(tag);
+    test_moe_experts(c, tag, &r);
+    scope_end(tag);
+    test_moe_combine_router(c, tag, &r);
+    scope_end(tag);
+    free(r.probs), free(r.lse), free(r.wts), free(r.idx), free(r.offs), free(r.rows), free(r.slot);
+}
+
 /* ---- softmax + cross-entropy -------------------------------------------------------------- */
 
 typedef struct { int N, V, Vp; float scale; } xent_cfg;
@@ -1320,6 +1482,13 @@ static const rope_cfg ROPE[] = {
     {3, 17, 2, 2, 32, 1, 0}, {1, 9, 3, 1, 12, 0, 5}, /* hs/2 % 8 != 0: the scalar path */
 };
 static const swiglu_cfg SWIGLU[] = {{7, 24}, {65, 200}, {257, 1376}, {33, 20}};
+/* N, E, K, C, F, norm, starve, base: Mixtral's 8/2; an expert without rows; E past a warp's 32
+ * lanes (128) and many assignment chunks of 256; K = E; C % 8 != 0 (the scalar paths); one row */
+static const moe_cfg MOE[] = {
+    {7, 8, 2, 24, 40, 1, 0, 1},     {65, 8, 2, 72, 200, 0, 1, 0}, {130, 64, 6, 64, 48, 1, 0, 1},
+    {257, 128, 8, 32, 16, 1, 1, 0}, {300, 4, 4, 20, 36, 1, 0, 0}, {1, 3, 1, 8, 8, 0, 0, 1},
+    {1025, 16, 4, 136, 72, 1, 1, 1},
+};
 static const xent_cfg XENT[] = {
     {1, 50, 64, 5}, {65, 50, 64, 60}, {65, 1000, 1024, 5}, {7, 50257, 50304, 5},
     {65, 50, 60, 5}, /* Vp % 8 != 0: the scalar path */
@@ -1354,6 +1523,7 @@ static int plan_size(void) {
     n += (int)(COUNT(RESID) + 1) * RESIDUAL_CHECKS + (int)COUNT(ATT) * ATT_CHECKS;
     n += (int)COUNT(RMS) * RMS_CHECKS + (int)COUNT(QKN) * QKN_CHECKS;
     n += (int)COUNT(ROPE) * ROPE_CHECKS + (int)COUNT(SWIGLU) * SWIGLU_CHECKS;
+    n += (int)COUNT(MOE) * MOE_CHECKS;
     n += (int)COUNT(XENT) * (XENT_CHECKS + 1) + (int)COUNT(ARGMAX_MORE); /* + argmax */
     n += (int)COUNT(SUMSQ) * SUMSQ_CHECKS;
     n += (int)COUNT(ADD_F32) * ADD_F32_CHECKS + (int)COUNT(D2D) * D2D_CHECKS;
@@ -1400,6 +1570,7 @@ int main(void) {
     for (size_t i = 0; i < COUNT(QKN); i++) test_qknorm(&QKN[i]);
     for (size_t i = 0; i < COUNT(ROPE); i++) test_rope(&ROPE[i]);
     for (size_t i = 0; i < COUNT(SWIGLU); i++) test_swiglu(&SWIGLU[i]);
+    for (size_t i = 0; i < COUNT(MOE); i++) test_moe(&MOE[i]);
     for (size_t i = 0; i < COUNT(XENT); i++) test_xent(&XENT[i]);
     for (size_t i = 0; i < COUNT(XENT); i++) test_argmax(&XENT[i]);
     for (size_t i = 0; i < COUNT(ARGMAX_MORE); i++) test_argmax(&ARGMAX_MORE[i]);

@@ -8,7 +8,7 @@
 # shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 14
+tap_plan 15
 J=$TSR_ROOT/jobs/tessera-job
 
 # stand-ins: srun writes its argv, NUL-terminated, to $TMP/argv and exits 0
@@ -132,6 +132,20 @@ err2=$("$J" pretrain "${base[@]}" RUN_DIR=r CONFIG=c BOGUS=1 2>&1 >/dev/null)
 rc2=$?
 [[ $rc == 1 && $err == *"no value for CONFIG CPUS_PER_TASK"* && $rc2 == 1 && $err2 == *"no placeholder @BOGUS@"* ]]
 tap_check $? "missing values and unknown keys: exit 1 naming them ($err | $err2)"
+# an option it does not know, first or after the template: exit 1 (the usage code, docs/cli.md), the
+# program, the option and where to look, nothing printed
+told=0
+for args in "--bogus" "-x" "pretrain --bogus" "pretrain NODES=2 -v"; do
+    read -ra a <<<"$args"
+    out=$("$J" "${a[@]}" 2>"$TMP/err")
+    rc=$?
+    opt=${a[${#a[@]} - 1]}
+    if ((rc == 1)) && [[ -z $out && $(<"$TMP/err") == "tessera-job: error: unknown option: $opt (see 'tessera-job --help')" ]]
+    then told=$((told + 1))
+    else tap_diag "tessera-job $args: exit $rc: $(head -c 300 "$TMP/err")"; fi
+done
+((told == 4))
+tap_check $? "unknown options: exit 1, 'tessera-job: error: unknown option: OPT (see 'tessera-job --help')' ($told of 4)"
 printf '#!/bin/bash\n#SBATCH --nodes=@NODES@\necho "dir: @RUN_DIR@"\n' >"$TMP/own.sbatch"
 printf '#!/bin/bash\n# run in @RUN_DIR@\nX=1\n' >"$TMP/own2.sbatch"
 err=$("$J" "$TMP/own.sbatch" NODES=1 RUN_DIR=r 2>&1 >/dev/null)

@@ -12,7 +12,8 @@
  * elements). Each tensor's flat range is split unevenly across the ranks (weights r + 1, some
  * ranks empty), differently for each world size: loading at another world size is elastic.
  * Exit: 0 all exact, 1 wrong elements or metadata, else the library's status (1 = no checkpoint
- * for resume, 2 = invalid).
+ * for resume, 2 = invalid). A failed save prints "rank R: save of step S returned RC" on every
+ * rank (the tests check that every rank returned, none hung or was killed).
  */
 #include <hdf5.h>
 #include <mpi.h>
@@ -140,15 +141,17 @@ int main(int argc, char **argv) {
             if (rc == 0 && rank == 0)
                 printf("saved %s on %d ranks: %llu bytes in %.3f s\n", path, world,
                        (unsigned long long)st.bytes, st.seconds);
+            if (rc != 0) /* every rank says so: a failed save returns on every rank */
+                printf("rank %d: save of step %lld returned %d\n", rank, (long long)step, rc);
         }
     } else if (strcmp(argv[1], "resume") == 0 || strcmp(argv[1], "load") == 0) {
         const char *prefix = argc > 3 ? argv[3] : NULL;
         char path[4096] = "";
         ckpt_stats st = {0};
         if (argv[1][0] == 'r')
-            rc = ckpt_resume(argv[2], &meta, ts, NT, path, sizeof path, &st);
+            rc = ckpt_resume(argv[2], &meta, ts, NT, path, sizeof path, &st, NULL);
         else
-            rc = ckpt_load(argv[2], &meta, ts, NT, prefix, &st),
+            rc = ckpt_load(argv[2], &meta, ts, NT, prefix, &st, NULL),
             snprintf(path, sizeof path, "%s", argv[2]);
         if (rc == 0) {
             long bad = check(ts, meta.step, prefix);

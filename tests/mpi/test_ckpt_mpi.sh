@@ -6,13 +6,15 @@
 # values and its own CRC32C equals the attribute; a flipped byte is found and named, resume falls
 # back with a warning naming the file; no `latest`, a truncated file, all invalid (exit 2, each file
 # listed); a crash in the middle of a save (TSR_CKPT_FAULT, test-only) leaves the previous
-# checkpoint valid and its .tmp is ignored, then removed by the next save's retention.
+# checkpoint valid and its .tmp is ignored, then removed by the next save's retention; a rank that
+# cannot open the .tmp while the others can: every rank returns the error, none hangs, nothing
+# replaces the newest checkpoint.
 source "$(dirname "$0")/../lib.sh"
 DRIVER=$BUILD/tests/ckpt_driver
 PY=${PYTHON:-/usr/bin/python3}
 if [[ ! -x $DRIVER ]]; then echo "$DRIVER not built (MPI build needed)"; exit 77; fi
 tsr_tmpdir
-tap_plan 24
+tap_plan 27
 R=$TMP/run
 drv() { local np=$1; shift; "${MPIRUN[@]}" -np "$np" "$DRIVER" "$@"; }
 
@@ -146,6 +148,38 @@ rc=$?
 files=$(cd "$R" && printf '%s ' *)
 [[ $rc == 0 && $files == "latest step-00000003.h5 step-00000005.h5 " ]]
 tap_check $? "the next save (step 5) removes the stale .tmp and step 2 (dir: $files)"
+# A rank that cannot open the .tmp while the others can (what a node whose view of run_dir
+# differs meets: node-local, read-only or absent there): here the ranks run in different working
+# directories and run_dir is relative, and in one of them "run" is a plain file. Every rank must
+# return the error (none hangs: under a timeout, exit 124 is a hang), the message names the rank
+# and the path, and nothing changes in the run directory.
+mkdir -p "$TMP/elsewhere" && : >"$TMP/elsewhere/run"
+split_save() { # split_save STEP DIR_OF_RANK0 DIR_OF_RANK1
+    timeout -k 10 60 "${MPIRUN[@]}" -np 1 --wdir "$2" "$DRIVER" save run "$1" : \
+        -np 1 --wdir "$3" "$DRIVER" save run "$1"
+}
+split_save 6 "$TMP" "$TMP/elsewhere" >"$TMP/split1.txt" 2>&1
+rc=$?
+grep -q "^rank 0: save of step 6 returned 2" "$TMP/split1.txt" &&
+    grep -q "^rank 1: save of step 6 returned 2" "$TMP/split1.txt" &&
+    grep -q "checkpoint run/step-00000006.h5 not written: rank 1: cannot open run/step-00000006.h5.tmp" "$TMP/split1.txt"
+tap_check $((rc != 2 || $? != 0)) "rank 1 cannot open the .tmp: every rank returns exit 2 (got $rc; 124 = hang), naming rank 1 and the path"
+grep -E "error|returned" "$TMP/split1.txt" | sed 's/^/# /'
+files=$(cd "$R" && printf '%s ' *)
+drv 2 resume "$R" >"$TMP/after-split.txt" 2>&1
+rc2=$?
+[[ $files == "latest step-00000003.h5 step-00000005.h5 " && $(cat "$R/latest") == step-00000005.h5 ]] &&
+    grep -q "loaded step 5 .* 0 wrong elements" "$TMP/after-split.txt"
+tap_check $((rc2 | $?)) "after it: no step 6 and no .tmp, latest still names 5, resume loads step 5 (dir: $files)"
+split_save 6 "$TMP/elsewhere" "$TMP" >"$TMP/split0.txt" 2>&1
+rc=$?
+files=$(cd "$R" && printf '%s ' *)
+grep -q "^rank 0: save of step 6 returned 2" "$TMP/split0.txt" &&
+    grep -q "^rank 1: save of step 6 returned 2" "$TMP/split0.txt" &&
+    grep -q "checkpoint run/step-00000006.h5 not written: cannot create run/step-00000006.h5.tmp" "$TMP/split0.txt" &&
+    [[ $files == "latest step-00000003.h5 step-00000005.h5 " ]]
+tap_check $((rc != 2 || $? != 0)) "rank 0 cannot create the .tmp: every rank returns exit 2 (got $rc), the run directory unchanged (dir: $files)"
+grep -E "error|returned" "$TMP/split0.txt" | sed 's/^/# /'
 drv 3 save-gap "$TMP/gap" 1 >"$TMP/gap.txt" 2>&1
 rc=$?
 grep -q "tensor model/wte: the ranks' ranges cover 406 of its 407 elements" "$TMP/gap.txt" && [[ -z $(ls "$TMP/gap") ]]

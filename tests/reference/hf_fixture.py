@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""hf_fixture.py — tiny Hugging Face directories of the Llama family, written by hand, with the
-logits of a float64 PyTorch forward of each.
+"""hf_fixture.py — tiny Hugging Face directories of the Llama family and its mixtures of experts,
+written by hand, with the logits of a float64 PyTorch forward of each.
 
     python3 tests/reference/hf_fixture.py OUT_ROOT     # writes OUT_ROOT/<name>/ for every fixture
+                                                       # (FIXTURES and MOE_FIXTURES)
     python3 tests/reference/hf_fixture.py --fuzz-seeds DIR   # tests/fuzz/corpus/hfdir's seeds
 
 Each OUT_ROOT/<name>/ holds what transformers' save_pretrained writes for the class — config.json
@@ -12,13 +13,16 @@ token rows) and logits.npy (float64 (B, T, V): the forward below on the rows).
 
 These directories are SCRIPT-WRITTEN from the published formats (safetensors: u64 little-endian
 header length, JSON header, raw little-endian data; config.json keys of LlamaConfig,
-MistralConfig, Qwen2Config, Qwen3Config), not saved by transformers, which this machine does not
-have. The forward follows transformers' modeling_llama / modeling_mistral / modeling_qwen2 /
+MistralConfig, Qwen2Config, Qwen3Config, MixtralConfig, Qwen3MoeConfig), not saved by transformers,
+which this machine does not have. The forward follows transformers' modeling_llama / modeling_mistral / modeling_qwen2 /
 modeling_qwen3: RMSNorm x * rsqrt(mean(x^2) + eps) * w, rotate_half RoPE (cos = cat(f, f)) with
 the default or Llama 3 inv_freq (_compute_llama3_parameters), Qwen 3's per-head q_norm / k_norm
 before RoPE, repeat_kv for grouped-query attention, softmax(q k^T / sqrt(head_dim)) under a causal
 mask, SwiGLU down(silu(gate(x)) * up(x)), the head tied to embed_tokens or its own lm_head — all
-in float64 on the stored (fp32, bf16 or fp16) weights.
+in float64 on the stored (fp32, bf16 or fp16) weights. MoE layers (modeling_mixtral's
+MixtralSparseMoeBlock, modeling_qwen3_moe's Qwen3MoeSparseMoeBlock): router logits h gate^T, softmax,
+the top k, divided by their sum (Mixtral always, Qwen3-MoE when norm_topk_prob), the weighted sum of
+those experts' SwiGLU outputs; Qwen3-MoE's layer i is MoE when (i + 1) % decoder_sparse_step == 0.
 """
 import json
 import math
@@ -51,8 +55,43 @@ FIXTURES = [
     dict(name="qwen3_qknorm_f16", model_type="qwen3", L=2, C=64, NH=4, KVH=2, hs=24, F=96,
          tied=False, theta=1000000.0, eps=1e-6, llama3=None, dtype="F16", shard=None),
 ]
+# Mixtures of experts: E experts of width FE, top K; every: decoder_sparse_step (Qwen3-MoE; its
+# other layers have the dense MLP of width F); aux: router_aux_loss_coef (= K x tessera's
+# model.moe_aux_loss_coef). Not in FIXTURES: test_hf_llama.py runs those through the dense model.
+MOE_FIXTURES = [
+    dict(name="mixtral_gqa", model_type="mixtral", L=2, C=32, NH=4, KVH=2, hs=8, F=24, FE=24, E=4,
+         K=2, every=1, norm_topk=True, aux=0.02, tied=False, theta=1000000.0, eps=1e-5, llama3=None,
+         dtype="F32", shard=None),
+    dict(name="qwen3_moe_sparse2", model_type="qwen3_moe", L=2, C=32, NH=4, KVH=2, hs=16, F=48,
+         FE=24, E=4, K=2, every=2, norm_topk=False, aux=0.004, tied=False, theta=1000000.0,
+         eps=1e-6, llama3=None, dtype="F32", shard=30000),
+]
 CLASS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-         "qwen3": "Qwen3ForCausalLM"}
+         "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM",
+         "qwen3_moe": "Qwen3MoeForCausalLM"}
+QK_NORM = ("qwen3", "qwen3_moe")
+
+
+def moe_layer(fx, i):
+    return fx.get("E", 0) > 0 and (i + 1) % fx.get("every", 1) == 0
+
+
+def moe_state(fx, p, w):
+    """A MoE layer's router and experts, in module order (Mixtral: w1 w2 w3; Qwen3-MoE:
+    gate_proj up_proj down_proj)."""
+    C, FE, E, sd = fx["C"], fx["FE"], fx["E"], {}
+    if fx["model_type"] == "mixtral":
+        sd[p + "block_sparse_moe.gate.weight"] = w(E, C, std=0.5)
+        for e in range(E):
+            q = f"{p}block_sparse_moe.experts.{e}."
+            sd.update({q + "w1.weight": w(FE, C), q + "w2.weight": w(C, FE), q + "w3.weight": w(FE, C)})
+    else:
+        sd[p + "mlp.gate.weight"] = w(E, C, std=0.5)
+        for e in range(E):
+            q = f"{p}mlp.experts.{e}."
+            sd.update({q + "gate_proj.weight": w(FE, C), q + "up_proj.weight": w(FE, C),
+                       q + "down_proj.weight": w(C, FE)})
+    return sd
 
 
 # ---- the weights ---------------------------------------------------------------------------------
@@ -61,7 +100,7 @@ def state_dict(fx, seed):
     """HF name -> float64 tensor, in transformers' state-dict (module) order."""
     g = torch.Generator().manual_seed(seed)
     C, NH, KVH, hs, Fw = fx["C"], fx["NH"], fx["KVH"], fx["hs"], fx["F"]
-    qk_norm, bias = fx["model_type"] == "qwen3", fx.get("bias", False)  # bias: Llama's attention_bias + mlp_bias
+    qk_norm, bias = fx["model_type"] in QK_NORM, fx.get("bias", False)  # bias: Llama's attention_bias + mlp_bias
     qkv_bias = fx["model_type"] == "qwen2" or bias
 
     def w(*shape, std=0.1):
@@ -84,7 +123,9 @@ def state_dict(fx, seed):
         if qk_norm:
             sd[p + "self_attn.q_norm.weight"] = norm(hs)
             sd[p + "self_attn.k_norm.weight"] = norm(hs)
-        for name, shape in (("gate", (Fw, C)), ("up", (Fw, C)), ("down", (C, Fw))):
+        if moe_layer(fx, i):
+            sd.update(moe_state(fx, p, w))
+        for name, shape in () if moe_layer(fx, i) else (("gate", (Fw, C)), ("up", (Fw, C)), ("down", (C, Fw))):
             sd[f"{p}mlp.{name}_proj.weight"] = w(*shape)
             if bias:
                 sd[f"{p}mlp.{name}_proj.bias"] = w(shape[0], std=0.2)
@@ -164,16 +205,24 @@ def config_json(fx):
           "attention_dropout": 0.0, "initializer_range": 0.02, "tie_word_embeddings": fx["tied"],
           "use_cache": True, "bos_token_id": 1, "eos_token_id": 2,
           "torch_dtype": {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}[fx["dtype"]]}
-    if fx["hs"] * fx["NH"] != fx["C"] or mt == "qwen3":
+    if fx["hs"] * fx["NH"] != fx["C"] or mt in QK_NORM:
         cj["head_dim"] = fx["hs"]
     if mt == "llama":
         cj.update(attention_bias=fx.get("bias", False), mlp_bias=fx.get("bias", False), pretraining_tp=1)
-    elif mt == "mistral":
+    elif mt in ("mistral", "mixtral"):
         cj["sliding_window"] = None
     else:
         cj.update(use_sliding_window=False, sliding_window=4096, max_window_layers=fx["L"])
-        if mt == "qwen3":
+        if mt in QK_NORM:
             cj["attention_bias"] = False
+    if mt == "mixtral":  # intermediate_size is the experts' width: Mixtral has no dense MLP
+        cj.update(intermediate_size=fx["FE"], num_local_experts=fx["E"], num_experts_per_tok=fx["K"],
+                  router_jitter_noise=0.0)
+    elif mt == "qwen3_moe":
+        cj.update(num_experts=fx["E"], num_experts_per_tok=fx["K"], moe_intermediate_size=fx["FE"],
+                  norm_topk_prob=fx["norm_topk"], decoder_sparse_step=fx["every"], mlp_only_layers=[])
+    if "E" in fx:
+        cj.update(router_aux_loss_coef=fx["aux"], output_router_logits=False)
     return cj
 
 
@@ -185,8 +234,13 @@ def tessera_sets(fx):
          "model.norm": "rmsnorm", "model.mlp": "swiglu", "model.bias": str(fx.get("bias", False)).lower(),
          "model.norm_eps": repr(fx["eps"]), "model.rope_theta": repr(fx["theta"]),
          "model.qkv_bias": str(fx["model_type"] == "qwen2").lower(),
-         "model.qk_norm": str(fx["model_type"] == "qwen3").lower(),
+         "model.qk_norm": str(fx["model_type"] in QK_NORM).lower(),
          "model.tie_embeddings": str(fx["tied"]).lower()}
+    if "E" in fx:
+        s.update({"model.moe_experts": fx["E"], "model.moe_top_k": fx["K"],
+                  "model.moe_intermediate_size": fx["FE"], "model.moe_every": fx["every"],
+                  "model.moe_norm_topk": str(fx["norm_topk"]).lower(),
+                  "model.moe_aux_loss_coef": repr(fx["aux"] * fx["K"])})
     if fx["llama3"]:
         ls = fx["llama3"]
         s.update({"model.rope_scaling": "llama3", "model.rope_factor": ls["factor"],
@@ -222,6 +276,27 @@ def rotate_half(x):
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
+def swiglu(h, gate, up, down):
+    return (F.silu(h @ gate.T) * (h @ up.T)) @ down.T
+
+
+def moe_block(h, w, cj):
+    """transformers' sparse MoE block (float64): softmax router, top k, optional renormalisation."""
+    mix = cj["model_type"] == "mixtral"
+    pre = "block_sparse_moe." if mix else "mlp."
+    names = ("w1", "w3", "w2") if mix else ("gate_proj", "up_proj", "down_proj")
+    probs = F.softmax(h @ w(pre + "gate.weight").T, dim=-1)
+    top, sel = torch.topk(probs, cj["num_experts_per_tok"], dim=-1)
+    if mix or cj.get("norm_topk_prob", False):
+        top = top / top.sum(-1, keepdim=True)
+    out = torch.zeros_like(h)
+    for e in range(probs.shape[-1]):
+        ws = [w(f"{pre}experts.{e}.{n}.weight") for n in names]
+        weight = (top * (sel == e)).sum(-1, keepdim=True)  # 0 where e is not among the top k
+        out = out + weight * swiglu(h, *ws)
+    return out
+
+
 def forward(sd, cj, idx):
     """Logits (B, T, V) of *ForCausalLM on the token rows idx (B, T)."""
     Bn, Tn = idx.shape
@@ -255,7 +330,10 @@ def forward(sd, cj, idx):
         a = F.softmax(s.masked_fill(~mask, float("-inf")), dim=-1) @ v
         x = x + lin(a.transpose(1, 2).reshape(Bn, Tn, NH * hs), "self_attn.o_proj")
         h = rms_norm(x, w("post_attention_layernorm.weight"), eps)
-        x = x + lin(F.silu(lin(h, "mlp.gate_proj")) * lin(h, "mlp.up_proj"), "mlp.down_proj")
+        if w("mlp.gate.weight") is not None or w("block_sparse_moe.gate.weight") is not None:
+            x = x + moe_block(h, w, cj)
+        else:
+            x = x + lin(F.silu(lin(h, "mlp.gate_proj")) * lin(h, "mlp.up_proj"), "mlp.down_proj")
     x = rms_norm(x, sd["model.norm.weight"], eps)
     head = sd.get("lm_head.weight", sd["model.embed_tokens.weight"])
     return x @ head.T
@@ -286,8 +364,8 @@ def make(root, fx, seed):
     return d
 
 
-def make_all(root):
-    return {fx["name"]: make(root, fx, 1000 + k) for k, fx in enumerate(FIXTURES)}
+def make_all(root, fixtures=None):
+    return {fx["name"]: make(root, fx, 1000 + k) for k, fx in enumerate(fixtures or FIXTURES)}
 
 
 FUZZ_SEP = b"\n\x01--8<--\x01\n"  # tests/fuzz/fuzz_common.h
@@ -332,5 +410,5 @@ if __name__ == "__main__":
         sys.exit(0)
     if len(sys.argv) != 2:
         sys.exit("usage: hf_fixture.py OUT_ROOT | --fuzz-seeds DIR")
-    for name, d in make_all(sys.argv[1]).items():
+    for name, d in make_all(sys.argv[1], FIXTURES + MOE_FIXTURES).items():
         print(f"{name}: {d}")

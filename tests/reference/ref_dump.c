@@ -12,10 +12,15 @@
  *   /train/inputs, /train/targets (steps, global_batch, T); /train/loss, lr, grad_norm (steps)
  *   /final/<name>       parameters after the last step
  *   /rope_freqs         (hs/2) the RoPE frequencies the model uses (pos = rope only)
+ * With MoE (docs/moe.md), per MoE layer [aux, z, tokens per expert (E)], the losses weighted by
+ * each microbatch's share of the counted targets and summed over the microbatches (what the
+ * trainer reports as moe_aux, moe_z and the expert load):
+ *   /step0/moe (LM, 2+E) of the step-0 pass;  /train/moe (steps, LM, 2+E) of each step
  * Root attributes describe the model and optimizer so the test builds the same thing: dimensions
  * (V, Vp, C, L, NH, KVH, hs, F, T), architecture switches (alibi, rope, bias, gelu_exact, rmsnorm,
  * swiglu, qkv_bias, qk_norm, tie_embeddings, doc_mask) and numbers (norm_eps, rope_theta,
- * rope_scaling and its factors, eot_token), then the optimizer's. */
+ * rope_scaling and its factors, eot_token), the MoE keys (E, K, FE, S, LM, moe_every,
+ * moe_norm_topk, moe_aux_loss_coef, moe_z_loss_coef; E = 0: dense), then the optimizer's. */
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
@@ -91,6 +96,20 @@ static void write_arch_attrs(hid_t f, const tsr_model *m) {
     }
 }
 
+/* The mixture-of-experts keys, resolved (FE, LM) */
+static void write_moe_attrs(hid_t f, const tsr_model *m) {
+    const tsr_model_config *c = &m->cfg;
+    attr_d(f, "E", m->E);
+    attr_d(f, "K", m->K);
+    attr_d(f, "FE", m->FE);
+    attr_d(f, "S", m->S);
+    attr_d(f, "LM", m->LM);
+    attr_d(f, "moe_every", c->moe_every);
+    attr_d(f, "moe_norm_topk", c->moe_norm_topk);
+    attr_d(f, "moe_aux_loss_coef", c->moe_aux_loss_coef);
+    attr_d(f, "moe_z_loss_coef", c->moe_z_loss_coef);
+}
+
 /* The LM head's weight: lm_head when the embeddings are untied, else wte */
 static const float *head_weights(const tsr_model *m) {
     const tsr_param_info *h = &m->params_info[TSR_P_LMHEAD];
@@ -125,6 +144,7 @@ int main(int argc, char **argv) {
     attr_d(f, "gelu_exact", cfg.model.gelu);
     attr_d(f, "doc_mask", cfg.model.attn_mask == TSR_MASK_DOCUMENT);
     write_arch_attrs(f, m);
+    write_moe_attrs(f, m);
     attr_d(f, "eot_token", cfg.model.eot_token);
     attr_d(f, "global_batch", GB);
     attr_d(f, "lr", cfg.optim.lr);
@@ -153,11 +173,14 @@ int main(int argc, char **argv) {
         counted += k;
     }
     double loss_sum = 0.0;
+    size_t n_moe = (size_t)m->LM * (size_t)(2 + m->E); /* 0 in a dense model */
+    double *moe0 = tsr_calloc(n_moe + 1, sizeof(double));
     trainer_ensure_acts(&t); /* what the first trainer_step would do */
     memset(m->grads, 0, m->n_params * sizeof(float));
     for (int b = 0; b < GB; b += micro) {
         const int32_t *in = inputs + (size_t)b * T, *tg = targets + (size_t)b * T;
         loss_sum += model_forward(m, in, tg, micro, T);
+        model_moe_stats_add(m, tg, micro, T, 1.0f / (float)counted, moe0);
         t.be.ops->matmul_forward(logits + (size_t)b * T * Vp, m->acts.lnf, head_weights(m), NULL,
                               micro * T, m->C, Vp);
         model_backward(m, in, tg, micro, T, 1.0f / (float)counted);
@@ -168,6 +191,8 @@ int main(int argc, char **argv) {
     write_ds(g0, "targets", H5T_NATIVE_INT32, targets, 2, d2);
     write_ds(g0, "logits", H5T_NATIVE_FLOAT, logits, 3, d3);
     attr_d(g0, "loss", loss_sum / (double)counted);
+    hsize_t dm[3] = {(hsize_t)t.total_steps, (hsize_t)m->LM, (hsize_t)(2 + m->E)};
+    if (n_moe) write_ds(g0, "moe", H5T_NATIVE_DOUBLE, moe0, 2, dm + 1);
     H5Gclose(g0);
     write_params(f, "step0/grads", m, m->grads);
 
@@ -177,6 +202,7 @@ int main(int argc, char **argv) {
     int32_t *all_tg = tsr_malloc((size_t)S * BT * sizeof(int32_t));
     double *loss = tsr_calloc((size_t)S, sizeof(double)), *lr = tsr_calloc((size_t)S, sizeof(double));
     double *norm = tsr_calloc((size_t)S, sizeof(double));
+    double *moe = tsr_calloc((size_t)S * n_moe + 1, sizeof(double));
     for (int s = 0; s < S; s++) {
         tsr_step_stats st;
         trainer_step(&t, &st);
@@ -186,6 +212,7 @@ int main(int argc, char **argv) {
         loss[s] = st.loss;
         lr[s] = st.lr;
         norm[s] = st.grad_norm;
+        if (n_moe) memcpy(moe + (size_t)s * n_moe, t.out.moe, n_moe * sizeof(double));
     }
     hid_t gt = H5Gcreate2(f, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     hsize_t ds3[3] = {(hsize_t)S, (hsize_t)GB, (hsize_t)T}, ds1[1] = {(hsize_t)S};
@@ -194,11 +221,13 @@ int main(int argc, char **argv) {
     write_ds(gt, "loss", H5T_NATIVE_DOUBLE, loss, 1, ds1);
     write_ds(gt, "lr", H5T_NATIVE_DOUBLE, lr, 1, ds1);
     write_ds(gt, "grad_norm", H5T_NATIVE_DOUBLE, norm, 1, ds1);
+    if (n_moe) write_ds(gt, "moe", H5T_NATIVE_DOUBLE, moe, 3, dm);
     H5Gclose(gt);
     write_params(f, "final", m, m->params);
     H5Fclose(f);
     printf("ref_dump: wrote %s (%d steps, loss %.6f -> %.6f)\n", argv[2], S, loss[0], loss[S - 1]);
     free(inputs), free(targets), free(logits), free(all_in), free(all_tg), free(loss), free(lr), free(norm);
+    free(moe0), free(moe);
     trainer_free(&t);
     tsr_exit(0);
 }

@@ -8,15 +8,19 @@ biases, tied and untied heads), on a random dataset written with `tessera shard`
 Vp = 128 padding rows; a loss mask with zeros, so ignored targets), and for GPT-2, MPT and Llama
 again with model.attn_mask = "document" on a dataset with end-of-text tokens inside the rows
 (torch: the block-diagonal mask, and learned or RoPE positions restarting after each end-of-text
-token):
+token), and three mixture-of-experts models (tests/reference/torch_moe.py: top-2 of 4 SwiGLU
+experts with the load-balancing and z losses, normalised or raw weights, MoE in every or every
+second layer, a shared expert, activation checkpointing):
   step 0 (build/tests/ref_dump's /step0): logits, loss and every parameter gradient at tessera's
           initial weights, torch run in float64 from the dumped /params;
   training: 10 AdamW steps (warmup + cosine lr, weight decay groups, global-norm clipping,
           2 microbatches of gradient accumulation): each step's lr, loss and gradient norm, and the
           parameters after the last step (/final).
-With RoPE also tessera's frequencies (/rope_freqs) against torch's. Before any of it, three checks
-of the torch Llama on its own (RoPE = a complex rotation, GQA = MHA with repeated key/value heads,
-a document under the document mask = the document alone).
+With RoPE also tessera's frequencies (/rope_freqs) against torch's; with MoE each step's per-layer
+aux and z losses and expert loads, and that no routing decision was near a tie. Before any of it,
+six checks of the torch models on their own (RoPE = a complex rotation, GQA = MHA with repeated
+key/value heads, a document under the document mask = the document alone; the MoE layer on hand
+logits, its dispatch, gradcheck).
 Metric, per tensor: relative error ||tessera - torch||_2 / ||torch||_2 (|a-b|/|b| for scalars),
 torch in float64 taken as exact. Tolerances and their reasons are at TOL_* below and in
 docs/reference-test.md. Exact checks: padded logit columns, padded rows of the wte (and lm_head)
@@ -25,6 +29,7 @@ gradient and of the final wte (and lm_head) are exactly 0.
 Run: TESTS=reference bash tests/run.sh   (needs build/tests/ref_dump and build/tessera: `make`)
 Prints TAP; exits 1 if a check fails, 77 (skip) without torch/h5py or the binaries.
 """
+import dataclasses
 import math
 import os
 import subprocess
@@ -59,6 +64,7 @@ for exe in (REF_DUMP, TESSERA):
 sys.path.insert(0, HERE)
 import torch_gpt  # noqa: E402
 import torch_llama  # noqa: E402
+import torch_moe  # noqa: E402
 
 # ---- tolerances (torch float64 is the exact reference; docs/reference-test.md has the numbers) --
 # Step 0, relative per tensor. fp32 unit roundoff is 2^-24 = 6e-8; a tiny model's forward and
@@ -98,6 +104,15 @@ TOL_K_BIAS = 1e-2
 # tessera keeps the RoPE frequencies in fp32 (computed in double, then rounded): at most half an
 # ulp, 2^-24 = 6e-8 relative, from torch's float64 ones.
 TOL_FREQ = 1e-7
+# MoE routing is discontinuous: a token whose K-th and (K+1)-th router probabilities are closer than
+# the fp32 difference of the two runs (~1e-7 at step 0, ~1e-6 after 10 steps of drift) can go to
+# different experts in tessera and torch, and every later check would fail for no tessera error.
+# The MoE configs use seeds whose smallest such margin, over every row, layer, microbatch and step
+# of torch's run, is above TOL_MARGIN (the test checks it, so a failure there is explained).
+TOL_MARGIN = 1e-4
+# An MoE switch the test must see: without the aux loss, without the z-loss, or with the other
+# top-k weighting, some step-0 gradient moves by more than this (10x TOL_STEP0).
+MIN_SWITCH_EFFECT = 1e-4
 
 STEPS = 10
 SEQ_LEN = 16
@@ -145,6 +160,24 @@ QWEN25 = dict(n_layer=2, d_model=48, n_head=3, n_kv_head=1, vocab_size=VOCAB, vo
               norm='"rmsnorm"', norm_eps=1e-6, pos='"rope"', rope_theta=1000000.0,
               mlp='"swiglu"', intermediate_size=96, bias="false", qkv_bias="true",
               tie_embeddings="true", init_std=INIT_STD)
+# Mixtral / Qwen3-MoE style on the Llama above: every layer's MLP is 4 SwiGLU experts of width 32,
+# top-2 with normalised weights, the load-balancing loss at 0.01 and the z-loss at 1e-3 on. moe-ckpt
+# is the same with activation checkpointing of whole blocks (the routing is recomputed).
+MOE = dict(LLAMA, moe_experts=4, moe_top_k=2, moe_intermediate_size=32, moe_norm_topk="true",
+           moe_aux_loss_coef=0.01, moe_z_loss_coef=0.001)
+# Seeds: routing decides on ~1400 (row, layer) pairs over the 11 passes, so a gap under TOL_MARGIN
+# between the K-th and (K+1)-th probability is common (about two seeds in three of 1234..1259 had
+# one); these are seeds without one (torch's smallest gap 1.9e-4 here, 2.5e-4 for moe-shared),
+# with grad_clip then set from their norms so that some steps clip (the margins are printed).
+MOE_CLIP = 2.9
+MOE_SEED = 1255
+# Qwen2-MoE style on the Qwen 3 above with 4 layers: MoE in layers 1 and 3 (moe_every 2; layers 0
+# and 2 keep the dense MLP, so both stacks have 2 slices), raw top-2 weights, a shared expert.
+MOE_SHARED = dict(QWEN3, n_layer=4, moe_experts=4, moe_top_k=2, moe_intermediate_size=24,
+                  moe_every=2, moe_norm_topk="false", moe_shared_size=16, moe_aux_loss_coef=0.01,
+                  moe_z_loss_coef=0.001)
+MOE_SHARED_CLIP = 2.3
+MOE_SHARED_SEED = 1236
 CONFIGS = [
     dict(name="gpt2", grad_clip=1.4,
          model=dict(n_layer=2, d_model=32, n_head=4, vocab_size=VOCAB, vocab_multiple=128,
@@ -168,6 +201,11 @@ CONFIGS = [
          model=dict(LLAMA, attn_mask='"document"', eot_token=EOT)),
     dict(name="qwen3", grad_clip=QWEN3_CLIP, model=QWEN3),
     dict(name="qwen2.5", grad_clip=QWEN25_CLIP, model=QWEN25),
+    # mixture of experts (docs/moe.md; torch_moe.py), seeds with no routing near-tie (TOL_MARGIN)
+    dict(name="moe", grad_clip=MOE_CLIP, seed=MOE_SEED, model=MOE),
+    dict(name="moe-ckpt", grad_clip=MOE_CLIP, seed=MOE_SEED,
+         model=dict(MOE, activation_checkpointing='"block"')),
+    dict(name="moe-shared", grad_clip=MOE_SHARED_CLIP, seed=MOE_SHARED_SEED, model=MOE_SHARED),
 ]
 
 
@@ -255,6 +293,9 @@ def read_dump(path):
         d["step0/loss"] = float(f["step0"].attrs["loss"])
         for k in ("inputs", "targets", "loss", "lr", "grad_norm"):
             d["train/" + k] = f["train"][k][()]
+        for k in ("step0/moe", "train/moe"):
+            if k in f:
+                d[k] = f[k][()]
     return d
 
 
@@ -277,19 +318,27 @@ def torch_config(a):
     if a["rope_scaling"]:
         scaling = torch_llama.RopeScaling(a["rope_factor"], a["rope_low_freq_factor"],
                                           a["rope_high_freq_factor"], i("rope_original_max_pos"))
-    return torch_llama.LlamaConfig(V=i("V"), Vp=i("Vp"), C=i("C"), L=i("L"), NH=i("NH"),
-                                   KVH=i("KVH"), hs=i("hs"), F=i("F"), norm_eps=a["norm_eps"],
-                                   rope_theta=a["rope_theta"], rope_scaling=scaling,
-                                   qkv_bias=bool(a["qkv_bias"]), qk_norm=bool(a["qk_norm"]),
-                                   tie_embeddings=bool(a["tie_embeddings"]))
+    llama = dict(V=i("V"), Vp=i("Vp"), C=i("C"), L=i("L"), NH=i("NH"), KVH=i("KVH"), hs=i("hs"),
+                 F=i("F"), norm_eps=a["norm_eps"], rope_theta=a["rope_theta"],
+                 rope_scaling=scaling, qkv_bias=bool(a["qkv_bias"]), qk_norm=bool(a["qk_norm"]),
+                 tie_embeddings=bool(a["tie_embeddings"]))
+    if not a["E"]:
+        return torch_llama.LlamaConfig(**llama)
+    return torch_moe.MoEConfig(**llama, E=i("E"), K=i("K"), FE=i("FE"), S=i("S"),
+                               moe_every=i("moe_every"), norm_topk=bool(a["moe_norm_topk"]),
+                               aux_coef=a["moe_aux_loss_coef"], z_coef=a["moe_z_loss_coef"])
 
 
 def is_llama(tc):
     return isinstance(tc, torch_llama.LlamaConfig)
 
 
+def is_moe(tc):
+    return isinstance(tc, torch_moe.MoEConfig)
+
+
 def param_names(tc):
-    return (torch_llama if is_llama(tc) else torch_gpt).param_names(tc)
+    return (torch_moe if is_moe(tc) else torch_llama if is_llama(tc) else torch_gpt).param_names(tc)
 
 
 class DocGPT(torch_gpt.GPT):
@@ -328,6 +377,8 @@ def torch_model(tc, a, doc_mask=None):
     DocGPT or a Llama with an eot id."""
     doc_mask = a.get("doc_mask") if doc_mask is None else doc_mask
     eot = int(round(a["eot_token"])) if doc_mask else None
+    if is_moe(tc):
+        return torch_moe.MoELlama(tc, eot).double()
     if is_llama(tc):
         return torch_llama.Llama(tc, eot).double()
     return (DocGPT(tc, eot) if doc_mask else torch_gpt.GPT(tc)).double()
@@ -335,17 +386,27 @@ def torch_model(tc, a, doc_mask=None):
 
 def global_batch_backward(model, inputs, targets, micro):
     """Loss = sum of the counted targets' losses / their count over the WHOLE global batch,
-    accumulated microbatch by microbatch as trainer_step does. Returns (loss, logits)."""
+    accumulated microbatch by microbatch as trainer_step does; with MoE plus each microbatch's
+    router loss weighted by w = its counted targets / the global batch's (docs/moe.md). Returns
+    (loss, logits, moe): loss without the router terms, as tessera reports it; moe None, or per
+    MoE layer [w-weighted aux, w-weighted z, tokens per expert] summed over the microbatches
+    (ref_dump's /step0/moe and /train/moe)."""
     inputs = torch.as_tensor(inputs, dtype=torch.long)
     targets = torch.as_tensor(targets, dtype=torch.long)
     counted = int((targets >= 0).sum())
-    loss, logits = 0.0, []
+    loss, logits, moe = 0.0, [], None
     for b in range(0, inputs.shape[0], micro):
         lg, loss_sum = model(inputs[b:b + micro], targets[b:b + micro])
-        (loss_sum / counted).backward()
+        total = loss_sum / counted
+        if isinstance(model, torch_moe.MoELlama):
+            w = int((targets[b:b + micro] >= 0).sum()) / counted
+            total = total + w * model.router_loss()
+            mb = model.router_stats() * np.array([w, w] + [1] * model.cfg.E)
+            moe = mb if moe is None else moe + mb
+        total.backward()
         loss += loss_sum.item() / counted
         logits.append(lg.detach())
-    return loss, torch.cat(logits)
+    return loss, torch.cat(logits), moe
 
 
 def grad_norm(model):
@@ -356,7 +417,8 @@ SCHEDULES = {0: "cosine", 1: "linear", 2: "constant"}  # tsr_sched_kind
 
 
 def torch_train(model, d):
-    """STEPS AdamW steps on the dumped batches. Returns per-step (loss, grad_norm, lr, clipped)."""
+    """STEPS AdamW steps on the dumped batches. Returns per-step (loss, grad_norm, lr, clipped,
+    moe) (moe: global_batch_backward's)."""
     a = d["attrs"]
     groups = model.param_groups(a["weight_decay"], bool(a["decay_norms_biases"]),
                                 bool(a["decay_embeddings"]))
@@ -369,8 +431,8 @@ def torch_train(model, d):
         for g in opt.param_groups:
             g["lr"] = lr
         opt.zero_grad(set_to_none=False)
-        loss, _ = global_batch_backward(model, d["train/inputs"][s], d["train/targets"][s],
-                                        MICRO_BATCH)
+        loss, _, moe = global_batch_backward(model, d["train/inputs"][s], d["train/targets"][s],
+                                             MICRO_BATCH)
         norm = grad_norm(model)
         # trainer.c: coef = clip / (norm + 1e-6), applied only when norm > clip (clip 0 = off).
         # torch.nn.utils.clip_grad_norm_ uses the same coefficient clamped to <= 1.
@@ -380,7 +442,7 @@ def torch_train(model, d):
                 for p in model.parameters():
                     p.grad.mul_(clip / (norm + 1e-6))
         opt.step()
-        hist.append((loss, norm, lr, clipped))
+        hist.append((loss, norm, lr, clipped, moe))
     return hist
 
 
@@ -425,9 +487,13 @@ def config_names(m):
     """The tessera parameter names the config's model dict m must give (what the dump holds)."""
     yes = lambda k, default="false": m.get(k, default) == "true"  # noqa: E731
     if m["pos"] == '"rope"':
-        return torch_llama.param_names(types.SimpleNamespace(
-            qkv_bias=yes("qkv_bias"), qk_norm=yes("qk_norm"),
-            tie_embeddings=yes("tie_embeddings", "true")))
+        cfg = types.SimpleNamespace(qkv_bias=yes("qkv_bias"), qk_norm=yes("qk_norm"),
+                                    tie_embeddings=yes("tie_embeddings", "true"))
+        if not m.get("moe_experts"):
+            return torch_llama.param_names(cfg)
+        return torch_moe.param_names(types.SimpleNamespace(
+            **vars(cfg), L=m["n_layer"], moe_every=m.get("moe_every", 1),
+            S=m.get("moe_shared_size", 0)))
     return torch_gpt.param_names(types.SimpleNamespace(bias=yes("bias"),
                                                        alibi=m["pos"] == '"alibi"'))
 
@@ -437,6 +503,7 @@ def checks_per_config(cfg):
     rope = m["pos"] == '"rope"'
     extra = (1 if cfg.get("data") == "doc" else 0) + (2 if rope else 0)
     extra += 2 if m.get("tie_embeddings") == "false" else 0
+    extra += MOE_CHECKS if m.get("moe_experts") else 0
     return 12 + 2 * len(config_names(m)) + extra
 
 
@@ -457,9 +524,14 @@ def want_attrs(cfg):
                 rope_scaling=float(m.get("rope_scaling") == '"llama3"'),
                 global_batch=GLOBAL_BATCH, steps=STEPS, warmup_steps=3,
                 grad_clip=cfg["grad_clip"], weight_decay=COMMON_OPTIM["weight_decay"],
-                doc_mask=float(m.get("attn_mask") == '"document"'))
+                doc_mask=float(m.get("attn_mask") == '"document"'), E=m.get("moe_experts", 0))
+    if want["E"]:
+        want.update(K=m["moe_top_k"], FE=m["moe_intermediate_size"], S=m.get("moe_shared_size", 0),
+                    LM=m["n_layer"] // m.get("moe_every", 1), moe_every=m.get("moe_every", 1),
+                    moe_norm_topk=yes("moe_norm_topk", "true"))
     for k in ("eot_token", "norm_eps", "rope_theta", "rope_factor", "rope_low_freq_factor",
-              "rope_high_freq_factor", "rope_original_max_pos"):
+              "rope_high_freq_factor", "rope_original_max_pos", "moe_aux_loss_coef",
+              "moe_z_loss_coef"):
         if k in m:
             want[k] = m[k]
     return want
@@ -537,10 +609,12 @@ def quiet_k_bias(tc, names):
 
 
 def check_step0(tap, name, d, tc, names, shapes, model):
-    """Forward and backward at the initial weights. Returns the torch logits."""
+    """Forward and backward at the initial weights. Returns the torch logits and MoE statistics
+    (global_batch_backward's)."""
     model.load_tessera(d["params"])
     model.zero_grad(set_to_none=False)
-    loss, logits = global_batch_backward(model, d["step0/inputs"], d["step0/targets"], MICRO_BATCH)
+    loss, logits, moe = global_batch_backward(model, d["step0/inputs"], d["step0/targets"],
+                                              MICRO_BATCH)
     V = tc.V
     e = rel_err(d["step0/logits"], logits.numpy())
     tap.ok(e <= TOL_STEP0, f"{name}: step-0 logits (B,T,Vp) rel err {e:.2e} <= {TOL_STEP0:g}")
@@ -569,7 +643,7 @@ def check_step0(tap, name, d, tc, names, shapes, model):
     if "lm_head" in names:
         check_pad_rows(tap, name, "the lm_head gradient", d["step0/grads"]["lm_head"][V:], V,
                        tc.Vp)
-    return logits
+    return logits, moe
 
 
 def check_doc_mask_matters(tap, name, d, tc, logits):
@@ -640,6 +714,60 @@ def check_final(tap, name, d, tc, names, model):
         check_pad_rows(tap, name, "the final lm_head", d["final"]["lm_head"][tc.V:], tc.V, tc.Vp)
 
 
+MOE_CHECKS = 4  # per MoE config: check_moe_switches 1, check_moe_run 3
+
+
+def check_moe_switches(tap, name, d, tc, model):
+    """The test can see each MoE switch: the step-0 gradients of torch models without the aux
+    loss, without the z-loss, and with the other top-k weighting differ from model's (which has
+    just run the step-0 backward) by more than MIN_SWITCH_EFFECT in some tensor."""
+    full = {k: v.numpy() for k, v in model.tessera_tensors(grads=True).items()}
+    effects = {}
+    for what, change in (("no aux loss", dict(aux_coef=0.0)), ("no z-loss", dict(z_coef=0.0)),
+                         ("other weighting", dict(norm_topk=not tc.norm_topk))):
+        other = torch_moe.MoELlama(dataclasses.replace(tc, **change), model.eot).double()
+        other.load_tessera(d["params"])
+        global_batch_backward(other, d["step0/inputs"], d["step0/targets"], MICRO_BATCH)
+        grads = {k: v.numpy() for k, v in other.tessera_tensors(grads=True).items()}
+        effects[what] = max((rel_err(grads[n], full[n]), n) for n in full)
+    tap.ok(all(e > MIN_SWITCH_EFFECT for e, _ in effects.values()),
+           f"{name}: each MoE switch moves the step-0 gradients by > {MIN_SWITCH_EFFECT:g}: "
+           + ", ".join(f"{w} {e:.1e} ({n})" for w, (e, n) in effects.items()))
+
+
+def moe_errors(got, want):
+    """(max relative error of the aux and z columns, whether the expert loads are identical)."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape:
+        return math.inf, False
+    e = np.abs(got[..., :2] - want[..., :2]) / np.abs(want[..., :2])
+    e = float(e.max()) if np.all(np.isfinite(e)) else math.inf
+    return e, bool(np.array_equal(got[..., 2:], want[..., 2:]))
+
+
+def check_moe_run(tap, name, d, moe0, hist, margin):
+    """Routing far from ties in every forward torch ran; tessera's per-layer aux and z losses and
+    expert loads at step 0 and in each training step equal torch's."""
+    tap.ok(margin > TOL_MARGIN,
+           f"{name}: no routing near-tie: smallest gap between the K-th and (K+1)-th router "
+           f"probability over all rows, layers, microbatches and steps {margin:.2e} > "
+           f"{TOL_MARGIN:g}")
+    got0 = d.get("step0/moe")
+    tap.diag(f"{name}: step-0 expert loads per MoE layer (tessera): "
+             + "; ".join(" ".join(f"{int(c)}" for c in r[2:]) for r in np.atleast_2d(got0)))
+    e, same = moe_errors(got0, moe0)
+    tap.ok(e <= TOL_STEP0 and same, f"{name}: step-0 aux and z losses per MoE layer rel err "
+                                    f"{e:.2e} <= {TOL_STEP0:g}; expert loads identical: {same}")
+    e, same = moe_errors(d.get("train/moe"), np.stack([h[4] for h in hist]))
+    tap.diag(f"{name}: moe_aux per step " + " ".join(f"{x:.5f}" for x in
+                                                   d["train/moe"][:, :, 0].sum(axis=1)))
+    tap.diag(f"{name}: moe_z per step " + " ".join(f"{x:.4f}" for x in
+                                                 d["train/moe"][:, :, 1].sum(axis=1)))
+    tap.ok(e <= TOL_TRAIN_LOSS and same,
+           f"{name}: aux and z losses per MoE layer of the {len(hist)} training steps max rel err "
+           f"{e:.2e} <= {TOL_TRAIN_LOSS:g}; expert loads identical at every step: {same}")
+
+
 def run_config(tap, cfg, tmp, data_dir, tokens, mask):
     name = cfg["name"]
     cfg_path = os.path.join(tmp, name + ".cfg")
@@ -659,20 +787,25 @@ def run_config(tap, cfg, tmp, data_dir, tokens, mask):
     if is_llama(tc):
         check_rope_freqs(tap, name, d, tc)
     check_data(tap, name, d, tokens, mask)
-    logits = check_step0(tap, name, d, tc, names, shapes, model)
+    logits, moe0 = check_step0(tap, name, d, tc, names, shapes, model)
     if a["doc_mask"]:
         check_doc_mask_matters(tap, name, d, tc, logits)
+    if is_moe(tc):
+        check_moe_switches(tap, name, d, tc, model)
+        margin0 = model.min_margin()
     model = torch_model(tc, a)
     model.load_tessera(d["params"])
     hist = torch_train(model, d)
+    if is_moe(tc):
+        check_moe_run(tap, name, d, moe0, hist, min(margin0, model.min_margin()))
     check_schedule_and_norms(tap, name, d, hist)
     check_final(tap, name, d, tc, names, model)
     return True
 
 
-# ---- the torch Llama on its own -----------------------------------------------------------------
+# ---- the torch Llama and MoE layer on their own -------------------------------------------------
 
-TORCH_SELF_CHECKS = 3
+TORCH_SELF_CHECKS = 6
 TOL_SELF = 1e-12  # float64 computations of the same thing in another order
 
 
@@ -756,8 +889,87 @@ def self_check_documents(tap):
            f"{diff:.1e})")
 
 
+def self_check_moe_hand(tap):
+    """Routing, weights and both router losses on 3 rows of known logits (E 3, K 2; the third row
+    ties experts 1 and 2 at the K-th place): probs [4,2,1]/7, [1,2,4]/7, [4,1,1]/6, so
+    counts [2,3,1], P = [58,31,37]/126, aux = 3 * (2*58 + 3*31 + 37) / (6*126) = 41/42,
+    z = (2 ln(7)^2 + ln(6)^2) / 3; and the gradients with the counts held constant:
+    d aux/d logits[n] = (E/N) (diag p_n - p_n p_n^T) f, d z/d logits[n] = (2/N) lse_n p_n."""
+    logits = torch.log(torch.tensor([[4.0, 2, 1], [1, 2, 4], [4, 1, 1]])).requires_grad_()
+    probs, idx, wts, margin = torch_moe.route(logits, 2, True)
+    aux, z, counts = torch_moe.router_losses(logits, probs, idx)
+    _, _, raw, _ = torch_moe.route(logits, 2, False)
+    want_wts = torch.tensor([[4 / 6, 2 / 6], [4 / 6, 2 / 6], [4 / 5, 1 / 5]])
+    want_raw = torch.tensor([[4 / 7, 2 / 7], [4 / 7, 2 / 7], [4 / 6, 1 / 6]])
+    errs = [float((wts - want_wts).abs().max()), float((raw - want_raw).abs().max()),
+            abs(float(aux) - 41 / 42),
+            abs(float(z) - (2 * math.log(7) ** 2 + math.log(6) ** 2) / 3)]
+    g_aux, = torch.autograd.grad(aux, logits, retain_graph=True)
+    g_z, = torch.autograd.grad(z, logits)
+    p, f, E_over_N = probs.detach(), counts / 6, 3 / 3
+    want = torch.stack([(torch.diag(r) - torch.outer(r, r)) @ f for r in p]) * E_over_N
+    errs.append(float((g_aux - want).abs().max()))
+    lse = torch.logsumexp(logits.detach(), dim=-1)
+    errs.append(float((g_z - 2 / 3 * lse[:, None] * p).abs().max()))
+    routing_ok = idx.tolist() == [[0, 1], [2, 1], [0, 1]] and counts.tolist() == [2, 3, 1] \
+        and float(margin[2]) == 0.0
+    e = max(errs)
+    tap.ok(routing_ok and e <= TOL_SELF,
+           f"torch: MoE on hand logits: top-2 {idx.tolist()} (the tie at row 3 to the lower "
+           f"expert), normalised and raw weights, aux 41/42, z, and their gradients with constant "
+           f"counts: max |diff| {e:.1e} <= {TOL_SELF:g}")
+
+
+def random_moe(seed, N=8, C=6, E=4, FE=3, S=2):
+    """Random float64 inputs and weights (x, router, w1, w2, shw1, shw2) of one MoE layer."""
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(N, C), (E, C), (E, 2 * FE, C), (E, C, FE), (2 * S, C), (C, S)]
+    return [torch.randn(s, generator=g, dtype=torch.float64).requires_grad_() for s in shapes]
+
+
+def self_check_moe_dispatch(tap):
+    """The loop over experts (index_add of each expert's rows) equals every expert run on every
+    row, weighted by a dense (N,E) matrix that holds wts at idx and zeros elsewhere; no row is
+    dropped."""
+    errs, routed = [], []
+    for norm_topk, shared in ((True, False), (False, True)):
+        x, router, w1, w2, shw1, shw2 = random_moe(3)
+        sh = (shw1, shw2) if shared else (None, None)
+        out, _, _, info = torch_moe.moe_forward(x, router, w1, w2, *sh, 2, norm_topk)
+        dense = torch.zeros(x.shape[0], router.shape[0]).scatter(1, info.idx, info.wts)
+        want = torch_moe.swiglu(x, shw1, shw2) if shared else torch.zeros_like(x)
+        for e in range(router.shape[0]):
+            want = want + dense[:, e, None] * torch_moe.swiglu(x, w1[e], w2[e])
+        errs.append(rel_err(out.detach().numpy(), want.detach().numpy()))
+        routed.append(int(info.counts.sum()) == 2 * x.shape[0])
+    tap.ok(max(errs) <= TOL_SELF and all(routed),
+           f"torch: MoE dispatch (per-expert loop) equals the dense weighted sum over all experts, "
+           f"with and without a shared expert, N*K rows routed: rel err {max(errs):.1e} <= "
+           f"{TOL_SELF:g}")
+
+
+def self_check_moe_gradcheck(tap):
+    """torch.autograd.gradcheck (finite differences) of the MoE layer's output, aux and z with
+    respect to x and every weight, both weightings, shared expert on; the routing margin of the
+    rows is far above the finite-difference step, so no expert switches."""
+    results, margins = [], []
+    for norm_topk in (True, False):
+        inputs = random_moe(4)
+        margins.append(float(torch_moe.route(inputs[0] @ inputs[1].T, 2, norm_topk)[3].min()))
+
+        def layer(*t, norm_topk=norm_topk):
+            out, aux, z, _ = torch_moe.moe_forward(*t, 2, norm_topk)
+            return out, aux, z
+        results.append(torch.autograd.gradcheck(layer, inputs, eps=1e-6, atol=1e-7, rtol=1e-5,
+                                                raise_exception=False))
+    tap.ok(all(results) and min(margins) > 1e-3,
+           f"torch: gradcheck of the MoE layer (out, aux, z; norm_topk true and false) passes: "
+           f"{results}; smallest routing margin {min(margins):.2e} > 1e-3")
+
+
 def torch_self_checks(tap):
-    for check in (self_check_rope, self_check_gqa, self_check_documents):
+    for check in (self_check_rope, self_check_gqa, self_check_documents, self_check_moe_hand,
+                  self_check_moe_dispatch, self_check_moe_gradcheck):
         try:
             check(tap)
         except Exception:

@@ -47,6 +47,11 @@ PARAMS = {
     "fcb": ("bias", True),
     "fcprojw": ("weight", True),
     "fcprojb": ("bias", True),
+    "routerw": ("weight", True),  # the MoE tensors (torch_moe.py), stacked over the MoE layers
+    "expw1": ("weight", True),
+    "expw2": ("weight", True),
+    "shw1": ("weight", True),
+    "shw2": ("weight", True),
     "lnfw": ("norm", False),
     "lnfb": ("norm", False),
     "lm_head": ("weight", False),

@@ -3,19 +3,24 @@
 # Llama-style MoE (4 experts, top 2, aux and z losses on) on the synthetic corpus:
 #  - it trains on 2 ranks: the loss falls, the banner names the experts, metrics.jsonl has the aux
 #    and z losses and each layer's expert load;
-#  - no token is dropped: every layer routes exactly global_batch x seq_len x top_k assignments at
-#    every step;
+#  - the expert load in metrics.jsonl: every layer's assignments sum to global_batch x seq_len x
+#    top_k at every step (dropless by construction; test_ops_moe and the reference test check that
+#    every assignment's output arrives);
 #  - the same global batch gives the same losses (and aux/z) on 1, 2 and 4 ranks within 1e-6, and
 #    with zero1, zero3 and hsdp (2x2);
 #  - rank 1 SIGKILLed after step 6: the rerun resumes from step 4 and every later record and the
 #    final weights equal the uninterrupted run bit for bit;
 #  - activation checkpointing (block, mlp) gives the same bits as none;
-#  - every second layer MoE, a shared expert, unnormalised weights: zero3 equals ddp;
+#  - every second layer MoE, a shared expert, unnormalised weights: zero3 equals ddp, and block
+#    checkpointing of a MoE and a dense layer gives the same bits;
+#  - a diverging run keeps metrics.jsonl JSON (non-finite figures null);
 #  - the checkpoint stores the experts at global shape (LM, E, ...) and verifies;
+#  - generation with the KV cache equals the no-cache reference (ids and every probability);
+#  - --init-from a checkpoint whose MoE layers sit elsewhere (same shapes) is refused;
 #  - a bad MoE key is refused before any work, naming it, nothing written.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 11
+tap_plan 13
 make_synth "$TMP/data"
 args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --set data.tokenizer=
       --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
@@ -25,13 +30,20 @@ args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --s
       --set model.moe_aux_loss_coef=0.01 --set model.moe_z_loss_coef=0.001
       --set global_batch=8 --set micro_batch=2 --set max_duration=10ba --set save_interval=4ba
       --set keep_last=3 --set threads=1 --set log_interval=1 --set optim.warmup=2ba)
+# moe_lines DIR: each step's MoE figures (its last record's), what a resumed run must reproduce
+moe_lines() {
+    /usr/bin/python3 -c '
+import json, sys
+last = {r["step"]: (r["moe_aux"], r["moe_z"], r["moe_load"]) for r in map(json.loads, open(sys.argv[1])) if "lr" in r}
+for s in sorted(last): print(s, json.dumps(last[s]))' "$TMP/$1/metrics.jsonl"
+}
 run() { local dir=$1 np=$2; shift 2; "${MPIRUN[@]}" -np "$np" "$TRAIN" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
 close() { metrics_close "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" 1 1e-6 1e-6; }
 # the aux and z losses of two runs within 1e-6 (relative) at every step
 aux_close() {
     /usr/bin/python3 - "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" <<'PY'
 import json, sys
-a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+a, b = ([r for r in map(json.loads, open(p)) if "lr" in r] for p in sys.argv[1:3])
 bad = [(x["step"], k, x[k], y[k]) for x, y in zip(a, b) for k in ("moe_aux", "moe_z")
        if abs(x[k] - y[k]) > 1e-6 * max(abs(x[k]), 1e-30)]
 sys.exit(1 if bad or len(a) != len(b) or not a else 0)
@@ -51,7 +63,7 @@ tap_check $? "MoE (4 experts, top 2, aux + z losses) trains on 2 ranks: the loss
 
 /usr/bin/python3 - "$TMP/A/metrics.jsonl" <<'PY'
 import json, sys
-recs = [json.loads(l) for l in open(sys.argv[1])]
+recs = [r for r in map(json.loads, open(sys.argv[1])) if "lr" in r]
 want = 8 * 32 * 2
 ok = len(recs) == 10 and all(len(r["moe_load"]) == 2 for r in recs)
 for r in recs:
@@ -61,7 +73,7 @@ for r in recs:
     ok &= r["moe_aux"] > 0 and r["moe_z"] > 0
 sys.exit(0 if ok else 1)
 PY
-tap_check $? "no token dropped: each layer routes exactly 8 x 32 x 2 = 512 assignments at every step; min <= mean <= max"
+tap_check $? "the expert load in metrics.jsonl: each layer's assignments sum to 8 x 32 x 2 = 512 at every step (dropless by construction: test_ops_moe and the reference test check every assignment's output); min <= mean <= max"
 
 run D1 1 && run D4 4
 tap_diag "1 vs 2 ranks: $(close D1 A); 4 vs 2 ranks: $(close D4 A)"
@@ -83,22 +95,29 @@ rc2=$?
 [[ $rc != 0 && $rc2 == 0 ]] && grep -q "checkpoint resume step 4" "$TMP/B.txt"
 tap_check $? "rank 1 SIGKILLed after step 6 (exit $rc); the rerun resumed from step 4 and finished (exit $rc2)"
 cmp -s <(final_lines "$TMP/A/metrics.jsonl") <(final_lines "$TMP/B/metrics.jsonl") &&
+    cmp -s <(moe_lines A) <(moe_lines B) && (($(moe_lines B | wc -l) == 10)) &&
     same_tensors "$TMP/A/step-00000010.h5" "$TMP/B/step-00000010.h5"
 tap_check $? "after the crash: every record (loss, aux, expert load) and the final weights equal the uninterrupted run bit for bit"
 
 run KB 2 --set model.activation_checkpointing=block && run KM 2 --set model.activation_checkpointing=mlp
 cmp -s <(final_lines "$TMP/A/metrics.jsonl") <(final_lines "$TMP/KB/metrics.jsonl") &&
     cmp -s <(final_lines "$TMP/A/metrics.jsonl") <(final_lines "$TMP/KM/metrics.jsonl") &&
-    same_tensors "$TMP/A/step-00000010.h5" "$TMP/KB/step-00000010.h5"
-tap_check $? "activation checkpointing block and mlp (the router and experts recomputed) give the same bits as none"
+    cmp -s <(moe_lines A) <(moe_lines KB) && cmp -s <(moe_lines A) <(moe_lines KM) &&
+    same_tensors "$TMP/A/step-00000010.h5" "$TMP/KB/step-00000010.h5" &&
+    same_tensors "$TMP/A/step-00000010.h5" "$TMP/KM/step-00000010.h5"
+tap_check $? "activation checkpointing block and mlp (the router and experts recomputed) give the same bits as none (records and final weights)"
 
 alt=(--set model.n_layer=3 --set model.moe_every=2 --set model.moe_shared_size=32
      --set model.moe_norm_topk=false)
-run SD 2 "${alt[@]}" && run SZ 2 "${alt[@]}" --set parallel.sharding=zero3
+run SD 2 "${alt[@]}" && run SZ 2 "${alt[@]}" --set parallel.sharding=zero3 &&
+    run SK 2 "${alt[@]}" --set model.activation_checkpointing=block \
+        --set model.activation_checkpointing_range=1-2
 tap_diag "every second layer MoE, shared expert, unnormalised: zero3 vs ddp: $(close SD SZ)"
-close SD SZ >/dev/null && grep -q "layers=1/3 shared=32 unnormalised" "$TMP/SD.txt" &&
-    [[ $(json_field "$TMP/SD/metrics.jsonl" 10 loss) != "" ]]
-tap_check $? "moe_every = 2 (1 of 3 layers), a shared expert, unnormalised top-k: trains; zero3 equals ddp within 1e-6"
+close SD SZ >/dev/null && aux_close SD SZ && grep -q "layers=1/3 shared=32 unnormalised" "$TMP/SD.txt" &&
+    [[ $(json_field "$TMP/SD/metrics.jsonl" 10 loss) != "" ]] &&
+    cmp -s <(final_lines "$TMP/SD/metrics.jsonl") <(final_lines "$TMP/SK/metrics.jsonl") &&
+    cmp -s <(moe_lines SD) <(moe_lines SK)
+tap_check $? "moe_every = 2 (1 of 3 layers), a shared expert, unnormalised top-k: trains; zero3 equals ddp within 1e-6 (aux/z too); block checkpointing of the MoE layer and a dense one gives the same bits"
 
 "$TOOL" ckpt verify "$TMP/A/step-00000010.h5" >"$TMP/verify.txt" 2>&1 &&
     "$TOOL" ckpt verify "$TMP/SD/step-00000010.h5" >>"$TMP/verify.txt" 2>&1 &&
@@ -116,6 +135,30 @@ ok &= b["model/shw1"].shape == (1, 64, 64) and b["model/shw2"].shape == (1, 64, 
 sys.exit(0 if ok else 1)
 PY
 tap_check $? "the checkpoints verify and hold the experts at global shape: expw1 (LM, E, 2FE, C), routerw (LM, E, C); dense layers' fcw (LD, ...)"
+
+# generation (tests/eval/generate_lib.sh): 120 greedy tokens with the KV cache and without it, the
+# next-token probabilities of every step compared
+GEN=("$TOOL" generate -t '' --max-tokens 120) PROMPT="1 2 3 4 5"
+source "$TSR_ROOT/tests/eval/generate_lib.sh"
+greedy A/step-00000010.h5 ga && greedy SD/step-00000010.h5 gs &&
+    probs_close "$TMP/ga.c.probs" "$TMP/ga.n.probs" && probs_close "$TMP/gs.c.probs" "$TMP/gs.n.probs" &&
+    cmp -s "$TMP/ga.c" "$TMP/ga.n" && cmp -s "$TMP/gs.c" "$TMP/gs.n"
+tap_check $? "tessera generate: the KV-cache decode of both MoE models (routing per chunk) equals the no-cache reference: 120 greedy tokens, every step's probabilities within 1e-6 + 1e-4 p"
+
+# a diverging run (lr 1e6): the records stay JSON (non-finite figures are null)
+run NAN 1 --set optim.lr=1e6 --set optim.grad_clip=0 --set max_duration=4ba
+/usr/bin/python3 -c '
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+steps = [r for r in recs if "lr" in r]
+sys.exit(0 if steps and any(r["loss"] is None or r["moe_aux"] is None for r in steps) else 1)' "$TMP/NAN/metrics.jsonl"
+tap_check $? "a diverging MoE run (lr 1e6): every metrics.jsonl line parses as JSON, the non-finite loss and aux are null"
+
+run IM 1 "${alt[@]}" --set model.moe_every=3 --init-from "$TMP/SD/step-00000010.h5"
+rc=$?
+[[ $rc == 1 ]] && grep -q "layer 1 is a mixture of experts in the checkpoint but dense in this run" "$TMP/IM.txt" &&
+    [[ ! -e $TMP/IM/metrics.jsonl ]]
+tap_check $? "--init-from a checkpoint whose MoE layer sits elsewhere (moe_every 2 vs 3, same shapes): exit 1 (got $rc) naming the layer, nothing written"
 
 run E 1 --set model.moe_top_k=5
 rc=$?

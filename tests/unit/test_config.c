@@ -223,6 +223,13 @@ static void test_file_errors(void) {
     expect(rc, TSR_EXIT_USAGE, "duplicate key is a syntax error with libconfig's text",
            fmt("%s:17: syntax error: duplicate setting name", p), NULL);
 
+    p = write_cfg("mixdup.cfg", 16, "data = { mix = ( { name = \"web\"; path = \"a\"; proportion = 0.5; },", 17,
+                  "  { name = \"web\"; path = \"b\"; proportion = 0.5; } ); };", 0);
+    rc = load(&c, p, NULL, 0);
+    expect(rc, TSR_EXIT_USAGE, "data.mix: a stream name given twice: file:line of the second, the first's index",
+           fmt("%s:17: data.mix[1].name: 'web' is the name of data.mix[0] already: expected a name of its own", p),
+           NULL);
+
     p = write_cfg("unk1.cfg", 10, "  n_layers = 3;", 0);
     rc = load(&c, p, NULL, 0);
     expect(rc, TSR_EXIT_USAGE, "unknown key in a group, with suggestion",
@@ -478,6 +485,8 @@ static void test_arch(void) {
         {{"model.moe_experts=1"}, "model.moe_experts = 1: a mixture needs at least 2 experts"},
         {{"model.moe_experts=4", "model.moe_top_k=5"},
          "model.moe_top_k = 5 is more than model.moe_experts = 4"},
+        {{"model.moe_shared_size=16"},
+         "model.moe_shared_size is set, but model.moe_experts = 0 (a dense model)"},
         {{"model.moe_experts=4", "model.moe_every=3"},
          "model.moe_every = 3 with model.n_layer = 2 leaves no MoE layer"},
     };
@@ -699,7 +708,7 @@ static void test_table_and_docs(void) {
     free(text);
 }
 
-#define N_FIXED 93
+#define N_FIXED 95
 
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/tsr_test_config_XXXXXX");

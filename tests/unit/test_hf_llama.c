@@ -16,6 +16,15 @@
  * num_key_value_heads (1), another rms_norm_eps (1), a missing rope_scaling in a llama3 run (1),
  * Qwen 3's attention_bias (2), an index naming a shard that lacks the tensor (2); an unknown --arch and a
  * TSR_HF_MAX_SHARD that is not a byte count (1), a QK-norm model exported as Llama (1, nothing written).
+ * Mixtures of experts: mixtral (4 experts, top 2, expert width 40, one file) and qwen3_moe (QK-norm,
+ * decoder_sparse_step 2: layer 0 dense, layer 1 MoE; norm_topk_prob false; shards) go through the
+ * same five checks, and each expert's HF tensors are read back from the export and compared with
+ * the slices of routerw / expw1 ([gate | up] rows) / expw2 computed here from the layout (the
+ * dense layer has no expert tensors, the MoE layer no gate_proj); router_aux_loss_coef = (divided by top_k)
+ * model.moe_aux_loss_coef. Refused: another num_local_experts (1), mlp_only_layers not empty (2),
+ * another decoder_sparse_step (1), Mixtral's sliding_window 16 (2); a MoE model with --arch llama
+ * and a dense one with --arch mixtral (1). Tensor-level refusals of the MoE names (a missing
+ * expert, a router of another expert count) are tests/reference/test_hf_moe.py's.
  * The model side (params layout) is src/model/model.c; the logits of imported models are checked by
  * tests/reference/test_hf_llama.py.
  */
@@ -33,7 +42,7 @@
 #include "tap.h"
 #include "testfs.h"
 
-enum { N_VARIANTS = 4, CHECKS_PER_VARIANT = 5, N_REFUSALS = 7, N_OPTS = 3, SEQ = 32 };
+enum { N_VARIANTS = 6, CHECKS_PER_VARIANT = 5, N_MOE = 2, N_REFUSALS = 11, N_OPTS = 5, SEQ = 32 };
 
 static uint64_t rng = 0x243f6a8885a308d3ull; /* xorshift64* */
 static float urand(void) {
@@ -48,13 +57,16 @@ typedef struct variant {
     const char *model_type;    /* what config.json must say */
     int C, NH, KVH, hs, F, tied, bias, qkv_bias, qk_norm, llama3;
     uint64_t shard;            /* bytes; 0: default (one file) */
+    int E, K, FE, every, norm_topk; /* MoE: experts (0: dense), top k, expert width, moe_every */
 } variant;
 
 static const variant variants[N_VARIANTS] = {
-    {"llama", NULL, "llama", 64, 4, 2, 0, 96, 1, 1, 0, 0, 1, 0},
-    {"mistral", "mistral", "mistral", 48, 4, 1, 16, 80, 0, 0, 0, 0, 0, 30000},
-    {"qwen2", NULL, "qwen2", 64, 4, 2, 0, 96, 1, 0, 1, 0, 0, 0},
-    {"qwen3", NULL, "qwen3", 64, 4, 2, 24, 96, 0, 0, 0, 1, 0, 50000},
+    {"llama", NULL, "llama", 64, 4, 2, 0, 96, 1, 1, 0, 0, 1, 0, 0, 0, 0, 1, 0},
+    {"mistral", "mistral", "mistral", 48, 4, 1, 16, 80, 0, 0, 0, 0, 0, 30000, 0, 0, 0, 1, 0},
+    {"qwen2", NULL, "qwen2", 64, 4, 2, 0, 96, 1, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0},
+    {"qwen3", NULL, "qwen3", 64, 4, 2, 24, 96, 0, 0, 0, 1, 0, 50000, 0, 0, 0, 1, 0},
+    {"mixtral", NULL, "mixtral", 32, 4, 2, 0, 48, 0, 0, 0, 0, 0, 0, 4, 2, 40, 1, 1},
+    {"qwen3_moe", NULL, "qwen3_moe", 32, 4, 2, 16, 48, 0, 0, 0, 1, 0, 30000, 4, 2, 24, 2, 0},
 };
 
 static tsr_model_config config_of(const variant *v) {
@@ -66,6 +78,9 @@ static tsr_model_config config_of(const variant *v) {
     c.pos = TSR_POS_ROPE, c.norm = TSR_NORM_RMSNORM, c.mlp = TSR_MLP_SWIGLU;
     c.norm_eps = 1e-6, c.rope_theta = 500000, c.tie_embeddings = v->tied, c.bias = v->bias;
     c.qkv_bias = v->qkv_bias, c.qk_norm = v->qk_norm;
+    if (v->E)
+        c.moe_experts = v->E, c.moe_top_k = v->K, c.moe_intermediate_size = v->FE,
+        c.moe_every = v->every, c.moe_norm_topk = v->norm_topk;
     if (v->llama3)
         c.rope_scaling = TSR_ROPE_SCALING_LLAMA3, c.rope_factor = 32, c.rope_low_freq_factor = 1,
         c.rope_high_freq_factor = 4, c.rope_original_max_pos = 8192;
@@ -191,6 +206,99 @@ static void run_variant(const variant *v, const char *tmp) {
     model_free(&a), model_free(&b), model_free(&c);
 }
 
+/* The n of dir's model-0000k-of-0000n.safetensors (0: none). */
+static int count_shards(const char *dir) {
+    for (int n = 1; n < 100; n++) {
+        char f[64], p[512];
+        snprintf(f, sizeof f, "model-00001-of-%05d.safetensors", n);
+        pjoin(p, dir, f);
+        if (exists(p)) return n;
+    }
+    return 0;
+}
+
+/* The HF tensor `name` of the export in dir (one file or shards): 1 when it equals the rows
+ * [r0, r0 + nr) (cols wide) at flat offset off of m's parameters, 0 when it is there but is not
+ * that, -1 when it is absent. */
+static int tensor_is(const char *dir, const char *name, const tsr_model *m, size_t off, int64_t nr,
+                     int64_t cols) {
+    char p[512];
+    int found = 0, same = 0;
+    for (int k = 0; k <= 99 && !found; k++) {
+        char f[64];
+        if (k) snprintf(f, sizeof f, "model-%05d-of-%05d.safetensors", k, count_shards(dir));
+        else snprintf(f, sizeof f, "model.safetensors");
+        pjoin(p, dir, f);
+        if (!exists(p) || (k && k > count_shards(dir))) continue;
+        st_file sf;
+        if (st_open(&sf, p)) continue;
+        const st_entry *e = st_find(&sf, name);
+        if (e && e->ndim == 2 && e->shape[0] == nr && e->shape[1] == cols) {
+            float *x = malloc((size_t)(nr * cols) * sizeof *x);
+            found = 1;
+            same = !st_read_f32(&sf, e, x) && !memcmp(x, m->params + off, (size_t)(nr * cols) * 4);
+            free(x);
+        } else if (e) {
+            found = 1;
+        }
+        st_close(&sf);
+    }
+    return found ? same : -1;
+}
+
+/* MoE variants: every expert's tensors hold the slices of the layout (computed here, not by
+ * hf_map.c), in the layers that are MoE; the dense layers hold gate_proj instead. */
+static void moe_names(const variant *v, const char *tmp) {
+    char d[512], name[128], p[512];
+    snprintf(d, sizeof d, "%s/%s_fp32", tmp, v->name);
+    tsr_model m;
+    build(&m, v, 0);
+    int mix = !strcmp(v->model_type, "mixtral"), bad = 0, checked = 0, slot = 0;
+    int rc = do_export(&m, v, d, ST_F32);
+    const int64_t C = m.C, FE = v->FE, E = v->E;
+    for (int l = 0; l < m.L && !rc; l++) {
+        int moe = (l + 1) % v->every == 0;
+        snprintf(name, sizeof name, "model.layers.%d.mlp.gate_proj.weight", l);
+        bad += moe && tensor_is(d, name, &m, m.params_info[TSR_P_FCW].offset, m.F, C) != -1;
+        snprintf(name, sizeof name, "model.layers.%d.%s.gate.weight", l, mix ? "block_sparse_moe" : "mlp");
+        size_t ro = m.params_info[TSR_P_ROUTERW].offset + (size_t)(slot * E * C);
+        if (!moe) {
+            bad += tensor_is(d, name, &m, ro, E, C) != -1; /* a dense layer has no router */
+            continue;
+        }
+        bad += tensor_is(d, name, &m, ro, E, C) != 1, checked++;
+        for (int e = 0; e < E; e++) {
+            size_t w1 = m.params_info[TSR_P_EXPW1].offset + (size_t)((slot * E + e) * 2 * FE * C);
+            size_t w2 = m.params_info[TSR_P_EXPW2].offset + (size_t)((slot * E + e) * C * FE);
+            const char *pre = mix ? "block_sparse_moe.experts" : "mlp.experts";
+            const char *sfx[3] = {mix ? "w1" : "gate_proj", mix ? "w3" : "up_proj", mix ? "w2" : "down_proj"};
+            size_t off[3] = {w1, w1 + (size_t)(FE * C), w2};
+            for (int j = 0; j < 3; j++) {
+                snprintf(name, sizeof name, "model.layers.%d.%s.%d.%s.weight", l, pre, e, sfx[j]);
+                bad += tensor_is(d, name, &m, off[j], j < 2 ? FE : C, j < 2 ? C : FE) != 1;
+                checked++;
+            }
+        }
+        slot++;
+    }
+    tap_ok(rc == 0 && bad == 0 && checked == (1 + 3 * E) * (m.L / v->every),
+           "%s: %d router and expert tensors = the slices of routerw / expw1 [gate | up] / expw2; "
+           "%d misplaced", v->name, checked, bad);
+    pjoin(p, d, "config.json");
+    char *cj = slurp(p, NULL), want[4][96];
+    snprintf(want[0], sizeof want[0], "\"%s\": %d", mix ? "num_local_experts" : "num_experts", v->E);
+    snprintf(want[1], sizeof want[1], "\"num_experts_per_tok\": %d", v->K);
+    snprintf(want[2], sizeof want[2], "\"%s\": %d", mix ? "intermediate_size" : "moe_intermediate_size", v->FE);
+    snprintf(want[3], sizeof want[3], "\"router_aux_loss_coef\": 0.005"); /* the default 0.01 / 2 */
+    int all = cj != NULL;
+    for (int k = 0; k < 4 && all; k++) all = strstr(cj, want[k]) != NULL;
+    if (!mix && all) all = strstr(cj, "\"decoder_sparse_step\": 2") && strstr(cj, "\"norm_topk_prob\": false");
+    tap_ok(all, "%s: config.json has %s, %s, %s, %s%s", v->name, want[0], want[1], want[2], want[3],
+           mix ? "" : ", decoder_sparse_step 2, norm_topk_prob false");
+    free(cj);
+    model_free(&m);
+}
+
 /* Copies the files of dir src to dst, replacing `from` by `to` in file `name` (config.json or the
  * index). */
 static void edit_copy(const char *src, const char *dst, const char *name, const char *from,
@@ -222,17 +330,6 @@ static void edit_copy(const char *src, const char *dst, const char *name, const 
     }
     if (dir) closedir(dir);
     if (!edited) tap_diag("edit_copy: \"%s\" is not in %s/%s", from, src, name);
-}
-
-/* The n of dir's model-0000k-of-0000n.safetensors (0: none). */
-static int count_shards(const char *dir) {
-    for (int n = 1; n < 100; n++) {
-        char f[64], p[512];
-        snprintf(f, sizeof f, "model-00001-of-%05d.safetensors", n);
-        pjoin(p, dir, f);
-        if (exists(p)) return n;
-    }
-    return 0;
 }
 
 static void refusal(const char *tmp, const variant *v, const char *what, const char *name,
@@ -281,10 +378,25 @@ static void opt_checks(const char *tmp) {
     tap_ok(rc == 1 && strstr(err, "LlamaForCausalLM") && strstr(err, "qk_norm = false") && !exists(d),
            "a QK-norm model with --arch llama: exit %d, nothing written, %.200s", rc, err);
     model_free(&m);
+    /* a MoE model as Llama, a dense one as Mixtral */
+    const struct { int src; const char *arch, *needle; } cls[2] = {
+        {4, "llama", "model.moe_experts = 0"}, {1, "mixtral", "model.moe_experts > 0"}};
+    for (int k = 0; k < 2; k++) {
+        build(&m, &variants[cls[k].src], 0);
+        v = variants[cls[k].src];
+        v.arch = cls[k].arch;
+        snprintf(d, sizeof d, "%s/wrong_class%d", tmp, k);
+        cap_begin();
+        rc = do_export(&m, &v, d, ST_F32);
+        err = cap_end();
+        tap_ok(rc == 1 && strstr(err, cls[k].needle) && !exists(d), "a %s model with --arch %s: "
+               "exit %d, nothing written, %.200s", k ? "dense" : "MoE", cls[k].arch, rc, err);
+        model_free(&m);
+    }
 }
 
 int main(void) {
-    tap_plan(N_VARIANTS * CHECKS_PER_VARIANT + N_REFUSALS + N_OPTS);
+    tap_plan(N_VARIANTS * CHECKS_PER_VARIANT + N_MOE * 2 + N_REFUSALS + N_OPTS);
     char tmp[] = "/tmp/tsr-hf-llama-XXXXXX";
     if (!mkdtemp(tmp)) {
         perror("mkdtemp");
@@ -313,6 +425,16 @@ int main(void) {
     snprintf(to, sizeof to, "\"model.norm.weight\": \"model-%05d-of-%05d", 1, ns);
     refusal(tmp, ll, "an index naming the wrong shard", "model.safetensors.index.json", from, to,
             2, "which has no such tensor");
+    const variant *mx = &variants[4], *qm = &variants[5];
+    for (int k = 4; k < 6; k++) moe_names(&variants[k], tmp); /* mixtral one file, qwen3_moe shards */
+    refusal(tmp, mx, "another num_local_experts", "config.json", "\"num_local_experts\": 4",
+            "\"num_local_experts\": 8", 1, "num_local_experts = 8, but this run has model.moe_experts = 4");
+    refusal(tmp, qm, "mlp_only_layers [1]", "config.json", "\"mlp_only_layers\": []",
+            "\"mlp_only_layers\": [1]", 2, "mlp_only_layers is not empty");
+    refusal(tmp, qm, "another decoder_sparse_step", "config.json", "\"decoder_sparse_step\": 2",
+            "\"decoder_sparse_step\": 1", 1, "decoder_sparse_step = 1, but this run has model.moe_every = 2");
+    refusal(tmp, mx, "a Mixtral sliding_window of 16 < 32", "config.json", "\"sliding_window\": null",
+            "\"sliding_window\": 16", 2, "sliding_window = 16");
     opt_checks(tmp);
     rm_rf(tmp);
     return tap_done();
