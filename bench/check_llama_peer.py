@@ -55,10 +55,12 @@ def rel(a, b):
     return d / n if n > 0 else d
 
 
-def compare(argv, peer, tensors, prog):
+def compare(argv, peer, tensors, prog, extra=None):
     """Builds peer's model (peer.parse_args, peer.build) from argv[1:] in float64, loads the
     weights of the dump argv[0] (tensors(group) -> {torch name: array}), runs step 0 and compares;
-    returns the exit status."""
+    returns the exit status. extra, if given, also sees the model after each microbatch
+    (extra.microbatch(model, targets, counted)) and compares what it gathered with the dump's
+    step0 group (extra.check(group) -> ok)."""
     if len(argv) < 2:
         sys.exit(sys.modules["__main__"].__doc__)
     import h5py
@@ -72,6 +74,7 @@ def compare(argv, peer, tensors, prog):
         inputs = torch.as_tensor(f["step0/inputs"][()], dtype=torch.long)
         targets = torch.as_tensor(f["step0/targets"][()], dtype=torch.long)
         loss_ref = float(f["step0"].attrs["loss"])
+        step0 = {k: f["step0"][k][()] for k in f["step0"] if k not in ("grads", "logits")}
     params = dict(model.named_parameters())
     if sorted(params) != sorted(weights):
         sys.exit("%s: the tensors differ: only in torch %s, only in tessera %s" % (
@@ -87,6 +90,8 @@ def compare(argv, peer, tensors, prog):
         loss, raw = model(inputs[b:b + a.micro_batch], targets[b:b + a.micro_batch], 1.0 / counted)
         loss.backward()
         loss_sum += float(raw)
+        if extra:
+            extra.microbatch(model, targets[b:b + a.micro_batch], counted)
     loss = loss_sum / counted
     ok = abs(loss - loss_ref) <= LOSS_TOL * abs(loss_ref)
     print("loss: torch %.8f, tessera %.8f, relative difference %.2e%s" % (
@@ -100,6 +105,8 @@ def compare(argv, peer, tensors, prog):
             print("gradient of %s: relative difference %.2e  FAIL" % (n, e))
     print("gradients: %d tensors, largest relative difference %.2e (tolerance %.0e)" % (
         len(params), worst, GRAD_TOL))
+    if extra:
+        ok = extra.check(step0) and ok
     print("same model: %s" % ("yes" if ok else "NO"))
     return 0 if ok else 1
 

@@ -142,7 +142,7 @@ check_peer() {
         { tail -20 "$log" >&2; die "ref_dump failed ($log)"; }
     env -u PYTHONPATH "$PYTHON" "$ROOT/bench/$checker" "$TMP/peer-$cfg.h5" "${targs[@]}" \
         >>"$log" 2>&1 || { tail -20 "$log" >&2; die "$cfg: the PyTorch peer is not tessera's model ($log)"; }
-    echo "== $cfg: PyTorch peer vs tessera at step 0: $(grep -E '^(loss|gradients):' "$log" | tr '\n' ' ')"
+    echo "== $cfg: PyTorch peer vs tessera at step 0: $(grep -E '^(loss|gradients|router statistics):' "$log" | tr '\n' ' ')"
 }
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }

@@ -66,6 +66,8 @@ def build(a):
             self.router = nn.Linear(C, a.experts, bias=False)
             self.experts = nn.ModuleList(Expert(C, a.expert_size) for _ in range(a.experts))
             self.terms = []  # the weighted router losses of the forwards since the model's last
+            self.record = False  # set by bench/check_moe_peer.py: keep each forward's statistics
+            self.stats = []  # (aux, z, tokens per expert) of each forward while record is set
 
         def forward(self, x):
             B, T, C = x.shape
@@ -83,13 +85,18 @@ def build(a):
                     continue
                 y = expert(x.index_select(0, rows))
                 out.index_add_(0, rows, y * wts[rows, slot].unsqueeze(1))
+            counts = torch.bincount(idx.reshape(-1), minlength=E)
+            # the counts are constants: the aux loss's gradient flows through P_e
+            aux = lambda: E * (counts.to(probs.dtype) / (N * K) * probs.mean(dim=0)).sum()  # noqa: E731
+            z = lambda: torch.logsumexp(logits, dim=-1).pow(2).mean()  # noqa: E731
             term = 0.0
-            if a.aux_coef > 0:  # the counts are constants: the gradient flows through P_e
-                f = torch.bincount(idx.reshape(-1), minlength=E).to(probs.dtype) / (N * K)
-                term = term + a.aux_coef * E * (f * probs.mean(dim=0)).sum()
+            if a.aux_coef > 0:
+                term = term + a.aux_coef * aux()
             if a.z_coef > 0:
-                term = term + a.z_coef * torch.logsumexp(logits, dim=-1).pow(2).mean()
+                term = term + a.z_coef * z()
             self.terms.append(term)
+            if self.record:
+                self.stats.append((float(aux()), float(z()), counts.tolist()))
             return out.view(B, T, C)
 
     model = torch_llama.build(a, make_ffn=lambda layer: MoE(a.d_model))
