@@ -6,8 +6,9 @@
                                           of its tree), wall and CPU time, and the CPU time other
                                           processes used meanwhile; exit with CMD's status
   bench_util.py torch-args CONFIG.cfg    the PyTorch peer for a tessera effective config
-                                          (run_dir/config.cfg): bench/torch_gpt.py (GPT-2 style) or
-                                          bench/torch_llama.py (pos = rope), then its options;
+                                          (run_dir/config.cfg): bench/torch_gpt.py (GPT-2 style),
+                                          bench/torch_llama.py (pos = rope) or bench/torch_moe.py
+                                          (rope and moe_experts > 0), then its options;
                                           refuses what the peer does not model (ALiBi, exact GELU,
                                           QK-norm, RoPE scaling, ...)
   bench_util.py tessera-result LOG METRICS SKIP RSSFILE
@@ -105,6 +106,7 @@ PEER_GPT = {"model.pos": "learned", "model.bias": "true", "model.gelu": "tanh",
             "model.norm": "layernorm", "model.mlp": "gelu", "model.tie_embeddings": "true"}
 PEER_LLAMA = {"model.pos": "rope", "model.bias": "false", "model.norm": "rmsnorm",
               "model.mlp": "swiglu", "model.rope_scaling": "none"}
+PEER_MOE = {"model.moe_every": "1", "model.moe_shared_size": "0"}
 
 
 def require(c, need, peer):
@@ -114,12 +116,16 @@ def require(c, need, peer):
 
 
 def cmd_torch_args(argv):
-    """Prints the peer script's name (torch_gpt.py or torch_llama.py), then its options."""
+    """Prints the peer script's name (torch_gpt.py, torch_llama.py or torch_moe.py), then its
+    options."""
     c = read_cfg(argv[0])
     llama = c.get("model.pos", "").lower() == "rope"
-    script = "torch_llama.py" if llama else "torch_gpt.py"
+    moe = int(c.get("model.moe_experts", "0")) > 0
+    script = "torch_moe.py" if moe else "torch_llama.py" if llama else "torch_gpt.py"
     require(c, PEER_COMMON, script)
-    require(c, PEER_LLAMA if llama else PEER_GPT, script)
+    require(c, PEER_LLAMA if llama or moe else PEER_GPT, script)
+    if moe:
+        require(c, PEER_MOE, script)
     kvh = int(c.get("model.n_kv_head", "0")) or int(c["model.n_head"])
     args = [script, "--n-layer", c["model.n_layer"], "--d-model", c["model.d_model"],
             "--n-head", c["model.n_head"], "--vocab", c["model.vocab_size"],
@@ -138,6 +144,13 @@ def cmd_torch_args(argv):
                  "--rope-theta", c["model.rope_theta"], "--norm-eps", c["model.norm_eps"]]
         if c["model.tie_embeddings"].lower() == "false":
             args.append("--untied")
+        if moe:  # an expert's width: moe_intermediate_size, 0 = the dense MLP's F
+            FE = int(c["model.moe_intermediate_size"]) or F
+            args += ["--experts", c["model.moe_experts"], "--top-k", c["model.moe_top_k"],
+                     "--expert-size", str(FE), "--aux-coef", c["model.moe_aux_loss_coef"],
+                     "--z-coef", c["model.moe_z_loss_coef"]]
+            if c["model.moe_norm_topk"].lower() == "false":
+                args.append("--no-norm-topk")
     else:
         if kvh != int(c["model.n_head"]):
             die("model.n_kv_head = %s: the PyTorch peer torch_gpt.py models n_kv_head = n_head only"

@@ -10,7 +10,8 @@ for the same config, less the script name) in float64, runs step 0's global batc
 microbatch as the benchmark does, and compares the mean loss and every parameter gradient with
 tessera's (fp32). Every tensor of each side must map to one of the other with the same shape.
 Exit 0 when the loss agrees within 1e-6 relative and every gradient within 1e-5 relative (norm of
-the difference / norm of tessera's; fp32 against float64), else 1.
+the difference / norm of tessera's; fp32 against float64), else 1. compare() is also
+bench/check_moe_peer.py's, with torch_moe.py and the expert tensors.
 """
 import math
 import os
@@ -54,28 +55,34 @@ def rel(a, b):
     return d / n if n > 0 else d
 
 
-def main(argv):
+def compare(argv, peer, tensors, prog, extra=None):
+    """Builds peer's model (peer.parse_args, peer.build) from argv[1:] in float64, loads the
+    weights of the dump argv[0] (tensors(group) -> {torch name: array}), runs step 0 and compares;
+    returns the exit status. extra, if given, also sees the model after each microbatch
+    (extra.microbatch(model, targets, counted)) and compares what it gathered with the dump's
+    step0 group (extra.check(group) -> ok)."""
     if len(argv) < 2:
-        sys.exit(__doc__)
+        sys.exit(sys.modules["__main__"].__doc__)
     import h5py
     import torch
 
-    a = torch_llama.parse_args(argv[1:])
-    model = torch_llama.build(a).double()
+    a = peer.parse_args(argv[1:])
+    model = peer.build(a).double()
     with h5py.File(argv[0], "r") as f:
-        weights = tessera_tensors(f["params"])
-        grads = tessera_tensors(f["step0/grads"])
+        weights = tensors(f["params"])
+        grads = tensors(f["step0/grads"])
         inputs = torch.as_tensor(f["step0/inputs"][()], dtype=torch.long)
         targets = torch.as_tensor(f["step0/targets"][()], dtype=torch.long)
         loss_ref = float(f["step0"].attrs["loss"])
+        step0 = {k: f["step0"][k][()] for k in f["step0"] if k not in ("grads", "logits")}
     params = dict(model.named_parameters())
     if sorted(params) != sorted(weights):
-        sys.exit("check_llama_peer: the tensors differ: only in torch %s, only in tessera %s" % (
-            sorted(set(params) - set(weights)), sorted(set(weights) - set(params))))
+        sys.exit("%s: the tensors differ: only in torch %s, only in tessera %s" % (
+            prog, sorted(set(params) - set(weights)), sorted(set(weights) - set(params))))
     with torch.no_grad():
         for n, p in params.items():
             if tuple(p.shape) != weights[n].shape:
-                sys.exit("check_llama_peer: %s: torch %s, tessera %s" % (n, tuple(p.shape), weights[n].shape))
+                sys.exit("%s: %s: torch %s, tessera %s" % (prog, n, tuple(p.shape), weights[n].shape))
             p.copy_(torch.as_tensor(weights[n], dtype=torch.float64))
     counted = int((targets >= 0).sum())
     loss_sum = 0.0
@@ -83,6 +90,8 @@ def main(argv):
         loss, raw = model(inputs[b:b + a.micro_batch], targets[b:b + a.micro_batch], 1.0 / counted)
         loss.backward()
         loss_sum += float(raw)
+        if extra:
+            extra.microbatch(model, targets[b:b + a.micro_batch], counted)
     loss = loss_sum / counted
     ok = abs(loss - loss_ref) <= LOSS_TOL * abs(loss_ref)
     print("loss: torch %.8f, tessera %.8f, relative difference %.2e%s" % (
@@ -96,8 +105,14 @@ def main(argv):
             print("gradient of %s: relative difference %.2e  FAIL" % (n, e))
     print("gradients: %d tensors, largest relative difference %.2e (tolerance %.0e)" % (
         len(params), worst, GRAD_TOL))
+    if extra:
+        ok = extra.check(step0) and ok
     print("same model: %s" % ("yes" if ok else "NO"))
     return 0 if ok else 1
+
+
+def main(argv):
+    return compare(argv, torch_llama, tessera_tensors, "check_llama_peer")
 
 
 if __name__ == "__main__":

@@ -6,22 +6,25 @@
 #
 # For each model config ("tiny" = configs/tiny.cfg's model and batch; "20m" = a ~23M-parameter
 # GPT-2-style model; "llama-tiny" and "llama-20m" = Llama-style models of the same sizes: RoPE,
-# RMSNorm, SwiGLU, grouped-query attention 4:1; see below) it trains ROUNDS times alternately
-# tessera-train (one process, threads = THREADS) and the same model in PyTorch, bench/torch_gpt.py
-# or bench/torch_llama.py (Debian's python3-torch, float32, torch.set_num_threads(THREADS)), for
+# RMSNorm, SwiGLU, grouped-query attention 4:1; "moe-tiny" = llama-tiny with a DBRX-shaped mixture
+# of experts in every layer, 16 experts choosing 4; see below) it trains ROUNDS times alternately
+# tessera-train (one process, threads = THREADS) and the same model in PyTorch, bench/torch_gpt.py,
+# bench/torch_llama.py or bench/torch_moe.py (Debian's python3-torch, float32,
+# torch.set_num_threads(THREADS)), for
 # the same number of optimizer steps each, and reports
 # tokens/s = tokens / time of the steps after the first SKIP of every run (pooled over the rounds),
 # the ratio and the peak RSS of each process. Results and logs: $BENCH_OUT.
 #
 # Environment (all optional):
 #   STEPS (per run; default 30 for the tiny models, 15 for the 20m ones) SKIP=3 ROUNDS=3 THREADS=2
-#   CONFIGS="tiny 20m llama-tiny llama-20m" BUILD=build BENCH_OUT=build/bench
+#   CONFIGS="tiny 20m llama-tiny llama-20m" (moe-tiny on request) BUILD=build BENCH_OUT=build/bench
 #   QUIET_WAIT=60: before each run, wait up to this many seconds for the CPUs to go idle (a shared
 #     machine); every run also reports how much CPU other processes used while it ran
 #   PYTHON=/usr/bin/python3 (the interpreter with torch)
-#   CHECK_PEER=1: after the rounds of a Llama-style config, show that bench/torch_llama.py is
-#     tessera's model (build/tests/ref_dump's initial weights loaded into it, step 0's loss and
-#     gradients compared by bench/check_llama_peer.py); the benchmark fails if not. 0 = skip
+#   CHECK_PEER=1: after the rounds of a Llama-style or MoE config, show that bench/torch_llama.py
+#     or bench/torch_moe.py is tessera's model (build/tests/ref_dump's initial weights loaded into
+#     it, step 0's loss and gradients compared by bench/check_llama_peer.py or
+#     bench/check_moe_peer.py); the benchmark fails if not. 0 = skip
 #   OPENBLAS_CORETYPE: unset = SkylakeX on AVX-512 CPUs, Haswell on AVX2 CPUs, for both programs
 #     (Debian's OpenBLAS may pick generic kernels on new CPUs; torch's matmuls go through the same
 #     library, so both must load it with the same core: docs/decisions.md, "OpenBLAS core")
@@ -103,7 +106,14 @@ config_sets() {
     llama-20m)
         config_sets 20m
         SETS+=("${LLAMA[@]}" model.n_kv_head=2 model.intermediate_size=1344) ;;
-    *) die "unknown config '$1' (known: tiny 20m llama-tiny llama-20m)" ;;
+    # llama-tiny with every MLP configs/dbrx-tiny.cfg's mixture: 16 SwiGLU experts 128 wide, 4 per
+    # token (together as wide as llama-tiny's 512: the same FLOPs per token, 4x the MLP weights),
+    # the load-balancing loss on (0.0125 = DBRX's 0.05 / 4 layers; docs/moe.md)
+    moe-tiny)
+        config_sets llama-tiny
+        SETS+=(model.moe_experts=16 model.moe_top_k=4 model.moe_intermediate_size=128
+               model.moe_aux_loss_coef=0.0125) ;;
+    *) die "unknown config '$1' (known: tiny 20m llama-tiny llama-20m moe-tiny)" ;;
     esac
 }
 
@@ -116,10 +126,13 @@ mkdir -p "$BENCH_OUT"
 rm -f "$BENCH_OUT"/*-tessera-r* "$BENCH_OUT"/*-torch-r* "$BENCH_OUT"/*-peer-check.* "$BENCH_OUT/results.md"
 
 # check_peer CFG: tessera's ref_dump writes the initial weights, step 0's batch, loss and gradients
-# of the config (the --set keys of array sets, one step); bench/check_llama_peer.py loads the
-# weights into the PyTorch peer (options: array targs) and compares in float64
+# of the config (the --set keys of array sets, one step); bench/check_llama_peer.py (torch_llama.py)
+# or check_moe_peer.py (torch_moe.py) loads the weights into the PyTorch peer (options: array targs)
+# and compares in float64
 check_peer() {
     local cfg=$1 kv=() i log=$BENCH_OUT/$1-peer-check.log ref_dump=$BUILD/tests/ref_dump
+    local kind=${peer#torch_}
+    local checker=check_${kind%.py}_peer.py
     [[ -x $ref_dump ]] || die "$ref_dump not found (make builds it), or set CHECK_PEER=0"
     for ((i = 1; i < ${#sets[@]}; i += 2)); do kv+=("${sets[i]}"); done
     kv+=('max_duration="1ba"' "run_dir=\"$TMP/peer-$cfg\"")
@@ -127,9 +140,9 @@ check_peer() {
     ((EUID != 0)) || mpi_root=(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
     env "${mpi_root[@]}" "$ref_dump" configs/tiny.cfg "$TMP/peer-$cfg.h5" "${kv[@]}" >"$log" 2>&1 ||
         { tail -20 "$log" >&2; die "ref_dump failed ($log)"; }
-    env -u PYTHONPATH "$PYTHON" "$ROOT/bench/check_llama_peer.py" "$TMP/peer-$cfg.h5" "${targs[@]}" \
+    env -u PYTHONPATH "$PYTHON" "$ROOT/bench/$checker" "$TMP/peer-$cfg.h5" "${targs[@]}" \
         >>"$log" 2>&1 || { tail -20 "$log" >&2; die "$cfg: the PyTorch peer is not tessera's model ($log)"; }
-    echo "== $cfg: PyTorch peer vs tessera at step 0: $(grep -E '^(loss|gradients):' "$log" | tr '\n' ' ')"
+    echo "== $cfg: PyTorch peer vs tessera at step 0: $(grep -E '^(loss|gradients|router statistics):' "$log" | tr '\n' ' ')"
 }
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
@@ -170,7 +183,7 @@ for cfg in $CONFIGS; do
         "${UTIL[@]}" torch-result "$base.log" "$base.rss" >"$base.json"
         results+=("$BENCH_OUT/$cfg-tessera-r$r.json" "$base.json")
     done
-    [[ $CHECK_PEER != 1 || $peer != torch_llama.py ]] || check_peer "$cfg"
+    [[ $CHECK_PEER != 1 || $peer == torch_gpt.py ]] || check_peer "$cfg"
 done
 
 echo

@@ -34,14 +34,19 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_gpt  # noqa: E402  (the shared training loop; it imports torch only when training)
 
 
-def parse_args(argv):
-    p = torch_gpt.training_parser(__doc__.split("\n")[0])
+def parser(description):
+    """torch_gpt.py's options and the Llama ones (bench/torch_moe.py adds its own to this parser)."""
+    p = torch_gpt.training_parser(description)
     p.add_argument("--n-kv-head", type=int, required=True, help="key/value heads (GQA)")
     p.add_argument("--intermediate-size", type=int, required=True, help="SwiGLU width F")
     p.add_argument("--rope-theta", type=float, default=10000.0)
     p.add_argument("--norm-eps", type=float, default=1e-5)
     p.add_argument("--untied", action="store_true", help="a separate lm_head (default: tied to wte)")
-    a = torch_gpt.check_args(p, p.parse_args(argv))
+    return p
+
+
+def check_args(p, a):
+    a = torch_gpt.check_args(p, a)
     if a.n_kv_head < 1 or a.n_head % a.n_kv_head:
         p.error("--n-head must be a multiple of --n-kv-head (>= 1)")
     if (a.d_model // a.n_head) % 2:
@@ -49,7 +54,14 @@ def parse_args(argv):
     return a
 
 
-def build(a):
+def parse_args(argv):
+    p = parser(__doc__.split("\n")[0])
+    return check_args(p, p.parse_args(argv))
+
+
+def build(a, make_ffn=None):
+    """The model; make_ffn(layer), when given, makes the MLP module of that layer (bench/torch_moe.py's
+    mixture of experts) in place of the dense SwiGLU."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -75,15 +87,17 @@ def build(a):
         return x[:, :, None, :, :].expand(B, KVH, groups, T, hs).reshape(B, KVH * groups, T, hs)
 
     class Block(nn.Module):
-        def __init__(self, C, NH, KVH, Fdim, T, eps):
+        def __init__(self, C, NH, KVH, Fdim, T, eps, ffn):
             super().__init__()
             self.nh, self.kvh, self.hs = NH, KVH, C // NH
             self.input_norm = RMSNorm(C, eps)
             self.qkv = nn.Linear(C, (NH + 2 * KVH) * self.hs, bias=False)
             self.o_proj = nn.Linear(NH * self.hs, C, bias=False)
             self.post_norm = RMSNorm(C, eps)
-            self.gate_up = nn.Linear(C, 2 * Fdim, bias=False)
-            self.down_proj = nn.Linear(Fdim, C, bias=False)
+            self.ffn = ffn
+            if ffn is None:
+                self.gate_up = nn.Linear(C, 2 * Fdim, bias=False)
+                self.down_proj = nn.Linear(Fdim, C, bias=False)
             self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)).view(1, 1, T, T),
                                  persistent=False)
 
@@ -104,6 +118,8 @@ def build(a):
             return self.o_proj(y)
 
         def mlp(self, x):
+            if self.ffn is not None:
+                return self.ffn(x)
             gate, up = self.gate_up(x).chunk(2, dim=-1)
             return self.down_proj(F.silu(gate) * up)
 
@@ -119,8 +135,9 @@ def build(a):
             self.Vp = (a.vocab + a.vocab_multiple - 1) // a.vocab_multiple * a.vocab_multiple
             self.padding = (self.Vp - self.V) * C * (2 if a.untied else 1)
             self.wte = nn.Embedding(self.Vp, C)
-            self.h = nn.ModuleList(Block(C, a.n_head, a.n_kv_head, a.intermediate_size, T, a.norm_eps)
-                                   for _ in range(a.n_layer))
+            self.h = nn.ModuleList(Block(C, a.n_head, a.n_kv_head, a.intermediate_size, T, a.norm_eps,
+                                         make_ffn(l) if make_ffn else None)
+                                   for l in range(a.n_layer))
             self.norm = RMSNorm(C, a.norm_eps)
             self.lm_head = nn.Linear(C, self.Vp, bias=False) if a.untied else None
             # the rotary cache: angle t * theta^(-2i/hs) for pair i, both halves of a head

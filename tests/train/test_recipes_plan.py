@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""test_recipes_plan.py — the Llama / Qwen recipes' `--plan` figures against a hand calculation.
+"""test_recipes_plan.py — the Llama / Qwen / MoE recipes' `--plan` figures against a hand calculation.
 
 For each recipe of configs/ named below, `tessera-train --config R --plan 1` (ddp, nothing
 allocated, no data opened) prints the parameter count, FLOPs per token and the fp32 weight memory.
@@ -7,9 +7,14 @@ The test computes them by hand from the recipe's own model keys (read from the f
 tessera) and compares:
   - parameters: embeddings (V x C, twice when untied) + per layer (q, k, v, o projections with
     n_kv_head key/value heads of head_dim, the q/k/v biases with qkv_bias, the QK-norm weights with
-    qk_norm, gate/up/down of the SwiGLU MLP, two RMSNorm weights) + the final norm; this must also
+    qk_norm, gate/up/down of the SwiGLU MLP, two norm weights) + the final norm; this must also
     equal the published count of the model (the numbers of the models' Hugging Face pages);
-  - FLOPs per token: 6 N + 12 L (n_head head_dim) T, N without an untied input embedding (docs/mfu.md);
+  - mixture of experts (docs/moe.md): a MoE layer has, instead of the dense MLP, a router (E x C)
+    and E SwiGLU experts of width moe_intermediate_size (and a shared one of moe_shared_size); the
+    active parameters of a token count K of the E experts. The MoE models' cards print rounded
+    figures (46.7B, 12.9B active): the hand count must be within one unit of their last digit;
+  - FLOPs per token: 6 N + 12 L (n_head head_dim) T, N the active parameters without an untied
+    input embedding (docs/mfu.md); a MoE model's plan also prints the active count, checked too;
   - fp32 weights: 4 bytes per parameter (the printed figure to 0.1 of its unit).
 Run: TESTS=recipes_plan bash tests/run.sh   (needs build/tessera-train). TAP; exit 77 without it.
 """
@@ -38,6 +43,15 @@ PUBLISHED = {
     "qwen3-0.6b": 596049920,
     "qwen3-8b": 8190735360,
 }
+# MoE recipe -> (total, active) as the model card prints them (Mixtral's blog post and model card:
+# 46.7B total, 12.9B active; Qwen3-30B-A3B's card: 30.5B, 3.3B; DBRX's card: 132B, 36B)
+PUBLISHED_MOE = {
+    "mixtral-8x7b": ("46.7B", "12.9B"),
+    "qwen3-30b-a3b": ("30.5B", "3.3B"),
+    "dbrx-132b": ("132B", "36B"),
+}
+# recipes without a published model: the hand count alone
+UNPUBLISHED = ["dbrx-tiny"]
 
 
 def model_keys(path):
@@ -59,41 +73,71 @@ def model_keys(path):
 
 
 def by_hand(k):
+    """(total parameters, active parameters per token, FLOPs per token) from the model keys."""
     L, C, NH = int(k["n_layer"]), int(k["d_model"]), int(k["n_head"])
     KVH = int(k.get("n_kv_head", NH)) or NH
     hs = int(k.get("head_dim", 0)) or C // NH
     F, V = int(k["intermediate_size"]), int(k["vocab_size"])
     tied = k.get("tie_embeddings", "true") == "true"
+    E, K = int(k.get("moe_experts", 0)), int(k.get("moe_top_k", 2))
+    FE, S = int(k.get("moe_intermediate_size", 0)) or F, int(k.get("moe_shared_size", 0))
+    LM = L // int(k.get("moe_every", 1)) if E else 0  # layers l with (l + 1) % moe_every == 0
     per = C * NH * hs + 2 * C * KVH * hs + NH * hs * C  # q, k, v, o
-    per += 3 * C * F + 2 * C                              # gate, up, down; two RMSNorms
+    per += 2 * C                                          # two norm weights (no biases)
     if k.get("qkv_bias") == "true":
         per += (NH + 2 * KVH) * hs
     if k.get("qk_norm") == "true":
         per += 2 * hs
-    n = V * C * (1 if tied else 2) + L * per + C
+    dense = 3 * C * F                                     # gate, up, down
+    moe = E * C + 3 * C * S                               # router, shared expert
+    n = V * C * (1 if tied else 2) + L * per + C + (L - LM) * dense + LM * (moe + E * 3 * C * FE)
+    active = n - LM * (E - K) * 3 * C * FE                # a token passes through K of the E
     lookup = 0 if tied else V * C  # an untied input embedding does no matmul (docs/mfu.md)
-    flops = 6 * (n - lookup) + 12 * L * NH * hs * int(k["seq_len"])
-    return n, flops
+    flops = 6 * (active - lookup) + 12 * L * NH * hs * int(k["seq_len"])
+    return n, active, flops
+
+
+def near_card(n, figure):
+    """n agrees with a model card's "46.7B": within one unit of its last digit (cards round or
+    truncate: Qwen3-30B-A3B's 3.35B active parameters are printed 3.3B)."""
+    digits = figure[:-1]
+    unit = 10 ** -len(digits.split(".")[1]) if "." in digits else 1
+    return abs(n / 1e9 - float(digits)) < unit
 
 
 UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
-tap = Tap(3 * len(PUBLISHED))
-for name, published in PUBLISHED.items():
+RECIPES = list(PUBLISHED) + list(PUBLISHED_MOE) + UNPUBLISHED
+tap = Tap(3 * len(RECIPES) + len(PUBLISHED_MOE))
+for name in RECIPES:
     cfg = os.path.join(ROOT, "configs", f"{name}.cfg")
-    n, flops = by_hand(model_keys(cfg))
+    n, active, flops = by_hand(model_keys(cfg))
+    checks = 3 + (name in PUBLISHED_MOE)
     r = subprocess.run([TRAIN, "--config", cfg, "--plan", "1", "--set", "data.tokenizer=",
                         "--set", "parallel.sharding=ddp"], capture_output=True, text=True)
     out = r.stdout + r.stderr
-    m = re.search(r"params: (\d+) trainable; FLOPs/token = .* = ([0-9.e+]+)", out)
+    m = re.search(r"params: (\d+) trainable(?:, (\d+) active per token [^;]*)?; FLOPs/token = "
+                  r".* = ([0-9.e+]+)", out)
     w = re.search(r"memory per rank \(fp32\): weights ([0-9.]+) (\w+)", out)
     if r.returncode != 0 or not m or not w:
         tap.diag(out[-2000:])
-        tap.fail_until(tap.n + 3, f"{name}: --plan exited {r.returncode} without the figures")
+        tap.fail_until(tap.n + checks, f"{name}: --plan exited {r.returncode} without the figures")
         continue
-    got_n, got_flops = int(m.group(1)), float(m.group(2))
-    tap.ok(got_n == n == published,
-           f"{name}: {got_n} parameters printed, {n} by hand, {published} published")
+    got_n, got_flops = int(m.group(1)), float(m.group(3))
+    got_active = int(m.group(2)) if m.group(2) else got_n  # printed for MoE models only
+    if name in PUBLISHED:
+        tap.ok(got_n == n == PUBLISHED[name],
+               f"{name}: {got_n} parameters printed, {n} by hand, {PUBLISHED[name]} published")
+    elif name in PUBLISHED_MOE:
+        total, act = PUBLISHED_MOE[name]
+        tap.ok(got_n == n and near_card(n, total),
+               f"{name}: {got_n} parameters printed, {n} by hand, {total} on the model card")
+        tap.ok(got_active == active and near_card(active, act),
+               f"{name}: {got_active} active parameters per token printed, {active} by hand, "
+               f"{act} on the model card")
+    else:
+        tap.ok(got_n == n and got_active == active,
+               f"{name}: {got_n} parameters ({got_active} active) printed, {n} ({active}) by hand")
     tap.ok(abs(got_flops - flops) <= 5e-4 * flops,
            f"{name}: FLOPs/token {got_flops:.4g} printed, 6N + 12 L H Q T = {flops:.4g} by hand")
     wb = float(w.group(1)) * UNITS[w.group(2)]
