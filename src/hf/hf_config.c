@@ -51,14 +51,18 @@ static const char *json_double(char *buf, size_t cap, double v) {
     return buf;
 }
 
-/* MixtralConfig's / Qwen3MoeConfig's experts. router_aux_loss_coef is tessera's coefficient
- * divided by top_k: transformers' load_balancing_loss_func divides the counts by N, tessera by
- * N K, so its loss is K times tessera's and the same gradient needs a K times smaller weight
- * (docs/moe.md; it also pools the layers, so the match is approximate). The router's jitter noise
- * (training only) is off, as in tessera. */
+/* MixtralConfig's / Qwen3MoeConfig's experts. router_aux_loss_coef = tessera's coefficient x
+ * LM / top_k (hf_aux_coef; docs/moe.md). The router's jitter noise (training only) is off, as in
+ * tessera. */
+/* transformers' router_aux_loss_coef for tessera's coefficient coef (docs/moe.md): its
+ * load_balancing_loss_func divides the counts by N, not N K (K times tessera's value), and pools the
+ * LM layers into one loss (about their mean, where tessera sums them): coef x LM / K gives about
+ * the same gradient. */
+static double hf_aux_coef(const tsr_model *m, double coef) { return coef * m->LM / m->K; }
+
 static void write_moe(textbuf *b, const tsr_model *m, hf_arch a) {
     char coef[32];
-    json_double(coef, sizeof coef, m->cfg.moe_aux_loss_coef / m->K);
+    json_double(coef, sizeof coef, hf_aux_coef(m, m->cfg.moe_aux_loss_coef));
     if (a == HF_MIXTRAL)
         add(b, "  \"num_local_experts\": %d,\n  \"num_experts_per_tok\": %d,\n"
                 "  \"router_jitter_noise\": 0.0,\n", m->E, m->K);
@@ -446,14 +450,16 @@ static void check_moe(checker *c, const json_value *r, const tsr_model *m, hf_ar
                   "only an empty list (or null) is accepted", ml->type == JSON_ARRAY ?
                   "not empty" : json_type_name(ml->type));
     }
-    double hf = get_num(c, r, "router_aux_loss_coef", 0.001), run = mc->moe_aux_loss_coef / m->K;
+    double hf = get_num(c, r, "router_aux_loss_coef", 0.001);
+    double run = hf_aux_coef(m, mc->moe_aux_loss_coef), back = hf * m->K / m->LM;
     char h[32], own[32], per[32], fix[32];
     if (!c->rc && !(fabs(hf - run) <= 1e-6 * fabs(hf))) /* a training choice: said, not refused */
-        tsr_warn("%s: router_aux_loss_coef = %s is tessera's model.moe_aux_loss_coef divided by "
-                 "top_k = %d (docs/moe.md), but this run has %s (/ %d = %s): it trains with its "
-                 "own; --set model.moe_aux_loss_coef=%s trains with the model's", c->path,
-                 json_double(h, sizeof h, hf), m->K, json_double(own, sizeof own, mc->moe_aux_loss_coef),
-                 m->K, json_double(per, sizeof per, run), json_double(fix, sizeof fix, hf * m->K));
+        tsr_warn("%s: router_aux_loss_coef = %s is tessera's model.moe_aux_loss_coef x %d MoE "
+                 "layers / top_k = %d (docs/moe.md), but this run has %s (which is %s there): it "
+                 "trains with its own; --set model.moe_aux_loss_coef=%s trains with the model's",
+                 c->path, json_double(h, sizeof h, hf), m->LM, m->K,
+                 json_double(own, sizeof own, mc->moe_aux_loss_coef),
+                 json_double(per, sizeof per, run), json_double(fix, sizeof fix, back));
 }
 
 static void check_llama(checker *c, const json_value *r, const tsr_model *m, hf_arch a) {

@@ -56,8 +56,8 @@ FIXTURES = [
          tied=False, theta=1000000.0, eps=1e-6, llama3=None, dtype="F16", shard=None),
 ]
 # Mixtures of experts: E experts of width FE, top K; every: decoder_sparse_step (Qwen3-MoE; its
-# other layers have the dense MLP of width F); aux: router_aux_loss_coef (= K x tessera's
-# model.moe_aux_loss_coef). Not in FIXTURES: test_hf_llama.py runs those through the dense model.
+# other layers have the dense MLP of width F); aux: router_aux_loss_coef (= tessera's
+# model.moe_aux_loss_coef x MoE layers / K: docs/moe.md). Not in FIXTURES: test_hf_llama.py runs those through the dense model.
 MOE_FIXTURES = [
     dict(name="mixtral_gqa", model_type="mixtral", L=2, C=32, NH=4, KVH=2, hs=8, F=24, FE=24, E=4,
          K=2, every=1, norm_topk=True, aux=0.02, tied=False, theta=1000000.0, eps=1e-5, llama3=None,
@@ -240,7 +240,7 @@ def tessera_sets(fx):
         s.update({"model.moe_experts": fx["E"], "model.moe_top_k": fx["K"],
                   "model.moe_intermediate_size": fx["FE"], "model.moe_every": fx["every"],
                   "model.moe_norm_topk": str(fx["norm_topk"]).lower(),
-                  "model.moe_aux_loss_coef": repr(fx["aux"] * fx["K"])})
+                  "model.moe_aux_loss_coef": repr(fx["aux"] * fx["K"] / (fx["L"] // fx["every"]))})
     if fx["llama3"]:
         ls = fx["llama3"]
         s.update({"model.rope_scaling": "llama3", "model.rope_factor": ls["factor"],

@@ -14,11 +14,11 @@ so that step 1 leaves every fp32 weight as it was):
     <= 1e-5); `tessera ckpt export --format hf` of the step-1 checkpoint has the fixture's tensor
     names (safetensors header rules as in test_hf_export.py); every tensor equals the fixture's bit
     for bit in fp32 (the round trip); config.json equals the fixture's key by key (but the
-    run-side keys listed in NOT_COMPARED), router_aux_loss_coef = model.moe_aux_loss_coef / top_k.
+    run-side keys listed in NOT_COMPARED), router_aux_loss_coef = model.moe_aux_loss_coef x MoE layers / top_k.
 Refusals through tessera-train (the import runs before the first step, so these run today): a
 router of 3 rows for 4 experts, a missing expert tensor, a fifth expert's tensor, mlp_only_layers
 not empty, a run with another moe_top_k, a MoE directory into a dense run; and a run whose
-model.moe_aux_loss_coef is not router_aux_loss_coef x top_k imports with a warning saying both.
+model.moe_aux_loss_coef is not router_aux_loss_coef x top_k / MoE layers imports with a warning saying both.
 Run: TESTS=hf_moe bash tests/run.sh   (needs `make`). TAP; exit 1 on failure, 77 without torch.
 """
 import json
@@ -185,11 +185,11 @@ def refusals(tap, tmp, fixtures):
     # another aux coefficient: a training choice, said and not refused
     rc, out, _ = thl.init_run(mx, mx["cfg"], os.path.join(tmp, "auxrun"), mx["dir"], LR,
                               "model.moe_aux_loss_coef=0.05")
-    warn = "router_aux_loss_coef = 0.02 is tessera's model.moe_aux_loss_coef divided by top_k = 2"
-    tap.ok(warn in out and "moe_aux_loss_coef=0.04 trains with the model's" in out
+    warn = "router_aux_loss_coef = 0.02 is tessera's model.moe_aux_loss_coef x 2 MoE layers / top_k = 2"
+    tap.ok(warn in out and "moe_aux_loss_coef=0.02 trains with the model's" in out
            and f"checkpoint init-from step 0 | {mx['dir']}" in out,
            f"--init-from {mx['name']} into a run with model.moe_aux_loss_coef 0.05: imported, with the "
-           f"warning \"{warn} ... --set model.moe_aux_loss_coef=0.04\"")
+           f"warning \"{warn} ... --set model.moe_aux_loss_coef=0.02\"")
     if warn not in out:
         tap.diag(out[-1200:])
 

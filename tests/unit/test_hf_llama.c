@@ -20,8 +20,8 @@
  * decoder_sparse_step 2: layer 0 dense, layer 1 MoE; norm_topk_prob false; shards) go through the
  * same five checks, and each expert's HF tensors are read back from the export and compared with
  * the slices of routerw / expw1 ([gate | up] rows) / expw2 computed here from the layout (the
- * dense layer has no expert tensors, the MoE layer no gate_proj); router_aux_loss_coef = (divided by top_k)
- * model.moe_aux_loss_coef. Refused: another num_local_experts (1), mlp_only_layers not empty (2),
+ * dense layer has no expert tensors, the MoE layer no gate_proj); router_aux_loss_coef =
+ * model.moe_aux_loss_coef x MoE layers / top_k. Refused: another num_local_experts (1), mlp_only_layers not empty (2),
  * another decoder_sparse_step (1), Mixtral's sliding_window 16 (2); a MoE model with --arch llama
  * and a dense one with --arch mixtral (1). Tensor-level refusals of the MoE names (a missing
  * expert, a router of another expert count) are tests/reference/test_hf_moe.py's.
@@ -289,9 +289,10 @@ static void moe_names(const variant *v, const char *tmp) {
     snprintf(want[0], sizeof want[0], "\"%s\": %d", mix ? "num_local_experts" : "num_experts", v->E);
     snprintf(want[1], sizeof want[1], "\"num_experts_per_tok\": %d", v->K);
     snprintf(want[2], sizeof want[2], "\"%s\": %d", mix ? "intermediate_size" : "moe_intermediate_size", v->FE);
-    snprintf(want[3], sizeof want[3], "\"router_aux_loss_coef\": 0.005"); /* the default 0.01 / 2 */
+    snprintf(want[3], sizeof want[3], "\"router_aux_loss_coef\": "); /* 0.01 (default) x LM / K */
     int all = cj != NULL;
     for (int k = 0; k < 4 && all; k++) all = strstr(cj, want[k]) != NULL;
+    if (all) all = fabs(strtod(strstr(cj, want[3]) + strlen(want[3]), NULL) - 0.01 * m.LM / v->K) < 1e-12;
     if (!mix && all) all = strstr(cj, "\"decoder_sparse_step\": 2") && strstr(cj, "\"norm_topk_prob\": false");
     tap_ok(all, "%s: config.json has %s, %s, %s, %s%s", v->name, want[0], want[1], want[2], want[3],
            mix ? "" : ", decoder_sparse_step 2, norm_topk_prob false");
