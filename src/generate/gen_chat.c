@@ -10,7 +10,7 @@
 #include "common.h"
 #include "fsutil.h"
 #include "json.h"
-#include "prep/prep_chat.h"
+#include "chat/chat_render.h"
 
 enum { CONV_NODES = 2 + 3 * 3 }; /* the object, "messages", three messages of two members */
 
@@ -109,10 +109,10 @@ uint32_t gen_chat_end_of_turn(const gen_chat *gc, const tsr_tokenizer *tok, cons
     json_value nodes[CONV_NODES];
     chat_render r;
     char why[256];
-    if (prep_chat_render(&gc->cc, chat_turns(nodes, system, user, "OK"), &r, why, sizeof why))
+    if (chat_render_turns(&gc->cc, chat_turns(nodes, system, user, "OK"), &r, why, sizeof why))
         return UINT32_MAX;
     if (r.n_spans != 1) { /* the template hides the reply: no end of turn to learn from it */
-        prep_chat_render_free(&r);
+        chat_render_free(&r);
         return UINT32_MAX;
     }
     const char *after = r.text + r.spans[0].off + r.spans[0].len, *end = r.text + r.len;
@@ -130,7 +130,7 @@ uint32_t gen_chat_end_of_turn(const gen_chat *gc, const tsr_tokenizer *tok, cons
         free(name);
     }
     free(ids);
-    prep_chat_render_free(&r);
+    chat_render_free(&r);
     return id;
 }
 

@@ -44,7 +44,7 @@ int gen_chat_render(const gen_chat *gc, const char *spec, const char *system, co
 /* The template's end-of-turn token: the first token of what the template prints after an
  * assistant message's content (white space skipped) when that token is an added token of tok,
  * else UINT32_MAX. Found by rendering the same conversation with an assistant reply added
- * (prep_chat_render's location of assistant turns). */
+ * (chat_render_turns's location of assistant turns). */
 uint32_t gen_chat_end_of_turn(const gen_chat *gc, const tsr_tokenizer *tok, const char *system,
                               const char *user);
 
