@@ -39,8 +39,8 @@ void gen_chat_free(gen_chat *gc) {
 }
 
 uint32_t gen_chat_eos_id(const gen_chat *gc, const tsr_tokenizer *tok) {
-    const json_value *eos = gc->loaded ? json_get(gc->cc.vars, "eos_token") : NULL;
-    return eos ? tokenizer_special_id(tok, eos->str) : UINT32_MAX;
+    const char *eos = gc->loaded ? chat_config_token(&gc->cc, "eos_token") : NULL;
+    return eos ? tokenizer_special_id(tok, eos) : UINT32_MAX;
 }
 
 /* v becomes a string member key: s (the next sibling is set by the caller). */

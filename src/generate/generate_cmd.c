@@ -24,6 +24,7 @@
 #include "generate/gen_chat.h"
 #include "model/gen_sample.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_eos.h"
 #include "train/metrics.h"
 
 #define GEN_MAX_SETS 64
@@ -171,9 +172,9 @@ static int parse_args(int argc, char **argv, gen_args *a) {
 /* ================================ tokenizer and prompt ================================ */
 
 /* Opens --tokenizer, else the config's data.tokenizer; "" = none. The end-of-text id: the
- * tokenizer's <|endoftext|> when it has one below V, else the eos_token of a tokenizer_config.json
- * beside a Hugging Face tokenizer (what `tessera prep` ends documents with: Llama 3's
- * <|end_of_text|>), else V-1 (the trainer's convention). */
+ * tokenizer's end of document (tokenizer_eos.h: <|endoftext|>, else the eos_token of the
+ * tokenizer_config.json beside a Hugging Face tokenizer, what `tessera prep` ends documents with)
+ * when it is below V, else V-1 (the trainer's convention). */
 static int open_tokenizer(gen_run *g, const gen_args *a) {
     const char *spec = a->tokenizer ? a->tokenizer : g->cfg.data.tokenizer;
     g->eos = g->m.V - 1;
@@ -186,8 +187,8 @@ static int open_tokenizer(gen_run *g, const gen_args *a) {
         return TSR_EXIT_DATA;
     }
     TSR_CHECK(gen_chat_open(&g->chat, spec, g->tok, a->chat));
-    uint32_t e = tokenizer_special_id(g->tok, "<|endoftext|>");
-    if (e == UINT32_MAX) e = gen_chat_eos_id(&g->chat, g->tok);
+    const char *eos_token = g->chat.loaded ? chat_config_token(&g->chat.cc, "eos_token") : NULL;
+    uint32_t e = tokenizer_eos_id(g->tok, eos_token, TOKENIZER_EOS_DOCUMENT);
     if (e != UINT32_MAX && e < (uint32_t)g->m.V) g->eos = (int32_t)e;
     uint32_t nv = tokenizer_vocab_size(g->tok);
     if (nv < (uint32_t)g->m.V && !a->ids)
