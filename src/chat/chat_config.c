@@ -60,6 +60,11 @@ static void build_vars(chat_config *cc, const json_value *cfg) {
     cc->vars = obj;
 }
 
+const char *chat_config_token(const chat_config *cc, const char *name) {
+    const json_value *v = json_get(cc->vars, name);
+    return v && v->type == JSON_STRING ? v->str : NULL;
+}
+
 int chat_config_load(const char *path, chat_config *cc, jinja_error *err) {
     memset(cc, 0, sizeof *cc);
     size_t n = 0;

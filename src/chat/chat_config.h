@@ -33,6 +33,10 @@ typedef struct chat_config {
 int chat_config_load(const char *path, chat_config *cc, jinja_error *err);
 void chat_config_free(chat_config *cc);
 
+/* The special token `name` ("bos_token", "eos_token", ...) of the file as a string, NULL when the
+ * file leaves it out or sets it to null. Valid while cc is. */
+const char *chat_config_token(const chat_config *cc, const char *name);
+
 /* The tokenizer_config.json that goes with a Hugging Face tokenizer spec: DIR/tokenizer_config.json
  * for a directory, the one beside FILE for a tokenizer.json file. Returns 1 and the path in buf when
  * that file exists, 0 when it does not (buf then holds the path looked at), -1 when the path does

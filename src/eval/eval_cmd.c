@@ -26,6 +26,7 @@
 #include "dist.h"
 #include "eval/icl_score.h"
 #include "fsutil.h"
+#include "tokenizer/tokenizer.h"
 
 static const cli_opt eval_opts[] = {
     {"ckpt", 'C', "PATH", "checkpoint: a step-*.h5 file, a run directory or its `latest` (required)"},
@@ -175,6 +176,21 @@ static int save_report(const char *path, const report *r) {
     return 0;
 }
 
+/* The icl_tasks of ec, tokenized with the tokenizer `spec` (loaded here, once, freed after: the
+ * suite keeps token ids only). */
+static int open_icl(icl_suite *icl, const tsr_config *ec, const char *spec, uint64_t seed,
+                    int V, int B, int T) {
+    tsr_tokenizer *tok = NULL;
+    int rc = ec->n_icl && spec[0] ? tokenizer_open(&tok, spec) : 0;
+    if (rc) {
+        tsr_error("  data.tokenizer = \"%s\": cannot load it (above); icl_tasks need it", spec);
+        return rc;
+    }
+    rc = icl_suite_open(icl, ec->icl, ec->n_icl, tok, spec, seed, V, B, T);
+    if (tok) tokenizer_free(tok);
+    return rc;
+}
+
 static int evaluate(const eval_args *a, const tsr_dist *d) {
     tsr_config mc, ec; /* the model's config (stored), the evaluation's */
     tsr_model m;
@@ -197,7 +213,7 @@ static int evaluate(const eval_args *a, const tsr_dist *d) {
         r->step = sscanf(base ? base + 1 : file, "step-%lld.h5", &step) == 1 ? step : -1;
         /* every task file is read before any scoring: a bad one stops the evaluation first */
         const char *tok = ec.data.tokenizer[0] ? ec.data.tokenizer : mc.data.tokenizer;
-        rc = icl_suite_open(&icl, ec.icl, ec.n_icl, tok, (uint64_t)a->seed, m.V, b.B, b.T);
+        rc = open_icl(&icl, &ec, tok, (uint64_t)a->seed, m.V, b.B, b.T);
     }
     if (!rc && ec.data.val[0]) r->val_dir[r->n_val++] = ec.data.val;
     for (int i = 0; i < a->n_vals; i++) r->val_dir[r->n_val++] = a->vals[i];

@@ -26,22 +26,17 @@ static int64_t first_outside(const icl_task *t, int vocab, int *example) {
     return -1;
 }
 
-int icl_suite_open(icl_suite *s, const tsr_icl_task_config *tasks, int n, const char *tokenizer,
-                   uint64_t seed, int vocab, int B, int T) {
+int icl_suite_open(icl_suite *s, const tsr_icl_task_config *tasks, int n,
+                   const tsr_tokenizer *tok, const char *tokenizer, uint64_t seed, int vocab, int B,
+                   int T) {
     memset(s, 0, sizeof *s);
     if (n == 0) return 0;
-    if (!tokenizer[0]) {
+    if (!tok) {
         tsr_error("icl_tasks need a tokenizer: set data.tokenizer (gpt2, a directory or a "
                   "`tessera tokenizer train` file)");
         return TSR_EXIT_USAGE;
     }
-    tsr_tokenizer *tok = NULL;
-    int rc = tokenizer_open(&tok, tokenizer);
-    if (rc) {
-        tsr_error("  data.tokenizer = \"%s\": cannot load it (above); icl_tasks need it",
-                  tokenizer);
-        return rc;
-    }
+    int rc = 0;
     s->tasks = tsr_calloc((size_t)n, sizeof *s->tasks);
     for (int i = 0; !rc && i < n; i++) {
         rc = icl_task_load(&s->tasks[i], &tasks[i], tok, seed);
@@ -55,7 +50,6 @@ int icl_suite_open(icl_suite *s, const tsr_icl_task_config *tasks, int n, const 
         }
         s->n = i + 1; /* loaded (or emptied by a failed load): icl_suite_close frees them */
     }
-    tokenizer_free(tok); /* the tasks hold token ids only */
     if (rc) {
         icl_suite_close(s);
         return rc;

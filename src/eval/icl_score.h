@@ -45,13 +45,16 @@ typedef struct icl_scores {
 /* Rows per forward pass for a recipe's micro_batch: micro_batch (1 when unset), at most
  * ICL_MAX_ROWS. Never more than micro_batch, so activations sized for training microbatches fit. */
 int icl_rows(int64_t micro_batch);
-/* Loads the tokenizer (spec: data.tokenizer) and tokenizes the n tasks (every rank, the same
- * work). Checks that every token id is below vocab (the model's vocabulary), and allocates the
- * B x T scratch. Nothing to do when n == 0. Errors name the key or the file (and line): exit 1 for
- * a missing tokenizer or one that does not fit the model, else what the loaders return (2 for a
- * missing or bad file). On error nothing stays allocated. */
-int icl_suite_open(icl_suite *s, const tsr_icl_task_config *tasks, int n, const char *tokenizer,
-                   uint64_t seed, int vocab, int B, int T);
+/* Tokenizes the n tasks with tok, the caller's tokenizer opened from `tokenizer` (data.tokenizer,
+ * named in messages; NULL tok: there is none), on every rank, the same work: the suite opens no
+ * tokenizer itself, so a program that already holds one (the trainer's) reads it once. Checks
+ * that every token id is below vocab (the model's vocabulary), and allocates the B x T scratch.
+ * Nothing to do when n == 0. Errors name the key or the file (and line): exit 1 for a missing
+ * tokenizer or one that does not fit the model, else what the loaders return (2 for a missing or
+ * bad file). On error nothing stays allocated; tok is the caller's to free (the tasks hold ids). */
+int icl_suite_open(icl_suite *s, const tsr_icl_task_config *tasks, int n,
+                   const tsr_tokenizer *tok, const char *tokenizer, uint64_t seed, int vocab, int B,
+                   int T);
 /* Collective (every rank, same suite): scores every task with m's current weights. Writes only
  * m's activations (sized for at least B x T) and the suite's scratch. */
 void icl_suite_score(icl_suite *s, tsr_model *m, const tsr_dist *d, icl_scores *out);

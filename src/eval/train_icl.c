@@ -10,14 +10,15 @@
 #include "train/tboard.h"
 #include "train/metrics.h"
 
-int train_icl_open(icl_suite **out, const tsr_config *cfg, int V, int micro, int T) {
+int train_icl_open(icl_suite **out, const tsr_config *cfg, const tsr_tokenizer *tok, int V,
+                   int micro, int T) {
     *out = NULL;
     if (cfg->n_icl == 0) return 0;
     /* micro_batch rows of seq_len: the activations allocated for training fit the ICL passes,
      * so nothing beyond the suite's own token buffers is allocated */
     icl_suite *s = tsr_calloc(1, sizeof *s);
-    int rc = icl_suite_open(s, cfg->icl, cfg->n_icl, cfg->data.tokenizer, ICL_DEFAULT_SEED, V,
-                            icl_rows(micro), T);
+    int rc = icl_suite_open(s, cfg->icl, cfg->n_icl, tok, cfg->data.tokenizer, ICL_DEFAULT_SEED,
+                            V, icl_rows(micro), T);
     if (rc) {
         free(s);
         return rc;

@@ -18,15 +18,18 @@
 #include "config/config.h"
 #include "dist.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 struct icl_suite;
 struct tsr_tboard;
 
-/* Every rank, before the first step: reads data.tokenizer and the task files once, for passes of
- * icl_rows(micro) rows of T tokens over a vocabulary of V. *out: the suite, NULL when icl_tasks
- * is empty. Returns 0, or an exit code after reporting (1: no tokenizer, or one that does not fit
- * the model; 2: a missing or bad task file, naming it and the line). */
-int train_icl_open(struct icl_suite **out, const tsr_config *cfg, int V, int micro, int T);
+/* Every rank, before the first step: reads the task files once and tokenizes them with tok, the
+ * trainer's data.tokenizer (loaded once at start; NULL when data.tokenizer is empty), for passes
+ * of icl_rows(micro) rows of T tokens over a vocabulary of V. *out: the suite, NULL when
+ * icl_tasks is empty. Returns 0, or an exit code after reporting (1: no tokenizer, or one that
+ * does not fit the model; 2: a missing or bad task file, naming it and the line). */
+int train_icl_open(struct icl_suite **out, const tsr_config *cfg, const tsr_tokenizer *tok, int V,
+                   int micro, int T);
 /* Collective: scores the tasks with m's weights as they are, on activations that hold acts_B
  * sequences (allocated by the caller), and reports the result of step `step` (rank 0: stdout,
  * metrics when not NULL, tb). Writes only the activations (which the next forward pass

@@ -10,12 +10,82 @@
 #include "common.h"
 #include "fsutil.h"
 #include "json.h"
-#include "prep/prep_chat.h"
+#include "chat/chat_render.h"
 
 enum { CONV_NODES = 2 + 3 * 3 }; /* the object, "messages", three messages of two members */
 
-int gen_chat_open(gen_chat *gc, const char *spec, const tsr_tokenizer *tok, int chat) {
+/* NAME of "NAME=JSON": a Jinja identifier, not one generate sets, not given before. */
+static int check_var_name(const gen_chat_vars *v, const char *spec, size_t n, char *why,
+                          size_t cap) {
+    int ok = n > 0 && n < GEN_CHAT_VAR_NAME && !(spec[0] >= '0' && spec[0] <= '9');
+    for (size_t i = 0; i < n; i++)
+        ok &= (spec[i] >= 'a' && spec[i] <= 'z') || (spec[i] >= 'A' && spec[i] <= 'Z') ||
+              (spec[i] >= '0' && spec[i] <= '9') || spec[i] == '_';
+    if (!ok) {
+        snprintf(why, cap, "--template-var %s: '%.*s' is not a name (letters, digits and _, not "
+                 "starting with a digit, at most %d)", spec, (int)n, spec, GEN_CHAT_VAR_NAME - 1);
+        return -1;
+    }
+    static const char *const own[] = {"messages", "add_generation_prompt"};
+    for (int k = 0; k < 2; k++)
+        if (strlen(own[k]) == n && !strncmp(spec, own[k], n)) {
+            snprintf(why, cap, "--template-var %s: generate sets it (--prompt, --system: "
+                     "messages; add_generation_prompt is true)", spec);
+            return -1;
+        }
+    for (int k = 0; k < v->n; k++)
+        if (v->member[k].key_len == n && !strncmp(v->member[k].key, spec, n)) {
+            snprintf(why, cap, "--template-var %.*s: given twice", (int)n, spec);
+            return -1;
+        }
+    return 0;
+}
+
+int gen_chat_var_add(gen_chat_vars *v, const char *spec, char *why, size_t cap) {
+    const char *eq = strchr(spec, '=');
+    if (!eq) {
+        snprintf(why, cap, "--template-var wants NAME=JSON (e.g. enable_thinking=false), got '%s'",
+                 spec);
+        return -1;
+    }
+    if (check_var_name(v, spec, (size_t)(eq - spec), why, cap)) return -1;
+    if (v->n == GEN_CHAT_MAX_VARS) {
+        snprintf(why, cap, "--template-var %s: more than %d --template-var", spec,
+                 GEN_CHAT_MAX_VARS);
+        return -1;
+    }
+    json_doc *d = &v->doc[v->n];
+    json_doc_init(d);
+    json_value *root;
+    json_error je;
+    if (json_parse(d, eq + 1, strlen(eq + 1), &root, &je)) {
+        json_doc_free(d);
+        snprintf(why, cap, "--template-var %s: the value is not JSON (byte %zu: %s): write false, "
+                 "3, \"text\" (quoted for the shell: '\"text\"'), [...] or {...}", spec, je.pos,
+                 je.msg);
+        return -1;
+    }
+    json_value *m = &v->member[v->n];
+    *m = *root;
+    m->key_len = (size_t)(eq - spec);
+    memcpy(v->name[v->n], spec, m->key_len);
+    v->name[v->n][m->key_len] = '\0';
+    m->key = v->name[v->n];
+    m->next = NULL;
+    if (v->n) v->member[v->n - 1].next = m;
+    v->n++;
+    return 0;
+}
+
+void gen_chat_vars_free(gen_chat_vars *v) {
+    for (int k = 0; k < v->n; k++) json_doc_free(&v->doc[k]);
+    v->n = 0;
+}
+
+int gen_chat_open(gen_chat *gc, const char *spec, const tsr_tokenizer *tok, int chat,
+                  const gen_chat_vars *vars) {
     memset(gc, 0, sizeof *gc);
+    gc->vars = vars;
     if (!tokenizer_is_hf(tok) || chat_config_find(spec, gc->path, sizeof gc->path) != 1) return 0;
     jinja_error e;
     if (chat_config_load(gc->path, &gc->cc, &e)) {
@@ -39,8 +109,8 @@ void gen_chat_free(gen_chat *gc) {
 }
 
 uint32_t gen_chat_eos_id(const gen_chat *gc, const tsr_tokenizer *tok) {
-    const json_value *eos = gc->loaded ? json_get(gc->cc.vars, "eos_token") : NULL;
-    return eos ? tokenizer_special_id(tok, eos->str) : UINT32_MAX;
+    const char *eos = gc->loaded ? chat_config_token(&gc->cc, "eos_token") : NULL;
+    return eos ? tokenizer_special_id(tok, eos) : UINT32_MAX;
 }
 
 /* v becomes a string member key: s (the next sibling is set by the caller). */
@@ -50,13 +120,17 @@ static json_value *string_member(json_value *v, const char *key, const char *s) 
     return v;
 }
 
-/* {"messages": [{"role": roles[i], "content": contents[i]} for i < n]} built in nodes
- * (CONV_NODES), pointing at the caller's strings. */
+/* {"messages": [{"role": roles[i], "content": contents[i]} for i < n], vars...} built in nodes
+ * (CONV_NODES), pointing at the caller's strings and at vars (NULL: none). */
 static const json_value *conversation(json_value *nodes, const char *const *roles,
-                                      const char *const *contents, int n) {
+                                      const char *const *contents, int n,
+                                      const gen_chat_vars *vars) {
     json_value *conv = &nodes[0], *msgs = &nodes[1], *prev = NULL;
-    *conv = (json_value){.type = JSON_OBJECT, .len = 1, .child = msgs};
-    *msgs = (json_value){.type = JSON_ARRAY, .len = (size_t)n, .key = "messages", .key_len = 8};
+    const int nv = vars ? vars->n : 0;
+    *conv = (json_value){.type = JSON_OBJECT, .len = 1 + (size_t)nv, .child = msgs};
+    *msgs = (json_value){.type = JSON_ARRAY, .len = (size_t)n, .key = "messages", .key_len = 8,
+                         /* the renderer only reads the context: vars stay as they are */
+                         .next = nv ? (json_value *)&vars->member[0] : NULL};
     for (int i = 0; i < n; i++) {
         json_value *m = &nodes[2 + 3 * i];
         *m = (json_value){.type = JSON_OBJECT, .len = 2, .child = m + 1};
@@ -68,15 +142,15 @@ static const json_value *conversation(json_value *nodes, const char *const *role
     return conv;
 }
 
-/* [system?, user] (+ an assistant reply when reply is not NULL) in nodes. */
-static const json_value *chat_turns(json_value *nodes, const char *system, const char *user,
-                                    const char *reply) {
+/* [system?, user] (+ an assistant reply when reply is not NULL) in nodes, with gc's variables. */
+static const json_value *chat_turns(const gen_chat *gc, json_value *nodes, const char *system,
+                                    const char *user, const char *reply) {
     const char *roles[3], *contents[3];
     int n = 0;
     if (system) roles[n] = "system", contents[n++] = system;
     roles[n] = "user", contents[n++] = user;
     if (reply) roles[n] = "assistant", contents[n++] = reply;
-    return conversation(nodes, roles, contents, n);
+    return conversation(nodes, roles, contents, n, gc->vars);
 }
 
 int gen_chat_render(const gen_chat *gc, const char *spec, const char *system, const char *user,
@@ -91,7 +165,7 @@ int gen_chat_render(const gen_chat *gc, const char *spec, const char *system, co
         return TSR_EXIT_USAGE;
     }
     json_value nodes[CONV_NODES];
-    const json_value *ctx[2] = {gc->cc.vars, chat_turns(nodes, system, user, NULL)};
+    const json_value *ctx[2] = {gc->cc.vars, chat_turns(gc, nodes, system, user, NULL)};
     const jinja_overrides ov = {.nmessages = -1, .add_generation_prompt = 1};
     jinja_error e;
     if (jinja_render_ex(gc->cc.tpl, ctx, 2, &ov, text, n, &e) == JINJA_OK) return 0;
@@ -109,10 +183,10 @@ uint32_t gen_chat_end_of_turn(const gen_chat *gc, const tsr_tokenizer *tok, cons
     json_value nodes[CONV_NODES];
     chat_render r;
     char why[256];
-    if (prep_chat_render(&gc->cc, chat_turns(nodes, system, user, "OK"), &r, why, sizeof why))
+    if (chat_render_turns(&gc->cc, chat_turns(gc, nodes, system, user, "OK"), &r, why, sizeof why))
         return UINT32_MAX;
     if (r.n_spans != 1) { /* the template hides the reply: no end of turn to learn from it */
-        prep_chat_render_free(&r);
+        chat_render_free(&r);
         return UINT32_MAX;
     }
     const char *after = r.text + r.spans[0].off + r.spans[0].len, *end = r.text + r.len;
@@ -130,7 +204,7 @@ uint32_t gen_chat_end_of_turn(const gen_chat *gc, const tsr_tokenizer *tok, cons
         free(name);
     }
     free(ids);
-    prep_chat_render_free(&r);
+    chat_render_free(&r);
     return id;
 }
 

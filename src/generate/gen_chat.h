@@ -7,7 +7,8 @@
  * apply_chat_template does; the caller encodes the text with special tokens recognised. A turn
  * ends at any of: the tokenizer_config's eos_token, the template's own end-of-turn token (what it
  * prints right after an assistant message: <|eot_id|>, <|im_end|>, <end_of_turn>) and the
- * eos_token_id list of a generation_config.json beside the tokenizer.
+ * eos_token_id list of a generation_config.json beside the tokenizer. --template-var NAME=JSON
+ * adds variables (enable_thinking, tools, ...), as apply_chat_template's keyword arguments do.
  */
 #ifndef TSR_GEN_CHAT_H
 #define TSR_GEN_CHAT_H
@@ -16,19 +17,39 @@
 #include <stdint.h>
 
 #include "chat/chat_config.h"
+#include "json.h"
 #include "tokenizer/tokenizer.h"
+
+enum { GEN_CHAT_MAX_VARS = 16, GEN_CHAT_VAR_NAME = 64 };
+
+/* The --template-var variables: JSON values keyed by their names, in the order given. */
+typedef struct gen_chat_vars {
+    int n;
+    json_doc doc[GEN_CHAT_MAX_VARS];      /* doc[k] holds value k */
+    json_value member[GEN_CHAT_MAX_VARS]; /* value k as a member NAME (next: member k + 1) */
+    char name[GEN_CHAT_MAX_VARS][GEN_CHAT_VAR_NAME];
+} gen_chat_vars;
+
+/* Adds "NAME=JSON" (NAME a template identifier other than messages and add_generation_prompt,
+ * which generate sets, and not given before; JSON any JSON value: false, 3, "text", [...], {...}).
+ * Returns 0, or -1 with the reason (naming spec) in why. */
+int gen_chat_var_add(gen_chat_vars *v, const char *spec, char *why, size_t cap);
+void gen_chat_vars_free(gen_chat_vars *v);
 
 typedef struct gen_chat {
     chat_config cc;
     int loaded;        /* cc holds the tokenizer_config.json at path */
     char path[4096];   /* the tokenizer_config.json beside the tokenizer (looked at) */
+    const gen_chat_vars *vars; /* --template-var, rendered after the special tokens; NULL: none */
 } gen_chat;
 
 /* Loads the tokenizer_config.json beside the tokenizer opened from spec when tok is a Hugging Face
- * one and the file exists (gc->loaded = 1); neither is an error (loaded 0). Returns 0, or, with
+ * one and the file exists (gc->loaded = 1); neither is an error (loaded 0). vars (NULL: none) are
+ * the template variables of every render; they must outlive gc. Returns 0, or, with
  * chat (--chat), TSR_EXIT_DATA when the file is there but unreadable or its template does not
  * compile; without chat that is a warning (loaded 0): a plain completion needs no template. */
-int gen_chat_open(gen_chat *gc, const char *spec, const tsr_tokenizer *tok, int chat);
+int gen_chat_open(gen_chat *gc, const char *spec, const tsr_tokenizer *tok, int chat,
+                  const gen_chat_vars *vars);
 void gen_chat_free(gen_chat *gc);
 
 /* The id of the tokenizer_config's eos_token, or UINT32_MAX (no file, no eos_token, or the
@@ -36,7 +57,7 @@ void gen_chat_free(gen_chat *gc);
 uint32_t gen_chat_eos_id(const gen_chat *gc, const tsr_tokenizer *tok);
 
 /* The --chat prompt: [system (when not NULL), user] through the chat_template with the generation
- * prompt, into *text (malloc'd, NUL-terminated, *n bytes). Returns 0, or TSR_EXIT_USAGE after an
+ * prompt and gc->vars, into *text (malloc'd, NUL-terminated, *n bytes). Returns 0, or TSR_EXIT_USAGE after an
  * error naming the tokenizer (no chat_template) or the template's own error (raise_exception). */
 int gen_chat_render(const gen_chat *gc, const char *spec, const char *system, const char *user,
                     char **text, size_t *n);
@@ -44,7 +65,7 @@ int gen_chat_render(const gen_chat *gc, const char *spec, const char *system, co
 /* The template's end-of-turn token: the first token of what the template prints after an
  * assistant message's content (white space skipped) when that token is an added token of tok,
  * else UINT32_MAX. Found by rendering the same conversation with an assistant reply added
- * (prep_chat_render's location of assistant turns). */
+ * (chat_render_turns's location of assistant turns). */
 uint32_t gen_chat_end_of_turn(const gen_chat *gc, const tsr_tokenizer *tok, const char *system,
                               const char *user);
 

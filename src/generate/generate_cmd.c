@@ -24,6 +24,7 @@
 #include "generate/gen_chat.h"
 #include "model/gen_sample.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_eos.h"
 #include "train/metrics.h"
 
 #define GEN_MAX_SETS 64
@@ -38,6 +39,8 @@ static const cli_opt gen_opts[] = {
     {"chat", CLI_NO_SHORT('c'), NULL, "the prompt is a user message: render it with the tokenizer's chat "
                                "template, stop at the end of the assistant's turn"},
     {"system", CLI_NO_SHORT('y'), "TEXT", "with --chat: a system message before the user's"},
+    {"template-var", CLI_NO_SHORT('a'), "NAME=JSON", "with --chat: a chat-template variable, the value JSON, "
+                               "e.g. enable_thinking=false, 'tools=[...]' (repeatable)"},
     {"echo", CLI_NO_SHORT('e'), NULL, "print the prompt (as rendered by --chat) before the completion"},
     {"max-tokens", CLI_NO_SHORT('n'), "N", "tokens to generate, 0..1000000 (default 64)"},
     {"temperature", CLI_NO_SHORT('t'), "T", "0 = greedy (argmax); default: the checkpoint's sample.temperature"},
@@ -71,6 +74,7 @@ typedef struct gen_args {
     int no_eos_stop, no_cache, ids, chat, echo;
     const char *sets[GEN_MAX_SETS];
     int n_sets;
+    gen_chat_vars vars; /* --template-var */
 } gen_args;
 
 typedef enum { GEN_STOP_MAX = 0, GEN_STOP_EOS, GEN_STOP_EOT, GEN_STOP_CONTEXT, GEN_STOP_COUNT } gen_stop;
@@ -123,6 +127,10 @@ static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
     case CLI_NO_SHORT('i'): a->prompt_ids = val; return 0;
     case CLI_NO_SHORT('c'): a->chat = 1; return 0;
     case CLI_NO_SHORT('y'): a->system = val; return 0;
+    case CLI_NO_SHORT('a'): {
+        char why[600];
+        return gen_chat_var_add(&a->vars, val, why, sizeof why) ? cli_usage_error(c, why, NULL) : 0;
+    }
     case CLI_NO_SHORT('e'): a->echo = 1; return 0;
     case CLI_NO_SHORT('n'): return cli_number(c, ch, val, 0, 1000000, &a->max_tokens);
     case CLI_NO_SHORT('t'): a->has_temperature = 1; return parse_f64(c, ch, val, 0.0, 100.0, &a->temperature);
@@ -162,6 +170,9 @@ static int parse_args(int argc, char **argv, gen_args *a) {
     if (a->system && !a->chat)
         return cli_usage_error(&generate_cli, "--system goes with --chat (a system message of the "
                                "chat template)", NULL);
+    if (a->vars.n && !a->chat)
+        return cli_usage_error(&generate_cli, "--template-var goes with --chat (a variable of the "
+                               "chat template)", NULL);
     if (a->has_temperature && a->temperature == 0.0 && (a->has_top_k || a->has_top_p))
         return cli_usage_error(&generate_cli, "--top-k and --top-p have no effect with --temperature 0 "
                                           "(greedy): leave them out", NULL);
@@ -171,9 +182,9 @@ static int parse_args(int argc, char **argv, gen_args *a) {
 /* ================================ tokenizer and prompt ================================ */
 
 /* Opens --tokenizer, else the config's data.tokenizer; "" = none. The end-of-text id: the
- * tokenizer's <|endoftext|> when it has one below V, else the eos_token of a tokenizer_config.json
- * beside a Hugging Face tokenizer (what `tessera prep` ends documents with: Llama 3's
- * <|end_of_text|>), else V-1 (the trainer's convention). */
+ * tokenizer's end of document (tokenizer_eos.h: <|endoftext|>, else the eos_token of the
+ * tokenizer_config.json beside a Hugging Face tokenizer, what `tessera prep` ends documents with)
+ * when it is below V, else V-1 (the trainer's convention). */
 static int open_tokenizer(gen_run *g, const gen_args *a) {
     const char *spec = a->tokenizer ? a->tokenizer : g->cfg.data.tokenizer;
     g->eos = g->m.V - 1;
@@ -185,9 +196,9 @@ static int open_tokenizer(gen_run *g, const gen_args *a) {
                   a->tokenizer ? "" : " named by the checkpoint's data.tokenizer");
         return TSR_EXIT_DATA;
     }
-    TSR_CHECK(gen_chat_open(&g->chat, spec, g->tok, a->chat));
-    uint32_t e = tokenizer_special_id(g->tok, "<|endoftext|>");
-    if (e == UINT32_MAX) e = gen_chat_eos_id(&g->chat, g->tok);
+    TSR_CHECK(gen_chat_open(&g->chat, spec, g->tok, a->chat, a->vars.n ? &a->vars : NULL));
+    const char *eos_token = g->chat.loaded ? chat_config_token(&g->chat.cc, "eos_token") : NULL;
+    uint32_t e = tokenizer_eos_id(g->tok, eos_token, TOKENIZER_EOS_DOCUMENT);
     if (e != UINT32_MAX && e < (uint32_t)g->m.V) g->eos = (int32_t)e;
     uint32_t nv = tokenizer_vocab_size(g->tok);
     if (nv < (uint32_t)g->m.V && !a->ids)
@@ -559,7 +570,10 @@ static void gen_free(gen_run *g) {
 int cmd_generate(int argc, char **argv) {
     gen_args a;
     int rc = parse_args(argc, argv, &a);
-    if (rc) return rc < 0 ? 0 : rc;
+    if (rc) {
+        gen_chat_vars_free(&a.vars);
+        return rc < 0 ? 0 : rc;
+    }
     gen_run *g = tsr_calloc(1, sizeof *g);
     rc = gen_load_model(a.ckpt, a.sets, a.n_sets, &g->cfg, &g->m, g->resolved, sizeof g->resolved);
     if (!rc) {
@@ -593,5 +607,6 @@ int cmd_generate(int argc, char **argv) {
     }
     gen_free(g);
     free(g);
+    gen_chat_vars_free(&a.vars);
     return rc;
 }

@@ -30,6 +30,7 @@
 #include "hf/hf_internal.h"
 #include "chat/chat_config.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_eos.h"
 
 typedef struct tok_files {
     int present;          /* tokenizer files to copy */
@@ -60,7 +61,6 @@ static int resolve_hf(const char *spec, const tsr_tokenizer *tok, tok_files *t) 
         tsr_error("export: the tokenizer path \"%.200s...\" is too long", spec);
         return TSR_EXIT_USAGE;
     }
-    const char *eos = "<|endoftext|>";
     chat_config cc;
     jinja_error e;
     if (!have_cfg) t->config[0] = 0;
@@ -68,11 +68,11 @@ static int resolve_hf(const char *spec, const tsr_tokenizer *tok, tok_files *t) 
         tsr_error("export: %s", e.msg);
         return TSR_EXIT_DATA;
     }
-    const json_value *v = have_cfg ? json_get(cc.vars, "eos_token") : NULL;
-    uint32_t id = tokenizer_special_id(tok, v && v->type == JSON_STRING ? v->str : eos);
+    const char *eos = have_cfg ? chat_config_token(&cc, "eos_token") : NULL;
+    uint32_t id = tokenizer_eos_id(tok, eos, TOKENIZER_EOS_CONFIG);
     t->eot = id == UINT32_MAX ? -1 : (long)id;
-    v = have_cfg ? json_get(cc.vars, "bos_token") : NULL;
-    id = v && v->type == JSON_STRING ? tokenizer_special_id(tok, v->str) : UINT32_MAX;
+    const char *bos = have_cfg ? chat_config_token(&cc, "bos_token") : NULL;
+    id = bos ? tokenizer_special_id(tok, bos) : UINT32_MAX;
     t->bos = id == UINT32_MAX ? -1 : (long)id;
     if (have_cfg) chat_config_free(&cc);
     /* generation_config.json beside tokenizer.json: the original model's (eos lists, sampling) */
@@ -118,7 +118,7 @@ static int resolve_tokenizer(const char *spec, const tsr_model *m, tok_files *t)
         return rc;
     }
     t->vocab = tokenizer_vocab_size(tok);
-    uint32_t eot = tokenizer_special_id(tok, "<|endoftext|>");
+    uint32_t eot = tokenizer_eos_id(tok, NULL, TOKENIZER_EOS_CONFIG); /* GPT-2: <|endoftext|> */
     t->eot = t->bos = eot == UINT32_MAX ? -1 : (long)eot;
     rc = tokenizer_is_hf(tok) ? resolve_hf(spec, tok, t) : 0;
     tokenizer_free(tok);

@@ -31,6 +31,7 @@
 #include "prep/prep_doc.h"
 #include "prep/prep_pack.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_eos.h"
 
 #define DEFAULT_SHARD_TOKENS (1ull << 27) /* as tessera shard: 256 MiB of uint16 tokens */
 #define BATCH_BYTES (4u << 20)            /* input bytes per parallel batch */
@@ -732,8 +733,6 @@ static int open_chat_config(prep_ctx *c) {
                   "tokenizer_config.json that has one, or --chat-template none)", spec);
         return TSR_EXIT_USAGE;
     }
-    const json_value *eos = json_get(c->chat.vars, "eos_token");
-    if (c->eos == UINT32_MAX && eos) c->eos = tokenizer_special_id(c->tok, eos->str);
     if (none && c->chat.tpl) {
         jinja_free(c->chat.tpl);
         c->chat.tpl = NULL;
@@ -742,16 +741,18 @@ static int open_chat_config(prep_ctx *c) {
     return 0;
 }
 
-/* Loads the tokenizer and finds <|endoftext|> when a document boundary needs it. */
+/* Loads the tokenizer and its end of document: <|endoftext|>, else the chat config's eos_token
+ * (tokenizer_eos.h). */
 static int open_tokenizer(prep_ctx *c) {
     int rc = tokenizer_open(&c->tok, c->a->tokenizer);
     if (rc) return rc;
     if (strcmp(c->a->tokenizer, "gpt2") == 0 || !realpath(c->a->tokenizer, c->tok_name))
         snprintf(c->tok_name, sizeof c->tok_name, "%s", c->a->tokenizer);
     c->vocab = tokenizer_vocab_size(c->tok);
-    c->eos = tokenizer_special_id(c->tok, "<|endoftext|>");
     rc = open_chat_config(c);
     if (rc) return rc;
+    c->eos = tokenizer_eos_id(c->tok, c->have_chat ? chat_config_token(&c->chat, "eos_token") : NULL,
+                              TOKENIZER_EOS_DOCUMENT);
     c->rules = (prep_doc_rules){c->tok, c->eos, c->a->bos, c->a->no_eos, c->a->target_prompts,
                                 c->have_chat && c->chat.tpl ? &c->chat : NULL};
     if (c->eos == UINT32_MAX && (!c->a->no_eos || c->a->bos)) {

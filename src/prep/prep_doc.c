@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "common.h"
-#include "prep/prep_chat.h"
+#include "chat/chat_render.h"
 
 /* Appends the tokens of text (mask m) to the item; special: special tokens in the text are
  * recognised (a chat template's output), else they are plain text (the user's data). */
@@ -105,7 +105,7 @@ static size_t token_bytes(const tsr_tokenizer *tok, const prep_item *it, size_t 
     return total;
 }
 
-/* A conversation through the model's chat template (prep_chat.h). The whole rendered text is
+/* A conversation through the model's chat template (chat/chat_render.h). The whole rendered text is
  * tokenized at once, special tokens recognised, as transformers tokenizes a rendered conversation
  * (so the ids equal its apply_chat_template's). Targets: every token that holds a byte of an
  * assistant turn's content, and the special token that closes the turn when it comes right after
@@ -114,7 +114,7 @@ static size_t token_bytes(const tsr_tokenizer *tok, const prep_item *it, size_t 
 static void put_chat(const prep_doc_rules *r, const json_value *root, prep_item *it, uint8_t tp) {
     chat_render cr;
     char why[sizeof it->err];
-    if (prep_chat_render(r->chat, root, &cr, why, sizeof why)) {
+    if (chat_render_turns(r->chat, root, &cr, why, sizeof why)) {
         bad(it, "%s", why);
         return;
     }
@@ -134,7 +134,7 @@ static void put_chat(const prep_doc_rules *r, const json_value *root, prep_item 
         }
     }
     free(len);
-    prep_chat_render_free(&cr);
+    chat_render_free(&cr);
 }
 
 /* A plain document (a text file's, or a JSONL line's "text"): [BOS] text [EOS], every token a

@@ -27,7 +27,7 @@ typedef struct prep_item {
 enum { ITEM_OK, ITEM_BAD, ITEM_EMPTY };
 
 /* How documents are framed: BOS/EOS are both `eos` (<|endoftext|>: GPT-2 has no BOS). chat: the
- * model's chat template for chat lines (prep_chat.h), or NULL for the "ROLE: content" format. */
+ * model's chat template for chat lines (chat/chat_render.h), or NULL for the "ROLE: content" format. */
 typedef struct prep_doc_rules {
     const tsr_tokenizer *tok;
     uint32_t eos;

@@ -327,7 +327,7 @@ static int open_icl(tsr_trainer *t) {
                       "icl_tasks from the recipe");
         return TSR_EXIT_USAGE;
     }
-    return icl_api->open(&t->icl, &t->cfg, t->model.V, t->micro, t->T);
+    return icl_api->open(&t->icl, &t->cfg, t->tok, t->model.V, t->micro, t->T);
 }
 
 int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run) {

@@ -9,13 +9,15 @@
 #include "train/train_state.h"
 
 struct icl_suite;
+struct tsr_tokenizer;
 struct tsr_tboard;
 
 /* In-context-learning evaluation at the trainer's evaluations. The scorer sits above the trainer
  * (src/eval/train_icl.h, which documents the three calls), so the program hands it over with
  * trainer_use_icl before trainer_init; without it a recipe with icl_tasks is refused. */
 typedef struct trainer_icl_api {
-    int (*open)(struct icl_suite **out, const tsr_config *cfg, int V, int micro, int T);
+    int (*open)(struct icl_suite **out, const tsr_config *cfg, const struct tsr_tokenizer *tok,
+                int V, int micro, int T); /* tok: the trainer's data.tokenizer, or NULL */
     void (*run)(struct icl_suite *s, tsr_model *m, const tsr_dist *d, int acts_B, int64_t step,
                 FILE *metrics, struct tsr_tboard *tb);
     void (*close)(struct icl_suite **s);

@@ -6,6 +6,10 @@
 #  - the prompt --chat renders is byte for byte what @huggingface/jinja renders for the same
 #    messages with add_generation_prompt (Llama 3 and Qwen 3 templates, a system message, unicode
 #    and white space), and its ids are that text encoded with special tokens recognised;
+#  - --template-var NAME=JSON passes template variables as apply_chat_template's keyword
+#    arguments do: Qwen 3 with enable_thinking=false (its empty think block) and a tools list
+#    renders as @huggingface/jinja renders it with those variables; a bad NAME=JSON, a name
+#    generate sets itself (messages, add_generation_prompt), or no --chat: exit 1;
 #  - the reply is "Yes." and stops at <|eot_id|>: the template's end of turn, learnt from the
 #    template (this tokenizer_config's eos_token is <|end_of_text|>); without the stop the model
 #    does emit <|eot_id|> right there; generation_config.json's eos_token_id list also stops it;
@@ -23,7 +27,7 @@ for f in "$JINJA/dist/index.cjs" "$MODELS"/{llama3,qwen3,gemma3}/tokenizer{,_con
 done
 [[ -x $TOOL ]] || { echo "$TOOL missing: run make"; exit 77; }
 tsr_tmpdir
-tap_plan 14
+tap_plan 16
 L3=$MODELS/llama3/tokenizer.json
 GEN=("$TOOL" generate --set threads=1 --temperature 0)
 
@@ -50,9 +54,12 @@ tap_check $? "prep Llama 3 chat data (400 conversations), train a tiny model 25 
 # ---- (a) the rendered prompt == @huggingface/jinja's, the ids == that text encoded ----
 SYSTEM='You are terse.  '
 USER=$'  H\u00e9llo, w\u00f6rld \U0001F44B\n\tsay <b>"yes"</b> & 3\u00d74  '
-# ref MODEL [SYSTEM]: the template of MODEL rendered by @huggingface/jinja into $TMP/ref-MODEL.txt
+# ref MODEL [SYSTEM [VARS [NAME]]]: the template of MODEL rendered by @huggingface/jinja into
+# $TMP/ref-NAME.txt (NAME: MODEL), with the template variables of the JSON object VARS added (as
+# apply_chat_template's keyword arguments: after the special tokens)
 ref() {
-    "$PY3" - "$MODELS/$1/tokenizer_config.json" "$TMP/$1" "$USER" "${2-}" <<'PY' || return 1
+    local name=${4:-$1}
+    "$PY3" - "$MODELS/$1/tokenizer_config.json" "$TMP/$name" "$USER" "${2-}" "${3:-{\}}" <<'PY' || return 1
 import json, sys
 cfg, out, user, system = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3], sys.argv[4]
 open(out + ".jinja", "w").write(cfg["chat_template"])
@@ -62,10 +69,11 @@ for k in ["bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_
     v = cfg.get(k)
     v = v.get("content") if isinstance(v, dict) else v
     if isinstance(v, str): ctx[k] = v
+ctx.update(json.loads(sys.argv[5]))
 json.dump(ctx, open(out + ".ctx.json", "w"))
 PY
-    node "$TSR_ROOT/tests/chat/render_ref.cjs" "$JINJA" "$TMP/$1.jinja" "$TMP/$1.ctx.json" >"$TMP/ref-$1.txt" &&
-        printf '\n' >>"$TMP/ref-$1.txt" # generate ends its output with a newline
+    node "$TSR_ROOT/tests/chat/render_ref.cjs" "$JINJA" "$TMP/$name.jinja" "$TMP/$name.ctx.json" >"$TMP/ref-$name.txt" &&
+        printf '\n' >>"$TMP/ref-$name.txt" # generate ends its output with a newline
 }
 ok=0
 for m in llama3 qwen3; do
@@ -89,6 +97,37 @@ for m in llama3 qwen3; do
     [[ -n $want && $got == "$want" ]] || ok=1
 done
 tap_check $ok "--chat --echo --ids: the prompt's ids == the reference render encoded with special tokens"
+# --template-var: Qwen 3 without thinking (the empty think block after the generation prompt), with tools
+QWEN_TOOLS='[{"type": "function", "function": {"name": "get_weather", "description": "M\u00e9t\u00e9o \"now\"",
+  "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 64}},
+  "required": ["city"]}}}]'
+ok=0
+ref qwen3 "$SYSTEM" "{\"enable_thinking\": false, \"tools\": $QWEN_TOOLS}" qwen3-vars || ok=1
+"${GEN[@]}" --ckpt "$TMP/run" --tokenizer "$MODELS/qwen3/tokenizer.json" --chat --system "$SYSTEM" --prompt "$USER" \
+    --template-var enable_thinking=false --template-var "tools=$QWEN_TOOLS" --echo --max-tokens 0 \
+    >"$TMP/got-qwen3-vars.txt" 2>"$TMP/got-qwen3-vars.err" || { ok=1; cat "$TMP/got-qwen3-vars.err" >&2; }
+cmp "$TMP/ref-qwen3-vars.txt" "$TMP/got-qwen3-vars.txt" >&2 || ok=1
+# the variables took effect: the empty think block, the tool's signature (tojson) in the system turn
+grep -qzF $'<|im_start|>assistant\n<think>\n\n</think>\n\n' "$TMP/got-qwen3-vars.txt" &&
+    grep -qF '"name": "get_weather"' "$TMP/got-qwen3-vars.txt" && ! cmp -s "$TMP/got-qwen3-vars.txt" "$TMP/got-qwen3.txt" || ok=1
+tap_diag "qwen3 with variables, its end: $(tail -c 36 "$TMP/got-qwen3-vars.txt" | od -An -c | tr -s ' ' | paste -sd' ')"
+# a string: Llama 3's template prints bos_token first; a variable replaces the special token's value
+ref llama3 "" '{"bos_token": "<s>"}' llama3-vars || ok=1
+"${GEN[@]}" --ckpt "$TMP/run" --tokenizer "$L3" --chat --prompt "$USER" --template-var 'bos_token="<s>"' --echo \
+    --max-tokens 0 >"$TMP/got-llama3-vars.txt" 2>/dev/null || ok=1
+cmp "$TMP/ref-llama3-vars.txt" "$TMP/got-llama3-vars.txt" >&2 && [[ $(head -c 3 "$TMP/got-llama3-vars.txt") == "<s>" ]] || ok=1
+tap_check $ok "--template-var enable_thinking=false, tools=[...] (Qwen 3), bos_token=\"<s>\" (Llama 3): the prompt == @huggingface/jinja's with them"
+ok=0
+for bad in "--chat --template-var enable_thinking=Flase:not JSON" "--chat --template-var enable_thinking:NAME=JSON" \
+           "--chat --template-var messages=[]:generate sets it" "--chat --template-var 1x=1:not a name" \
+           "--chat --template-var a=1 --template-var a=2:given twice" "--template-var a=1:goes with --chat"; do
+    # shellcheck disable=SC2086 # the options are meant to split
+    "${GEN[@]}" --ckpt "$TMP/run" --prompt hi ${bad%%:*} >/dev/null 2>"$TMP/e.txt"
+    rc=$?
+    ((rc == 1)) && grep -q -- "--template-var" "$TMP/e.txt" && grep -qF -- "${bad#*:}" "$TMP/e.txt" ||
+        { ok=1; tap_diag "'${bad%%:*}' exited $rc: $(cat "$TMP/e.txt")"; }
+done
+tap_check $ok "--template-var refusals (not JSON, no '=', messages, a bad name, twice, without --chat): exit 1, saying why"
 
 # ---- (b) the reply and its stop ----
 # the banner names the stops: <|end_of_text|> (end-of-text and eos_token), <|eot_id|> (the end of turn)

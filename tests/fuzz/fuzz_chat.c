@@ -1,5 +1,5 @@
 /* fuzz_chat.c — chat templates and prep's assistant-turn finder (src/chat/jinja*.c,
- * src/prep/prep_chat.c): a tokenizer_config.json's chat_template and the JSONL lines of a chat
+ * src/chat/chat_render.c): a tokenizer_config.json's chat_template and the JSONL lines of a chat
  * dataset both come from the user. Input: TEMPLATE FUZZ_SEP CONVERSATION (a template of the fuzzer's
  * own, compiled and rendered), or a CONVERSATION alone, rendered with two built-in templates shaped
  * like Llama 3's (trim) and Qwen 3's (reasoning split off at </think>). For a conversation that
@@ -9,7 +9,7 @@
 
 #include "common.h"
 #include "fuzz_common.h"
-#include "prep/prep_chat.h"
+#include "chat/chat_render.h"
 
 static const char *const builtin[] = {
     "{{ bos_token }}{% for m in messages %}<|h|>{{ m['role'] }}<|e|>\n\n{{ m['content'] | trim }}"
@@ -39,7 +39,7 @@ static void check(const jinja_template *t, const json_value *conv) {
     chat_config cc = {.tpl = (jinja_template *)t, .vars = &g_vars};
     chat_render r;
     char why[256];
-    if (prep_chat_render(&cc, conv, &r, why, sizeof why)) {
+    if (chat_render_turns(&cc, conv, &r, why, sizeof why)) {
         if (!memchr(why, '\0', sizeof why)) abort();
         return;
     }
@@ -49,7 +49,7 @@ static void check(const jinja_template *t, const json_value *conv) {
         end = r.spans[i].off + r.spans[i].len;
     }
     if (r.text[r.len] != '\0') abort();
-    prep_chat_render_free(&r);
+    chat_render_free(&r);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -1,6 +1,6 @@
-/* prep_chat.c — a conversation through its model's chat template, with the assistant turns
- * located in the output (prep_chat.h, docs/prep.md "Chat templates"). */
-#include "prep/prep_chat.h"
+/* chat_render.c — a conversation through its model's chat template, with the assistant turns
+ * located in the output (chat_render.h, docs/prep.md "Chat templates"). */
+#include "chat/chat_render.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -168,7 +168,7 @@ static int place_spans(const char *full, size_t n, const char *marked, const cha
     return 0;
 }
 
-int prep_chat_render(const chat_config *cc, const json_value *conv, chat_render *out, char *why,
+int chat_render_turns(const chat_config *cc, const json_value *conv, chat_render *out, char *why,
                      size_t why_cap) {
     memset(out, 0, sizeof *out);
     const json_value *msgs = json_get(conv, "messages");
@@ -194,11 +194,11 @@ int prep_chat_render(const chat_config *cc, const json_value *conv, chat_render 
     free(strs);
     free(marks);
     free(at);
-    if (rc) prep_chat_render_free(out);
+    if (rc) chat_render_free(out);
     return rc;
 }
 
-void prep_chat_render_free(chat_render *r) {
+void chat_render_free(chat_render *r) {
     free(r->text);
     free(r->spans);
     memset(r, 0, sizeof *r);

@@ -1,6 +1,7 @@
-/* prep_chat.h — a conversation rendered with the model's own chat template, and where each
- * assistant turn's content lies in the rendered text (the loss mask's targets). Internal to
- * src/prep/; the rules are in docs/prep.md ("Chat templates").
+/* chat_render.h — a conversation rendered with the model's own chat template, and where each
+ * assistant turn's content lies in the rendered text: `tessera prep`'s loss-mask targets, and
+ * `tessera generate --chat`'s end of turn (what the template prints after a reply). The rules are
+ * in docs/prep.md ("Chat templates").
  *
  * The text is the template's render of the whole conversation (add_generation_prompt false). The
  * assistant turns are found by rendering once more with each assistant message's content replaced
@@ -9,8 +10,8 @@
  * printed it (trimmed, for instance). A template that moves or rewrites the content so that this
  * does not hold is reported, never guessed.
  */
-#ifndef TSR_PREP_CHAT_H
-#define TSR_PREP_CHAT_H
+#ifndef TSR_CHAT_RENDER_H
+#define TSR_CHAT_RENDER_H
 
 #include <stddef.h>
 
@@ -31,8 +32,8 @@ typedef struct chat_render {
 /* Renders conv (a JSON object with "messages", and whatever else the template reads: "tools", ...)
  * with cc's template and its special-token variables. Returns 0, or -1 with the reason in why
  * (the template's own error, or why the assistant turns cannot be located). Thread-safe. */
-int prep_chat_render(const chat_config *cc, const json_value *conv, chat_render *out, char *why,
+int chat_render_turns(const chat_config *cc, const json_value *conv, chat_render *out, char *why,
                      size_t why_cap);
-void prep_chat_render_free(chat_render *r);
+void chat_render_free(chat_render *r);
 
 #endif
