@@ -157,6 +157,8 @@ typedef struct tsr_config {
     } sample;
     tsr_sharding_kind sharding;
     int64_t replica_group;  /* hsdp: ranks per sharding group; 0 = the ranks of one node */
+    int64_t expert;         /* expert parallelism: ranks that share one copy of the experts
+                             * (docs/moe.md); 1 = every rank holds every expert */
     int n_icl;
     tsr_icl_task_config icl[TSR_MAX_ICL_TASKS];
     struct {

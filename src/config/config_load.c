@@ -322,6 +322,8 @@ static const char *const cross_rules[] = {
     "With `parallel.sharding = \"hsdp\"`, `parallel.replica_group` (0: the ranks of one node) "
     "divides the rank count (checked at start, when the rank count is known).",
     "`device = \"cuda\"` needs a build with the CUDA backend.",
+    "`parallel.expert` above 1 needs a MoE model (`model.moe_experts` a multiple of it) on "
+    "`device = \"cpu\"`, and divides the rank count (checked at start).",
     "Exactly one of `data.train` and `data.mix`; `data.curriculum` needs `data.mix`, its phases "
     "in increasing `at`.",
     "`data.cache_limit` is a size: `500M`, `20G`, `1.5T` (powers of 1024) or `0`.",
@@ -395,6 +397,24 @@ static void validate_options(load_ctx *c) {
                   "model.attn_mask = \"document\" it must be in [0, %d) (the tokenizer's "
                   "<|endoftext|> id; GPT-2's is 50256)", where(c, "model.eot_token", at, sizeof at),
                   m->eot_token, m->vocab_size, m->vocab_size);
+        c->errors++;
+    }
+    if (g->expert > 1 && m->moe_experts == 0) {
+        tsr_error("%sparallel.expert = %lld: expert parallelism needs a mixture-of-experts model "
+                  "(model.moe_experts > 0), and this one is dense: set parallel.expert = 1",
+                  where(c, "parallel.expert", at, sizeof at), (long long)g->expert);
+        c->errors++;
+    } else if (g->expert > 1 && m->moe_experts % g->expert != 0) {
+        tsr_error("%sparallel.expert = %lld: expert parallelism splits the experts over that many "
+                  "ranks, so model.moe_experts (%d) must be a multiple of it; or set "
+                  "parallel.expert = 1", where(c, "parallel.expert", at, sizeof at),
+                  (long long)g->expert, m->moe_experts);
+        c->errors++;
+    } else if (g->expert > 1 && g->device == TSR_DEVICE_CUDA) {
+        tsr_error("%sparallel.expert = %lld: expert parallelism runs on device = \"cpu\" only "
+                  "so far (the NCCL exchange is not written yet, docs/moe.md); set "
+                  "parallel.expert = 1 (zero3 or hsdp shard the experts' memory)",
+                  where(c, "parallel.expert", at, sizeof at), (long long)g->expert);
         c->errors++;
     }
     int ck_lo, ck_n;
@@ -660,6 +680,12 @@ int config_check_world(const tsr_config *cfg, int world) {
     if (mb > 0 && (gb / world) % mb != 0) { /* mb 0 = auto: a divisor is chosen at run time */
         tsr_error("per-rank batch %lld (global_batch %lld / %d ranks) is not divisible by "
                   "micro_batch = %lld", gb / world, gb, world, mb);
+        return TSR_EXIT_USAGE;
+    }
+    if (world % cfg->expert != 0) {
+        tsr_error("parallel.expert = %lld does not divide the %d ranks: expert parallelism splits "
+                  "the ranks into groups of that many, each holding every expert once; choose a "
+                  "divisor of %d", (long long)cfg->expert, world, world);
         return TSR_EXIT_USAGE;
     }
     return 0;

@@ -312,6 +312,12 @@ const cfgtab_key cfgtab_keys[] = {
      .ilo = 0, INT32_ONLY,
      .doc = "hsdp: ranks per sharding group (a divisor of the rank count); 0 = the ranks of one "
             "node. Ignored by the other modes."},
+    {.name = "parallel.expert", .type = CFGK_INT, FIELD(expert), .def = "1", .ilo = 1,
+     INT32_ONLY,
+     .doc = "Expert parallelism (MoE models): the experts are split over groups of this many "
+            "consecutive ranks, tokens travel to their experts' ranks and back by all-to-all; a "
+            "divisor of the rank count and of `model.moe_experts`. 1 = every rank holds every "
+            "expert (docs/moe.md)."},
 
     {.name = "watchdog.window", .type = CFGK_INT, FIELD(watchdog.window), .def = "50", .ilo = 0,
      .ihi = INT64_MAX,

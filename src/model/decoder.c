@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "model/model_ep.h"
 
 /* ---- the parameter units ------------------------------------------------------------------- */
 
@@ -437,7 +438,7 @@ static void qkv_forward(const run *r, const dec_layer *v, const void *const *w) 
 /* A MoE layer's MLP up to the experts' outputs (docs/moe.md): router, routing, the experts'
  * SwiGLU and down projections, the shared expert up to its SwiGLU. moe_combine_forward adds them
  * up afterwards (in the fcproj matmul's place). */
-static void moe_forward(const run *r, const dec_layer *v, const void *const *w) {
+static void moe_forward(const run *r, int l, const dec_layer *v, const void *const *w) {
     const tsr_backend *be = r->d->be;
     const tsr_model *m = r->d->m;
     const int N = r->N, C = m->C, E = m->E, K = m->K, FE = m->FE, NK = N * K;
@@ -445,9 +446,14 @@ static void moe_forward(const run *r, const dec_layer *v, const void *const *w) 
     be->moe_route(be, v->probs, v->lse, v->idx, v->wts, v->offs, v->rows, v->slot, v->stats,
                   v->mlg, N, E, K, m->cfg.moe_norm_topk);
     be->moe_gather(be, v->xg, v->ln2, v->rows, N, K, C);
-    be->moe_matmul_forward(be, v->h, v->xg, w[TSR_P_EXPW1], v->offs, E, NK, C, 2 * FE);
-    be->swiglu_forward(be, v->hg, v->h, NK, FE);
-    be->moe_matmul_forward(be, v->y, v->hg, w[TSR_P_EXPW2], v->offs, E, NK, FE, C);
+    if (m->ep && ep_exchanging(m->ep)) { /* the experts live on other ranks too (model_ep.h) */
+        ep_forward(m->ep, be, model_layer_slot(m, TSR_P_EXPW1, l), v->xg, v->offs,
+                   w[TSR_P_EXPW1], w[TSR_P_EXPW2], v->y, NK);
+    } else {
+        be->moe_matmul_forward(be, v->h, v->xg, w[TSR_P_EXPW1], v->offs, E, NK, C, 2 * FE);
+        be->swiglu_forward(be, v->hg, v->h, NK, FE);
+        be->moe_matmul_forward(be, v->y, v->hg, w[TSR_P_EXPW2], v->offs, E, NK, FE, C);
+    }
     if (m->S) {
         linear(r, v->sh, NULL, v->ln2, w[TSR_P_SHW1], NULL, N, C, 2 * m->S);
         be->swiglu_forward(be, v->shg, v->sh, N, m->S);
@@ -487,7 +493,7 @@ static void layer_steps(const run *r, int l, const dec_layer *v, const void *con
             break;
         case ST_FC:
             if (model_moe_layer(m, l)) {
-                moe_forward(r, v, w);
+                moe_forward(r, l, v, w);
             } else if (m->cfg.mlp == TSR_MLP_SWIGLU) {
                 linear(r, v->fch, NULL, v->ln2, w[TSR_P_FCW], w[TSR_P_FCB], N, C, m->FW);
                 be->swiglu_forward(be, v->fchg, v->fch, N, F);
@@ -532,7 +538,7 @@ static void layers_forward(const run *r, const dec_unit *root) {
 }
 
 /* A MoE layer's MLP backward: from dres = d(its output) to dln = d(ln2) (written). */
-static void moe_backward(const run *r, const dec_layer *v, const void *const *w,
+static void moe_backward(const run *r, int l, const dec_layer *v, const void *const *w,
                          float *const *g) {
     const tsr_decoder *d = r->d;
     const tsr_backend *be = d->be;
@@ -552,14 +558,19 @@ static void moe_backward(const run *r, const dec_layer *v, const void *const *w,
         be->matmul_backward(be, a->dln, g[TSR_P_SHW1], NULL, a->moe_dsh, v->ln2, w[TSR_P_SHW1], N,
                             C, 2 * S);
     }
-    be->zero(be, a->moe_dhg, nk * FE * e);
-    be->moe_matmul_backward(be, a->moe_dhg, g[TSR_P_EXPW2], a->moe_dxy, v->hg, w[TSR_P_EXPW2],
-                            v->offs, E, NK, FE, C);
-    be->zero(be, a->moe_dh, nk * 2 * FE * e);
-    be->swiglu_backward(be, a->moe_dh, v->h, a->moe_dhg, NK, FE);
-    be->zero(be, a->moe_dxy, nk * C * e); /* dy is used up: the buffer now takes d(xg) */
-    be->moe_matmul_backward(be, a->moe_dxy, g[TSR_P_EXPW1], a->moe_dh, v->xg, w[TSR_P_EXPW1],
-                            v->offs, E, NK, C, 2 * FE);
+    if (m->ep && ep_exchanging(m->ep)) {
+        ep_backward(m->ep, be, model_layer_slot(m, TSR_P_EXPW1, l), a->moe_dxy, w[TSR_P_EXPW1],
+                    w[TSR_P_EXPW2], g[TSR_P_EXPW1], g[TSR_P_EXPW2], NK);
+    } else {
+        be->zero(be, a->moe_dhg, nk * FE * e);
+        be->moe_matmul_backward(be, a->moe_dhg, g[TSR_P_EXPW2], a->moe_dxy, v->hg,
+                                w[TSR_P_EXPW2], v->offs, E, NK, FE, C);
+        be->zero(be, a->moe_dh, nk * 2 * FE * e);
+        be->swiglu_backward(be, a->moe_dh, v->h, a->moe_dhg, NK, FE);
+        be->zero(be, a->moe_dxy, nk * C * e); /* dy is used up: the buffer now takes d(xg) */
+        be->moe_matmul_backward(be, a->moe_dxy, g[TSR_P_EXPW1], a->moe_dh, v->xg,
+                                w[TSR_P_EXPW1], v->offs, E, NK, C, 2 * FE);
+    }
     be->moe_gather_backward(be, a->dln, a->moe_dxy, v->slot, N, K, C);
     be->moe_router_backward(be, a->moe_dlogits, a->moe_dwts, v->probs, v->lse, v->idx, v->wts,
                             v->offs, N, E, K, m->cfg.moe_norm_topk,
@@ -604,7 +615,7 @@ static void layer_backward(const run *r, int l, const dec_unit *u) {
         layer_steps(r, l, &v, w, rerun[k].first, rerun[k].last);
     }
     /* MLP branch: dres is d(residual3) = d(the MLP's output), and flows on to residual2 */
-    if (model_moe_layer(m, l)) moe_backward(r, &v, w, g);
+    if (model_moe_layer(m, l)) moe_backward(r, l, &v, w, g);
     else mlp_backward(r, &v, w, g);
     norm_backward(r, a->dresidual, g[TSR_P_LN2W], g[TSR_P_LN2B], a->dln, v.res2, w[TSR_P_LN2W],
                   v.ln2m, v.ln2r);

@@ -83,6 +83,18 @@ int model_config_check(const tsr_model_config *cfg, char *why, size_t n) {
     return 0;
 }
 
+/* The flat layout: offsets in id order, each tensor 16-float aligned (64 bytes, for vector loads);
+ * the tensors of the expert store (ep) take no room. */
+static void model_layout_flat(tsr_model *m) {
+    size_t off = 0;
+    for (int i = 0; i < TSR_P_COUNT; i++) {
+        tsr_param_info *p = &m->params_info[i];
+        p->offset = p->ep ? SIZE_MAX : off;
+        if (!p->ep) off += (p->numel + 15) / 16 * 16;
+    }
+    m->n_params = off;
+}
+
 void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const tsr_ops *ops) {
     char why[400];
     const char *ck_key;
@@ -141,16 +153,18 @@ void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const ts
     set_param(m, TSR_P_LNFW, "lnfw", TSR_PK_NORM, 1, 1, C, 0, 0, 0);
     set_param(m, TSR_P_LNFB, "lnfb", TSR_PK_NORM, nbias, 1, C, 0, 0, 0);
     set_param(m, TSR_P_LMHEAD, "lm_head", TSR_PK_WEIGHT, !cfg->tie_embeddings, 2, m->Vp, C, 0, 0);
-    size_t off = 0;
-    for (int i = 0; i < TSR_P_COUNT; i++) {
-        m->params_info[i].offset = off;
-        /* keep every tensor 16-float aligned (64 bytes) for vector loads */
-        off += (m->params_info[i].numel + 15) / 16 * 16;
-    }
-    m->n_params = off;
+    m->EP = 1;
+    model_layout_flat(m);
     m->n_params_counted = 0;
     for (int i = 0; i < TSR_P_COUNT; i++) m->n_params_counted += m->params_info[i].numel;
     m->n_params_counted -= (size_t)(m->Vp - m->V) * (size_t)C * (cfg->tie_embeddings ? 1 : 2);
+}
+
+void model_set_expert_parallel(tsr_model *m, int EP) {
+    if (EP <= 1 || m->E == 0) return;
+    m->EP = EP;
+    m->params_info[TSR_P_EXPW1].ep = m->params_info[TSR_P_EXPW2].ep = 1;
+    model_layout_flat(m);
 }
 
 void model_alloc_params(tsr_model *m) {
@@ -184,7 +198,7 @@ int model_param_layers(const tsr_model *m, tsr_param_id id) {
 size_t model_unit_slice(const tsr_model *m, tsr_param_id id, int u, size_t *len) {
     const tsr_param_info *p = &m->params_info[id];
     *len = 0;
-    if (!p->numel || model_param_per_layer(id) != (u > 0)) return SIZE_MAX;
+    if (!p->numel || p->ep || model_param_per_layer(id) != (u > 0)) return SIZE_MAX;
     if (u == 0) {
         *len = p->numel;
         return p->offset;
@@ -231,26 +245,29 @@ static const uint64_t init_stream[TSR_P_COUNT] = {
 };
 
 void model_init_weights(tsr_model *m, uint64_t seed) {
-    double std = m->cfg.init_std, proj_std = std / sqrt(2.0 * m->L);
     memset(m->params, 0, m->n_params * sizeof(float));
     for (int i = 0; i < TSR_P_COUNT; i++) {
         const tsr_param_info *p = &m->params_info[i];
+        if (!p->numel || p->ep) continue; /* (the expert store initialises its own) */
         float *w = m->params + p->offset;
-        if (!p->numel) continue;
         if (p->kind == TSR_PK_BIAS) continue; /* zeros */
         if (p->kind == TSR_PK_NORM) {
             int is_bias = i == TSR_P_LN1B || i == TSR_P_LN2B || i == TSR_P_LNFB;
             for (size_t k = 0; k < p->numel; k++) w[k] = is_bias ? 0.0f : 1.0f;
             continue;
         }
-        double s = (i == TSR_P_ATTPROJW || i == TSR_P_FCPROJW || i == TSR_P_EXPW2 ||
-                    i == TSR_P_SHW2) ? proj_std : std;
         size_t n = p->numel;
         if (i == TSR_P_WTE || i == TSR_P_LMHEAD)
             n = (size_t)m->V * (size_t)m->C; /* padded rows stay zero */
-        for (size_t k = 0; k < n; k++)
-            w[k] = (float)(s * tsr_rand_normal(seed, init_stream[i], k));
+        for (size_t k = 0; k < n; k++) w[k] = model_init_weight(m, (tsr_param_id)i, seed, k);
     }
+}
+
+float model_init_weight(const tsr_model *m, tsr_param_id id, uint64_t seed, size_t k) {
+    double std = m->cfg.init_std;
+    if (id == TSR_P_ATTPROJW || id == TSR_P_FCPROJW || id == TSR_P_EXPW2 || id == TSR_P_SHW2)
+        std /= sqrt(2.0 * m->L); /* the residual projections */
+    return (float)(std * tsr_rand_normal(seed, init_stream[id], k));
 }
 
 /* Activation checkpointing (docs/model.md; the groups and slots: model.h). The groups each mode

@@ -64,6 +64,8 @@ typedef struct tsr_param_info {
     int ndim;
     int64_t shape[4];
     size_t offset, numel; /* into the flat buffer; numel 0 = absent in this model */
+    int ep;              /* held by the expert-parallel store (model_ep.h), not the flat buffer:
+                          * offset SIZE_MAX, numel and shape still the global ones */
 } tsr_param_info;
 
 /* Activations, on the model's backend (src/model/decoder.c lays them out for either one; the plan
@@ -185,6 +187,9 @@ typedef struct tsr_model {
     float *params, *grads;   /* flat (n_params) */
     float *alibi_slopes;     /* (NH) or NULL */
     const tsr_param_source *src; /* NULL: params/grads hold everything */
+    int EP;                  /* expert parallelism (parallel.expert; 1: none) */
+    struct tsr_ep *ep;       /* EP > 1: the experts' store and exchange (model_ep.h), set by
+                              * its owner; the decoder takes the expert tensors from there */
     int ckpt_lo, n_ckpt;     /* layers ckpt_lo .. ckpt_lo + n_ckpt - 1 are checkpointed
                               * (n_ckpt 0: activation_checkpointing = none) */
     tsr_acts acts;
@@ -223,6 +228,10 @@ void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const ts
  * must be a token id (< vocab_size); with activation_checkpointing other than none,
  * the layers are valid (config_actckpt_layers). Returns 0, or -1 with the reason in why. */
 int model_config_check(const tsr_model_config *cfg, char *why, size_t n);
+/* Expert parallelism (docs/moe.md): after model_init, takes the expert tensors (expw1, expw2) out
+ * of the flat layout (params_info[].ep = 1; offsets and n_params recomputed, n_params_counted
+ * unchanged) for a store of their own, model_ep.h's; EP = 1 changes nothing. */
+void model_set_expert_parallel(tsr_model *m, int EP);
 /* Allocates parameters and gradients (zeroed) and the ALiBi slopes or RoPE frequencies. */
 void model_alloc_params(tsr_model *m);
 /* The ALiBi slopes or RoPE frequencies alone (a model whose parameters live in a
@@ -247,6 +256,9 @@ size_t model_unit_slice(const tsr_model *m, tsr_param_id id, int u, size_t *len)
  * biases 0, LayerNorm weights 1, padded vocab rows 0. A pure function of (seed): every rank gets
  * the same bits without communication. */
 void model_init_weights(tsr_model *m, uint64_t seed);
+/* Element k (row-major, of the global shape) of weight tensor id's initial value: the one draw
+ * model_init_weights makes for it (the expert store initialises its slice with it). */
+float model_init_weight(const tsr_model *m, tsr_param_id id, uint64_t seed, size_t k);
 /* Allocates activations for microbatches of B x T (dies when out of memory). */
 void model_alloc_acts(tsr_model *m, int B, int T);
 /* The same, but returns -1 when an allocation fails (with everything it allocated freed again, the

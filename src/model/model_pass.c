@@ -6,6 +6,7 @@
 #include "common.h"
 #include "model.h"
 #include "model/decoder.h"
+#include "model/model_ep.h"
 
 int model_try_alloc_acts(tsr_model *m, int B, int T) {
     return dec_try_alloc_acts(m, &m->be, &m->acts, B, T);
@@ -42,15 +43,16 @@ static void unit_get(void *ctx, int u, int backward, const void **w, float **g) 
         float *wf[TSR_P_COUNT] = {0};
         m->src->get(m->src->ctx, u, backward, wf, g);
         for (int i = 0; i < TSR_P_COUNT; i++) w[i] = wf[i];
-        return;
+    } else {
+        size_t off[TSR_P_COUNT];
+        dec_unit_offsets(m, u, off);
+        for (int i = 0; i < TSR_P_COUNT; i++) {
+            if (off[i] == SIZE_MAX) continue;
+            w[i] = m->params + off[i];
+            if (m->grads) g[i] = m->grads + off[i];
+        }
     }
-    size_t off[TSR_P_COUNT];
-    dec_unit_offsets(m, u, off);
-    for (int i = 0; i < TSR_P_COUNT; i++) {
-        if (off[i] == SIZE_MAX) continue;
-        w[i] = m->params + off[i];
-        if (m->grads) g[i] = m->grads + off[i];
-    }
+    if (m->ep) ep_unit(m->ep, m, u, backward, w, g); /* the experts, from their own store */
 }
 
 static void unit_put(void *ctx, int u, int backward) {

@@ -81,7 +81,50 @@ static void note_start_load(tsr_trainer *t, const char *what, const char *path, 
     t->out.start_load.bytes = bytes;
 }
 
+/* parallel.expert: every rank reads the whole model into a copy in the plain layout (the experts
+ * are spread over the ranks, and the importer reads flat ranges of that layout); the dense
+ * tensors go where this run keeps them (the flat buffer, or the zero3 / hsdp shards), this rank's
+ * experts into the store. */
+static int init_from_hf_ep(tsr_trainer *t, const char *dir) {
+    double t0 = tsr_now();
+    tsr_model *full = tsr_calloc(1, sizeof *full);
+    model_init(full, &t->cfg.model, t->T, t->be.ops);
+    full->params = t->be.ops->alloc(full->n_params * sizeof(float));
+    t->be.ops->zero(full->params, full->n_params * sizeof(float));
+    void *h = NULL;
+    uint64_t bytes = 0;
+    tsr_log_mute(t->dist.rank != 0);
+    int rc = importer->open(&h, dir, full);
+    tsr_log_mute(0);
+    if (!rc) rc = importer->read(h, full, 0, full->n_params, &bytes);
+    importer->close(h);
+    double worst = rc;
+    dist_allreduce_max_f64(&worst, 1); /* a read error on one rank stops all of them */
+    if (worst == 0) {
+        full_begin(t);
+        for (int i = 0; i < TSR_P_COUNT; i++) {
+            const tsr_param_info *p = &t->model.params_info[i];
+            if (p->numel && !p->ep)
+                memcpy(t->model.params + p->offset, full->params + full->params_info[i].offset,
+                       p->numel * sizeof(float));
+        }
+        full_end(t, 1);
+        ep_from_full(&t->part.ep, full->params + full->params_info[TSR_P_EXPW1].offset,
+                     full->params + full->params_info[TSR_P_EXPW2].offset);
+    }
+    t->be.ops->free(full->params);
+    full->params = NULL;
+    model_free(full);
+    free(full);
+    if (worst != 0) return (int)worst;
+    int64_t total = (int64_t)bytes;
+    dist_allreduce_sum_i64(&total, 1);
+    note_start_load(t, "init-from", dir, tsr_now() - t0, (uint64_t)total);
+    return 0;
+}
+
 static int init_from_hf(tsr_trainer *t, const char *dir) {
+    if (t->part.ep_on) return init_from_hf_ep(t, dir);
     double t0 = tsr_now();
     void *h = NULL;
     tsr_log_mute(t->dist.rank != 0);
@@ -138,7 +181,41 @@ static void io_release(tsr_trainer *t) {
     for (int set = 0; set < SET_COUNT; set++) {
         if (t->part.ckio[set]) t->be.ops->free(t->part.ckio[set]);
         t->part.ckio[set] = NULL;
+        free(t->part.ep_io[set]);
+        t->part.ep_io[set] = NULL;
     }
+}
+
+/* parallel.expert: the first EP group (world ranks 0 .. EP - 1) writes and reads the expert
+ * tensors, rank j its part (model_ep.h); the other ranks name them with empty ranges. */
+static int ep_writer(const tsr_trainer *t) { return t->part.ep_on && t->dist.rank < t->part.ep.EP; }
+
+static float *ep_store(tsr_trainer *t, int set) {
+    tsr_ep *ep = &t->part.ep;
+    return set == SET_MODEL ? ep->w : set == SET_M ? ep->m : ep->v;
+}
+
+static int ep_tensors(tsr_trainer *t, int set, ckpt_tensor *ts, char (*names)[64]) {
+    const tsr_model *m = &t->model;
+    int n = 0;
+    for (int which = 0; which < 2; which++) {
+        const tsr_param_info *p = &m->params_info[which ? TSR_P_EXPW2 : TSR_P_EXPW1];
+        ckpt_tensor *c = &ts[n];
+        snprintf(names[n], 64, "%s%s", set_prefix[set], p->name);
+        c->name = names[n];
+        c->ndim = p->ndim;
+        for (int d = 0; d < 4; d++) c->shape[d] = d < p->ndim ? p->shape[d] : 0;
+        c->lo = c->hi = 0;
+        c->data = NULL;
+        if (ep_writer(t)) {
+            if (!t->part.ep_io[set])
+                t->part.ep_io[set] = tsr_calloc(ep_part_floats(&t->part.ep), sizeof(float));
+            ep_part_range(&t->part.ep, which, &c->lo, &c->hi);
+            c->data = t->part.ep_io[set] + (which ? t->part.ep.n1 : 0);
+        }
+        n++;
+    }
+    return n;
 }
 
 /* Fills up to 3 * TSR_P_COUNT tensor descriptors; names are written into names (64 each). */
@@ -152,6 +229,10 @@ static int build_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (
         for (int i = 0; i < TSR_P_COUNT; i++) {
             const tsr_param_info *p = &m->params_info[i];
             if (!p->numel) continue;
+            if (p->ep) {
+                if (i == TSR_P_EXPW1) n += ep_tensors(t, set, ts + n, names + n);
+                continue;
+            }
             size_t a = p->offset > lo ? p->offset : lo;
             size_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
             if (a > b) a = b = p->offset; /* empty, anywhere inside */
@@ -203,6 +284,8 @@ int checkpointing_save(tsr_trainer *t) {
         fsdp_shard_to_part(&t->part.fsdp, t->part.m, t->part.ckio[SET_M]);
         fsdp_shard_to_part(&t->part.fsdp, t->part.v, t->part.ckio[SET_V]);
     }
+    for (int set = 0; ep_writer(t) && set < SET_COUNT; set++)
+        ep_to_part(&t->part.ep, ep_store(t, set), t->part.ep_io[set]);
     ckpt_meta *meta = tsr_malloc(sizeof *meta);
     fill_meta(t, meta);
     char path[1200];
@@ -217,6 +300,10 @@ int checkpointing_save(tsr_trainer *t) {
 /* After reading each rank's part: complete the replicated state; ZeRO-3 / HSDP: move the first
  * group's parts into its shards and copy those to the other groups. */
 static void gather_after_load(tsr_trainer *t, int with_optim) {
+    for (int set = 0; t->part.ep_on && set < (with_optim ? SET_COUNT : 1); set++) {
+        if (ep_writer(t)) ep_from_part(&t->part.ep, t->part.ep_io[set], ep_store(t, set));
+        ep_bcast(&t->part.ep, ep_store(t, set));
+    }
     if (t->part.fsdp_on) {
         tsr_fsdp *f = &t->part.fsdp;
         float *shard[SET_COUNT] = {f->params, t->part.m, t->part.v};

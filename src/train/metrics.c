@@ -56,6 +56,15 @@ static double plan_bytes(const tsr_trainer *t, double *pb, double *gb, double *o
     *cb = zero1 ? *pb / t->dist.world : 0;
     /* ZeRO-3 / HSDP: shards, plus the gather buffers (model/fsdp.h) */
     if (t->part.fsdp_on) fsdp_plan_bytes(&t->model, t->part.fsdp_group, pb, gb, ob, cb);
+    const tsr_model *m = &t->model;
+    if (m->EP > 1) { /* the expert store (model/model_ep.h): this rank's E / EP experts, replicated
+                      * over their EDP group whatever the sharding; and the rows it receives for
+                      * them per microbatch with a balanced routing, kept for the backward (a
+                      * skewed one takes up to EP times that) */
+        double eb = (double)m->LM * (m->E / m->EP) * 3.0 * m->FE * m->C * sizeof(float);
+        *pb += eb, *gb += eb, *ob += 2 * eb;
+        *cb += (double)m->LM * t->micro * t->T * m->K * (m->C + 3.0 * m->FE) * sizeof(float);
+    }
     return *pb + *gb + *ob + *cb + *ab;
 }
 
@@ -100,6 +109,10 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
                "6N_active + 12*L*(heads*head_dim)*T = %.4g (docs/mfu.md)\n", m->n_params_counted,
                model_active_params(m),
                m->K, m->E, t->out.flops_per_token);
+    if (m->EP > 1)
+        printf("expert parallelism: %d ranks per group share the %d experts, %d on each; %d "
+               "replicas of each expert (docs/moe.md)\n", m->EP, m->E, m->E / m->EP,
+               t->dist.world / m->EP);
     else
         printf("params: %zu trainable; FLOPs/token = 6N + 12*L*(heads*head_dim)*T = %.4g (docs/mfu.md)\n",
                m->n_params_counted, t->out.flops_per_token);

@@ -26,6 +26,7 @@ void trainer_full_weights(tsr_trainer *t, int on) {
 }
 
 void trainer_host_weights(tsr_trainer *t, int on) {
+    if (t->part.ep_on) ep_full(&t->part.ep, on);
     if (!t->part.fsdp_on) return;
     tsr_model *m = &t->model;
     if (on) {

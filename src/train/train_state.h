@@ -22,6 +22,7 @@
 #include "dist.h"
 #include "model/model.h"
 #include "model/fsdp.h"
+#include "model/model_ep.h"
 #include "train/guard.h"
 
 typedef struct tsr_step_stats {
@@ -83,9 +84,14 @@ typedef struct tsr_train_part {
     int fsdp_on, fsdp_group;     /* fsdp_group: G, the ranks that share one copy of the state */
     tsr_fsdp fsdp;
     float *ckio[3];              /* fsdp checkpoint I/O: weights, m, v in the flat partition */
+    float *ep_io[3];             /* parallel.expert, world ranks < EP: their part of the expert
+                                  * tensors (model_ep.h ep_to_part), weights, m, v */
     size_t *part_counts, *part_displs; /* per rank (size_t: a flat buffer may pass 2^31 floats) */
     float *gslice;               /* ZeRO-1: summed gradients of the owned slice */
     float *m, *v;                /* AdamW moments of the owned slice */
+    int ep_on;                   /* parallel.expert > 1: the experts live in ep, outside the
+                                  * flat layout and the sharding above (model/model_ep.h) */
+    tsr_ep ep;
 } tsr_train_part;
 
 /* What the run reports (owner: train/metrics.c). */

@@ -93,6 +93,7 @@ static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer 
     tsr_model *m = &t->model;
     double loss_sum = 0.0;
     zero(t);
+    if (t->part.ep_on) ep_zero_grads(&t->part.ep);
     for (int64_t b = 0; b < t->per_rank; b += t->micro) {
         const int32_t *in = t->data.inputs + b * t->T, *tg = t->data.targets + b * t->T;
         loss_sum += model_forward(m, in, tg, t->micro, t->T);
@@ -156,6 +157,7 @@ static void flat_update(tsr_trainer *t, double lr, float gscale) {
     float *g = owned_grads(t);
     for (int i = 0; i < TSR_P_COUNT; i++) {
         const tsr_param_info *p = &t->model.params_info[i];
+        if (p->ep) continue; /* (ep_update) */
         size_t end = p->offset + p->numel;
         size_t a = p->offset > lo ? p->offset : lo, b = end < hi ? end : hi;
         if (a >= b) continue;
@@ -178,6 +180,15 @@ static void fsdp_update(tsr_trainer *t, double lr, float gscale) {
                                 decay_of(o, t->model.params_info[p->id].kind), gscale,
                                 (int)t->optim_step);
     }
+}
+
+/* parallel.expert: the experts' AdamW, on every rank of their EDP group (model_ep.h) */
+static void ep_update(tsr_trainer *t, double lr, float gscale) {
+    const tsr_optim_config *o = &t->cfg.optim;
+    tsr_ep *ep = &t->part.ep;
+    t->be.ops->adamw_update(ep->w, ep->g, ep->m, ep->v, ep->n, (float)lr, (float)o->beta1,
+                            (float)o->beta2, (float)o->eps, decay_of(o, TSR_PK_WEIGHT), gscale,
+                            (int)t->optim_step);
 }
 
 static void zero1_gather(tsr_trainer *t) {
@@ -356,6 +367,7 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     TSR_CHECK(trainer_shard_group(cfg, d->world, d->local_world, &t->part.fsdp_group));
     t->part.fsdp_on = cfg->sharding == TSR_SHARD_ZERO3 || cfg->sharding == TSR_SHARD_HSDP;
     model_init(&t->model, &cfg->model, t->T, t->be.ops);
+    model_set_expert_parallel(&t->model, (int)cfg->expert);
     t->out.flops_per_token = model_flops_per_token(&t->model, t->T);
     if (t->model.E)
         t->out.moe = tsr_calloc((size_t)t->model.LM * (size_t)(2 + t->model.E), sizeof(double));
@@ -372,6 +384,11 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     } else {
         model_alloc_params(&t->model);
         model_init_weights(&t->model, (uint64_t)cfg->seed);
+    }
+    if (t->model.EP > 1) {
+        t->part.ep_on = 1;
+        ep_init(&t->part.ep, &t->model, t->model.EP, &t->dist);
+        ep_init_weights(&t->part.ep, &t->model, (uint64_t)cfg->seed);
     }
     TSR_CHECK(open_icl(t)); /* the task files are read before the first step */
     TSR_CHECK(plan_shards(t));
@@ -493,7 +510,8 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     if (t->out.moe && t->dist.world > 1) dist_allreduce_sum_f64(t->out.moe, n_moe);
     watchdog_phase(WD_REDUCE, t->step);
     s->reduce(t);
-    double norm = sqrt(s->sumsq(t));
+    if (t->part.ep_on) ep_reduce(&t->part.ep);
+    double norm = sqrt(s->sumsq(t) + (t->part.ep_on ? ep_sumsq(&t->part.ep, t->be.ops) : 0.0));
     double loss = step_global_loss(t, loss_sum, counted, st);
     double lr = o->lr * lr_multiplier(o->schedule, o->alpha_f, t->step, t->warmup_steps,
                                       t->total_steps);
@@ -501,6 +519,7 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     int apply = step_judge(t, loss, norm, st);
     if (apply) {
         s->update(t, lr, clip_scale(o, norm));
+        if (t->part.ep_on) ep_update(t, lr, clip_scale(o, norm));
         s->gather(t);
     }
     t->tokens_seen += t->cfg.global_batch * t->T;
@@ -651,6 +670,18 @@ static void evaluate(tsr_trainer *t) {
     }
 }
 
+/* parallel.expert: the bytes the experts' exchange sent between ranks in this process's steps,
+ * all ranks together (bench/comm_volume.sh compares them with the loopback's count). Collective. */
+static void ep_report(tsr_trainer *t) {
+    if (!t->part.ep_on) return;
+    int64_t sent = (int64_t)t->part.ep.sent_bytes;
+    dist_allreduce_sum_i64(&sent, 1);
+    if (t->dist.rank == 0)
+        printf("expert exchange: %lld bytes sent between ranks in %lld steps (all %d ranks, "
+               "forward and backward)\n", (long long)sent, (long long)t->out.steps_run,
+               t->dist.world);
+}
+
 /* sample.tokens after the run: rank 0 samples on the host's fp32 ops (device = cuda: from the
  * device's weights); the prompt is the end-of-text token, by convention the vocabulary's last id
  * (GPT-2's 50256, the synthetic corpus' V-1, a trained tokenizer's last special). Collective. */
@@ -721,6 +752,7 @@ int trainer_run(tsr_trainer *t) {
     }
     watchdog_stop();
     train_data_stage_end(t);
+    ep_report(t);
     metrics_finish(t);
     end_of_run_sample(t);
     return TSR_EXIT_OK;
@@ -736,6 +768,7 @@ void trainer_free(tsr_trainer *t) {
     free(t->data.inputs);
     free(t->data.targets);
     fsdp_free(&t->part.fsdp);
+    ep_free(&t->part.ep);
     model_free(&t->model);
     train_data_close(t);
     if (icl_api) icl_api->close(&t->icl);

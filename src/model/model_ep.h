@@ -1,0 +1,100 @@
+/* model_ep.h — expert parallelism on the CPU backend (parallel.expert = EP; docs/moe.md).
+ *
+ * Groups: the world splits into EP groups of EP consecutive ranks (world rank r: group r / EP,
+ * index j = r % EP); each EP group holds every expert once, rank j the E / EP experts
+ * e0 = j E / EP .. e0 + E / EP - 1 of every MoE layer. The expert-data-parallel (EDP) group of a
+ * rank is the ranks with the same j (world / EP of them): they hold the same experts and sum
+ * those experts' gradients.
+ *
+ * Storage: the expert tensors (expw1, expw2) leave the model's flat layout
+ * (model_set_expert_parallel) for this store: w, g, m, v hold this rank's experts as
+ * [expw1 (LM, E/EP, 2FE, C) | expw2 (LM, E/EP, C, FE)]. The dense tensors (the router included)
+ * keep parallel.sharding (ddp, zero1, zero3, hsdp); the experts are replicated over the EDP group
+ * like DDP whatever the sharding: gradients all-reduced over it, AdamW on every member.
+ *
+ * Exchange (a MoE layer's forward, in the decoder's place of the experts' matmuls): the routed
+ * rows, grouped by expert and so by owner, go to their owners by all-to-all; an owner orders what
+ * it received by expert, then by source rank (so the order does not depend on timing), runs its
+ * experts and sends each row's output back. The backward sends d(output) the same way and
+ * d(input) back. Per MoE layer and microbatch a rank sends what it routes to the other ranks'
+ * experts and receives their outputs back (forward), as much again in the backward.
+ *
+ * Checkpoints keep global shapes: the experts are written by the first EP group (world ranks
+ * 0 .. EP - 1), rank j its 1/EP of each expert tensor's flat elements (whole experts), after an
+ * all-to-all within the group (ep_to_part); a load reads that part, sends the experts to their
+ * holders (ep_from_part) and broadcasts them over the EDP groups: any EP degree and rank count
+ * read the same file.
+ *
+ * Evaluation, ICL and samples run with the full weights (ep_full): every expert gathered on every
+ * rank, no exchange (ranks run different numbers of batches there). */
+#ifndef TSR_MODEL_EP_H
+#define TSR_MODEL_EP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dist.h"
+#include "backend.h"
+#include "model/model.h"
+
+typedef struct ep_slot ep_slot;
+
+typedef struct tsr_ep {
+    int EP, j, El, e0;         /* degree, index in the EP group, experts per rank, first one */
+    int E, LM, C, FE;
+    tsr_group *group, *edp;    /* the EP group, the EDP group */
+    size_t x1, x2;             /* floats of one expert's expw1 (2FE C) and expw2 (C FE) */
+    size_t n1, n;              /* floats of the local expw1 (LM El x1); of the store */
+    float *w, *g, *m, *v;      /* the store (n each): weights, gradients, AdamW moments */
+    float *full;               /* ep_full on: every expert, [expw1 (LM,E,..) | expw2 (LM,E,..)] */
+    ep_slot *slots;            /* (LM) the exchange's record of each MoE layer's last forward */
+    float *scratch[4];         /* backward and staging buffers, grown as needed */
+    size_t scratch_cap[4];
+    uint64_t sent_bytes;       /* floats x 4 this rank sent to other ranks in the exchanges */
+} tsr_ep;
+
+/* Builds the groups (collective over the world) and the store for model m (after
+ * model_set_expert_parallel(m, EP)), and sets m->ep. EP divides the world and m->E. */
+void ep_init(tsr_ep *ep, tsr_model *m, int EP, const tsr_dist *d);
+void ep_free(tsr_ep *ep);
+/* The initial weights: this rank's slice of what model_init_weights gives the global tensors. */
+void ep_init_weights(tsr_ep *ep, const tsr_model *m, uint64_t seed);
+/* Unit u (model.h tsr_param_source) of a MoE layer: w[expw1], w[expw2] (and in backward g[..])
+ * point at layer u - 1's experts: this rank's, or all of them under ep_full. */
+void ep_unit(tsr_ep *ep, const tsr_model *m, int u, int backward, const void **w, float **g);
+/* The store's weights from the global expert tensors w1 (LM, E, 2FE, C) and w2 (LM, E, C, FE)
+ * (local: an import that read the whole model). */
+void ep_from_full(tsr_ep *ep, const float *w1, const float *w2);
+/* Whether the decoder exchanges rows (1), or runs all E experts locally (0: ep_full). */
+int ep_exchanging(const tsr_ep *ep);
+
+/* A MoE layer's experts, forward: xg (NK, C) the routed rows grouped by expert (offs, E + 1), as
+ * moe_gather leaves them; y (NK, C) receives each row's expert output, the same order. w1, w2:
+ * this rank's experts of the layer. slot: the layer's MoE index (its activations are kept there
+ * for the backward). Collective over the EP group. */
+void ep_forward(tsr_ep *ep, const tsr_backend *be, int slot, const float *xg,
+                const int32_t *offs, const float *w1, const float *w2, float *y, int NK);
+/* Backward of the last ep_forward of slot: dxy (NK, C) holds d(y) and leaves with d(xg); g1, g2
+ * (this rank's experts' gradients) accumulate. Collective over the EP group. */
+void ep_backward(tsr_ep *ep, const tsr_backend *be, int slot, float *dxy, const float *w1,
+                 const float *w2, float *g1, float *g2, int NK);
+
+void ep_zero_grads(tsr_ep *ep);
+/* The experts' gradients summed over the EDP group. */
+void ep_reduce(tsr_ep *ep);
+/* Squared norm of the experts' summed gradients, every expert once (equal on all ranks). */
+double ep_sumsq(const tsr_ep *ep, const tsr_ops *ops);
+/* on = 1: every expert gathered into ep->full (evaluation; collective); 0: freed. */
+void ep_full(tsr_ep *ep, int on);
+
+/* Checkpoint layout: the part of each expert tensor written by world rank j < EP (ep_part_range);
+ * ep_to_part fills part (n floats: expw1's part then expw2's) from a store-shaped buffer
+ * (w, m or v), ep_from_part the reverse. Collective over the EP group. */
+void ep_part_range(const tsr_ep *ep, int which, uint64_t *lo, uint64_t *hi);
+size_t ep_part_floats(const tsr_ep *ep);
+void ep_to_part(tsr_ep *ep, const float *store, float *part);
+void ep_from_part(tsr_ep *ep, const float *part, float *store);
+/* After a load into this rank's store by the first EP group: copied to the other EDP members. */
+void ep_bcast(tsr_ep *ep, float *store);
+
+#endif
