@@ -682,7 +682,7 @@ int config_check_world(const tsr_config *cfg, int world) {
                   "micro_batch = %lld", gb / world, gb, world, mb);
         return TSR_EXIT_USAGE;
     }
-    if (world % cfg->expert != 0) {
+    if (cfg->expert > 1 && world % cfg->expert != 0) {
         tsr_error("parallel.expert = %lld does not divide the %d ranks: expert parallelism splits "
                   "the ranks into groups of that many, each holding every expert once; choose a "
                   "divisor of %d", (long long)cfg->expert, world, world);

@@ -111,8 +111,8 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
                m->K, m->E, t->out.flops_per_token);
     if (m->EP > 1)
         printf("expert parallelism: %d ranks per group share the %d experts, %d on each; %d "
-               "replicas of each expert (docs/moe.md)\n", m->EP, m->E, m->E / m->EP,
-               t->dist.world / m->EP);
+               "cop%s of each expert (docs/moe.md)\n", m->EP, m->E, m->E / m->EP,
+               t->dist.world / m->EP, t->dist.world / m->EP == 1 ? "y" : "ies");
     else
         printf("params: %zu trainable; FLOPs/token = 6N + 12*L*(heads*head_dim)*T = %.4g (docs/mfu.md)\n",
                m->n_params_counted, t->out.flops_per_token);
