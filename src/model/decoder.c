@@ -447,7 +447,7 @@ static void moe_forward(const run *r, int l, const dec_layer *v, const void *con
                   v->mlg, N, E, K, m->cfg.moe_norm_topk);
     be->moe_gather(be, v->xg, v->ln2, v->rows, N, K, C);
     if (m->ep && ep_exchanging(m->ep)) { /* the experts live on other ranks too (model_ep.h) */
-        ep_forward(m->ep, be, model_layer_slot(m, TSR_P_EXPW1, l), v->xg, v->offs,
+        ep_forward(m->ep, be, (int)model_act_group_slot(m, TSR_AG_MLP, l), v->xg, v->offs,
                    w[TSR_P_EXPW1], w[TSR_P_EXPW2], v->y, NK);
     } else {
         be->moe_matmul_forward(be, v->h, v->xg, w[TSR_P_EXPW1], v->offs, E, NK, C, 2 * FE);
@@ -559,7 +559,8 @@ static void moe_backward(const run *r, int l, const dec_layer *v, const void *co
                             C, 2 * S);
     }
     if (m->ep && ep_exchanging(m->ep)) {
-        ep_backward(m->ep, be, model_layer_slot(m, TSR_P_EXPW1, l), a->moe_dxy, w[TSR_P_EXPW1],
+        ep_backward(m->ep, be, (int)model_act_group_slot(m, TSR_AG_MLP, l), a->moe_dxy,
+                    w[TSR_P_EXPW1],
                     w[TSR_P_EXPW2], g[TSR_P_EXPW1], g[TSR_P_EXPW2], NK);
     } else {
         be->zero(be, a->moe_dhg, nk * FE * e);

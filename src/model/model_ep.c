@@ -47,8 +47,9 @@ void ep_init(tsr_ep *ep, tsr_model *m, int EP, const tsr_dist *d) {
     ep->n = ep->n1 + (size_t)m->LM * ep->El * ep->x2;
     float **bufs[] = {&ep->w, &ep->g, &ep->m, &ep->v};
     for (int i = 0; i < 4; i++) *bufs[i] = tsr_calloc(ep->n, sizeof(float));
-    ep->slots = tsr_calloc((size_t)m->LM, sizeof *ep->slots);
-    for (int s = 0; s < m->LM; s++) {
+    ep->n_slots = m->L;
+    ep->slots = tsr_calloc((size_t)m->L, sizeof *ep->slots);
+    for (int s = 0; s < m->L; s++) {
         ep_slot *q = &ep->slots[s];
         q->allo = tsr_malloc((size_t)EP * (size_t)(m->E + 1) * sizeof(int32_t));
         q->offs_local = tsr_malloc((size_t)(ep->El + 1) * sizeof(int32_t));
@@ -60,7 +61,7 @@ void ep_init(tsr_ep *ep, tsr_model *m, int EP, const tsr_dist *d) {
 
 void ep_free(tsr_ep *ep) {
     if (!ep->slots) return;
-    for (int s = 0; s < ep->LM; s++) {
+    for (int s = 0; s < ep->n_slots; s++) {
         ep_slot *q = &ep->slots[s];
         free(q->allo), free(q->offs_local), free(q->xr), free(q->h), free(q->hg);
         free(q->sc), free(q->sd), free(q->rc), free(q->rd);
@@ -159,8 +160,6 @@ static void plan_slot(tsr_ep *ep, ep_slot *q, const int32_t *offs) {
         q->hg = tsr_malloc(R * (size_t)ep->FE * sizeof(float));
         q->cap = R;
     }
-    for (int p = 0; p < P; p++)
-        if (p != ep->j) ep->sent_bytes += q->sc[p] * sizeof(float);
 }
 
 /* stage (rows by source rank, each source's by local expert) <-> by local expert, then source */
@@ -187,6 +186,8 @@ static void reorder(const tsr_ep *ep, const ep_slot *q, const float *from, float
 static void to_owners(tsr_ep *ep, const ep_slot *q, const float *mine, float *out) {
     float *stage = scratch(ep, SC_STAGE, q->R * (size_t)ep->C);
     dist_group_alltoallv_f32(ep->group, mine, q->sc, q->sd, stage, q->rc, q->rd);
+    for (int p = 0; p < ep->EP; p++)
+        if (p != ep->j) ep->sent_bytes += q->sc[p] * sizeof(float);
     reorder(ep, q, stage, out, 1);
 }
 

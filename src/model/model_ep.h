@@ -41,13 +41,14 @@ typedef struct ep_slot ep_slot;
 
 typedef struct tsr_ep {
     int EP, j, El, e0;         /* degree, index in the EP group, experts per rank, first one */
-    int E, LM, C, FE;
+    int E, LM, C, FE, n_slots;
     tsr_group *group, *edp;    /* the EP group, the EDP group */
     size_t x1, x2;             /* floats of one expert's expw1 (2FE C) and expw2 (C FE) */
     size_t n1, n;              /* floats of the local expw1 (LM El x1); of the store */
     float *w, *g, *m, *v;      /* the store (n each): weights, gradients, AdamW moments */
     float *full;               /* ep_full on: every expert, [expw1 (LM,E,..) | expw2 (LM,E,..)] */
-    ep_slot *slots;            /* (LM) the exchange's record of each MoE layer's last forward */
+    ep_slot *slots;            /* (L) the exchange's record of the last forward in each MLP
+                                * activation slot */
     float *scratch[4];         /* backward and staging buffers, grown as needed */
     size_t scratch_cap[4];
     uint64_t sent_bytes;       /* floats x 4 this rank sent to other ranks in the exchanges */
@@ -70,8 +71,10 @@ int ep_exchanging(const tsr_ep *ep);
 
 /* A MoE layer's experts, forward: xg (NK, C) the routed rows grouped by expert (offs, E + 1), as
  * moe_gather leaves them; y (NK, C) receives each row's expert output, the same order. w1, w2:
- * this rank's experts of the layer. slot: the layer's MoE index (its activations are kept there
- * for the backward). Collective over the EP group. */
+ * this rank's experts of the layer. slot: the layer's slot of the MLP activations
+ * (model_act_group_slot: the layers that activation checkpointing recomputes share one, as their
+ * activations do), where what it received is kept for the backward. Collective over the EP
+ * group. */
 void ep_forward(tsr_ep *ep, const tsr_backend *be, int slot, const float *xg,
                 const int32_t *offs, const float *w1, const float *w2, float *y, int NK);
 /* Backward of the last ep_forward of slot: dxy (NK, C) holds d(y) and leaves with d(xg); g1, g2

@@ -63,7 +63,15 @@ static double plan_bytes(const tsr_trainer *t, double *pb, double *gb, double *o
                       * skewed one takes up to EP times that) */
         double eb = (double)m->LM * (m->E / m->EP) * 3.0 * m->FE * m->C * sizeof(float);
         *pb += eb, *gb += eb, *ob += 2 * eb;
-        *cb += (double)m->LM * t->micro * t->T * m->K * (m->C + 3.0 * m->FE) * sizeof(float);
+        /* one buffer per MLP activation slot of a MoE layer (checkpointed layers share one) */
+        int slots = 0;
+        unsigned char *used = tsr_calloc((size_t)m->L, 1);
+        for (int l = 0; l < m->L; l++) {
+            size_t s = model_act_group_slot(m, TSR_AG_MLP, l);
+            if (model_moe_layer(m, l) && !used[s]) used[s] = 1, slots++;
+        }
+        free(used);
+        *cb += (double)slots * t->micro * t->T * m->K * (m->C + 3.0 * m->FE) * sizeof(float);
     }
     return *pb + *gb + *ob + *cb + *ab;
 }
@@ -109,13 +117,13 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
                "6N_active + 12*L*(heads*head_dim)*T = %.4g (docs/mfu.md)\n", m->n_params_counted,
                model_active_params(m),
                m->K, m->E, t->out.flops_per_token);
+    else
+        printf("params: %zu trainable; FLOPs/token = 6N + 12*L*(heads*head_dim)*T = %.4g (docs/mfu.md)\n",
+               m->n_params_counted, t->out.flops_per_token);
     if (m->EP > 1)
         printf("expert parallelism: %d ranks per group share the %d experts, %d on each; %d "
                "cop%s of each expert (docs/moe.md)\n", m->EP, m->E, m->E / m->EP,
                t->dist.world / m->EP, t->dist.world / m->EP == 1 ? "y" : "ies");
-    else
-        printf("params: %zu trainable; FLOPs/token = 6N + 12*L*(heads*head_dim)*T = %.4g (docs/mfu.md)\n",
-               m->n_params_counted, t->out.flops_per_token);
     char how[160] = "";
     if (zero1) snprintf(how, sizeof how, " (ZeRO-1: sharded over %d ranks)", t->dist.world);
     if (c->sharding == TSR_SHARD_ZERO3)

@@ -15,7 +15,7 @@
 #  - bad settings refused before anything is written.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 10
+tap_plan 11
 make_synth "$TMP/data"
 args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --set data.tokenizer=
       --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
@@ -151,6 +151,25 @@ rc2=$?
     grep -q "needs a mixture-of-experts model (model.moe_experts > 0), and this one is dense" "$TMP/WD.txt" &&
     [[ ! -e $TMP/WE && ! -e $TMP/WD ]]
 tap_check $? "parallel.expert not dividing moe_experts, or on a dense model: exit 1 (got $rc, $rc2) naming the keys, nothing written"
+
+# --plan: Mixtral 8x7B on 8 ranks, ddp, EP 8: each rank holds the dense weights and 1 of the 8
+# experts of each layer (hand count: 32 layers x 8 experts x 3 x 14336 x 4096 expert weights)
+"$TRAIN" --config "$TSR_ROOT/configs/mixtral-8x7b.cfg" --set device=cpu --set parallel.sharding=ddp \
+    --set parallel.expert=8 --plan 8 >"$TMP/plan.txt" 2>&1 &&
+    /usr/bin/python3 - "$TMP/plan.txt" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+total = int(re.search(r"^params: (\d+) trainable", t, re.M).group(1))
+m = re.search(r"^memory per rank \(fp32\): weights ([\d.]+) GiB, grads ([\d.]+) GiB, AdamW ([\d.]+) GiB", t, re.M)
+experts = 32 * 8 * 3 * 14336 * 4096
+want = 4 * (total - experts + experts / 8) / 2**30
+w, g, a = map(float, m.groups())
+print(f"# weights {w} GiB per rank, hand count {want:.2f} GiB (without EP {4 * total / 2**30:.1f})")
+ok = abs(w - want) <= 0.01 * want and g == w and abs(a - 2 * w) <= 0.1
+ok &= "expert parallelism: 8 ranks per group share the 8 experts, 1 on each; 1 copy of each expert" in t
+sys.exit(0 if ok else 1)
+PY
+tap_check $? "--plan with EP: Mixtral 8x7B on 8 ranks at EP = 8 holds the dense weights and 1/8 of the experts per rank (weights, grads, 2x AdamW), as the hand count says"
 
 run WC 1 --set parallel.expert=2 --set device=cuda
 rc=$?
