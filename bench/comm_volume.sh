@@ -141,10 +141,11 @@ done
 fi
 if ((${#ep_modes[@]})); then
 # P of the MoE model without expert parallelism (all in the flat buffer; vocabulary 512: no
-# padding; the banner's first params line, the second counts the active ones); the experts' part
-# LM E 3 FE C
+# padding; the banner's first params line, read to the end: an early quit would give the
+# trainer SIGPIPE, and pipefail would end the script); the experts' part LM E 3 FE C
 PM=$("$TRAIN" "${moe_args[@]}" --set run_dir="$TMP/dry" --dry-run |
-    sed -nE '/^params: /{s/^params: ([0-9]+) trainable.*/\1/p;q}')
+    awk '$1 == "params:" && !n { n = $2 } END { print n }')
+[[ $PM =~ ^[0-9]+$ ]] || { echo "comm_volume: no params line in the MoE model's --dry-run" >&2; exit 1; }
 PX=$((LAYERS * E * 3 * FE * DMODEL))
 echo "# comm_volume, expert parallelism: W=$W ranks, dense part ddp; MoE model n_layer=$LAYERS (all MoE) d_model=$DMODEL, E=$E experts of width $FE, top $K; microbatch $MB x 32 tokens, 1 per rank per step: P = $PM parameters, $PX in the experts, $((PM - PX)) dense; steps $S1 and $S2; exchange = the trainer's count x $EXCH_SCALE"
 echo "# loopback traffic while idle: $idle bytes in 2 s"
