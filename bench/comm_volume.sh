@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # comm_volume.sh — bytes on the wire per training step for parallel.sharding = ddp | zero1 | zero3 |
-# hsdp, measured, against the formula of docs/sharding.md.
+# hsdp, measured, against the formula of docs/sharding.md; and for expert parallelism
+# (parallel.expert = 1, 2, 4 of a MoE model: modes ep1 ep2 ep4, when named in MODES).
 #
-#   bash bench/comm_volume.sh        (after make; results in docs/benchmarks.md)
+#   bash bench/comm_volume.sh                      (after make; results in docs/benchmarks.md)
+#   MODES="ep1 ep2 ep4" bash bench/comm_volume.sh  (expert parallelism)
 #
 # W MPI ranks on this host talk over TCP on the loopback interface (OMPI_MCA_btl=self,tcp), so every
 # byte the ranks exchange crosses `lo` and is counted by the kernel (/proc/net/dev, transmitted
@@ -23,14 +25,49 @@
 # MPI picks its own algorithms (OpenMPI's tuned module: recursive doubling or ring by size), so the
 # measured bytes are the formula's up to the algorithm's factor; the table shows the ratio.
 #
+# Expert parallelism (epN: parallel.expert = N, dense part parallel.sharding = ddp; src/model/model_ep.h):
+# a Llama-style MoE model (configs/tiny-llama.cfg, n_layer = LAYERS MoE layers (LM), d_model C =
+# DMODEL, E experts of width FE, top K; vocabulary 512, the same synthetic data and sampler as the
+# modes above), MB rows of 32 tokens per microbatch, one microbatch per rank per step (M = 1).
+# The world splits into EP groups of N ranks, each holding every expert once (E/N per rank); the
+# expert-data-parallel group of a rank has R = W/N members. One rank per step sends
+#   2 (W-1)/W 4 P_dense               all-reduce of the dense gradients (router included)
+# + 2 (R-1)/R 4 P_expert_local        all-reduce of its experts' gradients over the R ranks
+# + X                                 the exchange: routed rows to their experts' ranks and the
+#                                     outputs back (forward), d(output) there and d(input) back
+# with P_expert_local = LM (E/N) 3 FE C, P_dense = P - LM E 3 FE C (P from --dry-run). ep1 is the
+# same model without expert parallelism: everything in the flat buffer (R = W, X = 0).
+# X is data dependent: the table takes it from the trainer's count (its end-of-run line "expert
+# exchange: B bytes sent between ranks", all ranks; (B(S2) - B(S1)) / (S2 - S1) / W) and shows
+# beside it the expectation under uniform routing, 4 LM M (MB 32 K) (N-1)/N C 4 bytes. The count
+# of model_ep.c (commit 51bc39f) leaves out the backward's d(output) sent to the owners, which is
+# row for row the forward's rows sent to them: summed over the ranks, a third of what it counts;
+# the formula's X is the count x 4/3 (EXCH_SCALE; set it to 1 once the counter counts that send),
+# and the last column the ratio to the formula with the raw count, for comparison.
+# Not in the formula: each MoE layer's all-gather of the (E+1) int32 expert offsets per forward
+# and the per-step scalar all-reduces (tens of bytes each, plus their headers).
+#
 # Environment: W=4 G=2 (hsdp group) S1=2 S2=12 LAYERS=4 DMODEL=128 BUILD=build MODES="ddp zero1 zero3 hsdp"
+#              E=8 K=2 FE=64 MB=8 EXCH_SCALE=4/3 (ep modes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 W=${W:-4} G=${G:-2} S1=${S1:-2} S2=${S2:-12} LAYERS=${LAYERS:-4} DMODEL=${DMODEL:-128}
 BUILD=${BUILD:-build} MODES=${MODES:-ddp zero1 zero3 hsdp}
+E=${E:-8} K=${K:-2} FE=${FE:-64} MB=${MB:-8} EXCH_SCALE=${EXCH_SCALE:-4/3}
 TRAIN=$BUILD/tessera-train TOOL=$BUILD/tessera
 [[ -x $TRAIN ]] || { echo "comm_volume: $TRAIN not built (run make)" >&2; exit 2; }
 grep -q '^ *lo:' /proc/net/dev || { echo "comm_volume: no loopback counters in /proc/net/dev" >&2; exit 2; }
+dense_modes=() ep_modes=()
+for mode in $MODES; do
+    if [[ $mode =~ ^ep([0-9]+)$ ]]; then
+        n=${BASH_REMATCH[1]}
+        ((n >= 1 && W % n == 0 && E % n == 0)) ||
+            { echo "comm_volume: $mode: the expert degree must divide W=$W and E=$E" >&2; exit 2; }
+        ep_modes+=("$mode")
+    else
+        dense_modes+=("$mode")
+    fi
+done
 TMP=$(mktemp -d /tmp/tessera-comm.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 "$TOOL" synth --out "$TMP/data" --vocab 512 --tokens 200000 --seed 1 >/dev/null
@@ -41,28 +78,50 @@ args=(--config configs/tiny.cfg --set model.vocab_size=512 --set data.tokenizer=
       --set model.n_layer="$LAYERS" --set model.d_model="$DMODEL" --set model.n_head=4 --set seq_len=32
       --set model.max_seq_len=32 --set global_batch=$((2 * W)) --set micro_batch=2 --set threads=1
       --set log_interval=1000 --set save_interval=0ba)
-# bytes MODE STEPS: loopback bytes of one whole run
+# the ep modes' MoE model: the same data, sampler, sequence length and run keys; tiny-llama's
+# 2 key/value heads; every layer MoE; MB rows per microbatch, one microbatch per rank
+moe_args=(--config configs/tiny-llama.cfg --set model.vocab_size=512 --set data.tokenizer=
+          --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
+          --set eval_interval=0ba --set model.n_layer="$LAYERS" --set model.d_model="$DMODEL"
+          --set model.n_head=4 --set seq_len=32 --set model.max_seq_len=32
+          --set global_batch=$((MB * W)) --set micro_batch="$MB" --set threads=1
+          --set log_interval=1000 --set save_interval=0ba --set model.moe_experts="$E"
+          --set model.moe_top_k="$K" --set model.moe_intermediate_size="$FE" --set model.moe_every=1)
+# bytes MODE STEPS: loopback bytes of one whole run (its output in $TMP/MODE.STEPS.txt)
 bytes() {
-    local mode=$1 steps=$2 extra=() b0 b1
+    local mode=$1 steps=$2 run=("${args[@]}") extra=() b0 b1
     [[ $mode == hsdp ]] && extra=(--set parallel.replica_group="$G")
+    if [[ $mode =~ ^ep([0-9]+)$ ]]; then
+        run=("${moe_args[@]}") extra=(--set parallel.expert="${BASH_REMATCH[1]}")
+    fi
+    local sharding=$mode
+    [[ $mode == ep* ]] && sharding=ddp
     rm -rf "$TMP/run"
     b0=$(lo_tx)
     OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo \
-        bash tests/mpi_env.sh mpirun -np "$W" "$TRAIN" "${args[@]}" --set run_dir="$TMP/run" \
-        --set parallel.sharding="$mode" "${extra[@]}" --set max_duration="${steps}ba" >"$TMP/$mode.$steps.txt" 2>&1
+        bash tests/mpi_env.sh mpirun -np "$W" "$TRAIN" "${run[@]}" --set run_dir="$TMP/run" \
+        --set parallel.sharding="$sharding" "${extra[@]}" --set max_duration="${steps}ba" >"$TMP/$mode.$steps.txt" 2>&1 ||
+        { echo "comm_volume: $mode, $steps steps failed:" >&2; tail -20 "$TMP/$mode.$steps.txt" >&2; exit 1; }
     b1=$(lo_tx)
     echo $((b1 - b0))
 }
+# the trainer's exchange count of run MODE STEPS (0 without expert parallelism)
+exch() {
+    local n
+    n=$(sed -nE 's/^expert exchange: ([0-9]+) bytes sent.*/\1/p' "$TMP/$1.$2.txt")
+    echo "${n:-0}"
+}
+idle0=$(lo_tx); sleep 2; idle=$(($(lo_tx) - idle0))
+if ((${#dense_modes[@]})); then
 # P: the parameters (vocabulary 512 is a multiple of 128: no padded rows, so the flat buffer's
 # size); P_layer of a GPT-2 block with biases: 12 C^2 + 13 C
 P=$("$TRAIN" "${args[@]}" --set run_dir="$TMP/dry" --dry-run | sed -nE 's/^params: ([0-9]+) trainable.*/\1/p')
 PL=$((12 * DMODEL * DMODEL + 13 * DMODEL))
-idle0=$(lo_tx); sleep 2; idle=$(($(lo_tx) - idle0))
 echo "# comm_volume: W=$W ranks (hsdp: groups of G=$G), model n_layer=$LAYERS d_model=$DMODEL: P = $P parameters, $PL per layer; steps $S1 and $S2"
 echo "# loopback traffic while idle: $idle bytes in 2 s"
 echo "| mode | measured bytes/step/rank | formula (ring) | measured / formula |"
 echo "|---|---|---|---|"
-for mode in $MODES; do
+for mode in "${dense_modes[@]}"; do
     a=$(bytes "$mode" "$S1") b=$(bytes "$mode" "$S2")
     python3 - "$mode" "$a" "$b" "$S1" "$S2" "$W" "$G" "$P" "$PL" "$LAYERS" <<'PY'
 import sys
@@ -79,3 +138,42 @@ else:
 print(f"| {mode} | {per / 1e6:.3f} MB | {f / 1e6:.3f} MB | {per / f:.2f} |")
 PY
 done
+fi
+if ((${#ep_modes[@]})); then
+# P of the MoE model without expert parallelism (all in the flat buffer; vocabulary 512: no
+# padding; the banner's first params line, read to the end: an early quit would give the
+# trainer SIGPIPE, and pipefail would end the script); the experts' part LM E 3 FE C
+PM=$("$TRAIN" "${moe_args[@]}" --set run_dir="$TMP/dry" --dry-run |
+    awk '$1 == "params:" && !n { n = $2 } END { print n }')
+[[ $PM =~ ^[0-9]+$ ]] || { echo "comm_volume: no params line in the MoE model's --dry-run" >&2; exit 1; }
+PX=$((LAYERS * E * 3 * FE * DMODEL))
+echo "# comm_volume, expert parallelism: W=$W ranks, dense part ddp; MoE model n_layer=$LAYERS (all MoE) d_model=$DMODEL, E=$E experts of width $FE, top $K; microbatch $MB x 32 tokens, 1 per rank per step: P = $PM parameters, $PX in the experts, $((PM - PX)) dense; steps $S1 and $S2; exchange = the trainer's count x $EXCH_SCALE"
+echo "# loopback traffic while idle: $idle bytes in 2 s"
+echo "| mode | measured bytes/step/rank | dense all-reduce | expert all-reduce | exchange: trainer's count | exchange: count x $EXCH_SCALE | exchange: uniform routing | formula | measured / formula | measured / (formula with the raw count) |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
+for mode in "${ep_modes[@]}"; do
+    a=$(bytes "$mode" "$S1")
+    b=$(bytes "$mode" "$S2")
+    python3 - "$mode" "$a" "$b" "$(exch "$mode" "$S1")" "$(exch "$mode" "$S2")" "$EXCH_SCALE" \
+        "$S1" "$S2" "$W" "$PM" "$PX" "$LAYERS" "$E" "$K" "$FE" "$DMODEL" "$MB" <<'PY'
+import sys
+from fractions import Fraction
+mode, a, b, xa, xb, scale = sys.argv[1:7]
+a, b, xa, xb = int(a), int(b), int(xa), int(xb)
+s1, s2, W, P, PX, LM, E, K, FE, C, MB = map(int, sys.argv[7:])
+EP = int(mode[2:])
+R = W // EP
+per = (b - a) / (s2 - s1) / W
+count = (xb - xa) / (s2 - s1) / W
+x = count * float(Fraction(scale))
+uniform = 4 * LM * 1 * (MB * 32 * K) * (EP - 1) / EP * C * 4
+dense = 2 * (W - 1) / W * 4 * (P - PX)
+expert = 2 * (R - 1) / R * 4 * (LM * (E // EP) * 3 * FE * C)
+f = dense + expert + x
+f_raw = dense + expert + count
+mb = lambda v: f"{v / 1e6:.3f} MB"
+print(f"| {mode} | {mb(per)} | {mb(dense)} | {mb(expert)} | {mb(count)} | {mb(x)} | {mb(uniform)} "
+      f"| {mb(f)} | {per / f:.2f} | {per / f_raw:.2f} |")
+PY
+done
+fi
