@@ -39,21 +39,17 @@
 # same model without expert parallelism: everything in the flat buffer (R = W, X = 0).
 # X is data dependent: the table takes it from the trainer's count (its end-of-run line "expert
 # exchange: B bytes sent between ranks", all ranks; (B(S2) - B(S1)) / (S2 - S1) / W) and shows
-# beside it the expectation under uniform routing, 4 LM M (MB 32 K) (N-1)/N C 4 bytes. The count
-# of model_ep.c (commit 51bc39f) leaves out the backward's d(output) sent to the owners, which is
-# row for row the forward's rows sent to them: summed over the ranks, a third of what it counts;
-# the formula's X is the count x 4/3 (EXCH_SCALE; set it to 1 once the counter counts that send),
-# and the last column the ratio to the formula with the raw count, for comparison.
+# beside it the expectation under uniform routing, 4 LM M (MB 32 K) (N-1)/N C 4 bytes.
 # Not in the formula: each MoE layer's all-gather of the (E+1) int32 expert offsets per forward
 # and the per-step scalar all-reduces (tens of bytes each, plus their headers).
 #
 # Environment: W=4 G=2 (hsdp group) S1=2 S2=12 LAYERS=4 DMODEL=128 BUILD=build MODES="ddp zero1 zero3 hsdp"
-#              E=8 K=2 FE=64 MB=8 EXCH_SCALE=4/3 (ep modes)
+#              E=8 K=2 FE=64 MB=8 (ep modes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 W=${W:-4} G=${G:-2} S1=${S1:-2} S2=${S2:-12} LAYERS=${LAYERS:-4} DMODEL=${DMODEL:-128}
 BUILD=${BUILD:-build} MODES=${MODES:-ddp zero1 zero3 hsdp}
-E=${E:-8} K=${K:-2} FE=${FE:-64} MB=${MB:-8} EXCH_SCALE=${EXCH_SCALE:-4/3}
+E=${E:-8} K=${K:-2} FE=${FE:-64} MB=${MB:-8}
 TRAIN=$BUILD/tessera-train TOOL=$BUILD/tessera
 [[ -x $TRAIN ]] || { echo "comm_volume: $TRAIN not built (run make)" >&2; exit 2; }
 grep -q '^ *lo:' /proc/net/dev || { echo "comm_volume: no loopback counters in /proc/net/dev" >&2; exit 2; }
@@ -147,33 +143,30 @@ PM=$("$TRAIN" "${moe_args[@]}" --set run_dir="$TMP/dry" --dry-run |
     awk '$1 == "params:" && !n { n = $2 } END { print n }')
 [[ $PM =~ ^[0-9]+$ ]] || { echo "comm_volume: no params line in the MoE model's --dry-run" >&2; exit 1; }
 PX=$((LAYERS * E * 3 * FE * DMODEL))
-echo "# comm_volume, expert parallelism: W=$W ranks, dense part ddp; MoE model n_layer=$LAYERS (all MoE) d_model=$DMODEL, E=$E experts of width $FE, top $K; microbatch $MB x 32 tokens, 1 per rank per step: P = $PM parameters, $PX in the experts, $((PM - PX)) dense; steps $S1 and $S2; exchange = the trainer's count x $EXCH_SCALE"
+echo "# comm_volume, expert parallelism: W=$W ranks, dense part ddp; MoE model n_layer=$LAYERS (all MoE) d_model=$DMODEL, E=$E experts of width $FE, top $K; microbatch $MB x 32 tokens, 1 per rank per step: P = $PM parameters, $PX in the experts, $((PM - PX)) dense; steps $S1 and $S2"
 echo "# loopback traffic while idle: $idle bytes in 2 s"
-echo "| mode | measured bytes/step/rank | dense all-reduce | expert all-reduce | exchange: trainer's count | exchange: count x $EXCH_SCALE | exchange: uniform routing | formula | measured / formula | measured / (formula with the raw count) |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| mode | measured bytes/step/rank | dense all-reduce | expert all-reduce | exchange: trainer's count | exchange: uniform routing | formula | measured / formula |"
+echo "|---|---|---|---|---|---|---|---|"
 for mode in "${ep_modes[@]}"; do
     a=$(bytes "$mode" "$S1")
     b=$(bytes "$mode" "$S2")
-    python3 - "$mode" "$a" "$b" "$(exch "$mode" "$S1")" "$(exch "$mode" "$S2")" "$EXCH_SCALE" \
+    python3 - "$mode" "$a" "$b" "$(exch "$mode" "$S1")" "$(exch "$mode" "$S2")" \
         "$S1" "$S2" "$W" "$PM" "$PX" "$LAYERS" "$E" "$K" "$FE" "$DMODEL" "$MB" <<'PY'
 import sys
-from fractions import Fraction
-mode, a, b, xa, xb, scale = sys.argv[1:7]
-a, b, xa, xb = int(a), int(b), int(xa), int(xb)
-s1, s2, W, P, PX, LM, E, K, FE, C, MB = map(int, sys.argv[7:])
+mode = sys.argv[1]
+a, b, xa, xb = map(int, sys.argv[2:6])
+s1, s2, W, P, PX, LM, E, K, FE, C, MB = map(int, sys.argv[6:])
 EP = int(mode[2:])
 R = W // EP
 per = (b - a) / (s2 - s1) / W
-count = (xb - xa) / (s2 - s1) / W
-x = count * float(Fraction(scale))
+x = (xb - xa) / (s2 - s1) / W
 uniform = 4 * LM * 1 * (MB * 32 * K) * (EP - 1) / EP * C * 4
 dense = 2 * (W - 1) / W * 4 * (P - PX)
 expert = 2 * (R - 1) / R * 4 * (LM * (E // EP) * 3 * FE * C)
 f = dense + expert + x
-f_raw = dense + expert + count
 mb = lambda v: f"{v / 1e6:.3f} MB"
-print(f"| {mode} | {mb(per)} | {mb(dense)} | {mb(expert)} | {mb(count)} | {mb(x)} | {mb(uniform)} "
-      f"| {mb(f)} | {per / f:.2f} | {per / f_raw:.2f} |")
+print(f"| {mode} | {mb(per)} | {mb(dense)} | {mb(expert)} | {mb(x)} | {mb(uniform)} | {mb(f)} "
+      f"| {per / f:.2f} |")
 PY
 done
 fi
