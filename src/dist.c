@@ -324,11 +324,19 @@ void dist_group_alltoallv_f32(tsr_group *g, const float *send, const size_t *sco
     MPI_CHECK(MPI_Alltoallv(send, v, v + n, MPI_FLOAT, recv, v + 2 * n, v + 3 * n, MPI_FLOAT, g->comm));
     free(v);
 }
+/* broadcasts of any size: in pieces of at most INT32_MAX elements (MPI's int counts) */
+static void bcast_chunked(void *buf, size_t n, size_t elem, MPI_Datatype type, int root,
+                          MPI_Comm comm) {
+    for (size_t at = 0; at < n; at += (size_t)INT32_MAX) {
+        size_t k = n - at < (size_t)INT32_MAX ? n - at : (size_t)INT32_MAX;
+        MPI_CHECK(MPI_Bcast((char *)buf + at * elem, (int)k, type, root, comm));
+    }
+}
 void dist_group_bcast_f32(tsr_group *g, float *buf, size_t n, int root) {
-    if (g->size > 1) MPI_CHECK(MPI_Bcast(buf, (int)n, MPI_FLOAT, root, g->comm));
+    if (g->size > 1) bcast_chunked(buf, n, sizeof *buf, MPI_FLOAT, root, g->comm);
 }
 void dist_group_bcast(tsr_group *g, void *buf, size_t bytes, int root) {
-    if (g->size > 1) MPI_CHECK(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, g->comm));
+    if (g->size > 1) bcast_chunked(buf, bytes, 1, MPI_BYTE, root, g->comm);
 }
 void dist_group_allgather(tsr_group *g, const void *mine, void *all, size_t bytes) {
     if (g->size == 1) memmove(all, mine, bytes);

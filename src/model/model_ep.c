@@ -19,21 +19,24 @@ struct ep_slot {
 
 enum { SC_STAGE = 0, SC_Y, SC_DH, SC_DHG };
 
-static float *grow(float **p, size_t *cap, size_t n) {
-    if (n > *cap) {
-        free(*p);
-        *p = tsr_malloc((n ? n : 1) * sizeof(float));
+/* A buffer of at least n floats (never NULL), through the backend's allocator so that the
+ * run's peak memory counts it. */
+static float *grow(const tsr_ep *ep, float **p, size_t *cap, size_t n) {
+    if (n > *cap || !*p) {
+        if (*p) ep->ops->free(*p);
+        *p = ep->ops->alloc((n ? n : 1) * sizeof(float));
         *cap = n;
     }
     return *p;
 }
 
 static float *scratch(tsr_ep *ep, int k, size_t n) {
-    return grow(&ep->scratch[k], &ep->scratch_cap[k], n);
+    return grow(ep, &ep->scratch[k], &ep->scratch_cap[k], n);
 }
 
 void ep_init(tsr_ep *ep, tsr_model *m, int EP, const tsr_dist *d) {
     memset(ep, 0, sizeof *ep);
+    ep->ops = m->ops;
     ep->EP = EP;
     ep->j = d->rank % EP;
     ep->E = m->E, ep->LM = m->LM, ep->C = m->C, ep->FE = m->FE;
@@ -46,7 +49,7 @@ void ep_init(tsr_ep *ep, tsr_model *m, int EP, const tsr_dist *d) {
     ep->n1 = (size_t)m->LM * ep->El * ep->x1;
     ep->n = ep->n1 + (size_t)m->LM * ep->El * ep->x2;
     float **bufs[] = {&ep->w, &ep->g, &ep->m, &ep->v};
-    for (int i = 0; i < 4; i++) *bufs[i] = tsr_calloc(ep->n, sizeof(float));
+    for (int i = 0; i < 4; i++) *bufs[i] = ep->ops->alloc(ep->n * sizeof(float)); /* zeroed */
     ep->n_slots = m->L;
     ep->slots = tsr_calloc((size_t)m->L, sizeof *ep->slots);
     for (int s = 0; s < m->L; s++) {
@@ -63,12 +66,16 @@ void ep_free(tsr_ep *ep) {
     if (!ep->slots) return;
     for (int s = 0; s < ep->n_slots; s++) {
         ep_slot *q = &ep->slots[s];
-        free(q->allo), free(q->offs_local), free(q->xr), free(q->h), free(q->hg);
-        free(q->sc), free(q->sd), free(q->rc), free(q->rd);
+        free(q->allo), free(q->offs_local), free(q->sc), free(q->sd), free(q->rc), free(q->rd);
+        float *bufs[] = {q->xr, q->h, q->hg};
+        for (int i = 0; i < 3; i++)
+            if (bufs[i]) ep->ops->free(bufs[i]);
     }
     free(ep->slots);
-    for (int k = 0; k < 4; k++) free(ep->scratch[k]);
-    free(ep->w), free(ep->g), free(ep->m), free(ep->v), free(ep->full);
+    float *own[] = {ep->scratch[0], ep->scratch[1], ep->scratch[2], ep->scratch[3],
+                    ep->w, ep->g, ep->m, ep->v, ep->full};
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+        if (own[i]) ep->ops->free(own[i]);
     dist_group_free(ep->group);
     dist_group_free(ep->edp);
     memset(ep, 0, sizeof *ep);
@@ -152,12 +159,11 @@ static void plan_slot(tsr_ep *ep, ep_slot *q, const int32_t *offs) {
         for (int p = 0; p < P; p++) r += rows_from(ep, q, p, el);
         q->offs_local[el + 1] = q->offs_local[el] + r;
     }
-    if (q->R > q->cap) {
-        size_t R = q->R;
-        free(q->xr), free(q->h), free(q->hg);
-        q->xr = tsr_malloc(R * C * sizeof(float));
-        q->h = tsr_malloc(R * 2 * (size_t)ep->FE * sizeof(float));
-        q->hg = tsr_malloc(R * (size_t)ep->FE * sizeof(float));
+    if (q->R > q->cap || !q->xr) {
+        size_t R = q->R, cap = 0;
+        grow(ep, &q->xr, &cap, R * C);
+        cap = 0, grow(ep, &q->h, &cap, R * 2 * (size_t)ep->FE);
+        cap = 0, grow(ep, &q->hg, &cap, R * (size_t)ep->FE);
         q->cap = R;
     }
 }
@@ -249,24 +255,25 @@ double ep_sumsq(const tsr_ep *ep, const tsr_ops *ops) {
 
 void ep_full(tsr_ep *ep, int on) {
     if (!on) {
-        free(ep->full);
+        if (ep->full) ep->ops->free(ep->full);
         ep->full = NULL;
         return;
     }
     if (ep->full) return;
-    const int P = ep->EP;
     size_t n1 = (size_t)ep->LM * ep->E * ep->x1;
-    ep->full = tsr_malloc((n1 + (size_t)ep->LM * ep->E * ep->x2) * sizeof(float));
-    int *counts = tsr_malloc((size_t)P * sizeof(int)), *displs = tsr_malloc((size_t)P * sizeof(int));
+    ep->full = ep->ops->alloc((n1 + (size_t)ep->LM * ep->E * ep->x2) * sizeof(float));
+    /* layer by layer, each holder's experts broadcast from it (any size: dist_group_bcast_f32
+     * cuts MPI's int counts) */
     for (int which = 0; which < 2; which++) {
         size_t x = which ? ep->x2 : ep->x1, layer = (size_t)ep->El * x;
-        for (int p = 0; p < P; p++) counts[p] = (int)layer, displs[p] = (int)(p * layer);
-        for (int s = 0; s < ep->LM; s++)
-            dist_group_allgatherv_f32(ep->group, ep->w + local_at(ep, which, s, 0),
-                                      ep->full + (which ? n1 : 0) + (size_t)s * ep->E * x,
-                                      counts, displs);
+        for (int s = 0; s < ep->LM; s++) {
+            float *dst = ep->full + (which ? n1 : 0) + (size_t)s * ep->E * x;
+            memcpy(dst + (size_t)ep->j * layer, ep->w + local_at(ep, which, s, 0),
+                   layer * sizeof(float));
+            for (int p = 0; p < ep->EP; p++)
+                dist_group_bcast_f32(ep->group, dst + (size_t)p * layer, layer, p);
+        }
     }
-    free(counts), free(displs);
 }
 
 /* ---- checkpoints --------------------------------------------------------------------------- */
@@ -283,69 +290,75 @@ void ep_part_range(const tsr_ep *ep, int which, uint64_t *lo, uint64_t *hi) {
     *hi = *lo + len;
 }
 
-/* blocks of holder q (its store order) that fall in part p: [first, first + count) */
-static void blocks_of(const tsr_ep *ep, int q, int p, size_t *first, size_t *count) {
+/* Layer s of holder q (its store order): the blocks that fall in part p, [first, first + count)
+ * of the holder's blocks of that layer. */
+static void blocks_of(const tsr_ep *ep, int s, int q, int p, size_t *first, size_t *count) {
     const size_t B = (size_t)ep->LM * ep->El;
-    size_t k = 0, f = SIZE_MAX, c = 0;
-    for (int s = 0; s < ep->LM; s++)
-        for (int el = 0; el < ep->El; el++, k++) {
-            size_t b = (size_t)s * ep->E + (size_t)q * ep->El + (size_t)el;
-            if (b / B != (size_t)p) continue;
-            if (f == SIZE_MAX) f = k;
-            c++;
-        }
+    size_t f = SIZE_MAX, c = 0;
+    for (int el = 0; el < ep->El; el++) {
+        size_t b = (size_t)s * ep->E + (size_t)q * ep->El + (size_t)el;
+        if (b / B != (size_t)p) continue;
+        if (f == SIZE_MAX) f = (size_t)el;
+        c++;
+    }
     *first = f == SIZE_MAX ? 0 : f;
     *count = c;
 }
 
+/* One layer at a time, through a stage of one layer's E experts (a part may hold a whole layer),
+ * every count and displacement within one layer's E experts of a tensor (trainer_init checks
+ * that this fits MPI's int counts). */
 static void part_exchange(tsr_ep *ep, const float *in, float *out, int to_part) {
     const int P = ep->EP, me = ep->j;
+    const size_t B = (size_t)ep->LM * ep->El;
     size_t *sc = tsr_malloc(4 * (size_t)P * sizeof(size_t)), *sd = sc + P, *rc = sd + P, *rd = rc + P;
+    float *stage = tsr_malloc((size_t)ep->E * (ep->x1 > ep->x2 ? ep->x1 : ep->x2) * sizeof(float));
     for (int which = 0; which < 2; which++) {
         const size_t x = which ? ep->x2 : ep->x1, base = which ? ep->n1 : 0;
-        size_t sat = 0, rat = 0;
-        for (int p = 0; p < P; p++) {
-            size_t f, c, f2, c2;
-            blocks_of(ep, to_part ? me : p, to_part ? p : me, &f, &c);
-            if (to_part) { /* send my blocks in part p; receive p's blocks in my part */
-                sd[p] = f * x, sc[p] = c * x;
-                blocks_of(ep, p, me, &f2, &c2);
-                rd[p] = rat, rc[p] = c2 * x, rat += c2 * x;
-            } else { /* send p's blocks of my part; receive my blocks of part p, in order */
-                sd[p] = sat, sc[p] = c * x, sat += c * x;
-                blocks_of(ep, me, p, &f2, &c2);
-                rd[p] = f2 * x, rc[p] = c2 * x;
+        for (int s = 0; s < ep->LM; s++) {
+            /* the store's run of layer s (its El experts); the part whole (its blocks of layer s
+             * are where their global index says) */
+            const float *src = to_part ? in + base + (size_t)s * ep->El * x : in + base;
+            float *dst = to_part ? out + base : out + base + (size_t)s * ep->El * x;
+            size_t at = 0;
+            for (int p = 0; p < P; p++) {
+                size_t f, c, f2, c2;
+                if (to_part) { /* my blocks of part p; holder p's blocks of my part */
+                    blocks_of(ep, s, me, p, &f, &c);
+                    sd[p] = f * x, sc[p] = c * x;
+                    blocks_of(ep, s, p, me, &f2, &c2);
+                    rd[p] = at, rc[p] = c2 * x, at += c2 * x;
+                } else { /* holder p's blocks of my part; my blocks of part p */
+                    blocks_of(ep, s, p, me, &f, &c);
+                    sd[p] = at, sc[p] = c * x, at += c * x;
+                    blocks_of(ep, s, me, p, &f2, &c2);
+                    rd[p] = f2 * x, rc[p] = c2 * x;
+                }
             }
-        }
-        float *stage = scratch(ep, SC_STAGE, ep->n);
-        if (to_part) {
-            dist_group_alltoallv_f32(ep->group, in + base, sc, sd, stage, rc, rd);
-            /* stage holds each holder's blocks of my part, holder by holder: to global order */
-            const size_t B = (size_t)ep->LM * ep->El;
-            size_t at = 0;
-            for (int p = 0; p < P; p++)
-                for (int s = 0; s < ep->LM; s++)
+            if (!to_part) { /* my part's blocks of layer s, holder by holder, into the stage */
+                size_t k = 0;
+                for (int p = 0; p < P; p++)
                     for (int el = 0; el < ep->El; el++) {
                         size_t b = (size_t)s * ep->E + (size_t)p * ep->El + (size_t)el;
                         if (b / B != (size_t)me) continue;
-                        memcpy(out + base + (b - (size_t)me * B) * x, stage + at, x * sizeof(float));
-                        at += x;
+                        memcpy(stage + k, src + (b - (size_t)me * B) * x, x * sizeof(float));
+                        k += x;
                     }
-        } else {
-            /* my part in global order to holder-major runs */
-            const size_t B = (size_t)ep->LM * ep->El;
-            size_t at = 0;
+                dist_group_alltoallv_f32(ep->group, stage, sc, sd, dst, rc, rd);
+                continue;
+            }
+            dist_group_alltoallv_f32(ep->group, src, sc, sd, stage, rc, rd);
+            size_t k = 0; /* the stage holds each holder's blocks of my part: to global order */
             for (int p = 0; p < P; p++)
-                for (int s = 0; s < ep->LM; s++)
-                    for (int el = 0; el < ep->El; el++) {
-                        size_t b = (size_t)s * ep->E + (size_t)p * ep->El + (size_t)el;
-                        if (b / B != (size_t)me) continue;
-                        memcpy(stage + at, in + base + (b - (size_t)me * B) * x, x * sizeof(float));
-                        at += x;
-                    }
-            dist_group_alltoallv_f32(ep->group, stage, sc, sd, out + base, rc, rd);
+                for (int el = 0; el < ep->El; el++) {
+                    size_t b = (size_t)s * ep->E + (size_t)p * ep->El + (size_t)el;
+                    if (b / B != (size_t)me) continue;
+                    memcpy(dst + (b - (size_t)me * B) * x, stage + k, x * sizeof(float));
+                    k += x;
+                }
         }
     }
+    free(stage);
     free(sc);
 }
 

@@ -40,6 +40,7 @@
 typedef struct ep_slot ep_slot;
 
 typedef struct tsr_ep {
+    const tsr_ops *ops;        /* the allocator (peak memory counts the store) */
     int EP, j, El, e0;         /* degree, index in the EP group, experts per rank, first one */
     int E, LM, C, FE, n_slots;
     tsr_group *group, *edp;    /* the EP group, the EDP group */

@@ -238,6 +238,20 @@ static int pick_threads(const tsr_config *cfg, const tsr_dist *d) {
  * are chunked, src/dist.h), and a world or group of one exchanges nothing. Checked before anything
  * is allocated; under --plan a warning (the memory figures still come). */
 static int check_int_counts(const tsr_trainer *t, int dry_run) {
+    const tsr_model *m = &t->model;
+    if (m->EP > 1) { /* the experts' checkpoint exchange moves one layer of a tensor at a time
+                      * (model/model_ep.c part_exchange): its counts within E experts */
+        size_t x = (size_t)2 * m->FE * m->C, block = (size_t)m->E * x;
+        if (block > (size_t)INT32_MAX) {
+            if (t->dist.rank == 0)
+                (dry_run ? tsr_warn : tsr_error)(
+                    "parallel.expert = %d: one layer's %d experts hold %zu floats of expw1, more "
+                    "than MPI's int counts (2^31 - 1) carry in the checkpoint's exchange (one "
+                    "layer at a time): not supported yet with expert parallelism",
+                    m->EP, m->E, block);
+            if (!dry_run) return TSR_EXIT_USAGE;
+        }
+    }
     size_t n = t->model.n_params, W = (size_t)t->dist.world;
     if (W == 1) return 0;
     /* (the group was validated already) */

@@ -15,7 +15,7 @@
 #  - bad settings refused before anything is written.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 11
+tap_plan 12
 make_synth "$TMP/data"
 args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --set data.tokenizer=
       --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
@@ -80,7 +80,8 @@ run Z1 4 --set parallel.expert=2 --set parallel.sharding=zero1 &&
     run Z34 4 --set parallel.expert=4 --set parallel.sharding=zero3
 tap_diag "vs EP 1 ddp: EP 2 + zero1 $(close P1 Z1); + zero3 $(close P1 Z3); + hsdp $(close P1 H4); EP 4 + zero3 $(close P1 Z34)"
 close P1 Z1 >/dev/null && close P1 Z3 >/dev/null && close P1 H4 >/dev/null &&
-    close P1 Z34 >/dev/null && aux_close P1 Z3 && aux_close P1 H4 && aux_close P1 Z34
+    close P1 Z34 >/dev/null && aux_close P1 Z1 && aux_close P1 Z3 && aux_close P1 H4 &&
+    aux_close P1 Z34
 tap_check $? "EP = 2 with zero1, zero3 and hsdp (2x2), EP = 4 with zero3: equal EP = 1 ddp within 1e-6 at all 10 steps"
 
 "$TOOL" ckpt verify "$(ck "$TMP/P2" 10)" >"$TMP/verify.txt" 2>&1 &&
@@ -122,9 +123,10 @@ tap_diag "samples: EP 1 '$s1', EP 2 '$s2'"
     same_tensors "$(ck "$TMP/V2" 10)" "$(ck "$TMP/VK" 10)"
 tap_check $? "EP = 2: validation losses equal EP = 1's within 1e-6 and the end-of-run sample is the same (every expert gathered); block activation checkpointing (the exchange recomputed) gives the same bits as none"
 
-run I2 4 --set parallel.expert=2 --set max_duration=2ba --init-from "$(ck "$TMP/P1" 10)" &&
-    run I1 4 --set max_duration=2ba --init-from "$(ck "$TMP/P1" 10)" &&
-    "$TOOL" ckpt export --format hf "$(ck "$TMP/P1" 10)" "$TMP/hf" >"$TMP/export.txt" 2>&1 &&
+# (from the checkpoint EP = 2 wrote, and from its export)
+run I2 4 --set parallel.expert=2 --set max_duration=2ba --init-from "$(ck "$TMP/P2" 10)" &&
+    run I1 4 --set max_duration=2ba --init-from "$(ck "$TMP/P2" 10)" &&
+    "$TOOL" ckpt export --format hf "$(ck "$TMP/P2" 10)" "$TMP/hf" >"$TMP/export.txt" 2>&1 &&
     run J2 4 --set parallel.expert=2 --set parallel.sharding=zero3 --set max_duration=2ba --init-from "$TMP/hf" &&
     run J1 4 --set max_duration=2ba --init-from "$TMP/hf"
 # (the grad norm within 1e-5: from trained weights the gradients are small sums of cancelling
@@ -136,6 +138,22 @@ cl I1 I2 >/dev/null && cl J1 J2 >/dev/null &&
     [[ $(json_field "$TMP/I1/metrics.jsonl" 1 loss) == "$(json_field "$TMP/J1/metrics.jsonl" 1 loss)" ]] &&
     /usr/bin/python3 -c "import sys; sys.exit(0 if $(json_field "$TMP/I2/metrics.jsonl" 1 loss) < $(json_field "$TMP/P1/metrics.jsonl" 1 loss) - 0.1 else 1)"
 tap_check $? "--init-from a checkpoint and from its Hugging Face export at EP = 2 (with zero3): the same losses as without EP within 1e-6 (grad norms 1e-5), starting from the trained weights"
+
+# every second of 4 layers MoE (the MoE index, the layer and its activation slot all differ),
+# a shared expert, unnormalised weights; block checkpointing of layers 1-2 (a MoE and a dense
+# layer share the recomputed slot)
+alt=(--set model.n_layer=4 --set model.moe_every=2 --set model.moe_shared_size=32
+     --set model.moe_norm_topk=false)
+run S1 4 "${alt[@]}" && run S2 4 "${alt[@]}" --set parallel.expert=2 &&
+    run S4 4 "${alt[@]}" --set parallel.expert=4 --set model.activation_checkpointing=block \
+        --set model.activation_checkpointing_range=1-2 &&
+    run S4N 4 "${alt[@]}" --set parallel.expert=4
+tap_diag "moe_every 2 of 4 layers, shared expert, unnormalised: EP 2 $(close S1 S2); EP 4 $(close S1 S4N)"
+close S1 S2 >/dev/null && close S1 S4N >/dev/null && aux_close S1 S2 && aux_close S1 S4N &&
+    grep -q "layers=2/4 shared=32 unnormalised" "$TMP/S2.txt" &&
+    cmp -s <(losses "$TMP/S4/metrics.jsonl") <(losses "$TMP/S4N/metrics.jsonl") &&
+    same_tensors "$(ck "$TMP/S4" 10)" "$(ck "$TMP/S4N" 10)"
+tap_check $? "every second of 4 layers MoE with a shared expert and unnormalised weights: EP 2 and 4 equal EP 1 within 1e-6; block checkpointing of a MoE and a dense layer at EP 4 gives the same bits as none"
 
 run W3 4 --set parallel.expert=3 --set model.moe_experts=6
 rc=$?
