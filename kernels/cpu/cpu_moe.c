@@ -211,8 +211,9 @@ void cpu_moe_matmul_backward(float *dinp, float *dw, const float *dout, const fl
         const int r0 = offs[e], cnt = offs[e + 1] - r0;
         if (cnt <= 0) continue;
         const size_t we = (size_t)e * OC * IC;
-        tsr_cpu_ops.matmul_backward(dinp + (size_t)r0 * IC, dw ? dw + we : NULL, NULL, dout + (size_t)r0 * OC,
-                                    inp + (size_t)r0 * IC, w + we, cnt, IC, OC);
+        tsr_cpu_ops.matmul_backward(dinp + (size_t)r0 * IC, dw ? dw + we : NULL, NULL,
+                                    dout + (size_t)r0 * OC, inp + (size_t)r0 * IC, w + we, cnt, IC,
+                                    OC);
     }
 }
 
