@@ -10,7 +10,10 @@
  *   CUDA backend (src/gpu/gpu_model.c): act = weight = bf16 (fp32 master weights outside the
  *     table), over kernels/cuda/cuda_ops.h, ctx = the stream.
  * Dimensions and conventions as in ops.h: B T C NH hs F V Vp N = B*T; backward ops accumulate
- * (+=) into gradients except softmax_xent's gradient, which is written over the logits.
+ * (+=) into gradients except softmax_xent's gradient, which is written over the logits. Frozen
+ * parameters as in ops.h: every fp32 parameter-gradient output of a backward entry (dwte, dwpe,
+ * dw, db, dbias, dqw, dkw) may be NULL; the entry then skips that gradient and gives the
+ * activation gradients (and the other parameter gradients) the same bits as with it.
  *
  * The fused ops are the seams a backend may fuse behind (the CUDA backend does); the fp32
  * backend runs each as the unfused sequence of ops.h calls written beside it, so its results
@@ -55,8 +58,9 @@ struct tsr_backend {
     void (*encoder_forward)(const tsr_backend *be, void *out, const int32_t *tokens,
                             const void *wte, const void *wpe, const int32_t *pos, int B, int T,
                             int C);
-    /* dwte, dwpe (or NULL) fp32 +=; dout act; tokens on the backend, tokens_host the same ids on
-     * the host (a backend may group rows by token with them) */
+    /* dwte (or NULL: frozen), dwpe (or NULL: none or frozen) fp32 +=; dout act; tokens on the
+     * backend, tokens_host the same ids on the host (a backend may group rows by token with them;
+     * neither is read without dwte) */
     void (*encoder_backward)(const tsr_backend *be, float *dwte, float *dwpe, const void *dout,
                              const int32_t *tokens, const int32_t *tokens_host,
                              const int32_t *pos, int B, int T, int C);
@@ -68,7 +72,8 @@ struct tsr_backend {
     void (*residual_layernorm_forward)(const tsr_backend *be, void *res, void *out, float *mean,
                                        float *rstd, const void *a, const void *b, const void *w,
                                        const void *bias, int N, int C);
-    /* dinp (N,C) act +=, dw, db (C) fp32 += (db or NULL); dout, inp act; w weight */
+    /* dinp (N,C) act +=, dw, db (C) fp32 += (each or NULL: frozen; db also when no bias); dout,
+     * inp act; w weight */
     void (*layernorm_backward)(const tsr_backend *be, void *dinp, float *dw, float *db,
                                const void *dout, const void *inp, const void *w,
                                const float *mean, const float *rstd, int N, int C);
@@ -80,11 +85,11 @@ struct tsr_backend {
     void (*residual_rmsnorm_forward)(const tsr_backend *be, void *res, void *out, float *rstd,
                                      const void *a, const void *b, const void *w, int N, int C,
                                      float eps);
-    /* dinp (N,C) act +=, dw (C) fp32 +=; dout, inp act; w weight */
+    /* dinp (N,C) act +=, dw (C) fp32 += or NULL (frozen); dout, inp act; w weight */
     void (*rmsnorm_backward)(const tsr_backend *be, void *dinp, float *dw, const void *dout,
                              const void *inp, const void *w, const float *rstd, int N, int C);
     /* QK-norm (ops.h qknorm_forward): out, inp (N,QKV) act; rstd (N,NH+KVH) fp32; qw, kw (hs)
-     * weight. backward: dinp act +=, dqw, dkw fp32 += */
+     * weight. backward: dinp act +=, dqw, dkw fp32 += (each or NULL: frozen) */
     void (*qknorm_forward)(const tsr_backend *be, void *out, float *rstd, const void *inp,
                            const void *qw, const void *kw, int N, int NH, int KVH, int hs,
                            float eps);
@@ -105,7 +110,8 @@ struct tsr_backend {
     /* Mixture of experts: the maths, shapes and orders of ops.h's moe_* entries, with the
      * backend's types: logits, x, xg, dx, dxg, out, base, y, dy, inp, dinp, dout, dlogits act;
      * w weight; probs, lse, wts, dwts, stats, dw fp32; idx, offs, rows, slot int32 — all on the
-     * backend (no host copy is needed between them: a backend reads offs where it lies). */
+     * backend (no host copy is needed between them: a backend reads offs where it lies).
+     * moe_matmul_backward's dw may be NULL (frozen experts). */
     void (*moe_route)(const tsr_backend *be, float *probs, float *lse, int32_t *idx, float *wts,
                       int32_t *offs, int32_t *rows, int32_t *slot, float *stats,
                       const void *logits, int N, int E, int K, int norm);
@@ -138,7 +144,8 @@ struct tsr_backend {
     void (*matvec_forward)(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,
                            const void *w, const void *bias, int N, int IC, int OC,
                            tsr_gelu_kind gelu);
-    /* dinp act +=, dw, dbias fp32 += (dbias or NULL), as ops.h matmul_backward */
+    /* dinp act +=, dw, dbias fp32 += (each or NULL: dw frozen, dbias also when no bias), as
+     * ops.h matmul_backward */
     void (*matmul_backward)(const tsr_backend *be, void *dinp, float *dw, float *dbias,
                             const void *dout, const void *inp, const void *w, int N, int IC,
                             int OC);

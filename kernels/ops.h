@@ -19,6 +19,10 @@
  *   - the one exception is softmax_xent_backward, which WRITES dlogits (=) and may alias probs.
  * Optional pointers are marked "or NULL"; an op given NULL skips that term (no bias, no learned
  * positions, no ALiBi, no segments: plain causal attention).
+ * Frozen parameters: every parameter-gradient output of a backward op (dwte, dwpe, dw, db, dbias,
+ * dqw, dkw) may be NULL, meaning that parameter is frozen (LoRA's base model): the op skips that
+ * gradient's work (the weight-gradient product, the column sums) and computes the input gradient
+ * (dinp, dx) exactly as with it, the same bits; the other parameter gradients too.
  */
 #ifndef TSR_OPS_H
 #define TSR_OPS_H
@@ -45,7 +49,8 @@ typedef struct tsr_ops {
      * pos (B,T) with 0 <= pos < T_max, or NULL (positions restart per document: model.c) */
     void (*encoder_forward)(float *out, const int32_t *tokens, const float *wte, const float *wpe,
                             const int32_t *pos, int B, int T, int C);
-    /* dwte (Vp,C) +=, dwpe (T_max,C) += at the rows forward read (or NULL), dout (B,T,C) */
+    /* dwte (Vp,C) += (or NULL: frozen; tokens then unread), dwpe (T_max,C) += at the rows forward
+     * read (or NULL: none, or frozen), dout (B,T,C). Both NULL: nothing to do. */
     void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
                              const int32_t *pos, int B, int T, int C);
 
@@ -53,7 +58,7 @@ typedef struct tsr_ops {
      * out (N,C), mean (N), rstd (N) saved for backward, inp (N,C), w (C), b (C) or NULL */
     void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
                               const float *w, const float *b, int N, int C);
-    /* dinp (N,C) +=, dw (C) +=, db (C) += or NULL, dout (N,C) */
+    /* dinp (N,C) +=, dw (C) += or NULL (frozen), db (C) += or NULL, dout (N,C) */
     void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
                                const float *inp, const float *w, const float *mean,
                                const float *rstd, int N, int C);
@@ -61,7 +66,8 @@ typedef struct tsr_ops {
     /* out = inp @ w^T + bias.  out (N,OC), inp (N,IC), w (OC,IC), bias (OC) or NULL */
     void (*matmul_forward)(float *out, const float *inp, const float *w, const float *bias,
                            int N, int IC, int OC);
-    /* dinp (N,IC) += dout @ w, dw (OC,IC) += dout^T @ inp, dbias (OC) += sum_n dout (or NULL) */
+    /* dinp (N,IC) += dout @ w, dw (OC,IC) += dout^T @ inp (or NULL: frozen, the product skipped),
+     * dbias (OC) += sum_n dout (or NULL) */
     void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
                             const float *inp, const float *w, int N, int IC, int OC);
 
@@ -87,7 +93,7 @@ typedef struct tsr_ops {
      * out (N,C), rstd (N) saved for backward, inp (N,C), w (C) */
     void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int N,
                             int C, float eps);
-    /* dinp (N,C) +=, dw (C) +=, dout (N,C); inp, w, rstd as in forward */
+    /* dinp (N,C) +=, dw (C) += or NULL (frozen), dout (N,C); inp, w, rstd as in forward */
     void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp,
                              const float *w, const float *rstd, int N, int C);
     /* QK-norm (Qwen 3): out (N,QKV) = inp with every query head RMSNorm'ed with qw (hs) and every
@@ -95,7 +101,8 @@ typedef struct tsr_ops {
      * backward (query heads, then key heads). */
     void (*qknorm_forward)(float *out, float *rstd, const float *inp, const float *qw,
                            const float *kw, int N, int NH, int KVH, int hs, float eps);
-    /* dinp (N,QKV) += (the value columns: dout's), dqw, dkw (hs) +=; dout (N,QKV) */
+    /* dinp (N,QKV) += (the value columns: dout's), dqw, dkw (hs) += (each or NULL: frozen);
+     * dout (N,QKV) */
     void (*qknorm_backward)(float *dinp, float *dqw, float *dkw, const float *dout,
                             const float *inp, const float *qw, const float *kw, const float *rstd,
                             int N, int NH, int KVH, int hs);
@@ -142,7 +149,7 @@ typedef struct tsr_ops {
      * Each expert's rows as matmul_forward of those rows alone would give them (no bias). */
     void (*moe_matmul_forward)(float *out, const float *inp, const float *w, const int32_t *offs,
                                int E, int NK, int IC, int OC);
-    /* dinp (NK,IC) +=, dw (E,OC,IC) += : matmul_backward of each expert's rows */
+    /* dinp (NK,IC) +=, dw (E,OC,IC) += or NULL (frozen) : matmul_backward of each expert's rows */
     void (*moe_matmul_backward)(float *dinp, float *dw, const float *dout, const float *inp,
                                 const float *w, const int32_t *offs, int E, int NK, int IC,
                                 int OC);

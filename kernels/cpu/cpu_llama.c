@@ -5,8 +5,9 @@
  * produce; loops are OpenMP-parallel over rows, every output element written by one thread in a
  * fixed order; parameter gradients (dw, dqw, dkw) are summed per fixed chunk of CPU_ROW_CHUNK
  * rows in double, then the chunks in order (cpu_reduce_chunks), so results do not depend on the
- * thread count. RMSNorm and QK-norm share one row routine each way: a QK-norm head is an RMSNorm
- * row of hs.
+ * thread count; a parameter gradient given as NULL (frozen) is not computed, and dinp is the
+ * same bits either way. RMSNorm and QK-norm share one row routine each way: a QK-norm head is an
+ * RMSNorm row of hs (and rms_row_backward_dx, the frozen one, that routine less its sums).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -43,6 +44,20 @@ static void rms_row_backward(float *dx, double *pw, const float *g, const float 
     for (int c = 0; c < C; c++) dx[c] += (w[c] * g[c] - x[c] * r * m) * r;
 }
 
+/* rms_row_backward without pw (the weight frozen): the same statements less the partial sum, so
+ * dx gets the same bits (test_ops_llama.c checks it) */
+static void rms_row_backward_dx(float *dx, const float *g, const float *x, const float *w, float r,
+                                int C) {
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < C; c++) {
+        const float norm = x[c] * r;
+        s += (double)(w[c] * g[c]) * norm;
+    }
+    const float m = (float)(s / C);
+    for (int c = 0; c < C; c++) dx[c] += (w[c] * g[c] - x[c] * r * m) * r;
+}
+
 /* ---- RMSNorm -------------------------------------------------------------------------------- */
 
 /* out = inp * rstd * w.  out (N,C), rstd (N), inp (N,C), w (C) */
@@ -53,9 +68,18 @@ void cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float 
         rstd[n] = rms_row_forward(out + (size_t)n * C, inp + (size_t)n * C, w, C, eps);
 }
 
-/* dinp (N,C) +=, dw (C) += sum_n dout * inp * rstd; dout, inp (N,C), w (C), rstd (N) */
+/* dinp (N,C) +=, dw (C) += sum_n dout * inp * rstd, or NULL (frozen: no sums); dout, inp (N,C),
+ * w (C), rstd (N) */
 void cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
                           const float *w, const float *rstd, int N, int C) {
+    if (!dw) {
+#pragma omp parallel for schedule(static) if ((long)N * C >= CPU_PAR_MIN)
+        for (int n = 0; n < N; n++) {
+            const size_t o = (size_t)n * C;
+            rms_row_backward_dx(dinp + o, dout + o, inp + o, w, rstd[n], C);
+        }
+        return;
+    }
     const int nchunks = cpu_row_chunks(N);
     double *part = tsr_malloc((size_t)nchunks * C * sizeof *part);
 #pragma omp parallel for schedule(static) if ((long)N * C >= CPU_PAR_MIN)
@@ -91,12 +115,33 @@ void cpu_qknorm_forward(float *out, float *rstd, const float *inp, const float *
     }
 }
 
-/* dinp (N,QKV) += (value columns: dout), dqw, dkw (hs) +=; dout, inp (N,QKV), rstd (N,NH+KVH) */
+/* The value columns' pass-through: dinp[row] += dout[row] over the KVH * hs columns from col0. */
+static void qknorm_value_rows(float *dinp, const float *dout, size_t row, size_t col0, size_t vhs) {
+    float *dv = dinp + row + col0;
+    const float *gv = dout + row + col0;
+    for (size_t c = 0; c < vhs; c++) dv[c] += gv[c];
+}
+
+/* dinp (N,QKV) += (value columns: dout), dqw, dkw (hs) += (either or both NULL: frozen; both:
+ * no sums at all, one: both summed, that one not added); dout, inp (N,QKV), rstd (N,NH+KVH) */
 void cpu_qknorm_backward(float *dinp, float *dqw, float *dkw, const float *dout, const float *inp,
                          const float *qw, const float *kw, const float *rstd, int N, int NH,
                          int KVH, int hs) {
     const int H = NH + KVH, nchunks = cpu_row_chunks(N);
     const size_t QKV = (size_t)(NH + 2 * KVH) * hs, vhs = (size_t)KVH * hs;
+    if (!dqw && !dkw) {
+#pragma omp parallel for schedule(static) if ((long)N * QKV >= CPU_PAR_MIN)
+        for (int n = 0; n < N; n++) {
+            const size_t row = n * QKV;
+            for (int h = 0; h < H; h++) {
+                const size_t o = row + (size_t)h * hs;
+                rms_row_backward_dx(dinp + o, dout + o, inp + o, h < NH ? qw : kw,
+                                    rstd[(size_t)n * H + h], hs);
+            }
+            qknorm_value_rows(dinp, dout, row, (size_t)H * hs, vhs);
+        }
+        return;
+    }
     double *part = tsr_malloc((size_t)nchunks * 2 * hs * sizeof *part); /* [chunk][dqw | dkw] */
 #pragma omp parallel for schedule(static) if ((long)N * QKV >= CPU_PAR_MIN)
     for (int k = 0; k < nchunks; k++) {
@@ -110,9 +155,7 @@ void cpu_qknorm_backward(float *dinp, float *dqw, float *dkw, const float *dout,
                 rms_row_backward(dinp + o, h < NH ? pq : pq + hs, dout + o, inp + o,
                                  h < NH ? qw : kw, rstd[(size_t)n * H + h], hs);
             }
-            float *dv = dinp + row + (size_t)H * hs;
-            const float *gv = dout + row + (size_t)H * hs;
-            for (size_t c = 0; c < vhs; c++) dv[c] += gv[c];
+            qknorm_value_rows(dinp, dout, row, (size_t)H * hs, vhs);
         }
     }
     /* one reduction of width 2 hs, then split */
@@ -120,8 +163,8 @@ void cpu_qknorm_backward(float *dinp, float *dqw, float *dkw, const float *dout,
     memset(sums, 0, (size_t)2 * hs * sizeof *sums);
     cpu_reduce_chunks(sums, part, nchunks, 2 * hs);
     for (int c = 0; c < hs; c++) {
-        dqw[c] += sums[c];
-        dkw[c] += sums[hs + c];
+        if (dqw) dqw[c] += sums[c];
+        if (dkw) dkw[c] += sums[hs + c];
     }
     free(sums);
     free(part);

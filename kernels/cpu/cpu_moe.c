@@ -202,7 +202,8 @@ void cpu_moe_matmul_forward(float *out, const float *inp, const float *w, const 
 }
 
 /* For each expert with rows: matmul_backward of its rows: dinp[offs[e]..] += dout @ w[e],
- * dw[e] += dout^T @ inp. dinp (NK,IC), dw (E,OC,IC), dout (NK,OC), inp (NK,IC), w (E,OC,IC) */
+ * dw[e] += dout^T @ inp. dinp (NK,IC), dw (E,OC,IC) or NULL (frozen: skipped), dout (NK,OC),
+ * inp (NK,IC), w (E,OC,IC) */
 void cpu_moe_matmul_backward(float *dinp, float *dw, const float *dout, const float *inp,
                              const float *w, const int32_t *offs, int E, int NK, int IC, int OC) {
     (void)NK; /* = offs[E] */
@@ -210,8 +211,9 @@ void cpu_moe_matmul_backward(float *dinp, float *dw, const float *dout, const fl
         const int r0 = offs[e], cnt = offs[e + 1] - r0;
         if (cnt <= 0) continue;
         const size_t we = (size_t)e * OC * IC;
-        tsr_cpu_ops.matmul_backward(dinp + (size_t)r0 * IC, dw + we, NULL, dout + (size_t)r0 * OC,
-                                    inp + (size_t)r0 * IC, w + we, cnt, IC, OC);
+        tsr_cpu_ops.matmul_backward(dinp + (size_t)r0 * IC, dw ? dw + we : NULL, NULL,
+                                    dout + (size_t)r0 * OC, inp + (size_t)r0 * IC, w + we, cnt, IC,
+                                    OC);
     }
 }
 

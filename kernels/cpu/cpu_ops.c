@@ -7,7 +7,8 @@
  * shapes use the ops.h vocabulary. Loops are OpenMP-parallel and every output element is written by
  * one thread in a fixed order, so results do not depend on the thread count (sgemm aside, which is
  * deterministic for a fixed OpenBLAS thread count). Reductions over rows (dw, db, dbias) sum fixed
- * chunks of rows in double, then the chunks in order.
+ * chunks of rows in double, then the chunks in order. A parameter gradient given as NULL (a frozen
+ * parameter) is not computed at all; the input gradient is the same bits either way.
  */
 #include <cblas.h>
 #include <malloc.h>
@@ -104,17 +105,19 @@ static void encoder_forward(float *out, const int32_t *tokens, const float *wte,
     }
 }
 
-/* dwte[tokens[n],:] += dout[n,:];  dwpe[p,:] += dout[n,:] for the p forward read.  dwte (Vp,C),
- * dwpe or NULL, pos (B,T) or NULL. Thread k owns the vocabulary rows with token % nthreads == k
- * and adds rows in the order of n, so every dwte row is summed in the same order whatever the
- * thread count; dwpe is split over t, or with pos owned by position like dwte. */
+/* dwte[tokens[n],:] += dout[n,:];  dwpe[p,:] += dout[n,:] for the p forward read.  dwte (Vp,C)
+ * or NULL, dwpe or NULL (frozen or absent: skipped; tokens unread without dwte), pos (B,T) or
+ * NULL. Thread k owns the vocabulary rows with token % nthreads == k and adds rows in the order
+ * of n, so every dwte row is summed in the same order whatever the thread count; dwpe is split
+ * over t, or with pos owned by position like dwte. */
 static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
                              const int32_t *pos, int B, int T, int C) {
     long N = (long)B * T;
+    if (!dwte && !dwpe) return;
 #pragma omp parallel if (N * C >= CPU_PAR_MIN)
     {
         int nt = omp_get_num_threads(), tid = omp_get_thread_num();
-        for (long n = 0; n < N; n++) {
+        for (long n = 0; dwte && n < N; n++) {
             int32_t tok = tokens[n];
             if (tok % nt != tid) continue;
             float *d = dwte + (size_t)tok * C;
@@ -189,11 +192,44 @@ static void layernorm_forward(float *out, float *mean, float *rstd, const float 
     }
 }
 
+/* dinp alone (dw and db frozen): the rows of layernorm_backward below without the column sums.
+ * The row loop is that one's statement for statement less the two partial-sum updates, so dinp
+ * gets the same bits (test_ops.c checks it). */
+static void layernorm_backward_dinp(float *dinp, const float *dout, const float *inp,
+                                    const float *w, const float *mean, const float *rstd, int N,
+                                    int C) {
+#pragma omp parallel for schedule(static) if ((long)N * C >= CPU_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C, *g = dout + (size_t)n * C;
+        float *dx = dinp + (size_t)n * C;
+        float m = mean[n], r = rstd[n];
+        double s1 = 0.0, s2 = 0.0; /* sum of dnorm, of dnorm * norm */
+#pragma omp simd reduction(+ : s1, s2)
+        for (int c = 0; c < C; c++) {
+            float norm = (x[c] - m) * r;
+            float dnorm = w[c] * g[c];
+            s1 += dnorm;
+            s2 += (double)dnorm * norm;
+        }
+        float dmean = (float)(s1 / C), dnmean = (float)(s2 / C);
+        for (int c = 0; c < C; c++) {
+            float norm = (x[c] - m) * r;
+            dx[c] += (w[c] * g[c] - dmean - norm * dnmean) * r;
+        }
+    }
+}
+
 /* norm = (inp - mean) * rstd;  dinp += (w*dout - mean(w*dout) - norm * mean(w*dout*norm)) * rstd;
- * dw += sum_n dout * norm;  db += sum_n dout.  dinp (N,C), dw (C), db (C) or NULL, dout (N,C) */
+ * dw += sum_n dout * norm;  db += sum_n dout.  dinp (N,C), dw (C) or NULL, db (C) or NULL,
+ * dout (N,C). Both NULL (frozen): no column sums at all; one NULL: both summed (one reduction
+ * of width 2C, as ever), that one not added. */
 static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                                const float *inp, const float *w, const float *mean,
                                const float *rstd, int N, int C) {
+    if (!dw && !db) {
+        layernorm_backward_dinp(dinp, dout, inp, w, mean, rstd, N, C);
+        return;
+    }
     int nchunks = cpu_row_chunks(N);
     double *part = tsr_malloc((size_t)nchunks * 2 * C * sizeof *part); /* [chunk][dw | db] */
 #pragma omp parallel for schedule(static) if ((long)N * C >= CPU_PAR_MIN)
@@ -226,7 +262,8 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
     float *sums = tsr_malloc((size_t)2 * C * sizeof *sums);
     memset(sums, 0, (size_t)2 * C * sizeof *sums);
     cpu_reduce_chunks(sums, part, nchunks, 2 * C);
-    for (int c = 0; c < C; c++) dw[c] += sums[c];
+    if (dw)
+        for (int c = 0; c < C; c++) dw[c] += sums[c];
     if (db)
         for (int c = 0; c < C; c++) db[c] += sums[C + c];
     free(sums);
@@ -258,13 +295,16 @@ static void matvec_forward(float *out, const float *inp, const float *w, const f
     cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, IC, 1.0f, w, IC, inp, 1, 1.0f, out, 1);
 }
 
-/* dinp (N,IC) += dout @ w;  dw (OC,IC) += dout^T @ inp;  dbias (OC) += sum_n dout, or NULL */
+/* dinp (N,IC) += dout @ w;  dw (OC,IC) += dout^T @ inp, or NULL (frozen: that product skipped);
+ * dbias (OC) += sum_n dout, or NULL. The three are independent: dinp's bits do not depend on
+ * which others are asked for. */
 static void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
                             const float *inp, const float *w, int N, int IC, int OC) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC, 1.0f,
                 dinp, IC);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f,
-                dw, IC);
+    if (dw)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC,
+                    1.0f, dw, IC);
     if (dbias) {
         int nchunks = cpu_row_chunks(N);
         double *part = tsr_malloc((size_t)nchunks * OC * sizeof *part);

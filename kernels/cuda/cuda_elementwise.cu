@@ -344,7 +344,8 @@ static unsigned pack_threads(int packs) {
 }
 
 /* dwte: with tokens_host, grouped on the host (counting sort) and summed one token per block in
- * row order (deterministic, the CPU's bits); without it, fp32 atomics. dwpe: without pos, one
+ * row order (deterministic, the CPU's bits); without it, fp32 atomics; NULL (frozen): skipped,
+ * tokens and tokens_host unread (no grouping, no upload). dwpe (or NULL): without pos, one
  * thread per (position, channels) over the batch in order; with pos, the positions are sorted on
  * the device (CUB radix sort, stable, so rows stay in order) and summed one position per block:
  * deterministic either way. Costs: the host pass is O(B*T + max token), and a token that occurs
@@ -355,15 +356,16 @@ void tcu_encoder_backward(float *dwte, float *dwpe, const tsr_bf16 *dout_, const
                           tcu_stream s) {
     const char *what = "tcu_encoder_backward";
     check_btc(what, B, T, C);
-    TCU_REQUIRE(dwte && dout_ && (tokens || tokens_host), what,
-                "dwte, dout and tokens (or tokens_host) must not be NULL");
+    TCU_REQUIRE(dout_ && (!dwte || tokens || tokens_host), what,
+                "dout, and with dwte tokens (or tokens_host), must not be NULL");
+    if (!dwte && !dwpe) return; /* everything frozen */
     const bf16 *dout = (const bf16 *)dout_;
     const int N = B * T;
     const bool w8 = C % 8 == 0 && tcu_aligned16(dout);
-    const bool te8 = w8 && tcu_aligned16(dwte), pe8 = w8 && dwpe && tcu_aligned16(dwpe);
+    const bool te8 = w8 && dwte && tcu_aligned16(dwte), pe8 = w8 && dwpe && tcu_aligned16(dwpe);
     const int packs_te = te8 ? C / 8 : C, packs_pe = pe8 ? C / 8 : C;
 
-    const bool host_group = tokens_host != NULL, dev_sort = dwpe && pos;
+    const bool host_group = dwte && tokens_host != NULL, dev_sort = dwpe && pos;
     size_t region1 = host_group ? align256((size_t)(3 * (size_t)N + 1) * sizeof(int32_t)) : 0;
     size_t ints = align256((size_t)N * sizeof(int32_t)), cub_bytes = 0;
     if (dev_sort)
@@ -407,7 +409,7 @@ void tcu_encoder_backward(float *dwte, float *dwpe, const tsr_bf16 *dout_, const
         kernel<<<grid, pack_threads(packs_te), 0, s>>>(dwte, dout, d_keys, d_rows, d_starts, nseg,
                                                        N, C);
         TCU_CHECK_LAUNCH("tcu_encoder_backward (dwte, grouped rows)");
-    } else {
+    } else if (dwte) {
         size_t items = (size_t)N * packs_te;
         auto kernel = te8 ? dwte_scatter_atomic<8> : dwte_scatter_atomic<1>;
         kernel<<<ew_grid(items), EW_THREADS, 0, s>>>(dwte, dout, tokens, C, items);

@@ -132,7 +132,8 @@ __device__ __forceinline__ float2 tcu_block_sum2(float2 v, float2 *red) {
  * tcu_norm_partial_scratch: one process-wide buffer, grown on demand, freed by tcu_shutdown), and
  * tcu_norm_param_grad_reduce adds the P partials per column in a fixed order:
  *   dw[c] += sum_p partial[p*stride + c], db[c] += sum_p partial[p*stride + C + c] (db or NULL;
- * with db, stride >= 2C). */
+ * with db, stride >= 2C; dw NULL: its columns not added). A norm backward whose weight gradients
+ * are all NULL (frozen) computes dinp alone: no partial sums, no scratch, no reduction. */
 int tcu_norm_rows_per_group(int N);
 float *tcu_norm_partial_scratch(size_t bytes, const char *what);
 void tcu_norm_param_grad_reduce(float *dw, float *db, const float *partial, int P, int C,

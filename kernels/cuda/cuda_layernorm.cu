@@ -10,6 +10,9 @@
  *     ln_bwd_groups); one block per group walks its rows in order and keeps fp32 column sums,
  *     written as partial row p of a scratch (P, 2C) = [dw | db]; a second kernel adds the P
  *     partials per column in a fixed order into dw/db;
+ *   - frozen parameters: dw and db may each be NULL. Both NULL: the row kernel's GRADS = false
+ *     instance (the same dinp statements without the column sums), no scratch, no reduction; one
+ *     NULL: the sums as ever, that one not added. dinp is the same bits either way;
  *   - every launch on the caller's stream, checked (TCU_CHECK_LAUNCH).
  * Vector width: W = 8 bf16 per lane step (16-byte loads and stores) when C % 8 == 0 and every
  * pointer is 16-byte aligned; W = 8 with scalar loads when C % 8 == 0 but a pointer is not (same
@@ -158,7 +161,8 @@ void tcu_residual_layernorm_forward(tsr_bf16 *residual, tsr_bf16 *out, float *me
 /* One row group per block; per row n of the group, in order (norm = (x - mean) * rstd, g = dout):
  *   dinp[n,:] += (w*g - mean(w*g) - norm * mean(w*g*norm)) * rstd      (bf16, read-add-round)
  *   acc_w[:] += g * norm;  acc_b[:] += g   (fp32 column sums of this group, when with_db)
- * then partial[group] = [acc_w | acc_b].
+ * then partial[group] = [acc_w | acc_b]. GRADS = false (dw and db frozen): no accumulators,
+ * partial unread (may be NULL), acc_smem and with_db ignored; dinp the same statements.
  * dinp, dout, inp (N,C) bf16; w (C) bf16; mean, rstd (N) fp32; partial (P, 2C) fp32 scratch.
  * Launch: grid P = ceil(N / rows), block = ceil(C / W) rounded up to a warp, at most 1024
  * threads (thread t owns columns c = t*W + j*blockDim*W .. +W: the same in every pass, so each
@@ -166,7 +170,7 @@ void tcu_residual_layernorm_forward(tsr_bf16 *residual, tsr_bf16 *out, float *me
  * 2*C floats when acc_smem (the accumulators), else 0 and the accumulators are partial[group]
  * itself (generic pointer; for C too large for shared memory). Two barriers per row (the
  * block sums of w*g and w*g*norm). Preconditions (host): rows >= 1; VEC: C % 8 == 0, aligned. */
-template <int W, bool VEC>
+template <int W, bool VEC, bool GRADS>
 __global__ void __launch_bounds__(1024)
     layernorm_backward_row_group_kernel(bf16 *dinp, float *partial, const bf16 *dout,
                                         const bf16 *inp, const bf16 *w, const float *mean,
@@ -174,14 +178,16 @@ __global__ void __launch_bounds__(1024)
                                         int with_db) {
     extern __shared__ float ln_acc_smem[]; /* [2C] when acc_smem */
     __shared__ float2 red[32];
-    float *part = partial + (size_t)blockIdx.x * 2 * C;
+    float *part = GRADS ? partial + (size_t)blockIdx.x * 2 * C : nullptr;
     float *acc = acc_smem ? ln_acc_smem : part;
     const int c0 = threadIdx.x * W, step = blockDim.x * W;
-    for (int c = c0; c < C; c += step) {
+    if constexpr (GRADS) {
+        for (int c = c0; c < C; c += step) {
 #pragma unroll
-        for (int k = 0; k < W; k++) {
-            acc[c + k] = 0.0f;
-            if (with_db) acc[C + c + k] = 0.0f;
+            for (int k = 0; k < W; k++) {
+                acc[c + k] = 0.0f;
+                if (with_db) acc[C + c + k] = 0.0f;
+            }
         }
     }
     const int n0 = blockIdx.x * rows;
@@ -201,8 +207,10 @@ __global__ void __launch_bounds__(1024)
                 const float dnorm = wv[k] * gv[k];
                 sums.x += dnorm;
                 sums.y += dnorm * norm;
-                acc[c + k] += gv[k] * norm;
-                if (with_db) acc[C + c + k] += gv[k];
+                if constexpr (GRADS) {
+                    acc[c + k] += gv[k] * norm;
+                    if (with_db) acc[C + c + k] += gv[k];
+                }
             }
         }
         sums = tcu_block_sum2(sums, red);
@@ -221,7 +229,7 @@ __global__ void __launch_bounds__(1024)
             tcu_store_bf16<W, VEC>(dinp + off + c, dv);
         }
     }
-    if (acc_smem) {
+    if (GRADS && acc_smem) {
         for (int c = c0; c < C; c += step) {
 #pragma unroll
             for (int k = 0; k < W; k++) {
@@ -233,7 +241,8 @@ __global__ void __launch_bounds__(1024)
 }
 
 /* dw[c] += sum_p partial[p*stride + c];  db[c] += sum_p partial[p*stride + C + c] (when db),
- * p = 0..P-1. dw (C) fp32, db (C) fp32 or NULL, partial (P, stride) fp32 (stride >= 2C with db).
+ * p = 0..P-1. dw (C) fp32 or NULL (frozen: its columns summed, not added), db (C) fp32 or NULL,
+ * partial (P, stride) fp32 (stride >= 2C with db).
  * Launch: grid ceil(width / LN_RED_COLS), width = C (no db) or 2C; block (LN_RED_COLS,
  * LN_RED_SLICES). Thread (x, y) sums partials y, y + 32, ... of its column in order; thread (x, 0)
  * adds the 32 slice sums in order 0..31: a fixed order, deterministic. */
@@ -251,8 +260,8 @@ __global__ void __launch_bounds__(LN_RED_COLS *LN_RED_SLICES)
     if (threadIdx.y == 0 && col < width) {
         float t = 0.0f;
         for (int i = 0; i < LN_RED_SLICES; i++) t += sl[i][threadIdx.x];
-        if (col < C) dw[col] += t;
-        else db[col - C] += t;
+        if (col >= C) db[col - C] += t;
+        else if (dw) dw[col] += t;
     }
 }
 
@@ -295,22 +304,24 @@ float *tcu_norm_partial_scratch(size_t bytes, const char *what) {
     return ln_partial;
 }
 
-/* dinp (N,C) bf16 +=; dw (C) fp32 +=; db (C) fp32 += or NULL; dout, inp (N,C) bf16; w (C) bf16;
- * mean, rstd (N) fp32 from the forward pass.
+/* dinp (N,C) bf16 +=; dw (C) fp32 += or NULL; db (C) fp32 += or NULL; dout, inp (N,C) bf16;
+ * w (C) bf16; mean, rstd (N) fp32 from the forward pass.
  * Two launches: layernorm_backward_row_group_kernel (dinp, and P = ceil(N / rows) partial sums
- * of dw/db into the scratch), then layernorm_param_grad_fixed_order_kernel (dw, db +=).
- * Deterministic. N >= 0, C >= 1. */
+ * of dw/db into the scratch), then layernorm_param_grad_fixed_order_kernel (dw, db +=); with dw
+ * and db both NULL (frozen) the first alone, without sums. Deterministic. N >= 0, C >= 1. */
 void tcu_layernorm_backward(tsr_bf16 *dinp, float *dw, float *db, const tsr_bf16 *dout,
                             const tsr_bf16 *inp, const tsr_bf16 *w, const float *mean,
                             const float *rstd, int N, int C, tcu_stream s) {
     const char *what = "tcu_layernorm_backward";
     TCU_REQUIRE(N >= 0 && C >= 1, what, tcu_msg("need N >= 0 and C >= 1, got N=%d C=%d", N, C));
-    TCU_REQUIRE(dinp && dw && dout && inp && w && mean && rstd, what, "a required pointer is NULL");
+    TCU_REQUIRE(dinp && dout && inp && w && mean && rstd, what, "a required pointer is NULL");
     if (N == 0) return;
     const cudaStream_t st = (cudaStream_t)s;
     const int rows = tcu_norm_rows_per_group(N);
     const int P = (N + rows - 1) / rows;
-    float *partial = tcu_norm_partial_scratch((size_t)P * 2 * C * sizeof(float), what);
+    const bool grads = dw || db;
+    float *partial =
+        grads ? tcu_norm_partial_scratch((size_t)P * 2 * C * sizeof(float), what) : nullptr;
 
     const bool w8 = C % 8 == 0;
     const bool vec = w8 && tcu_aligned16(dinp) && tcu_aligned16(dout) && tcu_aligned16(inp) &&
@@ -323,12 +334,15 @@ void tcu_layernorm_backward(tsr_bf16 *dinp, float *dw, float *db, const tsr_bf16
     /* accumulators in shared memory when they fit beside the kernel's static 256 bytes */
     const size_t acc_bytes = (size_t)2 * C * sizeof(float);
     const tcu_context *ctx = tcu_context_get(what);
-    const int acc_smem = acc_bytes + 32 * sizeof(float2) <= ctx->smem_optin;
+    const int acc_smem = grads && acc_bytes + 32 * sizeof(float2) <= ctx->smem_optin;
     const size_t dyn = acc_smem ? acc_bytes : 0;
     const int with_db = db != nullptr;
-    auto kern = vec ? layernorm_backward_row_group_kernel<8, true>
-                : w8 ? layernorm_backward_row_group_kernel<8, false>
-                     : layernorm_backward_row_group_kernel<1, false>;
+    auto kern = grads ? (vec  ? layernorm_backward_row_group_kernel<8, true, true>
+                         : w8 ? layernorm_backward_row_group_kernel<8, false, true>
+                              : layernorm_backward_row_group_kernel<1, false, true>)
+                      : (vec  ? layernorm_backward_row_group_kernel<8, true, false>
+                         : w8 ? layernorm_backward_row_group_kernel<8, false, false>
+                              : layernorm_backward_row_group_kernel<1, false, false>);
     if (dyn > 48 * 1024)
         TCU_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn),
                   what);
@@ -336,6 +350,7 @@ void tcu_layernorm_backward(tsr_bf16 *dinp, float *dw, float *db, const tsr_bf16
                                   (const bf16 *)w, mean, rstd, N, C, rows, acc_smem, with_db);
     TCU_CHECK_LAUNCH("tcu_layernorm_backward: layernorm_backward_row_group_kernel");
 
+    if (!grads) return;
     tcu_norm_param_grad_reduce(dw, db, partial, P, C, (size_t)2 * C, st,
                                "tcu_layernorm_backward: layernorm_param_grad_fixed_order_kernel");
 }

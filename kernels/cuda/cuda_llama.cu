@@ -8,7 +8,9 @@
  *   - backward ACCUMULATES: activation gradients (bf16) += by read, fp32 add, one rounding;
  *     weight gradients (fp32) += deterministically: no atomics. The norm backwards use
  *     LayerNorm's scheme (cuda_internal.h, tcu_norm_*): P row groups, one block each summing its
- *     rows in order into a partial row, then a fixed-order sum of the partials;
+ *     rows in order into a partial row, then a fixed-order sum of the partials. A weight gradient
+ *     given as NULL (frozen: dw, dqw, dkw each) skips its sums, scratch and reduction (the row
+ *     kernel's GRADS = false instance), and dinp is the same bits either way;
  *   - RMSNorm and QK-norm are one pair of kernels over "strided rows": row r of C elements starts
  *     at (r / H) * ld + (r % H) * C, its rstd at (r / H) * sld + r % H. RMSNorm is H = 1, ld = C,
  *     sld = 1; QK-norm's query heads are H = NH rows of hs per token (ld = QKV, sld = NH + KVH),
@@ -152,20 +154,23 @@ void tcu_residual_rmsnorm_forward(tsr_bf16 *residual, tsr_bf16 *out, float *rstd
  * Launch: grid P = ceil(R / rows), block ceil(C / W) rounded up to a warp, at most 1024 (thread t
  * owns columns t*W + j*blockDim*W .. +W in every pass: each column summed by one thread in row
  * order). Dynamic shared memory C floats when acc_smem (the accumulators), else 0 and the
- * accumulators are partial[group] itself. One block sum per row. */
-template <int W, bool VEC>
+ * accumulators are partial[group] itself. One block sum per row. GRADS = false (the weight
+ * frozen): no accumulators, partial unread (may be NULL), acc_smem ignored; dinp the same
+ * statements. */
+template <int W, bool VEC, bool GRADS>
 __global__ void __launch_bounds__(1024)
     rmsnorm_backward_row_group_kernel(bf16 *dinp, float *partial, const bf16 *dout,
                                       const bf16 *inp, const bf16 *w, const float *rstd, int R,
                                       int C, rows_layout L, int rows, int acc_smem) {
     extern __shared__ float rms_acc_smem[]; /* [C] when acc_smem */
     __shared__ float2 red[32];
-    float *part = partial + (size_t)blockIdx.x * C;
+    float *part = GRADS ? partial + (size_t)blockIdx.x * C : nullptr;
     float *acc = acc_smem ? rms_acc_smem : part;
     const int c0 = threadIdx.x * W, step = blockDim.x * W;
-    for (int c = c0; c < C; c += step)
+    if constexpr (GRADS)
+        for (int c = c0; c < C; c += step)
 #pragma unroll
-        for (int k = 0; k < W; k++) acc[c + k] = 0.0f;
+            for (int k = 0; k < W; k++) acc[c + k] = 0.0f;
     const int n0 = blockIdx.x * rows, n1 = min(R, n0 + rows);
     for (int n = n0; n < n1; n++) { /* block-uniform: every thread reaches the barriers */
         const size_t off = row_off(L, n, C);
@@ -180,7 +185,7 @@ __global__ void __launch_bounds__(1024)
             for (int k = 0; k < W; k++) {
                 const float norm = xv[k] * r;
                 sums.x += wv[k] * gv[k] * norm;
-                acc[c + k] += gv[k] * norm;
+                if constexpr (GRADS) acc[c + k] += gv[k] * norm;
             }
         }
         const float dnmean = tcu_block_sum2(sums, red).x / (float)C;
@@ -195,21 +200,24 @@ __global__ void __launch_bounds__(1024)
             tcu_store_bf16<W, VEC>(dinp + off + c, dv);
         }
     }
-    if (acc_smem)
+    if (GRADS && acc_smem)
         for (int c = c0; c < C; c += step)
 #pragma unroll
             for (int k = 0; k < W; k++) part[c + k] = acc[c + k];
 }
 
 /* dinp += and dw += over R strided rows of layout L: the row-group kernel, then the fixed-order
- * sum of its partials (tcu_norm_param_grad_reduce). Deterministic. */
+ * sum of its partials (tcu_norm_param_grad_reduce). dw NULL (frozen): the kernel without sums
+ * alone. Deterministic. */
 static void rms_backward_rows(const char *what, bf16 *dinp, float *dw, const bf16 *dout,
                               const bf16 *inp, const bf16 *w, const float *rstd, int R, int C,
                               rows_layout L, cudaStream_t st) {
     if (R == 0) return;
     const int rows = tcu_norm_rows_per_group(R);
     const int P = (R + rows - 1) / rows;
-    float *partial = tcu_norm_partial_scratch((size_t)P * C * sizeof(float), what);
+    const bool grads = dw != nullptr;
+    float *partial =
+        grads ? tcu_norm_partial_scratch((size_t)P * C * sizeof(float), what) : nullptr;
     const bool w8 = C % 8 == 0 && L.ld % 8 == 0;
     const bool vec = w8 && tcu_aligned16(dinp) && tcu_aligned16(dout) && tcu_aligned16(inp) &&
                      tcu_aligned16(w);
@@ -218,24 +226,27 @@ static void rms_backward_rows(const char *what, bf16 *dinp, float *dw, const bf1
     threads = threads > 1024 ? 1024 : threads < 32 ? 32 : threads;
     const size_t acc_bytes = (size_t)C * sizeof(float);
     const tcu_context *ctx = tcu_context_get(what);
-    const int acc_smem = acc_bytes + 32 * sizeof(float2) <= ctx->smem_optin;
+    const int acc_smem = grads && acc_bytes + 32 * sizeof(float2) <= ctx->smem_optin;
     const size_t dyn = acc_smem ? acc_bytes : 0;
-    auto kern = vec  ? rmsnorm_backward_row_group_kernel<8, true>
-                : w8 ? rmsnorm_backward_row_group_kernel<8, false>
-                     : rmsnorm_backward_row_group_kernel<1, false>;
+    auto kern = grads ? (vec  ? rmsnorm_backward_row_group_kernel<8, true, true>
+                         : w8 ? rmsnorm_backward_row_group_kernel<8, false, true>
+                              : rmsnorm_backward_row_group_kernel<1, false, true>)
+                      : (vec  ? rmsnorm_backward_row_group_kernel<8, true, false>
+                         : w8 ? rmsnorm_backward_row_group_kernel<8, false, false>
+                              : rmsnorm_backward_row_group_kernel<1, false, false>);
     /* always set (the static part on top must never tip a size near 48 KiB over) */
     TCU_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn),
               what);
     kern<<<P, threads, dyn, st>>>(dinp, partial, dout, inp, w, rstd, R, C, L, rows, acc_smem);
     TCU_CHECK_LAUNCH(what);
-    tcu_norm_param_grad_reduce(dw, nullptr, partial, P, C, (size_t)C, st, what);
+    if (grads) tcu_norm_param_grad_reduce(dw, nullptr, partial, P, C, (size_t)C, st, what);
 }
 
 void tcu_rmsnorm_backward(tsr_bf16 *dinp, float *dw, const tsr_bf16 *dout, const tsr_bf16 *inp,
                           const tsr_bf16 *w, const float *rstd, int N, int C, tcu_stream s) {
     const char *what = "tcu_rmsnorm_backward";
     check_nc(what, N, C, 0.0f);
-    TCU_REQUIRE(dinp && dw && dout && inp && w && rstd, what, "a required pointer is NULL");
+    TCU_REQUIRE(dinp && dout && inp && w && rstd, what, "a required pointer is NULL");
     rms_backward_rows(what, (bf16 *)dinp, dw, (const bf16 *)dout, (const bf16 *)inp,
                       (const bf16 *)w, rstd, N, C, rows_layout{1, (size_t)C, 1}, (cudaStream_t)s);
 }
@@ -311,14 +322,13 @@ void tcu_qknorm_forward(tsr_bf16 *out, float *rstd, const tsr_bf16 *inp, const t
 }
 
 /* dinp (N,QKV) += the gradient (the value columns: dout's); dqw, dkw (hs) fp32 +=, each by the
- * deterministic row-group scheme. */
+ * deterministic row-group scheme, each or NULL (frozen: that head kind's sums skipped). */
 void tcu_qknorm_backward(tsr_bf16 *dinp, float *dqw, float *dkw, const tsr_bf16 *dout,
                          const tsr_bf16 *inp, const tsr_bf16 *qw, const tsr_bf16 *kw,
                          const float *rstd, int N, int NH, int KVH, int hs, tcu_stream s) {
     const char *what = "tcu_qknorm_backward";
     check_heads(what, N, NH, KVH, hs);
-    TCU_REQUIRE(dinp && dqw && dkw && dout && inp && qw && kw && rstd, what,
-                "a required pointer is NULL");
+    TCU_REQUIRE(dinp && dout && inp && qw && kw && rstd, what, "a required pointer is NULL");
     if (N == 0) return;
     const cudaStream_t st = (cudaStream_t)s;
     const size_t ld = (size_t)(NH + 2 * KVH) * hs, koff = (size_t)NH * hs;

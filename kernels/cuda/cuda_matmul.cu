@@ -6,8 +6,9 @@
  *   - bf16 operands, fp32 accumulation (CUBLAS_COMPUTE_32F, fp32 alpha/beta), bf16 activations;
  *   - backward ACCUMULATES: dinp (bf16) += through beta = 1 on C = D; dw, dbias (fp32) +=;
  *   - every cuBLASLt call and kernel launch on the caller's stream `s`, every call checked.
- * Extension to cuda_ops.h: in tcu_matmul_backward each of dinp, dw, dbias may be NULL (that term is
- * skipped), so a frozen weight or an input that needs no gradient costs nothing.
+ * In tcu_matmul_backward each of dinp, dw, dbias may be NULL (that term is skipped: cuda_ops.h), so
+ * a frozen weight or an input that needs no gradient costs nothing; the three are independent
+ * launches, so each one's bits do not depend on which others run.
  *
  * Row-major to cuBLASLt (column-major): a row-major (R,C) matrix with leading dimension C is, byte
  * for byte, the column-major (C,R) matrix with ld C, i.e. its transpose. So every product is
@@ -389,8 +390,8 @@ void tcu_matmul_forward(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *inp,
 }
 
 /* dinp (N,IC) bf16 += dout @ w;  dw (OC,IC) fp32 += dout^T @ inp;  dbias (OC) fp32 += sum_n dout.
- * Each of dinp, dw, dbias may be NULL (that term skipped: an extension of cuda_ops.h); inp may be
- * NULL when dw is, w when dinp is. dout (N,OC) bf16, inp (N,IC) bf16, w (OC,IC) bf16.
+ * Each of dinp, dw, dbias may be NULL (that term skipped); inp may be NULL when dw is, w when dinp
+ * is. dout (N,OC) bf16, inp (N,IC) bf16, w (OC,IC) bf16.
  * dinp: D (IC,N) ld IC [= dinp row-major] = A B + D; A = w stored (IC,OC) ld IC, op N [w row-major
  *   is w^T column-major]; B = dout stored (OC,N) ld OC, op N; m = IC, n = N, k = OC; bf16 C = D,
  *   beta = 1 (read, add in fp32, round once).

@@ -605,18 +605,20 @@ void tcu_moe_matmul_forward(tsr_bf16 *out, const tsr_bf16 *inp, const tsr_bf16 *
     TCU_CHECK_LAUNCH(what);
 }
 
-/* Two launches: dinp (row tiles over IC), then dw (per expert, tiles of OC x IC). */
+/* Two launches: dinp (row tiles over IC), then dw (per expert, tiles of OC x IC); dw NULL (the
+ * experts frozen): the first alone (inp then unread), dinp the same bits. */
 void tcu_moe_matmul_backward(tsr_bf16 *dinp, float *dw, const tsr_bf16 *dout,
                              const tsr_bf16 *inp, const tsr_bf16 *w, const int32_t *offs, int E,
                              int NK, int IC, int OC, tcu_stream s) {
     const char *what = "tcu_moe_matmul_backward";
     check_grouped(what, E, NK, IC, OC);
-    TCU_REQUIRE(dinp && dw && dout && inp && w && offs, what, "a required pointer is NULL");
+    TCU_REQUIRE(dinp && dout && (inp || !dw) && w && offs, what, "a required pointer is NULL");
     if (NK == 0) return;
     const cudaStream_t st = (cudaStream_t)s;
     moe_matmul_tiled_kernel<MM_DINP><<<row_tiles_grid(NK, E, IC), MM_THREADS, 0, st>>>(
         (bf16 *)dinp, nullptr, nullptr, (const bf16 *)dout, (const bf16 *)w, offs, E, IC, OC);
     TCU_CHECK_LAUNCH("tcu_moe_matmul_backward: dinp");
+    if (!dw) return;
     const dim3 grid((unsigned)((IC + MM_TN - 1) / MM_TN), (unsigned)((OC + MM_TM - 1) / MM_TM),
                     (unsigned)E);
     moe_matmul_tiled_kernel<MM_DW><<<grid, MM_THREADS, 0, st>>>(

@@ -13,6 +13,10 @@
  *     read-modify-write); the exception is tcu_softmax_xent, which WRITES dlogits over the logits;
  *   - optional pointers are marked "or NULL": NULL drops that term (no bias, no learned positions,
  *     no ALiBi, no segments);
+ *   - frozen parameters (ops.h): every fp32 parameter-gradient output of a backward op (dwte, dwpe,
+ *     dw, db, dbias, dqw, dkw) may be NULL; the op then skips that gradient's work (its GEMM, its
+ *     partial sums and their reduction) and gives dinp (and the other gradients) the same bits as
+ *     with it;
  *   - every op takes an explicit stream; every launch is followed by a check of the last error and
  *     a failure exits the process with the op's name and CUDA's message (tcu_check);
  *   - preconditions an op cannot handle (a head size it has no kernel for, C not a multiple of 8
@@ -101,9 +105,10 @@ void tcu_bf16_to_f32(float *out, const tsr_bf16 *inp, size_t n, tcu_stream s);
 void tcu_encoder_forward(tsr_bf16 *out, const int32_t *tokens, const tsr_bf16 *wte,
                          const tsr_bf16 *wpe, const int32_t *pos, int B, int T, int C,
                          tcu_stream s);
-/* dwte (Vp,C) fp32 +=, dwpe (T_max,C) fp32 += or NULL, dout (B,T,C) bf16.
+/* dwte (Vp,C) fp32 += or NULL (frozen), dwpe (T_max,C) fp32 += or NULL, dout (B,T,C) bf16.
  * tokens_host (B,T) on the host, or NULL: with it the rows of dwte are summed in a fixed order
- * (tokens grouped on the host, deterministic); without it by atomics (order varies run to run). */
+ * (tokens grouped on the host, deterministic); without it by atomics (order varies run to run).
+ * Without dwte neither tokens nor tokens_host is read (either may be NULL). */
 void tcu_encoder_backward(float *dwte, float *dwpe, const tsr_bf16 *dout, const int32_t *tokens,
                           const int32_t *tokens_host, const int32_t *pos, int B, int T, int C,
                           tcu_stream s);
@@ -118,8 +123,8 @@ void tcu_layernorm_forward(tsr_bf16 *out, float *mean, float *rstd, const tsr_bf
 void tcu_residual_layernorm_forward(tsr_bf16 *residual, tsr_bf16 *out, float *mean, float *rstd,
                                     const tsr_bf16 *a, const tsr_bf16 *b, const tsr_bf16 *w,
                                     const tsr_bf16 *bias, int N, int C, tcu_stream s);
-/* dinp (N,C) bf16 +=; dw (C) fp32 +=; db (C) fp32 += or NULL; dout (N,C) bf16; inp, w, mean,
- * rstd as in forward. */
+/* dinp (N,C) bf16 +=; dw (C) fp32 += or NULL (frozen); db (C) fp32 += or NULL; dout (N,C) bf16;
+ * inp, w, mean, rstd as in forward. */
 void tcu_layernorm_backward(tsr_bf16 *dinp, float *dw, float *db, const tsr_bf16 *dout,
                             const tsr_bf16 *inp, const tsr_bf16 *w, const float *mean,
                             const float *rstd, int N, int C, tcu_stream s);
@@ -133,8 +138,8 @@ void tcu_matmul_forward(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *inp,
                         const tsr_bf16 *w, const tsr_bf16 *bias, int N, int IC, int OC,
                         tsr_gelu_kind gelu, tcu_stream s);
 /* dinp (N,IC) bf16 += dout @ w; dw (OC,IC) fp32 += dout^T @ inp; dbias (OC) fp32 += column sums
- * of dout. Each of dinp, dw, dbias may be NULL (skipped; inp is read only for dw, w only for
- * dinp).  dout (N,OC) bf16, inp (N,IC) bf16, w (OC,IC) bf16. */
+ * of dout. Each of dinp, dw, dbias may be NULL (skipped: dw frozen, no bias, no input gradient;
+ * inp is read only for dw, w only for dinp).  dout (N,OC) bf16, inp (N,IC) bf16, w (OC,IC) bf16. */
 void tcu_matmul_backward(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16 *dout,
                          const tsr_bf16 *inp, const tsr_bf16 *w, int N, int IC, int OC,
                          tcu_stream s);
@@ -183,11 +188,11 @@ void tcu_rmsnorm_forward(tsr_bf16 *out, float *rstd, const tsr_bf16 *inp, const 
 void tcu_residual_rmsnorm_forward(tsr_bf16 *residual, tsr_bf16 *out, float *rstd,
                                   const tsr_bf16 *a, const tsr_bf16 *b, const tsr_bf16 *w, int N,
                                   int C, float eps, tcu_stream s);
-/* dinp (N,C) bf16 +=; dw (C) fp32 += (deterministic: no atomics across rows) */
+/* dinp (N,C) bf16 +=; dw (C) fp32 += (deterministic: no atomics across rows) or NULL (frozen) */
 void tcu_rmsnorm_backward(tsr_bf16 *dinp, float *dw, const tsr_bf16 *dout, const tsr_bf16 *inp,
                           const tsr_bf16 *w, const float *rstd, int N, int C, tcu_stream s);
 /* out, inp (N,QKV) bf16; rstd (N,NH+KVH) fp32; qw, kw (hs) bf16; backward dinp bf16 +=,
- * dqw, dkw fp32 += */
+ * dqw, dkw fp32 += (each or NULL: frozen) */
 void tcu_qknorm_forward(tsr_bf16 *out, float *rstd, const tsr_bf16 *inp, const tsr_bf16 *qw,
                         const tsr_bf16 *kw, int N, int NH, int KVH, int hs, float eps,
                         tcu_stream s);
@@ -222,7 +227,8 @@ void tcu_moe_gather(tsr_bf16 *xg, const tsr_bf16 *x, const int32_t *rows, int N,
 void tcu_moe_gather_backward(tsr_bf16 *dx, const tsr_bf16 *dxg, const int32_t *slot, int N, int K,
                              int C, tcu_stream s);
 /* each expert's rows of out (NK,OC) = those of inp (NK,IC) @ w[e]^T, w (E,OC,IC); backward
- * dinp (NK,IC) bf16 +=, dw (E,OC,IC) fp32 += (each element by one thread: deterministic) */
+ * dinp (NK,IC) bf16 +=, dw (E,OC,IC) fp32 += (each element by one thread: deterministic) or NULL
+ * (frozen: inp then unread) */
 void tcu_moe_matmul_forward(tsr_bf16 *out, const tsr_bf16 *inp, const tsr_bf16 *w,
                             const int32_t *offs, int E, int NK, int IC, int OC, tcu_stream s);
 void tcu_moe_matmul_backward(tsr_bf16 *dinp, float *dw, const tsr_bf16 *dout,

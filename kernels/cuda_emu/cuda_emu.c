@@ -307,21 +307,24 @@ void tcu_encoder_forward(tsr_bf16 *out, const int32_t *tokens, const tsr_bf16 *w
     }
 }
 
-/* the CPU op on the widened dout (dwte, dwpe fp32 +=; a fixed order with or without tokens_host) */
+/* the CPU op on the widened dout (dwte, dwpe fp32 +=, each or NULL: frozen; a fixed order with or
+ * without tokens_host; without dwte the tokens are not read) */
 void tcu_encoder_backward(float *dwte, float *dwpe, const tsr_bf16 *dout, const int32_t *tokens,
                           const int32_t *tokens_host, const int32_t *pos, int B, int T, int C,
                           tcu_stream s) {
     const char *what = "tcu_encoder_backward";
     check_btc(what, B, T, C);
-    REQUIRE(dwte && dout && (tokens || tokens_host), what,
-            "dwte, dout and tokens (or tokens_host) must not be NULL");
+    REQUIRE(dout && (!dwte || tokens || tokens_host), what,
+            "dout, and with dwte tokens (or tokens_host), must not be NULL");
+    if (!dwte && !dwpe) return;
     const size_t N = (size_t)B * T;
-    if (tokens_host)
+    if (dwte && tokens_host)
         for (size_t n = 0; n < N; n++)
             REQUIRE(tokens_host[n] >= 0, what, "tokens_host[%zu] = %d is negative", n,
                     (int)tokens_host[n]);
     float *g = widen(dout, N * C, what);
-    cpu->encoder_backward(dwte, dwpe, g, tokens ? tokens : tokens_host, pos, B, T, C);
+    cpu->encoder_backward(dwte, dwpe, g, dwte ? (tokens ? tokens : tokens_host) : NULL, pos, B, T,
+                          C);
     free(g);
 }
 
@@ -371,13 +374,13 @@ void tcu_residual_layernorm_forward(tsr_bf16 *residual, tsr_bf16 *out, float *me
                C);
 }
 
-/* dinp (bf16) += the CPU op's fp32 increment; dw, db fp32 += by the CPU op */
+/* dinp (bf16) += the CPU op's fp32 increment; dw, db fp32 += by the CPU op (each or NULL) */
 void tcu_layernorm_backward(tsr_bf16 *dinp, float *dw, float *db, const tsr_bf16 *dout,
                             const tsr_bf16 *inp, const tsr_bf16 *w, const float *mean,
                             const float *rstd, int N, int C, tcu_stream s) {
     const char *what = "tcu_layernorm_backward";
     REQUIRE(N >= 0 && C >= 1, what, "need N >= 0 and C >= 1, got N=%d C=%d", N, C);
-    REQUIRE(dinp && dw && dout && inp && w && mean && rstd, what, "a required pointer is NULL");
+    REQUIRE(dinp && dout && inp && w && mean && rstd, what, "a required pointer is NULL");
     if (N == 0) return;
     need_context(what);
     const size_t n = (size_t)N * C;
@@ -420,12 +423,12 @@ void tcu_residual_rmsnorm_forward(tsr_bf16 *residual, tsr_bf16 *out, float *rstd
     rms_forward("tcu_residual_rmsnorm_forward", 1, residual, out, rstd, a, b, w, N, C, eps);
 }
 
-/* dinp (bf16) += the CPU op's fp32 increment; dw fp32 += by the CPU op */
+/* dinp (bf16) += the CPU op's fp32 increment; dw fp32 += by the CPU op (or NULL) */
 void tcu_rmsnorm_backward(tsr_bf16 *dinp, float *dw, const tsr_bf16 *dout, const tsr_bf16 *inp,
                           const tsr_bf16 *w, const float *rstd, int N, int C, tcu_stream s) {
     const char *what = "tcu_rmsnorm_backward";
     REQUIRE(N >= 0 && C >= 1, what, "need N >= 0 and C >= 1, got N=%d C=%d", N, C);
-    REQUIRE(dinp && dw && dout && inp && w && rstd, what, "a required pointer is NULL");
+    REQUIRE(dinp && dout && inp && w && rstd, what, "a required pointer is NULL");
     if (N == 0) return;
     need_context(what);
     const size_t n = (size_t)N * C;
@@ -464,14 +467,13 @@ void tcu_qknorm_forward(tsr_bf16 *out, float *rstd, const tsr_bf16 *inp, const t
 }
 
 /* dinp (bf16) += the CPU op's fp32 increment (the value columns: dout, exact before the add);
- * dqw, dkw fp32 += by the CPU op */
+ * dqw, dkw fp32 += by the CPU op (each or NULL) */
 void tcu_qknorm_backward(tsr_bf16 *dinp, float *dqw, float *dkw, const tsr_bf16 *dout,
                          const tsr_bf16 *inp, const tsr_bf16 *qw, const tsr_bf16 *kw,
                          const float *rstd, int N, int NH, int KVH, int hs, tcu_stream s) {
     const char *what = "tcu_qknorm_backward";
     check_heads(what, N, NH, KVH, hs);
-    REQUIRE(dinp && dqw && dkw && dout && inp && qw && kw && rstd, what,
-            "a required pointer is NULL");
+    REQUIRE(dinp && dout && inp && qw && kw && rstd, what, "a required pointer is NULL");
     if (N == 0) return;
     need_context(what);
     const size_t n = (size_t)N * (NH + 2 * KVH) * hs;
@@ -625,16 +627,16 @@ void tcu_moe_matmul_forward(tsr_bf16 *out, const tsr_bf16 *inp, const tsr_bf16 *
     free(o), free(wf), free(x);
 }
 
-/* dinp (bf16) += the CPU op's fp32 increment; dw fp32 += by the CPU op */
+/* dinp (bf16) += the CPU op's fp32 increment; dw fp32 += by the CPU op (or NULL: inp unread) */
 void tcu_moe_matmul_backward(tsr_bf16 *dinp, float *dw, const tsr_bf16 *dout,
                              const tsr_bf16 *inp, const tsr_bf16 *w, const int32_t *offs, int E,
                              int NK, int IC, int OC, tcu_stream s) {
     const char *what = "tcu_moe_matmul_backward";
-    check_grouped(what, E, NK, IC, OC, dinp && dw && dout && inp && w && offs);
+    check_grouped(what, E, NK, IC, OC, dinp && dout && (inp || !dw) && w && offs);
     need_cpu_op(what, cpu->moe_matmul_backward != NULL);
     if (NK == 0) return;
     const size_t ni = (size_t)NK * IC;
-    float *x = widen(inp, ni, what), *g = widen(dout, (size_t)NK * OC, what);
+    float *x = dw ? widen(inp, ni, what) : NULL, *g = widen(dout, (size_t)NK * OC, what);
     float *wf = widen(w, (size_t)E * OC * IC, what), *dx = host_zeros(ni, what);
     cpu->moe_matmul_backward(dx, dw, g, x, wf, offs, E, NK, IC, OC);
     add_round_into(dinp, dx, ni);
@@ -733,8 +735,9 @@ void tcu_matmul_forward(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *inp,
 }
 
 /* In chunks of EMU_ROWS rows, the CPU op: dinp (bf16) += its fp32 increment of the chunk; dw and
- * dbias fp32 += by it (one fp32 add per chunk). A NULL dinp or dw gets a scratch stand-in (the
- * CPU op computes both products), and a NULL w or inp reads as zeros. */
+ * dbias fp32 += by it (one fp32 add per chunk), each or NULL as the CPU op takes them (dw NULL:
+ * inp unread). A NULL dinp gets a scratch stand-in (the CPU op needs one) and w then reads as
+ * zeros. */
 void tcu_matmul_backward(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16 *dout,
                          const tsr_bf16 *inp, const tsr_bf16 *w, int N, int IC, int OC,
                          tcu_stream s) {
@@ -748,9 +751,8 @@ void tcu_matmul_backward(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16
     const int rows = N < EMU_ROWS ? N : EMU_ROWS;
     const size_t nw = (size_t)OC * IC;
     float *wf = dinp ? widen(w, nw, what) : host_zeros(nw, what);
-    float *dwf = dw ? dw : host_zeros(nw, what);
     float *g = host_alloc((size_t)rows * OC * sizeof *g, what);
-    float *x = host_zeros((size_t)rows * IC, what);
+    float *x = dw ? host_alloc((size_t)rows * IC * sizeof *x, what) : NULL;
     float *dx = host_alloc((size_t)rows * IC * sizeof *dx, what);
     for (int n0 = 0; n0 < N; n0 += rows) {
         const int nr = N - n0 < rows ? N - n0 : rows;
@@ -758,10 +760,9 @@ void tcu_matmul_backward(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16
         widen_into(g, dout + (size_t)n0 * OC, (size_t)nr * OC);
         if (dw) widen_into(x, inp + (size_t)n0 * IC, ni);
         memset(dx, 0, ni * sizeof *dx);
-        cpu->matmul_backward(dx, dwf, dbias, g, x, wf, nr, IC, OC);
+        cpu->matmul_backward(dx, dw, dbias, g, x, wf, nr, IC, OC);
         if (dinp) add_round_into(dinp + (size_t)n0 * IC, dx, ni);
     }
-    if (!dw) free(dwf);
     free(dx), free(x), free(g), free(wf);
 }
 

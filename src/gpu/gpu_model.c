@@ -16,7 +16,9 @@ size_t gpu_model_state_bytes(const tsr_model *m, gpu_state state) {
     return m->n_params * per;
 }
 
-/* ---- the CUDA backend of kernels/backend.h: bf16 activations and weights, ctx = the stream ---- */
+/* ---- the CUDA backend of kernels/backend.h: bf16 activations and weights, ctx = the stream ----
+ * Each entry hands its pointers to the tcu_* op as they come: a NULL weight gradient (a frozen
+ * parameter, backend.h) reaches the op, which skips that gradient (cuda_ops.h). */
 
 #define STREAM(be) ((tcu_stream)(be)->ctx)
 

@@ -1436,6 +1436,257 @@ static void test_memcpy_d2d(const d2d_cfg *c) {
     scope_end("memcpy_d2d");
 }
 
+/* ---- frozen parameters: NULL weight gradients ---------------------------------------------
+ * Every weight-gradient output of a backward op may be NULL (a frozen parameter, cuda_ops.h). Each
+ * case runs the op with its gradients, then with some of them NULL: the input gradient is checked
+ * against the CPU oracle given the same NULLs, and bit for bit against the op's own run with the
+ * gradients (the ops are deterministic), as are the gradients still asked for. */
+
+/* the n floats got and want have the same bits */
+static int check_same(const char *what, const float *got, const float *want, size_t n) {
+    size_t dif = ndiff(got, want, n, 4);
+    return tap_ok(dif == 0, "%s: %zu of %zu differ from the run with every gradient", what, dif,
+                  n);
+}
+
+/* a (na) then b (nb) in a new host array */
+static float *cat2(const float *a, size_t na, const float *b, size_t nb) {
+    float *c = hf(na + nb);
+    memcpy(c, a, na * sizeof *c);
+    memcpy(c + na, b, nb * sizeof *c);
+    return c;
+}
+
+/* wpe: dwte NULL (tokens NULL too: unread), then dwpe close to the CPU's and the bits of the run
+ * beside dwte; then (any cfg) both NULL: returns, dout untouched */
+static int enc_frozen_checks(const enc_cfg *e) { return e->wpe ? 3 : 1; }
+
+static void test_encoder_frozen(const enc_cfg *e) {
+    const int B = e->B, T = e->T, C = e->C, Tmax = T + 3;
+    const size_t N = (size_t)B * T, no = N * C, nwte = (size_t)e->Vp * C, nwpe = (size_t)Tmax * C;
+    char tag[128];
+    snprintf(tag, sizeof tag, "encoder_backward B=%d T=%d C=%d %s, frozen", B, T, C,
+             !e->wpe ? "no wpe" : e->pos ? "wpe at pos" : "wpe at t");
+    int32_t *tok = hi32(N), *pos = hi32(N);
+    for (size_t n = 0; n < N; n++) tok[n] = irand(e->tok_range), pos[n] = (int32_t)(n % T % 11);
+    const int32_t *ps = e->pos ? pos : NULL;
+    float *dout = hf(no), *g0w = hf(nwte), *g0p = hf(nwpe);
+    fill_bf16(dout, no, -1, 1), fill_f32(g0w, nwte, -1, 1), fill_f32(g0p, nwpe, -1, 1);
+    tsr_bf16 *d_dout = new_bf16(dout, no);
+    int32_t *d_tok = new_i32(tok, N), *d_pos = e->pos ? new_i32(pos, N) : NULL;
+    if (e->wpe) {
+        float *rp = hcopy(g0p, nwpe), *mp = habs(g0p, nwpe);
+        cpu->encoder_backward(NULL, rp, dout, NULL, ps, B, T, C);
+        cpu->encoder_backward(NULL, mp, habs(dout, no), NULL, ps, B, T, C);
+        float *d_dw = new_f32(g0w, nwte), *d_dp = new_f32(g0p, nwpe);
+        tcu_encoder_backward(d_dw, d_dp, d_dout, d_tok, tok, d_pos, B, T, C, g_s);
+        float *full = get_f32(d_dp, nwpe);
+        put_f32(d_dp, g0p, nwpe);
+        tcu_encoder_backward(NULL, d_dp, d_dout, NULL, NULL, d_pos, B, T, C, g_s);
+        float *got = get_f32(d_dp, nwpe);
+        check_close(L("%s dwte NULL: dwpe", tag), got, rp, nwpe, 0, 0, mp, MTOL_SUM);
+        check_same(L("%s dwte NULL: dwpe", tag), got, full, nwpe);
+    }
+    tcu_encoder_backward(NULL, NULL, d_dout, NULL, NULL, d_pos, B, T, C, g_s);
+    tcu_sync(g_s);
+    check_exact16(L("%s dwte, dwpe NULL: returns, dout untouched", tag), d_dout, dout, no);
+    scope_end(tag);
+}
+
+/* every gradient NULL: dinp close to the CPU's and the bits of the run with them; with a bias,
+ * dw NULL alone (dinp, db the same bits) and db NULL alone (dinp, dw) */
+static int ln_frozen_checks(const ln_cfg *l) { return 2 + 2 * l->bias; }
+
+static void test_layernorm_frozen(const ln_cfg *l) {
+    const int N = l->N, C = l->C;
+    const size_t n = (size_t)N * C;
+    char tag[96];
+    snprintf(tag, sizeof tag, "layernorm_backward N=%d C=%d %s, frozen", N, C,
+             l->bias ? "bias" : "no bias");
+    float *x = hf(n), *w = hf(C), *b = hf(C), *out = hf(n), *mean = hf(N), *rstd = hf(N);
+    float *dout = hf(n), *g0i = hf(n), *g0w = hf(C), *g0b = hf(C);
+    fill_bf16(x, n, l->offset - 2, l->offset + 2), fill_bf16(w, C, 0.5, 1.5);
+    fill_bf16(b, C, -1, 1), fill_bf16(dout, n, -1, 1), fill_bf16(g0i, n, -1, 1);
+    fill_f32(g0w, C, -1, 1), fill_f32(g0b, C, -1, 1);
+    cpu->layernorm_forward(out, mean, rstd, x, w, l->bias ? b : NULL, N, C);
+    float *ri = hcopy(g0i, n);
+    cpu->layernorm_backward(ri, NULL, NULL, dout, x, w, mean, rstd, N, C);
+    tsr_bf16 *d_x = new_bf16(x, n), *d_w = new_bf16(w, C), *d_dout = new_bf16(dout, n);
+    tsr_bf16 *d_gi = new_bf16(g0i, n);
+    float *d_mn = new_f32(mean, N), *d_rs = new_f32(rstd, N);
+    float *d_gw = new_f32(g0w, C), *d_gb = l->bias ? new_f32(g0b, C) : NULL;
+    tcu_layernorm_backward(d_gi, d_gw, d_gb, d_dout, d_x, d_w, d_mn, d_rs, N, C, g_s);
+    float *fi = get_bf16(d_gi, n), *fw = get_f32(d_gw, C), *fb = d_gb ? get_f32(d_gb, C) : NULL;
+    put_bf16(d_gi, g0i, n);
+    tcu_layernorm_backward(d_gi, NULL, NULL, d_dout, d_x, d_w, d_mn, d_rs, N, C, g_s);
+    float *gi = get_bf16(d_gi, n);
+    check_close(L("%s dw, db NULL: dinp", tag), gi, ri, n, ATOL_LN, RTOL_BF16,
+                absdiff(ri, g0i, n, 1.0f, NULL, 0), U_BF16);
+    check_same(L("%s dw, db NULL: dinp", tag), gi, fi, n);
+    if (l->bias) {
+        put_bf16(d_gi, g0i, n), put_f32(d_gb, g0b, C);
+        tcu_layernorm_backward(d_gi, NULL, d_gb, d_dout, d_x, d_w, d_mn, d_rs, N, C, g_s);
+        check_same(L("%s dw NULL: dinp and db", tag),
+                   cat2(get_bf16(d_gi, n), n, get_f32(d_gb, C), C), cat2(fi, n, fb, C), n + C);
+        put_bf16(d_gi, g0i, n), put_f32(d_gw, g0w, C);
+        tcu_layernorm_backward(d_gi, d_gw, NULL, d_dout, d_x, d_w, d_mn, d_rs, N, C, g_s);
+        check_same(L("%s db NULL: dinp and dw", tag),
+                   cat2(get_bf16(d_gi, n), n, get_f32(d_gw, C), C), cat2(fi, n, fw, C), n + C);
+    }
+    scope_end(tag);
+}
+
+/* dw NULL: dinp close to the CPU's and the bits of the run with dw */
+#define RMS_FROZEN_CHECKS 2
+
+static void test_rmsnorm_frozen(const rms_cfg *r) {
+    const int N = r->N, C = r->C;
+    const size_t n = (size_t)N * C;
+    char tag[96];
+    snprintf(tag, sizeof tag, "rmsnorm_backward N=%d C=%d, frozen", N, C);
+    float *x = hf(n), *w = hf(C), *out = hf(n), *rstd = hf(N), *dout = hf(n), *g0i = hf(n);
+    float *g0w = hf(C);
+    fill_bf16(x, n, r->offset - 2, r->offset + 2), fill_bf16(w, C, 0.5, 1.5);
+    fill_bf16(dout, n, -1, 1), fill_bf16(g0i, n, -1, 1), fill_f32(g0w, C, -1, 1);
+    cpu->rmsnorm_forward(out, rstd, x, w, N, C, RMS_EPS);
+    float *ri = hcopy(g0i, n);
+    cpu->rmsnorm_backward(ri, NULL, dout, x, w, rstd, N, C);
+    tsr_bf16 *d_x = new_bf16(x, n), *d_w = new_bf16(w, C), *d_dout = new_bf16(dout, n);
+    tsr_bf16 *d_gi = new_bf16(g0i, n);
+    float *d_rs = new_f32(rstd, N), *d_gw = new_f32(g0w, C);
+    tcu_rmsnorm_backward(d_gi, d_gw, d_dout, d_x, d_w, d_rs, N, C, g_s);
+    float *fi = get_bf16(d_gi, n);
+    put_bf16(d_gi, g0i, n);
+    tcu_rmsnorm_backward(d_gi, NULL, d_dout, d_x, d_w, d_rs, N, C, g_s);
+    float *gi = get_bf16(d_gi, n);
+    check_close(L("%s dw NULL: dinp", tag), gi, ri, n, ATOL_LN, RTOL_BF16,
+                absdiff(ri, g0i, n, 1.0f, NULL, 0), U_BF16);
+    check_same(L("%s dw NULL: dinp", tag), gi, fi, n);
+    scope_end(tag);
+}
+
+/* dqw, dkw NULL: dinp close to the CPU's and the bits of the run with them; dqw NULL alone
+ * (dinp, dkw the same bits); dkw NULL alone (dinp, dqw) */
+#define QKN_FROZEN_CHECKS 4
+
+static void test_qknorm_frozen(const qkn_cfg *q) {
+    const int N = q->N, NH = q->NH, KVH = q->KVH, hs = q->hs;
+    const size_t ld = (size_t)(NH + 2 * KVH) * hs, n = (size_t)N * ld, nr = (size_t)N * (NH + KVH);
+    char tag[96];
+    snprintf(tag, sizeof tag, "qknorm_backward N=%d NH=%d KVH=%d hs=%d, frozen", N, NH, KVH, hs);
+    float *x = hf(n), *qw = hf(hs), *kw = hf(hs), *out = hf(n), *rstd = hf(nr), *dout = hf(n);
+    float *g0i = hf(n), *g0q = hf(hs), *g0k = hf(hs);
+    fill_bf16(x, n, -2, 2), fill_bf16(qw, hs, 0.5, 1.5), fill_bf16(kw, hs, 0.5, 1.5);
+    fill_bf16(dout, n, -1, 1), fill_bf16(g0i, n, -1, 1);
+    fill_f32(g0q, hs, -1, 1), fill_f32(g0k, hs, -1, 1);
+    cpu->qknorm_forward(out, rstd, x, qw, kw, N, NH, KVH, hs, RMS_EPS);
+    float *ri = hcopy(g0i, n);
+    cpu->qknorm_backward(ri, NULL, NULL, dout, x, qw, kw, rstd, N, NH, KVH, hs);
+    tsr_bf16 *d_x = new_bf16(x, n), *d_qw = new_bf16(qw, hs), *d_kw = new_bf16(kw, hs);
+    tsr_bf16 *d_dout = new_bf16(dout, n), *d_gi = new_bf16(g0i, n);
+    float *d_rs = new_f32(rstd, nr), *d_gq = new_f32(g0q, hs), *d_gk = new_f32(g0k, hs);
+    tcu_qknorm_backward(d_gi, d_gq, d_gk, d_dout, d_x, d_qw, d_kw, d_rs, N, NH, KVH, hs, g_s);
+    float *fi = get_bf16(d_gi, n), *fq = get_f32(d_gq, hs), *fk = get_f32(d_gk, hs);
+    put_bf16(d_gi, g0i, n);
+    tcu_qknorm_backward(d_gi, NULL, NULL, d_dout, d_x, d_qw, d_kw, d_rs, N, NH, KVH, hs, g_s);
+    float *gi = get_bf16(d_gi, n);
+    check_close(L("%s dqw, dkw NULL: dinp", tag), gi, ri, n, ATOL_LN, RTOL_BF16,
+                absdiff(ri, g0i, n, 1.0f, NULL, 0), U_BF16);
+    check_same(L("%s dqw, dkw NULL: dinp", tag), gi, fi, n);
+    put_bf16(d_gi, g0i, n), put_f32(d_gk, g0k, hs);
+    tcu_qknorm_backward(d_gi, NULL, d_gk, d_dout, d_x, d_qw, d_kw, d_rs, N, NH, KVH, hs, g_s);
+    check_same(L("%s dqw NULL: dinp and dkw", tag),
+               cat2(get_bf16(d_gi, n), n, get_f32(d_gk, hs), hs), cat2(fi, n, fk, hs), n + hs);
+    put_bf16(d_gi, g0i, n), put_f32(d_gq, g0q, hs);
+    tcu_qknorm_backward(d_gi, d_gq, NULL, d_dout, d_x, d_qw, d_kw, d_rs, N, NH, KVH, hs, g_s);
+    check_same(L("%s dkw NULL: dinp and dqw", tag),
+               cat2(get_bf16(d_gi, n), n, get_f32(d_gq, hs), hs), cat2(fi, n, fq, hs), n + hs);
+    scope_end(tag);
+}
+
+/* dw, dbias NULL (a frozen linear): dinp close to the CPU's and the bits of the run with them;
+ * dw NULL alone (dinp, dbias the same bits); dbias NULL alone (dinp, dw) */
+typedef struct { int N, IC, OC; } mm_frozen_cfg;
+#define MM_FROZEN_CHECKS 4
+
+static void test_matmul_frozen(const mm_frozen_cfg *m) {
+    const int N = m->N, IC = m->IC, OC = m->OC;
+    const size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
+    char tag[96];
+    snprintf(tag, sizeof tag, "matmul_backward N=%d IC=%d OC=%d, frozen", N, IC, OC);
+    float *x, *w, *bias, *dout = hf(no), *g0i = hf(ni), *g0w = hf(nw), *g0b = hf(OC);
+    mm_inputs(&x, &w, &bias, N, IC, OC);
+    fill_bf16(dout, no, -1, 1), fill_bf16(g0i, ni, -1, 1);
+    fill_f32(g0w, nw, -1, 1), fill_f32(g0b, OC, -1, 1);
+    float *ri = hcopy(g0i, ni), *mi = habs(g0i, ni);
+    cpu->matmul_backward(ri, NULL, NULL, dout, x, w, N, IC, OC);
+    cpu->matmul_backward(mi, NULL, NULL, habs(dout, no), habs(x, ni), habs(w, nw), N, IC, OC);
+    tsr_bf16 *d_x = new_bf16(x, ni), *d_w = new_bf16(w, nw), *d_dout = new_bf16(dout, no);
+    tsr_bf16 *d_gi = new_bf16(g0i, ni);
+    float *d_gw = new_f32(g0w, nw), *d_gb = new_f32(g0b, OC);
+    tcu_matmul_backward(d_gi, d_gw, d_gb, d_dout, d_x, d_w, N, IC, OC, g_s);
+    float *fi = get_bf16(d_gi, ni), *fw = get_f32(d_gw, nw), *fb = get_f32(d_gb, OC);
+    put_bf16(d_gi, g0i, ni);
+    tcu_matmul_backward(d_gi, NULL, NULL, d_dout, d_x, d_w, N, IC, OC, g_s);
+    float *gi = get_bf16(d_gi, ni);
+    check_close(L("%s dw, dbias NULL: dinp", tag), gi, ri, ni, 0, RTOL_BF16,
+                absdiff(ri, g0i, ni, (float)U_BF16, mi, (float)MTOL_SUM), 1.0);
+    check_same(L("%s dw, dbias NULL: dinp", tag), gi, fi, ni);
+    put_bf16(d_gi, g0i, ni), put_f32(d_gb, g0b, OC);
+    tcu_matmul_backward(d_gi, NULL, d_gb, d_dout, d_x, d_w, N, IC, OC, g_s);
+    check_same(L("%s dw NULL: dinp and dbias", tag),
+               cat2(get_bf16(d_gi, ni), ni, get_f32(d_gb, OC), OC), cat2(fi, ni, fb, OC),
+               ni + OC);
+    put_bf16(d_gi, g0i, ni), put_f32(d_gw, g0w, nw);
+    tcu_matmul_backward(d_gi, d_gw, NULL, d_dout, d_x, d_w, N, IC, OC, g_s);
+    check_same(L("%s dbias NULL: dinp and dw", tag),
+               cat2(get_bf16(d_gi, ni), ni, get_f32(d_gw, nw), nw), cat2(fi, ni, fw, nw), ni + nw);
+    scope_end(tag);
+}
+
+/* the experts frozen (dw NULL, inp NULL: unread): dinp close to the CPU's and the bits of the run
+ * with dw, on the CPU's routing of random logits */
+#define MOE_FROZEN_CHECKS 2
+
+static void test_moe_matmul_frozen(const moe_cfg *c) {
+    const int N = c->N, E = c->E, K = c->K, C = c->C, F = c->F, NK = N * K;
+    const size_t ne = (size_t)N * E, ni = (size_t)NK * C, no = (size_t)NK * F;
+    const size_t nw = (size_t)E * F * C;
+    char tag[96];
+    snprintf(tag, sizeof tag, "moe_matmul_backward N=%d E=%d K=%d C=%d F=%d, frozen", N, E, K, C,
+             F);
+    if (!moe_cpu_ops()) {
+        for (int i = 0; i < MOE_FROZEN_CHECKS; i++)
+            tap_ok(0, "%s: the CPU MoE ops are missing from tsr_cpu_ops", tag);
+        return;
+    }
+    float *lg = hf(ne), *probs = hf(ne), *lse = hf(N), *wts = hf(NK), *st = hf(2);
+    int32_t *idx = hi32(NK), *offs = hi32(E + 1), *rows = hi32(NK), *slot = hi32(NK);
+    for (size_t i = 0; i < ne; i++)
+        lg[i] = c->starve && i % E == (size_t)E - 1 ? -8.0f : (float)(irand(129) - 64) / 16.0f;
+    cpu->moe_route(probs, lse, idx, wts, offs, rows, slot, st, lg, N, E, K, c->norm);
+    float *xg = hf(ni), *w = hf(nw), *dout = hf(no), *g0i = hf(ni), *g0w = hf(nw);
+    fill_bf16(xg, ni, -1, 1), fill_bf16(w, nw, -1, 1), fill_bf16(dout, no, -1, 1);
+    fill_bf16(g0i, ni, -1, 1), fill_f32(g0w, nw, -1, 1);
+    float *ri = hcopy(g0i, ni), *mi = habs(g0i, ni);
+    cpu->moe_matmul_backward(ri, NULL, dout, xg, w, offs, E, NK, C, F);
+    cpu->moe_matmul_backward(mi, NULL, habs(dout, no), habs(xg, ni), habs(w, nw), offs, E, NK, C,
+                             F);
+    tsr_bf16 *d_xg = new_bf16(xg, ni), *d_w = new_bf16(w, nw), *d_dout = new_bf16(dout, no);
+    tsr_bf16 *d_gi = new_bf16(g0i, ni);
+    float *d_gw = new_f32(g0w, nw);
+    int32_t *d_offs = new_i32(offs, E + 1);
+    tcu_moe_matmul_backward(d_gi, d_gw, d_dout, d_xg, d_w, d_offs, E, NK, C, F, g_s);
+    float *fi = get_bf16(d_gi, ni);
+    put_bf16(d_gi, g0i, ni);
+    tcu_moe_matmul_backward(d_gi, NULL, d_dout, NULL, d_w, d_offs, E, NK, C, F, g_s);
+    float *gi = get_bf16(d_gi, ni);
+    check_close(L("%s dw NULL: dinp", tag), gi, ri, ni, 0, RTOL_BF16,
+                absdiff(ri, g0i, ni, (float)U_BF16, mi, (float)MTOL_SUM), 1.0);
+    check_same(L("%s dw NULL: dinp", tag), gi, fi, ni);
+    scope_end(tag);
+}
+
 /* ---- main --------------------------------------------------------------------------------- */
 
 static const enc_cfg ENC[] = {
@@ -1504,10 +1755,22 @@ static const d2d_cfg D2D[] = {
     {0, 8, 0}, {1, 3, 0}, {7, 0, 5}, {4096 + 13, 256, 1}, {((size_t)1 << 22) + 5, 3, 256},
 };
 /* last: what cuda_ops.h does not spell out (elementwise n not a multiple of 8; matmul_backward
- * with dinp or dw NULL, only dbias is marked "or NULL"): a crash here loses no other check */
+ * with dinp NULL), then the frozen-parameter cases (NULL weight gradients, newer than the rest):
+ * a crash here loses no other check */
 static const gelu_cfg GELU_ODD[] = {{1001, TSR_GELU_TANH}, {1001, TSR_GELU_EXACT}};
 static const size_t RESID_ODD = 1001;
 static const mmb_cfg MMB_NULL[] = {{65, 72, 200, 0, 1, 1}, {65, 72, 200, 1, 0, 1}};
+/* frozen parameters (NULL weight gradients): vector and scalar paths (C, hs or OC % 8 != 0),
+ * shared-memory accumulators, several row groups; a starved expert */
+static const enc_cfg ENC_FZ[] = {
+    {2, 130, 72, 1000, 1024, 1, 1, 1000}, {2, 7, 12, 50, 64, 1, 0, 50},
+    {4, 65, 24, 50, 64, 0, 0, 5},
+};
+static const ln_cfg LN_FZ[] = {{65, 72, 1, 4}, {7, 20, 1, 0}, {257, 768, 0, 1}};
+static const rms_cfg RMS_FZ[] = {{65, 72, 0}, {7, 20, 0}, {130, 2048, 0}};
+static const qkn_cfg QKN_FZ[] = {{7, 4, 2, 64}, {5, 3, 1, 20}, {130, 16, 8, 64}};
+static const mm_frozen_cfg MM_FZ[] = {{65, 72, 200}, {7, 24, 36}, {257, 768, 3072}};
+static const moe_cfg MOE_FZ[] = {{65, 8, 2, 72, 200, 0, 1, 0}, {300, 4, 4, 20, 36, 1, 0, 0}};
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -1518,6 +1781,10 @@ static int plan_size(void) {
     for (size_t i = 0; i < COUNT(MMF); i++) n += mmf_checks(&MMF[i]);
     for (size_t i = 0; i < COUNT(MMB); i++) n += mmb_checks(&MMB[i]);
     for (size_t i = 0; i < COUNT(MMB_NULL); i++) n += mmb_checks(&MMB_NULL[i]);
+    for (size_t i = 0; i < COUNT(ENC_FZ); i++) n += enc_frozen_checks(&ENC_FZ[i]);
+    for (size_t i = 0; i < COUNT(LN_FZ); i++) n += ln_frozen_checks(&LN_FZ[i]);
+    n += (int)COUNT(RMS_FZ) * RMS_FROZEN_CHECKS + (int)COUNT(QKN_FZ) * QKN_FROZEN_CHECKS;
+    n += (int)COUNT(MM_FZ) * MM_FROZEN_CHECKS + (int)COUNT(MOE_FZ) * MOE_FROZEN_CHECKS;
     for (size_t i = 0; i < COUNT(ADAMW); i++) n += adamw_checks(&ADAMW[i]);
     n += (int)(COUNT(GELU) + COUNT(GELU_ODD)) * GELU_CHECKS;
     n += (int)(COUNT(RESID) + 1) * RESIDUAL_CHECKS + (int)COUNT(ATT) * ATT_CHECKS;
@@ -1577,10 +1844,17 @@ int main(void) {
     for (size_t i = 0; i < COUNT(SUMSQ); i++) test_sumsq(SUMSQ[i]);
     for (size_t i = 0; i < COUNT(ADAMW); i++) test_adamw(&ADAMW[i]);
     for (size_t i = 0; i < COUNT(ADD_F32); i++) test_add_f32(ADD_F32[i]);
-    tap_diag("next: what cuda_ops.h does not spell out (odd n, matmul_backward dinp/dw NULL)");
+    tap_diag("next: what cuda_ops.h does not spell out (odd n, matmul_backward dinp NULL)");
     for (size_t i = 0; i < COUNT(GELU_ODD); i++) test_gelu(&GELU_ODD[i]);
     test_residual(RESID_ODD);
     for (size_t i = 0; i < COUNT(MMB_NULL); i++) test_matmul_bwd(&MMB_NULL[i]);
+    tap_diag("next: frozen parameters (every backward with NULL weight gradients)");
+    for (size_t i = 0; i < COUNT(ENC_FZ); i++) test_encoder_frozen(&ENC_FZ[i]);
+    for (size_t i = 0; i < COUNT(LN_FZ); i++) test_layernorm_frozen(&LN_FZ[i]);
+    for (size_t i = 0; i < COUNT(RMS_FZ); i++) test_rmsnorm_frozen(&RMS_FZ[i]);
+    for (size_t i = 0; i < COUNT(QKN_FZ); i++) test_qknorm_frozen(&QKN_FZ[i]);
+    for (size_t i = 0; i < COUNT(MM_FZ); i++) test_matmul_frozen(&MM_FZ[i]);
+    for (size_t i = 0; i < COUNT(MOE_FZ); i++) test_moe_matmul_frozen(&MOE_FZ[i]);
 
     tap_ok(guards_broken == 0, "no op wrote into the %d guard bytes around its buffers (%zu of %zu "
            "buffers hit)", GUARD, guards_broken, guards_checked);

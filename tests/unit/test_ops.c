@@ -24,7 +24,7 @@
 #include "ops_check.h"
 #include "tap.h"
 
-#define NCHECKS 119
+#define NCHECKS 142
 
 static const tsr_ops *ops = &tsr_cpu_ops;
 
@@ -671,6 +671,124 @@ static void test_adamw(int steps) {
     check(what, v, vd, N, 1e-12, 1e-5);
 }
 
+/* ---- frozen parameters: NULL weight gradients -------------------------------------------- */
+
+/* n floats with the same bits */
+static int same_bits(const float *a, const float *b, size_t n) {
+    return memcmp(a, b, n * sizeof *a) == 0;
+}
+
+/* 2 checks: encoder_backward with dwte NULL (frozen; tokens NULL too: unread then) gives dwpe the
+ * bits it gets beside dwte; with dwpe NULL, dwte the same bits; both NULL returns. mode 1: wpe at
+ * t; 2: at given positions. N * C past the one-thread cut-off, tokens repeated. */
+static void test_encoder_frozen(int mode) {
+    enum { B = 3, T = 70, C = 96, Vp = 11 };
+    const size_t N = (size_t)B * T, nout = N * C, nte = (size_t)Vp * C, npe = (size_t)T * C;
+    int32_t *tok = xcalloc(N, sizeof *tok), *pos = xcalloc(N, sizeof *pos);
+    for (size_t n = 0; n < N; n++) tok[n] = (int32_t)(urand() * Vp), pos[n] = (int32_t)(n % 13);
+    const int32_t *ps = mode == 2 ? pos : NULL;
+    const char *tag = mode == 2 ? "wpe at pos" : "wpe at t";
+    float *dout = FALLOC(nout), *g0w = FALLOC(nte), *g0p = FALLOC(npe);
+    fill(dout, NULL, nout, -1, 1), fill(g0w, NULL, nte, -1, 1), fill(g0p, NULL, npe, -1, 1);
+    float *fw = copy_f(g0w, nte), *fp = copy_f(g0p, npe), *zw = copy_f(g0w, nte);
+    float *zp = copy_f(g0p, npe);
+    ops->encoder_backward(fw, fp, dout, tok, ps, B, T, C);
+    ops->encoder_backward(NULL, zp, dout, NULL, ps, B, T, C);
+    tap_ok(same_bits(zp, fp, npe) && !same_bits(zp, g0p, npe),
+           "encoder_backward (%s) dwte NULL (frozen): dwpe the same bits as beside dwte", tag);
+    ops->encoder_backward(zw, NULL, dout, tok, ps, B, T, C);
+    ops->encoder_backward(NULL, NULL, dout, NULL, ps, B, T, C);
+    tap_ok(same_bits(zw, fw, nte) && !same_bits(zw, g0w, nte),
+           "encoder_backward (%s) dwpe NULL: dwte the same bits; both NULL: returns", tag);
+    free(tok), free(pos), free(dout), free(g0w), free(g0p), free(fw), free(fp), free(zw), free(zp);
+}
+
+/* 3 checks: layernorm_backward with dw and db NULL (frozen): dinp the same bits as with both;
+ * dw NULL alone: dinp and db the same bits; db NULL alone: dinp and dw. */
+static void test_layernorm_frozen(int N, int C, double offset) {
+    const size_t nx = (size_t)N * C;
+    float *inp = FALLOC(nx), *w = FALLOC(C), *b = FALLOC(C), *out = FALLOC(nx), *dout = FALLOC(nx);
+    float *mean = FALLOC(N), *rstd = FALLOC(N), *g0i = FALLOC(nx), *g0w = FALLOC(C);
+    float *g0b = FALLOC(C);
+    fill(inp, NULL, nx, offset - 2, offset + 2), fill(w, NULL, C, 0.5, 1.5);
+    fill(b, NULL, C, -1, 1), fill(dout, NULL, nx, -1, 1), fill(g0i, NULL, nx, -1, 1);
+    fill(g0w, NULL, C, -1, 1), fill(g0b, NULL, C, -1, 1);
+    ops->layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+    float *fi = copy_f(g0i, nx), *fw = copy_f(g0w, C), *fb = copy_f(g0b, C);
+    ops->layernorm_backward(fi, fw, fb, dout, inp, w, mean, rstd, N, C);
+    float *zi = copy_f(g0i, nx), *zw = copy_f(g0w, C), *zb = copy_f(g0b, C);
+    ops->layernorm_backward(zi, NULL, NULL, dout, inp, w, mean, rstd, N, C);
+    tap_ok(same_bits(zi, fi, nx), "layernorm_backward (N=%d C=%d) dw, db NULL (frozen): dinp the "
+           "same bits as with them", N, C);
+    memcpy(zi, g0i, nx * sizeof *zi);
+    ops->layernorm_backward(zi, NULL, zb, dout, inp, w, mean, rstd, N, C);
+    tap_ok(same_bits(zi, fi, nx) && same_bits(zb, fb, C),
+           "layernorm_backward (N=%d C=%d) dw NULL: dinp and db the same bits", N, C);
+    memcpy(zi, g0i, nx * sizeof *zi);
+    ops->layernorm_backward(zi, zw, NULL, dout, inp, w, mean, rstd, N, C);
+    tap_ok(same_bits(zi, fi, nx) && same_bits(zw, fw, C),
+           "layernorm_backward (N=%d C=%d) db NULL: dinp and dw the same bits", N, C);
+    free(inp), free(w), free(b), free(out), free(dout), free(mean), free(rstd), free(g0i);
+    free(g0w), free(g0b), free(fi), free(fw), free(fb), free(zi), free(zw), free(zb);
+}
+
+/* 3 checks: matmul_backward with dw and dbias NULL (a frozen linear): dinp the same bits as with
+ * both; dw NULL alone: dinp and dbias the same bits; dbias NULL alone: dinp and dw. */
+static void test_matmul_frozen(int N, int IC, int OC) {
+    const size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
+    float *inp = FALLOC(ni), *w = FALLOC(nw), *dout = FALLOC(no), *g0i = FALLOC(ni);
+    float *g0w = FALLOC(nw), *g0b = FALLOC(OC);
+    fill(inp, NULL, ni, -1, 1), fill(w, NULL, nw, -1, 1), fill(dout, NULL, no, -1, 1);
+    fill(g0i, NULL, ni, -1, 1), fill(g0w, NULL, nw, -1, 1), fill(g0b, NULL, OC, -1, 1);
+    float *fi = copy_f(g0i, ni), *fw = copy_f(g0w, nw), *fb = copy_f(g0b, OC);
+    ops->matmul_backward(fi, fw, fb, dout, inp, w, N, IC, OC);
+    float *zi = copy_f(g0i, ni), *zw = copy_f(g0w, nw), *zb = copy_f(g0b, OC);
+    ops->matmul_backward(zi, NULL, NULL, dout, inp, w, N, IC, OC);
+    tap_ok(same_bits(zi, fi, ni), "matmul_backward (N=%d IC=%d OC=%d) dw, dbias NULL (frozen): "
+           "dinp the same bits as with them", N, IC, OC);
+    memcpy(zi, g0i, ni * sizeof *zi);
+    ops->matmul_backward(zi, NULL, zb, dout, inp, w, N, IC, OC);
+    tap_ok(same_bits(zi, fi, ni) && same_bits(zb, fb, OC),
+           "matmul_backward (N=%d IC=%d OC=%d) dw NULL: dinp and dbias the same bits", N, IC, OC);
+    memcpy(zi, g0i, ni * sizeof *zi);
+    ops->matmul_backward(zi, zw, NULL, dout, inp, w, N, IC, OC);
+    tap_ok(same_bits(zi, fi, ni) && same_bits(zw, fw, nw),
+           "matmul_backward (N=%d IC=%d OC=%d) dbias NULL: dinp and dw the same bits", N, IC, OC);
+    free(inp), free(w), free(dout), free(g0i), free(g0w), free(g0b), free(fi), free(fw);
+    free(fb), free(zi), free(zw), free(zb);
+}
+
+/* 1 check: the fp32 backend passes NULL weight gradients through: its encoder, layernorm and
+ * matmul backwards with every weight gradient NULL give the op table's bits (dwpe alone for the
+ * encoder) */
+static void test_backend_frozen(void) {
+    const int B = 2, T = 5, C = 8, N = B * T, OC = 12;
+    const tsr_backend be = tsr_fp32_backend(ops);
+    int32_t tok[10] = {1, 3, 3, 0, 2, 1, 1, 4, 0, 3};
+    float *x = FALLOC((size_t)N * C), *d = FALLOC((size_t)N * OC), *w = FALLOC((size_t)OC * C);
+    float *mean = FALLOC(N), *rstd = FALLOC(N), *o = FALLOC((size_t)N * C), *y[2], *p[2];
+    fill(x, NULL, (size_t)N * C, -2, 2), fill(d, NULL, (size_t)N * OC, -1, 1);
+    fill(w, NULL, (size_t)OC * C, 0.5, 1.5);
+    ops->layernorm_forward(o, mean, rstd, x, w, NULL, N, C);
+    for (int k = 0; k < 2; k++) {
+        y[k] = FALLOC((size_t)N * C), p[k] = FALLOC((size_t)T * C);
+        if (k == 0) {
+            be.encoder_backward(&be, NULL, p[k], d, NULL, tok, NULL, B, T, C);
+            be.layernorm_backward(&be, y[k], NULL, NULL, d, x, w, mean, rstd, N, C);
+            be.matmul_backward(&be, y[k], NULL, NULL, d, x, w, N, C, OC);
+        } else {
+            ops->encoder_backward(NULL, p[k], d, NULL, NULL, B, T, C);
+            ops->layernorm_backward(y[k], NULL, NULL, d, x, w, mean, rstd, N, C);
+            ops->matmul_backward(y[k], NULL, NULL, d, x, w, N, C, OC);
+        }
+    }
+    tap_ok(same_bits(y[0], y[1], (size_t)N * C) && same_bits(p[0], p[1], (size_t)T * C),
+           "fp32 backend: encoder, layernorm, matmul backward with NULL weight gradients = the "
+           "op table's bits");
+    for (int k = 0; k < 2; k++) free(y[k]), free(p[k]);
+    free(x), free(d), free(w), free(mean), free(rstd), free(o);
+}
+
 /* ---- determinism -------------------------------------------------------------------------- */
 
 /* attention_backward (plain and with segment ids), encoder_backward (positions t and given) and
@@ -821,5 +939,14 @@ int main(void) {
     test_adamw(5);
     test_determinism();
     test_fp32_backend_fusions();
+    test_encoder_frozen(1);           /* frozen parameters: 2 each */
+    test_encoder_frozen(2);
+    test_layernorm_frozen(10, 8, 0.0); /* 3 each */
+    test_layernorm_frozen(7, 37, 50.0);
+    test_layernorm_frozen(300, 64, 1.0); /* parallel rows, five row chunks */
+    test_matmul_frozen(10, 7, 5);      /* 3 each */
+    test_matmul_frozen(33, 40, 24);
+    test_matmul_frozen(200, 96, 130);  /* dbias over parallel row chunks */
+    test_backend_frozen();             /* 1 */
     return tap_done();
 }

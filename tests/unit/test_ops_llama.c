@@ -21,7 +21,7 @@
 #include "ops_check.h"
 #include "tap.h"
 
-#define NCHECKS 90
+#define NCHECKS 106
 
 static const tsr_ops *ops = &tsr_cpu_ops;
 
@@ -520,6 +520,77 @@ static void test_determinism(void) {
     free(x), free(d), free(w), free(rs), free(inv);
 }
 
+/* ---- frozen parameters: NULL weight gradients -------------------------------------------- */
+
+/* 1 check: rmsnorm_backward with dw NULL (frozen) gives dinp the bits it gets beside dw */
+static void test_rmsnorm_frozen(int N, int C) {
+    const size_t nx = (size_t)N * C;
+    float *x = FALLOC(nx), *w = FALLOC(C), *d = FALLOC(nx), *o = FALLOC(nx), *rs = FALLOC(N);
+    float *g0 = FALLOC(nx), *gw = FALLOC(C);
+    fill(x, NULL, nx, -2, 2), fill(w, NULL, C, 0.5, 1.5), fill(d, NULL, nx, -1, 1);
+    fill(g0, NULL, nx, -1, 1), fill(gw, NULL, C, -1, 1);
+    ops->rmsnorm_forward(o, rs, x, w, N, C, 1e-5f);
+    float *fi = copy_f(g0, nx), *zi = copy_f(g0, nx);
+    ops->rmsnorm_backward(fi, gw, d, x, w, rs, N, C);
+    ops->rmsnorm_backward(zi, NULL, d, x, w, rs, N, C);
+    tap_ok(!memcmp(zi, fi, nx * 4) && memcmp(zi, g0, nx * 4),
+           "rmsnorm_backward (N=%d C=%d) dw NULL (frozen): dinp the same bits as with dw", N, C);
+    free(x), free(w), free(d), free(o), free(rs), free(g0), free(gw), free(fi), free(zi);
+}
+
+/* 3 checks: qknorm_backward with dqw and dkw NULL (frozen): dinp the same bits as with both;
+ * dqw NULL alone: dinp and dkw the same bits; dkw NULL alone: dinp and dqw */
+static void test_qknorm_frozen(int N, int NH, int KVH, int hs) {
+    const size_t nx = (size_t)N * (NH + 2 * KVH) * hs, nr = (size_t)N * (NH + KVH);
+    float *x = FALLOC(nx), *qw = FALLOC(hs), *kw = FALLOC(hs), *d = FALLOC(nx), *o = FALLOC(nx);
+    float *rs = FALLOC(nr), *g0 = FALLOC(nx), *g0q = FALLOC(hs), *g0k = FALLOC(hs);
+    fill(x, NULL, nx, -2, 2), fill(qw, NULL, hs, 0.5, 1.5), fill(kw, NULL, hs, 0.5, 1.5);
+    fill(d, NULL, nx, -1, 1), fill(g0, NULL, nx, -1, 1), fill(g0q, NULL, hs, -1, 1);
+    fill(g0k, NULL, hs, -1, 1);
+    ops->qknorm_forward(o, rs, x, qw, kw, N, NH, KVH, hs, 1e-6f);
+    float *fi = copy_f(g0, nx), *fq = copy_f(g0q, hs), *fk = copy_f(g0k, hs);
+    ops->qknorm_backward(fi, fq, fk, d, x, qw, kw, rs, N, NH, KVH, hs);
+    float *zi = copy_f(g0, nx), *zq = copy_f(g0q, hs), *zk = copy_f(g0k, hs);
+    const size_t bi = nx * 4, bw = (size_t)hs * 4;
+    char tag[64];
+    snprintf(tag, sizeof tag, "N=%d NH=%d KVH=%d hs=%d", N, NH, KVH, hs);
+    ops->qknorm_backward(zi, NULL, NULL, d, x, qw, kw, rs, N, NH, KVH, hs);
+    tap_ok(!memcmp(zi, fi, bi), "qknorm_backward (%s) dqw, dkw NULL (frozen): dinp the same bits "
+           "as with them", tag);
+    memcpy(zi, g0, bi);
+    ops->qknorm_backward(zi, NULL, zk, d, x, qw, kw, rs, N, NH, KVH, hs);
+    tap_ok(!memcmp(zi, fi, bi) && !memcmp(zk, fk, bw),
+           "qknorm_backward (%s) dqw NULL: dinp and dkw the same bits", tag);
+    memcpy(zi, g0, bi);
+    ops->qknorm_backward(zi, zq, NULL, d, x, qw, kw, rs, N, NH, KVH, hs);
+    tap_ok(!memcmp(zi, fi, bi) && !memcmp(zq, fq, bw),
+           "qknorm_backward (%s) dkw NULL: dinp and dqw the same bits", tag);
+    free(x), free(qw), free(kw), free(d), free(o), free(rs), free(g0), free(g0q), free(g0k);
+    free(fi), free(fq), free(fk), free(zi), free(zq), free(zk);
+}
+
+/* 1 check: the fp32 backend passes NULL weight gradients through (rmsnorm, qknorm backward) */
+static void test_backend_frozen(void) {
+    const int N = 7, NH = 4, KVH = 2, hs = 8, QKV = (NH + 2 * KVH) * hs;
+    const size_t nq = (size_t)N * QKV;
+    const tsr_backend be = tsr_fp32_backend(ops);
+    float *x = FALLOC(nq), *d = FALLOC(nq), *w = FALLOC(QKV), *rs = FALLOC(N * (NH + KVH));
+    float *o = FALLOC(nq), *y[2];
+    fill(x, NULL, nq, -2, 2), fill(d, NULL, nq, -1, 1), fill(w, NULL, QKV, 0.5, 1.5);
+    ops->rmsnorm_forward(o, rs, x, w, N, QKV, 1e-5f);
+    for (int k = 0; k < 2; k++) {
+        y[k] = FALLOC(nq);
+        if (k == 0) be.rmsnorm_backward(&be, y[k], NULL, d, x, w, rs, N, QKV);
+        else ops->rmsnorm_backward(y[k], NULL, d, x, w, rs, N, QKV);
+    }
+    ops->qknorm_forward(o, rs, x, w, w + hs, N, NH, KVH, hs, 1e-6f);
+    be.qknorm_backward(&be, y[0], NULL, NULL, d, x, w, w + hs, rs, N, NH, KVH, hs);
+    ops->qknorm_backward(y[1], NULL, NULL, d, x, w, w + hs, rs, N, NH, KVH, hs);
+    tap_ok(!memcmp(y[0], y[1], nq * 4), "fp32 backend: rmsnorm, qknorm backward with NULL weight "
+           "gradients = the op table's bits");
+    free(x), free(d), free(w), free(rs), free(o), free(y[0]), free(y[1]);
+}
+
 int main(void) {
     tap_plan(NCHECKS);
     cpu_ops_set_threads(2);
@@ -547,5 +618,13 @@ int main(void) {
     test_gqa_determinism();
     test_backend();
     test_determinism();
+    test_rmsnorm_frozen(10, 8);        /* frozen parameters: 1 each */
+    test_rmsnorm_frozen(7, 37);
+    test_rmsnorm_frozen(300, 64);      /* parallel rows, five row chunks */
+    test_qknorm_frozen(5, 4, 2, 8);    /* 3 each: GQA */
+    test_qknorm_frozen(3, 3, 1, 2);    /* MQA, hs 2 */
+    test_qknorm_frozen(70, 2, 1, 4);   /* two row chunks */
+    test_qknorm_frozen(40, 4, 2, 64);  /* parallel rows */
+    test_backend_frozen();             /* 1 */
     return tap_done();
 }

@@ -24,7 +24,7 @@
 #include "ops_check.h"
 #include "tap.h"
 
-#define NCHECKS 67
+#define NCHECKS 71
 
 static const tsr_ops *ops = &tsr_cpu_ops;
 
@@ -547,6 +547,29 @@ static void test_backend(void) {
     free(b[0]), free(b[1]), free(lg), free(x), free(w), free(d);
 }
 
+/* 2 checks: moe_matmul_backward with dw NULL (frozen experts) gives dinp the bits it gets beside
+ * dw (an expert without rows, one with one row); the fp32 backend passes the NULL through */
+static void test_moe_matmul_frozen(int IC, int OC) {
+    enum { E = 5, NK = 10 };
+    const int32_t offs[E + 1] = {0, 3, 3, 4, 8, 10};
+    const size_t ni = (size_t)NK * IC, no = (size_t)NK * OC, nw = (size_t)E * OC * IC;
+    const tsr_backend be = tsr_fp32_backend(ops);
+    float *inp = FALLOC(ni), *w = FALLOC(nw), *dout = FALLOC(no), *g0 = FALLOC(ni);
+    float *dw = FALLOC(nw);
+    fill(inp, NULL, ni, -1, 1), fill(w, NULL, nw, -1, 1), fill(dout, NULL, no, -1, 1);
+    fill(g0, NULL, ni, -1, 1), fill(dw, NULL, nw, -1, 1);
+    float *fi = copy_f(g0, ni), *zi = copy_f(g0, ni), *bi = copy_f(g0, ni);
+    ops->moe_matmul_backward(fi, dw, dout, inp, w, offs, E, NK, IC, OC);
+    ops->moe_matmul_backward(zi, NULL, dout, inp, w, offs, E, NK, IC, OC);
+    tap_ok(!memcmp(zi, fi, ni * 4) && memcmp(zi, g0, ni * 4),
+           "moe_matmul_backward (IC=%d OC=%d) dw NULL (frozen): dinp the same bits as with dw", IC,
+           OC);
+    be.moe_matmul_backward(&be, bi, NULL, dout, inp, w, offs, E, NK, IC, OC);
+    tap_ok(!memcmp(bi, zi, ni * 4),
+           "fp32 backend: moe_matmul_backward with dw NULL = the op table's bits");
+    free(inp), free(w), free(dout), free(g0), free(dw), free(fi), free(zi), free(bi);
+}
+
 int main(void) {
     tap_plan(NCHECKS);
     cpu_ops_set_threads(2);
@@ -569,5 +592,7 @@ int main(void) {
     test_router_backward(4, 6, 1, 1, 0.5f, 0.0f); /* K = 1 normalised: wts = 1, aux alone */
     test_determinism();                   /* 1 */
     test_backend();                       /* 1 */
+    test_moe_matmul_frozen(6, 5);         /* frozen experts: 2 each */
+    test_moe_matmul_frozen(33, 17);
     return tap_done();
 }
