@@ -134,6 +134,18 @@ struct tsr_backend {
                                 const float *wts, const int32_t *offs, int N, int E, int K,
                                 int norm, float aux_w, float z_w);
 
+    /* LoRA's adapter path (ops.h lora_forward, lora_backward, docs/lora.md): out, dout, inp,
+     * dinp act; A, B, dA, dB fp32 on the backend; scratch of lora_scratch(N, IC, R) bytes. NULL
+     * on a backend without LoRA. */
+    size_t (*lora_scratch)(int N, int IC, int R);
+    void (*lora_forward)(const tsr_backend *be, void *out, int ld, const void *inp, const float *A,
+                         const float *B, float scale, float p, uint64_t key, int64_t row0,
+                         void *scratch, int N, int IC, int OC, int R);
+    void (*lora_backward)(const tsr_backend *be, void *dinp, float *dA, float *dB,
+                          const void *dout, int ld, const void *inp, const float *A,
+                          const float *B, float scale, float p, uint64_t key, int64_t row0,
+                          void *scratch, int N, int IC, int OC, int R);
+
     /* out (N,OC) = inp (N,IC) @ w^T + bias (or NULL). pre_gelu (N,OC) or NULL: fused epilogue,
      * pre_gelu = the product, out = gelu(pre_gelu) of kind gelu
      * (fp32: matmul_forward into pre_gelu, then gelu_forward) */

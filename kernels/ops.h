@@ -174,6 +174,25 @@ typedef struct tsr_ops {
                                 const int32_t *offs, int N, int E, int K, int norm, float aux_w,
                                 float z_w);
 
+    /* LoRA's adapter path on one target projection (docs/lora.md), beside the frozen base:
+     *   out[n, :OC] += scale * (drop(inp) @ A^T) @ B^T
+     * out's rows ld floats apart (a column block of a fused projection: the caller offsets out),
+     * inp (N,IC), A (R,IC), B (OC,R); t (N,R) and xd (N,IC) scratch (xd unread when p = 0).
+     * Dropout (p in [0, 1)): element (n, c) of inp is dropped when
+     * u = (hash64(key ^ hash64((row0 + n) * IC + c)) >> 40) * 2^-24 < p, else scaled by 1/(1-p)
+     * (hash64: SplitMix64's finaliser, common.h tsr_hash64): a pure function of the key and the
+     * element's row number row0 + n, so the backward and a recomputation draw the same mask, and
+     * a row's mask does not depend on which rank or microbatch holds it. */
+    void (*lora_forward)(float *out, int ld, const float *inp, const float *A, const float *B,
+                         float scale, float p, uint64_t key, int64_t row0, float *t, float *xd,
+                         int N, int IC, int OC, int R);
+    /* dinp (N,IC) += d(inp); dA (R,IC) +=, dB (OC,R) += (either NULL: frozen); dout's rows ld
+     * apart (as out above). t, xd scratch as above (t recomputed, not kept from the forward). */
+    void (*lora_backward)(float *dinp, float *dA, float *dB, const float *dout, int ld,
+                          const float *inp, const float *A, const float *B, float scale, float p,
+                          uint64_t key, int64_t row0, float *t, float *xd, int N, int IC, int OC,
+                          int R);
+
     /* GELU, tanh approximation (GPT-2) or exact erf form (MPT).  out, inp (n) */
     void (*gelu_forward)(float *out, const float *inp, size_t n, tsr_gelu_kind kind);
     /* dinp (n) += gelu'(inp) * dout */

@@ -126,6 +126,27 @@ static void f_moe_matmul_backward(const tsr_backend *be, void *dinp, float *dw, 
     OPS(be)->moe_matmul_backward(dinp, dw, dout, inp, w, offs, E, NK, IC, OC);
 }
 
+/* the scratch: t (N,R), then xd (N,IC) */
+static size_t f_lora_scratch(int N, int IC, int R) {
+    return ((size_t)N * (size_t)R + (size_t)N * (size_t)IC) * sizeof(float);
+}
+
+static void f_lora_forward(const tsr_backend *be, void *out, int ld, const void *inp,
+                           const float *A, const float *B, float scale, float p, uint64_t key,
+                           int64_t row0, void *scratch, int N, int IC, int OC, int R) {
+    float *t = scratch, *xd = t + (size_t)N * R;
+    OPS(be)->lora_forward(out, ld, inp, A, B, scale, p, key, row0, t, xd, N, IC, OC, R);
+}
+
+static void f_lora_backward(const tsr_backend *be, void *dinp, float *dA, float *dB,
+                            const void *dout, int ld, const void *inp, const float *A,
+                            const float *B, float scale, float p, uint64_t key, int64_t row0,
+                            void *scratch, int N, int IC, int OC, int R) {
+    float *t = scratch, *xd = t + (size_t)N * R;
+    OPS(be)->lora_backward(dinp, dA, dB, dout, ld, inp, A, B, scale, p, key, row0, t, xd, N, IC,
+                           OC, R);
+}
+
 static void f_moe_combine(const tsr_backend *be, void *out, const void *base, const void *y,
                           const float *wts, const int32_t *slot, int N, int K, int C) {
     OPS(be)->moe_combine(out, base, y, wts, slot, N, K, C);
@@ -263,6 +284,9 @@ tsr_backend tsr_fp32_backend(const tsr_ops *ops) {
         .moe_combine = ops->moe_combine ? f_moe_combine : NULL,
         .moe_combine_backward = ops->moe_combine_backward ? f_moe_combine_backward : NULL,
         .moe_router_backward = ops->moe_router_backward ? f_moe_router_backward : NULL,
+        .lora_scratch = ops->lora_forward ? f_lora_scratch : NULL,
+        .lora_forward = ops->lora_forward ? f_lora_forward : NULL,
+        .lora_backward = ops->lora_backward ? f_lora_backward : NULL,
         .matmul_forward = f_matmul_forward,
         .matvec_forward = ops->matvec_forward ? f_matvec_forward : NULL,
         .matmul_backward = f_matmul_backward,

@@ -25,6 +25,15 @@
 int cpu_row_chunks(int N);
 void cpu_reduce_chunks(float *out, const double *part, int nchunks, int width);
 
+/* cpu_lora.c (ops.h describes them) */
+void cpu_lora_forward(float *out, int ld, const float *inp, const float *A, const float *B,
+                      float scale, float p, uint64_t key, int64_t row0, float *t, float *xd, int N,
+                      int IC, int OC, int R);
+void cpu_lora_backward(float *dinp, float *dA, float *dB, const float *dout, int ld,
+                       const float *inp, const float *A, const float *B, float scale, float p,
+                       uint64_t key, int64_t row0, float *t, float *xd, int N, int IC, int OC,
+                       int R);
+
 /* cpu_attention.c */
 void cpu_attention_forward(float *out, float *att, const float *qkv, const float *alibi_slopes,
                            const int32_t *seq, int B, int T, int NH, int KVH, int hs);

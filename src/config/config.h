@@ -159,6 +159,16 @@ typedef struct tsr_config {
     int64_t replica_group;  /* hsdp: ranks per sharding group; 0 = the ranks of one node */
     int64_t expert;         /* expert parallelism: ranks that share one copy of the experts
                              * (docs/moe.md); 1 = every rank holds every expert */
+    struct {                  /* LoRA adapters (docs/lora.md); rank 0 = full finetuning */
+        int64_t rank;         /* r: the adapters' inner width */
+        double alpha;         /* the adapter path's scale is alpha / r */
+        double dropout;       /* on the adapter path's input, in [0, 1) */
+        char targets[128];    /* "q,k,v,o,gate,up,down", a subset */
+        char base[1024];      /* the frozen base model: a checkpoint, run dir or Hugging Face
+                               * directory; "" = --init-from's (or the seed's weights) */
+        char base_checksum[32]; /* "crc32c:XXXXXXXX" of the base's weights as loaded: written
+                                 * by the trainer, checked on resume; "" = not yet */
+    } lora;
     int n_icl;
     tsr_icl_task_config icl[TSR_MAX_ICL_TASKS];
     struct {
@@ -188,6 +198,18 @@ int config_check_world(const tsr_config *cfg, int world);
  * activation_checkpointing = none), from activation_checkpointing_layers (the first N, -1 = all) or
  * activation_checkpointing_range ("A-B", 0-based, inclusive). Returns 0, or -1 with the reason in
  * why and the offending key in *key. */
+/* LoRA's target projections (lora.targets; docs/lora.md), in the order of a block's matmuls. */
+typedef enum {
+    TSR_LORA_Q = 0, TSR_LORA_K, TSR_LORA_V, TSR_LORA_O, TSR_LORA_GATE, TSR_LORA_UP, TSR_LORA_DOWN,
+    TSR_LORA_COUNT
+} tsr_lora_target;
+/* "q", "k", "v", "o", "gate", "up", "down" */
+const char *config_lora_target_name(int t);
+/* Parses lora.targets into a bit mask (bit t: target t) and checks it against the model: a
+ * name list without repeats; gate and up need a SwiGLU MLP; no MLP target in a model with MoE
+ * layers. Returns 0, or -1 with the reason in why. */
+int config_lora_targets(const tsr_model_config *m, const char *s, unsigned *mask, char *why,
+                        size_t cap);
 int config_actckpt_layers(const tsr_model_config *m, int *lo, int *n, const char **key, char *why,
                           size_t cap);
 /* The attention and MLP shape a model config gives (0 = derived keys resolved). */

@@ -324,6 +324,10 @@ static const char *const cross_rules[] = {
     "`device = \"cuda\"` needs a build with the CUDA backend.",
     "`parallel.expert` above 1 needs a MoE model (`model.moe_experts` a multiple of it) on "
     "`device = \"cpu\"`, and divides the rank count (checked at start).",
+    "With `lora.rank` above 0: `lora.targets` names each of q, k, v, o, gate, up, down at most "
+    "once (gate and up with `model.mlp = \"swiglu\"`; no MLP target in a MoE model), on "
+    "`device = \"cpu\"` with `parallel.expert = 1`. `lora.base_checksum` is \"\" or "
+    "`crc32c:` and 8 lowercase hex digits.",
     "Exactly one of `data.train` and `data.mix`; `data.curriculum` needs `data.mix`, its phases "
     "in increasing `at`.",
     "`data.cache_limit` is a size: `500M`, `20G`, `1.5T` (powers of 1024) or `0`.",
@@ -378,6 +382,40 @@ static void validate_shapes(load_ctx *c) {
     }
 }
 
+/* LoRA (docs/lora.md): the targets against the model, and what does not run with it yet. */
+static void validate_lora(load_ctx *c) {
+    const tsr_config *g = c->cfg;
+    char at[1200], why[400];
+    unsigned mask;
+    const char *cs = g->lora.base_checksum;
+    if (cs[0] && (strncmp(cs, "crc32c:", 7) != 0 || strlen(cs) != 15 ||
+                  strspn(cs + 7, "0123456789abcdef") != 8)) {
+        tsr_error("%slora.base_checksum = \"%s\": expected \"crc32c:\" and 8 lowercase hex digits, "
+                  "as the trainer writes it (or \"\")", where(c, "lora.base_checksum", at,
+                  sizeof at), cs);
+        c->errors++;
+    }
+    if (g->lora.rank == 0) return;
+    if (config_lora_targets(&g->model, g->lora.targets, &mask, why, sizeof why) != 0) {
+        tsr_error("%slora.targets = \"%s\": %s", where(c, "lora.targets", at, sizeof at),
+                  g->lora.targets, why);
+        c->errors++;
+    }
+    if (g->device == TSR_DEVICE_CUDA) {
+        tsr_error("%slora.rank = %lld: LoRA runs on device = \"cpu\" only so far (the CUDA "
+                  "adapter kernels are not written yet, docs/lora.md); set lora.rank = 0 or "
+                  "device = \"cpu\"", where(c, "lora.rank", at, sizeof at),
+                  (long long)g->lora.rank);
+        c->errors++;
+    }
+    if (g->expert > 1) {
+        tsr_error("%slora.rank = %lld: LoRA with expert parallelism is not supported yet; set "
+                  "parallel.expert = 1", where(c, "lora.rank", at, sizeof at),
+                  (long long)g->lora.rank);
+        c->errors++;
+    }
+}
+
 /* Options that need another key: evaluations, the document mask, activation checkpointing. */
 static void validate_options(load_ctx *c) {
     const tsr_config *g = c->cfg;
@@ -424,6 +462,7 @@ static void validate_options(load_ctx *c) {
         tsr_error("%s%s", where(c, ck_key, at, sizeof at), ck_why);
         c->errors++;
     }
+    validate_lora(c);
 }
 
 /* The data lists: data.mix or data.train, curriculum order, the cache limit. */
@@ -624,6 +663,52 @@ int config_model_dims(const tsr_model_config *m, tsr_model_dims *d, const char *
                  "model.rope_low_freq_factor = %g: Llama 3's scaling interpolates between the "
                  "two (its published values: 4 and 1)", m->rope_high_freq_factor,
                  m->rope_low_freq_factor);
+        return -1;
+    }
+    return 0;
+}
+
+static const char *const lora_target_names[TSR_LORA_COUNT] = {"q", "k", "v", "o", "gate",
+                                                              "up", "down"};
+
+const char *config_lora_target_name(int t) {
+    return t >= 0 && t < TSR_LORA_COUNT ? lora_target_names[t] : "?";
+}
+
+int config_lora_targets(const tsr_model_config *m, const char *s, unsigned *mask, char *why,
+                        size_t cap) {
+    *mask = 0;
+    const char *p = s;
+    for (;;) {
+        size_t n = strcspn(p, ",");
+        while (n > 0 && *p == ' ') p++, n--;
+        while (n > 0 && p[n - 1] == ' ') n--;
+        int t = -1;
+        for (int k = 0; k < TSR_LORA_COUNT && t < 0; k++)
+            if (strlen(lora_target_names[k]) == n && strncmp(p, lora_target_names[k], n) == 0) t = k;
+        if (t < 0) {
+            snprintf(why, cap, "\"%.*s\" is not a target: expected a comma-separated list of q, "
+                     "k, v, o, gate, up, down", (int)(n < 64 ? n : 64), p);
+            return -1;
+        }
+        if (*mask & (1u << t)) {
+            snprintf(why, cap, "\"%s\" is named twice", lora_target_names[t]);
+            return -1;
+        }
+        *mask |= 1u << t;
+        p += strcspn(p, ",");
+        if (!*p) break;
+        p++;
+    }
+    const unsigned mlp = 1u << TSR_LORA_GATE | 1u << TSR_LORA_UP | 1u << TSR_LORA_DOWN;
+    if (m->moe_experts > 0 && (*mask & mlp)) {
+        snprintf(why, cap, "gate, up and down are not targets in a mixture-of-experts model yet "
+                 "(the experts take no adapters): name attention targets (q, k, v, o) only");
+        return -1;
+    }
+    if (m->mlp != TSR_MLP_SWIGLU && (*mask & (1u << TSR_LORA_GATE | 1u << TSR_LORA_UP))) {
+        snprintf(why, cap, "gate and up need model.mlp = \"swiglu\" (a GELU MLP takes an adapter "
+                 "on down only so far)");
         return -1;
     }
     return 0;

@@ -319,6 +319,31 @@ const cfgtab_key cfgtab_keys[] = {
             "divisor of the rank count and of `model.moe_experts`. 1 = every rank holds every "
             "expert (docs/moe.md)."},
 
+    {.name = "lora.rank", .type = CFGK_INT, FIELD(lora.rank), .def = "0", .ilo = 0, .ihi = 4096,
+     .doc = "LoRA (docs/lora.md): the rank r of the low-rank adapters trained beside the frozen "
+            "base model (8 to 64 is usual); 0 = no adapters, every weight trains."},
+    {.name = "lora.alpha", .type = CFGK_FLOAT, FIELD(lora.alpha), .def = "16.0", .lo = 0,
+     .lo_open = 1, NO_MAX,
+     .doc = "LoRA: the adapter path is scaled by alpha / r (PEFT's lora_alpha)."},
+    {.name = "lora.dropout", .type = CFGK_FLOAT, FIELD(lora.dropout), .def = "0.0", .lo = 0,
+     .hi = 1, .hi_open = 1,
+     .doc = "LoRA: dropout on the adapter path's input during training (PEFT's lora_dropout); "
+            "off in evaluation."},
+    {.name = "lora.targets", .type = CFGK_STRING, FIELD(lora.targets),
+     .def = "q,k,v,o,gate,up,down", .ilo = 1,
+     .doc = "LoRA: the projections that get an adapter, comma-separated: `q`, `k`, `v` (the "
+            "attention inputs), `o` (its output), `gate`, `up`, `down` (the MLP: a SwiGLU MLP has "
+            "all three, a GELU MLP `down` only so far, a MoE model's experts none)."},
+    {.name = "lora.base", .type = CFGK_STRING, FIELD(lora.base), .def = "", .ilo = 0,
+     .doc = "LoRA: the frozen base model: a checkpoint, a run directory or a Hugging Face "
+            "directory; \"\" = the one --init-from names, else the seed's initial weights (a "
+            "warning). A resume reads the base again from here."},
+    {.name = "lora.base_checksum", .type = CFGK_STRING, FIELD(lora.base_checksum), .def = "",
+     .ilo = 0,
+     .doc = "LoRA: `crc32c:XXXXXXXX`, the checksum of the base's weights as loaded: written by the "
+            "trainer into the run's config and checkpoints; a start whose base differs stops "
+            "(exit 2). Leave it empty."},
+
     {.name = "watchdog.window", .type = CFGK_INT, FIELD(watchdog.window), .def = "50", .ilo = 0,
      .ihi = INT64_MAX,
      .doc = "Steps per straggler window: each rank's compute time per step is compared across "

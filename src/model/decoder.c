@@ -23,6 +23,7 @@
 
 #include "common.h"
 #include "model/model_ep.h"
+#include "model/model_lora.h"
 
 /* ---- the parameter units ------------------------------------------------------------------- */
 
@@ -253,6 +254,8 @@ void dec_check_backend(const tsr_model *m, const tsr_backend *be) {
         {m->E > 0, be->moe_router_backward, "model.moe_experts > 0"},
         {m->E > 0, be->swiglu_forward, "model.moe_experts > 0"},
         {m->E > 0, be->swiglu_backward, "model.moe_experts > 0"},
+        {m->lora != NULL, be->lora_forward, "lora.rank > 0"},
+        {m->lora != NULL, be->lora_backward, "lora.rank > 0"},
     };
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
         if (need[i].needed && !need[i].entry)
@@ -417,14 +420,27 @@ static void attention(const run *r, int l, const dec_layer *v) {
                          NH, KVH, hs);
 }
 
-/* qkv = ln1 @ qkvw^T + qkvb, then QK-norm (from qkvr) and RoPE in place */
-static void qkv_forward(const run *r, const dec_layer *v, const void *const *w) {
+/* LoRA (model_lora.h): target t's adapter path of layer l added to out, the projection's
+ * output (forward), or its backward into dinp and the adapters' gradients */
+static void lora_fwd(const run *r, int l, tsr_lora_target t, void *out, const void *inp) {
+    lora_forward_at(r->d->m->lora, r->d->be, l, t, out, inp, r->N);
+}
+
+static void lora_bwd(const run *r, int l, tsr_lora_target t, void *dinp, const void *dout,
+                     const void *inp) {
+    lora_backward_at(r->d->m->lora, r->d->be, l, t, dinp, dout, inp, r->N);
+}
+
+/* qkv = ln1 @ qkvw^T + qkvb (+ the q, k, v adapters), then QK-norm (from qkvr) and RoPE in
+ * place */
+static void qkv_forward(const run *r, int l, const dec_layer *v, const void *const *w) {
     const tsr_decoder *d = r->d;
     const tsr_backend *be = d->be;
     const tsr_model *m = d->m;
     const int qk = m->cfg.qk_norm;
-    linear(r, qk ? v->qkvr : v->qkv, NULL, v->ln1, w[TSR_P_QKVW], w[TSR_P_QKVB], r->N, m->C,
-           m->QKV);
+    void *proj = qk ? v->qkvr : v->qkv;
+    linear(r, proj, NULL, v->ln1, w[TSR_P_QKVW], w[TSR_P_QKVB], r->N, m->C, m->QKV);
+    for (int t = TSR_LORA_Q; t <= TSR_LORA_V; t++) lora_fwd(r, l, t, proj, v->ln1);
     if (qk)
         be->qknorm_forward(be, v->qkv, v->qknr, v->qkvr, w[TSR_P_QNORMW], w[TSR_P_KNORMW], r->N,
                            m->NH, m->KVH, m->hs, (float)m->cfg.norm_eps);
@@ -480,7 +496,7 @@ static void layer_steps(const run *r, int l, const dec_layer *v, const void *con
             norm_forward(r, v->ln1, v->ln1m, v->ln1r, v->x, w[TSR_P_LN1W], w[TSR_P_LN1B], N);
             break;
         case ST_QKV:
-            qkv_forward(r, v, w);
+            qkv_forward(r, l, v, w);
             break;
         case ST_ATTN:
             attention(r, l, v);
@@ -488,6 +504,7 @@ static void layer_steps(const run *r, int l, const dec_layer *v, const void *con
         case ST_RES2:
             linear(r, r->scratch, NULL, v->atty, w[TSR_P_ATTPROJW], w[TSR_P_ATTPROJB], N, m->QD,
                    C);
+            lora_fwd(r, l, TSR_LORA_O, r->scratch, v->atty);
             residual_norm_forward(r, v->res2, v->ln2, v->ln2m, v->ln2r, v->x, r->scratch,
                                   w[TSR_P_LN2W], w[TSR_P_LN2B], N);
             break;
@@ -496,6 +513,8 @@ static void layer_steps(const run *r, int l, const dec_layer *v, const void *con
                 moe_forward(r, l, v, w);
             } else if (m->cfg.mlp == TSR_MLP_SWIGLU) {
                 linear(r, v->fch, NULL, v->ln2, w[TSR_P_FCW], w[TSR_P_FCB], N, C, m->FW);
+                lora_fwd(r, l, TSR_LORA_GATE, v->fch, v->ln2);
+                lora_fwd(r, l, TSR_LORA_UP, v->fch, v->ln2);
                 be->swiglu_forward(be, v->fchg, v->fch, N, F);
             } else {
                 linear(r, v->fchg, v->fch, v->ln2, w[TSR_P_FCW], w[TSR_P_FCB], N, C, F);
@@ -520,9 +539,11 @@ static void layers_forward(const run *r, const dec_unit *root) {
         layer_steps(r, l, &v, cur.w, ST_QKV, ST_FC);
         if (model_moe_layer(d->m, l))
             moe_combine_forward(r, r->scratch, &v, cur.w);
-        else
+        else {
             linear(r, r->scratch, NULL, v.fchg, cur.w[TSR_P_FCPROJW], cur.w[TSR_P_FCPROJB], N, F,
                    C);
+            lora_fwd(r, l, TSR_LORA_DOWN, r->scratch, v.fchg);
+        }
         /* the residual add fused with the next LayerNorm: layer l+1's LN1, or the final one
          * (the next unit is asked for only now: this layer's weights are all used or queued) */
         const int last = l + 1 == L;
@@ -582,7 +603,7 @@ static void moe_backward(const run *r, int l, const dec_layer *v, const void *co
 }
 
 /* The dense MLP's backward: from dres = d(its output) to dln = d(ln2) (written). */
-static void mlp_backward(const run *r, const dec_layer *v, const void *const *w,
+static void mlp_backward(const run *r, int l, const dec_layer *v, const void *const *w,
                          float *const *g) {
     const tsr_backend *be = r->d->be;
     const tsr_model *m = r->d->m;
@@ -592,12 +613,15 @@ static void mlp_backward(const run *r, const dec_layer *v, const void *const *w,
     be->zero(be, a->dfch_gelu, n * F * e);
     be->matmul_backward(be, a->dfch_gelu, g[TSR_P_FCPROJW], g[TSR_P_FCPROJB], a->dresidual,
                         v->fchg, w[TSR_P_FCPROJW], N, F, C);
+    lora_bwd(r, l, TSR_LORA_DOWN, a->dfch_gelu, a->dresidual, v->fchg);
     be->zero(be, a->dfch, n * m->FW * e);
     if (m->cfg.mlp == TSR_MLP_SWIGLU) be->swiglu_backward(be, a->dfch, v->fch, a->dfch_gelu, N, F);
     else be->gelu_backward(be, a->dfch, v->fch, a->dfch_gelu, n * F, (tsr_gelu_kind)m->cfg.gelu);
     be->zero(be, a->dln, n * C * e);
     be->matmul_backward(be, a->dln, g[TSR_P_FCW], g[TSR_P_FCB], a->dfch, v->ln2, w[TSR_P_FCW], N,
                         C, m->FW);
+    lora_bwd(r, l, TSR_LORA_GATE, a->dln, a->dfch, v->ln2);
+    lora_bwd(r, l, TSR_LORA_UP, a->dln, a->dfch, v->ln2);
 }
 
 /* Layer l's backward; dres holds d(residual3) and leaves with d(x). */
@@ -617,13 +641,14 @@ static void layer_backward(const run *r, int l, const dec_unit *u) {
     }
     /* MLP branch: dres is d(residual3) = d(the MLP's output), and flows on to residual2 */
     if (model_moe_layer(m, l)) moe_backward(r, l, &v, w, g);
-    else mlp_backward(r, &v, w, g);
+    else mlp_backward(r, l, &v, w, g);
     norm_backward(r, a->dresidual, g[TSR_P_LN2W], g[TSR_P_LN2B], a->dln, v.res2, w[TSR_P_LN2W],
                   v.ln2m, v.ln2r);
     /* attention branch: dres is now d(residual2) = d(attproj output) */
     be->zero(be, a->datty, n * m->QD * e);
     be->matmul_backward(be, a->datty, g[TSR_P_ATTPROJW], g[TSR_P_ATTPROJB], a->dresidual, v.atty,
                         w[TSR_P_ATTPROJW], N, m->QD, C);
+    lora_bwd(r, l, TSR_LORA_O, a->datty, a->dresidual, v.atty);
     be->zero(be, a->dqkv, n * m->QKV * e);
     be->attention_backward(be, a->dqkv, a->datty, v.qkv, v.atty, v.att, d->slopes, a->seq,
                            a->att_scratch, r->B, r->T, NH, KVH, hs);
@@ -642,6 +667,7 @@ static void layer_backward(const run *r, int l, const dec_unit *u) {
     be->zero(be, a->dln, n * C * e);
     be->matmul_backward(be, a->dln, g[TSR_P_QKVW], g[TSR_P_QKVB], dproj, v.ln1, w[TSR_P_QKVW],
                         N, C, m->QKV);
+    for (int t = TSR_LORA_Q; t <= TSR_LORA_V; t++) lora_bwd(r, l, t, a->dln, dproj, v.ln1);
     norm_backward(r, a->dresidual, g[TSR_P_LN1W], g[TSR_P_LN1B], a->dln, v.x, w[TSR_P_LN1W],
                   v.ln1m, v.ln1r);
 }

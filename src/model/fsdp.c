@@ -39,8 +39,8 @@ static void plan_units(const tsr_model *m, int G, fsdp_unit *units) {
     }
 }
 
-void fsdp_plan_bytes(const tsr_model *m, int G, double *weights, double *grads, double *optim,
-                     double *comm) {
+void fsdp_plan_bytes(const tsr_model *m, int G, int frozen, double *weights, double *grads,
+                     double *optim, double *comm) {
     size_t root = 0, layer = 0, total = 0;
     fsdp_unit un;
     for (int u = 0; u <= m->L; u++) {
@@ -54,6 +54,7 @@ void fsdp_plan_bytes(const tsr_model *m, int G, double *weights, double *grads, 
     *weights = *grads = shard;
     *optim = 2 * shard;
     *comm = (double)(2 * root + 3 * layer) * f + piece;
+    if (frozen) *grads = *optim = 0, *comm = (double)(root + 2 * layer) * f;
 }
 
 /* Rank r's shard as flat runs, in shard order. */
@@ -120,22 +121,24 @@ void fsdp_plan(tsr_fsdp *f, tsr_model *m, int G, const tsr_dist *d) {
     }
 }
 
-void fsdp_init(tsr_fsdp *f, tsr_model *m, int G, const tsr_dist *d) {
+void fsdp_init(tsr_fsdp *f, tsr_model *m, int G, int frozen, const tsr_dist *d) {
     fsdp_plan(f, m, G, d);
+    f->frozen = frozen;
     f->params = grab(f, f->shard_n);
-    f->grads = grab(f, f->shard_n);
     f->root_w = grab(f, f->units[0].size);
-    f->root_g = grab(f, f->units[0].size);
     f->slot[0] = grab(f, f->max_layer);
     f->slot[1] = grab(f, f->max_layer);
     f->slot_unit[0] = f->slot_unit[1] = -1;
+    f->src = (tsr_param_source){f, src_get, src_put};
+    m->src = &f->src;
+    if (frozen) return;
+    f->grads = grab(f, f->shard_n);
+    f->root_g = grab(f, f->units[0].size);
     f->layer_g = grab(f, f->max_layer);
     size_t most = f->units[0].counts[f->grank];
     for (int u = 1; u < f->n_units; u++)
         if ((size_t)f->units[u].counts[f->grank] > most) most = (size_t)f->units[u].counts[f->grank];
     f->piece_buf = grab(f, most);
-    f->src = (tsr_param_source){f, src_get, src_put};
-    m->src = &f->src;
 }
 
 void fsdp_params_changed(tsr_fsdp *f) {
@@ -232,7 +235,7 @@ static void src_get(void *ctx, int u, int backward, float **w, float **g) {
         if (!f->root_valid) gather_unit(f, 0, f->root_w);
         f->root_valid = 1;
         base = f->root_w;
-        gbase = f->root_g; /* accumulates over the step's microbatches */
+        gbase = f->root_g; /* accumulates over the step's microbatches (NULL: frozen) */
     } else {
         int next = backward ? u - 1 : u + 1; /* the unit the model asks for after this one */
         int k = find_slot(f, u);
@@ -254,20 +257,20 @@ static void src_get(void *ctx, int u, int backward, float **w, float **g) {
                                                         f->slot[o], nu->counts, nu->displs);
             f->sent_bytes += (uint64_t)nu->counts[f->grank] * sizeof(float);
         }
-        if (backward) {
+        if (backward && !f->frozen) {
             f->ops->zero(f->layer_g, un->size * sizeof(float));
             gbase = f->layer_g;
         }
     }
     for (int k = 0; k < un->n_seg; k++) {
         w[un->seg[k].id] = base + un->seg[k].at;
-        if (backward) g[un->seg[k].id] = gbase + un->seg[k].at;
+        if (backward && gbase) g[un->seg[k].id] = gbase + un->seg[k].at;
     }
 }
 
 static void src_put(void *ctx, int u, int backward) {
     tsr_fsdp *f = ctx;
-    if (u > 0 && backward) scatter_unit(f, u, f->layer_g); /* the layer's gradients are complete */
+    if (u > 0 && backward && !f->frozen) scatter_unit(f, u, f->layer_g); /* the layer's gradients are complete */
 }
 
 /* Walks shard owner r's pieces inside part owner q's part of the flat layout, in shard order, and

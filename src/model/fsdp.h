@@ -59,6 +59,7 @@ typedef struct tsr_fsdp {
     tsr_model *m;
     const tsr_ops *ops;
     int G, R;                 /* group size, number of groups (replicas) */
+    int frozen;               /* no gradients (LoRA's base: fsdp_init) */
     int grank, gindex;        /* rank in the group, index of the group */
     tsr_group *group, *replicas; /* replicas: the ranks with the same grank in every group */
     int n_units;              /* L + 1 */
@@ -83,17 +84,20 @@ typedef struct tsr_fsdp {
 
 /* Per-rank bytes of a sharded step (the memory plan; nothing allocated): the weight and gradient
  * shards, AdamW (two shards), and the gather buffers (root weights and gradients, two layer
- * buffers, one layer's gradients, one unit's piece of reduce-scattered gradients). */
-void fsdp_plan_bytes(const tsr_model *m, int G, double *weights, double *grads, double *optim,
-                     double *comm);
+ * buffers, one layer's gradients, one unit's piece of reduce-scattered gradients). frozen (a
+ * LoRA base, fsdp_init): the weights and their gather buffers only. */
+void fsdp_plan_bytes(const tsr_model *m, int G, int frozen, double *weights, double *grads,
+                     double *optim, double *comm);
 /* ceil(size / G) rounded up to 16 floats (64-byte aligned pieces). */
 size_t fsdp_piece_len(size_t size, int G);
 /* The plan only: units, groups, pieces, checkpoint partition; no buffers, m->src untouched
  * (collective: it splits the groups). fsdp_free releases it. */
 void fsdp_plan(tsr_fsdp *f, tsr_model *m, int G, const tsr_dist *d);
 /* Builds the units, the groups (world rank r: group r / G, group rank r % G; collective) and the
- * buffers, and sets m->src. G must divide the world. */
-void fsdp_init(tsr_fsdp *f, tsr_model *m, int G, const tsr_dist *d);
+ * buffers, and sets m->src. G must divide the world. frozen (LoRA's base, docs/lora.md): no
+ * gradient buffers; the source hands out no gradients (NULL) and reduces nothing; zero_grads
+ * and finish_grads are not to be called. */
+void fsdp_init(tsr_fsdp *f, tsr_model *m, int G, int frozen, const tsr_dist *d);
 void fsdp_free(tsr_fsdp *f);
 /* Takes this rank's shard out of a full flat buffer that every rank holds (initialisation). */
 void fsdp_load_full(tsr_fsdp *f, const float *full);

@@ -168,8 +168,12 @@ void model_set_expert_parallel(tsr_model *m, int EP) {
 }
 
 void model_alloc_params(tsr_model *m) {
-    m->params = m->ops->alloc(m->n_params * sizeof(float));
+    model_alloc_frozen(m);
     m->grads = m->ops->alloc(m->n_params * sizeof(float));
+}
+
+void model_alloc_frozen(tsr_model *m) {
+    m->params = m->ops->alloc(m->n_params * sizeof(float));
     model_alloc_slopes(m);
 }
 

@@ -190,6 +190,8 @@ typedef struct tsr_model {
     int EP;                  /* expert parallelism (parallel.expert; 1: none) */
     struct tsr_ep *ep;       /* EP > 1: the experts' store and exchange (model_ep.h), set by
                               * its owner; the decoder takes the expert tensors from there */
+    struct tsr_lora *lora;   /* LoRA adapters (model_lora.h) or NULL, set by their owner: the
+                              * decoder adds their path to the target projections */
     int ckpt_lo, n_ckpt;     /* layers ckpt_lo .. ckpt_lo + n_ckpt - 1 are checkpointed
                               * (n_ckpt 0: activation_checkpointing = none) */
     tsr_acts acts;
@@ -234,6 +236,8 @@ int model_config_check(const tsr_model_config *cfg, char *why, size_t n);
 void model_set_expert_parallel(tsr_model *m, int EP);
 /* Allocates parameters and gradients (zeroed) and the ALiBi slopes or RoPE frequencies. */
 void model_alloc_params(tsr_model *m);
+/* The same without the gradients (a frozen base: LoRA, docs/lora.md): grads stays NULL. */
+void model_alloc_frozen(tsr_model *m);
 /* The ALiBi slopes or RoPE frequencies alone (a model whose parameters live in a
  * tsr_param_source). */
 void model_alloc_slopes(tsr_model *m);

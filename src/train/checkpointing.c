@@ -17,6 +17,7 @@
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_model.h"
 #include "common.h"
+#include "crc32c.h"
 #include "gpu/gpu_train.h"
 #include "train/metrics.h"
 #include "train/train_data.h"
@@ -218,8 +219,43 @@ static int ep_tensors(tsr_trainer *t, int set, ckpt_tensor *ts, char (*names)[64
     return n;
 }
 
-/* Fills up to 3 * TSR_P_COUNT tensor descriptors; names are written into names (64 each). */
+/* LoRA (docs/lora.md): the checkpoint holds the adapters and their AdamW moments, not the frozen
+ * base (lora.base and lora.base_checksum in its config name it): lora/q_A .. at their global
+ * shapes. The store is replicated: rank 0 writes and reads it whole, the others name empty
+ * ranges (gather_after_load broadcasts what rank 0 read). */
+static int lora_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (*names)[64]) {
+    static const char *const lora_prefix[SET_COUNT] = {"lora/", "optim/m/lora/", "optim/v/lora/"};
+    tsr_lora *lo = &t->part.lora;
+    float *store[SET_COUNT] = {lo->w, lo->m, lo->v};
+    int n = 0;
+    for (int set = 0; set < (with_optim ? SET_COUNT : 1); set++)
+        for (int k = 0; k < 2 * TSR_LORA_COUNT; k++) {
+            char name[16];
+            int64_t shape[3];
+            size_t at, numel;
+            if (!lora_tensor(lo, k, name, shape, &at, &numel)) continue;
+            ckpt_tensor *c = &ts[n];
+            snprintf(names[n], 64, "%s%s", lora_prefix[set], name);
+            c->name = names[n];
+            c->ndim = 3;
+            for (int d = 0; d < 4; d++) c->shape[d] = d < 3 ? shape[d] : 0;
+            c->lo = 0;
+            c->hi = t->dist.rank == 0 ? numel : 0;
+            c->data = t->dist.rank == 0 ? store[set] + at : NULL;
+            n++;
+        }
+    return n;
+}
+
+/* Fills up to 3 * TSR_P_COUNT tensor descriptors; names are written into names (64 each): the
+ * base model's tensors (and its moments with with_optim), or LoRA's adapters. */
+static int base_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (*names)[64]);
 static int build_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (*names)[64]) {
+    if (t->part.lora_on) return lora_tensors(t, with_optim, ts, names);
+    return base_tensors(t, with_optim, ts, names);
+}
+
+static int base_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (*names)[64]) {
     const tsr_model *m = &t->model;
     size_t lo, hi, origin[SET_COUNT];
     float *base[SET_COUNT];
@@ -279,7 +315,8 @@ int checkpointing_save(tsr_trainer *t) {
     char names[SET_COUNT * TSR_P_COUNT][64];
     int n = build_tensors(t, 1, ts, names);
     if (t->be.gpu) gpu_train_pull(t->be.gpu); /* device = cuda: the host mirror is written */
-    if (t->part.fsdp_on && t->part.fsdp.gindex == 0) { /* the first group writes (fsdp.h) */
+    /* the first group writes (fsdp.h); LoRA writes its adapters only */
+    if (t->part.fsdp_on && t->part.fsdp.gindex == 0 && !t->part.lora_on) {
         fsdp_shard_to_part(&t->part.fsdp, t->part.fsdp.params, t->part.ckio[SET_MODEL]);
         fsdp_shard_to_part(&t->part.fsdp, t->part.m, t->part.ckio[SET_M]);
         fsdp_shard_to_part(&t->part.fsdp, t->part.v, t->part.ckio[SET_V]);
@@ -297,9 +334,25 @@ int checkpointing_save(tsr_trainer *t) {
     return rc;
 }
 
-/* After reading each rank's part: complete the replicated state; ZeRO-3 / HSDP: move the first
- * group's parts into its shards and copy those to the other groups. */
+/* After reading each rank's part of the base model: complete the replicated state; ZeRO-3 /
+ * HSDP: move the first group's parts into its shards and copy those to the other groups. */
+static void base_gather(tsr_trainer *t, int with_optim);
+/* LoRA: rank 0 read the adapters (lora_tensors) */
 static void gather_after_load(tsr_trainer *t, int with_optim) {
+    if (!t->part.lora_on) {
+        base_gather(t, with_optim);
+        return;
+    }
+    tsr_lora *lo = &t->part.lora;
+    float *store[SET_COUNT] = {lo->w, lo->m, lo->v};
+    const size_t chunk = (size_t)1 << 28; /* floats per broadcast: MPI's int count of bytes */
+    for (int set = 0; set < (with_optim ? SET_COUNT : 1); set++)
+        for (size_t at = 0; at < lo->n; at += chunk)
+            dist_bcast(store[set] + at, (lo->n - at < chunk ? lo->n - at : chunk) * sizeof(float),
+                       0);
+}
+
+static void base_gather(tsr_trainer *t, int with_optim) {
     for (int set = 0; t->part.ep_on && set < (with_optim ? SET_COUNT : 1); set++) {
         if (ep_writer(t)) ep_from_part(&t->part.ep, t->part.ep_io[set], ep_store(t, set));
         ep_bcast(&t->part.ep, ep_store(t, set));
@@ -429,6 +482,9 @@ static void model_diff(const tsr_config *a, const tsr_config *b, char *out, size
     const int rx = x->pos == TSR_POS_ROPE, ry = y->pos == TSR_POS_ROPE;
     const int sx = rx && x->rope_scaling == TSR_ROPE_SCALING_LLAMA3;
     const int sy = ry && y->rope_scaling == TSR_ROPE_SCALING_LLAMA3;
+    unsigned lx = 0, ly = 0; /* LoRA's targets (both configs loaded: both parse) */
+    if (a->lora.rank) config_lora_targets(x, a->lora.targets, &lx, why, sizeof why);
+    if (b->lora.rank) config_lora_targets(y, b->lora.targets, &ly, why, sizeof why);
     struct {
         const char *name;
         double u, v;
@@ -466,6 +522,9 @@ static void model_diff(const tsr_config *a, const tsr_config *b, char *out, size
         {"moe_shared_size", dx.S, dy.S},
         {"max_seq_len", x->pos == TSR_POS_LEARNED ? (double)xs : 0,
          y->pos == TSR_POS_LEARNED ? (double)ys : 0},
+        {"lora.rank", (double)a->lora.rank, (double)b->lora.rank},
+        {"lora.alpha", a->lora.rank ? a->lora.alpha : 0, b->lora.rank ? b->lora.alpha : 0},
+        {"lora.targets (bits q k v o gate up down)", lx, ly},
     };
     size_t o = 0;
     out[0] = '\0';
@@ -508,6 +567,7 @@ int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg, con
                               ckpt_peeked *peeked) {
     char why[1024];
     if (peeked) peeked->path[0] = '\0';
+    if (!init_arg && cfg->lora.rank > 0 && cfg->lora.base[0]) init_arg = cfg->lora.base;
     int rc = ckpt_check_run_dir(cfg->run_dir, why, sizeof why);
     if (rc) {
         tsr_error("%s", why);
@@ -552,19 +612,112 @@ int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg, con
     return rc;
 }
 
+/* The base model's weights only (--init-from, LoRA's base): from a Hugging Face directory or a
+ * checkpoint (a file or a run directory's latest). */
+static int load_weights(tsr_trainer *t, const char *arg) {
+    if (imported(arg)) return init_from_hf(t, arg);
+    char from[1200];
+    if (ckpt_resolve_path(arg, from, sizeof from)) return TSR_EXIT_DATA;
+    ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
+    char names[SET_COUNT * TSR_P_COUNT][64];
+    ckpt_meta *meta = tsr_malloc(sizeof *meta);
+    ckpt_stats st = {0};
+    io_release(t);
+    int n = base_tensors(t, 0, ts, names);
+    int rc = ckpt_load(from, meta, ts, n, "model/", &st, NULL);
+    if (!rc) {
+        base_gather(t, 0);
+        note_start_load(t, "init-from", from, st.seconds, st.bytes);
+    }
+    free(meta);
+    io_release(t);
+    return rc;
+}
+
+/* LoRA: "crc32c:XXXXXXXX" of the base's weights as this run holds them: the CRC32C of the flat
+ * layout's float32 bytes, each rank's part of a partition (the world's; zero3 / hsdp: the first
+ * group's) combined in order. Collective. */
+static void base_checksum(tsr_trainer *t, char *out, size_t cap) {
+    const int W = t->dist.world;
+    const float *part;
+    float *tmp = NULL;
+    size_t len;
+    if (t->part.fsdp_on) {
+        tsr_fsdp *f = &t->part.fsdp;
+        len = f->part_counts[f->grank];
+        tmp = t->be.ops->alloc((len ? len : 1) * sizeof(float));
+        fsdp_shard_to_part(f, f->params, tmp);
+        part = tmp;
+        if (f->gindex != 0) len = 0; /* the other groups hold the same */
+    } else {
+        part = t->model.params + t->part.part_displs[t->dist.rank];
+        len = t->part.part_counts[t->dist.rank];
+    }
+    uint64_t mine[2] = {tsr_crc32c(0, part, len * sizeof(float)), len * sizeof(float)};
+    uint64_t *all = tsr_malloc((size_t)W * sizeof mine);
+    dist_allgather(mine, all, sizeof mine);
+    uint32_t crc = 0;
+    for (int r = 0; r < W; r++)
+        if (all[2 * r + 1]) crc = crc32c_combine(crc, (uint32_t)all[2 * r], all[2 * r + 1]);
+    free(all);
+    if (tmp) t->be.ops->free(tmp);
+    snprintf(out, cap, "crc32c:%08x", crc);
+}
+
+/* LoRA (docs/lora.md): the frozen base after the adapters' resume (meta and ck_path: the
+ * checkpoint read) or on a fresh start (meta NULL). The base is --init-from's, else lora.base,
+ * else the one the checkpoint's config names, else the seed's weights (already there); its
+ * checksum must equal the one the checkpoint (or the config) recorded. The run's config then
+ * records both, for its config.cfg and checkpoints. */
+static int lora_base(tsr_trainer *t, const char *init_arg, const ckpt_meta *meta,
+                     const char *ck_path) {
+    tsr_config *ck = tsr_calloc(1, sizeof *ck);
+    const char *expect = t->cfg.lora.base_checksum, *said = "lora.base_checksum in the config";
+    char from_ck[1024] = "";
+    if (meta && ckpt_config_from_text(ck_path, meta->config, NULL, 0, ck) == 0) {
+        snprintf(from_ck, sizeof from_ck, "%s", ck->lora.base);
+        expect = ck->lora.base_checksum, said = ck_path;
+    }
+    const char *base = init_arg ? init_arg : t->cfg.lora.base[0] ? t->cfg.lora.base
+                                                                  : from_ck[0] ? from_ck : NULL;
+    int rc = 0;
+    if (base) {
+        rc = load_weights(t, base);
+    } else if (t->dist.rank == 0) {
+        tsr_warn("lora.rank = %lld but no base model (lora.base, --init-from): the adapters "
+                 "train beside the seed's random initial weights", (long long)t->cfg.lora.rank);
+    }
+    char got[32];
+    if (!rc) base_checksum(t, got, sizeof got);
+    if (!rc && expect[0] && strcmp(expect, got) != 0) {
+        if (t->dist.rank == 0)
+            tsr_error("lora: the base model %s has weights %s, but the adapters belong to a base "
+                      "with %s (%s): resume with the base they were trained on (lora.base or "
+                      "--init-from), or start a new run_dir", base ? base : "(the seed's weights)",
+                      got, expect, said);
+        rc = TSR_EXIT_DATA;
+    }
+    if (!rc) {
+        snprintf(t->cfg.lora.base_checksum, sizeof t->cfg.lora.base_checksum, "%s", got);
+        if (base && base != t->cfg.lora.base)
+            snprintf(t->cfg.lora.base, sizeof t->cfg.lora.base, "%s", base);
+    }
+    free(ck);
+    return rc;
+}
+
 /* checkpointing_resume after its check: peeked holds on rank 0 what the check read. */
 static int resume_or_init(tsr_trainer *t, const char *resume_arg, const char *init_arg,
                           const ckpt_peeked *peeked) {
-    char resume_buf[1200], init_buf[1200];
-    const char *resume_path = NULL, *init_from = NULL;
+    char resume_buf[1200];
+    const char *resume_path = NULL;
     if (resume_arg) {
         if (ckpt_resolve_path(resume_arg, resume_buf, sizeof resume_buf)) return TSR_EXIT_DATA;
         resume_path = resume_buf;
     }
-    int init_hf = imported(init_arg); /* a Hugging Face directory, not a run's */
-    if (init_arg && !init_hf) {
+    if (init_arg && !imported(init_arg)) { /* a path that does not resolve stops the start */
+        char init_buf[1200];
         if (ckpt_resolve_path(init_arg, init_buf, sizeof init_buf)) return TSR_EXIT_DATA;
-        init_from = init_buf;
     }
     ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
     char names[SET_COUNT * TSR_P_COUNT][64];
@@ -579,16 +732,16 @@ static int resume_or_init(tsr_trainer *t, const char *resume_arg, const char *in
     } else {
         rc = ckpt_resume(t->cfg.run_dir, meta, ts, n, path, sizeof path, &st, peeked);
     }
-    if (rc == 1 && init_hf) { /* fresh run from a Hugging Face directory: weights only */
-        rc = init_from_hf(t, init_arg);
-    } else if (rc == 1 && init_from) { /* fresh run: weights only, step 0 */
-        io_release(t);
-        n = build_tensors(t, 0, ts, names);
-        rc = ckpt_load(init_from, meta, ts, n, "model/", &st, NULL);
-        if (!rc) {
-            gather_after_load(t, 0);
-            note_start_load(t, "init-from", init_from, st.seconds, st.bytes);
+    if (t->part.lora_on && rc == 1) { /* fresh LoRA run: the base, the adapters from the seed */
+        rc = lora_base(t, init_arg, NULL, NULL);
+    } else if (t->part.lora_on) { /* LoRA resume: the adapters, then their base */
+        if (!rc && !(rc = check_batch(t, meta, path)) && !(rc = apply_meta(t, meta, path, 1))) {
+            gather_after_load(t, 1);
+            if (!(rc = lora_base(t, init_arg, meta, path)))
+                note_start_load(t, "resume", path, st.seconds, st.bytes);
         }
+    } else if (rc == 1 && init_arg) { /* fresh run: weights only, step 0 */
+        rc = load_weights(t, init_arg);
     } else if (rc == 1) {
         rc = 0; /* fresh run */
     } else if (!rc && !(rc = check_batch(t, meta, path)) && !(rc = apply_meta(t, meta, path, 1))) {

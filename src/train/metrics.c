@@ -45,8 +45,8 @@ static void human_count(char *buf, size_t n, double v) {
 
 /* The planned fp32 memory of one rank, in bytes: weights = grads = pb, AdamW ob, activations of
  * one microbatch ab; returns the total 2*pb + ob + ab. */
-static double plan_bytes(const tsr_trainer *t, double *pb, double *gb, double *ob, double *cb,
-                         double *ab) {
+static double plan_bytes(const tsr_trainer *t, int lora, double *pb, double *gb, double *ob,
+                         double *cb, double *ab) {
     *pb = *gb = (double)t->model.n_params * sizeof(float);
     *ab = (double)model_acts_bytes(&t->model, t->micro, t->T);
     /* ZeRO-1 keeps AdamW state for 1/W of the parameters on each rank, and receives its slice
@@ -55,7 +55,14 @@ static double plan_bytes(const tsr_trainer *t, double *pb, double *gb, double *o
     *ob = 2 * *pb / (zero1 ? t->dist.world : 1);
     *cb = zero1 ? *pb / t->dist.world : 0;
     /* ZeRO-3 / HSDP: shards, plus the gather buffers (model/fsdp.h) */
-    if (t->part.fsdp_on) fsdp_plan_bytes(&t->model, t->part.fsdp_group, pb, gb, ob, cb);
+    const int frozen = lora; /* LoRA: the base has weights only */
+    if (frozen) *gb = *ob = *cb = 0;
+    if (t->part.fsdp_on) fsdp_plan_bytes(&t->model, t->part.fsdp_group, frozen, pb, gb, ob, cb);
+    if (frozen) { /* the adapters' store, replicated (model/model_lora.h), and its scratch */
+        double lb = (double)t->part.lora.n * sizeof(float);
+        *pb += lb, *gb += lb, *ob += 2 * lb;
+        *ab += (double)lora_scratch_bytes(&t->part.lora, &t->model.be, t->micro * t->T);
+    }
     const tsr_model *m = &t->model;
     if (m->EP > 1) { /* the expert store (model/model_ep.h): this rank's E / EP experts, replicated
                       * over their EDP group whatever the sharding; and the rows it receives for
@@ -83,7 +90,8 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
     char np[32], w[32], g[32], opt[32], acts[32], tot[32];
     human_count(np, sizeof np, (double)m->n_params_counted);
     double pb, gb, ob, cb, ab;
-    double total = plan_bytes(t, &pb, &gb, &ob, &cb, &ab);
+    const int lora = c->lora.rank > 0;
+    double total = plan_bytes(t, lora, &pb, &gb, &ob, &cb, &ab);
     char comm[32];
     metrics_human_bytes(comm, sizeof comm, cb);
     metrics_human_bytes(w, sizeof w, pb);
@@ -124,6 +132,17 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
         printf("expert parallelism: %d ranks per group share the %d experts, %d on each; %d "
                "cop%s of each expert (docs/moe.md)\n", m->EP, m->E, m->E / m->EP,
                t->dist.world / m->EP, t->dist.world / m->EP == 1 ? "y" : "ies");
+    if (lora) { /* docs/lora.md */
+        double fpb, fgb, fob, fcb, fab, full = plan_bytes(t, 0, &fpb, &fgb, &fob, &fcb, &fab);
+        char saved[32], fulls[32];
+        metrics_human_bytes(saved, sizeof saved, full - total);
+        metrics_human_bytes(fulls, sizeof fulls, full);
+        printf("lora: r=%lld alpha=%g dropout=%g targets=%s; %zu adapter parameters (%.3f%% of "
+               "the base's %zu, frozen); memory per rank %s less than full finetuning (%s)\n",
+               (long long)c->lora.rank, c->lora.alpha, c->lora.dropout, c->lora.targets,
+               t->part.lora.n, 100.0 * (double)t->part.lora.n / (double)m->n_params_counted,
+               m->n_params_counted, saved, fulls);
+    }
     char how[160] = "";
     if (zero1) snprintf(how, sizeof how, " (ZeRO-1: sharded over %d ranks)", t->dist.world);
     if (c->sharding == TSR_SHARD_ZERO3)
@@ -338,7 +357,7 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
         tboard_scalar(t->out.tb, "train/mfu", mfu);
         tboard_scalar(t->out.tb, "train/step_time_s", st->step_time);
         tboard_scalar(t->out.tb, "train/tokens", (double)t->tokens_seen);
-        tboard_scalar(t->out.tb, "memory/planned_bytes", plan_bytes(t, &pb, &gb, &ob, &cb, &ab));
+        tboard_scalar(t->out.tb, "memory/planned_bytes", plan_bytes(t, t->part.lora_on, &pb, &gb, &ob, &cb, &ab));
         tboard_scalar(t->out.tb, "memory/peak_bytes", st->peak_mem);
         tboard_scalar(t->out.tb, "memory/peak_rss_bytes", st->peak_rss);
         tboard_write_step(t->out.tb, st->step);

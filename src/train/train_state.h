@@ -23,6 +23,7 @@
 #include "model/model.h"
 #include "model/fsdp.h"
 #include "model/model_ep.h"
+#include "model/model_lora.h"
 #include "train/guard.h"
 
 typedef struct tsr_step_stats {
@@ -89,6 +90,10 @@ typedef struct tsr_train_part {
     size_t *part_counts, *part_displs; /* per rank (size_t: a flat buffer may pass 2^31 floats) */
     float *gslice;               /* ZeRO-1: summed gradients of the owned slice */
     float *m, *v;                /* AdamW moments of the owned slice */
+    int lora_on;                 /* lora.rank > 0: the base is frozen (no gradients, no AdamW
+                                  * state: m, v, gslice are NULL) and the adapters in lora train
+                                  * (model/model_lora.h) */
+    tsr_lora lora;
     int ep_on;                   /* parallel.expert > 1: the experts live in ep, outside the
                                   * flat layout and the sharding above (model/model_ep.h) */
     tsr_ep ep;

@@ -53,7 +53,8 @@ static void nan_fault(tsr_trainer *t) {
         to = from;
     }
     if (t->step + 1 >= from && t->step + 1 <= to && rank == t->dist.rank) {
-        if (t->part.fsdp_on) t->part.fsdp.grads[t->part.fsdp.shard_n / 2] = NAN;
+        if (t->part.lora_on) t->part.lora.g[t->part.lora.n / 2] = NAN;
+        else if (t->part.fsdp_on) t->part.fsdp.grads[t->part.fsdp.shard_n / 2] = NAN;
         else t->model.grads[t->model.n_params / 2] = NAN;
     }
 }
@@ -88,6 +89,16 @@ static void moe_stats_add(tsr_trainer *t, const int32_t *tg, float scale) {
     if (t->out.moe) model_moe_stats_add(&t->model, tg, t->micro, t->T, scale, t->out.moe);
 }
 
+/* LoRA's dropout in microbatch b of this rank's batch (model/model_lora.h): the key of the step's
+ * data batch and the global row number of the microbatch's first row, so that a row's mask does
+ * not depend on the rank count */
+static void lora_pass(tsr_trainer *t, int64_t b) {
+    if (!t->part.lora_on) return;
+    int64_t d = t->step + t->data.data_offset;
+    uint64_t key = tsr_rand_u64((uint64_t)t->cfg.seed, 0x64726F70ull /* "drop" */, (uint64_t)d);
+    lora_set_pass(&t->part.lora, 1, key, ((int64_t)t->dist.rank * t->per_rank + b) * t->T);
+}
+
 /* CPU: the microbatches' forward and backward (the gradients accumulate), after zero. */
 static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer *)) {
     tsr_model *m = &t->model;
@@ -96,10 +107,12 @@ static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer 
     if (t->part.ep_on) ep_zero_grads(&t->part.ep);
     for (int64_t b = 0; b < t->per_rank; b += t->micro) {
         const int32_t *in = t->data.inputs + b * t->T, *tg = t->data.targets + b * t->T;
+        lora_pass(t, b);
         loss_sum += model_forward(m, in, tg, t->micro, t->T);
         moe_stats_add(t, tg, scale);
         model_backward(m, in, tg, t->micro, t->T, scale);
     }
+    if (t->part.lora_on) lora_set_pass(&t->part.lora, 0, 0, 0); /* evaluations: no dropout */
     nan_fault(t);
     return loss_sum;
 }
@@ -113,6 +126,24 @@ static double shard_compute(tsr_trainer *t, float scale) {
 }
 
 static void nothing(tsr_trainer *t) { (void)t; }
+
+/* LoRA (model/model_lora.h): the adapters' gradients, replicated on every rank whatever the
+ * sharding; the base has none */
+static void lora_zero_grads(tsr_trainer *t) {
+    t->be.ops->zero(t->part.lora.g, t->part.lora.n * sizeof(float));
+}
+
+static double lora_compute(tsr_trainer *t, float scale) {
+    return cpu_compute(t, scale, lora_zero_grads);
+}
+
+static void lora_reduce(tsr_trainer *t) {
+    if (t->dist.world > 1) dist_allreduce_sum_f32(t->part.lora.g, t->part.lora.n);
+}
+
+static double lora_sumsq(tsr_trainer *t) {
+    return t->be.ops->sumsq(t->part.lora.g, t->part.lora.n);
+}
 
 static void ddp_reduce(tsr_trainer *t) {
     if (t->dist.world > 1) dist_allreduce_sum_f32(t->model.grads, t->model.n_params);
@@ -191,6 +222,15 @@ static void ep_update(tsr_trainer *t, double lr, float gscale) {
                             (int)t->optim_step);
 }
 
+/* LoRA: AdamW on the adapters, on every rank (weight decay as on any weight matrix) */
+static void lora_update(tsr_trainer *t, double lr, float gscale) {
+    const tsr_optim_config *o = &t->cfg.optim;
+    tsr_lora *lo = &t->part.lora;
+    t->be.ops->adamw_update(lo->w, lo->g, lo->m, lo->v, lo->n, (float)lr, (float)o->beta1,
+                            (float)o->beta2, (float)o->eps, decay_of(o, TSR_PK_WEIGHT), gscale,
+                            (int)t->optim_step);
+}
+
 static void zero1_gather(tsr_trainer *t) {
     dist_allgatherv_f32(t->model.params, t->part.part_counts, t->part.part_displs);
 }
@@ -213,6 +253,9 @@ static const trainer_strategy strategy_ddp = {
     "ddp", flat_compute, ddp_reduce, ddp_sumsq, flat_update, nothing, cpu_mem_peak};
 static const trainer_strategy strategy_zero1 = {
     "zero1", flat_compute, zero1_reduce, zero1_sumsq, flat_update, zero1_gather, cpu_mem_peak};
+/* the base's weights never change: nothing to gather */
+static const trainer_strategy strategy_lora = {
+    "lora", lora_compute, lora_reduce, lora_sumsq, lora_update, nothing, cpu_mem_peak};
 static const trainer_strategy strategy_fsdp = {
     "fsdp", shard_compute, fsdp_reduce, fsdp_sumsq, fsdp_update, fsdp_gather, cpu_mem_peak};
 /* the gradients are summed during backward, the weights refreshed by the update */
@@ -221,6 +264,7 @@ static const trainer_strategy strategy_device = {
 
 static const trainer_strategy *trainer_pick_strategy(const tsr_trainer *t) {
     if (t->be.gpu) return &strategy_device;
+    if (t->part.lora_on) return &strategy_lora;
     if (t->part.fsdp_on) return &strategy_fsdp;
     return t->part.zero1 ? &strategy_zero1 : &strategy_ddp;
 }
@@ -281,7 +325,8 @@ static int plan_shards(tsr_trainer *t) {
     t->part.zero1 = t->cfg.sharding == TSR_SHARD_ZERO1 && W > 1; /* (zero3 and hsdp: model/fsdp.h) */
     t->part.shard_lo = t->part.zero1 ? t->part.part_displs[t->dist.rank] : 0;
     t->part.shard_hi = t->part.zero1 ? t->part.shard_lo + t->part.part_counts[t->dist.rank] : n;
-    if (t->part.zero1 && t->cfg.device != TSR_DEVICE_CUDA) /* the GPU reduce-scatters on the device */
+    /* (the GPU reduce-scatters on the device; LoRA's base has no gradients) */
+    if (t->part.zero1 && t->cfg.device != TSR_DEVICE_CUDA && !t->part.lora_on)
         t->part.gslice = t->be.ops->alloc((t->part.shard_hi - t->part.shard_lo) * sizeof(float));
     return 0;
 }
@@ -291,7 +336,7 @@ static int plan_shards(tsr_trainer *t) {
  * this rank's shard. */
 static void init_sharded(tsr_trainer *t, uint64_t seed) {
     tsr_model *m = &t->model;
-    fsdp_init(&t->part.fsdp, m, t->part.fsdp_group, &t->dist);
+    fsdp_init(&t->part.fsdp, m, t->part.fsdp_group, t->part.lora_on, &t->dist);
     m->params = t->be.ops->alloc(m->n_params * sizeof(float));
     model_init_weights(m, seed);
     fsdp_load_full(&t->part.fsdp, m->params);
@@ -382,6 +427,15 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->part.fsdp_on = cfg->sharding == TSR_SHARD_ZERO3 || cfg->sharding == TSR_SHARD_HSDP;
     model_init(&t->model, &cfg->model, t->T, t->be.ops);
     model_set_expert_parallel(&t->model, (int)cfg->expert);
+    if (cfg->lora.rank > 0) { /* the layout now (the plan shows it), the store below */
+        unsigned mask;
+        char why[400];
+        if (config_lora_targets(&cfg->model, cfg->lora.targets, &mask, why, sizeof why) != 0)
+            tsr_die(TSR_EXIT_INTERNAL, "lora.targets: %s (the config check let it through)", why);
+        t->part.lora_on = 1;
+        lora_plan(&t->part.lora, &t->model, (int)cfg->lora.rank, cfg->lora.alpha,
+                  cfg->lora.dropout, mask);
+    }
     t->out.flops_per_token = model_flops_per_token(&t->model, t->T);
     if (t->model.E)
         t->out.moe = tsr_calloc((size_t)t->model.LM * (size_t)(2 + t->model.E), sizeof(double));
@@ -396,8 +450,14 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     if (t->part.fsdp_on) {
         init_sharded(t, (uint64_t)cfg->seed);
     } else {
-        model_alloc_params(&t->model);
+        if (t->part.lora_on) model_alloc_frozen(&t->model);
+        else model_alloc_params(&t->model);
         model_init_weights(&t->model, (uint64_t)cfg->seed);
+    }
+    if (t->part.lora_on) {
+        const tsr_lora plan = t->part.lora;
+        lora_init(&t->part.lora, &t->model, plan.R, cfg->lora.alpha, cfg->lora.dropout, plan.mask);
+        lora_init_weights(&t->part.lora, (uint64_t)cfg->seed);
     }
     if (t->model.EP > 1) {
         t->part.ep_on = 1;
@@ -407,8 +467,10 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     TSR_CHECK(open_icl(t)); /* the task files are read before the first step */
     TSR_CHECK(plan_shards(t));
     size_t owned = t->part.fsdp_on ? t->part.fsdp.shard_n : t->part.shard_hi - t->part.shard_lo;
-    t->part.m = t->be.ops->alloc(owned * sizeof(float));
-    t->part.v = t->be.ops->alloc(owned * sizeof(float));
+    if (!t->part.lora_on) { /* (a frozen base has no AdamW state) */
+        t->part.m = t->be.ops->alloc(owned * sizeof(float));
+        t->part.v = t->be.ops->alloc(owned * sizeof(float));
+    }
     t->data.inputs = tsr_malloc((size_t)t->per_rank * t->T * sizeof(int32_t));
     t->data.targets = tsr_malloc((size_t)t->per_rank * t->T * sizeof(int32_t));
     /* the activations are allocated by the first step (trainer_ensure_acts), where micro_batch =
@@ -783,6 +845,7 @@ void trainer_free(tsr_trainer *t) {
     free(t->data.targets);
     fsdp_free(&t->part.fsdp);
     ep_free(&t->part.ep);
+    lora_free(&t->part.lora);
     model_free(&t->model);
     train_data_close(t);
     if (icl_api) icl_api->close(&t->icl);

@@ -20,7 +20,14 @@
  * (V, Vp, C, L, NH, KVH, hs, F, T), architecture switches (alibi, rope, bias, gelu_exact, rmsnorm,
  * swiglu, qkv_bias, qk_norm, tie_embeddings, doc_mask) and numbers (norm_eps, rope_theta,
  * rope_scaling and its factors, eot_token), the MoE keys (E, K, FE, S, LM, moe_every,
- * moe_norm_topk, moe_aux_loss_coef, moe_z_loss_coef; E = 0: dense), then the optimizer's. */
+ * moe_norm_topk, moe_aux_loss_coef, moe_z_loss_coef; E = 0: dense), then the optimizer's.
+ * With LoRA (lora.rank > 0, docs/lora.md; the base is the seed's weights) the base has no
+ * gradients: /step0/grads is absent, and instead
+ *   /lora/<t>_A, /lora/<t>_B   the adapters at the start: A as the trainer made them, B drawn
+ *                              N(0, 0.02) here (the trainer's B is 0, which would leave every
+ *                              A gradient of step 0 zero: nothing to compare)
+ *   /step0/lora_grads/<name>   their gradients;  /final_lora/<name> after the last step
+ * and the root attributes lora_rank, lora_alpha. */
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
@@ -56,6 +63,21 @@ static void attr_d(hid_t loc, const char *name, double v) {
     H5_OK(H5Awrite(a, H5T_NATIVE_DOUBLE, &v));
     H5Aclose(a);
     H5Sclose(space);
+}
+
+/* LoRA: the adapters (w) or their gradients (g) as group/<t>_A, group/<t>_B */
+static void write_lora(hid_t file, const char *group, const tsr_lora *lo, const float *base) {
+    hid_t g = H5Gcreate2(file, group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5_OK(g);
+    for (int k = 0; k < 2 * TSR_LORA_COUNT; k++) {
+        char name[16];
+        int64_t shape[3];
+        size_t at, numel;
+        if (!lora_tensor(lo, k, name, shape, &at, &numel)) continue;
+        hsize_t dims[3] = {(hsize_t)shape[0], (hsize_t)shape[1], (hsize_t)shape[2]};
+        write_ds(g, name, H5T_NATIVE_FLOAT, base + at, 3, dims);
+    }
+    H5Gclose(g);
 }
 
 static void write_params(hid_t file, const char *group, const tsr_model *m, const float *base) {
@@ -160,6 +182,20 @@ int main(int argc, char **argv) {
     attr_d(f, "decay_norms_biases", cfg.optim.decay_norms_biases);
     attr_d(f, "decay_embeddings", cfg.optim.decay_embeddings);
     write_params(f, "params", m, m->params);
+    tsr_lora *lo = t.part.lora_on ? &t.part.lora : NULL;
+    if (lo) {
+        attr_d(f, "lora_rank", lo->R);
+        attr_d(f, "lora_alpha", cfg.lora.alpha);
+        for (int k = 1; k < 2 * TSR_LORA_COUNT; k += 2) {
+            char name[16];
+            int64_t shape[3];
+            size_t at, numel;
+            if (!lora_tensor(lo, k, name, shape, &at, &numel)) continue;
+            for (size_t i = 0; i < numel; i++)
+                lo->w[at + i] = (float)(0.02 * tsr_rand_normal(99, (uint64_t)k, i));
+        }
+        write_lora(f, "lora", lo, lo->w);
+    }
 
     /* step 0: loss, logits and gradients at the initial weights, over the whole global batch */
     size_t BT = (size_t)GB * T;
@@ -176,7 +212,8 @@ int main(int argc, char **argv) {
     size_t n_moe = (size_t)m->LM * (size_t)(2 + m->E); /* 0 in a dense model */
     double *moe0 = tsr_calloc(n_moe + 1, sizeof(double));
     trainer_ensure_acts(&t); /* what the first trainer_step would do */
-    memset(m->grads, 0, m->n_params * sizeof(float));
+    if (lo) memset(lo->g, 0, lo->n * sizeof(float));
+    else memset(m->grads, 0, m->n_params * sizeof(float));
     for (int b = 0; b < GB; b += micro) {
         const int32_t *in = inputs + (size_t)b * T, *tg = targets + (size_t)b * T;
         loss_sum += model_forward(m, in, tg, micro, T);
@@ -194,7 +231,8 @@ int main(int argc, char **argv) {
     hsize_t dm[3] = {(hsize_t)t.total_steps, (hsize_t)m->LM, (hsize_t)(2 + m->E)};
     if (n_moe) write_ds(g0, "moe", H5T_NATIVE_DOUBLE, moe0, 2, dm + 1);
     H5Gclose(g0);
-    write_params(f, "step0/grads", m, m->grads);
+    if (lo) write_lora(f, "step0/lora_grads", lo, lo->g);
+    else write_params(f, "step0/grads", m, m->grads);
 
     /* the real trainer from the same weights (trainer_step zeroes the gradients itself) */
     int S = (int)t.total_steps;
@@ -224,6 +262,7 @@ int main(int argc, char **argv) {
     if (n_moe) write_ds(gt, "moe", H5T_NATIVE_DOUBLE, moe, 3, dm);
     H5Gclose(gt);
     write_params(f, "final", m, m->params);
+    if (lo) write_lora(f, "final_lora", lo, lo->w);
     H5Fclose(f);
     printf("ref_dump: wrote %s (%d steps, loss %.6f -> %.6f)\n", argv[2], S, loss[0], loss[S - 1]);
     free(inputs), free(targets), free(logits), free(all_in), free(all_tg), free(loss), free(lr), free(norm);

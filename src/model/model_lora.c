@@ -1,0 +1,140 @@
+/* model_lora.c — the LoRA adapters' store, initialisation and the decoder's calls into the
+ * backend's adapter path (model_lora.h, docs/lora.md). */
+#include "model/model_lora.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common.h"
+
+/* the random stream of target t's A (tsr_rand_uniform): apart from the model's streams */
+#define LORA_STREAM 0x4C6F5241ull
+
+void lora_plan(tsr_lora *lo, const tsr_model *m, int R, double alpha, double dropout,
+               unsigned mask) {
+    memset(lo, 0, sizeof *lo);
+    lo->ops = m->ops;
+    lo->R = R;
+    lo->L = m->L;
+    lo->mask = mask;
+    lo->scale = (float)(alpha / R);
+    lo->p = (float)dropout;
+    const int C = m->C, QD = m->QD, KV = m->KVH * m->hs, F = m->F;
+    const struct { int in, out, col, ld; } d[TSR_LORA_COUNT] = {
+        [TSR_LORA_Q] = {C, QD, 0, m->QKV},        [TSR_LORA_K] = {C, KV, QD, m->QKV},
+        [TSR_LORA_V] = {C, KV, QD + KV, m->QKV},  [TSR_LORA_O] = {QD, C, 0, C},
+        [TSR_LORA_GATE] = {C, F, 0, m->FW},       [TSR_LORA_UP] = {C, F, F, m->FW},
+        [TSR_LORA_DOWN] = {F, C, 0, C},
+    };
+    size_t at = 0, L = (size_t)m->L, r = (size_t)R;
+    for (int t = 0; t < TSR_LORA_COUNT; t++) {
+        lo->in[t] = d[t].in, lo->out[t] = d[t].out, lo->col[t] = d[t].col, lo->ld[t] = d[t].ld;
+        if (!(mask & (1u << t))) {
+            lo->a_at[t] = lo->b_at[t] = SIZE_MAX;
+            continue;
+        }
+        lo->a_at[t] = at;
+        at += L * r * (size_t)d[t].in;
+        lo->b_at[t] = at;
+        at += L * (size_t)d[t].out * r;
+    }
+    lo->n = at;
+}
+
+void lora_init(tsr_lora *lo, tsr_model *m, int R, double alpha, double dropout, unsigned mask) {
+    lora_plan(lo, m, R, alpha, dropout, mask);
+    float **bufs[] = {&lo->w, &lo->g, &lo->m, &lo->v};
+    for (int k = 0; k < 4; k++) *bufs[k] = lo->ops->alloc(lo->n * sizeof(float));
+    m->lora = lo;
+}
+
+void lora_free(tsr_lora *lo) {
+    float *bufs[] = {lo->w, lo->g, lo->m, lo->v};
+    for (int k = 0; k < 4; k++)
+        if (bufs[k]) lo->ops->free(bufs[k]);
+    if (lo->scratch) lo->ops->free(lo->scratch);
+    memset(lo, 0, sizeof *lo);
+}
+
+void lora_init_weights(tsr_lora *lo, uint64_t seed) {
+    for (int t = 0; t < TSR_LORA_COUNT; t++) {
+        if (lo->a_at[t] == SIZE_MAX) continue;
+        const size_t na = (size_t)lo->L * lo->R * lo->in[t];
+        const double bound = 1.0 / sqrt((double)lo->in[t]);
+        float *a = lo->w + lo->a_at[t];
+        for (size_t k = 0; k < na; k++)
+            a[k] = (float)(bound * (2.0 * tsr_rand_uniform(seed, LORA_STREAM + (uint64_t)t, k) - 1.0));
+        memset(lo->w + lo->b_at[t], 0, (size_t)lo->L * lo->out[t] * lo->R * sizeof(float));
+    }
+}
+
+int lora_tensor(const tsr_lora *lo, int k, char name[16], int64_t shape[3], size_t *offset,
+                size_t *numel) {
+    const int t = k / 2, is_b = k % 2;
+    if (t >= TSR_LORA_COUNT || lo->a_at[t] == SIZE_MAX) return 0;
+    snprintf(name, 16, "%s_%c", config_lora_target_name(t), is_b ? 'B' : 'A');
+    shape[0] = lo->L;
+    shape[1] = is_b ? lo->out[t] : lo->R;
+    shape[2] = is_b ? lo->R : lo->in[t];
+    *offset = is_b ? lo->b_at[t] : lo->a_at[t];
+    *numel = (size_t)lo->L * (size_t)lo->R * (size_t)(is_b ? lo->out[t] : lo->in[t]);
+    return 1;
+}
+
+void lora_set_pass(tsr_lora *lo, int train, uint64_t key, int64_t row0) {
+    lo->train = train;
+    lo->key = key;
+    lo->row0 = row0;
+}
+
+size_t lora_store_bytes(const tsr_lora *lo) { return 4 * lo->n * sizeof(float); }
+
+size_t lora_scratch_bytes(const tsr_lora *lo, const tsr_backend *be, int N) {
+    size_t most = 0;
+    for (int t = 0; t < TSR_LORA_COUNT; t++) {
+        if (lo->a_at[t] == SIZE_MAX || !be->lora_scratch) continue;
+        size_t b = be->lora_scratch(N, lo->in[t], lo->R);
+        if (b > most) most = b;
+    }
+    return most;
+}
+
+static void *scratch_for(tsr_lora *lo, const tsr_backend *be, int N) {
+    size_t need = lora_scratch_bytes(lo, be, N);
+    if (need > lo->scratch_cap) {
+        if (lo->scratch) lo->ops->free(lo->scratch);
+        lo->scratch = lo->ops->alloc(need);
+        lo->scratch_cap = need;
+    }
+    return lo->scratch;
+}
+
+/* the pass's dropout: its probability and target t of layer l's key */
+static float pass_p(const tsr_lora *lo) { return lo->train ? lo->p : 0.0f; }
+static uint64_t pass_key(const tsr_lora *lo, int l, int t) {
+    return tsr_rand_u64(lo->key, (uint64_t)l, (uint64_t)t);
+}
+
+void lora_forward_at(tsr_lora *lo, const tsr_backend *be, int l, int t, void *out,
+                     const void *inp, int N) {
+    if (!lo || lo->a_at[t] == SIZE_MAX) return;
+    const size_t e = tsr_dtype_size(be->act);
+    const float *A = lo->w + lo->a_at[t] + (size_t)l * lo->R * lo->in[t];
+    const float *B = lo->w + lo->b_at[t] + (size_t)l * lo->out[t] * lo->R;
+    be->lora_forward(be, (char *)out + (size_t)lo->col[t] * e, lo->ld[t], inp, A, B, lo->scale,
+                     pass_p(lo), pass_key(lo, l, t), lo->row0, scratch_for(lo, be, N), N,
+                     lo->in[t], lo->out[t], lo->R);
+}
+
+void lora_backward_at(tsr_lora *lo, const tsr_backend *be, int l, int t, void *dinp,
+                      const void *dout, const void *inp, int N) {
+    if (!lo || lo->a_at[t] == SIZE_MAX) return;
+    const size_t e = tsr_dtype_size(be->act);
+    const size_t ao = lo->a_at[t] + (size_t)l * lo->R * lo->in[t];
+    const size_t bo = lo->b_at[t] + (size_t)l * lo->out[t] * lo->R;
+    be->lora_backward(be, dinp, lo->g + ao, lo->g + bo, (const char *)dout + (size_t)lo->col[t] * e,
+                      lo->ld[t], inp, lo->w + ao, lo->w + bo, lo->scale, pass_p(lo),
+                      pass_key(lo, l, t), lo->row0, scratch_for(lo, be, N), N, lo->in[t],
+                      lo->out[t], lo->R);
+}

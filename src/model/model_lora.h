@@ -1,0 +1,76 @@
+/* model_lora.h — LoRA adapters (lora.*; docs/lora.md) beside a frozen base model.
+ *
+ * Every target projection t of every layer l (config.h tsr_lora_target: q, k, v, o, gate, up,
+ * down) gets y += (alpha / r) * drop(x) A^T B^T, A (r, in) and B (out, r), as PEFT's LoRA layer
+ * computes it. Where tessera fuses projections (qkv: [q | k | v]; SwiGLU's [gate | up]) each
+ * target adds into its column block of the fused output, so the maths is PEFT's on the separate
+ * projections.
+ *
+ * Storage: one flat fp32 store w, g, m, v (n floats each), tensor by tensor in target order,
+ * each target's A stacked over the layers (L, r, in), then its B (L, out, r); the checkpoint
+ * names them lora/<t>_A, lora/<t>_B at those shapes. The store is replicated on every rank
+ * whatever parallel.sharding says (the base is what sharding splits; the adapters are small):
+ * gradients are all-reduced over the world, AdamW runs on every rank.
+ *
+ * Initialisation (PEFT's default): A uniform in [-1/sqrt(in), 1/sqrt(in)) (Kaiming-uniform with
+ * a = sqrt(5)), B zero, so the adapted model starts as the base; a pure function of the seed.
+ *
+ * Dropout (lora.dropout, training only): each element of a target's input is dropped by a hash of
+ * (the step's key, layer, target) and the element's global row (ops.h lora_forward): the same
+ * mask in the backward and in a recomputation, and on any rank count. */
+#ifndef TSR_MODEL_LORA_H
+#define TSR_MODEL_LORA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "model/model.h"
+
+typedef struct tsr_lora {
+    const tsr_ops *ops;          /* the allocator (peak memory counts the store) */
+    int R, L;
+    unsigned mask;               /* bit t: target t has adapters */
+    float scale, p;              /* alpha / r; dropout */
+    int in[TSR_LORA_COUNT], out[TSR_LORA_COUNT]; /* the target's input and output widths */
+    int col[TSR_LORA_COUNT], ld[TSR_LORA_COUNT]; /* its first column in the (fused) output, and
+                                                  * that output's row width */
+    size_t a_at[TSR_LORA_COUNT], b_at[TSR_LORA_COUNT]; /* the A and B stacks in the store */
+    size_t n;                    /* floats in the store */
+    float *w, *g, *m, *v;        /* weights, gradients, AdamW moments */
+    void *scratch;               /* the backend's lora_scratch, grown as needed */
+    size_t scratch_cap;
+    int train;                   /* dropout on (a training pass) */
+    uint64_t key;                /* the training pass's dropout key */
+    int64_t row0;                /* the global row number of the pass's first row */
+} tsr_lora;
+
+/* The layout for model m (widths from m, the targets a config_lora_targets mask); allocates
+ * nothing (the memory plan of --plan). */
+void lora_plan(tsr_lora *lo, const tsr_model *m, int R, double alpha, double dropout,
+               unsigned mask);
+/* lora_plan, then the store allocated (zero) through m's ops, and m->lora set. */
+void lora_init(tsr_lora *lo, tsr_model *m, int R, double alpha, double dropout, unsigned mask);
+void lora_free(tsr_lora *lo);
+/* The initial adapters (above) from seed. */
+void lora_init_weights(tsr_lora *lo, uint64_t seed);
+/* Tensor k of the store, k = 0 .. 2 * TSR_LORA_COUNT - 1 (target k / 2, A when k is even):
+ * 0 when that target has none; else 1 with its name ("q_A"), its shape (3 dims) and offset. */
+int lora_tensor(const tsr_lora *lo, int k, char name[16], int64_t shape[3], size_t *offset,
+                size_t *numel);
+/* A training pass (train = 1: dropout with key, its first row global row0) or an evaluation one
+ * (train = 0: no dropout). */
+void lora_set_pass(tsr_lora *lo, int train, uint64_t key, int64_t row0);
+/* Target t of layer l, forward: out (the whole projection output, N rows of ld[t] act elements)
+ * += the adapter path of inp (N, in[t]). No-op when t has no adapter. */
+void lora_forward_at(tsr_lora *lo, const tsr_backend *be, int l, int t, void *out,
+                     const void *inp, int N);
+/* and backward: dinp (N, in[t]) += , the adapters' gradients in g +=; dout the whole projection
+ * output's gradient. */
+void lora_backward_at(tsr_lora *lo, const tsr_backend *be, int l, int t, void *dinp,
+                      const void *dout, const void *inp, int N);
+/* Bytes of the store (w, g, m, v) and of the scratch for N rows: the memory plan. */
+size_t lora_store_bytes(const tsr_lora *lo);
+size_t lora_scratch_bytes(const tsr_lora *lo, const tsr_backend *be, int N);
+
+#endif
