@@ -427,6 +427,7 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->part.fsdp_on = cfg->sharding == TSR_SHARD_ZERO3 || cfg->sharding == TSR_SHARD_HSDP;
     model_init(&t->model, &cfg->model, t->T, t->be.ops);
     model_set_expert_parallel(&t->model, (int)cfg->expert);
+    t->out.flops_per_token = model_flops_per_token(&t->model, t->T);
     if (cfg->lora.rank > 0) { /* the layout now (the plan shows it), the store below */
         unsigned mask;
         char why[400];
@@ -435,8 +436,11 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
         t->part.lora_on = 1;
         lora_plan(&t->part.lora, &t->model, (int)cfg->lora.rank, cfg->lora.alpha,
                   cfg->lora.dropout, mask);
+        /* MFU counts the work done (docs/lora.md): the base's weight-gradient products (2N of
+         * 6N) are skipped, the adapters' three products (6 per adapter parameter) added */
+        t->out.flops_per_token += 6.0 * (double)t->part.lora.n -
+                                  2.0 * (double)t->model.n_params_counted;
     }
-    t->out.flops_per_token = model_flops_per_token(&t->model, t->T);
     if (t->model.E)
         t->out.moe = tsr_calloc((size_t)t->model.LM * (size_t)(2 + t->model.E), sizeof(double));
     TSR_CHECK(check_int_counts(t, dry_run));

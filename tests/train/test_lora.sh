@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# LoRA through the real trainer on MPI ranks (docs/lora.md; issue 27): a tiny Llama-style base is
+# trained first, then adapters on every target (q, k, v, o, gate, up, down) with lora.dropout 0.1:
+#  - ddp on 1 and 2 ranks, zero3 on 2 and 4 ranks, hsdp (2 groups of 2), zero1 on 4 ranks with
+#    block activation checkpointing: every step's loss and gradient norm equal 1 rank's within
+#    1e-6 (the dropout masks follow the global row, not the rank);
+#  - the checkpoint holds the adapters and their moments, no base tensor; the run's config names
+#    the base and its checksum;
+#  - rank 1 SIGKILLed after step 6 (zero3, 2 ranks): the rerun resumes from step 4 and every
+#    later loss, lr and grad norm, and the final adapters, equal the uninterrupted run bit for bit;
+#  - the base's weights are untouched: an evaluation of the base alone gives its old loss;
+#  - a resume over another base (same shapes, other weights) stops with exit 2 naming both
+#    checksums and writes nothing; so does a lora.base_checksum that does not match;
+#  - refused with exit 1 naming the key: an unknown target, gate on a GELU MLP, device = cuda;
+#  - --plan prints the adapters and the memory saved against full finetuning;
+#  - the trainer's evaluation runs with the adapters (its loss is not the base's, which `tessera
+#    eval` gives on the same samples).
+source "$(dirname "$0")/../lib.sh"
+tsr_tmpdir
+tap_plan 10
+make_synth "$TMP/data"
+args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --set data.tokenizer=
+      --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
+      --set eval_interval=0ba --set model.n_layer=2 --set model.d_model=64 --set model.n_head=4
+      --set model.n_kv_head=2 --set model.intermediate_size=96 --set seq_len=32
+      --set global_batch=8 --set micro_batch=2 --set max_duration=12ba --set save_interval=4ba
+      --set keep_last=3 --set threads=1 --set log_interval=1 --set optim.warmup=2ba)
+lora=(--set lora.rank=4 --set lora.alpha=8 --set lora.dropout=0.1 --set optim.lr=1e-2)
+train() { local dir=$1 np=$2; shift 2; "${MPIRUN[@]}" -np "$np" "$TRAIN" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
+run() { local dir=$1 np=$2; shift 2; train "$dir" "$np" "${lora[@]}" --init-from "$TMP/base" "$@"; }
+close() { metrics_close "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" 1 1e-6 1e-6; }
+
+train base 1 && train base2 1 --set seed=7
+tap_check $? "two base models trained (seeds 1234 and 7)"
+
+run A 1 && run D2 2 && run Z2 2 --set parallel.sharding=zero3 &&
+    run Z4 4 --set parallel.sharding=zero3 &&
+    run H4 4 --set parallel.sharding=hsdp --set parallel.replica_group=2 &&
+    run Q4 4 --set parallel.sharding=zero1 --set model.activation_checkpointing=block
+rc=$?
+ok=$rc
+for d in D2 Z2 Z4 H4 Q4; do
+    tap_diag "$d vs 1 rank: $(close A "$d")"
+    close A "$d" >/dev/null || ok=1
+done
+tap_check $ok "LoRA with dropout: ddp 2 ranks, zero3 2 and 4, hsdp 2x2, zero1 4 + block checkpointing equal 1 rank within 1e-6 (runs exit $rc)"
+
+/usr/bin/python3 - "$TMP/A/step-00000012.h5" "$TMP/A/config.cfg" "$TMP/base" <<'PY'
+import sys, h5py, re
+f = h5py.File(sys.argv[1], "r")
+names = []
+f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+want = {f"{p}lora/{t}_{ab}" for p in ("", "optim/m/", "optim/v/")
+        for t in ("q", "k", "v", "o", "gate", "up", "down") for ab in "AB"}
+cfg = open(sys.argv[2]).read()
+base = re.search(r'base = "([^"]*)"', cfg)
+crc = re.search(r'base_checksum = "(crc32c:[0-9a-f]{8})"', cfg)
+print("# datasets:", len(names), "base:", base and base.group(1), "checksum:", crc and crc.group(1))
+sys.exit(0 if set(names) == want and base and base.group(1) == sys.argv[3] and crc else 1)
+PY
+tap_check $? "the checkpoint holds the 14 adapters and their moments only (no base tensor); config.cfg names the base and its crc32c"
+
+TSR_FAULT=kill:6:1 run B 2 --set parallel.sharding=zero3
+rc=$?
+run B 2 --set parallel.sharding=zero3
+rc2=$?
+[[ $rc != 0 && $rc2 == 0 ]] && grep -q "checkpoint resume step 4" "$TMP/B.txt" &&
+    cmp -s <(final_lines "$TMP/Z2/metrics.jsonl") <(final_lines "$TMP/B/metrics.jsonl") &&
+    same_tensors "$TMP/Z2/step-00000012.h5" "$TMP/B/step-00000012.h5"
+tap_check $? "rank 1 SIGKILLed after step 6 (exit $rc): the rerun resumes from step 4 (exit $rc2); every later loss, lr, norm and the final adapters equal the uninterrupted run bit for bit"
+
+# the base checkpoint is read, never written: its step-12 file is the same bytes
+sum0=$(sha256sum <"$TMP/base/step-00000012.h5")
+"$TOOL" ckpt verify "$TMP/base/step-00000012.h5" >/dev/null 2>&1
+[[ $? == 0 && $sum0 == $(sha256sum <"$TMP/base/step-00000012.h5") ]] &&
+    ! grep -q '"save".*base' "$TMP/A/metrics.jsonl"
+tap_check $? "the base checkpoint is read and verifies unchanged"
+
+before=$(ls -l --time-style=full-iso "$TMP/A")
+train A 1 "${lora[@]}" --init-from "$TMP/base2"
+rc=$?
+[[ $rc == 2 ]] && grep -q "crc32c:[0-9a-f]\{8\}, but the adapters belong to a base with crc32c:" "$TMP/A.txt" &&
+    [[ $before == $(ls -l --time-style=full-iso "$TMP/A") ]]
+tap_check $? "a resume over another base stops (exit $rc) naming both checksums; the run dir is unchanged"
+
+run C 1 --set lora.base_checksum=crc32c:00000000
+rc=$?
+[[ $rc == 2 ]] && grep -q "lora.base_checksum in the config" "$TMP/C.txt" && [[ ! -e $TMP/C ]]
+tap_check $? "a lora.base_checksum that does not match the base stops the start (exit $rc), nothing written"
+
+run E 1 --set lora.targets=q,x
+rc1=$?
+grep -q 'lora.targets = "q,x": "x" is not a target' "$TMP/E.txt"
+m1=$?
+train E 1 --config "$TSR_ROOT/configs/tiny.cfg" --set lora.rank=4 --set lora.targets=q,gate
+rc2=$?
+grep -q "gate and up need model.mlp" "$TMP/E.txt"
+m2=$?
+run E 1 --set device=cuda
+rc3=$?
+grep -q 'LoRA runs on device = "cpu" only' "$TMP/E.txt"
+[[ $rc1 == 1 && $m1 == 0 && $rc2 == 1 && $m2 == 0 && $rc3 == 1 && $? == 0 && ! -e $TMP/E ]]
+tap_check $? "refused with exit 1 naming the key: an unknown target ($rc1), gate on a GELU MLP ($rc2), device = cuda ($rc3); nothing written"
+
+"$TRAIN" "${args[@]}" "${lora[@]}" --set run_dir="$TMP/P" --set parallel.sharding=zero3 --plan 4 >"$TMP/P.txt" 2>&1
+rc=$?
+grep "^lora:" "$TMP/P.txt" | sed 's/^/# /'
+[[ $rc == 0 ]] && grep -q "^lora: r=4 alpha=8 dropout=0.1 targets=q,k,v,o,gate,up,down; 7424 adapter parameters .* less than full finetuning" "$TMP/P.txt" &&
+    grep -q "grads 29.0 KiB, AdamW 58.0 KiB" "$TMP/P.txt" && [[ ! -e $TMP/P ]]
+tap_check $? "--plan 4 with zero3: the adapters (7424 parameters), their gradients and AdamW state only, the memory saved"
+
+# the trained adapters change the model: evaluation through the trainer's eval on the same data
+run V 1 --set data.val="$TMP/data/train" --set eval_interval=12ba --set eval_samples=16 --set max_duration=12ba
+vl=$(grep -o '"val_loss": [0-9.]*' "$TMP/V/metrics.jsonl" | tail -1 | awk '{print $2}')
+"$TOOL" eval --ckpt "$TMP/base" --val "$TMP/data/train" -s eval_samples=16 -o "$TMP/W.json" >"$TMP/W.txt" 2>&1
+wl=$(grep -o '"loss": [0-9.]*' "$TMP/W.json" | head -1 | awk '{print $2}')
+tap_diag "validation loss: with adapters $vl, the base alone $wl"
+[[ -n $vl && -n $wl ]] && /usr/bin/python3 -c "import sys; sys.exit(0 if abs($vl - $wl) > 1e-4 else 1)"
+tap_check $? "evaluation runs with the adapters applied (its loss differs from the base's)"
+tap_done
