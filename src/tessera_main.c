@@ -5,12 +5,14 @@
 
 #include "blas_env.h"
 #include "ckpt/ckpt_cmd.h"
+#include "ckpt/ckpt_model.h"
 #include "cli_commands.h"
 #include "common.h"
 #include "config/config.h"
 #include "data/data_cmd.h"
 #include "eval/eval_cmd.h"
 #include "generate/generate.h"
+#include "hf/hf.h"
 #include "prep/prep.h"
 #include "report/report.h"
 #include "tokenizer/tokenizer_cmd.h"
@@ -57,8 +59,21 @@ static void usage(FILE *f) {
             CLI_EXITS);
 }
 
+/* LoRA checkpoints name their base; one in a Hugging Face directory is read through src/hf
+ * (ckpt_model.h's hand-over: the checkpoint layer sits below src/hf) */
+static int hf_load_base(const char *dir, tsr_model *m) {
+    hf_import *h = NULL;
+    uint64_t bytes = 0;
+    int rc = hf_import_open(&h, dir, m);
+    if (!rc) rc = hf_import_read(h, m, 0, m->n_params, &bytes);
+    hf_import_close(h);
+    return rc;
+}
+static const ckpt_model_importer hf_base = {hf_is_dir, hf_load_base};
+
 int main(int argc, char **argv) {
     blas_fix_coretype(argv);
+    ckpt_model_use_importer(&hf_base);
     if (argc < 2) {
         usage(stderr);
         return TSR_EXIT_USAGE;

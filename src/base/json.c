@@ -364,3 +364,13 @@ const char *json_type_name(json_type t) {
     _Static_assert(sizeof names / sizeof names[0] == JSON_TYPE_COUNT, "json_type names");
     return (unsigned)t < JSON_TYPE_COUNT ? names[t] : "?";
 }
+
+void json_fput_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 32) fprintf(f, "\\u%04x", *s);
+        else fputc(*s, f);
+    }
+    fputc('"', f);
+}

@@ -13,6 +13,7 @@
 #define TSR_JSON_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #define JSON_MAX_DEPTH 256
 
@@ -60,5 +61,7 @@ int json_parse(json_doc *d, const char *s, size_t n, json_value **root, json_err
 const json_value *json_get(const json_value *obj, const char *key);
 /* "null", "false", ..., for messages. */
 const char *json_type_name(json_type t);
+/* Writes s to f as a JSON string: quoted, '"' and '\\' escaped, control bytes as \u00XX. */
+void json_fput_string(FILE *f, const char *s);
 
 #endif

@@ -173,7 +173,7 @@ static void report_free(file_report *r) {
 
 typedef cli_opt sub_opt; /* cli.h's option row: one letter, one meaning (docs/cli.md) */
 
-#define MAX_SUB_OPTS 4
+#define MAX_SUB_OPTS 6
 typedef struct sub_args {
     const char *operand[2];
     const char *opt[MAX_SUB_OPTS]; /* the values of the subcommand's options, in its table's order */
@@ -190,7 +190,10 @@ typedef struct sub_spec {
 static const sub_opt common_opts[] = {{"help", 'h', NULL, "print this help and exit"}};
 #define N_COMMON_OPTS ((int)(sizeof common_opts / sizeof common_opts[0]))
 
-enum { EXPORT_FORMAT = 0, EXPORT_DTYPE, EXPORT_TOKENIZER, EXPORT_ARCH, EXPORT_OPT_COUNT };
+enum {
+    EXPORT_FORMAT = 0, EXPORT_DTYPE, EXPORT_TOKENIZER, EXPORT_ARCH, EXPORT_ADAPTER, EXPORT_MERGE,
+    EXPORT_OPT_COUNT
+};
 static const sub_opt export_opts[] = {
     [EXPORT_FORMAT] = {"format", 'f', "FMT", "required: hf (a transformers directory: "
                        "model.safetensors + config.json + tokenizer files)"},
@@ -200,6 +203,11 @@ static const sub_opt export_opts[] = {
     [EXPORT_ARCH] = {"arch", CLI_NO_SHORT('a'), "TYPE", "a RoPE model's model_type: llama, mistral, "
                      "qwen2, qwen3, mixtral or qwen3_moe (default: with experts qwen3_moe with "
                      "qk_norm, else mixtral; qwen3 with qk_norm, qwen2 with qkv_bias, else llama)"},
+    [EXPORT_ADAPTER] = {"adapter", CLI_NO_SHORT('A'), NULL, "a LoRA checkpoint: its adapters "
+                        "as a PEFT directory (adapter_config.json + adapter_model.safetensors; "
+                        "docs/lora.md)"},
+    [EXPORT_MERGE] = {"merge", CLI_NO_SHORT('M'), NULL, "a LoRA checkpoint: its base with the "
+                      "adapters merged in, as a transformers directory"},
 };
 _Static_assert(sizeof export_opts / sizeof export_opts[0] == EXPORT_OPT_COUNT, "one row per option");
 _Static_assert(EXPORT_OPT_COUNT <= MAX_SUB_OPTS, "sub_args.opt holds them");
@@ -379,16 +387,44 @@ static int run_export(const sub_args *a) {
         return TSR_EXIT_USAGE;
     }
     TSR_CHECK(hf_export_check_opts(&o)); /* a typo in --arch before reading the checkpoint */
+    const int adapter = a->opt[EXPORT_ADAPTER] != NULL, merge = a->opt[EXPORT_MERGE] != NULL;
+    if (adapter && merge) {
+        tsr_error("ckpt export: --adapter and --merge exclude each other (the adapters alone, or "
+                  "the base with them merged in)");
+        return TSR_EXIT_USAGE;
+    }
     tsr_config *cfg = tsr_malloc(sizeof *cfg);
     tsr_model m;
     char file[1200];
     int rc = ckpt_model_load(a->operand[0], NULL, 0, 0, cfg, &m, file, sizeof file);
-    if (!rc) {
-        printf("exporting %s\n", file);
-        o.source = file;
-        rc = hf_export(&m, cfg, a->operand[1], &o);
-        model_free(&m);
+    if (!rc) { /* a LoRA checkpoint says which of the two it wants; another takes neither */
+        const int lora = cfg->lora.rank > 0;
+        if (lora && !adapter && !merge) {
+            tsr_error("ckpt export: %s holds LoRA adapters (lora.rank = %lld): give --adapter "
+                      "(a PEFT directory) or --merge (the base with the adapters merged in)",
+                      file, (long long)cfg->lora.rank);
+            rc = TSR_EXIT_USAGE;
+        } else if (!lora && (adapter || merge)) {
+            tsr_error("ckpt export: --%s: %s holds no LoRA adapters (lora.rank = 0)",
+                      adapter ? "adapter" : "merge", file);
+            rc = TSR_EXIT_USAGE;
+        }
     }
+    if (!rc) {
+        printf("exporting %s%s\n", file, adapter ? " (its adapters)" : merge ? " (merged)" : "");
+        o.source = file;
+        if (adapter) {
+            tsr_lora lo;
+            rc = ckpt_lora_read(file, cfg, &m, &lo);
+            if (!rc) {
+                rc = hf_export_adapter(&m, cfg, &lo, a->operand[1], &o);
+                lora_free(&lo);
+            }
+        } else {
+            rc = hf_export(&m, cfg, a->operand[1], &o);
+        }
+    }
+    if (m.params) model_free(&m);
     free(cfg);
     return rc;
 }

@@ -32,9 +32,12 @@ int ckpt_config_from_text(const char *path, const char *text, const char *const 
     return rc;
 }
 
-static int read_tensor(hid_t f, const char *path, const tsr_param_info *p, float *dst) {
-    char name[96];
-    snprintf(name, sizeof name, "model/%s", p->name);
+static const ckpt_model_importer *importer;
+
+void ckpt_model_use_importer(const ckpt_model_importer *imp) { importer = imp; }
+
+/* dataset `name` (numel floats) into dst, its size and crc32c checked */
+static int read_tensor(hid_t f, const char *path, const char *name, size_t numel, float *dst) {
     hid_t ds = H5Dopen2(f, name, H5P_DEFAULT);
     if (ds < 0) {
         tsr_error("%s: no tensor %s (the model of its config has one)", path, name);
@@ -43,21 +46,96 @@ static int read_tensor(hid_t f, const char *path, const tsr_param_info *p, float
     int ndim = 0, rc = 0;
     int64_t shape[4] = {0};
     uint32_t want = 0;
-    if (ck_dataset_shape(ds, &ndim, shape) != 0 || ckpt_numel(ndim, shape) != p->numel) {
+    if (ck_dataset_shape(ds, &ndim, shape) != 0 || ckpt_numel(ndim, shape) != numel) {
         tsr_error("%s: tensor %s has %llu elements, the model of its config needs %zu", path, name,
-                  ndim ? (unsigned long long)ckpt_numel(ndim, shape) : 0ull, p->numel);
+                  ndim ? (unsigned long long)ckpt_numel(ndim, shape) : 0ull, numel);
         rc = TSR_EXIT_DATA;
     } else if (H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0) {
         tsr_error("%s: reading tensor %s failed (truncated file?)", path, name);
         rc = TSR_EXIT_DATA;
     } else if (ck_attr_read_u32(ds, "crc32c", &want) != 0 ||
-               tsr_crc32c(0, dst, p->numel * sizeof(float)) != want) {
+               tsr_crc32c(0, dst, numel * sizeof(float)) != want) {
         tsr_error("%s: tensor %s: checksum mismatch or missing crc32c (the file is damaged; "
                   "`tessera ckpt verify` lists every tensor)", path, name);
         rc = TSR_EXIT_DATA;
     }
     H5Dclose(ds);
     return rc;
+}
+
+static hid_t open_file(const char *file) {
+    ck_h5_quiet();
+    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) tsr_error("%s: cannot open it as HDF5 (missing, truncated or not HDF5)", file);
+    return f;
+}
+
+/* every model/ tensor of file f into m->params */
+static int read_model(hid_t f, const char *file, tsr_model *m) {
+    int rc = 0;
+    for (int i = 0; i < TSR_P_COUNT && !rc; i++) {
+        const tsr_param_info *p = &m->params_info[i];
+        char name[96];
+        snprintf(name, sizeof name, "model/%s", p->name);
+        if (p->numel) rc = read_tensor(f, file, name, p->numel, m->params + p->offset);
+    }
+    return rc;
+}
+
+int ckpt_lora_read(const char *file, const tsr_config *cfg, tsr_model *m, tsr_lora *lo) {
+    unsigned mask;
+    char why[400];
+    if (config_lora_targets(&cfg->model, cfg->lora.targets, &mask, why, sizeof why) != 0) {
+        tsr_error("%s: its lora.targets = \"%s\": %s", file, cfg->lora.targets, why);
+        return TSR_EXIT_DATA;
+    }
+    lora_init(lo, m, (int)cfg->lora.rank, cfg->lora.alpha, cfg->lora.dropout, mask);
+    m->lora = NULL; /* read only: the caller decides whether the model runs them */
+    hid_t f = open_file(file);
+    int rc = f < 0 ? TSR_EXIT_DATA : 0;
+    for (int k = 0; k < 2 * TSR_LORA_COUNT && !rc; k++) {
+        char name[16], ds[64];
+        int64_t shape[3];
+        size_t at, numel;
+        if (!lora_tensor(lo, k, name, shape, &at, &numel)) continue;
+        snprintf(ds, sizeof ds, "lora/%s", name);
+        rc = read_tensor(f, file, ds, numel, lo->w + at);
+    }
+    if (f >= 0) H5Fclose(f);
+    if (rc) lora_free(lo);
+    return rc;
+}
+
+/* A LoRA checkpoint's model (ckpt_model_load): its base into m, checked, then the adapters of
+ * file merged in. */
+static int lora_model(const char *file, const tsr_config *cfg, tsr_model *m) {
+    const char *base = cfg->lora.base;
+    int rc = 0;
+    if (!base[0]) {
+        model_init_weights(m, (uint64_t)cfg->seed);
+    } else if (importer && importer->is_source(base)) {
+        rc = importer->load(base, m);
+    } else {
+        char bf[1200];
+        if (ckpt_resolve_path(base, bf, sizeof bf)) return TSR_EXIT_DATA;
+        hid_t f = open_file(bf);
+        rc = f < 0 ? TSR_EXIT_DATA : read_model(f, bf, m);
+        if (f >= 0) H5Fclose(f);
+    }
+    if (rc) return rc;
+    char got[32];
+    snprintf(got, sizeof got, "crc32c:%08x", tsr_crc32c(0, m->params, m->n_params * sizeof(float)));
+    if (cfg->lora.base_checksum[0] && strcmp(got, cfg->lora.base_checksum) != 0) {
+        tsr_error("%s: its base %s has weights %s, but the adapters belong to a base with %s "
+                  "(lora.base_checksum): the base changed since training", file,
+                  base[0] ? base : "(the seed's weights)", got, cfg->lora.base_checksum);
+        return TSR_EXIT_DATA;
+    }
+    tsr_lora lo;
+    if ((rc = ckpt_lora_read(file, cfg, m, &lo))) return rc;
+    lora_merge(&lo, lo.w, m);
+    lora_free(&lo);
+    return 0;
 }
 
 int ckpt_model_load(const char *path, const char *const *sets, int n_sets, int T, tsr_config *cfg,
@@ -73,21 +151,16 @@ int ckpt_model_load(const char *path, const char *const *sets, int n_sets, int T
         free(meta);
         return TSR_EXIT_DATA;
     }
-    ck_h5_quiet();
-    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t f = open_file(file);
     if (f < 0) {
-        tsr_error("%s: cannot open it as HDF5 (missing, truncated or not HDF5)", file);
         free(meta);
         return TSR_EXIT_DATA;
     }
-    int rc = 0;
-    if (!rc) rc = ckpt_config_from_text(file, meta->config, sets, n_sets, cfg);
+    int rc = ckpt_config_from_text(file, meta->config, sets, n_sets, cfg);
     if (!rc) {
         model_init(m, &cfg->model, T > 0 ? T : (int)cfg->seq_len, &tsr_cpu_ops);
         model_alloc_params(m);
-        for (int i = 0; i < TSR_P_COUNT && !rc; i++)
-            if (m->params_info[i].numel)
-                rc = read_tensor(f, file, &m->params_info[i], m->params + m->params_info[i].offset);
+        rc = cfg->lora.rank > 0 ? lora_model(file, cfg, m) : read_model(f, file, m);
         if (rc) model_free(m), memset(m, 0, sizeof *m);
     }
     free(meta);

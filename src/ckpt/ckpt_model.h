@@ -7,16 +7,34 @@
 
 #include "config/config.h"
 #include "model/model.h"
+#include "model/model_lora.h"
+
+/* A base model read from elsewhere than a checkpoint (a Hugging Face directory, src/hf), handed
+ * over by the program (tessera_main.c) as the trainer's importer is: is_source(path) says whether
+ * path is one; load fills m->params whole (0, or an exit code after reporting). */
+typedef struct ckpt_model_importer {
+    int (*is_source)(const char *path);
+    int (*load)(const char *path, tsr_model *m);
+} ckpt_model_importer;
+void ckpt_model_use_importer(const ckpt_model_importer *imp);
 
 /* Opens `path` (a checkpoint file, a run directory or its `latest`: ckpt_resolve_path), reads
  * its effective config into cfg (with the "key=value" overrides in sets applied after it, e.g.
  * threads), builds the model for sequence length T (0 = the config's seq_len) on the CPU ops and
- * reads every model/ tensor, each checked against its shape and its crc32c attribute. The
+ * reads every model/ tensor, each checked against its shape and its crc32c attribute. A LoRA
+ * checkpoint (lora.rank > 0; docs/lora.md) has no model/ tensors: its base is read from
+ * lora.base (a checkpoint, or a Hugging Face directory through the importer; "" = the seed's
+ * weights), checked against lora.base_checksum, and the adapters merged into it (lora_merge). The
  * resolved file is written to resolved (may be NULL). Returns 0, or TSR_EXIT_USAGE (the stored
  * config does not load with the overrides) / TSR_EXIT_DATA (file, tensor or checksum), after
  * tsr_error named the file and the fault. On success free the model with model_free. */
 int ckpt_model_load(const char *path, const char *const *sets, int n_sets, int T, tsr_config *cfg,
                     tsr_model *m, char *resolved, size_t cap);
+
+/* A LoRA checkpoint's adapters (lora/<t>_A, lora/<t>_B, each checked against its shape and
+ * crc32c) into lo: planned for m and cfg's lora keys, its store allocated (lora_free it).
+ * 0 or TSR_EXIT_DATA after reporting. */
+int ckpt_lora_read(const char *file, const tsr_config *cfg, tsr_model *m, tsr_lora *lo);
 
 /* A checkpoint's stored config text (ckpt_meta.config) -> cfg, with the "key=value" overrides in
  * sets applied after it; path names the checkpoint in errors. 0, TSR_EXIT_USAGE (does not load)

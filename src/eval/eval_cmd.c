@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_model.h"
+#include "json.h"
 #include "blas_env.h"
 #include "cli.h"
 #include "cli_commands.h"
@@ -98,15 +99,6 @@ static int val_loss(tsr_model *m, batch *b, const char *dir, int64_t limit, cons
     return 0;
 }
 
-static void json_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
-        else if ((unsigned char)*s < 32) fprintf(f, "\\u%04x", *s);
-        else fputc(*s, f);
-    }
-    fputc('"', f);
-}
 
 static void json_num(FILE *f, double v) {
     if (isfinite(v)) fprintf(f, "%.9g", v);
@@ -125,11 +117,11 @@ typedef struct report {
 
 static void write_report(FILE *f, const report *r) {
     fprintf(f, "{\n  \"checkpoint\": ");
-    json_str(f, r->ckpt);
+    json_fput_string(f, r->ckpt);
     fprintf(f, ",\n  \"step\": %lld,\n  \"val\": [", (long long)r->step);
     for (int i = 0; i < r->n_val; i++) {
         fprintf(f, "%s\n    {\"path\": ", i ? "," : "");
-        json_str(f, r->val_dir[i]);
+        json_fput_string(f, r->val_dir[i]);
         fprintf(f, ", \"loss\": ");
         json_num(f, r->val_loss[i]);
         fprintf(f, ", \"perplexity\": ");
@@ -141,7 +133,7 @@ static void write_report(FILE *f, const report *r) {
     for (int i = 0; i < sc->n; i++) {
         const icl_task *t = &r->icl->tasks[i];
         fprintf(f, "%s\n    {\"label\": ", i ? "," : "");
-        json_str(f, t->cfg.label);
+        json_fput_string(f, t->cfg.label);
         fprintf(f, ", \"type\": \"%s\", \"examples\": %.0f, \"fewshot\": %d, \"accuracy\": ",
                 config_icl_type_name(t->cfg.type), sc->examples[i], t->cfg.fewshot);
         json_num(f, sc->accuracy[i]);

@@ -41,6 +41,15 @@ int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
  * them too; a caller checks them first to refuse a typo before reading a large checkpoint. */
 int hf_export_check_opts(const hf_export_opts *o);
 
+/* A LoRA checkpoint's adapters lo (ckpt_model.h ckpt_lora_read) of the Llama-family model m as a
+ * PEFT directory (docs/lora.md): out_dir/adapter_model.safetensors, tensors
+ * base_model.model.model.layers.<l>.<self_attn|mlp>.<q_proj..down_proj>.lora_<A|B>.weight at
+ * (r, in) and (out, r) in o->dtype, and adapter_config.json (r, lora_alpha, lora_dropout,
+ * target_modules, base_model_name_or_path = lora.base). 0, TSR_EXIT_USAGE (not a Llama-family
+ * model) or TSR_EXIT_DATA after tsr_error. Local. */
+int hf_export_adapter(const tsr_model *m, const tsr_config *cfg, const struct tsr_lora *lo,
+                      const char *out_dir, const hf_export_opts *o);
+
 /* Is path a Hugging Face directory (a directory holding model.safetensors,
  * model.safetensors.index.json or config.json)? */
 int hf_is_dir(const char *path);

@@ -88,6 +88,39 @@ void lora_set_pass(tsr_lora *lo, int train, uint64_t key, int64_t row0) {
     lo->row0 = row0;
 }
 
+/* the base tensor a target's rows live in */
+static tsr_param_id base_of(int t) {
+    switch (t) {
+    case TSR_LORA_O: return TSR_P_ATTPROJW;
+    case TSR_LORA_GATE:
+    case TSR_LORA_UP: return TSR_P_FCW;
+    case TSR_LORA_DOWN: return TSR_P_FCPROJW;
+    default: return TSR_P_QKVW;
+    }
+}
+
+void lora_merge(const tsr_lora *lo, const float *w, tsr_model *m) {
+    const size_t R = (size_t)lo->R;
+    for (int t = 0; t < TSR_LORA_COUNT; t++) {
+        if (lo->a_at[t] == SIZE_MAX) continue;
+        const size_t in = (size_t)lo->in[t], out = (size_t)lo->out[t];
+        const tsr_param_info *p = &m->params_info[base_of(t)];
+        float *at = m->ops->alloc(in * R * sizeof(float)), *ba = m->ops->alloc(out * in * sizeof(float));
+        for (int l = 0; l < lo->L; l++) {
+            const float *A = w + lo->a_at[t] + (size_t)l * R * in;
+            const float *B = w + lo->b_at[t] + (size_t)l * out * R;
+            for (size_t i = 0; i < in; i++) /* A^T, so that matmul_forward gives B A */
+                for (size_t k = 0; k < R; k++) at[i * R + k] = A[k * in + i];
+            m->ops->matmul_forward(ba, B, at, NULL, (int)out, (int)R, (int)in);
+            float *W = m->params + p->offset + (size_t)l * (p->numel / (size_t)lo->L) +
+                       (size_t)lo->col[t] * in;
+            for (size_t i = 0; i < out * in; i++) W[i] += lo->scale * ba[i];
+        }
+        m->ops->free(at);
+        m->ops->free(ba);
+    }
+}
+
 size_t lora_store_bytes(const tsr_lora *lo) { return 4 * lo->n * sizeof(float); }
 
 size_t lora_scratch_bytes(const tsr_lora *lo, const tsr_backend *be, int N) {

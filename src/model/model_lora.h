@@ -69,6 +69,11 @@ void lora_forward_at(tsr_lora *lo, const tsr_backend *be, int l, int t, void *ou
  * output's gradient. */
 void lora_backward_at(tsr_lora *lo, const tsr_backend *be, int l, int t, void *dinp,
                       const void *dout, const void *inp, int N);
+/* The adapters' weights w (a store's layout) merged into m's flat parameters:
+ * W += (alpha / r) B A for every target and layer (the base tensor's rows of that target), in
+ * fp32 through m's ops. The merged model computes what base + adapters compute (evaluation:
+ * no dropout), up to rounding. m holds its parameters in params (no sharded source). */
+void lora_merge(const tsr_lora *lo, const float *w, tsr_model *m);
 /* Bytes of the store (w, g, m, v) and of the scratch for N rows: the memory plan. */
 size_t lora_store_bytes(const tsr_lora *lo);
 size_t lora_scratch_bytes(const tsr_lora *lo, const tsr_backend *be, int N);

@@ -14,10 +14,12 @@
 #  - refused with exit 1 naming the key: an unknown target, gate on a GELU MLP, device = cuda;
 #  - --plan prints the adapters and the memory saved against full finetuning;
 #  - the trainer's evaluation runs with the adapters (its loss is not the base's, which `tessera
-#    eval` gives on the same samples).
+#    eval` gives on the same samples), and `tessera eval` of the LoRA checkpoint (base read from
+#    lora.base, adapters merged in) gives the trainer's loss within 1e-5; `tessera generate` runs
+#    from it.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 10
+tap_plan 11
 make_synth "$TMP/data"
 args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --set data.tokenizer=
       --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
@@ -117,4 +119,13 @@ wl=$(grep -o '"loss": [0-9.]*' "$TMP/W.json" | head -1 | awk '{print $2}')
 tap_diag "validation loss: with adapters $vl, the base alone $wl"
 [[ -n $vl && -n $wl ]] && /usr/bin/python3 -c "import sys; sys.exit(0 if abs($vl - $wl) > 1e-4 else 1)"
 tap_check $? "evaluation runs with the adapters applied (its loss differs from the base's)"
+
+"$TOOL" eval --ckpt "$TMP/V" --val "$TMP/data/train" -s eval_samples=16 -o "$TMP/V.json" >"$TMP/Veval.txt" 2>&1
+rc=$?
+ml=$(grep -o '"loss": [0-9.]*' "$TMP/V.json" 2>/dev/null | head -1 | awk '{print $2}')
+"$TOOL" generate --ckpt "$TMP/V" --prompt-ids "1 2 3" --max-tokens 8 --seed 1 >"$TMP/gen.txt" 2>&1
+rcg=$?
+tap_diag "tessera eval of the LoRA checkpoint (merged): $ml; the trainer's (adapters beside the base): $vl; generate exit $rcg"
+[[ $rc == 0 && $rcg == 0 && -n $ml ]] && /usr/bin/python3 -c "import sys; sys.exit(0 if abs($ml - $vl) <= 1e-5 * abs($vl) else 1)"
+tap_check $? "tessera eval of the LoRA checkpoint (base from lora.base, adapters merged) equals the trainer's evaluation within 1e-5; generate runs from it"
 tap_done

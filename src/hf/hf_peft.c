@@ -1,0 +1,93 @@
+/* hf_peft.c — a LoRA checkpoint's adapters as a PEFT directory (hf.h hf_export_adapter;
+ * docs/lora.md): adapter_config.json and adapter_model.safetensors with PEFT's tensor names. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "fsutil.h"
+#include "hf/hf.h"
+#include "hf/hf_internal.h"
+#include "json.h"
+#include "model/model_lora.h"
+
+/* the transformers module a target is, and its parent in a decoder layer */
+static const char *const module_of[TSR_LORA_COUNT] = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                                      "gate_proj", "up_proj", "down_proj"};
+static const char *const parent_of[TSR_LORA_COUNT] = {"self_attn", "self_attn", "self_attn",
+                                                      "self_attn", "mlp", "mlp", "mlp"};
+
+/* adapter_config.json: LoraConfig's fields as PEFT's save_pretrained writes them (sorted keys) */
+static int write_config(const char *path, const tsr_config *cfg, const tsr_lora *lo) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) tsr_die(TSR_EXIT_INTERNAL, "open_memstream failed");
+    fprintf(f, "{\n  \"alpha_pattern\": {},\n  \"auto_mapping\": null,\n"
+               "  \"base_model_name_or_path\": ");
+    json_fput_string(f, cfg->lora.base);
+    fprintf(f, ",\n  \"bias\": \"none\",\n"
+               "  \"fan_in_fan_out\": false,\n  \"inference_mode\": true,\n"
+               "  \"init_lora_weights\": true,\n  \"layers_pattern\": null,\n"
+               "  \"layers_to_transform\": null,\n  \"lora_alpha\": %.17g,\n"
+               "  \"lora_dropout\": %.17g,\n  \"modules_to_save\": null,\n"
+               "  \"peft_type\": \"LORA\",\n  \"r\": %d,\n  \"rank_pattern\": {},\n"
+               "  \"revision\": null,\n  \"target_modules\": [",
+            cfg->lora.alpha, cfg->lora.dropout, lo->R);
+    int n = 0;
+    for (int t = 0; t < TSR_LORA_COUNT; t++)
+        if (lo->a_at[t] != SIZE_MAX) fprintf(f, "%s\n    \"%s\"", n++ ? "," : "", module_of[t]);
+    fprintf(f, "\n  ],\n  \"task_type\": \"CAUSAL_LM\",\n  \"use_dora\": false,\n"
+               "  \"use_rslora\": false\n}\n");
+    fclose(f);
+    int rc = hf_write_file(path, text, len);
+    free(text);
+    return rc;
+}
+
+int hf_export_adapter(const tsr_model *m, const tsr_config *cfg, const struct tsr_lora *lo,
+                      const char *out_dir, const hf_export_opts *o) {
+    hf_arch a, want = o->arch ? hf_arch_named(o->arch) : HF_ARCH_COUNT;
+    char why[512] = "", path[4300];
+    TSR_CHECK(hf_export_check_opts(o));
+    if (hf_arch_of(m, want, &a, why, sizeof why) || a < HF_LLAMA) {
+        tsr_error("export --adapter: %s", a < HF_LLAMA && !why[0] ? "PEFT adapters are written "
+                  "for the Llama family (RoPE models) only so far" : why);
+        return TSR_EXIT_USAGE;
+    }
+    if (tsr_snprintf(path, sizeof path, "%s/adapter_model.safetensors", out_dir) ||
+        fs_make_parents(path) != 0) {
+        tsr_error("%s: cannot create the output directory", out_dir);
+        return TSR_EXIT_DATA;
+    }
+    int n = 0;
+    st_tensor *st = tsr_calloc((size_t)(2 * TSR_LORA_COUNT * lo->L), sizeof *st);
+    char(*names)[128] = tsr_calloc((size_t)(2 * TSR_LORA_COUNT * lo->L), sizeof *names);
+    for (int l = 0; l < lo->L; l++)
+        for (int k = 0; k < 2 * TSR_LORA_COUNT; k++) {
+            char name[16];
+            int64_t shape[3];
+            size_t at, numel;
+            if (!lora_tensor(lo, k, name, shape, &at, &numel)) continue;
+            const int t = k / 2;
+            snprintf(names[n], sizeof names[n], "base_model.model.model.layers.%d.%s.%s.lora_%c.weight",
+                     l, parent_of[t], module_of[t], k % 2 ? 'B' : 'A');
+            st[n] = (st_tensor){.name = names[n], .dtype = o->dtype, .ndim = 2,
+                                .shape = {shape[1], shape[2]},
+                                .src = lo->w + at + (size_t)l * (numel / (size_t)lo->L)};
+            n++;
+        }
+    st_kv meta[] = {{"format", "pt"}};
+    int rc = st_save(path, st, n, meta, 1);
+    if (!rc) printf("wrote %s: %d tensors (%d layers x %d), %s\n", path, n, lo->L, n / lo->L,
+                    st_dtype_name(o->dtype));
+    free(st);
+    free(names);
+    if (rc) return rc;
+    snprintf(path, sizeof path, "%s/adapter_config.json", out_dir);
+    TSR_CHECK(write_config(path, cfg, lo));
+    printf("wrote %s: r %d, lora_alpha %g, base %s (model_type %s)\n", path, lo->R, cfg->lora.alpha,
+           cfg->lora.base[0] ? cfg->lora.base : "(none: the seed's weights)", hf_model_type[a]);
+    printf("load it with: peft.PeftModel.from_pretrained(base_model, \"%s\")\n", out_dir);
+    return 0;
+}

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""LoRA checkpoints out of tessera (docs/lora.md; issue 27): the PEFT directory, the merged export
+and their agreement, without peft installed (the layout is checked field by field against what
+PEFT's save_pretrained writes for a LoraConfig; its merge rule W + (lora_alpha / r) B A is applied
+here by hand, in float64).
+
+A tiny Llama-style base is trained (6 steps), then adapters on all seven targets (r 4, alpha 8,
+6 steps) from it; then
+  - `ckpt export --adapter`: adapter_config.json's every field (peft_type, r, lora_alpha,
+    lora_dropout, target_modules, task_type, bias, fan_in_fan_out, base_model_name_or_path, ...),
+    adapter_model.safetensors: format "pt", exactly the names
+    base_model.model.model.layers.<l>.<self_attn|mlp>.<q..down>_proj.lora_<A|B>.weight, shapes
+    (r, in) and (out, r), values equal the checkpoint's lora/ tensors bit for bit;
+  - `ckpt export --merge` vs the base's own export: each target weight equals base + (alpha / r)
+    B A computed from the PEFT files (rel err <= 1e-6: fp32 rounding of the merge); every other
+    tensor bit for bit the base's; config.json the same;
+  - refusals (exit 1, nothing written): a LoRA checkpoint without --adapter or --merge, both, and
+    --adapter on a checkpoint without adapters.
+Run: TESTS=test_lora_peft bash tests/run.sh
+"""
+import json
+import os
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import test_hf_export as X  # noqa: E402  (paths, runs, safetensors by hand)
+
+np, h5py = X.np, X.h5py
+TARGETS = [("q", "self_attn", "q_proj"), ("k", "self_attn", "k_proj"),
+           ("v", "self_attn", "v_proj"), ("o", "self_attn", "o_proj"),
+           ("gate", "mlp", "gate_proj"), ("up", "mlp", "up_proj"), ("down", "mlp", "down_proj")]
+R, ALPHA, DROPOUT, L = 4, 8.0, 0.05, 2
+LLAMA = dict(name="llama", tokenizer="",
+             model=dict(n_layer=L, d_model=48, n_head=4, n_kv_head=2, vocab_size=100,
+                        vocab_multiple=128, norm='"rmsnorm"', pos='"rope"', mlp='"swiglu"',
+                        intermediate_size=80, bias="false", tie_embeddings="false",
+                        init_std=0.1))
+PLAN = 2 + 5 + 3 + 3
+
+
+def st_arrays(path):
+    problems, meta, names, ents = X.parse_st(path)
+    return problems, meta, {n: X.as_f32(*ents[n]) for n in names}
+
+
+def main():
+    tap = X.Tap(PLAN)
+    try:
+        run(tap)
+    except Exception:
+        import traceback
+        tap.diag(traceback.format_exc())
+    tap.fail_until(PLAN, "stopped early")
+    return 1 if tap.failed else 0
+
+
+def run(tap):
+    with tempfile.TemporaryDirectory(prefix="tsr-peft-") as tmp:
+        rng = np.random.RandomState(X.DATA_SEED)
+        txt = os.path.join(tmp, "tokens.txt")
+        with open(txt, "w") as f:
+            f.write(" ".join(str(t) for t in rng.randint(0, 100, size=X.N_TOKENS)) + "\n")
+        data = os.path.join(tmp, "data")
+        rc, out = X.run([X.TESSERA, "shard", "--out", data, "--vocab", "100", "--quiet", txt])
+        cfg = os.path.join(tmp, "llama.cfg")
+        X.write_config(cfg, LLAMA, os.path.join(tmp, "base"), data)
+        base, lora = os.path.join(tmp, "base"), os.path.join(tmp, "lora")
+        rc1, out1 = X.train(cfg, base)
+        rc2, out2 = X.train(cfg, lora, f"lora.rank={R}", f"lora.alpha={ALPHA}",
+                            f"lora.dropout={DROPOUT}", f"lora.base={base}")
+        if not tap.ok(rc == 0 and rc1 == 0 and rc2 == 0, f"the base and the LoRA run train "
+                                                          f"(exits {rc}, {rc1}, {rc2})"):
+            tap.diag((out + out1 + out2)[-3000:])
+            return
+        peft, merged, plain = (os.path.join(tmp, d) for d in ("peft", "merged", "plain"))
+        exp = [X.TESSERA, "ckpt", "export", "--format", "hf", "--tokenizer", "none"]
+        ra, oa = X.run(exp + ["--adapter", lora, peft])
+        rm, om = X.run(exp + ["--merge", lora, merged])
+        rp, op = X.run(exp + [base, plain])
+        if not tap.ok(ra == 0 and rm == 0 and rp == 0, f"export --adapter, --merge and the base's "
+                                                       f"export exit 0 ({ra}, {rm}, {rp})"):
+            tap.diag((oa + om + op)[-3000:])
+            return
+
+        # adapter_config.json, field by field
+        cj = json.load(open(os.path.join(peft, "adapter_config.json")))
+        want = {"peft_type": "LORA", "r": R, "lora_alpha": ALPHA, "lora_dropout": DROPOUT,
+                "task_type": "CAUSAL_LM", "bias": "none", "fan_in_fan_out": False,
+                "inference_mode": True, "init_lora_weights": True, "modules_to_save": None,
+                "layers_to_transform": None, "layers_pattern": None, "use_rslora": False,
+                "use_dora": False, "rank_pattern": {}, "alpha_pattern": {}, "revision": None,
+                "base_model_name_or_path": base}
+        bad = {k: cj.get(k, "<absent>") for k, v in want.items() if cj.get(k, "<absent>") != v}
+        tap.ok(not bad, f"adapter_config.json: {len(want)} fields as PEFT writes them"
+                        f"{'; differ: ' + str(bad) if bad else ''}")
+        mods = [m for _, _, m in TARGETS]
+        tap.ok(sorted(cj.get("target_modules", [])) == sorted(mods),
+               f"target_modules = {cj.get('target_modules')}")
+
+        # adapter_model.safetensors: names, shapes, values
+        problems, meta, ad = st_arrays(os.path.join(peft, "adapter_model.safetensors"))
+        tap.ok(not problems and meta.get("format") == "pt",
+               f"adapter_model.safetensors is well formed, format pt {problems}")
+        last = sorted(f for f in os.listdir(lora) if f.startswith("step-"))[-1]
+        with h5py.File(os.path.join(lora, last), "r") as f:
+            ck = {k: f["lora"][k][()] for k in f["lora"].keys()}
+        names, same, shapes = set(), True, True
+        for t, parent, mod in TARGETS:
+            for l in range(L):
+                for ab in "AB":
+                    n = f"base_model.model.model.layers.{l}.{parent}.{mod}.lora_{ab}.weight"
+                    names.add(n)
+                    if n not in ad:
+                        same = False
+                        continue
+                    shapes &= ad[n].shape == ck[f"{t}_{ab}"][l].shape and \
+                        ad[n].shape[0 if ab == "A" else 1] == R
+                    same &= np.array_equal(ad[n], ck[f"{t}_{ab}"][l])
+        tap.ok(set(ad) == names, f"exactly the {len(names)} PEFT tensor names "
+                                 f"(extra {sorted(set(ad) - names)[:3]}, missing "
+                                 f"{sorted(names - set(ad))[:3]})")
+        tap.ok(shapes and same, "lora_A (r, in), lora_B (out, r), equal to the checkpoint's "
+                                "lora/ tensors bit for bit")
+
+        # the merged export: base + (alpha / r) B A from the PEFT files, the rest the base's
+        _, _, base_w = st_arrays(os.path.join(plain, "model.safetensors"))
+        _, _, merged_w = st_arrays(os.path.join(merged, "model.safetensors"))
+        worst, moved, others = 0.0, 0.0, True
+        targets = {f"model.layers.{l}.{p}.{m}.weight": (l, p, m) for l in range(L)
+                   for _, p, m in TARGETS}
+        for n, w in base_w.items():
+            if n not in targets:
+                others &= n in merged_w and np.array_equal(merged_w[n], w)
+                continue
+            l, p, m = targets[n]
+            pre = f"base_model.model.model.layers.{l}.{p}.{m}."
+            delta = (ALPHA / R) * (ad[pre + "lora_B.weight"].astype(np.float64) @
+                                   ad[pre + "lora_A.weight"].astype(np.float64))
+            want = w.astype(np.float64) + delta
+            worst = max(worst, X.rel_err(merged_w[n], want))
+            moved = max(moved, float(np.abs(delta).max()))
+        tap.ok(worst <= 1e-6 and moved > 1e-5,
+               f"merged target weights = base + (alpha/r) B A from the PEFT files: worst rel err "
+               f"{worst:.2e} <= 1e-6 (the adapters move weights by up to {moved:.2e})")
+        tap.ok(others and set(merged_w) == set(base_w), "every other tensor of the merged export "
+                                                        "equals the base's bit for bit")
+        tap.ok(json.load(open(os.path.join(merged, "config.json"))) ==
+               json.load(open(os.path.join(plain, "config.json"))),
+               "the merged export's config.json is the base's")
+
+        # refusals
+        r1, o1 = X.run(exp + [lora, os.path.join(tmp, "x1")])
+        r2, o2 = X.run(exp + ["--adapter", "--merge", lora, os.path.join(tmp, "x2")])
+        r3, o3 = X.run(exp + ["--adapter", base, os.path.join(tmp, "x3")])
+        tap.ok(r1 == 1 and "give --adapter" in o1 and not os.path.exists(os.path.join(tmp, "x1")),
+               f"a LoRA checkpoint without --adapter or --merge: exit {r1}, nothing written")
+        tap.ok(r2 == 1 and "exclude each other" in o2, f"--adapter with --merge: exit {r2}")
+        tap.ok(r3 == 1 and "holds no LoRA adapters" in o3 and
+               not os.path.exists(os.path.join(tmp, "x3")),
+               f"--adapter on a checkpoint without adapters: exit {r3}, nothing written")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
