@@ -50,6 +50,16 @@ int hf_export_check_opts(const hf_export_opts *o);
 int hf_export_adapter(const tsr_model *m, const tsr_config *cfg, const struct tsr_lora *lo,
                       const char *out_dir, const hf_export_opts *o);
 
+/* Is path a PEFT adapter directory (one holding adapter_config.json)? */
+int hf_is_peft_dir(const char *path);
+/* A PEFT LoRA directory into lo's weights (lo planned and allocated for the run's model):
+ * adapter_config.json must agree with cfg's lora keys (r, lora_alpha, the target modules; no
+ * rsLoRA, no DoRA), adapter_model.safetensors hold exactly the run's tensors at their shapes
+ * (F32, BF16 or F16). base gets base_model_name_or_path ("" when absent). 0, TSR_EXIT_USAGE (the
+ * adapter's settings differ from the run's: both named) or TSR_EXIT_DATA after tsr_error. */
+int hf_read_adapter(const char *dir, const tsr_config *cfg, struct tsr_lora *lo, char *base,
+                    size_t cap);
+
 /* Is path a Hugging Face directory (a directory holding model.safetensors,
  * model.safetensors.index.json or config.json)? */
 int hf_is_dir(const char *path);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common.h"
 #include "fsutil.h"
@@ -90,4 +91,117 @@ int hf_export_adapter(const tsr_model *m, const tsr_config *cfg, const struct ts
            cfg->lora.base[0] ? cfg->lora.base : "(none: the seed's weights)", hf_model_type[a]);
     printf("load it with: peft.PeftModel.from_pretrained(base_model, \"%s\")\n", out_dir);
     return 0;
+}
+
+int hf_is_peft_dir(const char *path) {
+    char p[4300];
+    struct stat st;
+    return snprintf(p, sizeof p, "%s/adapter_config.json", path) < (int)sizeof p &&
+           stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* adapter_config.json against the run's LoRA: r, lora_alpha, target_modules, the PEFT type */
+static int check_peft_config(const char *path, const tsr_config *cfg, const tsr_lora *lo,
+                             char *base, size_t cap) {
+    char *text;
+    size_t len;
+    TSR_CHECK(fs_read_all(path, 0, &text, &len));
+    json_doc doc;
+    json_doc_init(&doc);
+    json_value *root = NULL;
+    json_error err;
+    int rc = 0;
+    const json_value *v;
+    if (json_parse(&doc, text, len, &root, &err) != 0 || root->type != JSON_OBJECT) {
+        tsr_error("%s: not a JSON object (%s at byte %zu)", path, err.msg, err.pos);
+        rc = TSR_EXIT_DATA;
+    } else if (!(v = json_get(root, "peft_type")) || v->type != JSON_STRING ||
+               strcmp(v->str, "LORA") != 0) {
+        tsr_error("%s: peft_type is not \"LORA\" (expected a PEFT LoRA adapter)", path);
+        rc = TSR_EXIT_DATA;
+    } else if (!(v = json_get(root, "r")) || v->type != JSON_NUMBER || v->num != lo->R) {
+        tsr_error("%s: r = %g, this run has lora.rank = %d: set lora.rank to the adapter's", path,
+                  v && v->type == JSON_NUMBER ? v->num : -1.0, lo->R);
+        rc = TSR_EXIT_USAGE;
+    } else if (!(v = json_get(root, "lora_alpha")) || v->type != JSON_NUMBER ||
+               v->num != cfg->lora.alpha) {
+        tsr_error("%s: lora_alpha = %g, this run has lora.alpha = %g: set lora.alpha to the "
+                  "adapter's", path, v && v->type == JSON_NUMBER ? v->num : -1.0, cfg->lora.alpha);
+        rc = TSR_EXIT_USAGE;
+    } else if ((v = json_get(root, "use_rslora")) && v->type == JSON_TRUE) {
+        tsr_error("%s: use_rslora = true (scale alpha / sqrt(r)) is not supported", path);
+        rc = TSR_EXIT_USAGE;
+    } else if ((v = json_get(root, "use_dora")) && v->type == JSON_TRUE) {
+        tsr_error("%s: use_dora = true (DoRA) is not supported", path);
+        rc = TSR_EXIT_USAGE;
+    } else if (!(v = json_get(root, "target_modules")) || v->type != JSON_ARRAY) {
+        tsr_error("%s: target_modules is not a list of module names", path);
+        rc = TSR_EXIT_DATA;
+    } else {
+        unsigned mask = 0;
+        for (const json_value *e = v->child; e && !rc; e = e->next) {
+            int t = -1;
+            for (int k = 0; k < TSR_LORA_COUNT && e->type == JSON_STRING; k++)
+                if (!strcmp(e->str, module_of[k])) t = k;
+            if (t < 0) {
+                tsr_error("%s: target module %s%s%s is not one of q_proj, k_proj, v_proj, "
+                          "o_proj, gate_proj, up_proj, down_proj", path,
+                          e->type == JSON_STRING ? "\"" : "", e->type == JSON_STRING ? e->str : "?",
+                          e->type == JSON_STRING ? "\"" : "");
+                rc = TSR_EXIT_USAGE;
+            }
+            else mask |= 1u << t;
+        }
+        if (!rc && mask != lo->mask) {
+            tsr_error("%s: its target_modules are not this run's lora.targets = \"%s\": set "
+                      "lora.targets to the adapter's", path, cfg->lora.targets);
+            rc = TSR_EXIT_USAGE;
+        }
+        v = json_get(root, "base_model_name_or_path");
+        snprintf(base, cap, "%s", !rc && v && v->type == JSON_STRING ? v->str : "");
+    }
+    json_doc_free(&doc);
+    free(text);
+    return rc;
+}
+
+int hf_read_adapter(const char *dir, const tsr_config *cfg, struct tsr_lora *lo, char *base,
+                    size_t cap) {
+    char path[4300];
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    TSR_CHECK(check_peft_config(path, cfg, lo, base, cap));
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    st_file f;
+    TSR_CHECK(st_open(&f, path));
+    int rc = 0, n = 0;
+    for (int l = 0; l < lo->L && !rc; l++)
+        for (int k = 0; k < 2 * TSR_LORA_COUNT && !rc; k++) {
+            char name[16], hf[128];
+            int64_t shape[3];
+            size_t at, numel;
+            if (!lora_tensor(lo, k, name, shape, &at, &numel)) continue;
+            const int t = k / 2;
+            snprintf(hf, sizeof hf, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", l,
+                     parent_of[t], module_of[t], k % 2 ? 'B' : 'A');
+            const st_entry *e = st_find(&f, hf);
+            if (!e) {
+                tsr_error("%s: no tensor %s (this run's model and targets need it)", path, hf);
+                rc = TSR_EXIT_DATA;
+            } else if (e->ndim != 2 || e->shape[0] != shape[1] || e->shape[1] != shape[2]) {
+                tsr_error("%s: %s has shape (%lld, %lld), this model needs (%lld, %lld)", path, hf,
+                          (long long)e->shape[0], (long long)(e->ndim > 1 ? e->shape[1] : 0),
+                          (long long)shape[1], (long long)shape[2]);
+                rc = TSR_EXIT_DATA;
+            } else {
+                rc = st_read_f32(&f, e, lo->w + at + (size_t)l * (numel / (size_t)lo->L));
+                n++;
+            }
+        }
+    if (!rc && n != f.n) {
+        tsr_error("%s: %d tensors, this run's %d layers and targets take %d (other layers or "
+                  "modules: a different model?)", path, f.n, lo->L, n);
+        rc = TSR_EXIT_DATA;
+    }
+    st_close(&f);
+    return rc;
 }

@@ -10,6 +10,7 @@
 #include "train/checkpointing.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,9 +32,15 @@ static const checkpointing_importer *importer;
 
 void checkpointing_use_importer(const checkpointing_importer *imp) { importer = imp; }
 
-/* --init-from names a directory of the importer's (a Hugging Face one), not a checkpoint */
+/* --init-from names a PEFT adapter directory (LoRA: the adapters to start from) */
+static int adapter_dir(const char *init_arg) {
+    return init_arg && importer && importer->is_adapter && importer->is_adapter(init_arg);
+}
+
+/* --init-from names a directory of the importer's (a Hugging Face one or a PEFT adapter), not a
+ * checkpoint */
 static int imported(const char *init_arg) {
-    return init_arg && importer && importer->is_source(init_arg);
+    return init_arg && importer && (importer->is_source(init_arg) || adapter_dir(init_arg));
 }
 
 static void on_stop_signal(int sig) { stop_signal = sig; } /* a flag only: never save here */
@@ -615,6 +622,13 @@ int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg, con
 /* The base model's weights only (--init-from, LoRA's base): from a Hugging Face directory or a
  * checkpoint (a file or a run directory's latest). */
 static int load_weights(tsr_trainer *t, const char *arg) {
+    if (adapter_dir(arg)) {
+        if (t->dist.rank == 0)
+            tsr_error("--init-from %s is a PEFT adapter directory: it starts a LoRA run (set "
+                      "lora.rank, lora.alpha and lora.targets to the adapter's, and lora.base to "
+                      "its base; docs/lora.md), not a model", arg);
+        return TSR_EXIT_USAGE;
+    }
     if (imported(arg)) return init_from_hf(t, arg);
     char from[1200];
     if (ckpt_resolve_path(arg, from, sizeof from)) return TSR_EXIT_DATA;
@@ -706,6 +720,35 @@ static int lora_base(tsr_trainer *t, const char *init_arg, const ckpt_meta *meta
     return rc;
 }
 
+/* LoRA, fresh start from a PEFT adapter directory (docs/lora.md): its adapters (every rank reads
+ * the small file; rank 0 reports), then the base: lora.base, else the adapter's
+ * base_model_name_or_path when that is a path here. */
+static int lora_from_peft(tsr_trainer *t, const char *dir) {
+    double t0 = tsr_now();
+    char named[1024] = "";
+    tsr_log_mute(t->dist.rank != 0);
+    int64_t rc = importer->read_adapter(dir, &t->cfg, &t->part.lora, named, sizeof named);
+    tsr_log_mute(0);
+    int64_t worst = rc;
+    dist_allreduce_sum_i64(&worst, 1); /* any rank's failure stops all */
+    if (worst) return (int)(rc ? rc : TSR_EXIT_DATA);
+    const char *base = t->cfg.lora.base[0] ? t->cfg.lora.base : NULL;
+    struct stat st;
+    if (!base && named[0] && stat(named, &st) == 0) base = named;
+    if (!base) {
+        if (t->dist.rank == 0)
+            tsr_error("--init-from %s: a PEFT adapter needs its base model: set lora.base to it "
+                      "(a checkpoint or a Hugging Face directory; the adapter names \"%s\", "
+                      "which is not a path here)", dir, named);
+        return TSR_EXIT_USAGE;
+    }
+    char base_copy[1024];
+    snprintf(base_copy, sizeof base_copy, "%s", base);
+    rc = lora_base(t, base_copy, NULL, NULL);
+    if (!rc) note_start_load(t, "init-from", dir, tsr_now() - t0, 0);
+    return (int)rc;
+}
+
 /* checkpointing_resume after its check: peeked holds on rank 0 what the check read. */
 static int resume_or_init(tsr_trainer *t, const char *resume_arg, const char *init_arg,
                           const ckpt_peeked *peeked) {
@@ -732,7 +775,10 @@ static int resume_or_init(tsr_trainer *t, const char *resume_arg, const char *in
     } else {
         rc = ckpt_resume(t->cfg.run_dir, meta, ts, n, path, sizeof path, &st, peeked);
     }
-    if (t->part.lora_on && rc == 1) { /* fresh LoRA run: the base, the adapters from the seed */
+    if (t->part.lora_on && rc == 1 && adapter_dir(init_arg)) { /* from a PEFT adapter */
+        rc = lora_from_peft(t, init_arg);
+    } else if (t->part.lora_on && rc == 1) { /* fresh LoRA run: the base, the adapters from the
+                                                * seed */
         rc = lora_base(t, init_arg, NULL, NULL);
     } else if (t->part.lora_on) { /* LoRA resume: the adapters, then their base */
         if (!rc && !(rc = check_batch(t, meta, path)) && !(rc = apply_meta(t, meta, path, 1))) {

@@ -17,6 +17,11 @@ typedef struct checkpointing_importer {
     int (*open)(void **h, const char *dir, const tsr_model *m);
     int (*read)(void *h, tsr_model *m, size_t lo, size_t hi, uint64_t *bytes);
     void (*close)(void *h);
+    /* LoRA (docs/lora.md): path is a PEFT adapter directory; read_adapter fills lo's weights
+     * from one and names its base (hf.h hf_read_adapter) */
+    int (*is_adapter)(const char *path);
+    int (*read_adapter)(const char *dir, const tsr_config *cfg, tsr_lora *lo, char *base,
+                        size_t cap);
 } checkpointing_importer;
 void checkpointing_use_importer(const checkpointing_importer *imp);
 

@@ -169,7 +169,8 @@ static int hf_read(void *h, tsr_model *m, size_t lo, size_t hi, uint64_t *bytes)
     return hf_import_read(h, m, lo, hi, bytes);
 }
 static void hf_close(void *h) { hf_import_close(h); }
-static const checkpointing_importer hf_importer = {hf_is_dir, hf_open, hf_read, hf_close};
+static const checkpointing_importer hf_importer = {hf_is_dir, hf_open, hf_read, hf_close,
+                                                   hf_is_peft_dir, hf_read_adapter};
 static const trainer_icl_api icl_evaluation = {train_icl_open, train_icl_run, train_icl_close};
 
 int main(int argc, char **argv) {

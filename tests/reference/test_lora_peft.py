@@ -15,7 +15,10 @@ A tiny Llama-style base is trained (6 steps), then adapters on all seven targets
     B A computed from the PEFT files (rel err <= 1e-6: fp32 rounding of the merge); every other
     tensor bit for bit the base's; config.json the same;
   - refusals (exit 1, nothing written): a LoRA checkpoint without --adapter or --merge, both, and
-    --adapter on a checkpoint without adapters.
+    --adapter on a checkpoint without adapters;
+  - `--init-from` the PEFT directory (lora.base the base) on 2 ranks: its evaluation after one
+    step at lr 1e-30 equals `tessera eval` of the exported checkpoint within 1e-6; an adapter of
+    another rank, and a run without LoRA, are refused (exit 1, nothing written).
 Run: TESTS=test_lora_peft bash tests/run.sh
 """
 import json
@@ -37,7 +40,7 @@ LLAMA = dict(name="llama", tokenizer="",
                         vocab_multiple=128, norm='"rmsnorm"', pos='"rope"', mlp='"swiglu"',
                         intermediate_size=80, bias="false", tie_embeddings="false",
                         init_std=0.1))
-PLAN = 2 + 5 + 3 + 3
+PLAN = 2 + 5 + 3 + 3 + 3
 
 
 def st_arrays(path):
@@ -160,6 +163,37 @@ def run(tap):
         tap.ok(r3 == 1 and "holds no LoRA adapters" in o3 and
                not os.path.exists(os.path.join(tmp, "x3")),
                f"--adapter on a checkpoint without adapters: exit {r3}, nothing written")
+
+        # --init-from the PEFT directory
+        again = os.path.join(tmp, "again")
+        lsets = [f"lora.rank={R}", f"lora.alpha={ALPHA}", f"lora.base={base}"]
+        evs = [f"data.val={data}", "eval_interval=1ba", "eval_samples=8", "max_duration=1ba",
+               "optim.lr=1e-30"]
+        r4, o4 = X.run(X.MPIRUN + [X.TRAIN, "--config", cfg, "--init-from", peft, "--set",
+                                   f"run_dir={again}"] + sum((["--set", s] for s in lsets + evs), []))
+        got = None
+        for line in open(os.path.join(again, "metrics.jsonl")) if r4 == 0 else []:
+            d = json.loads(line)
+            if "val_loss" in d:
+                got = d["val_loss"]
+        r5, o5 = X.run([X.TESSERA, "eval", "--ckpt", lora, "--val", data, "-s", "eval_samples=8",
+                        "-o", os.path.join(tmp, "ev.json")])
+        want = json.load(open(os.path.join(tmp, "ev.json")))["val"][0]["loss"] if r5 == 0 else None
+        ok = got is not None and want is not None and abs(got - want) <= 1e-6 * abs(want)
+        tap.ok(ok, f"--init-from the PEFT directory: val loss {got} after one step at lr 1e-30 vs "
+                   f"tessera eval of the LoRA checkpoint {want} (within 1e-6)")
+        if not ok:
+            tap.diag((o4 + o5)[-2000:])
+        bad = os.path.join(tmp, "bad")
+        r6, o6 = X.run([X.TRAIN, "--config", cfg, "--init-from", peft, "--set", f"run_dir={bad}",
+                        "--set", f"lora.rank={2 * R}", "--set", f"lora.alpha={ALPHA}",
+                        "--set", f"lora.base={base}"])
+        tap.ok(r6 == 1 and f"r = {R}, this run has lora.rank = {2 * R}" in o6 and
+               not os.path.exists(bad), f"an adapter of another rank is refused: exit {r6}, "
+                                        f"nothing written")
+        r7, o7 = X.run([X.TRAIN, "--config", cfg, "--init-from", peft, "--set", f"run_dir={bad}"])
+        tap.ok(r7 == 1 and "is a PEFT adapter directory" in o7 and not os.path.exists(bad),
+               f"a run without LoRA --init-from the adapter is refused: exit {r7}, nothing written")
 
 
 if __name__ == "__main__":
