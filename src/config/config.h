@@ -40,6 +40,9 @@ typedef enum {
 } tsr_actckpt_kind;
 typedef enum { TSR_SCHED_COSINE = 0, TSR_SCHED_LINEAR, TSR_SCHED_CONSTANT, TSR_SCHED_COUNT } tsr_sched_kind;
 typedef enum { TSR_DEVICE_CPU = 0, TSR_DEVICE_CUDA, TSR_DEVICE_COUNT } tsr_device_kind;
+/* what the trainer minimises: next-token cross-entropy, or DPO on preference pairs (docs/dpo.md) */
+typedef enum { TSR_OBJ_LM = 0, TSR_OBJ_DPO, TSR_OBJ_COUNT } tsr_objective_kind;
+typedef enum { TSR_DPO_SIGMOID = 0, TSR_DPO_IPO, TSR_DPO_LOSS_COUNT } tsr_dpo_loss_kind;
 typedef enum { TSR_SHARD_DDP = 0, TSR_SHARD_ZERO1, TSR_SHARD_ZERO3, TSR_SHARD_HSDP, TSR_SHARD_COUNT } tsr_sharding_kind;
 
 typedef struct tsr_model_config {
@@ -159,6 +162,12 @@ typedef struct tsr_config {
     int64_t replica_group;  /* hsdp: ranks per sharding group; 0 = the ranks of one node */
     int64_t expert;         /* expert parallelism: ranks that share one copy of the experts
                              * (docs/moe.md); 1 = every rank holds every expert */
+    tsr_objective_kind objective;
+    struct {                  /* objective = dpo (docs/dpo.md) */
+        double beta;          /* the KL strength: z = beta ((pi_c - ref_c) - (pi_r - ref_r)) */
+        tsr_dpo_loss_kind loss;
+        double label_smoothing; /* sigmoid: the share of pairs whose preference is flipped */
+    } dpo;
     struct {                  /* LoRA adapters (docs/lora.md); rank 0 = full finetuning */
         int64_t rank;         /* r: the adapters' inner width */
         double alpha;         /* the adapter path's scale is alpha / r */

@@ -324,6 +324,8 @@ static const char *const cross_rules[] = {
     "`device = \"cuda\"` needs a build with the CUDA backend.",
     "`parallel.expert` above 1 needs a MoE model (`model.moe_experts` a multiple of it) on "
     "`device = \"cpu\"`, and divides the rank count (checked at start).",
+    "`objective = \"dpo\"` needs `lora.rank` > 0, an even `micro_batch` (not `\"auto\"`), "
+    "no `data.mix` and a dense model; `global_batch / W` is even (checked at start).",
     "With `lora.rank` above 0: `lora.targets` names each of q, k, v, o, gate, up, down at most "
     "once (gate and up with `model.mlp = \"swiglu\"`; no MLP target in a MoE model), on "
     "`device = \"cpu\"` with `parallel.expert = 1`. `lora.base_checksum` is \"\" or "
@@ -393,6 +395,23 @@ static void validate_lora(load_ctx *c) {
         tsr_error("%slora.base_checksum = \"%s\": expected \"crc32c:\" and 8 lowercase hex digits, "
                   "as the trainer writes it (or \"\")", where(c, "lora.base_checksum", at,
                   sizeof at), cs);
+        c->errors++;
+    }
+    if (g->objective == TSR_OBJ_DPO && g->lora.rank == 0) {
+        tsr_error("%sobjective = \"dpo\" needs LoRA (lora.rank > 0): the reference model is the "
+                  "base with the adapters off; a separate reference for full finetuning is not "
+                  "written yet (docs/dpo.md)", where(c, "objective", at, sizeof at));
+        c->errors++;
+    }
+    if (g->objective == TSR_OBJ_DPO && (g->micro_batch == 0 || g->micro_batch % 2 != 0)) {
+        tsr_error("%smicro_batch = %lld: objective = \"dpo\" runs whole pairs (chosen, rejected) "
+                  "in a microbatch: give an even micro_batch (\"auto\" is not supported with dpo)",
+                  where(c, "micro_batch", at, sizeof at), (long long)g->micro_batch);
+        c->errors++;
+    }
+    if (g->objective == TSR_OBJ_DPO && (g->data.n_streams > 0 || g->model.moe_experts > 0)) {
+        tsr_error("%sobjective = \"dpo\": %s is not supported with it yet", where(c, "objective",
+                  at, sizeof at), g->data.n_streams ? "data.mix" : "a mixture-of-experts model");
         c->errors++;
     }
     if (g->lora.rank == 0) return;
@@ -765,6 +784,12 @@ int config_check_world(const tsr_config *cfg, int world) {
     if (mb > 0 && (gb / world) % mb != 0) { /* mb 0 = auto: a divisor is chosen at run time */
         tsr_error("per-rank batch %lld (global_batch %lld / %d ranks) is not divisible by "
                   "micro_batch = %lld", gb / world, gb, world, mb);
+        return TSR_EXIT_USAGE;
+    }
+    if (cfg->objective == TSR_OBJ_DPO && (gb / world) % 2 != 0) {
+        tsr_error("per-rank batch %lld (global_batch %lld / %d ranks) is odd: objective = \"dpo\" "
+                  "gives each rank whole pairs; choose a global_batch that is a multiple of %d",
+                  gb / world, gb, world, 2 * world);
         return TSR_EXIT_USAGE;
     }
     if (cfg->expert > 1 && world % cfg->expert != 0) {

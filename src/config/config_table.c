@@ -38,6 +38,10 @@ _Static_assert(NELEM(mask_names) == TSR_MASK_COUNT, "mask_names vs tsr_attn_mask
 static const char *const actckpt_names[] = {"none", "block", "attention", "mlp"};
 _Static_assert(NELEM(actckpt_names) == TSR_ACTCKPT_COUNT, "actckpt_names vs tsr_actckpt_kind");
 static const char *const sched_names[] = {"cosine", "linear", "constant"};
+static const char *const objective_names[] = {"lm", "dpo"};
+_Static_assert(NELEM(objective_names) == TSR_OBJ_COUNT, "objective_names vs tsr_objective_kind");
+static const char *const dpo_loss_names[] = {"sigmoid", "ipo"};
+_Static_assert(NELEM(dpo_loss_names) == TSR_DPO_LOSS_COUNT, "dpo_loss_names vs tsr_dpo_loss_kind");
 _Static_assert(NELEM(sched_names) == TSR_SCHED_COUNT, "sched_names vs tsr_sched_kind");
 static const char *const shard_names[] = {"ddp", "zero1", "zero3", "hsdp"};
 _Static_assert(NELEM(shard_names) == TSR_SHARD_COUNT, "shard_names vs tsr_sharding_kind");
@@ -318,6 +322,24 @@ const cfgtab_key cfgtab_keys[] = {
             "consecutive ranks, tokens travel to their experts' ranks and back by all-to-all; a "
             "divisor of the rank count and of `model.moe_experts`. 1 = every rank holds every "
             "expert (docs/moe.md)."},
+
+    {.name = "objective", .type = CFGK_ENUM, FIELD(objective), .def = "lm",
+     ENUM(objective_names),
+     .doc = "What training minimises: `lm`, next-token cross-entropy over the target tokens; "
+            "`dpo`, Direct Preference Optimization on preference pairs (`tessera prep --format "
+            "preference`), with LoRA: the reference model is the base with the adapters off "
+            "(docs/dpo.md)."},
+    {.name = "dpo.beta", .type = CFGK_FLOAT, FIELD(dpo.beta), .def = "0.1", .lo = 0, .lo_open = 1,
+     NO_MAX,
+     .doc = "DPO: beta, the strength of the implicit KL penalty (TRL's beta)."},
+    {.name = "dpo.loss", .type = CFGK_ENUM, FIELD(dpo.loss), .def = "sigmoid",
+     ENUM(dpo_loss_names),
+     .doc = "DPO: `sigmoid`, -log sigmoid(z) (the DPO paper); `ipo`, (z / beta - 1 / (2 beta))^2 "
+            "(IPO)."},
+    {.name = "dpo.label_smoothing", .type = CFGK_FLOAT, FIELD(dpo.label_smoothing), .def = "0.0",
+     .lo = 0, .hi = 0.5, .hi_open = 1,
+     .doc = "DPO, sigmoid loss: the assumed share of pairs whose preference is wrong (cDPO): "
+            "-(1-e) log sigmoid(z) - e log sigmoid(-z)."},
 
     {.name = "lora.rank", .type = CFGK_INT, FIELD(lora.rank), .def = "0", .ilo = 0, .ihi = 4096,
      .doc = "LoRA (docs/lora.md): the rank r of the low-rank adapters trained beside the frozen "

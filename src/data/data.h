@@ -26,6 +26,10 @@ typedef struct tsr_dataset tsr_dataset;
  * payload checksum is checked against the index (O(size)); headers are always checked. */
 int dataset_open(tsr_dataset **out, const char *dir, int verify);
 void dataset_close(tsr_dataset *ds);
+/* A note of dir/index.tsv's header comments, "# KEY<TAB>VALUE<TAB>(...)", written by tessera prep
+ * (packed_seq_len, preference_pairs; docs/prep.md): 1 with *value set, 0 when absent, -1 when
+ * index.tsv cannot be read. */
+int dataset_index_note(const char *dir, const char *key, uint64_t *value);
 uint32_t dataset_vocab_size(const tsr_dataset *ds);
 uint64_t dataset_n_tokens(const tsr_dataset *ds);
 int dataset_n_shards(const tsr_dataset *ds);
@@ -105,6 +109,8 @@ typedef struct tsr_sampler {
     uint64_t n;    /* samples per epoch, >= 1 */
     uint64_t seed;
     int shuffle;   /* 0: identity order */
+    int pairs;     /* samples 2i, 2i+1 are a pair (preference data): the pairs are permuted and
+                    * position g takes member g % 2 of the pair at g / 2 (n even) */
 } tsr_sampler;
 
 /* Position p in [0, n) of epoch e -> sample index in [0, n). A bijection for each (seed, e). */

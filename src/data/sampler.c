@@ -59,6 +59,10 @@ uint64_t sampler_permute(uint64_t seed, uint64_t epoch, uint64_t n, uint64_t p) 
 }
 
 uint64_t sampler_index(const tsr_sampler *s, uint64_t g) {
+    if (s->pairs && s->n >= 2) {
+        tsr_sampler p = {s->n / 2, s->seed, s->shuffle, 0};
+        return 2 * sampler_index(&p, g / 2) + g % 2;
+    }
     uint64_t n = s->n ? s->n : 1;
     uint64_t epoch = g / n, p = g % n;
     if (!s->shuffle) return p;

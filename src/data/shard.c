@@ -784,3 +784,26 @@ void dataset_read_counts(const tsr_dataset *ds, uint64_t *staged, uint64_t *in_p
     if (staged) *staged = atomic_load_explicit(&ds->reads_staged, memory_order_relaxed);
     if (in_place) *in_place = atomic_load_explicit(&ds->reads_in_place, memory_order_relaxed);
 }
+
+int dataset_index_note(const char *dir, const char *key, uint64_t *value) {
+    char path[4200], line[512];
+    if (snprintf(path, sizeof path, "%s/index.tsv", dir) >= (int)sizeof path) return -1;
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t k = strlen(key);
+    int found = 0, first = 1;
+    while (!found && fgets(line, sizeof line, f)) {
+        if (!first && line[0] != '#') break; /* the magic line, then the comments */
+        first = 0;
+        if (strncmp(line, "# ", 2) == 0 && strncmp(line + 2, key, k) == 0 && line[2 + k] == '\t') {
+            char *end;
+            unsigned long long v = strtoull(line + 3 + k, &end, 10);
+            if (end != line + 3 + k && (*end == '\t' || *end == '\n' || !*end)) {
+                *value = v;
+                found = 1;
+            }
+        }
+    }
+    fclose(f);
+    return found;
+}

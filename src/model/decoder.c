@@ -768,22 +768,53 @@ void dec_token_scores(const tsr_decoder *d, const int32_t *targets, int B, int T
         if (targets[i] < 0) losses[i] = 0.0f, greedy[i] = -1;
 }
 
+/* an evaluation forward's loss gradient over the logits, from dlosses (set on the backend) */
+static void xent_grad(const tsr_decoder *d, const int32_t *targets, int N) {
+    const tsr_backend *be = d->be;
+    tsr_acts *a = d->a;
+    if (!be->softmax_xent_grad)
+        tsr_die(TSR_EXIT_INTERNAL, "decoder backward: the %s backend forms the loss gradient "
+                "in the forward pass only (give it a loss scale)", be->name);
+    be->softmax_xent_grad(be, a->probs, a->dlosses, be->host ? targets : a->targets, N, d->m->V,
+                          d->m->Vp);
+}
+
+static void backward_pass(const tsr_decoder *d, const int32_t *tokens, int B, int T,
+                          void (*ready)(void *ctx, int unit), void *ctx);
+
 void dec_backward(const tsr_decoder *d, const int32_t *tokens, const int32_t *targets, int B,
                   int T, float loss_scale, void (*ready)(void *ctx, int unit), void *ctx) {
+    if (!d->a->dlogits) { /* an evaluation forward: the loss's gradient over the logits now */
+        set_dlosses(d, targets, (size_t)B * (size_t)T, loss_scale);
+        xent_grad(d, targets, B * T);
+    }
+    backward_pass(d, tokens, B, T, ready, ctx);
+}
+
+void dec_backward_weighted(const tsr_decoder *d, const int32_t *tokens, const int32_t *targets,
+                           int B, int T, const float *dlosses) {
+    const tsr_backend *be = d->be;
+    tsr_acts *a = d->a;
+    const size_t N = (size_t)B * (size_t)T;
+    if (a->dlogits)
+        tsr_die(TSR_EXIT_INTERNAL, "decoder backward: a weighted backward follows an evaluation "
+                "forward (loss scale < 0)");
+    float *h = be->host ? a->dlosses : a->dlosses_host;
+    for (size_t i = 0; i < N; i++) h[i] = targets[i] >= 0 ? dlosses[i] : 0.0f;
+    a->moe_w = 0.0f;
+    be->to_device(be, a->dlosses, h, N * sizeof(float));
+    xent_grad(d, targets, (int)N);
+    backward_pass(d, tokens, B, T, NULL, NULL);
+}
+
+static void backward_pass(const tsr_decoder *d, const int32_t *tokens, int B, int T,
+                          void (*ready)(void *ctx, int unit), void *ctx) {
     const tsr_model *m = d->m;
     const tsr_backend *be = d->be;
     tsr_acts *a = d->a;
     const run r = train_run(d, B, T, "decoder backward");
     const int C = m->C, L = m->L, N = r.N;
     const size_t e = tsr_dtype_size(be->act);
-    if (!a->dlogits) { /* an evaluation forward: the loss's gradient over the logits now */
-        if (!be->softmax_xent_grad)
-            tsr_die(TSR_EXIT_INTERNAL, "decoder backward: the %s backend forms the loss gradient "
-                    "in the forward pass only (give it a loss scale)", be->name);
-        set_dlosses(d, targets, (size_t)N, loss_scale);
-        be->softmax_xent_grad(be, a->probs, a->dlosses, be->host ? targets : a->targets, N, m->V,
-                              m->Vp);
-    }
     dec_unit root, u;
     unit_get(d, 0, 1, &root);
     be->zero(be, a->dln, (size_t)N * C * e);

@@ -70,6 +70,13 @@ void dec_token_scores(const tsr_decoder *d, const int32_t *targets, int B, int T
 void dec_backward(const tsr_decoder *d, const int32_t *tokens, const int32_t *targets, int B,
                   int T, float loss_scale, void (*ready)(void *ctx, int unit), void *ctx);
 
+/* dec_backward after an evaluation forward, with a loss gradient per position: dlosses (B*T host
+ * floats) = d(objective) / d(that position's loss), used where targets >= 0 (DPO weighs the
+ * chosen and rejected answers' tokens by the pair's gradient, docs/dpo.md). No MoE auxiliary
+ * losses (their weight is 0). */
+void dec_backward_weighted(const tsr_decoder *d, const int32_t *tokens, const int32_t *targets,
+                           int B, int T, const float *dlosses);
+
 /* MoE (docs/moe.md): the weight of a microbatch's auxiliary losses, its counted targets (N host
  * targets >= 0) x loss_scale. */
 double dec_moe_weight(const int32_t *targets, size_t N, float loss_scale);

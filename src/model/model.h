@@ -288,6 +288,12 @@ void model_token_scores(tsr_model *m, const int32_t *tokens, const int32_t *targ
 void model_backward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
                     float loss_scale);
 
+/* After an evaluation forward: parameter gradients += d(objective) with dlosses[i] (B*T host
+ * floats) = d(objective)/d(loss of position i), where targets[i] >= 0 (decoder.h
+ * dec_backward_weighted; DPO). */
+void model_backward_weighted(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B,
+                             int T, const float *dlosses);
+
 /* MoE: the last forward's statistics added to acc (decoder.h dec_moe_stats_add): LM records of
  * [w aux, w z, tokens per expert (E)], w the weight a training forward with loss_scale gives the
  * microbatch's auxiliary losses (its counted targets x loss_scale; docs/moe.md). */

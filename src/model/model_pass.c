@@ -91,6 +91,12 @@ double model_forward(tsr_model *m, const int32_t *tokens, const int32_t *targets
     return dec_loss_sum(&d, targets, B, T);
 }
 
+void model_backward_weighted(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B,
+                             int T, const float *dlosses) {
+    tsr_decoder d = decoder_of(m);
+    dec_backward_weighted(&d, tokens, targets, B, T, dlosses);
+}
+
 void model_backward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
                     float loss_scale) {
     tsr_decoder d = decoder_of(m);

@@ -1,6 +1,7 @@
 /* metrics.c — the plan, per-step lines, eval lines, run_dir/metrics.jsonl and the TensorBoard
  * event file run_dir/tb/ (rank 0 only; tags in docs/tracking.md). */
 #include "train/metrics.h"
+#include "train/dpo.h"
 
 #include <errno.h>
 #include <math.h>
@@ -251,6 +252,34 @@ static void moe_losses(const tsr_trainer *t, double out[2]) {
     }
 }
 
+/* objective = dpo: the step's means over its pairs (train/dpo.h; docs/dpo.md), into the
+ * metrics.jsonl record and the TensorBoard step */
+static void dpo_log(tsr_trainer *t) {
+    if (t->cfg.objective != TSR_OBJ_DPO) return;
+    const double P = (double)(t->cfg.global_batch / 2);
+    const double *s = t->out.dpo;
+    const struct { const char *name; double v; } f[] = {
+        {"reward_chosen", s[DPO_CHOSEN_REWARD] / P},
+        {"reward_rejected", s[DPO_REJECTED_REWARD] / P},
+        {"reward_margin", (s[DPO_CHOSEN_REWARD] - s[DPO_REJECTED_REWARD]) / P},
+        {"accuracy", s[DPO_ACCURACY] / P},
+        {"logp_chosen", s[DPO_CHOSEN_LOGP] / P},
+        {"logp_rejected", s[DPO_REJECTED_LOGP] / P},
+    };
+    for (size_t k = 0; k < sizeof f / sizeof f[0]; k++) {
+        if (t->out.metrics) {
+            char num[32];
+            json_number(num, sizeof num, f[k].v);
+            fprintf(t->out.metrics, ", \"dpo_%s\": %s", f[k].name, num);
+        }
+        if (t->out.tb) {
+            char tag[64];
+            snprintf(tag, sizeof tag, "dpo/%s", f[k].name);
+            tboard_scalar(t->out.tb, tag, f[k].v);
+        }
+    }
+}
+
 /* the MoE part of a metrics.jsonl record and of the TensorBoard step (docs/moe.md) */
 static void moe_log(tsr_trainer *t) {
     if (!t->out.moe) return;
@@ -307,6 +336,11 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
             moe_losses(t, lz);
             snprintf(aux, sizeof aux, " | aux %.4f", lz[0]);
         }
+        if (t->cfg.objective == TSR_OBJ_DPO) { /* docs/dpo.md */
+            const double P = (double)(t->cfg.global_batch / 2), *s = t->out.dpo;
+            snprintf(aux, sizeof aux, " | margin %.4f acc %.2f",
+                     (s[DPO_CHOSEN_REWARD] - s[DPO_REJECTED_REWARD]) / P, s[DPO_ACCURACY] / P);
+        }
         printf("step %*lld/%lld | loss %.6f%s | lr %.3e | norm %.4f | %.0f tok/s | mfu %.1f%% | "
                "%.1f ms | mem %s | eta %s\n",
                (int)snprintf(NULL, 0, "%lld", (long long)t->total_steps), (long long)st->step,
@@ -347,6 +381,7 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
             fprintf(t->out.metrics, ", \"guard\": \"%s\"", verdicts[st->verdict]);
     }
     moe_log(t); /* the record's MoE part and the TensorBoard step's (before it is written) */
+    dpo_log(t);
     if (t->out.metrics) metrics_end_record(t->out.metrics);
     if (t->out.tb) { /* the same figures as the JSONL line; mfu as a fraction, as there */
         double pb, gb, ob, cb, ab;
@@ -464,6 +499,20 @@ void metrics_log_start(tsr_trainer *t) {
 
 void metrics_log_eval(tsr_trainer *t, double val_loss) {
     if (t->dist.rank != 0) return;
+    if (t->cfg.objective == TSR_OBJ_DPO) { /* the pairs' DPO loss and accuracy (docs/dpo.md) */
+        printf("eval step %lld | val dpo loss %.6f | val accuracy %.4f\n", (long long)t->step,
+               val_loss, t->out.val_accuracy);
+        fflush(stdout);
+        if (t->out.metrics) {
+            fprintf(t->out.metrics, "{\"step\": %lld, \"val_loss\": %.9g, \"val_dpo_accuracy\": "
+                    "%.9g", (long long)t->step, val_loss, t->out.val_accuracy);
+            metrics_end_record(t->out.metrics);
+        }
+        tboard_scalar(t->out.tb, "eval/val_loss", val_loss);
+        tboard_scalar(t->out.tb, "eval/val_dpo_accuracy", t->out.val_accuracy);
+        tboard_write_step(t->out.tb, t->step);
+        return;
+    }
     printf("eval step %lld | val loss %.6f | val ppl %.4f\n", (long long)t->step, val_loss,
            exp(val_loss));
     fflush(stdout);

@@ -61,6 +61,26 @@ static int open_dataset(const tsr_trainer *t, tsr_dataset **ds, const char *path
     return 0;
 }
 
+/* objective = dpo: the dataset at path holds preference pairs packed for this seq_len */
+static int check_pairs(const tsr_trainer *t, const char *path, const char *key) {
+    uint64_t pairs = 0, T = 0;
+    if (dataset_index_note(path, "preference_pairs", &pairs) != 1) {
+        if (t->dist.rank == 0)
+            tsr_error("%s = \"%s\": objective = \"dpo\" needs preference pairs (tessera prep "
+                      "--format preference --pack SEQ_LEN; docs/dpo.md), and its index.tsv has no "
+                      "preference_pairs note", key, path);
+        return TSR_EXIT_USAGE;
+    }
+    if (dataset_index_note(path, "packed_seq_len", &T) != 1 || T != (uint64_t)t->T) {
+        if (t->dist.rank == 0)
+            tsr_error("%s = \"%s\": its pairs are packed for seq_len %llu, this run has seq_len "
+                      "= %d: set seq_len to it (or prep again with --pack %d)", key, path,
+                      (unsigned long long)T, t->T, t->T);
+        return TSR_EXIT_USAGE;
+    }
+    return 0;
+}
+
 int train_data_open(tsr_trainer *t) {
     const tsr_config *c = &t->cfg;
     t->data.n_streams = c->data.n_streams ? c->data.n_streams : 1;
@@ -76,10 +96,15 @@ int train_data_open(tsr_trainer *t) {
         t->data.samplers[k].seed = mix_stream_seed((uint64_t)c->seed, k);
         t->data.samplers[k].shuffle = c->data.shuffle;
     }
+    if (c->objective == TSR_OBJ_DPO) { /* pairs, whole in a sample each (docs/dpo.md) */
+        TSR_CHECK(check_pairs(t, c->data.train, "data.train"));
+        t->data.samplers[0].pairs = 1;
+    }
     t->data.train = t->data.streams[0];
     t->data.sampler = t->data.samplers[0];
     if (c->data.val[0]) {
         TSR_CHECK(open_dataset(t, &t->data.val, c->data.val, "data.val"));
+        if (c->objective == TSR_OBJ_DPO) TSR_CHECK(check_pairs(t, c->data.val, "data.val"));
     }
     t->data.slot_stream = tsr_malloc((size_t)t->per_rank * sizeof *t->data.slot_stream);
     t->data.slot_pos = tsr_malloc((size_t)t->per_rank * sizeof *t->data.slot_pos);

@@ -105,6 +105,9 @@ typedef struct tsr_train_out {
     struct tsr_tboard *tb;       /* run_dir/tb/ event file on rank 0 (train/tboard.h), else NULL */
     double flops_per_token, peak_flops, time_sum; /* time_sum: this process's steps 2.. */
     int64_t steps_run;           /* steps run by this process (the ETA and average divide by it) */
+    double val_accuracy;         /* objective = dpo: the last evaluation's pair accuracy */
+    double dpo[6];               /* objective = dpo: the step's sums over its pairs (ranks summed,
+                                  * train/dpo.h DPO_*), divided by the pairs when logged */
     double *moe;                 /* MoE models: the step's statistics summed over microbatches and
                                   * ranks, LM records of [aux, z, tokens per expert] (decoder.h
                                   * dec_moe_stats_add; the losses weighted as docs/moe.md says);

@@ -12,6 +12,7 @@
 #include "common.h"
 #include "tokenizer/tokenizer.h"
 #include "train/checkpointing.h"
+#include "train/dpo.h"
 #include "train/metrics.h"
 #include "train/tboard.h"
 #include "train/train_data.h"
@@ -92,7 +93,7 @@ static void moe_stats_add(tsr_trainer *t, const int32_t *tg, float scale) {
 /* LoRA's dropout in microbatch b of this rank's batch (model/model_lora.h): the key of the step's
  * data batch and the global row number of the microbatch's first row, so that a row's mask does
  * not depend on the rank count */
-static void lora_pass(tsr_trainer *t, int64_t b) {
+void trainer_lora_pass(tsr_trainer *t, int64_t b) {
     if (!t->part.lora_on) return;
     int64_t d = t->step + t->data.data_offset;
     uint64_t key = tsr_rand_u64((uint64_t)t->cfg.seed, 0x64726F70ull /* "drop" */, (uint64_t)d);
@@ -107,7 +108,7 @@ static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer 
     if (t->part.ep_on) ep_zero_grads(&t->part.ep);
     for (int64_t b = 0; b < t->per_rank; b += t->micro) {
         const int32_t *in = t->data.inputs + b * t->T, *tg = t->data.targets + b * t->T;
-        lora_pass(t, b);
+        trainer_lora_pass(t, b);
         loss_sum += model_forward(m, in, tg, t->micro, t->T);
         moe_stats_add(t, tg, scale);
         model_backward(m, in, tg, t->micro, t->T, scale);
@@ -134,6 +135,7 @@ static void lora_zero_grads(tsr_trainer *t) {
 }
 
 static double lora_compute(tsr_trainer *t, float scale) {
+    if (t->cfg.objective == TSR_OBJ_DPO) return dpo_compute(t, scale); /* (train/dpo.h) */
     return cpu_compute(t, scale, lora_zero_grads);
 }
 
@@ -440,6 +442,9 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
          * 6N) are skipped, the adapters' three products (6 per adapter parameter) added */
         t->out.flops_per_token += 6.0 * (double)t->part.lora.n -
                                   2.0 * (double)t->model.n_params_counted;
+        /* DPO runs the reference (the base) forward as well: 2N more */
+        if (cfg->objective == TSR_OBJ_DPO)
+            t->out.flops_per_token += 2.0 * (double)t->model.n_params_counted;
     }
     if (t->model.E)
         t->out.moe = tsr_calloc((size_t)t->model.LM * (size_t)(2 + t->model.E), sizeof(double));
@@ -580,19 +585,24 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     int64_t d = t->step + t->data.data_offset, sums[1 + TSR_MAX_STREAMS];
     const size_t n_moe = (size_t)t->model.LM * (size_t)(2 + t->model.E);
     if (t->out.moe) memset(t->out.moe, 0, n_moe * sizeof(double));
+    memset(t->out.dpo, 0, sizeof t->out.dpo);
     int64_t counted = step_load(t, d, sums, st);
+    /* the loss is a mean over the counted targets, or (dpo) over the pairs */
+    int64_t denom = t->cfg.objective == TSR_OBJ_DPO ? t->cfg.global_batch / 2 : counted;
     trainer_ensure_acts(t); /* micro_batch = auto: the batch just loaded runs at the size that fits */
     watchdog_phase(WD_COMPUTE, t->step);
     double tc = tsr_now();
-    double loss_sum = s->compute(t, counted > 0 ? 1.0f / (float)counted : 0.0f);
+    double loss_sum = s->compute(t, denom > 0 ? 1.0f / (float)denom : 0.0f);
     compute_fault(t);
     st->compute_time = tsr_now() - tc;
     if (t->out.moe && t->dist.world > 1) dist_allreduce_sum_f64(t->out.moe, n_moe);
+    if (t->cfg.objective == TSR_OBJ_DPO && t->dist.world > 1)
+        dist_allreduce_sum_f64(t->out.dpo, DPO_NSTATS);
     watchdog_phase(WD_REDUCE, t->step);
     s->reduce(t);
     if (t->part.ep_on) ep_reduce(&t->part.ep);
     double norm = sqrt(s->sumsq(t) + (t->part.ep_on ? ep_sumsq(&t->part.ep, t->be.ops) : 0.0));
-    double loss = step_global_loss(t, loss_sum, counted, st);
+    double loss = step_global_loss(t, loss_sum, denom, st);
     double lr = o->lr * lr_multiplier(o->schedule, o->alpha_f, t->step, t->warmup_steps,
                                       t->total_steps);
     watchdog_phase(WD_OPTIMIZER, t->step);
@@ -613,9 +623,11 @@ double trainer_eval(tsr_trainer *t) {
     if (!t->data.val) return NAN;
     trainer_ensure_acts(t);
     trainer_full_weights(t, 1); /* ranks run different numbers of batches: no per-layer gathers */
-    double loss = train_data_eval_loss(&t->model, t->data.val, t->cfg.data.val, t->T, t->micro,
-                                       t->cfg.eval_samples, &t->dist, t->data.inputs,
-                                       t->data.targets, NULL);
+    double loss = t->cfg.objective == TSR_OBJ_DPO /* the pairs' DPO loss (train/dpo.h) */
+                      ? dpo_eval(t, &t->out.val_accuracy)
+                      : train_data_eval_loss(&t->model, t->data.val, t->cfg.data.val, t->T,
+                                             t->micro, t->cfg.eval_samples, &t->dist,
+                                             t->data.inputs, t->data.targets, NULL);
     trainer_full_weights(t, 0);
     return loss;
 }

@@ -1,0 +1,129 @@
+/* dpo.c — DPO's loss and its pass over a rank's pairs (dpo.h; docs/dpo.md). */
+#include "train/dpo.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "train/train_data.h"
+#include "train/trainer.h"
+
+/* log sigmoid(x), stable for either sign */
+static double log_sigmoid(double x) { return x >= 0 ? -log1p(exp(-x)) : x - log1p(exp(x)); }
+static double sigmoid(double x) { return exp(log_sigmoid(x)); }
+
+dpo_pair_out dpo_pair(const tsr_config *cfg, double pi_c, double pi_r, double ref_c,
+                      double ref_r) {
+    const double beta = cfg->dpo.beta, h = (pi_c - ref_c) - (pi_r - ref_r);
+    dpo_pair_out o;
+    if (cfg->dpo.loss == TSR_DPO_IPO) {
+        const double d = h - 1.0 / (2.0 * beta);
+        o.loss = d * d;
+        o.dpi_c = 2.0 * d;
+    } else {
+        const double e = cfg->dpo.label_smoothing, z = beta * h;
+        o.loss = -(1.0 - e) * log_sigmoid(z) - e * log_sigmoid(-z);
+        o.dpi_c = beta * (-(1.0 - e) * sigmoid(-z) + e * sigmoid(z));
+    }
+    o.dpi_r = -o.dpi_c;
+    return o;
+}
+
+/* each row's log-probability of its targets: minus the sum of its positions' losses */
+static void row_logps(const float *losses, const int32_t *targets, int B, int T, double *out) {
+    for (int b = 0; b < B; b++) {
+        double s = 0;
+        for (int i = 0; i < T; i++)
+            if (targets[(size_t)b * T + i] >= 0) s += losses[(size_t)b * T + i];
+        out[b] = -s;
+    }
+}
+
+double dpo_compute(tsr_trainer *t, float scale) {
+    tsr_model *m = &t->model;
+    tsr_lora *lo = &t->part.lora;
+    const int B = t->micro, T = t->T;
+    const size_t N = (size_t)B * (size_t)T;
+    float *losses = tsr_malloc(N * sizeof(float)), *dl = tsr_malloc(N * sizeof(float));
+    int32_t *greedy = tsr_malloc(N * sizeof(int32_t));
+    double *ref = tsr_malloc((size_t)B * sizeof(double)), *pol = tsr_malloc((size_t)B * sizeof(double));
+    double loss_sum = 0.0;
+    t->be.ops->zero(lo->g, lo->n * sizeof(float));
+    for (int64_t b = 0; b < t->per_rank; b += B) {
+        const int32_t *in = t->data.inputs + b * T, *tg = t->data.targets + b * T;
+        /* the reference: the base alone (adapters off, no dropout) */
+        lora_set_pass(lo, 0, 0, 0);
+        m->lora = NULL;
+        model_token_scores(m, in, tg, B, T, losses, greedy);
+        row_logps(losses, tg, B, T, ref);
+        m->lora = lo;
+        /* the policy, with the adapters (and their dropout), kept for the backward */
+        trainer_lora_pass(t, b);
+        model_token_scores(m, in, tg, B, T, losses, greedy);
+        row_logps(losses, tg, B, T, pol);
+        for (int j = 0; j + 1 < B; j += 2) {
+            dpo_pair_out o = dpo_pair(&t->cfg, pol[j], pol[j + 1], ref[j], ref[j + 1]);
+            /* d(scale x loss) / d(a token's loss) = -scale d loss / d pi of its answer */
+            for (int i = 0; i < T; i++) {
+                dl[(size_t)j * T + i] = (float)(-scale * o.dpi_c);
+                dl[(size_t)(j + 1) * T + i] = (float)(-scale * o.dpi_r);
+            }
+            const double rc = t->cfg.dpo.beta * (pol[j] - ref[j]);
+            const double rr = t->cfg.dpo.beta * (pol[j + 1] - ref[j + 1]);
+            t->out.dpo[DPO_CHOSEN_REWARD] += rc;
+            t->out.dpo[DPO_REJECTED_REWARD] += rr;
+            t->out.dpo[DPO_ACCURACY] += rc > rr;
+            t->out.dpo[DPO_CHOSEN_LOGP] += pol[j];
+            t->out.dpo[DPO_REJECTED_LOGP] += pol[j + 1];
+            t->out.dpo[DPO_LOSS] += o.loss;
+            loss_sum += o.loss;
+        }
+        model_backward_weighted(m, in, tg, B, T, dl);
+    }
+    lora_set_pass(lo, 0, 0, 0); /* evaluations: no dropout */
+    free(losses), free(dl), free(greedy), free(ref), free(pol);
+    return loss_sum;
+}
+
+double dpo_eval(tsr_trainer *t, double *accuracy) {
+    tsr_model *m = &t->model;
+    tsr_lora *lo = &t->part.lora;
+    const int T = t->T, B = t->micro, W = t->dist.world;
+    uint64_t pairs = dataset_n_samples(t->data.val, T) / 2;
+    if (t->cfg.eval_samples > 0 && (uint64_t)t->cfg.eval_samples / 2 < pairs)
+        pairs = (uint64_t)t->cfg.eval_samples / 2;
+    const size_t N = (size_t)B * (size_t)T;
+    float *losses = tsr_malloc(N * sizeof(float));
+    int32_t *greedy = tsr_malloc(N * sizeof(int32_t));
+    double ref[2 * 64], pol[2 * 64], sums[3] = {0, 0, 0}; /* loss, correct, pairs */
+    const int per = B / 2 < 64 ? B / 2 : 64; /* pairs per forward */
+    lora_set_pass(lo, 0, 0, 0);
+    /* rank r takes pairs r, r + W, ... in forwards of `per` pairs */
+    for (uint64_t p0 = (uint64_t)t->dist.rank * (uint64_t)per; p0 < pairs;
+         p0 += (uint64_t)W * (uint64_t)per) {
+        int n = 0;
+        for (uint64_t p = p0; p < pairs && n < per; p++, n++)
+            for (int k = 0; k < 2; k++)
+                train_data_read(t->data.val, t->cfg.data.val, T, 2 * p + (uint64_t)k,
+                                t->data.inputs + (size_t)(2 * n + k) * T,
+                                t->data.targets + (size_t)(2 * n + k) * T);
+        m->lora = NULL;
+        model_token_scores(m, t->data.inputs, t->data.targets, 2 * n, T, losses, greedy);
+        row_logps(losses, t->data.targets, 2 * n, T, ref);
+        m->lora = lo;
+        model_token_scores(m, t->data.inputs, t->data.targets, 2 * n, T, losses, greedy);
+        row_logps(losses, t->data.targets, 2 * n, T, pol);
+        for (int j = 0; j < n; j++) {
+            dpo_pair_out o = dpo_pair(&t->cfg, pol[2 * j], pol[2 * j + 1], ref[2 * j],
+                                      ref[2 * j + 1]);
+            sums[0] += o.loss;
+            sums[1] += pol[2 * j] - ref[2 * j] > pol[2 * j + 1] - ref[2 * j + 1];
+            sums[2] += 1;
+        }
+    }
+    dist_allreduce_sum_f64(sums, 3);
+    free(losses), free(greedy);
+    *accuracy = sums[2] > 0 ? sums[1] / sums[2] : NAN;
+    return sums[2] > 0 ? sums[0] / sums[2] : NAN;
+}

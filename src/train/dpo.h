@@ -1,0 +1,40 @@
+/* dpo.h — Direct Preference Optimization on preference pairs (objective = "dpo"; docs/dpo.md).
+ *
+ * A microbatch holds whole pairs: rows 2j (the prompt and the chosen answer) and 2j+1 (the same
+ * prompt and the rejected one), as `tessera prep --format preference` lays them out and the pair
+ * sampler keeps them. For each pair, with log-probabilities summed over each answer's target
+ * tokens, pi of the policy (base + adapters) and ref of the reference (the base: the adapters
+ * off, so no second copy of the weights):
+ *   z = beta ((pi_c - ref_c) - (pi_r - ref_r))
+ *   sigmoid: loss = -(1 - e) log sigmoid(z) - e log sigmoid(-z)   (e = dpo.label_smoothing)
+ *   ipo:     loss = (z / beta - 1 / (2 beta))^2
+ * The step's loss is the mean over the global batch's pairs; the gradient reaches the model as a
+ * per-token weight on each answer's token losses (model_backward_weighted). */
+#ifndef TSR_DPO_H
+#define TSR_DPO_H
+
+#include "train/train_state.h"
+
+/* the step's statistics, t->out.dpo[]: sums over pairs */
+enum { DPO_CHOSEN_REWARD = 0, DPO_REJECTED_REWARD, DPO_ACCURACY, DPO_CHOSEN_LOGP,
+       DPO_REJECTED_LOGP, DPO_LOSS, DPO_NSTATS };
+
+/* One pair's loss and its derivatives d loss / d pi_c and d loss / d pi_r. */
+typedef struct dpo_pair_out {
+    double loss, dpi_c, dpi_r;
+} dpo_pair_out;
+dpo_pair_out dpo_pair(const tsr_config *cfg, double pi_c, double pi_r, double ref_c,
+                      double ref_r);
+
+/* This rank's batch in microbatches of pairs: the adapters' gradients (zeroed first) of
+ * scale x the sum of the pairs' losses; the statistics added to t->out.dpo. Returns this rank's
+ * sum of pair losses. */
+double dpo_compute(tsr_trainer *t, float scale);
+
+/* The validation pairs (data.val; eval_samples > 0: its first eval_samples / 2 pairs), split over
+ * the ranks, reference and policy without dropout: returns the mean DPO loss over them, *accuracy
+ * the share whose chosen reward exceeds the rejected one. Collective; weights full on every rank
+ * (trainer_full_weights). */
+double dpo_eval(tsr_trainer *t, double *accuracy);
+
+#endif

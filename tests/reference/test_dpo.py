@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""DPO against a written-out float64 PyTorch reference (docs/dpo.md; issue 27).
+
+The tiny Llama of test_lora.py with adapters on all seven targets, objective = "dpo" on a
+preference dataset written here (pairs of a random prompt with two random answers, laid out as
+`tessera prep --format preference --pack T` lays them: window 2i the chosen example, 2i+1 the
+rejected one, prompt tokens mask 0, answer and its end-of-text mask 1, padding mask 0), through
+build/tests/ref_dump (the real trainer; B drawn non-zero so the policy differs from the reference
+from the first step). The reference here writes the DPO loss out: per pair, log-probabilities
+summed over each answer's target tokens under the policy (base + PEFT-style adapters) and the
+reference (the same base without adapters), z = beta ((pi_c - ref_c) - (pi_r - ref_r)), and
+
+  sigmoid, label smoothing e:  loss = -(1 - e) log sigmoid(z) - e log sigmoid(-z)
+  ipo:                         loss = ((pi_c - ref_c) - (pi_r - ref_r) - 1 / (2 beta))^2
+
+averaged over the global batch's pairs; AdamW on the adapters with tessera's schedule and clipping.
+Three runs (sigmoid; sigmoid with e = 0.1 and beta 0.5; ipo), each 10 steps: every step's loss and
+gradient norm and the final adapters within TOL_TRAJ (1e-4), the base unchanged bit for bit, and
+the policy starts away from the reference (step 1's loss is not log 2).
+
+Run: TESTS=test_dpo bash tests/run.sh
+"""
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import test_reference as R  # noqa: E402
+import test_lora as TL  # noqa: E402
+
+np, torch, h5py = R.np, R.torch, R.h5py
+F = torch.nn.functional
+T, PAIRS, VOCAB = R.SEQ_LEN, 40, R.VOCAB
+RUNS = [dict(name="sigmoid", beta=0.1, loss="sigmoid", e=0.0),
+        dict(name="sigmoid-smoothed", beta=0.5, loss="sigmoid", e=0.1),
+        dict(name="ipo", beta=0.1, loss="ipo", e=0.0)]
+CHECKS_PER_RUN = 1 + 2 + 14 + 1 + 1
+PLAN = 1 + CHECKS_PER_RUN * len(RUNS)
+
+
+def make_pairs(tmp, seed=5):
+    """The preference layout by hand: 1 + 2 PAIRS T tokens, notes in index.tsv as prep writes."""
+    rng = np.random.RandomState(seed)
+    eot = VOCAB - 1
+    toks, mask = [eot], [0]
+    for _ in range(PAIRS):
+        plen = rng.randint(2, T // 2)
+        prompt = list(rng.randint(0, VOCAB - 1, size=plen))
+        for _k in range(2):
+            alen = rng.randint(2, T - plen + 1)
+            w = prompt + list(rng.randint(0, VOCAB - 1, size=alen - 1)) + [eot]
+            m = [0] * plen + [1] * alen
+            toks += w + [eot] * (T - len(w))
+            mask += m + [0] * (T - len(m))
+    txt = os.path.join(tmp, "pairs.txt")
+    with open(txt, "w") as f:
+        for i in range(0, len(toks), 16):
+            f.write(" ".join(f"{t}:{m}" for t, m in zip(toks[i:i + 16], mask[i:i + 16])) + "\n")
+    out = os.path.join(tmp, "pairs")
+    r = subprocess.run([R.TESSERA, "shard", "--out", out, "--vocab", str(VOCAB), "--mask", txt],
+                       capture_output=True, text=True)
+    if r.returncode == 0:
+        p = os.path.join(out, "index.tsv")
+        lines = open(p).read().split("\n")
+        at = 1
+        while at < len(lines) and lines[at].startswith("#"):
+            at += 1
+        lines[at:at] = [f"# packed_seq_len\t{T}\t(test_dpo.py)",
+                        f"# preference_pairs\t{PAIRS}\t(test_dpo.py)"]
+        open(p, "w").write("\n".join(lines))
+    return out, r
+
+
+def row_logps(model, inputs, targets):
+    logits, _ = model(inputs)
+    lp = F.log_softmax(logits[..., :VOCAB], dim=-1)
+    t = targets.clamp(min=0)
+    tok = lp.gather(-1, t.unsqueeze(-1)).squeeze(-1) * (targets >= 0)
+    return tok.sum(dim=-1)
+
+
+def dpo_loss(run, pc, pr, rc, rr):
+    h = (pc - rc) - (pr - rr)
+    if run["loss"] == "ipo":
+        return (h - 1 / (2 * run["beta"])) ** 2
+    z = run["beta"] * h
+    return -(1 - run["e"]) * F.logsigmoid(z) - run["e"] * F.logsigmoid(-z)
+
+
+def check_run(tap, run, tmp, data):
+    name = "dpo-" + run["name"]
+    cfg = dict(name=name, grad_clip=R.LLAMA_CLIP, model=R.LLAMA)
+    cfg_path, out = os.path.join(tmp, name + ".cfg"), os.path.join(tmp, name + ".h5")
+    R.write_config(cfg_path, cfg, tmp, data)
+    with open(cfg_path, "a") as f:
+        f.write(f'objective = "dpo";\ndpo = {{ beta = {run["beta"]}; loss = "{run["loss"]}"; '
+                f'label_smoothing = {run["e"]}; }};\n'
+                f'lora = {{ rank = {TL.RANK}; alpha = {TL.ALPHA}; '
+                f'targets = "{",".join(TL.TARGETS)}"; }};\n')
+    r = subprocess.run([R.REF_DUMP, cfg_path, out], capture_output=True, text=True, env=R.run_env())
+    if not tap.ok(r.returncode == 0, f"{name}: ref_dump exits 0 (rc {r.returncode})"):
+        tap.diag((r.stdout + r.stderr)[-3000:])
+        return
+    d = TL.read(out)
+    a = d["attrs"]
+    tc = R.torch_config(a)
+    policy = R.torch_model(tc, a)
+    policy.load_tessera(d["params"])
+    adapters = TL.attach(policy, d["lora"], TL.ALPHA / TL.RANK)
+    reference = R.torch_model(tc, a)
+    reference.load_tessera(d["params"])
+    params = [p for ps in adapters.values() for p in ps]
+    opt = torch.optim.AdamW([{"params": params, "weight_decay": a["weight_decay"]}], lr=a["lr"],
+                            betas=(a["beta1"], a["beta2"]), eps=a["eps"])
+    losses, norms = [], []
+    for s in range(int(a["steps"])):
+        lr = a["lr"] * R.torch_gpt.lr_multiplier(R.SCHEDULES[int(a["schedule"])], a["alpha_f"], s,
+                                                 int(a["warmup_steps"]), int(a["steps"]))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad(set_to_none=False)
+        inputs = torch.as_tensor(d["train/inputs"][s], dtype=torch.long)
+        targets = torch.as_tensor(d["train/targets"][s], dtype=torch.long)
+        P, total = inputs.shape[0] // 2, 0.0
+        for b in range(0, inputs.shape[0], R.MICRO_BATCH):
+            x, y = inputs[b:b + R.MICRO_BATCH], targets[b:b + R.MICRO_BATCH]
+            with torch.no_grad():
+                ref = row_logps(reference, x, y)
+            pol = row_logps(policy, x, y)
+            lp = dpo_loss(run, pol[0::2], pol[1::2], ref[0::2], ref[1::2]).sum() / P
+            lp.backward()
+            total += float(lp)
+        norm = float(sum(float((p.grad ** 2).sum()) for p in params)) ** 0.5
+        clip = a["grad_clip"]
+        if clip > 0 and norm > clip:
+            with torch.no_grad():
+                for p in params:
+                    p.grad.mul_(clip / (norm + 1e-6))
+        opt.step()
+        losses.append(total)
+        norms.append(norm)
+    el, en = R.rel_err(d["train/loss"], losses), R.rel_err(d["train/grad_norm"], norms)
+    tap.ok(el <= R.TOL_TRAJ, f"{name}: DPO losses of {len(losses)} steps rel err {el:.2e} <= "
+                             f"{R.TOL_TRAJ:g} ({losses[0]:.5f} -> {losses[-1]:.5f})")
+    tap.ok(en <= R.TOL_TRAJ, f"{name}: gradient norms rel err {en:.2e} <= {R.TOL_TRAJ:g}")
+    final = TL.stacked(adapters)
+    for n in sorted(final):
+        e = R.rel_err(d["final_lora"][n], final[n])
+        tap.ok(e <= R.TOL_TRAJ, f"{name}: final {n} rel err {e:.2e} <= {R.TOL_TRAJ:g}")
+    same = all(d["final"][n].tobytes() == d["params"][n].tobytes() for n in d["params"])
+    tap.ok(same, f"{name}: the base unchanged bit for bit")
+    base = math.log(2) if run["loss"] == "sigmoid" else (1 / (2 * run["beta"])) ** 2
+    tap.ok(abs(d["train/loss"][0] - base) > 1e-4,
+           f"{name}: step 1's loss {d['train/loss'][0]:.5f} is not the policy = reference value "
+           f"{base:.5f} (the adapters start non-zero)")
+
+
+def main():
+    torch.set_default_dtype(torch.float64)
+    tap = R.Tap(PLAN)
+    try:
+        with tempfile.TemporaryDirectory(prefix="tsr-dpo-") as tmp:
+            data, r = make_pairs(tmp)
+            if tap.ok(r.returncode == 0, f"the preference dataset ({PAIRS} pairs, T {T})"):
+                for run in RUNS:
+                    end = tap.n + CHECKS_PER_RUN
+                    try:
+                        check_run(tap, run, tmp, data)
+                    except Exception:
+                        tap.diag(R.traceback.format_exc())
+                    tap.fail_until(end, f"{run['name']} stopped early")
+    except Exception:
+        tap.diag(R.traceback.format_exc())
+    tap.fail_until(PLAN, "stopped early")
+    return 1 if tap.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
