@@ -31,7 +31,8 @@ static const cli_opt report_opts[] = {
 };
 const cli_cmd report_cli = {
     "report", "RUN_DIR",
-    "Reads RUN_DIR/metrics.jsonl; writes loss.png, throughput.png and mfu.png (drawn by gnuplot)\n"
+    "Reads RUN_DIR/metrics.jsonl; writes loss.png, throughput.png and mfu.png (and for a DPO run\n"
+    "dpo.png, the reward margin and accuracy; drawn by gnuplot)\n"
     "and summary.txt into DIR, and prints the summary. Exit 2: metrics.jsonl missing or not\n"
     "JSON, or gnuplot missing or failing (the summary is still written).",
     report_opts, (int)(sizeof report_opts / sizeof report_opts[0]), NULL,
@@ -177,6 +178,8 @@ static int write_script(const char *script, const char *out, const char *run, co
     size_t n_val = datablock(f, "val", rl->eval, rl->n_eval, RL_VAL_LOSS, 1);
     size_t n_tput = datablock(f, "tput", rl->train, rl->n_train, RL_TOKENS_PER_S, 1);
     size_t n_mfu = datablock(f, "mfu", rl->train, rl->n_train, RL_MFU, 100);
+    size_t n_margin = datablock(f, "margin", rl->train, rl->n_train, RL_DPO_MARGIN, 1);
+    size_t n_acc = datablock(f, "acc", rl->train, rl->n_train, RL_DPO_ACCURACY, 1);
     char body[512];
     int bad = 0;
     if (n_loss && n_val)
@@ -197,6 +200,13 @@ static int write_script(const char *script, const char *out, const char *run, co
              style(n_mfu));
     bad |= gp_plot(f, out, "mfu.png", "model FLOPs utilization", run, "MFU (%)",
                    n_mfu ? body : EMPTY);
+    if (n_margin) { /* a DPO run: the reward margin, and the pairs' accuracy on the right axis */
+        snprintf(body, sizeof body, "$margin using 1:2 with %s lc rgb '#ff7f0e' title 'reward "
+                 "margin (chosen - rejected)'%s", style(n_margin), n_acc ? ", $acc using 1:2 axes "
+                 "x1y2 with lines lw 1 lc rgb '#17becf' title 'accuracy (right axis)'" : "");
+        fprintf(f, "set yrange [*:*]\nset y2range [0:1]\nset y2tics\n");
+        bad |= gp_plot(f, out, "dpo.png", "DPO reward margin", run, "reward margin", body);
+    }
     fprintf(f, "unset output\n");
     if (fclose(f) != 0 || bad) {
         tsr_error("%s: cannot write the gnuplot script%s", script,
@@ -221,8 +231,17 @@ static int on_path(const char *prog) {
 }
 
 /* gnuplot SCRIPT; its messages go to our stderr. Returns 0 or TSR_EXIT_DATA after reporting. */
-static int run_gnuplot(const char *script, const char *out) {
-    static const char *const pngs[] = {"loss.png", "throughput.png", "mfu.png"};
+/* a DPO run's metrics (dpo.png is drawn) */
+static int dpo_run(const runlog *rl) {
+    for (size_t i = 0; i < rl->n_train; i++)
+        if (rl->train[i].has & 1u << RL_DPO_MARGIN) return 1;
+    return 0;
+}
+
+static int run_gnuplot(const char *script, const char *out, int dpo) {
+    static const char *const all[] = {"loss.png", "throughput.png", "mfu.png", "dpo.png"};
+    const size_t n_png = dpo ? 4 : 3;
+    const char *const *pngs = all;
     char *argv[] = {"gnuplot", (char *)script, NULL};
     pid_t pid;
     fflush(stdout);
@@ -243,7 +262,7 @@ static int run_gnuplot(const char *script, const char *out) {
                   WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
         return TSR_EXIT_DATA;
     }
-    for (size_t i = 0; i < sizeof pngs / sizeof pngs[0]; i++) {
+    for (size_t i = 0; i < n_png; i++) {
         char p[1200];
         struct stat sb;
         snprintf(p, sizeof p, "%s/%s", out, pngs[i]);
@@ -316,6 +335,7 @@ int cmd_report(int argc, char **argv) {
     const char *base = strrchr(run_dir, '/');
     base = base && base[1] ? base + 1 : run_dir;
     rc = write_script(script, out, base, &rl);
+    const int dpo = dpo_run(&rl);
     runlog_free(&rl);
     if (rc) return rc;
     if (!on_path("gnuplot")) {
@@ -324,5 +344,5 @@ int cmd_report(int argc, char **argv) {
                   "module load gnuplot; then rerun, or run: gnuplot %s", script);
         return TSR_EXIT_DATA;
     }
-    return run_gnuplot(script, out);
+    return run_gnuplot(script, out, dpo);
 }

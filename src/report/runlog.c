@@ -13,7 +13,7 @@
 
 static const char *const field_names[] = {
     "step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mfu", "step_time_s",
-    "val_loss", "val_ppl",
+    "val_loss", "val_ppl", "dpo_reward_margin", "dpo_accuracy",
 };
 _Static_assert(sizeof field_names / sizeof field_names[0] == RL_FIELD_COUNT,
                "one name per runlog_field");
