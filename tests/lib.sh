@@ -22,6 +22,8 @@ tap_check() {
 # tap_ok "what" CMD...: runs CMD, passes when it exits 0
 tap_ok() { local what=$1; shift; "$@"; tap_check $? "$what"; }
 tap_diag() { echo "# $*"; }
+# tap_skip "what" "why": a check that cannot run here, counted as skipped
+tap_skip() { _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - $1 # SKIP $2"; }
 tap_done() {
     if ((_tap_n != _tap_plan)); then echo "# planned $_tap_plan checks, ran $_tap_n"; exit 1; fi
     ((_tap_failed == 0))

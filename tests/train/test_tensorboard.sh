@@ -20,7 +20,6 @@
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 14
-tap_skip() { _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - $1 # SKIP $2"; }
 diag_file() { sed 's/^/# /' "$@"; }
 PY=/usr/bin/python3
 make_synth "$TMP/data"
