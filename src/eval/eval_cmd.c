@@ -87,6 +87,49 @@ static double forward(void *m, const int32_t *inputs, const int32_t *targets, in
     return model_forward(m, inputs, targets, B, T);
 }
 
+/* A preference dataset (tessera prep --format preference; docs/dpo.md): how often the model
+ * gives the chosen answer a higher log-probability (summed over the answer's target tokens)
+ * than the rejected one, and the mean difference, over its first limit / 2 pairs (limit 0: all).
+ * *pairs 0 when dir holds no pairs, or pairs packed for another seq_len (a warning). Pairs are
+ * split over the ranks. */
+static int pair_scores(tsr_model *m, batch *b, const char *dir, int64_t limit,
+                       const tsr_dist *d, double *accuracy, double *margin, double *pairs) {
+    uint64_t np = 0, T = 0;
+    *pairs = 0, *accuracy = *margin = NAN;
+    if (dataset_index_note(dir, "preference_pairs", &np) != 1) return 0;
+    if (dataset_index_note(dir, "packed_seq_len", &T) != 1 || T != (uint64_t)b->T) {
+        tsr_warn("%s: its preference pairs are packed for seq_len %llu, the model's is %d: pairs "
+                 "not scored", dir, (unsigned long long)T, b->T);
+        return 0;
+    }
+    tsr_dataset *ds;
+    TSR_CHECK(dataset_open(&ds, dir, 1));
+    uint64_t n = dataset_n_samples(ds, b->T) / 2;
+    if (limit > 0 && (uint64_t)limit / 2 < n) n = (uint64_t)limit / 2;
+    float *losses = tsr_malloc((size_t)b->T * sizeof(float));
+    int32_t *greedy = tsr_malloc((size_t)b->T * sizeof(int32_t));
+    double s[3] = {0, 0, 0}; /* chosen ahead, margin, pairs */
+    for (uint64_t p = (uint64_t)d->rank; p < n; p += (uint64_t)d->world) {
+        double lp[2] = {0, 0};
+        for (int k = 0; k < 2; k++) {
+            if (dataset_read_sample(ds, b->T, 2 * p + (uint64_t)k, b->in, b->tg) < 0)
+                tsr_die(TSR_EXIT_DATA, "%s: cannot read sample %llu", dir,
+                        (unsigned long long)(2 * p + (uint64_t)k));
+            model_token_scores(m, b->in, b->tg, 1, b->T, losses, greedy);
+            for (int i = 0; i < b->T; i++) lp[k] -= b->tg[i] >= 0 ? losses[i] : 0.0;
+        }
+        s[0] += lp[0] > lp[1];
+        s[1] += lp[0] - lp[1];
+        s[2] += 1;
+    }
+    dist_allreduce_sum_f64(s, 3);
+    free(losses), free(greedy);
+    dataset_close(ds);
+    *pairs = s[2];
+    if (s[2] > 0) *accuracy = s[0] / s[2], *margin = s[1] / s[2];
+    return 0;
+}
+
 /* Mean loss of the dataset at dir (data_mean_loss: the trainer's own evaluation). */
 static int val_loss(tsr_model *m, batch *b, const char *dir, int64_t limit, const tsr_dist *d,
                     double *loss, double *samples) {
@@ -111,6 +154,7 @@ typedef struct report {
     int n_val;
     const char *val_dir[MAX_VALS + 1];
     double val_loss[MAX_VALS + 1], val_samples[MAX_VALS + 1];
+    double pairs[MAX_VALS + 1], pair_acc[MAX_VALS + 1], pair_margin[MAX_VALS + 1];
     const icl_suite *icl; /* its tasks, and their scores in `scores` */
     icl_scores scores;
 } report;
@@ -126,7 +170,14 @@ static void write_report(FILE *f, const report *r) {
         json_num(f, r->val_loss[i]);
         fprintf(f, ", \"perplexity\": ");
         json_num(f, exp(r->val_loss[i]));
-        fprintf(f, ", \"samples\": %.0f}", r->val_samples[i]);
+        fprintf(f, ", \"samples\": %.0f", r->val_samples[i]);
+        if (r->pairs[i] > 0) { /* a preference dataset (docs/dpo.md) */
+            fprintf(f, ", \"preference_pairs\": %.0f, \"preference_accuracy\": ", r->pairs[i]);
+            json_num(f, r->pair_acc[i]);
+            fprintf(f, ", \"preference_logp_margin\": ");
+            json_num(f, r->pair_margin[i]);
+        }
+        fprintf(f, "}");
     }
     fprintf(f, "%s],\n  \"icl\": [", r->n_val ? "\n  " : "");
     const icl_scores *sc = &r->scores;
@@ -210,8 +261,10 @@ static int evaluate(const eval_args *a, const tsr_dist *d) {
     if (!rc && ec.data.val[0]) r->val_dir[r->n_val++] = ec.data.val;
     for (int i = 0; i < a->n_vals; i++) r->val_dir[r->n_val++] = a->vals[i];
     for (int i = 0; !rc && i < r->n_val; i++)
-        rc = val_loss(&m, &b, r->val_dir[i], ec.eval_samples, d, &r->val_loss[i],
-                      &r->val_samples[i]);
+        if (!(rc = val_loss(&m, &b, r->val_dir[i], ec.eval_samples, d, &r->val_loss[i],
+                            &r->val_samples[i])))
+            rc = pair_scores(&m, &b, r->val_dir[i], ec.eval_samples, d, &r->pair_acc[i],
+                             &r->pair_margin[i], &r->pairs[i]);
     if (!rc && icl.n) icl_suite_score(&icl, &m, d, &r->scores);
     if (!rc && !r->n_val && !icl.n) {
         tsr_error("eval: nothing to evaluate: no data.val, --val or icl_tasks in %s",

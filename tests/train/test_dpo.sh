@@ -14,6 +14,8 @@
 #  - rank 1 SIGKILLed after step 6: the rerun resumes from step 4 and equals the uninterrupted
 #    run bit for bit;
 #  - `tessera report` draws dpo.png;
+#  - `tessera eval` of the result scores the preference pairs (how often the chosen answer is more
+#    likely), the same on 1 and 2 ranks;
 #  - refused with exit 1 naming the key or the dataset: dpo without LoRA, an odd micro_batch,
 #    a dataset without pairs, pairs packed for another seq_len; nothing written.
 source "$(dirname "$0")/../lib.sh"
@@ -102,6 +104,16 @@ grep -q "packed for seq_len 16, this run has seq_len = 8" "$TMP/E4.txt"
 [[ $r3 == 1 && $m3 == 0 && $r4 == 1 && $? == 0 && ! -e $TMP/E3 && ! -e $TMP/E4 ]]
 tap_check $? "a dataset without pairs ($r3) and pairs packed for another seq_len ($r4) are refused (exit 1), nothing written"
 
-"$TOOL" eval --ckpt "$TMP/A" --val "$pairs" -s eval_samples=16 >"$TMP/ev.txt" 2>&1
-tap_check $? "tessera eval reads the DPO run's checkpoint (base from lora.base, adapters merged)"
+"$TOOL" eval --ckpt "$TMP/A" --val "$pairs" -s eval_samples=16 -o "$TMP/ev1.json" >"$TMP/ev.txt" 2>&1 &&
+    "${MPIRUN[@]}" -np 2 "$TOOL" eval --ckpt "$TMP/A" --val "$pairs" -s eval_samples=16 -o "$TMP/ev2.json" >>"$TMP/ev.txt" 2>&1 &&
+    /usr/bin/python3 - "$TMP/ev1.json" "$TMP/ev2.json" <<'PY'
+import sys, json
+a, b = (json.load(open(p))["val"][0] for p in sys.argv[1:3])
+print("# tessera eval:", {k: a.get(k) for k in ("preference_pairs", "preference_accuracy", "preference_logp_margin")})
+ok = a.get("preference_pairs") == 8 and 0 <= a["preference_accuracy"] <= 1
+ok = ok and a["preference_accuracy"] == b["preference_accuracy"]
+ok = ok and abs(a["preference_logp_margin"] - b["preference_logp_margin"]) <= 1e-9 * max(1, abs(a["preference_logp_margin"]))
+sys.exit(0 if ok else 1)
+PY
+tap_check $? "tessera eval of the DPO checkpoint (base from lora.base, adapters merged) scores its 8 pairs (accuracy, log-prob margin), the same on 1 and 2 ranks"
 tap_done
