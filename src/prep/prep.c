@@ -172,7 +172,7 @@ static int parse_args(prep_args *a, int argc, char **argv) {
         if (a->no_eos)
             return usage_error("--pack needs the <|endoftext|> after each example (it separates "
                                "packed examples and pads the windows): drop --no-eos", NULL);
-        if (!pack_shard_tokens((uint64_t)a->shard_tokens, (uint64_t)a->pack)) {
+        if (!pack_shard_tokens((uint64_t)a->shard_tokens, (uint64_t)a->pack, 0)) {
             snprintf(n, sizeof n, "%lld < --pack + 1 = %lld", (long long)a->shard_tokens,
                      (long long)a->pack + 1);
             return usage_error("--shard-tokens must hold at least one packed sample: ", n);
@@ -634,7 +634,7 @@ static int commit(prep_ctx *c, const char *tmp) {
     for (int k = 0; k < 2 && c->a->pack; k++) {
         char sub[4096 + 8];
         snprintf(sub, sizeof sub, "%s/%s", tmp, k ? "val" : "train");
-        if ((!k || c->docs[1]) && pack_note_index(sub, (uint64_t)c->a->pack)) return TSR_EXIT_DATA;
+        if ((!k || c->docs[1]) && pack_note_index(c->pk[k], sub)) return TSR_EXIT_DATA;
     }
     if (rename(tmp, c->a->out) != 0) {
         tsr_error("%s: rename to %s failed: %s", tmp, c->a->out, strerror(errno));
@@ -796,7 +796,7 @@ int cmd_prep(int argc, char **argv) {
         return rc;
     }
     /* --pack: shards of whole samples, 1 + m*T tokens (prep_pack.h) */
-    uint64_t shard_tokens = a.pack ? pack_shard_tokens((uint64_t)a.shard_tokens, (uint64_t)a.pack)
+    uint64_t shard_tokens = a.pack ? pack_shard_tokens((uint64_t)a.shard_tokens, (uint64_t)a.pack, 0)
                                    : (uint64_t)a.shard_tokens;
     snprintf(sub, sizeof sub, "%s/train", tmp);
     rc = dataset_writer_open(&c.w[0], sub, c.vocab, c.with_mask, shard_tokens);
@@ -810,7 +810,7 @@ int cmd_prep(int argc, char **argv) {
     for (int k = 0; k < 2 && !rc && !strpbrk(c.tok_name, " \t\n\r\v\f"); k++)
         if (c.w[k]) rc = dataset_writer_set_tokenizer(c.w[k], c.tok_name);
     for (int k = 0; k < 2 && !rc && a.pack; k++)
-        if (c.w[k]) c.pk[k] = pack_open(c.w[k], c.eos, (uint64_t)a.pack, shard_tokens);
+        if (c.w[k]) c.pk[k] = pack_open(c.w[k], c.eos, (uint64_t)a.pack, shard_tokens, 0);
     c.t0 = tsr_now();
     c.t_progress = c.t0;
     if (!rc) rc = run(&c);
