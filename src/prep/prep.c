@@ -4,7 +4,8 @@
  * detect each file's format -> load the tokenizer -> stream the inputs in batches: the reader
  * cuts a batch into items (a document or a JSONL line), OpenMP threads parse and tokenize the
  * items, then this thread appends them to the writers in input order (with --pack through the
- * packers of prep_pack.c, which place whole examples into sample windows) -> close and rename.
+ * packers of prep_pack.c, which place whole examples into sample windows, and the two examples
+ * of a preference pair into two windows of their own) -> close and rename.
  * Results are consumed in input order and the train/val split is a hash of (seed, document
  * number), so the output is byte-identical for any --threads. Everything is staged in OUT.tmp and
  * renamed to OUT at the end: an error leaves nothing at OUT. Usage and formats: docs/prep.md.
@@ -42,7 +43,7 @@
 #define PROGRESS_TTY_S 0.25               /* redraw interval of the progress bar */
 #define PROGRESS_LOG_S 5.0                /* interval of the plain progress lines */
 
-static const char *const fmt_names[] = {"auto", "text", "jsonl", "sft", "chat"};
+static const char *const fmt_names[] = {"auto", "text", "jsonl", "sft", "chat", "preference"};
 _Static_assert(sizeof fmt_names / sizeof fmt_names[0] == FMT_COUNT, "format names");
 
 /* ================================ options ================================ */
@@ -52,21 +53,25 @@ static const cli_opt prep_opts[] = {
     {"tokenizer", 't', "SPEC", "gpt2, a directory with encoder.json + vocab.bpe, a Hugging Face "
                                "tokenizer.json (or its directory), or a tessera tokenizer file "
                                "(default gpt2)"},
-    {"format", 'f', "FMT", "auto|text|jsonl|sft|chat (default auto: by extension and first line)"},
+    {"format", 'f', "FMT", "auto|text|jsonl|sft|chat|preference (default auto: by extension and "
+                           "first line; never preference, which needs --pack)"},
     {"val-fraction", CLI_NO_SHORT('v'), "F", "fraction of documents for DIR/val, 0..1; 0 = no val (default 0.01)"},
     {"seed", 'S', "SEED", "seed of the train/val split (default 1)"},
     {"bos", CLI_NO_SHORT('b'), NULL, "put <|endoftext|> before each document too"},
     {"no-eos", 'E', NULL, "do not put <|endoftext|> after each document"},
-    {"target-prompts", CLI_NO_SHORT('P'), NULL, "sft/chat: every token is a target (mask 1), prompts too"},
-    {"chat-template", CLI_NO_SHORT('T'), "SPEC", "chat: auto (default: the chat_template of the "
-                      "tokenizer_config.json beside a tokenizer.json), a tokenizer_config.json, or "
-                      "none (the \"ROLE: content\" format)"},
+    {"target-prompts", CLI_NO_SHORT('P'), NULL, "sft/chat/preference: every token is a target "
+                                               "(mask 1), prompts too"},
+    {"chat-template", CLI_NO_SHORT('T'), "SPEC", "chat/preference: auto (default: the "
+                      "chat_template of the tokenizer_config.json beside a tokenizer.json), a "
+                      "tokenizer_config.json, or none (the \"ROLE: content\" format; preference: "
+                      "the sft form)"},
     {"strict", 'x', NULL, "stop at the first bad JSONL line (exit 2, nothing written)"},
     {"doc-sep", CLI_NO_SHORT('d'), "SEP", "text files: split documents at SEP (escapes \\n \\t \\r \\\\), "
                             "e.g. '\\n\\n'; default: one file = one document"},
     {"shard-tokens", CLI_NO_SHORT('s'), "N", "tokens per shard file (default 134217728)"},
     {"pack", CLI_NO_SHORT('p'), "T", "sft/chat: whole examples in each sample of seq_len T, padded (mask 0); "
-                       "train with seq_len = T"},
+                       "preference: one example per sample, chosen then rejected; train with "
+                       "seq_len = T"},
     {"threads", 'j', "N", "tokenizer threads (default: OpenMP's, i.e. the cores)"},
     {"quiet", 'q', NULL, "no progress and no summary"},
     {"help", 'h', NULL, "show this help"},
@@ -75,7 +80,8 @@ static const cli_opt prep_opts[] = {
 
 static const char *const prep_summary =
     "Tokenizes text files, directories of them (recursive) and JSON Lines files ({\"text\"},\n"
-    "{\"prompt\",\"response\"} or {\"messages\":[{\"role\",\"content\"}]}) into the datasets\n"
+    "{\"prompt\",\"response\"} or {\"messages\":[{\"role\",\"content\"}]}; with\n"
+    "--format preference --pack T, {\"prompt\",\"chosen\",\"rejected\"}) into the datasets\n"
     "DIR/train and DIR/val (docs/prep.md). Exit 0 ok, 1 usage error, 2 data or I/O error.";
 
 const cli_cmd prep_cli = {"prep", "INPUT...", prep_summary, prep_opts, N_OPTS, NULL};
@@ -132,7 +138,8 @@ static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
                 a->format = (prep_format)k;
                 return 0;
             }
-        return usage_error("--format: expected auto, text, jsonl, sft or chat, found ", val);
+        return usage_error("--format: expected auto, text, jsonl, sft, chat or preference, found ",
+                           val);
     case CLI_NO_SHORT('v'):
         if (tsr_parse_f64(val, 0.0, 1.0, &a->val_fraction) == 0) return 0;
         return usage_error("--val-fraction: expected a number in [0, 1], found ", val);
@@ -160,8 +167,13 @@ static int parse_args(prep_args *a, int argc, char **argv) {
     if (a->doc_sep_len && a->format != FMT_AUTO && a->format != FMT_TEXT)
         return usage_error("--doc-sep applies to text inputs, not to --format ",
                            fmt_names[a->format]);
+    if (a->format == FMT_PREF && !a->pack)
+        return usage_error("--format preference needs --pack T (each answer gets a sample of "
+                           "seq_len T of its own: samples 2i and 2i+1 are pair i's chosen and "
+                           "rejected answers; docs/prep.md)", NULL);
     if (a->pack) {
-        char n[64];
+        char n[96];
+        int paired = a->format == FMT_PREF;
         if (a->format == FMT_TEXT || a->format == FMT_JSONL)
             return usage_error("--pack places whole sft/chat examples into samples; plain text "
                                "is cut into samples by the trainer (drop --pack), found --format ",
@@ -172,10 +184,12 @@ static int parse_args(prep_args *a, int argc, char **argv) {
         if (a->no_eos)
             return usage_error("--pack needs the <|endoftext|> after each example (it separates "
                                "packed examples and pads the windows): drop --no-eos", NULL);
-        if (!pack_shard_tokens((uint64_t)a->shard_tokens, (uint64_t)a->pack)) {
-            snprintf(n, sizeof n, "%lld < --pack + 1 = %lld", (long long)a->shard_tokens,
-                     (long long)a->pack + 1);
-            return usage_error("--shard-tokens must hold at least one packed sample: ", n);
+        if (!pack_shard_tokens((uint64_t)a->shard_tokens, (uint64_t)a->pack, paired)) {
+            snprintf(n, sizeof n, "%lld < %s--pack + 1 = %lld", (long long)a->shard_tokens,
+                     paired ? "2 * " : "", (long long)a->pack * (paired ? 2 : 1) + 1);
+            return usage_error(paired ? "--shard-tokens must hold at least one preference pair "
+                                        "(two packed samples): "
+                                      : "--shard-tokens must hold at least one packed sample: ", n);
         }
     }
     return 0;
@@ -185,7 +199,7 @@ static int parse_args(prep_args *a, int argc, char **argv) {
 
 typedef struct in_file {
     char *path;
-    prep_format kind; /* FMT_TEXT, FMT_JSONL, FMT_SFT or FMT_CHAT */
+    prep_format kind; /* FMT_TEXT, FMT_JSONL, FMT_SFT, FMT_CHAT or FMT_PREF */
     uint64_t size;
     uint64_t invalid_utf8; /* a text file's ill-formed UTF-8 sequences, each encoded as U+FFFD */
 } in_file;
@@ -345,6 +359,7 @@ typedef struct prep_ctx {
     prep_packer *pk[2];       /* --pack: the packers writing into w[] */
     uint64_t docs[2], tokens[2], targets[2], bad, empty, bytes_done;
     uint64_t dropped, overlong; /* --pack: examples dropped; over-length examples (reported) */
+    uint64_t pairs[2], pairs_dropped; /* --format preference: pairs written; pairs dropped */
     double t0, t_progress;
 } prep_ctx;
 
@@ -418,6 +433,32 @@ static void buf_reserve(prep_ctx *c, size_t extra) {
     c->buf_cap = cap;
 }
 
+/* --pack: warns (the first MAX_REPORTED times) that an example of n tokens was truncated or
+ * dropped. what: "" or which answer of a preference pair ("chosen "); pair: its drop takes the
+ * pair along. */
+static void report_fate(prep_ctx *c, const prep_item *it, const char *path, const char *what,
+                        size_t n, pack_fate fate, int pair) {
+    if (++c->overlong > MAX_REPORTED) return;
+    if (c->tty && !c->a->quiet) fprintf(stderr, "\r\x1b[K");
+    long long T = (long long)c->a->pack;
+    unsigned long long line = (unsigned long long)it->line;
+    const char *gone = pair ? "pair dropped (its chosen and its rejected example)"
+                            : "example dropped";
+    const char *more = c->overlong == MAX_REPORTED ? "; further over-length examples are counted, "
+                                                     "not shown" : "";
+    if (fate == PACK_TRUNCATED)
+        tsr_warn("%s:%llu: %sexample of %zu tokens is longer than --pack %lld: kept its first %lld "
+                 "tokens (the rest, with its <|endoftext|>, is cut)%s", path, line, what, n, T,
+                 T - 1, more);
+    else if ((long long)n > T)
+        tsr_warn("%s:%llu: %sexample of %zu tokens is longer than --pack %lld and its first %lld "
+                 "tokens hold no target (the prompt fills the sample): %s%s", path, line, what, n,
+                 T, T - 1, gone, more);
+    else
+        tsr_warn("%s:%llu: %sexample of %zu tokens holds no target: %s%s", path, line, what, n,
+                 gone, more);
+}
+
 /* --pack: places the item into split `val`'s packer, reporting an over-length example. */
 static int consume_packed(prep_ctx *c, const prep_item *it, int val, const char *path) {
     pack_fate fate;
@@ -427,21 +468,32 @@ static int consume_packed(prep_ctx *c, const prep_item *it, int val, const char 
     const pack_stats *st = pack_get_stats(c->pk[val]);
     c->tokens[val] = st->tokens;
     c->targets[val] = st->targets;
-    if (fate == PACK_WHOLE || ++c->overlong > MAX_REPORTED) return 0;
-    if (c->tty && !c->a->quiet) fprintf(stderr, "\r\x1b[K");
-    long long T = (long long)c->a->pack;
-    if (fate == PACK_TRUNCATED)
-        tsr_warn("%s:%llu: example of %zu tokens is longer than --pack %lld: kept its first %lld "
-                 "tokens (the rest, with its <|endoftext|>, is cut)%s", path,
-                 (unsigned long long)it->line, it->n, T, T - 1,
-                 c->overlong == MAX_REPORTED ? "; further over-length examples are counted, not "
-                                               "shown" : "");
-    else
-        tsr_warn("%s:%llu: example of %zu tokens is longer than --pack %lld and its first %lld "
-                 "tokens hold no target (the prompt fills the sample): example dropped%s", path,
-                 (unsigned long long)it->line, it->n, T, T - 1,
-                 c->overlong == MAX_REPORTED ? "; further over-length examples are counted, not "
-                                               "shown" : "");
+    if (fate != PACK_WHOLE) report_fate(c, it, path, "", it->n, fate, 0);
+    return 0;
+}
+
+/* --format preference: places the item's pair (its chosen example, then its rejected one) into
+ * split `val`'s packer: both, each in a window of its own, or neither. Reports the over-length
+ * examples of a written pair, and what made a dropped pair go. */
+static int consume_pair(prep_ctx *c, const prep_item *it, int val, const char *path) {
+    static const char *const what[2] = {"chosen ", "rejected "};
+    const size_t n[2] = {it->n_first, it->n - it->n_first};
+    pack_fate fate[2];
+    if (pack_add_pair(c->pk[val], it->tok, it->mask, n, fate)) return TSR_EXIT_DATA;
+    int dropped = fate[0] == PACK_DROPPED || fate[1] == PACK_DROPPED;
+    if (dropped) {
+        c->pairs_dropped++;
+        c->dropped += 2;
+    } else {
+        c->pairs[val]++;
+        c->docs[val] += 2;
+    }
+    const pack_stats *st = pack_get_stats(c->pk[val]);
+    c->tokens[val] = st->tokens;
+    c->targets[val] = st->targets;
+    for (int k = 0; k < 2; k++)
+        if (dropped ? fate[k] == PACK_DROPPED : fate[k] == PACK_TRUNCATED)
+            report_fate(c, it, path, what[k], n[k], fate[k], 1);
     return 0;
 }
 
@@ -471,9 +523,12 @@ static int consume(prep_ctx *c, const prep_item *it) {
         c->empty++;
         return 0;
     }
-    uint64_t doc = c->docs[0] + c->docs[1] + c->dropped; /* a dropped example keeps its number */
+    /* a dropped example keeps its number; a preference pair is one document of the split */
+    uint64_t doc = f->kind == FMT_PREF ? c->pairs[0] + c->pairs[1] + c->pairs_dropped
+                                       : c->docs[0] + c->docs[1] + c->dropped;
     int val = c->a->val_fraction > 0 &&
               tsr_rand_uniform((uint64_t)c->a->seed, SPLIT_STREAM, doc) < c->a->val_fraction;
+    if (f->kind == FMT_PREF) return consume_pair(c, it, val, path);
     if (c->pk[val]) return consume_packed(c, it, val, path);
     c->docs[val]++;
     c->tokens[val] += it->n;
@@ -613,8 +668,9 @@ static int commit(prep_ctx *c, const char *tmp) {
         tsr_error("prep: no %sdocument in the input%s%s; nothing written",
                   c->docs[1] ? "training " : "",
                   c->bad ? " (every JSONL line was bad, see above)" : "",
-                  c->dropped ? " (over-length examples were dropped, see above: a larger --pack "
-                               "keeps them)" : "");
+                  c->pairs_dropped ? " (preference pairs were dropped, see above)"
+                  : c->dropped     ? " (over-length examples were dropped, see above: a larger "
+                                     "--pack keeps them)" : "");
         return TSR_EXIT_DATA;
     }
     int rc = dataset_writer_close(c->w[0]);
@@ -634,7 +690,7 @@ static int commit(prep_ctx *c, const char *tmp) {
     for (int k = 0; k < 2 && c->a->pack; k++) {
         char sub[4096 + 8];
         snprintf(sub, sizeof sub, "%s/%s", tmp, k ? "val" : "train");
-        if ((!k || c->docs[1]) && pack_note_index(sub, (uint64_t)c->a->pack)) return TSR_EXIT_DATA;
+        if ((!k || c->docs[1]) && pack_note_index(c->pk[k], sub)) return TSR_EXIT_DATA;
     }
     if (rename(tmp, c->a->out) != 0) {
         tsr_error("%s: rename to %s failed: %s", tmp, c->a->out, strerror(errno));
@@ -665,6 +721,18 @@ static void summary(const prep_ctx *c) {
                    (unsigned long long)p->truncated, (unsigned long long)p->dropped,
                    (unsigned long long)p->pad, (unsigned long long)p->tokens,
                    p->tokens ? 100.0 * (double)p->pad / (double)p->tokens : 0.0);
+        }
+        printf("\n");
+    }
+    if (c->a->format == FMT_PREF) {
+        printf("prep: preference pairs (samples 2i and 2i+1 of seq_len %lld are pair i's chosen "
+               "and rejected answers):", (long long)c->a->pack);
+        for (int k = 0; k < 2; k++) {
+            static const pack_stats none;
+            const pack_stats *p = c->pk[k] ? pack_get_stats(c->pk[k]) : &none;
+            printf("%s %s %llu pairs written, %llu pairs dropped, %llu truncated examples",
+                   k ? ";" : "", k ? "val" : "train", (unsigned long long)p->pairs,
+                   (unsigned long long)p->pairs_dropped, (unsigned long long)p->truncated);
         }
         printf("\n");
     }
@@ -787,7 +855,8 @@ int cmd_prep(int argc, char **argv) {
         return rc;
     }
     for (size_t k = 0; k < c.files.n; k++)
-        c.with_mask |= c.files.v[k].kind == FMT_SFT || c.files.v[k].kind == FMT_CHAT;
+        c.with_mask |= c.files.v[k].kind == FMT_SFT || c.files.v[k].kind == FMT_CHAT ||
+                       c.files.v[k].kind == FMT_PREF;
     c.jd = tsr_calloc((size_t)c.threads, sizeof *c.jd);
     char tmp[4096], sub[4096 + 8];
     rc = make_staging(a.out, tmp, sizeof tmp);
@@ -795,8 +864,10 @@ int cmd_prep(int argc, char **argv) {
         ctx_free(&c);
         return rc;
     }
-    /* --pack: shards of whole samples, 1 + m*T tokens (prep_pack.h) */
-    uint64_t shard_tokens = a.pack ? pack_shard_tokens((uint64_t)a.shard_tokens, (uint64_t)a.pack)
+    /* --pack: shards of whole samples, 1 + m*T tokens, m even for preference pairs (prep_pack.h) */
+    int paired = a.format == FMT_PREF;
+    uint64_t shard_tokens = a.pack ? pack_shard_tokens((uint64_t)a.shard_tokens, (uint64_t)a.pack,
+                                                       paired)
                                    : (uint64_t)a.shard_tokens;
     snprintf(sub, sizeof sub, "%s/train", tmp);
     rc = dataset_writer_open(&c.w[0], sub, c.vocab, c.with_mask, shard_tokens);
@@ -810,7 +881,7 @@ int cmd_prep(int argc, char **argv) {
     for (int k = 0; k < 2 && !rc && !strpbrk(c.tok_name, " \t\n\r\v\f"); k++)
         if (c.w[k]) rc = dataset_writer_set_tokenizer(c.w[k], c.tok_name);
     for (int k = 0; k < 2 && !rc && a.pack; k++)
-        if (c.w[k]) c.pk[k] = pack_open(c.w[k], c.eos, (uint64_t)a.pack, shard_tokens);
+        if (c.w[k]) c.pk[k] = pack_open(c.w[k], c.eos, (uint64_t)a.pack, shard_tokens, paired);
     c.t0 = tsr_now();
     c.t_progress = c.t0;
     if (!rc) rc = run(&c);

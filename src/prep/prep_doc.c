@@ -149,19 +149,25 @@ static void put_plain(const prep_doc_rules *r, prep_item *it, const char *s, siz
     if (!r->no_eos) put_id(it, r->eos, 1);
 }
 
-/* {"prompt", "response"} ("completion" is accepted in place of "response"): the prompt is a
- * target only with target_prompts. */
-static void put_sft(const prep_doc_rules *r, prep_item *it, const json_value *root) {
+/* A prompt/response example: [BOS] prompt response [EOS], the prompt a target only with
+ * target_prompts. */
+static void put_example(const prep_doc_rules *r, prep_item *it, const json_value *prompt,
+                        const json_value *resp) {
     uint8_t tp = (uint8_t)r->target_prompts;
+    if (r->bos) put_id(it, r->eos, tp);
+    put_text(r, it, prompt->str, prompt->len, tp, 0);
+    put_text(r, it, resp->str, resp->len, 1, 0);
+    if (!r->no_eos) put_id(it, r->eos, 1);
+}
+
+/* {"prompt", "response"} ("completion" is accepted in place of "response"). */
+static void put_sft(const prep_doc_rules *r, prep_item *it, const json_value *root) {
     const json_value *prompt = get_str(it, root, "prompt"), *resp;
     if (!prompt) return;
     resp = json_get(root, "response") || !json_get(root, "completion")
                ? get_str(it, root, "response") : get_str(it, root, "completion");
     if (!resp) return;
-    if (r->bos) put_id(it, r->eos, tp);
-    put_text(r, it, prompt->str, prompt->len, tp, 0);
-    put_text(r, it, resp->str, resp->len, 1, 0);
-    if (!r->no_eos) put_id(it, r->eos, 1);
+    put_example(r, it, prompt, resp);
 }
 
 /* Chat turn k in the "ROLE: content" format: "ROLE: " (never a target), the content and "\n"
@@ -208,9 +214,52 @@ static void put_role_chat(const prep_doc_rules *r, prep_item *it, const json_val
     if (!r->no_eos) put_id(it, r->eos, (uint8_t)(last_assistant || r->target_prompts));
 }
 
+/* The conversation {"messages": [{"role": "user", "content": prompt}, {"role": "assistant",
+ * "content": answer}]} through the chat template: the tokens and mask a chat line holding these two
+ * messages gets. The values are built here, pointing at the line's strings. */
+static void put_pair_chat(const prep_doc_rules *r, prep_item *it, const json_value *prompt,
+                          const json_value *answer) {
+    static const char *const roles[2] = {"user", "assistant"};
+    const json_value *content[2] = {prompt, answer};
+    json_value role[2], text[2], msg[2], msgs, conv;
+    for (int k = 0; k < 2; k++) {
+        role[k] = (json_value){.type = JSON_STRING, .str = roles[k], .len = strlen(roles[k]),
+                               .key = "role", .key_len = 4, .next = &text[k]};
+        text[k] = *content[k];
+        text[k].key = "content";
+        text[k].key_len = 7;
+        text[k].next = NULL;
+        msg[k] = (json_value){.type = JSON_OBJECT, .len = 2, .child = &role[k],
+                              .next = k ? NULL : &msg[1]};
+    }
+    msgs = (json_value){.type = JSON_ARRAY, .len = 2, .key = "messages", .key_len = 8,
+                        .child = &msg[0]};
+    conv = (json_value){.type = JSON_OBJECT, .len = 1, .child = &msgs};
+    put_chat(r, &conv, it, (uint8_t)r->target_prompts);
+}
+
+/* {"prompt", "chosen", "rejected"}: the chosen example, then the rejected one (prep_doc.h). */
+static void put_pref(const prep_doc_rules *r, prep_item *it, const json_value *root) {
+    static const char *const names[2] = {"chosen", "rejected"};
+    const json_value *prompt = get_str(it, root, "prompt"), *answer[2] = {NULL, NULL};
+    for (int k = 0; k < 2 && prompt; k++)
+        if (!(answer[k] = get_str(it, root, names[k]))) return;
+    for (int k = 0; k < 2 && it->status == ITEM_OK; k++) {
+        if (k) it->n_first = it->n;
+        if (r->chat) put_pair_chat(r, it, prompt, answer[k]);
+        else put_example(r, it, prompt, answer[k]);
+        if (it->status == ITEM_BAD) { /* the template refused or rewrote it: say which answer */
+            char why[sizeof it->err];
+            snprintf(why, sizeof why, "%s", it->err);
+            bad(it, "%s answer: %s", names[k], why);
+        }
+    }
+}
+
 void prep_tokenize(const prep_doc_rules *r, prep_format kind, const char *s, prep_item *it,
                    json_doc *jd) {
     it->n = 0;
+    it->n_first = 0;
     it->status = ITEM_OK;
     if (kind == FMT_TEXT) {
         put_plain(r, it, s, it->len);
@@ -231,6 +280,8 @@ void prep_tokenize(const prep_doc_rules *r, prep_format kind, const char *s, pre
         if (t) put_plain(r, it, t->str, t->len);
     } else if (kind == FMT_SFT) {
         put_sft(r, it, root);
+    } else if (kind == FMT_PREF) {
+        put_pref(r, it, root);
     } else if (r->chat) {
         put_chat(r, root, it, (uint8_t)r->target_prompts);
     } else {

@@ -11,9 +11,14 @@
 #include "json.h"
 #include "tokenizer/tokenizer.h"
 
-typedef enum prep_format { FMT_AUTO, FMT_TEXT, FMT_JSONL, FMT_SFT, FMT_CHAT, FMT_COUNT } prep_format;
+/* FMT_PREF: {"prompt", "chosen", "rejected"} preference pairs, only when asked for (--format
+ * preference); auto never picks it. */
+typedef enum prep_format {
+    FMT_AUTO, FMT_TEXT, FMT_JSONL, FMT_SFT, FMT_CHAT, FMT_PREF, FMT_COUNT
+} prep_format;
 
-/* One unit of work: a document of a text file or one JSONL line, with its result. */
+/* One unit of work: a document of a text file or one JSONL line, with its result. A preference
+ * line gives two examples, back to back: the chosen one (n_first tokens), then the rejected one. */
 typedef struct prep_item {
     size_t file;
     uint64_t line;   /* 1-based line of a JSONL item; 0 for text */
@@ -23,6 +28,7 @@ typedef struct prep_item {
     uint32_t *tok;
     uint8_t *mask;
     size_t n, cap, mask_cap;
+    size_t n_first; /* FMT_PREF: tokens of the chosen example; the rejected one is the rest */
 } prep_item;
 enum { ITEM_OK, ITEM_BAD, ITEM_EMPTY };
 
@@ -39,6 +45,9 @@ typedef struct prep_doc_rules {
  * text; else a JSONL line of that kind) into it->tok / it->mask (n tokens; buffers kept for reuse),
  * setting it->status: ITEM_OK, ITEM_EMPTY (no text), or ITEM_BAD with the reason in it->err.
  * A document is [BOS] segments [EOS], each segment tokenized on its own; masks per docs/prep.md.
+ * FMT_PREF: the chosen and the rejected example, each built as an sft line {"prompt", "response":
+ * the answer} is, or with a chat template as a chat line of the messages [user: prompt,
+ * assistant: the answer]; it->n_first says where the second begins.
  * Thread-safe for distinct items and json_docs. */
 void prep_tokenize(const prep_doc_rules *r, prep_format kind, const char *s, prep_item *it,
                    json_doc *jd);

@@ -5,7 +5,8 @@
  * window at a time, preceded by one leading EOT at the start of each shard. The writer was opened
  * with shards of 1 + m*T tokens, so it closes a shard exactly after the m-th window of it and
  * the next window opens a new shard, which gets its own leading EOT: samples never cross shards,
- * and every shard holds exactly m (the last one 1..m) whole samples.
+ * and every shard holds exactly m (the last one 1..m) whole samples. Preference pairs take two
+ * windows each, one per example, and m is even: a pair never straddles two shards.
  */
 #include "prep/prep_pack.h"
 
@@ -21,6 +22,7 @@ struct prep_packer {
     tsr_dataset_writer *w;
     uint32_t eot;
     uint64_t T;          /* tokens per window */
+    int paired;          /* preference pairs: one example per window, 2 windows per pair */
     uint64_t per_shard;  /* windows per shard: m */
     uint64_t in_shard;   /* windows written into the open shard, 0..m-1 */
     uint64_t fill;       /* tokens in the current window, 0..T */
@@ -29,16 +31,19 @@ struct prep_packer {
     pack_stats st;
 };
 
-uint64_t pack_shard_tokens(uint64_t n, uint64_t T) {
-    if (T == 0 || n < T + 1) return 0;
-    return 1 + (n - 1) / T * T;
+uint64_t pack_shard_tokens(uint64_t n, uint64_t T, int paired) {
+    uint64_t group = paired ? 2 * T : T; /* a pair's two windows stay in one shard */
+    if (T == 0 || n < group + 1) return 0;
+    return 1 + (n - 1) / group * group;
 }
 
-prep_packer *pack_open(tsr_dataset_writer *w, uint32_t eot, uint64_t T, uint64_t shard_tokens) {
+prep_packer *pack_open(tsr_dataset_writer *w, uint32_t eot, uint64_t T, uint64_t shard_tokens,
+                       int paired) {
     prep_packer *p = tsr_calloc(1, sizeof *p);
     p->w = w;
     p->eot = eot;
     p->T = T;
+    p->paired = paired;
     p->per_shard = (shard_tokens - 1) / T;
     p->tok = tsr_malloc((size_t)T * sizeof *p->tok);
     p->mask = tsr_malloc((size_t)T);
@@ -75,17 +80,34 @@ static void window_put(prep_packer *p, const uint32_t *tok, const uint8_t *mask,
     p->fill += n;
 }
 
+/* The tokens of an n-token example that are written: all of them when it fits a window; else, as
+ * LLM Foundry's collator truncates, its start (the prompt and the beginning of the response):
+ * T-1 tokens, then one EOT of padding, so the window still ends with an EOT. The example's own
+ * EOT is cut off: the model is not taught to stop where the cut happened. */
+static size_t kept_tokens(const prep_packer *p, size_t n) {
+    return (uint64_t)n > p->T ? (size_t)p->T - 1 : n;
+}
+
+static int has_target(const uint8_t *mask, size_t n) {
+    for (size_t k = 0; k < n; k++)
+        if (mask[k]) return 1;
+    return 0;
+}
+
+/* Writes the first `keep` tokens of an example alone into a window of their own, padded. */
+static int window_alone(prep_packer *p, const uint32_t *tok, const uint8_t *mask, size_t keep) {
+    if (p->fill && window_close(p)) return TSR_EXIT_DATA;
+    window_put(p, tok, mask, keep);
+    return window_close(p);
+}
+
 int pack_add(prep_packer *p, const uint32_t *tok, const uint8_t *mask, size_t n, pack_fate *fate) {
     *fate = PACK_WHOLE;
     if ((uint64_t)n > p->T) {
-        /* Too long for any window. Keep the start (the prompt and the beginning of the response,
-         * as LLM Foundry's collator truncates) in a window of its own: T-1 tokens, then one EOT
-         * of padding, so the window still ends with an EOT. The example's own EOT is cut off:
-         * the model is not taught to stop where the cut happened. Without a target in the kept
-         * part the prompt alone fills the window, and there is nothing to learn: drop it. */
-        size_t keep = (size_t)p->T - 1, targets = 0;
-        for (size_t k = 0; k < keep; k++) targets += mask[k];
-        if (!targets) {
+        /* Too long for any window: the kept start alone in a window. Without a target in it the
+         * prompt alone fills the window, and there is nothing to learn: drop it. */
+        size_t keep = kept_tokens(p, n);
+        if (!has_target(mask, keep)) {
             *fate = PACK_DROPPED;
             p->st.dropped++;
             return 0;
@@ -93,14 +115,38 @@ int pack_add(prep_packer *p, const uint32_t *tok, const uint8_t *mask, size_t n,
         *fate = PACK_TRUNCATED;
         p->st.truncated++;
         p->st.examples++;
-        if (p->fill && window_close(p)) return TSR_EXIT_DATA;
-        window_put(p, tok, mask, keep);
-        return window_close(p);
+        return window_alone(p, tok, mask, keep);
     }
     if (p->fill + n > p->T && window_close(p)) return TSR_EXIT_DATA;
     window_put(p, tok, mask, n);
     p->st.examples++;
     return p->fill == p->T ? window_close(p) : 0; /* full: its last token is the example's EOT */
+}
+
+int pack_add_pair(prep_packer *p, const uint32_t *tok, const uint8_t *mask, const size_t n[2],
+                  pack_fate fate[2]) {
+    const size_t at[2] = {0, n[0]};
+    int dropped = 0;
+    for (int k = 0; k < 2; k++) {
+        size_t keep = kept_tokens(p, n[k]);
+        fate[k] = !has_target(mask + at[k], keep) ? PACK_DROPPED
+                  : keep < n[k]                   ? PACK_TRUNCATED : PACK_WHOLE;
+        dropped |= fate[k] == PACK_DROPPED;
+    }
+    if (dropped) { /* a pair is trained on as a whole: never one answer without the other */
+        p->st.pairs_dropped++;
+        p->st.dropped += 2;
+        return 0;
+    }
+    /* the packer holds only whole pairs, so the chosen example starts an even window (fill 0)
+     * and, the shard holding an even number of windows, the rejected one follows in its shard */
+    for (int k = 0; k < 2; k++) {
+        p->st.truncated += fate[k] == PACK_TRUNCATED;
+        p->st.examples++;
+        if (window_alone(p, tok + at[k], mask + at[k], kept_tokens(p, n[k]))) return TSR_EXIT_DATA;
+    }
+    p->st.pairs++;
+    return 0;
 }
 
 int pack_finish(prep_packer *p) {
@@ -125,7 +171,7 @@ static int note_fail(const char *path, const char *what) {
     return TSR_EXIT_DATA;
 }
 
-int pack_note_index(const char *dir, uint64_t T) {
+int pack_note_index(const prep_packer *p, const char *dir) {
     char path[4096];
     if (tsr_snprintf(path, sizeof path, "%s/index.tsv", dir)) {
         tsr_error("%s: path too long", dir);
@@ -163,10 +209,14 @@ int pack_note_index(const char *dir, uint64_t T) {
         return note_fail(path, "rewrite");
     }
     int rc = 0;
+    unsigned long long T = (unsigned long long)p->T;
     if (fwrite(text, 1, at, f) != at ||
         fprintf(f, "# packed_seq_len\t%llu\t(tessera prep --pack: every example is whole inside "
-                "one sample when seq_len = %llu; docs/prep.md)\n", (unsigned long long)T,
-                (unsigned long long)T) < 0 ||
+                "one sample when seq_len = %llu; docs/prep.md)\n", T, T) < 0 ||
+        (p->paired &&
+         fprintf(f, "# preference_pairs\t%llu\t(tessera prep --format preference: samples 2i and "
+                 "2i+1 are pair i's chosen and rejected answers; docs/prep.md)\n",
+                 (unsigned long long)p->st.pairs) < 0) ||
         fwrite(text + at, 1, len - at, f) != len - at || fflush(f) != 0)
         rc = note_fail(path, "write");
     else if (fsync(fileno(f)) != 0)

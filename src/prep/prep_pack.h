@@ -11,6 +11,10 @@
  * so a shard holds 1 + m*T tokens and exactly m samples. Each window holds whole examples (each
  * ending with its EOT) and is filled up with EOT padding (mask 0); so a window's last token, the
  * first (input-only) token of the next sample, is always an EOT, as is the shard's first token.
+ *
+ * Preference pairs (--format preference, docs/prep.md "Preference pairs") use the same layout
+ * with one example per window: pair i's chosen example in window 2i, its rejected one in window
+ * 2i+1, and an even m, so a pair never straddles two shards.
  */
 #ifndef TSR_PREP_PACK_H
 #define TSR_PREP_PACK_H
@@ -30,27 +34,42 @@ typedef enum pack_fate { PACK_WHOLE, PACK_TRUNCATED, PACK_DROPPED, PACK_FATE_COU
 typedef struct pack_stats {
     uint64_t examples;  /* examples written, whole or truncated */
     uint64_t truncated; /* longer than T: the first T-1 tokens kept */
-    uint64_t dropped;   /* longer than T with no target in the first T-1 tokens: not written */
+    uint64_t dropped;   /* not written: longer than T with no target in the first T-1 tokens;
+                         * and both examples of a dropped preference pair */
     uint64_t windows;   /* = samples of length T */
     uint64_t pad;       /* EOT filler tokens (mask 0): window padding + one leading EOT per shard */
     uint64_t tokens;    /* all tokens written */
     uint64_t targets;   /* tokens with mask 1 */
+    uint64_t pairs;     /* preference pairs written (2 examples each) */
+    uint64_t pairs_dropped; /* preference pairs not written (their 2 examples count in dropped) */
 } pack_stats;
 
 typedef struct prep_packer prep_packer;
 
-/* The shard size --pack uses for a requested --shard-tokens n: 1 + floor((n-1)/T)*T, the largest
- * size of whole samples not above n; 0 when n < T + 1 (no sample fits). */
-uint64_t pack_shard_tokens(uint64_t n, uint64_t T);
+/* The shard size --pack uses for a requested --shard-tokens n: 1 + floor((n-1)/(gT))*gT, the
+ * largest size of whole groups of g samples not above n (g = 2 with paired, for preference pairs;
+ * else 1); 0 when n < gT + 1 (no group fits). */
+uint64_t pack_shard_tokens(uint64_t n, uint64_t T, int paired);
 
-/* A packer writing into w, which must have been opened with shard size pack_shard_tokens(n, T)
- * (passed here as shard_tokens) and with a mask channel. eot: the <|endoftext|> id. */
-prep_packer *pack_open(tsr_dataset_writer *w, uint32_t eot, uint64_t T, uint64_t shard_tokens);
+/* A packer writing into w, which must have been opened with shard size
+ * pack_shard_tokens(n, T, paired) (passed here as shard_tokens) and with a mask channel. eot: the
+ * <|endoftext|> id. paired: preference pairs, placed with pack_add_pair only; else examples,
+ * placed with pack_add only. */
+prep_packer *pack_open(tsr_dataset_writer *w, uint32_t eot, uint64_t T, uint64_t shard_tokens,
+                       int paired);
 
 /* Places one example (n tokens ending with its EOT, and their mask bytes) after the previous one,
  * starting a new window when it does not fit the rest of the current one; *fate says what became
  * of it. Returns 0, or TSR_EXIT_DATA when the writer failed (it has said why). */
 int pack_add(prep_packer *p, const uint32_t *tok, const uint8_t *mask, size_t n, pack_fate *fate);
+
+/* Places a preference pair: its chosen example (the n[0] tokens at tok, and their mask bytes),
+ * then its rejected one (the n[1] tokens after it), each alone in the next window (its first T-1
+ * tokens when longer than T), padded. fate[k]: what example k alone would become, PACK_DROPPED
+ * when the tokens it keeps hold no target; the pair is written only when neither is dropped, else
+ * neither is. Returns 0, or TSR_EXIT_DATA when the writer failed. */
+int pack_add_pair(prep_packer *p, const uint32_t *tok, const uint8_t *mask, const size_t n[2],
+                  pack_fate fate[2]);
 
 /* Pads and writes the last window. Returns 0 or TSR_EXIT_DATA. */
 int pack_finish(prep_packer *p);
@@ -59,9 +78,10 @@ const pack_stats *pack_get_stats(const prep_packer *p);
 void pack_free(prep_packer *p);
 
 /* Adds the comment line "# packed_seq_len<TAB>T ..." to DIR/index.tsv after its leading comment,
- * so the pack length travels with the dataset (comments are part of the index format, and every
- * reader skips them: docs/data-format.md). Only for a dataset in prep's staging directory: the
- * file is rewritten in place. Returns 0 or TSR_EXIT_DATA after tsr_error(). */
-int pack_note_index(const char *dir, uint64_t T);
+ * and for preference pairs "# preference_pairs<TAB>N ..." right after it, so the layout travels
+ * with the dataset p wrote (comments are part of the index format, and every reader skips them:
+ * docs/data-format.md). Only for a dataset in prep's staging directory, after its writer closed:
+ * the file is rewritten in place. Returns 0 or TSR_EXIT_DATA after tsr_error(). */
+int pack_note_index(const prep_packer *p, const char *dir);
 
 #endif
