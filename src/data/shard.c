@@ -807,3 +807,11 @@ int dataset_index_note(const char *dir, const char *key, uint64_t *value) {
     fclose(f);
     return found;
 }
+
+int dataset_pairs_for(const char *dir, int T, uint64_t *pairs, uint64_t *packed_T) {
+    *packed_T = 0;
+    if (dataset_index_note(dir, "preference_pairs", pairs) != 1) return 0;
+    if (dataset_index_note(dir, "packed_seq_len", packed_T) != 1 || *packed_T != (uint64_t)T)
+        return -1;
+    return 1;
+}

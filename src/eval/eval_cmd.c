@@ -96,8 +96,9 @@ static int pair_scores(tsr_model *m, batch *b, const char *dir, int64_t limit,
                        const tsr_dist *d, double *accuracy, double *margin, double *pairs) {
     uint64_t np = 0, T = 0;
     *pairs = 0, *accuracy = *margin = NAN;
-    if (dataset_index_note(dir, "preference_pairs", &np) != 1) return 0;
-    if (dataset_index_note(dir, "packed_seq_len", &T) != 1 || T != (uint64_t)b->T) {
+    int found = dataset_pairs_for(dir, b->T, &np, &T);
+    if (found == 0) return 0;
+    if (found < 0) {
         tsr_warn("%s: its preference pairs are packed for seq_len %llu, the model's is %d: pairs "
                  "not scored", dir, (unsigned long long)T, b->T);
         return 0;
@@ -106,8 +107,6 @@ static int pair_scores(tsr_model *m, batch *b, const char *dir, int64_t limit,
     TSR_CHECK(dataset_open(&ds, dir, 1));
     uint64_t n = dataset_n_samples(ds, b->T) / 2;
     if (limit > 0 && (uint64_t)limit / 2 < n) n = (uint64_t)limit / 2;
-    float *losses = tsr_malloc((size_t)b->T * sizeof(float));
-    int32_t *greedy = tsr_malloc((size_t)b->T * sizeof(int32_t));
     double s[3] = {0, 0, 0}; /* chosen ahead, margin, pairs */
     for (uint64_t p = (uint64_t)d->rank; p < n; p += (uint64_t)d->world) {
         double lp[2] = {0, 0};
@@ -115,15 +114,13 @@ static int pair_scores(tsr_model *m, batch *b, const char *dir, int64_t limit,
             if (dataset_read_sample(ds, b->T, 2 * p + (uint64_t)k, b->in, b->tg) < 0)
                 tsr_die(TSR_EXIT_DATA, "%s: cannot read sample %llu", dir,
                         (unsigned long long)(2 * p + (uint64_t)k));
-            model_token_scores(m, b->in, b->tg, 1, b->T, losses, greedy);
-            for (int i = 0; i < b->T; i++) lp[k] -= b->tg[i] >= 0 ? losses[i] : 0.0;
+            model_row_logprobs(m, b->in, b->tg, 1, b->T, &lp[k]);
         }
         s[0] += lp[0] > lp[1];
         s[1] += lp[0] - lp[1];
         s[2] += 1;
     }
     dist_allreduce_sum_f64(s, 3);
-    free(losses), free(greedy);
     dataset_close(ds);
     *pairs = s[2];
     if (s[2] > 0) *accuracy = s[0] / s[2], *margin = s[1] / s[2];

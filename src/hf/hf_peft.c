@@ -18,6 +18,12 @@ static const char *const module_of[TSR_LORA_COUNT] = {"q_proj", "k_proj", "v_pro
 static const char *const parent_of[TSR_LORA_COUNT] = {"self_attn", "self_attn", "self_attn",
                                                       "self_attn", "mlp", "mlp", "mlp"};
 
+/* PEFT's name of layer l's target t adapter matrix (A, or B when is_b) */
+static void peft_name(char *buf, size_t cap, int l, int t, int is_b) {
+    snprintf(buf, cap, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", l, parent_of[t],
+             module_of[t], is_b ? 'B' : 'A');
+}
+
 /* adapter_config.json: LoraConfig's fields as PEFT's save_pretrained writes them (sorted keys) */
 static int write_config(const char *path, const tsr_config *cfg, const tsr_lora *lo) {
     char *text = NULL;
@@ -71,8 +77,7 @@ int hf_export_adapter(const tsr_model *m, const tsr_config *cfg, const struct ts
             size_t at, numel;
             if (!lora_tensor(lo, k, name, shape, &at, &numel)) continue;
             const int t = k / 2;
-            snprintf(names[n], sizeof names[n], "base_model.model.model.layers.%d.%s.%s.lora_%c.weight",
-                     l, parent_of[t], module_of[t], k % 2 ? 'B' : 'A');
+            peft_name(names[n], sizeof names[n], l, t, k % 2);
             st[n] = (st_tensor){.name = names[n], .dtype = o->dtype, .ndim = 2,
                                 .shape = {shape[1], shape[2]},
                                 .src = lo->w + at + (size_t)l * (numel / (size_t)lo->L)};
@@ -181,8 +186,7 @@ int hf_read_adapter(const char *dir, const tsr_config *cfg, struct tsr_lora *lo,
             size_t at, numel;
             if (!lora_tensor(lo, k, name, shape, &at, &numel)) continue;
             const int t = k / 2;
-            snprintf(hf, sizeof hf, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", l,
-                     parent_of[t], module_of[t], k % 2 ? 'B' : 'A');
+            peft_name(hf, sizeof hf, l, t, k % 2);
             const st_entry *e = st_find(&f, hf);
             if (!e) {
                 tsr_error("%s: no tensor %s (this run's model and targets need it)", path, hf);

@@ -784,6 +784,7 @@ static void backward_pass(const tsr_decoder *d, const int32_t *tokens, int B, in
 
 void dec_backward(const tsr_decoder *d, const int32_t *tokens, const int32_t *targets, int B,
                   int T, float loss_scale, void (*ready)(void *ctx, int unit), void *ctx) {
+    (void)train_run(d, B, T, "decoder backward"); /* the shape checked before anything is set */
     if (!d->a->dlogits) { /* an evaluation forward: the loss's gradient over the logits now */
         set_dlosses(d, targets, (size_t)B * (size_t)T, loss_scale);
         xent_grad(d, targets, B * T);
@@ -796,6 +797,7 @@ void dec_backward_weighted(const tsr_decoder *d, const int32_t *tokens, const in
     const tsr_backend *be = d->be;
     tsr_acts *a = d->a;
     const size_t N = (size_t)B * (size_t)T;
+    (void)train_run(d, B, T, "decoder backward");
     if (a->dlogits)
         tsr_die(TSR_EXIT_INTERNAL, "decoder backward: a weighted backward follows an evaluation "
                 "forward (loss scale < 0)");

@@ -288,6 +288,10 @@ void model_token_scores(tsr_model *m, const int32_t *tokens, const int32_t *targ
 void model_backward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
                     float loss_scale);
 
+/* An evaluation forward (model_token_scores); out[b] = row b's log-probability of its targets,
+ * minus the sum of its counted positions' losses, in double (DPO, preference scoring). */
+void model_row_logprobs(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
+                        double *out);
 /* After an evaluation forward: parameter gradients += d(objective) with dlosses[i] (B*T host
  * floats) = d(objective)/d(loss of position i), where targets[i] >= 0 (decoder.h
  * dec_backward_weighted; DPO). */

@@ -1,6 +1,7 @@
 /* model_pass.c — a tsr_model's activations and passes on its fp32 backend: the decoder of
  * decoder.c over the model's flat parameters (or its sharded source). */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
@@ -89,6 +90,22 @@ double model_forward(tsr_model *m, const int32_t *tokens, const int32_t *targets
     tsr_decoder d = decoder_of(m);
     dec_forward(&d, tokens, targets, B, T, -1.0f);
     return dec_loss_sum(&d, targets, B, T);
+}
+
+void model_row_logprobs(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
+                        double *out) {
+    const size_t N = (size_t)B * (size_t)T;
+    float *losses = tsr_malloc(N * sizeof(float));
+    int32_t *greedy = tsr_malloc(N * sizeof(int32_t));
+    model_token_scores(m, tokens, targets, B, T, losses, greedy);
+    for (int b = 0; b < B; b++) {
+        double s = 0;
+        for (int i = 0; i < T; i++)
+            if (targets[(size_t)b * T + i] >= 0) s += losses[(size_t)b * T + i];
+        out[b] = -s;
+    }
+    free(losses);
+    free(greedy);
 }
 
 void model_backward_weighted(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B,

@@ -695,7 +695,14 @@ static int lora_base(tsr_trainer *t, const char *init_arg, const ckpt_meta *meta
     const char *base = init_arg ? init_arg : t->cfg.lora.base[0] ? t->cfg.lora.base
                                                                   : from_ck[0] ? from_ck : NULL;
     int rc = 0;
-    if (base) {
+    char resolved[1200];
+    if (base && !imported(base)) { /* a run directory or `latest`: the file it names now is the
+                                    * base, and is what the run records */
+        if (ckpt_resolve_path(base, resolved, sizeof resolved)) rc = TSR_EXIT_DATA;
+        else base = resolved;
+    }
+    if (rc) {
+    } else if (base) {
         rc = load_weights(t, base);
     } else if (t->dist.rank == 0) {
         tsr_warn("lora.rank = %lld but no base model (lora.base, --init-from): the adapters "
@@ -713,8 +720,13 @@ static int lora_base(tsr_trainer *t, const char *init_arg, const ckpt_meta *meta
     }
     if (!rc) {
         snprintf(t->cfg.lora.base_checksum, sizeof t->cfg.lora.base_checksum, "%s", got);
-        if (base && base != t->cfg.lora.base)
-            snprintf(t->cfg.lora.base, sizeof t->cfg.lora.base, "%s", base);
+        if (base && base != t->cfg.lora.base &&
+            tsr_snprintf(t->cfg.lora.base, sizeof t->cfg.lora.base, "%s", base)) {
+            if (t->dist.rank == 0)
+                tsr_error("lora.base: the base's path %s is longer than lora.base holds (%zu)",
+                          base, sizeof t->cfg.lora.base - 1);
+            rc = TSR_EXIT_USAGE;
+        }
     }
     free(ck);
     return rc;
@@ -780,10 +792,12 @@ static int resume_or_init(tsr_trainer *t, const char *resume_arg, const char *in
     } else if (t->part.lora_on && rc == 1) { /* fresh LoRA run: the base, the adapters from the
                                                 * seed */
         rc = lora_base(t, init_arg, NULL, NULL);
-    } else if (t->part.lora_on) { /* LoRA resume: the adapters, then their base */
+    } else if (t->part.lora_on) { /* LoRA resume: the adapters, then their base (a PEFT
+                                     * directory --init-from named started the run: its base is
+                                     * the one the checkpoint records) */
         if (!rc && !(rc = check_batch(t, meta, path)) && !(rc = apply_meta(t, meta, path, 1))) {
             gather_after_load(t, 1);
-            if (!(rc = lora_base(t, init_arg, meta, path)))
+            if (!(rc = lora_base(t, adapter_dir(init_arg) ? NULL : init_arg, meta, path)))
                 note_start_load(t, "resume", path, st.seconds, st.bytes);
         }
     } else if (rc == 1 && init_arg) { /* fresh run: weights only, step 0 */

@@ -30,14 +30,19 @@ dpo_pair_out dpo_pair(const tsr_config *cfg, double pi_c, double pi_r, double re
     return o;
 }
 
-/* each row's log-probability of its targets: minus the sum of its positions' losses */
-static void row_logps(const float *losses, const int32_t *targets, int B, int T, double *out) {
-    for (int b = 0; b < B; b++) {
-        double s = 0;
-        for (int i = 0; i < T; i++)
-            if (targets[(size_t)b * T + i] >= 0) s += losses[(size_t)b * T + i];
-        out[b] = -s;
-    }
+/* rows (pairs of rows) through the reference (the base: adapters off, no dropout) into ref and
+ * the policy into pol; the policy's forward is the last one (the backward follows it). train:
+ * the policy runs with the dropout of microbatch b (trainer_lora_pass), else without. */
+static void pair_logps(tsr_trainer *t, const int32_t *in, const int32_t *tg, int rows, int train,
+                       int64_t b, double *ref, double *pol) {
+    tsr_model *m = &t->model;
+    tsr_lora *lo = &t->part.lora;
+    lora_set_pass(lo, 0, 0, 0);
+    m->lora = NULL;
+    model_row_logprobs(m, in, tg, rows, t->T, ref);
+    m->lora = lo;
+    if (train) trainer_lora_pass(t, b);
+    model_row_logprobs(m, in, tg, rows, t->T, pol);
 }
 
 double dpo_compute(tsr_trainer *t, float scale) {
@@ -45,23 +50,13 @@ double dpo_compute(tsr_trainer *t, float scale) {
     tsr_lora *lo = &t->part.lora;
     const int B = t->micro, T = t->T;
     const size_t N = (size_t)B * (size_t)T;
-    float *losses = tsr_malloc(N * sizeof(float)), *dl = tsr_malloc(N * sizeof(float));
-    int32_t *greedy = tsr_malloc(N * sizeof(int32_t));
+    float *dl = tsr_malloc(N * sizeof(float));
     double *ref = tsr_malloc((size_t)B * sizeof(double)), *pol = tsr_malloc((size_t)B * sizeof(double));
     double loss_sum = 0.0;
     t->be.ops->zero(lo->g, lo->n * sizeof(float));
     for (int64_t b = 0; b < t->per_rank; b += B) {
         const int32_t *in = t->data.inputs + b * T, *tg = t->data.targets + b * T;
-        /* the reference: the base alone (adapters off, no dropout) */
-        lora_set_pass(lo, 0, 0, 0);
-        m->lora = NULL;
-        model_token_scores(m, in, tg, B, T, losses, greedy);
-        row_logps(losses, tg, B, T, ref);
-        m->lora = lo;
-        /* the policy, with the adapters (and their dropout), kept for the backward */
-        trainer_lora_pass(t, b);
-        model_token_scores(m, in, tg, B, T, losses, greedy);
-        row_logps(losses, tg, B, T, pol);
+        pair_logps(t, in, tg, B, 1, b, ref, pol); /* the policy's activations kept */
         for (int j = 0; j + 1 < B; j += 2) {
             dpo_pair_out o = dpo_pair(&t->cfg, pol[j], pol[j + 1], ref[j], ref[j + 1]);
             /* d(scale x loss) / d(a token's loss) = -scale d loss / d pi of its answer */
@@ -82,23 +77,17 @@ double dpo_compute(tsr_trainer *t, float scale) {
         model_backward_weighted(m, in, tg, B, T, dl);
     }
     lora_set_pass(lo, 0, 0, 0); /* evaluations: no dropout */
-    free(losses), free(dl), free(greedy), free(ref), free(pol);
+    free(dl), free(ref), free(pol);
     return loss_sum;
 }
 
 double dpo_eval(tsr_trainer *t, double *accuracy) {
-    tsr_model *m = &t->model;
-    tsr_lora *lo = &t->part.lora;
     const int T = t->T, B = t->micro, W = t->dist.world;
     uint64_t pairs = dataset_n_samples(t->data.val, T) / 2;
     if (t->cfg.eval_samples > 0 && (uint64_t)t->cfg.eval_samples / 2 < pairs)
         pairs = (uint64_t)t->cfg.eval_samples / 2;
-    const size_t N = (size_t)B * (size_t)T;
-    float *losses = tsr_malloc(N * sizeof(float));
-    int32_t *greedy = tsr_malloc(N * sizeof(int32_t));
     double ref[2 * 64], pol[2 * 64], sums[3] = {0, 0, 0}; /* loss, correct, pairs */
     const int per = B / 2 < 64 ? B / 2 : 64; /* pairs per forward */
-    lora_set_pass(lo, 0, 0, 0);
     /* rank r takes pairs r, r + W, ... in forwards of `per` pairs */
     for (uint64_t p0 = (uint64_t)t->dist.rank * (uint64_t)per; p0 < pairs;
          p0 += (uint64_t)W * (uint64_t)per) {
@@ -108,12 +97,7 @@ double dpo_eval(tsr_trainer *t, double *accuracy) {
                 train_data_read(t->data.val, t->cfg.data.val, T, 2 * p + (uint64_t)k,
                                 t->data.inputs + (size_t)(2 * n + k) * T,
                                 t->data.targets + (size_t)(2 * n + k) * T);
-        m->lora = NULL;
-        model_token_scores(m, t->data.inputs, t->data.targets, 2 * n, T, losses, greedy);
-        row_logps(losses, t->data.targets, 2 * n, T, ref);
-        m->lora = lo;
-        model_token_scores(m, t->data.inputs, t->data.targets, 2 * n, T, losses, greedy);
-        row_logps(losses, t->data.targets, 2 * n, T, pol);
+        pair_logps(t, t->data.inputs, t->data.targets, 2 * n, 0, 0, ref, pol);
         for (int j = 0; j < n; j++) {
             dpo_pair_out o = dpo_pair(&t->cfg, pol[2 * j], pol[2 * j + 1], ref[2 * j],
                                       ref[2 * j + 1]);
@@ -123,7 +107,6 @@ double dpo_eval(tsr_trainer *t, double *accuracy) {
         }
     }
     dist_allreduce_sum_f64(sums, 3);
-    free(losses), free(greedy);
     *accuracy = sums[2] > 0 ? sums[1] / sums[2] : NAN;
     return sums[2] > 0 ? sums[0] / sums[2] : NAN;
 }

@@ -504,8 +504,11 @@ void metrics_log_eval(tsr_trainer *t, double val_loss) {
                val_loss, t->out.val_accuracy);
         fflush(stdout);
         if (t->out.metrics) {
-            fprintf(t->out.metrics, "{\"step\": %lld, \"val_loss\": %.9g, \"val_dpo_accuracy\": "
-                    "%.9g", (long long)t->step, val_loss, t->out.val_accuracy);
+            char vl[32], va[32]; /* null when there were no pairs (NaN) */
+            json_number(vl, sizeof vl, val_loss);
+            json_number(va, sizeof va, t->out.val_accuracy);
+            fprintf(t->out.metrics, "{\"step\": %lld, \"val_loss\": %s, \"val_dpo_accuracy\": %s",
+                    (long long)t->step, vl, va);
             metrics_end_record(t->out.metrics);
         }
         tboard_scalar(t->out.tb, "eval/val_loss", val_loss);

@@ -64,14 +64,15 @@ static int open_dataset(const tsr_trainer *t, tsr_dataset **ds, const char *path
 /* objective = dpo: the dataset at path holds preference pairs packed for this seq_len */
 static int check_pairs(const tsr_trainer *t, const char *path, const char *key) {
     uint64_t pairs = 0, T = 0;
-    if (dataset_index_note(path, "preference_pairs", &pairs) != 1) {
+    int found = dataset_pairs_for(path, t->T, &pairs, &T);
+    if (found == 0) {
         if (t->dist.rank == 0)
             tsr_error("%s = \"%s\": objective = \"dpo\" needs preference pairs (tessera prep "
                       "--format preference --pack SEQ_LEN; docs/dpo.md), and its index.tsv has no "
                       "preference_pairs note", key, path);
         return TSR_EXIT_USAGE;
     }
-    if (dataset_index_note(path, "packed_seq_len", &T) != 1 || T != (uint64_t)t->T) {
+    if (found < 0) {
         if (t->dist.rank == 0)
             tsr_error("%s = \"%s\": its pairs are packed for seq_len %llu, this run has seq_len "
                       "= %d: set seq_len to it (or prep again with --pack %d)", key, path,

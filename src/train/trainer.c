@@ -135,7 +135,11 @@ static void lora_zero_grads(tsr_trainer *t) {
 }
 
 static double lora_compute(tsr_trainer *t, float scale) {
-    if (t->cfg.objective == TSR_OBJ_DPO) return dpo_compute(t, scale); /* (train/dpo.h) */
+    if (t->cfg.objective == TSR_OBJ_DPO) { /* (train/dpo.h) */
+        double s = dpo_compute(t, scale);
+        nan_fault(t);
+        return s;
+    }
     return cpu_compute(t, scale, lora_zero_grads);
 }
 

@@ -40,7 +40,7 @@ LLAMA = dict(name="llama", tokenizer="",
                         vocab_multiple=128, norm='"rmsnorm"', pos='"rope"', mlp='"swiglu"',
                         intermediate_size=80, bias="false", tie_embeddings="false",
                         init_std=0.1))
-PLAN = 2 + 5 + 3 + 3 + 3
+PLAN = 2 + 5 + 3 + 3 + 4
 
 
 def st_arrays(path):
@@ -78,6 +78,7 @@ def run(tap):
             tap.diag((out + out1 + out2)[-3000:])
             return
         peft, merged, plain = (os.path.join(tmp, d) for d in ("peft", "merged", "plain"))
+        last_base = sorted(f for f in os.listdir(base) if f.startswith("step-"))[-1]
         exp = [X.TESSERA, "ckpt", "export", "--format", "hf", "--tokenizer", "none"]
         ra, oa = X.run(exp + ["--adapter", lora, peft])
         rm, om = X.run(exp + ["--merge", lora, merged])
@@ -94,7 +95,7 @@ def run(tap):
                 "inference_mode": True, "init_lora_weights": True, "modules_to_save": None,
                 "layers_to_transform": None, "layers_pattern": None, "use_rslora": False,
                 "use_dora": False, "rank_pattern": {}, "alpha_pattern": {}, "revision": None,
-                "base_model_name_or_path": base}
+                "base_model_name_or_path": os.path.join(base, last_base)}
         bad = {k: cj.get(k, "<absent>") for k, v in want.items() if cj.get(k, "<absent>") != v}
         tap.ok(not bad, f"adapter_config.json: {len(want)} fields as PEFT writes them"
                         f"{'; differ: ' + str(bad) if bad else ''}")
@@ -184,6 +185,14 @@ def run(tap):
                    f"tessera eval of the LoRA checkpoint {want} (within 1e-6)")
         if not ok:
             tap.diag((o4 + o5)[-2000:])
+        # the same command again (a requeue): it resumes from the run's checkpoint, the base being
+        # the one the checkpoint records (the PEFT directory is not a model)
+        r8, o8 = X.run(X.MPIRUN + [X.TRAIN, "--config", cfg, "--init-from", peft, "--set",
+                                   f"run_dir={again}"] + sum((["--set", s] for s in lsets + evs), []))
+        tap.ok(r8 == 0 and "checkpoint resume" in o8, f"the same command again resumes from the "
+                                                      f"run's checkpoint (exit {r8})")
+        if r8 != 0:
+            tap.diag(o8[-1500:])
         bad = os.path.join(tmp, "bad")
         r6, o6 = X.run([X.TRAIN, "--config", cfg, "--init-from", peft, "--set", f"run_dir={bad}",
                         "--set", f"lora.rank={2 * R}", "--set", f"lora.alpha={ALPHA}",

@@ -47,7 +47,7 @@ for d in D2 Z2 Z4 H4 Q4; do
 done
 tap_check $ok "LoRA with dropout: ddp 2 ranks, zero3 2 and 4, hsdp 2x2, zero1 4 + block checkpointing equal 1 rank within 1e-6 (runs exit $rc)"
 
-/usr/bin/python3 - "$TMP/A/step-00000012.h5" "$TMP/A/config.cfg" "$TMP/base" <<'PY'
+/usr/bin/python3 - "$TMP/A/step-00000012.h5" "$TMP/A/config.cfg" "$TMP/base/step-00000012.h5" <<'PY'
 import sys, h5py, re
 f = h5py.File(sys.argv[1], "r")
 names = []
@@ -60,7 +60,7 @@ crc = re.search(r'base_checksum = "(crc32c:[0-9a-f]{8})"', cfg)
 print("# datasets:", len(names), "base:", base and base.group(1), "checksum:", crc and crc.group(1))
 sys.exit(0 if set(names) == want and base and base.group(1) == sys.argv[3] and crc else 1)
 PY
-tap_check $? "the checkpoint holds the 14 adapters and their moments only (no base tensor); config.cfg names the base and its crc32c"
+tap_check $? "the checkpoint holds the 14 adapters and their moments only (no base tensor); config.cfg names the base (the file its run dir named) and its crc32c"
 
 TSR_FAULT=kill:6:1 run B 2 --set parallel.sharding=zero3
 rc=$?
@@ -122,10 +122,14 @@ tap_check $? "evaluation runs with the adapters applied (its loss differs from t
 
 "$TOOL" eval --ckpt "$TMP/V" --val "$TMP/data/train" -s eval_samples=16 -o "$TMP/V.json" >"$TMP/Veval.txt" 2>&1
 rc=$?
+# the checkpoints of zero3 and hsdp runs (their base checksum combined over 4 ranks' parts) load in
+# the tools, which check it as one CRC over the whole base
+"$TOOL" eval --ckpt "$TMP/Z4" --val "$TMP/data/train" -s eval_samples=8 >>"$TMP/Veval.txt" 2>&1 &&
+    "$TOOL" eval --ckpt "$TMP/H4" --val "$TMP/data/train" -s eval_samples=8 >>"$TMP/Veval.txt" 2>&1 || rc=1
 ml=$(grep -o '"loss": [0-9.]*' "$TMP/V.json" 2>/dev/null | head -1 | awk '{print $2}')
 "$TOOL" generate --ckpt "$TMP/V" --prompt-ids "1 2 3" --max-tokens 8 --seed 1 >"$TMP/gen.txt" 2>&1
 rcg=$?
 tap_diag "tessera eval of the LoRA checkpoint (merged): $ml; the trainer's (adapters beside the base): $vl; generate exit $rcg"
 [[ $rc == 0 && $rcg == 0 && -n $ml ]] && /usr/bin/python3 -c "import sys; sys.exit(0 if abs($ml - $vl) <= 1e-5 * abs($vl) else 1)"
-tap_check $? "tessera eval of the LoRA checkpoint (base from lora.base, adapters merged) equals the trainer's evaluation within 1e-5; generate runs from it"
+tap_check $? "tessera eval of the LoRA checkpoint (base from lora.base, adapters merged) equals the trainer's evaluation within 1e-5; the zero3 and hsdp runs' checkpoints load too (their base checksum is the tools'); generate runs from it"
 tap_done
