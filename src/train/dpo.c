@@ -7,7 +7,6 @@
 
 #include "common.h"
 #include "train/train_data.h"
-#include "train/trainer.h"
 
 /* log sigmoid(x), stable for either sign */
 static double log_sigmoid(double x) { return x >= 0 ? -log1p(exp(-x)) : x - log1p(exp(x)); }

@@ -55,3 +55,13 @@ int trainer_param_decays(const tsr_optim_config *o, tsr_param_kind kind) {
     if (kind == TSR_PK_NORM || kind == TSR_PK_BIAS) return o->decay_norms_biases;
     return 1;
 }
+
+/* LoRA's dropout in microbatch b of this rank's batch (model/model_lora.h): the key of the step's
+ * data batch and the global row number of the microbatch's first row, so that a row's mask does
+ * not depend on the rank count */
+void trainer_lora_pass(tsr_trainer *t, int64_t b) {
+    if (!t->part.lora_on) return;
+    int64_t d = t->step + t->data.data_offset;
+    uint64_t key = tsr_rand_u64((uint64_t)t->cfg.seed, 0x64726F70ull /* "drop" */, (uint64_t)d);
+    lora_set_pass(&t->part.lora, 1, key, ((int64_t)t->dist.rank * t->per_rank + b) * t->T);
+}

@@ -167,4 +167,9 @@ void trainer_full_weights(tsr_trainer *t, int on);
  * end-of-run sample of a sharded GPU run after its shards are pulled). */
 void trainer_host_weights(tsr_trainer *t, int on);
 
+/* LoRA: the dropout of microbatch b of this rank's batch in the current step (model_lora.h
+ * lora_set_pass): the step's data batch gives the key, the global row of the microbatch's first
+ * row the row numbers. No-op without LoRA. */
+void trainer_lora_pass(tsr_trainer *t, int64_t b);
+
 #endif

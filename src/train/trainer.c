@@ -90,15 +90,6 @@ static void moe_stats_add(tsr_trainer *t, const int32_t *tg, float scale) {
     if (t->out.moe) model_moe_stats_add(&t->model, tg, t->micro, t->T, scale, t->out.moe);
 }
 
-/* LoRA's dropout in microbatch b of this rank's batch (model/model_lora.h): the key of the step's
- * data batch and the global row number of the microbatch's first row, so that a row's mask does
- * not depend on the rank count */
-void trainer_lora_pass(tsr_trainer *t, int64_t b) {
-    if (!t->part.lora_on) return;
-    int64_t d = t->step + t->data.data_offset;
-    uint64_t key = tsr_rand_u64((uint64_t)t->cfg.seed, 0x64726F70ull /* "drop" */, (uint64_t)d);
-    lora_set_pass(&t->part.lora, 1, key, ((int64_t)t->dist.rank * t->per_rank + b) * t->T);
-}
 
 /* CPU: the microbatches' forward and backward (the gradients accumulate), after zero. */
 static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer *)) {

@@ -51,11 +51,6 @@ void trainer_free(tsr_trainer *t);
 int trainer_sample(tsr_trainer *t, const int32_t *prompt, int n_prompt, int n_new, uint64_t seed,
                    int32_t *out);
 
-/* LoRA: the dropout of microbatch b of this rank's batch in the current step (model_lora.h
- * lora_set_pass): the step's data batch gives the key, the global row of the microbatch's first
- * row the row numbers. No-op without LoRA. */
-void trainer_lora_pass(tsr_trainer *t, int64_t b);
-
 /* Learning-rate multiplier at 0-based step s of S with W warmup steps (docs/training.md):
  * s < W: (s+1)/W; then p = (s-W)/max(1, S-W) and cosine: a + (1-a)(1+cos(pi p))/2,
  * linear: 1 - (1-a) p, constant: 1. */
