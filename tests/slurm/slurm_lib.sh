@@ -47,6 +47,17 @@ slurm_install_up() {
         "$PREFIX/share/tessera/configs/healthcheck.cfg" >"$TESSERA_HC_CONFIG"
     [[ $(grep -cE '^ *[sd]gemm *= *\{ expected = 1\.0; ' "$TESSERA_HC_CONFIG") == 2 ]] ||
         { echo "Bail out! the installed healthcheck.cfg has no CPU sgemm = 10.0 / dgemm = 5.0 lines to lower"; exit 1; }
+    # The CPU burns shortened too: quick 0.5 s, full 4 s (installed: 2 s, 20 s). The wrappers and
+    # the hook run a quick check at every job start and end (prolog, preflight, epilog) and on
+    # each HealthCheckProgram call, and a full one in some preflights and sweeps; what these tests
+    # check is what the wrappers and the hook do with the verdicts, never how long a burn lasts.
+    # A shorter burn still verifies every GEMM call against its exact reference (at least one per
+    # precision: the injected corrupt_gemm flips an element of the first), and --full still
+    # measures memory bandwidth and runs the all-reduce. The shipped quick burn on a busy node is
+    # what tests/healthcheck/test_hc_quick50.sh guards.
+    sed -i -E 's/^( *quick_burn_s *= *)2\.0;/\10.5;/; s/^( *full_burn_s *= *)20\.0;/\14.0;/' "$TESSERA_HC_CONFIG"
+    [[ $(grep -cE '^ *(quick_burn_s *= *0\.5|full_burn_s *= *4\.0);' "$TESSERA_HC_CONFIG") == 2 ]] ||
+        { echo "Bail out! the installed healthcheck.cfg has no CPU quick_burn_s = 2.0 / full_burn_s = 20.0 lines to shorten"; exit 1; }
     local kv
     for kv in "$@"; do export "${kv?}"; done
     export SLURM_TEST_HOOK_ENV="TESSERA_HC_DEFAULTS=$HC_DEFAULTS TESSERA_HC_LOG=$HC_LOG TESSERA_HC_CONFIG=$TESSERA_HC_CONFIG"

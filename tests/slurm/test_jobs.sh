@@ -12,6 +12,11 @@
 #  - a straggling rank: the trainer's watchdog exits 86, the hook sweeps the node with the real
 #    tessera-healthcheck (a fault injected on that node), excludes it, requeues; the run finishes;
 #  - the prolog/epilog wrappers installed as the cluster's Prolog=/Epilog= let jobs run.
+# Jobs that fit beside each other on the two nodes (2 CPUs each) run at once: the USR1 and the
+# SIGKILL jobs (each driven by its own background watcher of its own run), and the MAX_RESTARTS job
+# beside the config-error, TSR_PREFLIGHT and array-task jobs (its check comes after theirs). No
+# check depends on another job's timing. The uninterrupted run (its speed sizes the time-limit
+# run), the time-limit run and the straggler run alone.
 # Needs root and the Slurm packages (./INSTALL); skips otherwise. Stops the cluster it started.
 # shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
@@ -116,17 +121,16 @@ tap_check $? "metrics.jsonl has every step; the log names the module's binary an
 ms=$(grep -o '[0-9.]* ms/step average' "full-$j.log" | cut -d' ' -f1)
 tap_diag "uninterrupted run: ${ms:-?} ms/step"
 
-# 2. scancel --signal=USR1 --batch mid-run
+# 2 and 3 at once: each job takes one CPU of both nodes. Each signal is sent by a background watcher
+# of that job's own run (its metrics.jsonl, its ranks' environment); the checks follow, in order.
 job usr1
-j=$(submit usr1.sbatch)
-wait_step "$TMP/run-usr1" 150 90 && scancel --signal=USR1 --batch "$j"
-st=$(wait_done "$j" 180)
-[[ $st == COMPLETED && $(field "$j" Restarts) == 1 ]] && grep -q 'received SIGUSR1' "usr1-$j.log" &&
-    grep -q 'step exited with 85' "usr1-$j.log" && grep -q 'SLURM_RESTART_COUNT=1' "usr1-$j.log" &&
-    grep -q '^checkpoint resume step' "usr1-$j.log"
-tap_check $? "USR1 to the batch shell: forwarded, checkpoint, exit 85, requeued, resumed, $st (Restarts=$(field "$j" Restarts))"
-same_run "$TMP/run-usr1"
-tap_check $? "after the USR1 requeue: every loss and the final weights and optimizer state equal the uninterrupted run bit for bit"
+job kill
+ju=$(submit usr1.sbatch)
+jk=$(submit kill.sbatch)
+
+# 2. scancel --signal=USR1 --batch mid-run
+{ wait_step "$TMP/run-usr1" 150 90 && scancel --signal=USR1 --batch "$ju"; } &
+watch_usr1=$!
 
 # 3. SIGKILL of rank 1 (found by its job id and rank in /proc, never by name)
 #    The pid is looked up as soon as the rank runs (a /proc scan under load takes seconds, and the
@@ -142,17 +146,33 @@ rank_pid() {
     done
     return 1
 }
-job kill
-j=$(submit kill.sbatch)
-pid=
-end=$((SECONDS + 90))
-until pid=$(rank_pid "$j" 1) || ((SECONDS > end)); do sleep 0.2; done
-if [[ -n $pid ]] && wait_step "$TMP/run-kill" 250 90 && kill -0 "$pid" 2>/dev/null; then
-    kill -9 "$pid"
-else
-    tap_diag "rank 1 of job $j: pid '${pid}', step 250 not seen or the rank already gone"
-    pid=
-fi
+# kill_rank1 JOB: the watcher of job 3; writes the pid it killed (none: empty) to $TMP/kill.pid
+kill_rank1() {
+    local pid='' end=$((SECONDS + 90))
+    until pid=$(rank_pid "$1" 1) || ((SECONDS > end)); do sleep 0.2; done
+    if [[ -n $pid ]] && wait_step "$TMP/run-kill" 250 90 && kill -0 "$pid" 2>/dev/null; then
+        kill -9 "$pid"
+    else
+        tap_diag "rank 1 of job $1: pid '${pid}', step 250 not seen or the rank already gone"
+        pid=
+    fi
+    echo "$pid" >"$TMP/kill.pid"
+}
+kill_rank1 "$jk" &
+watch_kill=$!
+wait "$watch_usr1" "$watch_kill"
+
+j=$ju
+st=$(wait_done "$j" 180)
+[[ $st == COMPLETED && $(field "$j" Restarts) == 1 ]] && grep -q 'received SIGUSR1' "usr1-$j.log" &&
+    grep -q 'step exited with 85' "usr1-$j.log" && grep -q 'SLURM_RESTART_COUNT=1' "usr1-$j.log" &&
+    grep -q '^checkpoint resume step' "usr1-$j.log"
+tap_check $? "USR1 to the batch shell: forwarded, checkpoint, exit 85, requeued, resumed, $st (Restarts=$(field "$j" Restarts))"
+same_run "$TMP/run-usr1"
+tap_check $? "after the USR1 requeue: every loss and the final weights and optimizer state equal the uninterrupted run bit for bit"
+
+j=$jk
+pid=$(cat "$TMP/kill.pid")
 st=$(wait_done "$j" 180)
 [[ -n $pid && $st == COMPLETED && $(field "$j" Restarts) == 1 ]] && grep -q 'crashed' "kill-$j.log" &&
     grep -q 'checkpoint resume step [23]00' "kill-$j.log"
@@ -166,7 +186,9 @@ tap_check $? "after the crash: every checkpoint left verifies, no temporary file
 #    50 s of steps at the measured speed). slurmctld checks time limits every 30 s and sends the
 #    signal at the first check less than 75 + 30 s before the limit: 15-45 s after the start, after
 #    the batch shell is up (a limit so short that the check can fall on the launch itself loses the
-#    signal, which Slurm sends once). The run may be requeued more than once.
+#    signal, which Slurm sends once). The run may be requeued more than once. It runs alone:
+#    every start after a requeue gets about 16 s before the signal, so another job's load costs
+#    it whole starts (30 s each).
 n=$(/usr/bin/python3 -c "print(max(1000, int(50000 / max(float('${ms:-15}'), 1)) // 100 * 100))")
 job limit WALLTIME=2 STOP_SECONDS=75
 sed -i "s|--set threads=|--set max_duration=${n}ba --set threads=|" limit.sbatch
@@ -184,14 +206,19 @@ tap_check $rc "--time=2 --signal=B:USR1@75, $n steps: checkpoint before the limi
 all_valid "$TMP/run-limit"
 tap_check $? "after the time-limit requeues: every checkpoint verifies"
 
-# 5. MAX_RESTARTS ends a requeue loop
+# 5. MAX_RESTARTS ends a requeue loop. This job runs beside 6, 6a and 6b (it takes one CPU of
+#    each node, they the other): a background lane submits it, sends the USR1 once its run logged
+#    step 50 and waits for its end; its check follows theirs.
 job loop
-j=$(submit --export=ALL,MAX_RESTARTS=0 loop.sbatch)
-wait_step "$TMP/run-loop" 50 90 && scancel --signal=USR1 --batch "$j"
-st=$(wait_done "$j" 120)
-[[ $st == FAILED && $(field "$j" Restarts) == 1 && $(field "$j" ExitCode) == 3:0 ]] &&
-    grep -q 'more than MAX_RESTARTS=0: not starting again' "loop-$j.log"
-tap_check $? "MAX_RESTARTS=0: the requeued start refuses to run, says why, exits 3 ($st, ExitCode $(field "$j" ExitCode))"
+loop_lane() {
+    local j
+    j=$(submit --export=ALL,MAX_RESTARTS=0 loop.sbatch)
+    echo "$j" >"$TMP/loop.job"
+    wait_step "$TMP/run-loop" 50 90 && scancel --signal=USR1 --batch "$j"
+    wait_done "$j" 120 >"$TMP/loop.state"
+}
+loop_lane &
+lane_loop=$!
 
 # 6. a config error is not requeued; this job runs the default preflight (TSR_PREFLIGHT unset:
 #    --full over both nodes, all-reduce between them) and passes it
@@ -241,6 +268,14 @@ second=$(grep -o 'start restart=1 node=n[12]' "sweep-${j}_3.log" | grep -o 'n[12
 [[ $st == COMPLETED && -n $first && -n $second && $first != "$second" && $(field "${j}_3" ExcNodeList) == "$first" ]] &&
     grep -q "id=${j}_3" "sweep-${j}_3.log" && grep -q "unhealthy nodes: $first" "sweep-${j}_3.log"
 tap_check $? "exit 86 in array task ${j}_3: sweep found $first unhealthy, requeued with ExcNodeList=$(field "${j}_3" ExcNodeList), reran on ${second:-?} ($st)"
+
+# 5. (the check) MAX_RESTARTS=0
+wait "$lane_loop"
+j=$(cat "$TMP/loop.job")
+st=$(cat "$TMP/loop.state")
+[[ $st == FAILED && $(field "$j" Restarts) == 1 && $(field "$j" ExitCode) == 3:0 ]] &&
+    grep -q 'more than MAX_RESTARTS=0: not starting again' "loop-$j.log"
+tap_check $? "MAX_RESTARTS=0: the requeued start refuses to run, says why, exits 3 ($st, ExitCode $(field "$j" ExitCode))"
 
 # 6c. a straggler end to end: rank 1 sleeps in every step (first start only) -> watchdog: checkpoint,
 #     exit 86 -> the hook's sweep runs the installed tessera-healthcheck --full, which fails the node

@@ -4,6 +4,8 @@
 #                        contractions, punctuation, combining marks, added tokens inside text,
 #                        Gemma 3's crossing "> </", BOM, empty, invalid UTF-8, Latin-1
 #   hf_random_texts DIR  16 seeded random files (seed 4242) and 4000-code-point pieces without spaces
+#   decode_lines IDS DIR TOKENIZER FILES...  DIR/BASENAME(FILE k) = `tessera tokenizer decode` of
+#                        line k of IDS: what one decode per line writes, from three runs in all
 
 hf_edge_texts() {
     mkdir -p "$1"
@@ -45,4 +47,56 @@ hf_random_texts() {
       const a = [...cs]; let t = ""; for (let i = 0; i < 4000; i++) t += a[rnd(a.length)];
       fs.writeFileSync(process.argv[1] + "/long_" + name, t);
     }' "$1"
+}
+
+# decode_lines IDS DIR TOKENIZER FILES...: writes DIR/${FILE##*/} = `tessera tokenizer decode
+# --tokenizer TOKENIZER` of line k of IDS for the k-th FILE (IDS may go on), byte for byte what one decode per line
+# writes, without loading the tokenizer once per line (a second or more for a large tokenizer.json).
+# decode decodes each FILE argument on its own (src/tokenizer/tokenizer_cmd.c: run_decode per file,
+# the tokenizer read-only), so one run over the lines with a separator between each two writes
+# d1 S d2 S ... S dn, where S is the separator's own decode: the ids of the one-byte text "\x01",
+# decoded alone. When S holds the byte 0x01 exactly once and the output exactly n - 1 times, no dk
+# holds it: cutting the output at each 0x01 and taking off the bytes of S before and after it gives
+# each dk exactly. Otherwise (a line that decodes to 0x01, a tokenizer without that byte) it falls
+# back to one decode per line, and says so.
+decode_lines() {
+    local ids=$1 dir=$2 j=$3 p=$2.lines k f args=()
+    shift 3
+    mkdir -p "$dir" "$p"
+    printf '\x01' >"$p/sep.txt"
+    "$TOOL" tokenizer encode --tokenizer "$j" "$p/sep.txt" >"$p/sep.ids"
+    "$TOOL" tokenizer decode --tokenizer "$j" "$p/sep.ids" >"$p/sep.out"
+    awk -v p="$p" -v n=$# 'NR <= n { f = p "/" NR ".ids"; print > f; close(f) }' "$ids"
+    for ((k = 1; k <= $#; k++)); do
+        ((k > 1)) && args+=("$p/sep.ids")
+        args+=("$p/$k.ids")
+    done
+    if (($(wc -l <"$ids") >= $#)) && "$TOOL" tokenizer decode --tokenizer "$j" "${args[@]}" >"$p/all.out" &&
+        "$PY3" - "$p/sep.out" "$p/all.out" "$dir" "${@##*/}" <<'PY'
+import os, sys
+sep, out, d, names = open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read(), sys.argv[3], sys.argv[4:]
+if sep.count(b"\x01") != 1 or out.count(b"\x01") != len(names) - 1:
+    sys.exit(1)
+pre, post = sep.split(b"\x01")
+pieces = out.split(b"\x01")
+for k, piece in enumerate(pieces):
+    if k > 0:
+        if not piece.startswith(post): sys.exit(1)
+        piece = piece[len(post):]
+    if k < len(pieces) - 1:
+        if not piece.endswith(pre): sys.exit(1)
+        piece = piece[:len(piece) - len(pre)]
+    pieces[k] = piece
+for name, piece in zip(names, pieces):
+    open(os.path.join(d, name), "wb").write(piece)
+PY
+    then
+        return 0
+    fi
+    tap_diag "decode_lines: no single run for $ids (separator decodes to $(od -An -c "$p/sep.out" | tr -s ' ')): one decode per line"
+    k=0
+    for f in "$@"; do
+        k=$((k + 1))
+        sed -n "${k}p" "$ids" | "$TOOL" tokenizer decode --tokenizer "$j" - >"$dir/${f##*/}"
+    done
 }

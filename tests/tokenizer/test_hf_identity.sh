@@ -33,33 +33,68 @@ edge=("$E"/*)
 hf_random_texts "$R"
 rand=("$R"/*)
 
-for model in llama3 qwen3 llama2 gemma3; do
-    J=$MODELS/$model/tokenizer.json
-    node "$REF" "$HFJS" "$MODELS/$model" "${brown[@]}" > "$TMP/brown.$model.ref"
-    enc "$J" "${brown[@]}" > "$TMP/brown.$model.tsr"
+models=(llama3 qwen3 llama2 gemma3)
+all=("${brown[@]}" "${edge[@]}" "${rand[@]}")
+# the reference (transformers.js) for every model on all the files, in the background, two node
+# processes at a time (each writes only its own $TMP/all.MODEL.ref, so the order they run in changes
+# nothing); the longest first: llama2, gemma3, qwen3, llama3
+ref_queue() {
+    local m
+    for m in "$@"; do
+        while (($(jobs -rp | wc -l) >= 2)); do wait -n; done
+        node "$REF" "$HFJS" "$MODELS/$m" "${all[@]}" >"$TMP/all.$m.ref" 2>"$TMP/all.$m.err" &
+    done
+    wait
+}
+ref_queue llama2 gemma3 qwen3 llama3 &
+queue=$!
+# meanwhile tessera: the encodes (one run per model, one line per file as node's), and the round
+# trips decode(encode(x)) == x (one encode and decode_lines per model). SentencePiece-style: Gemma 3
+# as is, Llama 2 with its prepended space stripped again by the decoder's Strip; not over added
+# tokens for them (Llama 2 prepends a space to the text after each one, as transformers.js does)
+for model in "${models[@]}"; do
+    enc "$MODELS/$model/tokenizer.json" "${all[@]}" > "$TMP/all.$model.tsr"
+done
+rt_models=(llama3 gemma3 llama2)
+rt_files() { # rt_files MODEL: sets `rt`, the files of MODEL's round trip, and `extra`, the last one
+    extra=$E/added
+    [[ $1 == llama3 ]] || extra=$E/contractions
+    rt=("${brown[@]:0:20}" "$E/scripts" "$E/emoji" "$E/cjk" "$E/whitespace" "$extra")
+}
+for model in "${rt_models[@]}"; do
+    rt_files "$model"
+    enc "$MODELS/$model/tokenizer.json" "${rt[@]}" > "$TMP/rt.$model.ids"
+    decode_lines "$TMP/rt.$model.ids" "$TMP/rt.$model" "$MODELS/$model/tokenizer.json" "${rt[@]}"
+done
+wait "$queue"
+
+# lines 1..500 of all.MODEL.* are Brown's files, then the adversarial, then the random ones
+part() { # part FROM COUNT FILE: COUNT lines from line FROM
+    sed -n "$1,$(($1 + $2 - 1))p" "$3"
+}
+nb=${#brown[@]} ne=${#edge[@]} nr=${#rand[@]}
+for model in "${models[@]}"; do
+    [[ -s $TMP/all.$model.err ]] && sed "s/^/# $model: node: /" "$TMP/all.$model.err"
+    for x in ref tsr; do
+        part 1 "$nb" "$TMP/all.$model.$x" > "$TMP/brown.$model.$x"
+        part $((nb + 1)) "$ne" "$TMP/all.$model.$x" > "$TMP/edge.$model.$x"
+        part $((nb + ne + 1)) "$nr" "$TMP/all.$model.$x" > "$TMP/rand.$model.$x"
+    done
+    [[ $(wc -l < "$TMP/all.$model.ref") == $((nb + ne + nr)) ]] ||
+        tap_diag "$model: node wrote $(wc -l < "$TMP/all.$model.ref") lines for $((nb + ne + nr)) files"
     same_lines "$model brown" "$TMP/brown.$model.ref" "$TMP/brown.$model.tsr" "${brown[@]}"
     tap_check $? "$model: Brown corpus, ${#brown[@]} files, $(wc -w < "$TMP/brown.$model.ref") tokens identical to transformers.js"
-    node "$REF" "$HFJS" "$MODELS/$model" "${edge[@]}" > "$TMP/edge.$model.ref"
-    enc "$J" "${edge[@]}" > "$TMP/edge.$model.tsr"
     same_lines "$model edge" "$TMP/edge.$model.ref" "$TMP/edge.$model.tsr" "${edge[@]}"
     tap_check $? "$model: adversarial text (${#edge[@]} files: scripts, emoji/ZWJ, CJK, digit runs, whitespace, contractions, punctuation, combining marks, added tokens, invalid UTF-8) identical"
-    node "$REF" "$HFJS" "$MODELS/$model" "${rand[@]}" > "$TMP/rand.$model.ref"
-    enc "$J" "${rand[@]}" > "$TMP/rand.$model.tsr"
     same_lines "$model random" "$TMP/rand.$model.ref" "$TMP/rand.$model.tsr" "${rand[@]}"
     tap_check $? "$model: random text (${#rand[@]} files incl. 4000-code-point pieces, seed 4242) identical"
 done
 
-# round trips: decode(encode(x)) == x. SentencePiece-style: Gemma 3 as is, Llama 2 with its
-# prepended space stripped again by the decoder's Strip; not over added tokens for them (Llama 2
-# prepends a space to the text after each one, as transformers.js does)
-for model in llama3 gemma3 llama2; do
-    extra=$E/added
-    [[ $model == llama3 ]] || extra=$E/contractions
+for model in "${rt_models[@]}"; do
+    rt_files "$model"
     rt_ok=0
-    for f in "${brown[@]:0:20}" "$E/scripts" "$E/emoji" "$E/cjk" "$E/whitespace" "$extra"; do
-        enc "$MODELS/$model/tokenizer.json" "$f" |
-            "$TOOL" tokenizer decode --tokenizer "$MODELS/$model/tokenizer.json" - | cmp -s - "$f" ||
-            { tap_diag "$model round trip differs: $f"; rt_ok=1; }
+    for f in "${rt[@]}"; do
+        cmp -s "$TMP/rt.$model/${f##*/}" "$f" || { tap_diag "$model round trip differs: $f"; rt_ok=1; }
     done
     tap_check $rt_ok "$model: decode(encode(x)) == x (Brown files, scripts, emoji, CJK, whitespace, ${extra##*/})"
 done
