@@ -147,10 +147,12 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
     char how[160] = "";
     if (zero1) snprintf(how, sizeof how, " (ZeRO-1: sharded over %d ranks)", t->dist.world);
     if (c->sharding == TSR_SHARD_ZERO3)
-        snprintf(how, sizeof how, " (ZeRO-3: all state sharded over %d ranks)", t->part.fsdp_group);
+        snprintf(how, sizeof how, " (ZeRO-3: %s sharded over %d ranks)",
+                 lora ? "the frozen base" : "all state", t->part.fsdp_group);
     if (c->sharding == TSR_SHARD_HSDP)
-        snprintf(how, sizeof how, " (HSDP: all state sharded over groups of %d ranks, %d "
-                 "replicas)", t->part.fsdp_group, t->dist.world / t->part.fsdp_group);
+        snprintf(how, sizeof how, " (HSDP: %s sharded over groups of %d ranks, %d replicas)",
+                 lora ? "the frozen base" : "all state", t->part.fsdp_group,
+                 t->dist.world / t->part.fsdp_group);
     printf("memory per rank (fp32): weights %s, grads %s, AdamW %s%s, communication buffers %s, "
            "activations %s per microbatch of %d x %d; total %s\n",
            w, g, opt, how, comm, acts, t->micro, t->T, tot);
@@ -533,9 +535,10 @@ void metrics_finish(tsr_trainer *t) {
     if (t->dist.rank != 0) return;
     double avg = t->out.steps_run > 1 ? t->out.time_sum / (double)(t->out.steps_run - 1) : 0;
     if (t->out.steps_run > 1)
-        printf("done: %lld steps, %lld tokens, %.1f ms/step average (steps %lld..%lld, this "
-               "process's after its first)\n", (long long)t->step, (long long)t->tokens_seen,
-               1e3 * avg, (long long)(t->step - t->out.steps_run + 2), (long long)t->step);
+        /* a count, not a step range: a guard rollback makes this process run steps again */
+        printf("done: %lld steps, %lld tokens, %.1f ms/step average (over the %lld steps this "
+               "process ran after its first)\n", (long long)t->step, (long long)t->tokens_seen,
+               1e3 * avg, (long long)(t->out.steps_run - 1));
     else
         printf("done: %lld steps, %lld tokens (%lld run by this process: no average)\n",
                (long long)t->step, (long long)t->tokens_seen, (long long)t->out.steps_run);
