@@ -172,7 +172,7 @@ typedef struct tsr_config {
         int64_t rank;         /* r: the adapters' inner width */
         double alpha;         /* the adapter path's scale is alpha / r */
         double dropout;       /* on the adapter path's input, in [0, 1) */
-        char targets[128];    /* "q,k,v,o,gate,up,down", a subset */
+        char targets[128];    /* "all-linear", or a subset of "q,k,v,o,gate,up,down" */
         char base[1024];      /* the frozen base model: a checkpoint, run dir or Hugging Face
                                * directory; "" = --init-from's (or the seed's weights) */
         char base_checksum[32]; /* "crc32c:XXXXXXXX" of the base's weights as loaded: written

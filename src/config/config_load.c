@@ -697,6 +697,13 @@ const char *config_lora_target_name(int t) {
 int config_lora_targets(const tsr_model_config *m, const char *s, unsigned *mask, char *why,
                         size_t cap) {
     *mask = 0;
+    const unsigned mlp = 1u << TSR_LORA_GATE | 1u << TSR_LORA_UP | 1u << TSR_LORA_DOWN;
+    if (strcmp(s, "all-linear") == 0) { /* PEFT's name: every projection this model can adapt */
+        *mask = (1u << TSR_LORA_COUNT) - 1;
+        if (m->moe_experts > 0) *mask &= ~mlp;
+        else if (m->mlp != TSR_MLP_SWIGLU) *mask &= ~(1u << TSR_LORA_GATE | 1u << TSR_LORA_UP);
+        return 0;
+    }
     const char *p = s;
     for (;;) {
         size_t n = strcspn(p, ",");
@@ -706,8 +713,9 @@ int config_lora_targets(const tsr_model_config *m, const char *s, unsigned *mask
         for (int k = 0; k < TSR_LORA_COUNT && t < 0; k++)
             if (strlen(lora_target_names[k]) == n && strncmp(p, lora_target_names[k], n) == 0) t = k;
         if (t < 0) {
-            snprintf(why, cap, "\"%.*s\" is not a target: expected a comma-separated list of q, "
-                     "k, v, o, gate, up, down", (int)(n < 64 ? n : 64), p);
+            snprintf(why, cap, "\"%.*s\" is not a target: expected \"all-linear\" or a "
+                     "comma-separated list of q, k, v, o, gate, up, down",
+                     (int)(n < 64 ? n : 64), p);
             return -1;
         }
         if (*mask & (1u << t)) {
@@ -719,7 +727,6 @@ int config_lora_targets(const tsr_model_config *m, const char *s, unsigned *mask
         if (!*p) break;
         p++;
     }
-    const unsigned mlp = 1u << TSR_LORA_GATE | 1u << TSR_LORA_UP | 1u << TSR_LORA_DOWN;
     if (m->moe_experts > 0 && (*mask & mlp)) {
         snprintf(why, cap, "gate, up and down are not targets in a mixture-of-experts model yet "
                  "(the experts take no adapters): name attention targets (q, k, v, o) only");

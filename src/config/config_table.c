@@ -352,10 +352,11 @@ const cfgtab_key cfgtab_keys[] = {
      .doc = "LoRA: dropout on the adapter path's input during training (PEFT's lora_dropout); "
             "off in evaluation."},
     {.name = "lora.targets", .type = CFGK_STRING, FIELD(lora.targets),
-     .def = "q,k,v,o,gate,up,down", .ilo = 1,
-     .doc = "LoRA: the projections that get an adapter, comma-separated: `q`, `k`, `v` (the "
-            "attention inputs), `o` (its output), `gate`, `up`, `down` (the MLP: a SwiGLU MLP has "
-            "all three, a GELU MLP `down` only so far, a MoE model's experts none)."},
+     .def = "all-linear", .ilo = 1,
+     .doc = "LoRA: the projections that get an adapter: `all-linear` (PEFT's name: every one "
+            "this model can adapt) or a comma-separated list of `q`, `k`, `v` (the attention "
+            "inputs), `o` (its output), `gate`, `up`, `down` (the MLP: a SwiGLU MLP has all "
+            "three, a GELU MLP `down` only so far, a MoE model's experts none)."},
     {.name = "lora.base", .type = CFGK_STRING, FIELD(lora.base), .def = "", .ilo = 0,
      .doc = "LoRA: the frozen base model: a checkpoint, a run directory or a Hugging Face "
             "directory; \"\" = the one --init-from names, else the seed's initial weights (a "

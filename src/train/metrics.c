@@ -138,9 +138,18 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
         char saved[32], fulls[32];
         metrics_human_bytes(saved, sizeof saved, full - total);
         metrics_human_bytes(fulls, sizeof fulls, full);
+        char names[64] = "", why[160];
+        unsigned mask = 0; /* the config check accepted the list */
+        config_lora_targets(&c->model, c->lora.targets, &mask, why, sizeof why);
+        for (int k = 0; k < TSR_LORA_COUNT; k++)
+            if (mask >> k & 1u) {
+                size_t o = strlen(names);
+                snprintf(names + o, sizeof names - o, "%s%s", o ? "," : "",
+                         config_lora_target_name(k));
+            }
         printf("lora: r=%lld alpha=%g dropout=%g targets=%s; %zu adapter parameters (%.3f%% of "
                "the base's %zu, frozen); memory per rank %s less than full finetuning (%s)\n",
-               (long long)c->lora.rank, c->lora.alpha, c->lora.dropout, c->lora.targets,
+               (long long)c->lora.rank, c->lora.alpha, c->lora.dropout, names,
                t->part.lora.n, 100.0 * (double)t->part.lora.n / (double)m->n_params_counted,
                m->n_params_counted, saved, fulls);
     }

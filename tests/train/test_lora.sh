@@ -19,7 +19,7 @@
 #    from it.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 11
+tap_plan 12
 make_synth "$TMP/data"
 args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --set data.tokenizer=
       --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
@@ -110,6 +110,14 @@ grep "^lora:" "$TMP/P.txt" | sed 's/^/# /'
 [[ $rc == 0 ]] && grep -q "^lora: r=4 alpha=8 dropout=0.1 targets=q,k,v,o,gate,up,down; 7424 adapter parameters .* less than full finetuning" "$TMP/P.txt" &&
     grep -q "grads 29.0 KiB, AdamW 58.0 KiB (ZeRO-3: the frozen base sharded over 4 ranks)" "$TMP/P.txt" && [[ ! -e $TMP/P ]]
 tap_check $? "--plan 4 with zero3: the adapters (7424 parameters), their gradients and AdamW state only (the base sharded), the memory saved"
+
+# the default targets, all-linear, are what the model has: a GELU MLP (GPT-2) takes down only
+"$TRAIN" --config "$TSR_ROOT/configs/tiny.cfg" --set data.train="$TMP/data/train" --set data.val= \
+    --set data.tokenizer= --set eval_interval=0ba --set lora.rank=4 --set run_dir="$TMP/PG" --plan 1 >"$TMP/PG.txt" 2>&1
+rc=$?
+grep "^lora:" "$TMP/PG.txt" | sed 's/^/# /'
+[[ $rc == 0 ]] && grep -q "^lora: r=4 alpha=16 dropout=0 targets=q,k,v,o,down; " "$TMP/PG.txt" && [[ ! -e $TMP/PG ]]
+tap_check $? "lora.targets = all-linear (the default) on a GELU model: q, k, v, o and down (exit $rc)"
 
 # the trained adapters change the model: evaluation through the trainer's eval on the same data
 run V 1 --set data.val="$TMP/data/train" --set eval_interval=12ba --set eval_samples=16 --set max_duration=12ba
