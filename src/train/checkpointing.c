@@ -746,7 +746,19 @@ static int lora_from_peft(tsr_trainer *t, const char *dir) {
     if (worst) return (int)(rc ? rc : TSR_EXIT_DATA);
     const char *base = t->cfg.lora.base[0] ? t->cfg.lora.base : NULL;
     struct stat st;
-    if (!base && named[0] && stat(named, &st) == 0) base = named;
+    /* whether the named base is a path here, agreed by all ranks (node-local paths differ) */
+    int here[2] = {!base && named[0] && stat(named, &st) == 0, 0};
+    here[1] = here[0];
+    dist_allreduce_min_int(&here[0], 1);
+    dist_allreduce_max_int(&here[1], 1);
+    if (here[0] != here[1]) {
+        if (t->dist.rank == 0)
+            tsr_error("--init-from %s: the adapter's base \"%s\" is a path on some ranks and not "
+                      "on others (node-local storage?): set lora.base to a path every rank can "
+                      "read", dir, named);
+        return TSR_EXIT_USAGE;
+    }
+    if (here[0]) base = named;
     if (!base) {
         if (t->dist.rank == 0)
             tsr_error("--init-from %s: a PEFT adapter needs its base model: set lora.base to it "

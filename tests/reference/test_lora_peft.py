@@ -23,6 +23,7 @@ Run: TESTS=test_lora_peft bash tests/run.sh
 """
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -40,7 +41,7 @@ LLAMA = dict(name="llama", tokenizer="",
                         vocab_multiple=128, norm='"rmsnorm"', pos='"rope"', mlp='"swiglu"',
                         intermediate_size=80, bias="false", tie_embeddings="false",
                         init_std=0.1))
-PLAN = 2 + 5 + 3 + 3 + 4
+PLAN = 2 + 5 + 3 + 3 + 6
 
 
 def st_arrays(path):
@@ -193,6 +194,35 @@ def run(tap):
                                                       f"run's checkpoint (exit {r8})")
         if r8 != 0:
             tap.diag(o8[-1500:])
+        # no lora.base: the base is the adapter's base_model_name_or_path, a path here. Read when
+        # every rank sees it; refused on all ranks at once when one does not (node-local storage:
+        # rank 1's own mount namespace hides the base's directory under a tmpfs)
+        sets = sum((["--set", s] for s in lsets + evs if not s.startswith("lora.base=")), [])
+        named, hid = os.path.join(tmp, "named"), os.path.join(tmp, "hidden")
+        r9, o9 = X.run(X.MPIRUN + [X.TRAIN, "--config", cfg, "--init-from", peft, "--set",
+                                   f"run_dir={named}"] + sets)
+        tap.ok(r9 == 0 and os.path.join(base, last_base) in open(
+                   os.path.join(named, "config.cfg")).read() if r9 == 0 else False,
+               f"--init-from the PEFT directory without lora.base on 2 ranks: the base is the "
+               f"adapter's base_model_name_or_path (exit {r9})")
+        if r9 != 0:
+            tap.diag(o9[-1500:])
+        cmd = [X.TRAIN, "--config", cfg, "--init-from", peft, "--set", f"run_dir={hid}"] + sets
+        hide = ["unshare", "-m", "sh", "-c", 'mount -t tmpfs tsr-hide "$0" && exec "$@"', base]
+        if os.geteuid() != 0 or not shutil.which("unshare"):
+            print(f"ok {tap.n + 1} - a base seen by rank 0 only # SKIP needs root and unshare",
+                  flush=True)
+            tap.n += 1
+        else:
+            # (without the agreement rank 0 went on into a collective alone: a hang, hence timeout)
+            r10, o10 = X.run(["timeout", "120"] + X.MPIRUN[:-2] + ["-np", "1"] + cmd +
+                             [":", "-np", "1"] + hide + cmd)
+            tap.ok(r10 == 1 and "is a path on some ranks and not on others" in o10 and
+                   not os.path.exists(hid), f"a base that rank 1 cannot see (its mount namespace "
+                                            f"hides it): every rank refuses, exit {r10}, nothing "
+                                            f"written")
+            if r10 != 1:
+                tap.diag(o10[-1500:])
         bad = os.path.join(tmp, "bad")
         r6, o6 = X.run([X.TRAIN, "--config", cfg, "--init-from", peft, "--set", f"run_dir={bad}",
                         "--set", f"lora.rank={2 * R}", "--set", f"lora.alpha={ALPHA}",
