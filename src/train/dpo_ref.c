@@ -131,8 +131,8 @@ static int read_file(tsr_trainer *t, const char *path, const dpo_ref_header *wan
     }
     fclose(f);
     if (bad || why[0]) {
-        tsr_error("%s: the stored DPO reference (dpo.reference = \"precomputed\") does not belong "
-                  "to this run: %s. It was computed from the initial model at the run's start and "
+        tsr_error("%s: the stored DPO reference (dpo.reference = \"precomputed\") cannot be used "
+                  "by this run: %s. It was computed from the initial model at the run's start and "
                   "cannot be computed again on a resume (the model has moved on): restore the "
                   "run's own file and data, or start a new run_dir", path, bad ? bad : why);
         return TSR_EXIT_DATA;
