@@ -53,7 +53,8 @@ static void pair_logps(tsr_trainer *t, const int32_t *in, const int32_t *tg, int
 }
 
 /* The pairs [p0, p0 + n) of ds into rows 0 .. 2n - 1 of the batch buffers. */
-static void read_pairs(tsr_trainer *t, const tsr_dataset *ds, const char *name, uint64_t p0, int n) {
+static void read_pairs(tsr_trainer *t, const tsr_dataset *ds, const char *name, uint64_t p0,
+                       int n) {
     for (int j = 0; j < 2 * n; j++)
         train_data_read(ds, name, t->T, 2 * p0 + (uint64_t)j, t->data.inputs + (size_t)j * t->T,
                         t->data.targets + (size_t)j * t->T);

@@ -223,12 +223,12 @@ static int commit(tsr_trainer *t, const char *what, double seconds) {
     if (rc || t->dist.rank != 0) return rc ? TSR_EXIT_DATA : 0;
     char size[32];
     metrics_human_bytes(size, sizeof size, (double)bytes);
+    const double pairs = (double)(t->dpo_ref.n_train + t->dpo_ref.n_val);
     if (seconds >= 0)
         printf("dpo reference: forward-only pass of the initial model over %llu train + %llu "
                "validation pairs in %.2f s (%.1f pairs/s), stored in %s (%s)\n",
                (unsigned long long)t->dpo_ref.n_train, (unsigned long long)t->dpo_ref.n_val,
-               seconds, (double)(t->dpo_ref.n_train + t->dpo_ref.n_val) / (seconds > 0 ? seconds : 1e-9),
-               path, size);
+               seconds, pairs / (seconds > 0 ? seconds : 1e-9), path, size);
     else
         printf("dpo reference: %s written into run_dir as %s (%s)\n", what, path, size);
     if (t->out.metrics) {
@@ -244,7 +244,8 @@ static int commit(tsr_trainer *t, const char *what, double seconds) {
 
 int dpo_ref_build(tsr_trainer *t) {
     if (!t->dpo_ref.on) return 0;
-    if (t->dpo_ref.loaded) return t->dpo_ref.copy ? commit(t, "the resumed checkpoint's", -1) : 0;
+    if (t->dpo_ref.loaded)
+        return t->dpo_ref.copy ? commit(t, "the file read beside the resumed checkpoint", -1) : 0;
     double t0 = tsr_now();
     t->dpo_ref.n_train = dataset_n_samples(t->data.train, t->T) / 2;
     t->dpo_ref.n_val = dpo_val_pairs(t);

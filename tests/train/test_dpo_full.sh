@@ -2,7 +2,7 @@
 # DPO with a precomputed reference (dpo.reference = "precomputed"; docs/dpo.md; issue 27): full
 # finetuning of a tiny Llama-style model from the seed's weights on the preference pairs of
 # tests/reference/test_dpo.py, through the real trainer on MPI ranks:
-#  - 1 rank, ddp and zero1 on 2, zero3 on 2 agree within 1e-5 at every step (test_dpo.sh's
+#  - 1 rank, ddp, zero1 and zero3 on 2, hsdp 2x2 agree within 1e-5 at every step (test_dpo.sh's
 #    tolerance, for the reason its header gives), and their stored reference files are the same
 #    bytes (the pass runs the same forwards on any rank count); the log reports the pass's time;
 #  - rank 1 SIGKILLed after step 6 of the 2-rank run: the rerun resumes from step 4, reads the
@@ -11,11 +11,12 @@
 #  - LoRA with dpo.reference = "precomputed" equals dpo.reference = "base" within 1e-6 (the adapters
 #    start at B = 0: the initial model is the base; the same maths computed two ways);
 #  - a resume whose stored file belongs to another dataset, is damaged, or is missing is refused
-#    (exit 2, naming the file and what did not match) and writes nothing into run_dir.
+#    (exit 2, naming the file and what did not match) and writes nothing into run_dir;
+#  - --resume a checkpoint of another run_dir takes the file beside it and writes it into run_dir.
 # (dpo.reference = "base" without LoRA is refused in test_dpo.sh.)
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 7
+tap_plan 8
 mk_pairs() {
     (cd "$TSR_ROOT/tests/reference" && /usr/bin/python3 -c "
 import sys, test_dpo
@@ -45,14 +46,15 @@ snapshot() { (cd "$1" && find . -type f -exec md5sum {} + | sort); }
 tap_check $? "full finetuning on 1 rank (dpo.reference auto = precomputed): the pass and its time in the log and metrics.jsonl, $ref stored"
 tap_diag "$(grep "dpo reference" "$TMP/F1.txt")"
 
-run F2 2 && run O2 2 --set parallel.sharding=zero1 && run Z2 2 --set parallel.sharding=zero3
+run F2 2 && run O2 2 --set parallel.sharding=zero1 && run Z2 2 --set parallel.sharding=zero3 &&
+    run H4 4 --set parallel.sharding=hsdp --set parallel.replica_group=2
 rc=$?
 ok=$rc
-for d in F2 O2 Z2; do
+for d in F2 O2 Z2 H4; do
     tap_diag "$d vs 1 rank: $(close F1 "$d" 1e-5)"
     close F1 "$d" 1e-5 >/dev/null && cmp -s "$TMP/F1/$ref" "$TMP/$d/$ref" || ok=1
 done
-tap_check $ok "ddp 2 ranks, zero1 2, zero3 2 equal 1 rank within 1e-5 and store the same reference bytes (runs exit $rc)"
+tap_check $ok "ddp 2 ranks, zero1 2, zero3 2, hsdp 2x2 equal 1 rank within 1e-5 and store the same reference bytes (runs exit $rc)"
 
 /usr/bin/python3 - "$TMP/F1/metrics.jsonl" <<'PY'
 import sys, json, math
@@ -113,4 +115,12 @@ tap_check $? "a resume whose stored reference belongs to another dataset ($r1), 
 ok=0
 for x in X1 X2 X3; do cmp -s "$TMP/$x.before" <(snapshot "$TMP/$x") || { tap_diag "$x changed"; ok=1; }; done
 tap_check $ok "the refused starts wrote nothing into run_dir"
+
+run R 1 --resume "$TMP/F1/step-00000008.h5"
+rc=$?
+[[ $rc == 0 ]] && grep -q "dpo reference: read $TMP/F1/$ref" "$TMP/R.txt" &&
+    grep -q "written into run_dir as $TMP/R/$ref" "$TMP/R.txt" && cmp -s "$TMP/F1/$ref" "$TMP/R/$ref" &&
+    ! grep -q "forward-only pass" "$TMP/R.txt" &&
+    cmp -s <(final_lines "$TMP/F1/metrics.jsonl" | tail -2) <(final_lines "$TMP/R/metrics.jsonl")
+tap_check $? "--resume a checkpoint of another run_dir (exit $rc): its stored reference is read and copied into run_dir; steps 9, 10 equal the original's"
 tap_done
