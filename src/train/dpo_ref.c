@@ -175,8 +175,6 @@ static void bcast_doubles(double *buf, uint64_t n) {
 }
 
 int dpo_ref_load(tsr_trainer *t) {
-    t->dpo_ref.on = t->cfg.objective == TSR_OBJ_DPO &&
-                    t->cfg.dpo.reference == TSR_DPO_REF_PRECOMPUTED;
     if (!t->dpo_ref.on || strcmp(t->out.start_load.what, "resume") != 0) return 0;
     char path[1300];
     int64_t rc = t->dist.rank == 0 ? load_rank0(t, path, sizeof path) : 0;

@@ -15,7 +15,9 @@
  *            "seed N", with LoRA the base's checksum), each char[1024], '\0'-terminated
  *   values   f64 (train pairs, 2): chosen, rejected; then f64 (validation pairs, 2)
  *   trailer  u32 CRC32C of everything before it
- * Written by rank 0 to dpo-reference.bin.tmp, fsynced, renamed into place. */
+ * Written by rank 0 to dpo-reference.bin.tmp, fsynced, renamed into place. A driver that runs
+ * steps must call both below (trainer_open_run_dir does): dpo_compute stops with an internal
+ * error when the values are missing, rather than take the moving policy as its reference. */
 #ifndef TSR_DPO_REF_H
 #define TSR_DPO_REF_H
 
@@ -23,10 +25,10 @@
 
 #define DPO_REF_FILE "dpo-reference.bin"
 
-/* Decides t->dpo_ref.on from the config (dpo.reference resolved already: trainer_init). On a
- * resume (the checkpoint read: t->out.start_load.what = "resume"), reads run_dir's stored
- * reference (else the one beside the checkpoint read, copied into run_dir by dpo_ref_build) and
- * checks it against this run: seq_len, data.train's and data.val's index checksum and pair
+/* With t->dpo_ref.on (set by trainer_init, which resolves dpo.reference = auto), on a resume
+ * (the checkpoint read: t->out.start_load.what = "resume"): reads run_dir's stored reference
+ * (else the one beside the checkpoint read, copied into run_dir by dpo_ref_build) and checks it
+ * against this run: seq_len, data.train's and data.val's index checksum and pair
  * counts. 0, or TSR_EXIT_DATA after rank 0 named the file and what did not match. Writes nothing:
  * called before run_dir is opened. Collective; nothing without a precomputed reference. */
 int dpo_ref_load(tsr_trainer *t);

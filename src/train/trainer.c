@@ -446,6 +446,8 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
         t->cfg.dpo.reference = cfg->lora.rank > 0 ? TSR_DPO_REF_BASE : TSR_DPO_REF_PRECOMPUTED;
     if (cfg->objective == TSR_OBJ_DPO && t->cfg.dpo.reference == TSR_DPO_REF_BASE)
         t->out.flops_per_token += 2.0 * (double)t->model.n_params_counted;
+    t->dpo_ref.on = cfg->objective == TSR_OBJ_DPO &&
+                    t->cfg.dpo.reference == TSR_DPO_REF_PRECOMPUTED; /* (train/dpo_ref.h) */
     if (t->model.E)
         t->out.moe = tsr_calloc((size_t)t->model.LM * (size_t)(2 + t->model.E), sizeof(double));
     TSR_CHECK(check_int_counts(t, dry_run));
