@@ -43,6 +43,11 @@ typedef enum { TSR_DEVICE_CPU = 0, TSR_DEVICE_CUDA, TSR_DEVICE_COUNT } tsr_devic
 /* what the trainer minimises: next-token cross-entropy, or DPO on preference pairs (docs/dpo.md) */
 typedef enum { TSR_OBJ_LM = 0, TSR_OBJ_DPO, TSR_OBJ_COUNT } tsr_objective_kind;
 typedef enum { TSR_DPO_SIGMOID = 0, TSR_DPO_IPO, TSR_DPO_LOSS_COUNT } tsr_dpo_loss_kind;
+/* DPO's reference model (docs/dpo.md): auto = base with LoRA, else precomputed; base = the base
+ * with the adapters off (LoRA only); precomputed = the initial model's log-probabilities of every
+ * pair, computed before step 1 and stored in run_dir (train/dpo_ref.h) */
+typedef enum { TSR_DPO_REF_AUTO = 0, TSR_DPO_REF_BASE, TSR_DPO_REF_PRECOMPUTED,
+               TSR_DPO_REF_COUNT } tsr_dpo_ref_kind;
 typedef enum { TSR_SHARD_DDP = 0, TSR_SHARD_ZERO1, TSR_SHARD_ZERO3, TSR_SHARD_HSDP, TSR_SHARD_COUNT } tsr_sharding_kind;
 
 typedef struct tsr_model_config {
@@ -167,6 +172,7 @@ typedef struct tsr_config {
         double beta;          /* the KL strength: z = beta ((pi_c - ref_c) - (pi_r - ref_r)) */
         tsr_dpo_loss_kind loss;
         double label_smoothing; /* sigmoid: the share of pairs whose preference is flipped */
+        tsr_dpo_ref_kind reference; /* the trainer resolves auto (trainer_init) */
     } dpo;
     struct {                  /* LoRA adapters (docs/lora.md); rank 0 = full finetuning */
         int64_t rank;         /* r: the adapters' inner width */

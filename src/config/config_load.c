@@ -324,8 +324,9 @@ static const char *const cross_rules[] = {
     "`device = \"cuda\"` needs a build with the CUDA backend.",
     "`parallel.expert` above 1 needs a MoE model (`model.moe_experts` a multiple of it) on "
     "`device = \"cpu\"`, and divides the rank count (checked at start).",
-    "`objective = \"dpo\"` needs `lora.rank` > 0, an even `micro_batch` (not `\"auto\"`), "
-    "no `data.mix` and a dense model; `global_batch / W` is even (checked at start).",
+    "`objective = \"dpo\"` needs an even `micro_batch` (not `\"auto\"`), no `data.mix`, a "
+    "dense model and `device = \"cpu\"`; `global_batch / W` is even (checked at start); "
+    "`dpo.reference = \"base\"` needs `lora.rank` > 0.",
     "With `lora.rank` above 0: `lora.targets` names each of q, k, v, o, gate, up, down at most "
     "once (gate and up with `model.mlp = \"swiglu\"`; no MLP target in a MoE model), on "
     "`device = \"cpu\"` with `parallel.expert = 1`. `lora.base_checksum` is \"\" or "
@@ -397,10 +398,15 @@ static void validate_lora(load_ctx *c) {
                   sizeof at), cs);
         c->errors++;
     }
-    if (g->objective == TSR_OBJ_DPO && g->lora.rank == 0) {
-        tsr_error("%sobjective = \"dpo\" needs LoRA (lora.rank > 0): the reference model is the "
-                  "base with the adapters off; a separate reference for full finetuning is not "
-                  "written yet (docs/dpo.md)", where(c, "objective", at, sizeof at));
+    if (g->objective == TSR_OBJ_DPO && g->lora.rank == 0 && g->dpo.reference == TSR_DPO_REF_BASE) {
+        tsr_error("%sdpo.reference = \"base\" needs LoRA (lora.rank > 0): the base is the model "
+                  "with the adapters off; full finetuning takes dpo.reference = \"precomputed\" "
+                  "(or \"auto\"; docs/dpo.md)", where(c, "dpo.reference", at, sizeof at));
+        c->errors++;
+    }
+    if (g->objective == TSR_OBJ_DPO && g->device == TSR_DEVICE_CUDA) {
+        tsr_error("%sobjective = \"dpo\" runs on device = \"cpu\" only so far (docs/dpo.md): "
+                  "set device = \"cpu\"", where(c, "objective", at, sizeof at));
         c->errors++;
     }
     if (g->objective == TSR_OBJ_DPO && (g->micro_batch == 0 || g->micro_batch % 2 != 0)) {

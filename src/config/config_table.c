@@ -42,6 +42,8 @@ static const char *const objective_names[] = {"lm", "dpo"};
 _Static_assert(NELEM(objective_names) == TSR_OBJ_COUNT, "objective_names vs tsr_objective_kind");
 static const char *const dpo_loss_names[] = {"sigmoid", "ipo"};
 _Static_assert(NELEM(dpo_loss_names) == TSR_DPO_LOSS_COUNT, "dpo_loss_names vs tsr_dpo_loss_kind");
+static const char *const dpo_ref_names[] = {"auto", "base", "precomputed"};
+_Static_assert(NELEM(dpo_ref_names) == TSR_DPO_REF_COUNT, "dpo_ref_names vs tsr_dpo_ref_kind");
 _Static_assert(NELEM(sched_names) == TSR_SCHED_COUNT, "sched_names vs tsr_sched_kind");
 static const char *const shard_names[] = {"ddp", "zero1", "zero3", "hsdp"};
 _Static_assert(NELEM(shard_names) == TSR_SHARD_COUNT, "shard_names vs tsr_sharding_kind");
@@ -327,7 +329,7 @@ const cfgtab_key cfgtab_keys[] = {
      ENUM(objective_names),
      .doc = "What training minimises: `lm`, next-token cross-entropy over the target tokens; "
             "`dpo`, Direct Preference Optimization on preference pairs (`tessera prep --format "
-            "preference`), with LoRA: the reference model is the base with the adapters off "
+            "preference`), with LoRA or full finetuning; the reference model: `dpo.reference` "
             "(docs/dpo.md)."},
     {.name = "dpo.beta", .type = CFGK_FLOAT, FIELD(dpo.beta), .def = "0.1", .lo = 0, .lo_open = 1,
      NO_MAX,
@@ -340,6 +342,13 @@ const cfgtab_key cfgtab_keys[] = {
      .lo = 0, .hi = 0.5, .hi_open = 1,
      .doc = "DPO, sigmoid loss: the assumed share of pairs whose preference is wrong (cDPO): "
             "-(1-e) log sigmoid(z) - e log sigmoid(-z)."},
+    {.name = "dpo.reference", .type = CFGK_ENUM, FIELD(dpo.reference), .def = "auto",
+     ENUM(dpo_ref_names),
+     .doc = "DPO: the reference model. `base`, the base with the LoRA adapters off (LoRA only; "
+            "one more forward per microbatch); `precomputed`, the initial model's "
+            "log-probabilities of every pair, computed by a forward-only pass before step 1 and "
+            "stored in `run_dir/dpo-reference.bin` (a resume reads them); `auto`, `base` with "
+            "LoRA, else `precomputed` (docs/dpo.md)."},
 
     {.name = "lora.rank", .type = CFGK_INT, FIELD(lora.rank), .def = "0", .ilo = 0, .ihi = 4096,
      .doc = "LoRA (docs/lora.md): the rank r of the low-rank adapters trained beside the frozen "

@@ -29,33 +29,69 @@ dpo_pair_out dpo_pair(const tsr_config *cfg, double pi_c, double pi_r, double re
     return o;
 }
 
-/* rows (pairs of rows) through the reference (the base: adapters off, no dropout) into ref and
- * the policy into pol; the policy's forward is the last one (the backward follows it). train:
- * the policy runs with the dropout of microbatch b (trainer_lora_pass), else without. */
+/* rows (pairs of rows) into ref (the reference) and pol (the policy); the policy's forward is the
+ * last one (the backward follows it). stored (dpo.reference = precomputed): the reference of the
+ * pair of rows 2j, 2j+1 is stored[2 pair[j]], stored[2 pair[j] + 1], no forward; NULL: the base,
+ * adapters off, no dropout. train: the policy runs with the dropout of microbatch b
+ * (trainer_lora_pass), else without. */
 static void pair_logps(tsr_trainer *t, const int32_t *in, const int32_t *tg, int rows, int train,
-                       int64_t b, double *ref, double *pol) {
+                       int64_t b, const double *stored, const uint64_t *pair, double *ref,
+                       double *pol) {
     tsr_model *m = &t->model;
     tsr_lora *lo = &t->part.lora;
-    lora_set_pass(lo, 0, 0, 0);
-    m->lora = NULL;
-    model_row_logprobs(m, in, tg, rows, t->T, ref);
-    m->lora = lo;
+    if (stored) {
+        for (int j = 0; j < rows / 2; j++)
+            ref[2 * j] = stored[2 * pair[j]], ref[2 * j + 1] = stored[2 * pair[j] + 1];
+    } else {
+        lora_set_pass(lo, 0, 0, 0);
+        m->lora = NULL;
+        model_row_logprobs(m, in, tg, rows, t->T, ref);
+        m->lora = lo;
+    }
     if (train) trainer_lora_pass(t, b);
     model_row_logprobs(m, in, tg, rows, t->T, pol);
+}
+
+/* The pairs [p0, p0 + n) of ds into rows 0 .. 2n - 1 of the batch buffers. */
+static void read_pairs(tsr_trainer *t, const tsr_dataset *ds, const char *name, uint64_t p0,
+                       int n) {
+    for (int j = 0; j < 2 * n; j++)
+        train_data_read(ds, name, t->T, 2 * p0 + (uint64_t)j, t->data.inputs + (size_t)j * t->T,
+                        t->data.targets + (size_t)j * t->T);
+}
+
+void dpo_reference_logps(tsr_trainer *t, const tsr_dataset *ds, const char *name, uint64_t pairs,
+                         double *out) {
+    const int per = t->micro / 2, W = t->dist.world; /* pairs per forward */
+    memset(out, 0, (size_t)pairs * 2 * sizeof(double));
+    lora_set_pass(&t->part.lora, 0, 0, 0); /* no dropout (no-op without LoRA) */
+    /* forward c, pairs [c per, (c + 1) per), runs on rank c mod W: the same rows in every
+     * forward whatever W, and each value is computed on one rank (the others add zeros) */
+    for (uint64_t p0 = (uint64_t)t->dist.rank * (uint64_t)per; p0 < pairs;
+         p0 += (uint64_t)W * (uint64_t)per) {
+        int n = pairs - p0 < (uint64_t)per ? (int)(pairs - p0) : per;
+        read_pairs(t, ds, name, p0, n);
+        model_row_logprobs(&t->model, t->data.inputs, t->data.targets, 2 * n, t->T, out + 2 * p0);
+    }
+    dist_allreduce_sum_f64(out, (size_t)pairs * 2);
 }
 
 double dpo_compute(tsr_trainer *t, float scale) {
     tsr_model *m = &t->model;
     tsr_lora *lo = &t->part.lora;
     const int B = t->micro, T = t->T;
+    if (t->dpo_ref.on && !t->dpo_ref.train)
+        tsr_die(TSR_EXIT_INTERNAL, "dpo: the precomputed reference was not loaded before step 1");
     const size_t N = (size_t)B * (size_t)T;
     float *dl = tsr_malloc(N * sizeof(float));
     double *ref = tsr_malloc((size_t)B * sizeof(double)), *pol = tsr_malloc((size_t)B * sizeof(double));
+    uint64_t *pair = tsr_malloc((size_t)B / 2 * sizeof *pair);
     double loss_sum = 0.0;
-    t->be.ops->zero(lo->g, lo->n * sizeof(float));
     for (int64_t b = 0; b < t->per_rank; b += B) {
         const int32_t *in = t->data.inputs + b * T, *tg = t->data.targets + b * T;
-        pair_logps(t, in, tg, B, 1, b, ref, pol); /* the policy's activations kept */
+        for (int j = 0; j < B / 2; j++) pair[j] = t->data.row_sample[b + 2 * j] / 2;
+        pair_logps(t, in, tg, B, 1, b, t->dpo_ref.train, pair, ref, pol); /* the policy's
+                                                                           * activations kept */
         for (int j = 0; j + 1 < B; j += 2) {
             dpo_pair_out o = dpo_pair(&t->cfg, pol[j], pol[j + 1], ref[j], ref[j + 1]);
             /* d(scale x loss) / d(a token's loss) = -scale d loss / d pi of its answer */
@@ -76,27 +112,36 @@ double dpo_compute(tsr_trainer *t, float scale) {
         model_backward_weighted(m, in, tg, B, T, dl);
     }
     lora_set_pass(lo, 0, 0, 0); /* evaluations: no dropout */
-    free(dl), free(ref), free(pol);
+    free(dl), free(ref), free(pol), free(pair);
     return loss_sum;
 }
 
-double dpo_eval(tsr_trainer *t, double *accuracy) {
-    const int T = t->T, B = t->micro, W = t->dist.world;
-    uint64_t pairs = dataset_n_samples(t->data.val, T) / 2;
+uint64_t dpo_val_pairs(const tsr_trainer *t) {
+    if (!t->data.val) return 0;
+    uint64_t pairs = dataset_n_samples(t->data.val, t->T) / 2;
     if (t->cfg.eval_samples > 0 && (uint64_t)t->cfg.eval_samples / 2 < pairs)
         pairs = (uint64_t)t->cfg.eval_samples / 2;
+    return pairs;
+}
+
+double dpo_eval(tsr_trainer *t, double *accuracy) {
+    const int B = t->micro, W = t->dist.world;
+    const uint64_t pairs = dpo_val_pairs(t);
     double ref[2 * 64], pol[2 * 64], sums[3] = {0, 0, 0}; /* loss, correct, pairs */
+    uint64_t pair[64];
     const int per = B / 2 < 64 ? B / 2 : 64; /* pairs per forward */
-    /* rank r takes pairs r, r + W, ... in forwards of `per` pairs */
+    const double *stored = t->dpo_ref.on ? t->dpo_ref.val : NULL;
+    if (t->dpo_ref.on && (!stored || t->dpo_ref.n_val < pairs))
+        tsr_die(TSR_EXIT_INTERNAL, "dpo: the precomputed reference holds %llu validation pairs, "
+                "the evaluation takes %llu", (unsigned long long)t->dpo_ref.n_val,
+                (unsigned long long)pairs);
+    /* rank r takes pairs r per, (r + W) per, ... in forwards of `per` pairs */
     for (uint64_t p0 = (uint64_t)t->dist.rank * (uint64_t)per; p0 < pairs;
          p0 += (uint64_t)W * (uint64_t)per) {
-        int n = 0;
-        for (uint64_t p = p0; p < pairs && n < per; p++, n++)
-            for (int k = 0; k < 2; k++)
-                train_data_read(t->data.val, t->cfg.data.val, T, 2 * p + (uint64_t)k,
-                                t->data.inputs + (size_t)(2 * n + k) * T,
-                                t->data.targets + (size_t)(2 * n + k) * T);
-        pair_logps(t, t->data.inputs, t->data.targets, 2 * n, 0, 0, ref, pol);
+        int n = pairs - p0 < (uint64_t)per ? (int)(pairs - p0) : per;
+        read_pairs(t, t->data.val, t->cfg.data.val, p0, n);
+        for (int j = 0; j < n; j++) pair[j] = p0 + (uint64_t)j;
+        pair_logps(t, t->data.inputs, t->data.targets, 2 * n, 0, 0, stored, pair, ref, pol);
         for (int j = 0; j < n; j++) {
             dpo_pair_out o = dpo_pair(&t->cfg, pol[2 * j], pol[2 * j + 1], ref[2 * j],
                                       ref[2 * j + 1]);

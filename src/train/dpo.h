@@ -3,8 +3,10 @@
  * A microbatch holds whole pairs: rows 2j (the prompt and the chosen answer) and 2j+1 (the same
  * prompt and the rejected one), as `tessera prep --format preference` lays them out and the pair
  * sampler keeps them. For each pair, with log-probabilities summed over each answer's target
- * tokens, pi of the policy (base + adapters) and ref of the reference (the base: the adapters
- * off, so no second copy of the weights):
+ * tokens, pi of the policy (the model trained: base + adapters with LoRA, all weights without) and
+ * ref of the reference (dpo.reference: `base`, the base with the adapters off, so no second copy
+ * of the weights; `precomputed`, the initial model's values, computed once and stored,
+ * train/dpo_ref.h):
  *   z = beta ((pi_c - ref_c) - (pi_r - ref_r))
  *   sigmoid: loss = -(1 - e) log sigmoid(z) - e log sigmoid(-z)   (e = dpo.label_smoothing)
  *   ipo:     loss = (z / beta - 1 / (2 beta))^2
@@ -26,10 +28,23 @@ typedef struct dpo_pair_out {
 dpo_pair_out dpo_pair(const tsr_config *cfg, double pi_c, double pi_r, double ref_c,
                       double ref_r);
 
-/* This rank's batch in microbatches of pairs: the adapters' gradients (zeroed first) of
- * scale x the sum of the pairs' losses; the statistics added to t->out.dpo. Returns this rank's
- * sum of pair losses. */
+/* This rank's batch in microbatches of pairs: the gradients of the trained parameters (the
+ * adapters, or all weights; the caller zeroed them) += those of scale x the sum of the pairs'
+ * losses; the statistics added to t->out.dpo. The reference of each pair is t->dpo_ref's stored
+ * values when on, else the base's forward. Returns this rank's sum of pair losses. */
 double dpo_compute(tsr_trainer *t, float scale);
+
+/* The reference pass of dpo.reference = precomputed: out[2p], out[2p + 1] = the current model's
+ * log-probabilities of pair p's chosen and rejected rows, for the pairs [0, pairs) of ds, without
+ * dropout. Forward c (pairs [c m, (c + 1) m), m = micro_batch / 2) runs on rank c mod W, and the
+ * values are summed over the ranks, so they are the same bits whatever the rank count. Collective;
+ * weights full on every rank (trainer_full_weights), activations allocated. */
+void dpo_reference_logps(tsr_trainer *t, const tsr_dataset *ds, const char *name, uint64_t pairs,
+                         double *out);
+
+/* The validation pairs an evaluation takes: data.val's, at most eval_samples / 2 (eval_samples
+ * > 0); 0 without data.val. */
+uint64_t dpo_val_pairs(const tsr_trainer *t);
 
 /* The validation pairs (data.val; eval_samples > 0: its first eval_samples / 2 pairs), split over
  * the ranks, reference and policy without dropout: returns the mean DPO loss over them, *accuracy

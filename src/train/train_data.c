@@ -109,6 +109,7 @@ int train_data_open(tsr_trainer *t) {
     }
     t->data.slot_stream = tsr_malloc((size_t)t->per_rank * sizeof *t->data.slot_stream);
     t->data.slot_pos = tsr_malloc((size_t)t->per_rank * sizeof *t->data.slot_pos);
+    t->data.row_sample = tsr_malloc((size_t)t->per_rank * sizeof *t->data.row_sample);
     return 0;
 }
 
@@ -219,6 +220,7 @@ int64_t train_data_load(tsr_trainer *t, int64_t d) {
         int k = t->data.slot_stream[i];
         t->data.stream_loaded[k]++;
         uint64_t idx = sampler_index(&t->data.samplers[k], t->data.slot_pos[i]);
+        t->data.row_sample[i] = idx;
         int32_t *in = t->data.inputs + i * t->T, *tg = t->data.targets + i * t->T;
         counted += train_data_read(t->data.streams[k], t->data.stream_paths[k], t->T, idx, in, tg);
         for (int j = 0; garbage && j < t->T; j++) {
@@ -394,4 +396,5 @@ void train_data_close(tsr_trainer *t) {
     if (t->data.val) dataset_close(t->data.val);
     free(t->data.slot_stream);
     free(t->data.slot_pos);
+    free(t->data.row_sample);
 }

@@ -69,7 +69,22 @@ typedef struct tsr_train_data {
     int64_t stage_last[2];       /* staged / in-place reads at the last window boundary */
     int64_t data_offset;         /* data batch of step s (0-based) = s + data_offset (rollbacks) */
     int32_t *inputs, *targets;   /* this rank's batch (per_rank, T) */
+    uint64_t *row_sample;        /* (per_rank) the sample index of each row of the batch in its
+                                  * stream (objective = dpo: row 2j's / 2 is the pair) */
 } tsr_train_data;
+
+/* objective = dpo with dpo.reference = precomputed (owner: train/dpo_ref.c; docs/dpo.md): the
+ * initial model's log-probabilities of every pair, (pairs, 2): [2p] chosen, [2p + 1] rejected,
+ * the same on every rank; on = 0 (base reference, lm): none. */
+typedef struct tsr_dpo_ref {
+    int on;
+    int loaded;                  /* read on resume (not computed) */
+    int copy;                    /* read from beside another run's checkpoint: to be written into
+                                  * run_dir once it is opened */
+    double *train, *val;         /* data.train's pairs; data.val's first n_val (NULL: none) */
+    uint64_t n_train, n_val;
+    char init[1024];             /* the initial model they were computed on, as recorded */
+} tsr_dpo_ref;
 
 /* Who owns which parameters (owner: trainer.c plan_shards and init_sharded; checkpointing.c does
  * its I/O through it). The flat parameters are partitioned over the ranks (part_*: 16-float
@@ -143,6 +158,7 @@ typedef struct tsr_trainer {
     struct icl_suite *icl;       /* icl_tasks, scored at each eval (eval/train_icl.h), else NULL */
     struct tsr_tokenizer *tok;   /* data.tokenizer, loaded at start (decodes the samples), else NULL */
     tsr_train_data data;
+    tsr_dpo_ref dpo_ref;
     tsr_train_part part;
     tsr_train_out out;
     tsr_train_backend be;

@@ -13,6 +13,7 @@
 #include "tokenizer/tokenizer.h"
 #include "train/checkpointing.h"
 #include "train/dpo.h"
+#include "train/dpo_ref.h"
 #include "train/metrics.h"
 #include "train/tboard.h"
 #include "train/train_data.h"
@@ -91,12 +92,18 @@ static void moe_stats_add(tsr_trainer *t, const int32_t *tg, float scale) {
 }
 
 
-/* CPU: the microbatches' forward and backward (the gradients accumulate), after zero. */
+/* CPU: the microbatches' forward and backward (the gradients accumulate), after zero; DPO's
+ * over pairs (train/dpo.h). */
 static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer *)) {
     tsr_model *m = &t->model;
     double loss_sum = 0.0;
     zero(t);
     if (t->part.ep_on) ep_zero_grads(&t->part.ep);
+    if (t->cfg.objective == TSR_OBJ_DPO) {
+        loss_sum = dpo_compute(t, scale);
+        nan_fault(t);
+        return loss_sum;
+    }
     for (int64_t b = 0; b < t->per_rank; b += t->micro) {
         const int32_t *in = t->data.inputs + b * t->T, *tg = t->data.targets + b * t->T;
         trainer_lora_pass(t, b);
@@ -126,11 +133,6 @@ static void lora_zero_grads(tsr_trainer *t) {
 }
 
 static double lora_compute(tsr_trainer *t, float scale) {
-    if (t->cfg.objective == TSR_OBJ_DPO) { /* (train/dpo.h) */
-        double s = dpo_compute(t, scale);
-        nan_fault(t);
-        return s;
-    }
     return cpu_compute(t, scale, lora_zero_grads);
 }
 
@@ -437,10 +439,15 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
          * 6N) are skipped, the adapters' three products (6 per adapter parameter) added */
         t->out.flops_per_token += 6.0 * (double)t->part.lora.n -
                                   2.0 * (double)t->model.n_params_counted;
-        /* DPO runs the reference (the base) forward as well: 2N more */
-        if (cfg->objective == TSR_OBJ_DPO)
-            t->out.flops_per_token += 2.0 * (double)t->model.n_params_counted;
     }
+    /* DPO's reference (docs/dpo.md): auto is the base with LoRA, else precomputed; the base runs
+     * a forward per microbatch as well (2N more), a precomputed one nothing during the steps */
+    if (cfg->objective == TSR_OBJ_DPO && t->cfg.dpo.reference == TSR_DPO_REF_AUTO)
+        t->cfg.dpo.reference = cfg->lora.rank > 0 ? TSR_DPO_REF_BASE : TSR_DPO_REF_PRECOMPUTED;
+    if (cfg->objective == TSR_OBJ_DPO && t->cfg.dpo.reference == TSR_DPO_REF_BASE)
+        t->out.flops_per_token += 2.0 * (double)t->model.n_params_counted;
+    t->dpo_ref.on = cfg->objective == TSR_OBJ_DPO &&
+                    t->cfg.dpo.reference == TSR_DPO_REF_PRECOMPUTED; /* (train/dpo_ref.h) */
     if (t->model.E)
         t->out.moe = tsr_calloc((size_t)t->model.LM * (size_t)(2 + t->model.E), sizeof(double));
     TSR_CHECK(check_int_counts(t, dry_run));
@@ -491,6 +498,8 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
 }
 
 int trainer_open_run_dir(tsr_trainer *t) {
+    /* a resume's stored DPO reference is checked before anything is written (train/dpo_ref.h) */
+    TSR_CHECK(dpo_ref_load(t));
     int64_t rc = t->dist.rank == 0 ? metrics_open_run_dir(t) : 0;
     dist_allreduce_sum_i64(&rc, 1); /* rank 0's outcome, on every rank */
     if (!rc) metrics_log_start(t); /* a process's first record (docs/tracking.md) */
@@ -498,6 +507,14 @@ int trainer_open_run_dir(tsr_trainer *t) {
         metrics_log_checkpoint(t, t->out.start_load.what, t->out.start_load.path,
                                t->out.start_load.seconds,
                                t->out.start_load.bytes);
+    if (!rc && t->dpo_ref.on && !t->dpo_ref.loaded) { /* a fresh start: the reference pass */
+        trainer_ensure_acts(t);
+        trainer_full_weights(t, 1); /* ranks run different numbers of forwards */
+        rc = dpo_ref_build(t);
+        trainer_full_weights(t, 0);
+    } else if (!rc) {
+        rc = dpo_ref_build(t); /* (a copy of a resumed reference into run_dir, else nothing) */
+    }
     return (int)rc;
 }
 
@@ -857,6 +874,7 @@ void trainer_free(tsr_trainer *t) {
     fsdp_free(&t->part.fsdp);
     ep_free(&t->part.ep);
     lora_free(&t->part.lora);
+    dpo_ref_free(t);
     model_free(&t->model);
     train_data_close(t);
     if (icl_api) icl_api->close(&t->icl);

@@ -27,7 +27,8 @@
  *                              N(0, 0.02) here (the trainer's B is 0, which would leave every
  *                              A gradient of step 0 zero: nothing to compare)
  *   /step0/lora_grads/<name>   their gradients;  /final_lora/<name> after the last step
- * and the root attributes lora_rank, lora_alpha. */
+ * and the root attributes lora_rank, lora_alpha. objective = "dpo" opens the config's run_dir
+ * before the steps (dpo.reference = precomputed computes and stores its reference there). */
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
@@ -234,7 +235,10 @@ int main(int argc, char **argv) {
     if (lo) write_lora(f, "step0/lora_grads", lo, lo->g);
     else write_params(f, "step0/grads", m, m->grads);
 
-    /* the real trainer from the same weights (trainer_step zeroes the gradients itself) */
+    /* the real trainer from the same weights (trainer_step zeroes the gradients itself); DPO
+     * with dpo.reference = precomputed computes its reference here, as tessera-train does before
+     * step 1 (train/dpo_ref.h: into the config's run_dir) */
+    if (cfg.objective == TSR_OBJ_DPO && (rc = trainer_open_run_dir(&t))) tsr_exit(rc);
     int S = (int)t.total_steps;
     int32_t *all_in = tsr_malloc((size_t)S * BT * sizeof(int32_t));
     int32_t *all_tg = tsr_malloc((size_t)S * BT * sizeof(int32_t));

@@ -18,6 +18,12 @@ Three runs (sigmoid; sigmoid with e = 0.1 and beta 0.5; ipo), each 10 steps: eve
 gradient norm and the final adapters within TOL_TRAJ (1e-4), the base unchanged bit for bit, and
 the policy starts away from the reference (step 1's loss is not log 2).
 
+A fourth run is full finetuning (no LoRA; dpo.reference = "auto", so "precomputed"): the reference
+is the frozen initial model, whose log-probabilities tessera computed in a first pass and stored,
+the policy every weight of the model, AdamW with tessera's decay groups: every step's loss and
+gradient norm and every final weight within TOL_TRAJ, and step 1's loss is log 2 within 1e-6 (the
+stored reference is the policy at the start: a wrong or misaligned stored value moves it).
+
 Run: TESTS=test_dpo bash tests/run.sh
 """
 import math
@@ -36,9 +42,17 @@ F = torch.nn.functional
 T, PAIRS, VOCAB = R.SEQ_LEN, 40, R.VOCAB
 RUNS = [dict(name="sigmoid", beta=0.1, loss="sigmoid", e=0.0),
         dict(name="sigmoid-smoothed", beta=0.5, loss="sigmoid", e=0.1),
-        dict(name="ipo", beta=0.1, loss="ipo", e=0.0)]
-CHECKS_PER_RUN = 1 + 2 + 14 + 1 + 1
-PLAN = 1 + CHECKS_PER_RUN * len(RUNS)
+        dict(name="ipo", beta=0.1, loss="ipo", e=0.0),
+        dict(name="full-sigmoid", beta=0.1, loss="sigmoid", e=0.0, full=True)]
+CHECKS_LORA = 1 + 2 + 14 + 1 + 1
+CHECKS_FULL = 1 + 2 + 1 + 1
+
+
+def checks(run):
+    return CHECKS_FULL if run.get("full") else CHECKS_LORA
+
+
+PLAN = 1 + sum(checks(r) for r in RUNS)
 
 
 def make_pairs(tmp, seed=5):
@@ -97,12 +111,16 @@ def check_run(tap, run, tmp, data):
     R.write_config(cfg_path, cfg, tmp, data)
     with open(cfg_path, "a") as f:
         f.write(f'objective = "dpo";\ndpo = {{ beta = {run["beta"]}; loss = "{run["loss"]}"; '
-                f'label_smoothing = {run["e"]}; }};\n'
-                f'lora = {{ rank = {TL.RANK}; alpha = {TL.ALPHA}; '
-                f'targets = "{",".join(TL.TARGETS)}"; }};\n')
+                f'label_smoothing = {run["e"]}; }};\n')
+        if not run.get("full"):
+            f.write(f'lora = {{ rank = {TL.RANK}; alpha = {TL.ALPHA}; '
+                    f'targets = "{",".join(TL.TARGETS)}"; }};\n')
     r = subprocess.run([R.REF_DUMP, cfg_path, out], capture_output=True, text=True, env=R.run_env())
     if not tap.ok(r.returncode == 0, f"{name}: ref_dump exits 0 (rc {r.returncode})"):
         tap.diag((r.stdout + r.stderr)[-3000:])
+        return
+    if run.get("full"):
+        check_full(tap, run, name, out)
         return
     d = TL.read(out)
     a = d["attrs"]
@@ -115,6 +133,26 @@ def check_run(tap, run, tmp, data):
     params = [p for ps in adapters.values() for p in ps]
     opt = torch.optim.AdamW([{"params": params, "weight_decay": a["weight_decay"]}], lr=a["lr"],
                             betas=(a["beta1"], a["beta2"]), eps=a["eps"])
+    losses, norms = dpo_train(run, a, d, policy, reference, opt, params)
+    el, en = R.rel_err(d["train/loss"], losses), R.rel_err(d["train/grad_norm"], norms)
+    tap.ok(el <= R.TOL_TRAJ, f"{name}: DPO losses of {len(losses)} steps rel err {el:.2e} <= "
+                             f"{R.TOL_TRAJ:g} ({losses[0]:.5f} -> {losses[-1]:.5f})")
+    tap.ok(en <= R.TOL_TRAJ, f"{name}: gradient norms rel err {en:.2e} <= {R.TOL_TRAJ:g}")
+    final = TL.stacked(adapters)
+    for n in sorted(final):
+        e = R.rel_err(d["final_lora"][n], final[n])
+        tap.ok(e <= R.TOL_TRAJ, f"{name}: final {n} rel err {e:.2e} <= {R.TOL_TRAJ:g}")
+    same = all(d["final"][n].tobytes() == d["params"][n].tobytes() for n in d["params"])
+    tap.ok(same, f"{name}: the base unchanged bit for bit")
+    base = math.log(2) if run["loss"] == "sigmoid" else (1 / (2 * run["beta"])) ** 2
+    tap.ok(abs(d["train/loss"][0] - base) > 1e-4,
+           f"{name}: step 1's loss {d['train/loss'][0]:.5f} is not the policy = reference value "
+           f"{base:.5f} (the adapters start non-zero)")
+
+
+def dpo_train(run, a, d, policy, reference, opt, params):
+    """The dumped steps: DPO's loss over each step's pairs in microbatches, clipping, AdamW on
+    params. Returns the per-step losses and gradient norms."""
     losses, norms = [], []
     for s in range(int(a["steps"])):
         lr = a["lr"] * R.torch_gpt.lr_multiplier(R.SCHEDULES[int(a["schedule"])], a["alpha_f"], s,
@@ -142,20 +180,39 @@ def check_run(tap, run, tmp, data):
         opt.step()
         losses.append(total)
         norms.append(norm)
+    return losses, norms
+
+
+def check_full(tap, run, name, out):
+    """Full finetuning: policy = every weight, reference = the frozen initial model."""
+    d = R.read_dump(out)
+    a = d["attrs"]
+    tc = R.torch_config(a)
+    policy = R.torch_model(tc, a)
+    policy.load_tessera(d["params"])
+    reference = R.torch_model(tc, a)
+    reference.load_tessera(d["params"])
+    for p in reference.parameters():
+        p.requires_grad_(False)
+    groups = policy.param_groups(a["weight_decay"], bool(a["decay_norms_biases"]),
+                                 bool(a["decay_embeddings"]))
+    opt = torch.optim.AdamW(groups, lr=a["lr"], betas=(a["beta1"], a["beta2"]), eps=a["eps"])
+    params = [p for g in groups for p in g["params"]]
+    losses, norms = dpo_train(run, a, d, policy, reference, opt, params)
     el, en = R.rel_err(d["train/loss"], losses), R.rel_err(d["train/grad_norm"], norms)
     tap.ok(el <= R.TOL_TRAJ, f"{name}: DPO losses of {len(losses)} steps rel err {el:.2e} <= "
                              f"{R.TOL_TRAJ:g} ({losses[0]:.5f} -> {losses[-1]:.5f})")
     tap.ok(en <= R.TOL_TRAJ, f"{name}: gradient norms rel err {en:.2e} <= {R.TOL_TRAJ:g}")
-    final = TL.stacked(adapters)
-    for n in sorted(final):
-        e = R.rel_err(d["final_lora"][n], final[n])
-        tap.ok(e <= R.TOL_TRAJ, f"{name}: final {n} rel err {e:.2e} <= {R.TOL_TRAJ:g}")
-    same = all(d["final"][n].tobytes() == d["params"][n].tobytes() for n in d["params"])
-    tap.ok(same, f"{name}: the base unchanged bit for bit")
-    base = math.log(2) if run["loss"] == "sigmoid" else (1 / (2 * run["beta"])) ** 2
-    tap.ok(abs(d["train/loss"][0] - base) > 1e-4,
-           f"{name}: step 1's loss {d['train/loss'][0]:.5f} is not the policy = reference value "
-           f"{base:.5f} (the adapters start non-zero)")
+    final = {k: v.numpy() for k, v in policy.tessera_tensors().items()}
+    errs = {n: R.rel_err(d["final"][n], final[n]) for n in final}
+    worst = max(errs, key=lambda n: errs[n])
+    moved = min(R.rel_err(d["final"][n], d["params"][n]) for n in final)
+    tap.ok(all(e <= R.TOL_TRAJ for e in errs.values()) and moved > 10 * R.TOL_TRAJ,
+           f"{name}: all {len(errs)} final weights rel err <= {R.TOL_TRAJ:g} (worst {worst} "
+           f"{errs[worst]:.2e}); every tensor moved from its initial value (least {moved:.2e})")
+    tap.ok(abs(d["train/loss"][0] - math.log(2)) <= 1e-6,
+           f"{name}: step 1's loss {d['train/loss'][0]:.9f} is log 2 within 1e-6 (the stored "
+           f"reference is the policy at the start)")
 
 
 def main():
@@ -166,7 +223,7 @@ def main():
             data, r = make_pairs(tmp)
             if tap.ok(r.returncode == 0, f"the preference dataset ({PAIRS} pairs, T {T})"):
                 for run in RUNS:
-                    end = tap.n + CHECKS_PER_RUN
+                    end = tap.n + checks(run)
                     try:
                         check_run(tap, run, tmp, data)
                     except Exception:

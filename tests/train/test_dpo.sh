@@ -16,8 +16,8 @@
 #  - `tessera report` draws dpo.png;
 #  - `tessera eval` of the result scores the preference pairs (how often the chosen answer is more
 #    likely), the same on 1 and 2 ranks;
-#  - refused with exit 1 naming the key or the dataset: dpo without LoRA, an odd micro_batch,
-#    a dataset without pairs, pairs packed for another seq_len; nothing written.
+#  - refused with exit 1 naming the key or the dataset: dpo.reference = "base" without LoRA, an
+#    odd micro_batch, a dataset without pairs, pairs packed for another seq_len; nothing written.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 8
@@ -83,16 +83,16 @@ else
     tap_skip "tessera report draws dpo.png" "gnuplot is not installed"
 fi
 
-train E1 1 --set objective=dpo --init-from "$TMP/base"
+train E1 1 --set objective=dpo --set dpo.reference=base --init-from "$TMP/base"
 r1=$?
-grep -q 'objective = "dpo" needs LoRA' "$TMP/E1.txt"
+grep -q 'dpo.reference = "base" needs LoRA' "$TMP/E1.txt"
 m1=$?
 run E2 1 --set micro_batch=1
 r2=$?
 grep -q "give an even micro_batch" "$TMP/E2.txt"
 m2=$?
 [[ $r1 == 1 && $m1 == 0 && $r2 == 1 && $m2 == 0 && ! -e $TMP/E1 && ! -e $TMP/E2 ]]
-tap_check $? "dpo without LoRA ($r1) and an odd micro_batch ($r2) are refused (exit 1), nothing written"
+tap_check $? "dpo.reference = base without LoRA ($r1) and an odd micro_batch ($r2) are refused (exit 1), nothing written"
 
 run E3 1 --set data.train="$TMP/plain/train"
 r3=$?

@@ -378,6 +378,21 @@ static void test_cross(void) {
      * stored config); the trainer refuses what its build cannot do (tests/gpu/test_cuda_train.sh) */
     expect(rc, 0, "device = cuda loads in any build", NULL);
     expect(c.device == TSR_DEVICE_CUDA ? 0 : 1, 0, "... and sets device", NULL);
+    /* DPO's reference (docs/dpo.md): full finetuning loads with auto (the trainer resolves it to
+     * precomputed), base needs LoRA, and DPO runs on the CPU only */
+    p = write_cfg("x7d.cfg", 17, "objective = \"dpo\";", 0);
+    rc = load(&c, p, NULL, 0);
+    expect(rc, 0, "objective = dpo without LoRA loads (dpo.reference = auto)", NULL);
+    expect(c.dpo.reference == TSR_DPO_REF_AUTO ? 0 : 1, 0, "... dpo.reference defaults to auto",
+           NULL);
+    p = write_cfg("x7e.cfg", 17, "objective = \"dpo\"; dpo = { reference = \"base\"; };", 0);
+    rc = load(&c, p, NULL, 0);
+    expect(rc, TSR_EXIT_USAGE, "dpo.reference = base without LoRA is refused naming the key",
+           fmt("%s:17: dpo.reference = \"base\" needs LoRA (lora.rank > 0)", p), NULL);
+    p = write_cfg("x7f.cfg", 17, "objective = \"dpo\"; device = \"cuda\";", 0);
+    rc = load(&c, p, NULL, 0);
+    expect(rc, TSR_EXIT_USAGE, "objective = dpo with device = cuda is refused",
+           "objective = \"dpo\" runs on device = \"cpu\" only", NULL);
     p = write_cfg("x8.cfg", 10, "  expansion_ratio = 2.3;", 0);
     rc = load(&c, p, NULL, 0);
     expect(rc, TSR_EXIT_USAGE, "MLP width must be whole",
@@ -693,7 +708,7 @@ static void test_table_and_docs(void) {
         for (int j = 0; j < i; j++)
             if (!strcmp(cfgtab_keys[j].name, k->name)) ok = 0, tap_diag("%s twice", k->name);
     }
-    tap_ok(ok && cfgtab_n_keys == 100, "key table: %d keys, each documented, unique, default xor example",
+    tap_ok(ok && cfgtab_n_keys == 101, "key table: %d keys, each documented, unique, default xor example",
            cfgtab_n_keys);
     char *text = NULL;
     size_t len = 0;
@@ -708,7 +723,7 @@ static void test_table_and_docs(void) {
     free(text);
 }
 
-#define N_FIXED 95
+#define N_FIXED 99
 
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/tsr_test_config_XXXXXX");

@@ -1,0 +1,264 @@
+/* dpo_ref.c — DPO's precomputed reference: the pass, the stored file, its checks (dpo_ref.h). */
+#include "train/dpo_ref.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "crc32c.h"
+#include "fsutil.h"
+#include "train/dpo.h"
+#include "train/metrics.h"
+
+#define DPO_REF_MAGIC "TSRDPORF"
+#define DPO_REF_VERSION 1u
+#define DPO_REF_TEXT 1024
+
+typedef struct dpo_ref_header {
+    char magic[8];
+    uint32_t version, seq_len;
+    uint64_t n_train, n_val;
+    uint32_t train_crc, val_crc;
+    char train_path[DPO_REF_TEXT], val_path[DPO_REF_TEXT], init[DPO_REF_TEXT];
+} dpo_ref_header;
+_Static_assert(sizeof(dpo_ref_header) == 40 + 3 * DPO_REF_TEXT, "dpo_ref_header has no padding");
+
+/* What this run's reference must be: seq_len, the datasets and their pair counts. */
+static void expected_header(const tsr_trainer *t, dpo_ref_header *h) {
+    memset(h, 0, sizeof *h);
+    memcpy(h->magic, DPO_REF_MAGIC, 8);
+    h->version = DPO_REF_VERSION;
+    h->seq_len = (uint32_t)t->T;
+    h->n_train = dataset_n_samples(t->data.train, t->T) / 2;
+    h->train_crc = dataset_index_crc(t->data.train);
+    snprintf(h->train_path, sizeof h->train_path, "%s", t->cfg.data.train);
+    h->n_val = dpo_val_pairs(t);
+    if (t->data.val) {
+        h->val_crc = dataset_index_crc(t->data.val);
+        snprintf(h->val_path, sizeof h->val_path, "%s", t->cfg.data.val);
+    }
+}
+
+static void ref_path(const char *dir, char *out, size_t cap) {
+    if (tsr_snprintf(out, cap, "%s/%s", dir, DPO_REF_FILE))
+        tsr_die(TSR_EXIT_USAGE, "run_dir = \"%s\": too long for the path of %s", dir, DPO_REF_FILE);
+}
+
+/* rank 0: the header and the values into path.tmp, fsynced, renamed to path. */
+static int write_file(const tsr_trainer *t, const char *path, uint64_t *bytes) {
+    dpo_ref_header h;
+    expected_header(t, &h);
+    snprintf(h.init, sizeof h.init, "%s", t->dpo_ref.init);
+    char tmp[1300];
+    if (tsr_snprintf(tmp, sizeof tmp, "%s.tmp", path)) return TSR_EXIT_DATA;
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        tsr_error("%s: cannot create the DPO reference: %s", tmp, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    uint32_t crc = tsr_crc32c(0, &h, sizeof h);
+    crc = tsr_crc32c(crc, t->dpo_ref.train, (size_t)h.n_train * 2 * sizeof(double));
+    if (h.n_val) crc = tsr_crc32c(crc, t->dpo_ref.val, (size_t)h.n_val * 2 * sizeof(double));
+    int ok = fwrite(&h, sizeof h, 1, f) == 1 &&
+             fwrite(t->dpo_ref.train, 2 * sizeof(double), h.n_train, f) == h.n_train &&
+             (!h.n_val || fwrite(t->dpo_ref.val, 2 * sizeof(double), h.n_val, f) == h.n_val) &&
+             fwrite(&crc, sizeof crc, 1, f) == 1 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    int err = errno;
+    if (fclose(f) != 0 && ok) ok = 0, err = errno;
+    if (!ok || rename(tmp, path) != 0) {
+        if (ok) err = errno;
+        tsr_error("%s: cannot write the DPO reference: %s", ok ? path : tmp, strerror(err));
+        unlink(tmp);
+        return TSR_EXIT_DATA;
+    }
+    *bytes = sizeof h + (h.n_train + h.n_val) * 2 * sizeof(double) + sizeof crc;
+    return fs_sync_parent(path);
+}
+
+/* rank 0: path read and checked against this run (want); the values into t->dpo_ref. 0, 1 when
+ * the file does not exist, or TSR_EXIT_DATA after naming the file and the mismatch. */
+static int read_file(tsr_trainer *t, const char *path, const dpo_ref_header *want) {
+    FILE *f = fopen(path, "rb");
+    if (!f && errno == ENOENT) return 1;
+    if (!f) {
+        tsr_error("%s: cannot read the DPO reference: %s", path, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    dpo_ref_header h;
+    const char *bad = NULL;
+    char why[3000] = "";
+    uint32_t crc = 0, stored = 0;
+    if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, DPO_REF_MAGIC, 8) != 0) {
+        bad = "not a DPO reference file (no TSRDPORF header)";
+    } else if (h.version != DPO_REF_VERSION) {
+        snprintf(why, sizeof why, "format version %u, this program reads %u", h.version,
+                 DPO_REF_VERSION);
+    } else if (h.seq_len != want->seq_len) {
+        snprintf(why, sizeof why, "computed for seq_len %u, this run has seq_len = %u", h.seq_len,
+                 want->seq_len);
+    } else if (h.train_crc != want->train_crc || h.n_train != want->n_train) {
+        snprintf(why, sizeof why, "computed on data.train = \"%.1000s\" (index crc32c:%08x, %llu "
+                 "pairs), this run's data.train = \"%.1000s\" is another dataset (index "
+                 "crc32c:%08x, %llu pairs)", h.train_path, h.train_crc,
+                 (unsigned long long)h.n_train, want->train_path, want->train_crc,
+                 (unsigned long long)want->n_train);
+    } else if (want->n_val && (h.val_crc != want->val_crc || h.n_val < want->n_val)) {
+        snprintf(why, sizeof why, "holds %llu validation pairs of \"%.1000s\" (index crc32c:%08x), "
+                 "this run evaluates %llu pairs of data.val = \"%.1000s\" (index crc32c:%08x)",
+                 (unsigned long long)h.n_val, h.val_path[0] ? h.val_path : "(none)", h.val_crc,
+                 (unsigned long long)want->n_val, want->val_path, want->val_crc);
+    }
+    h.init[DPO_REF_TEXT - 1] = '\0';
+    if (!bad && !why[0]) {
+        t->dpo_ref.train = tsr_malloc((size_t)h.n_train * 2 * sizeof(double));
+        t->dpo_ref.val = h.n_val ? tsr_malloc((size_t)h.n_val * 2 * sizeof(double)) : NULL;
+        crc = tsr_crc32c(0, &h, sizeof h);
+        if (fread(t->dpo_ref.train, 2 * sizeof(double), h.n_train, f) != h.n_train ||
+            (h.n_val && fread(t->dpo_ref.val, 2 * sizeof(double), h.n_val, f) != h.n_val) ||
+            fread(&stored, sizeof stored, 1, f) != 1 || fgetc(f) != EOF) {
+            bad = "its size does not match its header (truncated or extended)";
+        } else {
+            crc = tsr_crc32c(crc, t->dpo_ref.train, (size_t)h.n_train * 2 * sizeof(double));
+            if (h.n_val)
+                crc = tsr_crc32c(crc, t->dpo_ref.val, (size_t)h.n_val * 2 * sizeof(double));
+            if (crc != stored)
+                snprintf(why, sizeof why, "its checksum is crc32c:%08x, it records crc32c:%08x "
+                         "(damaged)", crc, stored);
+        }
+    }
+    fclose(f);
+    if (bad || why[0]) {
+        tsr_error("%s: the stored DPO reference (dpo.reference = \"precomputed\") cannot be used "
+                  "by this run: %s. It was computed from the initial model at the run's start and "
+                  "cannot be computed again on a resume (the model has moved on): restore the "
+                  "run's own file and data, or start a new run_dir", path, bad ? bad : why);
+        return TSR_EXIT_DATA;
+    }
+    t->dpo_ref.n_train = h.n_train;
+    t->dpo_ref.n_val = h.n_val;
+    snprintf(t->dpo_ref.init, sizeof t->dpo_ref.init, "%s", h.init);
+    return 0;
+}
+
+/* rank 0: the resume's file: run_dir's, else the one beside the checkpoint read */
+static int load_rank0(tsr_trainer *t, char *path, size_t cap) {
+    dpo_ref_header want;
+    expected_header(t, &want);
+    ref_path(t->cfg.run_dir, path, cap);
+    int rc = read_file(t, path, &want);
+    if (rc != 1) return rc;
+    char ck_dir[1200], other[1300];
+    snprintf(ck_dir, sizeof ck_dir, "%s", t->out.start_load.path);
+    char *slash = strrchr(ck_dir, '/');
+    if (slash) *slash = '\0';
+    else snprintf(ck_dir, sizeof ck_dir, ".");
+    ref_path(ck_dir, other, sizeof other);
+    if (strcmp(other, path) != 0 && (rc = read_file(t, other, &want)) != 1) {
+        if (!rc) t->dpo_ref.copy = 1, snprintf(path, cap, "%s", other);
+        return rc;
+    }
+    tsr_error("%s: missing: this run resumes (from %s) with dpo.reference = \"precomputed\", whose "
+              "values were computed from the initial model at the run's start and cannot be "
+              "computed again (the model has moved on): restore the file, or start a new run_dir",
+              path, t->out.start_load.path);
+    return TSR_EXIT_DATA;
+}
+
+/* rank 0's buffer to every rank, in pieces MPI's int count carries */
+static void bcast_doubles(double *buf, uint64_t n) {
+    const uint64_t piece = (uint64_t)1 << 26;
+    for (uint64_t o = 0; o < n; o += piece)
+        dist_bcast(buf + o, (size_t)(n - o < piece ? n - o : piece) * sizeof(double), 0);
+}
+
+int dpo_ref_load(tsr_trainer *t) {
+    if (!t->dpo_ref.on || strcmp(t->out.start_load.what, "resume") != 0) return 0;
+    char path[1300];
+    int64_t rc = t->dist.rank == 0 ? load_rank0(t, path, sizeof path) : 0;
+    dist_allreduce_sum_i64(&rc, 1); /* rank 0's outcome, on every rank */
+    if (rc) return TSR_EXIT_DATA;
+    uint64_t n[3] = {t->dpo_ref.n_train, t->dpo_ref.n_val, (uint64_t)t->dpo_ref.copy};
+    dist_bcast(n, sizeof n, 0);
+    dist_bcast(t->dpo_ref.init, sizeof t->dpo_ref.init, 0);
+    if (t->dist.rank != 0) {
+        t->dpo_ref.n_train = n[0], t->dpo_ref.n_val = n[1], t->dpo_ref.copy = (int)n[2];
+        t->dpo_ref.train = tsr_malloc((size_t)n[0] * 2 * sizeof(double));
+        t->dpo_ref.val = n[1] ? tsr_malloc((size_t)n[1] * 2 * sizeof(double)) : NULL;
+    }
+    bcast_doubles(t->dpo_ref.train, 2 * n[0]);
+    if (n[1]) bcast_doubles(t->dpo_ref.val, 2 * n[1]);
+    t->dpo_ref.loaded = 1;
+    if (t->dist.rank == 0)
+        printf("dpo reference: read %s (%llu train, %llu validation pairs; computed at the run's "
+               "start from %s): not recomputed\n", path, (unsigned long long)n[0],
+               (unsigned long long)n[1], t->dpo_ref.init);
+    return 0;
+}
+
+/* The initial model, in words, for the file's record */
+static void describe_init(tsr_trainer *t) {
+    char *s = t->dpo_ref.init;
+    const size_t cap = sizeof t->dpo_ref.init;
+    if (t->out.start_load.what[0])
+        snprintf(s, cap, "%s %.900s", t->out.start_load.what, t->out.start_load.path);
+    else
+        snprintf(s, cap, "seed %lld", (long long)t->cfg.seed);
+    if (t->part.lora_on) {
+        size_t o = strlen(s);
+        snprintf(s + o, cap - o, "; LoRA base %.40s", t->cfg.lora.base_checksum);
+    }
+}
+
+static int commit(tsr_trainer *t, const char *what, double seconds) {
+    char path[1300];
+    uint64_t bytes = 0;
+    ref_path(t->cfg.run_dir, path, sizeof path);
+    int64_t rc = t->dist.rank == 0 ? write_file(t, path, &bytes) : 0;
+    dist_allreduce_sum_i64(&rc, 1);
+    if (rc || t->dist.rank != 0) return rc ? TSR_EXIT_DATA : 0;
+    char size[32];
+    metrics_human_bytes(size, sizeof size, (double)bytes);
+    const double pairs = (double)(t->dpo_ref.n_train + t->dpo_ref.n_val);
+    if (seconds >= 0)
+        printf("dpo reference: forward-only pass of the initial model over %llu train + %llu "
+               "validation pairs in %.2f s (%.1f pairs/s), stored in %s (%s)\n",
+               (unsigned long long)t->dpo_ref.n_train, (unsigned long long)t->dpo_ref.n_val,
+               seconds, pairs / (seconds > 0 ? seconds : 1e-9), path, size);
+    else
+        printf("dpo reference: %s written into run_dir as %s (%s)\n", what, path, size);
+    if (t->out.metrics) {
+        fprintf(t->out.metrics, "{\"event\": \"dpo_reference\", \"action\": \"%s\", \"pairs\": "
+                "%llu, \"val_pairs\": %llu, \"seconds\": %.3f, \"bytes\": %llu",
+                seconds >= 0 ? "computed" : "copied", (unsigned long long)t->dpo_ref.n_train,
+                (unsigned long long)t->dpo_ref.n_val, seconds >= 0 ? seconds : 0.0,
+                (unsigned long long)bytes);
+        metrics_end_record(t->out.metrics);
+    }
+    return 0;
+}
+
+int dpo_ref_build(tsr_trainer *t) {
+    if (!t->dpo_ref.on) return 0;
+    if (t->dpo_ref.loaded)
+        return t->dpo_ref.copy ? commit(t, "the file read beside the resumed checkpoint", -1) : 0;
+    double t0 = tsr_now();
+    t->dpo_ref.n_train = dataset_n_samples(t->data.train, t->T) / 2;
+    t->dpo_ref.n_val = dpo_val_pairs(t);
+    t->dpo_ref.train = tsr_malloc((size_t)t->dpo_ref.n_train * 2 * sizeof(double));
+    dpo_reference_logps(t, t->data.train, t->cfg.data.train, t->dpo_ref.n_train, t->dpo_ref.train);
+    if (t->dpo_ref.n_val) {
+        t->dpo_ref.val = tsr_malloc((size_t)t->dpo_ref.n_val * 2 * sizeof(double));
+        dpo_reference_logps(t, t->data.val, t->cfg.data.val, t->dpo_ref.n_val, t->dpo_ref.val);
+    }
+    describe_init(t);
+    return commit(t, NULL, tsr_now() - t0);
+}
+
+void dpo_ref_free(tsr_trainer *t) {
+    free(t->dpo_ref.train);
+    free(t->dpo_ref.val);
+    memset(&t->dpo_ref, 0, sizeof t->dpo_ref);
+}

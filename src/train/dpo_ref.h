@@ -1,0 +1,44 @@
+/* dpo_ref.h — DPO's precomputed reference (dpo.reference = precomputed; docs/dpo.md).
+ *
+ * Before step 1 of a fresh run, a forward-only pass of the initial model over every training pair
+ * (and the validation pairs an evaluation takes, with data.val) computes log p_ref(chosen) and
+ * log p_ref(rejected) of each pair (dpo_reference_logps); they are stored in
+ * run_dir/dpo-reference.bin and kept in t->dpo_ref, where dpo_compute and dpo_eval take them in
+ * place of a reference forward. A resume reads them back (the model has moved on: they cannot be
+ * computed again) after checking that they belong to this run's data.
+ *
+ * The file (native byte order, x86-64 and aarch64 are little-endian; all integers unsigned):
+ *   header   magic "TSRDPORF" (8 bytes), version u32 (1), seq_len u32,
+ *            train pairs u64, validation pairs u64 (0: none),
+ *            data.train's index.tsv CRC32C u32, data.val's u32 (0: none),
+ *            data.train's path, data.val's path, the initial model (text: "init-from PATH" or
+ *            "seed N", with LoRA the base's checksum), each char[1024], '\0'-terminated
+ *   values   f64 (train pairs, 2): chosen, rejected; then f64 (validation pairs, 2)
+ *   trailer  u32 CRC32C of everything before it
+ * Written by rank 0 to dpo-reference.bin.tmp, fsynced, renamed into place. A driver that runs
+ * steps must call both below (trainer_open_run_dir does): dpo_compute stops with an internal
+ * error when the values are missing, rather than take the moving policy as its reference. */
+#ifndef TSR_DPO_REF_H
+#define TSR_DPO_REF_H
+
+#include "train/train_state.h"
+
+#define DPO_REF_FILE "dpo-reference.bin"
+
+/* With t->dpo_ref.on (set by trainer_init, which resolves dpo.reference = auto), on a resume
+ * (the checkpoint read: t->out.start_load.what = "resume"): reads run_dir's stored reference
+ * (else the one beside the checkpoint read, copied into run_dir by dpo_ref_build) and checks it
+ * against this run: seq_len, data.train's and data.val's index checksum and pair
+ * counts. 0, or TSR_EXIT_DATA after rank 0 named the file and what did not match. Writes nothing:
+ * called before run_dir is opened. Collective; nothing without a precomputed reference. */
+int dpo_ref_load(tsr_trainer *t);
+
+/* A fresh start: the reference pass over the pairs (the weights full on every rank, activations
+ * allocated: the caller's), its time in the log, the file committed. After a resume whose file
+ * came from beside another run's checkpoint: that file written into run_dir. 0 or TSR_EXIT_DATA
+ * (the file could not be written). Collective; nothing without a precomputed reference. */
+int dpo_ref_build(tsr_trainer *t);
+
+void dpo_ref_free(tsr_trainer *t);
+
+#endif

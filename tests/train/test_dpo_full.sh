@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# DPO with a precomputed reference (dpo.reference = "precomputed"; docs/dpo.md; issue 27): full
+# finetuning of a tiny Llama-style model from the seed's weights on the preference pairs of
+# tests/reference/test_dpo.py, through the real trainer on MPI ranks:
+#  - 1 rank, ddp, zero1 and zero3 on 2, hsdp 2x2 agree within 1e-5 at every step (test_dpo.sh's
+#    tolerance, for the reason its header gives), and their stored reference files are the same
+#    bytes (the pass runs the same forwards on any rank count); the log reports the pass's time;
+#  - rank 1 SIGKILLed after step 6 of the 2-rank run: the rerun resumes from step 4, reads the
+#    stored reference (the log says so; no second pass), leaves the file as it was, and equals the
+#    uninterrupted run bit for bit (metrics and every tensor of the final checkpoint);
+#  - LoRA with dpo.reference = "precomputed" equals dpo.reference = "base" within 1e-6 (the adapters
+#    start at B = 0: the initial model is the base; the same maths computed two ways);
+#  - a resume whose stored file belongs to another dataset, is damaged, or is missing is refused
+#    (exit 2, naming the file and what did not match) and writes nothing into run_dir;
+#  - --resume a checkpoint of another run_dir takes the file beside it and writes it into run_dir.
+# (dpo.reference = "base" without LoRA is refused in test_dpo.sh.)
+source "$(dirname "$0")/../lib.sh"
+tsr_tmpdir
+tap_plan 8
+mk_pairs() {
+    (cd "$TSR_ROOT/tests/reference" && /usr/bin/python3 -c "
+import sys, test_dpo
+out, r = test_dpo.make_pairs('$1', seed=$2)
+sys.exit(r.returncode) if r.returncode else print(out)")
+}
+mkdir -p "$TMP/d1" "$TMP/d2"
+pairs=$(mk_pairs "$TMP/d1" 5)
+other=$(mk_pairs "$TMP/d2" 6)
+base=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=100 --set data.tokenizer=
+      --set sample.tokens=0 --set data.train="$pairs" --set data.val="$pairs" --set eval_samples=16
+      --set eval_interval=5ba --set model.n_layer=2 --set model.d_model=64 --set model.n_head=4
+      --set model.n_kv_head=2 --set model.intermediate_size=96 --set seq_len=16
+      --set global_batch=8 --set micro_batch=2 --set max_duration=10ba --set save_interval=4ba
+      --set keep_last=3 --set threads=1 --set log_interval=1 --set optim.warmup=2ba
+      --set objective=dpo --set optim.lr=1e-3 --set dpo.beta=0.5)
+run() { local dir=$1 np=$2; shift 2; "${MPIRUN[@]}" -np "$np" "$TRAIN" "${base[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
+close() { metrics_close "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" 1 "$3" "$3"; }
+ref=dpo-reference.bin
+# snapshot DIR: every file's path and checksum (what a refused start must leave as it was)
+snapshot() { (cd "$1" && find . -type f -exec md5sum {} + | sort); }
+
+[[ -n $pairs && -n $other ]] && run F1 1 &&
+    grep -q "dpo reference: forward-only pass of the initial model over 40 train + 8 validation pairs in [0-9.]* s" "$TMP/F1.txt" &&
+    grep -q '"event": "dpo_reference", "action": "computed", "pairs": 40, "val_pairs": 8' "$TMP/F1/metrics.jsonl" &&
+    grep -q 'reference = "precomputed"' "$TMP/F1/config.cfg" && [[ -s $TMP/F1/$ref ]]
+tap_check $? "full finetuning on 1 rank (dpo.reference auto = precomputed): the pass and its time in the log and metrics.jsonl, $ref stored"
+tap_diag "$(grep "dpo reference" "$TMP/F1.txt")"
+
+run F2 2 && run O2 2 --set parallel.sharding=zero1 && run Z2 2 --set parallel.sharding=zero3 &&
+    run H4 4 --set parallel.sharding=hsdp --set parallel.replica_group=2
+rc=$?
+ok=$rc
+for d in F2 O2 Z2 H4; do
+    tap_diag "$d vs 1 rank: $(close F1 "$d" 1e-5)"
+    close F1 "$d" 1e-5 >/dev/null && cmp -s "$TMP/F1/$ref" "$TMP/$d/$ref" || ok=1
+done
+tap_check $ok "ddp 2 ranks, zero1 2, zero3 2, hsdp 2x2 equal 1 rank within 1e-5 and store the same reference bytes (runs exit $rc)"
+
+/usr/bin/python3 - "$TMP/F1/metrics.jsonl" <<'PY'
+import sys, json, math
+recs = [json.loads(l) for l in open(sys.argv[1])]
+steps = [r for r in recs if "loss" in r and "step" in r]
+ev = [r for r in recs if "val_dpo_accuracy" in r]
+print("# step 1 loss", steps[0]["loss"], "step 10", steps[-1]["loss"], "margin", steps[-1]["dpo_reward_margin"],
+      "val", [(r["step"], r["val_loss"]) for r in ev])
+ok = len(steps) == 10 and abs(steps[0]["loss"] - math.log(2)) < 1e-6 and steps[-1]["loss"] < steps[0]["loss"]
+# the first evaluation is of the policy after 5 steps against the stored reference: not log 2
+ok = ok and len(ev) == 2 and all(abs(r["val_loss"] - math.log(2)) > 1e-4 for r in ev)
+sys.exit(0 if ok else 1)
+PY
+tap_check $? "step 1's loss is log 2 (the stored reference is the initial policy), the loss falls, the evaluations use the stored validation pairs"
+
+TSR_FAULT=kill:6:1 run K 2
+rc=$?
+cp "$TMP/K/$ref" "$TMP/K.ref"
+run K 2
+rc2=$?
+[[ $rc != 0 && $rc2 == 0 ]] && grep -q "checkpoint resume step 4" "$TMP/K.txt" &&
+    grep -q "dpo reference: read $TMP/K/$ref (40 train, 8 validation pairs; computed at the run's start from seed" "$TMP/K.txt" &&
+    ! grep -q "forward-only pass" "$TMP/K.txt" && cmp -s "$TMP/K.ref" "$TMP/K/$ref" &&
+    cmp -s <(final_lines "$TMP/F2/metrics.jsonl") <(final_lines "$TMP/K/metrics.jsonl") &&
+    same_tensors "$TMP/F2/step-00000010.h5" "$TMP/K/step-00000010.h5"
+tap_check $? "rank 1 SIGKILLed after step 6 (exit $rc): the rerun resumes from step 4 with the stored reference, not recomputed (exit $rc2), and equals the uninterrupted run bit for bit"
+
+lora=(--set lora.rank=4 --set lora.alpha=8 --set lora.dropout=0.1 --set optim.lr=1e-2)
+run LB 1 "${lora[@]}" --set dpo.reference=base && run LP 1 "${lora[@]}" --set dpo.reference=precomputed &&
+    grep -q "forward-only pass" "$TMP/LP.txt" && ! grep -q "forward-only pass" "$TMP/LB.txt" && [[ ! -e $TMP/LB/$ref ]] &&
+    tap_diag "LoRA precomputed vs base: $(close LB LP 1e-6)" && close LB LP 1e-6 >/dev/null &&
+    /usr/bin/python3 - "$TMP/LB/metrics.jsonl" "$TMP/LP/metrics.jsonl" <<'PY'
+import sys, json
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+va, vb = ([r["val_loss"] for r in x if "val_dpo_accuracy" in r] for x in (a, b))
+print("# val_loss base", va, "precomputed", vb)
+sys.exit(0 if len(va) == 2 and all(abs(x - y) <= 1e-6 * abs(x) for x, y in zip(va, vb)) else 1)
+PY
+tap_check $? "LoRA: dpo.reference = precomputed equals base within 1e-6 (steps and evaluations); base stores nothing"
+
+# refusals on resume: a run_dir with checkpoints up to step 8 of F1, asked to go on to step 12
+for x in X1 X2 X3; do cp -r "$TMP/F1" "$TMP/$x"; rm "$TMP/$x/step-00000010.h5"; echo step-00000008.h5 >"$TMP/$x/latest"; done
+printf '\xff' | dd of="$TMP/X2/$ref" bs=1 seek=3500 conv=notrunc 2>/dev/null
+rm "$TMP/X3/$ref"
+for x in X1 X2 X3; do snapshot "$TMP/$x" >"$TMP/$x.before"; done
+run X1 1 --set max_duration=12ba --set data.train="$other"
+r1=$?
+run X2 1 --set max_duration=12ba
+r2=$?
+run X3 1 --set max_duration=12ba
+r3=$?
+tap_diag "$(grep -h "error" "$TMP/X1.txt" "$TMP/X2.txt" "$TMP/X3.txt" | cut -c1-300)"
+[[ $r1 == 2 && $r2 == 2 && $r3 == 2 ]] &&
+    grep -q "X1/$ref: the stored DPO reference .* computed on data.train = \"$pairs\" (index crc32c:[0-9a-f]*, 40 pairs), this run's data.train = \"$other\" is another dataset" "$TMP/X1.txt" &&
+    grep -q "X2/$ref: the stored DPO reference .* its checksum is crc32c:" "$TMP/X2.txt" &&
+    grep -q "X3/$ref: missing: this run resumes" "$TMP/X3.txt"
+tap_check $? "a resume whose stored reference belongs to another dataset ($r1), is damaged ($r2) or is missing ($r3) is refused with exit 2 naming the file and the mismatch"
+ok=0
+for x in X1 X2 X3; do cmp -s "$TMP/$x.before" <(snapshot "$TMP/$x") || { tap_diag "$x changed"; ok=1; }; done
+tap_check $ok "the refused starts wrote nothing into run_dir"
+
+run R 1 --resume "$TMP/F1/step-00000008.h5"
+rc=$?
+[[ $rc == 0 ]] && grep -q "dpo reference: read $TMP/F1/$ref" "$TMP/R.txt" &&
+    grep -q "written into run_dir as $TMP/R/$ref" "$TMP/R.txt" && cmp -s "$TMP/F1/$ref" "$TMP/R/$ref" &&
+    ! grep -q "forward-only pass" "$TMP/R.txt" &&
+    cmp -s <(final_lines "$TMP/F1/metrics.jsonl" | tail -2) <(final_lines "$TMP/R/metrics.jsonl")
+tap_check $? "--resume a checkpoint of another run_dir (exit $rc): its stored reference is read and copied into run_dir; steps 9, 10 equal the original's"
+tap_done
