@@ -396,7 +396,10 @@ static int run_export(const sub_args *a) {
     tsr_config *cfg = tsr_malloc(sizeof *cfg);
     tsr_model m;
     char file[1200];
-    int rc = ckpt_model_load(a->operand[0], NULL, 0, 0, cfg, &m, file, sizeof file);
+    /* --adapter writes the adapters alone: the base (lora.base, perhaps not on this machine) is
+     * not read, only the layout */
+    int rc = adapter ? ckpt_model_layout(a->operand[0], NULL, 0, 0, cfg, &m, file, sizeof file)
+                     : ckpt_model_load(a->operand[0], NULL, 0, 0, cfg, &m, file, sizeof file);
     if (!rc) { /* a LoRA checkpoint says which of the two it wants; another takes neither */
         const int lora = cfg->lora.rank > 0;
         if (lora && !adapter && !merge) {

@@ -138,8 +138,9 @@ static int lora_model(const char *file, const tsr_config *cfg, tsr_model *m) {
     return 0;
 }
 
-int ckpt_model_load(const char *path, const char *const *sets, int n_sets, int T, tsr_config *cfg,
-                    tsr_model *m, char *resolved, size_t cap) {
+/* ckpt_model_load and ckpt_model_layout: weights = 0 stops after the layout. */
+static int model_load(const char *path, const char *const *sets, int n_sets, int T, tsr_config *cfg,
+                      tsr_model *m, char *resolved, size_t cap, int weights) {
     char file[1200];
     memset(m, 0, sizeof *m);
     if (ckpt_resolve_path(path, file, sizeof file)) return TSR_EXIT_DATA;
@@ -160,10 +161,20 @@ int ckpt_model_load(const char *path, const char *const *sets, int n_sets, int T
     if (!rc) {
         model_init(m, &cfg->model, T > 0 ? T : (int)cfg->seq_len, &tsr_cpu_ops);
         model_alloc_params(m);
-        rc = cfg->lora.rank > 0 ? lora_model(file, cfg, m) : read_model(f, file, m);
+        if (weights) rc = cfg->lora.rank > 0 ? lora_model(file, cfg, m) : read_model(f, file, m);
         if (rc) model_free(m), memset(m, 0, sizeof *m);
     }
     free(meta);
     H5Fclose(f);
     return rc;
+}
+
+int ckpt_model_load(const char *path, const char *const *sets, int n_sets, int T, tsr_config *cfg,
+                    tsr_model *m, char *resolved, size_t cap) {
+    return model_load(path, sets, n_sets, T, cfg, m, resolved, cap, 1);
+}
+
+int ckpt_model_layout(const char *path, const char *const *sets, int n_sets, int T,
+                      tsr_config *cfg, tsr_model *m, char *resolved, size_t cap) {
+    return model_load(path, sets, n_sets, T, cfg, m, resolved, cap, 0);
 }

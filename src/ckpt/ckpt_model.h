@@ -30,6 +30,10 @@ void ckpt_model_use_importer(const ckpt_model_importer *imp);
  * tsr_error named the file and the fault. On success free the model with model_free. */
 int ckpt_model_load(const char *path, const char *const *sets, int n_sets, int T, tsr_config *cfg,
                     tsr_model *m, char *resolved, size_t cap);
+/* The same without the weights: cfg and m's layout, its parameters allocated but not read (so a
+ * LoRA checkpoint's base is not opened: `ckpt export --adapter`). */
+int ckpt_model_layout(const char *path, const char *const *sets, int n_sets, int T,
+                      tsr_config *cfg, tsr_model *m, char *resolved, size_t cap);
 
 /* A LoRA checkpoint's adapters (lora/<t>_A, lora/<t>_B, each checked against its shape and
  * crc32c) into lo: planned for m and cfg's lora keys, its store allocated (lora_free it).

@@ -41,7 +41,7 @@ LLAMA = dict(name="llama", tokenizer="",
                         vocab_multiple=128, norm='"rmsnorm"', pos='"rope"', mlp='"swiglu"',
                         intermediate_size=80, bias="false", tie_embeddings="false",
                         init_std=0.1))
-PLAN = 2 + 5 + 3 + 3 + 6
+PLAN = 2 + 5 + 3 + 4 + 6
 
 
 def st_arrays(path):
@@ -154,6 +154,21 @@ def run(tap):
         tap.ok(json.load(open(os.path.join(merged, "config.json"))) ==
                json.load(open(os.path.join(plain, "config.json"))),
                "the merged export's config.json is the base's")
+
+        # --adapter reads the adapters alone: the base moved away, the same files
+        away, peft2 = base + ".away", os.path.join(tmp, "peft2")
+        os.rename(base, away)
+        try:
+            rb, ob = X.run(exp + ["--adapter", lora, peft2])
+        finally:
+            os.rename(away, base)
+        same = rb == 0 and all(open(os.path.join(peft, n), "rb").read() ==
+                               open(os.path.join(peft2, n), "rb").read()
+                               for n in ("adapter_config.json", "adapter_model.safetensors"))
+        tap.ok(same, f"export --adapter with the base not there (moved away): exit {rb}, the same "
+                     f"adapter_config.json and adapter_model.safetensors")
+        if rb != 0:
+            tap.diag(ob[-1500:])
 
         # refusals
         r1, o1 = X.run(exp + [lora, os.path.join(tmp, "x1")])
