@@ -31,11 +31,17 @@ struct tsr_gpu_train {
     int ep_on;
 };
 
-/* zero3 / hsdp: what an evaluation (validation loss, ICL) gathers on top of the training state
- * while it runs, the full bf16 weights (gpu_shard_full_weights); 0 without evaluation or under
- * ddp / zero1, whose bf16 weights are whole already. */
+/* What an evaluation (validation loss, ICL) gathers on top of the training state while it runs:
+ * under zero3 / hsdp the full bf16 weights (gpu_shard_full_weights; ddp and zero1 have them
+ * whole already), under parallel.expert every expert; 0 without evaluation. */
 static size_t eval_bytes(const gpu_train_ctx *c) {
-    return c->evals && c->mode == GPU_SHARD_FSDP ? c->model->n_params * sizeof(tsr_bf16) + 256 : 0;
+    const tsr_model *m = c->model;
+    size_t b = c->evals && c->mode == GPU_SHARD_FSDP ? m->n_params * sizeof(tsr_bf16) + 256 : 0;
+    /* parallel.expert: every expert gathered, bf16, and its fp32 stage (gpu_ep_full) */
+    if (c->evals && m->EP > 1)
+        b += (size_t)m->LM * (size_t)m->E * 3 * (size_t)m->FE * (size_t)m->C *
+                 (sizeof(tsr_bf16) + sizeof(float)) + 512;
+    return b;
 }
 
 /* parallel.expert: the experts' store (gpu_ep.h), beside the flat state */
@@ -49,7 +55,7 @@ static size_t fixed_bytes(const gpu_train_ctx *c) {
         return gpu_shard_bytes(m, c->mode == GPU_SHARD_ZERO1, c->G) + eval_bytes(c) +
                expert_bytes(c) + 512;
     return gpu_model_state_bytes(m, GPU_STATE_FULL) + 2 * m->n_params * sizeof(float) +
-           expert_bytes(c) + 256;
+           expert_bytes(c) + eval_bytes(c) + 256;
 }
 
 static void lib_plan_bytes(const gpu_train_ctx *c, size_t *fixed, size_t *eval) {

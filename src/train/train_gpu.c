@@ -61,9 +61,12 @@ void train_gpu_print_plan(const tsr_trainer *t) {
     double exb = md->EP > 1 ? (double)md->LM * (md->E / md->EP) * 3.0 * md->FE * md->C *
                                   (4 * sizeof(float) + sizeof(uint16_t))
                             : 0.0;
-    char ex[64] = "", exs[32];
+    char ex[80] = "", exs[32];
     metrics_human_bytes(exs, sizeof exs, exb);
     if (exb > 0) snprintf(ex, sizeof ex, "experts' store %s (E/EP = %d), ", exs, md->E / md->EP);
+    char exev[96] = ""; /* ddp: the evaluation's extra is every expert gathered */
+    if (exb > 0 && evb && c.mode == GPU_SHARD_DDP)
+        snprintf(exev, sizeof exev, "every expert while evaluating %s, ", ev);
     if (c.mode != GPU_SHARD_DDP) {
         metrics_human_bytes(st, sizeof st, (double)(fixed - evb) - exb);
         printf("device memory per rank (cuda, bf16 activations, %s over %d ranks): shards, "
@@ -80,8 +83,8 @@ void train_gpu_print_plan(const tsr_trainer *t) {
     metrics_human_bytes(g, sizeof g, nb * sizeof(float));
     metrics_human_bytes(o, sizeof o, nb * 2 * sizeof(float));
     printf("device memory per rank (cuda, bf16 activations): weights %s (fp32 master + bf16 "
-           "copy), grads %s, AdamW %s, %sactivations %s per microbatch of %d x %d; total %s\n",
-           w, g, o, ex, a, t->micro, t->T, tot);
+           "copy), grads %s, AdamW %s, %s%sactivations %s per microbatch of %d x %d; total %s\n",
+           w, g, o, ex, exev, a, t->micro, t->T, tot);
 }
 
 /* The GPU's peak bf16 FLOP/s from its name ("NVIDIA H100 80GB HBM3" -> H100), else 0. */
