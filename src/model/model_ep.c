@@ -1,5 +1,6 @@
-/* model_ep.c — expert parallelism on the CPU backend: the experts' store, the exchange of routed
- * rows, the checkpoint layout (model_ep.h; docs/moe.md). */
+/* model_ep.c — expert parallelism: the experts' host store, the exchange of routed rows (on the
+ * backend the decoder runs: fp32 host rows by MPI on the CPU, bf16 device rows through the
+ * tsr_ep_xfer of src/gpu/gpu_ep.c on CUDA), the checkpoint layout (model_ep.h; docs/moe.md). */
 #include "model/model_ep.h"
 
 #include <stdlib.h>

@@ -12,7 +12,9 @@
  * (model_set_expert_parallel) for this store: w, g, m, v hold this rank's experts as
  * [expw1 (LM, E/EP, 2FE, C) | expw2 (LM, E/EP, C, FE)]. The dense tensors (the router included)
  * keep parallel.sharding (ddp, zero1, zero3, hsdp); the experts are replicated over the EDP group
- * like DDP whatever the sharding: gradients all-reduced over it, AdamW on every member.
+ * like DDP whatever the sharding: gradients all-reduced over it, AdamW on every member. On
+ * device = cuda this store is the host mirror of the device's (src/gpu/gpu_ep.h), which sums,
+ * measures and updates the gradients there instead of ep_reduce, ep_sumsq and ep_update.
  *
  * Exchange (a MoE layer's forward, in the decoder's place of the experts' matmuls): the routed
  * rows, grouped by expert and so by owner, go to their owners by all-to-all; an owner orders what
@@ -99,8 +101,10 @@ int ep_exchanging(const tsr_ep *ep);
  * moe_gather leaves them; y (NK, C) receives each row's expert output, the same order. w1, w2:
  * this rank's experts of the layer. slot: the layer's slot of the MLP activations
  * (model_act_group_slot: the layers that activation checkpointing recomputes share one, as their
- * activations do), where what it received is kept for the backward. Collective over the EP
- * group. */
+ * activations do), where what it received is kept for the backward. Every pointer is be's memory
+ * and type (activations be->act, weights be->weight, offs int32); the offsets are read on the host
+ * (be->to_host waits for be's queued work). The first call fixes the backend until ep_release.
+ * Collective over the EP group. */
 void ep_forward(tsr_ep *ep, const tsr_backend *be, int slot, const void *xg,
                 const int32_t *offs, const void *w1, const void *w2, void *y, int NK);
 /* Backward of the last ep_forward of slot: dxy (NK, C) holds d(y) and leaves with d(xg); g1, g2
