@@ -365,8 +365,10 @@ static void lib_host_model(gpu_train_ctx *c, int on) {
     if (on) {
         if (gt->sharded) gpu_shard_pull(&gt->sh, c, 0);
         else if (sampler) gpu_model_download(&gt->g, m->params);
+        /* every expert on the host (collective), from the device's weights: before the host
+         * weights' hook, whose ep_full would gather the host store as it stands */
+        if (gt->ep_on) gpu_ep_full(&gt->ep, 1, 0);
         if (gt->sharded && !gt->sh.zero1) c->host_weights(c->owner, 1);
-        if (gt->ep_on) gpu_ep_full(&gt->ep, 1, 0); /* every expert on the host (collective) */
         route_model(m, NULL);
         if (sampler && m->acts.B == 0) model_alloc_acts(m, 1, c->T), gt->host_acts = 1;
     } else {
