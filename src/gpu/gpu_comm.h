@@ -46,6 +46,10 @@ void gpu_comm_alltoallv(gpu_comm *c, const void *send, const size_t *sc, const s
  * it run in order with the collectives (packing a unit before its reduce-scatter, adding a
  * piece after it). */
 tcu_stream gpu_comm_follow(gpu_comm *c);
+/* c's collectives queued from now on wait (on the device) for everything queued on before's
+ * stream so far: communicators used concurrently must run their collectives in the same order on
+ * every rank (NCCL's rule), which two streams alone do not ensure. NULL before: nothing. */
+void gpu_comm_after(gpu_comm *c, gpu_comm *before);
 /* Records e on the communication stream (after everything queued there so far). */
 void gpu_comm_mark(gpu_comm *c, tcu_event e);
 /* The compute stream waits (on the device) for every collective queued so far. */

@@ -43,7 +43,7 @@ struct gpu_comm {
     ncclComm_t comm;
     tsr_group *g;
     tcu_stream compute, stream;
-    tcu_event ready, done;
+    tcu_event ready, done, order;
     int size, version;
     char name[64];
 };
@@ -116,6 +116,7 @@ gpu_comm *gpu_comm_open(int color, int key, tcu_stream compute, char *why, size_
     c->stream = tcu_stream_create();
     c->ready = tcu_event_create();
     c->done = tcu_event_create();
+    c->order = tcu_event_create();
     return c;
 }
 
@@ -174,6 +175,12 @@ void gpu_comm_alltoallv(gpu_comm *c, const void *send, const size_t *sc, const s
     gpu_comm_wait(c);
 }
 
+void gpu_comm_after(gpu_comm *c, gpu_comm *before) {
+    if (!before) return;
+    tcu_event_record(before->order, before->stream);
+    tcu_stream_wait_event(c->stream, before->order);
+}
+
 void gpu_comm_mark(gpu_comm *c, tcu_event e) { tcu_event_record(e, c->stream); }
 
 void gpu_comm_wait(gpu_comm *c) {
@@ -187,6 +194,7 @@ void gpu_comm_close(gpu_comm *c) {
     if (c->comm) (void)c->api.comm_destroy(c->comm);
     tcu_event_destroy(c->ready);
     tcu_event_destroy(c->done);
+    tcu_event_destroy(c->order);
     tcu_stream_destroy(c->stream);
     dist_group_free(c->g);
     /* the library stays loaded: NCCL's own threads may outlive the communicator briefly */

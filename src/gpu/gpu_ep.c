@@ -23,9 +23,16 @@ size_t gpu_ep_exchange_bytes(const tsr_model *m, int EP, int B, int T) {
     return (size_t)m->LM * (kept + (size_t)(m->E / EP + 1) * sizeof(int32_t) + 256) + stage;
 }
 
+/* c after the dense gradients' collectives queued so far (two communicators' collectives in one
+ * order on every rank) */
+static void after_dense(gpu_ep *x, gpu_comm *c) {
+    for (int i = 0; i < 2; i++) gpu_comm_after(c, x->dense[i]);
+}
+
 static void x_alltoallv(void *ctx, const void *send, const size_t *sc, const size_t *sd,
                         void *recv, const size_t *rc, const size_t *rd, size_t elem) {
     gpu_ep *x = ctx;
+    after_dense(x, x->group);
     gpu_comm_alltoallv(x->group, send, sc, sd, recv, rc, rd, elem);
 }
 
@@ -77,6 +84,7 @@ void gpu_ep_zero_grads(gpu_ep *x) { tcu_zero(x->g, x->ep->n * sizeof(float), x->
 
 void gpu_ep_reduce(gpu_ep *x) {
     size_t off = 0, len = x->ep->n;
+    after_dense(x, x->edp);
     gpu_comm_allreduce(x->edp, x->g, &off, &len, 1);
     gpu_comm_wait(x->edp);
 }

@@ -35,6 +35,10 @@ typedef struct gpu_ep {
     tsr_bf16 *wbf;           /* (n) the bf16 copy the ops read */
     tsr_bf16 *full;          /* evaluation: every expert (ep_full's layout), else NULL */
     float *acc;              /* (1) sum of squares */
+    gpu_comm *dense[2];      /* the dense gradients' communicators (ddp: the world's; zero1,
+                              * zero3, hsdp: the shards' and the replicas'), whose collectives run
+                              * during the backward: the exchange and the experts' sums are
+                              * ordered after what they queued (gpu_comm_after), or NULL */
 } gpu_ep;
 
 /* Device bytes of the store for model m at degree EP (weights fp32 + bf16, gradients, AdamW). */

@@ -197,6 +197,8 @@ static int init_experts(gpu_train_ctx *c) {
         return TSR_EXIT_USAGE;
     }
     gt->ep_on = 1;
+    gt->ep.dense[0] = gt->sharded ? gt->sh.group : gt->comm;
+    gt->ep.dense[1] = gt->sharded ? gt->sh.replicas : NULL;
     gt->g.experts = gpu_ep_unit;
     gt->g.experts_ctx = &gt->ep;
     if (c->dist->rank == 0)
