@@ -244,14 +244,16 @@ static int lib_acts_B(const gpu_train_ctx *c) { return c->state->g.B; }
 
 /* The activations, and room left after them for what the ops allocate later (scratch, cuBLASLt,
  * NCCL's buffers, kernels' local memory): 2% of the device must stay free, and under zero3 / hsdp
- * with evaluation the full weights an evaluation gathers, so a microbatch that fills the GPU backs
- * off here instead of failing in the first backward or the first evaluation. The room is read,
- * not allocated: a trial allocation would count in the allocator's peak (peak_mem_bytes). */
+ * with evaluation the full weights an evaluation gathers, under parallel.expert the exchange's
+ * buffers for B sequences (allocated by the first forward), so a microbatch that fills the GPU
+ * backs off here instead of failing in the first backward or the first evaluation. The room is
+ * read, not allocated: a trial allocation would count in the allocator's peak (peak_mem_bytes). */
 static int lib_try_acts(gpu_train_ctx *c, int B) {
     if (gpu_model_try_alloc_acts(&c->state->g, B, c->T)) return -1;
     size_t free_b = 0, total_b = 0;
     tcu_device_info(NULL, 0, NULL, &free_b, &total_b);
-    if (free_b < total_b / 50 + eval_bytes(c)) {
+    size_t exchange = c->model->EP > 1 ? gpu_ep_exchange_bytes(c->model, c->model->EP, B, c->T) : 0;
+    if (free_b < total_b / 50 + eval_bytes(c) + exchange) {
         gpu_model_free_acts(&c->state->g);
         return -1;
     }

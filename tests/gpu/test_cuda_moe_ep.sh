@@ -23,13 +23,14 @@
 #    EP = 1 on the emulator, peak device memory within the plan;
 #  - --init-from a checkpoint and from a Hugging Face export at EP = 2: within the tolerance of the
 #    CPU from the same export;
+#  - micro_batch = auto backs off for the exchange's buffers too;
 #  - a degree that does not divide the experts refused with device = cuda, naming the key;
 #  - the real backend (build/tessera-train) at EP = 2 on 2 GPUs and EP = 4 on 4 when there are
 #    that many (skipped loudly otherwise): within test_cuda_train.sh's GPU tolerance (0.5% loss,
 #    2 x 5% norm) of the CPU.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 14
+tap_plan 15
 EMU=$BUILD/tests/tessera-train-cuemu
 if ! command -v mpirun >/dev/null || [[ $(ldd "$TRAIN" 2>/dev/null) != *libmpi* ]]; then
     echo "expert parallelism needs MPI ranks: no mpirun, or a NO_MPI=1 build"
@@ -184,6 +185,18 @@ first = lambda p, s: next(j["loss"] for j in map(json.loads, open(p)) if j.get("
 sys.exit(0 if first(sys.argv[1], 1) < first(sys.argv[2], 1) - 0.05 else 1)
 PY
 tap_check $? "emulator, EP = 2: --init-from a checkpoint and from its Hugging Face export, 2 steps within the tolerance of the CPU's from the export, from the trained weights ($d)"
+
+# micro_batch = auto on a device 1000 bytes short of EP = 2's peak at microbatches of 2: the
+# exchange's buffers (allocated by the first forward) count in the room a microbatch needs, so the
+# run backs off to 1 before its first forward (it used to die there, out of device memory) and
+# equals micro_batch = 1 bit for bit
+cap=$("$PY3" -c 'import json, sys; print(max(j.get("peak_mem_bytes", 0) for j in map(json.loads, open(sys.argv[1]))) - 1000)' "$TMP/e2/metrics.jsonl")
+TSR_EMU_MEM=$cap run "$EMU" 4 e2auto "${cu[@]}" --set parallel.expert=2 --set micro_batch=auto &&
+    run "$EMU" 4 e2m1 "${cu[@]}" --set parallel.expert=2 --set micro_batch=1 &&
+    grep -q "step 1 reruns with microbatches of 1" "$TMP/e2auto.txt" &&
+    final_lines "$TMP/e2m1/metrics.jsonl" >"$TMP/e2m1.loss" && (($(wc -l <"$TMP/e2m1.loss") == 8)) &&
+    final_lines "$TMP/e2auto/metrics.jsonl" | cmp -s - "$TMP/e2m1.loss"
+tap_check $? "emulator, EP = 2, micro_batch = auto on a device of $cap bytes (1000 short of the peak at microbatches of 2): backs off to 1 before the exchange runs out of memory, all 8 steps equal micro_batch = 1 bit for bit"
 
 run "$EMU" 4 bad "${cu[@]}" --set parallel.expert=3
 rc=$?
