@@ -40,10 +40,11 @@ static void *grow(tsr_ep *ep, void **p, size_t *cap, size_t bytes) {
     if (bytes > *cap || !*p) {
         if (*p) be->free(be, *p);
         *p = be->try_alloc(be, bytes ? bytes : 1);
-        if (!*p)
-            tsr_die(TSR_EXIT_INTERNAL, "expert parallelism: no room for %zu bytes of exchange "
-                    "buffers on the %s backend (routing more unbalanced than the plan's "
-                    "balanced estimate: try a smaller micro_batch)", bytes, be->name);
+        if (!*p) /* (the plan counts them for balanced routing; unbalanced needs up to EP x) */
+            tsr_die(TSR_EXIT_USAGE, "parallel.expert: the %s backend has no room for %zu bytes "
+                    "more of the expert exchange's buffers (the plan counts them for balanced "
+                    "routing; unbalanced routing needs up to parallel.expert times as much): use "
+                    "a smaller micro_batch, or micro_batch = \"auto\"", be->name, bytes);
         *cap = bytes;
     }
     return *p;
