@@ -324,6 +324,25 @@ void dist_group_alltoallv_f32(tsr_group *g, const float *send, const size_t *sco
     MPI_CHECK(MPI_Alltoallv(send, v, v + n, MPI_FLOAT, recv, v + 2 * n, v + 3 * n, MPI_FLOAT, g->comm));
     free(v);
 }
+void dist_group_alltoallv(tsr_group *g, const void *send, const size_t *scounts,
+                          const size_t *sdispls, void *recv, const size_t *rcounts,
+                          const size_t *rdispls, size_t elem) {
+    if (g->size == 1) {
+        memmove((char *)recv + rdispls[0] * elem, (const char *)send + sdispls[0] * elem,
+                scounts[0] * elem);
+        return;
+    }
+    MPI_Datatype t;
+    MPI_CHECK(MPI_Type_contiguous(block_count(elem, "all-to-all element"), MPI_BYTE, &t));
+    MPI_CHECK(MPI_Type_commit(&t));
+    int n = g->size, *v = tsr_malloc(4 * (size_t)n * sizeof(int));
+    const size_t *in[4] = {scounts, sdispls, rcounts, rdispls};
+    for (int k = 0; k < 4; k++)
+        for (int r = 0; r < n; r++) v[k * n + r] = block_count(in[k][r], "all-to-all");
+    MPI_CHECK(MPI_Alltoallv(send, v, v + n, t, recv, v + 2 * n, v + 3 * n, t, g->comm));
+    MPI_CHECK(MPI_Type_free(&t));
+    free(v);
+}
 /* broadcasts of any size: in pieces of at most INT32_MAX elements (MPI's int counts) */
 static void bcast_chunked(void *buf, size_t n, size_t elem, MPI_Datatype type, int root,
                           MPI_Comm comm) {
@@ -435,6 +454,13 @@ void dist_group_alltoallv_f32(tsr_group *g, const float *send, const size_t *sco
                               const size_t *rdispls) {
     (void)g, (void)rcounts;
     memmove(recv + rdispls[0], send + sdispls[0], scounts[0] * sizeof(float));
+}
+void dist_group_alltoallv(tsr_group *g, const void *send, const size_t *scounts,
+                          const size_t *sdispls, void *recv, const size_t *rcounts,
+                          const size_t *rdispls, size_t elem) {
+    (void)g, (void)rcounts;
+    memmove((char *)recv + rdispls[0] * elem, (const char *)send + sdispls[0] * elem,
+            scounts[0] * elem);
 }
 void dist_group_bcast_f32(tsr_group *g, float *buf, size_t n, int root) {
     (void)g, (void)buf, (void)n, (void)root;

@@ -91,6 +91,11 @@ void dist_group_bcast_f32(tsr_group *g, float *buf, size_t n, int root);
  * all[r * bytes .. + bytes) = group rank r's mine. */
 void dist_group_bcast(tsr_group *g, void *buf, size_t bytes, int root);
 void dist_group_allgather(tsr_group *g, const void *mine, void *all, size_t bytes);
+/* dist_group_alltoallv_f32 for elements of elem bytes (counts and displacements in elements):
+ * the expert exchange's bf16 rows in the CUDA emulator, fp32 rows on the CPU */
+void dist_group_alltoallv(tsr_group *g, const void *send, const size_t *scounts,
+                          const size_t *sdispls, void *recv, const size_t *rcounts,
+                          const size_t *rdispls, size_t elem);
 /* buf (bytes) of world rank root, on every rank */
 void dist_bcast(void *buf, size_t bytes, int root);
 _Noreturn void dist_abort(int code);

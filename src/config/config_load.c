@@ -322,8 +322,8 @@ static const char *const cross_rules[] = {
     "With `parallel.sharding = \"hsdp\"`, `parallel.replica_group` (0: the ranks of one node) "
     "divides the rank count (checked at start, when the rank count is known).",
     "`device = \"cuda\"` needs a build with the CUDA backend.",
-    "`parallel.expert` above 1 needs a MoE model (`model.moe_experts` a multiple of it) on "
-    "`device = \"cpu\"`, and divides the rank count (checked at start).",
+    "`parallel.expert` above 1 needs a MoE model (`model.moe_experts` a multiple of it), and "
+    "divides the rank count (checked at start).",
     "`objective = \"dpo\"` needs an even `micro_batch` (not `\"auto\"`), no `data.mix`, a "
     "dense model and `device = \"cpu\"`; `global_batch / W` is even (checked at start); "
     "`dpo.reference = \"base\"` needs `lora.rank` > 0.",
@@ -472,12 +472,6 @@ static void validate_options(load_ctx *c) {
                   "ranks, so model.moe_experts (%d) must be a multiple of it; or set "
                   "parallel.expert = 1", where(c, "parallel.expert", at, sizeof at),
                   (long long)g->expert, m->moe_experts);
-        c->errors++;
-    } else if (g->expert > 1 && g->device == TSR_DEVICE_CUDA) {
-        tsr_error("%sparallel.expert = %lld: expert parallelism runs on device = \"cpu\" only "
-                  "so far (the NCCL exchange is not written yet, docs/moe.md); set "
-                  "parallel.expert = 1 (zero3 or hsdp shard the experts' memory)",
-                  where(c, "parallel.expert", at, sizeof at), (long long)g->expert);
         c->errors++;
     }
     int ck_lo, ck_n;

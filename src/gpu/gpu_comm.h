@@ -1,9 +1,10 @@
-/* gpu_comm.h — gradient communication of device = cuda: sums over the ranks, one GPU per rank.
+/* gpu_comm.h — communication of device = cuda, one GPU per rank: gradient sums over the ranks,
+ * the sharded modes' reduce-scatter and all-gather, the expert exchange's all-to-all-v.
  *
  * Two implementations, picked at link time: gpu_comm_nccl.c (the CUDA build: NCCL, loaded with
  * dlopen so a binary that never trains on a GPU needs no libnccl; the communicator bootstrapped
  * by broadcasting ncclGetUniqueId over MPI) and gpu_comm_mpi.c (the host emulator of the CUDA
- * backend, where device memory is host memory: MPI_Allreduce). Collectives run on their own
+ * backend, where device memory is host memory: MPI_Allreduce, MPI_Alltoallv). Collectives run on their own
  * stream, ordered after the compute stream's work at the time of the call, so the backward pass
  * of earlier layers overlaps them.
  */
@@ -34,10 +35,21 @@ void gpu_comm_reduce_scatter(gpu_comm *c, const float *send, float *recv, size_t
 /* recv (size * count elements of elem bytes) = every rank's send (count elements), rank order;
  * after the compute stream's work so far. */
 void gpu_comm_all_gather(gpu_comm *c, const void *send, void *recv, size_t count, size_t elem);
+/* All-to-all-v: recv[rd[r] ..] (rc[r] elements of elem bytes) = group rank r's send[sd[me] ..]
+ * (its sc[me]), for every r (counts and displacements per group rank, in elements; sc[r] here
+ * must equal rc[me] on r). After the compute stream's work so far, and the compute stream's later
+ * work waits for it (the expert exchange needs its rows at once). NCCL: grouped ncclSend/ncclRecv
+ * (NCCL >= 2.7); MPI: MPI_Alltoallv on host memory. */
+void gpu_comm_alltoallv(gpu_comm *c, const void *send, const size_t *sc, const size_t *sd,
+                        void *recv, const size_t *rc, const size_t *rd, size_t elem);
 /* The communication stream, made to wait for the compute stream's work so far: copies queued on
  * it run in order with the collectives (packing a unit before its reduce-scatter, adding a
  * piece after it). */
 tcu_stream gpu_comm_follow(gpu_comm *c);
+/* c's collectives queued from now on wait (on the device) for everything queued on before's
+ * stream so far: communicators used concurrently must run their collectives in the same order on
+ * every rank (NCCL's rule), which two streams alone do not ensure. NULL before: nothing. */
+void gpu_comm_after(gpu_comm *c, gpu_comm *before);
 /* Records e on the communication stream (after everything queued there so far). */
 void gpu_comm_mark(gpu_comm *c, tcu_event e);
 /* The compute stream waits (on the device) for every collective queued so far. */

@@ -4,7 +4,8 @@
  * CPU runs and single-GPU runs start where NCCL is not installed (a single GPU without NCCL
  * simply sums nothing). Bootstrap: rank 0 makes the unique id, MPI broadcasts it, every rank
  * calls ncclCommInitRank with its CUDA device already selected (tcu_init); a communicator over a
- * group (hsdp) gets its id from the group's first rank. Each all-reduce is
+ * group (hsdp, the expert-parallel groups) gets its id from the group's first rank. The expert
+ * exchange's all-to-all-v is grouped ncclSend/ncclRecv, one pair per peer. Each all-reduce is
  * one ncclGroupStart/End over the slices of a layer, on the communication stream after an event
  * recorded on the compute stream; gpu_comm_wait makes the compute stream wait for the last one.
  */
@@ -28,6 +29,8 @@ typedef struct nccl_api {
                                    ncclComm_t, cudaStream_t);
     ncclResult_t (*all_gather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t,
                                cudaStream_t);
+    ncclResult_t (*send)(const void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+    ncclResult_t (*recv)(void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
     ncclResult_t (*group_start)(void);
     ncclResult_t (*group_end)(void);
     ncclResult_t (*get_version)(int *);
@@ -40,7 +43,7 @@ struct gpu_comm {
     ncclComm_t comm;
     tsr_group *g;
     tcu_stream compute, stream;
-    tcu_event ready, done;
+    tcu_event ready, done, order;
     int size, version;
     char name[64];
 };
@@ -61,6 +64,8 @@ static int load_nccl(gpu_comm *c, char *why, size_t n) {
         {(void **)&c->api.all_reduce, "ncclAllReduce"},
         {(void **)&c->api.reduce_scatter, "ncclReduceScatter"},
         {(void **)&c->api.all_gather, "ncclAllGather"},
+        {(void **)&c->api.send, "ncclSend"},
+        {(void **)&c->api.recv, "ncclRecv"},
         {(void **)&c->api.group_start, "ncclGroupStart"},
         {(void **)&c->api.group_end, "ncclGroupEnd"},
         {(void **)&c->api.get_version, "ncclGetVersion"},
@@ -68,7 +73,8 @@ static int load_nccl(gpu_comm *c, char *why, size_t n) {
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         if (!(*syms[i].fn = dlsym(c->lib, syms[i].sym))) {
-            snprintf(why, n, "libnccl.so.2 has no %s: NCCL too old (need 2.x)", syms[i].sym);
+            snprintf(why, n, "libnccl.so.2 has no %s: NCCL too old (need 2.7 or later)",
+                     syms[i].sym);
             return -1;
         }
     }
@@ -110,6 +116,7 @@ gpu_comm *gpu_comm_open(int color, int key, tcu_stream compute, char *why, size_
     c->stream = tcu_stream_create();
     c->ready = tcu_event_create();
     c->done = tcu_event_create();
+    c->order = tcu_event_create();
     return c;
 }
 
@@ -147,6 +154,33 @@ void gpu_comm_all_gather(gpu_comm *c, const void *send, void *recv, size_t count
              "ncclAllGather");
 }
 
+/* Point-to-point in one group: a send and a receive per peer (the rank itself included: NCCL
+ * copies it locally), bytes as ncclUint8 so that any element type goes; then the compute stream
+ * waits for the group. */
+void gpu_comm_alltoallv(gpu_comm *c, const void *send, const size_t *sc, const size_t *sd,
+                        void *recv, const size_t *rc, const size_t *rd, size_t elem) {
+    gpu_comm_follow(c);
+    NCCL_DIE(c, c->api.group_start(), "ncclGroupStart");
+    for (int r = 0; r < c->size; r++) {
+        if (sc[r])
+            NCCL_DIE(c, c->api.send((const char *)send + sd[r] * elem, sc[r] * elem, ncclUint8, r,
+                                    c->comm, (cudaStream_t)c->stream),
+                     "ncclSend");
+        if (rc[r])
+            NCCL_DIE(c, c->api.recv((char *)recv + rd[r] * elem, rc[r] * elem, ncclUint8, r,
+                                    c->comm, (cudaStream_t)c->stream),
+                     "ncclRecv");
+    }
+    NCCL_DIE(c, c->api.group_end(), "ncclGroupEnd");
+    gpu_comm_wait(c);
+}
+
+void gpu_comm_after(gpu_comm *c, gpu_comm *before) {
+    if (!before) return;
+    tcu_event_record(before->order, before->stream);
+    tcu_stream_wait_event(c->stream, before->order);
+}
+
 void gpu_comm_mark(gpu_comm *c, tcu_event e) { tcu_event_record(e, c->stream); }
 
 void gpu_comm_wait(gpu_comm *c) {
@@ -160,6 +194,7 @@ void gpu_comm_close(gpu_comm *c) {
     if (c->comm) (void)c->api.comm_destroy(c->comm);
     tcu_event_destroy(c->ready);
     tcu_event_destroy(c->done);
+    tcu_event_destroy(c->order);
     tcu_stream_destroy(c->stream);
     dist_group_free(c->g);
     /* the library stays loaded: NCCL's own threads may outlive the communicator briefly */

@@ -347,15 +347,16 @@ static void unit_get(void *ctx, int u, int backward, const void **w, float **gr)
         const tsr_bf16 *wb[TSR_P_COUNT] = {0};
         g->src->get(g->src->ctx, u, backward, wb, gr);
         for (int i = 0; i < TSR_P_COUNT; i++) w[i] = wb[i];
-        return;
+    } else {
+        size_t off[TSR_P_COUNT];
+        dec_unit_offsets(g->m, u, off);
+        for (int i = 0; i < TSR_P_COUNT; i++) {
+            if (off[i] == SIZE_MAX) continue;
+            w[i] = g->wbf + off[i];
+            if (backward) gr[i] = g->grads + off[i];
+        }
     }
-    size_t off[TSR_P_COUNT];
-    dec_unit_offsets(g->m, u, off);
-    for (int i = 0; i < TSR_P_COUNT; i++) {
-        if (off[i] == SIZE_MAX) continue;
-        w[i] = g->wbf + off[i];
-        if (backward) gr[i] = g->grads + off[i];
-    }
+    if (g->experts) g->experts(g->experts_ctx, u, backward, w, gr);
 }
 
 /* the source hears of a layer unit after its backward (its gradients complete) */

@@ -48,6 +48,10 @@ typedef struct tsr_gpu_model {
     tsr_bf16 *wbf;      /* (n_params) bf16 copy read by the ops; NULL: src gives the units */
     float *grads;       /* (n_params) fp32, or NULL under GPU_STATE_NONE */
     const gpu_param_source *src; /* zero3 / hsdp */
+    /* parallel.expert: the expert tensors of unit u, which the flat layout leaves out (gpu_ep.h
+     * gpu_ep_unit), or NULL */
+    void (*experts)(void *ctx, int u, int backward, const void **w, float **gr);
+    void *experts_ctx;
     float *slopes;      /* (NH) ALiBi slopes, or NULL */
     float *rope;        /* (hs/2) RoPE frequencies (model_rope_freqs), or NULL */
     int B, T;           /* activations allocated for B x T (0: none; = a.B, a.T) */

@@ -10,6 +10,7 @@
 
 #include "common.h"
 #include "gpu/gpu_comm.h"
+#include "gpu/gpu_ep.h"
 #include "gpu/gpu_model.h"
 #include "gpu/gpu_shard.h"
 
@@ -26,20 +27,35 @@ struct tsr_gpu_train {
     int *n_slices;        /* (units) */
     size_t *off, *len;    /* (units * TSR_P_COUNT) */
     int host_acts;        /* lib_host_model(on) allocated host activations */
+    gpu_ep ep;            /* parallel.expert: the experts' store and exchange (gpu_ep.h) */
+    int ep_on;
 };
 
-/* zero3 / hsdp: what an evaluation (validation loss, ICL) gathers on top of the training state
- * while it runs, the full bf16 weights (gpu_shard_full_weights); 0 without evaluation or under
- * ddp / zero1, whose bf16 weights are whole already. */
+/* What an evaluation (validation loss, ICL) gathers on top of the training state while it runs:
+ * under zero3 / hsdp the full bf16 weights (gpu_shard_full_weights; ddp and zero1 have them
+ * whole already), under parallel.expert every expert; 0 without evaluation. */
 static size_t eval_bytes(const gpu_train_ctx *c) {
-    return c->evals && c->mode == GPU_SHARD_FSDP ? c->model->n_params * sizeof(tsr_bf16) + 256 : 0;
+    const tsr_model *m = c->model;
+    size_t b = c->evals && c->mode == GPU_SHARD_FSDP ? m->n_params * sizeof(tsr_bf16) + 256 : 0;
+    /* parallel.expert: every expert gathered, bf16, and its fp32 stage (gpu_ep_full) */
+    if (c->evals && m->EP > 1)
+        b += (size_t)m->LM * (size_t)m->E * 3 * (size_t)m->FE * (size_t)m->C *
+                 (sizeof(tsr_bf16) + sizeof(float)) + 512;
+    return b;
+}
+
+/* parallel.expert: the experts' store (gpu_ep.h), beside the flat state */
+static size_t expert_bytes(const gpu_train_ctx *c) {
+    return c->model->EP > 1 ? gpu_ep_state_bytes(c->model, c->model->EP) : 0;
 }
 
 static size_t fixed_bytes(const gpu_train_ctx *c) {
     const tsr_model *m = c->model;
     if (c->mode != GPU_SHARD_DDP)
-        return gpu_shard_bytes(m, c->mode == GPU_SHARD_ZERO1, c->G) + eval_bytes(c) + 512;
-    return gpu_model_state_bytes(m, GPU_STATE_FULL) + 2 * m->n_params * sizeof(float) + 256;
+        return gpu_shard_bytes(m, c->mode == GPU_SHARD_ZERO1, c->G) + eval_bytes(c) +
+               expert_bytes(c) + 512;
+    return gpu_model_state_bytes(m, GPU_STATE_FULL) + 2 * m->n_params * sizeof(float) +
+           expert_bytes(c) + eval_bytes(c) + 256;
 }
 
 static void lib_plan_bytes(const gpu_train_ctx *c, size_t *fixed, size_t *eval) {
@@ -69,6 +85,13 @@ static void route_model(tsr_model *m, tsr_gpu_model *g) {
     m->fwd_ctx = g;
 }
 
+/* The activations for B sequences and, under parallel.expert, the exchange's buffers (balanced
+ * routing: gpu_ep_exchange_bytes) */
+static size_t acts_bytes(const gpu_train_ctx *c, int B) {
+    return gpu_model_acts_bytes(c->model, B, c->T) +
+           (c->model->EP > 1 ? gpu_ep_exchange_bytes(c->model, c->model->EP, B, c->T) : 0);
+}
+
 /* Every rank needs a GPU of its own (NCCL refuses two ranks on one GPU); the first rank without
  * is named by rank 0 (other ranks' messages are muted during init). Collective. */
 static int check_devices(const gpu_train_ctx *c, int count) {
@@ -96,11 +119,10 @@ static int check_devices(const gpu_train_ctx *c, int count) {
 /* The device's name and free memory; the plan against the free memory, before anything large is
  * allocated. Collective. */
 static int check_memory(gpu_train_ctx *c, int device) {
-    const tsr_model *m = c->model;
     int sm = 0, rank = c->dist->rank;
     size_t free_b = 0, total_b = 0;
     tcu_device_info(c->device_name, sizeof c->device_name, &sm, &free_b, &total_b);
-    size_t need = fixed_bytes(c) + gpu_model_acts_bytes(m, c->auto_micro ? 1 : c->micro, c->T);
+    size_t need = fixed_bytes(c) + acts_bytes(c, c->auto_micro ? 1 : c->micro);
     double short_by = need > free_b ? (double)(need - free_b) : 0.0;
     dist_allreduce_max_f64(&short_by, 1);
     if (rank == 0)
@@ -164,6 +186,28 @@ static int init_replicated(gpu_train_ctx *c) {
     return 0;
 }
 
+/* parallel.expert: the experts' store on the device and the exchange's communicators */
+static int init_experts(gpu_train_ctx *c) {
+    struct tsr_gpu_train *gt = c->state;
+    if (!c->ep) return 0;
+    char why[512] = "";
+    if (gpu_ep_init(&gt->ep, c->ep, c->model, c->dist, gt->s, why, sizeof why) != 0) {
+        if (c->dist->rank == 0)
+            tsr_error("device = \"cuda\" with parallel.expert = %d: %s", c->ep->EP, why);
+        return TSR_EXIT_USAGE;
+    }
+    gt->ep_on = 1;
+    gt->ep.dense[0] = gt->sharded ? gt->sh.group : gt->comm;
+    gt->ep.dense[1] = gt->sharded ? gt->sh.replicas : NULL;
+    gt->g.experts = gpu_ep_unit;
+    gt->g.experts_ctx = &gt->ep;
+    if (c->dist->rank == 0)
+        printf("experts: %d per rank, rows exchanged within groups of %d and gradients summed "
+               "over %d replicas by %s\n", c->ep->El, c->ep->EP,
+               c->dist->world / c->ep->EP, gpu_comm_name(gt->ep.group));
+    return 0;
+}
+
 static int lib_init(gpu_train_ctx *c) {
     const tsr_model *m = c->model;
     int count = tcu_device_count();
@@ -191,6 +235,7 @@ static int lib_init(gpu_train_ctx *c) {
                                      : c->mode == GPU_SHARD_ZERO1 ? GPU_STATE_NO_MASTER
                                                                   : GPU_STATE_NONE);
     TSR_CHECK(gt->sharded ? init_sharded(c) : init_replicated(c));
+    TSR_CHECK(init_experts(c));
     route_model(c->model, &gt->g);
     return 0;
 }
@@ -199,14 +244,16 @@ static int lib_acts_B(const gpu_train_ctx *c) { return c->state->g.B; }
 
 /* The activations, and room left after them for what the ops allocate later (scratch, cuBLASLt,
  * NCCL's buffers, kernels' local memory): 2% of the device must stay free, and under zero3 / hsdp
- * with evaluation the full weights an evaluation gathers, so a microbatch that fills the GPU backs
- * off here instead of failing in the first backward or the first evaluation. The room is read,
- * not allocated: a trial allocation would count in the allocator's peak (peak_mem_bytes). */
+ * with evaluation the full weights an evaluation gathers, under parallel.expert the exchange's
+ * buffers for B sequences (allocated by the first forward), so a microbatch that fills the GPU
+ * backs off here instead of failing in the first backward or the first evaluation. The room is
+ * read, not allocated: a trial allocation would count in the allocator's peak (peak_mem_bytes). */
 static int lib_try_acts(gpu_train_ctx *c, int B) {
     if (gpu_model_try_alloc_acts(&c->state->g, B, c->T)) return -1;
     size_t free_b = 0, total_b = 0;
     tcu_device_info(NULL, 0, NULL, &free_b, &total_b);
-    if (free_b < total_b / 50 + eval_bytes(c)) {
+    size_t exchange = c->model->EP > 1 ? gpu_ep_exchange_bytes(c->model, c->model->EP, B, c->T) : 0;
+    if (free_b < total_b / 50 + eval_bytes(c) + exchange) {
         gpu_model_free_acts(&c->state->g);
         return -1;
     }
@@ -215,9 +262,7 @@ static int lib_try_acts(gpu_train_ctx *c, int B) {
 
 static void lib_free_acts(gpu_train_ctx *c) { gpu_model_free_acts(&c->state->g); }
 
-static size_t lib_acts_bytes(const gpu_train_ctx *c, int B) {
-    return gpu_model_acts_bytes(c->model, B, c->T);
-}
+static size_t lib_acts_bytes(const gpu_train_ctx *c, int B) { return acts_bytes(c, B); }
 
 static void unit_ready(void *ctx, int u) {
     struct tsr_gpu_train *gt = ctx;
@@ -229,6 +274,7 @@ static double lib_compute(gpu_train_ctx *c, float scale) {
     struct tsr_gpu_train *gt = c->state;
     if (gt->sharded) gpu_shard_zero_grads(&gt->sh);
     else tcu_zero(gt->g.grads, c->model->n_params * sizeof(float), gt->s);
+    if (gt->ep_on) gpu_ep_zero_grads(&gt->ep);
     /* the last microbatch completes each layer's gradients: their sums (ddp) or reduce-scatters
      * (zero1) start right away; zero3 / hsdp reduce-scatter every microbatch's (the source) */
     void (*ready)(void *, int) = gt->comm ? unit_ready : NULL;
@@ -244,10 +290,11 @@ static double lib_compute(gpu_train_ctx *c, float scale) {
         loss_sum += gpu_model_loss_sum(&gt->g, tg, c->micro, c->T);
     }
     if (gt->sharded) gpu_shard_finish_grads(&gt->sh);
+    if (gt->ep_on) gpu_ep_reduce(&gt->ep);
     return loss_sum;
 }
 
-static double lib_grad_sumsq(gpu_train_ctx *c) {
+static double dense_sumsq(gpu_train_ctx *c) {
     struct tsr_gpu_train *gt = c->state;
     if (gt->sharded) return gpu_shard_grad_sumsq(&gt->sh);
     if (gt->comm) gpu_comm_wait(gt->comm);
@@ -258,17 +305,24 @@ static double lib_grad_sumsq(gpu_train_ctx *c) {
     return sq;
 }
 
+/* the dense tensors', plus the experts' (every expert once) under parallel.expert */
+static double lib_grad_sumsq(gpu_train_ctx *c) {
+    struct tsr_gpu_train *gt = c->state;
+    return dense_sumsq(c) + (gt->ep_on ? gpu_ep_sumsq(&gt->ep) : 0.0);
+}
+
 static void lib_update(gpu_train_ctx *c, double lr, float gscale, int step) {
     struct tsr_gpu_train *gt = c->state;
     const tsr_model *m = c->model;
     const tsr_optim_config *o = c->optim;
+    if (gt->ep_on) gpu_ep_update(&gt->ep, o, c->decay[TSR_P_EXPW1], lr, gscale, step);
     if (gt->sharded) {
         gpu_shard_update(&gt->sh, c, lr, gscale, step);
         return;
     }
     for (int i = 0; i < TSR_P_COUNT; i++) {
         const tsr_param_info *p = &m->params_info[i];
-        if (!p->numel) continue;
+        if (!p->numel || p->ep) continue; /* (the experts' store: gpu_ep_update) */
         float wd = c->decay[i];
         size_t at = p->offset;
         tcu_adamw_update(gt->g.params + at, gt->g.wbf + at, gt->g.grads + at, gt->m + at,
@@ -279,6 +333,7 @@ static void lib_update(gpu_train_ctx *c, double lr, float gscale, int step) {
 
 static void lib_pull(gpu_train_ctx *c) {
     struct tsr_gpu_train *gt = c->state;
+    if (gt->ep_on) gpu_ep_pull(&gt->ep, 1);
     if (gt->sharded) {
         gpu_shard_pull(&gt->sh, c, 1);
         return;
@@ -291,6 +346,7 @@ static void lib_pull(gpu_train_ctx *c) {
 
 static void lib_push(gpu_train_ctx *c, int with_optim) {
     struct tsr_gpu_train *gt = c->state;
+    if (gt->ep_on) gpu_ep_push(&gt->ep, with_optim);
     if (gt->sharded) {
         gpu_shard_push(&gt->sh, c, with_optim);
         return;
@@ -313,18 +369,24 @@ static void lib_host_model(gpu_train_ctx *c, int on) {
     if (on) {
         if (gt->sharded) gpu_shard_pull(&gt->sh, c, 0);
         else if (sampler) gpu_model_download(&gt->g, m->params);
+        /* every expert on the host (collective), from the device's weights: before the host
+         * weights' hook, whose ep_full would gather the host store as it stands */
+        if (gt->ep_on) gpu_ep_full(&gt->ep, 1, 0);
         if (gt->sharded && !gt->sh.zero1) c->host_weights(c->owner, 1);
         route_model(m, NULL);
         if (sampler && m->acts.B == 0) model_alloc_acts(m, 1, c->T), gt->host_acts = 1;
     } else {
         if (gt->host_acts) model_free_acts(m), gt->host_acts = 0;
         if (gt->sharded && !gt->sh.zero1) c->host_weights(c->owner, 0);
+        if (gt->ep_on) gpu_ep_full(&gt->ep, 0, 0);
         route_model(m, &gt->g);
     }
 }
 
+/* evaluation: the full bf16 weights (zero3 / hsdp) and every expert (parallel.expert) */
 static void lib_full_weights(gpu_train_ctx *c, int on) {
     if (c->state->sharded) gpu_shard_full_weights(&c->state->sh, on);
+    if (c->state->ep_on) gpu_ep_full(&c->state->ep, on, 1);
 }
 
 static size_t lib_mem_peak(void) {
@@ -336,6 +398,7 @@ static size_t lib_mem_peak(void) {
 static void lib_free(gpu_train_ctx *c) {
     struct tsr_gpu_train *gt = c->state;
     if (!gt) return;
+    gpu_ep_free(&gt->ep);
     gpu_comm_close(gt->comm);
     gpu_shard_free(&gt->sh);
     gpu_model_free(&gt->g);

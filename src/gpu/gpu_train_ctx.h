@@ -16,6 +16,7 @@
 #include "dist.h"
 #include "model/model.h"
 #include "model/fsdp.h"
+#include "model/model_ep.h"
 
 /* parallel.sharding as the GPU runs it: zero1 on one rank is ddp, as on the CPU */
 typedef enum { GPU_SHARD_DDP = 0, GPU_SHARD_ZERO1 = 1, GPU_SHARD_FSDP = 3 } gpu_shard_mode;
@@ -37,6 +38,8 @@ typedef struct gpu_train_ctx {
                                 * rank's part of the flat partition; zero3 / hsdp the fsdp shard */
     const size_t *part_counts, *part_displs; /* the flat partition over the world (per rank) */
     tsr_fsdp *fsdp;            /* zero3 / hsdp: the host shards and their plan */
+    tsr_ep *ep;                /* parallel.expert > 1: the experts' host store and the exchange
+                                * (gpu_ep.h), else NULL */
     /* zero3 / hsdp: the host shards gathered into model->params (on = 1) or freed (on = 0) */
     void (*host_weights)(void *owner, int on);
     void *owner;

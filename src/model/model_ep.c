@@ -1,5 +1,6 @@
-/* model_ep.c — expert parallelism on the CPU backend: the experts' store, the exchange of routed
- * rows, the checkpoint layout (model_ep.h; docs/moe.md). */
+/* model_ep.c — expert parallelism: the experts' host store, the exchange of routed rows (on the
+ * backend the decoder runs: fp32 host rows by MPI on the CPU, bf16 device rows through the
+ * tsr_ep_xfer of src/gpu/gpu_ep.c on CUDA), the checkpoint layout (model_ep.h; docs/moe.md). */
 #include "model/model_ep.h"
 
 #include <stdlib.h>
@@ -10,29 +11,51 @@
 /* What one MoE layer's forward left for its backward. Rows received are ordered by local expert,
  * then by source rank: offl (El + 1) over R rows. */
 struct ep_slot {
-    int32_t *allo;            /* (EP, E + 1) every group rank's expert offsets */
-    int32_t *offs_local;      /* (El + 1) */
+    int32_t *allo;            /* (EP, E + 1) every group rank's expert offsets (host) */
+    int32_t *offs_local;      /* (El + 1) host */
+    void *offs_dev;           /* (El + 1) int32, the same in the exchange backend's memory */
     size_t R, cap;            /* rows received; rows the buffers hold */
-    float *xr, *h, *hg;       /* (R, C), (R, 2FE), (R, FE) */
-    size_t *sc, *sd, *rc, *rd; /* (EP each) floats of C-wide rows sent to / received from each */
+    void *xr, *h, *hg;        /* (R, C), (R, 2FE), (R, FE) activations of the exchange backend */
+    size_t *sc, *sd, *rc, *rd; /* (EP each) elements of C-wide rows sent to / received from each */
 };
 
 enum { SC_STAGE = 0, SC_Y, SC_DH, SC_DHG };
 
-/* A buffer of at least n floats (never NULL), through the backend's allocator so that the
- * run's peak memory counts it. */
-static float *grow(const tsr_ep *ep, float **p, size_t *cap, size_t n) {
-    if (n > *cap || !*p) {
-        if (*p) ep->ops->free(*p);
-        *p = ep->ops->alloc((n ? n : 1) * sizeof(float));
-        *cap = n;
+/* The backend the exchange runs on: the first ep_forward's (its buffers live there until
+ * ep_release). Mixing backends in one run is an internal error. */
+static const tsr_backend *xbe(tsr_ep *ep, const tsr_backend *be) {
+    if (!ep->xbe_set) {
+        ep->xbe = *be;
+        ep->xbe_set = 1;
+    } else if (ep->xbe.ctx != be->ctx || ep->xbe.act != be->act) {
+        tsr_die(TSR_EXIT_INTERNAL, "expert parallelism: the exchange moved to another backend "
+                "(%s -> %s) without ep_release", ep->xbe.name, be->name);
+    }
+    return &ep->xbe;
+}
+
+/* A buffer of at least `bytes` in the exchange backend's memory (never NULL). */
+static void *grow(tsr_ep *ep, void **p, size_t *cap, size_t bytes) {
+    const tsr_backend *be = &ep->xbe;
+    if (bytes > *cap || !*p) {
+        if (*p) be->free(be, *p);
+        *p = be->try_alloc(be, bytes ? bytes : 1);
+        if (!*p) /* (the plan counts them for balanced routing; unbalanced needs up to EP x) */
+            tsr_die(TSR_EXIT_USAGE, "parallel.expert: the %s backend has no room for %zu bytes "
+                    "more of the expert exchange's buffers (the plan counts them for balanced "
+                    "routing; unbalanced routing needs up to parallel.expert times as much): use "
+                    "a smaller micro_batch, or micro_batch = \"auto\"", be->name, bytes);
+        *cap = bytes;
     }
     return *p;
 }
 
-static float *scratch(tsr_ep *ep, int k, size_t n) {
-    return grow(ep, &ep->scratch[k], &ep->scratch_cap[k], n);
+static void *scratch(tsr_ep *ep, int k, size_t bytes) {
+    return grow(ep, &ep->scratch[k], &ep->scratch_cap[k], bytes);
 }
+
+/* the element size of the exchanged activations */
+static size_t esize(const tsr_ep *ep) { return tsr_dtype_size(ep->xbe.act); }
 
 void ep_init(tsr_ep *ep, tsr_model *m, int EP, const tsr_dist *d) {
     memset(ep, 0, sizeof *ep);
@@ -52,28 +75,45 @@ void ep_init(tsr_ep *ep, tsr_model *m, int EP, const tsr_dist *d) {
     for (int i = 0; i < 4; i++) *bufs[i] = ep->ops->alloc(ep->n * sizeof(float)); /* zeroed */
     ep->n_slots = m->L;
     ep->slots = tsr_calloc((size_t)m->L, sizeof *ep->slots);
+    ep->offs_h = tsr_malloc((size_t)(m->E + 1) * sizeof(int32_t));
     for (int s = 0; s < m->L; s++) {
         ep_slot *q = &ep->slots[s];
         q->allo = tsr_malloc((size_t)EP * (size_t)(m->E + 1) * sizeof(int32_t));
         q->offs_local = tsr_malloc((size_t)(ep->El + 1) * sizeof(int32_t));
+        q->offs_dev = NULL;
         size_t **c[] = {&q->sc, &q->sd, &q->rc, &q->rd};
         for (int i = 0; i < 4; i++) *c[i] = tsr_malloc((size_t)EP * sizeof(size_t));
     }
     m->ep = ep;
 }
 
+void ep_release(tsr_ep *ep) {
+    if (!ep->xbe_set) return;
+    const tsr_backend *be = &ep->xbe;
+    for (int s = 0; s < ep->n_slots; s++) {
+        ep_slot *q = &ep->slots[s];
+        void *bufs[] = {q->xr, q->h, q->hg, q->offs_dev};
+        for (int i = 0; i < 4; i++)
+            if (bufs[i]) be->free(be, bufs[i]);
+        q->xr = q->h = q->hg = NULL, q->offs_dev = NULL, q->cap = 0;
+    }
+    for (int k = 0; k < 4; k++) {
+        if (ep->scratch[k]) be->free(be, ep->scratch[k]);
+        ep->scratch[k] = NULL, ep->scratch_cap[k] = 0;
+    }
+    ep->xbe_set = 0;
+}
+
 void ep_free(tsr_ep *ep) {
     if (!ep->slots) return;
+    ep_release(ep);
     for (int s = 0; s < ep->n_slots; s++) {
         ep_slot *q = &ep->slots[s];
         free(q->allo), free(q->offs_local), free(q->sc), free(q->sd), free(q->rc), free(q->rd);
-        float *bufs[] = {q->xr, q->h, q->hg};
-        for (int i = 0; i < 3; i++)
-            if (bufs[i]) ep->ops->free(bufs[i]);
     }
     free(ep->slots);
-    float *own[] = {ep->scratch[0], ep->scratch[1], ep->scratch[2], ep->scratch[3],
-                    ep->w, ep->g, ep->m, ep->v, ep->full};
+    free(ep->offs_h);
+    float *own[] = {ep->w, ep->g, ep->m, ep->v, ep->full};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
         if (own[i]) ep->ops->free(own[i]);
     dist_group_free(ep->group);
@@ -112,21 +152,34 @@ void ep_from_full(tsr_ep *ep, const float *w1, const float *w2) {
 
 int ep_exchanging(const tsr_ep *ep) { return ep->full == NULL; }
 
-void ep_unit(tsr_ep *ep, const tsr_model *m, int u, int backward, const void **w, float **g) {
-    if (u < 1) return;
+int ep_layer_offsets(const tsr_ep *ep, const tsr_model *m, int u, int full, size_t *o1,
+                     size_t *o2) {
+    if (u < 1) return 0;
     int s = model_layer_slot(m, TSR_P_EXPW1, u - 1);
-    if (s < 0) return;
-    if (ep->full) { /* every expert: [expw1 (LM, E, ..) | expw2 (LM, E, ..)] */
-        size_t n1 = (size_t)ep->LM * ep->E * ep->x1;
-        w[TSR_P_EXPW1] = ep->full + (size_t)s * ep->E * ep->x1;
-        w[TSR_P_EXPW2] = ep->full + n1 + (size_t)s * ep->E * ep->x2;
+    if (s < 0) return 0;
+    if (full) { /* every expert: [expw1 (LM, E, ..) | expw2 (LM, E, ..)] */
+        *o1 = (size_t)s * ep->E * ep->x1;
+        *o2 = (size_t)ep->LM * ep->E * ep->x1 + (size_t)s * ep->E * ep->x2;
+    } else {
+        *o1 = local_at(ep, 0, s, 0);
+        *o2 = local_at(ep, 1, s, 0);
+    }
+    return 1;
+}
+
+void ep_unit(tsr_ep *ep, const tsr_model *m, int u, int backward, const void **w, float **g) {
+    size_t o1, o2;
+    if (!ep_layer_offsets(ep, m, u, ep->full != NULL, &o1, &o2)) return;
+    if (ep->full) {
+        w[TSR_P_EXPW1] = ep->full + o1;
+        w[TSR_P_EXPW2] = ep->full + o2;
         return; /* (no gradients: evaluation only) */
     }
-    w[TSR_P_EXPW1] = ep->w + local_at(ep, 0, s, 0);
-    w[TSR_P_EXPW2] = ep->w + local_at(ep, 1, s, 0);
+    w[TSR_P_EXPW1] = ep->w + o1;
+    w[TSR_P_EXPW2] = ep->w + o2;
     if (backward) {
-        g[TSR_P_EXPW1] = ep->g + local_at(ep, 0, s, 0);
-        g[TSR_P_EXPW2] = ep->g + local_at(ep, 1, s, 0);
+        g[TSR_P_EXPW1] = ep->g + o1;
+        g[TSR_P_EXPW2] = ep->g + o2;
     }
 }
 
@@ -138,9 +191,15 @@ static int32_t rows_from(const tsr_ep *ep, const ep_slot *q, int src, int el) {
     return o[ep->e0 + el + 1] - o[ep->e0 + el];
 }
 
-/* The slot's plan from this rank's offsets: what goes where, what comes from where. */
-static void plan_slot(tsr_ep *ep, ep_slot *q, const int32_t *offs) {
+/* The slot's plan from this rank's offsets (offs: E + 1, in the backend's memory): what goes
+ * where, what comes from where. The offsets come to the host (the backend waits for its queued
+ * work: on a GPU one synchronisation per MoE layer and forward), since the counts size the
+ * exchange. */
+static void plan_slot(tsr_ep *ep, ep_slot *q, const int32_t *offs_be) {
     const int P = ep->EP, El = ep->El, C = ep->C;
+    const tsr_backend *be = &ep->xbe;
+    int32_t *offs = ep->offs_h;
+    be->to_host(be, offs, offs_be, (size_t)(ep->E + 1) * sizeof(int32_t));
     dist_group_allgather(ep->group, offs, q->allo, (size_t)(ep->E + 1) * sizeof(int32_t));
     size_t at = 0;
     for (int p = 0; p < P; p++) {
@@ -159,29 +218,48 @@ static void plan_slot(tsr_ep *ep, ep_slot *q, const int32_t *offs) {
         for (int p = 0; p < P; p++) r += rows_from(ep, q, p, el);
         q->offs_local[el + 1] = q->offs_local[el] + r;
     }
+    const size_t es = esize(ep);
     if (q->R > q->cap || !q->xr) {
         size_t R = q->R, cap = 0;
-        grow(ep, &q->xr, &cap, R * C);
-        cap = 0, grow(ep, &q->h, &cap, R * 2 * (size_t)ep->FE);
-        cap = 0, grow(ep, &q->hg, &cap, R * (size_t)ep->FE);
+        grow(ep, &q->xr, &cap, R * C * es);
+        cap = 0, grow(ep, &q->h, &cap, R * 2 * (size_t)ep->FE * es);
+        cap = 0, grow(ep, &q->hg, &cap, R * (size_t)ep->FE * es);
         q->cap = R;
     }
+    if (!q->offs_dev) {
+        size_t cap = 0;
+        grow(ep, &q->offs_dev, &cap, (size_t)(El + 1) * sizeof(int32_t));
+    }
+    be->to_device(be, q->offs_dev, q->offs_local, (size_t)(El + 1) * sizeof(int32_t));
+}
+
+/* dst = src (bytes) in the exchange backend's memory, in order with its queued work */
+static void move(const tsr_ep *ep, void *dst, const void *src, size_t bytes) {
+    if (ep->xfer) ep->xfer->copy(ep->xfer->ctx, dst, src, bytes);
+    else memcpy(dst, src, bytes);
+}
+
+/* the all-to-all-v over the EP group, counts and displacements in elements */
+static void alltoallv(tsr_ep *ep, const void *send, const size_t *sc, const size_t *sd,
+                      void *recv, const size_t *rc, const size_t *rd) {
+    if (ep->xfer) ep->xfer->alltoallv(ep->xfer->ctx, send, sc, sd, recv, rc, rd, esize(ep));
+    else dist_group_alltoallv(ep->group, send, sc, sd, recv, rc, rd, esize(ep));
 }
 
 /* stage (rows by source rank, each source's by local expert) <-> by local expert, then source */
-static void reorder(const tsr_ep *ep, const ep_slot *q, const float *from, float *to,
+static void reorder(const tsr_ep *ep, const ep_slot *q, const void *from, void *to,
                     int to_expert_major) {
     const int P = ep->EP, El = ep->El;
-    const size_t C = (size_t)ep->C;
+    const size_t C = (size_t)ep->C, row = C * esize(ep);
     for (int p = 0; p < P; p++) {
         size_t src_at = q->rd[p] / C; /* this source's first row in the stage */
         for (int el = 0; el < El; el++) {
             size_t n = (size_t)rows_from(ep, q, p, el);
             size_t dst_at = (size_t)q->offs_local[el];
             for (int pp = 0; pp < p; pp++) dst_at += (size_t)rows_from(ep, q, pp, el);
-            const float *a = to_expert_major ? from + src_at * C : from + dst_at * C;
-            float *b = to_expert_major ? to + dst_at * C : to + src_at * C;
-            memcpy(b, a, n * C * sizeof(float));
+            const char *a = (const char *)from + (to_expert_major ? src_at : dst_at) * row;
+            char *b = (char *)to + (to_expert_major ? dst_at : src_at) * row;
+            if (n) move(ep, b, a, n * row);
             src_at += n;
         }
     }
@@ -189,53 +267,56 @@ static void reorder(const tsr_ep *ep, const ep_slot *q, const float *from, float
 
 /* the rows of `mine` (NK, C: by expert, so by owner) to their owners, by local expert then
  * source into out (R, C) */
-static void to_owners(tsr_ep *ep, const ep_slot *q, const float *mine, float *out) {
-    float *stage = scratch(ep, SC_STAGE, q->R * (size_t)ep->C);
-    dist_group_alltoallv_f32(ep->group, mine, q->sc, q->sd, stage, q->rc, q->rd);
+static void to_owners(tsr_ep *ep, const ep_slot *q, const void *mine, void *out) {
+    void *stage = scratch(ep, SC_STAGE, q->R * (size_t)ep->C * esize(ep));
+    alltoallv(ep, mine, q->sc, q->sd, stage, q->rc, q->rd);
     for (int p = 0; p < ep->EP; p++)
-        if (p != ep->j) ep->sent_bytes += q->sc[p] * sizeof(float);
+        if (p != ep->j) ep->sent_bytes += q->sc[p] * esize(ep);
     reorder(ep, q, stage, out, 1);
 }
 
 /* the reverse: rows (R, C) by local expert then source, back to their sources into out (NK, C) */
-static void from_owners(tsr_ep *ep, const ep_slot *q, const float *rows, float *out) {
-    float *stage = scratch(ep, SC_STAGE, q->R * (size_t)ep->C);
+static void from_owners(tsr_ep *ep, const ep_slot *q, const void *rows, void *out) {
+    void *stage = scratch(ep, SC_STAGE, q->R * (size_t)ep->C * esize(ep));
     reorder(ep, q, rows, stage, 0);
-    dist_group_alltoallv_f32(ep->group, stage, q->rc, q->rd, out, q->sc, q->sd);
+    alltoallv(ep, stage, q->rc, q->rd, out, q->sc, q->sd);
     for (int p = 0; p < ep->EP; p++)
-        if (p != ep->j) ep->sent_bytes += q->rc[p] * sizeof(float);
+        if (p != ep->j) ep->sent_bytes += q->rc[p] * esize(ep);
 }
 
-void ep_forward(tsr_ep *ep, const tsr_backend *be, int slot, const float *xg,
-                const int32_t *offs, const float *w1, const float *w2, float *y, int NK) {
+void ep_forward(tsr_ep *ep, const tsr_backend *be, int slot, const void *xg,
+                const int32_t *offs, const void *w1, const void *w2, void *y, int NK) {
     (void)NK;
+    be = xbe(ep, be);
     ep_slot *q = &ep->slots[slot];
     const int C = ep->C, FE = ep->FE;
     plan_slot(ep, q, offs);
     to_owners(ep, q, xg, q->xr);
     const int rows = (int)q->R;
-    float *yr = scratch(ep, SC_Y, q->R * (size_t)C);
-    be->moe_matmul_forward(be, q->h, q->xr, w1, q->offs_local, ep->El, rows, C, 2 * FE);
+    void *yr = scratch(ep, SC_Y, q->R * (size_t)C * esize(ep));
+    be->moe_matmul_forward(be, q->h, q->xr, w1, (const int32_t *)q->offs_dev, ep->El, rows, C, 2 * FE);
     be->swiglu_forward(be, q->hg, q->h, rows, FE);
-    be->moe_matmul_forward(be, yr, q->hg, w2, q->offs_local, ep->El, rows, FE, C);
+    be->moe_matmul_forward(be, yr, q->hg, w2, (const int32_t *)q->offs_dev, ep->El, rows, FE, C);
     from_owners(ep, q, yr, y);
 }
 
-void ep_backward(tsr_ep *ep, const tsr_backend *be, int slot, float *dxy, const float *w1,
-                 const float *w2, float *g1, float *g2, int NK) {
+void ep_backward(tsr_ep *ep, const tsr_backend *be, int slot, void *dxy, const void *w1,
+                 const void *w2, float *g1, float *g2, int NK) {
     (void)NK;
+    be = xbe(ep, be);
     ep_slot *q = &ep->slots[slot];
     const int C = ep->C, FE = ep->FE, rows = (int)q->R;
-    const size_t R = q->R;
-    float *dyr = scratch(ep, SC_Y, R * (size_t)C);
+    const size_t R = q->R, es = esize(ep);
+    void *dyr = scratch(ep, SC_Y, R * (size_t)C * es);
     to_owners(ep, q, dxy, dyr);
-    float *dhg = scratch(ep, SC_DHG, R * (size_t)FE), *dh = scratch(ep, SC_DH, R * 2 * (size_t)FE);
-    memset(dhg, 0, R * (size_t)FE * sizeof(float));
-    be->moe_matmul_backward(be, dhg, g2, dyr, q->hg, w2, q->offs_local, ep->El, rows, FE, C);
-    memset(dh, 0, R * 2 * (size_t)FE * sizeof(float));
+    void *dhg = scratch(ep, SC_DHG, R * (size_t)FE * es);
+    void *dh = scratch(ep, SC_DH, R * 2 * (size_t)FE * es);
+    be->zero(be, dhg, R * (size_t)FE * es);
+    be->moe_matmul_backward(be, dhg, g2, dyr, q->hg, w2, (const int32_t *)q->offs_dev, ep->El, rows, FE, C);
+    be->zero(be, dh, R * 2 * (size_t)FE * es);
     be->swiglu_backward(be, dh, q->h, dhg, rows, FE);
-    memset(dyr, 0, R * (size_t)C * sizeof(float)); /* dy is used up: it now takes d(xr) */
-    be->moe_matmul_backward(be, dyr, g1, dh, q->xr, w1, q->offs_local, ep->El, rows, C, 2 * FE);
+    be->zero(be, dyr, R * (size_t)C * es); /* dy is used up: it now takes d(xr) */
+    be->moe_matmul_backward(be, dyr, g1, dh, q->xr, w1, (const int32_t *)q->offs_dev, ep->El, rows, C, 2 * FE);
     from_owners(ep, q, dyr, dxy);
 }
 

@@ -1,4 +1,6 @@
-/* model_ep.h — expert parallelism on the CPU backend (parallel.expert = EP; docs/moe.md).
+/* model_ep.h — expert parallelism (parallel.expert = EP; docs/moe.md), one exchange for both
+ * backends: rows in the backend's activation type and memory, moved by MPI on the CPU or by the
+ * tsr_ep_xfer a device path sets (src/gpu/gpu_ep.c on device = cuda).
  *
  * Groups: the world splits into EP groups of EP consecutive ranks (world rank r: group r / EP,
  * index j = r % EP); each EP group holds every expert once, rank j the E / EP experts
@@ -10,7 +12,9 @@
  * (model_set_expert_parallel) for this store: w, g, m, v hold this rank's experts as
  * [expw1 (LM, E/EP, 2FE, C) | expw2 (LM, E/EP, C, FE)]. The dense tensors (the router included)
  * keep parallel.sharding (ddp, zero1, zero3, hsdp); the experts are replicated over the EDP group
- * like DDP whatever the sharding: gradients all-reduced over it, AdamW on every member.
+ * like DDP whatever the sharding: gradients all-reduced over it, AdamW on every member. On
+ * device = cuda this store is the host mirror of the device's (src/gpu/gpu_ep.h), which sums,
+ * measures and updates the gradients there instead of ep_reduce, ep_sumsq and ep_update.
  *
  * Exchange (a MoE layer's forward, in the decoder's place of the experts' matmuls): the routed
  * rows, grouped by expert and so by owner, go to their owners by all-to-all; an owner orders what
@@ -39,6 +43,19 @@
 
 typedef struct ep_slot ep_slot;
 
+/* How the exchange moves rows when they live in a device's memory (device = cuda: src/gpu/gpu_ep.c
+ * sets one on the EP group's communicator). NULL: the CPU's, MPI on host memory. Both are ordered
+ * with the backend's queued work: they start after it, and work queued later sees their result. */
+typedef struct tsr_ep_xfer {
+    void *ctx;
+    /* all-to-all-v over the EP group (ranks in group order): counts and displacements (EP each)
+     * in elements of elem bytes */
+    void (*alltoallv)(void *ctx, const void *send, const size_t *sc, const size_t *sd,
+                      void *recv, const size_t *rc, const size_t *rd, size_t elem);
+    /* dst = src, bytes, both in the device's memory */
+    void (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
+} tsr_ep_xfer;
+
 typedef struct tsr_ep {
     const tsr_ops *ops;        /* the allocator (peak memory counts the store) */
     int EP, j, El, e0;         /* degree, index in the EP group, experts per rank, first one */
@@ -50,9 +67,14 @@ typedef struct tsr_ep {
     float *full;               /* ep_full on: every expert, [expw1 (LM,E,..) | expw2 (LM,E,..)] */
     ep_slot *slots;            /* (L) the exchange's record of the last forward in each MLP
                                 * activation slot */
-    float *scratch[4];         /* backward and staging buffers, grown as needed */
+    void *scratch[4];          /* backward and staging buffers, grown as needed (bytes) */
     size_t scratch_cap[4];
-    uint64_t sent_bytes;       /* floats x 4 this rank sent to other ranks in the exchanges */
+    int32_t *offs_h;           /* (E + 1) host copy of a layer's expert offsets */
+    const tsr_ep_xfer *xfer;   /* how rows move (NULL: MPI on host memory) */
+    tsr_backend xbe;           /* the backend the exchange's buffers live on (its act type is the
+                                * payload's: fp32 on the CPU, bf16 on CUDA) */
+    int xbe_set;
+    uint64_t sent_bytes;       /* bytes this rank sent to other ranks in the exchanges */
 } tsr_ep;
 
 /* Builds the groups (collective over the world) and the store for model m (after
@@ -64,6 +86,11 @@ void ep_init_weights(tsr_ep *ep, const tsr_model *m, uint64_t seed);
 /* Unit u (model.h tsr_param_source) of a MoE layer: w[expw1], w[expw2] (and in backward g[..])
  * point at layer u - 1's experts: this rank's, or all of them under ep_full. */
 void ep_unit(tsr_ep *ep, const tsr_model *m, int u, int backward, const void **w, float **g);
+/* Unit u's expert tensors: 1 and their offsets o1 (expw1), o2 (expw2) in elements into the store
+ * (full = 0) or into the every-expert layout of ep_full (full = 1); 0 when u is no MoE layer. The
+ * CUDA path lays its device copy of the store out the same way. */
+int ep_layer_offsets(const tsr_ep *ep, const tsr_model *m, int u, int full, size_t *o1,
+                     size_t *o2);
 /* The store's weights from the global expert tensors w1 (LM, E, 2FE, C) and w2 (LM, E, C, FE)
  * (local: an import that read the whole model). */
 void ep_from_full(tsr_ep *ep, const float *w1, const float *w2);
@@ -74,14 +101,19 @@ int ep_exchanging(const tsr_ep *ep);
  * moe_gather leaves them; y (NK, C) receives each row's expert output, the same order. w1, w2:
  * this rank's experts of the layer. slot: the layer's slot of the MLP activations
  * (model_act_group_slot: the layers that activation checkpointing recomputes share one, as their
- * activations do), where what it received is kept for the backward. Collective over the EP
- * group. */
-void ep_forward(tsr_ep *ep, const tsr_backend *be, int slot, const float *xg,
-                const int32_t *offs, const float *w1, const float *w2, float *y, int NK);
+ * activations do), where what it received is kept for the backward. Every pointer is be's memory
+ * and type (activations be->act, weights be->weight, offs int32); the offsets are read on the host
+ * (be->to_host waits for be's queued work). The first call fixes the backend until ep_release.
+ * Collective over the EP group. */
+void ep_forward(tsr_ep *ep, const tsr_backend *be, int slot, const void *xg,
+                const int32_t *offs, const void *w1, const void *w2, void *y, int NK);
 /* Backward of the last ep_forward of slot: dxy (NK, C) holds d(y) and leaves with d(xg); g1, g2
  * (this rank's experts' gradients) accumulate. Collective over the EP group. */
-void ep_backward(tsr_ep *ep, const tsr_backend *be, int slot, float *dxy, const float *w1,
-                 const float *w2, float *g1, float *g2, int NK);
+void ep_backward(tsr_ep *ep, const tsr_backend *be, int slot, void *dxy, const void *w1,
+                 const void *w2, float *g1, float *g2, int NK);
+/* The exchange's buffers freed (they live on the backend of the first ep_forward: call before
+ * that backend shuts down); the next ep_forward may use another backend. */
+void ep_release(tsr_ep *ep);
 
 void ep_zero_grads(tsr_ep *ep);
 /* The experts' gradients summed over the EDP group. */

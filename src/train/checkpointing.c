@@ -119,6 +119,7 @@ static int init_from_hf_ep(tsr_trainer *t, const char *dir) {
         full_end(t, 1);
         ep_from_full(&t->part.ep, full->params + full->params_info[TSR_P_EXPW1].offset,
                      full->params + full->params_info[TSR_P_EXPW2].offset);
+        if (t->be.gpu) gpu_train_push(t->be.gpu, 0); /* the dense weights and the experts */
     }
     t->be.ops->free(full->params);
     full->params = NULL;

@@ -39,6 +39,7 @@ static void fill(gpu_train_ctx *c, const tsr_trainer *t) {
     c->m = t->part.m, c->v = t->part.v;
     c->part_counts = t->part.part_counts, c->part_displs = t->part.part_displs;
     c->fsdp = (tsr_fsdp *)&t->part.fsdp;
+    c->ep = t->part.ep_on ? (tsr_ep *)&t->part.ep : NULL;
     c->host_weights = host_weights;
     c->owner = (void *)t;
 }
@@ -54,12 +55,25 @@ void train_gpu_print_plan(const tsr_trainer *t) {
     metrics_human_bytes(tot, sizeof tot, (double)(fixed + acts));
     metrics_human_bytes(st, sizeof st, (double)(fixed - evb));
     metrics_human_bytes(ev, sizeof ev, (double)evb);
+    /* parallel.expert: the experts' store (fp32 master + bf16 copy, gradients, AdamW; src/gpu/gpu_ep.h)
+     * is in the total and apart in the line; the exchange's buffers are in the activations */
+    const tsr_model *md = &t->model;
+    double exb = md->EP > 1 ? (double)md->LM * (md->E / md->EP) * 3.0 * md->FE * md->C *
+                                  (4 * sizeof(float) + sizeof(uint16_t))
+                            : 0.0;
+    char ex[80] = "", exs[32];
+    metrics_human_bytes(exs, sizeof exs, exb);
+    if (exb > 0) snprintf(ex, sizeof ex, "experts' store %s (E/EP = %d), ", exs, md->E / md->EP);
+    char exev[96] = ""; /* ddp: the evaluation's extra is every expert gathered */
+    if (exb > 0 && evb && c.mode == GPU_SHARD_DDP)
+        snprintf(exev, sizeof exev, "every expert while evaluating %s, ", ev);
     if (c.mode != GPU_SHARD_DDP) {
+        metrics_human_bytes(st, sizeof st, (double)(fixed - evb) - exb);
         printf("device memory per rank (cuda, bf16 activations, %s over %d ranks): shards, "
-               "gathered weights and communication buffers %s, %s%s%sactivations %s per "
+               "gathered weights and communication buffers %s, %s%s%s%sactivations %s per "
                "microbatch of %d x %d; total %s\n",
                c.mode == GPU_SHARD_ZERO1 ? "zero1" : c.G < t->dist.world ? "hsdp" : "zero3", c.G,
-               st, evb ? "full weights while evaluating " : "", evb ? ev : "", evb ? ", " : "",
+               st, ex, evb ? "full weights while evaluating " : "", evb ? ev : "", evb ? ", " : "",
                a, t->micro, t->T, tot);
         return;
     }
@@ -69,8 +83,8 @@ void train_gpu_print_plan(const tsr_trainer *t) {
     metrics_human_bytes(g, sizeof g, nb * sizeof(float));
     metrics_human_bytes(o, sizeof o, nb * 2 * sizeof(float));
     printf("device memory per rank (cuda, bf16 activations): weights %s (fp32 master + bf16 "
-           "copy), grads %s, AdamW %s, activations %s per microbatch of %d x %d; total %s\n",
-           w, g, o, a, t->micro, t->T, tot);
+           "copy), grads %s, AdamW %s, %s%sactivations %s per microbatch of %d x %d; total %s\n",
+           w, g, o, ex, exev, a, t->micro, t->T, tot);
 }
 
 /* The GPU's peak bf16 FLOP/s from its name ("NVIDIA H100 80GB HBM3" -> H100), else 0. */

@@ -612,8 +612,11 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
         dist_allreduce_sum_f64(t->out.dpo, DPO_NSTATS);
     watchdog_phase(WD_REDUCE, t->step);
     s->reduce(t);
-    if (t->part.ep_on) ep_reduce(&t->part.ep);
-    double norm = sqrt(s->sumsq(t) + (t->part.ep_on ? ep_sumsq(&t->part.ep, t->be.ops) : 0.0));
+    /* the experts' part (model_ep.h); on device = cuda the library's reduce, sumsq and update
+     * include it (src/gpu/gpu_ep.h) */
+    const int ep_host = t->part.ep_on && !t->be.gpu;
+    if (ep_host) ep_reduce(&t->part.ep);
+    double norm = sqrt(s->sumsq(t) + (ep_host ? ep_sumsq(&t->part.ep, t->be.ops) : 0.0));
     double loss = step_global_loss(t, loss_sum, denom, st);
     double lr = o->lr * lr_multiplier(o->schedule, o->alpha_f, t->step, t->warmup_steps,
                                       t->total_steps);
@@ -621,7 +624,7 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     int apply = step_judge(t, loss, norm, st);
     if (apply) {
         s->update(t, lr, clip_scale(o, norm));
-        if (t->part.ep_on) ep_update(t, lr, clip_scale(o, norm));
+        if (ep_host) ep_update(t, lr, clip_scale(o, norm));
         s->gather(t);
     }
     t->tokens_seen += t->cfg.global_batch * t->T;

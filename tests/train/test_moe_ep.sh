@@ -12,7 +12,8 @@
 #  - evaluation and the end-of-run sample (the experts gathered), activation checkpointing (the
 #    exchange recomputed: the same bits as none), --init-from a checkpoint and a Hugging Face
 #    export at EP = 2;
-#  - bad settings refused before anything is written.
+#  - bad settings refused before anything is written; with device = cuda, the device plan counts
+#    the experts' store.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 12
@@ -189,8 +190,16 @@ sys.exit(0 if ok else 1)
 PY
 tap_check $? "--plan with EP: Mixtral 8x7B on 8 ranks at EP = 8 holds the dense weights and 1/8 of the experts per rank (weights, grads, 2x AdamW), as the hand count says"
 
-run WC 1 --set parallel.expert=2 --set device=cuda
-rc=$?
-[[ $rc == 1 ]] && grep -q "expert parallelism runs on device = \"cpu\" only so far" "$TMP/WC.txt" && [[ ! -e $TMP/WC ]]
-tap_check $? "parallel.expert with device = cuda: refused (the NCCL exchange is not written yet): exit 1 (got $rc), nothing written"
+# device = cuda takes parallel.expert too (src/gpu/gpu_ep.c; tests/gpu/test_cuda_moe_ep.sh trains
+# it): its device plan counts the experts' store, LM x E/EP x 3 FE x C floats x 18 bytes (fp32
+# master, bf16 copy, gradients, 2 AdamW moments) = 2 x 2 x 3 x 48 x 64 x 18 B = 648 KiB
+if [[ -f $BUILD/libtessera-cuda-train.so ]]; then
+    "$TRAIN" "${args[@]}" --set run_dir="$TMP/WC" --set parallel.expert=2 --set device=cuda \
+        --plan 4 >"$TMP/WC.txt" 2>&1
+    rc=$?
+    [[ $rc == 0 ]] && grep -q "experts' store 648.0 KiB (E/EP = 2)" "$TMP/WC.txt" && [[ ! -e $TMP/WC ]]
+    tap_check $? "parallel.expert = 2 with device = cuda: --plan 4 (exit $rc, want 0) counts the experts' store on the device, 648.0 KiB, nothing written"
+else
+    tap_skip "parallel.expert = 2 with device = cuda: the device plan" "no $BUILD/libtessera-cuda-train.so (built where nvcc is)"
+fi
 tap_done
