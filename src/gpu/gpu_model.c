@@ -178,6 +178,20 @@ static void c_gelu_backward(const tsr_backend *be, void *dinp, const void *inp, 
     tcu_gelu_backward(dinp, inp, dout, n, kind, STREAM(be));
 }
 
+static void c_lora_forward(const tsr_backend *be, void *out, int ld, const void *inp,
+                           const float *A, const float *B, float scale, float p, uint64_t key,
+                           int64_t row0, void *scratch, int N, int IC, int OC, int R) {
+    tcu_lora_forward(out, ld, inp, A, B, scale, p, key, row0, scratch, N, IC, OC, R, STREAM(be));
+}
+
+static void c_lora_backward(const tsr_backend *be, void *dinp, float *dA, float *dB,
+                            const void *dout, int ld, const void *inp, const float *A,
+                            const float *B, float scale, float p, uint64_t key, int64_t row0,
+                            void *scratch, int N, int IC, int OC, int R) {
+    tcu_lora_backward(dinp, dA, dB, dout, ld, inp, A, B, scale, p, key, row0, scratch, N, IC, OC,
+                      R, STREAM(be));
+}
+
 /* the log-sum-exp (B,NH,T) */
 static size_t c_attention_saved(int B, int T, int NH) { return (size_t)B * NH * T; }
 
@@ -242,6 +256,9 @@ static tsr_backend cuda_backend(tcu_stream s) {
         .moe_combine = c_moe_combine,
         .moe_combine_backward = c_moe_combine_backward,
         .moe_router_backward = c_moe_router_backward,
+        .lora_scratch = tcu_lora_scratch_bytes,
+        .lora_forward = c_lora_forward,
+        .lora_backward = c_lora_backward,
         .matmul_forward = c_matmul_forward,
         .matmul_backward = c_matmul_backward,
         .gelu_backward = c_gelu_backward,

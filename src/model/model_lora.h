@@ -40,6 +40,7 @@ typedef struct tsr_lora {
     float *w, *g, *m, *v;        /* weights, gradients, AdamW moments */
     void *scratch;               /* the backend's lora_scratch, grown as needed */
     size_t scratch_cap;
+    const tsr_backend *scratch_be; /* the backend the scratch lives on */
     int train;                   /* dropout on (a training pass) */
     uint64_t key;                /* the training pass's dropout key */
     int64_t row0;                /* the global row number of the pass's first row */
@@ -52,6 +53,8 @@ void lora_plan(tsr_lora *lo, const tsr_model *m, int R, double alpha, double dro
 /* lora_plan, then the store allocated (zero) through m's ops, and m->lora set. */
 void lora_init(tsr_lora *lo, tsr_model *m, int R, double alpha, double dropout, unsigned mask);
 void lora_free(tsr_lora *lo);
+/* Frees the scratch only (on the backend it was allocated on); the next pass allocates it again. */
+void lora_free_scratch(tsr_lora *lo);
 /* The initial adapters (above) from seed. */
 void lora_init_weights(tsr_lora *lo, uint64_t seed);
 /* Tensor k of the store, k = 0 .. 2 * TSR_LORA_COUNT - 1 (target k / 2, A when k is even):
