@@ -173,9 +173,9 @@ static void lora_gemm(const char *what, cublasOperation_t ta, cublasOperation_t 
     if (st != CUBLAS_STATUS_SUCCESS || count < 1 || res.state != CUBLAS_STATUS_SUCCESS ||
         res.workspaceSize > ws) {
         char msg[256];
+        cublasStatus_t why = st != CUBLAS_STATUS_SUCCESS ? st : CUBLAS_STATUS_NOT_SUPPORTED;
         snprintf(msg, sizeof msg, "cuBLASLt has no fp32 algorithm for m=%d n=%d k=%d (%s)", m, n,
-                 k, cublasLtGetStatusString(st != CUBLAS_STATUS_SUCCESS ? st
-                                                                        : CUBLAS_STATUS_NOT_SUPPORTED));
+                 k, cublasLtGetStatusString(why));
         tcu_fail(what, msg, __FILE__, __LINE__);
     }
     TCU_CHECK_BLAS(cublasLtMatmul(ctx->lt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld,

@@ -327,8 +327,9 @@ static const char *const cross_rules[] = {
     "`objective = \"dpo\"` needs `lora.rank` > 0, an even `micro_batch` (not `\"auto\"`), "
     "no `data.mix` and a dense model; `global_batch / W` is even (checked at start).",
     "With `lora.rank` above 0: `lora.targets` names each of q, k, v, o, gate, up, down at most "
-    "once (gate and up with `model.mlp = \"swiglu\"`; no MLP target in a MoE model), on "
-    "`device = \"cpu\"` with `parallel.expert = 1`. `lora.base_checksum` is \"\" or "
+    "once (gate and up with `model.mlp = \"swiglu\"`; no MLP target in a MoE model), with "
+    "`parallel.expert = 1`; on `device = \"cuda\"` with `parallel.sharding` = `\"ddp\"` or "
+    "`\"zero1\"` and not with `objective = \"dpo\"`. `lora.base_checksum` is \"\" or "
     "`crc32c:` and 8 lowercase hex digits.",
     "Exactly one of `data.train` and `data.mix`; `data.curriculum` needs `data.mix`, its phases "
     "in increasing `at`.",
@@ -420,11 +421,20 @@ static void validate_lora(load_ctx *c) {
                   g->lora.targets, why);
         c->errors++;
     }
-    if (g->device == TSR_DEVICE_CUDA) {
-        tsr_error("%slora.rank = %lld: LoRA runs on device = \"cpu\" only so far (the CUDA "
-                  "adapter kernels are not written yet, docs/lora.md); set lora.rank = 0 or "
-                  "device = \"cpu\"", where(c, "lora.rank", at, sizeof at),
-                  (long long)g->lora.rank);
+    /* device = cuda (docs/lora.md, "On the GPU"): the bf16 base is replicated on every GPU */
+    if (g->device == TSR_DEVICE_CUDA &&
+        (g->sharding == TSR_SHARD_ZERO3 || g->sharding == TSR_SHARD_HSDP)) {
+        tsr_error("%sparallel.sharding = \"%s\": LoRA (lora.rank = %lld) on device = \"cuda\" "
+                  "runs with the bf16 base replicated on every GPU; expected \"ddp\" or "
+                  "\"zero1\" (the same under LoRA), or device = \"cpu\" for a sharded base "
+                  "(docs/lora.md)", where(c, "parallel.sharding", at, sizeof at),
+                  g->sharding == TSR_SHARD_ZERO3 ? "zero3" : "hsdp", (long long)g->lora.rank);
+        c->errors++;
+    }
+    if (g->device == TSR_DEVICE_CUDA && g->objective == TSR_OBJ_DPO) {
+        tsr_error("%sobjective = \"dpo\": DPO runs on device = \"cpu\" only so far (LoRA's "
+                  "supervised objective runs on \"cuda\"); expected device = \"cpu\" "
+                  "(docs/dpo.md)", where(c, "objective", at, sizeof at));
         c->errors++;
     }
     if (g->expert > 1) {

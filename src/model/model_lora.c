@@ -95,6 +95,10 @@ void lora_set_pass(tsr_lora *lo, int train, uint64_t key, int64_t row0) {
     lo->row0 = row0;
 }
 
+int64_t lora_pass_row0(int rank, int64_t per_rank, int64_t b, int T) {
+    return ((int64_t)rank * per_rank + b) * T;
+}
+
 /* the base tensor a target's rows live in */
 static tsr_param_id base_of(int t) {
     switch (t) {

@@ -64,6 +64,10 @@ int lora_tensor(const tsr_lora *lo, int k, char name[16], int64_t shape[3], size
 /* A training pass (train = 1: dropout with key, its first row global row0) or an evaluation one
  * (train = 0: no dropout). */
 void lora_set_pass(tsr_lora *lo, int train, uint64_t key, int64_t row0);
+/* The global row number of the first row of the microbatch at sequence b of a rank's batch
+ * (per_rank sequences of T tokens on each rank, ranks in order): lora_set_pass's row0, so that a
+ * row's dropout mask does not depend on the rank count (the CPU and CUDA trainers both use it). */
+int64_t lora_pass_row0(int rank, int64_t per_rank, int64_t b, int T);
 /* Target t of layer l, forward: out (the whole projection output, N rows of ld[t] act elements)
  * += the adapter path of inp (N, in[t]). No-op when t has no adapter. */
 void lora_forward_at(tsr_lora *lo, const tsr_backend *be, int l, int t, void *out,

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# LoRA with device = cuda (docs/lora.md, "On the GPU"), against the CPU backend's LoRA run: a
+# tiny Llama base (RMSNorm, RoPE, SwiGLU, GQA 2:1, head size 32) trained on the CPU, then adapters
+# on all seven targets (q, k, v, o, gate, up, down) with lora.dropout 0.1:
+#  - one rank: every step's loss and gradient norm within the tolerance of the CPU run (the
+#    dropout masks are computed on the device from the CPU's hash: a different mask moves the
+#    gradients by far more); the device plan names the frozen bf16 base, and the device
+#    allocator's peak stays within it;
+#  - the base stays the base: its checkpoint file is the same bytes after the runs, the GPU
+#    run's checkpoints hold the 14 adapters and their moments only, and name the base's checksum,
+#    the same as the CPU run's;
+#  - 2 ranks (ddp; zero1, which is the same under LoRA): every step within the tolerance of the
+#    CPU's 1-rank run (the adapters' gradients summed over the ranks);
+#  - a checkpoint of the GPU run at step 6 resumed on the CPU, and one of the CPU run resumed
+#    with device = cuda: steps 7-12 within the tolerance of the CPU run that never stopped;
+#  - zero3 with device = cuda is refused with exit 1 naming parallel.sharding.
+# It runs on the host emulator of the CUDA backend (build/tests/tessera-train-cuemu: the
+# trainer's GPU path with bf16 activations and the frozen bf16 base, not the CUDA kernels) and
+# again on the real backend when a GPU is present (skipped loudly otherwise), with the
+# tolerances of tests/gpu/test_cuda_train.sh.
+source "$(dirname "$0")/../lib.sh"
+tsr_tmpdir
+PER=6
+tap_plan $((2 * PER + 2))
+make_synth "$TMP/data"
+args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --set data.tokenizer=
+      --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
+      --set eval_interval=0ba --set model.n_layer=2 --set model.d_model=64 --set model.n_head=2
+      --set model.n_kv_head=1 --set model.intermediate_size=96 --set seq_len=32
+      --set global_batch=8 --set micro_batch=2 --set max_duration=12ba --set save_interval=6ba
+      --set threads=1 --set log_interval=1 --set optim.warmup=2ba)
+lora=(--set lora.rank=4 --set lora.alpha=8 --set lora.dropout=0.1 --set optim.lr=1e-2)
+# train BIN DIR NP ARGS...: output in DIR.txt
+train() {
+    local bin=$1 dir=$2 np=$3; shift 3
+    "${MPIRUN[@]}" -np "$np" "$bin" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1
+}
+# run BIN DIR NP ARGS...: a LoRA run over the base
+run() { local bin=$1 dir=$2 np=$3; shift 3; train "$bin" "$dir" "$np" "${lora[@]}" --init-from "$TMP/base" "$@"; }
+# close A B FROM: every step of B from FROM within $LOSS_TOL (loss) and $NORM_TOL (norm) of A's
+close() { metrics_close "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" "$3" "$LOSS_TOL" "$NORM_TOL"; }
+# adapters_only CKPT CONFIG: the checkpoint holds the 14 adapters and their moments, nothing of
+# the base; prints the config's base checksum
+adapters_only() {
+    "$PY3" - "$1" "$2" <<'PY'
+import re, sys, h5py
+names = []
+h5py.File(sys.argv[1], "r").visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+want = {f"{p}lora/{t}_{ab}" for p in ("", "optim/m/", "optim/v/")
+        for t in ("q", "k", "v", "o", "gate", "up", "down") for ab in "AB"}
+crc = re.search(r'base_checksum = "(crc32c:[0-9a-f]{8})"', open(sys.argv[2]).read())
+print(crc.group(1) if crc else "none")
+sys.exit(0 if set(names) == want and crc else 1)
+PY
+}
+# peak_in_plan DIR: peak_mem_bytes of the run within its device plan (tests/gpu/test_cuda_train.sh)
+peak_in_plan() {
+    "$PY3" - "$TMP/$1.txt" "$TMP/$1/metrics.jsonl" "$MEM_SLACK" <<'PY'
+import json, re, sys
+t = open(sys.argv[1]).read()
+m = re.search(r"^device memory per rank \(cuda, bf16 activations, lora\).* total ([0-9.]+) (B|KiB|MiB|GiB)", t, re.M)
+unit = 1024 ** ["B", "KiB", "MiB", "GiB"].index(m.group(2)) if m else 0
+plan = float(m.group(1)) * unit if m else -1
+steps = [j for j in map(json.loads, open(sys.argv[2])) if "loss" in j]
+peak = steps[-1].get("peak_mem_bytes", -1) if steps else -1
+print(f"peak {peak:.0f} B, plan {plan:.0f} B")
+sys.exit(0 if m and 0.95 * plan - 0.05 * unit <= peak <= 1.10 * plan + float(sys.argv[3]) else 1)
+PY
+}
+
+MPI_OK=0
+command -v mpirun >/dev/null && [[ $(ldd "$TRAIN" 2>/dev/null) == *libmpi* ]] && MPI_OK=1
+train "$TRAIN" base 1 && run "$TRAIN" cpu 1
+tap_check $? "CPU: the base (tiny Llama) and the LoRA reference run (all seven targets, dropout 0.1)"
+sum0=$(sha256sum <"$TMP/base/step-00000012.h5")
+crc_cpu=$(adapters_only "$TMP/cpu/step-00000012.h5" "$TMP/cpu/config.cfg")
+
+# gpus N WHAT: true when the suite's backend has N GPUs (one rank each), else WHAT is skipped
+gpus() {
+    ((GPUS >= $1)) && return 0
+    _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - $2 # SKIP needs $1 GPUs, this machine has $GPUS"
+    return 1
+}
+
+# suite BIN LABEL LOSS_TOL NORM_TOL MEM_SLACK: the checks on one backend
+suite() {
+    local bin=$1 l=$2 d crc
+    LOSS_TOL=$3 NORM_TOL=$4 MEM_SLACK=$5
+    run "$bin" "$l.g1" 1 --set device=cuda && d=$(close cpu "$l.g1" 1) &&
+        grep -q "gradients: the adapters' summed after the backward pass" "$TMP/$l.g1.txt"
+    tap_check $? "$l: LoRA on one GPU: every step within $LOSS_TOL (loss) and $NORM_TOL (norm) of the CPU's LoRA run ($d)"
+    d=$(peak_in_plan "$l.g1")
+    tap_check $? "$l: the device plan names the frozen bf16 base and the adapters; peak_mem_bytes within it ($d; slack $MEM_SLACK B)"
+    crc=$(adapters_only "$TMP/$l.g1/step-00000012.h5" "$TMP/$l.g1/config.cfg") &&
+        [[ $crc == "$crc_cpu" && $(sha256sum <"$TMP/base/step-00000012.h5") == "$sum0" ]]
+    tap_check $? "$l: the GPU run's checkpoint holds the adapters and their moments only and names the base's $crc (the CPU run's: $crc_cpu); the base file unchanged"
+    if gpus 2 "$l: LoRA on 2 ranks"; then
+        run "$bin" "$l.g2" 2 --set device=cuda && d=$(close cpu "$l.g2" 1) &&
+            run "$bin" "$l.z2" 2 --set device=cuda --set parallel.sharding=zero1 &&
+            d="$d; zero1: $(close cpu "$l.z2" 1)"
+        tap_check $? "$l: LoRA on 2 ranks (ddp, and zero1): every step within the tolerance of the CPU's 1-rank run ($d)"
+    fi
+    run "$TRAIN" "$l.g2c" 1 --resume "$TMP/$l.g1/step-00000006.h5" &&
+        grep -q "resume" "$TMP/$l.g2c.txt" && d=$(close cpu "$l.g2c" 7)
+    tap_check $? "$l: the GPU run's step-6 checkpoint resumed on the CPU: steps 7-12 within the tolerance ($d)"
+    run "$bin" "$l.c2g" 1 --set device=cuda --resume "$TMP/cpu/step-00000006.h5" &&
+        grep -q "resume" "$TMP/$l.c2g.txt" && d=$(close cpu "$l.c2g" 7)
+    tap_check $? "$l: the CPU run's step-6 checkpoint resumed with device = cuda: steps 7-12 within the tolerance ($d)"
+}
+
+run "$BUILD/tests/tessera-train-cuemu" z3 1 --set device=cuda --set parallel.sharding=zero3
+rc=$?
+((rc == 1)) && grep -q 'parallel.sharding = "zero3": LoRA (lora.rank = 4) on device = "cuda"' "$TMP/z3.txt" &&
+    [[ ! -e $TMP/z3 ]]
+tap_check $? "zero3 with LoRA on device = cuda refused: exit $rc (want 1) naming parallel.sharding, nothing written"
+
+# The emulator: losses as test_cuda_train.sh's (3e-4); the norm at its Llama block's twice
+# 5e-3 doubled again: the frozen base is bf16 here (the CPU's is fp32) and lr = 1e-2 on the
+# adapters moves the norm faster (measured 9.2e-3 at step 6, loss 7e-5)
+GPUS=$((MPI_OK ? 8 : 1))
+suite "$BUILD/tests/tessera-train-cuemu" emulator 3e-4 2e-2 0
+
+# the real backend: a GPU, its driver and the library built beside tessera-train
+why=""
+[[ -f $BUILD/libtessera-cuda-train.so ]] || why="no $BUILD/libtessera-cuda-train.so (built where nvcc is)"
+[[ -z $why && ! -e /dev/nvidiactl ]] && why="no GPU on this machine (no /dev/nvidiactl)"
+if [[ -z $why ]]; then
+    GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    ((MPI_OK)) || GPUS=1 # one process without MPI, whatever the GPUs
+    # the issue's 0.5% on the loss, test_cuda_train.sh's 5e-2 on the norm; the plan leaves out
+    # the 32 MiB cuBLASLt workspace and the ops' scratch
+    suite "$TRAIN" cuda 5e-3 5e-2 $((64 << 20))
+else
+    for ((i = 0; i < PER; i++)); do
+        _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda check $((i + 1)) of $PER # SKIP $why"
+    done
+fi
+tap_done
