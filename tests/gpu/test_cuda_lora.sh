@@ -41,18 +41,20 @@ train() {
 run() { local bin=$1 dir=$2 np=$3; shift 3; train "$bin" "$dir" "$np" "${lora[@]}" --init-from "$TMP/base" "$@"; }
 # close A B FROM: every step of B from FROM within $LOSS_TOL (loss) and $NORM_TOL (norm) of A's
 close() { metrics_close "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" "$3" "$LOSS_TOL" "$NORM_TOL"; }
-# adapters_only CKPT CONFIG: the checkpoint holds the 14 adapters and their moments, nothing of
-# the base; prints the config's base checksum
+# adapters_only CKPT CONFIG: the checkpoint's tensor table (tessera ckpt inspect: no h5py, which
+# the lent GPU machine lacks) holds the 14 adapters and their moments, nothing of the base;
+# prints the config's base checksum
 adapters_only() {
-    "$PY3" - "$1" "$2" <<'PY'
-import re, sys, h5py
-names = []
-h5py.File(sys.argv[1], "r").visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
-want = {f"{p}lora/{t}_{ab}" for p in ("", "optim/m/", "optim/v/")
-        for t in ("q", "k", "v", "o", "gate", "up", "down") for ab in "AB"}
+    "$TOOL" ckpt inspect "$1" >"$TMP/inspect.txt" 2>&1 || return 1
+    "$PY3" - "$TMP/inspect.txt" "$2" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read().split("\ntensors (", 1)
+names = {l.split()[0] for l in t[1].splitlines()[2:] if l.strip()} if len(t) == 2 else set()
+want = {f"{p}lora/{n}_{ab}" for p in ("", "optim/m/", "optim/v/")
+        for n in ("q", "k", "v", "o", "gate", "up", "down") for ab in "AB"}
 crc = re.search(r'base_checksum = "(crc32c:[0-9a-f]{8})"', open(sys.argv[2]).read())
 print(crc.group(1) if crc else "none")
-sys.exit(0 if set(names) == want and crc else 1)
+sys.exit(0 if names == want and crc else 1)
 PY
 }
 # peak_in_plan DIR: peak_mem_bytes of the run within its device plan (tests/gpu/test_cuda_train.sh)
