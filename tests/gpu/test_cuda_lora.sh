@@ -13,6 +13,9 @@
 #    CPU's 1-rank run (the adapters' gradients summed over the ranks);
 #  - a checkpoint of the GPU run at step 6 resumed on the CPU, and one of the CPU run resumed
 #    with device = cuda: steps 7-12 within the tolerance of the CPU run that never stopped;
+#  - evaluation on the device (with the adapters, no dropout) within the tolerance of the CPU's,
+#    and the end-of-run sample runs; block activation checkpointing (the adapter path recomputed
+#    with the same masks) gives every step the same bits as none;
 #  - zero3 with device = cuda is refused with exit 1 naming parallel.sharding;
 #  - without a GPU, the real library still loads for a LoRA run (the lora_* functions it calls
 #    are exported by tessera-train: src/gpu/exports.list) and reports no CUDA device.
@@ -22,7 +25,7 @@
 # tolerances of tests/gpu/test_cuda_train.sh.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-PER=6
+PER=7
 tap_plan $((2 * PER + 3))
 make_synth "$TMP/data"
 args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --set data.tokenizer=
@@ -72,10 +75,23 @@ sys.exit(0 if m and 0.95 * plan - 0.05 * unit <= peak <= 1.10 * plan + float(sys
 PY
 }
 
+# evals_close A B: both runs evaluated at the same steps, B's validation losses within $LOSS_TOL
+evals_close() {
+    "$PY3" - "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" "$LOSS_TOL" <<'PY'
+import json, sys
+ev = lambda p: {j["step"]: j["val_loss"] for j in map(json.loads, open(p)) if "val_loss" in j}
+a, b = ev(sys.argv[1]), ev(sys.argv[2])
+w = max((abs(b[k] - a[k]) / a[k] for k in a if k in b), default=1.0)
+print(f"val loss {w:.1e} at steps {sorted(b)}")
+sys.exit(0 if a and sorted(a) == sorted(b) and w <= float(sys.argv[3]) else 1)
+PY
+}
+ev=(--set data.val="$TMP/data/val" --set eval_interval=6ba --set eval_samples=16 --set sample.tokens=8)
+
 MPI_OK=0
 command -v mpirun >/dev/null && [[ $(ldd "$TRAIN" 2>/dev/null) == *libmpi* ]] && MPI_OK=1
-train "$TRAIN" base 1 && run "$TRAIN" cpu 1
-tap_check $? "CPU: the base (tiny Llama) and the LoRA reference run (all seven targets, dropout 0.1)"
+train "$TRAIN" base 1 && run "$TRAIN" cpu 1 && run "$TRAIN" cpu_ev 1 "${ev[@]}"
+tap_check $? "CPU: the base (tiny Llama) and the LoRA reference runs (all seven targets, dropout 0.1; one with evaluation)"
 sum0=$(sha256sum <"$TMP/base/step-00000012.h5")
 crc_cpu=$(adapters_only "$TMP/cpu/step-00000012.h5" "$TMP/cpu/config.cfg")
 
@@ -98,6 +114,11 @@ suite() {
     crc=$(adapters_only "$TMP/$l.g1/step-00000012.h5" "$TMP/$l.g1/config.cfg") &&
         [[ $crc == "$crc_cpu" && $(sha256sum <"$TMP/base/step-00000012.h5") == "$sum0" ]]
     tap_check $? "$l: the GPU run's checkpoint holds the adapters and their moments only and names the base's $crc (the CPU run's: $crc_cpu); the base file unchanged"
+    run "$bin" "$l.ev" 1 --set device=cuda "${ev[@]}" && d=$(evals_close cpu_ev "$l.ev") &&
+        grep -q "^sample (8 tokens" "$TMP/$l.ev.txt" &&
+        run "$bin" "$l.ac" 1 --set device=cuda --set model.activation_checkpointing=block &&
+        cmp -s <(final_lines "$TMP/$l.g1/metrics.jsonl") <(final_lines "$TMP/$l.ac/metrics.jsonl")
+    tap_check $? "$l: evaluation on the device within $LOSS_TOL of the CPU's ($d), the sample runs; block activation checkpointing: every step the same bits as none"
     if gpus 2 "$l: LoRA on 2 ranks"; then
         run "$bin" "$l.g2" 2 --set device=cuda && d=$(close cpu "$l.g2" 1) &&
             run "$bin" "$l.z2" 2 --set device=cuda --set parallel.sharding=zero1 &&
