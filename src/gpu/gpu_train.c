@@ -179,7 +179,7 @@ static int init_lora(gpu_train_ctx *c) {
     tcu_memcpy_h2d(lo->m, c->lora->m, bytes, gt->s);
     tcu_memcpy_h2d(lo->v, c->lora->v, bytes, gt->s);
     tcu_sync(gt->s);
-    return open_replicated_comm(c, "the adapters' summed after the backward pass");
+    return open_replicated_comm(c, "the adapters', summed once after the backward pass,");
 }
 
 /* ddp: the whole state on every GPU, the gradients summed per unit (0: root, l+1: layer l) as
@@ -244,11 +244,6 @@ static int lib_init(gpu_train_ctx *c) {
 
 static int lib_acts_B(const gpu_train_ctx *c) { return c->state->g.B; }
 
-/* The activations, and room left after them for what the ops allocate later (scratch, cuBLASLt,
- * NCCL's buffers, kernels' local memory): 2% of the device must stay free, and under zero3 / hsdp
- * with evaluation the full weights an evaluation gathers, so a microbatch that fills the GPU backs
- * off here instead of failing in the first backward or the first evaluation. The room is read,
- * not allocated: a trial allocation would count in the allocator's peak (peak_mem_bytes). */
 static void lib_free_acts(gpu_train_ctx *c) {
     gpu_model_free_acts(&c->state->g);
     if (c->state->lora_on) lora_free_scratch(&c->state->lora);
@@ -266,6 +261,11 @@ static int try_lora_scratch(gpu_train_ctx *c, int B) {
     return 0;
 }
 
+/* The activations, and room left after them for what the ops allocate later (scratch, cuBLASLt,
+ * NCCL's buffers, kernels' local memory): 2% of the device must stay free, and under zero3 / hsdp
+ * with evaluation the full weights an evaluation gathers, so a microbatch that fills the GPU backs
+ * off here instead of failing in the first backward or the first evaluation. The room is read,
+ * not allocated: a trial allocation would count in the allocator's peak (peak_mem_bytes). */
 static int lib_try_acts(gpu_train_ctx *c, int B) {
     if (gpu_model_try_alloc_acts(&c->state->g, B, c->T)) return -1;
     size_t free_b = 0, total_b = 0;

@@ -107,7 +107,7 @@ suite() {
     local bin=$1 l=$2 d crc
     LOSS_TOL=$3 NORM_TOL=$4 MEM_SLACK=$5
     run "$bin" "$l.g1" 1 --set device=cuda && d=$(close cpu "$l.g1" 1) &&
-        grep -q "gradients: the adapters' summed after the backward pass" "$TMP/$l.g1.txt"
+        grep -q "gradients: the adapters', summed once after the backward pass, by" "$TMP/$l.g1.txt"
     tap_check $? "$l: LoRA on one GPU: every step within $LOSS_TOL (loss) and $NORM_TOL (norm) of the CPU's LoRA run ($d)"
     d=$(peak_in_plan "$l.g1")
     tap_check $? "$l: the device plan names the frozen bf16 base and the adapters; peak_mem_bytes within it ($d; slack $MEM_SLACK B)"
