@@ -16,7 +16,7 @@
 #  - evaluation on the device (with the adapters, no dropout) within the tolerance of the CPU's,
 #    and the end-of-run sample runs; block activation checkpointing (the adapter path recomputed
 #    with the same masks) gives every step the same bits as none;
-#  - zero3 with device = cuda is refused with exit 1 naming parallel.sharding;
+#  - zero3 (and objective = dpo) with device = cuda refused with exit 1 naming the key;
 #  - without a GPU, the real library still loads for a LoRA run (the lora_* functions it calls
 #    are exported by tessera-train: src/gpu/exports.list) and reports no CUDA device.
 # It runs on the host emulator of the CUDA backend (build/tests/tessera-train-cuemu: the
@@ -135,9 +135,12 @@ suite() {
 
 run "$BUILD/tests/tessera-train-cuemu" z3 1 --set device=cuda --set parallel.sharding=zero3
 rc=$?
-((rc == 1)) && grep -q 'parallel.sharding = "zero3": LoRA (lora.rank = 4) on device = "cuda"' "$TMP/z3.txt" &&
-    [[ ! -e $TMP/z3 ]]
-tap_check $? "zero3 with LoRA on device = cuda refused: exit $rc (want 1) naming parallel.sharding, nothing written"
+run "$BUILD/tests/tessera-train-cuemu" dpo 1 --set device=cuda --set objective=dpo
+rc2=$?
+((rc == 1 && rc2 == 1)) && [[ ! -e $TMP/z3 && ! -e $TMP/dpo ]] &&
+    grep -q 'parallel.sharding = "zero3": LoRA (lora.rank = 4) on device = "cuda"' "$TMP/z3.txt" &&
+    grep -q 'objective = "dpo": DPO runs on device = "cpu" only so far' "$TMP/dpo.txt"
+tap_check $? "refused with device = cuda, naming the key, nothing written: zero3 with LoRA (exit $rc), objective = dpo (exit $rc2; want 1)"
 
 # The emulator: losses as test_cuda_train.sh's (3e-4); the norm at its Llama block's twice
 # 5e-3 doubled again: the frozen base is bf16 here (the CPU's is fp32) and lr = 1e-2 on the
