@@ -328,8 +328,8 @@ static const char *const cross_rules[] = {
     "no `data.mix` and a dense model; `global_batch / W` is even (checked at start).",
     "With `lora.rank` above 0: `lora.targets` names each of q, k, v, o, gate, up, down at most "
     "once (gate and up with `model.mlp = \"swiglu\"`; no MLP target in a MoE model), with "
-    "`parallel.expert = 1`; on `device = \"cuda\"` with `parallel.sharding` = `\"ddp\"` or "
-    "`\"zero1\"` and not with `objective = \"dpo\"`. `lora.base_checksum` is \"\" or "
+    "`parallel.expert = 1`; on `device = \"cuda\"` not with `objective = \"dpo\"`. "
+    "`lora.base_checksum` is \"\" or "
     "`crc32c:` and 8 lowercase hex digits.",
     "Exactly one of `data.train` and `data.mix`; `data.curriculum` needs `data.mix`, its phases "
     "in increasing `at`.",
@@ -419,16 +419,6 @@ static void validate_lora(load_ctx *c) {
     if (config_lora_targets(&g->model, g->lora.targets, &mask, why, sizeof why) != 0) {
         tsr_error("%slora.targets = \"%s\": %s", where(c, "lora.targets", at, sizeof at),
                   g->lora.targets, why);
-        c->errors++;
-    }
-    /* device = cuda (docs/lora.md, "On the GPU"): the bf16 base is replicated on every GPU */
-    if (g->device == TSR_DEVICE_CUDA &&
-        (g->sharding == TSR_SHARD_ZERO3 || g->sharding == TSR_SHARD_HSDP)) {
-        tsr_error("%sparallel.sharding = \"%s\": LoRA (lora.rank = %lld) on device = \"cuda\" "
-                  "runs with the bf16 base replicated on every GPU; expected \"ddp\" or "
-                  "\"zero1\" (the same under LoRA), or device = \"cpu\" for a sharded base "
-                  "(docs/lora.md)", where(c, "parallel.sharding", at, sizeof at),
-                  g->sharding == TSR_SHARD_ZERO3 ? "zero3" : "hsdp", (long long)g->lora.rank);
         c->errors++;
     }
     if (g->device == TSR_DEVICE_CUDA && g->objective == TSR_OBJ_DPO) {

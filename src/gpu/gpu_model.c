@@ -355,6 +355,10 @@ static tsr_bf16 host_bf16(float f) {
     return (tsr_bf16)(x >> 16);
 }
 
+void gpu_model_round_bf16(tsr_bf16 *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = host_bf16(src[i]);
+}
+
 /* elements per piece of a frozen base's upload (a 32 MiB host buffer) */
 #define UPLOAD_PIECE ((size_t)1 << 24)
 
@@ -366,7 +370,7 @@ void gpu_model_upload(tsr_gpu_model *g, const float *params_host) {
         tsr_bf16 *h = tsr_malloc((piece ? piece : 1) * sizeof *h);
         for (size_t at = 0; at < n; at += piece) {
             size_t k = n - at < piece ? n - at : piece;
-            for (size_t i = 0; i < k; i++) h[i] = host_bf16(params_host[at + i]);
+            gpu_model_round_bf16(h, params_host + at, k);
             tcu_memcpy_h2d(g->wbf + at, h, k * sizeof *h, g->s);
         }
         tcu_sync(g->s);

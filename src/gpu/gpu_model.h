@@ -61,6 +61,9 @@ typedef struct tsr_gpu_model {
 size_t gpu_model_state_bytes(const tsr_model *m, gpu_state state);
 /* Device bytes of the activations for B x T (what gpu_model_try_alloc_acts allocates). */
 size_t gpu_model_acts_bytes(const tsr_model *m, int B, int T);
+/* dst (n) = src rounded to bf16 on the host, nearest even, as tcu_f32_to_bf16 rounds finite
+ * values (a frozen base is uploaded so: no fp32 copy on the device) */
+void gpu_model_round_bf16(tsr_bf16 *dst, const float *src, size_t n);
 /* Device bytes of LoRA's scratch for N rows (model_lora.h lora_scratch_bytes on this backend). */
 size_t gpu_model_lora_scratch_bytes(const struct tsr_lora *lo, int N);
 /* Allocates the state's flat buffers (dies naming what does not fit; callers check the plan

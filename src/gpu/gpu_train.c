@@ -43,10 +43,14 @@ static size_t eval_bytes(const gpu_train_ctx *c) {
 
 static size_t fixed_bytes(const gpu_train_ctx *c) {
     const tsr_model *m = c->model;
-    if (c->lora) /* the bf16 base, the adapters' w, g, m, v, the norm's accumulator */
+    /* LoRA: the bf16 base (whole, or its frozen shard and gathers), the adapters' w, g, m, v,
+     * the norm's accumulator */
+    if (c->lora && c->mode != GPU_SHARD_DDP)
+        return gpu_shard_bytes(m, 0, c->G, 1) + eval_bytes(c) + lora_store_bytes(c->lora) + 512;
+    if (c->lora)
         return gpu_model_state_bytes(m, GPU_STATE_FROZEN) + lora_store_bytes(c->lora) + 256;
     if (c->mode != GPU_SHARD_DDP)
-        return gpu_shard_bytes(m, c->mode == GPU_SHARD_ZERO1, c->G) + eval_bytes(c) + 512;
+        return gpu_shard_bytes(m, c->mode == GPU_SHARD_ZERO1, c->G, 0) + eval_bytes(c) + 512;
     return gpu_model_state_bytes(m, GPU_STATE_FULL) + 2 * m->n_params * sizeof(float) + 256;
 }
 
@@ -156,12 +160,14 @@ static int open_replicated_comm(gpu_train_ctx *c, const char *what) {
     return 0;
 }
 
-/* LoRA (ddp; zero1 is the same under LoRA): the frozen base in bf16 (uploaded by
- * gpu_model_upload), the adapters' store on the device from the host's (weights and moments:
- * zero at a fresh start, the checkpoint's after gpu_train_push) */
+/* LoRA: the frozen base in bf16, whole (ddp; zero1 is the same under LoRA: gpu_model_upload) or
+ * as a frozen shard (zero3 / hsdp: gpu_shard.h, gathered unit by unit), the adapters' store on
+ * the device from the host's (weights and moments: zero at a fresh start, the checkpoint's after
+ * gpu_train_push), replicated on every rank */
 static int init_lora(gpu_train_ctx *c) {
     struct tsr_gpu_train *gt = c->state;
     tsr_lora *lo = &gt->lora;
+    if (gt->sharded) TSR_CHECK(gpu_shard_init(&gt->sh, c, &gt->g, gt->s));
     *lo = *c->lora; /* the layout; the buffers are the device's */
     lo->ops = NULL;
     lo->scratch = NULL, lo->scratch_cap = 0, lo->scratch_be = NULL;
@@ -174,7 +180,8 @@ static int init_lora(gpu_train_ctx *c) {
     gt->acc = tcu_malloc(sizeof(float), "gradient norm");
     gt->lora_on = 1;
     gt->g.lora = lo;
-    gpu_model_upload(&gt->g, c->model->params);
+    if (gt->sharded) gpu_shard_push(&gt->sh, c, 0);
+    else gpu_model_upload(&gt->g, c->model->params);
     tcu_memcpy_h2d(lo->w, c->lora->w, bytes, gt->s);
     tcu_memcpy_h2d(lo->m, c->lora->m, bytes, gt->s);
     tcu_memcpy_h2d(lo->v, c->lora->v, bytes, gt->s);
@@ -226,14 +233,7 @@ static int lib_init(gpu_train_ctx *c) {
     TSR_CHECK(check_memory(c, gt->device));
     gt->s = tcu_stream_create();
     gt->sharded = c->mode != GPU_SHARD_DDP;
-    if (c->lora && gt->sharded) { /* (the config check refuses zero3 / hsdp with LoRA on cuda) */
-        if (c->dist->rank == 0)
-            tsr_error("device = \"cuda\" with lora.rank > 0: parallel.sharding = \"zero3\" or "
-                      "\"hsdp\" is not supported on the GPU yet; expected \"ddp\" or \"zero1\" "
-                      "(docs/lora.md)");
-        return TSR_EXIT_USAGE;
-    }
-    gpu_model_init(&gt->g, m, gt->s, c->lora ? GPU_STATE_FROZEN
+    gpu_model_init(&gt->g, m, gt->s, c->lora && !gt->sharded ? GPU_STATE_FROZEN
                                      : c->mode == GPU_SHARD_DDP ? GPU_STATE_FULL
                                      : c->mode == GPU_SHARD_ZERO1 ? GPU_STATE_NO_MASTER
                                                                   : GPU_STATE_NONE);
@@ -340,7 +340,7 @@ static double lib_compute(gpu_train_ctx *c, float scale) {
 
 static double lib_grad_sumsq(gpu_train_ctx *c) {
     struct tsr_gpu_train *gt = c->state;
-    if (gt->sharded) return gpu_shard_grad_sumsq(&gt->sh);
+    if (gt->sharded && !gt->lora_on) return gpu_shard_grad_sumsq(&gt->sh);
     if (gt->comm) gpu_comm_wait(gt->comm);
     float sq = 0.0f;
     tcu_zero(gt->acc, sizeof(float), gt->s);
@@ -354,7 +354,7 @@ static void lib_update(gpu_train_ctx *c, double lr, float gscale, int step) {
     struct tsr_gpu_train *gt = c->state;
     const tsr_model *m = c->model;
     const tsr_optim_config *o = c->optim;
-    if (gt->sharded) {
+    if (gt->sharded && !gt->lora_on) {
         gpu_shard_update(&gt->sh, c, lr, gscale, step);
         return;
     }
@@ -403,9 +403,10 @@ static void lib_pull(gpu_train_ctx *c) {
 
 static void lib_push(gpu_train_ctx *c, int with_optim) {
     struct tsr_gpu_train *gt = c->state;
-    if (gt->lora_on) { /* the base (bf16) and the adapters from the host */
+    if (gt->lora_on) { /* the base (bf16: whole or the frozen shard) and the adapters */
         const size_t bytes = gt->lora.n * sizeof(float);
-        gpu_model_upload(&gt->g, c->model->params);
+        if (gt->sharded) gpu_shard_push(&gt->sh, c, 0);
+        else gpu_model_upload(&gt->g, c->model->params);
         tcu_memcpy_h2d(gt->lora.w, c->lora->w, bytes, gt->s);
         if (with_optim) {
             tcu_memcpy_h2d(gt->lora.m, c->lora->m, bytes, gt->s);

@@ -19,11 +19,11 @@ static void fill(gpu_train_ctx *c, const tsr_trainer *t) {
     const tsr_config *cfg = &t->cfg;
     c->dist = &t->dist;
     c->model = (tsr_model *)&t->model;
-    /* zero1 on one rank is ddp, as on the CPU; under LoRA too (the adapters are replicated and
-     * the frozen base has no optimizer state: nothing for zero1 to shard) */
-    c->mode = cfg->sharding == TSR_SHARD_DDP || t->part.lora_on ? GPU_SHARD_DDP
+    /* zero1 on one rank is ddp, as on the CPU; under LoRA on any rank count (the adapters are
+     * replicated and the frozen base has no optimizer state: nothing for zero1 to shard) */
+    c->mode = cfg->sharding == TSR_SHARD_DDP ? GPU_SHARD_DDP
               : cfg->sharding != TSR_SHARD_ZERO1 ? GPU_SHARD_FSDP
-              : t->dist.world > 1 ? GPU_SHARD_ZERO1 : GPU_SHARD_DDP;
+              : t->dist.world > 1 && !t->part.lora_on ? GPU_SHARD_ZERO1 : GPU_SHARD_DDP;
     c->G = t->dist.world;
     int G = t->dist.world;
     if (c->mode == GPU_SHARD_FSDP &&
@@ -61,10 +61,12 @@ void train_gpu_print_plan(const tsr_trainer *t) {
     metrics_human_bytes(st, sizeof st, (double)(fixed - evb));
     metrics_human_bytes(ev, sizeof ev, (double)evb);
     if (c.mode != GPU_SHARD_DDP) {
-        printf("device memory per rank (cuda, bf16 activations, %s over %d ranks): shards, "
+        /* (LoRA: the frozen base's bf16 shard and gathers, and the adapters' store) */
+        printf("device memory per rank (cuda, bf16 activations, %s%s over %d ranks): shards, "
                "gathered weights and communication buffers %s, %s%s%sactivations %s per "
                "microbatch of %d x %d; total %s\n",
-               c.mode == GPU_SHARD_ZERO1 ? "zero1" : c.G < t->dist.world ? "hsdp" : "zero3", c.G,
+               c.mode == GPU_SHARD_ZERO1 ? "zero1" : c.G < t->dist.world ? "hsdp" : "zero3",
+               c.lora ? ", lora: frozen bf16 base" : "", c.G,
                st, evb ? "full weights while evaluating " : "", evb ? ev : "", evb ? ", " : "",
                a, t->micro, t->T, tot);
         return;
