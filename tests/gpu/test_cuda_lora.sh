@@ -18,6 +18,8 @@
 #  - evaluation on the device (with the adapters, no dropout) within the tolerance of the CPU's,
 #    and the end-of-run sample runs; block activation checkpointing (the adapter path recomputed
 #    with the same masks) gives every step the same bits as none;
+#  - a mixture-of-experts base (4 experts, top 2) with adapters on the attention targets:
+#    every step within the tolerance of the CPU;
 #  - objective = dpo with device = cuda refused with exit 1 naming the key;
 #  - without a GPU, the real library still loads for a LoRA run (the lora_* functions it calls
 #    are exported by tessera-train: src/gpu/exports.list) and reports no CUDA device.
@@ -27,7 +29,7 @@
 # tolerances of tests/gpu/test_cuda_train.sh.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-PER=8
+PER=9
 tap_plan $((2 * PER + 3))
 make_synth "$TMP/data"
 args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --set data.tokenizer=
@@ -37,6 +39,8 @@ args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --s
       --set global_batch=8 --set micro_batch=2 --set max_duration=12ba --set save_interval=6ba
       --set threads=1 --set log_interval=1 --set optim.warmup=2ba)
 lora=(--set lora.rank=4 --set lora.alpha=8 --set lora.dropout=0.1 --set optim.lr=1e-2)
+moe=(--set model.moe_experts=4 --set model.moe_top_k=2 --set model.moe_intermediate_size=64)
+mlora=("${lora[@]}" --set lora.targets=q,k,v,o --init-from "$TMP/mbase" "${moe[@]}")
 # train BIN DIR NP ARGS...: output in DIR.txt
 train() {
     local bin=$1 dir=$2 np=$3; shift 3
@@ -92,8 +96,9 @@ ev=(--set data.val="$TMP/data/val" --set eval_interval=6ba --set eval_samples=16
 
 MPI_OK=0
 command -v mpirun >/dev/null && [[ $(ldd "$TRAIN" 2>/dev/null) == *libmpi* ]] && MPI_OK=1
-train "$TRAIN" base 1 && run "$TRAIN" cpu 1 && run "$TRAIN" cpu_ev 1 "${ev[@]}"
-tap_check $? "CPU: the base (tiny Llama) and the LoRA reference runs (all seven targets, dropout 0.1; one with evaluation)"
+train "$TRAIN" base 1 && run "$TRAIN" cpu 1 && run "$TRAIN" cpu_ev 1 "${ev[@]}" &&
+    train "$TRAIN" mbase 1 "${moe[@]}" && train "$TRAIN" cpu_moe 1 "${mlora[@]}"
+tap_check $? "CPU: the bases (tiny Llama, and with 4 experts) and the LoRA reference runs (all seven targets, dropout 0.1; one with evaluation; attention targets on the MoE)"
 sum0=$(sha256sum <"$TMP/base/step-00000012.h5")
 crc_cpu=$(adapters_only "$TMP/cpu/step-00000012.h5" "$TMP/cpu/config.cfg")
 
@@ -121,6 +126,8 @@ suite() {
         run "$bin" "$l.ac" 1 --set device=cuda --set model.activation_checkpointing=block &&
         cmp -s <(final_lines "$TMP/$l.g1/metrics.jsonl") <(final_lines "$TMP/$l.ac/metrics.jsonl")
     tap_check $? "$l: evaluation on the device within $LOSS_TOL of the CPU's ($d), the sample runs; block activation checkpointing: every step the same bits as none"
+    train "$bin" "$l.moe" 1 "${mlora[@]}" --set device=cuda && d=$(close cpu_moe "$l.moe" 1)
+    tap_check $? "$l: LoRA on the attention targets of a mixture-of-experts base: every step within the tolerance of the CPU ($d)"
     if gpus 2 "$l: LoRA on 2 ranks"; then
         run "$bin" "$l.g2" 2 --set device=cuda && d=$(close cpu "$l.g2" 1) &&
             run "$bin" "$l.z2" 2 --set device=cuda --set parallel.sharding=zero1 &&
