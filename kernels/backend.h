@@ -135,9 +135,9 @@ struct tsr_backend {
                                 int norm, float aux_w, float z_w);
 
     /* LoRA's adapter path (ops.h lora_forward, lora_backward, docs/lora.md): out, dout, inp,
-     * dinp act; A, B, dA, dB fp32 on the backend; scratch of lora_scratch(N, IC, R) bytes. NULL
-     * on a backend without LoRA. */
-    size_t (*lora_scratch)(int N, int IC, int R);
+     * dinp act; A, B, dA, dB fp32 on the backend; scratch of lora_scratch(N, IC, OC, R) bytes.
+     * NULL on a backend without LoRA. */
+    size_t (*lora_scratch)(int N, int IC, int OC, int R);
     void (*lora_forward)(const tsr_backend *be, void *out, int ld, const void *inp, const float *A,
                          const float *B, float scale, float p, uint64_t key, int64_t row0,
                          void *scratch, int N, int IC, int OC, int R);

@@ -127,7 +127,8 @@ static void f_moe_matmul_backward(const tsr_backend *be, void *dinp, float *dw, 
 }
 
 /* the scratch: t (N,R), then xd (N,IC) */
-static size_t f_lora_scratch(int N, int IC, int R) {
+static size_t f_lora_scratch(int N, int IC, int OC, int R) {
+    (void)OC;
     return ((size_t)N * (size_t)R + (size_t)N * (size_t)IC) * sizeof(float);
 }
 

@@ -248,6 +248,25 @@ void tcu_moe_router_backward(tsr_bf16 *dlogits, const float *dwts, const float *
                              const int32_t *offs, int N, int E, int K, int norm, float aux_w,
                              float z_w, tcu_stream s);
 
+/* LoRA's adapter path on one target projection (ops.h lora_forward / lora_backward;
+ * docs/lora.md), beside the frozen base matmul:
+ *   out[n, :OC] += scale * (drop(inp) @ A^T) @ B^T
+ * out (N rows, ld bf16 apart: a column block of a fused projection, the caller offsets out),
+ * inp (N,IC) bf16, A (R,IC) and B (OC,R) fp32; scratch of tcu_lora_scratch_bytes(N, IC, OC, R)
+ * bytes (fp32: t (N,R), xd (N,IC), dz (N,OC)). Dropout p in [0, 1): ops.h's mask, the same
+ * SplitMix64 hash of key and the element's global index (row0 + n) * IC + c on the device, so the
+ * masks are the CPU's bit for bit. out is rounded to bf16 once per element (fp32 sum inside).
+ * Backward: dinp (N,IC) bf16 +=; dA (R,IC), dB (OC,R) fp32 += (either NULL: frozen); dout's rows
+ * ld apart (as out). drop(inp) A^T is recomputed, not kept from the forward. */
+size_t tcu_lora_scratch_bytes(int N, int IC, int OC, int R);
+void tcu_lora_forward(tsr_bf16 *out, int ld, const tsr_bf16 *inp, const float *A, const float *B,
+                      float scale, float p, uint64_t key, int64_t row0, void *scratch, int N,
+                      int IC, int OC, int R, tcu_stream s);
+void tcu_lora_backward(tsr_bf16 *dinp, float *dA, float *dB, const tsr_bf16 *dout, int ld,
+                       const tsr_bf16 *inp, const float *A, const float *B, float scale, float p,
+                       uint64_t key, int64_t row0, void *scratch, int N, int IC, int OC, int R,
+                       tcu_stream s);
+
 /* Fused softmax + cross-entropy + its gradient: one read pass over each row of logits, a second
  * that writes the gradient when asked (never a full fp32 copy of the logits): softmax over the first V of Vp columns (fp32 arithmetic),
  * losses[n] = -log p[n, target] (fp32; 0 where target < 0).

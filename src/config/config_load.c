@@ -328,8 +328,9 @@ static const char *const cross_rules[] = {
     "dense model and `device = \"cpu\"`; `global_batch / W` is even (checked at start); "
     "`dpo.reference = \"base\"` needs `lora.rank` > 0.",
     "With `lora.rank` above 0: `lora.targets` names each of q, k, v, o, gate, up, down at most "
-    "once (gate and up with `model.mlp = \"swiglu\"`; no MLP target in a MoE model), on "
-    "`device = \"cpu\"` with `parallel.expert = 1`. `lora.base_checksum` is \"\" or "
+    "once (gate and up with `model.mlp = \"swiglu\"`; no MLP target in a MoE model), with "
+    "`parallel.expert = 1`; on `device = \"cuda\"` not with `objective = \"dpo\"`. "
+    "`lora.base_checksum` is \"\" or "
     "`crc32c:` and 8 lowercase hex digits.",
     "Exactly one of `data.train` and `data.mix`; `data.curriculum` needs `data.mix`, its phases "
     "in increasing `at`.",
@@ -426,11 +427,10 @@ static void validate_lora(load_ctx *c) {
                   g->lora.targets, why);
         c->errors++;
     }
-    if (g->device == TSR_DEVICE_CUDA) {
-        tsr_error("%slora.rank = %lld: LoRA runs on device = \"cpu\" only so far (the CUDA "
-                  "adapter kernels are not written yet, docs/lora.md); set lora.rank = 0 or "
-                  "device = \"cpu\"", where(c, "lora.rank", at, sizeof at),
-                  (long long)g->lora.rank);
+    if (g->device == TSR_DEVICE_CUDA && g->objective == TSR_OBJ_DPO) {
+        tsr_error("%sobjective = \"dpo\": DPO runs on device = \"cpu\" only so far (LoRA's "
+                  "supervised objective runs on \"cuda\"); expected device = \"cpu\" "
+                  "(docs/dpo.md)", where(c, "objective", at, sizeof at));
         c->errors++;
     }
     if (g->expert > 1) {

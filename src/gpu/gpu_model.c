@@ -9,10 +9,12 @@
 
 #include "common.h"
 #include "model/decoder.h"
+#include "model/model_lora.h"
 
 size_t gpu_model_state_bytes(const tsr_model *m, gpu_state state) {
     size_t per = state == GPU_STATE_FULL ? 2 * sizeof(float) + sizeof(tsr_bf16)
-               : state == GPU_STATE_NO_MASTER ? sizeof(float) + sizeof(tsr_bf16) : 0;
+               : state == GPU_STATE_NO_MASTER ? sizeof(float) + sizeof(tsr_bf16)
+               : state == GPU_STATE_FROZEN ? sizeof(tsr_bf16) : 0;
     return m->n_params * per;
 }
 
@@ -178,6 +180,20 @@ static void c_gelu_backward(const tsr_backend *be, void *dinp, const void *inp, 
     tcu_gelu_backward(dinp, inp, dout, n, kind, STREAM(be));
 }
 
+static void c_lora_forward(const tsr_backend *be, void *out, int ld, const void *inp,
+                           const float *A, const float *B, float scale, float p, uint64_t key,
+                           int64_t row0, void *scratch, int N, int IC, int OC, int R) {
+    tcu_lora_forward(out, ld, inp, A, B, scale, p, key, row0, scratch, N, IC, OC, R, STREAM(be));
+}
+
+static void c_lora_backward(const tsr_backend *be, void *dinp, float *dA, float *dB,
+                            const void *dout, int ld, const void *inp, const float *A,
+                            const float *B, float scale, float p, uint64_t key, int64_t row0,
+                            void *scratch, int N, int IC, int OC, int R) {
+    tcu_lora_backward(dinp, dA, dB, dout, ld, inp, A, B, scale, p, key, row0, scratch, N, IC, OC,
+                      R, STREAM(be));
+}
+
 /* the log-sum-exp (B,NH,T) */
 static size_t c_attention_saved(int B, int T, int NH) { return (size_t)B * NH * T; }
 
@@ -242,6 +258,9 @@ static tsr_backend cuda_backend(tcu_stream s) {
         .moe_combine = c_moe_combine,
         .moe_combine_backward = c_moe_combine_backward,
         .moe_router_backward = c_moe_router_backward,
+        .lora_scratch = tcu_lora_scratch_bytes,
+        .lora_forward = c_lora_forward,
+        .lora_backward = c_lora_backward,
         .matmul_forward = c_matmul_forward,
         .matmul_backward = c_matmul_backward,
         .gelu_backward = c_gelu_backward,
@@ -262,6 +281,11 @@ size_t gpu_model_acts_bytes(const tsr_model *m, int B, int T) {
     return dec_acts_bytes(m, &be, B, T);
 }
 
+size_t gpu_model_lora_scratch_bytes(const tsr_lora *lo, int N) {
+    const tsr_backend be = cuda_backend(NULL);
+    return lora_scratch_bytes(lo, &be, N);
+}
+
 void gpu_model_init(tsr_gpu_model *g, const tsr_model *m, tcu_stream s, gpu_state state) {
     memset(g, 0, sizeof *g);
     g->m = m;
@@ -269,7 +293,9 @@ void gpu_model_init(tsr_gpu_model *g, const tsr_model *m, tcu_stream s, gpu_stat
     g->be = cuda_backend(s);
     if (state == GPU_STATE_FULL)
         g->params = tcu_malloc(m->n_params * sizeof(float), "master weights (fp32)");
-    if (state != GPU_STATE_NONE) {
+    if (state == GPU_STATE_FROZEN)
+        g->wbf = tcu_malloc(m->n_params * sizeof(tsr_bf16), "frozen base weights (bf16)");
+    if (state == GPU_STATE_FULL || state == GPU_STATE_NO_MASTER) {
         g->wbf = tcu_malloc(m->n_params * sizeof(tsr_bf16), "weights (bf16 copy)");
         g->grads = tcu_malloc(m->n_params * sizeof(float), "gradients (fp32)");
         tcu_zero(g->grads, m->n_params * sizeof(float), s);
@@ -319,8 +345,38 @@ void gpu_model_free(tsr_gpu_model *g) {
     memset(g, 0, sizeof *g);
 }
 
+/* fp32 -> bf16 on the host, round to nearest even, as tcu_f32_to_bf16 rounds finite values
+ * (a NaN stays a quiet NaN of its sign) */
+static tsr_bf16 host_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (tsr_bf16)((x >> 16) | 0x0040u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (tsr_bf16)(x >> 16);
+}
+
+void gpu_model_round_bf16(tsr_bf16 *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = host_bf16(src[i]);
+}
+
+/* elements per piece of a frozen base's upload (a 32 MiB host buffer) */
+#define UPLOAD_PIECE ((size_t)1 << 24)
+
 void gpu_model_upload(tsr_gpu_model *g, const float *params_host) {
     size_t n = g->m->n_params;
+    if (!g->params) { /* frozen: rounded on the host, piece by piece (a pageable copy has read
+                       * the piece when it returns: cuda_common.cu) */
+        size_t piece = n < UPLOAD_PIECE ? n : UPLOAD_PIECE;
+        tsr_bf16 *h = tsr_malloc((piece ? piece : 1) * sizeof *h);
+        for (size_t at = 0; at < n; at += piece) {
+            size_t k = n - at < piece ? n - at : piece;
+            gpu_model_round_bf16(h, params_host + at, k);
+            tcu_memcpy_h2d(g->wbf + at, h, k * sizeof *h, g->s);
+        }
+        tcu_sync(g->s);
+        free(h);
+        return;
+    }
     tcu_memcpy_h2d(g->params, params_host, n * sizeof(float), g->s);
     tcu_f32_to_bf16(g->wbf, g->params, n, g->s);
     tcu_sync(g->s);
@@ -353,7 +409,7 @@ static void unit_get(void *ctx, int u, int backward, const void **w, float **gr)
         for (int i = 0; i < TSR_P_COUNT; i++) {
             if (off[i] == SIZE_MAX) continue;
             w[i] = g->wbf + off[i];
-            if (backward) gr[i] = g->grads + off[i];
+            if (backward && g->grads) gr[i] = g->grads + off[i]; /* (none: frozen, NULL) */
         }
     }
     if (g->experts) g->experts(g->experts_ctx, u, backward, w, gr);
@@ -367,7 +423,7 @@ static void unit_put(void *ctx, int u, int backward) {
 
 static tsr_decoder decoder_of(tsr_gpu_model *g) {
     return (tsr_decoder){.m = g->m, .be = &g->be, .a = &g->a, .params = {g, unit_get, unit_put},
-                         .slopes = g->slopes, .rope = g->rope};
+                         .slopes = g->slopes, .rope = g->rope, .lora = g->lora};
 }
 
 void gpu_model_forward(tsr_gpu_model *g, const int32_t *tokens, const int32_t *targets, int B,

@@ -26,8 +26,9 @@
 /* Which flat buffers the model holds (parallel.sharding): ddp all three (fp32 master weights,
  * their bf16 copy, fp32 gradients); zero1 the bf16 weights and the gradients (the master weights
  * are sharded with the AdamW state, src/gpu/gpu_shard.h); zero3 / hsdp none: a source gives each
- * unit's weights and gradient buffers as the passes reach it. */
-typedef enum { GPU_STATE_FULL, GPU_STATE_NO_MASTER, GPU_STATE_NONE } gpu_state;
+ * unit's weights and gradient buffers as the passes reach it; frozen (LoRA's base) the bf16
+ * weights only: no master weights, no gradients (the decoder skips the weight gradients). */
+typedef enum { GPU_STATE_FULL, GPU_STATE_NO_MASTER, GPU_STATE_NONE, GPU_STATE_FROZEN } gpu_state;
 
 /* The source of the weights under zero3 / hsdp (units as model/fsdp.h: 0 the root, l+1 layer l).
  * get fills w[id] (bf16 weights) and, when backward, gr[id] (fp32 gradients to accumulate into)
@@ -46,7 +47,7 @@ typedef struct tsr_gpu_model {
     tcu_stream s;
     float *params;      /* (n_params) fp32 master weights (GPU_STATE_FULL), else NULL */
     tsr_bf16 *wbf;      /* (n_params) bf16 copy read by the ops; NULL: src gives the units */
-    float *grads;       /* (n_params) fp32, or NULL under GPU_STATE_NONE */
+    float *grads;       /* (n_params) fp32, or NULL under GPU_STATE_NONE and _FROZEN */
     const gpu_param_source *src; /* zero3 / hsdp */
     /* parallel.expert: the expert tensors of unit u, which the flat layout leaves out (gpu_ep.h
      * gpu_ep_unit), or NULL */
@@ -55,6 +56,7 @@ typedef struct tsr_gpu_model {
     float *slopes;      /* (NH) ALiBi slopes, or NULL */
     float *rope;        /* (hs/2) RoPE frequencies (model_rope_freqs), or NULL */
     int B, T;           /* activations allocated for B x T (0: none; = a.B, a.T) */
+    struct tsr_lora *lora; /* LoRA: the adapters with w, g on the device (model_lora.h), or NULL */
     tsr_backend be;     /* the CUDA backend (bf16) on stream s: the decoder's interface */
     tsr_acts a;         /* activations (bf16, statistics fp32), laid out by src/model/decoder.c */
 } tsr_gpu_model;
@@ -63,6 +65,11 @@ typedef struct tsr_gpu_model {
 size_t gpu_model_state_bytes(const tsr_model *m, gpu_state state);
 /* Device bytes of the activations for B x T (what gpu_model_try_alloc_acts allocates). */
 size_t gpu_model_acts_bytes(const tsr_model *m, int B, int T);
+/* dst (n) = src rounded to bf16 on the host, nearest even, as tcu_f32_to_bf16 rounds finite
+ * values (a frozen base is uploaded so: no fp32 copy on the device) */
+void gpu_model_round_bf16(tsr_bf16 *dst, const float *src, size_t n);
+/* Device bytes of LoRA's scratch for N rows (model_lora.h lora_scratch_bytes on this backend). */
+size_t gpu_model_lora_scratch_bytes(const struct tsr_lora *lo, int N);
 /* Allocates the state's flat buffers (dies naming what does not fit; callers check the plan
  * first) and the ALiBi slopes or RoPE frequencies. tcu_init must have run. GPU_STATE_NONE: set g->src before a pass. */
 void gpu_model_init(tsr_gpu_model *g, const tsr_model *m, tcu_stream s, gpu_state state);
@@ -70,8 +77,9 @@ void gpu_model_init(tsr_gpu_model *g, const tsr_model *m, tcu_stream s, gpu_stat
 int gpu_model_try_alloc_acts(tsr_gpu_model *g, int B, int T);
 void gpu_model_free_acts(tsr_gpu_model *g);
 void gpu_model_free(tsr_gpu_model *g);
-/* Host fp32 weights (n_params) -> master weights and their bf16 copy; and back
- * (GPU_STATE_FULL only: the sharded states move weights through gpu_shard.h). */
+/* Host fp32 weights (n_params) -> master weights and their bf16 copy (GPU_STATE_FROZEN: the
+ * bf16 weights only, rounded on the host piece by piece: no device memory beyond the weights);
+ * and back (GPU_STATE_FULL only: the sharded states move weights through gpu_shard.h). */
 void gpu_model_upload(tsr_gpu_model *g, const float *params_host);
 void gpu_model_download(const tsr_gpu_model *g, float *params_host);
 /* Forward over tokens, targets (B,T, host; -1 = no loss). loss_scale >= 0: a training step, the

@@ -14,7 +14,7 @@ static size_t unit_size(const tsr_model *m, int u) {
     return size;
 }
 
-size_t gpu_shard_bytes(const tsr_model *m, int zero1, int G) {
+size_t gpu_shard_bytes(const tsr_model *m, int zero1, int G, int frozen) {
     size_t n = 0, max_unit = 0, unit0 = (size_t)G * fsdp_piece_len(unit_size(m, 0), G);
     size_t max_piece = 0, f = sizeof(float), b = sizeof(tsr_bf16);
     for (int u = 0; u <= m->L; u++) {
@@ -23,6 +23,8 @@ size_t gpu_shard_bytes(const tsr_model *m, int zero1, int G) {
         if (P > max_piece) max_piece = P;
         if ((u > 0 || zero1) && (size_t)G * P > max_unit) max_unit = (size_t)G * P;
     }
+    if (frozen) /* the bf16 shard, the gathered root and two gathered layers */
+        return n * b + unit0 * b + 2 * max_unit * b;
     size_t shard = n * (4 * f + b); /* master, grads, m, v; bf16 copy */
     if (zero1) return shard + gpu_model_state_bytes(m, GPU_STATE_NO_MASTER) + max_unit * (f + b);
     return shard + unit0 * (b + f) + 2 * max_unit * (b + f) + max_piece * f;
@@ -70,7 +72,7 @@ static void src_get(void *ctx, int u, int backward, const tsr_bf16 **w, float **
             sh->slot_unit[o] = next;
             gather_unit(sh, next, sh->slot[o], sh->slot_ev[o]);
         }
-        if (backward) { /* a gradient buffer whose last reduce-scatter has finished */
+        if (backward && !sh->frozen) { /* a gradient buffer whose last reduce-scatter ended */
             int j = sh->lg_next;
             sh->lg_next ^= 1;
             sh->lg_cur = j;
@@ -81,7 +83,7 @@ static void src_get(void *ctx, int u, int backward, const tsr_bf16 **w, float **
     }
     for (int k = 0; k < un->n_seg; k++) {
         w[un->seg[k].id] = base + un->seg[k].at;
-        if (backward) gr[un->seg[k].id] = gbase + un->seg[k].at;
+        if (backward && gbase) gr[un->seg[k].id] = gbase + un->seg[k].at; /* (frozen: none) */
     }
 }
 
@@ -95,6 +97,7 @@ static void scatter_add(gpu_shard *sh, int u, const float *src, tcu_event read) 
 
 static void src_put(void *ctx, int u) {
     gpu_shard *sh = ctx;
+    if (sh->frozen) return;
     scatter_add(sh, u, sh->layer_g[sh->lg_cur], sh->lg_ev[sh->lg_cur]);
 }
 
@@ -108,6 +111,9 @@ static void forget_gathers(gpu_shard *sh) {
 int gpu_shard_init(gpu_shard *sh, gpu_train_ctx *c, tsr_gpu_model *g, tcu_stream s) {
     memset(sh, 0, sizeof *sh);
     sh->zero1 = c->mode == GPU_SHARD_ZERO1;
+    sh->frozen = c->lora != NULL;
+    if (sh->frozen && sh->zero1)
+        tsr_die(TSR_EXIT_INTERNAL, "gpu_shard_init: LoRA's zero1 runs as ddp (train_gpu.c fill)");
     sh->g = g;
     sh->s = s;
     if (sh->zero1) fsdp_plan(&sh->own, c->model, c->dist->world, c->dist);
@@ -142,6 +148,23 @@ int gpu_shard_init(gpu_shard *sh, gpu_train_ctx *c, tsr_gpu_model *g, tcu_stream
         sh->piece_at[k] = sh->at[u] + (p->shard - f->unit_at[u]);
     }
     size_t fb = sizeof(float), bb = sizeof(tsr_bf16);
+    if (sh->frozen) {
+        sh->wbf = dev_zeroed(sh->n * bb, "shard: frozen base weights (bf16)", s);
+        size_t whole0 = (size_t)f->G * f->units[0].piece;
+        sh->root_w = dev_zeroed(whole0 * bb, "zero3: gathered root weights (bf16)", s);
+        for (int k = 0; k < 2; k++) {
+            sh->slot[k] = dev_zeroed(sh->max_unit * bb, "zero3: gathered layer (bf16)", s);
+            sh->slot_ev[k] = tcu_event_create();
+            sh->lg_ev[k] = tcu_event_create();
+        }
+        sh->root_ev = tcu_event_create();
+        sh->src = (gpu_param_source){sh, src_get, src_put};
+        g->src = &sh->src;
+        forget_gathers(sh);
+        sh->host_bf16 = tsr_malloc((f->shard_n ? f->shard_n : 1) * sizeof(tsr_bf16));
+        tcu_sync(s);
+        return 0;
+    }
     sh->params = dev_zeroed(sh->n * fb, "shard: master weights (fp32)", s);
     sh->grads = dev_zeroed(sh->n * fb, "shard: gradients (fp32)", s);
     sh->m = dev_zeroed(sh->n * fb, "shard: AdamW m (fp32)", s);
@@ -186,7 +209,7 @@ void gpu_shard_free(gpu_shard *sh) {
                         &sh->lg_ev[1]};
     for (size_t i = 0; !sh->zero1 && i < sizeof evs / sizeof *evs; i++) tcu_event_destroy(*evs[i]);
     if (sh->zero1) fsdp_free(&sh->own);
-    free(sh->at), free(sh->piece_at), free(sh->host);
+    free(sh->at), free(sh->piece_at), free(sh->host), free(sh->host_bf16);
     memset(sh, 0, sizeof *sh);
 }
 
@@ -283,6 +306,7 @@ static void shard_h2d(const gpu_shard *sh, float *dev, const float *host) {
 
 void gpu_shard_pull(gpu_shard *sh, gpu_train_ctx *c, int with_optim) {
     tcu_sync(sh->s);
+    if (sh->frozen) return; /* the base never changes: the host shard is current */
     if (!sh->zero1) {
         shard_d2h(sh, c->fsdp->params, sh->params);
         if (with_optim) shard_d2h(sh, c->m, sh->m), shard_d2h(sh, c->v, sh->v);
@@ -304,6 +328,15 @@ void gpu_shard_pull(gpu_shard *sh, gpu_train_ctx *c, int with_optim) {
 void gpu_shard_push(gpu_shard *sh, gpu_train_ctx *c, int with_optim) {
     tcu_sync(sh->s);
     const tsr_fsdp *f = sh->f;
+    if (sh->frozen) { /* the host shard rounded on the host, unit by unit into the padded pieces */
+        gpu_model_round_bf16(sh->host_bf16, c->fsdp->params, f->shard_n);
+        for (int u = 0; u < f->n_units; u++)
+            tcu_memcpy_h2d(sh->wbf + sh->at[u], sh->host_bf16 + f->unit_at[u],
+                           (size_t)f->units[u].counts[f->grank] * sizeof(tsr_bf16), sh->s);
+        tcu_sync(sh->s);
+        forget_gathers(sh);
+        return;
+    }
     if (sh->zero1) { /* this rank's pieces of the full weights */
         const fsdp_piece *p = f->pieces[f->grank];
         for (int k = 0; k < f->n_pieces[f->grank]; k++)

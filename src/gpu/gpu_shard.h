@@ -41,6 +41,8 @@ typedef struct gpu_shard {
     const tsr_fsdp *f;      /* the plan: the trainer's (c->fsdp: zero3, hsdp) or own (zero1) */
     tsr_fsdp own;
     int zero1;
+    int frozen;             /* zero3 / hsdp under LoRA: the bf16 shard only (no master weights,
+                             * gradients or moments), the base never changes */
     tsr_gpu_model *g;
     tcu_stream s;
     gpu_comm *group, *replicas; /* replicas: hsdp with more than one group, else NULL */
@@ -64,13 +66,17 @@ typedef struct gpu_shard {
     tcu_event root_ev, slot_ev[2], lg_ev[2];
     gpu_param_source src;
     float *host;            /* host staging: one shard of f (unpadded) */
+    tsr_bf16 *host_bf16;    /* frozen: the host shard rounded to bf16 (unpadded) */
 } gpu_shard;
 
 /* Device bytes of the shard state, its buffers, and the model's flat buffers, per rank, for the
  * trainer's sharding mode and group size G (nothing allocated: the plan and --plan use it). */
-size_t gpu_shard_bytes(const tsr_model *m, int zero1, int G);
+size_t gpu_shard_bytes(const tsr_model *m, int zero1, int G, int frozen);
 /* Plans (zero1), opens the communicators, allocates (the plan was checked against free memory),
- * sets g->src (zero3 / hsdp). 0, or an exit code with the reason reported on rank 0. */
+ * sets g->src (zero3 / hsdp). 0, or an exit code with the reason reported on rank 0. With
+ * c->lora (zero3 / hsdp only) the shard is frozen: bf16 weights gathered per unit, no gradients
+ * (the source gives none: the decoder skips the weight gradients), nothing to reduce or update;
+ * pull does nothing and push sends the host shard's weights (rounded on the host). */
 int gpu_shard_init(gpu_shard *sh, gpu_train_ctx *c, tsr_gpu_model *g, tcu_stream s);
 void gpu_shard_free(gpu_shard *sh);
 /* A step: zero the gradients; zero1: the callback the last microbatch's backward calls per unit;

@@ -13,6 +13,7 @@
 #include "gpu/gpu_ep.h"
 #include "gpu/gpu_model.h"
 #include "gpu/gpu_shard.h"
+#include "model/model_lora.h"
 
 struct tsr_gpu_train {
     tsr_gpu_model g;
@@ -29,6 +30,11 @@ struct tsr_gpu_train {
     int host_acts;        /* lib_host_model(on) allocated host activations */
     gpu_ep ep;            /* parallel.expert: the experts' store and exchange (gpu_ep.h) */
     int ep_on;
+    /* LoRA (c->lora set): the base frozen in bf16 (GPU_STATE_FROZEN), the adapters' store on the
+     * device with the host store's layout: w, g, m, v of lora.n floats each, the scratch on the
+     * device backend (lora.scratch, allocated with the activations) */
+    int lora_on;
+    tsr_lora lora;
 };
 
 /* What an evaluation (validation loss, ICL) gathers on top of the training state while it runs:
@@ -51,8 +57,14 @@ static size_t expert_bytes(const gpu_train_ctx *c) {
 
 static size_t fixed_bytes(const gpu_train_ctx *c) {
     const tsr_model *m = c->model;
+    /* LoRA: the bf16 base (whole, or its frozen shard and gathers), the adapters' w, g, m, v,
+     * the norm's accumulator */
+    if (c->lora && c->mode != GPU_SHARD_DDP)
+        return gpu_shard_bytes(m, 0, c->G, 1) + eval_bytes(c) + lora_store_bytes(c->lora) + 512;
+    if (c->lora)
+        return gpu_model_state_bytes(m, GPU_STATE_FROZEN) + lora_store_bytes(c->lora) + 256;
     if (c->mode != GPU_SHARD_DDP)
-        return gpu_shard_bytes(m, c->mode == GPU_SHARD_ZERO1, c->G) + eval_bytes(c) +
+        return gpu_shard_bytes(m, c->mode == GPU_SHARD_ZERO1, c->G, 0) + eval_bytes(c) +
                expert_bytes(c) + 512;
     return gpu_model_state_bytes(m, GPU_STATE_FULL) + 2 * m->n_params * sizeof(float) +
            expert_bytes(c) + eval_bytes(c) + 256;
@@ -87,9 +99,11 @@ static void route_model(tsr_model *m, tsr_gpu_model *g) {
 
 /* The activations for B sequences and, under parallel.expert, the exchange's buffers (balanced
  * routing: gpu_ep_exchange_bytes) */
+/* a microbatch of B: the activations, parallel.expert's exchange buffers, LoRA's scratch */
 static size_t acts_bytes(const gpu_train_ctx *c, int B) {
     return gpu_model_acts_bytes(c->model, B, c->T) +
-           (c->model->EP > 1 ? gpu_ep_exchange_bytes(c->model, c->model->EP, B, c->T) : 0);
+           (c->model->EP > 1 ? gpu_ep_exchange_bytes(c->model, c->model->EP, B, c->T) : 0) +
+           (c->lora ? gpu_model_lora_scratch_bytes(c->lora, B * c->T) : 0);
 }
 
 /* Every rank needs a GPU of its own (NCCL refuses two ranks on one GPU); the first rank without
@@ -152,12 +166,58 @@ static int init_sharded(gpu_train_ctx *c) {
     return 0;
 }
 
+/* ddp's communicator: needed with more than one rank; with one, NCCL is still used when it
+ * loads (the same code path as many ranks), else nothing has to be summed */
+static int open_replicated_comm(gpu_train_ctx *c, const char *what) {
+    struct tsr_gpu_train *gt = c->state;
+    const tsr_dist *d = c->dist;
+    char why[512] = "";
+    gt->comm = gpu_comm_open(0, d->rank, gt->s, why, sizeof why);
+    if (!gt->comm && d->world > 1) {
+        if (d->rank == 0) tsr_error("device = \"cuda\" on %d ranks: %s", d->world, why);
+        return TSR_EXIT_USAGE;
+    }
+    if (d->rank == 0)
+        printf("gradients: %s by %s\n", what,
+               gt->comm ? gpu_comm_name(gt->comm) : "nothing (one rank; NCCL not loaded)");
+    if (!gt->comm && d->rank == 0) tsr_warn("one rank without NCCL: %s", why);
+    return 0;
+}
+
+/* LoRA: the frozen base in bf16, whole (ddp; zero1 is the same under LoRA: gpu_model_upload) or
+ * as a frozen shard (zero3 / hsdp: gpu_shard.h, gathered unit by unit), the adapters' store on
+ * the device from the host's (weights and moments: zero at a fresh start, the checkpoint's after
+ * gpu_train_push), replicated on every rank */
+static int init_lora(gpu_train_ctx *c) {
+    struct tsr_gpu_train *gt = c->state;
+    tsr_lora *lo = &gt->lora;
+    if (gt->sharded) TSR_CHECK(gpu_shard_init(&gt->sh, c, &gt->g, gt->s));
+    *lo = *c->lora; /* the layout; the buffers are the device's */
+    lo->ops = NULL;
+    lo->scratch = NULL, lo->scratch_cap = 0, lo->scratch_be = NULL;
+    const size_t bytes = lo->n * sizeof(float);
+    lo->w = tcu_malloc(bytes, "LoRA adapters (fp32)");
+    lo->g = tcu_malloc(bytes, "LoRA adapter gradients (fp32)");
+    lo->m = tcu_malloc(bytes, "LoRA AdamW m (fp32)");
+    lo->v = tcu_malloc(bytes, "LoRA AdamW v (fp32)");
+    tcu_zero(lo->g, bytes, gt->s);
+    gt->acc = tcu_malloc(sizeof(float), "gradient norm");
+    gt->lora_on = 1;
+    gt->g.lora = lo;
+    if (gt->sharded) gpu_shard_push(&gt->sh, c, 0);
+    else gpu_model_upload(&gt->g, c->model->params);
+    tcu_memcpy_h2d(lo->w, c->lora->w, bytes, gt->s);
+    tcu_memcpy_h2d(lo->m, c->lora->m, bytes, gt->s);
+    tcu_memcpy_h2d(lo->v, c->lora->v, bytes, gt->s);
+    tcu_sync(gt->s);
+    return open_replicated_comm(c, "the adapters', summed once after the backward pass,");
+}
+
 /* ddp: the whole state on every GPU, the gradients summed per unit (0: root, l+1: layer l) as
  * backward completes it */
 static int init_replicated(gpu_train_ctx *c) {
     struct tsr_gpu_train *gt = c->state;
     const tsr_model *m = c->model;
-    const tsr_dist *d = c->dist;
     gt->m = tcu_malloc(m->n_params * sizeof(float), "AdamW m (fp32)");
     gt->v = tcu_malloc(m->n_params * sizeof(float), "AdamW v (fp32)");
     gt->acc = tcu_malloc(sizeof(float), "gradient norm");
@@ -171,19 +231,7 @@ static int init_replicated(gpu_train_ctx *c) {
     for (size_t u = 0; u < units; u++)
         gt->n_slices[u] = gpu_model_unit_slices(m, (int)u, gt->off + u * TSR_P_COUNT,
                                                 gt->len + u * TSR_P_COUNT);
-    /* the communicator: needed with more than one rank; with one, NCCL is still used when it
-     * loads (the same code path as many ranks), else nothing has to be summed */
-    char why[512] = "";
-    gt->comm = gpu_comm_open(0, d->rank, gt->s, why, sizeof why);
-    if (!gt->comm && d->world > 1) {
-        if (d->rank == 0) tsr_error("device = \"cuda\" on %d ranks: %s", d->world, why);
-        return TSR_EXIT_USAGE;
-    }
-    if (d->rank == 0)
-        printf("gradients: summed per layer during backward by %s\n",
-               gt->comm ? gpu_comm_name(gt->comm) : "nothing (one rank; NCCL not loaded)");
-    if (!gt->comm && d->rank == 0) tsr_warn("one rank without NCCL: %s", why);
-    return 0;
+    return open_replicated_comm(c, "summed per layer during backward");
 }
 
 /* parallel.expert: the experts' store on the device and the exchange's communicators */
@@ -231,16 +279,34 @@ static int lib_init(gpu_train_ctx *c) {
     TSR_CHECK(check_memory(c, gt->device));
     gt->s = tcu_stream_create();
     gt->sharded = c->mode != GPU_SHARD_DDP;
-    gpu_model_init(&gt->g, m, gt->s, c->mode == GPU_SHARD_DDP ? GPU_STATE_FULL
+    gpu_model_init(&gt->g, m, gt->s, c->lora && !gt->sharded ? GPU_STATE_FROZEN
+                                     : c->mode == GPU_SHARD_DDP ? GPU_STATE_FULL
                                      : c->mode == GPU_SHARD_ZERO1 ? GPU_STATE_NO_MASTER
                                                                   : GPU_STATE_NONE);
-    TSR_CHECK(gt->sharded ? init_sharded(c) : init_replicated(c));
-    TSR_CHECK(init_experts(c));
+    TSR_CHECK(c->lora ? init_lora(c) : gt->sharded ? init_sharded(c) : init_replicated(c));
+    TSR_CHECK(init_experts(c)); /* (parallel.expert; never with LoRA: refused at load) */
     route_model(c->model, &gt->g);
     return 0;
 }
 
 static int lib_acts_B(const gpu_train_ctx *c) { return c->state->g.B; }
+
+static void lib_free_acts(gpu_train_ctx *c) {
+    gpu_model_free_acts(&c->state->g);
+    if (c->state->lora_on) lora_free_scratch(&c->state->lora);
+}
+
+/* LoRA: the adapters' scratch for B x T rows is part of the activations (model_lora.c would
+ * allocate it at the first pass; here a microbatch that leaves no room for it backs off) */
+static int try_lora_scratch(gpu_train_ctx *c, int B) {
+    struct tsr_gpu_train *gt = c->state;
+    size_t need = gpu_model_lora_scratch_bytes(&gt->lora, B * c->T);
+    gt->lora.scratch = need ? tcu_try_malloc(need) : NULL;
+    if (need && !gt->lora.scratch) return -1;
+    gt->lora.scratch_cap = need;
+    gt->lora.scratch_be = &gt->g.be;
+    return 0;
+}
 
 /* The activations, and room left after them for what the ops allocate later (scratch, cuBLASLt,
  * NCCL's buffers, kernels' local memory): 2% of the device must stay free, and under zero3 / hsdp
@@ -251,16 +317,18 @@ static int lib_acts_B(const gpu_train_ctx *c) { return c->state->g.B; }
 static int lib_try_acts(gpu_train_ctx *c, int B) {
     if (gpu_model_try_alloc_acts(&c->state->g, B, c->T)) return -1;
     size_t free_b = 0, total_b = 0;
+    if (c->state->lora_on && try_lora_scratch(c, B)) {
+        gpu_model_free_acts(&c->state->g);
+        return -1;
+    }
     tcu_device_info(NULL, 0, NULL, &free_b, &total_b);
     size_t exchange = c->model->EP > 1 ? gpu_ep_exchange_bytes(c->model, c->model->EP, B, c->T) : 0;
     if (free_b < total_b / 50 + eval_bytes(c) + exchange) {
-        gpu_model_free_acts(&c->state->g);
+        lib_free_acts(c);
         return -1;
     }
     return 0;
 }
-
-static void lib_free_acts(gpu_train_ctx *c) { gpu_model_free_acts(&c->state->g); }
 
 static size_t lib_acts_bytes(const gpu_train_ctx *c, int B) { return acts_bytes(c, B); }
 
@@ -270,8 +338,32 @@ static void unit_ready(void *ctx, int u) {
                        gt->len + (size_t)u * TSR_P_COUNT, gt->n_slices[u]);
 }
 
+/* LoRA: the microbatches with the step's dropout (rows numbered as on the CPU: lora_pass_row0),
+ * then the adapters' gradients summed over the ranks (small: one all-reduce after the backward) */
+static double lora_compute(gpu_train_ctx *c, float scale) {
+    struct tsr_gpu_train *gt = c->state;
+    tsr_lora *lo = &gt->lora;
+    tcu_zero(lo->g, lo->n * sizeof(float), gt->s);
+    double loss_sum = 0.0;
+    for (int64_t b = 0; b < c->per_rank; b += c->micro) {
+        const int32_t *in = c->inputs + b * c->T, *tg = c->targets + b * c->T;
+        lora_set_pass(lo, 1, c->lora_key, lora_pass_row0(c->dist->rank, c->per_rank, b, c->T));
+        gpu_model_forward(&gt->g, in, tg, c->micro, c->T, scale);
+        if (c->moe) gpu_model_moe_stats_add(&gt->g, tg, c->micro, c->T, scale, c->moe);
+        gpu_model_backward(&gt->g, in, c->micro, c->T, NULL, NULL);
+        loss_sum += gpu_model_loss_sum(&gt->g, tg, c->micro, c->T);
+    }
+    lora_set_pass(lo, 0, 0, 0); /* evaluations: no dropout */
+    if (gt->comm) {
+        size_t off = 0, len = lo->n;
+        gpu_comm_allreduce(gt->comm, lo->g, &off, &len, 1);
+    }
+    return loss_sum;
+}
+
 static double lib_compute(gpu_train_ctx *c, float scale) {
     struct tsr_gpu_train *gt = c->state;
+    if (gt->lora_on) return lora_compute(c, scale);
     if (gt->sharded) gpu_shard_zero_grads(&gt->sh);
     else tcu_zero(gt->g.grads, c->model->n_params * sizeof(float), gt->s);
     if (gt->ep_on) gpu_ep_zero_grads(&gt->ep);
@@ -296,11 +388,12 @@ static double lib_compute(gpu_train_ctx *c, float scale) {
 
 static double dense_sumsq(gpu_train_ctx *c) {
     struct tsr_gpu_train *gt = c->state;
-    if (gt->sharded) return gpu_shard_grad_sumsq(&gt->sh);
+    if (gt->sharded && !gt->lora_on) return gpu_shard_grad_sumsq(&gt->sh);
     if (gt->comm) gpu_comm_wait(gt->comm);
     float sq = 0.0f;
     tcu_zero(gt->acc, sizeof(float), gt->s);
-    tcu_sumsq(gt->acc, gt->g.grads, c->model->n_params, gt->s);
+    if (gt->lora_on) tcu_sumsq(gt->acc, gt->lora.g, gt->lora.n, gt->s);
+    else tcu_sumsq(gt->acc, gt->g.grads, c->model->n_params, gt->s);
     tcu_memcpy_d2h(&sq, gt->acc, sizeof sq, gt->s);
     return sq;
 }
@@ -316,8 +409,14 @@ static void lib_update(gpu_train_ctx *c, double lr, float gscale, int step) {
     const tsr_model *m = c->model;
     const tsr_optim_config *o = c->optim;
     if (gt->ep_on) gpu_ep_update(&gt->ep, o, c->decay[TSR_P_EXPW1], lr, gscale, step);
-    if (gt->sharded) {
+    if (gt->sharded && !gt->lora_on) {
         gpu_shard_update(&gt->sh, c, lr, gscale, step);
+        return;
+    }
+    if (gt->lora_on) { /* the adapters only (no bf16 copy: the adapter ops read fp32) */
+        tsr_lora *lo = &gt->lora;
+        tcu_adamw_update(lo->w, NULL, lo->g, lo->m, lo->v, lo->n, (float)lr, (float)o->beta1,
+                         (float)o->beta2, (float)o->eps, c->lora_decay, gscale, step, gt->s);
         return;
     }
     for (int i = 0; i < TSR_P_COUNT; i++) {
@@ -331,9 +430,23 @@ static void lib_update(gpu_train_ctx *c, double lr, float gscale, int step) {
     }
 }
 
+/* LoRA: the adapters (and their moments) device -> host store; the base never changes */
+static void lora_pull(struct tsr_gpu_train *gt, tsr_lora *host, int with_optim) {
+    const size_t bytes = gt->lora.n * sizeof(float);
+    tcu_memcpy_d2h(host->w, gt->lora.w, bytes, gt->s);
+    if (with_optim) {
+        tcu_memcpy_d2h(host->m, gt->lora.m, bytes, gt->s);
+        tcu_memcpy_d2h(host->v, gt->lora.v, bytes, gt->s);
+    }
+}
+
 static void lib_pull(gpu_train_ctx *c) {
     struct tsr_gpu_train *gt = c->state;
     if (gt->ep_on) gpu_ep_pull(&gt->ep, 1);
+    if (gt->lora_on) {
+        lora_pull(gt, c->lora, 1);
+        return;
+    }
     if (gt->sharded) {
         gpu_shard_pull(&gt->sh, c, 1);
         return;
@@ -347,6 +460,18 @@ static void lib_pull(gpu_train_ctx *c) {
 static void lib_push(gpu_train_ctx *c, int with_optim) {
     struct tsr_gpu_train *gt = c->state;
     if (gt->ep_on) gpu_ep_push(&gt->ep, with_optim);
+    if (gt->lora_on) { /* the base (bf16: whole or the frozen shard) and the adapters */
+        const size_t bytes = gt->lora.n * sizeof(float);
+        if (gt->sharded) gpu_shard_push(&gt->sh, c, 0);
+        else gpu_model_upload(&gt->g, c->model->params);
+        tcu_memcpy_h2d(gt->lora.w, c->lora->w, bytes, gt->s);
+        if (with_optim) {
+            tcu_memcpy_h2d(gt->lora.m, c->lora->m, bytes, gt->s);
+            tcu_memcpy_h2d(gt->lora.v, c->lora->v, bytes, gt->s);
+        }
+        tcu_sync(gt->s);
+        return;
+    }
     if (gt->sharded) {
         gpu_shard_push(&gt->sh, c, with_optim);
         return;
@@ -367,7 +492,8 @@ static void lib_host_model(gpu_train_ctx *c, int on) {
     tsr_model *m = c->model;
     int sampler = c->dist->rank == 0;
     if (on) {
-        if (gt->sharded) gpu_shard_pull(&gt->sh, c, 0);
+        if (gt->lora_on && sampler) lora_pull(gt, c->lora, 0); /* (the base is the host's) */
+        else if (gt->sharded) gpu_shard_pull(&gt->sh, c, 0);
         else if (sampler) gpu_model_download(&gt->g, m->params);
         /* every expert on the host (collective), from the device's weights: before the host
          * weights' hook, whose ep_full would gather the host store as it stands */
@@ -400,6 +526,10 @@ static void lib_free(gpu_train_ctx *c) {
     if (!gt) return;
     gpu_ep_free(&gt->ep);
     gpu_comm_close(gt->comm);
+    if (gt->lora_on) {
+        lora_free_scratch(&gt->lora);
+        tcu_free(gt->lora.w), tcu_free(gt->lora.g), tcu_free(gt->lora.m), tcu_free(gt->lora.v);
+    }
     gpu_shard_free(&gt->sh);
     gpu_model_free(&gt->g);
     tcu_free(gt->m);

@@ -8,7 +8,9 @@
  * after one is read: checkpoints are the same files as on the CPU, so a run moves between
  * devices at any checkpoint. Gradients are summed over ranks per layer as the backward pass
  * reaches them (gpu_comm.h), overlapping the layers still to come; parallel.sharding = zero1,
- * zero3 and hsdp shard the state as gpu_shard.h says.
+ * zero3 and hsdp shard the state as gpu_shard.h says. LoRA (c->lora): the base frozen in bf16
+ * (whole, or a frozen shard under zero3 / hsdp), the adapters' fp32 store and AdamW on the device,
+ * their gradients all-reduced once per step; the host mirror is the trainer's adapter store.
  *
  * The GPU code lives in libtessera-cuda-train.so (gpu_train.c, gpu_model.c, gpu_comm_nccl.c and
  * the CUDA backend), which gpu_load.c opens with dlopen the first time a run asks for

@@ -44,6 +44,11 @@ typedef struct gpu_train_ctx {
     void (*host_weights)(void *owner, int on);
     void *owner;
     char device_name[128];     /* set by init: the GPU's name (its peak FLOP/s) */
+    struct tsr_lora *lora;     /* LoRA (model/model_lora.h): the host adapters' store, the mirror
+                                * of the device's (w, m, v; checkpoints read and write it), or
+                                * NULL. The base is then frozen: bf16 on the device only */
+    uint64_t lora_key;         /* LoRA: the step's dropout key (train_state.h trainer_lora_key) */
+    float lora_decay;          /* LoRA: the adapters' weight decay (weight matrices') */
     double *moe;               /* MoE: the step's statistics the library adds each microbatch's
                                 * to (train_state.h tsr_train_out.moe), else NULL */
     struct tsr_gpu_train *state; /* the library's, NULL before init and after free */

@@ -423,12 +423,12 @@ static void attention(const run *r, int l, const dec_layer *v) {
 /* LoRA (model_lora.h): target t's adapter path of layer l added to out, the projection's
  * output (forward), or its backward into dinp and the adapters' gradients */
 static void lora_fwd(const run *r, int l, tsr_lora_target t, void *out, const void *inp) {
-    lora_forward_at(r->d->m->lora, r->d->be, l, t, out, inp, r->N);
+    lora_forward_at(r->d->lora, r->d->be, l, t, out, inp, r->N);
 }
 
 static void lora_bwd(const run *r, int l, tsr_lora_target t, void *dinp, const void *dout,
                      const void *inp) {
-    lora_backward_at(r->d->m->lora, r->d->be, l, t, dinp, dout, inp, r->N);
+    lora_backward_at(r->d->lora, r->d->be, l, t, dinp, dout, inp, r->N);
 }
 
 /* qkv = ln1 @ qkvw^T + qkvb (+ the q, k, v adapters), then QK-norm (from qkvr) and RoPE in

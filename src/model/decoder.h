@@ -36,6 +36,8 @@ typedef struct tsr_decoder {
     tsr_dec_params params;
     const float *slopes;     /* (NH) ALiBi slopes on the backend, or NULL */
     const float *rope;       /* (hs/2) RoPE frequencies on the backend, or NULL */
+    struct tsr_lora *lora;   /* LoRA adapters whose w, g live on the backend (model_lora.h), or
+                              * NULL: the fp32 model's m->lora, the CUDA model's device copy */
 } tsr_decoder;
 
 /* Offsets in the flat parameter layout of unit u's slice of each tensor; SIZE_MAX for tensors

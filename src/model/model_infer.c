@@ -120,7 +120,7 @@ void model_infer_forward(const tsr_model *m, tsr_kv_cache *kv, const int32_t *to
                 n, kv->len, kv->cap, learned ? " or the position table" : "");
     const int doc = m->cfg.attn_mask == TSR_MASK_DOCUMENT;
     const tsr_decoder d = {.m = m, .be = &m->be, .params = {(void *)m, infer_get, NULL},
-                           .slopes = m->alibi_slopes, .rope = m->rope_freqs};
+                           .slopes = m->alibi_slopes, .rope = m->rope_freqs, .lora = m->lora};
     for (int s = 0; s < n;) {
         int c = n - s < kv->chunk ? n - s : kv->chunk;
         if (doc) /* end the chunk at an eot_token: the next position starts a segment */

@@ -53,8 +53,15 @@ void lora_free(tsr_lora *lo) {
     float *bufs[] = {lo->w, lo->g, lo->m, lo->v};
     for (int k = 0; k < 4; k++)
         if (bufs[k]) lo->ops->free(bufs[k]);
-    if (lo->scratch) lo->ops->free(lo->scratch);
+    lora_free_scratch(lo);
     memset(lo, 0, sizeof *lo);
+}
+
+void lora_free_scratch(tsr_lora *lo) {
+    if (lo->scratch) lo->scratch_be->free(lo->scratch_be, lo->scratch);
+    lo->scratch = NULL;
+    lo->scratch_cap = 0;
+    lo->scratch_be = NULL;
 }
 
 void lora_init_weights(tsr_lora *lo, uint64_t seed) {
@@ -86,6 +93,10 @@ void lora_set_pass(tsr_lora *lo, int train, uint64_t key, int64_t row0) {
     lo->train = train;
     lo->key = key;
     lo->row0 = row0;
+}
+
+int64_t lora_pass_row0(int rank, int64_t per_rank, int64_t b, int T) {
+    return ((int64_t)rank * per_rank + b) * T;
 }
 
 /* the base tensor a target's rows live in */
@@ -127,18 +138,24 @@ size_t lora_scratch_bytes(const tsr_lora *lo, const tsr_backend *be, int N) {
     size_t most = 0;
     for (int t = 0; t < TSR_LORA_COUNT; t++) {
         if (lo->a_at[t] == SIZE_MAX || !be->lora_scratch) continue;
-        size_t b = be->lora_scratch(N, lo->in[t], lo->R);
+        size_t b = be->lora_scratch(N, lo->in[t], lo->out[t], lo->R);
         if (b > most) most = b;
     }
     return most;
 }
 
+/* the scratch on the backend that runs the pass (the fp32 ops' memory, or the device's) */
 static void *scratch_for(tsr_lora *lo, const tsr_backend *be, int N) {
     size_t need = lora_scratch_bytes(lo, be, N);
-    if (need > lo->scratch_cap) {
-        if (lo->scratch) lo->ops->free(lo->scratch);
-        lo->scratch = lo->ops->alloc(need);
+    if (need > lo->scratch_cap || (lo->scratch && lo->scratch_be != be)) {
+        lora_free_scratch(lo);
+        lo->scratch = be->try_alloc(be, need);
+        if (!lo->scratch)
+            tsr_die(TSR_EXIT_USAGE, "lora: no room on the %s backend for the adapters' scratch "
+                    "(%zu bytes for %d rows): use a smaller micro_batch or seq_len", be->name,
+                    need, N);
         lo->scratch_cap = need;
+        lo->scratch_be = be;
     }
     return lo->scratch;
 }

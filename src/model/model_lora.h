@@ -40,6 +40,7 @@ typedef struct tsr_lora {
     float *w, *g, *m, *v;        /* weights, gradients, AdamW moments */
     void *scratch;               /* the backend's lora_scratch, grown as needed */
     size_t scratch_cap;
+    const tsr_backend *scratch_be; /* the backend the scratch lives on */
     int train;                   /* dropout on (a training pass) */
     uint64_t key;                /* the training pass's dropout key */
     int64_t row0;                /* the global row number of the pass's first row */
@@ -52,6 +53,8 @@ void lora_plan(tsr_lora *lo, const tsr_model *m, int R, double alpha, double dro
 /* lora_plan, then the store allocated (zero) through m's ops, and m->lora set. */
 void lora_init(tsr_lora *lo, tsr_model *m, int R, double alpha, double dropout, unsigned mask);
 void lora_free(tsr_lora *lo);
+/* Frees the scratch only (on the backend it was allocated on); the next pass allocates it again. */
+void lora_free_scratch(tsr_lora *lo);
 /* The initial adapters (above) from seed. */
 void lora_init_weights(tsr_lora *lo, uint64_t seed);
 /* Tensor k of the store, k = 0 .. 2 * TSR_LORA_COUNT - 1 (target k / 2, A when k is even):
@@ -61,6 +64,10 @@ int lora_tensor(const tsr_lora *lo, int k, char name[16], int64_t shape[3], size
 /* A training pass (train = 1: dropout with key, its first row global row0) or an evaluation one
  * (train = 0: no dropout). */
 void lora_set_pass(tsr_lora *lo, int train, uint64_t key, int64_t row0);
+/* The global row number of the first row of the microbatch at sequence b of a rank's batch
+ * (per_rank sequences of T tokens on each rank, ranks in order): lora_set_pass's row0, so that a
+ * row's dropout mask does not depend on the rank count (the CPU and CUDA trainers both use it). */
+int64_t lora_pass_row0(int rank, int64_t per_rank, int64_t b, int T);
 /* Target t of layer l, forward: out (the whole projection output, N rows of ld[t] act elements)
  * += the adapter path of inp (N, in[t]). No-op when t has no adapter. */
 void lora_forward_at(tsr_lora *lo, const tsr_backend *be, int l, int t, void *out,

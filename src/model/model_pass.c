@@ -65,7 +65,7 @@ static void unit_put(void *ctx, int u, int backward) {
 static tsr_decoder decoder_of(tsr_model *m) {
     return (tsr_decoder){.m = m, .be = &m->be, .a = &m->acts,
                          .params = {m, unit_get, unit_put}, .slopes = m->alibi_slopes,
-                         .rope = m->rope_freqs};
+                         .rope = m->rope_freqs, .lora = m->lora};
 }
 
 void model_moe_stats_add(tsr_model *m, const int32_t *targets, int B, int T, float loss_scale,

@@ -719,6 +719,9 @@ static int lora_base(tsr_trainer *t, const char *init_arg, const ckpt_meta *meta
                       got, expect, said);
         rc = TSR_EXIT_DATA;
     }
+    /* device = cuda: the base (bf16) and the adapters as the host holds them now (the
+     * adapters and moments a resume read, or a fresh start's) */
+    if (!rc && t->be.gpu) gpu_train_push(t->be.gpu, 1);
     if (!rc) {
         snprintf(t->cfg.lora.base_checksum, sizeof t->cfg.lora.base_checksum, "%s", got);
         if (base && base != t->cfg.lora.base &&

@@ -19,10 +19,11 @@ static void fill(gpu_train_ctx *c, const tsr_trainer *t) {
     const tsr_config *cfg = &t->cfg;
     c->dist = &t->dist;
     c->model = (tsr_model *)&t->model;
-    /* zero1 on one rank is ddp, as on the CPU */
+    /* zero1 on one rank is ddp, as on the CPU; under LoRA on any rank count (the adapters are
+     * replicated and the frozen base has no optimizer state: nothing for zero1 to shard) */
     c->mode = cfg->sharding == TSR_SHARD_DDP ? GPU_SHARD_DDP
               : cfg->sharding != TSR_SHARD_ZERO1 ? GPU_SHARD_FSDP
-              : t->dist.world > 1 ? GPU_SHARD_ZERO1 : GPU_SHARD_DDP;
+              : t->dist.world > 1 && !t->part.lora_on ? GPU_SHARD_ZERO1 : GPU_SHARD_DDP;
     c->G = t->dist.world;
     int G = t->dist.world;
     if (c->mode == GPU_SHARD_FSDP &&
@@ -32,6 +33,11 @@ static void fill(gpu_train_ctx *c, const tsr_trainer *t) {
     c->T = t->T, c->micro = t->micro, c->per_rank = t->per_rank, c->auto_micro = t->auto_micro;
     c->inputs = t->data.inputs, c->targets = t->data.targets;
     c->moe = t->out.moe;
+    if (t->part.lora_on) {
+        c->lora = (struct tsr_lora *)&t->part.lora;
+        c->lora_decay = trainer_param_decays(&cfg->optim, TSR_PK_WEIGHT)
+                            ? (float)cfg->optim.weight_decay : 0.0f;
+    }
     c->optim = &cfg->optim;
     for (int i = 0; i < TSR_P_COUNT; i++)
         c->decay[i] = trainer_param_decays(&cfg->optim, t->model.params_info[i].kind)
@@ -68,17 +74,29 @@ void train_gpu_print_plan(const tsr_trainer *t) {
     if (exb > 0 && evb && c.mode == GPU_SHARD_DDP)
         snprintf(exev, sizeof exev, "every expert while evaluating %s, ", ev);
     if (c.mode != GPU_SHARD_DDP) {
+        /* (LoRA: the frozen base's bf16 shard and gathers, and the adapters' store) */
         metrics_human_bytes(st, sizeof st, (double)(fixed - evb) - exb);
-        printf("device memory per rank (cuda, bf16 activations, %s over %d ranks): shards, "
+        printf("device memory per rank (cuda, bf16 activations, %s%s over %d ranks): shards, "
                "gathered weights and communication buffers %s, %s%s%s%sactivations %s per "
                "microbatch of %d x %d; total %s\n",
-               c.mode == GPU_SHARD_ZERO1 ? "zero1" : c.G < t->dist.world ? "hsdp" : "zero3", c.G,
+               c.mode == GPU_SHARD_ZERO1 ? "zero1" : c.G < t->dist.world ? "hsdp" : "zero3",
+               c.lora ? ", lora: frozen bf16 base" : "", c.G,
                st, ex, evb ? "full weights while evaluating " : "", evb ? ev : "", evb ? ", " : "",
                a, t->micro, t->T, tot);
         return;
     }
     char w[32], g[32], o[32];
     double nb = (double)t->model.n_params;
+    if (c.lora) { /* the frozen base in bf16 only; the adapters' fp32 store (w, g, m, v) */
+        double na = (double)t->part.lora.n;
+        metrics_human_bytes(w, sizeof w, nb * sizeof(uint16_t) /* bf16 */);
+        metrics_human_bytes(o, sizeof o, na * 4 * sizeof(float));
+        printf("device memory per rank (cuda, bf16 activations, lora): frozen base %s (bf16 "
+               "only: no fp32 master, gradients or AdamW), adapters %s (fp32 weights, grads, "
+               "AdamW), activations and adapter scratch %s per microbatch of %d x %d; total %s\n",
+               w, o, a, t->micro, t->T, tot);
+        return;
+    }
     metrics_human_bytes(w, sizeof w, nb * (double)(sizeof(float) + sizeof(uint16_t) /* bf16 */));
     metrics_human_bytes(g, sizeof g, nb * sizeof(float));
     metrics_human_bytes(o, sizeof o, nb * 2 * sizeof(float));
@@ -106,6 +124,7 @@ int train_gpu_init(tsr_trainer *t) {
 
 gpu_train_ctx *train_gpu(tsr_trainer *t) {
     t->be.gpu->micro = t->micro;
+    if (t->part.lora_on) t->be.gpu->lora_key = trainer_lora_key(t);
     return t->be.gpu;
 }
 

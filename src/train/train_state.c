@@ -61,7 +61,11 @@ int trainer_param_decays(const tsr_optim_config *o, tsr_param_kind kind) {
  * not depend on the rank count */
 void trainer_lora_pass(tsr_trainer *t, int64_t b) {
     if (!t->part.lora_on) return;
+    lora_set_pass(&t->part.lora, 1, trainer_lora_key(t),
+                  lora_pass_row0(t->dist.rank, t->per_rank, b, t->T));
+}
+
+uint64_t trainer_lora_key(const tsr_trainer *t) {
     int64_t d = t->step + t->data.data_offset;
-    uint64_t key = tsr_rand_u64((uint64_t)t->cfg.seed, 0x64726F70ull /* "drop" */, (uint64_t)d);
-    lora_set_pass(&t->part.lora, 1, key, ((int64_t)t->dist.rank * t->per_rank + b) * t->T);
+    return tsr_rand_u64((uint64_t)t->cfg.seed, 0x64726F70ull /* "drop" */, (uint64_t)d);
 }

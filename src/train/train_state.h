@@ -187,5 +187,8 @@ void trainer_host_weights(tsr_trainer *t, int on);
  * lora_set_pass): the step's data batch gives the key, the global row of the microbatch's first
  * row the row numbers. No-op without LoRA. */
 void trainer_lora_pass(tsr_trainer *t, int64_t b);
+/* LoRA: the dropout key of the current step (its data batch), the same for every microbatch and
+ * rank; device = cuda hands it to the library each step (train_gpu.c). */
+uint64_t trainer_lora_key(const tsr_trainer *t);
 
 #endif

@@ -8,7 +8,7 @@
 #             build-device/, and its programs with every library they load that the GPU machine
 #             does not have in .devbundle/bundle.tar.xz (git-ignored, ~15 MB; the working tree
 #             and it travel together: a device run with carry [".devbundle"])
-#   there:  bash tests/gpu/device.sh check          the GPU op test and tests/gpu/test_cuda_train.sh
+#   there:  bash tests/gpu/device.sh check          the GPU op test, tests/gpu/test_cuda_train.sh and test_cuda_lora.sh
 #                                                   (its GPU half and the emulator's), ~5 min
 #           bash tests/gpu/device.sh bench [MODEL...]   bench/gpu/run.sh (tessera vs PyTorch) for
 #                                                   MODELs (default gpt2-124m); its settings from
@@ -98,7 +98,7 @@ print(":".join(sorted({d for r in roots for d in glob.glob(os.path.join(r, "nvid
 check() {
     setup
     local rc=0
-    TESTS="test_gpu_ops test_cuda_train" bash tests/run.sh 2>&1 | tee "$OUTDIR/check.txt" || rc=$?
+    TESTS="test_gpu_ops test_cuda_train test_cuda_lora" bash tests/run.sh 2>&1 | tee "$OUTDIR/check.txt" || rc=$?
     tar -C "$BUILD" -czf "$OUTDIR/check-logs.tar.gz" test-logs
     echo "logs: $OUTDIR/check-logs.tar.gz; summary: $OUTDIR/check.txt"
     tail -1 "$OUTDIR/check.txt"

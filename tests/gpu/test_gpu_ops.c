@@ -612,6 +612,88 @@ static void test_matmul_bwd(const mmb_cfg *m) {
     scope_end(tag);
 }
 
+/* ---- LoRA's adapter path (tcu_lora_forward, tcu_lora_backward) ------------------------------ */
+
+/* out's column block [col, col + OC) of rows ld wide; dA or dB 0: that gradient NULL (frozen) */
+typedef struct { int N, IC, OC, R, ld, col; float p; int dA, dB; } lora_cfg;
+static int lora_checks(const lora_cfg *c) { return 4 + c->dA + c->dB; }
+
+static void test_lora(const lora_cfg *c) {
+    const int N = c->N, IC = c->IC, OC = c->OC, R = c->R, ld = c->ld;
+    const size_t ni = (size_t)N * IC, nld = (size_t)N * ld, na = (size_t)R * IC,
+                 nb = (size_t)OC * R;
+    const float scale = 2.0f;
+    const uint64_t key = rng_next();
+    const int64_t row0 = 1000 + irand(1000);
+    char tag[128];
+    snprintf(tag, sizeof tag, "N=%d IC=%d OC=%d R=%d ld=%d col=%d p=%g%s%s", N, IC, OC, R, ld,
+             c->col, (double)c->p, c->dA ? "" : " dA NULL", c->dB ? "" : " dB NULL");
+    float *x = hf(ni), *A = hf(na), *B = hf(nb), *out0 = hf(nld), *dout = hf(nld), *g0 = hf(ni);
+    fill_bf16(x, ni, -1, 1), fill_bf16(out0, nld, -1, 1), fill_bf16(dout, nld, -1, 1);
+    fill_bf16(g0, ni, -1, 1);
+    fill_f32(A, na, -1.0 / sqrt(IC), 1.0 / sqrt(IC)), fill_f32(B, nb, -0.5, 0.5);
+    float *gA0 = hf(na), *gB0 = hf(nb);
+    fill_f32(gA0, na, -1, 1), fill_f32(gB0, nb, -1, 1);
+    /* the CPU oracle on the same (bf16-valued) inputs, and on their absolute values (the sums
+     * of |terms|: the same mask, every factor >= 0) */
+    const size_t scr = (size_t)N * R + ni;
+    float *t = hf(scr), *xd = t + (size_t)N * R;
+    float *ref = hcopy(out0, nld), *mag = habs(out0, nld);
+    cpu->lora_forward(ref + c->col, ld, x, A, B, scale, c->p, key, row0, t, xd, N, IC, OC, R);
+    float *ax = habs(x, ni), *aA = habs(A, na), *aB = habs(B, nb), *adout = habs(dout, nld);
+    for (size_t i = 0; i < nld; i++) mag[i] = 0.0f;
+    cpu->lora_forward(mag + c->col, ld, ax, aA, aB, scale, c->p, key, row0, t, xd, N, IC, OC, R);
+    float *ri = hcopy(g0, ni), *rA = hcopy(gA0, na), *rB = hcopy(gB0, nb);
+    float *mi = hf(ni), *mA = habs(gA0, na), *mB = habs(gB0, nb);
+    for (size_t i = 0; i < ni; i++) mi[i] = 0.0f;
+    cpu->lora_backward(ri, rA, rB, dout + c->col, ld, x, A, B, scale, c->p, key, row0, t, xd, N,
+                       IC, OC, R);
+    cpu->lora_backward(mi, mA, mB, adout + c->col, ld, ax, aA, aB, scale, c->p, key, row0, t, xd,
+                       N, IC, OC, R);
+
+    tsr_bf16 *d_x = new_bf16(x, ni), *d_out = new_bf16(out0, nld), *d_dout = new_bf16(dout, nld);
+    tsr_bf16 *d_gi = d16(ni);
+    float *d_A = new_f32(A, na), *d_B = new_f32(B, nb), *d_gA = df32(na), *d_gB = df32(nb);
+    void *d_scr = dalloc(tcu_lora_scratch_bytes(N, IC, OC, R));
+    tcu_lora_forward(d_out + c->col, ld, d_x, d_A, d_B, scale, c->p, key, row0, d_scr, N, IC, OC,
+                     R, g_s);
+    /* the block: out0 + an fp32 sum rounded once (2u of the result, u of the increment, fp32
+     * summation MTOL_SUM of the sum of |terms|); a wrong dropout mask is off by whole terms */
+    float *got = get_bf16(d_out, nld);
+    float *gb = hf((size_t)N * OC), *rb = hf((size_t)N * OC), *eb = hf((size_t)N * OC);
+    size_t outside = 0;
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < ld; j++) {
+            const size_t i = (size_t)n * ld + j;
+            if (j >= c->col && j < c->col + OC) {
+                const size_t k = (size_t)n * OC + (j - c->col);
+                gb[k] = got[i], rb[k] = ref[i];
+                eb[k] = (float)(U_BF16 * fabs(ref[i] - out0[i]) + MTOL_SUM * mag[i]);
+            } else {
+                outside += memcmp(&got[i], &out0[i], sizeof(float)) != 0;
+            }
+        }
+    check_close(L("lora_forward %s: out's block", tag), gb, rb, (size_t)N * OC, 0, RTOL_BF16, eb,
+                1.0);
+    tap_ok(outside == 0, "lora_forward %s: columns outside the block untouched (%zu differ)", tag,
+           outside);
+    float *gi[2], *gA[2], *gB[2];
+    for (int k = 0; k < 2; k++) {
+        put_bf16(d_gi, g0, ni), put_f32(d_gA, gA0, na), put_f32(d_gB, gB0, nb);
+        tcu_lora_backward(d_gi, c->dA ? d_gA : NULL, c->dB ? d_gB : NULL, d_dout + c->col, ld, d_x,
+                          d_A, d_B, scale, c->p, key, row0, d_scr, N, IC, OC, R, g_s);
+        gi[k] = get_bf16(d_gi, ni), gA[k] = get_f32(d_gA, na), gB[k] = get_f32(d_gB, nb);
+    }
+    float *extra = absdiff(ri, g0, ni, (float)U_BF16, mi, (float)MTOL_SUM);
+    check_close(L("lora_backward %s: dinp", tag), gi[0], ri, ni, 0, RTOL_BF16, extra, 1.0);
+    if (c->dA) check_close(L("lora_backward %s: dA", tag), gA[0], rA, na, 0, 0, mA, MTOL_SUM);
+    if (c->dB) check_close(L("lora_backward %s: dB", tag), gB[0], rB, nb, 0, 0, mB, MTOL_SUM);
+    size_t dif = ndiff(gi[0], gi[1], ni, 4) + ndiff(gA[0], gA[1], na, 4) +
+                 ndiff(gB[0], gB[1], nb, 4);
+    tap_ok(dif == 0, "lora_backward %s: run twice, bit-identical (%zu differ)", tag, dif);
+    scope_end(tag);
+}
+
 /* ---- gelu, residual ----------------------------------------------------------------------- */
 
 typedef struct { size_t n; int kind; } gelu_cfg;
@@ -1772,6 +1854,13 @@ static const qkn_cfg QKN_FZ[] = {{7, 4, 2, 64}, {5, 3, 1, 20}, {130, 16, 8, 64}}
 static const mm_frozen_cfg MM_FZ[] = {{65, 72, 200}, {7, 24, 36}, {257, 768, 3072}};
 static const moe_cfg MOE_FZ[] = {{65, 8, 2, 72, 200, 0, 1, 0}, {300, 4, 4, 20, 36, 1, 0, 0}};
 
+/* LoRA: no dropout; dropout with the block inside a wider fused row (q, k, v); a frozen A or B;
+ * R not a multiple of 8, N odd */
+static const lora_cfg LORA[] = {
+    {65, 72, 40, 8, 200, 48, 0.0f, 1, 1},   {130, 96, 64, 16, 64, 0, 0.25f, 1, 1},
+    {7, 20, 12, 4, 36, 24, 0.1f, 0, 1},     {33, 40, 24, 3, 72, 24, 0.5f, 1, 0},
+};
+
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 static int plan_size(void) {
@@ -1786,6 +1875,7 @@ static int plan_size(void) {
     n += (int)COUNT(RMS_FZ) * RMS_FROZEN_CHECKS + (int)COUNT(QKN_FZ) * QKN_FROZEN_CHECKS;
     n += (int)COUNT(MM_FZ) * MM_FROZEN_CHECKS + (int)COUNT(MOE_FZ) * MOE_FROZEN_CHECKS;
     for (size_t i = 0; i < COUNT(ADAMW); i++) n += adamw_checks(&ADAMW[i]);
+    for (size_t i = 0; i < COUNT(LORA); i++) n += lora_checks(&LORA[i]);
     n += (int)(COUNT(GELU) + COUNT(GELU_ODD)) * GELU_CHECKS;
     n += (int)(COUNT(RESID) + 1) * RESIDUAL_CHECKS + (int)COUNT(ATT) * ATT_CHECKS;
     n += (int)COUNT(RMS) * RMS_CHECKS + (int)COUNT(QKN) * QKN_CHECKS;
@@ -1855,6 +1945,8 @@ int main(void) {
     for (size_t i = 0; i < COUNT(QKN_FZ); i++) test_qknorm_frozen(&QKN_FZ[i]);
     for (size_t i = 0; i < COUNT(MM_FZ); i++) test_matmul_frozen(&MM_FZ[i]);
     for (size_t i = 0; i < COUNT(MOE_FZ); i++) test_moe_matmul_frozen(&MOE_FZ[i]);
+    tap_diag("next: LoRA's adapter path (dropout masks from the CPU's hash)");
+    for (size_t i = 0; i < COUNT(LORA); i++) test_lora(&LORA[i]);
 
     tap_ok(guards_broken == 0, "no op wrote into the %d guard bytes around its buffers (%zu of %zu "
            "buffers hit)", GUARD, guards_broken, guards_checked);

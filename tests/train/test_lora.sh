@@ -11,7 +11,8 @@
 #  - the base's weights are untouched: an evaluation of the base alone gives its old loss;
 #  - a resume over another base (same shapes, other weights) stops with exit 2 naming both
 #    checksums and writes nothing; so does a lora.base_checksum that does not match;
-#  - refused with exit 1 naming the key: an unknown target, gate on a GELU MLP, device = cuda;
+#  - refused with exit 1 naming the key: an unknown target, gate on a GELU MLP, dpo with
+#    device = cuda (LoRA on the GPU itself: tests/gpu/test_cuda_lora.sh);
 #  - --plan prints the adapters and the memory saved against full finetuning;
 #  - the trainer's evaluation runs with the adapters (its loss is not the base's, which `tessera
 #    eval` gives on the same samples), and `tessera eval` of the LoRA checkpoint (base read from
@@ -98,11 +99,11 @@ train E 1 --config "$TSR_ROOT/configs/tiny.cfg" --set lora.rank=4 --set lora.tar
 rc2=$?
 grep -q "gate and up need model.mlp" "$TMP/E.txt"
 m2=$?
-run E 1 --set device=cuda
+run E 1 --set device=cuda --set objective=dpo
 rc3=$?
-grep -q 'LoRA runs on device = "cpu" only' "$TMP/E.txt"
+grep -q 'objective = "dpo": DPO runs on device = "cpu" only so far' "$TMP/E.txt"
 [[ $rc1 == 1 && $m1 == 0 && $rc2 == 1 && $m2 == 0 && $rc3 == 1 && $? == 0 && ! -e $TMP/E ]]
-tap_check $? "refused with exit 1 naming the key: an unknown target ($rc1), gate on a GELU MLP ($rc2), device = cuda ($rc3); nothing written"
+tap_check $? "refused with exit 1 naming the key: an unknown target ($rc1), gate on a GELU MLP ($rc2), dpo with device = cuda ($rc3); nothing written"
 
 "$TRAIN" "${args[@]}" "${lora[@]}" --set run_dir="$TMP/P" --set parallel.sharding=zero3 --plan 4 >"$TMP/P.txt" 2>&1
 rc=$?

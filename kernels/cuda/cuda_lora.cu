@@ -1,0 +1,275 @@
+/* cuda_lora.cu — LoRA's adapter path on one target projection (cuda_ops.h tcu_lora_forward,
+ * tcu_lora_backward; ops.h lora_forward / lora_backward; docs/lora.md).
+ *
+ * File-wide conventions (cuda_ops.h): row-major tensors; inp, out, dout, dinp bf16; A (R,IC),
+ * B (OC,R), dA, dB fp32; every reduction in fp32; dinp, dA, dB accumulate (+=); every launch and
+ * cuBLASLt call on the caller's stream, every one checked.
+ *
+ * Strategy. The adapter products are small next to the base matmul (R is 8..64), so they run in
+ * fp32 on fp32 copies, which keeps them within fp32 rounding of the CPU oracle:
+ *   forward:  xd = drop(inp) (N,IC) fp32                      drop_widen_kernel
+ *             t  = xd A^T (N,R)                               cuBLASLt fp32, K = IC
+ *             out[:, block] = bf16(out + scale t B^T)         add_low_rank_kernel, K = R
+ *   backward: xd, t again (recomputed: R is small), dz = dout[:, block] (N,OC) fp32
+ *             dB += scale dz^T t (OC,R)                       cuBLASLt fp32, K = N
+ *             t  = scale dz B (N,R)                           cuBLASLt fp32, K = OC
+ *             dA += t^T xd (R,IC)                             cuBLASLt fp32, K = N
+ *             dinp = bf16(dinp + mask/(1-p) (t A))            add_low_rank_kernel, K = R
+ * The two products with K = R are elementwise kernels (each output element an R-term fp32 dot
+ * product in k order, added to the bf16 value it lands on and rounded once): a GEMM there would
+ * need an (N,OC) or (N,IC) fp32 temporary and a second pass to add it into the bf16 column block,
+ * since cuBLASLt's C/D cannot be bf16 with fp32 A and B. Not fused into the base matmul's
+ * epilogue: cuBLASLt has no epilogue that adds a second product, and the base matmul writes the
+ * whole fused projection while the adapters add per target column block (q, k, v; gate, up).
+ *
+ * Dropout: ops.h's mask from SplitMix64 (common.h tsr_hash64, the same constants below) of the
+ * key and the element's global index (row0 + n) * IC + c; u = (hash >> 40) 2^-24, dropped when
+ * u < p, else scaled by 1 / (1 - p) in fp32: the CPU's masks bit for bit.
+ *
+ * Determinism: no atomics; cuBLASLt's algorithm from its heuristic (itself deterministic) for a
+ * fixed (shape, alignment, workspace), split-K restricted to fp32 partial sums as in
+ * cuda_matmul.cu. Not tuned: the heuristic is asked on every call (a few microseconds; the
+ * matmuls' cache is cuda_matmul.cu's own), and xd/dz are fp32 copies (4 bytes per element of
+ * inp/dout) rather than bf16 operands.
+ */
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+
+#include "cuda_internal.h"
+
+/* ---- the dropout hash: common.h tsr_hash64 on the device ------------------------------------ */
+
+__device__ __forceinline__ uint64_t lora_hash64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* ops.h's draw for element i under key, in [0, 1), 24 bits (cpu_lora.c lora_u) */
+__device__ __forceinline__ float lora_u(uint64_t key, uint64_t i) {
+    return (float)(lora_hash64(key ^ lora_hash64(i)) >> 40) * 0x1.0p-24f;
+}
+
+#define LORA_THREADS 256
+
+/* xd[n, c] = drop(inp)[n, c] in fp32: 0 when lora_u(key, (row0 + n) IC + c) < p, else
+ * inp * (1 / (1 - p)); p = 0: inp widened. xd, inp (N,IC). Grid-stride over N*IC. */
+static __global__ void drop_widen_kernel(float *xd, const bf16 *inp, float p, uint64_t key,
+                                         int64_t row0, int N, int IC) {
+    const size_t total = (size_t)N * (size_t)IC;
+    const float keep = 1.0f / (1.0f - p);
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float x = __bfloat162float(inp[i]);
+        if (p > 0.0f) {
+            const size_t n = i / (size_t)IC, c = i % (size_t)IC;
+            const uint64_t at = (uint64_t)(row0 + (int64_t)n) * (uint64_t)IC + (uint64_t)c;
+            xd[i] = lora_u(key, at) < p ? 0.0f : x * keep;
+        } else {
+            xd[i] = x;
+        }
+    }
+}
+
+/* dz[n, j] = dout[n * ld + j] in fp32, j < OC (the target's column block). Grid-stride. */
+static __global__ void block_widen_kernel(float *dz, const bf16 *dout, int ld, int N, int OC) {
+    const size_t total = (size_t)N * (size_t)OC;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t n = i / (size_t)OC, j = i % (size_t)OC;
+        dz[i] = __bfloat162float(dout[n * (size_t)ld + j]);
+    }
+}
+
+/* y[n * ldy + j] = bf16(y + scale * sum_k t[n, k] w[k, j] (* mask)), j < J: the K = R products.
+ * t (N,R) fp32; w's element (k, j) at w[k * wk + j * wj] (B^T: wk = 1, wj = R; A: wk = IC,
+ * wj = 1). masked: the dropout mask of (n, j) under key and row0 applies (dinp of dropped inputs
+ * gets nothing; kept ones times 1 / (1 - p)), the index as drop_widen_kernel's with IC = J.
+ * Grid-stride over N*J; the k sum in order 0..R-1. */
+static __global__ void add_low_rank_kernel(bf16 *y, int ldy, const float *t, const float *w,
+                                           int wk, int wj, float scale, int masked, float p,
+                                           uint64_t key, int64_t row0, int N, int J, int R) {
+    const size_t total = (size_t)N * (size_t)J;
+    const float keep = 1.0f / (1.0f - p);
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t n = i / (size_t)J, j = i % (size_t)J;
+        float acc = 0.0f;
+        const float *tn = t + n * (size_t)R;
+        for (int k = 0; k < R; k++) acc += tn[k] * w[(size_t)k * wk + j * (size_t)wj];
+        acc *= scale;
+        if (masked) {
+            const uint64_t at = (uint64_t)(row0 + (int64_t)n) * (uint64_t)J + (uint64_t)j;
+            if (lora_u(key, at) < p) continue;
+            acc *= keep;
+        }
+        bf16 *o = y + n * (size_t)ldy + j;
+        *o = __float2bfloat16_rn(__bfloat162float(*o) + acc);
+    }
+}
+
+static unsigned grid_for(size_t n) {
+    size_t b = (n + LORA_THREADS - 1) / LORA_THREADS;
+    return (unsigned)(b < 65535 * 8 ? (b > 0 ? b : 1) : 65535 * 8);
+}
+
+/* ---- one fp32 cuBLASLt GEMM: D = alpha op(A) op(B) + beta D, column-major ------------------- */
+
+/* The largest power of two (<= 256) dividing the address (cuda_matmul.cu's rule). */
+static uint32_t lora_alignment(const void *p) {
+    uintptr_t addr = (uintptr_t)p;
+    uint32_t al = 256;
+    while (al > 1 && addr % al != 0) al >>= 1;
+    return al;
+}
+
+/* D (m,n) = alpha op(A) op(B) + beta D, fp32 everywhere (CUBLAS_COMPUTE_32F: no TF32), A stored
+ * (m,k) or transposed (k,m) with lda, B likewise with ldb, D with ldd. Exits naming what and the
+ * shape when cuBLASLt has no algorithm. */
+static void lora_gemm(const char *what, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                      int k, float alpha, const float *a, int lda, const float *b, int ldb,
+                      float beta, float *d, int ldd, tcu_stream s) {
+    const tcu_context *ctx = tcu_context_get(what);
+    cublasLtMatmulDesc_t desc;
+    TCU_CHECK_BLAS(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
+    int32_t t_a = (int32_t)ta, t_b = (int32_t)tb;
+    TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t_a,
+                                                  sizeof t_a), what);
+    TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &t_b,
+                                                  sizeof t_b), what);
+    cublasLtMatrixLayout_t la, lb, ld;
+    TCU_CHECK_BLAS(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, ta == CUBLAS_OP_N ? m : k,
+                                              ta == CUBLAS_OP_N ? k : m, lda), what);
+    TCU_CHECK_BLAS(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, tb == CUBLAS_OP_N ? k : n,
+                                              tb == CUBLAS_OP_N ? n : k, ldb), what);
+    TCU_CHECK_BLAS(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd), what);
+
+    cublasLtMatmulPreference_t pref;
+    TCU_CHECK_BLAS(cublasLtMatmulPreferenceCreate(&pref), what);
+    uint64_t ws = ctx->lt_workspace_bytes;
+    uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE; /* fp32 partials, fixed order */
+    uint32_t al_a = lora_alignment(a), al_b = lora_alignment(b), al_d = lora_alignment(d);
+    TCU_CHECK_BLAS(cublasLtMatmulPreferenceSetAttribute(
+                       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), what);
+    TCU_CHECK_BLAS(cublasLtMatmulPreferenceSetAttribute(
+                       pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction,
+                       sizeof reduction), what);
+    TCU_CHECK_BLAS(cublasLtMatmulPreferenceSetAttribute(
+                       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a), what);
+    TCU_CHECK_BLAS(cublasLtMatmulPreferenceSetAttribute(
+                       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b), what);
+    TCU_CHECK_BLAS(cublasLtMatmulPreferenceSetAttribute(
+                       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d), what);
+    TCU_CHECK_BLAS(cublasLtMatmulPreferenceSetAttribute(
+                       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d), what);
+    cublasLtMatmulHeuristicResult_t res;
+    memset(&res, 0, sizeof res);
+    int count = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx->lt, desc, la, lb, ld, ld, pref, 1,
+                                                       &res, &count);
+    TCU_CHECK_BLAS(cublasLtMatmulPreferenceDestroy(pref), what);
+    if (st != CUBLAS_STATUS_SUCCESS || count < 1 || res.state != CUBLAS_STATUS_SUCCESS ||
+        res.workspaceSize > ws) {
+        char msg[256];
+        cublasStatus_t why = st != CUBLAS_STATUS_SUCCESS ? st : CUBLAS_STATUS_NOT_SUPPORTED;
+        snprintf(msg, sizeof msg, "cuBLASLt has no fp32 algorithm for m=%d n=%d k=%d (%s)", m, n,
+                 k, cublasLtGetStatusString(why));
+        tcu_fail(what, msg, __FILE__, __LINE__);
+    }
+    TCU_CHECK_BLAS(cublasLtMatmul(ctx->lt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld,
+                                  &res.algo, ctx->lt_workspace, ctx->lt_workspace_bytes,
+                                  (cudaStream_t)s), what);
+    TCU_CHECK_BLAS(cublasLtMatrixLayoutDestroy(ld), what);
+    TCU_CHECK_BLAS(cublasLtMatrixLayoutDestroy(lb), what);
+    TCU_CHECK_BLAS(cublasLtMatrixLayoutDestroy(la), what);
+    TCU_CHECK_BLAS(cublasLtMatmulDescDestroy(desc), what);
+}
+
+/* ---- the ops -------------------------------------------------------------------------------- */
+
+size_t tcu_lora_scratch_bytes(int N, int IC, int OC, int R) {
+    /* t (N,R), xd (N,IC), dz (N,OC), each 256-byte aligned */
+    const size_t n = (size_t)N;
+    const size_t parts[3] = {n * (size_t)R, n * (size_t)IC, n * (size_t)OC};
+    size_t bytes = 0;
+    for (int i = 0; i < 3; i++) bytes += (parts[i] * sizeof(float) + 255) / 256 * 256;
+    return bytes;
+}
+
+/* the scratch's three parts (tcu_lora_scratch_bytes's layout) */
+static void scratch_parts(void *scratch, int N, int IC, int R, float **t, float **xd, float **dz) {
+    const size_t n = (size_t)N;
+    char *p = (char *)scratch;
+    *t = (float *)p;
+    p += (n * (size_t)R * sizeof(float) + 255) / 256 * 256;
+    *xd = (float *)p;
+    p += (n * (size_t)IC * sizeof(float) + 255) / 256 * 256;
+    *dz = (float *)p;
+}
+
+static void check_lora(const char *what, int N, int IC, int OC, int R, int ld, float p,
+                       const void *scratch) {
+    TCU_REQUIRE(N >= 1 && IC >= 1 && OC >= 1 && R >= 1, what,
+                tcu_msg("N=%d IC=%d OC=%d R=%d: every dimension must be >= 1", N, IC, OC, R));
+    TCU_REQUIRE(ld >= OC, what, tcu_msg("ld=%d: the output's rows must hold OC=%d", ld, OC));
+    TCU_REQUIRE(p >= 0.0f && p < 1.0f, what, tcu_msg("p=%g: dropout must be in [0, 1)", p));
+    TCU_REQUIRE(scratch != NULL, what, "scratch is NULL (tcu_lora_scratch_bytes)");
+}
+
+/* t (N,R) = xd (N,IC) A^T: column-major t^T (R,N) = A (as (IC,R) stored, op T) xd^T (IC,N) */
+static void xd_times_at(const char *what, float *t, const float *xd, const float *A, int N,
+                        int IC, int R, tcu_stream s) {
+    lora_gemm(what, CUBLAS_OP_T, CUBLAS_OP_N, R, N, IC, 1.0f, A, IC, xd, IC, 0.0f, t, R, s);
+}
+
+void tcu_lora_forward(tsr_bf16 *out, int ld, const tsr_bf16 *inp, const float *A, const float *B,
+                      float scale, float p, uint64_t key, int64_t row0, void *scratch, int N,
+                      int IC, int OC, int R, tcu_stream s) {
+    const char *what = "tcu_lora_forward";
+    check_lora(what, N, IC, OC, R, ld, p, scratch);
+    float *t, *xd, *dz;
+    scratch_parts(scratch, N, IC, R, &t, &xd, &dz);
+    const size_t ni = (size_t)N * IC, no = (size_t)N * OC;
+    drop_widen_kernel<<<grid_for(ni), LORA_THREADS, 0, (cudaStream_t)s>>>(
+        xd, (const bf16 *)inp, p, key, row0, N, IC);
+    TCU_CHECK_LAUNCH(what);
+    xd_times_at(what, t, xd, A, N, IC, R, s);
+    /* out[:, j] += scale sum_k t[:, k] B[j, k]: w(k, j) = B[j * R + k] */
+    add_low_rank_kernel<<<grid_for(no), LORA_THREADS, 0, (cudaStream_t)s>>>(
+        (bf16 *)out, ld, t, B, 1, R, scale, 0, 0.0f, 0, 0, N, OC, R);
+    TCU_CHECK_LAUNCH(what);
+}
+
+void tcu_lora_backward(tsr_bf16 *dinp, float *dA, float *dB, const tsr_bf16 *dout, int ld,
+                       const tsr_bf16 *inp, const float *A, const float *B, float scale, float p,
+                       uint64_t key, int64_t row0, void *scratch, int N, int IC, int OC, int R,
+                       tcu_stream s) {
+    const char *what = "tcu_lora_backward";
+    check_lora(what, N, IC, OC, R, ld, p, scratch);
+    TCU_REQUIRE(dout != NULL && inp != NULL, what, "dout and inp must not be NULL");
+    if (!dinp && !dA && !dB) return;
+    float *t, *xd, *dz;
+    scratch_parts(scratch, N, IC, R, &t, &xd, &dz);
+    const size_t ni = (size_t)N * IC, no = (size_t)N * OC;
+    drop_widen_kernel<<<grid_for(ni), LORA_THREADS, 0, (cudaStream_t)s>>>(
+        xd, (const bf16 *)inp, p, key, row0, N, IC);
+    TCU_CHECK_LAUNCH(what);
+    block_widen_kernel<<<grid_for(no), LORA_THREADS, 0, (cudaStream_t)s>>>(
+        dz, (const bf16 *)dout, ld, N, OC);
+    TCU_CHECK_LAUNCH(what);
+    if (dB) { /* dB (OC,R) += scale dz^T t: column-major dB^T (R,OC) = t^T (R,N) dz (N,OC) */
+        xd_times_at(what, t, xd, A, N, IC, R, s);
+        lora_gemm(what, CUBLAS_OP_N, CUBLAS_OP_T, R, OC, N, scale, t, R, dz, OC, 1.0f, dB, R, s);
+    }
+    /* t = dt (N,R) = scale dz B: column-major dt^T (R,N) = B^T (R,OC) dz^T (OC,N) */
+    lora_gemm(what, CUBLAS_OP_N, CUBLAS_OP_N, R, N, OC, scale, B, R, dz, OC, 0.0f, t, R, s);
+    if (dA) /* dA (R,IC) += dt^T xd: column-major dA^T (IC,R) = xd^T (IC,N) dt (N,R) */
+        lora_gemm(what, CUBLAS_OP_N, CUBLAS_OP_T, IC, R, N, 1.0f, xd, IC, t, R, 1.0f, dA, IC, s);
+    if (dinp) { /* dinp[:, c] += mask / (1 - p) sum_k dt[:, k] A[k, c]: w(k, c) = A[k * IC + c] */
+        add_low_rank_kernel<<<grid_for(ni), LORA_THREADS, 0, (cudaStream_t)s>>>(
+            (bf16 *)dinp, IC, t, A, IC, 1, 1.0f, p > 0.0f, p, key, row0, N, IC, R);
+        TCU_CHECK_LAUNCH(what);
+    }
+}
