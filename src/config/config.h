@@ -173,6 +173,8 @@ typedef struct tsr_config {
         tsr_dpo_loss_kind loss;
         double label_smoothing; /* sigmoid: the share of pairs whose preference is flipped */
         tsr_dpo_ref_kind reference; /* the trainer resolves auto (trainer_init) */
+        char reference_checksum[32]; /* precomputed: "crc32c:XXXXXXXX" of the stored file,
+                                      * written by the trainer (train/dpo_ref.h) */
     } dpo;
     struct {                  /* LoRA adapters (docs/lora.md); rank 0 = full finetuning */
         int64_t rank;         /* r: the adapters' inner width */

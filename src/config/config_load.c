@@ -391,13 +391,17 @@ static void validate_lora(load_ctx *c) {
     const tsr_config *g = c->cfg;
     char at[1200], why[400];
     unsigned mask;
-    const char *cs = g->lora.base_checksum;
-    if (cs[0] && (strncmp(cs, "crc32c:", 7) != 0 || strlen(cs) != 15 ||
-                  strspn(cs + 7, "0123456789abcdef") != 8)) {
-        tsr_error("%slora.base_checksum = \"%s\": expected \"crc32c:\" and 8 lowercase hex digits, "
-                  "as the trainer writes it (or \"\")", where(c, "lora.base_checksum", at,
-                  sizeof at), cs);
-        c->errors++;
+    const char *sums[2][2] = {{"lora.base_checksum", g->lora.base_checksum},
+                              {"dpo.reference_checksum", g->dpo.reference_checksum}};
+    for (int k = 0; k < 2; k++) {
+        const char *cs = sums[k][1];
+        if (cs[0] && (strncmp(cs, "crc32c:", 7) != 0 || strlen(cs) != 15 ||
+                      strspn(cs + 7, "0123456789abcdef") != 8)) {
+            tsr_error("%s%s = \"%s\": expected \"crc32c:\" and 8 lowercase hex digits, as the "
+                      "trainer writes it (or \"\")", where(c, sums[k][0], at, sizeof at),
+                      sums[k][0], cs);
+            c->errors++;
+        }
     }
     if (g->objective == TSR_OBJ_DPO && g->lora.rank == 0 && g->dpo.reference == TSR_DPO_REF_BASE) {
         tsr_error("%sdpo.reference = \"base\" needs LoRA (lora.rank > 0): the base is the model "

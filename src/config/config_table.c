@@ -349,6 +349,11 @@ const cfgtab_key cfgtab_keys[] = {
             "log-probabilities of every pair, computed by a forward-only pass before step 1 and "
             "stored in `run_dir/dpo-reference.bin` (a resume reads them); `auto`, `base` with "
             "LoRA, else `precomputed` (docs/dpo.md)."},
+    {.name = "dpo.reference_checksum", .type = CFGK_STRING, FIELD(dpo.reference_checksum),
+     .def = "", .ilo = 0,
+     .doc = "DPO, `precomputed` reference: `crc32c:XXXXXXXX`, the checksum of "
+            "`run_dir/dpo-reference.bin`: written by the trainer into the checkpoints' config; a "
+            "resume whose stored reference differs stops (exit 2). Leave it empty."},
 
     {.name = "lora.rank", .type = CFGK_INT, FIELD(lora.rank), .def = "0", .ilo = 0, .ihi = 4096,
      .doc = "LoRA (docs/lora.md): the rank r of the low-rank adapters trained beside the frozen "

@@ -64,8 +64,6 @@ static int load_nccl(gpu_comm *c, char *why, size_t n) {
         {(void **)&c->api.all_reduce, "ncclAllReduce"},
         {(void **)&c->api.reduce_scatter, "ncclReduceScatter"},
         {(void **)&c->api.all_gather, "ncclAllGather"},
-        {(void **)&c->api.send, "ncclSend"},
-        {(void **)&c->api.recv, "ncclRecv"},
         {(void **)&c->api.group_start, "ncclGroupStart"},
         {(void **)&c->api.group_end, "ncclGroupEnd"},
         {(void **)&c->api.get_version, "ncclGetVersion"},
@@ -73,11 +71,15 @@ static int load_nccl(gpu_comm *c, char *why, size_t n) {
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         if (!(*syms[i].fn = dlsym(c->lib, syms[i].sym))) {
-            snprintf(why, n, "libnccl.so.2 has no %s: NCCL too old (need 2.7 or later)",
+            snprintf(why, n, "libnccl.so.2 has no %s: NCCL too old (need 2.x)",
                      syms[i].sym);
             return -1;
         }
     }
+    /* NCCL 2.7's point-to-point calls: only parallel.expert's exchange uses them (checked there),
+     * so an older NCCL still runs everything else */
+    *(void **)&c->api.send = dlsym(c->lib, "ncclSend");
+    *(void **)&c->api.recv = dlsym(c->lib, "ncclRecv");
     return 0;
 }
 
@@ -159,6 +161,9 @@ void gpu_comm_all_gather(gpu_comm *c, const void *send, void *recv, size_t count
  * waits for the group. */
 void gpu_comm_alltoallv(gpu_comm *c, const void *send, const size_t *sc, const size_t *sd,
                         void *recv, const size_t *rc, const size_t *rd, size_t elem) {
+    if (!c->api.send || !c->api.recv)
+        tsr_die(TSR_EXIT_USAGE, "parallel.expert: the loaded libnccl.so.2 has no ncclSend/ncclRecv "
+                "(NCCL older than 2.7): load a newer NCCL, or set parallel.expert = 1");
     gpu_comm_follow(c);
     NCCL_DIE(c, c->api.group_start(), "ncclGroupStart");
     for (int r = 0; r < c->size; r++) {

@@ -131,7 +131,7 @@ double dpo_eval(tsr_trainer *t, double *accuracy) {
     uint64_t pair[64];
     const int per = B / 2 < 64 ? B / 2 : 64; /* pairs per forward */
     const double *stored = t->dpo_ref.on ? t->dpo_ref.val : NULL;
-    if (t->dpo_ref.on && (!stored || t->dpo_ref.n_val < pairs))
+    if (t->dpo_ref.on && pairs > 0 && (!stored || t->dpo_ref.n_val < pairs))
         tsr_die(TSR_EXIT_INTERNAL, "dpo: the precomputed reference holds %llu validation pairs, "
                 "the evaluation takes %llu", (unsigned long long)t->dpo_ref.n_val,
                 (unsigned long long)pairs);

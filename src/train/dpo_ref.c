@@ -5,8 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt/ckpt.h"
+#include "ckpt/ckpt_model.h"
 #include "common.h"
 #include "crc32c.h"
 #include "fsutil.h"
@@ -47,11 +50,24 @@ static void ref_path(const char *dir, char *out, size_t cap) {
         tsr_die(TSR_EXIT_USAGE, "run_dir = \"%s\": too long for the path of %s", dir, DPO_REF_FILE);
 }
 
+/* The file's header for this run's values (every rank builds the same one) */
+static void file_header(const tsr_trainer *t, dpo_ref_header *h) {
+    expected_header(t, h);
+    snprintf(h->init, sizeof h->init, "%s", t->dpo_ref.init);
+}
+
+/* The CRC32C the file's trailer holds: of the header and the values */
+static uint32_t file_crc(const tsr_trainer *t, const dpo_ref_header *h) {
+    uint32_t crc = tsr_crc32c(0, h, sizeof *h);
+    crc = tsr_crc32c(crc, t->dpo_ref.train, (size_t)h->n_train * 2 * sizeof(double));
+    if (h->n_val) crc = tsr_crc32c(crc, t->dpo_ref.val, (size_t)h->n_val * 2 * sizeof(double));
+    return crc;
+}
+
 /* rank 0: the header and the values into path.tmp, fsynced, renamed to path. */
 static int write_file(const tsr_trainer *t, const char *path, uint64_t *bytes) {
     dpo_ref_header h;
-    expected_header(t, &h);
-    snprintf(h.init, sizeof h.init, "%s", t->dpo_ref.init);
+    file_header(t, &h);
     char tmp[1300];
     if (tsr_snprintf(tmp, sizeof tmp, "%s.tmp", path)) return TSR_EXIT_DATA;
     FILE *f = fopen(tmp, "wb");
@@ -59,9 +75,7 @@ static int write_file(const tsr_trainer *t, const char *path, uint64_t *bytes) {
         tsr_error("%s: cannot create the DPO reference: %s", tmp, strerror(errno));
         return TSR_EXIT_DATA;
     }
-    uint32_t crc = tsr_crc32c(0, &h, sizeof h);
-    crc = tsr_crc32c(crc, t->dpo_ref.train, (size_t)h.n_train * 2 * sizeof(double));
-    if (h.n_val) crc = tsr_crc32c(crc, t->dpo_ref.val, (size_t)h.n_val * 2 * sizeof(double));
+    uint32_t crc = file_crc(t, &h);
     int ok = fwrite(&h, sizeof h, 1, f) == 1 &&
              fwrite(t->dpo_ref.train, 2 * sizeof(double), h.n_train, f) == h.n_train &&
              (!h.n_val || fwrite(t->dpo_ref.val, 2 * sizeof(double), h.n_val, f) == h.n_val) &&
@@ -112,6 +126,11 @@ static int read_file(tsr_trainer *t, const char *path, const dpo_ref_header *wan
                  (unsigned long long)want->n_val, want->val_path, want->val_crc);
     }
     h.init[DPO_REF_TEXT - 1] = '\0';
+    struct stat st; /* the size the header implies, before anything is allocated for it */
+    if (!bad && !why[0] && (fstat(fileno(f), &st) != 0 || h.n_train > ((uint64_t)1 << 40) ||
+                            h.n_val > ((uint64_t)1 << 40) ||
+                            (uint64_t)st.st_size != sizeof h + (h.n_train + h.n_val) * 16 + 4))
+        bad = "its size does not match its header (truncated or extended)";
     if (!bad && !why[0]) {
         t->dpo_ref.train = tsr_malloc((size_t)h.n_train * 2 * sizeof(double));
         t->dpo_ref.val = h.n_val ? tsr_malloc((size_t)h.n_val * 2 * sizeof(double)) : NULL;
@@ -139,32 +158,76 @@ static int read_file(tsr_trainer *t, const char *path, const dpo_ref_header *wan
     }
     t->dpo_ref.n_train = h.n_train;
     t->dpo_ref.n_val = h.n_val;
+    t->dpo_ref.crc = stored;
     snprintf(t->dpo_ref.init, sizeof t->dpo_ref.init, "%s", h.init);
     return 0;
+}
+
+/* rank 0, on a resume: the checkpoint's record of the reference it was trained against
+ * (dpo.reference_checksum in its config; "" in checkpoints written before the key) */
+static void checkpoint_record(const tsr_trainer *t, char *out, size_t cap) {
+    ckpt_peeked *pk = tsr_malloc(sizeof *pk);
+    tsr_config *ck = tsr_calloc(1, sizeof *ck);
+    out[0] = '\0';
+    tsr_log_mute(1); /* (the resume read this metadata already and reported its faults) */
+    if (ckpt_peek_meta(t->out.start_load.path, pk) == 0 &&
+        ckpt_config_from_text(pk->path, pk->meta.config, NULL, 0, ck) == 0)
+        snprintf(out, cap, "%s", ck->dpo.reference_checksum);
+    tsr_log_mute(0);
+    free(ck);
+    free(pk);
 }
 
 /* rank 0: the resume's file: run_dir's, else the one beside the checkpoint read */
 static int load_rank0(tsr_trainer *t, char *path, size_t cap) {
     dpo_ref_header want;
     expected_header(t, &want);
-    ref_path(t->cfg.run_dir, path, cap);
-    int rc = read_file(t, path, &want);
-    if (rc != 1) return rc;
-    char ck_dir[1200], other[1300];
+    char expect[32], cands[2][1300], ck_dir[1200], seen[600] = "";
+    checkpoint_record(t, expect, sizeof expect);
+    ref_path(t->cfg.run_dir, cands[0], sizeof cands[0]);
     snprintf(ck_dir, sizeof ck_dir, "%s", t->out.start_load.path);
     char *slash = strrchr(ck_dir, '/');
     if (slash) *slash = '\0';
     else snprintf(ck_dir, sizeof ck_dir, ".");
-    ref_path(ck_dir, other, sizeof other);
-    if (strcmp(other, path) != 0 && (rc = read_file(t, other, &want)) != 1) {
-        if (!rc) t->dpo_ref.copy = 1, snprintf(path, cap, "%s", other);
-        return rc;
+    ref_path(ck_dir, cands[1], sizeof cands[1]);
+    /* run_dir's file, else the one beside the checkpoint; with the checkpoint's record, the first
+     * whose checksum is the one it was trained against */
+    for (int k = 0; k < 2; k++) {
+        if (k == 1 && strcmp(cands[1], cands[0]) == 0) break;
+        int rc = read_file(t, cands[k], &want);
+        if (rc == 1) continue;
+        if (rc) return rc;
+        char got[32];
+        snprintf(got, sizeof got, "crc32c:%08x", t->dpo_ref.crc);
+        if (!expect[0] || strcmp(got, expect) == 0) {
+            t->dpo_ref.copy = k == 1;
+            snprintf(path, cap, "%.1290s", cands[k]);
+            return 0;
+        }
+        size_t o = strlen(seen);
+        snprintf(seen + o, sizeof seen - o, "%s%.250s (%s)", o ? ", " : "", cands[k], got);
+        free(t->dpo_ref.train), free(t->dpo_ref.val);
+        t->dpo_ref.train = t->dpo_ref.val = NULL;
     }
+    if (seen[0]) {
+        tsr_error("%s was trained against the stored DPO reference %s (dpo.reference_checksum "
+                  "in its config), but the reference found is another run's: %s. Restore that "
+                  "run's dpo-reference.bin into run_dir, or start a new run_dir",
+                  t->out.start_load.path, expect, seen);
+        return TSR_EXIT_DATA;
+    }
+    snprintf(path, cap, "%.1290s", cands[0]);
     tsr_error("%s: missing: this run resumes (from %s) with dpo.reference = \"precomputed\", whose "
               "values were computed from the initial model at the run's start and cannot be "
               "computed again (the model has moved on): restore the file, or start a new run_dir",
               path, t->out.start_load.path);
     return TSR_EXIT_DATA;
+}
+
+/* what the run's config (and so every checkpoint) records of the reference: its checksum */
+static void record_checksum(tsr_trainer *t) {
+    snprintf(t->cfg.dpo.reference_checksum, sizeof t->cfg.dpo.reference_checksum,
+             "crc32c:%08x", t->dpo_ref.crc);
 }
 
 /* rank 0's buffer to every rank, in pieces MPI's int count carries */
@@ -180,8 +243,11 @@ int dpo_ref_load(tsr_trainer *t) {
     int64_t rc = t->dist.rank == 0 ? load_rank0(t, path, sizeof path) : 0;
     dist_allreduce_sum_i64(&rc, 1); /* rank 0's outcome, on every rank */
     if (rc) return TSR_EXIT_DATA;
-    uint64_t n[3] = {t->dpo_ref.n_train, t->dpo_ref.n_val, (uint64_t)t->dpo_ref.copy};
+    uint64_t n[4] = {t->dpo_ref.n_train, t->dpo_ref.n_val, (uint64_t)t->dpo_ref.copy,
+                     t->dpo_ref.crc};
     dist_bcast(n, sizeof n, 0);
+    t->dpo_ref.crc = (uint32_t)n[3];
+    record_checksum(t);
     dist_bcast(t->dpo_ref.init, sizeof t->dpo_ref.init, 0);
     if (t->dist.rank != 0) {
         t->dpo_ref.n_train = n[0], t->dpo_ref.n_val = n[1], t->dpo_ref.copy = (int)n[2];
@@ -254,6 +320,10 @@ int dpo_ref_build(tsr_trainer *t) {
         dpo_reference_logps(t, t->data.val, t->cfg.data.val, t->dpo_ref.n_val, t->dpo_ref.val);
     }
     describe_init(t);
+    dpo_ref_header h;
+    file_header(t, &h);
+    t->dpo_ref.crc = file_crc(t, &h); /* (every rank: the same values and header) */
+    record_checksum(t);
     return commit(t, NULL, tsr_now() - t0);
 }
 

@@ -84,6 +84,7 @@ typedef struct tsr_dpo_ref {
     double *train, *val;         /* data.train's pairs; data.val's first n_val (NULL: none) */
     uint64_t n_train, n_val;
     char init[1024];             /* the initial model they were computed on, as recorded */
+    uint32_t crc;                /* the file's checksum (its trailer): dpo.reference_checksum */
 } tsr_dpo_ref;
 
 /* Who owns which parameters (owner: trainer.c plan_shards and init_sharded; checkpointing.c does

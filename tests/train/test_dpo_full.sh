@@ -12,11 +12,14 @@
 #    start at B = 0: the initial model is the base; the same maths computed two ways);
 #  - a resume whose stored file belongs to another dataset, is damaged, or is missing is refused
 #    (exit 2, naming the file and what did not match) and writes nothing into run_dir;
-#  - --resume a checkpoint of another run_dir takes the file beside it and writes it into run_dir.
+#  - --resume a checkpoint of another run_dir takes the file beside it and writes it into run_dir;
+#  - a resume whose run_dir holds another run's reference for the same data (another seed: every
+#    header check passes) is refused: the checkpoint records the checksum of the one it was
+#    trained against (dpo.reference_checksum).
 # (dpo.reference = "base" without LoRA is refused in test_dpo.sh.)
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 8
+tap_plan 9
 mk_pairs() {
     (cd "$TSR_ROOT/tests/reference" && /usr/bin/python3 -c "
 import sys, test_dpo
@@ -123,4 +126,19 @@ rc=$?
     ! grep -q "forward-only pass" "$TMP/R.txt" &&
     cmp -s <(final_lines "$TMP/F1/metrics.jsonl" | tail -2) <(final_lines "$TMP/R/metrics.jsonl")
 tap_check $? "--resume a checkpoint of another run_dir (exit $rc): its stored reference is read and copied into run_dir; steps 9, 10 equal the original's"
+
+run S 1 --set seed=7 --set max_duration=1ba --set eval_interval=0ba
+rs=$?
+cp -r "$TMP/F1" "$TMP/X4"
+rm "$TMP/X4/step-00000010.h5"
+echo step-00000008.h5 >"$TMP/X4/latest"
+cp "$TMP/S/$ref" "$TMP/X4/$ref"
+snapshot "$TMP/X4" >"$TMP/X4.before"
+run X4 1 --set max_duration=12ba
+r4=$?
+tap_diag "$(grep -h "error" "$TMP/X4.txt" | cut -c1-300)"
+[[ $rs == 0 && $r4 == 2 ]] && ! cmp -s "$TMP/S/$ref" "$TMP/F1/$ref" &&
+    grep -q "step-00000008.h5 was trained against the stored DPO reference crc32c:[0-9a-f]\{8\} (dpo.reference_checksum in its config), but the reference found is another run's: $TMP/X4/$ref (crc32c:" "$TMP/X4.txt" &&
+    cmp -s "$TMP/X4.before" <(snapshot "$TMP/X4")
+tap_check $? "a run_dir holding another run's reference of the same data (seed 7): the resume is refused with exit 2 ($r4) naming both checksums; nothing written"
 tap_done
