@@ -28,6 +28,7 @@
 # again on the real backend when a GPU is present (skipped loudly otherwise), with the
 # tolerances of tests/gpu/test_cuda_train.sh.
 source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
 PER=9
 tap_plan $((2 * PER + 3))
@@ -66,20 +67,6 @@ print(crc.group(1) if crc else "none")
 sys.exit(0 if names == want and crc else 1)
 PY
 }
-# peak_in_plan DIR: peak_mem_bytes of the run within its device plan (tests/gpu/test_cuda_train.sh)
-peak_in_plan() {
-    "$PY3" - "$TMP/$1.txt" "$TMP/$1/metrics.jsonl" "$MEM_SLACK" <<'PY'
-import json, re, sys
-t = open(sys.argv[1]).read()
-m = re.search(r"^device memory per rank \(cuda, bf16 activations, [^)]*lora[^)]*\).* total ([0-9.]+) (B|KiB|MiB|GiB)", t, re.M)
-unit = 1024 ** ["B", "KiB", "MiB", "GiB"].index(m.group(2)) if m else 0
-plan = float(m.group(1)) * unit if m else -1
-steps = [j for j in map(json.loads, open(sys.argv[2])) if "loss" in j]
-peak = steps[-1].get("peak_mem_bytes", -1) if steps else -1
-print(f"peak {peak:.0f} B, plan {plan:.0f} B")
-sys.exit(0 if m and 0.95 * plan - 0.05 * unit <= peak <= 1.10 * plan + float(sys.argv[3]) else 1)
-PY
-}
 
 # evals_close A B: both runs evaluated at the same steps, B's validation losses within $LOSS_TOL
 evals_close() {
@@ -116,7 +103,7 @@ suite() {
     run "$bin" "$l.g1" 1 --set device=cuda && d=$(close cpu "$l.g1" 1) &&
         grep -q "gradients: the adapters', summed once after the backward pass, by" "$TMP/$l.g1.txt"
     tap_check $? "$l: LoRA on one GPU: every step within $LOSS_TOL (loss) and $NORM_TOL (norm) of the CPU's LoRA run ($d)"
-    d=$(peak_in_plan "$l.g1")
+    d=$(peak_in_plan "$l.g1" "$MEM_SLACK" lora)
     tap_check $? "$l: the device plan names the frozen bf16 base and the adapters; peak_mem_bytes within it ($d; slack $MEM_SLACK B)"
     crc=$(adapters_only "$TMP/$l.g1/step-00000012.h5" "$TMP/$l.g1/config.cfg") &&
         [[ $crc == "$crc_cpu" && $(sha256sum <"$TMP/base/step-00000012.h5") == "$sum0" ]]
@@ -136,7 +123,7 @@ suite() {
     fi
     if gpus 4 "$l: LoRA over a sharded base (zero3 on 2, hsdp on 2 x 2)"; then
         run "$bin" "$l.z3" 2 --set device=cuda --set parallel.sharding=zero3 &&
-            d=$(close cpu "$l.z3" 1) && d="$d; $(peak_in_plan "$l.z3")" &&
+            d=$(close cpu "$l.z3" 1) && d="$d; $(peak_in_plan "$l.z3" "$MEM_SLACK" lora)" &&
             run "$bin" "$l.hsdp" 4 --set device=cuda --set parallel.sharding=hsdp \
                 --set parallel.replica_group=2 && d="$d; hsdp: $(close cpu "$l.hsdp" 1)"
         tap_check $? "$l: LoRA over a sharded frozen base, zero3 on 2 ranks and hsdp on 2 x 2: every step within the tolerance of the CPU's 1-rank run, zero3's peak within its plan ($d)"

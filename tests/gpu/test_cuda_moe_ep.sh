@@ -29,6 +29,7 @@
 #    that many (skipped loudly otherwise): within test_cuda_train.sh's GPU tolerance (0.5% loss,
 #    2 x 5% norm) of the CPU.
 source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
 tap_plan 15
 EMU=$BUILD/tests/tessera-train-cuemu
@@ -96,18 +97,6 @@ b = [re.search(r"^expert exchange: ([0-9]+) bytes", open(p).read(), re.M) for p 
 r = int(b[1].group(1)) / int(b[0].group(1)) if all(b) else -1
 print(f"{r:.4f}")
 sys.exit(0 if abs(r - 0.5) <= 0.01 else 1)
-PY
-}
-# peak_in_plan RUN: the largest peak_mem_bytes of RUN within 95%..110% of the device plan's total
-peak_in_plan() {
-    "$PY3" - "$TMP/$1.txt" "$TMP/$1/metrics.jsonl" <<'PY'
-import json, re, sys
-m = re.search(r"^device memory per rank.* total ([0-9.]+) (B|KiB|MiB|GiB)", open(sys.argv[1]).read(), re.M)
-unit = 1024 ** ["B", "KiB", "MiB", "GiB"].index(m.group(2)) if m else 0
-plan = float(m.group(1)) * unit if m else -1
-peak = max((j.get("peak_mem_bytes", -1) for j in map(json.loads, open(sys.argv[2]))), default=-1)
-print(f"peak {peak:.0f} B, plan {plan:.0f} B")
-sys.exit(0 if m and 0.95 * plan - 0.05 * unit <= peak <= 1.10 * plan else 1)
 PY
 }
 

@@ -24,6 +24,7 @@
 # kernels/cuda_emu/: every machine; it checks the trainer's GPU path, bf16 activations and all,
 # not the CUDA kernels) and on the real backend when a GPU is present (skipped loudly otherwise).
 source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
 PER=21
 tap_plan $((2 * PER + 7))
@@ -114,7 +115,7 @@ suite() {
     tap_check $? "$l: tiny GPT-2, 20 steps with device = cuda"
     grep -q "device memory per rank (cuda" "$TMP/$l.gpt2.txt" && grep -q "^device: " "$TMP/$l.gpt2.txt"
     tap_check $? "$l: the device memory plan and the device are printed"
-    d=$(peak_in_plan "$l.gpt2")
+    d=$(peak_in_plan "$l.gpt2" "$MEM_SLACK")
     tap_check $? "$l: peak_mem_bytes (the device allocator's peak) within the device plan ($d; slack $MEM_SLACK B)"
     d=$(close cpu_gpt2 "$l.gpt2" 1)
     tap_check $? "$l: GPT-2 loss within $LOSS_TOL of the CPU at every step ($d)"
@@ -159,7 +160,7 @@ suite() {
         gpus 3 "$l: parallel.sharding = $mode on 3 ranks" || continue
         run "$bin" 3 "$l.$mode" --set device=cuda "${three[@]}" --set parallel.sharding=$mode &&
             grep -q "into $mode shards (groups of 3)" "$TMP/$l.$mode.txt" &&
-            d=$(close cpu_ddp3 "$l.$mode" 1) && d="$d; $(peak_in_plan "$l.$mode")"
+            d=$(close cpu_ddp3 "$l.$mode" 1) && d="$d; $(peak_in_plan "$l.$mode" "$MEM_SLACK")"
         tap_check $? "$l: parallel.sharding = $mode on 3 ranks x 2 microbatches (uneven pieces): every step within $LOSS_TOL of the CPU's ddp, peak device memory within its plan ($d)"
     done
     if gpus 4 "$l: parallel.sharding = hsdp on 2 x 2 ranks"; then
@@ -219,23 +220,6 @@ suite() {
             (($(wc -l <"$TMP/$l.z3n.loss") == 20))
         tap_check $? "$l: block checkpointing under zero3 on 2 ranks (recomputed from the gathered layer): all 20 steps bit-identical to none"
     fi
-}
-# peak_in_plan RUN: the largest rank's peak_mem_bytes (the device allocator's) at the last step of
-# RUN, against the device plan it printed: at least 95% of the plan's total (less its rounding to
-# 0.1 of a unit), at most 10% over it plus $MEM_SLACK bytes (what the plan leaves out: cuBLASLt's workspace,
-# the ops' scratch). Prints "peak P B, plan Q B"
-peak_in_plan() {
-    "$PY3" - "$TMP/$1.txt" "$TMP/$1/metrics.jsonl" "$MEM_SLACK" <<'PY'
-import json, re, sys
-t = open(sys.argv[1]).read()
-m = re.search(r"^device memory per rank.* total ([0-9.]+) (B|KiB|MiB|GiB)", t, re.M)
-unit = 1024 ** ["B", "KiB", "MiB", "GiB"].index(m.group(2)) if m else 0
-plan = float(m.group(1)) * unit if m else -1
-steps = [j for j in map(json.loads, open(sys.argv[2])) if "loss" in j]
-peak = steps[-1].get("peak_mem_bytes", -1) if steps else -1
-print(f"peak {peak:.0f} B, plan {plan:.0f} B")
-sys.exit(0 if m and 0.95 * plan - 0.05 * unit <= peak <= 1.10 * plan + float(sys.argv[3]) else 1)
-PY
 }
 # device_acts FILE: the device plan's activations figure, in bytes
 device_acts() {

@@ -1,0 +1,22 @@
+# gpu_lib.sh — helpers shared by the tests of the trainer's GPU path (tests/gpu/test_cuda_*.sh).
+# Needs lib.sh sourced first ($PY3, $TMP).
+
+# peak_in_plan RUN [SLACK [WHAT]]: the device allocator's peak (the largest peak_mem_bytes in
+# RUN/metrics.jsonl) against the device plan RUN.txt printed (its "device memory per rank (cuda,
+# bf16 activations, ...)" line, whose parenthesis must contain WHAT when given): at least 95% of
+# the plan's total (less its rounding to 0.1 of a unit), at most 10% over it plus SLACK bytes
+# (default 0: what the plan leaves out, cuBLASLt's workspace and the ops' scratch). Prints
+# "peak P B, plan Q B"; fails when the line or the peak is missing.
+peak_in_plan() {
+    "$PY3" - "$TMP/$1.txt" "$TMP/$1/metrics.jsonl" "${2:-0}" "${3:-}" <<'PY'
+import json, re, sys
+what = re.escape(sys.argv[4])
+m = re.search(r"^device memory per rank \(cuda, bf16 activations[^)]*" + what +
+              r"[^)]*\).* total ([0-9.]+) (B|KiB|MiB|GiB)", open(sys.argv[1]).read(), re.M)
+unit = 1024 ** ["B", "KiB", "MiB", "GiB"].index(m.group(2)) if m else 0
+plan = float(m.group(1)) * unit if m else -1
+peak = max((j.get("peak_mem_bytes", -1) for j in map(json.loads, open(sys.argv[2]))), default=-1)
+print(f"peak {peak:.0f} B, plan {plan:.0f} B")
+sys.exit(0 if m and 0.95 * plan - 0.05 * unit <= peak <= 1.10 * plan + float(sys.argv[3]) else 1)
+PY
+}
