@@ -310,20 +310,6 @@ void dist_group_reduce_scatter_f32(tsr_group *g, const float *send, float *recv,
     if (g->size == 1) memmove(recv, send, (size_t)counts[0] * sizeof(float));
     else MPI_CHECK(MPI_Reduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, g->comm));
 }
-void dist_group_alltoallv_f32(tsr_group *g, const float *send, const size_t *scounts,
-                              const size_t *sdispls, float *recv, const size_t *rcounts,
-                              const size_t *rdispls) {
-    if (g->size == 1) {
-        memmove(recv + rdispls[0], send + sdispls[0], scounts[0] * sizeof(float));
-        return;
-    }
-    int n = g->size, *v = tsr_malloc(4 * (size_t)n * sizeof(int));
-    const size_t *in[4] = {scounts, sdispls, rcounts, rdispls};
-    for (int k = 0; k < 4; k++)
-        for (int r = 0; r < n; r++) v[k * n + r] = block_count(in[k][r], "all-to-all");
-    MPI_CHECK(MPI_Alltoallv(send, v, v + n, MPI_FLOAT, recv, v + 2 * n, v + 3 * n, MPI_FLOAT, g->comm));
-    free(v);
-}
 void dist_group_alltoallv(tsr_group *g, const void *send, const size_t *scounts,
                           const size_t *sdispls, void *recv, const size_t *rcounts,
                           const size_t *rdispls, size_t elem) {
@@ -448,12 +434,6 @@ void dist_wait(void *request) { (void)request; }
 void dist_group_reduce_scatter_f32(tsr_group *g, const float *send, float *recv, const int *counts) {
     (void)g;
     memmove(recv, send, (size_t)counts[0] * sizeof(float));
-}
-void dist_group_alltoallv_f32(tsr_group *g, const float *send, const size_t *scounts,
-                              const size_t *sdispls, float *recv, const size_t *rcounts,
-                              const size_t *rdispls) {
-    (void)g, (void)rcounts;
-    memmove(recv + rdispls[0], send + sdispls[0], scounts[0] * sizeof(float));
 }
 void dist_group_alltoallv(tsr_group *g, const void *send, const size_t *scounts,
                           const size_t *sdispls, void *recv, const size_t *rcounts,

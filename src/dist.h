@@ -83,16 +83,14 @@ void *dist_group_iallgatherv_f32(tsr_group *g, const float *mine, float *all, co
 void dist_wait(void *request);
 /* recv (counts[rank]) = this rank's block of the sum of send over the group */
 void dist_group_reduce_scatter_f32(tsr_group *g, const float *send, float *recv, const int *counts);
-void dist_group_alltoallv_f32(tsr_group *g, const float *send, const size_t *scounts,
-                              const size_t *sdispls, float *recv, const size_t *rcounts,
-                              const size_t *rdispls);
 void dist_group_bcast_f32(tsr_group *g, float *buf, size_t n, int root);
 /* Byte-wise variants (device = cuda: NCCL ids, and bf16 data in the CUDA emulator):
  * all[r * bytes .. + bytes) = group rank r's mine. */
 void dist_group_bcast(tsr_group *g, void *buf, size_t bytes, int root);
 void dist_group_allgather(tsr_group *g, const void *mine, void *all, size_t bytes);
-/* dist_group_alltoallv_f32 for elements of elem bytes (counts and displacements in elements):
- * the expert exchange's bf16 rows in the CUDA emulator, fp32 rows on the CPU */
+/* All-to-all-v over the group of elements of elem bytes, counts and displacements in elements
+ * (size_t; each must fit MPI's int): fsdp's fp32 pieces, the expert exchange's fp32 rows on the
+ * CPU and bf16 rows in the CUDA emulator */
 void dist_group_alltoallv(tsr_group *g, const void *send, const size_t *scounts,
                           const size_t *sdispls, void *recv, const size_t *rcounts,
                           const size_t *rdispls, size_t elem);

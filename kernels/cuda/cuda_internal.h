@@ -54,6 +54,15 @@ const tcu_context *tcu_context_get(const char *what);
 void tcu_elementwise_release(void);
 void tcu_layernorm_release(void);
 
+/* D (m,n) = alpha op(A) op(B) + beta D, column-major, fp32 everywhere (CUBLAS_COMPUTE_32F: no
+ * TF32): A stored (m,k), or (k,m) transposed, with lda; B likewise with ldb; D with ldd. The
+ * cuBLASLt path of tcu_matmul_* (cuda_matmul.cu: its workspace, fixed-order fp32 reduction,
+ * alignment rule and algorithm cache). Exits naming what and the shape when cuBLASLt has no
+ * algorithm. */
+void tcu_lt_gemm_f32(const char *what, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                     int k, float alpha, const float *a, int lda, const float *b, int ldb,
+                     float beta, float *d, int ldd, tcu_stream s);
+
 /* printf into a buffer of the calling thread, for messages built only on a failure path
  * (TCU_REQUIRE's value); the next call overwrites it */
 const char *tcu_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -26,11 +26,11 @@
  * key and the element's global index (row0 + n) * IC + c; u = (hash >> 40) 2^-24, dropped when
  * u < p, else scaled by 1 / (1 - p) in fp32: the CPU's masks bit for bit.
  *
+ * The GEMMs are cuda_matmul.cu's (tcu_lt_gemm_f32, cuda_internal.h): its workspace, split-K
+ * restricted to fp32 partial sums, alignment rule and algorithm cache, with fp32 operands.
  * Determinism: no atomics; cuBLASLt's algorithm from its heuristic (itself deterministic) for a
- * fixed (shape, alignment, workspace), split-K restricted to fp32 partial sums as in
- * cuda_matmul.cu. Not tuned: the heuristic is asked on every call (a few microseconds; the
- * matmuls' cache is cuda_matmul.cu's own), and xd/dz are fp32 copies (4 bytes per element of
- * inp/dout) rather than bf16 operands.
+ * fixed (shape, transposes, types, alignment, workspace). Not tuned: xd/dz are fp32 copies (4
+ * bytes per element of inp/dout) rather than bf16 operands.
  */
 #include <cstdint>
 #include <cstdio>
@@ -115,78 +115,6 @@ static unsigned grid_for(size_t n) {
     return (unsigned)(b < 65535 * 8 ? (b > 0 ? b : 1) : 65535 * 8);
 }
 
-/* ---- one fp32 cuBLASLt GEMM: D = alpha op(A) op(B) + beta D, column-major ------------------- */
-
-/* The largest power of two (<= 256) dividing the address (cuda_matmul.cu's rule). */
-static uint32_t lora_alignment(const void *p) {
-    uintptr_t addr = (uintptr_t)p;
-    uint32_t al = 256;
-    while (al > 1 && addr % al != 0) al >>= 1;
-    return al;
-}
-
-/* D (m,n) = alpha op(A) op(B) + beta D, fp32 everywhere (CUBLAS_COMPUTE_32F: no TF32), A stored
- * (m,k) or transposed (k,m) with lda, B likewise with ldb, D with ldd. Exits naming what and the
- * shape when cuBLASLt has no algorithm. */
-static void lora_gemm(const char *what, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                      int k, float alpha, const float *a, int lda, const float *b, int ldb,
-                      float beta, float *d, int ldd, tcu_stream s) {
-    const tcu_context *ctx = tcu_context_get(what);
-    cublasLtMatmulDesc_t desc;
-    TCU_CHECK_BLAS(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
-    int32_t t_a = (int32_t)ta, t_b = (int32_t)tb;
-    TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t_a,
-                                                  sizeof t_a), what);
-    TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &t_b,
-                                                  sizeof t_b), what);
-    cublasLtMatrixLayout_t la, lb, ld;
-    TCU_CHECK_BLAS(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, ta == CUBLAS_OP_N ? m : k,
-                                              ta == CUBLAS_OP_N ? k : m, lda), what);
-    TCU_CHECK_BLAS(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, tb == CUBLAS_OP_N ? k : n,
-                                              tb == CUBLAS_OP_N ? n : k, ldb), what);
-    TCU_CHECK_BLAS(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd), what);
-
-    cublasLtMatmulPreference_t pref;
-    TCU_CHECK_BLAS(cublasLtMatmulPreferenceCreate(&pref), what);
-    uint64_t ws = ctx->lt_workspace_bytes;
-    uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE; /* fp32 partials, fixed order */
-    uint32_t al_a = lora_alignment(a), al_b = lora_alignment(b), al_d = lora_alignment(d);
-    TCU_CHECK_BLAS(cublasLtMatmulPreferenceSetAttribute(
-                       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), what);
-    TCU_CHECK_BLAS(cublasLtMatmulPreferenceSetAttribute(
-                       pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction,
-                       sizeof reduction), what);
-    TCU_CHECK_BLAS(cublasLtMatmulPreferenceSetAttribute(
-                       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a), what);
-    TCU_CHECK_BLAS(cublasLtMatmulPreferenceSetAttribute(
-                       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b), what);
-    TCU_CHECK_BLAS(cublasLtMatmulPreferenceSetAttribute(
-                       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d), what);
-    TCU_CHECK_BLAS(cublasLtMatmulPreferenceSetAttribute(
-                       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d), what);
-    cublasLtMatmulHeuristicResult_t res;
-    memset(&res, 0, sizeof res);
-    int count = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx->lt, desc, la, lb, ld, ld, pref, 1,
-                                                       &res, &count);
-    TCU_CHECK_BLAS(cublasLtMatmulPreferenceDestroy(pref), what);
-    if (st != CUBLAS_STATUS_SUCCESS || count < 1 || res.state != CUBLAS_STATUS_SUCCESS ||
-        res.workspaceSize > ws) {
-        char msg[256];
-        cublasStatus_t why = st != CUBLAS_STATUS_SUCCESS ? st : CUBLAS_STATUS_NOT_SUPPORTED;
-        snprintf(msg, sizeof msg, "cuBLASLt has no fp32 algorithm for m=%d n=%d k=%d (%s)", m, n,
-                 k, cublasLtGetStatusString(why));
-        tcu_fail(what, msg, __FILE__, __LINE__);
-    }
-    TCU_CHECK_BLAS(cublasLtMatmul(ctx->lt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld,
-                                  &res.algo, ctx->lt_workspace, ctx->lt_workspace_bytes,
-                                  (cudaStream_t)s), what);
-    TCU_CHECK_BLAS(cublasLtMatrixLayoutDestroy(ld), what);
-    TCU_CHECK_BLAS(cublasLtMatrixLayoutDestroy(lb), what);
-    TCU_CHECK_BLAS(cublasLtMatrixLayoutDestroy(la), what);
-    TCU_CHECK_BLAS(cublasLtMatmulDescDestroy(desc), what);
-}
-
 /* ---- the ops -------------------------------------------------------------------------------- */
 
 size_t tcu_lora_scratch_bytes(int N, int IC, int OC, int R) {
@@ -221,7 +149,7 @@ static void check_lora(const char *what, int N, int IC, int OC, int R, int ld, f
 /* t (N,R) = xd (N,IC) A^T: column-major t^T (R,N) = A (as (IC,R) stored, op T) xd^T (IC,N) */
 static void xd_times_at(const char *what, float *t, const float *xd, const float *A, int N,
                         int IC, int R, tcu_stream s) {
-    lora_gemm(what, CUBLAS_OP_T, CUBLAS_OP_N, R, N, IC, 1.0f, A, IC, xd, IC, 0.0f, t, R, s);
+    tcu_lt_gemm_f32(what, CUBLAS_OP_T, CUBLAS_OP_N, R, N, IC, 1.0f, A, IC, xd, IC, 0.0f, t, R, s);
 }
 
 void tcu_lora_forward(tsr_bf16 *out, int ld, const tsr_bf16 *inp, const float *A, const float *B,
@@ -261,12 +189,14 @@ void tcu_lora_backward(tsr_bf16 *dinp, float *dA, float *dB, const tsr_bf16 *dou
     TCU_CHECK_LAUNCH(what);
     if (dB) { /* dB (OC,R) += scale dz^T t: column-major dB^T (R,OC) = t^T (R,N) dz (N,OC) */
         xd_times_at(what, t, xd, A, N, IC, R, s);
-        lora_gemm(what, CUBLAS_OP_N, CUBLAS_OP_T, R, OC, N, scale, t, R, dz, OC, 1.0f, dB, R, s);
+        tcu_lt_gemm_f32(what, CUBLAS_OP_N, CUBLAS_OP_T, R, OC, N, scale, t, R, dz, OC, 1.0f, dB,
+                        R, s);
     }
     /* t = dt (N,R) = scale dz B: column-major dt^T (R,N) = B^T (R,OC) dz^T (OC,N) */
-    lora_gemm(what, CUBLAS_OP_N, CUBLAS_OP_N, R, N, OC, scale, B, R, dz, OC, 0.0f, t, R, s);
+    tcu_lt_gemm_f32(what, CUBLAS_OP_N, CUBLAS_OP_N, R, N, OC, scale, B, R, dz, OC, 0.0f, t, R, s);
     if (dA) /* dA (R,IC) += dt^T xd: column-major dA^T (IC,R) = xd^T (IC,N) dt (N,R) */
-        lora_gemm(what, CUBLAS_OP_N, CUBLAS_OP_T, IC, R, N, 1.0f, xd, IC, t, R, 1.0f, dA, IC, s);
+        tcu_lt_gemm_f32(what, CUBLAS_OP_N, CUBLAS_OP_T, IC, R, N, 1.0f, xd, IC, t, R, 1.0f, dA,
+                        IC, s);
     if (dinp) { /* dinp[:, c] += mask / (1 - p) sum_k dt[:, k] A[k, c]: w(k, c) = A[k * IC + c] */
         add_low_rank_kernel<<<grid_for(ni), LORA_THREADS, 0, (cudaStream_t)s>>>(
             (bf16 *)dinp, IC, t, A, IC, 1, 1.0f, p > 0.0f, p, key, row0, N, IC, R);

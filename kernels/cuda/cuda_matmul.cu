@@ -88,16 +88,17 @@ static __global__ void bias_add_rows_kernel(bf16 *x, const bf16 *bias, size_t to
 
 /* ---- one cuBLASLt matmul: D = alpha op(A) op(B) + beta C, C == D, column-major ------------- */
 
-typedef enum { LT_FWD = 0, LT_DINP, LT_DW, LT_OP_COUNT } lt_op;
+typedef enum { LT_FWD = 0, LT_DINP, LT_DW, LT_F32, LT_OP_COUNT } lt_op;
 static const char *const lt_op_name[] = {"tcu_matmul_forward", "tcu_matmul_backward (dinp)",
-                                         "tcu_matmul_backward (dw)"};
+                                         "tcu_matmul_backward (dw)", "tcu_lt_gemm_f32"};
 static_assert(sizeof lt_op_name / sizeof lt_op_name[0] == LT_OP_COUNT, "lt_op_name vs lt_op");
 
 /* The pointer slots whose alignment the heuristic looks at. */
 enum { AL_A = 0, AL_B, AL_C, AL_BIAS, AL_AUX, AL_COUNT };
 
 typedef struct lt_gemm {
-    lt_op op;
+    lt_op op;                        /* the cache's key (with the shape, types and transposes) */
+    const char *what;                /* the calling op, for messages */
     int N, IC, OC;                   /* the op's own shape, for messages */
     cublasOperation_t ta, tb;        /* op(A), op(B) */
     cudaDataType_t ab_type, cd_type; /* A and B; C and D (the same buffer) */
@@ -105,7 +106,7 @@ typedef struct lt_gemm {
     int lda, ldb, ldc;
     const void *a, *b;
     void *d;                         /* C = D (in place, one layout) */
-    float beta;                      /* 0: overwrite, 1: accumulate */
+    float alpha, beta;               /* D = alpha op(A) op(B) + beta C; beta 0: overwrite */
     cublasLtEpilogue_t epi;
     const void *bias;                /* BIAS epilogues: (m) bf16, or NULL */
     void *aux;                       /* GELU_AUX: pre-activation out (m,n) ld aux_ld, or NULL */
@@ -120,6 +121,7 @@ static lt_gemm lt_gemm_dense(lt_op op, int N, int IC, int OC, cublasOperation_t 
     lt_gemm g;
     memset(&g, 0, sizeof g);
     g.op = op;
+    g.what = lt_op_name[op];
     g.N = N, g.IC = IC, g.OC = OC;
     g.ta = ta, g.tb = tb;
     g.ab_type = CUDA_R_16BF, g.cd_type = cd_type;
@@ -128,7 +130,7 @@ static lt_gemm lt_gemm_dense(lt_op op, int N, int IC, int OC, cublasOperation_t 
     g.ldb = tb == CUBLAS_OP_T ? n : k;
     g.ldc = m;
     g.a = a, g.b = b, g.d = d;
-    g.beta = beta;
+    g.alpha = 1.0f, g.beta = beta;
     g.epi = CUBLASLT_EPILOGUE_DEFAULT;
     return g;
 }
@@ -136,6 +138,7 @@ static lt_gemm lt_gemm_dense(lt_op op, int N, int IC, int OC, cublasOperation_t 
 typedef struct lt_key {
     int device;
     int op, epi;
+    int ta, tb, ab_type, cd_type;
     int m, n, k;
     uint32_t align[AL_COUNT];
     size_t workspace_bytes;
@@ -153,7 +156,8 @@ static int lt_cache_n;
 static std::mutex lt_cache_mutex;
 
 static bool lt_key_equal(const lt_key *x, const lt_key *y) {
-    if (x->device != y->device || x->op != y->op || x->epi != y->epi || x->m != y->m ||
+    if (x->device != y->device || x->op != y->op || x->epi != y->epi || x->ta != y->ta ||
+        x->tb != y->tb || x->ab_type != y->ab_type || x->cd_type != y->cd_type || x->m != y->m ||
         x->n != y->n || x->k != y->k || x->workspace_bytes != y->workspace_bytes)
         return false;
     for (int i = 0; i < AL_COUNT; i++)
@@ -176,7 +180,7 @@ static int lt_heuristic(const lt_gemm *g, const tcu_context *ctx, cublasLtMatmul
                         cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
                         cublasLtMatrixLayout_t lcd, const uint32_t align[AL_COUNT],
                         cublasLtMatmulAlgo_t *algo, cublasStatus_t *status) {
-    const char *what = lt_op_name[g->op];
+    const char *what = g->what;
     cublasLtMatmulPreference_t pref;
     TCU_CHECK_BLAS(cublasLtMatmulPreferenceCreate(&pref), what);
     uint64_t ws = ctx->lt_workspace_bytes;
@@ -230,6 +234,8 @@ static int lt_algo(const lt_gemm *g, const tcu_context *ctx, cublasLtMatmulDesc_
     key.device = ctx->device;
     key.op = (int)g->op;
     key.epi = (int)g->epi;
+    key.ta = (int)g->ta, key.tb = (int)g->tb;
+    key.ab_type = (int)g->ab_type, key.cd_type = (int)g->cd_type;
     key.m = g->m;
     key.n = g->n;
     key.k = g->k;
@@ -261,7 +267,7 @@ static int lt_algo(const lt_gemm *g, const tcu_context *ctx, cublasLtMatmulDesc_
  * Returns false, having launched nothing, when cuBLASLt has no algorithm for it and allow_none;
  * without allow_none that exits naming the op and the shape. */
 static bool lt_matmul(const lt_gemm *g, tcu_stream s, bool allow_none) {
-    const char *what = lt_op_name[g->op];
+    const char *what = g->what;
     const tcu_context *ctx = tcu_context_get(what);
 
     cublasLtMatmulDesc_t desc;
@@ -301,7 +307,7 @@ static bool lt_matmul(const lt_gemm *g, tcu_stream s, bool allow_none) {
     cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
     int found = lt_algo(g, ctx, desc, la, lb, lcd, &algo, &status);
     if (found) {
-        const float alpha = 1.0f, beta = g->beta;
+        const float alpha = g->alpha, beta = g->beta;
         TCU_CHECK_BLAS(cublasLtMatmul(ctx->lt, desc, &alpha, g->a, la, g->b, lb, &beta, g->d,
                                       lcd, g->d, lcd, &algo, ctx->lt_workspace,
                                       ctx->lt_workspace_bytes, (cudaStream_t)s), what);
@@ -313,13 +319,24 @@ static bool lt_matmul(const lt_gemm *g, tcu_stream s, bool allow_none) {
     if (!found && !allow_none) {
         char msg[320];
         snprintf(msg, sizeof msg,
-                 "cuBLASLt has no algorithm for m=%d n=%d k=%d (N=%d IC=%d OC=%d, epilogue %u, "
-                 "workspace %zu bytes): %s",
-                 g->m, g->n, g->k, g->N, g->IC, g->OC, epi, ctx->lt_workspace_bytes,
-                 cublasLtGetStatusString(status));
+                 "cuBLASLt has no algorithm for m=%d n=%d k=%d (%s, epilogue %u, "
+                 "workspace %zu bytes): %s", g->m, g->n, g->k,
+                 g->op == LT_F32 ? "fp32" : tcu_msg("N=%d IC=%d OC=%d", g->N, g->IC, g->OC), epi,
+                 ctx->lt_workspace_bytes, cublasLtGetStatusString(status));
         tcu_fail(what, msg, __FILE__, __LINE__);
     }
     return found != 0;
+}
+
+void tcu_lt_gemm_f32(const char *what, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                     int k, float alpha, const float *a, int lda, const float *b, int ldb,
+                     float beta, float *d, int ldd, tcu_stream s) {
+    lt_gemm g = lt_gemm_dense(LT_F32, 0, 0, 0, ta, tb, m, n, k, a, b, d, CUDA_R_32F, beta);
+    g.what = what;
+    g.ab_type = CUDA_R_32F;
+    g.alpha = alpha;
+    g.lda = lda, g.ldb = ldb, g.ldc = ldd;
+    lt_matmul(&g, s, false);
 }
 
 /* ---- the ops ------------------------------------------------------------------------------- */

@@ -314,7 +314,7 @@ static void exchange(tsr_fsdp *f, int to_part, const float *src, float *dst) {
         if (to_part) walk(f, me, x, sbuf + sd[x], from, 1, 1); /* my shard's runs in x's part */
         else walk(f, x, me, sbuf + sd[x], from, 0, 1);         /* my part's runs of x's shard */
     }
-    dist_group_alltoallv_f32(f->group, sbuf, sc, sd, rbuf, rc, rd);
+    dist_group_alltoallv(f->group, sbuf, sc, sd, rbuf, rc, rd, sizeof(float));
     for (int x = 0; x < G; x++) {
         if (to_part) walk(f, x, me, rbuf + rd[x], dst, 0, 0);
         else walk(f, me, x, rbuf + rd[x], dst, 1, 0);

@@ -425,10 +425,10 @@ static void part_exchange(tsr_ep *ep, const float *in, float *out, int to_part) 
                         memcpy(stage + k, src + (b - (size_t)me * B) * x, x * sizeof(float));
                         k += x;
                     }
-                dist_group_alltoallv_f32(ep->group, stage, sc, sd, dst, rc, rd);
+                dist_group_alltoallv(ep->group, stage, sc, sd, dst, rc, rd, sizeof(float));
                 continue;
             }
-            dist_group_alltoallv_f32(ep->group, src, sc, sd, stage, rc, rd);
+            dist_group_alltoallv(ep->group, src, sc, sd, stage, rc, rd, sizeof(float));
             size_t k = 0; /* the stage holds each holder's blocks of my part: to global order */
             for (int p = 0; p < P; p++)
                 for (int el = 0; el < ep->El; el++) {

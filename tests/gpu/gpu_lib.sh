@@ -20,3 +20,13 @@ print(f"peak {peak:.0f} B, plan {plan:.0f} B")
 sys.exit(0 if m and 0.95 * plan - 0.05 * unit <= peak <= 1.10 * plan + float(sys.argv[3]) else 1)
 PY
 }
+
+# real_backend: whether the real CUDA backend can run here. Sets `why` ("" when it can, else the
+# reason to print with the skips) and `GPUS` (the GPUs nvidia-smi lists; 0 when it cannot).
+real_backend() {
+    why="" GPUS=0
+    [[ -f $BUILD/libtessera-cuda-train.so ]] || why="no $BUILD/libtessera-cuda-train.so (built where nvcc is)"
+    [[ -z $why && ! -e /dev/nvidiactl ]] && why="no GPU on this machine (no /dev/nvidiactl)"
+    [[ -z $why ]] && GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    return 0
+}

@@ -149,11 +149,8 @@ GPUS=$((MPI_OK ? 8 : 1))
 suite "$BUILD/tests/tessera-train-cuemu" emulator 3e-4 2e-2 0
 
 # the real backend: a GPU, its driver and the library built beside tessera-train
-why=""
-[[ -f $BUILD/libtessera-cuda-train.so ]] || why="no $BUILD/libtessera-cuda-train.so (built where nvcc is)"
-[[ -z $why && ! -e /dev/nvidiactl ]] && why="no GPU on this machine (no /dev/nvidiactl)"
+real_backend
 if [[ -z $why ]]; then
-    GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
     ((MPI_OK)) || GPUS=1 # one process without MPI, whatever the GPUs
     # the issue's 0.5% on the loss, test_cuda_train.sh's 5e-2 on the norm; the plan leaves out
     # the 32 MiB cuBLASLt workspace and the ops' scratch

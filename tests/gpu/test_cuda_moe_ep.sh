@@ -194,11 +194,7 @@ rc=$?
 tap_check $? "device = cuda, parallel.expert = 3 with 4 experts: refused at load naming the key (exit $rc, want 1)"
 
 # the real backend: as many GPUs as ranks
-why=""
-[[ -f $BUILD/libtessera-cuda-train.so ]] || why="no $BUILD/libtessera-cuda-train.so (built where nvcc is)"
-[[ -z $why && ! -e /dev/nvidiactl ]] && why="no GPU on this machine (no /dev/nvidiactl)"
-GPUS=0
-[[ -z $why ]] && GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+real_backend
 for ep in 2 4; do
     if [[ -n $why ]]; then
         tap_skip "cuda: EP = $ep on $ep GPUs" "$why"

@@ -285,11 +285,8 @@ rc=$?
 tap_check $? "emulator: head_dim 48 (d_model / n_head = 32) refused at start naming model.head_dim (exit $rc, want 1)"
 
 # the real backend: a GPU, its driver and the library built beside tessera-train
-why=""
-[[ -f $BUILD/libtessera-cuda-train.so ]] || why="no $BUILD/libtessera-cuda-train.so (built where nvcc is)"
-[[ -z $why && ! -e /dev/nvidiactl ]] && why="no GPU on this machine (no /dev/nvidiactl)"
+real_backend
 if [[ -z $why ]]; then
-    GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
     ((MPI_OK)) || GPUS=1 # one process without MPI, whatever the GPUs
     # the plan leaves out the 32 MiB cuBLASLt workspace and the ops' scratch (a few MiB here)
     suite "$TRAIN" cuda 5e-3 5e-2 $((64 << 20))
