@@ -6,8 +6,9 @@
  * multi-head attention. The forward's task is one (b, h) pair, the backward's one (b, g) pair
  * (a key/value head with its query heads, in head order), each done by one thread, so dq, dk, dv
  * are summed in a fixed order whatever the thread count. Every product is a small matrix product
- * computed by tile(), an MR x NR register tile over contiguous NR-wide rows of B (plain C that GCC
- * vectorises: 8 vector accumulators with AVX2, or AVX-512 when the build targets it). Causal
+ * computed by tile(), MR x NR register tiles (NR/2 and NR/4 wide where a head size leaves less)
+ * over contiguous rows of B (plain C that GCC vectorises: 8 vector accumulators with AVX2, or
+ * AVX-512 when the build targets it). Causal
  * structure skips the upper triangle; att holds exact zeros above the diagonal, so contraction
  * ranges may overshoot the diagonal by less than a tile. The heads are packed into per-thread
  * scratch (allocated once per call) so that tiles walk contiguous memory: forward K^T (hs,T) and
@@ -43,29 +44,38 @@
 static inline int imin(int a, int b) { return a < b ? a : b; }
 
 /* Ct[r][c] = alpha * sum_{k<K} A[r*rsa + k*csa] * B[k*ldb + c]  (+ Ct[r][c] if accumulate)
- * for r < MR, c < NR; Ct[r][c] is Cm[r*ldc + c]. Constant trip counts only, so that acc lives in
- * registers (a variable index would force it to the stack); not inlined, for the same reason. */
-static void tile_full(int K, const float *A, ptrdiff_t rsa, ptrdiff_t csa, const float *B,
-                      ptrdiff_t ldb, float *Cm, ptrdiff_t ldc, float alpha, int accumulate) {
-    float acc[MR][NR] = {{0.0f}};
-    for (int k = 0; k < K; k++) {
-        const float *a = A + k * csa, *b = B + k * ldb;
-        const float a0 = a[0], a1 = a[rsa], a2 = a[2 * rsa], a3 = a[3 * rsa];
-        for (int c = 0; c < NR; c++) {
-            acc[0][c] = fmaf(a0, b[c], acc[0][c]);
-            acc[1][c] = fmaf(a1, b[c], acc[1][c]);
-            acc[2][c] = fmaf(a2, b[c], acc[2][c]);
-            acc[3][c] = fmaf(a3, b[c], acc[3][c]);
-        }
+ * for r < MR, c < W; Ct[r][c] is Cm[r*ldc + c]. Constant trip counts only, so that acc lives in
+ * registers (a variable index would force it to the stack); not inlined, for the same reason.
+ * Defined for three widths W: NR, NR/2 and NR/4 (two, one and half a vector), so that a head size
+ * that is not a multiple of NR (24 = 16 + 8, 48 = 32 + 16, 80 = 64 + 16) still runs in register
+ * tiles. Every element is the same sum in the same order (k ascending, fused multiply-adds) in
+ * each of them and in tile_edge, so how a product is split into tiles never changes its bits. */
+#define DEFINE_TILE(NAME, W)                                                                     \
+    static void NAME(int K, const float *A, ptrdiff_t rsa, ptrdiff_t csa, const float *B,       \
+                     ptrdiff_t ldb, float *Cm, ptrdiff_t ldc, float alpha, int accumulate) {    \
+        float acc[MR][W] = {{0.0f}};                                                             \
+        for (int k = 0; k < K; k++) {                                                            \
+            const float *a = A + k * csa, *b = B + k * ldb;                                      \
+            const float a0 = a[0], a1 = a[rsa], a2 = a[2 * rsa], a3 = a[3 * rsa];                \
+            for (int c = 0; c < W; c++) {                                                        \
+                acc[0][c] = fmaf(a0, b[c], acc[0][c]);                                           \
+                acc[1][c] = fmaf(a1, b[c], acc[1][c]);                                           \
+                acc[2][c] = fmaf(a2, b[c], acc[2][c]);                                           \
+                acc[3][c] = fmaf(a3, b[c], acc[3][c]);                                           \
+            }                                                                                    \
+        }                                                                                        \
+        for (int r = 0; r < MR; r++) {                                                           \
+            float *o = Cm + r * ldc;                                                             \
+            if (accumulate)                                                                      \
+                for (int c = 0; c < W; c++) o[c] += alpha * acc[r][c];                           \
+            else                                                                                 \
+                for (int c = 0; c < W; c++) o[c] = alpha * acc[r][c];                            \
+        }                                                                                        \
     }
-    for (int r = 0; r < MR; r++) {
-        float *o = Cm + r * ldc;
-        if (accumulate)
-            for (int c = 0; c < NR; c++) o[c] += alpha * acc[r][c];
-        else
-            for (int c = 0; c < NR; c++) o[c] = alpha * acc[r][c];
-    }
-}
+DEFINE_TILE(tile_full, NR)
+DEFINE_TILE(tile_half, NR / 2)
+DEFINE_TILE(tile_quarter, NR / 4)
+#undef DEFINE_TILE
 
 /* The same for a partial tile, r < m <= MR, c < n <= NR (the edges of a matrix). */
 static void tile_edge(int m, int n, int K, const float *A, ptrdiff_t rsa, ptrdiff_t csa,
@@ -82,13 +92,29 @@ static void tile_edge(int m, int n, int K, const float *A, ptrdiff_t rsa, ptrdif
     }
 }
 
+/* An m x n tile (m <= MR, n <= NR): full rows in register tiles of NR, NR/2 and NR/4 columns,
+ * what is left (fewer than MR rows, or fewer than NR/4 columns) in tile_edge. */
 static inline void tile(int m, int n, int K, const float *A, ptrdiff_t rsa, ptrdiff_t csa,
                         const float *B, ptrdiff_t ldb, float *Cm, ptrdiff_t ldc, float alpha,
                         int accumulate) {
-    if (m == MR && n == NR)
-        tile_full(K, A, rsa, csa, B, ldb, Cm, ldc, alpha, accumulate);
-    else
+    if (m < MR) {
         tile_edge(m, n, K, A, rsa, csa, B, ldb, Cm, ldc, alpha, accumulate);
+        return;
+    }
+    if (n == NR) {
+        tile_full(K, A, rsa, csa, B, ldb, Cm, ldc, alpha, accumulate);
+        return;
+    }
+    int c = 0;
+    if (n - c >= NR / 2) {
+        tile_half(K, A, rsa, csa, B + c, ldb, Cm + c, ldc, alpha, accumulate);
+        c += NR / 2;
+    }
+    if (n - c >= NR / 4) {
+        tile_quarter(K, A, rsa, csa, B + c, ldb, Cm + c, ldc, alpha, accumulate);
+        c += NR / 4;
+    }
+    if (c < n) tile_edge(m, n - c, K, A, rsa, csa, B + c, ldb, Cm + c, ldc, alpha, accumulate);
 }
 
 /* dst[d*T + j] = src[j*lds + d] for j < T, d < hs (a head, transposed) */

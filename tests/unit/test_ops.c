@@ -24,7 +24,7 @@
 #include "ops_check.h"
 #include "tap.h"
 
-#define NCHECKS 142
+#define NCHECKS 146
 
 static const tsr_ops *ops = &tsr_cpu_ops;
 
@@ -922,6 +922,9 @@ int main(void) {
     test_attention(2, 5, 12, 3, 1, 0);  /* ALiBi, 3 heads (not a power of two) */
     test_attention(1, 70, 64, 2, 1, 400); /* full 4x16 tiles, two backward row blocks */
     test_attention(1, 70, 64, 2, 0, 400);
+    /* head size 28: register tiles of 16 and 8 columns and a 4-column edge (AVX-512; 8 + 4 and
+     * a 16-column tile with AVX2) */
+    test_attention(1, 70, 56, 2, 0, 400);
     test_attention_seq(2, 9, 8, 2, 0, 0);
     test_attention_seq(2, 12, 12, 3, 1, 0);  /* ALiBi, 3 heads */
     test_attention_seq(1, 70, 64, 2, 1, 400); /* full tiles, segments across tiles and row blocks */

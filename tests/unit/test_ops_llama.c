@@ -21,7 +21,7 @@
 #include "ops_check.h"
 #include "tap.h"
 
-#define NCHECKS 106
+#define NCHECKS 109
 
 static const tsr_ops *ops = &tsr_cpu_ops;
 
@@ -615,6 +615,7 @@ int main(void) {
     test_gqa(1, 70, 4, 2, 64, 1, 0, 300); /* full tiles, two backward row blocks */
     test_gqa(2, 150, 4, 1, 16, 0, 1, 300); /* three row blocks, segments across them */
     test_gqa(1, 33, 8, 2, 32, 0, 1, 300);  /* odd T, 4 query heads per kv head */
+    test_gqa(2, 70, 8, 2, 24, 1, 1, 300);  /* head size 24 (16 + 8 column tiles), segments */
     test_gqa_determinism();
     test_backend();
     test_determinism();
