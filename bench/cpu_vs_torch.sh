@@ -13,7 +13,10 @@
 # torch.set_num_threads(THREADS)), for
 # the same number of optimizer steps each, and reports
 # tokens/s = tokens / time of the steps after the first SKIP of every run (pooled over the rounds),
-# the ratio and the peak RSS of each process. Results and logs: $BENCH_OUT.
+# the ratio and the peak RSS of each process. For the dense models it then times the step's matmuls
+# alone through tessera's CPU backend (bench/matmul_floor.c, the linear layers from
+# bench_util.py linears) and the machine's fp32 FMA peak: PyTorch's step over that floor is the
+# highest ratio any work outside the matmuls can give. Results and logs: $BENCH_OUT.
 #
 # Environment (all optional):
 #   STEPS (per run; default 30 for the tiny models, 15 for the 20m ones) SKIP=3 ROUNDS=3 THREADS=2
@@ -33,8 +36,9 @@
 #     loads the pthread OpenBLAS (Debian's default alternative; its threads fight spinning OpenMP
 #     workers for the cores) but not with the OpenMP build (one shared pool: passive waiting costs
 #     torch 1.1-1.8x there),
-#     ATEN_CPU_CAPABILITY=avx512 on AVX-512 CPUs (torch 1.13 picks AVX2), and glibc malloc tunables
-#     that keep freed activation buffers in the heap instead of unmapping them every step.
+#     ATEN_CPU_CAPABILITY=avx512 on AVX-512 CPUs (torch 1.13 picks AVX2), and tcmalloc preloaded
+#     (Debian's libtcmalloc-minimal4, which ./INSTALL installs) or, without it, glibc malloc
+#     tunables that keep freed activation buffers in the heap instead of unmapping them every step.
 #     TORCH_ENV=" " (a space) runs torch with Debian's defaults.
 #   tessera runs as shipped (its own thread and BLAS choices: docs/decisions.md).
 set -euo pipefail
@@ -53,10 +57,11 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 CHECK_PEER=${CHECK_PEER:-1}
 TRAIN=$BUILD/tessera-train
 TOOL=$BUILD/tessera
+FLOOR=$BUILD/bench/matmul_floor
 UTIL=(env -u PYTHONPATH "$PYTHON" "$ROOT/bench/bench_util.py")
 
 die() { echo "cpu_vs_torch: $*" >&2; exit 1; }
-for b in "$TRAIN" "$TOOL"; do
+for b in "$TRAIN" "$TOOL" "$FLOOR"; do
     [[ -x $b ]] || die "$b not found: run 'make' first (or 'make bench')"
 done
 [[ -x $PYTHON ]] || die "$PYTHON not found: PYTHON= must name an interpreter with torch"
@@ -76,7 +81,13 @@ if [[ -z ${TORCH_ENV:-} ]]; then
     TORCH_ENV=
     [[ $TORCH_BLAS == *openmp* ]] || TORCH_ENV="OMP_WAIT_POLICY=PASSIVE"
     grep -qw avx512f /proc/cpuinfo && TORCH_ENV+=" ATEN_CPU_CAPABILITY=avx512"
-    TORCH_ENV+=" GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=68719476736:glibc.malloc.top_pad=268435456"
+    # tcmalloc (./INSTALL installs it) when present, else glibc's malloc tuned to keep freed
+    # buffers; glibc maps every block over 32 MiB (its largest threshold) afresh, and the page
+    # faults of those cost torch 1.2-1.3x at the 20m sizes on a VM where faults are slow
+    TCMALLOC=/usr/lib/$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)/libtcmalloc_minimal.so.4
+    if [[ -f $TCMALLOC ]]; then TORCH_ENV+=" LD_PRELOAD=$TCMALLOC"
+    else TORCH_ENV+=" GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=68719476736:glibc.malloc.top_pad=268435456"
+    fi
 fi
 read -r -a torch_env <<<"$TORCH_ENV"
 
@@ -120,10 +131,11 @@ config_sets() {
 TMP=$(mktemp -d /tmp/tessera-bench.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 # every round runs the same binaries, whatever a concurrent 'make' does to $BUILD meanwhile
-cp "$TRAIN" "$TOOL" "$TMP/"
-TRAIN=$TMP/tessera-train TOOL=$TMP/tessera
+cp "$TRAIN" "$TOOL" "$FLOOR" "$TMP/"
+TRAIN=$TMP/tessera-train TOOL=$TMP/tessera FLOOR=$TMP/matmul_floor
 mkdir -p "$BENCH_OUT"
-rm -f "$BENCH_OUT"/*-tessera-r* "$BENCH_OUT"/*-torch-r* "$BENCH_OUT"/*-peer-check.* "$BENCH_OUT/results.md"
+rm -f "$BENCH_OUT"/*-tessera-r* "$BENCH_OUT"/*-torch-r* "$BENCH_OUT"/*-peer-check.* "$BENCH_OUT"/*-floor.json \
+    "$BENCH_OUT/results.md"
 
 # check_peer CFG: tessera's ref_dump writes the initial weights, step 0's batch, loss and gradients
 # of the config (the --set keys of array sets, one step); bench/check_llama_peer.py (torch_llama.py)
@@ -184,6 +196,14 @@ for cfg in $CONFIGS; do
         results+=("$BENCH_OUT/$cfg-tessera-r$r.json" "$base.json")
     done
     [[ $CHECK_PEER != 1 || $peer == torch_gpt.py ]] || check_peer "$cfg"
+    # the matmul floor: the step's matmuls alone through tessera's CPU backend (dense models)
+    "${UTIL[@]}" linears "$run_dir/config.cfg" >"$TMP/linears-$cfg"
+    if [[ -s $TMP/linears-$cfg ]]; then
+        echo "== $cfg: matmul floor: $("${UTIL[@]}" quiet "$QUIET_WAIT")"
+        "$FLOOR" "$THREADS" 5 <"$TMP/linears-$cfg" >"$BENCH_OUT/$cfg-floor.json" ||
+            die "matmul_floor failed on $TMP/linears-$cfg"
+        results+=("$BENCH_OUT/$cfg-floor.json")
+    fi
 done
 
 echo
