@@ -133,7 +133,7 @@ TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(BUILD)/tests/ref_dump
 # the checkpoint test driver (tests/mpi) calls MPI itself
 ifeq ($(NO_MPI),0)
-  TEST_BIN += $(BUILD)/tests/ckpt_driver
+  TEST_BIN += $(BUILD)/tests/ckpt_driver $(BUILD)/tests/a2a_driver
 endif
 # healthcheck/: tessera-healthcheck; its parts but main form a library the unit test links too
 HC_MAIN  := healthcheck/hc_main.c
@@ -319,6 +319,10 @@ $(BUILD)/tests/ref_dump: $(BUILD)/obj/tests/reference/ref_dump.o $(BUILD)/libtes
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
 
 $(BUILD)/tests/ckpt_driver: $(BUILD)/obj/tests/mpi/ckpt_driver.o $(BUILD)/libtessera.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
+
+$(BUILD)/tests/a2a_driver: $(BUILD)/obj/tests/mpi/a2a_driver.o $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
 

@@ -310,6 +310,19 @@ void dist_group_reduce_scatter_f32(tsr_group *g, const float *send, float *recv,
     if (g->size == 1) memmove(recv, send, (size_t)counts[0] * sizeof(float));
     else MPI_CHECK(MPI_Reduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, g->comm));
 }
+static size_t gcd_size(size_t a, size_t b) {
+    while (b) {
+        const size_t t = a % b;
+        a = b, b = t;
+    }
+    return a;
+}
+/* the smallest prime factor of n >= 2 */
+static size_t smallest_factor(size_t n) {
+    for (size_t f = 2; f <= n / f; f++)
+        if (n % f == 0) return f;
+    return n;
+}
 void dist_group_alltoallv(tsr_group *g, const void *send, const size_t *scounts,
                           const size_t *sdispls, void *recv, const size_t *rcounts,
                           const size_t *rdispls, size_t elem) {
@@ -318,13 +331,21 @@ void dist_group_alltoallv(tsr_group *g, const void *send, const size_t *scounts,
                 scounts[0] * elem);
         return;
     }
-    MPI_Datatype t;
-    MPI_CHECK(MPI_Type_contiguous(block_count(elem, "all-to-all element"), MPI_BYTE, &t));
-    MPI_CHECK(MPI_Type_commit(&t));
+    /* MPI counts and displacements are ints in units of the datatype: the unit is the largest
+     * run of elements that divides every count and displacement (the expert exchange's rows of
+     * C elements, so rows x C may pass 2^31) whose bytes fit an int */
     int n = g->size, *v = tsr_malloc(4 * (size_t)n * sizeof(int));
     const size_t *in[4] = {scounts, sdispls, rcounts, rdispls};
+    size_t unit = 0;
     for (int k = 0; k < 4; k++)
-        for (int r = 0; r < n; r++) v[k * n + r] = block_count(in[k][r], "all-to-all");
+        for (int r = 0; r < n; r++) unit = gcd_size(unit, in[k][r]);
+    if (unit == 0) unit = 1;
+    while (unit > 1 && unit > (size_t)INT32_MAX / elem) unit /= smallest_factor(unit);
+    MPI_Datatype t;
+    MPI_CHECK(MPI_Type_contiguous(block_count(unit * elem, "all-to-all element"), MPI_BYTE, &t));
+    MPI_CHECK(MPI_Type_commit(&t));
+    for (int k = 0; k < 4; k++)
+        for (int r = 0; r < n; r++) v[k * n + r] = block_count(in[k][r] / unit, "all-to-all");
     MPI_CHECK(MPI_Alltoallv(send, v, v + n, t, recv, v + 2 * n, v + 3 * n, t, g->comm));
     MPI_CHECK(MPI_Type_free(&t));
     free(v);

@@ -89,8 +89,10 @@ void dist_group_bcast_f32(tsr_group *g, float *buf, size_t n, int root);
 void dist_group_bcast(tsr_group *g, void *buf, size_t bytes, int root);
 void dist_group_allgather(tsr_group *g, const void *mine, void *all, size_t bytes);
 /* All-to-all-v over the group of elements of elem bytes, counts and displacements in elements
- * (size_t; each must fit MPI's int): fsdp's fp32 pieces, the expert exchange's fp32 rows on the
- * CPU and bf16 rows in the CUDA emulator */
+ * (size_t): fsdp's fp32 pieces, the expert exchange's fp32 rows on the CPU and bf16 rows in the
+ * CUDA emulator. MPI's int counts apply to runs of elements: the largest run that divides every
+ * count and displacement (a row of C elements for the exchange), so counts may pass 2^31 elements
+ * as long as each is under 2^31 such runs (else an internal error names the block). */
 void dist_group_alltoallv(tsr_group *g, const void *send, const size_t *scounts,
                           const size_t *sdispls, void *recv, const size_t *rcounts,
                           const size_t *rdispls, size_t elem);
