@@ -324,7 +324,14 @@ int dpo_ref_build(tsr_trainer *t) {
     file_header(t, &h);
     t->dpo_ref.crc = file_crc(t, &h); /* (every rank: the same values and header) */
     record_checksum(t);
-    return commit(t, NULL, tsr_now() - t0);
+    TSR_CHECK(commit(t, NULL, tsr_now() - t0));
+    /* run_dir/config.cfg was written before the pass, with the checksum still empty: again, so
+     * that it names the reference as the checkpoints' configs do */
+    char path[1200];
+    snprintf(path, sizeof path, "%s/config.cfg", t->cfg.run_dir);
+    int64_t rc = t->dist.rank == 0 ? config_save(path, &t->cfg) : 0;
+    dist_allreduce_sum_i64(&rc, 1); /* rank 0's outcome, on every rank */
+    return rc ? TSR_EXIT_DATA : 0;
 }
 
 void dpo_ref_free(tsr_trainer *t) {

@@ -19,7 +19,7 @@
 # (dpo.reference = "base" without LoRA is refused in test_dpo.sh.)
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 9
+tap_plan 10
 mk_pairs() {
     (cd "$TSR_ROOT/tests/reference" && /usr/bin/python3 -c "
 import sys, test_dpo
@@ -48,6 +48,12 @@ snapshot() { (cd "$1" && find . -type f -exec md5sum {} + | sort); }
     grep -q 'reference = "precomputed"' "$TMP/F1/config.cfg" && [[ -s $TMP/F1/$ref ]]
 tap_check $? "full finetuning on 1 rank (dpo.reference auto = precomputed): the pass and its time in the log and metrics.jsonl, $ref stored"
 tap_diag "$(grep "dpo reference" "$TMP/F1.txt")"
+# the run's config.cfg, written before the pass, is written again with the checksum the
+# checkpoints record
+sum_cfg=$(grep -o 'reference_checksum = "crc32c:[0-9a-f]\{8\}"' "$TMP/F1/config.cfg")
+sum_ck=$("$TOOL" ckpt inspect "$(ck "$TMP/F1" 4)" 2>/dev/null | grep -o 'reference_checksum = "crc32c:[0-9a-f]\{8\}"')
+[[ -n $sum_cfg && $sum_cfg == "$sum_ck" ]]
+tap_check $? "run_dir/config.cfg names the stored reference as the checkpoints do ($sum_cfg)"
 
 run F2 2 && run O2 2 --set parallel.sharding=zero1 && run Z2 2 --set parallel.sharding=zero3 &&
     run H4 4 --set parallel.sharding=hsdp --set parallel.replica_group=2
