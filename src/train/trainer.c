@@ -399,6 +399,39 @@ static int open_icl(tsr_trainer *t) {
     return icl_api->open(&t->icl, &t->cfg, t->tok, t->model.V, t->micro, t->T);
 }
 
+/* What each rank reads for itself at start (its GPU, the tokenizer's and the data's files) can
+ * differ between nodes: node-local copies, a mount missing on one node. Every rank calls this
+ * with its outcome rc, and all return the worst status when any failed: a rank that stopped alone
+ * would leave the others waiting in their next collective. Only rank 0 reports start-up errors
+ * (train_main.c), so when the ranks disagree it names the first rank that failed and its host. */
+static int agree_start(const tsr_trainer *t, int rc, const char *what) {
+    int64_t n[2] = {1, rc != 0}; /* ranks, failed ranks (t->dist is --plan's world) */
+    dist_allreduce_sum_i64(n, 2);
+    if (n[1] == 0) return 0;
+    int worst = rc, first = rc ? t->dist.rank : INT_MAX;
+    dist_allreduce_max_int(&worst, 1);
+    dist_allreduce_min_int(&first, 1);
+    char host[sizeof t->dist.host];
+    memcpy(host, t->dist.host, sizeof host);
+    dist_bcast(host, sizeof host, first);
+    host[sizeof host - 1] = '\0';
+    if (n[1] < n[0] && t->dist.rank == 0) {
+        if (rc)
+            tsr_error("rank 0 could not use its %s (above), but %lld of the other %lld ranks could: "
+                      "the files differ between nodes (node-local copies?)", what,
+                      (long long)(n[0] - n[1]), (long long)(n[0] - 1));
+        else
+            tsr_error("%lld of %lld ranks could not use the %s that rank 0 opened, the first rank "
+                      "%d on %s: the files differ between nodes (node-local copies, a missing "
+                      "mount?); its own message is muted (rank 0 reports start-up errors): run "
+                      "on that node alone to see it%s",
+                      (long long)n[1], (long long)n[0], what, first, host,
+                      strcmp(what, "data") == 0 ? ", or check its copy with 'tessera verify-data'"
+                                                : "");
+    }
+    return worst;
+}
+
 int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run) {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
@@ -406,8 +439,9 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->be.ops = &tsr_cpu_ops;
     t->T = (int)cfg->seq_len;
     TSR_CHECK(config_check_world(cfg, d->world));
-    if (cfg->device == TSR_DEVICE_CUDA) TSR_CHECK(cuda_config_check(d->rank));
-    TSR_CHECK(open_tokenizer(t));
+    int rc = cfg->device == TSR_DEVICE_CUDA ? cuda_config_check(d->rank) : 0;
+    if (!rc) rc = open_tokenizer(t);
+    TSR_CHECK(agree_start(t, rc, "GPU or tokenizer"));
     t->per_rank = cfg->global_batch / d->world;
     t->auto_micro = cfg->micro_batch == 0; /* "auto": start with the whole per-rank batch */
     t->micro = t->auto_micro ? trainer_micro_at_most(t, t->per_rank) : (int)cfg->micro_batch;
@@ -415,7 +449,7 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     cpu_ops_set_threads(t->be.threads);
     t->out.peak_flops = cfg->peak_flops > 0 ? cfg->peak_flops
                                             : metrics_peak_flops("cpu", t->be.threads);
-    if (!dry_run) TSR_CHECK(train_data_open(t));
+    TSR_CHECK(agree_start(t, dry_run ? 0 : train_data_open(t), "data"));
     uint64_t epoch_samples = dry_run ? 1 : train_data_epoch_samples(t);
     t->total_steps = duration_to_steps(cfg->max_duration, cfg->global_batch, cfg->seq_len, epoch_samples);
     t->warmup_steps = duration_to_steps(cfg->optim.warmup, cfg->global_batch, cfg->seq_len, epoch_samples);
