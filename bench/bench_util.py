@@ -115,6 +115,17 @@ PEER_LLAMA = {"model.pos": "rope", "model.bias": "false", "model.norm": "rmsnorm
 PEER_MOE = {"model.moe_every": "1", "model.moe_shared_size": "0"}
 
 
+def kv_heads(c):
+    """model.n_kv_head, 0 meaning n_head"""
+    return int(c.get("model.n_kv_head", "0")) or int(c["model.n_head"])
+
+
+def mlp_width(c):
+    """The MLP's intermediate size: model.intermediate_size, 0 meaning expansion_ratio x d_model"""
+    return int(c.get("model.intermediate_size", "0")) or int(round(float(c["model.expansion_ratio"]) *
+                                                                   int(c["model.d_model"])))
+
+
 def require(c, need, peer):
     for k, v in need.items():
         if c.get(k, "").lower() != v:
@@ -132,7 +143,7 @@ def cmd_torch_args(argv):
     require(c, PEER_LLAMA if llama or moe else PEER_GPT, script)
     if moe:
         require(c, PEER_MOE, script)
-    kvh = int(c.get("model.n_kv_head", "0")) or int(c["model.n_head"])
+    kvh = kv_heads(c)
     args = [script, "--n-layer", c["model.n_layer"], "--d-model", c["model.d_model"],
             "--n-head", c["model.n_head"], "--vocab", c["model.vocab_size"],
             "--vocab-multiple", c["model.vocab_multiple"], "--init-std", c["model.init_std"],
@@ -144,8 +155,7 @@ def cmd_torch_args(argv):
             "--warmup", str(steps_of(c["optim.warmup"], "optim.warmup")),
             "--total-steps", str(steps_of(c["max_duration"], "max_duration"))]
     if llama:
-        F = int(c["model.intermediate_size"]) or int(round(float(c["model.expansion_ratio"]) *
-                                                           int(c["model.d_model"])))
+        F = mlp_width(c)
         args += ["--n-kv-head", str(kvh), "--intermediate-size", str(F),
                  "--rope-theta", c["model.rope_theta"], "--norm-eps", c["model.norm_eps"]]
         if c["model.tie_embeddings"].lower() == "false":
@@ -178,9 +188,8 @@ def cmd_linears(argv):
     if int(c.get("model.moe_experts", "0")) > 0:
         return 0
     C, NH, L = int(c["model.d_model"]), int(c["model.n_head"]), int(c["model.n_layer"])
-    KVH = int(c.get("model.n_kv_head", "0")) or NH
+    KVH, F = kv_heads(c), mlp_width(c)
     hs = int(c.get("model.head_dim", "0")) or C // NH
-    F = int(c.get("model.intermediate_size", "0")) or int(round(float(c["model.expansion_ratio"]) * C))
     mult = int(c["model.vocab_multiple"])
     Vp = (int(c["model.vocab_size"]) + mult - 1) // mult * mult
     mb, gb = int(c["micro_batch"]), int(c["global_batch"])

@@ -23,19 +23,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "blas_env.h"
 #include "common.h"
 #include "ops.h"
 
 #define MAX_SHAPES 64
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
@@ -79,7 +72,7 @@ typedef float vec;
  * to cover the FMA latency on two pipes) on THREADS threads */
 static double fma_gflops(int threads) {
     const long iters = 50000000;
-    double t = now();
+    double t = tsr_now();
 #pragma omp parallel num_threads(threads)
     {
         vec acc[12];
@@ -91,7 +84,7 @@ static double fma_gflops(int threads) {
         for (int i = 0; i < 12; i++) s += VSUM(acc[i]);
         if (s == 12345.0f) printf("#\n"); /* keeps the loop */
     }
-    t = now() - t;
+    t = tsr_now() - t;
     return 2.0 * 12 * W * (double)iters * threads / t / 1e9;
 }
 
@@ -150,10 +143,10 @@ int main(int argc, char **argv) {
         memset(dinp, 0, (size_t)N * IC * sizeof *dinp), memset(dw, 0, (size_t)OC * IC * sizeof *dw);
         double *t = tsr_malloc((size_t)reps * sizeof *t);
         for (int r = -1; r < reps; r++) {
-            const double t0 = now();
+            const double t0 = tsr_now();
             ops->matmul_forward(out, inp, w, NULL, N, IC, OC);
             ops->matmul_backward(dinp, dw, NULL, out, inp, w, N, IC, OC);
-            if (r >= 0) t[r] = now() - t0;
+            if (r >= 0) t[r] = tsr_now() - t0;
         }
         qsort(t, (size_t)reps, sizeof *t, cmp_double);
         const double med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);

@@ -152,6 +152,14 @@ static void xd_times_at(const char *what, float *t, const float *xd, const float
     tcu_lt_gemm_f32(what, CUBLAS_OP_T, CUBLAS_OP_N, R, N, IC, 1.0f, A, IC, xd, IC, 0.0f, t, R, s);
 }
 
+/* xd (N,IC) = dropout(fp32(inp)): the input as both passes see it */
+static void dropped_input(const char *what, float *xd, const tsr_bf16 *inp, float p, uint64_t key,
+                          int64_t row0, int N, int IC, tcu_stream s) {
+    drop_widen_kernel<<<grid_for((size_t)N * IC), LORA_THREADS, 0, (cudaStream_t)s>>>(
+        xd, (const bf16 *)inp, p, key, row0, N, IC);
+    TCU_CHECK_LAUNCH(what);
+}
+
 void tcu_lora_forward(tsr_bf16 *out, int ld, const tsr_bf16 *inp, const float *A, const float *B,
                       float scale, float p, uint64_t key, int64_t row0, void *scratch, int N,
                       int IC, int OC, int R, tcu_stream s) {
@@ -159,10 +167,8 @@ void tcu_lora_forward(tsr_bf16 *out, int ld, const tsr_bf16 *inp, const float *A
     check_lora(what, N, IC, OC, R, ld, p, scratch);
     float *t, *xd, *dz;
     scratch_parts(scratch, N, IC, R, &t, &xd, &dz);
-    const size_t ni = (size_t)N * IC, no = (size_t)N * OC;
-    drop_widen_kernel<<<grid_for(ni), LORA_THREADS, 0, (cudaStream_t)s>>>(
-        xd, (const bf16 *)inp, p, key, row0, N, IC);
-    TCU_CHECK_LAUNCH(what);
+    const size_t no = (size_t)N * OC;
+    dropped_input(what, xd, inp, p, key, row0, N, IC, s);
     xd_times_at(what, t, xd, A, N, IC, R, s);
     /* out[:, j] += scale sum_k t[:, k] B[j, k]: w(k, j) = B[j * R + k] */
     add_low_rank_kernel<<<grid_for(no), LORA_THREADS, 0, (cudaStream_t)s>>>(
@@ -181,9 +187,7 @@ void tcu_lora_backward(tsr_bf16 *dinp, float *dA, float *dB, const tsr_bf16 *dou
     float *t, *xd, *dz;
     scratch_parts(scratch, N, IC, R, &t, &xd, &dz);
     const size_t ni = (size_t)N * IC, no = (size_t)N * OC;
-    drop_widen_kernel<<<grid_for(ni), LORA_THREADS, 0, (cudaStream_t)s>>>(
-        xd, (const bf16 *)inp, p, key, row0, N, IC);
-    TCU_CHECK_LAUNCH(what);
+    dropped_input(what, xd, inp, p, key, row0, N, IC, s);
     block_widen_kernel<<<grid_for(no), LORA_THREADS, 0, (cudaStream_t)s>>>(
         dz, (const bf16 *)dout, ld, N, OC);
     TCU_CHECK_LAUNCH(what);

@@ -327,9 +327,7 @@ int dpo_ref_build(tsr_trainer *t) {
     TSR_CHECK(commit(t, NULL, tsr_now() - t0));
     /* run_dir/config.cfg was written before the pass, with the checksum still empty: again, so
      * that it names the reference as the checkpoints' configs do */
-    char path[1200];
-    snprintf(path, sizeof path, "%s/config.cfg", t->cfg.run_dir);
-    int64_t rc = t->dist.rank == 0 ? config_save(path, &t->cfg) : 0;
+    int64_t rc = t->dist.rank == 0 ? metrics_save_config(t) : 0;
     dist_allreduce_sum_i64(&rc, 1); /* rank 0's outcome, on every rank */
     return rc ? TSR_EXIT_DATA : 0;
 }

@@ -194,14 +194,19 @@ static int mkdir_p(const char *path) {
     return 0;
 }
 
+int metrics_save_config(const tsr_trainer *t) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/config.cfg", t->cfg.run_dir);
+    return config_save(path, &t->cfg);
+}
+
 int metrics_open_run_dir(tsr_trainer *t) {
     char path[1200];
     if (mkdir_p(t->cfg.run_dir) != 0) {
         tsr_error("run_dir = \"%s\": cannot create: %s", t->cfg.run_dir, strerror(errno));
         return TSR_EXIT_DATA;
     }
-    snprintf(path, sizeof path, "%s/config.cfg", t->cfg.run_dir);
-    TSR_CHECK(config_save(path, &t->cfg));
+    TSR_CHECK(metrics_save_config(t));
     /* appended to: a resumed or requeued run continues the same file (a "start" line marks each
      * process start; a step logged twice after a crash is the later line that counts) */
     snprintf(path, sizeof path, "%s/metrics.jsonl", t->cfg.run_dir);

@@ -14,6 +14,8 @@ void metrics_human_bytes(char *buf, size_t n, double b);
 void metrics_print_plan(const tsr_trainer *t, int dry_run);
 /* Creates run_dir, writes the effective config (run_dir/config.cfg), opens run_dir/metrics.jsonl. */
 int metrics_open_run_dir(tsr_trainer *t);
+/* (Re)writes run_dir/config.cfg from t->cfg, atomically (rank 0's job). 0 or an exit code. */
+int metrics_save_config(const tsr_trainer *t);
 /* Ends a metrics.jsonl record: its wall-clock time, `"time": UNIX_SECONDS.MMM}` (UTC, ms), a
  * newline, a flush. Every record's last field (docs/tracking.md). */
 void metrics_end_record(FILE *f);

@@ -30,3 +30,23 @@ real_backend() {
     [[ -z $why ]] && GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
     return 0
 }
+
+# without_gpu WHAT PER CMD...: the checks of a machine without a GPU (why set by real_backend).
+# When the real library was built, CMD runs the trainer with device = cuda, its output in
+# $TMP/nodev.txt: it must load and say there is no device (exit 1), checked as "the library
+# WHAT"; then the PER checks that need the GPU are counted as skipped.
+without_gpu() {
+    local what=$1 per=$2 rc i
+    shift 2
+    if [[ -f $BUILD/libtessera-cuda-train.so ]]; then
+        "$@"
+        rc=$?
+        ((rc == 1)) && grep -q 'device = "cuda": rank 0 sees no CUDA device' "$TMP/nodev.txt"
+        tap_check $? "$BUILD/libtessera-cuda-train.so $what (exit $rc, want 1)"
+    else
+        _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - the real library without a GPU # SKIP $why"
+    fi
+    for ((i = 0; i < per; i++)); do
+        _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda check $((i + 1)) of $per # SKIP $why"
+    done
+}

@@ -157,16 +157,6 @@ if [[ -z $why ]]; then
     suite "$TRAIN" cuda 5e-3 5e-2 $((64 << 20))
     _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - the real library without a GPU # SKIP there is a GPU"
 else
-    if [[ -f $BUILD/libtessera-cuda-train.so ]]; then
-        run "$TRAIN" nodev 1 --set device=cuda
-        rc=$?
-        ((rc == 1)) && grep -q 'device = "cuda": rank 0 sees no CUDA device' "$TMP/nodev.txt"
-        tap_check $? "$BUILD/libtessera-cuda-train.so loads for a LoRA run and reports no CUDA device (exit $rc, want 1)"
-    else
-        _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - the real library without a GPU # SKIP $why"
-    fi
-    for ((i = 0; i < PER; i++)); do
-        _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda check $((i + 1)) of $PER # SKIP $why"
-    done
+    without_gpu "loads for a LoRA run and reports no CUDA device" "$PER" run "$TRAIN" nodev 1 --set device=cuda
 fi
 tap_done

@@ -294,16 +294,6 @@ if [[ -z $why ]]; then
 else
     # without a GPU the real library still loads (dlopen, the trainer's symbols from the
     # executable, cuBLASLt) and says there is no device
-    if [[ -f $BUILD/libtessera-cuda-train.so ]]; then
-        run "$TRAIN" 1 nodev --set device=cuda
-        rc=$?
-        ((rc == 1)) && grep -q 'device = "cuda": rank 0 sees no CUDA device' "$TMP/nodev.txt"
-        tap_check $? "$BUILD/libtessera-cuda-train.so loads and reports no CUDA device (exit $rc, want 1)"
-    else
-        _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - the real library without a GPU # SKIP $why"
-    fi
-    for ((i = 0; i < PER; i++)); do
-        _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda check $((i + 1)) of $PER # SKIP $why"
-    done
+    without_gpu "loads and reports no CUDA device" "$PER" run "$TRAIN" 1 nodev --set device=cuda
 fi
 tap_done

@@ -22,14 +22,14 @@ fi
 make_synth "$TMP/data"
 tiny_args "$TMP/data/train"
 args+=(--set model.n_head=4 --set max_duration=2ba --set run_dir="$TMP/run")
-# hide DIR CMD...: CMD with DIR emptied (a tmpfs over it, in a mount namespace of its own)
-hide() { local dir=$1; shift; unshare -m sh -c 'mount -t tmpfs tsr-hide "$0" && exec "$@"' "$dir" "$@"; }
-export -f hide
-# two ranks, rank R's command hidden from DIR: sets out and rc (a hang ends at the timeout: 124)
+# run_hidden R DIR [SETS...]: two ranks, rank R's with DIR emptied (a tmpfs over it, in a mount
+# namespace of its own): sets out and rc (a hang ends at the timeout: 124)
 run_hidden() {
     local r=$1 dir=$2 a=() b=()
     shift 2
-    a=("$TRAIN" "${args[@]}" "$@") b=(bash -c 'hide "$0" "$@"' "$dir" "$TRAIN" "${args[@]}" "$@")
+    a=("$TRAIN" "${args[@]}" "$@")
+    # shellcheck disable=SC2016 # (sh expands them)
+    b=(unshare -m sh -c 'mount -t tmpfs tsr-hide "$0" && exec "$@"' "$dir" "${a[@]}")
     if ((r == 1)); then
         out=$(timeout 120 "${MPIRUN[@]}" -np 1 "${a[@]}" : -np 1 "${b[@]}" 2>&1)
     else
