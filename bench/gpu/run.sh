@@ -76,6 +76,12 @@ TOOL=$BUILD/tessera
 PEER=bench/gpu/torch_peer.py
 export PYTHONDONTWRITEBYTECODE=1
 UTIL=(env -u PYTHONPATH "$PYTHON" bench/bench_util.py)
+# tessera's programs run with this script's library path, even when started by a helper under
+# $PYTHON: on the GPU machine PYTHON is device.sh's python3-machine wrapper, which puts the
+# machine's own LD_LIBRARY_PATH back for PyTorch, and the bundle's libconfig, HDF5, OpenBLAS and
+# libgomp would be lost to tessera-train (exit 127)
+if [[ -n ${LD_LIBRARY_PATH+set} ]]; then TESSERA_ENV=(env "LD_LIBRARY_PATH=$LD_LIBRARY_PATH")
+else TESSERA_ENV=(env -u LD_LIBRARY_PATH); fi
 
 die() { echo "run.sh: $*" >&2; exit 1; }
 for v in STEPS ACCUM; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v=${!v}: a whole number >= 1"; done
@@ -400,7 +406,7 @@ for m in $MODELS; do
         cmdline "${tess[@]}" >"$base-tessera.cmd"
         mem_start "$base-tessera.mem"
         rc=0
-        "${UTIL[@]}" rss "$base-tessera.rss" -- "${tess[@]}" >>"$base-tessera.log" 2>&1 || rc=$?
+        "${UTIL[@]}" rss "$base-tessera.rss" -- "${TESSERA_ENV[@]}" "${tess[@]}" >>"$base-tessera.log" 2>&1 || rc=$?
         mem_stop
         if ((rc)); then
             why=$(grep -m1 -i 'error' "$base-tessera.log" || tail -1 "$base-tessera.log")
