@@ -343,9 +343,10 @@ void tcu_layernorm_backward(tsr_bf16 *dinp, float *dw, float *db, const tsr_bf16
                       : (vec  ? layernorm_backward_row_group_kernel<8, true, false>
                          : w8 ? layernorm_backward_row_group_kernel<8, false, false>
                               : layernorm_backward_row_group_kernel<1, false, false>);
-    if (dyn > 48 * 1024)
-        TCU_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn),
-                  what);
+    /* always set: the kernel's static 256 bytes sit on top of dyn, so a dyn just under 48 KiB
+     * (C = 6120..6144) needs the opt-in as much as one over it */
+    TCU_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn),
+              what);
     kern<<<P, threads, dyn, st>>>((bf16 *)dinp, partial, (const bf16 *)dout, (const bf16 *)inp,
                                   (const bf16 *)w, mean, rstd, N, C, rows, acc_smem, with_db);
     TCU_CHECK_LAUNCH("tcu_layernorm_backward: layernorm_backward_row_group_kernel");

@@ -1779,6 +1779,7 @@ static const enc_cfg ENC[] = {
 static const ln_cfg LN[] = {
     {1, 8, 1, 0}, {7, 24, 0, 0}, {65, 72, 1, 4}, {257, 768, 0, 1}, {130, 768, 1, 0},
     {7, 20, 1, 0}, /* C % 8 != 0: the scalar path */
+    {65, 6144, 1, 0}, /* backward: 48 KiB of dynamic shared memory + the kernel's static 256 B */
 };
 static const mmf_cfg MMF[] = {
     {1, 24, 40, 1, -1},    {7, 72, 200, 0, -1},   {65, 24, 40, 0, -1},
@@ -1805,6 +1806,7 @@ static const att_cfg ATT[] = {
 static const rms_cfg RMS[] = {
     {1, 8, 0}, {7, 24, 1}, {65, 72, 0}, {257, 768, 3}, {130, 2048, 0},
     {7, 20, 0}, /* C % 8 != 0: the scalar path */
+    {9, 12288, 0}, /* backward: 48 KiB of dynamic shared memory + the kernel's static part */
 };
 static const qkn_cfg QKN[] = {
     {7, 4, 2, 64}, {65, 8, 1, 128}, {33, 2, 2, 32}, {130, 16, 8, 64},
@@ -1863,27 +1865,34 @@ static const lora_cfg LORA[] = {
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
+/* TSR_GPU_OPS_QUICK=1: the first QUICK_CASES cases of each table only (device.sh runs the full set
+ * under compute-sanitizer's memcheck and this reduced set under racecheck and synccheck, which
+ * are slower by far) */
+enum { QUICK_CASES = 2 };
+static int quick;
+#define NCASES(a) (quick && COUNT(a) > QUICK_CASES ? (size_t)QUICK_CASES : COUNT(a))
+
 static int plan_size(void) {
     int n = 3 + 1 + 1; /* conversions; guard bytes; memory statistics */
-    for (size_t i = 0; i < COUNT(ENC); i++) n += enc_checks(&ENC[i]);
-    for (size_t i = 0; i < COUNT(LN); i++) n += ln_checks(&LN[i]);
-    for (size_t i = 0; i < COUNT(MMF); i++) n += mmf_checks(&MMF[i]);
-    for (size_t i = 0; i < COUNT(MMB); i++) n += mmb_checks(&MMB[i]);
-    for (size_t i = 0; i < COUNT(MMB_NULL); i++) n += mmb_checks(&MMB_NULL[i]);
-    for (size_t i = 0; i < COUNT(ENC_FZ); i++) n += enc_frozen_checks(&ENC_FZ[i]);
-    for (size_t i = 0; i < COUNT(LN_FZ); i++) n += ln_frozen_checks(&LN_FZ[i]);
-    n += (int)COUNT(RMS_FZ) * RMS_FROZEN_CHECKS + (int)COUNT(QKN_FZ) * QKN_FROZEN_CHECKS;
-    n += (int)COUNT(MM_FZ) * MM_FROZEN_CHECKS + (int)COUNT(MOE_FZ) * MOE_FROZEN_CHECKS;
-    for (size_t i = 0; i < COUNT(ADAMW); i++) n += adamw_checks(&ADAMW[i]);
-    for (size_t i = 0; i < COUNT(LORA); i++) n += lora_checks(&LORA[i]);
-    n += (int)(COUNT(GELU) + COUNT(GELU_ODD)) * GELU_CHECKS;
-    n += (int)(COUNT(RESID) + 1) * RESIDUAL_CHECKS + (int)COUNT(ATT) * ATT_CHECKS;
-    n += (int)COUNT(RMS) * RMS_CHECKS + (int)COUNT(QKN) * QKN_CHECKS;
-    n += (int)COUNT(ROPE) * ROPE_CHECKS + (int)COUNT(SWIGLU) * SWIGLU_CHECKS;
-    n += (int)COUNT(MOE) * MOE_CHECKS;
-    n += (int)COUNT(XENT) * (XENT_CHECKS + 1) + (int)COUNT(ARGMAX_MORE); /* + argmax */
-    n += (int)COUNT(SUMSQ) * SUMSQ_CHECKS;
-    n += (int)COUNT(ADD_F32) * ADD_F32_CHECKS + (int)COUNT(D2D) * D2D_CHECKS;
+    for (size_t i = 0; i < NCASES(ENC); i++) n += enc_checks(&ENC[i]);
+    for (size_t i = 0; i < NCASES(LN); i++) n += ln_checks(&LN[i]);
+    for (size_t i = 0; i < NCASES(MMF); i++) n += mmf_checks(&MMF[i]);
+    for (size_t i = 0; i < NCASES(MMB); i++) n += mmb_checks(&MMB[i]);
+    for (size_t i = 0; i < NCASES(MMB_NULL); i++) n += mmb_checks(&MMB_NULL[i]);
+    for (size_t i = 0; i < NCASES(ENC_FZ); i++) n += enc_frozen_checks(&ENC_FZ[i]);
+    for (size_t i = 0; i < NCASES(LN_FZ); i++) n += ln_frozen_checks(&LN_FZ[i]);
+    n += (int)NCASES(RMS_FZ) * RMS_FROZEN_CHECKS + (int)NCASES(QKN_FZ) * QKN_FROZEN_CHECKS;
+    n += (int)NCASES(MM_FZ) * MM_FROZEN_CHECKS + (int)NCASES(MOE_FZ) * MOE_FROZEN_CHECKS;
+    for (size_t i = 0; i < NCASES(ADAMW); i++) n += adamw_checks(&ADAMW[i]);
+    for (size_t i = 0; i < NCASES(LORA); i++) n += lora_checks(&LORA[i]);
+    n += (int)(NCASES(GELU) + NCASES(GELU_ODD)) * GELU_CHECKS;
+    n += (int)(NCASES(RESID) + 1) * RESIDUAL_CHECKS + (int)NCASES(ATT) * ATT_CHECKS;
+    n += (int)NCASES(RMS) * RMS_CHECKS + (int)NCASES(QKN) * QKN_CHECKS;
+    n += (int)NCASES(ROPE) * ROPE_CHECKS + (int)NCASES(SWIGLU) * SWIGLU_CHECKS;
+    n += (int)NCASES(MOE) * MOE_CHECKS;
+    n += (int)NCASES(XENT) * (XENT_CHECKS + 1) + (int)NCASES(ARGMAX_MORE); /* + argmax */
+    n += (int)NCASES(SUMSQ) * SUMSQ_CHECKS;
+    n += (int)NCASES(ADD_F32) * ADD_F32_CHECKS + (int)NCASES(D2D) * D2D_CHECKS;
     return n;
 }
 
@@ -1893,6 +1902,12 @@ int main(void) {
                "make check-gpu on a GPU node\n");
         return 77;
     }
+    const char *q = getenv("TSR_GPU_OPS_QUICK");
+    if (q && *q && strcmp(q, "0") != 0 && strcmp(q, "1") != 0) {
+        fprintf(stderr, "test_gpu_ops: TSR_GPU_OPS_QUICK='%s': expected 0 or 1\n", q);
+        return 2;
+    }
+    quick = q && strcmp(q, "1") == 0;
     const char *env = getenv("TSR_TEST_SEED");
     uint64_t seed = env && *env ? strtoull(env, NULL, 0)
                                 : ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid();
@@ -1912,41 +1927,42 @@ int main(void) {
     tap_diag("device 0: %s, sm_%d, %.1f GiB (%.1f GiB free); CPU reference: %ld threads, %s",
              name, sm, mem_total / 1073741824.0, mem_free / 1073741824.0, ncpu,
              cpu_ops_blas_core());
+    if (quick) tap_diag("TSR_GPU_OPS_QUICK=1: the first %d cases of each table", QUICK_CASES);
     tap_plan(plan_size());
 
     test_convert();
-    for (size_t i = 0; i < COUNT(D2D); i++) test_memcpy_d2d(&D2D[i]);
-    for (size_t i = 0; i < COUNT(ENC); i++) test_encoder(&ENC[i]);
-    for (size_t i = 0; i < COUNT(LN); i++) test_layernorm(&LN[i]);
-    for (size_t i = 0; i < COUNT(MMF); i++) test_matmul_fwd(&MMF[i]);
-    for (size_t i = 0; i < COUNT(MMB); i++) test_matmul_bwd(&MMB[i]);
-    for (size_t i = 0; i < COUNT(GELU); i++) test_gelu(&GELU[i]);
-    for (size_t i = 0; i < COUNT(RESID); i++) test_residual(RESID[i]);
-    for (size_t i = 0; i < COUNT(ATT); i++) test_attention(&ATT[i]);
-    for (size_t i = 0; i < COUNT(RMS); i++) test_rmsnorm(&RMS[i]);
-    for (size_t i = 0; i < COUNT(QKN); i++) test_qknorm(&QKN[i]);
-    for (size_t i = 0; i < COUNT(ROPE); i++) test_rope(&ROPE[i]);
-    for (size_t i = 0; i < COUNT(SWIGLU); i++) test_swiglu(&SWIGLU[i]);
-    for (size_t i = 0; i < COUNT(MOE); i++) test_moe(&MOE[i]);
-    for (size_t i = 0; i < COUNT(XENT); i++) test_xent(&XENT[i]);
-    for (size_t i = 0; i < COUNT(XENT); i++) test_argmax(&XENT[i]);
-    for (size_t i = 0; i < COUNT(ARGMAX_MORE); i++) test_argmax(&ARGMAX_MORE[i]);
-    for (size_t i = 0; i < COUNT(SUMSQ); i++) test_sumsq(SUMSQ[i]);
-    for (size_t i = 0; i < COUNT(ADAMW); i++) test_adamw(&ADAMW[i]);
-    for (size_t i = 0; i < COUNT(ADD_F32); i++) test_add_f32(ADD_F32[i]);
+    for (size_t i = 0; i < NCASES(D2D); i++) test_memcpy_d2d(&D2D[i]);
+    for (size_t i = 0; i < NCASES(ENC); i++) test_encoder(&ENC[i]);
+    for (size_t i = 0; i < NCASES(LN); i++) test_layernorm(&LN[i]);
+    for (size_t i = 0; i < NCASES(MMF); i++) test_matmul_fwd(&MMF[i]);
+    for (size_t i = 0; i < NCASES(MMB); i++) test_matmul_bwd(&MMB[i]);
+    for (size_t i = 0; i < NCASES(GELU); i++) test_gelu(&GELU[i]);
+    for (size_t i = 0; i < NCASES(RESID); i++) test_residual(RESID[i]);
+    for (size_t i = 0; i < NCASES(ATT); i++) test_attention(&ATT[i]);
+    for (size_t i = 0; i < NCASES(RMS); i++) test_rmsnorm(&RMS[i]);
+    for (size_t i = 0; i < NCASES(QKN); i++) test_qknorm(&QKN[i]);
+    for (size_t i = 0; i < NCASES(ROPE); i++) test_rope(&ROPE[i]);
+    for (size_t i = 0; i < NCASES(SWIGLU); i++) test_swiglu(&SWIGLU[i]);
+    for (size_t i = 0; i < NCASES(MOE); i++) test_moe(&MOE[i]);
+    for (size_t i = 0; i < NCASES(XENT); i++) test_xent(&XENT[i]);
+    for (size_t i = 0; i < NCASES(XENT); i++) test_argmax(&XENT[i]);
+    for (size_t i = 0; i < NCASES(ARGMAX_MORE); i++) test_argmax(&ARGMAX_MORE[i]);
+    for (size_t i = 0; i < NCASES(SUMSQ); i++) test_sumsq(SUMSQ[i]);
+    for (size_t i = 0; i < NCASES(ADAMW); i++) test_adamw(&ADAMW[i]);
+    for (size_t i = 0; i < NCASES(ADD_F32); i++) test_add_f32(ADD_F32[i]);
     tap_diag("next: what cuda_ops.h does not spell out (odd n, matmul_backward dinp NULL)");
-    for (size_t i = 0; i < COUNT(GELU_ODD); i++) test_gelu(&GELU_ODD[i]);
+    for (size_t i = 0; i < NCASES(GELU_ODD); i++) test_gelu(&GELU_ODD[i]);
     test_residual(RESID_ODD);
-    for (size_t i = 0; i < COUNT(MMB_NULL); i++) test_matmul_bwd(&MMB_NULL[i]);
+    for (size_t i = 0; i < NCASES(MMB_NULL); i++) test_matmul_bwd(&MMB_NULL[i]);
     tap_diag("next: frozen parameters (every backward with NULL weight gradients)");
-    for (size_t i = 0; i < COUNT(ENC_FZ); i++) test_encoder_frozen(&ENC_FZ[i]);
-    for (size_t i = 0; i < COUNT(LN_FZ); i++) test_layernorm_frozen(&LN_FZ[i]);
-    for (size_t i = 0; i < COUNT(RMS_FZ); i++) test_rmsnorm_frozen(&RMS_FZ[i]);
-    for (size_t i = 0; i < COUNT(QKN_FZ); i++) test_qknorm_frozen(&QKN_FZ[i]);
-    for (size_t i = 0; i < COUNT(MM_FZ); i++) test_matmul_frozen(&MM_FZ[i]);
-    for (size_t i = 0; i < COUNT(MOE_FZ); i++) test_moe_matmul_frozen(&MOE_FZ[i]);
+    for (size_t i = 0; i < NCASES(ENC_FZ); i++) test_encoder_frozen(&ENC_FZ[i]);
+    for (size_t i = 0; i < NCASES(LN_FZ); i++) test_layernorm_frozen(&LN_FZ[i]);
+    for (size_t i = 0; i < NCASES(RMS_FZ); i++) test_rmsnorm_frozen(&RMS_FZ[i]);
+    for (size_t i = 0; i < NCASES(QKN_FZ); i++) test_qknorm_frozen(&QKN_FZ[i]);
+    for (size_t i = 0; i < NCASES(MM_FZ); i++) test_matmul_frozen(&MM_FZ[i]);
+    for (size_t i = 0; i < NCASES(MOE_FZ); i++) test_moe_matmul_frozen(&MOE_FZ[i]);
     tap_diag("next: LoRA's adapter path (dropout masks from the CPU's hash)");
-    for (size_t i = 0; i < COUNT(LORA); i++) test_lora(&LORA[i]);
+    for (size_t i = 0; i < NCASES(LORA); i++) test_lora(&LORA[i]);
 
     tap_ok(guards_broken == 0, "no op wrote into the %d guard bytes around its buffers (%zu of %zu "
            "buffers hit)", GUARD, guards_broken, guards_checked);
