@@ -8,12 +8,24 @@
 #             build-device/, and its programs with every library they load that the GPU machine
 #             does not have in .devbundle/bundle.tar.xz (git-ignored, ~15 MB; the working tree
 #             and it travel together: a device run with carry [".devbundle"])
-#   there:  bash tests/gpu/device.sh check          the GPU op test, tests/gpu/test_cuda_train.sh and test_cuda_lora.sh
-#                                                   (its GPU half and the emulator's), ~5 min
-#           bash tests/gpu/device.sh bench [MODEL...]   bench/gpu/run.sh (tessera vs PyTorch) for
-#                                                   MODELs (default gpt2-124m); its settings from
+#   there:  bash tests/gpu/device.sh check [STAGE...]   in this order (default: all of them):
+#             memcheck   the GPU op test under compute-sanitizer's memcheck (leaks too), every case
+#             racecheck  the op test's reduced case set (TSR_GPU_OPS_QUICK=1) under racecheck
+#             synccheck  the same under synccheck; all three with CUDA_LAUNCH_BLOCKING=1
+#             ops        the op test as it runs in a training step (no sanitizer, asynchronous)
+#             train      tests/gpu/test_cuda_train.sh, test_cuda_lora.sh, test_cuda_moe_ep.sh
+#                        (their GPU halves and the emulator's)
+#           bash tests/gpu/device.sh bench MODEL     bench/gpu/run.sh (tessera vs PyTorch) for one
+#                                                   model (default gpt2-124m); its settings from
 #                                                   the environment (TESSERA_ARGS, MICRO_BATCH, ...)
 #           bash tests/gpu/device.sh profile [MODEL]    per-kernel times of tessera's steps (ncu)
+#           bash tests/gpu/device.sh hc             the health checker's GPU mode: the GPU half of
+#                                                   tests/gpu/test_hc_gpu.sh, then --quick and --full
+#                                                   with the shipped thresholds, timed, --json kept
+#   Time: the device tool stops a command at 10 minutes, and a session has 30 device minutes. Every
+#   step runs under `timeout` (STEP_LIMIT_S, default 540 s) and a call starts no step once less
+#   than 30 s of CALL_LIMIT_S (default 570 s) are left: it says which stages were not run and the
+#   command that runs them, so a slow or hung step leaves its logs instead of nothing.
 #   Each leaves its logs and a summary under $OUT (else /tmp/device-out) and prints the summary
 #   last. The bundle is unpacked once per machine into /tmp/tessera-device.
 #
@@ -28,6 +40,36 @@ OUTDIR=${OUT:-/tmp/device-out}
 
 die() { echo "device.sh: $*" >&2; exit 2; }
 
+STEP_LIMIT_S=${STEP_LIMIT_S:-540}
+CALL_LIMIT_S=${CALL_LIMIT_S:-570}
+for v in STEP_LIMIT_S CALL_LIMIT_S; do
+    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v='${!v}': expected a whole number of seconds"
+done
+T0=$SECONDS
+# limited LOG CMD...: CMD under `timeout` for the smaller of STEP_LIMIT_S and what is left of
+# CALL_LIMIT_S (less 5 s to write the logs), its output into LOG and on stdout. Returns CMD's status,
+# 124 when the limit stopped it, or 125 when less than 30 s were left (CMD not started).
+limited() {
+    local log=$1 left limit rc=0
+    shift
+    left=$((CALL_LIMIT_S - (SECONDS - T0) - 5))
+    ((left >= 25)) || { echo "not started: ${left}s left of CALL_LIMIT_S=$CALL_LIMIT_S" >"$log"; return 125; }
+    limit=$((left < STEP_LIMIT_S ? left : STEP_LIMIT_S))
+    timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
+    ((rc != 124 && rc != 137)) || { echo "stopped by its ${limit}s limit" | tee -a "$log"; rc=124; }
+    return "$rc"
+}
+
+# find_tool NAME: the CUDA toolkit's NAME (compute-sanitizer, ncu) that runs, or nothing
+find_tool() {
+    local t
+    for t in "$(command -v "$1" || true)" "/usr/local/cuda/bin/$1" /usr/local/cuda/compute-sanitizer/"$1" \
+        /opt/nvidia/nsight-compute/*/"$1"; do
+        [[ -n $t && -x $t ]] && "$t" --version >/dev/null 2>&1 && { echo "$t"; return; }
+    done
+    return 0
+}
+
 # Libraries the GPU machine provides itself (C runtime, CUDA toolkit and driver; NCCL comes from
 # PyTorch's wheels there): never carried. Everything else a program loads is.
 SKIP_RE='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|libgcc_s\.so|libstdc\+\+\.so|libresolv\.so|libutil\.so|libcuda\.so|libnvidia-|libcudart\.so|libcublas|libcublasLt|libnccl|libcudnn|libnvrtc|libnvJitLink)'
@@ -37,7 +79,8 @@ pack() {
         die "pack needs nvcc (the CUDA toolkit) to build the GPU library"
     local b=build-device stage
     local progs=("$b/tessera-train" "$b/tessera" "$b/libtessera-cuda-train.so" "$b/tests/test_gpu_ops"
-                 "$b/tests/tessera-train-cuemu")
+                 "$b/tests/tessera-train-cuemu" "$b/tessera-healthcheck" "$b/libtessera-hc-gpu.so"
+                 "$b/tests/libtessera-hc-gpu-mock.so")
     make NO_MPI=1 ARCH=x86-64-v3 BUILD="$b" -j"$(nproc)" "${progs[@]}"
     stage=$(mktemp -d)
     mkdir -p "$stage/build/tests" "$stage/lib"
@@ -95,31 +138,121 @@ print(":".join(sorted({d for r in roots for d in glob.glob(os.path.join(r, "nvid
     } | tee "$OUTDIR/probe.txt"
 }
 
+# op_test LOG [SANITIZER TOOL]: the GPU op test (alone, or under compute-sanitizer's TOOL); a
+# sanitizer's finding fails the run as a wrong result does
+op_test() {
+    local log=$1 san=${2:-} tool=${3:-}
+    if [[ -z $san ]]; then
+        limited "$log" "$BUILD/tests/test_gpu_ops"
+    else
+        local leaks=()
+        [[ $tool == memcheck ]] && leaks=(--leak-check full)
+        limited "$log" "$san" --tool "$tool" --error-exitcode 99 --print-limit 100 "${leaks[@]}" \
+            "$BUILD/tests/test_gpu_ops"
+    fi
+}
+
+# outcome LOG: one line of what LOG says: TAP counts (ok / not ok of the plan), the sanitizer's
+# ERROR SUMMARY, tests/run.sh's last line; then the first failing checks
+outcome() {
+    local plan
+    plan=$(grep -m1 -oE '^1\.\.[0-9]+' "$1" | cut -c4- || true)
+    if [[ -n $plan ]]; then
+        printf '%s ok, %s not ok of %s planned' "$(grep -c '^ok ' "$1" || true)" \
+            "$(grep -c '^not ok ' "$1" || true)" "$plan"
+    fi
+    grep -hoE 'ERROR SUMMARY: [0-9]+ errors?|^[0-9]+ passed, [0-9]+ failed.*' "$1" | tail -2 | sed 's/^/; /' | tr -d '\n'
+    echo
+    grep -m5 -E '^not ok |^FAIL ' "$1" | sed 's/^/    /' || true
+}
+
+# the stages of `check`, in their order
+STAGES=(memcheck racecheck synccheck ops train)
+
 check() {
     setup
-    local rc=0
-    TESTS="test_gpu_ops test_cuda_train test_cuda_lora" bash tests/run.sh 2>&1 | tee "$OUTDIR/check.txt" || rc=$?
-    tar -C "$BUILD" -czf "$OUTDIR/check-logs.tar.gz" test-logs
-    echo "logs: $OUTDIR/check-logs.tar.gz; summary: $OUTDIR/check.txt"
-    tail -1 "$OUTDIR/check.txt"
+    local want=("$@") st rc=0 r logs=$OUTDIR/check-logs san="" t0 not_run=() summary=$OUTDIR/check.txt
+    ((${#want[@]})) || want=("${STAGES[@]}")
+    for st in "${want[@]}"; do
+        [[ " ${STAGES[*]} " == *" $st "* ]] || die "check: unknown stage '$st' (stages: ${STAGES[*]})"
+    done
+    mkdir -p "$logs"
+    : >"$summary"
+    for st in "${STAGES[@]}"; do
+        [[ " ${want[*]} " == *" $st "* ]] || continue
+        t0=$SECONDS r=0
+        case $st in
+            memcheck | racecheck | synccheck)
+                [[ -n $san ]] || san=$(find_tool compute-sanitizer)
+                if [[ -z $san ]]; then
+                    echo "FAIL $st: no working compute-sanitizer (CUDA toolkit) on this machine" | tee -a "$summary"
+                    rc=1; continue
+                fi
+                if [[ $st == memcheck ]]; then
+                    CUDA_LAUNCH_BLOCKING=1 op_test "$logs/$st.txt" "$san" "$st" || r=$?
+                else
+                    CUDA_LAUNCH_BLOCKING=1 TSR_GPU_OPS_QUICK=1 op_test "$logs/$st.txt" "$san" "$st" || r=$?
+                fi ;;
+            ops) op_test "$logs/$st.txt" || r=$? ;;
+            train) limited "$logs/$st.txt" env TESTS="test_cuda_train test_cuda_lora test_cuda_moe_ep" \
+                       bash tests/run.sh || r=$? ;;
+        esac
+        if ((r == 125)); then not_run+=("$st"); continue; fi
+        ((r == 0)) || rc=1
+        { printf '%s %s (%ds, exit %d): ' "$( ((r)) && echo FAIL || echo PASS)" "$st" $((SECONDS - t0)) "$r"
+          outcome "$logs/$st.txt"; } | tee -a "$summary"
+    done
+    if ((${#not_run[@]})); then
+        rc=1
+        echo "NOT RUN (out of time): ${not_run[*]}; next call: bash tests/gpu/device.sh check ${not_run[*]}" | tee -a "$summary"
+    fi
+    [[ -d $BUILD/test-logs ]] && cp -r "$BUILD/test-logs" "$logs/"
+    tar -C "$OUTDIR" -czf "$OUTDIR/check-logs.tar.gz" check-logs && rm -rf "$logs"
+    echo "logs: $OUTDIR/check-logs.tar.gz; summary: $summary"
     return $rc
 }
 
 bench() {
     setup
-    local models=${*:-gpt2-124m} tag rc=0
+    (($# <= 1)) || die "bench: one model per call, so that each run ends inside the device's 10 minutes (got: $*)"
+    local models=${1:-gpt2-124m} tag rc=0
     tag=$(printf '%s' "$models${TESSERA_ARGS:+ $TESSERA_ARGS}" | tr -c 'A-Za-z0-9_.-' '_' | cut -c1-60)
     # PyTorch gets the machine's library path back: the bundle's Debian libraries (libz, libssl,
-    # libgomp, ...) are for tessera's programs only
+    # libgomp, ...) are for tessera's programs only (bench/gpu/run.sh starts them with its own)
     local py=$UNPACKED/python3-machine
     # shellcheck disable=SC2016 # the $ lines are the wrapper's own, expanded when it runs
     printf '#!/usr/bin/env bash\nexport LD_LIBRARY_PATH=%q\n[[ -n $LD_LIBRARY_PATH ]] || unset LD_LIBRARY_PATH\nexec %q "$@"\n' \
         "$ORIG_LD_LIBRARY_PATH" "$(command -v python3)" >"$py"
     chmod +x "$py"
-    MODELS=$models BENCH_OUT=/tmp/bench-$tag PYTHON=$py bash bench/gpu/run.sh 2>&1 |
-        tee "$OUTDIR/bench-$tag.txt" || rc=$?
+    MODELS=$models BENCH_OUT=/tmp/bench-$tag PYTHON=$py limited "$OUTDIR/bench-$tag.txt" bash bench/gpu/run.sh || rc=$?
     cp "/tmp/bench-$tag/results.md" "$OUTDIR/results-$tag.md" 2>/dev/null || true
     tar -C /tmp -czf "$OUTDIR/bench-$tag.tar.gz" "bench-$tag"
+    return $rc
+}
+
+# the checker's GPU mode as a node runs it: the GPU half of test_hc_gpu.sh (with its injected
+# faults), then the shipped healthcheck.cfg's --quick and --full on this GPU (gpu_count set to
+# the GPUs present), each timed, with its --json report (the measured GEMM TFLOP/s, HBM GB/s and
+# NCCL figures beside the thresholds)
+hc() {
+    setup
+    local rc=0 r n mode cfg=$OUTDIR/hc-logs/healthcheck.cfg t0
+    mkdir -p "$OUTDIR/hc-logs"
+    limited "$OUTDIR/hc-logs/test_hc_gpu.txt" env TESTS=test_hc_gpu bash tests/run.sh || rc=1
+    n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+    sed -E "s/gpu_count( *)= \{ expected = [0-9.]+;/gpu_count\1= { expected = ${n:-0}.0;/" \
+        healthcheck/healthcheck.cfg >"$cfg"
+    for mode in quick full; do
+        t0=$SECONDS r=0
+        SLURMD_NODENAME=gpu0 limited "$OUTDIR/hc-logs/$mode.txt" "$BUILD/tessera-healthcheck" \
+            --config "$cfg" --gpu on "--$mode" --json "$OUTDIR/hc-logs/$mode.json" || r=$?
+        ((r == 0)) || rc=1
+        echo "$mode: exit $r in $((SECONDS - t0)) s (the target: quick <= 10 s, full <= 120 s)" |
+            tee -a "$OUTDIR/hc-logs/summary.txt"
+    done
+    cp "$OUTDIR/hc-logs/summary.txt" "$OUTDIR/hc.txt"
+    tar -C "$OUTDIR" -czf "$OUTDIR/hc-logs.tar.gz" hc-logs && rm -rf "$OUTDIR/hc-logs"
+    cat "$OUTDIR/hc.txt"
     return $rc
 }
 
@@ -150,8 +283,9 @@ profile() {
 
 case ${1:-} in
     pack) pack ;;
-    check) check ;;
+    check) shift; check "$@" ;;
     bench) shift; bench "$@" ;;
+    hc) hc ;;
     profile) shift; profile "$@" ;;
-    *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -1,4 +1,4 @@
-# gpu_lib.sh — helpers shared by the tests of the trainer's GPU path (tests/gpu/test_cuda_*.sh).
+# gpu_lib.sh — helpers shared by the tests of the GPU paths (tests/gpu/test_cuda_*.sh, test_hc_gpu.sh).
 # Needs lib.sh sourced first ($PY3, $TMP).
 
 # peak_in_plan RUN [SLACK [WHAT]]: the device allocator's peak (the largest peak_mem_bytes in
@@ -20,6 +20,11 @@ print(f"peak {peak:.0f} B, plan {plan:.0f} B")
 sys.exit(0 if m and 0.95 * plan - 0.05 * unit <= peak <= 1.10 * plan + float(sys.argv[3]) else 1)
 PY
 }
+
+# mpi_ok BIN: whether BIN can start several ranks here: mpirun is found and BIN is an MPI build
+# (not a NO_MPI=1 one; the lent GPU machine has no MPI, tests/gpu/device.sh). Not `ldd | grep -q`:
+# under pipefail, grep leaving early can fail the pipe and skip the MPI checks.
+mpi_ok() { command -v mpirun >/dev/null && [[ $(ldd "$1" 2>/dev/null) == *libmpi* ]]; }
 
 # real_backend: whether the real CUDA backend can run here. Sets `why` ("" when it can, else the
 # reason to print with the skips) and `GPUS` (the GPUs nvidia-smi lists; 0 when it cannot).

@@ -11,6 +11,7 @@
 # LD_LIBRARY_PATH as python3-machine does. The CPU self-check of run.sh (DEVICE=cpu TINY=1, one
 # model, 3 steps) must then give a tessera row with numbers.
 # Needs root and unshare -m (skips loudly without them), PyTorch (Debian's python3-torch).
+# shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 4
@@ -24,7 +25,7 @@ skip_all() {
     tap_done
     exit
 }
-((EUID == 0)) && unshare -m true 2>/dev/null || skip_all "needs root and unshare -m (a mount namespace)"
+if ((EUID != 0)) || ! unshare -m true 2>/dev/null; then skip_all "needs root and unshare -m (a mount namespace)"; fi
 "$PY3" -c 'import torch' 2>/dev/null || skip_all "no PyTorch for $PY3"
 # the libconfig tessera-train loads (resolved through its symlinks: that file gets hidden)
 lib=$(ldd "$TRAIN" | awk '$1 ~ /^libconfig\.so/ && $3 ~ /^\// {print $3; exit}')
@@ -38,6 +39,7 @@ cp -L "$lib" "$TMP/lib/$(basename "$lib")"
 printf '#!/usr/bin/env bash\nunset LD_LIBRARY_PATH\nexec %q "$@"\n' "$PY3" >"$TMP/python3-machine"
 chmod +x "$TMP/python3-machine"
 # hidden CMD...: CMD in a mount namespace where the system's libconfig file is empty
+# shellcheck disable=SC2016 # the inner sh expands its own arguments
 hidden() { unshare -m sh -c 'mount --bind "$0" "$1" && shift && exec "$@"' "$TMP/empty.so" "$real" "$@"; }
 
 rc=0

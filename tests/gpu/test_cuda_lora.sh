@@ -82,7 +82,7 @@ PY
 ev=(--set data.val="$TMP/data/val" --set eval_interval=6ba --set eval_samples=16 --set sample.tokens=8)
 
 MPI_OK=0
-command -v mpirun >/dev/null && [[ $(ldd "$TRAIN" 2>/dev/null) == *libmpi* ]] && MPI_OK=1
+mpi_ok "$TRAIN" && MPI_OK=1
 train "$TRAIN" base 1 && run "$TRAIN" cpu 1 && run "$TRAIN" cpu_ev 1 "${ev[@]}" &&
     train "$TRAIN" mbase 1 "${moe[@]}" && train "$TRAIN" cpu_moe 1 "${mlora[@]}"
 tap_check $? "CPU: the bases (tiny Llama, and with 4 experts) and the LoRA reference runs (all seven targets, dropout 0.1; one with evaluation; attention targets on the MoE)"

@@ -33,7 +33,7 @@ source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
 tap_plan 15
 EMU=$BUILD/tests/tessera-train-cuemu
-if ! command -v mpirun >/dev/null || [[ $(ldd "$TRAIN" 2>/dev/null) != *libmpi* ]]; then
+if ! mpi_ok "$TRAIN"; then
     echo "expert parallelism needs MPI ranks: no mpirun, or a NO_MPI=1 build"
     exit 77
 fi

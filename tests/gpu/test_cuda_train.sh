@@ -65,8 +65,7 @@ evals=(--set data.val="$TMP/data/val" --set eval_interval=10ba --set eval_sample
 # one process runs: the multi-rank references are not made, and every check that needs them asks for more
 # GPUs (emulated ones too) than such a machine has, so it skips.
 MPI_OK=0 multi="(no MPI: one-rank references only)"
-# (not ldd | grep -q: under pipefail, grep leaving early can fail the pipe and skip the MPI checks)
-command -v mpirun >/dev/null && [[ $(ldd "$TRAIN" 2>/dev/null) == *libmpi* ]] && MPI_OK=1 multi="2, 3 and 4 ranks"
+mpi_ok "$TRAIN" && MPI_OK=1 multi="2, 3 and 4 ranks"
 run "$TRAIN" 1 cpu_gpt2 && run "$TRAIN" 1 cpu_mpt "${mpt[@]}" && run "$TRAIN" 1 cpu_eval "${evals[@]}" &&
     run "$TRAIN" 1 cpu_odd --set seq_len=31 --set micro_batch=1 --set global_batch=3 --set model.n_layer=3 &&
     { ((MPI_OK == 0)) || { run "$TRAIN" 2 cpu_ddp --set micro_batch=2 &&
