@@ -161,9 +161,11 @@ outcome() {
         printf '%s ok, %s not ok of %s planned' "$(grep -c '^ok ' "$1" || true)" \
             "$(grep -c '^not ok ' "$1" || true)" "$plan"
     fi
-    grep -hoE 'ERROR SUMMARY: [0-9]+ errors?|^[0-9]+ passed, [0-9]+ failed.*' "$1" | tail -2 | sed 's/^/; /' | tr -d '\n'
+    { grep -hoE 'ERROR SUMMARY: [0-9]+ errors?|^[0-9]+ passed, [0-9]+ failed.*' "$1" || true; } |
+        tail -2 | sed 's/^/; /' | tr -d '\n'
     echo
-    grep -m5 -E '^not ok |^FAIL ' "$1" | sed 's/^/    /' || true
+    { grep -m5 -E '^not ok |^FAIL ' "$1" || true; } | sed 's/^/    /'
+    grep -m1 -E '^# SKIP|^1\.\.0' "$1" || true
 }
 
 # the stages of `check`, in their order
@@ -199,7 +201,8 @@ check() {
         esac
         if ((r == 125)); then not_run+=("$st"); continue; fi
         ((r == 0)) || rc=1
-        { printf '%s %s (%ds, exit %d): ' "$( ((r)) && echo FAIL || echo PASS)" "$st" $((SECONDS - t0)) "$r"
+        { printf '%s %s (%ds, exit %d): ' "$(case $r in 0) echo PASS ;; 77) echo SKIP ;; *) echo FAIL ;; esac)" \
+              "$st" $((SECONDS - t0)) "$r"
           outcome "$logs/$st.txt"; } | tee -a "$summary"
     done
     if ((${#not_run[@]})); then
@@ -247,8 +250,8 @@ hc() {
         SLURMD_NODENAME=gpu0 limited "$OUTDIR/hc-logs/$mode.txt" "$BUILD/tessera-healthcheck" \
             --config "$cfg" --gpu on "--$mode" --json "$OUTDIR/hc-logs/$mode.json" || r=$?
         ((r == 0)) || rc=1
-        echo "$mode: exit $r in $((SECONDS - t0)) s (the target: quick <= 10 s, full <= 120 s)" |
-            tee -a "$OUTDIR/hc-logs/summary.txt"
+        echo "$mode: exit $r in $((SECONDS - t0)) s (the target: quick <= 10 s, full <= 120 s)" \
+            >>"$OUTDIR/hc-logs/summary.txt"
     done
     cp "$OUTDIR/hc-logs/summary.txt" "$OUTDIR/hc.txt"
     tar -C "$OUTDIR" -czf "$OUTDIR/hc-logs.tar.gz" hc-logs && rm -rf "$OUTDIR/hc-logs"
