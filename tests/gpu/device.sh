@@ -216,8 +216,8 @@ check() {
 }
 
 bench() {
-    setup
     (($# <= 1)) || die "bench: one model per call, so that each run ends inside the device's 10 minutes (got: $*)"
+    setup
     local models=${1:-gpt2-124m} tag rc=0
     tag=$(printf '%s' "$models${TESSERA_ARGS:+ $TESSERA_ARGS}" | tr -c 'A-Za-z0-9_.-' '_' | cut -c1-60)
     # PyTorch gets the machine's library path back: the bundle's Debian libraries (libz, libssl,
