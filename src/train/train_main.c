@@ -15,7 +15,7 @@
 #include "dist.h"
 #include "eval/train_icl.h"
 #include "fsutil.h"
-#include "hf/hf.h"
+#include "hf/hf_importer.h"
 #include "ops.h"
 #include "train/checkpointing.h"
 #include "train/trainer.h"
@@ -157,20 +157,8 @@ static void banner(const tsr_dist *d, const tsr_config *cfg, int threads) {
     fflush(stdout);
 }
 
-/* What the trainer takes from the layers above it: --init-from a Hugging Face directory (src/hf)
- * and the ICL evaluation (src/eval). */
-static int hf_open(void **h, const char *dir, const tsr_model *m) {
-    hf_import *x = NULL;
-    int rc = hf_import_open(&x, dir, m);
-    *h = x;
-    return rc;
-}
-static int hf_read(void *h, tsr_model *m, size_t lo, size_t hi, uint64_t *bytes) {
-    return hf_import_read(h, m, lo, hi, bytes);
-}
-static void hf_close(void *h) { hf_import_close(h); }
-static const checkpointing_importer hf_importer = {hf_is_dir, hf_open, hf_read, hf_close,
-                                                   hf_is_peft_dir, hf_read_adapter};
+/* What the trainer takes from the layers above it: --init-from a Hugging Face directory
+ * (src/hf/hf_importer.h) and the ICL evaluation (src/eval). */
 static const trainer_icl_api icl_evaluation = {train_icl_open, train_icl_run, train_icl_close};
 
 int main(int argc, char **argv) {
@@ -188,7 +176,7 @@ int main(int argc, char **argv) {
     tsr_trainer t;
     tsr_dist pd = d; /* --plan: the plan's world; rank 0 still prints it */
     if (c.plan_world > 0) pd.world = c.plan_world, pd.local_world = c.plan_per_node;
-    checkpointing_use_importer(&hf_importer);
+    checkpointing_use_importer(&hf_checkpointing_importer);
     trainer_use_icl(&icl_evaluation);
     if (!rc) rc = trainer_init(&t, &cfg, &pd, c.dry_run);
     tsr_log_mute(0);

@@ -1,8 +1,11 @@
 /* ref_dump — writes what the PyTorch reference test compares, to one HDF5 file.
  *
- *   ref_dump CONFIG OUT.h5 [KEY=VALUE ...]     (single process)
+ *   ref_dump CONFIG OUT.h5 [--init-from PATH] [KEY=VALUE ...]     (single process)
  *
- * With the config's model, data and optimizer, at the initial weights (seed):
+ * With the config's model, data and optimizer, at the initial weights (seed), or with
+ * --init-from at the weights of PATH, read as tessera-train --init-from reads it (a checkpoint
+ * file, a run directory's latest, or a Hugging Face directory: docs/hf.md; the config's run_dir
+ * must hold no checkpoint, which would win as it does for the trainer):
  *   /params/<name>      every parameter tensor at its shape (padded vocab rows included)
  *   /step0/inputs, /step0/targets   (global_batch, T) int32, targets -1 = not counted
  *   /step0/logits       (global_batch, T, Vp) of the first microbatches, before softmax
@@ -38,6 +41,8 @@
 #include "common.h"
 #include "config/config.h"
 #include "dist.h"
+#include "hf/hf_importer.h"
+#include "train/checkpointing.h"
 #include "train/trainer.h"
 
 #define H5_OK(x)                                                                         \
@@ -140,8 +145,14 @@ static const float *head_weights(const tsr_model *m) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3) {
-        fprintf(stderr, "usage: ref_dump CONFIG OUT.h5 [KEY=VALUE ...]\n");
+    const char *init_from = NULL;
+    if (argc >= 5 && !strcmp(argv[3], "--init-from")) {
+        init_from = argv[4];
+        for (int i = 3; i + 2 <= argc; i++) argv[i] = argv[i + 2]; /* argv[argc] = NULL moves too */
+        argc -= 2;
+    }
+    if (argc < 3 || (argc > 3 && !strncmp(argv[3], "--", 2))) {
+        fprintf(stderr, "usage: ref_dump CONFIG OUT.h5 [--init-from PATH] [KEY=VALUE ...]\n");
         return TSR_EXIT_USAGE;
     }
     tsr_dist d;
@@ -150,7 +161,9 @@ int main(int argc, char **argv) {
     int rc = config_load(&cfg, argv[1], (const char *const *)argv + 3, argc - 3);
     if (rc) tsr_exit(rc);
     tsr_trainer t;
+    checkpointing_use_importer(&hf_checkpointing_importer); /* as tessera-train */
     if ((rc = trainer_init(&t, &cfg, &d, 0))) tsr_exit(rc);
+    if (init_from && (rc = checkpointing_resume(&t, NULL, init_from))) tsr_exit(rc);
     tsr_model *m = &t.model;
     int T = t.T, GB = (int)cfg.global_batch, micro = t.micro, Vp = m->Vp;
     hid_t f = H5Fcreate(argv[2], H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);

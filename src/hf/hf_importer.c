@@ -1,0 +1,18 @@
+/* hf_importer.c — the checkpointing_importer over hf_import_* and the PEFT reader (hf_importer.h) */
+#include "hf/hf_importer.h"
+
+#include "hf/hf.h"
+
+static int hf_open(void **h, const char *dir, const tsr_model *m) {
+    hf_import *x = NULL;
+    int rc = hf_import_open(&x, dir, m);
+    *h = x;
+    return rc;
+}
+static int hf_read(void *h, tsr_model *m, size_t lo, size_t hi, uint64_t *bytes) {
+    return hf_import_read(h, m, lo, hi, bytes);
+}
+static void hf_close(void *h) { hf_import_close(h); }
+
+const checkpointing_importer hf_checkpointing_importer = {hf_is_dir, hf_open, hf_read, hf_close,
+                                                          hf_is_peft_dir, hf_read_adapter};
