@@ -8,6 +8,10 @@
 #             build-device/, and its programs with every library they load that the GPU machine
 #             does not have in .devbundle/bundle.tar.xz (git-ignored, ~15 MB; the working tree
 #             and it travel together: a device run with carry [".devbundle"])
+#           bash tests/gpu/device.sh pack-clients
+#             tests/gpu/clients_prep.py with this checkout's build/ (MPI, HDF5): five tiny models
+#             trained, exported for transformers, tessera's logits on fixed rows, one run's tb/
+#             and metrics.jsonl, in .devbundle/clients/ (~2 MB; no bundle needed for `clients`)
 #   there:  bash tests/gpu/device.sh check [STAGE...]   in this order (default: all of them):
 #             memcheck   the GPU op test under compute-sanitizer's memcheck (leaks too), every case
 #             racecheck  the op test's reduced case set (TSR_GPU_OPS_QUICK=1) under racecheck
@@ -22,6 +26,11 @@
 #           bash tests/gpu/device.sh hc             the health checker's GPU mode: the GPU half of
 #                                                   tests/gpu/test_hc_gpu.sh, then --quick and --full
 #                                                   with the shipped thresholds, timed, --json kept
+#           bash tests/gpu/device.sh clients        tests/gpu/real_clients.py over .devbundle/clients
+#                                                   (transformers' from_pretrained and logits,
+#                                                   TensorBoard's EventAccumulator, save_pretrained
+#                                                   fixtures -> $OUT/hf-transformers.tar.gz), then
+#                                                   again with --perturb gpt2, which must fail
 #   Time: the device tool stops a command at 10 minutes, and a session has 30 device minutes. Every
 #   step runs under `timeout` (STEP_LIMIT_S, default 540 s) and a call starts no step once less
 #   than 30 s of CALL_LIMIT_S (default 570 s) are left: it says which stages were not run and the
@@ -284,8 +293,49 @@ profile() {
     tail -80 "$OUTDIR/profile-$model.txt"
 }
 
+pack_clients() {
+    local b=${BUILD:-build}
+    make BUILD="$b" -j"$(nproc)" "$b/tessera" "$b/tessera-train" "$b/tests/ref_dump"
+    BUILD=$b python3_here tests/gpu/clients_prep.py .devbundle/clients
+    echo "next: a device run with carry [\".devbundle\"] and the command 'bash tests/gpu/device.sh clients'"
+}
+
+# python3_here: Debian's (torch, h5py), else the first on PATH
+python3_here() { if [[ -x /usr/bin/python3 ]]; then /usr/bin/python3 "$@"; else python3 "$@"; fi; }
+
+# transformers and TensorBoard as clients of what pack-clients made (no tessera program runs here:
+# the bundle is not needed). The perturbed run must fail, naming the model, or the check is blind.
+clients() {
+    local dir=$ROOT/.devbundle/clients logs=$OUTDIR/clients-logs rc=0 r=0
+    [[ -f $dir/manifest.json ]] || die "no $dir: run 'bash tests/gpu/device.sh pack-clients' where tessera builds, then carry .devbundle"
+    mkdir -p "$logs"
+    limited "$logs/real_clients.txt" python3 tests/gpu/real_clients.py "$dir" "$OUTDIR" || rc=$?
+    limited "$logs/perturbed.txt" python3 tests/gpu/real_clients.py "$dir" "$logs/perturbed-out" --perturb gpt2 || r=$?
+    rm -rf "$logs/perturbed-out"
+    local blind=1
+    ((r == 1)) && grep -q '^not ok .* gpt2: AutoModel' "$logs/perturbed.txt" && blind=0
+    {
+        printf '%s real_clients (exit %d): ' "$( ((rc)) && echo FAIL || echo PASS)" "$rc"
+        outcome "$logs/real_clients.txt"
+        if ((blind)); then
+            echo "FAIL --perturb gpt2: exit $r, expected 1 with the gpt2 logits check failing"
+        else
+            echo "PASS --perturb gpt2 fails the gpt2 logits check (exit 1)"
+        fi
+    } | tee "$OUTDIR/clients.txt"
+    tar -C "$OUTDIR" -czf "$OUTDIR/clients-logs.tar.gz" clients-logs && rm -rf "$logs"
+    if [[ -f $OUTDIR/hf-transformers.tar.gz ]]; then
+        echo "fixtures: $OUTDIR/hf-transformers.tar.gz (tar -C tests/fixtures -xzf it to commit them)"
+    else
+        echo "no hf-transformers.tar.gz written"
+    fi
+    ((rc == 0 && blind == 0))
+}
+
 case ${1:-} in
     pack) pack ;;
+    pack-clients) pack_clients ;;
+    clients) clients ;;
     check) shift; check "$@" ;;
     bench) shift; bench "$@" ;;
     hc) hc ;;

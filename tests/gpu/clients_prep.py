@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""clients_prep.py — what tests/gpu/real_clients.py checks, made where tessera builds (MPI, HDF5).
+
+    clients_prep.py OUT_DIR        (device.sh pack-clients: OUT_DIR = .devbundle/clients)
+
+For each tiny model of MODELS (GPT-2, MPT, Llama, Qwen 2, Qwen 3; d_model 48-64, 2 layers, a
+250-token synthetic vocabulary padded to 256 rows), trained STEPS steps on the synthetic corpus by
+tessera-train (one process):
+  OUT_DIR/NAME/hf/          `tessera ckpt export --format hf --tokenizer none` of the last checkpoint
+  OUT_DIR/NAME/tokens.npy   (B, T) int64: the token rows of ref_dump's first batch
+  OUT_DIR/NAME/logits.npy   (B, T, V) float32: tessera's own fp32 logits of those rows at the
+                            checkpoint's weights (ref_dump --init-from CKPT; the V real columns)
+  OUT_DIR/tb-run/           the GPT-2 run's metrics.jsonl and tb/ (eval every 2 steps)
+  OUT_DIR/manifest.json     {"models": [{name, class, model_type, V, B, T, sets}], "tb_run": ...,
+                            "made": {"tessera": git describe, "time": ...}}
+About 3 MB in all. Needs h5py and numpy; BUILD (default build) holds tessera, tessera-train and
+tests/ref_dump. Exit 0 made, 1 a step failed (its output printed).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import h5py
+import numpy as np
+
+ROOT = os.environ.get("TSR_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.path.join(ROOT, os.environ.get("BUILD", "build"))
+TESSERA, TRAIN = os.path.join(BUILD, "tessera"), os.path.join(BUILD, "tessera-train")
+REF_DUMP = os.path.join(BUILD, "tests", "ref_dump")
+MPIRUN1 = ["bash", os.path.join(ROOT, "tests", "mpi_env.sh"), "mpirun", "-np", "1"]
+
+V, VOCAB_MULTIPLE, STEPS, T, B = 250, 128, 4, 16, 4
+BASE = {"seed": "7", "global_batch": str(B), "micro_batch": "2", "seq_len": str(T), "threads": "1",
+        "max_duration": f"{STEPS}ba", "save_interval": f"{STEPS}ba", "eval_interval": "0ba",
+        "sample.tokens": "0", "data.tokenizer": "", "data.val": "", "data.shuffle": "false", "optim.lr": "1e-2",
+        "optim.warmup": "1ba", "model.vocab_size": str(V), "model.vocab_multiple": str(VOCAB_MULTIPLE),
+        "model.n_layer": "2", "model.init_std": "0.1"}
+ROPE = {"model.pos": "rope", "model.norm": "rmsnorm", "model.mlp": "swiglu", "model.bias": "false",
+        "model.d_model": "64", "model.n_head": "4", "model.n_kv_head": "2", "model.intermediate_size": "96",
+        "model.max_seq_len": str(T)}
+# name, transformers class, the model's --set keys
+MODELS = [
+    ("gpt2", "GPT2LMHeadModel", {"model.pos": "learned", "model.bias": "true", "model.gelu": "tanh",
+                                 "model.d_model": "64", "model.n_head": "4", "model.max_seq_len": "32"}),
+    # 3 heads: the ALiBi slopes of a head count that is not a power of two
+    ("mpt", "MptForCausalLM", {"model.pos": "alibi", "model.bias": "false", "model.gelu": "exact",
+                               "model.d_model": "48", "model.n_head": "3", "model.max_seq_len": "32"}),
+    ("llama", "LlamaForCausalLM", dict(ROPE, **{"model.tie_embeddings": "false"})),
+    ("qwen2", "Qwen2ForCausalLM", dict(ROPE, **{"model.qkv_bias": "true", "model.tie_embeddings": "true"})),
+    ("qwen3", "Qwen3ForCausalLM", dict(ROPE, **{"model.qk_norm": "true", "model.head_dim": "24",
+                                                "model.tie_embeddings": "true"})),
+]
+TB_MODEL = "gpt2"  # its run's tb/ and metrics.jsonl go to tb-run/ (with eval every 2 steps)
+
+
+def run(cmd):
+    env = dict(os.environ)
+    if os.geteuid() == 0:  # ref_dump calls MPI_Init outside mpirun: OpenMPI refuses root without these
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if r.returncode:
+        sys.exit(f"clients_prep: exit {r.returncode}: {' '.join(cmd)}\n{(r.stdout + r.stderr)[-4000:]}")
+    return r.stdout
+
+
+def sets(d):
+    out = []
+    for k, v in d.items():
+        out += ["--set", f"{k}={v}"]
+    return out
+
+
+def make_model(out, tmp, data, name, cls, model_sets):
+    keys = dict(BASE, **model_sets)
+    keys["data.train"] = os.path.join(data, "train")
+    if name == TB_MODEL:
+        keys.update({"data.val": os.path.join(data, "val"), "eval_interval": "2ba", "eval_samples": "8"})
+    run_dir = os.path.join(tmp, name + "-run")
+    cfg = os.path.join(ROOT, "configs", "tiny.cfg")
+    run(MPIRUN1 + [TRAIN, "--config", cfg, "--set", f"run_dir={run_dir}"] + sets(keys))
+    hf = os.path.join(out, name, "hf")
+    run([TESSERA, "ckpt", "export", "--format", "hf", "--tokenizer", "none", run_dir, hf])
+    dump = os.path.join(tmp, name + ".h5")
+    keys.update({"run_dir": os.path.join(tmp, name + "-dump"), "max_duration": "1ba", "data.val": "",
+                 "eval_interval": "0ba"})
+    run([REF_DUMP, cfg, dump, "--init-from", run_dir] + [f"{k}={v}" for k, v in keys.items()])
+    with h5py.File(dump, "r") as f:
+        tokens = f["step0/inputs"][()].astype(np.int64)
+        logits = f["step0/logits"][()][..., :V].astype(np.float32)
+    np.save(os.path.join(out, name, "tokens.npy"), tokens)
+    np.save(os.path.join(out, name, "logits.npy"), logits)
+    if name == TB_MODEL:
+        dst = os.path.join(out, "tb-run")
+        os.makedirs(dst)
+        shutil.copy(os.path.join(run_dir, "metrics.jsonl"), dst)
+        shutil.copytree(os.path.join(run_dir, "tb"), os.path.join(dst, "tb"))
+    cj = json.load(open(os.path.join(hf, "config.json")))
+    return {"name": name, "class": cls, "model_type": cj.get("model_type"), "V": V, "B": B, "T": T,
+            "sets": model_sets}
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: clients_prep.py OUT_DIR")
+    out = sys.argv[1]
+    for exe in (TESSERA, TRAIN, REF_DUMP):
+        if not os.access(exe, os.X_OK):
+            sys.exit(f"clients_prep: {exe} is missing (run make first)")
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    os.makedirs(out)
+    with tempfile.TemporaryDirectory(prefix="tessera-clients.") as tmp:
+        data = os.path.join(tmp, "data")
+        run([TESSERA, "synth", "--out", data, "--vocab", str(V), "--tokens", "20000", "--seed", "1"])
+        models = [make_model(out, tmp, data, *m) for m in MODELS]
+    describe = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
+                              text=True).stdout.strip() or "unknown"
+    with open(os.path.join(out, "manifest.json"), "w") as f:
+        json.dump({"models": models, "tb_run": "tb-run",
+                   "made": {"tessera": describe, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}},
+                  f, indent=1)
+    size = sum(os.path.getsize(os.path.join(d, x)) for d, _, fs in os.walk(out) for x in fs)
+    print(f"clients_prep: {len(models)} models and the {TB_MODEL} run's tb/ in {out} ({size / 1e6:.1f} MB)")
+
+
+if __name__ == "__main__":
+    main()

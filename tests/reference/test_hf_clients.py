@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""test_hf_clients.py — the CPU half of the real-client checks (tests/gpu/real_clients.py).
+
+tests/gpu/clients_prep.py (device.sh pack-clients) runs into a temporary directory, and what the GPU
+machine will read is checked here without transformers or TensorBoard:
+  - the prep ends (exit 0) under 5 MB with the five models and the tb run in its manifest;
+  - each export's model.safetensors parses (test_hf_export.py's reader) and config.json names the
+    manifest's class; a float64 forward written after transformers' code (test_hf_export.py's
+    GPT-2/MPT, hf_fixture.py's Llama family) on the export's weights gives tessera's dumped logits
+    to <= 1e-4 under real_clients.compare_logits, which fails on a copy with one logit moved 1e-3;
+  - the run's tb/ read by tests/train/tb_events.py (test_tensorboard.sh's reader: TFRecord and protobuf by hand) passes
+    real_clients.compare_scalars against metrics.jsonl, which fails with one loss moved 1e-4;
+  - real_clients.py itself: without transformers and tensorboard it skips (exit 77) naming them;
+    with --torch-only it runs its torch-only checks and reports the others as SKIP lines;
+  - test_hf_transformers.py over fixtures made from these exports (tessera's logits standing in
+    for transformers') passes: the import path the committed fixtures will take.
+Run: TESTS=hf_clients bash tests/run.sh (needs make). TAP; exit 1 on failure, 77 without torch.
+"""
+import json
+import os
+import runpy
+import shutil
+import subprocess
+import sys
+import tempfile
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import test_hf_export as hfe  # noqa: E402  (skips with 77 without torch/h5py or the programs)
+import hf_fixture as fxm  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from tap import Tap  # noqa: E402
+
+ROOT = hfe.ROOT
+GPU = os.path.join(ROOT, "tests", "gpu")
+sys.path.insert(0, GPU)
+import clients_prep  # noqa: E402
+import real_clients as rcl  # noqa: E402
+
+N_MODELS = len(clients_prep.MODELS)
+PLAN = 1 + 2 * N_MODELS + 1 + 2 + 1
+
+
+def tb_reader():
+    """tests/train/tb_events.py (test_tensorboard.sh's reader), loaded as a module."""
+    return runpy.run_path(os.path.join(ROOT, "tests", "train", "tb_events.py"))
+
+
+def reference_logits(hf_dir, tokens):
+    problems, meta, names, ents = hfe.parse_st(os.path.join(hf_dir, "model.safetensors"))
+    cj = json.load(open(os.path.join(hf_dir, "config.json")))
+    sd = {n: torch.from_numpy(hfe.as_f32(*ents[n]).astype(np.float64)) for n in names}
+    idx = torch.as_tensor(tokens, dtype=torch.long)
+    with torch.no_grad():
+        fwd = hfe.hf_forward if cj["model_type"] in ("gpt2", "mpt") else fxm.forward
+        return problems, cj, fwd(sd, cj, idx).numpy()
+
+
+def main():
+    tap = Tap(PLAN)
+    with tempfile.TemporaryDirectory(prefix="tessera-hfcl.") as tmp:
+        out = os.path.join(tmp, "clients")
+        r = subprocess.run([sys.executable, os.path.join(GPU, "clients_prep.py"), out], capture_output=True, text=True)
+        size = sum(os.path.getsize(os.path.join(d, x)) for d, _, fs in os.walk(out) for x in fs) if os.path.isdir(out) else 0
+        man = json.load(open(os.path.join(out, "manifest.json"))) if r.returncode == 0 else {"models": []}
+        if r.returncode:
+            tap.diag((r.stdout + r.stderr)[-3000:])
+        tap.ok(r.returncode == 0 and size < 5e6 and len(man["models"]) == N_MODELS and man.get("tb_run"),
+               f"clients_prep.py (exit {r.returncode}): {len(man['models'])} models and a tb run, {size / 1e6:.2f} MB (< 5)")
+        for m in man["models"]:
+            end = tap.n + 2
+            try:
+                d = os.path.join(out, m["name"])
+                tokens, want = np.load(os.path.join(d, "tokens.npy")), np.load(os.path.join(d, "logits.npy"))
+                problems, cj, got = reference_logits(os.path.join(d, "hf"), tokens)
+                for p in problems:
+                    tap.diag(p)
+                tap.ok(not problems and cj["architectures"] == [m["class"]],
+                       f"{m['name']}: model.safetensors parses; config.json architectures {cj['architectures']}")
+                good, msg = rcl.compare_logits(got, want)
+                bumped = want.copy()
+                bumped[1, 2, 3] += rcl.BUMP
+                caught, msg2 = rcl.compare_logits(got, bumped)
+                tap.ok(good and not caught, f"{m['name']}: float64 forward of the export vs tessera's logits: {msg}; "
+                                            f"one moved {rcl.BUMP:g} fails ({msg2})")
+            except Exception:
+                tap.diag(traceback.format_exc())
+            tap.fail_until(end, f"{m['name']} stopped early")
+        tap.fail_until(1 + 2 * N_MODELS, "no manifest")
+
+        end = tap.n + 1
+        try:
+            tb = tb_reader()
+            run = os.path.join(out, man["tb_run"])
+            sc = {tag: sorted(pts.items()) for tag, pts in tb["scalars"](tb["event_files"](run)).items()}
+            train, ev = rcl.metrics_lines(os.path.join(run, "metrics.jsonl"))
+            bad = rcl.compare_scalars(sc, train, ev)
+            moved = {s: dict(x) for s, x in train.items()}
+            moved[2]["loss"] += 1e-4
+            bad2 = rcl.compare_scalars(sc, moved, ev)
+            for b in bad[:10]:
+                tap.diag(b)
+            tap.ok(not bad and any("step 2 train/loss" in b for b in bad2),
+                   f"tb/ by tests/train/tb_events.py: {len(sc)} tags equal metrics.jsonl under "
+                   f"real_clients.compare_scalars; a loss moved 1e-4 fails ({'; '.join(bad2)[:120]})")
+        except Exception:
+            tap.diag(traceback.format_exc())
+        tap.fail_until(end, "tb check stopped early")
+
+        script = os.path.join(GPU, "real_clients.py")
+        have = [m for m in ("transformers", "tensorboard") if rcl.have(m)]
+        r = subprocess.run([sys.executable, script, out, os.path.join(tmp, "o1")], capture_output=True, text=True)
+        if have:  # a machine with them: the whole script must run and pass
+            tap.ok(r.returncode == 0, f"real_clients.py with {have} installed: exit {r.returncode}")
+        else:
+            tap.ok(r.returncode == 77 and "transformers and tensorboard not installed" in r.stdout,
+                   f"real_clients.py without transformers and tensorboard: exit {r.returncode} (77), saying "
+                   "they are not installed")
+        r = subprocess.run([sys.executable, script, out, os.path.join(tmp, "o2"), "--torch-only"],
+                           capture_output=True, text=True)
+        lines = r.stdout.splitlines()
+        skips = [x for x in lines if "# SKIP needs" in x]
+        oks = [x for x in lines if x.startswith("ok ") and "# SKIP" not in x]
+        want_skips = 0 if have else N_MODELS + 2 + len(rcl.FIXTURES) + 1
+        if r.returncode:
+            tap.diag(r.stdout[-2000:] + r.stderr[-2000:])
+        tap.ok(r.returncode == 0 and len(skips) == want_skips and len(oks) == N_MODELS + 1,
+               f"real_clients.py --torch-only: exit {r.returncode}, {len(oks)} torch-only checks ok, "
+               f"{len(skips)} SKIP lines naming transformers/tensorboard")
+
+        fake = os.path.join(tmp, "fake-fixtures")
+        for m in man["models"]:
+            d = os.path.join(fake, m["name"])
+            shutil.copytree(os.path.join(out, m["name"], "hf"), d)
+            shutil.copy(os.path.join(out, m["name"], "logits.npy"), d)
+            rows = np.load(os.path.join(out, m["name"], "tokens.npy"))
+            sets = {k: v for k, v in clients_prep.BASE.items() if k.startswith("model.")}
+            sets.update(m["sets"])
+            with open(os.path.join(d, "fixture.json"), "w") as f:
+                json.dump({"name": m["name"], "class": m["class"], "B": m["B"], "T": m["T"], "V": m["V"],
+                           "tokens": [int(t) for t in rows.reshape(-1)] + [0], "sets": sets}, f)
+        r = subprocess.run([sys.executable, os.path.join(HERE, "test_hf_transformers.py")], capture_output=True,
+                           text=True, env=dict(os.environ, TSR_HF_TRANSFORMERS_FIXTURES=fake))
+        n_ok = sum(1 for x in r.stdout.splitlines() if x.startswith("ok "))
+        if r.returncode:
+            tap.diag(r.stdout[-2000:] + r.stderr[-1000:])
+        tap.ok(r.returncode == 0 and n_ok == 2 * N_MODELS,
+               f"test_hf_transformers.py over fixtures made from these exports: exit {r.returncode}, {n_ok} ok")
+    if tap.n != PLAN:
+        tap.diag(f"planned {PLAN}, ran {tap.n}")
+        return 1
+    return 1 if tap.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
