@@ -16,6 +16,14 @@
 # of the README's first screen set up a fresh Debian machine. `make` and `make install` never
 # install system packages.
 
+# One compile per core unless the caller chose (make -jN, or -j in MAKEFLAGS): make check is
+# CI's whole build, and a serial one spent ~170 s of it on 2 cores. The recipes that run tests
+# drop the jobserver (NOJOBS), so a make a test runs picks its own -j here.
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
+  MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
+endif
+NOJOBS = env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL
+
 BUILD     ?= build
 PREFIX    ?= /usr/local
 ARCH      ?= native
@@ -375,12 +383,12 @@ demo: all data/brown/train/index.tsv
 # layer of docs/architecture.md's table; a finding stops make check), then every test
 check: all
 	$(PYTHON) tools/check_includes.py
-	bash tests/run.sh
+	$(NOJOBS) bash tests/run.sh
 
 # the GPU tests alone: the op test (build/tests/test_gpu_ops*) and every script in tests/gpu/ (make
 # check runs them too; without a GPU their device halves skip, loudly)
 check-gpu: all
-	TESTS="tests/test_gpu tests/gpu/" bash tests/run.sh
+	TESTS="tests/test_gpu tests/gpu/" $(NOJOBS) bash tests/run.sh
 
 bench: all
 	bash bench/cpu_vs_torch.sh
