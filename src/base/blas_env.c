@@ -11,21 +11,39 @@
 
 char *openblas_get_corename(void);
 
+/* OpenBLAS 0.3.21's x86-64 cores with AVX-512 sgemm kernels */
+static int core_has_avx512(const char *core) {
+    static const char *const names[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (!strcasecmp(core, names[i])) return 1;
+    return 0;
+}
+
+/* OpenBLAS's generic fallbacks, chosen on CPUs it does not recognise */
+static int core_is_generic(const char *core) {
+    static const char *const names[] = {"Prescott", "Core2", "Katmai"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (!strcasecmp(core, names[i])) return 1;
+    return 0;
+}
+
+const char *blas_core_choice(const char *core, int avx512, int avx2) {
+    if (!core) return NULL;
+    if (avx512) return core_has_avx512(core) ? NULL : "SkylakeX";
+    if (avx2 && core_is_generic(core)) return "Haswell";
+    return NULL;
+}
+
 void blas_fix_coretype(char **argv) {
     if (getenv("OPENBLAS_CORETYPE") || getenv("TSR_NO_BLAS_REEXEC")) return;
-    const char *core = openblas_get_corename();
-    if (!core || (strcasecmp(core, "prescott") != 0 && strcasecmp(core, "core2") != 0 &&
-                  strcasecmp(core, "katmai") != 0))
-        return;
     __builtin_cpu_init();
-    const char *want = __builtin_cpu_supports("avx512f")  ? "SkylakeX"
-                       : __builtin_cpu_supports("avx2") ? "Haswell"
-                                                          : NULL;
+    const char *want = blas_core_choice(openblas_get_corename(), __builtin_cpu_supports("avx512f"),
+                                        __builtin_cpu_supports("avx2"));
     if (!want) return;
     setenv("OPENBLAS_CORETYPE", want, 1);
     setenv("TSR_NO_BLAS_REEXEC", "1", 1); /* never loop */
     execv("/proc/self/exe", argv);
-    /* exec failed: carry on with the slow kernels, the banner shows which core is in use */
-    tsr_warn("could not re-execute with OPENBLAS_CORETYPE=%s (%s): BLAS runs its slow generic kernels",
+    /* exec failed: carry on with the slower kernels, the banner shows which core is in use */
+    tsr_warn("could not re-execute with OPENBLAS_CORETYPE=%s (%s): BLAS runs its slower kernels",
              want, strerror(errno));
 }

@@ -1,4 +1,5 @@
-/* test_blas_env.c — src/base/blas_env.c's fallback when it cannot re-execute: it sets
+/* test_blas_env.c — src/base/blas_env.c: which core it asks for (blas_core_choice, every case of
+ * its table), and its fallback when it cannot re-execute: it sets
  * OPENBLAS_CORETYPE, the exec fails, and the warning it prints is a tessera message like every other
  * ("PROGRAM: warning: ...", docs/cli.md "Error messages") naming the core and why the exec failed.
  * The test stands in for OpenBLAS's openblas_get_corename (a generic "Prescott" core, as Debian's
@@ -37,17 +38,48 @@ static void captured_stderr(char **argv, char *out, size_t n) {
     fclose(tmp);
 }
 
+/* blas_core_choice: (core OpenBLAS picked, avx512, avx2) -> the core asked for, or NULL */
+static const struct {
+    const char *core;
+    int avx512, avx2;
+    const char *want;
+} cases[] = {
+    {"Prescott", 1, 1, "SkylakeX"}, /* a Xeon 0.3.21 does not know */
+    {"Haswell", 1, 1, "SkylakeX"},  /* AMD Zen 4/5: 0.3.21 gives them its AVX2 kernels */
+    {"Zen", 1, 1, "SkylakeX"},
+    {"SkylakeX", 1, 1, NULL},
+    {"Cooperlake", 1, 1, NULL},
+    {"SAPPHIRERAPIDS", 1, 1, NULL}, /* names compare without case */
+    {"Prescott", 0, 1, "Haswell"},
+    {"Core2", 0, 1, "Haswell"},
+    {"Katmai", 0, 1, "Haswell"},
+    {"Haswell", 0, 1, NULL},
+    {"Zen", 0, 1, NULL},
+    {"Prescott", 0, 0, NULL}, /* nothing better to ask for */
+    {NULL, 1, 1, NULL},
+};
+
 int main(int argc, char **argv) {
     if (argc > 1) { /* the exec succeeded after all: the test cannot check the fallback */
         printf("not ok 1 - execv with a %zu-byte argument was expected to fail\n", strlen(argv[1]));
         return 1;
     }
+    const int n_cases = (int)(sizeof cases / sizeof *cases);
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx2")) {
-        printf("no AVX2 on this CPU: blas_fix_coretype does not re-execute here\n");
-        return 77;
+    const int avx2 = __builtin_cpu_supports("avx2");
+    tap_plan(n_cases + 4);
+    for (int i = 0; i < n_cases; i++) {
+        const char *got = blas_core_choice(cases[i].core, cases[i].avx512, cases[i].avx2);
+        tap_ok(got == cases[i].want || (got && cases[i].want && !strcmp(got, cases[i].want)),
+               "core %s, avx512 %d, avx2 %d: asks for %s (want %s)",
+               cases[i].core ? cases[i].core : "(none)", cases[i].avx512, cases[i].avx2,
+               got ? got : "no change", cases[i].want ? cases[i].want : "no change");
     }
-    tap_plan(4);
+    if (!avx2) { /* the stand-in Prescott core gets no better one here: nothing re-executes */
+        for (int i = 0; i < 4; i++)
+            tap_skip("the re-execution fallback", "no AVX2 on this CPU: blas_fix_coretype does not re-execute here");
+        return tap_done();
+    }
     unsetenv("OPENBLAS_CORETYPE");
     unsetenv("TSR_NO_BLAS_REEXEC");
     size_t big = 200 * 1024; /* > MAX_ARG_STRLEN */
