@@ -18,8 +18,9 @@
 
 # One compile per core unless the caller chose (make -jN, or -j in MAKEFLAGS): make check is
 # CI's whole build, and a serial one spent ~170 s of it on 2 cores. The recipes that run tests
-# drop the jobserver (NOJOBS), so a make a test runs picks its own -j here.
-ifeq ($(filter -j%,$(MAKEFLAGS)),)
+# drop the jobserver (NOJOBS), so a make a test runs picks its own -j here. The top level only: a
+# sub-make shares its parent's jobs (its MAKEFLAGS shows -j only after the makefile is read).
+ifeq ($(MAKELEVEL)$(filter -j%,$(MAKEFLAGS)),0)
   MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
 endif
 NOJOBS = env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL
