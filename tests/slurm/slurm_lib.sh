@@ -54,7 +54,7 @@ slurm_install_up() {
     # A shorter burn still verifies every GEMM call against its exact reference (at least one per
     # precision: the injected corrupt_gemm flips an element of the first), and --full still
     # measures memory bandwidth and runs the all-reduce. The shipped quick burn on a busy node is
-    # what tests/healthcheck/test_hc_quick50.sh guards.
+    # what tests/healthcheck/test_hc_quick_repeat.sh guards.
     sed -i -E 's/^( *quick_burn_s *= *)2\.0;/\10.5;/; s/^( *full_burn_s *= *)20\.0;/\14.0;/' "$TESSERA_HC_CONFIG"
     [[ $(grep -cE '^ *(quick_burn_s *= *0\.5|full_burn_s *= *4\.0);' "$TESSERA_HC_CONFIG") == 2 ]] ||
         { echo "Bail out! the installed healthcheck.cfg has no CPU quick_burn_s = 2.0 / full_burn_s = 20.0 lines to shorten"; exit 1; }
