@@ -37,6 +37,9 @@ except ImportError:
     print("1..0 # SKIP real_clients.py: numpy not installed (the lent GPU machine's python3 has it with torch)")
     sys.exit(77)
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train"))
+from tb_events import last_lines  # noqa: E402  (metrics.jsonl as test_tensorboard.sh reads it)
+
 TOL_LOGITS = 1e-4  # fp32 both sides; measured differences are ~1e-6 (a few dozen fp32 ops)
 BUMP = 1e-3        # --perturb and the negative controls: 10x the tolerance
 
@@ -109,24 +112,8 @@ def ulps(a, b):
     return abs(ia - ib)
 
 
-def metrics_lines(path):
-    """{step: last train line}, {step: last eval line} of metrics.jsonl (the later line of a step counts)."""
-    train, ev = {}, {}
-    for line in open(path):
-        if not line.strip():
-            continue
-        d = json.loads(line)
-        if "event" in d or "checkpoint" in d or "step" not in d:
-            continue
-        if "loss" in d:
-            train[d["step"]] = d
-        elif "val_loss" in d:
-            ev[d["step"]] = d
-    return train, ev
-
-
 def compare_scalars(scalars, train, ev):
-    """scalars: {tag: [(step, value)]} as a reader found them; train, ev: metrics_lines(). Returns the
+    """scalars: {tag: [(step, value)]} as a reader found them; train, ev: tb_events.last_lines(). Returns the
     problems (empty: every tag known, every point equal to metrics.jsonl, every logged step present)."""
     bad = []
     for tag in sorted(scalars):
@@ -204,7 +191,7 @@ def tb_scalars(tb_dir):
 
 def check_tb(tap, root, manifest, have_tb):
     run = os.path.join(root, manifest["tb_run"])
-    train, ev = metrics_lines(os.path.join(run, "metrics.jsonl"))
+    train, ev = last_lines(run)
     tap.ok(len(train) >= 2 and len(ev) >= 1, f"tb run: metrics.jsonl has {len(train)} step lines, {len(ev)} eval lines")
     what = "EventAccumulator(tb/): every scalar tag documented, every (step, value) = metrics.jsonl's (float32)"
     what2 = "the same comparison fails on a metrics.jsonl whose step-2 loss moved by 1e-4"

@@ -95,7 +95,7 @@ def main():
             tb = tb_reader()
             run = os.path.join(out, man["tb_run"])
             sc = {tag: sorted(pts.items()) for tag, pts in tb["scalars"](tb["event_files"](run)).items()}
-            train, ev = rcl.metrics_lines(os.path.join(run, "metrics.jsonl"))
+            train, ev = rcl.last_lines(run)
             bad = rcl.compare_scalars(sc, train, ev)
             moved = {s: dict(x) for s, x in train.items()}
             moved[2]["loss"] += 1e-4

@@ -138,11 +138,15 @@ def scalars(files):
     return out
 
 def last_lines(run):
-    """metrics.jsonl's step and eval lines, the last line of a step counting."""
+    """metrics.jsonl's step and eval lines as {step: line}, the last line of a step counting (a
+    resumed run may log a step twice); events, checkpoint lines and blank lines are passed over.
+    tests/gpu/real_clients.py reads it with this too."""
     train, ev = {}, {}
     for line in open(os.path.join(run, "metrics.jsonl")):
+        if not line.strip():
+            continue
         d = json.loads(line)
-        if "event" in d:
+        if "event" in d or "checkpoint" in d or "step" not in d:
             continue
         if "loss" in d:
             train[d["step"]] = d
