@@ -31,20 +31,32 @@ tap_diag "make fuzz-build: $((SECONDS - start)) s"
 
 mkdir -p "$TMP/scratch"
 export TMPDIR=$TMP/scratch LSAN_OPTIONS=suppressions=$TSR_ROOT/tests/fuzz/lsan.supp
-for h in "${NAMES[@]}"; do
-    corpus=$TSR_ROOT/tests/fuzz/corpus/$h
-    n=$(find "$corpus" -type f | wc -l)
+# fuzz_one H: harness H over its corpus, then RUNS mutations; its exit status into $TMP/H.rc
+fuzz_one() {
+    local h=$1 rc=0
     mkdir -p "$TMP/new/$h" "$TMP/crash/$h"
     # new inputs go to the first (scratch) directory, never into the committed corpus
     # -seed and -runs fixed: the same mutations on every machine, so a failure reproduces (a
     # time limit would make the count depend on the machine's speed); -max_total_time caps it
     nice -n 10 "$BUILD/fuzz/fuzz_$h" -seed=1 -runs="$RUNS" -max_total_time="$SECS" -timeout=10 \
         -print_final_stats=1 -dict="$TSR_ROOT/tests/fuzz/fuzz.dict" -artifact_prefix="$TMP/crash/$h/" \
-        "$TMP/new/$h" "$corpus" >"$TMP/$h.log" 2>&1
-    rc=$?
+        "$TMP/new/$h" "$TSR_ROOT/tests/fuzz/corpus/$h" >"$TMP/$h.log" 2>&1 || rc=$?
+    echo "$rc" >"$TMP/$h.rc"
+}
+# two harnesses at a time (each is one single-threaded process: a core each, so the same runs
+# within the same time cap as one at a time), then the checks in order
+for h in "${NAMES[@]}"; do
+    while (($(jobs -rp | wc -l) >= 2)); do wait -n; done
+    fuzz_one "$h" &
+done
+wait
+for h in "${NAMES[@]}"; do
+    corpus=$TSR_ROOT/tests/fuzz/corpus/$h
+    n=$(find "$corpus" -type f | wc -l)
+    rc=$(cat "$TMP/$h.rc" 2>/dev/null || echo "none")
     runs=$(grep -oE 'stat::number_of_executed_units: [0-9]+' "$TMP/$h.log" | grep -oE '[0-9]+$')
     cov=$(grep -oE 'cov: [0-9]+ ft: [0-9]+' "$TMP/$h.log" | tail -1)
-    if ((rc != 0)); then
+    if [[ $rc != 0 ]]; then
         mkdir -p "$BUILD/fuzz/regress-crashes/$h" && cp "$TMP/crash/$h/"* "$BUILD/fuzz/regress-crashes/$h/" 2>/dev/null
         grep -E 'ERROR|SUMMARY|^    #[0-9] ' "$TMP/$h.log" | head -12 | sed 's/^/# /'
         tap_diag "the input is kept in $BUILD/fuzz/regress-crashes/$h/"
