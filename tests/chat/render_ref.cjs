@@ -5,6 +5,9 @@
 // exits 2 when the template does not parse or raises. TSR_JINJA_NOW: see below.
 //   node render_ref.cjs JINJA_PACKAGE_DIR --batch CONTEXT.json TEMPLATE_FILE...
 // renders each template (one node for all) into TEMPLATE_FILE.ref, the same way.
+//   node render_ref.cjs JINJA_PACKAGE_DIR --pairs LIST
+// LIST: one rendering a line, "OUT<TAB>TEMPLATE_FILE<TAB>CONTEXT.json[<TAB>CONTEXT.json ...]";
+// each is written to OUT as the first form prints it (one node for all).
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -40,6 +43,16 @@ if (templateFile === "--batch") {
   const [ctxFile, ...files] = contextFiles;
   const ctx = JSON.parse(fs.readFileSync(ctxFile, "utf8"));
   for (const f of files) fs.writeFileSync(f + ".ref", render(f, ctx)[1]);
+  process.exit(0);
+}
+if (templateFile === "--pairs") {
+  for (const line of fs.readFileSync(contextFiles[0], "utf8").split("\n")) {
+    if (!line) continue;
+    const [out, tpl, ...ctxs] = line.split("\t");
+    const ctx = {};
+    for (const f of ctxs) Object.assign(ctx, JSON.parse(fs.readFileSync(f, "utf8")));
+    fs.writeFileSync(out, render(tpl, ctx)[1]);
+  }
   process.exit(0);
 }
 const context = {};

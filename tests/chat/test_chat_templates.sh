@@ -54,13 +54,14 @@ N_FUZZ=${N_FUZZ:-300}
 N_EXPR=${N_EXPR:-600}
 tap_plan $((${#templates[@]} * ${#convs[@]} + 3))
 
-# same TEMPLATE TOKENS CONV [CONFIG]: 0 when the two renderings agree (see the header), with a
-# diff if not. hf renders TEMPLATE with TOKENS; ours, given the model's CONFIG, reads template and
-# tokens from that tokenizer_config.json itself (src/chat/chat_config.h)
+# same REF TEMPLATE TOKENS CONV [CONFIG]: 0 when the two renderings agree (see the header), with a
+# diff if not. hf rendered TEMPLATE with TOKENS and CONV into REF (every pair in one node run,
+# below); ours, given the model's CONFIG, reads template and tokens from that tokenizer_config.json
+# itself (src/chat/chat_config.h)
 export TZ=UTC LC_ALL=C TSR_JINJA_NOW=1721952000   # strftime_now: 26 Jul 2024, both sides
 same() {
-    local ref=$TMP/ref.out ours=$TMP/ours.out
-    node "$HERE/render_ref.cjs" "$JINJA" "$1" "$2" "$3" > "$ref" 2>&1
+    local ref=$1 ours=$TMP/ours.out
+    shift
     if [[ -n ${4:-} ]]; then "$RENDER" --render-config "$4" "$3" > "$ours" 2>&1
     else "$RENDER" --render "$1" "$2" "$3" > "$ours" 2>&1; fi
     local rc=$?
@@ -78,8 +79,15 @@ same() {
     return 1
 }
 for i in "${!templates[@]}"; do
-    for c in "${convs[@]}"; do
-        same "${templates[$i]}" "${tokens[$i]}" "$c" "${configs[$i]}"
+    for k in "${!convs[@]}"; do
+        printf '%s\t%s\t%s\t%s\n' "$TMP/ref.$i.$k" "${templates[$i]}" "${tokens[$i]}" "${convs[$k]}"
+    done
+done >"$TMP/pairs.tsv"
+node "$HERE/render_ref.cjs" "$JINJA" --pairs "$TMP/pairs.tsv" || { echo "Bail out! render_ref.cjs --pairs failed"; exit 1; }
+for i in "${!templates[@]}"; do
+    for k in "${!convs[@]}"; do
+        c=${convs[$k]}
+        same "$TMP/ref.$i.$k" "${templates[$i]}" "${tokens[$i]}" "$c" "${configs[$i]}"
         tap_check $? "$(basename "${templates[$i]}" .jinja) x $(basename "$c" .json): identical to @huggingface/jinja"
     done
 done
