@@ -37,8 +37,10 @@ except ImportError:
     print("1..0 # SKIP real_clients.py: numpy not installed (the lent GPU machine's python3 has it with torch)")
     sys.exit(77)
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train"))
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.join(TESTS, "train"), os.path.join(TESTS, "reference")]
 from tb_events import last_lines  # noqa: E402  (metrics.jsonl as test_tensorboard.sh reads it)
+from tap import Tap  # noqa: E402  (the Python tests' TAP lines)
 
 TOL_LOGITS = 1e-4  # fp32 both sides; measured differences are ~1e-6 (a few dozen fp32 ops)
 BUMP = 1e-3        # --perturb and the negative controls: 10x the tolerance
@@ -66,26 +68,6 @@ FIXTURES = [
     ("qwen3", "Qwen3ForCausalLM", dict(ROPE_SETS, **{"model.qk_norm": "true", "model.head_dim": "32",
                                                     "model.tie_embeddings": "true"})),
 ]
-
-
-class Tap:
-    def __init__(self, plan):
-        self.n = self.failed = 0
-        self.lines = []
-        print(f"1..{plan}", flush=True)
-
-    def ok(self, cond, what, skip=None):
-        self.n += 1
-        if not cond and not skip:
-            self.failed += 1
-        line = f"{'' if cond or skip else 'not '}ok {self.n} - {what}" + (f" # SKIP {skip}" if skip else "")
-        self.lines.append(line)
-        print(line, flush=True)
-        return cond
-
-    def diag(self, msg):
-        for line in str(msg).splitlines():
-            print(f"# {line}", flush=True)
 
 
 # ---- the comparisons (torch-free: tests/reference/test_hf_clients.py calls them too) -------------
@@ -352,10 +334,7 @@ def main(argv):
     make_fixtures(tap, out, have_tf)
     with open(os.path.join(out, "clients.txt"), "w") as f:
         f.write("\n".join(tap.lines) + f"\n{tap.n - tap.failed} ok, {tap.failed} not ok of {plan}\n")
-    if tap.n != plan:
-        tap.diag(f"planned {plan} checks, ran {tap.n}")
-        return 1
-    return 1 if tap.failed else 0
+    return tap.status()
 
 
 if __name__ == "__main__":

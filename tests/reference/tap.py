@@ -3,14 +3,19 @@
 
 class Tap:
     def __init__(self, plan):
+        self.plan = plan
         self.n = self.failed = 0
+        self.lines = []  # every ok / not ok line, for a summary file
         print(f"1..{plan}", flush=True)
 
-    def ok(self, cond, what):
+    def ok(self, cond, what, skip=None):
+        """One check; with skip (a reason) it is reported as skipped and never fails."""
         self.n += 1
-        if not cond:
+        if not cond and not skip:
             self.failed += 1
-        print(f"{'' if cond else 'not '}ok {self.n} - {what}", flush=True)
+        line = f"{'' if cond or skip else 'not '}ok {self.n} - {what}" + (f" # SKIP {skip}" if skip else "")
+        self.lines.append(line)
+        print(line, flush=True)
         return cond
 
     def diag(self, msg):
@@ -20,3 +25,10 @@ class Tap:
     def fail_until(self, end, why):
         while self.n < end:
             self.ok(False, f"not reached: {why}")
+
+    def status(self):
+        """The exit status: 1 when a check failed or the count differs from the plan, else 0."""
+        if self.n != self.plan:
+            self.diag(f"planned {self.plan} checks, ran {self.n}")
+            return 1
+        return 1 if self.failed else 0
