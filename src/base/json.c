@@ -349,12 +349,18 @@ int json_parse(json_doc *d, const char *s, size_t n, json_value **root, json_err
     return 0;
 }
 
+int json_key_is(const json_value *m, const char *name) {
+    size_t len = strlen(name);
+    return m->key && m->key_len == len && memcmp(m->key, name, len) == 0;
+}
+
+int json_key_plain(const json_value *m) { return m->key && strlen(m->key) == m->key_len; }
+
 const json_value *json_get(const json_value *obj, const char *key) {
     if (!obj || obj->type != JSON_OBJECT) return NULL;
     const json_value *found = NULL;
-    size_t len = strlen(key);
     for (const json_value *c = obj->child; c; c = c->next)
-        if (c->key_len == len && memcmp(c->key, key, len) == 0) found = c;
+        if (json_key_is(c, key)) found = c;
     return found;
 }
 

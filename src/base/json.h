@@ -34,7 +34,8 @@ struct json_value {
     double num;             /* JSON_NUMBER */
     const char *str;        /* JSON_STRING: decoded UTF-8, NUL-terminated (may hold \u0000) */
     size_t len;             /* JSON_STRING: bytes in str; ARRAY/OBJECT: number of children */
-    const char *key;        /* member of an object: its decoded key (NUL-terminated) */
+    const char *key;        /* member of an object: its decoded key (NUL-terminated; may hold
+                               \u0000 like str: compare key_len bytes, or json_key_is) */
     size_t key_len;
     json_value *child;      /* ARRAY/OBJECT: first element / member */
     json_value *next;       /* next sibling */
@@ -57,8 +58,14 @@ void json_doc_free(json_doc *d);
 /* Parses the n bytes at s as one JSON value. Returns 0 and sets *root, or -1 and fills *err. */
 int json_parse(json_doc *d, const char *s, size_t n, json_value **root, json_error *err);
 
-/* Member `key` of an object (the last one when a key repeats), or NULL (also for non-objects). */
+/* Member `key` of an object (the last one when a key repeats), or NULL (also for non-objects).
+ * A member whose key holds \u0000 is never returned for a C name that is a prefix of it. */
 const json_value *json_get(const json_value *obj, const char *key);
+/* Is member m's key exactly name (all key_len bytes)? */
+int json_key_is(const json_value *m, const char *name);
+/* Does member m's key hold no \u0000, so that it reads whole as a C string? Readers of formats
+ * whose keys name things (tensors, files) refuse one that does not. */
+int json_key_plain(const json_value *m);
 /* "null", "false", ..., for messages. */
 const char *json_type_name(json_type t);
 /* Writes s to f as a JSON string: quoted, '"' and '\\' escaped, control bytes as \u00XX. */

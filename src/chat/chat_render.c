@@ -63,7 +63,7 @@ static json_value *copy_replacing(const json_value *obj, const char *key, const 
     for (const json_value *m = obj->child; m; m = m->next) {
         json_value *c = &nodes[(*k)++];
         *c = *m;
-        if (!strcmp(m->key, key)) {
+        if (json_key_is(m, key)) {
             *c = *repl;
             c->key = m->key;
             c->key_len = m->key_len;

@@ -294,18 +294,21 @@ static void json_pad(jj_buf *b, int indent, int depth) {
 
 typedef struct key_ref {
     const char *key;
-    size_t i;
+    size_t len, i;
 } key_ref;
 
+/* byte order over all len bytes (a key may hold \u0000), a prefix first */
 static int key_cmp(const void *x, const void *y) {
-    return strcmp(((const key_ref *)x)->key, ((const key_ref *)y)->key);
+    const key_ref *a = x, *b = y;
+    int c = memcmp(a->key, b->key, a->len < b->len ? a->len : b->len);
+    return c ? c : (a->len > b->len) - (a->len < b->len);
 }
 
 static void json_object(jj_fail_ctx *f, jj_buf *b, const jj_map *m, const jj_json_opts *o,
                         int depth, const char *isep, const char *ksep) {
     size_t n = m->n;
     key_ref *order = jj_alloc(b->a, (n ? n : 1) * sizeof *order);
-    for (size_t i = 0; i < n; i++) order[i] = (key_ref){m->keys[i], i};
+    for (size_t i = 0; i < n; i++) order[i] = (key_ref){m->keys[i], m->klen[i], i};
     if (o->sort_keys) qsort(order, n, sizeof *order, key_cmp); /* byte order (hf: localeCompare) */
     jj_buf_addc(b, '{');
     for (size_t j = 0; j < n; j++) {

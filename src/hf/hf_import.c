@@ -209,7 +209,13 @@ static int open_shards(hf_import *h, const char *dir) {
     h->f = tsr_calloc(rc ? 1 : wm->len, sizeof *h->f);
     for (const json_value *v = rc ? NULL : wm->child; v && !rc; v = v->next) {
         int i = 0;
-        if (v->type != JSON_STRING || !shard_name_ok(v->str)) {
+        if (!json_key_plain(v)) {
+            tsr_error("%s: weight_map: the tensor name \"%.200s\\u0000...\" holds a NUL character "
+                      "(\\u0000)", h->st_path, v->key);
+            rc = TSR_EXIT_DATA;
+            break;
+        }
+        if (v->type != JSON_STRING || strlen(v->str) != v->len || !shard_name_ok(v->str)) {
             tsr_error("%s: weight_map[\"%s\"] is not a file name of this directory", h->st_path, v->key);
             rc = TSR_EXIT_DATA;
             break;

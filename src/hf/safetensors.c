@@ -293,10 +293,10 @@ static int parse_entry(const json_value *v, st_entry *e, char *why, size_t cap) 
     }
     const json_value *dt = NULL, *sh = NULL, *of = NULL;
     for (const json_value *m = v->child; m; m = m->next) {
-        const json_value **slot = !strcmp(m->key, "dtype")          ? &dt
-                                  : !strcmp(m->key, "shape")        ? &sh
-                                  : !strcmp(m->key, "data_offsets") ? &of
-                                                                    : NULL;
+        const json_value **slot = json_key_is(m, "dtype")          ? &dt
+                                  : json_key_is(m, "shape")        ? &sh
+                                  : json_key_is(m, "data_offsets") ? &of
+                                                                   : NULL;
         if (!slot || *slot) {
             snprintf(why, cap, "%s key \"%.64s\" in its entry (expected dtype, shape and "
                      "data_offsets once each)", slot ? "repeated" : "unexpected", m->key);
@@ -432,12 +432,19 @@ static int parse_header(st_file *f, const char *text, size_t len) {
         f->t = tsr_calloc(root->len ? root->len : 1, sizeof *f->t);
         int seen_meta = 0;
         for (const json_value *m = root->child; m && !rc; m = m->next) {
-            if (strcmp(m->key, "__metadata__") == 0) {
+            if (!json_key_plain(m)) { /* a name no C string can hold: never one transformers writes */
+                tsr_error("%s: tensor \"%.200s\\u0000...\": a tensor name holds a NUL character "
+                          "(\\u0000)", f->path, m->key);
+                rc = TSR_EXIT_DATA;
+                break;
+            }
+            if (json_key_is(m, "__metadata__")) {
                 int ok = !seen_meta && m->type == JSON_OBJECT;
-                for (const json_value *kv = ok ? m->child : NULL; kv; kv = kv->next) ok &= kv->type == JSON_STRING;
+                for (const json_value *kv = ok ? m->child : NULL; kv; kv = kv->next)
+                    ok &= kv->type == JSON_STRING && json_key_plain(kv) && strlen(kv->str) == kv->len;
                 if (!ok) {
                     tsr_error("%s: \"__metadata__\" is %s (expected one object of string values)",
-                              f->path, seen_meta ? "given twice" : "not an object of strings");
+                              f->path, seen_meta ? "given twice" : "not an object of strings without \\u0000");
                     rc = TSR_EXIT_DATA;
                     break;
                 }

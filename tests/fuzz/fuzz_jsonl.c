@@ -31,7 +31,10 @@ static size_t walk(const json_value *v, int depth) {
         for (const json_value *c = v->child; c; c = c->next, n++) {
             if ((v->type == JSON_OBJECT) != (c->key != NULL)) abort(); /* members have keys */
             sum += walk(c, depth + 1);
-            if (v->type == JSON_OBJECT && !json_get(v, c->key)) abort();
+            if (v->type == JSON_OBJECT) { /* found by name, unless the key holds \u0000; then */
+                const json_value *g = json_get(v, c->key); /* never a prefix match */
+                if ((json_key_plain(c) && !g) || (g && !json_key_is(g, c->key))) abort();
+            }
         }
         if (n != v->len) abort(); /* len = number of children */
     }

@@ -87,7 +87,7 @@ ARCHS = [
                     max_seq_len=32, pos='"alibi"', bias="false", gelu='"exact"', init_std=0.1)),
 ]
 CHECKS_PER_ARCH = 14
-N_ERROR_CHECKS = 10
+N_ERROR_CHECKS = 11
 
 
 def rel_err(a, b):
@@ -507,6 +507,9 @@ def error_checks(tap, tmp, cfg, good):
             at += b1 - b0
         return out, buf
 
+    def nul_name(pairs, data):  # read as a C string it was the real name: it loaded before
+        return [(k + "\0junk" if k == "transformer.h.1.mlp.c_fc.bias" else k, v) for k, v in pairs], data
+
     def n_layer(p):
         cj = json.load(open(os.path.join(os.path.dirname(p), "config.json")))
         cj["n_layer"] += 1
@@ -519,6 +522,8 @@ def error_checks(tap, tmp, cfg, good):
         ("a duplicate tensor name", 2, ["named twice"], lambda p: rewrite(p, duplicate)),
         ("4 trailing bytes", 2, ["trailing bytes"], lambda p: rewrite(p, lambda a, b: (a, b), extra=b"\0" * 4)),
         ("a missing tensor", 2, ["no tensor", "transformer.h.1.mlp.c_fc.bias"], lambda p: rewrite(p, drop)),
+        ("a tensor name holding \\u0000", 2, ["NUL character", "transformer.h.1.mlp.c_fc.bias"],
+         lambda p: rewrite(p, nul_name)),
         ("config.json with n_layer = 3", 1, ["n_layer = 3", "model.n_layer = 2"], n_layer),
     ]
     for k, (what, want_rc, needles, damage) in enumerate(cases):

@@ -51,10 +51,20 @@ static int number_is(const char *s, double want) {
 
 int main(void) {
     json_doc_init(&doc);
-    tap_plan(38);
+    tap_plan(40);
     json_error err;
 
     /* strings */
+    {
+        json_value *v = parse("{\"a\\u0000b\": 1, \"c\\u0000\": 3}", &err);
+        const json_value *m = v ? v->child : NULL;
+        tap_ok(m && !json_get(v, "a") && !json_get(v, "c") && !json_key_plain(m) && !json_key_is(m, "a") &&
+                   m->key_len == 3,
+               "a key holding \\u0000 is kept whole (3 bytes) and never found by its prefix");
+        v = parse("{\"a\\u0000b\": 1, \"a\": 2}", &err);
+        const json_value *a = v ? json_get(v, "a") : NULL;
+        tap_ok(a && a->num == 2 && json_key_plain(a) && json_key_is(a, "a"), "beside it, the key \"a\" is found");
+    }
     tap_ok(string_is("\"plain\"", "plain", 5), "plain string");
     tap_ok(string_is("\"\\\" \\\\ \\/ \\b \\f \\n \\r \\t\"", "\" \\ / \b \f \n \r \t", 15),
            "the eight short escapes");
