@@ -10,7 +10,9 @@
  *   CUDA backend (src/gpu/gpu_model.c): act = weight = bf16 (fp32 master weights outside the
  *     table), over kernels/cuda/cuda_ops.h, ctx = the stream.
  * Dimensions and conventions as in ops.h: B T C NH hs F V Vp N = B*T; backward ops accumulate
- * (+=) into gradients except softmax_xent's gradient, which is written over the logits. Frozen
+ * (+=) into gradients except softmax_xent's gradient, which is written over the logits, and the
+ * input gradient of the entries with a tsr_grad_mode `mode` (matmul, GELU, SwiGLU and attention
+ * backward), which TSR_GRAD_SET overwrites (ops.h). Frozen
  * parameters as in ops.h: every fp32 parameter-gradient output of a backward entry (dwte, dwpe,
  * dw, db, dbias, dqw, dkw) may be NULL; the entry then skips that gradient and gives the
  * activation gradients (and the other parameter gradients) the same bits as with it.
@@ -103,10 +105,10 @@ struct tsr_backend {
     void (*rope_backward)(const tsr_backend *be, void *dqkv, const int32_t *pos, int p0,
                           const float *inv_freq, int B, int T, int NH, int KVH, int hs);
     /* SwiGLU: out (N,F) act = silu(inp[:, :F]) * inp[:, F:], inp (N,2F) act;
-     * backward dinp (N,2F) act += */
+     * backward dinp (N,2F) act += (or = by mode) */
     void (*swiglu_forward)(const tsr_backend *be, void *out, const void *inp, int N, int F);
     void (*swiglu_backward)(const tsr_backend *be, void *dinp, const void *inp, const void *dout,
-                            int N, int F);
+                            int N, int F, tsr_grad_mode mode);
     /* Mixture of experts: the maths, shapes and orders of ops.h's moe_* entries, with the
      * backend's types: logits, x, xg, dx, dxg, out, base, y, dy, inp, dinp, dout, dlogits act;
      * w weight; probs, lse, wts, dwts, stats, dw fp32; idx, offs, rows, slot int32 — all on the
@@ -156,14 +158,14 @@ struct tsr_backend {
     void (*matvec_forward)(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,
                            const void *w, const void *bias, int N, int IC, int OC,
                            tsr_gelu_kind gelu);
-    /* dinp act +=, dw, dbias fp32 += (each or NULL: dw frozen, dbias also when no bias), as
-     * ops.h matmul_backward */
+    /* dinp act += (or = by mode), dw, dbias fp32 += (each or NULL: dw frozen, dbias also when
+     * no bias), as ops.h matmul_backward */
     void (*matmul_backward)(const tsr_backend *be, void *dinp, float *dw, float *dbias,
                             const void *dout, const void *inp, const void *w, int N, int IC,
-                            int OC);
-    /* dinp (n) act += gelu'(inp) * dout */
+                            int OC, tsr_grad_mode mode);
+    /* dinp (n) act += (or = by mode) gelu'(inp) * dout */
     void (*gelu_backward)(const tsr_backend *be, void *dinp, const void *inp, const void *dout,
-                          size_t n, tsr_gelu_kind kind);
+                          size_t n, tsr_gelu_kind kind, tsr_grad_mode mode);
 
     /* Attention (the maths of ops.h attention_forward). What the backward reads besides qkv and
      * out is the backend's: `saved` fp32 of attention_saved(B,T,NH) floats (fp32: the
@@ -174,10 +176,11 @@ struct tsr_backend {
     void (*attention_forward)(const tsr_backend *be, void *out, float *saved, const void *qkv,
                               const float *slopes, const int32_t *seq, int B, int T, int NH,
                               int KVH, int hs);
+    /* dqkv act += (or = by mode) */
     void (*attention_backward)(const tsr_backend *be, void *dqkv, const void *dout,
                                const void *qkv, const void *out, const float *saved,
                                const float *slopes, const int32_t *seq, void *scratch, int B,
-                               int T, int NH, int KVH, int hs);
+                               int T, int NH, int KVH, int hs, tsr_grad_mode mode);
     /* ops.h attention_decode on one layer's cache (kt, v act; scratch fp32), or NULL */
     void (*attention_decode)(const tsr_backend *be, void *out, void *kt, void *v,
                              const void *qkv, const float *slopes, float *scratch, int nscratch,

@@ -34,6 +34,12 @@
 
 typedef enum { TSR_GELU_TANH = 0, TSR_GELU_EXACT, TSR_GELU_COUNT } tsr_gelu_kind;
 
+/* How a backward op of the backend tables (backend.h, cuda_ops.h) writes its input gradient:
+ * TSR_GRAD_ADD accumulates (+=, the ops' convention), TSR_GRAD_SET overwrites (the buffer's old
+ * contents are not read: the caller knows it is fresh). SET gives the bits of zeroing the buffer,
+ * then ADD (a -0 result may read as +0), without the zeroing pass or the op's read of it. */
+typedef enum { TSR_GRAD_ADD = 0, TSR_GRAD_SET = 1 } tsr_grad_mode;
+
 typedef struct tsr_ops {
     const char *name; /* "cpu", "cuda" */
 

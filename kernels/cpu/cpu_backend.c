@@ -9,6 +9,12 @@ size_t tsr_dtype_size(tsr_dtype t) { return t == TSR_DT_BF16 ? 2 : 4; }
 
 #define OPS(be) ((const tsr_ops *)(be)->ctx)
 
+/* TSR_GRAD_SET on the fp32 ops, which accumulate: zero the n floats of dinp first (OpenBLAS's
+ * beta = 0 would zero C in a pass of its own too, so nothing faster is lost) */
+static void set_zero(const tsr_backend *be, void *dinp, size_t n, tsr_grad_mode mode) {
+    if (mode == TSR_GRAD_SET) OPS(be)->zero(dinp, n * sizeof(float));
+}
+
 static void *f_try_alloc(const tsr_backend *be, size_t bytes) { return OPS(be)->try_alloc(bytes); }
 static void f_free(const tsr_backend *be, void *p) { OPS(be)->free(p); }
 static void f_zero(const tsr_backend *be, void *p, size_t bytes) { OPS(be)->zero(p, bytes); }
@@ -94,7 +100,8 @@ static void f_swiglu_forward(const tsr_backend *be, void *out, const void *inp, 
 }
 
 static void f_swiglu_backward(const tsr_backend *be, void *dinp, const void *inp,
-                              const void *dout, int N, int F) {
+                              const void *dout, int N, int F, tsr_grad_mode mode) {
+    set_zero(be, dinp, (size_t)N * 2 * F, mode);
     OPS(be)->swiglu_backward(dinp, inp, dout, N, F);
 }
 
@@ -186,12 +193,14 @@ static void f_matvec_forward(const tsr_backend *be, void *out, void *pre_gelu, c
 
 static void f_matmul_backward(const tsr_backend *be, void *dinp, float *dw, float *dbias,
                               const void *dout, const void *inp, const void *w, int N, int IC,
-                              int OC) {
+                              int OC, tsr_grad_mode mode) {
+    set_zero(be, dinp, (size_t)N * IC, mode);
     OPS(be)->matmul_backward(dinp, dw, dbias, dout, inp, w, N, IC, OC);
 }
 
 static void f_gelu_backward(const tsr_backend *be, void *dinp, const void *inp, const void *dout,
-                            size_t n, tsr_gelu_kind kind) {
+                            size_t n, tsr_gelu_kind kind, tsr_grad_mode mode) {
+    set_zero(be, dinp, n, mode);
     OPS(be)->gelu_backward(dinp, inp, dout, n, kind);
 }
 
@@ -212,8 +221,9 @@ static void f_attention_forward(const tsr_backend *be, void *out, float *saved, 
 static void f_attention_backward(const tsr_backend *be, void *dqkv, const void *dout,
                                  const void *qkv, const void *out, const float *saved,
                                  const float *slopes, const int32_t *seq, void *scratch, int B,
-                                 int T, int NH, int KVH, int hs) {
+                                 int T, int NH, int KVH, int hs, tsr_grad_mode mode) {
     (void)out, (void)slopes, (void)scratch;
+    set_zero(be, dqkv, (size_t)B * T * (NH + 2 * KVH) * hs, mode);
     OPS(be)->attention_backward(dqkv, dout, qkv, saved, seq, B, T, NH, KVH, hs);
 }
 

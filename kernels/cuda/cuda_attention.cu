@@ -21,7 +21,8 @@
  *     tile and all columns of the other operand's tile, so warps share nothing but the shared
  *     memory tiles. Shared rows are padded to hs + 8 bf16 (ldmatrix without bank conflicts);
  *     rows past T are zero-filled (cp.async with source size 0);
- *   - backward ACCUMULATES into dqkv: read bf16, add the fp32 result, round once. Deterministic:
+ *   - backward ACCUMULATES into dqkv: read bf16, add the fp32 result, round once (TSR_GRAD_SET:
+ *     0 + the result, rounded, dqkv unread: the same bits as zeroing dqkv first). Deterministic:
  *     dk, dv by one block per key tile of a key/value head (its group's query heads summed in the
  *     block, in head order), dq by one block per query tile, fixed loop orders, no
  *     floating-point atomics;
@@ -281,10 +282,11 @@ __device__ void segment_ends(int *s_hi, int *s_seq, int *s_red, const int32_t *s
     __syncthreads();
 }
 
-/* p[0], p[1] += x, y (bf16 pair: read, add in fp32, round once); p 4-byte aligned */
-__device__ __forceinline__ void add_bf16x2(bf16 *p, float x, float y) {
+/* p[0], p[1] += x, y (bf16 pair: read, add in fp32, round once); set: p[0], p[1] = 0 + x, 0 + y
+ * (p unread; the bits of += on zeros, -0 included); p 4-byte aligned */
+__device__ __forceinline__ void add_bf16x2(bf16 *p, float x, float y, bool set) {
     __nv_bfloat162 *q = reinterpret_cast<__nv_bfloat162 *>(p);
-    const float2 f = __bfloat1622float2(*q);
+    const float2 f = set ? make_float2(0.0f, 0.0f) : __bfloat1622float2(*q);
     *q = __floats2bfloat162_rn(f.x + x, f.y + y);
 }
 
@@ -492,7 +494,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_m
     bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
     const float *__restrict__ lse, const float *__restrict__ Dsum,
     const float *__restrict__ slopes, const int32_t *__restrict__ seq, int T, int NH, int KVH,
-    float scale, float sl2) {
+    float scale, float sl2, bool set) {
     using Tl = att_tiles<HS>;
     constexpr int BK = Tl::KV_BK, BQ = Tl::KV_BQ, LD = Tl::LD;
     const int C = NH * HS, grp = NH / KVH;
@@ -584,12 +586,12 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_m
 #pragma unroll
     for (int dn = 0; dn < HS / 8; dn++) {
         if (ja < T) {
-            add_bf16x2(dka + dn * 8, dk[dn][0] * scale, dk[dn][1] * scale);
-            add_bf16x2(dka + voff + dn * 8, dv[dn][0], dv[dn][1]);
+            add_bf16x2(dka + dn * 8, dk[dn][0] * scale, dk[dn][1] * scale, set);
+            add_bf16x2(dka + voff + dn * 8, dv[dn][0], dv[dn][1], set);
         }
         if (jb < T) {
-            add_bf16x2(dkb + dn * 8, dk[dn][2] * scale, dk[dn][3] * scale);
-            add_bf16x2(dkb + voff + dn * 8, dv[dn][2], dv[dn][3]);
+            add_bf16x2(dkb + dn * 8, dk[dn][2] * scale, dk[dn][3] * scale, set);
+            add_bf16x2(dkb + voff + dn * 8, dv[dn][2], dv[dn][3], set);
         }
     }
 }
@@ -604,7 +606,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_m
     bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
     const float *__restrict__ lse, const float *__restrict__ Dsum,
     const float *__restrict__ slopes, const int32_t *__restrict__ seq, int T, int NH, int KVH,
-    float scale, float sl2) {
+    float scale, float sl2, bool set) {
     using Tl = att_tiles<HS>;
     constexpr int BR = Tl::DQ_BR, BC = Tl::DQ_BC, LD = Tl::LD;
     const int C = NH * HS;
@@ -677,8 +679,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_m
     bf16 *qa = dqkv + ((size_t)b * T + ia) * ld + (size_t)h * HS + 2 * t4, *qb = qa + 8 * ld;
 #pragma unroll
     for (int dn = 0; dn < HS / 8; dn++) {
-        if (ia < T) add_bf16x2(qa + dn * 8, dq[dn][0] * scale, dq[dn][1] * scale);
-        if (ib < T) add_bf16x2(qb + dn * 8, dq[dn][2] * scale, dq[dn][3] * scale);
+        if (ia < T) add_bf16x2(qa + dn * 8, dq[dn][0] * scale, dq[dn][1] * scale, set);
+        if (ib < T) add_bf16x2(qb + dn * 8, dq[dn][2] * scale, dq[dn][3] * scale, set);
     }
 }
 
@@ -753,7 +755,7 @@ template <int HS>
 static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
                                   const tsr_bf16 *out, const float *lse, const float *slopes,
                                   const int32_t *seq, float *D, int B, int T, int NH, int KVH,
-                                  cudaStream_t st) {
+                                  bool set, cudaStream_t st) {
     using Tl = att_tiles<HS>;
     const char *what = "tcu_attention_backward";
     const int C = NH * HS;
@@ -770,18 +772,18 @@ static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const ts
     att_smem_limit((const void *)kv, Tl::kv_smem, "tcu_attention_backward: shared memory (dk, dv)");
     const dim3 gkv((unsigned)((T + Tl::KV_BK - 1) / Tl::KV_BK), (unsigned)KVH, (unsigned)B);
     kv<<<gkv, ATT_THREADS, Tl::kv_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, NH, KVH, scale,
-                                              sl2);
+                                              sl2, set);
     TCU_CHECK_LAUNCH("tcu_attention_backward: dk, dv");
 
     auto qk = attention_backward_dq_querytile_mma_kernel<HS>;
     att_smem_limit((const void *)qk, Tl::dq_smem, "tcu_attention_backward: shared memory (dq)");
     const dim3 gq((unsigned)((T + Tl::DQ_BR - 1) / Tl::DQ_BR), (unsigned)NH, (unsigned)B);
     qk<<<gq, ATT_THREADS, Tl::dq_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, NH, KVH, scale,
-                                             sl2);
+                                             sl2, set);
     TCU_CHECK_LAUNCH(what);
 }
 
-/* dqkv (B,T,QKV) bf16 += the gradient of ops.h attention_forward, from dout (B,T,NH*hs), out and
+/* dqkv (B,T,QKV) bf16 += (TSR_GRAD_SET: =) the gradient of ops.h attention_forward, from dout (B,T,NH*hs), out and
  * lse of the forward, qkv, slopes, seq as given to it; scratch: tcu_attention_scratch_bytes
  * bytes. Three kernels: D = rowsum(dout * out) into scratch, dk/dv per key tile of each key/value
  * head (its query heads summed inside the block), dq per query tile. */
@@ -789,7 +791,7 @@ extern "C" void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, con
                                        const tsr_bf16 *out, const float *lse,
                                        const float *alibi_slopes, const int32_t *seq,
                                        void *scratch, int B, int T, int NH, int KVH, int hs,
-                                       tcu_stream s) {
+                                       tsr_grad_mode mode, tcu_stream s) {
     const char *what = "tcu_attention_backward";
     att_check(what, B, T, NH, KVH, hs);
     TCU_REQUIRE(dqkv && dout && qkv && out && lse, what,
@@ -800,13 +802,14 @@ extern "C" void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, con
     TCU_REQUIRE(scratch != nullptr, what, "scratch is NULL");
     cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
     float *D = static_cast<float *>(scratch);
+    const bool set = mode == TSR_GRAD_SET;
     if (hs == 32)
         attention_backward_hs<32>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, D, B, T, NH, KVH,
-                                  st);
+                                  set, st);
     else if (hs == 64)
         attention_backward_hs<64>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, D, B, T, NH, KVH,
-                                  st);
+                                  set, st);
     else
         attention_backward_hs<128>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, D, B, T, NH, KVH,
-                                   st);
+                                   set, st);
 }

@@ -236,6 +236,19 @@ void tcu_stream_wait_event(tcu_stream s, tcu_event e) {
     TCU_CHECK(cudaStreamWaitEvent(s, e, 0), "tcu_stream_wait_event");
 }
 
+tcu_event tcu_event_create_timed(void) {
+    cudaEvent_t e = NULL;
+    TCU_CHECK(cudaEventCreate(&e), "tcu_event_create_timed");
+    return e;
+}
+
+float tcu_event_elapsed_ms(tcu_event start, tcu_event end) {
+    float ms = 0.0f;
+    TCU_CHECK(cudaEventSynchronize(end), "tcu_event_elapsed_ms");
+    TCU_CHECK(cudaEventElapsedTime(&ms, start, end), "tcu_event_elapsed_ms");
+    return ms;
+}
+
 /* ---- fp32 <-> bf16 ------------------------------------------------------------------------- */
 
 static unsigned flat_grid(size_t items) {

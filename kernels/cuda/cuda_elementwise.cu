@@ -520,18 +520,19 @@ template <tsr_gelu_kind K> struct gelu_forward_op {
 template <tsr_gelu_kind K> struct gelu_backward_op {
     bf16 *dinp;
     const bf16 *inp, *dout;
+    bool set; /* TSR_GRAD_SET: dinp written, not read */
     __device__ void pack(size_t i) const {
-        float x[8], g[8], d[8];
+        float x[8], g[8], d[8] = {};
         tcu_load_bf16<8>(x, inp + i);
         tcu_load_bf16<8>(g, dout + i);
-        tcu_load_bf16<8>(d, dinp + i);
+        if (!set) tcu_load_bf16<8>(d, dinp + i);
 #pragma unroll
         for (int j = 0; j < 8; j++) d[j] += gelu_grad<K>(x[j]) * g[j];
         tcu_store_bf16<8>(dinp + i, d);
     }
     __device__ void one(size_t i) const {
         float x = __bfloat162float(inp[i]), g = __bfloat162float(dout[i]);
-        float d = __bfloat162float(dinp[i]) + gelu_grad<K>(x) * g;
+        float d = (set ? 0.0f : __bfloat162float(dinp[i])) + gelu_grad<K>(x) * g;
         dinp[i] = __float2bfloat16_rn(d);
     }
 };
@@ -601,15 +602,16 @@ void tcu_gelu_forward(tsr_bf16 *out, const tsr_bf16 *inp, size_t n, tsr_gelu_kin
 }
 
 void tcu_gelu_backward(tsr_bf16 *dinp, const tsr_bf16 *inp, const tsr_bf16 *dout, size_t n,
-                       tsr_gelu_kind kind, tcu_stream s) {
+                       tsr_gelu_kind kind, tsr_grad_mode mode, tcu_stream s) {
     const char *what = "tcu_gelu_backward";
     bool vec = tcu_aligned16(dinp) && tcu_aligned16(inp) && tcu_aligned16(dout);
     bf16 *d = (bf16 *)dinp;
     const bf16 *x = (const bf16 *)inp, *g = (const bf16 *)dout;
+    const bool set = mode == TSR_GRAD_SET;
     if (kind == TSR_GELU_TANH)
-        launch_packs_of_8(gelu_backward_op<TSR_GELU_TANH>{d, x, g}, n, vec, s, what);
+        launch_packs_of_8(gelu_backward_op<TSR_GELU_TANH>{d, x, g, set}, n, vec, s, what);
     else if (kind == TSR_GELU_EXACT)
-        launch_packs_of_8(gelu_backward_op<TSR_GELU_EXACT>{d, x, g}, n, vec, s, what);
+        launch_packs_of_8(gelu_backward_op<TSR_GELU_EXACT>{d, x, g, set}, n, vec, s, what);
     else tcu_fail(what, tcu_msg("unknown GELU kind %d", (int)kind), __FILE__, __LINE__);
 }
 

@@ -416,11 +416,12 @@ __device__ __forceinline__ float sigmoid_f(float x) {
 }
 
 /* BACKWARD = false: out[n,f] = silu(g) * u; true: dinp[n,f] += dout * u * silu'(g),
- * dinp[n,F+f] += dout * silu(g), silu(g) = g sigmoid(g), silu' = s (1 + g (1 - s)); g = inp[n,f],
+ * dinp[n,F+f] += dout * silu(g) (set: = instead of +=, dinp unread), silu(g) = g sigmoid(g), silu' = s (1 + g (1 - s)); g = inp[n,f],
  * u = inp[n,F+f]. out, dout (N,F), inp, dinp (N,2F) bf16. One item = W columns of one row (W = 8:
  * F % 8 == 0 and every pointer 16-byte aligned); grid-stride, EW_THREADS. */
 template <int W, bool BACKWARD>
-__global__ void swiglu_kernel(bf16 *o, const bf16 *inp, const bf16 *dout, int F, size_t items) {
+__global__ void swiglu_kernel(bf16 *o, const bf16 *inp, const bf16 *dout, int F, size_t items,
+                              bool set) {
     const int packs = F / W;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < items; k += stride) {
@@ -435,11 +436,13 @@ __global__ void swiglu_kernel(bf16 *o, const bf16 *inp, const bf16 *dout, int F,
             for (int j = 0; j < W; j++) g[j] = g[j] * sigmoid_f(g[j]) * u[j];
             tcu_store_bf16<W>(o + n * F + f, g);
         } else {
-            float d[W], dg[W], du[W];
+            float d[W], dg[W] = {}, du[W] = {};
             bf16 *dgp = o + n * 2 * F + f, *dup = dgp + F;
             tcu_load_bf16<W>(d, dout + n * F + f);
-            tcu_load_bf16<W>(dg, dgp);
-            tcu_load_bf16<W>(du, dup);
+            if (!set) {
+                tcu_load_bf16<W>(dg, dgp);
+                tcu_load_bf16<W>(du, dup);
+            }
 #pragma unroll
             for (int j = 0; j < W; j++) {
                 const float sg = sigmoid_f(g[j]);
@@ -454,7 +457,7 @@ __global__ void swiglu_kernel(bf16 *o, const bf16 *inp, const bf16 *dout, int F,
 
 template <bool BACKWARD>
 static void swiglu_launch(const char *what, bf16 *o, const bf16 *inp, const bf16 *dout, int N,
-                          int F, cudaStream_t st) {
+                          int F, bool set, cudaStream_t st) {
     TCU_REQUIRE(N >= 0 && F >= 1, what, tcu_msg("need N >= 0 and F >= 1, got N=%d F=%d", N, F));
     TCU_REQUIRE(o && inp && (!BACKWARD || dout), what, "a required pointer is NULL");
     if (N == 0) return;
@@ -462,17 +465,17 @@ static void swiglu_launch(const char *what, bf16 *o, const bf16 *inp, const bf16
                     (!BACKWARD || tcu_aligned16(dout));
     const size_t items = (size_t)N * (v8 ? F / 8 : F);
     auto kern = v8 ? swiglu_kernel<8, BACKWARD> : swiglu_kernel<1, BACKWARD>;
-    kern<<<ew_grid(items), EW_THREADS, 0, st>>>(o, inp, dout, F, items);
+    kern<<<ew_grid(items), EW_THREADS, 0, st>>>(o, inp, dout, F, items, set);
     TCU_CHECK_LAUNCH(what);
 }
 
 void tcu_swiglu_forward(tsr_bf16 *out, const tsr_bf16 *inp, int N, int F, tcu_stream s) {
     swiglu_launch<false>("tcu_swiglu_forward", (bf16 *)out, (const bf16 *)inp, nullptr, N, F,
-                         (cudaStream_t)s);
+                         false, (cudaStream_t)s);
 }
 
 void tcu_swiglu_backward(tsr_bf16 *dinp, const tsr_bf16 *inp, const tsr_bf16 *dout, int N, int F,
-                         tcu_stream s) {
+                         tsr_grad_mode mode, tcu_stream s) {
     swiglu_launch<true>("tcu_swiglu_backward", (bf16 *)dinp, (const bf16 *)inp,
-                        (const bf16 *)dout, N, F, (cudaStream_t)s);
+                        (const bf16 *)dout, N, F, mode == TSR_GRAD_SET, (cudaStream_t)s);
 }

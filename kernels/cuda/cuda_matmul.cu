@@ -4,7 +4,8 @@
  * File-wide conventions (cuda_ops.h):
  *   - row-major tensors, the ops.h vocabulary: inp (N,IC), w (OC,IC), out (N,OC);
  *   - bf16 operands, fp32 accumulation (CUBLAS_COMPUTE_32F, fp32 alpha/beta), bf16 activations;
- *   - backward ACCUMULATES: dinp (bf16) += through beta = 1 on C = D; dw, dbias (fp32) +=;
+ *   - backward ACCUMULATES: dinp (bf16) += through beta = 1 on C = D (TSR_GRAD_SET: beta = 0,
+ *     dinp written without being read); dw, dbias (fp32) +=;
  *   - every cuBLASLt call and kernel launch on the caller's stream `s`, every call checked.
  * In tcu_matmul_backward each of dinp, dw, dbias may be NULL (that term is skipped: cuda_ops.h), so
  * a frozen weight or an input that needs no gradient costs nothing; the three are independent
@@ -406,12 +407,13 @@ void tcu_matmul_forward(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *inp,
     if (pre_gelu) tcu_gelu_forward(out, pre_gelu, (size_t)N * OC, gelu, s);
 }
 
-/* dinp (N,IC) bf16 += dout @ w;  dw (OC,IC) fp32 += dout^T @ inp;  dbias (OC) fp32 += sum_n dout.
+/* dinp (N,IC) bf16 += dout @ w (mode TSR_GRAD_SET: =);  dw (OC,IC) fp32 += dout^T @ inp;  dbias (OC) fp32 += sum_n dout.
  * Each of dinp, dw, dbias may be NULL (that term skipped); inp may be NULL when dw is, w when dinp
  * is. dout (N,OC) bf16, inp (N,IC) bf16, w (OC,IC) bf16.
  * dinp: D (IC,N) ld IC [= dinp row-major] = A B + D; A = w stored (IC,OC) ld IC, op N [w row-major
  *   is w^T column-major]; B = dout stored (OC,N) ld OC, op N; m = IC, n = N, k = OC; bf16 C = D,
- *   beta = 1 (read, add in fp32, round once).
+ *   beta = 1 (read, add in fp32, round once); SET: beta = 0 (cuBLASLt does not read C; the same
+ *   algorithm, as beta is not part of the heuristic's inputs).
  * dw:   D (IC,OC) ld IC [= dw row-major] = A op(B) + D; A = inp stored (IC,N) ld IC, op N;
  *   B = dout stored (OC,N) ld OC, op T [= dout as (N,OC)]; m = IC, n = OC, k = N; A/B bf16,
  *   C = D fp32, beta = 1.
@@ -419,7 +421,7 @@ void tcu_matmul_forward(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *inp,
  *   the bias gradient, they cannot accumulate into it). */
 void tcu_matmul_backward(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16 *dout,
                          const tsr_bf16 *inp, const tsr_bf16 *w, int N, int IC, int OC,
-                         tcu_stream s) {
+                         tsr_grad_mode mode, tcu_stream s) {
     const char *what = "tcu_matmul_backward";
     require_shape(what, N, IC, OC);
     TCU_REQUIRE(dout != NULL, what, "dout must not be NULL");
@@ -428,7 +430,7 @@ void tcu_matmul_backward(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16
 
     if (dinp) {
         lt_gemm g = lt_gemm_dense(LT_DINP, N, IC, OC, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, dout,
-                                  dinp, CUDA_R_16BF, 1.0f);
+                                  dinp, CUDA_R_16BF, mode == TSR_GRAD_SET ? 0.0f : 1.0f);
         lt_matmul(&g, s, false);
     }
     if (dw) {

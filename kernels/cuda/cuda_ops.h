@@ -84,6 +84,11 @@ tcu_event tcu_event_create(void);
 void tcu_event_destroy(tcu_event e);
 void tcu_event_record(tcu_event e, tcu_stream s);
 void tcu_stream_wait_event(tcu_stream s, tcu_event e);
+/* Timing events (TSR_PROFILE=1: src/gpu/gpu_profile.c): tcu_event_create_timed makes one with
+ * timing on (record and destroy as above); tcu_event_elapsed_ms waits for `end` to complete and
+ * gives the device time from `start` to `end` in milliseconds (both recorded, timed). */
+tcu_event tcu_event_create_timed(void);
+float tcu_event_elapsed_ms(tcu_event start, tcu_event end);
 
 /* The cuBLASLt handle, its workspace and scratch reused across ops; one per process (one rank per
  * GPU). tcu_init selects device `device`, creates them; tcu_shutdown frees them. */
@@ -137,18 +142,20 @@ void tcu_layernorm_backward(tsr_bf16 *dinp, float *dw, float *db, const tsr_bf16
 void tcu_matmul_forward(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *inp,
                         const tsr_bf16 *w, const tsr_bf16 *bias, int N, int IC, int OC,
                         tsr_gelu_kind gelu, tcu_stream s);
-/* dinp (N,IC) bf16 += dout @ w; dw (OC,IC) fp32 += dout^T @ inp; dbias (OC) fp32 += column sums
- * of dout. Each of dinp, dw, dbias may be NULL (skipped: dw frozen, no bias, no input gradient;
- * inp is read only for dw, w only for dinp).  dout (N,OC) bf16, inp (N,IC) bf16, w (OC,IC) bf16. */
+/* dinp (N,IC) bf16 += dout @ w (TSR_GRAD_SET: =, ops.h); dw (OC,IC) fp32 += dout^T @ inp; dbias
+ * (OC) fp32 += column sums of dout. Each of dinp, dw, dbias may be NULL (skipped: dw frozen, no
+ * bias, no input gradient; inp is read only for dw, w only for dinp).  dout (N,OC) bf16, inp
+ * (N,IC) bf16, w (OC,IC) bf16. */
 void tcu_matmul_backward(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16 *dout,
                          const tsr_bf16 *inp, const tsr_bf16 *w, int N, int IC, int OC,
-                         tcu_stream s);
+                         tsr_grad_mode mode, tcu_stream s);
 
-/* GELU of kind `kind`.  out, inp (n) bf16;  backward: dinp (n) bf16 += gelu'(inp) * dout */
+/* GELU of kind `kind`.  out, inp (n) bf16;  backward: dinp (n) bf16 += (SET: =) gelu'(inp) *
+ * dout */
 void tcu_gelu_forward(tsr_bf16 *out, const tsr_bf16 *inp, size_t n, tsr_gelu_kind kind,
                       tcu_stream s);
 void tcu_gelu_backward(tsr_bf16 *dinp, const tsr_bf16 *inp, const tsr_bf16 *dout, size_t n,
-                       tsr_gelu_kind kind, tcu_stream s);
+                       tsr_gelu_kind kind, tsr_grad_mode mode, tcu_stream s);
 
 /* out = a + b;  backward: da += dout, db += dout.  all (n) bf16 */
 void tcu_residual_forward(tsr_bf16 *out, const tsr_bf16 *a, const tsr_bf16 *b, size_t n,
@@ -169,7 +176,7 @@ int tcu_attention_head_size_ok(int hs);
 void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
                            const float *alibi_slopes, const int32_t *seq, int B, int T, int NH,
                            int KVH, int hs, tcu_stream s);
-/* dqkv (B,T,QKV) bf16 +=; dout, out (B,T,NH*hs) bf16 and lse from the forward pass; qkv, slopes,
+/* dqkv (B,T,QKV) bf16 += (SET: =); dout, out (B,T,NH*hs) bf16 and lse from the forward pass; qkv, slopes,
  * seq as given to it. scratch: tcu_attention_scratch_bytes(B,T,NH,KVH,hs) bytes of device memory (the fp32
  * row sums D = rowsum(dout * out), (B,NH,T); dq, dk, dv stay in registers until added into dqkv);
  * deterministic (dk,dv parallel over key tiles, dq over query tiles: no atomics). */
@@ -177,7 +184,7 @@ size_t tcu_attention_scratch_bytes(int B, int T, int NH, int KVH, int hs);
 void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
                             const tsr_bf16 *out, const float *lse, const float *alibi_slopes,
                             const int32_t *seq, void *scratch, int B, int T, int NH, int KVH,
-                            int hs, tcu_stream s);
+                            int hs, tsr_grad_mode mode, tcu_stream s);
 
 /* ---- the Llama-style blocks: the maths of the ops.h ops of the same names; bf16 activations and
  * weights, fp32 statistics, weight gradients and arithmetic ---- */
@@ -205,10 +212,11 @@ void tcu_rope_forward(tsr_bf16 *qkv, const int32_t *pos, int p0, const float *in
                       int T, int NH, int KVH, int hs, tcu_stream s);
 void tcu_rope_backward(tsr_bf16 *dqkv, const int32_t *pos, int p0, const float *inv_freq, int B,
                        int T, int NH, int KVH, int hs, tcu_stream s);
-/* out (N,F) bf16 = silu(inp[:, :F]) * inp[:, F:], inp (N,2F) bf16; backward dinp (N,2F) += */
+/* out (N,F) bf16 = silu(inp[:, :F]) * inp[:, F:], inp (N,2F) bf16; backward dinp (N,2F) +=
+ * (SET: =) */
 void tcu_swiglu_forward(tsr_bf16 *out, const tsr_bf16 *inp, int N, int F, tcu_stream s);
 void tcu_swiglu_backward(tsr_bf16 *dinp, const tsr_bf16 *inp, const tsr_bf16 *dout, int N, int F,
-                         tcu_stream s);
+                         tsr_grad_mode mode, tcu_stream s);
 
 /* ---- mixture of experts (cuda_moe.cu): the maths and orders of the ops.h moe_* ops (docs/moe.md;
  * E experts, K per row, NK = N*K). bf16: logits, x, xg, dx, dxg, inp, dinp, out, dout, base, y,

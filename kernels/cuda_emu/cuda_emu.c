@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda_ops.h"
 #include "ops.h"
@@ -120,6 +121,13 @@ static void round_into(tsr_bf16 *x, const float *f, size_t n) {
 /* x (bf16) += inc (fp32): one rounding of the fp32 sum */
 static void add_round_into(tsr_bf16 *x, const float *inc, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = bf16_round(bf16_widen(x[i]) + inc[i]);
+}
+
+/* an input gradient by its mode (ops.h): TSR_GRAD_ADD += as add_round_into, TSR_GRAD_SET = round
+ * (x unread) */
+static void grad_round_into(tsr_bf16 *x, const float *inc, size_t n, tsr_grad_mode mode) {
+    if (mode == TSR_GRAD_SET) round_into(x, inc, n);
+    else add_round_into(x, inc, n);
 }
 
 /* ---- device, memory, context --------------------------------------------------------------- */
@@ -244,12 +252,29 @@ void tcu_sync(tcu_stream s) {}
 
 tcu_stream tcu_stream_create(void) { return host_alloc(1, "tcu_stream_create"); }
 void tcu_stream_destroy(tcu_stream s) { free(s); }
-tcu_event tcu_event_create(void) { return host_alloc(1, "tcu_event_create"); }
+/* An event holds the host time of its last record (the emulator runs each op when called, so
+ * the host's clock is its device's): timed or not, the same */
+tcu_event tcu_event_create(void) {
+    double *t = host_alloc(sizeof *t, "tcu_event_create");
+    *t = -1.0; /* never recorded */
+    return (tcu_event)t;
+}
+tcu_event tcu_event_create_timed(void) { return tcu_event_create(); }
 void tcu_event_destroy(tcu_event e) { free(e); }
 
 /* CUDA rejects a NULL event; so does the emulator */
 void tcu_event_record(tcu_event e, tcu_stream s) {
     REQUIRE(e, "tcu_event_record", "the event is NULL");
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    *(double *)e = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+float tcu_event_elapsed_ms(tcu_event start, tcu_event end) {
+    REQUIRE(start && end, "tcu_event_elapsed_ms", "an event is NULL");
+    const double a = *(double *)start, b = *(double *)end;
+    REQUIRE(a >= 0.0 && b >= 0.0, "tcu_event_elapsed_ms", "an event was never recorded");
+    return (float)((b - a) * 1e3);
 }
 
 void tcu_stream_wait_event(tcu_stream s, tcu_event e) {
@@ -530,14 +555,14 @@ void tcu_swiglu_forward(tsr_bf16 *out, const tsr_bf16 *inp, int N, int F, tcu_st
 
 /* dinp (bf16) += the CPU op's fp32 increment */
 void tcu_swiglu_backward(tsr_bf16 *dinp, const tsr_bf16 *inp, const tsr_bf16 *dout, int N, int F,
-                         tcu_stream s) {
+                         tsr_grad_mode mode, tcu_stream s) {
     const char *what = "tcu_swiglu_backward";
     check_nf(what, N, F, dinp && inp && dout);
     if (N == 0) return;
     const size_t n = (size_t)N * F;
     float *x = widen(inp, 2 * n, what), *g = widen(dout, n, what), *dx = host_zeros(2 * n, what);
     cpu->swiglu_backward(dx, x, g, N, F);
-    add_round_into(dinp, dx, 2 * n);
+    grad_round_into(dinp, dx, 2 * n, mode);
     free(dx), free(g), free(x);
 }
 
@@ -734,13 +759,13 @@ void tcu_matmul_forward(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *inp,
     free(o), free(x), free(bf), free(wf);
 }
 
-/* In chunks of EMU_ROWS rows, the CPU op: dinp (bf16) += its fp32 increment of the chunk; dw and
- * dbias fp32 += by it (one fp32 add per chunk), each or NULL as the CPU op takes them (dw NULL:
- * inp unread). A NULL dinp gets a scratch stand-in (the CPU op needs one) and w then reads as
+/* In chunks of EMU_ROWS rows, the CPU op: dinp (bf16) += (SET: =) its fp32 increment of the
+ * chunk; dw and dbias fp32 += by it (one fp32 add per chunk), each or NULL as the CPU op takes
+ * them (dw NULL: inp unread). A NULL dinp gets a scratch stand-in (the CPU op needs one) and w then reads as
  * zeros. */
 void tcu_matmul_backward(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16 *dout,
                          const tsr_bf16 *inp, const tsr_bf16 *w, int N, int IC, int OC,
-                         tcu_stream s) {
+                         tsr_grad_mode mode, tcu_stream s) {
     const char *what = "tcu_matmul_backward";
     require_shape(what, N, IC, OC);
     REQUIRE(dout != NULL, what, "dout must not be NULL");
@@ -761,7 +786,7 @@ void tcu_matmul_backward(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16
         if (dw) widen_into(x, inp + (size_t)n0 * IC, ni);
         memset(dx, 0, ni * sizeof *dx);
         cpu->matmul_backward(dx, dw, dbias, g, x, wf, nr, IC, OC);
-        if (dinp) add_round_into(dinp + (size_t)n0 * IC, dx, ni);
+        if (dinp) grad_round_into(dinp + (size_t)n0 * IC, dx, ni, mode);
     }
     free(dx), free(x), free(g), free(wf);
 }
@@ -836,13 +861,13 @@ void tcu_gelu_forward(tsr_bf16 *out, const tsr_bf16 *inp, size_t n, tsr_gelu_kin
 
 /* dinp = round(dinp + gelu'(inp) dout) */
 void tcu_gelu_backward(tsr_bf16 *dinp, const tsr_bf16 *inp, const tsr_bf16 *dout, size_t n,
-                       tsr_gelu_kind kind, tcu_stream s) {
+                       tsr_gelu_kind kind, tsr_grad_mode mode, tcu_stream s) {
     const char *what = "tcu_gelu_backward";
     REQUIRE(gelu_kind_ok(kind), what, "unknown GELU kind %d", (int)kind);
     if (n == 0) return;
     float *x = widen(inp, n, what), *g = widen(dout, n, what), *d = host_zeros(n, what);
     cpu->gelu_backward(d, x, g, n, kind);
-    add_round_into(dinp, d, n);
+    grad_round_into(dinp, d, n, mode);
     free(d), free(g), free(x);
 }
 
@@ -950,7 +975,7 @@ size_t tcu_attention_scratch_bytes(int B, int T, int NH, int KVH, int hs) {
 void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
                             const tsr_bf16 *out, const float *lse, const float *alibi_slopes,
                             const int32_t *seq, void *scratch, int B, int T, int NH, int KVH,
-                            int hs, tcu_stream s) {
+                            int hs, tsr_grad_mode mode, tcu_stream s) {
     const char *what = "tcu_attention_backward";
     att_check(what, B, T, NH, KVH, hs);
     REQUIRE(dqkv && dout && qkv && out && lse, what,
@@ -970,7 +995,7 @@ void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16
         att_rows(NULL, att, lse, x, alibi_slopes, sq, lo, b, T, NH, KVH, hs);
         memset(dx, 0, nx * sizeof *dx);
         cpu->attention_backward(dx, g, x, att, sq, 1, T, NH, KVH, hs);
-        add_round_into(dqkv + b * nx, dx, nx);
+        grad_round_into(dqkv + b * nx, dx, nx, mode);
     }
     free(lo), free(att), free(dx), free(g), free(x);
 }

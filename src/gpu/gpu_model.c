@@ -10,6 +10,7 @@
 #include "common.h"
 #include "model/decoder.h"
 #include "model/model_lora.h"
+#include "gpu/gpu_profile.h"
 
 size_t gpu_model_state_bytes(const tsr_model *m, gpu_state state) {
     size_t per = state == GPU_STATE_FULL ? 2 * sizeof(float) + sizeof(tsr_bf16)
@@ -24,6 +25,15 @@ size_t gpu_model_state_bytes(const tsr_model *m, gpu_state state) {
 
 #define STREAM(be) ((tcu_stream)(be)->ctx)
 
+/* PROF(be, NAME, A, B, C, call): the call, timed as op NAME of shape A x B x C (0: unused) when
+ * TSR_PROFILE=1 (gpu_profile.h); just the call otherwise */
+#define PROF(be, name, a, b, c, ...)                                                            \
+    do {                                                                                        \
+        const int prof_slot_ = gpu_prof_begin(STREAM(be), name, a, b, c);                       \
+        __VA_ARGS__;                                                                            \
+        gpu_prof_end(STREAM(be), prof_slot_);                                                   \
+    } while (0)
+
 static void *c_try_alloc(const tsr_backend *be, size_t bytes) {
     (void)be;
     return tcu_try_malloc(bytes > 0 ? bytes : 1);
@@ -32,166 +42,214 @@ static void c_free(const tsr_backend *be, void *p) {
     (void)be;
     tcu_free(p);
 }
-static void c_zero(const tsr_backend *be, void *p, size_t bytes) { tcu_zero(p, bytes, STREAM(be)); }
+static void c_zero(const tsr_backend *be, void *p, size_t bytes) {
+    PROF(be, "zero", 0, 0, 0, tcu_zero(p, bytes, STREAM(be)));
+}
 static void c_to_device(const tsr_backend *be, void *dst, const void *src, size_t bytes) {
-    tcu_memcpy_h2d(dst, src, bytes, STREAM(be));
+    PROF(be, "to_device", 0, 0, 0,
+         tcu_memcpy_h2d(dst, src, bytes, STREAM(be)));
 }
 static void c_to_host(const tsr_backend *be, void *dst, const void *src, size_t bytes) {
-    tcu_memcpy_d2h(dst, src, bytes, STREAM(be));
+    PROF(be, "to_host", 0, 0, 0,
+         tcu_memcpy_d2h(dst, src, bytes, STREAM(be)));
+}
+
+/* TSR_GRAD_SET as asked, or, when the environment sets TSR_GRAD_OVERWRITE=0 (a measurement
+ * switch: docs/cuda.md), as before it existed: the n bf16 of dinp zeroed, then TSR_GRAD_ADD.
+ * Read once per process; both give the same bits. */
+static tsr_grad_mode grad_mode(const tsr_backend *be, void *dinp, size_t n, tsr_grad_mode mode) {
+    static int overwrite = -1;
+    if (overwrite < 0) {
+        const char *v = getenv("TSR_GRAD_OVERWRITE");
+        overwrite = !(v && strcmp(v, "0") == 0);
+    }
+    if (mode != TSR_GRAD_SET || overwrite) return mode;
+    c_zero(be, dinp, n * sizeof(tsr_bf16));
+    return TSR_GRAD_ADD;
 }
 
 static void c_encoder_forward(const tsr_backend *be, void *out, const int32_t *tokens,
                               const void *wte, const void *wpe, const int32_t *pos, int B, int T,
                               int C) {
-    tcu_encoder_forward(out, tokens, wte, wpe, pos, B, T, C, STREAM(be));
+    PROF(be, "encoder_forward", 0, 0, 0,
+         tcu_encoder_forward(out, tokens, wte, wpe, pos, B, T, C, STREAM(be)));
 }
 
 static void c_encoder_backward(const tsr_backend *be, float *dwte, float *dwpe, const void *dout,
                                const int32_t *tokens, const int32_t *tokens_host,
                                const int32_t *pos, int B, int T, int C) {
-    tcu_encoder_backward(dwte, dwpe, dout, tokens, tokens_host, pos, B, T, C, STREAM(be));
+    PROF(be, "encoder_backward", 0, 0, 0,
+         tcu_encoder_backward(dwte, dwpe, dout, tokens, tokens_host, pos, B, T, C, STREAM(be)));
 }
 
 static void c_layernorm_forward(const tsr_backend *be, void *out, float *mean, float *rstd,
                                 const void *inp, const void *w, const void *b, int N, int C) {
-    tcu_layernorm_forward(out, mean, rstd, inp, w, b, N, C, STREAM(be));
+    PROF(be, "layernorm_forward", N, C, 0,
+         tcu_layernorm_forward(out, mean, rstd, inp, w, b, N, C, STREAM(be)));
 }
 
 static void c_residual_layernorm_forward(const tsr_backend *be, void *res, void *out, float *mean,
                                          float *rstd, const void *a, const void *b, const void *w,
                                          const void *bias, int N, int C) {
-    tcu_residual_layernorm_forward(res, out, mean, rstd, a, b, w, bias, N, C, STREAM(be));
+    PROF(be, "residual_layernorm_forward", N, C, 0,
+         tcu_residual_layernorm_forward(res, out, mean, rstd, a, b, w, bias, N, C, STREAM(be)));
 }
 
 static void c_layernorm_backward(const tsr_backend *be, void *dinp, float *dw, float *db,
                                  const void *dout, const void *inp, const void *w,
                                  const float *mean, const float *rstd, int N, int C) {
-    tcu_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, STREAM(be));
+    PROF(be, "layernorm_backward", N, C, 0,
+         tcu_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, STREAM(be)));
 }
 
 static void c_rmsnorm_forward(const tsr_backend *be, void *out, float *rstd, const void *inp,
                               const void *w, int N, int C, float eps) {
-    tcu_rmsnorm_forward(out, rstd, inp, w, N, C, eps, STREAM(be));
+    PROF(be, "rmsnorm_forward", N, C, 0,
+         tcu_rmsnorm_forward(out, rstd, inp, w, N, C, eps, STREAM(be)));
 }
 
 static void c_residual_rmsnorm_forward(const tsr_backend *be, void *res, void *out, float *rstd,
                                        const void *a, const void *b, const void *w, int N, int C,
                                        float eps) {
-    tcu_residual_rmsnorm_forward(res, out, rstd, a, b, w, N, C, eps, STREAM(be));
+    PROF(be, "residual_rmsnorm_forward", N, C, 0,
+         tcu_residual_rmsnorm_forward(res, out, rstd, a, b, w, N, C, eps, STREAM(be)));
 }
 
 static void c_rmsnorm_backward(const tsr_backend *be, void *dinp, float *dw, const void *dout,
                                const void *inp, const void *w, const float *rstd, int N, int C) {
-    tcu_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C, STREAM(be));
+    PROF(be, "rmsnorm_backward", N, C, 0,
+         tcu_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C, STREAM(be)));
 }
 
 static void c_qknorm_forward(const tsr_backend *be, void *out, float *rstd, const void *inp,
                              const void *qw, const void *kw, int N, int NH, int KVH, int hs,
                              float eps) {
-    tcu_qknorm_forward(out, rstd, inp, qw, kw, N, NH, KVH, hs, eps, STREAM(be));
+    PROF(be, "qknorm_forward", 0, 0, 0,
+         tcu_qknorm_forward(out, rstd, inp, qw, kw, N, NH, KVH, hs, eps, STREAM(be)));
 }
 
 static void c_qknorm_backward(const tsr_backend *be, void *dinp, float *dqw, float *dkw,
                               const void *dout, const void *inp, const void *qw, const void *kw,
                               const float *rstd, int N, int NH, int KVH, int hs) {
-    tcu_qknorm_backward(dinp, dqw, dkw, dout, inp, qw, kw, rstd, N, NH, KVH, hs, STREAM(be));
+    PROF(be, "qknorm_backward", 0, 0, 0,
+         tcu_qknorm_backward(dinp, dqw, dkw, dout, inp, qw, kw, rstd, N, NH, KVH, hs, STREAM(be)));
 }
 
 static void c_rope_forward(const tsr_backend *be, void *qkv, const int32_t *pos, int p0,
                            const float *inv_freq, int B, int T, int NH, int KVH, int hs) {
-    tcu_rope_forward(qkv, pos, p0, inv_freq, B, T, NH, KVH, hs, STREAM(be));
+    PROF(be, "rope_forward", 0, 0, 0,
+         tcu_rope_forward(qkv, pos, p0, inv_freq, B, T, NH, KVH, hs, STREAM(be)));
 }
 
 static void c_rope_backward(const tsr_backend *be, void *dqkv, const int32_t *pos, int p0,
                             const float *inv_freq, int B, int T, int NH, int KVH, int hs) {
-    tcu_rope_backward(dqkv, pos, p0, inv_freq, B, T, NH, KVH, hs, STREAM(be));
+    PROF(be, "rope_backward", 0, 0, 0,
+         tcu_rope_backward(dqkv, pos, p0, inv_freq, B, T, NH, KVH, hs, STREAM(be)));
 }
 
 static void c_swiglu_forward(const tsr_backend *be, void *out, const void *inp, int N, int F) {
-    tcu_swiglu_forward(out, inp, N, F, STREAM(be));
+    PROF(be, "swiglu_forward", N, F, 0,
+         tcu_swiglu_forward(out, inp, N, F, STREAM(be)));
 }
 
 static void c_swiglu_backward(const tsr_backend *be, void *dinp, const void *inp,
-                              const void *dout, int N, int F) {
-    tcu_swiglu_backward(dinp, inp, dout, N, F, STREAM(be));
+                              const void *dout, int N, int F, tsr_grad_mode mode) {
+    mode = grad_mode(be, dinp, (size_t)N * 2 * F, mode);
+    PROF(be, "swiglu_backward", N, F, 0,
+         tcu_swiglu_backward(dinp, inp, dout, N, F, mode, STREAM(be)));
 }
 
 static void c_moe_route(const tsr_backend *be, float *probs, float *lse, int32_t *idx,
                         float *wts, int32_t *offs, int32_t *rows, int32_t *slot, float *stats,
                         const void *logits, int N, int E, int K, int norm) {
-    tcu_moe_route(probs, lse, idx, wts, offs, rows, slot, stats, logits, N, E, K, norm,
-                  STREAM(be));
+    PROF(be, "moe_route", 0, 0, 0,
+         tcu_moe_route(probs, lse, idx, wts, offs, rows, slot, stats, logits, N, E, K, norm,
+                      STREAM(be)));
 }
 
 static void c_moe_gather(const tsr_backend *be, void *xg, const void *x, const int32_t *rows,
                          int N, int K, int C) {
-    tcu_moe_gather(xg, x, rows, N, K, C, STREAM(be));
+    PROF(be, "moe_gather", 0, 0, 0,
+         tcu_moe_gather(xg, x, rows, N, K, C, STREAM(be)));
 }
 
 static void c_moe_gather_backward(const tsr_backend *be, void *dx, const void *dxg,
                                   const int32_t *slot, int N, int K, int C) {
-    tcu_moe_gather_backward(dx, dxg, slot, N, K, C, STREAM(be));
+    PROF(be, "moe_gather_backward", 0, 0, 0,
+         tcu_moe_gather_backward(dx, dxg, slot, N, K, C, STREAM(be)));
 }
 
 static void c_moe_matmul_forward(const tsr_backend *be, void *out, const void *inp, const void *w,
                                  const int32_t *offs, int E, int NK, int IC, int OC) {
-    tcu_moe_matmul_forward(out, inp, w, offs, E, NK, IC, OC, STREAM(be));
+    PROF(be, "moe_matmul_forward", NK, IC, OC,
+         tcu_moe_matmul_forward(out, inp, w, offs, E, NK, IC, OC, STREAM(be)));
 }
 
 static void c_moe_matmul_backward(const tsr_backend *be, void *dinp, float *dw, const void *dout,
                                   const void *inp, const void *w, const int32_t *offs, int E,
                                   int NK, int IC, int OC) {
-    tcu_moe_matmul_backward(dinp, dw, dout, inp, w, offs, E, NK, IC, OC, STREAM(be));
+    PROF(be, "moe_matmul_backward", NK, IC, OC,
+         tcu_moe_matmul_backward(dinp, dw, dout, inp, w, offs, E, NK, IC, OC, STREAM(be)));
 }
 
 static void c_moe_combine(const tsr_backend *be, void *out, const void *base, const void *y,
                           const float *wts, const int32_t *slot, int N, int K, int C) {
-    tcu_moe_combine(out, base, y, wts, slot, N, K, C, STREAM(be));
+    PROF(be, "moe_combine", 0, 0, 0,
+         tcu_moe_combine(out, base, y, wts, slot, N, K, C, STREAM(be)));
 }
 
 static void c_moe_combine_backward(const tsr_backend *be, void *dy, float *dwts, const void *dout,
                                    const void *y, const float *wts, const int32_t *slot, int N,
                                    int K, int C) {
-    tcu_moe_combine_backward(dy, dwts, dout, y, wts, slot, N, K, C, STREAM(be));
+    PROF(be, "moe_combine_backward", 0, 0, 0,
+         tcu_moe_combine_backward(dy, dwts, dout, y, wts, slot, N, K, C, STREAM(be)));
 }
 
 static void c_moe_router_backward(const tsr_backend *be, void *dlogits, const float *dwts,
                                   const float *probs, const float *lse, const int32_t *idx,
                                   const float *wts, const int32_t *offs, int N, int E, int K,
                                   int norm, float aux_w, float z_w) {
-    tcu_moe_router_backward(dlogits, dwts, probs, lse, idx, wts, offs, N, E, K, norm, aux_w, z_w,
-                            STREAM(be));
+    PROF(be, "moe_router_backward", 0, 0, 0,
+         tcu_moe_router_backward(dlogits, dwts, probs, lse, idx, wts, offs, N, E, K, norm, aux_w, z_w,
+                                STREAM(be)));
 }
 
 static void c_matmul_forward(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,
                              const void *w, const void *bias, int N, int IC, int OC,
                              tsr_gelu_kind gelu) {
-    tcu_matmul_forward(out, pre_gelu, inp, w, bias, N, IC, OC, gelu, STREAM(be));
+    PROF(be, "matmul_forward", N, IC, OC,
+         tcu_matmul_forward(out, pre_gelu, inp, w, bias, N, IC, OC, gelu, STREAM(be)));
 }
 
 static void c_matmul_backward(const tsr_backend *be, void *dinp, float *dw, float *dbias,
                               const void *dout, const void *inp, const void *w, int N, int IC,
-                              int OC) {
-    tcu_matmul_backward(dinp, dw, dbias, dout, inp, w, N, IC, OC, STREAM(be));
+                              int OC, tsr_grad_mode mode) {
+    if (dinp) mode = grad_mode(be, dinp, (size_t)N * IC, mode);
+    PROF(be, "matmul_backward", N, IC, OC,
+         tcu_matmul_backward(dinp, dw, dbias, dout, inp, w, N, IC, OC, mode, STREAM(be)));
 }
 
 static void c_gelu_backward(const tsr_backend *be, void *dinp, const void *inp, const void *dout,
-                            size_t n, tsr_gelu_kind kind) {
-    tcu_gelu_backward(dinp, inp, dout, n, kind, STREAM(be));
+                            size_t n, tsr_gelu_kind kind, tsr_grad_mode mode) {
+    mode = grad_mode(be, dinp, n, mode);
+    PROF(be, "gelu_backward", (int)n, 0, 0,
+         tcu_gelu_backward(dinp, inp, dout, n, kind, mode, STREAM(be)));
 }
 
 static void c_lora_forward(const tsr_backend *be, void *out, int ld, const void *inp,
                            const float *A, const float *B, float scale, float p, uint64_t key,
                            int64_t row0, void *scratch, int N, int IC, int OC, int R) {
-    tcu_lora_forward(out, ld, inp, A, B, scale, p, key, row0, scratch, N, IC, OC, R, STREAM(be));
+    PROF(be, "lora_forward", N, IC, OC,
+         tcu_lora_forward(out, ld, inp, A, B, scale, p, key, row0, scratch, N, IC, OC, R, STREAM(be)));
 }
 
 static void c_lora_backward(const tsr_backend *be, void *dinp, float *dA, float *dB,
                             const void *dout, int ld, const void *inp, const float *A,
                             const float *B, float scale, float p, uint64_t key, int64_t row0,
                             void *scratch, int N, int IC, int OC, int R) {
-    tcu_lora_backward(dinp, dA, dB, dout, ld, inp, A, B, scale, p, key, row0, scratch, N, IC, OC,
-                      R, STREAM(be));
+    PROF(be, "lora_backward", N, IC, OC,
+         tcu_lora_backward(dinp, dA, dB, dout, ld, inp, A, B, scale, p, key, row0, scratch, N, IC, OC,
+                          R, STREAM(be)));
 }
 
 /* the log-sum-exp (B,NH,T) */
@@ -200,25 +258,30 @@ static size_t c_attention_saved(int B, int T, int NH) { return (size_t)B * NH * 
 static void c_attention_forward(const tsr_backend *be, void *out, float *saved, const void *qkv,
                                 const float *slopes, const int32_t *seq, int B, int T, int NH,
                                 int KVH, int hs) {
-    tcu_attention_forward(out, saved, qkv, slopes, seq, B, T, NH, KVH, hs, STREAM(be));
+    PROF(be, "attention_forward", B, T, NH,
+         tcu_attention_forward(out, saved, qkv, slopes, seq, B, T, NH, KVH, hs, STREAM(be)));
 }
 
 static void c_attention_backward(const tsr_backend *be, void *dqkv, const void *dout,
                                  const void *qkv, const void *out, const float *saved,
                                  const float *slopes, const int32_t *seq, void *scratch, int B,
-                                 int T, int NH, int KVH, int hs) {
-    tcu_attention_backward(dqkv, dout, qkv, out, saved, slopes, seq, scratch, B, T, NH, KVH, hs,
-                           STREAM(be));
+                                 int T, int NH, int KVH, int hs, tsr_grad_mode mode) {
+    mode = grad_mode(be, dqkv, (size_t)B * T * (NH + 2 * KVH) * hs, mode);
+    PROF(be, "attention_backward", B, T, NH,
+         tcu_attention_backward(dqkv, dout, qkv, out, saved, slopes, seq, scratch, B, T, NH, KVH, hs,
+                               mode, STREAM(be)));
 }
 
 static void c_softmax_xent(const tsr_backend *be, float *losses, void *logits,
                            const int32_t *targets, const float *dlosses, int N, int V, int Vp) {
-    tcu_softmax_xent(losses, logits, targets, dlosses, N, V, Vp, STREAM(be));
+    PROF(be, "softmax_xent", N, Vp, 0,
+         tcu_softmax_xent(losses, logits, targets, dlosses, N, V, Vp, STREAM(be)));
 }
 
 static void c_argmax(const tsr_backend *be, int32_t *idx, const void *logits, int N, int V,
                      int Vp) {
-    tcu_argmax(idx, logits, N, V, Vp, STREAM(be));
+    PROF(be, "argmax", 0, 0, 0,
+         tcu_argmax(idx, logits, N, V, Vp, STREAM(be)));
 }
 
 /* No softmax_xent_grad (the gradient is fused into the training forward), matvec_forward or

@@ -12,6 +12,7 @@
 #include "gpu/gpu_comm.h"
 #include "gpu/gpu_ep.h"
 #include "gpu/gpu_model.h"
+#include "gpu/gpu_profile.h"
 #include "gpu/gpu_shard.h"
 #include "model/model_lora.h"
 
@@ -361,9 +362,19 @@ static double lora_compute(gpu_train_ctx *c, float scale) {
     return loss_sum;
 }
 
+static double dense_compute(gpu_train_ctx *c, float scale);
+
+/* the forward and backward passes of a step, timed as one phase under TSR_PROFILE=1 */
 static double lib_compute(gpu_train_ctx *c, float scale) {
     struct tsr_gpu_train *gt = c->state;
-    if (gt->lora_on) return lora_compute(c, scale);
+    const int ps = gpu_prof_begin(gt->s, "step: forward+backward", 0, 0, 0);
+    const double loss = gt->lora_on ? lora_compute(c, scale) : dense_compute(c, scale);
+    gpu_prof_end(gt->s, ps);
+    return loss;
+}
+
+static double dense_compute(gpu_train_ctx *c, float scale) {
+    struct tsr_gpu_train *gt = c->state;
     if (gt->sharded) gpu_shard_zero_grads(&gt->sh);
     else tcu_zero(gt->g.grads, c->model->n_params * sizeof(float), gt->s);
     if (gt->ep_on) gpu_ep_zero_grads(&gt->ep);
@@ -401,10 +412,24 @@ static double dense_sumsq(gpu_train_ctx *c) {
 /* the dense tensors', plus the experts' (every expert once) under parallel.expert */
 static double lib_grad_sumsq(gpu_train_ctx *c) {
     struct tsr_gpu_train *gt = c->state;
-    return dense_sumsq(c) + (gt->ep_on ? gpu_ep_sumsq(&gt->ep) : 0.0);
+    const int ps = gpu_prof_begin(gt->s, "step: gradient norm", 0, 0, 0);
+    const double sq = dense_sumsq(c) + (gt->ep_on ? gpu_ep_sumsq(&gt->ep) : 0.0);
+    gpu_prof_end(gt->s, ps);
+    return sq;
 }
 
+static void update(gpu_train_ctx *c, double lr, float gscale, int step);
+
+/* AdamW, timed as a phase under TSR_PROFILE=1; the step is then queued whole */
 static void lib_update(gpu_train_ctx *c, double lr, float gscale, int step) {
+    struct tsr_gpu_train *gt = c->state;
+    const int ps = gpu_prof_begin(gt->s, "step: AdamW", 0, 0, 0);
+    update(c, lr, gscale, step);
+    gpu_prof_end(gt->s, ps);
+    gpu_prof_step_done();
+}
+
+static void update(gpu_train_ctx *c, double lr, float gscale, int step) {
     struct tsr_gpu_train *gt = c->state;
     const tsr_model *m = c->model;
     const tsr_optim_config *o = c->optim;
@@ -524,6 +549,8 @@ static size_t lib_mem_peak(void) {
 static void lib_free(gpu_train_ctx *c) {
     struct tsr_gpu_train *gt = c->state;
     if (!gt) return;
+    if (c->dist->rank == 0) gpu_prof_report(stderr, "tessera-train");
+    gpu_prof_free();
     gpu_ep_free(&gt->ep);
     gpu_comm_close(gt->comm);
     if (gt->lora_on) {

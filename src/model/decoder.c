@@ -569,15 +569,14 @@ static void moe_backward(const run *r, int l, const dec_layer *v, const void *co
     const size_t e = tsr_dtype_size(be->act), n = (size_t)N, nk = (size_t)NK;
     be->moe_combine_backward(be, a->moe_dxy, a->moe_dwts, a->dresidual, v->y, v->wts, v->slot, N,
                              K, C);
-    be->zero(be, a->dln, n * C * e);
-    if (S) {
-        be->zero(be, a->moe_dshg, n * S * e);
+    if (S) { /* the shared experts write dln first */
         be->matmul_backward(be, a->moe_dshg, g[TSR_P_SHW2], NULL, a->dresidual, v->shg,
-                            w[TSR_P_SHW2], N, S, C);
-        be->zero(be, a->moe_dsh, n * 2 * S * e);
-        be->swiglu_backward(be, a->moe_dsh, v->sh, a->moe_dshg, N, S);
+                            w[TSR_P_SHW2], N, S, C, TSR_GRAD_SET);
+        be->swiglu_backward(be, a->moe_dsh, v->sh, a->moe_dshg, N, S, TSR_GRAD_SET);
         be->matmul_backward(be, a->dln, g[TSR_P_SHW1], NULL, a->moe_dsh, v->ln2, w[TSR_P_SHW1], N,
-                            C, 2 * S);
+                            C, 2 * S, TSR_GRAD_SET);
+    } else {
+        be->zero(be, a->dln, n * C * e);
     }
     if (m->ep && ep_exchanging(m->ep)) {
         ep_backward(m->ep, be, (int)model_act_group_slot(m, TSR_AG_MLP, l), a->moe_dxy,
@@ -587,8 +586,7 @@ static void moe_backward(const run *r, int l, const dec_layer *v, const void *co
         be->zero(be, a->moe_dhg, nk * FE * e);
         be->moe_matmul_backward(be, a->moe_dhg, g[TSR_P_EXPW2], a->moe_dxy, v->hg,
                                 w[TSR_P_EXPW2], v->offs, E, NK, FE, C);
-        be->zero(be, a->moe_dh, nk * 2 * FE * e);
-        be->swiglu_backward(be, a->moe_dh, v->h, a->moe_dhg, NK, FE);
+        be->swiglu_backward(be, a->moe_dh, v->h, a->moe_dhg, NK, FE, TSR_GRAD_SET);
         be->zero(be, a->moe_dxy, nk * C * e); /* dy is used up: the buffer now takes d(xg) */
         be->moe_matmul_backward(be, a->moe_dxy, g[TSR_P_EXPW1], a->moe_dh, v->xg,
                                 w[TSR_P_EXPW1], v->offs, E, NK, C, 2 * FE);
@@ -599,7 +597,7 @@ static void moe_backward(const run *r, int l, const dec_layer *v, const void *co
                             (float)(m->cfg.moe_aux_loss_coef * a->moe_w),
                             (float)(m->cfg.moe_z_loss_coef * a->moe_w));
     be->matmul_backward(be, a->dln, g[TSR_P_ROUTERW], NULL, a->moe_dlogits, v->ln2,
-                        w[TSR_P_ROUTERW], N, C, E);
+                        w[TSR_P_ROUTERW], N, C, E, TSR_GRAD_ADD);
 }
 
 /* The dense MLP's backward: from dres = d(its output) to dln = d(ln2) (written). */
@@ -609,17 +607,17 @@ static void mlp_backward(const run *r, int l, const dec_layer *v, const void *co
     const tsr_model *m = r->d->m;
     tsr_acts *a = r->d->a;
     const int C = m->C, F = m->F, N = r->N;
-    const size_t e = tsr_dtype_size(be->act), n = (size_t)N;
-    be->zero(be, a->dfch_gelu, n * F * e);
+    const size_t n = (size_t)N;
     be->matmul_backward(be, a->dfch_gelu, g[TSR_P_FCPROJW], g[TSR_P_FCPROJB], a->dresidual,
-                        v->fchg, w[TSR_P_FCPROJW], N, F, C);
+                        v->fchg, w[TSR_P_FCPROJW], N, F, C, TSR_GRAD_SET);
     lora_bwd(r, l, TSR_LORA_DOWN, a->dfch_gelu, a->dresidual, v->fchg);
-    be->zero(be, a->dfch, n * m->FW * e);
-    if (m->cfg.mlp == TSR_MLP_SWIGLU) be->swiglu_backward(be, a->dfch, v->fch, a->dfch_gelu, N, F);
-    else be->gelu_backward(be, a->dfch, v->fch, a->dfch_gelu, n * F, (tsr_gelu_kind)m->cfg.gelu);
-    be->zero(be, a->dln, n * C * e);
+    if (m->cfg.mlp == TSR_MLP_SWIGLU)
+        be->swiglu_backward(be, a->dfch, v->fch, a->dfch_gelu, N, F, TSR_GRAD_SET);
+    else
+        be->gelu_backward(be, a->dfch, v->fch, a->dfch_gelu, n * F, (tsr_gelu_kind)m->cfg.gelu,
+                          TSR_GRAD_SET);
     be->matmul_backward(be, a->dln, g[TSR_P_FCW], g[TSR_P_FCB], a->dfch, v->ln2, w[TSR_P_FCW], N,
-                        C, m->FW);
+                        C, m->FW, TSR_GRAD_SET);
     lora_bwd(r, l, TSR_LORA_GATE, a->dln, a->dfch, v->ln2);
     lora_bwd(r, l, TSR_LORA_UP, a->dln, a->dfch, v->ln2);
 }
@@ -645,13 +643,11 @@ static void layer_backward(const run *r, int l, const dec_unit *u) {
     norm_backward(r, a->dresidual, g[TSR_P_LN2W], g[TSR_P_LN2B], a->dln, v.res2, w[TSR_P_LN2W],
                   v.ln2m, v.ln2r);
     /* attention branch: dres is now d(residual2) = d(attproj output) */
-    be->zero(be, a->datty, n * m->QD * e);
     be->matmul_backward(be, a->datty, g[TSR_P_ATTPROJW], g[TSR_P_ATTPROJB], a->dresidual, v.atty,
-                        w[TSR_P_ATTPROJW], N, m->QD, C);
+                        w[TSR_P_ATTPROJW], N, m->QD, C, TSR_GRAD_SET);
     lora_bwd(r, l, TSR_LORA_O, a->datty, a->dresidual, v.atty);
-    be->zero(be, a->dqkv, n * m->QKV * e);
     be->attention_backward(be, a->dqkv, a->datty, v.qkv, v.atty, v.att, d->slopes, a->seq,
-                           a->att_scratch, r->B, r->T, NH, KVH, hs);
+                           a->att_scratch, r->B, r->T, NH, KVH, hs, TSR_GRAD_SET);
     if (m->cfg.pos == TSR_POS_ROPE) {
         int p0;
         const int32_t *pos = rope_pos(r, &p0);
@@ -664,9 +660,8 @@ static void layer_backward(const run *r, int l, const dec_unit *u) {
                             w[TSR_P_QNORMW], w[TSR_P_KNORMW], v.qknr, N, NH, KVH, hs);
         dproj = a->dqkvr;
     }
-    be->zero(be, a->dln, n * C * e);
     be->matmul_backward(be, a->dln, g[TSR_P_QKVW], g[TSR_P_QKVB], dproj, v.ln1, w[TSR_P_QKVW],
-                        N, C, m->QKV);
+                        N, C, m->QKV, TSR_GRAD_SET);
     for (int t = TSR_LORA_Q; t <= TSR_LORA_V; t++) lora_bwd(r, l, t, a->dln, dproj, v.ln1);
     norm_backward(r, a->dresidual, g[TSR_P_LN1W], g[TSR_P_LN1B], a->dln, v.x, w[TSR_P_LN1W],
                   v.ln1m, v.ln1r);
@@ -819,9 +814,8 @@ static void backward_pass(const tsr_decoder *d, const int32_t *tokens, int B, in
     const size_t e = tsr_dtype_size(be->act);
     dec_unit root, u;
     unit_get(d, 0, 1, &root);
-    be->zero(be, a->dln, (size_t)N * C * e);
     be->matmul_backward(be, a->dln, root.g[head_id(m)], NULL, a->probs, a->lnf,
-                        root.w[head_id(m)], N, C, m->Vp);
+                        root.w[head_id(m)], N, C, m->Vp, TSR_GRAD_SET);
     be->zero(be, a->dresidual, (size_t)N * C * e);
     norm_backward(&r, a->dresidual, root.g[TSR_P_LNFW], root.g[TSR_P_LNFB], a->dln,
                   layer_at(m, be, a, L - 1).res3, root.w[TSR_P_LNFW], a->lnf_mean, a->lnf_rstd);

@@ -313,8 +313,7 @@ void ep_backward(tsr_ep *ep, const tsr_backend *be, int slot, void *dxy, const v
     void *dh = scratch(ep, SC_DH, R * 2 * (size_t)FE * es);
     be->zero(be, dhg, R * (size_t)FE * es);
     be->moe_matmul_backward(be, dhg, g2, dyr, q->hg, w2, (const int32_t *)q->offs_dev, ep->El, rows, FE, C);
-    be->zero(be, dh, R * 2 * (size_t)FE * es);
-    be->swiglu_backward(be, dh, q->h, dhg, rows, FE);
+    be->swiglu_backward(be, dh, q->h, dhg, rows, FE, TSR_GRAD_SET);
     be->zero(be, dyr, R * (size_t)C * es); /* dy is used up: it now takes d(xr) */
     be->moe_matmul_backward(be, dyr, g1, dh, q->xr, w1, (const int32_t *)q->offs_dev, ep->El, rows, C, 2 * FE);
     from_owners(ep, q, dyr, dxy);

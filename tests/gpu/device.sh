@@ -22,7 +22,10 @@
 #           bash tests/gpu/device.sh bench MODEL     bench/gpu/run.sh (tessera vs PyTorch) for one
 #                                                   model (default gpt2-124m); its settings from
 #                                                   the environment (TESSERA_ARGS, MICRO_BATCH, ...)
-#           bash tests/gpu/device.sh profile [MODEL]    per-kernel times of tessera's steps (ncu)
+#           bash tests/gpu/device.sh profile [MODEL]    per-op device times of tessera's steps
+#                                                   (TSR_PROFILE=1: CUDA events, no counters;
+#                                                   again with TSR_GRAD_OVERWRITE=0), then ncu's
+#                                                   per-kernel table where it runs
 #           bash tests/gpu/device.sh hc             the health checker's GPU mode: the GPU half of
 #                                                   tests/gpu/test_hc_gpu.sh, then --quick and --full
 #                                                   with the shipped thresholds, timed, --json kept
@@ -268,29 +271,44 @@ hc() {
     return $rc
 }
 
-# ncu's per-kernel summary (count, average duration) over 3 steps of MODEL at the clocks and with
-# the caches as in a real run; steps 2-3 repeat step 1's kernels, so the averages are per step's
-# kernels. More settings for tessera-train: TESSERA_ARGS="KEY=VALUE ...".
+# Per-op device times of MODEL's steps, three ways, each limited:
+#  1. TSR_PROFILE=1 (CUDA events around every op of the backend table, no hardware counters):
+#     profile-MODEL.txt, steps 2-8 of 8;
+#  2. the same with TSR_GRAD_OVERWRITE=0 (input gradients zeroed, then accumulated: issue 25's
+#     item 1 measured against 1): profile-MODEL-accumulate.txt;
+#  3. ncu's per-kernel summary (count, average duration) over 3 steps at the clocks and with the
+#     caches as in a real run, where ncu runs and is allowed the counters: profile-MODEL-ncu.txt.
+# More settings for tessera-train: TESSERA_ARGS="KEY=VALUE ...".
 profile() {
     setup
-    local model=${1:-gpt2-124m} ncu data=/tmp/profile-data V kv
-    ncu=$(command -v ncu || true)
-    for kv in /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu; do
-        [[ -z $ncu && -x $kv ]] && ncu=$kv
-    done
-    if [[ -z $ncu ]] || ! "$ncu" --version >/dev/null 2>&1; then
-        die "no working ncu (Nsight Compute) on this machine"
-    fi
+    local model=${1:-gpt2-124m} ncu data=/tmp/profile-data V kv rc=0
     V=$(sed -n 's/^ *vocab_size *= *\([0-9]*\);.*/\1/p' "configs/$model.cfg" | head -1)
     [[ -d $data/train ]] || "$BUILD/tessera" synth --out "$data" --vocab "${V:-50257}" --val-tokens 0 --seed 1 --quiet
-    local more=()
-    for kv in ${TESSERA_ARGS:-}; do more+=(--set "$kv"); done
-    "$ncu" --metrics gpu__time_duration.sum --print-summary per-kernel --clock-control none \
-        --cache-control none "$BUILD/tessera-train" --config "configs/$model.cfg" --set device=cuda \
-        --set data.train="$data/train" --set data.val= --set eval_interval=0ba --set save_interval=0ba \
-        --set sample.tokens=0 --set max_duration=3ba --set run_dir=/tmp/profile-run "${more[@]}" \
-        >"$OUTDIR/profile-$model.txt" 2>&1 || echo "ncu exited $? (see $OUTDIR/profile-$model.txt)"
-    tail -80 "$OUTDIR/profile-$model.txt"
+    local run=("$BUILD/tessera-train" --config "configs/$model.cfg" --set device=cuda
+               --set data.train="$data/train" --set data.val= --set eval_interval=0ba
+               --set save_interval=0ba --set sample.tokens=0 --set run_dir=/tmp/profile-run)
+    for kv in ${TESSERA_ARGS:-}; do run+=(--set "$kv"); done
+    rm -rf /tmp/profile-run
+    TSR_PROFILE=1 limited "$OUTDIR/profile-$model.txt" "${run[@]}" --set max_duration=8ba || rc=1
+    rm -rf /tmp/profile-run
+    TSR_PROFILE=1 TSR_GRAD_OVERWRITE=0 limited "$OUTDIR/profile-$model-accumulate.txt" "${run[@]}" \
+        --set max_duration=8ba || rc=1
+    rm -rf /tmp/profile-run
+    ncu=$(find_tool ncu)
+    if [[ -z $ncu ]]; then
+        echo "no working ncu (Nsight Compute) on this machine: the event profile above stands alone" |
+            tee "$OUTDIR/profile-$model-ncu.txt"
+    else
+        limited "$OUTDIR/profile-$model-ncu.txt" "$ncu" --metrics gpu__time_duration.sum \
+            --print-summary per-kernel --clock-control none --cache-control none "${run[@]}" \
+            --set max_duration=3ba >/dev/null || echo "ncu exited (see profile-$model-ncu.txt)"
+        tail -60 "$OUTDIR/profile-$model-ncu.txt"
+    fi
+    for kv in "" -accumulate; do
+        echo "== profile-$model$kv.txt"
+        sed -n '/TSR_PROFILE device time per op/,$p' "$OUTDIR/profile-$model$kv.txt" | head -40
+    done
+    return $rc
 }
 
 pack_clients() {

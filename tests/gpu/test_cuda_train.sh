@@ -17,6 +17,8 @@
 #  - activation checkpointing (block, attention on a layer range, mlp on the first layers; block
 #    under zero3): every step bit-identical to none on the same backend, smaller activations;
 #  - the same run twice gives the same bits (the backend's determinism);
+#  - input gradients overwritten (TSR_GRAD_SET) give the bits of zeroing then accumulating
+#    (TSR_GRAD_OVERWRITE=0), on GPT-2, Llama and MoE;
 #  - peak_mem_bytes (the device allocator's peak) within the device plan (ddp, zero1, zero3);
 #    micro_batch = auto under zero3 with evaluation leaves room for the evaluation's full weights;
 #  - a missing CUDA library is refused naming it (once, on tessera-train).
@@ -26,8 +28,8 @@
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
-PER=21
-tap_plan $((2 * PER + 7))
+PER=22
+tap_plan $((2 * PER + 8))
 make_synth "$TMP/data" 512 80000
 
 tiny_args "$TMP/data/train"
@@ -106,6 +108,16 @@ gpus() {
     return 1
 }
 
+# same_accumulating RUN ARGS...: run RUN's configuration again on $bin (the suite's) with
+# TSR_GRAD_OVERWRITE=0: all 20 steps' loss, lr and grad norm the same bits as RUN's
+same_accumulating() {
+    local r=$1; shift
+    TSR_GRAD_OVERWRITE=0 run "$bin" 1 "$r.acc" --set device=cuda "$@" &&
+        final_lines "$TMP/$r/metrics.jsonl" >"$TMP/$r.set" &&
+        final_lines "$TMP/$r.acc/metrics.jsonl" | cmp -s - "$TMP/$r.set" &&
+        (($(wc -l <"$TMP/$r.set") == 20))
+}
+
 # suite BIN LABEL LOSS_TOL NORM_TOL MEM_SLACK: the checks on one backend
 suite() {
     local bin=$1 l=$2 d
@@ -140,6 +152,12 @@ suite() {
         d=$(metrics_close "$TMP/cpu_moe/metrics.jsonl" "$TMP/$l.moe/metrics.jsonl" 1 "$LOSS_TOL" \
             "$(awk -v t="$NORM_TOL" 'BEGIN { print 2 * t }')") && routed "$l.moe"
     tap_check $? "$l: tiny Llama MoE (4 experts top 2, shared expert, aux + z) within $LOSS_TOL of the CPU, norms within 2 x $NORM_TOL, no token dropped ($d)"
+    # TSR_GRAD_SET (input gradients overwritten, docs/cuda.md) gives the bits of zeroing then
+    # accumulating, which TSR_GRAD_OVERWRITE=0 brings back: GPT-2 (GELU), Llama (SwiGLU, GQA),
+    # MoE (shared expert)
+    same_accumulating "$l.gpt2" && same_accumulating "$l.llama" "${llama[@]}" &&
+        same_accumulating "$l.moe" "${moe[@]}"
+    tap_check $? "$l: GPT-2, Llama and MoE runs with TSR_GRAD_OVERWRITE=0 (zeroing, then +=): all 20 steps the same bits as with TSR_GRAD_SET"
     if gpus 2 "$l: 2 ranks, 2 microbatches each"; then
         run "$bin" 2 "$l.ddp" --set device=cuda --set micro_batch=2 && d=$(close cpu_ddp "$l.ddp" 1)
         tap_check $? "$l: 2 ranks, 2 microbatches each: within $LOSS_TOL of the CPU's 2 ranks ($d)"
@@ -274,6 +292,25 @@ PY
 TSR_EMU_MEM=$cap run "$BUILD/tests/tessera-train-cuemu" 1 ze_cap "${ze[@]}" &&
     grep -q "step 1 reruns with microbatches of 4" "$TMP/ze_cap.txt" && grep -q "^eval step 10 | val loss" "$TMP/ze_cap.txt"
 tap_check $? "emulator: zero3 + evaluation + micro_batch = auto on a device ($cap bytes) without room for the evaluation's full weights next to 8 sequences: halves to 4 at step 1, evaluates at step 10"
+
+# TSR_PROFILE=1 (docs/cuda.md, "Per-op profile"): rank 0 prints the per-op table over steps 2-5
+# (step 1 dropped). Its counts are the decoder's calls: per microbatch (2 a step) 2 layers x 4
+# matmul backwards + the head's; one zeroing (the final norm's input gradient) where the input
+# gradients are overwritten, 14 with TSR_GRAD_OVERWRITE=0 (2 + 6 a layer: what TSR_GRAD_SET saves)
+# prof_calls FILE OP: the calls column of OP's rows, summed over its shapes
+prof_calls() {
+    awk -v op="$2" '/TSR_PROFILE device time per op/ { on = 1; next } on && $1 == op { n += $3 }
+        END { print n + 0 }' "$1"
+}
+TSR_PROFILE=1 run "$BUILD/tests/tessera-train-cuemu" 1 prof --set device=cuda --set max_duration=5ba &&
+    TSR_PROFILE=1 TSR_GRAD_OVERWRITE=0 run "$BUILD/tests/tessera-train-cuemu" 1 profacc \
+        --set device=cuda --set max_duration=5ba &&
+    grep -q "TSR_PROFILE device time per op (CUDA events) over 4 steps (the first, warm-up, dropped)" "$TMP/prof.txt" &&
+    p=$(printf '%s/%s/%s/%s' "$(grep -c '^step: forward+backward  *-  *4 ' "$TMP/prof.txt")" \
+        "$(prof_calls "$TMP/prof.txt" matmul_backward)" "$(prof_calls "$TMP/prof.txt" zero)" \
+        "$(prof_calls "$TMP/profacc.txt" zero)") &&
+    [[ $p == 1/72/8/112 ]] && awk '$1 == "matmul_forward" && $5 > 0 { n++ } END { exit !(n >= 4) }' "$TMP/prof.txt"
+tap_check $? "emulator: TSR_PROFILE=1 prints per-op device times over steps 2-5 (forward+backward phases/matmul backwards/zeroings/zeroings without TSR_GRAD_SET: ${p:-none}, want 1/72/8/112)"
 
 # the head size checked is the model's (head_dim), not d_model / n_head (64 / 2 = 32 has a kernel,
 # 48 has none): refused at start naming model.head_dim, before any step

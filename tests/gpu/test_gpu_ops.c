@@ -274,6 +274,17 @@ static size_t ndiff(const void *a, const void *b, size_t n, size_t elem) {
     for (size_t i = 0; i < n; i++) k += memcmp(x + i * elem, y + i * elem, elem) != 0;
     return k;
 }
+/* TSR_GRAD_SET (ops.h): an op's input gradient written over a poisoned buffer (0xff bytes: NaN)
+ * against the same op's += over zeros. bits: the same bits (0 + x in the kernel); else the same
+ * values (cuBLASLt's beta = 0 may keep a -0 that 0 + x turns into +0). Returns how many differ;
+ * a poison element read shows as a NaN. */
+static size_t set_vs_add(const float *set, const float *add, size_t n, int bits) {
+    if (bits) return ndiff(set, add, n, sizeof(float));
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) k += !(set[i] == add[i]);
+    return k;
+}
+
 /* e[i] = a * |x[i] - y[i]| (+ b * |z[i]| when z): extra tolerance terms */
 static float *absdiff(const float *x, const float *y, size_t n, float a, const float *z, float b) {
     float *e = hf(n);
@@ -568,7 +579,9 @@ static void test_matmul_fwd(const mmf_cfg *m) {
 }
 
 typedef struct { int N, IC, OC, dinp, dw, dbias; } mmb_cfg; /* 0: that output NULL */
-static int mmb_checks(const mmb_cfg *m) { return m->dinp + m->dw + m->dbias + (m->dinp && m->dw); }
+static int mmb_checks(const mmb_cfg *m) {
+    return 2 * m->dinp + m->dw + m->dbias + (m->dinp && m->dw);
+}
 
 static void test_matmul_bwd(const mmb_cfg *m) {
     const int N = m->N, IC = m->IC, OC = m->OC;
@@ -591,7 +604,7 @@ static void test_matmul_bwd(const mmb_cfg *m) {
     for (int k = 0; k < runs; k++) {
         put_bf16(d_gi, g0i, ni), put_f32(d_gw, g0w, nw), put_f32(d_gb, g0b, OC);
         tcu_matmul_backward(m->dinp ? d_gi : NULL, m->dw ? d_gw : NULL, m->dbias ? d_gb : NULL,
-                            d_dout, d_x, d_w, N, IC, OC, g_s);
+                            d_dout, d_x, d_w, N, IC, OC, TSR_GRAD_ADD, g_s);
         gi[k] = get_bf16(d_gi, ni), gw[k] = get_f32(d_gw, nw), gb[k] = get_f32(d_gb, OC);
     }
     /* dinp (bf16): fp32 sums of OC terms, g0 + increment rounded once (2u) or the increment
@@ -608,6 +621,16 @@ static void test_matmul_bwd(const mmb_cfg *m) {
         dif += ndiff(gb[0], gb[1], OC, 4);
         tap_ok(dif == 0, "matmul_backward %s: run twice, dinp dw%s bit-identical (%zu differ)",
                tag, m->dbias ? " dbias" : "", dif);
+    }
+    if (m->dinp) { /* beta = 0 */
+        tcu_zero(d_gi, ni * 2, g_s);
+        tcu_matmul_backward(d_gi, NULL, NULL, d_dout, d_x, d_w, N, IC, OC, TSR_GRAD_ADD, g_s);
+        float *add = get_bf16(d_gi, ni);
+        poison(d_gi, ni * 2);
+        tcu_matmul_backward(d_gi, NULL, NULL, d_dout, d_x, d_w, N, IC, OC, TSR_GRAD_SET, g_s);
+        size_t dif = set_vs_add(get_bf16(d_gi, ni), add, ni, 0);
+        tap_ok(dif == 0, "matmul_backward %s: dinp TSR_GRAD_SET over NaNs = += over zeros (%zu "
+               "differ)", tag, dif);
     }
     scope_end(tag);
 }
@@ -697,7 +720,7 @@ static void test_lora(const lora_cfg *c) {
 /* ---- gelu, residual ----------------------------------------------------------------------- */
 
 typedef struct { size_t n; int kind; } gelu_cfg;
-#define GELU_CHECKS 2
+#define GELU_CHECKS 3
 
 static void test_gelu(const gelu_cfg *g) {
     const size_t n = g->n;
@@ -722,11 +745,19 @@ static void test_gelu(const gelu_cfg *g) {
                 habs(x, n), 0x1p-16);
     float *rg = hcopy(g0, n);
     cpu->gelu_backward(rg, x, dout, n, (tsr_gelu_kind)g->kind);
-    tcu_gelu_backward(d_g, d_x, d_dout, n, (tsr_gelu_kind)g->kind, g_s);
+    tcu_gelu_backward(d_g, d_x, d_dout, n, (tsr_gelu_kind)g->kind, TSR_GRAD_ADD, g_s);
     /* g0 + gelu'(x) dout rounded once (2u), the increment maybe rounded first (u of it), and
      * 2^-16 |dout| for the derivative's own fp32 error (as forward) */
     check_close(L("gelu_backward %s: dinp", tag), get_bf16(d_g, n), rg, n, 0, RTOL_BF16,
                 absdiff(rg, g0, n, (float)U_BF16, dout, 0x1p-16f), 1.0);
+    tcu_zero(d_g, n * 2, g_s);
+    tcu_gelu_backward(d_g, d_x, d_dout, n, (tsr_gelu_kind)g->kind, TSR_GRAD_ADD, g_s);
+    float *add = get_bf16(d_g, n);
+    poison(d_g, n * 2);
+    tcu_gelu_backward(d_g, d_x, d_dout, n, (tsr_gelu_kind)g->kind, TSR_GRAD_SET, g_s);
+    size_t dif = set_vs_add(get_bf16(d_g, n), add, n, 1);
+    tap_ok(dif == 0, "gelu_backward %s: TSR_GRAD_SET over NaNs = += over zeros, bit for bit (%zu "
+           "differ)", tag, dif);
     scope_end(tag);
 }
 
@@ -753,7 +784,7 @@ static void test_residual(size_t n) {
 /* ---- attention ---------------------------------------------------------------------------- */
 
 typedef struct { int B, T, NH, KVH, hs, alibi, seq; } att_cfg;
-#define ATT_CHECKS 4
+#define ATT_CHECKS 5
 
 /* first index of the segment (run of equal ids) that holds i */
 static int seg_lo(const int32_t *sq, int i) {
@@ -888,9 +919,19 @@ static void test_attention(const att_cfg *a) {
     for (int k = 0; k < 2; k++) {
         put_bf16(d_g, g0, nq);
         tcu_attention_backward(d_g, d_dout, d_qkv, d_ob, d_lh, d_sl, d_seq, d_scratch, B, T, NH,
-                               KVH, hs, g_s);
+                               KVH, hs, TSR_GRAD_ADD, g_s);
         got[k] = get_bf16(d_g, nq);
     }
+    tcu_zero(d_g, nq * 2, g_s);
+    tcu_attention_backward(d_g, d_dout, d_qkv, d_ob, d_lh, d_sl, d_seq, d_scratch, B, T, NH, KVH,
+                           hs, TSR_GRAD_ADD, g_s);
+    float *add = get_bf16(d_g, nq);
+    poison(d_g, nq * 2);
+    tcu_attention_backward(d_g, d_dout, d_qkv, d_ob, d_lh, d_sl, d_seq, d_scratch, B, T, NH, KVH,
+                           hs, TSR_GRAD_SET, g_s);
+    size_t nset = set_vs_add(get_bf16(d_g, nq), add, nq, 1);
+    tap_ok(nset == 0, "attention_backward %s: TSR_GRAD_SET over NaNs = += over zeros, bit for bit "
+           "(%zu differ)", tag, nset);
     /* P and dS may be rounded to bf16 for the matmuls, D = rowsum(dout out) reads bf16 out: each
      * term of dq, dk, dv within 2u of its size (mag); g0 + increment: 2u, increment first: u */
     float *extra = absdiff(ref, g0, nq, (float)U_BF16, mag, (float)(2 * U_BF16));
@@ -1079,7 +1120,7 @@ static void test_rope(const rope_cfg *r) {
 }
 
 typedef struct { int N, F; } swiglu_cfg;
-#define SWIGLU_CHECKS 2
+#define SWIGLU_CHECKS 3
 
 /* silu(g) u in fp32 (expf against the CPU's: a few ulp), rounded once: 2u + 2^-20 |g u|; the
  * backward's increment in fp32 (a few ulp of its terms), g0 + increment rounded once (2u), or the
@@ -1106,9 +1147,17 @@ static void test_swiglu(const swiglu_cfg *c) {
                 0x1p-20);
     float *ref = hcopy(g0, 2 * n);
     cpu->swiglu_backward(ref, x, dout, N, F);
-    tcu_swiglu_backward(d_g, d_x, d_dout, N, F, g_s);
+    tcu_swiglu_backward(d_g, d_x, d_dout, N, F, TSR_GRAD_ADD, g_s);
     check_close(L("swiglu_backward %s: dinp", tag), get_bf16(d_g, 2 * n), ref, 2 * n, 1e-6,
                 RTOL_BF16, absdiff(ref, g0, 2 * n, 1.0f, NULL, 0), U_BF16);
+    tcu_zero(d_g, 2 * n * 2, g_s);
+    tcu_swiglu_backward(d_g, d_x, d_dout, N, F, TSR_GRAD_ADD, g_s);
+    float *add = get_bf16(d_g, 2 * n);
+    poison(d_g, 2 * n * 2);
+    tcu_swiglu_backward(d_g, d_x, d_dout, N, F, TSR_GRAD_SET, g_s);
+    size_t dif = set_vs_add(get_bf16(d_g, 2 * n), add, 2 * n, 1);
+    tap_ok(dif == 0, "swiglu_backward %s: TSR_GRAD_SET over NaNs = += over zeros, bit for bit (%zu "
+           "differ)", tag, dif);
     scope_end(tag);
 }
 
@@ -1706,21 +1755,21 @@ static void test_matmul_frozen(const mm_frozen_cfg *m) {
     tsr_bf16 *d_x = new_bf16(x, ni), *d_w = new_bf16(w, nw), *d_dout = new_bf16(dout, no);
     tsr_bf16 *d_gi = new_bf16(g0i, ni);
     float *d_gw = new_f32(g0w, nw), *d_gb = new_f32(g0b, OC);
-    tcu_matmul_backward(d_gi, d_gw, d_gb, d_dout, d_x, d_w, N, IC, OC, g_s);
+    tcu_matmul_backward(d_gi, d_gw, d_gb, d_dout, d_x, d_w, N, IC, OC, TSR_GRAD_ADD, g_s);
     float *fi = get_bf16(d_gi, ni), *fw = get_f32(d_gw, nw), *fb = get_f32(d_gb, OC);
     put_bf16(d_gi, g0i, ni);
-    tcu_matmul_backward(d_gi, NULL, NULL, d_dout, d_x, d_w, N, IC, OC, g_s);
+    tcu_matmul_backward(d_gi, NULL, NULL, d_dout, d_x, d_w, N, IC, OC, TSR_GRAD_ADD, g_s);
     float *gi = get_bf16(d_gi, ni);
     check_close(L("%s dw, dbias NULL: dinp", tag), gi, ri, ni, 0, RTOL_BF16,
                 absdiff(ri, g0i, ni, (float)U_BF16, mi, (float)MTOL_SUM), 1.0);
     check_same(L("%s dw, dbias NULL: dinp", tag), gi, fi, ni);
     put_bf16(d_gi, g0i, ni), put_f32(d_gb, g0b, OC);
-    tcu_matmul_backward(d_gi, NULL, d_gb, d_dout, d_x, d_w, N, IC, OC, g_s);
+    tcu_matmul_backward(d_gi, NULL, d_gb, d_dout, d_x, d_w, N, IC, OC, TSR_GRAD_ADD, g_s);
     check_same(L("%s dw NULL: dinp and dbias", tag),
                cat2(get_bf16(d_gi, ni), ni, get_f32(d_gb, OC), OC), cat2(fi, ni, fb, OC),
                ni + OC);
     put_bf16(d_gi, g0i, ni), put_f32(d_gw, g0w, nw);
-    tcu_matmul_backward(d_gi, d_gw, NULL, d_dout, d_x, d_w, N, IC, OC, g_s);
+    tcu_matmul_backward(d_gi, d_gw, NULL, d_dout, d_x, d_w, N, IC, OC, TSR_GRAD_ADD, g_s);
     check_same(L("%s dbias NULL: dinp and dw", tag),
                cat2(get_bf16(d_gi, ni), ni, get_f32(d_gw, nw), nw), cat2(fi, ni, fw, nw), ni + nw);
     scope_end(tag);

@@ -24,7 +24,7 @@
 #include "ops_check.h"
 #include "tap.h"
 
-#define NCHECKS 146
+#define NCHECKS 147
 
 static const tsr_ops *ops = &tsr_cpu_ops;
 
@@ -775,7 +775,7 @@ static void test_backend_frozen(void) {
         if (k == 0) {
             be.encoder_backward(&be, NULL, p[k], d, NULL, tok, NULL, B, T, C);
             be.layernorm_backward(&be, y[k], NULL, NULL, d, x, w, mean, rstd, N, C);
-            be.matmul_backward(&be, y[k], NULL, NULL, d, x, w, N, C, OC);
+            be.matmul_backward(&be, y[k], NULL, NULL, d, x, w, N, C, OC, TSR_GRAD_ADD);
         } else {
             ops->encoder_backward(NULL, p[k], d, NULL, NULL, B, T, C);
             ops->layernorm_backward(y[k], NULL, NULL, d, x, w, mean, rstd, N, C);
@@ -787,6 +787,45 @@ static void test_backend_frozen(void) {
            "op table's bits");
     for (int k = 0; k < 2; k++) free(y[k]), free(p[k]);
     free(x), free(d), free(w), free(mean), free(rstd), free(o);
+}
+
+/* 1 check: TSR_GRAD_SET on the fp32 backend: matmul, GELU and attention backward over a buffer
+ * of NaNs give the op table's bits on a zeroed one (the old contents are neither read nor kept),
+ * and TSR_GRAD_ADD still adds */
+static void test_backend_set(void) {
+    const int B = 2, T = 5, C = 8, NH = 2, N = B * T, OC = 12;
+    const size_t nq = (size_t)N * 3 * C, no = (size_t)N * C;
+    const tsr_backend be = tsr_fp32_backend(ops);
+    float *x = FALLOC(no), *d = FALLOC((size_t)N * OC), *w = FALLOC((size_t)OC * C);
+    float *qkv = FALLOC(nq), *out = FALLOC(no), *att = FALLOC((size_t)B * NH * T * T);
+    float *y[2], *q[2];
+    fill(x, NULL, no, -2, 2), fill(d, NULL, (size_t)N * OC, -1, 1);
+    fill(w, NULL, (size_t)OC * C, -1, 1), fill(qkv, NULL, nq, -1, 1);
+    ops->attention_forward(out, att, qkv, NULL, NULL, B, T, NH, NH, C / NH);
+    for (int k = 0; k < 2; k++) {
+        y[k] = FALLOC(no), q[k] = FALLOC(nq);
+        for (size_t i = 0; i < no; i++) y[k][i] = k == 0 ? NAN : 0.0f;
+        for (size_t i = 0; i < nq; i++) q[k][i] = k == 0 ? NAN : 0.0f;
+    }
+    int ok = 1;
+    be.matmul_backward(&be, y[0], NULL, NULL, d, x, w, N, C, OC, TSR_GRAD_SET);
+    ops->matmul_backward(y[1], NULL, NULL, d, x, w, N, C, OC);
+    ok &= same_bits(y[0], y[1], no);
+    be.matmul_backward(&be, y[0], NULL, NULL, d, x, w, N, C, OC, TSR_GRAD_ADD); /* adds again */
+    ops->matmul_backward(y[1], NULL, NULL, d, x, w, N, C, OC);
+    ok &= same_bits(y[0], y[1], no);
+    for (size_t i = 0; i < no; i++) y[0][i] = NAN, y[1][i] = 0.0f;
+    be.gelu_backward(&be, y[0], x, out, no, TSR_GELU_TANH, TSR_GRAD_SET);
+    ops->gelu_backward(y[1], x, out, no, TSR_GELU_TANH);
+    ok &= same_bits(y[0], y[1], no);
+    be.attention_backward(&be, q[0], out, qkv, out, att, NULL, NULL, NULL, B, T, NH, NH, C / NH,
+                          TSR_GRAD_SET);
+    ops->attention_backward(q[1], out, qkv, att, NULL, B, T, NH, NH, C / NH);
+    ok &= same_bits(q[0], q[1], nq);
+    tap_ok(ok, "fp32 backend: matmul, gelu and attention backward with TSR_GRAD_SET over NaNs = "
+           "the op table's bits on zeros; TSR_GRAD_ADD adds");
+    for (int k = 0; k < 2; k++) free(y[k]), free(q[k]);
+    free(x), free(d), free(w), free(qkv), free(out), free(att);
 }
 
 /* ---- determinism -------------------------------------------------------------------------- */
@@ -951,5 +990,6 @@ int main(void) {
     test_matmul_frozen(33, 40, 24);
     test_matmul_frozen(200, 96, 130);  /* dbias over parallel row chunks */
     test_backend_frozen();             /* 1 */
+    test_backend_set();                /* 1 */
     return tap_done();
 }

@@ -480,10 +480,15 @@ static void test_backend(void) {
     be.swiglu_forward(&be, y1, x, N, F);
     ops->swiglu_forward(y2, x, N, F);
     ok &= !memcmp(y1, y2, big * 4);
-    be.swiglu_backward(&be, y1, x, d, N, F);
+    be.swiglu_backward(&be, y1, x, d, N, F, TSR_GRAD_ADD);
     ops->swiglu_backward(y2, x, d, N, F);
     ok &= !memcmp(y1, y2, big * 4);
-    tap_ok(ok, "fp32 backend: rmsnorm_backward, qknorm_*, rope_*, swiglu_* = the op table's bits");
+    for (size_t i = 0; i < (size_t)N * 2 * F; i++) y1[i] = NAN, y2[i] = 0.0f;
+    be.swiglu_backward(&be, y1, x, d, N, F, TSR_GRAD_SET); /* over NaNs: not read */
+    ops->swiglu_backward(y2, x, d, N, F);
+    ok &= !memcmp(y1, y2, big * 4);
+    tap_ok(ok, "fp32 backend: rmsnorm_backward, qknorm_*, rope_*, swiglu_* (+= and, over NaNs, "
+           "TSR_GRAD_SET) = the op table's bits");
     free(a), free(b), free(w), free(r1), free(r2), free(o1), free(o2), free(s1), free(s2);
     free(x), free(d), free(y1), free(y2), free(inv), free(gw1), free(gw2);
 }
