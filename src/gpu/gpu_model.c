@@ -506,6 +506,10 @@ double gpu_model_loss_sum(tsr_gpu_model *g, const int32_t *targets, int B, int T
     return dec_loss_sum(&d, targets, B, T);
 }
 
+void gpu_model_stage_losses(tsr_gpu_model *g, float *dst, int B, int T) {
+    tcu_memcpy_d2d(dst, g->a.losses, (size_t)B * T * sizeof(float), g->s);
+}
+
 void gpu_model_token_scores(tsr_gpu_model *g, const int32_t *targets, int B, int T, float *losses,
                             int32_t *greedy) {
     tsr_decoder d = decoder_of(g);

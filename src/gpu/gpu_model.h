@@ -91,6 +91,9 @@ void gpu_model_forward(tsr_gpu_model *g, const int32_t *tokens, const int32_t *t
                        int T, float loss_scale);
 /* Sum of the losses of the last forward over its counted targets (waits for the stream). */
 double gpu_model_loss_sum(tsr_gpu_model *g, const int32_t *targets, int B, int T);
+/* The last forward's B x T per-position losses (fp32) copied to dst on the device, queued (no
+ * wait): a step stages its microbatches' losses and reads them once (src/gpu/gpu_train.c). */
+void gpu_model_stage_losses(tsr_gpu_model *g, float *dst, int B, int T);
 /* MoE: the last forward's statistics added to acc (decoder.h dec_moe_stats_add), weighted as a
  * training forward with loss_scale weighs them; waits for the stream. */
 void gpu_model_moe_stats_add(tsr_gpu_model *g, const int32_t *targets, int B, int T,

@@ -14,6 +14,7 @@
 #include "gpu/gpu_model.h"
 #include "gpu/gpu_profile.h"
 #include "gpu/gpu_shard.h"
+#include "model/decoder.h"
 #include "model/model_lora.h"
 
 struct tsr_gpu_train {
@@ -36,7 +37,15 @@ struct tsr_gpu_train {
      * device backend (lora.scratch, allocated with the activations) */
     int lora_on;
     tsr_lora lora;
+    /* the step's per-position losses (per_rank x T fp32): each microbatch's copied in on the
+     * device, read once when the step's passes are queued (no wait per microbatch) */
+    float *losses, *losses_host;
 };
+
+/* device bytes of tsr_gpu_train.losses */
+static size_t losses_bytes(const gpu_train_ctx *c) {
+    return ((size_t)c->per_rank * (size_t)c->T * sizeof(float) + 255) / 256 * 256;
+}
 
 /* What an evaluation (validation loss, ICL) gathers on top of the training state while it runs:
  * under zero3 / hsdp the full bf16 weights (gpu_shard_full_weights; ddp and zero1 have them
@@ -56,7 +65,12 @@ static size_t expert_bytes(const gpu_train_ctx *c) {
     return c->model->EP > 1 ? gpu_ep_state_bytes(c->model, c->model->EP) : 0;
 }
 
-static size_t fixed_bytes(const gpu_train_ctx *c) {
+static size_t state_bytes(const gpu_train_ctx *c);
+
+/* the state, the gatherings of an evaluation, the step's losses */
+static size_t fixed_bytes(const gpu_train_ctx *c) { return state_bytes(c) + losses_bytes(c); }
+
+static size_t state_bytes(const gpu_train_ctx *c) {
     const tsr_model *m = c->model;
     /* LoRA: the bf16 base (whole, or its frozen shard and gathers), the adapters' w, g, m, v,
      * the norm's accumulator */
@@ -279,6 +293,8 @@ static int lib_init(gpu_train_ctx *c) {
     tcu_init(gt->device);
     TSR_CHECK(check_memory(c, gt->device));
     gt->s = tcu_stream_create();
+    gt->losses = tcu_malloc(losses_bytes(c), "the step's losses");
+    gt->losses_host = tsr_malloc(losses_bytes(c));
     gt->sharded = c->mode != GPU_SHARD_DDP;
     gpu_model_init(&gt->g, m, gt->s, c->lora && !gt->sharded ? GPU_STATE_FROZEN
                                      : c->mode == GPU_SHARD_DDP ? GPU_STATE_FULL
@@ -339,21 +355,42 @@ static void unit_ready(void *ctx, int u) {
                        gt->len + (size_t)u * TSR_P_COUNT, gt->n_slices[u]);
 }
 
+/* microbatch b's losses (the last forward's) into the step's, queued */
+static void stage_losses(gpu_train_ctx *c, int64_t b) {
+    struct tsr_gpu_train *gt = c->state;
+    if (b + c->micro > c->per_rank)
+        tsr_die(TSR_EXIT_INTERNAL, "GPU step: microbatch rows %lld..%lld past the rank's %lld",
+                (long long)b, (long long)(b + c->micro), (long long)c->per_rank);
+    gpu_model_stage_losses(&gt->g, gt->losses + b * c->T, c->micro, c->T);
+}
+
+/* The step's loss sum: one copy to the host (the step's one wait for the passes), then each
+ * microbatch's sum in order, as when every microbatch was read on its own (the same bits) */
+static double staged_loss_sum(gpu_train_ctx *c) {
+    struct tsr_gpu_train *gt = c->state;
+    const size_t rows = (size_t)c->micro * c->T;
+    tcu_memcpy_d2h(gt->losses_host, gt->losses, (size_t)c->per_rank * c->T * sizeof(float), gt->s);
+    double sum = 0.0;
+    for (int64_t b = 0; b < c->per_rank; b += c->micro)
+        sum += dec_sum_losses(gt->losses_host + b * c->T, c->targets + b * c->T, rows);
+    return sum;
+}
+
 /* LoRA: the microbatches with the step's dropout (rows numbered as on the CPU: lora_pass_row0),
  * then the adapters' gradients summed over the ranks (small: one all-reduce after the backward) */
 static double lora_compute(gpu_train_ctx *c, float scale) {
     struct tsr_gpu_train *gt = c->state;
     tsr_lora *lo = &gt->lora;
     tcu_zero(lo->g, lo->n * sizeof(float), gt->s);
-    double loss_sum = 0.0;
     for (int64_t b = 0; b < c->per_rank; b += c->micro) {
         const int32_t *in = c->inputs + b * c->T, *tg = c->targets + b * c->T;
         lora_set_pass(lo, 1, c->lora_key, lora_pass_row0(c->dist->rank, c->per_rank, b, c->T));
         gpu_model_forward(&gt->g, in, tg, c->micro, c->T, scale);
         if (c->moe) gpu_model_moe_stats_add(&gt->g, tg, c->micro, c->T, scale, c->moe);
         gpu_model_backward(&gt->g, in, c->micro, c->T, NULL, NULL);
-        loss_sum += gpu_model_loss_sum(&gt->g, tg, c->micro, c->T);
+        stage_losses(c, b);
     }
+    const double loss_sum = staged_loss_sum(c);
     lora_set_pass(lo, 0, 0, 0); /* evaluations: no dropout */
     if (gt->comm) {
         size_t off = 0, len = lo->n;
@@ -383,15 +420,15 @@ static double dense_compute(gpu_train_ctx *c, float scale) {
     void (*ready)(void *, int) = gt->comm ? unit_ready : NULL;
     void *ctx = gt;
     if (gt->sharded) ready = gt->sh.zero1 ? gpu_shard_zero1_ready : NULL, ctx = &gt->sh;
-    double loss_sum = 0.0;
     for (int64_t b = 0; b < c->per_rank; b += c->micro) {
         const int32_t *in = c->inputs + b * c->T, *tg = c->targets + b * c->T;
         int last = b + c->micro >= c->per_rank;
         gpu_model_forward(&gt->g, in, tg, c->micro, c->T, scale);
         if (c->moe) gpu_model_moe_stats_add(&gt->g, tg, c->micro, c->T, scale, c->moe);
         gpu_model_backward(&gt->g, in, c->micro, c->T, last ? ready : NULL, ctx);
-        loss_sum += gpu_model_loss_sum(&gt->g, tg, c->micro, c->T);
+        stage_losses(c, b);
     }
+    const double loss_sum = staged_loss_sum(c);
     if (gt->sharded) gpu_shard_finish_grads(&gt->sh);
     if (gt->ep_on) gpu_ep_reduce(&gt->ep);
     return loss_sum;
@@ -562,6 +599,8 @@ static void lib_free(gpu_train_ctx *c) {
     tcu_free(gt->m);
     tcu_free(gt->v);
     tcu_free(gt->acc);
+    tcu_free(gt->losses);
+    free(gt->losses_host);
     tcu_stream_destroy(gt->s);
     tcu_shutdown();
     free(gt->n_slices);

@@ -744,9 +744,13 @@ double dec_loss_sum(const tsr_decoder *d, const int32_t *targets, int B, int T) 
     size_t N = (size_t)B * T;
     const float *l = a->losses;
     if (!be->host) be->to_host(be, a->losses_host, a->losses, N * sizeof(float)), l = a->losses_host;
+    return dec_sum_losses(l, targets, N);
+}
+
+double dec_sum_losses(const float *losses, const int32_t *targets, size_t N) {
     double sum = 0.0;
     for (size_t i = 0; i < N; i++)
-        if (targets[i] >= 0) sum += l[i];
+        if (targets[i] >= 0) sum += losses[i];
     return sum;
 }
 

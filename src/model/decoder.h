@@ -60,6 +60,9 @@ void dec_forward(const tsr_decoder *d, const int32_t *tokens, const int32_t *tar
                  int T, float loss_scale);
 /* Sum of the last forward's losses over the targets that count (waits for the backend). */
 double dec_loss_sum(const tsr_decoder *d, const int32_t *targets, int B, int T);
+/* sum over i < N of losses[i] where targets[i] >= 0, in double, in order: dec_loss_sum's sum of
+ * host losses (the GPU trainer's staged step, src/gpu/gpu_train.c, sums the same way) */
+double dec_sum_losses(const float *losses, const int32_t *targets, size_t N);
 /* After an evaluation forward: per position its loss and greedy token (host arrays of B*T), 0 and
  * -1 where targets < 0 (model.h model_token_scores). */
 void dec_token_scores(const tsr_decoder *d, const int32_t *targets, int B, int T, float *losses,
