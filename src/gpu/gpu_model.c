@@ -3,6 +3,7 @@
  * and the parameter source the decoder reads (gpu_model.h). */
 #include "gpu/gpu_model.h"
 
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,7 +233,7 @@ static void c_matmul_backward(const tsr_backend *be, void *dinp, float *dw, floa
 static void c_gelu_backward(const tsr_backend *be, void *dinp, const void *inp, const void *dout,
                             size_t n, tsr_gelu_kind kind, tsr_grad_mode mode) {
     mode = grad_mode(be, dinp, n, mode);
-    PROF(be, "gelu_backward", (int)n, 0, 0,
+    PROF(be, "gelu_backward", n < INT_MAX ? (int)n : INT_MAX, 0, 0,
          tcu_gelu_backward(dinp, inp, dout, n, kind, mode, STREAM(be)));
 }
 

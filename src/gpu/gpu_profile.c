@@ -25,7 +25,7 @@ static struct {
     int free_slots[PROF_PAIRS], nfree, created; /* a stack of free slots; events made (0 or all) */
     prof_entry e[PROF_ENTRIES];
     int n, overflow; /* rows; ops not counted for want of a row */
-    int steps;       /* steps queued (the first one dropped) */
+    int steps;       /* steps begun (the first one dropped once a second begins) */
 } P = {.on = -1};
 
 int gpu_prof_on(void) {
@@ -84,9 +84,9 @@ void gpu_prof_end(tcu_stream s, int slot) {
     P.state[slot] = SLOT_ENDED;
 }
 
-void gpu_prof_step_done(void) {
+void gpu_prof_step_begin(void) {
     if (!gpu_prof_on()) return;
-    if (++P.steps == 1) { /* drop the warm-up step */
+    if (++P.steps == 2) { /* the first step is done: drop it (warm-up) */
         flush();
         for (int i = 0; i < P.n; i++) P.e[i].calls = 0, P.e[i].ms = 0.0;
         P.overflow = 0;
@@ -101,7 +101,7 @@ static int by_time(const void *x, const void *y) {
 void gpu_prof_report(FILE *f, const char *who) {
     if (!gpu_prof_on()) return;
     flush();
-    const int steps = P.steps > 1 ? P.steps - 1 : P.steps;
+    const int steps = P.steps > 1 ? P.steps - 1 : P.steps; /* one step: it is all there is */
     prof_entry *r = tsr_malloc((size_t)(P.n ? P.n : 1) * sizeof *r);
     memcpy(r, P.e, (size_t)P.n * sizeof *r);
     qsort(r, (size_t)P.n, sizeof *r, by_time);

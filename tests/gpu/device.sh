@@ -306,7 +306,7 @@ profile() {
     fi
     for kv in "" -accumulate; do
         echo "== profile-$model$kv.txt"
-        sed -n '/TSR_PROFILE device time per op/,$p' "$OUTDIR/profile-$model$kv.txt" | head -40
+        awk '/TSR_PROFILE device time per op/ { on = 1 } on && n++ < 40' "$OUTDIR/profile-$model$kv.txt"
     done
     return $rc
 }

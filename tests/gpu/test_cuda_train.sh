@@ -154,7 +154,9 @@ suite() {
     tap_check $? "$l: tiny Llama MoE (4 experts top 2, shared expert, aux + z) within $LOSS_TOL of the CPU, norms within 2 x $NORM_TOL, no token dropped ($d)"
     # TSR_GRAD_SET (input gradients overwritten, docs/cuda.md) gives the bits of zeroing then
     # accumulating, which TSR_GRAD_OVERWRITE=0 brings back: GPT-2 (GELU), Llama (SwiGLU, GQA),
-    # MoE (shared expert)
+    # MoE (shared expert). This checks the backend's SET path; where the decoder asks for SET
+    # (a wrong place drops a contribution on every backend alike) the CPU's gradients against
+    # PyTorch check (tests/reference: 78 of its checks fail with the MoE router's SET misplaced)
     same_accumulating "$l.gpt2" && same_accumulating "$l.llama" "${llama[@]}" &&
         same_accumulating "$l.moe" "${moe[@]}"
     tap_check $? "$l: GPT-2, Llama and MoE runs with TSR_GRAD_OVERWRITE=0 (zeroing, then +=): all 20 steps the same bits as with TSR_GRAD_SET"
@@ -294,7 +296,7 @@ TSR_EMU_MEM=$cap run "$BUILD/tests/tessera-train-cuemu" 1 ze_cap "${ze[@]}" &&
 tap_check $? "emulator: zero3 + evaluation + micro_batch = auto on a device ($cap bytes) without room for the evaluation's full weights next to 8 sequences: halves to 4 at step 1, evaluates at step 10"
 
 # TSR_PROFILE=1 (docs/cuda.md, "Per-op profile"): rank 0 prints the per-op table over steps 2-5
-# (step 1 dropped). Its counts are the decoder's calls: per microbatch (2 a step) 2 layers x 4
+# (step 1 dropped; a run of one step keeps it). Its counts are the decoder's calls: per microbatch (2 a step) 2 layers x 4
 # matmul backwards + the head's; one zeroing (the final norm's input gradient) where the input
 # gradients are overwritten, 14 with TSR_GRAD_OVERWRITE=0 (2 + 6 a layer: what TSR_GRAD_SET saves)
 # prof_calls FILE OP: the calls column of OP's rows, summed over its shapes
@@ -309,8 +311,11 @@ TSR_PROFILE=1 run "$BUILD/tests/tessera-train-cuemu" 1 prof --set device=cuda --
     p=$(printf '%s/%s/%s/%s' "$(grep -c '^step: forward+backward  *-  *4 ' "$TMP/prof.txt")" \
         "$(prof_calls "$TMP/prof.txt" matmul_backward)" "$(prof_calls "$TMP/prof.txt" zero)" \
         "$(prof_calls "$TMP/profacc.txt" zero)") &&
-    [[ $p == 1/72/8/112 ]] && awk '$1 == "matmul_forward" && $5 > 0 { n++ } END { exit !(n >= 4) }' "$TMP/prof.txt"
-tap_check $? "emulator: TSR_PROFILE=1 prints per-op device times over steps 2-5 (forward+backward phases/matmul backwards/zeroings/zeroings without TSR_GRAD_SET: ${p:-none}, want 1/72/8/112)"
+    [[ $p == 1/72/8/112 ]] && awk '$1 == "matmul_forward" && $5 > 0 { n++ } END { exit !(n >= 4) }' "$TMP/prof.txt" &&
+    TSR_PROFILE=1 run "$BUILD/tests/tessera-train-cuemu" 1 prof1 --set device=cuda --set max_duration=1ba &&
+    grep -q "TSR_PROFILE device time per op (CUDA events) over 1 step$" "$TMP/prof1.txt" &&
+    (($(prof_calls "$TMP/prof1.txt" matmul_backward) == 18))
+tap_check $? "emulator: TSR_PROFILE=1 prints per-op device times over steps 2-5 (forward+backward phases/matmul backwards/zeroings/zeroings without TSR_GRAD_SET: ${p:-none}, want 1/72/8/112); a run of 1 step reports that step"
 
 # the head size checked is the model's (head_dim), not d_model / n_head (64 / 2 = 32 has a kernel,
 # 48 has none): refused at start naming model.head_dim, before any step
