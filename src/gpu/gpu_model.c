@@ -496,15 +496,30 @@ void gpu_model_forward(tsr_gpu_model *g, const int32_t *tokens, const int32_t *t
     dec_forward(&d, tokens, targets, B, T, loss_scale);
 }
 
-void gpu_model_moe_stats_add(tsr_gpu_model *g, const int32_t *targets, int B, int T,
-                             float loss_scale, double *acc) {
-    tsr_decoder d = decoder_of(g);
-    dec_moe_stats_add(&d, dec_moe_weight(targets, (size_t)B * (size_t)T, loss_scale), acc);
-}
-
 double gpu_model_loss_sum(tsr_gpu_model *g, const int32_t *targets, int B, int T) {
     tsr_decoder d = decoder_of(g);
     return dec_loss_sum(&d, targets, B, T);
+}
+
+/* a stage: the statistics' stack, then the counts' (dec_moe_stats_view) */
+size_t gpu_model_moe_stage_bytes(const tsr_model *m) {
+    const tsr_backend be = cuda_backend(NULL);
+    return dec_moe_stats_bytes(m, &be);
+}
+
+void gpu_model_moe_stage(tsr_gpu_model *g, void *dst) {
+    tsr_decoder d = decoder_of(g);
+    const dec_moe_view v = dec_moe_stats_view(&d);
+    tcu_memcpy_d2d(dst, v.stats, v.stats_bytes, g->s);
+    tcu_memcpy_d2d((char *)dst + v.stats_bytes, v.offs, v.offs_bytes, g->s);
+}
+
+void gpu_model_moe_stats_add_staged(tsr_gpu_model *g, const void *staged, const int32_t *targets,
+                                    int B, int T, float loss_scale, double *acc) {
+    tsr_decoder d = decoder_of(g);
+    const dec_moe_view v = dec_moe_stats_view(&d);
+    dec_moe_stats_add_host(&d, staged, (const int32_t *)((const char *)staged + v.stats_bytes),
+                           dec_moe_weight(targets, (size_t)B * (size_t)T, loss_scale), acc);
 }
 
 void gpu_model_stage_losses(tsr_gpu_model *g, float *dst, int B, int T) {

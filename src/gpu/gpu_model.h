@@ -94,10 +94,14 @@ double gpu_model_loss_sum(tsr_gpu_model *g, const int32_t *targets, int B, int T
 /* The last forward's B x T per-position losses (fp32) copied to dst on the device, queued (no
  * wait): a step stages its microbatches' losses and reads them once (src/gpu/gpu_train.c). */
 void gpu_model_stage_losses(tsr_gpu_model *g, float *dst, int B, int T);
-/* MoE: the last forward's statistics added to acc (decoder.h dec_moe_stats_add), weighted as a
- * training forward with loss_scale weighs them; waits for the stream. */
-void gpu_model_moe_stats_add(tsr_gpu_model *g, const int32_t *targets, int B, int T,
-                             float loss_scale, double *acc);
+/* MoE, staged likewise: the last forward's routing statistics (gpu_model_moe_stage_bytes of
+ * them, 0 without MoE) copied to dst on the device, queued; gpu_model_moe_stats_add_staged adds a
+ * host copy of such a stage to acc as decoder.h's dec_moe_stats_add adds the last forward's,
+ * weighted as a training forward with loss_scale weighs them. */
+size_t gpu_model_moe_stage_bytes(const tsr_model *m);
+void gpu_model_moe_stage(tsr_gpu_model *g, void *dst);
+void gpu_model_moe_stats_add_staged(tsr_gpu_model *g, const void *staged, const int32_t *targets,
+                                    int B, int T, float loss_scale, double *acc);
 /* After an evaluation forward (loss_scale < 0) over the same B x T: per position its loss and
  * its greedy token (the argmax of its logits over the V real columns, the lower id on ties; bf16
  * logits, so it can differ from the CPU's fp32 choice where two logits are within bf16 rounding),

@@ -37,14 +37,20 @@ struct tsr_gpu_train {
      * device backend (lora.scratch, allocated with the activations) */
     int lora_on;
     tsr_lora lora;
-    /* the step's per-position losses (per_rank x T fp32): each microbatch's copied in on the
-     * device, read once when the step's passes are queued (no wait per microbatch) */
+    /* the step's per-position losses (per_rank x T fp32) and, MoE, its microbatches' routing
+     * statistics (a stage of gpu_model_moe_stage_bytes per microbatch, room for per_rank of
+     * them): each microbatch's copied in on the device, read once when the step's passes are
+     * queued (no wait per microbatch) */
     float *losses, *losses_host;
+    unsigned char *moe_stage, *moe_stage_host;
 };
 
-/* device bytes of tsr_gpu_train.losses */
+/* device bytes of tsr_gpu_train.losses and .moe_stage */
 static size_t losses_bytes(const gpu_train_ctx *c) {
     return ((size_t)c->per_rank * (size_t)c->T * sizeof(float) + 255) / 256 * 256;
+}
+static size_t moe_stage_bytes(const gpu_train_ctx *c) {
+    return ((size_t)c->per_rank * gpu_model_moe_stage_bytes(c->model) + 255) / 256 * 256;
 }
 
 /* What an evaluation (validation loss, ICL) gathers on top of the training state while it runs:
@@ -67,8 +73,10 @@ static size_t expert_bytes(const gpu_train_ctx *c) {
 
 static size_t state_bytes(const gpu_train_ctx *c);
 
-/* the state, the gatherings of an evaluation, the step's losses */
-static size_t fixed_bytes(const gpu_train_ctx *c) { return state_bytes(c) + losses_bytes(c); }
+/* the state, the gatherings of an evaluation, the step's losses and MoE statistics */
+static size_t fixed_bytes(const gpu_train_ctx *c) {
+    return state_bytes(c) + losses_bytes(c) + moe_stage_bytes(c);
+}
 
 static size_t state_bytes(const gpu_train_ctx *c) {
     const tsr_model *m = c->model;
@@ -295,6 +303,10 @@ static int lib_init(gpu_train_ctx *c) {
     gt->s = tcu_stream_create();
     gt->losses = tcu_malloc(losses_bytes(c), "the step's losses");
     gt->losses_host = tsr_malloc(losses_bytes(c));
+    if (moe_stage_bytes(c) && c->moe) {
+        gt->moe_stage = tcu_malloc(moe_stage_bytes(c), "the step's MoE statistics");
+        gt->moe_stage_host = tsr_malloc(moe_stage_bytes(c));
+    }
     gt->sharded = c->mode != GPU_SHARD_DDP;
     gpu_model_init(&gt->g, m, gt->s, c->lora && !gt->sharded ? GPU_STATE_FROZEN
                                      : c->mode == GPU_SHARD_DDP ? GPU_STATE_FULL
@@ -355,24 +367,35 @@ static void unit_ready(void *ctx, int u) {
                        gt->len + (size_t)u * TSR_P_COUNT, gt->n_slices[u]);
 }
 
-/* microbatch b's losses (the last forward's) into the step's, queued */
-static void stage_losses(gpu_train_ctx *c, int64_t b) {
+/* microbatch b's losses and MoE statistics (the last forward's) into the step's, queued */
+static void stage(gpu_train_ctx *c, int64_t b) {
     struct tsr_gpu_train *gt = c->state;
     if (b + c->micro > c->per_rank)
         tsr_die(TSR_EXIT_INTERNAL, "GPU step: microbatch rows %lld..%lld past the rank's %lld",
                 (long long)b, (long long)(b + c->micro), (long long)c->per_rank);
     gpu_model_stage_losses(&gt->g, gt->losses + b * c->T, c->micro, c->T);
+    if (gt->moe_stage)
+        gpu_model_moe_stage(&gt->g, gt->moe_stage + (size_t)(b / c->micro) *
+                                                        gpu_model_moe_stage_bytes(c->model));
 }
 
-/* The step's loss sum: one copy to the host (the step's one wait for the passes), then each
- * microbatch's sum in order, as when every microbatch was read on its own (the same bits) */
-static double staged_loss_sum(gpu_train_ctx *c) {
+/* The step's loss sum, and its MoE statistics added to c->moe: one copy of each to the host (the
+ * step's one wait for the passes), then each microbatch's in order, as when every microbatch was
+ * read on its own (the same bits). scale: the step's loss scale (the statistics' weight). */
+static double staged_sums(gpu_train_ctx *c, float scale) {
     struct tsr_gpu_train *gt = c->state;
-    const size_t rows = (size_t)c->micro * c->T;
+    const size_t rows = (size_t)c->micro * c->T, sb = gpu_model_moe_stage_bytes(c->model);
     tcu_memcpy_d2h(gt->losses_host, gt->losses, (size_t)c->per_rank * c->T * sizeof(float), gt->s);
+    const int64_t nmicro = (c->per_rank + c->micro - 1) / c->micro;
+    if (gt->moe_stage) tcu_memcpy_d2h(gt->moe_stage_host, gt->moe_stage, (size_t)nmicro * sb, gt->s);
     double sum = 0.0;
-    for (int64_t b = 0; b < c->per_rank; b += c->micro)
-        sum += dec_sum_losses(gt->losses_host + b * c->T, c->targets + b * c->T, rows);
+    for (int64_t b = 0; b < c->per_rank; b += c->micro) {
+        const int32_t *tg = c->targets + b * c->T;
+        sum += dec_sum_losses(gt->losses_host + b * c->T, tg, rows);
+        if (gt->moe_stage)
+            gpu_model_moe_stats_add_staged(&gt->g, gt->moe_stage_host + (size_t)(b / c->micro) * sb,
+                                           tg, c->micro, c->T, scale, c->moe);
+    }
     return sum;
 }
 
@@ -386,11 +409,10 @@ static double lora_compute(gpu_train_ctx *c, float scale) {
         const int32_t *in = c->inputs + b * c->T, *tg = c->targets + b * c->T;
         lora_set_pass(lo, 1, c->lora_key, lora_pass_row0(c->dist->rank, c->per_rank, b, c->T));
         gpu_model_forward(&gt->g, in, tg, c->micro, c->T, scale);
-        if (c->moe) gpu_model_moe_stats_add(&gt->g, tg, c->micro, c->T, scale, c->moe);
+        stage(c, b); /* what the forward leaves: losses, routing statistics */
         gpu_model_backward(&gt->g, in, c->micro, c->T, NULL, NULL);
-        stage_losses(c, b);
     }
-    const double loss_sum = staged_loss_sum(c);
+    const double loss_sum = staged_sums(c, scale);
     lora_set_pass(lo, 0, 0, 0); /* evaluations: no dropout */
     if (gt->comm) {
         size_t off = 0, len = lo->n;
@@ -425,11 +447,10 @@ static double dense_compute(gpu_train_ctx *c, float scale) {
         const int32_t *in = c->inputs + b * c->T, *tg = c->targets + b * c->T;
         int last = b + c->micro >= c->per_rank;
         gpu_model_forward(&gt->g, in, tg, c->micro, c->T, scale);
-        if (c->moe) gpu_model_moe_stats_add(&gt->g, tg, c->micro, c->T, scale, c->moe);
+        stage(c, b); /* what the forward leaves: losses, routing statistics */
         gpu_model_backward(&gt->g, in, c->micro, c->T, last ? ready : NULL, ctx);
-        stage_losses(c, b);
     }
-    const double loss_sum = staged_loss_sum(c);
+    const double loss_sum = staged_sums(c, scale);
     if (gt->sharded) gpu_shard_finish_grads(&gt->sh);
     if (gt->ep_on) gpu_ep_reduce(&gt->ep);
     return loss_sum;
@@ -601,6 +622,8 @@ static void lib_free(gpu_train_ctx *c) {
     tcu_free(gt->acc);
     tcu_free(gt->losses);
     free(gt->losses_host);
+    if (gt->moe_stage) tcu_free(gt->moe_stage);
+    free(gt->moe_stage_host);
     tcu_stream_destroy(gt->s);
     tcu_shutdown();
     free(gt->n_slices);

@@ -841,18 +841,42 @@ double dec_moe_weight(const int32_t *targets, size_t N, float loss_scale) {
     return (double)counted * loss_scale;
 }
 
-void dec_moe_stats_add(const tsr_decoder *d, double w, double *acc) {
+dec_moe_view dec_moe_stats_view(const tsr_decoder *d) {
     const tsr_model *m = d->m;
-    const tsr_backend *be = d->be;
+    const tsr_acts *a = d->a;
+    if (!m->E) return (dec_moe_view){0};
+    const strides st = strides_of(m, d->be, a->B, a->T);
+    return (dec_moe_view){.stats = a->moe_stats, .offs = a->moe_offs,
+                          .stats_bytes = (size_t)m->L * st.stats * sizeof(float),
+                          .offs_bytes = (size_t)m->L * st.offs * sizeof(int32_t)};
+}
+
+size_t dec_moe_stats_bytes(const tsr_model *m, const tsr_backend *be) {
+    if (!m->E) return 0;
+    const strides st = strides_of(m, be, 1, 1); /* these two strides do not depend on B x T */
+    return (size_t)m->L * (st.stats * sizeof(float) + st.offs * sizeof(int32_t));
+}
+
+void dec_moe_stats_add(const tsr_decoder *d, double w, double *acc) {
+    const dec_moe_view v = dec_moe_stats_view(d);
+    if (!d->m->E) return;
+    /* the two per-layer stacks in two copies (one wait for the backend) */
+    int32_t *offs = tsr_malloc(v.offs_bytes);
+    float *stats = tsr_malloc(v.stats_bytes);
+    d->be->to_host(d->be, stats, v.stats, v.stats_bytes);
+    d->be->to_host(d->be, offs, v.offs, v.offs_bytes);
+    dec_moe_stats_add_host(d, stats, offs, w, acc);
+    free(offs);
+    free(stats);
+}
+
+void dec_moe_stats_add_host(const tsr_decoder *d, const float *stats, const int32_t *offs,
+                            double w, double *acc) {
+    const tsr_model *m = d->m;
     const tsr_acts *a = d->a;
     if (!m->E) return;
-    const strides st = strides_of(m, be, a->B, a->T);
+    const strides st = strides_of(m, d->be, a->B, a->T);
     const int E = m->E;
-    /* the two per-layer stacks in two copies (one wait for the backend) */
-    int32_t *offs = tsr_malloc((size_t)m->L * st.offs * sizeof(int32_t));
-    float *stats = tsr_malloc((size_t)m->L * st.stats * sizeof(float));
-    be->to_host(be, stats, a->moe_stats, (size_t)m->L * st.stats * sizeof(float));
-    be->to_host(be, offs, a->moe_offs, (size_t)m->L * st.offs * sizeof(int32_t));
     for (int l = 0, k = 0; l < m->L; l++) {
         if (!model_moe_layer(m, l)) continue;
         const float *s = stats + (size_t)l * st.stats;
@@ -862,8 +886,6 @@ void dec_moe_stats_add(const tsr_decoder *d, double w, double *acc) {
         x[1] += w * s[1];
         for (int e = 0; e < E; e++) x[2 + e] += o[e + 1] - o[e];
     }
-    free(offs);
-    free(stats);
 }
 
 /* ---- decoding with a KV cache --------------------------------------------------------------- */

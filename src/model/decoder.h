@@ -89,6 +89,18 @@ double dec_moe_weight(const int32_t *targets, size_t N, float loss_scale);
  * layer order: w x the layer's aux loss, w x its z-loss, then its tokens per expert (unweighted
  * counts of assignments). Nothing in a dense model. Waits for the backend. */
 void dec_moe_stats_add(const tsr_decoder *d, double w, double *acc);
+/* The same in two halves, for a backend that stages a step's statistics and reads them once
+ * (src/gpu/gpu_train.c): where the last forward's two per-layer stacks lie on the backend and
+ * their bytes (all 0 without MoE), and the adding of host copies of them. */
+typedef struct dec_moe_view {
+    const void *stats, *offs;
+    size_t stats_bytes, offs_bytes;
+} dec_moe_view;
+dec_moe_view dec_moe_stats_view(const tsr_decoder *d);
+/* stats_bytes + offs_bytes of the view on backend be, for any B x T (0 without MoE) */
+size_t dec_moe_stats_bytes(const tsr_model *m, const tsr_backend *be);
+void dec_moe_stats_add_host(const tsr_decoder *d, const float *stats, const int32_t *offs,
+                            double w, double *acc);
 
 /* The KV-cache decode step: c tokens at positions kv->len.. (one segment, starting at kv->seg)
  * through every layer on be, appending their keys and values; kv->len += c. With probs (Vp,
