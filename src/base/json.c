@@ -356,6 +356,10 @@ int json_key_is(const json_value *m, const char *name) {
 
 int json_key_plain(const json_value *m) { return m->key && strlen(m->key) == m->key_len; }
 
+int json_str_plain(const json_value *v) {
+    return v->type == JSON_STRING && strlen(v->str) == v->len;
+}
+
 const json_value *json_get(const json_value *obj, const char *key) {
     if (!obj || obj->type != JSON_OBJECT) return NULL;
     const json_value *found = NULL;

@@ -66,6 +66,8 @@ int json_key_is(const json_value *m, const char *name);
 /* Does member m's key hold no \u0000, so that it reads whole as a C string? Readers of formats
  * whose keys name things (tensors, files) refuse one that does not. */
 int json_key_plain(const json_value *m);
+/* Is v a string holding no \u0000 (str reads whole as a C string)? */
+int json_str_plain(const json_value *v);
 /* "null", "false", ..., for messages. */
 const char *json_type_name(json_type t);
 /* Writes s to f as a JSON string: quoted, '"' and '\\' escaped, control bytes as \u00XX. */

@@ -43,6 +43,7 @@ struct tsr_gpu_train {
      * queued (no wait per microbatch) */
     float *losses, *losses_host;
     unsigned char *moe_stage, *moe_stage_host;
+    size_t moe_sb; /* bytes of one microbatch's stage (0: no MoE statistics kept) */
 };
 
 /* device bytes of tsr_gpu_train.losses and .moe_stage */
@@ -303,7 +304,8 @@ static int lib_init(gpu_train_ctx *c) {
     gt->s = tcu_stream_create();
     gt->losses = tcu_malloc(losses_bytes(c), "the step's losses");
     gt->losses_host = tsr_malloc(losses_bytes(c));
-    if (moe_stage_bytes(c) && c->moe) {
+    gt->moe_sb = c->moe ? gpu_model_moe_stage_bytes(m) : 0;
+    if (gt->moe_sb) {
         gt->moe_stage = tcu_malloc(moe_stage_bytes(c), "the step's MoE statistics");
         gt->moe_stage_host = tsr_malloc(moe_stage_bytes(c));
     }
@@ -374,9 +376,7 @@ static void stage(gpu_train_ctx *c, int64_t b) {
         tsr_die(TSR_EXIT_INTERNAL, "GPU step: microbatch rows %lld..%lld past the rank's %lld",
                 (long long)b, (long long)(b + c->micro), (long long)c->per_rank);
     gpu_model_stage_losses(&gt->g, gt->losses + b * c->T, c->micro, c->T);
-    if (gt->moe_stage)
-        gpu_model_moe_stage(&gt->g, gt->moe_stage + (size_t)(b / c->micro) *
-                                                        gpu_model_moe_stage_bytes(c->model));
+    if (gt->moe_sb) gpu_model_moe_stage(&gt->g, gt->moe_stage + (size_t)(b / c->micro) * gt->moe_sb);
 }
 
 /* The step's loss sum, and its MoE statistics added to c->moe: one copy of each to the host (the
@@ -384,15 +384,15 @@ static void stage(gpu_train_ctx *c, int64_t b) {
  * read on its own (the same bits). scale: the step's loss scale (the statistics' weight). */
 static double staged_sums(gpu_train_ctx *c, float scale) {
     struct tsr_gpu_train *gt = c->state;
-    const size_t rows = (size_t)c->micro * c->T, sb = gpu_model_moe_stage_bytes(c->model);
+    const size_t rows = (size_t)c->micro * c->T, sb = gt->moe_sb;
     tcu_memcpy_d2h(gt->losses_host, gt->losses, (size_t)c->per_rank * c->T * sizeof(float), gt->s);
     const int64_t nmicro = (c->per_rank + c->micro - 1) / c->micro;
-    if (gt->moe_stage) tcu_memcpy_d2h(gt->moe_stage_host, gt->moe_stage, (size_t)nmicro * sb, gt->s);
+    if (sb) tcu_memcpy_d2h(gt->moe_stage_host, gt->moe_stage, (size_t)nmicro * sb, gt->s);
     double sum = 0.0;
     for (int64_t b = 0; b < c->per_rank; b += c->micro) {
         const int32_t *tg = c->targets + b * c->T;
         sum += dec_sum_losses(gt->losses_host + b * c->T, tg, rows);
-        if (gt->moe_stage)
+        if (sb)
             gpu_model_moe_stats_add_staged(&gt->g, gt->moe_stage_host + (size_t)(b / c->micro) * sb,
                                            tg, c->micro, c->T, scale, c->moe);
     }

@@ -215,7 +215,7 @@ static int open_shards(hf_import *h, const char *dir) {
             rc = TSR_EXIT_DATA;
             break;
         }
-        if (v->type != JSON_STRING || strlen(v->str) != v->len || !shard_name_ok(v->str)) {
+        if (!json_str_plain(v) || !shard_name_ok(v->str)) {
             tsr_error("%s: weight_map[\"%s\"] is not a file name of this directory", h->st_path, v->key);
             rc = TSR_EXIT_DATA;
             break;

@@ -441,7 +441,7 @@ static int parse_header(st_file *f, const char *text, size_t len) {
             if (json_key_is(m, "__metadata__")) {
                 int ok = !seen_meta && m->type == JSON_OBJECT;
                 for (const json_value *kv = ok ? m->child : NULL; kv; kv = kv->next)
-                    ok &= kv->type == JSON_STRING && json_key_plain(kv) && strlen(kv->str) == kv->len;
+                    ok &= json_key_plain(kv) && json_str_plain(kv);
                 if (!ok) {
                     tsr_error("%s: \"__metadata__\" is %s (expected one object of string values)",
                               f->path, seen_meta ? "given twice" : "not an object of strings without \\u0000");
