@@ -47,13 +47,15 @@ void tcu_init(int device) {
     tcu_initialised = true;
 }
 
-/* Waits for the device, then frees the workspace, the handle and the scratch the ops cached.
+/* Waits for the device, then frees the workspace, the handle, the scratch the ops cached and the
+ * matmuls' cached cuBLASLt descriptors.
  * Nothing happens without a context. Streams the caller made are the caller's to destroy. */
 void tcu_shutdown(void) {
     if (!tcu_initialised) return;
     TCU_CHECK(cudaDeviceSynchronize(), "tcu_shutdown: cudaDeviceSynchronize");
     tcu_elementwise_release();
     tcu_layernorm_release();
+    tcu_matmul_release();
     tcu_free(tcu_ctx.lt_workspace);
     TCU_CHECK_BLAS(cublasLtDestroy(tcu_ctx.lt), "tcu_shutdown: cublasLtDestroy");
     memset(&tcu_ctx, 0, sizeof tcu_ctx);

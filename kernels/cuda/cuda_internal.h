@@ -50,9 +50,11 @@ extern tcu_context tcu_ctx;
 extern bool tcu_initialised; /* tcu_init ran (cuda_context.cu) and tcu_shutdown did not since */
 /* dies unless tcu_init ran */
 const tcu_context *tcu_context_get(const char *what);
-/* free the scratch cuda_elementwise.cu and cuda_layernorm.cu cache (tcu_shutdown calls them) */
+/* free what cuda_elementwise.cu, cuda_layernorm.cu and cuda_matmul.cu cache (tcu_shutdown calls
+ * them) */
 void tcu_elementwise_release(void);
 void tcu_layernorm_release(void);
+void tcu_matmul_release(void);
 
 /* D (m,n) = alpha op(A) op(B) + beta D, column-major, fp32 everywhere (CUBLAS_COMPUTE_32F: no
  * TF32): A stored (m,k), or (k,m) transposed, with lda; B likewise with ldb; D with ldd. The
@@ -135,7 +137,7 @@ __device__ __forceinline__ float2 tcu_block_sum2(float2 v, float2 *red) {
 }
 
 /* The deterministic weight gradients of the norm backwards (cuda_layernorm.cu; LayerNorm and the
- * RMSNorms of cuda_llama.cu share them): the rows are cut into groups of
+ * RMSNorms of cuda_llama.cu share them, and the matmul's bias gradient, cuda_matmul.cu): the rows are cut into groups of
  * tcu_norm_rows_per_group(N) rows (a function of N only), each block sums its group's column
  * terms in row order into row p of a partial scratch (P rows of `stride` floats, from
  * tcu_norm_partial_scratch: one process-wide buffer, grown on demand, freed by tcu_shutdown), and

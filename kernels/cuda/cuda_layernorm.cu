@@ -298,7 +298,7 @@ float *tcu_norm_partial_scratch(size_t bytes, const char *what) {
             TCU_CHECK(cudaDeviceSynchronize(), tcu_msg("%s: growing its scratch", what));
             tcu_free(ln_partial);
         }
-        ln_partial = (float *)tcu_malloc(bytes, "the norm backwards' weight-gradient partial sums");
+        ln_partial = (float *)tcu_malloc(bytes, "the weight- and bias-gradient partial sums (norm and matmul backwards)");
         ln_partial_bytes = bytes;
     }
     return ln_partial;

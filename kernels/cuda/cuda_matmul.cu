@@ -1,5 +1,5 @@
 /* cuda_matmul.cu — the matmuls of cuda_ops.h through cuBLASLt: tcu_matmul_forward (bias and GELU
- * in the epilogue) and tcu_matmul_backward (dinp, dw by cuBLASLt; dbias by a fixed-order kernel).
+ * in the epilogue) and tcu_matmul_backward (dinp, dw by cuBLASLt; dbias by fixed-order kernels).
  *
  * File-wide conventions (cuda_ops.h):
  *   - row-major tensors, the ops.h vocabulary: inp (N,IC), w (OC,IC), out (N,OC);
@@ -17,9 +17,11 @@
  * (each op's comment gives its mapping).
  *
  * Algorithm choice and determinism: cublasLtMatmulAlgoGetHeuristic picks one algorithm per
- * (device, op, epilogue, m, n, k, pointer alignments, workspace size); it is cached in a small
- * static table (lt_cache, LT_CACHE_SIZE entries, mutex-guarded), so every later call of the same
- * key runs the same algorithm (negative answers are cached too). cuBLASLt is bitwise reproducible
+ * (device, op, epilogue, types, transposes, m, n, k, leading dimensions, pointer alignments,
+ * workspace size); it is cached in a small static table (lt_cache, LT_CACHE_SIZE entries,
+ * mutex-guarded) with the descriptor and layouts built for it (issue 25, item 3: built once per
+ * key, not per call; only the bias and aux pointers are set again), so every later call of the
+ * same key runs the same algorithm (negative answers are cached too); tcu_shutdown empties it. cuBLASLt is bitwise reproducible
  * run to run for a fixed algorithm and a user-owned workspace (cuBLAS docs, "Results
  * reproducibility"); it has no atomic split-K. Split-K is restricted further to
  * CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE: partial sums kept in fp32 in the workspace and reduced in
@@ -52,31 +54,71 @@
 
 /* ---- fixed-order kernels: bias gradient, fallback bias add ------------------------------- */
 
-#define BG_COLS 32 /* columns per block: one warp wide, coalesced 64-byte row segments */
-#define BG_ROWS 32 /* warps per block; warp y sums rows y, y + BG_ROWS, ... */
+#define BG_WARPS 8 /* bias gradient: warps per block; warp w sums rows w, w + BG_WARPS, ... */
 
-/* dbias[c] += sum_n dout[n, c] (fp32).  dbias (OC) fp32, dout (N,OC) bf16.
- * Launch: grid ceil(OC / BG_COLS), block (BG_COLS, BG_ROWS). Each block owns a strip of BG_COLS
- * columns; thread (x, y) sums column x over rows y, y + BG_ROWS, ... in order, then thread (x, 0)
- * adds the BG_ROWS partials in order 0..BG_ROWS-1: a fixed order, no atomics, deterministic. */
-static __global__ void __launch_bounds__(BG_COLS *BG_ROWS)
-    bias_grad_column_strip_kernel(float *dbias, const bf16 *dout, int N, int OC) {
-    __shared__ float part[BG_ROWS][BG_COLS];
-    const int c = blockIdx.x * BG_COLS + threadIdx.x;
-    float acc = 0.0f;
-    if (c < OC) {
-#pragma unroll 4
-        for (int n = threadIdx.y; n < N; n += BG_ROWS)
-            acc += __bfloat162float(dout[(size_t)n * OC + c]);
-    }
-    part[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < OC) {
-        float sum = 0.0f;
+/* partial[p*OC + c] = sum of dout[n, c] over the rows n of row group p (fp32), the first stage of
+ * dbias[c] += sum_n dout[n, c]; tcu_norm_param_grad_reduce adds the P partials in a fixed order.
+ * partial (P, OC) fp32 scratch, dout (N,OC) bf16; groups of `rows` rows (tcu_norm_rows_per_group,
+ * a function of N only), P = ceil(N / rows).
+ * Launch: grid (ceil(OC / (32 W)), P), block 32 * BG_WARPS. Lane l of warp w owns columns
+ * c = (blockIdx.x * 32 + l) * W .. +W and sums rows n0 + w, n0 + w + BG_WARPS, ... of the group
+ * in order; the BG_WARPS sums of a column are then added in warp order 0..BG_WARPS-1 through
+ * shared memory: a fixed order, no atomics, deterministic. Every SM gets blocks whatever OC is
+ * (the previous one-block-per-32-columns kernel ran 24 blocks at OC = 768).
+ * Preconditions (host): rows >= 1; W == 8: OC % 8 == 0 (VEC: dout 16-byte aligned). */
+template <int W, bool VEC>
+static __global__ void __launch_bounds__(32 * BG_WARPS)
+    bias_grad_row_group_kernel(float *partial, const bf16 *dout, int N, int OC, int rows) {
+    __shared__ float sums[BG_WARPS][32 * W];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int c = (blockIdx.x * 32 + lane) * W;
+    const int n0 = blockIdx.y * rows, n1 = min(N, n0 + rows);
+    float acc[W];
 #pragma unroll
-        for (int r = 0; r < BG_ROWS; r++) sum += part[r][threadIdx.x];
-        dbias[c] += sum;
+    for (int k = 0; k < W; k++) acc[k] = 0.0f;
+    if (c < OC) { /* W == 8: OC % 8 == 0, so the whole pack is inside the row */
+        for (int n = n0 + warp; n < n1; n += BG_WARPS) {
+            float v[W];
+            tcu_load_bf16<W, VEC>(v, dout + (size_t)n * OC + c);
+#pragma unroll
+            for (int k = 0; k < W; k++) acc[k] += v[k];
+        }
     }
+#pragma unroll
+    for (int k = 0; k < W; k++) sums[warp][lane * W + k] = acc[k];
+    __syncthreads();
+    for (int j = threadIdx.x; j < 32 * W; j += 32 * BG_WARPS) {
+        const int col = blockIdx.x * 32 * W + j;
+        if (col >= OC) continue;
+        float s = 0.0f;
+#pragma unroll
+        for (int w = 0; w < BG_WARPS; w++) s += sums[w][j];
+        partial[(size_t)blockIdx.y * OC + col] = s;
+    }
+}
+
+/* dbias (OC) fp32 += sum_n dout[n, :], dout (N,OC) bf16: the row-group partials above, then the
+ * norms' fixed-order reduction of the partials (cuda_internal.h), on stream st. Deterministic. */
+static void bias_grad(float *dbias, const bf16 *dout, int N, int OC, cudaStream_t st,
+                      const char *what) {
+    const int rows = tcu_norm_rows_per_group(N);
+    const int P = (N + rows - 1) / rows;
+    float *partial = tcu_norm_partial_scratch((size_t)P * OC * sizeof(float), what);
+    const bool w8 = OC % 8 == 0;
+    const int W = w8 ? 8 : 1;
+    const dim3 grid((unsigned)((OC + 32 * W - 1) / (32 * W)), (unsigned)P);
+    if (w8 && tcu_aligned16(dout))
+        bias_grad_row_group_kernel<8, true><<<grid, 32 * BG_WARPS, 0, st>>>(partial, dout, N, OC,
+                                                                            rows);
+    else if (w8)
+        bias_grad_row_group_kernel<8, false><<<grid, 32 * BG_WARPS, 0, st>>>(partial, dout, N,
+                                                                             OC, rows);
+    else
+        bias_grad_row_group_kernel<1, false><<<grid, 32 * BG_WARPS, 0, st>>>(partial, dout, N,
+                                                                             OC, rows);
+    TCU_CHECK_LAUNCH("tcu_matmul_backward: bias_grad_row_group_kernel");
+    tcu_norm_param_grad_reduce(dbias, NULL, partial, P, OC, (size_t)OC, st,
+                               "tcu_matmul_backward: the bias gradient's fixed-order reduction");
 }
 
 /* x[n, o] = bf16(x[n, o] + bias[o]): the bias of a matmul whose BIAS epilogue had no algorithm.
@@ -136,30 +178,51 @@ static lt_gemm lt_gemm_dense(lt_op op, int N, int IC, int OC, cublasOperation_t 
     return g;
 }
 
+/* The per-call pointers of a descriptor: the bias (BIAS epilogues) and the aux output (GELU_AUX);
+ * everything else in a descriptor is fixed by the cache key. */
+static void lt_set_pointers(cublasLtMatmulDesc_t desc, const lt_gemm *g) {
+    if (g->bias)
+        TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                      &g->bias, sizeof g->bias), g->what);
+    if (g->aux)
+        TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(
+                           desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux,
+                           sizeof g->aux), g->what);
+}
+
 typedef struct lt_key {
     int device;
     int op, epi;
     int ta, tb, ab_type, cd_type;
     int m, n, k;
+    int lda, ldb, ldc;
+    int64_t aux_ld;
     uint32_t align[AL_COUNT];
     size_t workspace_bytes;
 } lt_key;
 
+/* One key's cuBLASLt objects, built on its first call and kept: the matmul descriptor (compute
+ * type, transposes, epilogue; the bias and aux pointers are set again on every call), the three
+ * layouts, and the heuristic's algorithm (found = 0: none, an answer cached like the others). */
 typedef struct lt_entry {
     lt_key key;
-    int found; /* 0: the heuristic had no algorithm (the caller falls back or fails) */
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lcd;
+    int found;
+    cublasStatus_t status; /* the heuristic's answer when !found, for the message */
     cublasLtMatmulAlgo_t algo;
 } lt_entry;
 
 #define LT_CACHE_SIZE 128
 static lt_entry lt_cache[LT_CACHE_SIZE];
 static int lt_cache_n;
-static std::mutex lt_cache_mutex;
+static std::mutex lt_cache_mutex; /* held from the lookup to the enqueued cublasLtMatmul */
 
 static bool lt_key_equal(const lt_key *x, const lt_key *y) {
     if (x->device != y->device || x->op != y->op || x->epi != y->epi || x->ta != y->ta ||
         x->tb != y->tb || x->ab_type != y->ab_type || x->cd_type != y->cd_type || x->m != y->m ||
-        x->n != y->n || x->k != y->k || x->workspace_bytes != y->workspace_bytes)
+        x->n != y->n || x->k != y->k || x->lda != y->lda || x->ldb != y->ldb ||
+        x->ldc != y->ldc || x->aux_ld != y->aux_ld || x->workspace_bytes != y->workspace_bytes)
         return false;
     for (int i = 0; i < AL_COUNT; i++)
         if (x->align[i] != y->align[i]) return false;
@@ -175,13 +238,30 @@ static uint32_t ptr_alignment(const void *p) {
     return al;
 }
 
-/* Asks the heuristic for the best algorithm of g under the workspace limit, the fp32-only split-K
- * rule and the actual pointer alignments. Returns 1 and *algo, or 0 (none; *status says why). */
-static int lt_heuristic(const lt_gemm *g, const tcu_context *ctx, cublasLtMatmulDesc_t desc,
-                        cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
-                        cublasLtMatrixLayout_t lcd, const uint32_t align[AL_COUNT],
-                        cublasLtMatmulAlgo_t *algo, cublasStatus_t *status) {
-    const char *what = g->what;
+static lt_key lt_key_of(const lt_gemm *g, const tcu_context *ctx) {
+    lt_key key;
+    memset(&key, 0, sizeof key);
+    key.device = ctx->device;
+    key.op = (int)g->op;
+    key.epi = (int)g->epi;
+    key.ta = (int)g->ta, key.tb = (int)g->tb;
+    key.ab_type = (int)g->ab_type, key.cd_type = (int)g->cd_type;
+    key.m = g->m, key.n = g->n, key.k = g->k;
+    key.lda = g->lda, key.ldb = g->ldb, key.ldc = g->ldc;
+    key.aux_ld = g->aux ? g->aux_ld : 0;
+    key.align[AL_A] = ptr_alignment(g->a);
+    key.align[AL_B] = ptr_alignment(g->b);
+    key.align[AL_C] = ptr_alignment(g->d);
+    key.align[AL_BIAS] = ptr_alignment(g->bias);
+    key.align[AL_AUX] = ptr_alignment(g->aux);
+    key.workspace_bytes = ctx->lt_workspace_bytes;
+    return key;
+}
+
+/* Asks the heuristic for the best algorithm of e under the workspace limit, the fp32-only split-K
+ * rule and the actual pointer alignments; sets e->found, e->algo, e->status. */
+static void lt_heuristic(lt_entry *e, const char *what, const tcu_context *ctx) {
+    const uint32_t *align = e->key.align;
     cublasLtMatmulPreference_t pref;
     TCU_CHECK_BLAS(cublasLtMatmulPreferenceCreate(&pref), what);
     uint64_t ws = ctx->lt_workspace_bytes;
@@ -209,124 +289,115 @@ static int lt_heuristic(const lt_gemm *g, const tcu_context *ctx, cublasLtMatmul
     int count = 0;
     /* NOT_SUPPORTED (and, for some epilogue/shape pairs, INVALID_VALUE) is how the heuristic says
      * "no algorithm": an answer, not a failure; the caller falls back or exits naming the shape. */
-    *status = cublasLtMatmulAlgoGetHeuristic(ctx->lt, desc, la, lb, lcd, lcd, pref, 1, &res,
-                                             &count);
+    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(ctx->lt, e->desc, e->la, e->lb, e->lcd,
+                                                           e->lcd, pref, 1, &res, &count);
     TCU_CHECK_BLAS(cublasLtMatmulPreferenceDestroy(pref), what);
-    if (*status != CUBLAS_STATUS_SUCCESS) {
-        if (*status != CUBLAS_STATUS_NOT_SUPPORTED && *status != CUBLAS_STATUS_INVALID_VALUE)
-            tcu_fail(what, cublasLtGetStatusString(*status), __FILE__, __LINE__);
-        return 0;
+    e->found = 0;
+    e->status = status;
+    if (status != CUBLAS_STATUS_SUCCESS) {
+        if (status != CUBLAS_STATUS_NOT_SUPPORTED && status != CUBLAS_STATUS_INVALID_VALUE)
+            tcu_fail(what, cublasLtGetStatusString(status), __FILE__, __LINE__);
+        return;
     }
     if (count < 1 || res.state != CUBLAS_STATUS_SUCCESS || res.workspaceSize > ws) {
-        *status = CUBLAS_STATUS_NOT_SUPPORTED;
-        return 0;
+        e->status = CUBLAS_STATUS_NOT_SUPPORTED;
+        return;
     }
-    *algo = res.algo;
-    return 1;
+    e->algo = res.algo;
+    e->found = 1;
 }
 
-/* The cached algorithm of g (asking the heuristic on a miss). Returns 0 when there is none. */
-static int lt_algo(const lt_gemm *g, const tcu_context *ctx, cublasLtMatmulDesc_t desc,
-                   cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
-                   cublasLtMatrixLayout_t lcd, cublasLtMatmulAlgo_t *algo,
-                   cublasStatus_t *status) {
-    lt_key key;
-    memset(&key, 0, sizeof key);
-    key.device = ctx->device;
-    key.op = (int)g->op;
-    key.epi = (int)g->epi;
-    key.ta = (int)g->ta, key.tb = (int)g->tb;
-    key.ab_type = (int)g->ab_type, key.cd_type = (int)g->cd_type;
-    key.m = g->m;
-    key.n = g->n;
-    key.k = g->k;
-    key.align[AL_A] = ptr_alignment(g->a);
-    key.align[AL_B] = ptr_alignment(g->b);
-    key.align[AL_C] = ptr_alignment(g->d);
-    key.align[AL_BIAS] = ptr_alignment(g->bias);
-    key.align[AL_AUX] = ptr_alignment(g->aux);
-    key.workspace_bytes = ctx->lt_workspace_bytes;
-
-    std::lock_guard<std::mutex> lock(lt_cache_mutex);
-    for (int i = 0; i < lt_cache_n; i++) {
-        if (!lt_key_equal(&lt_cache[i].key, &key)) continue;
-        *algo = lt_cache[i].algo;
-        *status = lt_cache[i].found ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
-        return lt_cache[i].found;
+/* Builds e for g: the descriptor with g's fixed attributes, the layouts of the stored matrices
+ * (before op: A is (m,k) or, transposed, (k,m)), then the heuristic's algorithm. */
+static void lt_entry_build(lt_entry *e, const lt_gemm *g, const lt_key *key,
+                           const tcu_context *ctx) {
+    const char *what = g->what;
+    memset(e, 0, sizeof *e);
+    e->key = *key;
+    TCU_CHECK_BLAS(cublasLtMatmulDescCreate(&e->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
+    int32_t ta = (int32_t)g->ta, tb = (int32_t)g->tb;
+    uint32_t epi = (uint32_t)g->epi;
+    TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
+                                                  sizeof ta), what);
+    TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
+                                                  sizeof tb), what);
+    TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                  sizeof epi), what);
+    if (g->bias) {
+        int32_t bias_type = CUDA_R_16BF; /* the default for bf16 D; stated, not assumed */
+        TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                      &bias_type, sizeof bias_type), what);
     }
-    int found = lt_heuristic(g, ctx, desc, la, lb, lcd, key.align, algo, status);
-    if (lt_cache_n < LT_CACHE_SIZE) {
-        lt_entry *e = &lt_cache[lt_cache_n++];
-        e->key = key;
-        e->found = found;
-        if (found) e->algo = *algo;
-    }
-    return found;
+    if (g->aux) /* aux data type left at its default: D's type (bf16) */
+        TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(
+                           e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &g->aux_ld,
+                           sizeof g->aux_ld), what);
+    lt_set_pointers(e->desc, g);
+    int a_rows = g->ta == CUBLAS_OP_N ? g->m : g->k, a_cols = g->ta == CUBLAS_OP_N ? g->k : g->m;
+    int b_rows = g->tb == CUBLAS_OP_N ? g->k : g->n, b_cols = g->tb == CUBLAS_OP_N ? g->n : g->k;
+    TCU_CHECK_BLAS(cublasLtMatrixLayoutCreate(&e->la, g->ab_type, a_rows, a_cols, g->lda), what);
+    TCU_CHECK_BLAS(cublasLtMatrixLayoutCreate(&e->lb, g->ab_type, b_rows, b_cols, g->ldb), what);
+    TCU_CHECK_BLAS(cublasLtMatrixLayoutCreate(&e->lcd, g->cd_type, g->m, g->n, g->ldc), what);
+    lt_heuristic(e, what, ctx);
 }
 
-/* Runs g on stream s: D = 1 * op(A) op(B) + beta * C (C = D) with g's epilogue.
+static void lt_entry_destroy(lt_entry *e) {
+    const char *what = "tcu_matmul: releasing cuBLASLt descriptors";
+    TCU_CHECK_BLAS(cublasLtMatrixLayoutDestroy(e->lcd), what);
+    TCU_CHECK_BLAS(cublasLtMatrixLayoutDestroy(e->lb), what);
+    TCU_CHECK_BLAS(cublasLtMatrixLayoutDestroy(e->la), what);
+    TCU_CHECK_BLAS(cublasLtMatmulDescDestroy(e->desc), what);
+    memset(e, 0, sizeof *e);
+}
+
+/* Runs g on stream s: D = alpha * op(A) op(B) + beta * C (C = D) with g's epilogue, through the
+ * cached entry of g's key (built on a miss; when the table is full, built for this call and
+ * destroyed after it: the heuristic is itself deterministic).
  * Returns false, having launched nothing, when cuBLASLt has no algorithm for it and allow_none;
  * without allow_none that exits naming the op and the shape. */
 static bool lt_matmul(const lt_gemm *g, tcu_stream s, bool allow_none) {
     const char *what = g->what;
     const tcu_context *ctx = tcu_context_get(what);
+    const lt_key key = lt_key_of(g, ctx);
 
-    cublasLtMatmulDesc_t desc;
-    TCU_CHECK_BLAS(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
-    int32_t ta = (int32_t)g->ta, tb = (int32_t)g->tb;
-    uint32_t epi = (uint32_t)g->epi;
-    TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
-                                                  sizeof ta), what);
-    TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
-                                                  sizeof tb), what);
-    TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
-                                                  sizeof epi), what);
-    if (g->bias) {
-        int32_t bias_type = CUDA_R_16BF; /* the default for bf16 D; stated, not assumed */
-        TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                      &g->bias, sizeof g->bias), what);
-        TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                      &bias_type, sizeof bias_type), what);
+    std::unique_lock<std::mutex> lock(lt_cache_mutex);
+    lt_entry *e = nullptr, once;
+    for (int i = 0; i < lt_cache_n && !e; i++)
+        if (lt_key_equal(&lt_cache[i].key, &key)) e = &lt_cache[i];
+    const bool miss = e == nullptr, kept = miss && lt_cache_n < LT_CACHE_SIZE;
+    if (miss) {
+        e = kept ? &lt_cache[lt_cache_n++] : &once;
+        lt_entry_build(e, g, &key, ctx);
     }
-    if (g->aux) { /* aux data type left at its default: D's type (bf16) */
-        TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(
-                           desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux,
-                           sizeof g->aux), what);
-        TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
-                                                      &g->aux_ld, sizeof g->aux_ld), what);
-    }
-
-    /* Layouts describe the stored matrices (before op): A is (m,k) or, transposed, (k,m). */
-    cublasLtMatrixLayout_t la, lb, lcd;
-    int a_rows = g->ta == CUBLAS_OP_N ? g->m : g->k, a_cols = g->ta == CUBLAS_OP_N ? g->k : g->m;
-    int b_rows = g->tb == CUBLAS_OP_N ? g->k : g->n, b_cols = g->tb == CUBLAS_OP_N ? g->n : g->k;
-    TCU_CHECK_BLAS(cublasLtMatrixLayoutCreate(&la, g->ab_type, a_rows, a_cols, g->lda), what);
-    TCU_CHECK_BLAS(cublasLtMatrixLayoutCreate(&lb, g->ab_type, b_rows, b_cols, g->ldb), what);
-    TCU_CHECK_BLAS(cublasLtMatrixLayoutCreate(&lcd, g->cd_type, g->m, g->n, g->ldc), what);
-
-    cublasLtMatmulAlgo_t algo;
-    cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
-    int found = lt_algo(g, ctx, desc, la, lb, lcd, &algo, &status);
+    const int found = e->found;
+    const cublasStatus_t status = e->status;
     if (found) {
+        if (!miss) lt_set_pointers(e->desc, g); /* this call's bias and aux */
         const float alpha = g->alpha, beta = g->beta;
-        TCU_CHECK_BLAS(cublasLtMatmul(ctx->lt, desc, &alpha, g->a, la, g->b, lb, &beta, g->d,
-                                      lcd, g->d, lcd, &algo, ctx->lt_workspace,
+        TCU_CHECK_BLAS(cublasLtMatmul(ctx->lt, e->desc, &alpha, g->a, e->la, g->b, e->lb, &beta,
+                                      g->d, e->lcd, g->d, e->lcd, &e->algo, ctx->lt_workspace,
                                       ctx->lt_workspace_bytes, (cudaStream_t)s), what);
     }
-    TCU_CHECK_BLAS(cublasLtMatrixLayoutDestroy(lcd), what);
-    TCU_CHECK_BLAS(cublasLtMatrixLayoutDestroy(lb), what);
-    TCU_CHECK_BLAS(cublasLtMatrixLayoutDestroy(la), what);
-    TCU_CHECK_BLAS(cublasLtMatmulDescDestroy(desc), what);
+    if (miss && !kept) lt_entry_destroy(&once);
+    lock.unlock();
     if (!found && !allow_none) {
         char msg[320];
         snprintf(msg, sizeof msg,
                  "cuBLASLt has no algorithm for m=%d n=%d k=%d (%s, epilogue %u, "
                  "workspace %zu bytes): %s", g->m, g->n, g->k,
-                 g->op == LT_F32 ? "fp32" : tcu_msg("N=%d IC=%d OC=%d", g->N, g->IC, g->OC), epi,
-                 ctx->lt_workspace_bytes, cublasLtGetStatusString(status));
+                 g->op == LT_F32 ? "fp32" : tcu_msg("N=%d IC=%d OC=%d", g->N, g->IC, g->OC),
+                 (unsigned)g->epi, ctx->lt_workspace_bytes, cublasLtGetStatusString(status));
         tcu_fail(what, msg, __FILE__, __LINE__);
     }
     return found != 0;
+}
+
+/* Destroys every cached descriptor and forgets the algorithms (tcu_shutdown: the next context
+ * has a new cuBLASLt handle and may sit on another device). */
+void tcu_matmul_release(void) {
+    std::lock_guard<std::mutex> lock(lt_cache_mutex);
+    for (int i = 0; i < lt_cache_n; i++) lt_entry_destroy(&lt_cache[i]);
+    lt_cache_n = 0;
 }
 
 void tcu_lt_gemm_f32(const char *what, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
@@ -417,8 +488,8 @@ void tcu_matmul_forward(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *inp,
  * dw:   D (IC,OC) ld IC [= dw row-major] = A op(B) + D; A = inp stored (IC,N) ld IC, op N;
  *   B = dout stored (OC,N) ld OC, op T [= dout as (N,OC)]; m = IC, n = OC, k = N; A/B bf16,
  *   C = D fp32, beta = 1.
- * dbias: bias_grad_column_strip_kernel (fixed order; cuBLASLt's BGRADA/BGRADB epilogues write
- *   the bias gradient, they cannot accumulate into it). */
+ * dbias: bias_grad (row-group partials, then a fixed-order sum: deterministic; cuBLASLt's
+ *   BGRADA/BGRADB epilogues write the bias gradient, they cannot accumulate into it). */
 void tcu_matmul_backward(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16 *dout,
                          const tsr_bf16 *inp, const tsr_bf16 *w, int N, int IC, int OC,
                          tsr_grad_mode mode, tcu_stream s) {
@@ -438,11 +509,6 @@ void tcu_matmul_backward(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16
                                   dw, CUDA_R_32F, 1.0f);
         lt_matmul(&g, s, false);
     }
-    if (dbias) {
-        dim3 block(BG_COLS, BG_ROWS);
-        unsigned grid = (unsigned)((OC + BG_COLS - 1) / BG_COLS);
-        bias_grad_column_strip_kernel<<<grid, block, 0, (cudaStream_t)s>>>(
-            dbias, reinterpret_cast<const bf16 *>(dout), N, OC);
-        TCU_CHECK_LAUNCH(what);
-    }
+    if (dbias) bias_grad(dbias, reinterpret_cast<const bf16 *>(dout), N, OC, (cudaStream_t)s,
+                         what);
 }
