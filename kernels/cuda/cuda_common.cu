@@ -391,15 +391,41 @@ __device__ __forceinline__ float adamw_one(const adamw_args &a, float p, float g
     return __fsub_rn(__fmul_rn(p, a.decay), __fdiv_rn(__fmul_rn(a.step, mi), denom));
 }
 
-/* p, m, v updated in place, p_bf16 = bf16(p) (round to nearest even) when not NULL.
- * p, g, m, v (n) fp32, p_bf16 (n) bf16 or NULL. Grid-stride over quads of 4 elements, 256
- * threads; vec: p, g, m, v 16-byte aligned and p_bf16 4-byte aligned. */
-__global__ void adamw_quads(float *p, bf16 *p_bf16, const float *g, float *m, float *v, size_t n,
-                            adamw_args a, bool vec) {
-    const size_t nq = (n + 3) / 4, stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; q < nq; q += stride) {
-        size_t i0 = 4 * q;
-        if (vec && i0 + 4 <= n) {
+/* Up to ADAMW_SEGS segments of one flat store, for one launch: segment k is elements
+ * [at[k], at[k] + len[k]) with decay[k] = 1 - lr wd[k]; its quads (4 elements, the last one
+ * short) are the launch's quads q0[k] .. q0[k+1] - 1. Passed by value (2.3 KB of kernel
+ * parameters, under the 4 KB every architecture takes). */
+#define ADAMW_SEGS 64
+struct adamw_segs {
+    int n;
+    size_t q0[ADAMW_SEGS + 1];
+    size_t at[ADAMW_SEGS], len[ADAMW_SEGS];
+    float decay[ADAMW_SEGS];
+};
+
+/* p, m, v of every segment updated in place, p_bf16 = bf16(p) (round to nearest even) when not
+ * NULL. p, g, m, v fp32 and p_bf16 bf16 (or NULL): the flat store the segments index.
+ * Grid-stride over the launch's quads, 256 threads; a thread finds its first quad's segment by
+ * bisection, then walks forward. vec (p, g, m, v 16-byte and p_bf16 4-byte aligned) takes the
+ * 16-byte path for the full quads of a segment whose start is a multiple of 4 elements; the
+ * scalar path does the same arithmetic, so the bits do not depend on the path. */
+__global__ void adamw_segments_quads(float *p, bf16 *p_bf16, const float *g, float *m, float *v,
+                                     adamw_args a, adamw_segs sg, bool vec) {
+    const size_t nq = sg.q0[sg.n], stride = (size_t)gridDim.x * blockDim.x;
+    size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (q >= nq) return;
+    int lo = 0, hi = sg.n - 1; /* the last k with q0[k] <= q */
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (sg.q0[mid] <= q) lo = mid;
+        else hi = mid - 1;
+    }
+    int k = lo;
+    for (; q < nq; q += stride) {
+        while (q >= sg.q0[k + 1]) k++;
+        a.decay = sg.decay[k];
+        const size_t end = sg.at[k] + sg.len[k], i0 = sg.at[k] + 4 * (q - sg.q0[k]);
+        if (vec && sg.at[k] % 4 == 0 && i0 + 4 <= end) {
             float4 pp = *reinterpret_cast<const float4 *>(p + i0);
             float4 gg = *reinterpret_cast<const float4 *>(g + i0);
             float4 mm = *reinterpret_cast<const float4 *>(m + i0);
@@ -417,7 +443,7 @@ __global__ void adamw_quads(float *p, bf16 *p_bf16, const float *g, float *m, fl
                 pb[1] = __floats2bfloat162_rn(pp.z, pp.w);
             }
         } else {
-            for (size_t i = i0; i < i0 + 4 && i < n; i++) {
+            for (size_t i = i0; i < i0 + 4 && i < end; i++) {
                 float mi = m[i], vi = v[i];
                 float pi = adamw_one(a, p[i], g[i], mi, vi);
                 p[i] = pi;
@@ -431,15 +457,16 @@ __global__ void adamw_quads(float *p, bf16 *p_bf16, const float *g, float *m, fl
 
 } // namespace
 
-/* Bias corrections 1 - beta^t in double on the host, then step = float(lr / bc1) and
- * inv_sqrt_bc2 = float(1 / sqrt(bc2)) as the CPU op computes them. t >= 1. */
-void tcu_adamw_update(float *p, tsr_bf16 *p_bf16, const float *g, float *m, float *v, size_t n,
-                      float lr, float beta1, float beta2, float eps, float wd, float grad_scale,
-                      int t, tcu_stream s) {
+/* Bias corrections 1 - beta^t in double on the host, then step = float(lr / bc1),
+ * inv_sqrt_bc2 = float(1 / sqrt(bc2)) and each segment's decay = 1 - lr wd (fp32) as the CPU op
+ * computes them; one launch per ADAMW_SEGS segments (zero-length segments skipped). t >= 1. */
+void tcu_adamw_update_segments(const tcu_adamw_seg *segs, int nseg, float *p, tsr_bf16 *p_bf16,
+                               const float *g, float *m, float *v, float lr, float beta1,
+                               float beta2, float eps, float grad_scale, int t, tcu_stream s) {
     const char *what = "tcu_adamw_update";
     TCU_REQUIRE(t >= 1, what, tcu_msg("step t = %d must be >= 1", t));
-    if (n == 0) return;
-    TCU_REQUIRE(p && g && m && v, what, "p, g, m and v must not be NULL");
+    TCU_REQUIRE(nseg >= 0 && (nseg == 0 || segs), what,
+                tcu_msg("nseg = %d segments (segs %s)", nseg, segs ? "given" : "NULL"));
     double bc1 = 1.0 - pow((double)beta1, (double)t);
     double bc2 = 1.0 - pow((double)beta2, (double)t);
     adamw_args a;
@@ -450,11 +477,36 @@ void tcu_adamw_update(float *p, tsr_bf16 *p_bf16, const float *g, float *m, floa
     a.eps = eps;
     a.step = (float)((double)lr / bc1);
     a.inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
-    a.decay = 1.0f - lr * wd;
+    a.decay = 1.0f; /* per segment */
     a.grad_scale = grad_scale;
     bf16 *pb = (bf16 *)p_bf16;
-    bool vec = aligned(p, 16) && aligned(g, 16) && aligned(m, 16) && aligned(v, 16) &&
-               (!pb || aligned(pb, 4));
-    adamw_quads<<<flat_grid((n + 3) / 4), FLAT_THREADS, 0, s>>>(p, pb, g, m, v, n, a, vec);
-    TCU_CHECK_LAUNCH(what);
+    const bool vec = aligned(p, 16) && aligned(g, 16) && aligned(m, 16) && aligned(v, 16) &&
+                     (!pb || aligned(pb, 4));
+    adamw_segs sg;
+    sg.n = 0;
+    sg.q0[0] = 0;
+    for (int k = 0; k <= nseg; k++) {
+        if (k < nseg && segs[k].n > 0) {
+            TCU_REQUIRE(p && g && m && v, what, "p, g, m and v must not be NULL");
+            sg.at[sg.n] = segs[k].at;
+            sg.len[sg.n] = segs[k].n;
+            sg.decay[sg.n] = 1.0f - lr * segs[k].wd;
+            sg.q0[sg.n + 1] = sg.q0[sg.n] + (segs[k].n + 3) / 4;
+            sg.n++;
+        }
+        if (sg.n > 0 && (sg.n == ADAMW_SEGS || k == nseg)) {
+            adamw_segments_quads<<<flat_grid(sg.q0[sg.n]), FLAT_THREADS, 0, s>>>(p, pb, g, m, v,
+                                                                                  a, sg, vec);
+            TCU_CHECK_LAUNCH(what);
+            sg.n = 0;
+        }
+    }
+}
+
+void tcu_adamw_update(float *p, tsr_bf16 *p_bf16, const float *g, float *m, float *v, size_t n,
+                      float lr, float beta1, float beta2, float eps, float wd, float grad_scale,
+                      int t, tcu_stream s) {
+    const tcu_adamw_seg one = {0, n, wd};
+    tcu_adamw_update_segments(&one, 1, p, p_bf16, g, m, v, lr, beta1, beta2, eps, grad_scale, t,
+                              s);
 }

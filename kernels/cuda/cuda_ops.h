@@ -307,6 +307,19 @@ void tcu_adamw_update(float *p, tsr_bf16 *p_bf16, const float *g, float *m, floa
                       float lr, float beta1, float beta2, float eps, float wd, float grad_scale,
                       int t, tcu_stream s);
 
+/* AdamW over several tensors of one flat store at once (issue 25, item 5: one launch for up to 64
+ * of them, not one per tensor): segment k updates elements [segs[k].at, segs[k].at + segs[k].n)
+ * of p, p_bf16 (or NULL), g, m, v with weight decay segs[k].wd, with tcu_adamw_update's arithmetic
+ * (the same bits as one tcu_adamw_update per segment). Segments must not overlap; elements
+ * outside every segment are not touched; zero-length segments are skipped. t >= 1. */
+typedef struct tcu_adamw_seg {
+    size_t at, n; /* first element and element count in the store */
+    float wd;     /* weight decay */
+} tcu_adamw_seg;
+void tcu_adamw_update_segments(const tcu_adamw_seg *segs, int nseg, float *p, tsr_bf16 *p_bf16,
+                               const float *g, float *m, float *v, float lr, float beta1,
+                               float beta2, float eps, float grad_scale, int t, tcu_stream s);
+
 #ifdef __cplusplus
 }
 #endif

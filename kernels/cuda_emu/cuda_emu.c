@@ -1077,3 +1077,20 @@ void tcu_adamw_update(float *p, tsr_bf16 *p_bf16, const float *g, float *m, floa
     cpu->adamw_update(p, g, m, v, n, lr, beta1, beta2, eps, wd, grad_scale, t);
     if (p_bf16) round_into(p_bf16, p, n);
 }
+
+/* the CPU op on each segment in turn (its own tensor to the CPU op: the same bits) */
+void tcu_adamw_update_segments(const tcu_adamw_seg *segs, int nseg, float *p, tsr_bf16 *p_bf16,
+                               const float *g, float *m, float *v, float lr, float beta1,
+                               float beta2, float eps, float grad_scale, int t, tcu_stream s) {
+    const char *what = "tcu_adamw_update";
+    REQUIRE(t >= 1, what, "step t = %d must be >= 1", t);
+    REQUIRE(nseg >= 0 && (nseg == 0 || segs), what, "nseg = %d segments (segs %s)", nseg,
+            segs ? "given" : "NULL");
+    for (int k = 0; k < nseg; k++) {
+        const size_t at = segs[k].at;
+        if (segs[k].n == 0) continue;
+        REQUIRE(p && g && m && v, what, "p, g, m and v must not be NULL");
+        tcu_adamw_update(p + at, p_bf16 ? p_bf16 + at : NULL, g + at, m + at, v + at, segs[k].n,
+                         lr, beta1, beta2, eps, segs[k].wd, grad_scale, t, s);
+    }
+}

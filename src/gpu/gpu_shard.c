@@ -142,6 +142,7 @@ int gpu_shard_init(gpu_shard *sh, gpu_train_ctx *c, tsr_gpu_model *g, tcu_stream
     /* this rank's pieces in the device shard: the unit's start plus the offset in its piece */
     int np = f->n_pieces[f->grank];
     sh->piece_at = tsr_malloc((size_t)(np ? np : 1) * sizeof(size_t));
+    sh->segs = tsr_malloc((size_t)(np ? np : 1) * sizeof(tcu_adamw_seg));
     for (int k = 0, u = 0; k < np; k++) {
         const fsdp_piece *p = &f->pieces[f->grank][k];
         while (p->shard >= f->unit_at[u] + (size_t)f->units[u].counts[f->grank]) u++;
@@ -209,7 +210,7 @@ void gpu_shard_free(gpu_shard *sh) {
                         &sh->lg_ev[1]};
     for (size_t i = 0; !sh->zero1 && i < sizeof evs / sizeof *evs; i++) tcu_event_destroy(*evs[i]);
     if (sh->zero1) fsdp_free(&sh->own);
-    free(sh->at), free(sh->piece_at), free(sh->host), free(sh->host_bf16);
+    free(sh->at), free(sh->piece_at), free(sh->segs), free(sh->host), free(sh->host_bf16);
     memset(sh, 0, sizeof *sh);
 }
 
@@ -275,14 +276,14 @@ static void zero1_gather_weights(gpu_shard *sh) {
 void gpu_shard_update(gpu_shard *sh, const gpu_train_ctx *c, double lr, float gscale, int step) {
     const tsr_fsdp *f = sh->f;
     const tsr_optim_config *o = c->optim;
-    for (int k = 0; k < f->n_pieces[f->grank]; k++) {
+    const int np = f->n_pieces[f->grank];
+    for (int k = 0; k < np; k++) { /* this rank's pieces: one launch per 64 (issue 25, item 5) */
         const fsdp_piece *p = &f->pieces[f->grank][k];
-        size_t a = sh->piece_at[k];
-        float wd = c->decay[p->id];
-        tcu_adamw_update(sh->params + a, sh->wbf + a, sh->grads + a, sh->m + a, sh->v + a,
-                         p->len, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps, wd,
-                         gscale, step, sh->s);
+        sh->segs[k] = (tcu_adamw_seg){sh->piece_at[k], p->len, c->decay[p->id]};
     }
+    tcu_adamw_update_segments(sh->segs, np, sh->params, sh->wbf, sh->grads, sh->m, sh->v,
+                              (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps, gscale,
+                              step, sh->s);
     if (sh->zero1) zero1_gather_weights(sh);
     else forget_gathers(sh);
 }

@@ -48,6 +48,7 @@ typedef struct gpu_shard {
     gpu_comm *group, *replicas; /* replicas: hsdp with more than one group, else NULL */
     size_t *at;             /* (units) where unit u's piece starts in the device shard */
     size_t *piece_at;       /* (this rank's pieces) their offsets in the device shard */
+    tcu_adamw_seg *segs;    /* (this rank's pieces) AdamW's segments, filled per update */
     size_t n;               /* floats in the device shard */
     size_t max_unit;        /* G x the longest piece of a layer unit (zero1: of any unit) */
     float *params, *grads, *m, *v; /* the shard (n) */

@@ -502,15 +502,16 @@ static void update(gpu_train_ctx *c, double lr, float gscale, int step) {
                          (float)o->beta2, (float)o->eps, c->lora_decay, gscale, step, gt->s);
         return;
     }
+    tcu_adamw_seg segs[TSR_P_COUNT]; /* every dense tensor, one launch (issue 25, item 5) */
+    int n = 0;
     for (int i = 0; i < TSR_P_COUNT; i++) {
         const tsr_param_info *p = &m->params_info[i];
         if (!p->numel || p->ep) continue; /* (the experts' store: gpu_ep_update) */
-        float wd = c->decay[i];
-        size_t at = p->offset;
-        tcu_adamw_update(gt->g.params + at, gt->g.wbf + at, gt->g.grads + at, gt->m + at,
-                         gt->v + at, p->numel, (float)lr, (float)o->beta1, (float)o->beta2,
-                         (float)o->eps, wd, gscale, step, gt->s);
+        segs[n++] = (tcu_adamw_seg){p->offset, p->numel, c->decay[i]};
     }
+    tcu_adamw_update_segments(segs, n, gt->g.params, gt->g.wbf, gt->g.grads, gt->m, gt->v,
+                              (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps, gscale,
+                              step, gt->s);
 }
 
 /* LoRA: the adapters (and their moments) device -> host store; the base never changes */

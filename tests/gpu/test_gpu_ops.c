@@ -1491,6 +1491,82 @@ static void test_adamw(const adamw_cfg *a) {
     scope_end(tag);
 }
 
+/* tcu_adamw_update_segments over one store: 70 segments (two launches of 64 and 6), lengths 0 to
+ * 1000, starts on and off 16-byte boundaries, gaps between some of them, two weight decays;
+ * against one tcu_adamw_update per segment on a copy (the same bits), the CPU op per segment,
+ * and the gaps left as they were */
+#define ADAMW_SEG_CHECKS 3
+static void test_adamw_segments(int t, int bf16) {
+    enum { NSEG = 70 };
+    const float lr = 2e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, gs = 0.7f;
+    char tag[64];
+    snprintf(tag, sizeof tag, "adamw_update_segments %d segments t=%d%s", NSEG, t,
+             bf16 ? "" : " p_bf16 NULL");
+    tcu_adamw_seg segs[NSEG];
+    size_t n = 0;
+    for (int k = 0; k < NSEG; k++) {
+        static const size_t lens[] = {1000, 0, 1, 3, 5, 4, 257, 8, 31};
+        n += (size_t)(k % 3 == 2) * (size_t)(1 + k % 5); /* a gap before some segments */
+        segs[k] = (tcu_adamw_seg){n, lens[k % 9], k % 4 == 1 ? 0.0f : 0.1f};
+        n += segs[k].n;
+    }
+    n += 3; /* and after the last one */
+    float *p = hf(n), *g = hf(n), *m = hf(n), *v = hf(n);
+    fill_f32(p, n, -1, 1), fill_f32(g, n, -1, 1), fill_f32(m, n, -0.05, 0.05);
+    fill_f32(v, n, 0, 1e-3);
+    if (t == 1) memset(m, 0, n * sizeof *m), memset(v, 0, n * sizeof *v);
+    float *d_g = new_f32(g, n), *d[2][3];
+    tsr_bf16 *d_pb[2] = {NULL, NULL};
+    for (int r = 0; r < 2; r++) { /* r = 0: the segments call; 1: one call per segment */
+        d[r][0] = new_f32(p, n), d[r][1] = new_f32(m, n), d[r][2] = new_f32(v, n);
+        if (bf16) d_pb[r] = d16(n), poison(d_pb[r], n * 2);
+    }
+    tcu_adamw_update_segments(segs, NSEG, d[0][0], d_pb[0], d_g, d[0][1], d[0][2], lr, b1, b2, eps,
+                              gs, t, g_s);
+    for (int k = 0; k < NSEG; k++) {
+        const size_t at = segs[k].at;
+        tcu_adamw_update(d[1][0] + at, bf16 ? d_pb[1] + at : NULL, d_g + at, d[1][1] + at,
+                         d[1][2] + at, segs[k].n, lr, b1, b2, eps, segs[k].wd, gs, t, g_s);
+    }
+    size_t dif = 0;
+    float *got[3];
+    for (int j = 0; j < 3; j++) {
+        got[j] = get_f32(d[0][j], n);
+        dif += ndiff(got[j], get_f32(d[1][j], n), n, sizeof(float));
+    }
+    if (bf16) {
+        uint16_t *a = h16(n), *b = h16(n);
+        d2h(a, d_pb[0], n * 2), d2h(b, d_pb[1], n * 2);
+        dif += ndiff(a, b, n, 2);
+    }
+    tap_ok(dif == 0, "%s: p, m, v%s bit-identical to one tcu_adamw_update per segment (%zu differ)",
+           tag, bf16 ? ", p_bf16" : "", dif);
+    /* the CPU op per segment; the gaps kept */
+    float *rp = hcopy(p, n), *rm = hcopy(m, n), *rv = hcopy(v, n), *mp = hf(n);
+    unsigned char *in_seg = calloc(n, 1);
+    for (int k = 0; k < NSEG; k++) {
+        const size_t at = segs[k].at;
+        if (segs[k].n)
+            cpu->adamw_update(rp + at, g + at, rm + at, rv + at, segs[k].n, lr, b1, b2, eps,
+                              segs[k].wd, gs, t);
+        memset(in_seg + at, 1, segs[k].n);
+    }
+    size_t moved = 0;
+    uint16_t *pb = bf16 ? h16(n) : NULL; /* poisoned (0xffff) outside the segments */
+    if (pb) d2h(pb, d_pb[0], n * 2);
+    for (size_t i = 0; i < n; i++) {
+        if (pb && !in_seg[i]) moved += pb[i] != 0xffffu;
+        mp[i] = fabsf(p[i]) + fabsf(rp[i] - p[i]); /* sizes of p's terms */
+        if (!in_seg[i])
+            moved += memcmp(&got[0][i], &p[i], 4) || memcmp(&got[1][i], &m[i], 4) ||
+                     memcmp(&got[2][i], &v[i], 4);
+    }
+    check_close(L("%s: p against the CPU op per segment", tag), got[0], rp, n, 0, 0, mp, 0x1p-19);
+    tap_ok(moved == 0, "%s: elements outside every segment untouched (%zu changed)", tag, moved);
+    free(in_seg);
+    scope_end(tag);
+}
+
 /* ---- fp32 add, device-to-device copy ------------------------------------------------------ */
 
 /* float bits on the device == want (n) bit for bit (NaN included) */
@@ -1838,6 +1914,9 @@ static const mmf_cfg MMF[] = {
 };
 static const mmb_cfg MMB[] = {
     {1, 24, 40, 1, 1, 1}, {7, 72, 200, 1, 1, 1}, {65, 24, 40, 1, 1, 0}, {257, 768, 3072, 1, 1, 1},
+    /* the bias gradient's row groups: OC % 8 != 0 (scalar columns, 65 groups); 500 groups of 10
+     * rows (every warp of a block busy) over 4 column blocks, the last one partly outside OC */
+    {257, 24, 37, 1, 1, 1}, {5000, 24, 776, 1, 1, 1},
 };
 static const gelu_cfg GELU[] = {
     {18720, TSR_GELU_TANH}, {18720, TSR_GELU_EXACT},
@@ -1933,6 +2012,7 @@ static int plan_size(void) {
     n += (int)NCASES(RMS_FZ) * RMS_FROZEN_CHECKS + (int)NCASES(QKN_FZ) * QKN_FROZEN_CHECKS;
     n += (int)NCASES(MM_FZ) * MM_FROZEN_CHECKS + (int)NCASES(MOE_FZ) * MOE_FROZEN_CHECKS;
     for (size_t i = 0; i < NCASES(ADAMW); i++) n += adamw_checks(&ADAMW[i]);
+    n += 2 * ADAMW_SEG_CHECKS;
     for (size_t i = 0; i < NCASES(LORA); i++) n += lora_checks(&LORA[i]);
     n += (int)(NCASES(GELU) + NCASES(GELU_ODD)) * GELU_CHECKS;
     n += (int)(NCASES(RESID) + 1) * RESIDUAL_CHECKS + (int)NCASES(ATT) * ATT_CHECKS;
@@ -1998,6 +2078,8 @@ int main(void) {
     for (size_t i = 0; i < NCASES(ARGMAX_MORE); i++) test_argmax(&ARGMAX_MORE[i]);
     for (size_t i = 0; i < NCASES(SUMSQ); i++) test_sumsq(SUMSQ[i]);
     for (size_t i = 0; i < NCASES(ADAMW); i++) test_adamw(&ADAMW[i]);
+    test_adamw_segments(1, 1);
+    test_adamw_segments(7, 0);
     for (size_t i = 0; i < NCASES(ADD_F32); i++) test_add_f32(ADD_F32[i]);
     tap_diag("next: what cuda_ops.h does not spell out (odd n, matmul_backward dinp NULL)");
     for (size_t i = 0; i < NCASES(GELU_ODD); i++) test_gelu(&GELU_ODD[i]);
