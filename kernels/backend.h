@@ -163,6 +163,13 @@ struct tsr_backend {
     void (*matmul_backward)(const tsr_backend *be, void *dinp, float *dw, float *dbias,
                             const void *dout, const void *inp, const void *w, int N, int IC,
                             int OC, tsr_grad_mode mode);
+    /* The fused form of matmul_backward (TSR_GRAD_SET) then gelu_backward (TSR_GRAD_SET) through
+     * pre_gelu, for tanh GELU: dinp (N,IC) act = gelu_tanh'(pre_gelu) * (dout @ w), written;
+     * dw, dbias fp32 += (each or NULL). NULL on a backend without it (fp32: the decoder runs the
+     * two ops, so CPU results keep their bits). */
+    void (*matmul_backward_gelu)(const tsr_backend *be, void *dinp, float *dw, float *dbias,
+                                 const void *dout, const void *inp, const void *w,
+                                 const void *pre_gelu, int N, int IC, int OC);
     /* dinp (n) act += (or = by mode) gelu'(inp) * dout */
     void (*gelu_backward)(const tsr_backend *be, void *dinp, const void *inp, const void *dout,
                           size_t n, tsr_gelu_kind kind, tsr_grad_mode mode);

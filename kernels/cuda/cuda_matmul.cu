@@ -43,6 +43,8 @@
  *   - GELU_AUX epilogue (also skipped unless OC % 8 == 0, the aux ld rule): bias epilogue into
  *     pre_gelu, then the GELU kernel (tcu_gelu_forward);
  *   - BIAS epilogue: DEFAULT epilogue, then bias_add_rows_kernel;
+ *   - DGELU epilogue (tcu_matmul_backward_dgelu; skipped unless IC % 8 == 0): the plain dinp
+ *     GEMM, then the GELU backward kernel in place;
  *   - DEFAULT epilogue: exit naming the op, m/n/k and N/IC/OC.
  */
 #include <cstdint>
@@ -152,7 +154,7 @@ typedef struct lt_gemm {
     float alpha, beta;               /* D = alpha op(A) op(B) + beta C; beta 0: overwrite */
     cublasLtEpilogue_t epi;
     const void *bias;                /* BIAS epilogues: (m) bf16, or NULL */
-    void *aux;                       /* GELU_AUX: pre-activation out (m,n) ld aux_ld, or NULL */
+    void *aux;                       /* GELU_AUX: pre-activation out, DGELU: in; (m,n) ld aux_ld */
     int64_t aux_ld;
 } lt_gemm;
 
@@ -511,4 +513,35 @@ void tcu_matmul_backward(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16
     }
     if (dbias) bias_grad(dbias, reinterpret_cast<const bf16 *>(dout), N, OC, (cudaStream_t)s,
                          what);
+}
+
+/* dinp (N,IC) = gelu_tanh'(pre_gelu) * (dout @ w) [written]; dw, dbias += as tcu_matmul_backward.
+ * dinp: tcu_matmul_backward's dinp GEMM (D (IC,N) ld IC, beta = 0) with CUBLASLT_EPILOGUE_DGELU,
+ *   aux = pre_gelu stored (IC,N) ld IC [= pre_gelu row-major (N,IC)], read: the epilogue multiplies
+ *   the fp32 product by the tanh GELU's derivative at aux and rounds once to bf16;
+ *   IC % 8 != 0 (the aux ld rule) or no algorithm: the plain GEMM into dinp, then
+ *   tcu_gelu_backward(dinp, pre_gelu, dinp) in place (each element read, then written, by one
+ *   thread): two roundings, the unfused bits. */
+void tcu_matmul_backward_dgelu(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16 *dout,
+                               const tsr_bf16 *inp, const tsr_bf16 *w, const tsr_bf16 *pre_gelu,
+                               int N, int IC, int OC, tcu_stream s) {
+    const char *what = "tcu_matmul_backward_dgelu";
+    require_shape(what, N, IC, OC);
+    TCU_REQUIRE(dinp && dout && w && pre_gelu, what, "dinp, dout, w and pre_gelu must not be NULL");
+    TCU_REQUIRE(pre_gelu != dinp, what, "pre_gelu must not alias dinp");
+    lt_gemm g = lt_gemm_dense(LT_DINP, N, IC, OC, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, dout,
+                              dinp, CUDA_R_16BF, 0.0f);
+    g.what = what;
+    bool fused = false;
+    if (IC % 8 == 0) {
+        g.epi = CUBLASLT_EPILOGUE_DGELU;
+        g.aux = const_cast<tsr_bf16 *>(pre_gelu); /* read by DGELU, never written */
+        g.aux_ld = IC;
+        fused = lt_matmul(&g, s, true);
+    }
+    if (!fused) {
+        tcu_matmul_backward(dinp, NULL, NULL, dout, NULL, w, N, IC, OC, TSR_GRAD_SET, s);
+        tcu_gelu_backward(dinp, pre_gelu, dinp, (size_t)N * IC, TSR_GELU_TANH, TSR_GRAD_SET, s);
+    }
+    if (dw || dbias) tcu_matmul_backward(NULL, dw, dbias, dout, inp, w, N, IC, OC, TSR_GRAD_SET, s);
 }

@@ -149,6 +149,15 @@ void tcu_matmul_forward(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *inp,
 void tcu_matmul_backward(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16 *dout,
                          const tsr_bf16 *inp, const tsr_bf16 *w, int N, int IC, int OC,
                          tsr_grad_mode mode, tcu_stream s);
+/* The matmul backward of a tanh-GELU MLP's output projection fused with the GELU's backward
+ * (issue 25, item 1): dinp (N,IC) bf16 = gelu_tanh'(pre_gelu) * (dout @ w), written (never read);
+ * dw, dbias as tcu_matmul_backward (+=, each or NULL). pre_gelu (N,IC) bf16: the forward's
+ * GELU input. cuBLASLt's DGELU epilogue applies gelu' to the fp32 product and rounds once (IC %
+ * 8 == 0, its aux ld rule); without such an algorithm, tcu_matmul_backward (TSR_GRAD_SET) then
+ * tcu_gelu_backward in place: the unfused sequence's bits. */
+void tcu_matmul_backward_dgelu(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16 *dout,
+                               const tsr_bf16 *inp, const tsr_bf16 *w, const tsr_bf16 *pre_gelu,
+                               int N, int IC, int OC, tcu_stream s);
 
 /* GELU of kind `kind`.  out, inp (n) bf16;  backward: dinp (n) bf16 += (SET: =) gelu'(inp) *
  * dout */

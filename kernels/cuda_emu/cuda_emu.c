@@ -791,6 +791,43 @@ void tcu_matmul_backward(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16
     free(dx), free(x), free(g), free(wf);
 }
 
+/* dinp = round(gelu_tanh'(pre_gelu) * (dout @ w)) from the fp32 product (the DGELU epilogue's one
+ * rounding); IC % 8 != 0, as the CUDA op (no epilogue): tcu_matmul_backward (=), then
+ * tcu_gelu_backward in place, two roundings; dw, dbias by tcu_matmul_backward */
+void tcu_matmul_backward_dgelu(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16 *dout,
+                               const tsr_bf16 *inp, const tsr_bf16 *w, const tsr_bf16 *pre_gelu,
+                               int N, int IC, int OC, tcu_stream s) {
+    const char *what = "tcu_matmul_backward_dgelu";
+    require_shape(what, N, IC, OC);
+    REQUIRE(dinp && dout && w && pre_gelu, what, "dinp, dout, w and pre_gelu must not be NULL");
+    REQUIRE(pre_gelu != dinp, what, "pre_gelu must not alias dinp");
+    need_context(what);
+    if (IC % 8 != 0) {
+        tcu_matmul_backward(dinp, dw, dbias, dout, inp, w, N, IC, OC, TSR_GRAD_SET, s);
+        tcu_gelu_backward(dinp, pre_gelu, dinp, (size_t)N * IC, TSR_GELU_TANH, TSR_GRAD_SET, s);
+        return;
+    }
+    const int rows = N < EMU_ROWS ? N : EMU_ROWS;
+    float *wf = widen(w, (size_t)OC * IC, what);
+    float *g = host_alloc((size_t)rows * OC * sizeof *g, what);
+    float *pre = host_alloc((size_t)rows * IC * sizeof *pre, what);
+    float *dx = host_alloc((size_t)rows * IC * sizeof *dx, what);
+    float *d = host_alloc((size_t)rows * IC * sizeof *d, what);
+    for (int n0 = 0; n0 < N; n0 += rows) {
+        const int nr = N - n0 < rows ? N - n0 : rows;
+        const size_t ni = (size_t)nr * IC;
+        widen_into(g, dout + (size_t)n0 * OC, (size_t)nr * OC);
+        widen_into(pre, pre_gelu + (size_t)n0 * IC, ni);
+        memset(dx, 0, ni * sizeof *dx);
+        cpu->matmul_backward(dx, NULL, NULL, g, NULL, wf, nr, IC, OC);
+        memset(d, 0, ni * sizeof *d);
+        cpu->gelu_backward(d, pre, dx, ni, TSR_GELU_TANH);
+        round_into(dinp + (size_t)n0 * IC, d, ni);
+    }
+    free(d), free(dx), free(pre), free(g), free(wf);
+    if (dw || dbias) tcu_matmul_backward(NULL, dw, dbias, dout, inp, w, N, IC, OC, TSR_GRAD_SET, s);
+}
+
 /* ---- LoRA's adapter path (cuda_ops.h tcu_lora_*) ------------------------------------------- */
 
 /* the CUDA op's layout (cuda_lora.cu): t (N,R), xd (N,IC), dz (N,OC) fp32, each 256-byte

@@ -230,6 +230,26 @@ static void c_matmul_backward(const tsr_backend *be, void *dinp, float *dw, floa
          tcu_matmul_backward(dinp, dw, dbias, dout, inp, w, N, IC, OC, mode, STREAM(be)));
 }
 
+static void c_matmul_backward_gelu(const tsr_backend *be, void *dinp, float *dw, float *dbias,
+                                   const void *dout, const void *inp, const void *w,
+                                   const void *pre_gelu, int N, int IC, int OC) {
+    PROF(be, "matmul_backward_dgelu", N, IC, OC,
+         tcu_matmul_backward_dgelu(dinp, dw, dbias, dout, inp, w, pre_gelu, N, IC, OC,
+                                   STREAM(be)));
+}
+
+/* The fused GELU backward (matmul_backward_gelu), unless the environment sets TSR_DGELU_FUSION=0
+ * (a measurement switch, as TSR_GRAD_OVERWRITE: docs/cuda.md; the decoder then runs
+ * matmul_backward and gelu_backward). Read once per process. */
+static int dgelu_fusion(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("TSR_DGELU_FUSION");
+        on = !(v && strcmp(v, "0") == 0);
+    }
+    return on;
+}
+
 static void c_gelu_backward(const tsr_backend *be, void *dinp, const void *inp, const void *dout,
                             size_t n, tsr_gelu_kind kind, tsr_grad_mode mode) {
     mode = grad_mode(be, dinp, n, mode);
@@ -327,6 +347,7 @@ static tsr_backend cuda_backend(tcu_stream s) {
         .lora_backward = c_lora_backward,
         .matmul_forward = c_matmul_forward,
         .matmul_backward = c_matmul_backward,
+        .matmul_backward_gelu = dgelu_fusion() ? c_matmul_backward_gelu : NULL,
         .gelu_backward = c_gelu_backward,
         .attention_saved = c_attention_saved,
         .attention_scratch = tcu_attention_scratch_bytes,

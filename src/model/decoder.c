@@ -608,14 +608,22 @@ static void mlp_backward(const run *r, int l, const dec_layer *v, const void *co
     tsr_acts *a = r->d->a;
     const int C = m->C, F = m->F, N = r->N;
     const size_t n = (size_t)N;
-    be->matmul_backward(be, a->dfch_gelu, g[TSR_P_FCPROJW], g[TSR_P_FCPROJB], a->dresidual,
-                        v->fchg, w[TSR_P_FCPROJW], N, F, C, TSR_GRAD_SET);
-    lora_bwd(r, l, TSR_LORA_DOWN, a->dfch_gelu, a->dresidual, v->fchg);
-    if (m->cfg.mlp == TSR_MLP_SWIGLU)
-        be->swiglu_backward(be, a->dfch, v->fch, a->dfch_gelu, N, F, TSR_GRAD_SET);
-    else
-        be->gelu_backward(be, a->dfch, v->fch, a->dfch_gelu, n * F, (tsr_gelu_kind)m->cfg.gelu,
-                          TSR_GRAD_SET);
+    /* tanh GELU without an adapter on the output projection: the two backwards as one op where
+     * the backend fuses them (CUDA: the GELU's derivative in the matmul's epilogue) */
+    if (m->cfg.mlp != TSR_MLP_SWIGLU && m->cfg.gelu == TSR_GELU_TANH && be->matmul_backward_gelu &&
+        !lora_target_on(r->d->lora, TSR_LORA_DOWN)) {
+        be->matmul_backward_gelu(be, a->dfch, g[TSR_P_FCPROJW], g[TSR_P_FCPROJB], a->dresidual,
+                                 v->fchg, w[TSR_P_FCPROJW], v->fch, N, F, C);
+    } else {
+        be->matmul_backward(be, a->dfch_gelu, g[TSR_P_FCPROJW], g[TSR_P_FCPROJB], a->dresidual,
+                            v->fchg, w[TSR_P_FCPROJW], N, F, C, TSR_GRAD_SET);
+        lora_bwd(r, l, TSR_LORA_DOWN, a->dfch_gelu, a->dresidual, v->fchg);
+        if (m->cfg.mlp == TSR_MLP_SWIGLU)
+            be->swiglu_backward(be, a->dfch, v->fch, a->dfch_gelu, N, F, TSR_GRAD_SET);
+        else
+            be->gelu_backward(be, a->dfch, v->fch, a->dfch_gelu, n * F,
+                              (tsr_gelu_kind)m->cfg.gelu, TSR_GRAD_SET);
+    }
     be->matmul_backward(be, a->dln, g[TSR_P_FCW], g[TSR_P_FCB], a->dfch, v->ln2, w[TSR_P_FCW], N,
                         C, m->FW, TSR_GRAD_SET);
     lora_bwd(r, l, TSR_LORA_GATE, a->dln, a->dfch, v->ln2);

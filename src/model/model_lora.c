@@ -166,9 +166,11 @@ static uint64_t pass_key(const tsr_lora *lo, int l, int t) {
     return tsr_rand_u64(lo->key, (uint64_t)l, (uint64_t)t);
 }
 
+int lora_target_on(const tsr_lora *lo, int t) { return lo && lo->a_at[t] != SIZE_MAX; }
+
 void lora_forward_at(tsr_lora *lo, const tsr_backend *be, int l, int t, void *out,
                      const void *inp, int N) {
-    if (!lo || lo->a_at[t] == SIZE_MAX) return;
+    if (!lora_target_on(lo, t)) return;
     const size_t e = tsr_dtype_size(be->act);
     const float *A = lo->w + lo->a_at[t] + (size_t)l * lo->R * lo->in[t];
     const float *B = lo->w + lo->b_at[t] + (size_t)l * lo->out[t] * lo->R;
@@ -179,7 +181,7 @@ void lora_forward_at(tsr_lora *lo, const tsr_backend *be, int l, int t, void *ou
 
 void lora_backward_at(tsr_lora *lo, const tsr_backend *be, int l, int t, void *dinp,
                       const void *dout, const void *inp, int N) {
-    if (!lo || lo->a_at[t] == SIZE_MAX) return;
+    if (!lora_target_on(lo, t)) return;
     const size_t e = tsr_dtype_size(be->act);
     const size_t ao = lo->a_at[t] + (size_t)l * lo->R * lo->in[t];
     const size_t bo = lo->b_at[t] + (size_t)l * lo->out[t] * lo->R;

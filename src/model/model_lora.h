@@ -46,6 +46,8 @@ typedef struct tsr_lora {
     int64_t row0;                /* the global row number of the pass's first row */
 } tsr_lora;
 
+/* 1 when target t (tsr_lora_target) has adapters in lo (lo may be NULL: no LoRA) */
+int lora_target_on(const tsr_lora *lo, int t);
 /* The layout for model m (widths from m, the targets a config_lora_targets mask); allocates
  * nothing (the memory plan of --plan). */
 void lora_plan(tsr_lora *lo, const tsr_model *m, int R, double alpha, double dropout,

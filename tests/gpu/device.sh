@@ -24,7 +24,8 @@
 #                                                   the environment (TESSERA_ARGS, MICRO_BATCH, ...)
 #           bash tests/gpu/device.sh profile [MODEL]    per-op device times of tessera's steps
 #                                                   (TSR_PROFILE=1: CUDA events, no counters;
-#                                                   again with TSR_GRAD_OVERWRITE=0), then ncu's
+#                                                   again with TSR_GRAD_OVERWRITE=0 and with
+#                                                   TSR_DGELU_FUSION=0), then ncu's
 #                                                   per-kernel table where it runs
 #           bash tests/gpu/device.sh hc             the health checker's GPU mode: the GPU half of
 #                                                   tests/gpu/test_hc_gpu.sh, then --quick and --full
@@ -275,7 +276,8 @@ hc() {
 #  1. TSR_PROFILE=1 (CUDA events around every op of the backend table, no hardware counters):
 #     profile-MODEL.txt, steps 2-8 of 8;
 #  2. the same with TSR_GRAD_OVERWRITE=0 (input gradients zeroed, then accumulated: issue 25's
-#     item 1 measured against 1): profile-MODEL-accumulate.txt;
+#     item 1 measured against 1): profile-MODEL-accumulate.txt; and with TSR_DGELU_FUSION=0 (the
+#     GELU backward as its own kernel, not in the matmul's epilogue): profile-MODEL-unfused.txt;
 #  3. ncu's per-kernel summary (count, average duration) over 3 steps at the clocks and with the
 #     caches as in a real run, where ncu runs and is allowed the counters: profile-MODEL-ncu.txt.
 # More settings for tessera-train: TESSERA_ARGS="KEY=VALUE ...".
@@ -294,6 +296,9 @@ profile() {
     TSR_PROFILE=1 TSR_GRAD_OVERWRITE=0 limited "$OUTDIR/profile-$model-accumulate.txt" "${run[@]}" \
         --set max_duration=8ba || rc=1
     rm -rf /tmp/profile-run
+    TSR_PROFILE=1 TSR_DGELU_FUSION=0 limited "$OUTDIR/profile-$model-unfused.txt" "${run[@]}" \
+        --set max_duration=8ba || rc=1
+    rm -rf /tmp/profile-run
     ncu=$(find_tool ncu)
     if [[ -z $ncu ]]; then
         echo "no working ncu (Nsight Compute) on this machine: the event profile above stands alone" |
@@ -304,7 +309,7 @@ profile() {
             --set max_duration=3ba >/dev/null || echo "ncu exited (see profile-$model-ncu.txt)"
         tail -60 "$OUTDIR/profile-$model-ncu.txt"
     fi
-    for kv in "" -accumulate; do
+    for kv in "" -accumulate -unfused; do
         echo "== profile-$model$kv.txt"
         awk '/TSR_PROFILE device time per op/ { on = 1 } on && n++ < 40' "$OUTDIR/profile-$model$kv.txt"
     done

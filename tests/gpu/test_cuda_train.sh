@@ -296,9 +296,11 @@ TSR_EMU_MEM=$cap run "$BUILD/tests/tessera-train-cuemu" 1 ze_cap "${ze[@]}" &&
 tap_check $? "emulator: zero3 + evaluation + micro_batch = auto on a device ($cap bytes) without room for the evaluation's full weights next to 8 sequences: halves to 4 at step 1, evaluates at step 10"
 
 # TSR_PROFILE=1 (docs/cuda.md, "Per-op profile"): rank 0 prints the per-op table over steps 2-5
-# (step 1 dropped; a run of one step keeps it). Its counts are the decoder's calls: per microbatch (2 a step) 2 layers x 4
-# matmul backwards + the head's; one zeroing (the final norm's input gradient) where the input
-# gradients are overwritten, 14 with TSR_GRAD_OVERWRITE=0 (2 + 6 a layer: what TSR_GRAD_SET saves)
+# (step 1 dropped; a run of one step keeps it). Its counts are the decoder's calls: per microbatch (2 a step) 2 layers x 3
+# matmul backwards + the head's, and 2 layers x 1 matmul backward fused with the tanh GELU's
+# (matmul_backward_dgelu; TSR_DGELU_FUSION=0: 4 matmul backwards a layer and no fused one); one
+# zeroing (the final norm's input gradient) where the input gradients are overwritten, 10 with
+# TSR_GRAD_OVERWRITE=0 (2 + 4 a layer: what TSR_GRAD_SET saves; the fused op always writes)
 # prof_calls FILE OP: the calls column of OP's rows, summed over its shapes
 prof_calls() {
     awk -v op="$2" '/TSR_PROFILE device time per op/ { on = 1; next } on && $1 == op { n += $3 }
@@ -307,15 +309,18 @@ prof_calls() {
 TSR_PROFILE=1 run "$BUILD/tests/tessera-train-cuemu" 1 prof --set device=cuda --set max_duration=5ba &&
     TSR_PROFILE=1 TSR_GRAD_OVERWRITE=0 run "$BUILD/tests/tessera-train-cuemu" 1 profacc \
         --set device=cuda --set max_duration=5ba &&
+    TSR_PROFILE=1 TSR_DGELU_FUSION=0 run "$BUILD/tests/tessera-train-cuemu" 1 profunf \
+        --set device=cuda --set max_duration=5ba &&
     grep -q "TSR_PROFILE device time per op (CUDA events) over 4 steps (the first, warm-up, dropped)" "$TMP/prof.txt" &&
-    p=$(printf '%s/%s/%s/%s' "$(grep -c '^step: forward+backward  *-  *4 ' "$TMP/prof.txt")" \
-        "$(prof_calls "$TMP/prof.txt" matmul_backward)" "$(prof_calls "$TMP/prof.txt" zero)" \
-        "$(prof_calls "$TMP/profacc.txt" zero)") &&
-    [[ $p == 1/72/8/112 ]] && awk '$1 == "matmul_forward" && $5 > 0 { n++ } END { exit !(n >= 4) }' "$TMP/prof.txt" &&
+    p=$(printf '%s/%s/%s/%s/%s/%s/%s' "$(grep -c '^step: forward+backward  *-  *4 ' "$TMP/prof.txt")" \
+        "$(prof_calls "$TMP/prof.txt" matmul_backward)" "$(prof_calls "$TMP/prof.txt" matmul_backward_dgelu)" \
+        "$(prof_calls "$TMP/prof.txt" zero)" "$(prof_calls "$TMP/profacc.txt" zero)" \
+        "$(prof_calls "$TMP/profunf.txt" matmul_backward)" "$(prof_calls "$TMP/profunf.txt" matmul_backward_dgelu)") &&
+    [[ $p == 1/56/16/8/80/72/0 ]] && awk '$1 == "matmul_forward" && $5 > 0 { n++ } END { exit !(n >= 4) }' "$TMP/prof.txt" &&
     TSR_PROFILE=1 run "$BUILD/tests/tessera-train-cuemu" 1 prof1 --set device=cuda --set max_duration=1ba &&
     grep -q "TSR_PROFILE device time per op (CUDA events) over 1 step$" "$TMP/prof1.txt" &&
-    (($(prof_calls "$TMP/prof1.txt" matmul_backward) == 18))
-tap_check $? "emulator: TSR_PROFILE=1 prints per-op device times over steps 2-5 (forward+backward phases/matmul backwards/zeroings/zeroings without TSR_GRAD_SET: ${p:-none}, want 1/72/8/112); a run of 1 step reports that step"
+    (($(prof_calls "$TMP/prof1.txt" matmul_backward) == 14))
+tap_check $? "emulator: TSR_PROFILE=1 prints per-op device times over steps 2-5 (forward+backward phases/matmul backwards/fused ones/zeroings/zeroings without TSR_GRAD_SET/matmul backwards and fused ones with TSR_DGELU_FUSION=0: ${p:-none}, want 1/56/16/8/80/72/0); a run of 1 step reports that step"
 
 # the head size checked is the model's (head_dim), not d_model / n_head (64 / 2 = 32 has a kernel,
 # 48 has none): refused at start naming model.head_dim, before any step

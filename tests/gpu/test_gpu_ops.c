@@ -635,6 +635,58 @@ static void test_matmul_bwd(const mmb_cfg *m) {
     scope_end(tag);
 }
 
+/* tcu_matmul_backward_dgelu: dinp = gelu_tanh'(pre) * (dout @ w), written over NaNs, against the
+ * CPU's matmul_backward then gelu_backward in fp32; dw, dbias the bits of tcu_matmul_backward's;
+ * run twice: the same bits. IC % 8 != 0 (no DGELU epilogue): the unfused GPU sequence's bits. */
+typedef struct { int N, IC, OC; } mmdg_cfg;
+static int mmdg_checks(const mmdg_cfg *m) { return 3 + (m->IC % 8 != 0); }
+
+static void test_matmul_bwd_dgelu(const mmdg_cfg *m) {
+    const int N = m->N, IC = m->IC, OC = m->OC;
+    const size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
+    char tag[96];
+    snprintf(tag, sizeof tag, "matmul_backward_dgelu N=%d IC=%d OC=%d", N, IC, OC);
+    float *x, *w, *bias, *dout = hf(no), *pre = hf(ni), *g0w = hf(nw), *g0b = hf(OC);
+    mm_inputs(&x, &w, &bias, N, IC, OC);
+    fill_bf16(dout, no, -1, 1), fill_bf16(pre, ni, -4, 4); /* where gelu' bends */
+    fill_f32(g0w, nw, -1, 1), fill_f32(g0b, OC, -1, 1);
+    /* the CPU: dx = dout @ w, then gelu_tanh'(pre) dx; mag: the sums of |terms|, times |gelu'|
+     * <= 1.13 */
+    float *dx = hf(ni), *ref = hf(ni), *mag = hf(ni);
+    memset(dx, 0, ni * sizeof *dx), memset(ref, 0, ni * sizeof *ref), memset(mag, 0, ni * 4);
+    cpu->matmul_backward(dx, NULL, NULL, dout, NULL, w, N, IC, OC);
+    cpu->gelu_backward(ref, pre, dx, ni, TSR_GELU_TANH);
+    cpu->matmul_backward(mag, NULL, NULL, habs(dout, no), NULL, habs(w, nw), N, IC, OC);
+    float *extra = hf(ni);
+    for (size_t i = 0; i < ni; i++) /* the epilogue's gelu' (2^-10 of the product) and the sum */
+        extra[i] = (float)(0x1p-10 * fabsf(dx[i]) + 1.2 * MTOL_SUM * mag[i]);
+    tsr_bf16 *d_x = new_bf16(x, ni), *d_w = new_bf16(w, nw), *d_dout = new_bf16(dout, no);
+    tsr_bf16 *d_pre = new_bf16(pre, ni), *d_gi = d16(ni);
+    float *d_gw = df32(nw), *d_gb = df32(OC), *gi[3], *gw[3], *gb[3];
+    for (int k = 0; k < 3; k++) { /* 0, 1: fused, twice; 2: tcu_matmul_backward (dw, dbias) */
+        poison(d_gi, ni * 2), put_f32(d_gw, g0w, nw), put_f32(d_gb, g0b, OC);
+        if (k < 2)
+            tcu_matmul_backward_dgelu(d_gi, d_gw, d_gb, d_dout, d_x, d_w, d_pre, N, IC, OC, g_s);
+        else
+            tcu_matmul_backward(NULL, d_gw, d_gb, d_dout, d_x, d_w, N, IC, OC, TSR_GRAD_SET, g_s);
+        gi[k] = get_bf16(d_gi, ni), gw[k] = get_f32(d_gw, nw), gb[k] = get_f32(d_gb, OC);
+    }
+    check_close(L("%s: dinp against the CPU's matmul then GELU backward", tag), gi[0], ref, ni, 0,
+                RTOL_BF16, extra, 1.0);
+    size_t dif = ndiff(gw[0], gw[2], nw, 4) + ndiff(gb[0], gb[2], OC, 4);
+    tap_ok(dif == 0, "%s: dw, dbias bit-identical to tcu_matmul_backward's (%zu differ)", tag, dif);
+    dif = ndiff(gi[0], gi[1], ni, 4) + ndiff(gw[0], gw[1], nw, 4) + ndiff(gb[0], gb[1], OC, 4);
+    tap_ok(dif == 0, "%s: run twice, dinp dw dbias bit-identical (%zu differ)", tag, dif);
+    if (IC % 8 != 0) { /* no DGELU epilogue: matmul (=), then the GELU backward in place */
+        poison(d_gi, ni * 2);
+        tcu_matmul_backward(d_gi, NULL, NULL, d_dout, NULL, d_w, N, IC, OC, TSR_GRAD_SET, g_s);
+        tcu_gelu_backward(d_gi, d_pre, d_gi, ni, TSR_GELU_TANH, TSR_GRAD_SET, g_s);
+        dif = ndiff(gi[0], get_bf16(d_gi, ni), ni, 4);
+        tap_ok(dif == 0, "%s: IC %% 8 != 0: the unfused sequence's bits (%zu differ)", tag, dif);
+    }
+    scope_end(tag);
+}
+
 /* ---- LoRA's adapter path (tcu_lora_forward, tcu_lora_backward) ------------------------------ */
 
 /* out's column block [col, col + OC) of rows ld wide; dA or dB 0: that gradient NULL (frozen) */
@@ -1982,6 +2034,8 @@ static const ln_cfg LN_FZ[] = {{65, 72, 1, 4}, {7, 20, 1, 0}, {257, 768, 0, 1}};
 static const rms_cfg RMS_FZ[] = {{65, 72, 0}, {7, 20, 0}, {130, 2048, 0}};
 static const qkn_cfg QKN_FZ[] = {{7, 4, 2, 64}, {5, 3, 1, 20}, {130, 16, 8, 64}};
 static const mm_frozen_cfg MM_FZ[] = {{65, 72, 200}, {7, 24, 36}, {257, 768, 3072}};
+/* matmul backward fused with the tanh GELU's (the MLP's output projection: IC = F, OC = C) */
+static const mmdg_cfg MMDG[] = {{65, 200, 72}, {257, 3072, 768}, {7, 36, 24}};
 static const moe_cfg MOE_FZ[] = {{65, 8, 2, 72, 200, 0, 1, 0}, {300, 4, 4, 20, 36, 1, 0, 0}};
 
 /* LoRA: no dropout; dropout with the block inside a wider fused row (q, k, v); a frozen A or B;
@@ -2006,6 +2060,7 @@ static int plan_size(void) {
     for (size_t i = 0; i < NCASES(LN); i++) n += ln_checks(&LN[i]);
     for (size_t i = 0; i < NCASES(MMF); i++) n += mmf_checks(&MMF[i]);
     for (size_t i = 0; i < NCASES(MMB); i++) n += mmb_checks(&MMB[i]);
+    for (size_t i = 0; i < NCASES(MMDG); i++) n += mmdg_checks(&MMDG[i]);
     for (size_t i = 0; i < NCASES(MMB_NULL); i++) n += mmb_checks(&MMB_NULL[i]);
     for (size_t i = 0; i < NCASES(ENC_FZ); i++) n += enc_frozen_checks(&ENC_FZ[i]);
     for (size_t i = 0; i < NCASES(LN_FZ); i++) n += ln_frozen_checks(&LN_FZ[i]);
@@ -2065,6 +2120,7 @@ int main(void) {
     for (size_t i = 0; i < NCASES(LN); i++) test_layernorm(&LN[i]);
     for (size_t i = 0; i < NCASES(MMF); i++) test_matmul_fwd(&MMF[i]);
     for (size_t i = 0; i < NCASES(MMB); i++) test_matmul_bwd(&MMB[i]);
+    for (size_t i = 0; i < NCASES(MMDG); i++) test_matmul_bwd_dgelu(&MMDG[i]);
     for (size_t i = 0; i < NCASES(GELU); i++) test_gelu(&GELU[i]);
     for (size_t i = 0; i < NCASES(RESID); i++) test_residual(RESID[i]);
     for (size_t i = 0; i < NCASES(ATT); i++) test_attention(&ATT[i]);
