@@ -149,5 +149,13 @@ int tcu_norm_rows_per_group(int N);
 float *tcu_norm_partial_scratch(size_t bytes, const char *what);
 void tcu_norm_param_grad_reduce(float *dw, float *db, const float *partial, int P, int C,
                                 size_t stride, cudaStream_t st, const char *what);
+/* The norms' backward with a warp per row (cuda_layernorm.cu; LayerNorm, or RMSNorm when rms):
+ * where it applies (C % 8 == 0, C <= 1024, every pointer 16-byte aligned, contiguous rows) it
+ * launches dinp += and, when grads, the P partial rows above into partial (stride 2C for
+ * LayerNorm, C for RMSNorm), and returns true; else false, having launched nothing. */
+bool tcu_norm_backward_warp_rows(bool rms, bf16 *dinp, float *partial, const bf16 *dout,
+                                 const bf16 *inp, const bf16 *w, const float *mean,
+                                 const float *rstd, int N, int C, bool grads, bool with_db,
+                                 cudaStream_t st, const char *what);
 
 #endif

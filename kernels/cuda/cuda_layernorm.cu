@@ -7,9 +7,10 @@
  *     E[x^2] - E[x]^2 cancellation), rstd = 1 / sqrtf(var + TSR_LN_EPS), as the CPU op;
  *   - backward ACCUMULATES: dinp (bf16) += (read, add in fp32, round once); dw, db (fp32) +=;
  *   - dw/db are deterministic: no atomics. The rows are cut into P groups (P a function of N only,
- *     ln_bwd_groups); one block per group walks its rows in order and keeps fp32 column sums,
- *     written as partial row p of a scratch (P, 2C) = [dw | db]; a second kernel adds the P
- *     partials per column in a fixed order into dw/db;
+ *     tcu_norm_rows_per_group); one block per group walks its rows in order (C <= 1024: a warp
+ *     per row, the warps' sums added in warp order) and keeps fp32 column sums, written as
+ *     partial row p of a scratch (P, 2C) = [dw | db]; a second kernel adds the P partials per
+ *     column in a fixed order into dw/db;
  *   - frozen parameters: dw and db may each be NULL. Both NULL: the row kernel's GRADS = false
  *     instance (the same dinp statements without the column sums), no scratch, no reduction; one
  *     NULL: the sums as ever, that one not added. dinp is the same bits either way;
@@ -240,6 +241,143 @@ __global__ void __launch_bounds__(1024)
     }
 }
 
+/* ---- backward, many rows in flight: a warp per row (issue 25, item 1) ------------------------ */
+
+/* LayerNorm (RMS = false) or RMSNorm (RMS = true: mean 0, no db) backward for C <= 32 * 8 * KP,
+ * C % 8 == 0, 16-byte aligned contiguous rows. One row group per block of NB_WARPS warps; warp w
+ * takes rows n0 + w, n0 + w + NB_WARPS, ... of the group, each row alone (warp sums: no block
+ * barrier per row), norm = (x - mean) * rstd, g = dout:
+ *   LN:  dinp[n,:] += (w*g - mean(w*g) - norm * mean(w*g*norm)) * rstd
+ *   RMS: dinp[n,:] += (w*g - norm * mean(w*g*norm)) * rstd                 (bf16, read-add-round)
+ *   acc_w += g * norm; LN with db: acc_b += g   (fp32, in the lane's registers, row order)
+ * then (GRADS) the warps' sums are added in warp order 0..NB_WARPS-1 in shared memory and written
+ * as partial row `group` ([acc_w | acc_b], stride = 2C for LN, C for RMS), the row-group
+ * kernels' layout, for tcu_norm_param_grad_reduce. Lane l owns the packs of 8 columns
+ * c = (j * 32 + l) * 8, j < KP (c < C).
+ * dinp, dout, inp (N,C) bf16; w (C) bf16; mean (LN) and rstd (N) fp32; partial (P, stride) fp32.
+ * Launch: grid P = ceil(N / rows), block 32 * NB_WARPS, dynamic shared memory stride floats
+ * (GRADS; else 0). Deterministic: a column's sum is in row order within a warp, then warp order,
+ * then group order, all functions of N. */
+#define NB_WARPS 8
+#define NB_MAX_KP 4 /* C <= 1024 */
+template <bool RMS, int KP, bool GRADS>
+__global__ void __launch_bounds__(32 * NB_WARPS)
+    norm_backward_warp_rows_kernel(bf16 *dinp, float *partial, const bf16 *dout, const bf16 *inp,
+                                   const bf16 *w, const float *mean, const float *rstd, int N,
+                                   int C, int rows, int with_db) {
+    extern __shared__ float nb_acc_smem[]; /* [stride] when GRADS */
+    constexpr int NACC = RMS ? 1 : 2;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float acc[NACC][KP][8];
+#pragma unroll
+    for (int a = 0; a < NACC; a++)
+#pragma unroll
+        for (int j = 0; j < KP; j++)
+#pragma unroll
+            for (int k = 0; k < 8; k++) acc[a][j][k] = 0.0f;
+    const int n0 = blockIdx.x * rows, n1 = min(N, n0 + rows);
+    for (int n = n0 + warp; n < n1; n += NB_WARPS) { /* warp-uniform */
+        const size_t off = (size_t)n * C;
+        const float m = RMS ? 0.0f : mean[n], r = rstd[n];
+        float s1 = 0.0f, s2 = 0.0f; /* sum of w*g, of w*g*norm */
+#pragma unroll
+        for (int j = 0; j < KP; j++) {
+            const int c = (j * 32 + lane) * 8;
+            if (c >= C) continue;
+            float xv[8], gv[8], wv[8];
+            tcu_load_bf16<8, true>(xv, inp + off + c);
+            tcu_load_bf16<8, true>(gv, dout + off + c);
+            tcu_load_bf16<8, true>(wv, w + c);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const float norm = (xv[k] - m) * r;
+                const float dnorm = wv[k] * gv[k];
+                s1 += dnorm;
+                s2 += dnorm * norm;
+                if constexpr (GRADS) {
+                    acc[0][j][k] += gv[k] * norm;
+                    if constexpr (!RMS) acc[NACC - 1][j][k] += gv[k];
+                }
+            }
+        }
+        const float dmean = RMS ? 0.0f : tcu_warp_sum(s1) / (float)C;
+        const float dnmean = tcu_warp_sum(s2) / (float)C;
+#pragma unroll
+        for (int j = 0; j < KP; j++) { /* the row again: L1 hits */
+            const int c = (j * 32 + lane) * 8;
+            if (c >= C) continue;
+            float xv[8], gv[8], wv[8], dv[8];
+            tcu_load_bf16<8, true>(xv, inp + off + c);
+            tcu_load_bf16<8, true>(gv, dout + off + c);
+            tcu_load_bf16<8, true>(wv, w + c);
+            tcu_load_bf16<8, true>(dv, dinp + off + c);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const float norm = (xv[k] - m) * r;
+                dv[k] += (wv[k] * gv[k] - dmean - norm * dnmean) * r;
+            }
+            tcu_store_bf16<8, true>(dinp + off + c, dv);
+        }
+    }
+    if constexpr (GRADS) {
+        const int stride = RMS ? C : 2 * C;
+        for (int wi = 0; wi < NB_WARPS; wi++) { /* warp order: a fixed sum per column */
+            if (warp == wi) {
+#pragma unroll
+                for (int a = 0; a < NACC; a++) {
+                    if (a == 1 && !with_db) continue;
+#pragma unroll
+                    for (int j = 0; j < KP; j++) {
+                        const int c = (j * 32 + lane) * 8;
+                        if (c >= C) continue;
+#pragma unroll
+                        for (int k = 0; k < 8; k++) {
+                            float *dst = &nb_acc_smem[a * C + c + k];
+                            *dst = wi == 0 ? acc[a][j][k] : *dst + acc[a][j][k];
+                        }
+                    }
+                }
+            }
+            __syncthreads();
+        }
+        float *part = partial + (size_t)blockIdx.x * stride;
+        const int width = RMS || !with_db ? C : 2 * C;
+        for (int i = threadIdx.x; i < width; i += blockDim.x) part[i] = nb_acc_smem[i];
+    }
+}
+
+/* The warp-per-row backward when it applies (C % 8 == 0, C <= 1024, every pointer 16-byte
+ * aligned, contiguous rows): launches it into `partial` (P row groups of tcu_norm_rows_per_group
+ * rows, the row-group kernels' layout; NULL when !grads) and returns true; else false, having
+ * launched nothing. rms: RMSNorm (mean unread, no db). */
+bool tcu_norm_backward_warp_rows(bool rms, bf16 *dinp, float *partial, const bf16 *dout,
+                                 const bf16 *inp, const bf16 *w, const float *mean,
+                                 const float *rstd, int N, int C, bool grads, bool with_db,
+                                 cudaStream_t st, const char *what) {
+    if (C % 8 != 0 || C > 32 * 8 * NB_MAX_KP || !tcu_aligned16(dinp) || !tcu_aligned16(dout) ||
+        !tcu_aligned16(inp) || !tcu_aligned16(w))
+        return false;
+    const int rows = tcu_norm_rows_per_group(N);
+    const int P = (N + rows - 1) / rows;
+    const int kp = (C + 255) / 256;
+    const size_t dyn = grads ? (size_t)(rms ? C : 2 * C) * sizeof(float) : 0;
+    typedef void (*kern_t)(bf16 *, float *, const bf16 *, const bf16 *, const bf16 *,
+                           const float *, const float *, int, int, int, int);
+#define NB_KERNS(R, G)                                                                            \
+    {norm_backward_warp_rows_kernel<R, 1, G>, norm_backward_warp_rows_kernel<R, 2, G>,           \
+     norm_backward_warp_rows_kernel<R, 3, G>, norm_backward_warp_rows_kernel<R, 4, G>}
+    static const kern_t kerns[2][2][NB_MAX_KP] = {{NB_KERNS(false, false), NB_KERNS(false, true)},
+                                                  {NB_KERNS(true, false), NB_KERNS(true, true)}};
+#undef NB_KERNS
+    const kern_t kern = kerns[rms][grads][kp - 1];
+    TCU_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn),
+              what);
+    kern<<<P, 32 * NB_WARPS, dyn, st>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, rows,
+                                        with_db);
+    TCU_CHECK_LAUNCH(what);
+    return true;
+}
+
 /* dw[c] += sum_p partial[p*stride + c];  db[c] += sum_p partial[p*stride + C + c] (when db),
  * p = 0..P-1. dw (C) fp32 or NULL (frozen: its columns summed, not added), db (C) fp32 or NULL,
  * partial (P, stride) fp32 (stride >= 2C with db).
@@ -306,7 +444,8 @@ float *tcu_norm_partial_scratch(size_t bytes, const char *what) {
 
 /* dinp (N,C) bf16 +=; dw (C) fp32 += or NULL; db (C) fp32 += or NULL; dout, inp (N,C) bf16;
  * w (C) bf16; mean, rstd (N) fp32 from the forward pass.
- * Two launches: layernorm_backward_row_group_kernel (dinp, and P = ceil(N / rows) partial sums
+ * Two launches: norm_backward_warp_rows_kernel where it applies (C % 8 == 0, C <= 1024,
+ * aligned), else layernorm_backward_row_group_kernel (dinp, and P = ceil(N / rows) partial sums
  * of dw/db into the scratch), then layernorm_param_grad_fixed_order_kernel (dw, db +=); with dw
  * and db both NULL (frozen) the first alone, without sums. Deterministic. N >= 0, C >= 1. */
 void tcu_layernorm_backward(tsr_bf16 *dinp, float *dw, float *db, const tsr_bf16 *dout,
@@ -323,6 +462,16 @@ void tcu_layernorm_backward(tsr_bf16 *dinp, float *dw, float *db, const tsr_bf16
     float *partial =
         grads ? tcu_norm_partial_scratch((size_t)P * 2 * C * sizeof(float), what) : nullptr;
 
+    const int with_db = db != nullptr;
+    if (tcu_norm_backward_warp_rows(false, (bf16 *)dinp, partial, (const bf16 *)dout,
+                                    (const bf16 *)inp, (const bf16 *)w, mean, rstd, N, C, grads,
+                                    with_db, st, "tcu_layernorm_backward: warp-per-row kernel")) {
+        if (grads)
+            tcu_norm_param_grad_reduce(dw, db, partial, P, C, (size_t)2 * C, st,
+                                       "tcu_layernorm_backward: layernorm_param_grad_fixed_order_kernel");
+        return;
+    }
+
     const bool w8 = C % 8 == 0;
     const bool vec = w8 && tcu_aligned16(dinp) && tcu_aligned16(dout) && tcu_aligned16(inp) &&
                      tcu_aligned16(w);
@@ -336,7 +485,6 @@ void tcu_layernorm_backward(tsr_bf16 *dinp, float *dw, float *db, const tsr_bf16
     const tcu_context *ctx = tcu_context_get(what);
     const int acc_smem = grads && acc_bytes + 32 * sizeof(float2) <= ctx->smem_optin;
     const size_t dyn = acc_smem ? acc_bytes : 0;
-    const int with_db = db != nullptr;
     auto kern = grads ? (vec  ? layernorm_backward_row_group_kernel<8, true, true>
                          : w8 ? layernorm_backward_row_group_kernel<8, false, true>
                               : layernorm_backward_row_group_kernel<1, false, true>)

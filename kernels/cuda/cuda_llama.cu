@@ -206,8 +206,9 @@ __global__ void __launch_bounds__(1024)
             for (int k = 0; k < W; k++) part[c + k] = acc[c + k];
 }
 
-/* dinp += and dw += over R strided rows of layout L: the row-group kernel, then the fixed-order
- * sum of its partials (tcu_norm_param_grad_reduce). dw NULL (frozen): the kernel without sums
+/* dinp += and dw += over R strided rows of layout L: the warp-per-row kernel where it applies
+ * (contiguous rows: RMSNorm, not QK-norm's heads; tcu_norm_backward_warp_rows), else the
+ * row-group kernel, then the fixed-order sum of its partials (tcu_norm_param_grad_reduce). dw NULL (frozen): the kernel without sums
  * alone. Deterministic. */
 static void rms_backward_rows(const char *what, bf16 *dinp, float *dw, const bf16 *dout,
                               const bf16 *inp, const bf16 *w, const float *rstd, int R, int C,
@@ -218,6 +219,12 @@ static void rms_backward_rows(const char *what, bf16 *dinp, float *dw, const bf1
     const bool grads = dw != nullptr;
     float *partial =
         grads ? tcu_norm_partial_scratch((size_t)P * C * sizeof(float), what) : nullptr;
+    if (L.H == 1 && L.ld == (size_t)C && L.sld == 1 &&
+        tcu_norm_backward_warp_rows(true, dinp, partial, dout, inp, w, nullptr, rstd, R, C, grads,
+                                    false, st, what)) {
+        if (grads) tcu_norm_param_grad_reduce(dw, nullptr, partial, P, C, (size_t)C, st, what);
+        return;
+    }
     const bool w8 = C % 8 == 0 && L.ld % 8 == 0;
     const bool vec = w8 && tcu_aligned16(dinp) && tcu_aligned16(dout) && tcu_aligned16(inp) &&
                      tcu_aligned16(w);

@@ -1957,6 +1957,9 @@ static const ln_cfg LN[] = {
     {1, 8, 1, 0}, {7, 24, 0, 0}, {65, 72, 1, 4}, {257, 768, 0, 1}, {130, 768, 1, 0},
     {7, 20, 1, 0}, /* C % 8 != 0: the scalar path */
     {65, 6144, 1, 0}, /* backward: 48 KiB of dynamic shared memory + the kernel's static 256 B */
+    /* the warp-per-row backward (C <= 1024): 500 groups of 10 rows (every warp busy) at 4 packs
+     * a lane; 3 packs with the last one on some lanes only */
+    {5000, 1024, 1, 2}, {300, 576, 0, 0},
 };
 static const mmf_cfg MMF[] = {
     {1, 24, 40, 1, -1},    {7, 72, 200, 0, -1},   {65, 24, 40, 0, -1},
@@ -1987,6 +1990,7 @@ static const rms_cfg RMS[] = {
     {1, 8, 0}, {7, 24, 1}, {65, 72, 0}, {257, 768, 3}, {130, 2048, 0},
     {7, 20, 0}, /* C % 8 != 0: the scalar path */
     {9, 12288, 0}, /* backward: 48 KiB of dynamic shared memory + the kernel's static part */
+    {5000, 768, 1}, {300, 1024, 0}, /* the warp-per-row backward: every warp busy; 4 packs */
 };
 static const qkn_cfg QKN[] = {
     {7, 4, 2, 64}, {65, 8, 1, 128}, {33, 2, 2, 32}, {130, 16, 8, 64},
