@@ -393,8 +393,8 @@ __device__ __forceinline__ float adamw_one(const adamw_args &a, float p, float g
 
 /* Up to ADAMW_SEGS segments of one flat store, for one launch: segment k is elements
  * [at[k], at[k] + len[k]) with decay[k] = 1 - lr wd[k]; its quads (4 elements, the last one
- * short) are the launch's quads q0[k] .. q0[k+1] - 1. Passed by value (2.3 KB of kernel
- * parameters, under the 4 KB every architecture takes). */
+ * short) are the launch's quads q0[k] .. q0[k+1] - 1. Passed by value (1.8 KB; with the other
+ * arguments under 2 KB of kernel parameters, within the 4 KB every architecture takes). */
 #define ADAMW_SEGS 64
 struct adamw_segs {
     int n;
@@ -463,7 +463,7 @@ __global__ void adamw_segments_quads(float *p, bf16 *p_bf16, const float *g, flo
 void tcu_adamw_update_segments(const tcu_adamw_seg *segs, int nseg, float *p, tsr_bf16 *p_bf16,
                                const float *g, float *m, float *v, float lr, float beta1,
                                float beta2, float eps, float grad_scale, int t, tcu_stream s) {
-    const char *what = "tcu_adamw_update";
+    const char *what = "tcu_adamw_update_segments";
     TCU_REQUIRE(t >= 1, what, tcu_msg("step t = %d must be >= 1", t));
     TCU_REQUIRE(nseg >= 0 && (nseg == 0 || segs), what,
                 tcu_msg("nseg = %d segments (segs %s)", nseg, segs ? "given" : "NULL"));

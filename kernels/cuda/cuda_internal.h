@@ -137,11 +137,11 @@ __device__ __forceinline__ float2 tcu_block_sum2(float2 v, float2 *red) {
 }
 
 /* The deterministic weight gradients of the norm backwards (cuda_layernorm.cu; LayerNorm and the
- * RMSNorms of cuda_llama.cu share them, and the matmul's bias gradient, cuda_matmul.cu): the rows are cut into groups of
- * tcu_norm_rows_per_group(N) rows (a function of N only), each block sums its group's column
- * terms in row order into row p of a partial scratch (P rows of `stride` floats, from
- * tcu_norm_partial_scratch: one process-wide buffer, grown on demand, freed by tcu_shutdown), and
- * tcu_norm_param_grad_reduce adds the P partials per column in a fixed order:
+ * RMSNorms of cuda_llama.cu share them, and the matmul's bias gradient, cuda_matmul.cu): the
+ * rows are cut into groups of tcu_norm_rows_per_group(N) rows (a function of N only), each block
+ * sums its group's column terms in row order into row p of a partial scratch (P rows of `stride`
+ * floats, from tcu_norm_partial_scratch: one process-wide buffer, grown on demand, freed by
+ * tcu_shutdown), and tcu_norm_param_grad_reduce adds the P partials per column in a fixed order:
  *   dw[c] += sum_p partial[p*stride + c], db[c] += sum_p partial[p*stride + C + c] (db or NULL;
  * with db, stride >= 2C; dw NULL: its columns not added). A norm backward whose weight gradients
  * are all NULL (frozen) computes dinp alone: no partial sums, no scratch, no reduction. */
@@ -150,7 +150,7 @@ float *tcu_norm_partial_scratch(size_t bytes, const char *what);
 void tcu_norm_param_grad_reduce(float *dw, float *db, const float *partial, int P, int C,
                                 size_t stride, cudaStream_t st, const char *what);
 /* The norms' backward with a warp per row (cuda_layernorm.cu; LayerNorm, or RMSNorm when rms):
- * where it applies (C % 8 == 0, C <= 1024, every pointer 16-byte aligned, contiguous rows) it
+ * where it applies (C % 8 == 0, C <= 1024, contiguous rows; the same bits aligned or not) it
  * launches dinp += and, when grads, the P partial rows above into partial (stride 2C for
  * LayerNorm, C for RMSNorm), and returns true; else false, having launched nothing. */
 bool tcu_norm_backward_warp_rows(bool rms, bf16 *dinp, float *partial, const bf16 *dout,

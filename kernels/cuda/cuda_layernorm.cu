@@ -18,8 +18,10 @@
  * Vector width: W = 8 bf16 per lane step (16-byte loads and stores) when C % 8 == 0 and every
  * pointer is 16-byte aligned; W = 8 with scalar loads when C % 8 == 0 but a pointer is not (same
  * element-to-lane mapping, so the same summation order and the same bits); W = 1 otherwise.
- * The backward scratch is one static device buffer, grown (tcu_malloc) on demand and never freed:
- * layernorm backwards on two streams at once would race on it (one stream per rank).
+ * The backward scratch is one static device buffer (the norms', the matmuls' bias gradients' and
+ * MoE routing's: tcu_norm_partial_scratch), grown (tcu_malloc, after a device synchronisation) on
+ * demand and freed by tcu_layernorm_release (tcu_shutdown): two of its users on two streams at
+ * once would race on it (one stream per rank).
  */
 #include <cstdarg>
 #include <cstdint>
@@ -244,9 +246,10 @@ __global__ void __launch_bounds__(1024)
 /* ---- backward, many rows in flight: a warp per row (issue 25, item 1) ------------------------ */
 
 /* LayerNorm (RMS = false) or RMSNorm (RMS = true: mean 0, no db) backward for C <= 32 * 8 * KP,
- * C % 8 == 0, 16-byte aligned contiguous rows. One row group per block of NB_WARPS warps; warp w
- * takes rows n0 + w, n0 + w + NB_WARPS, ... of the group, each row alone (warp sums: no block
- * barrier per row), norm = (x - mean) * rstd, g = dout:
+ * C % 8 == 0, contiguous rows (VEC: 16-byte accesses, every pointer 16-byte aligned; else the
+ * same lane mapping with scalar accesses, so the same bits). One row group per block of
+ * NB_WARPS warps; warp w takes rows n0 + w, n0 + w + NB_WARPS, ... of the group, each row alone
+ * (warp sums: no block barrier per row), norm = (x - mean) * rstd, g = dout:
  *   LN:  dinp[n,:] += (w*g - mean(w*g) - norm * mean(w*g*norm)) * rstd
  *   RMS: dinp[n,:] += (w*g - norm * mean(w*g*norm)) * rstd                 (bf16, read-add-round)
  *   acc_w += g * norm; LN with db: acc_b += g   (fp32, in the lane's registers, row order)
@@ -260,7 +263,7 @@ __global__ void __launch_bounds__(1024)
  * then group order, all functions of N. */
 #define NB_WARPS 8
 #define NB_MAX_KP 4 /* C <= 1024 */
-template <bool RMS, int KP, bool GRADS>
+template <bool RMS, int KP, bool GRADS, bool VEC>
 __global__ void __launch_bounds__(32 * NB_WARPS)
     norm_backward_warp_rows_kernel(bf16 *dinp, float *partial, const bf16 *dout, const bf16 *inp,
                                    const bf16 *w, const float *mean, const float *rstd, int N,
@@ -285,9 +288,9 @@ __global__ void __launch_bounds__(32 * NB_WARPS)
             const int c = (j * 32 + lane) * 8;
             if (c >= C) continue;
             float xv[8], gv[8], wv[8];
-            tcu_load_bf16<8, true>(xv, inp + off + c);
-            tcu_load_bf16<8, true>(gv, dout + off + c);
-            tcu_load_bf16<8, true>(wv, w + c);
+            tcu_load_bf16<8, VEC>(xv, inp + off + c);
+            tcu_load_bf16<8, VEC>(gv, dout + off + c);
+            tcu_load_bf16<8, VEC>(wv, w + c);
 #pragma unroll
             for (int k = 0; k < 8; k++) {
                 const float norm = (xv[k] - m) * r;
@@ -307,16 +310,16 @@ __global__ void __launch_bounds__(32 * NB_WARPS)
             const int c = (j * 32 + lane) * 8;
             if (c >= C) continue;
             float xv[8], gv[8], wv[8], dv[8];
-            tcu_load_bf16<8, true>(xv, inp + off + c);
-            tcu_load_bf16<8, true>(gv, dout + off + c);
-            tcu_load_bf16<8, true>(wv, w + c);
-            tcu_load_bf16<8, true>(dv, dinp + off + c);
+            tcu_load_bf16<8, VEC>(xv, inp + off + c);
+            tcu_load_bf16<8, VEC>(gv, dout + off + c);
+            tcu_load_bf16<8, VEC>(wv, w + c);
+            tcu_load_bf16<8, VEC>(dv, dinp + off + c);
 #pragma unroll
             for (int k = 0; k < 8; k++) {
                 const float norm = (xv[k] - m) * r;
                 dv[k] += (wv[k] * gv[k] - dmean - norm * dnmean) * r;
             }
-            tcu_store_bf16<8, true>(dinp + off + c, dv);
+            tcu_store_bf16<8, VEC>(dinp + off + c, dv);
         }
     }
     if constexpr (GRADS) {
@@ -346,30 +349,33 @@ __global__ void __launch_bounds__(32 * NB_WARPS)
     }
 }
 
-/* The warp-per-row backward when it applies (C % 8 == 0, C <= 1024, every pointer 16-byte
- * aligned, contiguous rows): launches it into `partial` (P row groups of tcu_norm_rows_per_group
- * rows, the row-group kernels' layout; NULL when !grads) and returns true; else false, having
- * launched nothing. rms: RMSNorm (mean unread, no db). */
+/* The warp-per-row backward when it applies (C % 8 == 0, C <= 1024, contiguous rows; aligned or
+ * not, the same bits): launches it into `partial` (P row groups of tcu_norm_rows_per_group rows,
+ * the row-group kernels' layout; NULL when !grads) and returns true; else false, having launched
+ * nothing. rms: RMSNorm (mean unread, no db). */
 bool tcu_norm_backward_warp_rows(bool rms, bf16 *dinp, float *partial, const bf16 *dout,
                                  const bf16 *inp, const bf16 *w, const float *mean,
                                  const float *rstd, int N, int C, bool grads, bool with_db,
                                  cudaStream_t st, const char *what) {
-    if (C % 8 != 0 || C > 32 * 8 * NB_MAX_KP || !tcu_aligned16(dinp) || !tcu_aligned16(dout) ||
-        !tcu_aligned16(inp) || !tcu_aligned16(w))
-        return false;
+    if (C % 8 != 0 || C > 32 * 8 * NB_MAX_KP) return false;
+    const bool vec = tcu_aligned16(dinp) && tcu_aligned16(dout) && tcu_aligned16(inp) &&
+                     tcu_aligned16(w);
     const int rows = tcu_norm_rows_per_group(N);
     const int P = (N + rows - 1) / rows;
     const int kp = (C + 255) / 256;
     const size_t dyn = grads ? (size_t)(rms ? C : 2 * C) * sizeof(float) : 0;
     typedef void (*kern_t)(bf16 *, float *, const bf16 *, const bf16 *, const bf16 *,
                            const float *, const float *, int, int, int, int);
-#define NB_KERNS(R, G)                                                                            \
-    {norm_backward_warp_rows_kernel<R, 1, G>, norm_backward_warp_rows_kernel<R, 2, G>,           \
-     norm_backward_warp_rows_kernel<R, 3, G>, norm_backward_warp_rows_kernel<R, 4, G>}
-    static const kern_t kerns[2][2][NB_MAX_KP] = {{NB_KERNS(false, false), NB_KERNS(false, true)},
-                                                  {NB_KERNS(true, false), NB_KERNS(true, true)}};
+#define NB_KERNS(R, G, V)                                                                         \
+    {norm_backward_warp_rows_kernel<R, 1, G, V>, norm_backward_warp_rows_kernel<R, 2, G, V>,     \
+     norm_backward_warp_rows_kernel<R, 3, G, V>, norm_backward_warp_rows_kernel<R, 4, G, V>}
+    static const kern_t kerns[2][2][2][NB_MAX_KP] = {
+        {{NB_KERNS(false, false, false), NB_KERNS(false, false, true)},
+         {NB_KERNS(false, true, false), NB_KERNS(false, true, true)}},
+        {{NB_KERNS(true, false, false), NB_KERNS(true, false, true)},
+         {NB_KERNS(true, true, false), NB_KERNS(true, true, true)}}};
 #undef NB_KERNS
-    const kern_t kern = kerns[rms][grads][kp - 1];
+    const kern_t kern = kerns[rms][grads][vec][kp - 1];
     TCU_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn),
               what);
     kern<<<P, 32 * NB_WARPS, dyn, st>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, rows,
@@ -436,7 +442,7 @@ float *tcu_norm_partial_scratch(size_t bytes, const char *what) {
             TCU_CHECK(cudaDeviceSynchronize(), tcu_msg("%s: growing its scratch", what));
             tcu_free(ln_partial);
         }
-        ln_partial = (float *)tcu_malloc(bytes, "the weight- and bias-gradient partial sums (norm and matmul backwards)");
+        ln_partial = (float *)tcu_malloc(bytes, "norm and bias gradient partial sums");
         ln_partial_bytes = bytes;
     }
     return ln_partial;
@@ -468,7 +474,7 @@ void tcu_layernorm_backward(tsr_bf16 *dinp, float *dw, float *db, const tsr_bf16
                                     with_db, st, "tcu_layernorm_backward: warp-per-row kernel")) {
         if (grads)
             tcu_norm_param_grad_reduce(dw, db, partial, P, C, (size_t)2 * C, st,
-                                       "tcu_layernorm_backward: layernorm_param_grad_fixed_order_kernel");
+                                       "tcu_layernorm_backward: the fixed-order reduction");
         return;
     }
 

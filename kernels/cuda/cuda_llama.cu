@@ -208,8 +208,8 @@ __global__ void __launch_bounds__(1024)
 
 /* dinp += and dw += over R strided rows of layout L: the warp-per-row kernel where it applies
  * (contiguous rows: RMSNorm, not QK-norm's heads; tcu_norm_backward_warp_rows), else the
- * row-group kernel, then the fixed-order sum of its partials (tcu_norm_param_grad_reduce). dw NULL (frozen): the kernel without sums
- * alone. Deterministic. */
+ * row-group kernel, then the fixed-order sum of its partials (tcu_norm_param_grad_reduce). dw
+ * NULL (frozen): the kernel without sums alone. Deterministic. */
 static void rms_backward_rows(const char *what, bf16 *dinp, float *dw, const bf16 *dout,
                               const bf16 *inp, const bf16 *w, const float *rstd, int R, int C,
                               rows_layout L, cudaStream_t st) {

@@ -21,8 +21,8 @@
  * workspace size); it is cached in a small static table (lt_cache, LT_CACHE_SIZE entries,
  * mutex-guarded) with the descriptor and layouts built for it (issue 25, item 3: built once per
  * key, not per call; only the bias and aux pointers are set again), so every later call of the
- * same key runs the same algorithm (negative answers are cached too); tcu_shutdown empties it. cuBLASLt is bitwise reproducible
- * run to run for a fixed algorithm and a user-owned workspace (cuBLAS docs, "Results
+ * same key runs the same algorithm (negative answers are cached too); tcu_shutdown empties it.
+ * cuBLASLt is bitwise reproducible run to run for a fixed algorithm and a user-owned workspace (cuBLAS docs, "Results
  * reproducibility"); it has no atomic split-K. Split-K is restricted further to
  * CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE: partial sums kept in fp32 in the workspace and reduced in
  * a separate fixed step, never INPLACE/OUTPUT_TYPE (those add partials in the output type: bf16 for
@@ -33,9 +33,11 @@
  * When the table is full the heuristic is asked every call (it is itself deterministic).
  *
  * Workspace: this file uses tcu_ctx.lt_workspace, at most tcu_ctx.lt_workspace_bytes (whatever
- * tcu_init allocated; NVIDIA recommends 32 MiB on Hopper, 4 MiB before), and allocates no device
- * memory of its own. The heuristic is told that limit (CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES).
- * The workspace is shared: matmuls on two streams at once would race on it (one stream per rank).
+ * tcu_init allocated; NVIDIA recommends 32 MiB on Hopper, 4 MiB before). The heuristic is told
+ * that limit (CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES). The bias gradient's partial sums use the
+ * norms' process-wide scratch (tcu_norm_partial_scratch: P x OC floats, P <= 512; growing it
+ * synchronises the device once). Both are shared: matmuls on two streams at once would race on
+ * them (one stream per rank).
  *
  * Shapes and alignment: any N, IC, OC >= 1. The heuristic is told the actual alignment of every
  * pointer (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*), so odd shapes and odd offsets get the (slower)

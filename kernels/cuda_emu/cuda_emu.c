@@ -1119,7 +1119,7 @@ void tcu_adamw_update(float *p, tsr_bf16 *p_bf16, const float *g, float *m, floa
 void tcu_adamw_update_segments(const tcu_adamw_seg *segs, int nseg, float *p, tsr_bf16 *p_bf16,
                                const float *g, float *m, float *v, float lr, float beta1,
                                float beta2, float eps, float grad_scale, int t, tcu_stream s) {
-    const char *what = "tcu_adamw_update";
+    const char *what = "tcu_adamw_update_segments";
     REQUIRE(t >= 1, what, "step t = %d must be >= 1", t);
     REQUIRE(nseg >= 0 && (nseg == 0 || segs), what, "nseg = %d segments (segs %s)", nseg,
             segs ? "given" : "NULL");

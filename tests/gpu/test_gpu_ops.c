@@ -657,9 +657,15 @@ static void test_matmul_bwd_dgelu(const mmdg_cfg *m) {
     cpu->matmul_backward(dx, NULL, NULL, dout, NULL, w, N, IC, OC);
     cpu->gelu_backward(ref, pre, dx, ni, TSR_GELU_TANH);
     cpu->matmul_backward(mag, NULL, NULL, habs(dout, no), NULL, habs(w, nw), N, IC, OC);
+    /* the epilogue's gelu' = 0.5 (1 + t) + 0.5 x (1 - t^2) u'(x), t = tanh(u(x)), may use a fast
+     * tanh (error ~2^-11 in t): |d gelu'| <= 2^-11 (0.5 + |x| u'(x)) of the product, plus 2^-10 of
+     * it for the rest of the epilogue's fp32 arithmetic, plus the sum's error */
     float *extra = hf(ni);
-    for (size_t i = 0; i < ni; i++) /* the epilogue's gelu' (2^-10 of the product) and the sum */
-        extra[i] = (float)(0x1p-10 * fabsf(dx[i]) + 1.2 * MTOL_SUM * mag[i]);
+    for (size_t i = 0; i < ni; i++) {
+        const double a = pre[i], du = 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * a * a);
+        extra[i] = (float)((0x1p-10 + 0x1p-11 * (0.5 + fabs(a) * du)) * fabsf(dx[i]) +
+                           1.2 * MTOL_SUM * mag[i]);
+    }
     tsr_bf16 *d_x = new_bf16(x, ni), *d_w = new_bf16(w, nw), *d_dout = new_bf16(dout, no);
     tsr_bf16 *d_pre = new_bf16(pre, ni), *d_gi = d16(ni);
     float *d_gw = df32(nw), *d_gb = df32(OC), *gi[3], *gw[3], *gb[3];
@@ -677,13 +683,16 @@ static void test_matmul_bwd_dgelu(const mmdg_cfg *m) {
     tap_ok(dif == 0, "%s: dw, dbias bit-identical to tcu_matmul_backward's (%zu differ)", tag, dif);
     dif = ndiff(gi[0], gi[1], ni, 4) + ndiff(gw[0], gw[1], nw, 4) + ndiff(gb[0], gb[1], OC, 4);
     tap_ok(dif == 0, "%s: run twice, dinp dw dbias bit-identical (%zu differ)", tag, dif);
-    if (IC % 8 != 0) { /* no DGELU epilogue: matmul (=), then the GELU backward in place */
-        poison(d_gi, ni * 2);
-        tcu_matmul_backward(d_gi, NULL, NULL, d_dout, NULL, d_w, N, IC, OC, TSR_GRAD_SET, g_s);
-        tcu_gelu_backward(d_gi, d_pre, d_gi, ni, TSR_GELU_TANH, TSR_GRAD_SET, g_s);
-        dif = ndiff(gi[0], get_bf16(d_gi, ni), ni, 4);
+    /* the unfused sequence: matmul (=), then the GELU backward in place */
+    poison(d_gi, ni * 2);
+    tcu_matmul_backward(d_gi, NULL, NULL, d_dout, NULL, d_w, N, IC, OC, TSR_GRAD_SET, g_s);
+    tcu_gelu_backward(d_gi, d_pre, d_gi, ni, TSR_GELU_TANH, TSR_GRAD_SET, g_s);
+    dif = ndiff(gi[0], get_bf16(d_gi, ni), ni, 4);
+    if (IC % 8 != 0) /* no DGELU epilogue: the op runs that sequence */
         tap_ok(dif == 0, "%s: IC %% 8 != 0: the unfused sequence's bits (%zu differ)", tag, dif);
-    }
+    else /* one rounding against two: some elements differ unless the epilogue did not run */
+        tap_diag("%s: %zu of %zu elements differ from the unfused sequence's (0: cuBLASLt had no "
+                 "DGELU algorithm, the fallback ran)", tag, dif, ni);
     scope_end(tag);
 }
 
@@ -1543,13 +1552,14 @@ static void test_adamw(const adamw_cfg *a) {
     scope_end(tag);
 }
 
-/* tcu_adamw_update_segments over one store: 70 segments (two launches of 64 and 6), lengths 0 to
- * 1000, starts on and off 16-byte boundaries, gaps between some of them, two weight decays;
+/* tcu_adamw_update_segments over one store: 80 segments, 71 of them not empty (two launches: 64
+ * and 7; empty ones are skipped, not counted), lengths 0 to 1000, starts on and off 16-byte
+ * boundaries, gaps between some of them, two weight decays;
  * against one tcu_adamw_update per segment on a copy (the same bits), the CPU op per segment,
  * and the gaps left as they were */
 #define ADAMW_SEG_CHECKS 3
 static void test_adamw_segments(int t, int bf16) {
-    enum { NSEG = 70 };
+    enum { NSEG = 80 };
     const float lr = 2e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, gs = 0.7f;
     char tag[64];
     snprintf(tag, sizeof tag, "adamw_update_segments %d segments t=%d%s", NSEG, t,
@@ -1563,6 +1573,9 @@ static void test_adamw_segments(int t, int bf16) {
         n += segs[k].n;
     }
     n += 3; /* and after the last one */
+    int filled = 0;
+    for (int k = 0; k < NSEG; k++) filled += segs[k].n > 0;
+    if (filled <= 64) tap_diag("%s: only %d segments hold elements: one launch", tag, filled);
     float *p = hf(n), *g = hf(n), *m = hf(n), *v = hf(n);
     fill_f32(p, n, -1, 1), fill_f32(g, n, -1, 1), fill_f32(m, n, -0.05, 0.05);
     fill_f32(v, n, 0, 1e-3);
