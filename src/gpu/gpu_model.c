@@ -55,16 +55,21 @@ static void c_to_host(const tsr_backend *be, void *dst, const void *src, size_t 
          tcu_memcpy_d2h(dst, src, bytes, STREAM(be)));
 }
 
-/* TSR_GRAD_SET as asked, or, when the environment sets TSR_GRAD_OVERWRITE=0 (a measurement
- * switch: docs/cuda.md), as before it existed: the n bf16 of dinp zeroed, then TSR_GRAD_ADD.
- * Read once per process; both give the same bits. */
+/* A measurement switch (docs/cuda.md): 0 when the environment sets NAME=0, else 1; *cache (-1
+ * until then) keeps the answer, so the environment is read once per process. */
+static int switch_on(const char *name, int *cache) {
+    if (*cache < 0) {
+        const char *v = getenv(name);
+        *cache = !(v && strcmp(v, "0") == 0);
+    }
+    return *cache;
+}
+
+/* TSR_GRAD_SET as asked, or, when the environment sets TSR_GRAD_OVERWRITE=0, as before it
+ * existed: the n bf16 of dinp zeroed, then TSR_GRAD_ADD. Both give the same bits. */
 static tsr_grad_mode grad_mode(const tsr_backend *be, void *dinp, size_t n, tsr_grad_mode mode) {
     static int overwrite = -1;
-    if (overwrite < 0) {
-        const char *v = getenv("TSR_GRAD_OVERWRITE");
-        overwrite = !(v && strcmp(v, "0") == 0);
-    }
-    if (mode != TSR_GRAD_SET || overwrite) return mode;
+    if (mode != TSR_GRAD_SET || switch_on("TSR_GRAD_OVERWRITE", &overwrite)) return mode;
     c_zero(be, dinp, n * sizeof(tsr_bf16));
     return TSR_GRAD_ADD;
 }
@@ -239,15 +244,10 @@ static void c_matmul_backward_gelu(const tsr_backend *be, void *dinp, float *dw,
 }
 
 /* The fused GELU backward (matmul_backward_gelu), unless the environment sets TSR_DGELU_FUSION=0
- * (a measurement switch, as TSR_GRAD_OVERWRITE: docs/cuda.md; the decoder then runs
- * matmul_backward and gelu_backward). Read once per process. */
+ * (the decoder then runs matmul_backward and gelu_backward). */
 static int dgelu_fusion(void) {
     static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("TSR_DGELU_FUSION");
-        on = !(v && strcmp(v, "0") == 0);
-    }
-    return on;
+    return switch_on("TSR_DGELU_FUSION", &on);
 }
 
 static void c_gelu_backward(const tsr_backend *be, void *dinp, const void *inp, const void *dout,
