@@ -272,6 +272,9 @@ micro_batch() {
     done
     echo "$mb"
 }
+# run.sh --micro-batch MODEL: the micro batch MODEL gets here, printed (device.sh's profile runs
+# the bench's shapes), and nothing run
+if [[ ${1:-} == --micro-batch ]]; then micro_batch "${2:?usage: run.sh --micro-batch MODEL}"; exit 0; fi
 for m in $MODELS; do micro_batch "$m" >/dev/null; done  # validate MICRO_BATCH before any run
 
 # device description and peak FLOP/s

@@ -35,8 +35,12 @@
 #                                                   TensorBoard's EventAccumulator, save_pretrained
 #                                                   fixtures -> $OUT/hf-transformers.tar.gz), then
 #                                                   again with --perturb gpt2, which must fail
-#   Time: the device tool stops a command at 10 minutes, and a session has 30 device minutes. Every
-#   step runs under `timeout` (STEP_LIMIT_S, default 540 s) and a call starts no step once less
+#           bash tests/gpu/device.sh firstlight [STAGE...]   the first call of a session: ops,
+#                                                   train (GPU halves), bench and profile of
+#                                                   gpt2-124m, clients, in one call of 420 s
+#                                                   (stages and limits: at firstlight() below)
+#   Time: the device tool stops a command at 10 minutes, and a session has 15 device minutes, the
+#   machine's start included (docs/cuda.md, "The first-light session"). Every step runs under `timeout` (STEP_LIMIT_S, default 540 s) and a call starts no step once less
 #   than 30 s of CALL_LIMIT_S (default 570 s) are left: it says which stages were not run and the
 #   command that runs them, so a slow or hung step leaves its logs instead of nothing.
 #   Each leaves its logs and a summary under $OUT (else /tmp/device-out) and prints the summary
@@ -120,6 +124,8 @@ pack() {
 # Unpacks the bundle (python's tarfile when there is no xz) and sets up the environment: the
 # carried libraries first, then the machine's CUDA toolkit and PyTorch's nvidia-* wheels (NCCL).
 setup() {
+    [[ -z ${SETUP_DONE:-} ]] || return 0
+    SETUP_DONE=1
     [[ -f $BUNDLE ]] || die "no $BUNDLE: run 'bash tests/gpu/device.sh pack' where the project builds, then carry .devbundle"
     if ! cmp -s <(tar -xJOf "$BUNDLE" ./VERSION 2>/dev/null || echo x) "$UNPACKED/VERSION" 2>/dev/null; then
         rm -rf "$UNPACKED" && mkdir -p "$UNPACKED"
@@ -203,14 +209,14 @@ check() {
                     echo "FAIL $st: no working compute-sanitizer (CUDA toolkit) on this machine" | tee -a "$summary"
                     rc=1; continue
                 fi
-                if [[ $st == memcheck ]]; then
+                if [[ $st == memcheck && ${MEMCHECK_ALL:-1} == 1 ]]; then
                     CUDA_LAUNCH_BLOCKING=1 op_test "$logs/$st.txt" "$san" "$st" || r=$?
                 else
                     CUDA_LAUNCH_BLOCKING=1 TSR_GPU_OPS_QUICK=1 op_test "$logs/$st.txt" "$san" "$st" || r=$?
                 fi ;;
             ops) op_test "$logs/$st.txt" || r=$? ;;
-            train) limited "$logs/$st.txt" env TESTS="test_cuda_train test_cuda_lora test_cuda_moe_ep" \
-                       bash tests/run.sh || r=$? ;;
+            train) limited "$logs/$st.txt" env TSR_TEST_EMULATOR="${TSR_TEST_EMULATOR:-0}" \
+                       TESTS="test_cuda_train test_cuda_lora test_cuda_moe_ep" bash tests/run.sh || r=$? ;;
         esac
         if ((r == 125)); then not_run+=("$st"); continue; fi
         ((r == 0)) || rc=1
@@ -286,21 +292,38 @@ profile() {
     local model=${1:-gpt2-124m} ncu data=/tmp/profile-data V kv rc=0
     V=$(sed -n 's/^ *vocab_size *= *\([0-9]*\);.*/\1/p' "configs/$model.cfg" | head -1)
     [[ -d $data/train ]] || "$BUILD/tessera" synth --out "$data" --vocab "${V:-50257}" --val-tokens 0 --seed 1 --quiet
+    # the bench's shapes (bench/gpu/run.sh: its micro batch, one microbatch a step), so that the
+    # table accounts for its step time
+    local mb
+    mb=$(PYTHON=true bash bench/gpu/run.sh --micro-batch "$model")
     local run=("$BUILD/tessera-train" --config "configs/$model.cfg" --set device=cuda
                --set data.train="$data/train" --set data.val= --set eval_interval=0ba
                --set save_interval=0ba --set sample.tokens=0 --set run_dir=/tmp/profile-run)
+    [[ -z $mb ]] || run+=(--set micro_batch="$mb" --set global_batch="$mb")
     for kv in ${TESSERA_ARGS:-}; do run+=(--set "$kv"); done
-    rm -rf /tmp/profile-run
-    TSR_PROFILE=1 limited "$OUTDIR/profile-$model.txt" "${run[@]}" --set max_duration=8ba || rc=1
-    rm -rf /tmp/profile-run
-    TSR_PROFILE=1 TSR_GRAD_OVERWRITE=0 limited "$OUTDIR/profile-$model-accumulate.txt" "${run[@]}" \
-        --set max_duration=8ba || rc=1
-    rm -rf /tmp/profile-run
-    TSR_PROFILE=1 TSR_DGELU_FUSION=0 limited "$OUTDIR/profile-$model-unfused.txt" "${run[@]}" \
-        --set max_duration=8ba || rc=1
+    local runs=" ${PROFILE_RUNS:-base accumulate unfused ncu} " kinds=()
+    if [[ $runs == *" base "* ]]; then
+        rm -rf /tmp/profile-run
+        TSR_PROFILE=1 limited "$OUTDIR/profile-$model.txt" "${run[@]}" --set max_duration=8ba || rc=1
+        kinds+=("")
+    fi
+    if [[ $runs == *" accumulate "* ]]; then
+        rm -rf /tmp/profile-run
+        TSR_PROFILE=1 TSR_GRAD_OVERWRITE=0 limited "$OUTDIR/profile-$model-accumulate.txt" "${run[@]}" \
+            --set max_duration=8ba || rc=1
+        kinds+=(-accumulate)
+    fi
+    if [[ $runs == *" unfused "* ]]; then
+        rm -rf /tmp/profile-run
+        TSR_PROFILE=1 TSR_DGELU_FUSION=0 limited "$OUTDIR/profile-$model-unfused.txt" "${run[@]}" \
+            --set max_duration=8ba || rc=1
+        kinds+=(-unfused)
+    fi
     rm -rf /tmp/profile-run
     ncu=$(find_tool ncu)
-    if [[ -z $ncu ]]; then
+    if [[ $runs != *" ncu "* ]]; then
+        :
+    elif [[ -z $ncu ]]; then
         echo "no working ncu (Nsight Compute) on this machine: the event profile above stands alone" |
             tee "$OUTDIR/profile-$model-ncu.txt"
     else
@@ -309,7 +332,7 @@ profile() {
             --set max_duration=3ba >/dev/null || echo "ncu exited (see profile-$model-ncu.txt)"
         tail -60 "$OUTDIR/profile-$model-ncu.txt"
     fi
-    for kv in "" -accumulate -unfused; do
+    for kv in "${kinds[@]}"; do
         echo "== profile-$model$kv.txt"
         awk '/TSR_PROFILE device time per op/ { on = 1 } on && n++ < 40' "$OUTDIR/profile-$model$kv.txt"
     done
@@ -355,6 +378,87 @@ clients() {
     ((rc == 0 && blind == 0))
 }
 
+# firstlight [STAGE...]: the device session in one call. The device tool lends 15 minutes a
+# session, the machine's start (a minute or more) included: one call of FIRSTLIGHT_S (default
+# 420 s; give the tool's timeout_s 480) leaves time to fix what it finds and run it again. The
+# stages, in this order (default: the first five), each under its own limit and going on past a
+# failure; one not started for time is named with the command that runs it:
+#   ops       the op test, every case (asynchronous, as in a step)                       90 s
+#   train     test_cuda_train.sh and test_cuda_lora.sh, their GPU halves (TSR_TEST_EMULATOR=0)  180 s
+#   bench     bench/gpu/run.sh for gpt2-124m (STEPS=10 WARMUP=3 unless set)               150 s
+#   profile   TSR_PROFILE=1 for gpt2-124m, then TSR_GRAD_OVERWRITE=0 and TSR_DGELU_FUSION=0  60 s each
+#   clients   real_clients.py over .devbundle/clients (pack-clients), the perturbed run   75 s
+#   sanitize  memcheck, racecheck and synccheck on the op test's reduced cases           240 s
+#   hc        the health checker's GPU mode                                             150 s
+# $OUT holds at most 5 files, rewritten after every stage (a call cut off keeps what was done):
+# probe.txt, firstlight.txt (a line or more a stage), firstlight-logs.tar.gz (every log and
+# table), results-gpt2-124m.md and hf-transformers.tar.gz.
+FL_STAGES=(ops train bench profile clients sanitize hc)
+FL_DEFAULT=(ops train bench profile clients)
+declare -A FL_LIMIT=([ops]=90 [train]=180 [bench]=150 [profile]=60 [clients]=75 [sanitize]=240 [hc]=150)
+
+firstlight() {
+    local want=("$@") st r t0 out=$OUTDIR work=/tmp/firstlight-work not_run=() rc=0
+    ((${#want[@]})) || want=("${FL_DEFAULT[@]}")
+    for st in "${want[@]}"; do
+        [[ -n ${FL_LIMIT[$st]:-} ]] || die "firstlight: unknown stage '$st' (stages: ${FL_STAGES[*]})"
+    done
+    CALL_LIMIT_S=${FIRSTLIGHT_S:-420}
+    [[ $CALL_LIMIT_S =~ ^[1-9][0-9]*$ ]] || die "FIRSTLIGHT_S='$CALL_LIMIT_S': expected a whole number of seconds"
+    rm -rf "$work" && mkdir -p "$work" "$out"
+    OUTDIR=$work
+    setup >/dev/null
+    cp "$work/probe.txt" "$out/probe.txt"
+    local summary=$out/firstlight.txt
+    echo "firstlight: ${want[*]} (FIRSTLIGHT_S=$CALL_LIMIT_S) on $(head -2 "$work/probe.txt" | tail -1)" | tee "$summary"
+    for st in "${FL_STAGES[@]}"; do
+        [[ " ${want[*]} " == *" $st "* ]] || continue
+        if ((CALL_LIMIT_S - (SECONDS - T0) < 40)); then not_run+=("$st"); continue; fi
+        STEP_LIMIT_S=${FL_LIMIT[$st]} t0=$SECONDS r=0
+        case $st in
+            ops) op_test "$work/ops.txt" || r=$? ;;
+            train) limited "$work/train.txt" env TSR_TEST_EMULATOR=0 TESTS="test_cuda_train test_cuda_lora" \
+                       bash tests/run.sh || r=$?
+                   [[ -d $BUILD/test-logs ]] && cp -r "$BUILD/test-logs" "$work/" ;;
+            bench) STEPS=${STEPS:-10} WARMUP=${WARMUP:-3} bench gpt2-124m >/dev/null || r=$?
+                   cp "$work/results-gpt2-124m.md" "$out/" 2>/dev/null || true ;;
+            profile) PROFILE_RUNS="base accumulate unfused" profile gpt2-124m >"$work/profile-tables.txt" || r=$? ;;
+            clients) if [[ -f $ROOT/.devbundle/clients/manifest.json ]]; then
+                         clients >/dev/null || r=$?
+                         mv "$work/hf-transformers.tar.gz" "$out/" 2>/dev/null || true
+                     else
+                         echo "no .devbundle/clients: run 'bash tests/gpu/device.sh pack-clients' where tessera builds" >"$work/clients.txt"
+                         r=2
+                     fi ;;
+            sanitize) MEMCHECK_ALL=0 check memcheck racecheck synccheck >/dev/null || r=$? ;;
+            hc) hc >/dev/null || r=$? ;;
+        esac
+        if ((r == 125)); then not_run+=("$st"); continue; fi
+        ((r == 0)) || rc=1
+        { printf '%s %s (%ds, exit %d)' "$(case $r in 0) echo PASS ;; 77) echo SKIP ;; *) echo FAIL ;; esac)" \
+              "$st" $((SECONDS - t0)) "$r"
+          case $st in
+              ops | train) printf ': '; outcome "$work/$st.txt" ;;
+              bench) echo; grep -E '^\| *(tessera|PyTorch|gpt2)|^\| model' "$work/results-gpt2-124m.md" 2>/dev/null | head -4 | sed 's/^/    /' ;;
+              profile) echo; awk '/TSR_PROFILE device time per op/ { on = 1 } on && n++ < 14' \
+                           "$work/profile-gpt2-124m.txt" 2>/dev/null | sed 's/^/    /' ;;
+              clients) echo; sed 's/^/    /' "$work/clients.txt" 2>/dev/null ;;
+              sanitize) echo; sed 's/^/    /' "$work/check.txt" 2>/dev/null ;;
+              hc) echo; sed 's/^/    /' "$work/hc.txt" 2>/dev/null ;;
+          esac; } | tee -a "$summary"
+        tar -C /tmp -czf "$out/firstlight-logs.tar.gz.tmp" firstlight-work && mv "$out/firstlight-logs.tar.gz.tmp" "$out/firstlight-logs.tar.gz"
+    done
+    if ((${#not_run[@]})); then
+        rc=1
+        echo "NOT RUN (out of time): ${not_run[*]}; next call: bash tests/gpu/device.sh firstlight ${not_run[*]}" | tee -a "$summary"
+    fi
+    tar -C /tmp -czf "$out/firstlight-logs.tar.gz.tmp" firstlight-work && mv "$out/firstlight-logs.tar.gz.tmp" "$out/firstlight-logs.tar.gz"
+    echo "in \$OUT: $(cd "$out" && ls | tr '\n' ' ')"
+    echo "== summary"
+    cat "$summary"
+    return $rc
+}
+
 case ${1:-} in
     pack) pack ;;
     pack-clients) pack_clients ;;
@@ -363,5 +467,6 @@ case ${1:-} in
     bench) shift; bench "$@" ;;
     hc) hc ;;
     profile) shift; profile "$@" ;;
+    firstlight) shift; firstlight "$@" ;;
     *) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -145,8 +145,10 @@ tap_check $? "objective = dpo with device = cuda refused naming objective, nothi
 # The emulator: losses as test_cuda_train.sh's (3e-4); the norm at its Llama block's twice
 # 5e-3 doubled again: the frozen base is bf16 here (the CPU's is fp32) and lr = 1e-2 on the
 # adapters moves the norm faster (measured 9.2e-3 at step 6, loss 7e-5)
-GPUS=$((MPI_OK ? 8 : 1))
-suite "$BUILD/tests/tessera-train-cuemu" emulator 3e-4 2e-2 0
+if emulator_half "$PER"; then
+    GPUS=$((MPI_OK ? 8 : 1))
+    suite "$BUILD/tests/tessera-train-cuemu" emulator 3e-4 2e-2 0
+fi
 
 # the real backend: a GPU, its driver and the library built beside tessera-train
 real_backend

@@ -254,81 +254,83 @@ PY
 # the CPU than the issue's 0.5% (measured: loss up to 4.3e-5, norm up to 3.8e-3 on the 3-rank
 # runs, whose batches are smallest): its loss tolerance is tight enough that a dropped gradient
 # term (wpe's: loss 9e-4 off) fails. The GPU gets the issue's 0.5% on the loss, 5% on the norm.
-GPUS=$((MPI_OK ? 8 : 1)) # the emulator's devices (one rank each), as many as MPI can start
-# Its allocator holds exactly what the plan counts (no cuBLASLt workspace, no scratch): no slack.
-suite "$BUILD/tests/tessera-train-cuemu" emulator 3e-4 5e-3 0
+if emulator_half $((PER + 4)); then
+    GPUS=$((MPI_OK ? 8 : 1)) # the emulator's devices (one rank each), as many as MPI can start
+    # Its allocator holds exactly what the plan counts (no cuBLASLt workspace, no scratch): no slack.
+    suite "$BUILD/tests/tessera-train-cuemu" emulator 3e-4 5e-3 0
 
-# micro_batch = auto on a device that holds the activations of 2 sequences but not of 4: the
-# emulator's capacity (TSR_EMU_MEM) set between the two from the plan the GPT-2 run printed
-cap=$("$PY3" - "$TMP/emulator.gpt2.txt" <<'PY'
+    # micro_batch = auto on a device that holds the activations of 2 sequences but not of 4: the
+    # emulator's capacity (TSR_EMU_MEM) set between the two from the plan the GPT-2 run printed
+    cap=$("$PY3" - "$TMP/emulator.gpt2.txt" <<'PY'
 import re, sys
 t = open(sys.argv[1]).read()
 u = lambda v, s: float(v) * 1024 ** ["B", "KiB", "MiB", "GiB"].index(s)
 a = re.search(r"device memory per rank.*activations ([0-9.]+) (\w+) per microbatch of 4 x.*total ([0-9.]+) (\w+)", t)
 print(int(u(a.group(3), a.group(4)) - u(a.group(1), a.group(2)) / 4) if a else 0)
 PY
-)
-TSR_EMU_MEM=$cap run "$BUILD/tests/tessera-train-cuemu" 1 auto --set device=cuda --set micro_batch=auto &&
-    run "$BUILD/tests/tessera-train-cuemu" 1 micro2 --set device=cuda --set micro_batch=2 &&
-    grep -q '"event": "micro_batch"' "$TMP/auto/metrics.jsonl" &&
-    final_lines "$TMP/auto/metrics.jsonl" >"$TMP/auto.loss" &&
-    final_lines "$TMP/micro2/metrics.jsonl" >"$TMP/micro2.loss" && cmp -s "$TMP/auto.loss" "$TMP/micro2.loss" &&
-    grep -E '"event": "micro_batch"' "$TMP/auto/metrics.jsonl" | tail -1 | grep -q '"micro_batch": 2'
-tap_check $? "emulator: micro_batch = auto with room for 2 sequences ($cap bytes) halves 8 -> 4 -> 2 and all 20 steps equal micro_batch = 2 bit for bit"
+    )
+    TSR_EMU_MEM=$cap run "$BUILD/tests/tessera-train-cuemu" 1 auto --set device=cuda --set micro_batch=auto &&
+        run "$BUILD/tests/tessera-train-cuemu" 1 micro2 --set device=cuda --set micro_batch=2 &&
+        grep -q '"event": "micro_batch"' "$TMP/auto/metrics.jsonl" &&
+        final_lines "$TMP/auto/metrics.jsonl" >"$TMP/auto.loss" &&
+        final_lines "$TMP/micro2/metrics.jsonl" >"$TMP/micro2.loss" && cmp -s "$TMP/auto.loss" "$TMP/micro2.loss" &&
+        grep -E '"event": "micro_batch"' "$TMP/auto/metrics.jsonl" | tail -1 | grep -q '"micro_batch": 2'
+    tap_check $? "emulator: micro_batch = auto with room for 2 sequences ($cap bytes) halves 8 -> 4 -> 2 and all 20 steps equal micro_batch = 2 bit for bit"
 
-# zero3 with evaluation: an evaluation gathers the full bf16 weights, so micro_batch = auto must
-# leave room for them after the activations. On a device sized from a free run's peak (the
-# activations of 8 sequences and the evaluation buffer) less half that buffer, 8 sequences fit but
-# leave no room to evaluate: the run halves to 4 at step 1 and evaluates at step 10 (it used to
-# keep 8 and die at step 10's evaluation, out of device memory).
-ze=(--set device=cuda --set parallel.sharding=zero3 --set micro_batch=auto --set global_batch=8
-    --set data.val="$TMP/data/val" --set eval_interval=10ba --set eval_samples=24 --set max_duration=12ba)
-run "$BUILD/tests/tessera-train-cuemu" 1 ze_free "${ze[@]}"
-cap=$("$PY3" - "$TMP/ze_free.txt" "$TMP/ze_free/metrics.jsonl" <<'PY'
+    # zero3 with evaluation: an evaluation gathers the full bf16 weights, so micro_batch = auto must
+    # leave room for them after the activations. On a device sized from a free run's peak (the
+    # activations of 8 sequences and the evaluation buffer) less half that buffer, 8 sequences fit but
+    # leave no room to evaluate: the run halves to 4 at step 1 and evaluates at step 10 (it used to
+    # keep 8 and die at step 10's evaluation, out of device memory).
+    ze=(--set device=cuda --set parallel.sharding=zero3 --set micro_batch=auto --set global_batch=8
+        --set data.val="$TMP/data/val" --set eval_interval=10ba --set eval_samples=24 --set max_duration=12ba)
+    run "$BUILD/tests/tessera-train-cuemu" 1 ze_free "${ze[@]}"
+    cap=$("$PY3" - "$TMP/ze_free.txt" "$TMP/ze_free/metrics.jsonl" <<'PY'
 import json, re, sys
 m = re.search(r"full weights while evaluating ([0-9.]+) (B|KiB|MiB)", open(sys.argv[1]).read())
 peak = max((j.get("peak_mem_bytes", 0) for j in map(json.loads, open(sys.argv[2]))), default=0)
 print(int(peak - float(m.group(1)) * 1024 ** ["B", "KiB", "MiB"].index(m.group(2)) / 2) if m and peak else 0)
 PY
-)
-TSR_EMU_MEM=$cap run "$BUILD/tests/tessera-train-cuemu" 1 ze_cap "${ze[@]}" &&
-    grep -q "step 1 reruns with microbatches of 4" "$TMP/ze_cap.txt" && grep -q "^eval step 10 | val loss" "$TMP/ze_cap.txt"
-tap_check $? "emulator: zero3 + evaluation + micro_batch = auto on a device ($cap bytes) without room for the evaluation's full weights next to 8 sequences: halves to 4 at step 1, evaluates at step 10"
+    )
+    TSR_EMU_MEM=$cap run "$BUILD/tests/tessera-train-cuemu" 1 ze_cap "${ze[@]}" &&
+        grep -q "step 1 reruns with microbatches of 4" "$TMP/ze_cap.txt" && grep -q "^eval step 10 | val loss" "$TMP/ze_cap.txt"
+    tap_check $? "emulator: zero3 + evaluation + micro_batch = auto on a device ($cap bytes) without room for the evaluation's full weights next to 8 sequences: halves to 4 at step 1, evaluates at step 10"
 
-# TSR_PROFILE=1 (docs/cuda.md, "Per-op profile"): rank 0 prints the per-op table over steps 2-5
-# (step 1 dropped; a run of one step keeps it). Its counts are the decoder's calls: per microbatch (2 a step) 2 layers x 3
-# matmul backwards + the head's, and 2 layers x 1 matmul backward fused with the tanh GELU's
-# (matmul_backward_dgelu; TSR_DGELU_FUSION=0: 4 matmul backwards a layer and no fused one); one
-# zeroing (the final norm's input gradient) where the input gradients are overwritten, 10 with
-# TSR_GRAD_OVERWRITE=0 (2 + 4 a layer: what TSR_GRAD_SET saves; the fused op always writes)
-# prof_calls FILE OP: the calls column of OP's rows, summed over its shapes
-prof_calls() {
-    awk -v op="$2" '/TSR_PROFILE device time per op/ { on = 1; next } on && $1 == op { n += $3 }
-        END { print n + 0 }' "$1"
-}
-TSR_PROFILE=1 run "$BUILD/tests/tessera-train-cuemu" 1 prof --set device=cuda --set max_duration=5ba &&
-    TSR_PROFILE=1 TSR_GRAD_OVERWRITE=0 run "$BUILD/tests/tessera-train-cuemu" 1 profacc \
-        --set device=cuda --set max_duration=5ba &&
-    TSR_PROFILE=1 TSR_DGELU_FUSION=0 run "$BUILD/tests/tessera-train-cuemu" 1 profunf \
-        --set device=cuda --set max_duration=5ba &&
-    grep -q "TSR_PROFILE device time per op (CUDA events) over 4 steps (the first, warm-up, dropped)" "$TMP/prof.txt" &&
-    p=$(printf '%s/%s/%s/%s/%s/%s/%s' "$(grep -c '^step: forward+backward  *-  *4 ' "$TMP/prof.txt")" \
-        "$(prof_calls "$TMP/prof.txt" matmul_backward)" "$(prof_calls "$TMP/prof.txt" matmul_backward_dgelu)" \
-        "$(prof_calls "$TMP/prof.txt" zero)" "$(prof_calls "$TMP/profacc.txt" zero)" \
-        "$(prof_calls "$TMP/profunf.txt" matmul_backward)" "$(prof_calls "$TMP/profunf.txt" matmul_backward_dgelu)") &&
-    [[ $p == 1/56/16/8/80/72/0 ]] && awk '$1 == "matmul_forward" && $5 > 0 { n++ } END { exit !(n >= 4) }' "$TMP/prof.txt" &&
-    TSR_PROFILE=1 run "$BUILD/tests/tessera-train-cuemu" 1 prof1 --set device=cuda --set max_duration=1ba &&
-    grep -q "TSR_PROFILE device time per op (CUDA events) over 1 step$" "$TMP/prof1.txt" &&
-    (($(prof_calls "$TMP/prof1.txt" matmul_backward) == 14))
-tap_check $? "emulator: TSR_PROFILE=1 prints per-op device times over steps 2-5 (forward+backward phases/matmul backwards/fused ones/zeroings/zeroings without TSR_GRAD_SET/matmul backwards and fused ones with TSR_DGELU_FUSION=0: ${p:-none}, want 1/56/16/8/80/72/0); a run of 1 step reports that step"
+    # TSR_PROFILE=1 (docs/cuda.md, "Per-op profile"): rank 0 prints the per-op table over steps 2-5
+    # (step 1 dropped; a run of one step keeps it). Its counts are the decoder's calls: per microbatch (2 a step) 2 layers x 3
+    # matmul backwards + the head's, and 2 layers x 1 matmul backward fused with the tanh GELU's
+    # (matmul_backward_dgelu; TSR_DGELU_FUSION=0: 4 matmul backwards a layer and no fused one); one
+    # zeroing (the final norm's input gradient) where the input gradients are overwritten, 10 with
+    # TSR_GRAD_OVERWRITE=0 (2 + 4 a layer: what TSR_GRAD_SET saves; the fused op always writes)
+    # prof_calls FILE OP: the calls column of OP's rows, summed over its shapes
+    prof_calls() {
+        awk -v op="$2" '/TSR_PROFILE device time per op/ { on = 1; next } on && $1 == op { n += $3 }
+            END { print n + 0 }' "$1"
+    }
+    TSR_PROFILE=1 run "$BUILD/tests/tessera-train-cuemu" 1 prof --set device=cuda --set max_duration=5ba &&
+        TSR_PROFILE=1 TSR_GRAD_OVERWRITE=0 run "$BUILD/tests/tessera-train-cuemu" 1 profacc \
+            --set device=cuda --set max_duration=5ba &&
+        TSR_PROFILE=1 TSR_DGELU_FUSION=0 run "$BUILD/tests/tessera-train-cuemu" 1 profunf \
+            --set device=cuda --set max_duration=5ba &&
+        grep -q "TSR_PROFILE device time per op (CUDA events) over 4 steps (the first, warm-up, dropped)" "$TMP/prof.txt" &&
+        p=$(printf '%s/%s/%s/%s/%s/%s/%s' "$(grep -c '^step: forward+backward  *-  *4 ' "$TMP/prof.txt")" \
+            "$(prof_calls "$TMP/prof.txt" matmul_backward)" "$(prof_calls "$TMP/prof.txt" matmul_backward_dgelu)" \
+            "$(prof_calls "$TMP/prof.txt" zero)" "$(prof_calls "$TMP/profacc.txt" zero)" \
+            "$(prof_calls "$TMP/profunf.txt" matmul_backward)" "$(prof_calls "$TMP/profunf.txt" matmul_backward_dgelu)") &&
+        [[ $p == 1/56/16/8/80/72/0 ]] && awk '$1 == "matmul_forward" && $5 > 0 { n++ } END { exit !(n >= 4) }' "$TMP/prof.txt" &&
+        TSR_PROFILE=1 run "$BUILD/tests/tessera-train-cuemu" 1 prof1 --set device=cuda --set max_duration=1ba &&
+        grep -q "TSR_PROFILE device time per op (CUDA events) over 1 step$" "$TMP/prof1.txt" &&
+        (($(prof_calls "$TMP/prof1.txt" matmul_backward) == 14))
+    tap_check $? "emulator: TSR_PROFILE=1 prints per-op device times over steps 2-5 (forward+backward phases/matmul backwards/fused ones/zeroings/zeroings without TSR_GRAD_SET/matmul backwards and fused ones with TSR_DGELU_FUSION=0: ${p:-none}, want 1/56/16/8/80/72/0); a run of 1 step reports that step"
 
-# the head size checked is the model's (head_dim), not d_model / n_head (64 / 2 = 32 has a kernel,
-# 48 has none): refused at start naming model.head_dim, before any step
-run "$BUILD/tests/tessera-train-cuemu" 1 hs48 --set device=cuda --set model.head_dim=48
-rc=$?
-((rc == 1)) && grep -q 'head size model.head_dim = 48 has no attention kernel' "$TMP/hs48.txt" &&
-    ! grep -q '^step ' "$TMP/hs48.txt"
-tap_check $? "emulator: head_dim 48 (d_model / n_head = 32) refused at start naming model.head_dim (exit $rc, want 1)"
+    # the head size checked is the model's (head_dim), not d_model / n_head (64 / 2 = 32 has a kernel,
+    # 48 has none): refused at start naming model.head_dim, before any step
+    run "$BUILD/tests/tessera-train-cuemu" 1 hs48 --set device=cuda --set model.head_dim=48
+    rc=$?
+    ((rc == 1)) && grep -q 'head size model.head_dim = 48 has no attention kernel' "$TMP/hs48.txt" &&
+        ! grep -q '^step ' "$TMP/hs48.txt"
+    tap_check $? "emulator: head_dim 48 (d_model / n_head = 32) refused at start naming model.head_dim (exit $rc, want 1)"
+fi
 
 # the real backend: a GPU, its driver and the library built beside tessera-train
 real_backend
