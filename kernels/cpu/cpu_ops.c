@@ -16,6 +16,8 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "cpu_internal.h"
@@ -48,12 +50,34 @@ void cpu_ops_set_mem_limit(size_t bytes) { mem_limit = bytes; }
 size_t cpu_ops_live_bytes(void) { return live_bytes; }
 size_t cpu_ops_peak_bytes(void) { return peak_bytes; }
 
+/* Blocks of 64 MiB and more are mapped from the kernel, whose pages are zero already: nothing is
+ * touched before it is used. The heap's block had to be cleared, every page faulted in at once: a
+ * GPU run's host copies of the gradients and AdamW moments (2 GB at 124M parameters, 16 GB at
+ * 1.3B), which only a checkpoint reads, cost seconds at start and sat in its resident memory. A
+ * few tens live at a time; past BIG_MAX the heap serves them. */
+#define BIG_BYTES ((size_t)64 << 20)
+#define BIG_MAX 256
+static struct big_block { void *p; size_t n; } bigs[BIG_MAX];
+static int n_bigs;
+
+static void *alloc_big(size_t rounded) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t n = (rounded + page - 1) / page * page;
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    bigs[n_bigs++] = (struct big_block){p, n};
+    live_bytes += n;
+    if (live_bytes > peak_bytes) peak_bytes = live_bytes;
+    return p;
+}
+
 static void *alloc_live(size_t bytes, int limited) {
     size_t rounded = (bytes + 63) & ~(size_t)63;
     if (rounded < bytes) return NULL; /* overflow */
     if (rounded == 0) rounded = 64;
     if (limited && mem_limit && (rounded > mem_limit || live_bytes > mem_limit - rounded))
         return NULL;
+    if (rounded >= BIG_BYTES && n_bigs < BIG_MAX) return alloc_big(rounded);
     void *p = aligned_alloc(64, rounded);
     if (!p) return NULL;
     live_bytes += malloc_usable_size(p);
@@ -76,6 +100,13 @@ static void *cpu_alloc(size_t bytes) {
 
 static void cpu_free(void *p) {
     if (!p) return;
+    for (int i = 0; i < n_bigs; i++)
+        if (bigs[i].p == p) {
+            munmap(p, bigs[i].n);
+            live_bytes = live_bytes > bigs[i].n ? live_bytes - bigs[i].n : 0;
+            bigs[i] = bigs[--n_bigs];
+            return;
+        }
     size_t u = malloc_usable_size(p);
     live_bytes = live_bytes > u ? live_bytes - u : 0;
     free(p);

@@ -135,6 +135,8 @@ void ep_init_weights(tsr_ep *ep, const tsr_model *m, uint64_t seed) {
             for (int el = 0; el < ep->El; el++) {
                 float *w = ep->w + local_at(ep, which, s, el);
                 size_t k0 = ((size_t)s * ep->E + (size_t)(ep->e0 + el)) * x; /* global element */
+                /* (as model_init_weights: the same bits on any number of threads) */
+#pragma omp parallel for schedule(static) if (x >= (1u << 16))
                 for (size_t k = 0; k < x; k++) w[k] = model_init_weight(m, id, seed, k0 + k);
             }
     }
