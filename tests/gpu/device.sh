@@ -17,8 +17,8 @@
 #             racecheck  the op test's reduced case set (TSR_GPU_OPS_QUICK=1) under racecheck
 #             synccheck  the same under synccheck; all three with CUDA_LAUNCH_BLOCKING=1
 #             ops        the op test as it runs in a training step (no sanitizer, asynchronous)
-#             train      tests/gpu/test_cuda_train.sh, test_cuda_lora.sh, test_cuda_moe_ep.sh
-#                        (their GPU halves and the emulator's)
+#             train      tests/gpu/test_cuda_train.sh, test_cuda_lora.sh, test_cuda_moe_ep.sh:
+#                        their GPU halves (the emulator's with TSR_TEST_EMULATOR=1; CI runs them)
 #           bash tests/gpu/device.sh bench MODEL     bench/gpu/run.sh (tessera vs PyTorch) for one
 #                                                   model (default gpt2-124m); its settings from
 #                                                   the environment (TESSERA_ARGS, MICRO_BATCH, ...)
@@ -63,8 +63,9 @@ for v in STEP_LIMIT_S CALL_LIMIT_S; do
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v='${!v}': expected a whole number of seconds"
 done
 T0=$SECONDS
-# limited LOG CMD...: CMD under `timeout` for the smaller of STEP_LIMIT_S and what is left of
-# CALL_LIMIT_S (less 5 s to write the logs), its output into LOG and on stdout. Returns CMD's status,
+# limited LOG CMD...: CMD under `timeout` for the smallest of STEP_LIMIT_S, what is left of
+# CALL_LIMIT_S (less 5 s to write the logs) and what is left until STAGE_END (SECONDS at which
+# firstlight's stage ends, when set), its output into LOG and on stdout. Returns CMD's status,
 # 124 when the limit stopped it, or 125 when less than 30 s were left (CMD not started).
 limited() {
     local log=$1 left limit rc=0
@@ -72,6 +73,11 @@ limited() {
     left=$((CALL_LIMIT_S - (SECONDS - T0) - 5))
     ((left >= 25)) || { echo "not started: ${left}s left of CALL_LIMIT_S=$CALL_LIMIT_S" >"$log"; return 125; }
     limit=$((left < STEP_LIMIT_S ? left : STEP_LIMIT_S))
+    if [[ -n ${STAGE_END:-} ]]; then # firstlight: what is left of the stage's own limit
+        left=$((STAGE_END - SECONDS))
+        ((left >= 10)) || { echo "not started: ${left}s left of the stage's limit" >"$log"; return 125; }
+        ((left >= limit)) || limit=$left
+    fi
     timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
     ((rc != 124 && rc != 137)) || { echo "stopped by its ${limit}s limit" | tee -a "$log"; rc=124; }
     return "$rc"
@@ -145,6 +151,12 @@ print(":".join(sorted({d for r in roots for d in glob.glob(os.path.join(r, "nvid
     ORIG_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
     export LD_LIBRARY_PATH="$UNPACKED/lib:$cuda_dirs:$py_dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export BUILD=$UNPACKED/build TSR_ROOT=$ROOT
+    # python3-machine: python3 with the machine's library path back, for PyTorch: the bundle's
+    # Debian libraries (libz, libssl, libgomp, ...) are for tessera's programs only
+    # shellcheck disable=SC2016 # the $ lines are the wrapper's own, expanded when it runs
+    printf '#!/usr/bin/env bash\nexport LD_LIBRARY_PATH=%q\n[[ -n $LD_LIBRARY_PATH ]] || unset LD_LIBRARY_PATH\nexec %q "$@"\n' \
+        "$ORIG_LD_LIBRARY_PATH" "$(command -v python3)" >"$UNPACKED/python3-machine"
+    chmod +x "$UNPACKED/python3-machine"
     mkdir -p "$OUTDIR"
     {
         echo "bundle $(cat "$UNPACKED/VERSION"), tree $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo '?'), $(date -u +%FT%TZ)"
@@ -239,13 +251,8 @@ bench() {
     setup
     local models=${1:-gpt2-124m} tag rc=0
     tag=$(printf '%s' "$models${TESSERA_ARGS:+ $TESSERA_ARGS}" | tr -c 'A-Za-z0-9_.-' '_' | cut -c1-60)
-    # PyTorch gets the machine's library path back: the bundle's Debian libraries (libz, libssl,
-    # libgomp, ...) are for tessera's programs only (bench/gpu/run.sh starts them with its own)
+    # PyTorch under setup's python3-machine (bench/gpu/run.sh starts tessera with its own path)
     local py=$UNPACKED/python3-machine
-    # shellcheck disable=SC2016 # the $ lines are the wrapper's own, expanded when it runs
-    printf '#!/usr/bin/env bash\nexport LD_LIBRARY_PATH=%q\n[[ -n $LD_LIBRARY_PATH ]] || unset LD_LIBRARY_PATH\nexec %q "$@"\n' \
-        "$ORIG_LD_LIBRARY_PATH" "$(command -v python3)" >"$py"
-    chmod +x "$py"
     MODELS=$models BENCH_OUT=/tmp/bench-$tag PYTHON=$py limited "$OUTDIR/bench-$tag.txt" bash bench/gpu/run.sh || rc=$?
     cp "/tmp/bench-$tag/results.md" "$OUTDIR/results-$tag.md" 2>/dev/null || true
     tar -C /tmp -czf "$OUTDIR/bench-$tag.tar.gz" "bench-$tag"
@@ -292,10 +299,11 @@ profile() {
     local model=${1:-gpt2-124m} ncu data=/tmp/profile-data V kv rc=0
     V=$(sed -n 's/^ *vocab_size *= *\([0-9]*\);.*/\1/p' "configs/$model.cfg" | head -1)
     [[ -d $data/train ]] || "$BUILD/tessera" synth --out "$data" --vocab "${V:-50257}" --val-tokens 0 --seed 1 --quiet
-    # the bench's shapes (bench/gpu/run.sh: its micro batch, one microbatch a step), so that the
-    # table accounts for its step time
+    # the bench's shapes (bench/gpu/run.sh: its micro batch, else the recipe's; one microbatch a
+    # step), so that the table accounts for its step time
     local mb
     mb=$(PYTHON=true bash bench/gpu/run.sh --micro-batch "$model")
+    [[ -n $mb ]] || mb=$(sed -n 's/^ *micro_batch *= *\([0-9]*\);.*/\1/p' "configs/$model.cfg" | head -1)
     local run=("$BUILD/tessera-train" --config "configs/$model.cfg" --set device=cuda
                --set data.train="$data/train" --set data.val= --set eval_interval=0ba
                --set save_interval=0ba --set sample.tokens=0 --set run_dir=/tmp/profile-run)
@@ -355,8 +363,12 @@ clients() {
     local dir=$ROOT/.devbundle/clients logs=$OUTDIR/clients-logs rc=0 r=0
     [[ -f $dir/manifest.json ]] || die "no $dir: run 'bash tests/gpu/device.sh pack-clients' where tessera builds, then carry .devbundle"
     mkdir -p "$logs"
-    limited "$logs/real_clients.txt" python3 tests/gpu/real_clients.py "$dir" "$OUTDIR" || rc=$?
-    limited "$logs/perturbed.txt" python3 tests/gpu/real_clients.py "$dir" "$logs/perturbed-out" --perturb gpt2 || r=$?
+    # PyTorch with the machine's own libraries: after setup (firstlight) the bundle's Debian ones
+    # come first on LD_LIBRARY_PATH
+    local py=(python3)
+    [[ -z ${SETUP_DONE:-} ]] || py=("$UNPACKED/python3-machine")
+    limited "$logs/real_clients.txt" "${py[@]}" tests/gpu/real_clients.py "$dir" "$OUTDIR" || rc=$?
+    limited "$logs/perturbed.txt" "${py[@]}" tests/gpu/real_clients.py "$dir" "$logs/perturbed-out" --perturb gpt2 || r=$?
     rm -rf "$logs/perturbed-out"
     local blind=1
     ((r == 1)) && grep -q '^not ok .* gpt2: AutoModel' "$logs/perturbed.txt" && blind=0
@@ -381,18 +393,30 @@ clients() {
 # firstlight [STAGE...]: the device session in one call. The device tool lends 15 minutes a
 # session, the machine's start (a minute or more) included: one call of FIRSTLIGHT_S (default
 # 420 s; give the tool's timeout_s 480) leaves time to fix what it finds and run it again. The
-# stages, in this order (default: the first five), each under its own limit and going on past a
-# failure; one not started for time is named with the command that runs it:
+# stages, in this order (default: the first five), each under its own limit (all its runs
+# together: STAGE_END), going on past a failure; one not started for time is named with the
+# command that runs it:
 #   ops       the op test, every case (asynchronous, as in a step)                       90 s
 #   train     test_cuda_train.sh and test_cuda_lora.sh, their GPU halves (TSR_TEST_EMULATOR=0)  180 s
 #   bench     bench/gpu/run.sh for gpt2-124m (STEPS=10 WARMUP=3 unless set)               150 s
-#   profile   TSR_PROFILE=1 for gpt2-124m, then TSR_GRAD_OVERWRITE=0 and TSR_DGELU_FUSION=0  60 s each
+#   profile   TSR_PROFILE=1 for gpt2-124m, then TSR_GRAD_OVERWRITE=0 and TSR_DGELU_FUSION=0  60 s
 #   clients   real_clients.py over .devbundle/clients (pack-clients), the perturbed run   75 s
 #   sanitize  memcheck, racecheck and synccheck on the op test's reduced cases           240 s
 #   hc        the health checker's GPU mode                                             150 s
 # $OUT holds at most 5 files, rewritten after every stage (a call cut off keeps what was done):
 # probe.txt, firstlight.txt (a line or more a stage), firstlight-logs.tar.gz (every log and
 # table), results-gpt2-124m.md and hf-transformers.tar.gz.
+
+# bench_rows DIR: the bench's table (header and rows) and its lines about failed runs, from DIR's
+# results-gpt2-124m*.md; fails when there is none or tessera measured nothing ("—")
+bench_rows() {
+    local md
+    md=$(ls "$1"/results-gpt2-124m*.md 2>/dev/null | head -1)
+    [[ -n $md ]] || { echo "no results table (see bench-*.txt in the logs)"; return 1; }
+    grep -E '^\| model|^\| gpt2-124m|^gpt2-124m: ' "$md" || true
+    awk -F'|' '$2 ~ /gpt2-124m/ { gsub(/ /, "", $6); if ($6 != "" && $6 != "—") ok = 1 } END { exit !ok }' "$md"
+}
+
 FL_STAGES=(ops train bench profile clients sanitize hc)
 FL_DEFAULT=(ops train bench profile clients)
 declare -A FL_LIMIT=([ops]=90 [train]=180 [bench]=150 [profile]=60 [clients]=75 [sanitize]=240 [hc]=150)
@@ -401,7 +425,7 @@ firstlight() {
     local want=("$@") st r t0 out=$OUTDIR work=/tmp/firstlight-work not_run=() rc=0
     ((${#want[@]})) || want=("${FL_DEFAULT[@]}")
     for st in "${want[@]}"; do
-        [[ -n ${FL_LIMIT[$st]:-} ]] || die "firstlight: unknown stage '$st' (stages: ${FL_STAGES[*]})"
+        [[ -n $st && -n ${FL_LIMIT[$st]:-} ]] || die "firstlight: unknown stage '$st' (stages: ${FL_STAGES[*]})"
     done
     CALL_LIMIT_S=${FIRSTLIGHT_S:-420}
     [[ $CALL_LIMIT_S =~ ^[1-9][0-9]*$ ]] || die "FIRSTLIGHT_S='$CALL_LIMIT_S': expected a whole number of seconds"
@@ -414,14 +438,15 @@ firstlight() {
     for st in "${FL_STAGES[@]}"; do
         [[ " ${want[*]} " == *" $st "* ]] || continue
         if ((CALL_LIMIT_S - (SECONDS - T0) < 40)); then not_run+=("$st"); continue; fi
-        STEP_LIMIT_S=${FL_LIMIT[$st]} t0=$SECONDS r=0
+        t0=$SECONDS r=0 STAGE_END=$((SECONDS + ${FL_LIMIT[$st]}))
         case $st in
             ops) op_test "$work/ops.txt" || r=$? ;;
             train) limited "$work/train.txt" env TSR_TEST_EMULATOR=0 TESTS="test_cuda_train test_cuda_lora" \
                        bash tests/run.sh || r=$?
                    [[ -d $BUILD/test-logs ]] && cp -r "$BUILD/test-logs" "$work/" ;;
             bench) STEPS=${STEPS:-10} WARMUP=${WARMUP:-3} bench gpt2-124m >/dev/null || r=$?
-                   cp "$work/results-gpt2-124m.md" "$out/" 2>/dev/null || true ;;
+                   bench_rows "$work" >"$work/bench-rows.txt" || ((r)) || r=1
+                   cp "$work"/results-gpt2-124m*.md "$out/" 2>/dev/null || true ;;
             profile) PROFILE_RUNS="base accumulate unfused" profile gpt2-124m >"$work/profile-tables.txt" || r=$? ;;
             clients) if [[ -f $ROOT/.devbundle/clients/manifest.json ]]; then
                          clients >/dev/null || r=$?
@@ -433,19 +458,23 @@ firstlight() {
             sanitize) MEMCHECK_ALL=0 check memcheck racecheck synccheck >/dev/null || r=$? ;;
             hc) hc >/dev/null || r=$? ;;
         esac
+        unset STAGE_END
         if ((r == 125)); then not_run+=("$st"); continue; fi
         ((r == 0)) || rc=1
         { printf '%s %s (%ds, exit %d)' "$(case $r in 0) echo PASS ;; 77) echo SKIP ;; *) echo FAIL ;; esac)" \
               "$st" $((SECONDS - t0)) "$r"
           case $st in
               ops | train) printf ': '; outcome "$work/$st.txt" ;;
-              bench) echo; grep -E '^\| *(tessera|PyTorch|gpt2)|^\| model' "$work/results-gpt2-124m.md" 2>/dev/null | head -4 | sed 's/^/    /' ;;
-              profile) echo; awk '/TSR_PROFILE device time per op/ { on = 1 } on && n++ < 14' \
-                           "$work/profile-gpt2-124m.txt" 2>/dev/null | sed 's/^/    /' ;;
+              bench) echo; sed 's/^/    /' "$work/bench-rows.txt" ;;
+              profile) echo; { awk '/TSR_PROFILE device time per op/ { on = 1 } on && n++ < 14' \
+                                   "$work/profile-gpt2-124m.txt" 2>/dev/null || true; } | sed 's/^/    /' ;;
               clients) echo; sed 's/^/    /' "$work/clients.txt" 2>/dev/null ;;
               sanitize) echo; sed 's/^/    /' "$work/check.txt" 2>/dev/null ;;
               hc) echo; sed 's/^/    /' "$work/hc.txt" 2>/dev/null ;;
-          esac; } | tee -a "$summary"
+          esac
+          # a step of the stage its limit left out (limited's "not started" log)
+          { grep -l '^not started: ' "$work"/*.txt "$work"/*/*.txt 2>/dev/null || true; } |
+              sed "s|^$work/|    not started for time: |"; } | tee -a "$summary" || true
         tar -C /tmp -czf "$out/firstlight-logs.tar.gz.tmp" firstlight-work && mv "$out/firstlight-logs.tar.gz.tmp" "$out/firstlight-logs.tar.gz"
     done
     if ((${#not_run[@]})); then
