@@ -262,6 +262,9 @@ static lt_key lt_key_of(const lt_gemm *g, const tcu_context *ctx) {
     return key;
 }
 
+/* the split-K schemes the heuristic may pick (tcu_matmul_set_reduction), read when it is asked */
+static tcu_reduction lt_reduction = TCU_REDUCTION_COMPUTE;
+
 /* Asks the heuristic for the best algorithm of e under the workspace limit, the fp32-only split-K
  * rule and the actual pointer alignments; sets e->found, e->algo, e->status. */
 static void lt_heuristic(lt_entry *e, const char *what, const tcu_context *ctx) {
@@ -269,7 +272,10 @@ static void lt_heuristic(lt_entry *e, const char *what, const tcu_context *ctx) 
     cublasLtMatmulPreference_t pref;
     TCU_CHECK_BLAS(cublasLtMatmulPreferenceCreate(&pref), what);
     uint64_t ws = ctx->lt_workspace_bytes;
-    uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE; /* or none: see the top */
+    /* COMPUTE_TYPE unless tcu_matmul_set_reduction said otherwise: see the top */
+    uint32_t reduction = lt_reduction == TCU_REDUCTION_NONE  ? (uint32_t)CUBLASLT_REDUCTION_SCHEME_NONE
+                         : lt_reduction == TCU_REDUCTION_ANY ? (uint32_t)CUBLASLT_REDUCTION_SCHEME_MASK
+                                                             : (uint32_t)CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
     TCU_CHECK_BLAS(cublasLtMatmulPreferenceSetAttribute(
                        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), what);
     TCU_CHECK_BLAS(cublasLtMatmulPreferenceSetAttribute(
@@ -402,6 +408,15 @@ void tcu_matmul_release(void) {
     std::lock_guard<std::mutex> lock(lt_cache_mutex);
     for (int i = 0; i < lt_cache_n; i++) lt_entry_destroy(&lt_cache[i]);
     lt_cache_n = 0;
+}
+
+void tcu_matmul_set_reduction(tcu_reduction r) {
+    if (r != TCU_REDUCTION_COMPUTE && r != TCU_REDUCTION_NONE && r != TCU_REDUCTION_ANY)
+        tcu_fail("tcu_matmul_set_reduction", "not a tcu_reduction", __FILE__, __LINE__);
+    if (r == lt_reduction) return;
+    tcu_matmul_release(); /* the algorithms chosen under the old rule */
+    std::lock_guard<std::mutex> lock(lt_cache_mutex);
+    lt_reduction = r;
 }
 
 void tcu_lt_gemm_f32(const char *what, cublasOperation_t ta, cublasOperation_t tb, int m, int n,

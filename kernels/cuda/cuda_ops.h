@@ -149,6 +149,13 @@ void tcu_matmul_forward(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *inp,
 void tcu_matmul_backward(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16 *dout,
                          const tsr_bf16 *inp, const tsr_bf16 *w, int N, int IC, int OC,
                          tsr_grad_mode mode, tcu_stream s);
+/* The split-K reduction schemes the matmul heuristic may pick from (issue 25, item 4; measured
+ * through TSR_GEMM_REDUCTION, docs/cuda.md): COMPUTE, the default (fp32 partial sums in the
+ * workspace, reduced in a fixed step: deterministic, fp32 accumulate), NONE (no split-K) or ANY
+ * (cuBLASLt's whole choice, partial sums possibly added in the bf16 output: for measuring only).
+ * A change forgets the algorithms chosen so far: set it before the first matmul, none in flight. */
+typedef enum { TCU_REDUCTION_COMPUTE, TCU_REDUCTION_NONE, TCU_REDUCTION_ANY } tcu_reduction;
+void tcu_matmul_set_reduction(tcu_reduction r);
 /* The matmul backward of a tanh-GELU MLP's output projection fused with the GELU's backward
  * (issue 25, item 1): dinp (N,IC) bf16 = gelu_tanh'(pre_gelu) * (dout @ w), written (never read);
  * dw, dbias as tcu_matmul_backward (+=, each or NULL). pre_gelu (N,IC) bf16: the forward's

@@ -791,6 +791,12 @@ void tcu_matmul_backward(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16
     free(dx), free(x), free(g), free(wf);
 }
 
+/* no split-K here (every product one fp32 sum): the scheme is checked and changes nothing */
+void tcu_matmul_set_reduction(tcu_reduction r) {
+    REQUIRE(r == TCU_REDUCTION_COMPUTE || r == TCU_REDUCTION_NONE || r == TCU_REDUCTION_ANY,
+            "tcu_matmul_set_reduction", "%d is not a tcu_reduction", (int)r);
+}
+
 /* dinp = round(gelu_tanh'(pre_gelu) * (dout @ w)) from the fp32 product (the DGELU epilogue's one
  * rounding); IC % 8 != 0, as the CUDA op (no epilogue): tcu_matmul_backward (=), then
  * tcu_gelu_backward in place, two roundings; dw, dbias by tcu_matmul_backward */

@@ -280,9 +280,29 @@ static int init_experts(gpu_train_ctx *c) {
     return 0;
 }
 
+/* TSR_GEMM_REDUCTION (docs/cuda.md, a measurement switch of issue 25 item 4): the split-K schemes
+ * the matmul heuristic may pick, compute (unset: the default), none or any */
+static int gemm_reduction(int rank, tcu_reduction *r) {
+    static const char *const names[] = {"compute", "none", "any"};
+    const char *v = getenv("TSR_GEMM_REDUCTION");
+    *r = TCU_REDUCTION_COMPUTE;
+    if (!v) return 0;
+    for (int i = 0; i < 3; i++)
+        if (strcmp(v, names[i]) == 0) {
+            *r = (tcu_reduction)i;
+            return 0;
+        }
+    if (rank == 0)
+        tsr_error("environment TSR_GEMM_REDUCTION = \"%s\": expected compute (the default), none "
+                  "or any (docs/cuda.md)", v);
+    return TSR_EXIT_USAGE;
+}
+
 static int lib_init(gpu_train_ctx *c) {
     const tsr_model *m = c->model;
     int count = tcu_device_count();
+    tcu_reduction reduction;
+    TSR_CHECK(gemm_reduction(c->dist->rank, &reduction));
     TSR_CHECK(check_devices(c, count));
     if (!tcu_attention_head_size_ok(m->hs)) { /* the same on every rank: the config */
         char how[96];
@@ -300,6 +320,7 @@ static int lib_init(gpu_train_ctx *c) {
     gt->device = c->dist->local_rank % count;
     tcu_set_fail_hook(dist_abort); /* a CUDA failure on one rank stops them all */
     tcu_init(gt->device);
+    tcu_matmul_set_reduction(reduction);
     TSR_CHECK(check_memory(c, gt->device));
     gt->s = tcu_stream_create();
     gt->losses = tcu_malloc(losses_bytes(c), "the step's losses");

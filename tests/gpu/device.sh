@@ -24,9 +24,10 @@
 #                                                   the environment (TESSERA_ARGS, MICRO_BATCH, ...)
 #           bash tests/gpu/device.sh profile [MODEL]    per-op device times of tessera's steps
 #                                                   (TSR_PROFILE=1: CUDA events, no counters;
-#                                                   again with TSR_GRAD_OVERWRITE=0 and with
-#                                                   TSR_DGELU_FUSION=0), then ncu's
-#                                                   per-kernel table where it runs
+#                                                   again with each measurement switch:
+#                                                   TSR_GRAD_OVERWRITE=0, TSR_DGELU_FUSION=0,
+#                                                   TSR_GEMM_REDUCTION=none and =any), then
+#                                                   ncu's per-kernel table where it runs
 #           bash tests/gpu/device.sh hc             the health checker's GPU mode: the GPU half of
 #                                                   tests/gpu/test_hc_gpu.sh, then --quick and --full
 #                                                   with the shipped thresholds, timed, --json kept
@@ -285,15 +286,20 @@ hc() {
     return $rc
 }
 
-# Per-op device times of MODEL's steps, three ways, each limited:
-#  1. TSR_PROFILE=1 (CUDA events around every op of the backend table, no hardware counters):
-#     profile-MODEL.txt, steps 2-8 of 8;
-#  2. the same with TSR_GRAD_OVERWRITE=0 (input gradients zeroed, then accumulated: issue 25's
-#     item 1 measured against 1): profile-MODEL-accumulate.txt; and with TSR_DGELU_FUSION=0 (the
-#     GELU backward as its own kernel, not in the matmul's epilogue): profile-MODEL-unfused.txt;
-#  3. ncu's per-kernel summary (count, average duration) over 3 steps at the clocks and with the
-#     caches as in a real run, where ncu runs and is allowed the counters: profile-MODEL-ncu.txt.
+# Per-op device times of MODEL's steps at the bench's shapes, each run limited (PROFILE_RUNS
+# names the runs, default all six):
+#  base         TSR_PROFILE=1 (CUDA events around every op of the backend table, no hardware
+#               counters): profile-MODEL.txt, steps 2-8 of 8;
+#  the same with one measurement switch (issue 25; docs/cuda.md), profile-MODEL-NAME.txt:
+#  accumulate   TSR_GRAD_OVERWRITE=0: input gradients zeroed, then accumulated (item 1);
+#  unfused      TSR_DGELU_FUSION=0: the GELU backward as its own kernel (item 1);
+#  splitk-none  TSR_GEMM_REDUCTION=none: no split-K GEMMs (item 4);
+#  splitk-any   TSR_GEMM_REDUCTION=any: cuBLASLt's own split-K choice, bf16 partials allowed (item 4);
+#  ncu          ncu's per-kernel summary (count, average duration) over 3 steps at the clocks and
+#               with the caches as in a real run, where ncu runs and is allowed the counters:
+#               profile-MODEL-ncu.txt.
 # More settings for tessera-train: TESSERA_ARGS="KEY=VALUE ...".
+PROFILE_ALL="base accumulate unfused splitk-none splitk-any"
 profile() {
     setup
     local model=${1:-gpt2-124m} ncu data=/tmp/profile-data V kv rc=0
@@ -309,24 +315,18 @@ profile() {
                --set save_interval=0ba --set sample.tokens=0 --set run_dir=/tmp/profile-run)
     [[ -z $mb ]] || run+=(--set micro_batch="$mb" --set global_batch="$mb")
     for kv in ${TESSERA_ARGS:-}; do run+=(--set "$kv"); done
-    local runs=" ${PROFILE_RUNS:-base accumulate unfused ncu} " kinds=()
-    if [[ $runs == *" base "* ]]; then
+    # the runs PROFILE_RUNS names, each with its measurement switch (docs/cuda.md)
+    local runs=" ${PROFILE_RUNS:-$PROFILE_ALL ncu} " kinds=() name sfx
+    local -A switch=([base]="" [accumulate]=TSR_GRAD_OVERWRITE=0 [unfused]=TSR_DGELU_FUSION=0
+                     [splitk-none]=TSR_GEMM_REDUCTION=none [splitk-any]=TSR_GEMM_REDUCTION=any)
+    for name in $PROFILE_ALL; do
+        [[ $runs == *" $name "* ]] || continue
+        sfx=-$name && [[ $name != base ]] || sfx=""
         rm -rf /tmp/profile-run
-        TSR_PROFILE=1 limited "$OUTDIR/profile-$model.txt" "${run[@]}" --set max_duration=8ba || rc=1
-        kinds+=("")
-    fi
-    if [[ $runs == *" accumulate "* ]]; then
-        rm -rf /tmp/profile-run
-        TSR_PROFILE=1 TSR_GRAD_OVERWRITE=0 limited "$OUTDIR/profile-$model-accumulate.txt" "${run[@]}" \
-            --set max_duration=8ba || rc=1
-        kinds+=(-accumulate)
-    fi
-    if [[ $runs == *" unfused "* ]]; then
-        rm -rf /tmp/profile-run
-        TSR_PROFILE=1 TSR_DGELU_FUSION=0 limited "$OUTDIR/profile-$model-unfused.txt" "${run[@]}" \
-            --set max_duration=8ba || rc=1
-        kinds+=(-unfused)
-    fi
+        (export TSR_PROFILE=1 ${switch[$name]}
+         limited "$OUTDIR/profile-$model$sfx.txt" "${run[@]}" --set max_duration=8ba) || rc=1
+        kinds+=("$sfx")
+    done
     rm -rf /tmp/profile-run
     ncu=$(find_tool ncu)
     if [[ $runs != *" ncu "* ]]; then
@@ -399,7 +399,8 @@ clients() {
 #   ops       the op test, every case (asynchronous, as in a step)                       90 s
 #   train     test_cuda_train.sh and test_cuda_lora.sh, their GPU halves (TSR_TEST_EMULATOR=0)  180 s
 #   bench     bench/gpu/run.sh for gpt2-124m (STEPS=10 WARMUP=3 unless set)               150 s
-#   profile   TSR_PROFILE=1 for gpt2-124m, then TSR_GRAD_OVERWRITE=0 and TSR_DGELU_FUSION=0  60 s
+#   profile   TSR_PROFILE=1 for gpt2-124m, then with TSR_GRAD_OVERWRITE=0, TSR_DGELU_FUSION=0,
+#             TSR_GEMM_REDUCTION=none and =any (five runs)                             90 s
 #   clients   real_clients.py over .devbundle/clients (pack-clients), the perturbed run   75 s
 #   sanitize  memcheck, racecheck and synccheck on the op test's reduced cases           240 s
 #   hc        the health checker's GPU mode                                             150 s
@@ -419,7 +420,7 @@ bench_rows() {
 
 FL_STAGES=(ops train bench profile clients sanitize hc)
 FL_DEFAULT=(ops train bench profile clients)
-declare -A FL_LIMIT=([ops]=90 [train]=180 [bench]=150 [profile]=60 [clients]=75 [sanitize]=240 [hc]=150)
+declare -A FL_LIMIT=([ops]=90 [train]=180 [bench]=150 [profile]=90 [clients]=75 [sanitize]=240 [hc]=150)
 
 firstlight() {
     local want=("$@") st r t0 out=$OUTDIR work=/tmp/firstlight-work not_run=() rc=0
@@ -447,7 +448,7 @@ firstlight() {
             bench) STEPS=${STEPS:-10} WARMUP=${WARMUP:-3} bench gpt2-124m >/dev/null || r=$?
                    bench_rows "$work" >"$work/bench-rows.txt" || ((r)) || r=1
                    cp "$work"/results-gpt2-124m*.md "$out/" 2>/dev/null || true ;;
-            profile) PROFILE_RUNS="base accumulate unfused" profile gpt2-124m >"$work/profile-tables.txt" || r=$? ;;
+            profile) PROFILE_RUNS=$PROFILE_ALL profile gpt2-124m >"$work/profile-tables.txt" || r=$? ;;
             clients) if [[ -f $ROOT/.devbundle/clients/manifest.json ]]; then
                          clients >/dev/null || r=$?
                          mv "$work/hf-transformers.tar.gz" "$out/" 2>/dev/null || true

@@ -21,7 +21,8 @@
 #    (TSR_GRAD_OVERWRITE=0), on GPT-2, Llama and MoE;
 #  - peak_mem_bytes (the device allocator's peak) within the device plan (ddp, zero1, zero3);
 #    micro_batch = auto under zero3 with evaluation leaves room for the evaluation's full weights;
-#  - a missing CUDA library is refused naming it (once, on tessera-train).
+#  - a missing CUDA library is refused naming it (once, on tessera-train);
+#  - TSR_GEMM_REDUCTION (the split-K measurement switch): a bad value refused at start, none runs.
 # It runs twice: on the host emulator of the CUDA backend (build/tests/tessera-train-cuemu,
 # kernels/cuda_emu/: every machine; it checks the trainer's GPU path, bf16 activations and all,
 # not the CUDA kernels) and on the real backend when a GPU is present (skipped loudly otherwise).
@@ -29,7 +30,7 @@ source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
 PER=22
-tap_plan $((2 * PER + 8))
+tap_plan $((2 * PER + 9))
 make_synth "$TMP/data" 512 80000
 
 tiny_args "$TMP/data/train"
@@ -254,7 +255,7 @@ PY
 # the CPU than the issue's 0.5% (measured: loss up to 4.3e-5, norm up to 3.8e-3 on the 3-rank
 # runs, whose batches are smallest): its loss tolerance is tight enough that a dropped gradient
 # term (wpe's: loss 9e-4 off) fails. The GPU gets the issue's 0.5% on the loss, 5% on the norm.
-if emulator_half $((PER + 4)); then
+if emulator_half $((PER + 5)); then
     GPUS=$((MPI_OK ? 8 : 1)) # the emulator's devices (one rank each), as many as MPI can start
     # Its allocator holds exactly what the plan counts (no cuBLASLt workspace, no scratch): no slack.
     suite "$BUILD/tests/tessera-train-cuemu" emulator 3e-4 5e-3 0
@@ -330,6 +331,19 @@ PY
     ((rc == 1)) && grep -q 'head size model.head_dim = 48 has no attention kernel' "$TMP/hs48.txt" &&
         ! grep -q '^step ' "$TMP/hs48.txt"
     tap_check $? "emulator: head_dim 48 (d_model / n_head = 32) refused at start naming model.head_dim (exit $rc, want 1)"
+
+    # TSR_GEMM_REDUCTION, issue 25 item 4's measurement switch (docs/cuda.md): another value than
+    # compute, none or any is refused at start naming it, run_dir not made; none runs (on the
+    # emulator, whose products are single fp32 sums, with the default's bits)
+    TSR_GEMM_REDUCTION=sometimes run "$BUILD/tests/tessera-train-cuemu" 1 gr_bad --set device=cuda
+    rc=$?
+    ((rc == 1)) && grep -q 'TSR_GEMM_REDUCTION = "sometimes": expected compute (the default), none or any' \
+        "$TMP/gr_bad.txt" && [[ ! -e $TMP/gr_bad ]] &&
+        TSR_GEMM_REDUCTION=none run "$BUILD/tests/tessera-train-cuemu" 1 gr_none --set device=cuda --set max_duration=3ba &&
+        run "$BUILD/tests/tessera-train-cuemu" 1 gr_def --set device=cuda --set max_duration=3ba &&
+        final_lines "$TMP/gr_none/metrics.jsonl" >"$TMP/gr_none.loss" && (($(wc -l <"$TMP/gr_none.loss") == 3)) &&
+        final_lines "$TMP/gr_def/metrics.jsonl" | cmp -s - "$TMP/gr_none.loss"
+    tap_check $? "emulator: TSR_GEMM_REDUCTION=sometimes refused at start naming the variable, no run_dir (exit $rc, want 1); =none runs 3 steps with the default's bits"
 fi
 
 # the real backend: a GPU, its driver and the library built beside tessera-train

@@ -527,6 +527,7 @@ static void test_layernorm(const ln_cfg *l) {
 /* ---- matmul ------------------------------------------------------------------------------- */
 
 typedef struct { int N, IC, OC, bias, gelu; } mmf_cfg; /* gelu: -1 none, else tsr_gelu_kind */
+static const char *mm_scheme = ""; /* the tags' note of a split-K scheme other than the default */
 static int mmf_checks(const mmf_cfg *m) { return m->gelu < 0 ? 1 : 2; }
 static const char *gelu_name(int kind) { return kind == TSR_GELU_TANH ? "tanh" : "exact"; }
 
@@ -543,8 +544,8 @@ static void test_matmul_fwd(const mmf_cfg *m) {
     const int N = m->N, IC = m->IC, OC = m->OC;
     const size_t no = (size_t)N * OC;
     char tag[96];
-    snprintf(tag, sizeof tag, "N=%d IC=%d OC=%d %s%s%s", N, IC, OC, m->bias ? "bias" : "no bias",
-             m->gelu < 0 ? "" : " gelu ", m->gelu < 0 ? "" : gelu_name(m->gelu));
+    snprintf(tag, sizeof tag, "N=%d IC=%d OC=%d %s%s%s%s", N, IC, OC, m->bias ? "bias" : "no bias",
+             m->gelu < 0 ? "" : " gelu ", m->gelu < 0 ? "" : gelu_name(m->gelu), mm_scheme);
     float *x, *w, *bias;
     mm_inputs(&x, &w, &bias, N, IC, OC);
     float *ref = hf(no), *mag = hf(no);
@@ -588,8 +589,8 @@ static void test_matmul_bwd(const mmb_cfg *m) {
     const size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
     const int runs = m->dinp && m->dw ? 2 : 1;
     char tag[96];
-    snprintf(tag, sizeof tag, "N=%d IC=%d OC=%d%s%s%s", N, IC, OC, m->dinp ? "" : " dinp NULL",
-             m->dw ? "" : " dw NULL", m->dbias ? "" : " dbias NULL");
+    snprintf(tag, sizeof tag, "N=%d IC=%d OC=%d%s%s%s%s", N, IC, OC, m->dinp ? "" : " dinp NULL",
+             m->dw ? "" : " dw NULL", m->dbias ? "" : " dbias NULL", mm_scheme);
     float *x, *w, *bias, *dout = hf(no), *g0i = hf(ni), *g0w = hf(nw), *g0b = hf(OC);
     mm_inputs(&x, &w, &bias, N, IC, OC);
     fill_bf16(dout, no, -1, 1), fill_bf16(g0i, ni, -1, 1);
@@ -1986,6 +1987,10 @@ static const mmb_cfg MMB[] = {
      * rows (every warp of a block busy) over 4 column blocks, the last one partly outside OC */
     {257, 24, 37, 1, 1, 1}, {5000, 24, 776, 1, 1, 1},
 };
+/* long sums into few outputs, where the heuristic splits K: checked under the default scheme
+ * and with no split-K (tcu_matmul_set_reduction, TSR_GEMM_REDUCTION: issue 25, item 4) */
+static const mmf_cfg MMF_SPLIT[] = {{64, 8192, 64, 1, -1}};
+static const mmb_cfg MMB_SPLIT[] = {{8192, 64, 64, 1, 1, 1}};
 static const gelu_cfg GELU[] = {
     {18720, TSR_GELU_TANH}, {18720, TSR_GELU_EXACT},
     {789504, TSR_GELU_TANH}, {789504, TSR_GELU_EXACT},
@@ -2078,6 +2083,8 @@ static int plan_size(void) {
     for (size_t i = 0; i < NCASES(MMF); i++) n += mmf_checks(&MMF[i]);
     for (size_t i = 0; i < NCASES(MMB); i++) n += mmb_checks(&MMB[i]);
     for (size_t i = 0; i < NCASES(MMDG); i++) n += mmdg_checks(&MMDG[i]);
+    for (size_t i = 0; i < NCASES(MMF_SPLIT); i++) n += 2 * mmf_checks(&MMF_SPLIT[i]);
+    for (size_t i = 0; i < NCASES(MMB_SPLIT); i++) n += 2 * mmb_checks(&MMB_SPLIT[i]);
     for (size_t i = 0; i < NCASES(MMB_NULL); i++) n += mmb_checks(&MMB_NULL[i]);
     for (size_t i = 0; i < NCASES(ENC_FZ); i++) n += enc_frozen_checks(&ENC_FZ[i]);
     for (size_t i = 0; i < NCASES(LN_FZ); i++) n += ln_frozen_checks(&LN_FZ[i]);
@@ -2138,6 +2145,13 @@ int main(void) {
     for (size_t i = 0; i < NCASES(MMF); i++) test_matmul_fwd(&MMF[i]);
     for (size_t i = 0; i < NCASES(MMB); i++) test_matmul_bwd(&MMB[i]);
     for (size_t i = 0; i < NCASES(MMDG); i++) test_matmul_bwd_dgelu(&MMDG[i]);
+    for (int r = 0; r < 2; r++) { /* the default, then no split-K (its algorithms chosen anew) */
+        tcu_matmul_set_reduction(r ? TCU_REDUCTION_NONE : TCU_REDUCTION_COMPUTE);
+        mm_scheme = r ? " no split-K" : "";
+        for (size_t i = 0; i < NCASES(MMF_SPLIT); i++) test_matmul_fwd(&MMF_SPLIT[i]);
+        for (size_t i = 0; i < NCASES(MMB_SPLIT); i++) test_matmul_bwd(&MMB_SPLIT[i]);
+    }
+    tcu_matmul_set_reduction(TCU_REDUCTION_COMPUTE), mm_scheme = "";
     for (size_t i = 0; i < NCASES(GELU); i++) test_gelu(&GELU[i]);
     for (size_t i = 0; i < NCASES(RESID); i++) test_residual(RESID[i]);
     for (size_t i = 0; i < NCASES(ATT); i++) test_attention(&ATT[i]);
