@@ -460,10 +460,10 @@ __global__ void adamw_segments_quads(float *p, bf16 *p_bf16, const float *g, flo
 /* Bias corrections 1 - beta^t in double on the host, then step = float(lr / bc1),
  * inv_sqrt_bc2 = float(1 / sqrt(bc2)) and each segment's decay = 1 - lr wd (fp32) as the CPU op
  * computes them; one launch per ADAMW_SEGS segments (zero-length segments skipped). t >= 1. */
-void tcu_adamw_update_segments(const tcu_adamw_seg *segs, int nseg, float *p, tsr_bf16 *p_bf16,
-                               const float *g, float *m, float *v, float lr, float beta1,
-                               float beta2, float eps, float grad_scale, int t, tcu_stream s) {
-    const char *what = "tcu_adamw_update_segments";
+static void adamw_segments(const char *what, const tcu_adamw_seg *segs, int nseg, float *p,
+                           tsr_bf16 *p_bf16, const float *g, float *m, float *v, float lr,
+                           float beta1, float beta2, float eps, float grad_scale, int t,
+                           tcu_stream s) {
     TCU_REQUIRE(t >= 1, what, tcu_msg("step t = %d must be >= 1", t));
     TCU_REQUIRE(nseg >= 0 && (nseg == 0 || segs), what,
                 tcu_msg("nseg = %d segments (segs %s)", nseg, segs ? "given" : "NULL"));
@@ -503,10 +503,18 @@ void tcu_adamw_update_segments(const tcu_adamw_seg *segs, int nseg, float *p, ts
     }
 }
 
+void tcu_adamw_update_segments(const tcu_adamw_seg *segs, int nseg, float *p, tsr_bf16 *p_bf16,
+                               const float *g, float *m, float *v, float lr, float beta1,
+                               float beta2, float eps, float grad_scale, int t, tcu_stream s) {
+    adamw_segments("tcu_adamw_update_segments", segs, nseg, p, p_bf16, g, m, v, lr, beta1, beta2,
+                   eps, grad_scale, t, s);
+}
+
+/* one segment: the same kernel; its errors name this function */
 void tcu_adamw_update(float *p, tsr_bf16 *p_bf16, const float *g, float *m, float *v, size_t n,
                       float lr, float beta1, float beta2, float eps, float wd, float grad_scale,
                       int t, tcu_stream s) {
     const tcu_adamw_seg one = {0, n, wd};
-    tcu_adamw_update_segments(&one, 1, p, p_bf16, g, m, v, lr, beta1, beta2, eps, grad_scale, t,
-                              s);
+    adamw_segments("tcu_adamw_update", &one, 1, p, p_bf16, g, m, v, lr, beta1, beta2, eps,
+                   grad_scale, t, s);
 }

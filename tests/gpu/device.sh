@@ -398,7 +398,7 @@ clients() {
 # command that runs it:
 #   ops       the op test, every case (asynchronous, as in a step)                       90 s
 #   train     test_cuda_train.sh and test_cuda_lora.sh, their GPU halves (TSR_TEST_EMULATOR=0)  180 s
-#   bench     bench/gpu/run.sh for gpt2-124m (STEPS=10 WARMUP=3 unless set)               150 s
+#   bench     bench/gpu/run.sh for gpt2-124m (STEPS=10 WARMUP=3 unless set)               180 s
 #   profile   TSR_PROFILE=1 for gpt2-124m, then with TSR_GRAD_OVERWRITE=0, TSR_DGELU_FUSION=0,
 #             TSR_GEMM_REDUCTION=none and =any (five runs)                             90 s
 #   clients   real_clients.py over .devbundle/clients (pack-clients), the perturbed run   75 s
@@ -420,7 +420,7 @@ bench_rows() {
 
 FL_STAGES=(ops train bench profile clients sanitize hc)
 FL_DEFAULT=(ops train bench profile clients)
-declare -A FL_LIMIT=([ops]=90 [train]=180 [bench]=150 [profile]=90 [clients]=75 [sanitize]=240 [hc]=150)
+declare -A FL_LIMIT=([ops]=90 [train]=180 [bench]=180 [profile]=90 [clients]=75 [sanitize]=240 [hc]=150)
 
 firstlight() {
     local want=("$@") st r t0 out=$OUTDIR work=/tmp/firstlight-work not_run=() rc=0
