@@ -256,6 +256,9 @@ void cpu_ops_set_threads(int n);
 void cpu_ops_set_mem_limit(size_t bytes);
 size_t cpu_ops_live_bytes(void);
 size_t cpu_ops_peak_bytes(void);
+/* Bytes of the live blocks of 64 MiB and more that no page of memory holds yet (mincore): what
+ * the process commits when it first writes them (a GPU run's host copies: at its first checkpoint). */
+size_t cpu_ops_unresident_bytes(void);
 /* Name of the BLAS core in use (e.g. "SkylakeX"), for the banner. */
 const char *cpu_ops_blas_core(void);
 

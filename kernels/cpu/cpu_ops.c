@@ -86,6 +86,19 @@ static void *alloc_live(size_t bytes, int limited) {
     return p;
 }
 
+size_t cpu_ops_unresident_bytes(void) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    unsigned char vec[4096];
+    size_t out = 0;
+    for (int i = 0; i < n_bigs; i++)
+        for (size_t off = 0; off < bigs[i].n; off += sizeof vec * page) {
+            size_t len = bigs[i].n - off < sizeof vec * page ? bigs[i].n - off : sizeof vec * page;
+            if (mincore((char *)bigs[i].p + off, len, vec) != 0) continue; /* cannot tell: 0 */
+            for (size_t k = 0; k < (len + page - 1) / page; k++) out += (vec[k] & 1) ? 0 : page;
+        }
+    return out;
+}
+
 static void *cpu_try_alloc(size_t bytes) { return alloc_live(bytes, 1); }
 
 static void *cpu_alloc(size_t bytes) {

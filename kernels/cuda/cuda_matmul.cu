@@ -404,18 +404,22 @@ static bool lt_matmul(const lt_gemm *g, tcu_stream s, bool allow_none) {
 
 /* Destroys every cached descriptor and forgets the algorithms (tcu_shutdown: the next context
  * has a new cuBLASLt handle and may sit on another device). */
-void tcu_matmul_release(void) {
-    std::lock_guard<std::mutex> lock(lt_cache_mutex);
+static void lt_cache_clear(void) { /* under lt_cache_mutex */
     for (int i = 0; i < lt_cache_n; i++) lt_entry_destroy(&lt_cache[i]);
     lt_cache_n = 0;
+}
+
+void tcu_matmul_release(void) {
+    std::lock_guard<std::mutex> lock(lt_cache_mutex);
+    lt_cache_clear();
 }
 
 void tcu_matmul_set_reduction(tcu_reduction r) {
     if (r != TCU_REDUCTION_COMPUTE && r != TCU_REDUCTION_NONE && r != TCU_REDUCTION_ANY)
         tcu_fail("tcu_matmul_set_reduction", "not a tcu_reduction", __FILE__, __LINE__);
-    if (r == lt_reduction) return;
-    tcu_matmul_release(); /* the algorithms chosen under the old rule */
     std::lock_guard<std::mutex> lock(lt_cache_mutex);
+    if (r == lt_reduction) return;
+    lt_cache_clear(); /* the algorithms chosen under the old rule */
     lt_reduction = r;
 }
 

@@ -281,15 +281,22 @@ static int init_experts(gpu_train_ctx *c) {
 }
 
 /* TSR_GEMM_REDUCTION (docs/cuda.md, a measurement switch of issue 25 item 4): the split-K schemes
- * the matmul heuristic may pick, compute (unset: the default), none or any */
+ * the matmul heuristic may pick, compute (unset or empty: the default), none or any; rank 0 says
+ * so when it is not the default */
 static int gemm_reduction(int rank, tcu_reduction *r) {
     static const char *const names[] = {"compute", "none", "any"};
+    static const char *const what[] = {
+        "", "no split-K GEMMs",
+        "cuBLASLt's own split-K reductions, partial sums possibly added in bf16: for measuring, "
+        "not for training"};
     const char *v = getenv("TSR_GEMM_REDUCTION");
     *r = TCU_REDUCTION_COMPUTE;
-    if (!v) return 0;
+    if (!v || !*v) return 0;
     for (int i = 0; i < 3; i++)
         if (strcmp(v, names[i]) == 0) {
             *r = (tcu_reduction)i;
+            if (i && rank == 0)
+                tsr_warn("environment TSR_GEMM_REDUCTION = \"%s\": %s (docs/cuda.md)", v, what[i]);
             return 0;
         }
     if (rank == 0)

@@ -358,6 +358,38 @@ static void oom_fault(const tsr_trainer *t) {
     cpu_ops_set_mem_limit(cpu_ops_live_bytes() + acts + acts / 2);
 }
 
+/* Host blocks of 64 MiB and more are committed when first written (kernels/cpu/cpu_ops.c): a GPU
+ * run's host copies of the gradients and AdamW state at its first checkpoint, a CPU run's at its
+ * first step. Each node's first rank warns at start when the node's ranks (its own untouched
+ * bytes times the ranks on the node) will need more than /proc/meminfo's MemAvailable, rather
+ * than leave it to an out-of-memory kill hours later. Test hook: TSR_FAULT="mem_available:KIB". */
+static void host_memory_warn(const tsr_trainer *t) {
+    if (t->dist.local_rank != 0) return;
+    long long kib = -1;
+    const char *fault = tsr_fault("mem_available");
+    if (fault) {
+        kib = atoll(fault);
+    } else {
+        FILE *f = fopen("/proc/meminfo", "r");
+        char line[256];
+        while (f && fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %lld kB", &kib) == 1) break;
+        if (f) fclose(f);
+    }
+    const int ranks = t->dist.local_world > 0 ? t->dist.local_world : 1;
+    const double need = (double)cpu_ops_unresident_bytes() * ranks, have = 1024.0 * (double)kib;
+    if (kib < 0 || need <= have) return;
+    tsr_warn("host memory: this node's %d rank(s) will commit %.2f GiB more when they first write "
+             "their host buffers (%s), more than the %.2f GiB the node has available (/proc/meminfo "
+             "MemAvailable): the run may be killed then; use fewer ranks per node, "
+             "parallel.sharding = \"zero3\", or nodes with more memory",
+             ranks, need / 1073741824.0,
+             t->cfg.device == TSR_DEVICE_CUDA
+                 ? "the host copies of the gradients and AdamW state, at the first checkpoint"
+                 : "the gradients and AdamW state, at the first step",
+             have / 1073741824.0);
+}
+
 /* device = cuda without a CUDA backend in this build (or its library) is refused before anything
  * starts (the configuration itself loads in every build: `tessera eval` reads a GPU run's stored
  * config). */
@@ -527,6 +559,7 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     } else {
         oom_fault(t);
     }
+    host_memory_warn(t);
     t->be.strategy = trainer_pick_strategy(t);
     return 0; /* run_dir is not touched yet: trainer_open_run_dir, once the checkpoint is read */
 }

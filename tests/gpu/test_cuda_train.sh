@@ -340,10 +340,11 @@ PY
     ((rc == 1)) && grep -q 'TSR_GEMM_REDUCTION = "sometimes": expected compute (the default), none or any' \
         "$TMP/gr_bad.txt" && [[ ! -e $TMP/gr_bad ]] &&
         TSR_GEMM_REDUCTION=none run "$BUILD/tests/tessera-train-cuemu" 1 gr_none --set device=cuda --set max_duration=3ba &&
+        grep -q 'TSR_GEMM_REDUCTION = "none": no split-K GEMMs' "$TMP/gr_none.txt" &&
         run "$BUILD/tests/tessera-train-cuemu" 1 gr_def --set device=cuda --set max_duration=3ba &&
         final_lines "$TMP/gr_none/metrics.jsonl" >"$TMP/gr_none.loss" && (($(wc -l <"$TMP/gr_none.loss") == 3)) &&
         final_lines "$TMP/gr_def/metrics.jsonl" | cmp -s - "$TMP/gr_none.loss"
-    tap_check $? "emulator: TSR_GEMM_REDUCTION=sometimes refused at start naming the variable, no run_dir (exit $rc, want 1); =none runs 3 steps with the default's bits"
+    tap_check $? "emulator: TSR_GEMM_REDUCTION=sometimes refused at start naming the variable, no run_dir (exit $rc, want 1); =none said at start, runs 3 steps with the default's bits"
 fi
 
 # the real backend: a GPU, its driver and the library built beside tessera-train
