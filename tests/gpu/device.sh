@@ -200,6 +200,12 @@ outcome() {
     grep -m1 -E '^# SKIP|^1\.\.0' "$1" || true
 }
 
+# verdict RC: PASS (0), SKIP (77) or FAIL, for a summary line
+verdict() { case $1 in 0) echo PASS ;; 77) echo SKIP ;; *) echo FAIL ;; esac; }
+
+# recipe_int MODEL KEY: the whole number KEY = N; in configs/MODEL.cfg, or nothing
+recipe_int() { sed -n "s/^ *$2 *= *\([0-9]*\);.*/\1/p" "configs/$1.cfg" | head -1; }
+
 # the stages of `check`, in their order
 STAGES=(memcheck racecheck synccheck ops train)
 
@@ -233,7 +239,7 @@ check() {
         esac
         if ((r == 125)); then not_run+=("$st"); continue; fi
         ((r == 0)) || rc=1
-        { printf '%s %s (%ds, exit %d): ' "$(case $r in 0) echo PASS ;; 77) echo SKIP ;; *) echo FAIL ;; esac)" \
+        { printf '%s %s (%ds, exit %d): ' "$(verdict "$r")" \
               "$st" $((SECONDS - t0)) "$r"
           outcome "$logs/$st.txt"; } | tee -a "$summary"
     done
@@ -303,13 +309,13 @@ PROFILE_ALL="base accumulate unfused splitk-none splitk-any"
 profile() {
     setup
     local model=${1:-gpt2-124m} ncu data=/tmp/profile-data V kv rc=0
-    V=$(sed -n 's/^ *vocab_size *= *\([0-9]*\);.*/\1/p' "configs/$model.cfg" | head -1)
+    V=$(recipe_int "$model" vocab_size)
     [[ -d $data/train ]] || "$BUILD/tessera" synth --out "$data" --vocab "${V:-50257}" --val-tokens 0 --seed 1 --quiet
     # the bench's shapes (bench/gpu/run.sh: its micro batch, else the recipe's; one microbatch a
     # step), so that the table accounts for its step time
     local mb
     mb=$(PYTHON=true bash bench/gpu/run.sh --micro-batch "$model")
-    [[ -n $mb ]] || mb=$(sed -n 's/^ *micro_batch *= *\([0-9]*\);.*/\1/p' "configs/$model.cfg" | head -1)
+    [[ -n $mb ]] || mb=$(recipe_int "$model" micro_batch)
     local run=("$BUILD/tessera-train" --config "configs/$model.cfg" --set device=cuda
                --set data.train="$data/train" --set data.val= --set eval_interval=0ba
                --set save_interval=0ba --set sample.tokens=0 --set run_dir=/tmp/profile-run)
@@ -435,11 +441,17 @@ firstlight() {
     setup >/dev/null
     cp "$work/probe.txt" "$out/probe.txt"
     local summary=$out/firstlight.txt
+    # the logs so far into $OUT, replacing the last tarball whole
+    pack_logs() {
+        tar -C /tmp -czf "$out/firstlight-logs.tar.gz.tmp" firstlight-work &&
+            mv "$out/firstlight-logs.tar.gz.tmp" "$out/firstlight-logs.tar.gz"
+    }
     echo "firstlight: ${want[*]} (FIRSTLIGHT_S=$CALL_LIMIT_S) on $(head -2 "$work/probe.txt" | tail -1)" | tee "$summary"
     for st in "${FL_STAGES[@]}"; do
         [[ " ${want[*]} " == *" $st "* ]] || continue
         if ((CALL_LIMIT_S - (SECONDS - T0) < 40)); then not_run+=("$st"); continue; fi
         t0=$SECONDS r=0 STAGE_END=$((SECONDS + ${FL_LIMIT[$st]}))
+        touch "$work/.stage-start"
         case $st in
             ops) op_test "$work/ops.txt" || r=$? ;;
             train) limited "$work/train.txt" env TSR_TEST_EMULATOR=0 TESTS="test_cuda_train test_cuda_lora" \
@@ -462,7 +474,7 @@ firstlight() {
         unset STAGE_END
         if ((r == 125)); then not_run+=("$st"); continue; fi
         ((r == 0)) || rc=1
-        { printf '%s %s (%ds, exit %d)' "$(case $r in 0) echo PASS ;; 77) echo SKIP ;; *) echo FAIL ;; esac)" \
+        { printf '%s %s (%ds, exit %d)' "$(verdict "$r")" \
               "$st" $((SECONDS - t0)) "$r"
           case $st in
               ops | train) printf ': '; outcome "$work/$st.txt" ;;
@@ -473,16 +485,16 @@ firstlight() {
               sanitize) echo; sed 's/^/    /' "$work/check.txt" 2>/dev/null ;;
               hc) echo; sed 's/^/    /' "$work/hc.txt" 2>/dev/null ;;
           esac
-          # a step of the stage its limit left out (limited's "not started" log)
-          { grep -l '^not started: ' "$work"/*.txt "$work"/*/*.txt 2>/dev/null || true; } |
+          # a step of this stage its limit left out (limited's "not started" log, written since)
+          { find "$work" -name '*.txt' -newer "$work/.stage-start" -exec grep -l '^not started: ' {} + 2>/dev/null || true; } |
               sed "s|^$work/|    not started for time: |"; } | tee -a "$summary" || true
-        tar -C /tmp -czf "$out/firstlight-logs.tar.gz.tmp" firstlight-work && mv "$out/firstlight-logs.tar.gz.tmp" "$out/firstlight-logs.tar.gz"
+        pack_logs
     done
     if ((${#not_run[@]})); then
         rc=1
         echo "NOT RUN (out of time): ${not_run[*]}; next call: bash tests/gpu/device.sh firstlight ${not_run[*]}" | tee -a "$summary"
     fi
-    tar -C /tmp -czf "$out/firstlight-logs.tar.gz.tmp" firstlight-work && mv "$out/firstlight-logs.tar.gz.tmp" "$out/firstlight-logs.tar.gz"
+    pack_logs
     echo "in \$OUT: $(cd "$out" && ls | tr '\n' ' ')"
     echo "== summary"
     cat "$summary"
