@@ -423,6 +423,67 @@ void tcu_matmul_set_reduction(tcu_reduction r) {
     lt_reduction = r;
 }
 
+static const char *reduction_name(uint32_t scheme) {
+    switch (scheme) {
+    case CUBLASLT_REDUCTION_SCHEME_NONE: return "none";
+    case CUBLASLT_REDUCTION_SCHEME_INPLACE: return "inplace";
+    case CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE: return "compute";
+    case CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE: return "output";
+    default: return "other";
+    }
+}
+
+/* one of an algorithm's configuration attributes (cublasLtMatmulAlgoConfigGetAttribute), 0 when
+ * cuBLASLt does not say */
+static uint32_t algo_config(const cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoConfigAttributes_t a,
+                            size_t bytes) {
+    uint32_t v = 0; /* the attributes are 16- or 32-bit: the low bytes of v */
+    size_t written = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(algo, a, &v, bytes, &written) != CUBLAS_STATUS_SUCCESS)
+        return 0;
+    return v;
+}
+
+int tcu_matmul_report(FILE *f) {
+    static const char *const rule[] = {"compute", "none", "any"};
+    std::lock_guard<std::mutex> lock(lt_cache_mutex);
+    int split = 0, none = 0;
+    if (f) {
+        fprintf(f, "cuBLASLt algorithms in use: %d shape(s) (TSR_GEMM_REDUCTION rule: %s)\n",
+                lt_cache_n, rule[lt_reduction]);
+        fprintf(f, "%-26s %-18s %4s %5s %5s %6s %7s %9s %7s %8s\n", "op", "m x n x k", "epi",
+                "algo", "tile", "stages", "split-K", "reduction", "swizzle", "custom");
+    }
+    for (int i = 0; i < lt_cache_n; i++) {
+        const lt_entry *e = &lt_cache[i];
+        char shape[48];
+        snprintf(shape, sizeof shape, "%dx%dx%d", e->key.m, e->key.n, e->key.k);
+        if (!e->found) {
+            none++;
+            if (f)
+                fprintf(f, "%-26s %-18s %4d none (%s)\n", lt_op_name[e->key.op], shape, e->key.epi,
+                        cublasLtGetStatusString(e->status));
+            continue;
+        }
+        const cublasLtMatmulAlgo_t *a = &e->algo;
+        uint32_t splitk = algo_config(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, sizeof(int32_t));
+        uint32_t scheme = algo_config(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, sizeof(uint32_t));
+        if (splitk > 1) split++;
+        if (f)
+            fprintf(f, "%-26s %-18s %4d %5d %5u %6u %7u %9s %7u %8u\n", lt_op_name[e->key.op],
+                    shape, e->key.epi, (int32_t)algo_config(a, CUBLASLT_ALGO_CONFIG_ID, sizeof(int32_t)),
+                    algo_config(a, CUBLASLT_ALGO_CONFIG_TILE_ID, sizeof(uint32_t)),
+                    algo_config(a, CUBLASLT_ALGO_CONFIG_STAGES_ID, sizeof(uint32_t)),
+                    splitk ? splitk : 1, splitk > 1 ? reduction_name(scheme) : "-",
+                    algo_config(a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, sizeof(uint32_t)),
+                    algo_config(a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, sizeof(uint32_t)));
+    }
+    if (f)
+        fprintf(f, "cuBLASLt: %d shape(s), %d split-K, %d without an algorithm (rule %s)\n",
+                lt_cache_n, split, none, rule[lt_reduction]);
+    return split;
+}
+
 void tcu_lt_gemm_f32(const char *what, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                      int k, float alpha, const float *a, int lda, const float *b, int ldb,
                      float beta, float *d, int ldd, tcu_stream s) {

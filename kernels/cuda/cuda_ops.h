@@ -36,6 +36,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "ops.h" /* tsr_gelu_kind, TSR_LN_EPS */
 
@@ -156,6 +157,13 @@ void tcu_matmul_backward(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16
  * A change forgets the algorithms chosen so far: set it before the first matmul, none in flight. */
 typedef enum { TCU_REDUCTION_COMPUTE, TCU_REDUCTION_NONE, TCU_REDUCTION_ANY } tcu_reduction;
 void tcu_matmul_set_reduction(tcu_reduction r);
+/* The algorithms the matmuls run (the cache of cuBLASLt's heuristic answers, one per shape, op,
+ * epilogue and alignment): to f, when not NULL, a header, one line per shape (op, m x n x k,
+ * epilogue, algorithm id, tile, stages, split-K count and reduction scheme, CTA swizzle, custom
+ * option; "none" where the heuristic had no answer) and a last line "cuBLASLt: S shape(s), K
+ * split-K, N without an algorithm (rule R)". Returns K, the shapes whose algorithm splits K. The
+ * emulator has no cuBLASLt: it says so and returns 0. */
+int tcu_matmul_report(FILE *f);
 /* The matmul backward of a tanh-GELU MLP's output projection fused with the GELU's backward
  * (issue 25, item 1): dinp (N,IC) bf16 = gelu_tanh'(pre_gelu) * (dout @ w), written (never read);
  * dw, dbias as tcu_matmul_backward (+=, each or NULL). pre_gelu (N,IC) bf16: the forward's

@@ -797,6 +797,13 @@ void tcu_matmul_set_reduction(tcu_reduction r) {
             "tcu_matmul_set_reduction", "%d is not a tcu_reduction", (int)r);
 }
 
+int tcu_matmul_report(FILE *f) {
+    if (f)
+        fprintf(f, "cuBLASLt: the emulator has no cuBLASLt (one way for every matmul): 0 shape(s), "
+                   "0 split-K\n");
+    return 0;
+}
+
 /* dinp = round(gelu_tanh'(pre_gelu) * (dout @ w)) from the fp32 product (the DGELU epilogue's one
  * rounding); IC % 8 != 0, as the CUDA op (no epilogue): tcu_matmul_backward (=), then
  * tcu_gelu_backward in place, two roundings; dw, dbias by tcu_matmul_backward */

@@ -3,6 +3,7 @@
  * names, which must not capture the library's own calls. */
 #include "gpu/gpu_train.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -282,26 +283,45 @@ static int init_experts(gpu_train_ctx *c) {
 
 /* TSR_GEMM_REDUCTION (docs/cuda.md, a measurement switch of issue 25 item 4): the split-K schemes
  * the matmul heuristic may pick, compute (unset or empty: the default), none or any; rank 0 says
- * so when it is not the default */
-static int gemm_reduction(int rank, tcu_reduction *r) {
+ * so when it is not the default. Every rank reads its own environment (a job script can set it per
+ * node), so the ranks agree before any of them stops: one rank refusing alone would leave the
+ * others waiting in their next collective, and two rules would make the ranks' GEMMs differ. */
+static int gemm_reduction(const tsr_dist *d, tcu_reduction *r) {
     static const char *const names[] = {"compute", "none", "any"};
     static const char *const what[] = {
         "", "no split-K GEMMs",
         "cuBLASLt's own split-K reductions, partial sums possibly added in bf16: for measuring, "
         "not for training"};
+    enum { NOT_ONE = 3 }; /* a value that is none of names[] */
     const char *v = getenv("TSR_GEMM_REDUCTION");
-    *r = TCU_REDUCTION_COMPUTE;
-    if (!v || !*v) return 0;
-    for (int i = 0; i < 3; i++)
-        if (strcmp(v, names[i]) == 0) {
-            *r = (tcu_reduction)i;
-            if (i && rank == 0)
-                tsr_warn("environment TSR_GEMM_REDUCTION = \"%s\": %s (docs/cuda.md)", v, what[i]);
-            return 0;
-        }
-    if (rank == 0)
+    int mine = 0;
+    if (v && *v) {
+        mine = NOT_ONE;
+        for (int i = 0; i < 3; i++)
+            if (strcmp(v, names[i]) == 0) mine = i;
+    }
+    int zero = mine, first = INT_MAX;
+    dist_bcast(&zero, sizeof zero, 0);
+    if (mine == NOT_ONE || mine != zero) first = d->rank;
+    dist_allreduce_min_int(&first, 1);
+    if (first == INT_MAX) {
+        *r = (tcu_reduction)mine;
+        if (mine && d->rank == 0)
+            tsr_warn("environment TSR_GEMM_REDUCTION = \"%s\": %s (docs/cuda.md)", v, what[mine]);
+        return 0;
+    }
+    int theirs = mine;
+    dist_bcast(&theirs, sizeof theirs, first);
+    if (d->rank != 0) return TSR_EXIT_USAGE;
+    if (zero == NOT_ONE)
         tsr_error("environment TSR_GEMM_REDUCTION = \"%s\": expected compute (the default), none "
                   "or any (docs/cuda.md)", v);
+    else
+        tsr_error("environment TSR_GEMM_REDUCTION: rank %d has %s%s%s, rank 0 \"%s\"%s: expected "
+                  "compute (the default), none or any, the same on every rank (docs/cuda.md)",
+                  first, theirs == NOT_ONE ? "another value" : "\"",
+                  theirs == NOT_ONE ? "" : names[theirs], theirs == NOT_ONE ? "" : "\"",
+                  names[zero], v && *v ? "" : " (unset)");
     return TSR_EXIT_USAGE;
 }
 
@@ -309,7 +329,7 @@ static int lib_init(gpu_train_ctx *c) {
     const tsr_model *m = c->model;
     int count = tcu_device_count();
     tcu_reduction reduction;
-    TSR_CHECK(gemm_reduction(c->dist->rank, &reduction));
+    TSR_CHECK(gemm_reduction(c->dist, &reduction));
     TSR_CHECK(check_devices(c, count));
     if (!tcu_attention_head_size_ok(m->hs)) { /* the same on every rank: the config */
         char how[96];
@@ -636,7 +656,10 @@ static size_t lib_mem_peak(void) {
 static void lib_free(gpu_train_ctx *c) {
     struct tsr_gpu_train *gt = c->state;
     if (!gt) return;
-    if (c->dist->rank == 0) gpu_prof_report(stderr, "tessera-train");
+    if (c->dist->rank == 0 && gpu_prof_on()) { /* the per-op times, then the GEMMs' algorithms */
+        gpu_prof_report(stderr, "tessera-train");
+        tcu_matmul_report(stderr);
+    }
     gpu_prof_free();
     gpu_ep_free(&gt->ep);
     gpu_comm_close(gt->comm);

@@ -295,7 +295,8 @@ hc() {
 # Per-op device times of MODEL's steps at the bench's shapes, each run limited (PROFILE_RUNS
 # names the runs, default all six):
 #  base         TSR_PROFILE=1 (CUDA events around every op of the backend table, no hardware
-#               counters): profile-MODEL.txt, steps 2-8 of 8;
+#               counters): profile-MODEL.txt, steps 2-8 of 8, then the GEMMs' cuBLASLt algorithms
+#               (tile, stages, split-K and its reduction: tcu_matmul_report);
 #  the same with one measurement switch (issue 25; docs/cuda.md), profile-MODEL-NAME.txt:
 #  accumulate   TSR_GRAD_OVERWRITE=0: input gradients zeroed, then accumulated (item 1);
 #  unfused      TSR_DGELU_FUSION=0: the GELU backward as its own kernel (item 1);
@@ -349,6 +350,8 @@ profile() {
     for kv in "${kinds[@]}"; do
         echo "== profile-$model$kv.txt"
         awk '/TSR_PROFILE device time per op/ { on = 1 } on && n++ < 40' "$OUTDIR/profile-$model$kv.txt"
+        # the GEMMs' algorithms (tcu_matmul_report): does the heuristic split K, and where
+        grep -h '^cuBLASLt: ' "$OUTDIR/profile-$model$kv.txt" || true
     done
     return $rc
 }
@@ -480,7 +483,9 @@ firstlight() {
               ops | train) printf ': '; outcome "$work/$st.txt" ;;
               bench) echo; sed 's/^/    /' "$work/bench-rows.txt" ;;
               profile) echo; { awk '/TSR_PROFILE device time per op/ { on = 1 } on && n++ < 14' \
-                                   "$work/profile-gpt2-124m.txt" 2>/dev/null || true; } | sed 's/^/    /' ;;
+                                   "$work/profile-gpt2-124m.txt" 2>/dev/null || true
+                               grep -H '^cuBLASLt: ' "$work"/profile-gpt2-124m*.txt 2>/dev/null |
+                                   sed "s|^$work/||" || true; } | sed 's/^/    /' ;;
               clients) echo; sed 's/^/    /' "$work/clients.txt" 2>/dev/null ;;
               sanitize) echo; sed 's/^/    /' "$work/check.txt" 2>/dev/null ;;
               hc) echo; sed 's/^/    /' "$work/hc.txt" 2>/dev/null ;;

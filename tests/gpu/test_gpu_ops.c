@@ -2085,6 +2085,7 @@ static int plan_size(void) {
     for (size_t i = 0; i < NCASES(MMDG); i++) n += mmdg_checks(&MMDG[i]);
     for (size_t i = 0; i < NCASES(MMF_SPLIT); i++) n += 2 * mmf_checks(&MMF_SPLIT[i]);
     for (size_t i = 0; i < NCASES(MMB_SPLIT); i++) n += 2 * mmb_checks(&MMB_SPLIT[i]);
+    n += 1; /* no split-K algorithm in use under TCU_REDUCTION_NONE */
     for (size_t i = 0; i < NCASES(MMB_NULL); i++) n += mmb_checks(&MMB_NULL[i]);
     for (size_t i = 0; i < NCASES(ENC_FZ); i++) n += enc_frozen_checks(&ENC_FZ[i]);
     for (size_t i = 0; i < NCASES(LN_FZ); i++) n += ln_frozen_checks(&LN_FZ[i]);
@@ -2150,6 +2151,13 @@ int main(void) {
         mm_scheme = r ? " no split-K" : "";
         for (size_t i = 0; i < NCASES(MMF_SPLIT); i++) test_matmul_fwd(&MMF_SPLIT[i]);
         for (size_t i = 0; i < NCASES(MMB_SPLIT); i++) test_matmul_bwd(&MMB_SPLIT[i]);
+        /* what the heuristic picked (the measurement of issue 25 item 4 reads this table): under
+         * the default it may split K or not; with no split-K allowed, no algorithm may */
+        tcu_matmul_report(stdout);
+        if (r)
+            tap_ok(tcu_matmul_report(NULL) == 0,
+                   "matmul: with no split-K allowed (TCU_REDUCTION_NONE), no algorithm in use "
+                   "splits K (tcu_matmul_report: %d do)", tcu_matmul_report(NULL));
     }
     tcu_matmul_set_reduction(TCU_REDUCTION_COMPUTE), mm_scheme = "";
     for (size_t i = 0; i < NCASES(GELU); i++) test_gelu(&GELU[i]);
