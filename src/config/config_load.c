@@ -409,9 +409,10 @@ static void validate_lora(load_ctx *c) {
                   "(or \"auto\"; docs/dpo.md)", where(c, "dpo.reference", at, sizeof at));
         c->errors++;
     }
-    if (g->objective == TSR_OBJ_DPO && g->device == TSR_DEVICE_CUDA) {
-        tsr_error("%sobjective = \"dpo\" runs on device = \"cpu\" only so far (docs/dpo.md): "
-                  "set device = \"cpu\"", where(c, "objective", at, sizeof at));
+    if (g->objective == TSR_OBJ_DPO && g->device == TSR_DEVICE_CUDA) { /* with LoRA or without */
+        tsr_error("%sobjective = \"dpo\": DPO runs on device = \"cpu\" only so far (the "
+                  "supervised objective, LoRA's too, runs on \"cuda\"); expected device = \"cpu\" "
+                  "(docs/dpo.md)", where(c, "objective", at, sizeof at));
         c->errors++;
     }
     if (g->objective == TSR_OBJ_DPO && (g->micro_batch == 0 || g->micro_batch % 2 != 0)) {
@@ -429,12 +430,6 @@ static void validate_lora(load_ctx *c) {
     if (config_lora_targets(&g->model, g->lora.targets, &mask, why, sizeof why) != 0) {
         tsr_error("%slora.targets = \"%s\": %s", where(c, "lora.targets", at, sizeof at),
                   g->lora.targets, why);
-        c->errors++;
-    }
-    if (g->device == TSR_DEVICE_CUDA && g->objective == TSR_OBJ_DPO) {
-        tsr_error("%sobjective = \"dpo\": DPO runs on device = \"cpu\" only so far (LoRA's "
-                  "supervised objective runs on \"cuda\"); expected device = \"cpu\" "
-                  "(docs/dpo.md)", where(c, "objective", at, sizeof at));
         c->errors++;
     }
     if (g->expert > 1) {

@@ -2003,6 +2003,10 @@ static const att_cfg ATT[] = {
     /* grouped-query (KVH = NH/2) and multi-query (KVH = 1) attention, hs 64 and 128 */
     {2, 130, 4, 2, 64, 0, 1}, {2, 97, 8, 4, 128, 1, 0}, {1, 130, 4, 1, 64, 1, 1},
     {2, 65, 6, 1, 128, 0, 0}, {3, 70, 6, 3, 64, 1, 1}, {1, 33, 4, 2, 32, 0, 0},
+    /* T a multiple of the 64-row tiles (no partial tile), and hs 32 at T >= 128 (the dK/dV
+     * kernel's unmasked-tile path); the third row one segment of 2200 (the segment scans'
+     * rounds of 1024 positions: more than one) */
+    {2, 128, 2, 2, 32, 0, 0}, {1, 192, 4, 2, 64, 1, 1}, {3, 2200, 1, 1, 32, 0, 1},
 };
 static const rms_cfg RMS[] = {
     {1, 8, 0}, {7, 24, 1}, {65, 72, 0}, {257, 768, 3}, {130, 2048, 0},

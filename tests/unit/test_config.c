@@ -392,7 +392,7 @@ static void test_cross(void) {
     p = write_cfg("x7f.cfg", 17, "objective = \"dpo\"; device = \"cuda\";", 0);
     rc = load(&c, p, NULL, 0);
     expect(rc, TSR_EXIT_USAGE, "objective = dpo with device = cuda is refused",
-           "objective = \"dpo\" runs on device = \"cpu\" only", NULL);
+           "objective = \"dpo\": DPO runs on device = \"cpu\" only", NULL);
     p = write_cfg("x8.cfg", 10, "  expansion_ratio = 2.3;", 0);
     rc = load(&c, p, NULL, 0);
     expect(rc, TSR_EXIT_USAGE, "MLP width must be whole",
