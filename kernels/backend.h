@@ -201,9 +201,11 @@ struct tsr_backend {
     void (*softmax_xent)(const tsr_backend *be, float *losses, void *logits,
                          const int32_t *targets, const float *dlosses, int N, int V, int Vp);
     /* The gradient after an evaluation softmax_xent (dlosses NULL), in place, or NULL where the
-     * backend cannot (the decoder then needs dlosses in the forward). */
-    void (*softmax_xent_grad)(const tsr_backend *be, void *logits, const float *dlosses,
-                              const int32_t *targets, int N, int V, int Vp);
+     * backend cannot (the decoder then needs dlosses in the forward). losses (N) fp32: scratch
+     * it may overwrite (CUDA runs its fused softmax_xent again over the logits it kept, which
+     * writes the losses too). */
+    void (*softmax_xent_grad)(const tsr_backend *be, float *losses, void *logits,
+                              const float *dlosses, const int32_t *targets, int N, int V, int Vp);
     /* idx (N) int32 = argmax over the V real columns of what an evaluation softmax_xent left in
      * logits (the lowest index on ties) */
     void (*argmax)(const tsr_backend *be, int32_t *idx, const void *logits, int N, int V, int Vp);

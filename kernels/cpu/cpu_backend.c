@@ -242,8 +242,9 @@ static void f_softmax_xent(const tsr_backend *be, float *losses, void *logits,
     if (dlosses) OPS(be)->softmax_xent_backward(logits, dlosses, logits, targets, N, V, Vp);
 }
 
-static void f_softmax_xent_grad(const tsr_backend *be, void *logits, const float *dlosses,
-                                const int32_t *targets, int N, int V, int Vp) {
+static void f_softmax_xent_grad(const tsr_backend *be, float *losses, void *logits,
+                                const float *dlosses, const int32_t *targets, int N, int V, int Vp) {
+    (void)losses; /* (the probabilities are what the forward left) */
     OPS(be)->softmax_xent_backward(logits, dlosses, logits, targets, N, V, Vp);
 }
 

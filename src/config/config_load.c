@@ -325,11 +325,12 @@ static const char *const cross_rules[] = {
     "`parallel.expert` above 1 needs a MoE model (`model.moe_experts` a multiple of it), and "
     "divides the rank count (checked at start).",
     "`objective = \"dpo\"` needs an even `micro_batch` (not `\"auto\"`), no `data.mix`, a "
-    "dense model and `device = \"cpu\"`; `global_batch / W` is even (checked at start); "
+    "dense model, and with `device = \"cuda\"` `parallel.sharding` ddp or zero1; "
+    "`global_batch / W` is even (checked at start); "
     "`dpo.reference = \"base\"` needs `lora.rank` > 0.",
     "With `lora.rank` above 0: `lora.targets` names each of q, k, v, o, gate, up, down at most "
     "once (gate and up with `model.mlp = \"swiglu\"`; no MLP target in a MoE model), with "
-    "`parallel.expert = 1`; on `device = \"cuda\"` not with `objective = \"dpo\"`. "
+    "`parallel.expert = 1`. "
     "`lora.base_checksum` is \"\" or "
     "`crc32c:` and 8 lowercase hex digits.",
     "Exactly one of `data.train` and `data.mix`; `data.curriculum` needs `data.mix`, its phases "
@@ -409,10 +410,12 @@ static void validate_lora(load_ctx *c) {
                   "(or \"auto\"; docs/dpo.md)", where(c, "dpo.reference", at, sizeof at));
         c->errors++;
     }
-    if (g->objective == TSR_OBJ_DPO && g->device == TSR_DEVICE_CUDA) { /* with LoRA or without */
-        tsr_error("%sobjective = \"dpo\": DPO runs on device = \"cpu\" only so far (the "
-                  "supervised objective, LoRA's too, runs on \"cuda\"); expected device = \"cpu\" "
-                  "(docs/dpo.md)", where(c, "objective", at, sizeof at));
+    if (g->objective == TSR_OBJ_DPO && g->device == TSR_DEVICE_CUDA &&
+        (g->sharding == TSR_SHARD_ZERO3 || g->sharding == TSR_SHARD_HSDP)) {
+        tsr_error("%sobjective = \"dpo\" with device = \"cuda\" runs under parallel.sharding "
+                  "= \"ddp\" or \"zero1\" so far, not \"%s\" (docs/dpo.md)",
+                  where(c, "parallel.sharding", at, sizeof at),
+                  g->sharding == TSR_SHARD_ZERO3 ? "zero3" : "hsdp");
         c->errors++;
     }
     if (g->objective == TSR_OBJ_DPO && (g->micro_batch == 0 || g->micro_batch % 2 != 0)) {

@@ -305,8 +305,17 @@ static void c_argmax(const tsr_backend *be, int32_t *idx, const void *logits, in
          tcu_argmax(idx, logits, N, V, Vp, STREAM(be)));
 }
 
-/* No softmax_xent_grad (the gradient is fused into the training forward), matvec_forward or
- * attention_decode (KV-cache decoding runs on the CPU; docs/cuda.md). */
+/* The gradient after an evaluation forward (DPO's weighted backward, docs/dpo.md): the fused op
+ * again over the logits the evaluation left, now with dlosses (the losses rewritten, as the
+ * backend's entry allows) */
+static void c_softmax_xent_grad(const tsr_backend *be, float *losses, void *logits,
+                                const float *dlosses, const int32_t *targets, int N, int V,
+                                int Vp) {
+    PROF(be, "softmax_xent_grad", N, Vp, 0,
+         tcu_softmax_xent(losses, logits, targets, dlosses, N, V, Vp, STREAM(be)));
+}
+
+/* No matvec_forward or attention_decode (KV-cache decoding runs on the CPU; docs/cuda.md). */
 static tsr_backend cuda_backend(tcu_stream s) {
     return (tsr_backend){
         .name = "cuda",
@@ -354,6 +363,7 @@ static tsr_backend cuda_backend(tcu_stream s) {
         .attention_forward = c_attention_forward,
         .attention_backward = c_attention_backward,
         .softmax_xent = c_softmax_xent,
+        .softmax_xent_grad = c_softmax_xent_grad,
         .argmax = c_argmax,
     };
 }
@@ -557,4 +567,10 @@ void gpu_model_backward(tsr_gpu_model *g, const int32_t *tokens, int B, int T,
                         void (*ready)(void *ctx, int unit), void *ctx) {
     tsr_decoder d = decoder_of(g);
     dec_backward(&d, tokens, NULL, B, T, -1.0f, ready, ctx);
+}
+
+void gpu_model_backward_weighted(tsr_gpu_model *g, const int32_t *tokens, const int32_t *targets,
+                                 int B, int T, const float *dlosses) {
+    tsr_decoder d = decoder_of(g);
+    dec_backward_weighted(&d, tokens, targets, B, T, dlosses);
 }

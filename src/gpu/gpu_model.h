@@ -114,6 +114,11 @@ void gpu_model_token_scores(tsr_gpu_model *g, const int32_t *targets, int B, int
  * their communication can start while the rest of the backward pass runs. */
 void gpu_model_backward(tsr_gpu_model *g, const int32_t *tokens, int B, int T,
                         void (*ready)(void *ctx, int unit), void *ctx);
+/* Backward of the last evaluation forward (loss_scale < 0) with a loss gradient per position:
+ * dlosses (B*T host floats) = d(objective) / d(its loss) where targets (host) >= 0 (decoder.h
+ * dec_backward_weighted: DPO). Gradients accumulate; no ready calls (the caller reduces after). */
+void gpu_model_backward_weighted(tsr_gpu_model *g, const int32_t *tokens, const int32_t *targets,
+                                 int B, int T, const float *dlosses);
 /* Unit u's tensors in the flat buffer: (offset, count) pairs into off[], len[], one per tensor the
  * unit holds; returns how many (at most TSR_P_COUNT). */
 int gpu_model_unit_slices(const tsr_model *m, int u, size_t *off, size_t *len);

@@ -100,25 +100,52 @@ static void lib_plan_bytes(const gpu_train_ctx *c, size_t *fixed, size_t *eval) 
     *eval = eval_bytes(c);
 }
 
+/* LoRA: a pass through the host model's hooks runs as the host model would. Its adapters off
+ * (m->lora NULL: DPO's reference, the base) leave the device's off for the pass; else the host
+ * adapters' pass (dropout on or off, its key and first row: train/dpo.c sets it per microbatch)
+ * becomes the device adapters'. Returns the device adapters, to put back after the pass. */
+static struct tsr_lora *follow_host_lora(tsr_gpu_model *g) {
+    struct tsr_lora *dev = g->lora;
+    const struct tsr_lora *host = g->m->lora;
+    if (dev && !host) g->lora = NULL;
+    else if (dev) lora_set_pass(dev, host->train, host->key, host->row0);
+    return dev;
+}
+
 static double eval_forward(void *ctx, const int32_t *tokens, const int32_t *targets, int B,
                            int T) {
     tsr_gpu_model *g = ctx;
+    struct tsr_lora *dev = follow_host_lora(g);
     gpu_model_forward(g, tokens, targets, B, T, -1.0f);
+    g->lora = dev;
     return gpu_model_loss_sum(g, targets, B, T);
 }
 
 static void eval_scores(void *ctx, const int32_t *tokens, const int32_t *targets, int B, int T,
                         float *losses, int32_t *greedy) {
     tsr_gpu_model *g = ctx;
+    struct tsr_lora *dev = follow_host_lora(g);
     gpu_model_forward(g, tokens, targets, B, T, -1.0f);
+    g->lora = dev;
     gpu_model_token_scores(g, targets, B, T, losses, greedy);
 }
 
-/* The host model's evaluation calls (model_forward, model_token_scores) go to the device (g), or
- * back to the host ops (g NULL: sampling on the host weights, shutdown). */
+/* DPO: the backward after eval_scores' forward (the same adapters and pass) */
+static void eval_backward_weighted(void *ctx, const int32_t *tokens, const int32_t *targets,
+                                   int B, int T, const float *dlosses) {
+    tsr_gpu_model *g = ctx;
+    struct tsr_lora *dev = follow_host_lora(g);
+    gpu_model_backward_weighted(g, tokens, targets, B, T, dlosses);
+    g->lora = dev;
+}
+
+/* The host model's evaluation calls (model_forward, model_token_scores) and DPO's weighted
+ * backward go to the device (g), or back to the host ops (g NULL: sampling on the host weights,
+ * shutdown). */
 static void route_model(tsr_model *m, tsr_gpu_model *g) {
     m->fwd = g ? eval_forward : NULL;
     m->scores = g ? eval_scores : NULL;
+    m->bwd_weighted = g ? eval_backward_weighted : NULL;
     m->fwd_ctx = g;
 }
 
@@ -447,6 +474,13 @@ static double staged_sums(gpu_train_ctx *c, float scale) {
     return sum;
 }
 
+/* LoRA: the adapters' gradients summed over the ranks (small: one all-reduce after the backward) */
+static void lora_reduce(struct tsr_gpu_train *gt) {
+    if (!gt->comm) return;
+    size_t off = 0, len = gt->lora.n;
+    gpu_comm_allreduce(gt->comm, gt->lora.g, &off, &len, 1);
+}
+
 /* LoRA: the microbatches with the step's dropout (rows numbered as on the CPU: lora_pass_row0),
  * then the adapters' gradients summed over the ranks (small: one all-reduce after the backward) */
 static double lora_compute(gpu_train_ctx *c, float scale) {
@@ -462,21 +496,47 @@ static double lora_compute(gpu_train_ctx *c, float scale) {
     }
     const double loss_sum = staged_sums(c, scale);
     lora_set_pass(lo, 0, 0, 0); /* evaluations: no dropout */
-    if (gt->comm) {
-        size_t off = 0, len = lo->n;
-        gpu_comm_allreduce(gt->comm, lo->g, &off, &len, 1);
-    }
+    lora_reduce(gt);
     return loss_sum;
 }
 
 static double dense_compute(gpu_train_ctx *c, float scale);
+
+/* DPO (c->dpo, train/dpo.h): the trainer's pass over the rank's pairs runs its forwards and
+ * weighted backwards here through the host model's hooks; the gradients are zeroed before it and
+ * summed over the ranks after its last backward (no overlap with it: the pass is the trainer's,
+ * which does not say which backward is the last). ddp, or zero1 (its reduce-scatters); zero3 and
+ * hsdp are refused at load. */
+static double dpo_compute(gpu_train_ctx *c, float scale) {
+    struct tsr_gpu_train *gt = c->state;
+    if (gt->sharded && !gt->sh.zero1)
+        tsr_die(TSR_EXIT_INTERNAL, "GPU step: objective = \"dpo\" under zero3 / hsdp (the "
+                "config check refuses it)");
+    if (gt->lora_on) tcu_zero(gt->lora.g, gt->lora.n * sizeof(float), gt->s);
+    else if (gt->sharded) gpu_shard_zero_grads(&gt->sh);
+    else tcu_zero(gt->g.grads, c->model->n_params * sizeof(float), gt->s);
+    const double loss_sum = c->dpo(c->owner, scale);
+    if (gt->lora_on) {
+        lora_reduce(gt);
+        return loss_sum;
+    }
+    /* every unit complete, in the backward's order (layers L..1, then unit 0) */
+    for (int u = c->model->L; u >= 0; u--) {
+        if (gt->sharded) gpu_shard_zero1_ready(&gt->sh, u);
+        else if (gt->comm) unit_ready(gt, u);
+    }
+    if (gt->sharded) gpu_shard_finish_grads(&gt->sh);
+    return loss_sum;
+}
 
 /* the forward and backward passes of a step, timed as one phase under TSR_PROFILE=1 */
 static double lib_compute(gpu_train_ctx *c, float scale) {
     struct tsr_gpu_train *gt = c->state;
     gpu_prof_step_begin();
     const int ps = gpu_prof_begin(gt->s, "step: forward+backward", 0, 0, 0);
-    const double loss = gt->lora_on ? lora_compute(c, scale) : dense_compute(c, scale);
+    const double loss = c->dpo        ? dpo_compute(c, scale)
+                        : gt->lora_on ? lora_compute(c, scale)
+                                      : dense_compute(c, scale);
     gpu_prof_end(gt->s, ps);
     return loss;
 }

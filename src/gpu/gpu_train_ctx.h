@@ -42,6 +42,12 @@ typedef struct gpu_train_ctx {
                                 * (gpu_ep.h), else NULL */
     /* zero3 / hsdp: the host shards gathered into model->params (on = 1) or freed (on = 0) */
     void (*host_weights)(void *owner, int on);
+    /* objective = "dpo" (train/dpo.h dpo_compute), else NULL: the trainer's pass over this rank's
+     * pairs, its forwards and weighted backwards sent to the device through the host model's
+     * hooks (model.h fwd_ctx: scores, bwd_weighted; the host model's LoRA state is the pass's);
+     * returns the rank's sum of pair losses. The library zeroes the gradients before it and
+     * reduces them after it. */
+    double (*dpo)(void *owner, float scale);
     void *owner;
     char device_name[128];     /* set by init: the GPU's name (its peak FLOP/s) */
     struct tsr_lora *lora;     /* LoRA (model/model_lora.h): the host adapters' store, the mirror

@@ -782,7 +782,7 @@ static void xent_grad(const tsr_decoder *d, const int32_t *targets, int N) {
     if (!be->softmax_xent_grad)
         tsr_die(TSR_EXIT_INTERNAL, "decoder backward: the %s backend forms the loss gradient "
                 "in the forward pass only (give it a loss scale)", be->name);
-    be->softmax_xent_grad(be, a->probs, a->dlosses, be->host ? targets : a->targets, N, d->m->V,
+    be->softmax_xent_grad(be, a->losses, a->probs, a->dlosses, be->host ? targets : a->targets, N, d->m->V,
                           d->m->Vp);
 }
 

@@ -202,6 +202,10 @@ typedef struct tsr_model {
     /* and model_token_scores to scores (NULL: the ops above), with the same ctx */
     void (*scores)(void *ctx, const int32_t *tokens, const int32_t *targets, int B, int T,
                    float *losses, int32_t *greedy);
+    /* and model_backward_weighted to bwd_weighted (DPO's backward after those forwards; NULL:
+     * the ops above), with the same ctx */
+    void (*bwd_weighted)(void *ctx, const int32_t *tokens, const int32_t *targets, int B, int T,
+                         const float *dlosses);
     void *fwd_ctx;
 } tsr_model;
 

@@ -110,6 +110,10 @@ void model_row_logprobs(tsr_model *m, const int32_t *tokens, const int32_t *targ
 
 void model_backward_weighted(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B,
                              int T, const float *dlosses) {
+    if (m->bwd_weighted) {
+        m->bwd_weighted(m->fwd_ctx, tokens, targets, B, T, dlosses);
+        return;
+    }
     tsr_decoder d = decoder_of(m);
     dec_backward_weighted(&d, tokens, targets, B, T, dlosses);
 }

@@ -36,6 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import test_reference as R  # noqa: E402
 import test_lora as TL  # noqa: E402
+import dpo_pairs  # noqa: E402
 
 np, torch, h5py = R.np, R.torch, R.h5py
 F = torch.nn.functional
@@ -56,36 +57,8 @@ PLAN = 1 + sum(checks(r) for r in RUNS)
 
 
 def make_pairs(tmp, seed=5):
-    """The preference layout by hand: 1 + 2 PAIRS T tokens, notes in index.tsv as prep writes."""
-    rng = np.random.RandomState(seed)
-    eot = VOCAB - 1
-    toks, mask = [eot], [0]
-    for _ in range(PAIRS):
-        plen = rng.randint(2, T // 2)
-        prompt = list(rng.randint(0, VOCAB - 1, size=plen))
-        for _k in range(2):
-            alen = rng.randint(2, T - plen + 1)
-            w = prompt + list(rng.randint(0, VOCAB - 1, size=alen - 1)) + [eot]
-            m = [0] * plen + [1] * alen
-            toks += w + [eot] * (T - len(w))
-            mask += m + [0] * (T - len(m))
-    txt = os.path.join(tmp, "pairs.txt")
-    with open(txt, "w") as f:
-        for i in range(0, len(toks), 16):
-            f.write(" ".join(f"{t}:{m}" for t, m in zip(toks[i:i + 16], mask[i:i + 16])) + "\n")
-    out = os.path.join(tmp, "pairs")
-    r = subprocess.run([R.TESSERA, "shard", "--out", out, "--vocab", str(VOCAB), "--mask", txt],
-                       capture_output=True, text=True)
-    if r.returncode == 0:
-        p = os.path.join(out, "index.tsv")
-        lines = open(p).read().split("\n")
-        at = 1
-        while at < len(lines) and lines[at].startswith("#"):
-            at += 1
-        lines[at:at] = [f"# packed_seq_len\t{T}\t(test_dpo.py)",
-                        f"# preference_pairs\t{PAIRS}\t(test_dpo.py)"]
-        open(p, "w").write("\n".join(lines))
-    return out, r
+    """The preference pairs of these tests (dpo_pairs.py: no torch, for the shell tests too)."""
+    return dpo_pairs.make_pairs(tmp, seed, T, PAIRS, VOCAB, R.TESSERA)
 
 
 def row_logps(model, inputs, targets):

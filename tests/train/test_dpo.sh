@@ -21,10 +21,7 @@
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 8
-pairs=$(cd "$TSR_ROOT/tests/reference" && /usr/bin/python3 -c "
-import sys, test_dpo
-out, r = test_dpo.make_pairs('$TMP')
-sys.exit(r.returncode) if r.returncode else print(out)")
+pairs=$("$PY3" "$TSR_ROOT/tests/reference/dpo_pairs.py" "$TMP")
 make_synth "$TMP/plain" 100
 base=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=100 --set data.tokenizer=
       --set sample.tokens=0 --set data.train="$pairs" --set data.val=

@@ -20,12 +20,7 @@
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 10
-mk_pairs() {
-    (cd "$TSR_ROOT/tests/reference" && /usr/bin/python3 -c "
-import sys, test_dpo
-out, r = test_dpo.make_pairs('$1', seed=$2)
-sys.exit(r.returncode) if r.returncode else print(out)")
-}
+mk_pairs() { "$PY3" "$TSR_ROOT/tests/reference/dpo_pairs.py" "$1" "$2"; }
 mkdir -p "$TMP/d1" "$TMP/d2"
 pairs=$(mk_pairs "$TMP/d1" 5)
 other=$(mk_pairs "$TMP/d2" 6)

@@ -389,10 +389,14 @@ static void test_cross(void) {
     rc = load(&c, p, NULL, 0);
     expect(rc, TSR_EXIT_USAGE, "dpo.reference = base without LoRA is refused naming the key",
            fmt("%s:17: dpo.reference = \"base\" needs LoRA (lora.rank > 0)", p), NULL);
-    p = write_cfg("x7f.cfg", 17, "objective = \"dpo\"; device = \"cuda\";", 0);
+    p = write_cfg("x7f.cfg", 17, "objective = \"dpo\"; device = \"cuda\"; parallel = { sharding = \"zero3\"; };", 0);
     rc = load(&c, p, NULL, 0);
-    expect(rc, TSR_EXIT_USAGE, "objective = dpo with device = cuda is refused",
-           "objective = \"dpo\": DPO runs on device = \"cpu\" only", NULL);
+    expect(rc, TSR_EXIT_USAGE, "objective = dpo with device = cuda under zero3 is refused",
+           "objective = \"dpo\" with device = \"cuda\" runs under parallel.sharding = \"ddp\" or "
+           "\"zero1\" so far, not \"zero3\"", NULL);
+    p = write_cfg("x7g.cfg", 17, "objective = \"dpo\"; device = \"cuda\";", 0);
+    rc = load(&c, p, NULL, 0);
+    expect(rc, 0, "objective = dpo with device = cuda (ddp) loads", NULL);
     p = write_cfg("x8.cfg", 10, "  expansion_ratio = 2.3;", 0);
     rc = load(&c, p, NULL, 0);
     expect(rc, TSR_EXIT_USAGE, "MLP width must be whole",
@@ -723,7 +727,7 @@ static void test_table_and_docs(void) {
     free(text);
 }
 
-#define N_FIXED 99
+#define N_FIXED 100
 
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/tsr_test_config_XXXXXX");

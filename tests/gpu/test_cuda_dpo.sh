@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# DPO with device = cuda (docs/dpo.md, "On the GPU"), against the CPU backend's DPO runs: a tiny
+# Llama base (RMSNorm, RoPE, SwiGLU, GQA 2:1, head size 32) trained on the CPU over the preference
+# pairs of tests/reference/dpo_pairs.py (no torch: the GPU machine runs this too), then
+#  - LoRA adapters with objective = "dpo" (dropout 0.1, the reference the base with the adapters
+#    off): every step's loss and gradient norm within the tolerance of the CPU run, and its
+#    reward margin within an absolute tolerance (a reference computed with the adapters on would
+#    give margins of 0 and losses of log 2); the validation pairs' DPO loss within the tolerance;
+#  - full finetuning with objective = "dpo" (the reference precomputed at start, on the device):
+#    every step and evaluation within the tolerance of the CPU run;
+#  - 2 ranks: the LoRA run (ddp) and the full run under zero1 within the tolerance of the CPU's
+#    1-rank runs;
+#  - the full run's step-6 checkpoint resumed with device = cuda: steps 7-12 the same bits as the
+#    run that never stopped (the stored reference read back, the device's determinism);
+#  - parallel.sharding = zero3 refused at load naming the key, nothing written.
+# It runs on the host emulator of the CUDA backend (build/tests/tessera-train-cuemu: the
+# trainer's GPU path with bf16 activations, not the CUDA kernels) and again on the real backend
+# when a GPU is present (skipped loudly otherwise). DPO's loss is a function of differences of
+# summed log-probabilities scaled by beta: bf16 activations move it more than a language-model
+# loss (measured on the emulator: 3e-3 relative at most over 12 steps, where the LM loss of
+# test_cuda_train.sh stays under 3e-4), hence the tolerances below.
+source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/gpu_lib.sh"
+tsr_tmpdir
+PER=5
+tap_plan $((2 * PER + 2))
+pairs=$("$PY3" "$TSR_ROOT/tests/reference/dpo_pairs.py" "$TMP")
+args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=100 --set data.tokenizer=
+      --set sample.tokens=0 --set data.train="$pairs" --set data.val= --set eval_interval=0ba
+      --set model.n_layer=2 --set model.d_model=64 --set model.n_head=2 --set model.n_kv_head=1
+      --set model.intermediate_size=96 --set seq_len=16 --set global_batch=8 --set micro_batch=2
+      --set max_duration=12ba --set save_interval=6ba --set threads=1 --set log_interval=1
+      --set optim.warmup=2ba)
+ev=(--set data.val="$pairs" --set eval_interval=6ba --set eval_samples=16)
+lora=(--set objective=dpo --set lora.rank=4 --set lora.alpha=8 --set lora.dropout=0.1
+      --set optim.lr=1e-2 --set dpo.beta=0.5 --init-from "$TMP/base" "${ev[@]}")
+full=(--set objective=dpo --set optim.lr=3e-3 --set dpo.beta=0.5 --init-from "$TMP/base" "${ev[@]}")
+# train BIN DIR NP ARGS...: output in DIR.txt
+train() {
+    local bin=$1 dir=$2 np=$3; shift 3
+    "${MPIRUN[@]}" -np "$np" "$bin" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1
+}
+# dpo_close A B FROM: every step of run B from FROM within $LOSS_TOL (loss) and $NORM_TOL (norm)
+# of run A's, its reward margin within $MARGIN_TOL (absolute), its validation DPO losses (the same
+# steps) within $LOSS_TOL; prints the largest differences
+dpo_close() {
+    "$PY3" - "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" "$3" "$LOSS_TOL" "$NORM_TOL" "$MARGIN_TOL" <<'PY'
+import json, sys
+def read(p):
+    st, ev = {}, {}
+    for j in map(json.loads, open(p)):
+        if "loss" in j and "grad_norm" in j and "dpo_reward_margin" in j:
+            st[j["step"]] = (j["loss"], j["grad_norm"], j["dpo_reward_margin"])
+        if "val_loss" in j:
+            ev[j["step"]] = j["val_loss"]
+    return st, ev
+(a, ea), (b, eb) = read(sys.argv[1]), read(sys.argv[2])
+lo, tl, tn, tm = int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
+keys = [k for k in sorted(a) if k >= lo]
+if not keys or keys != [k for k in sorted(b) if k >= lo] or sorted(ea) != sorted(eb):
+    print(f"steps differ: {keys} vs {sorted(b)}, evaluations {sorted(ea)} vs {sorted(eb)}")
+    sys.exit(1)
+wl = max(abs(b[k][0] - a[k][0]) / abs(a[k][0]) for k in keys)
+wn = max(abs(b[k][1] - a[k][1]) / abs(a[k][1]) for k in keys)
+wm = max(abs(b[k][2] - a[k][2]) for k in keys)
+we = max((abs(eb[k] - ea[k]) / abs(ea[k]) for k in ea if k >= lo), default=0.0)
+print(f"loss {wl:.1e}, norm {wn:.1e}, margin {wm:.1e}, val loss {we:.1e} over steps {keys[0]}..{keys[-1]}")
+sys.exit(0 if wl <= tl and wn <= tn and wm <= tm and we <= tl else 1)
+PY
+}
+
+MPI_OK=0
+mpi_ok "$TRAIN" && MPI_OK=1
+[[ -n $pairs ]] && train "$TRAIN" base 1 && train "$TRAIN" cpu_lora 1 "${lora[@]}" &&
+    train "$TRAIN" cpu_full 1 "${full[@]}" &&
+    [[ $(grep -c '"val_loss"' "$TMP/cpu_full/metrics.jsonl") == 2 ]]
+tap_check $? "CPU: the base (lm on the pairs' text) and the DPO reference runs (LoRA with dropout 0.1; full finetuning, reference precomputed), each evaluating twice"
+
+# gpus N WHAT: true when the suite's backend has N GPUs (one rank each), else WHAT is skipped
+gpus() {
+    ((GPUS >= $1)) && return 0
+    _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - $2 # SKIP needs $1 GPUs, this machine has $GPUS"
+    return 1
+}
+
+# suite BIN LABEL LOSS_TOL NORM_TOL MARGIN_TOL: the checks on one backend
+suite() {
+    local bin=$1 l=$2 d
+    LOSS_TOL=$3 NORM_TOL=$4 MARGIN_TOL=$5
+    train "$bin" "$l.lora" 1 "${lora[@]}" --set device=cuda && d=$(dpo_close cpu_lora "$l.lora" 1)
+    tap_check $? "$l: DPO over LoRA adapters (the base as reference, dropout 0.1) on one GPU: every step and evaluation within $LOSS_TOL (loss), $NORM_TOL (norm), $MARGIN_TOL (reward margin) of the CPU's ($d)"
+    train "$bin" "$l.full" 1 "${full[@]}" --set device=cuda && d=$(dpo_close cpu_full "$l.full" 1) &&
+        grep -q '"event": "dpo_reference", "action": "computed"' "$TMP/$l.full/metrics.jsonl"
+    tap_check $? "$l: full DPO (the reference precomputed on the device at start) on one GPU: every step and evaluation within the tolerance of the CPU's ($d)"
+    if gpus 2 "$l: DPO on 2 ranks"; then
+        train "$bin" "$l.lora2" 2 "${lora[@]}" --set device=cuda && d=$(dpo_close cpu_lora "$l.lora2" 1) &&
+            train "$bin" "$l.z1" 2 "${full[@]}" --set device=cuda --set parallel.sharding=zero1 &&
+            d="$d; full, zero1: $(dpo_close cpu_full "$l.z1" 1)"
+        tap_check $? "$l: DPO on 2 ranks (LoRA, ddp; full, zero1): every step within the tolerance of the CPU's 1-rank runs ($d)"
+    fi
+    train "$bin" "$l.res" 1 "${full[@]}" --set device=cuda --resume "$TMP/$l.full/step-00000006.h5" &&
+        grep -q "resume" "$TMP/$l.res.txt" &&
+        cmp -s <(final_lines "$TMP/$l.full/metrics.jsonl" | awk '$1 >= 7') <(final_lines "$TMP/$l.res/metrics.jsonl" | awk '$1 >= 7')
+    tap_check $? "$l: the full DPO run's step-6 checkpoint resumed on the device: steps 7-12 the same bits as the run that never stopped"
+    train "$bin" "$l.z3" 1 "${full[@]}" --set device=cuda --set parallel.sharding=zero3
+    local rc=$?
+    ((rc == 1)) && [[ ! -e $TMP/$l.z3 ]] &&
+        grep -q 'parallel.sharding=zero3: objective = "dpo" with device = "cuda" runs under parallel.sharding = "ddp" or "zero1" so far, not "zero3"' "$TMP/$l.z3.txt"
+    tap_check $? "$l: DPO with device = cuda under zero3 refused naming parallel.sharding, nothing written (exit $rc, want 1)"
+}
+
+# The emulator (measured: loss 3.3e-3, norm 4e-3, margin 5e-3 at most; tolerances about 3x)
+if emulator_half "$PER"; then
+    GPUS=$((MPI_OK ? 8 : 1))
+    suite "$BUILD/tests/tessera-train-cuemu" emulator 1e-2 1.5e-2 1.5e-2
+fi
+
+# the real backend: a GPU, its driver and the library built beside tessera-train
+real_backend
+if [[ -z $why ]]; then
+    ((MPI_OK)) || GPUS=1 # one process without MPI, whatever the GPUs
+    suite "$TRAIN" cuda 2e-2 5e-2 3e-2
+    _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - the real library without a GPU # SKIP there is a GPU"
+else
+    without_gpu "loads for a DPO run and reports no CUDA device" "$PER" train "$TRAIN" nodev 1 "${lora[@]}" --set device=cuda
+fi
+tap_done
