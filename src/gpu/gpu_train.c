@@ -474,6 +474,19 @@ static double staged_sums(gpu_train_ctx *c, float scale) {
     return sum;
 }
 
+/* The gradients a step computes, zeroed: LoRA's adapters', else the dense ones (the shard's under
+ * zero1 / zero3 / hsdp) and, under parallel.expert, the experts' */
+static void zero_grads(gpu_train_ctx *c) {
+    struct tsr_gpu_train *gt = c->state;
+    if (gt->lora_on) {
+        tcu_zero(gt->lora.g, gt->lora.n * sizeof(float), gt->s);
+        return;
+    }
+    if (gt->sharded) gpu_shard_zero_grads(&gt->sh);
+    else tcu_zero(gt->g.grads, c->model->n_params * sizeof(float), gt->s);
+    if (gt->ep_on) gpu_ep_zero_grads(&gt->ep);
+}
+
 /* LoRA: the adapters' gradients summed over the ranks (small: one all-reduce after the backward) */
 static void lora_reduce(struct tsr_gpu_train *gt) {
     if (!gt->comm) return;
@@ -486,7 +499,7 @@ static void lora_reduce(struct tsr_gpu_train *gt) {
 static double lora_compute(gpu_train_ctx *c, float scale) {
     struct tsr_gpu_train *gt = c->state;
     tsr_lora *lo = &gt->lora;
-    tcu_zero(lo->g, lo->n * sizeof(float), gt->s);
+    zero_grads(c);
     for (int64_t b = 0; b < c->per_rank; b += c->micro) {
         const int32_t *in = c->inputs + b * c->T, *tg = c->targets + b * c->T;
         lora_set_pass(lo, 1, c->lora_key, lora_pass_row0(c->dist->rank, c->per_rank, b, c->T));
@@ -512,15 +525,14 @@ static double dpo_compute(gpu_train_ctx *c, float scale) {
     if (gt->sharded && !gt->sh.zero1)
         tsr_die(TSR_EXIT_INTERNAL, "GPU step: objective = \"dpo\" under zero3 / hsdp (the "
                 "config check refuses it)");
-    if (gt->lora_on) tcu_zero(gt->lora.g, gt->lora.n * sizeof(float), gt->s);
-    else if (gt->sharded) gpu_shard_zero_grads(&gt->sh);
-    else tcu_zero(gt->g.grads, c->model->n_params * sizeof(float), gt->s);
+    zero_grads(c);
     const double loss_sum = c->dpo(c->owner, scale);
     if (gt->lora_on) {
         lora_reduce(gt);
         return loss_sum;
     }
-    /* every unit complete, in the backward's order (layers L..1, then unit 0) */
+    /* every unit complete, in the order the backward completes them when it calls ready itself
+     * (src/model/decoder.c backward_pass: layers L..1 as units L..1, then unit 0) */
     for (int u = c->model->L; u >= 0; u--) {
         if (gt->sharded) gpu_shard_zero1_ready(&gt->sh, u);
         else if (gt->comm) unit_ready(gt, u);
@@ -543,9 +555,7 @@ static double lib_compute(gpu_train_ctx *c, float scale) {
 
 static double dense_compute(gpu_train_ctx *c, float scale) {
     struct tsr_gpu_train *gt = c->state;
-    if (gt->sharded) gpu_shard_zero_grads(&gt->sh);
-    else tcu_zero(gt->g.grads, c->model->n_params * sizeof(float), gt->s);
-    if (gt->ep_on) gpu_ep_zero_grads(&gt->ep);
+    zero_grads(c);
     /* the last microbatch completes each layer's gradients: their sums (ddp) or reduce-scatters
      * (zero1) start right away; zero3 / hsdp reduce-scatter every microbatch's (the source) */
     void (*ready)(void *, int) = gt->comm ? unit_ready : NULL;

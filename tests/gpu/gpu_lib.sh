@@ -36,6 +36,14 @@ real_backend() {
     return 0
 }
 
+# gpus N WHAT: true when the suite's backend has N GPUs (GPUS, set by the test: one rank each),
+# else WHAT is counted as skipped, saying so
+gpus() {
+    ((GPUS >= $1)) && return 0
+    _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - $2 # SKIP needs $1 GPUs, this machine has $GPUS"
+    return 1
+}
+
 # without_gpu WHAT PER CMD...: the checks of a machine without a GPU (why set by real_backend).
 # When the real library was built, CMD runs the trainer with device = cuda, its output in
 # $TMP/nodev.txt: it must load and say there is no device (exit 1), checked as "the library

@@ -8,8 +8,8 @@
 #    give margins of 0 and losses of log 2); the validation pairs' DPO loss within the tolerance;
 #  - full finetuning with objective = "dpo" (the reference precomputed at start, on the device):
 #    every step and evaluation within the tolerance of the CPU run;
-#  - 2 ranks: the LoRA run (ddp) and the full run under zero1 within the tolerance of the CPU's
-#    1-rank runs;
+#  - 2 ranks: the LoRA run and the full run under ddp, and the full run under zero1, within the
+#    tolerance of the CPU's 1-rank runs;
 #  - the full run's step-6 checkpoint resumed with device = cuda: steps 7-12 the same bits as the
 #    run that never stopped (the stored reference read back, the device's determinism);
 #  - parallel.sharding = zero3 refused at load naming the key, nothing written.
@@ -76,13 +76,6 @@ mpi_ok "$TRAIN" && MPI_OK=1
     [[ $(grep -c '"val_loss"' "$TMP/cpu_full/metrics.jsonl") == 2 ]]
 tap_check $? "CPU: the base (lm on the pairs' text) and the DPO reference runs (LoRA with dropout 0.1; full finetuning, reference precomputed), each evaluating twice"
 
-# gpus N WHAT: true when the suite's backend has N GPUs (one rank each), else WHAT is skipped
-gpus() {
-    ((GPUS >= $1)) && return 0
-    _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - $2 # SKIP needs $1 GPUs, this machine has $GPUS"
-    return 1
-}
-
 # suite BIN LABEL LOSS_TOL NORM_TOL MARGIN_TOL: the checks on one backend
 suite() {
     local bin=$1 l=$2 d
@@ -94,9 +87,11 @@ suite() {
     tap_check $? "$l: full DPO (the reference precomputed on the device at start) on one GPU: every step and evaluation within the tolerance of the CPU's ($d)"
     if gpus 2 "$l: DPO on 2 ranks"; then
         train "$bin" "$l.lora2" 2 "${lora[@]}" --set device=cuda && d=$(dpo_close cpu_lora "$l.lora2" 1) &&
+            train "$bin" "$l.full2" 2 "${full[@]}" --set device=cuda &&
+            d="$d; full: $(dpo_close cpu_full "$l.full2" 1)" &&
             train "$bin" "$l.z1" 2 "${full[@]}" --set device=cuda --set parallel.sharding=zero1 &&
             d="$d; full, zero1: $(dpo_close cpu_full "$l.z1" 1)"
-        tap_check $? "$l: DPO on 2 ranks (LoRA, ddp; full, zero1): every step within the tolerance of the CPU's 1-rank runs ($d)"
+        tap_check $? "$l: DPO on 2 ranks (LoRA and full under ddp; full under zero1): every step within the tolerance of the CPU's 1-rank runs ($d)"
     fi
     train "$bin" "$l.res" 1 "${full[@]}" --set device=cuda --resume "$TMP/$l.full/step-00000006.h5" &&
         grep -q "resume" "$TMP/$l.res.txt" &&

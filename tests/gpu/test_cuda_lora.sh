@@ -88,13 +88,6 @@ tap_check $? "CPU: the bases (tiny Llama, and with 4 experts) and the LoRA refer
 sum0=$(sha256sum <"$TMP/base/step-00000012.h5")
 crc_cpu=$(adapters_only "$TMP/cpu/step-00000012.h5" "$TMP/cpu/config.cfg")
 
-# gpus N WHAT: true when the suite's backend has N GPUs (one rank each), else WHAT is skipped
-gpus() {
-    ((GPUS >= $1)) && return 0
-    _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - $2 # SKIP needs $1 GPUs, this machine has $GPUS"
-    return 1
-}
-
 # suite BIN LABEL LOSS_TOL NORM_TOL MEM_SLACK: the checks on one backend
 suite() {
     local bin=$1 l=$2 d crc

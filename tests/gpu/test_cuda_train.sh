@@ -103,13 +103,6 @@ rc=$?
 ((rc == 1)) && grep -q "cannot load $TMP/nowhere.so" "$TMP/nolib.txt"
 tap_check $? "device = cuda without its library: exit $rc (want 1), naming the library"
 
-# gpus N WHAT: true when the suite's backend has N GPUs (one rank each), else WHAT is skipped
-gpus() {
-    ((GPUS >= $1)) && return 0
-    _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - $2 # SKIP needs $1 GPUs, this machine has $GPUS"
-    return 1
-}
-
 # same_accumulating RUN ARGS...: run RUN's configuration again on $bin (the suite's) with
 # TSR_GRAD_OVERWRITE=0: all 20 steps' loss, lr and grad norm the same bits as RUN's
 same_accumulating() {

@@ -195,7 +195,10 @@ job limit WALLTIME=2 STOP_SECONDS=75
 sed -i "s|--set threads=|--set max_duration=${n}ba --set threads=|" limit.sbatch
 j=$(submit limit.sbatch)
 lim_end=$((SECONDS + 300))
-until r=$(field "$j" Restarts); ((${r:-0} >= 1 || SECONDS > lim_end)); do sleep 0.5; done
+until r=$(field "$j" Restarts); ((${r:-0} >= 1 || SECONDS > lim_end)); do
+    case $(field "$j" JobState) in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) break ;; esac
+    sleep 0.5
+done
 scontrol update JobId="$j" TimeLimit=10 || tap_diag "scontrol update JobId=$j TimeLimit=10 failed"
 st=$(wait_done "$j" 400)
 r=$(field "$j" Restarts)

@@ -379,7 +379,7 @@ static void test_cross(void) {
     expect(rc, 0, "device = cuda loads in any build", NULL);
     expect(c.device == TSR_DEVICE_CUDA ? 0 : 1, 0, "... and sets device", NULL);
     /* DPO's reference (docs/dpo.md): full finetuning loads with auto (the trainer resolves it to
-     * precomputed), base needs LoRA, and DPO runs on the CPU only */
+     * precomputed), base needs LoRA, and DPO with device = cuda runs under ddp or zero1 */
     p = write_cfg("x7d.cfg", 17, "objective = \"dpo\";", 0);
     rc = load(&c, p, NULL, 0);
     expect(rc, 0, "objective = dpo without LoRA loads (dpo.reference = auto)", NULL);
