@@ -324,9 +324,8 @@ static const char *const cross_rules[] = {
     "`device = \"cuda\"` needs a build with the CUDA backend.",
     "`parallel.expert` above 1 needs a MoE model (`model.moe_experts` a multiple of it), and "
     "divides the rank count (checked at start).",
-    "`objective = \"dpo\"` needs an even `micro_batch` (not `\"auto\"`), no `data.mix`, a "
-    "dense model, and with `device = \"cuda\"` `parallel.sharding` ddp or zero1; "
-    "`global_batch / W` is even (checked at start); "
+    "`objective = \"dpo\"` needs an even `micro_batch` (not `\"auto\"`), no `data.mix` and a "
+    "dense model; `global_batch / W` is even (checked at start); "
     "`dpo.reference = \"base\"` needs `lora.rank` > 0.",
     "With `lora.rank` above 0: `lora.targets` names each of q, k, v, o, gate, up, down at most "
     "once (gate and up with `model.mlp = \"swiglu\"`; no MLP target in a MoE model), with "
@@ -408,14 +407,6 @@ static void validate_lora(load_ctx *c) {
         tsr_error("%sdpo.reference = \"base\" needs LoRA (lora.rank > 0): the base is the model "
                   "with the adapters off; full finetuning takes dpo.reference = \"precomputed\" "
                   "(or \"auto\"; docs/dpo.md)", where(c, "dpo.reference", at, sizeof at));
-        c->errors++;
-    }
-    if (g->objective == TSR_OBJ_DPO && g->device == TSR_DEVICE_CUDA &&
-        (g->sharding == TSR_SHARD_ZERO3 || g->sharding == TSR_SHARD_HSDP)) {
-        tsr_error("%sobjective = \"dpo\" with device = \"cuda\" runs under parallel.sharding "
-                  "= \"ddp\" or \"zero1\" so far, not \"%s\" (docs/dpo.md)",
-                  where(c, "parallel.sharding", at, sizeof at),
-                  g->sharding == TSR_SHARD_ZERO3 ? "zero3" : "hsdp");
         c->errors++;
     }
     if (g->objective == TSR_OBJ_DPO && (g->micro_batch == 0 || g->micro_batch % 2 != 0)) {

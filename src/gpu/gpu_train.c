@@ -518,13 +518,11 @@ static double dense_compute(gpu_train_ctx *c, float scale);
 /* DPO (c->dpo, train/dpo.h): the trainer's pass over the rank's pairs runs its forwards and
  * weighted backwards here through the host model's hooks; the gradients are zeroed before it and
  * summed over the ranks after its last backward (no overlap with it: the pass is the trainer's,
- * which does not say which backward is the last). ddp, or zero1 (its reduce-scatters); zero3 and
- * hsdp are refused at load. */
+ * which does not say which backward is the last): ddp's all-reduces, zero1's reduce-scatters;
+ * zero3 and hsdp reduce-scatter each unit in the backward itself (the source's put), as in the
+ * lm objective. */
 static double dpo_compute(gpu_train_ctx *c, float scale) {
     struct tsr_gpu_train *gt = c->state;
-    if (gt->sharded && !gt->sh.zero1)
-        tsr_die(TSR_EXIT_INTERNAL, "GPU step: objective = \"dpo\" under zero3 / hsdp (the "
-                "config check refuses it)");
     zero_grads(c);
     const double loss_sum = c->dpo(c->owner, scale);
     if (gt->lora_on) {
@@ -533,7 +531,7 @@ static double dpo_compute(gpu_train_ctx *c, float scale) {
     }
     /* every unit complete, in the order the backward completes them when it calls ready itself
      * (src/model/decoder.c backward_pass: layers L..1 as units L..1, then unit 0) */
-    for (int u = c->model->L; u >= 0; u--) {
+    for (int u = c->model->L; u >= 0 && (!gt->sharded || gt->sh.zero1); u--) {
         if (gt->sharded) gpu_shard_zero1_ready(&gt->sh, u);
         else if (gt->comm) unit_ready(gt, u);
     }

@@ -27,7 +27,8 @@ typedef struct gpu_train_ctx {
                                 * the evaluation calls the library routes to the device */
     gpu_shard_mode mode;
     int G;                     /* ranks per sharding group (zero3: the world; hsdp: the group) */
-    int evals;                 /* the run evaluates (validation set or ICL tasks) */
+    int evals;                 /* the run evaluates (validation set or ICL tasks) or computes
+                                * DPO's precomputed reference: passes with the full weights */
     int T, micro;              /* seq_len, the microbatch in use */
     int64_t per_rank;          /* sequences per rank and step */
     int auto_micro;            /* micro_batch = auto: the plan must fit a microbatch of 1 */

@@ -33,7 +33,8 @@ static void fill(gpu_train_ctx *c, const tsr_trainer *t) {
     if (c->mode == GPU_SHARD_FSDP &&
         trainer_shard_group(cfg, t->dist.world, t->dist.local_world, &G) == 0)
         c->G = G;
-    c->evals = cfg->data.val[0] != '\0' || cfg->n_icl > 0;
+    /* (DPO's precomputed reference: a pass over every pair with the full weights at start) */
+    c->evals = cfg->data.val[0] != '\0' || cfg->n_icl > 0 || t->dpo_ref.on;
     c->T = t->T, c->micro = t->micro, c->per_rank = t->per_rank, c->auto_micro = t->auto_micro;
     c->inputs = t->data.inputs, c->targets = t->data.targets;
     c->moe = t->out.moe;
