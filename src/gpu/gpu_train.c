@@ -487,6 +487,16 @@ static void zero_grads(gpu_train_ctx *c) {
     if (gt->ep_on) gpu_ep_zero_grads(&gt->ep);
 }
 
+/* What sums a dense step's gradients over the ranks once a unit's are complete (the backward's
+ * ready hook, with *ctx): ddp all-reduces the unit, zero1 reduce-scatters it; NULL for one rank,
+ * and for zero3 / hsdp, whose source reduce-scatters in every backward (gpu_model.h) */
+typedef void (*unit_ready_fn)(void *ctx, int unit);
+static unit_ready_fn unit_reducer(struct tsr_gpu_train *gt, void **ctx) {
+    *ctx = gt->sharded ? (void *)&gt->sh : (void *)gt;
+    if (gt->sharded) return gt->sh.zero1 ? gpu_shard_zero1_ready : NULL;
+    return gt->comm ? unit_ready : NULL;
+}
+
 /* LoRA: the adapters' gradients summed over the ranks (small: one all-reduce after the backward) */
 static void lora_reduce(struct tsr_gpu_train *gt) {
     if (!gt->comm) return;
@@ -531,10 +541,9 @@ static double dpo_compute(gpu_train_ctx *c, float scale) {
     }
     /* every unit complete, in the order the backward completes them when it calls ready itself
      * (src/model/decoder.c backward_pass: layers L..1 as units L..1, then unit 0) */
-    for (int u = c->model->L; u >= 0 && (!gt->sharded || gt->sh.zero1); u--) {
-        if (gt->sharded) gpu_shard_zero1_ready(&gt->sh, u);
-        else if (gt->comm) unit_ready(gt, u);
-    }
+    void *ctx;
+    const unit_ready_fn ready = unit_reducer(gt, &ctx);
+    for (int u = c->model->L; ready && u >= 0; u--) ready(ctx, u);
     if (gt->sharded) gpu_shard_finish_grads(&gt->sh);
     return loss_sum;
 }
@@ -556,9 +565,8 @@ static double dense_compute(gpu_train_ctx *c, float scale) {
     zero_grads(c);
     /* the last microbatch completes each layer's gradients: their sums (ddp) or reduce-scatters
      * (zero1) start right away; zero3 / hsdp reduce-scatter every microbatch's (the source) */
-    void (*ready)(void *, int) = gt->comm ? unit_ready : NULL;
-    void *ctx = gt;
-    if (gt->sharded) ready = gt->sh.zero1 ? gpu_shard_zero1_ready : NULL, ctx = &gt->sh;
+    void *ctx;
+    const unit_ready_fn ready = unit_reducer(gt, &ctx);
     for (int64_t b = 0; b < c->per_rank; b += c->micro) {
         const int32_t *in = c->inputs + b * c->T, *tg = c->targets + b * c->T;
         int last = b + c->micro >= c->per_rank;
