@@ -686,9 +686,6 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_m
 
 /* ---- host -------------------------------------------------------------------------------- */
 
-/* 1 when there is a kernel instance for head size hs */
-int tcu_attention_head_size_ok(int hs) { return hs == 32 || hs == 64 || hs == 128; }
-
 /* shapes and head size: B, NH in 1..65535, T >= 1, 1 <= KVH dividing NH, hs with a kernel */
 static void att_check(const char *what, int B, int T, int NH, int KVH, int hs) {
     TCU_REQUIRE(B >= 1 && B <= 65535 && T >= 1 && NH >= 1 && NH <= 65535 && KVH >= 1 &&
@@ -698,7 +695,7 @@ static void att_check(const char *what, int B, int T, int NH, int KVH, int hs) {
                         "dividing NH)",
                         B, T, NH, KVH));
     TCU_REQUIRE(tcu_attention_head_size_ok(hs), what,
-                tcu_msg("head size hs = %d (NH=%d) has no kernel: 32, 64 or 128", hs, NH));
+                tcu_msg("head size hs = %d (NH=%d) has no kernel: " TCU_ATTENTION_HEAD_SIZES, hs, NH));
 }
 
 /* a kernel's dynamic shared-memory limit = bytes (needed past the default 48 KB; set always, so

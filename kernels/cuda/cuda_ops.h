@@ -38,6 +38,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cuda_shapes.h" /* tcu_attention_head_size_ok: the head sizes hs may take */
+
 #include "ops.h" /* tsr_gelu_kind, TSR_LN_EPS */
 
 #ifdef __cplusplus
@@ -193,10 +195,7 @@ void tcu_residual_backward(tsr_bf16 *da, tsr_bf16 *db, const tsr_bf16 *dout, siz
  * out (B,T,NH*hs) bf16; lse (B,NH,T) fp32 = log sum_j exp(s[i,j]), saved for backward (replaces
  * the CPU's att); qkv (B,T,QKV) bf16 laid out [q|k|v] with KVH key/value heads (query head h
  * reads key/value head h / (NH/KVH)); alibi_slopes (NH) fp32 or NULL; seq (B,T) or NULL. hs must
- * be 32, 64 or 128. */
-/* 1 when the attention ops have a kernel for head size hs (32, 64 or 128), else 0: callers check a
- * model's shape with it before allocating anything. */
-int tcu_attention_head_size_ok(int hs);
+ * pass tcu_attention_head_size_ok (cuda_shapes.h: 32, 64 or 128). */
 void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
                            const float *alibi_slopes, const int32_t *seq, int B, int T, int NH,
                            int KVH, int hs, tcu_stream s);

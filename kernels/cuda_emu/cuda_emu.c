@@ -941,9 +941,6 @@ void tcu_residual_backward(tsr_bf16 *da, tsr_bf16 *db, const tsr_bf16 *dout, siz
     }
 }
 
-int tcu_attention_head_size_ok(int hs) { return hs == 32 || hs == 64 || hs == 128; }
-
-
 /* ---- attention ----------------------------------------------------------------------------- */
 
 static void att_check(const char *what, int B, int T, int NH, int KVH, int hs) {
@@ -952,7 +949,7 @@ static void att_check(const char *what, int B, int T, int NH, int KVH, int hs) {
             what, "bad shape B=%d T=%d NH=%d KVH=%d (B, NH in 1..65535, T >= 1, KVH >= 1 "
             "dividing NH)", B, T, NH, KVH);
     REQUIRE(tcu_attention_head_size_ok(hs), what,
-            "head size hs = %d (NH=%d) has no kernel: 32, 64 or 128", hs, NH);
+            "head size hs = %d (NH=%d) has no kernel: " TCU_ATTENTION_HEAD_SIZES, hs, NH);
 }
 
 static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }

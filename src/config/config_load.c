@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include "common.h"
+#include "cuda/cuda_shapes.h" /* the head sizes the GPU's attention has kernels for */
 #include "config/config_icl.h"
 #include "config/config_mix.h"
 #include "config/config_table.h"
@@ -321,7 +322,9 @@ static const char *const cross_rules[] = {
     "only with `activation_checkpointing_layers` = -1.",
     "With `parallel.sharding = \"hsdp\"`, `parallel.replica_group` (0: the ranks of one node) "
     "divides the rank count (checked at start, when the rank count is known).",
-    "`device = \"cuda\"` needs a build with the CUDA backend.",
+    "`device = \"cuda\"` needs a build with the CUDA backend (checked at start), and a head size "
+    "(`model.head_dim`, else `d_model / n_head`) of " TCU_ATTENTION_HEAD_SIZES ": the sizes the "
+    "GPU's attention kernels are built for.",
     "`parallel.expert` above 1 needs a MoE model (`model.moe_experts` a multiple of it), and "
     "divides the rank count (checked at start).",
     "`objective = \"dpo\"` needs an even `micro_batch` (not `\"auto\"`), no `data.mix` and a "
@@ -360,6 +363,17 @@ static void validate_shapes(load_ctx *c) {
     char dwhy[400];
     if (config_model_dims(m, &dims, &dkey, dwhy, sizeof dwhy) != 0) {
         tsr_error("%s%s", where(c, dkey, at, sizeof at), dwhy);
+        c->errors++;
+    } else if (g->device == TSR_DEVICE_CUDA && !tcu_attention_head_size_ok(dims.hs)) {
+        /* here, not at the GPU's start: --plan on a login node says so before the job queues */
+        char how[96];
+        if (m->head_dim > 0) snprintf(how, sizeof how, "model.head_dim = %d", dims.hs);
+        else snprintf(how, sizeof how, "model.d_model / model.n_head = %d / %d = %d", m->d_model,
+                      m->n_head, dims.hs);
+        tsr_error("%sdevice = \"cuda\": head size %s has no attention kernel on the GPU: it must "
+                  "be " TCU_ATTENTION_HEAD_SIZES " (change model.head_dim or model.n_head, or use "
+                  "device = \"cpu\")", where(c, m->head_dim > 0 ? "model.head_dim" : "model.n_head",
+                  at, sizeof at), how);
         c->errors++;
     }
     if (g->micro_batch > 0 && g->global_batch % g->micro_batch != 0) { /* 0 = auto */

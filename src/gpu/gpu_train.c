@@ -358,17 +358,7 @@ static int lib_init(gpu_train_ctx *c) {
     tcu_reduction reduction;
     TSR_CHECK(gemm_reduction(c->dist, &reduction));
     TSR_CHECK(check_devices(c, count));
-    if (!tcu_attention_head_size_ok(m->hs)) { /* the same on every rank: the config */
-        char how[96];
-        if (m->cfg.head_dim > 0) snprintf(how, sizeof how, "model.head_dim = %d", m->hs);
-        else snprintf(how, sizeof how, "model.d_model / model.n_head = %d / %d = %d", m->C, m->NH,
-                      m->hs);
-        if (c->dist->rank == 0)
-            tsr_error("device = \"cuda\": head size %s has no attention kernel on the GPU: it "
-                      "must be 32, 64 or 128 (change model.head_dim or model.n_head, or use "
-                      "device = \"cpu\")", how);
-        return TSR_EXIT_USAGE;
-    }
+    /* (a head size without an attention kernel is refused when the config loads: config_load.c) */
     struct tsr_gpu_train *gt = tsr_calloc(1, sizeof *gt);
     c->state = gt;
     gt->device = c->dist->local_rank % count;

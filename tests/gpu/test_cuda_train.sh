@@ -320,12 +320,19 @@ PY
     tap_check $? "emulator: TSR_PROFILE=1 prints per-op device times over steps 2-5 (forward+backward phases/matmul backwards/fused ones/zeroings/zeroings without TSR_GRAD_SET/matmul backwards and fused ones with TSR_DGELU_FUSION=0: ${p:-none}, want 1/56/16/8/80/72/0); a run of 1 step reports that step; then the GEMM algorithm table (the emulator's one line)"
 
     # the head size checked is the model's (head_dim), not d_model / n_head (64 / 2 = 32 has a kernel,
-    # 48 has none): refused at start naming model.head_dim, before any step
+    # 48 has none): refused when the config loads, naming model.head_dim: a start writes no run_dir,
+    # and --plan says so too, with the CPU trainer (a login node's check, before the job queues)
     run "$BUILD/tests/tessera-train-cuemu" 1 hs48 --set device=cuda --set model.head_dim=48
     rc=$?
-    ((rc == 1)) && grep -q 'head size model.head_dim = 48 has no attention kernel' "$TMP/hs48.txt" &&
-        ! grep -q '^step ' "$TMP/hs48.txt"
-    tap_check $? "emulator: head_dim 48 (d_model / n_head = 32) refused at start naming model.head_dim (exit $rc, want 1)"
+    run "$TRAIN" 1 hs48p --set device=cuda --set model.head_dim=48 --plan 1
+    rcp=$?
+    ok=1
+    for f in hs48 hs48p; do
+        grep -q -- '--set model.head_dim=48: device = "cuda": head size model.head_dim = 48 has no attention kernel' "$TMP/$f.txt" &&
+            ! grep -q '^step ' "$TMP/$f.txt" && [[ ! -e $TMP/$f ]] || ok=0
+    done
+    ((rc == 1 && rcp == 1 && ok))
+    tap_check $? "head_dim 48 (d_model / n_head = 32) with device = cuda: a start (emulator) and --plan 1 (CPU trainer) refused at load naming model.head_dim, no run_dir (exit $rc and $rcp, want 1)"
 
     # TSR_GEMM_REDUCTION, issue 25 item 4's measurement switch (docs/cuda.md): another value than
     # compute, none or any is refused at start naming it, run_dir not made; none runs (on the

@@ -168,12 +168,14 @@ sys.exit(0 if ok else 1)
 PY
 tap_check $? "device = cuda scores ICL on the device: the same weights within 3 of 30 examples per task of the CPU's (emulator; the real GPU when present), zero3 on 2 ranks equal to 1 rank"
 
-# a head size the GPU has no kernel for (this test's model: 64 / 4 = 16) is refused at start
+# a head size the GPU has no kernel for (this test's model: 64 / 4 = 16) is refused when the config
+# loads, naming the --set that gave n_head; no run_dir
 "${MPIRUN[@]}" -np 1 "$BUILD/tests/tessera-train-cuemu" --config "$TMP/plain.cfg" "${args[@]}" --set device=cuda \
     --set run_dir="$TMP/hs16" >"$TMP/hs16.txt" 2>&1
 rc=$?
-((rc == 1)) && grep -q "model.d_model / model.n_head = 64 / 4 = 16" "$TMP/hs16.txt" && ! grep -q "^step " "$TMP/hs16.txt"
-tap_check $? "device = cuda with head size 16: exit 1 before any step, naming model.d_model / model.n_head (got $rc)"
+((rc == 1)) && grep -q -- '--set model.n_head=4: device = "cuda": head size model.d_model / model.n_head = 64 / 4 = 16' "$TMP/hs16.txt" &&
+    ! grep -q "^step " "$TMP/hs16.txt" && [[ ! -e $TMP/hs16 ]]
+tap_check $? "device = cuda with head size 16: exit 1 before any step, naming --set model.n_head and model.d_model / model.n_head, no run_dir (got $rc)"
 
 # TensorBoard: TFRecords (u64 length, u32 masked crc, data, u32 masked crc) of Event protobufs
 $PY - "$TMP/A" <<'PY'

@@ -372,7 +372,7 @@ static void test_cross(void) {
     rc = load(&c, p, NULL, 0);
     expect(rc, TSR_EXIT_USAGE, "replica_group < 0 is refused naming the key",
            fmt("%s:17: parallel.replica_group", p), NULL);
-    p = write_cfg("x7.cfg", 17, "device = \"cuda\";", 0);
+    p = write_cfg("x7.cfg", 8, "  n_head = 1;", 17, "device = \"cuda\";", 0); /* (head size 32) */
     rc = load(&c, p, NULL, 0);
     /* a configuration names its device whatever the build (`tessera eval` reads a GPU run's
      * stored config); the trainer refuses what its build cannot do (tests/gpu/test_cuda_train.sh) */
@@ -389,7 +389,7 @@ static void test_cross(void) {
     rc = load(&c, p, NULL, 0);
     expect(rc, TSR_EXIT_USAGE, "dpo.reference = base without LoRA is refused naming the key",
            fmt("%s:17: dpo.reference = \"base\" needs LoRA (lora.rank > 0)", p), NULL);
-    p = write_cfg("x7f.cfg", 17, "objective = \"dpo\"; device = \"cuda\"; parallel = { sharding = \"zero3\"; };", 0);
+    p = write_cfg("x7f.cfg", 8, "  n_head = 1;", 17, "objective = \"dpo\"; device = \"cuda\"; parallel = { sharding = \"zero3\"; };", 0);
     rc = load(&c, p, NULL, 0);
     expect(rc, 0, "objective = dpo with device = cuda under zero3 loads", NULL);
     p = write_cfg("x8.cfg", 10, "  expansion_ratio = 2.3;", 0);
@@ -503,6 +503,13 @@ static void test_arch(void) {
          "model.moe_shared_size is set, but model.moe_experts = 0 (a dense model)"},
         {{"model.moe_experts=4", "model.moe_every=3"},
          "model.moe_every = 3 with model.n_layer = 2 leaves no MoE layer"},
+        /* the GPU's attention kernels' head sizes (kernels/cuda/cuda_shapes.h), at load */
+        {{"device=cuda"},
+         "arch.cfg:8: device = \"cuda\": head size model.d_model / model.n_head = 32 / 4 = 8 has "
+         "no attention kernel on the GPU: it must be 32, 64 or 128"},
+        {{"device=cuda", "model.n_head=1", "model.head_dim=48"},
+         "--set model.head_dim=48: device = \"cuda\": head size model.head_dim = 48 has no "
+         "attention kernel"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int n = 0;
@@ -522,6 +529,10 @@ static void test_arch(void) {
     tap_ok(rc == 0 && drc == 0 && d.NH == 5 && d.KVH == 1 && d.hs == 8 && d.F == 40,
            "head_dim 8 with d_model 32 and 5 heads (not divisible: fine with head_dim), MQA, "
            "intermediate_size: loads; dims NH %d KVH %d hs %d F %d", d.NH, d.KVH, d.hs, d.F);
+    const char *gpu[] = {"device=cuda", "model.n_head=1"};
+    rc = load(&c, p, gpu, 2);
+    tap_ok(rc == 0 && c.device == TSR_DEVICE_CUDA,
+           "device = cuda with head size 32 (d_model 32, one head) loads");
     const char *moe[] = {"model.n_layer=4", "model.moe_experts=8", "model.moe_top_k=2",
                          "model.moe_every=2", "model.moe_shared_size=16"};
     rc = load(&c, p, moe, (int)(sizeof moe / sizeof *moe));
@@ -722,7 +733,7 @@ static void test_table_and_docs(void) {
     free(text);
 }
 
-#define N_FIXED 99
+#define N_FIXED 102
 
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/tsr_test_config_XXXXXX");
