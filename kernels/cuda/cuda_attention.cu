@@ -695,7 +695,8 @@ static void att_check(const char *what, int B, int T, int NH, int KVH, int hs) {
                         "dividing NH)",
                         B, T, NH, KVH));
     TCU_REQUIRE(tcu_attention_head_size_ok(hs), what,
-                tcu_msg("head size hs = %d (NH=%d) has no kernel: " TCU_ATTENTION_HEAD_SIZES, hs, NH));
+                tcu_msg("head size hs = %d (NH=%d) has no kernel: " TCU_ATTENTION_HEAD_SIZES, hs,
+                        NH));
 }
 
 /* a kernel's dynamic shared-memory limit = bytes (needed past the default 48 KB; set always, so

@@ -327,8 +327,8 @@ static const char *const cross_rules[] = {
     "GPU's attention kernels are built for.",
     "`parallel.expert` above 1 needs a MoE model (`model.moe_experts` a multiple of it), and "
     "divides the rank count (checked at start).",
-    "`objective = \"dpo\"` needs an even `micro_batch` (not `\"auto\"`), no `data.mix` and a "
-    "dense model; `global_batch / W` is even (checked at start); "
+    "`objective = \"dpo\"` needs an even `micro_batch` (not `\"auto\"`) and no `data.mix`; "
+    "`global_batch / W` is even (checked at start); "
     "`dpo.reference = \"base\"` needs `lora.rank` > 0.",
     "With `lora.rank` above 0: `lora.targets` names each of q, k, v, o, gate, up, down at most "
     "once (gate and up with `model.mlp = \"swiglu\"`; no MLP target in a MoE model), with "
@@ -429,9 +429,9 @@ static void validate_lora(load_ctx *c) {
                   where(c, "micro_batch", at, sizeof at), (long long)g->micro_batch);
         c->errors++;
     }
-    if (g->objective == TSR_OBJ_DPO && (g->data.n_streams > 0 || g->model.moe_experts > 0)) {
-        tsr_error("%sobjective = \"dpo\": %s is not supported with it yet", where(c, "objective",
-                  at, sizeof at), g->data.n_streams ? "data.mix" : "a mixture-of-experts model");
+    if (g->objective == TSR_OBJ_DPO && g->data.n_streams > 0) {
+        tsr_error("%sobjective = \"dpo\": data.mix is not supported with it yet",
+                  where(c, "objective", at, sizeof at));
         c->errors++;
     }
     if (g->lora.rank == 0) return;

@@ -553,6 +553,11 @@ void gpu_model_moe_stats_add_staged(tsr_gpu_model *g, const void *staged, const 
                            dec_moe_weight(targets, (size_t)B * (size_t)T, loss_scale), acc);
 }
 
+void gpu_model_moe_stats_add(tsr_gpu_model *g, double w, double *acc) {
+    tsr_decoder d = decoder_of(g);
+    dec_moe_stats_add(&d, w, acc);
+}
+
 void gpu_model_stage_losses(tsr_gpu_model *g, float *dst, int B, int T) {
     tcu_memcpy_d2d(dst, g->a.losses, (size_t)B * T * sizeof(float), g->s);
 }
@@ -570,7 +575,7 @@ void gpu_model_backward(tsr_gpu_model *g, const int32_t *tokens, int B, int T,
 }
 
 void gpu_model_backward_weighted(tsr_gpu_model *g, const int32_t *tokens, const int32_t *targets,
-                                 int B, int T, const float *dlosses) {
+                                 int B, int T, const float *dlosses, float moe_w) {
     tsr_decoder d = decoder_of(g);
-    dec_backward_weighted(&d, tokens, targets, B, T, dlosses);
+    dec_backward_weighted(&d, tokens, targets, B, T, dlosses, moe_w);
 }

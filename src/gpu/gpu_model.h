@@ -102,6 +102,9 @@ size_t gpu_model_moe_stage_bytes(const tsr_model *m);
 void gpu_model_moe_stage(tsr_gpu_model *g, void *dst);
 void gpu_model_moe_stats_add_staged(tsr_gpu_model *g, const void *staged, const int32_t *targets,
                                     int B, int T, float loss_scale, double *acc);
+/* The last forward's routing statistics added to acc at once (a wait), weighted by w (DPO's
+ * microbatches: model.h model_moe_stats_add_w) */
+void gpu_model_moe_stats_add(tsr_gpu_model *g, double w, double *acc);
 /* After an evaluation forward (loss_scale < 0) over the same B x T: per position its loss and
  * its greedy token (the argmax of its logits over the V real columns, the lower id on ties; bf16
  * logits, so it can differ from the CPU's fp32 choice where two logits are within bf16 rounding),
@@ -115,10 +118,11 @@ void gpu_model_token_scores(tsr_gpu_model *g, const int32_t *targets, int B, int
 void gpu_model_backward(tsr_gpu_model *g, const int32_t *tokens, int B, int T,
                         void (*ready)(void *ctx, int unit), void *ctx);
 /* Backward of the last evaluation forward (loss_scale < 0) with a loss gradient per position:
- * dlosses (B*T host floats) = d(objective) / d(its loss) where targets (host) >= 0 (decoder.h
- * dec_backward_weighted: DPO). Gradients accumulate; no ready calls (the caller reduces after). */
+ * dlosses (B*T host floats) = d(objective) / d(its loss) where targets (host) >= 0, and with MoE
+ * moe_w times the forward's auxiliary losses (decoder.h dec_backward_weighted: DPO). Gradients
+ * accumulate; no ready calls (the caller reduces after). */
 void gpu_model_backward_weighted(tsr_gpu_model *g, const int32_t *tokens, const int32_t *targets,
-                                 int B, int T, const float *dlosses);
+                                 int B, int T, const float *dlosses, float moe_w);
 /* Unit u's tensors in the flat buffer: (offset, count) pairs into off[], len[], one per tensor the
  * unit holds; returns how many (at most TSR_P_COUNT). */
 int gpu_model_unit_slices(const tsr_model *m, int u, size_t *off, size_t *len);

@@ -132,20 +132,26 @@ static void eval_scores(void *ctx, const int32_t *tokens, const int32_t *targets
 
 /* DPO: the backward after eval_scores' forward (the same adapters and pass) */
 static void eval_backward_weighted(void *ctx, const int32_t *tokens, const int32_t *targets,
-                                   int B, int T, const float *dlosses) {
+                                   int B, int T, const float *dlosses, float moe_w) {
     tsr_gpu_model *g = ctx;
     struct tsr_lora *dev = follow_host_lora(g);
-    gpu_model_backward_weighted(g, tokens, targets, B, T, dlosses);
+    gpu_model_backward_weighted(g, tokens, targets, B, T, dlosses, moe_w);
     g->lora = dev;
 }
 
+/* DPO with MoE: the routing statistics of the last of those forwards */
+static void eval_moe_stats(void *ctx, double w, double *acc) {
+    gpu_model_moe_stats_add(ctx, w, acc);
+}
+
 /* The host model's evaluation calls (model_forward, model_token_scores) and DPO's weighted
- * backward go to the device (g), or back to the host ops (g NULL: sampling on the host weights,
- * shutdown). */
+ * backward and routing statistics go to the device (g), or back to the host ops (g NULL:
+ * sampling on the host weights, shutdown). */
 static void route_model(tsr_model *m, tsr_gpu_model *g) {
     m->fwd = g ? eval_forward : NULL;
     m->scores = g ? eval_scores : NULL;
     m->bwd_weighted = g ? eval_backward_weighted : NULL;
+    m->moe_stats = g ? eval_moe_stats : NULL;
     m->fwd_ctx = g;
 }
 
@@ -535,6 +541,7 @@ static double dpo_compute(gpu_train_ctx *c, float scale) {
     const unit_ready_fn ready = unit_reducer(gt, &ctx);
     for (int u = c->model->L; ready && u >= 0; u--) ready(ctx, u);
     if (gt->sharded) gpu_shard_finish_grads(&gt->sh);
+    if (gt->ep_on) gpu_ep_reduce(&gt->ep); /* (as dense_compute) */
     return loss_sum;
 }
 

@@ -800,7 +800,7 @@ void dec_backward(const tsr_decoder *d, const int32_t *tokens, const int32_t *ta
 }
 
 void dec_backward_weighted(const tsr_decoder *d, const int32_t *tokens, const int32_t *targets,
-                           int B, int T, const float *dlosses) {
+                           int B, int T, const float *dlosses, float moe_w) {
     const tsr_backend *be = d->be;
     tsr_acts *a = d->a;
     const size_t N = (size_t)B * (size_t)T;
@@ -810,7 +810,7 @@ void dec_backward_weighted(const tsr_decoder *d, const int32_t *tokens, const in
                 "forward (loss scale < 0)");
     float *h = be->host ? a->dlosses : a->dlosses_host;
     for (size_t i = 0; i < N; i++) h[i] = targets[i] >= 0 ? dlosses[i] : 0.0f;
-    a->moe_w = 0.0f;
+    a->moe_w = moe_w;
     be->to_device(be, a->dlosses, h, N * sizeof(float));
     xent_grad(d, targets, (int)N);
     backward_pass(d, tokens, B, T, NULL, NULL);

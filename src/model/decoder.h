@@ -77,10 +77,10 @@ void dec_backward(const tsr_decoder *d, const int32_t *tokens, const int32_t *ta
 
 /* dec_backward after an evaluation forward, with a loss gradient per position: dlosses (B*T host
  * floats) = d(objective) / d(that position's loss), used where targets >= 0 (DPO weighs the
- * chosen and rejected answers' tokens by the pair's gradient, docs/dpo.md). No MoE auxiliary
- * losses (their weight is 0). */
+ * chosen and rejected answers' tokens by the pair's gradient, docs/dpo.md); with MoE, plus moe_w
+ * times the forward's auxiliary losses (their coefficients applied; 0: none). */
 void dec_backward_weighted(const tsr_decoder *d, const int32_t *tokens, const int32_t *targets,
-                           int B, int T, const float *dlosses);
+                           int B, int T, const float *dlosses, float moe_w);
 
 /* MoE (docs/moe.md): the weight of a microbatch's auxiliary losses, its counted targets (N host
  * targets >= 0) x loss_scale. */

@@ -205,7 +205,9 @@ typedef struct tsr_model {
     /* and model_backward_weighted to bwd_weighted (DPO's backward after those forwards; NULL:
      * the ops above), with the same ctx */
     void (*bwd_weighted)(void *ctx, const int32_t *tokens, const int32_t *targets, int B, int T,
-                         const float *dlosses);
+                         const float *dlosses, float moe_w);
+    /* and model_moe_stats_add_w to moe_stats (NULL: the ops above), with the same ctx */
+    void (*moe_stats)(void *ctx, double w, double *acc);
     void *fwd_ctx;
 } tsr_model;
 
@@ -297,14 +299,16 @@ void model_backward(tsr_model *m, const int32_t *tokens, const int32_t *targets,
 void model_row_logprobs(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
                         double *out);
 /* After an evaluation forward: parameter gradients += d(objective) with dlosses[i] (B*T host
- * floats) = d(objective)/d(loss of position i), where targets[i] >= 0 (decoder.h
- * dec_backward_weighted; DPO). */
+ * floats) = d(objective)/d(loss of position i), where targets[i] >= 0, and with MoE moe_w times
+ * that forward's auxiliary losses (decoder.h dec_backward_weighted; DPO). */
 void model_backward_weighted(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B,
-                             int T, const float *dlosses);
+                             int T, const float *dlosses, float moe_w);
 
 /* MoE: the last forward's statistics added to acc (decoder.h dec_moe_stats_add): LM records of
- * [w aux, w z, tokens per expert (E)], w the weight a training forward with loss_scale gives the
- * microbatch's auxiliary losses (its counted targets x loss_scale; docs/moe.md). */
+ * [w aux, w z, tokens per expert (E)], w the weight of the microbatch's auxiliary losses in the
+ * step's objective: model_moe_stats_add_w takes it, model_moe_stats_add gives the weight a
+ * training forward with loss_scale gives them (its counted targets x loss_scale; docs/moe.md). */
+void model_moe_stats_add_w(tsr_model *m, double w, double *acc);
 void model_moe_stats_add(tsr_model *m, const int32_t *targets, int B, int T, float loss_scale,
                          double *acc);
 

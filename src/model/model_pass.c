@@ -68,10 +68,18 @@ static tsr_decoder decoder_of(tsr_model *m) {
                          .rope = m->rope_freqs, .lora = m->lora};
 }
 
+void model_moe_stats_add_w(tsr_model *m, double w, double *acc) {
+    if (m->moe_stats) {
+        m->moe_stats(m->fwd_ctx, w, acc);
+        return;
+    }
+    tsr_decoder d = decoder_of(m);
+    dec_moe_stats_add(&d, w, acc);
+}
+
 void model_moe_stats_add(tsr_model *m, const int32_t *targets, int B, int T, float loss_scale,
                          double *acc) {
-    tsr_decoder d = decoder_of(m);
-    dec_moe_stats_add(&d, dec_moe_weight(targets, (size_t)B * (size_t)T, loss_scale), acc);
+    model_moe_stats_add_w(m, dec_moe_weight(targets, (size_t)B * (size_t)T, loss_scale), acc);
 }
 
 void model_token_scores(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
@@ -109,13 +117,13 @@ void model_row_logprobs(tsr_model *m, const int32_t *tokens, const int32_t *targ
 }
 
 void model_backward_weighted(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B,
-                             int T, const float *dlosses) {
+                             int T, const float *dlosses, float moe_w) {
     if (m->bwd_weighted) {
-        m->bwd_weighted(m->fwd_ctx, tokens, targets, B, T, dlosses);
+        m->bwd_weighted(m->fwd_ctx, tokens, targets, B, T, dlosses, moe_w);
         return;
     }
     tsr_decoder d = decoder_of(m);
-    dec_backward_weighted(&d, tokens, targets, B, T, dlosses);
+    dec_backward_weighted(&d, tokens, targets, B, T, dlosses, moe_w);
 }
 
 void model_backward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,

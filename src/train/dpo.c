@@ -87,11 +87,16 @@ double dpo_compute(tsr_trainer *t, float scale) {
     double *ref = tsr_malloc((size_t)B * sizeof(double)), *pol = tsr_malloc((size_t)B * sizeof(double));
     uint64_t *pair = tsr_malloc((size_t)B / 2 * sizeof *pair);
     double loss_sum = 0.0;
+    /* MoE: the auxiliary losses of each microbatch's policy forward join the objective weighted
+     * by its share of the step's pairs (scale is 1 / the step's pairs), so they enter as their
+     * mean over the step, as in the lm objective (docs/dpo.md) */
+    const float moe_w = m->E ? scale * (float)(B / 2) : 0.0f;
     for (int64_t b = 0; b < t->per_rank; b += B) {
         const int32_t *in = t->data.inputs + b * T, *tg = t->data.targets + b * T;
         for (int j = 0; j < B / 2; j++) pair[j] = t->data.row_sample[b + 2 * j] / 2;
         pair_logps(t, in, tg, B, 1, b, t->dpo_ref.train, pair, ref, pol); /* the policy's
                                                                            * activations kept */
+        if (t->out.moe) model_moe_stats_add_w(m, moe_w, t->out.moe); /* the policy's routing */
         for (int j = 0; j + 1 < B; j += 2) {
             dpo_pair_out o = dpo_pair(&t->cfg, pol[j], pol[j + 1], ref[j], ref[j + 1]);
             /* d(scale x loss) / d(a token's loss) = -scale d loss / d pi of its answer */
@@ -109,7 +114,7 @@ double dpo_compute(tsr_trainer *t, float scale) {
             t->out.dpo[DPO_LOSS] += o.loss;
             loss_sum += o.loss;
         }
-        model_backward_weighted(m, in, tg, B, T, dl);
+        model_backward_weighted(m, in, tg, B, T, dl, moe_w);
     }
     lora_set_pass(lo, 0, 0, 0); /* evaluations: no dropout */
     free(dl), free(ref), free(pol), free(pair);

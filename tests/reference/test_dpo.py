@@ -24,6 +24,13 @@ the policy every weight of the model, AdamW with tessera's decay groups: every s
 gradient norm and every final weight within TOL_TRAJ, and step 1's loss is log 2 within 1e-6 (the
 stored reference is the policy at the start: a wrong or misaligned stored value moves it).
 
+A fifth run is that full finetuning on test_reference.py's mixture-of-experts Llama (4 experts,
+top 2, load-balancing and z losses on; torch_moe.py): each microbatch's objective adds its policy
+forward's router losses weighted by its share of the step's pairs (docs/dpo.md), so the same
+checks hold with the experts' and router's gradients in them, plus: no routing near-tie in any
+forward torch ran, and every step's aux and z losses and expert loads (ref_dump's /train/moe)
+equal torch's.
+
 Run: TESTS=test_dpo bash tests/run.sh
 """
 import math
@@ -44,13 +51,20 @@ T, PAIRS, VOCAB = R.SEQ_LEN, 40, R.VOCAB
 RUNS = [dict(name="sigmoid", beta=0.1, loss="sigmoid", e=0.0),
         dict(name="sigmoid-smoothed", beta=0.5, loss="sigmoid", e=0.1),
         dict(name="ipo", beta=0.1, loss="ipo", e=0.0),
-        dict(name="full-sigmoid", beta=0.1, loss="sigmoid", e=0.0, full=True)]
+        dict(name="full-sigmoid", beta=0.1, loss="sigmoid", e=0.0, full=True),
+        dict(name="moe-full", beta=0.1, loss="sigmoid", e=0.0, full=True, moe=True)]
 CHECKS_LORA = 1 + 2 + 14 + 1 + 1
 CHECKS_FULL = 1 + 2 + 1 + 1
+CHECKS_MOE = 2
+# the MoE run's seed and clipping: a seed whose routing has no near-tie (the test checks it) in
+# the 10 steps' policy and reference forwards (twice test_reference.py's forwards, so ties are
+# commoner: 8 of 67 seeds in 1234..1300 had none; this one's smallest gap is 1.8e-4)
+MOE_SEED, MOE_CLIP = 1269, R.MOE_CLIP
 
 
 def checks(run):
-    return CHECKS_FULL if run.get("full") else CHECKS_LORA
+    return (CHECKS_FULL + (CHECKS_MOE if run.get("moe") else 0) if run.get("full")
+            else CHECKS_LORA)
 
 
 PLAN = 1 + sum(checks(r) for r in RUNS)
@@ -79,7 +93,8 @@ def dpo_loss(run, pc, pr, rc, rr):
 
 def check_run(tap, run, tmp, data):
     name = "dpo-" + run["name"]
-    cfg = dict(name=name, grad_clip=R.LLAMA_CLIP, model=R.LLAMA)
+    cfg = (dict(name=name, grad_clip=MOE_CLIP, seed=MOE_SEED, model=R.MOE) if run.get("moe")
+           else dict(name=name, grad_clip=R.LLAMA_CLIP, model=R.LLAMA))
     cfg_path, out = os.path.join(tmp, name + ".cfg"), os.path.join(tmp, name + ".h5")
     R.write_config(cfg_path, cfg, tmp, data)
     with open(cfg_path, "a") as f:
@@ -106,7 +121,7 @@ def check_run(tap, run, tmp, data):
     params = [p for ps in adapters.values() for p in ps]
     opt = torch.optim.AdamW([{"params": params, "weight_decay": a["weight_decay"]}], lr=a["lr"],
                             betas=(a["beta1"], a["beta2"]), eps=a["eps"])
-    losses, norms = dpo_train(run, a, d, policy, reference, opt, params)
+    losses, norms, _ = dpo_train(run, a, d, policy, reference, opt, params)
     el, en = R.rel_err(d["train/loss"], losses), R.rel_err(d["train/grad_norm"], norms)
     tap.ok(el <= R.TOL_TRAJ, f"{name}: DPO losses of {len(losses)} steps rel err {el:.2e} <= "
                              f"{R.TOL_TRAJ:g} ({losses[0]:.5f} -> {losses[-1]:.5f})")
@@ -125,8 +140,11 @@ def check_run(tap, run, tmp, data):
 
 def dpo_train(run, a, d, policy, reference, opt, params):
     """The dumped steps: DPO's loss over each step's pairs in microbatches, clipping, AdamW on
-    params. Returns the per-step losses and gradient norms."""
-    losses, norms = [], []
+    params; with MoE each microbatch's router losses (the policy forward's) weighted by its
+    share w of the step's pairs. Returns the per-step losses (DPO's only, as tessera reports
+    them), gradient norms and, with MoE, per step the (LM, 2+E) [w aux, w z, loads] sums."""
+    losses, norms, moe = [], [], []
+    is_moe = isinstance(policy, R.torch_moe.MoELlama)
     for s in range(int(a["steps"])):
         lr = a["lr"] * R.torch_gpt.lr_multiplier(R.SCHEDULES[int(a["schedule"])], a["alpha_f"], s,
                                                  int(a["warmup_steps"]), int(a["steps"]))
@@ -135,15 +153,19 @@ def dpo_train(run, a, d, policy, reference, opt, params):
         opt.zero_grad(set_to_none=False)
         inputs = torch.as_tensor(d["train/inputs"][s], dtype=torch.long)
         targets = torch.as_tensor(d["train/targets"][s], dtype=torch.long)
-        P, total = inputs.shape[0] // 2, 0.0
+        P, total, stats = inputs.shape[0] // 2, 0.0, 0.0
         for b in range(0, inputs.shape[0], R.MICRO_BATCH):
             x, y = inputs[b:b + R.MICRO_BATCH], targets[b:b + R.MICRO_BATCH]
             with torch.no_grad():
                 ref = row_logps(reference, x, y)
             pol = row_logps(policy, x, y)
             lp = dpo_loss(run, pol[0::2], pol[1::2], ref[0::2], ref[1::2]).sum() / P
-            lp.backward()
             total += float(lp)
+            if is_moe:
+                w = (x.shape[0] // 2) / P
+                lp = lp + w * policy.router_loss()
+                stats = stats + policy.router_stats() * np.array([w, w] + [1] * policy.cfg.E)
+            lp.backward()
         norm = float(sum(float((p.grad ** 2).sum()) for p in params)) ** 0.5
         clip = a["grad_clip"]
         if clip > 0 and norm > clip:
@@ -153,7 +175,8 @@ def dpo_train(run, a, d, policy, reference, opt, params):
         opt.step()
         losses.append(total)
         norms.append(norm)
-    return losses, norms
+        moe.append(stats)
+    return losses, norms, moe
 
 
 def check_full(tap, run, name, out):
@@ -171,11 +194,26 @@ def check_full(tap, run, name, out):
                                  bool(a["decay_embeddings"]))
     opt = torch.optim.AdamW(groups, lr=a["lr"], betas=(a["beta1"], a["beta2"]), eps=a["eps"])
     params = [p for g in groups for p in g["params"]]
-    losses, norms = dpo_train(run, a, d, policy, reference, opt, params)
+    losses, norms, moe = dpo_train(run, a, d, policy, reference, opt, params)
     el, en = R.rel_err(d["train/loss"], losses), R.rel_err(d["train/grad_norm"], norms)
     tap.ok(el <= R.TOL_TRAJ, f"{name}: DPO losses of {len(losses)} steps rel err {el:.2e} <= "
                              f"{R.TOL_TRAJ:g} ({losses[0]:.5f} -> {losses[-1]:.5f})")
     tap.ok(en <= R.TOL_TRAJ, f"{name}: gradient norms rel err {en:.2e} <= {R.TOL_TRAJ:g}")
+    tap.diag(f"{name}: gradient norms " + " ".join(f"{x:.3f}" for x in norms)
+             + f" (grad_clip {a['grad_clip']:g})")
+    if run.get("moe"):
+        margin = min(policy.min_margin(), reference.min_margin())
+        tap.ok(margin > R.TOL_MARGIN,
+               f"{name}: no routing near-tie: smallest gap between the K-th and (K+1)-th router "
+               f"probability over every forward of policy and reference {margin:.2e} > "
+               f"{R.TOL_MARGIN:g}")
+        e, same = R.moe_errors(d.get("train/moe"), np.stack(moe))
+        tap.diag(f"{name}: w-weighted moe_aux per step "
+                 + " ".join(f"{x:.5f}" for x in d["train/moe"][:, :, 0].sum(axis=1)))
+        tap.ok(e <= R.TOL_TRAIN_LOSS and same,
+               f"{name}: the policy forwards' aux and z losses per MoE layer, weighted by the "
+               f"microbatches' pair shares, of the {len(moe)} steps max rel err {e:.2e} <= "
+               f"{R.TOL_TRAIN_LOSS:g}; expert loads identical at every step: {same}")
     final = {k: v.numpy() for k, v in policy.tessera_tensors().items()}
     errs = {n: R.rel_err(d["final"][n], final[n]) for n in final}
     worst = max(errs, key=lambda n: errs[n])
