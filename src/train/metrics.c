@@ -346,16 +346,18 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
         char eta[32], mem[32];
         format_eta(eta, sizeof eta, avg * (double)(t->total_steps - st->step));
         metrics_human_bytes(mem, sizeof mem, st->peak_mem);
-        char aux[48] = "";
-        if (t->out.moe) {
-            double lz[2];
-            moe_losses(t, lz);
-            snprintf(aux, sizeof aux, " | aux %.4f", lz[0]);
-        }
+        char aux[96] = "";
+        size_t o = 0;
         if (t->cfg.objective == TSR_OBJ_DPO) { /* docs/dpo.md */
             const double P = (double)(t->cfg.global_batch / 2), *s = t->out.dpo;
-            snprintf(aux, sizeof aux, " | margin %.4f acc %.2f",
-                     (s[DPO_CHOSEN_REWARD] - s[DPO_REJECTED_REWARD]) / P, s[DPO_ACCURACY] / P);
+            o += (size_t)snprintf(aux, sizeof aux, " | margin %.4f acc %.2f",
+                                  (s[DPO_CHOSEN_REWARD] - s[DPO_REJECTED_REWARD]) / P,
+                                  s[DPO_ACCURACY] / P);
+        }
+        if (t->out.moe && o < sizeof aux) { /* (DPO on a MoE model: both) */
+            double lz[2];
+            moe_losses(t, lz);
+            snprintf(aux + o, sizeof aux - o, " | aux %.4f", lz[0]);
         }
         printf("step %*lld/%lld | loss %.6f%s | lr %.3e | norm %.4f | %.0f tok/s | mfu %.1f%% | "
                "%.1f ms | mem %s | eta %s\n",

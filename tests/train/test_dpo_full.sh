@@ -19,7 +19,7 @@
 #  - a mixture-of-experts model (4 experts, top 2; the router losses join the objective, docs/dpo.md):
 #    1 rank, 4 ranks with parallel.expert = 2 and zero3 on 2 agree within 1e-5 at every step, in
 #    moe_aux and moe_z too, and store the same reference bytes (the experts gathered on every rank
-#    for the pass and the evaluations).
+#    for the pass and the evaluations); the step line shows the reward margin and the aux loss.
 # (dpo.reference = "base" without LoRA is refused in test_dpo.sh.)
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
@@ -151,7 +151,8 @@ moe=(--set model.moe_experts=4 --set model.moe_top_k=2 --set model.moe_intermedi
      --set model.moe_z_loss_coef=0.001 --set save_interval=0ba)
 run M1 1 "${moe[@]}" && run M4 4 "${moe[@]}" --set parallel.expert=2 &&
     run MZ 2 "${moe[@]}" --set parallel.sharding=zero3 &&
-    grep -q '^expert parallelism: 2 ranks per group share the 4 experts, 2 on each' "$TMP/M4.txt"
+    grep -q '^expert parallelism: 2 ranks per group share the 4 experts, 2 on each' "$TMP/M4.txt" &&
+    grep -Eq '^step +1/10 \| loss 0\.693147 \| margin [-0-9.]+ acc [0-9.]+ \| aux [0-9.]+ \| lr' "$TMP/M1.txt"
 rc=$?
 ok=$rc
 for d in M4 MZ; do
@@ -169,5 +170,5 @@ print(f"# MoE DPO: step 1 loss {a[1][0]:.9f}, moe_aux {a[1][1]:.6f}; the others'
 ok = sorted(a) == list(range(1, 11)) and all(sorted(rd(p)) == sorted(a) for p in sys.argv[2:])
 sys.exit(0 if ok and worst <= 1e-5 and abs(a[1][0] - math.log(2)) < 1e-6 else 1)
 PY
-tap_check $? "MoE: 1 rank, 4 ranks with parallel.expert = 2 and zero3 on 2 agree within 1e-5 at every step (loss, norm, moe_aux, moe_z) and store the same reference bytes; step 1's loss is log 2 (runs exit $rc)"
+tap_check $? "MoE: 1 rank, 4 ranks with parallel.expert = 2 and zero3 on 2 agree within 1e-5 at every step (loss, norm, moe_aux, moe_z) and store the same reference bytes; step 1's loss is log 2; the step line shows margin and aux (runs exit $rc)"
 tap_done
