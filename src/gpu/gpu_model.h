@@ -108,7 +108,8 @@ void gpu_model_moe_stats_add(tsr_gpu_model *g, double w, double *acc);
 /* After an evaluation forward (loss_scale < 0) over the same B x T: per position its loss and
  * its greedy token (the argmax of its logits over the V real columns, the lower id on ties; bf16
  * logits, so it can differ from the CPU's fp32 choice where two logits are within bf16 rounding),
- * into host arrays of B*T; 0 and -1 where targets < 0 (model_token_scores). Waits for the stream. */
+ * into host arrays of B*T; 0 and -1 where targets < 0 (model_token_scores; greedy NULL: no
+ * argmax). Waits for the stream. */
 void gpu_model_token_scores(tsr_gpu_model *g, const int32_t *targets, int B, int T, float *losses,
                             int32_t *greedy);
 /* Backward of the last (training) forward: gradients accumulate. tokens (host) as given to forward.

@@ -768,11 +768,14 @@ void dec_token_scores(const tsr_decoder *d, const int32_t *targets, int B, int T
     const tsr_acts *a = d->a;
     const run r = train_run(d, B, T, "decoder token scores");
     const size_t N = (size_t)r.N;
-    be->argmax(be, be->host ? greedy : a->greedy, a->probs, r.N, d->m->V, d->m->Vp);
+    if (greedy) be->argmax(be, be->host ? greedy : a->greedy, a->probs, r.N, d->m->V, d->m->Vp);
     be->to_host(be, losses, a->losses, N * sizeof(float));
-    be->to_host(be, greedy, be->host ? greedy : a->greedy, N * sizeof(int32_t));
+    if (greedy) be->to_host(be, greedy, be->host ? greedy : a->greedy, N * sizeof(int32_t));
     for (size_t i = 0; i < N; i++)
-        if (targets[i] < 0) losses[i] = 0.0f, greedy[i] = -1;
+        if (targets[i] < 0) {
+            losses[i] = 0.0f;
+            if (greedy) greedy[i] = -1;
+        }
 }
 
 /* an evaluation forward's loss gradient over the logits, from dlosses (set on the backend) */

@@ -64,7 +64,7 @@ double dec_loss_sum(const tsr_decoder *d, const int32_t *targets, int B, int T);
  * host losses (the GPU trainer's staged step, src/gpu/gpu_train.c, sums the same way) */
 double dec_sum_losses(const float *losses, const int32_t *targets, size_t N);
 /* After an evaluation forward: per position its loss and greedy token (host arrays of B*T), 0 and
- * -1 where targets < 0 (model.h model_token_scores). */
+ * -1 where targets < 0 (model.h model_token_scores); greedy NULL: the losses only, no argmax. */
 void dec_token_scores(const tsr_decoder *d, const int32_t *targets, int B, int T, float *losses,
                       int32_t *greedy);
 /* Backward of the last forward: parameter gradients accumulate. After an evaluation forward the

@@ -285,7 +285,8 @@ double model_forward(tsr_model *m, const int32_t *tokens, const int32_t *targets
 /* An evaluation forward with per-position results (ICL scoring): losses[i] the loss of position
  * i and greedy[i] its greedy token, the argmax of the next-token distribution over the V real
  * tokens (the lower id on ties), where targets[i] >= 0; 0 and -1 elsewhere. losses, greedy: host
- * arrays of B*T. */
+ * arrays of B*T; greedy NULL skips the argmax (a pass over the logits: DPO's log-probabilities
+ * need the losses only). */
 void model_token_scores(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
                         float *losses, int32_t *greedy);
 /* Backward pass of the last forward: parameter gradients += d(loss_scale * sum of losses).

@@ -104,8 +104,7 @@ void model_row_logprobs(tsr_model *m, const int32_t *tokens, const int32_t *targ
                         double *out) {
     const size_t N = (size_t)B * (size_t)T;
     float *losses = tsr_malloc(N * sizeof(float));
-    int32_t *greedy = tsr_malloc(N * sizeof(int32_t));
-    model_token_scores(m, tokens, targets, B, T, losses, greedy);
+    model_token_scores(m, tokens, targets, B, T, losses, NULL); /* (no argmax) */
     for (int b = 0; b < B; b++) {
         double s = 0;
         for (int i = 0; i < T; i++)
@@ -113,7 +112,6 @@ void model_row_logprobs(tsr_model *m, const int32_t *tokens, const int32_t *targ
         out[b] = -s;
     }
     free(losses);
-    free(greedy);
 }
 
 void model_backward_weighted(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B,
