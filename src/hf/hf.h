@@ -69,13 +69,15 @@ int hf_is_dir(const char *path);
  *                   config (every rank gets the same answer): 0, TSR_EXIT_USAGE (config.json
  *                   describes another model than the run's: both values named) or TSR_EXIT_DATA
  *                   (missing or malformed files, a tensor missing or of the wrong shape);
- *   hf_import_read  fills m->params[lo, hi) (a range of the flat buffer: this rank's part) from
- *                   the tensors that intersect it, padded vocabulary rows with 0; adds the bytes
- *                   read to *bytes. 0 or TSR_EXIT_DATA (I/O, a non-finite value).
+ *   hf_import_read  fills the range [lo, hi) of m's flat buffer (this rank's part) into dst
+ *                   (dst[i - lo] = flat element i: m->params + lo, or a part buffer of a sharded
+ *                   run) from the tensors that intersect it, padded vocabulary rows with 0; adds
+ *                   the bytes read to *bytes. 0 or TSR_EXIT_DATA (I/O, a non-finite value).
  * Always call hf_import_close (also after a failed open; h may be NULL). */
 typedef struct hf_import hf_import;
 int hf_import_open(hf_import **h, const char *dir, const tsr_model *m);
-int hf_import_read(hf_import *h, tsr_model *m, size_t lo, size_t hi, uint64_t *bytes);
+int hf_import_read(hf_import *h, const tsr_model *m, size_t lo, size_t hi, float *dst,
+                   uint64_t *bytes);
 void hf_import_close(hf_import *h);
 
 #endif

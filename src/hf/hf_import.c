@@ -272,7 +272,8 @@ int hf_import_open(hf_import **out, const char *dir, const tsr_model *m) {
     return check_untaken(h, m);
 }
 
-int hf_import_read(hf_import *h, tsr_model *m, size_t lo, size_t hi, uint64_t *bytes) {
+int hf_import_read(hf_import *h, const tsr_model *m, size_t lo, size_t hi, float *dst,
+                   uint64_t *bytes) {
     for (int k = 0; k < h->n; k++) {
         const hf_tensor *t = &h->tab[k];
         size_t a = t->offset > lo ? t->offset : lo, b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
@@ -281,7 +282,6 @@ int hf_import_read(hf_import *h, tsr_model *m, size_t lo, size_t hi, uint64_t *b
         float *x = buffer(h, t->numel);
         TSR_CHECK(st_read_f32(&h->f[h->src_file[k]], e, x));
         *bytes += e->end - e->begin;
-        float *dst = m->params + t->offset;
         size_t R = (size_t)t->rows, Cc = (size_t)t->cols;
         for (size_t i = a - t->offset; i < b - t->offset; i++) {
             float v = t->transpose ? x[(i % Cc) * R + i / Cc] : x[i]; /* HF (in, out) -> (out, in) */
@@ -290,7 +290,7 @@ int hf_import_read(hf_import *h, tsr_model *m, size_t lo, size_t hi, uint64_t *b
                           h->st_path, e->name, (double)v);
                 return TSR_EXIT_DATA;
             }
-            dst[i] = v;
+            dst[t->offset + i - lo] = v; /* (flat element offset + i >= a >= lo) */
         }
     }
     /* padded rows V..Vp-1 of wte and lm_head: zero, as at initialisation (never trained, never
@@ -299,7 +299,7 @@ int hf_import_read(hf_import *h, tsr_model *m, size_t lo, size_t hi, uint64_t *b
     for (size_t k = 0; k < sizeof vocab_rows / sizeof vocab_rows[0]; k++) {
         const tsr_param_info *w = &m->params_info[vocab_rows[k]];
         size_t p0 = w->offset + (size_t)m->V * (size_t)m->C, p1 = w->offset + w->numel;
-        for (size_t i = p0 > lo ? p0 : lo; i < p1 && i < hi && w->numel; i++) m->params[i] = 0.0f;
+        for (size_t i = p0 > lo ? p0 : lo; i < p1 && i < hi && w->numel; i++) dst[i - lo] = 0.0f;
     }
     return 0;
 }

@@ -9,8 +9,9 @@ static int hf_open(void **h, const char *dir, const tsr_model *m) {
     *h = x;
     return rc;
 }
-static int hf_read(void *h, tsr_model *m, size_t lo, size_t hi, uint64_t *bytes) {
-    return hf_import_read(h, m, lo, hi, bytes);
+static int hf_read(void *h, const tsr_model *m, size_t lo, size_t hi, float *dst,
+                   uint64_t *bytes) {
+    return hf_import_read(h, m, lo, hi, dst, bytes);
 }
 static void hf_close(void *h) { hf_import_close(h); }
 

@@ -174,6 +174,13 @@ void fsdp_load_full(tsr_fsdp *f, const float *full) {
     fsdp_params_changed(f);
 }
 
+void fsdp_init_weights(tsr_fsdp *f, uint64_t seed) {
+    const fsdp_piece *p = f->pieces[f->grank];
+    for (int k = 0; k < f->n_pieces[f->grank]; k++)
+        model_init_weights_range(f->m, seed, p[k].flat, p[k].flat + p[k].len, f->params + p[k].shard);
+    fsdp_params_changed(f);
+}
+
 static void gather_unit(tsr_fsdp *f, int u, float *dst) {
     const fsdp_unit *un = &f->units[u];
     dist_group_allgatherv_f32(f->group, f->params + f->unit_at[u], dst, un->counts, un->displs);

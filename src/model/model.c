@@ -249,25 +249,36 @@ static const uint64_t init_stream[TSR_P_COUNT] = {
 };
 
 void model_init_weights(tsr_model *m, uint64_t seed) {
-    memset(m->params, 0, m->n_params * sizeof(float));
+    model_init_weights_range(m, seed, 0, m->n_params, m->params);
+}
+
+void model_init_weights_range(const tsr_model *m, uint64_t seed, size_t lo, size_t hi,
+                              float *dst) {
+    memset(dst, 0, (hi - lo) * sizeof(float));
     for (int i = 0; i < TSR_P_COUNT; i++) {
         const tsr_param_info *p = &m->params_info[i];
         if (!p->numel || p->ep) continue; /* (the expert store initialises its own) */
-        float *w = m->params + p->offset;
         if (p->kind == TSR_PK_BIAS) continue; /* zeros */
-        if (p->kind == TSR_PK_NORM) {
-            int is_bias = i == TSR_P_LN1B || i == TSR_P_LN2B || i == TSR_P_LNFB;
-            for (size_t k = 0; k < p->numel; k++) w[k] = is_bias ? 0.0f : 1.0f;
-            continue;
-        }
         size_t n = p->numel;
         if (i == TSR_P_WTE || i == TSR_P_LMHEAD)
             n = (size_t)m->V * (size_t)m->C; /* padded rows stay zero */
+        /* the tensor's elements [k0, k1) that fall in [lo, hi); element k at w[k - k0] */
+        if (hi <= p->offset || lo >= p->offset + n) continue;
+        const size_t k0 = lo > p->offset ? lo - p->offset : 0;
+        const size_t k1 = hi - p->offset < n ? hi - p->offset : n;
+        float *w = dst + (p->offset + k0 - lo);
+        if (p->kind == TSR_PK_NORM) {
+            int is_bias = i == TSR_P_LN1B || i == TSR_P_LN2B || i == TSR_P_LNFB;
+            for (size_t k = k0; k < k1; k++) w[k - k0] = is_bias ? 0.0f : 1.0f;
+            continue;
+        }
         /* element k's value depends on (seed, stream, k) alone (a counter-based generator), so
-         * the threads give the same bits as one: 124M weights took 5 s on one core of this
-         * machine, a 1B model's most of a minute, at the start of every run */
-#pragma omp parallel for schedule(static) if (n >= (1u << 16))
-        for (size_t k = 0; k < n; k++) w[k] = model_init_weight(m, (tsr_param_id)i, seed, k);
+         * the threads give the same bits as one, and a range the same bits as the whole: 124M
+         * weights took 5 s on one core of this machine, a 1B model's most of a minute, at the
+         * start of every run */
+#pragma omp parallel for schedule(static) if (k1 - k0 >= (1u << 16))
+        for (size_t k = k0; k < k1; k++)
+            w[k - k0] = model_init_weight(m, (tsr_param_id)i, seed, k);
     }
 }
 

@@ -61,12 +61,8 @@ int checkpointing_stop_requested(void) {
     return flag > 0;
 }
 
-/* --init-from a Hugging Face directory (model.safetensors + config.json, docs/hf.md): every rank
- * checks config.json and the safetensors header itself (the same answer everywhere; rank 0 alone
- * reports), then reads only the tensors that meet its part of the flat parameter buffer, as a
- * checkpoint load does; an all-reduce agrees on the outcome, an all-gather completes the weights. */
-/* ZeRO-3 / HSDP: a weights-only load (--init-from) goes through a full flat buffer, as the
- * initialisation does (trainer.c init_sharded): this rank keeps its shard of it. */
+/* parallel.expert with ZeRO-3 / HSDP: the dense weights of a Hugging Face --init-from go through a
+ * full flat buffer (init_from_hf_ep reads the whole model anyway): this rank keeps its shard. */
 static void full_begin(tsr_trainer *t) {
     if (!t->part.fsdp_on) return;
     t->model.params = t->be.ops->alloc(t->model.n_params * sizeof(float));
@@ -104,7 +100,7 @@ static int init_from_hf_ep(tsr_trainer *t, const char *dir) {
     tsr_log_mute(t->dist.rank != 0);
     int rc = importer->open(&h, dir, full);
     tsr_log_mute(0);
-    if (!rc) rc = importer->read(h, full, 0, full->n_params, &bytes);
+    if (!rc) rc = importer->read(h, full, 0, full->n_params, full->params, &bytes);
     importer->close(h);
     double worst = rc;
     dist_allreduce_max_f64(&worst, 1); /* a read error on one rank stops all of them */
@@ -125,30 +121,6 @@ static int init_from_hf_ep(tsr_trainer *t, const char *dir) {
     full->params = NULL;
     model_free(full);
     free(full);
-    if (worst != 0) return (int)worst;
-    int64_t total = (int64_t)bytes;
-    dist_allreduce_sum_i64(&total, 1);
-    note_start_load(t, "init-from", dir, tsr_now() - t0, (uint64_t)total);
-    return 0;
-}
-
-static int init_from_hf(tsr_trainer *t, const char *dir) {
-    if (t->part.ep_on) return init_from_hf_ep(t, dir);
-    double t0 = tsr_now();
-    void *h = NULL;
-    tsr_log_mute(t->dist.rank != 0);
-    int rc = importer->open(&h, dir, &t->model);
-    tsr_log_mute(0);
-    size_t lo = t->part.part_displs[t->dist.rank], hi = lo + t->part.part_counts[t->dist.rank];
-    uint64_t bytes = 0;
-    full_begin(t);
-    if (!rc) rc = importer->read(h, &t->model, lo, hi, &bytes);
-    importer->close(h);
-    double worst = rc;
-    dist_allreduce_max_f64(&worst, 1); /* a read error on one rank stops all of them */
-    if (worst == 0) dist_allgatherv_f32(t->model.params, t->part.part_counts, t->part.part_displs);
-    full_end(t, worst == 0);
-    if (worst == 0 && t->be.gpu) gpu_train_push(t->be.gpu, 0); /* (zero3 / hsdp: from the shard) */
     if (worst != 0) return (int)worst;
     int64_t total = (int64_t)bytes;
     dist_allreduce_sum_i64(&total, 1);
@@ -618,6 +590,40 @@ int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg, con
     free(ck);
     if (pk != peeked) free(pk);
     return rc;
+}
+
+/* --init-from a Hugging Face directory (model.safetensors + config.json, docs/hf.md): every rank
+ * checks config.json and the safetensors header itself (the same answer everywhere; rank 0 alone
+ * reports), then reads only the tensors that meet its part of the flat buffer, as a checkpoint
+ * load does (io_layout: ddp and zero1 ranks their part of the world's partition; zero3 / hsdp
+ * ranks of the first group their part of the group's, no full copy on any rank); an all-reduce
+ * agrees on the outcome, and base_gather completes the weights or moves the parts into the
+ * shards, as after a checkpoint load. */
+static int init_from_hf(tsr_trainer *t, const char *dir) {
+    if (t->part.ep_on) return init_from_hf_ep(t, dir);
+    double t0 = tsr_now();
+    void *h = NULL;
+    tsr_log_mute(t->dist.rank != 0);
+    int rc = importer->open(&h, dir, &t->model);
+    tsr_log_mute(0);
+    size_t lo, hi, origin[SET_COUNT];
+    float *base[SET_COUNT];
+    io_release(t);
+    io_layout(t, 0, &lo, &hi, base, origin);
+    uint64_t bytes = 0;
+    if (!rc && hi > lo)
+        rc = importer->read(h, &t->model, lo, hi, base[SET_MODEL] + (lo - origin[SET_MODEL]),
+                            &bytes);
+    importer->close(h);
+    double worst = rc;
+    dist_allreduce_max_f64(&worst, 1); /* a read error on one rank stops all of them */
+    if (worst == 0) base_gather(t, 0); /* (then the device's copy, device = cuda) */
+    io_release(t);
+    if (worst != 0) return (int)worst;
+    int64_t total = (int64_t)bytes;
+    dist_allreduce_sum_i64(&total, 1);
+    note_start_load(t, "init-from", dir, tsr_now() - t0, (uint64_t)total);
+    return 0;
 }
 
 /* The base model's weights only (--init-from, LoRA's base): from a Hugging Face directory or a

@@ -11,11 +11,12 @@
  * (docs/hf.md). Its reader sits above the trainer (src/hf), so the program hands it over with
  * checkpointing_use_importer (train_main.c); without one every --init-from names a checkpoint.
  * is_source: path is one of its directories; open checks it against the model (h is set, also
- * on failure); read fills m->params[lo, hi) and adds the bytes read; close takes any h. */
+ * on failure); read fills the flat range [lo, hi) into dst (dst[i - lo]: hf.h hf_import_read) and
+ * adds the bytes read; close takes any h. */
 typedef struct checkpointing_importer {
     int (*is_source)(const char *path);
     int (*open)(void **h, const char *dir, const tsr_model *m);
-    int (*read)(void *h, tsr_model *m, size_t lo, size_t hi, uint64_t *bytes);
+    int (*read)(void *h, const tsr_model *m, size_t lo, size_t hi, float *dst, uint64_t *bytes);
     void (*close)(void *h);
     /* LoRA (docs/lora.md): path is a PEFT adapter directory; read_adapter fills lo's weights
      * from one and names its base (hf.h hf_read_adapter) */

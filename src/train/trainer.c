@@ -330,17 +330,13 @@ static int plan_shards(tsr_trainer *t) {
     return 0;
 }
 
-/* ZeRO-3 / HSDP: the model's weights live in shards. Initialisation builds the full weights once
- * (model_init_weights is a pure function of the seed: every rank gets the same bits) and keeps
- * this rank's shard. */
+/* ZeRO-3 / HSDP: the model's weights live in shards. Each rank draws its shard's values alone
+ * (the initial weights are a pure function of the seed and the element: the same bits as the full
+ * initialisation, no full copy on any rank). */
 static void init_sharded(tsr_trainer *t, uint64_t seed) {
     tsr_model *m = &t->model;
     fsdp_init(&t->part.fsdp, m, t->part.fsdp_group, t->part.lora_on, &t->dist);
-    m->params = t->be.ops->alloc(m->n_params * sizeof(float));
-    model_init_weights(m, seed);
-    fsdp_load_full(&t->part.fsdp, m->params);
-    t->be.ops->free(m->params);
-    m->params = NULL;
+    fsdp_init_weights(&t->part.fsdp, seed);
     model_alloc_slopes(m);
 }
 

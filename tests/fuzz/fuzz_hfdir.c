@@ -54,7 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     build(&m, &part[0]);
     hf_import *h = NULL;
     uint64_t bytes = 0;
-    if (hf_import_open(&h, fuzz_dir(), &m) == 0 && hf_import_read(h, &m, 0, m.n_params, &bytes) == 0)
+    if (hf_import_open(&h, fuzz_dir(), &m) == 0 && hf_import_read(h, &m, 0, m.n_params, m.params, &bytes) == 0)
         for (size_t i = 0; i < m.n_params; i++)
             if (!isfinite(m.params[i])) abort(); /* the import refuses non-finite values */
     hf_import_close(h);

@@ -50,7 +50,7 @@ TOL_FP32 = 1e-5
 SHARD = {"llama_mqa_untied_sharded": 40000, "qwen3_qknorm_f16": 50000}
 ARCH = {"mistral_bf16": "mistral"}
 CHECKS_PER_FIXTURE = 6
-N_REFUSALS = 8
+N_REFUSALS = 9
 N_TOKENIZER = 2
 LLAMA3_TOK = os.path.join(hfe.DATA_DIR, "chat", "llama3")  # ./INSTALL fetches it (npm)
 
@@ -73,13 +73,14 @@ sample = {{ tokens = 0; }};
 """)
 
 
-def init_run(fx, cfg, run_dir, src, *extra):
+def init_run(fx, cfg, run_dir, src, *extra, ranks=2):
     args = [hfe.TRAIN, "--config", cfg, "--set", f"run_dir={run_dir}", "--init-from", src]
     for k, v in fx["sets"].items():
         args += ["--set", f"{k}={v}"]
     for s in extra:
         args += ["--set", s]
-    rc, out = hfe.run(hfe.MPIRUN + args)
+    mpirun = [x if x != "2" else str(ranks) for x in hfe.MPIRUN]  # (its "-np", "2")
+    rc, out = hfe.run(mpirun + args)
     return rc, out, hfe.step1(run_dir) if rc == 0 else None
 
 
@@ -330,6 +331,17 @@ def refusals(tap, tmp, fixtures):
     e = abs(s["loss"] - fx["loss"]["loss"]) / fx["loss"]["loss"] if s and fx["loss"] else math.inf
     tap.ok(rc == 0 and e <= 1e-6, f"--init-from the sharded fixture with parallel.sharding = zero3: "
                                   f"step-1 loss {s and s['loss']} vs ddp's: rel err {e:.2e} <= 1e-6")
+    if rc:
+        tap.diag(out[-800:])
+    # hsdp on 4 ranks, 2 groups of 2: the first group's ranks read their parts, the shards are
+    # broadcast to the other group (no rank holds the full weights); micro_batch 1: 4 sequences
+    rc, out, s = init_run(fx, fx["cfg"], os.path.join(tmp, "hsdp_run"), fx["dir"],
+                          "parallel.sharding=hsdp", "parallel.replica_group=2", "micro_batch=1",
+                          ranks=4)
+    e = abs(s["loss"] - fx["loss"]["loss"]) / fx["loss"]["loss"] if s and fx["loss"] else math.inf
+    tap.ok(rc == 0 and e <= 1e-6, f"--init-from the sharded fixture with parallel.sharding = hsdp on "
+                                  f"2 x 2 ranks: step-1 loss {s and s['loss']} vs ddp's: rel err "
+                                  f"{e:.2e} <= 1e-6")
     if rc:
         tap.diag(out[-800:])
 

@@ -114,7 +114,7 @@ static int do_import(tsr_model *m, const char *dir) {
     hf_import *h = NULL;
     uint64_t bytes = 0;
     int rc = hf_import_open(&h, dir, m);
-    if (!rc) rc = hf_import_read(h, m, 0, m->n_params, &bytes);
+    if (!rc) rc = hf_import_read(h, m, 0, m->n_params, m->params, &bytes);
     hf_import_close(h);
     return rc;
 }
