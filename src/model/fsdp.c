@@ -167,13 +167,6 @@ void fsdp_free(tsr_fsdp *f) {
     memset(f, 0, sizeof *f);
 }
 
-void fsdp_load_full(tsr_fsdp *f, const float *full) {
-    const fsdp_piece *p = f->pieces[f->grank];
-    for (int k = 0; k < f->n_pieces[f->grank]; k++)
-        memcpy(f->params + p[k].shard, full + p[k].flat, p[k].len * sizeof(float));
-    fsdp_params_changed(f);
-}
-
 void fsdp_init_weights(tsr_fsdp *f, uint64_t seed) {
     const fsdp_piece *p = f->pieces[f->grank];
     for (int k = 0; k < f->n_pieces[f->grank]; k++)

@@ -99,9 +99,6 @@ void fsdp_plan(tsr_fsdp *f, tsr_model *m, int G, const tsr_dist *d);
  * and finish_grads are not to be called. */
 void fsdp_init(tsr_fsdp *f, tsr_model *m, int G, int frozen, const tsr_dist *d);
 void fsdp_free(tsr_fsdp *f);
-/* Takes this rank's shard out of a full flat buffer that every rank holds (--init-from a Hugging
- * Face directory under parallel.expert, which reads the whole model on every rank). */
-void fsdp_load_full(tsr_fsdp *f, const float *full);
 /* This rank's shard of the initial weights (model_init_weights_range over its pieces): the same
  * bits as the full initialisation's, with no full copy and 1/G of the draws. */
 void fsdp_init_weights(tsr_fsdp *f, uint64_t seed);

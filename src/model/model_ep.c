@@ -142,14 +142,11 @@ void ep_init_weights(tsr_ep *ep, const tsr_model *m, uint64_t seed) {
     }
 }
 
-void ep_from_full(tsr_ep *ep, const float *w1, const float *w2) {
-    for (int which = 0; which < 2; which++) {
-        size_t x = which ? ep->x2 : ep->x1;
-        for (int s = 0; s < ep->LM; s++)
-            memcpy(ep->w + local_at(ep, which, s, 0),
-                   (which ? w2 : w1) + ((size_t)s * ep->E + (size_t)ep->e0) * x,
-                   (size_t)ep->El * x * sizeof(float));
-    }
+size_t ep_slot_span(const tsr_ep *ep, int which, int s, size_t *in_tensor, size_t *in_store) {
+    const size_t x = which ? ep->x2 : ep->x1;
+    *in_tensor = ((size_t)s * ep->E + (size_t)ep->e0) * x;
+    *in_store = local_at(ep, which, s, 0);
+    return (size_t)ep->El * x;
 }
 
 int ep_exchanging(const tsr_ep *ep) { return ep->full == NULL; }

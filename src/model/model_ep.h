@@ -91,9 +91,11 @@ void ep_unit(tsr_ep *ep, const tsr_model *m, int u, int backward, const void **w
  * CUDA path lays its device copy of the store out the same way. */
 int ep_layer_offsets(const tsr_ep *ep, const tsr_model *m, int u, int full, size_t *o1,
                      size_t *o2);
-/* The store's weights from the global expert tensors w1 (LM, E, 2FE, C) and w2 (LM, E, C, FE)
- * (local: an import that read the whole model). */
-void ep_from_full(tsr_ep *ep, const float *w1, const float *w2);
+/* Where this rank's El experts of MoE slot s (0 .. LM-1) of tensor which (0: expw1 (LM, E, 2FE,
+ * C), 1: expw2 (LM, E, C, FE)) sit: *in_tensor, the element offset of the first in the global
+ * tensor, and *in_store, in the store (ep->w and its gradients and moments); returns their floats,
+ * contiguous in both (--init-from a Hugging Face directory reads them straight into the store). */
+size_t ep_slot_span(const tsr_ep *ep, int which, int s, size_t *in_tensor, size_t *in_store);
 /* Whether the decoder exchanges rows (1), or runs all E experts locally (0: ep_full). */
 int ep_exchanging(const tsr_ep *ep);
 

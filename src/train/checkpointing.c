@@ -61,20 +61,6 @@ int checkpointing_stop_requested(void) {
     return flag > 0;
 }
 
-/* parallel.expert with ZeRO-3 / HSDP: the dense weights of a Hugging Face --init-from go through a
- * full flat buffer (init_from_hf_ep reads the whole model anyway): this rank keeps its shard. */
-static void full_begin(tsr_trainer *t) {
-    if (!t->part.fsdp_on) return;
-    t->model.params = t->be.ops->alloc(t->model.n_params * sizeof(float));
-    t->be.ops->zero(t->model.params, t->model.n_params * sizeof(float));
-}
-static void full_end(tsr_trainer *t, int ok) {
-    if (!t->part.fsdp_on) return;
-    if (ok) fsdp_load_full(&t->part.fsdp, t->model.params);
-    t->be.ops->free(t->model.params);
-    t->model.params = NULL;
-}
-
 /* The checkpoint read at start: checkpointing_resume runs before run_dir is opened (a refused start
  * writes nothing), so its record is kept for trainer_open_run_dir to log (metrics.jsonl, stdout). */
 static void note_start_load(tsr_trainer *t, const char *what, const char *path, double seconds,
@@ -83,49 +69,6 @@ static void note_start_load(tsr_trainer *t, const char *what, const char *path, 
     snprintf(t->out.start_load.path, sizeof t->out.start_load.path, "%s", path);
     t->out.start_load.seconds = seconds;
     t->out.start_load.bytes = bytes;
-}
-
-/* parallel.expert: every rank reads the whole model into a copy in the plain layout (the experts
- * are spread over the ranks, and the importer reads flat ranges of that layout); the dense
- * tensors go where this run keeps them (the flat buffer, or the zero3 / hsdp shards), this rank's
- * experts into the store. */
-static int init_from_hf_ep(tsr_trainer *t, const char *dir) {
-    double t0 = tsr_now();
-    tsr_model *full = tsr_calloc(1, sizeof *full);
-    model_init(full, &t->cfg.model, t->T, t->be.ops);
-    full->params = t->be.ops->alloc(full->n_params * sizeof(float));
-    t->be.ops->zero(full->params, full->n_params * sizeof(float));
-    void *h = NULL;
-    uint64_t bytes = 0;
-    tsr_log_mute(t->dist.rank != 0);
-    int rc = importer->open(&h, dir, full);
-    tsr_log_mute(0);
-    if (!rc) rc = importer->read(h, full, 0, full->n_params, full->params, &bytes);
-    importer->close(h);
-    double worst = rc;
-    dist_allreduce_max_f64(&worst, 1); /* a read error on one rank stops all of them */
-    if (worst == 0) {
-        full_begin(t);
-        for (int i = 0; i < TSR_P_COUNT; i++) {
-            const tsr_param_info *p = &t->model.params_info[i];
-            if (p->numel && !p->ep)
-                memcpy(t->model.params + p->offset, full->params + full->params_info[i].offset,
-                       p->numel * sizeof(float));
-        }
-        full_end(t, 1);
-        ep_from_full(&t->part.ep, full->params + full->params_info[TSR_P_EXPW1].offset,
-                     full->params + full->params_info[TSR_P_EXPW2].offset);
-        if (t->be.gpu) gpu_train_push(t->be.gpu, 0); /* the dense weights and the experts */
-    }
-    t->be.ops->free(full->params);
-    full->params = NULL;
-    model_free(full);
-    free(full);
-    if (worst != 0) return (int)worst;
-    int64_t total = (int64_t)bytes;
-    dist_allreduce_sum_i64(&total, 1);
-    note_start_load(t, "init-from", dir, tsr_now() - t0, (uint64_t)total);
-    return 0;
 }
 
 enum { SET_MODEL = 0, SET_M, SET_V, SET_COUNT };
@@ -332,11 +275,19 @@ static void gather_after_load(tsr_trainer *t, int with_optim) {
                        0);
 }
 
+static void dense_gather(tsr_trainer *t, int with_optim);
 static void base_gather(tsr_trainer *t, int with_optim) {
     for (int set = 0; t->part.ep_on && set < (with_optim ? SET_COUNT : 1); set++) {
         if (ep_writer(t)) ep_from_part(&t->part.ep, t->part.ep_io[set], ep_store(t, set));
         ep_bcast(&t->part.ep, ep_store(t, set));
     }
+    dense_gather(t, with_optim);
+}
+
+/* The flat buffer's parts read (io_layout) into the model's weights (and moments): all-gathered
+ * (ddp, zero1), or moved into the shards and broadcast to the other groups (zero3, hsdp); then
+ * the device's copy (device = cuda: the experts' store too). */
+static void dense_gather(tsr_trainer *t, int with_optim) {
     if (t->part.fsdp_on) {
         tsr_fsdp *f = &t->part.fsdp;
         float *shard[SET_COUNT] = {f->params, t->part.m, t->part.v};
@@ -596,28 +547,52 @@ int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg, con
  * checks config.json and the safetensors header itself (the same answer everywhere; rank 0 alone
  * reports), then reads only the tensors that meet its part of the flat buffer, as a checkpoint
  * load does (io_layout: ddp and zero1 ranks their part of the world's partition; zero3 / hsdp
- * ranks of the first group their part of the group's, no full copy on any rank); an all-reduce
- * agrees on the outcome, and base_gather completes the weights or moves the parts into the
- * shards, as after a checkpoint load. */
+ * ranks of the first group their part of the group's; no full copy on any rank); an all-reduce
+ * agrees on the outcome, and dense_gather completes the weights or moves the parts into the
+ * shards, as after a checkpoint load. The importer reads the plain layout (every expert in the
+ * flat buffer): under parallel.expert, where the flat buffer holds the dense tensors only, each
+ * dense tensor's share of the part is read at its plain offset, and every rank reads its own
+ * experts straight into the store. */
 static int init_from_hf(tsr_trainer *t, const char *dir) {
-    if (t->part.ep_on) return init_from_hf_ep(t, dir);
     double t0 = tsr_now();
+    tsr_model *m = &t->model, *plain = m;
+    if (t->part.ep_on) { /* the plain layout, for its offsets (no weights) */
+        plain = tsr_calloc(1, sizeof *plain);
+        model_init(plain, &t->cfg.model, t->T, t->be.ops);
+    }
     void *h = NULL;
     tsr_log_mute(t->dist.rank != 0);
-    int rc = importer->open(&h, dir, &t->model);
+    int rc = importer->open(&h, dir, plain);
     tsr_log_mute(0);
     size_t lo, hi, origin[SET_COUNT];
     float *base[SET_COUNT];
     io_release(t);
     io_layout(t, 0, &lo, &hi, base, origin);
     uint64_t bytes = 0;
-    if (!rc && hi > lo)
-        rc = importer->read(h, &t->model, lo, hi, base[SET_MODEL] + (lo - origin[SET_MODEL]),
+    for (int i = 0; i < TSR_P_COUNT && !rc && hi > lo; i++) {
+        const tsr_param_info *p = &m->params_info[i];
+        size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+        if (!p->numel || p->ep || a >= b) continue;
+        const size_t at = plain->params_info[i].offset + (a - p->offset); /* (plain == m: a) */
+        rc = importer->read(h, plain, at, at + (b - a), base[SET_MODEL] + (a - origin[SET_MODEL]),
                             &bytes);
+    }
+    for (int which = 0; which < 2 && !rc && t->part.ep_on; which++) {
+        const size_t off = plain->params_info[which ? TSR_P_EXPW2 : TSR_P_EXPW1].offset;
+        for (int s = 0; s < t->part.ep.LM && !rc; s++) {
+            size_t in_tensor, in_store, n = ep_slot_span(&t->part.ep, which, s, &in_tensor, &in_store);
+            rc = importer->read(h, plain, off + in_tensor, off + in_tensor + n,
+                                t->part.ep.w + in_store, &bytes);
+        }
+    }
     importer->close(h);
+    if (plain != m) {
+        model_free(plain);
+        free(plain);
+    }
     double worst = rc;
     dist_allreduce_max_f64(&worst, 1); /* a read error on one rank stops all of them */
-    if (worst == 0) base_gather(t, 0); /* (then the device's copy, device = cuda) */
+    if (worst == 0) dense_gather(t, 0); /* (then the device's copy, device = cuda) */
     io_release(t);
     if (worst != 0) return (int)worst;
     int64_t total = (int64_t)bytes;
