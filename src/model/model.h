@@ -267,8 +267,8 @@ size_t model_unit_slice(const tsr_model *m, tsr_param_id id, int u, size_t *len)
  * the same bits without communication. */
 void model_init_weights(tsr_model *m, uint64_t seed);
 /* The same values for the flat range [lo, hi) only: dst[i - lo] = what model_init_weights puts at
- * params[i] (0 at the expert store's offsets, as there). Each ZeRO-3 / HSDP rank draws its
- * shard's pieces alone with it (fsdp_init_weights): no full copy, 1/W of the draws. */
+ * params[i]. Each ZeRO-3 / HSDP rank draws its shard's pieces alone with it (fsdp_init_weights):
+ * no full copy, 1/G of the draws (G the ranks of its group). */
 void model_init_weights_range(const tsr_model *m, uint64_t seed, size_t lo, size_t hi,
                               float *dst);
 /* Element k (row-major, of the global shape) of weight tensor id's initial value: the one draw

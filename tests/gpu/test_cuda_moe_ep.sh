@@ -161,7 +161,7 @@ PY
 tap_check $? "emulator, EP = 2 under zero3 with evaluation at steps 3, 6 and 8 (every expert gathered on the device) and the sample: validation losses within $LOSS_TOL of the CPU's, the sample the same tokens as EP = 1's on the emulator (${s2:-none}), peak device memory within the plan ($d)"
 
 # --init-from: a checkpoint (the experts sent to their holders, then to the device) and its
-# Hugging Face export (every rank reads the whole model and keeps its experts), 2 steps at EP = 2
+# Hugging Face export (every rank reads its part of the dense tensors and its own experts), 2 steps at EP = 2
 # on the emulator against the CPU's EP = 1 from the same export
 "$TOOL" ckpt export --format hf "$TMP/c1/step-00000008.h5" "$TMP/hf" >"$TMP/export.txt" 2>&1 &&
     run "$TRAIN" 4 ih --set max_duration=2ba --init-from "$TMP/hf" &&

@@ -130,16 +130,18 @@ run I2 4 --set parallel.expert=2 --set max_duration=2ba --init-from "$(ck "$TMP/
     "$TOOL" ckpt export --format hf "$(ck "$TMP/P2" 10)" "$TMP/hf" >"$TMP/export.txt" 2>&1 &&
     run J2 4 --set parallel.expert=2 --set parallel.sharding=zero3 --set max_duration=2ba --init-from "$TMP/hf" &&
     run J3 4 --set parallel.expert=2 --set max_duration=2ba --init-from "$TMP/hf" &&
+    run J4 4 --set parallel.expert=2 --set parallel.sharding=hsdp --set parallel.replica_group=2 \
+        --set max_duration=2ba --init-from "$TMP/hf" &&
     run J1 4 --set max_duration=2ba --init-from "$TMP/hf"
 # (the grad norm within 1e-5: from trained weights the gradients are small sums of cancelling
 # terms, and an owner sums its experts' rows from both ranks in one matmul where EP = 1 sums each
 # rank's, then all-reduces; seen 1.2e-6)
 cl() { metrics_close "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" 1 1e-6 1e-5; }
-tap_diag "--init-from at EP 2 vs 1: checkpoint $(cl I1 I2); Hugging Face (EP 2 + zero3) $(cl J1 J2), (EP 2) $(cl J1 J3)"
-cl I1 I2 >/dev/null && cl J1 J2 >/dev/null && cl J1 J3 >/dev/null &&
+tap_diag "--init-from at EP 2 vs 1: checkpoint $(cl I1 I2); Hugging Face (EP 2 + zero3) $(cl J1 J2), (EP 2) $(cl J1 J3), (EP 2 + hsdp 2 x 2) $(cl J1 J4)"
+cl I1 I2 >/dev/null && cl J1 J2 >/dev/null && cl J1 J3 >/dev/null && cl J1 J4 >/dev/null &&
     [[ $(json_field "$TMP/I1/metrics.jsonl" 1 loss) == "$(json_field "$TMP/J1/metrics.jsonl" 1 loss)" ]] &&
     /usr/bin/python3 -c "import sys; sys.exit(0 if $(json_field "$TMP/I2/metrics.jsonl" 1 loss) < $(json_field "$TMP/P1/metrics.jsonl" 1 loss) - 0.1 else 1)"
-tap_check $? "--init-from a checkpoint and from its Hugging Face export at EP = 2 (with zero3, and without: each rank reads its part of the dense tensors and its own experts): the same losses as without EP within 1e-6 (grad norms 1e-5), starting from the trained weights"
+tap_check $? "--init-from a checkpoint and from its Hugging Face export at EP = 2 (with zero3, with hsdp 2 x 2, whose second group reads only its experts, and without: each rank reads its part of the dense tensors and its own experts): the same losses as without EP within 1e-6 (grad norms 1e-5), starting from the trained weights"
 
 # every second of 4 layers MoE (the MoE index, the layer and its activation slot all differ),
 # a shared expert, unnormalised weights; block checkpointing of layers 1-2 (a MoE and a dense
