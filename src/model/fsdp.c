@@ -170,7 +170,8 @@ void fsdp_free(tsr_fsdp *f) {
 void fsdp_init_weights(tsr_fsdp *f, uint64_t seed) {
     const fsdp_piece *p = f->pieces[f->grank];
     for (int k = 0; k < f->n_pieces[f->grank]; k++)
-        model_init_weights_range(f->m, seed, p[k].flat, p[k].flat + p[k].len, f->params + p[k].shard);
+        model_init_weights_range(f->m, seed, p[k].flat, p[k].flat + p[k].len,
+                                 f->params + p[k].shard);
     fsdp_params_changed(f);
 }
 

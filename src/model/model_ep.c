@@ -130,15 +130,14 @@ static size_t local_at(const tsr_ep *ep, int which, int s, int el) {
 void ep_init_weights(tsr_ep *ep, const tsr_model *m, uint64_t seed) {
     for (int which = 0; which < 2; which++) {
         tsr_param_id id = which ? TSR_P_EXPW2 : TSR_P_EXPW1;
-        size_t x = which ? ep->x2 : ep->x1;
-        for (int s = 0; s < ep->LM; s++)
-            for (int el = 0; el < ep->El; el++) {
-                float *w = ep->w + local_at(ep, which, s, el);
-                size_t k0 = ((size_t)s * ep->E + (size_t)(ep->e0 + el)) * x; /* global element */
-                /* (as model_init_weights: the same bits on any number of threads) */
-#pragma omp parallel for schedule(static) if (x >= (1u << 16))
-                for (size_t k = 0; k < x; k++) w[k] = model_init_weight(m, id, seed, k0 + k);
-            }
+        for (int s = 0; s < ep->LM; s++) {
+            size_t k0, at; /* the slot's experts: global element k0.., store offset at.. */
+            const size_t n = ep_slot_span(ep, which, s, &k0, &at);
+            float *w = ep->w + at;
+            /* (as model_init_weights: the same bits on any number of threads) */
+#pragma omp parallel for schedule(static) if (n >= (1u << 16))
+            for (size_t k = 0; k < n; k++) w[k] = model_init_weight(m, id, seed, k0 + k);
+        }
     }
 }
 

@@ -257,8 +257,9 @@ int checkpointing_save(tsr_trainer *t) {
     return rc;
 }
 
-/* After reading each rank's part of the base model: complete the replicated state; ZeRO-3 /
- * HSDP: move the first group's parts into its shards and copy those to the other groups. */
+/* After reading each rank's part of the base model: under parallel.expert the first EP group's
+ * parts of the experts sent to their holders, then dense_gather (complete the replicated state;
+ * ZeRO-3 / HSDP: move the first group's parts into its shards and copy those to the others). */
 static void base_gather(tsr_trainer *t, int with_optim);
 /* LoRA: rank 0 read the adapters (lora_tensors) */
 static void gather_after_load(tsr_trainer *t, int with_optim) {
@@ -273,15 +274,6 @@ static void gather_after_load(tsr_trainer *t, int with_optim) {
         for (size_t at = 0; at < lo->n; at += chunk)
             dist_bcast(store[set] + at, (lo->n - at < chunk ? lo->n - at : chunk) * sizeof(float),
                        0);
-}
-
-static void dense_gather(tsr_trainer *t, int with_optim);
-static void base_gather(tsr_trainer *t, int with_optim) {
-    for (int set = 0; t->part.ep_on && set < (with_optim ? SET_COUNT : 1); set++) {
-        if (ep_writer(t)) ep_from_part(&t->part.ep, t->part.ep_io[set], ep_store(t, set));
-        ep_bcast(&t->part.ep, ep_store(t, set));
-    }
-    dense_gather(t, with_optim);
 }
 
 /* The flat buffer's parts read (io_layout) into the model's weights (and moments): all-gathered
@@ -305,6 +297,14 @@ static void dense_gather(tsr_trainer *t, int with_optim) {
         dist_allgatherv_f32(t->part.v, t->part.part_counts, t->part.part_displs);
     }
     if (t->be.gpu) gpu_train_push(t->be.gpu, with_optim);
+}
+
+static void base_gather(tsr_trainer *t, int with_optim) {
+    for (int set = 0; t->part.ep_on && set < (with_optim ? SET_COUNT : 1); set++) {
+        if (ep_writer(t)) ep_from_part(&t->part.ep, t->part.ep_io[set], ep_store(t, set));
+        ep_bcast(&t->part.ep, ep_store(t, set));
+    }
+    dense_gather(t, with_optim);
 }
 
 static int check_batch(const tsr_trainer *t, const ckpt_meta *meta, const char *path) {
@@ -571,7 +571,8 @@ static int init_from_hf(tsr_trainer *t, const char *dir) {
     uint64_t bytes = 0;
     for (int i = 0; i < TSR_P_COUNT && !rc && hi > lo; i++) {
         const tsr_param_info *p = &m->params_info[i];
-        size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+        const size_t a = p->offset > lo ? p->offset : lo,
+                     b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
         if (!p->numel || p->ep || a >= b) continue;
         const size_t at = plain->params_info[i].offset + (a - p->offset); /* (plain == m: a) */
         rc = importer->read(h, plain, at, at + (b - a), base[SET_MODEL] + (a - origin[SET_MODEL]),
@@ -580,7 +581,8 @@ static int init_from_hf(tsr_trainer *t, const char *dir) {
     for (int which = 0; which < 2 && !rc && t->part.ep_on; which++) {
         const size_t off = plain->params_info[which ? TSR_P_EXPW2 : TSR_P_EXPW1].offset;
         for (int s = 0; s < t->part.ep.LM && !rc; s++) {
-            size_t in_tensor, in_store, n = ep_slot_span(&t->part.ep, which, s, &in_tensor, &in_store);
+            size_t in_tensor, in_store;
+            const size_t n = ep_slot_span(&t->part.ep, which, s, &in_tensor, &in_store);
             rc = importer->read(h, plain, off + in_tensor, off + in_tensor + n,
                                 t->part.ep.w + in_store, &bytes);
         }
