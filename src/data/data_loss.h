@@ -15,13 +15,17 @@
 int64_t data_read_or_die(const tsr_dataset *ds, const char *name, int T, uint64_t idx,
                          int32_t *inputs, int32_t *targets);
 
-/* The summed loss of B rows of T tokens (inputs, targets), as model_forward returns it. */
+/* The summed loss of B rows of T tokens (inputs, targets), as model_forward returns it. B = 0
+ * (inputs, targets NULL): a call that scores nothing, made by the ranks whose range is shorter
+ * until each rank has made as many calls as the one with the longest (a sharded model's forward
+ * is collective: model_forward's idle forward); 0. */
 typedef double (*data_forward_fn)(void *model, const int32_t *inputs, const int32_t *targets,
                                   int B, int T);
 
 /* Mean loss over the counted targets of the first `limit` samples of ds (0 = all), split over the
  * ranks in contiguous ranges, in calls of forward(model, ...) of up to B rows (the model's
- * activations must hold B x T); inputs/targets hold B x T. Collective (sums over d's ranks);
+ * activations must hold B x T), the same number of calls on every rank (the idle ones last);
+ * inputs/targets hold B x T. Collective (sums over d's ranks);
  * *samples (may be NULL) = the samples evaluated. NaN when no target counted. */
 double data_mean_loss(const tsr_dataset *ds, const char *name, int T, int B, int64_t limit,
                       const tsr_dist *d, data_forward_fn forward, void *model, int32_t *inputs,

@@ -106,6 +106,13 @@ static void score_rows(tsr_model *m, icl_suite *s, int rows, double *nll, int *g
     }
 }
 
+/* The forwards this rank runs for task t (its examples' options, B rows a forward) */
+static int64_t task_forwards(const icl_suite *s, const icl_task *t, const tsr_dist *d) {
+    int64_t n = 0;
+    for (int i = d->rank; i < t->n; i += d->world) n += (t->ex[i].n_opts + s->B - 1) / s->B;
+    return n;
+}
+
 /* This rank's share of task t (examples i with i % world == rank): sums[0] += examples right,
  * sums[1] += examples scored. */
 static void score_task(tsr_model *m, icl_suite *s, const icl_task *t, const tsr_dist *d,
@@ -133,7 +140,12 @@ static void score_task(tsr_model *m, icl_suite *s, const icl_task *t, const tsr_
 
 void icl_suite_score(icl_suite *s, tsr_model *m, const tsr_dist *d, icl_scores *out) {
     double sums[2 * TSR_MAX_ICL_TASKS] = {0}; /* per task: examples right, scored */
+    int64_t mine = 0;
+    for (int i = 0; i < s->n; i++) mine += task_forwards(s, &s->tasks[i], d);
+    /* ranks score different numbers of options: the idle forwards of a sharded model last */
+    const int64_t most = model_forwards_most(m, mine);
     for (int i = 0; i < s->n; i++) score_task(m, s, &s->tasks[i], d, sums + 2 * i);
+    for (int64_t k = mine; k < most; k++) model_forward(m, NULL, NULL, 0, s->T);
     dist_allreduce_sum_f64(sums, 2 * (size_t)s->n);
     memset(out, 0, sizeof *out);
     out->n = s->n;

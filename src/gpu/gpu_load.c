@@ -95,7 +95,7 @@ void gpu_train_update(gpu_train_ctx *c, double lr, float gscale, int step) {
 void gpu_train_pull(gpu_train_ctx *c) { A()->pull(c); }
 void gpu_train_push(gpu_train_ctx *c, int with_optim) { A()->push(c, with_optim); }
 void gpu_train_host_model(gpu_train_ctx *c, int on) { A()->host_model(c, on); }
-void gpu_train_full_weights(gpu_train_ctx *c, int on) { A()->full_weights(c, on); }
+void gpu_train_eval_weights(gpu_train_ctx *c, int on) { A()->eval_weights(c, on); }
 size_t gpu_train_mem_peak(void) { return A()->mem_peak(); }
 void gpu_train_free(gpu_train_ctx *c) {
     if (c->state) A()->free(c);

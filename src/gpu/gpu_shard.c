@@ -358,28 +358,3 @@ void gpu_shard_push(gpu_shard *sh, gpu_train_ctx *c, int with_optim) {
     else forget_gathers(sh);
     tcu_sync(sh->s);
 }
-
-void gpu_shard_full_weights(gpu_shard *sh, int on) {
-    if (sh->zero1) return;
-    tsr_gpu_model *g = sh->g;
-    if (!on) {
-        tcu_sync(sh->s);
-        tcu_free(g->wbf);
-        g->wbf = NULL;
-        return;
-    }
-    const tsr_fsdp *f = sh->f;
-    g->wbf = tcu_malloc(g->m->n_params * sizeof(tsr_bf16), "evaluation: full weights (bf16)");
-    for (int u = 0; u < f->n_units; u++) {
-        tsr_bf16 *unit = u == 0 ? sh->root_w : sh->slot[0];
-        gather_unit(sh, u, unit, u == 0 ? sh->root_ev : sh->slot_ev[0]);
-        tcu_stream cs = gpu_comm_follow(sh->group);
-        const fsdp_unit *un = &f->units[u];
-        for (int k = 0; k < un->n_seg; k++)
-            tcu_memcpy_d2d(g->wbf + un->seg[k].flat, unit + un->seg[k].at,
-                           un->seg[k].len * sizeof(tsr_bf16), cs);
-    }
-    gpu_comm_wait(sh->group);
-    sh->root_valid = 1;
-    sh->slot_unit[0] = -1;
-}

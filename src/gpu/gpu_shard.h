@@ -20,8 +20,8 @@
  * all-gathered into one of two slots, the next layer's gather started on the communication stream
  * before this one computes (forward l+1, backward l-1); a layer's gradients go to one of two
  * buffers and are reduce-scattered, then added into the shard, as soon as its backward is queued.
- * Under hsdp the replicas then all-reduce their shards. Evaluation gathers the full bf16 weights
- * for its duration (ranks run different numbers of evaluation batches: no per-layer collectives).
+ * Under hsdp the replicas then all-reduce their shards. Evaluation runs on the shards through the
+ * same gathers, the ranks topping up their forwards with idle ones (model_forward's B = 0).
  *
  * Host mirror (checkpoints, sampling): as the CPU trainer of the same mode keeps it (the context's
  * buffers, gpu_train_ctx.h). zero3 / hsdp: the fsdp shard and c->m, c->v (unpadded pieces); zero1:
@@ -93,8 +93,5 @@ void gpu_shard_update(gpu_shard *sh, const gpu_train_ctx *c, double lr, float gs
  * with_optim). */
 void gpu_shard_pull(gpu_shard *sh, gpu_train_ctx *c, int with_optim);
 void gpu_shard_push(gpu_shard *sh, gpu_train_ctx *c, int with_optim);
-/* zero3 / hsdp: on = 1 gathers the full bf16 weights into the model (evaluation), 0 frees them
- * (collective; a no-op under zero1). */
-void gpu_shard_full_weights(gpu_shard *sh, int on);
 
 #endif

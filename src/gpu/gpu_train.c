@@ -56,11 +56,11 @@ static size_t moe_stage_bytes(const gpu_train_ctx *c) {
 }
 
 /* What an evaluation (validation loss, ICL) gathers on top of the training state while it runs:
- * under zero3 / hsdp the full bf16 weights (gpu_shard_full_weights; ddp and zero1 have them
- * whole already), under parallel.expert every expert; 0 without evaluation. */
+ * under parallel.expert every expert; 0 without evaluation. (zero3 / hsdp evaluate on their
+ * shards, through the training forward's gathers.) */
 static size_t eval_bytes(const gpu_train_ctx *c) {
     const tsr_model *m = c->model;
-    size_t b = c->evals && c->mode == GPU_SHARD_FSDP ? m->n_params * sizeof(tsr_bf16) + 256 : 0;
+    size_t b = 0;
     /* parallel.expert: every expert gathered, bf16, and its fp32 stage (gpu_ep_full) */
     if (c->evals && m->EP > 1)
         b += (size_t)m->LM * (size_t)m->E * 3 * (size_t)m->FE * (size_t)m->C *
@@ -411,10 +411,10 @@ static int try_lora_scratch(gpu_train_ctx *c, int B) {
 }
 
 /* The activations, and room left after them for what the ops allocate later (scratch, cuBLASLt,
- * NCCL's buffers, kernels' local memory): 2% of the device must stay free, and under zero3 / hsdp
- * with evaluation the full weights an evaluation gathers, under parallel.expert the exchange's
- * buffers for B sequences (allocated by the first forward), so a microbatch that fills the GPU
- * backs off here instead of failing in the first backward or the first evaluation. The room is
+ * NCCL's buffers, kernels' local memory): 2% of the device must stay free, and under
+ * parallel.expert with evaluation every expert an evaluation gathers and the exchange's buffers
+ * for B sequences (allocated by the first forward), so a microbatch that fills the GPU backs off
+ * here instead of failing in the first backward or the first evaluation. The room is
  * read, not allocated: a trial allocation would count in the allocator's peak (peak_mem_bytes). */
 static int lib_try_acts(gpu_train_ctx *c, int B) {
     if (gpu_model_try_alloc_acts(&c->state->g, B, c->T)) return -1;
@@ -690,12 +690,13 @@ static void lib_push(gpu_train_ctx *c, int with_optim) {
     }
 }
 
-/* Collective: the weights come to the host on every rank that needs them (sharded: all, to
- * gather; ddp: rank 0, which samples). */
+/* Collective: the weights come to the host on every rank that needs them (zero1: all, to
+ * gather; zero3 / hsdp: all, each rank's shard, and all sample: each forward gathers the units;
+ * ddp: rank 0, which samples). */
 static void lib_host_model(gpu_train_ctx *c, int on) {
     struct tsr_gpu_train *gt = c->state;
     tsr_model *m = c->model;
-    int sampler = c->dist->rank == 0;
+    int sampler = c->dist->rank == 0 || (gt->sharded && !gt->sh.zero1);
     if (on) {
         if (gt->lora_on && sampler) lora_pull(gt, c->lora, 0); /* (the base is the host's) */
         else if (gt->sharded) gpu_shard_pull(&gt->sh, c, 0);
@@ -714,9 +715,9 @@ static void lib_host_model(gpu_train_ctx *c, int on) {
     }
 }
 
-/* evaluation: the full bf16 weights (zero3 / hsdp) and every expert (parallel.expert) */
-static void lib_full_weights(gpu_train_ctx *c, int on) {
-    if (c->state->sharded) gpu_shard_full_weights(&c->state->sh, on);
+/* evaluation: every expert (parallel.expert); zero3 / hsdp evaluate on their shards, gathering
+ * unit by unit as a training forward does (train/train_state.h) */
+static void lib_eval_weights(gpu_train_ctx *c, int on) {
     if (c->state->ep_on) gpu_ep_full(&c->state->ep, on, 1);
 }
 
@@ -779,7 +780,7 @@ const gpu_train_api tsr_gpu_train_api = {
     .pull = lib_pull,
     .push = lib_push,
     .host_model = lib_host_model,
-    .full_weights = lib_full_weights,
+    .eval_weights = lib_eval_weights,
     .mem_peak = lib_mem_peak,
     .free = lib_free,
 };

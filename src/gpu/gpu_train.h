@@ -43,7 +43,7 @@ typedef struct gpu_train_api {
     void (*pull)(gpu_train_ctx *c);
     void (*push)(gpu_train_ctx *c, int with_optim);
     void (*host_model)(gpu_train_ctx *c, int on);
-    void (*full_weights)(gpu_train_ctx *c, int on);
+    void (*eval_weights)(gpu_train_ctx *c, int on);
     size_t (*mem_peak)(void);
     void (*free)(gpu_train_ctx *c);
 } gpu_train_api;
@@ -60,7 +60,7 @@ const char *gpu_backend(char *why, size_t n);
 int gpu_train_init(gpu_train_ctx *c);
 /* The device memory plan per rank, nothing allocated (--plan): *fixed, the bytes of everything
  * but the activations (weights, gradients, AdamW, shards and communication buffers, and *eval:
- * under zero3 / hsdp with evaluation, the full bf16 weights an evaluation gathers, else 0). */
+ * under parallel.expert with evaluation, every expert an evaluation gathers, else 0). */
 void gpu_train_plan_bytes(const gpu_train_ctx *c, size_t *fixed, size_t *eval);
 /* Activations: allocated B (0: none); try to allocate for B sequences (0, or -1 with nothing
  * left allocated); free; their bytes for B. */
@@ -80,12 +80,13 @@ void gpu_train_update(gpu_train_ctx *c, double lr, float gscale, int step);
  * when with_optim). */
 void gpu_train_pull(gpu_train_ctx *c);
 void gpu_train_push(gpu_train_ctx *c, int with_optim);
-/* on = 1: the host model computes (host weights pulled, host activations for 1 sequence on rank
- * 0: sampling); on = 0: back to the device. Collective (sharded weights are gathered). */
+/* on = 1: the host model computes (host weights pulled, host activations for 1 sequence on the
+ * ranks that sample: rank 0, every rank under zero3 / hsdp, whose forwards gather); on = 0: back
+ * to the device. Collective. */
 void gpu_train_host_model(gpu_train_ctx *c, int on);
-/* zero3 / hsdp: the full bf16 weights on the device for evaluation (on = 1) or freed (on = 0);
- * collective; nothing under ddp and zero1. */
-void gpu_train_full_weights(gpu_train_ctx *c, int on);
+/* parallel.expert: every expert on the device for an evaluation (on = 1) or freed (on = 0);
+ * collective; nothing without experts (zero3 / hsdp evaluate on their shards). */
+void gpu_train_eval_weights(gpu_train_ctx *c, int on);
 /* The most device bytes this process held at once through the backend's allocator (tcu_mem_stats;
  * metrics.jsonl's peak_mem_bytes under device = cuda). */
 size_t gpu_train_mem_peak(void);

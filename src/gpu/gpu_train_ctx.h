@@ -28,7 +28,8 @@ typedef struct gpu_train_ctx {
     gpu_shard_mode mode;
     int G;                     /* ranks per sharding group (zero3: the world; hsdp: the group) */
     int evals;                 /* the run evaluates (validation set or ICL tasks) or computes
-                                * DPO's precomputed reference: passes with the full weights */
+                                * DPO's precomputed reference: under parallel.expert, passes
+                                * with every expert gathered */
     int T, micro;              /* seq_len, the microbatch in use */
     int64_t per_rank;          /* sequences per rank and step */
     int auto_micro;            /* micro_batch = auto: the plan must fit a microbatch of 1 */

@@ -181,19 +181,6 @@ static void gather_unit(tsr_fsdp *f, int u, float *dst) {
     f->sent_bytes += (uint64_t)un->counts[f->grank] * sizeof(float);
 }
 
-float *fsdp_gather_full(tsr_fsdp *f) {
-    float *full = grab(f, f->m->n_params), *unit = grab(f, f->units[0].size > f->max_layer
-                                                             ? f->units[0].size : f->max_layer);
-    for (int u = 0; u < f->n_units; u++) {
-        const fsdp_unit *un = &f->units[u];
-        gather_unit(f, u, unit);
-        for (int k = 0; k < un->n_seg; k++)
-            memcpy(full + un->seg[k].flat, unit + un->seg[k].at, un->seg[k].len * sizeof(float));
-    }
-    f->ops->free(unit);
-    return full;
-}
-
 void fsdp_zero_grads(tsr_fsdp *f) {
     f->ops->zero(f->grads, f->shard_n * sizeof(float));
     f->ops->zero(f->root_g, f->units[0].size * sizeof(float));

@@ -102,9 +102,6 @@ void fsdp_free(tsr_fsdp *f);
 /* This rank's shard of the initial weights (model_init_weights_range over its pieces): the same
  * bits as the full initialisation's, with no full copy and 1/G of the draws. */
 void fsdp_init_weights(tsr_fsdp *f, uint64_t seed);
-/* A full flat copy of the weights on every rank (eval, ICL, sampling); the caller frees it with
- * ops->free. */
-float *fsdp_gather_full(tsr_fsdp *f);
 void fsdp_zero_grads(tsr_fsdp *f);
 /* After the last microbatch's backward: the root's gradients reduce-scattered into the shards,
  * then (hsdp) the shards all-reduced over the groups. */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "dist.h"
 #include "model.h"
 #include "model/decoder.h"
 #include "model/model_ep.h"
@@ -93,7 +94,26 @@ void model_token_scores(tsr_model *m, const int32_t *tokens, const int32_t *targ
     dec_token_scores(&d, targets, B, T, losses, greedy);
 }
 
+/* model_forward's B = 0: one row of padding with no targets, through the same forward as an
+ * evaluation's (the device's hook included), for its gathers */
+static double idle_forward(tsr_model *m, int T) {
+    if (!m->src) return 0.0;
+    int32_t *row = tsr_malloc(2 * (size_t)T * sizeof *row);
+    for (int i = 0; i < T; i++) row[i] = 0, row[T + i] = -1;
+    model_forward(m, row, row + T, 1, T);
+    free(row);
+    return 0.0;
+}
+
+int64_t model_forwards_most(const tsr_model *m, int64_t mine) {
+    if (!m->src) return mine;
+    double most = (double)mine;
+    dist_allreduce_max_f64(&most, 1);
+    return (int64_t)most;
+}
+
 double model_forward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T) {
+    if (B == 0) return idle_forward(m, T);
     if (m->fwd) return m->fwd(m->fwd_ctx, tokens, targets, B, T);
     tsr_decoder d = decoder_of(m);
     dec_forward(&d, tokens, targets, B, T, -1.0f);

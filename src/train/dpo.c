@@ -60,6 +60,15 @@ static void read_pairs(tsr_trainer *t, const tsr_dataset *ds, const char *name, 
                         t->data.targets + (size_t)j * t->T);
 }
 
+/* The forwards of this rank in a pass over `pairs` pairs in forwards of `per` (forward c on rank
+ * c mod W). Ranks run different numbers: a sharded model's ranks top up with idle forwards
+ * (model_forwards_most), after their own. */
+static int64_t rank_forwards(const tsr_trainer *t, uint64_t pairs, int per) {
+    const uint64_t fwd = (pairs + (uint64_t)per - 1) / (uint64_t)per, W = (uint64_t)t->dist.world;
+    const uint64_t r = (uint64_t)t->dist.rank;
+    return (int64_t)(fwd / W + (r < fwd % W ? 1 : 0));
+}
+
 void dpo_reference_logps(tsr_trainer *t, const tsr_dataset *ds, const char *name, uint64_t pairs,
                          double *out) {
     const int per = t->micro / 2, W = t->dist.world; /* pairs per forward */
@@ -67,12 +76,14 @@ void dpo_reference_logps(tsr_trainer *t, const tsr_dataset *ds, const char *name
     lora_set_pass(&t->part.lora, 0, 0, 0); /* no dropout (no-op without LoRA) */
     /* forward c, pairs [c per, (c + 1) per), runs on rank c mod W: the same rows in every
      * forward whatever W, and each value is computed on one rank (the others add zeros) */
+    const int64_t mine = rank_forwards(t, pairs, per), most = model_forwards_most(&t->model, mine);
     for (uint64_t p0 = (uint64_t)t->dist.rank * (uint64_t)per; p0 < pairs;
          p0 += (uint64_t)W * (uint64_t)per) {
         int n = pairs - p0 < (uint64_t)per ? (int)(pairs - p0) : per;
         read_pairs(t, ds, name, p0, n);
         model_row_logprobs(&t->model, t->data.inputs, t->data.targets, 2 * n, t->T, out + 2 * p0);
     }
+    for (int64_t k = mine; k < most; k++) model_forward(&t->model, NULL, NULL, 0, t->T);
     dist_allreduce_sum_f64(out, (size_t)pairs * 2);
 }
 
@@ -140,7 +151,10 @@ double dpo_eval(tsr_trainer *t, double *accuracy) {
         tsr_die(TSR_EXIT_INTERNAL, "dpo: the precomputed reference holds %llu validation pairs, "
                 "the evaluation takes %llu", (unsigned long long)t->dpo_ref.n_val,
                 (unsigned long long)pairs);
-    /* rank r takes pairs r per, (r + W) per, ... in forwards of `per` pairs */
+    /* rank r takes pairs r per, (r + W) per, ... in forwards of `per` pairs; the policy's
+     * forward, and without a stored reference the base's (pair_logps), per forward */
+    const int64_t mine = rank_forwards(t, pairs, per) * (stored ? 1 : 2);
+    const int64_t most = model_forwards_most(&t->model, mine);
     for (uint64_t p0 = (uint64_t)t->dist.rank * (uint64_t)per; p0 < pairs;
          p0 += (uint64_t)W * (uint64_t)per) {
         int n = pairs - p0 < (uint64_t)per ? (int)(pairs - p0) : per;
@@ -155,6 +169,7 @@ double dpo_eval(tsr_trainer *t, double *accuracy) {
             sums[2] += 1;
         }
     }
+    for (int64_t k = mine; k < most; k++) model_forward(&t->model, NULL, NULL, 0, t->T);
     dist_allreduce_sum_f64(sums, 3);
     *accuracy = sums[2] > 0 ? sums[1] / sums[2] : NAN;
     return sums[2] > 0 ? sums[0] / sums[2] : NAN;

@@ -33,7 +33,7 @@ static void fill(gpu_train_ctx *c, const tsr_trainer *t) {
     if (c->mode == GPU_SHARD_FSDP &&
         trainer_shard_group(cfg, t->dist.world, t->dist.local_world, &G) == 0)
         c->G = G;
-    /* (DPO's precomputed reference: a pass over every pair with the full weights at start) */
+    /* (DPO's precomputed reference: a pass over every pair at start) */
     c->evals = cfg->data.val[0] != '\0' || cfg->n_icl > 0 || t->dpo_ref.on;
     c->T = t->T, c->micro = t->micro, c->per_rank = t->per_rank, c->auto_micro = t->auto_micro;
     c->inputs = t->data.inputs, c->targets = t->data.targets;
@@ -76,19 +76,18 @@ void train_gpu_print_plan(const tsr_trainer *t) {
     char ex[80] = "", exs[32];
     metrics_human_bytes(exs, sizeof exs, exb);
     if (exb > 0) snprintf(ex, sizeof ex, "experts' store %s (E/EP = %d), ", exs, md->E / md->EP);
-    char exev[96] = ""; /* ddp: the evaluation's extra is every expert gathered */
-    if (exb > 0 && evb && c.mode == GPU_SHARD_DDP)
-        snprintf(exev, sizeof exev, "every expert while evaluating %s, ", ev);
+    char exev[96] = ""; /* an evaluation's extra: every expert gathered (zero3 / hsdp evaluate
+                         * on their shards) */
+    if (evb) snprintf(exev, sizeof exev, "every expert while evaluating %s, ", ev);
     if (c.mode != GPU_SHARD_DDP) {
         /* (LoRA: the frozen base's bf16 shard and gathers, and the adapters' store) */
         metrics_human_bytes(st, sizeof st, (double)(fixed - evb) - exb);
         printf("device memory per rank (cuda, bf16 activations, %s%s over %d ranks): shards, "
-               "gathered weights and communication buffers %s, %s%s%s%sactivations %s per "
+               "gathered weights and communication buffers %s, %s%sactivations %s per "
                "microbatch of %d x %d; total %s\n",
                c.mode == GPU_SHARD_ZERO1 ? "zero1" : c.G < t->dist.world ? "hsdp" : "zero3",
-               c.lora ? ", lora: frozen bf16 base" : "", c.G,
-               st, ex, evb ? "full weights while evaluating " : "", evb ? ev : "", evb ? ", " : "",
-               a, t->micro, t->T, tot);
+               c.lora ? ", lora: frozen bf16 base" : "", c.G, st, ex, exev, a, t->micro, t->T,
+               tot);
         return;
     }
     char w[32], g[32], o[32];

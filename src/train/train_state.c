@@ -20,23 +20,14 @@ int trainer_shard_group(const tsr_config *cfg, int world, int local_world, int *
     return 0;
 }
 
-void trainer_full_weights(tsr_trainer *t, int on) {
-    if (t->be.gpu) gpu_train_full_weights(t->be.gpu, on);
+void trainer_eval_weights(tsr_trainer *t, int on) {
+    if (t->be.gpu) gpu_train_eval_weights(t->be.gpu, on);
     else trainer_host_weights(t, on);
 }
 
 void trainer_host_weights(tsr_trainer *t, int on) {
     if (t->part.ep_on) ep_full(&t->part.ep, on);
-    if (!t->part.fsdp_on) return;
-    tsr_model *m = &t->model;
-    if (on) {
-        m->params = fsdp_gather_full(&t->part.fsdp);
-        m->src = NULL;
-    } else {
-        t->be.ops->free(m->params);
-        m->params = NULL;
-        m->src = &t->part.fsdp.src;
-    }
+    if (on && t->part.fsdp_on) fsdp_params_changed(&t->part.fsdp);
 }
 
 int trainer_micro_at_most(const tsr_trainer *t, int64_t at_most) {

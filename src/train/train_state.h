@@ -175,13 +175,16 @@ int trainer_micro_at_most(const tsr_trainer *t, int64_t at_most);
  * parallel.replica_group, 0 = the ranks of one node). 0 and *G, or TSR_EXIT_USAGE after naming the
  * key when G does not divide the world. */
 int trainer_shard_group(const tsr_config *cfg, int world, int local_world, int *G);
-/* ZeRO-3 / HSDP: on = 1 gathers the full weights for evaluation (like FSDP's
- * summon_full_params): into model.params on every rank on the CPU (eval, ICL and sampling run on
- * them), into the device model under device = cuda (gpu_train_full_weights); on = 0 frees them.
- * Collective; nothing under ddp and zero1. */
-void trainer_full_weights(tsr_trainer *t, int on);
-/* The host half of it: the host shards gathered into model.params (the CPU backend, and the
- * end-of-run sample of a sharded GPU run after its shards are pulled). */
+/* The weights an evaluation (validation loss, ICL, DPO's reference pass) runs on, on = 1 before
+ * it and 0 after. Ranks score different numbers of batches there: under parallel.expert every
+ * expert is gathered on every rank for its duration (the experts' exchange cannot follow
+ * uneven forwards); zero3 / hsdp evaluate on their shards, each rank topping up its forwards
+ * with idle ones (model_forward's B = 0), so no rank ever holds the full weights. On the host
+ * model, or the device's under device = cuda. Collective; nothing under ddp and zero1 without
+ * experts. */
+void trainer_eval_weights(tsr_trainer *t, int on);
+/* The host model's half: every expert on every rank (ep_full), and under zero3 / hsdp the shard's
+ * gathers forgotten (device = cuda pulls the shard into it before the end-of-run sample). */
 void trainer_host_weights(tsr_trainer *t, int on);
 
 /* LoRA: the dropout of microbatch b of this rank's batch in the current step (model_lora.h

@@ -572,9 +572,9 @@ int trainer_open_run_dir(tsr_trainer *t) {
                                t->out.start_load.bytes);
     if (!rc && t->dpo_ref.on && !t->dpo_ref.loaded) { /* a fresh start: the reference pass */
         trainer_ensure_acts(t);
-        trainer_full_weights(t, 1); /* ranks run different numbers of forwards */
+        trainer_eval_weights(t, 1); /* ranks run different numbers of forwards (train_state.h) */
         rc = dpo_ref_build(t);
-        trainer_full_weights(t, 0);
+        trainer_eval_weights(t, 0);
     } else if (!rc) {
         rc = dpo_ref_build(t); /* (a copy of a resumed reference into run_dir, else nothing) */
     }
@@ -700,13 +700,13 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
 double trainer_eval(tsr_trainer *t) {
     if (!t->data.val) return NAN;
     trainer_ensure_acts(t);
-    trainer_full_weights(t, 1); /* ranks run different numbers of batches: no per-layer gathers */
+    trainer_eval_weights(t, 1); /* ranks run different numbers of batches (train_state.h) */
     double loss = t->cfg.objective == TSR_OBJ_DPO /* the pairs' DPO loss (train/dpo.h) */
                       ? dpo_eval(t, &t->out.val_accuracy)
                       : train_data_eval_loss(&t->model, t->data.val, t->cfg.data.val, t->T,
                                              t->micro, t->cfg.eval_samples, &t->dist,
                                              t->data.inputs, t->data.targets, NULL);
-    trainer_full_weights(t, 0);
+    trainer_eval_weights(t, 0);
     return loss;
 }
 
@@ -832,11 +832,11 @@ static void evaluate(tsr_trainer *t) {
     }
     if (t->icl) {
         watchdog_phase(WD_EVAL, t->step);
-        trainer_full_weights(t, 1);
+        trainer_eval_weights(t, 1);
         trainer_ensure_acts(t);
         icl_api->run(t->icl, &t->model, &t->dist, trainer_acts_B(t), t->step, t->out.metrics,
                      t->out.tb);
-        trainer_full_weights(t, 0);
+        trainer_eval_weights(t, 0);
     }
 }
 
@@ -853,18 +853,20 @@ static void ep_report(tsr_trainer *t) {
 }
 
 /* sample.tokens after the run: rank 0 samples on the host's fp32 ops (device = cuda: from the
- * device's weights); the prompt is the end-of-text token, by convention the vocabulary's last id
- * (GPT-2's 50256, the synthetic corpus' V-1, a trained tokenizer's last special). Collective. */
+ * device's weights) and logs it; under zero3 / hsdp every rank samples alongside, on its shard
+ * (each forward gathers the units over the group: the same forwards on every rank). The prompt is
+ * the end-of-text token, by convention the vocabulary's last id (GPT-2's 50256, the synthetic
+ * corpus' V-1, a trained tokenizer's last special). Collective. */
 static void end_of_run_sample(tsr_trainer *t) {
     if (t->cfg.sample.tokens <= 0) return;
     trainer_ensure_acts(t); /* collective: a resumed run that was already done ran no step */
     if (t->be.gpu) gpu_train_host_model(t->be.gpu, 1);
     else trainer_host_weights(t, 1);
-    if (t->dist.rank == 0) {
+    if (t->dist.rank == 0 || t->part.fsdp_on) {
         int32_t eot = t->model.V - 1, n = (int32_t)t->cfg.sample.tokens;
         int32_t *ids = tsr_malloc((size_t)n * sizeof *ids);
         trainer_sample(t, &eot, 1, n, (uint64_t)t->cfg.seed, ids);
-        metrics_log_sample(t, ids, n);
+        if (t->dist.rank == 0) metrics_log_sample(t, ids, n);
         free(ids);
     }
     if (t->be.gpu) gpu_train_host_model(t->be.gpu, 0);

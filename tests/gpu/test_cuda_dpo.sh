@@ -13,8 +13,8 @@
 #  - the full run's step-6 checkpoint resumed with device = cuda: steps 7-12 the same bits as the
 #    run that never stopped (the stored reference read back, the device's determinism);
 #  - sharded weights: full finetuning and LoRA under zero3 on 2 ranks, full under hsdp on 2 x 2,
-#    within the tolerance of the CPU's 1-rank runs; zero3's device peak within its plan (which
-#    counts the full weights the precomputed reference's pass gathers);
+#    within the tolerance of the CPU's 1-rank runs; zero3's device peak within its plan (the
+#    precomputed reference's pass runs on the shards: nothing added for it);
 #  - a mixture-of-experts base (4 experts, top 2, load-balancing and z losses on): full DPO on one
 #    GPU, and on 4 ranks with parallel.expert = 2 (the experts split over 2 ranks, their gradients
 #    summed over the 2 replicas after the pass), within the tolerance of the CPU's run, its
@@ -140,7 +140,7 @@ suite() {
             d="$d; LoRA, zero3: $(dpo_close cpu_lora "$l.z3l" 1)" &&
             train "$bin" "$l.h4" 4 "${full[@]}" --set device=cuda --set parallel.sharding=hsdp \
                 --set parallel.replica_group=2 && d="$d; full, hsdp: $(dpo_close cpu_full "$l.h4" 1)"
-        tap_check $? "$l: DPO over sharded weights (full and LoRA under zero3 on 2 ranks, full under hsdp on 2 x 2): every step within the tolerance of the CPU's 1-rank runs; zero3's peak within its plan, which counts the full weights of the reference pass ($d)"
+        tap_check $? "$l: DPO over sharded weights (full and LoRA under zero3 on 2 ranks, full under hsdp on 2 x 2): every step within the tolerance of the CPU's 1-rank runs; zero3's peak within its plan, the reference pass on the shards ($d)"
     fi
 }
 

@@ -11,7 +11,7 @@
 #  - a checkpoint written by the GPU run resumes on the CPU, and one written on the CPU resumes on
 #    the GPU: the next steps within 0.5% of the CPU run that never stopped;
 #  - parallel.sharding = zero1 and zero3 on 3 ranks (uneven pieces), hsdp on 2 x 2, zero3 on one
-#    rank (with evaluation through the gathered weights and the end-of-run sample): every step
+#    rank (with evaluation on the shards and the end-of-run sample): every step
 #    within the tolerance of the CPU's ddp run; checkpoints across modes, rank counts and devices
 #    (a GPU zero3 checkpoint resumed by the CPU's ddp, a GPU hsdp one by zero1 on the GPU);
 #  - activation checkpointing (block, attention on a layer range, mlp on the first layers; block
@@ -20,7 +20,8 @@
 #  - input gradients overwritten (TSR_GRAD_SET) give the bits of zeroing then accumulating
 #    (TSR_GRAD_OVERWRITE=0), on GPT-2, Llama and MoE;
 #  - peak_mem_bytes (the device allocator's peak) within the device plan (ddp, zero1, zero3);
-#    micro_batch = auto under zero3 with evaluation leaves room for the evaluation's full weights;
+#    zero3 evaluates on the shards: on a device that holds the training but not the full weights,
+#    micro_batch = auto keeps its microbatch and the run evaluates;
 #  - a missing CUDA library is refused naming it (once, on tessera-train);
 #  - TSR_GEMM_REDUCTION (the split-K measurement switch): a bad value refused at start, none runs;
 #    ranks that disagree on it (2 ranks) all stop at start, rank 0 naming the other.
@@ -272,24 +273,33 @@ PY
         grep -E '"event": "micro_batch"' "$TMP/auto/metrics.jsonl" | tail -1 | grep -q '"micro_batch": 2'
     tap_check $? "emulator: micro_batch = auto with room for 2 sequences ($cap bytes) halves 8 -> 4 -> 2 and all 20 steps equal micro_batch = 2 bit for bit"
 
-    # zero3 with evaluation: an evaluation gathers the full bf16 weights, so micro_batch = auto must
-    # leave room for them after the activations. On a device sized from a free run's peak (the
-    # activations of 8 sequences and the evaluation buffer) less half that buffer, 8 sequences fit but
-    # leave no room to evaluate: the run halves to 4 at step 1 and evaluates at step 10 (it used to
-    # keep 8 and die at step 10's evaluation, out of device memory).
+    # zero3 with evaluation evaluates on the shards, unit by unit as a training forward does
+    # (docs/sharding.md, "Evaluation on the shards"): nothing on top of the training's memory. On
+    # a device sized from the peak of the same run without evaluation, plus a quarter of the
+    # model's bf16 weights, plus the 2% of the device the activations must leave free
+    # (lib_try_acts), micro_batch = auto keeps 8 sequences and evaluates at steps 10 and 12 within
+    # it (the full copy an evaluation gathered until 2026-11-26 does not fit there: it backed off
+    # to 4); the plan has no evaluation term. 3 layers: more than the two gather slots hold.
     ze=(--set device=cuda --set parallel.sharding=zero3 --set micro_batch=auto --set global_batch=8
-        --set data.val="$TMP/data/val" --set eval_interval=10ba --set eval_samples=24 --set max_duration=12ba)
+        --set model.n_layer=3 --set eval_samples=24 --set max_duration=12ba)
     run "$BUILD/tests/tessera-train-cuemu" 1 ze_free "${ze[@]}"
     cap=$("$PY3" - "$TMP/ze_free.txt" "$TMP/ze_free/metrics.jsonl" <<'PY'
 import json, re, sys
-m = re.search(r"full weights while evaluating ([0-9.]+) (B|KiB|MiB)", open(sys.argv[1]).read())
+n = re.search(r"params: ([0-9]+) trainable", open(sys.argv[1]).read())
 peak = max((j.get("peak_mem_bytes", 0) for j in map(json.loads, open(sys.argv[2]))), default=0)
-print(int(peak - float(m.group(1)) * 1024 ** ["B", "KiB", "MiB"].index(m.group(2)) / 2) if m and peak else 0)
+print(int((peak + int(n.group(1)) * 2 / 4) / 0.98) + 1 if n and peak else 0)
 PY
     )
-    TSR_EMU_MEM=$cap run "$BUILD/tests/tessera-train-cuemu" 1 ze_cap "${ze[@]}" &&
-        grep -q "step 1 reruns with microbatches of 4" "$TMP/ze_cap.txt" && grep -q "^eval step 10 | val loss" "$TMP/ze_cap.txt"
-    tap_check $? "emulator: zero3 + evaluation + micro_batch = auto on a device ($cap bytes) without room for the evaluation's full weights next to 8 sequences: halves to 4 at step 1, evaluates at step 10"
+    TSR_EMU_MEM=$cap run "$BUILD/tests/tessera-train-cuemu" 1 ze_cap "${ze[@]}" --set data.val="$TMP/data/val" \
+        --set eval_interval=10ba &&
+        ! grep -q "reruns with microbatches" "$TMP/ze_cap.txt" && grep -q "^eval step 10 | val loss" "$TMP/ze_cap.txt" &&
+        grep -q "^eval step 12 | val loss" "$TMP/ze_cap.txt" && ! grep -q "while evaluating" "$TMP/ze_cap.txt" &&
+        "$PY3" - "$TMP/ze_cap/metrics.jsonl" "$cap" <<'PY'
+import json, sys
+peak = max((j.get("peak_mem_bytes", 0) for j in map(json.loads, open(sys.argv[1]))), default=0)
+sys.exit(0 if 0 < peak <= int(sys.argv[2]) else 1)
+PY
+    tap_check $? "emulator: zero3 + evaluation on a device of the training's peak + a quarter of the bf16 weights + 2% ($cap bytes): micro_batch = auto keeps 8 sequences, evaluates at steps 10 and 12 on the shards, no evaluation term in the plan"
 
     # TSR_PROFILE=1 (docs/cuda.md, "Per-op profile"): rank 0 prints the per-op table over steps 2-5
     # (step 1 dropped; a run of one step keeps it). Its counts are the decoder's calls: per microbatch (2 a step) 2 layers x 3

@@ -8,6 +8,8 @@
 #  - rank 1 SIGKILLed after step 6 of the 2-rank run: the rerun resumes from step 4, reads the
 #    stored reference (the log says so; no second pass), leaves the file as it was, and equals the
 #    uninterrupted run bit for bit (metrics and every tensor of the final checkpoint);
+#  - zero3 on 3 ranks with 3 layers, the ranks running different numbers of forwards in the
+#    reference pass and the evaluation (on the shards), equals 1 rank within 1e-5, same bytes;
 #  - LoRA with dpo.reference = "precomputed" equals dpo.reference = "base" within 1e-6 (the adapters
 #    start at B = 0: the initial model is the base; the same maths computed two ways);
 #  - a resume whose stored file belongs to another dataset, is damaged, or is missing is refused
@@ -25,7 +27,7 @@
 # (dpo.reference = "base" without LoRA is refused in test_dpo.sh.)
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 12
+tap_plan 13
 mk_pairs() { "$PY3" "$TSR_ROOT/tests/reference/dpo_pairs.py" "$1" "$2"; }
 mkdir -p "$TMP/d1" "$TMP/d2"
 pairs=$(mk_pairs "$TMP/d1" 5)
@@ -65,6 +67,23 @@ for d in F2 O2 Z2 H4; do
     close F1 "$d" 1e-5 >/dev/null && cmp -s "$TMP/F1/$ref" "$TMP/$d/$ref" || ok=1
 done
 tap_check $ok "ddp 2 ranks, zero1 2, zero3 2, hsdp 2x2 equal 1 rank within 1e-5 and store the same reference bytes (runs exit $rc)"
+
+# the reference pass and the evaluations on the shards (docs/sharding.md, "Evaluation on the
+# shards"): zero3 on 3 ranks, 3 layers (more than the two gather slots hold: every forward
+# gathers), 40 train pairs and 7 validation pairs a forward each: ranks 0, 1, 2 run 14, 13, 13 and
+# 3, 2, 2 forwards, the short ones topping up with idle forwards; 1 rank's numbers within 1e-5
+three=(--set model.n_layer=3 --set global_batch=6 --set eval_samples=14 --set max_duration=5ba)
+run T1 1 "${three[@]}" && run T3 3 "${three[@]}" --set parallel.sharding=zero3
+rc=$?
+tap_diag "zero3 on 3 vs 1 rank: $(close T1 T3 1e-5)"
+((rc == 0)) && close T1 T3 1e-5 >/dev/null && cmp -s "$TMP/T1/$ref" "$TMP/T3/$ref" &&
+    "$PY3" - "$TMP/T1/metrics.jsonl" "$TMP/T3/metrics.jsonl" <<'PY'
+import json, sys
+ev = [[(j["step"], j["val_loss"], j["val_dpo_accuracy"]) for j in map(json.loads, open(p)) if "val_loss" in j] for p in sys.argv[1:]]
+print("# evaluations, 1 rank / zero3 on 3:", ev)
+sys.exit(0 if len(ev[0]) == 1 and len(ev[1]) == 1 and ev[0][0][0] == ev[1][0][0] and abs(ev[0][0][1] - ev[1][0][1]) <= 1e-5 * ev[0][0][1] and ev[0][0][2] == ev[1][0][2] else 1)
+PY
+tap_check $? "zero3 on 3 ranks, uneven forwards per rank (reference pass and evaluation on the shards): equals 1 rank within 1e-5, the same reference bytes (runs exit $rc)"
 
 /usr/bin/python3 - "$TMP/F1/metrics.jsonl" <<'PY'
 import sys, json, math

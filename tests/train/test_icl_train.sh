@@ -13,8 +13,8 @@
 #    the 2-rank run's step-75 result exactly;
 #  - TensorBoard holds icl/<label>/accuracy and icl/gauntlet at every eval step;
 #  - device = cuda (the emulated GPU; the real one when present) scores the same weights as the
-#    CPU within 3 of 30 examples per task, also under zero3 on 2 ranks; a head size the GPU has no
-#    attention kernel for is refused at start;
+#    CPU within 3 of 30 examples per task, and on the shards (zero3 on 4 ranks, hsdp 2 x 2)
+#    exactly as on one rank; a head size the GPU has no attention kernel for is refused at start;
 #  - a missing task file stops the run before its first step (exit 2, naming the file); a bad task
 #    line names file:line (exit 2); icl_tasks without data.tokenizer exit 1 naming the key.
 source "$(dirname "$0")/../lib.sh"
@@ -124,11 +124,14 @@ tap_check $? "1 rank scoring the step-75 weights gives the 2-rank run's step-75 
 
 # device = cuda scores through the same scorer (model_token_scores: per-position losses and the
 # logits' argmax on the device). The GPU's attention needs head size 32, 64 or 128, so a model of
-# 2 heads (hs 32) is trained on the CPU here; its step-75 (mid-learning) and step-150 weights are
-# scored by one CPU rank, by the emulated GPU on one rank and under zero3 on two (full weights
-# gathered for scoring), and by the real GPU when there is one. bf16 logits move near-ties between
-# options: measured on the emulator, at most 2 of 30 examples per task at step 75, none at 150.
-gargs=(--set model.n_head=2 --set max_duration=150ba)
+# 2 heads (hs 32) and 3 layers (more than the two gather slots hold: every forward on the shards
+# gathers) is trained on the CPU here; its step-75 (mid-learning) and step-150 weights are scored
+# by one CPU rank, by the emulated GPU on one rank, on the shards under zero3 on 4 ranks (step
+# 75) and hsdp 2 x 2 (step 150) (30 examples a task: ranks 0 and 1 score 8, ranks 2 and 3 score 7
+# and top up with idle forwards), and by the real GPU when there is one. bf16 logits move
+# near-ties between options: measured on the emulator, at most 1 of 30 examples per task at step
+# 75, none at 150.
+gargs=(--set model.n_head=2 --set model.n_layer=3 --set max_duration=150ba)
 train 2 "$TMP/icl.cfg" "$TMP/H" "${gargs[@]}" >"$TMP/H.txt" 2>&1
 score() { # BIN NP RUN STEP ARGS...: scores the step's weights after one step at lr 1e-30
     local bin=$1 np=$2 run=$3 step=$4; shift 4
@@ -145,7 +148,9 @@ for step in 75 150; do
         score "$bin" 1 "G$k.$step" "$step" --set device=cuda || ok=1
         k=$((k + 1))
     done
-    score "$BUILD/tests/tessera-train-cuemu" 2 "Z$step" "$step" --set device=cuda --set parallel.sharding=zero3 || ok=1
+    shard=(--set parallel.sharding=zero3 --set global_batch=32) # (a microbatch of 8 a rank)
+    ((step == 150)) && shard=(--set parallel.sharding=hsdp --set parallel.replica_group=2 --set global_batch=32)
+    score "$BUILD/tests/tessera-train-cuemu" 4 "Z$step" "$step" --set device=cuda "${shard[@]}" || ok=1
 done
 $PY - "$TMP" "${#gpu_bins[@]}" <<'PY' && ((ok == 0))
 import json, sys
@@ -162,11 +167,11 @@ for step in (75, 150):
         print(f"#   {'emulator' if k == 0 else 'GPU'}: {g} (largest difference {d} of 30)")
         ok &= g.keys() == cpu.keys() and d <= 3
     z = res(f"Z{step}")
-    print(f"#   emulator zero3 on 2 ranks: {z}")
+    print(f"#   emulator {'zero3 on 4 ranks' if step == 75 else 'hsdp 2 x 2'}: {z}")
     ok &= z == res(f"G0.{step}")
 sys.exit(0 if ok else 1)
 PY
-tap_check $? "device = cuda scores ICL on the device: the same weights within 3 of 30 examples per task of the CPU's (emulator; the real GPU when present), zero3 on 2 ranks equal to 1 rank"
+tap_check $? "device = cuda scores ICL on the device: the same weights within 3 of 30 examples per task of the CPU's (emulator; the real GPU when present), zero3 on 4 ranks and hsdp 2 x 2 (uneven examples per rank, on the shards) equal to 1 rank"
 
 # a head size the GPU has no kernel for (this test's model: 64 / 4 = 16) is refused when the config
 # loads, naming the --set that gave n_head; no run_dir
