@@ -302,7 +302,9 @@ const cfgtab_key cfgtab_keys[] = {
             "before the ranks go on together; 0 = never wait (read in place while staging lags)."},
 
     {.name = "sample.tokens", .type = CFGK_INT, FIELD(sample.tokens), .def = "0", .ilo = 0,
-     .ihi = 1000000, .doc = "Tokens to sample (rank 0) after training, from an end-of-text prompt; 0 = none."},
+     .ihi = 1000000, .doc = "Tokens to sample after training, from an end-of-text prompt (rank 0 "
+                            "prints them; under zero3 / hsdp every rank samples, each forward "
+                            "gathering); 0 = none."},
     {.name = "sample.temperature", .type = CFGK_FLOAT, FIELD(sample.temperature), .def = "1.0",
      .lo = 0, .hi = 100, .lo_open = 1, .doc = "Sampling temperature (> 0)."},
     {.name = "sample.top_k", .type = CFGK_INT, FIELD(sample.top_k), .def = "40", .ilo = 0,

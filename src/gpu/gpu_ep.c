@@ -69,12 +69,10 @@ int gpu_ep_init(gpu_ep *x, tsr_ep *ep, const tsr_model *m, const tsr_dist *d, tc
 void gpu_ep_unit(void *ctx, int u, int backward, const void **w, float **gr) {
     gpu_ep *x = ctx;
     size_t o1, o2;
-    int full = x->full != NULL;
-    if (!ep_layer_offsets(x->ep, x->m, u, full, &o1, &o2)) return;
-    const tsr_bf16 *base = full ? x->full : x->wbf;
-    w[TSR_P_EXPW1] = base + o1;
-    w[TSR_P_EXPW2] = base + o2;
-    if (backward && !full) {
+    if (!ep_layer_offsets(x->ep, x->m, u, 0, &o1, &o2)) return;
+    w[TSR_P_EXPW1] = x->wbf + o1;
+    w[TSR_P_EXPW2] = x->wbf + o2;
+    if (backward) {
         gr[TSR_P_EXPW1] = x->g + o1;
         gr[TSR_P_EXPW2] = x->g + o2;
     }
@@ -127,11 +125,9 @@ void gpu_ep_push(gpu_ep *x, int with_optim) {
     tcu_sync(x->s);
 }
 
-void gpu_ep_full(gpu_ep *x, int on, int device) {
+void gpu_ep_full(gpu_ep *x, int on) {
     tsr_ep *ep = x->ep;
     if (!on) {
-        tcu_free(x->full);
-        x->full = NULL;
         ep_full(ep, 0);
         return;
     }
@@ -139,14 +135,6 @@ void gpu_ep_full(gpu_ep *x, int on, int device) {
         gpu_ep_pull(x, 0);
         ep_full(ep, 1);
     }
-    if (!device || x->full) return;
-    const size_t n = (size_t)ep->LM * (size_t)ep->E * (ep->x1 + ep->x2);
-    float *stage = tcu_malloc(n * sizeof(float), "every expert for evaluation (fp32 stage)");
-    x->full = tcu_malloc(n * sizeof(tsr_bf16), "every expert for evaluation (bf16)");
-    tcu_memcpy_h2d(stage, ep->full, n * sizeof(float), x->s);
-    tcu_f32_to_bf16(x->full, stage, n, x->s);
-    tcu_sync(x->s);
-    tcu_free(stage);
 }
 
 void gpu_ep_free(gpu_ep *x) {
@@ -156,7 +144,7 @@ void gpu_ep_free(gpu_ep *x) {
     x->ep->xfer = NULL;
     gpu_comm_close(x->group);
     gpu_comm_close(x->edp);
-    void *bufs[] = {x->w, x->wbf, x->g, x->mo, x->v, x->full, x->acc};
+    void *bufs[] = {x->w, x->wbf, x->g, x->mo, x->v, x->acc};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tcu_free(bufs[i]);
     memset(x, 0, sizeof *x);
 }

@@ -11,8 +11,9 @@
  * is its mirror for checkpoints (gpu_ep_pull, gpu_ep_push), as the host model is the dense
  * weights'. The experts' gradients are summed over the EDP group (a second communicator), their
  * squared norm over the EP group, and every EDP member runs the same AdamW on them, as on the CPU.
- * Evaluation and samples run with every expert gathered (ep_full on the host, then a bf16 copy on
- * the device for evaluation).
+ * Evaluations run through the exchange, as training forwards do (the ranks top up with idle
+ * forwards: train/train_state.h); the end-of-run sample, on the host, with every expert gathered
+ * there (ep_full).
  */
 #ifndef TSR_GPU_EP_H
 #define TSR_GPU_EP_H
@@ -33,7 +34,6 @@ typedef struct gpu_ep {
     tsr_ep_xfer xfer;
     float *w, *g, *mo, *v;   /* (n) fp32 master weights, gradients, AdamW moments */
     tsr_bf16 *wbf;           /* (n) the bf16 copy the ops read */
-    tsr_bf16 *full;          /* evaluation: every expert (ep_full's layout), else NULL */
     float *acc;              /* (1) sum of squares */
     gpu_comm *dense[2];      /* the dense gradients' communicators (ddp: the world's; zero1,
                               * zero3, hsdp: the shards' and the replicas'), whose collectives run
@@ -52,8 +52,8 @@ size_t gpu_ep_exchange_bytes(const tsr_model *m, int EP, int B, int T);
  * store's weights (moments zero), and sets ep->xfer. 0, or -1 with the reason in why. */
 int gpu_ep_init(gpu_ep *x, tsr_ep *ep, const tsr_model *m, const tsr_dist *d, tcu_stream s,
                 char *why, size_t n);
-/* The decoder's expert tensors of unit u (gpu_model.h experts hook): bf16 weights from the store
- * (or the gathered experts under evaluation), fp32 gradients in backward. ctx: the gpu_ep. */
+/* The decoder's expert tensors of unit u (gpu_model.h experts hook): bf16 weights from the store,
+ * fp32 gradients in backward. ctx: the gpu_ep. */
 void gpu_ep_unit(void *ctx, int u, int backward, const void **w, float **gr);
 void gpu_ep_zero_grads(gpu_ep *x);
 /* The gradients summed over the EDP group; the compute stream waits for it. */
@@ -65,9 +65,9 @@ void gpu_ep_update(gpu_ep *x, const tsr_optim_config *o, float decay, double lr,
 /* Host store <- device (weights; and the moments when with_optim) / device <- host store. */
 void gpu_ep_pull(gpu_ep *x, int with_optim);
 void gpu_ep_push(gpu_ep *x, int with_optim);
-/* on = 1: every expert gathered (ep_full on the host from the device's weights); device = 1 also
- * makes the bf16 copy on the device the evaluation reads. on = 0: freed. Collective. */
-void gpu_ep_full(gpu_ep *x, int on, int device);
+/* on = 1: every expert gathered on the host (ep_full, from the device's weights: the end-of-run
+ * sample's host model); on = 0: freed. Collective. */
+void gpu_ep_full(gpu_ep *x, int on);
 /* Frees the store and the exchange's device buffers (before tcu_shutdown), unsets ep->xfer. */
 void gpu_ep_free(gpu_ep *x);
 

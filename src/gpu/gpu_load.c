@@ -80,9 +80,7 @@ static const gpu_train_api *A(void) {
 }
 
 int gpu_train_init(gpu_train_ctx *c) { return A()->init(c); }
-void gpu_train_plan_bytes(const gpu_train_ctx *c, size_t *fixed, size_t *eval) {
-    A()->plan_bytes(c, fixed, eval);
-}
+size_t gpu_train_plan_bytes(const gpu_train_ctx *c) { return A()->plan_bytes(c); }
 int gpu_train_acts_B(const gpu_train_ctx *c) { return A()->acts_B(c); }
 int gpu_train_try_acts(gpu_train_ctx *c, int B) { return A()->try_acts(c, B); }
 void gpu_train_free_acts(gpu_train_ctx *c) { A()->free_acts(c); }
@@ -95,7 +93,6 @@ void gpu_train_update(gpu_train_ctx *c, double lr, float gscale, int step) {
 void gpu_train_pull(gpu_train_ctx *c) { A()->pull(c); }
 void gpu_train_push(gpu_train_ctx *c, int with_optim) { A()->push(c, with_optim); }
 void gpu_train_host_model(gpu_train_ctx *c, int on) { A()->host_model(c, on); }
-void gpu_train_eval_weights(gpu_train_ctx *c, int on) { A()->eval_weights(c, on); }
 size_t gpu_train_mem_peak(void) { return A()->mem_peak(); }
 void gpu_train_free(gpu_train_ctx *c) {
     if (c->state) A()->free(c);

@@ -55,19 +55,6 @@ static size_t moe_stage_bytes(const gpu_train_ctx *c) {
     return ((size_t)c->per_rank * gpu_model_moe_stage_bytes(c->model) + 255) / 256 * 256;
 }
 
-/* What an evaluation (validation loss, ICL) gathers on top of the training state while it runs:
- * under parallel.expert every expert; 0 without evaluation. (zero3 / hsdp evaluate on their
- * shards, through the training forward's gathers.) */
-static size_t eval_bytes(const gpu_train_ctx *c) {
-    const tsr_model *m = c->model;
-    size_t b = 0;
-    /* parallel.expert: every expert gathered, bf16, and its fp32 stage (gpu_ep_full) */
-    if (c->evals && m->EP > 1)
-        b += (size_t)m->LM * (size_t)m->E * 3 * (size_t)m->FE * (size_t)m->C *
-                 (sizeof(tsr_bf16) + sizeof(float)) + 512;
-    return b;
-}
-
 /* parallel.expert: the experts' store (gpu_ep.h), beside the flat state */
 static size_t expert_bytes(const gpu_train_ctx *c) {
     return c->model->EP > 1 ? gpu_ep_state_bytes(c->model, c->model->EP) : 0;
@@ -75,7 +62,8 @@ static size_t expert_bytes(const gpu_train_ctx *c) {
 
 static size_t state_bytes(const gpu_train_ctx *c);
 
-/* the state, the gatherings of an evaluation, the step's losses and MoE statistics */
+/* the state, the step's losses and MoE statistics (evaluations run on the training's buffers:
+ * zero3 / hsdp on the shards, parallel.expert through the exchange; train/train_state.h) */
 static size_t fixed_bytes(const gpu_train_ctx *c) {
     return state_bytes(c) + losses_bytes(c) + moe_stage_bytes(c);
 }
@@ -85,20 +73,16 @@ static size_t state_bytes(const gpu_train_ctx *c) {
     /* LoRA: the bf16 base (whole, or its frozen shard and gathers), the adapters' w, g, m, v,
      * the norm's accumulator */
     if (c->lora && c->mode != GPU_SHARD_DDP)
-        return gpu_shard_bytes(m, 0, c->G, 1) + eval_bytes(c) + lora_store_bytes(c->lora) + 512;
+        return gpu_shard_bytes(m, 0, c->G, 1) + lora_store_bytes(c->lora) + 512;
     if (c->lora)
         return gpu_model_state_bytes(m, GPU_STATE_FROZEN) + lora_store_bytes(c->lora) + 256;
     if (c->mode != GPU_SHARD_DDP)
-        return gpu_shard_bytes(m, c->mode == GPU_SHARD_ZERO1, c->G, 0) + eval_bytes(c) +
-               expert_bytes(c) + 512;
+        return gpu_shard_bytes(m, c->mode == GPU_SHARD_ZERO1, c->G, 0) + expert_bytes(c) + 512;
     return gpu_model_state_bytes(m, GPU_STATE_FULL) + 2 * m->n_params * sizeof(float) +
-           expert_bytes(c) + eval_bytes(c) + 256;
+           expert_bytes(c) + 256;
 }
 
-static void lib_plan_bytes(const gpu_train_ctx *c, size_t *fixed, size_t *eval) {
-    *fixed = fixed_bytes(c);
-    *eval = eval_bytes(c);
-}
+static size_t lib_plan_bytes(const gpu_train_ctx *c) { return fixed_bytes(c); }
 
 /* LoRA: a pass through the host model's hooks runs as the host model would. Its adapters off
  * (m->lora NULL: DPO's reference, the base) leave the device's off for the pass; else the host
@@ -412,9 +396,8 @@ static int try_lora_scratch(gpu_train_ctx *c, int B) {
 
 /* The activations, and room left after them for what the ops allocate later (scratch, cuBLASLt,
  * NCCL's buffers, kernels' local memory): 2% of the device must stay free, and under
- * parallel.expert with evaluation every expert an evaluation gathers and the exchange's buffers
- * for B sequences (allocated by the first forward), so a microbatch that fills the GPU backs off
- * here instead of failing in the first backward or the first evaluation. The room is
+ * parallel.expert the exchange's buffers for B sequences (allocated by the first forward), so a
+ * microbatch that fills the GPU backs off here instead of failing in the first backward. The room is
  * read, not allocated: a trial allocation would count in the allocator's peak (peak_mem_bytes). */
 static int lib_try_acts(gpu_train_ctx *c, int B) {
     if (gpu_model_try_alloc_acts(&c->state->g, B, c->T)) return -1;
@@ -425,7 +408,7 @@ static int lib_try_acts(gpu_train_ctx *c, int B) {
     }
     tcu_device_info(NULL, 0, NULL, &free_b, &total_b);
     size_t exchange = c->model->EP > 1 ? gpu_ep_exchange_bytes(c->model, c->model->EP, B, c->T) : 0;
-    if (free_b < total_b / 50 + eval_bytes(c) + exchange) {
+    if (free_b < total_b / 50 + exchange) {
         lib_free_acts(c);
         return -1;
     }
@@ -703,22 +686,16 @@ static void lib_host_model(gpu_train_ctx *c, int on) {
         else if (sampler) gpu_model_download(&gt->g, m->params);
         /* every expert on the host (collective), from the device's weights: before the host
          * weights' hook, whose ep_full would gather the host store as it stands */
-        if (gt->ep_on) gpu_ep_full(&gt->ep, 1, 0);
+        if (gt->ep_on) gpu_ep_full(&gt->ep, 1);
         if (gt->sharded && !gt->sh.zero1) c->host_weights(c->owner, 1);
         route_model(m, NULL);
         if (sampler && m->acts.B == 0) model_alloc_acts(m, 1, c->T), gt->host_acts = 1;
     } else {
         if (gt->host_acts) model_free_acts(m), gt->host_acts = 0;
         if (gt->sharded && !gt->sh.zero1) c->host_weights(c->owner, 0);
-        if (gt->ep_on) gpu_ep_full(&gt->ep, 0, 0);
+        if (gt->ep_on) gpu_ep_full(&gt->ep, 0);
         route_model(m, &gt->g);
     }
-}
-
-/* evaluation: every expert (parallel.expert); zero3 / hsdp evaluate on their shards, gathering
- * unit by unit as a training forward does (train/train_state.h) */
-static void lib_eval_weights(gpu_train_ctx *c, int on) {
-    if (c->state->ep_on) gpu_ep_full(&c->state->ep, on, 1);
 }
 
 static size_t lib_mem_peak(void) {
@@ -780,7 +757,6 @@ const gpu_train_api tsr_gpu_train_api = {
     .pull = lib_pull,
     .push = lib_push,
     .host_model = lib_host_model,
-    .eval_weights = lib_eval_weights,
     .mem_peak = lib_mem_peak,
     .free = lib_free,
 };

@@ -32,7 +32,7 @@ typedef struct gpu_train_api {
     size_t ctx_size;      /* sizeof(gpu_train_ctx) it was built with: must be the executable's */
     const char *backend;  /* "cuda", or "cuda-emulator" */
     int (*init)(gpu_train_ctx *c);
-    void (*plan_bytes)(const gpu_train_ctx *c, size_t *fixed, size_t *eval);
+    size_t (*plan_bytes)(const gpu_train_ctx *c);
     int (*acts_B)(const gpu_train_ctx *c);
     int (*try_acts)(gpu_train_ctx *c, int B);
     void (*free_acts)(gpu_train_ctx *c);
@@ -43,7 +43,6 @@ typedef struct gpu_train_api {
     void (*pull)(gpu_train_ctx *c);
     void (*push)(gpu_train_ctx *c, int with_optim);
     void (*host_model)(gpu_train_ctx *c, int on);
-    void (*eval_weights)(gpu_train_ctx *c, int on);
     size_t (*mem_peak)(void);
     void (*free)(gpu_train_ctx *c);
 } gpu_train_api;
@@ -58,10 +57,10 @@ const char *gpu_backend(char *why, size_t n);
  * c->device_name), checks the device memory plan against the free memory, allocates, uploads,
  * opens the communicator. 0 or an exit code (reported on rank 0; every rank returns the same). */
 int gpu_train_init(gpu_train_ctx *c);
-/* The device memory plan per rank, nothing allocated (--plan): *fixed, the bytes of everything
- * but the activations (weights, gradients, AdamW, shards and communication buffers, and *eval:
- * under parallel.expert with evaluation, every expert an evaluation gathers, else 0). */
-void gpu_train_plan_bytes(const gpu_train_ctx *c, size_t *fixed, size_t *eval);
+/* The device memory plan per rank, nothing allocated (--plan): the bytes of everything but the
+ * activations (weights, gradients, AdamW, shards and communication buffers; evaluations run on
+ * the training's buffers). */
+size_t gpu_train_plan_bytes(const gpu_train_ctx *c);
 /* Activations: allocated B (0: none); try to allocate for B sequences (0, or -1 with nothing
  * left allocated); free; their bytes for B. */
 int gpu_train_acts_B(const gpu_train_ctx *c);
@@ -84,9 +83,6 @@ void gpu_train_push(gpu_train_ctx *c, int with_optim);
  * ranks that sample: rank 0, every rank under zero3 / hsdp, whose forwards gather); on = 0: back
  * to the device. Collective. */
 void gpu_train_host_model(gpu_train_ctx *c, int on);
-/* parallel.expert: every expert on the device for an evaluation (on = 1) or freed (on = 0);
- * collective; nothing without experts (zero3 / hsdp evaluate on their shards). */
-void gpu_train_eval_weights(gpu_train_ctx *c, int on);
 /* The most device bytes this process held at once through the backend's allocator (tcu_mem_stats;
  * metrics.jsonl's peak_mem_bytes under device = cuda). */
 size_t gpu_train_mem_peak(void);

@@ -27,9 +27,6 @@ typedef struct gpu_train_ctx {
                                 * the evaluation calls the library routes to the device */
     gpu_shard_mode mode;
     int G;                     /* ranks per sharding group (zero3: the world; hsdp: the group) */
-    int evals;                 /* the run evaluates (validation set or ICL tasks) or computes
-                                * DPO's precomputed reference: under parallel.expert, passes
-                                * with every expert gathered */
     int T, micro;              /* seq_len, the microbatch in use */
     int64_t per_rank;          /* sequences per rank and step */
     int auto_micro;            /* micro_batch = auto: the plan must fit a microbatch of 1 */
@@ -42,7 +39,8 @@ typedef struct gpu_train_ctx {
     tsr_fsdp *fsdp;            /* zero3 / hsdp: the host shards and their plan */
     tsr_ep *ep;                /* parallel.expert > 1: the experts' host store and the exchange
                                 * (gpu_ep.h), else NULL */
-    /* zero3 / hsdp: the host shards gathered into model->params (on = 1) or freed (on = 0) */
+    /* zero3 / hsdp: the host model about to sample from the pulled shards (on = 1: its gathers
+     * forgotten, every expert gathered; train/train_state.h trainer_host_weights) or done (0) */
     void (*host_weights)(void *owner, int on);
     /* objective = "dpo" (train/dpo.h dpo_compute), else NULL: the trainer's pass over this rank's
      * pairs, its forwards and weighted backwards sent to the device through the host model's

@@ -288,13 +288,14 @@ void model_free(tsr_model *m);
  * document, the segment ids and positions made from tokens).
  * B = 0 (tokens, targets NULL): an idle forward, for an evaluation whose ranks score different
  * numbers of batches. A sharded model's forward (m->src: zero3 / hsdp) gathers each unit over its
- * group, a collective, so a rank that has run out of rows runs forwards of one row of padding
- * that scores nothing until it has run as many as the rank that runs most
- * (model_forwards_most); on a model that holds its weights it does nothing. Returns 0. */
+ * group, and under parallel.expert it exchanges the routed rows over the EP group: collectives,
+ * so a rank that has run out of rows runs forwards of one row of padding that scores nothing
+ * until it has run as many as the rank that runs most (model_forwards_most); on a model whose
+ * forward involves no other rank it does nothing. Returns 0. */
 double model_forward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T);
 /* The most forwards any rank runs in an evaluation in which this one runs `mine`: collective over
- * the world for a sharded model (each rank then tops up with idle forwards, model_forward's
- * B = 0), `mine` otherwise. Every rank must call it before its first forward of the evaluation:
+ * the world when a forward is (sharded weights, exchanged experts; each rank then tops up with
+ * idle forwards, model_forward's B = 0), `mine` otherwise. Every rank must call it before its first forward of the evaluation:
  * a rank waiting in it would otherwise hold up the others' gathers. */
 int64_t model_forwards_most(const tsr_model *m, int64_t mine);
 /* An evaluation forward with per-position results (ICL scoring): losses[i] the loss of position

@@ -29,8 +29,9 @@
  * holders (ep_from_part) and broadcasts them over the EDP groups: any EP degree and rank count
  * read the same file.
  *
- * Evaluation, ICL and samples run with the full weights (ep_full): every expert gathered on every
- * rank, no exchange (ranks run different numbers of batches there). */
+ * Evaluations and ICL run through the exchange, every rank running as many forwards (idle ones
+ * top up: model.h model_forward's B = 0); the end-of-run sample runs with every expert gathered
+ * on every rank (ep_full), no exchange. */
 #ifndef TSR_MODEL_EP_H
 #define TSR_MODEL_EP_H
 

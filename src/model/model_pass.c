@@ -94,10 +94,16 @@ void model_token_scores(tsr_model *m, const int32_t *tokens, const int32_t *targ
     dec_token_scores(&d, targets, B, T, losses, greedy);
 }
 
+/* Whether a forward is a collective: its units gathered over a sharding group (zero3 / hsdp),
+ * or its routed rows exchanged over the EP group (parallel.expert without every expert here) */
+static int forward_collective(const tsr_model *m) {
+    return m->src != NULL || (m->ep && ep_exchanging(m->ep));
+}
+
 /* model_forward's B = 0: one row of padding with no targets, through the same forward as an
- * evaluation's (the device's hook included), for its gathers */
+ * evaluation's (the device's hook included), for its collectives */
 static double idle_forward(tsr_model *m, int T) {
-    if (!m->src) return 0.0;
+    if (!forward_collective(m)) return 0.0;
     int32_t *row = tsr_malloc(2 * (size_t)T * sizeof *row);
     for (int i = 0; i < T; i++) row[i] = 0, row[T + i] = -1;
     model_forward(m, row, row + T, 1, T);
@@ -106,7 +112,7 @@ static double idle_forward(tsr_model *m, int T) {
 }
 
 int64_t model_forwards_most(const tsr_model *m, int64_t mine) {
-    if (!m->src) return mine;
+    if (!forward_collective(m)) return mine;
     double most = (double)mine;
     dist_allreduce_max_f64(&most, 1);
     return (int64_t)most;

@@ -37,8 +37,9 @@ double dpo_compute(tsr_trainer *t, float scale);
 /* The reference pass of dpo.reference = precomputed: out[2p], out[2p + 1] = the current model's
  * log-probabilities of pair p's chosen and rejected rows, for the pairs [0, pairs) of ds, without
  * dropout. Forward c (pairs [c m, (c + 1) m), m = micro_batch / 2) runs on rank c mod W, and the
- * values are summed over the ranks, so they are the same bits whatever the rank count. Collective
- * (a sharded model's ranks top up with idle forwards); trainer_eval_weights on, activations
+ * values are summed over the ranks, so they are the same bits whatever the rank count (under
+ * parallel.expert within rounding: the exchange groups the experts' rows by rank). Collective
+ * (a sharded model's ranks top up with idle forwards); trainer_eval_scope on, activations
  * allocated. */
 void dpo_reference_logps(tsr_trainer *t, const tsr_dataset *ds, const char *name, uint64_t pairs,
                          double *out);
@@ -50,7 +51,7 @@ uint64_t dpo_val_pairs(const tsr_trainer *t);
 /* The validation pairs (data.val; eval_samples > 0: its first eval_samples / 2 pairs), split over
  * the ranks, reference and policy without dropout: returns the mean DPO loss over them, *accuracy
  * the share whose chosen reward exceeds the rejected one. Collective (idle forwards as above);
- * trainer_eval_weights on. */
+ * trainer_eval_scope on. */
 double dpo_eval(tsr_trainer *t, double *accuracy);
 
 #endif

@@ -1,4 +1,5 @@
-/* sample.c — text from the trained model: top-k sampling with temperature, on rank 0.
+/* sample.c — text from the trained model: top-k sampling with temperature, on rank 0 (on every
+ * rank under zero3 / hsdp, whose forwards gather; rank 0 prints).
  *
  * No KV cache (that is `tessera generate`'s job): each new token reruns the forward pass over a
  * window of the last T tokens, padded at the end. Causal attention makes position len-1 depend only

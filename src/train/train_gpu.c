@@ -11,7 +11,8 @@
 #include "train/metrics.h"
 #include "train/train_state.h"
 
-/* the host shards gathered into model.params or freed (zero3 / hsdp: sampling on the host) */
+/* the host model's weights for the end-of-run sample (trainer_host_weights: every expert
+ * gathered, zero3 / hsdp's gathers forgotten after the shard's pull) */
 static void host_weights(void *owner, int on) { trainer_host_weights(owner, on); }
 
 /* objective = "dpo": the trainer's pass, its model calls routed to the device (train/dpo.h) */
@@ -33,8 +34,6 @@ static void fill(gpu_train_ctx *c, const tsr_trainer *t) {
     if (c->mode == GPU_SHARD_FSDP &&
         trainer_shard_group(cfg, t->dist.world, t->dist.local_world, &G) == 0)
         c->G = G;
-    /* (DPO's precomputed reference: a pass over every pair at start) */
-    c->evals = cfg->data.val[0] != '\0' || cfg->n_icl > 0 || t->dpo_ref.on;
     c->T = t->T, c->micro = t->micro, c->per_rank = t->per_rank, c->auto_micro = t->auto_micro;
     c->inputs = t->data.inputs, c->targets = t->data.targets;
     c->moe = t->out.moe;
@@ -60,13 +59,10 @@ void train_gpu_print_plan(const tsr_trainer *t) {
     if (t->dist.rank != 0) return;
     gpu_train_ctx c;
     fill(&c, t);
-    size_t fixed, evb, acts = gpu_train_acts_bytes(&c, t->micro);
-    gpu_train_plan_bytes(&c, &fixed, &evb);
-    char a[32], tot[32], st[32], ev[32];
+    size_t fixed = gpu_train_plan_bytes(&c), acts = gpu_train_acts_bytes(&c, t->micro);
+    char a[32], tot[32], st[32];
     metrics_human_bytes(a, sizeof a, (double)acts);
     metrics_human_bytes(tot, sizeof tot, (double)(fixed + acts));
-    metrics_human_bytes(st, sizeof st, (double)(fixed - evb));
-    metrics_human_bytes(ev, sizeof ev, (double)evb);
     /* parallel.expert: the experts' store (fp32 master + bf16 copy, gradients, AdamW; src/gpu/gpu_ep.h)
      * is in the total and apart in the line; the exchange's buffers are in the activations */
     const tsr_model *md = &t->model;
@@ -76,18 +72,14 @@ void train_gpu_print_plan(const tsr_trainer *t) {
     char ex[80] = "", exs[32];
     metrics_human_bytes(exs, sizeof exs, exb);
     if (exb > 0) snprintf(ex, sizeof ex, "experts' store %s (E/EP = %d), ", exs, md->E / md->EP);
-    char exev[96] = ""; /* an evaluation's extra: every expert gathered (zero3 / hsdp evaluate
-                         * on their shards) */
-    if (evb) snprintf(exev, sizeof exev, "every expert while evaluating %s, ", ev);
     if (c.mode != GPU_SHARD_DDP) {
         /* (LoRA: the frozen base's bf16 shard and gathers, and the adapters' store) */
-        metrics_human_bytes(st, sizeof st, (double)(fixed - evb) - exb);
+        metrics_human_bytes(st, sizeof st, (double)fixed - exb);
         printf("device memory per rank (cuda, bf16 activations, %s%s over %d ranks): shards, "
-               "gathered weights and communication buffers %s, %s%sactivations %s per "
-               "microbatch of %d x %d; total %s\n",
+               "gathered weights and communication buffers %s, %sactivations %s per microbatch of "
+               "%d x %d; total %s\n",
                c.mode == GPU_SHARD_ZERO1 ? "zero1" : c.G < t->dist.world ? "hsdp" : "zero3",
-               c.lora ? ", lora: frozen bf16 base" : "", c.G, st, ex, exev, a, t->micro, t->T,
-               tot);
+               c.lora ? ", lora: frozen bf16 base" : "", c.G, st, ex, a, t->micro, t->T, tot);
         return;
     }
     char w[32], g[32], o[32];
@@ -106,8 +98,8 @@ void train_gpu_print_plan(const tsr_trainer *t) {
     metrics_human_bytes(g, sizeof g, nb * sizeof(float));
     metrics_human_bytes(o, sizeof o, nb * 2 * sizeof(float));
     printf("device memory per rank (cuda, bf16 activations): weights %s (fp32 master + bf16 "
-           "copy), grads %s, AdamW %s, %s%sactivations %s per microbatch of %d x %d; total %s\n",
-           w, g, o, ex, exev, a, t->micro, t->T, tot);
+           "copy), grads %s, AdamW %s, %sactivations %s per microbatch of %d x %d; total %s\n",
+           w, g, o, ex, a, t->micro, t->T, tot);
 }
 
 /* The GPU's peak bf16 FLOP/s from its name ("NVIDIA H100 80GB HBM3" -> H100), else 0. */

@@ -20,9 +20,10 @@ int trainer_shard_group(const tsr_config *cfg, int world, int local_world, int *
     return 0;
 }
 
-void trainer_eval_weights(tsr_trainer *t, int on) {
-    if (t->be.gpu) gpu_train_eval_weights(t->be.gpu, on);
-    else trainer_host_weights(t, on);
+void trainer_eval_scope(tsr_trainer *t, int on) {
+    if (!t->part.ep_on) return;
+    if (on) t->part.ep_sent_steps = t->part.ep.sent_bytes;
+    else t->part.ep.sent_bytes = t->part.ep_sent_steps;
 }
 
 void trainer_host_weights(tsr_trainer *t, int on) {

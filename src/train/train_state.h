@@ -113,6 +113,7 @@ typedef struct tsr_train_part {
     int ep_on;                   /* parallel.expert > 1: the experts live in ep, outside the
                                   * flat layout and the sharding above (model/model_ep.h) */
     tsr_ep ep;
+    uint64_t ep_sent_steps;       /* ep.sent_bytes before an evaluation (trainer_eval_scope) */
 } tsr_train_part;
 
 /* What the run reports (owner: train/metrics.c). */
@@ -175,16 +176,16 @@ int trainer_micro_at_most(const tsr_trainer *t, int64_t at_most);
  * parallel.replica_group, 0 = the ranks of one node). 0 and *G, or TSR_EXIT_USAGE after naming the
  * key when G does not divide the world. */
 int trainer_shard_group(const tsr_config *cfg, int world, int local_world, int *G);
-/* The weights an evaluation (validation loss, ICL, DPO's reference pass) runs on, on = 1 before
- * it and 0 after. Ranks score different numbers of batches there: under parallel.expert every
- * expert is gathered on every rank for its duration (the experts' exchange cannot follow
- * uneven forwards); zero3 / hsdp evaluate on their shards, each rank topping up its forwards
- * with idle ones (model_forward's B = 0), so no rank ever holds the full weights. On the host
- * model, or the device's under device = cuda. Collective; nothing under ddp and zero1 without
- * experts. */
-void trainer_eval_weights(tsr_trainer *t, int on);
-/* The host model's half: every expert on every rank (ep_full), and under zero3 / hsdp the shard's
- * gathers forgotten (device = cuda pulls the shard into it before the end-of-run sample). */
+/* Around an evaluation (validation loss, ICL, DPO's reference pass): on = 1 before it, 0 after.
+ * Ranks score different numbers of batches there, and a forward whose weights or experts live
+ * on other ranks is a collective (zero3 / hsdp gather each unit, parallel.expert exchanges the
+ * routed rows), so every rank tops up with idle forwards (model_forwards_most, model_forward's
+ * B = 0): no rank gathers the full weights or every expert. The scope leaves the evaluation's
+ * expert exchange out of the run's count (ep_report: the steps' traffic). */
+void trainer_eval_scope(tsr_trainer *t, int on);
+/* The end-of-run sample's host model, on = 1 before it and 0 after: every expert on every rank
+ * (ep_full), and under zero3 / hsdp the shard's gathers forgotten (device = cuda pulls the shard
+ * into it first). Collective. */
 void trainer_host_weights(tsr_trainer *t, int on);
 
 /* LoRA: the dropout of microbatch b of this rank's batch in the current step (model_lora.h

@@ -572,9 +572,9 @@ int trainer_open_run_dir(tsr_trainer *t) {
                                t->out.start_load.bytes);
     if (!rc && t->dpo_ref.on && !t->dpo_ref.loaded) { /* a fresh start: the reference pass */
         trainer_ensure_acts(t);
-        trainer_eval_weights(t, 1); /* ranks run different numbers of forwards (train_state.h) */
+        trainer_eval_scope(t, 1); /* ranks run different numbers of forwards (train_state.h) */
         rc = dpo_ref_build(t);
-        trainer_eval_weights(t, 0);
+        trainer_eval_scope(t, 0);
     } else if (!rc) {
         rc = dpo_ref_build(t); /* (a copy of a resumed reference into run_dir, else nothing) */
     }
@@ -700,13 +700,13 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
 double trainer_eval(tsr_trainer *t) {
     if (!t->data.val) return NAN;
     trainer_ensure_acts(t);
-    trainer_eval_weights(t, 1); /* ranks run different numbers of batches (train_state.h) */
+    trainer_eval_scope(t, 1); /* ranks run different numbers of batches (train_state.h) */
     double loss = t->cfg.objective == TSR_OBJ_DPO /* the pairs' DPO loss (train/dpo.h) */
                       ? dpo_eval(t, &t->out.val_accuracy)
                       : train_data_eval_loss(&t->model, t->data.val, t->cfg.data.val, t->T,
                                              t->micro, t->cfg.eval_samples, &t->dist,
                                              t->data.inputs, t->data.targets, NULL);
-    trainer_eval_weights(t, 0);
+    trainer_eval_scope(t, 0);
     return loss;
 }
 
@@ -832,11 +832,11 @@ static void evaluate(tsr_trainer *t) {
     }
     if (t->icl) {
         watchdog_phase(WD_EVAL, t->step);
-        trainer_eval_weights(t, 1);
+        trainer_eval_scope(t, 1);
         trainer_ensure_acts(t);
         icl_api->run(t->icl, &t->model, &t->dist, trainer_acts_B(t), t->step, t->out.metrics,
                      t->out.tb);
-        trainer_eval_weights(t, 0);
+        trainer_eval_scope(t, 0);
     }
 }
 

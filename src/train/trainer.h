@@ -47,7 +47,9 @@ double trainer_eval(tsr_trainer *t);
 int trainer_run(tsr_trainer *t);
 void trainer_free(tsr_trainer *t);
 /* Samples n_new tokens after the prompt (n_prompt >= 1 tokens) with sample.temperature and
- * sample.top_k, deterministically from seed; writes them to out. Local to the calling rank. */
+ * sample.top_k, deterministically from seed; writes them to out. Local to the calling rank, but
+ * under zero3 / hsdp each forward gathers the units over the group: every rank of it samples
+ * then (the same number of forwards). */
 int trainer_sample(tsr_trainer *t, const int32_t *prompt, int n_prompt, int n_new, uint64_t seed,
                    int32_t *out);
 

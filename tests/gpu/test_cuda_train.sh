@@ -20,8 +20,8 @@
 #  - input gradients overwritten (TSR_GRAD_SET) give the bits of zeroing then accumulating
 #    (TSR_GRAD_OVERWRITE=0), on GPT-2, Llama and MoE;
 #  - peak_mem_bytes (the device allocator's peak) within the device plan (ddp, zero1, zero3);
-#    zero3 evaluates on the shards: on a device that holds the training but not the full weights,
-#    micro_batch = auto keeps its microbatch and the run evaluates;
+#    zero3 evaluates on the shards: on a device that holds the training but not a second full
+#    copy of the bf16 weights, micro_batch = auto keeps its microbatch and the run evaluates;
 #  - a missing CUDA library is refused naming it (once, on tessera-train);
 #  - TSR_GEMM_REDUCTION (the split-K measurement switch): a bad value refused at start, none runs;
 #    ranks that disagree on it (2 ranks) all stop at start, rank 0 naming the other.
@@ -185,7 +185,7 @@ suite() {
         tap_check $? "$l: parallel.sharding = hsdp, 2 groups of 2: every step within $LOSS_TOL of the CPU's 4 ranks ($d)"
     fi
     # one GPU: zero3 still gathers and reduce-scatters (a group of one); evaluation runs on the
-    # gathered weights and the sample on the host from the shards
+    # shards and the sample on the host from the pulled shard
     run "$bin" 1 "$l.z3eval" --set device=cuda --set parallel.sharding=zero3 "${evals[@]}" &&
         d=$(close cpu_eval "$l.z3eval" 1) && d="$d, $(evals_close cpu_eval "$l.z3eval")" &&
         grep -A1 '^sample (8 tokens' "$TMP/$l.z3eval.txt" | tail -1 | grep -Eq '^[0-9]+( [0-9]+){7}$'

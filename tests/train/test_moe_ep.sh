@@ -9,7 +9,8 @@
 #  - rank 1 SIGKILLed after step 6 at EP = 2: the rerun resumes bit for bit;
 #  - a checkpoint saved at EP = 4 resumes at EP = 2 on 4 ranks and at EP = 1 on 2 ranks, the same
 #    losses within 1e-6 as the uninterrupted run;
-#  - evaluation and the end-of-run sample (the experts gathered), activation checkpointing (the
+#  - evaluation (through the exchange, ranks with 2 and 3 forwards) and the end-of-run sample
+#    (every expert gathered), activation checkpointing (the
 #    exchange recomputed: the same bits as none), --init-from a checkpoint and a Hugging Face
 #    export at EP = 2;
 #  - bad settings refused before anything is written; with device = cuda, the device plan counts
@@ -108,7 +109,8 @@ grep -q "checkpoint resume step 4" "$TMP/R2.txt" && close P4 R2 5 >/dev/null &&
     close P4 R1 5 >/dev/null && close P4 R22 5 >/dev/null && aux_close P4 R2 5 && aux_close P4 R1 5
 tap_check $? "a checkpoint saved at EP = 4 resumes at EP = 2 (4 and 2 ranks) and without EP (2 ranks): steps 5-10 equal the EP = 4 run within 1e-6"
 
-ev=(--set data.val="$TMP/data/val" --set eval_interval=5ba --set eval_samples=16 --set sample.tokens=6)
+# 18 samples on 4 ranks: 2, 3, 2 and 3 forwards (the exchange pairs up: idle forwards top up)
+ev=(--set data.val="$TMP/data/val" --set eval_interval=5ba --set eval_samples=18 --set sample.tokens=6)
 run V1 4 "${ev[@]}" && run V2 4 "${ev[@]}" --set parallel.expert=2 &&
     run VK 4 "${ev[@]}" --set parallel.expert=2 --set model.activation_checkpointing=block
 /usr/bin/python3 - "$TMP/V1/metrics.jsonl" "$TMP/V2/metrics.jsonl" <<'PY'
@@ -122,7 +124,7 @@ tap_diag "samples: EP 1 '$s1', EP 2 '$s2'"
 ((ok == 0)) && [[ -n $s2 && $s1 == "$s2" ]] &&
     cmp -s <(losses "$TMP/V2/metrics.jsonl") <(losses "$TMP/VK/metrics.jsonl") &&
     same_tensors "$(ck "$TMP/V2" 10)" "$(ck "$TMP/VK" 10)"
-tap_check $? "EP = 2: validation losses equal EP = 1's within 1e-6 and the end-of-run sample is the same (every expert gathered); block activation checkpointing (the exchange recomputed) gives the same bits as none"
+tap_check $? "EP = 2: validation losses (through the exchange, uneven forwards per rank) equal EP = 1's within 1e-6 and the end-of-run sample is the same (every expert gathered); block activation checkpointing (the exchange recomputed) gives the same bits as none"
 
 # (from the checkpoint EP = 2 wrote, and from its export)
 run I2 4 --set parallel.expert=2 --set max_duration=2ba --init-from "$(ck "$TMP/P2" 10)" &&
