@@ -142,7 +142,8 @@ void icl_suite_score(icl_suite *s, tsr_model *m, const tsr_dist *d, icl_scores *
     double sums[2 * TSR_MAX_ICL_TASKS] = {0}; /* per task: examples right, scored */
     int64_t mine = 0;
     for (int i = 0; i < s->n; i++) mine += task_forwards(s, &s->tasks[i], d);
-    /* ranks score different numbers of options: the idle forwards of a sharded model last */
+    /* ranks score different numbers of options: idle forwards last, where a forward is a
+     * collective (model_forwards_most) */
     const int64_t most = model_forwards_most(m, mine);
     for (int i = 0; i < s->n; i++) score_task(m, s, &s->tasks[i], d, sums + 2 * i);
     for (int64_t k = mine; k < most; k++) model_forward(m, NULL, NULL, 0, s->T);

@@ -69,6 +69,8 @@ int gpu_ep_init(gpu_ep *x, tsr_ep *ep, const tsr_model *m, const tsr_dist *d, tc
 void gpu_ep_unit(void *ctx, int u, int backward, const void **w, float **gr) {
     gpu_ep *x = ctx;
     size_t o1, o2;
+    if (x->ep->full) /* (every expert gathered on the host: the end-of-run sample, on the host) */
+        tsr_die(TSR_EXIT_INTERNAL, "gpu_ep_unit: a device forward while every expert is gathered");
     if (!ep_layer_offsets(x->ep, x->m, u, 0, &o1, &o2)) return;
     w[TSR_P_EXPW1] = x->wbf + o1;
     w[TSR_P_EXPW2] = x->wbf + o2;

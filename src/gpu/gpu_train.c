@@ -397,8 +397,9 @@ static int try_lora_scratch(gpu_train_ctx *c, int B) {
 /* The activations, and room left after them for what the ops allocate later (scratch, cuBLASLt,
  * NCCL's buffers, kernels' local memory): 2% of the device must stay free, and under
  * parallel.expert the exchange's buffers for B sequences (allocated by the first forward), so a
- * microbatch that fills the GPU backs off here instead of failing in the first backward. The room is
- * read, not allocated: a trial allocation would count in the allocator's peak (peak_mem_bytes). */
+ * microbatch that fills the GPU backs off here instead of failing in the first backward. The
+ * room is read, not allocated: a trial allocation would count in the allocator's peak
+ * (peak_mem_bytes). */
 static int lib_try_acts(gpu_train_ctx *c, int B) {
     if (gpu_model_try_alloc_acts(&c->state->g, B, c->T)) return -1;
     size_t free_b = 0, total_b = 0;

@@ -295,8 +295,8 @@ void model_free(tsr_model *m);
 double model_forward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T);
 /* The most forwards any rank runs in an evaluation in which this one runs `mine`: collective over
  * the world when a forward is (sharded weights, exchanged experts; each rank then tops up with
- * idle forwards, model_forward's B = 0), `mine` otherwise. Every rank must call it before its first forward of the evaluation:
- * a rank waiting in it would otherwise hold up the others' gathers. */
+ * idle forwards, model_forward's B = 0), `mine` otherwise. Every rank calls it before its first
+ * forward of the evaluation: a rank waiting in it would otherwise hold up the others' forwards. */
 int64_t model_forwards_most(const tsr_model *m, int64_t mine);
 /* An evaluation forward with per-position results (ICL scoring): losses[i] the loss of position
  * i and greedy[i] its greedy token, the argmax of the next-token distribution over the V real

@@ -171,7 +171,7 @@ void ep_unit(tsr_ep *ep, const tsr_model *m, int u, int backward, const void **w
     if (ep->full) {
         w[TSR_P_EXPW1] = ep->full + o1;
         w[TSR_P_EXPW2] = ep->full + o2;
-        return; /* (no gradients: evaluation only) */
+        return; /* (no gradients: the end-of-run sample only) */
     }
     w[TSR_P_EXPW1] = ep->w + o1;
     w[TSR_P_EXPW2] = ep->w + o2;

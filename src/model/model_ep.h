@@ -123,7 +123,7 @@ void ep_zero_grads(tsr_ep *ep);
 void ep_reduce(tsr_ep *ep);
 /* Squared norm of the experts' summed gradients, every expert once (equal on all ranks). */
 double ep_sumsq(const tsr_ep *ep, const tsr_ops *ops);
-/* on = 1: every expert gathered into ep->full (evaluation; collective); 0: freed. */
+/* on = 1: every expert gathered into ep->full (the end-of-run sample; collective); 0: freed. */
 void ep_full(tsr_ep *ep, int on);
 
 /* Checkpoint layout: the part of each expert tensor written by world rank j < EP (ep_part_range);

@@ -61,8 +61,8 @@ static void read_pairs(tsr_trainer *t, const tsr_dataset *ds, const char *name, 
 }
 
 /* The forwards of this rank in a pass over `pairs` pairs in forwards of `per` (forward c on rank
- * c mod W). Ranks run different numbers: a sharded model's ranks top up with idle forwards
- * (model_forwards_most), after their own. */
+ * c mod W). Ranks run different numbers: where a forward is collective (zero3 / hsdp, expert
+ * parallelism) they top up with idle forwards (model_forwards_most), after their own. */
 static int64_t rank_forwards(const tsr_trainer *t, uint64_t pairs, int per) {
     const uint64_t fwd = (pairs + (uint64_t)per - 1) / (uint64_t)per, W = (uint64_t)t->dist.world;
     const uint64_t r = (uint64_t)t->dist.rank;

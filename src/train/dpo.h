@@ -39,8 +39,8 @@ double dpo_compute(tsr_trainer *t, float scale);
  * dropout. Forward c (pairs [c m, (c + 1) m), m = micro_batch / 2) runs on rank c mod W, and the
  * values are summed over the ranks, so they are the same bits whatever the rank count (under
  * parallel.expert within rounding: the exchange groups the experts' rows by rank). Collective
- * (a sharded model's ranks top up with idle forwards); trainer_eval_scope on, activations
- * allocated. */
+ * (ranks top up with idle forwards where a forward is: model_forwards_most); trainer_eval_scope
+ * on, activations allocated. */
 void dpo_reference_logps(tsr_trainer *t, const tsr_dataset *ds, const char *name, uint64_t pairs,
                          double *out);
 

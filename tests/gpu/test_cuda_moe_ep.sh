@@ -148,18 +148,20 @@ run "$TRAIN" 4 r4 --set parallel.expert=4 --resume "$TMP/e2/step-00000004.h5" &&
     close c1 r4 5 >/dev/null && close c1 r1 5 >/dev/null && close c1 ec4 5 >/dev/null
 tap_check $? "the emulator's EP = 2 checkpoint resumed on the CPU at EP = 4 (4 ranks) and EP = 1 (2 ranks), a CPU EP = 2 checkpoint on the emulator at EP = 4: steps 5-8 within the tolerance ($d)"
 
+# (e2evd: the same under ddp, where only the experts' exchange makes a forward collective)
 run "$EMU" 4 e2ev "${cu[@]}" --set parallel.expert=2 --set parallel.sharding=zero3 "${evals[@]}" &&
+    run "$EMU" 4 e2evd "${cu[@]}" --set parallel.expert=2 "${evals[@]}" &&
     run "$EMU" 4 e1ev "${cu[@]}" --set parallel.sharding=zero3 "${evals[@]}" &&
-    d=$(close c2ev e2ev) && d="$d; $(peak_in_plan e2ev)" &&
-    "$PY3" - "$TMP/c2ev/metrics.jsonl" "$TMP/e2ev/metrics.jsonl" "$LOSS_TOL" <<'PY' &&
+    d=$(close c2ev e2ev) && d="$d; ddp: $(close c2ev e2evd); $(peak_in_plan e2ev)" &&
+    "$PY3" - "$TMP/c2ev/metrics.jsonl" "$TMP/e2ev/metrics.jsonl" "$LOSS_TOL" "$TMP/e2evd/metrics.jsonl" <<'PY' &&
 import json, sys
 ev = lambda p: {j["step"]: j["val_loss"] for j in map(json.loads, open(p)) if "val_loss" in j}
-a, b = ev(sys.argv[1]), ev(sys.argv[2])
-sys.exit(0 if sorted(a) == [3, 6, 8] and sorted(b) == [3, 6, 8] and all(abs(b[k] - a[k]) <= float(sys.argv[3]) * a[k] for k in a) else 1)
+a, b, c = ev(sys.argv[1]), ev(sys.argv[2]), ev(sys.argv[4])
+sys.exit(0 if all(sorted(x) == [3, 6, 8] for x in (a, b, c)) and all(abs(x[k] - a[k]) <= float(sys.argv[3]) * a[k] for x in (b, c) for k in a) else 1)
 PY
     s2=$(grep -A1 '^sample (8 tokens' "$TMP/e2ev.txt" | tail -1) && [[ $s2 =~ ^[0-9]+( [0-9]+){7}$ ]] &&
     [[ $s2 == "$(grep -A1 '^sample (8 tokens' "$TMP/e1ev.txt" | tail -1)" ]]
-tap_check $? "emulator, EP = 2 under zero3 with evaluation at steps 3, 6 and 8 (through the exchange, 3 or 4 forwards a rank) and the sample: validation losses within $LOSS_TOL of the CPU's, the sample the same tokens as EP = 1's on the emulator (${s2:-none}), peak device memory within the plan ($d)"
+tap_check $? "emulator, EP = 2 under zero3 and under ddp with evaluation at steps 3, 6 and 8 (through the exchange, 3 or 4 forwards a rank) and the sample: validation losses within $LOSS_TOL of the CPU's, the sample the same tokens as EP = 1's on the emulator (${s2:-none}), peak device memory within the plan ($d)"
 
 # --init-from: a checkpoint (the experts sent to their holders, then to the device) and its
 # Hugging Face export (every rank reads its part of the dense tensors and its own experts), 2 steps at EP = 2
