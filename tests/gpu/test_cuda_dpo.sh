@@ -105,7 +105,7 @@ tap_check $? "CPU: the bases (lm on the pairs' text; dense and MoE) and the DPO 
 
 # suite BIN LABEL LOSS_TOL NORM_TOL MARGIN_TOL MEM_SLACK EP_TOL: the checks on one backend
 suite() {
-    local bin=$1 l=$2 d
+    local bin=$1 l=$2 d=
     LOSS_TOL=$3 NORM_TOL=$4 MARGIN_TOL=$5 MEM_SLACK=$6 EP_TOL=$7
     train "$bin" "$l.lora" 1 "${lora[@]}" --set device=cuda && d=$(dpo_close cpu_lora "$l.lora" 1)
     tap_check $? "$l: DPO over LoRA adapters (the base as reference, dropout 0.1) on one GPU: every step and evaluation within $LOSS_TOL (loss), $NORM_TOL (norm), $MARGIN_TOL (reward margin) of the CPU's ($d)"

@@ -116,7 +116,7 @@ same_accumulating() {
 
 # suite BIN LABEL LOSS_TOL NORM_TOL MEM_SLACK: the checks on one backend
 suite() {
-    local bin=$1 l=$2 d
+    local bin=$1 l=$2 d=
     LOSS_TOL=$3 NORM_TOL=$4 MEM_SLACK=$5
     run "$bin" 1 "$l.gpt2" --set device=cuda
     tap_check $? "$l: tiny GPT-2, 20 steps with device = cuda"
