@@ -73,6 +73,8 @@ CPU_PEAK_PER_THREAD = 172.5e9
 def load_module(name, path):
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
+    # registered under its name: torch.compile (dynamo) imports a traced function's module by name
+    sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
 
