@@ -126,7 +126,7 @@ int hf_config_write(const char *path, const tsr_model *m, hf_arch a, const char 
                 "  \"emb_pdrop\": 0.0,\n  \"logit_scale\": null,\n  \"embedding_fraction\": 1.0,\n"
                 "  \"norm_type\": \"low_precision_layernorm\",\n  \"init_device\": \"cpu\",\n"
                 "  \"attn_config\": {\n    \"attn_type\": \"multihead_attention\",\n"
-                "    \"attn_impl\": \"torch\",\n    \"attn_pdrop\": 0.0,\n    \"alibi\": true,\n"
+                "    \"attn_impl\": \"torch\",\n    \"attn_pdrop\": 0,\n    \"alibi\": true,\n"
                 "    \"alibi_bias_max\": 8,\n    \"clip_qkv\": null,\n    \"softmax_scale\": null,\n"
                 "    \"qk_ln\": false,\n    \"prefix_lm\": false,\n    \"attn_uses_sequence_id\": false\n"
                 "  },\n",

@@ -213,7 +213,7 @@ def fixture_model(name, cls_name):
     elif name == "mpt":
         cfg = tr.MptConfig(vocab_size=FX_V, d_model=FX_C, n_heads=FX_NH, n_layers=FX_L, expansion_ratio=4,
                            max_seq_len=FX_POS, no_bias=True, resid_pdrop=0.0, emb_pdrop=0.0, layer_norm_epsilon=1e-5,
-                           attn_config={"alibi": True, "alibi_bias_max": 8, "attn_pdrop": 0.0})
+                           attn_config={"alibi": True, "alibi_bias_max": 8, "attn_pdrop": 0})
     elif name == "llama":
         cfg = tr.LlamaConfig(**rope, attention_bias=False, mlp_bias=False)
     elif name == "qwen2":
@@ -239,7 +239,7 @@ def randomise(model, seed):
 
 def make_fixtures(tap, out, have_tf):
     root = os.path.join(out, "hf-transformers")
-    what = "save_pretrained of a tiny random {} (fp32): from_pretrained of it gives the same logits, saved beside it"
+    what = "save_pretrained of a tiny random {} (fp32): from_pretrained of it (eager attention) gives its logits within 1e-5, saved beside it"
     if not have_tf:
         for _, cls, _ in FIXTURES:
             tap.ok(False, what.format(cls), skip="needs transformers (not installed)")
@@ -259,7 +259,6 @@ def make_fixtures(tap, out, have_tf):
             idx = torch.as_tensor(toks[:FX_B * FX_T].reshape(FX_B, FX_T), dtype=torch.long)
             with torch.no_grad():
                 logits = model(idx).logits.float().numpy()
-            np.save(os.path.join(d, "logits.npy"), logits)
             tessera_sets = dict(sets, **{"model.n_layer": str(FX_L), "model.d_model": str(FX_C),
                                           "model.n_head": str(FX_NH), "model.vocab_size": str(FX_V),
                                           "model.max_seq_len": str(FX_POS)})
@@ -271,8 +270,12 @@ def make_fixtures(tap, out, have_tf):
                            "made_with": {"transformers": tr.__version__, "torch": torch.__version__,
                                          "by": "tests/gpu/real_clients.py",
                                          "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}}, f, indent=1)
+            # the fixture's logits are the reloaded model's, eager attention (as its note says); the
+            # model that was saved ran transformers' default attention (SDPA), whose sums differ in
+            # rounding (1.5e-6 to 2.5e-6 on the H200 machine, 2026-11-26): 1e-5
             _, again = hf_logits(d, idx.numpy())
-            good, msg = compare_logits(again, logits, tol=0.0)
+            np.save(os.path.join(d, "logits.npy"), again)
+            good, msg = compare_logits(again, logits, tol=1e-5)
             size = sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
             tap.ok(good and size < 4e6, f"{what.format(cls)}: {msg}; {size / 1e6:.2f} MB")
         except Exception:
