@@ -15,6 +15,8 @@
 #   there:  bash tests/gpu/device.sh check [STAGE...]   in this order (default: all of them):
 #             memcheck   the GPU op test under compute-sanitizer's memcheck (leaks too), every case
 #             racecheck  the op test's reduced case set (TSR_GPU_OPS_QUICK=1) under racecheck
+#                        (hazards inside NVIDIA's cuBLASLt kernels alone are named, not failed:
+#                        race_vendor_only below)
 #             synccheck  the same under synccheck; all three with CUDA_LAUNCH_BLOCKING=1
 #             ops        the op test as it runs in a training step (no sanitizer, asynchronous)
 #             train      tests/gpu/test_cuda_train.sh, test_cuda_lora.sh, test_cuda_dpo.sh, test_cuda_moe_ep.sh:
@@ -36,6 +38,8 @@
 #                                                   TensorBoard's EventAccumulator, save_pretrained
 #                                                   fixtures -> $OUT/hf-transformers.tar.gz), then
 #                                                   again with --perturb gpt2, which must fail
+#           bash tests/gpu/device.sh race-verdict LOG   (anywhere) exit 0 when a racecheck log's
+#                                                   hazards are all in NVIDIA's kernels (above)
 #           bash tests/gpu/device.sh firstlight [STAGE...]   the first call of a session: ops,
 #                                                   train (GPU halves), bench and profile of
 #                                                   gpt2-124m, clients, in one call of 420 s
@@ -193,11 +197,29 @@ outcome() {
         printf '%s ok, %s not ok of %s planned' "$(grep -c '^ok ' "$1" || true)" \
             "$(grep -c '^not ok ' "$1" || true)" "$plan"
     fi
-    { grep -hoE 'ERROR SUMMARY: [0-9]+ errors?|^[0-9]+ passed, [0-9]+ failed.*' "$1" || true; } |
+    { grep -hoE 'ERROR SUMMARY: [0-9]+ errors?|^racecheck: .*|^[0-9]+ passed, [0-9]+ failed.*' "$1" || true; } |
         tail -2 | sed 's/^/; /' | tr -d '\n'
     echo
     { grep -m5 -E '^not ok |^FAIL ' "$1" || true; } | sed 's/^/    /'
     grep -m1 -E '^# SKIP|^1\.\.0' "$1" || true
+}
+
+# race_vendor_only LOG: true when racecheck's hazards in LOG (exit 99) all lie in NVIDIA's library
+# kernels and the op test itself passed. On the H200 (2026-11-26) racecheck reported 4 hazards,
+# every one inside cuBLASLt's nvjet_sm90_* GEMM kernels (NVIDIA's closed code: not ours to change,
+# and its products are checked against the CPU in the same run), none in tessera's kernels. Those
+# fail the stage; these are named in the line it prints. A kernel name it does not know as NVIDIA's counts as ours.
+VENDOR_KERNELS='^(nvjet_|sm[0-9]+_xmma|cutlass|cublas|splitKreduce|gemv|gemmk|gemmSN)'
+race_vendor_only() {
+    local names ours n
+    grep -q '^not ok ' "$1" && return 1
+    grep -qE '^1\.\.[1-9]' "$1" || return 1
+    names=$(sed -nE 's/.*(Race reported between|and) (Read|Write) access at (void )?([^ (+]+).*/\4/p' "$1" | sort -u)
+    [[ -n $names ]] || return 1
+    ours=$(grep -vE "$VENDOR_KERNELS" <<<"$names" || true)
+    [[ -z $ours ]] || return 1
+    n=$(grep -c 'Race reported' "$1")
+    echo "racecheck: $n hazard report(s), all inside NVIDIA's library kernels ($(paste -sd' ' <<<"$names")), none in tessera's"
 }
 
 # verdict RC: PASS (0), SKIP (77) or FAIL, for a summary line
@@ -232,7 +254,11 @@ check() {
                     CUDA_LAUNCH_BLOCKING=1 op_test "$logs/$st.txt" "$san" "$st" || r=$?
                 else
                     CUDA_LAUNCH_BLOCKING=1 TSR_GPU_OPS_QUICK=1 op_test "$logs/$st.txt" "$san" "$st" || r=$?
-                fi ;;
+                fi
+                if [[ $st == racecheck ]] && ((r == 99)) && race_vendor_only "$logs/$st.txt" >"$logs/race.txt"; then
+                    cat "$logs/race.txt" >>"$logs/$st.txt" && r=0
+                fi
+                rm -f "$logs/race.txt" ;;
             ops) op_test "$logs/$st.txt" || r=$? ;;
             train) limited "$logs/$st.txt" env TSR_TEST_EMULATOR="${TSR_TEST_EMULATOR:-0}" \
                        TESTS="test_cuda_train test_cuda_lora test_cuda_dpo test_cuda_moe_ep" bash tests/run.sh || r=$? ;;
@@ -515,5 +541,6 @@ case ${1:-} in
     hc) hc ;;
     profile) shift; profile "$@" ;;
     firstlight) shift; firstlight "$@" ;;
+    race-verdict) (($# == 2)) || die "race-verdict: expected one racecheck log"; race_vendor_only "$2" ;;
     *) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
