@@ -114,8 +114,18 @@ int train_gpu_init(tsr_trainer *t) {
     t->be.gpu = tsr_malloc(sizeof *t->be.gpu);
     fill(t->be.gpu, t);
     int rc = gpu_train_init(t->be.gpu);
-    if (t->cfg.peak_flops <= 0 && t->be.gpu->device_name[0])
+    if (t->cfg.peak_flops <= 0 && t->be.gpu->device_name[0]) {
         t->out.peak_flops = peak_of(t->be.gpu->device_name);
+        if (rc == 0 && t->dist.rank == 0) {
+            if (t->out.peak_flops > 0)
+                printf("peak %.4g FLOP/s per rank (the %s's bf16 dense peak, docs/mfu.md)\n",
+                       t->out.peak_flops, t->be.gpu->device_name);
+            else
+                printf("peak FLOP/s: not known for %s, so mfu reads 0 (set peak_flops)\n",
+                       t->be.gpu->device_name);
+            fflush(stdout);
+        }
+    }
     return rc;
 }
 

@@ -149,8 +149,12 @@ static void banner(const tsr_dist *d, const tsr_config *cfg, int threads) {
     char mpi[256];
     dist_version(mpi, sizeof mpi);
     printf("tessera-train %s | %d rank%s | %s\n", TSR_VERSION, d->world, d->world > 1 ? "s" : "", mpi);
-    printf("backend cpu (fp32) | OpenBLAS core %s | %d thread%s per rank\n", cpu_ops_blas_core(),
-           threads, threads > 1 ? "s" : "");
+    if (cfg->device == TSR_DEVICE_CUDA) /* the host still runs data, checkpoints and samples */
+        printf("backend cuda (bf16, fp32 master weights) | host: OpenBLAS core %s, %d thread%s per "
+               "rank\n", cpu_ops_blas_core(), threads, threads > 1 ? "s" : "");
+    else
+        printf("backend cpu (fp32) | OpenBLAS core %s | %d thread%s per rank\n",
+               cpu_ops_blas_core(), threads, threads > 1 ? "s" : "");
     printf("---- effective config (%s) ----\n", cfg->source);
     config_print(stdout, cfg);
     printf("----\n");
