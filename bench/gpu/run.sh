@@ -23,6 +23,9 @@
 #                         replace those defaults, a model in neither takes its recipe's micro_batch
 #   ACCUM=1               microbatches per optimizer step (global_batch = ACCUM x micro batch)
 #   COMPILE=1             0: the PyTorch peer runs eagerly (--no-compile)
+#   SETS=""               recipe settings for both programs, KEY=VALUE separated by spaces (each
+#                         --set KEY=VALUE to both), e.g. "seq_len=2048 model.attn_mask=causal"
+#                         for llama-3.2-1b (the peer models causal attention only)
 #   PEER_ARGS=""          more torch_peer.py options, e.g. "--sdpa-backends efficient,cudnn,math"
 #   TESSERA_ARGS=""       more tessera settings, KEY=VALUE separated by spaces, each given as
 #                         --set KEY=VALUE: e.g. "parallel.sharding=zero3" (issue 8: zero3 against
@@ -63,6 +66,7 @@ MICRO_BATCH=${MICRO_BATCH:-}
 ACCUM=${ACCUM:-1}
 COMPILE=${COMPILE:-1}
 PEER_ARGS=${PEER_ARGS:-}
+SETS=${SETS:-}
 TESSERA_ARGS=${TESSERA_ARGS:-}
 DEVICE=${DEVICE:-cuda}
 TINY=${TINY:-0}
@@ -143,16 +147,16 @@ def cmd_peer(raw, out, samples):
     with open(out, "w") as f:
         json.dump(d, f)
 
-def cmd_tessera(base_json, metrics, config, warmup, peak, samples, out):
+def cmd_tessera(base_json, metrics, plan, warmup, peak, samples, out):
     """tessera's summary from bench_util.py tessera-result (step times after the warm-up) and
-    the run's metrics.jsonl and effective config."""
+    the run's metrics.jsonl; FLOPs/token from the shape both programs run (torch_peer.py
+    --dry-run: docs/mfu.md's formula, the Llama form's heads x head_dim and untied head included;
+    the table warns when tessera's N differs from it)."""
     d = load(base_json)
-    c = bench_util.read_cfg(config)
-    L, C, T = int(c["model.n_layer"]), int(c["model.d_model"]), int(c["seq_len"])
     ts = d["step_times"]
     med = statistics.median(ts)
     tps = d["tokens_per_step"] / med
-    fpt = 6 * d["params"] + 12 * L * C * T
+    fpt = load(plan)["flops_per_token"]
     peak = float(peak or 0)
     mfu_own, mem = [], []
     with open(metrics) as f:
@@ -304,7 +308,7 @@ else
 fi
 TESSERA_DESC+="; tree $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo ' + local changes')"
 MB_DESC=$(for m in $MODELS; do printf '%s=%s ' "$m" "$(micro_batch "$m")"; done)
-COMMAND="MODELS=\"$MODELS\" STEPS=$STEPS WARMUP=$WARMUP MICRO_BATCH=\"${MB_DESC% }\" ACCUM=$ACCUM COMPILE=$COMPILE DEVICE=$DEVICE TINY=$TINY${PEER_ARGS:+ PEER_ARGS=\"$PEER_ARGS\"}${TESSERA_ARGS:+ TESSERA_ARGS=\"$TESSERA_ARGS\"} PEAK_FLOPS=$PEAK_FLOPS bash bench/gpu/run.sh"
+COMMAND="MODELS=\"$MODELS\" STEPS=$STEPS WARMUP=$WARMUP MICRO_BATCH=\"${MB_DESC% }\" ACCUM=$ACCUM COMPILE=$COMPILE DEVICE=$DEVICE TINY=$TINY${SETS:+ SETS=\"$SETS\"}${PEER_ARGS:+ PEER_ARGS=\"$PEER_ARGS\"}${TESSERA_ARGS:+ TESSERA_ARGS=\"$TESSERA_ARGS\"} PEAK_FLOPS=$PEAK_FLOPS bash bench/gpu/run.sh"
 DATE=$(date -u '+%Y-%m-%d %H:%M:%S UTC')
 
 TMP=$(mktemp -d /tmp/tessera-gpu-bench.XXXXXX)
@@ -334,11 +338,7 @@ mem_stop() {
 }
 cmdline() { local s; s=$(printf '%q ' "$@"); echo "${s% }"; }
 
-TINY_SETS=()
-if ((TINY)); then  # the batch comes from MICRO_BATCH / ACCUM below
-    mapfile -t TINY_SETS < <(env -u PYTHONPATH "$PYTHON" "$PEER" --config configs/tiny.cfg --tiny-sets |
-                             grep -vE '^(micro|global)_batch=')
-fi
+read -r -a BOTH_SETS <<<"$SETS"
 THREADS=()
 [[ $TDEV == cpu ]] && THREADS=(--threads "$CPU_THREADS")
 
@@ -348,7 +348,12 @@ echo "$TORCH_DESC | $TESSERA_DESC"
 for m in $MODELS; do
     cfg=configs/$m.cfg
     sets=()
-    for s in "${TINY_SETS[@]}"; do sets+=(--set "$s"); done
+    if ((TINY)); then  # the recipe's toy keys (the Llama form has more); the batch from MICRO_BATCH / ACCUM
+        mapfile -t tiny < <(env -u PYTHONPATH "$PYTHON" "$PEER" --config "$cfg" --tiny-sets |
+                            grep -vE '^(micro|global)_batch=')
+        for s in "${tiny[@]}"; do sets+=(--set "$s"); done
+    fi
+    for s in "${BOTH_SETS[@]}"; do sets+=(--set "$s"); done
     mb=$(micro_batch "$m")
     if [[ -n $mb ]]; then sets+=(--set "micro_batch=$mb" --set "global_batch=$((mb * ACCUM))"); fi
     base=$BENCH_OUT/$m
@@ -423,7 +428,7 @@ for m in $MODELS; do
             fail="tessera: ran, but its log or metrics.jsonl could not be read: $(tail -1 "$TMP/result.err")"
         else
             cp "$run_dir/metrics.jsonl" "$base-tessera.metrics.jsonl"
-            if helper tessera "$base-tessera.steps.json" "$run_dir/metrics.jsonl" "$run_dir/config.cfg" \
+            if helper tessera "$base-tessera.steps.json" "$run_dir/metrics.jsonl" "$base-plan.json" \
                     "$WARMUP" "$PEAK_FLOPS" "$base-tessera.mem" "$base-tessera.json" 2>"$TMP/result.err"; then
                 echo "   tessera: $(helper get "$base-tessera.json" tokens_per_s | cut -d. -f1) tok/s," \
                      "$(helper get "$base-tessera.json" step_ms | cut -c1-7) ms/step"

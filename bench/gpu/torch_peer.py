@@ -12,7 +12,10 @@ the way a PyTorch user would on one GPU, timed, one JSON line out.
 The model is tests/reference/torch_gpt.py's GPT (the independent PyTorch twin of tessera's
 decoder that the reference test checks tessera against: learned positions + biases + tanh GELU
 for GPT-2 recipes, ALiBi + no biases + exact GELU for MPT ones, tied head, cross-entropy over the
-real V of the padded Vp logits), built from the recipe's keys. bench/torch_gpt.py (the CPU
+real V of the padded Vp logits), or for the Llama-style recipes (model.pos = "rope": Llama 3,
+Qwen 2.5 and 3) tests/reference/torch_llama.py's Llama (RMSNorm, RoPE with Llama 3.1's scaling,
+grouped-query attention, SwiGLU, optional qkv biases and QK-norm, tied or untied head), built
+from the recipe's keys; mixture-of-experts recipes are refused. bench/torch_gpt.py (the CPU
 benchmark's peer) is not used for the model: it models only the GPT-2 form and keeps a T x T mask
 buffer in every block. Only its attention is replaced (class swap, same parameters): instead of
 the explicit softmax, F.scaled_dot_product_attention,
@@ -21,6 +24,11 @@ the explicit softmax, F.scaled_dot_product_attention,
     -inf above the diagonal: MPT's ALiBi, which tessera uses too). Flash kernels take no bias,
     so this runs the memory-efficient (or cuDNN) kernel; the default --sdpa-backends for ALiBi
     leaves out the math fallback, which would materialise B x NH x T x T probabilities.
+  - RoPE (Llama-style): is_causal=True, no mask; grouped-query heads through SDPA's enable_gqa
+    where this torch has it (2.5 and later), else the key/value heads repeated (repeat_kv);
+    RoPE's cos and sin computed once per forward in fp32 and applied in the compute dtype (as
+    transformers does). A recipe's model.attn_mask = "document" is refused: set
+    model.attn_mask=causal for both programs (run.sh's SETS).
   The kernels that really ran are read from one profiled step after the timed ones
   ("attention_ops"). On a torch without SDPA (Debian's 1.13) a plain-math stand-in with the same
   arguments is used, so the mask code is still exercised. Before timing, the SDPA attention of
@@ -60,10 +68,12 @@ sys.dont_write_bytecode = True  # import the siblings without leaving __pycache_
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # --tiny: the recipe's architecture (positions, bias, GELU) at toy size, for the CPU self-check
-# and run.sh's TINY=1 (which passes the same keys to tessera-train: --tiny-sets)
+# and run.sh's TINY=1 (which passes the same keys to tessera-train: --tiny-sets); a Llama-style
+# recipe also gets TINY_ROPE_SETS (grouped-query heads 4:2 of 16, SwiGLU 128)
 TINY_SETS = ["model.n_layer=2", "model.d_model=64", "model.n_head=4", "model.vocab_size=512",
              "model.vocab_multiple=64", "model.max_seq_len=64", "seq_len=64", "micro_batch=4",
              "global_batch=4"]
+TINY_ROPE_SETS = ["model.n_kv_head=2", "model.head_dim=16", "model.intermediate_size=128"]
 
 # peak dense FLOP/s per device, as src/train/metrics.c (docs/mfu.md)
 PEAKS = (("H100", 989.4e12), ("H200", 989.4e12), ("A100", 312e12))
@@ -98,7 +108,8 @@ def parse_args(argv):
                    help="override a recipe key as tessera-train --set does (repeatable; applied "
                         "after --tiny)")
     p.add_argument("--tiny", action="store_true", help="toy dimensions: " + " ".join(TINY_SETS))
-    p.add_argument("--tiny-sets", action="store_true", help="print the --tiny keys, one a line, and exit")
+    p.add_argument("--tiny-sets", action="store_true",
+                   help="print the --tiny keys of --config's recipe, one a line, and exit")
     p.add_argument("--dry-run", action="store_true",
                    help="print the resolved shape, N and FLOPs/token as JSON and exit (no torch)")
     p.add_argument("--device", default="cuda", help="cuda (default), cuda:N or cpu")
@@ -123,10 +134,15 @@ def parse_args(argv):
 
 # ---- the recipe ----
 
+def tiny_sets(c):
+    """The --tiny keys for a recipe's flattened keys c (the Llama form's extra ones with RoPE)."""
+    return TINY_SETS + (TINY_ROPE_SETS if c.get("model.pos", "").strip('"').lower() == "rope" else [])
+
+
 def resolve(a):
     """The recipe's flattened keys with --tiny and --set applied, and the peer's shape of it."""
     c = bench_util.read_cfg(a.config)
-    for kv in (TINY_SETS if a.tiny else []) + a.set:
+    for kv in (tiny_sets(c) if a.tiny else []) + a.set:
         if "=" not in kv:
             raise Refused("--set %r: expected KEY=VALUE" % kv)
         k, v = kv.split("=", 1)
@@ -149,9 +165,18 @@ def resolve(a):
     for key, want in (("model.attn_mask", "causal"), ("model.activation_checkpointing", "none")):
         if word(key, want) != want:
             raise Refused("%s = %r: the peer models %s = %s only" % (key, c[key], key, want))
+    if num("model.moe_experts", 0) > 0:
+        raise Refused("model.moe_experts = %d: the peer models dense recipes only" % num("model.moe_experts"))
     pos, gelu, bias = word("model.pos", "learned"), word("model.gelu", "tanh"), word("model.bias", "true")
-    if pos not in ("learned", "alibi") or gelu not in ("tanh", "exact") or bias not in ("true", "false"):
+    norm, mlp = word("model.norm", "layernorm"), word("model.mlp", "gelu")
+    rope = pos == "rope"
+    if pos not in ("learned", "alibi", "rope") or gelu not in ("tanh", "exact") or bias not in ("true", "false"):
         raise Refused("model.pos/gelu/bias = %s/%s/%s: unknown" % (pos, gelu, bias))
+    want = ("rmsnorm", "swiglu", "false") if rope else ("layernorm", "gelu")
+    if (norm, mlp, bias)[:len(want)] != want:
+        raise Refused("model.pos/norm/mlp/bias = %s/%s/%s/%s: the peer models GPT-2 and MPT "
+                      "(layernorm, gelu) and the Llama form (rope, rmsnorm, swiglu, no bias)"
+                      % (pos, norm, mlp, bias))
     L, C, NH = num("model.n_layer"), num("model.d_model"), num("model.n_head")
     V, mult = num("model.vocab_size"), num("model.vocab_multiple", 128)
     T = num("seq_len")
@@ -165,8 +190,22 @@ def resolve(a):
     max_T = num("model.max_seq_len", 0) or T
     if pos == "learned" and max_T < T:
         raise Refused("model.max_seq_len %d < seq_len %d" % (max_T, T))
+    KVH, hs = num("model.n_kv_head", 0) or NH, num("model.head_dim", 0) or C // NH
+    if NH % KVH:
+        raise Refused("model.n_head %d is not a multiple of model.n_kv_head %d" % (NH, KVH))
+    if rope:
+        F = num("model.intermediate_size", 0) or F
     s = {"L": L, "C": C, "NH": NH, "F": F, "V": V, "Vp": (V + mult - 1) // mult * mult, "T": T,
          "max_T": max_T, "alibi": pos == "alibi", "bias": bias == "true", "gelu_exact": gelu == "exact",
+         "rope": rope, "KVH": KVH, "hs": hs,
+         "qkv_bias": word("model.qkv_bias", "false") == "true", "qk_norm": word("model.qk_norm", "false") == "true",
+         "tie": word("model.tie_embeddings", "true") == "true",
+         "norm_eps": num("model.norm_eps", 1e-5, float), "rope_theta": num("model.rope_theta", 10000.0, float),
+         "rope_scaling": word("model.rope_scaling", "none"),
+         "rope_factor": num("model.rope_factor", 8.0, float),
+         "rope_low": num("model.rope_low_freq_factor", 1.0, float),
+         "rope_high": num("model.rope_high_freq_factor", 4.0, float),
+         "rope_orig": num("model.rope_original_max_pos", 8192),
          "B": B, "global_batch": GB, "grad_accum": GB // B,
          "init_std": num("model.init_std", 0.02, float),
          "lr": num("optim.lr", 6e-4, float), "beta1": num("optim.beta1", 0.9, float),
@@ -176,14 +215,28 @@ def resolve(a):
          "decay_norms_biases": word("optim.decay_norms_biases", "false") == "true",
          "decay_embeddings": word("optim.decay_embeddings", "false") == "true",
          "seed": num("seed", 42)}
+    if not rope and (KVH != NH or hs * NH != C or s["qkv_bias"] or s["qk_norm"] or not s["tie"]):
+        raise Refused("n_kv_head, head_dim, qkv_bias, qk_norm, untied embeddings: the peer models "
+                      "them in the Llama form (model.pos = rope) only")
+    if rope and s["rope_scaling"] not in ("none", "llama3"):
+        raise Refused("model.rope_scaling = %r: the peer models none and llama3" % s["rope_scaling"])
     s["params"] = counted_params(s)
-    s["flops_per_token"] = 6 * s["params"] + 12 * L * C * T
+    # docs/mfu.md: an untied model's input embedding (a lookup, no multiply-add) is left out of N
+    s["flops_per_token"] = 6 * (s["params"] - (0 if s["tie"] else V * C)) + 12 * L * NH * hs * T
     s["tokens_per_step"] = GB * T
     return s
 
 
 def counted_params(s):
     """N as tessera counts it: embeddings in, tied head once, padded rows out (docs/mfu.md)."""
+    if s["rope"]:
+        C, F, q, kv = s["C"], s["F"], s["NH"] * s["hs"], s["KVH"] * s["hs"]
+        per_layer = (2 * C                                        # the two RMSNorms
+                     + C * (q + 2 * kv) + (q + 2 * kv) * s["qkv_bias"]
+                     + 2 * s["hs"] * s["qk_norm"]                 # QK-norm weights
+                     + q * C                                      # o_proj
+                     + 3 * C * F)                                 # gate, up, down
+        return s["V"] * C * (1 if s["tie"] else 2) + s["L"] * per_layer + C
     C, F, b = s["C"], s["F"], 1 if s["bias"] else 0
     per_layer = (2 * C * (1 + b)                 # ln1, ln2
                  + 3 * C * C + b * 3 * C         # qkv
@@ -279,6 +332,122 @@ def build_model(tg, s, device, sdpa, bias_dtype):
                 p.normal_(0.0, std)
         model.wte.weight[s["V"]:].zero_()
     return model
+
+
+def gqa_native(torch, sdpa):
+    """True when sdpa is torch's own scaled_dot_product_attention with enable_gqa (torch >= 2.5)."""
+    import torch.nn.functional as F
+
+    if sdpa is not getattr(F, "scaled_dot_product_attention", None):
+        return False
+    major, minor = (int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+    return (major, minor) >= (2, 5)
+
+
+def make_llama_classes(tl, sdpa, gqa):
+    """torch_llama's Attention and Llama with the attention through SDPA (is_causal, no mask)."""
+    import torch
+
+    class SDPALlamaAttention(tl.Attention):
+        """torch_llama's Attention (same parameters) through scaled_dot_product_attention."""
+
+        def forward(self, x, cos, sin, allowed=None):
+            if allowed is not None:
+                raise NotImplementedError("the peer models model.attn_mask = causal only")
+            B, T, _ = x.shape
+            c = self.cfg
+            q = self.q_proj(x).view(B, T, c.NH, c.hs)
+            k = self.k_proj(x).view(B, T, c.KVH, c.hs)
+            v = self.v_proj(x).view(B, T, c.KVH, c.hs).transpose(1, 2)
+            if c.qk_norm:
+                q, k = self.q_norm(q), self.k_norm(k)
+            q, k = q.transpose(1, 2), k.transpose(1, 2)              # (B,H,T,hs)
+            cos, sin = cos.to(v.dtype), sin.to(v.dtype)            # RoPE in the compute dtype
+            q, k = tl.apply_rope(q.to(v.dtype), cos, sin), tl.apply_rope(k.to(v.dtype), cos, sin)
+            if gqa:
+                y = sdpa(q, k, v, is_causal=True, enable_gqa=c.NH != c.KVH)
+            else:
+                n = c.NH // c.KVH
+                y = sdpa(q, tl.repeat_kv(k, n), tl.repeat_kv(v, n), is_causal=True)
+            return self.o_proj(y.transpose(1, 2).reshape(B, T, c.NH * c.hs))
+
+    class PeerLlama(tl.Llama):
+        """torch_llama's Llama without its (B, T, T) mask: positions 0..T-1, causal attention."""
+
+        def forward(self, idx, targets=None):
+            B, T = idx.shape
+            pos = torch.arange(T, device=idx.device).expand(B, T)
+            cos, sin = tl.rope_cos_sin(pos, self.inv_freq.float())
+            x = self.embed_tokens(idx)
+            for layer in self.layers:
+                x = x + layer.self_attn(layer.input_layernorm(x), cos, sin)
+                x = x + layer.mlp(layer.post_attention_layernorm(x))
+            head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+            logits = torch.nn.functional.linear(self.norm(x), head)
+            if targets is None:
+                return logits, None
+            V = self.cfg.V
+            loss_sum = torch.nn.functional.cross_entropy(
+                logits[..., :V].reshape(-1, V).float(), targets.reshape(-1), ignore_index=-1, reduction="sum")
+            return logits, loss_sum
+
+    return SDPALlamaAttention, PeerLlama
+
+
+def build_llama(tl, s, device, sdpa, gqa):
+    """The Llama-style model of s, initialised as tessera's: N(0, init_std) matrices and
+    embeddings, o_proj and down_proj / sqrt(2L), RMSNorm and QK-norm weights 1, biases 0, padded
+    vocabulary rows 0 (src/model/model.c)."""
+    import torch
+
+    scaling = (tl.RopeScaling(factor=s["rope_factor"], low_freq_factor=s["rope_low"],
+                              high_freq_factor=s["rope_high"], original_max_pos=s["rope_orig"])
+               if s["rope_scaling"] == "llama3" else None)
+    cfg = tl.LlamaConfig(V=s["V"], Vp=s["Vp"], C=s["C"], L=s["L"], NH=s["NH"], KVH=s["KVH"], hs=s["hs"],
+                         F=s["F"], norm_eps=s["norm_eps"], rope_theta=s["rope_theta"], rope_scaling=scaling,
+                         qkv_bias=s["qkv_bias"], qk_norm=s["qk_norm"], tie_embeddings=s["tie"])
+    attn_cls, model_cls = make_llama_classes(tl, sdpa, gqa)
+    torch.manual_seed(s["seed"])
+    if device.type != "cpu" and hasattr(torch.device("cpu"), "__enter__"):
+        with device:
+            model = model_cls(cfg)
+    else:
+        model = model_cls(cfg).to(device)
+    for layer in model.layers:
+        layer.self_attn.__class__ = attn_cls
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(".bias"):
+                p.zero_()
+            elif p.dim() == 1:  # input_layernorm, post_attention_layernorm, norm, q_norm, k_norm
+                p.fill_(1.0)
+            else:
+                std = s["init_std"]
+                if name.endswith(("o_proj.weight", "down_proj.weight")):
+                    std /= math.sqrt(2 * s["L"])
+                p.normal_(0.0, std)
+        model.embed_tokens.weight[s["V"]:].zero_()
+        if model.lm_head is not None:
+            model.lm_head.weight[s["V"]:].zero_()
+    return model
+
+
+def check_llama_attention(tl, model, s, device, dtype, sdpa_ctx):
+    """Layer 0's SDPA attention (RoPE, GQA) against torch_llama's explicit attention in fp32 on
+    random input: relative L2 error. B = 1 and the run's T, dtype and allowed kernels."""
+    import torch
+
+    attn = model.layers[0].self_attn
+    g = torch.Generator(device="cpu").manual_seed(1234)
+    x = torch.randn(1, s["T"], s["C"], generator=g).to(device)
+    pos = torch.arange(s["T"], device=device).expand(1, s["T"])
+    cos, sin = tl.rope_cos_sin(pos, model.inv_freq.float())
+    allowed = torch.ones(s["T"], s["T"], dtype=torch.bool, device=device).tril().expand(1, s["T"], s["T"])
+    with torch.no_grad():
+        with sdpa_ctx(), autocast(device, dtype):
+            y = attn(x, cos, sin).float()
+        ref = tl.Attention.forward(attn, x, cos, sin, allowed)  # explicit softmax, fp32
+    return float((y - ref).norm() / ref.norm())
 
 
 def check_attention(tg, model, s, device, dtype, sdpa_ctx):
@@ -378,6 +547,10 @@ def run(a, s, out):
 
     tg = load_module("reference_torch_gpt", os.path.join(ROOT, "tests", "reference", "torch_gpt.py"))
     bench_tg = load_module("bench_torch_gpt", os.path.join(ROOT, "bench", "torch_gpt.py"))
+    tl = None
+    if s["rope"]:  # torch_llama imports its sibling torch_gpt by name
+        sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+        tl = load_module("reference_torch_llama", os.path.join(ROOT, "tests", "reference", "torch_llama.py"))
 
     device = torch.device(a.device)
     cuda = device.type == "cuda"
@@ -395,15 +568,22 @@ def run(a, s, out):
                 "dtype": "bf16 autocast" if dtype == torch.bfloat16 else "fp32"})
 
     sdpa, sdpa_ctx, desc, allowed = sdpa_setup(s, a, torch, F)
+    if s["rope"]:
+        gqa = gqa_native(torch, sdpa)
+        if s["KVH"] != s["NH"]:
+            desc += "; grouped-query %d:%d %s" % (s["NH"], s["KVH"], "enable_gqa" if gqa else "by repeat_kv")
+        model = build_llama(tl, s, device, sdpa, gqa)
+    else:
+        model = build_model(tg, s, device, sdpa, dtype)
     out["attention"] = desc
-    model = build_model(tg, s, device, sdpa, dtype)
     n_all = sum(p.numel() for p in model.parameters())
     n_counted = n_all - (s["Vp"] - s["V"]) * s["C"]
     if n_counted != s["params"]:
         raise RuntimeError("model has %d counted parameters, the formula %d" % (n_counted, s["params"]))
 
     if not a.no_check:
-        err = check_attention(tg, model, s, device, dtype, sdpa_ctx)
+        err = (check_llama_attention(tl, model, s, device, dtype, sdpa_ctx) if s["rope"]
+               else check_attention(tg, model, s, device, dtype, sdpa_ctx))
         tol = 3e-2 if dtype == torch.bfloat16 else 1e-4
         out["attention_check"] = {"rel_l2": err, "tol": tol}
         log("attention check: rel L2 %.3g vs explicit fp32 attention (tol %g)" % (err, tol))
@@ -543,7 +723,7 @@ def run(a, s, out):
 def main(argv):
     a = parse_args(argv)
     if a.tiny_sets:
-        print("\n".join(TINY_SETS))
+        print("\n".join(tiny_sets(bench_util.read_cfg(a.config))))
         return 0
     label = a.label or os.path.splitext(os.path.basename(a.config))[0] + ("-tiny" if a.tiny else "")
     out = {"framework": "torch", "model": label}
@@ -557,12 +737,16 @@ def main(argv):
     out.update({"B": s["B"], "T": s["T"], "grad_accum": s["grad_accum"], "params": s["params"],
                 "flops_per_token": s["flops_per_token"], "tokens_per_step": s["tokens_per_step"]})
     if a.dry_run:
-        out.update({k: s[k] for k in ("L", "C", "NH", "F", "V", "Vp", "max_T", "alibi", "bias", "gelu_exact")})
+        out.update({k: s[k] for k in ("L", "C", "NH", "F", "V", "Vp", "max_T", "alibi", "bias", "gelu_exact",
+                                      "rope", "KVH", "hs", "qkv_bias", "qk_norm", "tie")})
         print(json.dumps(out), flush=True)
         return 0
+    form = ("ALiBi" if s["alibi"] else "learned positions") if not s["rope"] else (
+        "RoPE (%s), %d kv heads of %d, SwiGLU %d%s%s, %s head" % (
+            s["rope_scaling"], s["KVH"], s["hs"], s["F"], ", qkv bias" if s["qkv_bias"] else "",
+            ", QK-norm" if s["qk_norm"] else "", "tied" if s["tie"] else "untied"))
     log("%s: %d layers, d %d, %d heads, V %d (Vp %d), %s, B %d x T %d x %d microbatches, N %d" % (
-        label, s["L"], s["C"], s["NH"], s["V"], s["Vp"], "ALiBi" if s["alibi"] else "learned positions",
-        s["B"], s["T"], s["grad_accum"], s["params"]))
+        label, s["L"], s["C"], s["NH"], s["V"], s["Vp"], form, s["B"], s["T"], s["grad_accum"], s["params"]))
     rc = 0
     try:
         run(a, s, out)
