@@ -283,7 +283,7 @@ bench() {
     (($# <= 1)) || die "bench: one model per call, so that each run ends inside the device's 10 minutes (got: $*)"
     setup
     local models=${1:-gpt2-124m} tag rc=0
-    tag=$(printf '%s' "$models${TESSERA_ARGS:+ $TESSERA_ARGS}" | tr -c 'A-Za-z0-9_.-' '_' | cut -c1-60)
+    tag=$(printf '%s' "$models${SETS:+ $SETS}${TESSERA_ARGS:+ $TESSERA_ARGS}" | tr -c 'A-Za-z0-9_.-' '_' | cut -c1-60)
     # PyTorch under setup's python3-machine (bench/gpu/run.sh starts tessera with its own path)
     local py=$UNPACKED/python3-machine
     MODELS=$models BENCH_OUT=/tmp/bench-$tag PYTHON=$py limited "$OUTDIR/bench-$tag.txt" bash bench/gpu/run.sh || rc=$?
