@@ -331,7 +331,7 @@ hc() {
 #  ncu          ncu's per-kernel summary (count, average duration) over 3 steps at the clocks and
 #               with the caches as in a real run, where ncu runs and is allowed the counters:
 #               profile-MODEL-ncu.txt.
-# More settings for tessera-train: TESSERA_ARGS="KEY=VALUE ...".
+# More settings for tessera-train: SETS="KEY=VALUE ..." (as bench's, e.g. seq_len=2048) and TESSERA_ARGS.
 PROFILE_ALL="base accumulate unfused splitk-none splitk-any"
 profile() {
     setup
@@ -347,7 +347,7 @@ profile() {
                --set data.train="$data/train" --set data.val= --set eval_interval=0ba
                --set save_interval=0ba --set sample.tokens=0 --set run_dir=/tmp/profile-run)
     [[ -z $mb ]] || run+=(--set micro_batch="$mb" --set global_batch="$mb")
-    for kv in ${TESSERA_ARGS:-}; do run+=(--set "$kv"); done
+    for kv in ${SETS:-} ${TESSERA_ARGS:-}; do run+=(--set "$kv"); done
     # the runs PROFILE_RUNS names, each with its measurement switch (docs/cuda.md)
     local runs=" ${PROFILE_RUNS:-$PROFILE_ALL ncu} " kinds=() name sfx
     local -A switch=([base]="" [accumulate]=TSR_GRAD_OVERWRITE=0 [unfused]=TSR_DGELU_FUSION=0
