@@ -26,8 +26,8 @@ the explicit softmax, F.scaled_dot_product_attention,
     leaves out the math fallback, which would materialise B x NH x T x T probabilities.
   - RoPE (Llama-style): is_causal=True, no mask; grouped-query heads through SDPA's enable_gqa
     where this torch has it (2.5 and later), else the key/value heads repeated (repeat_kv);
-    RoPE's cos and sin computed once per forward in fp32 and applied in the compute dtype (as
-    transformers does). A recipe's model.attn_mask = "document" is refused: set
+    RoPE's cos and sin computed once per forward and applied in fp32, q and k then cast to the
+    compute dtype for SDPA. A recipe's model.attn_mask = "document" is refused: set
     model.attn_mask=causal for both programs (run.sh's SETS).
   The kernels that really ran are read from one profiled step after the timed ones
   ("attention_ops"). On a torch without SDPA (Debian's 1.13) a plain-math stand-in with the same
@@ -317,21 +317,30 @@ def build_model(tg, s, device, sdpa, bias_dtype):
     for blk in model.blocks:
         blk.attn.__class__ = cls
         blk.attn.attn_bias = bias
-    # GPT-2 initialisation as tessera's: N(0, init_std) matrices and embeddings, residual
-    # projections / sqrt(2L), biases 0, LayerNorms 1, padded vocabulary rows 0
+    init_like_tessera(model, s, lambda name, p: "ln" in name.split(".")[-2],
+                      ("attn.proj.weight", "mlp.proj.weight"), [model.wte.weight])
+    return model
+
+
+def init_like_tessera(model, s, is_norm, residual, vocab_rows):
+    """tessera's initialisation (src/model/model.c): N(0, init_std) matrices and embeddings, the
+    residual projections (names ending in `residual`) / sqrt(2L), biases 0, norm weights 1
+    (is_norm(name, p)), the padded vocabulary rows of the `vocab_rows` tensors 0."""
+    import torch
+
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith(".bias"):
                 p.zero_()
-            elif "ln" in name.split(".")[-2]:
+            elif is_norm(name, p):
                 p.fill_(1.0)
             else:
                 std = s["init_std"]
-                if name.endswith(("attn.proj.weight", "mlp.proj.weight")):
+                if name.endswith(residual):
                     std /= math.sqrt(2 * s["L"])
                 p.normal_(0.0, std)
-        model.wte.weight[s["V"]:].zero_()
-    return model
+        for w in vocab_rows:
+            w[s["V"]:].zero_()
 
 
 def gqa_native(torch, sdpa):
@@ -356,14 +365,8 @@ def make_llama_classes(tl, sdpa, gqa):
                 raise NotImplementedError("the peer models model.attn_mask = causal only")
             B, T, _ = x.shape
             c = self.cfg
-            q = self.q_proj(x).view(B, T, c.NH, c.hs)
-            k = self.k_proj(x).view(B, T, c.KVH, c.hs)
-            v = self.v_proj(x).view(B, T, c.KVH, c.hs).transpose(1, 2)
-            if c.qk_norm:
-                q, k = self.q_norm(q), self.k_norm(k)
-            q, k = q.transpose(1, 2), k.transpose(1, 2)              # (B,H,T,hs)
-            cos, sin = cos.to(v.dtype), sin.to(v.dtype)            # RoPE in the compute dtype
-            q, k = tl.apply_rope(q.to(v.dtype), cos, sin), tl.apply_rope(k.to(v.dtype), cos, sin)
+            q, k, v = self.heads(x, cos, sin)  # RoPE in fp32 (QK-norm's output is fp32 too)
+            q, k = q.to(v.dtype), k.to(v.dtype)  # SDPA takes one dtype: the compute dtype
             if gqa:
                 y = sdpa(q, k, v, is_causal=True, enable_gqa=c.NH != c.KVH)
             else:
@@ -395,9 +398,7 @@ def make_llama_classes(tl, sdpa, gqa):
 
 
 def build_llama(tl, s, device, sdpa, gqa):
-    """The Llama-style model of s, initialised as tessera's: N(0, init_std) matrices and
-    embeddings, o_proj and down_proj / sqrt(2L), RMSNorm and QK-norm weights 1, biases 0, padded
-    vocabulary rows 0 (src/model/model.c)."""
+    """The Llama-style model of s, initialised as tessera's (init_like_tessera)."""
     import torch
 
     scaling = (tl.RopeScaling(factor=s["rope_factor"], low_freq_factor=s["rope_low"],
@@ -415,20 +416,9 @@ def build_llama(tl, s, device, sdpa, gqa):
         model = model_cls(cfg).to(device)
     for layer in model.layers:
         layer.self_attn.__class__ = attn_cls
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith(".bias"):
-                p.zero_()
-            elif p.dim() == 1:  # input_layernorm, post_attention_layernorm, norm, q_norm, k_norm
-                p.fill_(1.0)
-            else:
-                std = s["init_std"]
-                if name.endswith(("o_proj.weight", "down_proj.weight")):
-                    std /= math.sqrt(2 * s["L"])
-                p.normal_(0.0, std)
-        model.embed_tokens.weight[s["V"]:].zero_()
-        if model.lm_head is not None:
-            model.lm_head.weight[s["V"]:].zero_()
+    # the 1-D weights: input_layernorm, post_attention_layernorm, norm, q_norm, k_norm
+    init_like_tessera(model, s, lambda name, p: p.dim() == 1, ("o_proj.weight", "down_proj.weight"),
+                      [model.embed_tokens.weight] + ([] if model.lm_head is None else [model.lm_head.weight]))
     return model
 
 

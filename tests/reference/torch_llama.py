@@ -138,8 +138,9 @@ class Attention(nn.Module):
             self.q_norm = RMSNorm(c.hs, c.norm_eps)
             self.k_norm = RMSNorm(c.hs, c.norm_eps)
 
-    def forward(self, x, cos, sin, allowed):
-        """allowed (B,T,T) bool: query i may see key j."""
+    def heads(self, x, cos, sin):
+        """q (B,NH,T,hs), k and v (B,KVH,T,hs): the projections, QK-norm, RoPE (the attention's
+        inputs before the key/value heads are repeated; bench/gpu/torch_peer.py's SDPA too)."""
         B, T, _ = x.shape
         c = self.cfg
         q = self.q_proj(x).view(B, T, c.NH, c.hs)
@@ -148,7 +149,13 @@ class Attention(nn.Module):
         if c.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = q.transpose(1, 2), k.transpose(1, 2)                   # (B,H,T,hs)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+    def forward(self, x, cos, sin, allowed):
+        """allowed (B,T,T) bool: query i may see key j."""
+        B, T, _ = x.shape
+        c = self.cfg
+        q, k, v = self.heads(x, cos, sin)
         k, v = repeat_kv(k, c.NH // c.KVH), repeat_kv(v, c.NH // c.KVH)
         s = (q @ k.transpose(-2, -1)) * c.hs ** -0.5                  # (B,NH,T,T)
         s = s.masked_fill(~allowed[:, None], float("-inf"))
