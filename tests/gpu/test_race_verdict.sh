@@ -3,11 +3,12 @@
 # (tests/gpu/fixtures/racecheck-h200.txt: the op test's reduced cases under compute-sanitizer's
 # racecheck, 273 ok, exit 99 for 4 hazards, every one inside cuBLASLt's nvjet_sm90_* kernels).
 # Hazards only in NVIDIA's kernels are named and pass; one in a kernel of ours, a failed op check,
-# or an exit 99 with no hazard named fails; the log is read, never written.
+# an op test cut short, a summary counting more than the reports read, or an exit 99 with no
+# hazard named fails; the log is read, never written.
 # shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 6
+tap_plan 8
 LOG=$TSR_ROOT/tests/gpu/fixtures/racecheck-h200.txt
 verdict() { bash "$TSR_ROOT/tests/gpu/device.sh" race-verdict "$1"; }
 sum0=$(sha256sum <"$LOG")
@@ -38,6 +39,16 @@ tap_check $? "exit 99 with no hazard named (another sanitizer error) fails"
 sed 's/^1\.\.273$/1..0 # SKIP no GPU/' "$LOG" >"$TMP/plan0.txt"
 ! verdict "$TMP/plan0.txt" >/dev/null
 tap_check $? "a log whose op test planned nothing fails"
+
+# the op test cut short (its last check missing: it stopped under the sanitizer)
+last=$(grep -n '^ok ' "$LOG" | tail -1 | cut -d: -f1)
+sed "${last}d" "$LOG" >"$TMP/short.txt"
+! verdict "$TMP/short.txt" >/dev/null
+tap_check $? "an op test that did not reach its plan (272 of 273) fails"
+
+sed 's/RACECHECK SUMMARY: 4 hazards displayed (4 errors/RACECHECK SUMMARY: 5 hazards displayed (5 errors/' "$LOG" >"$TMP/more.txt"
+! cmp -s "$LOG" "$TMP/more.txt" && ! verdict "$TMP/more.txt" >/dev/null
+tap_check $? "a summary counting a hazard more than the reports it read fails"
 
 [[ $(sha256sum <"$LOG") == "$sum0" ]]
 tap_check $? "the fixture is unchanged"
