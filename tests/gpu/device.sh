@@ -346,7 +346,9 @@ hc() {
 PROFILE_ALL="base accumulate unfused splitk-none splitk-any"
 profile() {
     setup
-    local model=${1:-gpt2-124m} ncu data=/tmp/profile-data V kv rc=0
+    local model=${1:-gpt2-124m} ncu data=/tmp/profile-data V kv rc=0 ptag
+    # the files' name: the model, and SETS when given (two profiles at different T in one call)
+    ptag=$model${SETS:+_$(printf '%s' "$SETS" | tr -c 'A-Za-z0-9_.-' '_' | cut -c1-60)}
     V=$(recipe_int "$model" vocab_size)
     [[ -d $data/train ]] || "$BUILD/tessera" synth --out "$data" --vocab "${V:-50257}" --val-tokens 0 --seed 1 --quiet
     # the bench's shapes (bench/gpu/run.sh: its micro batch, else the recipe's; one microbatch a
@@ -368,7 +370,7 @@ profile() {
         sfx=-$name && [[ $name != base ]] || sfx=""
         rm -rf /tmp/profile-run
         (export TSR_PROFILE=1 ${switch[$name]}
-         limited "$OUTDIR/profile-$model$sfx.txt" "${run[@]}" --set max_duration=8ba) || rc=1
+         limited "$OUTDIR/profile-$ptag$sfx.txt" "${run[@]}" --set max_duration=8ba) || rc=1
         kinds+=("$sfx")
     done
     rm -rf /tmp/profile-run
@@ -377,18 +379,18 @@ profile() {
         :
     elif [[ -z $ncu ]]; then
         echo "no working ncu (Nsight Compute) on this machine: the event profile above stands alone" |
-            tee "$OUTDIR/profile-$model-ncu.txt"
+            tee "$OUTDIR/profile-$ptag-ncu.txt"
     else
-        limited "$OUTDIR/profile-$model-ncu.txt" "$ncu" --metrics gpu__time_duration.sum \
+        limited "$OUTDIR/profile-$ptag-ncu.txt" "$ncu" --metrics gpu__time_duration.sum \
             --print-summary per-kernel --clock-control none --cache-control none "${run[@]}" \
-            --set max_duration=3ba >/dev/null || echo "ncu exited (see profile-$model-ncu.txt)"
-        tail -60 "$OUTDIR/profile-$model-ncu.txt"
+            --set max_duration=3ba >/dev/null || echo "ncu exited (see profile-$ptag-ncu.txt)"
+        tail -60 "$OUTDIR/profile-$ptag-ncu.txt"
     fi
     for kv in "${kinds[@]}"; do
-        echo "== profile-$model$kv.txt"
-        awk '/TSR_PROFILE device time per op/ { on = 1 } on && n++ < 40' "$OUTDIR/profile-$model$kv.txt"
+        echo "== profile-$ptag$kv.txt"
+        awk '/TSR_PROFILE device time per op/ { on = 1 } on && n++ < 40' "$OUTDIR/profile-$ptag$kv.txt"
         # the GEMMs' algorithms (tcu_matmul_report): does the heuristic split K, and where
-        grep -h '^cuBLASLt: ' "$OUTDIR/profile-$model$kv.txt" || true
+        grep -h '^cuBLASLt: ' "$OUTDIR/profile-$ptag$kv.txt" || true
     done
     return $rc
 }
