@@ -440,6 +440,29 @@ def check_llama_attention(tl, model, s, device, dtype, sdpa_ctx):
     return float((y - ref).norm() / ref.norm())
 
 
+def check_llama_model(tl, model, s, device, sdpa_ctx):
+    """The peer's whole forward (PeerLlama: its RoPE angles, the layers through SDPA, the head)
+    against torch_llama's own (positions and mask built there, the explicit attention), both in
+    fp32 on random tokens, B = 1, T = min(the run's T, 128): relative L2 error of the logits."""
+    import torch
+
+    T = min(s["T"], 128)
+    g = torch.Generator(device="cpu").manual_seed(4321)
+    idx = torch.randint(0, s["V"], (1, T), generator=g).to(device)
+    sdpa_cls = type(model.layers[0].self_attn)
+    with torch.no_grad():
+        with sdpa_ctx():
+            got = model(idx)[0].float()
+        try:
+            for layer in model.layers:
+                layer.self_attn.__class__ = tl.Attention
+            ref = tl.Llama.forward(model, idx)[0].float()
+        finally:
+            for layer in model.layers:
+                layer.self_attn.__class__ = sdpa_cls
+    return float((got - ref).norm() / ref.norm())
+
+
 def check_attention(tg, model, s, device, dtype, sdpa_ctx):
     """Block 0's SDPA attention against torch_gpt's explicit attention in fp32 on random input:
     relative L2 error. B = 1 and the run's T, dtype, bias and allowed kernels."""
@@ -567,7 +590,8 @@ def run(a, s, out):
         model = build_model(tg, s, device, sdpa, dtype)
     out["attention"] = desc
     n_all = sum(p.numel() for p in model.parameters())
-    n_counted = n_all - (s["Vp"] - s["V"]) * s["C"]
+    # the padded vocabulary rows of the embedding, and of an untied head
+    n_counted = n_all - (s["Vp"] - s["V"]) * s["C"] * (1 if s["tie"] else 2)
     if n_counted != s["params"]:
         raise RuntimeError("model has %d counted parameters, the formula %d" % (n_counted, s["params"]))
 
@@ -579,6 +603,12 @@ def run(a, s, out):
         log("attention check: rel L2 %.3g vs explicit fp32 attention (tol %g)" % (err, tol))
         if not err <= tol:
             raise RuntimeError("SDPA attention differs from the explicit one: rel L2 %.3g > %g" % (err, tol))
+        if s["rope"]:
+            err = check_llama_model(tl, model, s, device, sdpa_ctx)
+            out["model_check"] = {"rel_l2": err, "tol": 1e-4}
+            log("model check: rel L2 %.3g of the fp32 logits vs torch_llama's forward (tol 1e-4)" % err)
+            if not err <= 1e-4:
+                raise RuntimeError("the peer's forward differs from torch_llama's: rel L2 %.3g > 1e-4" % err)
 
     if hasattr(torch, "set_float32_matmul_precision"):  # after the check: fp32 leftovers may use TF32
         torch.set_float32_matmul_precision("high")

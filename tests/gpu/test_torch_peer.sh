@@ -8,7 +8,8 @@
 #  - what it does not model is refused with exit 2 and the key named: a document mask, an MoE
 #    recipe, the Llama-only keys on a GPT-2 recipe;
 #  - run.sh's CPU self-check (DEVICE=cpu TINY=1, SETS for both programs) gives a llama-3.2-1b row
-#    with both programs' numbers, the peer's SDPA attention within 1e-4 of the explicit one.
+#    with both programs' numbers, no run failed; the peer's SDPA attention within 1e-4 of the
+#    explicit one and its whole fp32 forward of torch_llama's (the checks it runs before timing).
 # Needs Debian's python3-torch (skips loudly without it).
 # shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
@@ -48,7 +49,7 @@ refused() { # refused WHAT ARGS...: exit 2, WHAT named in the JSON error
 }
 refused model.attn_mask --config "$TSR_ROOT/configs/llama-3.2-1b.cfg" &&
     refused model.moe_experts --config "$TSR_ROOT/configs/qwen3-30b-a3b.cfg" --set model.attn_mask=causal --set model.activation_checkpointing=none &&
-    refused n_kv_head --config "$TSR_ROOT/configs/gpt2-124m.cfg" --set model.n_kv_head=4 &&
+    refused "in the Llama form (model.pos = rope) only" --config "$TSR_ROOT/configs/gpt2-124m.cfg" --set model.n_kv_head=4 &&
     refused "model.pos/norm/mlp/bias" --config "$TSR_ROOT/configs/llama-3.2-1b.cfg" --set model.attn_mask=causal --set model.mlp=gelu
 tap_check $? "refused with exit 2, the key named: a document mask, an MoE recipe, GQA on a GPT-2 recipe, RoPE with a GELU MLP"
 
@@ -56,11 +57,14 @@ DEVICE=cpu TINY=1 MODELS=llama-3.2-1b SETS="model.attn_mask=causal" PYTHON=$PY3 
     BENCH_OUT=$TMP/bench BUILD=$BUILD bash "$TSR_ROOT/bench/gpu/run.sh" >"$TMP/run.txt" 2>&1
 r=$?
 row=$(grep '^| llama-3.2-1b |' "$TMP/run.txt")
-((r == 0)) && [[ -n $row ]] && awk -F'|' '{ gsub(/ /, ""); exit !($5 > 0 && $6 > 0) }' <<<"$row" &&
+((r == 0)) && [[ -n $row ]] && ! grep -q 'failed' "$TMP/run.txt" &&
+    awk -F'|' '{ gsub(/ /, ""); exit !($5 ~ /^[0-9.]+$/ && $6 ~ /^[0-9.]+$/ && $5 + 0 > 0 && $6 + 0 > 0) }' <<<"$row" &&
     grep -q 'SETS="model.attn_mask=causal"' "$TMP/run.txt"
 tap_check $? "run.sh's CPU self-check of llama-3.2-1b (TINY=1, SETS for both): PyTorch and tessera tok/s in its row (exit $r: ${row:-no row})"
 [[ $(field "$TMP/bench/llama-3.2-1b-torch.json" attention) == *"grouped-query 4:2"* ]] &&
-    "$PY3" -c 'import json, sys; c = json.load(open(sys.argv[1]))["attention_check"]; sys.exit(not c["rel_l2"] <= c["tol"] <= 1e-4)' \
+    "$PY3" -c 'import json, sys
+j = json.load(open(sys.argv[1]))
+sys.exit(not all(c["rel_l2"] <= c["tol"] <= 1e-4 for c in (j["attention_check"], j["model_check"])))' \
         "$TMP/bench/llama-3.2-1b-torch.json"
-tap_check $? "the peer's grouped-query SDPA attention (RoPE applied) within 1e-4 of torch_llama's explicit one"
+tap_check $? "the peer's grouped-query SDPA attention within 1e-4 of torch_llama's explicit one, and its whole forward (RoPE angles, layers, head) of torch_llama's"
 tap_done
