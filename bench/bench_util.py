@@ -219,7 +219,7 @@ def cmd_tessera_result(argv):
             m = re.search(r"(\d+) tokens/step", line)
             if m and line.startswith("batch:"):
                 tps = int(m.group(1))
-            m = re.search(r"OpenBLAS core (\S+)", line)
+            m = re.search(r"OpenBLAS core ([A-Za-z0-9_]+)", line)
             if m:
                 core = m.group(1)
     times = []

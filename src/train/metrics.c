@@ -173,8 +173,9 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
                          : "", t->T, (long long)(c->global_batch * c->seq_len));
     if (dry_run)
         printf("dry run: plan only, no data opened, nothing allocated\n");
-    else if (c->device == TSR_DEVICE_CUDA && c->peak_flops <= 0)
-        /* the GPU's peak is known once the device is open: train_gpu_init prints it */
+    else if (c->device == TSR_DEVICE_CUDA && c->peak_flops <= 0 && !t->be.gpu)
+        /* the GPU's peak is known once the device is open: train_gpu_init prints it (a re-print
+         * after an out-of-memory back-off, the device open, takes the branch below) */
         printf("steps: %lld (warmup %lld), train samples/epoch %llu, eval every %lld steps; "
                "peak FLOP/s: the GPU's (below)\n",
                (long long)t->total_steps, (long long)t->warmup_steps,

@@ -150,8 +150,8 @@ static void banner(const tsr_dist *d, const tsr_config *cfg, int threads) {
     dist_version(mpi, sizeof mpi);
     printf("tessera-train %s | %d rank%s | %s\n", TSR_VERSION, d->world, d->world > 1 ? "s" : "", mpi);
     if (cfg->device == TSR_DEVICE_CUDA) /* the host still runs data, checkpoints and samples */
-        printf("backend cuda (bf16, fp32 master weights) | host: OpenBLAS core %s, %d thread%s per "
-               "rank\n", cpu_ops_blas_core(), threads, threads > 1 ? "s" : "");
+        printf("backend cuda (bf16 activations and matmuls; docs/cuda.md) | host: OpenBLAS core %s, "
+               "%d thread%s per rank\n", cpu_ops_blas_core(), threads, threads > 1 ? "s" : "");
     else
         printf("backend cpu (fp32) | OpenBLAS core %s | %d thread%s per rank\n",
                cpu_ops_blas_core(), threads, threads > 1 ? "s" : "");
