@@ -254,8 +254,9 @@ def cmd_table(out_dir, device, *models):
               "metrics.jsonl (its device allocator's peak, cuBLASLt workspace included). In parentheses, for both: the peak of the GPU's "
               "memory.used (nvidia-smi every 0.25 s) over the idle baseline: the whole process, CUDA "
               "context and allocator cache included.")
-    print("tokens/s = tokens per step / median step time of the timed steps; MFU = (6N + 12·L·d·T) × "
-          "tokens/s / peak (docs/mfu.md), N and peak the same for both.")
+    print("tokens/s = tokens per step / median step time of the timed steps; MFU = (6N + "
+          "12·L·(heads·head_dim)·T) × tokens/s / peak (docs/mfu.md: an untied model's input embedding "
+          "left out of N), N and peak the same for both.")
     print()
     print("\n".join(details))
 
