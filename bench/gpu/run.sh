@@ -97,11 +97,9 @@ command -v "$PYTHON" >/dev/null || die "PYTHON=$PYTHON not found"
 for m in $MODELS; do [[ -f configs/$m.cfg ]] || die "configs/$m.cfg not found (MODELS=$MODELS)"; done
 TDEV=${DEVICE%%:*}  # tessera's device key
 
-# the tables and summaries (standard library only; bench_util.py reads tessera's configs)
+# the tables and summaries (standard library only)
 read -r -d '' HELPER <<'PY' || true
 import json, os, statistics, sys
-sys.path.insert(0, "bench")
-import bench_util
 
 def load(path):
     try:

@@ -383,16 +383,8 @@ def make_llama_classes(tl, sdpa, gqa):
             cos, sin = tl.rope_cos_sin(pos, self.inv_freq.float())
             x = self.embed_tokens(idx)
             for layer in self.layers:
-                x = x + layer.self_attn(layer.input_layernorm(x), cos, sin)
-                x = x + layer.mlp(layer.post_attention_layernorm(x))
-            head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-            logits = torch.nn.functional.linear(self.norm(x), head)
-            if targets is None:
-                return logits, None
-            V = self.cfg.V
-            loss_sum = torch.nn.functional.cross_entropy(
-                logits[..., :V].reshape(-1, V).float(), targets.reshape(-1), ignore_index=-1, reduction="sum")
-            return logits, loss_sum
+                x = layer(x, cos, sin, None)  # (no mask: the SDPA attention is causal)
+            return self.head(x, targets)  # (autocast runs the cross-entropy in fp32)
 
     return SDPALlamaAttention, PeerLlama
 

@@ -173,18 +173,16 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
                          : "", t->T, (long long)(c->global_batch * c->seq_len));
     if (dry_run)
         printf("dry run: plan only, no data opened, nothing allocated\n");
-    else if (c->device == TSR_DEVICE_CUDA && c->peak_flops <= 0 && !t->be.gpu)
+    else {
         /* the GPU's peak is known once the device is open: train_gpu_init prints it (a re-print
-         * after an out-of-memory back-off, the device open, takes the branch below) */
-        printf("steps: %lld (warmup %lld), train samples/epoch %llu, eval every %lld steps; "
-               "peak FLOP/s: the GPU's (below)\n",
+         * after an out-of-memory back-off, the device open, gives the number) */
+        char peak[48] = "peak FLOP/s: the GPU's (below)";
+        if (!(c->device == TSR_DEVICE_CUDA && c->peak_flops <= 0 && !t->be.gpu))
+            snprintf(peak, sizeof peak, "peak %.4g FLOP/s per rank", t->out.peak_flops);
+        printf("steps: %lld (warmup %lld), train samples/epoch %llu, eval every %lld steps; %s\n",
                (long long)t->total_steps, (long long)t->warmup_steps,
-               (unsigned long long)t->data.sampler.n, (long long)t->eval_every);
-    else
-        printf("steps: %lld (warmup %lld), train samples/epoch %llu, eval every %lld steps; "
-               "peak %.4g FLOP/s per rank\n",
-               (long long)t->total_steps, (long long)t->warmup_steps,
-               (unsigned long long)t->data.sampler.n, (long long)t->eval_every, t->out.peak_flops);
+               (unsigned long long)t->data.sampler.n, (long long)t->eval_every, peak);
+    }
     fflush(stdout);
 }
 

@@ -221,6 +221,10 @@ class Llama(TesseraLayout, nn.Module):
         x = self.embed_tokens(idx)
         for layer in self.layers:
             x = layer(x, cos, sin, allowed)
+        return self.head(x, targets)
+
+    def head(self, x, targets=None):
+        """The final norm, the logits (B,T,Vp) and, with targets, the summed loss (as forward)."""
         head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         logits = F.linear(self.norm(x), head)
         if targets is None:
