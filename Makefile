@@ -190,12 +190,19 @@ CUDA_TARGETS  += $(if $(CUDA_OK),$(CUDA_TRAIN_SO))
 # the host emulator of cuda_ops.h (kernels/cuda_emu/): the same trainer GPU path, runnable on any
 # machine; tests/gpu/test_cuda_train.sh checks it against the CPU backend
 CUEMU_TRAIN   := $(BUILD)/tests/tessera-train-cuemu $(BUILD)/tests/test_gpu_ops_emu
+# the CPU SIMT emulator (kernels/cuda_simt/): the real kernels of kernels/cuda/cuda_{attention,xent}.cu
+# (with cuda_fail.cu's tcu_fail), rewritten by tools/simt_cu.py and compiled by the host's C++
+# compiler, run thread by thread against the CPU oracle by the op test's cases for them
+# (test_gpu_ops.c built with TSR_GPU_OPS_SIMT); needs the CUDA headers only: no GPU, driver or library
+SIMT_KERNELS  := cuda_attention cuda_xent cuda_fail
+SIMT_OK        = $(wildcard $(CUDA_HOME)/include/cuda_bf16.h)
+SIMT_TEST     := $(if $(SIMT_OK),$(BUILD)/tests/test_gpu_ops_simt)
 # a CUDA-free stand-in for the GPU library, canned facts (healthcheck/mock/): tests the GPU mode's
 # host side (loading, MPI bootstrap of NCCL, pairs, judge, report) on any machine
 HC_GPU_MOCK   := $(BUILD)/tests/libtessera-hc-gpu-mock.so
 
 .PHONY: all deps demo check check-gpu bench install uninstall clean docs announce
-all: $(PROGRAMS) $(TEST_BIN) $(BUILD)/bench/matmul_floor $(HC_GPU_TARGET) $(HC_GPU_MOCK) $(CUDA_TARGETS) $(CUEMU_TRAIN)
+all: $(PROGRAMS) $(TEST_BIN) $(BUILD)/bench/matmul_floor $(HC_GPU_TARGET) $(HC_GPU_MOCK) $(CUDA_TARGETS) $(CUEMU_TRAIN) $(SIMT_TEST)
 
 # Order-only prerequisite of every object: runs once per make invocation.
 deps:
@@ -259,6 +266,32 @@ $(BUILD)/tests/test_gpu_ops_emu: $(BUILD)/obj/tests/gpu/test_gpu_ops.o $(BUILD)/
                                  $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
+
+# the SIMT emulator's build: each kernel file rewritten (same lines; #line names the .cu), compiled
+# with simt.h forced in first; cuda_emu.c without the ops those files define; the op test's SIMT mode
+SIMT_CXXFLAGS := -O2 -g -std=c++17 -march=$(ARCH) -fno-strict-aliasing -Wall -Wextra -Wno-unknown-pragmas \
+                 -Wno-class-memaccess $(if $(filter 1,$(WERROR)),-Werror) -DTCU_SIMT -Ikernels \
+                 -Ikernels/cuda -Ikernels/cuda_simt -Isrc -Isrc/base -isystem $(CUDA_HOME)/include -MMD -MP
+SIMT_OBJ      := $(SIMT_KERNELS:%=$(BUILD)/obj/simt/%.o) $(BUILD)/obj/kernels/cuda_simt/simt.o
+$(BUILD)/simt/%.cpp: kernels/cuda/%.cu tools/simt_cu.py | deps
+	@mkdir -p $(@D)
+	$(PYTHON) tools/simt_cu.py $< $@
+$(BUILD)/obj/simt/%.o: $(BUILD)/simt/%.cpp kernels/cuda_simt/simt.h
+	@mkdir -p $(@D)
+	$(CXX) $(SIMT_CXXFLAGS) -include kernels/cuda_simt/simt.h -c $< -o $@
+$(BUILD)/obj/kernels/cuda_simt/%.o: kernels/cuda_simt/%.cpp | deps
+	@mkdir -p $(@D)
+	$(CXX) $(SIMT_CXXFLAGS) -c $< -o $@
+$(BUILD)/obj/kernels/cuda_emu/cuda_emu_simt.o: kernels/cuda_emu/cuda_emu.c | deps
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -Ikernels/cuda -DTCU_EMU_SIMT_KERNELS -c $< -o $@
+$(BUILD)/obj/tests/gpu/test_gpu_ops_simt.o: tests/gpu/test_gpu_ops.c | deps
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -Itests -Ikernels/cuda -DTSR_GPU_OPS_SIMT -c $< -o $@
+$(BUILD)/tests/test_gpu_ops_simt: $(BUILD)/obj/tests/gpu/test_gpu_ops_simt.o \
+                                  $(BUILD)/obj/kernels/cuda_emu/cuda_emu_simt.o $(SIMT_OBJ) $(BUILD)/libtessera.a
+	@mkdir -p $(@D)
+	$(CXX) $(filter-out -std=c11,$(CFLAGS)) -o $@ $^ $(ALL_LIBS)
 
 $(BUILD)/tests/tessera-train-cuemu: $(BUILD)/obj/src/train/train_main.o $(BUILD)/obj/src/gpu/gpu_model.o \
                 $(BUILD)/obj/src/gpu/gpu_shard.o $(BUILD)/obj/src/gpu/gpu_ep.o $(BUILD)/obj/src/gpu/gpu_train_emu.o $(BUILD)/obj/src/gpu/gpu_comm_mpi.o \

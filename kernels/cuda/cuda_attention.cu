@@ -38,6 +38,7 @@
 #include <cstdio>
 
 #include "cuda_internal.h"
+#include "cuda_ptx.h"
 
 #define ATT_THREADS 128 /* 4 warps per block, 16 rows each */
 #define ATT_WARPS (ATT_THREADS / 32)
@@ -59,48 +60,8 @@ template <int HS> struct att_tiles {
     static constexpr size_t dq_smem = (size_t)(2 * DQ_BR + 2 * DQ_BC) * LD * sizeof(bf16);
 };
 
-/* ---- PTX wrappers (sm_80+) --------------------------------------------------------------- */
+/* ---- bf16 packing ------------------------------------------------------------------------- */
 
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-/* 16 bytes global -> shared, asynchronous; src_bytes 0 writes zeros (reads nothing) */
-__device__ __forceinline__ void cp_async16(void *sdst, const void *gsrc, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(sdst)),
-                 "l"(gsrc), "r"(src_bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-/* wait until at most N of this thread's committed groups are still in flight */
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-/* four 8x8 b16 matrices; lanes 8m..8m+7 address the rows of matrix m; thread l gets of each
- * matrix row l/4, columns 2(l%4), 2(l%4)+1 (.trans: rows 2(l%4), 2(l%4)+1 of column l/4) */
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16 *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_u32(p))
-                 : "memory");
-}
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const bf16 *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_u32(p))
-                 : "memory");
-}
-/* c (16x8 fp32) += a (16x16 bf16, row) * b (16x8 bf16, col). Fragments (g = lane/4, t = lane%4):
- * a = {A[g][2t..], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..]}, b = {B[2t..][g], B[2t+8..][g]},
- * c = {C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1]} */
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 /* two fp32 -> one bf16x2 register, lo in the low half (round to nearest even) */
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |

@@ -1,4 +1,4 @@
-/* cuda_common.cu — what every CUDA op stands on: failing loudly (tcu_fail), the process-wide
+/* cuda_common.cu — what every CUDA op stands on (failing loudly is cuda_fail.cu's): the process-wide
  * context's data (made by tcu_init, cuda_context.cu), device queries, memory and streams, the fp32 <-> bf16 conversions; and the
  * optimizer kernels over the fp32 master state: the gradient norm's sum of squares and AdamW.
  *
@@ -14,7 +14,6 @@
  *   - deterministic: the sum of squares adds in a fixed order that depends on n only.
  */
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,30 +29,6 @@
 
 tcu_context tcu_ctx;
 bool tcu_initialised = false;
-
-/* ---- failing ------------------------------------------------------------------------------- */
-
-static void (*fail_hook)(int status);
-
-void tcu_set_fail_hook(void (*hook)(int status)) { fail_hook = hook; }
-
-void tcu_fail(const char *what, const char *msg, const char *file, int line) {
-    fflush(stdout);
-    fprintf(stderr, "tessera cuda: %s: %s (%s:%d)\n", what ? what : "?", msg ? msg : "?",
-            file ? file : "?", line);
-    fflush(stderr);
-    if (fail_hook) fail_hook(1);
-    exit(1);
-}
-
-const char *tcu_msg(const char *fmt, ...) {
-    static thread_local char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    return buf;
-}
 
 /* "1.50 GiB" at or above 1 GiB, else "12.3 MiB" (into buf) */
 static const char *fmt_bytes(char *buf, size_t n, size_t bytes) {

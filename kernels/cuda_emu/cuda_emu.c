@@ -54,7 +54,10 @@ static const tsr_ops *const cpu = &tsr_cpu_ops;
 
 static void (*fail_hook)(int status);
 
+/* the SIMT build links kernels/cuda/cuda_fail.cu, whose tcu_set_fail_hook is the kernels' */
+#ifndef TCU_EMU_SIMT_KERNELS
 void tcu_set_fail_hook(void (*hook)(int status)) { fail_hook = hook; }
+#endif
 
 __attribute__((format(printf, 2, 3))) static _Noreturn void emu_fail(const char *what,
                                                                      const char *fmt, ...) {
@@ -941,6 +944,11 @@ void tcu_residual_backward(tsr_bf16 *da, tsr_bf16 *db, const tsr_bf16 *dout, siz
     }
 }
 
+/* Built with TCU_EMU_SIMT_KERNELS (build/tests/test_gpu_ops_simt), the attention and softmax +
+ * cross-entropy ops below are left out: the real kernels of kernels/cuda/, run by the SIMT
+ * emulator (kernels/cuda_simt/), take their place. */
+#ifndef TCU_EMU_SIMT_KERNELS
+
 /* ---- attention ----------------------------------------------------------------------------- */
 
 static void att_check(const char *what, int B, int T, int NH, int KVH, int hs) {
@@ -1096,6 +1104,8 @@ void tcu_argmax(int32_t *idx, const tsr_bf16 *logits, int N, int V, int Vp, tcu_
         idx[n] = bj;
     }
 }
+
+#endif /* TCU_EMU_SIMT_KERNELS */
 
 /* ---- optimizer ----------------------------------------------------------------------------- */
 

@@ -2080,7 +2080,30 @@ enum { QUICK_CASES = 2 };
 static int quick;
 #define NCASES(a) (quick && COUNT(a) > QUICK_CASES ? (size_t)QUICK_CASES : COUNT(a))
 
+/* Built with TSR_GPU_OPS_SIMT (build/tests/test_gpu_ops_simt): the ops whose real kernels the SIMT
+ * emulator runs on the CPU (kernels/cuda_simt/: attention, softmax + cross-entropy, argmax; the
+ * other ops of that build are kernels/cuda_emu's stand-ins, checked by test_gpu_ops_emu), then
+ * the guard bytes. */
+#ifdef TSR_GPU_OPS_SIMT
+enum { simt_only = 1 };
+#else
+enum { simt_only = 0 };
+#endif
+
+static int plan_size_simt(void) {
+    return (int)NCASES(ATT) * ATT_CHECKS + (int)NCASES(XENT) * (XENT_CHECKS + 1) +
+           (int)NCASES(ARGMAX_MORE) + 1;
+}
+
+static void run_simt(void) {
+    for (size_t i = 0; i < NCASES(ATT); i++) test_attention(&ATT[i]);
+    for (size_t i = 0; i < NCASES(XENT); i++) test_xent(&XENT[i]);
+    for (size_t i = 0; i < NCASES(XENT); i++) test_argmax(&XENT[i]);
+    for (size_t i = 0; i < NCASES(ARGMAX_MORE); i++) test_argmax(&ARGMAX_MORE[i]);
+}
+
 static int plan_size(void) {
+    if (simt_only) return plan_size_simt();
     int n = 3 + 1 + 1; /* conversions; guard bytes; memory statistics */
     for (size_t i = 0; i < NCASES(ENC); i++) n += enc_checks(&ENC[i]);
     for (size_t i = 0; i < NCASES(LN); i++) n += ln_checks(&LN[i]);
@@ -2142,6 +2165,14 @@ int main(void) {
              cpu_ops_blas_core());
     if (quick) tap_diag("TSR_GPU_OPS_QUICK=1: the first %d cases of each table", QUICK_CASES);
     tap_plan(plan_size());
+    if (simt_only) {
+        run_simt();
+        tap_ok(guards_broken == 0, "no kernel wrote into the %d guard bytes around its buffers "
+               "(%zu of %zu buffers hit)", GUARD, guards_broken, guards_checked);
+        tcu_stream_destroy(g_s);
+        tcu_shutdown();
+        return tap_done();
+    }
 
     test_convert();
     for (size_t i = 0; i < NCASES(D2D); i++) test_memcpy_d2d(&D2D[i]);

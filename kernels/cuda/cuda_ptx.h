@@ -1,0 +1,81 @@
+/* cuda_ptx.h — the PTX instructions the tensor-core kernels use (cuda_attention.cu), each wrapped
+ * in one inline function: cp.async (16-byte global -> shared copies), ldmatrix (8x8 b16 matrices
+ * from shared memory into mma fragments) and mma.sync m16n8k16 bf16 -> fp32 (sm_80 and sm_90a).
+ * Built with TCU_SIMT (the CPU SIMT emulator, kernels/cuda_simt/simt.h), the same functions run
+ * the emulator's versions, which follow the PTX ISA's fragment layouts written below. */
+#ifndef TSR_CUDA_PTX_H
+#define TSR_CUDA_PTX_H
+
+#include <stdint.h>
+
+#include <cuda_bf16.h>
+
+#ifndef TCU_SIMT
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+#endif
+
+/* 16 bytes global -> shared, asynchronous; src_bytes 0 writes zeros (reads nothing) */
+__device__ __forceinline__ void cp_async16(void *sdst, const void *gsrc, int src_bytes) {
+#ifdef TCU_SIMT
+    tcu_simt::cp_async(sdst, gsrc, 16, src_bytes);
+#else
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(sdst)),
+                 "l"(gsrc), "r"(src_bytes)
+                 : "memory");
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#ifdef TCU_SIMT
+    tcu_simt::cp_async_commit();
+#else
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+/* wait until at most N of this thread's committed groups are still in flight */
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+#ifdef TCU_SIMT
+    tcu_simt::cp_async_wait(N);
+#else
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+/* four 8x8 b16 matrices; lanes 8m..8m+7 address the rows of matrix m; thread l gets of each
+ * matrix row l/4, columns 2(l%4), 2(l%4)+1 (.trans: rows 2(l%4), 2(l%4)+1 of column l/4) */
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const __nv_bfloat16 *p) {
+#ifdef TCU_SIMT
+    tcu_simt::ldmatrix_x4(r, p, false);
+#else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p))
+                 : "memory");
+#endif
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __nv_bfloat16 *p) {
+#ifdef TCU_SIMT
+    tcu_simt::ldmatrix_x4(r, p, true);
+#else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p))
+                 : "memory");
+#endif
+}
+/* c (16x8 fp32) += a (16x16 bf16, row) * b (16x8 bf16, col). Fragments (g = lane/4, t = lane%4):
+ * a = {A[g][2t..], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..]}, b = {B[2t..][g], B[2t+8..][g]},
+ * c = {C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1]} */
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+#ifdef TCU_SIMT
+    tcu_simt::mma_m16n8k16_bf16(c, a, b0, b1);
+#else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+#endif

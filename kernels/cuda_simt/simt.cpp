@@ -1,0 +1,499 @@
+/* simt.cpp — the scheduler, barriers, warp collectives, cp.async, ldmatrix and mma of the SIMT
+ * emulator (simt.h has the model), and the few CUDA runtime calls the kernel files make on the
+ * host (cudaFuncSetAttribute, cudaGetLastError, cudaGetErrorString), so the test links no CUDA
+ * library and runs without a GPU or driver. x86-64 Linux: a fiber switch is a few instructions
+ * (tcu_simt_switch below), not swapcontext's signal-mask system call per switch.
+ */
+#include "simt.h"
+
+#include <sys/mman.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <thread>
+#include <vector>
+
+#if !defined(__x86_64__)
+#error "the SIMT emulator's fiber switch is written for x86-64"
+#endif
+
+/* tcu_simt_switch(save, load): saves the callee-saved registers, the x87 control word and MXCSR
+ * on the current stack and its stack pointer in *save, then continues on the stack `load` (made
+ * by an earlier switch, or by fiber_stack_init). */
+extern "C" void tcu_simt_switch(void **save, void *load);
+asm(R"(
+    .text
+    .globl tcu_simt_switch
+    .type tcu_simt_switch, @function
+tcu_simt_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $16, %rsp
+    stmxcsr 8(%rsp)
+    fnstcw (%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    fldcw (%rsp)
+    ldmxcsr 8(%rsp)
+    addq $16, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size tcu_simt_switch, .-tcu_simt_switch
+    .section .note.GNU-stack,"",@progbits
+)");
+
+namespace tcu_simt {
+
+thread_local uint3 g_thread_idx, g_block_idx;
+thread_local dim3 g_block_dim, g_grid_dim;
+
+namespace {
+
+constexpr size_t kStackBytes = 256 * 1024;
+constexpr int kMaxThreads = 1024;
+
+enum State { RUNNABLE, WAIT_BLOCK, WAIT_WARP, DONE };
+
+struct CpAsync {
+    void *dst;
+    const void *src;
+    int bytes, src_bytes;
+    long group; /* -1: not committed yet */
+};
+
+struct Fiber {
+    void *sp = nullptr;
+    unsigned char *stack = nullptr;
+    uint3 tid;
+    int linear = 0;
+    State state = DONE;
+    const char *waiting_at = "";
+    unsigned long warp_gen = 0;  /* the warp barrier generation this lane arrived in */
+    unsigned long block_gen = 0; /* the block barrier generation this thread arrived in */
+    std::vector<CpAsync> pending;
+    long committed = 0; /* cp.async groups committed */
+};
+
+struct Warp {
+    int lanes = 0;          /* threads of the block in this warp */
+    int live = 0;           /* of them, not exited */
+    int arrived = 0;        /* at the current collective */
+    unsigned long gen = 0;  /* collectives completed */
+    const char *what = nullptr;
+    unsigned char slot[2][32][kSlotBytes];
+};
+
+struct BlockState {
+    int nthreads = 0, live = 0, arrived = 0;
+    unsigned long gen = 0;
+    int acc[2] = {0, 0}; /* the predicate reduction of generation g at acc[g & 1] */
+    int result[2] = {0, 0};
+    int kind = 0;
+};
+
+/* one scheduler per OS thread */
+thread_local Fiber fibers[kMaxThreads];
+thread_local Warp warps[kMaxThreads / 32];
+thread_local BlockState blk;
+thread_local Fiber *cur = nullptr;
+thread_local void *sched_sp = nullptr;
+thread_local body_fn g_body;
+thread_local void *g_ctx;
+thread_local std::vector<unsigned char> smem_buf;
+cudaError_t last_error = cudaSuccess;
+std::map<const void *, int> smem_attr; /* cudaFuncAttributeMaxDynamicSharedMemorySize per kernel */
+
+[[noreturn]] void die(const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+    fprintf(stderr, "tessera simt: block (%u,%u,%u) thread (%u,%u,%u): %s\n", g_block_idx.x,
+            g_block_idx.y, g_block_idx.z, g_thread_idx.x, g_thread_idx.y, g_thread_idx.z, msg);
+    exit(1);
+}
+
+void fiber_entry() {
+    g_body(g_ctx);
+    /* the hardware completes a thread's outstanding copies after it exits */
+    cp_async_wait(0);
+    Fiber *f = cur;
+    f->state = DONE;
+    Warp &w = warps[f->linear / 32];
+    w.live--;
+    if (w.arrived > 0)
+        die("thread exited while %d lane(s) of its warp wait at %s: a warp collective needs every "
+            "lane", w.arrived, w.what ? w.what : "a collective");
+    blk.live--;
+    if (blk.arrived > 0 && blk.arrived == blk.live) { /* the others waited for this one only */
+        const unsigned long g = blk.gen;
+        blk.result[g & 1] = blk.acc[g & 1];
+        blk.arrived = 0;
+        blk.gen++;
+        for (int i = 0; i < blk.nthreads; i++)
+            if (fibers[i].state == WAIT_BLOCK) fibers[i].state = RUNNABLE;
+    }
+    tcu_simt_switch(&f->sp, sched_sp);
+    abort(); /* never resumed */
+}
+
+void fiber_stack_init(Fiber &f) {
+    if (!f.stack) {
+        void *m = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                       -1, 0);
+        if (m == MAP_FAILED) die("cannot map a %zu-byte fiber stack", kStackBytes);
+        f.stack = static_cast<unsigned char *>(m);
+    }
+    /* the frame tcu_simt_switch pops: control words, r15..rbp, then the return address
+     * (fiber_entry), 16-byte aligned so that fiber_entry starts as if called */
+    uintptr_t top = ((uintptr_t)(f.stack + kStackBytes) & ~(uintptr_t)15) - 16;
+    uint64_t *ret = reinterpret_cast<uint64_t *>(top);
+    ret[0] = (uint64_t)(uintptr_t)&fiber_entry;
+    ret[1] = 0;
+    uint64_t *sp = ret - 8;
+    memset(sp, 0, 8 * sizeof(uint64_t));
+    const uint16_t fpucw = 0x037f;
+    const uint32_t mxcsr = 0x1f80;
+    memcpy(sp, &fpucw, sizeof fpucw);
+    memcpy(reinterpret_cast<unsigned char *>(sp) + 8, &mxcsr, sizeof mxcsr);
+    f.sp = sp;
+}
+
+/* back to the scheduler; returns when this fiber is resumed */
+void yield() {
+    Fiber *f = cur;
+    tcu_simt_switch(&f->sp, sched_sp);
+}
+
+void describe_deadlock() {
+    fprintf(stderr, "tessera simt: deadlock in block (%u,%u,%u): no thread can go on\n",
+            g_block_idx.x, g_block_idx.y, g_block_idx.z);
+    int shown = 0;
+    for (int i = 0; i < blk.nthreads && shown < 8; i++)
+        if (fibers[i].state == WAIT_BLOCK || fibers[i].state == WAIT_WARP) {
+            fprintf(stderr, "  thread %d waits at %s\n", i, fibers[i].waiting_at);
+            shown++;
+        }
+    exit(1);
+}
+
+} // namespace
+
+unsigned char *dynamic_smem() { return smem_buf.data(); }
+
+int lane_id() { return cur->linear & 31; }
+
+const unsigned char *warp_exchange(const void *mine, size_t bytes, unsigned mask,
+                                   const char *what, complete_fn complete) {
+    Fiber *f = cur;
+    Warp &w = warps[f->linear / 32];
+    if (mask != 0xffffffffu)
+        die("%s with mask 0x%08x: the emulator runs full-warp collectives only", what, mask);
+    if (w.lanes != 32 || w.live != 32)
+        die("%s in a warp of %d lane(s), %d not exited: a full mask needs all 32", what, w.lanes,
+            w.live);
+    if (w.arrived > 0 && w.what != what)
+        die("%s while other lanes of the warp wait at %s: divergent collectives", what, w.what);
+    const unsigned long g = w.gen;
+    if (bytes) memcpy(w.slot[g & 1][f->linear & 31], mine, bytes);
+    w.what = what;
+    if (++w.arrived == 32) {
+        if (complete) complete(&w.slot[g & 1][0][0]);
+        w.arrived = 0;
+        w.gen++;
+        w.what = nullptr;
+        const int base = f->linear & ~31;
+        for (int l = 0; l < 32; l++)
+            if (fibers[base + l].state == WAIT_WARP) fibers[base + l].state = RUNNABLE;
+    } else {
+        f->state = WAIT_WARP;
+        f->waiting_at = what;
+        f->warp_gen = g;
+        yield();
+    }
+    return &w.slot[g & 1][0][0];
+}
+
+int block_barrier(int pred, int kind) {
+    Fiber *f = cur;
+    if (blk.arrived > 0 && blk.kind != kind)
+        die("__syncthreads variant %d while others wait at variant %d", kind, blk.kind);
+    blk.kind = kind;
+    const unsigned long g = blk.gen;
+    int &acc = blk.acc[g & 1];
+    if (blk.arrived == 0) acc = kind == 1 ? 1 : 0;
+    if (kind == 0) acc |= pred;
+    else if (kind == 1) acc &= pred;
+    else acc += pred;
+    if (++blk.arrived == blk.live) {
+        blk.result[g & 1] = acc;
+        blk.arrived = 0;
+        blk.gen++;
+        for (int i = 0; i < blk.nthreads; i++)
+            if (fibers[i].state == WAIT_BLOCK) fibers[i].state = RUNNABLE;
+    } else {
+        f->state = WAIT_BLOCK;
+        f->waiting_at = "__syncthreads";
+        f->block_gen = g;
+        yield();
+    }
+    return blk.result[g & 1];
+}
+
+namespace {
+
+/* the OS threads a grid's blocks are dealt to: TSR_SIMT_THREADS, else the CPUs (at most 8) */
+unsigned simt_threads() {
+    static unsigned n = [] {
+        const char *e = getenv("TSR_SIMT_THREADS");
+        if (e && *e) {
+            char *end;
+            const long v = strtol(e, &end, 10);
+            if (*end || v < 1 || v > 256) {
+                fprintf(stderr, "tessera simt: TSR_SIMT_THREADS='%s': expected 1..256\n", e);
+                exit(2);
+            }
+            return (unsigned)v;
+        }
+        const unsigned hw = std::thread::hardware_concurrency();
+        return hw < 1 ? 1u : hw > 8 ? 8u : hw;
+    }();
+    return n;
+}
+
+/* blocks first, first + stride, ... (linear index, x fastest) of the grid, on this OS thread */
+void run_blocks(dim3 grid, dim3 block, size_t smem, body_fn body, void *ctx, size_t first,
+                size_t stride) {
+    const size_t nthreads = (size_t)block.x * block.y * block.z;
+    const size_t nblocks = (size_t)grid.x * grid.y * grid.z;
+    g_body = body;
+    g_ctx = ctx;
+    g_grid_dim = grid;
+    g_block_dim = block;
+    smem_buf.assign(smem ? smem : 1, 0xff);
+    for (size_t lin = first; lin < nblocks; lin += stride) {
+        g_block_idx = make_uint3((unsigned)(lin % grid.x), (unsigned)(lin / grid.x % grid.y),
+                                 (unsigned)(lin / ((size_t)grid.x * grid.y)));
+        if (smem) memset(smem_buf.data(), 0xff, smem);
+        blk = BlockState();
+        blk.nthreads = blk.live = (int)nthreads;
+        for (size_t w = 0; w < nthreads / 32; w++) {
+            warps[w].lanes = warps[w].live = 32;
+            warps[w].arrived = 0;
+            warps[w].what = nullptr;
+        }
+        for (size_t i = 0; i < nthreads; i++) {
+            Fiber &f = fibers[i];
+            fiber_stack_init(f);
+            f.linear = (int)i;
+            f.tid = make_uint3((unsigned)(i % block.x), (unsigned)(i / block.x % block.y),
+                               (unsigned)(i / ((size_t)block.x * block.y)));
+            f.state = RUNNABLE;
+            f.pending.clear();
+            f.committed = 0;
+        }
+        int done = 0;
+        while (done < (int)nthreads) {
+            bool progress = false;
+            done = 0;
+            for (size_t i = 0; i < nthreads; i++) {
+                Fiber &f = fibers[i];
+                if (f.state == RUNNABLE) {
+                    cur = &f;
+                    g_thread_idx = f.tid;
+                    tcu_simt_switch(&sched_sp, f.sp);
+                    progress = true;
+                }
+                if (f.state == DONE) done++;
+            }
+            if (!progress && done < (int)nthreads) describe_deadlock();
+        }
+        cur = nullptr;
+    }
+}
+
+} // namespace
+
+void run_grid(const void *kernel, dim3 grid, dim3 block, size_t smem, body_fn body, void *ctx) {
+    const size_t nthreads = (size_t)block.x * block.y * block.z;
+    auto it = smem_attr.find(kernel);
+    const size_t smem_max = it == smem_attr.end() ? 48 * 1024 : (size_t)it->second;
+    if (nthreads == 0 || nthreads > (size_t)kMaxThreads || block.z > 64 || grid.x == 0 ||
+        grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535 || grid.x > 0x7fffffffu) {
+        last_error = cudaErrorInvalidConfiguration;
+        return;
+    }
+    if (smem > smem_max) {
+        last_error = cudaErrorInvalidValue;
+        return;
+    }
+    if (nthreads % 32 != 0) {
+        /* allowed on a GPU; the emulator's warps would be partial: no kernel here launches so */
+        fprintf(stderr, "tessera simt: %zu threads per block is not a whole number of warps\n",
+                nthreads);
+        exit(1);
+    }
+    const size_t nblocks = (size_t)grid.x * grid.y * grid.z;
+    const size_t n = nblocks < simt_threads() ? nblocks : simt_threads();
+    std::vector<std::thread> others;
+    for (size_t t = 1; t < n; t++)
+        others.emplace_back(run_blocks, grid, block, smem, body, ctx, t, n);
+    run_blocks(grid, block, smem, body, ctx, 0, n);
+    for (std::thread &t : others) t.join();
+}
+
+/* ---- cp.async ------------------------------------------------------------------------------ */
+
+void cp_async(void *sdst, const void *gsrc, int bytes, int src_bytes) {
+    if (src_bytes < 0 || src_bytes > bytes) die("cp.async with src-size %d of %d", src_bytes, bytes);
+    if (((uintptr_t)sdst % (uintptr_t)bytes) || (src_bytes && (uintptr_t)gsrc % (uintptr_t)bytes))
+        die("cp.async of %d bytes at a misaligned address (shared %p, global %p)", bytes, sdst,
+            gsrc);
+    cur->pending.push_back(CpAsync{sdst, gsrc, bytes, src_bytes, -1});
+}
+
+void cp_async_commit() {
+    Fiber *f = cur;
+    for (CpAsync &c : f->pending)
+        if (c.group < 0) c.group = f->committed;
+    f->committed++;
+}
+
+void cp_async_wait(int n) {
+    Fiber *f = cur;
+    /* groups 0 .. committed-1-n complete; uncommitted copies too when n = 0 (the hardware's
+     * wait_group 0 waits for all committed groups; a copy never committed completes at some
+     * point: here, at the thread's end) */
+    const long upto = f->committed - 1 - n;
+    std::vector<CpAsync> keep;
+    for (CpAsync &c : f->pending) {
+        if (c.group >= 0 && c.group <= upto) {
+            if (c.src_bytes) memcpy(c.dst, c.src, (size_t)c.src_bytes);
+            memset(static_cast<unsigned char *>(c.dst) + c.src_bytes, 0,
+                   (size_t)(c.bytes - c.src_bytes));
+        } else {
+            keep.push_back(c);
+        }
+    }
+    f->pending.swap(keep);
+}
+
+/* ---- ldmatrix and mma ---------------------------------------------------------------------- */
+
+void ldmatrix_x4(uint32_t (&r)[4], const void *p, bool trans) {
+    if ((uintptr_t)p & 15) die("ldmatrix row address %p is not 16-byte aligned", p);
+    const uintptr_t mine = (uintptr_t)p;
+    const unsigned char *all = warp_exchange(&mine, sizeof mine, 0xffffffffu,
+                                             trans ? "ldmatrix.trans" : "ldmatrix");
+    const int l = lane_id();
+    auto row = [&](int lane) {
+        uintptr_t a;
+        memcpy(&a, all + (size_t)lane * kSlotBytes, sizeof a);
+        return reinterpret_cast<const uint16_t *>(a);
+    };
+    for (int m = 0; m < 4; m++) {
+        uint16_t lo, hi;
+        if (!trans) { /* row l/4, columns 2(l%4), 2(l%4)+1 of matrix m */
+            const uint16_t *rp = row(8 * m + l / 4);
+            lo = rp[2 * (l % 4)];
+            hi = rp[2 * (l % 4) + 1];
+        } else { /* rows 2(l%4), 2(l%4)+1, column l/4 */
+            lo = row(8 * m + 2 * (l % 4))[l / 4];
+            hi = row(8 * m + 2 * (l % 4) + 1)[l / 4];
+        }
+        r[m] = (uint32_t)lo | ((uint32_t)hi << 16);
+    }
+}
+
+namespace {
+float bf16_bits(uint32_t reg, int half) {
+    const uint32_t b = half ? reg >> 16 : reg & 0xffffu;
+    const uint32_t f = b << 16;
+    float x;
+    memcpy(&x, &f, sizeof x);
+    return x;
+}
+} // namespace
+
+/* the warp's product, once, by the last lane to arrive: slot l holds lane l's a[4], b0, b1, c[4]
+ * (as u32 and fp32 bits) and receives its d[4] = c + A B over the first 16 bytes.
+ * A[r][k]: lane (r%8)*4 + (k%8)/2, register (r >= 8) + 2 (k >= 8), half k%2;
+ * B[k][n]: lane n*4 + (k%8)/2, register b0 (k < 8) or b1, half k%2; d as c (simt.h's layout) */
+static void mma_complete(unsigned char *slots) {
+    float A[16][16], B[16][8];
+    for (int l = 0; l < 32; l++) {
+        uint32_t reg[6];
+        memcpy(reg, slots + (size_t)l * kSlotBytes, sizeof reg);
+        const int g = l / 4, t = l % 4;
+        for (int i = 0; i < 4; i++) /* a0..a3 */
+            for (int h = 0; h < 2; h++)
+                A[g + 8 * (i & 1)][2 * t + h + 8 * (i >> 1)] = bf16_bits(reg[i], h);
+        for (int i = 0; i < 2; i++) /* b0, b1 */
+            for (int h = 0; h < 2; h++) B[2 * t + h + 8 * i][g] = bf16_bits(reg[4 + i], h);
+    }
+    for (int l = 0; l < 32; l++) {
+        unsigned char *slot = slots + (size_t)l * kSlotBytes;
+        float c[4];
+        memcpy(c, slot + 24, sizeof c);
+        const int g = l / 4, t = l % 4;
+        for (int e = 0; e < 4; e++) {
+            const int r = g + (e >= 2 ? 8 : 0), n = 2 * t + (e & 1);
+            float acc = c[e];
+            for (int k = 0; k < 16; k++) acc = fmaf(A[r][k], B[k][n], acc);
+            c[e] = acc;
+        }
+        memcpy(slot, c, sizeof c);
+    }
+}
+
+void mma_m16n8k16_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    unsigned char mine[40];
+    const uint32_t regs[6] = {a[0], a[1], a[2], a[3], b0, b1};
+    memcpy(mine, regs, sizeof regs);
+    memcpy(mine + 24, c, 16);
+    const unsigned char *all =
+        warp_exchange(mine, sizeof mine, 0xffffffffu, "mma.m16n8k16", mma_complete);
+    memcpy(c, all + (size_t)lane_id() * kSlotBytes, 16);
+}
+
+} // namespace tcu_simt
+
+/* ---- the CUDA runtime calls of the kernel files' host code --------------------------------- */
+
+extern "C" {
+cudaError_t cudaGetLastError(void) {
+    const cudaError_t e = tcu_simt::last_error;
+    tcu_simt::last_error = cudaSuccess;
+    return e;
+}
+cudaError_t cudaPeekAtLastError(void) { return tcu_simt::last_error; }
+const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument (SIMT emulator)";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument (SIMT emulator)";
+    default: return "error (SIMT emulator)";
+    }
+}
+cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value) {
+    if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+        /* an H100/H200 grants up to 227 KiB a block */
+        if (value < 0 || value > 227 * 1024) return cudaErrorInvalidValue;
+        tcu_simt::smem_attr[func] = value;
+    }
+    return cudaSuccess;
+}
+}
