@@ -126,6 +126,8 @@ std::map<const void *, int> smem_attr; /* cudaFuncAttributeMaxDynamicSharedMemor
     exit(1);
 }
 
+void switch_away(Fiber *self);
+
 void fiber_entry() {
     g_body(g_ctx);
     /* the hardware completes a thread's outstanding copies after it exits */
@@ -146,7 +148,7 @@ void fiber_entry() {
         for (int i = 0; i < blk.nthreads; i++)
             if (fibers[i].state == WAIT_BLOCK) fibers[i].state = RUNNABLE;
     }
-    tcu_simt_switch(&f->sp, sched_sp);
+    switch_away(f);
     abort(); /* never resumed */
 }
 
@@ -158,8 +160,12 @@ void fiber_stack_init(Fiber &f) {
         f.stack = static_cast<unsigned char *>(m);
     }
     /* the frame tcu_simt_switch pops: control words, r15..rbp, then the return address
-     * (fiber_entry), 16-byte aligned so that fiber_entry starts as if called */
-    uintptr_t top = ((uintptr_t)(f.stack + kStackBytes) & ~(uintptr_t)15) - 16;
+     * (fiber_entry), 16-byte aligned so that fiber_entry starts as if called. Each fiber's stack
+     * top sits at its own offset below the mapping's end (0 to 64 KiB in steps of a cache line):
+     * tops at the same address modulo 4 KiB would share the L1's sets and evict each other at
+     * every switch */
+    const uintptr_t color = (uintptr_t)((f.linear * 41) % 1024) * 64;
+    uintptr_t top = ((uintptr_t)(f.stack + kStackBytes - color) & ~(uintptr_t)15) - 16;
     uint64_t *ret = reinterpret_cast<uint64_t *>(top);
     ret[0] = (uint64_t)(uintptr_t)&fiber_entry;
     ret[1] = 0;
@@ -172,11 +178,25 @@ void fiber_stack_init(Fiber &f) {
     f.sp = sp;
 }
 
-/* back to the scheduler; returns when this fiber is resumed */
-void yield() {
-    Fiber *f = cur;
-    tcu_simt_switch(&f->sp, sched_sp);
+/* self (waiting or done) gives the OS thread straight to the next runnable thread of the block
+ * after it (in thread order, cyclically), or back to the scheduler when none is (the block ended,
+ * or deadlocked) */
+void switch_away(Fiber *self) {
+    const int n = blk.nthreads;
+    for (int k = 1; k <= n; k++) {
+        Fiber &f = fibers[(self->linear + k) % n];
+        if (f.state == RUNNABLE) {
+            cur = &f;
+            g_thread_idx = f.tid;
+            tcu_simt_switch(&self->sp, f.sp);
+            return;
+        }
+    }
+    tcu_simt_switch(&self->sp, sched_sp);
 }
+
+/* this thread waits: another runs; returns when this one is resumed */
+void yield() { switch_away(cur); }
 
 void describe_deadlock() {
     fprintf(stderr, "tessera simt: deadlock in block (%u,%u,%u): no thread can go on\n",
@@ -297,30 +317,21 @@ void run_blocks(dim3 grid, dim3 block, size_t smem, body_fn body, void *ctx, siz
         }
         for (size_t i = 0; i < nthreads; i++) {
             Fiber &f = fibers[i];
-            fiber_stack_init(f);
             f.linear = (int)i;
+            fiber_stack_init(f);
             f.tid = make_uint3((unsigned)(i % block.x), (unsigned)(i / block.x % block.y),
                                (unsigned)(i / ((size_t)block.x * block.y)));
             f.state = RUNNABLE;
             f.pending.clear();
             f.committed = 0;
         }
-        int done = 0;
-        while (done < (int)nthreads) {
-            bool progress = false;
-            done = 0;
-            for (size_t i = 0; i < nthreads; i++) {
-                Fiber &f = fibers[i];
-                if (f.state == RUNNABLE) {
-                    cur = &f;
-                    g_thread_idx = f.tid;
-                    tcu_simt_switch(&sched_sp, f.sp);
-                    progress = true;
-                }
-                if (f.state == DONE) done++;
-            }
-            if (!progress && done < (int)nthreads) describe_deadlock();
-        }
+        /* the threads pass the OS thread among themselves (switch_away); it comes back here
+         * when none can run: every thread done, or a deadlock */
+        cur = &fibers[0];
+        g_thread_idx = fibers[0].tid;
+        tcu_simt_switch(&sched_sp, fibers[0].sp);
+        for (size_t i = 0; i < nthreads; i++)
+            if (fibers[i].state != DONE) describe_deadlock();
         cur = nullptr;
     }
 }
@@ -433,29 +444,30 @@ float bf16_bits(uint32_t reg, int half) {
  * A[r][k]: lane (r%8)*4 + (k%8)/2, register (r >= 8) + 2 (k >= 8), half k%2;
  * B[k][n]: lane n*4 + (k%8)/2, register b0 (k < 8) or b1, half k%2; d as c (simt.h's layout) */
 static void mma_complete(unsigned char *slots) {
-    float A[16][16], B[16][8];
+    float A[16][16], B[16][8], D[16][8];
     for (int l = 0; l < 32; l++) {
+        const unsigned char *slot = slots + (size_t)l * kSlotBytes;
         uint32_t reg[6];
-        memcpy(reg, slots + (size_t)l * kSlotBytes, sizeof reg);
+        float c[4];
+        memcpy(reg, slot, sizeof reg);
+        memcpy(c, slot + 24, sizeof c);
         const int g = l / 4, t = l % 4;
         for (int i = 0; i < 4; i++) /* a0..a3 */
             for (int h = 0; h < 2; h++)
                 A[g + 8 * (i & 1)][2 * t + h + 8 * (i >> 1)] = bf16_bits(reg[i], h);
         for (int i = 0; i < 2; i++) /* b0, b1 */
             for (int h = 0; h < 2; h++) B[2 * t + h + 8 * i][g] = bf16_bits(reg[4 + i], h);
+        for (int e = 0; e < 4; e++) D[g + (e >= 2 ? 8 : 0)][2 * t + (e & 1)] = c[e];
     }
+    /* each output: c, then the 16 products added in k order (one rounding each); the 8 outputs of
+     * a row are independent chains (vectorised) */
+    for (int r = 0; r < 16; r++)
+        for (int k = 0; k < 16; k++)
+            for (int n = 0; n < 8; n++) D[r][n] = __builtin_fmaf(A[r][k], B[k][n], D[r][n]);
     for (int l = 0; l < 32; l++) {
-        unsigned char *slot = slots + (size_t)l * kSlotBytes;
-        float c[4];
-        memcpy(c, slot + 24, sizeof c);
         const int g = l / 4, t = l % 4;
-        for (int e = 0; e < 4; e++) {
-            const int r = g + (e >= 2 ? 8 : 0), n = 2 * t + (e & 1);
-            float acc = c[e];
-            for (int k = 0; k < 16; k++) acc = fmaf(A[r][k], B[k][n], acc);
-            c[e] = acc;
-        }
-        memcpy(slot, c, sizeof c);
+        const float d[4] = {D[g][2 * t], D[g][2 * t + 1], D[g + 8][2 * t], D[g + 8][2 * t + 1]};
+        memcpy(slots + (size_t)l * kSlotBytes, d, sizeof d);
     }
 }
 
