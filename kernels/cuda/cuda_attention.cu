@@ -17,10 +17,12 @@
  *   - tensor cores: mma.sync m16n8k16 bf16 x bf16 -> fp32 (sm_80 and sm_90a), operands from shared
  *     memory through ldmatrix, P and dS fed back from the accumulators as bf16 A fragments;
  *     softmax, masks, dS and every sum in fp32;
- *   - 128 threads per block, 4 warps; each warp owns 16 rows (queries or keys) of the block's
- *     tile and all columns of the other operand's tile, so warps share nothing but the shared
- *     memory tiles. Shared rows are padded to hs + 8 bf16 (ldmatrix without bank conflicts);
- *     rows past T are zero-filled (cp.async with source size 0);
+ *   - 128 threads per block, 4 warps; each warp owns MS slabs of 16 rows (queries or keys) of
+ *     the block's tile and all columns of the other operand's tile, so warps share nothing but
+ *     the shared memory tiles. MS = 1 (16 rows a warp) or, for hs <= 64, 2 (32 rows: each B
+ *     fragment read from shared memory feeds two slabs' mma; issue 25 item 2; chosen at run time,
+ *     tcu_attention_set_warp_rows). Shared rows are padded to hs + 8 bf16 (ldmatrix without bank
+ *     conflicts); rows past T are zero-filled (cp.async with source size 0);
  *   - backward ACCUMULATES into dqkv: read bf16, add the fp32 result, round once (TSR_GRAD_SET:
  *     0 + the result, rounded, dqkv unread: the same bits as zeroing dqkv first). Deterministic:
  *     dk, dv by one block per key tile of a key/value head (its group's query heads summed in the
@@ -40,21 +42,24 @@
 #include "cuda_internal.h"
 #include "cuda_ptx.h"
 
-#define ATT_THREADS 128 /* 4 warps per block, 16 rows each */
+#define ATT_THREADS 128 /* 4 warps per block, MS slabs of 16 rows each */
 #define ATT_WARPS (ATT_THREADS / 32)
 #define ATT_SCAN 8      /* seq positions each thread tests per round of a segment scan */
 
 static constexpr float kLog2e = 1.4426950408889634f;
 static constexpr float kLn2 = 0.6931471805599453f;
 
-/* Tile sizes per head size. Forward: BR query rows x BC keys per step. Backward dk/dv: BK keys
- * per block, BQ queries per step (32 at hs 128 keeps dk, dv, P, dP in registers). Backward dq: BR
- * query rows per block, BC keys per step. */
-template <int HS> struct att_tiles {
+/* Tile sizes per head size and slabs per warp (MS). A block owns ROWS = 64 MS rows. Forward: BR
+ * query rows x BC keys per step. Backward dk/dv: BK keys per block, BQ queries per step (32 at hs
+ * 128, or with MS = 2, keeps dk, dv, P, dP in registers). Backward dq: BR query rows per block, BC
+ * keys per step (32 with MS = 2, for the same reason). */
+template <int HS, int MS> struct att_tiles {
+    static_assert(MS == 1 || (MS == 2 && HS <= 64), "32 rows a warp only for hs <= 64 (registers)");
     static constexpr int LD = HS + 8; /* shared row stride in bf16 */
-    static constexpr int FWD_BR = 64, FWD_BC = 64;
-    static constexpr int KV_BK = 64, KV_BQ = HS == 128 ? 32 : 64;
-    static constexpr int DQ_BR = 64, DQ_BC = 64;
+    static constexpr int ROWS = 16 * MS * ATT_WARPS;
+    static constexpr int FWD_BR = ROWS, FWD_BC = 64;
+    static constexpr int KV_BK = ROWS, KV_BQ = HS == 128 || MS == 2 ? 32 : 64;
+    static constexpr int DQ_BR = ROWS, DQ_BC = MS == 2 ? 32 : 64;
     static constexpr size_t fwd_smem = (size_t)(FWD_BR + 2 * FWD_BC) * LD * sizeof(bf16);
     static constexpr size_t kv_smem = (size_t)(2 * KV_BK + 4 * KV_BQ) * LD * sizeof(bf16);
     static constexpr size_t dq_smem = (size_t)(2 * DQ_BR + 2 * DQ_BC) * LD * sizeof(bf16);
@@ -70,12 +75,12 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 
 /* ---- warp-level tile products ------------------------------------------------------------ */
 
-/* acc (16 x 8NN) += A B with A the 16 rows r0.. of sa (16 x KD, row-major, stride LD) and
- * B[k][n] = sb[n][k] (sb: 8NN rows of KD, stride LD): S = Q K^T, dP = dO V^T and their
- * transposes. */
-template <int NN, int KD, int LD>
-__device__ __forceinline__ void warp_mma_rows_rowsT(float (&acc)[NN][4], const bf16 *sa, int r0,
-                                                    const bf16 *sb, int lane) {
+/* acc[m] (16 x 8NN) += A_m B for m < MS, with A_m the 16 rows r0 + 16m.. of sa (16 x KD,
+ * row-major, stride LD) and B[k][n] = sb[n][k] (sb: 8NN rows of KD, stride LD): S = Q K^T,
+ * dP = dO V^T and their transposes. Each B fragment is read once for the MS slabs. */
+template <int MS, int NN, int KD, int LD>
+__device__ __forceinline__ void warp_mma_rows_rowsT(float (&acc)[MS][NN][4], const bf16 *sa,
+                                                    int r0, const bf16 *sb, int lane) {
     static_assert(NN % 2 == 0 && KD % 16 == 0, "whole 16x16 fragments");
     /* A: matrices (rows +0, cols +0), (+8, +0), (+0, +8), (+8, +8) -> a0..a3 */
     const bf16 *pa = sa + (r0 + (lane & 15)) * LD + ((lane >> 4) << 3);
@@ -84,23 +89,29 @@ __device__ __forceinline__ void warp_mma_rows_rowsT(float (&acc)[NN][4], const b
     const bf16 *pb = sb + ((lane & 7) + ((lane >> 4) << 3)) * LD + (((lane >> 3) & 1) << 3);
 #pragma unroll
     for (int kk = 0; kk < KD / 16; kk++) {
-        uint32_t a[4];
-        ldsm_x4(a, pa + kk * 16);
+        uint32_t a[MS][4];
+#pragma unroll
+        for (int m = 0; m < MS; m++) ldsm_x4(a[m], pa + m * 16 * LD + kk * 16);
 #pragma unroll
         for (int np = 0; np < NN / 2; np++) {
             uint32_t b[4];
             ldsm_x4(b, pb + np * 16 * LD + kk * 16);
-            mma_bf16(acc[2 * np], a, b[0], b[1]);
-            mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+#pragma unroll
+            for (int m = 0; m < MS; m++) {
+                mma_bf16(acc[m][2 * np], a[m], b[0], b[1]);
+                mma_bf16(acc[m][2 * np + 1], a[m], b[2], b[3]);
+            }
         }
     }
 }
 
-/* acc (16 x 8NN) += P sb with P (16 x KP) the accumulator tiles p (KP/8 n-tiles of 8 columns,
- * rounded to bf16) and sb (KP rows x 8NN columns, row-major, stride LD): O += P V, dQ += dS K,
- * dV += P^T dO, dK += dS^T Q. */
-template <int NN, int KP, int LD>
-__device__ __forceinline__ void warp_mma_regs_rows(float (&acc)[NN][4], const float (&p)[KP / 8][4],
+/* acc[m] (16 x 8NN) += P_m sb for m < MS, with P_m (16 x KP) the accumulator tiles p[m] (KP/8
+ * n-tiles of 8 columns, rounded to bf16) and sb (KP rows x 8NN columns, row-major, stride LD):
+ * O += P V, dQ += dS K, dV += P^T dO, dK += dS^T Q. Each B fragment is read once for the MS
+ * slabs. */
+template <int MS, int NN, int KP, int LD>
+__device__ __forceinline__ void warp_mma_regs_rows(float (&acc)[MS][NN][4],
+                                                   const float (&p)[MS][KP / 8][4],
                                                    const bf16 *sb, int lane) {
     static_assert(NN % 2 == 0 && KP % 16 == 0, "whole 16x16 fragments");
     /* B (.trans): matrices (k +0, n +0), (k +8, n +0), (k +0, n +8), (k +8, n +8) -> b0, b1 of
@@ -109,16 +120,23 @@ __device__ __forceinline__ void warp_mma_regs_rows(float (&acc)[NN][4], const fl
 #pragma unroll
     for (int kc = 0; kc < KP / 16; kc++) {
         /* the accumulator layout of n-tiles 2kc, 2kc+1 is the A layout of k-block kc */
-        const uint32_t a[4] = {pack_bf16(p[2 * kc][0], p[2 * kc][1]),
-                               pack_bf16(p[2 * kc][2], p[2 * kc][3]),
-                               pack_bf16(p[2 * kc + 1][0], p[2 * kc + 1][1]),
-                               pack_bf16(p[2 * kc + 1][2], p[2 * kc + 1][3])};
+        uint32_t a[MS][4];
+#pragma unroll
+        for (int m = 0; m < MS; m++) {
+            a[m][0] = pack_bf16(p[m][2 * kc][0], p[m][2 * kc][1]);
+            a[m][1] = pack_bf16(p[m][2 * kc][2], p[m][2 * kc][3]);
+            a[m][2] = pack_bf16(p[m][2 * kc + 1][0], p[m][2 * kc + 1][1]);
+            a[m][3] = pack_bf16(p[m][2 * kc + 1][2], p[m][2 * kc + 1][3]);
+        }
 #pragma unroll
         for (int np = 0; np < NN / 2; np++) {
             uint32_t b[4];
             ldsm_x4_trans(b, pb + kc * 16 * LD + np * 16);
-            mma_bf16(acc[2 * np], a, b[0], b[1]);
-            mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+#pragma unroll
+            for (int m = 0; m < MS; m++) {
+                mma_bf16(acc[m][2 * np], a[m], b[0], b[1]);
+                mma_bf16(acc[m][2 * np + 1], a[m], b[2], b[3]);
+            }
         }
     }
 }
@@ -269,20 +287,20 @@ __device__ __forceinline__ void head_rows(const bf16 *&q, const bf16 *&k, const 
 /* out[b,i,h*HS..] = sum_j softmax_j(s[i,j]) v_j, lse[b,h,i] = log sum_j exp s[i,j].
  * Flash (online softmax) over key tiles, tensor-core S = Q K^T and O += P V.
  * Grid (ceil(T/BR), NH, B), last query tile first (the longest rows start first); 128 threads;
- * dynamic shared memory att_tiles<HS>::fwd_smem (Q, K, V tiles). Key tiles start at lo of the
+ * dynamic shared memory att_tiles<HS, MS>::fwd_smem (Q, K, V tiles). Key tiles start at lo of the
  * tile's first row and end at its last row; K of the next tile loads while P V runs, V of the
  * next tile while the next S runs. sl2 = scale * log2(e). */
-template <int HS>
+template <int HS, int MS>
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_forward_flash_mma_kernel(bf16 *__restrict__ out, float *__restrict__ lse,
                                        const bf16 *__restrict__ qkv,
                                        const float *__restrict__ slopes,
                                        const int32_t *__restrict__ seq, int T, int NH, int KVH,
                                        float sl2) {
-    using Tl = att_tiles<HS>;
+    using Tl = att_tiles<HS, MS>;
     constexpr int BR = Tl::FWD_BR, BC = Tl::FWD_BC, LD = Tl::LD;
     const int C = NH * HS;
-    static_assert(BR == 16 * ATT_WARPS, "one 16-row slab per warp");
+    static_assert(BR == 16 * MS * ATT_WARPS, "MS 16-row slabs per warp");
     extern __shared__ __align__(16) unsigned char att_smem[];
     bf16 *sQ = reinterpret_cast<bf16 *>(att_smem), *sK = sQ + BR * LD, *sV = sK + BC * LD;
     __shared__ int s_lo[BR], s_seq[BR], s_red[ATT_WARPS];
@@ -303,68 +321,79 @@ __global__ void __launch_bounds__(ATT_THREADS)
     load_rows_async<BC, HS>(sV, v, ld, jstart, T);
     cp_async_commit();
 
-    /* this thread's rows: ia (accumulator elements 0, 1) and ib = ia + 8 (elements 2, 3) */
-    const int ra = warp * 16 + g, ia = i0 + ra, ib = ia + 8;
-    const int lo_a = s_lo[ra], lo_b = s_lo[ra + 8];
+    /* this thread's rows, per slab m: ia (accumulator elements 0, 1) and ib = ia + 8 (2, 3) */
+    const int r0 = warp * 16 * MS;
+    int ia[MS], ib[MS], lo_a[MS], lo_b[MS];
+#pragma unroll
+    for (int m = 0; m < MS; m++) {
+        const int ra = r0 + 16 * m + g;
+        ia[m] = i0 + ra, ib[m] = ia[m] + 8, lo_a[m] = s_lo[ra], lo_b[m] = s_lo[ra + 8];
+    }
     const float slope2 = slopes ? slopes[h] * kLog2e : 0.0f;
-    float o[HS / 8][4] = {};
-    float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f; /* l: this thread's columns */
+    float o[MS][HS / 8][4] = {};
+    float m_a[MS], m_b[MS], l_a[MS], l_b[MS]; /* l: this thread's columns */
+#pragma unroll
+    for (int m = 0; m < MS; m++) m_a[m] = m_b[m] = -INFINITY, l_a[m] = l_b[m] = 0.0f;
 
     for (int jt = 0; jt < ntiles; jt++) {
         const int j0 = jstart + jt * BC;
         cp_async_wait<1>(); /* Q and K of this tile (V may still be in flight) */
         __syncthreads();
-        float s[BC / 8][4] = {};
-        warp_mma_rows_rowsT<BC / 8, HS, LD>(s, sQ, warp * 16, sK, lane);
+        float s[MS][BC / 8][4] = {};
+        warp_mma_rows_rowsT<MS, BC / 8, HS, LD>(s, sQ, r0, sK, lane);
 
         /* mask, scale, ALiBi; every (i, j) allowed when the tile lies left of the diagonal and
          * right of every row's segment start (columns past T lie right of the diagonal) */
         const bool full = j0 + BC - 1 <= i0 && j0 >= lo_max;
-        float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
-        for (int nt = 0; nt < BC / 8; nt++)
+        for (int m = 0; m < MS; m++) {
+            float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int j = j0 + nt * 8 + 2 * t4 + (e & 1), i = e < 2 ? ia : ib;
-                const int lo = e < 2 ? lo_a : lo_b;
-                float x = s[nt][e] * sl2 - slope2 * (float)(i - j);
-                if (!full && (j > i || j < lo)) x = -INFINITY;
-                s[nt][e] = x;
-                if (e < 2)
-                    mx_a = fmaxf(mx_a, x);
-                else
-                    mx_b = fmaxf(mx_b, x);
+            for (int nt = 0; nt < BC / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int j = j0 + nt * 8 + 2 * t4 + (e & 1), i = e < 2 ? ia[m] : ib[m];
+                    const int lo = e < 2 ? lo_a[m] : lo_b[m];
+                    float x = s[m][nt][e] * sl2 - slope2 * (float)(i - j);
+                    if (!full && (j > i || j < lo)) x = -INFINITY;
+                    s[m][nt][e] = x;
+                    if (e < 2)
+                        mx_a = fmaxf(mx_a, x);
+                    else
+                        mx_b = fmaxf(mx_b, x);
+                }
+            /* a row's 8 columns of each n-tile are spread over the 4 threads of a quad */
+            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+            const float mn_a = fmaxf(m_a[m], mx_a), mn_b = fmaxf(m_b[m], mx_b);
+            /* a row with nothing allowed so far keeps m = -inf: subtract 0 instead (exp2(-inf) =
+             * 0, never -inf - -inf) */
+            const float mu_a = mn_a == -INFINITY ? 0.0f : mn_a;
+            const float mu_b = mn_b == -INFINITY ? 0.0f : mn_b;
+            const float al_a = exp2f(m_a[m] - mu_a), al_b = exp2f(m_b[m] - mu_b);
+            m_a[m] = mn_a;
+            m_b[m] = mn_b;
+            float ps_a = 0.0f, ps_b = 0.0f;
+#pragma unroll
+            for (int nt = 0; nt < BC / 8; nt++) {
+                s[m][nt][0] = exp2f(s[m][nt][0] - mu_a);
+                s[m][nt][1] = exp2f(s[m][nt][1] - mu_a);
+                s[m][nt][2] = exp2f(s[m][nt][2] - mu_b);
+                s[m][nt][3] = exp2f(s[m][nt][3] - mu_b);
+                ps_a += s[m][nt][0] + s[m][nt][1];
+                ps_b += s[m][nt][2] + s[m][nt][3];
             }
-        /* a row's 8 columns of each n-tile are spread over the 4 threads of a quad */
-        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-        const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-        /* a row with nothing allowed so far keeps m = -inf: subtract 0 instead (exp2(-inf) = 0,
-         * never -inf - -inf) */
-        const float mu_a = mn_a == -INFINITY ? 0.0f : mn_a, mu_b = mn_b == -INFINITY ? 0.0f : mn_b;
-        const float al_a = exp2f(m_a - mu_a), al_b = exp2f(m_b - mu_b);
-        m_a = mn_a;
-        m_b = mn_b;
-        float ps_a = 0.0f, ps_b = 0.0f;
+            l_a[m] = l_a[m] * al_a + ps_a;
+            l_b[m] = l_b[m] * al_b + ps_b;
 #pragma unroll
-        for (int nt = 0; nt < BC / 8; nt++) {
-            s[nt][0] = exp2f(s[nt][0] - mu_a);
-            s[nt][1] = exp2f(s[nt][1] - mu_a);
-            s[nt][2] = exp2f(s[nt][2] - mu_b);
-            s[nt][3] = exp2f(s[nt][3] - mu_b);
-            ps_a += s[nt][0] + s[nt][1];
-            ps_b += s[nt][2] + s[nt][3];
-        }
-        l_a = l_a * al_a + ps_a;
-        l_b = l_b * al_b + ps_b;
-#pragma unroll
-        for (int dn = 0; dn < HS / 8; dn++) {
-            o[dn][0] *= al_a;
-            o[dn][1] *= al_a;
-            o[dn][2] *= al_b;
-            o[dn][3] *= al_b;
+            for (int dn = 0; dn < HS / 8; dn++) {
+                o[m][dn][0] *= al_a;
+                o[m][dn][1] *= al_a;
+                o[m][dn][2] *= al_b;
+                o[m][dn][3] *= al_b;
+            }
         }
 
         cp_async_wait<0>(); /* V of this tile */
@@ -373,7 +402,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
             load_rows_async<BC, HS>(sK, k, ld, j0 + BC, T);
             cp_async_commit();
         }
-        warp_mma_regs_rows<HS / 8, BC, LD>(o, s, sV, lane);
+        warp_mma_regs_rows<MS, HS / 8, BC, LD>(o, s, sV, lane);
         __syncthreads(); /* every warp is done with V */
         if (jt + 1 < ntiles) {
             load_rows_async<BC, HS>(sV, v, ld, j0 + BC, T);
@@ -381,26 +410,31 @@ __global__ void __launch_bounds__(ATT_THREADS)
         }
     }
 
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
-    /* a row < T saw its diagonal, so l >= 1 */
-    const float inv_a = 1.0f / l_a, inv_b = 1.0f / l_b;
-    bf16 *oa = out + ((size_t)b * T + ia) * C + (size_t)h * HS + 2 * t4, *ob = oa + 8 * (size_t)C;
 #pragma unroll
-    for (int dn = 0; dn < HS / 8; dn++) {
-        if (ia < T)
-            *reinterpret_cast<__nv_bfloat162 *>(oa + dn * 8) =
-                __floats2bfloat162_rn(o[dn][0] * inv_a, o[dn][1] * inv_a);
-        if (ib < T)
-            *reinterpret_cast<__nv_bfloat162 *>(ob + dn * 8) =
-                __floats2bfloat162_rn(o[dn][2] * inv_b, o[dn][3] * inv_b);
-    }
-    if (t4 == 0) {
-        float *lbh = lse + ((size_t)b * NH + h) * T;
-        if (ia < T) lbh[ia] = (m_a + log2f(l_a)) * kLn2;
-        if (ib < T) lbh[ib] = (m_b + log2f(l_b)) * kLn2;
+    for (int m = 0; m < MS; m++) {
+        float la = l_a[m], lb = l_b[m];
+        la += __shfl_xor_sync(0xffffffffu, la, 1);
+        la += __shfl_xor_sync(0xffffffffu, la, 2);
+        lb += __shfl_xor_sync(0xffffffffu, lb, 1);
+        lb += __shfl_xor_sync(0xffffffffu, lb, 2);
+        /* a row < T saw its diagonal, so l >= 1 */
+        const float inv_a = 1.0f / la, inv_b = 1.0f / lb;
+        bf16 *oa = out + ((size_t)b * T + ia[m]) * C + (size_t)h * HS + 2 * t4;
+        bf16 *ob = oa + 8 * (size_t)C;
+#pragma unroll
+        for (int dn = 0; dn < HS / 8; dn++) {
+            if (ia[m] < T)
+                *reinterpret_cast<__nv_bfloat162 *>(oa + dn * 8) =
+                    __floats2bfloat162_rn(o[m][dn][0] * inv_a, o[m][dn][1] * inv_a);
+            if (ib[m] < T)
+                *reinterpret_cast<__nv_bfloat162 *>(ob + dn * 8) =
+                    __floats2bfloat162_rn(o[m][dn][2] * inv_b, o[m][dn][3] * inv_b);
+        }
+        if (t4 == 0) {
+            float *lbh = lse + ((size_t)b * NH + h) * T;
+            if (ia[m] < T) lbh[ia[m]] = (m_a[m] + log2f(la)) * kLn2;
+            if (ib[m] < T) lbh[ib[m]] = (m_b[m] + log2f(lb)) * kLn2;
+        }
     }
 }
 
@@ -444,22 +478,22 @@ __global__ void __launch_bounds__(256)
  * of one block of key/value head kvh, h over the query heads that read it (kvh*grp ..
  * kvh*grp + grp-1, grp = NH/KVH, in that order), with P = exp(s - lse_i), dP = dout_i . v_j,
  * dS = P (dP - D_i) recomputed per query tile: S^T = K Q^T, dP^T = V dO^T, dV += P^T dO,
- * dK += dS^T Q on tensor cores (each warp 16 keys). The (head, query tile) steps run head by
- * head, tiles from the block's first key to hi of its last key; Q, dO, lse, D of the next step
- * load while the current one is computed (two shared buffers). dk, dv stay in registers over the
- * whole group (no atomics), then are added into the k and v columns of dqkv.
- * Grid (ceil(T/BK), KVH, B), 128 threads, dynamic shared memory att_tiles<HS>::kv_smem (K, V,
+ * dK += dS^T Q on tensor cores (each warp MS slabs of 16 keys). The (head, query tile) steps run
+ * head by head, tiles from the block's first key to hi of its last key; Q, dO, lse, D of the next
+ * step load while the current one is computed (two shared buffers). dk, dv stay in registers over
+ * the whole group (no atomics), then are added into the k and v columns of dqkv.
+ * Grid (ceil(T/BK), KVH, B), 128 threads, dynamic shared memory att_tiles<HS, MS>::kv_smem (K, V,
  * 2 x Q, 2 x dO). */
-template <int HS>
+template <int HS, int MS>
 __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_mma_kernel(
     bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
     const float *__restrict__ lse, const float *__restrict__ Dsum,
     const float *__restrict__ slopes, const int32_t *__restrict__ seq, int T, int NH, int KVH,
     float scale, float sl2, bool set) {
-    using Tl = att_tiles<HS>;
+    using Tl = att_tiles<HS, MS>;
     constexpr int BK = Tl::KV_BK, BQ = Tl::KV_BQ, LD = Tl::LD;
     const int C = NH * HS, grp = NH / KVH;
-    static_assert(BK == 16 * ATT_WARPS, "one 16-key slab per warp");
+    static_assert(BK == 16 * MS * ATT_WARPS, "MS 16-key slabs per warp");
     extern __shared__ __align__(16) unsigned char att_smem[];
     bf16 *sK = reinterpret_cast<bf16 *>(att_smem), *sV = sK + BK * LD;
     bf16 *sQ0 = sV + BK * LD, *sG0 = sQ0 + 2 * BQ * LD; /* buffer u at +u * BQ * LD */
@@ -496,10 +530,15 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_m
     };
     load_query_tile(0, 0);
 
-    /* this thread's keys: ja (accumulator elements 0, 1) and jb = ja + 8 (elements 2, 3) */
-    const int ra = warp * 16 + g, ja = j0 + ra, jb = ja + 8;
-    const int hi_a = s_hi[ra], hi_b = s_hi[ra + 8];
-    float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
+    /* this thread's keys, per slab m: ja (accumulator elements 0, 1) and jb = ja + 8 (2, 3) */
+    const int r0 = warp * 16 * MS;
+    int ja[MS], jb[MS], hi_a[MS], hi_b[MS];
+#pragma unroll
+    for (int m = 0; m < MS; m++) {
+        const int ra = r0 + 16 * m + g;
+        ja[m] = j0 + ra, jb[m] = ja[m] + 8, hi_a[m] = s_hi[ra], hi_b[m] = s_hi[ra + 8];
+    }
+    float dk[MS][HS / 8][4] = {}, dv[MS][HS / 8][4] = {};
 
     for (int st = 0; st < nsteps; st++) {
         const int u = st & 1, it0 = j0 + (st % nq) * BQ;
@@ -515,63 +554,70 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_m
         const float *tl = s_lse[u], *tD = s_D[u];
 
         /* P^T (keys x queries) */
-        float p[BQ / 8][4] = {};
-        warp_mma_rows_rowsT<BQ / 8, HS, LD>(p, sK, warp * 16, sQ, lane);
+        float p[MS][BQ / 8][4] = {};
+        warp_mma_rows_rowsT<MS, BQ / 8, HS, LD>(p, sK, r0, sQ, lane);
         const bool full = j0 + BK - 1 <= it0 && it0 + BQ <= hi_min; /* hi_min <= T */
 #pragma unroll
-        for (int nt = 0; nt < BQ / 8; nt++)
+        for (int m = 0; m < MS; m++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int c = nt * 8 + 2 * t4 + (e & 1), i = it0 + c;
-                const int j = e < 2 ? ja : jb, hi = e < 2 ? hi_a : hi_b;
-                float x = p[nt][e] * sl2 - slope2 * (float)(i - j) - tl[c];
-                if (!full && (j > i || i >= hi)) x = -INFINITY;
-                p[nt][e] = exp2f(x);
-            }
+            for (int nt = 0; nt < BQ / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int c = nt * 8 + 2 * t4 + (e & 1), i = it0 + c;
+                    const int j = e < 2 ? ja[m] : jb[m], hi = e < 2 ? hi_a[m] : hi_b[m];
+                    float x = p[m][nt][e] * sl2 - slope2 * (float)(i - j) - tl[c];
+                    if (!full && (j > i || i >= hi)) x = -INFINITY;
+                    p[m][nt][e] = exp2f(x);
+                }
         /* dP^T = V dO^T (keys x queries) */
-        float ds[BQ / 8][4] = {};
-        warp_mma_rows_rowsT<BQ / 8, HS, LD>(ds, sV, warp * 16, sG, lane);
-        warp_mma_regs_rows<HS / 8, BQ, LD>(dv, p, sG, lane); /* dV += P^T dO */
+        float ds[MS][BQ / 8][4] = {};
+        warp_mma_rows_rowsT<MS, BQ / 8, HS, LD>(ds, sV, r0, sG, lane);
+        warp_mma_regs_rows<MS, HS / 8, BQ, LD>(dv, p, sG, lane); /* dV += P^T dO */
 #pragma unroll
-        for (int nt = 0; nt < BQ / 8; nt++)
+        for (int m = 0; m < MS; m++)
 #pragma unroll
-            for (int e = 0; e < 4; e++)
-                ds[nt][e] = p[nt][e] * (ds[nt][e] - tD[nt * 8 + 2 * t4 + (e & 1)]);
-        warp_mma_regs_rows<HS / 8, BQ, LD>(dk, ds, sQ, lane); /* dK += dS^T Q */
+            for (int nt = 0; nt < BQ / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    ds[m][nt][e] = p[m][nt][e] * (ds[m][nt][e] - tD[nt * 8 + 2 * t4 + (e & 1)]);
+        warp_mma_regs_rows<MS, HS / 8, BQ, LD>(dk, ds, sQ, lane); /* dK += dS^T Q */
         __syncthreads(); /* every warp is done with buffer u */
     }
 
     const size_t voff = (size_t)KVH * HS; /* value head kvh, from key head kvh */
-    bf16 *dka = dqkv + ((size_t)b * T + ja) * ld + (size_t)(NH + kvh) * HS + 2 * t4;
-    bf16 *dkb = dka + 8 * ld;
 #pragma unroll
-    for (int dn = 0; dn < HS / 8; dn++) {
-        if (ja < T) {
-            add_bf16x2(dka + dn * 8, dk[dn][0] * scale, dk[dn][1] * scale, set);
-            add_bf16x2(dka + voff + dn * 8, dv[dn][0], dv[dn][1], set);
-        }
-        if (jb < T) {
-            add_bf16x2(dkb + dn * 8, dk[dn][2] * scale, dk[dn][3] * scale, set);
-            add_bf16x2(dkb + voff + dn * 8, dv[dn][2], dv[dn][3], set);
+    for (int m = 0; m < MS; m++) {
+        bf16 *dka = dqkv + ((size_t)b * T + ja[m]) * ld + (size_t)(NH + kvh) * HS + 2 * t4;
+        bf16 *dkb = dka + 8 * ld;
+#pragma unroll
+        for (int dn = 0; dn < HS / 8; dn++) {
+            if (ja[m] < T) {
+                add_bf16x2(dka + dn * 8, dk[m][dn][0] * scale, dk[m][dn][1] * scale, set);
+                add_bf16x2(dka + voff + dn * 8, dv[m][dn][0], dv[m][dn][1], set);
+            }
+            if (jb[m] < T) {
+                add_bf16x2(dkb + dn * 8, dk[m][dn][2] * scale, dk[m][dn][3] * scale, set);
+                add_bf16x2(dkb + voff + dn * 8, dv[m][dn][2], dv[m][dn][3], set);
+            }
         }
     }
 }
 
 /* dq_i = scale sum_j dS[i,j] k_j for the BR query rows of one block, P and dS recomputed per key
- * tile (dP = dO V^T, S = Q K^T, dQ += dS K on tensor cores, each warp 16 rows). Key tiles as in
- * the forward; V of the next tile loads while S and dQ run, K of the next tile while dP runs.
- * Result added into the q columns of dqkv. Grid (ceil(T/BR), NH, B), last query tile first; 128
- * threads; dynamic shared memory att_tiles<HS>::dq_smem (Q, dO, K, V). */
-template <int HS>
+ * tile (dP = dO V^T, S = Q K^T, dQ += dS K on tensor cores, each warp MS slabs of 16 rows). Key
+ * tiles as in the forward; V of the next tile loads while S and dQ run, K of the next tile while
+ * dP runs. Result added into the q columns of dqkv. Grid (ceil(T/BR), NH, B), last query tile
+ * first; 128 threads; dynamic shared memory att_tiles<HS, MS>::dq_smem (Q, dO, K, V). */
+template <int HS, int MS>
 __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_mma_kernel(
     bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
     const float *__restrict__ lse, const float *__restrict__ Dsum,
     const float *__restrict__ slopes, const int32_t *__restrict__ seq, int T, int NH, int KVH,
     float scale, float sl2, bool set) {
-    using Tl = att_tiles<HS>;
+    using Tl = att_tiles<HS, MS>;
     constexpr int BR = Tl::DQ_BR, BC = Tl::DQ_BC, LD = Tl::LD;
     const int C = NH * HS;
-    static_assert(BR == 16 * ATT_WARPS, "one 16-row slab per warp");
+    static_assert(BR == 16 * MS * ATT_WARPS, "MS 16-row slabs per warp");
     extern __shared__ __align__(16) unsigned char att_smem[];
     bf16 *sQ = reinterpret_cast<bf16 *>(att_smem), *sG = sQ + BR * LD, *sK = sG + BR * LD;
     bf16 *sV = sK + BC * LD;
@@ -596,40 +642,51 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_m
     load_rows_async<BC, HS>(sK, k, ld, jstart, T);
     cp_async_commit();
 
-    const int ra = warp * 16 + g, ia = i0 + ra, ib = ia + 8;
-    const int lo_a = s_lo[ra], lo_b = s_lo[ra + 8];
-    const float lse_a = ia < T ? lbh[ia] * kLog2e : 0.0f, lse_b = ib < T ? lbh[ib] * kLog2e : 0.0f;
-    const float d_a = ia < T ? dbh[ia] : 0.0f, d_b = ib < T ? dbh[ib] : 0.0f;
+    const int r0 = warp * 16 * MS;
+    int ia[MS], ib[MS], lo_a[MS], lo_b[MS];
+    float lse_a[MS], lse_b[MS], d_a[MS], d_b[MS];
+#pragma unroll
+    for (int m = 0; m < MS; m++) {
+        const int ra = r0 + 16 * m + g;
+        ia[m] = i0 + ra, ib[m] = ia[m] + 8, lo_a[m] = s_lo[ra], lo_b[m] = s_lo[ra + 8];
+        lse_a[m] = ia[m] < T ? lbh[ia[m]] * kLog2e : 0.0f;
+        lse_b[m] = ib[m] < T ? lbh[ib[m]] * kLog2e : 0.0f;
+        d_a[m] = ia[m] < T ? dbh[ia[m]] : 0.0f;
+        d_b[m] = ib[m] < T ? dbh[ib[m]] : 0.0f;
+    }
     const float slope2 = slopes ? slopes[h] * kLog2e : 0.0f;
-    float dq[HS / 8][4] = {};
+    float dq[MS][HS / 8][4] = {};
 
     for (int jt = 0; jt < ntiles; jt++) {
         const int j0 = jstart + jt * BC;
         cp_async_wait<1>(); /* Q, dO and V of this tile (K may still be in flight) */
         __syncthreads();
-        float dp[BC / 8][4] = {};
-        warp_mma_rows_rowsT<BC / 8, HS, LD>(dp, sG, warp * 16, sV, lane); /* dP = dO V^T */
+        float dp[MS][BC / 8][4] = {};
+        warp_mma_rows_rowsT<MS, BC / 8, HS, LD>(dp, sG, r0, sV, lane); /* dP = dO V^T */
         cp_async_wait<0>(); /* K of this tile */
         __syncthreads();    /* ... visible to all; every warp is done with V */
         if (jt + 1 < ntiles) {
             load_rows_async<BC, HS>(sV, v, ld, j0 + BC, T);
             cp_async_commit();
         }
-        float s[BC / 8][4] = {};
-        warp_mma_rows_rowsT<BC / 8, HS, LD>(s, sQ, warp * 16, sK, lane); /* S = Q K^T */
+        float s[MS][BC / 8][4] = {};
+        warp_mma_rows_rowsT<MS, BC / 8, HS, LD>(s, sQ, r0, sK, lane); /* S = Q K^T */
         /* rows past T are masked too (their lse and D are stand-ins) */
         const bool full = j0 + BC - 1 <= i0 && j0 >= lo_max && i0 + BR <= T;
 #pragma unroll
-        for (int nt = 0; nt < BC / 8; nt++)
+        for (int m = 0; m < MS; m++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int j = j0 + nt * 8 + 2 * t4 + (e & 1), i = e < 2 ? ia : ib;
-                const int lo = e < 2 ? lo_a : lo_b;
-                float x = s[nt][e] * sl2 - slope2 * (float)(i - j) - (e < 2 ? lse_a : lse_b);
-                if (!full && (j > i || j < lo || i >= T)) x = -INFINITY;
-                s[nt][e] = exp2f(x) * (dp[nt][e] - (e < 2 ? d_a : d_b)); /* dS */
-            }
-        warp_mma_regs_rows<HS / 8, BC, LD>(dq, s, sK, lane); /* dQ += dS K */
+            for (int nt = 0; nt < BC / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int j = j0 + nt * 8 + 2 * t4 + (e & 1), i = e < 2 ? ia[m] : ib[m];
+                    const int lo = e < 2 ? lo_a[m] : lo_b[m];
+                    float x = s[m][nt][e] * sl2 - slope2 * (float)(i - j) -
+                              (e < 2 ? lse_a[m] : lse_b[m]);
+                    if (!full && (j > i || j < lo || i >= T)) x = -INFINITY;
+                    s[m][nt][e] = exp2f(x) * (dp[m][nt][e] - (e < 2 ? d_a[m] : d_b[m])); /* dS */
+                }
+        warp_mma_regs_rows<MS, HS / 8, BC, LD>(dq, s, sK, lane); /* dQ += dS K */
         __syncthreads(); /* every warp is done with K */
         if (jt + 1 < ntiles) {
             load_rows_async<BC, HS>(sK, k, ld, j0 + BC, T);
@@ -637,11 +694,15 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_m
         }
     }
 
-    bf16 *qa = dqkv + ((size_t)b * T + ia) * ld + (size_t)h * HS + 2 * t4, *qb = qa + 8 * ld;
 #pragma unroll
-    for (int dn = 0; dn < HS / 8; dn++) {
-        if (ia < T) add_bf16x2(qa + dn * 8, dq[dn][0] * scale, dq[dn][1] * scale, set);
-        if (ib < T) add_bf16x2(qb + dn * 8, dq[dn][2] * scale, dq[dn][3] * scale, set);
+    for (int m = 0; m < MS; m++) {
+        bf16 *qa = dqkv + ((size_t)b * T + ia[m]) * ld + (size_t)h * HS + 2 * t4;
+        bf16 *qb = qa + 8 * ld;
+#pragma unroll
+        for (int dn = 0; dn < HS / 8; dn++) {
+            if (ia[m] < T) add_bf16x2(qa + dn * 8, dq[m][dn][0] * scale, dq[m][dn][1] * scale, set);
+            if (ib[m] < T) add_bf16x2(qb + dn * 8, dq[m][dn][2] * scale, dq[m][dn][3] * scale, set);
+        }
     }
 }
 
@@ -667,13 +728,25 @@ static void att_smem_limit(const void *kernel, size_t bytes, const char *what) {
               what);
 }
 
-template <int HS>
+/* rows a warp owns in the attention kernels: 16 (the default) or 32 (hs <= 64; issue 25 item 2,
+ * a measurement switch until a GPU has timed both: tcu_attention_set_warp_rows) */
+static int att_warp_rows = 16;
+
+extern "C" void tcu_attention_set_warp_rows(int rows) {
+    TCU_REQUIRE(rows == 16 || rows == 32, "tcu_attention_set_warp_rows",
+                tcu_msg("rows = %d: expected 16 or 32", rows));
+    att_warp_rows = rows;
+}
+
+extern "C" int tcu_attention_warp_rows(int hs) { return hs <= 64 ? att_warp_rows : 16; }
+
+template <int HS, int MS>
 static void attention_forward_hs(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
                                  const float *slopes, const int32_t *seq, int B, int T, int NH,
                                  int KVH, cudaStream_t st) {
-    using Tl = att_tiles<HS>;
+    using Tl = att_tiles<HS, MS>;
     const float scale = 1.0f / sqrtf((float)HS);
-    auto kernel = attention_forward_flash_mma_kernel<HS>;
+    auto kernel = attention_forward_flash_mma_kernel<HS, MS>;
     att_smem_limit((const void *)kernel, Tl::fwd_smem, "tcu_attention_forward: shared memory");
     const dim3 grid((unsigned)((T + Tl::FWD_BR - 1) / Tl::FWD_BR), (unsigned)NH, (unsigned)B);
     kernel<<<grid, ATT_THREADS, Tl::fwd_smem, st>>>(reinterpret_cast<bf16 *>(out), lse,
@@ -684,8 +757,8 @@ static void attention_forward_hs(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
 
 /* out (B,T,NH*hs) bf16, lse (B,NH,T) fp32 = forward of ops.h attention_forward (see the file
  * header). qkv (B,T,(NH+2KVH)hs) bf16, alibi_slopes (NH) or NULL, seq (B,T) or NULL. hs in
- * {32, 64, 128}; qkv and out 16-byte aligned. One kernel, grid (ceil(T/64), NH, B) x 128
- * threads. */
+ * {32, 64, 128}; qkv and out 16-byte aligned. One kernel, grid (ceil(T/(64 MS)), NH, B) x 128
+ * threads (MS: tcu_attention_warp_rows(hs) / 16). */
 extern "C" void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
                                       const float *alibi_slopes, const int32_t *seq, int B, int T,
                                       int NH, int KVH, int hs, tcu_stream s) {
@@ -695,12 +768,17 @@ extern "C" void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 
     TCU_REQUIRE(tcu_aligned16(qkv) && tcu_aligned16(out), what,
                 "qkv and out must be 16-byte aligned");
     cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
-    if (hs == 32)
-        attention_forward_hs<32>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
+    const bool two = tcu_attention_warp_rows(hs) == 32;
+    if (hs == 32 && two)
+        attention_forward_hs<32, 2>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
+    else if (hs == 32)
+        attention_forward_hs<32, 1>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
+    else if (hs == 64 && two)
+        attention_forward_hs<64, 2>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
     else if (hs == 64)
-        attention_forward_hs<64>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
+        attention_forward_hs<64, 1>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
     else
-        attention_forward_hs<128>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
+        attention_forward_hs<128, 1>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
 }
 
 /* scratch of tcu_attention_backward: D = rowsum(dout * out), (B,NH,T) fp32, nothing else (dq, dk,
@@ -710,12 +788,12 @@ extern "C" size_t tcu_attention_scratch_bytes(int B, int T, int NH, int KVH, int
     return (size_t)B * NH * T * sizeof(float);
 }
 
-template <int HS>
+template <int HS, int MS>
 static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
                                   const tsr_bf16 *out, const float *lse, const float *slopes,
                                   const int32_t *seq, float *D, int B, int T, int NH, int KVH,
                                   bool set, cudaStream_t st) {
-    using Tl = att_tiles<HS>;
+    using Tl = att_tiles<HS, MS>;
     const char *what = "tcu_attention_backward";
     const int C = NH * HS;
     const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * kLog2e;
@@ -727,14 +805,14 @@ static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const ts
         D, g, reinterpret_cast<const bf16 *>(out), nchunks, T, C, NH);
     TCU_CHECK_LAUNCH("tcu_attention_backward: rowsum(dout * out)");
 
-    auto kv = attention_backward_dkdv_keytile_mma_kernel<HS>;
+    auto kv = attention_backward_dkdv_keytile_mma_kernel<HS, MS>;
     att_smem_limit((const void *)kv, Tl::kv_smem, "tcu_attention_backward: shared memory (dk, dv)");
     const dim3 gkv((unsigned)((T + Tl::KV_BK - 1) / Tl::KV_BK), (unsigned)KVH, (unsigned)B);
     kv<<<gkv, ATT_THREADS, Tl::kv_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, NH, KVH, scale,
                                               sl2, set);
     TCU_CHECK_LAUNCH("tcu_attention_backward: dk, dv");
 
-    auto qk = attention_backward_dq_querytile_mma_kernel<HS>;
+    auto qk = attention_backward_dq_querytile_mma_kernel<HS, MS>;
     att_smem_limit((const void *)qk, Tl::dq_smem, "tcu_attention_backward: shared memory (dq)");
     const dim3 gq((unsigned)((T + Tl::DQ_BR - 1) / Tl::DQ_BR), (unsigned)NH, (unsigned)B);
     qk<<<gq, ATT_THREADS, Tl::dq_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, NH, KVH, scale,
@@ -761,14 +839,20 @@ extern "C" void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, con
     TCU_REQUIRE(scratch != nullptr, what, "scratch is NULL");
     cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
     float *D = static_cast<float *>(scratch);
-    const bool set = mode == TSR_GRAD_SET;
-    if (hs == 32)
-        attention_backward_hs<32>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, D, B, T, NH, KVH,
-                                  set, st);
+    const bool set = mode == TSR_GRAD_SET, two = tcu_attention_warp_rows(hs) == 32;
+    if (hs == 32 && two)
+        attention_backward_hs<32, 2>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, D, B, T, NH,
+                                    KVH, set, st);
+    else if (hs == 32)
+        attention_backward_hs<32, 1>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, D, B, T, NH,
+                                    KVH, set, st);
+    else if (hs == 64 && two)
+        attention_backward_hs<64, 2>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, D, B, T, NH,
+                                    KVH, set, st);
     else if (hs == 64)
-        attention_backward_hs<64>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, D, B, T, NH, KVH,
-                                  set, st);
+        attention_backward_hs<64, 1>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, D, B, T, NH,
+                                    KVH, set, st);
     else
-        attention_backward_hs<128>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, D, B, T, NH, KVH,
-                                   set, st);
+        attention_backward_hs<128, 1>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, D, B, T, NH,
+                                     KVH, set, st);
 }

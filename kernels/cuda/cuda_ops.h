@@ -208,6 +208,15 @@ void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16
                             const tsr_bf16 *out, const float *lse, const float *alibi_slopes,
                             const int32_t *seq, void *scratch, int B, int T, int NH, int KVH,
                             int hs, tsr_grad_mode mode, tcu_stream s);
+/* The rows each warp of the attention kernels owns (issue 25, item 2; measured through
+ * TSR_ATT_WARP_ROWS, docs/cuda.md): 16, the default, or 32, where each shared-memory operand
+ * fragment feeds two 16-row mma slabs (half the shared-memory reads per mma, twice the
+ * accumulator registers: for hs <= 64 only; hs 128 keeps 16). Process-wide; set it before the
+ * first attention call, none in flight. Either gives deterministic results, not the same bits
+ * as the other (the backward's query and key tiles differ). tcu_attention_warp_rows(hs) says
+ * which one runs for head size hs. */
+void tcu_attention_set_warp_rows(int rows);
+int tcu_attention_warp_rows(int hs);
 
 /* ---- the Llama-style blocks: the maths of the ops.h ops of the same names; bf16 activations and
  * weights, fp32 statistics, weight gradients and arithmetic ---- */

@@ -1055,6 +1055,15 @@ void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16
     free(lo), free(att), free(dx), free(g), free(x);
 }
 
+/* the tiles of the real kernels: nothing changes here (the emulator's sums have their own order) */
+static int emu_warp_rows = 16;
+void tcu_attention_set_warp_rows(int rows) {
+    REQUIRE(rows == 16 || rows == 32, "tcu_attention_set_warp_rows", "rows = %d: expected 16 or 32",
+            rows);
+    emu_warp_rows = rows;
+}
+int tcu_attention_warp_rows(int hs) { return hs <= 64 ? emu_warp_rows : 16; }
+
 /* ---- softmax + cross-entropy --------------------------------------------------------------- */
 
 /* Row by row (in parallel): the CPU ops on the widened row, in place; with dlosses the row of

@@ -298,55 +298,80 @@ static int init_experts(gpu_train_ctx *c) {
     return 0;
 }
 
-/* TSR_GEMM_REDUCTION (docs/cuda.md, a measurement switch of issue 25 item 4): the split-K schemes
- * the matmul heuristic may pick, compute (unset or empty: the default), none or any; rank 0 says
- * so when it is not the default. Every rank reads its own environment (a job script can set it per
- * node), so the ranks agree before any of them stops: one rank refusing alone would leave the
- * others waiting in their next collective, and two rules would make the ranks' GEMMs differ. */
-static int gemm_reduction(const tsr_dist *d, tcu_reduction *r) {
-    static const char *const names[] = {"compute", "none", "any"};
-    static const char *const what[] = {
-        "", "no split-K GEMMs",
-        "cuBLASLt's own split-K reductions, partial sums possibly added in bf16: for measuring, "
-        "not for training"};
-    enum { NOT_ONE = 3 }; /* a value that is none of names[] */
-    const char *v = getenv("TSR_GEMM_REDUCTION");
+/* A measurement switch of the environment (docs/cuda.md, issue 25) that every rank must agree
+ * on: its value, one of names[0..n) (unset or empty: names[0], the default), into *choice; rank 0
+ * says so, with notes[i], when it is not the default. Every rank reads its own environment (a job
+ * script can set it per node), so the ranks agree before any of them stops: one rank refusing
+ * alone would leave the others waiting in their next collective, and two values would make the
+ * ranks' kernels differ. `expected` lists the values for the error message. */
+static int env_switch(const tsr_dist *d, const char *name, const char *const *names,
+                      const char *const *notes, int n, const char *expected, int *choice) {
+    const int not_one = n; /* a value that is none of names[] */
+    const char *v = getenv(name);
     int mine = 0;
     if (v && *v) {
-        mine = NOT_ONE;
-        for (int i = 0; i < 3; i++)
+        mine = not_one;
+        for (int i = 0; i < n; i++)
             if (strcmp(v, names[i]) == 0) mine = i;
     }
     int zero = mine, first = INT_MAX;
     dist_bcast(&zero, sizeof zero, 0);
-    if (mine == NOT_ONE || mine != zero) first = d->rank;
+    if (mine == not_one || mine != zero) first = d->rank;
     dist_allreduce_min_int(&first, 1);
     if (first == INT_MAX) {
-        *r = (tcu_reduction)mine;
+        *choice = mine;
         if (mine && d->rank == 0)
-            tsr_warn("environment TSR_GEMM_REDUCTION = \"%s\": %s (docs/cuda.md)", v, what[mine]);
+            tsr_warn("environment %s = \"%s\": %s (docs/cuda.md)", name, v, notes[mine]);
         return 0;
     }
     int theirs = mine;
     dist_bcast(&theirs, sizeof theirs, first);
     if (d->rank != 0) return TSR_EXIT_USAGE;
-    if (zero == NOT_ONE)
-        tsr_error("environment TSR_GEMM_REDUCTION = \"%s\": expected compute (the default), none "
-                  "or any (docs/cuda.md)", v);
+    if (zero == not_one)
+        tsr_error("environment %s = \"%s\": expected %s (docs/cuda.md)", name, v, expected);
     else
-        tsr_error("environment TSR_GEMM_REDUCTION: rank %d has %s%s%s, rank 0 \"%s\"%s: expected "
-                  "compute (the default), none or any, the same on every rank (docs/cuda.md)",
-                  first, theirs == NOT_ONE ? "another value" : "\"",
-                  theirs == NOT_ONE ? "" : names[theirs], theirs == NOT_ONE ? "" : "\"",
-                  names[zero], v && *v ? "" : " (unset)");
+        tsr_error("environment %s: rank %d has %s%s%s, rank 0 \"%s\"%s: expected %s, the same on "
+                  "every rank (docs/cuda.md)",
+                  name, first, theirs == not_one ? "another value" : "\"",
+                  theirs == not_one ? "" : names[theirs], theirs == not_one ? "" : "\"",
+                  names[zero], v && *v ? "" : " (unset)", expected);
     return TSR_EXIT_USAGE;
+}
+
+/* TSR_GEMM_REDUCTION (issue 25 item 4): the split-K schemes the matmul heuristic may pick */
+static int gemm_reduction(const tsr_dist *d, tcu_reduction *r) {
+    static const char *const names[] = {"compute", "none", "any"};
+    static const char *const notes[] = {
+        "", "no split-K GEMMs",
+        "cuBLASLt's own split-K reductions, partial sums possibly added in bf16: for measuring, "
+        "not for training"};
+    int choice;
+    TSR_CHECK(env_switch(d, "TSR_GEMM_REDUCTION", names, notes, 3,
+                         "compute (the default), none or any", &choice));
+    *r = (tcu_reduction)choice;
+    return 0;
+}
+
+/* TSR_ATT_WARP_ROWS (issue 25 item 2): the rows each warp of the attention kernels owns */
+static int att_warp_rows(const tsr_dist *d, int *rows) {
+    static const char *const names[] = {"16", "32"};
+    static const char *const notes[] = {
+        "", "32 rows a warp in the attention kernels where the head size is 64 or less (not the "
+            "16-row default's bits)"};
+    int choice;
+    TSR_CHECK(env_switch(d, "TSR_ATT_WARP_ROWS", names, notes, 2, "16 (the default) or 32",
+                         &choice));
+    *rows = choice ? 32 : 16;
+    return 0;
 }
 
 static int lib_init(gpu_train_ctx *c) {
     const tsr_model *m = c->model;
     int count = tcu_device_count();
     tcu_reduction reduction;
+    int att_rows;
     TSR_CHECK(gemm_reduction(c->dist, &reduction));
+    TSR_CHECK(att_warp_rows(c->dist, &att_rows));
     TSR_CHECK(check_devices(c, count));
     /* (a head size without an attention kernel is refused when the config loads: config_load.c) */
     struct tsr_gpu_train *gt = tsr_calloc(1, sizeof *gt);
@@ -355,6 +380,7 @@ static int lib_init(gpu_train_ctx *c) {
     tcu_set_fail_hook(dist_abort); /* a CUDA failure on one rank stops them all */
     tcu_init(gt->device);
     tcu_matmul_set_reduction(reduction);
+    tcu_attention_set_warp_rows(att_rows);
     TSR_CHECK(check_memory(c, gt->device));
     gt->s = tcu_stream_create();
     gt->losses = tcu_malloc(losses_bytes(c), "the step's losses");

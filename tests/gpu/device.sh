@@ -28,7 +28,8 @@
 #                                                   (TSR_PROFILE=1: CUDA events, no counters;
 #                                                   again with each measurement switch:
 #                                                   TSR_GRAD_OVERWRITE=0, TSR_DGELU_FUSION=0,
-#                                                   TSR_GEMM_REDUCTION=none and =any), then
+#                                                   TSR_GEMM_REDUCTION=none and =any,
+#                                                   TSR_ATT_WARP_ROWS=32), then
 #                                                   ncu's per-kernel table where it runs
 #           bash tests/gpu/device.sh hc             the health checker's GPU mode: the GPU half of
 #                                                   tests/gpu/test_hc_gpu.sh, then --quick and --full
@@ -330,7 +331,7 @@ hc() {
 }
 
 # Per-op device times of MODEL's steps at the bench's shapes, each run limited (PROFILE_RUNS
-# names the runs, default all six):
+# names the runs, default all seven):
 #  base         TSR_PROFILE=1 (CUDA events around every op of the backend table, no hardware
 #               counters): profile-MODEL.txt, steps 2-8 of 8, then the GEMMs' cuBLASLt algorithms
 #               (tile, stages, split-K and its reduction: tcu_matmul_report);
@@ -339,11 +340,12 @@ hc() {
 #  unfused      TSR_DGELU_FUSION=0: the GELU backward as its own kernel (item 1);
 #  splitk-none  TSR_GEMM_REDUCTION=none: no split-K GEMMs (item 4);
 #  splitk-any   TSR_GEMM_REDUCTION=any: cuBLASLt's own split-K choice, bf16 partials allowed (item 4);
+#  rows32       TSR_ATT_WARP_ROWS=32: 32 rows a warp in the attention kernels (item 2; hs <= 64);
 #  ncu          ncu's per-kernel summary (count, average duration) over 3 steps at the clocks and
 #               with the caches as in a real run, where ncu runs and is allowed the counters:
 #               profile-MODEL-ncu.txt.
 # More settings for tessera-train: SETS="KEY=VALUE ..." (as bench's, e.g. seq_len=2048) and TESSERA_ARGS.
-PROFILE_ALL="base accumulate unfused splitk-none splitk-any"
+PROFILE_ALL="base accumulate unfused splitk-none splitk-any rows32"
 profile() {
     setup
     local model=${1:-gpt2-124m} ncu data=/tmp/profile-data V kv rc=0 ptag
@@ -364,7 +366,8 @@ profile() {
     # the runs PROFILE_RUNS names, each with its measurement switch (docs/cuda.md)
     local runs=" ${PROFILE_RUNS:-$PROFILE_ALL ncu} " kinds=() name sfx
     local -A switch=([base]="" [accumulate]=TSR_GRAD_OVERWRITE=0 [unfused]=TSR_DGELU_FUSION=0
-                     [splitk-none]=TSR_GEMM_REDUCTION=none [splitk-any]=TSR_GEMM_REDUCTION=any)
+                     [splitk-none]=TSR_GEMM_REDUCTION=none [splitk-any]=TSR_GEMM_REDUCTION=any
+                     [rows32]=TSR_ATT_WARP_ROWS=32)
     for name in $PROFILE_ALL; do
         [[ $runs == *" $name "* ]] || continue
         sfx=-$name && [[ $name != base ]] || sfx=""
@@ -448,7 +451,7 @@ clients() {
 #   train     test_cuda_train.sh, test_cuda_lora.sh, test_cuda_dpo.sh: their GPU halves (TSR_TEST_EMULATOR=0)  180 s
 #   bench     bench/gpu/run.sh for gpt2-124m (STEPS=10 WARMUP=3 unless set)               180 s
 #   profile   TSR_PROFILE=1 for gpt2-124m, then with TSR_GRAD_OVERWRITE=0, TSR_DGELU_FUSION=0,
-#             TSR_GEMM_REDUCTION=none and =any (five runs)                             90 s
+#             TSR_GEMM_REDUCTION=none and =any, TSR_ATT_WARP_ROWS=32 (six runs)       120 s
 #   clients   real_clients.py over .devbundle/clients (pack-clients), the perturbed run   75 s
 #   sanitize  memcheck, racecheck and synccheck on the op test's reduced cases           240 s
 #   hc        the health checker's GPU mode                                             150 s
@@ -468,7 +471,7 @@ bench_rows() {
 
 FL_STAGES=(ops train bench profile clients sanitize hc)
 FL_DEFAULT=(ops train bench profile clients)
-declare -A FL_LIMIT=([ops]=90 [train]=180 [bench]=180 [profile]=90 [clients]=75 [sanitize]=240 [hc]=150)
+declare -A FL_LIMIT=([ops]=90 [train]=180 [bench]=180 [profile]=120 [clients]=75 [sanitize]=240 [hc]=150)
 
 firstlight() {
     local want=("$@") st r t0 out=$OUTDIR work=/tmp/firstlight-work not_run=() rc=0

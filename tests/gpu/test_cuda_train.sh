@@ -24,7 +24,10 @@
 #    copy of the bf16 weights, micro_batch = auto keeps its microbatch and the run evaluates;
 #  - a missing CUDA library is refused naming it (once, on tessera-train);
 #  - TSR_GEMM_REDUCTION (the split-K measurement switch): a bad value refused at start, none runs;
-#    ranks that disagree on it (2 ranks) all stop at start, rank 0 naming the other.
+#    ranks that disagree on it (2 ranks) all stop at start, rank 0 naming the other;
+#  - TSR_ATT_WARP_ROWS (32 rows a warp in the attention kernels): a bad value refused at start, 32
+#    said; on a GPU, GPT-2 (hs 32) and Llama (hs 64) runs with it within the tolerance of the CPU,
+#    the same bits twice.
 # It runs twice: on the host emulator of the CUDA backend (build/tests/tessera-train-cuemu,
 # kernels/cuda_emu/: every machine; it checks the trainer's GPU path, bf16 activations and all,
 # not the CUDA kernels) and on the real backend when a GPU is present (skipped loudly otherwise).
@@ -32,7 +35,7 @@ source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
 PER=22
-tap_plan $((2 * PER + 10))
+tap_plan $((2 * PER + 12))
 make_synth "$TMP/data" 512 80000
 
 tiny_args "$TMP/data/train"
@@ -358,6 +361,16 @@ PY
         final_lines "$TMP/gr_def/metrics.jsonl" | cmp -s - "$TMP/gr_none.loss"
     tap_check $? "emulator: TSR_GEMM_REDUCTION=sometimes refused at start naming the variable, no run_dir (exit $rc, want 1); =none said at start, runs 3 steps with the default's bits"
 
+    # TSR_ATT_WARP_ROWS, issue 25 item 2's measurement switch (the same agreement across ranks as
+    # TSR_GEMM_REDUCTION's, checked below for that one): 24 refused at start, 32 said and runs
+    TSR_ATT_WARP_ROWS=24 run "$BUILD/tests/tessera-train-cuemu" 1 ar_bad --set device=cuda
+    rc=$?
+    ((rc == 1)) && grep -q 'TSR_ATT_WARP_ROWS = "24": expected 16 (the default) or 32' "$TMP/ar_bad.txt" &&
+        [[ ! -e $TMP/ar_bad ]] &&
+        TSR_ATT_WARP_ROWS=32 run "$BUILD/tests/tessera-train-cuemu" 1 ar_32 --set device=cuda --set max_duration=3ba &&
+        grep -q 'TSR_ATT_WARP_ROWS = "32": 32 rows a warp in the attention kernels' "$TMP/ar_32.txt"
+    tap_check $? "emulator: TSR_ATT_WARP_ROWS=24 refused at start naming the variable, no run_dir (exit $rc, want 1); =32 said at start, runs"
+
     # each rank reads its own environment: rank 0 unset, rank 1 none, then rank 1 a bad value;
     # both runs stop together at start (exit 1, no rank left waiting: the test's timeout would
     # end it), rank 0 naming rank 1 and both values, no run_dir
@@ -388,9 +401,21 @@ if [[ -z $why ]]; then
     # the plan leaves out the 32 MiB cuBLASLt workspace and the ops' scratch (a few MiB here)
     suite "$TRAIN" cuda 5e-3 5e-2 $((64 << 20))
     _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - the real library without a GPU # SKIP there is a GPU"
+    # 32 rows a warp in the attention kernels (TSR_ATT_WARP_ROWS, issue 25 item 2): other tiles,
+    # so other bits than the default's; against the CPU, and deterministic
+    d=
+    TSR_ATT_WARP_ROWS=32 run "$TRAIN" 1 cuda.r32 --set device=cuda && d=$(close cpu_gpt2 cuda.r32 1) &&
+        TSR_ATT_WARP_ROWS=32 run "$TRAIN" 1 cuda.r32b --set device=cuda &&
+        final_lines "$TMP/cuda.r32/metrics.jsonl" >"$TMP/cuda.r32.det" &&
+        final_lines "$TMP/cuda.r32b/metrics.jsonl" | cmp -s - "$TMP/cuda.r32.det" &&
+        TSR_ATT_WARP_ROWS=32 run "$TRAIN" 1 cuda.r32l --set device=cuda "${llama[@]}" &&
+        d="$d; llama: $(metrics_close "$TMP/cpu_llama/metrics.jsonl" "$TMP/cuda.r32l/metrics.jsonl" 1 \
+            5e-3 1e-1)"
+    tap_check $? "cuda: TSR_ATT_WARP_ROWS=32: GPT-2 (hs 32) within 5e-3 of the CPU and the same bits twice, Llama (hs 64, document mask) within 5e-3, norms within 1e-1 ($d)"
 else
     # without a GPU the real library still loads (dlopen, the trainer's symbols from the
     # executable, cuBLASLt) and says there is no device
     without_gpu "loads and reports no CUDA device" "$PER" run "$TRAIN" 1 nodev --set device=cuda
+    _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda: TSR_ATT_WARP_ROWS=32 runs # SKIP $why"
 fi
 tap_done

@@ -929,8 +929,9 @@ static void test_attention(const att_cfg *a) {
     const size_t nq = (size_t)B * T * ld, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
     const size_t na = (size_t)B * NH * T * T;
     char tag[96];
-    snprintf(tag, sizeof tag, "B=%d T=%d NH=%d KVH=%d hs=%d%s%s", B, T, NH, KVH, hs,
-             a->alibi ? " alibi" : "", a->seq ? " seq" : "");
+    snprintf(tag, sizeof tag, "B=%d T=%d NH=%d KVH=%d hs=%d%s%s%s", B, T, NH, KVH, hs,
+             a->alibi ? " alibi" : "", a->seq ? " seq" : "",
+             tcu_attention_warp_rows(hs) == 32 ? " (32 rows a warp)" : "");
     float *qkv = hf(nq), *qabs = hf(nq), *slopes = hf(NH), *dout = hf(no), *g0 = hf(nq);
     int32_t *seq = hi32((size_t)B * T);
     for (size_t r = 0; r < (size_t)B * T; r++) /* q, k in U(-2,2): scores of std ~1.3; v U(-1,1) */
@@ -2080,6 +2081,21 @@ enum { QUICK_CASES = 2 };
 static int quick;
 #define NCASES(a) (quick && COUNT(a) > QUICK_CASES ? (size_t)QUICK_CASES : COUNT(a))
 
+/* the attention cases: with 16 rows a warp (the default), then again with 32 where the head size
+ * has that variant (hs <= 64; tcu_attention_set_warp_rows, issue 25 item 2) */
+static int att_cases_32(void) {
+    int n = 0;
+    for (size_t i = 0; i < NCASES(ATT); i++) n += ATT[i].hs <= 64;
+    return n;
+}
+static void run_attention(void) {
+    for (size_t i = 0; i < NCASES(ATT); i++) test_attention(&ATT[i]);
+    tcu_attention_set_warp_rows(32);
+    for (size_t i = 0; i < NCASES(ATT); i++)
+        if (ATT[i].hs <= 64) test_attention(&ATT[i]);
+    tcu_attention_set_warp_rows(16);
+}
+
 /* Built with TSR_GPU_OPS_SIMT (build/tests/test_gpu_ops_simt): the ops whose real kernels the SIMT
  * emulator runs on the CPU (kernels/cuda_simt/: attention, softmax + cross-entropy, argmax; the
  * other ops of that build are kernels/cuda_emu's stand-ins, checked by test_gpu_ops_emu), then
@@ -2091,12 +2107,12 @@ enum { simt_only = 0 };
 #endif
 
 static int plan_size_simt(void) {
-    return (int)NCASES(ATT) * ATT_CHECKS + (int)NCASES(XENT) * (XENT_CHECKS + 1) +
+    return ((int)NCASES(ATT) + att_cases_32()) * ATT_CHECKS + (int)NCASES(XENT) * (XENT_CHECKS + 1) +
            (int)NCASES(ARGMAX_MORE) + 1;
 }
 
 static void run_simt(void) {
-    for (size_t i = 0; i < NCASES(ATT); i++) test_attention(&ATT[i]);
+    run_attention();
     for (size_t i = 0; i < NCASES(XENT); i++) test_xent(&XENT[i]);
     for (size_t i = 0; i < NCASES(XENT); i++) test_argmax(&XENT[i]);
     for (size_t i = 0; i < NCASES(ARGMAX_MORE); i++) test_argmax(&ARGMAX_MORE[i]);
@@ -2122,7 +2138,7 @@ static int plan_size(void) {
     n += 2 * ADAMW_SEG_CHECKS;
     for (size_t i = 0; i < NCASES(LORA); i++) n += lora_checks(&LORA[i]);
     n += (int)(NCASES(GELU) + NCASES(GELU_ODD)) * GELU_CHECKS;
-    n += (int)(NCASES(RESID) + 1) * RESIDUAL_CHECKS + (int)NCASES(ATT) * ATT_CHECKS;
+    n += (int)(NCASES(RESID) + 1) * RESIDUAL_CHECKS + ((int)NCASES(ATT) + att_cases_32()) * ATT_CHECKS;
     n += (int)NCASES(RMS) * RMS_CHECKS + (int)NCASES(QKN) * QKN_CHECKS;
     n += (int)NCASES(ROPE) * ROPE_CHECKS + (int)NCASES(SWIGLU) * SWIGLU_CHECKS;
     n += (int)NCASES(MOE) * MOE_CHECKS;
@@ -2197,7 +2213,7 @@ int main(void) {
     tcu_matmul_set_reduction(TCU_REDUCTION_COMPUTE), mm_scheme = "";
     for (size_t i = 0; i < NCASES(GELU); i++) test_gelu(&GELU[i]);
     for (size_t i = 0; i < NCASES(RESID); i++) test_residual(RESID[i]);
-    for (size_t i = 0; i < NCASES(ATT); i++) test_attention(&ATT[i]);
+    run_attention();
     for (size_t i = 0; i < NCASES(RMS); i++) test_rmsnorm(&RMS[i]);
     for (size_t i = 0; i < NCASES(QKN); i++) test_qknorm(&QKN[i]);
     for (size_t i = 0; i < NCASES(ROPE); i++) test_rope(&ROPE[i]);
