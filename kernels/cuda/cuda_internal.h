@@ -71,21 +71,26 @@ const char *tcu_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 static inline bool tcu_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+/* the 8 bf16 of one 16-byte register group -> fp32 (exact): what tcu_load_bf16<8, true> does
+ * after its load */
+__device__ __forceinline__ void tcu_unpack_bf16x8(float *v, int4 raw) {
+    __nv_bfloat162 h[4];
+    memcpy(h, &raw, sizeof raw);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float2 f = __bfloat1622float2(h[k]);
+        v[2 * k] = f.x;
+        v[2 * k + 1] = f.y;
+    }
+}
+
 /* W consecutive bf16 <-> fp32: widening is exact, narrowing rounds to nearest even.
  * VEC: one 16-byte access (W == 8, p 16-byte aligned); else W scalar accesses. */
 template <int W, bool VEC = (W == 8)>
 __device__ __forceinline__ void tcu_load_bf16(float *v, const bf16 *p) {
     if constexpr (VEC) {
         static_assert(W == 8, "a 16-byte access holds 8 bf16");
-        int4 raw = *reinterpret_cast<const int4 *>(p);
-        __nv_bfloat162 h[4];
-        memcpy(h, &raw, sizeof raw);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            float2 f = __bfloat1622float2(h[k]);
-            v[2 * k] = f.x;
-            v[2 * k + 1] = f.y;
-        }
+        tcu_unpack_bf16x8(v, *reinterpret_cast<const int4 *>(p));
     } else {
 #pragma unroll
         for (int k = 0; k < W; k++) v[k] = __bfloat162float(p[k]);

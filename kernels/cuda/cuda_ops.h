@@ -315,6 +315,10 @@ void tcu_lora_backward(tsr_bf16 *dinp, float *dA, float *dB, const tsr_bf16 *dou
  * as they are (evaluation). logits (N,Vp) bf16; targets (N), -1 = ignore. */
 void tcu_softmax_xent(float *losses, tsr_bf16 *logits, const int32_t *targets,
                       const float *dlosses, int N, int V, int Vp, tcu_stream s);
+/* on != 0: tcu_softmax_xent keeps each row in registers between its two passes where the shape
+ * allows (Vp % 8 == 0, 16-byte aligned logits, Vp <= 57344): the row read once, the same bits
+ * (issue 25; measured through TSR_XENT_RESIDENT, docs/cuda.md). Off by default; process-wide. */
+void tcu_softmax_xent_set_resident(int on);
 /* The greedy token of each row: idx[n] = the column j < V with the largest logits[n, j], the
  * lowest such j on ties; NaN counts as -inf (a row of -inf and NaN gives 0). Columns >= V are
  * never chosen. idx (N) int32 =; logits (N,Vp) bf16, read only. Exact (no arithmetic), so the

@@ -131,6 +131,103 @@ __global__ void __launch_bounds__(XENT_MAX_THREADS)
     }
 }
 
+/* The row held in registers (issue 25: softmax_xent ran at a third of the copy bandwidth):
+ * the same per-thread chunks, the same arithmetic in the same order as
+ * softmax_xent_block_per_row_kernel<8, true>, hence its bits, but each thread first loads all of
+ * its (at most XENT_RES_CHUNKS) 16-byte chunks at once (all in flight together, instead of one per
+ * loop turn) and pass 2 computes from those registers: the row is read from memory once, not
+ * twice. Vp % 8 == 0, logits 16-byte aligned, Vp <= 8 XENT_RES_CHUNKS * blockDim.x (57344 at 1024
+ * threads: GPT-2's 50304, Llama 2's 32000); blockDim = row_threads(Vp, 8). */
+#define XENT_RES_CHUNKS 7
+__global__ void __launch_bounds__(XENT_MAX_THREADS)
+    softmax_xent_resident_kernel(float *losses, bf16 *logits, const int32_t *targets,
+                                 const float *dlosses, int V, int Vp) {
+    __shared__ float2 red[32];
+    const int n = blockIdx.x;
+    bf16 *x = logits + (size_t)n * Vp;
+    const int t = targets[n]; /* block-uniform: the early return below skips no barrier */
+    const int c0 = threadIdx.x * 8, step = blockDim.x * 8;
+
+    if (t < 0) { /* ignored row: no loss, no gradient */
+        if (threadIdx.x == 0) losses[n] = 0.0f;
+        if (dlosses) {
+            const int4 z = make_int4(0, 0, 0, 0);
+            for (int c = c0; c < Vp; c += step) *reinterpret_cast<int4 *>(x + c) = z;
+        }
+        return;
+    }
+    const bool bad = t >= V;
+    const float xt = (threadIdx.x == 0 && !bad) ? __bfloat162float(x[t]) : 0.0f;
+    const float dl = dlosses ? dlosses[n] : 0.0f; /* before losses[n] is written: may alias */
+
+    int4 raw[XENT_RES_CHUNKS];
+#pragma unroll
+    for (int r = 0; r < XENT_RES_CHUNKS; r++)
+        if (c0 + r * step < V) raw[r] = *reinterpret_cast<const int4 *>(x + c0 + r * step);
+
+    /* pass 1: online max and sum over columns < V (the two-pass kernel's loop, from registers) */
+    float2 st = make_float2(-CUDART_INF_F, 0.0f);
+#pragma unroll
+    for (int r = 0; r < XENT_RES_CHUNKS; r++) {
+        const int c = c0 + r * step;
+        if (c >= V) continue;
+        float v[8];
+        tcu_unpack_bf16x8(v, raw[r]);
+        float cm = -CUDART_INF_F;
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (c + k < V) cm = fmaxf(cm, v[k]);
+        if (cm > st.x) {
+            st.y *= expf(st.x - cm);
+            st.x = cm;
+        }
+        if (st.x != -CUDART_INF_F) {
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                if (c + k < V) st.y += expf(v[k] - st.x);
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float2 other;
+        other.x = __shfl_xor_sync(0xffffffffu, st.x, o);
+        other.y = __shfl_xor_sync(0xffffffffu, st.y, o);
+        st = xent_merge(st, other);
+    }
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = st;
+    __syncthreads(); /* the row is read: from here on it may be overwritten */
+    float2 row = red[0];
+    for (int i = 1; i < (int)(blockDim.x >> 5); i++) row = xent_merge(row, red[i]);
+    const float mx = row.x, sum = row.y;
+
+    if (threadIdx.x == 0) losses[n] = bad ? CUDART_NAN_F : logf(sum) - (xt - mx);
+    if (!dlosses) return;
+
+    /* pass 2: dlogits over the whole row from the registers (padding columns: zeros) */
+    const float inv = 1.0f / sum;
+#pragma unroll
+    for (int r = 0; r < XENT_RES_CHUNKS; r++) {
+        const int c = c0 + r * step;
+        if (c >= Vp) continue;
+        float v[8];
+        if (c < V) tcu_unpack_bf16x8(v, raw[r]);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int j = c + k;
+            if (j >= V) v[k] = 0.0f;
+            else if (bad) v[k] = CUDART_NAN_F;
+            else v[k] = (expf(v[k] - mx) * inv - (j == t ? 1.0f : 0.0f)) * dl;
+        }
+        tcu_store_bf16<8, true>(x + c, v);
+    }
+}
+
+/* whether tcu_softmax_xent runs softmax_xent_resident_kernel where the shape allows (a
+ * measurement switch until a GPU has timed it: tcu_softmax_xent_set_resident) */
+static bool xent_resident = false;
+
+extern "C" void tcu_softmax_xent_set_resident(int on) { xent_resident = on != 0; }
+
 /* Threads of a block-per-row kernel over `cols` columns in W-wide chunks: cols / W (a last partial
  * chunk goes to a thread's second round) rounded up to a warp, within [32, XENT_MAX_THREADS]. */
 static int row_threads(int cols, int W) {
@@ -153,7 +250,10 @@ void tcu_softmax_xent(float *losses, tsr_bf16 *logits, const int32_t *targets,
     const cudaStream_t st = (cudaStream_t)s;
     const bool vec = Vp % 8 == 0 && ((uintptr_t)logits & 15u) == 0;
     const int threads = row_threads(Vp, vec ? 8 : 1);
-    if (vec)
+    if (vec && xent_resident && Vp / 8 <= XENT_RES_CHUNKS * threads)
+        softmax_xent_resident_kernel<<<(unsigned)N, threads, 0, st>>>(
+            losses, (bf16 *)logits, targets, dlosses, V, Vp);
+    else if (vec)
         softmax_xent_block_per_row_kernel<8, true><<<(unsigned)N, threads, 0, st>>>(
             losses, (bf16 *)logits, targets, dlosses, V, Vp);
     else

@@ -352,6 +352,15 @@ static int gemm_reduction(const tsr_dist *d, tcu_reduction *r) {
     return 0;
 }
 
+/* TSR_XENT_RESIDENT (issue 25): softmax + cross-entropy with the row kept in registers */
+static int xent_resident(const tsr_dist *d, int *on) {
+    static const char *const names[] = {"0", "1"};
+    static const char *const notes[] = {
+        "", "softmax + cross-entropy keeps each row in registers where Vp <= 57344 (the same bits)"};
+    TSR_CHECK(env_switch(d, "TSR_XENT_RESIDENT", names, notes, 2, "0 (the default) or 1", on));
+    return 0;
+}
+
 /* TSR_ATT_WARP_ROWS (issue 25 item 2): the rows each warp of the attention kernels owns */
 static int att_warp_rows(const tsr_dist *d, int *rows) {
     static const char *const names[] = {"16", "32"};
@@ -369,9 +378,10 @@ static int lib_init(gpu_train_ctx *c) {
     const tsr_model *m = c->model;
     int count = tcu_device_count();
     tcu_reduction reduction;
-    int att_rows;
+    int att_rows, resident;
     TSR_CHECK(gemm_reduction(c->dist, &reduction));
     TSR_CHECK(att_warp_rows(c->dist, &att_rows));
+    TSR_CHECK(xent_resident(c->dist, &resident));
     TSR_CHECK(check_devices(c, count));
     /* (a head size without an attention kernel is refused when the config loads: config_load.c) */
     struct tsr_gpu_train *gt = tsr_calloc(1, sizeof *gt);
@@ -381,6 +391,7 @@ static int lib_init(gpu_train_ctx *c) {
     tcu_init(gt->device);
     tcu_matmul_set_reduction(reduction);
     tcu_attention_set_warp_rows(att_rows);
+    tcu_softmax_xent_set_resident(resident);
     TSR_CHECK(check_memory(c, gt->device));
     gt->s = tcu_stream_create();
     gt->losses = tcu_malloc(losses_bytes(c), "the step's losses");

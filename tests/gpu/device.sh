@@ -29,7 +29,7 @@
 #                                                   again with each measurement switch:
 #                                                   TSR_GRAD_OVERWRITE=0, TSR_DGELU_FUSION=0,
 #                                                   TSR_GEMM_REDUCTION=none and =any,
-#                                                   TSR_ATT_WARP_ROWS=32), then
+#                                                   TSR_ATT_WARP_ROWS=32, TSR_XENT_RESIDENT=1), then
 #                                                   ncu's per-kernel table where it runs
 #           bash tests/gpu/device.sh hc             the health checker's GPU mode: the GPU half of
 #                                                   tests/gpu/test_hc_gpu.sh, then --quick and --full
@@ -331,7 +331,7 @@ hc() {
 }
 
 # Per-op device times of MODEL's steps at the bench's shapes, each run limited (PROFILE_RUNS
-# names the runs, default all seven):
+# names the runs, default all eight):
 #  base         TSR_PROFILE=1 (CUDA events around every op of the backend table, no hardware
 #               counters): profile-MODEL.txt, steps 2-8 of 8, then the GEMMs' cuBLASLt algorithms
 #               (tile, stages, split-K and its reduction: tcu_matmul_report);
@@ -341,11 +341,12 @@ hc() {
 #  splitk-none  TSR_GEMM_REDUCTION=none: no split-K GEMMs (item 4);
 #  splitk-any   TSR_GEMM_REDUCTION=any: cuBLASLt's own split-K choice, bf16 partials allowed (item 4);
 #  rows32       TSR_ATT_WARP_ROWS=32: 32 rows a warp in the attention kernels (item 2; hs <= 64);
+#  xent-resident  TSR_XENT_RESIDENT=1: softmax + cross-entropy with each row in registers;
 #  ncu          ncu's per-kernel summary (count, average duration) over 3 steps at the clocks and
 #               with the caches as in a real run, where ncu runs and is allowed the counters:
 #               profile-MODEL-ncu.txt.
 # More settings for tessera-train: SETS="KEY=VALUE ..." (as bench's, e.g. seq_len=2048) and TESSERA_ARGS.
-PROFILE_ALL="base accumulate unfused splitk-none splitk-any rows32"
+PROFILE_ALL="base accumulate unfused splitk-none splitk-any rows32 xent-resident"
 profile() {
     setup
     local model=${1:-gpt2-124m} ncu data=/tmp/profile-data V kv rc=0 ptag
@@ -367,7 +368,7 @@ profile() {
     local runs=" ${PROFILE_RUNS:-$PROFILE_ALL ncu} " kinds=() name sfx
     local -A switch=([base]="" [accumulate]=TSR_GRAD_OVERWRITE=0 [unfused]=TSR_DGELU_FUSION=0
                      [splitk-none]=TSR_GEMM_REDUCTION=none [splitk-any]=TSR_GEMM_REDUCTION=any
-                     [rows32]=TSR_ATT_WARP_ROWS=32)
+                     [rows32]=TSR_ATT_WARP_ROWS=32 [xent-resident]=TSR_XENT_RESIDENT=1)
     for name in $PROFILE_ALL; do
         [[ $runs == *" $name "* ]] || continue
         sfx=-$name && [[ $name != base ]] || sfx=""
@@ -451,7 +452,8 @@ clients() {
 #   train     test_cuda_train.sh, test_cuda_lora.sh, test_cuda_dpo.sh: their GPU halves (TSR_TEST_EMULATOR=0)  180 s
 #   bench     bench/gpu/run.sh for gpt2-124m (STEPS=10 WARMUP=3 unless set)               180 s
 #   profile   TSR_PROFILE=1 for gpt2-124m, then with TSR_GRAD_OVERWRITE=0, TSR_DGELU_FUSION=0,
-#             TSR_GEMM_REDUCTION=none and =any, TSR_ATT_WARP_ROWS=32 (six runs)       120 s
+#             TSR_GEMM_REDUCTION=none and =any, TSR_ATT_WARP_ROWS=32, TSR_XENT_RESIDENT=1
+#             (seven runs)                                                          120 s
 #   clients   real_clients.py over .devbundle/clients (pack-clients), the perturbed run   75 s
 #   sanitize  memcheck, racecheck and synccheck on the op test's reduced cases           240 s
 #   hc        the health checker's GPU mode                                             150 s

@@ -27,7 +27,8 @@
 #    ranks that disagree on it (2 ranks) all stop at start, rank 0 naming the other;
 #  - TSR_ATT_WARP_ROWS (32 rows a warp in the attention kernels): a bad value refused at start, 32
 #    said; on a GPU, GPT-2 (hs 32) and Llama (hs 64) runs with it within the tolerance of the CPU,
-#    the same bits twice.
+#    the same bits twice; TSR_XENT_RESIDENT=1 (softmax + cross-entropy with the row in registers):
+#    on a GPU, the default's bits.
 # It runs twice: on the host emulator of the CUDA backend (build/tests/tessera-train-cuemu,
 # kernels/cuda_emu/: every machine; it checks the trainer's GPU path, bf16 activations and all,
 # not the CUDA kernels) and on the real backend when a GPU is present (skipped loudly otherwise).
@@ -35,7 +36,7 @@ source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
 PER=22
-tap_plan $((2 * PER + 12))
+tap_plan $((2 * PER + 13))
 make_synth "$TMP/data" 512 80000
 
 tiny_args "$TMP/data/train"
@@ -412,10 +413,16 @@ if [[ -z $why ]]; then
         d="$d; llama: $(metrics_close "$TMP/cpu_llama/metrics.jsonl" "$TMP/cuda.r32l/metrics.jsonl" 1 \
             5e-3 1e-1)"
     tap_check $? "cuda: TSR_ATT_WARP_ROWS=32: GPT-2 (hs 32) within 5e-3 of the CPU and the same bits twice, Llama (hs 64, document mask) within 5e-3, norms within 1e-1 ($d)"
+    # softmax + cross-entropy with the row in registers (TSR_XENT_RESIDENT=1, issue 25): the same
+    # arithmetic in the same order, so all 20 steps the default's bits
+    TSR_XENT_RESIDENT=1 run "$TRAIN" 1 cuda.xr --set device=cuda &&
+        final_lines "$TMP/cuda.xr/metrics.jsonl" | cmp -s - "$TMP/cuda.det1"
+    tap_check $? "cuda: TSR_XENT_RESIDENT=1 (the row in registers): GPT-2's 20 steps the same bits as the default's"
 else
     # without a GPU the real library still loads (dlopen, the trainer's symbols from the
     # executable, cuBLASLt) and says there is no device
     without_gpu "loads and reports no CUDA device" "$PER" run "$TRAIN" 1 nodev --set device=cuda
     _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda: TSR_ATT_WARP_ROWS=32 runs # SKIP $why"
+    _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda: TSR_XENT_RESIDENT=1 gives the default's bits # SKIP $why"
 fi
 tap_done

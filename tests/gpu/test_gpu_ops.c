@@ -1389,7 +1389,7 @@ static void test_moe(const moe_cfg *c) {
 /* ---- softmax + cross-entropy -------------------------------------------------------------- */
 
 typedef struct { int N, V, Vp; float scale; } xent_cfg;
-#define XENT_CHECKS 5
+#define XENT_CHECKS 6
 
 static void test_xent(const xent_cfg *x) {
     const int N = x->N, V = x->V, Vp = x->Vp;
@@ -1436,6 +1436,22 @@ static void test_xent(const xent_cfg *x) {
     for (int n = 0; n < N; n++) nz += t[n] < 0 && l1[n] != 0.0f;
     tap_ok(nz == 0, "softmax_xent %s: dlogits exactly 0 in columns >= V and rows with target -1, "
            "their losses 0 (%zu not)", tag, nz);
+
+    /* the row kept in registers (tcu_softmax_xent_set_resident): the same bits, losses and
+     * dlogits; where the shape does not allow it (Vp % 8 != 0) the same kernel runs */
+    uint16_t *g0 = h16(nl), *g1 = h16(nl);
+    d2h(g0, d_logits, nl * 2);
+    put_bf16(d_logits, logits, nl);
+    poison(d_losses, N * 4);
+    tcu_softmax_xent_set_resident(1);
+    tcu_softmax_xent(d_losses, d_logits, d_t, d_dl, N, V, Vp, g_s);
+    tcu_softmax_xent_set_resident(0);
+    float *l2 = get_f32(d_losses, N);
+    d2h(g1, d_logits, nl * 2);
+    size_t dg_dif = ndiff(g0, g1, nl, 2), l_dif = ndiff(l1, l2, N, 4);
+    tap_ok(dg_dif == 0 && l_dif == 0, "softmax_xent %s: the row kept in registers (%s): dlogits "
+           "and losses the same bits as the two passes' (%zu, %zu differ)", tag,
+           Vp % 8 == 0 ? "its kernel" : "Vp % 8 != 0: not used", dg_dif, l_dif);
     scope_end(tag);
 }
 
