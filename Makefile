@@ -196,7 +196,7 @@ CUEMU_TRAIN   := $(BUILD)/tests/tessera-train-cuemu $(BUILD)/tests/test_gpu_ops_
 # (test_gpu_ops.c built with TSR_GPU_OPS_SIMT); needs the CUDA headers only: no GPU, driver or library
 SIMT_KERNELS  := cuda_attention cuda_xent cuda_fail
 SIMT_OK        = $(wildcard $(CUDA_HOME)/include/cuda_bf16.h)
-SIMT_TEST     := $(if $(SIMT_OK),$(BUILD)/tests/test_gpu_ops_simt)
+SIMT_TEST     := $(if $(SIMT_OK),$(BUILD)/tests/test_gpu_ops_simt $(BUILD)/tests/test_simt_selftest)
 # a CUDA-free stand-in for the GPU library, canned facts (healthcheck/mock/): tests the GPU mode's
 # host side (loading, MPI bootstrap of NCCL, pairs, judge, report) on any machine
 HC_GPU_MOCK   := $(BUILD)/tests/libtessera-hc-gpu-mock.so
@@ -288,6 +288,14 @@ $(BUILD)/obj/kernels/cuda_emu/cuda_emu_simt.o: kernels/cuda_emu/cuda_emu.c | dep
 $(BUILD)/obj/tests/gpu/test_gpu_ops_simt.o: tests/gpu/test_gpu_ops.c | deps
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -Itests -Ikernels/cuda -DTSR_GPU_OPS_SIMT -c $< -o $@
+# the emulator's own primitives against the CUDA and PTX definitions (tests/gpu/simt_selftest.cu)
+$(BUILD)/simt/simt_selftest.cpp: tests/gpu/simt_selftest.cu tools/simt_cu.py | deps
+	@mkdir -p $(@D)
+	$(PYTHON) tools/simt_cu.py $< $@
+$(BUILD)/tests/test_simt_selftest: $(BUILD)/obj/simt/simt_selftest.o $(BUILD)/obj/kernels/cuda_simt/simt.o
+	@mkdir -p $(@D)
+	$(CXX) -o $@ $^ -lpthread
+$(BUILD)/obj/simt/simt_selftest.o: SIMT_CXXFLAGS += -Itests
 $(BUILD)/tests/test_gpu_ops_simt: $(BUILD)/obj/tests/gpu/test_gpu_ops_simt.o \
                                   $(BUILD)/obj/kernels/cuda_emu/cuda_emu_simt.o $(SIMT_OBJ) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)

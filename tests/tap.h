@@ -98,7 +98,7 @@ typedef struct tap_joined {
 } tap_joined;
 
 static inline void tap_join_piece(void *ctx, const uint8_t *p, size_t len) {
-    tap_joined *j = ctx;
+    tap_joined *j = (tap_joined *)ctx; /* the cast: C++ too (tests/gpu/simt_selftest.cu) */
     if (j->n) j->s[j->n++] = '|';
     memcpy(j->s + j->n, p, len);
     j->n += len;

@@ -137,8 +137,8 @@ void fiber_entry() {
     Warp &w = warps[f->linear / 32];
     w.live--;
     if (w.arrived > 0)
-        die("thread exited while %d lane(s) of its warp wait at %s: a warp collective needs every "
-            "lane", w.arrived, w.what ? w.what : "a collective");
+        die("thread exited while %d lane(s) of its warp wait at %s: a full mask needs all 32 lanes",
+            w.arrived, w.what ? w.what : "a collective");
     blk.live--;
     if (blk.arrived > 0 && blk.arrived == blk.live) { /* the others waited for this one only */
         const unsigned long g = blk.gen;
@@ -223,8 +223,8 @@ const unsigned char *warp_exchange(const void *mine, size_t bytes, unsigned mask
     if (mask != 0xffffffffu)
         die("%s with mask 0x%08x: the emulator runs full-warp collectives only", what, mask);
     if (w.lanes != 32 || w.live != 32)
-        die("%s in a warp of %d lane(s), %d not exited: a full mask needs all 32", what, w.lanes,
-            w.live);
+        die("%s in a warp of %d lane(s), %d not exited: a full mask needs all 32 lanes", what,
+            w.lanes, w.live);
     if (w.arrived > 0 && w.what != what)
         die("%s while other lanes of the warp wait at %s: divergent collectives", what, w.what);
     const unsigned long g = w.gen;
