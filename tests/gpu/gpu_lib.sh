@@ -67,13 +67,23 @@ without_gpu() {
 # emulator_half N: whether the emulator's checks of a GPU test run here. With
 # TSR_TEST_EMULATOR=0 (tests/gpu/device.sh sets it on the lent GPU machine, whose minutes are few:
 # these checks need no GPU and run in CI on every submission) its N checks are counted as skipped,
-# saying so, and it returns 1.
+# saying so, and it returns 1. The half ends with emulator_half_end, which checks N where the half
+# runs (CI), so that a check added to the half without N following fails here, not as a short TAP
+# plan on the GPU machine.
 emulator_half() {
     local i
+    _emu_from=$_tap_n _emu_n=$1
     [[ ${TSR_TEST_EMULATOR:-1} == 0 ]] || return 0
     for ((i = 0; i < $1; i++)); do
         _tap_n=$((_tap_n + 1))
         echo "ok $_tap_n - emulator check $((i + 1)) of $1 # SKIP TSR_TEST_EMULATOR=0 (the GPU machine's run: CI runs the emulator's half)"
     done
     return 1
+}
+# emulator_half_end: the last line of a half that ran; one more, failing, check when it did not run
+# the N checks emulator_half was given (the plan then fails too)
+emulator_half_end() {
+    local ran=$((_tap_n - _emu_from))
+    ((ran == _emu_n)) ||
+        tap_check 1 "emulator_half $_emu_n: the half ran $ran checks; with TSR_TEST_EMULATOR=0 it would skip $_emu_n"
 }

@@ -148,6 +148,7 @@ suite() {
 if emulator_half "$PER"; then
     GPUS=$((MPI_OK ? 8 : 1))
     suite "$BUILD/tests/tessera-train-cuemu" emulator 1e-2 1.5e-2 1.5e-2 0 2e-4
+    emulator_half_end
 fi
 
 # the real backend: a GPU, its driver and the library built beside tessera-train

@@ -134,6 +134,7 @@ suite() {
 if emulator_half "$PER"; then
     GPUS=$((MPI_OK ? 8 : 1))
     suite "$BUILD/tests/tessera-train-cuemu" emulator 3e-4 2e-2 0
+    emulator_half_end
 fi
 
 # the real backend: a GPU, its driver and the library built beside tessera-train

@@ -254,7 +254,7 @@ PY
 # the CPU than the 0.5% (measured: loss up to 4.3e-5, norm up to 3.8e-3 on the 3-rank
 # runs, whose batches are smallest): its loss tolerance is tight enough that a dropped gradient
 # term (wpe's: loss 9e-4 off) fails. The GPU gets the 0.5% on the loss, 5% on the norm.
-if emulator_half $((PER + 6)); then
+if emulator_half $((PER + 7)); then
     GPUS=$((MPI_OK ? 8 : 1)) # the emulator's devices (one rank each), as many as MPI can start
     # Its allocator holds exactly what the plan counts (no cuBLASLt workspace, no scratch): no slack.
     suite "$BUILD/tests/tessera-train-cuemu" emulator 3e-4 5e-3 0
@@ -393,6 +393,7 @@ PY
     else
         tap_skip "emulator, 2 ranks: TSR_GEMM_REDUCTION differing between ranks" "no MPI"
     fi
+    emulator_half_end
 fi
 
 # the real backend: a GPU, its driver and the library built beside tessera-train
