@@ -190,11 +190,11 @@ CUDA_TARGETS  += $(if $(CUDA_OK),$(CUDA_TRAIN_SO))
 # the host emulator of cuda_ops.h (kernels/cuda_emu/): the same trainer GPU path, runnable on any
 # machine; tests/gpu/test_cuda_train.sh checks it against the CPU backend
 CUEMU_TRAIN   := $(BUILD)/tests/tessera-train-cuemu $(BUILD)/tests/test_gpu_ops_emu
-# the CPU SIMT emulator (kernels/cuda_simt/): the real kernels of kernels/cuda/cuda_{attention,xent}.cu
-# (with cuda_fail.cu's tcu_fail), rewritten by tools/simt_cu.py and compiled by the host's C++
+# the CPU SIMT emulator (kernels/cuda_simt/): the real kernels of kernels/cuda/cuda_{attention,xent,
+# layernorm,llama}.cu (with cuda_fail.cu's tcu_fail), rewritten by tools/simt_cu.py and compiled by the host's C++
 # compiler, run thread by thread against the CPU oracle by the op test's cases for them
 # (test_gpu_ops.c built with TSR_GPU_OPS_SIMT); needs the CUDA headers only: no GPU, driver or library
-SIMT_KERNELS  := cuda_attention cuda_xent cuda_fail
+SIMT_KERNELS  := cuda_attention cuda_xent cuda_layernorm cuda_llama cuda_fail
 SIMT_OK        = $(wildcard $(CUDA_HOME)/include/cuda_bf16.h)
 SIMT_TEST     := $(if $(SIMT_OK),$(BUILD)/tests/test_gpu_ops_simt $(BUILD)/tests/test_simt_selftest)
 # a CUDA-free stand-in for the GPU library, canned facts (healthcheck/mock/): tests the GPU mode's
@@ -272,7 +272,8 @@ $(BUILD)/tests/test_gpu_ops_emu: $(BUILD)/obj/tests/gpu/test_gpu_ops.o $(BUILD)/
 SIMT_CXXFLAGS := -O2 -g -std=c++17 -march=$(ARCH) -fno-strict-aliasing -Wall -Wextra -Wno-unknown-pragmas \
                  -Wno-class-memaccess $(if $(filter 1,$(WERROR)),-Werror) -DTCU_SIMT -Ikernels \
                  -Ikernels/cuda -Ikernels/cuda_simt -Isrc -Isrc/base -isystem $(CUDA_HOME)/include -MMD -MP
-SIMT_OBJ      := $(SIMT_KERNELS:%=$(BUILD)/obj/simt/%.o) $(BUILD)/obj/kernels/cuda_simt/simt.o
+SIMT_OBJ      := $(SIMT_KERNELS:%=$(BUILD)/obj/simt/%.o) $(BUILD)/obj/kernels/cuda_simt/simt.o \
+                 $(BUILD)/obj/kernels/cuda_simt/simt_context.o
 $(BUILD)/simt/%.cpp: kernels/cuda/%.cu tools/simt_cu.py | deps
 	@mkdir -p $(@D)
 	$(PYTHON) tools/simt_cu.py $< $@

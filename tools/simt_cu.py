@@ -5,6 +5,8 @@ messages point into the .cu file):
 
   NAME<<<grid, block, smem, stream>>>(args)  ->  tcu_simt::launch(NAME, grid, block, smem, stream)(args)
   extern __shared__ [__align__(N)] T x[];    ->  T *x = (T *)tcu_simt::dynamic_smem();
+  __shared__ T a[N], b[M];                   ->  the same, then tcu_simt::shared_block_init(a,
+                                                 sizeof a); and b's (NaN at each block's start)
 
 NAME may carry template arguments (kernel<8, true>). Anything else is left to the compiler: a
 launch this does not recognise stays `<<<`, which g++ rejects, so nothing is skipped silently."""
@@ -13,13 +15,23 @@ import sys
 
 LAUNCH = re.compile(r"(\b[A-Za-z_]\w*(?:\s*<[^<>;(){}]*>)?)\s*<<<(.*?)>>>\s*\(", re.S)
 DYN_SMEM = re.compile(r"extern\s+__shared__\s+(?:__align__\(\s*\d+\s*\)\s+)?([\w\s]+?)\s+(\w+)\s*\[\s*\]\s*;")
+# a static __shared__ declaration at the start of a line: its declarators (names with [dims])
+STATIC_SMEM = re.compile(r"^(\s*__shared__\s+(?:__align__\(\s*\d+\s*\)\s+)?[^;]*?);", re.M)
+DECLARATOR = re.compile(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)+(?:,|$)")
 
 
 def rewrite(src):
     out = LAUNCH.sub(lambda m: "tcu_simt::launch(%s, %s)(" % (m.group(1), m.group(2)), src)
     out = DYN_SMEM.sub(lambda m: "%s *%s = (%s *)tcu_simt::dynamic_smem();"
                        % (m.group(1), m.group(2), m.group(1)), out)
-    return out
+
+    def poison(m):
+        names = DECLARATOR.findall(m.group(1))
+        if not names:
+            raise SystemExit("simt_cu.py: a __shared__ declaration it cannot read: %s" % m.group(1))
+        return m.group(1) + ";" + "".join(
+            " tcu_simt::shared_block_init(%s, sizeof %s);" % (n, n) for n in names)
+    return STATIC_SMEM.sub(poison, out)
 
 
 def main():

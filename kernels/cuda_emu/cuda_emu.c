@@ -356,6 +356,10 @@ void tcu_encoder_backward(float *dwte, float *dwpe, const tsr_bf16 *dout, const 
     free(g);
 }
 
+/* Built with TCU_EMU_SIMT_KERNELS, the norms and the Llama-style blocks below are left out too:
+ * the SIMT build runs cuda_layernorm.cu's and cuda_llama.cu's kernels instead. */
+#ifndef TCU_EMU_SIMT_KERNELS
+
 /* ---- layernorm ----------------------------------------------------------------------------- */
 
 /* The input of a norm, widened: a, or (fused) residual = round(a + b), written, then read back as
@@ -568,6 +572,8 @@ void tcu_swiglu_backward(tsr_bf16 *dinp, const tsr_bf16 *inp, const tsr_bf16 *do
     grad_round_into(dinp, dx, 2 * n, mode);
     free(dx), free(g), free(x);
 }
+
+#endif /* TCU_EMU_SIMT_KERNELS */
 
 /* ---- mixture of experts --------------------------------------------------------------------- */
 
@@ -946,7 +952,7 @@ void tcu_residual_backward(tsr_bf16 *da, tsr_bf16 *db, const tsr_bf16 *dout, siz
 
 /* Built with TCU_EMU_SIMT_KERNELS (build/tests/test_gpu_ops_simt), the attention and softmax +
  * cross-entropy ops below are left out: the real kernels of kernels/cuda/, run by the SIMT
- * emulator (kernels/cuda_simt/), take their place. */
+ * emulator (kernels/cuda_simt/), take their place (the norms' too, above). */
 #ifndef TCU_EMU_SIMT_KERNELS
 
 /* ---- attention ----------------------------------------------------------------------------- */
@@ -1055,14 +1061,16 @@ void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16
     free(lo), free(att), free(dx), free(g), free(x);
 }
 
-/* the tiles of the real kernels: nothing changes here (the emulator's sums have their own order) */
-static int emu_warp_rows = 16;
+/* the real kernels' tiles: the emulator has one attention, whatever is asked (its sums have their
+ * own order), and says so: 16 rows */
 void tcu_attention_set_warp_rows(int rows) {
     REQUIRE(rows == 16 || rows == 32, "tcu_attention_set_warp_rows", "rows = %d: expected 16 or 32",
             rows);
-    emu_warp_rows = rows;
 }
-int tcu_attention_warp_rows(int hs) { return hs <= 64 ? emu_warp_rows : 16; }
+int tcu_attention_warp_rows(int hs) {
+    (void)hs;
+    return 16;
+}
 
 /* ---- softmax + cross-entropy --------------------------------------------------------------- */
 

@@ -7,11 +7,13 @@
 #include "simt.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -24,7 +26,7 @@
  * by an earlier switch, or by fiber_stack_init). */
 extern "C" void tcu_simt_switch(void **save, void *load);
 asm(R"(
-    .text
+    .pushsection .text
     .globl tcu_simt_switch
     .type tcu_simt_switch, @function
 tcu_simt_switch:
@@ -50,7 +52,7 @@ tcu_simt_switch:
     popq %rbp
     ret
     .size tcu_simt_switch, .-tcu_simt_switch
-    .section .note.GNU-stack,"",@progbits
+    .popsection
 )");
 
 namespace tcu_simt {
@@ -61,6 +63,7 @@ thread_local dim3 g_block_dim, g_grid_dim;
 namespace {
 
 constexpr size_t kStackBytes = 256 * 1024;
+constexpr size_t kGuardBytes = 4096; /* below each stack and after dynamic shared memory */
 constexpr int kMaxThreads = 1024;
 
 enum State { RUNNABLE, WAIT_BLOCK, WAIT_WARP, DONE };
@@ -74,7 +77,8 @@ struct CpAsync {
 
 struct Fiber {
     void *sp = nullptr;
-    unsigned char *stack = nullptr;
+    unsigned char *stack = nullptr; /* kStackBytes above a PROT_NONE guard page */
+    ~Fiber(); /* at the OS thread's end: the stack goes back to the pool */
     uint3 tid;
     int linear = 0;
     State state = DONE;
@@ -100,7 +104,32 @@ struct BlockState {
     int acc[2] = {0, 0}; /* the predicate reduction of generation g at acc[g & 1] */
     int result[2] = {0, 0};
     int kind = 0;
+    bool last_warp_first = false; /* the warp order of switch_away: odd blocks from the last warp */
 };
+
+[[noreturn]] void die(const char *fmt, ...);
+
+/* Fiber stacks (each above its guard page), kept for the next launch's worker threads: a
+ * launch's OS threads are new each time, and mapping their stacks anew costs more than the
+ * blocks of a small kernel. At most the stacks of as many OS threads as ran at once. */
+std::mutex stack_pool_mutex;
+std::vector<unsigned char *> stack_pool;
+
+unsigned char *stack_get() {
+    {
+        std::lock_guard<std::mutex> lock(stack_pool_mutex);
+        if (!stack_pool.empty()) {
+            unsigned char *s = stack_pool.back();
+            stack_pool.pop_back();
+            return s;
+        }
+    }
+    void *m = mmap(nullptr, kStackBytes + kGuardBytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) die("cannot map a %zu-byte fiber stack", kStackBytes);
+    mprotect(m, kGuardBytes, PROT_NONE); /* an overflow faults, not another fiber's stack */
+    return static_cast<unsigned char *>(m) + kGuardBytes;
+}
 
 /* one scheduler per OS thread */
 thread_local Fiber fibers[kMaxThreads];
@@ -110,7 +139,34 @@ thread_local Fiber *cur = nullptr;
 thread_local void *sched_sp = nullptr;
 thread_local body_fn g_body;
 thread_local void *g_ctx;
-thread_local std::vector<unsigned char> smem_buf;
+/* the block's dynamic shared memory: its last byte just below a PROT_NONE page (an access past
+ * the size the launch asked for faults) */
+struct SmemArea {
+    unsigned char *map = nullptr;
+    size_t map_bytes = 0;
+    unsigned char *base = nullptr;
+    size_t bytes = 0;
+    ~SmemArea() {
+        if (map) munmap(map, map_bytes);
+    }
+    void assign(size_t n) {
+        const size_t page = kGuardBytes, need = (n + 15) / 16 * 16;
+        const size_t want = (need + page - 1) / page * page + page;
+        if (want > map_bytes) {
+            if (map) munmap(map, map_bytes);
+            void *m = mmap(nullptr, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                           0);
+            if (m == MAP_FAILED) die("cannot map %zu bytes of shared memory", n);
+            map = static_cast<unsigned char *>(m), map_bytes = want;
+            mprotect(map + want - page, page, PROT_NONE);
+        }
+        base = map + map_bytes - page - need; /* 16-byte aligned; ends at the guard page */
+        bytes = n;
+    }
+};
+thread_local SmemArea smem_buf;
+thread_local unsigned long block_serial = 0; /* blocks this OS thread has started */
+thread_local std::map<void *, unsigned long> shared_poisoned; /* static array -> its block */
 cudaError_t last_error = cudaSuccess;
 std::map<const void *, int> smem_attr; /* cudaFuncAttributeMaxDynamicSharedMemorySize per kernel */
 
@@ -123,14 +179,15 @@ std::map<const void *, int> smem_attr; /* cudaFuncAttributeMaxDynamicSharedMemor
     fflush(stdout);
     fprintf(stderr, "tessera simt: block (%u,%u,%u) thread (%u,%u,%u): %s\n", g_block_idx.x,
             g_block_idx.y, g_block_idx.z, g_thread_idx.x, g_thread_idx.y, g_thread_idx.z, msg);
-    exit(1);
+    fflush(stderr);
+    _exit(1); /* not exit: other OS threads may be running blocks */
 }
 
 void switch_away(Fiber *self);
 
 void fiber_entry() {
     g_body(g_ctx);
-    /* the hardware completes a thread's outstanding copies after it exits */
+    /* the committed copies a thread left: a GPU completes them after it exits */
     cp_async_wait(0);
     Fiber *f = cur;
     f->state = DONE;
@@ -153,12 +210,7 @@ void fiber_entry() {
 }
 
 void fiber_stack_init(Fiber &f) {
-    if (!f.stack) {
-        void *m = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                       -1, 0);
-        if (m == MAP_FAILED) die("cannot map a %zu-byte fiber stack", kStackBytes);
-        f.stack = static_cast<unsigned char *>(m);
-    }
+    if (!f.stack) f.stack = stack_get();
     /* the frame tcu_simt_switch pops: control words, r15..rbp, then the return address
      * (fiber_entry), 16-byte aligned so that fiber_entry starts as if called. Each fiber's stack
      * top sits at its own offset below the mapping's end (0 to 64 KiB in steps of a cache line):
@@ -178,25 +230,43 @@ void fiber_stack_init(Fiber &f) {
     f.sp = sp;
 }
 
-/* self (waiting or done) gives the OS thread straight to the next runnable thread of the block
- * after it (in thread order, cyclically), or back to the scheduler when none is (the block ended,
- * or deadlocked) */
+/* Self (waiting or done) gives the OS thread straight to the next runnable thread, or back to the
+ * scheduler when none is (the block ended, or deadlocked). The next is a lane of self's own warp
+ * (after self, cyclically) while one can run, else the first runnable lane of the other warps in
+ * the block's order: from warp 0 up in even blocks, from the last warp down in odd ones. So a warp
+ * runs ahead as far as it can, to a block barrier or its end, before the next starts: what one
+ * warp writes to shared memory and another reads, or a buffer refilled while another warp still
+ * reads it, without a barrier between them shows in one of the two orders (as NaN: shared memory
+ * and cp.async destinations start as NaN bytes), where warps moving in step would hide it. */
 void switch_away(Fiber *self) {
-    const int n = blk.nthreads;
-    for (int k = 1; k <= n; k++) {
-        Fiber &f = fibers[(self->linear + k) % n];
-        if (f.state == RUNNABLE) {
-            cur = &f;
-            g_thread_idx = f.tid;
-            tcu_simt_switch(&self->sp, f.sp);
-            return;
-        }
+    const int nw = blk.nthreads / 32, w0 = self->linear / 32, l0 = self->linear & 31;
+    Fiber *next = nullptr;
+    for (int k = 1; k < 32 && !next; k++) {
+        Fiber &f = fibers[w0 * 32 + (l0 + k) % 32];
+        if (f.state == RUNNABLE) next = &f;
     }
-    tcu_simt_switch(&self->sp, sched_sp);
+    for (int i = 0; i < nw && !next; i++) {
+        const int w = blk.last_warp_first ? nw - 1 - i : i;
+        for (int l = 0; l < 32 && !next && w != w0; l++)
+            if (fibers[w * 32 + l].state == RUNNABLE) next = &fibers[w * 32 + l];
+    }
+    if (!next) {
+        tcu_simt_switch(&self->sp, sched_sp);
+        return;
+    }
+    cur = next;
+    g_thread_idx = next->tid;
+    tcu_simt_switch(&self->sp, next->sp);
 }
 
 /* this thread waits: another runs; returns when this one is resumed */
 void yield() { switch_away(cur); }
+
+Fiber::~Fiber() {
+    if (!stack) return;
+    std::lock_guard<std::mutex> lock(stack_pool_mutex);
+    stack_pool.push_back(stack);
+}
 
 void describe_deadlock() {
     fprintf(stderr, "tessera simt: deadlock in block (%u,%u,%u): no thread can go on\n",
@@ -207,12 +277,21 @@ void describe_deadlock() {
             fprintf(stderr, "  thread %d waits at %s\n", i, fibers[i].waiting_at);
             shown++;
         }
-    exit(1);
+    fflush(stderr);
+    _exit(1);
 }
 
 } // namespace
 
-unsigned char *dynamic_smem() { return smem_buf.data(); }
+unsigned char *dynamic_smem() { return smem_buf.base; }
+
+void shared_block_init(void *p, size_t bytes) {
+    unsigned long &b = shared_poisoned[p];
+    if (b != block_serial) { /* the first thread of this block to reach the declaration */
+        memset(p, 0xff, bytes);
+        b = block_serial;
+    }
+}
 
 int lane_id() { return cur->linear & 31; }
 
@@ -303,13 +382,15 @@ void run_blocks(dim3 grid, dim3 block, size_t smem, body_fn body, void *ctx, siz
     g_ctx = ctx;
     g_grid_dim = grid;
     g_block_dim = block;
-    smem_buf.assign(smem ? smem : 1, 0xff);
+    smem_buf.assign(smem);
     for (size_t lin = first; lin < nblocks; lin += stride) {
         g_block_idx = make_uint3((unsigned)(lin % grid.x), (unsigned)(lin / grid.x % grid.y),
                                  (unsigned)(lin / ((size_t)grid.x * grid.y)));
-        if (smem) memset(smem_buf.data(), 0xff, smem);
+        if (smem) memset(smem_buf.base, 0xff, smem);
+        block_serial++; /* static __shared__ arrays are poisoned again at first use (below) */
         blk = BlockState();
         blk.nthreads = blk.live = (int)nthreads;
+        blk.last_warp_first = lin & 1;
         for (size_t w = 0; w < nthreads / 32; w++) {
             warps[w].lanes = warps[w].live = 32;
             warps[w].arrived = 0;
@@ -327,9 +408,10 @@ void run_blocks(dim3 grid, dim3 block, size_t smem, body_fn body, void *ctx, siz
         }
         /* the threads pass the OS thread among themselves (switch_away); it comes back here
          * when none can run: every thread done, or a deadlock */
-        cur = &fibers[0];
-        g_thread_idx = fibers[0].tid;
-        tcu_simt_switch(&sched_sp, fibers[0].sp);
+        Fiber &first = fibers[blk.last_warp_first ? nthreads - 32 : 0];
+        cur = &first;
+        g_thread_idx = first.tid;
+        tcu_simt_switch(&sched_sp, first.sp);
         for (size_t i = 0; i < nthreads; i++)
             if (fibers[i].state != DONE) describe_deadlock();
         cur = nullptr;
@@ -373,6 +455,10 @@ void cp_async(void *sdst, const void *gsrc, int bytes, int src_bytes) {
     if (((uintptr_t)sdst % (uintptr_t)bytes) || (src_bytes && (uintptr_t)gsrc % (uintptr_t)bytes))
         die("cp.async of %d bytes at a misaligned address (shared %p, global %p)", bytes, sdst,
             gsrc);
+    /* from issue to completion the destination is undefined: NaN bytes now, the data at the wait
+     * (a read before the wait, or a refill issued while another warp still reads the old tile,
+     * sees NaN) */
+    memset(sdst, 0xff, (size_t)bytes);
     cur->pending.push_back(CpAsync{sdst, gsrc, bytes, src_bytes, -1});
 }
 
@@ -385,9 +471,10 @@ void cp_async_commit() {
 
 void cp_async_wait(int n) {
     Fiber *f = cur;
-    /* groups 0 .. committed-1-n complete; uncommitted copies too when n = 0 (the hardware's
-     * wait_group 0 waits for all committed groups; a copy never committed completes at some
-     * point: here, at the thread's end) */
+    /* committed groups 0 .. committed-1-n complete (PTX: wait_group N leaves at most the N most
+     * recent committed groups pending). A copy never committed is waited for by no wait_group:
+     * here it never lands (its destination stays NaN), stricter than a GPU, where it lands at
+     * some unknown time */
     const long upto = f->committed - 1 - n;
     std::vector<CpAsync> keep;
     for (CpAsync &c : f->pending) {
@@ -492,6 +579,7 @@ cudaError_t cudaGetLastError(void) {
     return e;
 }
 cudaError_t cudaPeekAtLastError(void) { return tcu_simt::last_error; }
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; } /* every launch has finished */
 const char *cudaGetErrorString(cudaError_t e) {
     switch (e) {
     case cudaSuccess: return "no error";

@@ -16,9 +16,12 @@
  *   - a grid's blocks are dealt to TSR_SIMT_THREADS OS threads (default: the CPUs, at most 8),
  *     block b to thread b mod n, each running its blocks one after another (blocks never wait for
  *     each other on a GPU either); a block's threads are fibers on its OS thread, each with its
- *     own stack, resumed in thread order until each reaches a barrier, a warp collective or its
- *     end (cooperative: no two threads of a block run at once, so a data race between them is
- *     never seen; compute-sanitizer's racecheck is the GPU's check for those);
+ *     own stack, running until it reaches a barrier, a warp collective or its end (cooperative:
+ *     no two threads of a block run at once). A warp runs ahead as far as it can, to a block
+ *     barrier, before the next warp starts: warp 0 first in even blocks, the last warp first in
+ *     odd ones (simt.cpp, switch_away). So shared memory one warp writes and another reads with
+ *     no barrier between shows, in one of the two orders, as a read of NaN; a race inside a warp,
+ *     or one whose values happen to agree, does not (compute-sanitizer's racecheck on a GPU);
  *   - __syncthreads waits for every thread of the block that has not exited; warp collectives
  *     (shuffles, reductions, ldmatrix, mma) need every lane of the warp present (a full warp of
  *     live threads: the emulator stops with a message otherwise, as the hardware's behaviour is
@@ -26,10 +29,12 @@
  *   - a block whose threads all wait and none can go on is a deadlock: the emulator stops and says
  *     which barrier each thread waits at;
  *   - `__shared__` arrays are static thread_local storage, one copy shared by the threads of the
- *     block its OS thread runs; dynamic shared memory is fresh per block and filled with 0xff bytes (NaN), so a read
- *     of shared memory nobody wrote shows;
- *   - cp.async copies happen at the cp.async.wait_group that completes their group (the latest
- *     moment the hardware may), so reading a tile before waiting for it reads stale data;
+ *     block its OS thread runs; they and the dynamic shared memory are filled with 0xff bytes
+ *     (NaN) at each block's start, so a read of shared memory nobody wrote shows; the dynamic
+ *     part ends at an unmapped page, so an access past the size the launch asked for faults;
+ *   - a cp.async destination is NaN bytes from the copy's issue to the cp.async.wait_group that
+ *     completes its group, where the data lands: reading a tile before waiting for it, or
+ *     refilling a buffer another warp still reads (a missing barrier), reads NaN;
  *   - a launch with more than 1024 threads, a grid past the hardware's limits, or more dynamic
  *     shared memory than cudaFuncSetAttribute allowed (48 KiB by default) fails as on a GPU:
  *     cudaGetLastError reports it and the kernel does not run;
@@ -72,6 +77,10 @@ extern thread_local dim3 g_block_dim, g_grid_dim;
 
 /* the running block's dynamic shared memory */
 unsigned char *dynamic_smem();
+/* a static __shared__ array (tools/simt_cu.py adds the call after its declaration): filled with
+ * 0xff bytes by the first thread of each block that reaches the declaration, so a read of an
+ * element this block never wrote shows (NaN, or -1 for integers) */
+void shared_block_init(void *p, size_t bytes);
 
 /* ---- warp collectives ---------------------------------------------------------------------- */
 
@@ -147,6 +156,13 @@ void mma_m16n8k16_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint3
 
 } // namespace tcu_simt
 
+/* cuda_runtime.h's typed overload, which host-only code does not get: a kernel pointer for the
+ * untyped one (simt.cpp) */
+template <class T>
+inline cudaError_t cudaFuncSetAttribute(T *entry, enum cudaFuncAttribute attr, int value) {
+    return cudaFuncSetAttribute((const void *)entry, attr, value);
+}
+
 #define threadIdx (tcu_simt::g_thread_idx)
 #define blockIdx (tcu_simt::g_block_idx)
 #define blockDim (tcu_simt::g_block_dim)
@@ -168,8 +184,8 @@ template <class T> inline T __shfl_sync(unsigned mask, T v, int src, int width =
 }
 template <class T> inline T __shfl_xor_sync(unsigned mask, T v, int o, int width = 32) {
     const int lane = tcu_simt::lane_id(), src = lane ^ o;
-    /* a source outside the lane's width-group gives the lane's own value */
-    const int s = (src & ~(width - 1)) == (lane & ~(width - 1)) ? src : lane;
+    /* a source in a later width-group gives the lane's own value (earlier groups are read) */
+    const int s = (src & ~(width - 1)) > (lane & ~(width - 1)) ? lane : src;
     return tcu_simt::warp_shfl(mask, v, s, "__shfl_xor_sync");
 }
 template <class T> inline T __shfl_down_sync(unsigned mask, T v, unsigned d, int width = 32) {

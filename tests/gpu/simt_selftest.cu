@@ -3,11 +3,13 @@
  * kernel file (tools/simt_cu.py, then g++ with simt.h) into build/tests/test_simt_selftest.
  * test_gpu_ops_simt trusts these: the shuffles and reductions, the barrier predicates, ldmatrix
  * and mma.sync's fragment layouts (each element placed by the ISA's formula, written out here),
- * cp.async's completion at wait_group, static shared memory per block on several OS threads, and
- * the failures a GPU would show (a launch past the limits, too much dynamic shared memory) or
- * leave undefined (a deadlock, a collective with a lane gone), each stopping the run (in a child
- * process) with its message.
+ * cp.async's completion at wait_group, static shared memory per block on several OS threads, a
+ * race between warps and a static array's leftover shown as NaN, an overrun of dynamic shared
+ * memory faulting, and the failures a GPU would show (a launch past the limits, too much dynamic
+ * shared memory) or leave undefined (a deadlock, a collective with a lane gone), each stopping the
+ * run (in a child process) with its message.
  */
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -118,6 +120,31 @@ __global__ void blocks_kernel(int *out) {
     if (threadIdx.x == 0) out[blockIdx.x] = sum[0];
 }
 
+/* ---- shared memory races and leftovers ------------------------------------------------------ */
+
+/* warp 0 writes its value for warp 1, and warp 1 reads it, with no barrier between (a race);
+ * out[b]: what warp 1 read in block b */
+__global__ void race_kernel(unsigned *out) {
+    __shared__ unsigned v[1];
+    if (threadIdx.x == 0) v[0] = 1234u;
+    const unsigned seen = __shfl_sync(0xffffffffu, v[0], 0); /* a collective: warps interleave */
+    if (threadIdx.x == 32) out[blockIdx.x] = seen;
+}
+
+/* a static __shared__ element this block never wrote (the previous block did) */
+__global__ void leftover_kernel(unsigned *out) {
+    __shared__ unsigned v[2];
+    if (blockIdx.x == 0 && threadIdx.x == 0) v[1] = 99u;
+    __syncthreads();
+    if (threadIdx.x == 0) out[blockIdx.x] = v[1];
+}
+
+/* one byte past the dynamic shared memory the launch asked for */
+__global__ void overrun_kernel(unsigned *out) {
+    extern __shared__ __align__(16) unsigned char dyn[];
+    if (threadIdx.x == 0) out[0] = dyn[4096];
+}
+
 /* ---- what a GPU leaves undefined: stopped with a message ------------------------------------ */
 
 __global__ void deadlock_kernel(int *out) {
@@ -140,6 +167,20 @@ __global__ void big_smem_kernel(int *out) {
 }
 
 /* runs fn in a child process; true when it exited with status 1 and stderr holds `want` */
+/* runs fn in a child process (no core file); true when a signal killed it */
+template <class F> static bool child_killed(F fn) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+        const struct rlimit none = {0, 0};
+        setrlimit(RLIMIT_CORE, &none);
+        fn();
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFSIGNALED(st);
+}
+
 template <class F> static bool child_fails_with(F fn, const char *want, std::string *err) {
     int pipefd[2];
     if (pipe(pipefd) != 0) return false;
@@ -164,7 +205,7 @@ template <class F> static bool child_fails_with(F fn, const char *want, std::str
 static float host_bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
 int main() {
-    tap_plan(11);
+    tap_plan(14);
 
     /* 1, 2: collectives */
     std::vector<int> out(64 * 8, -1);
@@ -287,5 +328,24 @@ int main() {
     tap_ok(sums2[0] == 1024 && sums2[1] == 2048 && sums2[2] == 3072,
            "3 blocks of 1024 threads (1024 barriers each): sums %d %d %d (want 1024 2048 3072)",
            sums2[0], sums2[1], sums2[2]);
+
+    /* 12-14: shared memory: a race between warps, a static array's leftover, an overrun */
+    std::vector<unsigned> seen(2, 0);
+    race_kernel<<<2, 64>>>(seen.data());
+    tap_ok(seen[0] == 1234u && seen[1] == 0xffffffffu,
+           "warp 1 reads warp 0's shared write with no barrier: block 0 (warp 0 ran ahead) %u, "
+           "block 1 (warp 1 ran ahead) 0x%08x (want 1234 and the NaN fill 0xffffffff)",
+           seen[0], seen[1]);
+    std::vector<unsigned> left(2, 0);
+    leftover_kernel<<<2, 32>>>(left.data());
+    tap_ok(left[0] == 99u && left[1] == 0xffffffffu,
+           "a static __shared__ element written by block 0 only: block 1 reads 0x%08x (want the "
+           "fill 0xffffffff, not block 0's %u)", left[1], left[0]);
+    ok = child_killed([] {
+        std::vector<unsigned> x(1);
+        overrun_kernel<<<1, 32, 4096>>>(x.data());
+    });
+    tap_ok(ok, "a read one byte past the 4096 bytes of dynamic shared memory a launch asked for "
+           "faults (the child killed by a signal)");
     return tap_done();
 }
