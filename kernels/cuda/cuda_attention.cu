@@ -269,6 +269,20 @@ __device__ __forceinline__ void add_bf16x2(bf16 *p, float x, float y, bool set) 
     *q = __floats2bfloat162_rn(f.x + x, f.y + y);
 }
 
+/* This thread's rows in each of its warp's MS slabs of a tile (i0: the tile's first row; r0: the
+ * warp's first row in it; g = lane / 4): a[m] (accumulator elements 0, 1) and b[m] = a[m] + 8
+ * (elements 2, 3), with their segment bounds from the tile's s_bound (s_lo or s_hi). */
+template <int MS>
+__device__ __forceinline__ void slab_rows(int (&a)[MS], int (&b)[MS], int (&bound_a)[MS],
+                                          int (&bound_b)[MS], const int *s_bound, int i0, int r0,
+                                          int g) {
+#pragma unroll
+    for (int m = 0; m < MS; m++) {
+        const int ra = r0 + 16 * m + g;
+        a[m] = i0 + ra, b[m] = a[m] + 8, bound_a[m] = s_bound[ra], bound_b[m] = s_bound[ra + 8];
+    }
+}
+
 /* Row 0 of sequence b of query head h and of the key and value heads it reads (g = h / (NH/KVH)),
  * in qkv (B,T,QKV); rows are QKV elements apart. */
 __device__ __forceinline__ void head_rows(const bf16 *&q, const bf16 *&k, const bf16 *&v,
@@ -324,11 +338,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     /* this thread's rows, per slab m: ia (accumulator elements 0, 1) and ib = ia + 8 (2, 3) */
     const int r0 = warp * 16 * MS;
     int ia[MS], ib[MS], lo_a[MS], lo_b[MS];
-#pragma unroll
-    for (int m = 0; m < MS; m++) {
-        const int ra = r0 + 16 * m + g;
-        ia[m] = i0 + ra, ib[m] = ia[m] + 8, lo_a[m] = s_lo[ra], lo_b[m] = s_lo[ra + 8];
-    }
+    slab_rows<MS>(ia, ib, lo_a, lo_b, s_lo, i0, r0, g);
     const float slope2 = slopes ? slopes[h] * kLog2e : 0.0f;
     float o[MS][HS / 8][4] = {};
     float m_a[MS], m_b[MS], l_a[MS], l_b[MS]; /* l: this thread's columns */
@@ -533,11 +543,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_m
     /* this thread's keys, per slab m: ja (accumulator elements 0, 1) and jb = ja + 8 (2, 3) */
     const int r0 = warp * 16 * MS;
     int ja[MS], jb[MS], hi_a[MS], hi_b[MS];
-#pragma unroll
-    for (int m = 0; m < MS; m++) {
-        const int ra = r0 + 16 * m + g;
-        ja[m] = j0 + ra, jb[m] = ja[m] + 8, hi_a[m] = s_hi[ra], hi_b[m] = s_hi[ra + 8];
-    }
+    slab_rows<MS>(ja, jb, hi_a, hi_b, s_hi, j0, r0, g);
     float dk[MS][HS / 8][4] = {}, dv[MS][HS / 8][4] = {};
 
     for (int st = 0; st < nsteps; st++) {
@@ -645,10 +651,9 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_m
     const int r0 = warp * 16 * MS;
     int ia[MS], ib[MS], lo_a[MS], lo_b[MS];
     float lse_a[MS], lse_b[MS], d_a[MS], d_b[MS];
+    slab_rows<MS>(ia, ib, lo_a, lo_b, s_lo, i0, r0, g);
 #pragma unroll
     for (int m = 0; m < MS; m++) {
-        const int ra = r0 + 16 * m + g;
-        ia[m] = i0 + ra, ib[m] = ia[m] + 8, lo_a[m] = s_lo[ra], lo_b[m] = s_lo[ra + 8];
         lse_a[m] = ia[m] < T ? lbh[ia[m]] * kLog2e : 0.0f;
         lse_b[m] = ib[m] < T ? lbh[ib[m]] * kLog2e : 0.0f;
         d_a[m] = ia[m] < T ? dbh[ia[m]] : 0.0f;

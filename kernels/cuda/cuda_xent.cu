@@ -39,6 +39,57 @@ __device__ __forceinline__ float2 xent_merge(float2 a, float2 b) {
     return make_float2(m, sa + sb);
 }
 
+/* One W-wide chunk starting at column c into the online state st (columns >= V skipped): the
+ * chunk max first, then one rescale and W exps. */
+template <int W>
+__device__ __forceinline__ void xent_chunk(float2 &st, const float *v, int c, int V) {
+    float cm = -CUDART_INF_F;
+#pragma unroll
+    for (int k = 0; k < W; k++)
+        if (c + k < V) cm = fmaxf(cm, v[k]);
+    if (cm > st.x) { /* new max: rescale what was summed (exp(-inf) = 0 when it was empty) */
+        st.y *= expf(st.x - cm);
+        st.x = cm;
+    }
+    if (st.x != -CUDART_INF_F) { /* all -inf so far: nothing to add (and no -inf - -inf) */
+#pragma unroll
+        for (int k = 0; k < W; k++)
+            if (c + k < V) st.y += expf(v[k] - st.x);
+    }
+}
+
+/* The row's (max, sum) from every thread's state: the warp butterfly, then the warps in order
+ * 0..nw-1 (the same bits in every thread). red: 32 float2 of shared memory. Ends with a barrier,
+ * after which the row may be overwritten. */
+__device__ __forceinline__ float2 xent_row_state(float2 st, float2 *red) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float2 other;
+        other.x = __shfl_xor_sync(0xffffffffu, st.x, o);
+        other.y = __shfl_xor_sync(0xffffffffu, st.y, o);
+        st = xent_merge(st, other);
+    }
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = st;
+    __syncthreads(); /* the row is read: from here on it may be overwritten */
+    float2 row = red[0];
+    for (int i = 1; i < (int)(blockDim.x >> 5); i++) row = xent_merge(row, red[i]);
+    return row;
+}
+
+/* The gradient of one W-wide chunk at column c, in place of its logits v: (p - [j == t]) dl for
+ * j < V (NaN when the row's target is bad), 0 for padding columns. */
+template <int W>
+__device__ __forceinline__ void xent_grad_chunk(float *v, int c, int V, int t, bool bad, float mx,
+                                                float inv, float dl) {
+#pragma unroll
+    for (int k = 0; k < W; k++) {
+        const int j = c + k;
+        if (j >= V) v[k] = 0.0f;
+        else if (bad) v[k] = CUDART_NAN_F;
+        else v[k] = (expf(v[k] - mx) * inv - (j == t ? 1.0f : 0.0f)) * dl;
+    }
+}
+
 /* ---- the kernel -------------------------------------------------------------------------- */
 
 /* Row n, t = targets[n], x = logits[n, 0..V):
@@ -85,31 +136,9 @@ __global__ void __launch_bounds__(XENT_MAX_THREADS)
     for (int c = c0; c < V; c += step) {
         float v[W];
         tcu_load_bf16<W, VEC>(v, x + c);
-        float cm = -CUDART_INF_F;
-#pragma unroll
-        for (int k = 0; k < W; k++)
-            if (c + k < V) cm = fmaxf(cm, v[k]);
-        if (cm > st.x) { /* new max: rescale what was summed (exp(-inf) = 0 when it was empty) */
-            st.y *= expf(st.x - cm);
-            st.x = cm;
-        }
-        if (st.x != -CUDART_INF_F) { /* all -inf so far: nothing to add (and no -inf - -inf) */
-#pragma unroll
-            for (int k = 0; k < W; k++)
-                if (c + k < V) st.y += expf(v[k] - st.x);
-        }
+        xent_chunk<W>(st, v, c, V);
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        float2 other;
-        other.x = __shfl_xor_sync(0xffffffffu, st.x, o);
-        other.y = __shfl_xor_sync(0xffffffffu, st.y, o);
-        st = xent_merge(st, other);
-    }
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = st;
-    __syncthreads(); /* the row is read: from here on it may be overwritten */
-    float2 row = red[0];
-    for (int i = 1; i < (int)(blockDim.x >> 5); i++) row = xent_merge(row, red[i]);
+    const float2 row = xent_row_state(st, red);
     const float mx = row.x, sum = row.y;
 
     if (threadIdx.x == 0) losses[n] = bad ? CUDART_NAN_F : logf(sum) - (xt - mx);
@@ -120,13 +149,7 @@ __global__ void __launch_bounds__(XENT_MAX_THREADS)
     for (int c = c0; c < Vp; c += step) {
         float v[W];
         tcu_load_bf16<W, VEC>(v, x + c);
-#pragma unroll
-        for (int k = 0; k < W; k++) {
-            const int j = c + k;
-            if (j >= V) v[k] = 0.0f;
-            else if (bad) v[k] = CUDART_NAN_F;
-            else v[k] = (expf(v[k] - mx) * inv - (j == t ? 1.0f : 0.0f)) * dl;
-        }
+        xent_grad_chunk<W>(v, c, V, t, bad, mx, inv, dl);
         tcu_store_bf16<W, VEC>(x + c, v);
     }
 }
@@ -173,31 +196,9 @@ __global__ void __launch_bounds__(XENT_MAX_THREADS)
         if (c >= V) continue;
         float v[8];
         tcu_unpack_bf16x8(v, raw[r]);
-        float cm = -CUDART_INF_F;
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            if (c + k < V) cm = fmaxf(cm, v[k]);
-        if (cm > st.x) {
-            st.y *= expf(st.x - cm);
-            st.x = cm;
-        }
-        if (st.x != -CUDART_INF_F) {
-#pragma unroll
-            for (int k = 0; k < 8; k++)
-                if (c + k < V) st.y += expf(v[k] - st.x);
-        }
+        xent_chunk<8>(st, v, c, V);
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        float2 other;
-        other.x = __shfl_xor_sync(0xffffffffu, st.x, o);
-        other.y = __shfl_xor_sync(0xffffffffu, st.y, o);
-        st = xent_merge(st, other);
-    }
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = st;
-    __syncthreads(); /* the row is read: from here on it may be overwritten */
-    float2 row = red[0];
-    for (int i = 1; i < (int)(blockDim.x >> 5); i++) row = xent_merge(row, red[i]);
+    const float2 row = xent_row_state(st, red);
     const float mx = row.x, sum = row.y;
 
     if (threadIdx.x == 0) losses[n] = bad ? CUDART_NAN_F : logf(sum) - (xt - mx);
@@ -211,13 +212,7 @@ __global__ void __launch_bounds__(XENT_MAX_THREADS)
         if (c >= Vp) continue;
         float v[8];
         if (c < V) tcu_unpack_bf16x8(v, raw[r]);
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const int j = c + k;
-            if (j >= V) v[k] = 0.0f;
-            else if (bad) v[k] = CUDART_NAN_F;
-            else v[k] = (expf(v[k] - mx) * inv - (j == t ? 1.0f : 0.0f)) * dl;
-        }
+        xent_grad_chunk<8>(v, c, V, t, bad, mx, inv, dl);
         tcu_store_bf16<8, true>(x + c, v);
     }
 }
