@@ -8,7 +8,7 @@
 # first / always / never, add_prefix_space true / false / absent, split false or absent, the old
 # str_rep, a Metaspace decoder (with and without add_prefix_space) vs the Replace/ByteFallback/Fuse/
 # Strip sequence (split true is refused: test_hf_spm_errors.sh). Compared on Brown
-# (all files for Mistral's own form, 25 for the others), the adversarial and random texts of
+# (every 4th file, 125 of all 15 genres, for Mistral's own form; 25 for the others), the adversarial and random texts of
 # hf_texts.sh and Metaspace cases: text starting with U+2581 or spaces, added tokens first, in the
 # middle and back to back (a section after an added token is not the first: no U+2581 for "first"),
 # "<0x41>" as text. Skips (77) without node or the npm files (./INSTALL --ensure).
@@ -70,6 +70,11 @@ printf '<s></s><unk>' > "$M/added_only"
 printf 'a<0x41> <0xE2> literal \xf0\x9f\x9b\xb8 \xe1\x9a\x80' > "$M/byte_text"
 texts=("$E"/* "$M"/* "$R"/*)
 brown=("$BROWN"/c[a-r][0-9][0-9])
+# Mistral's own form: every 4th Brown file (125, from all 15 genres). All 500 took about 25 s more
+# of CI's 30 minutes for the same vocabulary and merges that test_hf_identity.sh runs over all of
+# Brown with Llama 2's tokenizer; the Metaspace logic itself is in every file and in the cases above
+brown4=()
+for ((i = 0; i < ${#brown[@]}; i += 4)); do brown4+=("${brown[i]}"); done
 
 same_dirs() { # same_dirs WHAT REF_DIR DIR FILES...: decoded texts byte-identical
     local what=$1 a=$2 b=$3 f rc=0; shift 3
@@ -78,10 +83,12 @@ same_dirs() { # same_dirs WHAT REF_DIR DIR FILES...: decoded texts byte-identica
     done
     return $rc
 }
-# var_files V: sets `files`, what variant V is compared on (Mistral's own form: all of Brown)
+# var_files V: sets `files`, what variant V is compared on (Mistral's own form: every 4th Brown
+# file), and `dec`, those whose decoded text is compared too (the texts and the first 25 of Brown)
 var_files() {
     files=("${texts[@]}" "${brown[@]:0:25}")
-    [[ $1 == mistral ]] && files=("${texts[@]}" "${brown[@]}")
+    [[ $1 == mistral ]] && files=("${texts[@]}" "${brown4[@]}")
+    dec=("${files[@]:0:${#texts[@]}+25}")
 }
 # ref_queue V:K:N...: transformers.js's ids and decoded texts of part K of N of each variant V's
 # files, two node processes at a time; each writes only its own $TMP/V/ref.ids.K and the decoded
@@ -99,7 +106,7 @@ ref_queue() {
     wait
 }
 
-# the reference in the background while tessera encodes and decodes: mistral's 545 files (most of
+# the reference in the background while tessera encodes and decodes: mistral's 170 files (most of
 # the work) in two halves first, then the other variants' 70 each
 ref_queue mistral:0:2 mistral:1:2 first_aps:0:1 always:0:1 never:0:1 legacy:0:1 aps_false:0:1 &
 queue=$!
@@ -107,7 +114,7 @@ for v in "${variants[@]}"; do
     J=$TMP/$v/tokenizer.json
     var_files "$v"
     "$TOOL" tokenizer encode --special --tokenizer "$J" "${files[@]}" > "$TMP/$v/tsr.ids"
-    decode_lines "$TMP/$v/tsr.ids" "$TMP/$v/tsr" "$J" "${texts[@]}" "${brown[@]:0:25}"
+    decode_lines "$TMP/$v/tsr.ids" "$TMP/$v/tsr" "$J" "${dec[@]}"
 done
 rt=("${brown[@]:0:20}" "$E/scripts" "$E/emoji" "$E/cjk" "$E/whitespace" "$E/contractions" "$M/lead_newline")
 "$TOOL" tokenizer encode --tokenizer "$TMP/mistral/tokenizer.json" "${rt[@]}" > "$TMP/rt.ids"
@@ -122,7 +129,7 @@ for v in "${variants[@]}"; do
     var_files "$v"
     same_lines "$v" "$TMP/$v/ref.ids" "$TMP/$v/tsr.ids" "${files[@]}"
     tap_check $? "$v: ids identical to transformers.js on ${#files[@]} files ($((${#files[@]} - ${#texts[@]})) Brown, adversarial, Metaspace cases, random; $(wc -w < "$TMP/$v/ref.ids") ids)"
-    same_dirs "$v" "$TMP/$v/ref" "$TMP/$v/tsr" "${texts[@]}" "${brown[@]:0:25}"
+    same_dirs "$v" "$TMP/$v/ref" "$TMP/$v/tsr" "${dec[@]}"
     tap_check $? "$v: decoded text identical to transformers.js (adversarial, Metaspace cases, random, 25 Brown files)"
 done
 
