@@ -575,6 +575,9 @@ void tcu_swiglu_backward(tsr_bf16 *dinp, const tsr_bf16 *inp, const tsr_bf16 *do
 
 #endif /* TCU_EMU_SIMT_KERNELS */
 
+/* Built with TCU_EMU_SIMT_KERNELS: left out, cuda_moe.cu's kernels run instead (SIMT emulator) */
+#ifndef TCU_EMU_SIMT_KERNELS
+
 /* ---- mixture of experts --------------------------------------------------------------------- */
 
 /* The CPU ops are optional in their table (ops.h): an emulated MoE op without its twin dies */
@@ -727,6 +730,8 @@ void tcu_moe_router_backward(tsr_bf16 *dlogits, const float *dwts, const float *
     free(d);
 }
 
+#endif /* TCU_EMU_SIMT_KERNELS */
+
 /* ---- matmul -------------------------------------------------------------------------------- */
 
 static void require_shape(const char *what, int N, int IC, int OC) {
@@ -850,6 +855,9 @@ void tcu_matmul_backward_dgelu(tsr_bf16 *dinp, float *dw, float *dbias, const ts
     if (dw || dbias) tcu_matmul_backward(NULL, dw, dbias, dout, inp, w, N, IC, OC, TSR_GRAD_SET, s);
 }
 
+/* Built with TCU_EMU_SIMT_KERNELS: left out, cuda_lora.cu's kernels run instead (SIMT emulator) */
+#ifndef TCU_EMU_SIMT_KERNELS
+
 /* ---- LoRA's adapter path (cuda_ops.h tcu_lora_*) ------------------------------------------- */
 
 /* the CUDA op's layout (cuda_lora.cu): t (N,R), xd (N,IC), dz (N,OC) fp32, each 256-byte
@@ -904,6 +912,8 @@ void tcu_lora_backward(tsr_bf16 *dinp, float *dA, float *dB, const tsr_bf16 *dou
     if (dinp) add_round_into(dinp, dx, (size_t)N * IC);
     free(xd), free(t), free(dx), free(g), free(x);
 }
+
+#endif /* TCU_EMU_SIMT_KERNELS */
 
 /* ---- gelu, residual ------------------------------------------------------------------------ */
 

@@ -2130,8 +2130,9 @@ static void run_attention(void) {
 
 /* Built with TSR_GPU_OPS_SIMT (build/tests/test_gpu_ops_simt): the ops whose real kernels the SIMT
  * emulator runs on the CPU (kernels/cuda_simt/: attention, softmax + cross-entropy, argmax,
- * LayerNorm, RMSNorm, QK-norm, RoPE, SwiGLU; the other ops of that build are kernels/cuda_emu's
- * stand-ins, checked by test_gpu_ops_emu), then the guard bytes. */
+ * LayerNorm, RMSNorm, QK-norm, RoPE, SwiGLU, the mixture-of-experts ops, LoRA's adapter path; the
+ * other ops of that build are kernels/cuda_emu's stand-ins, checked by test_gpu_ops_emu), then
+ * the guard bytes. */
 #ifdef TSR_GPU_OPS_SIMT
 enum { simt_only = 1 };
 #else
@@ -2146,6 +2147,8 @@ static int plan_size_simt(void) {
     n += (int)NCASES(RMS) * RMS_CHECKS + (int)NCASES(QKN) * QKN_CHECKS;
     n += (int)NCASES(RMS_FZ) * RMS_FROZEN_CHECKS + (int)NCASES(QKN_FZ) * QKN_FROZEN_CHECKS;
     n += (int)NCASES(ROPE) * ROPE_CHECKS + (int)NCASES(SWIGLU) * SWIGLU_CHECKS;
+    n += (int)NCASES(MOE) * MOE_CHECKS + (int)NCASES(MOE_FZ) * MOE_FROZEN_CHECKS;
+    for (size_t i = 0; i < NCASES(LORA); i++) n += lora_checks(&LORA[i]);
     return n;
 }
 
@@ -2162,6 +2165,9 @@ static void run_simt(void) {
     for (size_t i = 0; i < NCASES(LN_FZ); i++) test_layernorm_frozen(&LN_FZ[i]);
     for (size_t i = 0; i < NCASES(RMS_FZ); i++) test_rmsnorm_frozen(&RMS_FZ[i]);
     for (size_t i = 0; i < NCASES(QKN_FZ); i++) test_qknorm_frozen(&QKN_FZ[i]);
+    for (size_t i = 0; i < NCASES(MOE); i++) test_moe(&MOE[i]);
+    for (size_t i = 0; i < NCASES(MOE_FZ); i++) test_moe_matmul_frozen(&MOE_FZ[i]);
+    for (size_t i = 0; i < NCASES(LORA); i++) test_lora(&LORA[i]);
 }
 
 static int plan_size(void) {
