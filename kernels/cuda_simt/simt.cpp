@@ -127,7 +127,8 @@ unsigned char *stack_get() {
     void *m = mmap(nullptr, kStackBytes + kGuardBytes, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) die("cannot map a %zu-byte fiber stack", kStackBytes);
-    mprotect(m, kGuardBytes, PROT_NONE); /* an overflow faults, not another fiber's stack */
+    if (mprotect(m, kGuardBytes, PROT_NONE) != 0) /* an overflow faults, not another's stack */
+        die("cannot protect a fiber stack's guard page (vm.max_map_count?)");
     return static_cast<unsigned char *>(m) + kGuardBytes;
 }
 
@@ -158,9 +159,12 @@ struct SmemArea {
                            0);
             if (m == MAP_FAILED) die("cannot map %zu bytes of shared memory", n);
             map = static_cast<unsigned char *>(m), map_bytes = want;
-            mprotect(map + want - page, page, PROT_NONE);
+            if (mprotect(map + want - page, page, PROT_NONE) != 0)
+                die("cannot protect the guard page after shared memory");
         }
-        base = map + map_bytes - page - need; /* 16-byte aligned; ends at the guard page */
+        /* 16-byte aligned, so it ends at the guard page when n is a multiple of 16 (every launch
+         * here); otherwise up to 15 bytes past n go unnoticed */
+        base = map + map_bytes - page - need;
         bytes = n;
     }
 };
@@ -168,6 +172,7 @@ thread_local SmemArea smem_buf;
 thread_local unsigned long block_serial = 0; /* blocks this OS thread has started */
 thread_local std::map<void *, unsigned long> shared_poisoned; /* static array -> its block */
 cudaError_t last_error = cudaSuccess;
+unsigned long launch_serial = 0; /* launches so far (run_grid), for the warp order's parity */
 std::map<const void *, int> smem_attr; /* cudaFuncAttributeMaxDynamicSharedMemorySize per kernel */
 
 [[noreturn]] void die(const char *fmt, ...) {
@@ -183,7 +188,7 @@ std::map<const void *, int> smem_attr; /* cudaFuncAttributeMaxDynamicSharedMemor
     _exit(1); /* not exit: other OS threads may be running blocks */
 }
 
-void switch_away(Fiber *self);
+void switch_away(Fiber *self, bool own_warp_first = true);
 
 void fiber_entry() {
     g_body(g_ctx);
@@ -205,7 +210,7 @@ void fiber_entry() {
         for (int i = 0; i < blk.nthreads; i++)
             if (fibers[i].state == WAIT_BLOCK) fibers[i].state = RUNNABLE;
     }
-    switch_away(f);
+    switch_away(f, false); /* after a release, the block's first warp in its order runs first */
     abort(); /* never resumed */
 }
 
@@ -230,26 +235,30 @@ void fiber_stack_init(Fiber &f) {
     f.sp = sp;
 }
 
-/* Self (waiting or done) gives the OS thread straight to the next runnable thread, or back to the
- * scheduler when none is (the block ended, or deadlocked). The next is a lane of self's own warp
- * (after self, cyclically) while one can run, else the first runnable lane of the other warps in
- * the block's order: from warp 0 up in even blocks, from the last warp down in odd ones. So a warp
- * runs ahead as far as it can, to a block barrier or its end, before the next starts: what one
- * warp writes to shared memory and another reads, or a buffer refilled while another warp still
- * reads it, without a barrier between them shows in one of the two orders (as NaN: shared memory
- * and cp.async destinations start as NaN bytes), where warps moving in step would hide it. */
-void switch_away(Fiber *self) {
+/* Self gives the OS thread straight to the next runnable thread, or back to the scheduler when
+ * none is (the block ended, or deadlocked); it returns when self is resumed. The next is, with
+ * own_warp_first (self waits at a collective or a barrier), a lane of self's own warp (after self,
+ * cyclically) while one can run; else, and after a barrier's release (self runnable too), the
+ * first runnable lane of the warps in the block's order: from warp 0 up in even phases, from the
+ * last warp down in odd ones (blk.last_warp_first). So a warp runs ahead as far as it can, to a
+ * block barrier or its end, before the next starts, and every phase between two barriers runs
+ * its warps in the block's order: what one warp writes to shared memory and another reads, or a
+ * buffer refilled while another warp still reads it, without a barrier between them shows in one
+ * of the two orders (as NaN: shared memory and cp.async destinations start as NaN bytes), where
+ * warps moving in step would hide it. */
+void switch_away(Fiber *self, bool own_warp_first) {
     const int nw = blk.nthreads / 32, w0 = self->linear / 32, l0 = self->linear & 31;
     Fiber *next = nullptr;
-    for (int k = 1; k < 32 && !next; k++) {
+    for (int k = 1; k < 32 && !next && own_warp_first; k++) {
         Fiber &f = fibers[w0 * 32 + (l0 + k) % 32];
         if (f.state == RUNNABLE) next = &f;
     }
     for (int i = 0; i < nw && !next; i++) {
         const int w = blk.last_warp_first ? nw - 1 - i : i;
-        for (int l = 0; l < 32 && !next && w != w0; l++)
+        for (int l = 0; l < 32 && !next && (w != w0 || !own_warp_first); l++)
             if (fibers[w * 32 + l].state == RUNNABLE) next = &fibers[w * 32 + l];
     }
+    if (next == self) return; /* self is the block's first in order: it goes on */
     if (!next) {
         tcu_simt_switch(&self->sp, sched_sp);
         return;
@@ -269,6 +278,7 @@ Fiber::~Fiber() {
 }
 
 void describe_deadlock() {
+    fflush(stdout);
     fprintf(stderr, "tessera simt: deadlock in block (%u,%u,%u): no thread can go on\n",
             g_block_idx.x, g_block_idx.y, g_block_idx.z);
     int shown = 0;
@@ -343,6 +353,7 @@ int block_barrier(int pred, int kind) {
         blk.gen++;
         for (int i = 0; i < blk.nthreads; i++)
             if (fibers[i].state == WAIT_BLOCK) fibers[i].state = RUNNABLE;
+        switch_away(f, false); /* the next phase starts with the block's first warp in its order */
     } else {
         f->state = WAIT_BLOCK;
         f->waiting_at = "__syncthreads";
@@ -361,8 +372,8 @@ unsigned simt_threads() {
         if (e && *e) {
             char *end;
             const long v = strtol(e, &end, 10);
-            if (*end || v < 1 || v > 256) {
-                fprintf(stderr, "tessera simt: TSR_SIMT_THREADS='%s': expected 1..256\n", e);
+            if (*end || v < 1 || v > 64) { /* 64 x 1024 fibers, each stack 2 maps: < max_map_count */
+                fprintf(stderr, "tessera simt: TSR_SIMT_THREADS='%s': expected 1..64\n", e);
                 exit(2);
             }
             return (unsigned)v;
@@ -390,7 +401,7 @@ void run_blocks(dim3 grid, dim3 block, size_t smem, body_fn body, void *ctx, siz
         block_serial++; /* static __shared__ arrays are poisoned again at first use (below) */
         blk = BlockState();
         blk.nthreads = blk.live = (int)nthreads;
-        blk.last_warp_first = lin & 1;
+        blk.last_warp_first = (lin + launch_serial) & 1; /* both orders, also for 1-block grids */
         for (size_t w = 0; w < nthreads / 32; w++) {
             warps[w].lanes = warps[w].live = 32;
             warps[w].arrived = 0;
@@ -441,6 +452,7 @@ void run_grid(const void *kernel, dim3 grid, dim3 block, size_t smem, body_fn bo
     }
     const size_t nblocks = (size_t)grid.x * grid.y * grid.z;
     const size_t n = nblocks < simt_threads() ? nblocks : simt_threads();
+    launch_serial++;
     std::vector<std::thread> others;
     for (size_t t = 1; t < n; t++)
         others.emplace_back(run_blocks, grid, block, smem, body, ctx, t, n);

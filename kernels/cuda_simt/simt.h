@@ -8,7 +8,8 @@
  *
  * How a kernel file gets here: tools/simt_cu.py rewrites its launches `k<<<g, b, smem, s>>>(args)`
  * into `tcu_simt::launch(k, g, b, smem, s)(args)` and `extern __shared__ T x[];` into a pointer to
- * the block's dynamic shared memory, keeping every line where it was; g++ then compiles it with
+ * the block's dynamic shared memory, and adds tcu_simt::shared_block_init after each static
+ * `__shared__` declaration, keeping every line where it was; g++ then compiles it with
  * this header forced in first (-include) and TCU_SIMT defined (kernels/cuda/cuda_ptx.h takes its
  * emulated PTX wrappers then).
  *
@@ -18,10 +19,11 @@
  *     each other on a GPU either); a block's threads are fibers on its OS thread, each with its
  *     own stack, running until it reaches a barrier, a warp collective or its end (cooperative:
  *     no two threads of a block run at once). A warp runs ahead as far as it can, to a block
- *     barrier, before the next warp starts: warp 0 first in even blocks, the last warp first in
- *     odd ones (simt.cpp, switch_away). So shared memory one warp writes and another reads with
- *     no barrier between shows, in one of the two orders, as a read of NaN; a race inside a warp,
- *     or one whose values happen to agree, does not (compute-sanitizer's racecheck on a GPU);
+ *     barrier, before the next warp starts, and every phase between barriers runs the warps in
+ *     the block's order: warp 0 first when (block + launch) is even, the last warp first when
+ *     odd (simt.cpp, switch_away). So shared memory one warp writes and another reads with no
+ *     barrier between shows, in one of the two orders, as a read of NaN; a race inside a warp, or
+ *     one whose values happen to agree, does not (compute-sanitizer's racecheck on a GPU);
  *   - __syncthreads waits for every thread of the block that has not exited; warp collectives
  *     (shuffles, reductions, ldmatrix, mma) need every lane of the warp present (a full warp of
  *     live threads: the emulator stops with a message otherwise, as the hardware's behaviour is

@@ -131,12 +131,23 @@ __global__ void race_kernel(unsigned *out) {
     if (threadIdx.x == 32) out[blockIdx.x] = seen;
 }
 
-/* a static __shared__ element this block never wrote (the previous block did) */
+/* a static __shared__ element (and a scalar) this block never wrote (block 0 did: with more blocks
+ * than OS threads, some later block runs on block 0's OS thread) */
 __global__ void leftover_kernel(unsigned *out) {
-    __shared__ unsigned v[2];
-    if (blockIdx.x == 0 && threadIdx.x == 0) v[1] = 99u;
+    __shared__ unsigned v[2], w;
+    if (blockIdx.x == 0 && threadIdx.x == 0) v[1] = 99u, w = 98u;
     __syncthreads();
-    if (threadIdx.x == 0) out[blockIdx.x] = v[1];
+    if (threadIdx.x == 0) out[2 * blockIdx.x] = v[1], out[2 * blockIdx.x + 1] = w;
+}
+
+/* warps 0 and 1 of 4 race after a barrier: warp 0 writes, warp 1 reads (no barrier between);
+ * out[b]: what warp 1 read in block b */
+__global__ void race_after_barrier_kernel(unsigned *out) {
+    __shared__ unsigned v[1];
+    __syncthreads();
+    if (threadIdx.x == 0) v[0] = 4321u;
+    const unsigned seen = __shfl_sync(0xffffffffu, v[0], 0);
+    if (threadIdx.x == 32) out[blockIdx.x] = seen;
 }
 
 /* one byte past the dynamic shared memory the launch asked for */
@@ -166,7 +177,6 @@ __global__ void big_smem_kernel(int *out) {
     out[threadIdx.x] = dyn[(threadIdx.x + 1) % 64];
 }
 
-/* runs fn in a child process; true when it exited with status 1 and stderr holds `want` */
 /* runs fn in a child process (no core file); true when a signal killed it */
 template <class F> static bool child_killed(F fn) {
     const pid_t pid = fork();
@@ -181,6 +191,7 @@ template <class F> static bool child_killed(F fn) {
     return WIFSIGNALED(st);
 }
 
+/* runs fn in a child process; true when it exited with status 1 and stderr holds `want` */
 template <class F> static bool child_fails_with(F fn, const char *want, std::string *err) {
     int pipefd[2];
     if (pipe(pipefd) != 0) return false;
@@ -205,7 +216,7 @@ template <class F> static bool child_fails_with(F fn, const char *want, std::str
 static float host_bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
 int main() {
-    tap_plan(14);
+    tap_plan(15);
 
     /* 1, 2: collectives */
     std::vector<int> out(64 * 8, -1);
@@ -329,18 +340,28 @@ int main() {
            "3 blocks of 1024 threads (1024 barriers each): sums %d %d %d (want 1024 2048 3072)",
            sums2[0], sums2[1], sums2[2]);
 
-    /* 12-14: shared memory: a race between warps, a static array's leftover, an overrun */
+    /* 12-15: shared memory: a race between warps, a static array's leftover, a race after a
+     * barrier, an overrun */
     std::vector<unsigned> seen(2, 0);
     race_kernel<<<2, 64>>>(seen.data());
-    tap_ok(seen[0] == 1234u && seen[1] == 0xffffffffu,
-           "warp 1 reads warp 0's shared write with no barrier: block 0 (warp 0 ran ahead) %u, "
-           "block 1 (warp 1 ran ahead) 0x%08x (want 1234 and the NaN fill 0xffffffff)",
-           seen[0], seen[1]);
-    std::vector<unsigned> left(2, 0);
-    leftover_kernel<<<2, 32>>>(left.data());
-    tap_ok(left[0] == 99u && left[1] == 0xffffffffu,
-           "a static __shared__ element written by block 0 only: block 1 reads 0x%08x (want the "
-           "fill 0xffffffff, not block 0's %u)", left[1], left[0]);
+    tap_ok((seen[0] == 1234u && seen[1] == 0xffffffffu) ||
+               (seen[1] == 1234u && seen[0] == 0xffffffffu),
+           "warp 1 reads warp 0's shared write with no barrier: the block where warp 0 ran ahead "
+           "reads 1234, the other the NaN fill 0xffffffff (read 0x%08x and 0x%08x)", seen[0],
+           seen[1]);
+    std::vector<unsigned> left(2 * 17, 0);
+    leftover_kernel<<<17, 32>>>(left.data());
+    bad = 0;
+    for (int b = 1; b < 17; b++) bad += left[2 * b] != 0xffffffffu || left[2 * b + 1] != 0xffffffffu;
+    tap_ok(left[0] == 99u && left[1] == 98u && bad == 0,
+           "a static __shared__ array element and scalar written by block 0 only: the other 16 "
+           "blocks (more than the OS threads) read the fill 0xffffffff (%d do not)", bad);
+    std::vector<unsigned> seen2(2, 0);
+    race_after_barrier_kernel<<<2, 128>>>(seen2.data());
+    tap_ok((seen2[0] == 4321u) != (seen2[1] == 4321u) &&
+               (seen2[0] == 0xffffffffu || seen2[1] == 0xffffffffu),
+           "the same race after a barrier, in a block of 4 warps: one of the two blocks shows it "
+           "(warp 1 read %u and 0x%08x)", seen2[0], seen2[1]);
     ok = child_killed([] {
         std::vector<unsigned> x(1);
         overrun_kernel<<<1, 32, 4096>>>(x.data());
