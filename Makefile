@@ -433,7 +433,7 @@ check: all
 # the GPU tests alone: the op test (build/tests/test_gpu_ops*) and every script in tests/gpu/ (make
 # check runs them too; without a GPU their device halves skip, loudly)
 check-gpu: all
-	TESTS="tests/test_gpu tests/gpu/" $(NOJOBS) bash tests/run.sh
+	TESTS="tests/test_gpu tests/test_simt tests/gpu/" $(NOJOBS) bash tests/run.sh
 
 bench: all
 	bash bench/cpu_vs_torch.sh
