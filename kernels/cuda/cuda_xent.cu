@@ -90,6 +90,19 @@ __device__ __forceinline__ void xent_grad_chunk(float *v, int c, int V, int t, b
     }
 }
 
+/* A row whose target is < 0 (ignored): loss 0 (thread 0) and, with a gradient asked for, the
+ * whole row of dlogits 0, each thread its W-wide chunks from c0 in steps of `step`. */
+template <int W, bool VEC>
+__device__ __forceinline__ void xent_ignored_row(float *loss, bf16 *x, bool grad, int c0, int step,
+                                                 int Vp) {
+    if (threadIdx.x == 0) *loss = 0.0f;
+    if (!grad) return;
+    float z[W];
+#pragma unroll
+    for (int k = 0; k < W; k++) z[k] = 0.0f;
+    for (int c = c0; c < Vp; c += step) tcu_store_bf16<W, VEC>(x + c, z);
+}
+
 /* ---- the kernel -------------------------------------------------------------------------- */
 
 /* Row n, t = targets[n], x = logits[n, 0..V):
@@ -118,13 +131,7 @@ __global__ void __launch_bounds__(XENT_MAX_THREADS)
     const int c0 = threadIdx.x * W, step = blockDim.x * W;
 
     if (t < 0) { /* ignored row: no loss, no gradient */
-        if (threadIdx.x == 0) losses[n] = 0.0f;
-        if (dlosses) {
-            float z[W];
-#pragma unroll
-            for (int k = 0; k < W; k++) z[k] = 0.0f;
-            for (int c = c0; c < Vp; c += step) tcu_store_bf16<W, VEC>(x + c, z);
-        }
+        xent_ignored_row<W, VEC>(losses + n, x, dlosses != nullptr, c0, step, Vp);
         return;
     }
     const bool bad = t >= V;
@@ -172,11 +179,7 @@ __global__ void __launch_bounds__(XENT_MAX_THREADS)
     const int c0 = threadIdx.x * 8, step = blockDim.x * 8;
 
     if (t < 0) { /* ignored row: no loss, no gradient */
-        if (threadIdx.x == 0) losses[n] = 0.0f;
-        if (dlosses) {
-            const int4 z = make_int4(0, 0, 0, 0);
-            for (int c = c0; c < Vp; c += step) *reinterpret_cast<int4 *>(x + c) = z;
-        }
+        xent_ignored_row<8, true>(losses + n, x, dlosses != nullptr, c0, step, Vp);
         return;
     }
     const bool bad = t >= V;
