@@ -26,8 +26,10 @@
  *   - backward ACCUMULATES into dqkv: read bf16, add the fp32 result, round once (TSR_GRAD_SET:
  *     0 + the result, rounded, dqkv unread: the same bits as zeroing dqkv first). Deterministic:
  *     dk, dv by one block per key tile of a key/value head (its group's query heads summed in the
- *     block, in head order), dq by one block per query tile, fixed loop orders, no
- *     floating-point atomics;
+ *     block, in head order), dq by one block per query tile (its key tiles last to first), fixed
+ *     loop orders, no floating-point atomics; or (tcu_attention_set_dq_fused) dq added by the
+ *     dk/dv blocks in a fixed order, highest key block first: the same bits where the tiles
+ *     agree (16 rows a warp, no seq);
  *   - every launch on the caller's stream, checked (TCU_CHECK_LAUNCH); qkv, out, dout, dqkv must
  *     be 16-byte aligned (16-byte loads).
  * Segment bounds: a block needs lo (or hi) of its rows only; the run start of its first row is
@@ -63,6 +65,12 @@ template <int HS, int MS> struct att_tiles {
     static constexpr size_t fwd_smem = (size_t)(FWD_BR + 2 * FWD_BC) * LD * sizeof(bf16);
     static constexpr size_t kv_smem = (size_t)(2 * KV_BK + 4 * KV_BQ) * LD * sizeof(bf16);
     static constexpr size_t dq_smem = (size_t)(2 * DQ_BR + 2 * DQ_BC) * LD * sizeof(bf16);
+    /* the fused dq (tcu_attention_set_dq_fused): the dK/dV kernel's dS^T tile (BK keys x BQ
+     * queries, stride DS_LD) in shared memory after its other tiles; its BQ x HS product dS K
+     * split over the warps as RS slabs of 16 query rows x CP parts of NCOL columns */
+    static constexpr int DS_LD = KV_BQ + 8, RS = KV_BQ / 16, CP = ATT_WARPS / RS, NCOL = HS / CP;
+    static_assert(RS * CP == ATT_WARPS && NCOL % 16 == 0, "whole warps, whole 16-column pairs");
+    static constexpr size_t kv_fused_smem = kv_smem + (size_t)KV_BK * DS_LD * sizeof(bf16);
 };
 
 /* ---- bf16 packing ------------------------------------------------------------------------- */
@@ -259,6 +267,15 @@ __device__ void segment_ends(int *s_hi, int *s_seq, int *s_red, const int32_t *s
         s_hi[tid] = hi;
     }
     __syncthreads();
+}
+
+/* The backward's logit in log2 units, s * sl2 - slope2 (i - j) - lse2 (ij = i - j, lse2 = lse
+ * log2(e)), with one explicit fma: the dk/dv and dq kernels both recompute it, and a compiler free
+ * to contract each site its own way could give them different bits (the fused dq's identity with
+ * the dq kernel needs the same dS in both). */
+__device__ __forceinline__ float att_bwd_logit(float s, float sl2, float slope2, int ij,
+                                               float lse2) {
+    return fmaf(s, sl2, -(slope2 * (float)ij)) - lse2;
 }
 
 /* p[0], p[1] += x, y (bf16 pair: read, add in fp32, round once); set: p[0], p[1] = 0 + x, 0 + y
@@ -484,6 +501,65 @@ __global__ void __launch_bounds__(256)
     }
 }
 
+/* The fused dq's step for one (query head, query tile) of a key block (tcu_attention_set_dq_fused):
+ * acc (16 rows x NCOL columns of this warp's part of the tile's BQ x HS) = the sum so far (zero
+ * for the first block in the order, else from dqacc, fp32) + dS_tile K_block, with dS^T in sDS
+ * (BK keys x BQ queries, bf16, stride DS_LD) and K in sK (BK x HS, stride LD); then the last block
+ * in the order adds scale * acc into the q columns of dqkv (rows < T; set: 0 + x), the others
+ * store acc back to dqacc. dqacc: the tile's BQ x HS fp32 rows; dq: dqkv at (b, row it0, query
+ * head h's columns), rows ld apart. Per accumulator the mma run over the block's keys in k order,
+ * as the dq kernel's over a key tile of the same keys: the same bits where the tiles agree. */
+template <int HS, int MS>
+__device__ __forceinline__ void dq_fused_step(bf16 *dq, size_t ld, float *dqacc, const bf16 *sDS,
+                                              const bf16 *sK, int it0, int T, float scale,
+                                              bool first, bool last, bool set) {
+    using Tl = att_tiles<HS, MS>;
+    constexpr int BK = Tl::KV_BK, LD = Tl::LD, DS_LD = Tl::DS_LD, NCOL = Tl::NCOL;
+    constexpr int NT = NCOL / 8;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+    const int q0 = (warp % Tl::RS) * 16, n0 = (warp / Tl::RS) * NCOL;
+    float *ra = dqacc + (size_t)(q0 + g) * HS + n0 + 2 * t4, *rb = ra + 8 * HS;
+    float acc[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        float2 x = make_float2(0.0f, 0.0f), y = x;
+        if (!first) {
+            x = __ldcg(reinterpret_cast<const float2 *>(ra + nt * 8));
+            y = __ldcg(reinterpret_cast<const float2 *>(rb + nt * 8));
+        }
+        acc[nt][0] = x.x, acc[nt][1] = x.y, acc[nt][2] = y.x, acc[nt][3] = y.y;
+    }
+    /* A = dS (queries x keys) from its transpose in sDS (.trans): matrices (rows +0, k +0),
+     * (+8, +0), (+0, +8), (+8, +8) -> a0..a3, each 8 keys of sDS x 8 queries */
+    const bf16 *pa = sDS + (((lane >> 4) << 3) + (lane & 7)) * DS_LD + q0 + (((lane >> 3) & 1) << 3);
+    /* B = K (keys x columns, .trans), as warp_mma_regs_rows */
+    const bf16 *pb = sK + (lane & 15) * LD + ((lane >> 4) << 3) + n0;
+#pragma unroll
+    for (int kc = 0; kc < BK / 16; kc++) {
+        uint32_t a[4];
+        ldsm_x4_trans(a, pa + kc * 16 * DS_LD);
+#pragma unroll
+        for (int np = 0; np < NT / 2; np++) {
+            uint32_t b[4];
+            ldsm_x4_trans(b, pb + kc * 16 * LD + np * 16);
+            mma_bf16(acc[2 * np], a, b[0], b[1]);
+            mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+        }
+    }
+    const int ia = it0 + q0 + g, ib = ia + 8;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        if (last) {
+            bf16 *qa = dq + (size_t)(q0 + g) * ld + n0 + nt * 8 + 2 * t4;
+            if (ia < T) add_bf16x2(qa, acc[nt][0] * scale, acc[nt][1] * scale, set);
+            if (ib < T) add_bf16x2(qa + 8 * ld, acc[nt][2] * scale, acc[nt][3] * scale, set);
+        } else {
+            __stcg(reinterpret_cast<float2 *>(ra + nt * 8), make_float2(acc[nt][0], acc[nt][1]));
+            __stcg(reinterpret_cast<float2 *>(rb + nt * 8), make_float2(acc[nt][2], acc[nt][3]));
+        }
+    }
+}
+
 /* dk_j = scale sum_h sum_i dS[h,i,j] q_hi, dv_j = sum_h sum_i P[h,i,j] dout_hi for the BK keys
  * of one block of key/value head kvh, h over the query heads that read it (kvh*grp ..
  * kvh*grp + grp-1, grp = NH/KVH, in that order), with P = exp(s - lse_i), dP = dout_i . v_j,
@@ -493,25 +569,44 @@ __global__ void __launch_bounds__(256)
  * step load while the current one is computed (two shared buffers). dk, dv stay in registers over
  * the whole group (no atomics), then are added into the k and v columns of dqkv.
  * Grid (ceil(T/BK), KVH, B), 128 threads, dynamic shared memory att_tiles<HS, MS>::kv_smem (K, V,
- * 2 x Q, 2 x dO). */
-template <int HS, int MS>
+ * 2 x Q, 2 x dO).
+ *
+ * FUSED (tcu_attention_set_dq_fused; issue 25): the block also adds dS K into dq for each of its
+ * (query head, query tile) steps, so the dq kernel (which recomputes S and dP) does not run: five
+ * tile products per step in all instead of seven. Deterministic, without atomics: the blocks that
+ * reach one (query head, query tile) add in a fixed order, highest key block first, through
+ * dqacc (B,NH,nqt*BQ,HS) fp32 and a turn counter per tile, sems (B,NH,nqt) int, zero at the
+ * launch: block kb waits (one thread spinning on an acquire load) until the counter says the
+ * kb_top - kb blocks above it, up to kb_top, the block holding the tile's first query, have
+ * added, adds (dq_fused_step), and releases the counter + 1 after a barrier. The last block in
+ * the order (the next one down does not reach the tile: kb = 0 or a document boundary between)
+ * writes dq instead. Blocks start in the reverse order (block kb = gridDim.x - 1 - blockIdx.x),
+ * so a block only waits for blocks that started before it: a GPU starts a grid's blocks in order,
+ * and a waiting block never holds back one it waits for. Causal order makes the wait short: block
+ * kb reaches a tile one step after block kb + 1 did. The contributors of a tile are contiguous:
+ * block kb reaches query tile it0 iff j0 <= it0 < hi(its last key), and hi grows with the key. */
+template <int HS, int MS, bool FUSED>
 __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_mma_kernel(
     bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
     const float *__restrict__ lse, const float *__restrict__ Dsum,
     const float *__restrict__ slopes, const int32_t *__restrict__ seq, int T, int NH, int KVH,
-    float scale, float sl2, bool set) {
+    float scale, float sl2, bool set, float *__restrict__ dqacc, int *__restrict__ sems,
+    int nqt) {
     using Tl = att_tiles<HS, MS>;
     constexpr int BK = Tl::KV_BK, BQ = Tl::KV_BQ, LD = Tl::LD;
     const int C = NH * HS, grp = NH / KVH;
     static_assert(BK == 16 * MS * ATT_WARPS, "MS 16-key slabs per warp");
+    static_assert(BK % BQ == 0, "query tiles inside key blocks");
     extern __shared__ __align__(16) unsigned char att_smem[];
     bf16 *sK = reinterpret_cast<bf16 *>(att_smem), *sV = sK + BK * LD;
     bf16 *sQ0 = sV + BK * LD, *sG0 = sQ0 + 2 * BQ * LD; /* buffer u at +u * BQ * LD */
+    bf16 *sDS = sG0 + 2 * BQ * LD;                       /* FUSED: dS^T, BK x DS_LD */
     __shared__ float s_lse[2][BQ], s_D[2][BQ];
     __shared__ int s_hi[BK], s_seq[BK], s_red[ATT_WARPS];
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
-    const int j0 = blockIdx.x * BK, kvh = blockIdx.y, h0 = kvh * grp, b = blockIdx.z;
+    const int kb = FUSED ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int j0 = kb * BK, kvh = blockIdx.y, h0 = kvh * grp, b = blockIdx.z;
     const size_t ld = (size_t)(NH + 2 * KVH) * HS;
     const bf16 *q0, *k, *v;
     head_rows(q0, k, v, qkv, b, T, h0, NH, KVH, HS); /* q0: the group's first query head */
@@ -522,6 +617,9 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_m
     segment_ends<BK>(s_hi, s_seq, s_red, seq ? seq + (size_t)b * T : nullptr, j0, T);
     const int hi_min = s_hi[0], i_end = s_hi[BK - 1]; /* queries j0 <= i < i_end (<= T) */
     const int nq = (i_end - j0 + BQ - 1) / BQ, nsteps = grp * nq;
+    /* FUSED: hi of key j0 - 1 (the block below reaches tile it0 iff it0 < hi_below), 0 for kb 0 */
+    const int32_t *sqb = seq ? seq + (size_t)b * T : nullptr;
+    const int hi_below = kb == 0 ? 0 : sqb && sqb[j0 - 1] != sqb[j0] ? j0 : hi_min;
 
     /* step st = (query head h0 + st / nq, query tile st % nq) into buffer u: Q, dO
      * asynchronously, lse (log2 units) and D by plain stores; zeros past T */
@@ -571,7 +669,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_m
                 for (int e = 0; e < 4; e++) {
                     const int c = nt * 8 + 2 * t4 + (e & 1), i = it0 + c;
                     const int j = e < 2 ? ja[m] : jb[m], hi = e < 2 ? hi_a[m] : hi_b[m];
-                    float x = p[m][nt][e] * sl2 - slope2 * (float)(i - j) - tl[c];
+                    float x = att_bwd_logit(p[m][nt][e], sl2, slope2, i - j, tl[c]);
                     if (!full && (j > i || i >= hi)) x = -INFINITY;
                     p[m][nt][e] = exp2f(x);
                 }
@@ -587,7 +685,34 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_m
                 for (int e = 0; e < 4; e++)
                     ds[m][nt][e] = p[m][nt][e] * (ds[m][nt][e] - tD[nt * 8 + 2 * t4 + (e & 1)]);
         warp_mma_regs_rows<MS, HS / 8, BQ, LD>(dk, ds, sQ, lane); /* dK += dS^T Q */
-        __syncthreads(); /* every warp is done with buffer u */
+        if constexpr (FUSED) {
+            /* dS^T -> sDS (bf16, the rounding the dq kernel's A fragments get) */
+#pragma unroll
+            for (int m = 0; m < MS; m++)
+#pragma unroll
+                for (int nt = 0; nt < BQ / 8; nt++) {
+                    bf16 *ra = sDS + (r0 + 16 * m + g) * Tl::DS_LD + nt * 8 + 2 * t4;
+                    *reinterpret_cast<__nv_bfloat162 *>(ra) =
+                        __floats2bfloat162_rn(ds[m][nt][0], ds[m][nt][1]);
+                    *reinterpret_cast<__nv_bfloat162 *>(ra + 8 * Tl::DS_LD) =
+                        __floats2bfloat162_rn(ds[m][nt][2], ds[m][nt][3]);
+                }
+            const int h = h0 + st / nq, turn = it0 / BK - kb; /* blocks before this one */
+            int *sem = sems + ((size_t)b * NH + h) * nqt + it0 / BQ;
+            if (tid == 0 && turn > 0)
+                while (ld_acquire_gpu(sem) != turn) spin_pause();
+            __syncthreads(); /* sDS written; this block's turn (its thread 0 acquired it) */
+            dq_fused_step<HS, MS>(dqkv + ((size_t)b * T + it0) * ld + (size_t)h * HS, ld,
+                                  dqacc + (((size_t)b * NH + h) * nqt * BQ + it0) * HS,
+                                  sDS, sK, it0, T, scale, turn == 0, it0 >= hi_below, set);
+            __syncthreads(); /* every warp is done with buffer u and sDS; dqacc stored */
+            if (tid == 0) {
+                __threadfence();
+                st_release_gpu(sem, turn + 1);
+            }
+        } else {
+            __syncthreads(); /* every warp is done with buffer u */
+        }
     }
 
     const size_t voff = (size_t)KVH * HS; /* value head kvh, from key head kvh */
@@ -611,8 +736,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_m
 
 /* dq_i = scale sum_j dS[i,j] k_j for the BR query rows of one block, P and dS recomputed per key
  * tile (dP = dO V^T, S = Q K^T, dQ += dS K on tensor cores, each warp MS slabs of 16 rows). Key
- * tiles as in the forward; V of the next tile loads while S and dQ run, K of the next tile while
- * dP runs. Result added into the q columns of dqkv. Grid (ceil(T/BR), NH, B), last query tile
+ * tiles as in the forward, taken last to first (the fused dq's order: highest key block first);
+ * V of the next tile loads while S and dQ run, K of the next tile while dP runs. Result added into the q columns of dqkv. Grid (ceil(T/BR), NH, B), last query tile
  * first; 128 threads; dynamic shared memory att_tiles<HS, MS>::dq_smem (Q, dO, K, V). */
 template <int HS, int MS>
 __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_mma_kernel(
@@ -643,9 +768,10 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_m
     segment_starts<BR>(s_lo, s_seq, s_red, seq ? seq + (size_t)b * T : nullptr, i0, T);
     const int jstart = s_lo[0], lo_max = s_lo[BR - 1], ilast = min(i0 + BR, T) - 1;
     const int ntiles = (ilast - jstart) / BC + 1;
-    load_rows_async<BC, HS>(sV, v, ld, jstart, T);
+    const int jtop = jstart + (ntiles - 1) * BC; /* the last tile, taken first */
+    load_rows_async<BC, HS>(sV, v, ld, jtop, T);
     cp_async_commit();
-    load_rows_async<BC, HS>(sK, k, ld, jstart, T);
+    load_rows_async<BC, HS>(sK, k, ld, jtop, T);
     cp_async_commit();
 
     const int r0 = warp * 16 * MS;
@@ -663,7 +789,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_m
     float dq[MS][HS / 8][4] = {};
 
     for (int jt = 0; jt < ntiles; jt++) {
-        const int j0 = jstart + jt * BC;
+        const int j0 = jtop - jt * BC;
         cp_async_wait<1>(); /* Q, dO and V of this tile (K may still be in flight) */
         __syncthreads();
         float dp[MS][BC / 8][4] = {};
@@ -671,7 +797,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_m
         cp_async_wait<0>(); /* K of this tile */
         __syncthreads();    /* ... visible to all; every warp is done with V */
         if (jt + 1 < ntiles) {
-            load_rows_async<BC, HS>(sV, v, ld, j0 + BC, T);
+            load_rows_async<BC, HS>(sV, v, ld, j0 - BC, T);
             cp_async_commit();
         }
         float s[MS][BC / 8][4] = {};
@@ -686,15 +812,15 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_m
                 for (int e = 0; e < 4; e++) {
                     const int j = j0 + nt * 8 + 2 * t4 + (e & 1), i = e < 2 ? ia[m] : ib[m];
                     const int lo = e < 2 ? lo_a[m] : lo_b[m];
-                    float x = s[m][nt][e] * sl2 - slope2 * (float)(i - j) -
-                              (e < 2 ? lse_a[m] : lse_b[m]);
+                    float x = att_bwd_logit(s[m][nt][e], sl2, slope2, i - j,
+                                            e < 2 ? lse_a[m] : lse_b[m]);
                     if (!full && (j > i || j < lo || i >= T)) x = -INFINITY;
                     s[m][nt][e] = exp2f(x) * (dp[m][nt][e] - (e < 2 ? d_a[m] : d_b[m])); /* dS */
                 }
         warp_mma_regs_rows<MS, HS / 8, BC, LD>(dq, s, sK, lane); /* dQ += dS K */
         __syncthreads(); /* every warp is done with K */
         if (jt + 1 < ntiles) {
-            load_rows_async<BC, HS>(sK, k, ld, j0 + BC, T);
+            load_rows_async<BC, HS>(sK, k, ld, j0 - BC, T);
             cp_async_commit();
         }
     }
@@ -745,6 +871,41 @@ extern "C" void tcu_attention_set_warp_rows(int rows) {
 
 extern "C" int tcu_attention_warp_rows(int hs) { return hs <= 64 ? att_warp_rows : 16; }
 
+/* dq added by the dk/dv blocks (issue 25: five tile products a step instead of seven; a
+ * measurement switch until a GPU has timed it: tcu_attention_set_dq_fused) */
+static bool att_dq_fused = false;
+
+extern "C" void tcu_attention_set_dq_fused(int on) {
+    TCU_REQUIRE(on == 0 || on == 1, "tcu_attention_set_dq_fused",
+                tcu_msg("on = %d: expected 0 or 1", on));
+    att_dq_fused = on == 1;
+}
+
+extern "C" int tcu_attention_dq_fused(void) { return att_dq_fused; }
+
+/* The backward's scratch: D (B,NH,T) fp32 at 0; with the fused dq also dqacc (B,NH,nqt*BQ,HS)
+ * fp32 and the turn counters (B,NH,nqt) int, each at a 256-byte boundary (nqt query tiles of the
+ * dk/dv kernel's BQ rows). */
+struct att_scratch_layout {
+    int nqt = 0;
+    size_t acc = 0, sems = 0, bytes = 0;
+};
+static size_t att_align256(size_t n) { return (n + 255) / 256 * 256; }
+static att_scratch_layout att_scratch(int B, int T, int NH, int hs) {
+    att_scratch_layout L;
+    L.bytes = (size_t)B * NH * T * sizeof(float);
+    if (!att_dq_fused) return L;
+    const bool two = tcu_attention_warp_rows(hs) == 32;
+    const int bq = hs == 32 ? (two ? att_tiles<32, 2>::KV_BQ : att_tiles<32, 1>::KV_BQ)
+                   : hs == 64 ? (two ? att_tiles<64, 2>::KV_BQ : att_tiles<64, 1>::KV_BQ)
+                              : att_tiles<128, 1>::KV_BQ;
+    L.nqt = (T + bq - 1) / bq;
+    L.acc = att_align256(L.bytes);
+    L.sems = att_align256(L.acc + (size_t)B * NH * L.nqt * bq * hs * sizeof(float));
+    L.bytes = L.sems + (size_t)B * NH * L.nqt * sizeof(int);
+    return L;
+}
+
 template <int HS, int MS>
 static void attention_forward_hs(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
                                  const float *slopes, const int32_t *seq, int B, int T, int NH,
@@ -787,34 +948,51 @@ extern "C" void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 
 }
 
 /* scratch of tcu_attention_backward: D = rowsum(dout * out), (B,NH,T) fp32, nothing else (dq, dk,
- * dv are complete in registers when a block ends and go straight into dqkv) */
+ * dv are complete in registers when a block ends and go straight into dqkv); with the fused dq
+ * also its fp32 sums and turn counters (att_scratch). Depends on the switches as set now. */
 extern "C" size_t tcu_attention_scratch_bytes(int B, int T, int NH, int KVH, int hs) {
-    (void)KVH, (void)hs;
-    return (size_t)B * NH * T * sizeof(float);
+    (void)KVH;
+    return att_scratch(B, T, NH, hs).bytes;
 }
 
 template <int HS, int MS>
 static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
                                   const tsr_bf16 *out, const float *lse, const float *slopes,
-                                  const int32_t *seq, float *D, int B, int T, int NH, int KVH,
-                                  bool set, cudaStream_t st) {
+                                  const int32_t *seq, void *scratch, int B, int T, int NH,
+                                  int KVH, bool set, cudaStream_t st) {
     using Tl = att_tiles<HS, MS>;
     const char *what = "tcu_attention_backward";
     const int C = NH * HS;
     const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * kLog2e;
     bf16 *dq = reinterpret_cast<bf16 *>(dqkv);
     const bf16 *g = reinterpret_cast<const bf16 *>(dout), *x = reinterpret_cast<const bf16 *>(qkv);
+    const att_scratch_layout L = att_scratch(B, T, NH, HS);
+    float *D = static_cast<float *>(scratch);
 
     const size_t nchunks = (size_t)B * T * (C / 8);
     attention_backward_rowdot_kernel<HS><<<tcu_blocks(nchunks, 256), 256, 0, st>>>(
         D, g, reinterpret_cast<const bf16 *>(out), nchunks, T, C, NH);
     TCU_CHECK_LAUNCH("tcu_attention_backward: rowsum(dout * out)");
 
-    auto kv = attention_backward_dkdv_keytile_mma_kernel<HS, MS>;
-    att_smem_limit((const void *)kv, Tl::kv_smem, "tcu_attention_backward: shared memory (dk, dv)");
     const dim3 gkv((unsigned)((T + Tl::KV_BK - 1) / Tl::KV_BK), (unsigned)KVH, (unsigned)B);
+    if (att_dq_fused) {
+        unsigned char *base = static_cast<unsigned char *>(scratch);
+        float *dqacc = reinterpret_cast<float *>(base + L.acc);
+        int *sems = reinterpret_cast<int *>(base + L.sems);
+        TCU_CHECK(cudaMemsetAsync(sems, 0, L.bytes - L.sems, st),
+                  "tcu_attention_backward: the fused dq's turn counters");
+        auto kv = attention_backward_dkdv_keytile_mma_kernel<HS, MS, true>;
+        att_smem_limit((const void *)kv, Tl::kv_fused_smem,
+                       "tcu_attention_backward: shared memory (dk, dv, dq)");
+        kv<<<gkv, ATT_THREADS, Tl::kv_fused_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, NH, KVH,
+                                                        scale, sl2, set, dqacc, sems, L.nqt);
+        TCU_CHECK_LAUNCH(what);
+        return;
+    }
+    auto kv = attention_backward_dkdv_keytile_mma_kernel<HS, MS, false>;
+    att_smem_limit((const void *)kv, Tl::kv_smem, "tcu_attention_backward: shared memory (dk, dv)");
     kv<<<gkv, ATT_THREADS, Tl::kv_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, NH, KVH, scale,
-                                              sl2, set);
+                                              sl2, set, nullptr, nullptr, 0);
     TCU_CHECK_LAUNCH("tcu_attention_backward: dk, dv");
 
     auto qk = attention_backward_dq_querytile_mma_kernel<HS, MS>;
@@ -828,7 +1006,9 @@ static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const ts
 /* dqkv (B,T,QKV) bf16 += (TSR_GRAD_SET: =) the gradient of ops.h attention_forward, from dout (B,T,NH*hs), out and
  * lse of the forward, qkv, slopes, seq as given to it; scratch: tcu_attention_scratch_bytes
  * bytes. Three kernels: D = rowsum(dout * out) into scratch, dk/dv per key tile of each key/value
- * head (its query heads summed inside the block), dq per query tile. */
+ * head (its query heads summed inside the block), dq per query tile; with the fused dq
+ * (tcu_attention_set_dq_fused) the turn counters' memset and the first two kernels, the second
+ * adding dq too. */
 extern "C" void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
                                        const tsr_bf16 *out, const float *lse,
                                        const float *alibi_slopes, const int32_t *seq,
@@ -843,21 +1023,20 @@ extern "C" void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, con
                 what, "dqkv, dout, qkv and out must be 16-byte aligned");
     TCU_REQUIRE(scratch != nullptr, what, "scratch is NULL");
     cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
-    float *D = static_cast<float *>(scratch);
     const bool set = mode == TSR_GRAD_SET, two = tcu_attention_warp_rows(hs) == 32;
     if (hs == 32 && two)
-        attention_backward_hs<32, 2>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, D, B, T, NH,
+        attention_backward_hs<32, 2>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch, B, T, NH,
                                     KVH, set, st);
     else if (hs == 32)
-        attention_backward_hs<32, 1>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, D, B, T, NH,
+        attention_backward_hs<32, 1>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch, B, T, NH,
                                     KVH, set, st);
     else if (hs == 64 && two)
-        attention_backward_hs<64, 2>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, D, B, T, NH,
+        attention_backward_hs<64, 2>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch, B, T, NH,
                                     KVH, set, st);
     else if (hs == 64)
-        attention_backward_hs<64, 1>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, D, B, T, NH,
+        attention_backward_hs<64, 1>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch, B, T, NH,
                                     KVH, set, st);
     else
-        attention_backward_hs<128, 1>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, D, B, T, NH,
+        attention_backward_hs<128, 1>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch, B, T, NH,
                                      KVH, set, st);
 }

@@ -201,8 +201,9 @@ void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
                            int KVH, int hs, tcu_stream s);
 /* dqkv (B,T,QKV) bf16 += (SET: =); dout, out (B,T,NH*hs) bf16 and lse from the forward pass; qkv, slopes,
  * seq as given to it. scratch: tcu_attention_scratch_bytes(B,T,NH,KVH,hs) bytes of device memory (the fp32
- * row sums D = rowsum(dout * out), (B,NH,T); dq, dk, dv stay in registers until added into dqkv);
- * deterministic (dk,dv parallel over key tiles, dq over query tiles: no atomics). */
+ * row sums D = rowsum(dout * out), (B,NH,T); dq, dk, dv stay in registers until added into dqkv;
+ * with tcu_attention_set_dq_fused(1) also dq's fp32 sums, below); deterministic (dk,dv parallel
+ * over key tiles, dq over query tiles or in a fixed order: no atomics). */
 size_t tcu_attention_scratch_bytes(int B, int T, int NH, int KVH, int hs);
 void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
                             const tsr_bf16 *out, const float *lse, const float *alibi_slopes,
@@ -217,6 +218,16 @@ void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16
  * which one runs for head size hs. */
 void tcu_attention_set_warp_rows(int rows);
 int tcu_attention_warp_rows(int hs);
+/* Where dq is computed (issue 25; measured through TSR_ATT_DQ_FUSED, docs/cuda.md): 0, the
+ * default, a kernel of its own per query tile that recomputes S and dP; 1, inside the dk/dv
+ * kernel from its dS, added by the key blocks of a query tile in a fixed order (highest first)
+ * through an fp32 sum in the scratch, which grows by (B,NH,T rounded up to the query tile,hs)
+ * fp32: five tile products a step instead of seven. Deterministic either way, and the same bits
+ * as each other with 16 rows a warp and no seq. Process-wide, like tcu_attention_set_warp_rows:
+ * set both before sizing the scratch (tcu_attention_scratch_bytes depends on them).
+ * tcu_attention_dq_fused says whether the fused path runs. */
+void tcu_attention_set_dq_fused(int on);
+int tcu_attention_dq_fused(void);
 
 /* ---- the Llama-style blocks: the maths of the ops.h ops of the same names; bf16 activations and
  * weights, fp32 statistics, weight gradients and arithmetic ---- */

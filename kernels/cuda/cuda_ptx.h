@@ -1,6 +1,8 @@
 /* cuda_ptx.h — the PTX instructions the tensor-core kernels use (cuda_attention.cu), each wrapped
  * in one inline function: cp.async (16-byte global -> shared copies), ldmatrix (8x8 b16 matrices
- * from shared memory into mma fragments) and mma.sync m16n8k16 bf16 -> fp32 (sm_80 and sm_90a).
+ * from shared memory into mma fragments), mma.sync m16n8k16 bf16 -> fp32 (sm_80 and sm_90a), and
+ * the acquire/release pair one block uses to wait for another's turn (the fused dq of the
+ * attention backward).
  * Built with TCU_SIMT (the CPU SIMT emulator, kernels/cuda_simt/simt.h), the same functions run
  * the emulator's versions, which follow the PTX ISA's fragment layouts written below. */
 #ifndef TSR_CUDA_PTX_H
@@ -75,6 +77,35 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
                  "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+/* *p, loaded with acquire semantics at GPU scope: what the block that released the value wrote
+ * before its release is visible after it (to this thread, and to its block after a barrier) */
+__device__ __forceinline__ int ld_acquire_gpu(const int *p) {
+#ifdef TCU_SIMT
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+#else
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+#endif
+}
+/* *p = v with release semantics at GPU scope (after a barrier: the block's earlier writes too) */
+__device__ __forceinline__ void st_release_gpu(int *p, int v) {
+#ifdef TCU_SIMT
+    __atomic_store_n(p, v, __ATOMIC_RELEASE);
+#else
+    asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+#endif
+}
+/* a pause in a spin-wait loop (the emulator gives its OS thread away: the block it waits for may
+ * need it) */
+__device__ __forceinline__ void spin_pause() {
+#ifdef TCU_SIMT
+    tcu_simt::spin_pause();
+#else
+    __nanosleep(32);
 #endif
 }
 

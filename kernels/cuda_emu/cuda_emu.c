@@ -1081,6 +1081,11 @@ int tcu_attention_warp_rows(int hs) {
     (void)hs;
     return 16;
 }
+/* ... and one dq: the fused one is not here, and it says so */
+void tcu_attention_set_dq_fused(int on) {
+    REQUIRE(on == 0 || on == 1, "tcu_attention_set_dq_fused", "on = %d: expected 0 or 1", on);
+}
+int tcu_attention_dq_fused(void) { return 0; }
 
 /* ---- softmax + cross-entropy --------------------------------------------------------------- */
 

@@ -6,6 +6,7 @@
  */
 #include "simt.h"
 
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -579,6 +580,8 @@ void mma_m16n8k16_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint3
         warp_exchange(mine, sizeof mine, 0xffffffffu, "mma.m16n8k16", mma_complete);
     memcpy(c, all + (size_t)lane_id() * kSlotBytes, 16);
 }
+
+void spin_pause() { sched_yield(); }
 
 } // namespace tcu_simt
 

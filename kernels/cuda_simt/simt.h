@@ -40,6 +40,12 @@
  *   - a launch with more than 1024 threads, a grid past the hardware's limits, or more dynamic
  *     shared memory than cudaFuncSetAttribute allowed (48 KiB by default) fails as on a GPU:
  *     cudaGetLastError reports it and the kernel does not run;
+ *   - a block may wait for another (a thread spinning on cuda_ptx.h's ld_acquire_gpu until the
+ *     other's st_release_gpu; spin_pause gives the OS thread away): each OS thread runs its
+ *     blocks in launch order, so the lowest unfinished block is always running and a kernel whose
+ *     blocks wait only for earlier ones (as a GPU, starting blocks in order, requires) goes on.
+ *     Blocks on different OS threads run at once: a missing wait shows as a race between them
+ *     with TSR_SIMT_THREADS >= 2, by chance, not every time;
  *   - mma.sync m16n8k16 bf16 -> fp32 sums the 16 exact products in k order onto the accumulator
  *     (fmaf): the hardware's order and internal precision differ (tests compare with tolerances).
  */
@@ -156,6 +162,12 @@ void ldmatrix_x4(uint32_t (&r)[4], const void *p, bool trans);
 /* mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, c += a b */
 void mma_m16n8k16_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
 
+/* ---- waiting for another block ------------------------------------------------------------ */
+
+/* one round of a spin-wait: the OS thread is given away (the block waited for runs on another,
+ * in launch order: a block only ever waits for blocks launched before it, as on a GPU) */
+void spin_pause();
+
 } // namespace tcu_simt
 
 /* cuda_runtime.h's typed overload, which host-only code does not get: a kernel pointer for the
@@ -176,6 +188,8 @@ inline void __syncthreads() { tcu_simt::block_barrier(0, 0); }
 inline int __syncthreads_or(int p) { return tcu_simt::block_barrier(p != 0, 0); }
 inline int __syncthreads_and(int p) { return tcu_simt::block_barrier(p != 0, 1); }
 inline int __syncthreads_count(int p) { return tcu_simt::block_barrier(p != 0, 2); }
+/* a fence over every OS thread (blocks run on several) */
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
     (void)tcu_simt::warp_exchange(nullptr, 0, mask, "__syncwarp");
 }
@@ -240,6 +254,10 @@ inline unsigned __ballot_sync(unsigned mask, int p) {
 }
 inline int __any_sync(unsigned mask, int p) { return __ballot_sync(mask, p) != 0; }
 inline int __all_sync(unsigned mask, int p) { return __ballot_sync(mask, p) == 0xffffffffu; }
+
+/* cache-hinted global loads and stores (L2 only on a GPU): plain ones here */
+template <class T> inline T __ldcg(const T *p) { return *p; }
+template <class T> inline void __stcg(T *p, T v) { *p = v; }
 
 /* bit casts (math_constants.h's CUDART_INF_F and CUDART_NAN_F are made with __int_as_float) */
 inline float __int_as_float(int i) {

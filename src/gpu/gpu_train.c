@@ -374,13 +374,24 @@ static int att_warp_rows(const tsr_dist *d, int *rows) {
     return 0;
 }
 
+/* TSR_ATT_DQ_FUSED (issue 25): dq added by the attention backward's dk/dv kernel */
+static int att_dq_fused(const tsr_dist *d, int *on) {
+    static const char *const names[] = {"0", "1"};
+    static const char *const notes[] = {
+        "", "the attention backward adds dq in its dk/dv kernel, in a fixed order (the same bits "
+            "with 16 rows a warp and no document mask)"};
+    TSR_CHECK(env_switch(d, "TSR_ATT_DQ_FUSED", names, notes, 2, "0 (the default) or 1", on));
+    return 0;
+}
+
 static int lib_init(gpu_train_ctx *c) {
     const tsr_model *m = c->model;
     int count = tcu_device_count();
     tcu_reduction reduction;
-    int att_rows, resident;
+    int att_rows, resident, dq_fused;
     TSR_CHECK(gemm_reduction(c->dist, &reduction));
     TSR_CHECK(att_warp_rows(c->dist, &att_rows));
+    TSR_CHECK(att_dq_fused(c->dist, &dq_fused));
     TSR_CHECK(xent_resident(c->dist, &resident));
     TSR_CHECK(check_devices(c, count));
     /* (a head size without an attention kernel is refused when the config loads: config_load.c) */
@@ -391,6 +402,7 @@ static int lib_init(gpu_train_ctx *c) {
     tcu_init(gt->device);
     tcu_matmul_set_reduction(reduction);
     tcu_attention_set_warp_rows(att_rows);
+    tcu_attention_set_dq_fused(dq_fused);
     tcu_softmax_xent_set_resident(resident);
     TSR_CHECK(check_memory(c, gt->device));
     gt->s = tcu_stream_create();

@@ -29,7 +29,8 @@
 #                                                   again with each measurement switch:
 #                                                   TSR_GRAD_OVERWRITE=0, TSR_DGELU_FUSION=0,
 #                                                   TSR_GEMM_REDUCTION=none and =any,
-#                                                   TSR_ATT_WARP_ROWS=32, TSR_XENT_RESIDENT=1), then
+#                                                   TSR_ATT_WARP_ROWS=32, TSR_XENT_RESIDENT=1,
+#                                                   TSR_ATT_DQ_FUSED=1, alone and with 32 rows), then
 #                                                   ncu's per-kernel table where it runs
 #           bash tests/gpu/device.sh hc             the health checker's GPU mode: the GPU half of
 #                                                   tests/gpu/test_hc_gpu.sh, then --quick and --full
@@ -342,11 +343,14 @@ hc() {
 #  splitk-any   TSR_GEMM_REDUCTION=any: cuBLASLt's own split-K choice, bf16 partials allowed (item 4);
 #  rows32       TSR_ATT_WARP_ROWS=32: 32 rows a warp in the attention kernels (item 2; hs <= 64);
 #  xent-resident  TSR_XENT_RESIDENT=1: softmax + cross-entropy with each row in registers;
+#  dq-fused     TSR_ATT_DQ_FUSED=1: dq added by the attention backward's dk/dv kernel;
+#  dq-fused32   TSR_ATT_DQ_FUSED=1 TSR_ATT_WARP_ROWS=32: the same with 32 rows a warp (128-key
+#               blocks: half the fp32 dq traffic per product);
 #  ncu          ncu's per-kernel summary (count, average duration) over 3 steps at the clocks and
 #               with the caches as in a real run, where ncu runs and is allowed the counters:
 #               profile-MODEL-ncu.txt.
 # More settings for tessera-train: SETS="KEY=VALUE ..." (as bench's, e.g. seq_len=2048) and TESSERA_ARGS.
-PROFILE_ALL="base accumulate unfused splitk-none splitk-any rows32 xent-resident"
+PROFILE_ALL="base accumulate unfused splitk-none splitk-any rows32 xent-resident dq-fused dq-fused32"
 profile() {
     setup
     local model=${1:-gpt2-124m} ncu data=/tmp/profile-data V kv rc=0 ptag
@@ -368,7 +372,9 @@ profile() {
     local runs=" ${PROFILE_RUNS:-$PROFILE_ALL ncu} " kinds=() name sfx
     local -A switch=([base]="" [accumulate]=TSR_GRAD_OVERWRITE=0 [unfused]=TSR_DGELU_FUSION=0
                      [splitk-none]=TSR_GEMM_REDUCTION=none [splitk-any]=TSR_GEMM_REDUCTION=any
-                     [rows32]=TSR_ATT_WARP_ROWS=32 [xent-resident]=TSR_XENT_RESIDENT=1)
+                     [rows32]=TSR_ATT_WARP_ROWS=32 [xent-resident]=TSR_XENT_RESIDENT=1
+                     [dq-fused]=TSR_ATT_DQ_FUSED=1
+                     [dq-fused32]="TSR_ATT_DQ_FUSED=1 TSR_ATT_WARP_ROWS=32")
     for name in $PROFILE_ALL; do
         [[ $runs == *" $name "* ]] || continue
         sfx=-$name && [[ $name != base ]] || sfx=""
@@ -452,8 +458,8 @@ clients() {
 #   train     test_cuda_train.sh, test_cuda_lora.sh, test_cuda_dpo.sh: their GPU halves (TSR_TEST_EMULATOR=0)  180 s
 #   bench     bench/gpu/run.sh for gpt2-124m (STEPS=10 WARMUP=3 unless set)               180 s
 #   profile   TSR_PROFILE=1 for gpt2-124m, then with TSR_GRAD_OVERWRITE=0, TSR_DGELU_FUSION=0,
-#             TSR_GEMM_REDUCTION=none and =any, TSR_ATT_WARP_ROWS=32, TSR_XENT_RESIDENT=1
-#             (seven runs)                                                          120 s
+#             TSR_GEMM_REDUCTION=none and =any, TSR_ATT_WARP_ROWS=32, TSR_XENT_RESIDENT=1,
+#             TSR_ATT_DQ_FUSED=1 alone and with TSR_ATT_WARP_ROWS=32 (nine runs)       120 s
 #   clients   real_clients.py over .devbundle/clients (pack-clients), the perturbed run   75 s
 #   sanitize  memcheck, racecheck and synccheck on the op test's reduced cases           240 s
 #   hc        the health checker's GPU mode                                             150 s

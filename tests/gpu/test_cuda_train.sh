@@ -28,7 +28,9 @@
 #  - TSR_ATT_WARP_ROWS (32 rows a warp in the attention kernels): a bad value refused at start, 32
 #    said; on a GPU, GPT-2 (hs 32) and Llama (hs 64) runs with it within the tolerance of the CPU,
 #    the same bits twice; TSR_XENT_RESIDENT=1 (softmax + cross-entropy with the row in registers):
-#    on a GPU, the default's bits.
+#    on a GPU, the default's bits; TSR_ATT_DQ_FUSED (dq added by the dk/dv kernel): a bad value
+#    refused at start, 1 said; on a GPU, GPT-2 (no document mask) the default's bits, Llama
+#    (document mask) within the tolerance of the CPU and the same bits twice.
 # It runs twice: on the host emulator of the CUDA backend (build/tests/tessera-train-cuemu,
 # kernels/cuda_emu/: every machine; it checks the trainer's GPU path, bf16 activations and all,
 # not the CUDA kernels) and on the real backend when a GPU is present (skipped loudly otherwise).
@@ -36,7 +38,7 @@ source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
 PER=22
-tap_plan $((2 * PER + 13))
+tap_plan $((2 * PER + 15))
 make_synth "$TMP/data" 512 80000
 
 tiny_args "$TMP/data/train"
@@ -254,7 +256,7 @@ PY
 # the CPU than the issue's 0.5% (measured: loss up to 4.3e-5, norm up to 3.8e-3 on the 3-rank
 # runs, whose batches are smallest): its loss tolerance is tight enough that a dropped gradient
 # term (wpe's: loss 9e-4 off) fails. The GPU gets the issue's 0.5% on the loss, 5% on the norm.
-if emulator_half $((PER + 7)); then
+if emulator_half $((PER + 8)); then
     GPUS=$((MPI_OK ? 8 : 1)) # the emulator's devices (one rank each), as many as MPI can start
     # Its allocator holds exactly what the plan counts (no cuBLASLt workspace, no scratch): no slack.
     suite "$BUILD/tests/tessera-train-cuemu" emulator 3e-4 5e-3 0
@@ -359,7 +361,7 @@ PY
         grep -q 'TSR_GEMM_REDUCTION = "none": no split-K GEMMs' "$TMP/gr_none.txt" &&
         run "$BUILD/tests/tessera-train-cuemu" 1 gr_def --set device=cuda --set max_duration=3ba &&
         final_lines "$TMP/gr_none/metrics.jsonl" >"$TMP/gr_none.loss" && (($(wc -l <"$TMP/gr_none.loss") == 3)) &&
-        final_lines "$TMP/gr_def/metrics.jsonl" | cmp -s - "$TMP/gr_none.loss"
+        final_lines "$TMP/gr_def/metrics.jsonl" >"$TMP/gr_def.loss" && cmp -s "$TMP/gr_def.loss" "$TMP/gr_none.loss"
     tap_check $? "emulator: TSR_GEMM_REDUCTION=sometimes refused at start naming the variable, no run_dir (exit $rc, want 1); =none said at start, runs 3 steps with the default's bits"
 
     # TSR_ATT_WARP_ROWS, issue 25 item 2's measurement switch (the same agreement across ranks as
@@ -371,6 +373,17 @@ PY
         TSR_ATT_WARP_ROWS=32 run "$BUILD/tests/tessera-train-cuemu" 1 ar_32 --set device=cuda --set max_duration=3ba &&
         grep -q 'TSR_ATT_WARP_ROWS = "32": 32 rows a warp in the attention kernels' "$TMP/ar_32.txt"
     tap_check $? "emulator: TSR_ATT_WARP_ROWS=24 refused at start naming the variable, no run_dir (exit $rc, want 1); =32 said at start, runs"
+
+    # TSR_ATT_DQ_FUSED, issue 25's measurement switch for the fused dq: 2 refused, 1 said and runs
+    # (the emulator has one attention: the default's bits)
+    TSR_ATT_DQ_FUSED=2 run "$BUILD/tests/tessera-train-cuemu" 1 dqf_bad --set device=cuda
+    rc=$?
+    ((rc == 1)) && grep -q 'TSR_ATT_DQ_FUSED = "2": expected 0 (the default) or 1' "$TMP/dqf_bad.txt" &&
+        [[ ! -e $TMP/dqf_bad ]] &&
+        TSR_ATT_DQ_FUSED=1 run "$BUILD/tests/tessera-train-cuemu" 1 dqf_1 --set device=cuda --set max_duration=3ba &&
+        grep -q 'TSR_ATT_DQ_FUSED = "1": the attention backward adds dq in its dk/dv kernel' "$TMP/dqf_1.txt" &&
+        final_lines "$TMP/dqf_1/metrics.jsonl" | cmp -s - "$TMP/gr_def.loss"
+    tap_check $? "emulator: TSR_ATT_DQ_FUSED=2 refused at start naming the variable, no run_dir (exit $rc, want 1); =1 said at start, runs 3 steps with the default's bits"
 
     # each rank reads its own environment: rank 0 unset, rank 1 none, then rank 1 a bad value;
     # both runs stop together at start (exit 1, no rank left waiting: the test's timeout would
@@ -419,11 +432,25 @@ if [[ -z $why ]]; then
     TSR_XENT_RESIDENT=1 run "$TRAIN" 1 cuda.xr --set device=cuda &&
         final_lines "$TMP/cuda.xr/metrics.jsonl" | cmp -s - "$TMP/cuda.det1"
     tap_check $? "cuda: TSR_XENT_RESIDENT=1 (the row in registers): GPT-2's 20 steps the same bits as the default's"
+    # dq added by the dk/dv kernel (TSR_ATT_DQ_FUSED=1, issue 25): the dq kernel's sums in the same
+    # order where the tiles agree (16 rows a warp, no document mask: GPT-2), so its 20 steps the
+    # default's bits; with a document mask (Llama) other tiles: against the CPU, deterministic
+    d=
+    TSR_ATT_DQ_FUSED=1 run "$TRAIN" 1 cuda.dqf --set device=cuda &&
+        final_lines "$TMP/cuda.dqf/metrics.jsonl" | cmp -s - "$TMP/cuda.det1" &&
+        TSR_ATT_DQ_FUSED=1 run "$TRAIN" 1 cuda.dqfl --set device=cuda "${llama[@]}" &&
+        d="llama: $(metrics_close "$TMP/cpu_llama/metrics.jsonl" "$TMP/cuda.dqfl/metrics.jsonl" 1 \
+            5e-3 1e-1)" &&
+        TSR_ATT_DQ_FUSED=1 run "$TRAIN" 1 cuda.dqflb --set device=cuda "${llama[@]}" &&
+        final_lines "$TMP/cuda.dqfl/metrics.jsonl" >"$TMP/cuda.dqfl.det" &&
+        final_lines "$TMP/cuda.dqflb/metrics.jsonl" | cmp -s - "$TMP/cuda.dqfl.det"
+    tap_check $? "cuda: TSR_ATT_DQ_FUSED=1: GPT-2's 20 steps the same bits as the default's; Llama (document mask) within 5e-3 of the CPU, norms within 1e-1, the same bits twice ($d)"
 else
     # without a GPU the real library still loads (dlopen, the trainer's symbols from the
     # executable, cuBLASLt) and says there is no device
     without_gpu "loads and reports no CUDA device" "$PER" run "$TRAIN" 1 nodev --set device=cuda
     _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda: TSR_ATT_WARP_ROWS=32 runs # SKIP $why"
     _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda: TSR_XENT_RESIDENT=1 gives the default's bits # SKIP $why"
+    _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda: TSR_ATT_DQ_FUSED=1 gives the default's bits # SKIP $why"
 fi
 tap_done

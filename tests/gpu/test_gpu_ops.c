@@ -846,7 +846,7 @@ static void test_residual(size_t n) {
 /* ---- attention ---------------------------------------------------------------------------- */
 
 typedef struct { int B, T, NH, KVH, hs, alibi, seq; } att_cfg;
-#define ATT_CHECKS 5
+#define ATT_CHECKS 8
 
 /* first index of the segment (run of equal ids) that holds i */
 static int seg_lo(const int32_t *sq, int i) {
@@ -859,6 +859,67 @@ static int seg_lo(const int32_t *sq, int i) {
 #define QCOL(h) ((size_t)(h) * hs)
 #define KCOL(g) ((size_t)(NH + (g)) * hs)
 #define VCOL(g) ((size_t)(NH + KVH + (g)) * hs)
+
+/* The fused dq (tcu_attention_set_dq_fused, issue 25), 3 checks: from the same inputs as the
+ * backward just checked (got: its += over g0, add: its += over zeros; ref, extra: the CPU's result
+ * and tolerance), dqkv += over g0 has the dq kernel's bits where the tiles agree (16 rows a warp,
+ * no seq; else within the same tolerance of the CPU), the same bits twice, and = over NaNs gives
+ * the bits of += over zeros. The scratch starts as NaNs (its sums are written before they are
+ * read). Skipped, saying so, on a backend without it (kernels/cuda_emu). */
+static void test_attention_dq_fused(const att_cfg *a, const char *tag, const float *got,
+                                    const float *add, const float *ref, const float *extra,
+                                    const float *g0, tsr_bf16 *d_g, const tsr_bf16 *d_dout,
+                                    const tsr_bf16 *d_qkv, const tsr_bf16 *d_ob, const float *d_lh,
+                                    const float *d_sl, const int32_t *d_seq) {
+    const int B = a->B, T = a->T, NH = a->NH, KVH = a->KVH, hs = a->hs;
+    const size_t nq = (size_t)B * T * (NH + 2 * KVH) * hs;
+    tcu_attention_set_dq_fused(1);
+    if (!tcu_attention_dq_fused()) {
+        for (int k = 0; k < 3; k++)
+            tap_skip(L("attention_backward %s: fused dq", tag),
+                     "this backend has one dq (tcu_attention_dq_fused: 0)");
+        tcu_attention_set_dq_fused(0);
+        return;
+    }
+    const size_t bytes = tcu_attention_scratch_bytes(B, T, NH, KVH, hs);
+    void *d_scratch = dalloc(bytes);
+    float *f[2];
+    for (int k = 0; k < 2; k++) {
+        poison(d_scratch, bytes);
+        put_bf16(d_g, g0, nq);
+        tcu_attention_backward(d_g, d_dout, d_qkv, d_ob, d_lh, d_sl, d_seq, d_scratch, B, T, NH,
+                               KVH, hs, TSR_GRAD_ADD, g_s);
+        f[k] = get_bf16(d_g, nq);
+    }
+    const int same_tiles = !a->seq && tcu_attention_warp_rows(hs) == 16;
+    if (same_tiles) {
+        size_t d = ndiff(f[0], got, nq, 4);
+        tap_ok(d == 0, "attention_backward %s: fused dq (scratch %zu bytes): the dq kernel's bits "
+               "(%zu differ)", tag, bytes, d);
+    } else {
+        check_close(L("attention_backward %s: fused dq (scratch %zu bytes): dqkv", tag, bytes), f[0],
+                    ref, nq, 0, RTOL_BF16, extra, 1.0);
+    }
+    size_t dif = ndiff(f[0], f[1], nq, 4);
+    tap_ok(dif == 0, "attention_backward %s: fused dq, run twice, bit-identical (%zu differ)", tag,
+           dif);
+    /* = over NaNs against += over zeros: the dq kernel's += (add) where the tiles agree, else the
+     * fused path's own */
+    const float *zero_add = add;
+    if (!same_tiles) {
+        tcu_zero(d_g, nq * 2, g_s);
+        tcu_attention_backward(d_g, d_dout, d_qkv, d_ob, d_lh, d_sl, d_seq, d_scratch, B, T, NH,
+                               KVH, hs, TSR_GRAD_ADD, g_s);
+        zero_add = get_bf16(d_g, nq);
+    }
+    poison(d_g, nq * 2);
+    tcu_attention_backward(d_g, d_dout, d_qkv, d_ob, d_lh, d_sl, d_seq, d_scratch, B, T, NH, KVH,
+                           hs, TSR_GRAD_SET, g_s);
+    size_t nset = set_vs_add(get_bf16(d_g, nq), zero_add, nq, 1);
+    tap_ok(nset == 0, "attention_backward %s: fused dq, TSR_GRAD_SET over NaNs = += over zeros, "
+           "bit for bit (%zu differ)", tag, nset);
+    tcu_attention_set_dq_fused(0);
+}
 
 /* lse[b,h,i] = log sum_{j in [lo(i), i]} exp(s[i,j]), in double, from ops.h's formula (query
  * head h reads key head h / (NH/KVH)) */
@@ -1002,6 +1063,8 @@ static void test_attention(const att_cfg *a) {
                 ref, nq, 0, RTOL_BF16, extra, 1.0);
     size_t dif = ndiff(got[0], got[1], nq, 4);
     tap_ok(dif == 0, "attention_backward %s: run twice, dqkv bit-identical (%zu differ)", tag, dif);
+    test_attention_dq_fused(a, tag, got[0], add, ref, extra, g0, d_g, d_dout, d_qkv, d_ob, d_lh,
+                            d_sl, d_seq);
     scope_end(tag);
 }
 
