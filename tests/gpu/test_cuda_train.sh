@@ -370,20 +370,19 @@ PY
     rc=$?
     ((rc == 1)) && grep -q 'TSR_ATT_WARP_ROWS = "24": expected 16 (the default) or 32' "$TMP/ar_bad.txt" &&
         [[ ! -e $TMP/ar_bad ]] &&
-        TSR_ATT_WARP_ROWS=32 run "$BUILD/tests/tessera-train-cuemu" 1 ar_32 --set device=cuda --set max_duration=3ba &&
+        TSR_ATT_WARP_ROWS=32 TSR_ATT_DQ_FUSED=1 run "$BUILD/tests/tessera-train-cuemu" 1 ar_32 --set device=cuda --set max_duration=3ba &&
         grep -q 'TSR_ATT_WARP_ROWS = "32": 32 rows a warp in the attention kernels' "$TMP/ar_32.txt"
     tap_check $? "emulator: TSR_ATT_WARP_ROWS=24 refused at start naming the variable, no run_dir (exit $rc, want 1); =32 said at start, runs"
 
-    # TSR_ATT_DQ_FUSED, issue 25's measurement switch for the fused dq: 2 refused, 1 said and runs
-    # (the emulator has one attention: the default's bits)
+    # TSR_ATT_DQ_FUSED, issue 25's measurement switch for the fused dq: 2 refused; 1 said, and the
+    # run above with it (and 32 rows) has the default's bits (the emulator has one attention)
     TSR_ATT_DQ_FUSED=2 run "$BUILD/tests/tessera-train-cuemu" 1 dqf_bad --set device=cuda
     rc=$?
     ((rc == 1)) && grep -q 'TSR_ATT_DQ_FUSED = "2": expected 0 (the default) or 1' "$TMP/dqf_bad.txt" &&
         [[ ! -e $TMP/dqf_bad ]] &&
-        TSR_ATT_DQ_FUSED=1 run "$BUILD/tests/tessera-train-cuemu" 1 dqf_1 --set device=cuda --set max_duration=3ba &&
-        grep -q 'TSR_ATT_DQ_FUSED = "1": the attention backward adds dq in its dk/dv kernel' "$TMP/dqf_1.txt" &&
-        final_lines "$TMP/dqf_1/metrics.jsonl" | cmp -s - "$TMP/gr_def.loss"
-    tap_check $? "emulator: TSR_ATT_DQ_FUSED=2 refused at start naming the variable, no run_dir (exit $rc, want 1); =1 said at start, runs 3 steps with the default's bits"
+        grep -q 'TSR_ATT_DQ_FUSED = "1": the attention backward adds dq in its dk/dv kernel' "$TMP/ar_32.txt" &&
+        final_lines "$TMP/ar_32/metrics.jsonl" | cmp -s - "$TMP/gr_def.loss"
+    tap_check $? "emulator: TSR_ATT_DQ_FUSED=2 refused at start naming the variable, no run_dir (exit $rc, want 1); =1 said at start, its 3 steps (with TSR_ATT_WARP_ROWS=32) the default's bits"
 
     # each rank reads its own environment: rank 0 unset, rank 1 none, then rank 1 a bad value;
     # both runs stop together at start (exit 1, no rank left waiting: the test's timeout would
