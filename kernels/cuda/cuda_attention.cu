@@ -576,7 +576,7 @@ __device__ __forceinline__ void dq_fused_step(bf16 *dq, size_t ld, float *dqacc,
  * tile products per step in all instead of seven. Deterministic, without atomics: the blocks that
  * reach one (query head, query tile) add in a fixed order, highest key block first, through
  * dqacc (B,NH,nqt*BQ,HS) fp32 and a turn counter per tile, sems (B,NH,nqt) int, zero at the
- * launch: block kb waits (one thread spinning on an acquire load) until the counter says the
+ * launch: block kb waits (one thread spinning on an acquire load, spin_wait_eq) until the counter says the
  * kb_top - kb blocks above it, up to kb_top, the block holding the tile's first query, have
  * added, adds (dq_fused_step), and releases the counter + 1 after a barrier. The last block in
  * the order (the next one down does not reach the tile: kb = 0 or a document boundary between)
@@ -700,7 +700,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_m
             const int h = h0 + st / nq, turn = it0 / BK - kb; /* blocks before this one */
             int *sem = sems + ((size_t)b * NH + h) * nqt + it0 / BQ;
             if (tid == 0 && turn > 0)
-                while (ld_acquire_gpu(sem) != turn) spin_pause();
+                spin_wait_eq(sem, turn, "tcu_attention_backward: fused dq, a key block's turn");
             __syncthreads(); /* sDS written; this block's turn (its thread 0 acquired it) */
             dq_fused_step<HS, MS>(dqkv + ((size_t)b * T + it0) * ld + (size_t)h * HS, ld,
                                   dqacc + (((size_t)b * NH + h) * nqt * BQ + it0) * HS,

@@ -9,6 +9,7 @@
 #define TSR_CUDA_PTX_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include <cuda_bf16.h>
 
@@ -99,13 +100,28 @@ __device__ __forceinline__ void st_release_gpu(int *p, int v) {
     asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 #endif
 }
-/* a pause in a spin-wait loop (the emulator gives its OS thread away: the block it waits for may
- * need it) */
-__device__ __forceinline__ void spin_pause() {
+#ifndef TCU_SIMT
+/* spin_wait_eq's way out, kept out of line (printf's frame and registers stay off the kernels) */
+__device__ __noinline__ void spin_wait_timeout(const char *what, int have, int want) {
+    printf("tessera: %s: waited 10 s for a turn that did not come (have %d, want %d)\n", what, have,
+           want);
+    __trap();
+}
+#endif
+/* The calling thread waits until *p == want (acquire loads). A block may only wait for blocks
+ * launched before it, which a GPU starts first: a wait of more than about 10 s cannot be one of
+ * those, so instead of hanging the kernel it stops it (a message naming `what`, then a trap:
+ * the launch fails and the caller's check names the op). */
+__device__ __forceinline__ void spin_wait_eq(const int *p, int want, const char *what) {
 #ifdef TCU_SIMT
-    tcu_simt::spin_pause();
+    tcu_simt::spin_wait_eq(p, want, what);
 #else
-    __nanosleep(32);
+    const long long t0 = clock64();
+    while (ld_acquire_gpu(p) != want) {
+        __nanosleep(64);
+        if (clock64() - t0 > 20000000000LL) /* 10 s at 2 GHz */
+            spin_wait_timeout(what, ld_acquire_gpu(p), want);
+    }
 #endif
 }
 

@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -581,7 +582,16 @@ void mma_m16n8k16_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint3
     memcpy(c, all + (size_t)lane_id() * kSlotBytes, 16);
 }
 
-void spin_pause() { sched_yield(); }
+void spin_wait_eq(const int *p, int want, const char *what) {
+    const auto t0 = std::chrono::steady_clock::now();
+    while (__atomic_load_n(p, __ATOMIC_ACQUIRE) != want) {
+        sched_yield();
+        if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(120))
+            die("%s: waited 120 s for a turn that did not come (have %d, want %d): a wait for a "
+                "block launched after this one?",
+                what, __atomic_load_n(p, __ATOMIC_ACQUIRE), want);
+    }
+}
 
 } // namespace tcu_simt
 

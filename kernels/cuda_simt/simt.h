@@ -41,7 +41,8 @@
  *     shared memory than cudaFuncSetAttribute allowed (48 KiB by default) fails as on a GPU:
  *     cudaGetLastError reports it and the kernel does not run;
  *   - a block may wait for another (a thread spinning on cuda_ptx.h's ld_acquire_gpu until the
- *     other's st_release_gpu; spin_pause gives the OS thread away): each OS thread runs its
+ *     other's st_release_gpu: spin_wait_eq, which gives the OS thread away between loads and stops
+ *     the run after 120 s): each OS thread runs its
  *     blocks in launch order, so the lowest unfinished block is always running and a kernel whose
  *     blocks wait only for earlier ones (as a GPU, starting blocks in order, requires) goes on.
  *     Blocks on different OS threads run at once: a missing wait shows as a race between them
@@ -164,9 +165,10 @@ void mma_m16n8k16_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint3
 
 /* ---- waiting for another block ------------------------------------------------------------ */
 
-/* one round of a spin-wait: the OS thread is given away (the block waited for runs on another,
- * in launch order: a block only ever waits for blocks launched before it, as on a GPU) */
-void spin_pause();
+/* cuda_ptx.h's spin_wait_eq: until *p == want (acquire loads), giving the OS thread away between
+ * loads (the block waited for runs on another, in launch order: a block may only wait for blocks
+ * launched before it, as on a GPU); a wait past 120 s stops the run naming `what` */
+void spin_wait_eq(const int *p, int want, const char *what);
 
 } // namespace tcu_simt
 
