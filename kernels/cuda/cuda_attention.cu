@@ -560,6 +560,16 @@ __device__ __forceinline__ void dq_fused_step(bf16 *dq, size_t ld, float *dqacc,
     }
 }
 
+/* The block's start ticket: atomicAdd(ticket, 1) by thread 0, given to all through s[0] (shared;
+ * free again when this returns). Tickets count the blocks in the order they started. */
+__device__ __forceinline__ int start_ticket(int *ticket, int *s) {
+    if (threadIdx.x == 0) s[0] = atomicAdd(ticket, 1);
+    __syncthreads();
+    const int t = s[0];
+    __syncthreads(); /* s is the caller's scratch again */
+    return t;
+}
+
 /* dk_j = scale sum_h sum_i dS[h,i,j] q_hi, dv_j = sum_h sum_i P[h,i,j] dout_hi for the BK keys
  * of one block of key/value head kvh, h over the query heads that read it (kvh*grp ..
  * kvh*grp + grp-1, grp = NH/KVH, in that order), with P = exp(s - lse_i), dP = dout_i . v_j,
@@ -569,28 +579,31 @@ __device__ __forceinline__ void dq_fused_step(bf16 *dq, size_t ld, float *dqacc,
  * step load while the current one is computed (two shared buffers). dk, dv stay in registers over
  * the whole group (no atomics), then are added into the k and v columns of dqkv.
  * Grid (ceil(T/BK), KVH, B), 128 threads, dynamic shared memory att_tiles<HS, MS>::kv_smem (K, V,
- * 2 x Q, 2 x dO).
+ * 2 x Q, 2 x dO; FUSED: kv_fused_smem, + dS^T).
  *
  * FUSED (tcu_attention_set_dq_fused; issue 25): the block also adds dS K into dq for each of its
  * (query head, query tile) steps, so the dq kernel (which recomputes S and dP) does not run: five
- * tile products per step in all instead of seven. Deterministic, without atomics: the blocks that
- * reach one (query head, query tile) add in a fixed order, highest key block first, through
- * dqacc (B,NH,nqt*BQ,HS) fp32 and a turn counter per tile, sems (B,NH,nqt) int, zero at the
- * launch: block kb waits (one thread spinning on an acquire load, spin_wait_eq) until the counter says the
- * kb_top - kb blocks above it, up to kb_top, the block holding the tile's first query, have
- * added, adds (dq_fused_step), and releases the counter + 1 after a barrier. The last block in
- * the order (the next one down does not reach the tile: kb = 0 or a document boundary between)
- * writes dq instead. Blocks start in the reverse order (block kb = gridDim.x - 1 - blockIdx.x),
- * so a block only waits for blocks that started before it: a GPU starts a grid's blocks in order,
- * and a waiting block never holds back one it waits for. Causal order makes the wait short: block
- * kb reaches a tile one step after block kb + 1 did. The contributors of a tile are contiguous:
- * block kb reaches query tile it0 iff j0 <= it0 < hi(its last key), and hi grows with the key. */
+ * tile products per step in all instead of seven. Deterministic, without floating-point atomics:
+ * the blocks that reach one (query head, query tile) add in a fixed order, highest key block
+ * first, through dqacc (B,NH,nqt*BQ,HS) fp32 and a turn counter per tile, turns[1 + tile] for the
+ * (B,NH,nqt) tiles, zero at the launch: block kb waits (one thread spinning on an acquire load,
+ * spin_wait_eq) until the counter says the kb_top - kb blocks above it, up to kb_top, the block
+ * holding the tile's first query, have added, adds (dq_fused_step), and releases the counter + 1
+ * after a barrier. The last block in the order (the one below does not reach the tile: kb = 0,
+ * or the document of key j0 - 1 ends at or before the tile) writes dq instead; each counter ends
+ * at its tile's number of blocks. A block's place comes from a start ticket (turns[0], one
+ * atomicAdd as it starts), not from blockIdx: tickets in a (key/value head, sequence) group go to
+ * key blocks from the highest down, so a block only ever waits for blocks that have started,
+ * whatever order the GPU starts them in, and a waiting block never holds back one it waits for.
+ * Causal order makes the waits short: block kb reaches a tile BK/BQ steps after block kb + 1 did,
+ * and starts that many steps earlier. The contributors of a tile are contiguous: block kb reaches
+ * query tile it0 iff j0 <= it0 < hi(its last key), and hi grows with the key. */
 template <int HS, int MS, bool FUSED>
 __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_mma_kernel(
     bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
     const float *__restrict__ lse, const float *__restrict__ Dsum,
     const float *__restrict__ slopes, const int32_t *__restrict__ seq, int T, int NH, int KVH,
-    float scale, float sl2, bool set, float *__restrict__ dqacc, int *__restrict__ sems,
+    float scale, float sl2, bool set, float *__restrict__ dqacc, int *__restrict__ turns,
     int nqt) {
     using Tl = att_tiles<HS, MS>;
     constexpr int BK = Tl::KV_BK, BQ = Tl::KV_BQ, LD = Tl::LD;
@@ -605,8 +618,11 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_m
     __shared__ int s_hi[BK], s_seq[BK], s_red[ATT_WARPS];
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
-    const int kb = FUSED ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-    const int j0 = kb * BK, kvh = blockIdx.y, h0 = kvh * grp, b = blockIdx.z;
+    const int lin = FUSED ? start_ticket(turns, s_red) : 0, nkb = (int)gridDim.x;
+    const int kb = FUSED ? nkb - 1 - lin % nkb : (int)blockIdx.x;
+    const int kvh = FUSED ? lin / nkb % (int)gridDim.y : (int)blockIdx.y;
+    const int b = FUSED ? lin / (nkb * (int)gridDim.y) : (int)blockIdx.z;
+    const int j0 = kb * BK, h0 = kvh * grp;
     const size_t ld = (size_t)(NH + 2 * KVH) * HS;
     const bf16 *q0, *k, *v;
     head_rows(q0, k, v, qkv, b, T, h0, NH, KVH, HS); /* q0: the group's first query head */
@@ -618,8 +634,11 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_m
     const int hi_min = s_hi[0], i_end = s_hi[BK - 1]; /* queries j0 <= i < i_end (<= T) */
     const int nq = (i_end - j0 + BQ - 1) / BQ, nsteps = grp * nq;
     /* FUSED: hi of key j0 - 1 (the block below reaches tile it0 iff it0 < hi_below), 0 for kb 0 */
-    const int32_t *sqb = seq ? seq + (size_t)b * T : nullptr;
-    const int hi_below = kb == 0 ? 0 : sqb && sqb[j0 - 1] != sqb[j0] ? j0 : hi_min;
+    int hi_below = 0;
+    if constexpr (FUSED) {
+        const int32_t *sqb = seq ? seq + (size_t)b * T : nullptr;
+        hi_below = kb == 0 ? 0 : sqb && sqb[j0 - 1] != sqb[j0] ? j0 : hi_min;
+    }
 
     /* step st = (query head h0 + st / nq, query tile st % nq) into buffer u: Q, dO
      * asynchronously, lse (log2 units) and D by plain stores; zeros past T */
@@ -698,7 +717,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_m
                         __floats2bfloat162_rn(ds[m][nt][2], ds[m][nt][3]);
                 }
             const int h = h0 + st / nq, turn = it0 / BK - kb; /* blocks before this one */
-            int *sem = sems + ((size_t)b * NH + h) * nqt + it0 / BQ;
+            int *sem = turns + 1 + ((size_t)b * NH + h) * nqt + it0 / BQ;
             if (tid == 0 && turn > 0)
                 spin_wait_eq(sem, turn, "tcu_attention_backward: fused dq, a key block's turn");
             __syncthreads(); /* sDS written; this block's turn (its thread 0 acquired it) */
@@ -884,8 +903,9 @@ extern "C" void tcu_attention_set_dq_fused(int on) {
 extern "C" int tcu_attention_dq_fused(void) { return att_dq_fused; }
 
 /* The backward's scratch: D (B,NH,T) fp32 at 0; with the fused dq also dqacc (B,NH,nqt*BQ,HS)
- * fp32 and the turn counters (B,NH,nqt) int, each at a 256-byte boundary (nqt query tiles of the
- * dk/dv kernel's BQ rows). */
+ * fp32 and, at the end, the turns: the start ticket, then the counters (B,NH,nqt) int (the op test
+ * reads them back), dqacc and turns at 256-byte boundaries (nqt query tiles of the dk/dv kernel's
+ * BQ rows). */
 struct att_scratch_layout {
     int nqt = 0;
     size_t acc = 0, sems = 0, bytes = 0;
@@ -902,7 +922,7 @@ static att_scratch_layout att_scratch(int B, int T, int NH, int hs) {
     L.nqt = (T + bq - 1) / bq;
     L.acc = att_align256(L.bytes);
     L.sems = att_align256(L.acc + (size_t)B * NH * L.nqt * bq * hs * sizeof(float));
-    L.bytes = L.sems + (size_t)B * NH * L.nqt * sizeof(int);
+    L.bytes = L.sems + (1 + (size_t)B * NH * L.nqt) * sizeof(int);
     return L;
 }
 
@@ -978,14 +998,16 @@ static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const ts
     if (att_dq_fused) {
         unsigned char *base = static_cast<unsigned char *>(scratch);
         float *dqacc = reinterpret_cast<float *>(base + L.acc);
-        int *sems = reinterpret_cast<int *>(base + L.sems);
-        TCU_CHECK(cudaMemsetAsync(sems, 0, L.bytes - L.sems, st),
+        int *turns = reinterpret_cast<int *>(base + L.sems);
+        TCU_REQUIRE(L.nqt == (T + Tl::KV_BQ - 1) / Tl::KV_BQ, what,
+                    "the scratch's query tiles are not the kernel's"); /* one rule, two places */
+        TCU_CHECK(cudaMemsetAsync(turns, 0, L.bytes - L.sems, st),
                   "tcu_attention_backward: the fused dq's turn counters");
         auto kv = attention_backward_dkdv_keytile_mma_kernel<HS, MS, true>;
         att_smem_limit((const void *)kv, Tl::kv_fused_smem,
                        "tcu_attention_backward: shared memory (dk, dv, dq)");
         kv<<<gkv, ATT_THREADS, Tl::kv_fused_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, NH, KVH,
-                                                        scale, sl2, set, dqacc, sems, L.nqt);
+                                                        scale, sl2, set, dqacc, turns, L.nqt);
         TCU_CHECK_LAUNCH(what);
         return;
     }

@@ -190,6 +190,9 @@ inline void __syncthreads() { tcu_simt::block_barrier(0, 0); }
 inline int __syncthreads_or(int p) { return tcu_simt::block_barrier(p != 0, 0); }
 inline int __syncthreads_and(int p) { return tcu_simt::block_barrier(p != 0, 1); }
 inline int __syncthreads_count(int p) { return tcu_simt::block_barrier(p != 0, 2); }
+/* integer atomics over every OS thread (blocks run on several) */
+inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+
 /* a fence over every OS thread (blocks run on several) */
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __syncwarp(unsigned mask = 0xffffffffu) {

@@ -379,7 +379,8 @@ static int att_dq_fused(const tsr_dist *d, int *on) {
     static const char *const names[] = {"0", "1"};
     static const char *const notes[] = {
         "", "the attention backward adds dq in its dk/dv kernel, in a fixed order (the same bits "
-            "with 16 rows a warp and no document mask)"};
+            "with 16 rows a warp and no document mask); its fp32 sums add micro_batch x n_head x "
+            "seq_len x head_dim x 4 bytes to the device plan printed above"};
     TSR_CHECK(env_switch(d, "TSR_ATT_DQ_FUSED", names, notes, 2, "0 (the default) or 1", on));
     return 0;
 }

@@ -846,7 +846,7 @@ static void test_residual(size_t n) {
 /* ---- attention ---------------------------------------------------------------------------- */
 
 typedef struct { int B, T, NH, KVH, hs, alibi, seq; } att_cfg;
-#define ATT_CHECKS 8
+#define ATT_CHECKS 9
 
 /* first index of the segment (run of equal ids) that holds i */
 static int seg_lo(const int32_t *sq, int i) {
@@ -860,13 +860,24 @@ static int seg_lo(const int32_t *sq, int i) {
 #define KCOL(g) ((size_t)(NH + (g)) * hs)
 #define VCOL(g) ((size_t)(NH + KVH + (g)) * hs)
 
-/* The fused dq (tcu_attention_set_dq_fused, issue 25), 3 checks: from the same inputs as the
+/* one past the end of the run of equal ids holding j (T without seq) */
+static int seg_hi(const int32_t *sq, int j, int T) {
+    while (sq && j + 1 < T && sq[j + 1] == sq[j]) j++;
+    return sq ? j + 1 : T;
+}
+
+/* The fused dq (tcu_attention_set_dq_fused, issue 25), 4 checks: from the same inputs as the
  * backward just checked (got: its += over g0, add: its += over zeros; ref, extra: the CPU's result
- * and tolerance), dqkv += over g0 has the dq kernel's bits where the tiles agree (16 rows a warp,
- * no seq; else within the same tolerance of the CPU), the same bits twice, and = over NaNs gives
- * the bits of += over zeros. The scratch starts as NaNs (its sums are written before they are
- * read). Skipped, saying so, on a backend without it (kernels/cuda_emu). */
-static void test_attention_dq_fused(const att_cfg *a, const char *tag, const float *got,
+ * and tolerance; sq: the host's seq or NULL), dqkv += over g0 has the dq kernel's bits where the
+ * tiles agree (16 rows a warp, no seq; else within the same tolerance of the CPU), the same bits
+ * twice, = over NaNs gives the bits of += over zeros, and the turns at the scratch's end show that
+ * the fused kernel ran: the start ticket at the number of blocks, each tile's counter at the
+ * number of key blocks that reach it (from this file's own tiling rule: BK = 64 x rows / 16 keys
+ * a block, BQ = 32 queries a step at hs 128 or 32 rows, else 64). The scratch starts as NaNs (its
+ * sums are written before they are read). Skipped, saying so, on a backend without it
+ * (kernels/cuda_emu). */
+static void test_attention_dq_fused(const att_cfg *a, const char *tag, const int32_t *sq,
+                                    const float *got,
                                     const float *add, const float *ref, const float *extra,
                                     const float *g0, tsr_bf16 *d_g, const tsr_bf16 *d_dout,
                                     const tsr_bf16 *d_qkv, const tsr_bf16 *d_ob, const float *d_lh,
@@ -875,7 +886,7 @@ static void test_attention_dq_fused(const att_cfg *a, const char *tag, const flo
     const size_t nq = (size_t)B * T * (NH + 2 * KVH) * hs;
     tcu_attention_set_dq_fused(1);
     if (!tcu_attention_dq_fused()) {
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < 4; k++)
             tap_skip(L("attention_backward %s: fused dq", tag),
                      "this backend has one dq (tcu_attention_dq_fused: 0)");
         tcu_attention_set_dq_fused(0);
@@ -903,6 +914,26 @@ static void test_attention_dq_fused(const att_cfg *a, const char *tag, const flo
     size_t dif = ndiff(f[0], f[1], nq, 4);
     tap_ok(dif == 0, "attention_backward %s: fused dq, run twice, bit-identical (%zu differ)", tag,
            dif);
+    const int ms = tcu_attention_warp_rows(hs) / 16, BK = 64 * ms;
+    const int BQ = hs == 128 || ms == 2 ? 32 : 64, nqt = (T + BQ - 1) / BQ, nkb = (T + BK - 1) / BK;
+    const size_t nt = (size_t)B * NH * nqt;
+    int32_t *turns = hi32(nt + 1);
+    d2h(turns, (const unsigned char *)d_scratch + bytes - (nt + 1) * sizeof(int32_t),
+        (nt + 1) * sizeof(int32_t));
+    size_t wrong = 0;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int iq = 0; iq < nqt; iq++) {
+                const int32_t *sb = sq ? sq + (size_t)b * T : NULL;
+                const int it0 = iq * BQ, top = it0 / BK;
+                int low = top; /* the lowest key block whose last key's document reaches it0 */
+                while (low > 0 && seg_hi(sb, low * BK - 1, T) > it0) low--;
+                wrong += turns[1 + ((size_t)b * NH + h) * nqt + iq] != top - low + 1;
+            }
+    tap_ok(turns[0] == nkb * KVH * B && wrong == 0,
+           "attention_backward %s: fused dq ran: %d start tickets (want %d), each of %zu tiles' "
+           "turn counters at the key blocks that reach it (%zu wrong)",
+           tag, turns[0], nkb * KVH * B, nt, wrong);
     /* = over NaNs against += over zeros: the dq kernel's += (add) where the tiles agree, else the
      * fused path's own */
     const float *zero_add = add;
@@ -1063,8 +1094,8 @@ static void test_attention(const att_cfg *a) {
                 ref, nq, 0, RTOL_BF16, extra, 1.0);
     size_t dif = ndiff(got[0], got[1], nq, 4);
     tap_ok(dif == 0, "attention_backward %s: run twice, dqkv bit-identical (%zu differ)", tag, dif);
-    test_attention_dq_fused(a, tag, got[0], add, ref, extra, g0, d_g, d_dout, d_qkv, d_ob, d_lh,
-                            d_sl, d_seq);
+    test_attention_dq_fused(a, tag, sq, got[0], add, ref, extra, g0, d_g, d_dout, d_qkv, d_ob,
+                            d_lh, d_sl, d_seq);
     scope_end(tag);
 }
 
