@@ -84,6 +84,21 @@ __device__ __forceinline__ void tcu_unpack_bf16x8(float *v, int4 raw) {
     }
 }
 
+/* 8 consecutive bf16 as they lie in memory (tcu_unpack_bf16x8 widens them): VEC one 16-byte
+ * load (p 16-byte aligned), else 8 scalar loads */
+template <bool VEC> __device__ __forceinline__ int4 tcu_load_raw8(const bf16 *p) {
+    if constexpr (VEC) {
+        return *reinterpret_cast<const int4 *>(p);
+    } else {
+        bf16 h[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) h[k] = p[k];
+        int4 raw;
+        memcpy(&raw, h, sizeof raw);
+        return raw;
+    }
+}
+
 /* W consecutive bf16 <-> fp32: widening is exact, narrowing rounds to nearest even.
  * VEC: one 16-byte access (W == 8, p 16-byte aligned); else W scalar accesses. */
 template <int W, bool VEC = (W == 8)>

@@ -260,11 +260,16 @@ __global__ void __launch_bounds__(1024)
  * dinp, dout, inp (N,C) bf16; w (C) bf16; mean (LN) and rstd (N) fp32; partial (P, stride) fp32.
  * Launch: grid P = ceil(N / rows), block 32 * NB_WARPS, dynamic shared memory stride floats
  * (GRADS; else 0). Deterministic: a column's sum is in row order within a warp, then warp order,
- * then group order, all functions of N. */
+ * then group order, all functions of N.
+ * HOLD (tcu_norm_set_hold; issue 25): the row's x, dout and dinp are loaded together at the
+ * row's start and kept in registers as bf16 (36 registers at C = 768), so a row costs one trip to
+ * memory before its warp sums instead of two (the second pass reloaded x and dout, and could only
+ * then load dinp, which may alias an earlier row's stores); the same arithmetic in the same
+ * order, so the same bits. */
 #define NB_WARPS 8
 #define NB_MAX_KP 4 /* C <= 1024 */
-template <bool RMS, int KP, bool GRADS, bool VEC>
-__global__ void __launch_bounds__(32 * NB_WARPS)
+template <bool RMS, int KP, bool GRADS, bool VEC, bool HOLD>
+__global__ void __launch_bounds__(32 * NB_WARPS, HOLD && VEC && KP <= 3 ? 2 : 1)
     norm_backward_warp_rows_kernel(bf16 *dinp, float *partial, const bf16 *dout, const bf16 *inp,
                                    const bf16 *w, const float *mean, const float *rstd, int N,
                                    int C, int rows, int with_db) {
@@ -283,13 +288,29 @@ __global__ void __launch_bounds__(32 * NB_WARPS)
         const size_t off = (size_t)n * C;
         const float m = RMS ? 0.0f : mean[n], r = rstd[n];
         float s1 = 0.0f, s2 = 0.0f; /* sum of w*g, of w*g*norm */
+        int4 xr[HOLD ? KP : 1], gr[HOLD ? KP : 1], dr[HOLD ? KP : 1]; /* HOLD: the row, as bf16 */
+        if constexpr (HOLD) {
+#pragma unroll
+            for (int j = 0; j < KP; j++) {
+                const int c = (j * 32 + lane) * 8;
+                if (c >= C) continue;
+                xr[j] = tcu_load_raw8<VEC>(inp + off + c);
+                gr[j] = tcu_load_raw8<VEC>(dout + off + c);
+                dr[j] = tcu_load_raw8<VEC>(dinp + off + c);
+            }
+        }
 #pragma unroll
         for (int j = 0; j < KP; j++) {
             const int c = (j * 32 + lane) * 8;
             if (c >= C) continue;
             float xv[8], gv[8], wv[8];
-            tcu_load_bf16<8, VEC>(xv, inp + off + c);
-            tcu_load_bf16<8, VEC>(gv, dout + off + c);
+            if constexpr (HOLD) {
+                tcu_unpack_bf16x8(xv, xr[j]);
+                tcu_unpack_bf16x8(gv, gr[j]);
+            } else {
+                tcu_load_bf16<8, VEC>(xv, inp + off + c);
+                tcu_load_bf16<8, VEC>(gv, dout + off + c);
+            }
             tcu_load_bf16<8, VEC>(wv, w + c);
 #pragma unroll
             for (int k = 0; k < 8; k++) {
@@ -306,14 +327,20 @@ __global__ void __launch_bounds__(32 * NB_WARPS)
         const float dmean = RMS ? 0.0f : tcu_warp_sum(s1) / (float)C;
         const float dnmean = tcu_warp_sum(s2) / (float)C;
 #pragma unroll
-        for (int j = 0; j < KP; j++) { /* the row again: L1 hits */
+        for (int j = 0; j < KP; j++) { /* the row again: registers (HOLD) or L1 hits */
             const int c = (j * 32 + lane) * 8;
             if (c >= C) continue;
             float xv[8], gv[8], wv[8], dv[8];
-            tcu_load_bf16<8, VEC>(xv, inp + off + c);
-            tcu_load_bf16<8, VEC>(gv, dout + off + c);
+            if constexpr (HOLD) {
+                tcu_unpack_bf16x8(xv, xr[j]);
+                tcu_unpack_bf16x8(gv, gr[j]);
+                tcu_unpack_bf16x8(dv, dr[j]);
+            } else {
+                tcu_load_bf16<8, VEC>(xv, inp + off + c);
+                tcu_load_bf16<8, VEC>(gv, dout + off + c);
+                tcu_load_bf16<8, VEC>(dv, dinp + off + c);
+            }
             tcu_load_bf16<8, VEC>(wv, w + c);
-            tcu_load_bf16<8, VEC>(dv, dinp + off + c);
 #pragma unroll
             for (int k = 0; k < 8; k++) {
                 const float norm = (xv[k] - m) * r;
@@ -349,6 +376,17 @@ __global__ void __launch_bounds__(32 * NB_WARPS)
     }
 }
 
+/* the warp-per-row backward's HOLD variant (issue 25; a measurement switch until a GPU has timed
+ * it: tcu_norm_set_hold) */
+static bool norm_hold = false;
+
+extern "C" void tcu_norm_set_hold(int on) {
+    TCU_REQUIRE(on == 0 || on == 1, "tcu_norm_set_hold", tcu_msg("on = %d: expected 0 or 1", on));
+    norm_hold = on == 1;
+}
+
+extern "C" int tcu_norm_hold(void) { return norm_hold; }
+
 /* The warp-per-row backward when it applies (C % 8 == 0, C <= 1024, contiguous rows; aligned or
  * not, the same bits): launches it into `partial` (P row groups of tcu_norm_rows_per_group rows,
  * the row-group kernels' layout; NULL when !grads) and returns true; else false, having launched
@@ -366,16 +404,20 @@ bool tcu_norm_backward_warp_rows(bool rms, bf16 *dinp, float *partial, const bf1
     const size_t dyn = grads ? (size_t)(rms ? C : 2 * C) * sizeof(float) : 0;
     typedef void (*kern_t)(bf16 *, float *, const bf16 *, const bf16 *, const bf16 *,
                            const float *, const float *, int, int, int, int);
-#define NB_KERNS(R, G, V)                                                                         \
-    {norm_backward_warp_rows_kernel<R, 1, G, V>, norm_backward_warp_rows_kernel<R, 2, G, V>,     \
-     norm_backward_warp_rows_kernel<R, 3, G, V>, norm_backward_warp_rows_kernel<R, 4, G, V>}
-    static const kern_t kerns[2][2][2][NB_MAX_KP] = {
-        {{NB_KERNS(false, false, false), NB_KERNS(false, false, true)},
-         {NB_KERNS(false, true, false), NB_KERNS(false, true, true)}},
-        {{NB_KERNS(true, false, false), NB_KERNS(true, false, true)},
-         {NB_KERNS(true, true, false), NB_KERNS(true, true, true)}}};
+#define NB_KERNS(R, G, V, H)                                                                      \
+    {norm_backward_warp_rows_kernel<R, 1, G, V, H>, norm_backward_warp_rows_kernel<R, 2, G, V, H>, \
+     norm_backward_warp_rows_kernel<R, 3, G, V, H>, norm_backward_warp_rows_kernel<R, 4, G, V, H>}
+#define NB_TABLE(H)                                                                               \
+    {{{NB_KERNS(false, false, false, H), NB_KERNS(false, false, true, H)},                        \
+      {NB_KERNS(false, true, false, H), NB_KERNS(false, true, true, H)}},                         \
+     {{NB_KERNS(true, false, false, H), NB_KERNS(true, false, true, H)},                          \
+      {NB_KERNS(true, true, false, H), NB_KERNS(true, true, true, H)}}}
+    static const kern_t kerns[2][2][2][NB_MAX_KP] = NB_TABLE(false);
+    static const kern_t kerns_hold[2][2][2][NB_MAX_KP] = NB_TABLE(true);
+#undef NB_TABLE
 #undef NB_KERNS
-    const kern_t kern = kerns[rms][grads][vec][kp - 1];
+    const kern_t kern = norm_hold ? kerns_hold[rms][grads][vec][kp - 1]
+                                  : kerns[rms][grads][vec][kp - 1];
     TCU_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn),
               what);
     kern<<<P, 32 * NB_WARPS, dyn, st>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, rows,

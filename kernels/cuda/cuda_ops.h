@@ -229,6 +229,13 @@ int tcu_attention_warp_rows(int hs);
 void tcu_attention_set_dq_fused(int on);
 int tcu_attention_dq_fused(void);
 
+/* The LayerNorm and RMSNorm backwards' warp-per-row kernel with each row's x, dout and dinp loaded
+ * at once and kept in registers (issue 25; measured through TSR_NORM_HOLD, docs/cuda.md): 1, or
+ * 0, the default, which reads them again in the second pass. The same bits either way.
+ * Process-wide; tcu_norm_hold says whether the variant runs. */
+void tcu_norm_set_hold(int on);
+int tcu_norm_hold(void);
+
 /* ---- the Llama-style blocks: the maths of the ops.h ops of the same names; bf16 activations and
  * weights, fp32 statistics, weight gradients and arithmetic ---- */
 /* out (N,C) bf16; rstd (N) fp32 or NULL (not saved); inp (N,C) bf16; w (C) bf16 */

@@ -385,14 +385,24 @@ static int att_dq_fused(const tsr_dist *d, int *on) {
     return 0;
 }
 
+/* TSR_NORM_HOLD (issue 25): the norm backwards keep each row in registers */
+static int norm_hold(const tsr_dist *d, int *on) {
+    static const char *const names[] = {"0", "1"};
+    static const char *const notes[] = {
+        "", "the LayerNorm and RMSNorm backwards keep each row in registers (the same bits)"};
+    TSR_CHECK(env_switch(d, "TSR_NORM_HOLD", names, notes, 2, "0 (the default) or 1", on));
+    return 0;
+}
+
 static int lib_init(gpu_train_ctx *c) {
     const tsr_model *m = c->model;
     int count = tcu_device_count();
     tcu_reduction reduction;
-    int att_rows, resident, dq_fused;
+    int att_rows, resident, dq_fused, hold;
     TSR_CHECK(gemm_reduction(c->dist, &reduction));
     TSR_CHECK(att_warp_rows(c->dist, &att_rows));
     TSR_CHECK(att_dq_fused(c->dist, &dq_fused));
+    TSR_CHECK(norm_hold(c->dist, &hold));
     TSR_CHECK(xent_resident(c->dist, &resident));
     TSR_CHECK(check_devices(c, count));
     /* (a head size without an attention kernel is refused when the config loads: config_load.c) */
@@ -404,6 +414,7 @@ static int lib_init(gpu_train_ctx *c) {
     tcu_matmul_set_reduction(reduction);
     tcu_attention_set_warp_rows(att_rows);
     tcu_attention_set_dq_fused(dq_fused);
+    tcu_norm_set_hold(hold);
     tcu_softmax_xent_set_resident(resident);
     TSR_CHECK(check_memory(c, gt->device));
     gt->s = tcu_stream_create();

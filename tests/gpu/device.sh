@@ -30,7 +30,8 @@
 #                                                   TSR_GRAD_OVERWRITE=0, TSR_DGELU_FUSION=0,
 #                                                   TSR_GEMM_REDUCTION=none and =any,
 #                                                   TSR_ATT_WARP_ROWS=32, TSR_XENT_RESIDENT=1,
-#                                                   TSR_ATT_DQ_FUSED=1, alone and with 32 rows), then
+#                                                   TSR_ATT_DQ_FUSED=1, alone and with 32 rows,
+#                                                   TSR_NORM_HOLD=1), then
 #                                                   ncu's per-kernel table where it runs
 #           bash tests/gpu/device.sh hc             the health checker's GPU mode: the GPU half of
 #                                                   tests/gpu/test_hc_gpu.sh, then --quick and --full
@@ -346,11 +347,12 @@ hc() {
 #  dq-fused     TSR_ATT_DQ_FUSED=1: dq added by the attention backward's dk/dv kernel;
 #  dq-fused32   TSR_ATT_DQ_FUSED=1 TSR_ATT_WARP_ROWS=32: the same with 32 rows a warp (128-key
 #               blocks: half the fp32 dq traffic per product);
+#  norm-hold    TSR_NORM_HOLD=1: the norm backwards keep each row in registers (item 1);
 #  ncu          ncu's per-kernel summary (count, average duration) over 3 steps at the clocks and
 #               with the caches as in a real run, where ncu runs and is allowed the counters:
 #               profile-MODEL-ncu.txt.
 # More settings for tessera-train: SETS="KEY=VALUE ..." (as bench's, e.g. seq_len=2048) and TESSERA_ARGS.
-PROFILE_ALL="base accumulate unfused splitk-none splitk-any rows32 xent-resident dq-fused dq-fused32"
+PROFILE_ALL="base accumulate unfused splitk-none splitk-any rows32 xent-resident dq-fused dq-fused32 norm-hold"
 profile() {
     setup
     local model=${1:-gpt2-124m} ncu data=/tmp/profile-data V kv rc=0 ptag
@@ -374,7 +376,8 @@ profile() {
                      [splitk-none]=TSR_GEMM_REDUCTION=none [splitk-any]=TSR_GEMM_REDUCTION=any
                      [rows32]=TSR_ATT_WARP_ROWS=32 [xent-resident]=TSR_XENT_RESIDENT=1
                      [dq-fused]=TSR_ATT_DQ_FUSED=1
-                     [dq-fused32]="TSR_ATT_DQ_FUSED=1 TSR_ATT_WARP_ROWS=32")
+                     [dq-fused32]="TSR_ATT_DQ_FUSED=1 TSR_ATT_WARP_ROWS=32"
+                     [norm-hold]=TSR_NORM_HOLD=1)
     for name in $PROFILE_ALL; do
         [[ $runs == *" $name "* ]] || continue
         sfx=-$name && [[ $name != base ]] || sfx=""
@@ -459,7 +462,8 @@ clients() {
 #   bench     bench/gpu/run.sh for gpt2-124m (STEPS=10 WARMUP=3 unless set)               180 s
 #   profile   TSR_PROFILE=1 for gpt2-124m, then with TSR_GRAD_OVERWRITE=0, TSR_DGELU_FUSION=0,
 #             TSR_GEMM_REDUCTION=none and =any, TSR_ATT_WARP_ROWS=32, TSR_XENT_RESIDENT=1,
-#             TSR_ATT_DQ_FUSED=1 alone and with TSR_ATT_WARP_ROWS=32 (nine runs)       120 s
+#             TSR_ATT_DQ_FUSED=1 alone and with TSR_ATT_WARP_ROWS=32, TSR_NORM_HOLD=1
+#             (ten runs)                                                             120 s
 #   clients   real_clients.py over .devbundle/clients (pack-clients), the perturbed run   75 s
 #   sanitize  memcheck, racecheck and synccheck on the op test's reduced cases           240 s
 #   hc        the health checker's GPU mode                                             150 s

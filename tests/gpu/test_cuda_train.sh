@@ -30,7 +30,9 @@
 #    the same bits twice; TSR_XENT_RESIDENT=1 (softmax + cross-entropy with the row in registers):
 #    on a GPU, the default's bits; TSR_ATT_DQ_FUSED (dq added by the dk/dv kernel): a bad value
 #    refused at start, 1 said; on a GPU, GPT-2 (no document mask) the default's bits, Llama
-#    (document mask) within the tolerance of the CPU and the same bits twice.
+#    (document mask) within the tolerance of the CPU and the same bits twice; TSR_NORM_HOLD (the
+#    norm backwards with each row in registers): a bad value refused, 1 said; on a GPU, GPT-2
+#    (LayerNorm) and Llama (RMSNorm) the default's bits.
 # It runs twice: on the host emulator of the CUDA backend (build/tests/tessera-train-cuemu,
 # kernels/cuda_emu/: every machine; it checks the trainer's GPU path, bf16 activations and all,
 # not the CUDA kernels) and on the real backend when a GPU is present (skipped loudly otherwise).
@@ -38,7 +40,7 @@ source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
 PER=22
-tap_plan $((2 * PER + 15))
+tap_plan $((2 * PER + 17))
 make_synth "$TMP/data" 512 80000
 
 tiny_args "$TMP/data/train"
@@ -256,7 +258,7 @@ PY
 # the CPU than the issue's 0.5% (measured: loss up to 4.3e-5, norm up to 3.8e-3 on the 3-rank
 # runs, whose batches are smallest): its loss tolerance is tight enough that a dropped gradient
 # term (wpe's: loss 9e-4 off) fails. The GPU gets the issue's 0.5% on the loss, 5% on the norm.
-if emulator_half $((PER + 8)); then
+if emulator_half $((PER + 9)); then
     GPUS=$((MPI_OK ? 8 : 1)) # the emulator's devices (one rank each), as many as MPI can start
     # Its allocator holds exactly what the plan counts (no cuBLASLt workspace, no scratch): no slack.
     suite "$BUILD/tests/tessera-train-cuemu" emulator 3e-4 5e-3 0
@@ -370,7 +372,7 @@ PY
     rc=$?
     ((rc == 1)) && grep -q 'TSR_ATT_WARP_ROWS = "24": expected 16 (the default) or 32' "$TMP/ar_bad.txt" &&
         [[ ! -e $TMP/ar_bad ]] &&
-        TSR_ATT_WARP_ROWS=32 TSR_ATT_DQ_FUSED=1 run "$BUILD/tests/tessera-train-cuemu" 1 ar_32 --set device=cuda --set max_duration=3ba &&
+        TSR_ATT_WARP_ROWS=32 TSR_ATT_DQ_FUSED=1 TSR_NORM_HOLD=1 run "$BUILD/tests/tessera-train-cuemu" 1 ar_32 --set device=cuda --set max_duration=3ba &&
         grep -q 'TSR_ATT_WARP_ROWS = "32": 32 rows a warp in the attention kernels' "$TMP/ar_32.txt"
     tap_check $? "emulator: TSR_ATT_WARP_ROWS=24 refused at start naming the variable, no run_dir (exit $rc, want 1); =32 said at start, runs"
 
@@ -383,6 +385,13 @@ PY
         grep -q 'TSR_ATT_DQ_FUSED = "1": the attention backward adds dq in its dk/dv kernel' "$TMP/ar_32.txt" &&
         final_lines "$TMP/ar_32/metrics.jsonl" | cmp -s - "$TMP/gr_def.loss"
     tap_check $? "emulator: TSR_ATT_DQ_FUSED=2 refused at start naming the variable, no run_dir (exit $rc, want 1); =1 said at start, its 3 steps (with TSR_ATT_WARP_ROWS=32) the default's bits"
+    # TSR_NORM_HOLD, the norm backwards' measurement switch: 2 refused; 1 said (the same run)
+    TSR_NORM_HOLD=2 run "$BUILD/tests/tessera-train-cuemu" 1 nh_bad --set device=cuda
+    rc=$?
+    ((rc == 1)) && grep -q 'TSR_NORM_HOLD = "2": expected 0 (the default) or 1' "$TMP/nh_bad.txt" &&
+        [[ ! -e $TMP/nh_bad ]] &&
+        grep -q 'TSR_NORM_HOLD = "1": the LayerNorm and RMSNorm backwards keep each row in registers' "$TMP/ar_32.txt"
+    tap_check $? "emulator: TSR_NORM_HOLD=2 refused at start naming the variable, no run_dir (exit $rc, want 1); =1 said at start"
 
     # each rank reads its own environment: rank 0 unset, rank 1 none, then rank 1 a bad value;
     # both runs stop together at start (exit 1, no rank left waiting: the test's timeout would
@@ -444,6 +453,15 @@ if [[ -z $why ]]; then
         final_lines "$TMP/cuda.dqfl/metrics.jsonl" >"$TMP/cuda.dqfl.det" &&
         final_lines "$TMP/cuda.dqflb/metrics.jsonl" | cmp -s - "$TMP/cuda.dqfl.det"
     tap_check $? "cuda: TSR_ATT_DQ_FUSED=1: GPT-2's 20 steps the same bits as the default's; Llama (document mask) within 5e-3 of the CPU, norms within 1e-1, the same bits twice ($d)"
+    # the norm backwards with each row in registers (TSR_NORM_HOLD=1, issue 25): the same
+    # arithmetic in the same order, so the default's bits: GPT-2 (LayerNorm) and Llama (RMSNorm)
+    TSR_NORM_HOLD=1 run "$TRAIN" 1 cuda.nh --set device=cuda &&
+        final_lines "$TMP/cuda.nh/metrics.jsonl" | cmp -s - "$TMP/cuda.det1" &&
+        run "$TRAIN" 1 cuda.nhl0 --set device=cuda "${llama[@]}" &&
+        TSR_NORM_HOLD=1 run "$TRAIN" 1 cuda.nhl --set device=cuda "${llama[@]}" &&
+        final_lines "$TMP/cuda.nhl0/metrics.jsonl" >"$TMP/cuda.nhl0.det" &&
+        final_lines "$TMP/cuda.nhl/metrics.jsonl" | cmp -s - "$TMP/cuda.nhl0.det"
+    tap_check $? "cuda: TSR_NORM_HOLD=1 (rows in registers): GPT-2's (LayerNorm) and Llama's (RMSNorm) 20 steps the same bits as the default's"
 else
     # without a GPU the real library still loads (dlopen, the trainer's symbols from the
     # executable, cuBLASLt) and says there is no device
@@ -451,5 +469,6 @@ else
     _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda: TSR_ATT_WARP_ROWS=32 runs # SKIP $why"
     _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda: TSR_XENT_RESIDENT=1 gives the default's bits # SKIP $why"
     _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda: TSR_ATT_DQ_FUSED=1 gives the default's bits # SKIP $why"
+    _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda: TSR_NORM_HOLD=1 gives the default's bits # SKIP $why"
 fi
 tap_done

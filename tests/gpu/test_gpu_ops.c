@@ -444,7 +444,28 @@ static void test_encoder(const enc_cfg *e) {
 /* ---- layernorm ---------------------------------------------------------------------------- */
 
 typedef struct { int N, C, bias; float offset; } ln_cfg;
-static int ln_checks(const ln_cfg *l) { return 10 + l->bias; }
+static int ln_checks(const ln_cfg *l) { return 11 + l->bias; }
+
+/* The norm backwards' HOLD variant (tcu_norm_set_hold, issue 25), 1 check: switches it on and
+ * returns 1 where it runs, for the caller to run the backward again from the same inputs, check
+ * that it leaves the default's bits (norm_hold_check), which switches it off again; else skips
+ * the check, saying why, and returns 0: C outside the warp-per-row kernel's reach (C % 8 != 0 or
+ * C > 1024: the row-group kernel), or a backend without it (kernels/cuda_emu). */
+static int norm_hold_on(const char *tag, int C) {
+    tcu_norm_set_hold(1);
+    const char *why = C % 8 != 0 || C > 1024 ? "C takes the row-group kernel"
+                      : !tcu_norm_hold()     ? "this backend has one norm backward (tcu_norm_hold: 0)"
+                                             : NULL;
+    if (!why) return 1;
+    tap_skip(L("%s: rows held in registers", tag), why);
+    tcu_norm_set_hold(0);
+    return 0;
+}
+static void norm_hold_check(const char *tag, size_t differ) {
+    tap_ok(differ == 0, "%s: rows held in registers (tcu_norm_set_hold), the default's bits (%zu "
+           "differ)", tag, differ);
+    tcu_norm_set_hold(0);
+}
 
 /* out vs CPU: ATOL_LN + RTOL_BF16 (normalised values of order 1, one rounding); mean: fp32 sums of
  * C values of size <= amp, 2^-16 amp; rstd: fp32 variance (one pass with an offset of <= 4
@@ -521,6 +542,14 @@ static void test_layernorm(const ln_cfg *l) {
     size_t dif = ndiff(gi[0], gi[1], n, 4) + ndiff(gw[0], gw[1], C, 4) + ndiff(gb[0], gb[1], C, 4);
     tap_ok(dif == 0, "layernorm_backward %s: run twice, dinp dw db bit-identical (%zu differ)",
            tag, dif);
+    if (norm_hold_on(L("layernorm_backward %s", tag), C)) {
+        put_bf16(d_gi, g0i, n), put_f32(d_gw, g0w, C), put_f32(d_gb, g0b, C);
+        tcu_layernorm_backward(d_gi, d_gw, l->bias ? d_gb : NULL, d_dout, d_x, d_w, d_mn, d_rs, N,
+                               C, g_s);
+        norm_hold_check(L("layernorm_backward %s", tag),
+                        ndiff(get_bf16(d_gi, n), gi[0], n, 4) + ndiff(get_f32(d_gw, C), gw[0], C, 4) +
+                            ndiff(get_f32(d_gb, C), gb[0], C, 4));
+    }
     scope_end(tag);
 }
 
@@ -1104,7 +1133,7 @@ static void test_attention(const att_cfg *a) {
 #define RMS_EPS 1e-6f
 
 typedef struct { int N, C; float offset; } rms_cfg;
-#define RMS_CHECKS 8
+#define RMS_CHECKS 9
 
 /* sums of |terms| of the norm backward's weight gradient over R rows of C (strided like QK-norm's
  * heads: row r of token r / H at (r / H) * ld + (r % H) * C, rstd at (r / H) * sld + r % H),
@@ -1171,6 +1200,12 @@ static void test_rmsnorm(const rms_cfg *r) {
     size_t dif = ndiff(gi[0], gi[1], n, 4) + ndiff(gw[0], gw[1], C, 4);
     tap_ok(dif == 0, "rmsnorm_backward %s: run twice, dinp and dw bit-identical (%zu differ)", tag,
            dif);
+    if (norm_hold_on(L("rmsnorm_backward %s", tag), C)) {
+        put_bf16(d_gi, g0i, n), put_f32(d_gw, g0w, C);
+        tcu_rmsnorm_backward(d_gi, d_gw, d_dout, d_x, d_w, d_rs, N, C, g_s);
+        norm_hold_check(L("rmsnorm_backward %s", tag),
+                        ndiff(get_bf16(d_gi, n), gi[0], n, 4) + ndiff(get_f32(d_gw, C), gw[0], C, 4));
+    }
     scope_end(tag);
 }
 
