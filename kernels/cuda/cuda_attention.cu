@@ -595,8 +595,8 @@ __device__ __forceinline__ int start_ticket(int *ticket, int *s) {
  * atomicAdd as it starts), not from blockIdx: tickets in a (key/value head, sequence) group go to
  * key blocks from the highest down, so a block only ever waits for blocks that have started,
  * whatever order the GPU starts them in, and a waiting block never holds back one it waits for.
- * Causal order makes the waits short: block kb reaches a tile BK/BQ steps after block kb + 1 did,
- * and starts that many steps earlier. The contributors of a tile are contiguous: block kb reaches
+ * Causal order makes the waits short: block kb reaches a tile BK/BQ steps after block kb + 1 did
+ * (more for later query heads of the group), and starts that many steps earlier. The contributors of a tile are contiguous: block kb reaches
  * query tile it0 iff j0 <= it0 < hi(its last key), and hi grows with the key. */
 template <int HS, int MS, bool FUSED>
 __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_mma_kernel(
@@ -908,7 +908,7 @@ extern "C" int tcu_attention_dq_fused(void) { return att_dq_fused; }
  * BQ rows). */
 struct att_scratch_layout {
     int nqt = 0;
-    size_t acc = 0, sems = 0, bytes = 0;
+    size_t acc = 0, turns = 0, bytes = 0;
 };
 static size_t att_align256(size_t n) { return (n + 255) / 256 * 256; }
 static att_scratch_layout att_scratch(int B, int T, int NH, int hs) {
@@ -921,8 +921,8 @@ static att_scratch_layout att_scratch(int B, int T, int NH, int hs) {
                               : att_tiles<128, 1>::KV_BQ;
     L.nqt = (T + bq - 1) / bq;
     L.acc = att_align256(L.bytes);
-    L.sems = att_align256(L.acc + (size_t)B * NH * L.nqt * bq * hs * sizeof(float));
-    L.bytes = L.sems + (1 + (size_t)B * NH * L.nqt) * sizeof(int);
+    L.turns = att_align256(L.acc + (size_t)B * NH * L.nqt * bq * hs * sizeof(float));
+    L.bytes = L.turns + (1 + (size_t)B * NH * L.nqt) * sizeof(int);
     return L;
 }
 
@@ -998,10 +998,10 @@ static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const ts
     if (att_dq_fused) {
         unsigned char *base = static_cast<unsigned char *>(scratch);
         float *dqacc = reinterpret_cast<float *>(base + L.acc);
-        int *turns = reinterpret_cast<int *>(base + L.sems);
+        int *turns = reinterpret_cast<int *>(base + L.turns);
         TCU_REQUIRE(L.nqt == (T + Tl::KV_BQ - 1) / Tl::KV_BQ, what,
                     "the scratch's query tiles are not the kernel's"); /* one rule, two places */
-        TCU_CHECK(cudaMemsetAsync(turns, 0, L.bytes - L.sems, st),
+        TCU_CHECK(cudaMemsetAsync(turns, 0, L.bytes - L.turns, st),
                   "tcu_attention_backward: the fused dq's turn counters");
         auto kv = attention_backward_dkdv_keytile_mma_kernel<HS, MS, true>;
         att_smem_limit((const void *)kv, Tl::kv_fused_smem,

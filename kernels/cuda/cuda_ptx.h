@@ -102,16 +102,17 @@ __device__ __forceinline__ void st_release_gpu(int *p, int v) {
 }
 #ifndef TCU_SIMT
 /* spin_wait_eq's way out, kept out of line (printf's frame and registers stay off the kernels) */
-__device__ __noinline__ void spin_wait_timeout(const char *what, int have, int want) {
+static __device__ __noinline__ void spin_wait_timeout(const char *what, int have, int want) {
     printf("tessera: %s: waited 10 s for a turn that did not come (have %d, want %d)\n", what, have,
            want);
     __trap();
 }
 #endif
 /* The calling thread waits until *p == want (acquire loads). A block may only wait for blocks
- * launched before it, which a GPU starts first: a wait of more than about 10 s cannot be one of
- * those, so instead of hanging the kernel it stops it (a message naming `what`, then a trap:
- * the launch fails and the caller's check names the op). */
+ * that have already started (an earlier start ticket: the fused dq's rule), so a wait of more
+ * than about 10 s cannot be a legitimate one: instead of hanging the kernel it stops it (a
+ * message naming `what`, then a trap; the error shows at the stream's next synchronising call,
+ * which names its own op). */
 __device__ __forceinline__ void spin_wait_eq(const int *p, int want, const char *what) {
 #ifdef TCU_SIMT
     tcu_simt::spin_wait_eq(p, want, what);

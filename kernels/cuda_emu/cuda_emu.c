@@ -406,13 +406,13 @@ void tcu_residual_layernorm_forward(tsr_bf16 *residual, tsr_bf16 *out, float *me
                C);
 }
 
-/* dinp (bf16) += the CPU op's fp32 increment; dw, db fp32 += by the CPU op (each or NULL) */
 /* the real backward's HOLD variant (same bits): the emulator has one norm backward, and says so */
 void tcu_norm_set_hold(int on) {
     REQUIRE(on == 0 || on == 1, "tcu_norm_set_hold", "on = %d: expected 0 or 1", on);
 }
 int tcu_norm_hold(void) { return 0; }
 
+/* dinp (bf16) += the CPU op's fp32 increment; dw, db fp32 += by the CPU op (each or NULL) */
 void tcu_layernorm_backward(tsr_bf16 *dinp, float *dw, float *db, const tsr_bf16 *dout,
                             const tsr_bf16 *inp, const tsr_bf16 *w, const float *mean,
                             const float *rstd, int N, int C, tcu_stream s) {

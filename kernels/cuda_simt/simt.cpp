@@ -588,7 +588,7 @@ void spin_wait_eq(const int *p, int want, const char *what) {
         sched_yield();
         if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(120))
             die("%s: waited 120 s for a turn that did not come (have %d, want %d): a wait for a "
-                "block launched after this one?",
+                "block that had not started?",
                 what, __atomic_load_n(p, __ATOMIC_ACQUIRE), want);
     }
 }

@@ -43,8 +43,8 @@
  *   - a block may wait for another (a thread spinning on cuda_ptx.h's ld_acquire_gpu until the
  *     other's st_release_gpu: spin_wait_eq, which gives the OS thread away between loads and stops
  *     the run after 120 s): each OS thread runs its
- *     blocks in launch order, so the lowest unfinished block is always running and a kernel whose
- *     blocks wait only for earlier ones (as a GPU, starting blocks in order, requires) goes on.
+ *     blocks one at a time, so a block that took its start ticket (an atomicAdd) is running or
+ *     done, and a kernel whose blocks wait only for earlier tickets goes on.
  *     Blocks on different OS threads run at once: a missing wait shows as a race between them
  *     with TSR_SIMT_THREADS >= 2, by chance, not every time;
  *   - mma.sync m16n8k16 bf16 -> fp32 sums the 16 exact products in k order onto the accumulator
@@ -166,8 +166,8 @@ void mma_m16n8k16_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint3
 /* ---- waiting for another block ------------------------------------------------------------ */
 
 /* cuda_ptx.h's spin_wait_eq: until *p == want (acquire loads), giving the OS thread away between
- * loads (the block waited for runs on another, in launch order: a block may only wait for blocks
- * launched before it, as on a GPU); a wait past 120 s stops the run naming `what` */
+ * loads (the block waited for, one that started earlier, runs on another); a wait past 120 s
+ * stops the run naming `what` */
 void spin_wait_eq(const int *p, int want, const char *what);
 
 } // namespace tcu_simt

@@ -2264,6 +2264,59 @@ static void run_attention(void) {
     tcu_attention_set_warp_rows(16);
 }
 
+/* The warp-per-row norm backwards on rows that are not 16-byte aligned (x, dout and dinp one bf16
+ * past an aligned start: the scalar loads and stores), LayerNorm with db and RMSNorm, against the
+ * same inputs aligned: the kernel maps elements to lanes alike in both, so the same bits; then
+ * again with the rows held in registers (tcu_norm_set_hold). NORM_UNALIGNED_CHECKS checks;
+ * skipped, saying so, on a backend whose norms are not those kernels (kernels/cuda_emu: the CPU
+ * op either way, where the check could not fail). */
+#define NORM_UNALIGNED_CHECKS 4
+static void test_norm_unaligned(void) {
+    const int N = 37, C = 200; /* C % 8 == 0, 25 packs: one partial pack round per lane */
+    const size_t n = (size_t)N * C;
+    const char *tag = "norm backward N=37 C=200, rows 2 bytes past 16-byte alignment";
+    tcu_norm_set_hold(1);
+    const int real = tcu_norm_hold();
+    tcu_norm_set_hold(0);
+    if (!real) {
+        for (int k = 0; k < NORM_UNALIGNED_CHECKS; k++)
+            tap_skip(L("%s", tag), "this backend's norms are the CPU op (tcu_norm_hold: 0)");
+        return;
+    }
+    float *x = hf(n), *dout = hf(n), *g0 = hf(n), *w = hf(C), *mean = hf(N), *rstd = hf(N);
+    fill_bf16(x, n, -2, 2), fill_bf16(dout, n, -1, 1), fill_bf16(g0, n, -0.5, 0.5);
+    fill_bf16(w, C, 0.5, 1.5);
+    for (int r = 0; r < N; r++) mean[r] = 0.01f * (float)(r % 7) - 0.03f, rstd[r] = 0.5f + 0.05f * (float)(r % 11);
+    float *d_mn = new_f32(mean, N), *d_rs = new_f32(rstd, N), *d_gw = df32(C), *d_gb = df32(C);
+    tsr_bf16 *d_w = new_bf16(w, C);
+    /* a: aligned buffers; u: the same values one element past an aligned start */
+    tsr_bf16 *a_x = new_bf16(x, n), *a_g = new_bf16(dout, n), *a_i = d16(n);
+    tsr_bf16 *u_x = d16(n + 1) + 1, *u_g = d16(n + 1) + 1, *u_i = d16(n + 1) + 1;
+    put_bf16(u_x, x, n), put_bf16(u_g, dout, n);
+    for (int rms = 0; rms < 2; rms++) {
+        const char *op = rms ? "rmsnorm_backward" : "layernorm_backward";
+        float *ref[3] = {NULL, NULL, NULL};
+        for (int run = 0; run < 3; run++) { /* aligned, unaligned, unaligned held */
+            tsr_bf16 *dx = run ? u_x : a_x, *dg = run ? u_g : a_g, *di = run ? u_i : a_i;
+            put_bf16(di, g0, n);
+            tcu_zero(d_gw, C * sizeof(float), g_s), tcu_zero(d_gb, C * sizeof(float), g_s);
+            tcu_norm_set_hold(run == 2);
+            if (rms) tcu_rmsnorm_backward(di, d_gw, dg, dx, d_w, d_rs, N, C, g_s);
+            else tcu_layernorm_backward(di, d_gw, d_gb, dg, dx, d_w, d_mn, d_rs, N, C, g_s);
+            tcu_norm_set_hold(0);
+            float *gi = get_bf16(di, n), *gw = get_f32(d_gw, C), *gb = get_f32(d_gb, C);
+            if (run == 0) {
+                ref[0] = gi, ref[1] = gw, ref[2] = gb;
+                continue;
+            }
+            size_t d = ndiff(gi, ref[0], n, 4) + ndiff(gw, ref[1], C, 4) + ndiff(gb, ref[2], C, 4);
+            tap_ok(d == 0, "%s: %s%s: the aligned run's bits (%zu differ)", tag, op,
+                   run == 2 ? ", rows held in registers" : "", d);
+        }
+    }
+    scope_end(tag);
+}
+
 /* Built with TSR_GPU_OPS_SIMT (build/tests/test_gpu_ops_simt): the ops whose real kernels the SIMT
  * emulator runs on the CPU (kernels/cuda_simt/: attention, softmax + cross-entropy, argmax,
  * LayerNorm, RMSNorm, QK-norm, RoPE, SwiGLU, the mixture-of-experts ops, LoRA's adapter path; the
@@ -2282,6 +2335,7 @@ static int plan_size_simt(void) {
     for (size_t i = 0; i < NCASES(LN_FZ); i++) n += ln_frozen_checks(&LN_FZ[i]);
     n += (int)NCASES(RMS) * RMS_CHECKS + (int)NCASES(QKN) * QKN_CHECKS;
     n += (int)NCASES(RMS_FZ) * RMS_FROZEN_CHECKS + (int)NCASES(QKN_FZ) * QKN_FROZEN_CHECKS;
+    n += NORM_UNALIGNED_CHECKS;
     n += (int)NCASES(ROPE) * ROPE_CHECKS + (int)NCASES(SWIGLU) * SWIGLU_CHECKS;
     n += (int)NCASES(MOE) * MOE_CHECKS + (int)NCASES(MOE_FZ) * MOE_FROZEN_CHECKS;
     for (size_t i = 0; i < NCASES(LORA); i++) n += lora_checks(&LORA[i]);
@@ -2300,6 +2354,7 @@ static void run_simt(void) {
     for (size_t i = 0; i < NCASES(SWIGLU); i++) test_swiglu(&SWIGLU[i]);
     for (size_t i = 0; i < NCASES(LN_FZ); i++) test_layernorm_frozen(&LN_FZ[i]);
     for (size_t i = 0; i < NCASES(RMS_FZ); i++) test_rmsnorm_frozen(&RMS_FZ[i]);
+    test_norm_unaligned();
     for (size_t i = 0; i < NCASES(QKN_FZ); i++) test_qknorm_frozen(&QKN_FZ[i]);
     for (size_t i = 0; i < NCASES(MOE); i++) test_moe(&MOE[i]);
     for (size_t i = 0; i < NCASES(MOE_FZ); i++) test_moe_matmul_frozen(&MOE_FZ[i]);
@@ -2321,6 +2376,7 @@ static int plan_size(void) {
     for (size_t i = 0; i < NCASES(ENC_FZ); i++) n += enc_frozen_checks(&ENC_FZ[i]);
     for (size_t i = 0; i < NCASES(LN_FZ); i++) n += ln_frozen_checks(&LN_FZ[i]);
     n += (int)NCASES(RMS_FZ) * RMS_FROZEN_CHECKS + (int)NCASES(QKN_FZ) * QKN_FROZEN_CHECKS;
+    n += NORM_UNALIGNED_CHECKS;
     n += (int)NCASES(MM_FZ) * MM_FROZEN_CHECKS + (int)NCASES(MOE_FZ) * MOE_FROZEN_CHECKS;
     for (size_t i = 0; i < NCASES(ADAMW); i++) n += adamw_checks(&ADAMW[i]);
     n += 2 * ADAMW_SEG_CHECKS;
@@ -2423,6 +2479,7 @@ int main(void) {
     for (size_t i = 0; i < NCASES(ENC_FZ); i++) test_encoder_frozen(&ENC_FZ[i]);
     for (size_t i = 0; i < NCASES(LN_FZ); i++) test_layernorm_frozen(&LN_FZ[i]);
     for (size_t i = 0; i < NCASES(RMS_FZ); i++) test_rmsnorm_frozen(&RMS_FZ[i]);
+    test_norm_unaligned();
     for (size_t i = 0; i < NCASES(QKN_FZ); i++) test_qknorm_frozen(&QKN_FZ[i]);
     for (size_t i = 0; i < NCASES(MM_FZ); i++) test_matmul_frozen(&MM_FZ[i]);
     for (size_t i = 0; i < NCASES(MOE_FZ); i++) test_moe_matmul_frozen(&MOE_FZ[i]);
