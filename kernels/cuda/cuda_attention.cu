@@ -531,7 +531,8 @@ __device__ __forceinline__ void dq_fused_step(bf16 *dq, size_t ld, float *dqacc,
     }
     /* A = dS (queries x keys) from its transpose in sDS (.trans): matrices (rows +0, k +0),
      * (+8, +0), (+0, +8), (+8, +8) -> a0..a3, each 8 keys of sDS x 8 queries */
-    const bf16 *pa = sDS + (((lane >> 4) << 3) + (lane & 7)) * DS_LD + q0 + (((lane >> 3) & 1) << 3);
+    const bf16 *pa =
+        sDS + (((lane >> 4) << 3) + (lane & 7)) * DS_LD + q0 + (((lane >> 3) & 1) << 3);
     /* B = K (keys x columns, .trans), as warp_mma_regs_rows */
     const bf16 *pb = sK + (lane & 15) * LD + ((lane >> 4) << 3) + n0;
 #pragma unroll
@@ -596,8 +597,9 @@ __device__ __forceinline__ int start_ticket(int *ticket, int *s) {
  * key blocks from the highest down, so a block only ever waits for blocks that have started,
  * whatever order the GPU starts them in, and a waiting block never holds back one it waits for.
  * Causal order makes the waits short: block kb reaches a tile BK/BQ steps after block kb + 1 did
- * (more for later query heads of the group), and starts that many steps earlier. The contributors of a tile are contiguous: block kb reaches
- * query tile it0 iff j0 <= it0 < hi(its last key), and hi grows with the key. */
+ * (more for later query heads of the group), and starts that many steps earlier. The contributors
+ * of a tile are contiguous: block kb reaches query tile it0 iff j0 <= it0 < hi(its last key), and
+ * hi grows with the key. */
 template <int HS, int MS, bool FUSED>
 __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_mma_kernel(
     bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
@@ -756,7 +758,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_m
 /* dq_i = scale sum_j dS[i,j] k_j for the BR query rows of one block, P and dS recomputed per key
  * tile (dP = dO V^T, S = Q K^T, dQ += dS K on tensor cores, each warp MS slabs of 16 rows). Key
  * tiles as in the forward, taken last to first (the fused dq's order: highest key block first);
- * V of the next tile loads while S and dQ run, K of the next tile while dP runs. Result added into the q columns of dqkv. Grid (ceil(T/BR), NH, B), last query tile
+ * V of the next tile loads while S and dQ run, K of the next tile while dP runs. Result added
+ * into the q columns of dqkv. Grid (ceil(T/BR), NH, B), last query tile
  * first; 128 threads; dynamic shared memory att_tiles<HS, MS>::dq_smem (Q, dO, K, V). */
 template <int HS, int MS>
 __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_mma_kernel(
@@ -1025,12 +1028,12 @@ static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const ts
     TCU_CHECK_LAUNCH(what);
 }
 
-/* dqkv (B,T,QKV) bf16 += (TSR_GRAD_SET: =) the gradient of ops.h attention_forward, from dout (B,T,NH*hs), out and
- * lse of the forward, qkv, slopes, seq as given to it; scratch: tcu_attention_scratch_bytes
- * bytes. Three kernels: D = rowsum(dout * out) into scratch, dk/dv per key tile of each key/value
- * head (its query heads summed inside the block), dq per query tile; with the fused dq
- * (tcu_attention_set_dq_fused) the turn counters' memset and the first two kernels, the second
- * adding dq too. */
+/* dqkv (B,T,QKV) bf16 += (TSR_GRAD_SET: =) the gradient of ops.h attention_forward, from dout
+ * (B,T,NH*hs), out and lse of the forward, qkv, slopes, seq as given to it; scratch:
+ * tcu_attention_scratch_bytes bytes. Three kernels: D = rowsum(dout * out) into scratch, dk/dv
+ * per key tile of each key/value head (its query heads summed inside the block), dq per query
+ * tile; with the fused dq (tcu_attention_set_dq_fused) the turn counters' memset and the first
+ * two kernels, the second adding dq too. */
 extern "C" void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
                                        const tsr_bf16 *out, const float *lse,
                                        const float *alibi_slopes, const int32_t *seq,
@@ -1047,18 +1050,18 @@ extern "C" void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, con
     cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
     const bool set = mode == TSR_GRAD_SET, two = tcu_attention_warp_rows(hs) == 32;
     if (hs == 32 && two)
-        attention_backward_hs<32, 2>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch, B, T, NH,
-                                    KVH, set, st);
+        attention_backward_hs<32, 2>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch, B,
+                                     T, NH, KVH, set, st);
     else if (hs == 32)
-        attention_backward_hs<32, 1>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch, B, T, NH,
-                                    KVH, set, st);
+        attention_backward_hs<32, 1>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch, B,
+                                     T, NH, KVH, set, st);
     else if (hs == 64 && two)
-        attention_backward_hs<64, 2>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch, B, T, NH,
-                                    KVH, set, st);
+        attention_backward_hs<64, 2>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch, B,
+                                     T, NH, KVH, set, st);
     else if (hs == 64)
-        attention_backward_hs<64, 1>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch, B, T, NH,
-                                    KVH, set, st);
+        attention_backward_hs<64, 1>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch, B,
+                                     T, NH, KVH, set, st);
     else
-        attention_backward_hs<128, 1>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch, B, T, NH,
-                                     KVH, set, st);
+        attention_backward_hs<128, 1>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch, B,
+                                      T, NH, KVH, set, st);
 }

@@ -454,8 +454,8 @@ static int ln_checks(const ln_cfg *l) { return 11 + l->bias; }
 static int norm_hold_on(const char *tag, int C) {
     tcu_norm_set_hold(1);
     const char *why = C % 8 != 0 || C > 1024 ? "C takes the row-group kernel"
-                      : !tcu_norm_hold()     ? "this backend has one norm backward (tcu_norm_hold: 0)"
-                                             : NULL;
+                      : !tcu_norm_hold() ? "this backend has one norm backward (tcu_norm_hold: 0)"
+                                         : NULL;
     if (!why) return 1;
     tap_skip(L("%s: rows held in registers", tag), why);
     tcu_norm_set_hold(0);
@@ -547,7 +547,8 @@ static void test_layernorm(const ln_cfg *l) {
         tcu_layernorm_backward(d_gi, d_gw, l->bias ? d_gb : NULL, d_dout, d_x, d_w, d_mn, d_rs, N,
                                C, g_s);
         norm_hold_check(L("layernorm_backward %s", tag),
-                        ndiff(get_bf16(d_gi, n), gi[0], n, 4) + ndiff(get_f32(d_gw, C), gw[0], C, 4) +
+                        ndiff(get_bf16(d_gi, n), gi[0], n, 4) +
+                            ndiff(get_f32(d_gw, C), gw[0], C, 4) +
                             ndiff(get_f32(d_gb, C), gb[0], C, 4));
     }
     scope_end(tag);
@@ -937,8 +938,8 @@ static void test_attention_dq_fused(const att_cfg *a, const char *tag, const int
         tap_ok(d == 0, "attention_backward %s: fused dq (scratch %zu bytes): the dq kernel's bits "
                "(%zu differ)", tag, bytes, d);
     } else {
-        check_close(L("attention_backward %s: fused dq (scratch %zu bytes): dqkv", tag, bytes), f[0],
-                    ref, nq, 0, RTOL_BF16, extra, 1.0);
+        check_close(L("attention_backward %s: fused dq (scratch %zu bytes): dqkv", tag, bytes),
+                    f[0], ref, nq, 0, RTOL_BF16, extra, 1.0);
     }
     size_t dif = ndiff(f[0], f[1], nq, 4);
     tap_ok(dif == 0, "attention_backward %s: fused dq, run twice, bit-identical (%zu differ)", tag,
@@ -1204,7 +1205,8 @@ static void test_rmsnorm(const rms_cfg *r) {
         put_bf16(d_gi, g0i, n), put_f32(d_gw, g0w, C);
         tcu_rmsnorm_backward(d_gi, d_gw, d_dout, d_x, d_w, d_rs, N, C, g_s);
         norm_hold_check(L("rmsnorm_backward %s", tag),
-                        ndiff(get_bf16(d_gi, n), gi[0], n, 4) + ndiff(get_f32(d_gw, C), gw[0], C, 4));
+                        ndiff(get_bf16(d_gi, n), gi[0], n, 4) +
+                            ndiff(get_f32(d_gw, C), gw[0], C, 4));
     }
     scope_end(tag);
 }
@@ -2236,7 +2238,8 @@ static int quick;
 /* the attention cases: with 16 rows a warp (the default), then again with 32 where the head size
  * has that variant (hs <= 64; tcu_attention_set_warp_rows, issue 25 item 2) and T <= 1024 (the
  * one longer case is there for the segment scans, which the row setting does not change);
- * skipped, saying so, on a backend without it (kernels/cuda_emu: tcu_attention_warp_rows says 16) */
+ * skipped, saying so, on a backend without it (kernels/cuda_emu: tcu_attention_warp_rows says
+ * 16) */
 static int att_cases_32(void) {
     int n = 0;
     for (size_t i = 0; i < NCASES(ATT); i++) n += ATT[i].hs <= 64;
@@ -2272,7 +2275,7 @@ static void run_attention(void) {
  * op either way, where the check could not fail). */
 #define NORM_UNALIGNED_CHECKS 4
 static void test_norm_unaligned(void) {
-    const int N = 37, C = 200; /* C % 8 == 0, 25 packs: one partial pack round per lane */
+    const int N = 37, C = 200; /* C % 8 == 0: 25 packs of 8, lanes 25..31 without one */
     const size_t n = (size_t)N * C;
     const char *tag = "norm backward N=37 C=200, rows 2 bytes past 16-byte alignment";
     tcu_norm_set_hold(1);
@@ -2286,7 +2289,8 @@ static void test_norm_unaligned(void) {
     float *x = hf(n), *dout = hf(n), *g0 = hf(n), *w = hf(C), *mean = hf(N), *rstd = hf(N);
     fill_bf16(x, n, -2, 2), fill_bf16(dout, n, -1, 1), fill_bf16(g0, n, -0.5, 0.5);
     fill_bf16(w, C, 0.5, 1.5);
-    for (int r = 0; r < N; r++) mean[r] = 0.01f * (float)(r % 7) - 0.03f, rstd[r] = 0.5f + 0.05f * (float)(r % 11);
+    for (int r = 0; r < N; r++)
+        mean[r] = 0.01f * (float)(r % 7) - 0.03f, rstd[r] = 0.5f + 0.05f * (float)(r % 11);
     float *d_mn = new_f32(mean, N), *d_rs = new_f32(rstd, N), *d_gw = df32(C), *d_gb = df32(C);
     tsr_bf16 *d_w = new_bf16(w, C);
     /* a: aligned buffers; u: the same values one element past an aligned start */
