@@ -352,13 +352,11 @@ static int gemm_reduction(const tsr_dist *d, tcu_reduction *r) {
     return 0;
 }
 
-/* TSR_XENT_RESIDENT (issue 25): softmax + cross-entropy with the row kept in registers */
-static int xent_resident(const tsr_dist *d, int *on) {
-    static const char *const names[] = {"0", "1"};
-    static const char *const notes[] = {
-        "", "softmax + cross-entropy keeps each row in registers where Vp <= 57344 (the same bits)"};
-    TSR_CHECK(env_switch(d, "TSR_XENT_RESIDENT", names, notes, 2, "0 (the default) or 1", on));
-    return 0;
+/* an on/off measurement switch (issue 25): "0" (the default, unset or empty) or "1", whose
+ * meaning `note` gives */
+static int env_flag(const tsr_dist *d, const char *name, const char *note, int *on) {
+    const char *const names[] = {"0", "1"}, *const notes[] = {"", note};
+    return env_switch(d, name, names, notes, 2, "0 (the default) or 1", on);
 }
 
 /* TSR_ATT_WARP_ROWS (issue 25 item 2): the rows each warp of the attention kernels owns */
@@ -374,26 +372,6 @@ static int att_warp_rows(const tsr_dist *d, int *rows) {
     return 0;
 }
 
-/* TSR_ATT_DQ_FUSED (issue 25): dq added by the attention backward's dk/dv kernel */
-static int att_dq_fused(const tsr_dist *d, int *on) {
-    static const char *const names[] = {"0", "1"};
-    static const char *const notes[] = {
-        "", "the attention backward adds dq in its dk/dv kernel, in a fixed order (the same bits "
-            "with 16 rows a warp and no document mask); its fp32 sums add micro_batch x n_head x "
-            "seq_len x head_dim x 4 bytes to the device plan printed above"};
-    TSR_CHECK(env_switch(d, "TSR_ATT_DQ_FUSED", names, notes, 2, "0 (the default) or 1", on));
-    return 0;
-}
-
-/* TSR_NORM_HOLD (issue 25): the norm backwards keep each row in registers */
-static int norm_hold(const tsr_dist *d, int *on) {
-    static const char *const names[] = {"0", "1"};
-    static const char *const notes[] = {
-        "", "the LayerNorm and RMSNorm backwards keep each row in registers (the same bits)"};
-    TSR_CHECK(env_switch(d, "TSR_NORM_HOLD", names, notes, 2, "0 (the default) or 1", on));
-    return 0;
-}
-
 static int lib_init(gpu_train_ctx *c) {
     const tsr_model *m = c->model;
     int count = tcu_device_count();
@@ -401,9 +379,20 @@ static int lib_init(gpu_train_ctx *c) {
     int att_rows, resident, dq_fused, hold;
     TSR_CHECK(gemm_reduction(c->dist, &reduction));
     TSR_CHECK(att_warp_rows(c->dist, &att_rows));
-    TSR_CHECK(att_dq_fused(c->dist, &dq_fused));
-    TSR_CHECK(norm_hold(c->dist, &hold));
-    TSR_CHECK(xent_resident(c->dist, &resident));
+    TSR_CHECK(env_flag(c->dist, "TSR_ATT_DQ_FUSED",
+                       "the attention backward adds dq in its dk/dv kernel, in a fixed order (the "
+                       "same bits with 16 rows a warp and no document mask); its fp32 sums add "
+                       "micro_batch x n_head x seq_len x head_dim x 4 bytes to the device plan "
+                       "printed above",
+                       &dq_fused));
+    TSR_CHECK(env_flag(c->dist, "TSR_NORM_HOLD",
+                       "the LayerNorm and RMSNorm backwards keep each row in registers (the same "
+                       "bits)",
+                       &hold));
+    TSR_CHECK(env_flag(c->dist, "TSR_XENT_RESIDENT",
+                       "softmax + cross-entropy keeps each row in registers where Vp <= 57344 "
+                       "(the same bits)",
+                       &resident));
     TSR_CHECK(check_devices(c, count));
     /* (a head size without an attention kernel is refused when the config loads: config_load.c) */
     struct tsr_gpu_train *gt = tsr_calloc(1, sizeof *gt);

@@ -896,6 +896,28 @@ static int seg_hi(const int32_t *sq, int j, int T) {
     return sq ? j + 1 : T;
 }
 
+/* One case's attention backward on the device: its shape, dqkv (g, nq bf16) and the inputs */
+typedef struct {
+    const att_cfg *a;
+    tsr_bf16 *g;
+    const tsr_bf16 *dout, *qkv, *out;
+    const float *lse, *slopes;
+    const int32_t *seq;
+    size_t nq;
+} att_bwd;
+
+/* runs the backward into v->g as it starts: g0 (then += or =), or without g0 zeros for += and
+ * NaNs for = (TSR_GRAD_SET); returns what it left there */
+static float *att_bwd_run(const att_bwd *v, void *scratch, const float *g0, tsr_grad_mode mode) {
+    const att_cfg *a = v->a;
+    if (g0) put_bf16(v->g, g0, v->nq);
+    else if (mode == TSR_GRAD_SET) poison(v->g, v->nq * 2);
+    else tcu_zero(v->g, v->nq * 2, g_s);
+    tcu_attention_backward(v->g, v->dout, v->qkv, v->out, v->lse, v->slopes, v->seq, scratch,
+                           a->B, a->T, a->NH, a->KVH, a->hs, mode, g_s);
+    return get_bf16(v->g, v->nq);
+}
+
 /* The fused dq (tcu_attention_set_dq_fused, issue 25), 4 checks: from the same inputs as the
  * backward just checked (got: its += over g0, add: its += over zeros; ref, extra: the CPU's result
  * and tolerance; sq: the host's seq or NULL), dqkv += over g0 has the dq kernel's bits where the
@@ -906,14 +928,12 @@ static int seg_hi(const int32_t *sq, int j, int T) {
  * a block, BQ = 32 queries a step at hs 128 or 32 rows, else 64). The scratch starts as NaNs (its
  * sums are written before they are read). Skipped, saying so, on a backend without it
  * (kernels/cuda_emu). */
-static void test_attention_dq_fused(const att_cfg *a, const char *tag, const int32_t *sq,
-                                    const float *got,
-                                    const float *add, const float *ref, const float *extra,
-                                    const float *g0, tsr_bf16 *d_g, const tsr_bf16 *d_dout,
-                                    const tsr_bf16 *d_qkv, const tsr_bf16 *d_ob, const float *d_lh,
-                                    const float *d_sl, const int32_t *d_seq) {
+static void test_attention_dq_fused(const att_bwd *v, const char *tag, const int32_t *sq,
+                                    const float *got, const float *add, const float *ref,
+                                    const float *extra, const float *g0) {
+    const att_cfg *a = v->a;
     const int B = a->B, T = a->T, NH = a->NH, KVH = a->KVH, hs = a->hs;
-    const size_t nq = (size_t)B * T * (NH + 2 * KVH) * hs;
+    const size_t nq = v->nq;
     tcu_attention_set_dq_fused(1);
     if (!tcu_attention_dq_fused()) {
         for (int k = 0; k < 4; k++)
@@ -927,10 +947,7 @@ static void test_attention_dq_fused(const att_cfg *a, const char *tag, const int
     float *f[2];
     for (int k = 0; k < 2; k++) {
         poison(d_scratch, bytes);
-        put_bf16(d_g, g0, nq);
-        tcu_attention_backward(d_g, d_dout, d_qkv, d_ob, d_lh, d_sl, d_seq, d_scratch, B, T, NH,
-                               KVH, hs, TSR_GRAD_ADD, g_s);
-        f[k] = get_bf16(d_g, nq);
+        f[k] = att_bwd_run(v, d_scratch, g0, TSR_GRAD_ADD);
     }
     const int same_tiles = !a->seq && tcu_attention_warp_rows(hs) == 16;
     if (same_tiles) {
@@ -966,17 +983,8 @@ static void test_attention_dq_fused(const att_cfg *a, const char *tag, const int
            tag, turns[0], nkb * KVH * B, nt, wrong);
     /* = over NaNs against += over zeros: the dq kernel's += (add) where the tiles agree, else the
      * fused path's own */
-    const float *zero_add = add;
-    if (!same_tiles) {
-        tcu_zero(d_g, nq * 2, g_s);
-        tcu_attention_backward(d_g, d_dout, d_qkv, d_ob, d_lh, d_sl, d_seq, d_scratch, B, T, NH,
-                               KVH, hs, TSR_GRAD_ADD, g_s);
-        zero_add = get_bf16(d_g, nq);
-    }
-    poison(d_g, nq * 2);
-    tcu_attention_backward(d_g, d_dout, d_qkv, d_ob, d_lh, d_sl, d_seq, d_scratch, B, T, NH, KVH,
-                           hs, TSR_GRAD_SET, g_s);
-    size_t nset = set_vs_add(get_bf16(d_g, nq), zero_add, nq, 1);
+    const float *zero_add = same_tiles ? add : att_bwd_run(v, d_scratch, NULL, TSR_GRAD_ADD);
+    size_t nset = set_vs_add(att_bwd_run(v, d_scratch, NULL, TSR_GRAD_SET), zero_add, nq, 1);
     tap_ok(nset == 0, "attention_backward %s: fused dq, TSR_GRAD_SET over NaNs = += over zeros, "
            "bit for bit (%zu differ)", tag, nset);
     tcu_attention_set_dq_fused(0);
@@ -1101,20 +1109,10 @@ static void test_attention(const att_cfg *a) {
     float *d_lh = new_f32(lse, nl), *got[2];
     size_t scratch_bytes = tcu_attention_scratch_bytes(B, T, NH, KVH, hs);
     void *d_scratch = dalloc(scratch_bytes);
-    for (int k = 0; k < 2; k++) {
-        put_bf16(d_g, g0, nq);
-        tcu_attention_backward(d_g, d_dout, d_qkv, d_ob, d_lh, d_sl, d_seq, d_scratch, B, T, NH,
-                               KVH, hs, TSR_GRAD_ADD, g_s);
-        got[k] = get_bf16(d_g, nq);
-    }
-    tcu_zero(d_g, nq * 2, g_s);
-    tcu_attention_backward(d_g, d_dout, d_qkv, d_ob, d_lh, d_sl, d_seq, d_scratch, B, T, NH, KVH,
-                           hs, TSR_GRAD_ADD, g_s);
-    float *add = get_bf16(d_g, nq);
-    poison(d_g, nq * 2);
-    tcu_attention_backward(d_g, d_dout, d_qkv, d_ob, d_lh, d_sl, d_seq, d_scratch, B, T, NH, KVH,
-                           hs, TSR_GRAD_SET, g_s);
-    size_t nset = set_vs_add(get_bf16(d_g, nq), add, nq, 1);
+    const att_bwd v = {a, d_g, d_dout, d_qkv, d_ob, d_lh, d_sl, d_seq, nq};
+    for (int k = 0; k < 2; k++) got[k] = att_bwd_run(&v, d_scratch, g0, TSR_GRAD_ADD);
+    float *add = att_bwd_run(&v, d_scratch, NULL, TSR_GRAD_ADD);
+    size_t nset = set_vs_add(att_bwd_run(&v, d_scratch, NULL, TSR_GRAD_SET), add, nq, 1);
     tap_ok(nset == 0, "attention_backward %s: TSR_GRAD_SET over NaNs = += over zeros, bit for bit "
            "(%zu differ)", tag, nset);
     /* P and dS may be rounded to bf16 for the matmuls, D = rowsum(dout out) reads bf16 out: each
@@ -1124,8 +1122,7 @@ static void test_attention(const att_cfg *a) {
                 ref, nq, 0, RTOL_BF16, extra, 1.0);
     size_t dif = ndiff(got[0], got[1], nq, 4);
     tap_ok(dif == 0, "attention_backward %s: run twice, dqkv bit-identical (%zu differ)", tag, dif);
-    test_attention_dq_fused(a, tag, sq, got[0], add, ref, extra, g0, d_g, d_dout, d_qkv, d_ob,
-                            d_lh, d_sl, d_seq);
+    test_attention_dq_fused(&v, tag, sq, got[0], add, ref, extra, g0);
     scope_end(tag);
 }
 
