@@ -1097,16 +1097,14 @@ int tcu_attention_dq_fused(void) { return 0; }
 
 /* Row by row (in parallel): the CPU ops on the widened row, in place; with dlosses the row of
  * logits is overwritten by round(dlogits) (0 for target < 0 and columns >= V), without it left
- * as it is */
+ * as it is. A target >= V poisons its row as the kernels do (cuda_xent.cu): loss NaN and, with
+ * dlosses, dlogits NaN in the first V columns and 0 in the padding. */
 void tcu_softmax_xent(float *losses, tsr_bf16 *logits, const int32_t *targets,
                       const float *dlosses, int N, int V, int Vp, tcu_stream s) {
     const char *what = "tcu_softmax_xent";
     REQUIRE(N >= 0 && V >= 1 && Vp >= V, what,
             "need N >= 0 and 1 <= V <= Vp, got N=%d V=%d Vp=%d", N, V, Vp);
     REQUIRE(losses && logits && targets, what, "a required pointer is NULL");
-    for (int n = 0; n < N; n++)
-        REQUIRE(targets[n] < V, what, "targets[%d] = %d is not below V = %d", n,
-                (int)targets[n], V);
     if (N == 0) return;
 #pragma omp parallel
     {
@@ -1114,6 +1112,14 @@ void tcu_softmax_xent(float *losses, tsr_bf16 *logits, const int32_t *targets,
 #pragma omp for schedule(static)
         for (int n = 0; n < N; n++) {
             tsr_bf16 *lr = logits + (size_t)n * Vp;
+            if (targets[n] >= V) {
+                losses[n] = NAN;
+                if (dlosses) {
+                    for (int j = 0; j < Vp; j++) row[j] = j < V ? NAN : 0.0f;
+                    round_into(lr, row, Vp);
+                }
+                continue;
+            }
             widen_into(row, lr, Vp);
             cpu->softmax_xent_forward(losses + n, row, row, targets + n, 1, V, Vp);
             if (dlosses) {

@@ -1517,7 +1517,7 @@ static void test_moe(const moe_cfg *c) {
 /* ---- softmax + cross-entropy -------------------------------------------------------------- */
 
 typedef struct { int N, V, Vp; float scale; } xent_cfg;
-#define XENT_CHECKS 6
+#define XENT_CHECKS 7
 
 static void test_xent(const xent_cfg *x) {
     const int N = x->N, V = x->V, Vp = x->Vp;
@@ -1587,6 +1587,47 @@ static void test_xent(const xent_cfg *x) {
            "(%s): dlogits and losses the same bits as the two passes' (%zu, %zu differ); without "
            "dlosses the same losses, the logits untouched (%zu differ)", tag,
            Vp % 8 == 0 ? "its kernel" : "Vp % 8 != 0: not used", dg_dif, l_dif, ev_dif);
+
+    /* a target >= V (no such class: a bug upstream) poisons its row, in both kernels: loss NaN,
+     * with dlosses dlogits NaN in its first V columns and 0 in the padding; the other rows keep
+     * the bits above. Row 0 gets V (its target was in [0, V)), row 3 INT32_MAX where N > 3; the
+     * losses start as 0, not the poison's NaN bytes, so a NaN is the kernel's */
+    int32_t *tb = hi32(N);
+    memcpy(tb, t, (size_t)N * sizeof *tb);
+    tb[0] = V;
+    if (N > 3) tb[3] = INT32_MAX;
+    int32_t *d_tb = new_i32(tb, N);
+    size_t pz_bad = 0, pz_other = 0;
+    for (int res = 0; res < 2; res++) {
+        tcu_softmax_xent_set_resident(res);
+        put_bf16(d_logits, logits, nl);
+        fill_bytes(d_losses, 0, N * 4);
+        tcu_softmax_xent(d_losses, d_logits, d_tb, NULL, N, V, Vp, g_s);
+        float *le = get_f32(d_losses, N);
+        d2h(g1, d_logits, nl * 2);
+        pz_other += ndiff(g1, bits, nl, 2); /* without dlosses: the logits untouched */
+        fill_bytes(d_losses, 0, N * 4);
+        tcu_softmax_xent(d_losses, d_logits, d_tb, d_dl, N, V, Vp, g_s);
+        float *lg = get_f32(d_losses, N);
+        d2h(g1, d_logits, nl * 2);
+        for (int n = 0; n < N; n++) {
+            if (tb[n] >= V) {
+                pz_bad += !isnan(le[n]) + !isnan(lg[n]);
+                for (int j = 0; j < Vp; j++) {
+                    const float v = bf16_f32(g1[(size_t)n * Vp + j]);
+                    pz_bad += j < V ? !isnan(v) : v != 0.0f || signbit(v);
+                }
+            } else {
+                pz_other += ndiff(le + n, l0 + n, 1, 4) + ndiff(lg + n, l1 + n, 1, 4) +
+                            ndiff(g1 + (size_t)n * Vp, g0 + (size_t)n * Vp, Vp, 2);
+            }
+        }
+    }
+    tcu_softmax_xent_set_resident(0);
+    tap_ok(pz_bad == 0 && pz_other == 0, "softmax_xent %s: a target >= V (V, INT32_MAX) poisons "
+           "its row in both kernels: loss NaN, dlogits NaN below V and +0 in the padding (%zu "
+           "not); the other rows the bits of the good targets' run (%zu differ)", tag, pz_bad,
+           pz_other);
     scope_end(tag);
 }
 
