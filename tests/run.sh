@@ -22,7 +22,35 @@ tests=()
 for f in "$BUILD"/tests/test_*; do [[ -x $f ]] && tests+=("$f"); done
 while IFS= read -r f; do tests+=("$f"); done < <(find tests -name 'test_*.sh' -o -name 'test_*.py' | sort)
 
-passed=0 failed=0 skipped=0
+# Two lanes (TEST_LANES, default 2 where there are 2 cores or more, else 1): most tests spend much
+# of their time below one core (process starts, mpirun, waits on files, single-threaded node and
+# python), so two at a time finish the suite sooner than one after another. A test in SOLO runs
+# alone, after the others, nothing beside it:
+#   - its own Slurm cluster or daemons (tests/slurm/), the health checker's measurements against
+#     thresholds (tests/healthcheck/), timing windows: a signal or a kill caught during a save or
+#     a stall, a file deleted mid-run (tests/faults/, test_ckpt_signal, test_ckpt_damage,
+#     test_staging, test_resume, test_job_hook), a time-capped fuzzer (tests/fuzz/);
+#   - a make in this checkout (tests/install/, test_demo, test_fuzz_regress);
+#   - multi-rank runs of 150 steps or more, which the straggler watchdog times (a rank 2x slower
+#     than the other for 3 windows of 50 steps stops the run): test_eval, test_generate_gqa,
+#     test_icl_train, test_sft, test_matmul_floor (a timed product).
+# A new test that does any of these belongs here.
+SOLO=(tests/slurm/ tests/healthcheck/ tests/faults/ tests/fuzz/ tests/install/ tests/cli/test_demo.sh
+      tests/ckpt/test_ckpt_signal.sh tests/ckpt/test_ckpt_damage.sh tests/train/test_staging.sh
+      tests/resume/test_resume.sh tests/jobs/test_job_hook.sh tests/eval/test_eval.sh
+      tests/eval/test_generate_gqa.sh tests/train/test_icl_train.sh tests/train/test_sft.sh
+      tests/tools/test_matmul_floor.sh)
+if [[ -n ${TEST_LANES:-} ]]; then
+    [[ $TEST_LANES =~ ^[1-9][0-9]?$ ]] || { echo "tests/run.sh: TEST_LANES = '$TEST_LANES': expected 1 to 99" >&2; exit 2; }
+    LANES=$TEST_LANES
+else
+    LANES=$(($(nproc 2>/dev/null || echo 1) >= 2 ? 2 : 1))
+fi
+# (wait -n -p, below, is bash 5.1's: an older bash runs one test at a time)
+((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 501)) || LANES=1
+solo() { local p; for p in "${SOLO[@]}"; do [[ $1 == "$p"* ]] && return 0; done; return 1; }
+
+shared=() alone=()
 for t in "${tests[@]}"; do
     name=${t#"$BUILD"/}
     if [[ -n ${TESTS:-} ]]; then
@@ -30,14 +58,31 @@ for t in "${tests[@]}"; do
         for want in $TESTS; do [[ $name == *"$want"* ]] && match=1; done
         ((match)) || continue
     fi
+    if solo "$name"; then alone+=("$t"); else shared+=("$t"); fi
+done
+((LANES > 1)) && echo "tests/run.sh: ${#shared[@]} tests $LANES at a time, then ${#alone[@]} alone (TEST_LANES=$LANES)"
+
+# run_one TEST: runs it under the time-out into its log; writes "RC SECONDS" to the log's .rc
+run_one() {
+    local t=$1 name=${1#"$BUILD"/} log start=$SECONDS rc
     log=$logdir/$(echo "$name" | tr '/' '_').log
-    start=$SECONDS
     case $t in
         *.py) timeout "$TIMEOUT" "$PYTHON" "$t" >"$log" 2>&1 ;;
         *.sh) timeout "$TIMEOUT" bash "$t" >"$log" 2>&1 ;;
         *)    timeout "$TIMEOUT" "$t" >"$log" 2>&1 ;;
     esac
     rc=$?
+    echo "$rc $((SECONDS - start))" >"$log.rc"
+}
+
+passed=0 failed=0 skipped=0
+# report TEST: reads its log and .rc, counts and prints its line
+report() {
+    local t=$1 name=${1#"$BUILD"/} log rc secs p s f plan extra status
+    log=$logdir/$(echo "$name" | tr '/' '_').log
+    rc=125 secs=0 # (no status written: the runner's subshell was killed)
+    [[ -s $log.rc ]] && read -r rc secs <"$log.rc"
+    rm -f "$log.rc"
     p=$(grep -cE '^ok [0-9]+' "$log" | tr -d ' ')
     s=$(grep -cE '^ok [0-9]+.*# SKIP' "$log" | tr -d ' ')
     f=$(grep -cE '^not ok [0-9]+' "$log" | tr -d ' ')
@@ -55,13 +100,41 @@ for t in "${tests[@]}"; do
     fi
     passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
     status=PASS; ((f > 0)) && status=FAIL
-    printf '%-4s %-44s %3d passed %2d failed %2d skipped %4ds%s\n' "$status" "$name" "$p" "$f" "$s" $((SECONDS - start)) "$extra"
+    printf '%-4s %-44s %3d passed %2d failed %2d skipped %4ds%s\n' "$status" "$name" "$p" "$f" "$s" "$secs" "$extra"
     if ((f > 0)); then
         grep -E '^not ok' "$log" | sed 's/^/       /' | head -20
         echo "       log: $log (last lines below)"
         tail -15 "$log" | sed 's/^/       | /'
     fi
     grep -E '^ok [0-9]+.*# SKIP' "$log" | sed 's/^/       /' | head -5
+}
+
+# the shared tests, LANES at a time, each reported as it ends
+declare -A running=() # pid -> test
+reap() { # waits for one running test to end, reports it
+    local pid=
+    wait -n -p pid "${!running[@]}"
+    if [[ -z $pid ]]; then # (a signal, or none left to wait for: each that has ended is reported)
+        for pid in "${!running[@]}"; do
+            kill -0 "$pid" 2>/dev/null && continue
+            report "${running[$pid]}"
+            unset "running[$pid]"
+        done
+        return 0
+    fi
+    report "${running[$pid]}"
+    unset "running[$pid]"
+}
+for t in "${shared[@]}"; do
+    while ((${#running[@]} >= LANES)); do reap; done
+    run_one "$t" &
+    running[$!]=$t
+done
+while ((${#running[@]} > 0)); do reap; done
+# then the others, one at a time
+for t in "${alone[@]}"; do
+    run_one "$t"
+    report "$t"
 done
 echo "$passed passed, $failed failed, $skipped skipped"
 ((failed == 0))
