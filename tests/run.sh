@@ -33,13 +33,17 @@ while IFS= read -r f; do tests+=("$f"); done < <(find tests -name 'test_*.sh' -o
 #   - a make in this checkout (tests/install/, test_demo, test_fuzz_regress);
 #   - multi-rank runs of 150 steps or more, which the straggler watchdog times (a rank 2x slower
 #     than the other for 3 windows of 50 steps stops the run): test_eval, test_generate_gqa,
-#     test_icl_train, test_sft, test_matmul_floor (a timed product).
+#     test_icl_train, test_sft, test_mixing (a run of 2 ms steps measured 1.06-1.48x between
+#     its ranks beside another test, 2026-11-26); and test_matmul_floor (a timed product).
 # A new test that does any of these belongs here.
 SOLO=(tests/slurm/ tests/healthcheck/ tests/faults/ tests/fuzz/ tests/install/ tests/cli/test_demo.sh
       tests/ckpt/test_ckpt_signal.sh tests/ckpt/test_ckpt_damage.sh tests/train/test_staging.sh
       tests/resume/test_resume.sh tests/jobs/test_job_hook.sh tests/eval/test_eval.sh
       tests/eval/test_generate_gqa.sh tests/train/test_icl_train.sh tests/train/test_sft.sh
-      tests/tools/test_matmul_floor.sh)
+      tests/train/test_mixing.sh tests/tools/test_matmul_floor.sh)
+# Where a GPU is present, the tests that can use it run alone too: two processes on one GPU share
+# its memory, which micro_batch = auto and the device-plan checks read
+compgen -G '/dev/nvidia[0-9]*' >/dev/null && SOLO+=(tests/gpu/ tests/test_gpu_ops)
 if [[ -n ${TEST_LANES:-} ]]; then
     [[ $TEST_LANES =~ ^[1-9][0-9]?$ ]] || { echo "tests/run.sh: TEST_LANES = '$TEST_LANES': expected 1 to 99" >&2; exit 2; }
     LANES=$TEST_LANES
