@@ -29,7 +29,9 @@ while IFS= read -r f; do tests+=("$f"); done < <(find tests -name 'test_*.sh' -o
 #   - its own Slurm cluster or daemons (tests/slurm/), the health checker's measurements against
 #     thresholds (tests/healthcheck/), timing windows: a signal or a kill caught during a save or
 #     a stall, a file deleted mid-run (tests/faults/, test_ckpt_signal, test_ckpt_damage,
-#     test_staging, test_resume, test_job_hook), a time-capped fuzzer (tests/fuzz/);
+#     test_staging, test_resume, test_job_hook), step times and ETAs judged by the clock
+#     (test_resume_timing), a time-capped fuzzer (tests/fuzz/), the CPU health checks of
+#     test_hc_gpu; the free memory read once before a large allocation (test_alltoallv);
 #   - a make in this checkout (tests/install/, test_demo, test_fuzz_regress);
 #   - multi-rank runs of 150 steps or more, which the straggler watchdog times (a rank 2x slower
 #     than the other for 3 windows of 50 steps stops the run): test_eval, test_generate_gqa,
@@ -38,7 +40,8 @@ while IFS= read -r f; do tests+=("$f"); done < <(find tests -name 'test_*.sh' -o
 # A new test that does any of these belongs here.
 SOLO=(tests/slurm/ tests/healthcheck/ tests/faults/ tests/fuzz/ tests/install/ tests/cli/test_demo.sh
       tests/ckpt/test_ckpt_signal.sh tests/ckpt/test_ckpt_damage.sh tests/train/test_staging.sh
-      tests/resume/test_resume.sh tests/jobs/test_job_hook.sh tests/eval/test_eval.sh
+      tests/resume/test_resume.sh tests/resume/test_resume_timing.sh tests/jobs/test_job_hook.sh
+      tests/gpu/test_hc_gpu.sh tests/mpi/test_alltoallv.sh tests/eval/test_eval.sh
       tests/eval/test_generate_gqa.sh tests/train/test_icl_train.sh tests/train/test_sft.sh
       tests/train/test_mixing.sh tests/tools/test_matmul_floor.sh)
 # Where a GPU is present, the tests that can use it run alone too: two processes on one GPU share
@@ -118,25 +121,34 @@ declare -A running=() # pid -> test
 reap() { # waits for one running test to end, reports it
     local pid=
     wait -n -p pid "${!running[@]}"
-    if [[ -z $pid ]]; then # (a signal, or none left to wait for: each that has ended is reported)
+    if [[ -z $pid || -z ${running[$pid]+x} ]]; then
+        # (a signal, or none left to wait for: each that has ended is reported; none: a pause)
+        local ended=0
         for pid in "${!running[@]}"; do
             kill -0 "$pid" 2>/dev/null && continue
             report "${running[$pid]}"
             unset "running[$pid]"
+            ended=1
         done
+        ((ended)) || sleep 0.2
         return 0
     fi
     report "${running[$pid]}"
     unset "running[$pid]"
 }
-for t in "${shared[@]}"; do
+for t in ${shared[@]+"${shared[@]}"}; do
+    if ((LANES == 1)); then
+        run_one "$t"
+        report "$t"
+        continue
+    fi
     while ((${#running[@]} >= LANES)); do reap; done
     run_one "$t" &
     running[$!]=$t
 done
 while ((${#running[@]} > 0)); do reap; done
 # then the others, one at a time
-for t in "${alone[@]}"; do
+for t in ${alone[@]+"${alone[@]}"}; do
     run_one "$t"
     report "$t"
 done

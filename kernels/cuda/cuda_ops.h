@@ -330,7 +330,9 @@ void tcu_lora_backward(tsr_bf16 *dinp, float *dA, float *dB, const tsr_bf16 *dou
  * losses[n] = -log p[n, target] (fp32; 0 where target < 0).
  * With dlosses (N fp32, or NULL): logits is OVERWRITTEN by dlogits = (p - onehot) * dlosses[n]
  * (bf16; rows with target < 0 and columns >= V written 0). With dlosses NULL the logits are left
- * as they are (evaluation). logits (N,Vp) bf16; targets (N), -1 = ignore. */
+ * as they are (evaluation). logits (N,Vp) bf16; targets (N), -1 = ignore. A target >= V (no
+ * such class: a bug upstream) poisons its row: losses[n] NaN and, with dlosses, dlogits NaN in
+ * columns < V (0 from V on). */
 void tcu_softmax_xent(float *losses, tsr_bf16 *logits, const int32_t *targets,
                       const float *dlosses, int N, int V, int Vp, tcu_stream s);
 /* on != 0: tcu_softmax_xent keeps each row in registers between its two passes where the shape

@@ -1112,10 +1112,13 @@ void tcu_softmax_xent(float *losses, tsr_bf16 *logits, const int32_t *targets,
 #pragma omp for schedule(static)
         for (int n = 0; n < N; n++) {
             tsr_bf16 *lr = logits + (size_t)n * Vp;
-            if (targets[n] >= V) {
-                losses[n] = NAN;
+            if (targets[n] >= V) { /* the kernels' NaN, CUDART_NAN_F: bits 0x7fffffff */
+                const uint32_t nan_bits = 0x7fffffffu;
+                float nan;
+                memcpy(&nan, &nan_bits, sizeof nan);
+                losses[n] = nan;
                 if (dlosses) {
-                    for (int j = 0; j < Vp; j++) row[j] = j < V ? NAN : 0.0f;
+                    for (int j = 0; j < Vp; j++) row[j] = j < V ? nan : 0.0f;
                     round_into(lr, row, Vp);
                 }
                 continue;
