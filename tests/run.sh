@@ -67,12 +67,19 @@ for t in "${tests[@]}"; do
     fi
     if solo "$name"; then alone+=("$t"); else shared+=("$t"); fi
 done
-((LANES > 1)) && echo "tests/run.sh: ${#shared[@]} tests $LANES at a time, then ${#alone[@]} alone (TEST_LANES=$LANES)"
+if ((LANES > 1)); then
+    echo "tests/run.sh: ${#shared[@]} tests $LANES at a time, then ${#alone[@]} alone (TEST_LANES=$LANES)"
+else # one lane: every test alone, the shared ones first as with two
+    alone=(${shared[@]+"${shared[@]}"} ${alone[@]+"${alone[@]}"})
+    shared=()
+fi
+
+log_of() { echo "$logdir/$(echo "${1#"$BUILD"/}" | tr '/' '_').log"; } # log_of TEST: its log file
 
 # run_one TEST: runs it under the time-out into its log; writes "RC SECONDS" to the log's .rc
 run_one() {
-    local t=$1 name=${1#"$BUILD"/} log start=$SECONDS rc
-    log=$logdir/$(echo "$name" | tr '/' '_').log
+    local t=$1 log start=$SECONDS rc
+    log=$(log_of "$t")
     case $t in
         *.py) timeout "$TIMEOUT" "$PYTHON" "$t" >"$log" 2>&1 ;;
         *.sh) timeout "$TIMEOUT" bash "$t" >"$log" 2>&1 ;;
@@ -85,8 +92,8 @@ run_one() {
 passed=0 failed=0 skipped=0
 # report TEST: reads its log and .rc, counts and prints its line
 report() {
-    local t=$1 name=${1#"$BUILD"/} log rc secs p s f plan extra status
-    log=$logdir/$(echo "$name" | tr '/' '_').log
+    local name=${1#"$BUILD"/} log rc secs p s f plan extra status
+    log=$(log_of "$1")
     rc=125 secs=0 # (no status written: the runner's subshell was killed)
     [[ -s $log.rc ]] && read -r rc secs <"$log.rc"
     rm -f "$log.rc"
@@ -137,11 +144,6 @@ reap() { # waits for one running test to end, reports it
     unset "running[$pid]"
 }
 for t in ${shared[@]+"${shared[@]}"}; do
-    if ((LANES == 1)); then
-        run_one "$t"
-        report "$t"
-        continue
-    fi
     while ((${#running[@]} >= LANES)); do reap; done
     run_one "$t" &
     running[$!]=$t
