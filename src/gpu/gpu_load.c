@@ -79,6 +79,7 @@ static const gpu_train_api *A(void) {
     return api;
 }
 
+int gpu_train_switches(const gpu_train_ctx *c) { return A()->switches(c); }
 int gpu_train_init(gpu_train_ctx *c) { return A()->init(c); }
 size_t gpu_train_plan_bytes(const gpu_train_ctx *c) { return A()->plan_bytes(c); }
 int gpu_train_acts_B(const gpu_train_ctx *c) { return A()->acts_B(c); }

@@ -372,18 +372,20 @@ static int att_warp_rows(const tsr_dist *d, int *rows) {
     return 0;
 }
 
-static int lib_init(gpu_train_ctx *c) {
-    const tsr_model *m = c->model;
-    int count = tcu_device_count();
+/* The measurement switches of the environment (issue 25, docs/cuda.md), read and set before the
+ * device memory plan is sized (the attention's scratch depends on TSR_ATT_WARP_ROWS and
+ * TSR_ATT_DQ_FUSED) and before anything runs; no device is touched, so --plan reads them too.
+ * Collective. */
+static int lib_switches(const gpu_train_ctx *c) {
     tcu_reduction reduction;
     int att_rows, resident, dq_fused, hold;
     TSR_CHECK(gemm_reduction(c->dist, &reduction));
     TSR_CHECK(att_warp_rows(c->dist, &att_rows));
     TSR_CHECK(env_flag(c->dist, "TSR_ATT_DQ_FUSED",
                        "the attention backward adds dq in its dk/dv kernel, in a fixed order (the "
-                       "same bits with 16 rows a warp and no document mask); its fp32 sums add "
-                       "micro_batch x n_head x seq_len x head_dim x 4 bytes to the device plan "
-                       "printed above",
+                       "same bits with 16 rows a warp and no document mask); its fp32 sums, "
+                       "micro_batch x n_head x seq_len x head_dim x 4 bytes, are in the device "
+                       "plan's activations",
                        &dq_fused));
     TSR_CHECK(env_flag(c->dist, "TSR_NORM_HOLD",
                        "the LayerNorm and RMSNorm backwards keep each row in registers (the same "
@@ -393,6 +395,17 @@ static int lib_init(gpu_train_ctx *c) {
                        "softmax + cross-entropy keeps each row in registers where Vp <= 57344 "
                        "(the same bits)",
                        &resident));
+    tcu_matmul_set_reduction(reduction);
+    tcu_attention_set_warp_rows(att_rows);
+    tcu_attention_set_dq_fused(dq_fused);
+    tcu_norm_set_hold(hold);
+    tcu_softmax_xent_set_resident(resident);
+    return 0;
+}
+
+static int lib_init(gpu_train_ctx *c) {
+    const tsr_model *m = c->model;
+    int count = tcu_device_count();
     TSR_CHECK(check_devices(c, count));
     /* (a head size without an attention kernel is refused when the config loads: config_load.c) */
     struct tsr_gpu_train *gt = tsr_calloc(1, sizeof *gt);
@@ -400,11 +413,6 @@ static int lib_init(gpu_train_ctx *c) {
     gt->device = c->dist->local_rank % count;
     tcu_set_fail_hook(dist_abort); /* a CUDA failure on one rank stops them all */
     tcu_init(gt->device);
-    tcu_matmul_set_reduction(reduction);
-    tcu_attention_set_warp_rows(att_rows);
-    tcu_attention_set_dq_fused(dq_fused);
-    tcu_norm_set_hold(hold);
-    tcu_softmax_xent_set_resident(resident);
     TSR_CHECK(check_memory(c, gt->device));
     gt->s = tcu_stream_create();
     gt->losses = tcu_malloc(losses_bytes(c), "the step's losses");
@@ -796,6 +804,7 @@ const gpu_train_api tsr_gpu_train_api = {
     .version = TSR_VERSION,
     .ctx_size = sizeof(gpu_train_ctx),
     .backend = TSR_GPU_BACKEND,
+    .switches = lib_switches,
     .init = lib_init,
     .plan_bytes = lib_plan_bytes,
     .acts_B = lib_acts_B,

@@ -31,6 +31,7 @@ typedef struct gpu_train_api {
     const char *version;  /* TSR_VERSION it was built with: must be the executable's */
     size_t ctx_size;      /* sizeof(gpu_train_ctx) it was built with: must be the executable's */
     const char *backend;  /* "cuda", or "cuda-emulator" */
+    int (*switches)(const gpu_train_ctx *c);
     int (*init)(gpu_train_ctx *c);
     size_t (*plan_bytes)(const gpu_train_ctx *c);
     int (*acts_B)(const gpu_train_ctx *c);
@@ -53,7 +54,13 @@ typedef struct gpu_train_api {
  * library on first use; NULL when there is none, with the reason in why (n bytes). Searched:
  * $TESSERA_CUDA_LIB, then the executable's directory, then ../lib/tessera/ from it. */
 const char *gpu_backend(char *why, size_t n);
-/* After the host weights are initialised (rank-identical): selects the GPU (its name into
+/* The environment's measurement switches (TSR_GEMM_REDUCTION, TSR_ATT_WARP_ROWS, TSR_ATT_DQ_FUSED,
+ * TSR_NORM_HOLD, TSR_XENT_RESIDENT; docs/cuda.md) read, checked to agree over the ranks and set,
+ * touching no device: before the device memory plan is sized or printed (the attention's scratch
+ * depends on two of them) and before gpu_train_init. 0 or an exit code (reported on rank 0; every
+ * rank returns the same). Collective. */
+int gpu_train_switches(const gpu_train_ctx *c);
+/* After gpu_train_switches and once the host weights are initialised (rank-identical): selects the GPU (its name into
  * c->device_name), checks the device memory plan against the free memory, allocates, uploads,
  * opens the communicator. 0 or an exit code (reported on rank 0; every rank returns the same). */
 int gpu_train_init(gpu_train_ctx *c);

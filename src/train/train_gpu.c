@@ -55,6 +55,12 @@ static void fill(gpu_train_ctx *c, const tsr_trainer *t) {
     c->owner = (void *)t;
 }
 
+int train_gpu_switches(const tsr_trainer *t) {
+    gpu_train_ctx c;
+    fill(&c, t);
+    return gpu_train_switches(&c);
+}
+
 void train_gpu_print_plan(const tsr_trainer *t) {
     if (t->dist.rank != 0) return;
     gpu_train_ctx c;

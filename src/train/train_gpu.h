@@ -8,6 +8,9 @@
 
 struct tsr_trainer;
 
+/* The environment's measurement switches (gpu_train_switches), on every rank, before the plan is
+ * printed (--plan too) and before train_gpu_init. 0 or an exit code. */
+int train_gpu_switches(const struct tsr_trainer *t);
 /* The device memory plan per rank for the trainer's model, sharding and microbatch (rank 0
  * prints; --plan too, where nothing is allocated). */
 void train_gpu_print_plan(const struct tsr_trainer *t);

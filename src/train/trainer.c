@@ -515,7 +515,10 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     TSR_CHECK(check_int_counts(t, dry_run));
     if (dry_run) { /* the plan needs the layout only: nothing is allocated */
         metrics_print_plan(t, 1);
-        if (cfg->device == TSR_DEVICE_CUDA) train_gpu_print_plan(t);
+        if (cfg->device == TSR_DEVICE_CUDA) {
+            TSR_CHECK(train_gpu_switches(t));
+            train_gpu_print_plan(t);
+        }
         return 0;
     }
     TSR_CHECK(train_data_plan(t));
@@ -550,6 +553,7 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
      * auto can still back off */
     metrics_print_plan(t, 0);
     if (cfg->device == TSR_DEVICE_CUDA) {
+        TSR_CHECK(train_gpu_switches(t));
         train_gpu_print_plan(t);
         TSR_CHECK(train_gpu_init(t));
     } else {

@@ -23,6 +23,7 @@
 #    zero3 evaluates on the shards: on a device that holds the training but not a second full
 #    copy of the bf16 weights, micro_batch = auto keeps its microbatch and the run evaluates;
 #  - a missing CUDA library is refused naming it (once, on tessera-train);
+#  - --plan with the CUDA library (no GPU) counts TSR_ATT_DQ_FUSED=1's scratch and refuses a bad value;
 #  - TSR_GEMM_REDUCTION (the split-K measurement switch): a bad value refused at start, none runs;
 #    ranks that disagree on it (2 ranks) all stop at start, rank 0 naming the other;
 #  - TSR_ATT_WARP_ROWS (32 rows a warp in the attention kernels): a bad value refused at start, 32
@@ -40,7 +41,7 @@ source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
 PER=22
-tap_plan $((2 * PER + 17))
+tap_plan $((2 * PER + 18))
 make_synth "$TMP/data" 512 80000
 
 tiny_args "$TMP/data/train"
@@ -107,10 +108,44 @@ print(f"val loss {w:.1e} at steps {sorted(b)}")
 sys.exit(0 if a and sorted(a) == sorted(b) and w <= float(sys.argv[3]) else 1)
 PY
 }
+# device_acts FILE: the device plan's activations figure, in bytes
+device_acts() {
+    "$PY3" - "$1" <<'PY'
+import re, sys
+m = re.search(r"^device memory per rank.*activations ([0-9.]+) (B|KiB|MiB|GiB) per microbatch",
+              open(sys.argv[1]).read(), re.M)
+print(int(float(m.group(1)) * 1024 ** ["B", "KiB", "MiB", "GiB"].index(m.group(2))) if m else -1)
+PY
+}
 TESSERA_CUDA_LIB=$TMP/nowhere.so run "$TRAIN" 1 nolib --set device=cuda
 rc=$?
 ((rc == 1)) && grep -q "cannot load $TMP/nowhere.so" "$TMP/nolib.txt"
 tap_check $? "device = cuda without its library: exit $rc (want 1), naming the library"
+
+# --plan reads the environment's switches before it sizes the plan (gpu_train_switches): with the
+# CUDA library (no GPU needed), TSR_ATT_DQ_FUSED=1 grows the activations by the fused dq's fp32
+# sums, micro_batch x n_head x seq_len x head_dim x 4 bytes (4 x 6 x 128 x 32 x 4 = 384 KiB; T a
+# multiple of the query tiles, plus 196 bytes of turn counters and at most 255 of alignment),
+# read from the plan's one-decimal figure (a vocabulary of 256 keeps it in MiB); a bad value stops
+# --plan as it stops a start
+if [[ -f $BUILD/libtessera-cuda-train.so ]]; then
+    pl=(--config "$TSR_ROOT/configs/tiny.cfg" --set device=cuda --set model.vocab_size=256
+        --set model.n_layer=1 --plan 1)
+    "$TRAIN" "${pl[@]}" >"$TMP/plan0.txt" 2>&1 &&
+        TSR_ATT_DQ_FUSED=1 "$TRAIN" "${pl[@]}" >"$TMP/plan1.txt" 2>&1
+    rc=$?
+    TSR_ATT_DQ_FUSED=2 "$TRAIN" "${pl[@]}" >"$TMP/plan2.txt" 2>&1
+    rcb=$?
+    a0=$(device_acts "$TMP/plan0.txt") a1=$(device_acts "$TMP/plan1.txt")
+    grow=$((a1 - a0)) want=$((4 * 6 * 128 * 32 * 4))
+    ((rc == 0 && a0 > 0 && grow >= want - 104858 && grow <= want + 451 + 104858 && rcb == 1)) &&
+        grep -q 'environment TSR_ATT_DQ_FUSED = "1": .*in the device plan' "$TMP/plan1.txt" &&
+        grep -q 'TSR_ATT_DQ_FUSED = "2": expected 0 (the default) or 1' "$TMP/plan2.txt" &&
+        ! grep -q '^device memory' "$TMP/plan2.txt"
+    tap_check $? "--plan 1 with TSR_ATT_DQ_FUSED=1: the device plan's activations grow by the fused dq's sums ($grow bytes against $want, within the plan's rounding of 0.1 MiB); TSR_ATT_DQ_FUSED=2 refused by --plan (exit $rcb, want 1)"
+else
+    tap_skip "--plan with TSR_ATT_DQ_FUSED=1 counts the fused dq's sums" "no $BUILD/libtessera-cuda-train.so (built where nvcc is)"
+fi
 
 # same_accumulating RUN ARGS...: run RUN's configuration again on $bin (the suite's) with
 # TSR_GRAD_OVERWRITE=0: all 20 steps' loss, lr and grad norm the same bits as RUN's
@@ -243,15 +278,6 @@ suite() {
             (($(wc -l <"$TMP/$l.z3n.loss") == 20))
         tap_check $? "$l: block checkpointing under zero3 on 2 ranks (recomputed from the gathered layer): all 20 steps bit-identical to none"
     fi
-}
-# device_acts FILE: the device plan's activations figure, in bytes
-device_acts() {
-    "$PY3" - "$1" <<'PY'
-import re, sys
-m = re.search(r"^device memory per rank.*activations ([0-9.]+) (B|KiB|MiB|GiB) per microbatch",
-              open(sys.argv[1]).read(), re.M)
-print(int(float(m.group(1)) * 1024 ** ["B", "KiB", "MiB", "GiB"].index(m.group(2))) if m else -1)
-PY
 }
 
 # The emulator computes each op in fp32 and rounds where the GPU rounds, so it stays far closer to
