@@ -2200,6 +2200,10 @@ static const att_cfg ATT[] = {
      * kernel's unmasked-tile path); the third row one segment of 2200 (the segment scans'
      * rounds of 1024 positions: more than one) */
     {2, 128, 2, 2, 32, 0, 0}, {1, 192, 4, 2, 64, 1, 1}, {3, 2200, 1, 1, 32, 0, 1},
+    /* documents that start exactly at a key block's first key: row 0's at 256 (a 128-key block
+     * of the 32-row kernels, and a 64-key one), row 1's at 64 (64-key blocks only); the query
+     * tile at 256 is the first of its document, so no lower key block reaches it */
+    {2, 260, 2, 1, 64, 1, 1},
 };
 static const rms_cfg RMS[] = {
     {1, 8, 0}, {7, 24, 1}, {65, 72, 0}, {257, 768, 3}, {130, 2048, 0},
