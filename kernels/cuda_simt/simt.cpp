@@ -176,6 +176,15 @@ thread_local std::map<void *, unsigned long> shared_poisoned; /* static array ->
 cudaError_t last_error = cudaSuccess;
 unsigned long launch_serial = 0; /* launches so far (run_grid), for the warp order's parity */
 std::map<const void *, int> smem_attr; /* cudaFuncAttributeMaxDynamicSharedMemorySize per kernel */
+/* A block's shared memory as a GPU counts it: the static __shared__ arrays its threads reached
+ * (the bytes of each, once per block) on top of the launch's dynamic bytes. Without the
+ * attribute the two together may not pass 48 KiB; with it, the static bytes and the attribute's
+ * value together may not pass the opt-in maximum (cudaFuncSetAttribute fails on a GPU; here the
+ * static size is known only once the kernel runs). */
+constexpr size_t kSmemDefault = 48 * 1024, kSmemOptin = 227 * 1024;
+thread_local size_t launch_dynamic = 0; /* the running launch's dynamic shared memory */
+thread_local long launch_attr = -1;     /* its kernel's attribute, -1 when never set */
+thread_local size_t block_static = 0;   /* static __shared__ bytes this block reached so far */
 
 [[noreturn]] void die(const char *fmt, ...) {
     char msg[1024];
@@ -302,6 +311,16 @@ void shared_block_init(void *p, size_t bytes) {
     if (b != block_serial) { /* the first thread of this block to reach the declaration */
         memset(p, 0xff, bytes);
         b = block_serial;
+        block_static += bytes;
+        if (launch_attr < 0 && block_static + launch_dynamic > kSmemDefault)
+            die("%zu bytes of static __shared__ memory and %zu of dynamic shared memory pass "
+                "48 KiB without cudaFuncAttributeMaxDynamicSharedMemorySize: the launch fails on "
+                "a GPU (set the attribute, as the attention kernels do)",
+                block_static, launch_dynamic);
+        if (launch_attr >= 0 && block_static + (size_t)launch_attr > kSmemOptin)
+            die("%zu bytes of static __shared__ memory and a dynamic maximum of %ld "
+                "(cudaFuncAttributeMaxDynamicSharedMemorySize) pass the 227 KiB a block can "
+                "have: cudaFuncSetAttribute fails on a GPU", block_static, launch_attr);
     }
 }
 
@@ -387,8 +406,8 @@ unsigned simt_threads() {
 }
 
 /* blocks first, first + stride, ... (linear index, x fastest) of the grid, on this OS thread */
-void run_blocks(dim3 grid, dim3 block, size_t smem, body_fn body, void *ctx, size_t first,
-                size_t stride) {
+void run_blocks(dim3 grid, dim3 block, size_t smem, long attr, body_fn body, void *ctx,
+                size_t first, size_t stride) {
     const size_t nthreads = (size_t)block.x * block.y * block.z;
     const size_t nblocks = (size_t)grid.x * grid.y * grid.z;
     g_body = body;
@@ -396,11 +415,13 @@ void run_blocks(dim3 grid, dim3 block, size_t smem, body_fn body, void *ctx, siz
     g_grid_dim = grid;
     g_block_dim = block;
     smem_buf.assign(smem);
+    launch_dynamic = smem, launch_attr = attr;
     for (size_t lin = first; lin < nblocks; lin += stride) {
         g_block_idx = make_uint3((unsigned)(lin % grid.x), (unsigned)(lin / grid.x % grid.y),
                                  (unsigned)(lin / ((size_t)grid.x * grid.y)));
         if (smem) memset(smem_buf.base, 0xff, smem);
         block_serial++; /* static __shared__ arrays are poisoned again at first use (below) */
+        block_static = 0;
         blk = BlockState();
         blk.nthreads = blk.live = (int)nthreads;
         blk.last_warp_first = (lin + launch_serial) & 1; /* both orders, also for 1-block grids */
@@ -436,7 +457,8 @@ void run_blocks(dim3 grid, dim3 block, size_t smem, body_fn body, void *ctx, siz
 void run_grid(const void *kernel, dim3 grid, dim3 block, size_t smem, body_fn body, void *ctx) {
     const size_t nthreads = (size_t)block.x * block.y * block.z;
     auto it = smem_attr.find(kernel);
-    const size_t smem_max = it == smem_attr.end() ? 48 * 1024 : (size_t)it->second;
+    const long attr = it == smem_attr.end() ? -1 : (long)it->second;
+    const size_t smem_max = attr < 0 ? kSmemDefault : (size_t)attr;
     if (nthreads == 0 || nthreads > (size_t)kMaxThreads || block.z > 64 || grid.x == 0 ||
         grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535 || grid.x > 0x7fffffffu) {
         last_error = cudaErrorInvalidConfiguration;
@@ -457,8 +479,8 @@ void run_grid(const void *kernel, dim3 grid, dim3 block, size_t smem, body_fn bo
     launch_serial++;
     std::vector<std::thread> others;
     for (size_t t = 1; t < n; t++)
-        others.emplace_back(run_blocks, grid, block, smem, body, ctx, t, n);
-    run_blocks(grid, block, smem, body, ctx, 0, n);
+        others.emplace_back(run_blocks, grid, block, smem, attr, body, ctx, t, n);
+    run_blocks(grid, block, smem, attr, body, ctx, 0, n);
     for (std::thread &t : others) t.join();
 }
 
@@ -621,7 +643,7 @@ const char *cudaGetErrorString(cudaError_t e) {
 cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value) {
     if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
         /* an H100/H200 grants up to 227 KiB a block */
-        if (value < 0 || value > 227 * 1024) return cudaErrorInvalidValue;
+        if (value < 0 || (size_t)value > tcu_simt::kSmemOptin) return cudaErrorInvalidValue;
         tcu_simt::smem_attr[func] = value;
     }
     return cudaSuccess;

@@ -39,7 +39,10 @@
  *     refilling a buffer another warp still reads (a missing barrier), reads NaN;
  *   - a launch with more than 1024 threads, a grid past the hardware's limits, or more dynamic
  *     shared memory than cudaFuncSetAttribute allowed (48 KiB by default) fails as on a GPU:
- *     cudaGetLastError reports it and the kernel does not run;
+ *     cudaGetLastError reports it and the kernel does not run. A GPU also counts the kernel's
+ *     static __shared__ arrays: without the attribute, static + dynamic may not pass 48 KiB;
+ *     with it, static + the attribute may not pass 227 KiB. The emulator learns the static size
+ *     as a block's threads reach the declarations, so it stops the run there, naming both sizes;
  *   - a block may wait for another (a thread spinning on cuda_ptx.h's ld_acquire_gpu until the
  *     other's st_release_gpu: spin_wait_eq, which gives the OS thread away between loads and stops
  *     the run after 120 s): each OS thread runs its

@@ -177,6 +177,17 @@ __global__ void big_smem_kernel(int *out) {
     out[threadIdx.x] = dyn[(threadIdx.x + 1) % 64];
 }
 
+/* 1 KiB of static shared memory beside the dynamic part; Tag makes kernels of their own (the
+ * attribute is per kernel) */
+template <int Tag> __global__ void static_smem_kernel(int *out) {
+    __shared__ int st[256];
+    extern __shared__ __align__(16) unsigned char dyn[];
+    st[threadIdx.x] = (int)threadIdx.x;
+    dyn[threadIdx.x] = 1;
+    __syncthreads();
+    out[threadIdx.x] = st[(threadIdx.x + 1) % 64] + dyn[threadIdx.x];
+}
+
 /* runs fn in a child process (no core file); true when a signal killed it */
 template <class F> static bool child_killed(F fn) {
     const pid_t pid = fork();
@@ -216,7 +227,7 @@ template <class F> static bool child_fails_with(F fn, const char *want, std::str
 static float host_bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
 int main() {
-    tap_plan(15);
+    tap_plan(16);
 
     /* 1, 2: collectives */
     std::vector<int> out(64 * 8, -1);
@@ -368,5 +379,35 @@ int main() {
     });
     tap_ok(ok, "a read one byte past the 4096 bytes of dynamic shared memory a launch asked for "
            "faults (the child killed by a signal)");
+
+    /* 16: static + dynamic shared memory as a GPU counts them (kernels/cuda_layernorm.cu once
+     * failed its launch so at d_model ~ 6144: issue 22, item 2) */
+    std::vector<int> s64(64, -1);
+    static_smem_kernel<0><<<1, 64, 47 * 1024>>>(s64.data()); /* 1 + 47 KiB: the limit, allowed */
+    const cudaError_t at_limit = cudaGetLastError();
+    bad = 0;
+    for (int t = 0; t < 64; t++) bad += s64[t] != (t + 1) % 64 + 1;
+    std::string err2, err3;
+    const bool over = child_fails_with([] {
+        std::vector<int> x(64);
+        static_smem_kernel<1><<<1, 64, 47 * 1024 + 16>>>(x.data());
+    }, "1024 bytes of static __shared__ memory and 48144 of dynamic", &err2);
+    cudaFuncSetAttribute((const void *)static_smem_kernel<2>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024);
+    static_smem_kernel<2><<<1, 64, 47 * 1024 + 16>>>(s64.data());
+    const cudaError_t opted = cudaGetLastError();
+    const bool optin = child_fails_with([] {
+        std::vector<int> x(64);
+        cudaFuncSetAttribute((const void *)static_smem_kernel<3>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024);
+        static_smem_kernel<3><<<1, 64, 64>>>(x.data());
+    }, "a dynamic maximum of 232448", &err3);
+    tap_ok(at_limit == cudaSuccess && bad == 0 && over && opted == cudaSuccess && optin,
+           "1 KiB of static shared memory: with 47 KiB dynamic it runs (%s, %d wrong); 16 bytes "
+           "more stop the run naming both sizes; the attribute at 100 KiB lets them run (%s); the "
+           "attribute at 227 KiB stops it (static + maximum past 227 KiB)",
+           cudaGetErrorString(at_limit), bad, cudaGetErrorString(opted));
+    if (!over) tap_diag("stderr: %s", err2.c_str());
+    if (!optin) tap_diag("stderr: %s", err3.c_str());
     return tap_done();
 }
