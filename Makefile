@@ -253,6 +253,10 @@ $(BUILD)/obj/kernels/cuda_emu/%.o: CFLAGS += -Ikernels/cuda
 $(BUILD)/obj/kernels/cuda/%.o: CFLAGS += -fPIC
 $(BUILD)/obj/tests/unit/test_memtab.o: CFLAGS += -Ikernels/cuda
 $(BUILD)/tests/test_memtab: $(BUILD)/obj/kernels/cuda/tcu_memtab.o
+# so is the file of GEMM choices (TSR_GEMM_TUNE), which the emulators read as well
+TUNE_OBJ := $(BUILD)/obj/kernels/cuda/tcu_gemm_tune.o
+$(BUILD)/obj/tests/unit/test_gemm_tune.o: CFLAGS += -Ikernels/cuda
+$(BUILD)/tests/test_gemm_tune: $(TUNE_OBJ)
 $(BUILD)/obj/src/gpu/gpu_train_emu.o: src/gpu/gpu_train.c | deps
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -DTSR_GPU_BACKEND='"cuda-emulator"' -c $< -o $@
@@ -263,7 +267,7 @@ $(CUDA_TRAIN_SO): $(GPU_OBJ) $(BUILD)/obj/src/gpu/gpu_comm_nccl.o $(CUDA_LIB)
 # the emulator itself checked against the CPU oracle by the GPU op test (it is the instrument of
 # tests/gpu/test_cuda_train.sh): the same test program, linked to it instead of the CUDA library
 $(BUILD)/tests/test_gpu_ops_emu: $(BUILD)/obj/tests/gpu/test_gpu_ops.o $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o \
-                                 $(BUILD)/libtessera.a
+                                 $(TUNE_OBJ) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
 
@@ -298,14 +302,15 @@ $(BUILD)/tests/test_simt_selftest: $(BUILD)/obj/simt/simt_selftest.o $(BUILD)/ob
 	$(CXX) -o $@ $^ -lpthread
 $(BUILD)/obj/simt/simt_selftest.o: SIMT_CXXFLAGS += -Itests
 $(BUILD)/tests/test_gpu_ops_simt: $(BUILD)/obj/tests/gpu/test_gpu_ops_simt.o \
-                                  $(BUILD)/obj/kernels/cuda_emu/cuda_emu_simt.o $(SIMT_OBJ) $(BUILD)/libtessera.a
+                                  $(BUILD)/obj/kernels/cuda_emu/cuda_emu_simt.o $(SIMT_OBJ) $(TUNE_OBJ) \
+                                  $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CXX) $(filter-out -std=c11,$(CFLAGS)) -o $@ $^ $(ALL_LIBS)
 
 $(BUILD)/tests/tessera-train-cuemu: $(BUILD)/obj/src/train/train_main.o $(BUILD)/obj/src/gpu/gpu_model.o \
                 $(BUILD)/obj/src/gpu/gpu_shard.o $(BUILD)/obj/src/gpu/gpu_ep.o $(BUILD)/obj/src/gpu/gpu_train_emu.o $(BUILD)/obj/src/gpu/gpu_comm_mpi.o \
                 $(BUILD)/obj/src/gpu/gpu_profile.o \
-                $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o $(BUILD)/libtessera.a
+                $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o $(TUNE_OBJ) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
 

@@ -49,12 +49,14 @@
  *     GEMM, then the GELU backward kernel in place;
  *   - DEFAULT epilogue: exit naming the op, m/n/k and N/IC/OC.
  */
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
 
 #include "cuda_internal.h"
+#include "tcu_gemm_tune.h"
 
 /* ---- fixed-order kernels: bias gradient, fallback bias add ------------------------------- */
 
@@ -208,6 +210,20 @@ typedef struct lt_key {
 /* One key's cuBLASLt objects, built on its first call and kept: the matmul descriptor (compute
  * type, transposes, epilogue; the bias and aux pointers are set again on every call), the three
  * layouts, and the heuristic's algorithm (found = 0: none, an answer cached like the others). */
+/* where an entry's algorithm came from (TSR_GEMM_TUNE: tcu_matmul_tune_open) */
+typedef enum {
+    LT_SRC_HEURISTIC = 0, /* the heuristic's first answer (no tuning) */
+    LT_SRC_TIMED,         /* the fastest of the heuristic's first answers, timed now */
+    LT_SRC_SINGLE,        /* tuning, but the heuristic had one answer: nothing to time */
+    LT_SRC_FILE,          /* the file's choice, found among the heuristic's answers */
+    LT_SRC_UNMATCHED,     /* the file's choice is not among them: the first answer */
+    LT_SRC_UNTIMED,       /* no device memory for a copy of D (beta != 0): the first answer */
+    LT_SRC_COUNT
+} lt_src;
+static const char *const lt_src_name[] = {"heuristic", "timed", "single", "file", "unmatched",
+                                          "untimed"};
+static_assert(sizeof lt_src_name / sizeof lt_src_name[0] == LT_SRC_COUNT, "lt_src_name");
+
 typedef struct lt_entry {
     lt_key key;
     cublasLtMatmulDesc_t desc;
@@ -215,6 +231,9 @@ typedef struct lt_entry {
     int found;
     cublasStatus_t status; /* the heuristic's answer when !found, for the message */
     cublasLtMatmulAlgo_t algo;
+    lt_src src;
+    int pick, cands;        /* the algorithm's place among the heuristic's answers, their number */
+    double us, first_us;    /* tuning: its time and the first answer's (microseconds), or 0 */
 } lt_entry;
 
 #define LT_CACHE_SIZE 128
@@ -265,9 +284,127 @@ static lt_key lt_key_of(const lt_gemm *g, const tcu_context *ctx) {
 /* the split-K schemes the heuristic may pick (tcu_matmul_set_reduction), read when it is asked */
 static tcu_reduction lt_reduction = TCU_REDUCTION_COMPUTE;
 
+/* ---- TSR_GEMM_TUNE: the heuristic's first answers timed once, the choice kept in a file ---- */
+
+#define LT_TUNE_TOP 8  /* the heuristic's answers asked for and timed */
+#define LT_TUNE_RUNS 5 /* timed runs of each, after one untimed */
+static bool lt_tune_on;        /* tcu_matmul_tune_open succeeded; under lt_cache_mutex */
+static tcu_tune_table lt_tune; /* its choices: the file's, then those timed here */
+
+/* the file's key of an entry: lt_key without the device (the file names the GPU model), with the
+ * split-K rule (the answers the heuristic may give depend on it) */
+static void lt_tune_key(int64_t out[TCU_TUNE_KEY_N], const lt_key *k) {
+    const int64_t v[TCU_TUNE_KEY_N] = {
+        k->op,  k->epi, k->ta,  k->tb,  k->ab_type, k->cd_type, k->m,        k->n,
+        k->k,   k->lda, k->ldb, k->ldc, k->aux_ld,  k->align[AL_A], k->align[AL_B],
+        k->align[AL_C], k->align[AL_BIAS], k->align[AL_AUX], (int64_t)k->workspace_bytes,
+        (int64_t)lt_reduction};
+    memcpy(out, v, sizeof v);
+}
+
+static uint32_t algo_config(const cublasLtMatmulAlgo_t *algo,
+                            cublasLtMatmulAlgoConfigAttributes_t a, size_t bytes);
+
+/* an algorithm's configuration, in tcu_tune_cfg_names' order */
+static void lt_algo_cfg(int64_t out[TCU_TUNE_CFG_N], const cublasLtMatmulAlgo_t *a) {
+    out[0] = (int32_t)algo_config(a, CUBLASLT_ALGO_CONFIG_ID, sizeof(int32_t));
+    out[1] = algo_config(a, CUBLASLT_ALGO_CONFIG_TILE_ID, sizeof(uint32_t));
+    out[2] = algo_config(a, CUBLASLT_ALGO_CONFIG_STAGES_ID, sizeof(uint32_t));
+    out[3] = (int32_t)algo_config(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, sizeof(int32_t));
+    out[4] = algo_config(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, sizeof(uint32_t));
+    out[5] = algo_config(a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, sizeof(uint32_t));
+    out[6] = algo_config(a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, sizeof(uint32_t));
+    out[7] = (uint16_t)algo_config(a, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, sizeof(uint16_t));
+    out[8] = (uint16_t)algo_config(a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, sizeof(uint16_t));
+}
+
+/* One answer's time on g's own operands: one untimed run, then LT_TUNE_RUNS between two events;
+ * microseconds per run, or INFINITY when cuBLASLt refuses to run it. */
+static double lt_time_one(const lt_entry *e, const lt_gemm *g, const cublasLtMatmulAlgo_t *algo,
+                          const tcu_context *ctx, cudaStream_t st, cudaEvent_t ev[2]) {
+    const float alpha = g->alpha, beta = g->beta;
+    for (int r = 0; r <= LT_TUNE_RUNS; r++) {
+        if (r == 1) TCU_CHECK(cudaEventRecord(ev[0], st), g->what);
+        if (cublasLtMatmul(ctx->lt, e->desc, &alpha, g->a, e->la, g->b, e->lb, &beta, g->d,
+                           e->lcd, g->d, e->lcd, algo, ctx->lt_workspace,
+                           ctx->lt_workspace_bytes, st) != CUBLAS_STATUS_SUCCESS)
+            return INFINITY;
+    }
+    TCU_CHECK(cudaEventRecord(ev[1], st), g->what);
+    TCU_CHECK(cudaEventSynchronize(ev[1]), g->what);
+    float ms = 0.0f;
+    TCU_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]), g->what);
+    return 1000.0 * (double)ms / LT_TUNE_RUNS;
+}
+
+/* e's algorithm among the heuristic's `count` usable answers res (count >= 1): the file's choice
+ * when the file has e's key (found among the answers by its configuration), else the fastest by
+ * lt_time_one (ties: the heuristic's order), which is added to the table. The timed runs write
+ * g's outputs: D and the GELU aux are written again by the call that follows when beta = 0;
+ * with beta != 0 (D accumulates) D is copied aside first and back after. Synchronises the stream
+ * (a shape's first call only). */
+static void lt_tune_choose(lt_entry *e, const lt_gemm *g,
+                           const cublasLtMatmulHeuristicResult_t *res, int count,
+                           const tcu_context *ctx, cudaStream_t st) {
+    const char *what = g->what;
+    int64_t key[TCU_TUNE_KEY_N], cfg[TCU_TUNE_CFG_N];
+    lt_tune_key(key, &e->key);
+    e->algo = res[0].algo, e->pick = 0, e->cands = count;
+    const tcu_tune_entry *kept = tcu_tune_find(&lt_tune, key);
+    if (kept) {
+        e->src = LT_SRC_UNMATCHED;
+        for (int i = 0; i < count; i++) {
+            lt_algo_cfg(cfg, &res[i].algo);
+            if (memcmp(cfg, kept->cfg, sizeof cfg) != 0) continue;
+            e->algo = res[i].algo, e->pick = i, e->src = LT_SRC_FILE;
+            e->us = kept->us, e->first_us = kept->first_us;
+            break;
+        }
+        return;
+    }
+    if (count == 1) {
+        e->src = LT_SRC_SINGLE;
+    } else {
+        const size_t dbytes = (size_t)g->ldc * (size_t)g->n * (g->cd_type == CUDA_R_32F ? 4 : 2);
+        void *save = nullptr;
+        if (g->beta != 0.0f) {
+            save = tcu_try_malloc(dbytes);
+            if (!save) {
+                e->src = LT_SRC_UNTIMED;
+                return;
+            }
+            TCU_CHECK(cudaMemcpyAsync(save, g->d, dbytes, cudaMemcpyDeviceToDevice, st), what);
+        }
+        cudaEvent_t ev[2];
+        TCU_CHECK(cudaEventCreate(&ev[0]), what);
+        TCU_CHECK(cudaEventCreate(&ev[1]), what);
+        double best = INFINITY;
+        for (int i = 0; i < count; i++) {
+            const double us = lt_time_one(e, g, &res[i].algo, ctx, st, ev);
+            if (i == 0) e->first_us = us;
+            if (us < best) best = us, e->pick = i;
+        }
+        TCU_CHECK(cudaEventDestroy(ev[0]), what);
+        TCU_CHECK(cudaEventDestroy(ev[1]), what);
+        if (save) {
+            TCU_CHECK(cudaMemcpyAsync(g->d, save, dbytes, cudaMemcpyDeviceToDevice, st), what);
+            TCU_CHECK(cudaStreamSynchronize(st), what);
+            tcu_free(save);
+        }
+        e->algo = res[e->pick].algo, e->src = LT_SRC_TIMED, e->us = best;
+        if (!std::isfinite(e->first_us)) e->first_us = 0.0;
+    }
+    lt_algo_cfg(cfg, &e->algo);
+    if (tcu_tune_add(&lt_tune, key, cfg, e->us, e->first_us))
+        tcu_fail(what, "TSR_GEMM_TUNE: out of host memory for the table", __FILE__, __LINE__);
+}
+
 /* Asks the heuristic for the best algorithm of e under the workspace limit, the fp32-only split-K
- * rule and the actual pointer alignments; sets e->found, e->algo, e->status. */
-static void lt_heuristic(lt_entry *e, const char *what, const tcu_context *ctx) {
+ * rule and the actual pointer alignments; sets e->found, e->algo, e->status. With tuning on and
+ * a kept entry (tune), its first LT_TUNE_TOP answers go to lt_tune_choose. */
+static void lt_heuristic(lt_entry *e, const lt_gemm *g, const tcu_context *ctx, bool tune,
+                         cudaStream_t st) {
+    const char *what = g->what;
     const uint32_t *align = e->key.align;
     cublasLtMatmulPreference_t pref;
     TCU_CHECK_BLAS(cublasLtMatmulPreferenceCreate(&pref), what);
@@ -294,13 +431,14 @@ static void lt_heuristic(lt_entry *e, const char *what, const tcu_context *ctx) 
                        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align[AL_C],
                        sizeof align[AL_C]), what);
 
-    cublasLtMatmulHeuristicResult_t res;
-    memset(&res, 0, sizeof res);
+    cublasLtMatmulHeuristicResult_t res[LT_TUNE_TOP];
+    memset(res, 0, sizeof res);
     int count = 0;
     /* NOT_SUPPORTED (and, for some epilogue/shape pairs, INVALID_VALUE) is how the heuristic says
      * "no algorithm": an answer, not a failure; the caller falls back or exits naming the shape. */
     cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(ctx->lt, e->desc, e->la, e->lb, e->lcd,
-                                                           e->lcd, pref, 1, &res, &count);
+                                                           e->lcd, pref, tune ? LT_TUNE_TOP : 1,
+                                                           res, &count);
     TCU_CHECK_BLAS(cublasLtMatmulPreferenceDestroy(pref), what);
     e->found = 0;
     e->status = status;
@@ -309,18 +447,23 @@ static void lt_heuristic(lt_entry *e, const char *what, const tcu_context *ctx) 
             tcu_fail(what, cublasLtGetStatusString(status), __FILE__, __LINE__);
         return;
     }
-    if (count < 1 || res.state != CUBLAS_STATUS_SUCCESS || res.workspaceSize > ws) {
+    int usable = 0; /* the usable answers, in the heuristic's order */
+    for (int i = 0; i < count; i++)
+        if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= ws)
+            res[usable++] = res[i];
+    if (usable < 1) {
         e->status = CUBLAS_STATUS_NOT_SUPPORTED;
         return;
     }
-    e->algo = res.algo;
     e->found = 1;
+    e->algo = res[0].algo, e->pick = 0, e->cands = usable;
+    if (tune) lt_tune_choose(e, g, res, usable, ctx, st);
 }
 
 /* Builds e for g: the descriptor with g's fixed attributes, the layouts of the stored matrices
  * (before op: A is (m,k) or, transposed, (k,m)), then the heuristic's algorithm. */
 static void lt_entry_build(lt_entry *e, const lt_gemm *g, const lt_key *key,
-                           const tcu_context *ctx) {
+                           const tcu_context *ctx, bool tune, cudaStream_t st) {
     const char *what = g->what;
     memset(e, 0, sizeof *e);
     e->key = *key;
@@ -348,7 +491,7 @@ static void lt_entry_build(lt_entry *e, const lt_gemm *g, const lt_key *key,
     TCU_CHECK_BLAS(cublasLtMatrixLayoutCreate(&e->la, g->ab_type, a_rows, a_cols, g->lda), what);
     TCU_CHECK_BLAS(cublasLtMatrixLayoutCreate(&e->lb, g->ab_type, b_rows, b_cols, g->ldb), what);
     TCU_CHECK_BLAS(cublasLtMatrixLayoutCreate(&e->lcd, g->cd_type, g->m, g->n, g->ldc), what);
-    lt_heuristic(e, what, ctx);
+    lt_heuristic(e, g, ctx, tune, st);
 }
 
 static void lt_entry_destroy(lt_entry *e) {
@@ -377,7 +520,8 @@ static bool lt_matmul(const lt_gemm *g, tcu_stream s, bool allow_none) {
     const bool miss = e == nullptr, kept = miss && lt_cache_n < LT_CACHE_SIZE;
     if (miss) {
         e = kept ? &lt_cache[lt_cache_n++] : &once;
-        lt_entry_build(e, g, &key, ctx);
+        /* (a shape the full table cannot keep is never timed: it would be, every call) */
+        lt_entry_build(e, g, &key, ctx, kept && lt_tune_on, (cudaStream_t)s);
     }
     const int found = e->found;
     const cublasStatus_t status = e->status;
@@ -412,6 +556,45 @@ static void lt_cache_clear(void) { /* under lt_cache_mutex */
 void tcu_matmul_release(void) {
     std::lock_guard<std::mutex> lock(lt_cache_mutex);
     lt_cache_clear();
+    tcu_tune_release(&lt_tune);
+    lt_tune_on = false;
+}
+
+int tcu_matmul_tune_open(const char *path, char *err, size_t n) {
+    const tcu_context *ctx = tcu_context_get("tcu_matmul_tune_open");
+    cudaDeviceProp prop;
+    TCU_CHECK(cudaGetDeviceProperties(&prop, ctx->device), "tcu_matmul_tune_open");
+    std::lock_guard<std::mutex> lock(lt_cache_mutex);
+    lt_cache_clear(); /* the algorithms chosen without the file */
+    tcu_tune_release(&lt_tune);
+    lt_tune_on = false;
+    if (tcu_tune_load(&lt_tune, path, prop.name, (int64_t)cublasLtGetVersion(), err, n))
+        return -1;
+    lt_tune_on = true;
+    return 0;
+}
+
+void tcu_matmul_tune_stats(tcu_tune_stats *st) {
+    std::lock_guard<std::mutex> lock(lt_cache_mutex);
+    memset(st, 0, sizeof *st);
+    st->loaded = lt_tune.loaded;
+    st->added = lt_tune.n - lt_tune.loaded;
+    for (int i = 0; i < lt_cache_n; i++) {
+        const lt_entry *e = &lt_cache[i];
+        if (!e->found) continue;
+        st->timed += e->src == LT_SRC_TIMED;
+        st->single += e->src == LT_SRC_SINGLE;
+        st->from_file += e->src == LT_SRC_FILE;
+        st->unmatched += e->src == LT_SRC_UNMATCHED;
+        st->untimed += e->src == LT_SRC_UNTIMED;
+        if (e->src == LT_SRC_TIMED) st->saved_us += e->first_us - e->us;
+    }
+}
+
+int tcu_matmul_tune_save(const char *path, char *err, size_t n) {
+    std::lock_guard<std::mutex> lock(lt_cache_mutex);
+    if (!lt_tune_on || lt_tune.n == lt_tune.loaded) return 0;
+    return tcu_tune_save(&lt_tune, path, err, n) ? -1 : 1;
 }
 
 void tcu_matmul_set_reduction(tcu_reduction r) {
@@ -451,8 +634,9 @@ int tcu_matmul_report(FILE *f) {
     if (f) {
         fprintf(f, "cuBLASLt algorithms in use: %d shape(s) (TSR_GEMM_REDUCTION rule: %s)\n",
                 lt_cache_n, rule[lt_reduction]);
-        fprintf(f, "%-26s %-18s %4s %5s %5s %6s %7s %9s %7s %8s\n", "op", "m x n x k", "epi",
-                "algo", "tile", "stages", "split-K", "reduction", "swizzle", "custom");
+        fprintf(f, "%-26s %-18s %4s %5s %5s %6s %7s %9s %7s %8s  %s\n", "op", "m x n x k", "epi",
+                "algo", "tile", "stages", "split-K", "reduction", "swizzle", "custom",
+                "choice (TSR_GEMM_TUNE)");
     }
     for (int i = 0; i < lt_cache_n; i++) {
         const lt_entry *e = &lt_cache[i];
@@ -469,14 +653,19 @@ int tcu_matmul_report(FILE *f) {
         uint32_t splitk = algo_config(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, sizeof(int32_t));
         uint32_t scheme = algo_config(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, sizeof(uint32_t));
         if (splitk > 1) split++;
+        char choice[96] = "heuristic's first";
+        if (e->src != LT_SRC_HEURISTIC)
+            snprintf(choice, sizeof choice, "%s: answer %d of %d%s", lt_src_name[e->src],
+                     e->pick + 1, e->cands,
+                     e->us > 0 ? tcu_msg(", %.1f us (first %.1f us)", e->us, e->first_us) : "");
         if (f)
-            fprintf(f, "%-26s %-18s %4d %5d %5u %6u %7u %9s %7u %8u\n", lt_op_name[e->key.op],
+            fprintf(f, "%-26s %-18s %4d %5d %5u %6u %7u %9s %7u %8u  %s\n", lt_op_name[e->key.op],
                     shape, e->key.epi, (int32_t)algo_config(a, CUBLASLT_ALGO_CONFIG_ID, sizeof(int32_t)),
                     algo_config(a, CUBLASLT_ALGO_CONFIG_TILE_ID, sizeof(uint32_t)),
                     algo_config(a, CUBLASLT_ALGO_CONFIG_STAGES_ID, sizeof(uint32_t)),
                     splitk ? splitk : 1, splitk > 1 ? reduction_name(scheme) : "-",
                     algo_config(a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, sizeof(uint32_t)),
-                    algo_config(a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, sizeof(uint32_t)));
+                    algo_config(a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, sizeof(uint32_t)), choice);
     }
     if (f)
         fprintf(f, "cuBLASLt: %d shape(s), %d split-K, %d without an algorithm (rule %s)\n",

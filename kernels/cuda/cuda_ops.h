@@ -159,10 +159,36 @@ void tcu_matmul_backward(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16
  * A change forgets the algorithms chosen so far: set it before the first matmul, none in flight. */
 typedef enum { TCU_REDUCTION_COMPUTE, TCU_REDUCTION_NONE, TCU_REDUCTION_ANY } tcu_reduction;
 void tcu_matmul_set_reduction(tcu_reduction r);
+/* TSR_GEMM_TUNE (issue 25, item 4; docs/cuda.md, "GEMM choice"): after tcu_init, reads path's
+ * GEMM choices (kernels/cuda/tcu_gemm_tune.h; a missing file is an empty one) and forgets the
+ * algorithms chosen so far. From then on a shape's first call runs the file's algorithm when the
+ * file has its key, else times the heuristic's first 8 usable answers on the call's own operands
+ * (one untimed run and 5 timed runs each; the stream synchronised once) and keeps the fastest,
+ * adding it to the table; the call then runs as before. A choice from the file gives the same
+ * bits as the run that made it; a choice by the clock may differ from one run to the next until
+ * it is in the file. 0, or -1 with err (n bytes) naming the file and line: another GPU model or
+ * cuBLASLt version, a malformed line (tuning is then off). The emulator has no cuBLASLt: it reads
+ * and checks the file (device "tessera CUDA emulator (host memory)", version 0) and adds
+ * nothing. */
+int tcu_matmul_tune_open(const char *path, char *err, size_t n);
+typedef struct tcu_tune_stats {
+    int loaded;    /* entries the file had */
+    int added;     /* entries added since (timed or single), which tcu_matmul_tune_save writes */
+    int timed, single, from_file; /* the cached shapes: timed here, one answer only, from the file */
+    int unmatched; /* the file's algorithm not among the heuristic's answers: its first ran */
+    int untimed;   /* no device memory for the copy of an accumulated D: its first ran */
+    double saved_us; /* over the timed shapes: the first answer's time less the choice's, per call */
+} tcu_tune_stats;
+void tcu_matmul_tune_stats(tcu_tune_stats *st);
+/* Writes the table to path (tcu_gemm_tune.h: a temporary file, then rename) when entries were
+ * added since tcu_matmul_tune_open: 1 written, 0 nothing to write (tuning off, or nothing new),
+ * -1 with err (the old file untouched). Call it before tcu_shutdown, which forgets the table. */
+int tcu_matmul_tune_save(const char *path, char *err, size_t n);
 /* The algorithms the matmuls run (the cache of cuBLASLt's heuristic answers, one per shape, op,
  * epilogue and alignment): to f, when not NULL, a header, one line per shape (op, m x n x k,
  * epilogue, algorithm id, tile, stages, split-K count and reduction scheme, CTA swizzle, custom
- * option; "none" where the heuristic had no answer) and a last line "cuBLASLt: S shape(s), K
+ * option, where the choice came from: TSR_GEMM_TUNE's timing or file, with the times; "none"
+ * where the heuristic had no answer) and a last line "cuBLASLt: S shape(s), K
  * split-K, N without an algorithm (rule R)". Returns K, the shapes whose algorithm splits K. The
  * emulator has no cuBLASLt: it says so and returns 0. */
 int tcu_matmul_report(FILE *f);

@@ -38,6 +38,7 @@
 #include <time.h>
 
 #include "cuda_ops.h"
+#include "tcu_gemm_tune.h"
 #include "ops.h"
 
 #define EMU_ALIGN 256                     /* device pointer alignment; header room */
@@ -815,6 +816,28 @@ void tcu_matmul_backward(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16
 void tcu_matmul_set_reduction(tcu_reduction r) {
     REQUIRE(r == TCU_REDUCTION_COMPUTE || r == TCU_REDUCTION_NONE || r == TCU_REDUCTION_ANY,
             "tcu_matmul_set_reduction", "%d is not a tcu_reduction", (int)r);
+}
+
+/* TSR_GEMM_TUNE: the file read and checked as on a GPU (the emulator's device name, cuBLASLt
+ * version 0); with one way for every matmul nothing is ever timed or added */
+static tcu_tune_table emu_tune;
+
+int tcu_matmul_tune_open(const char *path, char *err, size_t n) {
+    need_context("tcu_matmul_tune_open");
+    char dev[128];
+    tcu_device_info(dev, sizeof dev, NULL, NULL, NULL);
+    tcu_tune_release(&emu_tune);
+    return tcu_tune_load(&emu_tune, path, dev, 0, err, n);
+}
+
+void tcu_matmul_tune_stats(tcu_tune_stats *st) {
+    memset(st, 0, sizeof *st);
+    st->loaded = emu_tune.loaded;
+}
+
+int tcu_matmul_tune_save(const char *path, char *err, size_t n) {
+    (void)path, (void)err, (void)n;
+    return 0;
 }
 
 int tcu_matmul_report(FILE *f) {

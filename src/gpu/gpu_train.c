@@ -372,6 +372,90 @@ static int att_warp_rows(const tsr_dist *d, int *rows) {
     return 0;
 }
 
+/* TSR_GEMM_TUNE (issue 25 item 4): the file of GEMM choices (tcu_matmul_tune_open), or "" when
+ * unset or empty (the heuristic's first answers). Every rank must name the same file. */
+static char gemm_tune[4096];
+
+static int gemm_tune_switch(const tsr_dist *d) {
+    const char *v = getenv("TSR_GEMM_TUNE");
+    int too_long = v && strlen(v) >= sizeof gemm_tune;
+    snprintf(gemm_tune, sizeof gemm_tune, "%s", v && !too_long ? v : "");
+    uint32_t h = 2166136261u; /* FNV-1a of the value: the ranks compare it */
+    for (const char *p = gemm_tune; *p; p++) h = (h ^ (uint8_t)*p) * 16777619u;
+    double hv[2] = {(double)h + too_long * 4294967296.0, -((double)h + too_long * 4294967296.0)};
+    dist_allreduce_max_f64(hv, 2);
+    if (hv[0] != -hv[1] || too_long) {
+        if (d->rank == 0 && too_long)
+            tsr_error("environment TSR_GEMM_TUNE: a path of %zu bytes or more on some rank: "
+                      "expected a file name (docs/cuda.md)", sizeof gemm_tune);
+        else if (d->rank == 0)
+            tsr_error("environment TSR_GEMM_TUNE: the ranks name different files (rank 0 "
+                      "\"%s\"): expected the same value on every rank, one file on a shared file "
+                      "system (docs/cuda.md)", gemm_tune);
+        return TSR_EXIT_USAGE;
+    }
+    if (gemm_tune[0] && d->rank == 0)
+        tsr_warn("environment TSR_GEMM_TUNE = \"%s\": each GEMM shape runs the file's algorithm, "
+                 "or the fastest of cuBLASLt's first 8 answers, timed on its first call and "
+                 "written to the file at the end (rank 0); a run whose shapes are all in the "
+                 "file repeats its bits (docs/cuda.md)", gemm_tune);
+    return 0;
+}
+
+/* After tcu_init, before the first matmul: every rank reads the file of GEMM choices; the first
+ * rank that cannot is named by rank 0 with its reason, and the ranks must have read as many
+ * entries (the same file). Collective. */
+static int gemm_tune_open(const tsr_dist *d) {
+    if (!gemm_tune[0]) return 0;
+    char err[1024] = "";
+    int bad = tcu_matmul_tune_open(gemm_tune, err, sizeof err) ? d->rank : INT_MAX;
+    dist_allreduce_min_int(&bad, 1);
+    if (bad != INT_MAX) {
+        dist_bcast(err, sizeof err, bad);
+        if (d->rank == 0)
+            tsr_error("environment TSR_GEMM_TUNE: rank %d: %s (docs/cuda.md)", bad, err);
+        return TSR_EXIT_USAGE;
+    }
+    tcu_tune_stats st;
+    tcu_matmul_tune_stats(&st);
+    double n[2] = {st.loaded, -st.loaded};
+    dist_allreduce_max_f64(n, 2);
+    if (n[0] != -n[1]) {
+        if (d->rank == 0)
+            tsr_error("environment TSR_GEMM_TUNE = \"%s\": the ranks read different files "
+                      "(%.0f to %.0f entries): expected one file on a shared file system "
+                      "(docs/cuda.md)", gemm_tune, -n[1], n[0]);
+        return TSR_EXIT_USAGE;
+    }
+    if (d->rank == 0)
+        printf("TSR_GEMM_TUNE: %d GEMM choice(s) read from %s\n", st.loaded, gemm_tune);
+    return 0;
+}
+
+/* At the end, before tcu_shutdown: rank 0 writes the choices timed in this run into the file
+ * and says what tuning did; a file that cannot be written is a warning (the run's own outputs
+ * are complete). */
+static void gemm_tune_close(const tsr_dist *d) {
+    if (!gemm_tune[0] || d->rank != 0) return;
+    tcu_tune_stats st;
+    tcu_matmul_tune_stats(&st);
+    char err[1024] = "", wrote[64];
+    int w = tcu_matmul_tune_save(gemm_tune, err, sizeof err);
+    snprintf(wrote, sizeof wrote, "%d new choice(s) written to the file", st.added);
+    printf("TSR_GEMM_TUNE: %d shape(s) from the file, %d timed (%.1f us faster than cuBLASLt's "
+           "first answers over one call of each), %d with one answer; %d not matched by the "
+           "heuristic's answers, %d untimed (no memory for a copy); %s\n",
+           st.from_file, st.timed, st.saved_us, st.single, st.unmatched, st.untimed,
+           w == 1 ? wrote : w == 0 ? "the file unchanged" : "the file NOT written");
+    if (w < 0) tsr_warn("TSR_GEMM_TUNE: %s", err);
+    if (st.unmatched)
+        tsr_warn("TSR_GEMM_TUNE = \"%s\": %d shape(s) ran cuBLASLt's first answer because the "
+                 "file's algorithm was not among its answers (another split-K rule, workspace or "
+                 "cuBLASLt build?): not the bits of the run that made the file", gemm_tune,
+                 st.unmatched);
+    fflush(stdout);
+}
+
 /* The measurement switches of the environment (issue 25, docs/cuda.md), read and set before the
  * device memory plan is sized (the attention's scratch depends on TSR_ATT_WARP_ROWS and
  * TSR_ATT_DQ_FUSED) and before anything runs; no device is touched, so --plan reads them too.
@@ -395,6 +479,7 @@ static int lib_switches(const gpu_train_ctx *c) {
                        "softmax + cross-entropy keeps each row in registers where Vp <= 57344 "
                        "(the same bits)",
                        &resident));
+    TSR_CHECK(gemm_tune_switch(c->dist));
     tcu_matmul_set_reduction(reduction);
     tcu_attention_set_warp_rows(att_rows);
     tcu_attention_set_dq_fused(dq_fused);
@@ -413,6 +498,7 @@ static int lib_init(gpu_train_ctx *c) {
     gt->device = c->dist->local_rank % count;
     tcu_set_fail_hook(dist_abort); /* a CUDA failure on one rank stops them all */
     tcu_init(gt->device);
+    TSR_CHECK(gemm_tune_open(c->dist));
     TSR_CHECK(check_memory(c, gt->device));
     gt->s = tcu_stream_create();
     gt->losses = tcu_malloc(losses_bytes(c), "the step's losses");
@@ -787,6 +873,7 @@ static void lib_free(gpu_train_ctx *c) {
     if (gt->moe_stage) tcu_free(gt->moe_stage);
     free(gt->moe_stage_host);
     tcu_stream_destroy(gt->s);
+    gemm_tune_close(c->dist);
     tcu_shutdown();
     free(gt->n_slices);
     free(gt->off);

@@ -26,6 +26,9 @@
 #  - --plan with the CUDA library (no GPU) counts TSR_ATT_DQ_FUSED=1's scratch and refuses a bad value;
 #  - TSR_GEMM_REDUCTION (the split-K measurement switch): a bad value refused at start, none runs;
 #    ranks that disagree on it (2 ranks) all stop at start, rank 0 naming the other;
+#  - TSR_GEMM_TUNE (the file of GEMM choices): read and checked at start (a malformed line, another
+#    GPU's file, ranks naming different files refused); on a GPU, a run that times writes the file
+#    and a second run reading it has the first's bits;
 #  - TSR_ATT_WARP_ROWS (32 rows a warp in the attention kernels): a bad value refused at start, 32
 #    said; on a GPU, GPT-2 (hs 32) and Llama (hs 64) runs with it within the tolerance of the CPU,
 #    the same bits twice; TSR_XENT_RESIDENT=1 (softmax + cross-entropy with the row in registers):
@@ -41,7 +44,7 @@ source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
 PER=22
-tap_plan $((2 * PER + 18))
+tap_plan $((2 * PER + 21))
 make_synth "$TMP/data" 512 80000
 
 tiny_args "$TMP/data/train"
@@ -284,7 +287,7 @@ suite() {
 # the CPU than the issue's 0.5% (measured: loss up to 4.3e-5, norm up to 3.8e-3 on the 3-rank
 # runs, whose batches are smallest): its loss tolerance is tight enough that a dropped gradient
 # term (wpe's: loss 9e-4 off) fails. The GPU gets the issue's 0.5% on the loss, 5% on the norm.
-if emulator_half $((PER + 9)); then
+if emulator_half $((PER + 11)); then
     GPUS=$((MPI_OK ? 8 : 1)) # the emulator's devices (one rank each), as many as MPI can start
     # Its allocator holds exactly what the plan counts (no cuBLASLt workspace, no scratch): no slack.
     suite "$BUILD/tests/tessera-train-cuemu" emulator 3e-4 5e-3 0
@@ -419,6 +422,36 @@ PY
         grep -q 'TSR_NORM_HOLD = "1": the LayerNorm and RMSNorm backwards keep each row in registers' "$TMP/ar_32.txt"
     tap_check $? "emulator: TSR_NORM_HOLD=2 refused at start naming the variable, no run_dir (exit $rc, want 1); =1 said at start"
 
+    # TSR_GEMM_TUNE, issue 25 item 4's file of GEMM choices (docs/cuda.md): the emulator has no
+    # cuBLASLt, so it reads and checks the file as a GPU run does and never adds to it. A missing
+    # file: said, runs with the default's bits, not created; a file of the emulator's device with
+    # one entry: read (1 choice); a malformed line and another GPU model's file: refused at
+    # start naming rank 0, the file, the line and what was wrong, no run_dir, the file as it was
+    tune_head=$'# made by the test\ndevice tessera CUDA emulator (host memory)\ncublaslt 0\n'
+    tune_entry="0 0 1 0 14 14 64 32 64 64 64 64 0 256 256 256 256 256 33554432 0 66 18 9 1 0 0 0 0 0 12.500 14.000"
+    TSR_GEMM_TUNE="$TMP/tune_none.txt" run "$BUILD/tests/tessera-train-cuemu" 1 tu_none --set device=cuda --set max_duration=3ba &&
+        grep -q 'environment TSR_GEMM_TUNE = "'"$TMP"'/tune_none.txt": each GEMM shape runs the file' "$TMP/tu_none.txt" &&
+        grep -q "TSR_GEMM_TUNE: 0 GEMM choice(s) read from $TMP/tune_none.txt" "$TMP/tu_none.txt" &&
+        grep -q 'TSR_GEMM_TUNE: 0 shape(s) from the file, 0 timed .*; the file unchanged' "$TMP/tu_none.txt" &&
+        [[ ! -e $TMP/tune_none.txt ]] &&
+        final_lines "$TMP/tu_none/metrics.jsonl" | cmp -s - "$TMP/gr_def.loss" &&
+        printf '%s%s\n' "$tune_head" "$tune_entry" >"$TMP/tune_one.txt" &&
+        TSR_GEMM_TUNE="$TMP/tune_one.txt" run "$BUILD/tests/tessera-train-cuemu" 1 tu_one --set device=cuda --set max_duration=1ba &&
+        grep -q "TSR_GEMM_TUNE: 1 GEMM choice(s) read from $TMP/tune_one.txt" "$TMP/tu_one.txt"
+    ok=$?
+    printf '%s%s 7\n' "$tune_head" "$tune_entry" >"$TMP/tune_bad.txt"
+    cp "$TMP/tune_bad.txt" "$TMP/tune_bad.orig"
+    TSR_GEMM_TUNE="$TMP/tune_bad.txt" run "$BUILD/tests/tessera-train-cuemu" 1 tu_bad --set device=cuda
+    rc=$?
+    printf 'device NVIDIA H200\ncublaslt 130100\n%s\n' "$tune_entry" >"$TMP/tune_h200.txt"
+    TSR_GEMM_TUNE="$TMP/tune_h200.txt" run "$BUILD/tests/tessera-train-cuemu" 1 tu_dev --set device=cuda
+    rc2=$?
+    ((ok == 0 && rc == 1 && rc2 == 1)) && [[ ! -e $TMP/tu_bad && ! -e $TMP/tu_dev ]] &&
+        grep -q "TSR_GEMM_TUNE: rank 0: $TMP/tune_bad.txt:4: more than 31 fields (\"7\" after the last)" "$TMP/tu_bad.txt" &&
+        cmp -s "$TMP/tune_bad.txt" "$TMP/tune_bad.orig" &&
+        grep -q "tune_h200.txt:1: made on device \"NVIDIA H200\", this is \"tessera CUDA emulator (host memory)\"" "$TMP/tu_dev.txt"
+    tap_check $? "emulator: TSR_GEMM_TUNE with a missing file said, 3 steps with the default's bits, the file not created; a file of one entry read; a malformed line and an H200's file refused at start naming the file and line, no run_dir, the file unchanged (exit $rc, $rc2; want 1, 1)"
+
     # each rank reads its own environment: rank 0 unset, rank 1 none, then rank 1 a bad value;
     # both runs stop together at start (exit 1, no rank left waiting: the test's timeout would
     # end it), rank 0 naming rank 1 and both values, no run_dir
@@ -437,8 +470,18 @@ PY
             grep -q 'TSR_GEMM_REDUCTION: rank 1 has "none", rank 0 "compute" (unset): expected compute (the default), none or any, the same on every rank' "$TMP/gr_mix.txt" &&
             grep -q 'TSR_GEMM_REDUCTION: rank 1 has another value, rank 0 "compute" (unset)' "$TMP/gr_mixbad.txt"
         tap_check $? "emulator, 2 ranks: TSR_GEMM_REDUCTION unset on rank 0, none (then often) on rank 1: both stop at start together naming rank 1 (exit $rc, $rc2; want 1, 1), no run_dir"
+        # TSR_GEMM_TUNE naming another file on rank 1: both stop at start
+        timeout 120 "${MPIRUN[@]}" -np 1 env TSR_GEMM_TUNE="$TMP/tune_one.txt" "$BUILD/tests/tessera-train-cuemu" \
+            "${base[@]}" --set run_dir="$TMP/tu_mix" --set device=cuda : -np 1 env TSR_GEMM_TUNE="$TMP/tune_two.txt" \
+            "$BUILD/tests/tessera-train-cuemu" "${base[@]}" --set run_dir="$TMP/tu_mix" --set device=cuda \
+            >"$TMP/tu_mix.txt" 2>&1
+        rc=$?
+        ((rc == 1)) && [[ ! -e $TMP/tu_mix ]] &&
+            grep -q "TSR_GEMM_TUNE: the ranks name different files (rank 0 \"$TMP/tune_one.txt\")" "$TMP/tu_mix.txt"
+        tap_check $? "emulator, 2 ranks: TSR_GEMM_TUNE naming another file on rank 1: both stop at start, rank 0 saying so (exit $rc, want 1), no run_dir"
     else
         tap_skip "emulator, 2 ranks: TSR_GEMM_REDUCTION differing between ranks" "no MPI"
+        tap_skip "emulator, 2 ranks: TSR_GEMM_TUNE differing between ranks" "no MPI"
     fi
     emulator_half_end
 fi
@@ -487,6 +530,20 @@ if [[ -z $why ]]; then
         final_lines "$TMP/cuda.llama/metrics.jsonl" >"$TMP/cuda.llama.det" &&
         final_lines "$TMP/cuda.nhl/metrics.jsonl" | cmp -s - "$TMP/cuda.llama.det"
     tap_check $? "cuda: TSR_NORM_HOLD=1 (rows in registers): GPT-2's (LayerNorm) and Llama's (RMSNorm) 20 steps the same bits as the default's"
+    # GEMM choices by the clock, kept in a file (TSR_GEMM_TUNE, issue 25 item 4): a first run
+    # times its shapes and writes a choice for each at the end; a second reads them all, times
+    # none, and has the first's bits (the first ran each chosen algorithm from its first call)
+    d="" n=0
+    rm -f "$TMP/tune_gpu.txt"
+    TSR_GEMM_TUNE="$TMP/tune_gpu.txt" run "$TRAIN" 1 cuda.tu1 --set device=cuda &&
+        d=$(close cpu_gpt2 cuda.tu1 1) && n=$(grep -c '^[0-9]' "$TMP/tune_gpu.txt") && ((n > 0)) &&
+        grep -q "TSR_GEMM_TUNE: 0 shape(s) from the file, .*; $n new choice(s) written to the file" "$TMP/cuda.tu1.txt" &&
+        TSR_GEMM_TUNE="$TMP/tune_gpu.txt" run "$TRAIN" 1 cuda.tu2 --set device=cuda &&
+        grep -q "TSR_GEMM_TUNE: $n GEMM choice(s) read from $TMP/tune_gpu.txt" "$TMP/cuda.tu2.txt" &&
+        grep -q "TSR_GEMM_TUNE: $n shape(s) from the file, 0 timed .* 0 not matched .*; the file unchanged" "$TMP/cuda.tu2.txt" &&
+        final_lines "$TMP/cuda.tu1/metrics.jsonl" >"$TMP/cuda.tu1.det" &&
+        final_lines "$TMP/cuda.tu2/metrics.jsonl" | cmp -s - "$TMP/cuda.tu1.det"
+    tap_check $? "cuda: TSR_GEMM_TUNE: a first run times its GEMM shapes (within 5e-3 of the CPU: $d) and writes $n choices; a second reads them all, times none, the same bits"
 else
     # without a GPU the real library still loads (dlopen, the trainer's symbols from the
     # executable, cuBLASLt) and says there is no device
@@ -495,5 +552,6 @@ else
     _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda: TSR_XENT_RESIDENT=1 gives the default's bits # SKIP $why"
     _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda: TSR_ATT_DQ_FUSED=1 gives the default's bits # SKIP $why"
     _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda: TSR_NORM_HOLD=1 gives the default's bits # SKIP $why"
+    _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda: TSR_GEMM_TUNE's file repeats a run's bits # SKIP $why"
 fi
 tap_done

@@ -1,0 +1,237 @@
+/* tcu_gemm_tune.c — the GEMM algorithm choices kept in a file (tcu_gemm_tune.h). */
+#include "tcu_gemm_tune.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+const char *const tcu_tune_key_names[TCU_TUNE_KEY_N] = {
+    "op", "epi", "ta", "tb", "ab", "cd", "m", "n", "k", "lda", "ldb", "ldc", "aux_ld",
+    "al_a", "al_b", "al_c", "al_bias", "al_aux", "ws", "rule"};
+const char *const tcu_tune_cfg_names[TCU_TUNE_CFG_N] = {
+    "algo", "tile", "stages", "splitk", "red", "swizzle", "custom", "inner", "cluster"};
+
+static void say(char *err, size_t n, const char *fmt, ...) {
+    if (!err || !n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+}
+
+static int key_equal(const int64_t *a, const int64_t *b) {
+    return memcmp(a, b, TCU_TUNE_KEY_N * sizeof *a) == 0;
+}
+
+const tcu_tune_entry *tcu_tune_find(const tcu_tune_table *t, const int64_t key[TCU_TUNE_KEY_N]) {
+    for (int i = 0; i < t->n; i++)
+        if (key_equal(t->e[i].key, key)) return &t->e[i];
+    return NULL;
+}
+
+int tcu_tune_add(tcu_tune_table *t, const int64_t key[TCU_TUNE_KEY_N],
+                 const int64_t cfg[TCU_TUNE_CFG_N], double us, double first_us) {
+    tcu_tune_entry *e = (tcu_tune_entry *)tcu_tune_find(t, key);
+    if (!e) {
+        if (t->n == t->cap) {
+            int cap = t->cap ? 2 * t->cap : 64;
+            tcu_tune_entry *g = realloc(t->e, (size_t)cap * sizeof *g);
+            if (!g) return -1;
+            t->e = g, t->cap = cap;
+        }
+        e = &t->e[t->n++];
+        memcpy(e->key, key, sizeof e->key);
+    }
+    memcpy(e->cfg, cfg, sizeof e->cfg);
+    e->us = us, e->first_us = first_us;
+    return 0;
+}
+
+void tcu_tune_release(tcu_tune_table *t) {
+    free(t->e);
+    t->e = NULL;
+    t->n = t->cap = t->loaded = 0;
+}
+
+/* the line without its end-of-line and trailing blanks */
+static void chomp(char *s) {
+    size_t l = strlen(s);
+    while (l && (s[l - 1] == '\n' || s[l - 1] == '\r' || s[l - 1] == ' ' || s[l - 1] == '\t'))
+        s[--l] = 0;
+}
+
+/* one entry line: 20 + 9 integers, two times; 0 or -1 with err */
+static int parse_entry(const char *line, tcu_tune_entry *e, const char *path, int ln, char *err,
+                       size_t n) {
+    const char *p = line;
+    const int ints = TCU_TUNE_KEY_N + TCU_TUNE_CFG_N, total = ints + 2;
+    for (int f = 0; f < total; f++) {
+        while (*p == ' ' || *p == '\t') p++;
+        const char *name = f < TCU_TUNE_KEY_N ? tcu_tune_key_names[f]
+                           : f < ints         ? tcu_tune_cfg_names[f - TCU_TUNE_KEY_N]
+                           : f == ints        ? "us"
+                                              : "first_us";
+        if (!*p) {
+            say(err, n, "%s:%d: %d fields, expected %d (%d key fields, %d of the algorithm, two "
+                "times): field %d (%s) is missing", path, ln, f, total, TCU_TUNE_KEY_N,
+                TCU_TUNE_CFG_N, f + 1, name);
+            return -1;
+        }
+        char *end;
+        errno = 0;
+        if (f < ints) {
+            long long v = strtoll(p, &end, 10);
+            if (end == p || errno || (*end && *end != ' ' && *end != '\t')) {
+                say(err, n, "%s:%d: field %d (%s) is \"%.*s\": expected an integer", path, ln,
+                    f + 1, name, (int)strcspn(p, " \t"), p);
+                return -1;
+            }
+            if (f < TCU_TUNE_KEY_N) e->key[f] = v;
+            else e->cfg[f - TCU_TUNE_KEY_N] = v;
+        } else {
+            double v = strtod(p, &end);
+            if (end == p || errno || (*end && *end != ' ' && *end != '\t') || !(v >= 0.0)) {
+                say(err, n, "%s:%d: field %d (%s) is \"%.*s\": expected a time in microseconds "
+                    "(a number >= 0)", path, ln, f + 1, name, (int)strcspn(p, " \t"), p);
+                return -1;
+            }
+            if (f == ints) e->us = v;
+            else e->first_us = v;
+        }
+        p = end;
+    }
+    while (*p == ' ' || *p == '\t') p++;
+    if (*p) {
+        say(err, n, "%s:%d: more than %d fields (\"%s\" after the last)", path, ln, total, p);
+        return -1;
+    }
+    return 0;
+}
+
+int tcu_tune_load(tcu_tune_table *t, const char *path, const char *device, int64_t lt_version,
+                  char *err, size_t n) {
+    memset(t, 0, sizeof *t);
+    snprintf(t->device, sizeof t->device, "%s", device);
+    t->lt_version = lt_version;
+    FILE *f = fopen(path, "r");
+    if (!f && errno == ENOENT) return 0;
+    if (!f) {
+        say(err, n, "%s: cannot read it: %s", path, strerror(errno));
+        return -1;
+    }
+    char line[1024];
+    int ln = 0, have_dev = 0, have_ver = 0, rc = 0;
+    while (rc == 0 && fgets(line, sizeof line, f)) {
+        ln++;
+        if (!strchr(line, '\n') && !feof(f)) {
+            say(err, n, "%s:%d: a line longer than %zu bytes", path, ln, sizeof line - 2);
+            rc = -1;
+            break;
+        }
+        chomp(line);
+        const char *s = line;
+        while (*s == ' ' || *s == '\t') s++;
+        if (!*s || *s == '#') continue;
+        if (strncmp(s, "device ", 7) == 0) {
+            if (strcmp(s + 7, device) != 0) {
+                say(err, n, "%s:%d: made on device \"%s\", this is \"%s\": its algorithms may "
+                    "not exist here (one file per GPU model)", path, ln, s + 7, device);
+                rc = -1;
+            }
+            have_dev = 1;
+            continue;
+        }
+        if (strncmp(s, "cublaslt ", 9) == 0) {
+            char *end;
+            long long v = strtoll(s + 9, &end, 10);
+            if (end == s + 9 || *end) {
+                say(err, n, "%s:%d: \"%s\": expected cublaslt and an integer version", path, ln,
+                    s);
+                rc = -1;
+            } else if (v != lt_version) {
+                say(err, n, "%s:%d: made with cuBLASLt %lld, this is %" PRId64 ": its "
+                    "algorithms may differ (tune again into another file)", path, ln, v,
+                    lt_version);
+                rc = -1;
+            }
+            have_ver = 1;
+            continue;
+        }
+        if (!have_dev || !have_ver) {
+            say(err, n, "%s:%d: an entry before the \"device\" and \"cublaslt\" lines: not a "
+                "TSR_GEMM_TUNE file", path, ln);
+            rc = -1;
+            break;
+        }
+        tcu_tune_entry e;
+        if (parse_entry(s, &e, path, ln, err, n)) {
+            rc = -1;
+            break;
+        }
+        if (tcu_tune_find(t, e.key)) {
+            say(err, n, "%s:%d: the same GEMM key as an earlier line", path, ln);
+            rc = -1;
+            break;
+        }
+        if (tcu_tune_add(t, e.key, e.cfg, e.us, e.first_us)) {
+            say(err, n, "%s: out of host memory at line %d", path, ln);
+            rc = -1;
+        }
+    }
+    if (rc == 0 && ferror(f)) {
+        say(err, n, "%s: read error: %s", path, strerror(errno));
+        rc = -1;
+    }
+    fclose(f);
+    if (rc == 0 && ln > 0 && (!have_dev || !have_ver)) {
+        say(err, n, "%s: no \"%s\" line: not a TSR_GEMM_TUNE file", path,
+            have_dev ? "cublaslt" : "device");
+        rc = -1;
+    }
+    if (rc) {
+        tcu_tune_release(t);
+        return -1;
+    }
+    t->loaded = t->n;
+    return 0;
+}
+
+int tcu_tune_save(const tcu_tune_table *t, const char *path, char *err, size_t n) {
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
+        say(err, n, "%s: path too long", path);
+        return -1;
+    }
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        say(err, n, "%s: cannot write %s: %s", path, tmp, strerror(errno));
+        return -1;
+    }
+    fprintf(f, "# tessera GEMM choices (TSR_GEMM_TUNE); docs/cuda.md, \"GEMM choice\"\n");
+    fprintf(f, "device %s\ncublaslt %" PRId64 "\n#", t->device, t->lt_version);
+    for (int i = 0; i < TCU_TUNE_KEY_N; i++) fprintf(f, " %s", tcu_tune_key_names[i]);
+    for (int i = 0; i < TCU_TUNE_CFG_N; i++) fprintf(f, " %s", tcu_tune_cfg_names[i]);
+    fprintf(f, " us first_us\n");
+    for (int i = 0; i < t->n; i++) {
+        const tcu_tune_entry *e = &t->e[i];
+        for (int k = 0; k < TCU_TUNE_KEY_N; k++) fprintf(f, "%s%" PRId64, k ? " " : "", e->key[k]);
+        for (int k = 0; k < TCU_TUNE_CFG_N; k++) fprintf(f, " %" PRId64, e->cfg[k]);
+        fprintf(f, " %.3f %.3f\n", e->us, e->first_us);
+    }
+    int bad = ferror(f);
+    int saved = errno;
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0) bad = 1, saved = errno;
+    if (fclose(f) != 0 && !bad) bad = 1, saved = errno;
+    if (bad || rename(tmp, path) != 0) {
+        if (!bad) saved = errno;
+        unlink(tmp);
+        say(err, n, "%s: cannot write it: %s (the old file, if any, is unchanged)", path,
+            strerror(saved));
+        return -1;
+    }
+    return 0;
+}
