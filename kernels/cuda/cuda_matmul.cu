@@ -54,6 +54,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <utility>
 
 #include "cuda_internal.h"
 #include "tcu_gemm_tune.h"
@@ -217,11 +218,13 @@ typedef enum {
     LT_SRC_SINGLE,        /* tuning, but the heuristic had one answer: nothing to time */
     LT_SRC_FILE,          /* the file's choice, found among the heuristic's answers */
     LT_SRC_UNMATCHED,     /* the file's choice is not among them: the first answer */
-    LT_SRC_UNTIMED,       /* no device memory for a copy of D (beta != 0): the first answer */
+    LT_SRC_UNTIMED,       /* no device memory for a copy of D (beta != 0), or cuBLASLt ran
+                             none of the answers: the first answer */
+    LT_SRC_MISSING,       /* not in the file, and this process does not time: the first answer */
     LT_SRC_COUNT
 } lt_src;
 static const char *const lt_src_name[] = {"heuristic", "timed", "single", "file", "unmatched",
-                                          "untimed"};
+                                          "untimed", "not in the file"};
 static_assert(sizeof lt_src_name / sizeof lt_src_name[0] == LT_SRC_COUNT, "lt_src_name");
 
 typedef struct lt_entry {
@@ -286,10 +289,15 @@ static tcu_reduction lt_reduction = TCU_REDUCTION_COMPUTE;
 
 /* ---- TSR_GEMM_TUNE: the heuristic's first answers timed once, the choice kept in a file ---- */
 
-#define LT_TUNE_TOP 8  /* the heuristic's answers asked for and timed */
-#define LT_TUNE_RUNS 5 /* timed runs of each, after one untimed */
-static bool lt_tune_on;        /* tcu_matmul_tune_open succeeded; under lt_cache_mutex */
-static tcu_tune_table lt_tune; /* its choices: the file's, then those timed here */
+#define LT_TUNE_TOP 8     /* the heuristic's answers asked for; the usable ones are timed */
+#define LT_TUNE_RUNS 5    /* runs between two events, after one untimed: a measurement */
+#define LT_TUNE_ROUNDS 3  /* measurements of each answer: their median is its time */
+#define LT_TUNE_MARGIN 0.98 /* another answer replaces the first only below 98% of its time */
+/* what a shape's first call does (under lt_cache_mutex) */
+typedef enum { LT_TUNE_OFF = 0, LT_TUNE_FILE, LT_TUNE_TIME } lt_tune_mode;
+static lt_tune_mode lt_tune_mode_now; /* OFF, or tcu_matmul_tune_open's: FILE or TIME */
+static tcu_tune_table lt_tune;        /* the file's choices, then those timed here */
+static int lt_tune_overflow;          /* shapes past the cache that only read the file */
 
 /* the file's key of an entry: lt_key without the device (the file names the GPU model), with the
  * split-K rule (the answers the heuristic may give depend on it) */
@@ -305,7 +313,8 @@ static void lt_tune_key(int64_t out[TCU_TUNE_KEY_N], const lt_key *k) {
 static uint32_t algo_config(const cublasLtMatmulAlgo_t *algo,
                             cublasLtMatmulAlgoConfigAttributes_t a, size_t bytes);
 
-/* an algorithm's configuration, in tcu_tune_cfg_names' order */
+/* an algorithm's configuration, in tcu_tune_cfg_names' order (for people: the file matches an
+ * algorithm by its bytes) */
 static void lt_algo_cfg(int64_t out[TCU_TUNE_CFG_N], const cublasLtMatmulAlgo_t *a) {
     out[0] = (int32_t)algo_config(a, CUBLASLT_ALGO_CONFIG_ID, sizeof(int32_t));
     out[1] = algo_config(a, CUBLASLT_ALGO_CONFIG_TILE_ID, sizeof(uint32_t));
@@ -317,55 +326,82 @@ static void lt_algo_cfg(int64_t out[TCU_TUNE_CFG_N], const cublasLtMatmulAlgo_t 
     out[7] = (uint16_t)algo_config(a, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, sizeof(uint16_t));
     out[8] = (uint16_t)algo_config(a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, sizeof(uint16_t));
 }
+static_assert(sizeof(cublasLtMatmulAlgo_t) == TCU_TUNE_DATA_N * sizeof(uint64_t),
+              "the file keeps an algorithm's bytes as TCU_TUNE_DATA_N words");
 
-/* One answer's time on g's own operands: one untimed run, then LT_TUNE_RUNS between two events;
- * microseconds per run, or INFINITY when cuBLASLt refuses to run it. */
+/* One answer's time on g's own operands: the median of LT_TUNE_ROUNDS measurements, each one
+ * untimed run then LT_TUNE_RUNS between two events; microseconds per run, or INFINITY when
+ * cuBLASLt refuses to run it (its error cleared, so that no later launch is blamed for it). */
 static double lt_time_one(const lt_entry *e, const lt_gemm *g, const cublasLtMatmulAlgo_t *algo,
                           const tcu_context *ctx, cudaStream_t st, cudaEvent_t ev[2]) {
     const float alpha = g->alpha, beta = g->beta;
-    for (int r = 0; r <= LT_TUNE_RUNS; r++) {
-        if (r == 1) TCU_CHECK(cudaEventRecord(ev[0], st), g->what);
-        if (cublasLtMatmul(ctx->lt, e->desc, &alpha, g->a, e->la, g->b, e->lb, &beta, g->d,
-                           e->lcd, g->d, e->lcd, algo, ctx->lt_workspace,
-                           ctx->lt_workspace_bytes, st) != CUBLAS_STATUS_SUCCESS)
-            return INFINITY;
+    double t[LT_TUNE_ROUNDS];
+    for (int k = 0; k < LT_TUNE_ROUNDS; k++) {
+        for (int r = 0; r <= LT_TUNE_RUNS; r++) {
+            if (r == 1) TCU_CHECK(cudaEventRecord(ev[0], st), g->what);
+            if (cublasLtMatmul(ctx->lt, e->desc, &alpha, g->a, e->la, g->b, e->lb, &beta, g->d,
+                               e->lcd, g->d, e->lcd, algo, ctx->lt_workspace,
+                               ctx->lt_workspace_bytes, st) != CUBLAS_STATUS_SUCCESS) {
+                (void)cudaGetLastError();
+                return INFINITY;
+            }
+        }
+        TCU_CHECK(cudaEventRecord(ev[1], st), g->what);
+        TCU_CHECK(cudaEventSynchronize(ev[1]), g->what);
+        float ms = 0.0f;
+        TCU_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]), g->what);
+        t[k] = 1000.0 * (double)ms / LT_TUNE_RUNS;
     }
-    TCU_CHECK(cudaEventRecord(ev[1], st), g->what);
-    TCU_CHECK(cudaEventSynchronize(ev[1]), g->what);
-    float ms = 0.0f;
-    TCU_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]), g->what);
-    return 1000.0 * (double)ms / LT_TUNE_RUNS;
+    for (int i = 1; i < LT_TUNE_ROUNDS; i++) /* sorted: the median is the middle one */
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) std::swap(t[j], t[j - 1]);
+    return t[LT_TUNE_ROUNDS / 2];
 }
 
-/* e's algorithm among the heuristic's `count` usable answers res (count >= 1): the file's choice
- * when the file has e's key (found among the answers by its configuration), else the fastest by
- * lt_time_one (ties: the heuristic's order), which is added to the table. The timed runs write
- * g's outputs: D and the GELU aux are written again by the call that follows when beta = 0;
- * with beta != 0 (D accumulates) D is copied aside first and back after. Synchronises the stream
- * (a shape's first call only). */
+/* e's algorithm among the heuristic's `count` usable answers res (count >= 1), under mode:
+ *  - the file's choice when the file has e's key, found among the answers by its bytes, else by
+ *    its configuration where exactly one answer has it (neither: the first answer,
+ *    LT_SRC_UNMATCHED);
+ *  - else, timing (LT_TUNE_TIME): every answer by lt_time_one; the fastest replaces the first
+ *    only when under LT_TUNE_MARGIN of the first's time (the heuristic's order breaks ties and
+ *    near-ties); the choice is added to the table. The timed runs write g's outputs: D and the
+ *    GELU aux are written again by the call that follows when beta = 0; with beta != 0 (D
+ *    accumulates) D is copied aside first and back after (the host waits for each answer's
+ *    events, and for the copy back);
+ *  - else (LT_TUNE_FILE: several ranks, or a shape past the cache) the first answer,
+ *    LT_SRC_MISSING. */
 static void lt_tune_choose(lt_entry *e, const lt_gemm *g,
                            const cublasLtMatmulHeuristicResult_t *res, int count,
-                           const tcu_context *ctx, cudaStream_t st) {
+                           const tcu_context *ctx, cudaStream_t st, lt_tune_mode mode) {
     const char *what = g->what;
     int64_t key[TCU_TUNE_KEY_N], cfg[TCU_TUNE_CFG_N];
     lt_tune_key(key, &e->key);
     e->algo = res[0].algo, e->pick = 0, e->cands = count;
     const tcu_tune_entry *kept = tcu_tune_find(&lt_tune, key);
-    if (kept) {
-        e->src = LT_SRC_UNMATCHED;
-        for (int i = 0; i < count; i++) {
+    if (kept) { /* by its bytes; else by its configuration where exactly one answer has it */
+        int at = -1, same_cfg = 0, cfg_at = -1;
+        for (int i = 0; i < count && at < 0; i++) {
+            if (memcmp(&res[i].algo, kept->data, sizeof res[i].algo) == 0) at = i;
             lt_algo_cfg(cfg, &res[i].algo);
-            if (memcmp(cfg, kept->cfg, sizeof cfg) != 0) continue;
-            e->algo = res[i].algo, e->pick = i, e->src = LT_SRC_FILE;
-            e->us = kept->us, e->first_us = kept->first_us;
-            break;
+            if (memcmp(cfg, kept->cfg, sizeof cfg) == 0) same_cfg++, cfg_at = i;
         }
+        if (at < 0 && same_cfg == 1) at = cfg_at;
+        e->src = LT_SRC_UNMATCHED;
+        if (at >= 0) {
+            e->algo = res[at].algo, e->pick = at, e->src = LT_SRC_FILE;
+            e->us = kept->us, e->first_us = kept->first_us;
+        }
+        return;
+    }
+    if (mode != LT_TUNE_TIME) {
+        e->src = LT_SRC_MISSING;
         return;
     }
     if (count == 1) {
         e->src = LT_SRC_SINGLE;
     } else {
-        const size_t dbytes = (size_t)g->ldc * (size_t)g->n * (g->cd_type == CUDA_R_32F ? 4 : 2);
+        /* D's bytes: column-major (m, n) with leading dimension ldc */
+        const size_t dbytes = ((size_t)(g->n - 1) * (size_t)g->ldc + (size_t)g->m) *
+                              (g->cd_type == CUDA_R_32F ? 4 : 2);
         void *save = nullptr;
         if (g->beta != 0.0f) {
             save = tcu_try_malloc(dbytes);
@@ -378,11 +414,12 @@ static void lt_tune_choose(lt_entry *e, const lt_gemm *g,
         cudaEvent_t ev[2];
         TCU_CHECK(cudaEventCreate(&ev[0]), what);
         TCU_CHECK(cudaEventCreate(&ev[1]), what);
-        double best = INFINITY;
+        double best = INFINITY, first = INFINITY;
+        int pick = 0;
         for (int i = 0; i < count; i++) {
             const double us = lt_time_one(e, g, &res[i].algo, ctx, st, ev);
-            if (i == 0) e->first_us = us;
-            if (us < best) best = us, e->pick = i;
+            if (i == 0) first = us;
+            if (us < best) best = us, pick = i;
         }
         TCU_CHECK(cudaEventDestroy(ev[0]), what);
         TCU_CHECK(cudaEventDestroy(ev[1]), what);
@@ -391,19 +428,27 @@ static void lt_tune_choose(lt_entry *e, const lt_gemm *g,
             TCU_CHECK(cudaStreamSynchronize(st), what);
             tcu_free(save);
         }
-        e->algo = res[e->pick].algo, e->src = LT_SRC_TIMED, e->us = best;
-        if (!std::isfinite(e->first_us)) e->first_us = 0.0;
+        if (!std::isfinite(best)) { /* cuBLASLt ran none of them: the first, not kept */
+            e->src = LT_SRC_UNTIMED;
+            return;
+        }
+        if (std::isfinite(first) && best >= LT_TUNE_MARGIN * first) pick = 0, best = first;
+        e->algo = res[pick].algo, e->pick = pick, e->src = LT_SRC_TIMED;
+        e->us = best, e->first_us = std::isfinite(first) ? first : 0.0;
     }
     lt_algo_cfg(cfg, &e->algo);
-    if (tcu_tune_add(&lt_tune, key, cfg, e->us, e->first_us))
+    uint64_t data[TCU_TUNE_DATA_N];
+    memcpy(data, &e->algo, sizeof data);
+    if (tcu_tune_add(&lt_tune, key, cfg, data, e->us, e->first_us))
         tcu_fail(what, "TSR_GEMM_TUNE: out of host memory for the table", __FILE__, __LINE__);
 }
 
 /* Asks the heuristic for the best algorithm of e under the workspace limit, the fp32-only split-K
- * rule and the actual pointer alignments; sets e->found, e->algo, e->status. With tuning on and
- * a kept entry (tune), its first LT_TUNE_TOP answers go to lt_tune_choose. */
-static void lt_heuristic(lt_entry *e, const lt_gemm *g, const tcu_context *ctx, bool tune,
-                         cudaStream_t st) {
+ * rule and the actual pointer alignments; sets e->found, e->algo, e->status. Under TSR_GEMM_TUNE
+ * (mode not OFF) the usable ones among its first LT_TUNE_TOP answers go to lt_tune_choose. */
+static void lt_heuristic(lt_entry *e, const lt_gemm *g, const tcu_context *ctx,
+                         lt_tune_mode mode, cudaStream_t st) {
+    const bool tune = mode != LT_TUNE_OFF;
     const char *what = g->what;
     const uint32_t *align = e->key.align;
     cublasLtMatmulPreference_t pref;
@@ -457,13 +502,13 @@ static void lt_heuristic(lt_entry *e, const lt_gemm *g, const tcu_context *ctx, 
     }
     e->found = 1;
     e->algo = res[0].algo, e->pick = 0, e->cands = usable;
-    if (tune) lt_tune_choose(e, g, res, usable, ctx, st);
+    if (tune) lt_tune_choose(e, g, res, usable, ctx, st, mode);
 }
 
 /* Builds e for g: the descriptor with g's fixed attributes, the layouts of the stored matrices
  * (before op: A is (m,k) or, transposed, (k,m)), then the heuristic's algorithm. */
 static void lt_entry_build(lt_entry *e, const lt_gemm *g, const lt_key *key,
-                           const tcu_context *ctx, bool tune, cudaStream_t st) {
+                           const tcu_context *ctx, lt_tune_mode mode, cudaStream_t st) {
     const char *what = g->what;
     memset(e, 0, sizeof *e);
     e->key = *key;
@@ -491,7 +536,7 @@ static void lt_entry_build(lt_entry *e, const lt_gemm *g, const lt_key *key,
     TCU_CHECK_BLAS(cublasLtMatrixLayoutCreate(&e->la, g->ab_type, a_rows, a_cols, g->lda), what);
     TCU_CHECK_BLAS(cublasLtMatrixLayoutCreate(&e->lb, g->ab_type, b_rows, b_cols, g->ldb), what);
     TCU_CHECK_BLAS(cublasLtMatrixLayoutCreate(&e->lcd, g->cd_type, g->m, g->n, g->ldc), what);
-    lt_heuristic(e, g, ctx, tune, st);
+    lt_heuristic(e, g, ctx, mode, st);
 }
 
 static void lt_entry_destroy(lt_entry *e) {
@@ -520,8 +565,12 @@ static bool lt_matmul(const lt_gemm *g, tcu_stream s, bool allow_none) {
     const bool miss = e == nullptr, kept = miss && lt_cache_n < LT_CACHE_SIZE;
     if (miss) {
         e = kept ? &lt_cache[lt_cache_n++] : &once;
-        /* (a shape the full table cannot keep is never timed: it would be, every call) */
-        lt_entry_build(e, g, &key, ctx, kept && lt_tune_on, (cudaStream_t)s);
+        /* (a shape the full table cannot keep reads the file but is never timed: it would be,
+         * every call) */
+        const lt_tune_mode mode = kept || lt_tune_mode_now == LT_TUNE_OFF ? lt_tune_mode_now
+                                                                          : LT_TUNE_FILE;
+        lt_entry_build(e, g, &key, ctx, mode, (cudaStream_t)s);
+        if (!kept && mode != LT_TUNE_OFF && e->src != LT_SRC_FILE) lt_tune_overflow++;
     }
     const int found = e->found;
     const cublasStatus_t status = e->status;
@@ -557,21 +606,32 @@ void tcu_matmul_release(void) {
     std::lock_guard<std::mutex> lock(lt_cache_mutex);
     lt_cache_clear();
     tcu_tune_release(&lt_tune);
-    lt_tune_on = false;
+    lt_tune_mode_now = LT_TUNE_OFF;
+    lt_tune_overflow = 0;
 }
 
-int tcu_matmul_tune_open(const char *path, char *err, size_t n) {
+int tcu_matmul_tune_open(const char *path, int timing, char *err, size_t n) {
     const tcu_context *ctx = tcu_context_get("tcu_matmul_tune_open");
     cudaDeviceProp prop;
     TCU_CHECK(cudaGetDeviceProperties(&prop, ctx->device), "tcu_matmul_tune_open");
     std::lock_guard<std::mutex> lock(lt_cache_mutex);
     lt_cache_clear(); /* the algorithms chosen without the file */
     tcu_tune_release(&lt_tune);
-    lt_tune_on = false;
+    lt_tune_mode_now = LT_TUNE_OFF;
+    lt_tune_overflow = 0;
     if (tcu_tune_load(&lt_tune, path, prop.name, (int64_t)cublasLtGetVersion(), err, n))
         return -1;
-    lt_tune_on = true;
+    if (timing && tcu_tune_writable(path, err, n)) {
+        tcu_tune_release(&lt_tune);
+        return -1;
+    }
+    lt_tune_mode_now = timing ? LT_TUNE_TIME : LT_TUNE_FILE;
     return 0;
+}
+
+uint64_t tcu_matmul_tune_hash(void) {
+    std::lock_guard<std::mutex> lock(lt_cache_mutex);
+    return tcu_tune_hash(&lt_tune);
 }
 
 void tcu_matmul_tune_stats(tcu_tune_stats *st) {
@@ -587,13 +647,15 @@ void tcu_matmul_tune_stats(tcu_tune_stats *st) {
         st->from_file += e->src == LT_SRC_FILE;
         st->unmatched += e->src == LT_SRC_UNMATCHED;
         st->untimed += e->src == LT_SRC_UNTIMED;
-        if (e->src == LT_SRC_TIMED) st->saved_us += e->first_us - e->us;
+        st->missing += e->src == LT_SRC_MISSING;
+        if (e->src == LT_SRC_TIMED && e->first_us > 0) st->saved_us += e->first_us - e->us;
     }
+    st->overflow = lt_tune_overflow;
 }
 
 int tcu_matmul_tune_save(const char *path, char *err, size_t n) {
     std::lock_guard<std::mutex> lock(lt_cache_mutex);
-    if (!lt_tune_on || lt_tune.n == lt_tune.loaded) return 0;
+    if (lt_tune_mode_now != LT_TUNE_TIME || lt_tune.n == lt_tune.loaded) return 0;
     return tcu_tune_save(&lt_tune, path, err, n) ? -1 : 1;
 }
 

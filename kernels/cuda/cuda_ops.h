@@ -162,27 +162,38 @@ void tcu_matmul_set_reduction(tcu_reduction r);
 /* TSR_GEMM_TUNE (issue 25, item 4; docs/cuda.md, "GEMM choice"): after tcu_init, reads path's
  * GEMM choices (kernels/cuda/tcu_gemm_tune.h; a missing file is an empty one) and forgets the
  * algorithms chosen so far. From then on a shape's first call runs the file's algorithm when the
- * file has its key, else times the heuristic's first 8 usable answers on the call's own operands
- * (one untimed run and 5 timed runs each; the stream synchronised once) and keeps the fastest,
- * adding it to the table; the call then runs as before. A choice from the file gives the same
- * bits as the run that made it; a choice by the clock may differ from one run to the next until
- * it is in the file. 0, or -1 with err (n bytes) naming the file and line: another GPU model or
- * cuBLASLt version, a malformed line (tuning is then off). The emulator has no cuBLASLt: it reads
- * and checks the file (device "tessera CUDA emulator (host memory)", version 0) and adds
- * nothing. */
-int tcu_matmul_tune_open(const char *path, char *err, size_t n);
+ * file has its key (found among the heuristic's answers by its bytes, else by its configuration
+ * where exactly one answer has it). Otherwise, with timing,
+ * it times the usable ones among the heuristic's first 8 answers on the call's own operands (the
+ * median of 3 measurements of 5 runs each; the host waits for each) and keeps the fastest when
+ * it is under 98% of the first answer's time, else the first, adding the choice to the table;
+ * without timing (a run on several ranks, which would choose differently on each) it runs the
+ * first answer. The call then runs as before. A choice from the file gives the same bits as
+ * the run that made it; a choice by the clock may differ from one timing run to the next. With
+ * timing, path's directory must be writable. 0, or -1 with err (n bytes) naming the file and
+ * line: another GPU model or cuBLASLt version, a malformed line, an unwritable directory
+ * (tuning is then off). The emulator has no cuBLASLt: it reads and checks the file (device
+ * "tessera CUDA emulator (host memory)", version 0) and adds nothing. */
+int tcu_matmul_tune_open(const char *path, int timing, char *err, size_t n);
+/* A hash of the table read (tcu_gemm_tune.h's tcu_tune_hash): ranks compare it. */
+uint64_t tcu_matmul_tune_hash(void);
 typedef struct tcu_tune_stats {
     int loaded;    /* entries the file had */
     int added;     /* entries added since (timed or single), which tcu_matmul_tune_save writes */
     int timed, single, from_file; /* the cached shapes: timed here, one answer only, from the file */
     int unmatched; /* the file's algorithm not among the heuristic's answers: its first ran */
-    int untimed;   /* no device memory for the copy of an accumulated D: its first ran */
+    int untimed;   /* no device memory for the copy of an accumulated D, or no answer ran: the
+                      first */
+    int missing;   /* not in the file, and no timing (several ranks): the first */
+    int overflow;  /* calls of shapes past the algorithm cache (128 shapes) not found in the
+                      file: the first (they are never timed) */
     double saved_us; /* over the timed shapes: the first answer's time less the choice's, per call */
 } tcu_tune_stats;
 void tcu_matmul_tune_stats(tcu_tune_stats *st);
-/* Writes the table to path (tcu_gemm_tune.h: a temporary file, then rename) when entries were
- * added since tcu_matmul_tune_open: 1 written, 0 nothing to write (tuning off, or nothing new),
- * -1 with err (the old file untouched). Call it before tcu_shutdown, which forgets the table. */
+/* Writes the table to path (tcu_gemm_tune.h: a temporary file, then rename) when this process
+ * times (tcu_matmul_tune_open's timing) and entries were added since: 1 written, 0 nothing to
+ * write, -1 with err (the old file untouched). Call it before tcu_shutdown, which forgets the
+ * table. */
 int tcu_matmul_tune_save(const char *path, char *err, size_t n);
 /* The algorithms the matmuls run (the cache of cuBLASLt's heuristic answers, one per shape, op,
  * epilogue and alignment): to f, when not NULL, a header, one line per shape (op, m x n x k,

@@ -2,7 +2,9 @@
 #include "tcu_gemm_tune.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +36,8 @@ const tcu_tune_entry *tcu_tune_find(const tcu_tune_table *t, const int64_t key[T
 }
 
 int tcu_tune_add(tcu_tune_table *t, const int64_t key[TCU_TUNE_KEY_N],
-                 const int64_t cfg[TCU_TUNE_CFG_N], double us, double first_us) {
+                 const int64_t cfg[TCU_TUNE_CFG_N], const uint64_t data[TCU_TUNE_DATA_N],
+                 double us, double first_us) {
     tcu_tune_entry *e = (tcu_tune_entry *)tcu_tune_find(t, key);
     if (!e) {
         if (t->n == t->cap) {
@@ -47,7 +50,47 @@ int tcu_tune_add(tcu_tune_table *t, const int64_t key[TCU_TUNE_KEY_N],
         memcpy(e->key, key, sizeof e->key);
     }
     memcpy(e->cfg, cfg, sizeof e->cfg);
+    memcpy(e->data, data, sizeof e->data);
     e->us = us, e->first_us = first_us;
+    return 0;
+}
+
+uint64_t tcu_tune_hash(const tcu_tune_table *t) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over the entries' keys and algorithms */
+    for (int i = 0; i < t->n; i++) {
+        const unsigned char *p[2] = {(const unsigned char *)t->e[i].key,
+                                     (const unsigned char *)t->e[i].data};
+        const size_t len[2] = {sizeof t->e[i].key, sizeof t->e[i].data};
+        for (int k = 0; k < 2; k++)
+            for (size_t j = 0; j < len[k]; j++) h = (h ^ p[k][j]) * 1099511628211ull;
+    }
+    return h;
+}
+
+/* path's directory into dir (n bytes): "." when path has no slash */
+static void dir_of(const char *path, char *dir, size_t n) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, n, ".");
+    else if (slash == path) snprintf(dir, n, "/");
+    else snprintf(dir, n, "%.*s", (int)(slash - path), path);
+}
+
+int tcu_tune_writable(const char *path, char *err, size_t n) {
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
+        say(err, n, "%s: path too long", path);
+        return -1;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0) {
+        char dir[4096];
+        dir_of(path, dir, sizeof dir);
+        say(err, n, "%s: cannot write in %s (%s): the choices timed would be lost at the end",
+            path, dir, strerror(errno));
+        return -1;
+    }
+    close(fd);
+    unlink(tmp);
     return 0;
 }
 
@@ -64,26 +107,55 @@ static void chomp(char *s) {
         s[--l] = 0;
 }
 
-/* one entry line: 20 + 9 integers, two times; 0 or -1 with err */
+/* 2 * TCU_TUNE_DATA_N * 8 hex digits into data; 0, or -1 */
+static int parse_data(const char *p, size_t len, uint64_t data[TCU_TUNE_DATA_N]) {
+    if (len != 16 * TCU_TUNE_DATA_N) return -1;
+    for (int w = 0; w < TCU_TUNE_DATA_N; w++) {
+        uint64_t v = 0;
+        for (int d = 0; d < 16; d++) {
+            const char c = p[16 * w + d];
+            const int x = c >= '0' && c <= '9'   ? c - '0'
+                          : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                          : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                                 : -1;
+            if (x < 0) return -1;
+            v = v << 4 | (uint64_t)x;
+        }
+        data[w] = v;
+    }
+    return 0;
+}
+
+/* one entry line: 20 + 9 integers, the algorithm's bytes, two times; 0 or -1 with err */
 static int parse_entry(const char *line, tcu_tune_entry *e, const char *path, int ln, char *err,
                        size_t n) {
     const char *p = line;
-    const int ints = TCU_TUNE_KEY_N + TCU_TUNE_CFG_N, total = ints + 2;
+    const int ints = TCU_TUNE_KEY_N + TCU_TUNE_CFG_N, total = ints + 3;
     for (int f = 0; f < total; f++) {
         while (*p == ' ' || *p == '\t') p++;
         const char *name = f < TCU_TUNE_KEY_N ? tcu_tune_key_names[f]
                            : f < ints         ? tcu_tune_cfg_names[f - TCU_TUNE_KEY_N]
-                           : f == ints        ? "us"
+                           : f == ints        ? "data"
+                           : f == ints + 1    ? "us"
                                               : "first_us";
         if (!*p) {
-            say(err, n, "%s:%d: %d fields, expected %d (%d key fields, %d of the algorithm, two "
-                "times): field %d (%s) is missing", path, ln, f, total, TCU_TUNE_KEY_N,
-                TCU_TUNE_CFG_N, f + 1, name);
+            say(err, n, "%s:%d: %d fields, expected %d (%d key fields, %d of the algorithm, its "
+                "bytes, two times): field %d (%s) is missing", path, ln, f, total,
+                TCU_TUNE_KEY_N, TCU_TUNE_CFG_N, f + 1, name);
             return -1;
         }
         char *end;
         errno = 0;
-        if (f < ints) {
+        if (f == ints) {
+            const size_t len = strcspn(p, " \t");
+            if (parse_data(p, len, e->data)) {
+                say(err, n, "%s:%d: field %d (%s) is \"%.*s\": expected %d hex digits (the "
+                    "algorithm's bytes)", path, ln, f + 1, name, (int)(len > 40 ? 40 : len), p,
+                    16 * TCU_TUNE_DATA_N);
+                return -1;
+            }
+            p += len;
+        } else if (f < ints) {
             long long v = strtoll(p, &end, 10);
             if (end == p || errno || (*end && *end != ' ' && *end != '\t')) {
                 say(err, n, "%s:%d: field %d (%s) is \"%.*s\": expected an integer", path, ln,
@@ -92,17 +164,19 @@ static int parse_entry(const char *line, tcu_tune_entry *e, const char *path, in
             }
             if (f < TCU_TUNE_KEY_N) e->key[f] = v;
             else e->cfg[f - TCU_TUNE_KEY_N] = v;
+            p = end;
         } else {
             double v = strtod(p, &end);
-            if (end == p || errno || (*end && *end != ' ' && *end != '\t') || !(v >= 0.0)) {
+            if (end == p || errno || (*end && *end != ' ' && *end != '\t') || !(v >= 0.0) ||
+                !isfinite(v)) {
                 say(err, n, "%s:%d: field %d (%s) is \"%.*s\": expected a time in microseconds "
-                    "(a number >= 0)", path, ln, f + 1, name, (int)strcspn(p, " \t"), p);
+                    "(a finite number >= 0)", path, ln, f + 1, name, (int)strcspn(p, " \t"), p);
                 return -1;
             }
-            if (f == ints) e->us = v;
+            if (f == ints + 1) e->us = v;
             else e->first_us = v;
+            p = end;
         }
-        p = end;
     }
     while (*p == ' ' || *p == '\t') p++;
     if (*p) {
@@ -177,7 +251,7 @@ int tcu_tune_load(tcu_tune_table *t, const char *path, const char *device, int64
             rc = -1;
             break;
         }
-        if (tcu_tune_add(t, e.key, e.cfg, e.us, e.first_us)) {
+        if (tcu_tune_add(t, e.key, e.cfg, e.data, e.us, e.first_us)) {
             say(err, n, "%s: out of host memory at line %d", path, ln);
             rc = -1;
         }
@@ -215,11 +289,13 @@ int tcu_tune_save(const tcu_tune_table *t, const char *path, char *err, size_t n
     fprintf(f, "device %s\ncublaslt %" PRId64 "\n#", t->device, t->lt_version);
     for (int i = 0; i < TCU_TUNE_KEY_N; i++) fprintf(f, " %s", tcu_tune_key_names[i]);
     for (int i = 0; i < TCU_TUNE_CFG_N; i++) fprintf(f, " %s", tcu_tune_cfg_names[i]);
-    fprintf(f, " us first_us\n");
+    fprintf(f, " data us first_us\n");
     for (int i = 0; i < t->n; i++) {
         const tcu_tune_entry *e = &t->e[i];
         for (int k = 0; k < TCU_TUNE_KEY_N; k++) fprintf(f, "%s%" PRId64, k ? " " : "", e->key[k]);
         for (int k = 0; k < TCU_TUNE_CFG_N; k++) fprintf(f, " %" PRId64, e->cfg[k]);
+        fputc(' ', f);
+        for (int k = 0; k < TCU_TUNE_DATA_N; k++) fprintf(f, "%016" PRIx64, e->data[k]);
         fprintf(f, " %.3f %.3f\n", e->us, e->first_us);
     }
     int bad = ferror(f);
@@ -232,6 +308,13 @@ int tcu_tune_save(const tcu_tune_table *t, const char *path, char *err, size_t n
         say(err, n, "%s: cannot write it: %s (the old file, if any, is unchanged)", path,
             strerror(saved));
         return -1;
+    }
+    char dir[4096]; /* the rename itself made durable */
+    dir_of(path, dir, sizeof dir);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+        (void)fsync(dfd);
+        close(dfd);
     }
     return 0;
 }

@@ -822,13 +822,20 @@ void tcu_matmul_set_reduction(tcu_reduction r) {
  * version 0); with one way for every matmul nothing is ever timed or added */
 static tcu_tune_table emu_tune;
 
-int tcu_matmul_tune_open(const char *path, char *err, size_t n) {
+int tcu_matmul_tune_open(const char *path, int timing, char *err, size_t n) {
     need_context("tcu_matmul_tune_open");
     char dev[128];
     tcu_device_info(dev, sizeof dev, NULL, NULL, NULL);
     tcu_tune_release(&emu_tune);
-    return tcu_tune_load(&emu_tune, path, dev, 0, err, n);
+    if (tcu_tune_load(&emu_tune, path, dev, 0, err, n)) return -1;
+    if (timing && tcu_tune_writable(path, err, n)) {
+        tcu_tune_release(&emu_tune);
+        return -1;
+    }
+    return 0;
 }
+
+uint64_t tcu_matmul_tune_hash(void) { return tcu_tune_hash(&emu_tune); }
 
 void tcu_matmul_tune_stats(tcu_tune_stats *st) {
     memset(st, 0, sizeof *st);

@@ -53,10 +53,12 @@ static const gpu_train_api *open_lib(char *why, size_t n) {
         dlclose(h);
         return NULL;
     }
-    if (strcmp(a->version, TSR_VERSION) != 0 || a->ctx_size != sizeof(gpu_train_ctx)) {
-        (void)tsr_snprintf(why, n, "%s was built for tessera %s (trainer context of %zu bytes), "
-                           "this is %s (%zu): rebuild or reinstall both", path, a->version,
-                           a->ctx_size, TSR_VERSION, sizeof(gpu_train_ctx));
+    if (strcmp(a->version, TSR_VERSION) != 0 || a->ctx_size != sizeof(gpu_train_ctx) ||
+        a->api_size != sizeof(gpu_train_api)) {
+        (void)tsr_snprintf(why, n, "%s was built for tessera %s (trainer context of %zu bytes, "
+                           "entry table of %zu), this is %s (%zu, %zu): rebuild or reinstall "
+                           "both", path, a->version, a->ctx_size, a->api_size, TSR_VERSION,
+                           sizeof(gpu_train_ctx), sizeof(gpu_train_api));
         dlclose(h);
         return NULL;
     }

@@ -373,7 +373,8 @@ static int att_warp_rows(const tsr_dist *d, int *rows) {
 }
 
 /* TSR_GEMM_TUNE (issue 25 item 4): the file of GEMM choices (tcu_matmul_tune_open), or "" when
- * unset or empty (the heuristic's first answers). Every rank must name the same file. */
+ * unset or empty (the heuristic's first answers). Every rank must name the same file. Only a
+ * run on one rank times (and writes the file): on several, each rank would choose for itself. */
 static char gemm_tune[4096];
 
 static int gemm_tune_switch(const tsr_dist *d) {
@@ -382,10 +383,10 @@ static int gemm_tune_switch(const tsr_dist *d) {
     snprintf(gemm_tune, sizeof gemm_tune, "%s", v && !too_long ? v : "");
     uint32_t h = 2166136261u; /* FNV-1a of the value: the ranks compare it */
     for (const char *p = gemm_tune; *p; p++) h = (h ^ (uint8_t)*p) * 16777619u;
-    double hv[2] = {(double)h + too_long * 4294967296.0, -((double)h + too_long * 4294967296.0)};
-    dist_allreduce_max_f64(hv, 2);
-    if (hv[0] != -hv[1] || too_long) {
-        if (d->rank == 0 && too_long)
+    double hv[3] = {(double)h, -(double)h, (double)too_long};
+    dist_allreduce_max_f64(hv, 3);
+    if (hv[0] != -hv[1] || hv[2] > 0) {
+        if (d->rank == 0 && hv[2] > 0)
             tsr_error("environment TSR_GEMM_TUNE: a path of %zu bytes or more on some rank: "
                       "expected a file name (docs/cuda.md)", sizeof gemm_tune);
         else if (d->rank == 0)
@@ -394,21 +395,26 @@ static int gemm_tune_switch(const tsr_dist *d) {
                       "system (docs/cuda.md)", gemm_tune);
         return TSR_EXIT_USAGE;
     }
-    if (gemm_tune[0] && d->rank == 0)
+    if (gemm_tune[0] && d->rank == 0 && d->world == 1)
         tsr_warn("environment TSR_GEMM_TUNE = \"%s\": each GEMM shape runs the file's algorithm, "
                  "or the fastest of cuBLASLt's first 8 answers, timed on its first call and "
-                 "written to the file at the end (rank 0); a run whose shapes are all in the "
-                 "file repeats its bits (docs/cuda.md)", gemm_tune);
+                 "written to the file at the end; a run whose shapes are all in the file repeats "
+                 "its bits (the file is read when the device opens; docs/cuda.md)", gemm_tune);
+    else if (gemm_tune[0] && d->rank == 0)
+        tsr_warn("environment TSR_GEMM_TUNE = \"%s\": each GEMM shape runs the file's algorithm, "
+                 "else cuBLASLt's first answer; %d ranks time nothing (each would choose for "
+                 "itself): tune with one rank first (the file is read when the device opens; "
+                 "docs/cuda.md)", gemm_tune, d->world);
     return 0;
 }
 
-/* After tcu_init, before the first matmul: every rank reads the file of GEMM choices; the first
- * rank that cannot is named by rank 0 with its reason, and the ranks must have read as many
- * entries (the same file). Collective. */
+/* After tcu_init, before the first matmul: every rank reads the file of GEMM choices (one rank:
+ * and checks it can write it); the first rank that cannot is named by rank 0 with its reason,
+ * and the ranks must have read the same table (its hash). Collective. */
 static int gemm_tune_open(const tsr_dist *d) {
     if (!gemm_tune[0]) return 0;
     char err[1024] = "";
-    int bad = tcu_matmul_tune_open(gemm_tune, err, sizeof err) ? d->rank : INT_MAX;
+    int bad = tcu_matmul_tune_open(gemm_tune, d->world == 1, err, sizeof err) ? d->rank : INT_MAX;
     dist_allreduce_min_int(&bad, 1);
     if (bad != INT_MAX) {
         dist_bcast(err, sizeof err, bad);
@@ -418,13 +424,15 @@ static int gemm_tune_open(const tsr_dist *d) {
     }
     tcu_tune_stats st;
     tcu_matmul_tune_stats(&st);
-    double n[2] = {st.loaded, -st.loaded};
-    dist_allreduce_max_f64(n, 2);
-    if (n[0] != -n[1]) {
+    const uint64_t h = tcu_matmul_tune_hash();
+    const double hi = (double)(h >> 32), lo = (double)(h & 0xffffffffu);
+    double hv[4] = {hi, lo, -hi, -lo};
+    dist_allreduce_max_f64(hv, 4);
+    if (hv[0] != -hv[2] || hv[1] != -hv[3]) {
         if (d->rank == 0)
-            tsr_error("environment TSR_GEMM_TUNE = \"%s\": the ranks read different files "
-                      "(%.0f to %.0f entries): expected one file on a shared file system "
-                      "(docs/cuda.md)", gemm_tune, -n[1], n[0]);
+            tsr_error("environment TSR_GEMM_TUNE = \"%s\": the ranks read different files (rank "
+                      "0: %d entries): expected one file on a shared file system (docs/cuda.md)",
+                      gemm_tune, st.loaded);
         return TSR_EXIT_USAGE;
     }
     if (d->rank == 0)
@@ -444,8 +452,9 @@ static void gemm_tune_close(const tsr_dist *d) {
     snprintf(wrote, sizeof wrote, "%d new choice(s) written to the file", st.added);
     printf("TSR_GEMM_TUNE: %d shape(s) from the file, %d timed (%.1f us faster than cuBLASLt's "
            "first answers over one call of each), %d with one answer; %d not matched by the "
-           "heuristic's answers, %d untimed (no memory for a copy); %s\n",
+           "heuristic's answers, %d untimed, %d not in the file and not timed; %s\n",
            st.from_file, st.timed, st.saved_us, st.single, st.unmatched, st.untimed,
+           st.missing + st.overflow,
            w == 1 ? wrote : w == 0 ? "the file unchanged" : "the file NOT written");
     if (w < 0) tsr_warn("TSR_GEMM_TUNE: %s", err);
     if (st.unmatched)
@@ -453,6 +462,11 @@ static void gemm_tune_close(const tsr_dist *d) {
                  "file's algorithm was not among its answers (another split-K rule, workspace or "
                  "cuBLASLt build?): not the bits of the run that made the file", gemm_tune,
                  st.unmatched);
+    if (st.missing + st.overflow)
+        tsr_warn("TSR_GEMM_TUNE = \"%s\": %d shape(s) (or calls past the algorithm cache) not "
+                 "in the file ran cuBLASLt's first answer, untimed: %s", gemm_tune,
+                 st.missing + st.overflow,
+                 d->world > 1 ? "tune with one rank first" : "too many shapes to keep");
     fflush(stdout);
 }
 
@@ -890,8 +904,8 @@ static void lib_free(gpu_train_ctx *c) {
 const gpu_train_api tsr_gpu_train_api = {
     .version = TSR_VERSION,
     .ctx_size = sizeof(gpu_train_ctx),
+    .api_size = sizeof(gpu_train_api),
     .backend = TSR_GPU_BACKEND,
-    .switches = lib_switches,
     .init = lib_init,
     .plan_bytes = lib_plan_bytes,
     .acts_B = lib_acts_B,
@@ -906,4 +920,5 @@ const gpu_train_api tsr_gpu_train_api = {
     .host_model = lib_host_model,
     .mem_peak = lib_mem_peak,
     .free = lib_free,
+    .switches = lib_switches,
 };

@@ -30,8 +30,8 @@
 typedef struct gpu_train_api {
     const char *version;  /* TSR_VERSION it was built with: must be the executable's */
     size_t ctx_size;      /* sizeof(gpu_train_ctx) it was built with: must be the executable's */
+    size_t api_size;      /* sizeof(gpu_train_api) it was built with: must be the executable's */
     const char *backend;  /* "cuda", or "cuda-emulator" */
-    int (*switches)(const gpu_train_ctx *c);
     int (*init)(gpu_train_ctx *c);
     size_t (*plan_bytes)(const gpu_train_ctx *c);
     int (*acts_B)(const gpu_train_ctx *c);
@@ -46,6 +46,7 @@ typedef struct gpu_train_api {
     void (*host_model)(gpu_train_ctx *c, int on);
     size_t (*mem_peak)(void);
     void (*free)(gpu_train_ctx *c);
+    int (*switches)(const gpu_train_ctx *c);
 } gpu_train_api;
 #define GPU_TRAIN_LIB_NAME "libtessera-cuda-train.so"
 #define GPU_TRAIN_SYMBOL "tsr_gpu_train_api"
@@ -56,7 +57,8 @@ typedef struct gpu_train_api {
 const char *gpu_backend(char *why, size_t n);
 /* The environment's measurement switches (TSR_GEMM_REDUCTION, TSR_ATT_WARP_ROWS, TSR_ATT_DQ_FUSED,
  * TSR_NORM_HOLD, TSR_XENT_RESIDENT; docs/cuda.md) read, checked to agree over the ranks and set,
- * touching no device: before the device memory plan is sized or printed (the attention's scratch
+ * and TSR_GEMM_TUNE's file name checked to agree (the file is read by gpu_train_init), touching
+ * no device: before the device memory plan is sized or printed (the attention's scratch
  * depends on two of them) and before gpu_train_init. 0 or an exit code (reported on rank 0; every
  * rank returns the same). Collective. */
 int gpu_train_switches(const gpu_train_ctx *c);

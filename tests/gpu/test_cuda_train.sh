@@ -425,10 +425,11 @@ PY
     # TSR_GEMM_TUNE, issue 25 item 4's file of GEMM choices (docs/cuda.md): the emulator has no
     # cuBLASLt, so it reads and checks the file as a GPU run does and never adds to it. A missing
     # file: said, runs with the default's bits, not created; a file of the emulator's device with
-    # one entry: read (1 choice); a malformed line and another GPU model's file: refused at
-    # start naming rank 0, the file, the line and what was wrong, no run_dir, the file as it was
+    # one entry: read (1 choice); a malformed line, another GPU model's file and (one rank times,
+    # so it must be able to write the file) a missing directory: refused at start naming rank 0,
+    # the file, the line and what was wrong, no run_dir, the file as it was
     tune_head=$'# made by the test\ndevice tessera CUDA emulator (host memory)\ncublaslt 0\n'
-    tune_entry="0 0 1 0 14 14 64 32 64 64 64 64 0 256 256 256 256 256 33554432 0 66 18 9 1 0 0 0 0 0 12.500 14.000"
+    tune_entry="0 0 1 0 14 14 64 32 64 64 64 64 0 256 256 256 256 256 33554432 0 66 18 9 1 0 0 0 0 0 $(printf '%0128d' 7) 12.500 14.000"
     TSR_GEMM_TUNE="$TMP/tune_none.txt" run "$BUILD/tests/tessera-train-cuemu" 1 tu_none --set device=cuda --set max_duration=3ba &&
         grep -q 'environment TSR_GEMM_TUNE = "'"$TMP"'/tune_none.txt": each GEMM shape runs the file' "$TMP/tu_none.txt" &&
         grep -q "TSR_GEMM_TUNE: 0 GEMM choice(s) read from $TMP/tune_none.txt" "$TMP/tu_none.txt" &&
@@ -446,11 +447,14 @@ PY
     printf 'device NVIDIA H200\ncublaslt 130100\n%s\n' "$tune_entry" >"$TMP/tune_h200.txt"
     TSR_GEMM_TUNE="$TMP/tune_h200.txt" run "$BUILD/tests/tessera-train-cuemu" 1 tu_dev --set device=cuda
     rc2=$?
-    ((ok == 0 && rc == 1 && rc2 == 1)) && [[ ! -e $TMP/tu_bad && ! -e $TMP/tu_dev ]] &&
-        grep -q "TSR_GEMM_TUNE: rank 0: $TMP/tune_bad.txt:4: more than 31 fields (\"7\" after the last)" "$TMP/tu_bad.txt" &&
+    TSR_GEMM_TUNE="$TMP/no-such-dir/tune.txt" run "$BUILD/tests/tessera-train-cuemu" 1 tu_dir --set device=cuda
+    rc3=$?
+    ((ok == 0 && rc == 1 && rc2 == 1 && rc3 == 1)) && [[ ! -e $TMP/tu_bad && ! -e $TMP/tu_dev && ! -e $TMP/tu_dir ]] &&
+        grep -q "TSR_GEMM_TUNE: rank 0: $TMP/no-such-dir/tune.txt: cannot write in $TMP/no-such-dir (No such file or directory)" "$TMP/tu_dir.txt" &&
+        grep -q "TSR_GEMM_TUNE: rank 0: $TMP/tune_bad.txt:4: more than 32 fields (\"7\" after the last)" "$TMP/tu_bad.txt" &&
         cmp -s "$TMP/tune_bad.txt" "$TMP/tune_bad.orig" &&
         grep -q "tune_h200.txt:1: made on device \"NVIDIA H200\", this is \"tessera CUDA emulator (host memory)\"" "$TMP/tu_dev.txt"
-    tap_check $? "emulator: TSR_GEMM_TUNE with a missing file said, 3 steps with the default's bits, the file not created; a file of one entry read; a malformed line and an H200's file refused at start naming the file and line, no run_dir, the file unchanged (exit $rc, $rc2; want 1, 1)"
+    tap_check $? "emulator: TSR_GEMM_TUNE with a missing file said, 3 steps with the default's bits, the file not created; a file of one entry read; a malformed line, an H200's file and a directory that does not exist refused at start naming the file (and line), no run_dir, the file unchanged (exit $rc, $rc2, $rc3; want 1, 1, 1)"
 
     # each rank reads its own environment: rank 0 unset, rank 1 none, then rank 1 a bad value;
     # both runs stop together at start (exit 1, no rank left waiting: the test's timeout would

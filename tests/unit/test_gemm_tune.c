@@ -3,7 +3,8 @@
  * and read back is the same table (keys, configurations, times), so a later run finds the
  * choices; a file from another GPU model or cuBLASLt version, or with a malformed line, is
  * refused naming the file, the line and the field, leaving the table empty; a failed write
- * leaves what was at the path as it was and no temporary file behind.
+ * leaves what was at the path as it was and no temporary file behind; an unwritable directory
+ * is seen before a run times anything; two tables' hashes differ when an algorithm does.
  */
 #include <dirent.h>
 #include <stdio.h>
@@ -45,18 +46,28 @@ static void cfg_of(int64_t c[TCU_TUNE_CFG_N], int salt) {
     for (int i = 0; i < TCU_TUNE_CFG_N; i++) c[i] = salt * 3 + i - (i == 0 ? 100 : 0);
 }
 
-/* "<20 key ints> <9 cfg ints> us first_us" for salt, with `drop` fields left off the end and
- * `extra` appended */
+/* an algorithm's bytes: every nibble used, the top bits too */
+static void data_of(uint64_t d[TCU_TUNE_DATA_N], int salt) {
+    for (int i = 0; i < TCU_TUNE_DATA_N; i++)
+        d[i] = 0xfedcba9876543210ull ^ ((uint64_t)salt << (8 * i)) ^ (uint64_t)i;
+}
+
+/* "<20 key ints> <9 cfg ints> <128 hex digits> us first_us" for salt, with `drop` fields left
+ * off the end and `extra` appended */
 static void entry_line(char *out, size_t n, int salt, int drop, const char *extra) {
     int64_t k[TCU_TUNE_KEY_N], c[TCU_TUNE_CFG_N];
-    key_of(k, salt), cfg_of(c, salt);
+    uint64_t d[TCU_TUNE_DATA_N];
+    key_of(k, salt), cfg_of(c, salt), data_of(d, salt);
     size_t at = 0;
-    const int total = TCU_TUNE_KEY_N + TCU_TUNE_CFG_N + 2;
+    const int ints = TCU_TUNE_KEY_N + TCU_TUNE_CFG_N, total = ints + 3;
     for (int f = 0; f < total - drop; f++) {
         if (f < TCU_TUNE_KEY_N) at += snprintf(out + at, n - at, "%s%lld", f ? " " : "", (long long)k[f]);
-        else if (f < TCU_TUNE_KEY_N + TCU_TUNE_CFG_N)
-            at += snprintf(out + at, n - at, " %lld", (long long)c[f - TCU_TUNE_KEY_N]);
-        else at += snprintf(out + at, n - at, " %.3f", 10.0 + f);
+        else if (f < ints) at += snprintf(out + at, n - at, " %lld", (long long)c[f - TCU_TUNE_KEY_N]);
+        else if (f == ints) {
+            at += snprintf(out + at, n - at, " ");
+            for (int w = 0; w < TCU_TUNE_DATA_N; w++)
+                at += snprintf(out + at, n - at, "%016llx", (unsigned long long)d[w]);
+        } else at += snprintf(out + at, n - at, " %.3f", 10.0 + f);
     }
     snprintf(out + at, n - at, "%s\n", extra);
 }
@@ -78,7 +89,7 @@ static int refused(const char *name, const char *text, const char *const *want, 
 }
 
 int main(void) {
-    tap_plan(14);
+    tap_plan(17);
     snprintf(dir, sizeof dir, "/tmp/tsr-gemm-tune-XXXXXX");
     if (!mkdtemp(dir)) {
         fprintf(stderr, "test_gemm_tune: cannot make a temporary directory\n");
@@ -95,11 +106,12 @@ int main(void) {
 
     /* 2: add three, one of them twice (replaced, not duplicated), find them */
     int64_t k[3][TCU_TUNE_KEY_N], c[3][TCU_TUNE_CFG_N], c2[TCU_TUNE_CFG_N];
-    for (int i = 0; i < 3; i++) key_of(k[i], i + 1), cfg_of(c[i], i + 1);
-    cfg_of(c2, 9);
+    uint64_t dd[3][TCU_TUNE_DATA_N], d2[TCU_TUNE_DATA_N];
+    for (int i = 0; i < 3; i++) key_of(k[i], i + 1), cfg_of(c[i], i + 1), data_of(dd[i], i + 1);
+    cfg_of(c2, 9), data_of(d2, 9);
     rc = 0;
-    rc |= tcu_tune_add(&t, k[0], c2, 5.0, 6.0);
-    for (int i = 0; i < 3; i++) rc |= tcu_tune_add(&t, k[i], c[i], 100.25 + i, 120.5 + i);
+    rc |= tcu_tune_add(&t, k[0], c2, d2, 5.0, 6.0);
+    for (int i = 0; i < 3; i++) rc |= tcu_tune_add(&t, k[i], c[i], dd[i], 100.25 + i, 120.5 + i);
     const tcu_tune_entry *f1 = tcu_tune_find(&t, k[1]);
     int64_t other[TCU_TUNE_KEY_N];
     key_of(other, 1);
@@ -119,11 +131,18 @@ int main(void) {
     int same = rc == 0 && r.n == 3 && r.loaded == 3;
     for (int i = 0; i < 3 && same; i++) {
         const tcu_tune_entry *e = tcu_tune_find(&r, k[i]);
-        same = e && memcmp(e->cfg, c[i], sizeof c[i]) == 0 && e->us == 100.25 + i &&
+        same = e && memcmp(e->cfg, c[i], sizeof c[i]) == 0 &&
+               memcmp(e->data, dd[i], sizeof dd[i]) == 0 && e->us == 100.25 + i &&
                e->first_us == 120.5 + i;
     }
-    tap_ok(same, "read back: 3 entries, the same keys, configurations and times (rc %d: %s)", rc,
-           rc ? err : "ok");
+    tap_ok(same, "read back: 3 entries, the same keys, configurations, algorithm bytes and times "
+           "(rc %d: %s)", rc, rc ? err : "ok");
+    /* the hash: the same table the same; one bit of one algorithm changed, another */
+    const uint64_t h0 = tcu_tune_hash(&t), h1 = tcu_tune_hash(&r);
+    r.e[1].data[7] ^= 1ull << 63;
+    tap_ok(h0 == h1 && tcu_tune_hash(&r) != h0,
+           "tcu_tune_hash: written and read back the same (%016llx), one bit of an algorithm "
+           "flipped another", (unsigned long long)h0);
     tcu_tune_release(&r);
 
     /* 5, 6: another GPU model, another cuBLASLt version */
@@ -141,7 +160,7 @@ int main(void) {
     char text[4096], line[1024];
     entry_line(line, sizeof line, 1, 1, "");
     snprintf(text, sizeof text, "%s%s", head, line);
-    const char *w7[] = {"short.txt:5", "30 fields, expected 31", "field 31 (first_us) is missing"};
+    const char *w7[] = {"short.txt:5", "31 fields, expected 32", "field 32 (first_us) is missing"};
     tap_ok(refused("short.txt", text, w7, 3, err, sizeof err),
            "an entry one field short: refused naming line 5 and the missing field (%s)", err);
     entry_line(line, sizeof line, 1, 0, "");
@@ -156,14 +175,23 @@ int main(void) {
            "a word where an integer belongs: refused naming the field (%s)", err);
     entry_line(line, sizeof line, 1, 0, " 7");
     snprintf(text, sizeof text, "%s%s", head, line);
-    const char *w9[] = {"long.txt:5", "more than 31 fields"};
+    const char *w9[] = {"long.txt:5", "more than 32 fields"};
     tap_ok(refused("long.txt", text, w9, 2, err, sizeof err), "a field too many: refused (%s)",
            err);
     entry_line(line, sizeof line, 1, 1, " -1.5");
     snprintf(text, sizeof text, "%s%s", head, line);
-    const char *w10[] = {"negative.txt:5", "field 31 (first_us)", "a number >= 0"};
-    tap_ok(refused("negative.txt", text, w10, 3, err, sizeof err),
-           "a negative time: refused (%s)", err);
+    const char *w10[] = {"negative.txt:5", "field 32 (first_us)", "a finite number >= 0"};
+    int neg = refused("negative.txt", text, w10, 3, err, sizeof err);
+    entry_line(line, sizeof line, 1, 2, " inf 3");
+    snprintf(text, sizeof text, "%s%s", head, line);
+    const char *w10b[] = {"inf.txt:5", "field 31 (us) is \"inf\""};
+    tap_ok(neg && refused("inf.txt", text, w10b, 2, err, sizeof err),
+           "a negative time, an infinite time: refused (%s)", err);
+    entry_line(line, sizeof line, 1, 3, " 00ff 1 2");
+    snprintf(text, sizeof text, "%s%s", head, line);
+    const char *w10c[] = {"data.txt:5", "field 30 (data) is \"00ff\"", "expected 128 hex digits"};
+    tap_ok(refused("data.txt", text, w10c, 3, err, sizeof err),
+           "algorithm bytes of 4 hex digits: refused naming the field (%s)", err);
     entry_line(line, sizeof line, 2, 0, "");
     snprintf(text, sizeof text, "%s%s%s", head, line, line);
     const char *w11[] = {"twice.txt:6", "the same GEMM key as an earlier line"};
@@ -189,7 +217,17 @@ int main(void) {
            "comments, blank lines and CRLF line ends: read (rc %d, %d entries)", rc, r.n);
     tcu_tune_release(&r);
 
-    /* 14: a write that cannot complete (the path is a directory) leaves it as it was */
+    /* 16: writable: a directory that exists, yes; one that does not, no (naming it) */
+    char nodir[600];
+    snprintf(nodir, sizeof nodir, "%s/no-such-dir/choices.txt", dir);
+    int w_ok = tcu_tune_writable(path, err, sizeof err);
+    int w_no = tcu_tune_writable(nodir, err, sizeof err);
+    tap_ok(w_ok == 0 && w_no == -1 && strstr(err, "cannot write in") &&
+               strstr(err, "/no-such-dir (") &&
+               temporaries() == 0,
+           "tcu_tune_writable: the test's directory yes, a missing one no, naming it (%s)", err);
+
+    /* 17: a write that cannot complete (the path is a directory) leaves it as it was */
     char taken[512], inside[600];
     path_of(taken, sizeof taken, "taken");
     mkdir(taken, 0755);
@@ -205,7 +243,7 @@ int main(void) {
 
     /* clean up */
     const char *names[] = {"choices.txt", "short.txt", "word.txt", "long.txt", "negative.txt",
-                           "twice.txt", "headless.txt", "crlf.txt"};
+                           "inf.txt", "data.txt", "twice.txt", "headless.txt", "crlf.txt"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         path_of(path, sizeof path, names[i]);
         unlink(path);
