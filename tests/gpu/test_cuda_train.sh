@@ -480,9 +480,15 @@ PY
             "$BUILD/tests/tessera-train-cuemu" "${base[@]}" --set run_dir="$TMP/tu_mix" --set device=cuda \
             >"$TMP/tu_mix.txt" 2>&1
         rc=$?
-        ((rc == 1)) && [[ ! -e $TMP/tu_mix ]] &&
-            grep -q "TSR_GEMM_TUNE: the ranks name different files (rank 0 \"$TMP/tune_one.txt\")" "$TMP/tu_mix.txt"
-        tap_check $? "emulator, 2 ranks: TSR_GEMM_TUNE naming another file on rank 1: both stop at start, rank 0 saying so (exit $rc, want 1), no run_dir"
+        # the same file on both: read by both, nothing timed (two ranks would choose apart), said
+        TSR_GEMM_TUNE="$TMP/tune_one.txt" run "$BUILD/tests/tessera-train-cuemu" 2 tu_two --set device=cuda \
+            --set max_duration=1ba --set micro_batch=2
+        rc2=$?
+        ((rc == 1 && rc2 == 0)) && [[ ! -e $TMP/tu_mix ]] &&
+            grep -q "TSR_GEMM_TUNE: the ranks name different files (rank 0 \"$TMP/tune_one.txt\")" "$TMP/tu_mix.txt" &&
+            grep -q "else cuBLASLt's first answer; 2 ranks time nothing (each would choose for itself): tune with one rank first" "$TMP/tu_two.txt" &&
+            grep -q "TSR_GEMM_TUNE: 1 GEMM choice(s) read from $TMP/tune_one.txt" "$TMP/tu_two.txt"
+        tap_check $? "emulator, 2 ranks: TSR_GEMM_TUNE naming another file on rank 1: both stop at start, rank 0 saying so (exit $rc, want 1), no run_dir; the same file on both: read, nothing timed, said (exit $rc2)"
     else
         tap_skip "emulator, 2 ranks: TSR_GEMM_REDUCTION differing between ranks" "no MPI"
         tap_skip "emulator, 2 ranks: TSR_GEMM_TUNE differing between ranks" "no MPI"
