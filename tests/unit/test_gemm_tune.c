@@ -89,7 +89,7 @@ static int refused(const char *name, const char *text, const char *const *want, 
 }
 
 int main(void) {
-    tap_plan(17);
+    tap_plan(18);
     snprintf(dir, sizeof dir, "/tmp/tsr-gemm-tune-XXXXXX");
     if (!mkdtemp(dir)) {
         fprintf(stderr, "test_gemm_tune: cannot make a temporary directory\n");
@@ -122,7 +122,7 @@ int main(void) {
            "three keys added (the first twice: replaced), each found with its configuration; a "
            "key differing in the split-K rule alone is not (%d entries)", t.n);
 
-    /* 3, 4: written, then read back the same; no temporary file left */
+    /* 3-5: written, then read back the same (and its hash); no temporary file left */
     rc = tcu_tune_save(&t, path, err, sizeof err);
     tap_ok(rc == 0 && temporaries() == 0, "saved (rc %d, %d temporary files left)", rc,
            temporaries());
@@ -145,7 +145,7 @@ int main(void) {
            "flipped another", (unsigned long long)h0);
     tcu_tune_release(&r);
 
-    /* 5, 6: another GPU model, another cuBLASLt version */
+    /* 6, 7: another GPU model, another cuBLASLt version */
     rc = tcu_tune_load(&r, path, "NVIDIA H100 80GB HBM3", 130100, err, sizeof err);
     tap_ok(rc == -1 && r.n == 0 && strstr(err, "choices.txt:2") &&
                strstr(err, "\"NVIDIA H200\"") && strstr(err, "\"NVIDIA H100 80GB HBM3\""),
@@ -155,14 +155,35 @@ int main(void) {
                strstr(err, "120900"),
            "another cuBLASLt version: refused naming both (%s)", err);
 
-    /* 7-12: malformed files */
+    /* 8-15: malformed files: an entry short of a field, one too many, a negative and an infinite
+     * time, algorithm bytes too short (each against the header); a word for an integer; a key
+     * twice; an entry before the cublaslt line */
+    static const struct {
+        const char *name;
+        int drop;          /* fields left off the end of a good entry */
+        const char *extra; /* then appended */
+        const char *want[3];
+        const char *what;
+    } BAD[] = {
+        {"short.txt", 1, "", {"short.txt:5", "31 fields, expected 32", "field 32 (first_us) is missing"},
+         "an entry one field short: refused naming line 5 and the missing field"},
+        {"long.txt", 0, " 7", {"long.txt:5", "more than 32 fields", "\"7\" after the last"},
+         "a field too many: refused"},
+        {"negative.txt", 1, " -1.5", {"negative.txt:5", "field 32 (first_us)", "a finite number >= 0"},
+         "a negative time: refused"},
+        {"inf.txt", 2, " inf 3", {"inf.txt:5", "field 31 (us) is \"inf\"", "a finite number"},
+         "an infinite time: refused"},
+        {"data.txt", 3, " 00ff 1 2", {"data.txt:5", "field 30 (data) is \"00ff\"", "expected 128 hex digits"},
+         "algorithm bytes of 4 hex digits: refused naming the field"},
+    };
     const char *head = "# a comment\n\ndevice NVIDIA H200\ncublaslt 130100\n";
     char text[4096], line[1024];
-    entry_line(line, sizeof line, 1, 1, "");
-    snprintf(text, sizeof text, "%s%s", head, line);
-    const char *w7[] = {"short.txt:5", "31 fields, expected 32", "field 32 (first_us) is missing"};
-    tap_ok(refused("short.txt", text, w7, 3, err, sizeof err),
-           "an entry one field short: refused naming line 5 and the missing field (%s)", err);
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+        entry_line(line, sizeof line, 1, BAD[i].drop, BAD[i].extra);
+        snprintf(text, sizeof text, "%s%s", head, line);
+        tap_ok(refused(BAD[i].name, text, BAD[i].want, 3, err, sizeof err), "%s (%s)", BAD[i].what,
+               err);
+    }
     entry_line(line, sizeof line, 1, 0, "");
     char bad[1100];
     snprintf(bad, sizeof bad, "%s", line);
@@ -173,25 +194,6 @@ int main(void) {
     const char *w8[] = {"word.txt:5", "field 3 (ta)", "expected an integer"};
     tap_ok(refused("word.txt", text, w8, 3, err, sizeof err),
            "a word where an integer belongs: refused naming the field (%s)", err);
-    entry_line(line, sizeof line, 1, 0, " 7");
-    snprintf(text, sizeof text, "%s%s", head, line);
-    const char *w9[] = {"long.txt:5", "more than 32 fields"};
-    tap_ok(refused("long.txt", text, w9, 2, err, sizeof err), "a field too many: refused (%s)",
-           err);
-    entry_line(line, sizeof line, 1, 1, " -1.5");
-    snprintf(text, sizeof text, "%s%s", head, line);
-    const char *w10[] = {"negative.txt:5", "field 32 (first_us)", "a finite number >= 0"};
-    int neg = refused("negative.txt", text, w10, 3, err, sizeof err);
-    entry_line(line, sizeof line, 1, 2, " inf 3");
-    snprintf(text, sizeof text, "%s%s", head, line);
-    const char *w10b[] = {"inf.txt:5", "field 31 (us) is \"inf\""};
-    tap_ok(neg && refused("inf.txt", text, w10b, 2, err, sizeof err),
-           "a negative time, an infinite time: refused (%s)", err);
-    entry_line(line, sizeof line, 1, 3, " 00ff 1 2");
-    snprintf(text, sizeof text, "%s%s", head, line);
-    const char *w10c[] = {"data.txt:5", "field 30 (data) is \"00ff\"", "expected 128 hex digits"};
-    tap_ok(refused("data.txt", text, w10c, 3, err, sizeof err),
-           "algorithm bytes of 4 hex digits: refused naming the field (%s)", err);
     entry_line(line, sizeof line, 2, 0, "");
     snprintf(text, sizeof text, "%s%s%s", head, line, line);
     const char *w11[] = {"twice.txt:6", "the same GEMM key as an earlier line"};
@@ -202,7 +204,7 @@ int main(void) {
     tap_ok(refused("headless.txt", text, w12, 2, err, sizeof err),
            "an entry before the cublaslt line: refused, not a TSR_GEMM_TUNE file (%s)", err);
 
-    /* 13: comments, blank lines and CRLF endings are fine */
+    /* 16: comments, blank lines and CRLF endings are fine */
     entry_line(line, sizeof line, 4, 0, "");
     line[strlen(line) - 1] = 0;
     snprintf(text, sizeof text, "# x\r\ndevice NVIDIA H200\r\n\r\ncublaslt 130100\r\n  # y\r\n%s\r\n",
@@ -217,7 +219,7 @@ int main(void) {
            "comments, blank lines and CRLF line ends: read (rc %d, %d entries)", rc, r.n);
     tcu_tune_release(&r);
 
-    /* 16: writable: a directory that exists, yes; one that does not, no (naming it) */
+    /* 17: writable: a directory that exists, yes; one that does not, no (naming it) */
     char nodir[600];
     snprintf(nodir, sizeof nodir, "%s/no-such-dir/choices.txt", dir);
     int w_ok = tcu_tune_writable(path, err, sizeof err);
@@ -227,7 +229,7 @@ int main(void) {
                temporaries() == 0,
            "tcu_tune_writable: the test's directory yes, a missing one no, naming it (%s)", err);
 
-    /* 17: a write that cannot complete (the path is a directory) leaves it as it was */
+    /* 18: a write that cannot complete (the path is a directory) leaves it as it was */
     char taken[512], inside[600];
     path_of(taken, sizeof taken, "taken");
     mkdir(taken, 0755);
