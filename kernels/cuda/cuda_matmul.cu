@@ -237,6 +237,7 @@ typedef struct lt_entry {
     lt_src src;
     int pick, cands;        /* the algorithm's place among the heuristic's answers, their number */
     double us, first_us;    /* tuning: its time and the first answer's (microseconds), or 0 */
+    bool by_cfg;            /* LT_SRC_FILE: found by its configuration, not its bytes */
 } lt_entry;
 
 #define LT_CACHE_SIZE 128
@@ -297,7 +298,9 @@ static tcu_reduction lt_reduction = TCU_REDUCTION_COMPUTE;
 typedef enum { LT_TUNE_OFF = 0, LT_TUNE_FILE, LT_TUNE_TIME } lt_tune_mode;
 static lt_tune_mode lt_tune_mode_now; /* OFF, or tcu_matmul_tune_open's: FILE or TIME */
 static tcu_tune_table lt_tune;        /* the file's choices, then those timed here */
-static int lt_tune_overflow;          /* shapes past the cache that only read the file */
+/* calls of shapes past the cache (which read the file, never time): not in it, or its algorithm
+ * not among the answers */
+static long long lt_tune_overflow_missing, lt_tune_overflow_unmatched;
 
 /* the file's key of an entry: lt_key without the device (the file names the GPU model), with the
  * split-K rule (the answers the heuristic may give depend on it) */
@@ -384,10 +387,11 @@ static void lt_tune_choose(lt_entry *e, const lt_gemm *g,
             lt_algo_cfg(cfg, &res[i].algo);
             if (memcmp(cfg, kept->cfg, sizeof cfg) == 0) same_cfg++, cfg_at = i;
         }
-        if (at < 0 && same_cfg == 1) at = cfg_at;
+        const bool by_cfg = at < 0 && same_cfg == 1;
+        if (by_cfg) at = cfg_at;
         e->src = LT_SRC_UNMATCHED;
         if (at >= 0) {
-            e->algo = res[at].algo, e->pick = at, e->src = LT_SRC_FILE;
+            e->algo = res[at].algo, e->pick = at, e->src = LT_SRC_FILE, e->by_cfg = by_cfg;
             e->us = kept->us, e->first_us = kept->first_us;
         }
         return;
@@ -411,6 +415,7 @@ static void lt_tune_choose(lt_entry *e, const lt_gemm *g,
             }
             TCU_CHECK(cudaMemcpyAsync(save, g->d, dbytes, cudaMemcpyDeviceToDevice, st), what);
         }
+        TCU_CHECK(cudaGetLastError(), what); /* none pending: a refused answer's is its own */
         cudaEvent_t ev[2];
         TCU_CHECK(cudaEventCreate(&ev[0]), what);
         TCU_CHECK(cudaEventCreate(&ev[1]), what);
@@ -570,7 +575,8 @@ static bool lt_matmul(const lt_gemm *g, tcu_stream s, bool allow_none) {
         const lt_tune_mode mode = kept || lt_tune_mode_now == LT_TUNE_OFF ? lt_tune_mode_now
                                                                           : LT_TUNE_FILE;
         lt_entry_build(e, g, &key, ctx, mode, (cudaStream_t)s);
-        if (!kept && mode != LT_TUNE_OFF && e->src != LT_SRC_FILE) lt_tune_overflow++;
+        if (!kept && e->found && e->src == LT_SRC_MISSING) lt_tune_overflow_missing++;
+        if (!kept && e->found && e->src == LT_SRC_UNMATCHED) lt_tune_overflow_unmatched++;
     }
     const int found = e->found;
     const cublasStatus_t status = e->status;
@@ -607,7 +613,7 @@ void tcu_matmul_release(void) {
     lt_cache_clear();
     tcu_tune_release(&lt_tune);
     lt_tune_mode_now = LT_TUNE_OFF;
-    lt_tune_overflow = 0;
+    lt_tune_overflow_missing = lt_tune_overflow_unmatched = 0;
 }
 
 int tcu_matmul_tune_open(const char *path, int timing, char *err, size_t n) {
@@ -618,7 +624,7 @@ int tcu_matmul_tune_open(const char *path, int timing, char *err, size_t n) {
     lt_cache_clear(); /* the algorithms chosen without the file */
     tcu_tune_release(&lt_tune);
     lt_tune_mode_now = LT_TUNE_OFF;
-    lt_tune_overflow = 0;
+    lt_tune_overflow_missing = lt_tune_overflow_unmatched = 0;
     if (tcu_tune_load(&lt_tune, path, prop.name, (int64_t)cublasLtGetVersion(), err, n))
         return -1;
     if (timing && tcu_tune_writable(path, err, n)) {
@@ -645,12 +651,15 @@ void tcu_matmul_tune_stats(tcu_tune_stats *st) {
         st->timed += e->src == LT_SRC_TIMED;
         st->single += e->src == LT_SRC_SINGLE;
         st->from_file += e->src == LT_SRC_FILE;
+        st->by_config += e->src == LT_SRC_FILE && e->by_cfg;
         st->unmatched += e->src == LT_SRC_UNMATCHED;
         st->untimed += e->src == LT_SRC_UNTIMED;
         st->missing += e->src == LT_SRC_MISSING;
         if (e->src == LT_SRC_TIMED && e->first_us > 0) st->saved_us += e->first_us - e->us;
     }
-    st->overflow = lt_tune_overflow;
+    st->overflow_missing = lt_tune_overflow_missing;
+    st->overflow_unmatched = lt_tune_overflow_unmatched;
+
 }
 
 int tcu_matmul_tune_save(const char *path, char *err, size_t n) {

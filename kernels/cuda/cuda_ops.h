@@ -159,7 +159,7 @@ void tcu_matmul_backward(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16
  * A change forgets the algorithms chosen so far: set it before the first matmul, none in flight. */
 typedef enum { TCU_REDUCTION_COMPUTE, TCU_REDUCTION_NONE, TCU_REDUCTION_ANY } tcu_reduction;
 void tcu_matmul_set_reduction(tcu_reduction r);
-/* TSR_GEMM_TUNE (issue 25, item 4; docs/cuda.md, "GEMM choice"): after tcu_init, reads path's
+/* TSR_GEMM_TUNE (issue 25, item 4; docs/cuda.md, "GEMM choice by the clock"): after tcu_init, reads path's
  * GEMM choices (kernels/cuda/tcu_gemm_tune.h; a missing file is an empty one) and forgets the
  * algorithms chosen so far. From then on a shape's first call runs the file's algorithm when the
  * file has its key (found among the heuristic's answers by its bytes, else by its configuration
@@ -184,9 +184,11 @@ typedef struct tcu_tune_stats {
     int unmatched; /* the file's algorithm not among the heuristic's answers: its first ran */
     int untimed;   /* no device memory for the copy of an accumulated D, or no answer ran: the
                       first */
+    int by_config; /* of from_file: found by the configuration only one answer has, not bytes */
     int missing;   /* not in the file, and no timing (several ranks): the first */
-    int overflow;  /* calls of shapes past the algorithm cache (128 shapes) not found in the
-                      file: the first (they are never timed) */
+    long long overflow_missing;   /* calls of shapes past the algorithm cache (128 shapes), which
+                                     read the file but are never timed: not in the file */
+    long long overflow_unmatched; /* and those whose file algorithm was not among the answers */
     double saved_us; /* over the timed shapes: the first answer's time less the choice's, per call */
 } tcu_tune_stats;
 void tcu_matmul_tune_stats(tcu_tune_stats *st);

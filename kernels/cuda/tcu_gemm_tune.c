@@ -56,12 +56,14 @@ int tcu_tune_add(tcu_tune_table *t, const int64_t key[TCU_TUNE_KEY_N],
 }
 
 uint64_t tcu_tune_hash(const tcu_tune_table *t) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a over the entries' keys and algorithms */
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over the entries' keys, configurations and
+                                            algorithms */
     for (int i = 0; i < t->n; i++) {
-        const unsigned char *p[2] = {(const unsigned char *)t->e[i].key,
+        const unsigned char *p[3] = {(const unsigned char *)t->e[i].key,
+                                     (const unsigned char *)t->e[i].cfg,
                                      (const unsigned char *)t->e[i].data};
-        const size_t len[2] = {sizeof t->e[i].key, sizeof t->e[i].data};
-        for (int k = 0; k < 2; k++)
+        const size_t len[3] = {sizeof t->e[i].key, sizeof t->e[i].cfg, sizeof t->e[i].data};
+        for (int k = 0; k < 3; k++)
             for (size_t j = 0; j < len[k]; j++) h = (h ^ p[k][j]) * 1099511628211ull;
     }
     return h;
@@ -81,7 +83,7 @@ int tcu_tune_writable(const char *path, char *err, size_t n) {
         say(err, n, "%s: path too long", path);
         return -1;
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644); /* (a killed save's leftover too) */
     if (fd < 0) {
         char dir[4096];
         dir_of(path, dir, sizeof dir);
@@ -285,7 +287,7 @@ int tcu_tune_save(const tcu_tune_table *t, const char *path, char *err, size_t n
         say(err, n, "%s: cannot write %s: %s", path, tmp, strerror(errno));
         return -1;
     }
-    fprintf(f, "# tessera GEMM choices (TSR_GEMM_TUNE); docs/cuda.md, \"GEMM choice\"\n");
+    fprintf(f, "# tessera GEMM choices (TSR_GEMM_TUNE); docs/cuda.md, \"GEMM choice by the clock\"\n");
     fprintf(f, "device %s\ncublaslt %" PRId64 "\n#", t->device, t->lt_version);
     for (int i = 0; i < TCU_TUNE_KEY_N; i++) fprintf(f, " %s", tcu_tune_key_names[i]);
     for (int i = 0; i < TCU_TUNE_CFG_N; i++) fprintf(f, " %s", tcu_tune_cfg_names[i]);

@@ -1,5 +1,5 @@
 /* tcu_gemm_tune.h — the GEMM algorithm choices kept in a file (TSR_GEMM_TUNE, issue 25 item 4;
- * docs/cuda.md, "GEMM choice").
+ * docs/cuda.md, "GEMM choice by the clock").
  *
  * cuBLASLt's heuristic gives one algorithm per shape; timing its first few answers can find a
  * faster one, but a choice made by a clock can differ from run to run, and with it the bits. So a
@@ -78,7 +78,8 @@ int tcu_tune_save(const tcu_tune_table *t, const char *path, char *err, size_t n
 /* Whether path can be written: a temporary file made and removed in its directory (0), or -1
  * with err (a run that times its shapes would find out only at its end). */
 int tcu_tune_writable(const char *path, char *err, size_t n);
-/* A hash of the table's entries (keys and algorithms, in order): ranks compare it. */
+/* A hash of the table's entries (keys, configurations and algorithms, in order): ranks compare
+ * it. */
 uint64_t tcu_tune_hash(const tcu_tune_table *t);
 /* Frees the entries; the table is empty afterwards. */
 void tcu_tune_release(tcu_tune_table *t);

@@ -376,6 +376,7 @@ static int att_warp_rows(const tsr_dist *d, int *rows) {
  * unset or empty (the heuristic's first answers). Every rank must name the same file. Only a
  * run on one rank times (and writes the file): on several, each rank would choose for itself. */
 static char gemm_tune[4096];
+static int gemm_tune_opened; /* gemm_tune_open read the file: gemm_tune_close reports */
 
 static int gemm_tune_switch(const tsr_dist *d) {
     const char *v = getenv("TSR_GEMM_TUNE");
@@ -435,6 +436,7 @@ static int gemm_tune_open(const tsr_dist *d) {
                       gemm_tune, st.loaded);
         return TSR_EXIT_USAGE;
     }
+    gemm_tune_opened = 1;
     if (d->rank == 0)
         printf("TSR_GEMM_TUNE: %d GEMM choice(s) read from %s\n", st.loaded, gemm_tune);
     return 0;
@@ -444,29 +446,35 @@ static int gemm_tune_open(const tsr_dist *d) {
  * and says what tuning did; a file that cannot be written is a warning (the run's own outputs
  * are complete). */
 static void gemm_tune_close(const tsr_dist *d) {
-    if (!gemm_tune[0] || d->rank != 0) return;
+    if (!gemm_tune_opened) return;
+    gemm_tune_opened = 0;
+    if (d->rank != 0) return;
     tcu_tune_stats st;
     tcu_matmul_tune_stats(&st);
     char err[1024] = "", wrote[64];
     int w = tcu_matmul_tune_save(gemm_tune, err, sizeof err);
     snprintf(wrote, sizeof wrote, "%d new choice(s) written to the file", st.added);
-    printf("TSR_GEMM_TUNE: %d shape(s) from the file, %d timed (%.1f us faster than cuBLASLt's "
-           "first answers over one call of each), %d with one answer; %d not matched by the "
-           "heuristic's answers, %d untimed, %d not in the file and not timed; %s\n",
-           st.from_file, st.timed, st.saved_us, st.single, st.unmatched, st.untimed,
-           st.missing + st.overflow,
+    printf("TSR_GEMM_TUNE: %d shape(s) from the file (%d by configuration), %d timed (%.1f us "
+           "faster than cuBLASLt's first answers over one call of each), %d with one answer; "
+           "%d not matched by the heuristic's answers, %d untimed, %d not in the file; calls "
+           "past the algorithm cache: %lld not in the file, %lld not matched; %s\n",
+           st.from_file, st.by_config, st.timed, st.saved_us, st.single, st.unmatched,
+           st.untimed, st.missing, st.overflow_missing, st.overflow_unmatched,
            w == 1 ? wrote : w == 0 ? "the file unchanged" : "the file NOT written");
     if (w < 0) tsr_warn("TSR_GEMM_TUNE: %s", err);
-    if (st.unmatched)
-        tsr_warn("TSR_GEMM_TUNE = \"%s\": %d shape(s) ran cuBLASLt's first answer because the "
-                 "file's algorithm was not among its answers (another split-K rule, workspace or "
-                 "cuBLASLt build?): not the bits of the run that made the file", gemm_tune,
-                 st.unmatched);
-    if (st.missing + st.overflow)
-        tsr_warn("TSR_GEMM_TUNE = \"%s\": %d shape(s) (or calls past the algorithm cache) not "
-                 "in the file ran cuBLASLt's first answer, untimed: %s", gemm_tune,
-                 st.missing + st.overflow,
-                 d->world > 1 ? "tune with one rank first" : "too many shapes to keep");
+    if (st.unmatched || st.overflow_unmatched)
+        tsr_warn("TSR_GEMM_TUNE = \"%s\": %d shape(s) (and %lld calls past the algorithm cache) "
+                 "ran cuBLASLt's first answer because the file's algorithm was not among its "
+                 "answers (another split-K rule, workspace or cuBLASLt build?): not the bits of "
+                 "the run that made the file", gemm_tune, st.unmatched, st.overflow_unmatched);
+    if (st.missing)
+        tsr_warn("TSR_GEMM_TUNE = \"%s\": %d shape(s) not in the file ran cuBLASLt's first "
+                 "answer, untimed (%d ranks time nothing): tune with one rank first", gemm_tune,
+                 st.missing, d->world);
+    if (st.overflow_missing)
+        tsr_warn("TSR_GEMM_TUNE = \"%s\": %lld call(s) of shapes past the algorithm cache (128 "
+                 "shapes) ran cuBLASLt's first answer, untimed (never timed: it would be, every "
+                 "call)", gemm_tune, st.overflow_missing);
     fflush(stdout);
 }
 

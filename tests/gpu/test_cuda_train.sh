@@ -27,8 +27,9 @@
 #  - TSR_GEMM_REDUCTION (the split-K measurement switch): a bad value refused at start, none runs;
 #    ranks that disagree on it (2 ranks) all stop at start, rank 0 naming the other;
 #  - TSR_GEMM_TUNE (the file of GEMM choices): read and checked at start (a malformed line, another
-#    GPU's file, ranks naming different files refused); on a GPU, a run that times writes the file
-#    and a second run reading it has the first's bits;
+#    GPU's file, a directory one rank cannot write in, ranks naming different files or reading
+#    different tables refused; two ranks read, time nothing, need no writable directory); on a
+#    GPU, a run that times writes the file and a second run reading it has the first's bits;
 #  - TSR_ATT_WARP_ROWS (32 rows a warp in the attention kernels): a bad value refused at start, 32
 #    said; on a GPU, GPT-2 (hs 32) and Llama (hs 64) runs with it within the tolerance of the CPU,
 #    the same bits twice; TSR_XENT_RESIDENT=1 (softmax + cross-entropy with the row in registers):
@@ -433,7 +434,7 @@ PY
     TSR_GEMM_TUNE="$TMP/tune_none.txt" run "$BUILD/tests/tessera-train-cuemu" 1 tu_none --set device=cuda --set max_duration=3ba &&
         grep -q 'environment TSR_GEMM_TUNE = "'"$TMP"'/tune_none.txt": each GEMM shape runs the file' "$TMP/tu_none.txt" &&
         grep -q "TSR_GEMM_TUNE: 0 GEMM choice(s) read from $TMP/tune_none.txt" "$TMP/tu_none.txt" &&
-        grep -q 'TSR_GEMM_TUNE: 0 shape(s) from the file, 0 timed .*; the file unchanged' "$TMP/tu_none.txt" &&
+        grep -q 'TSR_GEMM_TUNE: 0 shape(s) from the file (0 by configuration), 0 timed .*; the file unchanged' "$TMP/tu_none.txt" &&
         [[ ! -e $TMP/tune_none.txt ]] &&
         final_lines "$TMP/tu_none/metrics.jsonl" | cmp -s - "$TMP/gr_def.loss" &&
         printf '%s%s\n' "$tune_head" "$tune_entry" >"$TMP/tune_one.txt" &&
@@ -480,15 +481,30 @@ PY
             "$BUILD/tests/tessera-train-cuemu" "${base[@]}" --set run_dir="$TMP/tu_mix" --set device=cuda \
             >"$TMP/tu_mix.txt" 2>&1
         rc=$?
-        # the same file on both: read by both, nothing timed (two ranks would choose apart), said
+        # the same file on both: read by both, nothing timed (two ranks would choose apart), said;
+        # a file in a directory that does not exist: two ranks never write it, so they start
         TSR_GEMM_TUNE="$TMP/tune_one.txt" run "$BUILD/tests/tessera-train-cuemu" 2 tu_two --set device=cuda \
             --set max_duration=1ba --set micro_batch=2
         rc2=$?
-        ((rc == 1 && rc2 == 0)) && [[ ! -e $TMP/tu_mix ]] &&
+        TSR_GEMM_TUNE="$TMP/no-such-dir/tune.txt" run "$BUILD/tests/tessera-train-cuemu" 2 tu_twodir --set device=cuda \
+            --set max_duration=1ba --set micro_batch=2
+        rc3=$?
+        # one relative name, read in two working directories holding different files: the
+        # tables' hashes differ, both stop at start
+        mkdir -p "$TMP/wd0" "$TMP/wd1" && cp "$TMP/tune_one.txt" "$TMP/wd0/tune.txt" &&
+            printf '%s%s\n' "$tune_head" "${tune_entry/ 64 32 64 / 64 48 64 }" >"$TMP/wd1/tune.txt"
+        TSR_GEMM_TUNE=tune.txt timeout 120 "${MPIRUN[@]}" -np 1 --wdir "$TMP/wd0" "$BUILD/tests/tessera-train-cuemu" \
+            "${base[@]}" --set run_dir="$TMP/tu_hash" --set device=cuda : -np 1 --wdir "$TMP/wd1" \
+            "$BUILD/tests/tessera-train-cuemu" "${base[@]}" --set run_dir="$TMP/tu_hash" --set device=cuda \
+            >"$TMP/tu_hash.txt" 2>&1
+        rc4=$?
+        ((rc == 1 && rc2 == 0 && rc3 == 0 && rc4 == 1)) && [[ ! -e $TMP/tu_mix && ! -e $TMP/tu_hash ]] &&
             grep -q "TSR_GEMM_TUNE: the ranks name different files (rank 0 \"$TMP/tune_one.txt\")" "$TMP/tu_mix.txt" &&
             grep -q "else cuBLASLt's first answer; 2 ranks time nothing (each would choose for itself): tune with one rank first" "$TMP/tu_two.txt" &&
-            grep -q "TSR_GEMM_TUNE: 1 GEMM choice(s) read from $TMP/tune_one.txt" "$TMP/tu_two.txt"
-        tap_check $? "emulator, 2 ranks: TSR_GEMM_TUNE naming another file on rank 1: both stop at start, rank 0 saying so (exit $rc, want 1), no run_dir; the same file on both: read, nothing timed, said (exit $rc2)"
+            grep -q "TSR_GEMM_TUNE: 1 GEMM choice(s) read from $TMP/tune_one.txt" "$TMP/tu_two.txt" &&
+            grep -q "TSR_GEMM_TUNE: 0 GEMM choice(s) read from $TMP/no-such-dir/tune.txt" "$TMP/tu_twodir.txt" &&
+            grep -q 'TSR_GEMM_TUNE = "tune.txt": the ranks read different files (rank 0: 1 entries)' "$TMP/tu_hash.txt"
+        tap_check $? "emulator, 2 ranks: TSR_GEMM_TUNE naming another file on rank 1: both stop at start (exit $rc, want 1), no run_dir; the same file on both: read, nothing timed, said (exit $rc2); a missing directory: not written by 2 ranks, so they start (exit $rc3); one name, two working directories with different files: both stop (exit $rc4, want 1)"
     else
         tap_skip "emulator, 2 ranks: TSR_GEMM_REDUCTION differing between ranks" "no MPI"
         tap_skip "emulator, 2 ranks: TSR_GEMM_TUNE differing between ranks" "no MPI"
@@ -547,13 +563,13 @@ if [[ -z $why ]]; then
     rm -f "$TMP/tune_gpu.txt"
     TSR_GEMM_TUNE="$TMP/tune_gpu.txt" run "$TRAIN" 1 cuda.tu1 --set device=cuda &&
         d=$(close cpu_gpt2 cuda.tu1 1) && n=$(grep -c '^[0-9]' "$TMP/tune_gpu.txt") && ((n > 0)) &&
-        grep -q "TSR_GEMM_TUNE: 0 shape(s) from the file, .*; $n new choice(s) written to the file" "$TMP/cuda.tu1.txt" &&
+        grep -q "TSR_GEMM_TUNE: 0 shape(s) from the file (0 by configuration), .*; $n new choice(s) written to the file" "$TMP/cuda.tu1.txt" &&
         TSR_GEMM_TUNE="$TMP/tune_gpu.txt" run "$TRAIN" 1 cuda.tu2 --set device=cuda &&
         grep -q "TSR_GEMM_TUNE: $n GEMM choice(s) read from $TMP/tune_gpu.txt" "$TMP/cuda.tu2.txt" &&
-        grep -q "TSR_GEMM_TUNE: $n shape(s) from the file, 0 timed .* 0 not matched .*; the file unchanged" "$TMP/cuda.tu2.txt" &&
+        grep -q "TSR_GEMM_TUNE: $n shape(s) from the file (0 by configuration), 0 timed .* 0 not matched by .* 0 not in the file; calls past the algorithm cache: 0 not in the file, 0 not matched; the file unchanged" "$TMP/cuda.tu2.txt" &&
         final_lines "$TMP/cuda.tu1/metrics.jsonl" >"$TMP/cuda.tu1.det" &&
         final_lines "$TMP/cuda.tu2/metrics.jsonl" | cmp -s - "$TMP/cuda.tu1.det"
-    tap_check $? "cuda: TSR_GEMM_TUNE: a first run times its GEMM shapes (within 5e-3 of the CPU: $d) and writes $n choices; a second reads them all, times none, the same bits"
+    tap_check $? "cuda: TSR_GEMM_TUNE: a first run times its GEMM shapes (within 5e-3 of the CPU: $d) and writes $n choices; a second finds them all by their bytes, times none, the same bits"
 else
     # without a GPU the real library still loads (dlopen, the trainer's symbols from the
     # executable, cuBLASLt) and says there is no device
