@@ -49,12 +49,12 @@
  *     GEMM, then the GELU backward kernel in place;
  *   - DEFAULT epilogue: exit naming the op, m/n/k and N/IC/OC.
  */
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
-#include <utility>
 
 #include "cuda_internal.h"
 #include "tcu_gemm_tune.h"
@@ -302,6 +302,13 @@ static tcu_tune_table lt_tune;        /* the file's choices, then those timed he
  * not among the answers */
 static long long lt_tune_overflow_missing, lt_tune_overflow_unmatched;
 
+/* tuning off, its table and counts forgotten (under lt_cache_mutex) */
+static void lt_tune_reset(void) {
+    tcu_tune_release(&lt_tune);
+    lt_tune_mode_now = LT_TUNE_OFF;
+    lt_tune_overflow_missing = lt_tune_overflow_unmatched = 0;
+}
+
 /* the file's key of an entry: lt_key without the device (the file names the GPU model), with the
  * split-K rule (the answers the heuristic may give depend on it) */
 static void lt_tune_key(int64_t out[TCU_TUNE_KEY_N], const lt_key *k) {
@@ -355,8 +362,7 @@ static double lt_time_one(const lt_entry *e, const lt_gemm *g, const cublasLtMat
         TCU_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]), g->what);
         t[k] = 1000.0 * (double)ms / LT_TUNE_RUNS;
     }
-    for (int i = 1; i < LT_TUNE_ROUNDS; i++) /* sorted: the median is the middle one */
-        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) std::swap(t[j], t[j - 1]);
+    std::sort(t, t + LT_TUNE_ROUNDS); /* the median: the middle one */
     return t[LT_TUNE_ROUNDS / 2];
 }
 
@@ -611,9 +617,7 @@ static void lt_cache_clear(void) { /* under lt_cache_mutex */
 void tcu_matmul_release(void) {
     std::lock_guard<std::mutex> lock(lt_cache_mutex);
     lt_cache_clear();
-    tcu_tune_release(&lt_tune);
-    lt_tune_mode_now = LT_TUNE_OFF;
-    lt_tune_overflow_missing = lt_tune_overflow_unmatched = 0;
+    lt_tune_reset();
 }
 
 int tcu_matmul_tune_open(const char *path, int timing, char *err, size_t n) {
@@ -622,15 +626,9 @@ int tcu_matmul_tune_open(const char *path, int timing, char *err, size_t n) {
     TCU_CHECK(cudaGetDeviceProperties(&prop, ctx->device), "tcu_matmul_tune_open");
     std::lock_guard<std::mutex> lock(lt_cache_mutex);
     lt_cache_clear(); /* the algorithms chosen without the file */
-    tcu_tune_release(&lt_tune);
-    lt_tune_mode_now = LT_TUNE_OFF;
-    lt_tune_overflow_missing = lt_tune_overflow_unmatched = 0;
-    if (tcu_tune_load(&lt_tune, path, prop.name, (int64_t)cublasLtGetVersion(), err, n))
+    lt_tune_reset();
+    if (tcu_tune_open(&lt_tune, path, prop.name, (int64_t)cublasLtGetVersion(), timing, err, n))
         return -1;
-    if (timing && tcu_tune_writable(path, err, n)) {
-        tcu_tune_release(&lt_tune);
-        return -1;
-    }
     lt_tune_mode_now = timing ? LT_TUNE_TIME : LT_TUNE_FILE;
     return 0;
 }

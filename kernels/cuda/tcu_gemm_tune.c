@@ -77,12 +77,17 @@ static void dir_of(const char *path, char *dir, size_t n) {
     else snprintf(dir, n, "%.*s", (int)(slash - path), path);
 }
 
+/* the temporary file beside path that tcu_tune_save writes (and tcu_tune_writable tries): 0, or
+ * -1 with err */
+static int tmp_name(const char *path, char *tmp, size_t tn, char *err, size_t n) {
+    if (snprintf(tmp, tn, "%s.tmp.%ld", path, (long)getpid()) < (int)tn) return 0;
+    say(err, n, "%s: path too long", path);
+    return -1;
+}
+
 int tcu_tune_writable(const char *path, char *err, size_t n) {
     char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
-        say(err, n, "%s: path too long", path);
-        return -1;
-    }
+    if (tmp_name(path, tmp, sizeof tmp, err, n)) return -1;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644); /* (a killed save's leftover too) */
     if (fd < 0) {
         char dir[4096];
@@ -276,12 +281,19 @@ int tcu_tune_load(tcu_tune_table *t, const char *path, const char *device, int64
     return 0;
 }
 
-int tcu_tune_save(const tcu_tune_table *t, const char *path, char *err, size_t n) {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
-        say(err, n, "%s: path too long", path);
+int tcu_tune_open(tcu_tune_table *t, const char *path, const char *device, int64_t lt_version,
+                  int writable, char *err, size_t n) {
+    if (tcu_tune_load(t, path, device, lt_version, err, n)) return -1;
+    if (writable && tcu_tune_writable(path, err, n)) {
+        tcu_tune_release(t);
         return -1;
     }
+    return 0;
+}
+
+int tcu_tune_save(const tcu_tune_table *t, const char *path, char *err, size_t n) {
+    char tmp[4096];
+    if (tmp_name(path, tmp, sizeof tmp, err, n)) return -1;
     FILE *f = fopen(tmp, "w");
     if (!f) {
         say(err, n, "%s: cannot write %s: %s", path, tmp, strerror(errno));

@@ -64,6 +64,10 @@ typedef struct tcu_tune_table {
  * -1 the table is empty. */
 int tcu_tune_load(tcu_tune_table *t, const char *path, const char *device, int64_t lt_version,
                   char *err, size_t n);
+/* tcu_tune_load, then, when writable, tcu_tune_writable (a run that will save the table):
+ * what both backends' tcu_matmul_tune_open do. 0, or -1 with err and an empty table. */
+int tcu_tune_open(tcu_tune_table *t, const char *path, const char *device, int64_t lt_version,
+                  int writable, char *err, size_t n);
 /* The entry whose key is key, or NULL. */
 const tcu_tune_entry *tcu_tune_find(const tcu_tune_table *t, const int64_t key[TCU_TUNE_KEY_N]);
 /* Adds (or replaces) the entry for key. 0, or -1 when the host cannot grow the table. */

@@ -827,12 +827,7 @@ int tcu_matmul_tune_open(const char *path, int timing, char *err, size_t n) {
     char dev[128];
     tcu_device_info(dev, sizeof dev, NULL, NULL, NULL);
     tcu_tune_release(&emu_tune);
-    if (tcu_tune_load(&emu_tune, path, dev, 0, err, n)) return -1;
-    if (timing && tcu_tune_writable(path, err, n)) {
-        tcu_tune_release(&emu_tune);
-        return -1;
-    }
-    return 0;
+    return tcu_tune_open(&emu_tune, path, dev, 0, timing, err, n);
 }
 
 uint64_t tcu_matmul_tune_hash(void) { return tcu_tune_hash(&emu_tune); }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "crc32c.h"
 #include "gpu/gpu_comm.h"
 #include "gpu/gpu_ep.h"
 #include "gpu/gpu_model.h"
@@ -378,16 +379,25 @@ static int att_warp_rows(const tsr_dist *d, int *rows) {
 static char gemm_tune[4096];
 static int gemm_tune_opened; /* gemm_tune_open read the file: gemm_tune_close reports */
 
+/* whether every rank has the value v (its two halves and their negatives through one max:
+ * exact in doubles). Collective. */
+static int ranks_agree(uint64_t v) {
+    const double hi = (double)(v >> 32), lo = (double)(v & 0xffffffffu);
+    double m[4] = {hi, lo, -hi, -lo};
+    dist_allreduce_max_f64(m, 4);
+    return m[0] == -m[2] && m[1] == -m[3];
+}
+
 static int gemm_tune_switch(const tsr_dist *d) {
     const char *v = getenv("TSR_GEMM_TUNE");
     int too_long = v && strlen(v) >= sizeof gemm_tune;
     snprintf(gemm_tune, sizeof gemm_tune, "%s", v && !too_long ? v : "");
-    uint32_t h = 2166136261u; /* FNV-1a of the value: the ranks compare it */
-    for (const char *p = gemm_tune; *p; p++) h = (h ^ (uint8_t)*p) * 16777619u;
-    double hv[3] = {(double)h, -(double)h, (double)too_long};
-    dist_allreduce_max_f64(hv, 3);
-    if (hv[0] != -hv[1] || hv[2] > 0) {
-        if (d->rank == 0 && hv[2] > 0)
+    double any_too_long = too_long;
+    dist_allreduce_max_f64(&any_too_long, 1);
+    /* the value's checksum, or one no checksum has for a value too long */
+    const uint64_t mine = too_long ? UINT64_MAX : tsr_crc32c(0, gemm_tune, strlen(gemm_tune));
+    if (!ranks_agree(mine) || any_too_long > 0) {
+        if (d->rank == 0 && any_too_long > 0)
             tsr_error("environment TSR_GEMM_TUNE: a path of %zu bytes or more on some rank: "
                       "expected a file name (docs/cuda.md)", sizeof gemm_tune);
         else if (d->rank == 0)
@@ -425,11 +435,7 @@ static int gemm_tune_open(const tsr_dist *d) {
     }
     tcu_tune_stats st;
     tcu_matmul_tune_stats(&st);
-    const uint64_t h = tcu_matmul_tune_hash();
-    const double hi = (double)(h >> 32), lo = (double)(h & 0xffffffffu);
-    double hv[4] = {hi, lo, -hi, -lo};
-    dist_allreduce_max_f64(hv, 4);
-    if (hv[0] != -hv[2] || hv[1] != -hv[3]) {
+    if (!ranks_agree(tcu_matmul_tune_hash())) {
         if (d->rank == 0)
             tsr_error("environment TSR_GEMM_TUNE = \"%s\": the ranks read different files (rank "
                       "0: %d entries): expected one file on a shared file system (docs/cuda.md)",
