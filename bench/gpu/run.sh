@@ -406,7 +406,7 @@ for m in $MODELS; do
         tess=("$TRAIN" --config "$cfg" "${sets[@]}" --set "device=\"$TDEV\""
               --set "max_duration=\"$((WARMUP + STEPS))ba\"" --set "data.train=\"$train_dir\""
               --set 'data.val=""' --set 'eval_interval="0ba"' --set 'save_interval="0ba"'
-              --set log_interval=1 --set "run_dir=\"$run_dir\"")
+              --set save_final=false --set log_interval=1 --set "run_dir=\"$run_dir\"")
         [[ $TDEV == cpu ]] && tess+=(--set "threads=$CPU_THREADS")
         read -r -a more <<<"$TESSERA_ARGS"
         for a in "${more[@]}"; do tess+=(--set "$a"); done

@@ -895,7 +895,8 @@ static int after_step(tsr_trainer *t, const tsr_step_stats *st, int64_t *committ
     if ((t->eval_every > 0 && t->step % t->eval_every == 0) || last) evaluate(t);
     /* no periodic save inside an outlier streak: it would be useless to a rollback and its
      * retention could delete the last checkpoint from before the spike */
-    if ((t->save_every > 0 && t->step % t->save_every == 0 && t->guard.streak == 0) || last) {
+    if ((t->save_every > 0 && t->step % t->save_every == 0 && t->guard.streak == 0) ||
+        (last && t->cfg.save_final)) {
         watchdog_phase(WD_CHECKPOINT, t->step);
         if ((rc = checkpointing_save(t))) return rc;
         *committed = t->step;
