@@ -376,13 +376,13 @@ __global__ void __launch_bounds__(32 * NB_WARPS, HOLD && VEC && KP <= 3 ? 2 : 1)
     }
 }
 
-/* the warp-per-row backward's HOLD variant (issue 25; a measurement switch until a GPU has timed
- * it: tcu_norm_set_hold) */
-static bool norm_hold = false;
+/* the norms whose warp-per-row backward is the HOLD variant (issue 25: tcu_norm_set_hold) */
+static int norm_hold = TCU_NORM_HOLD_DEFAULT;
 
-extern "C" void tcu_norm_set_hold(int on) {
-    TCU_REQUIRE(on == 0 || on == 1, "tcu_norm_set_hold", tcu_msg("on = %d: expected 0 or 1", on));
-    norm_hold = on == 1;
+extern "C" void tcu_norm_set_hold(int mask) {
+    TCU_REQUIRE(mask >= 0 && mask <= (TCU_NORM_HOLD_LAYERNORM | TCU_NORM_HOLD_RMSNORM),
+                "tcu_norm_set_hold", tcu_msg("mask = %d: expected 0 ... 3", mask));
+    norm_hold = mask;
 }
 
 extern "C" int tcu_norm_hold(void) { return norm_hold; }
@@ -416,8 +416,9 @@ bool tcu_norm_backward_warp_rows(bool rms, bf16 *dinp, float *partial, const bf1
     static const kern_t kerns_hold[2][2][2][NB_MAX_KP] = NB_TABLE(true);
 #undef NB_TABLE
 #undef NB_KERNS
-    const kern_t kern = norm_hold ? kerns_hold[rms][grads][vec][kp - 1]
-                                  : kerns[rms][grads][vec][kp - 1];
+    const bool hold = (norm_hold & (rms ? TCU_NORM_HOLD_RMSNORM : TCU_NORM_HOLD_LAYERNORM)) != 0;
+    const kern_t kern = hold ? kerns_hold[rms][grads][vec][kp - 1]
+                             : kerns[rms][grads][vec][kp - 1];
     TCU_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn),
               what);
     kern<<<P, 32 * NB_WARPS, dyn, st>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, rows,

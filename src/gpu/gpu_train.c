@@ -373,6 +373,26 @@ static int att_warp_rows(const tsr_dist *d, int *rows) {
     return 0;
 }
 
+/* TSR_NORM_HOLD (issue 25): the norms whose backward keeps each row in registers, a
+ * tcu_norm_set_hold mask. Unset (or "layernorm"): LayerNorm's, the default since the H200 timed
+ * it (docs/cuda.md); 0: neither; 1: both (RMSNorm's not yet timed) */
+static int norm_hold_switch(const tsr_dist *d, int *mask) {
+    static const char *const names[] = {"layernorm", "0", "1"};
+    static const char *const notes[] = {
+        "", "the LayerNorm and RMSNorm backwards read each row twice (the same bits)",
+        "the LayerNorm and RMSNorm backwards keep each row in registers (the same bits; "
+        "RMSNorm's is the default's bits, its speed not yet measured)"};
+    static const int masks[] = {TCU_NORM_HOLD_DEFAULT, 0,
+                                TCU_NORM_HOLD_LAYERNORM | TCU_NORM_HOLD_RMSNORM};
+    int choice;
+    TSR_CHECK(env_switch(d, "TSR_NORM_HOLD", names, notes, 3,
+                         "layernorm (the default: LayerNorm's backward holds its rows), 0 "
+                         "(neither) or 1 (LayerNorm's and RMSNorm's)",
+                         &choice));
+    *mask = masks[choice];
+    return 0;
+}
+
 /* TSR_GEMM_TUNE (issue 25 item 4): the file of GEMM choices (tcu_matmul_tune_open), or "" when
  * unset or empty (the heuristic's first answers). Every rank must name the same file. Only a
  * run on one rank times (and writes the file): on several, each rank would choose for itself. */
@@ -499,10 +519,7 @@ static int lib_switches(const gpu_train_ctx *c) {
                        "micro_batch x n_head x seq_len x head_dim x 4 bytes, are in the device "
                        "plan's activations",
                        &dq_fused));
-    TSR_CHECK(env_flag(c->dist, "TSR_NORM_HOLD",
-                       "the LayerNorm and RMSNorm backwards keep each row in registers (the same "
-                       "bits)",
-                       &hold));
+    TSR_CHECK(norm_hold_switch(c->dist, &hold));
     TSR_CHECK(env_flag(c->dist, "TSR_XENT_RESIDENT",
                        "softmax + cross-entropy keeps each row in registers where Vp <= 57344 "
                        "(the same bits)",

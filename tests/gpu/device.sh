@@ -347,7 +347,9 @@ hc() {
 #  dq-fused     TSR_ATT_DQ_FUSED=1: dq added by the attention backward's dk/dv kernel;
 #  dq-fused32   TSR_ATT_DQ_FUSED=1 TSR_ATT_WARP_ROWS=32: the same with 32 rows a warp (128-key
 #               blocks: half the fp32 dq traffic per product);
-#  norm-hold    TSR_NORM_HOLD=1: the norm backwards keep each row in registers (item 1);
+#  norm-hold    TSR_NORM_HOLD=1: RMSNorm's backward keeps each row in registers too (LayerNorm's
+#               does by default; item 1);
+#  norm-twice   TSR_NORM_HOLD=0: neither does (the old default, for LayerNorm's gain);
 #  gemm-tune    TSR_GEMM_TUNE=$OUTDIR/gemm-tune-MODEL.txt (new each time): every GEMM shape timed
 #               over cuBLASLt's first 8 answers on its first call (step 1, which the table drops),
 #               the fastest kept, the choices written to that file (item 4);
@@ -355,7 +357,7 @@ hc() {
 #               with the caches as in a real run, where ncu runs and is allowed the counters:
 #               profile-MODEL-ncu.txt.
 # More settings for tessera-train: SETS="KEY=VALUE ..." (as bench's, e.g. seq_len=2048) and TESSERA_ARGS.
-PROFILE_ALL="base accumulate unfused splitk-none splitk-any rows32 xent-resident dq-fused dq-fused32 norm-hold gemm-tune"
+PROFILE_ALL="base accumulate unfused splitk-none splitk-any rows32 xent-resident dq-fused dq-fused32 norm-hold norm-twice gemm-tune"
 profile() {
     setup
     local model=${1:-gpt2-124m} ncu data=/tmp/profile-data V kv rc=0 ptag
@@ -380,7 +382,8 @@ profile() {
                      [rows32]=TSR_ATT_WARP_ROWS=32 [xent-resident]=TSR_XENT_RESIDENT=1
                      [dq-fused]=TSR_ATT_DQ_FUSED=1
                      [dq-fused32]="TSR_ATT_DQ_FUSED=1 TSR_ATT_WARP_ROWS=32"
-                     [norm-hold]=TSR_NORM_HOLD=1 [gemm-tune]=TSR_GEMM_TUNE=$OUTDIR/gemm-tune-$ptag.txt)
+                     [norm-hold]=TSR_NORM_HOLD=1 [norm-twice]=TSR_NORM_HOLD=0
+                     [gemm-tune]=TSR_GEMM_TUNE=$OUTDIR/gemm-tune-$ptag.txt)
     rm -f "$OUTDIR/gemm-tune-$ptag.txt"
     for name in $PROFILE_ALL; do
         [[ $runs == *" $name "* ]] || continue
@@ -466,8 +469,8 @@ clients() {
 #   bench     bench/gpu/run.sh for gpt2-124m (STEPS=10 WARMUP=3 unless set)               180 s
 #   profile   TSR_PROFILE=1 for gpt2-124m, then with TSR_GRAD_OVERWRITE=0, TSR_DGELU_FUSION=0,
 #             TSR_GEMM_REDUCTION=none and =any, TSR_ATT_WARP_ROWS=32, TSR_XENT_RESIDENT=1,
-#             TSR_ATT_DQ_FUSED=1 alone and with TSR_ATT_WARP_ROWS=32, TSR_NORM_HOLD=1,
-#             TSR_GEMM_TUNE (eleven runs)                                            120 s
+#             TSR_ATT_DQ_FUSED=1 alone and with TSR_ATT_WARP_ROWS=32, TSR_NORM_HOLD=1
+#             and =0, TSR_GEMM_TUNE (twelve runs)                                    120 s
 #   clients   real_clients.py over .devbundle/clients (pack-clients), the perturbed run   75 s
 #   sanitize  memcheck, racecheck and synccheck on the op test's reduced cases           240 s
 #   hc        the health checker's GPU mode                                             150 s
