@@ -339,38 +339,54 @@ static void lt_algo_cfg(int64_t out[TCU_TUNE_CFG_N], const cublasLtMatmulAlgo_t 
 static_assert(sizeof(cublasLtMatmulAlgo_t) == TCU_TUNE_DATA_N * sizeof(uint64_t),
               "the file keeps an algorithm's bytes as TCU_TUNE_DATA_N words");
 
-/* One answer's time on g's own operands: the median of LT_TUNE_ROUNDS measurements, each one
- * untimed run then LT_TUNE_RUNS between two events; microseconds per run, or INFINITY when
- * cuBLASLt refuses to run it (its error cleared, so that no later launch is blamed for it). */
-static double lt_time_one(const lt_entry *e, const lt_gemm *g, const cublasLtMatmulAlgo_t *algo,
-                          const tcu_context *ctx, cudaStream_t st, cudaEvent_t ev[2]) {
+/* One measurement of one answer on g's own operands: one untimed run, then LT_TUNE_RUNS between
+ * two events; microseconds per run, or INFINITY when cuBLASLt refuses to run it (its error
+ * cleared, so that no later launch is blamed for it). */
+static double lt_time_round(const lt_entry *e, const lt_gemm *g, const cublasLtMatmulAlgo_t *algo,
+                            const tcu_context *ctx, cudaStream_t st, cudaEvent_t ev[2]) {
     const float alpha = g->alpha, beta = g->beta;
-    double t[LT_TUNE_ROUNDS];
-    for (int k = 0; k < LT_TUNE_ROUNDS; k++) {
-        for (int r = 0; r <= LT_TUNE_RUNS; r++) {
-            if (r == 1) TCU_CHECK(cudaEventRecord(ev[0], st), g->what);
-            if (cublasLtMatmul(ctx->lt, e->desc, &alpha, g->a, e->la, g->b, e->lb, &beta, g->d,
-                               e->lcd, g->d, e->lcd, algo, ctx->lt_workspace,
-                               ctx->lt_workspace_bytes, st) != CUBLAS_STATUS_SUCCESS) {
-                (void)cudaGetLastError();
-                return INFINITY;
-            }
+    for (int r = 0; r <= LT_TUNE_RUNS; r++) {
+        if (r == 1) TCU_CHECK(cudaEventRecord(ev[0], st), g->what);
+        if (cublasLtMatmul(ctx->lt, e->desc, &alpha, g->a, e->la, g->b, e->lb, &beta, g->d,
+                           e->lcd, g->d, e->lcd, algo, ctx->lt_workspace, ctx->lt_workspace_bytes,
+                           st) != CUBLAS_STATUS_SUCCESS) {
+            (void)cudaGetLastError();
+            return INFINITY;
         }
-        TCU_CHECK(cudaEventRecord(ev[1], st), g->what);
-        TCU_CHECK(cudaEventSynchronize(ev[1]), g->what);
-        float ms = 0.0f;
-        TCU_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]), g->what);
-        t[k] = 1000.0 * (double)ms / LT_TUNE_RUNS;
     }
-    std::sort(t, t + LT_TUNE_ROUNDS); /* the median: the middle one */
-    return t[LT_TUNE_ROUNDS / 2];
+    TCU_CHECK(cudaEventRecord(ev[1], st), g->what);
+    TCU_CHECK(cudaEventSynchronize(ev[1]), g->what);
+    float ms = 0.0f;
+    TCU_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]), g->what);
+    return 1000.0 * (double)ms / LT_TUNE_RUNS;
+}
+
+/* the answers' times (us[0..count)): the median of LT_TUNE_ROUNDS measurements each
+ * (lt_time_round), taken in turns, every answer once a round, so that a drift of the clocks or
+ * the power over the timing falls on all answers alike (the first H200 file, timed one answer
+ * after the other, chose for one shape an algorithm slower in the step than the heuristic's
+ * first, docs/cuda.md; whether the order was the cause is not known yet); an answer cuBLASLt
+ * refuses is INFINITY and not run again */
+static void lt_time_answers(double *us, const lt_entry *e, const lt_gemm *g,
+                            const cublasLtMatmulHeuristicResult_t *res, int count,
+                            const tcu_context *ctx, cudaStream_t st, cudaEvent_t ev[2]) {
+    double t[LT_TUNE_TOP][LT_TUNE_ROUNDS];
+    for (int k = 0; k < LT_TUNE_ROUNDS; k++)
+        for (int i = 0; i < count; i++)
+            t[i][k] = k > 0 && !std::isfinite(t[i][0])
+                          ? INFINITY
+                          : lt_time_round(e, g, &res[i].algo, ctx, st, ev);
+    for (int i = 0; i < count; i++) {
+        std::sort(t[i], t[i] + LT_TUNE_ROUNDS); /* the median: the middle one */
+        us[i] = t[i][LT_TUNE_ROUNDS / 2];
+    }
 }
 
 /* e's algorithm among the heuristic's `count` usable answers res (count >= 1), under mode:
  *  - the file's choice when the file has e's key, found among the answers by its bytes, else by
  *    its configuration where exactly one answer has it (neither: the first answer,
  *    LT_SRC_UNMATCHED);
- *  - else, timing (LT_TUNE_TIME): every answer by lt_time_one; the fastest replaces the first
+ *  - else, timing (LT_TUNE_TIME): every answer by lt_time_answers; the fastest replaces the first
  *    only when under LT_TUNE_MARGIN of the first's time (the heuristic's order breaks ties and
  *    near-ties); the choice is added to the table. The timed runs write g's outputs: D and the
  *    GELU aux are written again by the call that follows when beta = 0; with beta != 0 (D
@@ -425,13 +441,12 @@ static void lt_tune_choose(lt_entry *e, const lt_gemm *g,
         cudaEvent_t ev[2];
         TCU_CHECK(cudaEventCreate(&ev[0]), what);
         TCU_CHECK(cudaEventCreate(&ev[1]), what);
-        double best = INFINITY, first = INFINITY;
+        double us[LT_TUNE_TOP], best = INFINITY;
+        lt_time_answers(us, e, g, res, count, ctx, st, ev);
+        const double first = us[0];
         int pick = 0;
-        for (int i = 0; i < count; i++) {
-            const double us = lt_time_one(e, g, &res[i].algo, ctx, st, ev);
-            if (i == 0) first = us;
-            if (us < best) best = us, pick = i;
-        }
+        for (int i = 0; i < count; i++)
+            if (us[i] < best) best = us[i], pick = i;
         TCU_CHECK(cudaEventDestroy(ev[0]), what);
         TCU_CHECK(cudaEventDestroy(ev[1]), what);
         if (save) {
