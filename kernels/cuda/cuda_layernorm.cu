@@ -380,8 +380,8 @@ __global__ void __launch_bounds__(32 * NB_WARPS, HOLD && VEC && KP <= 3 ? 2 : 1)
 static int norm_hold = TCU_NORM_HOLD_DEFAULT;
 
 extern "C" void tcu_norm_set_hold(int mask) {
-    TCU_REQUIRE(mask >= 0 && mask <= (TCU_NORM_HOLD_LAYERNORM | TCU_NORM_HOLD_RMSNORM),
-                "tcu_norm_set_hold", tcu_msg("mask = %d: expected 0 ... 3", mask));
+    TCU_REQUIRE(mask >= 0 && mask <= TCU_NORM_HOLD_ALL, "tcu_norm_set_hold",
+                tcu_msg("mask = %d: expected 0 ... %d", mask, TCU_NORM_HOLD_ALL));
     norm_hold = mask;
 }
 
@@ -416,7 +416,8 @@ bool tcu_norm_backward_warp_rows(bool rms, bf16 *dinp, float *partial, const bf1
     static const kern_t kerns_hold[2][2][2][NB_MAX_KP] = NB_TABLE(true);
 #undef NB_TABLE
 #undef NB_KERNS
-    const bool hold = (norm_hold & (rms ? TCU_NORM_HOLD_RMSNORM : TCU_NORM_HOLD_LAYERNORM)) != 0;
+    const bool hold = (norm_hold & (rms ? TCU_NORM_HOLD_RMSNORM : TCU_NORM_HOLD_LAYERNORM)) != 0 &&
+                      (kp <= 3 || (norm_hold & TCU_NORM_HOLD_WIDE) != 0);
     const kern_t kern = hold ? kerns_hold[rms][grads][vec][kp - 1]
                              : kerns[rms][grads][vec][kp - 1];
     TCU_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn),

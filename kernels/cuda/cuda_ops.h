@@ -269,14 +269,18 @@ void tcu_attention_set_dq_fused(int on);
 int tcu_attention_dq_fused(void);
 
 /* The LayerNorm and RMSNorm backwards' warp-per-row kernel with each row's x, dout and dinp loaded
- * at once and kept in registers (issue 25, TSR_NORM_HOLD, docs/cuda.md), per norm: a mask of
- * TCU_NORM_HOLD_LAYERNORM and TCU_NORM_HOLD_RMSNORM; a norm not in it reads x and dout again in
- * the second pass. The same bits either way. The default, TCU_NORM_HOLD_DEFAULT, holds
- * LayerNorm's rows: 25 % faster on an H200 (gpt2-124m, 2026-11-26); RMSNorm's held kernel has
- * half the blocks an SM and waits for its measurement. Process-wide; tcu_norm_hold gives the mask
- * in force (0 on a backend without the variant). */
+ * at once and kept in registers (issue 25, TSR_NORM_HOLD, docs/cuda.md): a mask of
+ * TCU_NORM_HOLD_LAYERNORM and TCU_NORM_HOLD_RMSNORM (the norms held, for C <= 768) and
+ * TCU_NORM_HOLD_WIDE (theirs for 768 < C <= 1024 too, where the held kernel has 1 block an SM
+ * instead of 2); the rest read x and dout again in the second pass. The same bits either way.
+ * The default, TCU_NORM_HOLD_DEFAULT, holds LayerNorm's rows up to C = 768: 25 % faster at
+ * C = 768 on an H200 (gpt2-124m, 2026-11-26); RMSNorm's held kernel has half the blocks an SM
+ * and the wide ones a quarter of their warps: none timed yet. Process-wide; tcu_norm_hold gives
+ * the mask in force (0 on a backend without the variant). */
 #define TCU_NORM_HOLD_LAYERNORM 1
 #define TCU_NORM_HOLD_RMSNORM 2
+#define TCU_NORM_HOLD_WIDE 4
+#define TCU_NORM_HOLD_ALL (TCU_NORM_HOLD_LAYERNORM | TCU_NORM_HOLD_RMSNORM | TCU_NORM_HOLD_WIDE)
 #define TCU_NORM_HOLD_DEFAULT TCU_NORM_HOLD_LAYERNORM
 void tcu_norm_set_hold(int mask);
 int tcu_norm_hold(void);

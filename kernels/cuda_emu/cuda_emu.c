@@ -409,8 +409,8 @@ void tcu_residual_layernorm_forward(tsr_bf16 *residual, tsr_bf16 *out, float *me
 
 /* the real backward's HOLD variant (same bits): the emulator has one norm backward, and says so */
 void tcu_norm_set_hold(int mask) {
-    REQUIRE(mask >= 0 && mask <= (TCU_NORM_HOLD_LAYERNORM | TCU_NORM_HOLD_RMSNORM),
-            "tcu_norm_set_hold", "mask = %d: expected 0 ... 3", mask);
+    REQUIRE(mask >= 0 && mask <= TCU_NORM_HOLD_ALL, "tcu_norm_set_hold",
+            "mask = %d: expected 0 ... %d", mask, TCU_NORM_HOLD_ALL);
 }
 int tcu_norm_hold(void) { return 0; }
 

@@ -46,7 +46,7 @@ source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
 PER=22
-tap_plan $((2 * PER + 21))
+tap_plan $((2 * PER + 22))
 make_synth "$TMP/data" 512 80000
 
 tiny_args "$TMP/data/train"
@@ -149,8 +149,18 @@ if [[ -f $BUILD/libtessera-cuda-train.so ]]; then
         grep -q 'TSR_ATT_DQ_FUSED = "2": expected 0 (the default) or 1' "$TMP/plan2.txt" &&
         ! grep -q '^device memory' "$TMP/plan2.txt"
     tap_check $? "--plan 1 with TSR_ATT_DQ_FUSED=1: the device plan's activations grow by the fused dq's sums ($grow bytes against $want, within the plan's rounding of 0.1 MiB); TSR_ATT_DQ_FUSED=2 refused by --plan (exit $rcb, want 1)"
+    # TSR_NORM_HOLD's three values (the library's mask; the emulator has one norm backward):
+    # layernorm, the default, is accepted and says nothing; 0 is said
+    TSR_NORM_HOLD=layernorm "$TRAIN" "${pl[@]}" >"$TMP/nhl.txt" 2>&1
+    rc=$?
+    TSR_NORM_HOLD=0 "$TRAIN" "${pl[@]}" >"$TMP/nh0.txt" 2>&1
+    rcb=$?
+    ((rc == 0 && rcb == 0)) && ! grep -q TSR_NORM_HOLD "$TMP/nhl.txt" &&
+        grep -q 'environment TSR_NORM_HOLD = "0": the LayerNorm and RMSNorm backwards read each row twice' "$TMP/nh0.txt"
+    tap_check $? "--plan 1 with TSR_NORM_HOLD=layernorm (the default, not said: exit $rc) and =0 (said: exit $rcb)"
 else
     tap_skip "--plan with TSR_ATT_DQ_FUSED=1 counts the fused dq's sums" "no $BUILD/libtessera-cuda-train.so (built where nvcc is)"
+    tap_skip "--plan with TSR_NORM_HOLD=layernorm and =0" "no $BUILD/libtessera-cuda-train.so (built where nvcc is)"
 fi
 
 # same_accumulating RUN ARGS...: run RUN's configuration again on $bin (the suite's) with

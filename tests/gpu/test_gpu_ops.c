@@ -448,14 +448,14 @@ static int ln_checks(const ln_cfg *l) { return 11 + l->bias; }
 
 /* The norm backwards' HOLD variant (tcu_norm_set_hold, issue 25), 1 check. The op checks run with
  * it off for both norms (main sets the mask 0: each row read twice, the reference of the held
- * kernel's bits, whatever the library's default). norm_hold_on switches it on for both and
- * returns 1 where it runs, for the caller to run the backward again from the same inputs, check
- * that it leaves the twice-read kernel's bits (norm_hold_check), which switches it off again;
- * else skips the check, saying why, and returns 0: C outside the warp-per-row kernel's reach
- * (C % 8 != 0 or C > 1024: the row-group kernel), or a backend without it (kernels/cuda_emu). */
-#define HOLD_BOTH (TCU_NORM_HOLD_LAYERNORM | TCU_NORM_HOLD_RMSNORM)
+ * kernel's bits, whatever the library's default). norm_hold_on switches it on for both at every
+ * C (TCU_NORM_HOLD_ALL) and returns 1 where it runs, for the caller to run the backward again
+ * from the same inputs, check that it leaves the twice-read kernel's bits (norm_hold_check),
+ * which switches it off again; else skips the check, saying why, and returns 0: C outside the
+ * warp-per-row kernel's reach (C % 8 != 0 or C > 1024: the row-group kernel), or a backend
+ * without it (kernels/cuda_emu). */
 static int norm_hold_on(const char *tag, int C) {
-    tcu_norm_set_hold(HOLD_BOTH);
+    tcu_norm_set_hold(TCU_NORM_HOLD_ALL);
     const char *why = C % 8 != 0 || C > 1024 ? "C takes the row-group kernel"
                       : !tcu_norm_hold() ? "this backend has one norm backward (tcu_norm_hold: 0)"
                                          : NULL;
@@ -2323,7 +2323,7 @@ static void test_norm_unaligned(void) {
     const int N = 37, C = 200; /* C % 8 == 0: 25 packs of 8, lanes 25..31 without one */
     const size_t n = (size_t)N * C;
     const char *tag = "norm backward N=37 C=200, rows 2 bytes past 16-byte alignment";
-    tcu_norm_set_hold(HOLD_BOTH);
+    tcu_norm_set_hold(TCU_NORM_HOLD_ALL);
     const int real = tcu_norm_hold();
     tcu_norm_set_hold(0);
     if (!real) {
@@ -2349,7 +2349,7 @@ static void test_norm_unaligned(void) {
             tsr_bf16 *dx = run ? u_x : a_x, *dg = run ? u_g : a_g, *di = run ? u_i : a_i;
             put_bf16(di, g0, n);
             tcu_zero(d_gw, C * sizeof(float), g_s), tcu_zero(d_gb, C * sizeof(float), g_s);
-            tcu_norm_set_hold(run == 2 ? HOLD_BOTH : 0);
+            tcu_norm_set_hold(run == 2 ? TCU_NORM_HOLD_ALL : 0);
             if (rms) tcu_rmsnorm_backward(di, d_gw, dg, dx, d_w, d_rs, N, C, g_s);
             else tcu_layernorm_backward(di, d_gw, d_gb, dg, dx, d_w, d_mn, d_rs, N, C, g_s);
             tcu_norm_set_hold(0);
