@@ -366,17 +366,23 @@ static double lt_time_round(const lt_entry *e, const lt_gemm *g, const cublasLtM
  * the power over the timing falls on all answers alike (the first H200 file, timed one answer
  * after the other, chose for one shape an algorithm slower in the step than the heuristic's
  * first, docs/cuda.md; whether the order was the cause is not known yet); an answer cuBLASLt
- * refuses is INFINITY and not run again */
+ * refuses in any round is INFINITY and not run again */
 static void lt_time_answers(double *us, const lt_entry *e, const lt_gemm *g,
                             const cublasLtMatmulHeuristicResult_t *res, int count,
                             const tcu_context *ctx, cudaStream_t st, cudaEvent_t ev[2]) {
     double t[LT_TUNE_TOP][LT_TUNE_ROUNDS];
+    bool refused[LT_TUNE_TOP] = {};
     for (int k = 0; k < LT_TUNE_ROUNDS; k++)
         for (int i = 0; i < count; i++)
-            t[i][k] = k > 0 && !std::isfinite(t[i][0])
-                          ? INFINITY
-                          : lt_time_round(e, g, &res[i].algo, ctx, st, ev);
+            if (!refused[i]) {
+                t[i][k] = lt_time_round(e, g, &res[i].algo, ctx, st, ev);
+                refused[i] = !std::isfinite(t[i][k]);
+            }
     for (int i = 0; i < count; i++) {
+        if (refused[i]) { /* in any round: not a candidate */
+            us[i] = INFINITY;
+            continue;
+        }
         std::sort(t[i], t[i] + LT_TUNE_ROUNDS); /* the median: the middle one */
         us[i] = t[i][LT_TUNE_ROUNDS / 2];
     }
