@@ -99,10 +99,13 @@ const cfgtab_key cfgtab_keys[] = {
     {.name = "eval_samples", .type = CFGK_INT, FIELD(eval_samples), .def = "0", .ilo = 0,
      .ihi = INT64_MAX, .doc = "Validation sequences per evaluation; 0 = the whole val split."},
     {.name = "save_interval", .type = CFGK_DURATION, FIELD(save_interval), .def = "0ba",
-     .doc = "Write a checkpoint every this long; `0ba` = only at the end (and on a stop request)."},
+     .doc = "Write a checkpoint every this long; `0ba` = only at the end (see save_final) and on "
+            "a stop request."},
     {.name = "save_final", .type = CFGK_BOOL, FIELD(save_final), .def = "true",
      .doc = "Write a checkpoint when max_duration is reached. `false` for benchmarks and throwaway "
-            "runs (a 7B model's is 80 GB); a stop request and the watchdogs still write theirs."},
+            "runs (a 7B model's is 80 GB); a stop request and the watchdogs still write theirs. "
+            "Relaunched in the same run_dir, a finished run without it resumes from its last "
+            "checkpoint and trains the rest again."},
     {.name = "keep_last", .type = CFGK_INT, FIELD(keep_last), .def = "2", .ilo = 2, INT32_ONLY,
      .doc = "Checkpoints kept in run_dir; the oldest is deleted only after a newer one is committed."},
     {.name = "log_interval", .type = CFGK_INT, FIELD(log_interval), .def = "1", .ilo = 1,

@@ -637,7 +637,8 @@ static void test_round_trip(void) {
     const char *p = write_cfg("rt.cfg", 0);
     const char *sets[] = {"run_dir=runs/q\"uo\\te\nnew\tline \x01 caf\xc3\xa9", "seed=9000000000",
                           "max_duration=0.25ep", "eval_interval=3e9tok", "save_interval=7ba",
-                          "eval_samples=5", "keep_last=5", "log_interval=3", "threads=2",
+                          "save_final=false", "eval_samples=5", "keep_last=5", "log_interval=3",
+                          "threads=2",
                           "peak_flops=989.4e12", "model.vocab_multiple=64", "model.max_seq_len=32",
                           "model.pos=alibi", "model.bias=false", "model.expansion_ratio=2.5",
                           "model.gelu=exact", "model.init_std=0.1", "optim.lr=0.0006",
@@ -718,7 +719,7 @@ static void test_table_and_docs(void) {
         for (int j = 0; j < i; j++)
             if (!strcmp(cfgtab_keys[j].name, k->name)) ok = 0, tap_diag("%s twice", k->name);
     }
-    tap_ok(ok && cfgtab_n_keys == 102, "key table: %d keys, each documented, unique, default xor example",
+    tap_ok(ok && cfgtab_n_keys == 103, "key table: %d keys, each documented, unique, default xor example",
            cfgtab_n_keys);
     char *text = NULL;
     size_t len = 0;
