@@ -882,7 +882,8 @@ static void att_smem_limit(const void *kernel, size_t bytes, const char *what) {
 }
 
 /* rows a warp owns in the attention kernels: 16 (the default) or 32 (hs <= 64; issue 25 item 2,
- * a measurement switch until a GPU has timed both: tcu_attention_set_warp_rows) */
+ * a measurement switch: not faster on the H200, 2026-11-26, docs/cuda.md;
+ * tcu_attention_set_warp_rows) */
 static int att_warp_rows = 16;
 
 extern "C" void tcu_attention_set_warp_rows(int rows) {
@@ -894,7 +895,7 @@ extern "C" void tcu_attention_set_warp_rows(int rows) {
 extern "C" int tcu_attention_warp_rows(int hs) { return hs <= 64 ? att_warp_rows : 16; }
 
 /* dq added by the dk/dv blocks (issue 25: five tile products a step instead of seven; a
- * measurement switch until a GPU has timed it: tcu_attention_set_dq_fused) */
+ * measurement switch: slower on the H200, 2026-11-26, docs/cuda.md; tcu_attention_set_dq_fused) */
 static bool att_dq_fused = false;
 
 extern "C" void tcu_attention_set_dq_fused(int on) {

@@ -221,7 +221,8 @@ __global__ void __launch_bounds__(XENT_MAX_THREADS)
 }
 
 /* whether tcu_softmax_xent runs softmax_xent_resident_kernel where the shape allows (a
- * measurement switch until a GPU has timed it: tcu_softmax_xent_set_resident) */
+ * measurement switch: slower on the H200, 2026-11-26, docs/cuda.md;
+ * tcu_softmax_xent_set_resident) */
 static bool xent_resident = false;
 
 extern "C" void tcu_softmax_xent_set_resident(int on) { xent_resident = on != 0; }
