@@ -353,11 +353,13 @@ hc() {
 #  gemm-tune    TSR_GEMM_TUNE=$OUTDIR/gemm-tune-MODEL.txt (new each time): every GEMM shape timed
 #               over cuBLASLt's first 8 answers on its first call (step 1, which the table drops),
 #               the fastest kept, the choices written to that file (item 4);
+#  again        the defaults once more, last: how far two runs of one build differ (the noise
+#               that bench/gpu/profile_compare.py, printed at the end, marks each change against);
 #  ncu          ncu's per-kernel summary (count, average duration) over 3 steps at the clocks and
 #               with the caches as in a real run, where ncu runs and is allowed the counters:
 #               profile-MODEL-ncu.txt.
 # More settings for tessera-train: SETS="KEY=VALUE ..." (as bench's, e.g. seq_len=2048) and TESSERA_ARGS.
-PROFILE_ALL="base accumulate unfused splitk-none splitk-any rows32 xent-resident dq-fused dq-fused32 norm-hold norm-twice gemm-tune"
+PROFILE_ALL="base accumulate unfused splitk-none splitk-any rows32 xent-resident dq-fused dq-fused32 norm-hold norm-twice gemm-tune again"
 profile() {
     setup
     local model=${1:-gpt2-124m} ncu data=/tmp/profile-data V kv rc=0 ptag
@@ -382,7 +384,7 @@ profile() {
                      [rows32]=TSR_ATT_WARP_ROWS=32 [xent-resident]=TSR_XENT_RESIDENT=1
                      [dq-fused]=TSR_ATT_DQ_FUSED=1
                      [dq-fused32]="TSR_ATT_DQ_FUSED=1 TSR_ATT_WARP_ROWS=32"
-                     [norm-hold]=TSR_NORM_HOLD=1 [norm-twice]=TSR_NORM_HOLD=0
+                     [norm-hold]=TSR_NORM_HOLD=1 [norm-twice]=TSR_NORM_HOLD=0 [again]=""
                      [gemm-tune]=TSR_GEMM_TUNE=$OUTDIR/gemm-tune-$ptag.txt)
     rm -f "$OUTDIR/gemm-tune-$ptag.txt"
     for name in $PROFILE_ALL; do
@@ -412,6 +414,19 @@ profile() {
         # the GEMMs' algorithms (tcu_matmul_report): does the heuristic split K, and where
         grep -h '^cuBLASLt: \|^TSR_GEMM_TUNE: ' "$OUTDIR/profile-$ptag$kv.txt" || true
     done
+    # the runs side by side, each against the defaults (and the noise, with `again`); the runs
+    # without a table (failed, or not started for time) are left out
+    local files=() table='TSR_PROFILE device time per op'
+    for kv in "${kinds[@]}"; do
+        [[ -n $kv ]] && grep -qs "$table" "$OUTDIR/profile-$ptag$kv.txt" &&
+            files+=("$OUTDIR/profile-$ptag$kv.txt")
+    done
+    if grep -qs "$table" "$OUTDIR/profile-$ptag.txt" && ((${#files[@]})); then
+        echo "== profile-$ptag-compare.txt"
+        python3 bench/gpu/profile_compare.py "$OUTDIR/profile-$ptag.txt" "${files[@]}" \
+            >"$OUTDIR/profile-$ptag-compare.txt" || rc=1
+        cat "$OUTDIR/profile-$ptag-compare.txt"
+    fi
     return $rc
 }
 
@@ -545,6 +560,7 @@ firstlight() {
               bench) echo; sed 's/^/    /' "$work/bench-rows.txt" ;;
               profile) echo; { awk '/TSR_PROFILE device time per op/ { on = 1 } on && n++ < 14' \
                                    "$work/profile-gpt2-124m.txt" 2>/dev/null || true
+                               cat "$work/profile-gpt2-124m-compare.txt" 2>/dev/null || true
                                grep -H '^cuBLASLt: ' "$work"/profile-gpt2-124m*.txt 2>/dev/null |
                                    sed "s|^$work/||" || true; } | sed 's/^/    /' ;;
               clients) echo; sed 's/^/    /' "$work/clients.txt" 2>/dev/null ;;
