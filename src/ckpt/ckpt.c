@@ -125,11 +125,16 @@ static void fs_describe(const char *path, char *out, size_t cap) {
 /* Bytes a checkpoint file takes beyond its tensors: 64 KiB of metadata, the root
  * attributes (strings), and up to one 4 KiB alignment gap per dataset: an estimate from above
  * (the 256 KiB metadata block is mostly a hole: only what HDF5 writes of it takes room). */
+uint64_t ckpt_file_bytes(const ckpt_meta *m, uint64_t floats, int n_tensors) {
+    return (64u << 10) + strlen(m->config) + strlen(m->guard_state) + strlen(m->skipped_batches) +
+           strlen(m->mix_tokens) + strlen(m->mix_plan) + 4096 + floats * sizeof(float) +
+           (uint64_t)n_tensors * 4096;
+}
+
 static uint64_t file_bytes_needed(const ckpt_meta *m, const ckpt_tensor *t, int n) {
-    uint64_t b = (64u << 10) + strlen(m->config) + strlen(m->guard_state) +
-                 strlen(m->skipped_batches) + strlen(m->mix_tokens) + strlen(m->mix_plan) + 4096;
-    for (int i = 0; i < n; i++) b += ckpt_numel(t[i].ndim, t[i].shape) * sizeof(float) + 4096;
-    return b;
+    uint64_t floats = 0;
+    for (int i = 0; i < n; i++) floats += ckpt_numel(t[i].ndim, t[i].shape);
+    return ckpt_file_bytes(m, floats, n);
 }
 
 /* "ckpt: tmpfs at /mnt/x (RUN_DIR) has N bytes free, the checkpoint needs M ..." into why;
@@ -147,7 +152,7 @@ static uint64_t space_msg(const char *run_dir, uint64_t need, char *why, size_t 
 
 /* Rank 0, before a save: room for the whole file on run_dir's filesystem (the previous
  * checkpoints stay until this one is committed). */
-static int room_for(const char *run_dir, uint64_t need, char *why, size_t cap) {
+int ckpt_room(const char *run_dir, uint64_t need, char *why, size_t cap) {
     char msg[1200] = "";
     if (space_msg(run_dir, need, msg, sizeof msg) >= need) return 0;
     snprintf(why, cap, "%s", msg);
@@ -379,7 +384,7 @@ static void close_before_error(const char *tmp, const char *run_dir, uint64_t ne
     char room[1200];
     size_t o = strlen(why);
     if (dist_world_rank() == 0 && !strstr(why, "bytes free") &&
-        room_for(run_dir, need, room, sizeof room) != 0 && o < cap)
+        ckpt_room(run_dir, need, room, sizeof room) != 0 && o < cap)
         snprintf(why + o, cap - o, "; %.600s", room); /* a full disk: say which and how full */
     if (dist_world_rank() == 0 && truncate(tmp, 0) != 0 && errno != ENOENT)
         tsr_warn("checkpoint %s: cannot empty it after the failure: %s", tmp, strerror(errno));
@@ -394,7 +399,7 @@ static int check_run_dir(const char *run_dir, uint64_t need, char *why, size_t c
         return -1;
     }
     if (latest_writable(run_dir, why, cap)) return -1;
-    return !fault_skip_space_check() && room_for(run_dir, need, why, cap) ? -1 : 0;
+    return !fault_skip_space_check() && ckpt_room(run_dir, need, why, cap) ? -1 : 0;
 }
 
 /* "2026-11-23T11:22:33Z" (the "created" attribute) */

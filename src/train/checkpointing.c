@@ -209,6 +209,52 @@ static int base_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (*
     return n;
 }
 
+static void fill_meta(const tsr_trainer *t, ckpt_meta *meta);
+
+/* the bytes of one checkpoint of this run now (ckpt_file_bytes): the tensors checkpointing_save
+ * writes, from their shapes (no buffer is touched), and its root attributes */
+static uint64_t file_bytes(tsr_trainer *t) {
+    ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
+    char names[SET_COUNT * TSR_P_COUNT][64];
+    int n = 0;
+    if (t->part.lora_on) {
+        n = lora_tensors(t, 1, ts, names);
+    } else { /* base_tensors' tensors, at their global shapes: each parameter, its two moments */
+        for (int set = 0; set < SET_COUNT; set++)
+            for (int i = 0; i < TSR_P_COUNT; i++) {
+                const tsr_param_info *p = &t->model.params_info[i];
+                if (!p->numel) continue;
+                ts[n].ndim = p->ndim;
+                for (int d = 0; d < p->ndim; d++) ts[n].shape[d] = p->shape[d];
+                n++;
+            }
+    }
+    uint64_t floats = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t e = 1;
+        for (int d = 0; d < ts[i].ndim; d++) e *= (uint64_t)ts[i].shape[d];
+        floats += e;
+    }
+    ckpt_meta *meta = tsr_malloc(sizeof *meta);
+    fill_meta(t, meta);
+    const uint64_t b = ckpt_file_bytes(meta, floats, n);
+    free(meta);
+    return b;
+}
+
+void checkpointing_room_warn(tsr_trainer *t) {
+    if (t->dist.rank != 0 || t->step >= t->total_steps) return;
+    int64_t first = t->cfg.save_final ? t->total_steps : -1; /* the first save this run makes */
+    if (t->save_every > 0) {
+        const int64_t next = (t->step / t->save_every + 1) * t->save_every;
+        if (next <= t->total_steps && (first < 0 || next < first)) first = next;
+    }
+    char why[1200];
+    if (first < 0 || ckpt_room(t->cfg.run_dir, file_bytes(t), why, sizeof why) == 0) return;
+    tsr_warn("%s: the run's first checkpoint (step %lld) would be refused now (exit 2), unless "
+             "space is freed or run_dir is moved to a larger filesystem", why, (long long)first);
+}
+
 static void fill_meta(const tsr_trainer *t, ckpt_meta *meta) {
     memset(meta, 0, sizeof *meta);
     meta->step = t->step;

@@ -32,6 +32,10 @@ void checkpointing_install_signals(void);
 int checkpointing_stop_requested(void);
 /* Writes and commits a checkpoint of the current step; logs time and bytes/s. */
 int checkpointing_save(tsr_trainer *t);
+/* Rank 0, once run_dir is open: warns when run_dir's filesystem has less room than one checkpoint
+ * of this run (ckpt_room), which its first save would refuse (exit 2), maybe hours later. Nothing
+ * for a run that saves only on a stop request (save_interval 0ba, save_final false). */
+void checkpointing_room_warn(tsr_trainer *t);
 /* Before anything is written into the run directory (trainer start-up): refuses what would fail
  * later, with TSR_EXIT_USAGE after tsr_error: a run_dir longer than CKPT_RUN_DIR_MAX (200)
  * characters; a --resume or --init-from checkpoint path longer than CKPT_MPIIO_PATH_MAX (244); a

@@ -570,6 +570,7 @@ int trainer_open_run_dir(tsr_trainer *t) {
     int64_t rc = t->dist.rank == 0 ? metrics_open_run_dir(t) : 0;
     dist_allreduce_sum_i64(&rc, 1); /* rank 0's outcome, on every rank */
     if (!rc) metrics_log_start(t); /* a process's first record (docs/tracking.md) */
+    if (!rc) checkpointing_room_warn(t);
     if (!rc && t->out.start_load.what[0]) /* then the checkpoint it read, before run_dir was opened */
         metrics_log_checkpoint(t, t->out.start_load.what, t->out.start_load.path,
                                t->out.start_load.seconds,

@@ -7,7 +7,12 @@
 #    and verify; no .tmp is left;
 #  - the same with the space checks skipped (TSR_CKPT_FAULT=skip-space-check, test-only), so the
 #    writes themselves hit ENOSPC: still exit 2 with the filesystem named, no crash in HDF5's
-#    close at MPI_Finalize (it was SIGSEGV, exit 139, which the job hook requeued).
+#    close at MPI_Finalize (it was SIGSEGV, exit 139, which the job hook requeued);
+#  - at start (checkpointing_room_warn): the run above, with room for its first checkpoint, says
+#    nothing; with the tmpfs filled so that one checkpoint does not fit, rank 0 warns once at
+#    start, naming the filesystem, both sizes and the first save's step, and the run goes on
+#    (exit 2 at that save); a run that saves nothing but on a stop request (save_final = false,
+#    no save_interval) is not warned.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 if [[ $(id -u) != 0 ]]; then echo "# not root: cannot mount a small tmpfs; skipped"; exit 77; fi
@@ -18,12 +23,12 @@ if ! mount -t tmpfs -o size=3m tmpfs "$FS" 2>"$TMP/mount.txt"; then
     exit 77
 fi
 trap 'umount "$FS" 2>/dev/null; rm -rf "$TMP"' EXIT
-tap_plan 8
+tap_plan 11
 make_synth "$TMP/data"
 tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=8 --set micro_batch=2
        --set max_duration=6ba --set save_interval=2ba --set keep_last=2)
-run() { timeout 300 "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$1"; }
+run() { local d=$1; shift; timeout 300 "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$d" "$@"; }
 
 for mode in checked skip-space-check; do
     rm -rf "${FS:?}"/*
@@ -43,4 +48,24 @@ for mode in checked skip-space-check; do
     [[ $left == 0 ]]
     tap_check $? "$mode: no .tmp left ($left)"
 done
+
+warned() { grep -c "warning: ckpt: tmpfs at $FS ($1) has [0-9]* bytes free, the checkpoint needs [0-9]*: free space there: the run's first checkpoint (step $2) would be refused now" "$3"; }
+n=$(warned "$FS/run" 2 "$TMP/checked.txt")
+[[ $n == 0 ]]
+tap_check $? "room for the first checkpoint at start: no warning ($n)"
+rm -rf "${FS:?}"/*
+head -c $((2 * 1024 * 1024)) /dev/zero >"$FS/filler" # 1 MiB left: less than one checkpoint
+run "$FS/full" >"$TMP/full.txt" 2>&1
+rc=$?
+n=$(warned "$FS/full" 2 "$TMP/full.txt")
+first=$(grep -n 'would be refused now' "$TMP/full.txt" | head -1 | cut -d: -f1)
+step1=$(grep -n '^step *1/6' "$TMP/full.txt" | head -1 | cut -d: -f1)
+tap_diag "$(grep -m2 'warning: ckpt\|error' "$TMP/full.txt")"
+[[ $n == 1 && $rc == 2 && -n $first && -n $step1 ]] && ((first < step1))
+tap_check $? "no room for one checkpoint: one warning at start, before step 1, naming the first save (step 2); the run goes on to it (exit $rc, want 2)"
+run "$FS/nosave" --set save_interval=0ba --set save_final=false >"$TMP/nosave.txt" 2>&1
+rc=$?
+n=$(grep -c 'would be refused now' "$TMP/nosave.txt")
+[[ $rc == 0 && $n == 0 ]]
+tap_check $? "no room, but no checkpoint to write (save_final = false, save_interval = 0ba): exit $rc, no warning ($n)"
 tap_done
