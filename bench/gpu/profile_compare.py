@@ -5,11 +5,12 @@ Usage: profile_compare.py BASE RUN... (files written by `tests/gpu/device.sh pro
 tessera-train log with its "TSR_PROFILE device time per op" table).
 
 Prints, for each run, its forward + backward time a step against BASE's (ms and %), and the ops
-that moved most (op and shape: BASE's ms a step -> the run's). A run named `again` (a file ending
-in "-again.txt": the defaults once more, the call's last) is the noise: its line says how far two
-runs of the same build differ, op by op, and every other run's changes are marked with `~` where
-they are within twice that op's difference between BASE and `again` (or 1 % of the op, the
-larger). Nothing is judged here: the lines are read beside docs/benchmarks.md's tables.
+that moved most (op and shape: BASE's ms a step -> the run's; ties in name order). A run named
+`again` (a file ending in "-again.txt": the defaults once more, the call's last) is the noise:
+its line says how far two runs of the same build differ, op by op, and every other run's changes,
+forward + backward included, are marked with `~` where they are within twice that row's
+difference between BASE and `again`, or 1 % of BASE's time for it, the larger. Nothing is judged
+here: the lines are read beside docs/benchmarks.md's tables.
 
 Exit 0; 2 (usage) for a missing file or one without a table, naming it.
 """
@@ -18,9 +19,7 @@ import re
 import sys
 
 HEADER = "TSR_PROFILE device time per op"
-# "op  shape  calls  ms/step  us/call  % f+b"; an op name may hold one space ("step: AdamW")
-ROW = re.compile(r"^(?P<op>\S+(?: \S+)?)\s{2,}(?P<shape>\S+)\s+(?P<calls>\d+)\s+"
-                 r"(?P<ms>[0-9.]+)\s+(?P<us>[0-9.]+)\s+(?P<pct>[0-9.]+)\s*$")
+NUM = re.compile(r"^[0-9]+(\.[0-9]+)?$")
 FB = ("step: forward+backward", "-")
 TOP = 3
 
@@ -42,12 +41,14 @@ def read_table(path):
     except StopIteration:
         die(f"{path}: no '{HEADER}' table (a run without TSR_PROFILE=1, or one that failed)")
     rows = {}
+    # "op  shape  calls  ms/step  us/call  % f+b", read from the right: an op name may hold
+    # spaces ("step: gradient norm"); the table ends at the first line that is not such a row
     for l in lines[start + 2:]:  # past the header and the column names
-        m = ROW.match(l)
-        if not m:
+        f = l.split()
+        if len(f) < 6 or not all(NUM.match(x) for x in f[-4:]) or "." in f[-4]:
             break
-        key = (m["op"], m["shape"])
-        rows[key] = rows.get(key, 0.0) + float(m["ms"])
+        key = (" ".join(f[:-5]), f[-5])
+        rows[key] = rows.get(key, 0.0) + float(f[-3])
     if FB not in rows:
         die(f"{path}: its table has no '{FB[0]}' row")
     return rows
@@ -55,7 +56,8 @@ def read_table(path):
 
 def name_of(path, base_path):
     """the run's name: what its file name adds to BASE's ("" for BASE itself)"""
-    b = os.path.basename(base_path)[:-len(".txt")] if base_path.endswith(".txt") else base_path
+    b = os.path.basename(base_path)
+    b = b[:-len(".txt")] if b.endswith(".txt") else b
     n = os.path.basename(path)
     n = n[:-len(".txt")] if n.endswith(".txt") else n
     return n[len(b) + 1:] if n.startswith(b + "-") else n
@@ -82,13 +84,12 @@ def main(argv):
 
     def changes(t):
         keys = [k for k in set(base) | set(t) if k != FB and not k[0].startswith("step:")]
-        moved = sorted(keys, key=lambda k: -abs(t.get(k, 0.0) - base.get(k, 0.0)))[:TOP]
-        out = []
-        for k in moved:
-            a, b = base.get(k, 0.0), t.get(k, 0.0)
-            mark = "~" if again is not None and abs(b - a) <= noise(k) else ""
-            out.append(f"{mark}{k[0]} {k[1]} {a:.3f} -> {b:.3f}")
-        return "; ".join(out)
+        moved = sorted(keys, key=lambda k: (-abs(t.get(k, 0.0) - base.get(k, 0.0)), k))[:TOP]
+        return "; ".join(f"{mark(k, t)}{k[0]} {k[1]} {base.get(k, 0.0):.3f} -> {t.get(k, 0.0):.3f}"
+                         for k in moved)
+
+    def mark(k, t):
+        return "~" if again is not None and abs(t.get(k, 0.0) - base.get(k, 0.0)) <= noise(k) else ""
 
     print(f"profile comparison, ms a step (TSR_PROFILE); base: {os.path.basename(base_path)}")
     if again is None:
@@ -97,9 +98,10 @@ def main(argv):
     print(f"{'run':<{w}}  {'f+b':>8}  {'vs base':>16}  largest changes (op shape: base -> run)")
     print(f"{'base':<{w}}  {base[FB]:8.3f}")
     for n, t in tables:
-        print(f"{n:<{w}}  {t[FB]:8.3f}  {fmt_delta(base[FB], t[FB]):>16}  {changes(t)}")
+        d = mark(FB, t) + fmt_delta(base[FB], t[FB])
+        print(f"{n:<{w}}  {t[FB]:8.3f}  {d:>16}  {changes(t)}")
     if again is not None:
-        print("'~': within twice that op's difference between base and again (or 1 % of it)")
+        print("'~': within twice that row's difference between base and again, or 1 % of base's")
     return 0
 
 

@@ -347,8 +347,8 @@ hc() {
 #  dq-fused     TSR_ATT_DQ_FUSED=1: dq added by the attention backward's dk/dv kernel;
 #  dq-fused32   TSR_ATT_DQ_FUSED=1 TSR_ATT_WARP_ROWS=32: the same with 32 rows a warp (128-key
 #               blocks: half the fp32 dq traffic per product);
-#  norm-hold    TSR_NORM_HOLD=1: RMSNorm's backward keeps each row in registers too (LayerNorm's
-#               does by default; item 1);
+#  norm-hold    TSR_NORM_HOLD=1: every held norm backward (item 1): RMSNorm's, and LayerNorm's at
+#               768 < C <= 1024 (the default holds LayerNorm's rows up to C = 768 only);
 #  norm-twice   TSR_NORM_HOLD=0: neither does (the old default, for LayerNorm's gain);
 #  gemm-tune    TSR_GEMM_TUNE=$OUTDIR/gemm-tune-MODEL.txt (new each time): every GEMM shape timed
 #               over cuBLASLt's first 8 answers on its first call (step 1, which the table drops),
@@ -386,7 +386,7 @@ profile() {
                      [dq-fused32]="TSR_ATT_DQ_FUSED=1 TSR_ATT_WARP_ROWS=32"
                      [norm-hold]=TSR_NORM_HOLD=1 [norm-twice]=TSR_NORM_HOLD=0 [again]=""
                      [gemm-tune]=TSR_GEMM_TUNE=$OUTDIR/gemm-tune-$ptag.txt)
-    rm -f "$OUTDIR/gemm-tune-$ptag.txt"
+    rm -f "$OUTDIR/gemm-tune-$ptag.txt" "$OUTDIR/profile-$ptag.txt" "$OUTDIR/profile-$ptag"-*.txt
     for name in $PROFILE_ALL; do
         [[ $runs == *" $name "* ]] || continue
         sfx=-$name && [[ $name != base ]] || sfx=""

@@ -7,7 +7,7 @@
 # shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 4
+tap_plan 5
 F=$TSR_ROOT/tests/gpu/fixtures/profile-h200
 PC=("$(command -v python3)" "$TSR_ROOT/bench/gpu/profile_compare.py")
 sum0=$(cat "$F"/*.txt | sha256sum)
@@ -25,12 +25,25 @@ cp "$F/profile-gpt2-124m-splitk-any.txt" "$TMP/profile-gpt2-124m-again.txt"
 out=$("${PC[@]}" "$F/profile-gpt2-124m.txt" "$F/profile-gpt2-124m-norm-hold.txt" \
       "$F/profile-gpt2-124m-gemm-tune.txt" "$TMP/profile-gpt2-124m-again.txt" 2>&1)
 r=$?
-nh=$(grep '^norm-hold ' <<<"$out") gt=$(grep '^gemm-tune ' <<<"$out") ag=$(grep '^again ' <<<"$out")
+nh=$(grep '^norm-hold ' <<<"$out") gt=$(grep '^gemm-tune ' <<<"$out")
 ((r == 0)) && ! grep -q "^no 'again' run" <<<"$out" &&
-    [[ $nh == *"  layernorm_backward 32768x768 2.551 -> 1.926; ~attention_backward 32x1024x12 12.499 -> 12.549"* ]] &&
-    [[ $gt == *"  attention_backward 32x1024x12 12.499 -> 13.073; matmul_forward 32768x768x3072 3.737 -> 3.392"* ]] &&
-    [[ $ag == *"~attention_backward"* && $ag != *"; attention"* && $ag != *"  attention"* ]]
-tap_check $? "with again: changes within twice the base-again difference (or 1 %) marked '~' (norm-hold's attention, again's own), those beyond it not (the held LayerNorm, gemm-tune's attention backward +0.57 ms)"
+    [[ $nh == *"  ~-0.44 (-0.7%)  layernorm_backward 32768x768 2.551 -> 1.926; ~attention_backward 32x1024x12 12.499 -> 12.549"* ]] &&
+    [[ $gt == *"  ~+0.15 (+0.2%)  attention_backward 32x1024x12 12.499 -> 13.073; matmul_forward 32768x768x3072 3.737 -> 3.392"* ]]
+tap_check $? "with again: changes within twice the base-again difference or 1 % marked '~' (norm-hold's attention, both forward+backward totals), those beyond it not (the held LayerNorm, gemm-tune's attention backward +0.57 ms)"
+
+# every row is read, past "step: gradient norm" (an op name of two spaces) to the table's end:
+# the last row changed in a copy of the defaults shows; the same copy unchanged lists its ties
+# in name order, whatever Python's hash seed
+sed 's/^\(zero  *-  *7  *\)0\.015 /\19.999 /' "$F/profile-gpt2-124m.txt" >"$TMP/profile-gpt2-124m-zero.txt"
+cp "$F/profile-gpt2-124m.txt" "$TMP/profile-gpt2-124m-same.txt"
+out=$("${PC[@]}" "$F/profile-gpt2-124m.txt" "$TMP/profile-gpt2-124m-zero.txt" 2>&1)
+r=$?
+s1=$(PYTHONHASHSEED=1 "${PC[@]}" "$F/profile-gpt2-124m.txt" "$TMP/profile-gpt2-124m-same.txt")
+s2=$(PYTHONHASHSEED=2 "${PC[@]}" "$F/profile-gpt2-124m.txt" "$TMP/profile-gpt2-124m-same.txt")
+((r == 0)) && ! cmp -s "$F/profile-gpt2-124m.txt" "$TMP/profile-gpt2-124m-zero.txt" &&
+    grep -q '^zero  .*  zero - 0\.015 -> 9\.999' <<<"$out" && [[ $s1 == "$s2" ]] &&
+    grep -q '^same .* +0\.00 (+0\.0%)  attention_backward 32x1024x12 12\.499 -> 12\.499' <<<"$s1"
+tap_check $? "the table's last row ('zero', after 'step: gradient norm') read; ties in name order under two hash seeds"
 
 printf 'no table here\n' >"$TMP/empty.txt"
 "${PC[@]}" "$F/profile-gpt2-124m.txt" "$TMP/empty.txt" >"$TMP/e1.txt" 2>&1
