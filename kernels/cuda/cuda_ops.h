@@ -275,7 +275,7 @@ int tcu_attention_dq_fused(void);
  * instead of 2); the rest read x and dout again in the second pass. The same bits either way.
  * The default, TCU_NORM_HOLD_DEFAULT, holds LayerNorm's rows up to C = 768: 25 % faster at
  * C = 768 on an H200 (gpt2-124m, 2026-11-26); RMSNorm's held kernel has half the blocks an SM
- * and the wide ones a quarter of their warps: none timed yet. Process-wide; tcu_norm_hold gives
+ * and the wide ones 1 block an SM: none timed yet. Process-wide; tcu_norm_hold gives
  * the mask in force (0 on a backend without the variant). */
 #define TCU_NORM_HOLD_LAYERNORM 1
 #define TCU_NORM_HOLD_RMSNORM 2

@@ -150,8 +150,8 @@ static uint64_t space_msg(const char *run_dir, uint64_t need, char *why, size_t 
     return avail;
 }
 
-/* Rank 0, before a save: room for the whole file on run_dir's filesystem (the previous
- * checkpoints stay until this one is committed). */
+/* Rank 0, before a save (and the trainer's warning at start): room for the whole file on
+ * run_dir's filesystem (the previous checkpoints stay until this one is committed). */
 int ckpt_room(const char *run_dir, uint64_t need, char *why, size_t cap) {
     char msg[1200] = "";
     if (space_msg(run_dir, need, msg, sizeof msg) >= need) return 0;
