@@ -122,19 +122,14 @@ static void fs_describe(const char *path, char *out, size_t cap) {
     free(real);
 }
 
-/* Bytes a checkpoint file takes beyond its tensors: 64 KiB of metadata, the root
+/* Bytes a checkpoint file takes: its tensors' fp32 values, 64 KiB of metadata, the root
  * attributes (strings), and up to one 4 KiB alignment gap per dataset: an estimate from above
  * (the 256 KiB metadata block is mostly a hole: only what HDF5 writes of it takes room). */
-uint64_t ckpt_file_bytes(const ckpt_meta *m, uint64_t floats, int n_tensors) {
-    return (64u << 10) + strlen(m->config) + strlen(m->guard_state) + strlen(m->skipped_batches) +
-           strlen(m->mix_tokens) + strlen(m->mix_plan) + 4096 + floats * sizeof(float) +
-           (uint64_t)n_tensors * 4096;
-}
-
-static uint64_t file_bytes_needed(const ckpt_meta *m, const ckpt_tensor *t, int n) {
-    uint64_t floats = 0;
-    for (int i = 0; i < n; i++) floats += ckpt_numel(t[i].ndim, t[i].shape);
-    return ckpt_file_bytes(m, floats, n);
+uint64_t ckpt_file_bytes(const ckpt_meta *m, const ckpt_tensor *t, int n) {
+    uint64_t b = (64u << 10) + strlen(m->config) + strlen(m->guard_state) +
+                 strlen(m->skipped_batches) + strlen(m->mix_tokens) + strlen(m->mix_plan) + 4096;
+    for (int i = 0; i < n; i++) b += ckpt_numel(t[i].ndim, t[i].shape) * sizeof(float) + 4096;
+    return b;
 }
 
 /* "ckpt: tmpfs at /mnt/x (RUN_DIR) has N bytes free, the checkpoint needs M ..." into why;
@@ -478,7 +473,7 @@ int ckpt_save(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *ten
     if (!ok)
         snprintf(why, sizeof why, "run directory path too long");
     else if (check_args(meta, tensors, n, keep_last, why, sizeof why) ||
-             (rank == 0 && check_run_dir(run_dir, file_bytes_needed(meta, tensors, n), why,
+             (rank == 0 && check_run_dir(run_dir, ckpt_file_bytes(meta, tensors, n), why,
                                          sizeof why)))
         ok = 0;
     if (!ck_agree(ok, why, sizeof why)) {
@@ -509,7 +504,7 @@ int ckpt_save(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *ten
     if (ok) ok = write_file(file, meta, created, tensors, n, &st, tmp, run_dir, why, sizeof why);
     state_close(&st, n);
     if (file >= 0 && !ok)
-        close_before_error(tmp, run_dir, file_bytes_needed(meta, tensors, n), why, sizeof why);
+        close_before_error(tmp, run_dir, ckpt_file_bytes(meta, tensors, n), why, sizeof why);
     if (file >= 0 && H5Fclose(file) < 0 && ok) {
         snprintf(why, sizeof why, "closing the file failed (data not flushed)");
         ok = 0;

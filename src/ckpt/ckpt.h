@@ -73,10 +73,10 @@ typedef struct ckpt_peeked {
     uint64_t file_id[4]; /* device, inode, size in bytes, modification time in ns, before reading */
 } ckpt_peeked;
 
-/* An upper estimate of a checkpoint file's bytes, what a save checks there is room for: floats
- * fp32 values in n_tensors tensors (a 4 KiB alignment gap each), 64 KiB of metadata and m's
- * root attributes. */
-uint64_t ckpt_file_bytes(const ckpt_meta *m, uint64_t floats, int n_tensors);
+/* An upper estimate of a checkpoint file's bytes, what a save checks there is room for: the n
+ * tensors' fp32 values at their whole shapes (ndim and shape read; a 4 KiB alignment gap each),
+ * 64 KiB of metadata and m's root attributes. */
+uint64_t ckpt_file_bytes(const ckpt_meta *m, const ckpt_tensor *t, int n);
 /* 0 when run_dir's filesystem has need bytes free (or statvfs cannot tell), else -1 with "ckpt:
  * FS at MOUNT (run_dir) has N bytes free, the checkpoint needs M: free space there" in why. Local
  * (a save asks on rank 0). */

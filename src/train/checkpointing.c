@@ -229,15 +229,9 @@ static uint64_t file_bytes(tsr_trainer *t) {
                 n++;
             }
     }
-    uint64_t floats = 0;
-    for (int i = 0; i < n; i++) {
-        uint64_t e = 1;
-        for (int d = 0; d < ts[i].ndim; d++) e *= (uint64_t)ts[i].shape[d];
-        floats += e;
-    }
     ckpt_meta *meta = tsr_malloc(sizeof *meta);
     fill_meta(t, meta);
-    const uint64_t b = ckpt_file_bytes(meta, floats, n);
+    const uint64_t b = ckpt_file_bytes(meta, ts, n);
     free(meta);
     return b;
 }
