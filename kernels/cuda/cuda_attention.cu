@@ -315,6 +315,108 @@ __device__ __forceinline__ void head_rows(const bf16 *&q, const bf16 *&k, const 
 
 /* ---- forward ----------------------------------------------------------------------------- */
 
+/* One key tile's online-softmax step of the forward kernels, for the MS slabs of this thread's
+ * warp: s (the tile's q.k, BC/8 n-tiles in the accumulator layout) becomes p = exp2(x - m) in
+ * place, with x = s sl2 - slope2 (i - j) masked to lo <= j <= i (no mask when full: the tile lies
+ * left of the diagonal and right of every row's segment start); the running maxima m and this
+ * thread's column sums l of its rows a (elements 0, 1) and b (2, 3) are updated and o (NO n-tiles)
+ * rescaled. */
+template <int MS, int BC, int NO>
+__device__ __forceinline__ void
+flash_softmax_tile(float (&s)[MS][BC / 8][4], float (&o)[MS][NO][4], float (&m_a)[MS],
+                   float (&m_b)[MS], float (&l_a)[MS], float (&l_b)[MS], const int (&ia)[MS],
+                   const int (&ib)[MS], const int (&lo_a)[MS], const int (&lo_b)[MS], int j0,
+                   bool full, float sl2, float slope2, int t4) {
+    /* mask, scale, ALiBi; every (i, j) allowed when the tile lies left of the diagonal and
+     * right of every row's segment start (columns past T lie right of the diagonal) */
+#pragma unroll
+    for (int m = 0; m < MS; m++) {
+        float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < BC / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int j = j0 + nt * 8 + 2 * t4 + (e & 1), i = e < 2 ? ia[m] : ib[m];
+                const int lo = e < 2 ? lo_a[m] : lo_b[m];
+                float x = s[m][nt][e] * sl2 - slope2 * (float)(i - j);
+                if (!full && (j > i || j < lo)) x = -INFINITY;
+                s[m][nt][e] = x;
+                if (e < 2)
+                    mx_a = fmaxf(mx_a, x);
+                else
+                    mx_b = fmaxf(mx_b, x);
+            }
+        /* a row's 8 columns of each n-tile are spread over the 4 threads of a quad */
+        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+        const float mn_a = fmaxf(m_a[m], mx_a), mn_b = fmaxf(m_b[m], mx_b);
+        /* a row with nothing allowed so far keeps m = -inf: subtract 0 instead (exp2(-inf) =
+         * 0, never -inf - -inf) */
+        const float mu_a = mn_a == -INFINITY ? 0.0f : mn_a;
+        const float mu_b = mn_b == -INFINITY ? 0.0f : mn_b;
+        const float al_a = exp2f(m_a[m] - mu_a), al_b = exp2f(m_b[m] - mu_b);
+        m_a[m] = mn_a;
+        m_b[m] = mn_b;
+        float ps_a = 0.0f, ps_b = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < BC / 8; nt++) {
+            s[m][nt][0] = exp2f(s[m][nt][0] - mu_a);
+            s[m][nt][1] = exp2f(s[m][nt][1] - mu_a);
+            s[m][nt][2] = exp2f(s[m][nt][2] - mu_b);
+            s[m][nt][3] = exp2f(s[m][nt][3] - mu_b);
+            ps_a += s[m][nt][0] + s[m][nt][1];
+            ps_b += s[m][nt][2] + s[m][nt][3];
+        }
+        l_a[m] = l_a[m] * al_a + ps_a;
+        l_b[m] = l_b[m] * al_b + ps_b;
+#pragma unroll
+        for (int dn = 0; dn < NO; dn++) {
+            o[m][dn][0] *= al_a;
+            o[m][dn][1] *= al_a;
+            o[m][dn][2] *= al_b;
+            o[m][dn][3] *= al_b;
+        }
+    }
+}
+
+/* The forward kernels' end: out rows ia, ib (this thread's of each slab; rows >= T skipped) =
+ * o / l, lse = (m + log2 l) ln 2, the row sums l first summed over the quad's 4 threads. */
+template <int MS, int HS>
+__device__ __forceinline__ void
+flash_store_rows(bf16 *out, float *lse, const float (&o)[MS][HS / 8][4], const float (&m_a)[MS],
+                 const float (&m_b)[MS], const float (&l_a)[MS], const float (&l_b)[MS],
+                 const int (&ia)[MS], const int (&ib)[MS], int b, int h, int T, int NH, int t4) {
+    const int C = NH * HS;
+#pragma unroll
+    for (int m = 0; m < MS; m++) {
+        float la = l_a[m], lb = l_b[m];
+        la += __shfl_xor_sync(0xffffffffu, la, 1);
+        la += __shfl_xor_sync(0xffffffffu, la, 2);
+        lb += __shfl_xor_sync(0xffffffffu, lb, 1);
+        lb += __shfl_xor_sync(0xffffffffu, lb, 2);
+        /* a row < T saw its diagonal, so l >= 1 */
+        const float inv_a = 1.0f / la, inv_b = 1.0f / lb;
+        bf16 *oa = out + ((size_t)b * T + ia[m]) * C + (size_t)h * HS + 2 * t4;
+        bf16 *ob = oa + 8 * (size_t)C;
+#pragma unroll
+        for (int dn = 0; dn < HS / 8; dn++) {
+            if (ia[m] < T)
+                *reinterpret_cast<__nv_bfloat162 *>(oa + dn * 8) =
+                    __floats2bfloat162_rn(o[m][dn][0] * inv_a, o[m][dn][1] * inv_a);
+            if (ib[m] < T)
+                *reinterpret_cast<__nv_bfloat162 *>(ob + dn * 8) =
+                    __floats2bfloat162_rn(o[m][dn][2] * inv_b, o[m][dn][3] * inv_b);
+        }
+        if (t4 == 0) {
+            float *lbh = lse + ((size_t)b * NH + h) * T;
+            if (ia[m] < T) lbh[ia[m]] = (m_a[m] + log2f(la)) * kLn2;
+            if (ib[m] < T) lbh[ib[m]] = (m_b[m] + log2f(lb)) * kLn2;
+        }
+    }
+}
+
 /* out[b,i,h*HS..] = sum_j softmax_j(s[i,j]) v_j, lse[b,h,i] = log sum_j exp s[i,j].
  * Flash (online softmax) over key tiles, tensor-core S = Q K^T and O += P V.
  * Grid (ceil(T/BR), NH, B), last query tile first (the longest rows start first); 128 threads;
@@ -330,7 +432,6 @@ __global__ void __launch_bounds__(ATT_THREADS)
                                        float sl2) {
     using Tl = att_tiles<HS, MS>;
     constexpr int BR = Tl::FWD_BR, BC = Tl::FWD_BC, LD = Tl::LD;
-    const int C = NH * HS;
     static_assert(BR == 16 * MS * ATT_WARPS, "MS 16-row slabs per warp");
     extern __shared__ __align__(16) unsigned char att_smem[];
     bf16 *sQ = reinterpret_cast<bf16 *>(att_smem), *sK = sQ + BR * LD, *sV = sK + BC * LD;
@@ -369,59 +470,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
         float s[MS][BC / 8][4] = {};
         warp_mma_rows_rowsT<MS, BC / 8, HS, LD>(s, sQ, r0, sK, lane);
 
-        /* mask, scale, ALiBi; every (i, j) allowed when the tile lies left of the diagonal and
-         * right of every row's segment start (columns past T lie right of the diagonal) */
-        const bool full = j0 + BC - 1 <= i0 && j0 >= lo_max;
-#pragma unroll
-        for (int m = 0; m < MS; m++) {
-            float mx_a = -INFINITY, mx_b = -INFINITY;
-#pragma unroll
-            for (int nt = 0; nt < BC / 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int j = j0 + nt * 8 + 2 * t4 + (e & 1), i = e < 2 ? ia[m] : ib[m];
-                    const int lo = e < 2 ? lo_a[m] : lo_b[m];
-                    float x = s[m][nt][e] * sl2 - slope2 * (float)(i - j);
-                    if (!full && (j > i || j < lo)) x = -INFINITY;
-                    s[m][nt][e] = x;
-                    if (e < 2)
-                        mx_a = fmaxf(mx_a, x);
-                    else
-                        mx_b = fmaxf(mx_b, x);
-                }
-            /* a row's 8 columns of each n-tile are spread over the 4 threads of a quad */
-            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-            const float mn_a = fmaxf(m_a[m], mx_a), mn_b = fmaxf(m_b[m], mx_b);
-            /* a row with nothing allowed so far keeps m = -inf: subtract 0 instead (exp2(-inf) =
-             * 0, never -inf - -inf) */
-            const float mu_a = mn_a == -INFINITY ? 0.0f : mn_a;
-            const float mu_b = mn_b == -INFINITY ? 0.0f : mn_b;
-            const float al_a = exp2f(m_a[m] - mu_a), al_b = exp2f(m_b[m] - mu_b);
-            m_a[m] = mn_a;
-            m_b[m] = mn_b;
-            float ps_a = 0.0f, ps_b = 0.0f;
-#pragma unroll
-            for (int nt = 0; nt < BC / 8; nt++) {
-                s[m][nt][0] = exp2f(s[m][nt][0] - mu_a);
-                s[m][nt][1] = exp2f(s[m][nt][1] - mu_a);
-                s[m][nt][2] = exp2f(s[m][nt][2] - mu_b);
-                s[m][nt][3] = exp2f(s[m][nt][3] - mu_b);
-                ps_a += s[m][nt][0] + s[m][nt][1];
-                ps_b += s[m][nt][2] + s[m][nt][3];
-            }
-            l_a[m] = l_a[m] * al_a + ps_a;
-            l_b[m] = l_b[m] * al_b + ps_b;
-#pragma unroll
-            for (int dn = 0; dn < HS / 8; dn++) {
-                o[m][dn][0] *= al_a;
-                o[m][dn][1] *= al_a;
-                o[m][dn][2] *= al_b;
-                o[m][dn][3] *= al_b;
-            }
-        }
+        flash_softmax_tile<MS, BC, HS / 8>(s, o, m_a, m_b, l_a, l_b, ia, ib, lo_a, lo_b, j0,
+                                          j0 + BC - 1 <= i0 && j0 >= lo_max, sl2, slope2, t4);
 
         cp_async_wait<0>(); /* V of this tile */
         __syncthreads();    /* ... visible to all; every warp is done with K */
@@ -437,32 +487,132 @@ __global__ void __launch_bounds__(ATT_THREADS)
         }
     }
 
+    flash_store_rows<MS, HS>(out, lse, o, m_a, m_b, l_a, l_b, ia, ib, b, h, T, NH, t4);
+}
+
+/* ---- forward on sm_90a's warpgroup products (issue 25, item 2) ----------------------------- */
+
+/* rows r0..r0+ROWS-1 of one head (as load_rows_async) -> s in wgmma's core-matrix layout without
+ * swizzle: row r's 16-byte chunk c (columns 8c..8c+7) at byte (r/8) HS*16 + (r%8) 16 + c 128, so
+ * that each 8 rows x 8 columns is one 128-byte core matrix, the chunks of a row group 128 bytes
+ * apart and the row groups HS*16. 8 consecutive threads fill one core matrix (contiguous: no bank
+ * conflict), a warp 8 rows x 4 chunks (64 bytes of each row from global memory). */
+template <int ROWS, int HS>
+__device__ __forceinline__ void load_rows_cm_async(bf16 *s, const bf16 *g, size_t ld, int r0,
+                                                   int T) {
+    constexpr int CPR = HS / 8, TOTAL = ROWS * CPR;
+    static_assert(TOTAL % ATT_THREADS == 0 && ROWS % 8 == 0, "whole rounds, whole row groups");
 #pragma unroll
-    for (int m = 0; m < MS; m++) {
-        float la = l_a[m], lb = l_b[m];
-        la += __shfl_xor_sync(0xffffffffu, la, 1);
-        la += __shfl_xor_sync(0xffffffffu, la, 2);
-        lb += __shfl_xor_sync(0xffffffffu, lb, 1);
-        lb += __shfl_xor_sync(0xffffffffu, lb, 2);
-        /* a row < T saw its diagonal, so l >= 1 */
-        const float inv_a = 1.0f / la, inv_b = 1.0f / lb;
-        bf16 *oa = out + ((size_t)b * T + ia[m]) * C + (size_t)h * HS + 2 * t4;
-        bf16 *ob = oa + 8 * (size_t)C;
+    for (int k = 0; k < TOTAL / ATT_THREADS; k++) {
+        const int c = threadIdx.x + k * ATT_THREADS, r8 = c & 7, ch = (c >> 3) % CPR;
+        const int r = (c >> 3) / CPR * 8 + r8, gr = r0 + r;
+        const bool ok = gr < T;
+        const bf16 *src = g + (size_t)(ok ? gr : 0) * ld + ch * 8;
+        cp_async16(s + (r >> 3) * HS * 8 + r8 * 8 + ch * 64, src, ok ? 16 : 0);
+    }
+}
+
+/* The forward of attention_forward_flash_mma_kernel with 16 rows a warp (the same grid, 64 query
+ * rows and 64 keys a tile, masks, online softmax, outputs; flash_softmax_tile and
+ * flash_store_rows are shared), its two tile products on the warpgroup's wgmma (the block's 4
+ * warps are one warpgroup; warp w owns rows 16w..16w+15 of both the mma.sync and the wgmma
+ * accumulators, so the softmax is the same code): S = Q K^T with Q and K from shared memory
+ * (K-major, the hs chunks 128 bytes apart: lbo 128, sbo HS*16), O += P V with P from registers
+ * (the accumulator of S, rounded to bf16, is wgmma's A fragment as it is mma.sync's) and V from
+ * shared memory as an MN-major B (the same layout: keys are K, lbo HS*16; hs is N, sbo 128).
+ * hs 64 or 128; sm_90a only (tcu_attention_wgmma). Each product is waited for before its result
+ * is used: the warpgroup's products overlap other blocks' softmax, not its own (FlashAttention-3's
+ * ping-pong and its producer warps with TMA are the next step, docs/cuda.md). */
+template <int HS>
+__global__ void __launch_bounds__(ATT_THREADS)
+    attention_forward_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse,
+                                   const bf16 *__restrict__ qkv, const float *__restrict__ slopes,
+                                   const int32_t *__restrict__ seq, int T, int NH, int KVH,
+                                   float sl2) {
+    constexpr int BR = 64, BC = 64;
+    constexpr uint32_t CM = 128, RG = HS * 16; /* bytes: between chunks, between row groups */
+    static_assert(ATT_THREADS == 128 && (HS == 64 || HS == 128), "one warpgroup; wgmma's shapes");
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    bf16 *sQ = reinterpret_cast<bf16 *>(att_smem), *sK = sQ + BR * HS, *sV = sK + BC * HS;
+    __shared__ int s_lo[BR], s_seq[BR], s_red[ATT_WARPS];
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+    const int i0 = (gridDim.x - 1 - blockIdx.x) * BR, h = blockIdx.y, b = blockIdx.z;
+    const size_t ld = (size_t)(NH + 2 * KVH) * HS;
+    const bf16 *q, *k, *v;
+    head_rows(q, k, v, qkv, b, T, h, NH, KVH, HS);
+
+    load_rows_cm_async<BR, HS>(sQ, q, ld, i0, T);
+    cp_async_commit();
+    segment_starts<BR>(s_lo, s_seq, s_red, seq ? seq + (size_t)b * T : nullptr, i0, T);
+    const int jstart = s_lo[0], lo_max = s_lo[BR - 1], ilast = min(i0 + BR, T) - 1;
+    const int ntiles = (ilast - jstart) / BC + 1;
+    load_rows_cm_async<BC, HS>(sK, k, ld, jstart, T);
+    cp_async_commit();
+    load_rows_cm_async<BC, HS>(sV, v, ld, jstart, T);
+    cp_async_commit();
+    /* a k16 step of S = Q K^T advances 2 chunks (256 bytes) of Q and K; of O += P V, 2 row
+     * groups of V. Descriptors count 16 bytes. */
+    const uint64_t dq = wgmma_desc(sQ, CM, RG), dk = wgmma_desc(sK, CM, RG);
+    const uint64_t dv = wgmma_desc(sV, RG, CM);
+
+    int ia[1], ib[1], lo_a[1], lo_b[1];
+    slab_rows<1>(ia, ib, lo_a, lo_b, s_lo, i0, warp * 16, g);
+    const float slope2 = slopes ? slopes[h] * kLog2e : 0.0f;
+    float o[1][HS / 8][4] = {};
+    float m_a[1] = {-INFINITY}, m_b[1] = {-INFINITY}, l_a[1] = {0.0f}, l_b[1] = {0.0f};
+
+    for (int jt = 0; jt < ntiles; jt++) {
+        const int j0 = jstart + jt * BC;
+        cp_async_wait<1>(); /* Q and K of this tile (V may still be in flight) */
+        fence_proxy_async(); /* ... visible to the wgmma's reads, once every thread is past: */
+        __syncthreads();
+        float s[1][BC / 8][4] = {};
+        wgmma_fence_operand(s[0]);
+        wgmma_fence();
 #pragma unroll
-        for (int dn = 0; dn < HS / 8; dn++) {
-            if (ia[m] < T)
-                *reinterpret_cast<__nv_bfloat162 *>(oa + dn * 8) =
-                    __floats2bfloat162_rn(o[m][dn][0] * inv_a, o[m][dn][1] * inv_a);
-            if (ib[m] < T)
-                *reinterpret_cast<__nv_bfloat162 *>(ob + dn * 8) =
-                    __floats2bfloat162_rn(o[m][dn][2] * inv_b, o[m][dn][3] * inv_b);
+        for (int ks = 0; ks < HS / 16; ks++)
+            wgmma_ss<BC>(s[0], dq + (uint64_t)(ks * 2 * CM / 16), dk + (uint64_t)(ks * 2 * CM / 16),
+                         ks > 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operand(s[0]);
+
+        flash_softmax_tile<1, BC, HS / 8>(s, o, m_a, m_b, l_a, l_b, ia, ib, lo_a, lo_b, j0,
+                                         j0 + BC - 1 <= i0 && j0 >= lo_max, sl2, slope2, t4);
+
+        cp_async_wait<0>(); /* V of this tile */
+        fence_proxy_async();
+        __syncthreads(); /* ... visible to all; every warp is done with K (its wgmma waited) */
+        if (jt + 1 < ntiles) {
+            load_rows_cm_async<BC, HS>(sK, k, ld, j0 + BC, T);
+            cp_async_commit();
         }
-        if (t4 == 0) {
-            float *lbh = lse + ((size_t)b * NH + h) * T;
-            if (ia[m] < T) lbh[ia[m]] = (m_a[m] + log2f(la)) * kLn2;
-            if (ib[m] < T) lbh[ib[m]] = (m_b[m] + log2f(lb)) * kLn2;
+        /* P as bf16 A fragments: n-tiles 2kc, 2kc+1 of the accumulator are k-block kc */
+        uint32_t pa[BC / 16][4];
+#pragma unroll
+        for (int kc = 0; kc < BC / 16; kc++) {
+            pa[kc][0] = pack_bf16(s[0][2 * kc][0], s[0][2 * kc][1]);
+            pa[kc][1] = pack_bf16(s[0][2 * kc][2], s[0][2 * kc][3]);
+            pa[kc][2] = pack_bf16(s[0][2 * kc + 1][0], s[0][2 * kc + 1][1]);
+            pa[kc][3] = pack_bf16(s[0][2 * kc + 1][2], s[0][2 * kc + 1][3]);
+        }
+        wgmma_fence_operand(o[0]);
+        wgmma_fence();
+#pragma unroll
+        for (int kc = 0; kc < BC / 16; kc++)
+            wgmma_rs_mn<HS>(o[0], pa[kc], dv + (uint64_t)(kc * 2 * RG / 16), 1);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operand(o[0]);
+        __syncthreads(); /* every warp is done with V */
+        if (jt + 1 < ntiles) {
+            load_rows_cm_async<BC, HS>(sV, v, ld, j0 + BC, T);
+            cp_async_commit();
         }
     }
+
+    flash_store_rows<1, HS>(out, lse, o, m_a, m_b, l_a, l_b, ia, ib, b, h, T, NH, t4);
 }
 
 /* ---- backward ---------------------------------------------------------------------------- */
@@ -906,6 +1056,42 @@ extern "C" void tcu_attention_set_dq_fused(int on) {
 
 extern "C" int tcu_attention_dq_fused(void) { return att_dq_fused; }
 
+/* the forward on wgmma (issue 25 item 2; a measurement switch, off until timed on a GPU:
+ * tcu_attention_set_wgmma, TSR_ATT_WGMMA) */
+static bool att_wgmma = false;
+
+extern "C" void tcu_attention_set_wgmma(int on) {
+    TCU_REQUIRE(on == 0 || on == 1, "tcu_attention_set_wgmma",
+                tcu_msg("on = %d: expected 0 or 1", on));
+    att_wgmma = on == 1;
+}
+
+/* whether the current device runs sm_90a code (compute capability 9.0: H100, H200, GH200); asked
+ * once a process (the SIMT emulator: yes, it runs the kernels' own emulated wgmma) */
+static bool att_device_sm90a(void) {
+#ifdef TCU_SIMT
+    return true;
+#else
+    static int known = -1;
+    if (known < 0) {
+        int dev = 0, major = 0, minor = 0;
+        TCU_CHECK(cudaGetDevice(&dev), "tcu_attention_wgmma: cudaGetDevice");
+        TCU_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev),
+                  "tcu_attention_wgmma: the compute capability");
+        TCU_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev),
+                  "tcu_attention_wgmma: the compute capability");
+        known = major == 9 && minor == 0;
+    }
+    return known == 1;
+#endif
+}
+
+extern "C" int tcu_attention_wgmma_possible(int hs) {
+    return (hs == 64 || hs == 128) && att_device_sm90a();
+}
+
+extern "C" int tcu_attention_wgmma(int hs) { return att_wgmma && tcu_attention_wgmma_possible(hs); }
+
 /* The backward's scratch: D (B,NH,T) fp32 at 0; with the fused dq also dqacc (B,NH,nqt*BQ,HS)
  * fp32 and, at the end, the turns: the start ticket, then the counters (B,NH,nqt) int (the op test
  * reads them back), dqacc and turns at 256-byte boundaries (nqt query tiles of the dk/dv kernel's
@@ -959,6 +1145,19 @@ extern "C" void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 
                 "qkv and out must be 16-byte aligned");
     cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
     const bool two = tcu_attention_warp_rows(hs) == 32;
+    if (tcu_attention_wgmma(hs)) {
+        const float sl2 = (1.0f / sqrtf((float)hs)) * kLog2e; /* as attention_forward_hs */
+        const dim3 grid((unsigned)((T + 63) / 64), (unsigned)NH, (unsigned)B);
+        const size_t smem = (size_t)3 * 64 * hs * sizeof(bf16); /* Q, K, V tiles */
+        auto kernel = hs == 64 ? attention_forward_wgmma_kernel<64>
+                               : attention_forward_wgmma_kernel<128>;
+        att_smem_limit((const void *)kernel, smem, "tcu_attention_forward: shared memory (wgmma)");
+        kernel<<<grid, ATT_THREADS, smem, st>>>(reinterpret_cast<bf16 *>(out), lse,
+                                                reinterpret_cast<const bf16 *>(qkv), alibi_slopes,
+                                                seq, T, NH, KVH, sl2);
+        TCU_CHECK_LAUNCH("tcu_attention_forward (wgmma)");
+        return;
+    }
     if (hs == 32 && two)
         attention_forward_hs<32, 2>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
     else if (hs == 32)

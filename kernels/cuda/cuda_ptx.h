@@ -126,4 +126,166 @@ __device__ __forceinline__ void spin_wait_eq(const int *p, int want, const char 
 #endif
 }
 
+/* ---- wgmma (sm_90a): warpgroup tensor-core products ------------------------------------------
+ * A warpgroup (4 consecutive warps, 128 threads) multiplies a 64 x 16 A by a 16 x N B into a
+ * 64 x N fp32 accumulator spread over its registers: thread (warp w, lane l), g = l/4, t = l%4,
+ * holds d[j][e] = D[16w + g + 8 (e >= 2)][8j + 2t + (e & 1)], the mma.sync layout of its warp's
+ * 16 rows for each 8 columns. A comes from registers (the mma.sync A fragment of the warp's 16
+ * rows) or from shared memory; B from shared memory, both through matrix descriptors
+ * (wgmma_desc). Asynchronous: wgmma_fence before a batch (the registers it reads or accumulates
+ * were written by ordinary instructions), wgmma_commit after it, wgmma_wait<N> before reading the
+ * accumulators or changing the A registers or the shared memory read. Shared memory written by
+ * ordinary stores or cp.async is made visible to the wgmma (the async proxy) by
+ * fence_proxy_async in each writing thread, then a barrier.
+ * Only the layouts without swizzle (kernels/cuda_simt/simt.h has the byte formulas): core matrices
+ * of 8 rows x 16 bytes, 128 contiguous bytes each; lbo the byte distance between core matrices
+ * adjacent in K, sbo between those adjacent in M or N. These exist on sm_90a only: elsewhere (the
+ * sm_80 build) they trap, and the host launches the kernels using them on a 9.0 device only. */
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TCU_WGMMA_ASM 1
+#endif
+
+__device__ __forceinline__ uint64_t wgmma_desc(const void *p, uint32_t lbo, uint32_t sbo) {
+#ifdef TCU_SIMT
+    return tcu_simt::wgmma_desc(p, lbo, sbo);
+#else
+    return (uint64_t)((smem_u32(p) & 0x3ffffu) >> 4) | ((uint64_t)(lbo >> 4) << 16) |
+           ((uint64_t)(sbo >> 4) << 32);
+#endif
+}
+__device__ __forceinline__ void wgmma_fence() {
+#if defined(TCU_SIMT)
+    tcu_simt::wgmma_fence();
+#elif defined(TCU_WGMMA_ASM)
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#elif defined(__CUDA_ARCH__)
+    __trap();
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#if defined(TCU_SIMT)
+    tcu_simt::wgmma_commit();
+#elif defined(TCU_WGMMA_ASM)
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#elif defined(__CUDA_ARCH__)
+    __trap();
+#endif
+}
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+#if defined(TCU_SIMT)
+    tcu_simt::wgmma_wait(N);
+#elif defined(TCU_WGMMA_ASM)
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#elif defined(__CUDA_ARCH__)
+    __trap();
+#endif
+}
+/* this thread's earlier shared-memory writes (st.shared, cp.async once waited for) visible to the
+ * async proxy (the wgmma's reads); a barrier after it makes the block's visible */
+__device__ __forceinline__ void fence_proxy_async() {
+#if defined(TCU_WGMMA_ASM)
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+/* the compiler may not move this thread's reads or writes of d across this point (the wgmma
+ * writes d behind its back: before a batch and after its wait) */
+template <int NT> __device__ __forceinline__ void wgmma_fence_operand(float (&d)[NT][4]) {
+#ifndef TCU_SIMT
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) asm volatile("" : "+f"(d[j][e])::"memory");
+#else
+    (void)d;
+#endif
+}
+
+/* d (64 x N) = (scale_d ? d : 0) + A B: A 64 x 16 from shared memory (da, K-major), B 16 x N from
+ * shared memory (db, K-major: B[k][n] at row n, column k); N = 64 */
+template <int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t da, uint64_t db,
+                                         int scale_d) {
+    static_assert(N == 64, "the shapes the kernels use");
+#if defined(TCU_SIMT)
+    tcu_simt::wgmma_mma(&d[0][0], N, nullptr, da, db, scale_d != 0, false);
+#elif defined(TCU_WGMMA_ASM)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+                 "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+                 "%24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                   "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                 : "l"(da), "l"(db), "r"(scale_d));
+#elif defined(__CUDA_ARCH__)
+    (void)d, (void)da, (void)db, (void)scale_d;
+    __trap();
+#endif
+}
+
+/* d (64 x N) = (scale_d ? d : 0) + A B: A 64 x 16 from this thread's registers a (the mma.sync A
+ * fragment of its warp's 16 rows), B 16 x N from shared memory (db, MN-major: B[k][n] at row k,
+ * column n, the transpose bit set); N = 64 or 128 */
+template <int N>
+__device__ __forceinline__ void wgmma_rs_mn(float (&d)[N / 8][4], const uint32_t (&a)[4],
+                                            uint64_t db, int scale_d) {
+    static_assert(N == 64 || N == 128, "the shapes the kernels use");
+#if defined(TCU_SIMT)
+    tcu_simt::wgmma_mma(&d[0][0], N, a, 0, db, scale_d != 0, true);
+#elif defined(TCU_WGMMA_ASM)
+    if constexpr (N == 64) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+                 "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+                 "%24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                   "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+    } else {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+                 "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+                 "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+                 "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "
+                 "%60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                   "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+                   "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+                   "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+                   "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
+                   "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+                   "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
+                   "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+                   "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+                   "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+    }
+#elif defined(__CUDA_ARCH__)
+    (void)d, (void)a, (void)db, (void)scale_d;
+    __trap();
+#endif
+}
+
 #endif

@@ -1118,6 +1118,18 @@ void tcu_attention_set_dq_fused(int on) {
     REQUIRE(on == 0 || on == 1, "tcu_attention_set_dq_fused", "on = %d: expected 0 or 1", on);
 }
 int tcu_attention_dq_fused(void) { return 0; }
+/* ... and no wgmma forward: never possible here (the SIMT build runs the real one) */
+void tcu_attention_set_wgmma(int on) {
+    REQUIRE(on == 0 || on == 1, "tcu_attention_set_wgmma", "on = %d: expected 0 or 1", on);
+}
+int tcu_attention_wgmma(int hs) {
+    (void)hs;
+    return 0;
+}
+int tcu_attention_wgmma_possible(int hs) {
+    (void)hs;
+    return 0;
+}
 
 /* ---- softmax + cross-entropy --------------------------------------------------------------- */
 

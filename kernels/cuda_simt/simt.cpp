@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #if !defined(__x86_64__)
@@ -68,7 +69,7 @@ constexpr size_t kStackBytes = 256 * 1024;
 constexpr size_t kGuardBytes = 4096; /* below each stack and after dynamic shared memory */
 constexpr int kMaxThreads = 1024;
 
-enum State { RUNNABLE, WAIT_BLOCK, WAIT_WARP, DONE };
+enum State { RUNNABLE, WAIT_BLOCK, WAIT_WARP, WAIT_GROUP, DONE };
 
 struct CpAsync {
     void *dst;
@@ -89,6 +90,7 @@ struct Fiber {
     unsigned long block_gen = 0; /* the block barrier generation this thread arrived in */
     std::vector<CpAsync> pending;
     long committed = 0; /* cp.async groups committed */
+    bool wg_fenced = false; /* a wgmma_fence since this thread's last wgmma_wait */
 };
 
 struct Warp {
@@ -98,6 +100,34 @@ struct Warp {
     unsigned long gen = 0;  /* collectives completed */
     const char *what = nullptr;
     unsigned char slot[2][32][kSlotBytes];
+};
+
+/* one wgmma.mma_async of a warpgroup, from its issue to the wgmma_wait that completes it */
+struct WgOp {
+    int n = 0;
+    bool scale_d = false, trans_b = false, a_regs = false;
+    uint64_t da = 0, db = 0;
+    float *d[128];
+    const uint32_t *a[128];
+    uint32_t a_copy[128][4]; /* the A registers at the issue: they may not change until the wait */
+    long group = -1;         /* -1: not committed yet */
+};
+
+/* a warpgroup: 4 consecutive warps, the wgmma collectives' unit */
+struct Group {
+    int arrived = 0;
+    const char *what = nullptr;
+    /* what each thread brought to the collective in progress */
+    float *d[128];
+    const uint32_t *a[128];
+    uint64_t da[128], db[128];
+    int n[128], arg[128];
+    bool scale_d[128], trans_b[128];
+    /* the products in flight, in issue order, and each accumulator's value meanwhile (the
+     * thread's own registers hold NaN from the issue to the wait) */
+    std::vector<WgOp> ops;
+    long committed = 0;
+    std::unordered_map<float *, std::vector<float>> shadow;
 };
 
 struct BlockState {
@@ -137,6 +167,7 @@ unsigned char *stack_get() {
 /* one scheduler per OS thread */
 thread_local Fiber fibers[kMaxThreads];
 thread_local Warp warps[kMaxThreads / 32];
+thread_local Group groups[kMaxThreads / 128];
 thread_local BlockState blk;
 thread_local Fiber *cur = nullptr;
 thread_local void *sched_sp = nullptr;
@@ -212,6 +243,9 @@ void fiber_entry() {
     if (w.arrived > 0)
         die("thread exited while %d lane(s) of its warp wait at %s: a full mask needs all 32 lanes",
             w.arrived, w.what ? w.what : "a collective");
+    if (groups[f->linear / 128].arrived > 0)
+        die("thread exited while %d thread(s) of its warpgroup wait at %s: a wgmma needs all 128",
+            groups[f->linear / 128].arrived, groups[f->linear / 128].what);
     blk.live--;
     if (blk.arrived > 0 && blk.arrived == blk.live) { /* the others waited for this one only */
         const unsigned long g = blk.gen;
@@ -294,7 +328,8 @@ void describe_deadlock() {
             g_block_idx.x, g_block_idx.y, g_block_idx.z);
     int shown = 0;
     for (int i = 0; i < blk.nthreads && shown < 8; i++)
-        if (fibers[i].state == WAIT_BLOCK || fibers[i].state == WAIT_WARP) {
+        if (fibers[i].state == WAIT_BLOCK || fibers[i].state == WAIT_WARP ||
+            fibers[i].state == WAIT_GROUP) {
             fprintf(stderr, "  thread %d waits at %s\n", i, fibers[i].waiting_at);
             shown++;
         }
@@ -430,6 +465,13 @@ void run_blocks(dim3 grid, dim3 block, size_t smem, long attr, body_fn body, voi
             warps[w].arrived = 0;
             warps[w].what = nullptr;
         }
+        for (size_t w = 0; w < (nthreads + 127) / 128; w++) {
+            groups[w].arrived = 0;
+            groups[w].what = nullptr;
+            groups[w].ops.clear();
+            groups[w].committed = 0;
+            groups[w].shadow.clear();
+        }
         for (size_t i = 0; i < nthreads; i++) {
             Fiber &f = fibers[i];
             f.linear = (int)i;
@@ -439,6 +481,7 @@ void run_blocks(dim3 grid, dim3 block, size_t smem, long attr, body_fn body, voi
             f.state = RUNNABLE;
             f.pending.clear();
             f.committed = 0;
+            f.wg_fenced = false;
         }
         /* the threads pass the OS thread among themselves (switch_away); it comes back here
          * when none can run: every thread done, or a deadlock */
@@ -448,6 +491,10 @@ void run_blocks(dim3 grid, dim3 block, size_t smem, long attr, body_fn body, voi
         tcu_simt_switch(&sched_sp, first.sp);
         for (size_t i = 0; i < nthreads; i++)
             if (fibers[i].state != DONE) describe_deadlock();
+        for (size_t w = 0; w < (nthreads + 127) / 128; w++)
+            if (!groups[w].ops.empty())
+                die("the block ended with %zu wgmma product(s) of warpgroup %zu not waited for "
+                    "(wgmma.wait_group)", groups[w].ops.size(), w);
         cur = nullptr;
     }
 }
@@ -602,6 +649,223 @@ void mma_m16n8k16_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint3
     const unsigned char *all =
         warp_exchange(mine, sizeof mine, 0xffffffffu, "mma.m16n8k16", mma_complete);
     memcpy(c, all + (size_t)lane_id() * kSlotBytes, 16);
+}
+
+/* ---- wgmma ----------------------------------------------------------------------------------- */
+
+namespace {
+
+/* The running thread's warpgroup collective: each thread has put its operands in the group's
+ * slots (index linear % 128); the last of the 128 to arrive runs `complete` on them. */
+void group_arrive(const char *what, void (*complete)(Group &)) {
+    Fiber *f = cur;
+    if (blk.nthreads % 128)
+        die("%s in a block of %d threads: a warpgroup is 128 threads (4 whole warps)", what,
+            blk.nthreads);
+    const int gi = f->linear / 128;
+    Group &G = groups[gi];
+    for (int w = 0; w < 4; w++)
+        if (warps[gi * 4 + w].live != 32)
+            die("%s with %d thread(s) of warp %d exited: a wgmma needs all 128 threads of the "
+                "warpgroup", what, 32 - warps[gi * 4 + w].live, gi * 4 + w);
+    if (G.arrived > 0 && G.what != what)
+        die("%s while other threads of the warpgroup wait at %s: divergent wgmma collectives",
+            what, G.what);
+    G.what = what;
+    if (++G.arrived == 128) {
+        complete(G);
+        G.arrived = 0;
+        G.what = nullptr;
+        for (int i = 0; i < 128; i++)
+            if (fibers[gi * 128 + i].state == WAIT_GROUP) fibers[gi * 128 + i].state = RUNNABLE;
+    } else {
+        f->state = WAIT_GROUP;
+        f->waiting_at = what;
+        yield();
+    }
+}
+
+/* a descriptor's fields (the PTX ISA's matrix descriptor) */
+struct Desc {
+    size_t addr, lbo, sbo;
+};
+Desc desc_fields(uint64_t d, const char *which) {
+    if (d >> 62)
+        die("wgmma: %s descriptor with swizzle mode %u: the emulator has no swizzle", which,
+            (unsigned)(d >> 62));
+    if ((d >> 49) & 7) die("wgmma: %s descriptor with a base offset: the emulator has none", which);
+    return Desc{(size_t)(d & 0x3fff) << 4, (size_t)((d >> 16) & 0x3fff) << 4,
+                (size_t)((d >> 32) & 0x3fff) << 4};
+}
+
+/* the bf16 at byte offset `off` of the block's dynamic shared memory, as fp32 */
+float smem_bf16(size_t off, const char *which) {
+    if (off + 2 > smem_buf.bytes)
+        die("wgmma: %s reads shared memory at byte %zu, past the %zu bytes the launch asked for",
+            which, off, smem_buf.bytes);
+    uint16_t b;
+    memcpy(&b, smem_buf.base + off, sizeof b);
+    const uint32_t u = (uint32_t)b << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* this thread's accumulator element i <-> (row, column) of the 64 x N tile */
+inline void wg_d_pos(int t, int i, int &row, int &col) {
+    const int w = t / 32, lane = t % 32, g = lane / 4, q = lane % 4;
+    row = 16 * w + g + 8 * ((i % 4) >= 2);
+    col = 8 * (i / 4) + 2 * q + (i % 2);
+}
+
+void wg_execute(Group &G, WgOp &op) {
+    static thread_local float A[64][16], B[16][256], D[64][256];
+    if (op.a_regs) {
+        for (int t = 0; t < 128; t++) {
+            if (memcmp(op.a[t], op.a_copy[t], sizeof op.a_copy[t]) != 0)
+                die("wgmma: thread %d changed its A registers between the wgmma.mma_async and the "
+                    "wgmma.wait_group that completes it", t);
+            const int w = t / 32, lane = t % 32, g = lane / 4, q = lane % 4;
+            for (int r = 0; r < 4; r++)
+                for (int h = 0; h < 2; h++) {
+                    const uint32_t v = h ? op.a_copy[t][r] >> 16 : op.a_copy[t][r] & 0xffffu;
+                    const uint32_t u = v << 16;
+                    float x;
+                    memcpy(&x, &u, sizeof x);
+                    A[16 * w + g + 8 * (r & 1)][2 * q + h + 8 * (r >> 1)] = x;
+                }
+        }
+    } else {
+        const Desc da = desc_fields(op.da, "A");
+        for (int r = 0; r < 64; r++)
+            for (int k = 0; k < 16; k++)
+                A[r][k] = smem_bf16(da.addr + (r / 8) * da.sbo + (r % 8) * 16 + (k / 8) * da.lbo +
+                                        (k % 8) * 2, "A");
+    }
+    const Desc db = desc_fields(op.db, "B");
+    for (int k = 0; k < 16; k++)
+        for (int n = 0; n < op.n; n++)
+            B[k][n] = smem_bf16(op.trans_b ? db.addr + (n / 8) * db.sbo + (n % 8) * 2 +
+                                                 (k / 8) * db.lbo + (k % 8) * 16
+                                           : db.addr + (n / 8) * db.sbo + (n % 8) * 16 +
+                                                 (k / 8) * db.lbo + (k % 8) * 2, "B");
+    for (int t = 0; t < 128; t++) {
+        const std::vector<float> &sh = G.shadow.at(op.d[t]);
+        for (int i = 0; i < op.n / 2; i++) {
+            int r, c;
+            wg_d_pos(t, i, r, c);
+            D[r][c] = op.scale_d ? sh[(size_t)i] : 0.0f;
+        }
+    }
+    for (int r = 0; r < 64; r++)
+        for (int k = 0; k < 16; k++)
+            for (int n = 0; n < op.n; n++) D[r][n] = __builtin_fmaf(A[r][k], B[k][n], D[r][n]);
+    for (int t = 0; t < 128; t++) {
+        std::vector<float> &sh = G.shadow.at(op.d[t]);
+        for (int i = 0; i < op.n / 2; i++) {
+            int r, c;
+            wg_d_pos(t, i, r, c);
+            sh[(size_t)i] = D[r][c];
+        }
+    }
+}
+
+void wg_complete_mma(Group &G) {
+    WgOp op;
+    op.n = G.n[0], op.scale_d = G.scale_d[0], op.trans_b = G.trans_b[0];
+    op.a_regs = G.a[0] != nullptr, op.da = G.da[0], op.db = G.db[0];
+    if (op.n < 8 || op.n > 256 || op.n % 8)
+        die("wgmma.mma_async with N = %d: m64nNk16 has N = 8, 16, ..., 256", op.n);
+    for (int t = 0; t < 128; t++) {
+        if (G.n[t] != op.n || G.scale_d[t] != op.scale_d || G.trans_b[t] != op.trans_b ||
+            (G.a[t] != nullptr) != op.a_regs || (!op.a_regs && G.da[t] != op.da) ||
+            G.db[t] != op.db)
+            die("wgmma.mma_async: thread %d of the warpgroup gave other operands than thread 0 "
+                "(shape, descriptors, scale-d, trans-b): .aligned asks for the same", t);
+        op.d[t] = G.d[t];
+        op.a[t] = G.a[t];
+        if (op.a_regs) memcpy(op.a_copy[t], G.a[t], sizeof op.a_copy[t]);
+        auto it = G.shadow.find(G.d[t]);
+        if (it == G.shadow.end())
+            G.shadow.emplace(G.d[t], std::vector<float>(G.d[t], G.d[t] + op.n / 2));
+        else if ((int)it->second.size() != op.n / 2)
+            die("wgmma.mma_async: thread %d's accumulators are in flight with another N", t);
+        for (int i = 0; i < op.n / 2; i++) G.d[t][i] = NAN; /* undefined until the wait */
+    }
+    G.ops.push_back(op);
+}
+
+void wg_complete_commit(Group &G) {
+    for (WgOp &op : G.ops)
+        if (op.group < 0) op.group = G.committed;
+    G.committed++;
+}
+
+void wg_complete_wait(Group &G) {
+    const int n = G.arg[0];
+    for (int t = 1; t < 128; t++)
+        if (G.arg[t] != n)
+            die("wgmma.wait_group: thread %d waits for %d group(s), thread 0 for %d", t, G.arg[t],
+                n);
+    const long upto = G.committed - 1 - n;
+    std::vector<WgOp> keep;
+    for (WgOp &op : G.ops) {
+        if (op.group >= 0 && op.group <= upto)
+            wg_execute(G, op);
+        else
+            keep.push_back(op);
+    }
+    G.ops.swap(keep);
+    /* accumulators no product in flight writes any more land in their registers */
+    for (auto it = G.shadow.begin(); it != G.shadow.end();) {
+        bool busy = false;
+        for (const WgOp &op : G.ops)
+            for (int t = 0; t < 128 && !busy; t++) busy = op.d[t] == it->first;
+        if (busy) {
+            ++it;
+            continue;
+        }
+        memcpy(it->first, it->second.data(), it->second.size() * sizeof(float));
+        it = G.shadow.erase(it);
+    }
+    const int gi = cur->linear / 128;
+    for (int i = 0; i < 128; i++) fibers[gi * 128 + i].wg_fenced = false;
+}
+
+} // namespace
+
+uint64_t wgmma_desc(const void *p, uint32_t lbo, uint32_t sbo) {
+    const unsigned char *c = static_cast<const unsigned char *>(p);
+    if (c < smem_buf.base || c >= smem_buf.base + smem_buf.bytes)
+        die("wgmma descriptor for %p: not in the block's dynamic shared memory", p);
+    const size_t off = (size_t)(c - smem_buf.base);
+    if (off % 16 || lbo % 16 || sbo % 16 || off >= (1u << 18) || lbo >= (1u << 18) ||
+        sbo >= (1u << 18))
+        die("wgmma descriptor: address %zu, leading %u, stride %u bytes: each a multiple of 16 "
+            "below 256 KiB", off, lbo, sbo);
+    return (uint64_t)(off >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32);
+}
+
+void wgmma_fence() { cur->wg_fenced = true; }
+
+void wgmma_mma(float *d, int n, const uint32_t *a, uint64_t da, uint64_t db, bool scale_d,
+               bool trans_b) {
+    Fiber *f = cur;
+    if (!f->wg_fenced)
+        die("wgmma.mma_async without a wgmma.fence since this thread's last wgmma.wait_group");
+    Group &G = groups[f->linear / 128];
+    const int t = f->linear % 128;
+    G.d[t] = d, G.a[t] = a, G.da[t] = da, G.db[t] = db, G.n[t] = n;
+    G.scale_d[t] = scale_d, G.trans_b[t] = trans_b;
+    group_arrive("wgmma.mma_async", wg_complete_mma);
+}
+
+void wgmma_commit() { group_arrive("wgmma.commit_group", wg_complete_commit); }
+
+void wgmma_wait(int n) {
+    Group &G = groups[cur->linear / 128];
+    G.arg[cur->linear % 128] = n;
+    group_arrive("wgmma.wait_group", wg_complete_wait);
 }
 
 void spin_wait_eq(const int *p, int want, const char *what) {

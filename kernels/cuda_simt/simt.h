@@ -166,6 +166,43 @@ void ldmatrix_x4(uint32_t (&r)[4], const void *p, bool trans);
 /* mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, c += a b */
 void mma_m16n8k16_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
 
+/* ---- wgmma (sm_90a): warpgroup tensor-core products, asynchronous ------------------------- */
+
+/* A warpgroup is 4 consecutive warps (threads 128w .. 128w+127 of the block); every wgmma
+ * instruction is a collective of its 128 threads (all present, none exited). The model:
+ *   - wgmma_desc(p, lbo, sbo): a shared-memory matrix descriptor as the PTX ISA packs it (bits
+ *     0-13: the address >> 4, 16-29: the leading byte offset >> 4, 32-45: the stride byte offset
+ *     >> 4, 62-63: the swizzle mode, 0 here), the address being p's offset in the block's dynamic
+ *     shared memory (a GPU's shared window); p must lie there, 16-byte aligned. Only the
+ *     canonical layouts without swizzle: core matrices of 8 rows of 16 bytes, 128 contiguous
+ *     bytes each, the leading byte offset the distance between core matrices adjacent in K, the
+ *     stride byte offset between those adjacent in M or N. K-major: element (row r, k) at
+ *     (r/8) sbo + (r%8) 16 + (k/8) lbo + (k%8) 2; MN-major (trans-b): element (k, n) at
+ *     (n/8) sbo + (n%8) 2 + (k/8) lbo + (k%8) 16;
+ *   - wgmma_mma(d, n, a, da, db, scale_d, trans_b): wgmma.mma_async m64nNk16 .f32.bf16.bf16,
+ *     d (this thread's N/2 accumulators) = (scale_d ? d : 0) + A B. A (64 x 16) from registers
+ *     (a: this thread's 4, the mma.sync A layout of its warp's 16 rows: warp w of the group owns
+ *     rows 16w..16w+15) or, a == nullptr, from shared memory (da, K-major); B (16 x N) from
+ *     shared memory (db; K-major, or MN-major with trans_b). D: thread (w, lane), g = lane/4,
+ *     t = lane%4, element i: row 16w + g + 8 ((i%4) >= 2), column 8 (i/4) + 2t + (i%2);
+ *   - asynchronous as on a GPU: the product is made at the wgmma_wait that completes its commit
+ *     group, reading shared memory and the A registers then; from the issue to that wait the
+ *     accumulators hold NaN (a read before the wait shows), a change of the A registers in
+ *     between stops the run, and so does an issue without a wgmma_fence since this thread's last
+ *     wait (the PTX rule: a fence between register accesses and the wgmma that uses them; the
+ *     emulator asks for it before every batch, a stricter rule);
+ *   - wgmma_commit: the group's uncommitted products become one group; wgmma_wait(n): all but
+ *     the n most recent groups complete, in issue order (a product on an accumulator still in
+ *     flight adds to that product's result); a product never committed never completes;
+ *   - the sum: each output element, the 16 products added in k order onto the accumulator (fmaf),
+ *     as the emulated mma.sync. */
+uint64_t wgmma_desc(const void *p, uint32_t lbo, uint32_t sbo);
+void wgmma_fence();
+void wgmma_mma(float *d, int n, const uint32_t *a, uint64_t da, uint64_t db, bool scale_d,
+               bool trans_b);
+void wgmma_commit();
+void wgmma_wait(int n);
+
 /* ---- waiting for another block ------------------------------------------------------------ */
 
 /* cuda_ptx.h's spin_wait_eq: until *p == want (acquire loads), giving the OS thread away between
