@@ -181,7 +181,7 @@ CUDA_NVCC_FLAGS = -O3 -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC,-Wall,-Wextra 
                  $(if $(filter 1,$(WERROR)),-Werror all-warnings) -Ikernels -Ikernels/cuda -Isrc -Isrc/base -MMD -MP
 CUDA_LIBS      = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static \
                  -lstdc++ -ldl -lpthread -lrt
-CUDA_TARGETS   = $(if $(CUDA_OK),$(CUDA_LIB) $(BUILD)/tests/test_gpu_ops)
+CUDA_TARGETS   = $(if $(CUDA_OK),$(CUDA_LIB) $(BUILD)/tests/test_gpu_ops $(BUILD)/tests/test_wgmma_gpu)
 # device = cuda: the trainer's GPU path and the backend as one library tessera-train opens when a
 # run asks for it (NCCL in turn opened by it at run time); its undefined symbols are the
 # trainer's, found in the executable, which exports exactly those (src/gpu/exports.list)
@@ -355,6 +355,12 @@ $(BUILD)/obj/tests/gpu/%.o: tests/gpu/%.c | deps
 $(BUILD)/tests/test_gpu_ops: $(BUILD)/obj/tests/gpu/test_gpu_ops.o $(CUDA_LIB) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS) $(CUDA_LIBS)
+
+# wgmma's layouts on an sm_90 GPU (tests/gpu/wgmma_layouts.cuh, shared with the SIMT selftest)
+$(BUILD)/tests/test_wgmma_gpu: tests/gpu/test_wgmma_gpu.cu | deps
+	@mkdir -p $(@D)
+	$(HC_NVCC) $(CUDA_NVCC_FLAGS) -Itests -o $@ $<
+-include $(BUILD)/tests/test_wgmma_gpu.d
 
 $(HC_GPU_MOCK): healthcheck/mock/hc_gpu_mock.c healthcheck/hc_judge.c healthcheck/hc.h healthcheck/hc_gpu.h \
                 healthcheck/hc_fault.h healthcheck/gpu/hc_gpu.map | deps

@@ -508,9 +508,11 @@ static void gemm_tune_close(const tsr_dist *d) {
  * device memory plan is sized (the attention's scratch depends on TSR_ATT_WARP_ROWS and
  * TSR_ATT_DQ_FUSED) and before anything runs; no device is touched, so --plan reads them too.
  * Collective. */
+static int att_wgmma_asked; /* TSR_ATT_WGMMA=1: checked against the device by check_wgmma */
+
 static int lib_switches(const gpu_train_ctx *c) {
     tcu_reduction reduction;
-    int att_rows, resident, dq_fused, hold;
+    int att_rows, resident, dq_fused, hold, wgmma;
     TSR_CHECK(gemm_reduction(c->dist, &reduction));
     TSR_CHECK(att_warp_rows(c->dist, &att_rows));
     TSR_CHECK(env_flag(c->dist, "TSR_ATT_DQ_FUSED",
@@ -524,13 +526,41 @@ static int lib_switches(const gpu_train_ctx *c) {
                        "softmax + cross-entropy keeps each row in registers where Vp <= 57344 "
                        "(the same bits)",
                        &resident));
+    TSR_CHECK(env_flag(c->dist, "TSR_ATT_WGMMA",
+                       "the attention forward on Hopper's wgmma where the head size is 64 or 128 "
+                       "(a GPU of compute capability 9.0: refused elsewhere; not the default's "
+                       "bits)",
+                       &wgmma));
     TSR_CHECK(gemm_tune_switch(c->dist));
+    att_wgmma_asked = wgmma;
+    tcu_attention_set_wgmma(wgmma);
     tcu_matmul_set_reduction(reduction);
     tcu_attention_set_warp_rows(att_rows);
     tcu_attention_set_dq_fused(dq_fused);
     tcu_norm_set_hold(hold);
     tcu_softmax_xent_set_resident(resident);
     return 0;
+}
+
+/* TSR_ATT_WGMMA=1 where the wgmma forward cannot run (another GPU than compute capability 9.0,
+ * a head size other than 64 or 128) is refused, not run on the mma.sync kernel: a measurement of
+ * the switch would time the other kernel unawares. Collective (the lowest such rank named). */
+static int check_wgmma(const gpu_train_ctx *c) {
+    const tsr_dist *d = c->dist;
+    const int hs = c->model->hs;
+    double first = att_wgmma_asked && !tcu_attention_wgmma_possible(hs) ? d->world - d->rank : 0;
+    dist_allreduce_max_f64(&first, 1);
+    if (first <= 0) return 0;
+    if (d->rank == 0) {
+        int sm = 0;
+        char name[128] = "";
+        tcu_device_info(name, sizeof name, &sm, NULL, NULL);
+        tsr_error("environment TSR_ATT_WGMMA = \"1\": the wgmma attention forward needs a GPU of "
+                  "compute capability 9.0 (H100, H200) and head size 64 or 128; rank %d cannot "
+                  "run it (rank 0: %s, sm %d.%d; head size %d): unset it, or 0",
+                  d->world - (int)first, name[0] ? name : "?", sm / 10, sm % 10, hs);
+    }
+    return TSR_EXIT_USAGE;
 }
 
 static int lib_init(gpu_train_ctx *c) {
@@ -543,6 +573,7 @@ static int lib_init(gpu_train_ctx *c) {
     gt->device = c->dist->local_rank % count;
     tcu_set_fail_hook(dist_abort); /* a CUDA failure on one rank stops them all */
     tcu_init(gt->device);
+    TSR_CHECK(check_wgmma(c));
     TSR_CHECK(gemm_tune_open(c->dist));
     TSR_CHECK(check_memory(c, gt->device));
     gt->s = tcu_stream_create();

@@ -109,7 +109,7 @@ pack() {
     command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] ||
         die "pack needs nvcc (the CUDA toolkit) to build the GPU library"
     local b=build-device stage
-    local progs=("$b/tessera-train" "$b/tessera" "$b/libtessera-cuda-train.so" "$b/tests/test_gpu_ops"
+    local progs=("$b/tessera-train" "$b/tessera" "$b/libtessera-cuda-train.so" "$b/tests/test_gpu_ops" "$b/tests/test_wgmma_gpu"
                  "$b/tests/tessera-train-cuemu" "$b/tessera-healthcheck" "$b/libtessera-hc-gpu.so"
                  "$b/tests/libtessera-hc-gpu-mock.so")
     make NO_MPI=1 ARCH=x86-64-v3 BUILD="$b" -j"$(nproc)" "${progs[@]}"
@@ -178,11 +178,20 @@ print(":".join(sorted({d for r in roots for d in glob.glob(os.path.join(r, "nvid
 }
 
 # op_test LOG [SANITIZER TOOL]: the GPU op test (alone, or under compute-sanitizer's TOOL); a
-# sanitizer's finding fails the run as a wrong result does
+# sanitizer's finding fails the run as a wrong result does. Alone, wgmma's layouts first
+# (test_wgmma_gpu, its log beside LOG as *-wgmma.txt, its outcome line at LOG's end): a failure
+# there fails the stage and names the layout before the op test's wgmma attention cases
 op_test() {
-    local log=$1 san=${2:-} tool=${3:-}
+    local log=$1 san=${2:-} tool=${3:-} wlog=${1%.txt}-wgmma.txt wrc=0 rc=0
     if [[ -z $san ]]; then
-        limited "$log" "$BUILD/tests/test_gpu_ops"
+        if [[ -x $BUILD/tests/test_wgmma_gpu ]]; then
+            limited "$wlog" "$BUILD/tests/test_wgmma_gpu" || wrc=$?
+            ((wrc == 77)) && wrc=0
+        fi
+        limited "$log" "$BUILD/tests/test_gpu_ops" || rc=$?
+        [[ -f $wlog ]] && echo "# wgmma layouts (test_wgmma_gpu, exit $wrc): $(outcome "$wlog" | head -1)" >>"$log"
+        ((rc != 0)) && return "$rc"
+        return "$wrc"
     else
         local leaks=()
         [[ $tool == memcheck ]] && leaks=(--leak-check full)
@@ -353,13 +362,14 @@ hc() {
 #  gemm-tune    TSR_GEMM_TUNE=$OUTDIR/gemm-tune-MODEL.txt (new each time): every GEMM shape timed
 #               over cuBLASLt's first 8 answers on its first call (step 1, which the table drops),
 #               the fastest kept, the choices written to that file (item 4);
+#  wgmma        TSR_ATT_WGMMA=1: the attention forward on wgmma (sm_90a, hs 64/128; issue 25 item 2);
 #  again        the defaults once more, last: how far two runs of one build differ (the noise
 #               that bench/gpu/profile_compare.py, printed at the end, marks each change against);
 #  ncu          ncu's per-kernel summary (count, average duration) over 3 steps at the clocks and
 #               with the caches as in a real run, where ncu runs and is allowed the counters:
 #               profile-MODEL-ncu.txt.
 # More settings for tessera-train: SETS="KEY=VALUE ..." (as bench's, e.g. seq_len=2048) and TESSERA_ARGS.
-PROFILE_ALL="base accumulate unfused splitk-none splitk-any rows32 xent-resident dq-fused dq-fused32 norm-hold norm-twice gemm-tune again"
+PROFILE_ALL="base accumulate unfused splitk-none splitk-any rows32 xent-resident dq-fused dq-fused32 norm-hold norm-twice gemm-tune wgmma again"
 profile() {
     setup
     local model=${1:-gpt2-124m} ncu data=/tmp/profile-data V kv rc=0 ptag
@@ -385,6 +395,7 @@ profile() {
                      [dq-fused]=TSR_ATT_DQ_FUSED=1
                      [dq-fused32]="TSR_ATT_DQ_FUSED=1 TSR_ATT_WARP_ROWS=32"
                      [norm-hold]=TSR_NORM_HOLD=1 [norm-twice]=TSR_NORM_HOLD=0 [again]=""
+                     [wgmma]=TSR_ATT_WGMMA=1
                      [gemm-tune]=TSR_GEMM_TUNE=$OUTDIR/gemm-tune-$ptag.txt)
     rm -f "$OUTDIR/gemm-tune-$ptag.txt" "$OUTDIR/profile-$ptag.txt" "$OUTDIR/profile-$ptag"-*.txt
     for name in $PROFILE_ALL; do

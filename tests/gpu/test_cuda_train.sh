@@ -46,7 +46,7 @@ source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
 PER=22
-tap_plan $((2 * PER + 22))
+tap_plan $((2 * PER + 24))
 make_synth "$TMP/data" 512 80000
 
 tiny_args "$TMP/data/train"
@@ -300,7 +300,7 @@ suite() {
 # the CPU than the issue's 0.5% (measured: loss up to 4.3e-5, norm up to 3.8e-3 on the 3-rank
 # runs, whose batches are smallest): its loss tolerance is tight enough that a dropped gradient
 # term (wpe's: loss 9e-4 off) fails. The GPU gets the issue's 0.5% on the loss, 5% on the norm.
-if emulator_half $((PER + 11)); then
+if emulator_half $((PER + 12)); then
     GPUS=$((MPI_OK ? 8 : 1)) # the emulator's devices (one rank each), as many as MPI can start
     # Its allocator holds exactly what the plan counts (no cuBLASLt workspace, no scratch): no slack.
     suite "$BUILD/tests/tessera-train-cuemu" emulator 3e-4 5e-3 0
@@ -427,6 +427,17 @@ PY
         grep -q 'TSR_ATT_DQ_FUSED = "1": the attention backward adds dq in its dk/dv kernel' "$TMP/ar_32.txt" &&
         final_lines "$TMP/ar_32/metrics.jsonl" | cmp -s - "$TMP/gr_def.loss"
     tap_check $? "emulator: TSR_ATT_DQ_FUSED=2 refused at start naming the variable, no run_dir (exit $rc, want 1); =1 said at start, its 3 steps (with TSR_ATT_WARP_ROWS=32) the default's bits"
+    # TSR_ATT_WGMMA, the attention forward on wgmma (issue 25 item 2): 2 refused as a bad value; 1
+    # refused where it cannot run (the emulator has no compute capability 9.0 device), naming the
+    # variable, the device and the head size; neither writes a run_dir
+    TSR_ATT_WGMMA=2 run "$BUILD/tests/tessera-train-cuemu" 1 wg_bad --set device=cuda
+    rc=$?
+    TSR_ATT_WGMMA=1 run "$BUILD/tests/tessera-train-cuemu" 1 wg_no --set device=cuda
+    rc2=$?
+    ((rc == 1 && rc2 == 1)) && grep -q 'TSR_ATT_WGMMA = "2": expected 0 (the default) or 1' "$TMP/wg_bad.txt" &&
+        grep -q 'TSR_ATT_WGMMA = "1": the wgmma attention forward needs a GPU of compute capability 9.0 (H100, H200) and head size 64 or 128; rank 0 cannot run it (rank 0: .*, sm .*; head size 32)' "$TMP/wg_no.txt" &&
+        [[ ! -e $TMP/wg_bad && ! -e $TMP/wg_no ]]
+    tap_check $? "emulator: TSR_ATT_WGMMA=2 refused as a bad value (exit $rc, want 1), =1 refused where the wgmma forward cannot run (exit $rc2, want 1), naming the device and head size; no run_dir"
     # TSR_NORM_HOLD, the norms held in registers: 2 refused; 1 said (the same run)
     TSR_NORM_HOLD=2 run "$BUILD/tests/tessera-train-cuemu" 1 nh_bad --set device=cuda
     rc=$?
@@ -542,6 +553,29 @@ if [[ -z $why ]]; then
         d="$d; llama: $(metrics_close "$TMP/cpu_llama/metrics.jsonl" "$TMP/cuda.r32l/metrics.jsonl" 1 \
             5e-3 1e-1)"
     tap_check $? "cuda: TSR_ATT_WARP_ROWS=32: GPT-2 (hs 32) within 5e-3 of the CPU and the same bits twice, Llama (hs 64, document mask) within 5e-3, norms within 1e-1 ($d)"
+    # the attention forward on wgmma (TSR_ATT_WGMMA=1, issue 25 item 2): on a GPU of compute
+    # capability 9.0, Llama (hs 64, document mask) against the CPU and deterministic (other sums
+    # than the default's, so not its bits), GPT-2 (hs 32, no wgmma kernel) refused; on another
+    # GPU both refused
+    d=
+    sm=$(sed -n 's/^device: .* (sm \([0-9.]*\)).*/\1/p' "$TMP/cuda.gpt2.txt" | head -1)
+    TSR_ATT_WGMMA=1 run "$TRAIN" 1 cuda.wg32 --set device=cuda
+    rc=$?
+    if [[ $sm == 9.0 ]]; then
+        ((rc == 1)) && grep -q 'TSR_ATT_WGMMA = "1": .*head size 32' "$TMP/cuda.wg32.txt" &&
+            TSR_ATT_WGMMA=1 run "$TRAIN" 1 cuda.wgl --set device=cuda "${llama[@]}" &&
+            grep -q 'TSR_ATT_WGMMA = "1": the attention forward on Hopper' "$TMP/cuda.wgl.txt" &&
+            d="llama: $(metrics_close "$TMP/cpu_llama/metrics.jsonl" "$TMP/cuda.wgl/metrics.jsonl" 1 \
+                5e-3 1e-1)" &&
+            TSR_ATT_WGMMA=1 run "$TRAIN" 1 cuda.wglb --set device=cuda "${llama[@]}" &&
+            final_lines "$TMP/cuda.wgl/metrics.jsonl" >"$TMP/cuda.wgl.det" &&
+            final_lines "$TMP/cuda.wglb/metrics.jsonl" | cmp -s - "$TMP/cuda.wgl.det"
+    else
+        TSR_ATT_WGMMA=1 run "$TRAIN" 1 cuda.wgl --set device=cuda "${llama[@]}"
+        rc2=$?
+        ((rc == 1 && rc2 == 1)) && d="sm $sm: refused for GPT-2 and Llama"
+    fi
+    tap_check $? "cuda: TSR_ATT_WGMMA=1 (sm ${sm:-?}): on sm 9.0 GPT-2 (hs 32) refused (exit $rc), Llama (hs 64, document mask) within 5e-3 of the CPU, norms within 1e-1, the same bits twice; elsewhere refused ($d)"
     # softmax + cross-entropy with the row in registers (TSR_XENT_RESIDENT=1, issue 25): the same
     # arithmetic in the same order, so all 20 steps the default's bits
     TSR_XENT_RESIDENT=1 run "$TRAIN" 1 cuda.xr --set device=cuda &&
@@ -589,6 +623,7 @@ else
     # executable, cuBLASLt) and says there is no device
     without_gpu "loads and reports no CUDA device" "$PER" run "$TRAIN" 1 nodev --set device=cuda
     _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda: TSR_ATT_WARP_ROWS=32 runs # SKIP $why"
+    _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda: TSR_ATT_WGMMA=1 runs Llama against the CPU # SKIP $why"
     _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda: TSR_XENT_RESIDENT=1 gives the default's bits # SKIP $why"
     _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda: TSR_ATT_DQ_FUSED=1 gives the default's bits # SKIP $why"
     _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda: TSR_NORM_HOLD=0 and =1 give the default's bits # SKIP $why"

@@ -1,0 +1,191 @@
+/* wgmma_layouts.cuh — wgmma's operand and accumulator layouts (kernels/cuda/cuda_ptx.h) against
+ * the PTX ISA's formulas, written out here independently of the kernels, with double sums of the
+ * same bf16 values: run by the SIMT emulator's selftest (tests/gpu/simt_selftest.cu, which adds
+ * the emulator's stops) and, on a GPU of compute capability 9.0, by build/tests/test_wgmma_gpu
+ * (tests/gpu/test_wgmma_gpu.cu). Both pass only if the emulator's wgmma and the hardware's agree
+ * with the same formulas, which is what makes the emulator's verdict on the wgmma attention
+ * kernel worth something. Include after cuda_ptx.h and tap.h.
+ */
+#ifndef TSR_WGMMA_LAYOUTS_CUH
+#define TSR_WGMMA_LAYOUTS_CUH
+
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+typedef __nv_bfloat16 wg_bf16;
+
+/* device copies of host vectors (the SIMT emulator runs kernels on host memory) */
+#ifdef TCU_SIMT
+template <class T> static T *wg_dev(std::vector<T> &v) { return v.data(); }
+template <class T> static void wg_back(std::vector<T> &v, T *d) { (void)v, (void)d; }
+template <class T> static void wg_free(T *d) { (void)d; }
+#else
+template <class T> static T *wg_dev(std::vector<T> &v) {
+    T *d = nullptr;
+    if (cudaMalloc(&d, v.size() * sizeof(T)) != cudaSuccess ||
+        cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice) != cudaSuccess) {
+        fprintf(stderr, "wgmma_layouts: cudaMalloc/cudaMemcpy of %zu bytes failed\n",
+                v.size() * sizeof(T));
+        exit(1);
+    }
+    return d;
+}
+template <class T> static void wg_back(std::vector<T> &v, T *d) {
+    if (cudaMemcpy(v.data(), d, v.size() * sizeof(T), cudaMemcpyDeviceToHost) != cudaSuccess) {
+        fprintf(stderr, "wgmma_layouts: cudaMemcpy back failed: %s\n",
+                cudaGetErrorString(cudaGetLastError()));
+        exit(1);
+    }
+}
+template <class T> static void wg_free(T *d) { cudaFree(d); }
+#endif
+
+/* element (row r, column k) of a K-major operand, (k, n) of an MN-major one, without swizzle (the
+ * PTX ISA's canonical layouts: core matrices of 8 rows of 16 bytes; lbo between core matrices
+ * adjacent in K, sbo between those adjacent in M or N), in bytes */
+__host__ __device__ inline size_t kmajor_at(int r, int k, uint32_t lbo, uint32_t sbo) {
+    return (size_t)(r / 8) * sbo + (size_t)(r % 8) * 16 + (size_t)(k / 8) * lbo +
+           (size_t)(k % 8) * 2;
+}
+__host__ __device__ inline size_t mnmajor_at(int k, int n, uint32_t lbo, uint32_t sbo) {
+    return (size_t)(n / 8) * sbo + (size_t)(n % 8) * 2 + (size_t)(k / 8) * lbo +
+           (size_t)(k % 8) * 16;
+}
+
+enum { WG_OK, WG_NO_FENCE, WG_A_CHANGED, WG_NO_WAIT };
+
+/* D (64 x N, row-major) = (scale_d ? C : 0) + A B over K = 32 (two k16 products on one
+ * accumulator, one commit group): A (64 x 32) and B (32 x N) row-major in global memory, placed in
+ * shared memory by the formulas above (A K-major at byte 0 with lbo_a, sbo_a; B at 16 KiB, MN-major
+ * when A_REGS, else K-major, with lbo_b, sbo_b); with A_REGS, A from registers (the mma.sync A
+ * fragment of the thread's warp's 16 rows, g = lane/4, t = lane%4). The accumulator starts as C
+ * by the ISA's D layout (thread (w, lane), element (j, e): row 16w + g + 8 (e >= 2), column
+ * 8j + 2t + (e & 1)). before[thread]: its first accumulator read between the issue and the wait.
+ * mode: WG_OK, or a mistake the emulator must stop. */
+template <int N, bool A_REGS>
+__global__ void wgmma_kernel(float *D, float *before, const wg_bf16 *A, const wg_bf16 *B, const float *C,
+                             int scale_d, uint32_t lbo_a, uint32_t sbo_a, uint32_t lbo_b,
+                             uint32_t sbo_b, int mode) {
+#ifdef TCU_SIMT /* tools/simt_cu.py rewrites the .cu it is given, not this header */
+    unsigned char *wg_smem = tcu_simt::dynamic_smem();
+#else
+    extern __shared__ __align__(128) unsigned char wg_smem[];
+#endif
+    unsigned char *sa = wg_smem, *sb = wg_smem + 16384;
+    const int tid = threadIdx.x, w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+    for (int i = tid; i < 64 * 32; i += blockDim.x)
+        *reinterpret_cast<wg_bf16 *>(sa + kmajor_at(i / 32, i % 32, lbo_a, sbo_a)) = A[i];
+    for (int i = tid; i < 32 * N; i += blockDim.x) {
+        const int k = i / N, n = i % N;
+        *reinterpret_cast<wg_bf16 *>(sb + (A_REGS ? mnmajor_at(k, n, lbo_b, sbo_b)
+                                               : kmajor_at(n, k, lbo_b, sbo_b))) = B[i];
+    }
+    fence_proxy_async();
+    __syncthreads();
+    float d[N / 8][4];
+    for (int j = 0; j < N / 8; j++)
+        for (int e = 0; e < 4; e++)
+            d[j][e] = C[(16 * w + g + 8 * (e >= 2)) * N + 8 * j + 2 * t + (e & 1)];
+    auto pk = [](wg_bf16 lo, wg_bf16 hi) {
+        return (uint32_t)__bfloat16_as_ushort(lo) | ((uint32_t)__bfloat16_as_ushort(hi) << 16);
+    };
+    uint32_t a[2][4];
+    for (int ks = 0; ks < 2; ks++) {
+        const wg_bf16 *r0 = A + (16 * w + g) * 32 + 16 * ks, *r8 = r0 + 8 * 32;
+        a[ks][0] = pk(r0[2 * t], r0[2 * t + 1]), a[ks][1] = pk(r8[2 * t], r8[2 * t + 1]);
+        a[ks][2] = pk(r0[2 * t + 8], r0[2 * t + 9]), a[ks][3] = pk(r8[2 * t + 8], r8[2 * t + 9]);
+    }
+    const uint64_t da = wgmma_desc(sa, lbo_a, sbo_a), db = wgmma_desc(sb, lbo_b, sbo_b);
+    if (mode != WG_NO_FENCE) wgmma_fence();
+    for (int ks = 0; ks < 2; ks++) { /* a k16 step: 2 core matrices along K */
+        const uint64_t step_a = 2 * lbo_a * ks / 16, step_b = 2 * lbo_b * ks / 16;
+        if constexpr (A_REGS)
+            wgmma_rs_mn<N>(d, a[ks], db + step_b, scale_d || ks > 0);
+        else
+            wgmma_ss<N>(d, da + step_a, db + step_b, scale_d || ks > 0);
+    }
+    wgmma_commit();
+    before[tid] = d[0][0];
+    if (mode == WG_A_CHANGED) a[1][2] ^= 1u;
+    if (mode == WG_NO_WAIT) return;
+    wgmma_wait<0>();
+    for (int j = 0; j < N / 8; j++)
+        for (int e = 0; e < 4; e++)
+            D[(16 * w + g + 8 * (e >= 2)) * N + 8 * j + 2 * t + (e & 1)] = d[j][e];
+}
+
+/* runs wgmma_kernel<N, A_REGS> on random wg_bf16 A, B and fp32 C; the worst |D - double| and the
+ * count of threads whose read before the wait was not NaN */
+template <int N, bool A_REGS>
+static double wgmma_run(int scale_d, uint32_t lbo_a, uint32_t sbo_a, uint32_t lbo_b, uint32_t sbo_b,
+                        int *not_nan, int threads = 128, int mode = WG_OK) {
+    std::vector<wg_bf16> A(64 * 32), B(32 * N);
+    std::vector<float> Af(64 * 32), Bf(32 * N), C(64 * N), D(64 * N, NAN), before(threads, 0);
+    unsigned seed = 777u + (unsigned)N;
+    auto rnd = [&seed]() {
+        seed = seed * 1103515245u + 12345u;
+        return (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
+    };
+    for (size_t i = 0; i < A.size(); i++)
+        A[i] = __float2bfloat16_rn(rnd()), Af[i] = __bfloat162float(A[i]);
+    for (size_t i = 0; i < B.size(); i++)
+        B[i] = __float2bfloat16_rn(rnd()), Bf[i] = __bfloat162float(B[i]);
+    for (float &c : C) c = rnd();
+    auto k = wgmma_kernel<N, A_REGS>;
+    cudaFuncSetAttribute((const void *)k, cudaFuncAttributeMaxDynamicSharedMemorySize, 32768);
+    float *dD = wg_dev(D), *dbefore = wg_dev(before), *dC = wg_dev(C);
+    wg_bf16 *dA = wg_dev(A), *dB = wg_dev(B);
+#ifdef TCU_SIMT
+    tcu_simt::launch(k, 1, threads, 32768)(dD, dbefore, dA, dB, dC, scale_d, lbo_a, sbo_a, lbo_b,
+                                            sbo_b, mode);
+#else
+    k<<<1, threads, 32768>>>(dD, dbefore, dA, dB, dC, scale_d, lbo_a, sbo_a, lbo_b, sbo_b, mode);
+#endif
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) fprintf(stderr, "wgmma_kernel: %s\n", cudaGetErrorString(err));
+    wg_back(D, dD), wg_back(before, dbefore);
+    wg_free(dD), wg_free(dbefore), wg_free(dC), wg_free(dA), wg_free(dB);
+    double worst = 0;
+    for (int r = 0; r < 64; r++)
+        for (int n = 0; n < N; n++) {
+            double ref = scale_d ? C[r * N + n] : 0.0;
+            for (int kk = 0; kk < 32; kk++) ref += (double)Af[r * 32 + kk] * Bf[kk * N + n];
+            const double e = fabs(D[r * N + n] - ref);
+            worst = e == e ? fmax(worst, e) : INFINITY;
+        }
+    *not_nan = 0;
+    for (int i = 0; i < threads; i++) *not_nan += !std::isnan(before[i]);
+    return worst;
+}
+
+/* the three layout checks (tap_ok each): strides that are not the compact ones (core matrices
+ * adjacent in K far apart, those adjacent in M or N next to each other), so a stride read as the
+ * other fails; on the emulator also the accumulator read between issue and wait, NaN there
+ * (undefined on a GPU: not checked) */
+static void wgmma_layout_checks(void) {
+    int nn = 0, nn0 = 0;
+    const double w1 = wgmma_run<64, false>(1, 1024, 128, 2048, 256, &nn);
+    const double w0 = wgmma_run<64, false>(0, 128, 512, 128, 1024, &nn0);
+#ifndef TCU_SIMT
+    nn = nn0 = 0;
+#endif
+    tap_ok(w1 < 1e-5 && w0 < 1e-5 && nn == 0 && nn0 == 0,
+           "wgmma m64n64k16 A and B from shared memory (K-major), two k16 products on one "
+           "accumulator: D = C + A B within %.1e of double, and with scale-d 0 D = A B within %.1e "
+           "(want < 1e-5); on the emulator the accumulator read between issue and wait is NaN "
+           "(%d threads not)", w1, w0, nn + nn0);
+    const double w2 = wgmma_run<128, true>(1, 2048, 128, 4096, 128, &nn);
+#ifndef TCU_SIMT
+    nn = 0;
+#endif
+    tap_ok(w2 < 1e-5 && nn == 0,
+           "wgmma m64n128k16 A from registers (the mma.sync A fragment), B from shared memory "
+           "MN-major (trans-b): D = C + A B within %.1e of double (want < 1e-5); NaN before the "
+           "wait on the emulator (%d threads not)", w2, nn);
+    const double w3 = wgmma_run<64, true>(1, 1024, 128, 2048, 256, &nn);
+    tap_ok(w3 < 1e-5, "wgmma m64n64k16 A from registers, B MN-major: within %.1e of double "
+           "(want < 1e-5)", w3);
+}
+
+#endif
