@@ -81,6 +81,17 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
            ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
 }
 
+/* the accumulator tiles p (16 x 8NT of a warp) as the bf16 A fragment of k16 step kc: n-tiles
+ * 2kc, 2kc+1 of the accumulator layout are k-block kc of the A layout (mma.sync's and wgmma's
+ * alike) */
+template <int NT>
+__device__ __forceinline__ void afrag_of(uint32_t (&a)[4], const float (&p)[NT][4], int kc) {
+    a[0] = pack_bf16(p[2 * kc][0], p[2 * kc][1]);
+    a[1] = pack_bf16(p[2 * kc][2], p[2 * kc][3]);
+    a[2] = pack_bf16(p[2 * kc + 1][0], p[2 * kc + 1][1]);
+    a[3] = pack_bf16(p[2 * kc + 1][2], p[2 * kc + 1][3]);
+}
+
 /* ---- warp-level tile products ------------------------------------------------------------ */
 
 /* acc[m] (16 x 8NN) += A_m B for m < MS, with A_m the 16 rows r0 + 16m.. of sa (16 x KD,
@@ -127,15 +138,9 @@ __device__ __forceinline__ void warp_mma_regs_rows(float (&acc)[MS][NN][4],
     const bf16 *pb = sb + (lane & 15) * LD + ((lane >> 4) << 3);
 #pragma unroll
     for (int kc = 0; kc < KP / 16; kc++) {
-        /* the accumulator layout of n-tiles 2kc, 2kc+1 is the A layout of k-block kc */
         uint32_t a[MS][4];
 #pragma unroll
-        for (int m = 0; m < MS; m++) {
-            a[m][0] = pack_bf16(p[m][2 * kc][0], p[m][2 * kc][1]);
-            a[m][1] = pack_bf16(p[m][2 * kc][2], p[m][2 * kc][3]);
-            a[m][2] = pack_bf16(p[m][2 * kc + 1][0], p[m][2 * kc + 1][1]);
-            a[m][3] = pack_bf16(p[m][2 * kc + 1][2], p[m][2 * kc + 1][3]);
-        }
+        for (int m = 0; m < MS; m++) afrag_of<KP / 8>(a[m], p[m], kc);
 #pragma unroll
         for (int np = 0; np < NN / 2; np++) {
             uint32_t b[4];
@@ -588,15 +593,9 @@ __global__ void __launch_bounds__(ATT_THREADS)
             load_rows_cm_async<BC, HS>(sK, k, ld, j0 + BC, T);
             cp_async_commit();
         }
-        /* P as bf16 A fragments: n-tiles 2kc, 2kc+1 of the accumulator are k-block kc */
-        uint32_t pa[BC / 16][4];
+        uint32_t pa[BC / 16][4]; /* P as bf16 A fragments */
 #pragma unroll
-        for (int kc = 0; kc < BC / 16; kc++) {
-            pa[kc][0] = pack_bf16(s[0][2 * kc][0], s[0][2 * kc][1]);
-            pa[kc][1] = pack_bf16(s[0][2 * kc][2], s[0][2 * kc][3]);
-            pa[kc][2] = pack_bf16(s[0][2 * kc + 1][0], s[0][2 * kc + 1][1]);
-            pa[kc][3] = pack_bf16(s[0][2 * kc + 1][2], s[0][2 * kc + 1][3]);
-        }
+        for (int kc = 0; kc < BC / 16; kc++) afrag_of<BC / 8>(pa[kc], s[0], kc);
         wgmma_fence_operand(o[0]);
         wgmma_fence();
 #pragma unroll
@@ -616,6 +615,128 @@ __global__ void __launch_bounds__(ATT_THREADS)
 }
 
 /* ---- backward ---------------------------------------------------------------------------- */
+
+/* ---- the backward's steps, shared by the mma.sync and wgmma kernels ------------------------ */
+
+/* P^T for this thread's keys (the dk/dv kernels, MS slabs): p holds k_j.q_i of a tile of BQ
+ * queries from it0 (keys x queries, accumulator layout) and becomes exp2 of the logit (tl: the
+ * tile's lse in log2 units), masked to j <= i < hi(j) (no mask when full) */
+template <int MS, int BQ>
+__device__ __forceinline__ void
+bwd_kv_probs(float (&p)[MS][BQ / 8][4], const int (&ja)[MS], const int (&jb)[MS],
+             const int (&hi_a)[MS], const int (&hi_b)[MS], int it0, bool full, float sl2,
+             float slope2, const float *tl, int t4) {
+#pragma unroll
+    for (int m = 0; m < MS; m++)
+#pragma unroll
+        for (int nt = 0; nt < BQ / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int c = nt * 8 + 2 * t4 + (e & 1), i = it0 + c;
+                const int j = e < 2 ? ja[m] : jb[m], hi = e < 2 ? hi_a[m] : hi_b[m];
+                float x = att_bwd_logit(p[m][nt][e], sl2, slope2, i - j, tl[c]);
+                if (!full && (j > i || i >= hi)) x = -INFINITY;
+                p[m][nt][e] = exp2f(x);
+            }
+}
+
+/* dS^T = P^T (dP^T - D): ds holds dP^T (keys x queries), tD the tile's D */
+template <int MS, int BQ>
+__device__ __forceinline__ void bwd_kv_ds(float (&ds)[MS][BQ / 8][4],
+                                          const float (&p)[MS][BQ / 8][4], const float *tD,
+                                          int t4) {
+#pragma unroll
+    for (int m = 0; m < MS; m++)
+#pragma unroll
+        for (int nt = 0; nt < BQ / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                ds[m][nt][e] = p[m][nt][e] * (ds[m][nt][e] - tD[nt * 8 + 2 * t4 + (e & 1)]);
+}
+
+/* the dk/dv kernels' end: dk scale and dv of this thread's keys ja, jb (< T) added into the key
+ * and value columns of head kvh of dqkv (set: written) */
+template <int MS, int HS>
+__device__ __forceinline__ void bwd_kv_store(bf16 *dqkv, const float (&dk)[MS][HS / 8][4],
+                                             const float (&dv)[MS][HS / 8][4], const int (&ja)[MS],
+                                             const int (&jb)[MS], int b, int T, int NH, int KVH,
+                                             int kvh, float scale, bool set, int t4) {
+    const size_t ld = (size_t)(NH + 2 * KVH) * HS;
+    const size_t voff = (size_t)KVH * HS; /* value head kvh, from key head kvh */
+#pragma unroll
+    for (int m = 0; m < MS; m++) {
+        bf16 *dka = dqkv + ((size_t)b * T + ja[m]) * ld + (size_t)(NH + kvh) * HS + 2 * t4;
+        bf16 *dkb = dka + 8 * ld;
+#pragma unroll
+        for (int dn = 0; dn < HS / 8; dn++) {
+            if (ja[m] < T) {
+                add_bf16x2(dka + dn * 8, dk[m][dn][0] * scale, dk[m][dn][1] * scale, set);
+                add_bf16x2(dka + voff + dn * 8, dv[m][dn][0], dv[m][dn][1], set);
+            }
+            if (jb[m] < T) {
+                add_bf16x2(dkb + dn * 8, dk[m][dn][2] * scale, dk[m][dn][3] * scale, set);
+                add_bf16x2(dkb + voff + dn * 8, dv[m][dn][2], dv[m][dn][3], set);
+            }
+        }
+    }
+}
+
+/* the dq kernels' per-row lse (log2 units) and D of this thread's rows ia, ib (0 past T) */
+template <int MS>
+__device__ __forceinline__ void bwd_q_row_stats(float (&lse_a)[MS], float (&lse_b)[MS],
+                                                float (&d_a)[MS], float (&d_b)[MS],
+                                                const int (&ia)[MS], const int (&ib)[MS],
+                                                const float *lbh, const float *dbh, int T) {
+#pragma unroll
+    for (int m = 0; m < MS; m++) {
+        lse_a[m] = ia[m] < T ? lbh[ia[m]] * kLog2e : 0.0f;
+        lse_b[m] = ib[m] < T ? lbh[ib[m]] * kLog2e : 0.0f;
+        d_a[m] = ia[m] < T ? dbh[ia[m]] : 0.0f;
+        d_b[m] = ib[m] < T ? dbh[ib[m]] : 0.0f;
+    }
+}
+
+/* dS = P (dP - D) of a key tile from j0 (the dq kernels): s holds q_i.k_j, dp dP (queries x
+ * keys); s becomes dS, masked to lo(i) <= j <= i and i < T (no mask when full) */
+template <int MS, int BC>
+__device__ __forceinline__ void
+bwd_q_ds(float (&s)[MS][BC / 8][4], const float (&dp)[MS][BC / 8][4], const int (&ia)[MS],
+         const int (&ib)[MS], const int (&lo_a)[MS], const int (&lo_b)[MS],
+         const float (&lse_a)[MS], const float (&lse_b)[MS], const float (&d_a)[MS],
+         const float (&d_b)[MS], int j0, bool full, int T, float sl2, float slope2, int t4) {
+#pragma unroll
+    for (int m = 0; m < MS; m++)
+#pragma unroll
+        for (int nt = 0; nt < BC / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int j = j0 + nt * 8 + 2 * t4 + (e & 1), i = e < 2 ? ia[m] : ib[m];
+                const int lo = e < 2 ? lo_a[m] : lo_b[m];
+                float x = att_bwd_logit(s[m][nt][e], sl2, slope2, i - j,
+                                        e < 2 ? lse_a[m] : lse_b[m]);
+                if (!full && (j > i || j < lo || i >= T)) x = -INFINITY;
+                s[m][nt][e] = exp2f(x) * (dp[m][nt][e] - (e < 2 ? d_a[m] : d_b[m]));
+            }
+}
+
+/* the dq kernels' end: dq scale of this thread's rows ia, ib (< T) added into head h's query
+ * columns of dqkv (rows ld apart; set: written) */
+template <int MS, int HS>
+__device__ __forceinline__ void bwd_q_store(bf16 *dqkv, const float (&dq)[MS][HS / 8][4],
+                                            const int (&ia)[MS], const int (&ib)[MS], int b,
+                                            int h, int T, size_t ld, float scale, bool set,
+                                            int t4) {
+#pragma unroll
+    for (int m = 0; m < MS; m++) {
+        bf16 *qa = dqkv + ((size_t)b * T + ia[m]) * ld + (size_t)h * HS + 2 * t4;
+        bf16 *qb = qa + 8 * ld;
+#pragma unroll
+        for (int dn = 0; dn < HS / 8; dn++) {
+            if (ia[m] < T) add_bf16x2(qa + dn * 8, dq[m][dn][0] * scale, dq[m][dn][1] * scale, set);
+            if (ib[m] < T) add_bf16x2(qb + dn * 8, dq[m][dn][2] * scale, dq[m][dn][3] * scale, set);
+        }
+    }
+}
 
 /* D[b,h,i] = sum_d dout[b,i,h*HS+d] * out[b,i,h*HS+d] (fp32). One thread per 8 channels (16-byte
  * loads), a group of HS/8 consecutive lanes per (row, head), summed by shuffles in a fixed order.
@@ -831,30 +952,14 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_m
         /* P^T (keys x queries) */
         float p[MS][BQ / 8][4] = {};
         warp_mma_rows_rowsT<MS, BQ / 8, HS, LD>(p, sK, r0, sQ, lane);
-        const bool full = j0 + BK - 1 <= it0 && it0 + BQ <= hi_min; /* hi_min <= T */
-#pragma unroll
-        for (int m = 0; m < MS; m++)
-#pragma unroll
-            for (int nt = 0; nt < BQ / 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int c = nt * 8 + 2 * t4 + (e & 1), i = it0 + c;
-                    const int j = e < 2 ? ja[m] : jb[m], hi = e < 2 ? hi_a[m] : hi_b[m];
-                    float x = att_bwd_logit(p[m][nt][e], sl2, slope2, i - j, tl[c]);
-                    if (!full && (j > i || i >= hi)) x = -INFINITY;
-                    p[m][nt][e] = exp2f(x);
-                }
+        bwd_kv_probs<MS, BQ>(p, ja, jb, hi_a, hi_b, it0,
+                             j0 + BK - 1 <= it0 && it0 + BQ <= hi_min /* hi_min <= T */, sl2,
+                             slope2, tl, t4);
         /* dP^T = V dO^T (keys x queries) */
         float ds[MS][BQ / 8][4] = {};
         warp_mma_rows_rowsT<MS, BQ / 8, HS, LD>(ds, sV, r0, sG, lane);
         warp_mma_regs_rows<MS, HS / 8, BQ, LD>(dv, p, sG, lane); /* dV += P^T dO */
-#pragma unroll
-        for (int m = 0; m < MS; m++)
-#pragma unroll
-            for (int nt = 0; nt < BQ / 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    ds[m][nt][e] = p[m][nt][e] * (ds[m][nt][e] - tD[nt * 8 + 2 * t4 + (e & 1)]);
+        bwd_kv_ds<MS, BQ>(ds, p, tD, t4);
         warp_mma_regs_rows<MS, HS / 8, BQ, LD>(dk, ds, sQ, lane); /* dK += dS^T Q */
         if constexpr (FUSED) {
             /* dS^T -> sDS (bf16, the rounding the dq kernel's A fragments get) */
@@ -886,23 +991,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_m
         }
     }
 
-    const size_t voff = (size_t)KVH * HS; /* value head kvh, from key head kvh */
-#pragma unroll
-    for (int m = 0; m < MS; m++) {
-        bf16 *dka = dqkv + ((size_t)b * T + ja[m]) * ld + (size_t)(NH + kvh) * HS + 2 * t4;
-        bf16 *dkb = dka + 8 * ld;
-#pragma unroll
-        for (int dn = 0; dn < HS / 8; dn++) {
-            if (ja[m] < T) {
-                add_bf16x2(dka + dn * 8, dk[m][dn][0] * scale, dk[m][dn][1] * scale, set);
-                add_bf16x2(dka + voff + dn * 8, dv[m][dn][0], dv[m][dn][1], set);
-            }
-            if (jb[m] < T) {
-                add_bf16x2(dkb + dn * 8, dk[m][dn][2] * scale, dk[m][dn][3] * scale, set);
-                add_bf16x2(dkb + voff + dn * 8, dv[m][dn][2], dv[m][dn][3], set);
-            }
-        }
-    }
+    bwd_kv_store<MS, HS>(dqkv, dk, dv, ja, jb, b, T, NH, KVH, kvh, scale, set, t4);
 }
 
 /* dq_i = scale sum_j dS[i,j] k_j for the BR query rows of one block, P and dS recomputed per key
@@ -950,13 +1039,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_m
     int ia[MS], ib[MS], lo_a[MS], lo_b[MS];
     float lse_a[MS], lse_b[MS], d_a[MS], d_b[MS];
     slab_rows<MS>(ia, ib, lo_a, lo_b, s_lo, i0, r0, g);
-#pragma unroll
-    for (int m = 0; m < MS; m++) {
-        lse_a[m] = ia[m] < T ? lbh[ia[m]] * kLog2e : 0.0f;
-        lse_b[m] = ib[m] < T ? lbh[ib[m]] * kLog2e : 0.0f;
-        d_a[m] = ia[m] < T ? dbh[ia[m]] : 0.0f;
-        d_b[m] = ib[m] < T ? dbh[ib[m]] : 0.0f;
-    }
+    bwd_q_row_stats<MS>(lse_a, lse_b, d_a, d_b, ia, ib, lbh, dbh, T);
     const float slope2 = slopes ? slopes[h] * kLog2e : 0.0f;
     float dq[MS][HS / 8][4] = {};
 
@@ -975,20 +1058,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_m
         float s[MS][BC / 8][4] = {};
         warp_mma_rows_rowsT<MS, BC / 8, HS, LD>(s, sQ, r0, sK, lane); /* S = Q K^T */
         /* rows past T are masked too (their lse and D are stand-ins) */
-        const bool full = j0 + BC - 1 <= i0 && j0 >= lo_max && i0 + BR <= T;
-#pragma unroll
-        for (int m = 0; m < MS; m++)
-#pragma unroll
-            for (int nt = 0; nt < BC / 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int j = j0 + nt * 8 + 2 * t4 + (e & 1), i = e < 2 ? ia[m] : ib[m];
-                    const int lo = e < 2 ? lo_a[m] : lo_b[m];
-                    float x = att_bwd_logit(s[m][nt][e], sl2, slope2, i - j,
-                                            e < 2 ? lse_a[m] : lse_b[m]);
-                    if (!full && (j > i || j < lo || i >= T)) x = -INFINITY;
-                    s[m][nt][e] = exp2f(x) * (dp[m][nt][e] - (e < 2 ? d_a[m] : d_b[m])); /* dS */
-                }
+        bwd_q_ds<MS, BC>(s, dp, ia, ib, lo_a, lo_b, lse_a, lse_b, d_a, d_b, j0,
+                         j0 + BC - 1 <= i0 && j0 >= lo_max && i0 + BR <= T, T, sl2, slope2, t4);
         warp_mma_regs_rows<MS, HS / 8, BC, LD>(dq, s, sK, lane); /* dQ += dS K */
         __syncthreads(); /* every warp is done with K */
         if (jt + 1 < ntiles) {
@@ -997,16 +1068,226 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_m
         }
     }
 
+    bwd_q_store<MS, HS>(dqkv, dq, ia, ib, b, h, T, ld, scale, set, t4);
+}
+
+/* ---- backward on sm_90a's warpgroup products (issue 25, item 2) ---------------------------- */
+
+/* The wgmma forms of the two backward kernels above with 16 rows a warp: the same grids, tiles
+ * (64 keys a dk/dv block with BQ queries a step; 64 query rows a dq block with 64 keys a step),
+ * order of steps, masks and epilogues (the shared bwd_* steps), so deterministic; other bits
+ * than the mma.sync kernels' (the products sum in another order). Tiles in the core-matrix layout
+ * (load_rows_cm_async); a tile is K-major as the A or B of an smem x smem product over hs (lbo
+ * 128, sbo HS*16) and MN-major as the B of a register x smem product over its rows (lbo HS*16,
+ * sbo 128). A buffer a product read is refilled only after its wait and a barrier (a warp past
+ * its wait may not assume the others' share of the product done). hs 64 or 128; sm_90a only. */
+
+/* dk, dv of one key block (as attention_backward_dkdv_keytile_mma_kernel, not fused): P^T =
+ * K Q^T and dP^T = V dO^T in one commit group; then dV += P^T dO issued, dS^T computed while it
+ * runs, dK += dS^T Q issued, both waited for at the step's end. */
+template <int HS>
+__global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_wgmma_kernel(
+    bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
+    const float *__restrict__ lse, const float *__restrict__ Dsum,
+    const float *__restrict__ slopes, const int32_t *__restrict__ seq, int T, int NH, int KVH,
+    float scale, float sl2, bool set) {
+    using Tl = att_tiles<HS, 1>;
+    constexpr int BK = Tl::KV_BK, BQ = Tl::KV_BQ;
+    constexpr uint32_t CM = 128, RG = HS * 16;
+    static_assert(BK == 64 && (HS == 64 || HS == 128), "one warpgroup of 64 keys; wgmma's shapes");
+    const int C = NH * HS, grp = NH / KVH;
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    bf16 *sK = reinterpret_cast<bf16 *>(att_smem), *sV = sK + BK * HS;
+    bf16 *sQ0 = sV + BK * HS, *sG0 = sQ0 + 2 * BQ * HS; /* buffer u at +u * BQ * HS */
+    __shared__ float s_lse[2][BQ], s_D[2][BQ];
+    __shared__ int s_hi[BK], s_seq[BK], s_red[ATT_WARPS];
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
+    const int kb = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+    const int j0 = kb * BK, h0 = kvh * grp;
+    const size_t ld = (size_t)(NH + 2 * KVH) * HS;
+    const bf16 *q0, *k, *v;
+    head_rows(q0, k, v, qkv, b, T, h0, NH, KVH, HS);
+
+    load_rows_cm_async<BK, HS>(sK, k, ld, j0, T);
+    load_rows_cm_async<BK, HS>(sV, v, ld, j0, T);
+    cp_async_commit();
+    segment_ends<BK>(s_hi, s_seq, s_red, seq ? seq + (size_t)b * T : nullptr, j0, T);
+    const int hi_min = s_hi[0], i_end = s_hi[BK - 1];
+    const int nq = (i_end - j0 + BQ - 1) / BQ, nsteps = grp * nq;
+
+    auto load_query_tile = [&](int st, int u) {
+        const int h = h0 + st / nq, it0 = j0 + (st % nq) * BQ;
+        const float *lbh = lse + ((size_t)b * NH + h) * T, *dbh = Dsum + ((size_t)b * NH + h) * T;
+        load_rows_cm_async<BQ, HS>(sQ0 + u * BQ * HS, q0 + (size_t)(h - h0) * HS, ld, it0, T);
+        load_rows_cm_async<BQ, HS>(sG0 + u * BQ * HS, dout + (size_t)b * T * C + (size_t)h * HS,
+                                   (size_t)C, it0, T);
+        cp_async_commit();
+        if (tid < BQ) {
+            const int i = it0 + tid;
+            s_lse[u][tid] = i < T ? lbh[i] * kLog2e : 0.0f;
+            s_D[u][tid] = i < T ? dbh[i] : 0.0f;
+        }
+    };
+    load_query_tile(0, 0);
+
+    int ja[1], jb[1], hi_a[1], hi_b[1];
+    slab_rows<1>(ja, jb, hi_a, hi_b, s_hi, j0, warp * 16, g);
+    const uint64_t dK = wgmma_desc(sK, CM, RG), dV = wgmma_desc(sV, CM, RG);
+    float dk[1][HS / 8][4] = {}, dv[1][HS / 8][4] = {};
+
+    for (int st = 0; st < nsteps; st++) {
+        const int u = st & 1, it0 = j0 + (st % nq) * BQ;
+        const float slope2 = slopes ? slopes[h0 + st / nq] * kLog2e : 0.0f;
+        if (st + 1 < nsteps) {
+            load_query_tile(st + 1, u ^ 1); /* buffer u^1 was released by the last barrier */
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        fence_proxy_async();
+        __syncthreads();
+        const bf16 *sQ = sQ0 + u * BQ * HS, *sG = sG0 + u * BQ * HS;
+        const uint64_t dQk = wgmma_desc(sQ, CM, RG), dGk = wgmma_desc(sG, CM, RG);
+        const uint64_t dQm = wgmma_desc(sQ, RG, CM), dGm = wgmma_desc(sG, RG, CM);
+
+        float p[1][BQ / 8][4] = {}, ds[1][BQ / 8][4] = {};
+        wgmma_fence_operand(p[0]);
+        wgmma_fence_operand(ds[0]);
+        wgmma_fence();
 #pragma unroll
-    for (int m = 0; m < MS; m++) {
-        bf16 *qa = dqkv + ((size_t)b * T + ia[m]) * ld + (size_t)h * HS + 2 * t4;
-        bf16 *qb = qa + 8 * ld;
+        for (int ks = 0; ks < HS / 16; ks++) /* P^T = K Q^T, dP^T = V dO^T */
+            wgmma_ss<BQ>(p[0], dK + ks * 2 * CM / 16, dQk + ks * 2 * CM / 16, ks > 0);
 #pragma unroll
-        for (int dn = 0; dn < HS / 8; dn++) {
-            if (ia[m] < T) add_bf16x2(qa + dn * 8, dq[m][dn][0] * scale, dq[m][dn][1] * scale, set);
-            if (ib[m] < T) add_bf16x2(qb + dn * 8, dq[m][dn][2] * scale, dq[m][dn][3] * scale, set);
+        for (int ks = 0; ks < HS / 16; ks++)
+            wgmma_ss<BQ>(ds[0], dV + ks * 2 * CM / 16, dGk + ks * 2 * CM / 16, ks > 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operand(p[0]);
+        wgmma_fence_operand(ds[0]);
+
+        bwd_kv_probs<1, BQ>(p, ja, jb, hi_a, hi_b, it0,
+                            j0 + BK - 1 <= it0 && it0 + BQ <= hi_min, sl2, slope2, s_lse[u], t4);
+        uint32_t pa[BQ / 16][4], da[BQ / 16][4];
+#pragma unroll
+        for (int kc = 0; kc < BQ / 16; kc++) afrag_of<BQ / 8>(pa[kc], p[0], kc);
+        wgmma_fence_operand(dv[0]);
+        wgmma_fence();
+#pragma unroll
+        for (int kc = 0; kc < BQ / 16; kc++) /* dV += P^T dO, running while dS^T is made */
+            wgmma_rs_mn<HS>(dv[0], pa[kc], dGm + kc * 2 * RG / 16, 1);
+        wgmma_commit();
+        bwd_kv_ds<1, BQ>(ds, p, s_D[u], t4);
+#pragma unroll
+        for (int kc = 0; kc < BQ / 16; kc++) afrag_of<BQ / 8>(da[kc], ds[0], kc);
+        wgmma_fence_operand(dk[0]);
+        wgmma_fence();
+#pragma unroll
+        for (int kc = 0; kc < BQ / 16; kc++) /* dK += dS^T Q */
+            wgmma_rs_mn<HS>(dk[0], da[kc], dQm + kc * 2 * RG / 16, 1);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operand(dv[0]);
+        wgmma_fence_operand(dk[0]);
+        __syncthreads(); /* every warp is done with buffer u */
+    }
+
+    bwd_kv_store<1, HS>(dqkv, dk, dv, ja, jb, b, T, NH, KVH, kvh, scale, set, t4);
+}
+
+/* dq of one query block (as attention_backward_dq_querytile_mma_kernel): per key tile, last to
+ * first, dP = dO V^T and S = Q K^T in one commit group; V of the next tile loads while dS is made
+ * and dQ += dS K runs, K of the next tile after it. */
+template <int HS>
+__global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_wgmma_kernel(
+    bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
+    const float *__restrict__ lse, const float *__restrict__ Dsum,
+    const float *__restrict__ slopes, const int32_t *__restrict__ seq, int T, int NH, int KVH,
+    float scale, float sl2, bool set) {
+    using Tl = att_tiles<HS, 1>;
+    constexpr int BR = Tl::DQ_BR, BC = Tl::DQ_BC;
+    constexpr uint32_t CM = 128, RG = HS * 16;
+    static_assert(BR == 64 && BC == 64 && (HS == 64 || HS == 128), "one warpgroup; wgmma's shapes");
+    const int C = NH * HS;
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    bf16 *sQ = reinterpret_cast<bf16 *>(att_smem), *sG = sQ + BR * HS, *sK = sG + BR * HS;
+    bf16 *sV = sK + BC * HS;
+    __shared__ int s_lo[BR], s_seq[BR], s_red[ATT_WARPS];
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+    const int i0 = (gridDim.x - 1 - blockIdx.x) * BR, h = blockIdx.y, b = blockIdx.z;
+    const size_t ld = (size_t)(NH + 2 * KVH) * HS;
+    const bf16 *q, *k, *v;
+    head_rows(q, k, v, qkv, b, T, h, NH, KVH, HS);
+    const bf16 *go = dout + (size_t)b * T * C + (size_t)h * HS;
+    const float *lbh = lse + ((size_t)b * NH + h) * T, *dbh = Dsum + ((size_t)b * NH + h) * T;
+
+    load_rows_cm_async<BR, HS>(sQ, q, ld, i0, T);
+    load_rows_cm_async<BR, HS>(sG, go, (size_t)C, i0, T);
+    cp_async_commit();
+    segment_starts<BR>(s_lo, s_seq, s_red, seq ? seq + (size_t)b * T : nullptr, i0, T);
+    const int jstart = s_lo[0], lo_max = s_lo[BR - 1], ilast = min(i0 + BR, T) - 1;
+    const int ntiles = (ilast - jstart) / BC + 1;
+    const int jtop = jstart + (ntiles - 1) * BC; /* the last tile, taken first */
+    load_rows_cm_async<BC, HS>(sV, v, ld, jtop, T);
+    load_rows_cm_async<BC, HS>(sK, k, ld, jtop, T);
+    cp_async_commit();
+
+    int ia[1], ib[1], lo_a[1], lo_b[1];
+    float lse_a[1], lse_b[1], d_a[1], d_b[1];
+    slab_rows<1>(ia, ib, lo_a, lo_b, s_lo, i0, warp * 16, g);
+    bwd_q_row_stats<1>(lse_a, lse_b, d_a, d_b, ia, ib, lbh, dbh, T);
+    const float slope2 = slopes ? slopes[h] * kLog2e : 0.0f;
+    const uint64_t dQ = wgmma_desc(sQ, CM, RG), dG = wgmma_desc(sG, CM, RG);
+    const uint64_t dKk = wgmma_desc(sK, CM, RG), dVk = wgmma_desc(sV, CM, RG);
+    const uint64_t dKm = wgmma_desc(sK, RG, CM);
+    float dq[1][HS / 8][4] = {};
+
+    for (int jt = 0; jt < ntiles; jt++) {
+        const int j0 = jtop - jt * BC;
+        cp_async_wait<0>(); /* Q, dO, and V and K of this tile */
+        fence_proxy_async();
+        __syncthreads();
+        float dp[1][BC / 8][4] = {}, s[1][BC / 8][4] = {};
+        wgmma_fence_operand(dp[0]);
+        wgmma_fence_operand(s[0]);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < HS / 16; ks++) /* dP = dO V^T, S = Q K^T */
+            wgmma_ss<BC>(dp[0], dG + ks * 2 * CM / 16, dVk + ks * 2 * CM / 16, ks > 0);
+#pragma unroll
+        for (int ks = 0; ks < HS / 16; ks++)
+            wgmma_ss<BC>(s[0], dQ + ks * 2 * CM / 16, dKk + ks * 2 * CM / 16, ks > 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operand(dp[0]);
+        wgmma_fence_operand(s[0]);
+        __syncthreads(); /* every warp's products done: V is free */
+        if (jt + 1 < ntiles) {
+            load_rows_cm_async<BC, HS>(sV, v, ld, j0 - BC, T);
+            cp_async_commit();
+        }
+        bwd_q_ds<1, BC>(s, dp, ia, ib, lo_a, lo_b, lse_a, lse_b, d_a, d_b, j0,
+                        j0 + BC - 1 <= i0 && j0 >= lo_max && i0 + BR <= T, T, sl2, slope2, t4);
+        uint32_t da[BC / 16][4];
+#pragma unroll
+        for (int kc = 0; kc < BC / 16; kc++) afrag_of<BC / 8>(da[kc], s[0], kc);
+        wgmma_fence_operand(dq[0]);
+        wgmma_fence();
+#pragma unroll
+        for (int kc = 0; kc < BC / 16; kc++) /* dQ += dS K */
+            wgmma_rs_mn<HS>(dq[0], da[kc], dKm + kc * 2 * RG / 16, 1);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operand(dq[0]);
+        __syncthreads(); /* every warp is done with K */
+        if (jt + 1 < ntiles) {
+            load_rows_cm_async<BC, HS>(sK, k, ld, j0 - BC, T);
+            cp_async_commit();
         }
     }
+
+    bwd_q_store<1, HS>(dqkv, dq, ia, ib, b, h, T, ld, scale, set, t4);
 }
 
 /* ---- host -------------------------------------------------------------------------------- */
@@ -1178,6 +1459,48 @@ extern "C" size_t tcu_attention_scratch_bytes(int B, int T, int NH, int KVH, int
     return att_scratch(B, T, NH, hs).bytes;
 }
 
+/* D = rowsum(dout * out) (B,NH,T) fp32: the backward's first kernel */
+template <int HS>
+static void att_rowdot(float *D, const bf16 *g, const tsr_bf16 *out, int B, int T, int NH,
+                       cudaStream_t st) {
+    const int C = NH * HS;
+    const size_t nchunks = (size_t)B * T * (C / 8);
+    attention_backward_rowdot_kernel<HS><<<tcu_blocks(nchunks, 256), 256, 0, st>>>(
+        D, g, reinterpret_cast<const bf16 *>(out), nchunks, T, C, NH);
+    TCU_CHECK_LAUNCH("tcu_attention_backward: rowsum(dout * out)");
+}
+
+/* the backward on wgmma (tcu_attention_wgmma, not with the fused dq): D, then dk/dv per key
+ * block and dq per query block as attention_backward_hs with 16 rows a warp */
+template <int HS>
+static void attention_backward_wgmma_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
+                                        const tsr_bf16 *out, const float *lse,
+                                        const float *slopes, const int32_t *seq, void *scratch,
+                                        int B, int T, int NH, int KVH, bool set, cudaStream_t st) {
+    using Tl = att_tiles<HS, 1>;
+    const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * kLog2e;
+    bf16 *dq = reinterpret_cast<bf16 *>(dqkv);
+    const bf16 *g = reinterpret_cast<const bf16 *>(dout), *x = reinterpret_cast<const bf16 *>(qkv);
+    float *D = static_cast<float *>(scratch);
+    att_rowdot<HS>(D, g, out, B, T, NH, st);
+
+    const size_t kv_smem = (size_t)(2 * Tl::KV_BK + 4 * Tl::KV_BQ) * HS * sizeof(bf16);
+    auto kv = attention_backward_dkdv_wgmma_kernel<HS>;
+    att_smem_limit((const void *)kv, kv_smem, "tcu_attention_backward: shared memory (wgmma dk, dv)");
+    const dim3 gkv((unsigned)((T + Tl::KV_BK - 1) / Tl::KV_BK), (unsigned)KVH, (unsigned)B);
+    kv<<<gkv, ATT_THREADS, kv_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, NH, KVH, scale, sl2,
+                                         set);
+    TCU_CHECK_LAUNCH("tcu_attention_backward: dk, dv (wgmma)");
+
+    const size_t q_smem = (size_t)(2 * Tl::DQ_BR + 2 * Tl::DQ_BC) * HS * sizeof(bf16);
+    auto qk = attention_backward_dq_wgmma_kernel<HS>;
+    att_smem_limit((const void *)qk, q_smem, "tcu_attention_backward: shared memory (wgmma dq)");
+    const dim3 gq((unsigned)((T + Tl::DQ_BR - 1) / Tl::DQ_BR), (unsigned)NH, (unsigned)B);
+    qk<<<gq, ATT_THREADS, q_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, NH, KVH, scale, sl2,
+                                       set);
+    TCU_CHECK_LAUNCH("tcu_attention_backward (wgmma)");
+}
+
 template <int HS, int MS>
 static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
                                   const tsr_bf16 *out, const float *lse, const float *slopes,
@@ -1185,17 +1508,13 @@ static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const ts
                                   int KVH, bool set, cudaStream_t st) {
     using Tl = att_tiles<HS, MS>;
     const char *what = "tcu_attention_backward";
-    const int C = NH * HS;
     const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * kLog2e;
     bf16 *dq = reinterpret_cast<bf16 *>(dqkv);
     const bf16 *g = reinterpret_cast<const bf16 *>(dout), *x = reinterpret_cast<const bf16 *>(qkv);
     const att_scratch_layout L = att_scratch(B, T, NH, HS);
     float *D = static_cast<float *>(scratch);
 
-    const size_t nchunks = (size_t)B * T * (C / 8);
-    attention_backward_rowdot_kernel<HS><<<tcu_blocks(nchunks, 256), 256, 0, st>>>(
-        D, g, reinterpret_cast<const bf16 *>(out), nchunks, T, C, NH);
-    TCU_CHECK_LAUNCH("tcu_attention_backward: rowsum(dout * out)");
+    att_rowdot<HS>(D, g, out, B, T, NH, st);
 
     const dim3 gkv((unsigned)((T + Tl::KV_BK - 1) / Tl::KV_BK), (unsigned)KVH, (unsigned)B);
     if (att_dq_fused) {
@@ -1249,6 +1568,15 @@ extern "C" void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, con
     TCU_REQUIRE(scratch != nullptr, what, "scratch is NULL");
     cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
     const bool set = mode == TSR_GRAD_SET, two = tcu_attention_warp_rows(hs) == 32;
+    if (tcu_attention_wgmma(hs) && !att_dq_fused) {
+        if (hs == 64)
+            attention_backward_wgmma_hs<64>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch,
+                                            B, T, NH, KVH, set, st);
+        else
+            attention_backward_wgmma_hs<128>(dqkv, dout, qkv, out, lse, alibi_slopes, seq,
+                                             scratch, B, T, NH, KVH, set, st);
+        return;
+    }
     if (hs == 32 && two)
         attention_backward_hs<32, 2>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch, B,
                                      T, NH, KVH, set, st);

@@ -937,6 +937,12 @@ static void test_attention_dq_fused(const att_bwd *v, const char *tag, const int
     const att_cfg *a = v->a;
     const int B = a->B, T = a->T, NH = a->NH, KVH = a->KVH, hs = a->hs;
     const size_t nq = v->nq;
+    if (tcu_attention_wgmma(hs)) { /* the fused dq is mma.sync's: checked in the other pass */
+        for (int k = 0; k < 4; k++)
+            tap_skip(L("attention_backward %s: fused dq", tag),
+                     "the fused dq runs the mma.sync kernels, checked without wgmma");
+        return;
+    }
     tcu_attention_set_dq_fused(1);
     if (!tcu_attention_dq_fused()) {
         for (int k = 0; k < 4; k++)
@@ -1056,19 +1062,18 @@ static void attention_bwd_mag(float *mag, const float *qkv, const float *att, co
             }
 }
 
-/* an attention case's inputs: qkv (q, k in U(-2,2), v in U(-1,1), bf16 values), qabs (v as |v|),
- * ALiBi slopes, segment ids; sl, sq what the case passes (NULL when it has no ALiBi, no seq) */
-typedef struct {
-    float *qkv, *qabs, *slopes;
-    int32_t *seq;
-    const float *sl;
-    const int32_t *sq;
-} att_in;
-
-static void att_inputs(const att_cfg *a, att_in *in) {
+static void test_attention(const att_cfg *a) {
     const int B = a->B, T = a->T, NH = a->NH, KVH = a->KVH, hs = a->hs;
-    const size_t ld = (size_t)(NH + 2 * KVH) * hs, nq = (size_t)B * T * ld;
-    float *qkv = hf(nq), *qabs = hf(nq), *slopes = hf(NH);
+    const size_t ld = (size_t)(NH + 2 * KVH) * hs, C = (size_t)NH * hs;
+    const size_t nq = (size_t)B * T * ld, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    const size_t na = (size_t)B * NH * T * T;
+    char tag[96];
+    snprintf(tag, sizeof tag, "B=%d T=%d NH=%d KVH=%d hs=%d%s%s%s", B, T, NH, KVH, hs,
+             a->alibi ? " alibi" : "", a->seq ? " seq" : "",
+             tcu_attention_wgmma(hs)              ? " (wgmma)"
+             : tcu_attention_warp_rows(hs) == 32 ? " (32 rows a warp)"
+                                                  : "");
+    float *qkv = hf(nq), *qabs = hf(nq), *slopes = hf(NH), *dout = hf(no), *g0 = hf(nq);
     int32_t *seq = hi32((size_t)B * T);
     for (size_t r = 0; r < (size_t)B * T; r++) /* q, k in U(-2,2): scores of std ~1.3; v U(-1,1) */
         for (size_t c = 0; c < ld; c++) {
@@ -1084,36 +1089,8 @@ static void att_inputs(const att_cfg *a, att_in *in) {
     while (p * 2 <= NH) p *= 2;
     for (int h = 0; h < NH; h++)
         slopes[h] = powf(2.0f, h < p ? -8.0f * (h + 1) / p : -8.0f * (2 * (h - p) + 1) / (2 * p));
-    *in = (att_in){qkv, qabs, slopes, seq, a->alibi ? slopes : NULL, a->seq ? seq : NULL};
-}
-
-/* the forward's two checks: out (n_out values) against the CPU's, within P rounded to bf16 for
- * P.V (u per term: u sum_j P|v_j| = oabs, 2x room) and one rounding of the output (2u); lse (n_lse)
- * against the host's: fp32 scores (~1e-6 abs), fp32 row sums (~1e-6 rel), exp/log of a few ulp;
- * 1e-4 abs leaves room (P rounded to bf16 before summing would show as ~4e-3) */
-static void att_forward_checks(const char *tag, const tsr_bf16 *d_out, const float *d_lse,
-                               const float *out, const float *oabs, const float *lse, size_t n_out,
-                               size_t n_lse) {
-    check_close(L("attention_forward %s: out", tag), get_bf16(d_out, n_out), out, n_out, 0,
-                RTOL_BF16, oabs, 2 * U_BF16);
-    check_close(L("attention_forward %s: lse", tag), get_f32(d_lse, n_lse), lse, n_lse, 1e-4, 1e-5,
-                NULL, 0);
-}
-
-static void test_attention(const att_cfg *a) {
-    const int B = a->B, T = a->T, NH = a->NH, KVH = a->KVH, hs = a->hs;
-    const size_t ld = (size_t)(NH + 2 * KVH) * hs, C = (size_t)NH * hs;
-    const size_t nq = (size_t)B * T * ld, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
-    const size_t na = (size_t)B * NH * T * T;
-    char tag[96];
-    snprintf(tag, sizeof tag, "B=%d T=%d NH=%d KVH=%d hs=%d%s%s%s", B, T, NH, KVH, hs,
-             a->alibi ? " alibi" : "", a->seq ? " seq" : "",
-             tcu_attention_warp_rows(hs) == 32 ? " (32 rows a warp)" : "");
-    att_in in;
-    att_inputs(a, &in);
-    float *qkv = in.qkv, *qabs = in.qabs, *slopes = in.slopes, *dout = hf(no), *g0 = hf(nq);
-    const float *sl = in.sl;
-    const int32_t *sq = in.sq;
+    const float *sl = a->alibi ? slopes : NULL;
+    const int32_t *sq = a->seq ? seq : NULL;
     fill_bf16(dout, no, -1, 1), fill_bf16(g0, nq, -1, 1);
 
     float *out = hf(no), *att = hf(na), *oabs = hf(no), *tmp = hf(na), *lse = hf(nl);
@@ -1122,10 +1099,17 @@ static void test_attention(const att_cfg *a) {
     host_lse(lse, qkv, sl, sq, B, T, NH, KVH, hs);
     tsr_bf16 *d_qkv = new_bf16(qkv, nq), *d_out = d16(no);
     float *d_lse = df32(nl), *d_sl = a->alibi ? new_f32(slopes, NH) : NULL;
-    int32_t *d_seq = a->seq ? new_i32(in.seq, (size_t)B * T) : NULL;
+    int32_t *d_seq = a->seq ? new_i32(seq, (size_t)B * T) : NULL;
     poison(d_out, no * 2), poison(d_lse, nl * 4);
     tcu_attention_forward(d_out, d_lse, d_qkv, d_sl, d_seq, B, T, NH, KVH, hs, g_s);
-    att_forward_checks(tag, d_out, d_lse, out, oabs, lse, no, nl);
+    /* out: P may be rounded to bf16 for P.V (u per term: u sum_j P|v_j|, 2x room), one rounding
+     * of the output (2u) */
+    check_close(L("attention_forward %s: out", tag), get_bf16(d_out, no), out, no, 0, RTOL_BF16,
+                oabs, 2 * U_BF16);
+    /* lse: fp32 scores (~1e-6 abs), fp32 row sums (~1e-6 rel), exp/log of a few ulp; 1e-4 abs
+     * leaves room (P rounded to bf16 before summing would show as ~4e-3) */
+    check_close(L("attention_forward %s: lse", tag), get_f32(d_lse, nl), lse, nl, 1e-4, 1e-5,
+                NULL, 0);
 
     /* backward from the CPU forward's out (as bf16) and the host lse: tests this op alone */
     float *ref = hcopy(g0, nq), *mag = hf(nq), *outb = hf(no);
@@ -1150,51 +1134,6 @@ static void test_attention(const att_cfg *a) {
     size_t dif = ndiff(got[0], got[1], nq, 4);
     tap_ok(dif == 0, "attention_backward %s: run twice, dqkv bit-identical (%zu differ)", tag, dif);
     test_attention_dq_fused(&v, tag, sq, got[0], add, ref, extra, g0);
-    scope_end(tag);
-}
-
-/* The forward on wgmma (tcu_attention_set_wgmma, issue 25 item 2): out and lse against the CPU as
- * test_attention's, and run twice: the same bits. ATT_WGMMA_CHECKS checks, for the cases whose
- * head size has that kernel (64, 128); skipped, saying so, where it cannot run
- * (tcu_attention_wgmma_possible: a device other than compute capability 9.0, kernels/cuda_emu). */
-#define ATT_WGMMA_CHECKS 3
-static void test_attention_wgmma(const att_cfg *a) {
-    const int B = a->B, T = a->T, NH = a->NH, KVH = a->KVH, hs = a->hs;
-    const size_t ld = (size_t)(NH + 2 * KVH) * hs, C = (size_t)NH * hs;
-    const size_t nq = (size_t)B * T * ld, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
-    const size_t na = (size_t)B * NH * T * T;
-    char tag[96];
-    snprintf(tag, sizeof tag, "B=%d T=%d NH=%d KVH=%d hs=%d%s%s (wgmma)", B, T, NH, KVH, hs,
-             a->alibi ? " alibi" : "", a->seq ? " seq" : "");
-    if (!tcu_attention_wgmma_possible(hs)) {
-        for (int k = 0; k < ATT_WGMMA_CHECKS; k++)
-            tap_skip(L("attention_forward %s", tag),
-                     "no wgmma forward here (an sm_90 GPU or the SIMT emulator runs it)");
-        return;
-    }
-    att_in in;
-    att_inputs(a, &in);
-    float *out = hf(no), *att = hf(na), *oabs = hf(no), *lse = hf(nl);
-    cpu->attention_forward(out, att, in.qkv, in.sl, in.sq, B, T, NH, KVH, hs);
-    cpu->attention_forward(oabs, att, in.qabs, in.sl, in.sq, B, T, NH, KVH, hs);
-    host_lse(lse, in.qkv, in.sl, in.sq, B, T, NH, KVH, hs);
-    tsr_bf16 *d_qkv = new_bf16(in.qkv, nq), *d_out = d16(no);
-    float *d_lse = df32(nl), *d_sl = in.sl ? new_f32(in.slopes, NH) : NULL;
-    int32_t *d_seq = in.sq ? new_i32(in.seq, (size_t)B * T) : NULL;
-    tcu_attention_set_wgmma(1);
-    float *got[2][2];
-    for (int k = 0; k < 2; k++) {
-        poison(d_out, no * 2), poison(d_lse, nl * 4);
-        tcu_attention_forward(d_out, d_lse, d_qkv, d_sl, d_seq, B, T, NH, KVH, hs, g_s);
-        got[k][0] = get_bf16(d_out, no), got[k][1] = get_f32(d_lse, nl);
-    }
-    const int ran = tcu_attention_wgmma(hs);
-    tcu_attention_set_wgmma(0);
-    if (!ran) tap_diag("%s: tcu_attention_wgmma(%d) = 0 with the switch on", tag, hs);
-    att_forward_checks(tag, d_out, d_lse, out, oabs, lse, no, nl);
-    const size_t dif = ndiff(got[0][0], got[1][0], no, 4) + ndiff(got[0][1], got[1][1], nl, 4);
-    tap_ok(ran && dif == 0, "attention_forward %s: run twice, out and lse bit-identical (%zu differ)",
-           tag, dif);
     scope_end(tag);
 }
 
@@ -2359,11 +2298,14 @@ static int att_cases_32(void) {
     for (size_t i = 0; i < NCASES(ATT); i++) n += ATT[i].hs <= 64;
     return n;
 }
-/* the checks of the wgmma forward's cases (hs 64 and 128) */
-static int att_checks_wgmma(void) {
+/* ... and again on wgmma (tcu_attention_set_wgmma, issue 25 item 2) where the head size has those
+ * kernels (64, 128) and T <= 1024 as above: the same checks, the fused dq's skipped (it runs the
+ * mma.sync kernels); skipped, saying so, where wgmma cannot run (a GPU other than compute
+ * capability 9.0, kernels/cuda_emu) */
+static int att_cases_wgmma(void) {
     int n = 0;
     for (size_t i = 0; i < NCASES(ATT); i++) n += ATT[i].hs == 64 || ATT[i].hs == 128;
-    return n * ATT_WGMMA_CHECKS;
+    return n;
 }
 static void run_attention(void) {
     for (size_t i = 0; i < NCASES(ATT); i++) test_attention(&ATT[i]);
@@ -2385,8 +2327,22 @@ static void run_attention(void) {
                      "this backend has one attention kernel (tcu_attention_warp_rows: 16)");
     }
     tcu_attention_set_warp_rows(16);
-    for (size_t i = 0; i < NCASES(ATT); i++)
-        if (ATT[i].hs == 64 || ATT[i].hs == 128) test_attention_wgmma(&ATT[i]);
+    for (size_t i = 0; i < NCASES(ATT); i++) {
+        const att_cfg *a = &ATT[i];
+        if (a->hs != 64 && a->hs != 128) continue;
+        const char *why = NULL;
+        if (a->T > 1024) why = "T > 1024 runs without wgmma only (CI time)";
+        else if (!tcu_attention_wgmma_possible(a->hs))
+            why = "no wgmma here (an sm_90 GPU or the SIMT emulator runs it)";
+        if (why) {
+            for (int k = 0; k < ATT_CHECKS; k++)
+                tap_skip(L("attention T=%d hs=%d on wgmma", a->T, a->hs), why);
+            continue;
+        }
+        tcu_attention_set_wgmma(1);
+        test_attention(a);
+        tcu_attention_set_wgmma(0);
+    }
 }
 
 /* The warp-per-row norm backwards on rows that are not 16-byte aligned (x, dout and dinp one bf16
@@ -2455,7 +2411,7 @@ enum { simt_only = 0 };
 #endif
 
 static int plan_size_simt(void) {
-    int n = ((int)NCASES(ATT) + att_cases_32()) * ATT_CHECKS + att_checks_wgmma() +
+    int n = ((int)NCASES(ATT) + att_cases_32() + att_cases_wgmma()) * ATT_CHECKS +
             (int)NCASES(XENT) * (XENT_CHECKS + 1) + (int)NCASES(ARGMAX_MORE) + 1;
     for (size_t i = 0; i < NCASES(LN); i++) n += ln_checks(&LN[i]);
     for (size_t i = 0; i < NCASES(LN_FZ); i++) n += ln_frozen_checks(&LN_FZ[i]);
@@ -2508,8 +2464,8 @@ static int plan_size(void) {
     n += 2 * ADAMW_SEG_CHECKS;
     for (size_t i = 0; i < NCASES(LORA); i++) n += lora_checks(&LORA[i]);
     n += (int)(NCASES(GELU) + NCASES(GELU_ODD)) * GELU_CHECKS;
-    n += (int)(NCASES(RESID) + 1) * RESIDUAL_CHECKS + ((int)NCASES(ATT) + att_cases_32()) * ATT_CHECKS;
-    n += att_checks_wgmma();
+    n += (int)(NCASES(RESID) + 1) * RESIDUAL_CHECKS;
+    n += ((int)NCASES(ATT) + att_cases_32() + att_cases_wgmma()) * ATT_CHECKS;
     n += (int)NCASES(RMS) * RMS_CHECKS + (int)NCASES(QKN) * QKN_CHECKS;
     n += (int)NCASES(ROPE) * ROPE_CHECKS + (int)NCASES(SWIGLU) * SWIGLU_CHECKS;
     n += (int)NCASES(MOE) * MOE_CHECKS;
