@@ -16,6 +16,9 @@
  *     units, lse = (m + log2 l) * ln 2;
  *   - tensor cores: mma.sync m16n8k16 bf16 x bf16 -> fp32 (sm_80 and sm_90a), operands from shared
  *     memory through ldmatrix, P and dS fed back from the accumulators as bf16 A fragments;
+ *     or (tcu_attention_set_wgmma, sm_90a, hs 64 and 128) wgmma m64nNk16 on the block's 4 warps as
+ *     one warpgroup, tiles in its core-matrix layout (the *_wgmma_kernel forms: same tiles, steps
+ *     and masks as the 16-rows-a-warp mma.sync kernels, the softmax and gradient steps shared);
  *     softmax, masks, dS and every sum in fp32;
  *   - 128 threads per block, 4 warps; each warp owns MS slabs of 16 rows (queries or keys) of
  *     the block's tile and all columns of the other operand's tile, so warps share nothing but
@@ -1337,7 +1340,7 @@ extern "C" void tcu_attention_set_dq_fused(int on) {
 
 extern "C" int tcu_attention_dq_fused(void) { return att_dq_fused; }
 
-/* the forward on wgmma (issue 25 item 2; a measurement switch, off until timed on a GPU:
+/* the attention kernels on wgmma (issue 25 item 2; a measurement switch, off until timed on a GPU:
  * tcu_attention_set_wgmma, TSR_ATT_WGMMA) */
 static bool att_wgmma = false;
 

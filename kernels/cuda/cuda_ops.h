@@ -267,14 +267,15 @@ int tcu_attention_warp_rows(int hs);
  * tcu_attention_dq_fused says whether the fused path runs. */
 void tcu_attention_set_dq_fused(int on);
 int tcu_attention_dq_fused(void);
-/* The forward on Hopper's warpgroup products (issue 25, item 2; measured through TSR_ATT_WGMMA,
- * docs/cuda.md): 0, the default, the mma.sync kernel; 1, S = Q K^T and O += P V by wgmma
- * (sm_90a) where the head size is 64 or 128 and the device has compute capability 9.0, the
- * mma.sync kernel elsewhere. The same maths, outputs and determinism (not the same bits: the
- * products sum in another order); the backward is unchanged. Process-wide, like
- * tcu_attention_set_warp_rows. tcu_attention_wgmma(hs) says whether the forward of head size hs
- * runs on it now, tcu_attention_wgmma_possible(hs) whether it could (the head size, the device;
- * it asks the current device once). */
+/* The attention kernels on Hopper's warpgroup products (issue 25, item 2; measured through
+ * TSR_ATT_WGMMA, docs/cuda.md): 0, the default, the mma.sync kernels; 1, the forward's and the
+ * backward's tile products by wgmma (sm_90a) where the head size is 64 or 128 and the device has
+ * compute capability 9.0 (16 rows a warp's tiles; the fused dq keeps the mma.sync kernels), the
+ * mma.sync kernels elsewhere. The same maths, outputs and determinism (not the same bits: the
+ * products sum in another order). Process-wide, like tcu_attention_set_warp_rows.
+ * tcu_attention_wgmma(hs) says whether head size hs runs on it now,
+ * tcu_attention_wgmma_possible(hs) whether it could (the head size, the device; it asks the
+ * current device once). */
 void tcu_attention_set_wgmma(int on);
 int tcu_attention_wgmma(int hs);
 int tcu_attention_wgmma_possible(int hs);

@@ -527,9 +527,9 @@ static int lib_switches(const gpu_train_ctx *c) {
                        "(the same bits)",
                        &resident));
     TSR_CHECK(env_flag(c->dist, "TSR_ATT_WGMMA",
-                       "the attention forward on Hopper's wgmma where the head size is 64 or 128 "
-                       "(a GPU of compute capability 9.0: refused elsewhere; not the default's "
-                       "bits)",
+                       "the attention forward and backward on Hopper's wgmma where the head size "
+                       "is 64 or 128 (a GPU of compute capability 9.0: refused elsewhere; not the "
+                       "default's bits; the fused dq stays on mma.sync)",
                        &wgmma));
     TSR_CHECK(gemm_tune_switch(c->dist));
     att_wgmma_asked = wgmma;
@@ -542,7 +542,7 @@ static int lib_switches(const gpu_train_ctx *c) {
     return 0;
 }
 
-/* TSR_ATT_WGMMA=1 where the wgmma forward cannot run (another GPU than compute capability 9.0,
+/* TSR_ATT_WGMMA=1 where the wgmma attention kernels cannot run (another GPU than compute capability 9.0,
  * a head size other than 64 or 128) is refused, not run on the mma.sync kernel: a measurement of
  * the switch would time the other kernel unawares. Collective (the lowest such rank named). */
 static int check_wgmma(const gpu_train_ctx *c) {
@@ -555,9 +555,9 @@ static int check_wgmma(const gpu_train_ctx *c) {
         int sm = 0;
         char name[128] = "";
         tcu_device_info(name, sizeof name, &sm, NULL, NULL);
-        tsr_error("environment TSR_ATT_WGMMA = \"1\": the wgmma attention forward needs a GPU of "
+        tsr_error("environment TSR_ATT_WGMMA = \"1\": the wgmma attention kernels need a GPU of "
                   "compute capability 9.0 (H100, H200) and head size 64 or 128; rank %d cannot "
-                  "run it (rank 0: %s, sm %d.%d; head size %d): unset it, or 0",
+                  "run them (rank 0: %s, sm %d.%d; head size %d): unset it, or 0",
                   d->world - (int)first, name[0] ? name : "?", sm / 10, sm % 10, hs);
     }
     return TSR_EXIT_USAGE;

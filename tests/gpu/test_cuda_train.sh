@@ -427,17 +427,17 @@ PY
         grep -q 'TSR_ATT_DQ_FUSED = "1": the attention backward adds dq in its dk/dv kernel' "$TMP/ar_32.txt" &&
         final_lines "$TMP/ar_32/metrics.jsonl" | cmp -s - "$TMP/gr_def.loss"
     tap_check $? "emulator: TSR_ATT_DQ_FUSED=2 refused at start naming the variable, no run_dir (exit $rc, want 1); =1 said at start, its 3 steps (with TSR_ATT_WARP_ROWS=32) the default's bits"
-    # TSR_ATT_WGMMA, the attention forward on wgmma (issue 25 item 2): 2 refused as a bad value; 1
-    # refused where it cannot run (the emulator has no compute capability 9.0 device), naming the
+    # TSR_ATT_WGMMA, the attention kernels on wgmma (issue 25 item 2): 2 refused as a bad value; 1
+    # refused where they cannot run (the emulator has no compute capability 9.0 device), naming the
     # variable, the device and the head size; neither writes a run_dir
     TSR_ATT_WGMMA=2 run "$BUILD/tests/tessera-train-cuemu" 1 wg_bad --set device=cuda
     rc=$?
     TSR_ATT_WGMMA=1 run "$BUILD/tests/tessera-train-cuemu" 1 wg_no --set device=cuda
     rc2=$?
     ((rc == 1 && rc2 == 1)) && grep -q 'TSR_ATT_WGMMA = "2": expected 0 (the default) or 1' "$TMP/wg_bad.txt" &&
-        grep -q 'TSR_ATT_WGMMA = "1": the wgmma attention forward needs a GPU of compute capability 9.0 (H100, H200) and head size 64 or 128; rank 0 cannot run it (rank 0: .*, sm .*; head size 32)' "$TMP/wg_no.txt" &&
+        grep -q 'TSR_ATT_WGMMA = "1": the wgmma attention kernels need a GPU of compute capability 9.0 (H100, H200) and head size 64 or 128; rank 0 cannot run them (rank 0: .*, sm .*; head size 32)' "$TMP/wg_no.txt" &&
         [[ ! -e $TMP/wg_bad && ! -e $TMP/wg_no ]]
-    tap_check $? "emulator: TSR_ATT_WGMMA=2 refused as a bad value (exit $rc, want 1), =1 refused where the wgmma forward cannot run (exit $rc2, want 1), naming the device and head size; no run_dir"
+    tap_check $? "emulator: TSR_ATT_WGMMA=2 refused as a bad value (exit $rc, want 1), =1 refused where the wgmma kernels cannot run (exit $rc2, want 1), naming the device and head size; no run_dir"
     # TSR_NORM_HOLD, the norms held in registers: 2 refused; 1 said (the same run)
     TSR_NORM_HOLD=2 run "$BUILD/tests/tessera-train-cuemu" 1 nh_bad --set device=cuda
     rc=$?
@@ -553,7 +553,7 @@ if [[ -z $why ]]; then
         d="$d; llama: $(metrics_close "$TMP/cpu_llama/metrics.jsonl" "$TMP/cuda.r32l/metrics.jsonl" 1 \
             5e-3 1e-1)"
     tap_check $? "cuda: TSR_ATT_WARP_ROWS=32: GPT-2 (hs 32) within 5e-3 of the CPU and the same bits twice, Llama (hs 64, document mask) within 5e-3, norms within 1e-1 ($d)"
-    # the attention forward on wgmma (TSR_ATT_WGMMA=1, issue 25 item 2): on a GPU of compute
+    # the attention kernels on wgmma (TSR_ATT_WGMMA=1, issue 25 item 2): on a GPU of compute
     # capability 9.0, Llama (hs 64, document mask) against the CPU and deterministic (other sums
     # than the default's, so not its bits), GPT-2 (hs 32, no wgmma kernel) refused; on another
     # GPU both refused
@@ -564,7 +564,7 @@ if [[ -z $why ]]; then
     if [[ $sm == 9.0 ]]; then
         ((rc == 1)) && grep -q 'TSR_ATT_WGMMA = "1": .*head size 32' "$TMP/cuda.wg32.txt" &&
             TSR_ATT_WGMMA=1 run "$TRAIN" 1 cuda.wgl --set device=cuda "${llama[@]}" &&
-            grep -q 'TSR_ATT_WGMMA = "1": the attention forward on Hopper' "$TMP/cuda.wgl.txt" &&
+            grep -q 'TSR_ATT_WGMMA = "1": the attention forward and backward on Hopper' "$TMP/cuda.wgl.txt" &&
             d="llama: $(metrics_close "$TMP/cpu_llama/metrics.jsonl" "$TMP/cuda.wgl/metrics.jsonl" 1 \
                 5e-3 1e-1)" &&
             TSR_ATT_WGMMA=1 run "$TRAIN" 1 cuda.wglb --set device=cuda "${llama[@]}" &&
