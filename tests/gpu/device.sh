@@ -306,7 +306,8 @@ bench() {
     (($# <= 1)) || die "bench: one model per call, so that each run ends inside the device's 10 minutes (got: $*)"
     setup
     local models=${1:-gpt2-124m} tag rc=0
-    tag=$(printf '%s' "$models${SETS:+ $SETS}${TESSERA_ARGS:+ $TESSERA_ARGS}" | tr -c 'A-Za-z0-9_.-' '_' | cut -c1-60)
+    # (TSR_ATT_WGMMA=1 in the tag: the same model and SETS with and without it in one call)
+    tag=$(printf '%s' "$models${SETS:+ $SETS}${TESSERA_ARGS:+ $TESSERA_ARGS}${TSR_ATT_WGMMA:+ wgmma$TSR_ATT_WGMMA}" | tr -c 'A-Za-z0-9_.-' '_' | cut -c1-60)
     # PyTorch under setup's python3-machine (bench/gpu/run.sh starts tessera with its own path)
     local py=$UNPACKED/python3-machine
     MODELS=$models BENCH_OUT=/tmp/bench-$tag PYTHON=$py limited "$OUTDIR/bench-$tag.txt" bash bench/gpu/run.sh || rc=$?
