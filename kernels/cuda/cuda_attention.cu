@@ -74,6 +74,10 @@ template <int HS, int MS> struct att_tiles {
     static constexpr int DS_LD = KV_BQ + 8, RS = KV_BQ / 16, CP = ATT_WARPS / RS, NCOL = HS / CP;
     static_assert(RS * CP == ATT_WARPS && NCOL % 16 == 0, "whole warps, whole 16-column pairs");
     static constexpr size_t kv_fused_smem = kv_smem + (size_t)KV_BK * DS_LD * sizeof(bf16);
+    /* the wgmma kernels' (MS = 1): the same tiles unpadded, in wgmma's core-matrix layout */
+    static constexpr size_t fwd_smem_cm = (size_t)(FWD_BR + 2 * FWD_BC) * HS * sizeof(bf16);
+    static constexpr size_t kv_smem_cm = (size_t)(2 * KV_BK + 4 * KV_BQ) * HS * sizeof(bf16);
+    static constexpr size_t dq_smem_cm = (size_t)(2 * DQ_BR + 2 * DQ_BC) * HS * sizeof(bf16);
 };
 
 /* ---- bf16 packing ------------------------------------------------------------------------- */
@@ -537,9 +541,11 @@ __global__ void __launch_bounds__(ATT_THREADS)
                                    const bf16 *__restrict__ qkv, const float *__restrict__ slopes,
                                    const int32_t *__restrict__ seq, int T, int NH, int KVH,
                                    float sl2) {
-    constexpr int BR = 64, BC = 64;
+    using Tl = att_tiles<HS, 1>;
+    constexpr int BR = Tl::FWD_BR, BC = Tl::FWD_BC;
     constexpr uint32_t CM = 128, RG = HS * 16; /* bytes: between chunks, between row groups */
-    static_assert(ATT_THREADS == 128 && (HS == 64 || HS == 128), "one warpgroup; wgmma's shapes");
+    static_assert(ATT_THREADS == 128 && BR == 64 && (HS == 64 || HS == 128),
+                  "one warpgroup of 64 rows; wgmma's shapes");
     extern __shared__ __align__(16) unsigned char att_smem[];
     bf16 *sQ = reinterpret_cast<bf16 *>(att_smem), *sK = sQ + BR * HS, *sV = sK + BC * HS;
     __shared__ int s_lo[BR], s_seq[BR], s_red[ATT_WARPS];
@@ -1097,7 +1103,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_wgmma_ker
     using Tl = att_tiles<HS, 1>;
     constexpr int BK = Tl::KV_BK, BQ = Tl::KV_BQ;
     constexpr uint32_t CM = 128, RG = HS * 16;
-    static_assert(BK == 64 && (HS == 64 || HS == 128), "one warpgroup of 64 keys; wgmma's shapes");
+    static_assert(ATT_THREADS == 128 && BK == 64 && (HS == 64 || HS == 128),
+                  "one warpgroup of 64 keys; wgmma's shapes");
     const int C = NH * HS, grp = NH / KVH;
     extern __shared__ __align__(16) unsigned char att_smem[];
     bf16 *sK = reinterpret_cast<bf16 *>(att_smem), *sV = sK + BK * HS;
@@ -1210,7 +1217,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_wgmma_kerne
     using Tl = att_tiles<HS, 1>;
     constexpr int BR = Tl::DQ_BR, BC = Tl::DQ_BC;
     constexpr uint32_t CM = 128, RG = HS * 16;
-    static_assert(BR == 64 && BC == 64 && (HS == 64 || HS == 128), "one warpgroup; wgmma's shapes");
+    static_assert(ATT_THREADS == 128 && BR == 64 && (HS == 64 || HS == 128),
+                  "one warpgroup of 64 rows; wgmma's shapes");
     const int C = NH * HS;
     extern __shared__ __align__(16) unsigned char att_smem[];
     bf16 *sQ = reinterpret_cast<bf16 *>(att_smem), *sG = sQ + BR * HS, *sK = sG + BR * HS;
@@ -1350,21 +1358,36 @@ extern "C" void tcu_attention_set_wgmma(int on) {
     att_wgmma = on == 1;
 }
 
-/* whether the current device runs sm_90a code (compute capability 9.0: H100, H200, GH200); asked
- * once a process (the SIMT emulator: yes, it runs the kernels' own emulated wgmma) */
+#ifndef TCU_SIMT
+/* 1 in the device code that has the wgmma instructions (built for sm_90a), 0 in any other: the
+ * host reads the loaded module's copy, so a build whose NVCC_GENCODE has no sm_90a code (plain
+ * sm_90, or PTX compiled at load time) refuses the switch instead of trapping in the kernels */
+#ifdef TCU_WGMMA_ASM
+__device__ int att_wgmma_code = 1;
+#else
+__device__ int att_wgmma_code = 0;
+#endif
+#endif
+
+/* whether the current device runs this build's wgmma code: compute capability 9.0 (H100, H200,
+ * GH200) and sm_90a code loaded for it; asked once a process (the SIMT emulator: yes, it runs
+ * the kernels' own emulated wgmma) */
 static bool att_device_sm90a(void) {
 #ifdef TCU_SIMT
     return true;
 #else
     static int known = -1;
     if (known < 0) {
-        int dev = 0, major = 0, minor = 0;
+        int dev = 0, major = 0, minor = 0, code = 0;
         TCU_CHECK(cudaGetDevice(&dev), "tcu_attention_wgmma: cudaGetDevice");
         TCU_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev),
                   "tcu_attention_wgmma: the compute capability");
         TCU_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev),
                   "tcu_attention_wgmma: the compute capability");
-        known = major == 9 && minor == 0;
+        if (major == 9 && minor == 0)
+            TCU_CHECK(cudaMemcpyFromSymbol(&code, att_wgmma_code, sizeof code),
+                      "tcu_attention_wgmma: whether the loaded code has wgmma");
+        known = code == 1;
     }
     return known == 1;
 #endif
@@ -1415,6 +1438,23 @@ static void attention_forward_hs(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
     TCU_CHECK_LAUNCH("tcu_attention_forward");
 }
 
+/* the forward on wgmma (tcu_attention_wgmma): as attention_forward_hs<HS, 1>, its grid and tiles */
+template <int HS>
+static void attention_forward_wgmma_hs(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
+                                       const float *slopes, const int32_t *seq, int B, int T,
+                                       int NH, int KVH, cudaStream_t st) {
+    using Tl = att_tiles<HS, 1>;
+    const float scale = 1.0f / sqrtf((float)HS);
+    auto kernel = attention_forward_wgmma_kernel<HS>;
+    att_smem_limit((const void *)kernel, Tl::fwd_smem_cm,
+                   "tcu_attention_forward: shared memory (wgmma)");
+    const dim3 grid((unsigned)((T + Tl::FWD_BR - 1) / Tl::FWD_BR), (unsigned)NH, (unsigned)B);
+    kernel<<<grid, ATT_THREADS, Tl::fwd_smem_cm, st>>>(reinterpret_cast<bf16 *>(out), lse,
+                                                       reinterpret_cast<const bf16 *>(qkv), slopes,
+                                                       seq, T, NH, KVH, scale * kLog2e);
+    TCU_CHECK_LAUNCH("tcu_attention_forward (wgmma)");
+}
+
 /* out (B,T,NH*hs) bf16, lse (B,NH,T) fp32 = forward of ops.h attention_forward (see the file
  * header). qkv (B,T,(NH+2KVH)hs) bf16, alibi_slopes (NH) or NULL, seq (B,T) or NULL. hs in
  * {32, 64, 128}; qkv and out 16-byte aligned. One kernel, grid (ceil(T/(64 MS)), NH, B) x 128
@@ -1429,20 +1469,11 @@ extern "C" void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 
                 "qkv and out must be 16-byte aligned");
     cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
     const bool two = tcu_attention_warp_rows(hs) == 32;
-    if (tcu_attention_wgmma(hs)) {
-        const float sl2 = (1.0f / sqrtf((float)hs)) * kLog2e; /* as attention_forward_hs */
-        const dim3 grid((unsigned)((T + 63) / 64), (unsigned)NH, (unsigned)B);
-        const size_t smem = (size_t)3 * 64 * hs * sizeof(bf16); /* Q, K, V tiles */
-        auto kernel = hs == 64 ? attention_forward_wgmma_kernel<64>
-                               : attention_forward_wgmma_kernel<128>;
-        att_smem_limit((const void *)kernel, smem, "tcu_attention_forward: shared memory (wgmma)");
-        kernel<<<grid, ATT_THREADS, smem, st>>>(reinterpret_cast<bf16 *>(out), lse,
-                                                reinterpret_cast<const bf16 *>(qkv), alibi_slopes,
-                                                seq, T, NH, KVH, sl2);
-        TCU_CHECK_LAUNCH("tcu_attention_forward (wgmma)");
-        return;
-    }
-    if (hs == 32 && two)
+    if (tcu_attention_wgmma(hs) && hs == 64)
+        attention_forward_wgmma_hs<64>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
+    else if (tcu_attention_wgmma(hs))
+        attention_forward_wgmma_hs<128>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
+    else if (hs == 32 && two)
         attention_forward_hs<32, 2>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
     else if (hs == 32)
         attention_forward_hs<32, 1>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
@@ -1487,20 +1518,20 @@ static void attention_backward_wgmma_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, co
     float *D = static_cast<float *>(scratch);
     att_rowdot<HS>(D, g, out, B, T, NH, st);
 
-    const size_t kv_smem = (size_t)(2 * Tl::KV_BK + 4 * Tl::KV_BQ) * HS * sizeof(bf16);
     auto kv = attention_backward_dkdv_wgmma_kernel<HS>;
-    att_smem_limit((const void *)kv, kv_smem, "tcu_attention_backward: shared memory (wgmma dk, dv)");
+    att_smem_limit((const void *)kv, Tl::kv_smem_cm,
+                   "tcu_attention_backward: shared memory (wgmma dk, dv)");
     const dim3 gkv((unsigned)((T + Tl::KV_BK - 1) / Tl::KV_BK), (unsigned)KVH, (unsigned)B);
-    kv<<<gkv, ATT_THREADS, kv_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, NH, KVH, scale, sl2,
-                                         set);
+    kv<<<gkv, ATT_THREADS, Tl::kv_smem_cm, st>>>(dq, g, x, lse, D, slopes, seq, T, NH, KVH, scale,
+                                                sl2, set);
     TCU_CHECK_LAUNCH("tcu_attention_backward: dk, dv (wgmma)");
 
-    const size_t q_smem = (size_t)(2 * Tl::DQ_BR + 2 * Tl::DQ_BC) * HS * sizeof(bf16);
     auto qk = attention_backward_dq_wgmma_kernel<HS>;
-    att_smem_limit((const void *)qk, q_smem, "tcu_attention_backward: shared memory (wgmma dq)");
+    att_smem_limit((const void *)qk, Tl::dq_smem_cm,
+                   "tcu_attention_backward: shared memory (wgmma dq)");
     const dim3 gq((unsigned)((T + Tl::DQ_BR - 1) / Tl::DQ_BR), (unsigned)NH, (unsigned)B);
-    qk<<<gq, ATT_THREADS, q_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, NH, KVH, scale, sl2,
-                                       set);
+    qk<<<gq, ATT_THREADS, Tl::dq_smem_cm, st>>>(dq, g, x, lse, D, slopes, seq, T, NH, KVH, scale,
+                                               sl2, set);
     TCU_CHECK_LAUNCH("tcu_attention_backward (wgmma)");
 }
 

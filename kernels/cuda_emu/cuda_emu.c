@@ -1118,7 +1118,7 @@ void tcu_attention_set_dq_fused(int on) {
     REQUIRE(on == 0 || on == 1, "tcu_attention_set_dq_fused", "on = %d: expected 0 or 1", on);
 }
 int tcu_attention_dq_fused(void) { return 0; }
-/* ... and no wgmma forward: never possible here (the SIMT build runs the real one) */
+/* ... and no wgmma kernels: never possible here (the SIMT build runs the real ones) */
 void tcu_attention_set_wgmma(int on) {
     REQUIRE(on == 0 || on == 1, "tcu_attention_set_wgmma", "on = %d: expected 0 or 1", on);
 }

@@ -90,7 +90,7 @@ struct Fiber {
     unsigned long block_gen = 0; /* the block barrier generation this thread arrived in */
     std::vector<CpAsync> pending;
     long committed = 0; /* cp.async groups committed */
-    bool wg_fenced = false; /* a wgmma_fence since this thread's last wgmma_wait */
+    bool wg_fenced = false; /* a wgmma_fence since this thread's last wgmma commit or wait */
 };
 
 struct Warp {
@@ -110,6 +110,8 @@ struct WgOp {
     float *d[128];
     const uint32_t *a[128];
     uint32_t a_copy[128][4]; /* the A registers at the issue: they may not change until the wait */
+    std::vector<uint16_t> smem; /* the shared-memory elements it reads (A from memory, then B), at
+                                   the issue: they may not change until the wait either */
     long group = -1;         /* -1: not committed yet */
 };
 
@@ -698,13 +700,39 @@ Desc desc_fields(uint64_t d, const char *which) {
                 (size_t)((d >> 32) & 0x3fff) << 4};
 }
 
-/* the bf16 at byte offset `off` of the block's dynamic shared memory, as fp32 */
-float smem_bf16(size_t off, const char *which) {
+/* the raw bf16 at byte offset `off` of the block's dynamic shared memory */
+uint16_t smem_u16(size_t off, const char *which) {
     if (off + 2 > smem_buf.bytes)
         die("wgmma: %s reads shared memory at byte %zu, past the %zu bytes the launch asked for",
             which, off, smem_buf.bytes);
     uint16_t b;
     memcpy(&b, smem_buf.base + off, sizeof b);
+    return b;
+}
+
+/* the shared-memory elements op reads, in a fixed order: A (64 x 16, K-major) when it comes from
+ * memory, then B (16 x N) */
+std::vector<uint16_t> wg_operands(const WgOp &op) {
+    std::vector<uint16_t> v;
+    v.reserve((op.a_regs ? 0 : 64 * 16) + 16 * (size_t)op.n);
+    if (!op.a_regs) {
+        const Desc da = desc_fields(op.da, "A");
+        for (int r = 0; r < 64; r++)
+            for (int k = 0; k < 16; k++)
+                v.push_back(smem_u16(da.addr + (r / 8) * da.sbo + (r % 8) * 16 + (k / 8) * da.lbo +
+                                         (k % 8) * 2, "A"));
+    }
+    const Desc db = desc_fields(op.db, "B");
+    for (int k = 0; k < 16; k++)
+        for (int n = 0; n < op.n; n++)
+            v.push_back(smem_u16(op.trans_b ? db.addr + (n / 8) * db.sbo + (n % 8) * 2 +
+                                                  (k / 8) * db.lbo + (k % 8) * 16
+                                            : db.addr + (n / 8) * db.sbo + (n % 8) * 16 +
+                                                  (k / 8) * db.lbo + (k % 8) * 2, "B"));
+    return v;
+}
+
+float bf16_value(uint16_t b) {
     const uint32_t u = (uint32_t)b << 16;
     float x;
     memcpy(&x, &u, sizeof x);
@@ -717,6 +745,15 @@ inline void wg_d_pos(int t, int i, int &row, int &col) {
     row = 16 * w + g + 8 * ((i % 4) >= 2);
     col = 8 * (i / 4) + 2 * q + (i % 2);
 }
+
+/* what an accumulator of a product in flight holds (a NaN with a payload of its own): a read
+ * before the wait shows as NaN, a write before it as other bits at the wait */
+constexpr uint32_t kWgPendingBits = 0x7fc0a5a5u;
+const float kWgPending = [] {
+    float f;
+    memcpy(&f, &kWgPendingBits, sizeof f);
+    return f;
+}();
 
 void wg_execute(Group &G, WgOp &op) {
     static thread_local float A[64][16], B[16][256], D[64][256];
@@ -735,20 +772,18 @@ void wg_execute(Group &G, WgOp &op) {
                     A[16 * w + g + 8 * (r & 1)][2 * q + h + 8 * (r >> 1)] = x;
                 }
         }
-    } else {
-        const Desc da = desc_fields(op.da, "A");
-        for (int r = 0; r < 64; r++)
-            for (int k = 0; k < 16; k++)
-                A[r][k] = smem_bf16(da.addr + (r / 8) * da.sbo + (r % 8) * 16 + (k / 8) * da.lbo +
-                                        (k % 8) * 2, "A");
     }
-    const Desc db = desc_fields(op.db, "B");
+    /* shared memory as at the issue: a GPU reads it some time in between */
+    const std::vector<uint16_t> now = wg_operands(op);
+    if (now != op.smem)
+        die("wgmma: shared memory a product reads changed between its wgmma.mma_async and the "
+            "wgmma.wait_group that completes it (a refill or a store before the wait)");
+    size_t at = 0;
+    if (!op.a_regs)
+        for (int r = 0; r < 64; r++)
+            for (int k = 0; k < 16; k++) A[r][k] = bf16_value(now[at++]);
     for (int k = 0; k < 16; k++)
-        for (int n = 0; n < op.n; n++)
-            B[k][n] = smem_bf16(op.trans_b ? db.addr + (n / 8) * db.sbo + (n % 8) * 2 +
-                                                 (k / 8) * db.lbo + (k % 8) * 16
-                                           : db.addr + (n / 8) * db.sbo + (n % 8) * 16 +
-                                                 (k / 8) * db.lbo + (k % 8) * 2, "B");
+        for (int n = 0; n < op.n; n++) B[k][n] = bf16_value(now[at++]);
     for (int t = 0; t < 128; t++) {
         const std::vector<float> &sh = G.shadow.at(op.d[t]);
         for (int i = 0; i < op.n / 2; i++) {
@@ -790,15 +825,19 @@ void wg_complete_mma(Group &G) {
             G.shadow.emplace(G.d[t], std::vector<float>(G.d[t], G.d[t] + op.n / 2));
         else if ((int)it->second.size() != op.n / 2)
             die("wgmma.mma_async: thread %d's accumulators are in flight with another N", t);
-        for (int i = 0; i < op.n / 2; i++) G.d[t][i] = NAN; /* undefined until the wait */
+        for (int i = 0; i < op.n / 2; i++) G.d[t][i] = kWgPending; /* undefined until the wait */
     }
-    G.ops.push_back(op);
+    op.smem = wg_operands(op);
+    G.ops.push_back(std::move(op));
 }
 
 void wg_complete_commit(Group &G) {
     for (WgOp &op : G.ops)
         if (op.group < 0) op.group = G.committed;
     G.committed++;
+    /* the next batch needs its own wgmma.fence (the emulator's rule: one before every batch) */
+    const int gi = cur->linear / 128;
+    for (int i = 0; i < 128; i++) fibers[gi * 128 + i].wg_fenced = false;
 }
 
 void wg_complete_wait(Group &G) {
@@ -824,6 +863,13 @@ void wg_complete_wait(Group &G) {
         if (busy) {
             ++it;
             continue;
+        }
+        for (size_t i = 0; i < it->second.size(); i++) {
+            uint32_t bits;
+            memcpy(&bits, &it->first[i], sizeof bits);
+            if (bits != kWgPendingBits)
+                die("wgmma: an accumulator of a product in flight was written between its "
+                    "wgmma.mma_async and its wgmma.wait_group (element %zu)", i);
         }
         memcpy(it->first, it->second.data(), it->second.size() * sizeof(float));
         it = G.shadow.erase(it);
@@ -852,7 +898,8 @@ void wgmma_mma(float *d, int n, const uint32_t *a, uint64_t da, uint64_t db, boo
                bool trans_b) {
     Fiber *f = cur;
     if (!f->wg_fenced)
-        die("wgmma.mma_async without a wgmma.fence since this thread's last wgmma.wait_group");
+        die("wgmma.mma_async without a wgmma.fence since this thread's last wgmma commit or "
+            "wait");
     Group &G = groups[f->linear / 128];
     const int t = f->linear % 128;
     G.d[t] = d, G.a[t] = a, G.da[t] = da, G.db[t] = db, G.n[t] = n;

@@ -186,11 +186,12 @@ void mma_m16n8k16_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint3
  *     shared memory (db; K-major, or MN-major with trans_b). D: thread (w, lane), g = lane/4,
  *     t = lane%4, element i: row 16w + g + 8 ((i%4) >= 2), column 8 (i/4) + 2t + (i%2);
  *   - asynchronous as on a GPU: the product is made at the wgmma_wait that completes its commit
- *     group, reading shared memory and the A registers then; from the issue to that wait the
- *     accumulators hold NaN (a read before the wait shows), a change of the A registers in
- *     between stops the run, and so does an issue without a wgmma_fence since this thread's last
- *     wait (the PTX rule: a fence between register accesses and the wgmma that uses them; the
- *     emulator asks for it before every batch, a stricter rule);
+ *     group; from the issue to that wait the accumulators hold NaN (a read before the wait
+ *     shows). The run stops where a GPU's result would be undefined: the A registers, the shared
+ *     memory the product reads, or an accumulator changed between the issue and that wait; an
+ *     issue without a wgmma_fence since this thread's last commit or wait (the PTX rule is a
+ *     fence between register accesses and the wgmma that uses them; the emulator asks for one
+ *     before every batch, a stricter rule);
  *   - wgmma_commit: the group's uncommitted products become one group; wgmma_wait(n): all but
  *     the n most recent groups complete, in issue order (a product on an accumulator still in
  *     flight adds to that product's result); a product never committed never completes;

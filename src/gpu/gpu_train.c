@@ -532,6 +532,16 @@ static int lib_switches(const gpu_train_ctx *c) {
                        "default's bits; the fused dq stays on mma.sync)",
                        &wgmma));
     TSR_CHECK(gemm_tune_switch(c->dist));
+    /* the wgmma kernels have 16 rows a warp and no fused dq: with either switch the run would mix
+     * kernels unsaid (every rank reads the same environment: each refuses alike) */
+    if (wgmma && (att_rows == 32 || dq_fused)) {
+        if (c->dist->rank == 0)
+            tsr_error("environment TSR_ATT_WGMMA = \"1\" with %s: the wgmma attention kernels "
+                      "have 16 rows a warp and no fused dq; measure the switches one at a time",
+                      att_rows == 32 ? "TSR_ATT_WARP_ROWS = \"32\""
+                                     : "TSR_ATT_DQ_FUSED = \"1\"");
+        return TSR_EXIT_USAGE;
+    }
     att_wgmma_asked = wgmma;
     tcu_attention_set_wgmma(wgmma);
     tcu_matmul_set_reduction(reduction);
@@ -556,8 +566,9 @@ static int check_wgmma(const gpu_train_ctx *c) {
         char name[128] = "";
         tcu_device_info(name, sizeof name, &sm, NULL, NULL);
         tsr_error("environment TSR_ATT_WGMMA = \"1\": the wgmma attention kernels need a GPU of "
-                  "compute capability 9.0 (H100, H200) and head size 64 or 128; rank %d cannot "
-                  "run them (rank 0: %s, sm %d.%d; head size %d): unset it, or 0",
+                  "compute capability 9.0 (H100, H200), a build with sm_90a code (NVCC_GENCODE) "
+                  "and head size 64 or 128; rank %d cannot run them (rank 0: %s, sm %d.%d; head "
+                  "size %d): unset it, or 0",
                   d->world - (int)first, name[0] ? name : "?", sm / 10, sm % 10, hs);
     }
     return TSR_EXIT_USAGE;

@@ -363,7 +363,7 @@ hc() {
 #  gemm-tune    TSR_GEMM_TUNE=$OUTDIR/gemm-tune-MODEL.txt (new each time): every GEMM shape timed
 #               over cuBLASLt's first 8 answers on its first call (step 1, which the table drops),
 #               the fastest kept, the choices written to that file (item 4);
-#  wgmma        TSR_ATT_WGMMA=1: the attention forward on wgmma (sm_90a, hs 64/128; issue 25 item 2);
+#  wgmma        TSR_ATT_WGMMA=1: the attention kernels on wgmma (sm_90a, hs 64/128; issue 25 item 2);
 #  again        the defaults once more, last: how far two runs of one build differ (the noise
 #               that bench/gpu/profile_compare.py, printed at the end, marks each change against);
 #  ncu          ncu's per-kernel summary (count, average duration) over 3 steps at the clocks and

@@ -434,10 +434,13 @@ PY
     rc=$?
     TSR_ATT_WGMMA=1 run "$BUILD/tests/tessera-train-cuemu" 1 wg_no --set device=cuda
     rc2=$?
-    ((rc == 1 && rc2 == 1)) && grep -q 'TSR_ATT_WGMMA = "2": expected 0 (the default) or 1' "$TMP/wg_bad.txt" &&
-        grep -q 'TSR_ATT_WGMMA = "1": the wgmma attention kernels need a GPU of compute capability 9.0 (H100, H200) and head size 64 or 128; rank 0 cannot run them (rank 0: .*, sm .*; head size 32)' "$TMP/wg_no.txt" &&
-        [[ ! -e $TMP/wg_bad && ! -e $TMP/wg_no ]]
-    tap_check $? "emulator: TSR_ATT_WGMMA=2 refused as a bad value (exit $rc, want 1), =1 refused where the wgmma kernels cannot run (exit $rc2, want 1), naming the device and head size; no run_dir"
+    TSR_ATT_WGMMA=1 TSR_ATT_WARP_ROWS=32 run "$BUILD/tests/tessera-train-cuemu" 1 wg_mix --set device=cuda
+    rc3=$?
+    ((rc == 1 && rc2 == 1 && rc3 == 1)) && grep -q 'TSR_ATT_WGMMA = "2": expected 0 (the default) or 1' "$TMP/wg_bad.txt" &&
+        grep -q 'TSR_ATT_WGMMA = "1": the wgmma attention kernels need a GPU of compute capability 9.0 (H100, H200), a build with sm_90a code (NVCC_GENCODE) and head size 64 or 128; rank 0 cannot run them (rank 0: .*, sm .*; head size 32)' "$TMP/wg_no.txt" &&
+        grep -q 'TSR_ATT_WGMMA = "1" with TSR_ATT_WARP_ROWS = "32": the wgmma attention kernels have 16 rows a warp and no fused dq' "$TMP/wg_mix.txt" &&
+        [[ ! -e $TMP/wg_bad && ! -e $TMP/wg_no && ! -e $TMP/wg_mix ]]
+    tap_check $? "emulator: TSR_ATT_WGMMA=2 refused as a bad value (exit $rc, want 1), =1 refused where the wgmma kernels cannot run (exit $rc2, want 1), naming the device and head size, and with TSR_ATT_WARP_ROWS=32 (exit $rc3, want 1); no run_dir"
     # TSR_NORM_HOLD, the norms held in registers: 2 refused; 1 said (the same run)
     TSR_NORM_HOLD=2 run "$BUILD/tests/tessera-train-cuemu" 1 nh_bad --set device=cuda
     rc=$?

@@ -2,8 +2,8 @@
  * tests/gpu/wgmma_layouts.cuh, which the SIMT emulator's selftest also passes, run on a device of
  * compute capability 9.0 (H100, H200). If the hardware and the emulator both pass, they read the
  * descriptors and fragments the same way, and the emulator's verdict on the wgmma attention
- * forward (test_gpu_ops_simt) holds for the GPU; if this fails on a GPU, that names the layout to
- * fix before the attention kernel's own checks in test_gpu_ops are read. Exit 77 (a loud skip)
+ * kernels (test_gpu_ops_simt) holds for the GPU; if this fails on a GPU, that names the layout to
+ * fix before the attention kernels' own checks in test_gpu_ops are read. Exit 77 (a loud skip)
  * without such a device. Built by nvcc (Makefile: build/tests/test_wgmma_gpu); device.sh's `ops`
  * stage runs it before the op test.
  */
