@@ -12,7 +12,8 @@
 #    nothing; with the tmpfs filled so that one checkpoint does not fit, rank 0 warns once at
 #    start, naming the filesystem, both sizes and the first save's step, and the run goes on
 #    (exit 2 at that save); a run that saves nothing but on a stop request (save_final = false,
-#    no save_interval) is not warned.
+#    no save_interval) is not warned; a run resumed at step 2 whose own checkpoint left less than
+#    one free names its next save (step 4), not the step-2 save it resumed from.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 if [[ $(id -u) != 0 ]]; then echo "# not root: cannot mount a small tmpfs; skipped"; exit 77; fi
@@ -23,7 +24,7 @@ if ! mount -t tmpfs -o size=3m tmpfs "$FS" 2>"$TMP/mount.txt"; then
     exit 77
 fi
 trap 'umount "$FS" 2>/dev/null; rm -rf "$TMP"' EXIT
-tap_plan 11
+tap_plan 12
 make_synth "$TMP/data"
 tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=8 --set micro_batch=2
@@ -68,4 +69,16 @@ rc=$?
 n=$(grep -c 'would be refused now' "$TMP/nosave.txt")
 [[ $rc == 0 && $n == 0 ]]
 tap_check $? "no room, but no checkpoint to write (save_final = false, save_interval = 0ba): exit $rc, no warning ($n)"
+# resumed: 2 steps and their checkpoint (1.6 of 3 MiB), then the run again to 6: it resumes at
+# step 2, and its first save is step 4's, which does not fit beside step 2's
+rm -rf "${FS:?}"/*
+run "$FS/res" --set max_duration=2ba >"$TMP/res1.txt" 2>&1
+rc1=$?
+run "$FS/res" >"$TMP/res2.txt" 2>&1
+rc=$?
+n=$(warned "$FS/res" 4 "$TMP/res2.txt")
+tap_diag "$(grep -m1 'would be refused now' "$TMP/res2.txt")"
+[[ $rc1 == 0 && $rc == 2 && $n == 1 ]] && grep -q 'resum' "$TMP/res2.txt" &&
+    [[ $(cat "$FS/res/latest") == step-00000002.h5 ]]
+tap_check $? "resumed at step 2 with less than a checkpoint free: one warning naming the next save, step 4 (exit $rc1 then $rc, want 0 then 2; step 2's checkpoint still latest)"
 tap_done
