@@ -17,8 +17,8 @@
  *   - tensor cores: mma.sync m16n8k16 bf16 x bf16 -> fp32 (sm_80 and sm_90a), operands from shared
  *     memory through ldmatrix, P and dS fed back from the accumulators as bf16 A fragments;
  *     or (tcu_attention_set_wgmma, sm_90a, hs 64 and 128) wgmma m64nNk16 on the block's 4 warps as
- *     one warpgroup, tiles in its core-matrix layout (the *_wgmma_kernel forms: same tiles, steps
- *     and masks as the 16-rows-a-warp mma.sync kernels, the softmax and gradient steps shared);
+ *     one warpgroup, tiles in its core-matrix layout: each kernel's WG = true instance, with the
+ *     tiles, steps, masks and code of its 16-rows-a-warp instance but for the products;
  *     softmax, masks, dS and every sum in fp32;
  *   - 128 threads per block, 4 warps; each warp owns MS slabs of 16 rows (queries or keys) of
  *     the block's tile and all columns of the other operand's tile, so warps share nothing but
@@ -159,6 +159,47 @@ __device__ __forceinline__ void warp_mma_regs_rows(float (&acc)[MS][NN][4],
             }
         }
     }
+}
+
+/* ---- warpgroup tile products (sm_90a wgmma; the kernels' WG instances) --------------------- */
+
+/* A tile of load_rows_cm_async's layout (row r's 16-byte chunk c at (r/8) HS*16 + (r%8) 16 + c 128)
+ * as a wgmma operand: K-major over hs (the A or B of a product over hs: the chunks, adjacent in K,
+ * 128 bytes apart; the row groups, adjacent in M or N, HS*16), or MN-major over its rows (the B of
+ * a product over the rows: the row groups, adjacent in K, HS*16 apart; the chunks, adjacent in N,
+ * 128). The one place that says which stride is the leading byte offset (the PTX ISA's: the
+ * distance between core matrices adjacent in K) and which the stride byte offset. */
+template <int HS> __device__ __forceinline__ uint64_t wg_desc_kmajor(const bf16 *tile) {
+    return wgmma_desc(tile, 128, HS * 16);
+}
+template <int HS> __device__ __forceinline__ uint64_t wg_desc_mnmajor(const bf16 *tile) {
+    return wgmma_desc(tile, HS * 16, 128);
+}
+
+/* acc (64 x N of the warpgroup) = A B^T over HS: A and B tiles in shared memory, K-major over hs
+ * (descriptors with the hs chunks 128 bytes apart); issued, not committed */
+template <int N, int HS>
+__device__ __forceinline__ void wg_smem_products(float (&acc)[N / 8][4], uint64_t desc_a,
+                                                 uint64_t desc_b) {
+#pragma unroll
+    for (int ks = 0; ks < HS / 16; ks++)
+        wgmma_ss<N>(acc, desc_a + ks * 2 * 128 / 16, desc_b + ks * 2 * 128 / 16, ks > 0);
+}
+
+/* acc (64 x HS) += P B over K: P the accumulator tiles p (16 x K of each warp) as bf16 A
+ * fragments into pa, which must stay unchanged until the wait; B a tile in shared memory, MN-major
+ * (its rows are K: row groups HS*16 bytes apart). Fenced, issued and committed, not waited for. */
+template <int HS, int K>
+__device__ __forceinline__ void wg_regs_product(float (&acc)[HS / 8][4], uint32_t (&pa)[K / 16][4],
+                                                const float (&p)[K / 8][4], uint64_t desc_b) {
+#pragma unroll
+    for (int kc = 0; kc < K / 16; kc++) afrag_of<K / 8>(pa[kc], p, kc);
+    wgmma_fence_operand(acc);
+    wgmma_fence();
+#pragma unroll
+    for (int kc = 0; kc < K / 16; kc++)
+        wgmma_rs_mn<HS>(acc, pa[kc], desc_b + kc * 2 * HS * 16 / 16, 1);
+    wgmma_commit();
 }
 
 /* ---- block-level helpers ----------------------------------------------------------------- */
@@ -429,81 +470,6 @@ flash_store_rows(bf16 *out, float *lse, const float (&o)[MS][HS / 8][4], const f
     }
 }
 
-/* out[b,i,h*HS..] = sum_j softmax_j(s[i,j]) v_j, lse[b,h,i] = log sum_j exp s[i,j].
- * Flash (online softmax) over key tiles, tensor-core S = Q K^T and O += P V.
- * Grid (ceil(T/BR), NH, B), last query tile first (the longest rows start first); 128 threads;
- * dynamic shared memory att_tiles<HS, MS>::fwd_smem (Q, K, V tiles). Key tiles start at lo of the
- * tile's first row and end at its last row; K of the next tile loads while P V runs, V of the
- * next tile while the next S runs. sl2 = scale * log2(e). */
-template <int HS, int MS>
-__global__ void __launch_bounds__(ATT_THREADS)
-    attention_forward_flash_mma_kernel(bf16 *__restrict__ out, float *__restrict__ lse,
-                                       const bf16 *__restrict__ qkv,
-                                       const float *__restrict__ slopes,
-                                       const int32_t *__restrict__ seq, int T, int NH, int KVH,
-                                       float sl2) {
-    using Tl = att_tiles<HS, MS>;
-    constexpr int BR = Tl::FWD_BR, BC = Tl::FWD_BC, LD = Tl::LD;
-    static_assert(BR == 16 * MS * ATT_WARPS, "MS 16-row slabs per warp");
-    extern __shared__ __align__(16) unsigned char att_smem[];
-    bf16 *sQ = reinterpret_cast<bf16 *>(att_smem), *sK = sQ + BR * LD, *sV = sK + BC * LD;
-    __shared__ int s_lo[BR], s_seq[BR], s_red[ATT_WARPS];
-
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
-    const int i0 = (gridDim.x - 1 - blockIdx.x) * BR, h = blockIdx.y, b = blockIdx.z;
-    const size_t ld = (size_t)(NH + 2 * KVH) * HS;
-    const bf16 *q, *k, *v;
-    head_rows(q, k, v, qkv, b, T, h, NH, KVH, HS);
-
-    load_rows_async<BR, HS>(sQ, q, ld, i0, T);
-    cp_async_commit();
-    segment_starts<BR>(s_lo, s_seq, s_red, seq ? seq + (size_t)b * T : nullptr, i0, T);
-    const int jstart = s_lo[0], lo_max = s_lo[BR - 1], ilast = min(i0 + BR, T) - 1;
-    const int ntiles = (ilast - jstart) / BC + 1;
-    load_rows_async<BC, HS>(sK, k, ld, jstart, T);
-    cp_async_commit();
-    load_rows_async<BC, HS>(sV, v, ld, jstart, T);
-    cp_async_commit();
-
-    /* this thread's rows, per slab m: ia (accumulator elements 0, 1) and ib = ia + 8 (2, 3) */
-    const int r0 = warp * 16 * MS;
-    int ia[MS], ib[MS], lo_a[MS], lo_b[MS];
-    slab_rows<MS>(ia, ib, lo_a, lo_b, s_lo, i0, r0, g);
-    const float slope2 = slopes ? slopes[h] * kLog2e : 0.0f;
-    float o[MS][HS / 8][4] = {};
-    float m_a[MS], m_b[MS], l_a[MS], l_b[MS]; /* l: this thread's columns */
-#pragma unroll
-    for (int m = 0; m < MS; m++) m_a[m] = m_b[m] = -INFINITY, l_a[m] = l_b[m] = 0.0f;
-
-    for (int jt = 0; jt < ntiles; jt++) {
-        const int j0 = jstart + jt * BC;
-        cp_async_wait<1>(); /* Q and K of this tile (V may still be in flight) */
-        __syncthreads();
-        float s[MS][BC / 8][4] = {};
-        warp_mma_rows_rowsT<MS, BC / 8, HS, LD>(s, sQ, r0, sK, lane);
-
-        flash_softmax_tile<MS, BC, HS / 8>(s, o, m_a, m_b, l_a, l_b, ia, ib, lo_a, lo_b, j0,
-                                          j0 + BC - 1 <= i0 && j0 >= lo_max, sl2, slope2, t4);
-
-        cp_async_wait<0>(); /* V of this tile */
-        __syncthreads();    /* ... visible to all; every warp is done with K */
-        if (jt + 1 < ntiles) {
-            load_rows_async<BC, HS>(sK, k, ld, j0 + BC, T);
-            cp_async_commit();
-        }
-        warp_mma_regs_rows<MS, HS / 8, BC, LD>(o, s, sV, lane);
-        __syncthreads(); /* every warp is done with V */
-        if (jt + 1 < ntiles) {
-            load_rows_async<BC, HS>(sV, v, ld, j0 + BC, T);
-            cp_async_commit();
-        }
-    }
-
-    flash_store_rows<MS, HS>(out, lse, o, m_a, m_b, l_a, l_b, ia, ib, b, h, T, NH, t4);
-}
-
-/* ---- forward on sm_90a's warpgroup products (issue 25, item 2) ----------------------------- */
-
 /* rows r0..r0+ROWS-1 of one head (as load_rows_async) -> s in wgmma's core-matrix layout without
  * swizzle: row r's 16-byte chunk c (columns 8c..8c+7) at byte (r/8) HS*16 + (r%8) 16 + c 128, so
  * that each 8 rows x 8 columns is one 128-byte core matrix, the chunks of a row group 128 bytes
@@ -524,30 +490,43 @@ __device__ __forceinline__ void load_rows_cm_async(bf16 *s, const bf16 *g, size_
     }
 }
 
-/* The forward of attention_forward_flash_mma_kernel with 16 rows a warp (the same grid, 64 query
- * rows and 64 keys a tile, masks, online softmax, outputs; flash_softmax_tile and
- * flash_store_rows are shared), its two tile products on the warpgroup's wgmma (the block's 4
- * warps are one warpgroup; warp w owns rows 16w..16w+15 of both the mma.sync and the wgmma
- * accumulators, so the softmax is the same code): S = Q K^T with Q and K from shared memory
- * (K-major, the hs chunks 128 bytes apart: lbo 128, sbo HS*16), O += P V with P from registers
- * (the accumulator of S, rounded to bf16, is wgmma's A fragment as it is mma.sync's) and V from
- * shared memory as an MN-major B (the same layout: keys are K, lbo HS*16; hs is N, sbo 128).
- * hs 64 or 128; sm_90a only (tcu_attention_wgmma). Each product is waited for before its result
- * is used: the warpgroup's products overlap other blocks' softmax, not its own (FlashAttention-3's
- * ping-pong and its producer warps with TMA are the next step, docs/cuda.md). */
-template <int HS>
+/* a tile as the kernel's products read it: rows padded to HS + 8 for ldmatrix (mma.sync), or
+ * wgmma's core-matrix layout (WG) */
+template <bool WG, int ROWS, int HS>
+__device__ __forceinline__ void load_tile_async(bf16 *s, const bf16 *g, size_t ld, int r0, int T) {
+    if constexpr (WG)
+        load_rows_cm_async<ROWS, HS>(s, g, ld, r0, T);
+    else
+        load_rows_async<ROWS, HS>(s, g, ld, r0, T);
+}
+
+/* out[b,i,h*HS..] = sum_j softmax_j(s[i,j]) v_j, lse[b,h,i] = log sum_j exp s[i,j].
+ * Flash (online softmax) over key tiles, tensor-core S = Q K^T and O += P V.
+ * Grid (ceil(T/BR), NH, B), last query tile first (the longest rows start first); 128 threads;
+ * dynamic shared memory att_tiles<HS, MS>::fwd_smem (Q, K, V tiles; fwd_smem_cm with WG). Key
+ * tiles start at lo of the tile's first row and end at its last row; K of the next tile loads
+ * while P V runs, V of the next tile while the next S runs. sl2 = scale * log2(e).
+ * WG (issue 25 item 2; sm_90a, MS = 1, hs 64 or 128): the two products on wgmma, the block's 4
+ * warps one warpgroup (warp w owns rows 16w..16w+15 of the accumulator as with mma.sync, so the
+ * softmax is the same code): S = Q K^T with Q and K from shared memory (K-major: the hs chunks
+ * 128 bytes apart, lbo 128, sbo HS*16), O += P V with P from registers (the accumulator of S as
+ * bf16 A fragments) and V from shared memory as an MN-major B (keys are K: lbo HS*16; hs is N:
+ * sbo 128). Each product is waited for before its result is used: the warpgroup's products
+ * overlap other blocks' softmax, not its own (FlashAttention-3's ping-pong and its producer warps
+ * with TMA are the next step, docs/cuda.md). */
+template <int HS, int MS, bool WG>
 __global__ void __launch_bounds__(ATT_THREADS)
-    attention_forward_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse,
+    attention_forward_flash_kernel(bf16 *__restrict__ out, float *__restrict__ lse,
                                    const bf16 *__restrict__ qkv, const float *__restrict__ slopes,
                                    const int32_t *__restrict__ seq, int T, int NH, int KVH,
                                    float sl2) {
-    using Tl = att_tiles<HS, 1>;
-    constexpr int BR = Tl::FWD_BR, BC = Tl::FWD_BC;
-    constexpr uint32_t CM = 128, RG = HS * 16; /* bytes: between chunks, between row groups */
-    static_assert(ATT_THREADS == 128 && BR == 64 && (HS == 64 || HS == 128),
-                  "one warpgroup of 64 rows; wgmma's shapes");
+    using Tl = att_tiles<HS, MS>;
+    constexpr int BR = Tl::FWD_BR, BC = Tl::FWD_BC, LD = WG ? HS : Tl::LD; /* a tile row */
+    static_assert(BR == 16 * MS * ATT_WARPS, "MS 16-row slabs per warp");
+    static_assert(!WG || (MS == 1 && ATT_THREADS == 128 && (HS == 64 || HS == 128)),
+                  "wgmma: one warpgroup of 64 rows; its shapes");
     extern __shared__ __align__(16) unsigned char att_smem[];
-    bf16 *sQ = reinterpret_cast<bf16 *>(att_smem), *sK = sQ + BR * HS, *sV = sK + BC * HS;
+    bf16 *sQ = reinterpret_cast<bf16 *>(att_smem), *sK = sQ + BR * LD, *sV = sK + BC * LD;
     __shared__ int s_lo[BR], s_seq[BR], s_red[ATT_WARPS];
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
@@ -556,71 +535,72 @@ __global__ void __launch_bounds__(ATT_THREADS)
     const bf16 *q, *k, *v;
     head_rows(q, k, v, qkv, b, T, h, NH, KVH, HS);
 
-    load_rows_cm_async<BR, HS>(sQ, q, ld, i0, T);
+    load_tile_async<WG, BR, HS>(sQ, q, ld, i0, T);
     cp_async_commit();
     segment_starts<BR>(s_lo, s_seq, s_red, seq ? seq + (size_t)b * T : nullptr, i0, T);
     const int jstart = s_lo[0], lo_max = s_lo[BR - 1], ilast = min(i0 + BR, T) - 1;
     const int ntiles = (ilast - jstart) / BC + 1;
-    load_rows_cm_async<BC, HS>(sK, k, ld, jstart, T);
+    load_tile_async<WG, BC, HS>(sK, k, ld, jstart, T);
     cp_async_commit();
-    load_rows_cm_async<BC, HS>(sV, v, ld, jstart, T);
+    load_tile_async<WG, BC, HS>(sV, v, ld, jstart, T);
     cp_async_commit();
-    /* a k16 step of S = Q K^T advances 2 chunks (256 bytes) of Q and K; of O += P V, 2 row
-     * groups of V. Descriptors count 16 bytes. */
-    const uint64_t dq = wgmma_desc(sQ, CM, RG), dk = wgmma_desc(sK, CM, RG);
-    const uint64_t dv = wgmma_desc(sV, RG, CM);
+    [[maybe_unused]] uint64_t dq = 0, dk = 0, dv = 0;
+    if constexpr (WG)
+        dq = wg_desc_kmajor<HS>(sQ), dk = wg_desc_kmajor<HS>(sK), dv = wg_desc_mnmajor<HS>(sV);
 
-    int ia[1], ib[1], lo_a[1], lo_b[1];
-    slab_rows<1>(ia, ib, lo_a, lo_b, s_lo, i0, warp * 16, g);
+    /* this thread's rows, per slab m: ia (accumulator elements 0, 1) and ib = ia + 8 (2, 3) */
+    const int r0 = warp * 16 * MS;
+    int ia[MS], ib[MS], lo_a[MS], lo_b[MS];
+    slab_rows<MS>(ia, ib, lo_a, lo_b, s_lo, i0, r0, g);
     const float slope2 = slopes ? slopes[h] * kLog2e : 0.0f;
-    float o[1][HS / 8][4] = {};
-    float m_a[1] = {-INFINITY}, m_b[1] = {-INFINITY}, l_a[1] = {0.0f}, l_b[1] = {0.0f};
+    float o[MS][HS / 8][4] = {};
+    float m_a[MS], m_b[MS], l_a[MS], l_b[MS]; /* l: this thread's columns */
+#pragma unroll
+    for (int m = 0; m < MS; m++) m_a[m] = m_b[m] = -INFINITY, l_a[m] = l_b[m] = 0.0f;
 
     for (int jt = 0; jt < ntiles; jt++) {
         const int j0 = jstart + jt * BC;
         cp_async_wait<1>(); /* Q and K of this tile (V may still be in flight) */
-        fence_proxy_async(); /* ... visible to the wgmma's reads, once every thread is past: */
+        if constexpr (WG) fence_proxy_async(); /* ... visible to the wgmma, once all are past: */
         __syncthreads();
-        float s[1][BC / 8][4] = {};
-        wgmma_fence_operand(s[0]);
-        wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < HS / 16; ks++)
-            wgmma_ss<BC>(s[0], dq + (uint64_t)(ks * 2 * CM / 16), dk + (uint64_t)(ks * 2 * CM / 16),
-                         ks > 0);
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_operand(s[0]);
+        float s[MS][BC / 8][4] = {};
+        if constexpr (WG) {
+            wgmma_fence_operand(s[0]);
+            wgmma_fence();
+            wg_smem_products<BC, HS>(s[0], dq, dk);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_fence_operand(s[0]);
+        } else {
+            warp_mma_rows_rowsT<MS, BC / 8, HS, LD>(s, sQ, r0, sK, lane);
+        }
 
-        flash_softmax_tile<1, BC, HS / 8>(s, o, m_a, m_b, l_a, l_b, ia, ib, lo_a, lo_b, j0,
-                                         j0 + BC - 1 <= i0 && j0 >= lo_max, sl2, slope2, t4);
+        flash_softmax_tile<MS, BC, HS / 8>(s, o, m_a, m_b, l_a, l_b, ia, ib, lo_a, lo_b, j0,
+                                          j0 + BC - 1 <= i0 && j0 >= lo_max, sl2, slope2, t4);
 
         cp_async_wait<0>(); /* V of this tile */
-        fence_proxy_async();
-        __syncthreads(); /* ... visible to all; every warp is done with K (its wgmma waited) */
+        if constexpr (WG) fence_proxy_async();
+        __syncthreads(); /* ... visible to all; every warp is done with K */
         if (jt + 1 < ntiles) {
-            load_rows_cm_async<BC, HS>(sK, k, ld, j0 + BC, T);
+            load_tile_async<WG, BC, HS>(sK, k, ld, j0 + BC, T);
             cp_async_commit();
         }
-        uint32_t pa[BC / 16][4]; /* P as bf16 A fragments */
-#pragma unroll
-        for (int kc = 0; kc < BC / 16; kc++) afrag_of<BC / 8>(pa[kc], s[0], kc);
-        wgmma_fence_operand(o[0]);
-        wgmma_fence();
-#pragma unroll
-        for (int kc = 0; kc < BC / 16; kc++)
-            wgmma_rs_mn<HS>(o[0], pa[kc], dv + (uint64_t)(kc * 2 * RG / 16), 1);
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_operand(o[0]);
+        if constexpr (WG) {
+            uint32_t pa[BC / 16][4];
+            wg_regs_product<HS, BC>(o[0], pa, s[0], dv);
+            wgmma_wait<0>();
+            wgmma_fence_operand(o[0]);
+        } else {
+            warp_mma_regs_rows<MS, HS / 8, BC, LD>(o, s, sV, lane);
+        }
         __syncthreads(); /* every warp is done with V */
         if (jt + 1 < ntiles) {
-            load_rows_cm_async<BC, HS>(sV, v, ld, j0 + BC, T);
+            load_tile_async<WG, BC, HS>(sV, v, ld, j0 + BC, T);
             cp_async_commit();
         }
     }
 
-    flash_store_rows<1, HS>(out, lse, o, m_a, m_b, l_a, l_b, ia, ib, b, h, T, NH, t4);
+    flash_store_rows<MS, HS>(out, lse, o, m_a, m_b, l_a, l_b, ia, ib, b, h, T, NH, t4);
 }
 
 /* ---- backward ---------------------------------------------------------------------------- */
@@ -879,19 +859,26 @@ __device__ __forceinline__ int start_ticket(int *ticket, int *s) {
  * Causal order makes the waits short: block kb reaches a tile BK/BQ steps after block kb + 1 did
  * (more for later query heads of the group), and starts that many steps earlier. The contributors
  * of a tile are contiguous: block kb reaches query tile it0 iff j0 <= it0 < hi(its last key), and
- * hi grows with the key. */
-template <int HS, int MS, bool FUSED>
-__global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_mma_kernel(
+ * hi grows with the key.
+ * WG (sm_90a, MS = 1, not FUSED, hs 64 or 128; issue 25 item 2): the products on wgmma, tiles in
+ * its core-matrix layout (load_rows_cm_async): P^T = K Q^T and dP^T = V dO^T in one commit group
+ * (K-major over hs); then dV += P^T dO issued, dS^T made while it runs, dK += dS^T Q (P^T and
+ * dS^T from registers, dO and Q as MN-major B: their rows are K), both waited for at the step's
+ * end, before the barrier that releases the buffer. */
+template <int HS, int MS, bool FUSED, bool WG>
+__global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_kernel(
     bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
     const float *__restrict__ lse, const float *__restrict__ Dsum,
     const float *__restrict__ slopes, const int32_t *__restrict__ seq, int T, int NH, int KVH,
     float scale, float sl2, bool set, float *__restrict__ dqacc, int *__restrict__ turns,
     int nqt) {
     using Tl = att_tiles<HS, MS>;
-    constexpr int BK = Tl::KV_BK, BQ = Tl::KV_BQ, LD = Tl::LD;
+    constexpr int BK = Tl::KV_BK, BQ = Tl::KV_BQ, LD = WG ? HS : Tl::LD; /* a tile row */
     const int C = NH * HS, grp = NH / KVH;
     static_assert(BK == 16 * MS * ATT_WARPS, "MS 16-key slabs per warp");
     static_assert(BK % BQ == 0, "query tiles inside key blocks");
+    static_assert(!WG || (!FUSED && MS == 1 && ATT_THREADS == 128 && (HS == 64 || HS == 128)),
+                  "wgmma: one warpgroup of 64 keys, not fused; its shapes");
     extern __shared__ __align__(16) unsigned char att_smem[];
     bf16 *sK = reinterpret_cast<bf16 *>(att_smem), *sV = sK + BK * LD;
     bf16 *sQ0 = sV + BK * LD, *sG0 = sQ0 + 2 * BQ * LD; /* buffer u at +u * BQ * LD */
@@ -909,8 +896,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_m
     const bf16 *q0, *k, *v;
     head_rows(q0, k, v, qkv, b, T, h0, NH, KVH, HS); /* q0: the group's first query head */
 
-    load_rows_async<BK, HS>(sK, k, ld, j0, T);
-    load_rows_async<BK, HS>(sV, v, ld, j0, T);
+    load_tile_async<WG, BK, HS>(sK, k, ld, j0, T);
+    load_tile_async<WG, BK, HS>(sV, v, ld, j0, T);
     cp_async_commit();
     segment_ends<BK>(s_hi, s_seq, s_red, seq ? seq + (size_t)b * T : nullptr, j0, T);
     const int hi_min = s_hi[0], i_end = s_hi[BK - 1]; /* queries j0 <= i < i_end (<= T) */
@@ -927,9 +914,9 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_m
     auto load_query_tile = [&](int st, int u) {
         const int h = h0 + st / nq, it0 = j0 + (st % nq) * BQ;
         const float *lbh = lse + ((size_t)b * NH + h) * T, *dbh = Dsum + ((size_t)b * NH + h) * T;
-        load_rows_async<BQ, HS>(sQ0 + u * BQ * LD, q0 + (size_t)(h - h0) * HS, ld, it0, T);
-        load_rows_async<BQ, HS>(sG0 + u * BQ * LD, dout + (size_t)b * T * C + (size_t)h * HS,
-                                (size_t)C, it0, T);
+        load_tile_async<WG, BQ, HS>(sQ0 + u * BQ * LD, q0 + (size_t)(h - h0) * HS, ld, it0, T);
+        load_tile_async<WG, BQ, HS>(sG0 + u * BQ * LD, dout + (size_t)b * T * C + (size_t)h * HS,
+                                    (size_t)C, it0, T);
         cp_async_commit();
         if (tid < BQ) {
             const int i = it0 + tid;
@@ -944,6 +931,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_m
     int ja[MS], jb[MS], hi_a[MS], hi_b[MS];
     slab_rows<MS>(ja, jb, hi_a, hi_b, s_hi, j0, r0, g);
     float dk[MS][HS / 8][4] = {}, dv[MS][HS / 8][4] = {};
+    [[maybe_unused]] uint64_t desc_k = 0, desc_v = 0; /* WG: K, V as the A of products over hs */
+    if constexpr (WG) desc_k = wg_desc_kmajor<HS>(sK), desc_v = wg_desc_kmajor<HS>(sV);
 
     for (int st = 0; st < nsteps; st++) {
         const int u = st & 1, it0 = j0 + (st % nq) * BQ;
@@ -954,22 +943,48 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_m
         } else {
             cp_async_wait<0>();
         }
+        if constexpr (WG) fence_proxy_async(); /* visible to the wgmma, once all are past: */
         __syncthreads();
         const bf16 *sQ = sQ0 + u * BQ * LD, *sG = sG0 + u * BQ * LD;
         const float *tl = s_lse[u], *tD = s_D[u];
 
-        /* P^T (keys x queries) */
+        /* P^T = K Q^T and dP^T = V dO^T (keys x queries) */
         float p[MS][BQ / 8][4] = {};
-        warp_mma_rows_rowsT<MS, BQ / 8, HS, LD>(p, sK, r0, sQ, lane);
+        float ds[MS][BQ / 8][4] = {};
+        if constexpr (WG) { /* both in one commit group */
+            const uint64_t dq_k = wg_desc_kmajor<HS>(sQ), dg_k = wg_desc_kmajor<HS>(sG);
+            wgmma_fence_operand(p[0]);
+            wgmma_fence_operand(ds[0]);
+            wgmma_fence();
+            wg_smem_products<BQ, HS>(p[0], desc_k, dq_k);
+            wg_smem_products<BQ, HS>(ds[0], desc_v, dg_k);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_fence_operand(p[0]);
+            wgmma_fence_operand(ds[0]);
+        } else {
+            warp_mma_rows_rowsT<MS, BQ / 8, HS, LD>(p, sK, r0, sQ, lane);
+        }
         bwd_kv_probs<MS, BQ>(p, ja, jb, hi_a, hi_b, it0,
                              j0 + BK - 1 <= it0 && it0 + BQ <= hi_min /* hi_min <= T */, sl2,
                              slope2, tl, t4);
-        /* dP^T = V dO^T (keys x queries) */
-        float ds[MS][BQ / 8][4] = {};
-        warp_mma_rows_rowsT<MS, BQ / 8, HS, LD>(ds, sV, r0, sG, lane);
-        warp_mma_regs_rows<MS, HS / 8, BQ, LD>(dv, p, sG, lane); /* dV += P^T dO */
-        bwd_kv_ds<MS, BQ>(ds, p, tD, t4);
-        warp_mma_regs_rows<MS, HS / 8, BQ, LD>(dk, ds, sQ, lane); /* dK += dS^T Q */
+        if constexpr (WG) {
+            /* dV += P^T dO issued, dS^T made while it runs, then dK += dS^T Q (dO and Q as
+             * MN-major B: their rows are K) */
+            const uint64_t dq_m = wg_desc_mnmajor<HS>(sQ), dg_m = wg_desc_mnmajor<HS>(sG);
+            uint32_t pa[BQ / 16][4], da[BQ / 16][4];
+            wg_regs_product<HS, BQ>(dv[0], pa, p[0], dg_m);
+            bwd_kv_ds<MS, BQ>(ds, p, tD, t4);
+            wg_regs_product<HS, BQ>(dk[0], da, ds[0], dq_m);
+            wgmma_wait<0>();
+            wgmma_fence_operand(dv[0]);
+            wgmma_fence_operand(dk[0]);
+        } else {
+            warp_mma_rows_rowsT<MS, BQ / 8, HS, LD>(ds, sV, r0, sG, lane); /* dP^T = V dO^T */
+            warp_mma_regs_rows<MS, HS / 8, BQ, LD>(dv, p, sG, lane);        /* dV += P^T dO */
+            bwd_kv_ds<MS, BQ>(ds, p, tD, t4);
+            warp_mma_regs_rows<MS, HS / 8, BQ, LD>(dk, ds, sQ, lane); /* dK += dS^T Q */
+        }
         if constexpr (FUSED) {
             /* dS^T -> sDS (bf16, the rounding the dq kernel's A fragments get) */
 #pragma unroll
@@ -1008,17 +1023,23 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_m
  * tiles as in the forward, taken last to first (the fused dq's order: highest key block first);
  * V of the next tile loads while S and dQ run, K of the next tile while dP runs. Result added
  * into the q columns of dqkv. Grid (ceil(T/BR), NH, B), last query tile
- * first; 128 threads; dynamic shared memory att_tiles<HS, MS>::dq_smem (Q, dO, K, V). */
-template <int HS, int MS>
-__global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_mma_kernel(
+ * first; 128 threads; dynamic shared memory att_tiles<HS, MS>::dq_smem (Q, dO, K, V).
+ * WG (sm_90a, MS = 1, hs 64 or 128; issue 25 item 2): the products on wgmma, tiles in its
+ * core-matrix layout: per key tile, dP = dO V^T and S = Q K^T in one commit group (K-major over
+ * hs), V of the next tile loading once they are done, then dQ += dS K (dS from registers, K as an
+ * MN-major B), K of the next tile after it. */
+template <int HS, int MS, bool WG>
+__global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_kernel(
     bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
     const float *__restrict__ lse, const float *__restrict__ Dsum,
     const float *__restrict__ slopes, const int32_t *__restrict__ seq, int T, int NH, int KVH,
     float scale, float sl2, bool set) {
     using Tl = att_tiles<HS, MS>;
-    constexpr int BR = Tl::DQ_BR, BC = Tl::DQ_BC, LD = Tl::LD;
+    constexpr int BR = Tl::DQ_BR, BC = Tl::DQ_BC, LD = WG ? HS : Tl::LD; /* a tile row */
     const int C = NH * HS;
     static_assert(BR == 16 * MS * ATT_WARPS, "MS 16-row slabs per warp");
+    static_assert(!WG || (MS == 1 && ATT_THREADS == 128 && (HS == 64 || HS == 128)),
+                  "wgmma: one warpgroup of 64 rows; its shapes");
     extern __shared__ __align__(16) unsigned char att_smem[];
     bf16 *sQ = reinterpret_cast<bf16 *>(att_smem), *sG = sQ + BR * LD, *sK = sG + BR * LD;
     bf16 *sV = sK + BC * LD;
@@ -1032,16 +1053,16 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_m
     const bf16 *go = dout + (size_t)b * T * C + (size_t)h * HS;
     const float *lbh = lse + ((size_t)b * NH + h) * T, *dbh = Dsum + ((size_t)b * NH + h) * T;
 
-    load_rows_async<BR, HS>(sQ, q, ld, i0, T);
-    load_rows_async<BR, HS>(sG, go, (size_t)C, i0, T);
+    load_tile_async<WG, BR, HS>(sQ, q, ld, i0, T);
+    load_tile_async<WG, BR, HS>(sG, go, (size_t)C, i0, T);
     cp_async_commit();
     segment_starts<BR>(s_lo, s_seq, s_red, seq ? seq + (size_t)b * T : nullptr, i0, T);
     const int jstart = s_lo[0], lo_max = s_lo[BR - 1], ilast = min(i0 + BR, T) - 1;
     const int ntiles = (ilast - jstart) / BC + 1;
     const int jtop = jstart + (ntiles - 1) * BC; /* the last tile, taken first */
-    load_rows_async<BC, HS>(sV, v, ld, jtop, T);
+    load_tile_async<WG, BC, HS>(sV, v, ld, jtop, T);
     cp_async_commit();
-    load_rows_async<BC, HS>(sK, k, ld, jtop, T);
+    load_tile_async<WG, BC, HS>(sK, k, ld, jtop, T);
     cp_async_commit();
 
     const int r0 = warp * 16 * MS;
@@ -1051,254 +1072,68 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_m
     bwd_q_row_stats<MS>(lse_a, lse_b, d_a, d_b, ia, ib, lbh, dbh, T);
     const float slope2 = slopes ? slopes[h] * kLog2e : 0.0f;
     float dq[MS][HS / 8][4] = {};
+    /* WG: Q, dO, K and V as the A or B of products over hs (K-major); K as the MN-major B of
+     * dQ += dS K (its rows are K) */
+    [[maybe_unused]] uint64_t desc_q = 0, desc_g = 0, desc_k = 0, desc_v = 0, desc_km = 0;
+    if constexpr (WG) {
+        desc_q = wg_desc_kmajor<HS>(sQ), desc_g = wg_desc_kmajor<HS>(sG);
+        desc_k = wg_desc_kmajor<HS>(sK), desc_v = wg_desc_kmajor<HS>(sV);
+        desc_km = wg_desc_mnmajor<HS>(sK);
+    }
 
     for (int jt = 0; jt < ntiles; jt++) {
         const int j0 = jtop - jt * BC;
-        cp_async_wait<1>(); /* Q, dO and V of this tile (K may still be in flight) */
-        __syncthreads();
         float dp[MS][BC / 8][4] = {};
-        warp_mma_rows_rowsT<MS, BC / 8, HS, LD>(dp, sG, r0, sV, lane); /* dP = dO V^T */
-        cp_async_wait<0>(); /* K of this tile */
-        __syncthreads();    /* ... visible to all; every warp is done with V */
-        if (jt + 1 < ntiles) {
-            load_rows_async<BC, HS>(sV, v, ld, j0 - BC, T);
-            cp_async_commit();
-        }
         float s[MS][BC / 8][4] = {};
-        warp_mma_rows_rowsT<MS, BC / 8, HS, LD>(s, sQ, r0, sK, lane); /* S = Q K^T */
+        if constexpr (WG) {
+            cp_async_wait<0>(); /* Q, dO, and V and K of this tile */
+            fence_proxy_async();
+            __syncthreads();
+            wgmma_fence_operand(dp[0]);
+            wgmma_fence_operand(s[0]);
+            wgmma_fence();
+            wg_smem_products<BC, HS>(dp[0], desc_g, desc_v); /* dP = dO V^T, S = Q K^T: */
+            wg_smem_products<BC, HS>(s[0], desc_q, desc_k);  /* one commit group */
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_fence_operand(dp[0]);
+            wgmma_fence_operand(s[0]);
+            __syncthreads(); /* every warp's products done: V is free */
+            if (jt + 1 < ntiles) {
+                load_tile_async<WG, BC, HS>(sV, v, ld, j0 - BC, T);
+                cp_async_commit();
+            }
+        } else {
+            cp_async_wait<1>(); /* Q, dO and V of this tile (K may still be in flight) */
+            __syncthreads();
+            warp_mma_rows_rowsT<MS, BC / 8, HS, LD>(dp, sG, r0, sV, lane); /* dP = dO V^T */
+            cp_async_wait<0>(); /* K of this tile */
+            __syncthreads();    /* ... visible to all; every warp is done with V */
+            if (jt + 1 < ntiles) {
+                load_tile_async<WG, BC, HS>(sV, v, ld, j0 - BC, T);
+                cp_async_commit();
+            }
+            warp_mma_rows_rowsT<MS, BC / 8, HS, LD>(s, sQ, r0, sK, lane); /* S = Q K^T */
+        }
         /* rows past T are masked too (their lse and D are stand-ins) */
         bwd_q_ds<MS, BC>(s, dp, ia, ib, lo_a, lo_b, lse_a, lse_b, d_a, d_b, j0,
                          j0 + BC - 1 <= i0 && j0 >= lo_max && i0 + BR <= T, T, sl2, slope2, t4);
-        warp_mma_regs_rows<MS, HS / 8, BC, LD>(dq, s, sK, lane); /* dQ += dS K */
+        if constexpr (WG) {
+            uint32_t da[BC / 16][4];
+            wg_regs_product<HS, BC>(dq[0], da, s[0], desc_km); /* dQ += dS K */
+            wgmma_wait<0>();
+            wgmma_fence_operand(dq[0]);
+        } else {
+            warp_mma_regs_rows<MS, HS / 8, BC, LD>(dq, s, sK, lane); /* dQ += dS K */
+        }
         __syncthreads(); /* every warp is done with K */
         if (jt + 1 < ntiles) {
-            load_rows_async<BC, HS>(sK, k, ld, j0 - BC, T);
+            load_tile_async<WG, BC, HS>(sK, k, ld, j0 - BC, T);
             cp_async_commit();
         }
     }
 
     bwd_q_store<MS, HS>(dqkv, dq, ia, ib, b, h, T, ld, scale, set, t4);
-}
-
-/* ---- backward on sm_90a's warpgroup products (issue 25, item 2) ---------------------------- */
-
-/* The wgmma forms of the two backward kernels above with 16 rows a warp: the same grids, tiles
- * (64 keys a dk/dv block with BQ queries a step; 64 query rows a dq block with 64 keys a step),
- * order of steps, masks and epilogues (the shared bwd_* steps), so deterministic; other bits
- * than the mma.sync kernels' (the products sum in another order). Tiles in the core-matrix layout
- * (load_rows_cm_async); a tile is K-major as the A or B of an smem x smem product over hs (lbo
- * 128, sbo HS*16) and MN-major as the B of a register x smem product over its rows (lbo HS*16,
- * sbo 128). A buffer a product read is refilled only after its wait and a barrier (a warp past
- * its wait may not assume the others' share of the product done). hs 64 or 128; sm_90a only. */
-
-/* dk, dv of one key block (as attention_backward_dkdv_keytile_mma_kernel, not fused): P^T =
- * K Q^T and dP^T = V dO^T in one commit group; then dV += P^T dO issued, dS^T computed while it
- * runs, dK += dS^T Q issued, both waited for at the step's end. */
-template <int HS>
-__global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_wgmma_kernel(
-    bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
-    const float *__restrict__ lse, const float *__restrict__ Dsum,
-    const float *__restrict__ slopes, const int32_t *__restrict__ seq, int T, int NH, int KVH,
-    float scale, float sl2, bool set) {
-    using Tl = att_tiles<HS, 1>;
-    constexpr int BK = Tl::KV_BK, BQ = Tl::KV_BQ;
-    constexpr uint32_t CM = 128, RG = HS * 16;
-    static_assert(ATT_THREADS == 128 && BK == 64 && (HS == 64 || HS == 128),
-                  "one warpgroup of 64 keys; wgmma's shapes");
-    const int C = NH * HS, grp = NH / KVH;
-    extern __shared__ __align__(16) unsigned char att_smem[];
-    bf16 *sK = reinterpret_cast<bf16 *>(att_smem), *sV = sK + BK * HS;
-    bf16 *sQ0 = sV + BK * HS, *sG0 = sQ0 + 2 * BQ * HS; /* buffer u at +u * BQ * HS */
-    __shared__ float s_lse[2][BQ], s_D[2][BQ];
-    __shared__ int s_hi[BK], s_seq[BK], s_red[ATT_WARPS];
-
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
-    const int kb = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
-    const int j0 = kb * BK, h0 = kvh * grp;
-    const size_t ld = (size_t)(NH + 2 * KVH) * HS;
-    const bf16 *q0, *k, *v;
-    head_rows(q0, k, v, qkv, b, T, h0, NH, KVH, HS);
-
-    load_rows_cm_async<BK, HS>(sK, k, ld, j0, T);
-    load_rows_cm_async<BK, HS>(sV, v, ld, j0, T);
-    cp_async_commit();
-    segment_ends<BK>(s_hi, s_seq, s_red, seq ? seq + (size_t)b * T : nullptr, j0, T);
-    const int hi_min = s_hi[0], i_end = s_hi[BK - 1];
-    const int nq = (i_end - j0 + BQ - 1) / BQ, nsteps = grp * nq;
-
-    auto load_query_tile = [&](int st, int u) {
-        const int h = h0 + st / nq, it0 = j0 + (st % nq) * BQ;
-        const float *lbh = lse + ((size_t)b * NH + h) * T, *dbh = Dsum + ((size_t)b * NH + h) * T;
-        load_rows_cm_async<BQ, HS>(sQ0 + u * BQ * HS, q0 + (size_t)(h - h0) * HS, ld, it0, T);
-        load_rows_cm_async<BQ, HS>(sG0 + u * BQ * HS, dout + (size_t)b * T * C + (size_t)h * HS,
-                                   (size_t)C, it0, T);
-        cp_async_commit();
-        if (tid < BQ) {
-            const int i = it0 + tid;
-            s_lse[u][tid] = i < T ? lbh[i] * kLog2e : 0.0f;
-            s_D[u][tid] = i < T ? dbh[i] : 0.0f;
-        }
-    };
-    load_query_tile(0, 0);
-
-    int ja[1], jb[1], hi_a[1], hi_b[1];
-    slab_rows<1>(ja, jb, hi_a, hi_b, s_hi, j0, warp * 16, g);
-    const uint64_t dK = wgmma_desc(sK, CM, RG), dV = wgmma_desc(sV, CM, RG);
-    float dk[1][HS / 8][4] = {}, dv[1][HS / 8][4] = {};
-
-    for (int st = 0; st < nsteps; st++) {
-        const int u = st & 1, it0 = j0 + (st % nq) * BQ;
-        const float slope2 = slopes ? slopes[h0 + st / nq] * kLog2e : 0.0f;
-        if (st + 1 < nsteps) {
-            load_query_tile(st + 1, u ^ 1); /* buffer u^1 was released by the last barrier */
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        fence_proxy_async();
-        __syncthreads();
-        const bf16 *sQ = sQ0 + u * BQ * HS, *sG = sG0 + u * BQ * HS;
-        const uint64_t dQk = wgmma_desc(sQ, CM, RG), dGk = wgmma_desc(sG, CM, RG);
-        const uint64_t dQm = wgmma_desc(sQ, RG, CM), dGm = wgmma_desc(sG, RG, CM);
-
-        float p[1][BQ / 8][4] = {}, ds[1][BQ / 8][4] = {};
-        wgmma_fence_operand(p[0]);
-        wgmma_fence_operand(ds[0]);
-        wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < HS / 16; ks++) /* P^T = K Q^T, dP^T = V dO^T */
-            wgmma_ss<BQ>(p[0], dK + ks * 2 * CM / 16, dQk + ks * 2 * CM / 16, ks > 0);
-#pragma unroll
-        for (int ks = 0; ks < HS / 16; ks++)
-            wgmma_ss<BQ>(ds[0], dV + ks * 2 * CM / 16, dGk + ks * 2 * CM / 16, ks > 0);
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_operand(p[0]);
-        wgmma_fence_operand(ds[0]);
-
-        bwd_kv_probs<1, BQ>(p, ja, jb, hi_a, hi_b, it0,
-                            j0 + BK - 1 <= it0 && it0 + BQ <= hi_min, sl2, slope2, s_lse[u], t4);
-        uint32_t pa[BQ / 16][4], da[BQ / 16][4];
-#pragma unroll
-        for (int kc = 0; kc < BQ / 16; kc++) afrag_of<BQ / 8>(pa[kc], p[0], kc);
-        wgmma_fence_operand(dv[0]);
-        wgmma_fence();
-#pragma unroll
-        for (int kc = 0; kc < BQ / 16; kc++) /* dV += P^T dO, running while dS^T is made */
-            wgmma_rs_mn<HS>(dv[0], pa[kc], dGm + kc * 2 * RG / 16, 1);
-        wgmma_commit();
-        bwd_kv_ds<1, BQ>(ds, p, s_D[u], t4);
-#pragma unroll
-        for (int kc = 0; kc < BQ / 16; kc++) afrag_of<BQ / 8>(da[kc], ds[0], kc);
-        wgmma_fence_operand(dk[0]);
-        wgmma_fence();
-#pragma unroll
-        for (int kc = 0; kc < BQ / 16; kc++) /* dK += dS^T Q */
-            wgmma_rs_mn<HS>(dk[0], da[kc], dQm + kc * 2 * RG / 16, 1);
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_operand(dv[0]);
-        wgmma_fence_operand(dk[0]);
-        __syncthreads(); /* every warp is done with buffer u */
-    }
-
-    bwd_kv_store<1, HS>(dqkv, dk, dv, ja, jb, b, T, NH, KVH, kvh, scale, set, t4);
-}
-
-/* dq of one query block (as attention_backward_dq_querytile_mma_kernel): per key tile, last to
- * first, dP = dO V^T and S = Q K^T in one commit group; V of the next tile loads while dS is made
- * and dQ += dS K runs, K of the next tile after it. */
-template <int HS>
-__global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_wgmma_kernel(
-    bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
-    const float *__restrict__ lse, const float *__restrict__ Dsum,
-    const float *__restrict__ slopes, const int32_t *__restrict__ seq, int T, int NH, int KVH,
-    float scale, float sl2, bool set) {
-    using Tl = att_tiles<HS, 1>;
-    constexpr int BR = Tl::DQ_BR, BC = Tl::DQ_BC;
-    constexpr uint32_t CM = 128, RG = HS * 16;
-    static_assert(ATT_THREADS == 128 && BR == 64 && (HS == 64 || HS == 128),
-                  "one warpgroup of 64 rows; wgmma's shapes");
-    const int C = NH * HS;
-    extern __shared__ __align__(16) unsigned char att_smem[];
-    bf16 *sQ = reinterpret_cast<bf16 *>(att_smem), *sG = sQ + BR * HS, *sK = sG + BR * HS;
-    bf16 *sV = sK + BC * HS;
-    __shared__ int s_lo[BR], s_seq[BR], s_red[ATT_WARPS];
-
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
-    const int i0 = (gridDim.x - 1 - blockIdx.x) * BR, h = blockIdx.y, b = blockIdx.z;
-    const size_t ld = (size_t)(NH + 2 * KVH) * HS;
-    const bf16 *q, *k, *v;
-    head_rows(q, k, v, qkv, b, T, h, NH, KVH, HS);
-    const bf16 *go = dout + (size_t)b * T * C + (size_t)h * HS;
-    const float *lbh = lse + ((size_t)b * NH + h) * T, *dbh = Dsum + ((size_t)b * NH + h) * T;
-
-    load_rows_cm_async<BR, HS>(sQ, q, ld, i0, T);
-    load_rows_cm_async<BR, HS>(sG, go, (size_t)C, i0, T);
-    cp_async_commit();
-    segment_starts<BR>(s_lo, s_seq, s_red, seq ? seq + (size_t)b * T : nullptr, i0, T);
-    const int jstart = s_lo[0], lo_max = s_lo[BR - 1], ilast = min(i0 + BR, T) - 1;
-    const int ntiles = (ilast - jstart) / BC + 1;
-    const int jtop = jstart + (ntiles - 1) * BC; /* the last tile, taken first */
-    load_rows_cm_async<BC, HS>(sV, v, ld, jtop, T);
-    load_rows_cm_async<BC, HS>(sK, k, ld, jtop, T);
-    cp_async_commit();
-
-    int ia[1], ib[1], lo_a[1], lo_b[1];
-    float lse_a[1], lse_b[1], d_a[1], d_b[1];
-    slab_rows<1>(ia, ib, lo_a, lo_b, s_lo, i0, warp * 16, g);
-    bwd_q_row_stats<1>(lse_a, lse_b, d_a, d_b, ia, ib, lbh, dbh, T);
-    const float slope2 = slopes ? slopes[h] * kLog2e : 0.0f;
-    const uint64_t dQ = wgmma_desc(sQ, CM, RG), dG = wgmma_desc(sG, CM, RG);
-    const uint64_t dKk = wgmma_desc(sK, CM, RG), dVk = wgmma_desc(sV, CM, RG);
-    const uint64_t dKm = wgmma_desc(sK, RG, CM);
-    float dq[1][HS / 8][4] = {};
-
-    for (int jt = 0; jt < ntiles; jt++) {
-        const int j0 = jtop - jt * BC;
-        cp_async_wait<0>(); /* Q, dO, and V and K of this tile */
-        fence_proxy_async();
-        __syncthreads();
-        float dp[1][BC / 8][4] = {}, s[1][BC / 8][4] = {};
-        wgmma_fence_operand(dp[0]);
-        wgmma_fence_operand(s[0]);
-        wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < HS / 16; ks++) /* dP = dO V^T, S = Q K^T */
-            wgmma_ss<BC>(dp[0], dG + ks * 2 * CM / 16, dVk + ks * 2 * CM / 16, ks > 0);
-#pragma unroll
-        for (int ks = 0; ks < HS / 16; ks++)
-            wgmma_ss<BC>(s[0], dQ + ks * 2 * CM / 16, dKk + ks * 2 * CM / 16, ks > 0);
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_operand(dp[0]);
-        wgmma_fence_operand(s[0]);
-        __syncthreads(); /* every warp's products done: V is free */
-        if (jt + 1 < ntiles) {
-            load_rows_cm_async<BC, HS>(sV, v, ld, j0 - BC, T);
-            cp_async_commit();
-        }
-        bwd_q_ds<1, BC>(s, dp, ia, ib, lo_a, lo_b, lse_a, lse_b, d_a, d_b, j0,
-                        j0 + BC - 1 <= i0 && j0 >= lo_max && i0 + BR <= T, T, sl2, slope2, t4);
-        uint32_t da[BC / 16][4];
-#pragma unroll
-        for (int kc = 0; kc < BC / 16; kc++) afrag_of<BC / 8>(da[kc], s[0], kc);
-        wgmma_fence_operand(dq[0]);
-        wgmma_fence();
-#pragma unroll
-        for (int kc = 0; kc < BC / 16; kc++) /* dQ += dS K */
-            wgmma_rs_mn<HS>(dq[0], da[kc], dKm + kc * 2 * RG / 16, 1);
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_operand(dq[0]);
-        __syncthreads(); /* every warp is done with K */
-        if (jt + 1 < ntiles) {
-            load_rows_cm_async<BC, HS>(sK, k, ld, j0 - BC, T);
-            cp_async_commit();
-        }
-    }
-
-    bwd_q_store<1, HS>(dqkv, dq, ia, ib, b, h, T, ld, scale, set, t4);
 }
 
 /* ---- host -------------------------------------------------------------------------------- */
@@ -1423,36 +1258,21 @@ static att_scratch_layout att_scratch(int B, int T, int NH, int hs) {
     return L;
 }
 
-template <int HS, int MS>
+/* the forward's launch: MS slabs a warp, or (WG) on wgmma with MS = 1 */
+template <int HS, int MS, bool WG>
 static void attention_forward_hs(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
                                  const float *slopes, const int32_t *seq, int B, int T, int NH,
                                  int KVH, cudaStream_t st) {
     using Tl = att_tiles<HS, MS>;
     const float scale = 1.0f / sqrtf((float)HS);
-    auto kernel = attention_forward_flash_mma_kernel<HS, MS>;
-    att_smem_limit((const void *)kernel, Tl::fwd_smem, "tcu_attention_forward: shared memory");
+    const size_t smem = WG ? Tl::fwd_smem_cm : Tl::fwd_smem;
+    auto kernel = attention_forward_flash_kernel<HS, MS, WG>;
+    att_smem_limit((const void *)kernel, smem, "tcu_attention_forward: shared memory");
     const dim3 grid((unsigned)((T + Tl::FWD_BR - 1) / Tl::FWD_BR), (unsigned)NH, (unsigned)B);
-    kernel<<<grid, ATT_THREADS, Tl::fwd_smem, st>>>(reinterpret_cast<bf16 *>(out), lse,
-                                                    reinterpret_cast<const bf16 *>(qkv), slopes,
-                                                    seq, T, NH, KVH, scale * kLog2e);
+    kernel<<<grid, ATT_THREADS, smem, st>>>(reinterpret_cast<bf16 *>(out), lse,
+                                            reinterpret_cast<const bf16 *>(qkv), slopes, seq, T,
+                                            NH, KVH, scale * kLog2e);
     TCU_CHECK_LAUNCH("tcu_attention_forward");
-}
-
-/* the forward on wgmma (tcu_attention_wgmma): as attention_forward_hs<HS, 1>, its grid and tiles */
-template <int HS>
-static void attention_forward_wgmma_hs(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
-                                       const float *slopes, const int32_t *seq, int B, int T,
-                                       int NH, int KVH, cudaStream_t st) {
-    using Tl = att_tiles<HS, 1>;
-    const float scale = 1.0f / sqrtf((float)HS);
-    auto kernel = attention_forward_wgmma_kernel<HS>;
-    att_smem_limit((const void *)kernel, Tl::fwd_smem_cm,
-                   "tcu_attention_forward: shared memory (wgmma)");
-    const dim3 grid((unsigned)((T + Tl::FWD_BR - 1) / Tl::FWD_BR), (unsigned)NH, (unsigned)B);
-    kernel<<<grid, ATT_THREADS, Tl::fwd_smem_cm, st>>>(reinterpret_cast<bf16 *>(out), lse,
-                                                       reinterpret_cast<const bf16 *>(qkv), slopes,
-                                                       seq, T, NH, KVH, scale * kLog2e);
-    TCU_CHECK_LAUNCH("tcu_attention_forward (wgmma)");
 }
 
 /* out (B,T,NH*hs) bf16, lse (B,NH,T) fp32 = forward of ops.h attention_forward (see the file
@@ -1469,20 +1289,21 @@ extern "C" void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 
                 "qkv and out must be 16-byte aligned");
     cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
     const bool two = tcu_attention_warp_rows(hs) == 32;
-    if (tcu_attention_wgmma(hs) && hs == 64)
-        attention_forward_wgmma_hs<64>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
-    else if (tcu_attention_wgmma(hs))
-        attention_forward_wgmma_hs<128>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
+    const bool wg = tcu_attention_wgmma(hs);
+    if (hs == 64 && wg)
+        attention_forward_hs<64, 1, true>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
+    else if (hs == 128 && wg)
+        attention_forward_hs<128, 1, true>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
     else if (hs == 32 && two)
-        attention_forward_hs<32, 2>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
+        attention_forward_hs<32, 2, false>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
     else if (hs == 32)
-        attention_forward_hs<32, 1>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
+        attention_forward_hs<32, 1, false>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
     else if (hs == 64 && two)
-        attention_forward_hs<64, 2>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
+        attention_forward_hs<64, 2, false>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
     else if (hs == 64)
-        attention_forward_hs<64, 1>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
+        attention_forward_hs<64, 1, false>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
     else
-        attention_forward_hs<128, 1>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
+        attention_forward_hs<128, 1, false>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
 }
 
 /* scratch of tcu_attention_backward: D = rowsum(dout * out), (B,NH,T) fp32, nothing else (dq, dk,
@@ -1504,38 +1325,9 @@ static void att_rowdot(float *D, const bf16 *g, const tsr_bf16 *out, int B, int 
     TCU_CHECK_LAUNCH("tcu_attention_backward: rowsum(dout * out)");
 }
 
-/* the backward on wgmma (tcu_attention_wgmma, not with the fused dq): D, then dk/dv per key
- * block and dq per query block as attention_backward_hs with 16 rows a warp */
-template <int HS>
-static void attention_backward_wgmma_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
-                                        const tsr_bf16 *out, const float *lse,
-                                        const float *slopes, const int32_t *seq, void *scratch,
-                                        int B, int T, int NH, int KVH, bool set, cudaStream_t st) {
-    using Tl = att_tiles<HS, 1>;
-    const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * kLog2e;
-    bf16 *dq = reinterpret_cast<bf16 *>(dqkv);
-    const bf16 *g = reinterpret_cast<const bf16 *>(dout), *x = reinterpret_cast<const bf16 *>(qkv);
-    float *D = static_cast<float *>(scratch);
-    att_rowdot<HS>(D, g, out, B, T, NH, st);
-
-    auto kv = attention_backward_dkdv_wgmma_kernel<HS>;
-    att_smem_limit((const void *)kv, Tl::kv_smem_cm,
-                   "tcu_attention_backward: shared memory (wgmma dk, dv)");
-    const dim3 gkv((unsigned)((T + Tl::KV_BK - 1) / Tl::KV_BK), (unsigned)KVH, (unsigned)B);
-    kv<<<gkv, ATT_THREADS, Tl::kv_smem_cm, st>>>(dq, g, x, lse, D, slopes, seq, T, NH, KVH, scale,
-                                                sl2, set);
-    TCU_CHECK_LAUNCH("tcu_attention_backward: dk, dv (wgmma)");
-
-    auto qk = attention_backward_dq_wgmma_kernel<HS>;
-    att_smem_limit((const void *)qk, Tl::dq_smem_cm,
-                   "tcu_attention_backward: shared memory (wgmma dq)");
-    const dim3 gq((unsigned)((T + Tl::DQ_BR - 1) / Tl::DQ_BR), (unsigned)NH, (unsigned)B);
-    qk<<<gq, ATT_THREADS, Tl::dq_smem_cm, st>>>(dq, g, x, lse, D, slopes, seq, T, NH, KVH, scale,
-                                               sl2, set);
-    TCU_CHECK_LAUNCH("tcu_attention_backward (wgmma)");
-}
-
-template <int HS, int MS>
+/* the backward's launches: D, then dk/dv per key block and dq per query block (or, with the
+ * fused dq, dk/dv/dq in one kernel), MS slabs a warp, or (WG, never fused) on wgmma with MS = 1 */
+template <int HS, int MS, bool WG>
 static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
                                   const tsr_bf16 *out, const float *lse, const float *slopes,
                                   const int32_t *seq, void *scratch, int B, int T, int NH,
@@ -1545,39 +1337,45 @@ static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const ts
     const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * kLog2e;
     bf16 *dq = reinterpret_cast<bf16 *>(dqkv);
     const bf16 *g = reinterpret_cast<const bf16 *>(dout), *x = reinterpret_cast<const bf16 *>(qkv);
-    const att_scratch_layout L = att_scratch(B, T, NH, HS);
     float *D = static_cast<float *>(scratch);
 
     att_rowdot<HS>(D, g, out, B, T, NH, st);
 
     const dim3 gkv((unsigned)((T + Tl::KV_BK - 1) / Tl::KV_BK), (unsigned)KVH, (unsigned)B);
-    if (att_dq_fused) {
-        unsigned char *base = static_cast<unsigned char *>(scratch);
-        float *dqacc = reinterpret_cast<float *>(base + L.acc);
-        int *turns = reinterpret_cast<int *>(base + L.turns);
-        TCU_REQUIRE(L.nqt == (T + Tl::KV_BQ - 1) / Tl::KV_BQ, what,
-                    "the scratch's query tiles are not the kernel's"); /* one rule, two places */
-        TCU_CHECK(cudaMemsetAsync(turns, 0, L.bytes - L.turns, st),
-                  "tcu_attention_backward: the fused dq's turn counters");
-        auto kv = attention_backward_dkdv_keytile_mma_kernel<HS, MS, true>;
-        att_smem_limit((const void *)kv, Tl::kv_fused_smem,
-                       "tcu_attention_backward: shared memory (dk, dv, dq)");
-        kv<<<gkv, ATT_THREADS, Tl::kv_fused_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, NH, KVH,
-                                                        scale, sl2, set, dqacc, turns, L.nqt);
-        TCU_CHECK_LAUNCH(what);
-        return;
+    if constexpr (!WG) {
+        if (att_dq_fused) {
+            const att_scratch_layout L = att_scratch(B, T, NH, HS);
+            unsigned char *base = static_cast<unsigned char *>(scratch);
+            float *dqacc = reinterpret_cast<float *>(base + L.acc);
+            int *turns = reinterpret_cast<int *>(base + L.turns);
+            /* one rule, two places: the scratch's query tiles and the kernel's */
+            TCU_REQUIRE(L.nqt == (T + Tl::KV_BQ - 1) / Tl::KV_BQ, what,
+                        "the scratch's query tiles are not the kernel's");
+            TCU_CHECK(cudaMemsetAsync(turns, 0, L.bytes - L.turns, st),
+                      "tcu_attention_backward: the fused dq's turn counters");
+            auto kv = attention_backward_dkdv_keytile_kernel<HS, MS, true, false>;
+            att_smem_limit((const void *)kv, Tl::kv_fused_smem,
+                           "tcu_attention_backward: shared memory (dk, dv, dq)");
+            kv<<<gkv, ATT_THREADS, Tl::kv_fused_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, NH,
+                                                            KVH, scale, sl2, set, dqacc, turns,
+                                                            L.nqt);
+            TCU_CHECK_LAUNCH(what);
+            return;
+        }
     }
-    auto kv = attention_backward_dkdv_keytile_mma_kernel<HS, MS, false>;
-    att_smem_limit((const void *)kv, Tl::kv_smem, "tcu_attention_backward: shared memory (dk, dv)");
-    kv<<<gkv, ATT_THREADS, Tl::kv_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, NH, KVH, scale,
-                                              sl2, set, nullptr, nullptr, 0);
+    const size_t kv_smem = WG ? Tl::kv_smem_cm : Tl::kv_smem;
+    auto kv = attention_backward_dkdv_keytile_kernel<HS, MS, false, WG>;
+    att_smem_limit((const void *)kv, kv_smem, "tcu_attention_backward: shared memory (dk, dv)");
+    kv<<<gkv, ATT_THREADS, kv_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, NH, KVH, scale, sl2,
+                                          set, nullptr, nullptr, 0);
     TCU_CHECK_LAUNCH("tcu_attention_backward: dk, dv");
 
-    auto qk = attention_backward_dq_querytile_mma_kernel<HS, MS>;
-    att_smem_limit((const void *)qk, Tl::dq_smem, "tcu_attention_backward: shared memory (dq)");
+    const size_t q_smem = WG ? Tl::dq_smem_cm : Tl::dq_smem;
+    auto qk = attention_backward_dq_querytile_kernel<HS, MS, WG>;
+    att_smem_limit((const void *)qk, q_smem, "tcu_attention_backward: shared memory (dq)");
     const dim3 gq((unsigned)((T + Tl::DQ_BR - 1) / Tl::DQ_BR), (unsigned)NH, (unsigned)B);
-    qk<<<gq, ATT_THREADS, Tl::dq_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, NH, KVH, scale,
-                                             sl2, set);
+    qk<<<gq, ATT_THREADS, q_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, NH, KVH, scale, sl2,
+                                        set);
     TCU_CHECK_LAUNCH(what);
 }
 
@@ -1602,28 +1400,26 @@ extern "C" void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, con
     TCU_REQUIRE(scratch != nullptr, what, "scratch is NULL");
     cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
     const bool set = mode == TSR_GRAD_SET, two = tcu_attention_warp_rows(hs) == 32;
-    if (tcu_attention_wgmma(hs) && !att_dq_fused) {
-        if (hs == 64)
-            attention_backward_wgmma_hs<64>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch,
+    const bool wg = tcu_attention_wgmma(hs) && !att_dq_fused;
+    if (hs == 64 && wg)
+        attention_backward_hs<64, 1, true>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch,
+                                           B, T, NH, KVH, set, st);
+    else if (hs == 128 && wg)
+        attention_backward_hs<128, 1, true>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch,
                                             B, T, NH, KVH, set, st);
-        else
-            attention_backward_wgmma_hs<128>(dqkv, dout, qkv, out, lse, alibi_slopes, seq,
-                                             scratch, B, T, NH, KVH, set, st);
-        return;
-    }
-    if (hs == 32 && two)
-        attention_backward_hs<32, 2>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch, B,
-                                     T, NH, KVH, set, st);
+    else if (hs == 32 && two)
+        attention_backward_hs<32, 2, false>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch,
+                                            B, T, NH, KVH, set, st);
     else if (hs == 32)
-        attention_backward_hs<32, 1>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch, B,
-                                     T, NH, KVH, set, st);
+        attention_backward_hs<32, 1, false>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch,
+                                            B, T, NH, KVH, set, st);
     else if (hs == 64 && two)
-        attention_backward_hs<64, 2>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch, B,
-                                     T, NH, KVH, set, st);
+        attention_backward_hs<64, 2, false>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch,
+                                            B, T, NH, KVH, set, st);
     else if (hs == 64)
-        attention_backward_hs<64, 1>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch, B,
-                                     T, NH, KVH, set, st);
+        attention_backward_hs<64, 1, false>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch,
+                                            B, T, NH, KVH, set, st);
     else
-        attention_backward_hs<128, 1>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch, B,
-                                      T, NH, KVH, set, st);
+        attention_backward_hs<128, 1, false>(dqkv, dout, qkv, out, lse, alibi_slopes, seq,
+                                             scratch, B, T, NH, KVH, set, st);
 }

@@ -20,13 +20,13 @@ r=$?
 tap_check $? "the H200's log: exit 0, the 4 hazards named in their 3 cuBLASLt kernels (exit $r: $out)"
 
 # one hazard moved into a kernel of ours (as racecheck prints a plain and a templated name)
-sed '0,/access at nvjet_sm90_tst_64x136_64x8_4x2_h_bz_NNT+0x3440/s//access at attention_backward_dq_querytile_mma_kernel+0x3440/' \
+sed '0,/access at nvjet_sm90_tst_64x136_64x8_4x2_h_bz_NNT+0x3440/s//access at attention_backward_dq_querytile_kernel+0x3440/' \
     "$LOG" >"$TMP/ours.txt"
 sed '0,/Read access at nvjet_sm90_tss_32x64_64x16_2x1_v_bx_splitK_NTN+0xb30/s//Read access at void layernorm_backward_rows<(int)4>(float *, int)+0xb30/' \
     "$LOG" >"$TMP/ours_void.txt"
 ! cmp -s "$LOG" "$TMP/ours.txt" && ! cmp -s "$LOG" "$TMP/ours_void.txt" &&
     ! verdict "$TMP/ours.txt" >/dev/null && ! verdict "$TMP/ours_void.txt" >/dev/null
-tap_check $? "a hazard in a tessera kernel (attention_backward_dq_querytile_mma_kernel; void layernorm_backward_rows<...>(...)) fails"
+tap_check $? "a hazard in a tessera kernel (attention_backward_dq_querytile_kernel; void layernorm_backward_rows<...>(...)) fails"
 
 sed '0,/^ok 5 - /s//not ok 5 - /' "$LOG" >"$TMP/notok.txt"
 ! cmp -s "$LOG" "$TMP/notok.txt" && ! verdict "$TMP/notok.txt" >/dev/null

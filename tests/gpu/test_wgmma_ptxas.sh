@@ -43,9 +43,11 @@ tap_check $? "the fixture with a conditional fence and a read before the wait: p
 
 ptxas_log kernels/cuda/cuda_attention.cu
 rc=$?
-n=$(grep -c "Compiling entry function '.*wgmma_kernel" "$TMP/cuda_attention.log")
+# the kernels' WG = true instances (mangled: <HS, 1, [FUSED = false,] WG = true>, hs 64 and 128)
+wg='kernelILi(64|128)ELi1E(Lb0E)?Lb1EEv'
+n=$(grep -cE "Compiling entry function '[^']*$wg" "$TMP/cuda_attention.log")
 adv=$(advisories "$TMP/cuda_attention.log")
-sp=$(spills "$TMP/cuda_attention.log" wgmma)
+sp=$(spills "$TMP/cuda_attention.log" "$wg")
 ((rc == 0 && n == 6)) && [[ -z $adv && -z $sp ]]
 tap_check $? "cuda_attention.cu for sm_90a: $n of 6 wgmma kernels built (exit $rc), no ptxas advisory (${adv:-none}), none spilling (${sp:-none})"
 
