@@ -56,10 +56,13 @@ PY
 # 512) on the synthetic corpus at TRAIN_DIR, one thread, every step logged, no validation, no
 # sample; tests append their own layers, heads, batch and duration
 tiny_args() {
+    # watchdog.window=0: no straggler exit (86) when CI's 2 loaded cores starve one rank for 3
+    # windows; runs compared bit for bit must end where they were told to (the watchdog's own
+    # tests, tests/faults/test_watchdog.sh, set it up themselves)
     args=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set data.tokenizer=
           --set sample.tokens=0 --set data.train="$1" --set data.val= --set eval_interval=0ba
           --set model.d_model=64 --set seq_len=32 --set model.max_seq_len=32 --set log_interval=1
-          --set threads=1)
+          --set threads=1 --set watchdog.window=0)
 }
 # metrics_close A B FROM LOSS_TOL NORM_TOL: runs A and B (metrics.jsonl files) logged the same
 # steps from FROM on, and at each the loss of B is within LOSS_TOL and the gradient norm within
