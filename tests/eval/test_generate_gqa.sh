@@ -19,7 +19,8 @@ GEN=("$TOOL" generate --set threads=1)
 PROMPT="5 17 3 250 99 12 7 300 41 8 2 66 19 101 3 77 45 9 13 21" # 20 ids < 511
 
 make_synth "$TMP/data" 512 200000
-common=(--config "$TSR_ROOT/configs/tiny.cfg" --set eval_interval=0ba --set data.val= --set threads=1
+# watchdog.window=0: no straggler exit (86) on a loaded machine (tests/lib.sh, tiny_args)
+common=(--config "$TSR_ROOT/configs/tiny.cfg" --set watchdog.window=0 --set eval_interval=0ba --set data.val= --set threads=1
         --set model.vocab_size=512 --set data.tokenizer= --set data.train="$TMP/data/train" --set max_duration=240ba
         --set sample.tokens=0 --set seq_len=64 --set model.max_seq_len=0 --set model.n_layer=2 --set model.d_model=64
         --set model.n_head=4 --set global_batch=8 --set micro_batch=4 --set model.pos=rope --set model.norm=rmsnorm

@@ -32,7 +32,8 @@ cat "$TASKS/colors_corpus.txt" "$TMP/text.txt" >"$TMP/all.txt"
 "$TOOL" prep --out "$TMP/sftall" --tokenizer "$TMP/tok.tok" --format sft --target-prompts --val-fraction 0.1 -q "$TMP/pairs.jsonl"
 tap_check $? "a tokenizer, the pretraining text and the prompt/response pairs prepped (with and without prompt targets)"
 
-common=(--set model.vocab_size=340 --set model.vocab_multiple=64 --set data.tokenizer="$TMP/tok.tok"
+# watchdog.window=0: no straggler exit (86) on a loaded machine (tests/lib.sh, tiny_args)
+common=(--set watchdog.window=0 --set model.vocab_size=340 --set model.vocab_multiple=64 --set data.tokenizer="$TMP/tok.tok"
         --set sample.tokens=0 --set model.n_layer=2 --set model.d_model=64 --set model.n_head=4
         --set seq_len=32 --set model.max_seq_len=32 --set micro_batch=8 --set threads=1 --set log_interval=10)
 "${MPIRUN[@]}" -np 2 "$TRAIN" --config "$TSR_ROOT/configs/tiny.cfg" "${common[@]}" --set global_batch=16 \
