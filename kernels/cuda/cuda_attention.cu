@@ -18,14 +18,16 @@
  *     memory through ldmatrix, P and dS fed back from the accumulators as bf16 A fragments;
  *     or (tcu_attention_set_wgmma, sm_90a, hs 64 and 128) wgmma m64nNk16 on the block's 4 warps as
  *     one warpgroup, tiles in its core-matrix layout: each kernel's WG = true instance, with the
- *     tiles, steps, masks and code of its 16-rows-a-warp instance but for the products;
+ *     tiles, masks, softmax and gradient code of its 16-rows-a-warp instance; its products, their
+ *     grouping and the waits are its own (the kernels' comments);
  *     softmax, masks, dS and every sum in fp32;
  *   - 128 threads per block, 4 warps; each warp owns MS slabs of 16 rows (queries or keys) of
  *     the block's tile and all columns of the other operand's tile, so warps share nothing but
  *     the shared memory tiles. MS = 1 (16 rows a warp) or, for hs <= 64, 2 (32 rows: each B
  *     fragment read from shared memory feeds two slabs' mma; issue 25 item 2; chosen at run time,
  *     tcu_attention_set_warp_rows). Shared rows are padded to hs + 8 bf16 (ldmatrix without bank
- *     conflicts); rows past T are zero-filled (cp.async with source size 0);
+ *     conflicts; the WG instances: the core-matrix layout, unpadded); rows past T are zero-filled
+ *     (cp.async with source size 0);
  *   - backward ACCUMULATES into dqkv: read bf16, add the fp32 result, round once (TSR_GRAD_SET:
  *     0 + the result, rounded, dqkv unread: the same bits as zeroing dqkv first). Deterministic:
  *     dk, dv by one block per key tile of a key/value head (its group's query heads summed in the
@@ -840,7 +842,7 @@ __device__ __forceinline__ int start_ticket(int *ticket, int *s) {
  * step load while the current one is computed (two shared buffers). dk, dv stay in registers over
  * the whole group (no atomics), then are added into the k and v columns of dqkv.
  * Grid (ceil(T/BK), KVH, B), 128 threads, dynamic shared memory att_tiles<HS, MS>::kv_smem (K, V,
- * 2 x Q, 2 x dO; FUSED: kv_fused_smem, + dS^T).
+ * 2 x Q, 2 x dO; FUSED: kv_fused_smem, + dS^T; WG: kv_smem_cm).
  *
  * FUSED (tcu_attention_set_dq_fused; issue 25): the block also adds dS K into dq for each of its
  * (query head, query tile) steps, so the dq kernel (which recomputes S and dP) does not run: five
@@ -1023,7 +1025,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_k
  * tiles as in the forward, taken last to first (the fused dq's order: highest key block first);
  * V of the next tile loads while S and dQ run, K of the next tile while dP runs. Result added
  * into the q columns of dqkv. Grid (ceil(T/BR), NH, B), last query tile
- * first; 128 threads; dynamic shared memory att_tiles<HS, MS>::dq_smem (Q, dO, K, V).
+ * first; 128 threads; dynamic shared memory att_tiles<HS, MS>::dq_smem (Q, dO, K, V; WG:
+ * dq_smem_cm).
  * WG (sm_90a, MS = 1, hs 64 or 128; issue 25 item 2): the products on wgmma, tiles in its
  * core-matrix layout: per key tile, dP = dO V^T and S = Q K^T in one commit group (K-major over
  * hs), V of the next tile loading once they are done, then dQ += dS K (dS from registers, K as an
@@ -1267,18 +1270,21 @@ static void attention_forward_hs(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
     const float scale = 1.0f / sqrtf((float)HS);
     const size_t smem = WG ? Tl::fwd_smem_cm : Tl::fwd_smem;
     auto kernel = attention_forward_flash_kernel<HS, MS, WG>;
-    att_smem_limit((const void *)kernel, smem, "tcu_attention_forward: shared memory");
+    att_smem_limit((const void *)kernel, smem,
+                   WG ? "tcu_attention_forward: shared memory (wgmma)"
+                      : "tcu_attention_forward: shared memory");
     const dim3 grid((unsigned)((T + Tl::FWD_BR - 1) / Tl::FWD_BR), (unsigned)NH, (unsigned)B);
     kernel<<<grid, ATT_THREADS, smem, st>>>(reinterpret_cast<bf16 *>(out), lse,
                                             reinterpret_cast<const bf16 *>(qkv), slopes, seq, T,
                                             NH, KVH, scale * kLog2e);
-    TCU_CHECK_LAUNCH("tcu_attention_forward");
+    TCU_CHECK_LAUNCH(WG ? "tcu_attention_forward (wgmma)" : "tcu_attention_forward");
 }
 
 /* out (B,T,NH*hs) bf16, lse (B,NH,T) fp32 = forward of ops.h attention_forward (see the file
  * header). qkv (B,T,(NH+2KVH)hs) bf16, alibi_slopes (NH) or NULL, seq (B,T) or NULL. hs in
  * {32, 64, 128}; qkv and out 16-byte aligned. One kernel, grid (ceil(T/(64 MS)), NH, B) x 128
- * threads (MS: tcu_attention_warp_rows(hs) / 16). */
+ * threads (MS: tcu_attention_warp_rows(hs) / 16, or 1 where the wgmma instance runs:
+ * tcu_attention_wgmma(hs)). */
 extern "C" void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
                                       const float *alibi_slopes, const int32_t *seq, int B, int T,
                                       int NH, int KVH, int hs, tcu_stream s) {
@@ -1365,18 +1371,23 @@ static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const ts
     }
     const size_t kv_smem = WG ? Tl::kv_smem_cm : Tl::kv_smem;
     auto kv = attention_backward_dkdv_keytile_kernel<HS, MS, false, WG>;
-    att_smem_limit((const void *)kv, kv_smem, "tcu_attention_backward: shared memory (dk, dv)");
+    att_smem_limit((const void *)kv, kv_smem,
+                   WG ? "tcu_attention_backward: shared memory (dk, dv; wgmma)"
+                      : "tcu_attention_backward: shared memory (dk, dv)");
     kv<<<gkv, ATT_THREADS, kv_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, NH, KVH, scale, sl2,
                                           set, nullptr, nullptr, 0);
-    TCU_CHECK_LAUNCH("tcu_attention_backward: dk, dv");
+    TCU_CHECK_LAUNCH(WG ? "tcu_attention_backward: dk, dv (wgmma)"
+                        : "tcu_attention_backward: dk, dv");
 
     const size_t q_smem = WG ? Tl::dq_smem_cm : Tl::dq_smem;
     auto qk = attention_backward_dq_querytile_kernel<HS, MS, WG>;
-    att_smem_limit((const void *)qk, q_smem, "tcu_attention_backward: shared memory (dq)");
+    att_smem_limit((const void *)qk, q_smem,
+                   WG ? "tcu_attention_backward: shared memory (dq; wgmma)"
+                      : "tcu_attention_backward: shared memory (dq)");
     const dim3 gq((unsigned)((T + Tl::DQ_BR - 1) / Tl::DQ_BR), (unsigned)NH, (unsigned)B);
     qk<<<gq, ATT_THREADS, q_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, NH, KVH, scale, sl2,
                                         set);
-    TCU_CHECK_LAUNCH(what);
+    TCU_CHECK_LAUNCH(WG ? "tcu_attention_backward (wgmma)" : what);
 }
 
 /* dqkv (B,T,QKV) bf16 += (TSR_GRAD_SET: =) the gradient of ops.h attention_forward, from dout

@@ -254,7 +254,8 @@ void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16
  * accumulator registers: for hs <= 64 only; hs 128 keeps 16). Process-wide; set it before the
  * first attention call, none in flight. Either gives deterministic results, not the same bits
  * as the other (the backward's query and key tiles differ). tcu_attention_warp_rows(hs) says
- * which one runs for head size hs. */
+ * which one runs for head size hs, except where the wgmma kernels run (tcu_attention_wgmma(hs),
+ * below: 16 rows a warp, whatever this says; the trainer refuses the two switches together). */
 void tcu_attention_set_warp_rows(int rows);
 int tcu_attention_warp_rows(int hs);
 /* Where dq is computed (issue 25; measured through TSR_ATT_DQ_FUSED, docs/cuda.md): 0, the
