@@ -119,18 +119,24 @@ static float *ep_store(tsr_trainer *t, int set) {
     return set == SET_MODEL ? ep->w : set == SET_M ? ep->m : ep->v;
 }
 
+/* c: parameter p of set `set` as a checkpoint tensor: its name (written into name, 64 bytes) and
+ * its global shape; no data yet (lo = hi = 0, data NULL) */
+static void param_tensor(ckpt_tensor *c, char *name, int set, const tsr_param_info *p) {
+    snprintf(name, 64, "%s%s", set_prefix[set], p->name);
+    c->name = name;
+    c->ndim = p->ndim;
+    for (int d = 0; d < 4; d++) c->shape[d] = d < p->ndim ? p->shape[d] : 0;
+    c->lo = c->hi = 0;
+    c->data = NULL;
+}
+
 static int ep_tensors(tsr_trainer *t, int set, ckpt_tensor *ts, char (*names)[64]) {
     const tsr_model *m = &t->model;
     int n = 0;
     for (int which = 0; which < 2; which++) {
         const tsr_param_info *p = &m->params_info[which ? TSR_P_EXPW2 : TSR_P_EXPW1];
         ckpt_tensor *c = &ts[n];
-        snprintf(names[n], 64, "%s%s", set_prefix[set], p->name);
-        c->name = names[n];
-        c->ndim = p->ndim;
-        for (int d = 0; d < 4; d++) c->shape[d] = d < p->ndim ? p->shape[d] : 0;
-        c->lo = c->hi = 0;
-        c->data = NULL;
+        param_tensor(c, names[n], set, p);
         if (ep_writer(t)) {
             if (!t->part.ep_io[set])
                 t->part.ep_io[set] = tsr_calloc(ep_part_floats(&t->part.ep), sizeof(float));
@@ -196,10 +202,7 @@ static int base_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (*
             size_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
             if (a > b) a = b = p->offset; /* empty, anywhere inside */
             ckpt_tensor *c = &ts[n];
-            snprintf(names[n], 64, "%s%s", set_prefix[set], p->name);
-            c->name = names[n];
-            c->ndim = p->ndim;
-            for (int d = 0; d < 4; d++) c->shape[d] = d < p->ndim ? p->shape[d] : 0;
+            param_tensor(c, names[n], set, p);
             c->lo = a - p->offset;
             c->hi = b - p->offset;
             c->data = a < b ? base[set] + (a - origin[set]) : NULL;
@@ -219,15 +222,13 @@ static uint64_t file_bytes(tsr_trainer *t) {
     int n = 0;
     if (t->part.lora_on) {
         n = lora_tensors(t, 1, ts, names);
-    } else { /* base_tensors' tensors, at their global shapes: each parameter, its two moments */
+    } else { /* base_tensors' tensors without their I/O buffers: each parameter, its moments */
         for (int set = 0; set < SET_COUNT; set++)
-            for (int i = 0; i < TSR_P_COUNT; i++) {
-                const tsr_param_info *p = &t->model.params_info[i];
-                if (!p->numel) continue;
-                ts[n].ndim = p->ndim;
-                for (int d = 0; d < p->ndim; d++) ts[n].shape[d] = p->shape[d];
-                n++;
-            }
+            for (int i = 0; i < TSR_P_COUNT; i++)
+                if (t->model.params_info[i].numel) {
+                    param_tensor(&ts[n], names[n], set, &t->model.params_info[i]);
+                    n++;
+                }
     }
     ckpt_meta *meta = tsr_malloc(sizeof *meta);
     fill_meta(t, meta);
