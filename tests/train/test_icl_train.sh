@@ -31,7 +31,9 @@ args=(--set model.vocab_size=320 --set model.vocab_multiple=64 --set data.tokeni
       --set model.n_layer=2 --set model.d_model=64 --set model.n_head=4 --set seq_len=32
       --set model.max_seq_len=32 --set global_batch=16 --set micro_batch=8 --set eval_samples=0
       --set threads=1 --set log_interval=50 --set eval_interval=25ba --set save_interval=75ba
-      --set keep_last=4 --set max_duration=300ba)
+      --set keep_last=4 --set max_duration=300ba --set watchdog.window=0)
+# watchdog.window=0: 300 steps on 2 ranks are long enough for the straggler watchdog to stop a
+# run (exit 86) when a loaded machine starves one rank (as test_staging's did, 2026-11-26)
 # the recipe with tasks: tiny.cfg plus icl_tasks (one of them few-shot)
 cp "$TSR_ROOT/configs/tiny.cfg" "$TMP/plain.cfg"
 { cat "$TMP/plain.cfg"; cat <<CFG
