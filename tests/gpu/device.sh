@@ -180,7 +180,8 @@ print(":".join(sorted({d for r in roots for d in glob.glob(os.path.join(r, "nvid
 # op_test LOG [SANITIZER TOOL]: the GPU op test (alone, or under compute-sanitizer's TOOL); a
 # sanitizer's finding fails the run as a wrong result does. Alone, wgmma's layouts first
 # (test_wgmma_gpu, its log beside LOG as *-wgmma.txt, its outcome line at LOG's end): a failure
-# there fails the stage and names the layout before the op test's wgmma attention cases
+# there fails the stage and names the layout before the op test's wgmma attention cases, and its
+# swap diagnosis lines follow the outcome line
 op_test() {
     local log=$1 san=${2:-} tool=${3:-} wlog=${1%.txt}-wgmma.txt wrc=0 rc=0
     if [[ -z $san ]]; then
@@ -190,6 +191,7 @@ op_test() {
         fi
         limited "$log" "$BUILD/tests/test_gpu_ops" || rc=$?
         [[ -f $wlog ]] && echo "# wgmma layouts (test_wgmma_gpu, exit $wrc): $(outcome "$wlog" | head -1)" >>"$log"
+        [[ -f $wlog ]] && grep -E '^# (diagnosis|  the hardware)' "$wlog" >>"$log" # which swap, if one fails
         ((rc != 0)) && return "$rc"
         return "$wrc"
     else

@@ -228,7 +228,7 @@ template <class F> static bool child_fails_with(F fn, const char *want, std::str
 static float host_bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
 int main() {
-    tap_plan(20);
+    tap_plan(21);
 
     /* 1, 2: collectives */
     std::vector<int> out(64 * 8, -1);
@@ -448,5 +448,29 @@ int main() {
            "fence, an unfenced second batch, A registers, an operand's shared memory or an "
            "accumulator changed before the wait, products never waited for, 96 threads); missed: "
            "%s", missed.empty() ? "none" : missed.c_str());
+
+    /* 21: the descriptor diagnosis of test_wgmma_gpu means something: with either descriptor's
+     * strides swapped, every configuration's product is wrong (the strides are not symmetric) */
+    std::string right;
+    int swaps_run = 0;
+    for (int cfg = 0; cfg < WG_CFGS; cfg++)
+        for (int scale_d = 1; scale_d >= (cfg == WG_CFG_SS64 ? 0 : 1); scale_d--)
+            for (int swap = 1; swap <= 3; swap++) {
+                if ((swap & wgmma_cfg_swaps(cfg)) != swap) continue;
+                int x;
+                const double e = wgmma_cfg_run(cfg, swap, &x, scale_d);
+                swaps_run++;
+                if (!(e >= kWgTol)) {
+                    char b[200];
+                    snprintf(b, sizeof b, "%s%s of configuration %d (scale-d %d): %.1e",
+                             right.empty() ? "" : "; ", wgmma_swap_names(cfg, swap), cfg, scale_d, e);
+                    right += b;
+                }
+            }
+    tap_ok(swaps_run == 8 && right.empty(),
+           "wgmma with a descriptor's LBO and SBO swapped gives a wrong product in each of %d "
+           "cases (want 8: A, B and both in the shared-memory check at scale-d 1 and 0, B in the "
+           "two register checks), so test_wgmma_gpu's swap diagnosis can name the layout; right "
+           "anyway: %s", swaps_run, right.empty() ? "none" : right.c_str());
     return tap_done();
 }

@@ -63,11 +63,12 @@ enum { WG_OK, WG_NO_FENCE, WG_A_CHANGED, WG_NO_WAIT, WG_REFENCE, WG_SMEM_CHANGED
  * fragment of the thread's warp's 16 rows, g = lane/4, t = lane%4). The accumulator starts as C
  * by the ISA's D layout (thread (w, lane), element (j, e): row 16w + g + 8 (e >= 2), column
  * 8j + 2t + (e & 1)). before[thread]: its first accumulator read between the issue and the wait.
- * mode: WG_OK, or a mistake the emulator must stop. */
+ * mode: WG_OK, or a mistake the emulator must stop. swap: 0, or wgmma_swap_diagnosis's descriptor
+ * read with its strides the other way round (bit 0 A's, bit 1 B's). */
 template <int N, bool A_REGS>
 __global__ void wgmma_kernel(float *D, float *before, const wg_bf16 *A, const wg_bf16 *B, const float *C,
                              int scale_d, uint32_t lbo_a, uint32_t sbo_a, uint32_t lbo_b,
-                             uint32_t sbo_b, int mode) {
+                             uint32_t sbo_b, int mode, int swap) {
 #ifdef TCU_SIMT /* tools/simt_cu.py rewrites the .cu it is given, not this header */
     unsigned char *wg_smem = tcu_simt::dynamic_smem();
 #else
@@ -97,7 +98,10 @@ __global__ void wgmma_kernel(float *D, float *before, const wg_bf16 *A, const wg
         a[ks][0] = pk(r0[2 * t], r0[2 * t + 1]), a[ks][1] = pk(r8[2 * t], r8[2 * t + 1]);
         a[ks][2] = pk(r0[2 * t + 8], r0[2 * t + 9]), a[ks][3] = pk(r8[2 * t + 8], r8[2 * t + 9]);
     }
-    const uint64_t da = wgmma_desc(sa, lbo_a, sbo_a), db = wgmma_desc(sb, lbo_b, sbo_b);
+    /* swap (wgmma_swap_diagnosis): the descriptor of A (bit 0) or B (bit 1) given its two strides
+     * the other way round, the placement and the k16 steps unchanged */
+    const uint64_t da = (swap & 1) ? wgmma_desc(sa, sbo_a, lbo_a) : wgmma_desc(sa, lbo_a, sbo_a);
+    const uint64_t db = (swap & 2) ? wgmma_desc(sb, sbo_b, lbo_b) : wgmma_desc(sb, lbo_b, sbo_b);
 #ifdef TCU_SIMT
     if (mode != WG_NO_FENCE) wgmma_fence();
 #else
@@ -129,11 +133,19 @@ __global__ void wgmma_kernel(float *D, float *before, const wg_bf16 *A, const wg
             D[(16 * w + g + 8 * (e >= 2)) * N + 8 * j + 2 * t + (e & 1)] = d[j][e];
 }
 
+/* the dynamic shared memory of wgmma_kernel: A and B as placed take the first 32 KiB; a
+ * descriptor read another way than placed (the hardware's reading differing from the formulas
+ * above, or a swap of wgmma_swap_diagnosis) reaches further, up to about 86 KiB at N = 128. Every
+ * run gets 128 KiB, so such a read returns garbage, a wrong product, inside the allocation, where
+ * a read past it would end the context on a GPU (and the run on the emulator) before the
+ * diagnosis could say what was read wrong */
+static const int kWgSmem = 131072;
+
 /* runs wgmma_kernel<N, A_REGS> on random wg_bf16 A, B and fp32 C; the worst |D - double| and the
  * count of threads whose read before the wait was not NaN */
 template <int N, bool A_REGS>
 static double wgmma_run(int scale_d, uint32_t lbo_a, uint32_t sbo_a, uint32_t lbo_b, uint32_t sbo_b,
-                        int *not_nan, int threads = 128, int mode = WG_OK) {
+                        int *not_nan, int threads = 128, int mode = WG_OK, int swap = 0) {
     std::vector<wg_bf16> A(64 * 32), B(32 * N);
     std::vector<float> Af(64 * 32), Bf(32 * N), C(64 * N), D(64 * N, NAN), before(threads, 0);
     unsigned seed = 777u + (unsigned)N;
@@ -147,14 +159,15 @@ static double wgmma_run(int scale_d, uint32_t lbo_a, uint32_t sbo_a, uint32_t lb
         B[i] = __float2bfloat16_rn(rnd()), Bf[i] = __bfloat162float(B[i]);
     for (float &c : C) c = rnd();
     auto k = wgmma_kernel<N, A_REGS>;
-    cudaFuncSetAttribute((const void *)k, cudaFuncAttributeMaxDynamicSharedMemorySize, 32768);
+    cudaFuncSetAttribute((const void *)k, cudaFuncAttributeMaxDynamicSharedMemorySize, kWgSmem);
     float *dD = wg_dev(D), *dbefore = wg_dev(before), *dC = wg_dev(C);
     wg_bf16 *dA = wg_dev(A), *dB = wg_dev(B);
 #ifdef TCU_SIMT
-    tcu_simt::launch(k, 1, threads, 32768)(dD, dbefore, dA, dB, dC, scale_d, lbo_a, sbo_a, lbo_b,
-                                            sbo_b, mode);
+    tcu_simt::launch(k, 1, threads, kWgSmem)(dD, dbefore, dA, dB, dC, scale_d, lbo_a, sbo_a, lbo_b,
+                                           sbo_b, mode, swap);
 #else
-    k<<<1, threads, 32768>>>(dD, dbefore, dA, dB, dC, scale_d, lbo_a, sbo_a, lbo_b, sbo_b, mode);
+    k<<<1, threads, kWgSmem>>>(dD, dbefore, dA, dB, dC, scale_d, lbo_a, sbo_a, lbo_b, sbo_b, mode,
+                            swap);
 #endif
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) fprintf(stderr, "wgmma_kernel: %s\n", cudaGetErrorString(err));
@@ -176,37 +189,91 @@ static double wgmma_run(int scale_d, uint32_t lbo_a, uint32_t sbo_a, uint32_t lb
     return worst;
 }
 
-/* the three layout checks (tap_ok each): strides that are not the compact ones (core matrices
- * adjacent in K far apart, those adjacent in M or N next to each other), so a stride read as the
- * other fails; on the emulator also the accumulator read between issue and wait, NaN there
- * (undefined on a GPU: not checked) */
 /* a layout read wrong gives errors of the size of the terms; fp32 sums of 33 terms, in any order
  * and rounding, stay far below this */
 static const double kWgTol = 1.0 / 16384;
 
+/* The three configurations of the checks below. Where a check fails, wgmma_swap_diagnosis runs
+ * it again with a descriptor given its two strides the other way round (LBO as SBO): the stride
+ * order is the layout fact most likely to differ between the PTX ISA's text, as read here, and
+ * the hardware, and a swap that gives the right product names the one place to fix. The strides
+ * are not symmetric, so where the unswapped read is right every swapped one is wrong:
+ * simt_selftest checks that, which is what makes the diagnosis mean something. */
+enum { WG_CFG_SS64, WG_CFG_RS128, WG_CFG_RS64, WG_CFGS };
+static double wgmma_cfg_run(int cfg, int swap, int *not_nan, int scale_d = 1) {
+    if (cfg == WG_CFG_SS64)
+        return scale_d ? wgmma_run<64, false>(1, 1024, 128, 2048, 256, not_nan, 128, WG_OK, swap)
+                       : wgmma_run<64, false>(0, 128, 512, 128, 1024, not_nan, 128, WG_OK, swap);
+    if (cfg == WG_CFG_RS128)
+        return wgmma_run<128, true>(1, 2048, 128, 4096, 128, not_nan, 128, WG_OK, swap);
+    return wgmma_run<64, true>(1, 1024, 128, 2048, 256, not_nan, 128, WG_OK, swap);
+}
+/* the swaps that apply to cfg (bit 0: A's descriptor, only where A is in shared memory; bit 1:
+ * B's) and what each names */
+static int wgmma_cfg_swaps(int cfg) { return cfg == WG_CFG_SS64 ? 3 : 2; }
+static const char *wgmma_swap_names(int cfg, int swap) {
+    if (cfg == WG_CFG_SS64)
+        return swap == 1 ? "A's descriptor (K-major)"
+                         : swap == 2 ? "B's descriptor (K-major)" : "both descriptors (K-major)";
+    return "B's descriptor (MN-major)";
+}
+
+static void wgmma_swap_diagnosis(int cfg, int scale_d = 1) {
+    int found = 0, nn;
+    for (int swap = 1; swap <= 3; swap++) {
+        if ((swap & wgmma_cfg_swaps(cfg)) != swap) continue;
+        const double e = wgmma_cfg_run(cfg, swap, &nn, scale_d);
+        const bool right = e < kWgTol;
+        tap_diag("diagnosis: with LBO and SBO swapped in %s the worst error is %.1e: %s",
+                 wgmma_swap_names(cfg, swap), e, right ? "RIGHT" : "wrong too");
+        if (right) {
+            found = 1;
+            tap_diag("  the hardware reads that major's strides the other way round: swap them in "
+                     "cuda_attention.cu's %s, kernels/cuda_simt/simt.cpp's wg_operands and this "
+                     "file's %s, then rebuild and pack again",
+                     cfg == WG_CFG_SS64 ? "wg_desc_kmajor" : "wg_desc_mnmajor",
+                     cfg == WG_CFG_SS64 ? "kmajor_at" : "mnmajor_at");
+        }
+    }
+    if (!found)
+        tap_diag("diagnosis: no swap of LBO and SBO gives the right product: suspect the "
+                 "descriptor's encoding (cuda_ptx.h's wgmma_desc), the A fragment or the "
+                 "accumulator layout (the D positions here and in simt.cpp's wg_d_pos)");
+}
+
+/* the three layout checks (tap_ok each): strides that are not the compact ones (core matrices
+ * adjacent in K far apart, those adjacent in M or N next to each other), so a stride read as the
+ * other fails; on the emulator also the accumulator read between issue and wait, NaN there
+ * (undefined on a GPU: not checked); a failed check runs wgmma_swap_diagnosis */
 static void wgmma_layout_checks(void) {
     int nn = 0, nn0 = 0;
-    const double w1 = wgmma_run<64, false>(1, 1024, 128, 2048, 256, &nn);
-    const double w0 = wgmma_run<64, false>(0, 128, 512, 128, 1024, &nn0);
+    const double w1 = wgmma_cfg_run(WG_CFG_SS64, 0, &nn);
+    const double w0 = wgmma_cfg_run(WG_CFG_SS64, 0, &nn0, 0);
 #ifndef TCU_SIMT
     nn = nn0 = 0;
 #endif
-    tap_ok(w1 < kWgTol && w0 < kWgTol && nn == 0 && nn0 == 0,
-           "wgmma m64n64k16 A and B from shared memory (K-major), two k16 products on one "
-           "accumulator: D = C + A B within %.1e of double, and with scale-d 0 D = A B within "
-           "%.1e (relative to the sum of |terms|, want < 2^-14); on the emulator the accumulator "
-           "read between issue and wait is NaN (%d threads not)", w1, w0, nn + nn0);
-    const double w2 = wgmma_run<128, true>(1, 2048, 128, 4096, 128, &nn);
+    if (!tap_ok(w1 < kWgTol && w0 < kWgTol && nn == 0 && nn0 == 0,
+                "wgmma m64n64k16 A and B from shared memory (K-major), two k16 products on one "
+                "accumulator: D = C + A B within %.1e of double, and with scale-d 0 D = A B "
+                "within %.1e (relative to the sum of |terms|, want < 2^-14); on the emulator the "
+                "accumulator read between issue and wait is NaN (%d threads not)",
+                w1, w0, nn + nn0) &&
+        (w1 >= kWgTol || w0 >= kWgTol))
+        wgmma_swap_diagnosis(WG_CFG_SS64, w1 >= kWgTol ? 1 : 0);
+    const double w2 = wgmma_cfg_run(WG_CFG_RS128, 0, &nn);
 #ifndef TCU_SIMT
     nn = 0;
 #endif
-    tap_ok(w2 < kWgTol && nn == 0,
-           "wgmma m64n128k16 A from registers (the mma.sync A fragment), B from shared memory "
-           "MN-major (trans-b): D = C + A B within %.1e of double (relative, want < 2^-14); NaN "
-           "before the wait on the emulator (%d threads not)", w2, nn);
-    const double w3 = wgmma_run<64, true>(1, 1024, 128, 2048, 256, &nn);
-    tap_ok(w3 < kWgTol, "wgmma m64n64k16 A from registers, B MN-major: within %.1e of double "
-           "(relative, want < 2^-14)", w3);
+    if (!tap_ok(w2 < kWgTol && nn == 0,
+                "wgmma m64n128k16 A from registers (the mma.sync A fragment), B from shared "
+                "memory MN-major (trans-b): D = C + A B within %.1e of double (relative, want < "
+                "2^-14); NaN before the wait on the emulator (%d threads not)", w2, nn) &&
+        w2 >= kWgTol)
+        wgmma_swap_diagnosis(WG_CFG_RS128);
+    const double w3 = wgmma_cfg_run(WG_CFG_RS64, 0, &nn);
+    if (!tap_ok(w3 < kWgTol, "wgmma m64n64k16 A from registers, B MN-major: within %.1e of "
+                "double (relative, want < 2^-14)", w3))
+        wgmma_swap_diagnosis(WG_CFG_RS64);
 }
 
 #endif
