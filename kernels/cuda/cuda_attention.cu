@@ -169,13 +169,13 @@ __device__ __forceinline__ void warp_mma_regs_rows(float (&acc)[MS][NN][4],
  * as a wgmma operand: K-major over hs (the A or B of a product over hs: the chunks, adjacent in K,
  * 128 bytes apart; the row groups, adjacent in M or N, HS*16), or MN-major over its rows (the B of
  * a product over the rows: the row groups, adjacent in K, HS*16 apart; the chunks, adjacent in N,
- * 128). The one place that says which stride is the leading byte offset (the PTX ISA's: the
- * distance between core matrices adjacent in K) and which the stride byte offset. */
+ * 128). Which stride goes in which descriptor field is cuda_ptx.h's (wgmma_desc_kmajor,
+ * wgmma_desc_mnmajor), shared with test_wgmma_gpu. */
 template <int HS> __device__ __forceinline__ uint64_t wg_desc_kmajor(const bf16 *tile) {
-    return wgmma_desc(tile, 128, HS * 16);
+    return wgmma_desc_kmajor(tile, 128, HS * 16);
 }
 template <int HS> __device__ __forceinline__ uint64_t wg_desc_mnmajor(const bf16 *tile) {
-    return wgmma_desc(tile, HS * 16, 128);
+    return wgmma_desc_mnmajor(tile, HS * 16, 128);
 }
 
 /* acc (64 x N of the warpgroup) = A B^T over HS: A and B tiles in shared memory, K-major over hs

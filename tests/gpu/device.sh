@@ -191,7 +191,9 @@ op_test() {
         fi
         limited "$log" "$BUILD/tests/test_gpu_ops" || rc=$?
         [[ -f $wlog ]] && echo "# wgmma layouts (test_wgmma_gpu, exit $wrc): $(outcome "$wlog" | head -1)" >>"$log"
-        [[ -f $wlog ]] && grep -E '^# (diagnosis|  the hardware)' "$wlog" >>"$log" # which swap, if one fails
+        # which swap, if a check failed, and the program's own errors (a launch, a copy back)
+        [[ -f $wlog ]] && { grep -E '^# (diagnosis|  )|^wgmma_(kernel|layouts):|^# a launch failed' \
+            "$wlog" >>"$log" || true; }
         ((rc != 0)) && return "$rc"
         return "$wrc"
     else

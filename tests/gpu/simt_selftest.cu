@@ -450,27 +450,39 @@ int main() {
            "%s", missed.empty() ? "none" : missed.c_str());
 
     /* 21: the descriptor diagnosis of test_wgmma_gpu means something: with either descriptor's
-     * strides swapped, every configuration's product is wrong (the strides are not symmetric) */
-    std::string right;
+     * strides swapped, every configuration's product is wrong (the strides are not symmetric),
+     * where the same configuration unswapped, run beside it as the control, is right */
+    std::string right, control;
     int swaps_run = 0;
     for (int cfg = 0; cfg < WG_CFGS; cfg++)
-        for (int scale_d = 1; scale_d >= (cfg == WG_CFG_SS64 ? 0 : 1); scale_d--)
+        for (int scale_d = 1; scale_d >= (cfg == WG_CFG_SS64 ? 0 : 1); scale_d--) {
+            int x;
+            const double e0 = wgmma_cfg_run(cfg, 0, &x, scale_d);
+            if (!(e0 < kWgTol)) {
+                char b[120];
+                snprintf(b, sizeof b, "%sconfiguration %d (scale-d %d): %.1e",
+                         control.empty() ? "" : "; ", cfg, scale_d, e0);
+                control += b;
+            }
             for (int swap = 1; swap <= 3; swap++) {
                 if ((swap & wgmma_cfg_swaps(cfg)) != swap) continue;
-                int x;
                 const double e = wgmma_cfg_run(cfg, swap, &x, scale_d);
                 swaps_run++;
                 if (!(e >= kWgTol)) {
                     char b[200];
                     snprintf(b, sizeof b, "%s%s of configuration %d (scale-d %d): %.1e",
-                             right.empty() ? "" : "; ", wgmma_swap_names(cfg, swap), cfg, scale_d, e);
+                             right.empty() ? "" : "; ", wgmma_swap_names(cfg, swap), cfg, scale_d,
+                             e);
                     right += b;
                 }
             }
-    tap_ok(swaps_run == 8 && right.empty(),
+        }
+    tap_ok(swaps_run == 8 && right.empty() && control.empty() && !wg_launch_error[0],
            "wgmma with a descriptor's LBO and SBO swapped gives a wrong product in each of %d "
            "cases (want 8: A, B and both in the shared-memory check at scale-d 1 and 0, B in the "
-           "two register checks), so test_wgmma_gpu's swap diagnosis can name the layout; right "
-           "anyway: %s", swaps_run, right.empty() ? "none" : right.c_str());
+           "two register checks), the unswapped controls right, so test_wgmma_gpu's swap "
+           "diagnosis can name the layout; swaps right anyway: %s; controls wrong: %s; launch "
+           "error: %s", swaps_run, right.empty() ? "none" : right.c_str(),
+           control.empty() ? "none" : control.c_str(), wg_launch_error[0] ? wg_launch_error : "none");
     return tap_done();
 }

@@ -43,7 +43,9 @@ template <class T> static void wg_free(T *d) { cudaFree(d); }
 
 /* element (row r, column k) of a K-major operand, (k, n) of an MN-major one, without swizzle (the
  * PTX ISA's canonical layouts: core matrices of 8 rows of 16 bytes; lbo between core matrices
- * adjacent in K, sbo between those adjacent in M or N), in bytes */
+ * adjacent in K, sbo between those adjacent in M or N), in bytes: where the test places the
+ * operands. Which descriptor field each stride goes in is cuda_ptx.h's (wgmma_desc_kmajor,
+ * wgmma_desc_mnmajor), the kernels' too. */
 __host__ __device__ inline size_t kmajor_at(int r, int k, uint32_t lbo, uint32_t sbo) {
     return (size_t)(r / 8) * sbo + (size_t)(r % 8) * 16 + (size_t)(k / 8) * lbo +
            (size_t)(k % 8) * 2;
@@ -98,10 +100,13 @@ __global__ void wgmma_kernel(float *D, float *before, const wg_bf16 *A, const wg
         a[ks][0] = pk(r0[2 * t], r0[2 * t + 1]), a[ks][1] = pk(r8[2 * t], r8[2 * t + 1]);
         a[ks][2] = pk(r0[2 * t + 8], r0[2 * t + 9]), a[ks][3] = pk(r8[2 * t + 8], r8[2 * t + 9]);
     }
-    /* swap (wgmma_swap_diagnosis): the descriptor of A (bit 0) or B (bit 1) given its two strides
-     * the other way round, the placement and the k16 steps unchanged */
-    const uint64_t da = (swap & 1) ? wgmma_desc(sa, sbo_a, lbo_a) : wgmma_desc(sa, lbo_a, sbo_a);
-    const uint64_t db = (swap & 2) ? wgmma_desc(sb, sbo_b, lbo_b) : wgmma_desc(sb, lbo_b, sbo_b);
+    /* the descriptors as the kernels build them; swap (wgmma_swap_diagnosis): A's (bit 0) or B's
+     * (bit 1) given its two strides the other way round, the placement and the k16 steps (moves
+     * of the start address along K) unchanged */
+    const uint64_t da = (swap & 1) ? wgmma_desc_kmajor(sa, sbo_a, lbo_a)
+                                   : wgmma_desc_kmajor(sa, lbo_a, sbo_a);
+    const uint32_t kb = (swap & 2) ? sbo_b : lbo_b, mnb = (swap & 2) ? lbo_b : sbo_b;
+    const uint64_t db = A_REGS ? wgmma_desc_mnmajor(sb, kb, mnb) : wgmma_desc_kmajor(sb, kb, mnb);
 #ifdef TCU_SIMT
     if (mode != WG_NO_FENCE) wgmma_fence();
 #else
@@ -135,14 +140,18 @@ __global__ void wgmma_kernel(float *D, float *before, const wg_bf16 *A, const wg
 
 /* the dynamic shared memory of wgmma_kernel: A and B as placed take the first 32 KiB; a
  * descriptor read another way than placed (the hardware's reading differing from the formulas
- * above, or a swap of wgmma_swap_diagnosis) reaches further, up to about 86 KiB at N = 128. Every
+ * above, or a swap of wgmma_swap_diagnosis) reaches further, up to 84.3 KiB at N = 128. Every
  * run gets 128 KiB, so such a read returns garbage, a wrong product, inside the allocation, where
  * a read past it would end the context on a GPU (and the run on the emulator) before the
  * diagnosis could say what was read wrong */
 static const int kWgSmem = 131072;
 
-/* runs wgmma_kernel<N, A_REGS> on random wg_bf16 A, B and fp32 C; the worst |D - double| and the
- * count of threads whose read before the wait was not NaN */
+/* the first launch error of a wgmma_run (empty: none): a failed check says it, and the swap
+ * diagnosis does not run on a kernel that did not */
+static char wg_launch_error[256];
+
+/* runs wgmma_kernel<N, A_REGS> on random wg_bf16 A, B and fp32 C; the worst |D - double| (inf
+ * where the launch failed) and the count of threads whose read before the wait was not NaN */
 template <int N, bool A_REGS>
 static double wgmma_run(int scale_d, uint32_t lbo_a, uint32_t sbo_a, uint32_t lbo_b, uint32_t sbo_b,
                         int *not_nan, int threads = 128, int mode = WG_OK, int swap = 0) {
@@ -159,7 +168,8 @@ static double wgmma_run(int scale_d, uint32_t lbo_a, uint32_t sbo_a, uint32_t lb
         B[i] = __float2bfloat16_rn(rnd()), Bf[i] = __bfloat162float(B[i]);
     for (float &c : C) c = rnd();
     auto k = wgmma_kernel<N, A_REGS>;
-    cudaFuncSetAttribute((const void *)k, cudaFuncAttributeMaxDynamicSharedMemorySize, kWgSmem);
+    const cudaError_t attr =
+        cudaFuncSetAttribute((const void *)k, cudaFuncAttributeMaxDynamicSharedMemorySize, kWgSmem);
     float *dD = wg_dev(D), *dbefore = wg_dev(before), *dC = wg_dev(C);
     wg_bf16 *dA = wg_dev(A), *dB = wg_dev(B);
 #ifdef TCU_SIMT
@@ -169,8 +179,14 @@ static double wgmma_run(int scale_d, uint32_t lbo_a, uint32_t sbo_a, uint32_t lb
     k<<<1, threads, kWgSmem>>>(dD, dbefore, dA, dB, dC, scale_d, lbo_a, sbo_a, lbo_b, sbo_b, mode,
                             swap);
 #endif
-    const cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) fprintf(stderr, "wgmma_kernel: %s\n", cudaGetErrorString(err));
+    const cudaError_t err = attr != cudaSuccess ? attr : cudaGetLastError();
+    if (err != cudaSuccess) {
+        fprintf(stderr, "wgmma_kernel: %s\n", cudaGetErrorString(err));
+        if (!wg_launch_error[0])
+            snprintf(wg_launch_error, sizeof wg_launch_error, "wgmma_kernel<%d, %s>: %s%s", N,
+                     A_REGS ? "A in registers" : "A in shared memory", cudaGetErrorString(err),
+                     attr != cudaSuccess ? " (cudaFuncSetAttribute, 128 KiB)" : " (the launch)");
+    }
     wg_back(D, dD), wg_back(before, dbefore);
     wg_free(dD), wg_free(dbefore), wg_free(dC), wg_free(dA), wg_free(dB);
     double worst = 0; /* |D - ref| over the sum of |terms| (|C| and each |a b|) */
@@ -184,6 +200,7 @@ static double wgmma_run(int scale_d, uint32_t lbo_a, uint32_t sbo_a, uint32_t lb
             const double e = fabs(D[r * N + n] - ref) / mag;
             worst = e == e ? fmax(worst, e) : INFINITY;
         }
+    if (err != cudaSuccess) worst = INFINITY;
     *not_nan = 0;
     for (int i = 0; i < threads; i++) *not_nan += !std::isnan(before[i]);
     return worst;
@@ -196,8 +213,8 @@ static const double kWgTol = 1.0 / 16384;
 /* The three configurations of the checks below. Where a check fails, wgmma_swap_diagnosis runs
  * it again with a descriptor given its two strides the other way round (LBO as SBO): the stride
  * order is the layout fact most likely to differ between the PTX ISA's text, as read here, and
- * the hardware, and a swap that gives the right product names the one place to fix. The strides
- * are not symmetric, so where the unswapped read is right every swapped one is wrong:
+ * the hardware, and a swap that gives the right product names the one line to change. The
+ * strides are not symmetric, so where the unswapped read is right every swapped one is wrong:
  * simt_selftest checks that, which is what makes the diagnosis mean something. */
 enum { WG_CFG_SS64, WG_CFG_RS128, WG_CFG_RS64, WG_CFGS };
 static double wgmma_cfg_run(int cfg, int swap, int *not_nan, int scale_d = 1) {
@@ -213,29 +230,38 @@ static double wgmma_cfg_run(int cfg, int swap, int *not_nan, int scale_d = 1) {
 static int wgmma_cfg_swaps(int cfg) { return cfg == WG_CFG_SS64 ? 3 : 2; }
 static const char *wgmma_swap_names(int cfg, int swap) {
     if (cfg == WG_CFG_SS64)
-        return swap == 1 ? "A's descriptor (K-major)"
-                         : swap == 2 ? "B's descriptor (K-major)" : "both descriptors (K-major)";
+        return swap == 1 ? "A's descriptor only (K-major)"
+                         : swap == 2 ? "B's descriptor only (K-major)"
+                                     : "both descriptors (K-major)";
     return "B's descriptor (MN-major)";
 }
 
-static void wgmma_swap_diagnosis(int cfg, int scale_d = 1) {
-    int found = 0, nn;
+/* Which swap of cfg (at scale_d) gives the right product, said in tap_diag lines, with the line
+ * to change: a major read the other way is the same for every operand of that major, so for the
+ * shared-memory check only the swap of both descriptors names wgmma_desc_kmajor; A's or B's alone
+ * would mean the two are read differently, which no stride order explains. */
+static void wgmma_swap_diagnosis(int cfg, int scale_d) {
+    int right = 0, nn;
     for (int swap = 1; swap <= 3; swap++) {
         if ((swap & wgmma_cfg_swaps(cfg)) != swap) continue;
         const double e = wgmma_cfg_run(cfg, swap, &nn, scale_d);
-        const bool right = e < kWgTol;
         tap_diag("diagnosis: with LBO and SBO swapped in %s the worst error is %.1e: %s",
-                 wgmma_swap_names(cfg, swap), e, right ? "RIGHT" : "wrong too");
-        if (right) {
-            found = 1;
-            tap_diag("  the hardware reads that major's strides the other way round: swap them in "
-                     "cuda_attention.cu's %s, kernels/cuda_simt/simt.cpp's wg_operands and this "
-                     "file's %s, then rebuild and pack again",
-                     cfg == WG_CFG_SS64 ? "wg_desc_kmajor" : "wg_desc_mnmajor",
-                     cfg == WG_CFG_SS64 ? "kmajor_at" : "mnmajor_at");
-        }
+                 wgmma_swap_names(cfg, swap), e, e < kWgTol ? "RIGHT" : "wrong too");
+        if (e < kWgTol) right |= 1 << swap;
     }
-    if (!found)
+    const int whole = cfg == WG_CFG_SS64 ? 3 : 2; /* the swap of every operand of the major */
+    if (right & (1 << whole))
+        tap_diag("  the hardware reads the %s strides the other way round: swap the two fields "
+                 "in kernels/cuda/cuda_ptx.h's %s (the attention kernels and this test build "
+                 "their descriptors with it) and that major's reading in "
+                 "kernels/cuda_simt/simt.cpp's wg_operands, then rebuild and pack again",
+                 cfg == WG_CFG_SS64 ? "K-major" : "MN-major",
+                 cfg == WG_CFG_SS64 ? "wgmma_desc_kmajor" : "wgmma_desc_mnmajor");
+    else if (right)
+        tap_diag("  only one operand's swap is right: A and B of one major read differently, "
+                 "which no stride order explains; suspect the descriptors' start addresses or "
+                 "this test's placement");
+    else
         tap_diag("diagnosis: no swap of LBO and SBO gives the right product: suspect the "
                  "descriptor's encoding (cuda_ptx.h's wgmma_desc), the A fragment or the "
                  "accumulator layout (the D positions here and in simt.cpp's wg_d_pos)");
@@ -244,7 +270,9 @@ static void wgmma_swap_diagnosis(int cfg, int scale_d = 1) {
 /* the three layout checks (tap_ok each): strides that are not the compact ones (core matrices
  * adjacent in K far apart, those adjacent in M or N next to each other), so a stride read as the
  * other fails; on the emulator also the accumulator read between issue and wait, NaN there
- * (undefined on a GPU: not checked); a failed check runs wgmma_swap_diagnosis */
+ * (undefined on a GPU: not checked). Then, for each failed check, the launch error if there was
+ * one, else wgmma_swap_diagnosis: after all three, so that a diagnosis run that faults (and ends
+ * the process) does not keep the later checks from running. */
 static void wgmma_layout_checks(void) {
     int nn = 0, nn0 = 0;
     const double w1 = wgmma_cfg_run(WG_CFG_SS64, 0, &nn);
@@ -252,28 +280,34 @@ static void wgmma_layout_checks(void) {
 #ifndef TCU_SIMT
     nn = nn0 = 0;
 #endif
-    if (!tap_ok(w1 < kWgTol && w0 < kWgTol && nn == 0 && nn0 == 0,
-                "wgmma m64n64k16 A and B from shared memory (K-major), two k16 products on one "
-                "accumulator: D = C + A B within %.1e of double, and with scale-d 0 D = A B "
-                "within %.1e (relative to the sum of |terms|, want < 2^-14); on the emulator the "
-                "accumulator read between issue and wait is NaN (%d threads not)",
-                w1, w0, nn + nn0) &&
-        (w1 >= kWgTol || w0 >= kWgTol))
-        wgmma_swap_diagnosis(WG_CFG_SS64, w1 >= kWgTol ? 1 : 0);
+    tap_ok(w1 < kWgTol && w0 < kWgTol && nn == 0 && nn0 == 0,
+           "wgmma m64n64k16 A and B from shared memory (K-major), two k16 products on one "
+           "accumulator: D = C + A B within %.1e of double, and with scale-d 0 D = A B within "
+           "%.1e (relative to the sum of |terms|, want < 2^-14); on the emulator the accumulator "
+           "read between issue and wait is NaN (%d threads not)", w1, w0, nn + nn0);
     const double w2 = wgmma_cfg_run(WG_CFG_RS128, 0, &nn);
 #ifndef TCU_SIMT
     nn = 0;
 #endif
-    if (!tap_ok(w2 < kWgTol && nn == 0,
-                "wgmma m64n128k16 A from registers (the mma.sync A fragment), B from shared "
-                "memory MN-major (trans-b): D = C + A B within %.1e of double (relative, want < "
-                "2^-14); NaN before the wait on the emulator (%d threads not)", w2, nn) &&
-        w2 >= kWgTol)
-        wgmma_swap_diagnosis(WG_CFG_RS128);
+    tap_ok(w2 < kWgTol && nn == 0,
+           "wgmma m64n128k16 A from registers (the mma.sync A fragment), B from shared memory "
+           "MN-major (trans-b): D = C + A B within %.1e of double (relative, want < 2^-14); NaN "
+           "before the wait on the emulator (%d threads not)", w2, nn);
     const double w3 = wgmma_cfg_run(WG_CFG_RS64, 0, &nn);
-    if (!tap_ok(w3 < kWgTol, "wgmma m64n64k16 A from registers, B MN-major: within %.1e of "
-                "double (relative, want < 2^-14)", w3))
-        wgmma_swap_diagnosis(WG_CFG_RS64);
+    tap_ok(w3 < kWgTol, "wgmma m64n64k16 A from registers, B MN-major: within %.1e of double "
+           "(relative, want < 2^-14)", w3);
+
+    if (!(w1 < kWgTol && w0 < kWgTol && w2 < kWgTol && w3 < kWgTol) && wg_launch_error[0]) {
+        tap_diag("a launch failed, so the products say nothing of the layouts: %s", wg_launch_error);
+        return;
+    }
+    if (w1 < kWgTol && !(w0 < kWgTol))
+        tap_diag("diagnosis: the K-major layouts read right with scale-d 1 and wrong with "
+                 "scale-d 0: suspect the scale-d predicate (cuda_ptx.h's wgmma_ss), not a layout");
+    else if (!(w1 < kWgTol))
+        wgmma_swap_diagnosis(WG_CFG_SS64, 1);
+    if (!(w2 < kWgTol)) wgmma_swap_diagnosis(WG_CFG_RS128, 1);
+    if (!(w3 < kWgTol)) wgmma_swap_diagnosis(WG_CFG_RS64, 1);
 }
 
 #endif
