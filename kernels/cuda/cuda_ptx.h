@@ -198,7 +198,9 @@ template <int N> __device__ __forceinline__ void wgmma_wait() {
 /* this thread's earlier shared-memory writes (st.shared, cp.async once waited for) visible to the
  * async proxy (the wgmma's reads); a barrier after it makes the block's visible */
 __device__ __forceinline__ void fence_proxy_async() {
-#if defined(TCU_WGMMA_ASM)
+#if defined(TCU_SIMT)
+    tcu_simt::fence_proxy_async();
+#elif defined(TCU_WGMMA_ASM)
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }

@@ -91,6 +91,7 @@ struct Fiber {
     std::vector<CpAsync> pending;
     long committed = 0; /* cp.async groups committed */
     bool wg_fenced = false; /* a wgmma_fence since this thread's last wgmma commit or wait */
+    bool proxy_fenced = false; /* a fence_proxy_async since the block's last publication */
 };
 
 struct Warp {
@@ -139,6 +140,8 @@ struct BlockState {
     int result[2] = {0, 0};
     int kind = 0;
     bool last_warp_first = false; /* the warp order of switch_away: odd blocks from the last warp */
+    int proxy_fenced = 0;   /* live threads with a fence_proxy_async since the last publication */
+    bool view_poison = true; /* async_view not yet published: the block's 0xff fill */
 };
 
 [[noreturn]] void die(const char *fmt, ...);
@@ -204,6 +207,10 @@ struct SmemArea {
     }
 };
 thread_local SmemArea smem_buf;
+/* the block's dynamic shared memory as the async proxy (wgmma) sees it: what it held when every
+ * live thread of the block had executed fence_proxy_async since the previous publication
+ * (proxy_publish); the 0xff fill before the first (blk.view_poison) */
+thread_local std::vector<unsigned char> async_view;
 thread_local unsigned long block_serial = 0; /* blocks this OS thread has started */
 thread_local std::map<void *, unsigned long> shared_poisoned; /* static array -> its block */
 cudaError_t last_error = cudaSuccess;
@@ -233,6 +240,7 @@ thread_local size_t block_static = 0;   /* static __shared__ bytes this block re
 }
 
 void switch_away(Fiber *self, bool own_warp_first = true);
+void proxy_publish();
 
 void fiber_entry() {
     g_body(g_ctx);
@@ -249,6 +257,8 @@ void fiber_entry() {
         die("thread exited while %d thread(s) of its warpgroup wait at %s: a wgmma needs all 128",
             groups[f->linear / 128].arrived, groups[f->linear / 128].what);
     blk.live--;
+    if (f->proxy_fenced) blk.proxy_fenced--; /* counted among the live only */
+    if (blk.proxy_fenced > 0 && blk.proxy_fenced >= blk.live) proxy_publish();
     if (blk.arrived > 0 && blk.arrived == blk.live) { /* the others waited for this one only */
         const unsigned long g = blk.gen;
         blk.result[g & 1] = blk.acc[g & 1];
@@ -317,6 +327,15 @@ void switch_away(Fiber *self, bool own_warp_first) {
 
 /* this thread waits: another runs; returns when this one is resumed */
 void yield() { switch_away(cur); }
+
+/* every live thread has executed fence_proxy_async since the last publication: the async proxy
+ * now sees the block's shared memory as it is (async_view), and the count starts again */
+void proxy_publish() {
+    async_view.assign(smem_buf.base, smem_buf.base + smem_buf.bytes);
+    blk.view_poison = false;
+    blk.proxy_fenced = 0;
+    for (int i = 0; i < blk.nthreads; i++) fibers[i].proxy_fenced = false;
+}
 
 Fiber::~Fiber() {
     if (!stack) return;
@@ -484,6 +503,7 @@ void run_blocks(dim3 grid, dim3 block, size_t smem, long attr, body_fn body, voi
             f.pending.clear();
             f.committed = 0;
             f.wg_fenced = false;
+            f.proxy_fenced = false;
         }
         /* the threads pass the OS thread among themselves (switch_away); it comes back here
          * when none can run: every thread done, or a deadlock */
@@ -700,19 +720,20 @@ Desc desc_fields(uint64_t d, const char *which) {
                 (size_t)((d >> 32) & 0x3fff) << 4};
 }
 
-/* the raw bf16 at byte offset `off` of the block's dynamic shared memory */
-uint16_t smem_u16(size_t off, const char *which) {
+/* the raw bf16 at byte offset `off` of the block's dynamic shared memory, or of its image at
+ * `base` (async_view) */
+uint16_t smem_u16(size_t off, const char *which, const unsigned char *base) {
     if (off + 2 > smem_buf.bytes)
         die("wgmma: %s reads shared memory at byte %zu, past the %zu bytes the launch asked for",
             which, off, smem_buf.bytes);
     uint16_t b;
-    memcpy(&b, smem_buf.base + off, sizeof b);
+    memcpy(&b, base + off, sizeof b);
     return b;
 }
 
 /* the shared-memory elements op reads, in a fixed order: A (64 x 16, K-major) when it comes from
- * memory, then B (16 x N) */
-std::vector<uint16_t> wg_operands(const WgOp &op) {
+ * memory, then B (16 x N); from the block's shared memory, or from its image at base */
+std::vector<uint16_t> wg_operands(const WgOp &op, const unsigned char *base = smem_buf.base) {
     std::vector<uint16_t> v;
     v.reserve((op.a_regs ? 0 : 64 * 16) + 16 * (size_t)op.n);
     if (!op.a_regs) {
@@ -720,7 +741,7 @@ std::vector<uint16_t> wg_operands(const WgOp &op) {
         for (int r = 0; r < 64; r++)
             for (int k = 0; k < 16; k++)
                 v.push_back(smem_u16(da.addr + (r / 8) * da.sbo + (r % 8) * 16 + (k / 8) * da.lbo +
-                                         (k % 8) * 2, "A"));
+                                         (k % 8) * 2, "A", base));
     }
     const Desc db = desc_fields(op.db, "B");
     for (int k = 0; k < 16; k++)
@@ -728,7 +749,7 @@ std::vector<uint16_t> wg_operands(const WgOp &op) {
             v.push_back(smem_u16(op.trans_b ? db.addr + (n / 8) * db.sbo + (n % 8) * 2 +
                                                   (k / 8) * db.lbo + (k % 8) * 16
                                             : db.addr + (n / 8) * db.sbo + (n % 8) * 16 +
-                                                  (k / 8) * db.lbo + (k % 8) * 2, "B"));
+                                                  (k / 8) * db.lbo + (k % 8) * 2, "B", base));
     return v;
 }
 
@@ -828,6 +849,15 @@ void wg_complete_mma(Group &G) {
         for (int i = 0; i < op.n / 2; i++) G.d[t][i] = kWgPending; /* undefined until the wait */
     }
     op.smem = wg_operands(op);
+    if (blk.view_poison) { /* nothing published yet: the async proxy sees the block's fill */
+        async_view.assign(smem_buf.bytes, 0xff);
+        blk.view_poison = false;
+    }
+    if (wg_operands(op, async_view.data()) != op.smem)
+        die("wgmma.mma_async reads shared memory written (by stores or cp.async) since the block's "
+            "threads last all executed fence.proxy.async: each writing thread fences after its "
+            "writes, then a barrier, before the wgmma (the emulator asks it of every thread of "
+            "the block, a stricter rule)");
     G.ops.push_back(std::move(op));
 }
 
@@ -893,6 +923,12 @@ uint64_t wgmma_desc(const void *p, uint32_t lbo, uint32_t sbo) {
 }
 
 void wgmma_fence() { cur->wg_fenced = true; }
+
+void fence_proxy_async() {
+    Fiber *f = cur;
+    if (!f->proxy_fenced) f->proxy_fenced = true, blk.proxy_fenced++;
+    if (blk.proxy_fenced >= blk.live) proxy_publish();
+}
 
 void wgmma_mma(float *d, int n, const uint32_t *a, uint64_t da, uint64_t db, bool scale_d,
                bool trans_b) {

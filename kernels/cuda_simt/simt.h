@@ -192,6 +192,7 @@ void mma_m16n8k16_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint3
  *     issue without a wgmma_fence since this thread's last commit or wait (the PTX rule is a
  *     fence between register accesses and the wgmma that uses them; the emulator asks for one
  *     before every batch, a stricter rule);
+ *   - shared memory a product reads as the async proxy sees it (fence_proxy_async below);
  *   - wgmma_commit: the group's uncommitted products become one group; wgmma_wait(n): all but
  *     the n most recent groups complete, in issue order (a product on an accumulator still in
  *     flight adds to that product's result); a product never committed never completes;
@@ -199,6 +200,16 @@ void mma_m16n8k16_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint3
  *     as the emulated mma.sync. */
 uint64_t wgmma_desc(const void *p, uint32_t lbo, uint32_t sbo);
 void wgmma_fence();
+/* fence.proxy.async.shared::cta: shared memory written by stores or cp.async becomes visible to
+ * the wgmma (the async proxy) only after the writing thread's fence and a barrier. The model: the
+ * block's dynamic shared memory is published to the async proxy when every live thread of the
+ * block has executed fence_proxy_async since the last publication (a stricter rule than the
+ * PTX ISA's, which asks it of the writing threads only; the kernels here fence in every thread);
+ * a wgmma whose operands differ from the last publication (the 0xff fill before the first) stops
+ * the run. It cannot tell which thread wrote a byte, so a write by a thread that has fenced
+ * before the last thread fences passes: it catches a fence missing in some or all threads, and
+ * writes of the last thread to fence that came after its fence. */
+void fence_proxy_async();
 void wgmma_mma(float *d, int n, const uint32_t *a, uint64_t da, uint64_t db, bool scale_d,
                bool trans_b);
 void wgmma_commit();

@@ -428,6 +428,12 @@ int main() {
          "an accumulator written before the wait"},
         {WG_NO_WAIT, false, "not waited for", "a block ending with products not waited for"},
         {WG_OK, false, "a warpgroup is 128 threads", "a block of 96 threads"},
+        {WG_NO_PROXY_FENCE, false, "since the block's threads last all executed fence.proxy.async",
+         "operands stored with no fence.proxy.async"},
+        {WG_PROXY_FENCE_EARLY, false, "since the block's threads last all executed fence.proxy.async",
+         "fence.proxy.async before the stores, not after"},
+        {WG_PROXY_FENCE_SOME, true, "since the block's threads last all executed fence.proxy.async",
+         "fence.proxy.async in 3 of the 4 warps"},
     };
     std::string missed, ew;
     for (const auto &c : stops) {
@@ -444,10 +450,11 @@ int main() {
             tap_diag("%s: stderr: %s", c.what, ew.c_str());
         }
     }
-    tap_ok(missed.empty(), "wgmma stops the run, exit 1, naming it, on each of 7 mistakes (no "
+    tap_ok(missed.empty(), "wgmma stops the run, exit 1, naming it, on each of 10 mistakes (no "
            "fence, an unfenced second batch, A registers, an operand's shared memory or an "
-           "accumulator changed before the wait, products never waited for, 96 threads); missed: "
-           "%s", missed.empty() ? "none" : missed.c_str());
+           "accumulator changed before the wait, products never waited for, 96 threads, operands "
+           "stored with no proxy fence, the proxy fence before the stores, or in 3 of 4 warps); "
+           "missed: %s", missed.empty() ? "none" : missed.c_str());
 
     /* 21: the descriptor diagnosis of test_wgmma_gpu means something: with either descriptor's
      * strides swapped, every configuration's product is wrong (the strides are not symmetric),

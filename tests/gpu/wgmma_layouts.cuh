@@ -56,7 +56,8 @@ __host__ __device__ inline size_t mnmajor_at(int k, int n, uint32_t lbo, uint32_
 }
 
 /* WG_OK, or a mistake the emulator must stop (tests/gpu/simt_selftest.cu; never on a GPU) */
-enum { WG_OK, WG_NO_FENCE, WG_A_CHANGED, WG_NO_WAIT, WG_REFENCE, WG_SMEM_CHANGED, WG_ACC_WRITTEN };
+enum { WG_OK, WG_NO_FENCE, WG_A_CHANGED, WG_NO_WAIT, WG_REFENCE, WG_SMEM_CHANGED, WG_ACC_WRITTEN,
+       WG_NO_PROXY_FENCE, WG_PROXY_FENCE_EARLY, WG_PROXY_FENCE_SOME };
 
 /* D (64 x N, row-major) = (scale_d ? C : 0) + A B over K = 32 (two k16 products on one
  * accumulator, one commit group): A (64 x 32) and B (32 x N) row-major in global memory, placed in
@@ -78,6 +79,9 @@ __global__ void wgmma_kernel(float *D, float *before, const wg_bf16 *A, const wg
 #endif
     unsigned char *sa = wg_smem, *sb = wg_smem + 16384;
     const int tid = threadIdx.x, w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+#ifdef TCU_SIMT
+    if (mode == WG_PROXY_FENCE_EARLY) fence_proxy_async(); /* before the writes: too early */
+#endif
     for (int i = tid; i < 64 * 32; i += blockDim.x)
         *reinterpret_cast<wg_bf16 *>(sa + kmajor_at(i / 32, i % 32, lbo_a, sbo_a)) = A[i];
     for (int i = tid; i < 32 * N; i += blockDim.x) {
@@ -85,7 +89,13 @@ __global__ void wgmma_kernel(float *D, float *before, const wg_bf16 *A, const wg
         *reinterpret_cast<wg_bf16 *>(sb + (A_REGS ? mnmajor_at(k, n, lbo_b, sbo_b)
                                                : kmajor_at(n, k, lbo_b, sbo_b))) = B[i];
     }
+#ifdef TCU_SIMT
+    if (mode != WG_NO_PROXY_FENCE && mode != WG_PROXY_FENCE_EARLY &&
+        (mode != WG_PROXY_FENCE_SOME || w != 3))
+        fence_proxy_async();
+#else
     fence_proxy_async();
+#endif
     __syncthreads();
     float d[N / 8][4];
     for (int j = 0; j < N / 8; j++)
