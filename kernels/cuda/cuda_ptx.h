@@ -132,9 +132,10 @@ __device__ __forceinline__ void spin_wait_eq(const int *p, int want, const char 
  * holds d[j][e] = D[16w + g + 8 (e >= 2)][8j + 2t + (e & 1)], the mma.sync layout of its warp's
  * 16 rows for each 8 columns. A comes from registers (the mma.sync A fragment of the warp's 16
  * rows) or from shared memory; B from shared memory, both through matrix descriptors
- * (wgmma_desc_kmajor, wgmma_desc_mnmajor). Asynchronous: wgmma_fence before a batch (the registers it reads or accumulates
- * were written by ordinary instructions), wgmma_commit after it, wgmma_wait<N> before reading the
- * accumulators or changing the A registers or the shared memory read. Shared memory written by
+ * (wgmma_desc_kmajor, wgmma_desc_mnmajor). Asynchronous: wgmma_fence before a batch (the
+ * registers it reads or accumulates were written by ordinary instructions), wgmma_commit after
+ * it, wgmma_wait<N> before reading the accumulators or changing the A registers or the shared
+ * memory read. Shared memory written by
  * ordinary stores or cp.async is made visible to the wgmma (the async proxy) by
  * fence_proxy_async in each writing thread, then a barrier.
  * Only the layouts without swizzle (kernels/cuda_simt/simt.h has the byte formulas): core matrices
@@ -156,7 +157,8 @@ __device__ __forceinline__ uint64_t wgmma_desc(const void *p, uint32_t lbo, uint
 /* The descriptor of an operand without swizzle from its two strides in bytes: k_bytes between
  * core matrices adjacent in K, mn_bytes between those adjacent in M or N. The one place that says
  * which stride goes in which field, for each major: the PTX ISA's canonical layouts (in CuTe
- * notation K-major ((8,m),(T,2k)):((1T,SBO),(1,LBO)), MN-major ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO)))
+ * notation K-major ((8,m),(T,2k)):((1T,SBO),(1,LBO)),
+ * MN-major ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO)))
  * put the K stride in the leading byte offset for both. If the hardware reads a major the other
  * way (test_wgmma_gpu's swap diagnosis says so), that major's line changes here, and with it the
  * emulator's reading of that major in kernels/cuda_simt/simt.cpp (wg_operands). */

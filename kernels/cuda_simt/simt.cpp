@@ -142,6 +142,7 @@ struct BlockState {
     bool last_warp_first = false; /* the warp order of switch_away: odd blocks from the last warp */
     int proxy_fenced = 0;   /* live threads with a fence_proxy_async since the last publication */
     bool view_poison = true; /* async_view not yet published: the block's 0xff fill */
+    unsigned long pub_gen = ~0ul; /* the barrier generation (gen) of the last publication */
 };
 
 [[noreturn]] void die(const char *fmt, ...);
@@ -333,6 +334,7 @@ void yield() { switch_away(cur); }
 void proxy_publish() {
     async_view.assign(smem_buf.base, smem_buf.base + smem_buf.bytes);
     blk.view_poison = false;
+    blk.pub_gen = blk.gen;
     blk.proxy_fenced = 0;
     for (int i = 0; i < blk.nthreads; i++) fibers[i].proxy_fenced = false;
 }
@@ -926,6 +928,12 @@ void wgmma_fence() { cur->wg_fenced = true; }
 
 void fence_proxy_async() {
     Fiber *f = cur;
+    /* a second fence in the barrier phase whose fences already published (stores, fence, more
+     * stores, fence, barrier: correct) publishes again, at once */
+    if (blk.pub_gen == blk.gen) {
+        proxy_publish();
+        return;
+    }
     if (!f->proxy_fenced) f->proxy_fenced = true, blk.proxy_fenced++;
     if (blk.proxy_fenced >= blk.live) proxy_publish();
 }

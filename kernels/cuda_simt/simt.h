@@ -203,12 +203,18 @@ void wgmma_fence();
 /* fence.proxy.async.shared::cta: shared memory written by stores or cp.async becomes visible to
  * the wgmma (the async proxy) only after the writing thread's fence and a barrier. The model: the
  * block's dynamic shared memory is published to the async proxy when every live thread of the
- * block has executed fence_proxy_async since the last publication (a stricter rule than the
- * PTX ISA's, which asks it of the writing threads only; the kernels here fence in every thread);
- * a wgmma whose operands differ from the last publication (the 0xff fill before the first) stops
- * the run. It cannot tell which thread wrote a byte, so a write by a thread that has fenced
- * before the last thread fences passes: it catches a fence missing in some or all threads, and
- * writes of the last thread to fence that came after its fence. */
+ * block has executed fence_proxy_async since the last publication, and again at each later
+ * fence in the same barrier phase (a stricter rule than the PTX ISA's, which asks it of the
+ * writing threads only: it rules out warpgroups that fence on their own schedules, such as
+ * FlashAttention-3's producer warps or ping-pong, which would need a per-thread model; the kernels
+ * here fence in every thread, once a phase); a wgmma whose operands differ from the last
+ * publication (the 0xff fill before the first) stops the run. It catches a fence missing in some
+ * or all threads, and stores of the last thread to fence that came after its fence. It compares
+ * values and cannot tell which thread wrote a byte, so it misses: a store by a thread after its
+ * own fence while another has yet to fence; a store that leaves the value as it was; a thread
+ * that stores and exits without fencing (its exit drops it from the count); and a barrier
+ * missing between the fences and the wgmma in a block of one warpgroup (the emulated wgmma
+ * waits for all 128 threads anyway). */
 void fence_proxy_async();
 void wgmma_mma(float *d, int n, const uint32_t *a, uint64_t da, uint64_t db, bool scale_d,
                bool trans_b);

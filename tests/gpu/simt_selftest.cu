@@ -228,7 +228,7 @@ template <class F> static bool child_fails_with(F fn, const char *want, std::str
 static float host_bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
 int main() {
-    tap_plan(21);
+    tap_plan(22);
 
     /* 1, 2: collectives */
     std::vector<int> out(64 * 8, -1);
@@ -414,6 +414,8 @@ int main() {
     wgmma_layout_checks();
 
     /* 20: what the PTX ISA leaves undefined with wgmma, stopped here */
+    static const char kUnpublished[] =
+        "since the block's threads last all executed fence.proxy.async";
     struct {
         int mode;
         bool regs;
@@ -428,12 +430,11 @@ int main() {
          "an accumulator written before the wait"},
         {WG_NO_WAIT, false, "not waited for", "a block ending with products not waited for"},
         {WG_OK, false, "a warpgroup is 128 threads", "a block of 96 threads"},
-        {WG_NO_PROXY_FENCE, false, "since the block's threads last all executed fence.proxy.async",
-         "operands stored with no fence.proxy.async"},
-        {WG_PROXY_FENCE_EARLY, false, "since the block's threads last all executed fence.proxy.async",
+        {WG_NO_PROXY_FENCE, false, kUnpublished, "operands stored with no fence.proxy.async"},
+        {WG_PROXY_FENCE_EARLY, false, kUnpublished,
          "fence.proxy.async before the stores, not after"},
-        {WG_PROXY_FENCE_SOME, true, "since the block's threads last all executed fence.proxy.async",
-         "fence.proxy.async in 3 of the 4 warps"},
+        {WG_PROXY_FENCE_SOME, true, kUnpublished,
+         "zeros published, then the operands fenced in 3 of the 4 warps"},
     };
     std::string missed, ew;
     for (const auto &c : stops) {
@@ -453,8 +454,9 @@ int main() {
     tap_ok(missed.empty(), "wgmma stops the run, exit 1, naming it, on each of 10 mistakes (no "
            "fence, an unfenced second batch, A registers, an operand's shared memory or an "
            "accumulator changed before the wait, products never waited for, 96 threads, operands "
-           "stored with no proxy fence, the proxy fence before the stores, or in 3 of 4 warps); "
-           "missed: %s", missed.empty() ? "none" : missed.c_str());
+           "stored with no proxy fence, the proxy fence before the stores, zeros published and "
+           "the operands then fenced in 3 of 4 warps); missed: %s",
+           missed.empty() ? "none" : missed.c_str());
 
     /* 21: the descriptor diagnosis of test_wgmma_gpu means something: with either descriptor's
      * strides swapped, every configuration's product is wrong (the strides are not symmetric),
@@ -490,6 +492,23 @@ int main() {
            "two register checks), the unswapped controls right, so test_wgmma_gpu's swap "
            "diagnosis can name the layout; swaps right anyway: %s; controls wrong: %s; launch "
            "error: %s", swaps_run, right.empty() ? "none" : right.c_str(),
-           control.empty() ? "none" : control.c_str(), wg_launch_error[0] ? wg_launch_error : "none");
+           control.empty() ? "none" : control.c_str(),
+           wg_launch_error[0] ? wg_launch_error : "none");
+
+    /* 22: a correct order the proxy model must let run: A stored, a fence, B stored, a fence,
+     * then the barrier (the second fence of the phase publishes again) */
+    std::string ew2;
+    double twice_err = INFINITY;
+    const bool ran = !child_fails_with([] {
+        int x;
+        const double e = wgmma_run<64, false>(1, 1024, 128, 2048, 256, &x, 128, WG_PROXY_TWICE);
+        _exit(e < kWgTol ? 0 : 3);
+    }, "", &ew2);
+    int x22;
+    if (ran) twice_err = wgmma_run<64, false>(1, 1024, 128, 2048, 256, &x22, 128, WG_PROXY_TWICE);
+    tap_ok(ran && twice_err < kWgTol,
+           "stores, fence.proxy.async, more stores, a second fence, then the barrier (correct): "
+           "the emulator lets the wgmma run, D within %.1e of double (want < 2^-14)%s%s",
+           twice_err, ran ? "" : "; it stopped: ", ran ? "" : ew2.c_str());
     return tap_done();
 }

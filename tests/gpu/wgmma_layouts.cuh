@@ -55,9 +55,10 @@ __host__ __device__ inline size_t mnmajor_at(int k, int n, uint32_t lbo, uint32_
            (size_t)(k % 8) * 16;
 }
 
-/* WG_OK, or a mistake the emulator must stop (tests/gpu/simt_selftest.cu; never on a GPU) */
+/* WG_OK, or a mistake the emulator must stop (tests/gpu/simt_selftest.cu; never on a GPU), or
+ * WG_PROXY_TWICE, a correct order it must let run */
 enum { WG_OK, WG_NO_FENCE, WG_A_CHANGED, WG_NO_WAIT, WG_REFENCE, WG_SMEM_CHANGED, WG_ACC_WRITTEN,
-       WG_NO_PROXY_FENCE, WG_PROXY_FENCE_EARLY, WG_PROXY_FENCE_SOME };
+       WG_NO_PROXY_FENCE, WG_PROXY_FENCE_EARLY, WG_PROXY_FENCE_SOME, WG_PROXY_TWICE };
 
 /* D (64 x N, row-major) = (scale_d ? C : 0) + A B over K = 32 (two k16 products on one
  * accumulator, one commit group): A (64 x 32) and B (32 x N) row-major in global memory, placed in
@@ -79,21 +80,36 @@ __global__ void wgmma_kernel(float *D, float *before, const wg_bf16 *A, const wg
 #endif
     unsigned char *sa = wg_smem, *sb = wg_smem + 16384;
     const int tid = threadIdx.x, w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+    /* this thread's share of A and B in shared memory (zeros instead with zero) */
+    auto store_a = [&](bool zero) {
+        for (int i = tid; i < 64 * 32; i += blockDim.x)
+            *reinterpret_cast<wg_bf16 *>(sa + kmajor_at(i / 32, i % 32, lbo_a, sbo_a)) =
+                zero ? __float2bfloat16_rn(0.0f) : A[i];
+    };
+    auto store_b = [&](bool zero) {
+        for (int i = tid; i < 32 * N; i += blockDim.x) {
+            const int k = i / N, n = i % N;
+            *reinterpret_cast<wg_bf16 *>(sb + (A_REGS ? mnmajor_at(k, n, lbo_b, sbo_b)
+                                                   : kmajor_at(n, k, lbo_b, sbo_b))) =
+                zero ? __float2bfloat16_rn(0.0f) : B[i];
+        }
+    };
 #ifdef TCU_SIMT
-    if (mode == WG_PROXY_FENCE_EARLY) fence_proxy_async(); /* before the writes: too early */
-#endif
-    for (int i = tid; i < 64 * 32; i += blockDim.x)
-        *reinterpret_cast<wg_bf16 *>(sa + kmajor_at(i / 32, i % 32, lbo_a, sbo_a)) = A[i];
-    for (int i = tid; i < 32 * N; i += blockDim.x) {
-        const int k = i / N, n = i % N;
-        *reinterpret_cast<wg_bf16 *>(sb + (A_REGS ? mnmajor_at(k, n, lbo_b, sbo_b)
-                                               : kmajor_at(n, k, lbo_b, sbo_b))) = B[i];
+    if (mode == WG_PROXY_FENCE_EARLY) fence_proxy_async(); /* before the stores: too early */
+    if (mode == WG_PROXY_FENCE_SOME) { /* a first round of zeros, published by every thread */
+        store_a(true), store_b(true);
+        fence_proxy_async();
+        __syncthreads();
     }
-#ifdef TCU_SIMT
+    store_a(false);
+    if (mode == WG_PROXY_TWICE) fence_proxy_async(); /* stores, fence, stores, fence: correct */
+    store_b(false);
+    /* the second round fenced in warps 0-2 only: the async proxy may still see the zeros */
     if (mode != WG_NO_PROXY_FENCE && mode != WG_PROXY_FENCE_EARLY &&
         (mode != WG_PROXY_FENCE_SOME || w != 3))
         fence_proxy_async();
 #else
+    store_a(false), store_b(false);
     fence_proxy_async();
 #endif
     __syncthreads();
@@ -308,7 +324,8 @@ static void wgmma_layout_checks(void) {
            "(relative, want < 2^-14)", w3);
 
     if (!(w1 < kWgTol && w0 < kWgTol && w2 < kWgTol && w3 < kWgTol) && wg_launch_error[0]) {
-        tap_diag("a launch failed, so the products say nothing of the layouts: %s", wg_launch_error);
+        tap_diag("a launch failed, so the products say nothing of the layouts: %s",
+                 wg_launch_error);
         return;
     }
     if (w1 < kWgTol && !(w0 < kWgTol))
