@@ -855,6 +855,10 @@ void wg_complete_mma(Group &G) {
         async_view.assign(smem_buf.bytes, 0xff);
         blk.view_poison = false;
     }
+    if (blk.pub_gen == blk.gen)
+        die("wgmma.mma_async in the barrier phase whose fence.proxy.async published its operands: "
+            "a barrier must come between the fences and the wgmma, so that every thread's "
+            "fenced stores are visible to it");
     if (wg_operands(op, async_view.data()) != op.smem)
         die("wgmma.mma_async reads shared memory written (by stores or cp.async) since the block's "
             "threads last all executed fence.proxy.async: each writing thread fences after its "

@@ -212,9 +212,9 @@ void wgmma_fence();
  * or all threads, and stores of the last thread to fence that came after its fence. It compares
  * values and cannot tell which thread wrote a byte, so it misses: a store by a thread after its
  * own fence while another has yet to fence; a store that leaves the value as it was; a thread
- * that stores and exits without fencing (its exit drops it from the count); and a barrier
- * missing between the fences and the wgmma in a block of one warpgroup (the emulated wgmma
- * waits for all 128 threads anyway). */
+ * that stores and exits without fencing (its exit drops it from the count). A wgmma issued in
+ * the barrier phase of the publication it reads (no barrier between the fences and it) stops the
+ * run too. */
 void fence_proxy_async();
 void wgmma_mma(float *d, int n, const uint32_t *a, uint64_t da, uint64_t db, bool scale_d,
                bool trans_b);

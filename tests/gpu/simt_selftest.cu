@@ -435,6 +435,8 @@ int main() {
          "fence.proxy.async before the stores, not after"},
         {WG_PROXY_FENCE_SOME, true, kUnpublished,
          "zeros published, then the operands fenced in 3 of the 4 warps"},
+        {WG_PROXY_NO_BARRIER, false, "a barrier must come between the fences and the wgmma",
+         "no barrier between the proxy fences and the wgmma"},
     };
     std::string missed, ew;
     for (const auto &c : stops) {
@@ -451,11 +453,12 @@ int main() {
             tap_diag("%s: stderr: %s", c.what, ew.c_str());
         }
     }
-    tap_ok(missed.empty(), "wgmma stops the run, exit 1, naming it, on each of 10 mistakes (no "
+    tap_ok(missed.empty(), "wgmma stops the run, exit 1, naming it, on each of 11 mistakes (no "
            "fence, an unfenced second batch, A registers, an operand's shared memory or an "
            "accumulator changed before the wait, products never waited for, 96 threads, operands "
            "stored with no proxy fence, the proxy fence before the stores, zeros published and "
-           "the operands then fenced in 3 of 4 warps); missed: %s",
+           "the operands then fenced in 3 of 4 warps, no barrier after the proxy fences); "
+           "missed: %s",
            missed.empty() ? "none" : missed.c_str());
 
     /* 21: the descriptor diagnosis of test_wgmma_gpu means something: with either descriptor's

@@ -58,7 +58,8 @@ __host__ __device__ inline size_t mnmajor_at(int k, int n, uint32_t lbo, uint32_
 /* WG_OK, or a mistake the emulator must stop (tests/gpu/simt_selftest.cu; never on a GPU), or
  * WG_PROXY_TWICE, a correct order it must let run */
 enum { WG_OK, WG_NO_FENCE, WG_A_CHANGED, WG_NO_WAIT, WG_REFENCE, WG_SMEM_CHANGED, WG_ACC_WRITTEN,
-       WG_NO_PROXY_FENCE, WG_PROXY_FENCE_EARLY, WG_PROXY_FENCE_SOME, WG_PROXY_TWICE };
+       WG_NO_PROXY_FENCE, WG_PROXY_FENCE_EARLY, WG_PROXY_FENCE_SOME, WG_PROXY_NO_BARRIER,
+       WG_PROXY_TWICE };
 
 /* D (64 x N, row-major) = (scale_d ? C : 0) + A B over K = 32 (two k16 products on one
  * accumulator, one commit group): A (64 x 32) and B (32 x N) row-major in global memory, placed in
@@ -108,11 +109,12 @@ __global__ void wgmma_kernel(float *D, float *before, const wg_bf16 *A, const wg
     if (mode != WG_NO_PROXY_FENCE && mode != WG_PROXY_FENCE_EARLY &&
         (mode != WG_PROXY_FENCE_SOME || w != 3))
         fence_proxy_async();
+    if (mode != WG_PROXY_NO_BARRIER) __syncthreads();
 #else
     store_a(false), store_b(false);
     fence_proxy_async();
-#endif
     __syncthreads();
+#endif
     float d[N / 8][4];
     for (int j = 0; j < N / 8; j++)
         for (int e = 0; e < 4; e++)
