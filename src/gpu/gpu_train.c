@@ -552,9 +552,10 @@ static int lib_switches(const gpu_train_ctx *c) {
     return 0;
 }
 
-/* TSR_ATT_WGMMA=1 where the wgmma attention kernels cannot run (another GPU than compute capability 9.0,
- * a head size other than 64 or 128) is refused, not run on the mma.sync kernel: a measurement of
- * the switch would time the other kernel unawares. Collective (the lowest such rank named). */
+/* TSR_ATT_WGMMA=1 where the wgmma attention kernels cannot run (another GPU than compute
+ * capability 9.0, a head size other than 64 or 128) is refused, not run on the mma.sync kernel: a
+ * measurement of the switch would time the other kernel unawares. Collective (the lowest such
+ * rank named). */
 static int check_wgmma(const gpu_train_ctx *c) {
     const tsr_dist *d = c->dist;
     const int hs = c->model->hs;
