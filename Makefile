@@ -77,7 +77,7 @@ else
   MPI_LIBS   = $(shell pkg-config --libs ompi-c)
 endif
 # HDF5: parallel (MPI-IO) for the MPI build; serial for NO_MPI=1: Debian's hdf5-serial, else
-# hdf5 when that is not the MPI one (Debian may point hdf5 at OpenMPI's). src/ckpt/ckpt_h5.c
+# hdf5 when that is not the MPI one (Debian may point hdf5 at OpenMPI's). checkpoint/ckpt_h5.c
 # refuses an HDF5 of the wrong kind at compile time.
 HDF5_SERIAL_PC = $(shell pkg-config --exists hdf5-serial && echo hdf5-serial || \
                    { pkg-config --cflags --libs hdf5 2>/dev/null | grep -qi mpi && echo hdf5-serial || echo hdf5; })
@@ -105,7 +105,7 @@ ifeq ($(WERROR),1)
 endif
 CFLAGS  ?= -O3
 CFLAGS  += -std=c11 -march=$(ARCH) -fopenmp -g $(WARN) -D_GNU_SOURCE -DTSR_VERSION='"$(VERSION)"' \
-           -Isrc -Isrc/base -Ikernels -MMD -MP
+           -Isrc -Isrc/base -Icheckpoint -Ikernels -MMD -MP
 LDLIBS  := -fopenmp -lm
 ifneq ($(SANITIZE),)
   CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
@@ -134,10 +134,10 @@ MAINS    := src/train/train_main.c src/tessera_main.c
 GPU_SRC  := src/gpu/gpu_model.c src/gpu/gpu_shard.c src/gpu/gpu_train.c src/gpu/gpu_ep.c \
             src/gpu/gpu_profile.c
 GPU_OBJ  := $(GPU_SRC:%.c=$(BUILD)/obj/%.o)
-# the library: every src/ folder (src/base/: the shared utilities; src/ckpt/: the checkpoint library,
+# the library: every src/ folder (src/base/: the shared utilities; checkpoint/: the checkpoint library,
 # in both builds, its collectives through src/dist.h, a world of one with NO_MPI=1) and the CPU
 # kernels, less the programs' main()s and the CUDA glue (docs/architecture.md)
-LIB_SRC  := $(filter-out $(MAINS) $(GPU_SRC) src/gpu/gpu_comm_%.c,$(wildcard src/*.c src/*/*.c kernels/cpu/*.c))
+LIB_SRC  := $(filter-out $(MAINS) $(GPU_SRC) src/gpu/gpu_comm_%.c,$(wildcard src/*.c src/*/*.c checkpoint/*.c kernels/cpu/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(BUILD)/tests/ref_dump

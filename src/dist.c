@@ -96,7 +96,7 @@ void dist_finalize(void) {
 int dist_is_initialized(void) { return initialized; }
 
 /* MPI is up: started by dist_init, or by a program that called MPI_Init itself (the checkpoint
- * test driver, tests/mpi/ckpt_driver.c, which uses src/ckpt/ and through it these functions). */
+ * test driver, tests/mpi/ckpt_driver.c, which uses checkpoint/ and through it these functions). */
 static int mpi_live(void) {
     int on = 0, off = 0;
     if (initialized) return 1;

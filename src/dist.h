@@ -32,7 +32,7 @@ void dist_set_fail_code(int code);
 int dist_launched(void);
 int dist_is_initialized(void);
 /* This process's rank in the world and the world's size: 0 and 1 in the NO_MPI build and without
- * MPI_Init (dist_init_single). For code that has no tsr_dist at hand (src/ckpt/). Like the
+ * MPI_Init (dist_init_single). For code that has no tsr_dist at hand (checkpoint/). Like the
  * collectives, they use MPI whenever it is initialised, by dist_init or by the program itself. */
 int dist_world_rank(void);
 int dist_world_size(void);

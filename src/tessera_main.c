@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "blas_env.h"
-#include "ckpt/ckpt_cmd.h"
-#include "ckpt/ckpt_model.h"
+#include "ckpt_cmd.h"
+#include "model/ckpt_model.h"
 #include "cli_commands.h"
 #include "common.h"
 #include "config/config.h"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """check_includes.py — the include graph of tessera's C/CUDA sources against its layer order.
 
-Reads every `#include "..."` line of src/, kernels/ and healthcheck/ (under ROOT, default: this
+Reads every `#include "..."` line of src/, checkpoint/, kernels/ and healthcheck/ (under ROOT, default: this
 checkout), resolves each name the way the compiler does (the including file's folder first, then
 the -I folders the Makefile names, in the Makefile's order; a name found nowhere in the tree is a
 system or external header and is skipped), and fails on
@@ -24,7 +24,7 @@ import os
 import re
 import sys
 
-SOURCE_DIRS = ("src", "kernels", "healthcheck")
+SOURCE_DIRS = ("src", "checkpoint", "kernels", "healthcheck")
 EXTS = (".c", ".h", ".cu", ".cuh")
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 MARKER = "include-layers"

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ckpt/ckpt_model.h"
+#include "model/ckpt_model.h"
 #include "json.h"
 #include "blas_env.h"
 #include "cli.h"

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "ckpt/ckpt_model.h"
+#include "model/ckpt_model.h"
 #include "common.h"
 
 int gen_load_model(const char *path, const char *const *sets, int n_sets, tsr_config *cfg,

@@ -5,7 +5,7 @@
  * tensor with its part of the flat parameter buffer (trainer.h), so every rank does 1/W of the
  * I/O in DDP and ZeRO-1 alike, and a checkpoint loads at any world size: after reading, DDP
  * ranks all-gather weights and moments, ZeRO-1 ranks all-gather weights only. The NO_MPI build
- * does the same as one rank (src/ckpt/ on serial HDF5): its files load in the MPI build and
+ * does the same as one rank (checkpoint/ on serial HDF5): its files load in the MPI build and
  * back. */
 #include "train/checkpointing.h"
 
@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt/ckpt.h"
-#include "ckpt/ckpt_model.h"
+#include "ckpt.h"
+#include "model/ckpt_model.h"
 #include "common.h"
 #include "crc32c.h"
 #include "gpu/gpu_train.h"

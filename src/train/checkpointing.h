@@ -4,7 +4,7 @@
 #ifndef TSR_CHECKPOINTING_H
 #define TSR_CHECKPOINTING_H
 
-#include "ckpt/ckpt.h"
+#include "ckpt.h"
 #include "train/train_state.h"
 
 /* A weights-only source for --init-from other than a checkpoint: a Hugging Face directory

@@ -8,8 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt/ckpt.h"
-#include "ckpt/ckpt_model.h"
+#include "ckpt.h"
+#include "model/ckpt_model.h"
 #include "common.h"
 #include "crc32c.h"
 #include "fsutil.h"

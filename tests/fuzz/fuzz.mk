@@ -25,7 +25,7 @@ FUZZ_DIR     := $(BUILD)/fuzz
 # -Wno-pass-failed: clang at -O1 may not vectorise an "omp simd" loop gcc vectorises; no defect
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_CFLAGS   = -std=c11 -O1 -g -fopenmp $(WARN) -Wno-pass-failed -D_GNU_SOURCE -DTSR_NO_MPI -DTSR_VERSION='"fuzz"' \
-                -Isrc -Isrc/base -Ikernels -Itests/fuzz -MMD -MP $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
+                -Isrc -Isrc/base -Icheckpoint -Ikernels -Itests/fuzz -MMD -MP $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
                 $(DEP_CFLAGS) $(shell pkg-config --cflags $(HDF5_SERIAL_PC))
 FUZZ_LIBS     = $(FUZZ_SAN) -fsanitize=fuzzer -fopenmp $(DEP_LIBS) \
                 $(shell pkg-config --libs $(HDF5_SERIAL_PC)) -lm

@@ -1,10 +1,10 @@
-/* fuzz_ckpt.c — the checkpoint reader (src/ckpt/, read only) as `tessera eval`, `generate` and
+/* fuzz_ckpt.c — the checkpoint reader (checkpoint/, read only) as `tessera eval`, `generate` and
  * `ckpt export` use it: ckpt_model_load opens the HDF5 file, reads and checks its metadata and
  * stored config, builds the model and reads every tensor against its shape and crc32c.
  * HDF5 itself is not instrumented: only tessera's code around it is. Input: an .h5 file. */
 #include <stdlib.h>
 
-#include "ckpt/ckpt_model.h"
+#include "model/ckpt_model.h"
 #include "common.h"
 #include "fuzz_common.h"
 

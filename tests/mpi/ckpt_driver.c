@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt/ckpt.h"
+#include "ckpt.h"
 #include "common.h"
 
 #define NT 5

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checkpoints through MPI-IO (src/ckpt/, docs/checkpoint-format.md), driven by
+# Checkpoints through MPI-IO (checkpoint/, docs/checkpoint-format.md), driven by
 # build/tests/ckpt_driver: tensors of 1-D..4-D shapes, exactly representable values, each tensor's
 # flat range split unevenly over the ranks (some empty). Checks: save on 2 ranks, load on 1, 2 and 4
 # (elastic) bit for bit; retention keeps 2 and `latest` names the newest; h5py reads the right

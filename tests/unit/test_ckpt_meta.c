@@ -1,5 +1,5 @@
 /* test_ckpt_meta.c — ck_meta_check, the identities every checkpoint reader enforces
- * (src/ckpt/ckpt_meta.c, docs/checkpoint-format.md "What a reader checks"). No MPI, no file.
+ * (checkpoint/ckpt_meta.c, docs/checkpoint-format.md "What a reader checks"). No MPI, no file.
  *
  * A consistent record passes; each identity broken by one (data_cursor, optim_step, a negative
  * counter, a zero global_batch) fails naming the attribute; skipped_batches parses "lo-hi,..."
@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ckpt/ckpt_h5.h"
+#include "ckpt_h5.h"
 #include "tap.h"
 
 static ckpt_meta m; /* 200 KiB: not on the stack */

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt/ckpt.h"
-#include "ckpt/ckpt_internal.h"
+#include "ckpt.h"
+#include "ckpt_internal.h"
 #include "crc32c.h"
 #include "tap.h"
 

@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 
 #include "ckpt_h5.h"
-#include "ckpt_model.h"
+#include "model/ckpt_model.h"
 #include "cli.h"
 #include "common.h"
 #include "crc32c.h"

@@ -1,5 +1,5 @@
 /* ckpt.h — HDF5 checkpoints: one file per checkpoint, created collectively through MPI-IO, each
- * rank writing its own slices (src/ckpt/ckpt_io.c).
+ * rank writing its own slices (checkpoint/ckpt_io.c).
  *
  * Every tensor is a dataset of its GLOBAL shape; each rank writes (and on load reads) the part it
  * owns, given as a range [lo, hi) of the tensor's row-major flattened elements (ZeRO shards of a
@@ -126,7 +126,7 @@ int ckpt_peek_meta(const char *run_dir, ckpt_peeked *out);
 int ckpt_load(const char *path, ckpt_meta *meta, ckpt_tensor *tensors, int n,
               const char *only_prefix, ckpt_stats *stats, const ckpt_peeked *peeked);
 
-/* Rollbacks (src/ckpt/ckpt_rollback.c). The newest committed step-*.h5 of run_dir whose step is
+/* Rollbacks (checkpoint/ckpt_rollback.c). The newest committed step-*.h5 of run_dir whose step is
  * <= max_step: 0, its path and step, or 1 when there is none. Collective (rank 0 lists). */
 int ckpt_newest_at_or_before(const char *run_dir, int64_t max_step, char *path_out, size_t cap,
                              int64_t *step_out);
