@@ -15,7 +15,7 @@
 #include "config/config_table.h"
 
 /* The subgroups of group name[0, glen) (optim.muon: "  muon = { ... };"), each once, in table
- * order from key index i. */
+ * order from key index i; optim.muon only under optim.name = muon. */
 static void print_subgroups(FILE *f, const tsr_config *cfg, int i, const char *name, size_t glen) {
     char val[4200];
     for (int j = i; j < cfgtab_n_keys; j++) {
@@ -25,7 +25,9 @@ static void print_subgroups(FILE *f, const tsr_config *cfg, int i, const char *n
         int seen = 0;
         for (int k = i; k < j; k++)
             if (strncmp(cfgtab_keys[k].name, key, glen + 1 + slen) == 0) seen = 1;
-        if (seen) continue;
+        /* optim.muon only with optim.name = muon: its keys are refused without it */
+        if (seen || (!strncmp(key, "optim.muon.", 11) && cfg->optim.name != TSR_OPTIM_MUON))
+            continue;
         fprintf(f, "  %.*s = {\n", (int)slen - 1, sub);
         for (int k = j; k < cfgtab_n_keys; k++) {
             if (strncmp(cfgtab_keys[k].name, key, glen + 1 + slen) != 0) continue;
