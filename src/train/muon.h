@@ -38,20 +38,7 @@
 #include "dist.h"
 #include "model/fsdp.h"
 #include "model/model.h"
-
-/* the quintic Newton-Schulz coefficients (Keller Jordan's Muon, Moonlight) */
-#define MUON_NS_A 3.4445f
-#define MUON_NS_B (-4.7750f)
-#define MUON_NS_C 2.0315f
-#define MUON_NS_EPS 1e-7
-
-typedef struct muon_matrix {
-    int id;             /* its tensor */
-    size_t flat;        /* its first element in the flat layout (rows x cols, row-major) */
-    int rows, cols;
-    float scale;        /* the update's multiplier (optim.muon.scale) */
-    int owner;          /* zero3 / hsdp: the group rank that orthogonalises it */
-} muon_matrix;
+#include "model/model_muon.h"
 
 /* zero3 / hsdp: a run of a rank's shard inside a matrix */
 typedef struct muon_seg {
@@ -101,9 +88,6 @@ void muon_fsdp_update(tsr_muon *mu, const tsr_ops *ops, tsr_fsdp *f, float *mom,
                       float gscale);
 /* zero3 / hsdp: the bytes one sharding group's ranks send each other per step (the formula). */
 uint64_t muon_fsdp_step_bytes(const tsr_muon *mu);
-/* Muon's learning rate at a step whose AdamW rate is lr (optim.lr times the schedule's
- * multiplier): optim.muon.lr (or optim.lr when 0) times the same multiplier. */
-double muon_lr(const tsr_optim_config *o, double lr);
 /* zero3 / hsdp: rank 0 prints the exchange's bytes over the run's steps, all ranks, beside the
  * formula's. Collective. */
 void muon_report(const tsr_muon *mu, int64_t steps, int world);
