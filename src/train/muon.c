@@ -126,8 +126,9 @@ void muon_flat_update(tsr_muon *mu, const tsr_ops *ops, float *params, const flo
         const size_t len = (size_t)q->rows * (size_t)q->cols;
         if (q->flat < lo || q->flat >= hi) continue;
         if (q->flat + len > hi)
-            tsr_die(TSR_EXIT_INTERNAL, "muon: a %s matrix crosses the owned part's end (the zero1 "
-                    "partition must cut between matrices)", "Muon");
+            tsr_die(TSR_EXIT_INTERNAL, "muon: the matrix at flat offset %zu (%d x %d) crosses the "
+                    "owned part's end %zu (the zero1 partition must cut between matrices)",
+                    q->flat, q->rows, q->cols, hi);
         momentum_step(&mu->o, mom + (q->flat - lo), g + (q->flat - lo), mu->u, len, gscale);
         muon_orthogonalize(mu, ops, mu->u, q->rows, q->cols);
         apply_step(&mu->o, params + q->flat, mu->u, len, lr, q->scale);
