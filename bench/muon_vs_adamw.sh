@@ -11,16 +11,20 @@
 # AdamW's lr for the rest, and optim.muon.weight_decay = optim.weight_decay (0.1).
 # Reported per run: the final validation loss, the tokens each run needed to reach the target (the
 # best AdamW run's final validation loss; the first evaluation at or below it), and the average
-# step time (tessera-train's "done" line: the steps after the first). The step-time difference of
-# the best runs is the iteration's cost here; beside it the Newton-Schulz FLOPs per step,
+# step time (tessera-train's "done" line: the steps after the first; on a loaded machine mostly
+# load). The iteration's cost: TIME_ROUNDS alternating TIME_STEPS-step runs of each optimizer on
+# one rank and one thread (below); beside it the Newton-Schulz FLOPs per step,
 # sum over matrices of ns_steps x (4 r^2 c + 2 r^3) (r <= c the matrix's sides), against the
 # model's 6N FLOPs per token x 16 x 128 tokens.
 #
-# Environment: STEPS=40 WARMUP=4 EVAL=5 NP=2 LRS="1e-3 3e-3 1e-2" BUILD=build OUT=/tmp/...
+# Environment: STEPS=40 WARMUP=4 EVAL=5 NP=2 LRS="1e-3 3e-3 1e-2" TIME_ROUNDS=3 TIME_STEPS=12
+#              SKIP_SWEEP=0 SKIP_TIMING=0 (1: report that part of an earlier OUT again, not run it)
+#              BUILD=build OUT=/tmp/...
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${STEPS:-40} WARMUP=${WARMUP:-4} EVAL=${EVAL:-5} NP=${NP:-2} BUILD=${BUILD:-build}
-LRS=${LRS:-1e-3 3e-3 1e-2}
+LRS=${LRS:-1e-3 3e-3 1e-2} TIME_ROUNDS=${TIME_ROUNDS:-3} TIME_STEPS=${TIME_STEPS:-12}
+SKIP_SWEEP=${SKIP_SWEEP:-0} SKIP_TIMING=${SKIP_TIMING:-0}
 TRAIN=$BUILD/tessera-train
 [[ -x $TRAIN ]] || { echo "muon_vs_adamw: $TRAIN not built (run make)" >&2; exit 2; }
 [[ -f data/brown/train/index.tsv ]] || { echo "muon_vs_adamw: no data/brown (make data/brown/train/index.tsv)" >&2; exit 2; }
@@ -31,6 +35,7 @@ args=(--config configs/tiny.cfg --set max_duration="${STEPS}ba" --set optim.warm
       --set sample.tokens=0 --set log_interval=10 --set watchdog.window=0)
 for opt in adamw muon; do
     for lr in $LRS; do
+        ((SKIP_SWEEP)) && continue # (the runs of an earlier OUT are reported again)
         extra=()
         [[ $opt == muon ]] && extra=(--set optim.name=muon --set optim.muon.weight_decay=0.1)
         echo "run $opt lr=$lr" >&2
@@ -38,7 +43,21 @@ for opt in adamw muon; do
             --set run_dir="$OUT/$opt-$lr" >"$OUT/$opt-$lr.txt" 2>&1
     done
 done
-NP=$NP /usr/bin/python3 - "$OUT" "$LRS" <<'PY'
+# the step time: TIME_ROUNDS rounds of a TIME_STEPS-step run of each optimizer, alternating, one
+# rank and one thread, no evaluation (on a loaded machine the minimum over steps 3.. of every run is
+# the figure that load disturbs least; the median beside it)
+for ((r = 1; r <= TIME_ROUNDS; r++)); do
+    for opt in adamw muon; do
+        ((SKIP_TIMING)) && continue
+        extra=()
+        [[ $opt == muon ]] && extra=(--set optim.name=muon --set optim.muon.weight_decay=0.1)
+        echo "timing round $r: $opt" >&2
+        "$TRAIN" "${args[@]}" --set max_duration="${TIME_STEPS}ba" --set eval_interval=0ba \
+            --set data.val= --set threads=1 --set log_interval=1 "${extra[@]}" \
+            --set run_dir="$OUT/time-$opt-$r" >"$OUT/time-$opt-$r.txt" 2>&1
+    done
+done
+NP=$NP TIME_ROUNDS=$TIME_ROUNDS /usr/bin/python3 - "$OUT" "$LRS" <<'PY'
 import json, os, re, sys
 out, lrs = sys.argv[1], sys.argv[2].split()
 TOK = 16 * 128
@@ -64,8 +83,9 @@ nsf = sum(ns * (4 * min(r, c) ** 2 * max(r, c) + 2 * min(r, c) ** 3) for r, c in
 txt = open(f"{out}/adamw-{lrs[0]}.txt").read()
 fpt = float(re.search(r"FLOPs/token = [^=]*= ([0-9.e+]+)", txt).group(1))
 np_ = int(os.environ.get("NP", "2"))
-print(f"Newton-Schulz: {nsf:.3e} FLOP per step on every rank (ddp: each rank all matrices), "
-      f"{100 * nsf / (fpt * TOK / np_):.1f}% of a rank's {fpt * TOK / np_:.3e} training FLOPs "
-      f"per step ({np_} ranks)")
+for ranks in sorted({1, np_}):
+    print(f"Newton-Schulz: {nsf:.3e} FLOP per step on every rank (ddp: each rank all matrices), "
+          f"{100 * nsf / (fpt * TOK / ranks):.1f}% of a rank's {fpt * TOK / ranks:.3e} training "
+          f"FLOPs per step on {ranks} rank(s)")
 PY
 echo "runs in $OUT" >&2
