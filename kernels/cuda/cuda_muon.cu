@@ -81,7 +81,8 @@ void tcu_muon_momentum(float *buf, const float *g, float *u, size_t n, float bet
 void tcu_muon_normalize(tsr_bf16 *x, const float *u, const float *sumsq, int rows, int cols,
                         int transpose, float eps, tcu_stream s) {
     const char *what = "tcu_muon_normalize";
-    TCU_REQUIRE(rows > 0 && cols > 0, what, tcu_msg("rows = %d, cols = %d must be > 0", rows, cols));
+    TCU_REQUIRE(rows > 0 && cols > 0, what,
+                tcu_msg("rows = %d, cols = %d must be > 0", rows, cols));
     TCU_REQUIRE(x && u && sumsq, what, "x, u and sumsq must not be NULL");
     const size_t n = (size_t)rows * (size_t)cols;
     muon_normalize_kernel<<<muon_grid(n), MUON_THREADS, 0, s>>>((bf16 *)x, u, sumsq, rows, cols,
@@ -102,7 +103,8 @@ void tcu_axpby_bf16(tsr_bf16 *out, float alpha, const tsr_bf16 *x, float beta, c
 void tcu_muon_apply(float *p, tsr_bf16 *p_bf16, const tsr_bf16 *o, int rows, int cols,
                     int transposed, float decay, float step, tcu_stream s) {
     const char *what = "tcu_muon_apply";
-    TCU_REQUIRE(rows > 0 && cols > 0, what, tcu_msg("rows = %d, cols = %d must be > 0", rows, cols));
+    TCU_REQUIRE(rows > 0 && cols > 0, what,
+                tcu_msg("rows = %d, cols = %d must be > 0", rows, cols));
     TCU_REQUIRE(p && o, what, "p and o must not be NULL");
     const size_t n = (size_t)rows * (size_t)cols;
     muon_apply_kernel<<<muon_grid(n), MUON_THREADS, 0, s>>>(p, (bf16 *)p_bf16, (const bf16 *)o,

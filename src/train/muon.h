@@ -74,7 +74,8 @@ int muon_tensor(const tsr_muon *mu, int id);
  * aligned, n r / W) moved to the nearer end of a matrix they fall inside, so each matrix lies in
  * one rank's part. displs, counts (W). */
 void muon_partition(const tsr_muon *mu, size_t n, int W, size_t *displs, size_t *counts);
-/* O = NS(u) in place: u (rows, cols) holds the orthogonalised matrix after. fp32 products on ops. */
+/* O = NS(u) in place: u (rows, cols) holds the orthogonalised matrix after; fp32 products on
+ * ops. */
 void muon_orthogonalize(tsr_muon *mu, const tsr_ops *ops, float *u, int rows, int cols);
 /* ddp, zero1: Muon on every matrix inside [lo, hi) of the flat layout (each wholly inside: the
  * partition), params the whole flat buffer, g and mom from lo. lr: Muon's, scheduled. */

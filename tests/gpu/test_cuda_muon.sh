@@ -19,12 +19,9 @@ tsr_tmpdir
 PER=4
 tap_plan $((2 * PER + 2))
 make_synth "$TMP/data"
-args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --set data.tokenizer=
-      --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
-      --set eval_interval=0ba --set model.n_layer=2 --set model.d_model=64 --set model.n_head=2
-      --set model.n_kv_head=1 --set model.intermediate_size=96 --set seq_len=32
-      --set global_batch=8 --set micro_batch=2 --set max_duration=8ba --set save_interval=4ba
-      --set threads=1 --set log_interval=1 --set optim.warmup=2ba --set watchdog.window=0)
+tiny_llama_args "$TMP/data/train"
+args+=(--set model.n_head=2 --set model.n_kv_head=1 --set max_duration=8ba --set save_interval=4ba
+       --set watchdog.window=0)
 mu=(--set optim.name=muon --set optim.muon.weight_decay=0.1)
 run() {
     local bin=$1 dir=$2 np=$3; shift 3
