@@ -72,6 +72,7 @@ static const cli_opt prep_opts[] = {
     {"pack", CLI_NO_SHORT('p'), "T", "sft/chat: whole examples in each sample of seq_len T, padded (mask 0); "
                        "preference: one example per sample, chosen then rejected; train with "
                        "seq_len = T"},
+    CHAT_BUDGET_OPTS,
     {"threads", 'j', "N", "tokenizer threads (default: OpenMP's, i.e. the cores)"},
     {"quiet", 'q', NULL, "no progress and no summary"},
     {"help", 'h', NULL, "show this help"},
@@ -96,6 +97,7 @@ typedef struct prep_args {
     double val_fraction;
     int64_t seed, shard_tokens, threads, pack; /* pack: T of --pack, 0 = not packed */
     int bos, no_eos, target_prompts, strict, quiet;
+    jinja_budget budget; /* --template-steps, --template-memory (0: the defaults) */
     char doc_sep[64];
     size_t doc_sep_len;
 } prep_args;
@@ -128,7 +130,6 @@ static int parse_sep(prep_args *a, const char *val) {
 
 static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
     prep_args *a = ctx;
-    (void)c;
     switch (ch) {
     case 'o': a->out = val; return 0;
     case 't': a->tokenizer = val; return 0;
@@ -154,6 +155,8 @@ static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
     case CLI_NO_SHORT('p'): return opt_int(ch, val, PACK_MIN_T, PACK_MAX_T, &a->pack);
     case 'j': return opt_int(ch, val, 1, 1024, &a->threads);
     case 'q': a->quiet = 1; return 0;
+    case CHAT_OPT_STEPS:
+    case CHAT_OPT_MEMORY: return chat_budget_option(c, ch, val, &a->budget);
     default: return usage_error("unhandled option", NULL);
     }
 }
@@ -346,6 +349,7 @@ typedef struct prep_ctx {
     tsr_tokenizer *tok;
     char tok_name[4096]; /* what the dataset records: "gpt2", else the tokenizer's absolute path */
     chat_config chat;    /* the tokenizer's tokenizer_config.json, when loaded (have_chat) */
+    char chat_path[4096]; /* its path */
     int have_chat;
     prep_doc_rules rules;
     uint32_t eos, vocab;
@@ -504,6 +508,12 @@ static int consume(prep_ctx *c, const prep_item *it) {
     /* JSON refuses invalid UTF-8 (a bad line); plain text keeps it, replaced: counted per file */
     if (f->kind == FMT_TEXT)
         f->invalid_utf8 += tokenizer_count_invalid_utf8((const uint8_t *)c->buf + it->off, it->len);
+    if (it->status == ITEM_FATAL) {
+        if (c->tty && !c->a->quiet) fprintf(stderr, "\n");
+        tsr_error("%s:%llu: %s: the chat template of %s; stopping, nothing written (%s)", path,
+                  (unsigned long long)it->line, it->err, c->chat_path, CHAT_BUDGET_HINT);
+        return TSR_EXIT_DATA;
+    }
     if (it->status == ITEM_BAD) {
         c->bad++;
         if (c->a->strict) {
@@ -796,6 +806,8 @@ static int open_chat_config(prep_ctx *c) {
         return TSR_EXIT_DATA;
     }
     c->have_chat = 1;
+    snprintf(c->chat_path, sizeof c->chat_path, "%s", path);
+    if (c->chat.tpl) jinja_set_budget(c->chat.tpl, &c->a->budget);
     if (spec && !c->chat.tpl) {
         tsr_error("prep: --chat-template %s: the file has no chat_template (give a "
                   "tokenizer_config.json that has one, or --chat-template none)", spec);

@@ -10,7 +10,11 @@
 #    assistant turns' answers (the text after a </think>, white space aside), each closed by the
 #    template's end-of-turn token (unless tool calls follow it), one run per turn, nothing else;
 #  - --target-prompts, --chat-template none / PATH, the errors, and Llama 3's eos_token ending plain
-#    documents when the vocabulary has no <|endoftext|>.
+#    documents when the vocabulary has no <|endoftext|>;
+#  - a template is untrusted input: a 100 KB tokenizer_config.json whose expression chains 20,000
+#    additions is refused at its line:column (it ended the C stack: exit 139), a namespace holding
+#    itself skips the lines naming the cycle, a loop past the render budget stops prep (exit 2)
+#    naming the template and --template-steps / --template-memory.
 # Skips (77) without node or the npm files ./INSTALL fetches.
 source "$(dirname "$0")/../lib.sh"
 NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
@@ -22,7 +26,7 @@ for f in "$HFJS/dist/main.js" "$JINJA/dist/index.cjs" "$MODELS"/{llama3,qwen3}/t
 done
 [[ -x $TOOL ]] || { echo "$TOOL missing: run make"; exit 77; }
 tsr_tmpdir
-tap_plan 13
+tap_plan 16
 "$PY3" - "$TSR_ROOT/tests/chat/conversations" "$TMP/conv.jsonl" <<'PY'
 import glob, json, os, sys
 with open(sys.argv[2], "w") as out:
@@ -136,6 +140,29 @@ prep --tokenizer "$MODELS/qwen3/tokenizer.json" --out "$TMP/e3" --chat-template 
 rc=$?
 ((rc == 2)) && grep -q "missing.json" "$TMP/e3.err" && [[ ! -e $TMP/e3 ]]
 tap_check $? "--chat-template FILE that does not exist: exit $rc, names it, nothing written"
+
+# untrusted templates: bounded depth, values and work (docs/chat-templates.md "Limits")
+"$PY3" -c 'import json, sys; json.dump({"chat_template": "{{ " + " + ".join(["1"] * 20000) + " }}"}, open(sys.argv[1], "w"))' "$TMP/chain.json"
+prep --tokenizer "$MODELS/qwen3/tokenizer.json" --out "$TMP/e4" --chat-template "$TMP/chain.json" "$TMP/conv.jsonl" >/dev/null 2>"$TMP/e4.err"
+rc=$?
+((rc == 2)) && grep -q "chain.json: chat_template, line 1:1026: expression nested too deeply" "$TMP/e4.err" && [[ ! -e $TMP/e4 ]]
+tap_check $? "a 100 KB template chaining 20,000 additions: exit $rc at line 1:1026, nothing written"
+printf '{"chat_template": "{%% set ns = namespace(a=1) %%}{%% set ns.a = ns %%}{{ ns.a }}"}\n' >"$TMP/cycle.json"
+prep --tokenizer "$MODELS/qwen3/tokenizer.json" --out "$TMP/e5" --chat-template "$TMP/cycle.json" "$TMP/conv.jsonl" >/dev/null 2>"$TMP/e5.err"
+rc=$?
+((rc == 2)) && grep -q "conv.jsonl:1: chat template, line 1:[0-9]*: Converting circular structure" "$TMP/e5.err" && [[ ! -e $TMP/e5 ]]
+tap_check $? "a namespace holding itself: each line skipped naming the cycle, exit $rc (no document)"
+printf '{"chat_template": "{%% for i in range(1000000) %%}{%% endfor %%}{%% for i in range(1000000) %%}{%% endfor %%}"}\n' >"$TMP/loop.json"
+prep --tokenizer "$MODELS/qwen3/tokenizer.json" --out "$TMP/e6" --chat-template "$TMP/loop.json" "$TMP/conv.jsonl" >/dev/null 2>"$TMP/e6.err"
+rc=$?
+printf '{"chat_template": "{%% set ns = namespace(l=[]) %%}{%% for i in range(100000) %%}{%% set ns.l = ns.l + [i] %%}{%% endfor %%}"}\n' >"$TMP/keep.json"
+prep --tokenizer "$MODELS/qwen3/tokenizer.json" --out "$TMP/e7" --template-memory 1M --chat-template "$TMP/keep.json" "$TMP/conv.jsonl" >/dev/null 2>"$TMP/e7.err"
+rc7=$?
+tap_diag "$(head -c 400 "$TMP/e6.err")"
+((rc == 2 && rc7 == 2)) && [[ ! -e $TMP/e6 && ! -e $TMP/e7 ]] &&
+    grep -q "conv.jsonl:1: chat template, line 1:[0-9]*: the render went over its budget of 10000000 steps.*loop.json.*--template-steps" "$TMP/e6.err" &&
+    grep -q "budget of 1048576 bytes.*keep.json.*--template-memory" "$TMP/e7.err"
+tap_check $? "ten million loop iterations, a loop keeping what it builds: prep stops at the render budget (exit $rc, $rc7) naming the template and the limit"
 
 # a template that rewrites the content: the line is skipped with the reason, never mis-masked
 printf '{"chat_template": "{%% for m in messages %%}{{ m.role }}: {{ m.content | upper }}\\n{%% endfor %%}"}\n' >"$TMP/upper.json"
