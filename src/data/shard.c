@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "fsutil.h"
 #include "crc32c.h"
 #include "data/data.h"
 
@@ -144,10 +145,16 @@ static int split_fields(char *line, char **f, int max) {
 }
 
 static int read_whole_file(const char *path, char **out, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
         tsr_error("%s: cannot open: %s (is the directory a tessera dataset? write one with "
                   "'tessera shard' or 'tessera synth')", path, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    int fd = fs_open_data(path, "dataset index");
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
+    if (!f) {
+        if (fd >= 0) close(fd);
         return TSR_EXIT_DATA;
     }
     size_t cap = 4096, n = 0;
@@ -534,14 +541,11 @@ static int shard_validate(shard_map *s, const dataset_index *ix, int k, int veri
 
 /* Maps shard file `path` read-only. */
 static int shard_map_file(shard_map *s) {
-    int fd = open(s->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        tsr_error("%s: cannot open shard: %s (listed in the index)", s->path, strerror(errno));
-        return TSR_EXIT_DATA;
-    }
+    int fd = fs_open_data(s->path, "shard (listed in the index)");
+    if (fd < 0) return TSR_EXIT_DATA;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        tsr_error("%s: not a regular file", s->path);
+    if (fstat(fd, &st) != 0) {
+        tsr_error("%s: fstat failed: %s", s->path, strerror(errno));
         close(fd);
         return TSR_EXIT_DATA;
     }
