@@ -8,7 +8,8 @@
  * of a preference pair into two windows of their own) -> close and rename.
  * Results are consumed in input order and the train/val split is a hash of (seed, document
  * number), so the output is byte-identical for any --threads. Everything is staged in OUT.tmp and
- * renamed to OUT at the end: an error leaves nothing at OUT. Usage and formats: docs/prep.md.
+ * renamed to OUT at the end: an error leaves nothing at OUT; OUT.lock keeps a second prep into
+ * the same OUT out from the start (exit 2). Usage and formats: docs/prep.md.
  */
 #include "prep/prep.h"
 
@@ -31,6 +32,7 @@
 #include "json.h"
 #include "prep/prep_doc.h"
 #include "prep/prep_pack.h"
+#include "runlock.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_eos.h"
 
@@ -350,6 +352,7 @@ typedef struct prep_ctx {
     char tok_name[4096]; /* what the dataset records: "gpt2", else the tokenizer's absolute path */
     chat_config chat;    /* the tokenizer's tokenizer_config.json, when loaded (have_chat) */
     char chat_path[4096]; /* its path */
+    tsr_lock lock;        /* OUT.lock, from before OUT.tmp is made to after it is renamed */
     int have_chat;
     prep_doc_rules rules;
     uint32_t eos, vocab;
@@ -636,16 +639,24 @@ static int read_jsonl(prep_ctx *c, size_t fi) {
 
 /* ================================ output directory ================================ */
 
-/* Checks that OUT does not exist and creates an empty OUT.tmp (clearing a stale one). */
-static int make_staging(const char *out, char *tmp, size_t cap) {
+/* Takes OUT.lock (one prep per output: runlock.h; the lock outlives OUT.tmp's rename to OUT),
+ * checks that OUT does not exist and creates an empty OUT.tmp (clearing a stale one, which only a
+ * dead prep can have left: its lock was ours to take). */
+static int make_staging(const char *out, tsr_lock *lock, char *tmp, size_t cap) {
     struct stat st;
+    char lpath[4096 + 8];
+    if (tsr_snprintf(tmp, cap, "%s.tmp", out) || tsr_snprintf(lpath, sizeof lpath, "%s.lock", out)) {
+        tsr_error("%s: path too long", out);
+        return TSR_EXIT_DATA;
+    }
+    if (fs_make_parents(lpath) != 0) {
+        tsr_error("%s: cannot create its directory: %s", out, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    TSR_CHECK(tsr_lock_take(lock, lpath, "tessera prep"));
     if (lstat(out, &st) == 0) {
         tsr_error("%s: already exists; refusing to overwrite (choose a new --out or remove it)",
                   out);
-        return TSR_EXIT_DATA;
-    }
-    if (tsr_snprintf(tmp, cap, "%s.tmp", out)) {
-        tsr_error("%s: path too long", out);
         return TSR_EXIT_DATA;
     }
     if (lstat(tmp, &st) == 0 && dataset_split_remove_staging(tmp)) return TSR_EXIT_DATA;
@@ -785,6 +796,7 @@ static void ctx_free(prep_ctx *c) {
     free(c->files.v);
     if (c->tok) tokenizer_free(c->tok);
     if (c->have_chat) chat_config_free(&c->chat);
+    tsr_lock_release(&c->lock);
 }
 
 /* The tokenizer_config.json of --chat-template, or (auto) the one beside a tokenizer.json: its
@@ -871,7 +883,7 @@ int cmd_prep(int argc, char **argv) {
                        c.files.v[k].kind == FMT_PREF;
     c.jd = tsr_calloc((size_t)c.threads, sizeof *c.jd);
     char tmp[4096], sub[4096 + 8];
-    rc = make_staging(a.out, tmp, sizeof tmp);
+    rc = make_staging(a.out, &c.lock, tmp, sizeof tmp);
     if (rc) {
         ctx_free(&c);
         return rc;

@@ -66,9 +66,10 @@ FUZZ_FLAGS ?= -timeout=10
 # whose stack reaches tessera's code without HDF5 below it is a tessera bug.
 FUZZ_FLAGS_ckpt = -fork=1 -ignore_timeouts=1 -ignore_crashes=1 -artifact_prefix=tests/fuzz/found/ckpt/
 # chat templates: inputs to 128 KB (a template's cost is in its length: expression chains, deep
-# values), and a dictionary of template syntax instead of fuzz.dict (libFuzzer takes one -dict)
-FUZZ_FLAGS_chat    = -max_len=131072
-FUZZ_FLAGS_chatcfg = -max_len=131072
+# values; -len_control=0: long inputs from the start), and a dictionary of template syntax instead
+# of fuzz.dict (libFuzzer takes one -dict)
+FUZZ_FLAGS_chat    = -max_len=131072 -len_control=0
+FUZZ_FLAGS_chatcfg = -max_len=131072 -len_control=0
 fuzz: $(FUZZ:%=$(FUZZ_DIR)/fuzz_%)
 	@mkdir -p $(FUZZ_DIR)/tmp tests/fuzz/found/ckpt
 	@for h in $(FUZZ); do \
