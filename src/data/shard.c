@@ -789,6 +789,16 @@ void dataset_read_counts(const tsr_dataset *ds, uint64_t *staged, uint64_t *in_p
     if (in_place) *in_place = atomic_load_explicit(&ds->reads_in_place, memory_order_relaxed);
 }
 
+int dataset_file_is_part(const char *path) {
+    char head[32] = {0};
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(head, 1, sizeof head - 1, f) : 0;
+    if (f) fclose(f);
+    size_t im = strlen(INDEX_MAGIC);
+    return (n >= sizeof SHARD_MAGIC - 1 && !memcmp(head, SHARD_MAGIC, sizeof SHARD_MAGIC - 1)) ||
+           (n > im && !memcmp(head, INDEX_MAGIC, im) && (head[im] == '\t' || head[im] == ' '));
+}
+
 int dataset_index_note(const char *dir, const char *key, uint64_t *value) {
     char path[4200], line[512];
     if (snprintf(path, sizeof path, "%s/index.tsv", dir) >= (int)sizeof path) return -1;

@@ -213,6 +213,7 @@ typedef struct file_list {
     in_file *v;
     size_t n, cap;
     uint64_t bytes;
+    uint64_t skipped; /* files of an earlier tessera dataset met in a walked directory */
 } file_list;
 
 static void add_file(file_list *l, const char *path, uint64_t size) {
@@ -232,8 +233,18 @@ static void add_file(file_list *l, const char *path, uint64_t size) {
     l->bytes += size;
 }
 
+/* A file of a walked directory; a shard or index.tsv of an earlier dataset (a folder that holds
+ * prep's own output) is skipped with a warning: its binary shards read as text were garbage. */
 static int add_walked(void *ctx, const char *path, const struct stat *st) {
-    add_file(ctx, path, (uint64_t)st->st_size);
+    file_list *l = ctx;
+    if (dataset_file_is_part(path)) {
+        if (++l->skipped <= MAX_REPORTED)
+            tsr_warn("prep: %s: part of a tessera dataset (an earlier prep's output?): skipped, prep "
+                     "reads text and JSON Lines%s", path,
+                     l->skipped == MAX_REPORTED ? "; further ones are counted, not shown" : "");
+        return 0;
+    }
+    add_file(l, path, (uint64_t)st->st_size);
     return 0;
 }
 
@@ -246,6 +257,11 @@ static int collect(file_list *l, const char *path) {
         return TSR_EXIT_DATA;
     }
     if (S_ISREG(st.st_mode)) {
+        if (dataset_file_is_part(path)) {
+            tsr_error("%s: part of a tessera dataset (a shard or its index.tsv), not text or JSON "
+                      "Lines: give the inputs it was made from", path);
+            return TSR_EXIT_DATA;
+        }
         add_file(l, path, (uint64_t)st.st_size);
         return 0;
     }
@@ -367,6 +383,8 @@ typedef struct prep_ctx {
     uint64_t docs[2], tokens[2], targets[2], bad, empty, bytes_done;
     uint64_t dropped, overlong; /* --pack: examples dropped; over-length examples (reported) */
     uint64_t pairs[2], pairs_dropped; /* --format preference: pairs written; pairs dropped */
+    uint64_t pair_notes[3];           /* pairs with the same answer twice, with an empty answer */
+    uint64_t datasets_skipped;        /* walked files of an earlier tessera dataset (skipped) */
     double t0, t_progress;
 } prep_ctx;
 
@@ -479,6 +497,18 @@ static int consume_packed(prep_ctx *c, const prep_item *it, int val, const char 
     return 0;
 }
 
+/* A pair that can teach nothing is written, with a warning (the first MAX_REPORTED of each kind):
+ * the same answer chosen and rejected (DPO's margin is 0: no gradient), or an empty answer. */
+static void warn_pair(prep_ctx *c, const prep_item *it, const char *path) {
+    if (!it->pair_note || ++c->pair_notes[it->pair_note] > MAX_REPORTED) return;
+    if (c->tty && !c->a->quiet) fprintf(stderr, "\r\x1b[K");
+    tsr_warn("%s:%llu: %s: the pair teaches nothing (written all the same; fix the data)%s", path,
+             (unsigned long long)it->line,
+             it->pair_note == PAIR_SAME ? "\"chosen\" and \"rejected\" are the same text"
+                                        : "\"chosen\" or \"rejected\" is empty (or white space)",
+             c->pair_notes[it->pair_note] == MAX_REPORTED ? "; further ones are counted, not shown" : "");
+}
+
 /* --format preference: places the item's pair (its chosen example, then its rejected one) into
  * split `val`'s packer: both, each in a window of its own, or neither. Reports the over-length
  * examples of a written pair, and what made a dropped pair go. */
@@ -541,7 +571,10 @@ static int consume(prep_ctx *c, const prep_item *it) {
                                        : c->docs[0] + c->docs[1] + c->dropped;
     int val = c->a->val_fraction > 0 &&
               tsr_rand_uniform((uint64_t)c->a->seed, SPLIT_STREAM, doc) < c->a->val_fraction;
-    if (f->kind == FMT_PREF) return consume_pair(c, it, val, path);
+    if (f->kind == FMT_PREF) {
+        warn_pair(c, it, path);
+        return consume_pair(c, it, val, path);
+    }
     if (c->pk[val]) return consume_packed(c, it, val, path);
     c->docs[val]++;
     c->tokens[val] += it->n;
@@ -756,6 +789,11 @@ static void summary(const prep_ctx *c) {
                    (unsigned long long)p->pairs_dropped, (unsigned long long)p->truncated);
         }
         printf("\n");
+        if (c->pair_notes[PAIR_SAME] || c->pair_notes[PAIR_EMPTY])
+            printf("prep: %llu pairs with the same chosen and rejected text, %llu with an empty "
+                   "answer: written, but they teach nothing (warnings above)\n",
+                   (unsigned long long)c->pair_notes[PAIR_SAME],
+                   (unsigned long long)c->pair_notes[PAIR_EMPTY]);
     }
     printf("prep: read %.1f MB from %zu file%s in %.2f s (%.1f MB/s, %d thread%s); skipped %llu "
            "bad line%s, %llu empty document%s\n", c->files.bytes / 1e6, c->files.n,
@@ -871,6 +909,9 @@ int cmd_prep(int argc, char **argv) {
         return TSR_EXIT_DATA;
     }
     for (int k = optind; k < argc && !rc; k++) rc = collect(&c.files, argv[k]);
+    if (!rc && c.files.skipped > MAX_REPORTED)
+        tsr_warn("prep: %llu files of tessera datasets skipped in all",
+                 (unsigned long long)c.files.skipped);
     if (!rc) rc = detect_kinds(&c.files, a.format);
     if (!rc && a.pack) rc = check_pack_kinds(&c.files);
     if (!rc) rc = open_tokenizer(&c);

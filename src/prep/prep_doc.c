@@ -246,6 +246,11 @@ static void put_pref(const prep_doc_rules *r, prep_item *it, const json_value *r
     const json_value *prompt = get_str(it, root, "prompt"), *answer[2] = {NULL, NULL};
     for (int k = 0; k < 2 && prompt; k++)
         if (!(answer[k] = get_str(it, root, names[k]))) return;
+    if (!prompt) return;
+    if (answer[0]->len == answer[1]->len && !memcmp(answer[0]->str, answer[1]->str, answer[0]->len))
+        it->pair_note = PAIR_SAME;
+    else if (strspn(answer[0]->str, " \t\r\n") == answer[0]->len || strspn(answer[1]->str, " \t\r\n") == answer[1]->len)
+        it->pair_note = PAIR_EMPTY;
     for (int k = 0; k < 2 && it->status == ITEM_OK; k++) {
         if (k) it->n_first = it->n;
         if (r->chat) put_pair_chat(r, it, prompt, answer[k]);
@@ -264,6 +269,7 @@ void prep_tokenize(const prep_doc_rules *r, prep_format kind, const char *s, pre
                    json_doc *jd) {
     it->n = 0;
     it->n_first = 0;
+    it->pair_note = 0;
     it->status = ITEM_OK;
     if (kind == FMT_TEXT) {
         put_plain(r, it, s, it->len);

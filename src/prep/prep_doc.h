@@ -29,7 +29,10 @@ typedef struct prep_item {
     uint8_t *mask;
     size_t n, cap, mask_cap;
     size_t n_first; /* FMT_PREF: tokens of the chosen example; the rejected one is the rest */
+    int pair_note;  /* FMT_PREF: PAIR_SAME (the two answers are one text), PAIR_EMPTY (one of them
+                       is empty or white space), or 0 */
 } prep_item;
+enum { PAIR_SAME = 1, PAIR_EMPTY };
 /* ITEM_FATAL: the chat template went over its render budget; prep stops (exit 2) */
 enum { ITEM_OK, ITEM_BAD, ITEM_EMPTY, ITEM_FATAL };
 
@@ -49,7 +52,8 @@ typedef struct prep_doc_rules {
  * A document is [BOS] segments [EOS], each segment tokenized on its own; masks per docs/prep.md.
  * FMT_PREF: the chosen and the rejected example, each built as an sft line {"prompt", "response":
  * the answer} is, or with a chat template as a chat line of the messages [user: prompt,
- * assistant: the answer]; it->n_first says where the second begins.
+ * assistant: the answer]; it->n_first says where the second begins, it->pair_note whether the
+ * pair can teach anything (prep warns: the same answer twice, or an empty one).
  * Thread-safe for distinct items and json_docs. */
 void prep_tokenize(const prep_doc_rules *r, prep_format kind, const char *s, prep_item *it,
                    json_doc *jd);

@@ -136,7 +136,8 @@ P=$!
 wait_for "$TMP/ds.tmp"
 kill -STOP $P
 snapshot "$TMP/ds.tmp" >"$TMP/before.txt"
-"${PREP[@]}" --out "$TMP/ds" "$TMP/data/train/index.tsv" >"$TMP/p2.txt" 2>&1
+echo "a small document" >"$TMP/small.txt"
+"${PREP[@]}" --out "$TMP/ds" "$TMP/small.txt" >"$TMP/p2.txt" 2>&1
 rc=$?
 snapshot "$TMP/ds.tmp" >"$TMP/after.txt"
 kill -CONT $P
@@ -153,7 +154,7 @@ P=$!
 wait_for "$TMP/ds2.tmp"
 kill -KILL $P
 wait $P 2>/dev/null
-"${PREP[@]}" --out "$TMP/ds2" "$TMP/data/train/index.tsv" >"$TMP/p4.txt" 2>&1
+"${PREP[@]}" --out "$TMP/ds2" "$TMP/small.txt" >"$TMP/p4.txt" 2>&1
 rc=$?
 ((rc == 0)) && grep -q "taking over the lock of tessera prep, PID $P" "$TMP/p4.txt" &&
     "$TOOL" verify-data "$TMP/ds2/train" >/dev/null 2>&1 && [[ ! -e $TMP/ds2.lock && ! -e $TMP/ds2.tmp ]]
