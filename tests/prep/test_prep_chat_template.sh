@@ -125,44 +125,40 @@ text=$("$PY3" -c 'import sys; sys.path.insert(0, sys.argv[1]); from prep_check i
     [[ $("$TOOL" tokenizer decode --tokenizer "$MODELS/qwen3/tokenizer.json" <(echo "$text") 2>/dev/null) == user:* ]]
 tap_check $? "--chat-template none: the ROLE: content format (the first document starts \"user:\")"
 
-# errors: nothing written
+# errors: nothing written. refused NAME WANT PATTERN CONFIG [OPTION...]: prep with --chat-template
+# CONFIG exits WANT, its stderr ($TMP/NAME.err) says PATTERN (grep -E), nothing is written
+refused() {
+    local name=$1 want=$2 pat=$3 cfg=$4
+    shift 4
+    prep --tokenizer "$MODELS/qwen3/tokenizer.json" --out "$TMP/$name" --chat-template "$cfg" "$@" \
+        "$TMP/conv.jsonl" >/dev/null 2>"$TMP/$name.err"
+    rc=$?
+    ((rc == want)) && grep -Eq -- "$pat" "$TMP/$name.err" && [[ ! -e $TMP/$name ]]
+}
 printf '{"eos_token": "<|im_end|>"}\n' >"$TMP/notpl.json"
-prep --tokenizer "$MODELS/qwen3/tokenizer.json" --out "$TMP/e1" --chat-template "$TMP/notpl.json" "$TMP/conv.jsonl" >/dev/null 2>"$TMP/e1.err"
-rc=$?
-((rc == 1)) && grep -q "notpl.json: the file has no chat_template" "$TMP/e1.err" && [[ ! -e $TMP/e1 ]]
+refused e1 1 "notpl.json: the file has no chat_template" "$TMP/notpl.json"
 tap_check $? "--chat-template with no chat_template: exit $rc, says so, nothing written"
 printf '{"chat_template": "{%% for m in messages %%}{{ m.content }"}\n' >"$TMP/broken.json"
-prep --tokenizer "$MODELS/qwen3/tokenizer.json" --out "$TMP/e2" --chat-template "$TMP/broken.json" "$TMP/conv.jsonl" >/dev/null 2>"$TMP/e2.err"
-rc=$?
-((rc == 2)) && grep -q "syntax" "$TMP/e2.err" && [[ ! -e $TMP/e2 ]]
+refused e2 2 "syntax" "$TMP/broken.json"
 tap_check $? "a chat_template with a syntax error: exit $rc, says where, nothing written"
-prep --tokenizer "$MODELS/qwen3/tokenizer.json" --out "$TMP/e3" --chat-template "$TMP/missing.json" "$TMP/conv.jsonl" >/dev/null 2>"$TMP/e3.err"
-rc=$?
-((rc == 2)) && grep -q "missing.json" "$TMP/e3.err" && [[ ! -e $TMP/e3 ]]
+refused e3 2 "missing.json" "$TMP/missing.json"
 tap_check $? "--chat-template FILE that does not exist: exit $rc, names it, nothing written"
 
 # untrusted templates: bounded depth, values and work (docs/chat-templates.md "Limits")
 "$PY3" -c 'import json, sys; json.dump({"chat_template": "{{ " + " + ".join(["1"] * 20000) + " }}"}, open(sys.argv[1], "w"))' "$TMP/chain.json"
-prep --tokenizer "$MODELS/qwen3/tokenizer.json" --out "$TMP/e4" --chat-template "$TMP/chain.json" "$TMP/conv.jsonl" >/dev/null 2>"$TMP/e4.err"
-rc=$?
-((rc == 2)) && grep -q "chain.json: chat_template, line 1:1026: expression nested too deeply" "$TMP/e4.err" && [[ ! -e $TMP/e4 ]]
+refused e4 2 "chain.json: chat_template, line 1:1026: expression nested too deeply" "$TMP/chain.json"
 tap_check $? "a 100 KB template chaining 20,000 additions: exit $rc at line 1:1026, nothing written"
 printf '{"chat_template": "{%% set ns = namespace(a=1) %%}{%% set ns.a = ns %%}{{ ns.a }}"}\n' >"$TMP/cycle.json"
-prep --tokenizer "$MODELS/qwen3/tokenizer.json" --out "$TMP/e5" --chat-template "$TMP/cycle.json" "$TMP/conv.jsonl" >/dev/null 2>"$TMP/e5.err"
-rc=$?
-((rc == 2)) && grep -q "conv.jsonl:1: chat template, line 1:[0-9]*: Converting circular structure" "$TMP/e5.err" && [[ ! -e $TMP/e5 ]]
+refused e5 2 "conv.jsonl:1: chat template, line 1:[0-9]*: Converting circular structure" "$TMP/cycle.json"
 tap_check $? "a namespace holding itself: each line skipped naming the cycle, exit $rc (no document)"
 printf '{"chat_template": "{%% for i in range(1000000) %%}{%% endfor %%}{%% for i in range(1000000) %%}{%% endfor %%}"}\n' >"$TMP/loop.json"
-prep --tokenizer "$MODELS/qwen3/tokenizer.json" --out "$TMP/e6" --chat-template "$TMP/loop.json" "$TMP/conv.jsonl" >/dev/null 2>"$TMP/e6.err"
-rc=$?
-printf '{"chat_template": "{%% set ns = namespace(l=[]) %%}{%% for i in range(100000) %%}{%% set ns.l = ns.l + [i] %%}{%% endfor %%}"}\n' >"$TMP/keep.json"
-prep --tokenizer "$MODELS/qwen3/tokenizer.json" --out "$TMP/e7" --template-memory 1M --chat-template "$TMP/keep.json" "$TMP/conv.jsonl" >/dev/null 2>"$TMP/e7.err"
-rc7=$?
+refused e6 2 "conv.jsonl:1: chat template, line 1:[0-9]*: the render went over its budget of 10000000 steps.*loop.json.*--template-steps" "$TMP/loop.json"
+rc6=$?
 tap_diag "$(head -c 400 "$TMP/e6.err")"
-((rc == 2 && rc7 == 2)) && [[ ! -e $TMP/e6 && ! -e $TMP/e7 ]] &&
-    grep -q "conv.jsonl:1: chat template, line 1:[0-9]*: the render went over its budget of 10000000 steps.*loop.json.*--template-steps" "$TMP/e6.err" &&
-    grep -q "budget of 1048576 bytes.*keep.json.*--template-memory" "$TMP/e7.err"
-tap_check $? "ten million loop iterations, a loop keeping what it builds: prep stops at the render budget (exit $rc, $rc7) naming the template and the limit"
+printf '{"chat_template": "{%% set ns = namespace(l=[]) %%}{%% for i in range(100000) %%}{%% set ns.l = ns.l + [i] %%}{%% endfor %%}"}\n' >"$TMP/keep.json"
+refused e7 2 "budget of 1048576 bytes.*keep.json.*--template-memory" "$TMP/keep.json" --template-memory 1M
+((rc6 == 0 && $? == 0))
+tap_check $? "ten million loop iterations, a loop keeping what it builds: prep stops at the render budget (exit 2) naming the template and the limit"
 
 # a template that rewrites the content: the line is skipped with the reason, never mis-masked
 printf '{"chat_template": "{%% for m in messages %%}{{ m.role }}: {{ m.content | upper }}\\n{%% endfor %%}"}\n' >"$TMP/upper.json"
