@@ -689,7 +689,7 @@ static int unit_checks(void) {
     tap_ok(config_is("{\"bos_token\": \"<s>\"}", "no template"), "tokenizer_config.json without a chat_template");
     tap_ok(config_is("{\"chat_template\": 5}", "error: context error: chat_template is number, expected a string or a list of {\"name\", \"template\"} with a \"default\""),
            "chat_template of a wrong type: an error naming the file and what was expected");
-    tap_ok(config_is("{\"chat_template\": \"{% if %}\"}", "error: syntax error: chat_template, line 1:10: Unexpected token: CloseStatement"),
+    tap_ok(config_is("{\"chat_template\": \"{% if %}\"}", "error: syntax error: chat_template, line 1:7: Unexpected token: CloseStatement"),
            "a template that does not parse: a syntax error naming the file and chat_template");
     tap_ok(config_is("{\"chat_template\": ", "error: context error: byte 18: expected a value, found end of line"),
            "a config that is not JSON: the byte where it breaks");
