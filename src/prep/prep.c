@@ -584,14 +584,30 @@ static int consume(prep_ctx *c, const prep_item *it) {
                ? TSR_EXIT_DATA : 0;
 }
 
-/* Tokenizes the batch on c->threads threads, then consumes it in order. */
+/* Tokenizes the batch on c->threads threads, then consumes it in order. Past an item whose chat
+ * template went over its budget (ITEM_FATAL: prep stops there) the items are not tokenized: each
+ * would take the template's whole budget for nothing. */
 static int flush(prep_ctx *c) {
-    int n = (int)c->n_items;
+    int n = (int)c->n_items, fatal = n;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(c->threads)
     for (int k = 0; k < n; k++) {
         prep_item *it = &c->items[k];
+        int first;
+#pragma omp atomic read
+        first = fatal;
+        if (k > first) {
+            it->status = ITEM_EMPTY;
+            continue;
+        }
         prep_tokenize(&c->rules, c->files.v[it->file].kind, c->buf + it->off, it,
                       &c->jd[omp_get_thread_num()]);
+        if (it->status == ITEM_FATAL) {
+#pragma omp critical(prep_fatal)
+            if (k < fatal) {
+#pragma omp atomic write
+                fatal = k;
+            }
+        }
     }
     int rc = 0;
     for (int k = 0; k < n && !rc; k++) rc = consume(c, &c->items[k]);
