@@ -1,6 +1,6 @@
 /* runlock.h — one writer per output: the lock file of a run directory (tessera-train,
- * RUN_DIR/tessera.lock) and of prep's output (OUT.lock beside OUT). docs/tessera-train.md "The run
- * directory lock" gives the rules; in short:
+ * RUN_DIR/tessera.lock) and of prep's output (OUT.lock beside OUT). docs/tessera-train.md "THE RUN
+ * DIRECTORY LOCK" gives the rules; in short:
  *
  *   - Taking it: a temporary file beside the lock is written in full (the holder's program, host,
  *     boot id, PID and its start time, Slurm job, step and restart count, the time), then

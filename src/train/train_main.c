@@ -166,7 +166,7 @@ static void banner(const tsr_dist *d, const tsr_config *cfg, int threads) {
     fflush(stdout);
 }
 
-/* The run directory's lock (runlock.h, docs/tessera-train.md "The run directory lock"): rank 0
+/* The run directory's lock (runlock.h, docs/tessera-train.md "THE RUN DIRECTORY LOCK"): rank 0
  * takes RUN_DIR/tessera.lock before the checkpoint is read and anything is written; every rank
  * learns the outcome. A second trainer on the directory is refused here, having written nothing.
  * *made: rank 0 created RUN_DIR for the lock (removed again if the start fails). */

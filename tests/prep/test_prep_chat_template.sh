@@ -11,7 +11,7 @@
 #    template's end-of-turn token (unless tool calls follow it), one run per turn, nothing else;
 #  - --target-prompts, --chat-template none / PATH, the errors, and Llama 3's eos_token ending plain
 #    documents when the vocabulary has no <|endoftext|>;
-#  - a template is untrusted input: a 100 KB tokenizer_config.json whose expression chains 20,000
+#  - a template is untrusted input: a 400 KB tokenizer_config.json whose expression chains 100,000
 #    additions is refused at its line:column (it ended the C stack: exit 139), a namespace holding
 #    itself skips the lines naming the cycle, a loop past the render budget stops prep (exit 2)
 #    naming the template and --template-steps / --template-memory.
@@ -145,9 +145,9 @@ refused e3 2 "missing.json" "$TMP/missing.json"
 tap_check $? "--chat-template FILE that does not exist: exit $rc, names it, nothing written"
 
 # untrusted templates: bounded depth, values and work (docs/chat-templates.md "Limits")
-"$PY3" -c 'import json, sys; json.dump({"chat_template": "{{ " + " + ".join(["1"] * 20000) + " }}"}, open(sys.argv[1], "w"))' "$TMP/chain.json"
+"$PY3" -c 'import json, sys; json.dump({"chat_template": "{{ " + " + ".join(["1"] * 100000) + " }}"}, open(sys.argv[1], "w"))' "$TMP/chain.json"
 refused e4 2 "chain.json: chat_template, line 1:1026: expression nested too deeply" "$TMP/chain.json"
-tap_check $? "a 100 KB template chaining 20,000 additions: exit $rc at line 1:1026, nothing written"
+tap_check $? "a 400 KB template chaining 100,000 additions (the evaluator ran out of stack: exit 139): exit $rc at line 1:1026, nothing written"
 printf '{"chat_template": "{%% set ns = namespace(a=1) %%}{%% set ns.a = ns %%}{{ ns.a }}"}\n' >"$TMP/cycle.json"
 refused e5 2 "conv.jsonl:1: chat template, line 1:[0-9]*: Converting circular structure" "$TMP/cycle.json"
 tap_check $? "a namespace holding itself: each line skipped naming the cycle, exit $rc (no document)"
