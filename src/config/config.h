@@ -225,6 +225,10 @@ int config_load(tsr_config *cfg, const char *path, const char *const *sets, int 
 /* Checks what depends on the world size: global_batch divisible by world, per-rank batch by
  * micro_batch. Returns 0 or TSR_EXIT_USAGE after printing the error. */
 int config_check_world(const tsr_config *cfg, int world);
+/* Would `--set key=value` be accepted by the key table (the key's type and range)? 0, or -1 with
+ * why (what the key accepts, as --set says it). For messages that suggest a --set: a suggestion
+ * is checked before it is made. */
+int config_check_set(const char *key, const char *value, char *why, size_t n);
 /* The layers activation checkpointing applies to: [*lo, *lo + *n) (n = 0 with
  * activation_checkpointing = none), from activation_checkpointing_layers (the first N, -1 = all) or
  * activation_checkpointing_range ("A-B", 0-based, inclusive). Returns 0, or -1 with the reason in

@@ -284,6 +284,20 @@ static void apply_set(load_ctx *c, const char *arg) {
     c->set_arg[key_index(k)] = arg;
 }
 
+int config_check_set(const char *key, const char *value, char *why, size_t n) {
+    const cfgtab_key *k = cfgtab_find(key);
+    if (!k) {
+        snprintf(why, n, "no such key");
+        return -1;
+    }
+    tsr_config *scratch = tsr_calloc(1, sizeof *scratch);
+    cfgtab_value v = {.kind = CFGV_TEXT, .s = value};
+    const char *err = cfgtab_assign(k, scratch, &v, why, n);
+    if (err && err != why) snprintf(why, n, "%s", err);
+    free(scratch);
+    return err ? -1 : 0;
+}
+
 static void check_required(load_ctx *c) {
     for (int i = 0; i < cfgtab_n_keys; i++) {
         const cfgtab_key *k = &cfgtab_keys[i];

@@ -802,10 +802,7 @@ const char *cfgtab_type_name(const cfgtab_key *k, char *buf, size_t n) {
 
 void cfgtab_format_double(char *buf, size_t n, double v) {
     char tmp[64];
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(tmp, sizeof tmp, "%.*g", prec, v);
-        if (strtod(tmp, NULL) == v || !isfinite(v)) break;
-    }
+    tsr_fmt_shortest(tmp, sizeof tmp, v);
     /* Tidy the exponent: "2e+09" -> "2e9", "1e-08" -> "1e-8". */
     char *e = strchr(tmp, 'e');
     if (e) {
