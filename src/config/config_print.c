@@ -19,8 +19,10 @@
 static void print_subgroups(FILE *f, const tsr_config *cfg, int i, const char *name, size_t glen) {
     char val[4200];
     for (int j = i; j < cfgtab_n_keys; j++) {
-        const char *key = cfgtab_keys[j].name, *sub = key + glen + 1, *dot = strchr(sub, '.');
-        if (strncmp(key, name, glen + 1) != 0 || !dot) continue;
+        const char *key = cfgtab_keys[j].name;
+        if (strncmp(key, name, glen + 1) != 0) continue; /* first: a shorter key ends before sub */
+        const char *sub = key + glen + 1, *dot = strchr(sub, '.');
+        if (!dot) continue;
         size_t slen = (size_t)(dot - sub) + 1; /* "muon." */
         int seen = 0;
         for (int k = i; k < j; k++)
