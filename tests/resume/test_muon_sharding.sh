@@ -3,9 +3,11 @@
 # src/train/muon.h), 8 steps of a tiny Llama-style SwiGLU mixture of experts with grouped-query
 # attention (q, k and v of different widths, gate and up, each expert's projections and the router
 # each a matrix of its own) on the synthetic corpus:
-#  - on 2 ranks zero1 and zero3, on 4 ranks zero1, zero3 and hsdp (2 groups of 2) give ddp's loss
-#    and grad norm at every step within 1e-6 relative (each matrix is orthogonalised whole: by
-#    every rank under ddp, by the rank whose zero1 part holds it, by its owner under zero3/hsdp);
+#  - on 2 ranks zero1 and zero3, on 4 ranks zero1, zero3 and hsdp (2 groups of 2, with
+#    parallel.expert = 2) give ddp's loss and grad norm at every step within 1e-6 relative (each
+#    matrix is orthogonalised whole: by every rank under ddp, by the rank whose zero1 part holds
+#    it, by its owner under zero3/hsdp; the experts' by every rank of their EDP group that holds
+#    them);
 #  - zero3's exchange: the bytes the ranks sent equal the formula's (muon.h) times the steps;
 #  - a rank SIGKILLed after step 6 of a zero3 run: the rerun resumes from step 4 and ends bit for
 #    bit like the uninterrupted run (losses, weights, and the momentum in optim/m);
@@ -42,11 +44,11 @@ close D2 O2 >/dev/null && close D2 Z2 >/dev/null
 tap_check $? "2 ranks: Muon under zero1 and zero3 equals ddp within 1e-6 at all 8 steps"
 
 run D4 4 && run O4 4 --set parallel.sharding=zero1 && run Z4 4 --set parallel.sharding=zero3 &&
-    run H4 4 --set parallel.sharding=hsdp --set parallel.replica_group=2
-tap_check $? "4 ranks, Muon: ddp, zero1, zero3, hsdp 2x2"
+    run H4 4 --set parallel.sharding=hsdp --set parallel.replica_group=2 --set parallel.expert=2
+tap_check $? "4 ranks, Muon: ddp, zero1, zero3, hsdp 2x2 with parallel.expert = 2"
 tap_diag "zero1 vs ddp: $(close D4 O4); zero3: $(close D4 Z4); hsdp: $(close D4 H4)"
 close D4 O4 >/dev/null && close D4 Z4 >/dev/null && close D4 H4 >/dev/null
-tap_check $? "4 ranks: Muon under zero1, zero3 and hsdp(2x2) equals ddp within 1e-6 at all 8 steps"
+tap_check $? "4 ranks: Muon under zero1, zero3 and hsdp(2x2, parallel.expert = 2) equals ddp within 1e-6 at all 8 steps"
 
 # zero3's exchange: what the ranks counted against the formula (bench/comm_volume.sh: the wire)
 line=$(grep "muon exchange:" "$TMP/Z4.txt")
