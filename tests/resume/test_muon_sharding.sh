@@ -9,6 +9,8 @@
 #    it, by its owner under zero3/hsdp; the experts' by every rank of their EDP group that holds
 #    them);
 #  - zero3's exchange: the bytes the ranks sent equal the formula's (muon.h) times the steps;
+#    the CPU allocator's peak before the first save within the memory plan rank 0 printed, which
+#    counts Muon's scratch (the iteration's buffers, the owned matrices, the exchange's);
 #  - a rank SIGKILLed after step 6 of a zero3 run: the rerun resumes from step 4 and ends bit for
 #    bit like the uninterrupted run (losses, weights, and the momentum in optim/m);
 #  - the zero3 checkpoint of 4 ranks resumes under zero3 on 2 ranks, steps 5-8 within 1e-6 of the
@@ -17,7 +19,7 @@
 #    optim.name = muon, LoRA with Muon, and a resume that switches optimizers.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 12
+tap_plan 13
 make_synth "$TMP/data" 512 40000
 tap_check $? "synthetic corpus made"
 tiny_args "$TMP/data/train"
@@ -56,6 +58,18 @@ tap_diag "$line"
 [[ $line =~ ^muon\ exchange:\ ([0-9]+)\ bytes.*\ ([0-9]+)\ steps.*formula:\ ([0-9]+)\ per\ step.*\ ([0-9]+)\ groups ]] &&
     ((BASH_REMATCH[1] == BASH_REMATCH[3] * BASH_REMATCH[2] * BASH_REMATCH[4] && BASH_REMATCH[1] > 0))
 tap_check $? "zero3 on 4 ranks: the owners' exchange sent the formula's bytes each step"
+
+# the plan's total against the allocator's peak of step 1 (the checkpoint's buffers come later)
+"$PY3" - "$TMP/Z4.txt" "$TMP/Z4/metrics.jsonl" <<'PY'
+import json, re, sys
+m = re.search(r"^memory per rank \(fp32\): .*optimizer .*\(Muon's iteration, owned matrices and "
+              r"exchange: .*total ([0-9.]+) (B|KiB|MiB|GiB)$", open(sys.argv[1]).read(), re.M)
+plan = float(m.group(1)) * 1024 ** ["B", "KiB", "MiB", "GiB"].index(m.group(2)) if m else -1
+peak = next(d["peak_mem_bytes"] for d in map(json.loads, open(sys.argv[2])) if d.get("step") == 1)
+print(f"# step 1's peak {peak} B, the plan's {plan:.0f} B")
+sys.exit(0 if m and 0.97 * plan <= peak <= 1.10 * plan else 1)
+PY
+tap_check $? "zero3 on 4 ranks: the CPU's peak memory within the printed plan, Muon's scratch counted"
 
 TSR_FAULT=kill:6:1 run K2 2 --set parallel.sharding=zero3
 rc=$?
