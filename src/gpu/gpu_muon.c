@@ -105,19 +105,8 @@ void gpu_muon_flat(gpu_muon *mu, const muon_matrix *mx, int n, float *params, ts
     }
 }
 
-/* The group's runs of each matrix this rank owns: from rank x's packed block into `owned`
- * (to_owned), or back; both sides walk x's runs in shard order (as src/train/muon.c) */
-static void owned_runs(gpu_muon *mu, int x, float *packed, int to_owned) {
-    const muon_plan *p = &mu->p;
-    size_t at = 0;
-    for (int s = 0; s < p->n_segs[x]; s++) {
-        const muon_seg *sg = &p->segs[x][s];
-        if (p->mx[sg->mx].owner != p->me) continue;
-        float *o = mu->owned + p->owned_at[sg->mx] + sg->at;
-        if (to_owned) tcu_memcpy_d2d(o, packed + at, sg->len * sizeof(float), mu->s);
-        else tcu_memcpy_d2d(packed + at, o, sg->len * sizeof(float), mu->s);
-        at += sg->len;
-    }
+static void dev_copy(void *ctx, float *dst, const float *src, size_t n) {
+    tcu_memcpy_d2d(dst, src, n * sizeof(float), ((gpu_muon *)ctx)->s);
 }
 
 /* The owner's matrices orthogonalised in place: `owned` holds each one's O in fp32 after
@@ -165,9 +154,11 @@ void gpu_muon_shard(gpu_muon *mu, float *params, tsr_bf16 *wbf, const float *gra
     const muon_plan *p = &mu->p;
     my_runs(mu, params, wbf, grads, mom, lr, gscale, 0);
     gpu_comm_alltoallv(mu->group, mu->sbuf, p->sc, p->sd, mu->rbuf, p->rc, p->rd, sizeof(float));
-    for (int x = 0; x < p->G; x++) owned_runs(mu, x, mu->rbuf + p->rd[x], 1);
+    for (int x = 0; x < p->G; x++)
+        muon_plan_owned_runs(p, x, mu->owned, mu->rbuf + p->rd[x], 1, dev_copy, mu);
     owner_iterations(mu);
-    for (int x = 0; x < p->G; x++) owned_runs(mu, x, mu->rbuf + p->rd[x], 0);
+    for (int x = 0; x < p->G; x++)
+        muon_plan_owned_runs(p, x, mu->owned, mu->rbuf + p->rd[x], 0, dev_copy, mu);
     gpu_comm_alltoallv(mu->group, mu->rbuf, p->rc, p->rd, mu->sbuf, p->sc, p->sd, sizeof(float));
     tcu_f32_to_bf16(mu->obf, mu->sbuf, p->send_n, mu->s);
     my_runs(mu, params, wbf, grads, mom, lr, gscale, 1);

@@ -118,28 +118,39 @@ int muon_plan_matrix_at(const muon_plan *p, size_t x) {
     return -1;
 }
 
-/* Owners: matrices by the iteration's cost (r c min(r, c)), largest first, each to the group rank
- * with the least so far (the lower rank on ties): the same on every rank. */
+/* the iteration's cost of a matrix: r c min(r, c) */
+static double ns_cost(const muon_matrix *q) {
+    double s = q->rows < q->cols ? q->rows : q->cols;
+    return (double)q->rows * q->cols * s;
+}
+
+typedef struct costed {
+    double cost;
+    int k;
+} costed;
+
+/* costlier first; the lower index first among equal costs */
+static int by_cost(const void *a, const void *b) {
+    const costed *x = a, *y = b;
+    if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
+    return (x->k > y->k) - (x->k < y->k);
+}
+
+/* Owners: matrices by the iteration's cost, largest first, each to the group rank with the least
+ * so far (the lower rank on ties): the same on every rank. */
 static void assign_owners(muon_plan *p, int G) {
     double *load = tsr_calloc((size_t)G, sizeof(double));
-    unsigned char *done = tsr_calloc((size_t)(p->n ? p->n : 1), 1);
-    for (int step = 0; step < p->n; step++) {
-        int best = -1;
-        double bc = -1;
-        for (int k = 0; k < p->n; k++) {
-            const muon_matrix *q = &p->mx[k];
-            double s = q->rows < q->cols ? q->rows : q->cols;
-            double cost = (double)q->rows * q->cols * s;
-            if (!done[k] && cost > bc) bc = cost, best = k;
-        }
+    costed *order = tsr_malloc((size_t)(p->n ? p->n : 1) * sizeof *order);
+    for (int k = 0; k < p->n; k++) order[k] = (costed){ns_cost(&p->mx[k]), k};
+    qsort(order, (size_t)p->n, sizeof *order, by_cost);
+    for (int i = 0; i < p->n; i++) {
         int who = 0;
         for (int r = 1; r < G; r++)
             if (load[r] < load[who]) who = r;
-        p->mx[best].owner = who;
-        load[who] += bc;
-        done[best] = 1;
+        p->mx[order[i].k].owner = who;
+        load[who] += order[i].cost;
     }
-    free(load), free(done);
+    free(load), free(order);
 }
 
 /* Group rank r's shard as runs inside the matrices, in shard order (out NULL: count only). */
@@ -198,6 +209,19 @@ void muon_plan_shards(muon_plan *p, const tsr_fsdp *f) {
         list_segs(p, f, r, p->segs[r]);
     }
     plan_exchange(p);
+}
+
+void muon_plan_owned_runs(const muon_plan *p, int x, float *owned, float *packed, int to_owned,
+                          muon_copy_fn copy, void *ctx) {
+    size_t at = 0;
+    for (int s = 0; s < p->n_segs[x]; s++) {
+        const muon_seg *sg = &p->segs[x][s];
+        if (p->mx[sg->mx].owner != p->me) continue;
+        float *o = owned + p->owned_at[sg->mx] + sg->at;
+        if (to_owned) copy(ctx, o, packed + at, sg->len);
+        else copy(ctx, packed + at, o, sg->len);
+        at += sg->len;
+    }
 }
 
 uint64_t muon_plan_step_bytes(const muon_plan *p) {

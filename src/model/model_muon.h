@@ -87,6 +87,14 @@ void muon_plan_shards(muon_plan *p, const tsr_fsdp *f);
 void muon_plan_free(muon_plan *p);
 /* The flat-layout matrix holding flat offset x, or -1. */
 int muon_plan_matrix_at(const muon_plan *p, size_t x);
+/* Copies n floats (the backend's memory: host or device), for muon_plan_owned_runs. */
+typedef void (*muon_copy_fn)(void *ctx, float *dst, const float *src, size_t n);
+/* After muon_plan_shards, on the owner `me`: group rank x's runs of the matrices `me` owns, copied
+ * from x's packed block of the exchange (what x sent: its runs of them, in x's shard order) into
+ * their places in owned (to_owned = 1: each owned matrix whole, muon_plan.owned_at), or back
+ * (to_owned = 0), by copy. */
+void muon_plan_owned_runs(const muon_plan *p, int x, float *owned, float *packed, int to_owned,
+                          muon_copy_fn copy, void *ctx);
 /* After muon_plan_shards: the bytes one group's ranks send each other per step, both
  * all-to-alls, fp32: 2 x 4 x the sum over matrices of (its elements - its owner's own run). */
 uint64_t muon_plan_step_bytes(const muon_plan *p);

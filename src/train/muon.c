@@ -146,19 +146,9 @@ void muon_ep_update(tsr_muon *mu, const tsr_ops *ops, float *w, const float *g, 
 
 /* ---- zero3 / hsdp ---- */
 
-/* The group's runs of each owned matrix: from rank x's packed block (to_owned) into `owned`, or
- * from `owned` back into it; both sides walk x's runs in shard order. */
-static void owned_runs(tsr_muon *mu, int x, float *packed, int to_owned) {
-    const muon_plan *p = &mu->p;
-    size_t at = 0;
-    for (int s = 0; s < p->n_segs[x]; s++) {
-        const muon_seg *sg = &p->segs[x][s];
-        if (p->mx[sg->mx].owner != p->me) continue;
-        float *o = mu->owned + p->owned_at[sg->mx] + sg->at;
-        if (to_owned) memcpy(o, packed + at, sg->len * sizeof(float));
-        else memcpy(packed + at, o, sg->len * sizeof(float));
-        at += sg->len;
-    }
+static void host_copy(void *ctx, float *dst, const float *src, size_t n) {
+    (void)ctx;
+    memcpy(dst, src, n * sizeof(float));
 }
 
 void muon_fsdp_update(tsr_muon *mu, const tsr_ops *ops, float *mom, double lr, float gscale) {
@@ -175,11 +165,13 @@ void muon_fsdp_update(tsr_muon *mu, const tsr_ops *ops, float *mom, double lr, f
         cur[x] += mine[s].len;
     }
     dist_group_alltoallv(f->group, mu->sbuf, p->sc, p->sd, mu->rbuf, p->rc, p->rd, sizeof(float));
-    for (int x = 0; x < G; x++) owned_runs(mu, x, mu->rbuf + p->rd[x], 1);
+    for (int x = 0; x < G; x++)
+        muon_plan_owned_runs(p, x, mu->owned, mu->rbuf + p->rd[x], 1, host_copy, NULL);
     for (int k = 0; k < p->n; k++)
         if (p->owned_at[k] != SIZE_MAX)
             muon_orthogonalize(mu, ops, mu->owned + p->owned_at[k], p->mx[k].rows, p->mx[k].cols);
-    for (int x = 0; x < G; x++) owned_runs(mu, x, mu->rbuf + p->rd[x], 0);
+    for (int x = 0; x < G; x++)
+        muon_plan_owned_runs(p, x, mu->owned, mu->rbuf + p->rd[x], 0, host_copy, NULL);
     dist_group_alltoallv(f->group, mu->rbuf, p->rc, p->rd, mu->sbuf, p->sc, p->sd, sizeof(float));
     memcpy(cur, p->sd, (size_t)G * sizeof(size_t));
     for (int s = 0; s < ns; s++) { /* O of my runs, in the same packing */
