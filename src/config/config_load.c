@@ -352,8 +352,7 @@ static const char *const cross_rules[] = {
     "Exactly one of `data.train` and `data.mix`; `data.curriculum` needs `data.mix`, its phases "
     "in increasing `at`.",
     "`data.cache_limit` is a size: `500M`, `20G`, `1.5T` (powers of 1024) or `0`.",
-    "`optim.muon.*` keys only with `optim.name = \"muon\"`; Muon not with `lora.rank` > 0, "
-    "`parallel.expert` > 1, or `device = \"cuda\"` under sharding other than `ddp`.",
+    "`optim.muon.*` keys only with `optim.name = \"muon\"`; Muon not with `lora.rank` > 0.",
 };
 
 /* "file:line: " of the key, "--set key=value: " for an override, "file: " for a default. */
@@ -464,9 +463,8 @@ static void validate_lora(load_ctx *c) {
     }
 }
 
-/* optim.name = muon (docs/training.md "Muon"): its keys only with it, and what it does not run
- * with: LoRA (the references orthogonalise full weight matrices, not adapters), expert
- * parallelism, and device = cuda under sharding other than ddp (not yet). */
+/* optim.name = muon (docs/training.md "Muon"): its keys only with it, and not with LoRA (the
+ * references orthogonalise full weight matrices, not adapters). */
 static void validate_muon(load_ctx *c) {
     const tsr_config *g = c->cfg;
     char at[1200];
@@ -486,19 +484,6 @@ static void validate_muon(load_ctx *c) {
                   "reference implementation applies Muon to them; docs/training.md): finetune "
                   "the adapters with optim.name = \"adamw\", or train the full model with Muon",
                   where(c, "optim.name", at, sizeof at), (long long)g->lora.rank);
-        c->errors++;
-    }
-    if (g->expert > 1) {
-        tsr_error("%soptim.name = \"muon\" with parallel.expert = %lld: Muon under expert "
-                  "parallelism is not supported yet; set parallel.expert = 1 (the experts are "
-                  "then Muon matrices in every sharding mode)", where(c, "optim.name", at, sizeof at),
-                  (long long)g->expert);
-        c->errors++;
-    }
-    if (g->device == TSR_DEVICE_CUDA && g->sharding != TSR_SHARD_DDP) {
-        tsr_error("%soptim.name = \"muon\" with device = \"cuda\" runs under "
-                  "parallel.sharding = \"ddp\" only for now (zero1, zero3 and hsdp run Muon on "
-                  "device = \"cpu\")", where(c, "optim.name", at, sizeof at));
         c->errors++;
     }
 }

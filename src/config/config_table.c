@@ -288,8 +288,7 @@ const cfgtab_key cfgtab_keys[] = {
             "projection of attention and the MLP on its own: q, k, v, o, gate, up, down, the "
             "router, each expert's) by Muon (momentum orthogonalised by a Newton-Schulz "
             "iteration; optim.muon.*), the embeddings, the LM head, norms and biases by AdamW "
-            "with the keys above (docs/training.md \"Muon\"). Not with lora.rank > 0 or "
-            "parallel.expert > 1."},
+            "with the keys above (docs/training.md \"Muon\"). Not with lora.rank > 0."},
     {.name = "optim.muon.lr", .type = CFGK_FLOAT, FIELD(optim.muon.lr), .def = "0", .lo = 0,
      NO_MAX, .doc = "Muon's peak learning rate, on the schedule of optim.lr (warmup, decay); "
                     "0 = optim.lr (with scale = `rms` AdamW's rate carries over)."},

@@ -162,8 +162,9 @@ void gpu_comm_all_gather(gpu_comm *c, const void *send, void *recv, size_t count
 void gpu_comm_alltoallv(gpu_comm *c, const void *send, const size_t *sc, const size_t *sd,
                         void *recv, const size_t *rc, const size_t *rd, size_t elem) {
     if (!c->api.send || !c->api.recv)
-        tsr_die(TSR_EXIT_USAGE, "parallel.expert: the loaded libnccl.so.2 has no ncclSend/ncclRecv "
-                "(NCCL older than 2.7): load a newer NCCL, or set parallel.expert = 1");
+        tsr_die(TSR_EXIT_USAGE, "an all-to-all (parallel.expert's exchange, or Muon's owners under "
+                "zero1, zero3 and hsdp): the loaded libnccl.so.2 has no ncclSend/ncclRecv (NCCL "
+                "older than 2.7): load a newer NCCL, or set parallel.expert = 1 (Muon: ddp)");
     gpu_comm_follow(c);
     NCCL_DIE(c, c->api.group_start(), "ncclGroupStart");
     for (int r = 0; r < c->size; r++) {

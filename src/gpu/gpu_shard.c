@@ -273,17 +273,20 @@ static void zero1_gather_weights(gpu_shard *sh) {
     gpu_comm_wait(sh->group);
 }
 
-void gpu_shard_update(gpu_shard *sh, const gpu_train_ctx *c, double lr, float gscale, int step) {
+void gpu_shard_update(gpu_shard *sh, const gpu_train_ctx *c, gpu_muon *mu, double lr,
+                      float gscale, int step) {
     const tsr_fsdp *f = sh->f;
     const tsr_optim_config *o = c->optim;
-    const int np = f->n_pieces[f->grank];
-    for (int k = 0; k < np; k++) { /* this rank's pieces: one launch per 64 (issue 25, item 5) */
+    int n = 0;
+    for (int k = 0; k < f->n_pieces[f->grank]; k++) { /* one launch per 64 (issue 25, item 5) */
         const fsdp_piece *p = &f->pieces[f->grank][k];
-        sh->segs[k] = (tcu_adamw_seg){sh->piece_at[k], p->len, c->decay[p->id]};
+        if (mu->on && model_muon_tensor(p->id)) continue; /* (gpu_muon_shard) */
+        sh->segs[n++] = (tcu_adamw_seg){sh->piece_at[k], p->len, c->decay[p->id]};
     }
-    tcu_adamw_update_segments(sh->segs, np, sh->params, sh->wbf, sh->grads, sh->m, sh->v,
+    tcu_adamw_update_segments(sh->segs, n, sh->params, sh->wbf, sh->grads, sh->m, sh->v,
                               (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps, gscale,
                               step, sh->s);
+    if (mu->on) gpu_muon_shard(mu, sh->params, sh->wbf, sh->grads, sh->m, muon_lr(o, lr), gscale);
     if (sh->zero1) zero1_gather_weights(sh);
     else forget_gathers(sh);
 }

@@ -35,6 +35,7 @@
 
 #include "gpu/gpu_comm.h"
 #include "gpu/gpu_model.h"
+#include "gpu/gpu_muon.h"
 #include "gpu/gpu_train_ctx.h"
 
 typedef struct gpu_shard {
@@ -82,13 +83,14 @@ int gpu_shard_init(gpu_shard *sh, gpu_train_ctx *c, tsr_gpu_model *g, tcu_stream
 void gpu_shard_free(gpu_shard *sh);
 /* A step: zero the gradients; zero1: the callback the last microbatch's backward calls per unit;
  * after the last backward: the remaining reduce-scatters (and the replicas' sum); the sum of
- * squares of the shard's gradients over the group; AdamW on the shard and the weights' refresh. */
+ * squares of the shard's gradients over the group; AdamW on the shard (with mu on, AdamW on the
+ * other tensors and Muon's exchange on its matrices: gpu_muon.h) and the weights' refresh. */
 void gpu_shard_zero_grads(gpu_shard *sh);
 void gpu_shard_zero1_ready(void *sh, int unit);
 void gpu_shard_finish_grads(gpu_shard *sh);
 double gpu_shard_grad_sumsq(gpu_shard *sh);
-void gpu_shard_update(gpu_shard *sh, const gpu_train_ctx *c, double lr, float gscale,
-                      int step);
+void gpu_shard_update(gpu_shard *sh, const gpu_train_ctx *c, gpu_muon *mu, double lr,
+                      float gscale, int step);
 /* Host mirror <- device (weights and moments; collective) and back (the moments when
  * with_optim). */
 void gpu_shard_pull(gpu_shard *sh, gpu_train_ctx *c, int with_optim);

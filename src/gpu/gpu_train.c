@@ -14,11 +14,11 @@
 #include "gpu/gpu_comm.h"
 #include "gpu/gpu_ep.h"
 #include "gpu/gpu_model.h"
+#include "gpu/gpu_muon.h"
 #include "gpu/gpu_profile.h"
 #include "gpu/gpu_shard.h"
 #include "model/decoder.h"
 #include "model/model_lora.h"
-#include "model/model_muon.h"
 
 struct tsr_gpu_train {
     tsr_gpu_model g;
@@ -47,35 +47,16 @@ struct tsr_gpu_train {
     float *losses, *losses_host;
     unsigned char *moe_stage, *moe_stage_host;
     size_t moe_sb; /* bytes of one microbatch's stage (0: no MoE statistics kept) */
-    /* optim.name = muon (ddp; model/model_muon.h, src/train/muon.h): its matrices, whose momentum
-     * is m over their elements; the iteration's device scratch: u (fp32) and X, the next X
-     * (bf16) of the largest matrix, A and B (bf16, r x r), the norm's sum of squares */
-    int muon_n;
-    muon_matrix *muon;
-    float *mu_u, *mu_acc;
-    tsr_bf16 *mu_x, *mu_y, *mu_a, *mu_b;
+    /* optim.name = muon (gpu_muon.h): its matrices' momentum is m (the shard's, the experts'
+     * store's), the iteration's scratch and, sharded, the owners' exchange */
+    gpu_muon mu;
 };
 
-/* Muon's scratch: the largest matrix's floats (big) and its Gram matrix's (sq), 0 without Muon */
-static void muon_sizes(const tsr_model *m, const tsr_optim_config *o, size_t *big, size_t *sq) {
-    *big = *sq = 0;
-    if (o->name != TSR_OPTIM_MUON) return;
-    int n = model_muon_matrices(m, o, NULL);
-    muon_matrix *mx = tsr_malloc((size_t)(n ? n : 1) * sizeof *mx);
-    model_muon_matrices(m, o, mx);
-    for (int k = 0; k < n; k++) {
-        size_t r = (size_t)mx[k].rows, c = (size_t)mx[k].cols, s = r < c ? r : c;
-        if (r * c > *big) *big = r * c;
-        if (s * s > *sq) *sq = s * s;
-    }
-    free(mx);
-}
-
+/* optim.name = muon: the iteration's buffers (u with flat matrices: ddp, the experts' store)
+ * and, sharded, the owners' exchange over the group (gpu_muon.h) */
 static size_t muon_bytes(const gpu_train_ctx *c) {
-    size_t big, sq;
-    muon_sizes(c->model, c->optim, &big, &sq);
-    return big ? big * (sizeof(float) + 2 * sizeof(tsr_bf16)) + 2 * sq * sizeof(tsr_bf16) + 256
-               : 0;
+    const int sharded = c->mode != GPU_SHARD_DDP;
+    return gpu_muon_bytes(c->model, c->optim, !sharded || c->model->EP > 1, sharded ? c->G : 0);
 }
 
 /* device bytes of tsr_gpu_train.losses and .moe_stage */
@@ -108,7 +89,8 @@ static size_t state_bytes(const gpu_train_ctx *c) {
     if (c->lora)
         return gpu_model_state_bytes(m, GPU_STATE_FROZEN) + lora_store_bytes(c->lora) + 256;
     if (c->mode != GPU_SHARD_DDP)
-        return gpu_shard_bytes(m, c->mode == GPU_SHARD_ZERO1, c->G, 0) + expert_bytes(c) + 512;
+        return gpu_shard_bytes(m, c->mode == GPU_SHARD_ZERO1, c->G, 0) + expert_bytes(c) +
+               muon_bytes(c) + 512;
     return gpu_model_state_bytes(m, GPU_STATE_FULL) + 2 * m->n_params * sizeof(float) +
            expert_bytes(c) + muon_bytes(c) + 256;
 }
@@ -231,6 +213,11 @@ static int init_sharded(gpu_train_ctx *c) {
     int rc = gpu_shard_init(&gt->sh, c, &gt->g, gt->s);
     if (rc) return rc;
     gpu_shard_push(&gt->sh, c, 0);
+    gpu_muon_init(&gt->mu, c->model, c->optim, gt->s, gt->sh.f, gt->sh.at, gt->sh.group);
+    if (gt->mu.on) { /* (train/muon.h muon_report prints them) */
+        c->muon_G = gt->sh.f->G;
+        c->muon_step_bytes = muon_plan_step_bytes(&gt->mu.p);
+    }
     if (c->dist->rank == 0)
         printf("gradients: reduce-scattered per layer during backward into %s shards "
                "(groups of %d) by %s\n",
@@ -286,23 +273,6 @@ static int init_lora(gpu_train_ctx *c) {
     return open_replicated_comm(c, "the adapters', summed once after the backward pass,");
 }
 
-/* optim.name = muon: the matrices and the iteration's scratch (muon_bytes) */
-static void init_muon(gpu_train_ctx *c) {
-    struct tsr_gpu_train *gt = c->state;
-    size_t big, sq;
-    muon_sizes(c->model, c->optim, &big, &sq);
-    if (!big) return;
-    gt->muon_n = model_muon_matrices(c->model, c->optim, NULL);
-    gt->muon = tsr_malloc((size_t)gt->muon_n * sizeof *gt->muon);
-    model_muon_matrices(c->model, c->optim, gt->muon);
-    gt->mu_u = tcu_malloc(big * sizeof(float), "Muon u (fp32)");
-    gt->mu_acc = tcu_malloc(sizeof(float), "Muon norm");
-    gt->mu_x = tcu_malloc(big * sizeof(tsr_bf16), "Muon X (bf16)");
-    gt->mu_y = tcu_malloc(big * sizeof(tsr_bf16), "Muon next X (bf16)");
-    gt->mu_a = tcu_malloc(sq * sizeof(tsr_bf16), "Muon A (bf16)");
-    gt->mu_b = tcu_malloc(sq * sizeof(tsr_bf16), "Muon B (bf16)");
-}
-
 /* ddp: the whole state on every GPU, the gradients summed per unit (0: root, l+1: layer l) as
  * backward completes it */
 static int init_replicated(gpu_train_ctx *c) {
@@ -314,7 +284,7 @@ static int init_replicated(gpu_train_ctx *c) {
     tcu_zero(gt->m, m->n_params * sizeof(float), gt->s);
     tcu_zero(gt->v, m->n_params * sizeof(float), gt->s);
     gpu_model_upload(&gt->g, m->params);
-    init_muon(c);
+    gpu_muon_init(&gt->mu, m, c->optim, gt->s, NULL, NULL, NULL);
     size_t units = (size_t)m->L + 1;
     gt->n_slices = tsr_malloc(units * sizeof(int));
     gt->off = tsr_malloc(units * TSR_P_COUNT * sizeof(size_t));
@@ -872,42 +842,17 @@ static void lib_update(gpu_train_ctx *c, double lr, float gscale, int step) {
     gpu_prof_end(gt->s, ps);
 }
 
-/* Muon on one matrix q (src/train/muon.h): the momentum in fp32, then X (bf16, transposed when
- * q has more rows than columns) normalised on the device and ns_steps iterations whose products
- * are the backend's bf16 matmuls (A = X X^T; A A = A A^T, A being symmetric; B X as the input
- * gradient of a product with weights X), then the fp32 master weights and their bf16 copy. */
-static void muon_update(gpu_train_ctx *c, const muon_matrix *q, double lr, float gscale) {
-    struct tsr_gpu_train *gt = c->state;
-    const tsr_optim_config *o = c->optim;
-    const size_t n = (size_t)q->rows * (size_t)q->cols;
-    const int tr = q->rows > q->cols, r = tr ? q->cols : q->rows, cc = tr ? q->rows : q->cols;
-    tsr_bf16 *x = gt->mu_x, *y = gt->mu_y;
-    tcu_muon_momentum(gt->m + q->flat, gt->g.grads + q->flat, gt->mu_u, n, (float)o->muon.momentum,
-                      gscale, o->muon.nesterov, gt->s);
-    tcu_zero(gt->mu_acc, sizeof(float), gt->s);
-    tcu_sumsq(gt->mu_acc, gt->mu_u, n, gt->s);
-    tcu_muon_normalize(x, gt->mu_u, gt->mu_acc, q->rows, q->cols, tr, (float)MUON_NS_EPS, gt->s);
-    for (int k = 0; k < o->muon.ns_steps; k++) {
-        tcu_matmul_forward(gt->mu_a, NULL, x, x, NULL, r, cc, r, TSR_GELU_TANH, gt->s);
-        tcu_matmul_forward(gt->mu_b, NULL, gt->mu_a, gt->mu_a, NULL, r, r, r, TSR_GELU_TANH, gt->s);
-        tcu_axpby_bf16(gt->mu_b, MUON_NS_C, gt->mu_b, MUON_NS_B, gt->mu_a, (size_t)r * r, gt->s);
-        tcu_axpby_bf16(y, MUON_NS_A, x, 0.0f, NULL, n, gt->s);
-        tcu_matmul_backward(y, NULL, NULL, gt->mu_b, NULL, x, r, cc, r, TSR_GRAD_ADD, gt->s);
-        tsr_bf16 *t = x;
-        x = y, y = t;
-    }
-    const float decay = 1.0f - (float)lr * (float)o->muon.weight_decay;
-    tcu_muon_apply(gt->g.params + q->flat, gt->g.wbf + q->flat, x, q->rows, q->cols, tr, decay,
-                   (float)(lr * (double)q->scale), gt->s);
-}
-
 static void update(gpu_train_ctx *c, double lr, float gscale, int step) {
     struct tsr_gpu_train *gt = c->state;
     const tsr_model *m = c->model;
     const tsr_optim_config *o = c->optim;
-    if (gt->ep_on) gpu_ep_update(&gt->ep, o, c->decay[TSR_P_EXPW1], lr, gscale, step);
+    if (gt->ep_on && gt->mu.on) /* (the experts' store: every matrix Muon's) */
+        gpu_muon_flat(&gt->mu, gt->mu.p.ep, gt->mu.p.n_ep, gt->ep.w, gt->ep.wbf, gt->ep.g,
+                      gt->ep.mo, muon_lr(o, lr), gscale);
+    else if (gt->ep_on) gpu_ep_update(&gt->ep, o, c->decay[TSR_P_EXPW1], lr, gscale, step);
     if (gt->sharded && !gt->lora_on) {
-        gpu_shard_update(&gt->sh, c, lr, gscale, step);
+        gpu_shard_update(&gt->sh, c, &gt->mu, lr, gscale, step);
+        c->muon_sent = gt->mu.sent;
         return;
     }
     if (gt->lora_on) { /* the adapters only (no bf16 copy: the adapter ops read fp32) */
@@ -921,13 +866,15 @@ static void update(gpu_train_ctx *c, double lr, float gscale, int step) {
     for (int i = 0; i < TSR_P_COUNT; i++) {
         const tsr_param_info *p = &m->params_info[i];
         if (!p->numel || p->ep) continue; /* (the experts' store: gpu_ep_update) */
-        if (gt->muon_n && model_muon_tensor(i)) continue; /* (muon_update) */
+        if (gt->mu.on && model_muon_tensor(i)) continue; /* (gpu_muon_flat) */
         segs[n++] = (tcu_adamw_seg){p->offset, p->numel, c->decay[i]};
     }
     tcu_adamw_update_segments(segs, n, gt->g.params, gt->g.wbf, gt->g.grads, gt->m, gt->v,
                               (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps, gscale,
                               step, gt->s);
-    for (int k = 0; k < gt->muon_n; k++) muon_update(c, &gt->muon[k], muon_lr(o, lr), gscale);
+    if (gt->mu.on)
+        gpu_muon_flat(&gt->mu, gt->mu.p.mx, gt->mu.p.n, gt->g.params, gt->g.wbf, gt->g.grads,
+                      gt->m, muon_lr(o, lr), gscale);
 }
 
 /* LoRA: the adapters (and their moments) device -> host store; the base never changes */
@@ -1035,11 +982,7 @@ static void lib_free(gpu_train_ctx *c) {
     tcu_free(gt->m);
     tcu_free(gt->v);
     tcu_free(gt->acc);
-    if (gt->muon_n) {
-        tcu_free(gt->mu_u), tcu_free(gt->mu_acc), tcu_free(gt->mu_x), tcu_free(gt->mu_y);
-        tcu_free(gt->mu_a), tcu_free(gt->mu_b);
-    }
-    free(gt->muon);
+    gpu_muon_free(&gt->mu);
     tcu_free(gt->losses);
     free(gt->losses_host);
     if (gt->moe_stage) tcu_free(gt->moe_stage);
@@ -1066,6 +1009,7 @@ const gpu_train_api tsr_gpu_train_api = {
     .backend = TSR_GPU_BACKEND,
     .init = lib_init,
     .plan_bytes = lib_plan_bytes,
+    .muon_bytes = muon_bytes,
     .acts_B = lib_acts_B,
     .try_acts = lib_try_acts,
     .free_acts = lib_free_acts,

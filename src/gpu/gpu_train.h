@@ -34,6 +34,7 @@ typedef struct gpu_train_api {
     const char *backend;  /* "cuda", or "cuda-emulator" */
     int (*init)(gpu_train_ctx *c);
     size_t (*plan_bytes)(const gpu_train_ctx *c);
+    size_t (*muon_bytes)(const gpu_train_ctx *c);
     int (*acts_B)(const gpu_train_ctx *c);
     int (*try_acts)(gpu_train_ctx *c, int B);
     void (*free_acts)(gpu_train_ctx *c);
@@ -70,6 +71,9 @@ int gpu_train_init(gpu_train_ctx *c);
  * activations (weights, gradients, AdamW, shards and communication buffers; evaluations run on
  * the training's buffers). */
 size_t gpu_train_plan_bytes(const gpu_train_ctx *c);
+/* Of those, optim.name = muon's (src/gpu/gpu_muon.h: the iteration's buffers; sharded, the
+ * owned matrices and the exchange's); 0 under AdamW. */
+size_t gpu_train_muon_bytes(const gpu_train_ctx *c);
 /* Activations: allocated B (0: none); try to allocate for B sequences (0, or -1 with nothing
  * left allocated); free; their bytes for B. */
 int gpu_train_acts_B(const gpu_train_ctx *c);

@@ -57,6 +57,11 @@ typedef struct gpu_train_ctx {
     float lora_decay;          /* LoRA: the adapters' weight decay (weight matrices') */
     double *moe;               /* MoE: the step's statistics the library adds each microbatch's
                                 * to (train_state.h tsr_train_out.moe), else NULL */
+    /* optim.name = muon, set by the library (src/gpu/gpu_muon.h): the bytes this rank sent in
+     * the owners' exchange, the formula's per step and sharding group, the group's size (0: no
+     * exchange, ddp); train/muon.h muon_report prints them */
+    uint64_t muon_sent, muon_step_bytes;
+    int muon_G;
     struct tsr_gpu_train *state; /* the library's, NULL before init and after free */
 } gpu_train_ctx;
 

@@ -85,15 +85,20 @@ static void src_get(void *ctx, int u, int backward, float **w, float **g);
 static void src_put(void *ctx, int u, int backward);
 
 void fsdp_plan(tsr_fsdp *f, tsr_model *m, int G, const tsr_dist *d) {
-    memset(f, 0, sizeof *f);
-    f->m = m;
-    f->ops = m->ops;
-    f->G = G;
+    fsdp_layout(f, m, G, d->rank % G);
     f->R = d->world / G;
-    f->grank = d->rank % G;
     f->gindex = d->rank / G;
     f->group = dist_group_split(f->gindex, f->grank);
     f->replicas = dist_group_split(f->grank, f->gindex);
+}
+
+void fsdp_layout(tsr_fsdp *f, const tsr_model *m, int G, int grank) {
+    memset(f, 0, sizeof *f);
+    f->m = (tsr_model *)m; /* (the layout never writes it: fsdp_init's source does) */
+    f->ops = m->ops;
+    f->G = G;
+    f->R = 1;
+    f->grank = grank;
     f->n_units = m->L + 1;
     f->units = tsr_calloc((size_t)f->n_units, sizeof *f->units);
     plan_units(m, G, f->units);

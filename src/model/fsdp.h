@@ -93,6 +93,10 @@ size_t fsdp_piece_len(size_t size, int G);
 /* The plan only: units, groups, pieces, checkpoint partition; no buffers, m->src untouched
  * (collective: it splits the groups). fsdp_free releases it. */
 void fsdp_plan(tsr_fsdp *f, tsr_model *m, int G, const tsr_dist *d);
+/* The plan's layout alone, as group rank grank of a group of G sees it: units, pieces, the
+ * checkpoint partition; no groups, no communication (the memory plan counts with it: Muon's
+ * exchange, model_muon.h). fsdp_free releases it. */
+void fsdp_layout(tsr_fsdp *f, const tsr_model *m, int G, int grank);
 /* Builds the units, the groups (world rank r: group r / G, group rank r % G; collective) and the
  * buffers, and sets m->src. G must divide the world. frozen (LoRA's base, docs/lora.md): no
  * gradient buffers; the source hands out no gradients (NULL) and reduces nothing; zero_grads

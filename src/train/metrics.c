@@ -44,8 +44,15 @@ static void human_count(char *buf, size_t n, double v) {
     else snprintf(buf, n, "%.0f", v);
 }
 
-/* The planned fp32 memory of one rank, in bytes: weights = grads = pb, AdamW ob, activations of
- * one microbatch ab; returns the total 2*pb + ob + ab. */
+/* optim.name = muon on the CPU: its scratch (train/muon.h; device = cuda: the device plan's) */
+static double muon_scratch(const tsr_trainer *t) {
+    if (t->cfg.device == TSR_DEVICE_CUDA) return 0.0;
+    return (double)muon_host_bytes(&t->model, &t->cfg.optim,
+                                   t->part.fsdp_on ? t->part.fsdp_group : 0);
+}
+
+/* The planned fp32 memory of one rank, in bytes: weights = grads = pb, the optimizer ob (AdamW's
+ * moments and Muon's scratch), activations of one microbatch ab; returns the total. */
 static double plan_bytes(const tsr_trainer *t, int lora, double *pb, double *gb, double *ob,
                          double *cb, double *ab) {
     *pb = *gb = (double)t->model.n_params * sizeof(float);
@@ -81,6 +88,7 @@ static double plan_bytes(const tsr_trainer *t, int lora, double *pb, double *gb,
         free(used);
         *cb += (double)slots * t->micro * t->T * m->K * (m->C + 3.0 * m->FE) * sizeof(float);
     }
+    *ob += muon_scratch(t);
     return *pb + *gb + *ob + *cb + *ab;
 }
 
@@ -162,9 +170,16 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
         snprintf(how, sizeof how, " (HSDP: %s sharded over groups of %d ranks, %d replicas)",
                  lora ? "the frozen base" : "all state", t->part.fsdp_group,
                  t->dist.world / t->part.fsdp_group);
-    printf("memory per rank (fp32): weights %s, grads %s, AdamW %s%s, communication buffers %s, "
+    char mu[96] = "";
+    if (muon_scratch(t) > 0) {
+        char mb[32];
+        metrics_human_bytes(mb, sizeof mb, muon_scratch(t));
+        snprintf(mu, sizeof mu, " (Muon's iteration%s: %s)",
+                 t->part.fsdp_on ? ", owned matrices and exchange" : "", mb);
+    }
+    printf("memory per rank (fp32): weights %s, grads %s, %s %s%s%s, communication buffers %s, "
            "activations %s per microbatch of %d x %d; total %s\n",
-           w, g, opt, how, comm, acts, t->micro, t->T, tot);
+           w, g, mu[0] ? "optimizer" : "AdamW", opt, mu, how, comm, acts, t->micro, t->T, tot);
     printf("batch: global %lld = %d ranks x %lld per rank = %lld microbatches of %d%s; "
            "seq_len %d; %lld tokens/step\n",
            (long long)c->global_batch, t->dist.world, (long long)t->per_rank,

@@ -16,17 +16,23 @@
  * embeddings, the LM head, norms, biases) is AdamW's, with optim.lr, beta1, beta2, weight_decay.
  *
  * The momentum buffer is AdamW's first-moment buffer over the Muon matrices' elements (the
- * trainer's m, sharded as AdamW's moments are, checkpointed as optim/m/<name>); their second
- * moment stays zero. Where each matrix is orthogonalised:
+ * trainer's m, sharded as AdamW's moments are, checkpointed as optim/m/<name>; under
+ * parallel.expert the experts' store's m); their second moment stays zero. Where each matrix is
+ * orthogonalised:
  *   ddp: every rank, all of them (its whole flat buffer: no communication);
  *   zero1: the rank whose part holds it: the partition is cut at matrix boundaries
  *          (muon_partition), so every matrix lies in one part and the sharding's own
  *          reduce-scatter and all-gather are all the communication there is;
- *   zero3 / hsdp: an owner per matrix in each sharding group (muon_fsdp_plan: the matrices spread
- *          over the group's ranks by the iteration's cost), which receives the other ranks' pieces
- *          of u (one all-to-all), orthogonalises, and sends each rank its pieces of O back (one
- *          more). Bytes sent per step and group: 2 * 4 * sum over matrices of (numel - the
- *          owner's own piece), muon_fsdp_step_bytes; bench/comm_volume.sh measures it.
+ *   zero3 / hsdp: an owner per matrix in each sharding group (model_muon.h muon_plan_shards: the
+ *          matrices spread over the group's ranks by the iteration's cost), which receives the
+ *          other ranks' pieces of u (one all-to-all), orthogonalises, and sends each rank its
+ *          pieces of O back (one more). Bytes sent per step and group: 2 * 4 * sum over matrices
+ *          of (numel - the owner's own piece), muon_plan_step_bytes; bench/comm_volume.sh
+ *          measures it;
+ *   parallel.expert: the experts' store, whole experts replicated over their EDP group, on every
+ *          rank that holds them (like ddp, whatever the sharding of the dense tensors).
+ * On device = cuda the library does all of this on the device (src/gpu/gpu_muon.h) from the same
+ * plan; the trainer's tsr_muon stays off there.
  */
 #ifndef TSR_MUON_H
 #define TSR_MUON_H
@@ -36,38 +42,33 @@
 
 #include "config/config.h"
 #include "dist.h"
+#include "gpu/gpu_train_ctx.h"
 #include "model/fsdp.h"
 #include "model/model.h"
 #include "model/model_muon.h"
 
-/* zero3 / hsdp: a run of a rank's shard inside a matrix */
-typedef struct muon_seg {
-    int mx;             /* the matrix */
-    size_t shard, at, len; /* its offset in the shard, in the matrix, its floats */
-} muon_seg;
-
 typedef struct tsr_muon {
-    int on;             /* optim.name = muon */
+    int on;             /* optim.name = muon, device = cpu */
     tsr_optim_config o;
-    unsigned char tensor[TSR_P_COUNT]; /* tensor id's elements are Muon's (else AdamW's) */
-    int n;              /* matrices, in flat order */
-    muon_matrix *mx;
-    float *u, *x, *y, *a, *aa; /* scratch: u, X, the next X (largest matrix), A, A A (r x r) */
-    /* zero3 / hsdp (muon_fsdp_plan) */
-    const tsr_fsdp *f;
-    int *n_segs;        /* per group rank */
-    muon_seg **segs;    /* per group rank: its shard's runs of matrices, in shard order */
-    size_t *owned_at;   /* per matrix: its place in `owned` (this rank owns it), else SIZE_MAX */
-    float *owned;       /* the matrices this rank orthogonalises, whole */
-    size_t *sc, *sd, *rc, *rd; /* (G) the exchange's counts and displacements */
-    float *sbuf, *rbuf;
+    muon_plan p;        /* the matrices; zero3 / hsdp: their owners and the exchange */
+    const tsr_ops *ops; /* the scratch's allocator (the backend's: peak_mem_bytes counts it) */
+    float *u, *x, *y, *a, *aa; /* the iteration: u, X, the next X (largest matrix), A, A A */
+    float *owned;       /* zero3 / hsdp: the matrices this rank orthogonalises, whole */
+    float *sbuf, *rbuf; /* zero3 / hsdp: the exchange's (p.send_n, p.recv_n) */
+    tsr_fsdp *f;
     uint64_t sent_bytes; /* floats x 4 this rank sent to the others in the exchange */
 } tsr_muon;
 
 /* The plan of model m's Muon matrices for optimizer o (on = o->name == muon; off: nothing is
- * allocated and muon_tensor answers 0), and the iteration's scratch. */
-void muon_init(tsr_muon *mu, const tsr_model *m, const tsr_optim_config *o);
+ * allocated and muon_tensor answers 0) and, with f (zero3 / hsdp), their owners over f's group;
+ * the iteration's scratch and the exchange's buffers from ops. */
+void muon_init(tsr_muon *mu, const tsr_model *m, const tsr_optim_config *o, tsr_fsdp *f,
+               const tsr_ops *ops);
 void muon_free(tsr_muon *mu);
+/* The bytes muon_init allocates for model m under o on one rank (the memory plan; nothing
+ * allocated): the iteration's five buffers and, with groups of G > 0 (zero3 / hsdp), the owned
+ * matrices and the exchange's two (of the rank needing the most). 0 when o is not Muon. */
+size_t muon_host_bytes(const tsr_model *m, const tsr_optim_config *o, int G);
 /* Whether tensor id is updated by Muon (0 when Muon is off). */
 int muon_tensor(const tsr_muon *mu, int id);
 /* The zero1 partition of the flat layout (n floats) over W ranks: the trainer's cuts (16-float
@@ -81,16 +82,14 @@ void muon_orthogonalize(tsr_muon *mu, const tsr_ops *ops, float *u, int rows, in
  * partition), params the whole flat buffer, g and mom from lo. lr: Muon's, scheduled. */
 void muon_flat_update(tsr_muon *mu, const tsr_ops *ops, float *params, const float *g, float *mom,
                       size_t lo, size_t hi, double lr, float gscale);
-/* zero3 / hsdp: owners and the shards' runs of each matrix (no communication). */
-void muon_fsdp_plan(tsr_muon *mu, const tsr_fsdp *f);
+/* parallel.expert: Muon on every matrix of the experts' store (w, g, mom: model_ep.h's). */
+void muon_ep_update(tsr_muon *mu, const tsr_ops *ops, float *w, const float *g, float *mom,
+                    double lr, float gscale);
 /* zero3 / hsdp: Muon on the shard (f->params, f->grads, mom in shard order): the exchange
  * described above. Collective over the group. */
-void muon_fsdp_update(tsr_muon *mu, const tsr_ops *ops, tsr_fsdp *f, float *mom, double lr,
-                      float gscale);
-/* zero3 / hsdp: the bytes one sharding group's ranks send each other per step (the formula). */
-uint64_t muon_fsdp_step_bytes(const tsr_muon *mu);
-/* zero3 / hsdp: rank 0 prints the exchange's bytes over the run's steps, all ranks, beside the
- * formula's. Collective. */
-void muon_report(const tsr_muon *mu, int64_t steps, int world);
+void muon_fsdp_update(tsr_muon *mu, const tsr_ops *ops, float *mom, double lr, float gscale);
+/* zero3 / hsdp, and zero1 on device = cuda (gpu, the library's count): rank 0 prints the
+ * exchange's bytes over the run's steps, all ranks, beside the formula's. Collective. */
+void muon_report(const tsr_muon *mu, const gpu_train_ctx *gpu, int64_t steps, int world);
 
 #endif

@@ -75,12 +75,18 @@ void train_gpu_print_plan(const tsr_trainer *t) {
     double exb = md->EP > 1 ? (double)md->LM * (md->E / md->EP) * 3.0 * md->FE * md->C *
                                   (4 * sizeof(float) + sizeof(uint16_t))
                             : 0.0;
-    char ex[80] = "", exs[32];
+    char ex[160] = "", exs[32], mus[32];
     metrics_human_bytes(exs, sizeof exs, exb);
     if (exb > 0) snprintf(ex, sizeof ex, "experts' store %s (E/EP = %d), ", exs, md->E / md->EP);
+    /* optim.name = muon: its buffers (src/gpu/gpu_muon.h) in the total and apart in the line */
+    const double mub = (double)gpu_train_muon_bytes(&c);
+    metrics_human_bytes(mus, sizeof mus, mub);
+    if (mub > 0)
+        snprintf(ex + strlen(ex), sizeof ex - strlen(ex), "Muon %s (the iteration%s), ", mus,
+                 c.mode != GPU_SHARD_DDP ? ", the owned matrices and the exchange" : "");
     if (c.mode != GPU_SHARD_DDP) {
         /* (LoRA: the frozen base's bf16 shard and gathers, and the adapters' store) */
-        metrics_human_bytes(st, sizeof st, (double)fixed - exb);
+        metrics_human_bytes(st, sizeof st, (double)fixed - exb - mub);
         printf("device memory per rank (cuda, bf16 activations, %s%s over %d ranks): shards, "
                "gathered weights and communication buffers %s, %sactivations %s per microbatch of "
                "%d x %d; total %s\n",

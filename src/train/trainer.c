@@ -213,10 +213,14 @@ static void fsdp_update(tsr_trainer *t, double lr, float gscale) {
     }
 }
 
-/* parallel.expert: the experts' AdamW, on every rank of their EDP group (model_ep.h) */
+/* parallel.expert: the experts' AdamW (or Muon), on every rank of their EDP group (model_ep.h) */
 static void ep_update(tsr_trainer *t, double lr, float gscale) {
     const tsr_optim_config *o = &t->cfg.optim;
     tsr_ep *ep = &t->part.ep;
+    if (t->part.muon.on) {
+        muon_ep_update(&t->part.muon, t->be.ops, ep->w, ep->g, ep->m, muon_lr(o, lr), gscale);
+        return;
+    }
     t->be.ops->adamw_update(ep->w, ep->g, ep->m, ep->v, ep->n, (float)lr, (float)o->beta1,
                             (float)o->beta2, (float)o->eps, decay_of(o, TSR_PK_WEIGHT), gscale,
                             (int)t->optim_step);
@@ -242,8 +246,7 @@ static void muon_flat(tsr_trainer *t, double lr, float gscale) {
 
 static void muon_fsdp(tsr_trainer *t, double lr, float gscale) {
     fsdp_update(t, lr, gscale);
-    muon_fsdp_update(&t->part.muon, t->be.ops, &t->part.fsdp, t->part.m,
-                     muon_lr(&t->cfg.optim, lr), gscale);
+    muon_fsdp_update(&t->part.muon, t->be.ops, t->part.m, muon_lr(&t->cfg.optim, lr), gscale);
 }
 
 static void zero1_gather(tsr_trainer *t) {
@@ -569,8 +572,9 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
         ep_init_weights(&t->part.ep, &t->model, (uint64_t)cfg->seed);
     }
     TSR_CHECK(open_icl(t)); /* the task files are read before the first step */
-    muon_init(&t->part.muon, &t->model, &cfg->optim);
-    if (t->part.muon.on && t->part.fsdp_on) muon_fsdp_plan(&t->part.muon, &t->part.fsdp);
+    if (cfg->device != TSR_DEVICE_CUDA) /* (device = cuda: the library's, src/gpu/gpu_muon.h) */
+        muon_init(&t->part.muon, &t->model, &cfg->optim, t->part.fsdp_on ? &t->part.fsdp : NULL,
+                  t->be.ops);
     TSR_CHECK(plan_shards(t));
     size_t owned = t->part.fsdp_on ? t->part.fsdp.shard_n : t->part.shard_hi - t->part.shard_lo;
     if (!t->part.lora_on) { /* (a frozen base has no AdamW state) */
@@ -961,7 +965,7 @@ int trainer_run(tsr_trainer *t) {
     watchdog_stop();
     train_data_stage_end(t);
     ep_report(t);
-    muon_report(&t->part.muon, t->out.steps_run, t->dist.world);
+    muon_report(&t->part.muon, t->be.gpu, t->out.steps_run, t->dist.world);
     metrics_finish(t);
     end_of_run_sample(t);
     return TSR_EXIT_OK;

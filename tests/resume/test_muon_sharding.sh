@@ -3,10 +3,14 @@
 # src/train/muon.h), 8 steps of a tiny Llama-style SwiGLU mixture of experts with grouped-query
 # attention (q, k and v of different widths, gate and up, each expert's projections and the router
 # each a matrix of its own) on the synthetic corpus:
-#  - on 2 ranks zero1 and zero3, on 4 ranks zero1, zero3 and hsdp (2 groups of 2) give ddp's loss
-#    and grad norm at every step within 1e-6 relative (each matrix is orthogonalised whole: by
-#    every rank under ddp, by the rank whose zero1 part holds it, by its owner under zero3/hsdp);
+#  - on 2 ranks zero1 and zero3, on 4 ranks zero1, zero3 and hsdp (2 groups of 2, with
+#    parallel.expert = 2) give ddp's loss and grad norm at every step within 1e-6 relative (each
+#    matrix is orthogonalised whole: by every rank under ddp, by the rank whose zero1 part holds
+#    it, by its owner under zero3/hsdp; the experts' by every rank of their EDP group that holds
+#    them);
 #  - zero3's exchange: the bytes the ranks sent equal the formula's (muon.h) times the steps;
+#    the CPU allocator's peak before the first save within the memory plan rank 0 printed, which
+#    counts Muon's scratch (the iteration's buffers, the owned matrices, the exchange's);
 #  - a rank SIGKILLed after step 6 of a zero3 run: the rerun resumes from step 4 and ends bit for
 #    bit like the uninterrupted run (losses, weights, and the momentum in optim/m);
 #  - the zero3 checkpoint of 4 ranks resumes under zero3 on 2 ranks, steps 5-8 within 1e-6 of the
@@ -15,7 +19,7 @@
 #    optim.name = muon, LoRA with Muon, and a resume that switches optimizers.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 12
+tap_plan 13
 make_synth "$TMP/data" 512 40000
 tap_check $? "synthetic corpus made"
 tiny_args "$TMP/data/train"
@@ -42,11 +46,11 @@ close D2 O2 >/dev/null && close D2 Z2 >/dev/null
 tap_check $? "2 ranks: Muon under zero1 and zero3 equals ddp within 1e-6 at all 8 steps"
 
 run D4 4 && run O4 4 --set parallel.sharding=zero1 && run Z4 4 --set parallel.sharding=zero3 &&
-    run H4 4 --set parallel.sharding=hsdp --set parallel.replica_group=2
-tap_check $? "4 ranks, Muon: ddp, zero1, zero3, hsdp 2x2"
+    run H4 4 --set parallel.sharding=hsdp --set parallel.replica_group=2 --set parallel.expert=2
+tap_check $? "4 ranks, Muon: ddp, zero1, zero3, hsdp 2x2 with parallel.expert = 2"
 tap_diag "zero1 vs ddp: $(close D4 O4); zero3: $(close D4 Z4); hsdp: $(close D4 H4)"
 close D4 O4 >/dev/null && close D4 Z4 >/dev/null && close D4 H4 >/dev/null
-tap_check $? "4 ranks: Muon under zero1, zero3 and hsdp(2x2) equals ddp within 1e-6 at all 8 steps"
+tap_check $? "4 ranks: Muon under zero1, zero3 and hsdp(2x2, parallel.expert = 2) equals ddp within 1e-6 at all 8 steps"
 
 # zero3's exchange: what the ranks counted against the formula (bench/comm_volume.sh: the wire)
 line=$(grep "muon exchange:" "$TMP/Z4.txt")
@@ -54,6 +58,18 @@ tap_diag "$line"
 [[ $line =~ ^muon\ exchange:\ ([0-9]+)\ bytes.*\ ([0-9]+)\ steps.*formula:\ ([0-9]+)\ per\ step.*\ ([0-9]+)\ groups ]] &&
     ((BASH_REMATCH[1] == BASH_REMATCH[3] * BASH_REMATCH[2] * BASH_REMATCH[4] && BASH_REMATCH[1] > 0))
 tap_check $? "zero3 on 4 ranks: the owners' exchange sent the formula's bytes each step"
+
+# the plan's total against the allocator's peak of step 1 (the checkpoint's buffers come later)
+"$PY3" - "$TMP/Z4.txt" "$TMP/Z4/metrics.jsonl" <<'PY'
+import json, re, sys
+m = re.search(r"^memory per rank \(fp32\): .*optimizer .*\(Muon's iteration, owned matrices and "
+              r"exchange: .*total ([0-9.]+) (B|KiB|MiB|GiB)$", open(sys.argv[1]).read(), re.M)
+plan = float(m.group(1)) * 1024 ** ["B", "KiB", "MiB", "GiB"].index(m.group(2)) if m else -1
+peak = next(d["peak_mem_bytes"] for d in map(json.loads, open(sys.argv[2])) if d.get("step") == 1)
+print(f"# step 1's peak {peak} B, the plan's {plan:.0f} B")
+sys.exit(0 if m and 0.97 * plan <= peak <= 1.10 * plan else 1)
+PY
+tap_check $? "zero3 on 4 ranks: the CPU's peak memory within the printed plan, Muon's scratch counted"
 
 TSR_FAULT=kill:6:1 run K2 2 --set parallel.sharding=zero3
 rc=$?
