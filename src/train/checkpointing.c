@@ -55,12 +55,6 @@ void checkpointing_install_signals(void) {
     sigaction(SIGTERM, &sa, NULL);
 }
 
-int checkpointing_stop_requested(void) {
-    int64_t flag = stop_signal != 0;
-    dist_allreduce_sum_i64(&flag, 1); /* every rank learns that one of them was signalled */
-    return flag > 0;
-}
-
 /* The checkpoint read at start: checkpointing_resume runs before run_dir is opened (a refused start
  * writes nothing), so its record is kept for trainer_open_run_dir to log (metrics.jsonl, stdout). */
 static void note_start_load(tsr_trainer *t, const char *what, const char *path, double seconds,
@@ -274,12 +268,12 @@ static void fill_meta(const tsr_trainer *t, ckpt_meta *meta) {
     snprintf(meta->program_version, sizeof meta->program_version, "%s", TSR_VERSION);
 }
 
-int checkpointing_save(tsr_trainer *t) {
-    ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
-    char names[SET_COUNT * TSR_P_COUNT][64];
+/* This rank's checkpoint tensors with their data ready to be written: the device's state pulled
+ * (device = cuda), zero3 / hsdp shards moved into their flat parts (the first group writes:
+ * fsdp.h), the experts' parts; LoRA writes its adapters only. */
+static int save_tensors(tsr_trainer *t, ckpt_tensor *ts, char (*names)[64]) {
     int n = build_tensors(t, 1, ts, names);
     if (t->be.gpu) gpu_train_pull(t->be.gpu); /* device = cuda: the host mirror is written */
-    /* the first group writes (fsdp.h); LoRA writes its adapters only */
     if (t->part.fsdp_on && t->part.fsdp.gindex == 0 && !t->part.lora_on) {
         fsdp_shard_to_part(&t->part.fsdp, t->part.fsdp.params, t->part.ckio[SET_MODEL]);
         fsdp_shard_to_part(&t->part.fsdp, t->part.m, t->part.ckio[SET_M]);
@@ -287,6 +281,21 @@ int checkpointing_save(tsr_trainer *t) {
     }
     for (int set = 0; ep_writer(t) && set < SET_COUNT; set++)
         ep_to_part(&t->part.ep, ep_store(t, set), t->part.ep_io[set]);
+    return n;
+}
+
+/* A save of step `step` committed: the record (metrics.jsonl, the log line). */
+static void note_saved(tsr_trainer *t, int64_t step, const char *path, const ckpt_stats *st,
+                       int async) {
+    t->ck.committed = step;
+    metrics_log_save(t, step, path, st, async);
+}
+
+/* A synchronous save of the current step. */
+static int save_now(tsr_trainer *t) {
+    ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
+    char names[SET_COUNT * TSR_P_COUNT][64];
+    int n = save_tensors(t, ts, names);
     ckpt_meta *meta = tsr_malloc(sizeof *meta);
     fill_meta(t, meta);
     char path[1200];
@@ -294,8 +303,114 @@ int checkpointing_save(tsr_trainer *t) {
     int rc = ckpt_save(t->cfg.run_dir, meta, ts, n, t->cfg.keep_last, path, sizeof path, &st);
     free(meta);
     io_release(t);
-    if (!rc) metrics_log_checkpoint(t, "save", path, st.seconds, st.bytes);
+    if (!rc) note_saved(t, t->step, path, &st, 0);
     return rc;
+}
+
+/* n floats from src to dst, the run's threads sharing the copy (a snapshot is the one copy of
+ * the state a background save makes while training stands still) */
+static void copy_floats(float *dst, const float *src, size_t n, int threads) {
+    const size_t block = (size_t)1 << 20;
+    const long long blocks = (long long)((n + block - 1) / block);
+#pragma omp parallel for num_threads(threads) schedule(static) if (blocks > 1)
+    for (long long k = 0; k < blocks; k++) {
+        size_t a = (size_t)k * block, len = n - a < block ? n - a : block;
+        memcpy(dst + a, src + a, len * sizeof(float));
+    }
+}
+
+/* The snapshot of a background save: each tensor's slice copied into t->ck.snap, its data
+ * pointing there (the buffer grows to the largest snapshot and is kept for the next save). */
+static void snapshot(tsr_trainer *t, ckpt_tensor *ts, int n) {
+    size_t total = 0, at = 0;
+    for (int i = 0; i < n; i++) total += ts[i].hi - ts[i].lo;
+    if (total > t->ck.snap_cap) {
+        free(t->ck.snap);
+        t->ck.snap = tsr_malloc(total * sizeof(float));
+        t->ck.snap_cap = total;
+    }
+    for (int i = 0; i < n; i++) {
+        size_t len = ts[i].hi - ts[i].lo;
+        if (len) copy_floats(t->ck.snap + at, ts[i].data, len, t->be.threads);
+        ts[i].data = len ? t->ck.snap + at : NULL;
+        at += len;
+    }
+}
+
+/* Starts a save of the current step in the background: the snapshot, the file created (the
+ * collective part); a thread of each rank writes it while training goes on. */
+static int save_in_background(tsr_trainer *t) {
+    const double t0 = tsr_now();
+    ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
+    char names[SET_COUNT * TSR_P_COUNT][64];
+    int n = save_tensors(t, ts, names);
+    snapshot(t, ts, n);
+    io_release(t);
+    ckpt_meta *meta = tsr_malloc(sizeof *meta);
+    fill_meta(t, meta);
+    int rc = ckpt_save_start(t->cfg.run_dir, meta, ts, n, t->cfg.keep_last, 1, &t->ck.pending);
+    free(meta);
+    t->ck.blocking = tsr_now() - t0;
+    return rc;
+}
+
+/* Commits the save in flight, after waiting for this rank's writer. Collective. */
+static int commit_pending(tsr_trainer *t) {
+    ckpt_pending *p = t->ck.pending;
+    const int64_t step = ckpt_save_step(p);
+    const double t0 = tsr_now();
+    char path[1200];
+    ckpt_stats st = {0};
+    t->ck.pending = NULL;
+    int rc = ckpt_save_finish(p, path, sizeof path, &st);
+    if (rc) {
+        if (t->dist.rank == 0)
+            tsr_error("the background save of step %lld failed (above): the run stops at step "
+                      "%lld; %s/latest still names the previous checkpoint", (long long)step,
+                      (long long)t->step, t->cfg.run_dir);
+        return rc;
+    }
+    st.blocking = t->ck.blocking + (tsr_now() - t0); /* snapshot, start, commit */
+    note_saved(t, step, path, &st, 1);
+    return 0;
+}
+
+int checkpointing_drain(tsr_trainer *t) { return t->ck.pending ? commit_pending(t) : 0; }
+
+int checkpointing_boundary(tsr_trainer *t, int *stop) {
+    int64_t v[2] = {stop_signal != 0, t->ck.pending && !ckpt_save_written(t->ck.pending)};
+    dist_allreduce_sum_i64(v, 2); /* every rank learns of a signal and of a writer still busy */
+    *stop = v[0] > 0;
+    return t->ck.pending && v[1] == 0 ? commit_pending(t) : 0;
+}
+
+int checkpointing_save(tsr_trainer *t, int background) {
+    if (t->ck.pending) { /* one save in flight: this one waits for the last to be committed */
+        const int64_t prev = ckpt_save_step(t->ck.pending);
+        int busy = !ckpt_save_written(t->ck.pending);
+        const double t0 = tsr_now();
+        dist_allreduce_max_int(&busy, 1);
+        int rc = commit_pending(t);
+        if (busy && t->dist.rank == 0)
+            printf("checkpoint save step %lld waited %.3f s for the background save of step %lld "
+                   "to be written (one save in flight at a time)\n", (long long)t->step,
+                   tsr_now() - t0, (long long)prev);
+        if (rc) return rc;
+    }
+    return background && t->ck.async ? save_in_background(t) : save_now(t);
+}
+
+uint64_t checkpointing_snapshot_bytes(const tsr_trainer *t) {
+    const tsr_model *m = &t->model;
+    if (!t->cfg.save_async) return 0;
+    if (t->part.lora_on) return 3 * (uint64_t)t->part.lora.n * sizeof(float); /* rank 0 */
+    uint64_t dense = 0, experts = 0;
+    for (int i = 0; i < TSR_P_COUNT; i++)
+        *(m->params_info[i].ep ? &experts : &dense) += m->params_info[i].numel;
+    const int G = t->part.fsdp_on ? t->part.fsdp_group : t->dist.world;
+    uint64_t mine = dense / (uint64_t)(G > 0 ? G : 1) + 16; /* parts cut at 16 floats */
+    if (m->EP > 1) mine += experts / (uint64_t)m->EP + 1;
+    return 3 * mine * sizeof(float);
 }
 
 /* After reading each rank's part of the base model: under parallel.expert the first EP group's
@@ -412,9 +527,11 @@ int checkpointing_rollback(tsr_trainer *t, int64_t max_step, char *path, size_t 
                            int64_t *data_batch) {
     ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
     char names[SET_COUNT * TSR_P_COUNT][64];
+    int rc = checkpointing_drain(t); /* the save in flight may be the one to roll back to */
+    if (rc) return rc;
     ckpt_meta *meta = tsr_malloc(sizeof *meta);
     ckpt_stats st = {0};
-    int n = build_tensors(t, 1, ts, names), rc;
+    int n = build_tensors(t, 1, ts, names);
     int64_t found;
     /* newest first; one that fails to load (CRC, truncation) is reported and the next older tried:
      * every tensor is read again from the one that loads */
