@@ -392,9 +392,9 @@ int checkpointing_save(tsr_trainer *t, int background) {
         dist_allreduce_max_int(&busy, 1);
         int rc = commit_pending(t);
         if (busy && t->dist.rank == 0)
-            printf("checkpoint save step %lld waited %.3f s for the background save of step %lld "
-                   "to be written (one save in flight at a time)\n", (long long)t->step,
-                   tsr_now() - t0, (long long)prev);
+            printf("checkpoint save step %lld: the background save of step %lld was still being "
+                   "written; waited %.3f s for it and its commit (one save in flight at a time)\n",
+                   (long long)t->step, (long long)prev, tsr_now() - t0);
         if (rc) return rc;
     }
     return background && t->ck.async ? save_in_background(t) : save_now(t);
