@@ -319,22 +319,46 @@ static void copy_floats(float *dst, const float *src, size_t n, int threads) {
     }
 }
 
-/* The snapshot of a background save: each tensor's slice copied into t->ck.snap, its data
- * pointing there (the buffer grows to the largest snapshot and is kept for the next save). */
+/* The snapshot buffer holds at least n floats (zeroed when it grows, as io_layout's parts are). */
+static void snap_reserve(tsr_trainer *t, size_t n) {
+    if (n <= t->ck.snap_cap) return;
+    free(t->ck.snap);
+    t->ck.snap = tsr_calloc(n, sizeof(float));
+    t->ck.snap_cap = n;
+}
+
+/* The snapshot of a background save: each tensor's slice copied into t->ck.snap (after any already
+ * written there: snapshot_direct), its data pointing there; the buffer is kept for the next save. */
 static void snapshot(tsr_trainer *t, ckpt_tensor *ts, int n) {
-    size_t total = 0, at = 0;
-    for (int i = 0; i < n; i++) total += ts[i].hi - ts[i].lo;
-    if (total > t->ck.snap_cap) {
-        free(t->ck.snap);
-        t->ck.snap = tsr_malloc(total * sizeof(float));
-        t->ck.snap_cap = total;
+    const float *lo = t->ck.snap, *hi = t->ck.snap + t->ck.snap_cap;
+    size_t at = 0, copy = 0;
+    for (int i = 0; i < n; i++) {
+        const size_t len = ts[i].hi - ts[i].lo;
+        if (len && ts[i].data >= lo && ts[i].data < hi) { /* written there already */
+            const size_t end = (size_t)(ts[i].data - lo) + len;
+            at = end > at ? end : at;
+        } else {
+            copy += len;
+        }
     }
+    if (at == 0) snap_reserve(t, copy); /* (else reserved with room for the rest) */
     for (int i = 0; i < n; i++) {
         size_t len = ts[i].hi - ts[i].lo;
-        if (len) copy_floats(t->ck.snap + at, ts[i].data, len, t->be.threads);
-        ts[i].data = len ? t->ck.snap + at : NULL;
+        if (!len) ts[i].data = NULL;
+        if (!len || (ts[i].data >= lo && ts[i].data < hi && at > 0)) continue;
+        copy_floats(t->ck.snap + at, ts[i].data, len, t->be.threads);
+        ts[i].data = t->ck.snap + at;
         at += len;
     }
+}
+
+/* zero3 / hsdp, the first group's ranks (the writers), not LoRA: the floats of this rank's part
+ * of each set, which fsdp_shard_to_part then writes straight into the snapshot (no part buffers,
+ * no second copy); 0 otherwise. */
+static size_t snapshot_direct(const tsr_trainer *t) {
+    const tsr_fsdp *f = &t->part.fsdp;
+    if (!t->part.fsdp_on || t->part.lora_on || f->gindex != 0) return 0;
+    return f->part_counts[f->grank];
 }
 
 /* Starts a save of the current step in the background: the snapshot, the file created (the
@@ -343,7 +367,14 @@ static int save_in_background(tsr_trainer *t) {
     const double t0 = tsr_now();
     ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
     char names[SET_COUNT * TSR_P_COUNT][64];
+    const size_t d = snapshot_direct(t);
+    if (d) { /* the parts in the snapshot, the experts' parts (copied) after them */
+        snap_reserve(t, SET_COUNT * d + (ep_writer(t) ? SET_COUNT * ep_part_floats(&t->part.ep)
+                                                      : 0));
+        for (int set = 0; set < SET_COUNT; set++) t->part.ckio[set] = t->ck.snap + set * d;
+    }
     int n = save_tensors(t, ts, names);
+    for (int set = 0; d && set < SET_COUNT; set++) t->part.ckio[set] = NULL; /* (not io_layout's) */
     snapshot(t, ts, n);
     io_release(t);
     ckpt_meta *meta = tsr_malloc(sizeof *meta);

@@ -83,10 +83,10 @@ tap_check $? "device = cuda: the host copy of the device's state pinned once at 
 args+=(--set max_duration=6ba --set save_interval=2ba)
 run "$TMP/R" 2 >"$TMP/R.txt" 2>&1
 rcr=$?
-TSR_FAULT=usr1:4:0 TSR_CKPT_FAULT=slow-write:20 run "$TMP/S" 2 >"$TMP/S1.txt" 2>&1
+TSR_FAULT=usr1:4:0 TSR_CKPT_FAULT=slow-write:30 run "$TMP/S" 2 >"$TMP/S1.txt" 2>&1
 rc=$?
 tap_diag "S: $(grep -E "^checkpoint save|^stop requested" "$TMP/S1.txt" | cut -c1-150 | tr '\n' ';')"
-# the write of step 2 (20 ms a tensor) outlasts steps 3 and 4: committed by the save of step 4,
+# the write of step 2 (30 ms a tensor) outlasts steps 3 and 4: committed by the save of step 4,
 # which waited for it, while training went on
 [[ $rcr == 0 && $rc == 85 && $(cat "$TMP/S/latest") == step-00000004.h5 ]] &&
     grep -q "^checkpoint save step 4: the background save of step 2 was still being written; waited [0-9.]* s" "$TMP/S1.txt" &&
