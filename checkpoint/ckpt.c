@@ -408,7 +408,6 @@ static int agree_created(hid_t file, const char *tmp, char *why, size_t cap) {
     return all;
 }
 
-
 /* A copy of the save's names and descriptors (the caller's data pointers kept), and its paths. */
 static ckpt_pending *pending_new(const char *run_dir, const ckpt_meta *meta,
                                  const ckpt_tensor *tensors, int n, int keep_last, int async) {

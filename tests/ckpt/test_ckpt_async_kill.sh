@@ -32,7 +32,6 @@ tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=8 --set micro_batch=2
        --set max_duration=8ba --set save_interval=1ba --set keep_last=3)
 run() { local dir=$1; shift; "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$dir" "$@"; }
-ranks_of() { pgrep -P "$1" -x tessera-train; } # mpirun starts the ranks as its children
 # committed_ok DIR: latest absent or naming a file; every step-*.h5 verifies
 committed_ok() {
     local f name
@@ -54,17 +53,12 @@ tap_check $? "uninterrupted: 8 steps, a background save after each but the last 
 RANDOM=53
 mid=0
 for k in 1 2 3 4 5 6 7 8 9 10; do
-    dir=$TMP/T$k slow=$((k % 2 ? 10 : 0)) victim=$((RANDOM % 2)) r="" when=""
+    dir=$TMP/T$k slow=$((k % 2 ? 10 : 0)) victim=$((RANDOM % 2)) when=""
     TSR_CKPT_FAULT=$( ((slow)) && echo "slow-write:$slow") \
         "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$dir" >"$dir.txt" 2>&1 &
     pid=$!
     STARTED+=("$pid")
-    for _ in $(seq 1 600); do
-        r=$(ranks_of "$pid")
-        [[ $(wc -w <<<"$r") == 2 ]] && break
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.05
-    done
+    r=$(started_ranks "$pid" 2)
     for _ in $(seq 1 1200); do [[ -e $dir/latest ]] && break; sleep 0.01; done # the first commit
     if ((slow)); then # 0-300 ms after a later save's .tmp appears: inside a slowed background write
         first=$(cat "$dir/latest" 2>/dev/null)
@@ -77,7 +71,7 @@ for k in 1 2 3 4 5 6 7 8 9 10; do
         when="$((RANDOM % 1500)) ms after the first commit"
     fi
     sleep "$(printf '%d.%03d' $((${when%% *} / 1000)) $((${when%% *} % 1000)))"
-    read -ra pids <<<"$(echo $r)"
+    read -ra pids <<<"$r"
     kill -KILL "${pids[$victim]:-0}" 2>/dev/null
     wait "$pid"
     rc=$?

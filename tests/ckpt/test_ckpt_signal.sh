@@ -114,13 +114,7 @@ scenario() {
         TSR_FAULT=${FAULT:-} "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$dir" >"$dir.txt" 2>&1 &
         pid=$!
         STARTED+=("$pid")
-        r=""
-        for _ in $(seq 1 600); do
-            r=$(ranks_of "$pid")
-            [[ $(wc -w <<<"$r") == 2 ]] && break
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.05
-        done
+        r=$(started_ranks "$pid" 2)
         if [[ $(wc -w <<<"$r") == 2 ]] && freeze_in_save "$(ck "$dir" "$step").tmp" "$min" $r; then
             for s in "$@"; do kill -"$s" $r; done
             kill -CONT $r 2>/dev/null
