@@ -5,7 +5,8 @@
 # disk throttled for this script's processes (a blkio cgroup of its own with write_bps_device on
 # the run directory's disk: O_DIRECT writes, the bulk of a save, go at THROTTLE_MBS MB/s; root and
 # cgroup v1 blkio only, else skipped with a note). From each run's metrics.jsonl:
-#   blocking   the seconds training stood still per save (median, max): blocking_s
+#   blocking   the seconds training stood still per save (median, max): blocking_s; of it the
+#              snapshot's (median): snapshot_s
 #   write      the writers' seconds per save (median): write_s
 #   step       the median step time of the steps that ran while a background write was in flight
 #              (steps s+1 .. committed_step of each background save), and of the others (first
@@ -56,6 +57,9 @@ run() {
             >"$DIR/$name.txt" 2>&1
     fi
 }
+saves_of() { # NAME: its save lines, shortened
+    grep -E '^checkpoint save step' "$DIR/$1.txt" | sed -E 's/ \| [^|]*\.h5 \|/ |/' | sed 's/^/    /'
+}
 summary() { # NAME: one line of figures from its metrics.jsonl
     /usr/bin/python3 - "$DIR/$1/metrics.jsonl" "$1" <<'PY'
 import json, statistics as st, sys
@@ -70,9 +74,11 @@ first = min(steps)
 during = [t for k, t in steps.items() if k in busy]
 other = [t for k, t in steps.items() if k not in busy and k != first]
 b = [s["blocking_s"] for s in saves]
+sn = [s["snapshot_s"] for s in saves if "snapshot_s" in s]
 w = [s["write_s"] for s in saves]
 med = lambda v: st.median(v) if v else float("nan")
-print(f"{sys.argv[2]:<28} saves {len(saves)}  blocking median {med(b):7.3f} s  max {max(b):7.3f} s  "
+snap = f" (snapshot {med(sn):.3f})" if sn else ""
+print(f"{sys.argv[2]:<28} saves {len(saves)}  blocking median {med(b):7.3f} s{snap}  max {max(b):7.3f} s  "
       f"write median {med(w):6.2f} s  {saves[0]['bytes'] / 1e9:.2f} GB  "
       f"step {med(other):.3f} s without a write, {med(during):.3f} s during one "
       f"({len(during)} steps): x{med(during) / med(other):.3f}")
@@ -94,10 +100,12 @@ for r in "${recipes[@]}"; do
     for mode in sync async; do
         run "$r-$mode" 0 "${a[@]}" --set save_async=$([[ $mode == async ]] && echo true || echo false)
         summary "$r-$mode"
+        saves_of "$r-$mode"
     done
     [[ -n $CG ]] || continue
     for mode in sync async; do
         run "$r-$mode-${THROTTLE_MBS}MBs" 1 "${a[@]}" --set save_async=$([[ $mode == async ]] && echo true || echo false)
         summary "$r-$mode-${THROTTLE_MBS}MBs"
+        saves_of "$r-$mode-${THROTTLE_MBS}MBs"
     done
 done

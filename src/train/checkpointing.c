@@ -377,6 +377,7 @@ static int save_in_background(tsr_trainer *t) {
     for (int set = 0; d && set < SET_COUNT; set++) t->part.ckio[set] = NULL; /* (not io_layout's) */
     snapshot(t, ts, n);
     io_release(t);
+    t->ck.snap_s = tsr_now() - t0;
     ckpt_meta *meta = tsr_malloc(sizeof *meta);
     fill_meta(t, meta);
     int rc = ckpt_save_start(t->cfg.run_dir, meta, ts, n, t->cfg.keep_last, 1, &t->ck.pending);
@@ -429,6 +430,22 @@ int checkpointing_save(tsr_trainer *t, int background) {
         if (rc) return rc;
     }
     return background && t->ck.async ? save_in_background(t) : save_now(t);
+}
+
+/* The floats of this rank's snapshot: its slices of every tensor (as build_tensors lays them out,
+ * without building them) */
+static size_t snapshot_floats(const tsr_trainer *t) {
+    if (t->part.lora_on) return t->dist.rank == 0 ? SET_COUNT * t->part.lora.n : 0;
+    size_t part = t->part.fsdp_on ? snapshot_direct(t) : t->part.part_counts[t->dist.rank];
+    return SET_COUNT * (part + (ep_writer(t) ? ep_part_floats(&t->part.ep) : 0));
+}
+
+void checkpointing_snapshot_alloc(tsr_trainer *t) {
+    if (!t->ck.async) return;
+    snap_reserve(t, snapshot_floats(t));
+    /* written once now: its pages are committed at start (where the memory check was made), not
+     * by the first save's copy, on which a fresh page costs a fault (slow in a VM) */
+    memset(t->ck.snap, 0, t->ck.snap_cap * sizeof(float));
 }
 
 uint64_t checkpointing_snapshot_bytes(const tsr_trainer *t) {

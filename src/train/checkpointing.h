@@ -48,6 +48,9 @@ int checkpointing_drain(tsr_trainer *t);
  * part of the weights and both AdamW moments, the first sharding group's under zero3 / hsdp, the
  * adapters under LoRA): what the memory plan shows; 0 when save_async is false. */
 uint64_t checkpointing_snapshot_bytes(const tsr_trainer *t);
+/* save_async in effect (t->ck.async): allocates this rank's snapshot buffer and writes it once, so
+ * that its memory is taken at start, not at the first save. Local. */
+void checkpointing_snapshot_alloc(tsr_trainer *t);
 /* Rank 0, once run_dir is open: warns when run_dir's filesystem has less room than one checkpoint
  * of this run (ckpt_room), which its first save would refuse (exit 2), maybe hours later. Nothing
  * for a run that saves only on a stop request (save_interval 0ba, save_final false). */

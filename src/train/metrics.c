@@ -509,14 +509,16 @@ void metrics_log_save(const tsr_trainer *t, int64_t step, const char *path, cons
     if (t->dist.rank != 0) return;
     checkpoint_record(t, "save", step, path, st->seconds, st->bytes);
     if (async)
-        printf(" | blocking %.3f s; written in the background in %.3f s, waited %.3f s for it; "
-               "committed at step %lld", st->blocking, st->write, st->waited, (long long)t->step);
+        printf(" | blocking %.3f s (snapshot %.3f s); written in the background in %.3f s, "
+               "waited %.3f s for it; committed at step %lld", st->blocking, t->ck.snap_s,
+               st->write, st->waited, (long long)t->step);
     printf("\n");
     fflush(stdout);
     if (!t->out.metrics) return;
     fprintf(t->out.metrics, ", \"async\": %s, \"blocking_s\": %.6g, \"write_s\": %.6g, "
             "\"waited_s\": %.6g, \"committed_step\": %lld", async ? "true" : "false",
             st->blocking, st->write, st->waited, (long long)t->step);
+    if (async) fprintf(t->out.metrics, ", \"snapshot_s\": %.6g", t->ck.snap_s);
     metrics_end_record(t->out.metrics);
 }
 

@@ -33,8 +33,9 @@ void metrics_finish(tsr_trainer *t);
 void metrics_log_checkpoint(const tsr_trainer *t, const char *what, const char *path,
                             double seconds, uint64_t bytes);
 /* A save of step `step` committed (at t->step: later for a background save): its time, bytes and
- * bytes/s, the seconds training stood still for it (blocking), its writers' time and the wait for
- * them, in the log and the JSONL (rank 0; docs/tracking.md). */
+ * bytes/s, the seconds training stood still for it (blocking; of them, async, the snapshot's:
+ * t->ck.snap_s), its writers' time and the wait for them, in the log and the JSONL (rank 0;
+ * docs/tracking.md). */
 void metrics_log_save(const tsr_trainer *t, int64_t step, const char *path, const ckpt_stats *st,
                       int async);
 /* A step the spike guard did not pass ("warn", "skip", "stop"), with its reason (rank 0). */

@@ -144,11 +144,12 @@ typedef struct tsr_train_ckpt {
                                   * not fit host memory (trainer_init's check) */
     int64_t committed;           /* the step of the last checkpoint this process committed, -1 */
     uint64_t snap_plan;          /* the memory plan's snapshot: checkpointing_snapshot_bytes */
-    float *snap;                 /* the snapshot: this rank's slices of every tensor (host memory;
-                                  * allocated at the first background save, kept) */
+    float *snap;                 /* the snapshot: this rank's slices of every tensor (host memory,
+                                  * allocated and written once at start: trainer_init) */
     size_t snap_cap;             /* its floats */
     struct ckpt_pending *pending;/* the save being written in the background, else NULL */
     double blocking;             /* its seconds of stopped training so far (snapshot, start) */
+    double snap_s;               /* of those, the snapshot's (pulling the state, the copy) */
 } tsr_train_ckpt;
 
 /* Where the step runs (owner: trainer.c; the CUDA path: train/train_gpu.c). */

@@ -591,6 +591,7 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     const long long kib = mem_available_kib();
     host_memory_warn(t, kib);
     choose_save_mode(t, kib);
+    checkpointing_snapshot_alloc(t);
     train_gpu_pin_snapshot(t);
     t->be.strategy = trainer_pick_strategy(t);
     return 0; /* run_dir is not touched yet: trainer_open_run_dir, once the checkpoint is read */
