@@ -9,14 +9,15 @@
 #  - the CUDA emulator pins the host copy of the device's state (once, said at start);
 #  - resume bit for bit from a checkpoint written in the background and from a synchronous one
 #    (stopped after step 4 by TSR_FAULT=usr1, while the background save of step 4 was being
-#    written: exit 85, that save committed as the stop checkpoint, not written twice);
+#    written: exit 85, that save committed as the stop checkpoint, not written twice); a save
+#    written slowly while two steps changed the state holds the state of its own step;
 #  - the memory plan (--dry-run, --plan and the start) shows the snapshot; save_async = false
 #    shows none; a snapshot that does not fit MemAvailable (TSR_FAULT=mem_available) makes the run
 #    save synchronously with one warning at start;
 #  - tessera report: the checkpoints line of the summary and checkpoint.png.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 12
+tap_plan 13
 make_synth "$TMP/data"
 tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=8 --set micro_batch=2
@@ -106,6 +107,8 @@ run "$TMP/Y" 2 >"$TMP/Y2.txt" 2>&1 && ((rc == 85)) && grep -q "checkpoint resume
     cmp -s <(final_lines "$TMP/R/metrics.jsonl") <(final_lines "$TMP/Y/metrics.jsonl") &&
     same_tensors "$(ck "$TMP/R" 6)" "$(ck "$TMP/Y" 6)"
 tap_check $? "resumed from a synchronous checkpoint (exit $rc, want 85): bit for bit like the uninterrupted run"
+same_datasets "$(ck "$TMP/S" 2)" "$(ck "$TMP/Y" 2)"
+tap_check $? "the step-2 checkpoint written slowly in the background while steps 3 and 4 changed the state equals the synchronous run's step 2 (the snapshot, not the live state, was written)"
 
 # the memory plan: the snapshot of 2 ranks' ddp = 3 x (the parameters / 2) floats, rounded up
 plan_snap() { sed -nE 's/^memory per rank.*, checkpoint snapshot ([0-9.]+ [KMG]?i?B) \(save_async, host\); total .*/\1/p' "$1"; }
