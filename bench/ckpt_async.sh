@@ -7,7 +7,9 @@
 # cgroup v1 blkio only, else skipped with a note). From each run's metrics.jsonl:
 #   blocking   the seconds training stood still per save (median, max): blocking_s; of it the
 #              snapshot's (median): snapshot_s
-#   write      the writers' seconds per save (median): write_s
+#   write      the writers' seconds per save (median): write_s; the CPU seconds the busiest
+#              writer thread used (median): write_cpu_s (copies and CRC: what a background write
+#              takes from the training's cores)
 #   step       the median step time of the steps that ran while a background write was in flight
 #              (steps s+1 .. committed_step of each background save), and of the others (first
 #              step left out), and their ratio: the background write's cost to a step
@@ -75,11 +77,12 @@ during = [t for k, t in steps.items() if k in busy]
 other = [t for k, t in steps.items() if k not in busy and k != first]
 b = [s["blocking_s"] for s in saves]
 sn = [s["snapshot_s"] for s in saves if "snapshot_s" in s]
+cpu = [s["write_cpu_s"] for s in saves if "write_cpu_s" in s]
 w = [s["write_s"] for s in saves]
 med = lambda v: st.median(v) if v else float("nan")
 snap = f" (snapshot {med(sn):.3f})" if sn else ""
 print(f"{sys.argv[2]:<28} saves {len(saves)}  blocking median {med(b):7.3f} s{snap}  max {max(b):7.3f} s  "
-      f"write median {med(w):6.2f} s  {saves[0]['bytes'] / 1e9:.2f} GB  "
+      f"write median {med(w):6.2f} s (writer CPU {med(cpu):.2f} s)  {saves[0]['bytes'] / 1e9:.2f} GB  "
       f"step {med(other):.3f} s without a write, {med(during):.3f} s during one "
       f"({len(during)} steps): x{med(during) / med(other):.3f}")
 PY

@@ -15,8 +15,9 @@
  *      ck_transfer_slices: whole 4 KiB blocks with O_DIRECT, the partial blocks at the ends through
  *      HDF5/MPI-IO, the slice's CRC32C computed on the way); the write errors are agreed once.
  *      An asynchronous save (ckpt_save_start with async) returns to the caller here: a thread of
- *      the rank writes its slices (pwrite instead of HDF5 for the ends: no MPI, no HDF5 call on it)
- *      while the caller trains, and ckpt_save_finish does steps 4 and 5 at a later step boundary;
+ *      the rank copies its slices into the caller's stage (the snapshot) and writes them from
+ *      there (pwrite instead of HDF5 for the ends: no MPI, no HDF5 call on it) while the caller
+ *      trains, and ckpt_save_finish does steps 4 and 5 at a later step boundary;
  *   4. the slice CRCs are allgathered once and combined; "crc32c" attributes (collective);
  *   5. H5Fclose; rank 0 commits: fsync the file, rename, fsync the directory, replace `latest`
  *      (latest.tmp + fsync + rename + fsync dir), then retention (keep_last newest, stale *.tmp).
@@ -437,6 +438,7 @@ static ckpt_pending *pending_new(const char *run_dir, const ckpt_meta *meta,
 }
 
 static void pending_free(ckpt_pending *p) {
+    if (p->w.started) pthread_mutex_destroy(&p->w.mu), pthread_cond_destroy(&p->w.cv);
     state_close(&p->st, p->n);
     if (p->dxpl >= 0) H5Pclose(p->dxpl);
     free(p->tensors);
@@ -510,14 +512,39 @@ static int prepare(ckpt_pending *p, const char *run_dir, const ckpt_meta *meta,
     return 0;
 }
 
+/* The floats a stage must hold for p's slices: those inside it stay where they are, the others
+ * follow the last of them (ck_writer's copy_to_stage). */
+static size_t stage_need(const ckpt_pending *p, const float *stage, size_t cap) {
+    size_t at = 0, copy = 0;
+    for (int i = 0; i < p->n; i++) {
+        const ckpt_tensor *t = &p->tensors[i];
+        const size_t len = t->hi - t->lo;
+        if (len && stage && t->data >= stage && t->data < stage + cap) {
+            const size_t end = (size_t)(t->data - stage) + len;
+            at = end > at ? end : at;
+        } else {
+            copy += len;
+        }
+    }
+    return at + copy;
+}
+
 int ckpt_save_start(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *tensors, int n,
-                    int keep_last, int async, ckpt_pending **out) {
+                    int keep_last, int async, float *stage, size_t stage_floats,
+                    ckpt_pending **out) {
     *out = NULL;
     dist_barrier(); /* timed from when every rank is here (ckpt_stats) */
     double t0 = tsr_now();
     ck_h5_quiet();
     ckpt_pending *p = pending_new(run_dir, meta, tensors, n, keep_last, async);
     p->t0 = t0;
+    if (async && stage) {
+        const size_t need = stage_need(p, stage, stage_floats);
+        if (need > stage_floats)
+            tsr_die(TSR_EXIT_INTERNAL, "ckpt_save_start: the stage holds %zu floats, this rank's "
+                    "slices need %zu", stage_floats, need);
+        p->stage = stage, p->stage_floats = stage_floats;
+    }
     int rc = prepare(p, run_dir, meta, tensors, n);
     if (rc) {
         pending_free(p);
@@ -530,6 +557,8 @@ int ckpt_save_start(const char *run_dir, const ckpt_meta *meta, const ckpt_tenso
 }
 
 int ckpt_save_written(const ckpt_pending *p) { return atomic_load(&p->w.done); }
+
+double ckpt_save_wait_copied(ckpt_pending *p) { return ck_writer_wait_copied(p); }
 
 int64_t ckpt_save_step(const ckpt_pending *p) { return p->step; }
 
@@ -563,8 +592,9 @@ static int close_and_commit(ckpt_pending *p, char *why, size_t cap) {
 
 int ckpt_save_finish(ckpt_pending *p, char *path_out, size_t path_cap, ckpt_stats *stats) {
     const double t1 = tsr_now(), waited = ck_writer_wait(p);
-    double most[2] = {p->w.seconds, waited}; /* the slowest rank's writer, the longest wait */
-    dist_allreduce_max_f64(most, 2);
+    /* the slowest rank's writer, the longest wait, the most CPU a writer used */
+    double most[3] = {p->w.seconds, waited, p->w.cpu};
+    dist_allreduce_max_f64(most, 3);
     char why[1024];
     int c = close_and_commit(p, why, sizeof why);
     if (c == -1 && p->rank == 0)
@@ -582,6 +612,7 @@ int ckpt_save_finish(ckpt_pending *p, char *path_out, size_t path_cap, ckpt_stat
         stats->blocking = p->async ? p->started + (now - t1) : stats->seconds;
         stats->write = most[0];
         stats->waited = most[1];
+        stats->write_cpu = most[2];
     }
     pending_free(p);
     return c == 1 ? 0 : TSR_EXIT_DATA;
@@ -590,6 +621,6 @@ int ckpt_save_finish(ckpt_pending *p, char *path_out, size_t path_cap, ckpt_stat
 int ckpt_save(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *tensors, int n,
               int keep_last, char *path_out, size_t path_cap, ckpt_stats *stats) {
     ckpt_pending *p;
-    int rc = ckpt_save_start(run_dir, meta, tensors, n, keep_last, 0, &p);
+    int rc = ckpt_save_start(run_dir, meta, tensors, n, keep_last, 0, NULL, 0, &p);
     return rc ? rc : ckpt_save_finish(p, path_out, path_cap, stats);
 }

@@ -66,6 +66,8 @@ typedef struct ckpt_stats {
     double blocking;         /* this rank's seconds inside ckpt_save_start and ckpt_save_finish
                                 (a synchronous save: = seconds) */
     double write;            /* the slowest rank's writer: its slices and fsync, seconds */
+    double write_cpu;        /* the most CPU seconds a rank's writer thread used (its copies into
+                                the O_DIRECT buffers, the CRC; not its I/O threads' waits) */
     double waited;           /* of blocking, the longest any rank's ckpt_save_finish waited
                                 for its writer to finish */
 } ckpt_stats;
@@ -99,13 +101,21 @@ int ckpt_save(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *ten
  * ckpt_save_start does steps 1 and 2 of a save (the checks, the .tmp on every rank, the file, its
  * root attributes and every dataset: all the collective work of creating it) in the caller's
  * thread and, with async, leaves this rank's slices to a writer thread that calls neither MPI nor
- * HDF5 (pwrite and O_DIRECT at the datasets' addresses, CRC32C on the way, fsync), and returns:
- * the tensors' data must stay unchanged until ckpt_save_finish (the caller's snapshot). Without
- * async the slices are written before it returns, as ckpt_save does. 0 with *out, or an exit code
- * after reporting (nothing in flight, no .tmp left). Collective. */
+ * HDF5 (pwrite and O_DIRECT at the datasets' addresses, CRC32C on the way, fsync), and returns.
+ * With a stage (async only; NULL: none), a buffer of stage_floats floats, the writer first copies
+ * into it every slice whose data lies outside it (after the slices already inside it, which stay
+ * where they are) and writes from there: the tensors' data must stay unchanged until
+ * ckpt_save_wait_copied returns; the stage's until ckpt_save_finish. Without a stage the tensors'
+ * data must stay unchanged until ckpt_save_finish. Without async the slices are written before
+ * it returns, as ckpt_save does. 0 with *out, or an exit code after reporting (nothing in flight,
+ * no .tmp left). Collective. */
 typedef struct ckpt_pending ckpt_pending;
 int ckpt_save_start(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *tensors, int n,
-                    int keep_last, int async, ckpt_pending **out);
+                    int keep_last, int async, float *stage, size_t stage_floats,
+                    ckpt_pending **out);
+/* Waits until the writer has copied the slices into the stage (at once when there is none or it
+ * has): the tensors' data may change after it. Returns the seconds it waited. Local. */
+double ckpt_save_wait_copied(ckpt_pending *p);
 /* 1 once this rank's writer has finished (written or failed): ckpt_save_finish will not wait for
  * it. Local, cheap (an atomic load). */
 int ckpt_save_written(const ckpt_pending *p);

@@ -26,9 +26,15 @@ typedef struct ck_writer {
     pthread_t th;
     int threaded;       /* a thread runs it (else it ran in the caller's thread) */
     atomic_int done;    /* 1 once it has finished, ok or not */
+    pthread_mutex_t mu; /* copied, under mu, signalled on cv */
+    pthread_cond_t cv;
+    int copied;         /* the slices are in the stage: the caller's data may change */
+    int started;        /* ck_writer_start ran (mu and cv exist) */
     int ok;             /* every slice written and, where needed, fsync'ed */
     char why[1024];     /* when not ok: the tensor, its range, the file and the error */
     double seconds;     /* its wall time */
+    double cpu;         /* its CPU time (the copies into the O_DIRECT buffers and the CRC run on
+                         * it; its I/O threads mostly wait for the disk) */
 } ck_writer;
 
 struct ckpt_pending {
@@ -36,7 +42,10 @@ struct ckpt_pending {
     int n, keep_last, async, rank, path_ok;
     int64_t step;
     ckpt_tensor *tensors; /* the caller's descriptors (data: the caller's, unchanged until the
-                           * commit); their names copied into names */
+                           * commit, or until the writer copied it into the stage, which then
+                           * points them there); their names copied into names */
+    float *stage;         /* async: where the writer first copies the slices (NULL: none) */
+    size_t stage_floats;
     char *names;
     save_state st;
     hid_t file, dxpl;
@@ -56,9 +65,12 @@ int ck_fsync_path(const char *path, int dir, char *why, size_t cap);
 
 /* Writes this rank's slices of p (ckpt_writer.c): p->async, on a thread of its own when one can
  * be started (signals blocked there), pwrite only (ck_transfer_slices with no datasets); else in
- * the calling thread, the ends of the slices through HDF5. Then fsync (every rank when async,
- * ranks other than 0 otherwise: rank 0's commit fsyncs). Fills p->st.slice_crc, p->st.ok, p->w. */
+ * the calling thread, the ends of the slices through HDF5. With a stage, the slices are first
+ * copied into it (ckpt_save_start). Then fsync (every rank when async, ranks other than 0
+ * otherwise: rank 0's commit fsyncs). Fills p->st.slice_crc, p->st.ok, p->w. */
 void ck_writer_start(struct ckpt_pending *p);
+/* Waits until p's slices are in its stage (at once without one). Returns the seconds it waited. */
+double ck_writer_wait_copied(struct ckpt_pending *p);
 /* Waits for p's writer to finish (joins its thread). Returns the seconds it waited. */
 double ck_writer_wait(struct ckpt_pending *p);
 

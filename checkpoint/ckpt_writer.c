@@ -8,10 +8,16 @@
  * at the addresses HDF5 gave the datasets when the caller created them. Its outcome is read by
  * the caller after ck_writer_wait; the caller agrees on it with the other ranks (ckpt.c).
  *
+ * With a stage (an asynchronous save's snapshot buffer), the writer first copies the slices into
+ * it: the caller's state is read while the caller goes on (the next step's forward and backward
+ * only read it), and ck_writer_wait_copied lets the caller wait for the copy before it changes
+ * the state (the next update).
+ *
  * Test-only faults (TSR_CKPT_FAULT, ck_fault): "abort-after:K" makes rank 0 abort() right after
- * the K-th tensor (a crash in the middle of the write); "slow-write:MS" writes one tensor at a
- * time and sleeps MS ms before each, so that a test can land a kill or a signal inside the
- * background write (tests/ckpt/test_ckpt_async_kill.sh). Never set them in production.
+ * the K-th tensor (a crash in the middle of the write); "slow-write:MS" copies and writes one
+ * tensor at a time and sleeps MS ms before each, so that a test can land a kill or a signal
+ * inside the background write, or make the next update wait for the copy
+ * (tests/ckpt/test_ckpt_async*.sh). Never set them in production.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -103,12 +109,49 @@ static void transfer(struct ckpt_pending *p, int upto, long slow_ms, int *err) {
     }
 }
 
+/* CPU seconds of the calling thread */
+static double thread_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The stage: each slice whose data lies outside it copied in (after those already inside, which
+ * stay), its descriptor pointing there; then the caller's data may change (copied, signalled).
+ * Under "slow-write:MS" MS ms before each copy too. */
+static void copy_to_stage(struct ckpt_pending *p, long slow_ms) {
+    const float *lo = p->stage, *hi = p->stage ? p->stage + p->stage_floats : NULL;
+    size_t at = 0;
+    for (int i = 0; i < p->n && p->stage; i++) {
+        const ckpt_tensor *t = &p->tensors[i];
+        if (t->hi > t->lo && t->data >= lo && t->data < hi) {
+            const size_t end = (size_t)(t->data - lo) + (t->hi - t->lo);
+            at = end > at ? end : at;
+        }
+    }
+    for (int i = 0; i < p->n && p->stage; i++) {
+        ckpt_tensor *t = &p->tensors[i];
+        const size_t len = t->hi - t->lo;
+        if (!len || (t->data >= lo && t->data < hi)) continue;
+        if (slow_ms >= 0) sleep_ms(slow_ms);
+        memcpy(p->stage + at, t->data, len * sizeof(float));
+        t->data = p->stage + at;
+        at += len;
+    }
+    pthread_mutex_lock(&p->w.mu);
+    p->w.copied = 1;
+    pthread_cond_broadcast(&p->w.cv);
+    pthread_mutex_unlock(&p->w.mu);
+}
+
 static void write_slices(struct ckpt_pending *p) {
-    double t0 = tsr_now();
+    const double t0 = tsr_now(), c0 = thread_cpu();
     ck_writer *w = &p->w;
     long fault = p->rank == 0 ? fault_value("abort-after") : -1;
     int n = p->n, upto = fault >= 1 && fault <= n ? (int)fault : n, err = 0;
-    transfer(p, upto, fault_value("slow-write"), &err);
+    const long slow = fault_value("slow-write");
+    copy_to_stage(p, slow);
+    transfer(p, upto, slow, &err);
     if (upto < n || (fault >= 1 && fault == n)) {
         fprintf(stderr, "TSR_CKPT_FAULT: aborting after %d tensors of %s\n", upto, p->tmp);
         abort();
@@ -130,6 +173,7 @@ static void write_slices(struct ckpt_pending *p) {
         ck_fsync_path(p->tmp, 0, w->why, sizeof w->why) != 0)
         w->ok = 0;
     w->seconds = tsr_now() - t0;
+    w->cpu = thread_cpu() - c0;
     atomic_store(&w->done, 1);
 }
 
@@ -141,6 +185,9 @@ static void *writer_main(void *arg) {
 void ck_writer_start(struct ckpt_pending *p) {
     ck_writer *w = &p->w;
     atomic_init(&w->done, 0);
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->started = 1, w->copied = 0;
     w->threaded = 0;
     if (p->async) { /* a stop request (SIGUSR1, SIGTERM) reaches the trainer's thread, not this */
         sigset_t all, old;
@@ -150,6 +197,14 @@ void ck_writer_start(struct ckpt_pending *p) {
         pthread_sigmask(SIG_SETMASK, &old, NULL);
     }
     if (!w->threaded) write_slices(p); /* (no thread to be had: the write blocks, as sync) */
+}
+
+double ck_writer_wait_copied(struct ckpt_pending *p) {
+    const double t0 = tsr_now();
+    pthread_mutex_lock(&p->w.mu);
+    while (!p->w.copied) pthread_cond_wait(&p->w.cv, &p->w.mu);
+    pthread_mutex_unlock(&p->w.mu);
+    return tsr_now() - t0;
 }
 
 double ck_writer_wait(struct ckpt_pending *p) {

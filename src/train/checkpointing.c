@@ -307,49 +307,12 @@ static int save_now(tsr_trainer *t) {
     return rc;
 }
 
-/* n floats from src to dst, the run's threads sharing the copy (a snapshot is the one copy of
- * the state a background save makes while training stands still) */
-static void copy_floats(float *dst, const float *src, size_t n, int threads) {
-    const size_t block = (size_t)1 << 20;
-    const long long blocks = (long long)((n + block - 1) / block);
-#pragma omp parallel for num_threads(threads) schedule(static) if (blocks > 1)
-    for (long long k = 0; k < blocks; k++) {
-        size_t a = (size_t)k * block, len = n - a < block ? n - a : block;
-        memcpy(dst + a, src + a, len * sizeof(float));
-    }
-}
-
 /* The snapshot buffer holds at least n floats (zeroed when it grows, as io_layout's parts are). */
 static void snap_reserve(tsr_trainer *t, size_t n) {
     if (n <= t->ck.snap_cap) return;
     free(t->ck.snap);
     t->ck.snap = tsr_calloc(n, sizeof(float));
     t->ck.snap_cap = n;
-}
-
-/* The snapshot of a background save: each tensor's slice copied into t->ck.snap (after any already
- * written there: snapshot_direct), its data pointing there; the buffer is kept for the next save. */
-static void snapshot(tsr_trainer *t, ckpt_tensor *ts, int n) {
-    const float *lo = t->ck.snap, *hi = t->ck.snap + t->ck.snap_cap;
-    size_t at = 0, copy = 0;
-    for (int i = 0; i < n; i++) {
-        const size_t len = ts[i].hi - ts[i].lo;
-        if (len && ts[i].data >= lo && ts[i].data < hi) { /* written there already */
-            const size_t end = (size_t)(ts[i].data - lo) + len;
-            at = end > at ? end : at;
-        } else {
-            copy += len;
-        }
-    }
-    if (at == 0) snap_reserve(t, copy); /* (else reserved with room for the rest) */
-    for (int i = 0; i < n; i++) {
-        size_t len = ts[i].hi - ts[i].lo;
-        if (!len) ts[i].data = NULL;
-        if (!len || (ts[i].data >= lo && ts[i].data < hi && at > 0)) continue;
-        copy_floats(t->ck.snap + at, ts[i].data, len, t->be.threads);
-        ts[i].data = t->ck.snap + at;
-        at += len;
-    }
 }
 
 /* zero3 / hsdp, the first group's ranks (the writers), not LoRA: the floats of this rank's part
@@ -361,29 +324,37 @@ static size_t snapshot_direct(const tsr_trainer *t) {
     return f->part_counts[f->grank];
 }
 
-/* Starts a save of the current step in the background: the snapshot, the file created (the
- * collective part); a thread of each rank writes it while training goes on. */
+static size_t snapshot_floats(const tsr_trainer *t);
+
+/* Starts a save of the current step in the background: the device's state pulled, zero3 / hsdp
+ * parts moved straight into the snapshot, the file created (the collective part); a thread of
+ * each rank copies the rest of its slices into the snapshot and writes them while training goes
+ * on (checkpointing_before_update waits for the copy). */
 static int save_in_background(tsr_trainer *t) {
     const double t0 = tsr_now();
     ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
     char names[SET_COUNT * TSR_P_COUNT][64];
     const size_t d = snapshot_direct(t);
-    if (d) { /* the parts in the snapshot, the experts' parts (copied) after them */
-        snap_reserve(t, SET_COUNT * d + (ep_writer(t) ? SET_COUNT * ep_part_floats(&t->part.ep)
-                                                      : 0));
-        for (int set = 0; set < SET_COUNT; set++) t->part.ckio[set] = t->ck.snap + set * d;
-    }
+    snap_reserve(t, snapshot_floats(t)); /* (at start already: trainer_init) */
+    for (int set = 0; d && set < SET_COUNT; set++) t->part.ckio[set] = t->ck.snap + set * d;
     int n = save_tensors(t, ts, names);
     for (int set = 0; d && set < SET_COUNT; set++) t->part.ckio[set] = NULL; /* (not io_layout's) */
-    snapshot(t, ts, n);
-    io_release(t);
     t->ck.snap_s = tsr_now() - t0;
     ckpt_meta *meta = tsr_malloc(sizeof *meta);
     fill_meta(t, meta);
-    int rc = ckpt_save_start(t->cfg.run_dir, meta, ts, n, t->cfg.keep_last, 1, &t->ck.pending);
+    int rc = ckpt_save_start(t->cfg.run_dir, meta, ts, n, t->cfg.keep_last, 1, t->ck.snap,
+                             t->ck.snap_cap, &t->ck.pending);
     free(meta);
+    if (rc) io_release(t);
     t->ck.blocking = tsr_now() - t0;
     return rc;
+}
+
+void checkpointing_before_update(tsr_trainer *t) {
+    if (!t->ck.pending || t->ck.copied) return;
+    t->ck.blocking += ckpt_save_wait_copied(t->ck.pending);
+    t->ck.copied = 1;
+    io_release(t); /* the experts' parts, copied */
 }
 
 /* Commits the save in flight, after waiting for this rank's writer. Collective. */
@@ -395,6 +366,8 @@ static int commit_pending(tsr_trainer *t) {
     ckpt_stats st = {0};
     t->ck.pending = NULL;
     int rc = ckpt_save_finish(p, path, sizeof path, &st);
+    if (!t->ck.copied) io_release(t); /* (the writer copied them: it has finished) */
+    t->ck.copied = 0;
     if (rc) {
         if (t->dist.rank == 0)
             tsr_error("the background save of step %lld failed (above): the run stops at step "
@@ -402,7 +375,7 @@ static int commit_pending(tsr_trainer *t) {
                       (long long)t->step, t->cfg.run_dir);
         return rc;
     }
-    st.blocking = t->ck.blocking + (tsr_now() - t0); /* snapshot, start, commit */
+    st.blocking = t->ck.blocking + (tsr_now() - t0); /* pull, start, wait for the copy, commit */
     note_saved(t, step, path, &st, 1);
     return 0;
 }
@@ -445,20 +418,20 @@ void checkpointing_snapshot_alloc(tsr_trainer *t) {
     snap_reserve(t, snapshot_floats(t));
     /* written once now: its pages are committed at start (where the memory check was made), not
      * by the first save's copy, on which a fresh page costs a fault (slow in a VM) */
-    memset(t->ck.snap, 0, t->ck.snap_cap * sizeof(float));
+    if (t->ck.snap) memset(t->ck.snap, 0, t->ck.snap_cap * sizeof(float));
 }
 
 uint64_t checkpointing_snapshot_bytes(const tsr_trainer *t) {
     const tsr_model *m = &t->model;
     if (!t->cfg.save_async) return 0;
-    if (t->part.lora_on) return 3 * (uint64_t)t->part.lora.n * sizeof(float); /* rank 0 */
+    if (t->part.lora_on) return SET_COUNT * (uint64_t)t->part.lora.n * sizeof(float); /* rank 0 */
     uint64_t dense = 0, experts = 0;
     for (int i = 0; i < TSR_P_COUNT; i++)
         *(m->params_info[i].ep ? &experts : &dense) += m->params_info[i].numel;
     const int G = t->part.fsdp_on ? t->part.fsdp_group : t->dist.world;
     uint64_t mine = dense / (uint64_t)(G > 0 ? G : 1) + 16; /* parts cut at 16 floats */
     if (m->EP > 1) mine += experts / (uint64_t)m->EP + 1;
-    return 3 * mine * sizeof(float);
+    return SET_COUNT * mine * sizeof(float);
 }
 
 /* After reading each rank's part of the base model: under parallel.expert the first EP group's

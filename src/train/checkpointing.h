@@ -42,6 +42,10 @@ int checkpointing_boundary(tsr_trainer *t, int *stop);
  * and committed before this returns. Logs time and bytes (metrics.jsonl: blocking and background
  * write time). 0 or an exit code. Collective. */
 int checkpointing_save(tsr_trainer *t, int background);
+/* Before the state changes (the optimizer's update): waits until a background save's writer has
+ * copied this rank's slices into the snapshot (it copies while the step's forward and backward
+ * read the state; at once when done). Local. */
+void checkpointing_before_update(tsr_trainer *t);
 /* Waits for the save in flight, if any, and commits it. 0 or an exit code. Collective. */
 int checkpointing_drain(tsr_trainer *t);
 /* The host memory of the largest snapshot a rank takes for a background save (rank 0's: its

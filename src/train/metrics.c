@@ -518,6 +518,7 @@ void metrics_log_save(const tsr_trainer *t, int64_t step, const char *path, cons
     fprintf(t->out.metrics, ", \"async\": %s, \"blocking_s\": %.6g, \"write_s\": %.6g, "
             "\"waited_s\": %.6g, \"committed_step\": %lld", async ? "true" : "false",
             st->blocking, st->write, st->waited, (long long)t->step);
+    fprintf(t->out.metrics, ", \"write_cpu_s\": %.6g", st->write_cpu);
     if (async) fprintf(t->out.metrics, ", \"snapshot_s\": %.6g", t->ck.snap_s);
     metrics_end_record(t->out.metrics);
 }

@@ -148,8 +148,12 @@ typedef struct tsr_train_ckpt {
                                   * allocated and written once at start: trainer_init) */
     size_t snap_cap;             /* its floats */
     struct ckpt_pending *pending;/* the save being written in the background, else NULL */
-    double blocking;             /* its seconds of stopped training so far (snapshot, start) */
-    double snap_s;               /* of those, the snapshot's (pulling the state, the copy) */
+    int copied;                  /* its writer has copied the slices into snap (the state may
+                                  * change: checkpointing_before_update) */
+    double blocking;             /* its seconds of stopped training so far (pull, start, the wait
+                                  * for the copy) */
+    double snap_s;               /* of those, the main thread's part of the snapshot (the device's
+                                  * state pulled, zero3 / hsdp parts moved into it) */
 } tsr_train_ckpt;
 
 /* Where the step runs (owner: trainer.c; the CUDA path: train/train_gpu.c). */

@@ -721,6 +721,10 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     double loss = step_global_loss(t, loss_sum, denom, st);
     double lr = o->lr * lr_multiplier(o->schedule, o->alpha_f, t->step, t->warmup_steps,
                                       t->total_steps);
+    if (t->ck.pending) { /* the state changes from here: a background save's copy is done */
+        watchdog_phase(WD_CHECKPOINT, t->step);
+        checkpointing_before_update(t);
+    }
     watchdog_phase(WD_OPTIMIZER, t->step);
     int apply = step_judge(t, loss, norm, st);
     if (apply) {

@@ -123,11 +123,11 @@ tap_diag "snapshot: dry run on 2 ranks '$(plan_snap "$TMP/P.txt")' (want $want2)
 [[ $(plan_snap "$TMP/P.txt") == "$want2" && $(plan_snap "$TMP/P4.txt") == "$want4" ]] &&
     grep -q "checkpoint snapshot .*(save_async, host)" "$TMP/R.txt" && ! grep -q "checkpoint snapshot" "$TMP/Pf.txt"
 tap_check $? "the memory plan (--dry-run, --plan, the start) shows the snapshot, 3 x params / ranks floats; none with save_async = false"
-TSR_FAULT=mem_available:64 run "$TMP/M" 2 >"$TMP/M.txt" 2>&1
+TSR_FAULT=mem_available:64 run "$TMP/M" 2 --set max_duration=3ba >"$TMP/M.txt" 2>&1
 rc=$?
 n=$(grep -c "warning: save_async: the snapshot of a background save .* does not fit beside the run on 1 node(s)" "$TMP/M.txt")
 first=$(grep -n "save_async: the snapshot" "$TMP/M.txt" | head -1 | cut -d: -f1)
-step1=$(grep -n '^step *1/6' "$TMP/M.txt" | head -1 | cut -d: -f1)
+step1=$(grep -n '^step *1/3' "$TMP/M.txt" | head -1 | cut -d: -f1)
 [[ $rc == 0 && $n == 1 && -n $first && -n $step1 ]] && ((first < step1)) &&
     ! grep -q '"async": true' "$TMP/M/metrics.jsonl" && grep -q '"step": 2, "checkpoint": "save", .*"async": false' "$TMP/M/metrics.jsonl"
 tap_check $? "a snapshot that does not fit MemAvailable (64 KiB): one warning at start, every save synchronous (exit $rc)"
