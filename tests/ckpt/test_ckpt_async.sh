@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The asynchronous save (save_async, issue 53; docs/checkpoint-format.md "Asynchronous save"):
-#  - on 2 ranks under ddp, zero1, zero3 and hsdp (groups of 1, two replicas), and on the CUDA
-#    emulator (device = cuda, zero1), saves every step of 3: steps 1 and 2 in the background (the
-#    second waits for the first: one in flight), step 3 the final synchronous one; every
+#  - on 2 ranks under zero1, zero3 and hsdp (groups of 1, two replicas), and on the CUDA emulator
+#    (device = cuda, zero1), saves every step of 3: steps 1 and 2 in the background (the second
+#    waits for the first: one in flight), step 3 the final synchronous one; under ddp the resume
+#    runs below (R: 2 and 4 in the background, 6 final; Y: every save synchronous); every
 #    checkpoint equals the synchronous run's dataset for dataset (raw bytes and crc32c), and
 #    metrics.jsonl says which were background saves (with their blocking and write seconds and
 #    bytes) and that each was committed at a later step boundary;
@@ -38,16 +39,18 @@ print(f"# {sys.argv[1].split('/')[-2]}/{sys.argv[1].split('/')[-1]}: {len(na)} d
 sys.exit(1 if bad or not na or sorted(na) != sorted(nb) else 0)
 PY
 }
-# saves_ok RUN_DIR: steps 1 and 2 saved in the background, each committed at a step boundary
-# after it, with blocking, write and wait seconds and its bytes; step 3 synchronous
+# saves_ok RUN_DIR [A B LAST]: steps A and B (default 1 and 2) saved in the background, each
+# committed at a step boundary after it, with blocking, write and wait seconds and its bytes; step
+# LAST (default 3) synchronous
 saves_ok() {
-    "$PY3" - "$1/metrics.jsonl" <<'PY'
+    "$PY3" - "$1/metrics.jsonl" "${2:-1}" "${3:-2}" "${4:-3}" <<'PY'
 import json, sys
+a, b, last = map(int, sys.argv[2:5])
 s = {d["step"]: d for d in map(json.loads, open(sys.argv[1])) if d.get("checkpoint") == "save"}
-ok = sorted(s) == [1, 2, 3] and [s[k]["async"] for k in (1, 2, 3)] == [True, True, False]
-ok = ok and all(s[k]["committed_step"] >= k for k in (1, 2)) and s[3]["committed_step"] == 3
+ok = sorted(s) == [a, b, last] and [s[k]["async"] for k in (a, b, last)] == [True, True, False]
+ok = ok and all(s[k]["committed_step"] >= k for k in (a, b)) and s[last]["committed_step"] == last
 ok = ok and all(s[k][f] >= 0 for k in s for f in ("blocking_s", "write_s", "waited_s"))
-ok = ok and all(s[k]["bytes"] == s[3]["bytes"] > 0 for k in s)
+ok = ok and all(s[k]["bytes"] == s[last]["bytes"] > 0 for k in s)
 print("# saves:", {k: (s[k]["async"], s[k]["committed_step"], s[k]["blocking_s"], s[k]["write_s"]) for k in s})
 sys.exit(0 if ok else 1)
 PY
@@ -63,10 +66,9 @@ mode() {
     return $ok
 }
 
-mode ddp 2
-tap_check $? "ddp, 2 ranks: checkpoints of steps 1, 2 (background) and 3 equal the synchronous run's, dataset for dataset; metrics.jsonl records each save"
+# (ddp: the runs R and Y below)
 mode zero1 2 --set parallel.sharding=zero1
-tap_check $? "zero1, 2 ranks: the same"
+tap_check $? "zero1, 2 ranks: checkpoints of steps 1, 2 (background) and 3 equal the synchronous run's, dataset for dataset; metrics.jsonl records each save"
 mode zero3 2 --set parallel.sharding=zero3
 tap_check $? "zero3, 2 ranks: the same"
 mode hsdp 2 --set parallel.sharding=hsdp --set parallel.replica_group=1
@@ -107,6 +109,10 @@ run "$TMP/Y" 2 >"$TMP/Y2.txt" 2>&1 && ((rc == 85)) && grep -q "checkpoint resume
     cmp -s <(final_lines "$TMP/R/metrics.jsonl") <(final_lines "$TMP/Y/metrics.jsonl") &&
     same_tensors "$(ck "$TMP/R" 6)" "$(ck "$TMP/Y" 6)"
 tap_check $? "resumed from a synchronous checkpoint (exit $rc, want 85): bit for bit like the uninterrupted run"
+ok=0
+for k in 2 4 6; do same_datasets "$(ck "$TMP/R" $k)" "$(ck "$TMP/Y" $k)" || ok=1; done
+saves_ok "$TMP/R" 2 4 6 || ok=1
+tap_check $ok "ddp, 2 ranks: R's checkpoints of steps 2, 4 (background) and 6 equal Y's (synchronous), dataset for dataset; metrics.jsonl records each save"
 same_datasets "$(ck "$TMP/S" 2)" "$(ck "$TMP/Y" 2)"
 tap_check $? "the step-2 checkpoint written slowly in the background while steps 3 and 4 changed the state equals the synchronous run's step 2 (the snapshot, not the live state, was written)"
 
@@ -114,14 +120,15 @@ tap_check $? "the step-2 checkpoint written slowly in the background while steps
 plan_snap() { sed -nE 's/^memory per rank.*, checkpoint snapshot ([0-9.]+ [KMG]?i?B) \(save_async, host\); total .*/\1/p' "$1"; }
 run "$TMP/P" 2 --dry-run >"$TMP/P.txt" 2>&1
 "$TRAIN" "${args[@]}" --set run_dir="$TMP/P" --plan 4 >"$TMP/P4.txt" 2>&1
-run "$TMP/P" 2 --dry-run --set save_async=false >"$TMP/Pf.txt" 2>&1
+"$TRAIN" "${args[@]}" --set run_dir="$TMP/P" --plan 2 --set save_async=false >"$TMP/Pf.txt" 2>&1
 params=$(/usr/bin/python3 -c "import h5py, sys; f = h5py.File(sys.argv[1], 'r')
 print(sum(o.size for o in f['model'].values()))" "$(ck "$TMP/R" 2)") # the flat buffer's floats
 want2=$("$PY3" -c "b=3*4*($params//2+16); print(f'{b/1024:.1f} KiB' if b < 1048576 else f'{b/1048576:.1f} MiB')")
 want4=$("$PY3" -c "b=3*4*($params//4+16); print(f'{b/1024:.1f} KiB' if b < 1048576 else f'{b/1048576:.1f} MiB')")
 tap_diag "snapshot: dry run on 2 ranks '$(plan_snap "$TMP/P.txt")' (want $want2), --plan 4 '$(plan_snap "$TMP/P4.txt")' (want $want4)"
 [[ $(plan_snap "$TMP/P.txt") == "$want2" && $(plan_snap "$TMP/P4.txt") == "$want4" ]] &&
-    grep -q "checkpoint snapshot .*(save_async, host)" "$TMP/R.txt" && ! grep -q "checkpoint snapshot" "$TMP/Pf.txt"
+    grep -q "checkpoint snapshot .*(save_async, host)" "$TMP/R.txt" && grep -q "^memory per rank" "$TMP/Pf.txt" &&
+    ! grep -q "checkpoint snapshot" "$TMP/Pf.txt"
 tap_check $? "the memory plan (--dry-run, --plan, the start) shows the snapshot, 3 x params / ranks floats; none with save_async = false"
 TSR_FAULT=mem_available:64 run "$TMP/M" 2 --set max_duration=3ba >"$TMP/M.txt" 2>&1
 rc=$?
