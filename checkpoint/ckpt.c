@@ -11,9 +11,13 @@
  *      (metadata packed at the start of the file, large datasets aligned to 4 KiB); root
  *      attributes; every dataset of its global shape (collective, contiguous, allocated at once,
  *      never filled);
- *   3. each rank writes all its slices without waiting for the others (ck_transfer_slices: whole
- *      4 KiB blocks with O_DIRECT, the partial blocks at the ends through HDF5/MPI-IO, the slice's
- *      CRC32C computed on the way); the write errors are agreed once;
+ *   3. each rank writes all its slices without waiting for the others (ckpt_writer.c,
+ *      ck_transfer_slices: whole 4 KiB blocks with O_DIRECT, the partial blocks at the ends through
+ *      HDF5/MPI-IO, the slice's CRC32C computed on the way); the write errors are agreed once.
+ *      An asynchronous save (ckpt_save_start with async) returns to the caller here: a thread of
+ *      the rank copies its slices into the caller's stage (the snapshot) and writes them from
+ *      there (pwrite instead of HDF5 for the ends: no MPI, no HDF5 call on it) while the caller
+ *      trains, and ckpt_save_finish does steps 4 and 5 at a later step boundary;
  *   4. the slice CRCs are allgathered once and combined; "crc32c" attributes (collective);
  *   5. H5Fclose; rank 0 commits: fsync the file, rename, fsync the directory, replace `latest`
  *      (latest.tmp + fsync + rename + fsync dir), then retention (keep_last newest, stale *.tmp).
@@ -22,9 +26,10 @@
  * buffered writes left all of the disk traffic to the final fsync (docs/benchmarks.md).
  * A crash before the rename of step 5 leaves only a *.tmp, which readers ignore.
  *
- * Test-only fault injection: TSR_CKPT_FAULT="abort-after:K" makes rank 0 abort() (SIGABRT, no
- * cleanup) right after the K-th tensor of a save is written; tests/mpi/test_ckpt_mpi.sh uses it to
- * check that a crash mid-save leaves the previous checkpoint valid. Never set it in production.
+ * Test-only fault injection (TSR_CKPT_FAULT, ckpt_writer.c): "abort-after:K" makes rank 0 abort()
+ * (SIGABRT, no cleanup) right after the K-th tensor of a save is written; tests/mpi/test_ckpt_mpi.sh
+ * uses it to check that a crash mid-save leaves the previous checkpoint valid; "slow-write:MS"
+ * and "skip-space-check" below. Never set them in production.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -37,31 +42,20 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ckpt_h5.h"
+#include "ckpt_save.h"
 #include "common.h"
 #include "dist.h"
-
-static int fsync_path(const char *path, int dir, char *why, size_t cap) {
-    int fd = open(path, (dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-    if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL)) {
-        snprintf(why, cap, "fsync of %.300s failed: %.300s", path, strerror(errno));
-        if (fd >= 0) close(fd);
-        return -1;
-    }
-    close(fd);
-    return 0;
-}
 
 /* Rank 0: makes the written .tmp the committed checkpoint and points `latest` at it. */
 static int commit(const char *run_dir, const char *tmp, const char *final, const char *base,
                   char *why, size_t cap) {
     char latest[4200], latest_tmp[4200];
-    if (fsync_path(tmp, 0, why, cap)) return -1;
+    if (ck_fsync_path(tmp, 0, why, cap)) return -1;
     if (rename(tmp, final) != 0) {
         snprintf(why, cap, "rename %.300s -> %.300s failed: %.300s", tmp, final, strerror(errno));
         return -1;
     }
-    if (fsync_path(run_dir, 1, why, cap)) return -1;
+    if (ck_fsync_path(run_dir, 1, why, cap)) return -1;
     snprintf(latest, sizeof latest, "%s/latest", run_dir);
     snprintf(latest_tmp, sizeof latest_tmp, "%s/latest.tmp", run_dir);
     /* from here on the checkpoint is committed: a failure leaves `latest` naming the previous
@@ -85,7 +79,7 @@ static int commit(const char *run_dir, const char *tmp, const char *final, const
         unlink(latest_tmp);
         return -2;
     }
-    return fsync_path(run_dir, 1, why, cap) ? -2 : 0;
+    return ck_fsync_path(run_dir, 1, why, cap) ? -2 : 0;
 }
 
 /* Rank 0, before a save: RUN_DIR/latest, when it exists, must be a regular file (a directory
@@ -187,23 +181,7 @@ static void retention(const char *run_dir, int keep_last, int64_t just_written) 
 /* TSR_CKPT_FAULT="skip-space-check" (test-only): the free-space checks of a save (statvfs before,
  * fallocate after the datasets are placed) are skipped, so a full filesystem is met by the writes
  * and the close (tests/ckpt/test_ckpt_diskfull.sh). */
-static int fault_skip_space_check(void) {
-    const char *v = getenv("TSR_CKPT_FAULT");
-    return v && strcmp(v, "skip-space-check") == 0;
-}
-
-/* TSR_CKPT_FAULT="abort-after:K" (test-only): K, or -1 when unset. */
-static long fault_abort_after(void) {
-    const char *v = getenv("TSR_CKPT_FAULT");
-    if (!v || !*v || fault_skip_space_check()) return -1;
-    int64_t k;
-    if (strncmp(v, "abort-after:", 12) != 0 || tsr_parse_i64(v + 12, 0, 1 << 30, &k) != 0) {
-        tsr_warn("TSR_CKPT_FAULT=\"%s\" not understood (expected \"abort-after:K\" or "
-                 "\"skip-space-check\"); ignored", v);
-        return -1;
-    }
-    return (long)k;
-}
+static int fault_skip_space_check(void) { return ck_fault("skip-space-check") != NULL; }
 
 static int check_args(const ckpt_meta *meta, const ckpt_tensor *t, int n, int keep_last, char *why,
                       size_t cap) {
@@ -249,16 +227,6 @@ static int check_args(const ckpt_meta *meta, const ckpt_tensor *t, int n, int ke
     return 0;
 }
 
-/* Per-tensor state of a save: the datasets, their addresses in the file, this rank's slice CRCs
- * and whether it wrote its slice, the whole-tensor CRCs. */
-typedef struct save_state {
-    hid_t *ds;
-    haddr_t *off;
-    uint32_t *slice_crc, *crc;
-    int *ok;
-    const ckpt_tensor **ptr;
-} save_state;
-
 static void state_init(save_state *st, const ckpt_tensor *tensors, int n) {
     size_t k = (size_t)(n > 0 ? n : 1);
     st->ds = tsr_malloc(k * sizeof *st->ds);
@@ -271,9 +239,10 @@ static void state_init(save_state *st, const ckpt_tensor *tensors, int n) {
 }
 
 static void state_close(save_state *st, int n) {
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n && st->ds; i++)
         if (st->ds[i] >= 0) H5Dclose(st->ds[i]);
     free(st->ds), free(st->off), free(st->slice_crc), free(st->crc), free(st->ok), free(st->ptr);
+    memset(st, 0, sizeof *st);
 }
 
 /* Creates one tensor's dataset of its global shape (collective). Returns the agreed ok. */
@@ -314,57 +283,42 @@ static int reserve(const save_state *st, const ckpt_tensor *t, int n, const char
     return 0;
 }
 
-/* Writes the file: datasets, this rank's slices, CRC attributes. Returns the agreed ok. */
-static int write_file(hid_t file, const ckpt_meta *meta, const char *created,
-                      const ckpt_tensor *tensors, int n, save_state *st, const char *tmp,
-                      const char *run_dir, char *why, size_t cap) {
-    int rank = dist_world_rank();
-    int ok = ck_meta_write(file, meta, created, why, cap) == 0;
+/* Step 2 after H5Fcreate: the root attributes, every dataset (collective: metadata only), the
+ * file's blocks reserved (rank 0). Returns the agreed ok. */
+static int create_all(ckpt_pending *p, const ckpt_meta *meta, const char *created, char *why,
+                      size_t cap) {
+    int ok = ck_meta_write(p->file, meta, created, why, cap) == 0;
     if (!ck_agree(ok, why, cap)) return 0;
     hid_t lcpl = H5Pcreate(H5P_LINK_CREATE), dcpl = H5Pcreate(H5P_DATASET_CREATE);
-    hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
     H5Pset_create_intermediate_group(lcpl, 1);
     H5Pset_layout(dcpl, H5D_CONTIGUOUS);
     H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY); /* addresses fixed before any data moves */
     H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);   /* every element is written */
-    ck_dxpl_independent(dxpl);
-    /* every dataset (collective: metadata only) */
-    for (int i = 0; i < n && ok; i++)
-        ok = create_dataset(file, &tensors[i], lcpl, dcpl, &st->ds[i], &st->off[i], why, cap);
-    if (ok && !fault_skip_space_check())
-        ok = ck_agree(rank != 0 || reserve(st, tensors, n, tmp, run_dir, why, cap) == 0, why, cap);
-    /* this rank's slices: independent transfers, no rank waits for another between tensors */
-    long fault = rank == 0 ? fault_abort_after() : -1;
-    int upto = fault >= 1 && fault <= n ? (int)fault : n, wrote = 1;
-    if (ok)
-        ck_transfer_slices(tmp, 1, upto, st->ptr, st->ds, st->off, dxpl, st->slice_crc, st->ok);
-    if (ok && (upto < n || (fault >= 1 && fault == n))) {
-        fprintf(stderr, "TSR_CKPT_FAULT: aborting after %d tensors of %s\n", upto, tmp);
-        abort();
-    }
-    for (int i = 0; i < n && ok && wrote; i++) {
-        if (!st->ok[i]) {
-            snprintf(why, cap, "tensor %s: writing [%llu, %llu) failed (disk full? quota?)",
-                     tensors[i].name, (unsigned long long)tensors[i].lo,
-                     (unsigned long long)tensors[i].hi);
-            wrote = 0;
-        }
-    }
-    /* what this rank wrote through its page cache (the ends of its slices; everything without
-     * O_DIRECT) must be on disk before rank 0 commits: its fsync covers its own node only */
-    if (ok && wrote && rank != 0 && fsync_path(tmp, 0, why, cap) != 0) wrote = 0;
-    if (ok) ok = ck_agree(wrote, why, cap);
-    /* the whole-tensor CRCs from the slice CRCs (one allgather), attributes (collective) */
-    if (ok) ok = ck_tensors_crc(n, st->ptr, st->slice_crc, st->ok, st->crc, why, cap) == 0;
-    for (int i = 0; i < n && ok; i++) {
-        int aok = ck_attr_write_u32(st->ds[i], "crc32c", st->crc[i]) == 0;
-        if (!aok)
-            snprintf(why, cap, "tensor %s: cannot write the crc32c attribute", tensors[i].name);
-        ok = ck_agree(aok, why, cap);
-    }
+    for (int i = 0; i < p->n && ok; i++)
+        ok = create_dataset(p->file, &p->tensors[i], lcpl, dcpl, &p->st.ds[i], &p->st.off[i], why,
+                            cap);
     H5Pclose(lcpl);
     H5Pclose(dcpl);
-    H5Pclose(dxpl);
+    if (ok && !fault_skip_space_check())
+        ok = ck_agree(p->rank != 0 || reserve(&p->st, p->tensors, p->n, p->tmp, p->run_dir, why,
+                                              cap) == 0, why, cap);
+    /* a writer without HDF5 needs every address (contiguous, allocated early: always known) */
+    for (int i = 0; i < p->n && p->async; i++)
+        if (p->st.off[i] == HADDR_UNDEF) p->async = 0; /* then written as a synchronous save */
+    return ok;
+}
+
+/* Step 4: the whole-tensor CRCs from the slice CRCs (one allgather), the "crc32c" attributes
+ * (collective). Returns the agreed ok. */
+static int crc_attrs(ckpt_pending *p, char *why, size_t cap) {
+    save_state *st = &p->st;
+    int ok = ck_tensors_crc(p->n, st->ptr, st->slice_crc, st->ok, st->crc, why, cap) == 0;
+    for (int i = 0; i < p->n && ok; i++) {
+        int aok = ck_attr_write_u32(st->ds[i], "crc32c", st->crc[i]) == 0;
+        if (!aok)
+            snprintf(why, cap, "tensor %s: cannot write the crc32c attribute", p->tensors[i].name);
+        ok = ck_agree(aok, why, cap);
+    }
     return ok;
 }
 
@@ -455,87 +409,218 @@ static int agree_created(hid_t file, const char *tmp, char *why, size_t cap) {
     return all;
 }
 
-int ckpt_save(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *tensors, int n,
-              int keep_last, char *path_out, size_t path_cap, ckpt_stats *stats) {
-    int rank = dist_world_rank();
-    dist_barrier(); /* timed from when every rank is here (ckpt_stats) */
-    double t0 = tsr_now();
-    ck_h5_quiet();
-    char why[1024] = "", base[64], final[4200], tmp[4300];
-    snprintf(base, sizeof base, "step-%08lld.h5", (long long)meta->step);
-    int ok = snprintf(final, sizeof final, "%s/%s", run_dir, base) < (int)sizeof final;
-    snprintf(tmp, sizeof tmp, "%s.tmp", final);
+/* A copy of the save's names and descriptors (the caller's data pointers kept), and its paths. */
+static ckpt_pending *pending_new(const char *run_dir, const ckpt_meta *meta,
+                                 const ckpt_tensor *tensors, int n, int keep_last, int async) {
+    ckpt_pending *p = tsr_calloc(1, sizeof *p);
+    p->rank = dist_world_rank();
+    p->n = n > 0 && tensors ? n : 0;
+    p->keep_last = keep_last;
+    p->async = async;
+    p->step = meta->step;
+    p->file = p->dxpl = -1;
+    snprintf(p->base, sizeof p->base, "step-%08lld.h5", (long long)meta->step);
+    p->path_ok = !tsr_snprintf(p->run_dir, sizeof p->run_dir, "%s", run_dir) &&
+                 !tsr_snprintf(p->final, sizeof p->final, "%s/%s", run_dir, p->base);
+    snprintf(p->tmp, sizeof p->tmp, "%s.tmp", p->final);
+    size_t len = 1;
+    for (int i = 0; i < p->n; i++) len += tensors[i].name ? strlen(tensors[i].name) + 1 : 0;
+    p->tensors = tsr_malloc((size_t)(p->n ? p->n : 1) * sizeof *p->tensors);
+    p->names = tsr_malloc(len);
+    char *at = p->names;
+    for (int i = 0; i < p->n; i++) {
+        p->tensors[i] = tensors[i];
+        if (!tensors[i].name) continue;
+        p->tensors[i].name = strcpy(at, tensors[i].name);
+        at += strlen(at) + 1;
+    }
+    return p;
+}
+
+static void pending_free(ckpt_pending *p) {
+    if (p->w.started) pthread_mutex_destroy(&p->w.mu), pthread_cond_destroy(&p->w.cv);
+    state_close(&p->st, p->n);
+    if (p->dxpl >= 0) H5Pclose(p->dxpl);
+    free(p->tensors);
+    free(p->names);
+    free(p);
+}
+
+/* A save given up (nothing committed): the file emptied and closed, rank 0 removes the .tmp. */
+static void give_up(ckpt_pending *p, char *why, size_t cap) {
+    state_close(&p->st, p->n);
+    if (p->file >= 0) {
+        close_before_error(p->tmp, p->run_dir, p->need, why, cap);
+        H5Fclose(p->file);
+        p->file = -1;
+    }
+    if (p->rank == 0) unlink(p->tmp); /* ENOENT when it was never created */
+}
+
+/* Steps 1 and 2 (the order above): the checks, the .tmp on every rank, the file, its root
+ * attributes and datasets. 0, or an exit code after rank 0 reported (nothing left behind). */
+static int prepare(ckpt_pending *p, const char *run_dir, const ckpt_meta *meta,
+                   const ckpt_tensor *tensors, int n) {
+    char why[1024] = "";
     int usage = ckpt_check_run_dir(run_dir, why, sizeof why); /* the same on every rank */
     if (usage) {
-        if (rank == 0) tsr_error("checkpoint %.300s... not written: %s", run_dir, why);
+        if (p->rank == 0) tsr_error("checkpoint %.300s... not written: %s", run_dir, why);
         return usage;
     }
+    int ok = p->path_ok;
     if (!ok)
         snprintf(why, sizeof why, "run directory path too long");
-    else if (check_args(meta, tensors, n, keep_last, why, sizeof why) ||
-             (rank == 0 && check_run_dir(run_dir, ckpt_file_bytes(meta, tensors, n), why,
-                                         sizeof why)))
+    else if (check_args(meta, tensors, n, p->keep_last, why, sizeof why) ||
+             (p->rank == 0 && check_run_dir(p->run_dir, ckpt_file_bytes(meta, tensors, n), why,
+                                            sizeof why)))
         ok = 0;
     if (!ck_agree(ok, why, sizeof why)) {
-        if (rank == 0) tsr_error("checkpoint %s not written: %s", final, why);
+        if (p->rank == 0) tsr_error("checkpoint %s not written: %s", p->final, why);
         return TSR_EXIT_DATA;
     }
-    save_state st;
-    state_init(&st, tensors, n);
+    p->need = ckpt_file_bytes(meta, p->tensors, p->n);
+    for (int i = 0; i < p->n; i++)
+        p->bytes += ckpt_numel(p->tensors[i].ndim, p->tensors[i].shape) * sizeof(float);
+    state_init(&p->st, p->tensors, p->n);
     /* the ranks' ranges must tile every tensor (refused before any file exists), and every rank
      * must be able to open the .tmp (before HDF5 opens it on all of them at once) */
-    if (ck_tensors_crc(n, st.ptr, NULL, NULL, NULL, why, sizeof why) != 0 ||
-        !open_tmp_everywhere(tmp, why, sizeof why)) {
-        state_close(&st, n);
-        if (rank == 0) tsr_error("checkpoint %s not written: %s", final, why);
+    if (ck_tensors_crc(p->n, p->st.ptr, NULL, NULL, NULL, why, sizeof why) != 0 ||
+        !open_tmp_everywhere(p->tmp, why, sizeof why)) {
+        state_close(&p->st, p->n);
+        if (p->rank == 0) tsr_error("checkpoint %s not written: %s", p->final, why);
         return TSR_EXIT_DATA;
     }
     char created[64] = "";
-    if (rank == 0) utc_now(created, sizeof created);
+    if (p->rank == 0) utc_now(created, sizeof created);
     dist_bcast(created, sizeof created, 0);
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     ck_fapl_driver(fapl);
     H5Pset_alignment(fapl, 65536, CK_DIRECT_ALIGN); /* large datasets start on a block */
     H5Pset_meta_block_size(fapl, 256 << 10); /* metadata together at the start: a load reads
                                                 * one region, not 50 headers among the data */
-    hid_t file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    p->file = H5Fcreate(p->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     H5Pclose(fapl);
-    ok = agree_created(file, tmp, why, sizeof why);
-    if (ok) ok = write_file(file, meta, created, tensors, n, &st, tmp, run_dir, why, sizeof why);
-    state_close(&st, n);
-    if (file >= 0 && !ok)
-        close_before_error(tmp, run_dir, ckpt_file_bytes(meta, tensors, n), why, sizeof why);
-    if (file >= 0 && H5Fclose(file) < 0 && ok) {
-        snprintf(why, sizeof why, "closing the file failed (data not flushed)");
+    p->dxpl = H5Pcreate(H5P_DATASET_XFER);
+    ck_dxpl_independent(p->dxpl);
+    ok = agree_created(p->file, p->tmp, why, sizeof why);
+    if (ok) ok = create_all(p, meta, created, why, sizeof why);
+    if (!ok) {
+        give_up(p, why, sizeof why);
+        if (p->rank == 0) tsr_error("checkpoint %s not written: %s", p->final, why);
+        return TSR_EXIT_DATA;
+    }
+    return 0;
+}
+
+/* The floats a stage must hold for p's slices: those inside it stay where they are, the others
+ * follow the last of them (ck_writer's copy_to_stage). */
+static size_t stage_need(const ckpt_pending *p, const float *stage, size_t cap) {
+    size_t at = 0, copy = 0;
+    for (int i = 0; i < p->n; i++) {
+        const ckpt_tensor *t = &p->tensors[i];
+        const size_t len = t->hi - t->lo;
+        if (len && stage && t->data >= stage && t->data < stage + cap) {
+            const size_t end = (size_t)(t->data - stage) + len;
+            at = end > at ? end : at;
+        } else {
+            copy += len;
+        }
+    }
+    return at + copy;
+}
+
+int ckpt_save_start(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *tensors, int n,
+                    int keep_last, int async, float *stage, size_t stage_floats,
+                    ckpt_pending **out) {
+    *out = NULL;
+    dist_barrier(); /* timed from when every rank is here (ckpt_stats) */
+    double t0 = tsr_now();
+    ck_h5_quiet();
+    ckpt_pending *p = pending_new(run_dir, meta, tensors, n, keep_last, async);
+    p->t0 = t0;
+    if (async && stage) {
+        const size_t need = stage_need(p, stage, stage_floats);
+        if (need > stage_floats)
+            tsr_die(TSR_EXIT_INTERNAL, "ckpt_save_start: the stage holds %zu floats, this rank's "
+                    "slices need %zu", stage_floats, need);
+        p->stage = stage, p->stage_floats = stage_floats;
+    }
+    int rc = prepare(p, run_dir, meta, tensors, n);
+    if (rc) {
+        pending_free(p);
+        return rc;
+    }
+    ck_writer_start(p);
+    p->started = tsr_now() - t0;
+    *out = p;
+    return 0;
+}
+
+int ckpt_save_written(const ckpt_pending *p) { return atomic_load(&p->w.done); }
+
+double ckpt_save_wait_copied(ckpt_pending *p) { return ck_writer_wait_copied(p); }
+
+int64_t ckpt_save_step(const ckpt_pending *p) { return p->step; }
+
+/* Steps 4 to 6 once this rank's writer is done: agreed outcome, CRCs, close; the commit. Returns
+ * 1 when committed, 0 when not (why says; the .tmp removed), -1 when the file was committed but
+ * `latest` not updated. Collective. */
+static int close_and_commit(ckpt_pending *p, char *why, size_t cap) {
+    snprintf(why, cap, "%s", p->w.why);
+    int ok = ck_agree(p->w.ok, why, cap);
+    if (ok) ok = crc_attrs(p, why, cap);
+    state_close(&p->st, p->n);
+    if (!ok) close_before_error(p->tmp, p->run_dir, p->need, why, cap);
+    if (H5Fclose(p->file) < 0 && ok) {
+        snprintf(why, cap, "closing the file failed (data not flushed)");
         ok = 0;
     }
-    uint64_t bytes = 0;
-    for (int i = 0; i < n; i++)
-        bytes += ckpt_numel(tensors[i].ndim, tensors[i].shape) * sizeof(float);
-    ok = ck_agree(ok, why, sizeof why);
+    p->file = -1;
+    ok = ck_agree(ok, why, cap);
     int committed = 0; /* rank 0: the rename to the final name happened */
-    if (ok && rank == 0) {
-        int c = commit(run_dir, tmp, final, base, why, sizeof why);
+    if (ok && p->rank == 0) {
+        int c = commit(p->run_dir, p->tmp, p->final, p->base, why, cap);
         committed = c == 0 || c == -2;
         ok = c == 0;
     }
-    if (!ok && rank == 0 && !committed) unlink(tmp);
-    if (ok && rank == 0) retention(run_dir, keep_last, meta->step);
+    if (!ok && p->rank == 0 && !committed) unlink(p->tmp);
+    if (ok && p->rank == 0) retention(p->run_dir, p->keep_last, p->step);
     dist_bcast(&committed, sizeof committed, 0);
-    if (!ck_agree(ok, why,
-                  sizeof why)) { /* also the barrier: every rank returns after the commit */
-        if (rank == 0 && committed)
-            tsr_error("checkpoint %s was written and committed, but %s/latest could not be "
-                      "updated (it still names the previous checkpoint): %s", final, run_dir,
-                      why);
-        else if (rank == 0)
-            tsr_error("checkpoint %s not written: %s", final, why);
-        return TSR_EXIT_DATA;
+    ok = ck_agree(ok, why, cap); /* also the barrier: every rank returns after the commit */
+    return ok ? 1 : committed ? -1 : 0;
+}
+
+int ckpt_save_finish(ckpt_pending *p, char *path_out, size_t path_cap, ckpt_stats *stats) {
+    const double t1 = tsr_now(), waited = ck_writer_wait(p);
+    /* the slowest rank's writer, the longest wait, the most CPU a writer used */
+    double most[3] = {p->w.seconds, waited, p->w.cpu};
+    dist_allreduce_max_f64(most, 3);
+    char why[1024];
+    int c = close_and_commit(p, why, sizeof why);
+    if (c == -1 && p->rank == 0)
+        tsr_error("checkpoint %s was written and committed, but %s/latest could not be updated "
+                  "(it still names the previous checkpoint): %s", p->final, p->run_dir, why);
+    else if (c == 0 && p->rank == 0)
+        tsr_error("checkpoint %s not written: %s", p->final, why);
+    if (c == 1 && path_out && path_cap) snprintf(path_out, path_cap, "%s", p->final);
+    if (c == 1 && stats) {
+        const double now = tsr_now();
+        /* an asynchronous save's own time: its start, its writers, its commit (not the
+         * training in between) */
+        stats->seconds = p->async ? p->started + most[0] + (now - t1 - waited) : now - p->t0;
+        stats->bytes = p->bytes;
+        stats->blocking = p->async ? p->started + (now - t1) : stats->seconds;
+        stats->write = most[0];
+        stats->waited = most[1];
+        stats->write_cpu = most[2];
     }
-    if (path_out && path_cap) snprintf(path_out, path_cap, "%s", final);
-    if (stats) {
-        stats->seconds = tsr_now() - t0;
-        stats->bytes = bytes;
-    }
-    return 0;
+    pending_free(p);
+    return c == 1 ? 0 : TSR_EXIT_DATA;
+}
+
+int ckpt_save(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *tensors, int n,
+              int keep_last, char *path_out, size_t path_cap, ckpt_stats *stats) {
+    ckpt_pending *p;
+    int rc = ckpt_save_start(run_dir, meta, tensors, n, keep_last, 0, NULL, 0, &p);
+    return rc ? rc : ckpt_save_finish(p, path_out, path_cap, stats);
 }

@@ -58,8 +58,18 @@ typedef struct ckpt_meta {
 typedef struct ckpt_stats {
     double seconds;          /* wall time of the whole save or load (commit included), from
                                 the moment every rank has called it (a barrier: time a rank
-                                spends arriving late is not the checkpoint's) */
+                                spends arriving late is not the checkpoint's); an asynchronous
+                                save: its start, the slowest writer and its commit, not the
+                                training between them */
     uint64_t bytes;          /* tensor bytes written or read by all ranks */
+    /* saves only (0 for a load): */
+    double blocking;         /* this rank's seconds inside ckpt_save_start and ckpt_save_finish
+                                (a synchronous save: = seconds) */
+    double write;            /* the slowest rank's writer: its slices and fsync, seconds */
+    double write_cpu;        /* the most CPU seconds a rank's writer thread used (its copies into
+                                the O_DIRECT buffers, the CRC; not its I/O threads' waits) */
+    double waited;           /* of blocking, the longest any rank's ckpt_save_finish waited
+                                for its writer to finish */
 } ckpt_stats;
 
 /* The root metadata of one checkpoint file as read and checked on one process (ckpt_peek_meta),
@@ -86,6 +96,37 @@ int ckpt_room(const char *run_dir, uint64_t need, char *why, size_t cap);
  * The path of the committed file is written to path_out (may be NULL). */
 int ckpt_save(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *tensors, int n,
               int keep_last, char *path_out, size_t path_cap, ckpt_stats *stats);
+
+/* The asynchronous save (docs/checkpoint-format.md "Asynchronous save"): ckpt_save in two calls.
+ * ckpt_save_start does steps 1 and 2 of a save (the checks, the .tmp on every rank, the file, its
+ * root attributes and every dataset: all the collective work of creating it) in the caller's
+ * thread and, with async, leaves this rank's slices to a writer thread that calls neither MPI nor
+ * HDF5 (pwrite and O_DIRECT at the datasets' addresses, CRC32C on the way, fsync), and returns.
+ * With a stage (async only; NULL: none), a buffer of stage_floats floats, the writer first copies
+ * into it every slice whose data lies outside it (after the slices already inside it, which stay
+ * where they are) and writes from there: the tensors' data must stay unchanged until
+ * ckpt_save_wait_copied returns; the stage's until ckpt_save_finish. Without a stage the tensors'
+ * data must stay unchanged until ckpt_save_finish. Without async the slices are written before
+ * it returns, as ckpt_save does. 0 with *out, or an exit code after reporting (nothing in flight,
+ * no .tmp left). Collective. */
+typedef struct ckpt_pending ckpt_pending;
+int ckpt_save_start(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *tensors, int n,
+                    int keep_last, int async, float *stage, size_t stage_floats,
+                    ckpt_pending **out);
+/* Waits until the writer has copied the slices into the stage (at once when there is none or it
+ * has): the tensors' data may change after it. Returns the seconds it waited. Local. */
+double ckpt_save_wait_copied(ckpt_pending *p);
+/* 1 once this rank's writer has finished (written or failed): ckpt_save_finish will not wait for
+ * it. Local, cheap (an atomic load). */
+int ckpt_save_written(const ckpt_pending *p);
+/* The step of the save in flight. Local. */
+int64_t ckpt_save_step(const ckpt_pending *p);
+/* Waits for this rank's writer, agrees on every rank's outcome, assembles the CRCs, closes the
+ * file and commits it (rename, `latest`, keep_last retention), as ckpt_save's steps 4 to 6; frees
+ * p. A write that failed on any rank (a full disk, quota, an I/O error) is reported by rank 0
+ * naming the file, the rank, the tensor and the error, the .tmp removed: TSR_EXIT_DATA, the
+ * previous checkpoint still `latest`. Collective. */
+int ckpt_save_finish(ckpt_pending *p, char *path_out, size_t path_cap, ckpt_stats *stats);
 
 /* What --resume / --init-from accept: a checkpoint file, a run directory (the checkpoint its
  * `latest` names) or a `latest` file. out = the checkpoint file. Returns 0, or TSR_EXIT_DATA after

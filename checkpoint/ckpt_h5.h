@@ -80,12 +80,15 @@ int ck_select_range(hid_t filespace, int ndim, const int64_t *shape, uint64_t lo
  * ds[i] in the file `path` that HDF5 has open (writing: memory -> file, else file -> memory),
  * without waiting for any other rank, and computes each slice's CRC32C (slice_crc[i]) on the way.
  * off[i] is the dataset's address in the file (H5Dget_offset; HADDR_UNDEF when unknown); dxpl the
- * transfer properties for what goes through HDF5 (independent). How: ckpt_io.c.
- * TSR_CKPT_DIRECT=0 in the environment sends every byte through HDF5 (no O_DIRECT). Local.
- * Returns 0, or -1 when a slice could not be moved (slice_ok[i] = 0 for those). */
+ * transfer properties for what goes through HDF5 (independent). ds NULL (writes only, every off[i]
+ * known): what would go through HDF5 goes with pwrite at the datasets' addresses instead, so the
+ * call makes no HDF5 and no MPI call and may run on a thread of its own (the asynchronous save,
+ * ckpt.c). How: ckpt_io.c. TSR_CKPT_DIRECT=0 in the environment sends every byte the other way
+ * (no O_DIRECT). Local. Returns 0, or -1 when a slice could not be moved (slice_ok[i] = 0 for
+ * those; *err, when err is not NULL, the errno of the first failed pwrite, 0 when unknown). */
 int ck_transfer_slices(const char *path, int writing, int n, const ckpt_tensor *const *t,
                        const hid_t *ds, const haddr_t *off, hid_t dxpl, uint32_t *slice_crc,
-                       int *slice_ok);
+                       int *slice_ok, int *err);
 
 /* Reads a dataset's shape: its rank into *ndim (fails above 4) and dims into shape. */
 int ck_dataset_shape(hid_t ds, int *ndim, int64_t *shape);

@@ -16,7 +16,10 @@
  *     between the tensor and the bounce buffer (so the rank's own thread does copy + CRC while
  *     its I/O threads wait for the disk);
  *   - the at most two partial blocks at the ends of a slice (shared with the neighbouring rank's
- *     slice or with HDF5 metadata) go through HDF5 and MPI-IO, so no block is written two ways.
+ *     slice or with HDF5 metadata) go through HDF5 and MPI-IO, so no block is written two ways;
+ *     the asynchronous save's writer thread, which may call neither HDF5 (not thread-safe) nor
+ *     MPI, writes them with pwrite through the page cache at the same addresses instead (as
+ *     MPI-IO's independent writes do on a POSIX filesystem).
  *
  * The file is the same byte for byte: HDF5 allocated every dataset (contiguous layout, early
  * allocation, no fill value written) before any data moves, and only its raw little-endian float32
@@ -198,6 +201,46 @@ static int via_hdf5(hid_t ds, const ckpt_tensor *t, int writing, hid_t dxpl, int
     return rc;
 }
 
+/* Where the pieces that do not go with O_DIRECT go: through HDF5 (ds[i], dxpl), or, when there
+ * are no dataset handles (ds NULL: writes only), with pwrite through the page cache at the
+ * datasets' addresses (buffered fd), which calls neither HDF5 nor MPI. */
+typedef struct sink {
+    const ckpt_tensor *const *t;
+    const hid_t *ds;
+    const haddr_t *off;
+    hid_t dxpl;
+    int fd;      /* ds NULL: the file opened for buffered writes */
+    int hint_fd; /* >= 0: start each written piece's write-back (sync_file_range) */
+    int err;     /* the errno of the first pwrite that failed (0: none, or HDF5's failure) */
+} sink;
+
+/* Elements [a, b) of tensor i with pwrite on k->fd, in CK_PIECE_BYTES pieces; crc is advanced. */
+static int via_pwrite(sink *k, int i, uint64_t a, uint64_t b, uint32_t *crc) {
+    const uint64_t piece = CK_PIECE_BYTES / sizeof(float);
+    const ckpt_tensor *t = k->t[i];
+    for (; a < b; a = (a / piece + 1) * piece) {
+        uint64_t e = (a / piece + 1) * piece < b ? (a / piece + 1) * piece : b;
+        const float *buf = t->data + (a - t->lo);
+        size_t bytes = (size_t)(e - a) * sizeof(float);
+        uint64_t at = k->off[i] + a * sizeof(float);
+        if (crc) *crc = tsr_crc32c(*crc, buf, bytes);
+        if (full_io(k->fd, 1, (void *)buf, bytes, at) != 0) {
+            if (!k->err) k->err = errno ? errno : EIO;
+            return -1;
+        }
+#ifdef SYNC_FILE_RANGE_WRITE
+        (void)sync_file_range(k->fd, (off64_t)at, (off64_t)bytes, SYNC_FILE_RANGE_WRITE);
+#endif
+    }
+    return 0;
+}
+
+/* Elements [a, b) of tensor i the way k says (through HDF5, or pwrite). */
+static int via_sink(sink *k, int writing, int i, uint64_t a, uint64_t b, uint32_t *crc) {
+    if (!k->ds) return via_pwrite(k, i, a, b, crc);
+    return via_hdf5(k->ds[i], k->t[i], writing, k->dxpl, k->hint_fd, k->off[i], a, b, crc);
+}
+
 /* Copies between a tensor piece and a bounce buffer, with the piece's CRC, in cache-sized steps. */
 static uint32_t copy_crc(char *dst, const char *src, size_t bytes, int crc_of_dst, uint32_t crc) {
     for (size_t s = 0; s < bytes; s += CK_STEP_BYTES) {
@@ -244,16 +287,15 @@ static item *plan(int n, const ckpt_tensor *const *t, const haddr_t *off, int di
 
 static int native_is_f32le(void) { return H5Tequal(H5T_NATIVE_FLOAT, H5T_IEEE_F32LE) > 0; }
 
-/* Writes: waits for the piece in slot k; one that failed is written again through HDF5 (its CRC
+/* Writes: waits for the piece in slot k; one that failed is written again the other way (its CRC
  * was taken from memory). Returns 1 when it had failed. */
-static int settle_write(io_pool *pool, int k, item *it, const ckpt_tensor *const *t,
-                        const hid_t *ds, const haddr_t *off, hid_t dxpl) {
+static int settle_write(io_pool *pool, int k, item *it, sink *snk) {
     slot *s = &pool->s[k];
     pool_wait(pool, k);
     int failed = s->item >= 0 && s->err;
     if (failed) {
         item *y = &it[s->item];
-        y->ok = via_hdf5(ds[y->t], t[y->t], 1, dxpl, -1, off[y->t], y->a, y->b, NULL) == 0;
+        y->ok = via_sink(snk, 1, y->t, y->a, y->b, NULL) == 0;
     }
     s->item = -1;
     return failed;
@@ -261,10 +303,11 @@ static int settle_write(io_pool *pool, int k, item *it, const ckpt_tensor *const
 
 /* The direct pieces it[didx[0..nd)], up to CK_SLOTS in flight; piece d uses slot d % CK_SLOTS.
  * After a failure (O_DIRECT refused after all), that piece and every one not yet in flight go
- * through HDF5. */
+ * the other way (snk). */
 static void direct_pieces(io_pool *pool, item *it, const int *didx, int nd, int writing,
-                          const ckpt_tensor *const *t, const hid_t *ds, const haddr_t *off,
-                          hid_t dxpl) {
+                          sink *snk) {
+    const ckpt_tensor *const *t = snk->t;
+    const haddr_t *off = snk->off;
     int broken = 0, queued = 0; /* reads: pieces queued so far */
     for (int d = 0; d < nd; d++) {
         item *x = &it[didx[d]];
@@ -274,7 +317,7 @@ static void direct_pieces(io_pool *pool, item *it, const int *didx, int nd, int 
         int k = d % CK_SLOTS;
         slot *s = &pool->s[k];
         if (writing) {
-            broken |= settle_write(pool, k, it, t, ds, off, dxpl);
+            broken |= settle_write(pool, k, it, snk);
             if (!broken) {
                 x->crc = copy_crc(s->buf, mem, bytes, 0, 0);
                 s->item = didx[d], s->err = 0, s->n = bytes;
@@ -304,15 +347,14 @@ static void direct_pieces(io_pool *pool, item *it, const int *didx, int nd, int 
             }
         }
         x->crc = 0;
-        x->ok = via_hdf5(ds[x->t], ti, writing, dxpl, -1, off[x->t], x->a, x->b, &x->crc) == 0;
+        x->ok = via_sink(snk, writing, x->t, x->a, x->b, &x->crc) == 0;
     }
-    for (int k = 0; writing && k < CK_SLOTS; k++) settle_write(pool, k, it, t, ds, off, dxpl);
+    for (int k = 0; writing && k < CK_SLOTS; k++) settle_write(pool, k, it, snk);
 }
 
-int ck_transfer_slices(const char *path, int writing, int n, const ckpt_tensor *const *t,
-                       const hid_t *ds, const haddr_t *off, hid_t dxpl, uint32_t *slice_crc,
-                       int *slice_ok) {
-    for (int i = 0; i < n; i++) slice_crc[i] = 0, slice_ok[i] = 1;
+/* Opens the file's descriptors: dfd for O_DIRECT (-1 without), and for what does not go with it
+ * snk->fd (ds NULL: buffered writes) or snk->hint_fd (write-back hints through HDF5's writes). */
+static int open_fds(const char *path, int writing, sink *snk, io_pool *pool) {
     int dfd = -1;
     const char *env = getenv("TSR_CKPT_DIRECT");
 #ifdef O_DIRECT
@@ -321,22 +363,32 @@ int ck_transfer_slices(const char *path, int writing, int n, const ckpt_tensor *
 #else
     (void)env;
 #endif
-    io_pool pool;
-    if (dfd >= 0 && pool_start(&pool, dfd, writing) != 0) {
+    if (dfd >= 0 && pool_start(pool, dfd, writing) != 0) {
         close(dfd);
         dfd = -1;
     }
+    snk->fd = snk->hint_fd = -1;
+    if (!snk->ds && (snk->fd = open(path, O_WRONLY | O_CLOEXEC)) < 0) snk->err = errno;
     /* without O_DIRECT the write-back of each piece is started at once (sync_file_range); with
      * it, the few small pieces left to HDF5 wait for the fsync (a hint would queue them behind
      * the direct transfers) */
-    int hint_fd = writing && dfd < 0 ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    if (snk->ds && writing && dfd < 0) snk->hint_fd = open(path, O_RDONLY | O_CLOEXEC);
+    return dfd;
+}
+
+int ck_transfer_slices(const char *path, int writing, int n, const ckpt_tensor *const *t,
+                       const hid_t *ds, const haddr_t *off, hid_t dxpl, uint32_t *slice_crc,
+                       int *slice_ok, int *err) {
+    for (int i = 0; i < n; i++) slice_crc[i] = 0, slice_ok[i] = 1;
+    sink snk = {t, ds, off, dxpl, -1, -1, 0};
+    io_pool pool;
+    int dfd = open_fds(path, writing, &snk, &pool);
     int m = 0, nd = 0;
     item *it = plan(n, t, off, dfd >= 0, &m);
     int *didx = it ? malloc(((size_t)m + 1) * sizeof *didx) : NULL;
-    if (!didx) { /* out of memory: every slice through HDF5 as a whole */
+    if (!didx) { /* out of memory: every slice the other way as a whole */
         for (int i = 0; i < n; i++)
-            slice_ok[i] = via_hdf5(ds[i], t[i], writing, dxpl, hint_fd, off[i], t[i]->lo, t[i]->hi,
-                                   &slice_crc[i]) == 0;
+            slice_ok[i] = via_sink(&snk, writing, i, t[i]->lo, t[i]->hi, &slice_crc[i]) == 0;
         m = 0;
     }
     /* 1. the pieces through HDF5 first (small ones with O_DIRECT: the ends of the slices), so no
@@ -347,16 +399,16 @@ int ck_transfer_slices(const char *path, int writing, int n, const ckpt_tensor *
             didx[nd++] = j;
             continue;
         }
-        x->ok = via_hdf5(ds[x->t], t[x->t], writing, dxpl, hint_fd, off[x->t], x->a, x->b,
-                         &x->crc) == 0;
+        x->ok = via_sink(&snk, writing, x->t, x->a, x->b, &x->crc) == 0;
     }
     /* 2. the direct pieces */
-    if (nd > 0) direct_pieces(&pool, it, didx, nd, writing, t, ds, off, dxpl);
+    if (nd > 0) direct_pieces(&pool, it, didx, nd, writing, &snk);
     if (dfd >= 0) {
         pool_stop(&pool);
         close(dfd);
     }
-    if (hint_fd >= 0) close(hint_fd);
+    if (snk.hint_fd >= 0) close(snk.hint_fd);
+    if (snk.fd >= 0) close(snk.fd);
     /* 3. each slice's CRC from its pieces' */
     for (int j = 0; j < m; j++) {
         const item *x = &it[j];
@@ -365,6 +417,7 @@ int ck_transfer_slices(const char *path, int writing, int n, const ckpt_tensor *
     }
     free(didx);
     free(it);
+    if (err) *err = snk.err;
     for (int i = 0; i < n; i++)
         if (!slice_ok[i]) return -1;
     return 0;

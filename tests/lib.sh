@@ -37,6 +37,18 @@ tsr_tmpdir() {
 make_synth() {
     "$TOOL" synth --out "$1" --vocab "${2:-512}" --tokens "${3:-200000}" --seed 1 >/dev/null
 }
+# started_ranks MPIRUN_PID N: the pids of the N ranks a background mpirun of this shell started
+# (its children named tessera-train), once all are there (at most 30 s; fewer if it ended first)
+started_ranks() {
+    local r=""
+    for _ in $(seq 1 600); do
+        r=$(pgrep -P "$1" -x tessera-train)
+        [[ $(wc -w <<<"$r") == "$2" ]] && break
+        kill -0 "$1" 2>/dev/null || break
+        sleep 0.05
+    done
+    echo $r
+}
 # ck RUN_DIR STEP: the path of that step's checkpoint
 ck() { printf '%s/step-%08d.h5' "$1" "$2"; }
 # same_tensors A.h5 B.h5: every tensor (weights and AdamW moments) of the two checkpoints equal,

@@ -28,7 +28,8 @@ while IFS= read -r f; do tests+=("$f"); done < <(find tests -name 'test_*.sh' -o
 # alone, after the others, nothing beside it:
 #   - its own Slurm cluster or daemons (tests/slurm/), the health checker's measurements against
 #     thresholds (tests/healthcheck/), timing windows: a signal or a kill caught during a save or
-#     a stall, a file deleted mid-run (tests/faults/, test_ckpt_signal, test_ckpt_damage,
+#     a stall, a file deleted mid-run, a background save that must outlast steps (tests/faults/,
+#     test_ckpt_signal, test_ckpt_async, test_ckpt_async_kill, test_ckpt_damage,
 #     test_staging, test_resume, test_job_hook), step times and ETAs judged by the clock
 #     (test_resume_timing), a time-capped fuzzer (tests/fuzz/), the CPU health checks of
 #     test_hc_gpu; the free memory read once before a large allocation (test_alltoallv);
@@ -39,7 +40,8 @@ while IFS= read -r f; do tests+=("$f"); done < <(find tests -name 'test_*.sh' -o
 #     its ranks beside another test, 2026-11-26); and test_matmul_floor (a timed product).
 # A new test that does any of these belongs here.
 SOLO=(tests/slurm/ tests/healthcheck/ tests/faults/ tests/fuzz/ tests/install/ tests/cli/test_demo.sh
-      tests/ckpt/test_ckpt_signal.sh tests/ckpt/test_ckpt_damage.sh tests/train/test_staging.sh
+      tests/ckpt/test_ckpt_signal.sh tests/ckpt/test_ckpt_damage.sh tests/ckpt/test_ckpt_async.sh
+      tests/ckpt/test_ckpt_async_kill.sh tests/train/test_staging.sh
       tests/resume/test_resume.sh tests/resume/test_resume_timing.sh tests/jobs/test_job_hook.sh
       tests/gpu/test_hc_gpu.sh tests/mpi/test_alltoallv.sh tests/eval/test_eval.sh
       tests/eval/test_generate_gqa.sh tests/train/test_icl_train.sh tests/train/test_sft.sh

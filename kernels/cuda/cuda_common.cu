@@ -152,6 +152,17 @@ void tcu_free(void *p) {
     TCU_CHECK(cudaFree(p), "tcu_free");
 }
 
+int tcu_host_register(void *p, size_t bytes) {
+    if (!p || !bytes) return 0;
+    if (cudaHostRegister(p, bytes, cudaHostRegisterDefault) == cudaSuccess) return 0;
+    (void)cudaGetLastError(); /* not a sticky error: cleared, the memory stays pageable */
+    return -1;
+}
+
+void tcu_host_unregister(void *p) {
+    if (p && cudaHostUnregister(p) != cudaSuccess) (void)cudaGetLastError();
+}
+
 void tcu_zero(void *p, size_t bytes, tcu_stream s) {
     if (bytes) TCU_CHECK(cudaMemsetAsync(p, 0, bytes, s), "tcu_zero");
 }

@@ -70,6 +70,13 @@ void tcu_free(void *p);
  * cuBLASLt allocate for themselves are not in it; the cuBLASLt workspace and the ops' scratch are.
  * Either pointer may be NULL. */
 void tcu_mem_stats(size_t *live, size_t *peak);
+/* Page-locks (pins) host memory [p, p + bytes) for the device's copies (cudaHostRegister): copies
+ * to and from it run at the bus's speed, without the driver staging them through its own pinned
+ * buffer. 0, or -1 when CUDA refused (memlock limit, already registered, no memory): the memory
+ * stays pageable and works as before. tcu_host_unregister undoes one registration (NULL: nothing);
+ * do it before the memory is freed. */
+int tcu_host_register(void *p, size_t bytes);
+void tcu_host_unregister(void *p);
 void tcu_zero(void *p, size_t bytes, tcu_stream s);
 void tcu_memcpy_h2d(void *dst, const void *src_host, size_t bytes, tcu_stream s);
 void tcu_memcpy_d2h(void *dst_host, const void *src, size_t bytes, tcu_stream s);

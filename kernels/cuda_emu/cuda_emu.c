@@ -29,6 +29,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -236,6 +237,47 @@ void tcu_free(void *p) {
 void tcu_mem_stats(size_t *live, size_t *peak) {
     if (live) *live = atomic_load(&emu_live);
     if (peak) *peak = atomic_load(&emu_peak);
+}
+
+/* Pinned host memory: the emulator copies as it always does, but keeps CUDA's rules, so that a
+ * use real CUDA would refuse fails here too: a range overlapping one registered already is
+ * refused (-1: cudaErrorHostMemoryAlreadyRegistered), and unregistering a pointer that starts no
+ * registered range stops the program (CUDA: cudaErrorHostMemoryNotRegistered). */
+#define EMU_PINNED_MAX 64
+static struct {
+    char *p;
+    size_t bytes;
+} emu_pinned[EMU_PINNED_MAX];
+static pthread_mutex_t emu_pinned_mu = PTHREAD_MUTEX_INITIALIZER;
+
+int tcu_host_register(void *p, size_t bytes) {
+    if (!p || !bytes) return 0;
+    int rc = -1, k, at = -1;
+    pthread_mutex_lock(&emu_pinned_mu);
+    for (k = 0; k < EMU_PINNED_MAX; k++) {
+        char *q = emu_pinned[k].p;
+        if (!q) {
+            if (at < 0) at = k;
+            continue;
+        }
+        if ((char *)p < q + emu_pinned[k].bytes && q < (char *)p + bytes) break; /* overlap */
+    }
+    if (k == EMU_PINNED_MAX && at >= 0) {
+        emu_pinned[at].p = p, emu_pinned[at].bytes = bytes;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&emu_pinned_mu);
+    return rc;
+}
+
+void tcu_host_unregister(void *p) {
+    if (!p) return;
+    int found = 0;
+    pthread_mutex_lock(&emu_pinned_mu);
+    for (int k = 0; k < EMU_PINNED_MAX && !found; k++)
+        if (emu_pinned[k].p == p) emu_pinned[k].p = NULL, emu_pinned[k].bytes = 0, found = 1;
+    pthread_mutex_unlock(&emu_pinned_mu);
+    REQUIRE(found, "tcu_host_unregister", "%p starts no registered host range", p);
 }
 
 void tcu_zero(void *p, size_t bytes, tcu_stream s) { if (bytes) memset(p, 0, bytes); }

@@ -167,6 +167,7 @@ typedef struct tsr_config {
     int64_t global_batch, micro_batch, seq_len, eval_samples;
     int keep_last, log_interval, threads;
     int save_final;       /* a checkpoint when max_duration is reached (default 1) */
+    int save_async;       /* periodic checkpoints written in the background (default 1) */
     tsr_device_kind device;
     double peak_flops;    /* per rank, FLOP/s; 0 = from the device table */
     tsr_model_config model;

@@ -111,6 +111,14 @@ const cfgtab_key cfgtab_keys[] = {
             "runs (a 7B model's is 80 GB); a stop request and the watchdogs still write theirs. "
             "Relaunched in the same run_dir, a finished run without it resumes from its last "
             "checkpoint and trains the rest again."},
+    {.name = "save_async", .type = CFGK_BOOL, FIELD(save_async), .def = "true",
+     .doc = "Write the periodic checkpoints in the background: at a save step each rank copies "
+            "its part of the state into host memory (the snapshot, in the memory plan) and the "
+            "file is created, training goes on while a thread writes it, and it is committed at "
+            "a later step boundary (docs/checkpoint-format.md \"Asynchronous save\"). The final "
+            "save and those of a stop request, the watchdog and a rollback are synchronous. "
+            "`false`: every save stops the run until it is committed. A run whose snapshot does "
+            "not fit host memory saves synchronously, with a warning at start."},
     {.name = "keep_last", .type = CFGK_INT, FIELD(keep_last), .def = "2", .ilo = 2, INT32_ONLY,
      .doc = "Checkpoints kept in run_dir; the oldest is deleted only after a newer one is committed."},
     {.name = "log_interval", .type = CFGK_INT, FIELD(log_interval), .def = "1", .ilo = 1,

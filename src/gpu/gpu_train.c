@@ -50,6 +50,7 @@ struct tsr_gpu_train {
     /* optim.name = muon (gpu_muon.h): its matrices' momentum is m (the shard's, the experts'
      * store's), the iteration's scratch and, sharded, the owners' exchange */
     gpu_muon mu;
+    void *pinned[8]; /* lib_pin_host's registrations (host buffers lib_pull writes), NULL-ended */
 };
 
 /* optim.name = muon: the iteration's buffers (u with flat matrices: ddp, the experts' store)
@@ -932,6 +933,48 @@ static void lib_push(gpu_train_ctx *c, int with_optim) {
     }
 }
 
+/* The host buffers lib_pull copies the device's state into, and their bytes: into p[], b[] (at
+ * most 7); returns how many. */
+static int pull_targets(gpu_train_ctx *c, void **p, size_t *b) {
+    struct tsr_gpu_train *gt = c->state;
+    int n = 0;
+    if (gt->ep_on) {
+        const tsr_ep *ep = gt->ep.ep;
+        p[n] = ep->w, p[n + 1] = ep->m, p[n + 2] = ep->v;
+        for (int k = 0; k < 3; k++) b[n++] = ep->n * sizeof(float);
+    }
+    float *set[3] = {c->model->params, c->m, c->v};
+    size_t floats = c->model->n_params, sets = 3;
+    if (gt->lora_on) {
+        set[0] = c->lora->w, set[1] = c->lora->m, set[2] = c->lora->v, floats = gt->lora.n;
+    } else if (gt->sharded && gt->sh.zero1) { /* through its staging buffer */
+        set[0] = gt->sh.host, floats = gt->sh.f->shard_n, sets = 1;
+    } else if (gt->sharded) {
+        set[0] = c->fsdp->params, floats = gt->sh.f->shard_n;
+    }
+    for (size_t k = 0; k < sets; k++) p[n] = set[k], b[n++] = floats * sizeof(float);
+    return n;
+}
+
+static size_t lib_pin_host(gpu_train_ctx *c) {
+    struct tsr_gpu_train *gt = c->state;
+    void *p[7];
+    size_t b[7], pinned = 0;
+    int n = pull_targets(c, p, b), k = 0;
+    if (gt->pinned[0]) return 0; /* once */
+    for (int i = 0; i < n; i++) {
+        if (!p[i] || !b[i]) continue;
+        if (tcu_host_register(p[i], b[i]) != 0) { /* refused: none pinned, all pageable */
+            while (k > 0) tcu_host_unregister(gt->pinned[--k]);
+            gt->pinned[0] = NULL;
+            return 0;
+        }
+        gt->pinned[k++] = p[i], pinned += b[i];
+    }
+    gt->pinned[k] = NULL;
+    return pinned;
+}
+
 /* Collective: the weights come to the host on every rank that needs them (zero1: all, to
  * gather; zero3 / hsdp: all, each rank's shard, and all sample: each forward gathers the units;
  * ddp: rank 0, which samples). */
@@ -971,6 +1014,7 @@ static void lib_free(gpu_train_ctx *c) {
         tcu_matmul_report(stderr);
     }
     gpu_prof_free();
+    for (int k = 0; k < 8 && gt->pinned[k]; k++) tcu_host_unregister(gt->pinned[k]);
     gpu_ep_free(&gt->ep);
     gpu_comm_close(gt->comm);
     if (gt->lora_on) {
@@ -1020,6 +1064,7 @@ const gpu_train_api tsr_gpu_train_api = {
     .pull = lib_pull,
     .push = lib_push,
     .host_model = lib_host_model,
+    .pin_host = lib_pin_host,
     .mem_peak = lib_mem_peak,
     .free = lib_free,
     .switches = lib_switches,

@@ -45,6 +45,7 @@ typedef struct gpu_train_api {
     void (*pull)(gpu_train_ctx *c);
     void (*push)(gpu_train_ctx *c, int with_optim);
     void (*host_model)(gpu_train_ctx *c, int on);
+    size_t (*pin_host)(gpu_train_ctx *c);
     size_t (*mem_peak)(void);
     void (*free)(gpu_train_ctx *c);
     int (*switches)(const gpu_train_ctx *c);
@@ -92,6 +93,12 @@ void gpu_train_update(gpu_train_ctx *c, double lr, float gscale, int step);
  * when with_optim). */
 void gpu_train_pull(gpu_train_ctx *c);
 void gpu_train_push(gpu_train_ctx *c, int with_optim);
+/* save_async (docs/checkpoint-format.md): pins the host buffers gpu_train_pull copies the
+ * device's state into (the host mirror: the weights and moments, or the shard of them, the
+ * zero1 staging buffer, the experts' store, the adapters), so the device-to-host copy of a
+ * checkpoint's snapshot runs at the bus's speed; they are unpinned by gpu_train_free. Returns the
+ * bytes pinned, 0 when CUDA refused (the buffers stay pageable: the same copies, slower). */
+size_t gpu_train_pin_host(gpu_train_ctx *c);
 /* on = 1: the host model computes (host weights pulled, host activations for 1 sequence on the
  * ranks that sample: rank 0, every rank under zero3 / hsdp, whose forwards gather); on = 0: back
  * to the device. Collective. */

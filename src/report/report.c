@@ -6,6 +6,9 @@
  *   val loss    the last eval line's val_loss and val_ppl
  *   tokens/s    median of tokens_per_s; mfu: median of mfu, in percent (100 x the fraction)
  *   train time  sum of step_time_s (eval, checkpoints and restarts not included)
+ *   checkpoints the saves (one point per step): how many, how many in the background ("async"),
+ *               the median and largest blocking_s (training stopped), the median write_s, the
+ *               last save's bytes
  * The median of an even count is the mean of the two middle values. */
 #include "report/report.h"
 
@@ -32,7 +35,8 @@ static const cli_opt report_opts[] = {
 const cli_cmd report_cli = {
     "report", "RUN_DIR",
     "Reads RUN_DIR/metrics.jsonl; writes loss.png, throughput.png and mfu.png (and for a DPO run\n"
-    "dpo.png, the reward margin and accuracy; drawn by gnuplot)\n"
+    "dpo.png, the reward margin and accuracy; for a run that saved, checkpoint.png, each save's\n"
+    "blocking and write seconds and its bytes; drawn by gnuplot)\n"
     "and summary.txt into DIR, and prints the summary. Exit 2: metrics.jsonl missing or not\n"
     "JSON, or gnuplot missing or failing (the summary is still written).",
     report_opts, (int)(sizeof report_opts / sizeof report_opts[0]), NULL,
@@ -53,19 +57,43 @@ static int cmp_double(const void *x, const void *y) {
     return a < b ? -1 : a > b;
 }
 
-/* Median of the finite values of field f over the step series; NAN when there are none. */
-static double median(const runlog *rl, runlog_field f) {
-    double *v = tsr_malloc((rl->n_train + 1) * sizeof *v);
+/* Median of the finite values of field f over the series p[0..np); NAN when there are none.
+ * max (may be NULL): their largest. */
+static double median_of(const runlog_point *p, size_t np, runlog_field f, double *max) {
+    double *v = tsr_malloc((np + 1) * sizeof *v);
     size_t n = 0;
-    for (size_t i = 0; i < rl->n_train; i++)
-        if (rl->train[i].has & 1u << f && isfinite(rl->train[i].v[f])) v[n++] = rl->train[i].v[f];
+    for (size_t i = 0; i < np; i++)
+        if (p[i].has & 1u << f && isfinite(p[i].v[f])) v[n++] = p[i].v[f];
     double m = NAN;
     if (n) {
         qsort(v, n, sizeof *v, cmp_double);
         m = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
     }
+    if (max) *max = n ? v[n - 1] : NAN;
     free(v);
     return m;
+}
+
+static double median(const runlog *rl, runlog_field f) {
+    return median_of(rl->train, rl->n_train, f, NULL);
+}
+
+/* The checkpoints line of the summary. */
+static void write_saves(FILE *f, const runlog *rl) {
+    size_t bg = 0;
+    for (size_t i = 0; i < rl->n_saves; i++) bg += rl->saves[i].async;
+    if (!rl->n_saves) {
+        fprintf(f, "checkpoints: none saved (no save lines)\n");
+        return;
+    }
+    double most, block = median_of(rl->saves, rl->n_saves, RL_BLOCKING_S, &most);
+    double write = median_of(rl->saves, rl->n_saves, RL_WRITE_S, NULL);
+    const runlog_point *last = &rl->saves[rl->n_saves - 1];
+    fprintf(f, "checkpoints: %zu saved (%zu in the background); training stopped %.4g s per save "
+            "(median; longest %.4g s)", rl->n_saves, bg, block, most);
+    if (!isnan(write)) fprintf(f, ", written in %.4g s (median)", write);
+    if (last->has & 1u << RL_BYTES) fprintf(f, ", %.1f MB each (the last)", last->v[RL_BYTES] / 1e6);
+    fprintf(f, "\n");
 }
 
 static void write_summary(FILE *f, const char *run_dir, const runlog *rl) {
@@ -104,6 +132,7 @@ static void write_summary(FILE *f, const char *run_dir, const runlog *rl) {
     for (size_t i = 0; i < n; i++)
         if (tr[i].has & 1u << RL_STEP_TIME_S) t += tr[i].v[RL_STEP_TIME_S];
     fprintf(f, "train time: %.6g s (sum of the step times)\n", t);
+    write_saves(f, rl);
 }
 
 /* ---- the plots ---- */
@@ -152,6 +181,28 @@ static int gp_plot(FILE *f, const char *out, const char *png, const char *title,
     if (gp_quote(f, t)) return -1;
     fprintf(f, "\nset ylabel '%s'\nplot %s\n", ylabel, body);
     return 0;
+}
+
+/* checkpoint.png: per save, the seconds training stood still for it and its writers' seconds (in
+ * the background with save_async), and the megabytes written on the right axis. */
+static int plot_saves(FILE *f, const char *out, const char *run, const runlog *rl) {
+    size_t nb = datablock(f, "blocking", rl->saves, rl->n_saves, RL_BLOCKING_S, 1);
+    size_t nw = datablock(f, "write", rl->saves, rl->n_saves, RL_WRITE_S, 1);
+    size_t nm = datablock(f, "mbytes", rl->saves, rl->n_saves, RL_BYTES, 1e-6);
+    char body[640];
+    int o = snprintf(body, sizeof body, "$blocking using 1:2 with linespoints lw 2 pt 7 lc rgb "
+                     "'#d62728' title 'training stopped (blocking)'");
+    if (nw)
+        o += snprintf(body + o, sizeof body - (size_t)o, ", $write using 1:2 with linespoints lw 2 "
+                      "pt 5 lc rgb '#1f77b4' title 'written (background with save_async)'");
+    if (nm)
+        snprintf(body + o, sizeof body - (size_t)o, ", $mbytes using 1:2 axes x1y2 with points "
+                 "pt 2 lc rgb '#7f7f7f' title 'MB written (right axis)'");
+    fprintf(f, "set yrange [0:*]\nset y2range [0:*]\nset y2tics\nset y2label 'MB'\n");
+    int bad = gp_plot(f, out, "checkpoint.png", "checkpoint saves", run, "seconds",
+                      nb ? body : EMPTY);
+    fprintf(f, "unset y2tics\nunset y2label\n");
+    return bad;
 }
 
 /* Writes OUT/plots.gp (data inline). Returns 0, or TSR_EXIT_DATA after reporting. */
@@ -207,6 +258,7 @@ static int write_script(const char *script, const char *out, const char *run, co
         fprintf(f, "set yrange [*:*]\nset y2range [0:1]\nset y2tics\n");
         bad |= gp_plot(f, out, "dpo.png", "DPO reward margin", run, "reward margin", body);
     }
+    if (rl->n_saves) bad |= plot_saves(f, out, run, rl);
     fprintf(f, "unset output\n");
     if (fclose(f) != 0 || bad) {
         tsr_error("%s: cannot write the gnuplot script%s", script,
@@ -238,10 +290,11 @@ static int dpo_run(const runlog *rl) {
     return 0;
 }
 
-static int run_gnuplot(const char *script, const char *out, int dpo) {
-    static const char *const all[] = {"loss.png", "throughput.png", "mfu.png", "dpo.png"};
-    const size_t n_png = dpo ? 4 : 3;
-    const char *const *pngs = all;
+static int run_gnuplot(const char *script, const char *out, int dpo, int saves) {
+    const char *pngs[5] = {"loss.png", "throughput.png", "mfu.png"};
+    size_t n_png = 3;
+    if (dpo) pngs[n_png++] = "dpo.png";
+    if (saves) pngs[n_png++] = "checkpoint.png";
     char *argv[] = {"gnuplot", (char *)script, NULL};
     pid_t pid;
     fflush(stdout);
@@ -335,7 +388,7 @@ int cmd_report(int argc, char **argv) {
     const char *base = strrchr(run_dir, '/');
     base = base && base[1] ? base + 1 : run_dir;
     rc = write_script(script, out, base, &rl);
-    const int dpo = dpo_run(&rl);
+    const int dpo = dpo_run(&rl), saves = rl.n_saves > 0;
     runlog_free(&rl);
     if (rc) return rc;
     if (!on_path("gnuplot")) {
@@ -344,5 +397,5 @@ int cmd_report(int argc, char **argv) {
                   "module load gnuplot; then rerun, or run: gnuplot %s", script);
         return TSR_EXIT_DATA;
     }
-    return run_gnuplot(script, out, dpo);
+    return run_gnuplot(script, out, dpo, saves);
 }

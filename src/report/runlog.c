@@ -14,13 +14,14 @@
 static const char *const field_names[] = {
     "step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mfu", "step_time_s",
     "val_loss", "val_ppl", "dpo_reward_margin", "dpo_accuracy",
+    "seconds", "blocking_s", "write_s", "bytes",
 };
 _Static_assert(sizeof field_names / sizeof field_names[0] == RL_FIELD_COUNT,
                "one name per runlog_field");
 
 const char *runlog_field_name(runlog_field f) { return field_names[f]; }
 
-enum { LINE_OTHER, LINE_STEP, LINE_EVAL, LINE_START };
+enum { LINE_OTHER, LINE_STEP, LINE_EVAL, LINE_START, LINE_SAVE };
 
 /* One parsed line (src/base/json.c's parser): an object whose runlog_field keys are numbers or
  * null. Returns LINE_* or -1 with *why. */
@@ -45,7 +46,13 @@ static int classify(const json_value *o, runlog_point *pt, const char **why) {
     if (start) return LINE_START; /* a process start: after the first, a restart */
     if (seen & 1u << RL_LOSS) return LINE_STEP;
     if (seen & 1u << RL_VAL_LOSS) return LINE_EVAL;
-    return LINE_OTHER; /* a checkpoint line */
+    const json_value *ck = json_get(o, "checkpoint");
+    if (!ck || ck->type != JSON_STRING || strcmp(ck->str, "save") != 0) return LINE_OTHER;
+    if (!(pt->has & 1u << RL_BLOCKING_S) && pt->has & 1u << RL_SECONDS) /* synchronous, older */
+        pt->v[RL_BLOCKING_S] = pt->v[RL_SECONDS], pt->has |= 1u << RL_BLOCKING_S;
+    const json_value *as = json_get(o, "async");
+    pt->async = as && as->type == JSON_TRUE;
+    return LINE_SAVE;
 }
 
 static void push(runlog_point **a, size_t *n, size_t *cap, const runlog_point *pt) {
@@ -85,7 +92,7 @@ int runlog_read(runlog *rl, const char *path) {
         return TSR_EXIT_DATA;
     }
     char *line = NULL;
-    size_t cap = 0, cap_t = 0, cap_e = 0, lineno = 0;
+    size_t cap = 0, cap_t = 0, cap_e = 0, cap_s = 0, lineno = 0;
     ssize_t len;
     int rc = 0;
     json_doc doc;
@@ -114,6 +121,7 @@ int runlog_read(runlog *rl, const char *path) {
         pt.line = lineno;
         if (kind == LINE_STEP) push(&rl->train, &rl->n_train, &cap_t, &pt), rl->train_lines++;
         if (kind == LINE_EVAL) push(&rl->eval, &rl->n_eval, &cap_e, &pt), rl->eval_lines++;
+        if (kind == LINE_SAVE) push(&rl->saves, &rl->n_saves, &cap_s, &pt);
         if (kind == LINE_START && rl->n_starts++ > 0) {
             int64_t *r = realloc(rl->restarts, rl->n_starts * sizeof *r);
             if (!r) tsr_die(TSR_EXIT_INTERNAL, "runlog: realloc(%zu restarts): out of memory", rl->n_starts);
@@ -134,12 +142,14 @@ int runlog_read(runlog *rl, const char *path) {
     }
     rl->n_train = one_per_step(rl->train, rl->n_train);
     rl->n_eval = one_per_step(rl->eval, rl->n_eval);
+    rl->n_saves = one_per_step(rl->saves, rl->n_saves);
     return 0;
 }
 
 void runlog_free(runlog *rl) {
     free(rl->train);
     free(rl->eval);
+    free(rl->saves);
     free(rl->restarts);
     memset(rl, 0, sizeof *rl);
 }

@@ -3,8 +3,10 @@
  * metrics.jsonl holds one flat JSON object per line (src/train/metrics.c). Step lines carry "step"
  * and "loss" (plus "lr", "grad_norm", "tokens", "tokens_per_s", "mfu", "step_time_s"); eval lines
  * "step" and "val_loss" (plus "val_ppl"); DPO step lines also "dpo_reward_margin" and
- * "dpo_accuracy"; lines with "event" (start, guard, rollback) and
- * checkpoint lines are not series points. {"event": "start", "step": S} lines (one per process
+ * "dpo_accuracy"; save lines ({"checkpoint": "save", ...}) the saves series: "seconds",
+ * "blocking_s", "write_s", "bytes" (a line written before save_async has no blocking_s: its save
+ * was synchronous, blocking = seconds); lines with "event" (start, guard, rollback) and the other
+ * checkpoint lines (resume, init-from, rollback) are not series points. {"event": "start", "step": S} lines (one per process
  * start) after the first are the run's restarts, at step S. Any value may be null (a non-finite number). A step
  * logged twice (a resume, a rollback) counts with its later line.
  */
@@ -18,6 +20,7 @@ typedef enum runlog_field {
     RL_STEP, RL_LOSS, RL_LR, RL_GRAD_NORM, RL_TOKENS, RL_TOKENS_PER_S, RL_MFU, RL_STEP_TIME_S,
     RL_VAL_LOSS, RL_VAL_PPL,
     RL_DPO_MARGIN, RL_DPO_ACCURACY, /* objective = dpo step lines (docs/dpo.md) */
+    RL_SECONDS, RL_BLOCKING_S, RL_WRITE_S, RL_BYTES, /* save lines (docs/tracking.md) */
     RL_FIELD_COUNT
 } runlog_field;
 
@@ -25,12 +28,13 @@ typedef struct runlog_point {
     int64_t step;
     double v[RL_FIELD_COUNT]; /* v[f] is meaningful when has & (1u << f) */
     unsigned has;             /* bit f: field f holds a number (present and not null) */
+    int async;                /* a save line: "async": true (written in the background) */
     size_t line;              /* 1-based line of metrics.jsonl */
 } runlog_point;
 
 typedef struct runlog {
-    runlog_point *train, *eval; /* sorted by step, one point per step */
-    size_t n_train, n_eval;
+    runlog_point *train, *eval, *saves; /* sorted by step, one point per step */
+    size_t n_train, n_eval, n_saves;
     size_t train_lines, eval_lines; /* lines read, before keeping one per step */
     int64_t *restarts;              /* the step of every start line after the first, in file order */
     size_t n_restarts, n_starts;

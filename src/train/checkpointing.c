@@ -55,12 +55,6 @@ void checkpointing_install_signals(void) {
     sigaction(SIGTERM, &sa, NULL);
 }
 
-int checkpointing_stop_requested(void) {
-    int64_t flag = stop_signal != 0;
-    dist_allreduce_sum_i64(&flag, 1); /* every rank learns that one of them was signalled */
-    return flag > 0;
-}
-
 /* The checkpoint read at start: checkpointing_resume runs before run_dir is opened (a refused start
  * writes nothing), so its record is kept for trainer_open_run_dir to log (metrics.jsonl, stdout). */
 static void note_start_load(tsr_trainer *t, const char *what, const char *path, double seconds,
@@ -274,12 +268,12 @@ static void fill_meta(const tsr_trainer *t, ckpt_meta *meta) {
     snprintf(meta->program_version, sizeof meta->program_version, "%s", TSR_VERSION);
 }
 
-int checkpointing_save(tsr_trainer *t) {
-    ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
-    char names[SET_COUNT * TSR_P_COUNT][64];
+/* This rank's checkpoint tensors with their data ready to be written: the device's state pulled
+ * (device = cuda), zero3 / hsdp shards moved into their flat parts (the first group writes:
+ * fsdp.h), the experts' parts; LoRA writes its adapters only. */
+static int save_tensors(tsr_trainer *t, ckpt_tensor *ts, char (*names)[64]) {
     int n = build_tensors(t, 1, ts, names);
     if (t->be.gpu) gpu_train_pull(t->be.gpu); /* device = cuda: the host mirror is written */
-    /* the first group writes (fsdp.h); LoRA writes its adapters only */
     if (t->part.fsdp_on && t->part.fsdp.gindex == 0 && !t->part.lora_on) {
         fsdp_shard_to_part(&t->part.fsdp, t->part.fsdp.params, t->part.ckio[SET_MODEL]);
         fsdp_shard_to_part(&t->part.fsdp, t->part.m, t->part.ckio[SET_M]);
@@ -287,6 +281,21 @@ int checkpointing_save(tsr_trainer *t) {
     }
     for (int set = 0; ep_writer(t) && set < SET_COUNT; set++)
         ep_to_part(&t->part.ep, ep_store(t, set), t->part.ep_io[set]);
+    return n;
+}
+
+/* A save of step `step` committed: the record (metrics.jsonl, the log line). */
+static void note_saved(tsr_trainer *t, int64_t step, const char *path, const ckpt_stats *st,
+                       int async) {
+    t->ck.committed = step;
+    metrics_log_save(t, step, path, st, async);
+}
+
+/* A synchronous save of the current step. */
+static int save_now(tsr_trainer *t) {
+    ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
+    char names[SET_COUNT * TSR_P_COUNT][64];
+    int n = save_tensors(t, ts, names);
     ckpt_meta *meta = tsr_malloc(sizeof *meta);
     fill_meta(t, meta);
     char path[1200];
@@ -294,8 +303,135 @@ int checkpointing_save(tsr_trainer *t) {
     int rc = ckpt_save(t->cfg.run_dir, meta, ts, n, t->cfg.keep_last, path, sizeof path, &st);
     free(meta);
     io_release(t);
-    if (!rc) metrics_log_checkpoint(t, "save", path, st.seconds, st.bytes);
+    if (!rc) note_saved(t, t->step, path, &st, 0);
     return rc;
+}
+
+/* The snapshot buffer holds at least n floats (zeroed when it grows, as io_layout's parts are). */
+static void snap_reserve(tsr_trainer *t, size_t n) {
+    if (n <= t->ck.snap_cap) return;
+    free(t->ck.snap);
+    t->ck.snap = tsr_calloc(n, sizeof(float));
+    t->ck.snap_cap = n;
+}
+
+/* zero3 / hsdp, the first group's ranks (the writers), not LoRA: the floats of this rank's part
+ * of each set, which fsdp_shard_to_part then writes straight into the snapshot (no part buffers,
+ * no second copy); 0 otherwise. */
+static size_t snapshot_direct(const tsr_trainer *t) {
+    const tsr_fsdp *f = &t->part.fsdp;
+    if (!t->part.fsdp_on || t->part.lora_on || f->gindex != 0) return 0;
+    return f->part_counts[f->grank];
+}
+
+static size_t snapshot_floats(const tsr_trainer *t);
+
+/* Starts a save of the current step in the background: the device's state pulled, zero3 / hsdp
+ * parts moved straight into the snapshot, the file created (the collective part); a thread of
+ * each rank copies the rest of its slices into the snapshot and writes them while training goes
+ * on (checkpointing_before_update waits for the copy). */
+static int save_in_background(tsr_trainer *t) {
+    const double t0 = tsr_now();
+    ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
+    char names[SET_COUNT * TSR_P_COUNT][64];
+    const size_t d = snapshot_direct(t);
+    snap_reserve(t, snapshot_floats(t)); /* (at start already: trainer_init) */
+    for (int set = 0; d && set < SET_COUNT; set++) t->part.ckio[set] = t->ck.snap + set * d;
+    int n = save_tensors(t, ts, names);
+    for (int set = 0; d && set < SET_COUNT; set++) t->part.ckio[set] = NULL; /* (not io_layout's) */
+    t->ck.snap_s = tsr_now() - t0;
+    ckpt_meta *meta = tsr_malloc(sizeof *meta);
+    fill_meta(t, meta);
+    int rc = ckpt_save_start(t->cfg.run_dir, meta, ts, n, t->cfg.keep_last, 1, t->ck.snap,
+                             t->ck.snap_cap, &t->ck.pending);
+    free(meta);
+    if (rc) io_release(t);
+    t->ck.blocking = tsr_now() - t0;
+    return rc;
+}
+
+void checkpointing_before_update(tsr_trainer *t) {
+    if (!t->ck.pending || t->ck.copied) return;
+    t->ck.blocking += ckpt_save_wait_copied(t->ck.pending);
+    t->ck.copied = 1;
+    io_release(t); /* the experts' parts, copied */
+}
+
+/* Commits the save in flight, after waiting for this rank's writer. Collective. */
+static int commit_pending(tsr_trainer *t) {
+    ckpt_pending *p = t->ck.pending;
+    const int64_t step = ckpt_save_step(p);
+    const double t0 = tsr_now();
+    char path[1200];
+    ckpt_stats st = {0};
+    t->ck.pending = NULL;
+    int rc = ckpt_save_finish(p, path, sizeof path, &st);
+    if (!t->ck.copied) io_release(t); /* (the writer copied them: it has finished) */
+    t->ck.copied = 0;
+    if (rc) {
+        if (t->dist.rank == 0)
+            tsr_error("the background save of step %lld failed (above): the run stops at step "
+                      "%lld; %s/latest still names the previous checkpoint", (long long)step,
+                      (long long)t->step, t->cfg.run_dir);
+        return rc;
+    }
+    st.blocking = t->ck.blocking + (tsr_now() - t0); /* pull, start, wait for the copy, commit */
+    note_saved(t, step, path, &st, 1);
+    return 0;
+}
+
+int checkpointing_drain(tsr_trainer *t) { return t->ck.pending ? commit_pending(t) : 0; }
+
+int checkpointing_boundary(tsr_trainer *t, int *stop) {
+    int64_t v[2] = {stop_signal != 0, t->ck.pending && !ckpt_save_written(t->ck.pending)};
+    dist_allreduce_sum_i64(v, 2); /* every rank learns of a signal and of a writer still busy */
+    *stop = v[0] > 0;
+    return t->ck.pending && v[1] == 0 ? commit_pending(t) : 0;
+}
+
+int checkpointing_save(tsr_trainer *t, int background) {
+    if (t->ck.pending) { /* one save in flight: this one waits for the last to be committed */
+        const int64_t prev = ckpt_save_step(t->ck.pending);
+        int busy = !ckpt_save_written(t->ck.pending);
+        const double t0 = tsr_now();
+        dist_allreduce_max_int(&busy, 1);
+        int rc = commit_pending(t);
+        if (busy && t->dist.rank == 0)
+            printf("checkpoint save step %lld: the background save of step %lld was still being "
+                   "written; waited %.3f s for it and its commit (one save in flight at a time)\n",
+                   (long long)t->step, (long long)prev, tsr_now() - t0);
+        if (rc) return rc;
+    }
+    return background && t->ck.async ? save_in_background(t) : save_now(t);
+}
+
+/* The floats of this rank's snapshot: its slices of every tensor (as build_tensors lays them out,
+ * without building them) */
+static size_t snapshot_floats(const tsr_trainer *t) {
+    if (t->part.lora_on) return t->dist.rank == 0 ? SET_COUNT * t->part.lora.n : 0;
+    size_t part = t->part.fsdp_on ? snapshot_direct(t) : t->part.part_counts[t->dist.rank];
+    return SET_COUNT * (part + (ep_writer(t) ? ep_part_floats(&t->part.ep) : 0));
+}
+
+void checkpointing_snapshot_alloc(tsr_trainer *t) {
+    if (!t->ck.async) return;
+    snap_reserve(t, snapshot_floats(t));
+    /* written once now: its pages are committed at start (where the memory check was made), not
+     * by the first save's copy, on which a fresh page costs a fault (slow in a VM) */
+    if (t->ck.snap) memset(t->ck.snap, 0, t->ck.snap_cap * sizeof(float));
+}
+
+uint64_t checkpointing_snapshot_bytes(const tsr_trainer *t) {
+    const tsr_model *m = &t->model;
+    if (!t->cfg.save_async) return 0;
+    if (t->part.lora_on) return SET_COUNT * (uint64_t)t->part.lora.n * sizeof(float); /* rank 0 */
+    uint64_t dense = 0, experts = 0;
+    for (int i = 0; i < TSR_P_COUNT; i++)
+        *(m->params_info[i].ep ? &experts : &dense) += m->params_info[i].numel;
+    const int G = t->part.fsdp_on ? t->part.fsdp_group : t->dist.world;
+    uint64_t mine = dense / (uint64_t)(G > 0 ? G : 1) + 16; /* parts cut at 16 floats */
+    if (m->EP > 1) mine += experts / (uint64_t)m->EP + 1;
+    return SET_COUNT * mine * sizeof(float);
 }
 
 /* After reading each rank's part of the base model: under parallel.expert the first EP group's
@@ -412,9 +548,11 @@ int checkpointing_rollback(tsr_trainer *t, int64_t max_step, char *path, size_t 
                            int64_t *data_batch) {
     ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
     char names[SET_COUNT * TSR_P_COUNT][64];
+    int rc = checkpointing_drain(t); /* the save in flight may be the one to roll back to */
+    if (rc) return rc;
     ckpt_meta *meta = tsr_malloc(sizeof *meta);
     ckpt_stats st = {0};
-    int n = build_tensors(t, 1, ts, names), rc;
+    int n = build_tensors(t, 1, ts, names);
     int64_t found;
     /* newest first; one that fails to load (CRC, truncation) is reported and the next older tried:
      * every tensor is read again from the one that loads */

@@ -28,10 +28,33 @@ void checkpointing_use_importer(const checkpointing_importer *imp);
 
 /* SIGUSR1 and SIGTERM only set a flag (never checkpoint from a handler). */
 void checkpointing_install_signals(void);
-/* At a step boundary: did any rank get a stop signal? (one all-reduce) */
-int checkpointing_stop_requested(void);
-/* Writes and commits a checkpoint of the current step; logs time and bytes/s. */
-int checkpointing_save(tsr_trainer *t);
+/* At a step boundary, one all-reduce: did any rank get a stop signal (*stop), and has every rank's
+ * background writer finished? If so the save in flight is committed here (the CRCs agreed, the
+ * rename, `latest`, keep_last retention). 0, or an exit code: a background write that failed on
+ * any rank (a full disk, quota, an I/O error) is reported naming the file, and returns
+ * TSR_EXIT_DATA with the previous checkpoint still `latest`. Collective. */
+int checkpointing_boundary(tsr_trainer *t, int *stop);
+/* A checkpoint of the current step (docs/checkpoint-format.md "Asynchronous save"). A save in
+ * flight is committed first (one save in flight at a time: when it is still being written this
+ * waits, and says how long). background (a periodic save) with save_async in effect: the
+ * snapshot is taken and the file created, a thread of each rank writes it while training goes on,
+ * and checkpointing_boundary or checkpointing_drain commits it later; else the save is written
+ * and committed before this returns. Logs time and bytes (metrics.jsonl: blocking and background
+ * write time). 0 or an exit code. Collective. */
+int checkpointing_save(tsr_trainer *t, int background);
+/* Before the state changes (the optimizer's update): waits until a background save's writer has
+ * copied this rank's slices into the snapshot (it copies while the step's forward and backward
+ * read the state; at once when done). Local. */
+void checkpointing_before_update(tsr_trainer *t);
+/* Waits for the save in flight, if any, and commits it. 0 or an exit code. Collective. */
+int checkpointing_drain(tsr_trainer *t);
+/* The host memory of the largest snapshot a rank takes for a background save (rank 0's: its
+ * part of the weights and both AdamW moments, the first sharding group's under zero3 / hsdp, the
+ * adapters under LoRA): what the memory plan shows; 0 when save_async is false. */
+uint64_t checkpointing_snapshot_bytes(const tsr_trainer *t);
+/* save_async in effect (t->ck.async): allocates this rank's snapshot buffer and writes it once, so
+ * that its memory is taken at start, not at the first save. Local. */
+void checkpointing_snapshot_alloc(tsr_trainer *t);
 /* Rank 0, once run_dir is open: warns when run_dir's filesystem has less room than one checkpoint
  * of this run (ckpt_room), which its first save would refuse (exit 2), maybe hours later. Nothing
  * for a run that saves only on a stop request (save_interval 0ba, save_final false). */

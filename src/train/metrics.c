@@ -100,7 +100,8 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
     human_count(np, sizeof np, (double)m->n_params_counted);
     double pb, gb, ob, cb, ab;
     const int lora = c->lora.rank > 0;
-    double total = plan_bytes(t, lora, &pb, &gb, &ob, &cb, &ab);
+    const double sb = (double)t->ck.snap_plan; /* save_async's host copy */
+    double total = plan_bytes(t, lora, &pb, &gb, &ob, &cb, &ab) + sb;
     char comm[32];
     metrics_human_bytes(comm, sizeof comm, cb);
     metrics_human_bytes(w, sizeof w, pb);
@@ -144,7 +145,7 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
     if (lora) { /* docs/lora.md */
         double fpb, fgb, fob, fcb, fab, full = plan_bytes(t, 0, &fpb, &fgb, &fob, &fcb, &fab);
         char saved[32], fulls[32];
-        metrics_human_bytes(saved, sizeof saved, full - total);
+        metrics_human_bytes(saved, sizeof saved, full - (total - sb)); /* (snapshots aside) */
         metrics_human_bytes(fulls, sizeof fulls, full);
         char names[64] = "", why[160];
         unsigned mask = 0; /* the config check accepted the list */
@@ -170,16 +171,21 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
         snprintf(how, sizeof how, " (HSDP: %s sharded over groups of %d ranks, %d replicas)",
                  lora ? "the frozen base" : "all state", t->part.fsdp_group,
                  t->dist.world / t->part.fsdp_group);
-    char mu[96] = "";
+    char mu[96] = "", snap[80] = "";
     if (muon_scratch(t) > 0) {
         char mb[32];
         metrics_human_bytes(mb, sizeof mb, muon_scratch(t));
         snprintf(mu, sizeof mu, " (Muon's iteration%s: %s)",
                  t->part.fsdp_on ? ", owned matrices and exchange" : "", mb);
     }
+    if (sb > 0) {
+        char b[32];
+        metrics_human_bytes(b, sizeof b, sb);
+        snprintf(snap, sizeof snap, ", checkpoint snapshot %s (save_async, host)", b);
+    }
     printf("memory per rank (fp32): weights %s, grads %s, %s %s%s%s, communication buffers %s, "
-           "activations %s per microbatch of %d x %d; total %s\n",
-           w, g, mu[0] ? "optimizer" : "AdamW", opt, mu, how, comm, acts, t->micro, t->T, tot);
+           "activations %s per microbatch of %d x %d%s; total %s\n",
+           w, g, mu[0] ? "optimizer" : "AdamW", opt, mu, how, comm, acts, t->micro, t->T, snap, tot);
     printf("batch: global %lld = %d ranks x %lld per rank = %lld microbatches of %d%s; "
            "seq_len %d; %lld tokens/step\n",
            (long long)c->global_batch, t->dist.world, (long long)t->per_rank,
@@ -489,20 +495,46 @@ void metrics_log_rollback(const tsr_trainer *t, int64_t from_step, const char *p
     }
 }
 
-void metrics_log_checkpoint(const tsr_trainer *t, const char *what, const char *path,
-                            double seconds, uint64_t bytes) {
-    if (t->dist.rank != 0) return;
+/* Rank 0: "checkpoint WHAT step S | PATH | X s | Y MB | Z GB/s" printed (no newline) and its
+ * metrics.jsonl record begun (left open for more fields). */
+static void checkpoint_record(const tsr_trainer *t, const char *what, int64_t step,
+                              const char *path, double seconds, uint64_t bytes) {
     double gbs = seconds > 0 ? (double)bytes / seconds / 1e9 : 0.0;
-    printf("checkpoint %s step %lld | %s | %.3f s | %.1f MB | %.2f GB/s\n", what,
-           (long long)t->step, path, seconds, (double)bytes / 1e6, gbs);
-    fflush(stdout);
-    if (t->out.metrics) {
+    printf("checkpoint %s step %lld | %s | %.3f s | %.1f MB | %.2f GB/s", what, (long long)step,
+           path, seconds, (double)bytes / 1e6, gbs);
+    if (t->out.metrics)
         fprintf(t->out.metrics,
                 "{\"step\": %lld, \"checkpoint\": \"%s\", \"path\": \"%s\", \"seconds\": %.6g, "
                 "\"bytes\": %llu, \"gb_per_s\": %.6g",
-                (long long)t->step, what, path, seconds, (unsigned long long)bytes, gbs);
-        metrics_end_record(t->out.metrics);
-    }
+                (long long)step, what, path, seconds, (unsigned long long)bytes, gbs);
+}
+
+void metrics_log_checkpoint(const tsr_trainer *t, const char *what, const char *path,
+                            double seconds, uint64_t bytes) {
+    if (t->dist.rank != 0) return;
+    checkpoint_record(t, what, t->step, path, seconds, bytes);
+    printf("\n");
+    fflush(stdout);
+    if (t->out.metrics) metrics_end_record(t->out.metrics);
+}
+
+void metrics_log_save(const tsr_trainer *t, int64_t step, const char *path, const ckpt_stats *st,
+                      int async) {
+    if (t->dist.rank != 0) return;
+    checkpoint_record(t, "save", step, path, st->seconds, st->bytes);
+    if (async)
+        printf(" | blocking %.3f s (snapshot %.3f s); written in the background in %.3f s, "
+               "waited %.3f s for it; committed at step %lld", st->blocking, t->ck.snap_s,
+               st->write, st->waited, (long long)t->step);
+    printf("\n");
+    fflush(stdout);
+    if (!t->out.metrics) return;
+    fprintf(t->out.metrics, ", \"async\": %s, \"blocking_s\": %.6g, \"write_s\": %.6g, "
+            "\"waited_s\": %.6g, \"committed_step\": %lld", async ? "true" : "false",
+            st->blocking, st->write, st->waited, (long long)t->step);
+    fprintf(t->out.metrics, ", \"write_cpu_s\": %.6g", st->write_cpu);
+    if (async) fprintf(t->out.metrics, ", \"snapshot_s\": %.6g", t->ck.snap_s);
+    metrics_end_record(t->out.metrics);
 }
 
 void metrics_log_micro(const tsr_trainer *t, int from, int micro, int64_t failed) {

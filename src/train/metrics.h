@@ -3,6 +3,7 @@
 #ifndef TSR_METRICS_H
 #define TSR_METRICS_H
 
+#include "ckpt.h"
 #include "train/train_state.h"
 
 /* Peak FLOP/s of one rank by device name ("cpu", "H100", ...): the table in docs/mfu.md.
@@ -27,10 +28,16 @@ void metrics_log_micro(const tsr_trainer *t, int from, int micro, int64_t failed
 void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st);
 void metrics_log_eval(tsr_trainer *t, double val_loss);
 void metrics_finish(tsr_trainer *t);
-/* A checkpoint event ("save", "resume", "init-from"): time, bytes and bytes/s, in the log and the
- * JSONL (rank 0). */
+/* A checkpoint read ("resume", "init-from", "rollback"): time, bytes and bytes/s, in the log and
+ * the JSONL (rank 0). */
 void metrics_log_checkpoint(const tsr_trainer *t, const char *what, const char *path,
                             double seconds, uint64_t bytes);
+/* A save of step `step` committed (at t->step: later for a background save): its time, bytes and
+ * bytes/s, the seconds training stood still for it (blocking; of them, async, the snapshot's:
+ * t->ck.snap_s), its writers' time and the wait for them, in the log and the JSONL (rank 0;
+ * docs/tracking.md). */
+void metrics_log_save(const tsr_trainer *t, int64_t step, const char *path, const ckpt_stats *st,
+                      int async);
 /* A step the spike guard did not pass ("warn", "skip", "stop"), with its reason (rank 0). */
 void metrics_log_guard(const tsr_trainer *t, const char *action, const tsr_step_stats *st);
 /* A guard event without an outlier comparison: "rebaseline", "restart-window" (rank 0). */

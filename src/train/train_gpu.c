@@ -141,6 +141,21 @@ int train_gpu_init(tsr_trainer *t) {
     return rc;
 }
 
+void train_gpu_pin_snapshot(tsr_trainer *t) {
+    if (!t->be.gpu || !t->ck.async) return;
+    const size_t b = gpu_train_pin_host(t->be.gpu);
+    char hb[32];
+    metrics_human_bytes(hb, sizeof hb, (double)b);
+    if (!b)
+        tsr_warn("save_async: CUDA would not pin the host copy of the device's state (a memlock "
+                 "limit? ulimit -l): a background save's snapshot copies it through pageable "
+                 "memory, more slowly; the run goes on");
+    else if (t->dist.rank == 0)
+        printf("save_async: %s of host memory pinned per rank for the device-to-host copy of a "
+               "checkpoint's snapshot\n", hb);
+    fflush(stdout);
+}
+
 gpu_train_ctx *train_gpu(tsr_trainer *t) {
     t->be.gpu->micro = t->micro;
     if (t->part.lora_on) t->be.gpu->lora_key = trainer_lora_key(t);

@@ -17,6 +17,10 @@ void train_gpu_print_plan(const struct tsr_trainer *t);
 /* After the host weights are initialised: fills t->gpu and starts the library (gpu_train_init);
  * without optim peak_flops, the GPU's peak bf16 FLOP/s by its name. 0 or an exit code. */
 int train_gpu_init(struct tsr_trainer *t);
+/* save_async in effect (t->ck.async): pins the host buffers the device's state is copied into at
+ * a save (gpu_train_pin_host), so the snapshot's device-to-host copy runs at the bus's speed;
+ * rank 0 says how much, and a rank where CUDA refused warns (its copies stay pageable). */
+void train_gpu_pin_snapshot(struct tsr_trainer *t);
 /* t->gpu with the trainer's current microbatch (micro_batch = auto lowers it). */
 gpu_train_ctx *train_gpu(struct tsr_trainer *t);
 void train_gpu_free(struct tsr_trainer *t);

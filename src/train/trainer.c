@@ -385,24 +385,27 @@ static void oom_fault(const tsr_trainer *t) {
     cpu_ops_set_mem_limit(cpu_ops_live_bytes() + acts + acts / 2);
 }
 
+/* This node's available host memory in KiB (/proc/meminfo's MemAvailable), -1 when unknown.
+ * Test hook: TSR_FAULT="mem_available:KIB". */
+static long long mem_available_kib(void) {
+    long long kib = -1;
+    const char *fault = tsr_fault("mem_available");
+    if (fault) return atoll(fault);
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kib) == 1) break;
+    if (f) fclose(f);
+    return kib;
+}
+
 /* Host blocks of 64 MiB and more are committed when first written (kernels/cpu/cpu_ops.c): a GPU
  * run's host copies of the gradients and AdamW state at its first checkpoint, a CPU run's at its
  * first step. Each node's first rank warns at start when the node's ranks (its own untouched
- * bytes times the ranks on the node) will need more than /proc/meminfo's MemAvailable, rather
- * than leave it to an out-of-memory kill hours later. Test hook: TSR_FAULT="mem_available:KIB". */
-static void host_memory_warn(const tsr_trainer *t) {
+ * bytes times the ranks on the node) will need more than kib, rather than leave it to an
+ * out-of-memory kill hours later. */
+static void host_memory_warn(const tsr_trainer *t, long long kib) {
     if (t->dist.local_rank != 0) return;
-    long long kib = -1;
-    const char *fault = tsr_fault("mem_available");
-    if (fault) {
-        kib = atoll(fault);
-    } else {
-        FILE *f = fopen("/proc/meminfo", "r");
-        char line[256];
-        while (f && fgets(line, sizeof line, f))
-            if (sscanf(line, "MemAvailable: %lld kB", &kib) == 1) break;
-        if (f) fclose(f);
-    }
     const int ranks = t->dist.local_world > 0 ? t->dist.local_world : 1;
     const double need = (double)cpu_ops_unresident_bytes() * ranks, have = 1024.0 * (double)kib;
     if (kib < 0 || need <= have) return;
@@ -415,6 +418,31 @@ static void host_memory_warn(const tsr_trainer *t) {
                  ? "the host copies of the gradients and AdamW state, at the first checkpoint"
                  : "the gradients and AdamW state, at the first step",
              have / 1073741824.0);
+}
+
+/* save_async: each node's first rank checks that its ranks' snapshots (the host copy a background
+ * save takes, checkpointing_snapshot_bytes) fit in kib beside what the run still commits; when
+ * one node's do not, every rank saves synchronously (rank 0 warns): not an out-of-memory kill at
+ * the first save. Collective. */
+static void choose_save_mode(tsr_trainer *t, long long kib) {
+    t->ck.committed = -1;
+    t->ck.async = t->cfg.save_async;
+    if (!t->ck.async) return;
+    const int ranks = t->dist.local_world > 0 ? t->dist.local_world : 1;
+    const double snap = (double)t->ck.snap_plan;
+    const double need = ((double)cpu_ops_unresident_bytes() + snap) * ranks;
+    int64_t short_nodes = t->dist.local_rank == 0 && kib >= 0 && need > 1024.0 * (double)kib;
+    dist_allreduce_sum_i64(&short_nodes, 1);
+    if (!short_nodes) return;
+    t->ck.async = 0;
+    if (t->dist.rank == 0)
+        tsr_warn("save_async: the snapshot of a background save (%.2f GiB of host memory per rank) "
+                 "does not fit beside the run on %lld node(s) (rank 0's node: %d rank(s) need "
+                 "%.2f GiB, %.2f GiB available, /proc/meminfo MemAvailable): every checkpoint is "
+                 "written synchronously, training stopping for each save; set save_async = false "
+                 "to choose that, or use more nodes or parallel.sharding = \"zero3\"",
+                 snap / 1073741824.0, (long long)short_nodes, ranks, need / 1073741824.0,
+                 1024.0 * (double)kib / 1073741824.0);
 }
 
 /* device = cuda without a CUDA backend in this build (or its library) is refused before anything
@@ -544,6 +572,7 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     if (t->model.E)
         t->out.moe = tsr_calloc((size_t)t->model.LM * (size_t)(2 + t->model.E), sizeof(double));
     TSR_CHECK(check_int_counts(t, dry_run));
+    t->ck.snap_plan = checkpointing_snapshot_bytes(t); /* (the plan shows it) */
     if (dry_run) { /* the plan needs the layout only: nothing is allocated */
         metrics_print_plan(t, 1);
         if (cfg->device == TSR_DEVICE_CUDA) {
@@ -593,7 +622,11 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     } else {
         oom_fault(t);
     }
-    host_memory_warn(t);
+    const long long kib = mem_available_kib();
+    host_memory_warn(t, kib);
+    choose_save_mode(t, kib);
+    checkpointing_snapshot_alloc(t);
+    train_gpu_pin_snapshot(t);
     t->be.strategy = trainer_pick_strategy(t);
     return 0; /* run_dir is not touched yet: trainer_open_run_dir, once the checkpoint is read */
 }
@@ -722,6 +755,10 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     double loss = step_global_loss(t, loss_sum, denom, st);
     double lr = o->lr * lr_multiplier(o->schedule, o->alpha_f, t->step, t->warmup_steps,
                                       t->total_steps);
+    if (t->ck.pending) { /* the state changes from here: a background save's copy is done */
+        watchdog_phase(WD_CHECKPOINT, t->step);
+        checkpointing_before_update(t);
+    }
     watchdog_phase(WD_OPTIMIZER, t->step);
     int apply = step_judge(t, loss, norm, st);
     if (apply) {
@@ -814,7 +851,7 @@ static int guard_respond(tsr_trainer *t, const tsr_step_stats *st) {
             metrics_log_rollback(t, from, path, d_c, d_next);
             /* commit the restored step with the skip recorded (this also points `latest` at
              * it), then set the abandoned trajectory's checkpoints aside */
-            if ((rc = checkpointing_save(t))) return rc;
+            if ((rc = checkpointing_save(t, 0))) return rc;
             checkpointing_set_aside_after(t);
             return 1;
         }
@@ -850,13 +887,20 @@ static int guard_respond(tsr_trainer *t, const tsr_step_stats *st) {
     return TSR_EXIT_DATA;
 }
 
-/* At a step boundary after a stop request (SIGUSR1/SIGTERM on any rank): the checkpoint of this
- * step, unless a periodic save during which the signal came committed it already (committed:
- * the step of the last checkpoint this run committed). Returns TSR_EXIT_REQUEUE or an exit code. */
-static int stop_on_request(tsr_trainer *t, int64_t committed) {
+/* The save in flight committed, then a synchronous checkpoint of this step unless that was it (or
+ * a periodic save of this step committed it already): what a stop (exit 85, 86) leaves. */
+static int final_checkpoint(tsr_trainer *t) {
     int rc;
     watchdog_phase(WD_CHECKPOINT, t->step);
-    if (committed != t->step && (rc = checkpointing_save(t))) return rc;
+    if ((rc = checkpointing_drain(t))) return rc;
+    return t->ck.committed != t->step ? checkpointing_save(t, 0) : 0;
+}
+
+/* At a step boundary after a stop request (SIGUSR1/SIGTERM on any rank): the checkpoint of this
+ * step (final_checkpoint). Returns TSR_EXIT_REQUEUE or an exit code. */
+static int stop_on_request(tsr_trainer *t) {
+    int rc;
+    if ((rc = final_checkpoint(t))) return rc;
     if (t->dist.rank == 0)
         printf("stop requested (SIGUSR1/SIGTERM): checkpoint of step %lld committed; "
                "exit %d = requeue me\n", (long long)t->step, TSR_EXIT_REQUEUE);
@@ -912,10 +956,10 @@ static void end_of_run_sample(tsr_trainer *t) {
     else trainer_host_weights(t, 0);
 }
 
-/* After a step: its log line, the guard's response, evaluation, periodic checkpoint, the
- * straggler watchdog. Returns 0 to go on, 1 after a rollback (committed: the restored step), else
- * an exit code (TSR_EXIT_SLOW after a checkpoint). */
-static int after_step(tsr_trainer *t, const tsr_step_stats *st, int64_t *committed) {
+/* After a step: its log line, the guard's response, evaluation, periodic checkpoint (in the
+ * background with save_async, but the last one), the straggler watchdog. Returns 0 to go on, 1
+ * after a rollback, else an exit code (TSR_EXIT_SLOW after a checkpoint). */
+static int after_step(tsr_trainer *t, const tsr_step_stats *st) {
     int rc;
     metrics_log_step(t, st);
     if (st->phase_switch)
@@ -923,8 +967,7 @@ static int after_step(tsr_trainer *t, const tsr_step_stats *st, int64_t *committ
                                "with this batch: the spike window starts over");
     if (st->verdict != GUARD_OK) {
         if (st->verdict == GUARD_ROLLBACK) watchdog_phase(WD_CHECKPOINT, t->step);
-        if ((rc = guard_respond(t, st)) == 1) *committed = t->step;
-        if (rc) return rc;
+        if ((rc = guard_respond(t, st))) return rc;
     }
     int last = t->step == t->total_steps;
     if ((t->eval_every > 0 && t->step % t->eval_every == 0) || last) evaluate(t);
@@ -933,35 +976,41 @@ static int after_step(tsr_trainer *t, const tsr_step_stats *st, int64_t *committ
     if ((t->save_every > 0 && t->step % t->save_every == 0 && t->guard.streak == 0) ||
         (last && t->cfg.save_final)) {
         watchdog_phase(WD_CHECKPOINT, t->step);
-        if ((rc = checkpointing_save(t))) return rc;
-        *committed = t->step;
+        if ((rc = checkpointing_save(t, !last))) return rc;
     }
-    if (watchdog_after_step(t, st) && !last) { /* a straggler or low MFU: exit 86 */
-        watchdog_phase(WD_CHECKPOINT, t->step);
-        if (*committed != t->step && (rc = checkpointing_save(t))) return rc;
-        return TSR_EXIT_SLOW;
-    }
+    if (watchdog_after_step(t, st) && !last) /* a straggler or low MFU: exit 86 */
+        return (rc = final_checkpoint(t)) ? rc : TSR_EXIT_SLOW;
     return 0;
+}
+
+/* A run that stops with rc: the save in flight committed first (it is a good checkpoint; a
+ * failed save left none in flight). Returns rc. */
+static int stop_run(tsr_trainer *t, int rc) {
+    watchdog_phase(WD_CHECKPOINT, t->step);
+    checkpointing_drain(t); /* (its failure is reported; the run's own status stands) */
+    watchdog_stop();
+    return rc;
 }
 
 int trainer_run(tsr_trainer *t) {
     tsr_step_stats st;
-    int64_t committed = -1; /* step of the last checkpoint this run committed */
     watchdog_start(t);
     while (t->step < t->total_steps) {
-        int rc;
-        if (checkpointing_stop_requested()) { /* at a step boundary, all ranks together */
-            rc = stop_on_request(t, committed); /* the hang watchdog watches its save */
-            watchdog_stop();
-            return rc;
-        }
+        int rc, stop;
+        if (t->ck.pending) watchdog_phase(WD_CHECKPOINT, t->step); /* a commit may come */
+        /* at a step boundary, all ranks together: a stop request, a background save to commit */
+        if ((rc = checkpointing_boundary(t, &stop))) return stop_run(t, rc);
+        if (stop) /* the hang watchdog watches its save */
+            return stop_run(t, stop_on_request(t));
         train_data_stage_step(t);
         trainer_step(t, &st);
-        rc = after_step(t, &st, &committed);
+        rc = after_step(t, &st);
         if (rc == 1) continue; /* rolled back: the loop goes on from the restored step */
-        if (rc) return watchdog_stop(), rc;
+        if (rc) return stop_run(t, rc);
         maybe_fault(t);
     }
+    int rc = checkpointing_drain(t); /* (save_final = false: a periodic save may be in flight) */
+    if (rc) return watchdog_stop(), rc;
     watchdog_stop();
     train_data_stage_end(t);
     ep_report(t);
@@ -973,6 +1022,7 @@ int trainer_run(tsr_trainer *t) {
 
 void trainer_free(tsr_trainer *t) {
     train_gpu_free(t);
+    free(t->ck.snap);
     if (t->part.gslice) t->be.ops->free(t->part.gslice);
     free(t->part.part_counts);
     free(t->part.part_displs);

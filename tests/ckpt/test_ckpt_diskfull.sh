@@ -7,7 +7,10 @@
 #    and verify; no .tmp is left;
 #  - the same with the space checks skipped (TSR_CKPT_FAULT=skip-space-check, test-only), so the
 #    writes themselves hit ENOSPC: still exit 2 with the filesystem named, no crash in HDF5's
-#    close at MPI_Finalize (it was SIGSEGV, exit 139, which the job hook requeued);
+#    close at MPI_Finalize (it was SIGSEGV, exit 139, which the job hook requeued); once with the
+#    save of step 4 in the background (save_async, the default): the run goes on until the step
+#    boundary after the write failed and stops there, naming the file, the rank, the tensor and
+#    "No space left on device"; once synchronous (save_async = false);
 #  - at start (checkpointing_room_warn): the run above, with room for its first checkpoint, says
 #    nothing; with the tmpfs filled so that one checkpoint does not fit, rank 0 warns once at
 #    start, naming the filesystem, both sizes and the first save's step, and the run goes on
@@ -24,18 +27,19 @@ if ! mount -t tmpfs -o size=3m tmpfs "$FS" 2>"$TMP/mount.txt"; then
     exit 77
 fi
 trap 'umount "$FS" 2>/dev/null; rm -rf "$TMP"' EXIT
-tap_plan 12
+tap_plan 17
 make_synth "$TMP/data"
 tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=8 --set micro_batch=2
        --set max_duration=6ba --set save_interval=2ba --set keep_last=2)
 run() { local d=$1; shift; timeout 300 "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$d" "$@"; }
 
-for mode in checked skip-space-check; do
+for mode in checked background sync; do
     rm -rf "${FS:?}"/*
     R=$FS/run
-    if [[ $mode == checked ]]; then run "$R" >"$TMP/$mode.txt" 2>&1; else
-        TSR_CKPT_FAULT=$mode run "$R" >"$TMP/$mode.txt" 2>&1; fi
+    if [[ $mode == checked ]]; then run "$R" >"$TMP/$mode.txt" 2>&1
+    elif [[ $mode == background ]]; then TSR_CKPT_FAULT=skip-space-check run "$R" >"$TMP/$mode.txt" 2>&1
+    else TSR_CKPT_FAULT=skip-space-check run "$R" --set save_async=false >"$TMP/$mode.txt" 2>&1; fi
     rc=$?
     msg=$(grep -o "ckpt: tmpfs at $FS ($R) has [0-9]* bytes free, the checkpoint needs [0-9]*" "$TMP/$mode.txt" | head -1)
     tap_diag "$mode: exit $rc; $msg"
@@ -49,6 +53,13 @@ for mode in checked skip-space-check; do
     [[ $left == 0 ]]
     tap_check $? "$mode: no .tmp left ($left)"
 done
+# the background write's failure: met by a writer thread, reported at the step boundary after it
+last=$(sed -nE 's/^step ([0-9]+)\/6 .*/\1/p' "$TMP/background.txt" | tail -1)
+tap_diag "$(grep -m2 "error: " "$TMP/background.txt" | cut -c1-240)"
+grep -q "error: checkpoint $FS/run/step-00000004.h5 not written: \(rank 1: \)\?tensor [a-z/_0-9]*: writing \[[0-9]*, [0-9]*) failed: No space left on device; ckpt: tmpfs" "$TMP/background.txt" &&
+    grep -q "error: the background save of step 4 failed (above): the run stops at step $last; $FS/run/latest still names the previous checkpoint" "$TMP/background.txt" &&
+    ((last >= 4 && last < 6)) && grep -q "^checkpoint save step 2 | .*; written in the background" "$TMP/background.txt"
+tap_check $? "background: the save of step 4 failed in its writer thread; the run stopped at the boundary after step ${last:-?} naming the file, the tensor and the error"
 
 warned() { grep -c "warning: ckpt: tmpfs at $FS ($1) has [0-9]* bytes free, the checkpoint needs [0-9]*: free space there: the run's first checkpoint (step $2) would be refused now" "$3"; }
 n=$(warned "$FS/run" 2 "$TMP/checked.txt")

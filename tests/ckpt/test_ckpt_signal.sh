@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Signals that arrive while a checkpoint is being written (2 MPI ranks, ZeRO-1, 4 steps,
-# checkpoints every 2):
+# checkpoints every 2, synchronous: save_async = false; the background save's signals and kills
+# are tests/ckpt/test_ckpt_async_kill.sh's):
 #  B - a stop request (SIGUSR1 on rank 0 after step 3, TSR_FAULT) starts the save of step 3; in the
 #      middle of it a second SIGUSR1 and a SIGTERM reach both ranks: the save completes (once),
 #      exit 85, `tessera ckpt verify` accepts the file, `latest` names it, no *.tmp is left, and
@@ -39,7 +40,7 @@ args=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set dat
       --set model.n_layer=2 --set model.d_model=256 --set model.n_head=4 --set seq_len=32
       --set global_batch=8 --set micro_batch=2 --set max_duration=4ba --set eval_interval=0ba
       --set save_interval=2ba --set keep_last=3 --set threads=1 --set log_interval=1
-      --set parallel.sharding=zero1)
+      --set parallel.sharding=zero1 --set save_async=false)
 run() { local dir=$1; shift; "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$dir" "$@"; }
 bit_identical() { # RUN_DIR: every step's loss/lr/norm and the final checkpoint equal run A's
     cmp -s <(final_lines "$TMP/A/metrics.jsonl") <(final_lines "$1/metrics.jsonl") &&
@@ -113,13 +114,7 @@ scenario() {
         TSR_FAULT=${FAULT:-} "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$dir" >"$dir.txt" 2>&1 &
         pid=$!
         STARTED+=("$pid")
-        r=""
-        for _ in $(seq 1 600); do
-            r=$(ranks_of "$pid")
-            [[ $(wc -w <<<"$r") == 2 ]] && break
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.05
-        done
+        r=$(started_ranks "$pid" 2)
         if [[ $(wc -w <<<"$r") == 2 ]] && freeze_in_save "$(ck "$dir" "$step").tmp" "$min" $r; then
             for s in "$@"; do kill -"$s" $r; done
             kill -CONT $r 2>/dev/null

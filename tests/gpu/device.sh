@@ -22,6 +22,10 @@
 #             train      tests/gpu/test_cuda_train.sh, test_cuda_lora.sh, test_cuda_dpo.sh, test_cuda_moe_ep.sh,
 #                        test_cuda_muon.sh:
 #                        their GPU halves (the emulator's with TSR_TEST_EMULATOR=1; CI runs them)
+#             ckpt       tests/gpu/ckpt_async_gpu.sh: gpt2-124m on the GPU with save_async and without
+#                        (issue 53): the same checkpoints and steps, the host copy pinned; the
+#                        blocking and background seconds per save, the pinned device-to-host GB/s
+#                        and the step time during a background write, measured (~90 s)
 #           bash tests/gpu/device.sh bench MODEL     bench/gpu/run.sh (tessera vs PyTorch) for one
 #                                                   model (default gpt2-124m); its settings from
 #                                                   the environment (TESSERA_ARGS, MICRO_BATCH, ...)
@@ -257,7 +261,7 @@ verdict() { case $1 in 0) echo PASS ;; 77) echo SKIP ;; *) echo FAIL ;; esac; }
 recipe_int() { sed -n "s/^ *$2 *= *\([0-9]*\);.*/\1/p" "configs/$1.cfg" | head -1; }
 
 # the stages of `check`, in their order
-STAGES=(memcheck racecheck synccheck ops train)
+STAGES=(memcheck racecheck synccheck ops train ckpt)
 
 check() {
     setup
@@ -290,6 +294,7 @@ check() {
             ops) op_test "$logs/$st.txt" || r=$? ;;
             train) limited "$logs/$st.txt" env TSR_TEST_EMULATOR="${TSR_TEST_EMULATOR:-0}" \
                        TESTS="test_cuda_train test_cuda_lora test_cuda_dpo test_cuda_moe_ep test_cuda_muon" bash tests/run.sh || r=$? ;;
+            ckpt) limited "$logs/$st.txt" bash tests/gpu/ckpt_async_gpu.sh || r=$? ;;
         esac
         if ((r == 125)); then not_run+=("$st"); continue; fi
         ((r == 0)) || rc=1

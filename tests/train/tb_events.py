@@ -253,6 +253,26 @@ def summary(run):
     for s in steps:
         t += train[s]["step_time_s"]
     print("train time: %.6g s (sum of the step times)" % t)
+    saves = {}  # the save lines, the later line of a step counting
+    for l in lines:
+        d = json.loads(l) if l.strip() else {}
+        if d.get("checkpoint") == "save" and "event" not in d:
+            saves[d["step"]] = d
+    if not saves:
+        print("checkpoints: none saved (no save lines)")
+        return
+    ss = [saves[k] for k in sorted(saves)]
+    med = lambda v: v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+    block = sorted(d.get("blocking_s", d["seconds"]) for d in ss)
+    line = ("checkpoints: %d saved (%d in the background); training stopped %.4g s per save "
+            "(median; longest %.4g s)" % (len(ss), sum(d.get("async") is True for d in ss),
+                                          med(block), block[-1]))
+    w = sorted(d["write_s"] for d in ss if "write_s" in d)
+    if w:
+        line += ", written in %.4g s (median)" % med(w)
+    if "bytes" in ss[-1]:
+        line += ", %.1f MB each (the last)" % (ss[-1]["bytes"] / 1e6)
+    print(line)
 
 def main():
     try:

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The asynchronous checkpoint save against the synchronous one (issue 53; docs/benchmarks.md,
+# "Asynchronous checkpoint save"). For each recipe, on 2 MPI ranks, in one script run, four runs
+# of the same steps and saves: synchronous, asynchronous (save_async), and both again with the
+# disk throttled for this script's processes (a blkio cgroup of its own with write_bps_device on
+# the run directory's disk: O_DIRECT writes, the bulk of a save, go at THROTTLE_MBS MB/s; root and
+# cgroup v1 blkio only, else skipped with a note). From each run's metrics.jsonl:
+#   blocking   the seconds training stood still per save (median, max): blocking_s; of it the
+#              snapshot's (median): snapshot_s
+#   write      the writers' seconds per save (median): write_s; the CPU seconds the busiest
+#              writer thread used (median): write_cpu_s (copies and CRC: what a background write
+#              takes from the training's cores)
+#   step       the median step time of the steps that ran while a background write was in flight
+#              (steps s+1 .. committed_step of each background save), and of the others (first
+#              step left out), and their ratio: the background write's cost to a step
+# Usage: bash bench/ckpt_async.sh [RECIPE...]   (default: gpt2-124m, then qwen2.5-0.5b under zero3)
+#   STEPS=40 EVERY=12 (a save every EVERY steps, none at the end), SEQ=64, THROTTLE_MBS=100,
+#   DIR (default /tmp). A recipe whose plan (2 ranks, snapshot included) does not fit MemAvailable
+#   is skipped, saying so.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+STEPS=${STEPS:-40} EVERY=${EVERY:-12} SEQ=${SEQ:-64} THROTTLE_MBS=${THROTTLE_MBS:-100}
+DIR=$(mktemp -d "${DIR:-/tmp}/tessera-ckasync.XXXXXX")
+CG=""
+cleanup() { [[ -n $CG && -d $CG ]] && rmdir "$CG" 2>/dev/null; rm -rf "$DIR"; }
+trap cleanup EXIT
+recipes=("$@")
+((${#recipes[@]})) || recipes=(gpt2-124m qwen2.5-0.5b)
+"$BUILD/tessera" synth --out "$DIR/data" --vocab 50257 --tokens 2000000 --seed 1 >/dev/null
+
+# a blkio cgroup of this script's own (removed on exit) limiting writes to the run dir's disk
+majmin=$(findmnt -no MAJ:MIN --target "$DIR" | head -1 | tr -d ' ')
+if [[ $(id -u) == 0 && -w /sys/fs/cgroup/blkio && -n $majmin ]]; then
+    CG=/sys/fs/cgroup/blkio/tessera-ckasync-$$
+    mkdir "$CG" && echo "$majmin $((THROTTLE_MBS * 1000000))" >"$CG/blkio.throttle.write_bps_device" || CG=""
+fi
+[[ -n $CG ]] || echo "note: no blkio cgroup here (root and cgroup v1 blkio needed): the throttled runs are skipped"
+
+args_of() { # RECIPE: the run's settings
+    local extra=()
+    [[ $1 == gpt2-124m ]] || extra=(--set parallel.sharding=zero3)
+    echo --config "configs/$1.cfg" --set data.train="$DIR/data/train" --set data.val= \
+         --set data.tokenizer= --set sample.tokens=0 --set seq_len="$SEQ" --set global_batch=2 \
+         --set micro_batch=1 --set max_duration="${STEPS}ba" --set save_interval="${EVERY}ba" \
+         --set save_final=false --set eval_interval=0ba --set keep_last=2 --set threads=1 \
+         --set watchdog.window=0 "${extra[@]}"
+}
+# run NAME THROTTLED ARGS...: one training run into $DIR/NAME
+run() {
+    local name=$1 throttled=$2
+    shift 2
+    rm -rf "$DIR/$name"
+    if ((throttled)); then
+        (echo "$BASHPID" >"$CG/cgroup.procs" && exec bash tests/mpi_env.sh mpirun -np 2 \
+            "$BUILD/tessera-train" "$@" --set run_dir="$DIR/$name") >"$DIR/$name.txt" 2>&1
+    else
+        bash tests/mpi_env.sh mpirun -np 2 "$BUILD/tessera-train" "$@" --set run_dir="$DIR/$name" \
+            >"$DIR/$name.txt" 2>&1
+    fi
+}
+saves_of() { # NAME: its save lines, shortened
+    grep -E '^checkpoint save step' "$DIR/$1.txt" | sed -E 's/ \| [^|]*\.h5 \|/ |/' | sed 's/^/    /'
+}
+summary() { # NAME: one line of figures from its metrics.jsonl
+    /usr/bin/python3 - "$DIR/$1/metrics.jsonl" "$1" <<'PY'
+import json, statistics as st, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+saves = [d for d in lines if d.get("checkpoint") == "save"]
+steps = {d["step"]: d["step_time_s"] for d in lines if "loss" in d and "step_time_s" in d}
+busy = set()
+for s in saves:
+    if s.get("async"):
+        busy.update(range(s["step"] + 1, s["committed_step"] + 1))
+first = min(steps)
+during = [t for k, t in steps.items() if k in busy]
+other = [t for k, t in steps.items() if k not in busy and k != first]
+b = [s["blocking_s"] for s in saves]
+sn = [s["snapshot_s"] for s in saves if "snapshot_s" in s]
+cpu = [s["write_cpu_s"] for s in saves if "write_cpu_s" in s]
+w = [s["write_s"] for s in saves]
+med = lambda v: st.median(v) if v else float("nan")
+snap = f" (snapshot {med(sn):.3f})" if sn else ""
+print(f"{sys.argv[2]:<28} saves {len(saves)}  blocking median {med(b):7.3f} s{snap}  max {max(b):7.3f} s  "
+      f"write median {med(w):6.2f} s (writer CPU {med(cpu):.2f} s)  {saves[0]['bytes'] / 1e9:.2f} GB  "
+      f"step {med(other):.3f} s without a write, {med(during):.3f} s during one "
+      f"({len(during)} steps): x{med(during) / med(other):.3f}")
+PY
+}
+
+echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)," \
+     "load $(cut -d' ' -f1-3 /proc/loadavg); run dir on $(findmnt -no FSTYPE,SOURCE --target "$DIR" | head -1);" \
+     "$STEPS steps, a save every $EVERY (none at the end), seq_len $SEQ, 2 sequences a step, 1 thread per rank"
+for r in "${recipes[@]}"; do
+    read -ra a <<<"$(args_of "$r")"
+    plan=$("$BUILD/tessera-train" "${a[@]}" --plan 2 2>&1 | sed -nE 's/^memory per rank.*; total ([0-9.]+) GiB$/\1/p')
+    avail=$(awk '/MemAvailable/ {printf "%.1f", $2 / 1048576}' /proc/meminfo)
+    if [[ -n $plan ]] && ! /usr/bin/python3 -c "import sys; sys.exit(0 if 2 * $plan + 1 < $avail else 1)"; then
+        echo "$r: skipped: 2 ranks x $plan GiB (the plan, snapshot included) + 1 GiB > $avail GiB available"
+        continue
+    fi
+    echo "$r: plan ${plan:-?} GiB per rank (snapshot included)"
+    for mode in sync async; do
+        run "$r-$mode" 0 "${a[@]}" --set save_async=$([[ $mode == async ]] && echo true || echo false)
+        summary "$r-$mode"
+        saves_of "$r-$mode"
+    done
+    [[ -n $CG ]] || continue
+    for mode in sync async; do
+        run "$r-$mode-${THROTTLE_MBS}MBs" 1 "${a[@]}" --set save_async=$([[ $mode == async ]] && echo true || echo false)
+        summary "$r-$mode-${THROTTLE_MBS}MBs"
+        saves_of "$r-$mode-${THROTTLE_MBS}MBs"
+    done
+done
