@@ -95,9 +95,11 @@ _Static_assert(NAMED_AT(encoded, TSR_A_ENCODED) && NAMED_AT(att, TSR_A_ATT) &&
                "tsr_acts: the named buffers vs tsr_act_id");
 #undef NAMED_AT
 
-/* Bytes of every buffer of tsr_acts for B x T on be (0: not allocated). */
-static void act_plan(const tsr_model *m, const tsr_backend *be, int B, int T,
+/* Bytes of every buffer of tsr_acts for B x T on be (0: not allocated); with context
+ * parallelism, for this rank's T / cpN positions of each sequence. */
+static void act_plan(const tsr_model *m, const tsr_backend *be, int B, int Tw,
                      size_t bytes[TSR_A_COUNT]) {
+    const int T = Tw / (m->cpN > 1 ? m->cpN : 1);
     const size_t L = m->L, C = m->C, F = m->F, N = (size_t)B * T, e = tsr_dtype_size(be->act);
     const size_t FW = m->FW, QKV = m->QKV, QD = m->QD;
     const int ln = m->cfg.norm == TSR_NORM_LAYERNORM, qk = m->cfg.qk_norm;

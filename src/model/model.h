@@ -194,6 +194,9 @@ typedef struct tsr_model {
                               * decoder adds their path to the target projections */
     int ckpt_lo, n_ckpt;     /* layers ckpt_lo .. ckpt_lo + n_ckpt - 1 are checkpointed
                               * (n_ckpt 0: activation_checkpointing = none) */
+    int cpN;                 /* context parallelism (parallel.context): each sequence of T
+                              * positions is split over cpN ranks, the activations hold T / cpN
+                              * positions of it; 1 = none (model_set_context) */
     tsr_acts acts;
     /* Set when the maths runs on another backend (device = cuda, src/gpu/gpu_model.h):
      * model_forward hands the call to fwd (evaluation loss; training steps and the rest of the
@@ -240,6 +243,10 @@ int model_config_check(const tsr_model_config *cfg, char *why, size_t n);
  * of the flat layout (params_info[].ep = 1; offsets and n_params recomputed, n_params_counted
  * unchanged) for a store of their own, model_ep.h's; EP = 1 changes nothing. */
 void model_set_expert_parallel(tsr_model *m, int EP);
+/* Context parallelism (docs/parallelism.md): after model_init, sequences of seq_len positions are
+ * split over N ranks (cpN = N; the activations plan for seq_len / N positions). N = 1 changes
+ * nothing. */
+void model_set_context(tsr_model *m, int N);
 /* Allocates parameters and gradients (zeroed) and the ALiBi slopes or RoPE frequencies. */
 void model_alloc_params(tsr_model *m);
 /* The same without the gradients (a frozen base: LoRA, docs/lora.md): grads stays NULL. */

@@ -162,12 +162,20 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
         snprintf(how, sizeof how, " (HSDP: %s sharded over groups of %d ranks, %d replicas)",
                  lora ? "the frozen base" : "all state", t->part.fsdp_group,
                  t->dist.world / t->part.fsdp_group);
+    const int N = t->mesh.N;
+    char share[64] = "";
+    if (N > 1) snprintf(share, sizeof share, " (this rank's %d positions of each)", t->T / N);
     printf("memory per rank (fp32): weights %s, grads %s, AdamW %s%s, communication buffers %s, "
-           "activations %s per microbatch of %d x %d; total %s\n",
-           w, g, opt, how, comm, acts, t->micro, t->T, tot);
-    printf("batch: global %lld = %d ranks x %lld per rank = %lld microbatches of %d%s; "
+           "activations %s per microbatch of %d x %d%s; total %s\n",
+           w, g, opt, how, comm, acts, t->micro, t->T, share, tot);
+    if (N > 1) { /* docs/parallelism.md */
+        printf("context parallelism: each sequence split over %d ranks (%d groups of %d "
+               "consecutive ranks) in %d chunks of %d positions, zig-zag (rank r of a group holds "
+               "chunks r and %d-r)\n", N, t->mesh.D, N, 2 * N, t->T / (2 * N), 2 * N - 1);
+    }
+    printf("batch: global %lld = %d %sranks x %lld per rank = %lld microbatches of %d%s; "
            "seq_len %d; %lld tokens/step\n",
-           (long long)c->global_batch, t->dist.world, (long long)t->per_rank,
+           (long long)c->global_batch, t->mesh.D, N > 1 ? "data " : "", (long long)t->per_rank,
            (long long)(t->per_rank / t->micro), t->micro,
            t->auto_micro ? " (micro_batch = auto: the size tried first; halved on out-of-memory)"
                          : "", t->T, (long long)(c->global_batch * c->seq_len));

@@ -460,6 +460,44 @@ static int agree_start(const tsr_trainer *t, int rc, const char *what) {
     return worst;
 }
 
+/* parallel.context = N: the data x context mesh (train_state.h). A plan (dry_run) has no MPI
+ * world of its size: its data view is the numbers alone. */
+static void mesh_open(tsr_trainer *t, int dry_run) {
+    tsr_train_mesh *me = &t->mesh;
+    me->N = t->cfg.context > 1 ? (int)t->cfg.context : 1;
+    me->D = t->dist.world / me->N;
+    if (dry_run || me->N == 1) {
+        me->data = t->dist;
+        me->data.rank /= me->N, me->data.world = me->D, me->data.view = NULL;
+        return;
+    }
+    dist_data_view(&t->dist, me->N, &me->data);
+    me->context = dist_group_split(t->dist.rank / me->N, t->dist.rank);
+}
+
+static void mesh_close(tsr_trainer *t) {
+    dist_view_free(&t->mesh.data);
+    dist_group_free(t->mesh.context);
+}
+
+/* What context parallelism does not do yet, refused by name before anything starts */
+static int context_check(const tsr_config *cfg, int rank, int dry_run) {
+    if (cfg->context <= 1) return 0;
+    const struct { int on; const char *what; } no[] = {
+        {!dry_run, "training (the ring attention is not built yet: --plan only)"},
+        {cfg->device == TSR_DEVICE_CUDA, "device = \"cuda\""},
+    };
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
+        if (no[i].on) {
+            if (rank == 0)
+                tsr_error("parallel.context = %lld: not supported yet with %s (docs/parallelism.md "
+                          "lists what composes with context parallelism); use parallel.context "
+                          "= 1", (long long)cfg->context, no[i].what);
+            return TSR_EXIT_USAGE;
+        }
+    return 0;
+}
+
 int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run) {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
@@ -467,10 +505,12 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->be.ops = &tsr_cpu_ops;
     t->T = (int)cfg->seq_len;
     TSR_CHECK(config_check_world(cfg, d->world));
+    TSR_CHECK(context_check(cfg, d->rank, dry_run));
     int rc = cfg->device == TSR_DEVICE_CUDA ? cuda_config_check(d->rank) : 0;
     if (!rc) rc = open_tokenizer(t);
     TSR_CHECK(agree_start(t, rc, "GPU or tokenizer"));
-    t->per_rank = cfg->global_batch / d->world;
+    mesh_open(t, dry_run);
+    t->per_rank = cfg->global_batch / t->mesh.D; /* the data ranks' share */
     t->auto_micro = cfg->micro_batch == 0; /* "auto": start with the whole per-rank batch */
     t->micro = t->auto_micro ? trainer_micro_at_most(t, t->per_rank) : (int)cfg->micro_batch;
     t->be.threads = pick_threads(cfg, d);
@@ -488,6 +528,7 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->part.fsdp_on = cfg->sharding == TSR_SHARD_ZERO3 || cfg->sharding == TSR_SHARD_HSDP;
     model_init(&t->model, &cfg->model, t->T, t->be.ops);
     model_set_expert_parallel(&t->model, (int)cfg->expert);
+    model_set_context(&t->model, t->mesh.N);
     t->out.flops_per_token = model_flops_per_token(&t->model, t->T);
     if (cfg->lora.rank > 0) { /* the layout now (the plan shows it), the store below */
         unsigned mask;
@@ -623,7 +664,8 @@ static int64_t step_load(tsr_trainer *t, int64_t d, int64_t *sums, tsr_step_stat
     watchdog_phase(WD_DATA, t->step);
     sums[0] = train_data_load(t, d);
     for (int k = 0; k < t->data.n_streams; k++) sums[1 + k] = t->data.stream_loaded[k];
-    dist_allreduce_sum_i64(sums, 1 + (size_t)t->data.n_streams);
+    dist_view_sum_i64(&t->mesh.data, sums, 1 + (size_t)t->data.n_streams); /* (a context group
+                                                                             * counts once) */
     st->phase_switch = d > 0 && mix_phase(&t->data.mix, d) != mix_phase(&t->data.mix, d - 1);
     if (st->phase_switch) guard_restart_window(&t->guard);
     return sums[0];
@@ -632,7 +674,8 @@ static int64_t step_load(tsr_trainer *t, int64_t d, int64_t *sums, tsr_step_stat
 /* The global loss (mean over the counted targets) and the ranks' peak memory. */
 static double step_global_loss(tsr_trainer *t, double loss_sum, int64_t counted,
                                tsr_step_stats *st) {
-    if (t->dist.world > 1) dist_allreduce_sum_f64(&loss_sum, 1);
+    /* (every rank of a context group holds its sequences' sum: model_forward) */
+    if (t->mesh.D > 1) dist_view_sum_f64(&t->mesh.data, &loss_sum, 1);
     double mem[2] = {(double)t->be.strategy->mem_peak(), (double)tsr_peak_rss()};
     if (t->dist.world > 1) dist_allreduce_max_f64(mem, 2);
     st->peak_mem = mem[0], st->peak_rss = mem[1];
@@ -676,8 +719,8 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     compute_fault(t);
     st->compute_time = tsr_now() - tc;
     if (t->out.moe && t->dist.world > 1) dist_allreduce_sum_f64(t->out.moe, n_moe);
-    if (t->cfg.objective == TSR_OBJ_DPO && t->dist.world > 1)
-        dist_allreduce_sum_f64(t->out.dpo, DPO_NSTATS);
+    if (t->cfg.objective == TSR_OBJ_DPO && t->mesh.D > 1)
+        dist_view_sum_f64(&t->mesh.data, t->out.dpo, DPO_NSTATS);
     watchdog_phase(WD_REDUCE, t->step);
     s->reduce(t);
     /* the experts' part (model_ep.h); on device = cuda the library's reduce, sumsq and update
@@ -709,7 +752,7 @@ double trainer_eval(tsr_trainer *t) {
     double loss = t->cfg.objective == TSR_OBJ_DPO /* the pairs' DPO loss (train/dpo.h) */
                       ? dpo_eval(t, &t->out.val_accuracy)
                       : train_data_eval_loss(&t->model, t->data.val, t->cfg.data.val, t->T,
-                                             t->micro, t->cfg.eval_samples, &t->dist,
+                                             t->micro, t->cfg.eval_samples, &t->mesh.data,
                                              t->data.inputs, t->data.targets, NULL);
     trainer_eval_scope(t, 0);
     return loss;
@@ -839,7 +882,7 @@ static void evaluate(tsr_trainer *t) {
         watchdog_phase(WD_EVAL, t->step);
         trainer_eval_scope(t, 1);
         trainer_ensure_acts(t);
-        icl_api->run(t->icl, &t->model, &t->dist, trainer_acts_B(t), t->step, t->out.metrics,
+        icl_api->run(t->icl, &t->model, &t->mesh.data, trainer_acts_B(t), t->step, t->out.metrics,
                      t->out.tb);
         trainer_eval_scope(t, 0);
     }
@@ -951,6 +994,7 @@ void trainer_free(tsr_trainer *t) {
     dpo_ref_free(t);
     model_free(&t->model);
     train_data_close(t);
+    mesh_close(t);
     if (icl_api) icl_api->close(&t->icl);
     if (t->tok) tokenizer_free(t->tok);
     guard_free(&t->guard);
