@@ -140,7 +140,8 @@ GPU_OBJ  := $(GPU_SRC:%.c=$(BUILD)/obj/%.o)
 LIB_SRC  := $(filter-out $(MAINS) $(GPU_SRC) src/gpu/gpu_comm_%.c,$(wildcard src/*.c src/*/*.c checkpoint/*.c kernels/cpu/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
-TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(BUILD)/tests/ref_dump
+TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(BUILD)/tests/ref_dump \
+            $(BUILD)/tests/ring_dump
 # the checkpoint test driver (tests/mpi) calls MPI itself
 ifeq ($(NO_MPI),0)
   TEST_BIN += $(BUILD)/tests/ckpt_driver $(BUILD)/tests/a2a_driver
@@ -379,6 +380,10 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(BUILD)/libtessera.a
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
 
 $(BUILD)/tests/ref_dump: $(BUILD)/obj/tests/reference/ref_dump.o $(BUILD)/libtessera.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
+
+$(BUILD)/tests/ring_dump: $(BUILD)/obj/tests/reference/ring_dump.o $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
 

@@ -169,9 +169,17 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
            "activations %s per microbatch of %d x %d%s; total %s\n",
            w, g, opt, how, comm, acts, t->micro, t->T, share, tot);
     if (N > 1) { /* docs/parallelism.md */
+        char fw[32], bw[32];
+        const tsr_model *mm = &t->model;
+        metrics_human_bytes(fw, sizeof fw, (double)ring_layer_bytes(&mm->be, N, t->micro, t->T,
+                                                                    mm->KVH, mm->hs, 0));
+        metrics_human_bytes(bw, sizeof bw, (double)ring_layer_bytes(&mm->be, N, t->micro, t->T,
+                                                                    mm->KVH, mm->hs, 1));
         printf("context parallelism: each sequence split over %d ranks (%d groups of %d "
                "consecutive ranks) in %d chunks of %d positions, zig-zag (rank r of a group holds "
-               "chunks r and %d-r)\n", N, t->mesh.D, N, 2 * N, t->T / (2 * N), 2 * N - 1);
+               "chunks r and %d-r); attention runs as a ring, sending per rank, layer and "
+               "microbatch %s forward and %s backward\n",
+               N, t->mesh.D, N, 2 * N, t->T / (2 * N), 2 * N - 1, fw, bw);
     }
     printf("batch: global %lld = %d %sranks x %lld per rank = %lld microbatches of %d%s; "
            "seq_len %d; %lld tokens/step\n",

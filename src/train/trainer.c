@@ -473,18 +473,19 @@ static void mesh_open(tsr_trainer *t, int dry_run) {
     }
     dist_data_view(&t->dist, me->N, &me->data);
     me->context = dist_group_split(t->dist.rank / me->N, t->dist.rank);
+    ring_init_mpi(&me->ring, me->context);
 }
 
 static void mesh_close(tsr_trainer *t) {
+    ring_free(&t->mesh.ring);
     dist_view_free(&t->mesh.data);
     dist_group_free(t->mesh.context);
 }
 
 /* What context parallelism does not do yet, refused by name before anything starts */
-static int context_check(const tsr_config *cfg, int rank, int dry_run) {
+static int context_check(const tsr_config *cfg, int rank) {
     if (cfg->context <= 1) return 0;
     const struct { int on; const char *what; } no[] = {
-        {!dry_run, "training (the ring attention is not built yet: --plan only)"},
         {cfg->device == TSR_DEVICE_CUDA, "device = \"cuda\""},
     };
     for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
@@ -505,7 +506,7 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->be.ops = &tsr_cpu_ops;
     t->T = (int)cfg->seq_len;
     TSR_CHECK(config_check_world(cfg, d->world));
-    TSR_CHECK(context_check(cfg, d->rank, dry_run));
+    TSR_CHECK(context_check(cfg, d->rank));
     int rc = cfg->device == TSR_DEVICE_CUDA ? cuda_config_check(d->rank) : 0;
     if (!rc) rc = open_tokenizer(t);
     TSR_CHECK(agree_start(t, rc, "GPU or tokenizer"));
@@ -529,6 +530,7 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     model_init(&t->model, &cfg->model, t->T, t->be.ops);
     model_set_expert_parallel(&t->model, (int)cfg->expert);
     model_set_context(&t->model, t->mesh.N);
+    if (t->mesh.context) t->model.ring = &t->mesh.ring;
     t->out.flops_per_token = model_flops_per_token(&t->model, t->T);
     if (cfg->lora.rank > 0) { /* the layout now (the plan shows it), the store below */
         unsigned mask;
@@ -574,6 +576,7 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     if (t->part.lora_on) {
         const tsr_lora plan = t->part.lora;
         lora_init(&t->part.lora, &t->model, plan.R, cfg->lora.alpha, cfg->lora.dropout, plan.mask);
+        lora_set_context(&t->part.lora, t->mesh.N, t->dist.rank % t->mesh.N, t->T);
         lora_init_weights(&t->part.lora, (uint64_t)cfg->seed);
     }
     if (t->model.EP > 1) {
