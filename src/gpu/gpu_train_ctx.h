@@ -57,6 +57,10 @@ typedef struct gpu_train_ctx {
     float lora_decay;          /* LoRA: the adapters' weight decay (weight matrices') */
     double *moe;               /* MoE: the step's statistics the library adds each microbatch's
                                 * to (train_state.h tsr_train_out.moe), else NULL */
+    int cpN;                   /* parallel.context (docs/parallelism.md): sequences split over
+                                * groups of cpN consecutive ranks (1: none); inputs and targets
+                                * are still whole sequences */
+    int data_rank;             /* this rank's data rank (rank / cpN): LoRA's rows */
     struct tsr_gpu_train *state; /* the library's, NULL before init and after free */
 } gpu_train_ctx;
 

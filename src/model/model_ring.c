@@ -132,10 +132,9 @@ void ring_act_plan(const tsr_backend *be, int N, int B, int T, int NH, int KVH, 
     memcpy(bytes, b, sizeof b);
 }
 
-uint64_t ring_layer_bytes(const tsr_backend *be, int N, int B, int T, int KVH, int hs,
-                          int backward) {
+uint64_t ring_layer_bytes(size_t act, int N, int B, int T, int KVH, int hs, int backward) {
     const uint64_t blk = (uint64_t)B * (uint64_t)(T / N) * 2 * (uint64_t)KVH * (uint64_t)hs;
-    const uint64_t kv = (uint64_t)(N - 1) * blk * tsr_dtype_size(be->act);
+    const uint64_t kv = (uint64_t)(N - 1) * blk * act;
     return backward ? kv + (uint64_t)N * blk * sizeof(float) : kv;
 }
 

@@ -91,12 +91,12 @@ void ring_gather(tsr_ring *g, void *full, const void *local, int B, int T);
 void ring_act_plan(const tsr_backend *be, int N, int B, int T, int NH, int KVH, int hs, int doc,
                    size_t *bytes);
 
-/* The bytes each rank sends round the ring for one layer's attention of a microbatch of B x T:
+/* The bytes each rank sends round the ring for one layer's attention of a microbatch of B x T,
+ * activations of act bytes (4 on the CPU, 2 on the GPU):
  * the forward passes the key/value blocks N - 1 hops, (N - 1) B (T/N) 2 KVH hs act elements;
  * the backward passes them again and their fp32 gradients N hops, (N - 1) B (T/N) 2 KVH hs act
  * elements + N B (T/N) 2 KVH hs floats (a checkpointed layer's recomputation adds a forward's). */
-uint64_t ring_layer_bytes(const tsr_backend *be, int N, int B, int T, int KVH, int hs,
-                          int backward);
+uint64_t ring_layer_bytes(size_t act, int N, int B, int T, int KVH, int hs, int backward);
 
 /* One layer's attention over the group: atty (B, T/N, NH hs) act and lse (B, NH, T/N) fp32 (kept
  * for the backward) from qkv (B, T/N, QKV) act; slopes (NH) or NULL. The ring's buffers in a

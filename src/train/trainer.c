@@ -482,23 +482,6 @@ static void mesh_close(tsr_trainer *t) {
     dist_group_free(t->mesh.context);
 }
 
-/* What context parallelism does not do yet, refused by name before anything starts */
-static int context_check(const tsr_config *cfg, int rank) {
-    if (cfg->context <= 1) return 0;
-    const struct { int on; const char *what; } no[] = {
-        {cfg->device == TSR_DEVICE_CUDA, "device = \"cuda\""},
-    };
-    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
-        if (no[i].on) {
-            if (rank == 0)
-                tsr_error("parallel.context = %lld: not supported yet with %s (docs/parallelism.md "
-                          "lists what composes with context parallelism); use parallel.context "
-                          "= 1", (long long)cfg->context, no[i].what);
-            return TSR_EXIT_USAGE;
-        }
-    return 0;
-}
-
 int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run) {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
@@ -506,7 +489,6 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->be.ops = &tsr_cpu_ops;
     t->T = (int)cfg->seq_len;
     TSR_CHECK(config_check_world(cfg, d->world));
-    TSR_CHECK(context_check(cfg, d->rank));
     int rc = cfg->device == TSR_DEVICE_CUDA ? cuda_config_check(d->rank) : 0;
     if (!rc) rc = open_tokenizer(t);
     TSR_CHECK(agree_start(t, rc, "GPU or tokenizer"));
@@ -903,6 +885,18 @@ static void ep_report(tsr_trainer *t) {
                t->dist.world);
 }
 
+/* parallel.context on the CPU: the bytes the ring sent between ranks in this process's steps and
+ * evaluations, all ranks together (bench/comm_volume.sh compares them with the loopback's count
+ * and docs/parallelism.md's formula). Collective. */
+static void ring_report(tsr_trainer *t) {
+    if (!t->mesh.context || t->be.gpu) return;
+    int64_t sent = (int64_t)t->mesh.ring.sent;
+    dist_allreduce_sum_i64(&sent, 1);
+    if (t->dist.rank == 0)
+        printf("context ring: %lld bytes sent between ranks in %lld steps (all %d ranks, forward "
+               "and backward)\n", (long long)sent, (long long)t->out.steps_run, t->dist.world);
+}
+
 /* sample.tokens after the run: rank 0 samples on the host's fp32 ops (device = cuda: from the
  * device's weights) and logs it; under zero3 / hsdp every rank samples alongside, on its shard
  * (each forward gathers the units over the group: the same forwards on every rank). The prompt is
@@ -977,6 +971,7 @@ int trainer_run(tsr_trainer *t) {
     watchdog_stop();
     train_data_stage_end(t);
     ep_report(t);
+    ring_report(t);
     metrics_finish(t);
     end_of_run_sample(t);
     return TSR_EXIT_OK;

@@ -19,8 +19,14 @@
 #                        race_vendor_only below)
 #             synccheck  the same under synccheck; all three with CUDA_LAUNCH_BLOCKING=1
 #             ops        the op test as it runs in a training step (no sanitizer, asynchronous)
-#             train      tests/gpu/test_cuda_train.sh, test_cuda_lora.sh, test_cuda_dpo.sh, test_cuda_moe_ep.sh:
-#                        their GPU halves (the emulator's with TSR_TEST_EMULATOR=1; CI runs them)
+#             train      tests/gpu/test_cuda_train.sh, test_cuda_lora.sh, test_cuda_dpo.sh, test_cuda_moe_ep.sh,
+#                        test_cuda_context.sh: their GPU halves (the emulator's with
+#                        TSR_TEST_EMULATOR=1; CI runs them)
+#             ring       build/bench/ring_bench (bench/gpu/ring_bench.c, ~30 s): context
+#                        parallelism's blocks of a ring of 2 and of 4 ranks, 8192 local positions,
+#                        Llama 3.1 8B's heads, against the one-GPU attention kernel at that
+#                        shape, forward and backward TFLOP/s (a table; the goal: the blocks
+#                        within 10% of the kernel; docs/benchmarks.md)
 #           bash tests/gpu/device.sh bench MODEL     bench/gpu/run.sh (tessera vs PyTorch) for one
 #                                                   model (default gpt2-124m); its settings from
 #                                                   the environment (TESSERA_ARGS, MICRO_BATCH, ...)
@@ -110,11 +116,12 @@ pack() {
         die "pack needs nvcc (the CUDA toolkit) to build the GPU library"
     local b=build-device stage
     local progs=("$b/tessera-train" "$b/tessera" "$b/libtessera-cuda-train.so" "$b/tests/test_gpu_ops" "$b/tests/test_wgmma_gpu"
+                 "$b/bench/ring_bench"
                  "$b/tests/tessera-train-cuemu" "$b/tessera-healthcheck" "$b/libtessera-hc-gpu.so"
                  "$b/tests/libtessera-hc-gpu-mock.so")
     make NO_MPI=1 ARCH=x86-64-v3 BUILD="$b" -j"$(nproc)" "${progs[@]}"
     stage=$(mktemp -d)
-    mkdir -p "$stage/build/tests" "$stage/lib"
+    mkdir -p "$stage/build/tests" "$stage/build/bench" "$stage/lib"
     local p name path
     for p in "${progs[@]}"; do
         cp -L "$p" "$stage/build/${p#"$b"/}"
@@ -256,7 +263,7 @@ verdict() { case $1 in 0) echo PASS ;; 77) echo SKIP ;; *) echo FAIL ;; esac; }
 recipe_int() { sed -n "s/^ *$2 *= *\([0-9]*\);.*/\1/p" "configs/$1.cfg" | head -1; }
 
 # the stages of `check`, in their order
-STAGES=(memcheck racecheck synccheck ops train)
+STAGES=(memcheck racecheck synccheck ops train ring)
 
 check() {
     setup
@@ -288,13 +295,16 @@ check() {
                 rm -f "$logs/race.txt" ;;
             ops) op_test "$logs/$st.txt" || r=$? ;;
             train) limited "$logs/$st.txt" env TSR_TEST_EMULATOR="${TSR_TEST_EMULATOR:-0}" \
-                       TESTS="test_cuda_train test_cuda_lora test_cuda_dpo test_cuda_moe_ep" bash tests/run.sh || r=$? ;;
+                       TESTS="test_cuda_train test_cuda_lora test_cuda_dpo test_cuda_moe_ep test_cuda_context" \
+                       bash tests/run.sh || r=$? ;;
+            ring) STEP_LIMIT_S=120 limited "$logs/$st.txt" "$BUILD/bench/ring_bench" 8192 5 || r=$? ;;
         esac
         if ((r == 125)); then not_run+=("$st"); continue; fi
         ((r == 0)) || rc=1
         { printf '%s %s (%ds, exit %d): ' "$(verdict "$r")" \
               "$st" $((SECONDS - t0)) "$r"
-          outcome "$logs/$st.txt"; } | tee -a "$summary"
+          outcome "$logs/$st.txt"
+          [[ $st == ring ]] && grep -E '^\|' "$logs/$st.txt" | sed 's/^/    /'; } | tee -a "$summary"
     done
     if ((${#not_run[@]})); then
         rc=1

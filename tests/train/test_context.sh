@@ -18,7 +18,7 @@
 #    uninterrupted run bit for bit (losses and final weights), reruns at N = 1 and 4 from the same
 #    checkpoint within 1e-6;
 #  - refused with exit 1, naming the key, nothing written: N not dividing the ranks, seq_len not
-#    divisible by 2N (the nearest valid values named), an unsupported combination.
+#    divisible by 2N (the nearest valid values named), a global batch the data ranks do not divide.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 14
@@ -182,7 +182,7 @@ refused() { # DIR NP N WANT ARGS...: exit 1, WANT in the output, no DIR
 }
 refused X1 2 3 "parallel.context = 3 does not divide the 2 ranks" &&
     refused X2 2 2 "seq_len = 30 is not divisible by 2 x parallel.context = 4 (each of the 2 ranks of a context group holds 2 of the sequence's 4 chunks): the nearest valid values are 28 and 32" --set seq_len=30 &&
-    refused X3 2 2 "parallel.context = 2: not supported yet with device = \"cuda\"" --set device=cuda \
-        --set model.n_head=2
-tap_check $? "refused with exit 1 and nothing written: N = 3 on 2 ranks, seq_len 30 at N = 2 (28 and 32 named), an unsupported combination"
+    refused X3 4 2 "global_batch = 3 is not divisible by the 2 data ranks (4 ranks / parallel.context = 2)" \
+        --set global_batch=3 --set micro_batch=1
+tap_check $? "refused with exit 1 and nothing written: N = 3 on 2 ranks, seq_len 30 at N = 2 (28 and 32 named), a global batch of 3 over 2 data ranks"
 tap_done
