@@ -17,11 +17,14 @@
 #  - resume: rank 1 SIGKILLed at a random step of an N = 2 run; the rerun at N = 2 equals the
 #    uninterrupted run bit for bit (losses and final weights), reruns at N = 1 and 4 from the same
 #    checkpoint within 1e-6;
+#  - long sequences' data: `tessera prep --pack 131072` of SFT examples of 20K to 150K tokens
+#    (GPT-2's tokenizer) holds every example whole in a window (the one longer than a window
+#    truncated), and verify-data counts the samples of seq_len 131072;
 #  - refused with exit 1, naming the key, nothing written: N not dividing the ranks, seq_len not
 #    divisible by 2N (the nearest valid values named), a global batch the data ranks do not divide.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 14
+tap_plan 15
 make_synth "$TMP/d" 64 60000
 base=(--set model.vocab_size=64 --set data.tokenizer= --set sample.tokens=0
       --set data.train="$TMP/d/train" --set data.val= --set eval_interval=0ba --set seq_len=32
@@ -136,18 +139,9 @@ run E1 1 1 llama "${moe[@]}" && run E2 4 2 llama "${moe[@]}" --set parallel.expe
     exact E1 E2
 tap_check $? "MoE (4 experts, top 2) with expert parallelism 2 on 2 x 2, 10 steps, equals N = 1 within 1e-6"
 
-TASKS=$TSR_ROOT/eval/tasks
-"$TOOL" tokenizer train --vocab-size 320 --special '<|endoftext|>' --out "$TMP/tok.tok" -q "$TASKS/colors_corpus.txt" &&
-    "$TOOL" prep --out "$TMP/c" --tokenizer "$TMP/tok.tok" --format text --doc-sep '\n' --val-fraction 0.1 -q "$TASKS/colors_corpus.txt"
-{ cat "$TSR_ROOT/configs/tiny.cfg"; cat <<CFG
-icl_tasks = (
-  { label = "colors_mc"; type = "multiple_choice"; path = "$TASKS/colors_mc.jsonl"; },
-  { label = "colors_lm"; type = "language_modeling"; path = "$TASKS/colors_lm.jsonl"; }
-);
-CFG
-} >"$TMP/icl.cfg"
+colors_icl 0.1
 icl=(--config "$TMP/icl.cfg")
-score=(--set model.vocab_size=320 --set model.vocab_multiple=64 --set data.train="$TMP/c/train"
+score=(--set model.vocab_size=320 --set model.vocab_multiple=64 --set data.train="$TMP/data/train"
        --set data.tokenizer="$TMP/tok.tok" --set max_duration=1ba --set optim.lr=1e-30)
 run I1 1 1 icl "${score[@]}" && run I2 2 2 icl "${score[@]}" &&
     cmp -s <(grep -o '"tasks": {.*}, "gauntlet": [^,]*' "$TMP/I1/metrics.jsonl") \
@@ -185,4 +179,25 @@ refused X1 2 3 "parallel.context = 3 does not divide the 2 ranks" &&
     refused X3 4 2 "global_batch = 3 is not divisible by the 2 data ranks (4 ranks / parallel.context = 2)" \
         --set global_batch=3 --set micro_batch=1
 tap_check $? "refused with exit 1 and nothing written: N = 3 on 2 ranks, seq_len 30 at N = 2 (28 and 32 named), a global batch of 3 over 2 data ranks"
+
+# ---- long sequences' data ---------------------------------------------------------------------
+GPT2_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}/gpt2
+if [[ -f $GPT2_DIR/encoder.json ]]; then
+    "$PY3" - "$TMP/long.jsonl" <<'PY'
+import json, random, sys
+r, words = random.Random(5), ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far"]
+with open(sys.argv[1], "w") as f:
+    for k, n in enumerate([40000, 70000, 100000, 150000, 20000, 60000]):
+        f.write(json.dumps({"prompt": f"Q{k}: summarise",
+                            "response": " " + " ".join(r.choice(words) for _ in range(n))}) + "\n")
+PY
+    "$TOOL" prep --tokenizer "$GPT2_DIR" --out "$TMP/lp" --pack 131072 --val-fraction 0 -q "$TMP/long.jsonl" 2>/dev/null &&
+        "$TOOL" prep --tokenizer "$GPT2_DIR" --out "$TMP/lu" --val-fraction 0 -q "$TMP/long.jsonl" &&
+        out=$(/usr/bin/python3 "$TSR_ROOT/tests/prep/prep_check.py" pack "$TMP/lp" "$TMP/lu" 131072 50256) &&
+        tap_diag "$out" && [[ $out == "train windows 4 examples 6 truncated 1 "* ]] &&
+        "$TOOL" verify-data --seq-len 131072 "$TMP/lp/train" | grep -q "4 samples of length 131072"
+    tap_check $? "prep --pack 131072: 6 examples of 20K..150K tokens whole in 4 windows (one truncated), verify-data counts 4 samples of seq_len 131072"
+else
+    tap_skip "prep --pack 131072" "no GPT-2 tokenizer files in $GPT2_DIR (./INSTALL fetches them)"
+fi
 tap_done
