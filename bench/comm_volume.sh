@@ -124,16 +124,11 @@ bytes() {
     b1=$(lo_tx)
     echo $((b1 - b0))
 }
-# the trainer's exchange count of run MODE STEPS (0 without expert parallelism)
-exch() {
+# counted WHAT MODE STEPS: the bytes of the trainer's end-of-run line "WHAT: B bytes sent" of run
+# MODE STEPS ("expert exchange", "context ring"; 0 where the run has none)
+counted() {
     local n
-    n=$(sed -nE 's/^expert exchange: ([0-9]+) bytes sent.*/\1/p' "$TMP/$1.$2.txt")
-    echo "${n:-0}"
-}
-# the trainer's ring count of run MODE STEPS (0 without context parallelism)
-ring() {
-    local n
-    n=$(sed -nE 's/^context ring: ([0-9]+) bytes sent.*/\1/p' "$TMP/$1.$2.txt")
+    n=$(sed -nE "s/^$1: ([0-9]+) bytes sent.*/\1/p" "$TMP/$2.$3.txt")
     echo "${n:-0}"
 }
 idle0=$(lo_tx); sleep 2; idle=$(($(lo_tx) - idle0))
@@ -179,7 +174,8 @@ echo "|---|---|---|---|---|---|---|---|"
 for mode in "${ep_modes[@]}"; do
     a=$(bytes "$mode" "$S1")
     b=$(bytes "$mode" "$S2")
-    python3 - "$mode" "$a" "$b" "$(exch "$mode" "$S1")" "$(exch "$mode" "$S2")" \
+    python3 - "$mode" "$a" "$b" "$(counted "expert exchange" "$mode" "$S1")" \
+        "$(counted "expert exchange" "$mode" "$S2")" \
         "$S1" "$S2" "$W" "$PM" "$PX" "$LAYERS" "$E" "$K" "$FE" "$DMODEL" "$MB" <<'PY'
 import sys
 mode = sys.argv[1]
@@ -208,7 +204,8 @@ echo "|---|---|---|---|---|---|---|"
 for mode in "${cp_modes[@]}"; do
     a=$(bytes "$mode" "$S1")
     b=$(bytes "$mode" "$S2")
-    python3 - "$mode" "$a" "$b" "$(ring "$mode" "$S1")" "$(ring "$mode" "$S2")" \
+    python3 - "$mode" "$a" "$b" "$(counted "context ring" "$mode" "$S1")" \
+        "$(counted "context ring" "$mode" "$S2")" \
         "$S1" "$S2" "$W" "$PC" "$LAYERS" "$DMODEL" "$CP_T" <<'PY'
 import sys
 mode = sys.argv[1]

@@ -25,8 +25,10 @@
 #             ring       build/bench/ring_bench (bench/gpu/ring_bench.c, ~30 s): context
 #                        parallelism's blocks of a ring of 2 and of 4 ranks, 8192 local positions,
 #                        Llama 3.1 8B's heads, against the one-GPU attention kernel at that
-#                        shape, forward and backward TFLOP/s (a table; the goal: the blocks
-#                        within 10% of the kernel; docs/benchmarks.md)
+#                        shape, forward and backward TFLOP/s, and PyTorch's fused attention at
+#                        that shape beside them (bench/gpu/ring_torch.py) (a table; the goal:
+#                        the blocks within 10% of the kernel; docs/benchmarks.md). Not yet run
+#                        on a GPU
 #           bash tests/gpu/device.sh bench MODEL     bench/gpu/run.sh (tessera vs PyTorch) for one
 #                                                   model (default gpt2-124m); its settings from
 #                                                   the environment (TESSERA_ARGS, MICRO_BATCH, ...)
@@ -262,6 +264,19 @@ verdict() { case $1 in 0) echo PASS ;; 77) echo SKIP ;; *) echo FAIL ;; esac; }
 # recipe_int MODEL KEY: the whole number KEY = N; in configs/MODEL.cfg, or nothing
 recipe_int() { sed -n "s/^ *$2 *= *\([0-9]*\);.*/\1/p" "configs/$1.cfg" | head -1; }
 
+# ring_stage LOG: the ring stage: ring_bench, then its PyTorch peer at the same shape
+# (bench/gpu/ring_torch.py under setup's python3-machine), one table in LOG; the peer's SKIP (no
+# torch, or one without scaled_dot_product_attention) does not fail the stage
+ring_stage() {
+    local log=$1 rc=0 rt=0
+    STEP_LIMIT_S=120 limited "$log" "$BUILD/bench/ring_bench" 8192 5 || rc=$?
+    ((rc != 125)) || return 125
+    STEP_LIMIT_S=120 limited "$log.torch" "$UNPACKED/python3-machine" bench/gpu/ring_torch.py 8192 5 || rt=$?
+    cat "$log.torch" >>"$log" && rm -f "$log.torch"
+    ((rc != 0 || rt == 0 || rt == 77)) || rc=$rt
+    return "$rc"
+}
+
 # the stages of `check`, in their order
 STAGES=(memcheck racecheck synccheck ops train ring)
 
@@ -297,7 +312,7 @@ check() {
             train) limited "$logs/$st.txt" env TSR_TEST_EMULATOR="${TSR_TEST_EMULATOR:-0}" \
                        TESTS="test_cuda_train test_cuda_lora test_cuda_dpo test_cuda_moe_ep test_cuda_context" \
                        bash tests/run.sh || r=$? ;;
-            ring) STEP_LIMIT_S=120 limited "$logs/$st.txt" "$BUILD/bench/ring_bench" 8192 5 || r=$? ;;
+            ring) ring_stage "$logs/$st.txt" || r=$? ;;
         esac
         if ((r == 125)); then not_run+=("$st"); continue; fi
         ((r == 0)) || rc=1
