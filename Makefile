@@ -132,7 +132,7 @@ MAINS    := src/train/train_main.c src/tessera_main.c
 # libtessera-cuda-train.so, made of the rest of src/gpu/ and the CUDA backend, on first use
 # (src/gpu/gpu_train.h); the emulator test build links those objects in directly.
 GPU_SRC  := src/gpu/gpu_model.c src/gpu/gpu_shard.c src/gpu/gpu_train.c src/gpu/gpu_ep.c \
-            src/gpu/gpu_profile.c src/gpu/gpu_muon.c
+            src/gpu/gpu_profile.c src/gpu/gpu_muon.c src/gpu/gpu_ring.c
 GPU_OBJ  := $(GPU_SRC:%.c=$(BUILD)/obj/%.o)
 # the library: every src/ folder (src/base/: the shared utilities; checkpoint/: the checkpoint library,
 # in both builds, its collectives through src/dist.h, a world of one with NO_MPI=1) and the CPU
@@ -140,7 +140,8 @@ GPU_OBJ  := $(GPU_SRC:%.c=$(BUILD)/obj/%.o)
 LIB_SRC  := $(filter-out $(MAINS) $(GPU_SRC) src/gpu/gpu_comm_%.c,$(wildcard src/*.c src/*/*.c checkpoint/*.c kernels/cpu/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
-TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(BUILD)/tests/ref_dump
+TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(BUILD)/tests/ref_dump \
+            $(BUILD)/tests/ring_dump
 # the checkpoint test driver (tests/mpi) calls MPI itself
 ifeq ($(NO_MPI),0)
   TEST_BIN += $(BUILD)/tests/ckpt_driver $(BUILD)/tests/a2a_driver
@@ -181,7 +182,8 @@ CUDA_NVCC_FLAGS = -O3 -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC,-Wall,-Wextra 
                  $(if $(filter 1,$(WERROR)),-Werror all-warnings) -Ikernels -Ikernels/cuda -Isrc -Isrc/base -MMD -MP
 CUDA_LIBS      = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static \
                  -lstdc++ -ldl -lpthread -lrt
-CUDA_TARGETS   = $(if $(CUDA_OK),$(CUDA_LIB) $(BUILD)/tests/test_gpu_ops $(BUILD)/tests/test_wgmma_gpu)
+CUDA_TARGETS   = $(if $(CUDA_OK),$(CUDA_LIB) $(BUILD)/tests/test_gpu_ops $(BUILD)/tests/test_wgmma_gpu \
+                                 $(BUILD)/bench/ring_bench)
 # device = cuda: the trainer's GPU path and the backend as one library tessera-train opens when a
 # run asks for it (NCCL in turn opened by it at run time); its undefined symbols are the
 # trainer's, found in the executable, which exports exactly those (src/gpu/exports.list)
@@ -190,11 +192,12 @@ CUDA_TARGETS  += $(if $(CUDA_OK),$(CUDA_TRAIN_SO))
 # the host emulator of cuda_ops.h (kernels/cuda_emu/): the same trainer GPU path, runnable on any
 # machine; tests/gpu/test_cuda_train.sh checks it against the CPU backend
 CUEMU_TRAIN   := $(BUILD)/tests/tessera-train-cuemu $(BUILD)/tests/test_gpu_ops_emu
-# the CPU SIMT emulator (kernels/cuda_simt/): the real kernels of kernels/cuda/cuda_{attention,xent,
-# layernorm,llama,moe,lora}.cu (with cuda_fail.cu's tcu_fail), rewritten by tools/simt_cu.py and compiled by the host's C++
+# the CPU SIMT emulator (kernels/cuda_simt/): the real kernels of kernels/cuda/cuda_{attention,ring,
+# xent,layernorm,llama,moe,lora}.cu (with cuda_fail.cu's tcu_fail), rewritten by tools/simt_cu.py and compiled by the host's C++
 # compiler, run thread by thread against the CPU oracle by the op test's cases for them
 # (test_gpu_ops.c built with TSR_GPU_OPS_SIMT); needs the CUDA headers only: no GPU, driver or library
-SIMT_KERNELS  := cuda_attention cuda_xent cuda_layernorm cuda_llama cuda_moe cuda_lora cuda_fail
+SIMT_KERNELS  := cuda_attention cuda_ring cuda_xent cuda_layernorm cuda_llama cuda_moe cuda_lora \
+                 cuda_fail
 SIMT_OK        = $(wildcard $(CUDA_HOME)/include/cuda_bf16.h)
 SIMT_TEST     := $(if $(SIMT_OK),$(BUILD)/tests/test_gpu_ops_simt $(BUILD)/tests/test_simt_selftest)
 # a CUDA-free stand-in for the GPU library, canned facts (healthcheck/mock/): tests the GPU mode's
@@ -310,6 +313,7 @@ $(BUILD)/tests/test_gpu_ops_simt: $(BUILD)/obj/tests/gpu/test_gpu_ops_simt.o \
 $(BUILD)/tests/tessera-train-cuemu: $(BUILD)/obj/src/train/train_main.o $(BUILD)/obj/src/gpu/gpu_model.o \
                 $(BUILD)/obj/src/gpu/gpu_shard.o $(BUILD)/obj/src/gpu/gpu_ep.o $(BUILD)/obj/src/gpu/gpu_train_emu.o $(BUILD)/obj/src/gpu/gpu_comm_mpi.o \
                 $(BUILD)/obj/src/gpu/gpu_profile.o $(BUILD)/obj/src/gpu/gpu_muon.o \
+                $(BUILD)/obj/src/gpu/gpu_ring.o \
                 $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o $(TUNE_OBJ) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
@@ -352,6 +356,14 @@ $(BUILD)/obj/tests/gpu/%.o: tests/gpu/%.c | deps
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -Itests -Ikernels/cuda -c $< -o $@
 
+# ring attention's blocks against the attention kernel on one GPU (tests/gpu/device.sh's ring stage)
+$(BUILD)/obj/bench/gpu/ring_bench.o: bench/gpu/ring_bench.c | deps
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -Ikernels/cuda -c $< -o $@
+$(BUILD)/bench/ring_bench: $(BUILD)/obj/bench/gpu/ring_bench.o $(CUDA_LIB) $(BUILD)/libtessera.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS) $(CUDA_LIBS)
+
 $(BUILD)/tests/test_gpu_ops: $(BUILD)/obj/tests/gpu/test_gpu_ops.o $(CUDA_LIB) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS) $(CUDA_LIBS)
@@ -379,6 +391,10 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(BUILD)/libtessera.a
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
 
 $(BUILD)/tests/ref_dump: $(BUILD)/obj/tests/reference/ref_dump.o $(BUILD)/libtessera.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
+
+$(BUILD)/tests/ring_dump: $(BUILD)/obj/tests/reference/ring_dump.o $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
 

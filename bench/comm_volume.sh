@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # comm_volume.sh — bytes on the wire per training step for parallel.sharding = ddp | zero1 | zero3 |
-# hsdp, measured, against the formula of docs/sharding.md; and for expert parallelism
-# (parallel.expert = 1, 2, 4 of a MoE model: modes ep1 ep2 ep4, when named in MODES).
+# hsdp, measured, against the formula of docs/sharding.md; for expert parallelism
+# (parallel.expert = 1, 2, 4 of a MoE model: modes ep1 ep2 ep4, when named in MODES); and for
+# context parallelism (parallel.context = 2, 4: modes cp2 cp4, when named in MODES).
 #
 #   bash bench/comm_volume.sh                      (after make; results in docs/benchmarks.md)
 #   MODES="zero3 muon-zero3 hsdp muon-hsdp" bash bench/comm_volume.sh   (Muon's exchange)
 #   MODES="ep1 ep2 ep4" bash bench/comm_volume.sh  (expert parallelism)
+#   MODES="cp2 cp4" bash bench/comm_volume.sh      (context parallelism)
 #
 # W MPI ranks on this host talk over TCP on the loopback interface (OMPI_MCA_btl=self,tcp), so every
 # byte the ranks exchange crosses `lo` and is counted by the kernel (/proc/net/dev, transmitted
@@ -51,19 +53,34 @@
 # Not in the formula: each MoE layer's all-gather of the (E+1) int32 expert offsets per forward
 # and the per-step scalar all-reduces (tens of bytes each, plus their headers).
 #
+# Context parallelism (cpN: parallel.context = N, parallel.sharding = ddp; docs/parallelism.md): the
+# GPT-2-style model of the dense modes with sequences of CP_T tokens, one microbatch of 2 sequences
+# per data rank and step (global batch 2 W/N). One rank per step sends
+#   2 (W-1)/W 4 P                     the all-reduce of the gradients over all W ranks
+# + L (2 (N-1) + N) blk 4             the ring: each layer's keys and values N-1 hops forward
+#                                     and again backward, their fp32 gradients N hops
+# with blk = 2 (CP_T/N) 2 C the elements of one key/value block (the CPU's fp32; KVH = NH) and P
+# from --dry-run (the learned position table grows with CP_T). The ring's part is also the
+# trainer's own count (its end-of-run line "context ring: B bytes sent between ranks").
+#
 # Environment: W=4 G=2 (hsdp group) S1=2 S2=12 LAYERS=4 DMODEL=128 BUILD=build MODES="ddp zero1 zero3 hsdp"
-#              E=8 K=2 FE=64 MB=8 (ep modes)
+#              E=8 K=2 FE=64 MB=8 (ep modes) CP_T=256 (cp modes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 W=${W:-4} G=${G:-2} S1=${S1:-2} S2=${S2:-12} LAYERS=${LAYERS:-4} DMODEL=${DMODEL:-128}
 BUILD=${BUILD:-build} MODES=${MODES:-ddp zero1 zero3 hsdp}
-E=${E:-8} K=${K:-2} FE=${FE:-64} MB=${MB:-8}
+E=${E:-8} K=${K:-2} FE=${FE:-64} MB=${MB:-8} CP_T=${CP_T:-256}
 TRAIN=$BUILD/tessera-train TOOL=$BUILD/tessera
 [[ -x $TRAIN ]] || { echo "comm_volume: $TRAIN not built (run make)" >&2; exit 2; }
 grep -q '^ *lo:' /proc/net/dev || { echo "comm_volume: no loopback counters in /proc/net/dev" >&2; exit 2; }
-dense_modes=() ep_modes=()
+dense_modes=() ep_modes=() cp_modes=()
 for mode in $MODES; do
-    if [[ $mode =~ ^ep([0-9]+)$ ]]; then
+    if [[ $mode =~ ^cp([0-9]+)$ ]]; then
+        n=${BASH_REMATCH[1]}
+        ((n >= 2 && W % n == 0 && CP_T % (2 * n) == 0)) ||
+            { echo "comm_volume: $mode: the context degree must divide W=$W, 2N CP_T=$CP_T" >&2; exit 2; }
+        cp_modes+=("$mode")
+    elif [[ $mode =~ ^ep([0-9]+)$ ]]; then
         n=${BASH_REMATCH[1]}
         ((n >= 1 && W % n == 0 && E % n == 0)) ||
             { echo "comm_volume: $mode: the expert degree must divide W=$W and E=$E" >&2; exit 2; }
@@ -91,14 +108,20 @@ moe_args=(--config configs/tiny-llama.cfg --set model.vocab_size=512 --set data.
           --set global_batch=$((MB * W)) --set micro_batch="$MB" --set threads=1
           --set log_interval=1000 --set save_interval=0ba --set model.moe_experts="$E"
           --set model.moe_top_k="$K" --set model.moe_intermediate_size="$FE" --set model.moe_every=1)
+# the cp modes: the dense modes' model on sequences of CP_T tokens
+cp_args=("${args[@]}" --set seq_len="$CP_T" --set model.max_seq_len="$CP_T")
 # bytes MODE STEPS: loopback bytes of one whole run (its output in $TMP/MODE.STEPS.txt)
 bytes() {
     local mode=$1 steps=$2 run=("${args[@]}") extra=() b0 b1
     if [[ $mode =~ ^ep([0-9]+)$ ]]; then
         run=("${moe_args[@]}") extra=(--set parallel.expert="${BASH_REMATCH[1]}")
     fi
+    if [[ $mode =~ ^cp([0-9]+)$ ]]; then
+        local n=${BASH_REMATCH[1]}
+        run=("${cp_args[@]}") extra=(--set parallel.context="$n" --set global_batch=$((2 * W / n)))
+    fi
     local sharding=$mode
-    [[ $mode == ep* ]] && sharding=ddp
+    [[ $mode == ep* || $mode == cp* ]] && sharding=ddp
     [[ $mode == muon-* ]] && sharding=${mode#muon-} extra+=(--set optim.name=muon)
     [[ $sharding == hsdp ]] && extra+=(--set parallel.replica_group="$G")
     rm -rf "$TMP/run"
@@ -116,10 +139,11 @@ muonx() {
     n=$(sed -nE 's/^muon exchange: .*the formula: ([0-9]+) per step.*/\1/p' "$TMP/$1.$2.txt")
     echo "${n:-0}"
 }
-# the trainer's exchange count of run MODE STEPS (0 without expert parallelism)
-exch() {
+# counted WHAT MODE STEPS: the bytes of the trainer's end-of-run line "WHAT: B bytes sent" of run
+# MODE STEPS ("expert exchange", "context ring"; 0 where the run has none)
+counted() {
     local n
-    n=$(sed -nE 's/^expert exchange: ([0-9]+) bytes sent.*/\1/p' "$TMP/$1.$2.txt")
+    n=$(sed -nE "s/^$1: ([0-9]+) bytes sent.*/\1/p" "$TMP/$2.$3.txt")
     echo "${n:-0}"
 }
 idle0=$(lo_tx); sleep 2; idle=$(($(lo_tx) - idle0))
@@ -170,7 +194,8 @@ echo "|---|---|---|---|---|---|---|---|"
 for mode in "${ep_modes[@]}"; do
     a=$(bytes "$mode" "$S1")
     b=$(bytes "$mode" "$S2")
-    python3 - "$mode" "$a" "$b" "$(exch "$mode" "$S1")" "$(exch "$mode" "$S2")" \
+    python3 - "$mode" "$a" "$b" "$(counted "expert exchange" "$mode" "$S1")" \
+        "$(counted "expert exchange" "$mode" "$S2")" \
         "$S1" "$S2" "$W" "$PM" "$PX" "$LAYERS" "$E" "$K" "$FE" "$DMODEL" "$MB" <<'PY'
 import sys
 mode = sys.argv[1]
@@ -187,6 +212,34 @@ f = dense + expert + x
 mb = lambda v: f"{v / 1e6:.3f} MB"
 print(f"| {mode} | {mb(per)} | {mb(dense)} | {mb(expert)} | {mb(x)} | {mb(uniform)} | {mb(f)} "
       f"| {per / f:.2f} |")
+PY
+done
+fi
+if ((${#cp_modes[@]})); then
+PC=$("$TRAIN" "${cp_args[@]}" --set run_dir="$TMP/dry" --dry-run | sed -nE 's/^params: ([0-9]+) trainable.*/\1/p')
+echo "# comm_volume, context parallelism: W=$W ranks, ddp; model n_layer=$LAYERS d_model=$DMODEL, sequences of $CP_T tokens, 2 per data rank and step: P = $PC parameters; steps $S1 and $S2"
+echo "# loopback traffic while idle: $idle bytes in 2 s"
+echo "| mode | measured bytes/step/rank | gradient all-reduce | ring: formula | ring: trainer's count | formula | measured / formula |"
+echo "|---|---|---|---|---|---|---|"
+for mode in "${cp_modes[@]}"; do
+    a=$(bytes "$mode" "$S1")
+    b=$(bytes "$mode" "$S2")
+    python3 - "$mode" "$a" "$b" "$(counted "context ring" "$mode" "$S1")" \
+        "$(counted "context ring" "$mode" "$S2")" \
+        "$S1" "$S2" "$W" "$PC" "$LAYERS" "$DMODEL" "$CP_T" <<'PY'
+import sys
+mode = sys.argv[1]
+a, b, ra, rb = map(int, sys.argv[2:6])
+s1, s2, W, P, L, C, T = map(int, sys.argv[6:])
+N = int(mode[2:])
+per = (b - a) / (s2 - s1) / W
+count = (rb - ra) / (s2 - s1) / W
+blk = 2 * (T // N) * 2 * C
+ring = L * (2 * (N - 1) + N) * blk * 4
+dense = 2 * (W - 1) / W * 4 * P
+f = dense + ring
+mb = lambda v: f"{v / 1e6:.3f} MB"
+print(f"| {mode} | {mb(per)} | {mb(dense)} | {mb(ring)} | {mb(count)} | {mb(f)} | {per / f:.2f} |")
 PY
 done
 fi

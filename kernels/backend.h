@@ -188,6 +188,25 @@ struct tsr_backend {
                                const void *qkv, const void *out, const float *saved,
                                const float *slopes, const int32_t *seq, void *scratch, int B,
                                int T, int NH, int KVH, int hs, tsr_grad_mode mode);
+    /* Ring attention's blocks (context parallelism, src/model/model_ring.c): ops.h's
+     * ring_forward and ring_backward with the backend's types (the block's q, kv, and dout, out
+     * act; acc, lse, dq, dkv fp32; lo, hi int32 on the backend), and scratch of
+     * ring_scratch(B, T, NH, KVH, hs) bytes for blocks of at most B x T rows (0: none). The
+     * ring's data movement: f32_to_act, dst (n) act = src (n) fp32 (rounded); add_f32, dst (n)
+     * fp32 += src (n); copy_rows, rows of width bytes from src (spitch bytes apart) to dst
+     * (dpitch apart), cudaMemcpy2D's arguments. All NULL on a backend without context
+     * parallelism (the trainer refuses parallel.context > 1 there). */
+    void (*ring_forward)(const tsr_backend *be, float *acc, float *lse, const tsr_ring_block *k,
+                         int merge, void *scratch);
+    void (*ring_backward)(const tsr_backend *be, float *dq, int lddq, float *dkv, int lddkv,
+                          const void *dout, const void *out, const float *lse,
+                          const tsr_ring_block *k, void *scratch);
+    size_t (*ring_scratch)(int B, int T, int NH, int KVH, int hs);
+    void (*f32_to_act)(const tsr_backend *be, void *dst, const float *src, size_t n);
+    void (*add_f32)(const tsr_backend *be, float *dst, const float *src, size_t n);
+    void (*copy_rows)(const tsr_backend *be, void *dst, size_t dpitch, const void *src,
+                      size_t spitch, size_t width, size_t rows);
+
     /* ops.h attention_decode on one layer's cache (kt, v act; scratch fp32), or NULL */
     void (*attention_decode)(const tsr_backend *be, void *out, void *kt, void *v,
                              const void *qkv, const float *slopes, float *scratch, int nscratch,

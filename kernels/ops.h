@@ -40,6 +40,30 @@ typedef enum { TSR_GELU_TANH = 0, TSR_GELU_EXACT, TSR_GELU_COUNT } tsr_gelu_kind
  * then ADD (a -0 result may read as +0), without the zeroing pass or the op's read of it. */
 typedef enum { TSR_GRAD_ADD = 0, TSR_GRAD_SET = 1 } tsr_grad_mode;
 
+/* One block of ring attention (context parallelism: src/model/model_ring.c,
+ * docs/parallelism.md): Tq query rows of each of B sequences against Tk key/value rows, with
+ * their positions in the whole sequence. Query row i of sequence b is the sequence's position
+ * qoff + i and has query head h at q + (b qbs + i) ldq + h hs; key row j is position koff + j,
+ * with key head g at kv + (b kbs + j) ldkv + g hs and value head g at that + KVH hs. Query head h
+ * reads key/value head h / (NH/KVH). Row i sees row j iff
+ *   lo[b T + qoff + i] <= koff + j <= qoff + i     (lo NULL: 0, a causal mask alone),
+ * with s[i,j] = q_i.k_j / sqrt(hs) - slope_h (qoff + i - koff - j) (ALiBi with slopes). lo and hi
+ * (B,T) are the first position of each position's document and one past its last
+ * (attn_mask = document; both or neither). The elements are fp32 in this table, the backend's
+ * act type in backend.h's entries. */
+typedef struct tsr_ring_block {
+    int B, NH, KVH, hs;
+    int Tq, Tk;              /* query rows and key rows of each sequence */
+    int qoff, koff;          /* the whole sequence's position of query row 0, of key row 0 */
+    const void *q, *kv;
+    int ldq, ldkv;           /* elements between consecutive rows */
+    int qbs, kbs;            /* rows between consecutive sequences (of q and of what follows it
+                              * query-wise: acc, lse, dout, out, dq; of kv and dkv) */
+    const int32_t *lo, *hi;  /* (B,T), or NULL */
+    int T;                   /* the whole sequence's length (lo, hi's rows) */
+    const float *slopes;     /* (NH) or NULL */
+} tsr_ring_block;
+
 typedef struct tsr_ops {
     const char *name; /* "cpu", "cuda" */
 
@@ -219,6 +243,20 @@ typedef struct tsr_ops {
      * >= V are written 0. WRITES, may alias probs. dlosses (N) */
     void (*softmax_xent_backward)(float *dlogits, const float *dlosses, const float *probs,
                                   const int32_t *targets, int N, int V, int Vp);
+
+    /* Ring attention's block (tsr_ring_block k). Forward: the block's attention of each query
+     * row, o = sum_j softmax_j(s[i,j]) v_j with l = log sum_j exp s[i,j] (o = 0, l = -inf where
+     * the row sees no key), merged into acc (query-wise rows of NH hs: row i of sequence b at
+     * (b qbs + i) NH hs, head h at + h hs) and lse (fp32, ((b NH + h) qbs + i)): with merge,
+     *   L = log(e^lse + e^l), acc = e^(lse - L) acc + e^(l - L) o, lse = L;
+     * without, acc = o, lse = l (the first block of each row).
+     * Backward, with lse the merged one and out (query-wise rows of NH hs) the merged output:
+     *   p = exp(s[i,j] - lse_i), D_i = dout_i.out_i, dS = p (dout_i.v_j - D_i) / sqrt(hs);
+     *   dq_i += sum_j dS k_j (rows lddq apart, query-wise), dk_j += sum_i dS q_i and
+     *   dv_j += sum_i p dout_i into dkv (rows lddkv apart, key-wise: k at g hs, v at (KVH + g) hs). */
+    void (*ring_forward)(float *acc, float *lse, const tsr_ring_block *k, int merge);
+    void (*ring_backward)(float *dq, int lddq, float *dkv, int lddkv, const float *dout,
+                          const float *out, const float *lse, const tsr_ring_block *k);
 
     /* Decoding over a KV cache (one layer; docs/generate.md): stores the keys and values of rows
      * p0..p0+c-1 of qkv (c,QKV) into kt (KVH,hs,cap) (keys transposed per head) and

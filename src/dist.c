@@ -82,6 +82,7 @@ void dist_init(tsr_dist *d, int *argc, char ***argv) {
     MPI_Comm_free(&local);
     if (gethostname(d->host, sizeof d->host) != 0) strcpy(d->host, "?");
     d->host[sizeof d->host - 1] = '\0';
+    d->view = NULL;
     tsr_log_set_rank(d->rank, d->world);
 }
 
@@ -242,6 +243,17 @@ struct tsr_group {
     int rank, size;
 };
 
+/* a handle of dist_wait: the requests of one non-blocking operation */
+typedef struct dist_request {
+    int n;
+    MPI_Request r[];
+} dist_request;
+static dist_request *request_new(int n) {
+    dist_request *r = tsr_malloc(sizeof *r + (size_t)n * sizeof(MPI_Request));
+    r->n = n;
+    return r;
+}
+
 tsr_group *dist_group_split(int color, int key) {
     tsr_group *g = tsr_calloc(1, sizeof *g);
     if (!mpi_live()) {
@@ -296,15 +308,41 @@ void *dist_group_iallgatherv_f32(tsr_group *g, const float *mine, float *all, co
         memmove(all + displs[0], mine, (size_t)counts[0] * sizeof(float));
         return NULL;
     }
-    MPI_Request *r = tsr_malloc(sizeof *r);
+    dist_request *r = request_new(1);
     MPI_CHECK(MPI_Iallgatherv(mine, counts[g->rank], MPI_FLOAT, all, counts, displs, MPI_FLOAT,
-                              g->comm, r));
+                              g->comm, &r->r[0]));
     return r;
 }
 void dist_wait(void *request) {
     if (!request) return;
-    MPI_CHECK(MPI_Wait((MPI_Request *)request, MPI_STATUS_IGNORE));
-    free(request);
+    dist_request *r = request;
+    MPI_CHECK(MPI_Waitall(r->n, r->r, MPI_STATUSES_IGNORE));
+    free(r);
+}
+void dist_group_allreduce_sum_i64(tsr_group *g, int64_t *buf, size_t n) {
+    if (g->size > 1)
+        allreduce_chunked(buf, n, sizeof *buf, MPI_INT64_T, MPI_SUM, g->comm);
+}
+/* The receive and the send in pieces of at most extent_limit() bytes (a block of keys and values
+ * may pass 2^31 bytes), each piece a tag of its own. */
+void *dist_group_ring_shift(tsr_group *g, const void *send, void *recv, size_t bytes) {
+    if (g->size == 1) {
+        memmove(recv, send, bytes);
+        return NULL;
+    }
+    const size_t chunk = extent_limit(), pieces = bytes ? (bytes + chunk - 1) / chunk : 0;
+    const int next = (g->rank + 1) % g->size, prev = (g->rank + g->size - 1) % g->size;
+    if (pieces > 1000000)
+        tsr_die(TSR_EXIT_INTERNAL, "dist: a ring exchange of %zu bytes is too many pieces", bytes);
+    dist_request *r = request_new((int)(2 * pieces));
+    for (size_t p = 0; p < pieces; p++) {
+        const size_t at = p * chunk, k = bytes - at < chunk ? bytes - at : chunk;
+        MPI_CHECK(MPI_Irecv((char *)recv + at, (int)k, MPI_BYTE, prev, (int)p, g->comm,
+                            &r->r[2 * p]));
+        MPI_CHECK(MPI_Isend((const char *)send + at, (int)k, MPI_BYTE, next, (int)p, g->comm,
+                            &r->r[2 * p + 1]));
+    }
+    return r;
 }
 void dist_group_reduce_scatter_f32(tsr_group *g, const float *send, float *recv, const int *counts) {
     if (g->size == 1) memmove(recv, send, (size_t)counts[0] * sizeof(float));
@@ -452,6 +490,12 @@ void *dist_group_iallgatherv_f32(tsr_group *g, const float *mine, float *all, co
     return NULL;
 }
 void dist_wait(void *request) { (void)request; }
+void dist_group_allreduce_sum_i64(tsr_group *g, int64_t *buf, size_t n) { (void)g, (void)buf, (void)n; }
+void *dist_group_ring_shift(tsr_group *g, const void *send, void *recv, size_t bytes) {
+    (void)g;
+    memmove(recv, send, bytes);
+    return NULL;
+}
 void dist_group_reduce_scatter_f32(tsr_group *g, const float *send, float *recv, const int *counts) {
     (void)g;
     memmove(recv, send, (size_t)counts[0] * sizeof(float));
@@ -477,6 +521,35 @@ void dist_abort(int code) { exit(code); }
 void dist_version(char *buf, size_t n) { snprintf(buf, n, "no MPI (NO_MPI=1 build)"); }
 
 #endif
+
+void dist_data_view(const tsr_dist *world, int N, tsr_dist *v) {
+    *v = *world;
+    v->view = NULL;
+    if (N <= 1) return;
+    v->rank = world->rank / N;
+    v->world = world->world / N;
+    v->view = dist_group_split(world->rank % N, world->rank);
+}
+
+void dist_view_free(tsr_dist *v) {
+    dist_group_free(v->view);
+    v->view = NULL;
+}
+
+void dist_view_sum_f64(const tsr_dist *d, double *buf, size_t n) {
+    if (d->view) dist_group_allreduce_sum_f64(d->view, buf, n);
+    else dist_allreduce_sum_f64(buf, n);
+}
+
+void dist_view_sum_i64(const tsr_dist *d, int64_t *buf, size_t n) {
+    if (d->view) dist_group_allreduce_sum_i64(d->view, buf, n);
+    else dist_allreduce_sum_i64(buf, n);
+}
+
+void dist_view_max_f64(const tsr_dist *d, double *buf, size_t n) {
+    if (d->view) dist_group_allreduce_max_f64(d->view, buf, n);
+    else dist_allreduce_max_f64(buf, n);
+}
 
 int dist_launched(void) {
     static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"};

@@ -9,10 +9,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct tsr_group;
+
 typedef struct tsr_dist {
-    int rank, world;          /* in MPI_COMM_WORLD */
+    int rank, world;          /* in MPI_COMM_WORLD (a view: below) */
     int local_rank, local_world; /* among the ranks sharing this node */
     char host[64];
+    /* NULL: the world. Else this is a view, the data dimension of a data x context mesh
+     * (parallel.context, docs/parallelism.md; dist_data_view): rank and world count data ranks,
+     * and the dist_view_* sums run over this group, the world's ranks of the same context rank.
+     * Code that splits work over data ranks and sums their results takes a tsr_dist and sums
+     * with dist_view_*, so that a context group, whose ranks share their sequences and hold the
+     * same sums, counts once. */
+    struct tsr_group *view;
 } tsr_dist;
 
 /* Initialises MPI (if built with it) and fills d. A rank started by a launcher (dist_launched)
@@ -96,6 +105,24 @@ void dist_group_allgather(tsr_group *g, const void *mine, void *all, size_t byte
 void dist_group_alltoallv(tsr_group *g, const void *send, const size_t *scounts,
                           const size_t *sdispls, void *recv, const size_t *rcounts,
                           const size_t *rdispls, size_t elem);
+/* The data dimension of the mesh of world (a world, not a view) whose context groups are N
+ * consecutive ranks: v->rank = world rank / N, v->world = world / N, summing over the ranks of
+ * the same world rank % N. N = 1: v is world itself (no group). Collective over the world when
+ * N > 1; dist_view_free releases it. */
+void dist_data_view(const tsr_dist *world, int N, tsr_dist *v);
+void dist_view_free(tsr_dist *v);
+/* In-place sums (maxima) over the ranks of d: the world's, or a view's (tsr_dist.view) */
+void dist_view_sum_f64(const tsr_dist *d, double *buf, size_t n);
+void dist_view_sum_i64(const tsr_dist *d, int64_t *buf, size_t n);
+void dist_view_max_f64(const tsr_dist *d, double *buf, size_t n);
+
+/* The ring exchange of context parallelism (model/model_ring.c): sends `bytes` of send to group
+ * rank (me + 1) mod size and receives as many from (me - 1) mod size into recv, started now
+ * (non-blocking point-to-point); dist_wait completes it (send and recv are untouched until then).
+ * A group of one copies. Returns the handle (NULL: done). */
+void *dist_group_ring_shift(tsr_group *g, const void *send, void *recv, size_t bytes);
+void dist_group_allreduce_sum_i64(tsr_group *g, int64_t *buf, size_t n);
+
 /* buf (bytes) of world rank root, on every rank */
 void dist_bcast(void *buf, size_t bytes, int root);
 _Noreturn void dist_abort(int code);

@@ -49,6 +49,23 @@ started_ranks() {
     done
     echo $r
 }
+# colors_icl VAL_FRACTION: the shipped "colors" ICL tasks (eval/tasks/) ready to score in training:
+# a tokenizer trained on their text ($TMP/tok.tok), the text prepped with that share held out for
+# validation ($TMP/data), and $TMP/icl.cfg, configs/tiny.cfg plus two of the tasks. Sets TASKS.
+colors_icl() {
+    TASKS=$TSR_ROOT/eval/tasks
+    "$TOOL" tokenizer train --vocab-size 320 --special '<|endoftext|>' --out "$TMP/tok.tok" -q \
+        "$TASKS/colors_corpus.txt" &&
+        "$TOOL" prep --out "$TMP/data" --tokenizer "$TMP/tok.tok" --format text --doc-sep '\n' \
+            --val-fraction "$1" -q "$TASKS/colors_corpus.txt" || return 1
+    { cat "$TSR_ROOT/configs/tiny.cfg"; cat <<CFG
+icl_tasks = (
+  { label = "colors_mc"; type = "multiple_choice"; path = "$TASKS/colors_mc.jsonl"; },
+  { label = "colors_lm"; type = "language_modeling"; path = "$TASKS/colors_lm.jsonl"; }
+);
+CFG
+    } >"$TMP/icl.cfg"
+}
 # ck RUN_DIR STEP: the path of that step's checkpoint
 ck() { printf '%s/step-%08d.h5' "$1" "$2"; }
 # same_tensors A.h5 B.h5: every tensor (weights and AdamW moments) of the two checkpoints equal,

@@ -227,6 +227,39 @@ static void f_attention_backward(const tsr_backend *be, void *dqkv, const void *
     OPS(be)->attention_backward(dqkv, dout, qkv, saved, seq, B, T, NH, KVH, hs);
 }
 
+static void f_ring_forward(const tsr_backend *be, float *acc, float *lse, const tsr_ring_block *k,
+                           int merge, void *scratch) {
+    (void)scratch;
+    OPS(be)->ring_forward(acc, lse, k, merge);
+}
+
+static void f_ring_backward(const tsr_backend *be, float *dq, int lddq, float *dkv, int lddkv,
+                            const void *dout, const void *out, const float *lse,
+                            const tsr_ring_block *k, void *scratch) {
+    (void)scratch;
+    OPS(be)->ring_backward(dq, lddq, dkv, lddkv, dout, out, lse, k);
+}
+
+static size_t f_ring_scratch(int B, int T, int NH, int KVH, int hs) {
+    (void)B, (void)T, (void)NH, (void)KVH, (void)hs;
+    return 0;
+}
+
+static void f_f32_to_act(const tsr_backend *be, void *dst, const float *src, size_t n) {
+    f_copy(be, dst, src, n * sizeof(float));
+}
+
+static void f_add_f32(const tsr_backend *be, float *dst, const float *src, size_t n) {
+    OPS(be)->residual_forward(dst, dst, src, n);
+}
+
+static void f_copy_rows(const tsr_backend *be, void *dst, size_t dpitch, const void *src,
+                        size_t spitch, size_t width, size_t rows) {
+    (void)be;
+    for (size_t r = 0; r < rows; r++)
+        memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+}
+
 static void f_attention_decode(const tsr_backend *be, void *out, void *kt, void *v,
                                const void *qkv, const float *slopes, float *scratch, int nscratch,
                                int p0, int c, int seg, int cap, int NH, int KVH, int hs) {
@@ -308,6 +341,12 @@ tsr_backend tsr_fp32_backend(const tsr_ops *ops) {
         .attention_forward = f_attention_forward,
         .attention_backward = f_attention_backward,
         .attention_decode = ops->attention_decode ? f_attention_decode : NULL,
+        .ring_forward = ops->ring_forward ? f_ring_forward : NULL,
+        .ring_backward = ops->ring_backward ? f_ring_backward : NULL,
+        .ring_scratch = f_ring_scratch,
+        .f32_to_act = f_f32_to_act,
+        .add_f32 = f_add_f32,
+        .copy_rows = f_copy_rows,
         .softmax_xent = f_softmax_xent,
         .softmax_xent_grad = f_softmax_xent_grad,
         .argmax = f_argmax,

@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "ops.h" /* tsr_ring_block */
+
 /* Elementwise loops shorter than this run on one thread (a parallel region costs microseconds). */
 #define CPU_PAR_MIN 16384
 /* Rows per partial sum in row reductions; fixed, so the sum order is thread-count independent. */
@@ -42,6 +44,11 @@ void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, co
 void cpu_attention_decode(float *out, float *kt, float *v, const float *qkv,
                           const float *alibi_slopes, float *scratch, int nscratch, int p0, int c,
                           int seg, int cap, int NH, int KVH, int hs);
+
+/* cpu_ring.c (ops.h ring_forward, ring_backward) */
+void cpu_ring_forward(float *acc, float *lse, const tsr_ring_block *k, int merge);
+void cpu_ring_backward(float *dq, int lddq, float *dkv, int lddkv, const float *dout,
+                       const float *out, const float *lse, const tsr_ring_block *k);
 
 /* cpu_llama.c (ops.h describes each) */
 void cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,

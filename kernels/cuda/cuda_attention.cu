@@ -40,6 +40,12 @@
  * Segment bounds: a block needs lo (or hi) of its rows only; the run start of its first row is
  * found by a block-wide backward scan of seq (1024 positions per round), the rest from the tile's
  * own ids in shared memory.
+ * Keys past kend (tcu_attention_forward_keys, tcu_attention_backward_keys: kend < T) are masked
+ * too: context parallelism's blocks (kernels/cuda/cuda_ring.cu) lay a block's keys out before its
+ * queries in one sequence and let the queries see those keys alone. A row that then sees no key
+ * gets out 0 and lse -inf. The rows before kend are then keys only: the query tiles start at the
+ * tile holding row kend (att_query_base), so a block costs its queries' work, not the causal
+ * attention of the keys among themselves too.
  */
 #include <climits>
 #include <cstdarg>
@@ -373,7 +379,7 @@ __device__ __forceinline__ void head_rows(const bf16 *&q, const bf16 *&k, const 
 /* One key tile's online-softmax step of the forward kernels, for the MS slabs of this thread's
  * warp: s (the tile's q.k, BC/8 n-tiles in the accumulator layout) becomes p = exp2(x - m) in
  * place, with x = s sl2 - slope2 (i - j) masked to lo <= j <= i (no mask when full: the tile lies
- * left of the diagonal and right of every row's segment start); the running maxima m and this
+ * left of the diagonal, right of every row's segment start and before kend); the running maxima m and this
  * thread's column sums l of its rows a (elements 0, 1) and b (2, 3) are updated and o (NO n-tiles)
  * rescaled. */
 template <int MS, int BC, int NO>
@@ -381,7 +387,7 @@ __device__ __forceinline__ void
 flash_softmax_tile(float (&s)[MS][BC / 8][4], float (&o)[MS][NO][4], float (&m_a)[MS],
                    float (&m_b)[MS], float (&l_a)[MS], float (&l_b)[MS], const int (&ia)[MS],
                    const int (&ib)[MS], const int (&lo_a)[MS], const int (&lo_b)[MS], int j0,
-                   bool full, float sl2, float slope2, int t4) {
+                   bool full, float sl2, float slope2, int kend, int t4) {
     /* mask, scale, ALiBi; every (i, j) allowed when the tile lies left of the diagonal and
      * right of every row's segment start (columns past T lie right of the diagonal) */
 #pragma unroll
@@ -394,7 +400,7 @@ flash_softmax_tile(float (&s)[MS][BC / 8][4], float (&o)[MS][NO][4], float (&m_a
                 const int j = j0 + nt * 8 + 2 * t4 + (e & 1), i = e < 2 ? ia[m] : ib[m];
                 const int lo = e < 2 ? lo_a[m] : lo_b[m];
                 float x = s[m][nt][e] * sl2 - slope2 * (float)(i - j);
-                if (!full && (j > i || j < lo)) x = -INFINITY;
+                if (!full && (j > i || j < lo || j >= kend)) x = -INFINITY;
                 s[m][nt][e] = x;
                 if (e < 2)
                     mx_a = fmaxf(mx_a, x);
@@ -451,8 +457,9 @@ flash_store_rows(bf16 *out, float *lse, const float (&o)[MS][HS / 8][4], const f
         la += __shfl_xor_sync(0xffffffffu, la, 2);
         lb += __shfl_xor_sync(0xffffffffu, lb, 1);
         lb += __shfl_xor_sync(0xffffffffu, lb, 2);
-        /* a row < T saw its diagonal, so l >= 1 */
-        const float inv_a = 1.0f / la, inv_b = 1.0f / lb;
+        /* a row < T saw its diagonal, so l >= 1, unless keys past kend are masked: a row that
+         * saw none writes 0 (and lse -inf) */
+        const float inv_a = la > 0.0f ? 1.0f / la : 0.0f, inv_b = lb > 0.0f ? 1.0f / lb : 0.0f;
         bf16 *oa = out + ((size_t)b * T + ia[m]) * C + (size_t)h * HS + 2 * t4;
         bf16 *ob = oa + 8 * (size_t)C;
 #pragma unroll
@@ -516,12 +523,19 @@ __device__ __forceinline__ void load_tile_async(bf16 *s, const bf16 *g, size_t l
  * sbo 128). Each product is waited for before its result is used: the warpgroup's products
  * overlap other blocks' softmax, not its own (FlashAttention-3's ping-pong and its producer warps
  * with TMA are the next step, docs/cuda.md). */
+/* The first query row of the forward's and the dq kernel's tiles of BR rows: 0, or with kend < T
+ * the tile holding row kend (the rows before it are keys only; those of the tile are computed and
+ * unused). The kernels' grids (att_query_tiles) and their rows follow it. */
+__device__ __forceinline__ int att_query_base(int kend, int T, int BR) {
+    return kend < T ? kend / BR * BR : 0;
+}
+
 template <int HS, int MS, bool WG>
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_forward_flash_kernel(bf16 *__restrict__ out, float *__restrict__ lse,
                                    const bf16 *__restrict__ qkv, const float *__restrict__ slopes,
-                                   const int32_t *__restrict__ seq, int T, int NH, int KVH,
-                                   float sl2) {
+                                   const int32_t *__restrict__ seq, int T, int kend, int NH,
+                                   int KVH, float sl2) {
     using Tl = att_tiles<HS, MS>;
     constexpr int BR = Tl::FWD_BR, BC = Tl::FWD_BC, LD = WG ? HS : Tl::LD; /* a tile row */
     static_assert(BR == 16 * MS * ATT_WARPS, "MS 16-row slabs per warp");
@@ -532,7 +546,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
     __shared__ int s_lo[BR], s_seq[BR], s_red[ATT_WARPS];
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
-    const int i0 = (gridDim.x - 1 - blockIdx.x) * BR, h = blockIdx.y, b = blockIdx.z;
+    const int i0 = att_query_base(kend, T, BR) + (gridDim.x - 1 - blockIdx.x) * BR;
+    const int h = blockIdx.y, b = blockIdx.z;
     const size_t ld = (size_t)(NH + 2 * KVH) * HS;
     const bf16 *q, *k, *v;
     head_rows(q, k, v, qkv, b, T, h, NH, KVH, HS);
@@ -541,7 +556,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
     cp_async_commit();
     segment_starts<BR>(s_lo, s_seq, s_red, seq ? seq + (size_t)b * T : nullptr, i0, T);
     const int jstart = s_lo[0], lo_max = s_lo[BR - 1], ilast = min(i0 + BR, T) - 1;
-    const int ntiles = (ilast - jstart) / BC + 1;
+    const int jlast = min(ilast, kend - 1); /* (no tile: every row's keys lie past kend) */
+    const int ntiles = jlast >= jstart ? (jlast - jstart) / BC + 1 : 0;
     load_tile_async<WG, BC, HS>(sK, k, ld, jstart, T);
     cp_async_commit();
     load_tile_async<WG, BC, HS>(sV, v, ld, jstart, T);
@@ -578,7 +594,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
         }
 
         flash_softmax_tile<MS, BC, HS / 8>(s, o, m_a, m_b, l_a, l_b, ia, ib, lo_a, lo_b, j0,
-                                          j0 + BC - 1 <= i0 && j0 >= lo_max, sl2, slope2, t4);
+                                          j0 + BC - 1 <= i0 && j0 >= lo_max && j0 + BC <= kend,
+                                          sl2, slope2, kend, t4);
 
         cp_async_wait<0>(); /* V of this tile */
         if constexpr (WG) fence_proxy_async();
@@ -602,6 +619,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
         }
     }
 
+    if (ntiles == 0) cp_async_wait<0>(); /* the first tiles' loads, unused */
     flash_store_rows<MS, HS>(out, lse, o, m_a, m_b, l_a, l_b, ia, ib, b, h, T, NH, t4);
 }
 
@@ -688,13 +706,14 @@ __device__ __forceinline__ void bwd_q_row_stats(float (&lse_a)[MS], float (&lse_
 }
 
 /* dS = P (dP - D) of a key tile from j0 (the dq kernels): s holds q_i.k_j, dp dP (queries x
- * keys); s becomes dS, masked to lo(i) <= j <= i and i < T (no mask when full) */
+ * keys); s becomes dS, masked to lo(i) <= j <= i, j < kend and i < T (no mask when full) */
 template <int MS, int BC>
 __device__ __forceinline__ void
 bwd_q_ds(float (&s)[MS][BC / 8][4], const float (&dp)[MS][BC / 8][4], const int (&ia)[MS],
          const int (&ib)[MS], const int (&lo_a)[MS], const int (&lo_b)[MS],
          const float (&lse_a)[MS], const float (&lse_b)[MS], const float (&d_a)[MS],
-         const float (&d_b)[MS], int j0, bool full, int T, float sl2, float slope2, int t4) {
+         const float (&d_b)[MS], int j0, bool full, int T, float sl2, float slope2, int kend,
+         int t4) {
 #pragma unroll
     for (int m = 0; m < MS; m++)
 #pragma unroll
@@ -705,7 +724,7 @@ bwd_q_ds(float (&s)[MS][BC / 8][4], const float (&dp)[MS][BC / 8][4], const int 
                 const int lo = e < 2 ? lo_a[m] : lo_b[m];
                 float x = att_bwd_logit(s[m][nt][e], sl2, slope2, i - j,
                                         e < 2 ? lse_a[m] : lse_b[m]);
-                if (!full && (j > i || j < lo || i >= T)) x = -INFINITY;
+                if (!full && (j > i || j < lo || i >= T || j >= kend)) x = -INFINITY;
                 s[m][nt][e] = exp2f(x) * (dp[m][nt][e] - (e < 2 ? d_a[m] : d_b[m]));
             }
 }
@@ -871,8 +890,8 @@ template <int HS, int MS, bool FUSED, bool WG>
 __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_kernel(
     bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
     const float *__restrict__ lse, const float *__restrict__ Dsum,
-    const float *__restrict__ slopes, const int32_t *__restrict__ seq, int T, int NH, int KVH,
-    float scale, float sl2, bool set, float *__restrict__ dqacc, int *__restrict__ turns,
+    const float *__restrict__ slopes, const int32_t *__restrict__ seq, int T, int kend, int NH,
+    int KVH, float scale, float sl2, bool set, float *__restrict__ dqacc, int *__restrict__ turns,
     int nqt) {
     using Tl = att_tiles<HS, MS>;
     constexpr int BK = Tl::KV_BK, BQ = Tl::KV_BQ, LD = WG ? HS : Tl::LD; /* a tile row */
@@ -894,6 +913,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_k
     const int kvh = FUSED ? lin / nkb % (int)gridDim.y : (int)blockIdx.y;
     const int b = FUSED ? lin / (nkb * (int)gridDim.y) : (int)blockIdx.z;
     const int j0 = kb * BK, h0 = kvh * grp;
+    if constexpr (!FUSED) /* keys past kend: masked, their gradients are nobody's (the dq kernel */
+        if (j0 >= kend) return; /* masks them in dq; the fused dq never runs with kend < T) */
     const size_t ld = (size_t)(NH + 2 * KVH) * HS;
     const bf16 *q0, *k, *v;
     head_rows(q0, k, v, qkv, b, T, h0, NH, KVH, HS); /* q0: the group's first query head */
@@ -903,7 +924,10 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_k
     cp_async_commit();
     segment_ends<BK>(s_hi, s_seq, s_red, seq ? seq + (size_t)b * T : nullptr, j0, T);
     const int hi_min = s_hi[0], i_end = s_hi[BK - 1]; /* queries j0 <= i < i_end (<= T) */
-    const int nq = (i_end - j0 + BQ - 1) / BQ, nsteps = grp * nq;
+    /* the query tiles from iq0: j0's, or (kend < T: the rows before kend are keys only) the one
+     * holding row kend; none when every key's queries end before it */
+    const int iq0 = kend < T && kend > j0 ? j0 + (kend - j0) / BQ * BQ : j0;
+    const int nq = i_end > iq0 ? (i_end - iq0 + BQ - 1) / BQ : 0, nsteps = grp * nq;
     /* FUSED: hi of key j0 - 1 (the block below reaches tile it0 iff it0 < hi_below), 0 for kb 0 */
     int hi_below = 0;
     if constexpr (FUSED) {
@@ -914,7 +938,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_k
     /* step st = (query head h0 + st / nq, query tile st % nq) into buffer u: Q, dO
      * asynchronously, lse (log2 units) and D by plain stores; zeros past T */
     auto load_query_tile = [&](int st, int u) {
-        const int h = h0 + st / nq, it0 = j0 + (st % nq) * BQ;
+        const int h = h0 + st / nq, it0 = iq0 + (st % nq) * BQ;
         const float *lbh = lse + ((size_t)b * NH + h) * T, *dbh = Dsum + ((size_t)b * NH + h) * T;
         load_tile_async<WG, BQ, HS>(sQ0 + u * BQ * LD, q0 + (size_t)(h - h0) * HS, ld, it0, T);
         load_tile_async<WG, BQ, HS>(sG0 + u * BQ * LD, dout + (size_t)b * T * C + (size_t)h * HS,
@@ -926,7 +950,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_k
             s_D[u][tid] = i < T ? dbh[i] : 0.0f;
         }
     };
-    load_query_tile(0, 0);
+    if (nsteps) load_query_tile(0, 0);
 
     /* this thread's keys, per slab m: ja (accumulator elements 0, 1) and jb = ja + 8 (2, 3) */
     const int r0 = warp * 16 * MS;
@@ -937,7 +961,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_k
     if constexpr (WG) desc_k = wg_desc_kmajor<HS>(sK), desc_v = wg_desc_kmajor<HS>(sV);
 
     for (int st = 0; st < nsteps; st++) {
-        const int u = st & 1, it0 = j0 + (st % nq) * BQ;
+        const int u = st & 1, it0 = iq0 + (st % nq) * BQ;
         const float slope2 = slopes ? slopes[h0 + st / nq] * kLog2e : 0.0f;
         if (st + 1 < nsteps) {
             load_query_tile(st + 1, u ^ 1); /* buffer u^1 was released by the last barrier */
@@ -1017,6 +1041,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_k
         }
     }
 
+    if (!nsteps) cp_async_wait<0>(); /* K and V, unused: dk, dv are 0 */
     bwd_kv_store<MS, HS>(dqkv, dk, dv, ja, jb, b, T, NH, KVH, kvh, scale, set, t4);
 }
 
@@ -1035,8 +1060,8 @@ template <int HS, int MS, bool WG>
 __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_kernel(
     bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
     const float *__restrict__ lse, const float *__restrict__ Dsum,
-    const float *__restrict__ slopes, const int32_t *__restrict__ seq, int T, int NH, int KVH,
-    float scale, float sl2, bool set) {
+    const float *__restrict__ slopes, const int32_t *__restrict__ seq, int T, int kend, int NH,
+    int KVH, float scale, float sl2, bool set) {
     using Tl = att_tiles<HS, MS>;
     constexpr int BR = Tl::DQ_BR, BC = Tl::DQ_BC, LD = WG ? HS : Tl::LD; /* a tile row */
     const int C = NH * HS;
@@ -1049,7 +1074,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_k
     __shared__ int s_lo[BR], s_seq[BR], s_red[ATT_WARPS];
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
-    const int i0 = (gridDim.x - 1 - blockIdx.x) * BR, h = blockIdx.y, b = blockIdx.z;
+    const int i0 = att_query_base(kend, T, BR) + (gridDim.x - 1 - blockIdx.x) * BR;
+    const int h = blockIdx.y, b = blockIdx.z;
     const size_t ld = (size_t)(NH + 2 * KVH) * HS;
     const bf16 *q, *k, *v;
     head_rows(q, k, v, qkv, b, T, h, NH, KVH, HS);
@@ -1061,8 +1087,9 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_k
     cp_async_commit();
     segment_starts<BR>(s_lo, s_seq, s_red, seq ? seq + (size_t)b * T : nullptr, i0, T);
     const int jstart = s_lo[0], lo_max = s_lo[BR - 1], ilast = min(i0 + BR, T) - 1;
-    const int ntiles = (ilast - jstart) / BC + 1;
-    const int jtop = jstart + (ntiles - 1) * BC; /* the last tile, taken first */
+    const int jlast = min(ilast, kend - 1); /* (no tile: every row's keys lie past kend) */
+    const int ntiles = jlast >= jstart ? (jlast - jstart) / BC + 1 : 0;
+    const int jtop = jstart + (ntiles > 0 ? ntiles - 1 : 0) * BC; /* the last tile, taken first */
     load_tile_async<WG, BC, HS>(sV, v, ld, jtop, T);
     cp_async_commit();
     load_tile_async<WG, BC, HS>(sK, k, ld, jtop, T);
@@ -1120,7 +1147,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_k
         }
         /* rows past T are masked too (their lse and D are stand-ins) */
         bwd_q_ds<MS, BC>(s, dp, ia, ib, lo_a, lo_b, lse_a, lse_b, d_a, d_b, j0,
-                         j0 + BC - 1 <= i0 && j0 >= lo_max && i0 + BR <= T, T, sl2, slope2, t4);
+                         j0 + BC - 1 <= i0 && j0 >= lo_max && i0 + BR <= T && j0 + BC <= kend, T,
+                         sl2, slope2, kend, t4);
         if constexpr (WG) {
             uint32_t da[BC / 16][4];
             wg_regs_product<HS, BC>(dq[0], da, s[0], desc_km); /* dQ += dS K */
@@ -1136,6 +1164,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_k
         }
     }
 
+    if (ntiles == 0) cp_async_wait<0>(); /* the first tiles' loads, unused */
     bwd_q_store<MS, HS>(dqkv, dq, ia, ib, b, h, T, ld, scale, set, t4);
 }
 
@@ -1245,6 +1274,13 @@ struct att_scratch_layout {
     int nqt = 0;
     size_t acc = 0, turns = 0, bytes = 0;
 };
+/* the query tiles of BR rows of a forward or dq grid: from att_query_base's row to T (one rule,
+ * two places: the kernels' rows and their grids) */
+static int att_query_tiles(int T, int kend, int BR) {
+    const int base = kend < T ? kend / BR * BR : 0;
+    return (T - base + BR - 1) / BR;
+}
+
 static size_t att_align256(size_t n) { return (n + 255) / 256 * 256; }
 static att_scratch_layout att_scratch(int B, int T, int NH, int hs) {
     att_scratch_layout L;
@@ -1264,8 +1300,8 @@ static att_scratch_layout att_scratch(int B, int T, int NH, int hs) {
 /* the forward's launch: MS slabs a warp, or (WG) on wgmma with MS = 1 */
 template <int HS, int MS, bool WG>
 static void attention_forward_hs(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
-                                 const float *slopes, const int32_t *seq, int B, int T, int NH,
-                                 int KVH, cudaStream_t st) {
+                                 const float *slopes, const int32_t *seq, int B, int T, int kend,
+                                 int NH, int KVH, cudaStream_t st) {
     using Tl = att_tiles<HS, MS>;
     const float scale = 1.0f / sqrtf((float)HS);
     const size_t smem = WG ? Tl::fwd_smem_cm : Tl::fwd_smem;
@@ -1273,10 +1309,10 @@ static void attention_forward_hs(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
     att_smem_limit((const void *)kernel, smem,
                    WG ? "tcu_attention_forward: shared memory (wgmma)"
                       : "tcu_attention_forward: shared memory");
-    const dim3 grid((unsigned)((T + Tl::FWD_BR - 1) / Tl::FWD_BR), (unsigned)NH, (unsigned)B);
+    const dim3 grid((unsigned)att_query_tiles(T, kend, Tl::FWD_BR), (unsigned)NH, (unsigned)B);
     kernel<<<grid, ATT_THREADS, smem, st>>>(reinterpret_cast<bf16 *>(out), lse,
                                             reinterpret_cast<const bf16 *>(qkv), slopes, seq, T,
-                                            NH, KVH, scale * kLog2e);
+                                            kend, NH, KVH, scale * kLog2e);
     TCU_CHECK_LAUNCH(WG ? "tcu_attention_forward (wgmma)" : "tcu_attention_forward");
 }
 
@@ -1288,28 +1324,33 @@ static void attention_forward_hs(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
 extern "C" void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
                                       const float *alibi_slopes, const int32_t *seq, int B, int T,
                                       int NH, int KVH, int hs, tcu_stream s) {
+    tcu_attention_forward_keys(out, lse, qkv, alibi_slopes, seq, B, T, T, NH, KVH, hs, s);
+}
+
+/* tcu_attention_forward with the keys at kend.. masked (cuda_internal.h) */
+extern "C" void tcu_attention_forward_keys(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
+                                           const float *alibi_slopes, const int32_t *seq, int B,
+                                           int T, int kend, int NH, int KVH, int hs,
+                                           tcu_stream s) {
     const char *what = "tcu_attention_forward";
     att_check(what, B, T, NH, KVH, hs);
+    TCU_REQUIRE(kend >= 1 && kend <= T, what, tcu_msg("kend = %d: expected 1..T = %d", kend, T));
     TCU_REQUIRE(out && lse && qkv, what, "out, lse and qkv must not be NULL");
     TCU_REQUIRE(tcu_aligned16(qkv) && tcu_aligned16(out), what,
                 "qkv and out must be 16-byte aligned");
     cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
     const bool two = tcu_attention_warp_rows(hs) == 32;
     const bool wg = tcu_attention_wgmma(hs);
-    if (hs == 64 && wg)
-        attention_forward_hs<64, 1, true>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
-    else if (hs == 128 && wg)
-        attention_forward_hs<128, 1, true>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
-    else if (hs == 32 && two)
-        attention_forward_hs<32, 2, false>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
-    else if (hs == 32)
-        attention_forward_hs<32, 1, false>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
-    else if (hs == 64 && two)
-        attention_forward_hs<64, 2, false>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
-    else if (hs == 64)
-        attention_forward_hs<64, 1, false>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
-    else
-        attention_forward_hs<128, 1, false>(out, lse, qkv, alibi_slopes, seq, B, T, NH, KVH, st);
+#define ATT_FWD(HS, MS, WG)                                                                        \
+    attention_forward_hs<HS, MS, WG>(out, lse, qkv, alibi_slopes, seq, B, T, kend, NH, KVH, st)
+    if (hs == 64 && wg) ATT_FWD(64, 1, true);
+    else if (hs == 128 && wg) ATT_FWD(128, 1, true);
+    else if (hs == 32 && two) ATT_FWD(32, 2, false);
+    else if (hs == 32) ATT_FWD(32, 1, false);
+    else if (hs == 64 && two) ATT_FWD(64, 2, false);
+    else if (hs == 64) ATT_FWD(64, 1, false);
+    else ATT_FWD(128, 1, false);
+#undef ATT_FWD
 }
 
 /* scratch of tcu_attention_backward: D = rowsum(dout * out), (B,NH,T) fp32, nothing else (dq, dk,
@@ -1336,8 +1377,8 @@ static void att_rowdot(float *D, const bf16 *g, const tsr_bf16 *out, int B, int 
 template <int HS, int MS, bool WG>
 static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
                                   const tsr_bf16 *out, const float *lse, const float *slopes,
-                                  const int32_t *seq, void *scratch, int B, int T, int NH,
-                                  int KVH, bool set, cudaStream_t st) {
+                                  const int32_t *seq, void *scratch, int B, int T, int kend,
+                                  int NH, int KVH, bool set, bool fused, cudaStream_t st) {
     using Tl = att_tiles<HS, MS>;
     const char *what = "tcu_attention_backward";
     const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * kLog2e;
@@ -1349,7 +1390,7 @@ static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const ts
 
     const dim3 gkv((unsigned)((T + Tl::KV_BK - 1) / Tl::KV_BK), (unsigned)KVH, (unsigned)B);
     if constexpr (!WG) {
-        if (att_dq_fused) {
+        if (fused) {
             const att_scratch_layout L = att_scratch(B, T, NH, HS);
             unsigned char *base = static_cast<unsigned char *>(scratch);
             float *dqacc = reinterpret_cast<float *>(base + L.acc);
@@ -1362,9 +1403,9 @@ static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const ts
             auto kv = attention_backward_dkdv_keytile_kernel<HS, MS, true, false>;
             att_smem_limit((const void *)kv, Tl::kv_fused_smem,
                            "tcu_attention_backward: shared memory (dk, dv, dq)");
-            kv<<<gkv, ATT_THREADS, Tl::kv_fused_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, NH,
-                                                            KVH, scale, sl2, set, dqacc, turns,
-                                                            L.nqt);
+            kv<<<gkv, ATT_THREADS, Tl::kv_fused_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, T,
+                                                            NH, KVH, scale, sl2, set, dqacc,
+                                                            turns, L.nqt);
             TCU_CHECK_LAUNCH(what);
             return;
         }
@@ -1374,8 +1415,8 @@ static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const ts
     att_smem_limit((const void *)kv, kv_smem,
                    WG ? "tcu_attention_backward: shared memory (dk, dv; wgmma)"
                       : "tcu_attention_backward: shared memory (dk, dv)");
-    kv<<<gkv, ATT_THREADS, kv_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, NH, KVH, scale, sl2,
-                                          set, nullptr, nullptr, 0);
+    kv<<<gkv, ATT_THREADS, kv_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, kend, NH, KVH, scale,
+                                          sl2, set, nullptr, nullptr, 0);
     TCU_CHECK_LAUNCH(WG ? "tcu_attention_backward: dk, dv (wgmma)"
                         : "tcu_attention_backward: dk, dv");
 
@@ -1384,9 +1425,9 @@ static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const ts
     att_smem_limit((const void *)qk, q_smem,
                    WG ? "tcu_attention_backward: shared memory (dq; wgmma)"
                       : "tcu_attention_backward: shared memory (dq)");
-    const dim3 gq((unsigned)((T + Tl::DQ_BR - 1) / Tl::DQ_BR), (unsigned)NH, (unsigned)B);
-    qk<<<gq, ATT_THREADS, q_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, NH, KVH, scale, sl2,
-                                        set);
+    const dim3 gq((unsigned)att_query_tiles(T, kend, Tl::DQ_BR), (unsigned)NH, (unsigned)B);
+    qk<<<gq, ATT_THREADS, q_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, kend, NH, KVH, scale,
+                                        sl2, set);
     TCU_CHECK_LAUNCH(WG ? "tcu_attention_backward (wgmma)" : what);
 }
 
@@ -1401,8 +1442,21 @@ extern "C" void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, con
                                        const float *alibi_slopes, const int32_t *seq,
                                        void *scratch, int B, int T, int NH, int KVH, int hs,
                                        tsr_grad_mode mode, tcu_stream s) {
+    tcu_attention_backward_keys(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch, B, T, T,
+                                NH, KVH, hs, mode, s);
+}
+
+/* tcu_attention_backward with the keys at kend.. masked (cuda_internal.h): the fused dq only
+ * where nothing is (kend = T); the masked keys' dk, dv are not written */
+extern "C" void tcu_attention_backward_keys(tsr_bf16 *dqkv, const tsr_bf16 *dout,
+                                            const tsr_bf16 *qkv, const tsr_bf16 *out,
+                                            const float *lse, const float *alibi_slopes,
+                                            const int32_t *seq, void *scratch, int B, int T,
+                                            int kend, int NH, int KVH, int hs, tsr_grad_mode mode,
+                                            tcu_stream s) {
     const char *what = "tcu_attention_backward";
     att_check(what, B, T, NH, KVH, hs);
+    TCU_REQUIRE(kend >= 1 && kend <= T, what, tcu_msg("kend = %d: expected 1..T = %d", kend, T));
     TCU_REQUIRE(dqkv && dout && qkv && out && lse, what,
                 "dqkv, dout, qkv, out and lse must not be NULL");
     TCU_REQUIRE(tcu_aligned16(dqkv) && tcu_aligned16(dout) && tcu_aligned16(qkv) &&
@@ -1411,26 +1465,16 @@ extern "C" void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, con
     TCU_REQUIRE(scratch != nullptr, what, "scratch is NULL");
     cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
     const bool set = mode == TSR_GRAD_SET, two = tcu_attention_warp_rows(hs) == 32;
-    const bool wg = tcu_attention_wgmma(hs) && !att_dq_fused;
-    if (hs == 64 && wg)
-        attention_backward_hs<64, 1, true>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch,
-                                           B, T, NH, KVH, set, st);
-    else if (hs == 128 && wg)
-        attention_backward_hs<128, 1, true>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch,
-                                            B, T, NH, KVH, set, st);
-    else if (hs == 32 && two)
-        attention_backward_hs<32, 2, false>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch,
-                                            B, T, NH, KVH, set, st);
-    else if (hs == 32)
-        attention_backward_hs<32, 1, false>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch,
-                                            B, T, NH, KVH, set, st);
-    else if (hs == 64 && two)
-        attention_backward_hs<64, 2, false>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch,
-                                            B, T, NH, KVH, set, st);
-    else if (hs == 64)
-        attention_backward_hs<64, 1, false>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch,
-                                            B, T, NH, KVH, set, st);
-    else
-        attention_backward_hs<128, 1, false>(dqkv, dout, qkv, out, lse, alibi_slopes, seq,
-                                             scratch, B, T, NH, KVH, set, st);
+    const bool fused = att_dq_fused && kend == T, wg = tcu_attention_wgmma(hs) && !fused;
+#define ATT_BWD(HS, MS, WG)                                                                        \
+    attention_backward_hs<HS, MS, WG>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch, B, T, \
+                                      kend, NH, KVH, set, fused, st)
+    if (hs == 64 && wg) ATT_BWD(64, 1, true);
+    else if (hs == 128 && wg) ATT_BWD(128, 1, true);
+    else if (hs == 32 && two) ATT_BWD(32, 2, false);
+    else if (hs == 32) ATT_BWD(32, 1, false);
+    else if (hs == 64 && two) ATT_BWD(64, 2, false);
+    else if (hs == 64) ATT_BWD(64, 1, false);
+    else ATT_BWD(128, 1, false);
+#undef ATT_BWD
 }

@@ -190,6 +190,14 @@ void tcu_memcpy_d2d(void *dst, const void *src, size_t bytes, tcu_stream s) {
         TCU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s), "tcu_memcpy_d2d");
 }
 
+void tcu_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                  size_t rows, tcu_stream s) {
+    if (width && rows)
+        TCU_CHECK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice,
+                                    s),
+                  "tcu_memcpy2d");
+}
+
 /* Waits for all work queued on s; reports (and exits on) a fault of any kernel that ran there. */
 void tcu_sync(tcu_stream s) { TCU_CHECK(cudaStreamSynchronize(s), "tcu_sync"); }
 

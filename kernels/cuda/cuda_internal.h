@@ -178,4 +178,23 @@ bool tcu_norm_backward_warp_rows(bool rms, bf16 *dinp, float *partial, const bf1
                                  const float *rstd, int N, int C, bool grads, bool with_db,
                                  cudaStream_t st, const char *what);
 
+/* The attention of cuda_attention.cu with the keys at kend.. masked for every query (1 <= kend
+ * <= T; kend = T: tcu_attention_forward / _backward themselves). A row that sees no key gets out
+ * 0 and lse -inf. With kend < T the rows before kend are keys only: only the rows from the query
+ * tile holding row kend are computed (out, lse, dq of the rows before it are not written; those
+ * of the tile's rows before kend are, from their q, which must be finite); the backward writes no
+ * dk, dv of the masked keys, gives the keys' dk, dv from the rows of those tiles (lse 1e30 makes
+ * a row's probabilities 0) and never runs the fused dq. Context parallelism's blocks use them
+ * (cuda_ring.cu). */
+extern "C" void tcu_attention_forward_keys(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
+                                           const float *alibi_slopes, const int32_t *seq, int B,
+                                           int T, int kend, int NH, int KVH, int hs,
+                                           tcu_stream s);
+extern "C" void tcu_attention_backward_keys(tsr_bf16 *dqkv, const tsr_bf16 *dout,
+                                            const tsr_bf16 *qkv, const tsr_bf16 *out,
+                                            const float *lse, const float *alibi_slopes,
+                                            const int32_t *seq, void *scratch, int B, int T,
+                                            int kend, int NH, int KVH, int hs, tsr_grad_mode mode,
+                                            tcu_stream s);
+
 #endif

@@ -255,6 +255,25 @@ void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16
                             const tsr_bf16 *out, const float *lse, const float *alibi_slopes,
                             const int32_t *seq, void *scratch, int B, int T, int NH, int KVH,
                             int hs, tsr_grad_mode mode, tcu_stream s);
+/* Ring attention's blocks (context parallelism: ops.h tsr_ring_block and its ring_forward,
+ * ring_backward; src/model/model_ring.c), on the attention kernels above (kernels/cuda/
+ * cuda_ring.cu): the block's q and kv bf16 (rows 16-byte aligned), lo (B,T) int32 or NULL; acc,
+ * lse, dq, dkv fp32; dout, out bf16. A block is either a diagonal one (qoff = koff, Tq = Tk: q's
+ * rows carry their own keys and values at kv) or one whose keys all lie before its queries (koff
+ * + Tk <= qoff); the kernels run on a sequence of the block's keys, then its queries, with the
+ * queries' own keys masked (tcu_attention_forward_keys), and small kernels merge the block into
+ * acc by its log-sum-exp (the forward) or add its bf16 gradients into the fp32 sums (the
+ * backward). scratch: tcu_ring_scratch_bytes(B, T, ...) bytes for blocks of Tq + Tk <= T rows. */
+size_t tcu_ring_scratch_bytes(int B, int T, int NH, int KVH, int hs);
+void tcu_ring_forward(float *acc, float *lse, const tsr_ring_block *k, int merge, void *scratch,
+                      tcu_stream s);
+void tcu_ring_backward(float *dq, int lddq, float *dkv, int lddkv, const tsr_bf16 *dout,
+                       const tsr_bf16 *out, const float *lse, const tsr_ring_block *k,
+                       void *scratch, tcu_stream s);
+/* rows of width bytes from src (spitch bytes apart) to dst (dpitch apart), on the device
+ * (cudaMemcpy2DAsync): the ring's packing of keys and values */
+void tcu_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                  size_t rows, tcu_stream s);
 /* The rows each warp of the attention kernels owns (issue 25, item 2; measured through
  * TSR_ATT_WARP_ROWS, docs/cuda.md): 16, the default, or 32, where each shared-memory operand
  * fragment feeds two 16-row mma slabs (half the shared-memory reads per mma, twice the

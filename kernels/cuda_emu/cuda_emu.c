@@ -294,6 +294,12 @@ void tcu_memcpy_d2d(void *dst, const void *src, size_t bytes, tcu_stream s) {
     if (bytes) memcpy(dst, src, bytes);
 }
 
+void tcu_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                  size_t rows, tcu_stream s) {
+    for (size_t r = 0; r < rows; r++)
+        memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+}
+
 void tcu_sync(tcu_stream s) {}
 
 tcu_stream tcu_stream_create(void) { return host_alloc(1, "tcu_stream_create"); }
@@ -1233,6 +1239,60 @@ void tcu_argmax(int32_t *idx, const tsr_bf16 *logits, int N, int V, int Vp, tcu_
         }
         idx[n] = bj;
     }
+}
+
+/* ---- ring attention's blocks (context parallelism) --------------------------------------------- */
+
+/* rows 0..n-1 of each of B sequences of bs rows (ld elements apart, the first w of them read) of
+ * a bf16 matrix, widened into an fp32 temporary laid out alike (the rows not read are 0) */
+static float *widen_rows(const void *src, int B, int bs, int n, size_t ld, size_t w,
+                         const char *what) {
+    float *t = host_alloc((size_t)B * bs * ld * sizeof *t, what);
+    memset(t, 0, (size_t)B * bs * ld * sizeof *t);
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < n; i++) {
+            const size_t at = ((size_t)b * bs + i) * ld;
+            widen_into(t + at, (const tsr_bf16 *)src + at, w);
+        }
+    return t;
+}
+
+size_t tcu_ring_scratch_bytes(int B, int T, int NH, int KVH, int hs) {
+    (void)B, (void)T, (void)NH, (void)KVH, (void)hs;
+    return 0;
+}
+
+/* The CPU's block (ops.h ring_forward) on the widened q and kv: acc and lse are fp32 already */
+void tcu_ring_forward(float *acc, float *lse, const tsr_ring_block *k, int merge, void *scratch,
+                      tcu_stream s) {
+    const char *what = "tcu_ring_forward";
+    REQUIRE(acc && lse && k && k->q && k->kv, what, "acc, lse, the block's q and kv must not be NULL");
+    tsr_ring_block f = *k;
+    float *q = widen_rows(k->q, k->B, k->qbs, k->Tq, (size_t)k->ldq, (size_t)k->NH * k->hs, what);
+    float *kv = widen_rows(k->kv, k->B, k->kbs, k->Tk, (size_t)k->ldkv,
+                           (size_t)2 * k->KVH * k->hs, what);
+    f.q = q, f.kv = kv;
+    cpu->ring_forward(acc, lse, &f, merge);
+    free(kv), free(q);
+}
+
+/* The CPU's block (ops.h ring_backward) on the widened q, kv, dout and out, into the fp32 sums */
+void tcu_ring_backward(float *dq, int lddq, float *dkv, int lddkv, const tsr_bf16 *dout,
+                       const tsr_bf16 *out, const float *lse, const tsr_ring_block *k,
+                       void *scratch, tcu_stream s) {
+    const char *what = "tcu_ring_backward";
+    REQUIRE(dq && dkv && dout && out && lse && k && k->q && k->kv, what,
+            "dq, dkv, dout, out, lse, the block's q and kv must not be NULL");
+    const size_t C = (size_t)k->NH * k->hs;
+    tsr_ring_block f = *k;
+    float *q = widen_rows(k->q, k->B, k->qbs, k->Tq, (size_t)k->ldq, C, what);
+    float *kv = widen_rows(k->kv, k->B, k->kbs, k->Tk, (size_t)k->ldkv,
+                           (size_t)2 * k->KVH * k->hs, what);
+    float *g = widen_rows(dout, k->B, k->qbs, k->Tq, C, C, what);
+    float *o = widen_rows(out, k->B, k->qbs, k->Tq, C, C, what);
+    f.q = q, f.kv = kv;
+    cpu->ring_backward(dq, lddq, dkv, lddkv, g, o, lse, &f);
+    free(o), free(g), free(kv), free(q);
 }
 
 #endif /* TCU_EMU_SIMT_KERNELS */

@@ -182,6 +182,8 @@ typedef struct tsr_config {
     int64_t replica_group;  /* hsdp: ranks per sharding group; 0 = the ranks of one node */
     int64_t expert;         /* expert parallelism: ranks that share one copy of the experts
                              * (docs/moe.md); 1 = every rank holds every expert */
+    int64_t context;        /* context parallelism: ranks that share one sequence, N, each
+                             * holding 2 of its 2N chunks (docs/parallelism.md); 1 = none */
     tsr_objective_kind objective;
     struct {                  /* objective = dpo (docs/dpo.md) */
         double beta;          /* the KL strength: z = beta ((pi_c - ref_c) - (pi_r - ref_r)) */
@@ -223,7 +225,8 @@ typedef struct tsr_config {
 /* Loads defaults, then `path`, then each "key=value" of sets (n_sets of them), validates.
  * Returns 0 or TSR_EXIT_USAGE after printing the error. */
 int config_load(tsr_config *cfg, const char *path, const char *const *sets, int n_sets);
-/* Checks what depends on the world size: global_batch divisible by world, per-rank batch by
+/* Checks what depends on the world size: parallel.context dividing world (and 2 x it seq_len),
+ * global_batch divisible by the data ranks (world / parallel.context), the per-rank batch by
  * micro_batch. Returns 0 or TSR_EXIT_USAGE after printing the error. */
 int config_check_world(const tsr_config *cfg, int world);
 /* Would `--set key=value` be accepted by the key table (the key's type and range)? 0, or -1 with

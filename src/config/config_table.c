@@ -374,6 +374,14 @@ const cfgtab_key cfgtab_keys[] = {
             "consecutive ranks, tokens travel to their experts' ranks and back by all-to-all; a "
             "divisor of the rank count and of `model.moe_experts`. 1 = every rank holds every "
             "expert (docs/moe.md)."},
+    {.name = "parallel.context", .type = CFGK_INT, FIELD(context), .def = "1", .ilo = 1,
+     INT32_ONLY,
+     .doc = "Context parallelism (long sequences): every sequence is split over a group of this "
+            "many consecutive ranks, each holding two of its 2N chunks (zig-zag), and attention "
+            "runs as a ring that passes keys and values around the group; a divisor of the rank "
+            "count, and 2N must divide `seq_len`. The ranks form a data x context mesh: the "
+            "global batch is split over the rank count / N data ranks. 1 = a sequence lives "
+            "whole on one rank (docs/parallelism.md)."},
 
     {.name = "objective", .type = CFGK_ENUM, FIELD(objective), .def = "lm",
      ENUM(objective_names),

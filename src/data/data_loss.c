@@ -25,7 +25,7 @@ double data_mean_loss(const tsr_dataset *ds, const char *name, int T, int B, int
     /* the calls of the rank with the longest range, made by every rank (the idle ones: B = 0) */
     const uint64_t mine = (hi - lo + (uint64_t)B - 1) / (uint64_t)B;
     double most = (double)mine;
-    if (d->world > 1) dist_allreduce_max_f64(&most, 1);
+    if (d->world > 1) dist_view_max_f64(d, &most, 1);
     for (uint64_t s = lo; s < hi; s += (uint64_t)B) {
         int b_n = (int)(hi - s < (uint64_t)B ? hi - s : (uint64_t)B);
         for (int b = 0; b < b_n; b++)
@@ -34,7 +34,7 @@ double data_mean_loss(const tsr_dataset *ds, const char *name, int T, int B, int
         acc[0] += forward(model, inputs, targets, b_n, T);
     }
     for (uint64_t k = mine; k < (uint64_t)most; k++) forward(model, NULL, NULL, 0, T);
-    dist_allreduce_sum_f64(acc, 2);
+    dist_view_sum_f64(d, acc, 2); /* (a context group counts once: tsr_dist.view) */
     if (samples) *samples = n;
     return acc[1] > 0 ? acc[0] / acc[1] : NAN;
 }

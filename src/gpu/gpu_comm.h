@@ -1,5 +1,6 @@
 /* gpu_comm.h — communication of device = cuda, one GPU per rank: gradient sums over the ranks,
- * the sharded modes' reduce-scatter and all-gather, the expert exchange's all-to-all-v.
+ * the sharded modes' reduce-scatter and all-gather, the expert exchange's all-to-all-v, context
+ * parallelism's ring exchange.
  *
  * Two implementations, picked at link time: gpu_comm_nccl.c (the CUDA build: NCCL, loaded with
  * dlopen so a binary that never trains on a GPU needs no libnccl; the communicator bootstrapped
@@ -42,6 +43,12 @@ void gpu_comm_all_gather(gpu_comm *c, const void *send, void *recv, size_t count
  * (NCCL >= 2.7); MPI: MPI_Alltoallv on host memory. */
 void gpu_comm_alltoallv(gpu_comm *c, const void *send, const size_t *sc, const size_t *sd,
                         void *recv, const size_t *rc, const size_t *rd, size_t elem);
+/* The ring exchange of context parallelism (src/gpu/gpu_ring.c): bytes of send to group rank
+ * (me + 1) mod size, as many from (me - 1) mod size into recv, after the compute stream's work so
+ * far. NCCL: a grouped ncclSend/ncclRecv on the communication stream, returning at once (the
+ * compute stream waits for it through an event marked after it: gpu_comm_mark); MPI: on host
+ * memory, complete when it returns. */
+void gpu_comm_ring_shift(gpu_comm *c, const void *send, void *recv, size_t bytes);
 /* The communication stream, made to wait for the compute stream's work so far: copies queued on
  * it run in order with the collectives (packing a unit before its reduce-scatter, adding a
  * piece after it). */

@@ -56,6 +56,11 @@ void gpu_comm_alltoallv(gpu_comm *c, const void *send, const size_t *sc, const s
     dist_group_alltoallv(c->g, send, sc, sd, recv, rc, rd, elem);
 }
 
+void gpu_comm_ring_shift(gpu_comm *c, const void *send, void *recv, size_t bytes) {
+    tcu_sync(c->compute);
+    dist_wait(dist_group_ring_shift(c->g, send, recv, bytes));
+}
+
 tcu_stream gpu_comm_follow(gpu_comm *c) {
     tcu_sync(c->compute);
     return c->compute;

@@ -181,6 +181,22 @@ void gpu_comm_alltoallv(gpu_comm *c, const void *send, const size_t *sc, const s
     gpu_comm_wait(c);
 }
 
+void gpu_comm_ring_shift(gpu_comm *c, const void *send, void *recv, size_t bytes) {
+    if (!c->api.send || !c->api.recv)
+        tsr_die(TSR_EXIT_USAGE, "parallel.context: the loaded libnccl.so.2 has no ncclSend/ncclRecv "
+                "(NCCL older than 2.7): load a newer NCCL, or set parallel.context = 1");
+    const int me = dist_group_rank(c->g);
+    gpu_comm_follow(c);
+    NCCL_DIE(c, c->api.group_start(), "ncclGroupStart");
+    NCCL_DIE(c, c->api.send(send, bytes, ncclUint8, (me + 1) % c->size, c->comm,
+                            (cudaStream_t)c->stream),
+             "ncclSend");
+    NCCL_DIE(c, c->api.recv(recv, bytes, ncclUint8, (me + c->size - 1) % c->size, c->comm,
+                            (cudaStream_t)c->stream),
+             "ncclRecv");
+    NCCL_DIE(c, c->api.group_end(), "ncclGroupEnd");
+}
+
 void gpu_comm_after(gpu_comm *c, gpu_comm *before) {
     if (!before) return;
     tcu_event_record(before->order, before->stream);

@@ -12,6 +12,7 @@
 #include "model/decoder.h"
 #include "model/model_lora.h"
 #include "gpu/gpu_profile.h"
+#include "model/model_ring.h"
 
 size_t gpu_model_state_bytes(const tsr_model *m, gpu_state state) {
     size_t per = state == GPU_STATE_FULL ? 2 * sizeof(float) + sizeof(tsr_bf16)
@@ -293,6 +294,33 @@ static void c_attention_backward(const tsr_backend *be, void *dqkv, const void *
                                mode, STREAM(be)));
 }
 
+/* context parallelism's blocks and data movement (backend.h ring_*; kernels/cuda/cuda_ring.cu) */
+static void c_ring_forward(const tsr_backend *be, float *acc, float *lse, const tsr_ring_block *k,
+                           int merge, void *scratch) {
+    PROF(be, "ring_forward", k->B, k->Tq, k->Tk,
+         tcu_ring_forward(acc, lse, k, merge, scratch, STREAM(be)));
+}
+
+static void c_ring_backward(const tsr_backend *be, float *dq, int lddq, float *dkv, int lddkv,
+                            const void *dout, const void *out, const float *lse,
+                            const tsr_ring_block *k, void *scratch) {
+    PROF(be, "ring_backward", k->B, k->Tq, k->Tk,
+         tcu_ring_backward(dq, lddq, dkv, lddkv, dout, out, lse, k, scratch, STREAM(be)));
+}
+
+static void c_f32_to_act(const tsr_backend *be, void *dst, const float *src, size_t n) {
+    tcu_f32_to_bf16(dst, src, n, STREAM(be));
+}
+
+static void c_add_f32(const tsr_backend *be, float *dst, const float *src, size_t n) {
+    tcu_add_f32(dst, src, n, STREAM(be));
+}
+
+static void c_copy_rows(const tsr_backend *be, void *dst, size_t dpitch, const void *src,
+                        size_t spitch, size_t width, size_t rows) {
+    tcu_memcpy2d(dst, dpitch, src, spitch, width, rows, STREAM(be));
+}
+
 static void c_softmax_xent(const tsr_backend *be, float *losses, void *logits,
                            const int32_t *targets, const float *dlosses, int N, int V, int Vp) {
     PROF(be, "softmax_xent", N, Vp, 0,
@@ -362,6 +390,12 @@ static tsr_backend cuda_backend(tcu_stream s) {
         .attention_scratch = tcu_attention_scratch_bytes,
         .attention_forward = c_attention_forward,
         .attention_backward = c_attention_backward,
+        .ring_forward = c_ring_forward,
+        .ring_backward = c_ring_backward,
+        .ring_scratch = tcu_ring_scratch_bytes,
+        .f32_to_act = c_f32_to_act,
+        .add_f32 = c_add_f32,
+        .copy_rows = c_copy_rows,
         .softmax_xent = c_softmax_xent,
         .softmax_xent_grad = c_softmax_xent_grad,
         .argmax = c_argmax,
@@ -518,7 +552,8 @@ static void unit_put(void *ctx, int u, int backward) {
 
 static tsr_decoder decoder_of(tsr_gpu_model *g) {
     return (tsr_decoder){.m = g->m, .be = &g->be, .a = &g->a, .params = {g, unit_get, unit_put},
-                         .slopes = g->slopes, .rope = g->rope, .lora = g->lora};
+                         .slopes = g->slopes, .rope = g->rope, .lora = g->lora,
+                         .ring = g->ring};
 }
 
 void gpu_model_forward(tsr_gpu_model *g, const int32_t *tokens, const int32_t *targets, int B,
@@ -559,7 +594,9 @@ void gpu_model_moe_stats_add(tsr_gpu_model *g, double w, double *acc) {
 }
 
 void gpu_model_stage_losses(tsr_gpu_model *g, float *dst, int B, int T) {
-    tcu_memcpy_d2d(dst, g->a.losses, (size_t)B * T * sizeof(float), g->s);
+    /* (context parallelism: this rank's T / N positions of each sequence) */
+    tcu_memcpy_d2d(dst, g->a.losses, (size_t)B * (size_t)(g->ring ? T / g->ring->N : T) *
+                                         sizeof(float), g->s);
 }
 
 void gpu_model_token_scores(tsr_gpu_model *g, const int32_t *targets, int B, int T, float *losses,

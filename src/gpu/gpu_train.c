@@ -16,6 +16,7 @@
 #include "gpu/gpu_model.h"
 #include "gpu/gpu_muon.h"
 #include "gpu/gpu_profile.h"
+#include "gpu/gpu_ring.h"
 #include "gpu/gpu_shard.h"
 #include "model/decoder.h"
 #include "model/model_lora.h"
@@ -51,6 +52,11 @@ struct tsr_gpu_train {
      * store's), the iteration's scratch and, sharded, the owners' exchange */
     gpu_muon mu;
     void *pinned[8]; /* lib_pin_host's registrations (host buffers lib_pull writes), NULL-ended */
+    /* parallel.context (gpu_ring.h): the ring the decoder runs, and a microbatch's targets as
+     * this rank's share (the staged losses are the share's, T / N positions a sequence) */
+    int ring_on;
+    gpu_ring ring;
+    int32_t *ring_tg;
 };
 
 /* optim.name = muon: the iteration's buffers (u with flat matrices: ddp, the experts' store)
@@ -594,6 +600,20 @@ static int check_wgmma(const gpu_train_ctx *c) {
     return TSR_EXIT_USAGE;
 }
 
+/* parallel.context: the ring over a communicator of the context group; its exchanges after the
+ * dense gradients' collectives (ddp's, or the shards' group), and ddp's after the ring's (each
+ * unit's sum: unit_ready), so that the two communicators run in one order on every rank */
+static int init_ring(gpu_train_ctx *c) {
+    struct tsr_gpu_train *gt = c->state;
+    if (c->cpN <= 1) return 0;
+    TSR_CHECK(gpu_ring_init(&gt->ring, c->dist, c->cpN, gt->s));
+    gt->ring.after = gt->comm ? gt->comm : gt->sharded ? gt->sh.group : NULL;
+    gt->ring_on = 1;
+    gt->g.ring = &gt->ring.ring;
+    gt->ring_tg = tsr_malloc((size_t)c->micro * (size_t)c->T * sizeof(int32_t));
+    return 0;
+}
+
 static int lib_init(gpu_train_ctx *c) {
     const tsr_model *m = c->model;
     int count = tcu_device_count();
@@ -622,6 +642,7 @@ static int lib_init(gpu_train_ctx *c) {
                                                                   : GPU_STATE_NONE);
     TSR_CHECK(c->lora ? init_lora(c) : gt->sharded ? init_sharded(c) : init_replicated(c));
     TSR_CHECK(init_experts(c)); /* (parallel.expert; never with LoRA: refused at load) */
+    TSR_CHECK(init_ring(c));
     route_model(c->model, &gt->g);
     return 0;
 }
@@ -671,6 +692,7 @@ static size_t lib_acts_bytes(const gpu_train_ctx *c, int B) { return acts_bytes(
 
 static void unit_ready(void *ctx, int u) {
     struct tsr_gpu_train *gt = ctx;
+    if (gt->ring_on) gpu_comm_after(gt->comm, gt->ring.comm);
     gpu_comm_allreduce(gt->comm, gt->g.grads, gt->off + (size_t)u * TSR_P_COUNT,
                        gt->len + (size_t)u * TSR_P_COUNT, gt->n_slices[u]);
 }
@@ -690,18 +712,23 @@ static void stage(gpu_train_ctx *c, int64_t b) {
  * read on its own (the same bits). scale: the step's loss scale (the statistics' weight). */
 static double staged_sums(gpu_train_ctx *c, float scale) {
     struct tsr_gpu_train *gt = c->state;
-    const size_t rows = (size_t)c->micro * c->T, sb = gt->moe_sb;
+    const size_t sb = gt->moe_sb;
     tcu_memcpy_d2h(gt->losses_host, gt->losses, (size_t)c->per_rank * c->T * sizeof(float), gt->s);
     const int64_t nmicro = (c->per_rank + c->micro - 1) / c->micro;
     if (sb) tcu_memcpy_d2h(gt->moe_stage_host, gt->moe_stage, (size_t)nmicro * sb, gt->s);
     double sum = 0.0;
+    const tsr_ring *g = gt->ring_on ? &gt->ring.ring : NULL;
+    const int T = g ? c->T / g->N : c->T; /* (context parallelism: the rank's share) */
     for (int64_t b = 0; b < c->per_rank; b += c->micro) {
         const int32_t *tg = c->targets + b * c->T;
-        sum += dec_sum_losses(gt->losses_host + b * c->T, tg, rows);
+        if (g) tg = gt->ring_tg, ring_split(gt->ring_tg, c->targets + b * c->T, sizeof(int32_t),
+                                            c->micro, g->N, g->r, c->T);
+        sum += dec_sum_losses(gt->losses_host + b * c->T, tg, (size_t)c->micro * T);
         if (sb)
             gpu_model_moe_stats_add_staged(&gt->g, gt->moe_stage_host + (size_t)(b / c->micro) * sb,
-                                           tg, c->micro, c->T, scale, c->moe);
+                                           tg, c->micro, T, scale, c->moe);
     }
+    if (g) g->comm.sum(g->comm.ctx, &sum, 1); /* the group's sequences' sum (model_forward's) */
     return sum;
 }
 
@@ -743,7 +770,7 @@ static double lora_compute(gpu_train_ctx *c, float scale) {
     zero_grads(c);
     for (int64_t b = 0; b < c->per_rank; b += c->micro) {
         const int32_t *in = c->inputs + b * c->T, *tg = c->targets + b * c->T;
-        lora_set_pass(lo, 1, c->lora_key, lora_pass_row0(c->dist->rank, c->per_rank, b, c->T));
+        lora_set_pass(lo, 1, c->lora_key, lora_pass_row0(c->data_rank, c->per_rank, b, c->T));
         gpu_model_forward(&gt->g, in, tg, c->micro, c->T, scale);
         stage(c, b); /* what the forward leaves: losses, routing statistics */
         gpu_model_backward(&gt->g, in, c->micro, c->T, NULL, NULL);
@@ -1016,6 +1043,8 @@ static void lib_free(gpu_train_ctx *c) {
     gpu_prof_free();
     for (int k = 0; k < 8 && gt->pinned[k]; k++) tcu_host_unregister(gt->pinned[k]);
     gpu_ep_free(&gt->ep);
+    gpu_ring_free(&gt->ring);
+    free(gt->ring_tg);
     gpu_comm_close(gt->comm);
     if (gt->lora_on) {
         lora_free_scratch(&gt->lora);

@@ -62,6 +62,10 @@ typedef struct gpu_train_ctx {
      * exchange, ddp); train/muon.h muon_report prints them */
     uint64_t muon_sent, muon_step_bytes;
     int muon_G;
+    int cpN;                   /* parallel.context (docs/parallelism.md): sequences split over
+                                * groups of cpN consecutive ranks (1: none); inputs and targets
+                                * are still whole sequences */
+    int data_rank;             /* this rank's data rank (rank / cpN): LoRA's rows */
     struct tsr_gpu_train *state; /* the library's, NULL before init and after free */
 } gpu_train_ctx;
 

@@ -24,6 +24,7 @@
 #include "common.h"
 #include "model/model_ep.h"
 #include "model/model_lora.h"
+#include "model/model_ring.h"
 
 /* ---- the parameter units ------------------------------------------------------------------- */
 
@@ -75,7 +76,9 @@ static strides strides_of(const tsr_model *m, const tsr_backend *be, int B, int 
                      layer_stride(N * m->F, e, al), layer_stride(N * m->FW, e, al),
                      layer_stride(N * m->QKV, e, al), layer_stride(N * m->QD, e, al),
                      layer_stride(N * (size_t)(m->NH + m->KVH), f, al),
-                     layer_stride(be->attention_saved(B, T, m->NH), f, al),
+                     /* context parallelism keeps the log-sum-exp (B,NH,T) of its ring */
+                     layer_stride(m->cpN > 1 ? N * (size_t)m->NH : be->attention_saved(B, T, m->NH),
+                                  f, al),
                      .ne = layer_stride(N * E, e, al), .nef = layer_stride(N * E, f, al),
                      .nk = layer_stride(N * K, f, al), .r = layer_stride(NK, f, al),
                      .xg = layer_stride(NK * m->C, e, al), .h = layer_stride(NK * 2 * FE, e, al),
@@ -95,9 +98,11 @@ _Static_assert(NAMED_AT(encoded, TSR_A_ENCODED) && NAMED_AT(att, TSR_A_ATT) &&
                "tsr_acts: the named buffers vs tsr_act_id");
 #undef NAMED_AT
 
-/* Bytes of every buffer of tsr_acts for B x T on be (0: not allocated). */
-static void act_plan(const tsr_model *m, const tsr_backend *be, int B, int T,
+/* Bytes of every buffer of tsr_acts for B x T on be (0: not allocated); with context
+ * parallelism, for this rank's T / cpN positions of each sequence, and the ring's buffers. */
+static void act_plan(const tsr_model *m, const tsr_backend *be, int B, int Tw,
                      size_t bytes[TSR_A_COUNT]) {
+    const int cp = m->cpN > 1, T = Tw / (cp ? m->cpN : 1);
     const size_t L = m->L, C = m->C, F = m->F, N = (size_t)B * T, e = tsr_dtype_size(be->act);
     const size_t FW = m->FW, QKV = m->QKV, QD = m->QD;
     const int ln = m->cfg.norm == TSR_NORM_LAYERNORM, qk = m->cfg.qk_norm;
@@ -132,9 +137,10 @@ static void act_plan(const tsr_model *m, const tsr_backend *be, int B, int T,
         [TSR_A_DATTY] = e * N * QD,       [TSR_A_DQKV] = e * N * QKV,
         [TSR_A_DQKVR] = qk ? e * N * QKV : 0,
         [TSR_A_DFCH] = dense * e * N * FW, [TSR_A_DFCHG] = dense * e * N * F,
-        [TSR_A_DLOSSES] = f * N,          [TSR_A_SEQ] = doc ? i4 * N : 0,
-        [TSR_A_POS] = doc && (learned || rope) ? i4 * N : 0,
-        [TSR_A_ATT_SCRATCH] = be->attention_scratch(B, T, m->NH, m->KVH, m->hs),
+        [TSR_A_DLOSSES] = f * N,          [TSR_A_SEQ] = doc && !cp ? i4 * N : 0,
+        /* a ring's positions are never 0.. T-1 (its two chunks lie apart) */
+        [TSR_A_POS] = (doc || cp) && (learned || rope) ? i4 * N : 0,
+        [TSR_A_ATT_SCRATCH] = cp ? 0 : be->attention_scratch(B, T, m->NH, m->KVH, m->hs),
         [TSR_A_TOKENS] = dev,             [TSR_A_TARGETS] = dev,
         [TSR_A_GREEDY] = dev,
         [TSR_A_MOE_LOGITS] = moe ? e * Lml * st.ne : 0,
@@ -162,6 +168,8 @@ static void act_plan(const tsr_model *m, const tsr_backend *be, int B, int T,
         [TSR_A_MOE_DSHG] = sh ? e * N * S : 0,
     };
     memcpy(bytes, b, sizeof b);
+    if (cp)
+        ring_act_plan(be, m->cpN, B, Tw, m->NH, m->KVH, m->hs, doc, bytes + TSR_A_RING_KV);
 }
 
 size_t dec_acts_bytes(const tsr_model *m, const tsr_backend *be, int B, int T) {
@@ -256,6 +264,11 @@ void dec_check_backend(const tsr_model *m, const tsr_backend *be) {
         {m->E > 0, be->swiglu_backward, "model.moe_experts > 0"},
         {m->lora != NULL, be->lora_forward, "lora.rank > 0"},
         {m->lora != NULL, be->lora_backward, "lora.rank > 0"},
+        {m->cpN > 1, be->ring_forward, "parallel.context > 1"},
+        {m->cpN > 1, be->ring_backward, "parallel.context > 1"},
+        {m->cpN > 1, be->f32_to_act, "parallel.context > 1"},
+        {m->cpN > 1, be->add_f32, "parallel.context > 1"},
+        {m->cpN > 1, be->copy_rows, "parallel.context > 1"},
     };
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
         if (need[i].needed && !need[i].entry)
@@ -273,6 +286,7 @@ int dec_try_alloc_acts(const tsr_model *m, const tsr_backend *be, tsr_acts *a, i
             dec_free_acts(be, a); /* nothing half-made stays */
             return -1;
         }
+    T /= m->cpN > 1 ? m->cpN : 1; /* (context parallelism: this rank's share) */
     if (!be->host) { /* host staging: a failure backs off like the device buffers, never exits */
         size_t N = (size_t)B * T;
         a->seq_host = malloc(N * sizeof(int32_t));
@@ -408,6 +422,11 @@ static void attention(const run *r, int l, const dec_layer *v) {
     const tsr_decoder *d = r->d;
     const tsr_backend *be = d->be;
     const int NH = d->m->NH, KVH = d->m->KVH, hs = d->m->hs;
+    if (!r->kv && d->ring) { /* context parallelism: round the ring (model_ring.h) */
+        ring_attention_forward(d->ring, be, d->a, v->atty, v->att, v->qkv, d->slopes, r->B,
+                               r->T * d->ring->N, NH, KVH, hs);
+        return;
+    }
     if (!r->kv) {
         be->attention_forward(be, v->atty, v->att, v->qkv, d->slopes, d->a->seq, r->B, r->T, NH,
                               KVH, hs);
@@ -654,8 +673,12 @@ static void layer_backward(const run *r, int l, const dec_unit *u) {
     be->matmul_backward(be, a->datty, g[TSR_P_ATTPROJW], g[TSR_P_ATTPROJB], a->dresidual, v.atty,
                         w[TSR_P_ATTPROJW], N, m->QD, C, TSR_GRAD_SET);
     lora_bwd(r, l, TSR_LORA_O, a->datty, a->dresidual, v.atty);
-    be->attention_backward(be, a->dqkv, a->datty, v.qkv, v.atty, v.att, d->slopes, a->seq,
-                           a->att_scratch, r->B, r->T, NH, KVH, hs, TSR_GRAD_SET);
+    if (d->ring)
+        ring_attention_backward(d->ring, be, a, a->dqkv, a->datty, v.qkv, v.atty, v.att,
+                                d->slopes, r->B, r->T * d->ring->N, NH, KVH, hs);
+    else
+        be->attention_backward(be, a->dqkv, a->datty, v.qkv, v.atty, v.att, d->slopes, a->seq,
+                               a->att_scratch, r->B, r->T, NH, KVH, hs, TSR_GRAD_SET);
     if (m->cfg.pos == TSR_POS_ROPE) {
         int p0;
         const int32_t *pos = rope_pos(r, &p0);
@@ -682,12 +705,17 @@ static int head_id(const tsr_model *m) {
 
 /* ---- training and evaluation ---------------------------------------------------------------- */
 
+/* The layers' pass over B sequences of T positions: this rank's T / N with a ring. */
 static run train_run(const tsr_decoder *d, int B, int T, const char *what) {
     const tsr_acts *a = d->a;
-    if (B > a->B || T != a->T)
-        tsr_die(TSR_EXIT_INTERNAL, "%s: batch %dx%d exceeds the allocated %dx%d", what, B, T, a->B,
-                a->T);
-    return (run){.d = d, .B = B, .T = T, .N = B * T, .scratch = a->scratch, .lnf = a->lnf,
+    if (d->m->cpN > 1 && (!d->ring || d->ring->N != d->m->cpN))
+        tsr_die(TSR_EXIT_INTERNAL, "%s: the model splits sequences over %d ranks, but the decoder "
+                "has no ring of them", what, d->m->cpN);
+    const int Tl = d->ring ? T / d->ring->N : T;
+    if (B > a->B || Tl != a->T || (d->ring && T % (2 * d->ring->N)))
+        tsr_die(TSR_EXIT_INTERNAL, "%s: batch %dx%d exceeds the allocated %dx%d", what, B, Tl,
+                a->B, a->T);
+    return (run){.d = d, .B = B, .T = Tl, .N = B * Tl, .scratch = a->scratch, .lnf = a->lnf,
                  .lnfm = a->lnf_mean, .lnfr = a->lnf_rstd};
 }
 
@@ -702,27 +730,47 @@ static void set_dlosses(const tsr_decoder *d, const int32_t *targets, size_t N, 
     be->to_device(be, a->dlosses, h, N * sizeof(float));
 }
 
-/* tokens, targets and (attn_mask = document) the segments onto the backend; returns the backend's
- * tokens and sets *tg to its targets */
-static const int32_t *stage_inputs(const tsr_decoder *d, const int32_t *tokens,
-                                   const int32_t *targets, size_t N, int B, int T,
-                                   const int32_t **tg) {
+/* A forward's inputs: on the host (this rank's share with a ring), and on the backend */
+typedef struct dec_inputs {
+    const int32_t *tokens, *targets; /* host (B, r.T) */
+    const int32_t *tok, *tg;         /* the backend's */
+} dec_inputs;
+
+/* Context parallelism: this rank's share of the whole sequences (tokens, targets, positions) and
+ * the document bounds of the whole ones, staged on the backend (model_ring.h) */
+static dec_inputs stage_ring(const tsr_decoder *d, const int32_t *tokens, const int32_t *targets,
+                             int B, int T) {
+    const tsr_backend *be = d->be;
+    const tsr_model *m = d->m;
+    tsr_acts *a = d->a;
+    tsr_ring *g = d->ring;
+    const size_t Nl = (size_t)B * (T / g->N), Nw = (size_t)B * T, i4 = sizeof(int32_t);
+    ring_stage(g, tokens, targets, B, T,
+               m->cfg.attn_mask == TSR_MASK_DOCUMENT ? m->cfg.eot_token : -1);
+    if (a->pos) be->to_device(be, a->pos, g->pos, Nl * i4);
+    if (a->ring_lo) be->to_device(be, a->ring_lo, g->lo, Nw * i4);
+    if (a->ring_hi) be->to_device(be, a->ring_hi, g->hi, Nw * i4);
+    return (dec_inputs){g->tokens, g->targets, g->tokens, g->targets};
+}
+
+/* tokens, targets and (attn_mask = document) the segments onto the backend, or a ring's share */
+static dec_inputs stage_inputs(const tsr_decoder *d, const int32_t *tokens,
+                               const int32_t *targets, size_t N, int B, int T) {
     const tsr_backend *be = d->be;
     tsr_acts *a = d->a;
+    dec_inputs in = {tokens, targets, tokens, targets};
+    if (d->ring) in = stage_ring(d, tokens, targets, B, T);
     if (a->seq) {
         int32_t *seq = be->host ? a->seq : a->seq_host, *pos = be->host ? a->pos : a->pos_host;
         model_segments(seq, a->pos ? pos : NULL, tokens, d->m->cfg.eot_token, B, T);
         be->to_device(be, a->seq, seq, N * sizeof(int32_t));
         if (a->pos) be->to_device(be, a->pos, pos, N * sizeof(int32_t));
     }
-    if (be->host) {
-        *tg = targets;
-        return tokens;
-    }
-    be->to_device(be, a->tokens, tokens, N * sizeof(int32_t));
-    be->to_device(be, a->targets, targets, N * sizeof(int32_t));
-    *tg = a->targets;
-    return a->tokens;
+    if (be->host) return in;
+    be->to_device(be, a->tokens, in.tokens, N * sizeof(int32_t));
+    be->to_device(be, a->targets, in.targets, N * sizeof(int32_t));
+    in.tok = a->tokens, in.tg = a->targets;
+    return in;
 }
 
 void dec_forward(const tsr_decoder *d, const int32_t *tokens, const int32_t *targets, int B,
@@ -731,28 +779,32 @@ void dec_forward(const tsr_decoder *d, const int32_t *tokens, const int32_t *tar
     const tsr_backend *be = d->be;
     tsr_acts *a = d->a;
     const run r = train_run(d, B, T, "decoder forward");
-    const int32_t *tg, *tok = stage_inputs(d, tokens, targets, (size_t)r.N, B, T, &tg);
+    const dec_inputs in = stage_inputs(d, tokens, targets, (size_t)r.N, B, T);
     dec_unit root;
     unit_get(d, 0, 0, &root);
-    be->encoder_forward(be, a->encoded, tok, root.w[TSR_P_WTE], root.w[TSR_P_WPE], a->pos, B, T,
-                        m->C);
+    be->encoder_forward(be, a->encoded, in.tok, root.w[TSR_P_WTE], root.w[TSR_P_WPE], a->pos, B,
+                        r.T, m->C);
     layers_forward(&r, &root);
     be->matmul_forward(be, a->probs, NULL, a->lnf, root.w[head_id(m)], NULL, r.N, m->C, m->Vp,
                        TSR_GELU_TANH);
     unit_put(d, 0, 0);
-    if (loss_scale >= 0) set_dlosses(d, targets, (size_t)r.N, loss_scale);
-    be->softmax_xent(be, a->losses, a->probs, tg, loss_scale >= 0 ? a->dlosses : NULL, r.N, m->V,
-                     m->Vp);
+    if (loss_scale >= 0) set_dlosses(d, in.targets, (size_t)r.N, loss_scale);
+    be->softmax_xent(be, a->losses, a->probs, in.tg, loss_scale >= 0 ? a->dlosses : NULL, r.N,
+                     m->V, m->Vp);
     a->dlogits = loss_scale >= 0;
 }
 
 double dec_loss_sum(const tsr_decoder *d, const int32_t *targets, int B, int T) {
     const tsr_backend *be = d->be;
     const tsr_acts *a = d->a;
-    size_t N = (size_t)B * T;
+    const run r = train_run(d, B, T, "decoder loss");
+    const size_t N = (size_t)r.N;
     const float *l = a->losses;
     if (!be->host) be->to_host(be, a->losses_host, a->losses, N * sizeof(float)), l = a->losses_host;
-    return dec_sum_losses(l, targets, N);
+    if (!d->ring) return dec_sum_losses(l, targets, N);
+    double sum = dec_sum_losses(l, d->ring->targets, N); /* this rank's share, then the group's */
+    d->ring->comm.sum(d->ring->comm.ctx, &sum, 1);
+    return sum;
 }
 
 double dec_sum_losses(const float *losses, const int32_t *targets, size_t N) {
@@ -771,7 +823,11 @@ void dec_token_scores(const tsr_decoder *d, const int32_t *targets, int B, int T
     if (greedy) be->argmax(be, be->host ? greedy : a->greedy, a->probs, r.N, d->m->V, d->m->Vp);
     be->to_host(be, losses, a->losses, N * sizeof(float));
     if (greedy) be->to_host(be, greedy, be->host ? greedy : a->greedy, N * sizeof(int32_t));
-    for (size_t i = 0; i < N; i++)
+    if (d->ring) { /* the whole sequences' from every rank's share (in place: the share first) */
+        ring_gather(d->ring, losses, losses, B, T);
+        if (greedy) ring_gather(d->ring, greedy, greedy, B, T);
+    }
+    for (size_t i = 0; i < (size_t)B * T; i++)
         if (targets[i] < 0) {
             losses[i] = 0.0f;
             if (greedy) greedy[i] = -1;
@@ -794,10 +850,12 @@ static void backward_pass(const tsr_decoder *d, const int32_t *tokens, int B, in
 
 void dec_backward(const tsr_decoder *d, const int32_t *tokens, const int32_t *targets, int B,
                   int T, float loss_scale, void (*ready)(void *ctx, int unit), void *ctx) {
-    (void)train_run(d, B, T, "decoder backward"); /* the shape checked before anything is set */
+    /* the shape checked before anything is set */
+    const run r = train_run(d, B, T, "decoder backward");
+    if (d->ring) tokens = d->ring->tokens, targets = d->ring->targets; /* the forward's share */
     if (!d->a->dlogits) { /* an evaluation forward: the loss's gradient over the logits now */
-        set_dlosses(d, targets, (size_t)B * (size_t)T, loss_scale);
-        xent_grad(d, targets, B * T);
+        set_dlosses(d, targets, (size_t)r.N, loss_scale);
+        xent_grad(d, targets, r.N);
     }
     backward_pass(d, tokens, B, T, ready, ctx);
 }
@@ -806,11 +864,16 @@ void dec_backward_weighted(const tsr_decoder *d, const int32_t *tokens, const in
                            int B, int T, const float *dlosses, float moe_w) {
     const tsr_backend *be = d->be;
     tsr_acts *a = d->a;
-    const size_t N = (size_t)B * (size_t)T;
-    (void)train_run(d, B, T, "decoder backward");
+    const run r = train_run(d, B, T, "decoder backward");
+    const size_t N = (size_t)r.N;
     if (a->dlogits)
         tsr_die(TSR_EXIT_INTERNAL, "decoder backward: a weighted backward follows an evaluation "
                 "forward (loss scale < 0)");
+    if (d->ring) { /* the forward's share, and this rank's share of the weights */
+        tsr_ring *g = d->ring;
+        ring_split(g->dlosses, dlosses, sizeof(float), B, g->N, g->r, T);
+        tokens = g->tokens, targets = g->targets, dlosses = g->dlosses;
+    }
     float *h = be->host ? a->dlosses : a->dlosses_host;
     for (size_t i = 0; i < N; i++) h[i] = targets[i] >= 0 ? dlosses[i] : 0.0f;
     a->moe_w = moe_w;
@@ -841,7 +904,7 @@ static void backward_pass(const tsr_decoder *d, const int32_t *tokens, int B, in
         if (ready) ready(ctx, l + 1);
     }
     be->encoder_backward(be, root.g[TSR_P_WTE], root.g[TSR_P_WPE], a->dresidual,
-                         be->host ? tokens : a->tokens, tokens, a->pos, B, T, C);
+                         be->host ? tokens : a->tokens, tokens, a->pos, B, r.T, C);
     unit_put(d, 0, 1);
     if (ready) ready(ctx, 0);
 }

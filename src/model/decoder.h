@@ -38,6 +38,11 @@ typedef struct tsr_decoder {
     const float *rope;       /* (hs/2) RoPE frequencies on the backend, or NULL */
     struct tsr_lora *lora;   /* LoRA adapters whose w, g live on the backend (model_lora.h), or
                               * NULL: the fp32 model's m->lora, the CUDA model's device copy */
+    struct tsr_ring *ring;   /* context parallelism (m->cpN > 1; model_ring.h): the ring over
+                              * this backend's memory, else NULL. The entries below then take
+                              * and give whole sequences of T positions; the activations hold
+                              * this rank's T / cpN of them, and the attention runs round the
+                              * ring. */
 } tsr_decoder;
 
 /* Offsets in the flat parameter layout of unit u's slice of each tensor; SIZE_MAX for tensors
@@ -55,10 +60,13 @@ void dec_free_acts(const tsr_backend *be, tsr_acts *a);
 
 /* Forward over tokens, targets (B,T, host; -1 = no loss). loss_scale >= 0: a training forward,
  * the logits are replaced by d(loss_scale * sum of losses)/d logits (fused); < 0: evaluation.
- * Needs B <= a->B and T == a->T. */
+ * Needs B <= a->B and T == a->T (with a ring: T / cpN == a->T, the whole sequences given, this
+ * rank's share computed). */
 void dec_forward(const tsr_decoder *d, const int32_t *tokens, const int32_t *targets, int B,
                  int T, float loss_scale);
-/* Sum of the last forward's losses over the targets that count (waits for the backend). */
+/* Sum of the last forward's losses over the targets that count (waits for the backend). With a
+ * ring, the sum over the whole sequences: every rank of the context group gets it (collective
+ * over the group). */
 double dec_loss_sum(const tsr_decoder *d, const int32_t *targets, int B, int T);
 /* sum over i < N of losses[i] where targets[i] >= 0, in double, in order: dec_loss_sum's sum of
  * host losses (the GPU trainer's staged step, src/gpu/gpu_train.c, sums the same way) */

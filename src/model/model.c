@@ -103,6 +103,7 @@ void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const ts
     m->cfg = *cfg;
     m->ops = ops;
     m->be = tsr_fp32_backend(ops);
+    m->cpN = 1;
     m->L = cfg->n_layer;
     m->C = cfg->d_model;
     tsr_model_dims dims;
@@ -166,6 +167,8 @@ void model_set_expert_parallel(tsr_model *m, int EP) {
     m->params_info[TSR_P_EXPW1].ep = m->params_info[TSR_P_EXPW2].ep = 1;
     model_layout_flat(m);
 }
+
+void model_set_context(tsr_model *m, int N) { m->cpN = N > 1 ? N : 1; }
 
 void model_alloc_params(tsr_model *m) {
     model_alloc_frozen(m);

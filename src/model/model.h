@@ -89,6 +89,8 @@ typedef enum {
     TSR_A_MOE_SH, TSR_A_MOE_SHG, TSR_A_MOE_OFFS, TSR_A_MOE_STATS, TSR_A_MOE_SHOUT,
     TSR_A_MOE_DXY, TSR_A_MOE_DH, TSR_A_MOE_DHG, TSR_A_MOE_DWTS, TSR_A_MOE_DLOGITS,
     TSR_A_MOE_DSH, TSR_A_MOE_DSHG,
+    TSR_A_RING_KV, TSR_A_RING_ACC, TSR_A_RING_DKV, TSR_A_RING_LO, TSR_A_RING_HI,
+    TSR_A_RING_SCRATCH,
     TSR_A_COUNT
 } tsr_act_id;
 
@@ -147,6 +149,16 @@ typedef struct tsr_acts {
             /* gradient scratch, reused layer by layer: dy, then dxg (NK,C); dh (NK,2FE);
              * dhg (NK,FE); dwts (N,K) fp32; dlogits (N,E); dsh (N,2S); dshg (N,S) */
             float *moe_dxy, *moe_dh, *moe_dhg, *moe_dwts, *moe_dlogits, *moe_dsh, *moe_dshg;
+            /* context parallelism (model_ring.h; NULL without; Tl = T/N the local positions,
+             * KVW = 2 KVH hs): two key/value blocks (2,B,Tl,KVW) act, the one held and the one
+             * arriving; the output's, then the gradients', fp32 sums (B,Tl,QKV); three key/value
+             * gradient blocks (3,B,Tl,KVW) fp32, two travelling and one being summed; the
+             * document bounds (B,T) int32 of the whole sequences (attn_mask = document); the
+             * backend's scratch of its blocks */
+            void *ring_kv;
+            float *ring_acc, *ring_dkv;
+            int32_t *ring_lo, *ring_hi;
+            void *ring_scratch;
         };
     };
     float moe_w;         /* this microbatch's weight of its auxiliary losses (docs/moe.md):
@@ -194,6 +206,10 @@ typedef struct tsr_model {
                               * decoder adds their path to the target projections */
     int ckpt_lo, n_ckpt;     /* layers ckpt_lo .. ckpt_lo + n_ckpt - 1 are checkpointed
                               * (n_ckpt 0: activation_checkpointing = none) */
+    int cpN;                 /* context parallelism (parallel.context; model_ring.h): each
+                              * sequence of T positions is split over cpN ranks, the activations
+                              * hold T / cpN positions of it; 1 = none (model_set_context) */
+    struct tsr_ring *ring;   /* cpN > 1: the CPU model's ring (its owner sets it; NULL in a plan) */
     tsr_acts acts;
     /* Set when the maths runs on another backend (device = cuda, src/gpu/gpu_model.h):
      * model_forward hands the call to fwd (evaluation loss; training steps and the rest of the
@@ -240,6 +256,10 @@ int model_config_check(const tsr_model_config *cfg, char *why, size_t n);
  * of the flat layout (params_info[].ep = 1; offsets and n_params recomputed, n_params_counted
  * unchanged) for a store of their own, model_ep.h's; EP = 1 changes nothing. */
 void model_set_expert_parallel(tsr_model *m, int EP);
+/* Context parallelism (docs/parallelism.md): after model_init, sequences of seq_len positions are
+ * split over N ranks (cpN = N; the activations plan for seq_len / N positions); the ring that
+ * runs the forward and backward is set by the owner in m->ring. N = 1 changes nothing. */
+void model_set_context(tsr_model *m, int N);
 /* Allocates parameters and gradients (zeroed) and the ALiBi slopes or RoPE frequencies. */
 void model_alloc_params(tsr_model *m);
 /* The same without the gradients (a frozen base: LoRA, docs/lora.md): grads stays NULL. */

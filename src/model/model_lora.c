@@ -95,6 +95,12 @@ void lora_set_pass(tsr_lora *lo, int train, uint64_t key, int64_t row0) {
     lo->row0 = row0;
 }
 
+void lora_set_context(tsr_lora *lo, int N, int r, int T) {
+    lo->cpN = N > 1 ? N : 1;
+    lo->cpR = r;
+    lo->cpT = T;
+}
+
 int64_t lora_pass_row0(int rank, int64_t per_rank, int64_t b, int T) {
     return ((int64_t)rank * per_rank + b) * T;
 }
@@ -168,25 +174,67 @@ static uint64_t pass_key(const tsr_lora *lo, int l, int t) {
 
 int lora_target_on(const tsr_lora *lo, int t) { return lo && lo->a_at[t] != SIZE_MAX; }
 
+/* A pass's rows in runs whose global row numbers are consecutive: all N rows at row0, or
+ * (context parallelism with dropout) each chunk of each sequence at its position in the whole
+ * sequence (model_ring.h's zig-zag: local chunk k of rank r is chunk r, or 2 cpN - 1 - r).
+ * run(ctx, first row of the run, its rows, its global row number) for each. */
+static void row_runs(const tsr_lora *lo, int N, void (*run)(void *, int, int, int64_t),
+                     void *ctx) {
+    if (lo->cpN <= 1 || pass_p(lo) == 0.0f) {
+        run(ctx, 0, N, lo->row0);
+        return;
+    }
+    const int Tl = lo->cpT / lo->cpN, c = Tl / 2;
+    for (int n0 = 0; n0 < N; n0 += c) {
+        const int b = n0 / Tl, k = n0 % Tl / c, chunk = k ? 2 * lo->cpN - 1 - lo->cpR : lo->cpR;
+        run(ctx, n0, c, lo->row0 + (int64_t)b * lo->cpT + (int64_t)chunk * c);
+    }
+}
+
+typedef struct lora_call {
+    tsr_lora *lo;
+    const tsr_backend *be;
+    int l, t, N;
+    void *out;                 /* forward: the projection output; backward: dinp */
+    const void *inp, *dout;
+} lora_call;
+
+static void forward_run(void *ctx, int n0, int n, int64_t row0) {
+    const lora_call *c = ctx;
+    tsr_lora *lo = c->lo;
+    const size_t e = tsr_dtype_size(c->be->act), t = (size_t)c->t;
+    const float *A = lo->w + lo->a_at[t] + (size_t)c->l * lo->R * lo->in[t];
+    const float *B = lo->w + lo->b_at[t] + (size_t)c->l * lo->out[t] * lo->R;
+    c->be->lora_forward(c->be, (char *)c->out + ((size_t)n0 * lo->ld[t] + lo->col[t]) * e,
+                        lo->ld[t], (const char *)c->inp + (size_t)n0 * lo->in[t] * e, A, B,
+                        lo->scale, pass_p(lo), pass_key(lo, c->l, c->t), row0,
+                        scratch_for(lo, c->be, c->N), n, lo->in[t], lo->out[t], lo->R);
+}
+
+static void backward_run(void *ctx, int n0, int n, int64_t row0) {
+    const lora_call *c = ctx;
+    tsr_lora *lo = c->lo;
+    const size_t e = tsr_dtype_size(c->be->act), t = (size_t)c->t;
+    const size_t ao = lo->a_at[t] + (size_t)c->l * lo->R * lo->in[t];
+    const size_t bo = lo->b_at[t] + (size_t)c->l * lo->out[t] * lo->R;
+    c->be->lora_backward(c->be, (char *)c->out + (size_t)n0 * lo->in[t] * e, lo->g + ao,
+                         lo->g + bo,
+                         (const char *)c->dout + ((size_t)n0 * lo->ld[t] + lo->col[t]) * e,
+                         lo->ld[t], (const char *)c->inp + (size_t)n0 * lo->in[t] * e,
+                         lo->w + ao, lo->w + bo, lo->scale, pass_p(lo), pass_key(lo, c->l, c->t),
+                         row0, scratch_for(lo, c->be, c->N), n, lo->in[t], lo->out[t], lo->R);
+}
+
 void lora_forward_at(tsr_lora *lo, const tsr_backend *be, int l, int t, void *out,
                      const void *inp, int N) {
     if (!lora_target_on(lo, t)) return;
-    const size_t e = tsr_dtype_size(be->act);
-    const float *A = lo->w + lo->a_at[t] + (size_t)l * lo->R * lo->in[t];
-    const float *B = lo->w + lo->b_at[t] + (size_t)l * lo->out[t] * lo->R;
-    be->lora_forward(be, (char *)out + (size_t)lo->col[t] * e, lo->ld[t], inp, A, B, lo->scale,
-                     pass_p(lo), pass_key(lo, l, t), lo->row0, scratch_for(lo, be, N), N,
-                     lo->in[t], lo->out[t], lo->R);
+    lora_call c = {lo, be, l, t, N, out, inp, NULL};
+    row_runs(lo, N, forward_run, &c);
 }
 
 void lora_backward_at(tsr_lora *lo, const tsr_backend *be, int l, int t, void *dinp,
                       const void *dout, const void *inp, int N) {
     if (!lora_target_on(lo, t)) return;
-    const size_t e = tsr_dtype_size(be->act);
-    const size_t ao = lo->a_at[t] + (size_t)l * lo->R * lo->in[t];
-    const size_t bo = lo->b_at[t] + (size_t)l * lo->out[t] * lo->R;
-    be->lora_backward(be, dinp, lo->g + ao, lo->g + bo, (const char *)dout + (size_t)lo->col[t] * e,
-                      lo->ld[t], inp, lo->w + ao, lo->w + bo, lo->scale, pass_p(lo),
-                      pass_key(lo, l, t), lo->row0, scratch_for(lo, be, N), N, lo->in[t],
-                      lo->out[t], lo->R);
+    lora_call c = {lo, be, l, t, N, dinp, inp, dout};
+    row_runs(lo, N, backward_run, &c);
 }

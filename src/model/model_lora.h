@@ -44,6 +44,9 @@ typedef struct tsr_lora {
     int train;                   /* dropout on (a training pass) */
     uint64_t key;                /* the training pass's dropout key */
     int64_t row0;                /* the global row number of the pass's first row */
+    int cpN, cpR, cpT;           /* context parallelism (model_ring.h; lora_set_context): a
+                                  * pass's rows are rank cpR's share of sequences of cpT
+                                  * positions split over cpN ranks; cpN 0 or 1: whole sequences */
 } tsr_lora;
 
 /* 1 when target t (tsr_lora_target) has adapters in lo (lo may be NULL: no LoRA) */
@@ -66,6 +69,10 @@ int lora_tensor(const tsr_lora *lo, int k, char name[16], int64_t shape[3], size
 /* A training pass (train = 1: dropout with key, its first row global row0) or an evaluation one
  * (train = 0: no dropout). */
 void lora_set_pass(tsr_lora *lo, int train, uint64_t key, int64_t row0);
+/* Context parallelism: the passes' rows are rank r's zig-zag share of sequences of T positions
+ * split over N ranks (model_ring.h), so that a row's dropout mask is the one of its position in
+ * the whole sequence (N = 1: whole sequences). */
+void lora_set_context(tsr_lora *lo, int N, int r, int T);
 /* The global row number of the first row of the microbatch at sequence b of a rank's batch
  * (per_rank sequences of T tokens on each rank, ranks in order): lora_set_pass's row0, so that a
  * row's dropout mask does not depend on the rank count (the CPU and CUDA trainers both use it). */

@@ -9,6 +9,7 @@
 #include "model.h"
 #include "model/decoder.h"
 #include "model/model_ep.h"
+#include "model/model_ring.h"
 
 int model_try_alloc_acts(tsr_model *m, int B, int T) {
     return dec_try_alloc_acts(m, &m->be, &m->acts, B, T);
@@ -66,7 +67,7 @@ static void unit_put(void *ctx, int u, int backward) {
 static tsr_decoder decoder_of(tsr_model *m) {
     return (tsr_decoder){.m = m, .be = &m->be, .a = &m->acts,
                          .params = {m, unit_get, unit_put}, .slopes = m->alibi_slopes,
-                         .rope = m->rope_freqs, .lora = m->lora};
+                         .rope = m->rope_freqs, .lora = m->lora, .ring = m->ring};
 }
 
 void model_moe_stats_add_w(tsr_model *m, double w, double *acc) {
@@ -80,7 +81,11 @@ void model_moe_stats_add_w(tsr_model *m, double w, double *acc) {
 
 void model_moe_stats_add(tsr_model *m, const int32_t *targets, int B, int T, float loss_scale,
                          double *acc) {
-    model_moe_stats_add_w(m, dec_moe_weight(targets, (size_t)B * (size_t)T, loss_scale), acc);
+    /* (context parallelism: the weight of this rank's share of the positions) */
+    const tsr_ring *g = m->ring;
+    const double w = g ? dec_moe_weight(g->targets, (size_t)B * (size_t)(T / g->N), loss_scale)
+                       : dec_moe_weight(targets, (size_t)B * (size_t)T, loss_scale);
+    model_moe_stats_add_w(m, w, acc);
 }
 
 void model_token_scores(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,

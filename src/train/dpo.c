@@ -64,27 +64,27 @@ static void read_pairs(tsr_trainer *t, const tsr_dataset *ds, const char *name, 
  * c mod W). Ranks run different numbers: where a forward is collective (zero3 / hsdp, expert
  * parallelism) they top up with idle forwards (model_forwards_most), after their own. */
 static int64_t rank_forwards(const tsr_trainer *t, uint64_t pairs, int per) {
-    const uint64_t fwd = (pairs + (uint64_t)per - 1) / (uint64_t)per, W = (uint64_t)t->dist.world;
-    const uint64_t r = (uint64_t)t->dist.rank;
+    const uint64_t fwd = (pairs + (uint64_t)per - 1) / (uint64_t)per;
+    const uint64_t W = (uint64_t)t->mesh.data.world, r = (uint64_t)t->mesh.data.rank;
     return (int64_t)(fwd / W + (r < fwd % W ? 1 : 0));
 }
 
 void dpo_reference_logps(tsr_trainer *t, const tsr_dataset *ds, const char *name, uint64_t pairs,
                          double *out) {
-    const int per = t->micro / 2, W = t->dist.world; /* pairs per forward */
+    const int per = t->micro / 2, W = t->mesh.data.world; /* pairs per forward */
     memset(out, 0, (size_t)pairs * 2 * sizeof(double));
     lora_set_pass(&t->part.lora, 0, 0, 0); /* no dropout (no-op without LoRA) */
     /* forward c, pairs [c per, (c + 1) per), runs on rank c mod W: the same rows in every
      * forward whatever W, and each value is computed on one rank (the others add zeros) */
     const int64_t mine = rank_forwards(t, pairs, per), most = model_forwards_most(&t->model, mine);
-    for (uint64_t p0 = (uint64_t)t->dist.rank * (uint64_t)per; p0 < pairs;
+    for (uint64_t p0 = (uint64_t)t->mesh.data.rank * (uint64_t)per; p0 < pairs;
          p0 += (uint64_t)W * (uint64_t)per) {
         int n = pairs - p0 < (uint64_t)per ? (int)(pairs - p0) : per;
         read_pairs(t, ds, name, p0, n);
         model_row_logprobs(&t->model, t->data.inputs, t->data.targets, 2 * n, t->T, out + 2 * p0);
     }
     for (int64_t k = mine; k < most; k++) model_forward(&t->model, NULL, NULL, 0, t->T);
-    dist_allreduce_sum_f64(out, (size_t)pairs * 2);
+    dist_view_sum_f64(&t->mesh.data, out, (size_t)pairs * 2);
 }
 
 double dpo_compute(tsr_trainer *t, float scale) {
@@ -141,7 +141,7 @@ uint64_t dpo_val_pairs(const tsr_trainer *t) {
 }
 
 double dpo_eval(tsr_trainer *t, double *accuracy) {
-    const int B = t->micro, W = t->dist.world;
+    const int B = t->micro, W = t->mesh.data.world;
     const uint64_t pairs = dpo_val_pairs(t);
     double ref[2 * 64], pol[2 * 64], sums[3] = {0, 0, 0}; /* loss, correct, pairs */
     uint64_t pair[64];
@@ -155,7 +155,7 @@ double dpo_eval(tsr_trainer *t, double *accuracy) {
      * forward, and without a stored reference the base's (pair_logps), per forward */
     const int64_t mine = rank_forwards(t, pairs, per) * (stored ? 1 : 2);
     const int64_t most = model_forwards_most(&t->model, mine);
-    for (uint64_t p0 = (uint64_t)t->dist.rank * (uint64_t)per; p0 < pairs;
+    for (uint64_t p0 = (uint64_t)t->mesh.data.rank * (uint64_t)per; p0 < pairs;
          p0 += (uint64_t)W * (uint64_t)per) {
         int n = pairs - p0 < (uint64_t)per ? (int)(pairs - p0) : per;
         read_pairs(t, t->data.val, t->cfg.data.val, p0, n);
@@ -170,7 +170,7 @@ double dpo_eval(tsr_trainer *t, double *accuracy) {
         }
     }
     for (int64_t k = mine; k < most; k++) model_forward(&t->model, NULL, NULL, 0, t->T);
-    dist_allreduce_sum_f64(sums, 3);
+    dist_view_sum_f64(&t->mesh.data, sums, 3);
     *accuracy = sums[2] > 0 ? sums[1] / sums[2] : NAN;
     return sums[2] > 0 ? sums[0] / sums[2] : NAN;
 }

@@ -183,12 +183,32 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
         metrics_human_bytes(b, sizeof b, sb);
         snprintf(snap, sizeof snap, ", checkpoint snapshot %s (save_async, host)", b);
     }
+    const int N = t->mesh.N;
+    char share[64] = "";
+    if (N > 1) snprintf(share, sizeof share, " (this rank's %d positions of each)", t->T / N);
     printf("memory per rank (fp32): weights %s, grads %s, %s %s%s%s, communication buffers %s, "
-           "activations %s per microbatch of %d x %d%s; total %s\n",
-           w, g, mu[0] ? "optimizer" : "AdamW", opt, mu, how, comm, acts, t->micro, t->T, snap, tot);
-    printf("batch: global %lld = %d ranks x %lld per rank = %lld microbatches of %d%s; "
+           "activations %s per microbatch of %d x %d%s%s; total %s\n",
+           w, g, mu[0] ? "optimizer" : "AdamW", opt, mu, how, comm, acts, t->micro, t->T, share,
+           snap, tot);
+    if (N > 1) { /* docs/parallelism.md; the ring's activations bf16 on the GPU */
+        char fw[32], bw[32];
+        const tsr_model *mm = &t->model;
+        const size_t act = c->device == TSR_DEVICE_CUDA ? 2 : sizeof(float);
+        metrics_human_bytes(fw, sizeof fw, (double)ring_layer_bytes(act, N, t->micro, t->T,
+                                                                    mm->KVH, mm->hs, 0));
+        metrics_human_bytes(bw, sizeof bw, (double)ring_layer_bytes(act, N, t->micro, t->T,
+                                                                    mm->KVH, mm->hs, 1));
+        printf("context parallelism: each sequence split over %d ranks (%d group%s of %d "
+               "consecutive ranks) in %d chunks of %d positions, zig-zag (rank r of a group holds "
+               "chunks r and %d-r); attention runs as a ring, sending per rank, layer and "
+               "microbatch %s forward and %s backward\n",
+               N, t->mesh.D, t->mesh.D == 1 ? "" : "s", N, 2 * N, t->T / (2 * N), 2 * N - 1, fw,
+               bw);
+    }
+    printf("batch: global %lld = %d %srank%s x %lld per rank = %lld microbatches of %d%s; "
            "seq_len %d; %lld tokens/step\n",
-           (long long)c->global_batch, t->dist.world, (long long)t->per_rank,
+           (long long)c->global_batch, t->mesh.D, N > 1 ? "data " : "",
+           N > 1 && t->mesh.D == 1 ? "" : "s", (long long)t->per_rank,
            (long long)(t->per_rank / t->micro), t->micro,
            t->auto_micro ? " (micro_batch = auto: the size tried first; halved on out-of-memory)"
                          : "", t->T, (long long)(c->global_batch * c->seq_len));

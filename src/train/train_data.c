@@ -212,7 +212,7 @@ static uint64_t hash64(uint64_t x) {
 }
 
 int64_t train_data_load(tsr_trainer *t, int64_t d) {
-    int64_t lo = t->dist.rank * t->per_rank, counted = 0;
+    int64_t lo = t->mesh.data.rank * t->per_rank, counted = 0; /* (the data rank's rows) */
     mix_slots(&t->data.mix, d, lo, lo + t->per_rank, t->data.slot_stream, t->data.slot_pos);
     int garbage = garbage_batch(d);
     memset(t->data.stream_loaded, 0, sizeof t->data.stream_loaded);
@@ -298,7 +298,7 @@ static int window_shards(tsr_trainer *t, int k, int64_t a, int64_t b, int *out, 
     memset(seen, 0, (size_t)n_shards);
     for (int64_t d = a; d < b; d++)
         for (int i = 0; i < t->data.n_node_ranks; i++) {
-            int64_t lo = t->data.node_ranks[i] * t->per_rank;
+            int64_t lo = t->data.node_ranks[i] / t->mesh.N * t->per_rank; /* its data rank's */
             mix_slots(&t->data.mix, d, lo, lo + t->per_rank, t->data.slot_stream, t->data.slot_pos);
             for (int64_t j = 0; j < t->per_rank; j++) {
                 if (t->data.slot_stream[j] != k) continue;

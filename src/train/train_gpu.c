@@ -37,6 +37,7 @@ static void fill(gpu_train_ctx *c, const tsr_trainer *t) {
     c->T = t->T, c->micro = t->micro, c->per_rank = t->per_rank, c->auto_micro = t->auto_micro;
     c->inputs = t->data.inputs, c->targets = t->data.targets;
     c->moe = t->out.moe;
+    c->cpN = t->mesh.N, c->data_rank = t->mesh.data.rank;
     if (t->part.lora_on) {
         c->lora = (struct tsr_lora *)&t->part.lora;
         c->lora_decay = trainer_param_decays(&cfg->optim, TSR_PK_WEIGHT)
@@ -84,14 +85,18 @@ void train_gpu_print_plan(const tsr_trainer *t) {
     if (mub > 0)
         snprintf(ex + strlen(ex), sizeof ex - strlen(ex), "Muon %s (the iteration%s), ", mus,
                  c.mode != GPU_SHARD_DDP ? ", the owned matrices and the exchange" : "");
+    char share[64] = ""; /* context parallelism: the rank's positions (docs/parallelism.md) */
+    if (t->mesh.N > 1)
+        snprintf(share, sizeof share, " (this rank's %d positions of each)", t->T / t->mesh.N);
     if (c.mode != GPU_SHARD_DDP) {
         /* (LoRA: the frozen base's bf16 shard and gathers, and the adapters' store) */
         metrics_human_bytes(st, sizeof st, (double)fixed - exb - mub);
         printf("device memory per rank (cuda, bf16 activations, %s%s over %d ranks): shards, "
                "gathered weights and communication buffers %s, %sactivations %s per microbatch of "
-               "%d x %d; total %s\n",
+               "%d x %d%s; total %s\n",
                c.mode == GPU_SHARD_ZERO1 ? "zero1" : c.G < t->dist.world ? "hsdp" : "zero3",
-               c.lora ? ", lora: frozen bf16 base" : "", c.G, st, ex, a, t->micro, t->T, tot);
+               c.lora ? ", lora: frozen bf16 base" : "", c.G, st, ex, a, t->micro, t->T, share,
+               tot);
         return;
     }
     char w[32], g[32], o[32];
@@ -102,16 +107,17 @@ void train_gpu_print_plan(const tsr_trainer *t) {
         metrics_human_bytes(o, sizeof o, na * 4 * sizeof(float));
         printf("device memory per rank (cuda, bf16 activations, lora): frozen base %s (bf16 "
                "only: no fp32 master, gradients or AdamW), adapters %s (fp32 weights, grads, "
-               "AdamW), activations and adapter scratch %s per microbatch of %d x %d; total %s\n",
-               w, o, a, t->micro, t->T, tot);
+               "AdamW), activations and adapter scratch %s per microbatch of %d x %d%s; total "
+               "%s\n",
+               w, o, a, t->micro, t->T, share, tot);
         return;
     }
     metrics_human_bytes(w, sizeof w, nb * (double)(sizeof(float) + sizeof(uint16_t) /* bf16 */));
     metrics_human_bytes(g, sizeof g, nb * sizeof(float));
     metrics_human_bytes(o, sizeof o, nb * 2 * sizeof(float));
     printf("device memory per rank (cuda, bf16 activations): weights %s (fp32 master + bf16 "
-           "copy), grads %s, AdamW %s, %sactivations %s per microbatch of %d x %d; total %s\n",
-           w, g, o, ex, a, t->micro, t->T, tot);
+           "copy), grads %s, AdamW %s, %sactivations %s per microbatch of %d x %d%s; total %s\n",
+           w, g, o, ex, a, t->micro, t->T, share, tot);
 }
 
 /* The GPU's peak bf16 FLOP/s from its name ("NVIDIA H100 80GB HBM3" -> H100), else 0. */

@@ -54,7 +54,7 @@ int trainer_param_decays(const tsr_optim_config *o, tsr_param_kind kind) {
 void trainer_lora_pass(tsr_trainer *t, int64_t b) {
     if (!t->part.lora_on) return;
     lora_set_pass(&t->part.lora, 1, trainer_lora_key(t),
-                  lora_pass_row0(t->dist.rank, t->per_rank, b, t->T));
+                  lora_pass_row0(t->mesh.data.rank, t->per_rank, b, t->T));
 }
 
 uint64_t trainer_lora_key(const tsr_trainer *t) {

@@ -519,6 +519,28 @@ static int agree_start(const tsr_trainer *t, int rc, const char *what) {
     return worst;
 }
 
+/* parallel.context = N: the data x context mesh (train_state.h). A plan (dry_run) has no MPI
+ * world of its size: its data view is the numbers alone. */
+static void mesh_open(tsr_trainer *t, int dry_run) {
+    tsr_train_mesh *me = &t->mesh;
+    me->N = t->cfg.context > 1 ? (int)t->cfg.context : 1;
+    me->D = t->dist.world / me->N;
+    if (dry_run || me->N == 1) {
+        me->data = t->dist;
+        me->data.rank /= me->N, me->data.world = me->D, me->data.view = NULL;
+        return;
+    }
+    dist_data_view(&t->dist, me->N, &me->data);
+    me->context = dist_group_split(t->dist.rank / me->N, t->dist.rank);
+    ring_init_mpi(&me->ring, me->context);
+}
+
+static void mesh_close(tsr_trainer *t) {
+    ring_free(&t->mesh.ring);
+    dist_view_free(&t->mesh.data);
+    dist_group_free(t->mesh.context);
+}
+
 int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run) {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
@@ -529,7 +551,8 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     int rc = cfg->device == TSR_DEVICE_CUDA ? cuda_config_check(d->rank) : 0;
     if (!rc) rc = open_tokenizer(t);
     TSR_CHECK(agree_start(t, rc, "GPU or tokenizer"));
-    t->per_rank = cfg->global_batch / d->world;
+    mesh_open(t, dry_run);
+    t->per_rank = cfg->global_batch / t->mesh.D; /* the data ranks' share */
     t->auto_micro = cfg->micro_batch == 0; /* "auto": start with the whole per-rank batch */
     t->micro = t->auto_micro ? trainer_micro_at_most(t, t->per_rank) : (int)cfg->micro_batch;
     t->be.threads = pick_threads(cfg, d);
@@ -547,6 +570,8 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->part.fsdp_on = cfg->sharding == TSR_SHARD_ZERO3 || cfg->sharding == TSR_SHARD_HSDP;
     model_init(&t->model, &cfg->model, t->T, t->be.ops);
     model_set_expert_parallel(&t->model, (int)cfg->expert);
+    model_set_context(&t->model, t->mesh.N);
+    if (t->mesh.context) t->model.ring = &t->mesh.ring;
     t->out.flops_per_token = model_flops_per_token(&t->model, t->T);
     if (cfg->lora.rank > 0) { /* the layout now (the plan shows it), the store below */
         unsigned mask;
@@ -593,6 +618,7 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     if (t->part.lora_on) {
         const tsr_lora plan = t->part.lora;
         lora_init(&t->part.lora, &t->model, plan.R, cfg->lora.alpha, cfg->lora.dropout, plan.mask);
+        lora_set_context(&t->part.lora, t->mesh.N, t->dist.rank % t->mesh.N, t->T);
         lora_init_weights(&t->part.lora, (uint64_t)cfg->seed);
     }
     if (t->model.EP > 1) {
@@ -690,7 +716,8 @@ static int64_t step_load(tsr_trainer *t, int64_t d, int64_t *sums, tsr_step_stat
     watchdog_phase(WD_DATA, t->step);
     sums[0] = train_data_load(t, d);
     for (int k = 0; k < t->data.n_streams; k++) sums[1 + k] = t->data.stream_loaded[k];
-    dist_allreduce_sum_i64(sums, 1 + (size_t)t->data.n_streams);
+    dist_view_sum_i64(&t->mesh.data, sums, 1 + (size_t)t->data.n_streams); /* (a context group
+                                                                             * counts once) */
     st->phase_switch = d > 0 && mix_phase(&t->data.mix, d) != mix_phase(&t->data.mix, d - 1);
     if (st->phase_switch) guard_restart_window(&t->guard);
     return sums[0];
@@ -699,7 +726,8 @@ static int64_t step_load(tsr_trainer *t, int64_t d, int64_t *sums, tsr_step_stat
 /* The global loss (mean over the counted targets) and the ranks' peak memory. */
 static double step_global_loss(tsr_trainer *t, double loss_sum, int64_t counted,
                                tsr_step_stats *st) {
-    if (t->dist.world > 1) dist_allreduce_sum_f64(&loss_sum, 1);
+    /* (every rank of a context group holds its sequences' sum: model_forward) */
+    if (t->mesh.D > 1) dist_view_sum_f64(&t->mesh.data, &loss_sum, 1);
     double mem[2] = {(double)t->be.strategy->mem_peak(), (double)tsr_peak_rss()};
     if (t->dist.world > 1) dist_allreduce_max_f64(mem, 2);
     st->peak_mem = mem[0], st->peak_rss = mem[1];
@@ -743,8 +771,8 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     compute_fault(t);
     st->compute_time = tsr_now() - tc;
     if (t->out.moe && t->dist.world > 1) dist_allreduce_sum_f64(t->out.moe, n_moe);
-    if (t->cfg.objective == TSR_OBJ_DPO && t->dist.world > 1)
-        dist_allreduce_sum_f64(t->out.dpo, DPO_NSTATS);
+    if (t->cfg.objective == TSR_OBJ_DPO && t->mesh.D > 1)
+        dist_view_sum_f64(&t->mesh.data, t->out.dpo, DPO_NSTATS);
     watchdog_phase(WD_REDUCE, t->step);
     s->reduce(t);
     /* the experts' part (model_ep.h); on device = cuda the library's reduce, sumsq and update
@@ -780,7 +808,7 @@ double trainer_eval(tsr_trainer *t) {
     double loss = t->cfg.objective == TSR_OBJ_DPO /* the pairs' DPO loss (train/dpo.h) */
                       ? dpo_eval(t, &t->out.val_accuracy)
                       : train_data_eval_loss(&t->model, t->data.val, t->cfg.data.val, t->T,
-                                             t->micro, t->cfg.eval_samples, &t->dist,
+                                             t->micro, t->cfg.eval_samples, &t->mesh.data,
                                              t->data.inputs, t->data.targets, NULL);
     trainer_eval_scope(t, 0);
     return loss;
@@ -917,7 +945,7 @@ static void evaluate(tsr_trainer *t) {
         watchdog_phase(WD_EVAL, t->step);
         trainer_eval_scope(t, 1);
         trainer_ensure_acts(t);
-        icl_api->run(t->icl, &t->model, &t->dist, trainer_acts_B(t), t->step, t->out.metrics,
+        icl_api->run(t->icl, &t->model, &t->mesh.data, trainer_acts_B(t), t->step, t->out.metrics,
                      t->out.tb);
         trainer_eval_scope(t, 0);
     }
@@ -933,6 +961,18 @@ static void ep_report(tsr_trainer *t) {
         printf("expert exchange: %lld bytes sent between ranks in %lld steps (all %d ranks, "
                "forward and backward)\n", (long long)sent, (long long)t->out.steps_run,
                t->dist.world);
+}
+
+/* parallel.context on the CPU: the bytes the ring sent between ranks in this process's steps and
+ * evaluations, all ranks together (bench/comm_volume.sh compares them with the loopback's count
+ * and docs/parallelism.md's formula). Collective. */
+static void ring_report(tsr_trainer *t) {
+    if (!t->mesh.context || t->be.gpu) return;
+    int64_t sent = (int64_t)t->mesh.ring.sent;
+    dist_allreduce_sum_i64(&sent, 1);
+    if (t->dist.rank == 0)
+        printf("context ring: %lld bytes sent between ranks in %lld steps (all %d ranks, forward "
+               "and backward)\n", (long long)sent, (long long)t->out.steps_run, t->dist.world);
 }
 
 /* sample.tokens after the run: rank 0 samples on the host's fp32 ops (device = cuda: from the
@@ -1015,6 +1055,7 @@ int trainer_run(tsr_trainer *t) {
     train_data_stage_end(t);
     ep_report(t);
     muon_report(&t->part.muon, t->be.gpu, t->out.steps_run, t->dist.world);
+    ring_report(t);
     metrics_finish(t);
     end_of_run_sample(t);
     return TSR_EXIT_OK;
@@ -1037,6 +1078,7 @@ void trainer_free(tsr_trainer *t) {
     dpo_ref_free(t);
     model_free(&t->model);
     train_data_close(t);
+    mesh_close(t);
     if (icl_api) icl_api->close(&t->icl);
     if (t->tok) tokenizer_free(t->tok);
     guard_free(&t->guard);

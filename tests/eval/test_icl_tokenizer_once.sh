@@ -9,18 +9,8 @@ command -v strace >/dev/null || { echo "strace not found (Debian: strace)"; exit
 strace -f -qq -e trace=openat -o /dev/null true 2>/dev/null || { echo "strace cannot trace here (ptrace refused)"; exit 77; }
 tsr_tmpdir
 tap_plan 3
-TASKS=$TSR_ROOT/eval/tasks
-"$TOOL" tokenizer train --vocab-size 320 --special '<|endoftext|>' --out "$TMP/tok.tok" -q "$TASKS/colors_corpus.txt" &&
-    "$TOOL" prep --out "$TMP/data" --tokenizer "$TMP/tok.tok" --format text --doc-sep '\n' --val-fraction 0 -q "$TASKS/colors_corpus.txt"
+colors_icl 0
 tap_check $? "tokenizer trained on the colors text, the text prepped"
-
-{ cat "$TSR_ROOT/configs/tiny.cfg"; cat <<CFG
-icl_tasks = (
-  { label = "colors_mc"; type = "multiple_choice"; path = "$TASKS/colors_mc.jsonl"; },
-  { label = "colors_lm"; type = "language_modeling"; path = "$TASKS/colors_lm.jsonl"; }
-);
-CFG
-} >"$TMP/icl.cfg"
 # opens COUNTFILE: the openat calls of the tokenizer file in an strace log
 opens() { grep -c "openat(.*\"[^\"]*/tok\.tok\"" "$1"; }
 strace -f -qq -e trace=openat -o "$TMP/train.trace" "$TRAIN" --config "$TMP/icl.cfg" \

@@ -20,12 +20,19 @@
 #             synccheck  the same under synccheck; all three with CUDA_LAUNCH_BLOCKING=1
 #             ops        the op test as it runs in a training step (no sanitizer, asynchronous)
 #             train      tests/gpu/test_cuda_train.sh, test_cuda_lora.sh, test_cuda_dpo.sh, test_cuda_moe_ep.sh,
-#                        test_cuda_muon.sh:
-#                        their GPU halves (the emulator's with TSR_TEST_EMULATOR=1; CI runs them)
+#                        test_cuda_muon.sh, test_cuda_context.sh: their GPU halves (the emulator's
+#                        with TSR_TEST_EMULATOR=1; CI runs them)
 #             ckpt       tests/gpu/ckpt_async_gpu.sh: gpt2-124m on the GPU with save_async and without
 #                        (issue 53): the same checkpoints and steps, the host copy pinned; the
 #                        blocking and background seconds per save, the pinned device-to-host GB/s
 #                        and the step time during a background write, measured (~90 s)
+#             ring       build/bench/ring_bench (bench/gpu/ring_bench.c, ~30 s): context
+#                        parallelism's blocks of a ring of 2 and of 4 ranks, 8192 local positions,
+#                        Llama 3.1 8B's heads, against the one-GPU attention kernel at that
+#                        shape, forward and backward TFLOP/s, and PyTorch's fused attention at
+#                        that shape beside them (bench/gpu/ring_torch.py) (a table; the goal:
+#                        the blocks within 10% of the kernel; docs/benchmarks.md). Not yet run
+#                        on a GPU
 #           bash tests/gpu/device.sh bench MODEL     bench/gpu/run.sh (tessera vs PyTorch) for one
 #                                                   model (default gpt2-124m); its settings from
 #                                                   the environment (TESSERA_ARGS, MICRO_BATCH, ...)
@@ -115,11 +122,12 @@ pack() {
         die "pack needs nvcc (the CUDA toolkit) to build the GPU library"
     local b=build-device stage
     local progs=("$b/tessera-train" "$b/tessera" "$b/libtessera-cuda-train.so" "$b/tests/test_gpu_ops" "$b/tests/test_wgmma_gpu"
+                 "$b/bench/ring_bench"
                  "$b/tests/tessera-train-cuemu" "$b/tessera-healthcheck" "$b/libtessera-hc-gpu.so"
                  "$b/tests/libtessera-hc-gpu-mock.so")
     make NO_MPI=1 ARCH=x86-64-v3 BUILD="$b" -j"$(nproc)" "${progs[@]}"
     stage=$(mktemp -d)
-    mkdir -p "$stage/build/tests" "$stage/lib"
+    mkdir -p "$stage/build/tests" "$stage/build/bench" "$stage/lib"
     local p name path
     for p in "${progs[@]}"; do
         cp -L "$p" "$stage/build/${p#"$b"/}"
@@ -260,8 +268,21 @@ verdict() { case $1 in 0) echo PASS ;; 77) echo SKIP ;; *) echo FAIL ;; esac; }
 # recipe_int MODEL KEY: the whole number KEY = N; in configs/MODEL.cfg, or nothing
 recipe_int() { sed -n "s/^ *$2 *= *\([0-9]*\);.*/\1/p" "configs/$1.cfg" | head -1; }
 
+# ring_stage LOG: the ring stage: ring_bench, then its PyTorch peer at the same shape
+# (bench/gpu/ring_torch.py under setup's python3-machine), one table in LOG; the peer's SKIP (no
+# torch, or one without scaled_dot_product_attention) does not fail the stage
+ring_stage() {
+    local log=$1 rc=0 rt=0
+    STEP_LIMIT_S=120 limited "$log" "$BUILD/bench/ring_bench" 8192 5 || rc=$?
+    ((rc != 125)) || return 125
+    STEP_LIMIT_S=120 limited "$log.torch" "$UNPACKED/python3-machine" bench/gpu/ring_torch.py 8192 5 || rt=$?
+    cat "$log.torch" >>"$log" && rm -f "$log.torch"
+    ((rc != 0 || rt == 0 || rt == 77)) || rc=$rt
+    return "$rc"
+}
+
 # the stages of `check`, in their order
-STAGES=(memcheck racecheck synccheck ops train ckpt)
+STAGES=(memcheck racecheck synccheck ops train ckpt ring)
 
 check() {
     setup
@@ -293,14 +314,17 @@ check() {
                 rm -f "$logs/race.txt" ;;
             ops) op_test "$logs/$st.txt" || r=$? ;;
             train) limited "$logs/$st.txt" env TSR_TEST_EMULATOR="${TSR_TEST_EMULATOR:-0}" \
-                       TESTS="test_cuda_train test_cuda_lora test_cuda_dpo test_cuda_moe_ep test_cuda_muon" bash tests/run.sh || r=$? ;;
+                       TESTS="test_cuda_train test_cuda_lora test_cuda_dpo test_cuda_moe_ep test_cuda_muon test_cuda_context" \
+                       bash tests/run.sh || r=$? ;;
             ckpt) limited "$logs/$st.txt" bash tests/gpu/ckpt_async_gpu.sh || r=$? ;;
+            ring) ring_stage "$logs/$st.txt" || r=$? ;;
         esac
         if ((r == 125)); then not_run+=("$st"); continue; fi
         ((r == 0)) || rc=1
         { printf '%s %s (%ds, exit %d): ' "$(verdict "$r")" \
               "$st" $((SECONDS - t0)) "$r"
-          outcome "$logs/$st.txt"; } | tee -a "$summary"
+          outcome "$logs/$st.txt"
+          [[ $st == ring ]] && grep -E '^\|' "$logs/$st.txt" | sed 's/^/    /'; } | tee -a "$summary"
     done
     if ((${#not_run[@]})); then
         rc=1

@@ -2216,6 +2216,18 @@ static const att_cfg ATT[] = {
      * tile at 256 is the first of its document, so no lower key block reaches it */
     {2, 260, 2, 1, 64, 1, 1},
 };
+/* ring attention's blocks (context parallelism; tcu_ring_forward / _backward): B, c (a chunk's
+ * rows), NH, KVH, hs, alibi, doc. The query rows, the second chunk of a rank's local sequence
+ * (whole-sequence positions 5c..6c), take three blocks: their own keys (diagonal), then two
+ * earlier chunks' from another rank (c..2c and 2c..3c), merged by the log-sum-exp */
+typedef struct { int B, c, NH, KVH, hs, alibi, doc; } ring_cfg;
+#define RING_CHECKS 4
+/* the chunk c: below, at and past a query tile (64 rows; keys' blocks start their queries at the
+ * tile holding row c: 64 and 72, 100 with the tile's rows before c computed and unused) */
+static const ring_cfg RING[] = {
+    {2, 48, 4, 2, 64, 0, 0}, {1, 64, 4, 1, 64, 1, 1}, {2, 33, 2, 2, 32, 1, 0},
+    {1, 40, 4, 4, 128, 0, 1}, {1, 100, 2, 1, 64, 1, 1}, {1, 72, 2, 2, 128, 0, 0},
+};
 static const rms_cfg RMS[] = {
     {1, 8, 0}, {7, 24, 1}, {65, 72, 0}, {257, 768, 3}, {130, 2048, 0},
     {7, 20, 0}, /* C % 8 != 0: the scalar path */
@@ -2342,6 +2354,118 @@ static void run_attention(void) {
     }
 }
 
+/* The three blocks of a RING case (above) on the CPU op and the device op alike: the output and
+ * log-sum-exp merged over them, then with that merged output (rounded to bf16, as a layer keeps
+ * it) the gradients: dq summed over the blocks (rows QKV apart), dk, dv of each key chunk. bf16
+ * P and dS (2u each) and each block's bf16 output and gradients before their fp32 sums (u): the
+ * output within 4u of the largest |out|, lse within 1e-3, the gradients within 2% of their
+ * largest; a wrong mask, offset or merge moves them by O(1). */
+static void test_ring(const ring_cfg *r) {
+    const int B = r->B, c = r->c, NH = r->NH, KVH = r->KVH, hs = r->hs, Tl = 2 * c, T = 6 * c;
+    const int QKV = (NH + 2 * KVH) * hs, C = NH * hs, KVW = 2 * KVH * hs;
+    char tag[160];
+    snprintf(tag, sizeof tag, "ring blocks B=%d c=%d NH=%d KVH=%d hs=%d%s%s%s", B, c, NH, KVH, hs,
+             r->alibi ? " alibi" : "", r->doc ? " document" : "",
+             tcu_attention_wgmma(hs) ? " (wgmma)" : "");
+    const size_t nq = (size_t)B * Tl * QKV, nkv = (size_t)B * Tl * KVW, no = (size_t)B * Tl * C;
+    float *qkv = hf(nq), *kv = hf(nkv), *dout = hf(no), *sl = hf(NH);
+    fill_bf16(qkv, nq, -2, 2), fill_bf16(kv, nkv, -2, 2), fill_bf16(dout, no, -1, 1);
+    for (int h = 0; h < NH; h++) /* slopes the distances between chunks do not drown */
+        sl[h] = r->alibi ? 0.5f / (float)((h + 1) * c) : 0.0f;
+    int32_t *lo = hi32((size_t)B * T), *hi = hi32((size_t)B * T), *seq = hi32(T);
+    for (int b = 0; b < B; b++) { /* documents across the chunks' edges (doc), else one */
+        make_segments(seq, T, b);  /* and one from inside key chunk 1 into the query chunk 5 */
+        for (int t = c + c / 2 + b; t < 5 * c + c / 2; t++) seq[t] = 99;
+        for (int t = 0; t < T; t++) lo[b * T + t] = r->doc ? seg_lo(seq, t) : 0;
+        for (int t = 0; t < T; t++) hi[b * T + t] = r->doc ? seg_hi(seq, t, T) : T;
+    }
+    tsr_bf16 *d_qkv = new_bf16(qkv, nq), *d_kv = new_bf16(kv, nkv), *d_g = new_bf16(dout, no);
+    int32_t *d_lo = new_i32(lo, (size_t)B * T), *d_hi = new_i32(hi, (size_t)B * T);
+    float *d_sl = r->alibi ? new_f32(sl, NH) : NULL;
+    const size_t nsc = tcu_ring_scratch_bytes(B, Tl, NH, KVH, hs);
+    void *d_sc = nsc ? dalloc(nsc) : NULL;
+    /* block k: queries = local chunk 1; keys = own chunk 1 (k 0), remote chunks 0, 1 (k 1, 2) */
+    const int koff[3] = {5 * c, c, 2 * c};
+    tsr_ring_block h[3], d[3];
+    for (int k = 0; k < 3; k++) {
+        h[k] = (tsr_ring_block){.B = B, .NH = NH, .KVH = KVH, .hs = hs, .Tq = c, .Tk = c,
+                                .qoff = 5 * c, .koff = koff[k], .ldq = QKV, .qbs = Tl, .kbs = Tl,
+                                .lo = r->doc ? lo : NULL, .hi = r->doc ? hi : NULL, .T = T,
+                                .slopes = r->alibi ? sl : NULL};
+        d[k] = h[k];
+        d[k].lo = r->doc ? d_lo : NULL, d[k].hi = r->doc ? d_hi : NULL, d[k].slopes = d_sl;
+        const size_t q0 = (size_t)c * QKV, k0 = (size_t)(k == 2 ? c : 0) * KVW;
+        h[k].q = qkv + q0, d[k].q = d_qkv + q0;
+        h[k].kv = k ? (const void *)(kv + k0) : (const void *)(qkv + q0 + C);
+        d[k].kv = k ? (const void *)(d_kv + k0) : (const void *)(d_qkv + q0 + C);
+        h[k].ldkv = d[k].ldkv = k ? KVW : QKV;
+    }
+    const size_t na = (size_t)B * Tl * C, nl = (size_t)B * NH * Tl;
+    float *acc = hf(na), *lse = hf(nl), *d_acc = df32(na), *d_lse = df32(nl);
+    memset(acc, 0, na * sizeof(float)), memset(lse, 0, nl * sizeof(float));
+    poison(d_acc, na * sizeof(float)), poison(d_lse, nl * sizeof(float));
+    for (int k = 0; k < 3; k++) { /* into the queries' rows, c.. of each sequence */
+        cpu->ring_forward(acc + (size_t)c * C, lse + c, &h[k], k > 0);
+        tcu_ring_forward(d_acc + (size_t)c * C, d_lse + c, &d[k], k > 0, d_sc, g_s);
+    }
+    float *ga = get_f32(d_acc, na), *gl = get_f32(d_lse, nl);
+    float omax = 0, *ra = hf(na), *ea = hf(na), *rl = hf(nl), *el = hf(nl);
+    size_t m = 0, ml = 0;
+    for (size_t i = 0; i < na; i++)
+        if ((i / C) % Tl >= (size_t)c) ra[m] = acc[i], ea[m++] = ga[i], omax = fmaxf(omax, fabsf(acc[i]));
+    for (size_t i = 0; i < nl; i++)
+        if (i % Tl >= (size_t)c) rl[ml] = lse[i], el[ml++] = gl[i];
+    check_close(L("%s: out merged over 3 blocks", tag), ea, ra, m, 4 * U_BF16 * omax, 0, NULL, 0);
+    check_close(L("%s: lse", tag), el, rl, ml, 1e-3, 1e-5, NULL, 0);
+    /* the backward with the merged output as the layer keeps it (bf16), and the CPU's lse on both */
+    float *out = hf(na);
+    for (size_t i = 0; i < na; i++) out[i] = rbf16(acc[i]);
+    tsr_bf16 *d_out = new_bf16(out, na);
+    put_f32(d_lse, lse, nl);
+    float *dq = hf(nq), *dkv = hf(nkv + (size_t)B * Tl * KVW), *d_dq = df32(nq);
+    float *d_dkv = df32(nkv + (size_t)B * Tl * KVW); /* the remote kv's, then the own chunk's */
+    memset(dq, 0, nq * sizeof(float)), memset(dkv, 0, (nkv + (size_t)B * Tl * KVW) * sizeof(float));
+    tcu_zero(d_dq, nq * sizeof(float), g_s), tcu_zero(d_dkv, (nkv + nkv) * sizeof(float), g_s);
+    for (int k = 0; k < 3; k++) {
+        const size_t dk0 = k ? (size_t)(k == 2 ? c : 0) * KVW : nkv + (size_t)c * KVW;
+        cpu->ring_backward(dq + (size_t)c * QKV, QKV, dkv + dk0, KVW, dout + (size_t)c * C,
+                           out + (size_t)c * C, lse + c, &h[k]);
+        tcu_ring_backward(d_dq + (size_t)c * QKV, QKV, d_dkv + dk0, KVW, d_g + (size_t)c * C,
+                          d_out + (size_t)c * C, d_lse + c, &d[k], d_sc, g_s);
+    }
+    float *gq = get_f32(d_dq, nq), *gk = get_f32(d_dkv, 2 * nkv);
+    float qmax = 0, kmax = 0;
+    for (size_t i = 0; i < nq; i++) qmax = fmaxf(qmax, fabsf(dq[i]));
+    for (size_t i = 0; i < 2 * nkv; i++) kmax = fmaxf(kmax, fabsf(dkv[i]));
+    check_close(L("%s: dq summed over the blocks", tag), gq, dq, nq, 0.02 * qmax, 0.02, NULL, 0);
+    check_close(L("%s: dk, dv of the 3 key chunks", tag), gk, dkv, 2 * nkv, 0.02 * kmax, 0.02,
+                NULL, 0);
+    scope_end(tag);
+}
+
+/* the RING cases, then again on wgmma where the head size has those kernels (64, 128), as the
+ * attention cases; skipped, saying so, where wgmma cannot run */
+static int ring_cases_wgmma(void) {
+    int n = 0;
+    for (size_t i = 0; i < NCASES(RING); i++) n += RING[i].hs == 64 || RING[i].hs == 128;
+    return n;
+}
+static void run_ring(void) {
+    for (size_t i = 0; i < NCASES(RING); i++) test_ring(&RING[i]);
+    for (size_t i = 0; i < NCASES(RING); i++) {
+        if (RING[i].hs != 64 && RING[i].hs != 128) continue;
+        if (!tcu_attention_wgmma_possible(RING[i].hs)) {
+            for (int k = 0; k < RING_CHECKS; k++)
+                tap_skip(L("ring blocks hs=%d on wgmma", RING[i].hs),
+                         "no wgmma here (an sm_90 GPU with sm_90a code, or the SIMT emulator)");
+            continue;
+        }
+        tcu_attention_set_wgmma(1);
+        test_ring(&RING[i]);
+        tcu_attention_set_wgmma(0);
+    }
+}
+
 /* The warp-per-row norm backwards on rows that are not 16-byte aligned (x, dout and dinp one bf16
  * past an aligned start: the scalar loads and stores), LayerNorm with db and RMSNorm, against the
  * same inputs aligned: the kernel maps elements to lanes alike in both, so the same bits; then
@@ -2409,7 +2533,9 @@ enum { simt_only = 0 };
 
 static int plan_size_simt(void) {
     int n = ((int)NCASES(ATT) + att_cases_32() + att_cases_wgmma()) * ATT_CHECKS +
-            (int)NCASES(XENT) * (XENT_CHECKS + 1) + (int)NCASES(ARGMAX_MORE) + 1;
+            ((int)NCASES(RING) + ring_cases_wgmma()) * RING_CHECKS +
+            (int)NCASES(XENT) * (XENT_CHECKS + 1) +
+            (int)NCASES(ARGMAX_MORE) + 1;
     for (size_t i = 0; i < NCASES(LN); i++) n += ln_checks(&LN[i]);
     for (size_t i = 0; i < NCASES(LN_FZ); i++) n += ln_frozen_checks(&LN_FZ[i]);
     n += (int)NCASES(RMS) * RMS_CHECKS + (int)NCASES(QKN) * QKN_CHECKS;
@@ -2423,6 +2549,7 @@ static int plan_size_simt(void) {
 
 static void run_simt(void) {
     run_attention();
+    run_ring();
     for (size_t i = 0; i < NCASES(XENT); i++) test_xent(&XENT[i]);
     for (size_t i = 0; i < NCASES(XENT); i++) test_argmax(&XENT[i]);
     for (size_t i = 0; i < NCASES(ARGMAX_MORE); i++) test_argmax(&ARGMAX_MORE[i]);
@@ -2463,6 +2590,7 @@ static int plan_size(void) {
     n += (int)(NCASES(GELU) + NCASES(GELU_ODD)) * GELU_CHECKS;
     n += (int)(NCASES(RESID) + 1) * RESIDUAL_CHECKS;
     n += ((int)NCASES(ATT) + att_cases_32() + att_cases_wgmma()) * ATT_CHECKS;
+    n += ((int)NCASES(RING) + ring_cases_wgmma()) * RING_CHECKS;
     n += (int)NCASES(RMS) * RMS_CHECKS + (int)NCASES(QKN) * QKN_CHECKS;
     n += (int)NCASES(ROPE) * ROPE_CHECKS + (int)NCASES(SWIGLU) * SWIGLU_CHECKS;
     n += (int)NCASES(MOE) * MOE_CHECKS;
@@ -2539,6 +2667,7 @@ int main(void) {
     for (size_t i = 0; i < NCASES(GELU); i++) test_gelu(&GELU[i]);
     for (size_t i = 0; i < NCASES(RESID); i++) test_residual(RESID[i]);
     run_attention();
+    run_ring();
     for (size_t i = 0; i < NCASES(RMS); i++) test_rmsnorm(&RMS[i]);
     for (size_t i = 0; i < NCASES(QKN); i++) test_qknorm(&QKN[i]);
     for (size_t i = 0; i < NCASES(ROPE); i++) test_rope(&ROPE[i]);

@@ -21,6 +21,12 @@ aux and z losses and expert loads, and that no routing decision was near a tie. 
 six checks of the torch models on their own (RoPE = a complex rotation, GQA = MHA with repeated
 key/value heads, a document under the document mask = the document alone; the MoE layer on hand
 logits, its dispatch, gradcheck).
+Ring attention (context parallelism, docs/parallelism.md): build/tests/ring_dump runs one
+layer's attention over 2 and over 4 MPI ranks (each rank's two zig-zag chunks, the key/value
+blocks merged by their log-sum-exp in the forward, their gradients passed back round the ring in
+the backward); its output, log-sum-exp and dq, dk, dv over the whole sequences against torch's
+float64 attention of the unsplit sequences (causal with ALiBi and GQA 4:2 on 2 ranks; the document
+mask with documents across chunk and rank edges and MQA on 4).
 Metric, per tensor: relative error ||tessera - torch||_2 / ||torch||_2 (|a-b|/|b| for scalars),
 torch in float64 taken as exact. Tolerances and their reasons are at TOL_* below and in
 docs/reference-test.md. Exact checks: padded logit columns, padded rows of the wte (and lm_head)
@@ -56,8 +62,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.environ.get("TSR_ROOT") or os.path.dirname(os.path.dirname(HERE))
 BUILD = os.path.join(ROOT, os.environ.get("BUILD", "build"))
 REF_DUMP = os.path.join(BUILD, "tests", "ref_dump")
+RING_DUMP = os.path.join(BUILD, "tests", "ring_dump")
 TESSERA = os.path.join(BUILD, "tessera")
-for exe in (REF_DUMP, TESSERA):
+for exe in (REF_DUMP, RING_DUMP, TESSERA):
     if not os.access(exe, os.X_OK):
         skip(f"{exe} is missing (run make first)")
 
@@ -977,13 +984,96 @@ def torch_self_checks(tap):
             tap.ok(False, f"torch: {check.__name__} raised")
 
 
+# ---- ring attention (context parallelism) -------------------------------------------------------
+# (ranks, B, T, NH, KVH, hs, eot or None, alibi): the ring's cases. fp32 attention of rows of 32
+# with head size 16 against float64: ~1e-7 relative, as a model's step 0 (TOL_STEP0's margin).
+RING_CASES = [(2, 2, 32, 4, 2, 16, None, True), (4, 2, 32, 4, 1, 16, 3, False)]
+RING_CHECKS = 3 * len(RING_CASES)
+
+
+def torch_attention(qkv, tokens, NH, KVH, hs, eot, slopes):
+    """out (B,T,NH hs), lse (B,NH,T) of causal attention over the whole rows, float64; with eot,
+    within documents that end with (and include) an eot token; ALiBi with slopes."""
+    B, T, _ = qkv.shape
+    q = qkv[:, :, :NH * hs].reshape(B, T, NH, hs).transpose(1, 2)
+    k = qkv[:, :, NH * hs:(NH + KVH) * hs].reshape(B, T, KVH, hs).transpose(1, 2)
+    v = qkv[:, :, (NH + KVH) * hs:].reshape(B, T, KVH, hs).transpose(1, 2)
+    k, v = k.repeat_interleave(NH // KVH, 1), v.repeat_interleave(NH // KVH, 1)
+    s = q @ k.transpose(-1, -2) / math.sqrt(hs)
+    i = torch.arange(T)
+    dist = (i[:, None] - i[None, :]).double()
+    if slopes is not None:
+        s = s - torch.tensor(slopes, dtype=torch.float64)[None, :, None, None] * dist
+    allowed = (dist >= 0)[None, None].expand(B, NH, T, T)
+    if eot is not None:  # document ids: end-of-text tokens before each position
+        doc = torch.cumsum(torch.nn.functional.pad((tokens == eot).long(), (1, 0))[:, :-1], 1)
+        allowed = allowed & (doc[:, None, :, None] == doc[:, None, None, :])
+    s = s.masked_fill(~allowed, float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    out = (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B, T, NH * hs)
+    return out, lse
+
+
+def ring_case(tap, tmp, case):
+    N, B, T, NH, KVH, hs, eot, alibi = case
+    rng = np.random.default_rng(100 + N)
+    QKV = (NH + 2 * KVH) * hs
+    qkv = rng.standard_normal((B, T, QKV)).astype(np.float32)
+    dout = rng.standard_normal((B, T, NH * hs)).astype(np.float32)
+    tokens = rng.integers(0, 8, (B, T)).astype(np.int32)
+    if eot is not None:  # documents of 5 .. 11 positions: across the chunks of T / 2N = 4
+        for b in range(B):
+            tokens[b, tokens[b] == eot] = 0
+            for t in range(4 + b, T, 7 + b):
+                tokens[b, t] = eot
+    slopes = np.array([2.0 ** -(h + 1) for h in range(NH)], dtype=np.float32) if alibi else None
+    name = f"ring{N}"
+    with h5py.File(f"{tmp}/{name}_in.h5", "w") as f:
+        for k, v in dict(B=B, T=T, NH=NH, KVH=KVH, hs=hs, eot=-1 if eot is None else eot,
+                         alibi=int(alibi)).items():
+            f.attrs[k] = float(v)
+        f["qkv"], f["dout"], f["tokens"] = qkv, dout, tokens
+        if alibi:
+            f["slopes"] = slopes
+    mpirun = ["bash", os.path.join(ROOT, "tests", "mpi_env.sh"), "mpirun", "-np", str(N)]
+    r = subprocess.run(mpirun + [RING_DUMP, f"{tmp}/{name}_in.h5", f"{tmp}/{name}_out.h5"],
+                       capture_output=True, text=True, env=run_env())
+    what = (f"ring attention on {N} ranks ({'document mask' if eot is not None else 'causal'}"
+            f"{', ALiBi' if alibi else ''}, {NH} query heads on {KVH})")
+    if r.returncode != 0:
+        tap.diag((r.stdout + r.stderr)[-2000:])
+        return
+    tap.diag(r.stdout.strip())
+    with h5py.File(f"{tmp}/{name}_out.h5", "r") as f:
+        got = {k: f[k][()] for k in ("out", "lse", "dqkv")}
+    x = torch.tensor(qkv, dtype=torch.float64, requires_grad=True)
+    out, lse = torch_attention(x, torch.tensor(tokens), NH, KVH, hs, eot, slopes)
+    out.backward(torch.tensor(dout, dtype=torch.float64))
+    for key, want in (("out", out), ("lse", lse), ("dqkv", x.grad)):
+        e = rel_err(got[key], want.detach().numpy())
+        tap.ok(e <= TOL_STEP0, f"{what}: {key} {tuple(got[key].shape)} rel err {e:.2e} against "
+                               f"torch's unsplit float64 attention (<= {TOL_STEP0:g})")
+
+
+def ring_checks(tap, tmp):
+    for case in RING_CASES:
+        end = tap.n + 3
+        try:
+            ring_case(tap, tmp, case)
+        except Exception:
+            tap.diag(traceback.format_exc())
+        tap.fail_until(end, f"ring attention on {case[0]} ranks stopped early")
+
+
 def main():
     torch.set_default_dtype(torch.float64)
     datasets = {"plain": None, "doc": EOT}  # dataset name -> eot id inside its rows (or none)
-    plan = TORCH_SELF_CHECKS + len(datasets) + sum(checks_per_config(c) for c in CONFIGS)
+    plan = TORCH_SELF_CHECKS + len(datasets) + sum(checks_per_config(c) for c in CONFIGS) + \
+        RING_CHECKS
     tap = Tap(plan)
     torch_self_checks(tap)
     with tempfile.TemporaryDirectory(prefix="tsr-ref-") as tmp:
+        ring_checks(tap, tmp)
         data = {}
         for dname, eot in datasets.items():
             data_dir, tokens, mask, r = make_dataset(tmp, dname, eot)

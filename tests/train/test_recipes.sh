@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The recipes in configs/ say true things (issue 21: stale comments):
-#  - each loads and plans (tessera-train --config FILE --dry-run, exit 0);
+#  - each loads and plans (tessera-train --config FILE --dry-run, exit 0; --plan N as well where
+#    the recipe splits sequences over N ranks);
 #  - every value the comment of `sharding` lists is accepted by that recipe (--set
 #    parallel.sharding=V --dry-run) and together they are all of ddp, zero1, zero3, hsdp;
 #  - no recipe comment promises what exists already ("not yet", "arrive with", "tessera shard
@@ -24,10 +25,15 @@ ran() { [[ $(cat "$TMP/$1.rc" 2>/dev/null) == 0 ]]; }   # ran NAME: that dry run
 
 for f in "${recipes[@]}"; do
     r=${f##*/}
-    dry "$r" --config "$f"
+    # a recipe that splits its sequences over N ranks (parallel.context, docs/parallelism.md)
+    # plans on N ranks: one process cannot hold its context group
+    ctx=$(sed -nE 's/^\s*context\s*=\s*([0-9]+);.*/\1/p' "$f")
+    plan=()
+    [[ -n $ctx ]] && plan=(--plan "$ctx")
+    dry "$r" --config "$f" "${plan[@]}"
     line=$(grep -E '^\s*sharding\s*=' "$f") || continue
     for v in $(echo "${line#*#}" | grep -oE '\b(ddp|zero1|zero3|hsdp)\b' | sort -u); do
-        dry "$r.$v" --config "$f" --set parallel.sharding="$v"
+        dry "$r.$v" --config "$f" --set parallel.sharding="$v" "${plan[@]}"
     done
 done
 wait

@@ -543,6 +543,36 @@ static void test_arch(void) {
            d.LM);
 }
 
+/* parallel.context (docs/parallelism.md): the data x context mesh's checks */
+static void test_world_context(tsr_config *c) {
+    c->global_batch = 4, c->micro_batch = 2, c->seq_len = 32, c->context = 4;
+    int saved = capture_begin();
+    int ok = config_check_world(c, 4) == 0 && config_check_world(c, 8) == 0;
+    capture_end(saved);
+    tap_ok(ok && errbuf[0] == 0, "parallel.context 4, seq_len 32: 4 ranks (1 data rank) and 8 "
+                                 "(2 data ranks) fit");
+    saved = capture_begin();
+    int rc = config_check_world(c, 6);
+    capture_end(saved);
+    expect(rc, TSR_EXIT_USAGE, "parallel.context not dividing the ranks",
+           "parallel.context = 4 does not divide the 6 ranks", NULL);
+    c->seq_len = 36;
+    saved = capture_begin();
+    rc = config_check_world(c, 4);
+    capture_end(saved);
+    expect(rc, TSR_EXIT_USAGE, "seq_len not divisible by 2 x parallel.context, nearest values named",
+           "seq_len = 36 is not divisible by 2 x parallel.context = 8",
+           "the nearest valid values are 32 and 40", NULL);
+    c->seq_len = 32, c->global_batch = 5;
+    saved = capture_begin();
+    rc = config_check_world(c, 8);
+    capture_end(saved);
+    expect(rc, TSR_EXIT_USAGE, "global_batch split over the data ranks, not the ranks",
+           "global_batch = 5 is not divisible by the 2 data ranks (8 ranks / parallel.context = 4)",
+           NULL);
+    c->context = 1;
+}
+
 static void test_world(void) {
     tsr_config c;
     memset(&c, 0, sizeof c);
@@ -567,6 +597,7 @@ static void test_world(void) {
     rc = config_check_world(&c, 0);
     capture_end(saved);
     expect(rc, TSR_EXIT_USAGE, "world size 0", "world size 0", NULL);
+    test_world_context(&c);
 }
 
 static void test_durations(void) {
@@ -732,7 +763,7 @@ static void test_table_and_docs(void) {
         for (int j = 0; j < i; j++)
             if (!strcmp(cfgtab_keys[j].name, k->name)) ok = 0, tap_diag("%s twice", k->name);
     }
-    tap_ok(ok && cfgtab_n_keys == 112, "key table: %d keys, each documented, unique, default xor example",
+    tap_ok(ok && cfgtab_n_keys == 113, "key table: %d keys, each documented, unique, default xor example",
            cfgtab_n_keys);
     char *text = NULL;
     size_t len = 0;
@@ -747,7 +778,7 @@ static void test_table_and_docs(void) {
     free(text);
 }
 
-#define N_FIXED 103
+#define N_FIXED 107
 
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/tsr_test_config_XXXXXX");

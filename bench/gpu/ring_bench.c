@@ -1,0 +1,144 @@
+/* ring_bench.c — ring attention's blocks on one GPU against the one-GPU attention kernel at the
+ * same shape (context parallelism, docs/parallelism.md; the device tool's `ring` stage,
+ * tests/gpu/device.sh): Llama 3.1 8B's heads (32 query heads on 8 key/value heads of 128), one
+ * sequence of Tl = T/N local positions (default 8192).
+ *
+ *   ring_bench [TL [REPS]]
+ *
+ * For N = 2 and 4, one rank's blocks of a whole step, as src/model/model_ring.c runs them (its own
+ * chunks' three blocks, then two blocks of another rank's chunks per later step: kernels/cuda/
+ * cuda_ring.cu's tcu_ring_forward / _backward, the blocks' layout copies and merges included),
+ * timed by CUDA events without the exchange, which needs N GPUs; and the plain kernel
+ * (tcu_attention_forward / _backward) over the Tl positions. Both count the attention pairs a
+ * causal mask lets through: a rank of the ring computes Tl^2 N / 4 (T^2 / 2N of the whole sequence),
+ * the plain kernel Tl^2 / 2 of its own. FLOPs: 4 hs pairs per head forward, 2.5 times that
+ * backward (FlashAttention's count). The ring's TFLOP/s within 10% of the kernel's means the
+ * blocks cost what the attention costs; the exchange's overlap is measured by a multi-GPU run. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_ops.h"
+
+enum { NH = 32, KVH = 8, HS = 128, QKV = (NH + 2 * KVH) * HS, C = NH * HS, KVW = 2 * KVH * HS };
+
+static void *dev(size_t bytes) { return tcu_malloc(bytes, "ring_bench"); }
+
+/* device bf16 of n random values in [-1, 1) */
+static tsr_bf16 *random_bf16(size_t n, tcu_stream s) {
+    float *h = malloc(n * sizeof *h);
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+        h[i] = (float)((x * 0x2545f4914f6cdd1dull) >> 40) / (float)(1 << 23) - 1.0f;
+    }
+    float *d = dev(n * sizeof *d);
+    tsr_bf16 *b = dev(n * sizeof *b);
+    tcu_memcpy_h2d(d, h, n * sizeof *h, s);
+    tcu_f32_to_bf16(b, d, n, s);
+    tcu_sync(s);
+    tcu_free(d);
+    free(h);
+    return b;
+}
+
+typedef struct bufs {
+    tsr_bf16 *qkv, *kv, *dout, *out;
+    float *acc, *lse, *dq, *dkv;
+    void *scratch, *att;
+} bufs;
+
+/* one rank's (r = 0) blocks of one step of ring attention over N ranks, forward or backward: the
+ * chunks as model_ring.c pairs them (a key chunk after a query chunk is skipped) */
+static void ring_step(const bufs *b, int Tl, int N, int backward, tcu_stream s) {
+    const int c = Tl / 2;
+    for (int step = 0; step < N; step++) {
+        const int src = (N - step) % N;
+        int started[2] = {0, 0};
+        for (int qk = 0; qk < 2; qk++)
+            for (int kk = 0; kk < 2; kk++) {
+                const int qc = qk ? 2 * N - 1 : 0, kc = kk ? 2 * N - 1 - src : src;
+                if (kc > qc) continue;
+                const tsr_ring_block k = {
+                    .B = 1, .NH = NH, .KVH = KVH, .hs = HS, .Tq = c, .Tk = c, .qoff = qc * c,
+                    .koff = kc * c, .q = b->qkv + (size_t)qk * c * QKV,
+                    .kv = step ? (const void *)(b->kv + (size_t)kk * c * KVW)
+                               : (const void *)(b->qkv + (size_t)kk * c * QKV + C),
+                    .ldq = QKV, .ldkv = step ? KVW : QKV, .qbs = Tl, .kbs = Tl, .T = 2 * N * c};
+                if (backward)
+                    tcu_ring_backward(b->dq + (size_t)qk * c * QKV, QKV, b->dkv, KVW,
+                                      b->dout + (size_t)qk * c * C, b->out + (size_t)qk * c * C,
+                                      b->lse + (size_t)qk * c, &k, b->scratch, s);
+                else
+                    tcu_ring_forward(b->acc + (size_t)qk * c * C, b->lse + (size_t)qk * c, &k,
+                                     started[qk]++ > 0, b->scratch, s);
+            }
+    }
+}
+
+/* milliseconds of reps calls of what (0: the plain kernel; N: a ring step of N ranks) */
+static float timed(const bufs *b, int Tl, int N, int backward, int reps, tcu_stream s) {
+    tcu_event e0 = tcu_event_create(), e1 = tcu_event_create();
+    for (int r = -1; r < reps; r++) { /* one call first: the kernels' set-up out of the timing */
+        if (r == 0) tcu_event_record(e0, s);
+        if (N && backward) ring_step(b, Tl, N, 1, s);
+        else if (N) ring_step(b, Tl, N, 0, s);
+        else if (backward)
+            tcu_attention_backward(b->out, b->dout, b->qkv, b->out, b->lse, NULL, NULL, b->att, 1,
+                                   Tl, NH, KVH, HS, TSR_GRAD_SET, s);
+        else tcu_attention_forward(b->out, b->lse, b->qkv, NULL, NULL, 1, Tl, NH, KVH, HS, s);
+    }
+    tcu_event_record(e1, s);
+    tcu_sync(s);
+    const float ms = tcu_event_elapsed_ms(e0, e1) / (float)reps;
+    tcu_event_destroy(e0), tcu_event_destroy(e1);
+    return ms;
+}
+
+int main(int argc, char **argv) {
+    const int Tl = argc > 1 ? atoi(argv[1]) : 8192, reps = argc > 2 ? atoi(argv[2]) : 5;
+    if (Tl < 128 || Tl % 128 || reps < 1) {
+        fprintf(stderr, "usage: ring_bench [TL (a multiple of 128) [REPS]]\n");
+        return 1;
+    }
+    if (tcu_device_count() == 0) {
+        printf("ring_bench: no CUDA device: SKIP\n");
+        return 77;
+    }
+    tcu_init(0);
+    tcu_stream s = tcu_stream_create();
+    bufs b = {.qkv = random_bf16((size_t)Tl * QKV, s), .kv = random_bf16((size_t)Tl * KVW, s),
+              .dout = random_bf16((size_t)Tl * C, s)};
+    b.out = dev((size_t)Tl * QKV * 2); /* the plain backward writes dqkv here */
+    b.acc = dev((size_t)Tl * C * 4), b.lse = dev((size_t)Tl * NH * 4);
+    b.dq = dev((size_t)Tl * QKV * 4), b.dkv = dev((size_t)Tl * KVW * 4);
+    b.scratch = dev(tcu_ring_scratch_bytes(1, Tl, NH, KVH, HS));
+    b.att = dev(tcu_attention_scratch_bytes(1, Tl, NH, KVH, HS));
+    tcu_zero(b.acc, (size_t)Tl * C * 4, s), tcu_zero(b.dq, (size_t)Tl * QKV * 4, s);
+    tcu_zero(b.dkv, (size_t)Tl * KVW * 4, s);
+    tcu_attention_forward(b.out, b.lse, b.qkv, NULL, NULL, 1, Tl, NH, KVH, HS, s); /* a real lse */
+    char name[128] = "";
+    tcu_device_info(name, sizeof name, NULL, NULL, NULL);
+    printf("ring_bench: %s, Llama 3.1 8B heads (%d on %d, hs %d), %d local positions, %d reps\n",
+           name, NH, KVH, HS, Tl, reps);
+    printf("| what | forward ms | TFLOP/s | backward ms | TFLOP/s | fwd+bwd vs the kernel |\n");
+    printf("|---|---|---|---|---|---|\n");
+    double base = 0;
+    const int Ns[] = {0, 2, 4}; /* the plain kernel, then rings of 2 and 4 */
+    for (int i = 0; i < 3; i++) {
+        const int N = Ns[i];
+        const double pairs = N ? (double)Tl * Tl * N / 4.0 : (double)Tl * Tl / 2.0;
+        const double ff = 4.0 * HS * NH * pairs, fb = 2.5 * ff;
+        const float mf = timed(&b, Tl, N, 0, reps, s), mb = timed(&b, Tl, N, 1, reps, s);
+        const double tf = ff / (mf * 1e9), tb = fb / (mb * 1e9), all = (ff + fb) / ((mf + mb) * 1e9);
+        if (!N) base = all;
+        char what[64];
+        if (N) snprintf(what, sizeof what, "ring, N = %d (T = %d): a rank's blocks", N, N * Tl);
+        else snprintf(what, sizeof what, "one-GPU kernel, T = %d", Tl);
+        printf("| %s | %.2f | %.1f | %.2f | %.1f | %.2f |\n", what, mf, tf, mb, tb, all / base);
+    }
+    tcu_stream_destroy(s);
+    tcu_shutdown();
+    return 0;
+}

@@ -1,0 +1,114 @@
+/* model_ring.h — context parallelism (parallel.context; docs/parallelism.md): a sequence split
+ * over the N ranks of a context group, and ring attention over the group.
+ *
+ * The zig-zag split: a sequence of T positions is cut into 2N chunks of c = T / 2N, and rank r of
+ * the group holds chunks r and 2N-1-r, in that order, as its local sequence of Tl = T / N
+ * positions. Under a causal mask chunk k's queries see k + 1 chunks of keys, so every rank's two
+ * chunks see 2N + 1 chunks together: the same attention work on every rank.
+ *
+ * Ring attention: each rank's keys and values go round the group, one hop per step, the next
+ * block's exchange started before the current block's attention; each block's attention is merged
+ * into the output by its log-sum-exp (ops.h ring_forward), which is what a layer keeps for the
+ * backward. The backward passes the blocks round again with their key and value gradients
+ * travelling beside them, summed on every rank they visit and back home after the last hop.
+ * Positions: a rank's queries see exactly the keys they would see at N = 1 (causal, and
+ * attn_mask = document with documents across chunk and rank boundaries), RoPE and learned
+ * positions at each token's position in the whole sequence (or its document), ALiBi at the
+ * distance in the whole sequence.
+ *
+ * Everything else in a layer is per token, so the decoder runs on the local positions; the ring
+ * (this file) gives it the local tokens, targets and positions of a microbatch of whole sequences
+ * and gathers per-position results back. A model's ring is set by its owner (the trainer for the
+ * CPU model, src/gpu/ for the CUDA model), with the transport that moves the blocks.
+ */
+#ifndef TSR_MODEL_RING_H
+#define TSR_MODEL_RING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+struct tsr_acts;
+struct tsr_group;
+
+/* Position in the whole sequence of local position t of rank r (T positions, N ranks). */
+int ring_position(int N, int r, int T, int t);
+/* local (B, T/N) = rank r's zig-zag share of full (B, T), elements of elem bytes */
+void ring_split(void *local, const void *full, size_t elem, int B, int N, int r, int T);
+/* full (B, T) from every rank's share, all (N, B, T/N) in rank order */
+void ring_join(void *full, const void *all, size_t elem, int B, int N, int T);
+
+/* How the blocks move between the ranks of the context group. start sends bytes of send to the
+ * next rank (group rank + 1 mod N) and receives as many from the previous one into recv, and
+ * returns a handle that wait completes (send and recv must not be touched before); two may be in
+ * flight, started in the same order on every rank. The buffers are the backend's memory. gather
+ * and sum are collectives over the group on host memory: all[k bytes ..] = group rank k's mine;
+ * buf (n) summed in place. */
+typedef struct tsr_ring_comm {
+    void *ctx;
+    void *(*start)(void *ctx, const void *send, void *recv, size_t bytes);
+    void (*wait)(void *ctx, void *handle);
+    void (*gather)(void *ctx, const void *mine, void *all, size_t bytes);
+    void (*sum)(void *ctx, double *buf, size_t n);
+} tsr_ring_comm;
+
+/* A context group's ring, and this rank's view of the current microbatch. */
+typedef struct tsr_ring {
+    int N, r;                    /* group size, this rank's place in it */
+    tsr_ring_comm comm;
+    /* host arrays of the last staged microbatch (ring_stage), for B x T sequences at most */
+    int B, T;
+    int32_t *tokens, *targets;   /* (B, T/N) this rank's share */
+    int32_t *pos;                /* (B, T/N) the positions learned positions and RoPE use: in
+                                  * the sequence, or in its document (attn_mask = document) */
+    int32_t *lo, *hi;            /* (B, T) each position's document bounds (document), else
+                                  * NULL */
+    int32_t *seq, *dpos;         /* (B, T) scratch: segment ids and document positions */
+    float *dlosses;              /* (B, T/N) scratch of a weighted backward */
+    void *gather;                /* (N, B, T/N) 4-byte scratch of ring_gather */
+    uint64_t sent;               /* bytes this rank sent round the ring */
+} tsr_ring;
+
+/* A ring over a group of the world (dist.h: MPI point-to-point on host memory), for the CPU
+ * backend and the CUDA emulator. */
+void ring_init_mpi(tsr_ring *g, struct tsr_group *group);
+/* The host arrays for microbatches of B sequences of T positions (the backend's buffers are the
+ * activations': decoder.c); ring_free releases them (not the transport). */
+void ring_alloc(tsr_ring *g, int B, int T);
+void ring_free(tsr_ring *g);
+/* This rank's share of B whole sequences: tokens, targets, positions and (document: eot >= 0)
+ * the document bounds into the host arrays. */
+void ring_stage(tsr_ring *g, const int32_t *tokens, const int32_t *targets, int B, int T,
+                int eot);
+/* full (B, T) 4-byte elements on every rank of the group from each rank's local (B, T/N):
+ * collective over the group */
+void ring_gather(tsr_ring *g, void *full, const void *local, int B, int T);
+
+/* Bytes of the ring's activation buffers for microbatches of B x T (T the whole sequence):
+ * the key/value blocks in flight, the fp32 accumulators, the document bounds, the backend's
+ * scratch (docs/parallelism.md); buf ids in model.h's tsr_act_id order from TSR_A_RING_KV. */
+void ring_act_plan(const tsr_backend *be, int N, int B, int T, int NH, int KVH, int hs, int doc,
+                   size_t *bytes);
+
+/* The bytes each rank sends round the ring for one layer's attention of a microbatch of B x T,
+ * activations of act bytes (4 on the CPU, 2 on the GPU):
+ * the forward passes the key/value blocks N - 1 hops, (N - 1) B (T/N) 2 KVH hs act elements;
+ * the backward passes them again and their fp32 gradients N hops, (N - 1) B (T/N) 2 KVH hs act
+ * elements + N B (T/N) 2 KVH hs floats (a checkpointed layer's recomputation adds a forward's). */
+uint64_t ring_layer_bytes(size_t act, int N, int B, int T, int KVH, int hs, int backward);
+
+/* One layer's attention over the group: atty (B, T/N, NH hs) act and lse (B, NH, T/N) fp32 (kept
+ * for the backward) from qkv (B, T/N, QKV) act; slopes (NH) or NULL. The ring's buffers in a
+ * (lo, hi: the document bounds staged on the backend, or NULL). Collective over the group. */
+void ring_attention_forward(tsr_ring *g, const tsr_backend *be, struct tsr_acts *a, void *atty,
+                            float *lse, const void *qkv, const float *slopes, int B, int T,
+                            int NH, int KVH, int hs);
+/* Its backward: dqkv (B, T/N, QKV) act written (TSR_GRAD_SET) from datty, and the forward's qkv,
+ * atty and lse. Collective over the group. */
+void ring_attention_backward(tsr_ring *g, const tsr_backend *be, struct tsr_acts *a, void *dqkv,
+                             const void *datty, const void *qkv, const void *atty,
+                             const float *lse, const float *slopes, int B, int T, int NH, int KVH,
+                             int hs);
+
+#endif
