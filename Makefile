@@ -132,7 +132,7 @@ MAINS    := src/train/train_main.c src/tessera_main.c
 # libtessera-cuda-train.so, made of the rest of src/gpu/ and the CUDA backend, on first use
 # (src/gpu/gpu_train.h); the emulator test build links those objects in directly.
 GPU_SRC  := src/gpu/gpu_model.c src/gpu/gpu_shard.c src/gpu/gpu_train.c src/gpu/gpu_ep.c \
-            src/gpu/gpu_profile.c
+            src/gpu/gpu_profile.c src/gpu/gpu_comm.c src/gpu/gpu_comm_staged.c
 GPU_OBJ  := $(GPU_SRC:%.c=$(BUILD)/obj/%.o)
 # the library: every src/ folder (src/base/: the shared utilities; checkpoint/: the checkpoint library,
 # in both builds, its collectives through src/dist.h, a world of one with NO_MPI=1) and the CPU
@@ -309,7 +309,7 @@ $(BUILD)/tests/test_gpu_ops_simt: $(BUILD)/obj/tests/gpu/test_gpu_ops_simt.o \
 
 $(BUILD)/tests/tessera-train-cuemu: $(BUILD)/obj/src/train/train_main.o $(BUILD)/obj/src/gpu/gpu_model.o \
                 $(BUILD)/obj/src/gpu/gpu_shard.o $(BUILD)/obj/src/gpu/gpu_ep.o $(BUILD)/obj/src/gpu/gpu_train_emu.o $(BUILD)/obj/src/gpu/gpu_comm_mpi.o \
-                $(BUILD)/obj/src/gpu/gpu_profile.o \
+                $(BUILD)/obj/src/gpu/gpu_profile.o $(BUILD)/obj/src/gpu/gpu_comm.o $(BUILD)/obj/src/gpu/gpu_comm_staged.o \
                 $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o $(TUNE_OBJ) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
