@@ -113,7 +113,11 @@ pack() {
     local progs=("$b/tessera-train" "$b/tessera" "$b/libtessera-cuda-train.so" "$b/tests/test_gpu_ops" "$b/tests/test_wgmma_gpu"
                  "$b/tests/tessera-train-cuemu" "$b/tessera-healthcheck" "$b/libtessera-hc-gpu.so"
                  "$b/tests/libtessera-hc-gpu-mock.so")
-    make NO_MPI=1 ARCH=x86-64-v3 BUILD="$b" -j"$(nproc)" "${progs[@]}"
+    # one version for both builds (the CUDA library refuses a trainer of another), read once:
+    # the tree may change while they build
+    PACK_VERSION=$(make -s -f /dev/null -f Makefile --eval 'print-version: ; @echo $(VERSION)' print-version 2>/dev/null | tail -1)
+    [[ -n $PACK_VERSION ]] || die "cannot read the version from the Makefile"
+    make NO_MPI=1 ARCH=x86-64-v3 BUILD="$b" VERSION="$PACK_VERSION" -j"$(nproc)" "${progs[@]}"
     stage=$(mktemp -d)
     mkdir -p "$stage/build/tests" "$stage/lib"
     local p name path
@@ -157,7 +161,7 @@ BUNDLE_LIMIT_MIB=${BUNDLE_LIMIT_MIB:-44}
 pack_mpi() {
     local stage=$1 b=build-device-mpi f n
     command -v mpicc >/dev/null || die "pack needs MPI here (mpicc) to build the MPI trainer"
-    make ARCH=x86-64-v3 BUILD="$b" -j"$(nproc)" "$b/tessera-train" "$b/tessera"
+    make ARCH=x86-64-v3 BUILD="$b" VERSION="$PACK_VERSION" -j"$(nproc)" "$b/tessera-train" "$b/tessera"
     bash tests/gpu/mpi_bundle.sh "$stage/mpi" "$b/tessera-train" "$b/tessera"
     cp "$stage/build/libtessera-cuda-train.so" "$stage/mpi/bin/"
     for f in "$stage"/mpi/lib/*; do
