@@ -28,7 +28,8 @@ SKIP_RE='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\
 # so that no rank can take another path than shared memory, and none of their libraries come
 DROP_RE='^mca_(btl_(tcp|openib|ofi|uct|sm)|mtl_|pml_(ucx|cm|monitoring)|osc_(ucx|pt2pt|monitoring)|atomic_|spml_|sshmem_|memheap_|scoll_|coll_monitoring|vprotocol_)'
 
-path_of() { ompi_info --parsable --path "$1" | sed -n "s/^path:$1://p" | head -1; }
+paths=$(ompi_info --parsable --path prefix --path pkglibdir --path pkgdatadir --path bindir) # one call: ~1 s each
+path_of() { sed -n "s/^path:$1://p" <<<"$paths" | head -1; }
 prefix=$(path_of prefix)
 pkglibdir=$(path_of pkglibdir) pkgdatadir=$(path_of pkgdatadir) bindir=$(path_of bindir)
 [[ -n $prefix && -d $pkglibdir && -d $pkgdatadir ]] || die "ompi_info names no plugin or data folder"
@@ -76,11 +77,12 @@ ln -s orterun "$out/openmpi/bin/mpirun"
 # the plugins, at their place below the prefix
 plugdir=$out/openmpi/${pkglibdir#"$prefix"/}
 mkdir -p "$plugdir"
+plugins=()
 for f in "$pkglibdir"/*.so; do
-    [[ $(basename "$f") =~ $DROP_RE ]] && continue
-    cp -L "$f" "$plugdir/"
-    files+=("$f")
+    [[ ${f##*/} =~ $DROP_RE ]] || plugins+=("$f")
 done
+cp -L "${plugins[@]}" "$plugdir/" # one process: the loop above forks none
+files+=("${plugins[@]}")
 mkdir -p "$out/openmpi/${pkgdatadir#"$prefix"/}"
 cp -rL "$pkgdatadir"/. "$out/openmpi/${pkgdatadir#"$prefix"/}/"
 # PMIx (OpenMPI's pmix_ext3x component loads libpmix, whose own plugins and help texts sit under
