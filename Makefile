@@ -472,6 +472,7 @@ install: all
 	install -m 755 $(PROGRAMS) jobs/tessera-job $(D)/bin/
 	install -m 644 configs/*.cfg $(D)/share/tessera/configs/
 	install -m 644 healthcheck/healthcheck.cfg $(D)/share/tessera/configs/
+	install -d $(D)/share/tessera/profiles && install -m 644 configs/profiles/*.prof $(D)/share/tessera/profiles/
 	if [ -f $(HC_GPU_SO) ]; then install -d $(D)/lib/tessera && install -m 755 $(HC_GPU_SO) $(D)/lib/tessera/; fi
 	if [ -f $(CUDA_TRAIN_SO) ]; then install -d $(D)/lib/tessera && install -m 755 $(CUDA_TRAIN_SO) $(D)/lib/tessera/; fi
 	install -m 644 configs/tiny.cfg $(D)/share/tessera/examples/
