@@ -42,6 +42,12 @@
 #                                                   TensorBoard's EventAccumulator, save_pretrained
 #                                                   fixtures -> $OUT/hf-transformers.tar.gz), then
 #                                                   again with --perturb gpt2, which must fail
+#           bash tests/gpu/device.sh multirank      issue 52: several ranks on the one GPU through
+#                                                   parallel.gpu_comm = "mpi" (the bundle's MPI
+#                                                   trainer and OpenMPI), compute-sanitizer on 2
+#                                                   ranks, the health checker's one-rank NCCL
+#                                                   self-test; MULTIRANK_S=300, timeout_s 360
+#                                                   (stages and limits: at multirank() below)
 #           bash tests/gpu/device.sh race-verdict LOG   (anywhere) exit 0 when a racecheck log's
 #                                                   hazards are all in NVIDIA's kernels (above)
 #           bash tests/gpu/device.sh firstlight [STAGE...]   the first call of a session: ops,
