@@ -391,15 +391,18 @@ static void print_step(const tsr_trainer *t, const tp_step *s, double peak, int 
 static void print_assumptions(const tsr_trainer *t, const timeplan_opts *o, int per_node,
                               const char *link_src) {
     char dur[32];
+    char steps[96];
     duration_format(dur, sizeof dur, t->cfg.max_duration);
+    if (t->cfg.max_duration.unit == TSR_DUR_EPOCHS)
+        snprintf(steps, sizeof steps, "in epochs: its steps need the data's size (a dry run opens none)");
+    else snprintf(steps, sizeof steps, "= %lld steps", (long long)t->total_steps);
     printf("  assumptions (docs/planning.md says how far to trust them):\n"
            "  - every rate of the table holds at the recipe's shapes (GEMM efficiency, attention's "
            "at its T and head size, the memory-bound ops per element); the recipe's norms, RoPE "
            "and SwiGLU cost what the table's norms and element-wise ops cost per element\n"
            "  - global_batch %lld and micro_batch %lld as in the recipe at every W (per-rank batch "
-           "global_batch / W; micro_batch at most that); max_duration %s = %lld steps\n",
-           (long long)t->cfg.global_batch, (long long)t->cfg.micro_batch, dur,
-           (long long)t->total_steps);
+           "global_batch / W; micro_batch at most that); max_duration %s %s\n",
+           (long long)t->cfg.global_batch, (long long)t->cfg.micro_batch, dur, steps);
     printf("  - %d GPUs a node; bus bandwidth %.0f GB/s within a node, %.0f GB/s between nodes "
            "(%s); every collective bandwidth-bound (no latency term), one link at a time\n",
            per_node, o->link_node, o->link_net, link_src);
