@@ -3,8 +3,9 @@
 # a recipe on W GPUs, all dry runs (nothing trained, no data opened) but one tiny emulator run:
 #  1. W = 1 against every one-GPU measurement docs/benchmarks.md holds (H200: gpt2-124m 32 x 1024
 #     64.0 ms a step, the table's own run; gpt2-350m 16 x 1024 86.93 ms = 16384 / 188,467 tok/s;
-#     mpt-1b 8 x 2048 293.4 ms; llama-3.2-1b 4 x 2048 145.3 ms and 4 x 4096 312.1 ms, the recipe's
-#     zero3 on one rank, causal mask): each predicted step within 10%;
+#     mpt-1b 8 x 2048 293.4 ms; llama-3.2-1b 4 x 4096 312.1 ms, the recipe's zero3 on one rank,
+#     causal mask): each predicted step within 10% (docs/planning.md has the rest: llama at
+#     T = 2048 -3.2%, left out here for time, and mpt-7b checkpointed, +11%);
 #  2. the bytes per rank and step are docs/sharding.md's formulas at the GPU path's element sizes
 #     (fp32 gradient sums, bf16 weight gathers), computed here from gpt2-124m's shapes: ddp and
 #     zero1 at W = 8, zero3 at W = 8 (4 microbatches a rank), hsdp at W = 64 (groups of 8);
@@ -15,12 +16,15 @@
 #     back as --time=FILE, predicts that run's step within 10% of the phases it measured;
 #  5. H100 (no table): says so, names the GPU call that fills it, prints the communication alone,
 #     exit 0; a MoE recipe on H200: no step time, the missing ops named;
-#  6. bad input: an unknown GPU, a bad --link, --link without --time (exit 1), a file that is no
-#     table, a table without its AdamW row (exit 2, the file named); nothing written.
+#  6. bad input: an unknown GPU, a bad --link (exit 1), a file that is no table, a table without
+#     its AdamW row (exit 2, the file named); nothing written.
+# (The recipes' device is left as it is, cpu: the time plan is the same, and loading the CUDA
+# library costs seconds a run. A singleton MPI process without its orted saves a second more.)
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 6
 cd "$TMP" || exit 1
+export OMPI_MCA_ess_singleton_isolated=1
 plan() { "$TRAIN" --time "$@" 2>&1; }
 # row W FILE: the fields of W's row of the table
 row() { awk -v w="$1" '/^ +W +nodes/{on=1; next} on && $1 == w {print; exit}' "$2"; }
@@ -31,7 +35,7 @@ ok=0 d=""
 check1() { # NAME MEASURED_MS ARGS...
     local name=$1 ms=$2 got
     shift 2
-    plan --config "$TSR_ROOT/configs/$name.cfg" --set device=cuda "$@" >"$name.txt"
+    plan --config "$TSR_ROOT/configs/$name.cfg" "$@" >"$name.txt"
     got=$(row 1 "$name.txt" | awk '{print $8}')
     d+=" $name ${got:-?} vs $ms;"
     within "${got:-0}" "$ms" 0.10 || ok=1
@@ -39,7 +43,6 @@ check1() { # NAME MEASURED_MS ARGS...
 check1 gpt2-124m 64.0 --set micro_batch=32 --set global_batch=32
 check1 gpt2-350m 86.93 --set micro_batch=16 --set global_batch=16
 check1 mpt-1b 293.4 --set micro_batch=8 --set global_batch=8
-check1 llama-3.2-1b 145.3 --set micro_batch=4 --set global_batch=4 --set seq_len=2048 --set model.attn_mask=causal
 check1 llama-3.2-1b 312.1 --set micro_batch=4 --set global_batch=4 --set model.attn_mask=causal
 tap_check $ok "W = 1 on the H200 within 10% of the measured step (ms):$d"
 
@@ -47,7 +50,7 @@ tap_check $ok "W = 1 on the H200 within 10% of the measured step (ms):$d"
 bytes() { # MODE W [ARGS...]: the plan's MB a rank at W
     local mode=$1 w=$2
     shift 2
-    plan --config "$TSR_ROOT/configs/gpt2-124m.cfg" --set device=cuda --set parallel.sharding="$mode" "$@" >"b-$mode.txt"
+    plan --config "$TSR_ROOT/configs/gpt2-124m.cfg" --set parallel.sharding="$mode" "$@" >"b-$mode.txt"
     row "$w" "b-$mode.txt" | awk '{print $5}'
 }
 want=$(awk 'BEGIN{C = 768; L = 12; Pl = 12*C*C + 13*C; root = 50304*C + 1024*C + 2*C; N = L*Pl + root
@@ -60,8 +63,8 @@ got="$(bytes ddp 8) $(bytes zero1 8) $(bytes zero3 8) $(bytes hsdp 64)"
 tap_check $? "collective MB a rank and step, ddp 8, zero1 8, zero3 8, hsdp 64 (groups of 8): $got, docs/sharding.md's formulas: $want"
 
 # 3. each row's arithmetic; --plan 16's row; --dry-run --time the same plan
-plan --config "$TSR_ROOT/configs/gpt2-124m.cfg" --set device=cuda --plan 16 >p16.txt
-"$TRAIN" --config "$TSR_ROOT/configs/gpt2-124m.cfg" --set device=cuda --dry-run --time >dry.txt 2>&1
+plan --config "$TSR_ROOT/configs/gpt2-124m.cfg" --plan 16 >p16.txt
+"$TRAIN" --config "$TSR_ROOT/configs/gpt2-124m.cfg" --dry-run --time >dry.txt 2>&1
 fpt=$(sed -n 's/.*FLOPs\/token = .* = \([0-9.e+]*\) (docs.*/\1/p' p16.txt)
 bad=$(for w in 1 8 64 512 16; do row "$w" p16.txt; done | awk -v fpt="$fpt" '
     { step = $4 + $7; tps = 512 * 1024 / ($8 / 1e3); mfu = 100 * fpt * $9 / ($1 * 989.4e12)
@@ -82,7 +85,7 @@ if [[ -x $emu ]]; then
        --set micro_batch=8 --set max_duration=3ba --set save_interval=0ba)
     TSR_PROFILE=1 "$emu" "${t[@]}" --set run_dir="$TMP/prof" >prof.out 2>prof.txt
     meas=$(awk '/^step: (forward\+backward|AdamW|gradient norm) /{s += $5} END{print s}' prof.txt)
-    plan "${t[@]}" --time="$TMP/prof.txt" --link 10,1 >self.txt
+    plan "${t[@]}" --set device=cpu --time="$TMP/prof.txt" --link 10,1 >self.txt
     got=$(row 1 self.txt | awk '{print $8}')
     within "${got:-0}" "${meas:-1}" 0.10 && grep -q "^time plan .*per-op table $TMP/prof.txt" self.txt
     tap_check $? "the emulator's TSR_PROFILE table read back by --time=FILE: W = 1 predicts ${got:-?} ms against the ${meas:-?} ms its phases measured (10%)"
@@ -91,7 +94,7 @@ else
 fi
 
 # 5. H100: no table; a MoE recipe: no step time
-plan --config "$TSR_ROOT/configs/gpt2-124m.cfg" --set device=cuda --time=H100 >h100.txt
+plan --config "$TSR_ROOT/configs/gpt2-124m.cfg" --time=H100 >h100.txt
 rc=$?
 plan --config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.moe_experts=4 --set model.moe_top_k=2 \
     --set model.moe_intermediate_size=48 --set data.tokenizer= --set model.vocab_size=512 >moe.txt
@@ -117,9 +120,8 @@ expect() { # RC PATTERN ARGS...
 }
 expect 1 "error: --time=B200: not a GPU model tessera knows (H100, H200, A100) nor a file" --time=B200 &&
     expect 1 "error: --link 3,x: expected NODE\[,NET\], bus bandwidth in GB/s" --time --link 3,x &&
-    expect 1 "error: --link is --time's: give --time too" --link 300 &&
     expect 2 "error: $TMP/notable.txt: no TSR_PROFILE table in it" --time="$TMP/notable.txt" &&
     expect 2 "error: $TMP/noadam.prof: no 'step: AdamW' row" --time="$TMP/noadam.prof" &&
     [[ -z $(ls "$TMP" | grep -v -e '\.txt$' -e '\.prof$' -e '\.out$' -e '^data$' -e '^prof$') && ! -e runs ]]
-tap_check $? "an unknown GPU, a bad --link, --link alone: exit 1; no table, a table without its AdamW row: exit 2 naming the file; nothing written (exits:$out)"
+tap_check $? "an unknown GPU, a bad --link: exit 1; no table, a table without its AdamW row: exit 2 naming the file; nothing written (exits:$out)"
 tap_done
