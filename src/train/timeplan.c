@@ -443,7 +443,7 @@ timeplan *timeplan_open(const timeplan_opts *o, int *rc) {
 void timeplan_close(timeplan *p) { free(p); }
 
 /* the lines above the table: the rates, or what is missing */
-static void print_head(const timeplan *p, const char *missing) {
+static void print_head(const timeplan *p, const tsr_trainer *t, const char *missing) {
     const tp_table *tb = &p->tb;
     if (p->found) print_rates(tb, &p->q);
     else
@@ -455,6 +455,9 @@ static void print_head(const timeplan *p, const char *missing) {
     if (p->found && missing)
         printf("  no step time: the table has no rows for %s; a TSR_PROFILE run of such a recipe on "
                "the GPU fills them (docs/planning.md). Below: the communication alone\n", missing);
+    if (t->cfg.lora.rank > 0)
+        printf("  the communication below is full training's: LoRA sums its adapters' gradients "
+               "only (a frozen base is gathered once under zero3/hsdp)\n");
     if (!p->o.link_node)
         printf("  no link figures for %s: give --link NODE,NET (GB/s bus bandwidth, e.g. from "
                "tessera-healthcheck --full's nccl_node and nccl_pairs); the comm columns below "
@@ -467,7 +470,7 @@ static void print_head(const timeplan *p, const char *missing) {
 void timeplan_print(const timeplan *p, const tsr_trainer *t) {
     if (t->dist.rank != 0) return;
     const char *missing = p->found ? unmeasured(t, &p->tb) : "every op: no table";
-    print_head(p, missing);
+    print_head(p, t, missing);
     timeplan_opts lo = p->o;
     if (!lo.link_node) lo.link_node = lo.link_net = 1;
     int per_node = lo.per_node ? lo.per_node : 8, pw = lo.plan_world;
