@@ -58,7 +58,8 @@ typedef struct hc_gpu_api {
     /* Device-memory copy bandwidth on every GPU at once. Sets hbm_bw. */
     void (*membw)(const hc_gpu_job *job, hc_gpu_dev *dev);
     /* All-reduce among this node's GPUs (one communicator, this process): bus bandwidth in GB/s,
-     * 0 with err set when it failed or a sum was wrong. Needs n_devices >= 2. */
+     * 0 with err set when it failed or a sum was wrong. With n_devices == 1: a one-rank
+     * all-reduce, its algorithm bandwidth (bytes / time; the self-test of one GPU). */
     double (*nccl_node)(const hc_gpu_job *job, char *err, size_t n);
     /* A new NCCL unique id (the first node of a partner group makes it). Returns 0 or 2. */
     int (*nccl_id)(unsigned char id[HC_NCCL_ID_BYTES], char *err, size_t n);

@@ -50,6 +50,23 @@ static void warn_gpu_errors(const hc_facts *f) {
             tsr_warn("%s GPU %d (%s): %s", f->node, d, f->gpus[d].bus_id, f->gpus[d].error);
 }
 
+/* One GPU has no all-reduce bus to measure; what it can say: NCCL loads, a communicator of one
+ * rank starts and its all-reduce gives the right sums, at this algorithm bandwidth (a copy on
+ * the device). Not judged (nccl_node needs 2 GPUs): said in the "not measured" line, a failure
+ * also warned. */
+static void one_gpu_nccl(const hc_gpu_api *api, const hc_gpu_job *job, hc_facts *f) {
+    char err[512] = "", note[700];
+    double algbw = api->nccl_node(job, err, sizeof err);
+    if (err[0]) {
+        tsr_warn("%s: NCCL all-reduce of one rank: %s", f->node, err);
+        snprintf(note, sizeof note, "nccl_node (1 GPU; its one-rank NCCL all-reduce failed: %s)", err);
+    } else {
+        snprintf(note, sizeof note, "nccl_node (1 GPU: a one-rank NCCL all-reduce ran, its sums "
+                 "right, %.0f GB/s algorithm bandwidth; bus bandwidth needs 2 GPUs)", algbw);
+    }
+    hc_note_skipped(f, note);
+}
+
 void hc_gpu_gather(const hc_gpu_api *api, const hc_gpu_job *job, int full, int rank, int world,
                    hc_facts *f) {
     f->gpu_mode = 1;
@@ -69,8 +86,10 @@ void hc_gpu_gather(const hc_gpu_api *api, const hc_gpu_job *job, int full, int r
             double busbw = api->nccl_node(job, err, sizeof err);
             if (err[0]) tsr_warn("%s: NCCL all-reduce among its GPUs: %s: counted as 0 GB/s", f->node, err);
             hc_fact_set(f, HC_NCCL_NODE, busbw);
+        } else if (job->n_devices == 1) {
+            one_gpu_nccl(api, job, f);
         } else {
-            hc_note_skipped(f, "nccl_node (fewer than 2 GPUs)");
+            hc_note_skipped(f, "nccl_node (no GPU)");
         }
         hc_net_gpu_pairs(api, job, rank, world, f); /* collective: every rank, even without GPUs */
         if (world < 2) hc_note_skipped(f, "nccl_pairs (1 rank: no partner node)");

@@ -27,6 +27,7 @@ void dist_set_fail_code(int code) { fail_code = code; }
 #include <mpi.h>
 
 static int initialized;
+static int provided_level = MPI_THREAD_SINGLE; /* what MPI_Init_thread granted */
 
 /* Every MPI call goes through this: on error, name the call, file, line, and abort all ranks. */
 #define MPI_CHECK(call)                                                                     \
@@ -66,9 +67,11 @@ static void die_with_launcher(void) {
 
 void dist_init(tsr_dist *d, int *argc, char ***argv) {
     die_with_launcher();
-    /* FUNNELED: OpenMP and the checkpoint I/O threads exist, but only the main thread calls MPI */
-    int provided = 0;
-    MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+    /* MULTIPLE: the main thread calls MPI, and with parallel.gpu_comm = "mpi" so does the
+     * host-staged transport's communication thread (on its own communicators); OpenMP and the
+     * checkpoint I/O threads never do. A library that grants less runs everything else as before
+     * (FUNNELED is all the rest needs); that transport then refuses to start (dist_thread_multiple) */
+    MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided_level));
     initialized = 1;
     tsr_set_exit_hooks(dist_abort, dist_finalize);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -95,6 +98,8 @@ void dist_finalize(void) {
 }
 
 int dist_is_initialized(void) { return initialized; }
+
+int dist_thread_multiple(void) { return !initialized || provided_level >= MPI_THREAD_MULTIPLE; }
 
 /* MPI is up: started by dist_init, or by a program that called MPI_Init itself (the checkpoint
  * test driver, tests/mpi/ckpt_driver.c, which uses checkpoint/ and through it these functions). */
@@ -437,6 +442,7 @@ void dist_finalize(void) {
     tsr_set_exit_hooks(NULL, NULL);
 }
 int dist_is_initialized(void) { return initialized; }
+int dist_thread_multiple(void) { return 1; }
 int dist_world_rank(void) { return 0; }
 int dist_world_size(void) { return 1; }
 void dist_allreduce_min_int(int *buf, size_t n) { (void)buf; (void)n; }

@@ -40,6 +40,10 @@ void dist_set_fail_code(int code);
  * dist_init_single instead (tessera-healthcheck, tessera eval). */
 int dist_launched(void);
 int dist_is_initialized(void);
+/* 1 when any thread may call MPI while another does (dist_init asks for MPI_THREAD_MULTIPLE: the
+ * host-staged GPU transport's communication thread, src/gpu/gpu_comm_staged.c, calls MPI beside
+ * the main thread), 0 when the MPI library granted less; 1 without MPI (a world of one). */
+int dist_thread_multiple(void);
 /* This process's rank in the world and the world's size: 0 and 1 in the NO_MPI build and without
  * MPI_Init (dist_init_single). For code that has no tsr_dist at hand (checkpoint/). Like the
  * collectives, they use MPI whenever it is initialised, by dist_init or by the program itself. */

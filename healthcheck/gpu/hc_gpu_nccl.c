@@ -117,7 +117,9 @@ double gpu_nccl_node(const hc_gpu_job *job, char *err, size_t ne) {
         gpu_note(err, ne, "NCCL all-reduce among %d GPUs: %lld elements wrong", nd, wrong);
         goto fail;
     }
-    busbw = (double)job->allreduce_mib * 1024 * 1024 / best_of(t, job->allreduce_iters) / 1e9 * 2.0 * (nd - 1) / nd;
+    /* bus bandwidth (NCCL's convention); one GPU: the algorithm bandwidth (bytes / time) */
+    busbw = (double)job->allreduce_mib * 1024 * 1024 / best_of(t, job->allreduce_iters) / 1e9 *
+            (nd > 1 ? 2.0 * (nd - 1) / nd : 1.0);
 fail:
     for (int d = 0; d < nd; d++)
         if (comms[d]) (void)ncclCommDestroy(comms[d]);

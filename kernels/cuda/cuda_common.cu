@@ -184,6 +184,33 @@ void tcu_memcpy_d2h(void *dst_host, const void *src, size_t bytes, tcu_stream s)
     TCU_CHECK(cudaStreamSynchronize(s), "tcu_memcpy_d2h: cudaStreamSynchronize");
 }
 
+void *tcu_host_alloc(size_t bytes, const char *what) {
+    void *p = NULL;
+    cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        char b[32];
+        tcu_fail("tcu_host_alloc",
+                 tcu_msg("cannot pin %s of host memory for %s: %s", fmt_bytes(b, sizeof b, bytes),
+                         what ? what : "?", cudaGetErrorString(e)),
+                 __FILE__, __LINE__);
+    }
+    return p;
+}
+
+void tcu_host_free(void *p) {
+    if (p) TCU_CHECK(cudaFreeHost(p), "tcu_host_free");
+}
+
+void tcu_memcpy_d2h_async(void *dst_host, const void *src, size_t bytes, tcu_stream s) {
+    if (bytes)
+        TCU_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, s),
+                  "tcu_memcpy_d2h_async");
+}
+
+void tcu_launch_host(tcu_stream s, void (*fn)(void *), void *arg) {
+    TCU_CHECK(cudaLaunchHostFunc(s, fn, arg), "tcu_launch_host");
+}
+
 /* Stream-ordered; bytes 0 does nothing. */
 void tcu_memcpy_d2d(void *dst, const void *src, size_t bytes, tcu_stream s) {
     if (bytes)

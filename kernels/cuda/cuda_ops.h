@@ -84,6 +84,18 @@ void tcu_memcpy_d2h(void *dst_host, const void *src, size_t bytes, tcu_stream s)
  * dst and src must not overlap. */
 void tcu_memcpy_d2d(void *dst, const void *src, size_t bytes, tcu_stream s);
 void tcu_sync(tcu_stream s);
+/* Page-locked (pinned) host memory, for copies that stay asynchronous (the host-staged transport
+ * of src/gpu/gpu_comm_staged.c); dies naming `what` when the host has none left. The emulator:
+ * malloc. tcu_host_free(NULL) does nothing. */
+void *tcu_host_alloc(size_t bytes, const char *what);
+void tcu_host_free(void *p);
+/* Device-to-host copy into pinned memory (tcu_host_alloc), stream-ordered and NOT waited for:
+ * dst_host holds the data once the stream has reached it (an event, a later host function). */
+void tcu_memcpy_d2h_async(void *dst_host, const void *src, size_t bytes, tcu_stream s);
+/* fn(arg) on a thread of the CUDA runtime once stream s reaches this point; the stream's later work
+ * waits until fn returns (cudaLaunchHostFunc). fn must not call CUDA. The emulator, whose streams
+ * are synchronous, calls fn(arg) before returning. */
+void tcu_launch_host(tcu_stream s, void (*fn)(void *), void *arg);
 tcu_stream tcu_stream_create(void);
 void tcu_stream_destroy(tcu_stream s);
 /* Events order two streams (the trainer's gradient communication runs on its own stream, so the

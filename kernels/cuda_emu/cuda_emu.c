@@ -11,9 +11,11 @@
  *     so that reading memory nobody wrote shows as NaN (the contract: memory is not zeroed). The
  *     emulated capacity is TSR_EMU_MEM bytes (a plain integer) or 8 GiB; live bytes are the sizes
  *     asked for (0 counts 1); tcu_malloc dies past it, tcu_try_malloc returns NULL;
- *   - 8 devices (each process's capacity of this host's memory: ranks of a test take one each),
- *     no real streams: every op has finished when it returns, so streams and events are dummy
- *     handles and record, wait and sync do nothing; the NULL stream is accepted;
+ *   - 8 devices, or TSR_EMU_DEVICES (each process's capacity of this host's memory: ranks of a
+ *     test take one each, or share them), no real streams: every op has finished when it returns,
+ *     so streams and events are dummy handles and record, wait and sync do nothing, and a host
+ *     function (tcu_launch_host) runs at once; pinned host memory is malloc; the NULL stream is
+ *     accepted;
  *   - each op widens its bf16 inputs to fp32 temporaries (exact), computes with tsr_cpu_ops or a
  *     direct loop, and rounds to bf16 (nearest even, NaN stays NaN) where the real kernels round:
  *     a bf16 input gradient += is round(widen(old) + fp32 increment), an fp32 gradient += is an
@@ -163,9 +165,23 @@ static size_t emu_capacity(void) {
     return cap;
 }
 
-/* As many devices as a GPU node has, so that several ranks of one test may each take one (every
+/* As many devices as a GPU node has (8, or TSR_EMU_DEVICES: 1 makes the ranks of a test share one,
+ * as parallel.gpu_comm = "mpi" allows), so that several ranks of one test may each take one (every
  * "device" is this host; the gradient sums go through MPI, not NCCL). */
-int tcu_device_count(void) { return 8; }
+int tcu_device_count(void) {
+    static int n; /* TSR_EMU_DEVICES, read once */
+    if (n) return n;
+    const char *e = getenv("TSR_EMU_DEVICES");
+    n = 8;
+    if (e && *e) {
+        char *end = NULL;
+        long v = strtol(e, &end, 10);
+        REQUIRE(*e >= '0' && *e <= '9' && *end == '\0' && v >= 1 && v <= 64, "TSR_EMU_DEVICES",
+                "'%s' is not a number of devices from 1 to 64", e);
+        n = (int)v;
+    }
+    return n;
+}
 
 /* Any output pointer may be NULL (that fact is skipped). */
 void tcu_device_info(char *name, size_t n, int *sm, size_t *free_bytes, size_t *total_bytes) {
@@ -298,6 +314,19 @@ void tcu_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size
                   size_t rows, tcu_stream s) {
     for (size_t r = 0; r < rows; r++)
         memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+}
+
+void *tcu_host_alloc(size_t bytes, const char *what) { return host_alloc(bytes, what); }
+void tcu_host_free(void *p) { free(p); }
+
+void tcu_memcpy_d2h_async(void *dst_host, const void *src, size_t bytes, tcu_stream s) {
+    if (bytes) memcpy(dst_host, src, bytes);
+}
+
+/* the stream is synchronous: it reaches this point now */
+void tcu_launch_host(tcu_stream s, void (*fn)(void *), void *arg) {
+    REQUIRE(s && fn, "tcu_launch_host", "a NULL stream or function");
+    fn(arg);
 }
 
 void tcu_sync(tcu_stream s) {}

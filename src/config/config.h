@@ -54,6 +54,9 @@ typedef enum { TSR_DPO_SIGMOID = 0, TSR_DPO_IPO, TSR_DPO_LOSS_COUNT } tsr_dpo_lo
 typedef enum { TSR_DPO_REF_AUTO = 0, TSR_DPO_REF_BASE, TSR_DPO_REF_PRECOMPUTED,
                TSR_DPO_REF_COUNT } tsr_dpo_ref_kind;
 typedef enum { TSR_SHARD_DDP = 0, TSR_SHARD_ZERO1, TSR_SHARD_ZERO3, TSR_SHARD_HSDP, TSR_SHARD_COUNT } tsr_sharding_kind;
+/* device = cuda's transport (docs/cuda.md "Several ranks on one GPU"): NCCL, or MPI staged
+ * through pinned host memory (the fallback; several ranks may then share a GPU) */
+typedef enum { TSR_GPU_COMM_NCCL = 0, TSR_GPU_COMM_MPI, TSR_GPU_COMM_COUNT } tsr_gpu_comm_kind;
 
 typedef struct tsr_model_config {
     int n_layer, d_model, n_head;
@@ -184,6 +187,7 @@ typedef struct tsr_config {
                              * (docs/moe.md); 1 = every rank holds every expert */
     int64_t context;        /* context parallelism: ranks that share one sequence, N, each
                              * holding 2 of its 2N chunks (docs/parallelism.md); 1 = none */
+    tsr_gpu_comm_kind gpu_comm; /* device = cuda: what carries the collectives */
     tsr_objective_kind objective;
     struct {                  /* objective = dpo (docs/dpo.md) */
         double beta;          /* the KL strength: z = beta ((pi_c - ref_c) - (pi_r - ref_r)) */

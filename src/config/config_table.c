@@ -51,6 +51,8 @@ _Static_assert(NELEM(dpo_ref_names) == TSR_DPO_REF_COUNT, "dpo_ref_names vs tsr_
 _Static_assert(NELEM(sched_names) == TSR_SCHED_COUNT, "sched_names vs tsr_sched_kind");
 static const char *const shard_names[] = {"ddp", "zero1", "zero3", "hsdp"};
 _Static_assert(NELEM(shard_names) == TSR_SHARD_COUNT, "shard_names vs tsr_sharding_kind");
+static const char *const gpu_comm_names[] = {"nccl", "mpi"};
+_Static_assert(NELEM(gpu_comm_names) == TSR_GPU_COMM_COUNT, "gpu_comm_names vs tsr_gpu_comm_kind");
 /* tsr_gelu_kind of kernels/ops.h (TSR_GELU_TANH = 0, TSR_GELU_EXACT = 1, TSR_GELU_COUNT = 2); not
  * included here so that the config layer does not depend on the kernels. */
 static const char *const gelu_names[] = {"tanh", "exact"};
@@ -382,6 +384,14 @@ const cfgtab_key cfgtab_keys[] = {
             "count, and 2N must divide `seq_len`. The ranks form a data x context mesh: the "
             "global batch is split over the rank count / N data ranks. 1 = a sequence lives "
             "whole on one rank (docs/parallelism.md)."},
+    {.name = "parallel.gpu_comm", .type = CFGK_ENUM, FIELD(gpu_comm), .def = "nccl",
+     ENUM(gpu_comm_names),
+     .doc = "device = cuda: what carries the gradient sums, shards and the expert exchange. "
+            "`nccl`: NCCL, one GPU per rank. `mpi`: MPI on host copies of the data (device to "
+            "pinned host memory, MPI, back; slower), the fallback where NCCL does not work, and "
+            "the one that lets several ranks share a GPU (each then plans with its share of the "
+            "device memory; docs/cuda.md \"Several ranks on one GPU\"). Needs an MPI with "
+            "MPI_THREAD_MULTIPLE. Ignored by device = cpu."},
 
     {.name = "objective", .type = CFGK_ENUM, FIELD(objective), .def = "lm",
      ENUM(objective_names),

@@ -1,13 +1,20 @@
-/* gpu_comm.h — communication of device = cuda, one GPU per rank: gradient sums over the ranks,
- * the sharded modes' reduce-scatter and all-gather, the expert exchange's all-to-all-v, context
- * parallelism's ring exchange.
+/* gpu_comm.h — communication of device = cuda: gradient sums over the ranks, the sharded modes'
+ * reduce-scatter and all-gather, the expert exchange's all-to-all-v, context parallelism's ring
+ * exchange.
  *
- * Two implementations, picked at link time: gpu_comm_nccl.c (the CUDA build: NCCL, loaded with
- * dlopen so a binary that never trains on a GPU needs no libnccl; the communicator bootstrapped
- * by broadcasting ncclGetUniqueId over MPI) and gpu_comm_mpi.c (the host emulator of the CUDA
- * backend, where device memory is host memory: MPI_Allreduce, MPI_Alltoallv). Collectives run on their own
- * stream, ordered after the compute stream's work at the time of the call, so the backward pass
- * of earlier layers overlaps them.
+ * Two transports in each build, picked at run time by parallel.gpu_comm (gpu_comm_use; the
+ * dispatcher is gpu_comm.c):
+ *   "nccl" (the default), the direct one: gpu_comm_nccl.c in the CUDA build (NCCL, loaded with
+ *     dlopen so a binary that never trains on a GPU needs no libnccl; the communicator bootstrapped
+ *     by broadcasting ncclGetUniqueId over MPI; one GPU per rank), gpu_comm_mpi.c in the host
+ *     emulator of the CUDA backend (device memory is host memory: MPI moves it in place);
+ *   "mpi", host-staged (gpu_comm_staged.c, both builds): device -> pinned host copies on the
+ *     communication stream, MPI on the host by one communication thread per process, copies
+ *     back. The fallback for a site whose NCCL is broken, and the transport that lets several
+ *     ranks share one GPU (NCCL refuses that).
+ * Collectives run on a communication stream, ordered after the compute stream's work at the time
+ * of the call, so the backward pass of earlier layers overlaps them; every call returns at once,
+ * and the compute stream waits for them only where a function below says so.
  */
 #ifndef TSR_GPU_COMM_H
 #define TSR_GPU_COMM_H
@@ -19,12 +26,18 @@
 
 typedef struct gpu_comm gpu_comm;
 
+/* parallel.gpu_comm: which transport gpu_comm_open makes from now on (a process uses one) */
+typedef enum { GPU_COMM_DIRECT = 0, GPU_COMM_STAGED = 1 } gpu_comm_kind;
+void gpu_comm_use(gpu_comm_kind kind);
+gpu_comm_kind gpu_comm_in_use(void);
+
 /* Collective over the world: the ranks passing the same color form one communicator, ranked by
  * key (color 0, key = rank: the world; parallel.sharding = hsdp makes a group's and a replica
  * set's). Returns NULL with the reason in why when it cannot be made (every rank learns of a
  * failure: the result is agreed). */
 gpu_comm *gpu_comm_open(int color, int key, tcu_stream compute, char *why, size_t n);
-/* What carries the sums, for the banner ("NCCL 2.27.3", "MPI (host memory)"). */
+/* What carries the sums, for the banner ("NCCL 2.27.3", "MPI staged through pinned host memory
+ * (...the fallback transport)"). */
 const char *gpu_comm_name(const gpu_comm *c);
 int gpu_comm_size(const gpu_comm *c);
 /* In-place sum over the ranks of the k slices base[off[i] .. + len[i]) (fp32), as one grouped
@@ -40,7 +53,7 @@ void gpu_comm_all_gather(gpu_comm *c, const void *send, void *recv, size_t count
  * (its sc[me]), for every r (counts and displacements per group rank, in elements; sc[r] here
  * must equal rc[me] on r). After the compute stream's work so far, and the compute stream's later
  * work waits for it (the expert exchange needs its rows at once). NCCL: grouped ncclSend/ncclRecv
- * (NCCL >= 2.7); MPI: MPI_Alltoallv on host memory. */
+ * (NCCL >= 2.7); MPI: MPI_Alltoallv on host memory (staged: on the pinned copies). */
 void gpu_comm_alltoallv(gpu_comm *c, const void *send, const size_t *sc, const size_t *sd,
                         void *recv, const size_t *rc, const size_t *rd, size_t elem);
 /* The ring exchange of context parallelism (src/gpu/gpu_ring.c): bytes of send to group rank
@@ -55,7 +68,8 @@ void gpu_comm_ring_shift(gpu_comm *c, const void *send, void *recv, size_t bytes
 tcu_stream gpu_comm_follow(gpu_comm *c);
 /* c's collectives queued from now on wait (on the device) for everything queued on before's
  * stream so far: communicators used concurrently must run their collectives in the same order on
- * every rank (NCCL's rule), which two streams alone do not ensure. NULL before: nothing. */
+ * every rank (NCCL's rule), which two streams alone do not ensure. NULL before: nothing. (The
+ * staged transport has one stream and one thread per process: already in the calls' order.) */
 void gpu_comm_after(gpu_comm *c, gpu_comm *before);
 /* Records e on the communication stream (after everything queued there so far). */
 void gpu_comm_mark(gpu_comm *c, tcu_event e);

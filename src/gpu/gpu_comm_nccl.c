@@ -1,4 +1,5 @@
-/* gpu_comm_nccl.c — gpu_comm.h on NCCL (the CUDA build).
+/* gpu_comm_nccl.c — gpu_comm.h on NCCL: the CUDA build's direct transport (parallel.gpu_comm =
+ * "nccl", the default).
  *
  * libnccl.so.2 is opened with dlopen when a run first needs it, so the trainer links no NCCL:
  * CPU runs and single-GPU runs start where NCCL is not installed (a single GPU without NCCL
@@ -18,6 +19,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "gpu/gpu_comm_impl.h"
 
 typedef struct nccl_api {
     ncclResult_t (*get_unique_id)(ncclUniqueId *);
@@ -37,7 +39,8 @@ typedef struct nccl_api {
     const char *(*error_string)(ncclResult_t);
 } nccl_api;
 
-struct gpu_comm {
+typedef struct nccl_comm {
+    struct gpu_comm base; /* first: the dispatcher's view */
     nccl_api api;
     void *lib;
     ncclComm_t comm;
@@ -46,10 +49,12 @@ struct gpu_comm {
     tcu_event ready, done, order;
     int size, version;
     char name[64];
-};
+} nccl_comm;
+
+static const gpu_comm_ops nccl_ops;
 
 /* Loads libnccl and its functions; 0, or -1 with the reason. */
-static int load_nccl(gpu_comm *c, char *why, size_t n) {
+static int load_nccl(nccl_comm *c, char *why, size_t n) {
     const char *names[] = {"libnccl.so.2", "libnccl.so"};
     for (size_t i = 0; i < 2 && !c->lib; i++) c->lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     if (!c->lib) {
@@ -90,8 +95,9 @@ static int load_nccl(gpu_comm *c, char *why, size_t n) {
             tsr_die(TSR_EXIT_INTERNAL, "NCCL %s failed: %s", what, (c)->api.error_string(r_));    \
     } while (0)
 
-gpu_comm *gpu_comm_open(int color, int key, tcu_stream compute, char *why, size_t n) {
-    gpu_comm *c = tsr_calloc(1, sizeof *c);
+gpu_comm *gpu_comm_direct_open(int color, int key, tcu_stream compute, char *why, size_t n) {
+    nccl_comm *c = tsr_calloc(1, sizeof *c);
+    c->base.ops = &nccl_ops;
     c->compute = compute;
     int bad = load_nccl(c, why, n) != 0;
     /* agree: a rank without NCCL stops every rank, with its reason on that rank */
@@ -105,7 +111,7 @@ gpu_comm *gpu_comm_open(int color, int key, tcu_stream compute, char *why, size_
         return NULL;
     }
     c->g = dist_group_split(color, key);
-    c->size = dist_group_size(c->g);
+    c->size = c->base.size = dist_group_size(c->g);
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     if (dist_group_rank(c->g) == 0) NCCL_DIE(c, c->api.get_unique_id(&id), "ncclGetUniqueId");
@@ -119,21 +125,21 @@ gpu_comm *gpu_comm_open(int color, int key, tcu_stream compute, char *why, size_
     c->ready = tcu_event_create();
     c->done = tcu_event_create();
     c->order = tcu_event_create();
-    return c;
+    return &c->base;
 }
 
-const char *gpu_comm_name(const gpu_comm *c) { return c->name; }
+static const char *nccl_name(const gpu_comm *b) { return ((const nccl_comm *)b)->name; }
 
-int gpu_comm_size(const gpu_comm *c) { return c->size; }
-
-tcu_stream gpu_comm_follow(gpu_comm *c) {
+static tcu_stream nccl_follow(gpu_comm *b) {
+    nccl_comm *c = (nccl_comm *)b;
     tcu_event_record(c->ready, c->compute);
     tcu_stream_wait_event(c->stream, c->ready);
     return c->stream;
 }
 
-void gpu_comm_allreduce(gpu_comm *c, float *base, const size_t *off, const size_t *len, int k) {
-    gpu_comm_follow(c);
+static void nccl_allreduce(gpu_comm *b, float *base, const size_t *off, const size_t *len, int k) {
+    nccl_comm *c = (nccl_comm *)b;
+    nccl_follow(b);
     NCCL_DIE(c, c->api.group_start(), "ncclGroupStart");
     for (int i = 0; i < k; i++)
         NCCL_DIE(c, c->api.all_reduce(base + off[i], base + off[i], len[i], ncclFloat, ncclSum,
@@ -142,15 +148,18 @@ void gpu_comm_allreduce(gpu_comm *c, float *base, const size_t *off, const size_
     NCCL_DIE(c, c->api.group_end(), "ncclGroupEnd");
 }
 
-void gpu_comm_reduce_scatter(gpu_comm *c, const float *send, float *recv, size_t count) {
-    gpu_comm_follow(c);
+static void nccl_reduce_scatter(gpu_comm *b, const float *send, float *recv, size_t count) {
+    nccl_comm *c = (nccl_comm *)b;
+    nccl_follow(b);
     NCCL_DIE(c, c->api.reduce_scatter(send, recv, count, ncclFloat, ncclSum, c->comm,
                                       (cudaStream_t)c->stream),
              "ncclReduceScatter");
 }
 
-void gpu_comm_all_gather(gpu_comm *c, const void *send, void *recv, size_t count, size_t elem) {
-    gpu_comm_follow(c);
+static void nccl_all_gather(gpu_comm *b, const void *send, void *recv, size_t count,
+                            size_t elem) {
+    nccl_comm *c = (nccl_comm *)b;
+    nccl_follow(b);
     NCCL_DIE(c, c->api.all_gather(send, recv, count * elem, ncclUint8, c->comm,
                                   (cudaStream_t)c->stream),
              "ncclAllGather");
@@ -159,13 +168,16 @@ void gpu_comm_all_gather(gpu_comm *c, const void *send, void *recv, size_t count
 /* Point-to-point in one group: a send and a receive per peer (the rank itself included: NCCL
  * copies it locally), bytes as ncclUint8 so that any element type goes; then the compute stream
  * waits for the group. */
-void gpu_comm_alltoallv(gpu_comm *c, const void *send, const size_t *sc, const size_t *sd,
-                        void *recv, const size_t *rc, const size_t *rd, size_t elem) {
+static void nccl_wait(gpu_comm *b);
+
+static void nccl_alltoallv(gpu_comm *b, const void *send, const size_t *sc, const size_t *sd,
+                           void *recv, const size_t *rc, const size_t *rd, size_t elem) {
+    nccl_comm *c = (nccl_comm *)b;
     if (!c->api.send || !c->api.recv)
         tsr_die(TSR_EXIT_USAGE, "an all-to-all (parallel.expert's exchange, or Muon's owners under "
                 "zero1, zero3 and hsdp): the loaded libnccl.so.2 has no ncclSend/ncclRecv (NCCL "
                 "older than 2.7): load a newer NCCL, or set parallel.expert = 1 (Muon: ddp)");
-    gpu_comm_follow(c);
+    nccl_follow(b);
     NCCL_DIE(c, c->api.group_start(), "ncclGroupStart");
     for (int r = 0; r < c->size; r++) {
         if (sc[r])
@@ -178,15 +190,16 @@ void gpu_comm_alltoallv(gpu_comm *c, const void *send, const size_t *sc, const s
                      "ncclRecv");
     }
     NCCL_DIE(c, c->api.group_end(), "ncclGroupEnd");
-    gpu_comm_wait(c);
+    nccl_wait(b);
 }
 
-void gpu_comm_ring_shift(gpu_comm *c, const void *send, void *recv, size_t bytes) {
+static void nccl_ring_shift(gpu_comm *b, const void *send, void *recv, size_t bytes) {
+    nccl_comm *c = (nccl_comm *)b;
     if (!c->api.send || !c->api.recv)
         tsr_die(TSR_EXIT_USAGE, "parallel.context: the loaded libnccl.so.2 has no ncclSend/ncclRecv "
                 "(NCCL older than 2.7): load a newer NCCL, or set parallel.context = 1");
     const int me = dist_group_rank(c->g);
-    gpu_comm_follow(c);
+    nccl_follow(b);
     NCCL_DIE(c, c->api.group_start(), "ncclGroupStart");
     NCCL_DIE(c, c->api.send(send, bytes, ncclUint8, (me + 1) % c->size, c->comm,
                             (cudaStream_t)c->stream),
@@ -197,21 +210,22 @@ void gpu_comm_ring_shift(gpu_comm *c, const void *send, void *recv, size_t bytes
     NCCL_DIE(c, c->api.group_end(), "ncclGroupEnd");
 }
 
-void gpu_comm_after(gpu_comm *c, gpu_comm *before) {
-    if (!before) return;
+static void nccl_after(gpu_comm *b, gpu_comm *bb) {
+    nccl_comm *c = (nccl_comm *)b, *before = (nccl_comm *)bb;
     tcu_event_record(before->order, before->stream);
     tcu_stream_wait_event(c->stream, before->order);
 }
 
-void gpu_comm_mark(gpu_comm *c, tcu_event e) { tcu_event_record(e, c->stream); }
+static void nccl_mark(gpu_comm *b, tcu_event e) { tcu_event_record(e, ((nccl_comm *)b)->stream); }
 
-void gpu_comm_wait(gpu_comm *c) {
+static void nccl_wait(gpu_comm *b) {
+    nccl_comm *c = (nccl_comm *)b;
     tcu_event_record(c->done, c->stream);
     tcu_stream_wait_event(c->compute, c->done);
 }
 
-void gpu_comm_close(gpu_comm *c) {
-    if (!c) return;
+static void nccl_close(gpu_comm *b) {
+    nccl_comm *c = (nccl_comm *)b;
     tcu_sync(c->stream);
     if (c->comm) (void)c->api.comm_destroy(c->comm);
     tcu_event_destroy(c->ready);
@@ -222,3 +236,10 @@ void gpu_comm_close(gpu_comm *c) {
     /* the library stays loaded: NCCL's own threads may outlive the communicator briefly */
     free(c);
 }
+
+static const gpu_comm_ops nccl_ops = {
+    .name = nccl_name, .allreduce = nccl_allreduce, .reduce_scatter = nccl_reduce_scatter,
+    .all_gather = nccl_all_gather, .alltoallv = nccl_alltoallv, .ring_shift = nccl_ring_shift,
+    .follow = nccl_follow,
+    .after = nccl_after, .mark = nccl_mark, .wait = nccl_wait, .close = nccl_close,
+};

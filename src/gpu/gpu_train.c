@@ -30,6 +30,8 @@ struct tsr_gpu_train {
     float *m, *v;         /* ddp: (n_params) AdamW moments */
     float *acc;           /* (1) sum of squares of the gradients */
     int device;
+    int sharing;          /* ranks of this node on this GPU (parallel.gpu_comm = "mpi"; else 1) */
+    size_t budget;        /* sharing > 1: this rank's part of the device's free memory at start */
     /* per unit (0: root, l+1: layer l) its tensors' slices in the flat buffer */
     int *n_slices;        /* (units) */
     size_t *off, *len;    /* (units * TSR_P_COUNT) */
@@ -168,12 +170,13 @@ static size_t acts_bytes(const gpu_train_ctx *c, int B) {
            (c->lora ? gpu_model_lora_scratch_bytes(c->lora, B * c->T) : 0);
 }
 
-/* Every rank needs a GPU of its own (NCCL refuses two ranks on one GPU); the first rank without
- * is named by rank 0 (other ranks' messages are muted during init). Collective. */
+/* Every rank needs a GPU of its own with NCCL (it refuses two ranks on one GPU); the staged
+ * transport (parallel.gpu_comm = "mpi") lets several share one. The first rank without is named
+ * by rank 0 (other ranks' messages are muted during init). Collective. */
 static int check_devices(const gpu_train_ctx *c, int count) {
     const tsr_dist *d = c->dist;
     int W = d->world;
-    int bad = count == 0 ? 1 : W > 1 && d->local_world > count ? 2 : 0;
+    int bad = count == 0 ? 1 : W > 1 && !c->comm_staged && d->local_world > count ? 2 : 0;
     double first = bad ? W - d->rank : 0; /* the max names the lowest such rank */
     dist_allreduce_max_f64(&first, 1);
     if (first <= 0) return 0;
@@ -186,31 +189,40 @@ static int check_devices(const gpu_train_ctx *c, int count) {
                   "CUDA_VISIBLE_DEVICES=%s): request GPUs (sbatch --gpus-per-task=1) or use "
                   "device = \"cpu\"", r, vis ? vis : "(unset)");
     else if (d->rank == 0)
-        tsr_error("device = \"cuda\": rank %d shares a node's %d GPU(s) with more ranks: one "
-                  "rank per GPU (srun --gpus-per-task=1, or as many ranks per node as GPUs)",
-                  r, (int)cnt);
+        tsr_error("device = \"cuda\": rank %d shares a node's %d GPU(s) with more ranks: NCCL "
+                  "needs one rank per GPU (srun --gpus-per-task=1, or as many ranks per node as "
+                  "GPUs), or set parallel.gpu_comm = \"mpi\" to share them (slower)", r, (int)cnt);
     return TSR_EXIT_USAGE;
 }
 
 /* The device's name and free memory; the plan against the free memory, before anything large is
  * allocated. Collective. */
 static int check_memory(gpu_train_ctx *c, int device) {
-    int sm = 0, rank = c->dist->rank;
+    int sm = 0, rank = c->dist->rank, k = c->state->sharing;
     size_t free_b = 0, total_b = 0;
+    /* a shared GPU: every rank's context is made (tcu_init) before any reads what is left */
+    double sync = 0;
+    if (k > 1) dist_allreduce_max_f64(&sync, 1);
     tcu_device_info(c->device_name, sizeof c->device_name, &sm, &free_b, &total_b);
+    size_t budget = free_b / (size_t)k;
+    c->state->budget = k > 1 ? budget : 0;
     size_t need = fixed_bytes(c) + acts_bytes(c, c->auto_micro ? 1 : c->micro);
-    double short_by = need > free_b ? (double)(need - free_b) : 0.0;
+    double short_by = need > budget ? (double)(need - budget) : 0.0;
     dist_allreduce_max_f64(&short_by, 1);
+    char each[96] = "";
+    if (k > 1) snprintf(each, sizeof each, ", shared by %d ranks: %.2f GiB each", k,
+                        (double)budget / (1u << 30));
     if (rank == 0)
-        printf("device: %s (sm %d.%d), %.2f GiB free of %.2f on rank 0 (CUDA device %d)\n",
+        printf("device: %s (sm %d.%d), %.2f GiB free of %.2f on rank 0 (CUDA device %d%s)\n",
                c->device_name, sm / 10, sm % 10, (double)free_b / (1u << 30),
-               (double)total_b / (1u << 30), device);
+               (double)total_b / (1u << 30), device, each);
     if (short_by <= 0) return 0;
     if (rank == 0)
-        tsr_error("device = \"cuda\": the plan needs %.2f GiB per GPU%s, %.2f GiB more than a "
+        tsr_error("device = \"cuda\": the plan needs %.2f GiB per %s%s, %.2f GiB more than a "
                   "rank has free: use a smaller micro_batch (or \"auto\"), a shorter seq_len, "
-                  "more GPUs or a smaller model", (double)need / (1u << 30),
-                  c->auto_micro ? " with a microbatch of 1" : "", short_by / (1u << 30));
+                  "more GPUs%s or a smaller model", (double)need / (1u << 30),
+                  k > 1 ? "rank" : "GPU", c->auto_micro ? " with a microbatch of 1" : "",
+                  short_by / (1u << 30), k > 1 ? ", fewer ranks per GPU" : "");
     return TSR_EXIT_USAGE;
 }
 
@@ -617,11 +629,14 @@ static int init_ring(gpu_train_ctx *c) {
 static int lib_init(gpu_train_ctx *c) {
     const tsr_model *m = c->model;
     int count = tcu_device_count();
+    gpu_comm_use(c->comm_staged ? GPU_COMM_STAGED : GPU_COMM_DIRECT);
     TSR_CHECK(check_devices(c, count));
     /* (a head size without an attention kernel is refused when the config loads: config_load.c) */
     struct tsr_gpu_train *gt = tsr_calloc(1, sizeof *gt);
     c->state = gt;
     gt->device = c->dist->local_rank % count;
+    gt->sharing = 0;
+    for (int r = 0; r < c->dist->local_world; r++) gt->sharing += r % count == gt->device;
     tcu_set_fail_hook(dist_abort); /* a CUDA failure on one rank stops them all */
     tcu_init(gt->device);
     TSR_CHECK(check_wgmma(c));
@@ -681,7 +696,12 @@ static int lib_try_acts(gpu_train_ctx *c, int B) {
     }
     tcu_device_info(NULL, 0, NULL, &free_b, &total_b);
     size_t exchange = c->model->EP > 1 ? gpu_ep_exchange_bytes(c->model, c->model->EP, B, c->T) : 0;
-    if (free_b < total_b / 50 + exchange) {
+    /* a shared GPU: this rank's part of it, the 2% shared too */
+    const struct tsr_gpu_train *gt = c->state;
+    size_t live = 0;
+    if (gt->budget) tcu_mem_stats(&live, NULL);
+    if (free_b < total_b / 50 + exchange ||
+        (gt->budget && live + total_b / 50 / (size_t)gt->sharing + exchange > gt->budget)) {
         lib_free_acts(c);
         return -1;
     }

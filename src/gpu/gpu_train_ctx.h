@@ -27,6 +27,7 @@ typedef struct gpu_train_ctx {
                                 * the evaluation calls the library routes to the device */
     gpu_shard_mode mode;
     int G;                     /* ranks per sharding group (zero3: the world; hsdp: the group) */
+    int comm_staged;           /* parallel.gpu_comm = "mpi": the host-staged transport (gpu_comm.h) */
     int T, micro;              /* seq_len, the microbatch in use */
     int64_t per_rank;          /* sequences per rank and step */
     int auto_micro;            /* micro_batch = auto: the plan must fit a microbatch of 1 */

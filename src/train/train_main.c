@@ -23,6 +23,7 @@
 #include "ops.h"
 #include "runlock.h"
 #include "train/checkpointing.h"
+#include "train/timeplan.h"
 #include "train/trainer.h"
 
 #ifndef TSR_VERSION
@@ -43,6 +44,8 @@ static const struct opt_doc {
     {{"init-from", required_argument, NULL, 'i'}, "PATH", "start a new run from this checkpoint's weights (PATH as for --resume; ignored when run_dir has a checkpoint)"},
     {{"dry-run", no_argument, NULL, 'n'}, NULL, "validate the config, print the plan, exit"},
     {{"plan", required_argument, NULL, CLI_NO_SHORT('p')}, "RANKS[/PER_NODE]", "--dry-run as if started on RANKS ranks (PER_NODE per node, default all on one: hsdp's default group); the memory plan of any recipe at any scale"},
+    {{"time", optional_argument, NULL, CLI_NO_SHORT('t')}, "[=GPU|FILE]", "--dry-run with the time plan: step time, tokens/s, MFU, time to max_duration and GPU-hours at W = 1, 8, 64, 512 (and --plan's) on GPU (H200, H100, ...; default H200) or by the TSR_PROFILE table in FILE (docs/planning.md)"},
+    {{"link", required_argument, NULL, CLI_NO_SHORT('l')}, "NODE[,NET]", "--time's bus bandwidth in GB/s within a node and between nodes (default: the health checker's expected figures for the GPU)"},
     {{"version", no_argument, NULL, 'V'}, NULL, "print the version and exit"},
     {{"help", no_argument, NULL, 'h'}, NULL, "this help"},
 };
@@ -65,6 +68,8 @@ typedef struct cli {
     const char *resume, *init_from;
     int n_sets, dry_run;
     int plan_world, plan_per_node; /* --plan: the world the plan is for (0: the real one) */
+    int time, per_node_given;      /* --time; --plan named PER_NODE */
+    timeplan_opts tp;              /* --time's GPU, --link */
 } cli;
 
 static void parse_cli(cli *c, int argc, char **argv, int rank) {
@@ -94,11 +99,21 @@ static void parse_cli(cli *c, int argc, char **argv, int rank) {
             char end = 0;
             int k = sscanf(optarg, "%d/%d%c", &c->plan_world, &c->plan_per_node, &end);
             if (k == 1) c->plan_per_node = c->plan_world;
+            c->per_node_given = k == 2;
             if (!(k == 1 || k == 2) || c->plan_world < 1 || c->plan_world > 1000000 ||
                 c->plan_per_node < 1 || c->plan_world % c->plan_per_node != 0)
                 tsr_fail_all(TSR_EXIT_USAGE, "--plan %s: expected RANKS or RANKS/PER_NODE (1 .. "
                              "1000000 ranks, PER_NODE dividing RANKS), e.g. --plan 64/8", optarg);
             c->dry_run = 1;
+            break;
+        }
+        case CLI_NO_SHORT('t'):
+            c->time = c->dry_run = 1;
+            c->tp.gpu = optarg;
+            break;
+        case CLI_NO_SHORT('l'): {
+            char why[200];
+            if (timeplan_parse_link(optarg, &c->tp, why, sizeof why) != 0) tsr_fail_all(TSR_EXIT_USAGE, "%s", why);
             break;
         }
         case 'r': c->resume = optarg; break;
@@ -121,6 +136,10 @@ static void parse_cli(cli *c, int argc, char **argv, int rank) {
     }
     if (optind < argc)
         tsr_fail_all(TSR_EXIT_USAGE, "unexpected argument '%s' (see --help)", argv[optind]);
+    if (c->tp.link_node && !c->time)
+        tsr_fail_all(TSR_EXIT_USAGE, "--link is --time's: give --time too (docs/planning.md)");
+    if (c->time && c->per_node_given) c->tp.per_node = c->plan_per_node;
+    c->tp.plan_world = c->plan_world;
     if (!c->config) {
         if (rank == 0) usage(stderr);
         tsr_fail_all(TSR_EXIT_USAGE, "--config FILE is required");
@@ -203,7 +222,9 @@ int main(int argc, char **argv) {
      * with the same status, and rank 0 alone reports it. */
     tsr_log_mute(d.rank != 0);
     char recipe[4200];
-    int rc = config_load(&cfg, find_recipe(c.config, recipe, sizeof recipe, d.rank), c.sets, c.n_sets);
+    int rc = 0;
+    timeplan *tp = c.time ? timeplan_open(&c.tp, &rc) : NULL; /* --time's table, read first */
+    if (!rc) rc = config_load(&cfg, find_recipe(c.config, recipe, sizeof recipe, d.rank), c.sets, c.n_sets);
     tsr_trainer t;
     tsr_dist pd = d; /* --plan: the plan's world; rank 0 still prints it */
     if (c.plan_world > 0) pd.world = c.plan_world, pd.local_world = c.plan_per_node;
@@ -213,6 +234,8 @@ int main(int argc, char **argv) {
     tsr_log_mute(0);
     if (rc) tsr_exit(rc);
     banner(&pd, &cfg, t.be.threads);
+    if (tp) timeplan_print(tp, &t);
+    timeplan_close(tp);
     tsr_lock lock = {0}; /* held until exit (tsr_exit below): released then */
     if (!c.dry_run) {
         int made = 0, opened = 0;

@@ -53,6 +53,12 @@
 #                                                   TensorBoard's EventAccumulator, save_pretrained
 #                                                   fixtures -> $OUT/hf-transformers.tar.gz), then
 #                                                   again with --perturb gpt2, which must fail
+#           bash tests/gpu/device.sh multirank      issue 52: several ranks on the one GPU through
+#                                                   parallel.gpu_comm = "mpi" (the bundle's MPI
+#                                                   trainer and OpenMPI), compute-sanitizer on 2
+#                                                   ranks, the health checker's one-rank NCCL
+#                                                   self-test; MULTIRANK_S=300, timeout_s 360
+#                                                   (stages and limits: at multirank() below)
 #           bash tests/gpu/device.sh race-verdict LOG   (anywhere) exit 0 when a racecheck log's
 #                                                   hazards are all in NVIDIA's kernels (above)
 #           bash tests/gpu/device.sh firstlight [STAGE...]   the first call of a session: ops,
@@ -125,7 +131,11 @@ pack() {
                  "$b/bench/ring_bench"
                  "$b/tests/tessera-train-cuemu" "$b/tessera-healthcheck" "$b/libtessera-hc-gpu.so"
                  "$b/tests/libtessera-hc-gpu-mock.so")
-    make NO_MPI=1 ARCH=x86-64-v3 BUILD="$b" -j"$(nproc)" "${progs[@]}"
+    # one version for both builds (the CUDA library refuses a trainer of another), read once:
+    # the tree may change while they build
+    PACK_VERSION=$(make -s -f /dev/null -f Makefile --eval 'print-version: ; @echo $(VERSION)' print-version 2>/dev/null | tail -1)
+    [[ -n $PACK_VERSION ]] || die "cannot read the version from the Makefile"
+    make NO_MPI=1 ARCH=x86-64-v3 BUILD="$b" VERSION="$PACK_VERSION" -j"$(nproc)" "${progs[@]}"
     stage=$(mktemp -d)
     mkdir -p "$stage/build/tests" "$stage/build/bench" "$stage/lib"
     local p name path
@@ -137,15 +147,57 @@ pack() {
         done < <(ldd "$p" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}')
         if ldd "$p" | grep -q 'not found'; then die "$p has libraries missing here: $(ldd "$p" | grep 'not found')"; fi
     done
+    pack_mpi "$stage"
     local version
     version="$(git describe --always --dirty 2>/dev/null || echo unknown) $(date -u +%FT%TZ)"
     echo "$version" >"$stage/VERSION"
     mkdir -p .devbundle
-    tar -C "$stage" -cJf "$BUNDLE.tmp" . && mv "$BUNDLE.tmp" "$BUNDLE"
+    tar -C "$stage" -cJf "$BUNDLE.tmp" .
     rm -rf "$stage"
+    local mib
+    mib=$(du -m "$BUNDLE.tmp" | cut -f1)
+    if ((mib > BUNDLE_LIMIT_MIB)); then
+        rm -f "$BUNDLE.tmp"
+        die "the bundle is $mib MiB, over BUNDLE_LIMIT_MIB=$BUNDLE_LIMIT_MIB (the device tool carries 64 MiB with the working tree)"
+    fi
+    mv "$BUNDLE.tmp" "$BUNDLE"
     echo "packed $version: $(du -h "$BUNDLE" | cut -f1) in $BUNDLE"
     tar -tJf "$BUNDLE" | grep -v '/$' | sed 's/^\.\//  /'
     echo "next: a device run with carry [\".devbundle\"] and the command 'bash tests/gpu/device.sh check'"
+}
+
+# the packed bundle's limit: what the device tool carries (64 MiB) less the working tree (~11 MiB)
+# and .devbundle/clients (~2 MiB), with room to spare
+BUNDLE_LIMIT_MIB=${BUNDLE_LIMIT_MIB:-44}
+
+# pack_mpi STAGE: the MPI trainer (issue 52): tessera-train and tessera built with MPI and parallel
+# HDF5 (build-device-mpi/), OpenMPI's runtime for them (tests/gpu/mpi_bundle.sh: mpirun, orted,
+# the plugins of the shared-memory and self transports, relocated with OPAL_PREFIX) in
+# STAGE/mpi/, with the NO_MPI build's libtessera-cuda-train.so beside them (the same sources: the
+# library calls MPI through the trainer only). Libraries the NO_MPI programs carry too are links
+# to STAGE/lib/'s.
+pack_mpi() {
+    local stage=$1 b=build-device-mpi f n
+    command -v mpicc >/dev/null || die "pack needs MPI here (mpicc) to build the MPI trainer"
+    make ARCH=x86-64-v3 BUILD="$b" VERSION="$PACK_VERSION" -j"$(nproc)" "$b/tessera-train" "$b/tessera"
+    bash tests/gpu/mpi_bundle.sh "$stage/mpi" "$b/tessera-train" "$b/tessera"
+    cp "$stage/build/libtessera-cuda-train.so" "$stage/mpi/bin/"
+    for f in "$stage"/mpi/lib/*; do
+        n=$(basename "$f")
+        if cmp -s "$f" "$stage/lib/$n"; then rm "$f" && ln -s "../../lib/$n" "$f"; fi
+    done
+}
+
+# mpi_setup (after setup): the bundle's MPI trainer and OpenMPI runtime (pack_mpi) for the
+# multi-rank checks: BUILD its programs, mpirun on PATH
+mpi_setup() {
+    [[ -f $UNPACKED/mpi/env.sh ]] || die "the bundle has no MPI trainer (packed before issue 52): pack again"
+    # shellcheck disable=SC1091 # made by tests/gpu/mpi_bundle.sh
+    source "$UNPACKED/mpi/env.sh"
+    export BUILD=$UNPACKED/mpi/bin
+    { echo "MPI: $(mpirun --version 2>&1 | head -1) from $OPAL_PREFIX"
+      if ldd "$BUILD/tessera-train" | grep -q 'not found'; then echo "MISSING for the MPI trainer: $(ldd "$BUILD/tessera-train" | grep 'not found' | tr -s ' \n' ' ')"; fi
+    } | tee -a "$OUTDIR/probe.txt"
 }
 
 # Unpacks the bundle (python's tarfile when there is no xz) and sets up the environment: the
@@ -476,6 +528,83 @@ profile() {
     return $rc
 }
 
+# multirank: issue 52's checks of several ranks on the one GPU, through parallel.gpu_comm =
+# "mpi" (the staged transport; docs/cuda.md "Several ranks on one GPU") with the bundle's MPI
+# trainer and OpenMPI runtime, in one call of MULTIRANK_S (default 300 s; give the tool's
+# timeout_s 360). Its steps, in this order, each limited, all together within their stage's
+# limit, going on past a failure:
+#   tests     (215 s) the GPU halves with TSR_TEST_GPU_COMM=mpi (ranks share the GPU), each test
+#             on its own: test_gpu_comm_staged.sh (2 ranks against 1; a 2-rank run SIGKILLed after
+#             its step-10 checkpoint, resumed at 1 and at 4 ranks), test_cuda_train.sh (ddp on 2,
+#             zero1 and zero3 on 3, hsdp 2 x 2 against the CPU's ranks, checkpoints across modes
+#             and rank counts, checkpointing under zero3 on 2), test_cuda_moe_ep.sh (EP = 2, 4),
+#             test_cuda_lora.sh, test_cuda_dpo.sh (2 and 4 ranks)
+#   sanitize  (50 s) a 2-rank training run on the GPU under compute-sanitizer: memcheck, synccheck
+#   nccl      (25 s) the health checker's --full on the GPU, --burn 1: its one-rank NCCL
+#             all-reduce (issue 52 item 4: what one GPU can say of NCCL)
+# $OUT: multirank.txt (a line a step), multirank-logs.tar.gz, probe.txt.
+multirank() {
+    CALL_LIMIT_S=${MULTIRANK_S:-300}
+    [[ $CALL_LIMIT_S =~ ^[1-9][0-9]*$ ]] || die "MULTIRANK_S='$CALL_LIMIT_S': expected a whole number of seconds"
+    setup >/dev/null
+    mpi_setup >/dev/null
+    local logs=$OUTDIR/multirank-logs summary=$OUTDIR/multirank.txt rc=0 r t0 t st san
+    mkdir -p "$logs"
+    echo "multirank (MULTIRANK_S=$CALL_LIMIT_S) on $(sed -n 2p "$OUTDIR/probe.txt"); $(grep '^MPI: ' "$OUTDIR/probe.txt")" | tee "$summary"
+    STAGE_END=$((SECONDS + 215))
+    for t in test_gpu_comm_staged test_cuda_train test_cuda_moe_ep test_cuda_lora test_cuda_dpo; do
+        t0=$SECONDS r=0
+        limited "$logs/$t.txt" env TSR_TEST_EMULATOR=0 TSR_TEST_GPU_COMM=mpi TESTS="$t" bash tests/run.sh >/dev/null || r=$?
+        [[ -f $BUILD/test-logs/tests_gpu_$t.sh.log ]] && cp "$BUILD/test-logs/tests_gpu_$t.sh.log" "$logs/"
+        mr_line "$t" "$r" "$t0" "$logs/tests_gpu_$t.sh.log" | tee -a "$summary"
+        ((r == 0 || r == 125)) || rc=1
+    done
+    STAGE_END=$((SECONDS + 50))
+    san=$(find_tool compute-sanitizer)
+    local data=/tmp/multirank-data
+    [[ -d $data/train ]] || "$BUILD/tessera" synth --out "$data" --vocab 512 --tokens 60000 --seed 1 --quiet
+    for st in memcheck synccheck; do
+        t0=$SECONDS r=0
+        if [[ -z $san ]]; then
+            echo "no working compute-sanitizer" >"$logs/$st.txt"
+            r=2
+        else
+            rm -rf "/tmp/multirank-$st"
+            limited "$logs/$st.txt" bash tests/mpi_env.sh mpirun -np 2 "$san" --tool "$st" --error-exitcode 99 \
+                --print-limit 50 "$BUILD/tessera-train" --config configs/tiny.cfg --set device=cuda \
+                --set parallel.gpu_comm=mpi --set model.vocab_size=512 --set data.tokenizer= \
+                --set data.train="$data/train" --set data.val= --set eval_interval=0ba \
+                --set sample.tokens=0 --set model.n_layer=2 --set model.n_head=2 --set seq_len=32 \
+                --set model.max_seq_len=32 --set global_batch=8 --set micro_batch=2 \
+                --set max_duration=3ba --set save_interval=3ba --set watchdog.window=0 \
+                --set run_dir="/tmp/multirank-$st" >/dev/null || r=$?
+        fi
+        mr_line "sanitize $st (2 ranks, 3 steps)" "$r" "$t0" "$logs/$st.txt" | tee -a "$summary"
+        ((r == 0 || r == 125)) || rc=1
+    done
+    STAGE_END=$((SECONDS + 25))
+    t0=$SECONDS r=0
+    local n
+    n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+    sed -E "s/gpu_count( *)= \{ expected = [0-9.]+;/gpu_count\1= { expected = ${n:-0}.0;/" \
+        -e 's/allreduce_mib = (16384|4096|1024);/allreduce_mib = 256;/' healthcheck/healthcheck.cfg >"$logs/hc.cfg"
+    SLURMD_NODENAME=gpu0 limited "$logs/nccl.txt" "$UNPACKED/build/tessera-healthcheck" --config "$logs/hc.cfg" \
+        --gpu on --full --burn 1 >/dev/null || r=$?
+    { printf '%s nccl: the health checker --full --burn 1 (%ds, exit %d): ' "$(verdict "$r")" $((SECONDS - t0)) "$r"
+      grep -h '^# not measured: \|nccl_node' "$logs/nccl.txt" | head -2 | tr '\n' ' '; echo; } | tee -a "$summary"
+    unset STAGE_END
+    tar -C "$OUTDIR" -czf "$OUTDIR/multirank-logs.tar.gz" multirank-logs && rm -rf "$logs"
+    echo "logs: $OUTDIR/multirank-logs.tar.gz; summary: $summary"
+    return $rc
+}
+
+# mr_line WHAT RC T0 LOG: multirank's summary line of a step: verdict, seconds, exit, what LOG says
+mr_line() {
+    if (($2 == 125)); then echo "NOT RUN $1: out of time (the stage's or the call's limit)"; return; fi
+    printf '%s %s (%ds, exit %d): ' "$(verdict "$2")" "$1" $((SECONDS - $3)) "$2"
+    if [[ -f $4 ]]; then outcome "$4"; else echo "(no log)"; fi
+}
+
 pack_clients() {
     local b=${BUILD:-build}
     make BUILD="$b" -j"$(nproc)" "$b/tessera" "$b/tessera-train" "$b/tests/ref_dump"
@@ -638,6 +767,7 @@ case ${1:-} in
     hc) hc ;;
     profile) shift; profile "$@" ;;
     firstlight) shift; firstlight "$@" ;;
+    multirank) multirank ;;
     race-verdict) (($# == 2)) || die "race-verdict: expected one racecheck log"; race_vendor_only "$2" ;;
     *) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -26,13 +26,29 @@ PY
 # under pipefail, grep leaving early can fail the pipe and skip the MPI checks.
 mpi_ok() { command -v mpirun >/dev/null && [[ $(ldd "$1" 2>/dev/null) == *libmpi* ]]; }
 
+# TSR_TEST_GPU_COMM=mpi (tests/gpu/device.sh multirank, docs/cuda.md "Several ranks on one
+# GPU"): every run gets GPU_COMM_ARGS, parallel.gpu_comm = "mpi" (the CPU's runs ignore it), and
+# the real backend counts 4 GPUs wherever it has one (real_backend): the ranks of the multi-rank
+# checks share it. Unset (CI, a node with a GPU per rank): NCCL, and the GPUs nvidia-smi lists.
+GPU_COMM_ARGS=()
+case ${TSR_TEST_GPU_COMM:-} in
+    "" | nccl) ;;
+    mpi) GPU_COMM_ARGS=(--set parallel.gpu_comm=mpi) ;;
+    *) echo "gpu_lib.sh: TSR_TEST_GPU_COMM='$TSR_TEST_GPU_COMM': expected nccl or mpi" >&2; exit 2 ;;
+esac
+# the transport's name in the banner lines of the real backend's runs
+GPU_COMM_NAME="NCCL"
+((${#GPU_COMM_ARGS[@]})) && GPU_COMM_NAME="MPI staged through pinned host memory"
+
 # real_backend: whether the real CUDA backend can run here. Sets `why` ("" when it can, else the
-# reason to print with the skips) and `GPUS` (the GPUs nvidia-smi lists; 0 when it cannot).
+# reason to print with the skips) and `GPUS` (the GPUs nvidia-smi lists, 4 ranks' worth of one
+# under TSR_TEST_GPU_COMM=mpi; 0 when it cannot).
 real_backend() {
     why="" GPUS=0
     [[ -f $BUILD/libtessera-cuda-train.so ]] || why="no $BUILD/libtessera-cuda-train.so (built where nvcc is)"
     [[ -z $why && ! -e /dev/nvidiactl ]] && why="no GPU on this machine (no /dev/nvidiactl)"
     [[ -z $why ]] && GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    ((GPUS >= 1 && ${#GPU_COMM_ARGS[@]} > 0 && GPUS < 4)) && GPUS=4
     return 0
 }
 

@@ -44,7 +44,7 @@ args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=100 --s
       --set model.n_layer=2 --set model.d_model=64 --set model.n_head=2 --set model.n_kv_head=1
       --set model.intermediate_size=96 --set seq_len=16 --set global_batch=8 --set micro_batch=2
       --set max_duration=12ba --set save_interval=6ba --set threads=1 --set log_interval=1
-      --set optim.warmup=2ba)
+      --set optim.warmup=2ba "${GPU_COMM_ARGS[@]}")
 ev=(--set data.val="$pairs" --set eval_interval=6ba --set eval_samples=16)
 lora=(--set objective=dpo --set lora.rank=4 --set lora.alpha=8 --set lora.dropout=0.1
       --set optim.lr=1e-2 --set dpo.beta=0.5 --init-from "$TMP/base" "${ev[@]}")

@@ -33,7 +33,8 @@ PER=9
 tap_plan $((2 * PER + 2))
 make_synth "$TMP/data"
 tiny_llama_args "$TMP/data/train"
-args+=(--set model.n_head=2 --set model.n_kv_head=1 --set max_duration=12ba --set save_interval=6ba)
+args+=(--set model.n_head=2 --set model.n_kv_head=1 --set max_duration=12ba --set save_interval=6ba
+       "${GPU_COMM_ARGS[@]}")
 lora=(--set lora.rank=4 --set lora.alpha=8 --set lora.dropout=0.1 --set optim.lr=1e-2)
 moe=(--set model.moe_experts=4 --set model.moe_top_k=2 --set model.moe_intermediate_size=64)
 mlora=("${lora[@]}" --set lora.targets=q,k,v,o --init-from "$TMP/mbase" "${moe[@]}")

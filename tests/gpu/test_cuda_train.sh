@@ -51,7 +51,8 @@ make_synth "$TMP/data" 512 80000
 
 tiny_args "$TMP/data/train"
 base=("${args[@]}" --set model.n_layer=2 --set model.n_head=2 --set global_batch=8
-      --set micro_batch=4 --set model.eot_token=7 --set max_duration=20ba --set save_interval=10ba)
+      --set micro_batch=4 --set model.eot_token=7 --set max_duration=20ba --set save_interval=10ba
+      "${GPU_COMM_ARGS[@]}")
 mpt=(--set model.pos=alibi --set model.bias=false --set model.gelu=exact
      --set model.attn_mask=document)
 llama=(--set model.norm=rmsnorm --set model.pos=rope --set model.rope_theta=500000

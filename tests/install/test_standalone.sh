@@ -4,7 +4,8 @@
 # configs/, and TSR_ROOT / TSR_DATA_DIR unset:
 #  - `tessera tokenizer encode --tokenizer gpt2` gives the ids of the checkout's build;
 #  - `tessera prep --tokenizer gpt2` writes a dataset;
-#  - `tessera-train --config tiny --dry-run` finds the installed recipe by name (and says which);
+#  - `tessera-train --config tiny --dry-run --time` finds the installed recipe by name (and says
+#    which) and the installed per-op table of the H200 (docs/planning.md);
 #  - `tessera-train` trains on that dataset with data.tokenizer = "gpt2" and `tessera generate
 #    --tokenizer gpt2 --prompt ...` completes text from its checkpoint;
 #  - with the installed GPT-2 files moved away, `--config tiny --dry-run` stops at once (exit 2)
@@ -32,9 +33,10 @@ sed 's/^/#   /' "$TMP/enc.err" | head -3
 away tessera prep --out ds --tokenizer gpt2 --val-fraction 0 corpus.txt >"$TMP/prep.txt" 2>&1
 tap_check $? "installed tessera prep --tokenizer gpt2 from elsewhere"
 
-away tessera-train --config tiny --dry-run >"$TMP/dry.txt" 2>&1
-[[ $? == 0 ]] && grep -qF -- "--config tiny: the recipe $P/bin/../share/tessera/configs/tiny.cfg" "$TMP/dry.txt"
-tap_check $? "installed tessera-train --config tiny --dry-run finds the installed recipe by name"
+away tessera-train --config tiny --dry-run --time >"$TMP/dry.txt" 2>&1
+[[ $? == 0 ]] && grep -qF -- "--config tiny: the recipe $P/bin/../share/tessera/configs/tiny.cfg" "$TMP/dry.txt" &&
+    grep -qF -- "time plan (--time; docs/planning.md): H200, per-op table $P/bin/../share/tessera/profiles/H200.prof" "$TMP/dry.txt"
+tap_check $? "installed tessera-train --config tiny --dry-run --time finds the installed recipe by name and the H200's per-op table"
 grep -E "error|recipe" "$TMP/dry.txt" | head -3 | sed 's/^/#   /'
 
 away tessera-train --config tiny --set data.train=ds/train --set data.val= --set run_dir=run \

@@ -1,0 +1,488 @@
+/* timeplan.c — tessera-train --time (timeplan.h; docs/planning.md). */
+#include "train/timeplan.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "fsutil.h"
+#include "train/metrics.h"
+
+#define TP_ROWS 512             /* rows of a table (TSR_PROFILE's own limit is 256 ops) */
+#define TP_FILE_MAX (1 << 20)   /* bytes of a table file */
+#define TP_NAME 32
+
+typedef struct tp_row {
+    char name[TP_NAME];
+    double a, b, c;    /* the shape (0: unused) */
+    double calls, ms;  /* per step */
+} tp_row;
+
+typedef struct tp_table {
+    tp_row r[TP_ROWS];
+    int n, steps;
+    char path[4096], gpu[64];
+} tp_table;
+
+/* What the table's run measured, reduced to rates (see timeplan.h) */
+typedef struct tp_rates {
+    double fb_ms, opt_ms;           /* forward + backward; AdamW + gradient norm */
+    double gemm_ms, gemm_flops;     /* per step */
+    double att_ms, att_flops;
+    double xent_ms, xent_logits;
+    double rest_ms, rest_units;     /* tokens x layers x d_model */
+    double params;                  /* the matmuls' weights: AdamW's work */
+    double B, T, L, C, Vp, M;       /* the reference run's shape; M microbatches a step */
+} tp_rates;
+
+/* Link figures: the health checker's expected NCCL bus bandwidth for the model
+ * (healthcheck/healthcheck.cfg: nccl_node, nccl_pairs) */
+static const struct { const char *gpu; double node, net; const char *src; } link_table[] = {
+    {"H100", 460.0, 350.0, "healthcheck.cfg's H100 nccl_node (Azure ND H100 v5's limit) and "
+                           "nccl_pairs (an estimate: 8 x 400 Gb/s NDR a node)"},
+    {"H200", 431.0, 350.0, "healthcheck.cfg's H200 nccl_node (Azure ND H200 v5's limit) and "
+                           "nccl_pairs (an estimate: 8 x 400 Gb/s NDR a node)"},
+    {"A100", 228.0, 180.0, "healthcheck.cfg's A100 nccl_node (Azure NDm A100 v4's limit) and "
+                           "nccl_pairs (an estimate: 8 x 200 Gb/s HDR a node)"},
+};
+
+int timeplan_parse_link(const char *s, timeplan_opts *o, char *why, size_t n) {
+    char *end;
+    double node = strtod(s, &end), net = node;
+    if (end != s && *end == ',') {
+        const char *p = end + 1;
+        net = strtod(p, &end);
+        if (end == p) end = (char *)s; /* nothing after the comma */
+    }
+    if (end == s || *end || !(node > 0 && node <= 1e5 && net > 0 && net <= 1e5)) {
+        snprintf(why, n, "--link %s: expected NODE[,NET], bus bandwidth in GB/s (0 < x <= 100000) "
+                 "within a node and between nodes, e.g. --link 431,350", s);
+        return -1;
+    }
+    o->link_node = node, o->link_net = net;
+    return 0;
+}
+
+/* ---- the table ---- */
+
+static void parse_shape(const char *s, tp_row *r) {
+    r->a = r->b = r->c = 0;
+    if (strcmp(s, "-") == 0) return;
+    char *end;
+    r->a = strtod(s, &end);
+    if (*end == 'x') r->b = strtod(end + 1, &end);
+    if (*end == 'x') r->c = strtod(end + 1, &end);
+}
+
+/* one row of TSR_PROFILE's table: the op (28 columns), shape, calls, ms/step, us/call, % f+b */
+static int parse_row(const char *line, int steps, tp_row *r) {
+    size_t len = strlen(line);
+    if (len < 30 || line[28] != ' ') return -1;
+    memcpy(r->name, line, 28);
+    r->name[28] = '\0';
+    for (int i = 27; i >= 0 && r->name[i] == ' '; i--) r->name[i] = '\0';
+    char shape[64];
+    double calls, ms, us, pct;
+    if (!r->name[0] || sscanf(line + 29, "%63s %lf %lf %lf %lf", shape, &calls, &ms, &us, &pct) != 5 ||
+        !(calls >= 0 && ms >= 0 && ms < 1e9))
+        return -1;
+    parse_shape(shape, r);
+    r->calls = calls / steps, r->ms = ms;
+    return 0;
+}
+
+/* The table's lines: '#' comments, the header "...TSR_PROFILE device time per op ... over N
+ * step(s)", the column header, the rows; it ends at the first other line. */
+static int parse_table(tp_table *tb, char *text) {
+    int line_no = 0, state = 0; /* 0: before the header, 1: column header next, 2: rows */
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        line_no++;
+        if (line[0] == '#') continue;
+        const char *h = strstr(line, "TSR_PROFILE device time per op");
+        if (state == 0) {
+            if (h && sscanf(strstr(h, " over ") ? strstr(h, " over ") : "", " over %d step",
+                            &tb->steps) == 1 && tb->steps > 0)
+                state = 1;
+            continue;
+        }
+        if (state == 1) {
+            if (strncmp(line, "op ", 3) != 0) break;
+            state = 2;
+            continue;
+        }
+        if (tb->n == TP_ROWS) {
+            tsr_error("%s: more than %d rows in the table", tb->path, TP_ROWS);
+            return TSR_EXIT_DATA;
+        }
+        if (parse_row(line, tb->steps, &tb->r[tb->n]) != 0) break; /* the table's end */
+        tb->n++;
+    }
+    if (state != 2 || tb->n == 0) {
+        tsr_error("%s: no TSR_PROFILE table in it (%d lines): expected the header line 'NAME: "
+                  "TSR_PROFILE device time per op (CUDA events) over N steps', the column line "
+                  "'op shape calls ms/step us/call %% f+b' and its rows (docs/planning.md)",
+                  tb->path, line_no);
+        return TSR_EXIT_DATA;
+    }
+    return 0;
+}
+
+static int load_table(tp_table *tb) {
+    struct stat st;
+    FILE *f = fopen(tb->path, "rb");
+    if (!f || fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > TP_FILE_MAX) {
+        tsr_error("%s: %s", tb->path, !f ? "cannot open" : st.st_size > TP_FILE_MAX
+                                                ? "over 1 MiB: not a TSR_PROFILE table"
+                                                : "not a regular file");
+        if (f) fclose(f);
+        return TSR_EXIT_DATA;
+    }
+    char *text = tsr_malloc((size_t)st.st_size + 1);
+    size_t got = fread(text, 1, (size_t)st.st_size, f);
+    fclose(f);
+    text[got] = '\0';
+    int rc = parse_table(tb, text);
+    free(text);
+    return rc;
+}
+
+/* o->gpu: a file (has a '/' or exists), else a model whose table is looked for as
+ * PREFIX/share/tessera/profiles/NAME.prof beside the program, then the checkout's
+ * configs/profiles/. 1: found (tb->path), 0: a known model with no table, -1: neither (said). */
+static int find_table(tp_table *tb, const char *gpu) {
+    if (strchr(gpu, '/') || access(gpu, F_OK) == 0) {
+        snprintf(tb->path, sizeof tb->path, "%s", gpu);
+        snprintf(tb->gpu, sizeof tb->gpu, "the GPU of %s", gpu);
+        return 1;
+    }
+    snprintf(tb->gpu, sizeof tb->gpu, "%s", gpu);
+    for (char *p = tb->gpu; *p; p++) *p = (char)toupper((unsigned char)*p);
+    char exe[4096];
+    fs_exe_dir(exe, sizeof exe);
+    static const char *const dirs[] = {"../share/tessera/profiles", "../configs/profiles"};
+    for (int i = 0; *exe && i < 2; i++)
+        if (!tsr_snprintf(tb->path, sizeof tb->path, "%s/%s/%s.prof", exe, dirs[i], tb->gpu) &&
+            access(tb->path, R_OK) == 0)
+            return 1;
+    snprintf(tb->path, sizeof tb->path, "configs/profiles/%s.prof", tb->gpu);
+    if (metrics_peak_flops(tb->gpu, 0) > 0) return 0;
+    tsr_error("--time=%s: not a GPU model tessera knows (H100, H200, A100) nor a file holding a "
+              "TSR_PROFILE table", gpu);
+    return -1;
+}
+
+/* ---- rates ---- */
+
+static const tp_row *row(const tp_table *tb, const char *name) {
+    for (int i = 0; i < tb->n; i++)
+        if (strcmp(tb->r[i].name, name) == 0) return &tb->r[i];
+    return NULL;
+}
+
+static int starts(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
+
+/* sums the table's rows into rates; NULL when a class the plan needs has no row (why says) */
+static int rates_of(const tp_table *tb, tp_rates *q, char *why, size_t n) {
+    memset(q, 0, sizeof *q);
+    const tp_row *fb = row(tb, "step: forward+backward"), *opt = row(tb, "step: AdamW"),
+                 *gn = row(tb, "step: gradient norm");
+    double sum = 0, att_fwd_calls = 0;
+    for (int i = 0; i < tb->n; i++) {
+        const tp_row *r = &tb->r[i];
+        if (starts(r->name, "step: ")) continue;
+        sum += r->ms;
+        if (starts(r->name, "matmul_forward")) {
+            q->gemm_ms += r->ms, q->gemm_flops += r->calls * 2 * r->a * r->b * r->c;
+            q->params += r->calls * r->b * r->c;
+        } else if (starts(r->name, "matmul_backward")) {
+            q->gemm_ms += r->ms, q->gemm_flops += r->calls * 4 * r->a * r->b * r->c;
+        } else if (starts(r->name, "attention_")) {
+            q->att_ms += r->ms, q->B = r->a, q->T = r->b;
+            if (strcmp(r->name, "attention_forward") == 0) att_fwd_calls += r->calls;
+        } else if (starts(r->name, "softmax_xent")) {
+            q->xent_ms += r->ms, q->Vp = r->b, q->M = r->calls;
+            q->xent_logits += r->calls * r->a * r->b;
+        } else if (!q->C && (strstr(r->name, "layernorm") || strstr(r->name, "rmsnorm"))) {
+            q->C = r->b;
+        }
+    }
+    const char *miss = !fb ? "'step: forward+backward'" : !opt ? "'step: AdamW'"
+                       : !q->gemm_ms ? "matmul_forward/matmul_backward" : !att_fwd_calls ? "attention_forward"
+                       : !q->xent_ms ? "softmax_xent" : !q->C ? "layernorm_* or rmsnorm_*" : NULL;
+    if (miss) return snprintf(why, n, "%s: no %s row", tb->path, miss), -1;
+    q->L = att_fwd_calls / q->M;
+    q->params /= q->M;
+    /* attention's FLOPs as MFU counts them (docs/mfu.md): 12 L (NH hs) T a token, the forward a
+     * third; the table's width C = NH hs (GPT-2's) */
+    q->att_flops = 12 * q->L * q->C * q->T * q->B * q->T * q->M;
+    q->fb_ms = fb->ms, q->opt_ms = opt->ms + (gn ? gn->ms : 0);
+    /* the rest of the forward + backward: its other rows and the gaps between ops */
+    q->rest_ms = fb->ms - q->gemm_ms - q->att_ms - q->xent_ms;
+    q->rest_units = q->B * q->T * q->M * q->L * q->C;
+    if (!(q->rest_ms > 0 && q->params > 0 && q->B > 0 && q->T > 0 && sum > 0))
+        return snprintf(why, n, "%s: the rows add up to more than 'step: forward+backward' or "
+                        "give no shape", tb->path), -1;
+    return 0;
+}
+
+/* ---- the recipe ---- */
+
+/* what the recipe needs that a table of dense AdamW training cannot say; NULL: nothing */
+static const char *unmeasured(const tsr_trainer *t, const tp_table *tb) {
+    int moe = 0, lora = 0;
+    for (int i = 0; i < tb->n; i++)
+        moe |= starts(tb->r[i].name, "moe_matmul"), lora |= starts(tb->r[i].name, "lora_");
+    if (t->model.E && !moe) return "the MoE ops (moe_route, moe_gather, moe_matmul_*, moe_combine)";
+    if (t->cfg.lora.rank > 0 && !lora) return "LoRA's adapter ops (lora_forward, lora_backward)";
+    if (t->cfg.optim.name == TSR_OPTIM_MUON) return "Muon's orthogonalisation (optim.name = muon)";
+    return NULL;
+}
+
+/* the step of one rank of W: compute (ms), its backward part that collectives can hide under
+ * (ms), bytes and exposed time of its collectives */
+typedef struct tp_step {
+    int W, G, nodes;
+    int64_t per_rank;
+    double fb, compute, overlap, bytes, comm, exposed;
+    char na[160]; /* why the row has no figures */
+} tp_step;
+
+static double recompute_share(const tsr_config *c) {
+    int lo, n;
+    const char *key;
+    char why[200];
+    if (c->model.activation_checkpointing == TSR_ACTCKPT_NONE ||
+        config_actckpt_layers(&c->model, &lo, &n, &key, why, sizeof why) != 0)
+        return 0;
+    return (double)n / c->model.n_layer;
+}
+
+static void compute_of(const tsr_trainer *t, const tp_rates *q, tp_step *s) {
+    const tsr_model *m = &t->model;
+    double tok = (double)s->per_rank * t->T;
+    double att = 12.0 * m->L * m->QD * t->T; /* per token, as in flops_per_token */
+    double gemm = (t->out.flops_per_token - att) * tok;
+    /* activation checkpointing runs a checkpointed layer's forward again: a third more of it */
+    double re = 1 + recompute_share(&t->cfg) / 3;
+    double ms = gemm * re / (q->gemm_flops / q->gemm_ms) + att * tok * re / (q->att_flops / q->att_ms) +
+                tok * m->Vp / (q->xent_logits / q->xent_ms) +
+                tok * m->L * m->C * re / (q->rest_units / q->rest_ms);
+    double owned = (double)m->n_params / (t->cfg.sharding == TSR_SHARD_DDP ? 1 : s->G);
+    s->fb = ms, s->compute = ms + q->opt_ms * owned / q->params;
+    /* the last microbatch's backward, less its last layer (two thirds of a pass) */
+    int64_t micro = t->micro < s->per_rank ? t->micro : s->per_rank;
+    s->overlap = ms * micro / (double)s->per_rank * 2 / 3 * (m->L - 1) / m->L;
+}
+
+static double bw_of(int group, int per_node, const timeplan_opts *o) {
+    return (group <= per_node ? o->link_node : o->link_net) * 1e9 / 1e3; /* bytes per ms */
+}
+
+/* bytes one rank sends per step (docs/sharding.md's formulas; the GPU path gathers bf16 weights,
+ * sums fp32 gradients) and the part of their time the schedule does not hide */
+static void comm_of(const tsr_trainer *t, const timeplan_opts *o, int per_node, tp_step *s) {
+    const tsr_model *m = &t->model;
+    double N = (double)m->n_params, Pl = 0, W = s->W, G = s->G, R = W / G;
+    for (int id = 0; id < TSR_P_COUNT; id++)
+        if (model_param_per_layer(id)) Pl += (double)m->params_info[id].numel / m->L;
+    double root = N - m->L * Pl, M = ceil((double)s->per_rank / t->micro), f = (W - 1) / W;
+    double bw = bw_of(s->W, per_node, o);
+    s->bytes = s->comm = s->exposed = 0;
+    if (s->W == 1) return;
+    switch (t->cfg.sharding) {
+    case TSR_SHARD_DDP:
+    case TSR_SHARD_ZERO1: {
+        double grads = (t->cfg.sharding == TSR_SHARD_DDP ? 2 : 1) * f * 4 * N;
+        double gather = t->cfg.sharding == TSR_SHARD_DDP ? 0 : f * 2 * N; /* after AdamW */
+        s->bytes = grads + gather, s->comm = s->bytes / bw;
+        double g = grads / bw, hidden = g - g / m->L < s->overlap ? g - g / m->L : s->overlap;
+        s->exposed = s->comm - hidden;
+        break;
+    }
+    default: { /* zero3 in groups of G (hsdp: then the shard over R replicas) */
+        double fg = (G - 1) / G, bg = bw_of(s->G, per_node, o);
+        double layers = fg * (2 * M * (2 * m->L - 2) * Pl + 4 * M * m->L * Pl);
+        double roots = fg * 6 * root, reps = R > 1 ? 2 * (R - 1) / R * 4 * N / G : 0;
+        s->bytes = layers + roots + reps;
+        double tl = layers / bg, fb = s->fb;
+        s->comm = tl + roots / bg + (reps ? reps / bw : 0);
+        /* the first gather and the last reduce-scatter of a layer wait; the rest runs beside
+         * the passes when they are longer */
+        s->exposed = (tl > fb ? tl - fb : 0) + tl / (M * m->L) + roots / bg + (reps ? reps / bw : 0);
+        break;
+    }
+    }
+}
+
+/* one row of the table: W's split of the batch, its compute and its collectives */
+static void plan_row(const tsr_trainer *t, const tp_rates *q, const timeplan_opts *o, int per_node,
+                     const char *missing, tp_step *s) {
+    if (t->cfg.global_batch % s->W) {
+        snprintf(s->na, sizeof s->na, "global_batch %lld does not split over %d ranks",
+                 (long long)t->cfg.global_batch, s->W);
+        return;
+    }
+    s->per_rank = t->cfg.global_batch / s->W;
+    tsr_log_mute(1); /* hsdp's group: its reason is said below */
+    int bad = trainer_shard_group(&t->cfg, s->W, s->W < per_node ? s->W : per_node, &s->G);
+    tsr_log_mute(0);
+    if (bad) {
+        snprintf(s->na, sizeof s->na, "parallel.replica_group = %lld does not divide %d ranks",
+                 (long long)t->cfg.replica_group, s->W);
+        return;
+    }
+    if (!missing) compute_of(t, q, s);
+    comm_of(t, o, per_node, s);
+}
+
+/* ---- printing ---- */
+
+static void human_time(char *buf, size_t n, double s) {
+    if (s < 2 * 3600) snprintf(buf, n, "%.1f min", s / 60);
+    else if (s < 3 * 86400) snprintf(buf, n, "%.1f h", s / 3600);
+    else snprintf(buf, n, "%.1f days", s / 86400);
+}
+
+static void print_rates(const tp_table *tb, const tp_rates *q) {
+    printf("time plan (--time; docs/planning.md): %s, per-op table %s\n", tb->gpu, tb->path);
+    printf("  the table's run: B=%.0f T=%.0f L=%.0f d_model=%.0f vocab %.0f, %.0f microbatch(es) a "
+           "step, %d steps; forward+backward %.2f ms, AdamW + gradient norm %.2f ms\n",
+           q->B, q->T, q->L, q->C, q->Vp, q->M, tb->steps, q->fb_ms, q->opt_ms);
+    printf("  its rates: GEMMs %.3g TFLOP/s (%.2f ms), attention %.3g TFLOP/s (%.2f ms), softmax + "
+           "cross-entropy %.3f ps a logit (%.2f ms), the rest %.3f ps a token x layer x d_model "
+           "(%.2f ms: norms, element-wise ops, gaps), AdamW + norm %.3f ps a parameter (%.2f ms)\n",
+           q->gemm_flops / q->gemm_ms / 1e9, q->gemm_ms, q->att_flops / q->att_ms / 1e9, q->att_ms,
+           1e9 * q->xent_ms / q->xent_logits, q->xent_ms, 1e9 * q->rest_ms / q->rest_units,
+           q->rest_ms, 1e9 * q->opt_ms / q->params, q->opt_ms);
+}
+
+static void print_step(const tsr_trainer *t, const tp_step *s, double peak, int computed) {
+    char nodes[16], left[48] = "-", gh[32] = "-";
+    snprintf(nodes, sizeof nodes, "%d", s->nodes);
+    if (s->na[0]) {
+        printf("%6d %6s  %s\n", s->W, nodes, s->na);
+        return;
+    }
+    if (!computed) {
+        printf("%6d %6s %9lld %12s %12.1f %10.2f %10s %10s %12s %7s %14s %12s\n", s->W, nodes,
+               (long long)s->per_rank, "-", s->bytes / 1e6, s->comm, "-", "-", "-", "-", "-", "-");
+        return;
+    }
+    double step = s->compute + s->exposed, tps = t->cfg.global_batch * t->T / (step / 1e3);
+    char mfu[16] = "-";
+    if (peak > 0) snprintf(mfu, sizeof mfu, "%.1f%%", 100 * t->out.flops_per_token * tps / (s->W * peak));
+    if (t->cfg.max_duration.unit != TSR_DUR_EPOCHS) {
+        double secs = (double)t->total_steps * step / 1e3;
+        human_time(left, sizeof left, secs);
+        double h = s->W * secs / 3600;
+        snprintf(gh, sizeof gh, h < 100 ? "%.1f" : "%.0f", h);
+    }
+    printf("%6d %6s %9lld %12.2f %12.1f %10.2f %10.2f %10.2f %12.0f %7s %14s %12s\n", s->W, nodes,
+           (long long)s->per_rank, s->compute, s->bytes / 1e6, s->comm, s->exposed, step, tps, mfu,
+           left, gh);
+}
+
+static void print_assumptions(const tsr_trainer *t, const timeplan_opts *o, int per_node,
+                              const char *link_src) {
+    char dur[32];
+    char steps[96];
+    duration_format(dur, sizeof dur, t->cfg.max_duration);
+    if (t->cfg.max_duration.unit == TSR_DUR_EPOCHS)
+        snprintf(steps, sizeof steps, "in epochs: its steps need the data's size (a dry run opens none)");
+    else snprintf(steps, sizeof steps, "= %lld steps", (long long)t->total_steps);
+    printf("  assumptions (docs/planning.md says how far to trust them):\n"
+           "  - every rate of the table holds at the recipe's shapes (GEMM efficiency, attention's "
+           "at its T and head size, the memory-bound ops per element); the recipe's norms, RoPE "
+           "and SwiGLU cost what the table's norms and element-wise ops cost per element\n"
+           "  - global_batch %lld and micro_batch %lld as in the recipe at every W (per-rank batch "
+           "global_batch / W; micro_batch at most that); max_duration %s %s\n",
+           (long long)t->cfg.global_batch, (long long)t->cfg.micro_batch, dur, steps);
+    printf("  - %d GPUs a node; bus bandwidth %.0f GB/s within a node, %.0f GB/s between nodes "
+           "(%s); every collective bandwidth-bound (no latency term), one link at a time\n",
+           per_node, o->link_node, o->link_net, link_src);
+    printf("  - overlap: ddp's and zero1's gradient sums hide under the last microbatch's backward "
+           "but the last layer's; zero3's layer gathers and reduce-scatters under all the passes "
+           "but a layer's; zero1's weight gather, zero3's root and hsdp's replica sum do not hide\n"
+           "  - the data, checkpoints, evaluation and logging cost nothing; no straggler, no "
+           "failure, no requeue\n");
+}
+
+struct timeplan {
+    tp_table tb;
+    tp_rates q;
+    int found;        /* 0: a GPU tessera knows but has no table for */
+    timeplan_opts o;  /* --link's figures, else the GPU's defaults (link_src) */
+    const char *link_src;
+};
+
+timeplan *timeplan_open(const timeplan_opts *o, int *rc) {
+    timeplan *p = tsr_calloc(1, sizeof *p);
+    p->o = *o;
+    p->found = find_table(&p->tb, o->gpu ? o->gpu : "H200");
+    char why[4400];
+    *rc = p->found < 0 ? TSR_EXIT_USAGE : p->found ? load_table(&p->tb) : 0;
+    if (!*rc && p->found && rates_of(&p->tb, &p->q, why, sizeof why) != 0) {
+        tsr_error("%s (docs/planning.md: the table's rows)", why);
+        *rc = TSR_EXIT_DATA;
+    }
+    if (*rc) return free(p), NULL;
+    p->link_src = "--link";
+    for (size_t i = 0; i < sizeof link_table / sizeof link_table[0]; i++)
+        if (!o->link_node && strcasecmp(p->tb.gpu, link_table[i].gpu) == 0)
+            p->o.link_node = link_table[i].node, p->o.link_net = link_table[i].net,
+            p->link_src = link_table[i].src;
+    return p;
+}
+
+void timeplan_close(timeplan *p) { free(p); }
+
+/* the lines above the table: the rates, or what is missing */
+static void print_head(const timeplan *p, const tsr_trainer *t, const char *missing) {
+    const tp_table *tb = &p->tb;
+    if (p->found) print_rates(tb, &p->q);
+    else
+        printf("time plan (--time; docs/planning.md): %s: no per-op table (%s): tessera has not "
+               "been measured on an %s yet. The prepared GPU call writes it: a device run of "
+               "'PROFILE_RUNS=base bash tests/gpu/device.sh profile gpt2-124m' on that GPU; its "
+               "log (profile-gpt2-124m.txt) becomes %s. Below: the communication alone\n",
+               tb->gpu, tb->path, tb->gpu, tb->path);
+    if (p->found && missing)
+        printf("  no step time: the table has no rows for %s; a TSR_PROFILE run of such a recipe on "
+               "the GPU fills them (docs/planning.md). Below: the communication alone\n", missing);
+    if (t->cfg.lora.rank > 0)
+        printf("  the communication below is full training's: LoRA sums its adapters' gradients "
+               "only (a frozen base is gathered once under zero3/hsdp)\n");
+    if (!p->o.link_node)
+        printf("  no link figures for %s: give --link NODE,NET (GB/s bus bandwidth, e.g. from "
+               "tessera-healthcheck --full's nccl_node and nccl_pairs); the comm columns below "
+               "are for 1 GB/s\n", tb->gpu);
+    printf("%6s %6s %9s %12s %12s %10s %10s %10s %12s %7s %14s %12s\n", "W", "nodes", "per rank",
+           "compute ms", "comm MB/rank", "comm ms", "exposed ms", "step ms", "tokens/s", "MFU",
+           "to max_dur.", "GPU-hours");
+}
+
+void timeplan_print(const timeplan *p, const tsr_trainer *t) {
+    if (t->dist.rank != 0) return;
+    const char *missing = p->found ? unmeasured(t, &p->tb) : "every op: no table";
+    print_head(p, t, missing);
+    timeplan_opts lo = p->o;
+    if (!lo.link_node) lo.link_node = lo.link_net = 1;
+    int per_node = lo.per_node ? lo.per_node : 8, pw = lo.plan_world;
+    int ws[5] = {1, 8, 64, 512, pw};
+    int nw = pw && pw != 1 && pw != 8 && pw != 64 && pw != 512 ? 5 : 4;
+    double peak = t->cfg.peak_flops > 0 ? t->cfg.peak_flops : metrics_peak_flops(p->tb.gpu, 0);
+    for (int i = 0; i < nw; i++) {
+        tp_step s = {.W = ws[i], .nodes = (ws[i] + per_node - 1) / per_node};
+        plan_row(t, &p->q, &lo, per_node, missing, &s);
+        print_step(t, &s, peak, !missing);
+    }
+    print_assumptions(t, &lo, per_node, p->link_src);
+    if (peak <= 0) printf("  - MFU: no peak FLOP/s for %s: set peak_flops\n", p->tb.gpu);
+    fflush(stdout);
+}
