@@ -20,6 +20,11 @@ void fs_exe_dir(char *buf, size_t n);
  * after tsr_error() naming the path (cannot open, read error, too large). */
 int fs_read_all(const char *path, size_t max_bytes, char **out, size_t *n);
 
+/* Runs argv[0] (found on PATH; no shell) with argv; captures up to n-1 bytes of its stdout into
+ * out when out != NULL. Returns its exit status, or -1 when it could not be started (after
+ * tsr_error naming it) or died of a signal. */
+int fs_run_argv(char *const argv[], char *out, size_t n);
+
 /* Called by fs_walk for each regular file found: its path (dir/sub/name) and stat (the target's,
  * for a symbolic link). Returns 0 to go on, or a status that stops the walk. */
 typedef int (*fs_walk_fn)(void *ctx, const char *path, const struct stat *st);

@@ -14,6 +14,7 @@
 
 #include "common.h"
 #include "tokenizer/tokenizer.h"
+#include "train/account.h"
 #include "train/tboard.h"
 
 /* Peak dense FLOP/s per device (per rank). GPUs: bf16 dense from the vendors' datasheets.
@@ -456,6 +457,7 @@ void metrics_log_guard(const tsr_trainer *t, const char *action, const tsr_step_
 void metrics_log_rollback(const tsr_trainer *t, int64_t from_step, const char *path, int64_t lo,
                           int64_t hi) {
     if (t->dist.rank != 0) return;
+    account_rolled_back(from_step, t->step); /* the steps after the restored one: lost */
     long long gb = (long long)t->cfg.global_batch;
     printf("guard: rollback at step %lld to step %lld (%s); skipping data batches [%lld, %lld) = "
            "global samples [%lld, %lld); rollback %lld of %lld\n",
@@ -477,6 +479,7 @@ void metrics_log_rollback(const tsr_trainer *t, int64_t from_step, const char *p
 void metrics_log_checkpoint(const tsr_trainer *t, const char *what, const char *path,
                             double seconds, uint64_t bytes) {
     if (t->dist.rank != 0) return;
+    account_add(strcmp(what, "save") ? ACC_LOAD : ACC_SAVE, seconds);
     double gbs = seconds > 0 ? (double)bytes / seconds / 1e9 : 0.0;
     printf("checkpoint %s step %lld | %s | %.3f s | %.1f MB | %.2f GB/s\n", what,
            (long long)t->step, path, seconds, (double)bytes / 1e6, gbs);
@@ -517,7 +520,56 @@ void metrics_log_start(tsr_trainer *t) {
     if (t->dist.rank != 0 || !t->out.metrics) return;
     fprintf(t->out.metrics, "{\"event\": \"start\", \"step\": %lld, \"world\": %d",
             (long long)t->step, t->dist.world);
+    account_start_fields(t, t->out.metrics); /* when and what this start holds (account.h) */
     metrics_end_record(t->out.metrics);
+}
+
+/* A number or null (JSON has no NaN) as `, "key": v`. */
+static void put_num(FILE *f, const char *key, double v) {
+    if (isfinite(v)) fprintf(f, ", \"%s\": %.6g", key, v);
+    else fprintf(f, ", \"%s\": null", key);
+}
+
+static void account_record(FILE *f, const acc_start *s, int rc) {
+    const double h = s->wall / 3600;
+    fprintf(f, "{\"event\": \"account\", \"step\": %lld, \"exit\": %d, \"wall_s\": %.6g",
+            (long long)s->step, rc, s->wall);
+    for (int p = 0; p < ACC_PARTS; p++)
+        fprintf(f, ", \"%s\": %.6g", account_part_key((acc_part)p), s->s[p]);
+    fprintf(f, ", \"goodput\": %.6g, \"ranks\": %d, \"gpus\": %d, \"threads\": %d, "
+               "\"gpu_hours\": %.6g, \"cpu_hours\": %.6g, \"core_hours\": %.6g",
+            s->wall > 0 ? s->s[ACC_STEPS] / s->wall : 0, s->ranks, s->gpus, s->threads,
+            s->gpus * h, s->ranks * h, s->ranks * s->threads * h);
+    put_num(f, "gpu_energy_j", s->gpu_j);
+    put_num(f, "cpu_energy_j", s->cpu_j);
+    metrics_end_record(f);
+}
+
+static void energy_words(char *buf, size_t n, const char *what, double j, int gpu) {
+    if (isfinite(j)) snprintf(buf, n, "%s %.4g kWh", what, j / 3.6e6);
+    else snprintf(buf, n, "%s not measured (%s)", what, account_energy_why(gpu));
+}
+
+void metrics_log_account(const tsr_trainer *t, int rc, const acc_start *s) {
+    if (t->dist.rank != 0 || !t->out.metrics) return;
+    account_record(t->out.metrics, s, rc);
+    char ge[256], ce[256], path[1200], line[400];
+    energy_words(ge, sizeof ge, "GPU energy", s->gpu_j, 1);
+    energy_words(ce, sizeof ce, "CPU package energy", s->cpu_j, 0);
+    printf("cost: this start %.1f s x %d rank%s: %.4g GPU-h, %.4g CPU-h, goodput %.1f%%; %s; %s\n",
+           s->wall, s->ranks, s->ranks > 1 ? "s" : "", s->gpus * s->wall / 3600,
+           s->ranks * s->wall / 3600, s->wall > 0 ? 100 * s->s[ACC_STEPS] / s->wall : 0, ge, ce);
+    acc_run r; /* the run so far, every start of run_dir (its own file: an error is not expected) */
+    snprintf(path, sizeof path, "%s/metrics.jsonl", t->cfg.run_dir);
+    if (account_read(&r, path) == 0 && r.n > 0) {
+        account_line(&r, t->step, line, sizeof line);
+        printf("cost: run so far: %s\n", line);
+        fflush(stdout);
+        if (account_slurm_comment(line) == 1)
+            printf("cost: set as the job's comment (sacct --format=JobID,Comment shows it)\n");
+    }
+    account_free(&r);
+    fflush(stdout);
 }
 
 void metrics_log_eval(tsr_trainer *t, double val_loss) {

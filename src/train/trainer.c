@@ -831,6 +831,7 @@ static int stop_on_request(tsr_trainer *t, int64_t committed) {
 
 /* The evaluations due after this step: validation loss, the ICL tasks. */
 static void evaluate(tsr_trainer *t) {
+    const double t0 = tsr_now();
     if (t->data.val) {
         watchdog_phase(WD_EVAL, t->step);
         metrics_log_eval(t, trainer_eval(t));
@@ -843,6 +844,7 @@ static void evaluate(tsr_trainer *t) {
                      t->out.tb);
         trainer_eval_scope(t, 0);
     }
+    account_add(ACC_EVAL, tsr_now() - t0);
 }
 
 /* parallel.expert: the bytes the experts' exchange sent between ranks in this process's steps,
@@ -883,6 +885,7 @@ static void end_of_run_sample(tsr_trainer *t) {
  * an exit code (TSR_EXIT_SLOW after a checkpoint). */
 static int after_step(tsr_trainer *t, const tsr_step_stats *st, int64_t *committed) {
     int rc;
+    account_step(t, st->step_time);
     metrics_log_step(t, st);
     if (st->phase_switch)
         metrics_log_guard_note(t, "restart-window", st, "a data-mix curriculum phase starts "
@@ -910,7 +913,7 @@ static int after_step(tsr_trainer *t, const tsr_step_stats *st, int64_t *committ
     return 0;
 }
 
-int trainer_run(tsr_trainer *t) {
+static int run_steps(tsr_trainer *t) {
     tsr_step_stats st;
     int64_t committed = -1; /* step of the last checkpoint this run committed */
     watchdog_start(t);
@@ -934,6 +937,17 @@ int trainer_run(tsr_trainer *t) {
     metrics_finish(t);
     end_of_run_sample(t);
     return TSR_EXIT_OK;
+}
+
+/* The steps, between the accounting of this start (train/account.h): its record is written
+ * whichever way the steps end (finished, 85, 86, the guard's stop) */
+int trainer_run(tsr_trainer *t) {
+    account_run_begin(t);
+    int rc = run_steps(t);
+    acc_start s;
+    account_close(t, &s);
+    metrics_log_account(t, rc, &s);
+    return rc;
 }
 
 void trainer_free(tsr_trainer *t) {
