@@ -234,3 +234,34 @@ int fs_run_argv(char *const argv[], char *out, size_t n) {
         if (errno != EINTR) return -1;
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+FILE *fs_open_beside(const char *path, char *tmp, size_t n) {
+    if (tsr_snprintf(tmp, n, "%s.XXXXXX", path)) {
+        tsr_error("%s: path too long", path);
+        return NULL;
+    }
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        tsr_error("%s: cannot create a temporary file beside it (%s.XXXXXX): %s", path, path,
+                  strerror(errno));
+        return NULL;
+    }
+    FILE *f = fchmod(fd, 0644) == 0 ? fdopen(fd, "w") : NULL; /* mkstemp makes it 0600 */
+    if (!f) {
+        tsr_error("%s: cannot open %s: %s", path, tmp, strerror(errno));
+        close(fd);
+        unlink(tmp);
+    }
+    return f;
+}
+
+int fs_commit_beside(FILE *f, const char *tmp, const char *path) {
+    int bad = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        tsr_error("%s: write failed: %s", path, strerror(errno));
+        unlink(tmp);
+        return TSR_EXIT_DATA;
+    }
+    return fs_sync_parent(path);
+}

@@ -4,6 +4,7 @@
 #define TSR_FSUTIL_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/stat.h>
 
 /* mkdir -p of the directory that will hold `path` (its last component is not created).
@@ -19,6 +20,15 @@ void fs_exe_dir(char *buf, size_t n);
  * a '\0' after its *n bytes. At most max_bytes bytes (0: no limit). Returns 0, or TSR_EXIT_DATA
  * after tsr_error() naming the path (cannot open, read error, too large). */
 int fs_read_all(const char *path, size_t max_bytes, char **out, size_t *n);
+
+/* Replacing a file atomically, so a reader sees the old or the new one, never a part (the health
+ * checker's --json and --prometheus, the trainer's metrics.prometheus_dir): fs_open_beside opens a
+ * new, empty temp file "PATH.XXXXXX" (mkstemp: whatever is at such a name, a file or a planted
+ * symlink, is never opened or followed; mode 0644) and puts its name in tmp; NULL after tsr_error.
+ * fs_commit_beside flushes, fsyncs and closes it, renames it over path and syncs the directory:
+ * 0, or TSR_EXIT_DATA after tsr_error (the temp file is removed, path untouched). */
+FILE *fs_open_beside(const char *path, char *tmp, size_t n);
+int fs_commit_beside(FILE *f, const char *tmp, const char *path);
 
 /* Runs argv[0] (found on PATH; no shell) with argv; captures up to n-1 bytes of its stdout into
  * out when out != NULL. Returns its exit status, or -1 when it could not be started (after

@@ -15,6 +15,7 @@
 #include "common.h"
 #include "tokenizer/tokenizer.h"
 #include "train/account.h"
+#include "train/metrics_prom.h"
 #include "train/tboard.h"
 
 /* Peak dense FLOP/s per device (per rank). GPUs: bf16 dense from the vendors' datasheets.
@@ -207,6 +208,7 @@ int metrics_save_config(const tsr_trainer *t) {
 }
 
 int metrics_open_run_dir(tsr_trainer *t) {
+    TSR_CHECK(metrics_prom_check(t)); /* (before run_dir is written) */
     char path[1200];
     if (mkdir_p(t->cfg.run_dir) != 0) {
         tsr_error("run_dir = \"%s\": cannot create: %s", t->cfg.run_dir, strerror(errno));
@@ -372,6 +374,7 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
                1e3 * st->step_time, mem, eta);
         fflush(stdout);
     }
+    metrics_prom_step(t, st, tok_s, mfu, avg * (double)(t->total_steps - st->step));
     if (t->out.metrics) {
         /* JSON has no NaN or Inf: a non-finite value is null (a zero step time from a coarse
          * clock would make the rates infinite) */
@@ -480,6 +483,7 @@ void metrics_log_checkpoint(const tsr_trainer *t, const char *what, const char *
                             double seconds, uint64_t bytes) {
     if (t->dist.rank != 0) return;
     account_add(strcmp(what, "save") ? ACC_LOAD : ACC_SAVE, seconds);
+    if (!strcmp(what, "save")) metrics_prom_saved(t);
     double gbs = seconds > 0 ? (double)bytes / seconds / 1e9 : 0.0;
     printf("checkpoint %s step %lld | %s | %.3f s | %.1f MB | %.2f GB/s\n", what,
            (long long)t->step, path, seconds, (double)bytes / 1e6, gbs);
@@ -552,6 +556,7 @@ static void energy_words(char *buf, size_t n, const char *what, double j, int gp
 
 void metrics_log_account(const tsr_trainer *t, int rc, const acc_start *s) {
     if (t->dist.rank != 0 || !t->out.metrics) return;
+    metrics_prom_end(t, rc);
     account_record(t->out.metrics, s, rc);
     char ge[256], ce[256], path[1200], line[400];
     energy_words(ge, sizeof ge, "GPU energy", s->gpu_j, 1);
