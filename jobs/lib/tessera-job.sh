@@ -3,6 +3,7 @@
 # batch script, then call:
 #
 #   tsr_setup                      log the job and its restart count, enforce MAX_RESTARTS
+#   tsr_bind                       the srun binding options into TSR_BIND (--cpu-bind, --gpu-bind)
 #   tsr_preflight                  node health check on every node of the job (if installed):
 #                                  TSR_PREFLIGHT=full (default), quick or off
 #   tsr_run srun ... tessera-train ...
@@ -22,9 +23,26 @@
 # MAX_RESTARTS (default 20; the job stops with exit 3 once
 # SLURM_RESTART_COUNT exceeds it), TSR_ON_CRASH (requeue|exit), TSR_REQUEUE (scontrol, the default:
 # the hook requeues; exit: it exits 85/86 for a slurm.conf RequeueExit=85,86), TSR_HEALTHCHECK
-# (default: tessera-healthcheck on PATH).
+# (default: tessera-healthcheck on PATH), TSR_CPU_BIND / TSR_GPU_BIND (tsr_bind: cores, closest;
+# none = the site's default).
 # Exit codes of the batch script: those of tessera-train, plus 3 when MAX_RESTARTS stopped it.
 # The requeue loop: docs/slurm.md "3. The requeue loop" (exit codes: docs/architecture.md).
+
+# tsr_bind: the srun options that bind each rank (docs/site.md "Binding"), into the array TSR_BIND:
+# --cpu-bind=$TSR_CPU_BIND (default cores: each rank on the cores Slurm gave its task) and, where
+# the job has GPUs, --gpu-bind=$TSR_GPU_BIND (default closest: the GPU nearest those cores); none
+# for either leaves it to the site. OMP_PLACES=cores OMP_PROC_BIND=close (unless set): one thread
+# per core, on the rank's own cores; tessera-train's threads = auto counts those cores.
+tsr_bind() {
+    TSR_BIND=()
+    local cpu=${TSR_CPU_BIND:-cores} gpu=${TSR_GPU_BIND:-closest}
+    [[ $cpu == none ]] || TSR_BIND+=(--cpu-bind="$cpu")
+    if [[ ${SLURM_GPUS_ON_NODE:-0} =~ [1-9] || ${SLURM_GPUS_PER_NODE:-0} =~ [1-9] ]]; then
+        [[ $gpu == none ]] || TSR_BIND+=(--gpu-bind="$gpu")
+    fi
+    export OMP_PLACES=${OMP_PLACES:-cores} OMP_PROC_BIND=${OMP_PROC_BIND:-close}
+    tsr_log "binding: srun ${TSR_BIND[*]:-(none)}; OMP_PLACES=$OMP_PLACES OMP_PROC_BIND=$OMP_PROC_BIND"
+}
 
 tsr_log() { printf '[tessera-job %(%F %T)T] %s\n' -1 "$*"; }
 
@@ -183,6 +201,8 @@ tsr_task_exit() {
 tsr_run() {
     local rc step_err
     tsr_stop_if_asked
+    # a sweep's array task (tessera-job sweep) adds its settings to the step's command
+    set -- "$@" ${TSR_SWEEP_SETS[@]+"${TSR_SWEEP_SETS[@]}"}
     tsr_log "step: $*"
     # srun's stderr goes to the job's log as always, and to a copy that tsr_task_exit reads
     step_err=$(mktemp "${TMPDIR:-/tmp}/tessera-step.XXXXXX")

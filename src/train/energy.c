@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "train/binding.h"
 
 typedef struct nvml_device_st *nvml_dev_t;
 static struct {
@@ -30,20 +31,13 @@ static int nvml_handle(int index, char *why, size_t n) {
     int (*by_index)(unsigned, nvml_dev_t *), (*by_uuid)(const char *, nvml_dev_t *);
     *(void **)&by_index = nv_sym("nvmlDeviceGetHandleByIndex_v2");
     *(void **)&by_uuid = nv_sym("nvmlDeviceGetHandleByUUID");
-    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-    char entry[128] = "";
-    if (vis && *vis) { /* the index-th of its comma-separated entries, counting round */
-        int count = 1;
-        for (const char *p = vis; *p; p++) count += *p == ',';
-        const char *p = vis;
-        for (int k = index % count; k > 0; k--) p = strchr(p, ',') + 1;
-        snprintf(entry, sizeof entry, "%.*s", (int)strcspn(p, ","), p);
-    }
+    char entry[128];
+    binding_cuda_visible(index, entry, sizeof entry); /* an index or a GPU-/MIG- UUID */
     int rc = -1;
-    if (*entry && !isdigit((unsigned char)entry[0]) && by_uuid) rc = by_uuid(entry, &nv.dev);
-    else if (by_index) rc = by_index(*entry ? (unsigned)atoi(entry) : (unsigned)index, &nv.dev);
-    if (rc != 0) snprintf(why, n, "NVML has no handle for CUDA device %d (%s): error %d", index,
-                          *entry ? entry : "no CUDA_VISIBLE_DEVICES", rc);
+    if (!isdigit((unsigned char)entry[0]) && by_uuid) rc = by_uuid(entry, &nv.dev);
+    else if (by_index) rc = by_index((unsigned)atoi(entry), &nv.dev);
+    if (rc != 0) snprintf(why, n, "NVML has no handle for CUDA device %d (%.60s): error %d", index,
+                          entry, rc);
     return rc ? -1 : 0;
 }
 

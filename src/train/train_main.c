@@ -17,6 +17,7 @@
 #include "fsutil.h"
 #include "hf/hf_importer.h"
 #include "ops.h"
+#include "train/binding.h"
 #include "train/checkpointing.h"
 #include "train/trainer.h"
 
@@ -186,6 +187,8 @@ int main(int argc, char **argv) {
     tsr_log_mute(0);
     if (rc) tsr_exit(rc);
     banner(&pd, &cfg, t.be.threads);
+    if (c.plan_world == 0) /* where each rank runs: its cores, NUMA node and GPU (collective) */
+        binding_print(&d, cfg.device == TSR_DEVICE_CUDA ? d.local_rank : -1);
     if (!c.dry_run) {
         checkpointing_install_signals();
         /* the checkpoint is read (and a model that differs from the config's refused) before

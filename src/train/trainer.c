@@ -11,6 +11,7 @@
 
 #include "common.h"
 #include "tokenizer/tokenizer.h"
+#include "train/binding.h"
 #include "train/checkpointing.h"
 #include "train/dpo.h"
 #include "train/dpo_ref.h"
@@ -268,10 +269,14 @@ static const trainer_strategy *trainer_pick_strategy(const tsr_trainer *t) {
     return t->part.zero1 ? &strategy_zero1 : &strategy_ddp;
 }
 
-/* Threads per rank: the config's value, else the node's cores shared among its ranks. */
+/* Threads per rank: the config's value, else one per core of the rank's CPU set when it was
+ * bound to fewer cores than the node has (srun --cpu-bind: the cores Slurm gave the task), else
+ * the node's cores shared among its ranks. */
 static int pick_threads(const tsr_config *cfg, const tsr_dist *d) {
     if (cfg->threads > 0) return cfg->threads;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int bound = binding_cores();
+    if (bound > 0 && bound < cores) return bound;
     int n = (int)(cores / (d->local_world > 0 ? d->local_world : 1));
     return n > 0 ? n : 1;
 }
