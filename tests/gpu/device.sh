@@ -21,6 +21,9 @@
 #             ops        the op test as it runs in a training step (no sanitizer, asynchronous)
 #             train      tests/gpu/test_cuda_train.sh, test_cuda_lora.sh, test_cuda_dpo.sh, test_cuda_moe_ep.sh:
 #                        their GPU halves (the emulator's with TSR_TEST_EMULATOR=1; CI runs them)
+#             account    tests/gpu/test_account_gpu.sh: a run's GPU energy from NVML (the cost
+#                        accounting, docs/site.md), its average power in range, the rank's GPU
+#                        in the banner (~30 s)
 #           bash tests/gpu/device.sh bench MODEL     bench/gpu/run.sh (tessera vs PyTorch) for one
 #                                                   model (default gpt2-124m); its settings from
 #                                                   the environment (TESSERA_ARGS, MICRO_BATCH, ...)
@@ -256,7 +259,7 @@ verdict() { case $1 in 0) echo PASS ;; 77) echo SKIP ;; *) echo FAIL ;; esac; }
 recipe_int() { sed -n "s/^ *$2 *= *\([0-9]*\);.*/\1/p" "configs/$1.cfg" | head -1; }
 
 # the stages of `check`, in their order
-STAGES=(memcheck racecheck synccheck ops train)
+STAGES=(memcheck racecheck synccheck ops train account)
 
 check() {
     setup
@@ -289,6 +292,7 @@ check() {
             ops) op_test "$logs/$st.txt" || r=$? ;;
             train) limited "$logs/$st.txt" env TSR_TEST_EMULATOR="${TSR_TEST_EMULATOR:-0}" \
                        TESTS="test_cuda_train test_cuda_lora test_cuda_dpo test_cuda_moe_ep" bash tests/run.sh || r=$? ;;
+            account) limited "$logs/$st.txt" env TESTS="test_account_gpu" bash tests/run.sh || r=$? ;;
         esac
         if ((r == 125)); then not_run+=("$st"); continue; fi
         ((r == 0)) || rc=1
