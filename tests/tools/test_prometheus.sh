@@ -7,7 +7,8 @@
 #    exit 0; the exporter serves exactly those values, with no textfile scrape error; promtool
 #    accepts the file; no temp file is left; each write replaces the file (a new inode), and a
 #    reader polling it while a run writes it every second never sees a partial file;
-#  - tessera-healthcheck --prometheus DIR: per check ok/value/limit matching its verdict lines;
+#  - tessera-healthcheck --prometheus DIR: per check ok/value/limit matching its verdict lines; the
+#    Slurm wrappers add it when the site file sets TESSERA_HC_PROMETHEUS;
 #  - a prometheus_dir that is not a directory: exit 1 naming the key, run_dir not created;
 #  - the exporter is ours: the test refuses a port on which something already answers, and reads
 #    back only from the PID it started (its socket is the one listening).
@@ -44,7 +45,7 @@ owns_port() {
     inode=$(awk -v p=":$hex" '$2 ~ p"$" && $4 == "0A" { print $10; exit }' /proc/net/tcp)
     [[ -n $inode ]] && ls -l "/proc/$2/fd" 2>/dev/null | grep -q "socket:\[$inode\]"
 }
-tap_plan 8
+tap_plan 9
 
 # ---- our own exporter ----
 PORT=
@@ -122,6 +123,15 @@ healthy=$(pq tessera_healthcheck_healthy mode=quick <<<"$s")
 ((rc <= 1 && n > 0 && bad == 0)) && [[ $healthy == $((rc == 0 ? 1 : 0)) ]] &&
     promtool check metrics <"$TXT"/tessera_healthcheck_*.prom >/dev/null 2>&1 && grep -q '^node_textfile_scrape_error 0' <<<"$s"
 tap_check $? "tessera-healthcheck --prometheus: $n checks served with ok/value matching the verdict lines, healthy $healthy for exit $rc, promtool accepts it"
+
+# the Slurm wrappers pass the site file's TESSERA_HC_PROMETHEUS on (a recording stand-in checker)
+printf '#!/bin/sh\nprintf "%%s\\n" "$@" > "%s/hc.args"\n' "$TMP" >"$TMP/hc-stub"
+chmod +x "$TMP/hc-stub"
+echo "TESSERA_HC_PROMETHEUS='$TXT'" >"$TMP/hc-site"
+TESSERA_HC_DEFAULTS=$TMP/hc-site TESSERA_HEALTHCHECK=$TMP/hc-stub TESSERA_HC_LOG=$TMP/hc-wrapper.log \
+    sh "$TSR_ROOT/jobs/slurm/healthcheck.sh" >/dev/null 2>&1
+[[ $(tr '\n' ' ' <"$TMP/hc.args" 2>/dev/null) == "--quick --drain --prometheus $TXT "* ]]
+tap_check $? "the HealthCheckProgram wrapper adds --prometheus DIR from the site file's TESSERA_HC_PROMETHEUS ($(tr '\n' ' ' <"$TMP/hc.args" 2>/dev/null))"
 
 # ---- a bad directory ----
 touch "$TMP/a-file"
