@@ -26,8 +26,8 @@ while IFS= read -r f; do tests+=("$f"); done < <(find tests -name 'test_*.sh' -o
 # of their time below one core (process starts, mpirun, waits on files, single-threaded node and
 # python), so two at a time finish the suite sooner than one after another. A test in SOLO runs
 # alone, after the others, nothing beside it:
-#   - its own Slurm cluster or daemons (tests/slurm/, test_prometheus's node exporter), the health checker's measurements against
-#     thresholds (tests/healthcheck/), timing windows: a signal or a kill caught during a save or
+#   - its own Slurm cluster or daemons (tests/slurm/, test_prometheus's node exporter), the health
+#     checker's measurements against thresholds (tests/healthcheck/), timing windows: a signal or a kill caught during a save or
 #     a stall, a file deleted mid-run (tests/faults/, test_ckpt_signal, test_ckpt_damage,
 #     test_staging, test_resume, test_job_hook), step times and ETAs judged by the clock
 #     (test_resume_timing), a time-capped fuzzer (tests/fuzz/), the CPU health checks of
