@@ -553,4 +553,5 @@ clean:
 # the parsers' libFuzzer harnesses: make fuzz, make fuzz-build (tests/fuzz/fuzz.mk)
 include tests/fuzz/fuzz.mk
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+# (the fuzz harnesses' objects too: a header change, a config struct that grew, rebuilds them)
+-include $(shell find $(BUILD)/obj $(BUILD)/fuzz/obj -name '*.d' 2>/dev/null)
