@@ -31,8 +31,10 @@
 # tsr_bind: the srun options that bind each rank (docs/site.md "Binding"), into the array TSR_BIND:
 # --cpu-bind=$TSR_CPU_BIND (default cores: each rank on the cores Slurm gave its task) and, where
 # the job has GPUs, --gpu-bind=$TSR_GPU_BIND (default closest: the GPU nearest those cores); none
-# for either leaves it to the site. OMP_PLACES=cores OMP_PROC_BIND=close (unless set): one thread
-# per core, on the rank's own cores; tessera-train's threads = auto counts those cores.
+# for either leaves it to the site. tessera-train's threads = auto is one thread per core of the
+# rank's CPU set (or SLURM_CPUS_PER_TASK where the site's task plugin does not bind). OpenMP's own
+# pinning (OMP_PLACES, OMP_PROC_BIND) is left to the environment: under a task plugin that does not
+# bind, pinned ranks would pile onto the node's first cores.
 tsr_bind() {
     TSR_BIND=()
     local cpu=${TSR_CPU_BIND:-cores} gpu=${TSR_GPU_BIND:-closest}
@@ -40,8 +42,7 @@ tsr_bind() {
     if [[ ${SLURM_GPUS_ON_NODE:-0} =~ [1-9] || ${SLURM_GPUS_PER_NODE:-0} =~ [1-9] ]]; then
         [[ $gpu == none ]] || TSR_BIND+=(--gpu-bind="$gpu")
     fi
-    export OMP_PLACES=${OMP_PLACES:-cores} OMP_PROC_BIND=${OMP_PROC_BIND:-close}
-    tsr_log "binding: srun ${TSR_BIND[*]:-(none)}; OMP_PLACES=$OMP_PLACES OMP_PROC_BIND=$OMP_PROC_BIND"
+    tsr_log "binding: srun ${TSR_BIND[*]:-(none)}"
 }
 
 tsr_log() { printf '[tessera-job %(%F %T)T] %s\n' -1 "$*"; }

@@ -269,14 +269,17 @@ static const trainer_strategy *trainer_pick_strategy(const tsr_trainer *t) {
     return t->part.zero1 ? &strategy_zero1 : &strategy_ddp;
 }
 
-/* Threads per rank: the config's value, else one per core of the rank's CPU set when it was
- * bound to fewer cores than the node has (srun --cpu-bind: the cores Slurm gave the task), else
- * the node's cores shared among its ranks. */
+/* Threads per rank: the config's value, else the cores Slurm gave the task: one per core of the
+ * rank's CPU set when it was bound to fewer cores than the node has (srun --cpu-bind), else
+ * SLURM_CPUS_PER_TASK when Slurm set it (a cluster whose task plugin does not bind), else the
+ * node's cores shared among its ranks. */
 static int pick_threads(const tsr_config *cfg, const tsr_dist *d) {
     if (cfg->threads > 0) return cfg->threads;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int bound = binding_cores();
     if (bound > 0 && bound < cores) return bound;
+    const char *cpt = getenv("SLURM_CPUS_PER_TASK");
+    if (cpt && atoi(cpt) > 0 && atoi(cpt) <= 4096) return atoi(cpt);
     int n = (int)(cores / (d->local_world > 0 ? d->local_world : 1));
     return n > 0 ? n : 1;
 }

@@ -74,9 +74,9 @@ done
 tap_check $((ok != 2)) "each task its own requeue loop: stopped at 40 (85), requeued as ${A}_k, resumed at 40, 80 steps in 2 starts"
 
 log=lr-sweep-${A}_1.log
-grep -q "binding: srun --cpu-bind=cores; OMP_PLACES=cores OMP_PROC_BIND=close" "$log" &&
+grep -q "binding: srun --cpu-bind=cores$" "$log" && grep -q "| 1 thread per rank" "$log" &&
     grep -qE "^rank 0 on [^:]+: cpus [0-9,-]+ \([0-9]+ cores?\) \| NUMA [0-9,-]+ \| GPU -" "$log"
-tap_check $? "binding: srun --cpu-bind=cores, and the banner's line of rank 0's cores, NUMA node and GPU"
+tap_check $? "binding: srun --cpu-bind=cores, 1 thread (the task's 1 CPU), the banner's line of rank 0's cores, NUMA node and GPU"
 
 d=$(ls -d "$R/1_"*)
 jobs_ok=$(grep -c "\"job\": \"${A}_1\"" "$d/metrics.jsonl")
