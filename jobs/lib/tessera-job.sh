@@ -199,6 +199,22 @@ tsr_task_exit() {
     if ((other == 0)) && [[ $codes == 1 || $codes == 2 ]]; then printf '%s\n' "$codes"; fi
 }
 
+# tsr_comment FILE: the job's comment set to the run's cost line the trainer wrote into FILE
+# (TSR_COMMENT_FILE; docs/site.md "What a run cost"), so that squeue -o %k, scontrol show job and
+# sacct --format=JobID,Comment show what the run cost. After the step: scontrol run from inside
+# one job's step was seen to cancel another job's step on a multi-slurmd test cluster.
+tsr_comment() {
+    local line id
+    [[ -s $1 ]] || return 0
+    line=$(head -c 1000 "$1" | head -1)
+    id=$(tsr_job_id)
+    if scontrol update JobId="$id" Comment="$line"; then
+        tsr_log "comment of $id: $line"
+    else
+        tsr_log "WARNING: scontrol update JobId=$id Comment=... failed: the job's comment is not set"
+    fi
+}
+
 tsr_run() {
     local rc step_err
     tsr_stop_if_asked
@@ -207,6 +223,8 @@ tsr_run() {
     tsr_log "step: $*"
     # srun's stderr goes to the job's log as always, and to a copy that tsr_task_exit reads
     step_err=$(mktemp "${TMPDIR:-/tmp}/tessera-step.XXXXXX")
+    TSR_COMMENT_FILE=$(mktemp "${TMPDIR:-/tmp}/tessera-comment.XXXXXX")
+    export TSR_COMMENT_FILE
     "$@" 2> >(tee -a "$step_err" >&2) &
     TSR_STEP_PID=$!
     trap 'tsr_forward USR1' USR1
@@ -222,6 +240,8 @@ tsr_run() {
     done
     tsr_hold_stops
     tsr_log "step exited with $rc"
+    tsr_comment "$TSR_COMMENT_FILE"
+    rm -f "$TSR_COMMENT_FILE"
     if ((rc > 128)); then
         local chosen
         chosen=$(tsr_task_exit "$step_err")

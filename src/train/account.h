@@ -66,10 +66,10 @@ typedef struct acc_run {
 void account_close(const tsr_trainer *t, acc_start *s);
 /* Why an energy counter was not read (gpu = 1: the GPU's, 0: the CPU packages'). */
 const char *account_energy_why(int gpu);
-/* Under Slurm, the job's comment set to line (`scontrol update JobId=... Comment=...`, of the
- * array task for an array; TSR_SCONTROL names another program): 1 set, 0 not under Slurm, -1
- * scontrol failed (warned). */
-int account_slurm_comment(const char *line);
+/* The run's one-line summary into the file TSR_COMMENT_FILE names, which the requeue hook sets
+ * (jobs/lib/tessera-job.sh tsr_run) and, once the step has ended, makes the job's comment with
+ * `scontrol update JobId=... Comment=...`: 1 written, 0 not asked (warned when it cannot write). */
+int account_comment_file(const char *line);
 
 /* Reads the starts of metrics.jsonl at path and sums them. 0, or TSR_EXIT_DATA after an error
  * naming the file (cannot open; a line that is not JSON). A file from before accounting (start

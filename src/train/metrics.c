@@ -570,8 +570,8 @@ void metrics_log_account(const tsr_trainer *t, int rc, const acc_start *s) {
         account_line(&r, t->step, line, sizeof line);
         printf("cost: run so far: %s\n", line);
         fflush(stdout);
-        if (account_slurm_comment(line) == 1)
-            printf("cost: set as the job's comment (sacct --format=JobID,Comment shows it)\n");
+        if (account_comment_file(line) == 1)
+            printf("cost: the line for the job's comment in TSR_COMMENT_FILE (the hook sets it)\n");
     }
     account_free(&r);
     fflush(stdout);

@@ -8,7 +8,7 @@
 #    step 40 and finishes (COMPLETED, SLURM_RESTART_COUNT=1, 2 starts in its metrics.jsonl);
 #  - binding: the hook binds the ranks (--cpu-bind=cores) and the banner prints each rank's cores;
 #  - what it cost: every start records its array task as its job; the task's Slurm comment is
-#    the run's one-line summary (scontrol show job); `tessera report` lists both starts, and says
+#    the run's one-line summary (the hook's scontrol update after the step; scontrol show job); `tessera report` lists both starts, and says
 #    sacct gave no answer (this cluster keeps no accounting), so nothing is reconciled;
 #  - `tessera report --compare RUN_DIR/*`: one row per task.
 # Needs root and the Slurm packages (./INSTALL); skips otherwise. Stops the cluster it started.
@@ -82,7 +82,7 @@ d=$(ls -d "$R/1_"*)
 jobs_ok=$(grep -c "\"job\": \"${A}_1\"" "$d/metrics.jsonl")
 comment=$(scontrol show job "${A}_1" 2>/dev/null | grep -o 'Comment=.*' | head -1)
 [[ $jobs_ok == 2 ]] && [[ $comment == "Comment=tessera: 80 steps, 2 starts, 0 GPU-h, "*"goodput "* ]] &&
-    grep -q "cost: set as the job's comment" "$log"
+    grep -q "comment of ${A}_1: tessera: 80 steps, 2 starts" "$log"
 tap_check $? "both starts record job ${A}_1; the task's comment is the run's summary ($comment)"
 
 "$PREFIX/bin/tessera" report "$d" >"$TMP/rep.txt" 2>&1
