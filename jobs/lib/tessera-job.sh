@@ -201,9 +201,7 @@ tsr_task_exit() {
 
 # tsr_comment FILE: the job's comment set to the run's cost line the trainer wrote into FILE
 # (TSR_COMMENT_FILE; docs/site.md "What a run cost"), so that squeue -o %k, scontrol show job and
-# sacct --format=JobID,Comment show what the run cost. TSR_JOB_COMMENT=0 leaves the comment alone:
-# on the test cluster (two slurmd on one host, Slurm 22.05) a job's comment update cancelled a step
-# of another job running beside it (tests/slurm/test_jobs.sh sets it).
+# sacct --format=JobID,Comment show what the run cost. TSR_JOB_COMMENT=0 leaves the comment alone.
 tsr_comment() {
     local line id
     [[ ${TSR_JOB_COMMENT:-1} == 1 && -s $1 ]] || return 0

@@ -35,10 +35,6 @@ eval "$(bash "$CLUSTER" env)"                     # OpenMPI across the two virtu
 export MODULEPATH=$PREFIX/share/modulefiles      # sbatch passes the environment to the job
 export TSR_HC_LIMIT=60                           # the preflight health check, bounded
 export TSR_PREFLIGHT=quick                       # CI time; job 6 runs the default (full)
-# no job comments (the hook's scontrol update of the cost line): on this cluster of two slurmd on
-# one host, one job's comment update cancelled the running step of the job beside it, every time
-# (the SIGKILL job stopped again as the USR1 job ended); tests/slurm/test_sweep.sh checks comments
-export TSR_JOB_COMMENT=0
 
 make_synth "$TMP/data" 512 400000
 cat >"$TMP/job.cfg" <<CFG

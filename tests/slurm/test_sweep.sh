@@ -2,8 +2,7 @@
 # A sweep as a Slurm job array on the private test cluster (tests/slurm/cluster.sh), through the
 # installed tessera-job, pretrain template, hook and modulefile (docs/site.md "Sweeps"):
 #  - `tessera-job sweep pretrain ... --grid optim.lr=... --max-parallel 1` is one sbatch array of two
-#    tasks (one running at a time: on this cluster a job's comment update cancels a step running
-#    beside it, tests/slurm/test_jobs.sh), each training in its own RUN_DIR/TASK with its own
+#    tasks (%1: one running at a time), each training in its own RUN_DIR/TASK with its own
 #    learning rate (its config.cfg says so);
 #  - each task has its own requeue loop: both stop at step 40 (exit 85, a stop request as Slurm's
 #    --signal gives), the hook requeues that array task (scontrol requeue JOB_TASK), it resumes at
