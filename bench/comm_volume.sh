@@ -4,6 +4,7 @@
 # (parallel.expert = 1, 2, 4 of a MoE model: modes ep1 ep2 ep4, when named in MODES).
 #
 #   bash bench/comm_volume.sh                      (after make; results in docs/benchmarks.md)
+#   MODES="zero3 muon-zero3 hsdp muon-hsdp" bash bench/comm_volume.sh   (Muon's exchange)
 #   MODES="ep1 ep2 ep4" bash bench/comm_volume.sh  (expert parallelism)
 #
 # W MPI ranks on this host talk over TCP on the loopback interface (OMPI_MCA_btl=self,tcp), so every
@@ -24,6 +25,13 @@
 #   hsdp   zero3 inside groups of G + all-reduce of the shard across the R groups: + 2 (R-1)/R 4P/G
 # MPI picks its own algorithms (OpenMPI's tuned module: recursive doubling or ring by size), so the
 # measured bytes are the formula's up to the algorithm's factor; the table shows the ratio.
+#
+# Muon (muon-zero3, muon-hsdp: optim.name = muon under that mode; src/train/muon.h): the mode's
+# traffic plus the owners' exchange, each matrix's other pieces of u to its owner and its
+# orthogonalised pieces back, 2 x 4 x sum over matrices of (numel - the owner's piece) bytes per
+# step and sharding group (the trainer prints that figure at the end of the run: "muon exchange:
+# ... the formula: X per step and sharding group"), X / G per rank. ddp and zero1 add nothing
+# (each matrix is orthogonalised where its whole gradient already is).
 #
 # Expert parallelism (epN: parallel.expert = N, dense part parallel.sharding = ddp; src/model/model_ep.h):
 # a Llama-style MoE model (configs/tiny-llama.cfg, n_layer = LAYERS MoE layers (LM), d_model C =
@@ -86,12 +94,13 @@ moe_args=(--config configs/tiny-llama.cfg --set model.vocab_size=512 --set data.
 # bytes MODE STEPS: loopback bytes of one whole run (its output in $TMP/MODE.STEPS.txt)
 bytes() {
     local mode=$1 steps=$2 run=("${args[@]}") extra=() b0 b1
-    [[ $mode == hsdp ]] && extra=(--set parallel.replica_group="$G")
     if [[ $mode =~ ^ep([0-9]+)$ ]]; then
         run=("${moe_args[@]}") extra=(--set parallel.expert="${BASH_REMATCH[1]}")
     fi
     local sharding=$mode
     [[ $mode == ep* ]] && sharding=ddp
+    [[ $mode == muon-* ]] && sharding=${mode#muon-} extra+=(--set optim.name=muon)
+    [[ $sharding == hsdp ]] && extra+=(--set parallel.replica_group="$G")
     rm -rf "$TMP/run"
     b0=$(lo_tx)
     OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo \
@@ -100,6 +109,12 @@ bytes() {
         { echo "comm_volume: $mode, $steps steps failed:" >&2; tail -20 "$TMP/$mode.$steps.txt" >&2; exit 1; }
     b1=$(lo_tx)
     echo $((b1 - b0))
+}
+# the Muon exchange's formula of run MODE STEPS, bytes per step and group (0 without Muon)
+muonx() {
+    local n
+    n=$(sed -nE 's/^muon exchange: .*the formula: ([0-9]+) per step.*/\1/p' "$TMP/$1.$2.txt")
+    echo "${n:-0}"
 }
 # the trainer's exchange count of run MODE STEPS (0 without expert parallelism)
 exch() {
@@ -119,18 +134,23 @@ echo "| mode | measured bytes/step/rank | formula (ring) | measured / formula |"
 echo "|---|---|---|---|"
 for mode in "${dense_modes[@]}"; do
     a=$(bytes "$mode" "$S1") b=$(bytes "$mode" "$S2")
-    python3 - "$mode" "$a" "$b" "$S1" "$S2" "$W" "$G" "$P" "$PL" "$LAYERS" <<'PY'
+    python3 - "$mode" "$a" "$b" "$S1" "$S2" "$W" "$G" "$P" "$PL" "$LAYERS" "$(muonx "$mode" "$S2")" <<'PY'
 import sys
-mode, a, b, s1, s2, W, G, P, PL, L = sys.argv[1], *map(int, sys.argv[2:])
+mode, a, b, s1, s2, W, G, P, PL, L, X = sys.argv[1], *map(int, sys.argv[2:])
 per = (b - a) / (s2 - s1) / W
 B = 4 * P
-if mode in ("ddp", "zero1"):
+base = mode.removeprefix("muon-")
+if base == "zero3":
+    G = W
+muon = X / G  # the Muon exchange per rank (0 without Muon)
+if base in ("ddp", "zero1"):
     f = 2 * (W - 1) / W * B
-elif mode == "zero3":
+elif base == "zero3":
     f = (W - 1) / W * 4 * (2 * P + (L - 2) * PL)
 else:
     R = W // G
     f = (G - 1) / G * 4 * (2 * P + (L - 2) * PL) + 2 * (R - 1) / R * B / G
+f += muon
 print(f"| {mode} | {per / 1e6:.3f} MB | {f / 1e6:.3f} MB | {per / f:.2f} |")
 PY
 done

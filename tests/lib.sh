@@ -64,6 +64,17 @@ tiny_args() {
           --set model.d_model=64 --set seq_len=32 --set model.max_seq_len=32 --set log_interval=1
           --set threads=1 --set watchdog.window=0)
 }
+# tiny_llama_args TRAIN_DIR: sets `args` to configs/tiny-llama.cfg cut down as tiny_args does
+# (2 layers, d_model 64, seq_len 32, vocabulary 512, one thread, every step logged, no validation,
+# no sample), global batch 8 in microbatches of 2, warmup 2 steps; tests append their heads,
+# duration and saves
+tiny_llama_args() {
+    args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --set data.tokenizer=
+          --set sample.tokens=0 --set data.train="$1" --set data.val= --set eval_interval=0ba
+          --set model.n_layer=2 --set model.d_model=64 --set model.intermediate_size=96
+          --set seq_len=32 --set global_batch=8 --set micro_batch=2 --set threads=1
+          --set log_interval=1 --set optim.warmup=2ba)
+}
 # metrics_close A B FROM LOSS_TOL NORM_TOL: runs A and B (metrics.jsonl files) logged the same
 # steps from FROM on, and at each the loss of B is within LOSS_TOL and the gradient norm within
 # NORM_TOL of A's, relative; prints the largest differences

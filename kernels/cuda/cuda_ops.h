@@ -438,6 +438,23 @@ void tcu_adamw_update_segments(const tcu_adamw_seg *segs, int nseg, float *p, ts
                                const float *g, float *m, float *v, float lr, float beta1,
                                float beta2, float eps, float grad_scale, int t, tcu_stream s);
 
+/* Muon's element-wise steps (src/train/muon.h; cuda_muon.cu), around its products, which are
+ * tcu_matmul_forward and tcu_matmul_backward:
+ * momentum: buf (n) fp32 = beta buf + g gscale; u (n) fp32 = nesterov ? g gscale + beta buf : buf.
+ * normalize: x (r, c) bf16 = round(u * inv), inv = 1 / (sqrt(*sumsq) + eps) read on the device
+ *   (*sumsq: tcu_sumsq of u), u (rows, cols) fp32; transpose: x = (u * inv)^T, r = cols.
+ * axpby: out (n) bf16 = round(alpha x + beta y), x, y bf16 (y NULL: round(alpha x)).
+ * apply: p (rows, cols) fp32 = p decay - step O, O (rows, cols) bf16, or (cols, rows) read
+ *   transposed; p_bf16 (or NULL) = round(p). */
+void tcu_muon_momentum(float *buf, const float *g, float *u, size_t n, float beta, float gscale,
+                       int nesterov, tcu_stream s);
+void tcu_muon_normalize(tsr_bf16 *x, const float *u, const float *sumsq, int rows, int cols,
+                        int transpose, float eps, tcu_stream s);
+void tcu_axpby_bf16(tsr_bf16 *out, float alpha, const tsr_bf16 *x, float beta, const tsr_bf16 *y,
+                    size_t n, tcu_stream s);
+void tcu_muon_apply(float *p, tsr_bf16 *p_bf16, const tsr_bf16 *o, int rows, int cols,
+                    int transposed, float decay, float step, tcu_stream s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -138,6 +138,13 @@ int tsr_parse_f64(const char *s, double lo, double hi, double *out) {
     return 0;
 }
 
+void tsr_fmt_shortest(char *buf, size_t n, double v) {
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, n, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v || !isfinite(v)) return;
+    }
+}
+
 double tsr_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

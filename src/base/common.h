@@ -76,6 +76,10 @@ void tsr_trace(const char *file, int line, const char *call);
 int tsr_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 int tsr_parse_f64(const char *s, double lo, double hi, double *out);
 
+/* The fewest significant digits ("%.*g") that read back as exactly v: "4", "4.0000000001",
+ * "1e+300" (nan, inf as printf writes them). */
+void tsr_fmt_shortest(char *buf, size_t n, double v);
+
 /* Wall clock in seconds (CLOCK_MONOTONIC). */
 double tsr_now(void);
 /* The most resident memory this process has used, in bytes (getrusage's ru_maxrss); 0 if unknown. */

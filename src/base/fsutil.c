@@ -60,15 +60,36 @@ void fs_exe_dir(char *buf, size_t n) {
     snprintf(buf, n, "%s", exe);
 }
 
-int fs_read_all(const char *path, size_t max_bytes, char **out, size_t *n) {
-    *out = NULL;
-    *n = 0;
-    int is_stdin = strcmp(path, "-") == 0;
-    FILE *f = is_stdin ? stdin : fopen(path, "rb");
-    if (!f) {
-        tsr_error("%s: cannot open: %s", path, strerror(errno));
-        return TSR_EXIT_DATA;
+static const char *file_kind(mode_t m) {
+    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket"
+           : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device" : "not a file";
+}
+
+int fs_open_data(const char *path, const char *what) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        tsr_error("%s: cannot open %s: %s", path, what, strerror(errno));
+        return -1;
     }
+    int fd = S_ISREG(st.st_mode) ? open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC) : -1;
+    if (fd < 0 && S_ISREG(st.st_mode)) {
+        tsr_error("%s: cannot open %s: %s", path, what, strerror(errno));
+        return -1;
+    }
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) { /* replaced since the stat */
+        close(fd);
+        fd = -1;
+    }
+    if (fd < 0) {
+        tsr_error("%s: is %s, not a regular file: a %s is read from a regular file only", path,
+                  file_kind(st.st_mode), what);
+        return -1;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return fd;
+}
+
+static int read_stream(FILE *f, const char *path, size_t max_bytes, char **out, size_t *n) {
     size_t cap = 1 << 16, len = 0, got;
     char *b = tsr_malloc(cap + 1);
     while ((got = fread(b + len, 1, cap - len, f)) > 0) {
@@ -77,7 +98,7 @@ int fs_read_all(const char *path, size_t max_bytes, char **out, size_t *n) {
         if (len == cap) b = tsr_realloc(b, (cap *= 2) + 1);
     }
     int err = ferror(f) ? errno : 0;
-    if (!is_stdin) fclose(f);
+    if (f != stdin) fclose(f);
     if (err || (max_bytes && len > max_bytes)) {
         if (err) tsr_error("%s: read failed after %zu bytes: %s", path, len, strerror(err));
         else tsr_error("%s: larger than %zu bytes, the most this file may hold", path, max_bytes);
@@ -88,6 +109,28 @@ int fs_read_all(const char *path, size_t max_bytes, char **out, size_t *n) {
     *out = b;
     *n = len;
     return 0;
+}
+
+static int read_file(const char *path, size_t max_bytes, char **out, size_t *n, int pipes) {
+    *out = NULL;
+    *n = 0;
+    FILE *f = stdin;
+    if (strcmp(path, "-") != 0) {
+        int fd = pipes ? open(path, O_RDONLY | O_CLOEXEC) : fs_open_data(path, "file");
+        if (pipes && fd < 0) tsr_error("%s: cannot open: %s", path, strerror(errno));
+        if (fd < 0) return TSR_EXIT_DATA;
+        f = fdopen(fd, "rb");
+        if (!f) tsr_die(TSR_EXIT_INTERNAL, "%s: fdopen failed: %s", path, strerror(errno));
+    }
+    return read_stream(f, path, max_bytes, out, n);
+}
+
+int fs_read_all(const char *path, size_t max_bytes, char **out, size_t *n) {
+    return read_file(path, max_bytes, out, n, 0);
+}
+
+int fs_read_stream(const char *path, size_t max_bytes, char **out, size_t *n) {
+    return read_file(path, max_bytes, out, n, 1);
 }
 
 /* ---- the input-directory walk ---- */

@@ -16,10 +16,20 @@ int fs_sync_parent(const char *path);
 /* The directory of the running executable (/proc/self/exe) into buf (n bytes), "" when
  * unreadable: where the libraries built beside it are looked for. */
 void fs_exe_dir(char *buf, size_t n);
-/* The whole of `path` ("-" = standard input; a pipe or FIFO works too) into a malloc'd buffer with
- * a '\0' after its *n bytes. At most max_bytes bytes (0: no limit). Returns 0, or TSR_EXIT_DATA
- * after tsr_error() naming the path (cannot open, read error, too large). */
+/* Opens a data file read-only: a regular file only, checked before the open (a FIFO in its place
+ * would block open() forever, a directory read as an empty or short file) and again on the open
+ * descriptor (O_NONBLOCK until then, so one swapped in between cannot block either). what names
+ * the kind of file in messages ("shard", "safetensors file"). Returns the descriptor (O_CLOEXEC),
+ * or -1 after tsr_error() naming the path and what it is. */
+int fs_open_data(const char *path, const char *what);
+/* The whole of the regular file `path` ("-" = standard input) into a malloc'd buffer with a '\0'
+ * after its *n bytes, opened as fs_open_data does. At most max_bytes bytes (0: no limit).
+ * Returns 0, or TSR_EXIT_DATA after tsr_error() naming the path (not a regular file, cannot open,
+ * read error, too large). */
 int fs_read_all(const char *path, size_t max_bytes, char **out, size_t *n);
+/* fs_read_all for an input a user may pipe in: a FIFO or a pipe (`<(...)`, /dev/stdin) is read
+ * too (tessera tokenizer encode / decode). */
+int fs_read_stream(const char *path, size_t max_bytes, char **out, size_t *n);
 
 /* Replacing a file atomically, so a reader sees the old or the new one, never a part (the health
  * checker's --json and --prometheus, the trainer's metrics.prometheus_dir): fs_open_beside opens a

@@ -375,6 +375,33 @@ const char *json_type_name(json_type t) {
     return (unsigned)t < JSON_TYPE_COUNT ? names[t] : "?";
 }
 
+const char *json_describe(const json_value *v, char *buf, size_t cap) {
+    if (!cap) return buf;
+    if (v->type == JSON_NUMBER) {
+        tsr_fmt_shortest(buf, cap, v->num);
+    } else if (v->type == JSON_ARRAY || v->type == JSON_OBJECT) {
+        snprintf(buf, cap, "an %s of %zu%s", v->type == JSON_ARRAY ? "array" : "object", v->len,
+                 v->type == JSON_OBJECT ? (v->len == 1 ? " member" : " members") : "");
+    } else if (v->type != JSON_STRING) {
+        snprintf(buf, cap, "%s", json_type_name(v->type));
+    } else {
+        size_t o = 0, keep = cap > 72 ? 60 : cap / 2;
+        buf[o++] = '"';
+        for (size_t i = 0; i < v->len && o + 8 < cap; i++) {
+            unsigned char c = (unsigned char)v->str[i];
+            if (i == keep) {
+                o += (size_t)snprintf(buf + o, cap - o, "...");
+                break;
+            }
+            if (c == '"' || c == '\\') o += (size_t)snprintf(buf + o, cap - o, "\\%c", c);
+            else if (c < 32) o += (size_t)snprintf(buf + o, cap - o, "\\u%04x", c);
+            else buf[o++] = (char)c;
+        }
+        snprintf(buf + o, cap - o, "\"");
+    }
+    return buf;
+}
+
 void json_fput_string(FILE *f, const char *s) {
     fputc('"', f);
     for (; *s; s++) {

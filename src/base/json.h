@@ -70,6 +70,10 @@ int json_key_plain(const json_value *m);
 int json_str_plain(const json_value *v);
 /* "null", "false", ..., for messages. */
 const char *json_type_name(json_type t);
+/* v as the file gives it, for messages that quote the input: a number in its shortest exact
+ * form ("4", "4.0000000001"), a string quoted and escaped as JSON (cut to about 60 bytes with
+ * "..."), true / false / null, "an array of N" or "an object of N members". Returns buf. */
+const char *json_describe(const json_value *v, char *buf, size_t cap);
 /* Writes s to f as a JSON string: quoted, '"' and '\\' escaped, control bytes as \u00XX. */
 void json_fput_string(FILE *f, const char *s);
 

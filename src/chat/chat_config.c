@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "chat/chat_config.h"
+#include "config/config.h"
 #include "fsutil.h"
 
 static const char *const special[CHAT_SPECIAL_TOKENS] = {
@@ -86,9 +87,10 @@ int chat_config_load(const char *path, chat_config *cc, jinja_error *err) {
     if (rc == JINJA_OK && src && src->type == JSON_STRING) {
         rc = jinja_compile(src->str, src->len, &cc->tpl, err);
         if (rc != JINJA_OK) {
-            char m[sizeof err->msg];
+            char m[sizeof err->msg], at[48] = "";
             snprintf(m, sizeof m, "%s", err->msg);
-            snprintf(err->msg, sizeof err->msg, "%.100s: chat_template: %.130s", path, m);
+            if (err->line) snprintf(at, sizeof at, ", line %d:%d", err->line, err->col);
+            snprintf(err->msg, sizeof err->msg, "%.100s: chat_template%s: %.120s", path, at, m);
         }
     }
     if (rc != JINJA_OK) {
@@ -118,4 +120,20 @@ int chat_config_find(const char *tokenizer_spec, char *buf, size_t cap) {
     }
     if (n < 0 || (size_t)n >= cap) return -1;
     return stat(buf, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int chat_budget_option(const cli_cmd *c, int ch, const char *val, jinja_budget *b) {
+    if (ch == CHAT_OPT_STEPS) {
+        int64_t n;
+        int rc = cli_number(c, ch, val, 1000, INT64_C(1) << 50, &n);
+        if (!rc) b->steps = (unsigned long long)n;
+        return rc;
+    }
+    if (ch != CHAT_OPT_MEMORY) return 1;
+    uint64_t n;
+    if (size_parse(val, &n) != 0 || n < (1u << 20) || n > (UINT64_C(1) << 40))
+        return cli_usage_error(c, "--template-memory: expected a size from 1M to 1T (e.g. 512M), "
+                               "found ", val);
+    b->bytes = n;
+    return 0;
 }

@@ -16,6 +16,7 @@
 #define TSR_CHAT_CONFIG_H
 
 #include "chat/jinja.h"
+#include "cli.h"
 
 enum { CHAT_SPECIAL_TOKENS = 7 };
 
@@ -42,5 +43,20 @@ const char *chat_config_token(const chat_config *cc, const char *name);
  * that file exists, 0 when it does not (buf then holds the path looked at), -1 when the path does
  * not fit in cap bytes. */
 int chat_config_find(const char *tokenizer_spec, char *buf, size_t cap);
+
+/* The options of the commands that render a chat template (prep, generate) that set a render's
+ * budget (jinja_set_budget); long-only. */
+#define CHAT_OPT_STEPS CLI_NO_SHORT('u')
+#define CHAT_OPT_MEMORY CLI_NO_SHORT('m')
+#define CHAT_BUDGET_OPTS                                                                        \
+    {"template-steps", CHAT_OPT_STEPS, "N", "a chat template's budget of steps per render "    \
+                                            "(default 10000000; docs/chat-templates.md)"},     \
+    {"template-memory", CHAT_OPT_MEMORY, "SIZE", "a chat template's budget of memory per "      \
+                                                 "render, e.g. 512M (default 256M)"}
+/* Parses the value of one of them into b: 0, or a usage error's status. 1: ch is neither. */
+int chat_budget_option(const cli_cmd *c, int ch, const char *val, jinja_budget *b);
+/* What a message about a render over its budget adds: where the budget is set. */
+#define CHAT_BUDGET_HINT "raise it with --template-steps N or --template-memory SIZE, or check " \
+                         "the template (docs/chat-templates.md \"Limits\")"
 
 #endif

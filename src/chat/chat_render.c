@@ -118,8 +118,9 @@ static int render(const chat_config *cc, const json_value *conv, char **out, siz
     const jinja_overrides ov = {.nmessages = -1, .add_generation_prompt = 0};
     jinja_error e;
     if (jinja_render_ex(cc->tpl, ctx, 2, &ov, out, n, &e) == JINJA_OK) return 0;
-    if (e.line) return fail(why, cap, "chat template, line %d:%d: %s", e.line, e.col, e.msg);
-    return fail(why, cap, "chat template: %s", e.msg);
+    if (e.line) fail(why, cap, "chat template, line %d:%d: %s", e.line, e.col, e.msg);
+    else fail(why, cap, "chat template: %s", e.msg);
+    return e.status;
 }
 
 /* Splits the marked render into the template's own pieces between the markers: seg[0..k]. */
@@ -175,7 +176,8 @@ int chat_render_turns(const chat_config *cc, const json_value *conv, chat_render
     if (!msgs || msgs->type != JSON_ARRAY || msgs->len == 0)
         return fail(why, why_cap, "field \"messages\" must be a non-empty array of {\"role\", "
                     "\"content\"}");
-    if (render(cc, conv, &out->text, &out->len, why, why_cap)) return -1;
+    int st = render(cc, conv, &out->text, &out->len, why, why_cap);
+    if (st) return st;
     json_value *nodes;
     char **strs, (*marks)[MARK_CAP];
     size_t *at, k, mn;

@@ -30,8 +30,10 @@ typedef struct chat_render {
 } chat_render;
 
 /* Renders conv (a JSON object with "messages", and whatever else the template reads: "tools", ...)
- * with cc's template and its special-token variables. Returns 0, or -1 with the reason in why
- * (the template's own error, or why the assistant turns cannot be located). Thread-safe. */
+ * with cc's template and its special-token variables. Returns 0, or nonzero with the reason in
+ * why: the template's own failure as its status (JINJA_ERUNTIME, ...; JINJA_EBUDGET: a render
+ * went over the template's budget), or -1 when the assistant turns cannot be located.
+ * Thread-safe. */
 int chat_render_turns(const chat_config *cc, const json_value *conv, chat_render *out, char *why,
                      size_t why_cap);
 void chat_render_free(chat_render *r);

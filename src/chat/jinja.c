@@ -14,10 +14,13 @@
 struct jinja_template {
     jj_arena arena; /* tokens and syntax tree */
     jj_list prog;
+    jinja_budget budget;
 };
 
-static const char *const status_names[JINJA_STATUS_COUNT] = {
-    "ok", "syntax error", "raise_exception", "render error", "context error", "out of memory"};
+static const char *const status_names[] = {
+    "ok", "syntax error", "raise_exception", "render error", "context error", "out of memory",
+    "over budget"};
+_Static_assert(sizeof status_names / sizeof status_names[0] == JINJA_STATUS_COUNT, "status names");
 
 const char *jinja_status_name(int status) {
     return status >= 0 && status < JINJA_STATUS_COUNT ? status_names[status] : "unknown status";
@@ -27,6 +30,7 @@ static void clear_error(jinja_error *err) {
     err->status = JINJA_OK;
     err->line = err->col = 0;
     err->msg[0] = '\0';
+    err->steps = err->peak_bytes = 0;
 }
 
 int jinja_compile(const char *src, size_t n, jinja_template **out, jinja_error *err) {
@@ -48,9 +52,17 @@ int jinja_compile(const char *src, size_t n, jinja_template **out, jinja_error *
     jj_token *toks = jj_tokenize(&t->arena, &f, src, n, &count);
     t->prog = jj_parse(&t->arena, &f, toks, count);
     t->arena.f = NULL; /* the template's arena takes no more allocations */
+    t->budget = (jinja_budget){JINJA_DEFAULT_STEPS, JINJA_DEFAULT_BYTES};
     *out = t;
     return JINJA_OK;
 }
+
+void jinja_set_budget(jinja_template *t, const jinja_budget *b) {
+    if (b->steps) t->budget.steps = b->steps;
+    if (b->bytes) t->budget.bytes = b->bytes;
+}
+
+jinja_budget jinja_get_budget(const jinja_template *t) { return t->budget; }
 
 void jinja_free(jinja_template *t) {
     if (!t) return;
@@ -209,14 +221,16 @@ int jinja_render_ex(const jinja_template *t, const json_value *const *ctx, size_
         snprintf(err->msg, sizeof err->msg, "out of memory");
         return err->status = JINJA_ENOMEM;
     }
-    jj_fail_ctx f = {.err = err};
+    jj_fail_ctx f = {.err = err, .max_steps = t->budget.steps};
     jj_interp in = {.a = arena, .f = &f, .now = clock_now()};
     if (setjmp(f.jmp)) {
+        err->peak_bytes = arena->peak;
         jj_arena_free(arena);
         free(arena);
         return f.status;
     }
     arena->f = &f;
+    arena->max_bytes = (size_t)t->budget.bytes;
     jj_scope *g = jj_alloc(arena, sizeof *g);
     setup_globals(&in, g);
     load_context(&in, g, ctx, nctx);
@@ -231,6 +245,8 @@ int jinja_render_ex(const jinja_template *t, const json_value *const *ctx, size_
     r[s->n] = '\0';
     *out = r;
     *out_len = s->n;
+    err->steps = f.steps;
+    err->peak_bytes = arena->peak;
     jj_arena_free(arena);
     free(arena);
     return JINJA_OK;

@@ -30,6 +30,7 @@ static jj_value *arg(const jj_args *a, size_t i, const char *kw) {
 
 /* ---- strings ---- */
 static jj_value *trim(jj_interp *in, const jj_value *s, int left, int right) {
+    jj_charge(in->f, s->n >> 10);
     const char *p = s->s;
     size_t n = s->n, k;
     while (left && n && (k = jj_space_at(p, n))) p += k, n -= k;
@@ -59,6 +60,7 @@ static jj_value *starts_ends(jj_interp *in, const jj_value *s, const jj_args *a,
     const char *name = end ? "endswith" : "startswith";
     jj_value *p = arg(a, 0, NULL);
     if (!p) jj_rt_fail(in, "%s() requires at least one argument", name);
+    jj_charge(in->f, 1 + (p->t == V_STR ? p->n >> 10 : p->n));
     if (p->t == V_STR) return jj_bool(in->a, affix(s, p, end));
     if (p->t != V_ARRAY && p->t != V_TUPLE)
         jj_rt_fail(in, "%s() argument must be a string or tuple of strings", name);
@@ -107,6 +109,7 @@ static jj_value *split(jj_interp *in, const jj_value *s, const jj_args *a) {
         jj_rt_fail(in, "sep argument must be a string or null");
     if (max && max->t != V_INT) jj_rt_fail(in, "maxsplit argument must be a number");
     double maxsplit = max ? max->num : -1;
+    jj_charge(in->f, s->n >> 10);
     if (!sep || sep->t == V_NULL) return split_space(in, s, maxsplit);
     if (sep->n == 0) jj_rt_fail(in, "empty separator");
     jj_value **items = NULL;
@@ -133,6 +136,7 @@ static jj_value *replace(jj_interp *in, const jj_value *s, const jj_args *a) {
     if (count && count->t != V_INT && count->t != V_NULL)
         jj_rt_fail(in, "replace() count argument must be a number or null");
     double left = !count || count->t == V_NULL || count->num < 0 ? INFINITY : count->num;
+    jj_charge(in->f, s->n >> 10);
     jj_buf b;
     jj_buf_init(&b, in->a);
     jj_buf_add(&b, "", 0);
@@ -230,9 +234,11 @@ jj_value *jj_builtin_member(jj_interp *in, jj_value *obj, const char *name, size
     const char *m = NULL;
     jj_fn fn = FN_STR_METHOD;
     if ((obj->t == V_STR || obj->t == V_ARRAY || obj->t == V_TUPLE) && n == 6 &&
-        !memcmp(name, "length", 6))
+        !memcmp(name, "length", 6)) {
+        jj_charge(in->f, obj->t == V_STR ? obj->n >> 10 : 0);
         return jj_num(in->a, V_INT,
                       obj->t == V_STR ? (double)jj_utf16_len(obj->s, obj->n) : (double)obj->n);
+    }
     if (obj->t == V_STR) m = find_name(str_methods, name, n);
     if (obj->t == V_OBJECT || obj->t == V_KWARGS)
         m = find_name(obj_methods, name, n), fn = FN_OBJ_METHOD;

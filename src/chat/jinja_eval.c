@@ -67,6 +67,7 @@ static void assign_tuple(jj_interp *in, const jj_node *target, jj_value *v, jj_s
 }
 
 static jj_value *eval_set(jj_interp *in, const jj_node *nd, jj_scope *sc) {
+    in->stores++;
     jj_value *rhs = nd->b ? jj_eval(in, nd->b, sc) : jj_eval_block(in, &nd->body, sc);
     const jj_node *t = nd->a;
     in->f->line = nd->line;
@@ -121,6 +122,60 @@ static jj_value *object_keys(jj_interp *in, const jj_map *m) {
     return jj_array(in->a, items, m->n);
 }
 
+/* The loop's names bound once before the first iteration, so that binding them again per
+ * iteration allocates nothing (an iteration's memory can then be released: run_iteration). */
+static void prebind(jj_interp *in, const jj_node *target, jj_scope *sc) {
+    set_var(in, sc, "loop", 4, undef(in));
+    if (target->type == N_IDENT) return set_var(in, sc, target->s, target->n, undef(in));
+    for (size_t i = 0; i < target->body.n; i++)
+        if (target->body.v[i]->type == N_IDENT)
+            set_var(in, sc, target->body.v[i]->s, target->body.v[i]->n, undef(in));
+}
+
+/* The items the loop runs over: all, or those passing `for x in xs if test` */
+static size_t loop_items(jj_interp *in, const jj_node *nd, jj_value *it, jj_scope *sc,
+                         jj_value **items) {
+    const jj_node *test = nd->b->type == N_SELECT ? nd->b->b : NULL;
+    size_t n = 0;
+    for (size_t i = 0; i < it->n; i++) {
+        jj_charge(in->f, 1);
+        if (test) {
+            jj_mark m = jj_arena_mark(in->a);
+            unsigned long stores = in->stores;
+            jj_scope *ls = scope_new(in, sc);
+            bind_loop_var(in, nd->a, it->items[i], ls);
+            int pass = jj_truthy(jj_eval(in, test, ls));
+            if (in->stores == stores) jj_arena_release(in->a, m);
+            if (!pass) continue;
+        } else if (nd->a->type == N_TUPLE) {
+            jj_scope tmp = {.parent = NULL};
+            bind_loop_var(in, nd->a, it->items[i], &tmp); /* hf checks unpacking up front */
+        }
+        items[n++] = it->items[i];
+    }
+    return n;
+}
+
+/* One iteration's text appended to b. An iteration that ran no set statement and defined no
+ * macro kept no value of its own: everything it allocated is released but its text. */
+static int run_iteration(jj_interp *in, const jj_node *nd, jj_value **items, size_t i, size_t n,
+                         jj_scope *sc, jj_buf *b) {
+    jj_mark m = jj_arena_mark(in->a);
+    unsigned long stores = in->stores;
+    set_var(in, sc, "loop", 4, loop_object(in, items, i, n));
+    bind_loop_var(in, nd->a, items[i], sc);
+    jj_value *s = jj_eval_block(in, &nd->body, sc);
+    if (in->ctl) {
+        int brk = in->ctl == 1;
+        in->ctl = 0;
+        return brk ? -1 : 0;
+    }
+    const char *text = s->s;
+    if (in->stores == stores) text = jj_arena_keep(in->a, m, s->s, s->n);
+    jj_buf_add(b, text, s->n);
+    return 1;
+}
+
 static jj_value *eval_for(jj_interp *in, const jj_node *nd, jj_scope *env) {
     jj_scope *sc = scope_new(in, env);
     const jj_node *test = nd->b->type == N_SELECT ? nd->b->b : NULL;
@@ -131,34 +186,16 @@ static jj_value *eval_for(jj_interp *in, const jj_node *nd, jj_scope *env) {
     if (it->t != V_ARRAY && it->t != V_TUPLE)
         jj_rt_fail(in, "Expected iterable or object type in for loop: got %s", jj_type_name(it->t));
     jj_value **items = jj_alloc(in->a, (it->n ? it->n : 1) * sizeof *items);
-    size_t n = 0;
-    for (size_t i = 0; i < it->n; i++) {
-        if (test) {
-            jj_scope *ls = scope_new(in, sc);
-            bind_loop_var(in, nd->a, it->items[i], ls);
-            if (!jj_truthy(jj_eval(in, test, ls))) continue;
-        } else if (nd->a->type == N_TUPLE) {
-            jj_scope tmp = {.parent = NULL};
-            bind_loop_var(in, nd->a, it->items[i], &tmp); /* hf checks unpacking up front */
-        }
-        items[n++] = it->items[i];
-    }
+    size_t n = loop_items(in, nd, it, sc, items);
+    if (n) prebind(in, nd->a, sc); /* with no item the else block sees the names outside */
     jj_buf b;
     jj_buf_init(&b, in->a);
     jj_buf_add(&b, "", 0);
     int none = 1;
     for (size_t i = 0; i < n; i++) {
-        set_var(in, sc, "loop", 4, loop_object(in, items, i, n));
-        bind_loop_var(in, nd->a, items[i], sc);
-        jj_value *s = jj_eval_block(in, &nd->body, sc);
-        if (in->ctl) {
-            int brk = in->ctl == 1;
-            in->ctl = 0;
-            if (brk) break;
-            continue;
-        }
-        jj_buf_add(&b, s->s, s->n);
-        none = 0;
+        int r = run_iteration(in, nd, items, i, n, sc, &b);
+        if (r < 0) break;
+        if (r > 0) none = 0;
     }
     if (none) {
         jj_value *s = jj_eval_block(in, &nd->alt, sc);
@@ -168,7 +205,8 @@ static jj_value *eval_for(jj_interp *in, const jj_node *nd, jj_scope *env) {
 }
 
 /* ---- member access ---- */
-static size_t code_points(const jj_value *s) {
+static size_t code_points(jj_interp *in, const jj_value *s) {
+    jj_charge(in->f, s->n >> 10);
     size_t n = 0;
     for (size_t i = 0, len; i < s->n; i += len, n++) jj_utf8_decode(s->s + i, s->n - i, &len);
     return n;
@@ -184,7 +222,7 @@ static jj_value *member_of(jj_interp *in, jj_value *obj, jj_value *prop) {
     } else if (obj->t == V_ARRAY || obj->t == V_TUPLE || obj->t == V_STR) {
         if (prop->t == V_INT) { /* lists by element, strings by code point */
             double i = prop->num < 0
-                           ? prop->num + (double)(obj->t == V_STR ? code_points(obj) : obj->n)
+                           ? prop->num + (double)(obj->t == V_STR ? code_points(in, obj) : obj->n)
                            : prop->num;
             if (obj->t == V_STR) {
                 jj_value one = {.t = V_INT, .num = i};
@@ -305,6 +343,7 @@ static jj_value *apply_filter(jj_interp *in, jj_value *v, const jj_node *filter,
 }
 
 static jj_value *eval_macro_def(jj_interp *in, const jj_node *nd, jj_scope *sc) {
+    in->stores++;
     jj_value *fn = jj_new(in->a, V_FUNC);
     fn->fn = FN_MACRO;
     fn->macro = nd;
@@ -360,7 +399,9 @@ static jj_value *power(jj_interp *in, const jj_value *l, const jj_value *r) {
     return jj_num(in->a, l->t == V_FLOAT || r->t == V_FLOAT || b < 0 ? V_FLOAT : V_INT, x);
 }
 
-static int contains(const jj_value *hay, const jj_value *needle) {
+/* `needle in list`: each comparison of a string reads at most the needle's bytes */
+static int contains(jj_interp *in, const jj_value *hay, const jj_value *needle) {
+    jj_charge(in->f, hay->n * (1 + (needle->t == V_STR ? needle->n >> 10 : 0)));
     for (size_t i = 0; i < hay->n; i++)
         if (jj_strict_eq(hay->items[i], needle)) return 1;
     return 0;
@@ -375,8 +416,10 @@ static jj_value *eval_binary(jj_interp *in, const jj_node *nd, jj_scope *sc) {
     in->f->line = nd->line;
     in->f->col = nd->col;
     int is_in = !strcmp(op, "in"), not_in = !strcmp(op, "not in");
-    if (!strcmp(op, "==") || !strcmp(op, "!="))
+    if (!strcmp(op, "==") || !strcmp(op, "!=")) {
+        jj_charge(in->f, ((l->t == V_STR ? l->n : 0) + (r->t == V_STR ? r->n : 0)) >> 10);
         return jj_bool(in->a, jj_loose_eq(in->f, in->a, l, r) == (op[0] == '='));
+    }
     if (l->t == V_UNDEF || r->t == V_UNDEF) {
         if (r->t == V_UNDEF && (is_in || not_in)) return jj_bool(in->a, not_in);
         jj_rt_fail(in, "Cannot perform operation %s on undefined values", op);
@@ -397,11 +440,12 @@ static jj_value *eval_binary(jj_interp *in, const jj_node *nd, jj_scope *sc) {
             res = jj_array(in->a, items, l->n + r->n);
         }
     } else if (r_arr) {
-        if (is_in || not_in) res = jj_bool(in->a, contains(r, l) == is_in);
+        if (is_in || not_in) res = jj_bool(in->a, contains(in, r, l) == is_in);
     }
     if (res) return res;
     if ((l->t == V_STR || r->t == V_STR) && !strcmp(op, "+")) return concat(in, l, r);
     if (l->t == V_STR && r->t == V_STR && (is_in || not_in)) {
+        jj_charge(in->f, r->n >> 10);
         int found = memmem(r->s, r->n, l->s, l->n) != NULL || l->n == 0;
         return jj_bool(in->a, found == is_in);
     }
@@ -432,9 +476,34 @@ static jj_value *eval_object(jj_interp *in, const jj_node *nd, jj_scope *sc) {
     return o;
 }
 
+/* if / elif ... / else: the chain of elifs walked in a loop */
+static jj_value *eval_if(jj_interp *in, const jj_node *nd, jj_scope *sc) {
+    while (!jj_truthy(jj_eval(in, nd->a, sc))) {
+        if (nd->alt.n != 1 || nd->alt.v[0]->type != N_IF || !nd->alt.v[0]->flag)
+            return jj_eval_block(in, &nd->alt, sc);
+        nd = nd->alt.v[0];
+        jj_charge(in->f, 1);
+    }
+    return jj_eval_block(in, &nd->body, sc);
+}
+
+static jj_value *eval_node(jj_interp *in, const jj_node *nd, jj_scope *sc);
+
+/* Every node, counted against the budget and the depth of evaluations inside each other (a
+ * macro recursing 100 deep through 200 nested blocks would otherwise end the C stack). */
 jj_value *jj_eval(jj_interp *in, const jj_node *nd, jj_scope *sc) {
     in->f->line = nd->line;
     in->f->col = nd->col;
+    jj_charge(in->f, 1);
+    if (++in->eval_depth > JJ_MAX_EVAL_DEPTH)
+        jj_rt_fail(in, "the template's evaluation nests too deeply (over %d expressions and "
+                   "blocks inside each other, macro calls included)", JJ_MAX_EVAL_DEPTH);
+    jj_value *v = eval_node(in, nd, sc);
+    in->eval_depth--;
+    return v;
+}
+
+static jj_value *eval_node(jj_interp *in, const jj_node *nd, jj_scope *sc) {
     switch (nd->type) {
     case N_STR: {
         jj_value *v = jj_new(in->a, V_STR); /* literals are never changed: share the bytes */
@@ -445,8 +514,7 @@ jj_value *jj_eval(jj_interp *in, const jj_node *nd, jj_scope *sc) {
     case N_INT:
     case N_FLOAT: return jj_num(in->a, nd->type == N_INT ? V_INT : V_FLOAT, nd->num);
     case N_COMMENT: return jj_new(in->a, V_NULL);
-    case N_IF:
-        return jj_eval_block(in, jj_truthy(jj_eval(in, nd->a, sc)) ? &nd->body : &nd->alt, sc);
+    case N_IF: return eval_if(in, nd, sc);
     case N_FOR: return eval_for(in, nd, sc);
     case N_SET: return eval_set(in, nd, sc);
     case N_MACRO: return eval_macro_def(in, nd, sc);

@@ -158,7 +158,9 @@ static jj_value *unique(jj_interp *in, jj_value *v) {
     size_t n = 0;
     for (size_t i = 0; i < v->n; i++) {
         size_t j = 0;
-        while (j < n && !jj_strict_eq(items[j], v->items[i])) j++;
+        const jj_value *x = v->items[i];
+        jj_charge(in->f, (1 + n) * (1 + (x->t == V_STR ? x->n >> 10 : 0)));
+        while (j < n && !jj_strict_eq(items[j], x)) j++;
         if (j == n) items[n++] = v->items[i];
     }
     return jj_array(in->a, items, n);

@@ -26,7 +26,13 @@ typedef struct jj_chunk jj_chunk;
 typedef struct jj_fail_ctx jj_fail_ctx;
 typedef struct jj_arena {
     jj_chunk *head;
-    jj_fail_ctx *f; /* where running out of memory unwinds to (JINJA_ENOMEM) */
+    jj_chunk *spare; /* one released chunk kept for reuse (a loop's iterations) */
+    jj_fail_ctx *f;  /* where running out of memory unwinds to (JINJA_ENOMEM) */
+    size_t bytes;     /* held in chunks now */
+    size_t peak;      /* the most held at once */
+    size_t max_bytes; /* 0: no limit; else more is JINJA_EBUDGET (a render's memory budget) */
+    char *scratch;    /* malloc'd scratch of scratch_cap bytes (jj_arena_keep), freed with the arena */
+    size_t scratch_cap;
 } jj_arena;
 
 struct jj_fail_ctx {
@@ -34,12 +40,26 @@ struct jj_fail_ctx {
     jinja_error *err;
     int status;
     int line, col; /* node being evaluated: where a failure without its own position points */
+    unsigned long long steps, max_steps; /* work done; max_steps 0: no limit (compiling) */
 };
 
-/* Zeroed memory from the arena; never NULL (out of memory fails through a->f). */
+/* Zeroed memory from the arena; never NULL (out of memory or over the budget fails through
+ * a->f). Each call counts as work (jj_charge): one step, and one per KiB. */
 void *jj_alloc(jj_arena *a, size_t n);
 char *jj_strdup(jj_arena *a, const char *s, size_t n);
 void jj_arena_free(jj_arena *a);
+/* A point of the arena to go back to: what is allocated after it is released at once. */
+typedef struct jj_mark {
+    jj_chunk *head;
+    size_t used;
+} jj_mark;
+jj_mark jj_arena_mark(const jj_arena *a);
+void jj_arena_release(jj_arena *a, jj_mark m);
+/* Releases everything allocated after m but n bytes at s (which may lie there): returns where
+ * they are now (the arena's scratch, valid until the next call). */
+const char *jj_arena_keep(jj_arena *a, jj_mark m, const char *s, size_t n);
+/* Counts n steps of work against the render's budget (f->max_steps): over it is JINJA_EBUDGET. */
+void jj_charge(jj_fail_ctx *f, unsigned long long n);
 /* Fills the error (status, 1-based line/col, message) and jumps back to the entry point;
  * line 0 means the position of the node being evaluated (f->line, f->col). */
 _Noreturn void jj_fail(jj_fail_ctx *f, int status, int line, int col, const char *fmt, ...)
@@ -102,6 +122,13 @@ typedef enum jj_node_type {
     N_TEST, N_SELECT, N_TERNARY, N_KWARG, N_FILTER_STMT, N_NODE_COUNT
 } jj_node_type;
 
+enum {
+    JJ_MAX_NESTING = 200,    /* blocks, parentheses, literals and unary operators inside each other */
+    JJ_MAX_EXPR_DEPTH = 256, /* operators, filters, tests, members, calls in one expression chain */
+    JJ_MAX_EVAL_DEPTH = 4096, /* nodes being evaluated inside each other (macros calling macros) */
+    JJ_MAX_VALUE_DEPTH = 512  /* lists and dicts inside each other, printed or serialised */
+};
+
 typedef struct jj_node jj_node;
 typedef struct jj_list {
     jj_node **v;
@@ -114,7 +141,8 @@ struct jj_node {
     const char *s; /* identifier name, string value, operator ("+", "not in", ...) */
     size_t n;
     double num;    /* N_INT, N_FLOAT */
-    bool flag;     /* N_MEMBER: computed; N_TEST: negated */
+    bool flag;     /* N_MEMBER: computed; N_TEST: negated; N_IF: an elif of the N_IF above */
+    int height;    /* expressions: 1 + the tallest operand's height (JJ_MAX_EXPR_DEPTH) */
     jj_node *a, *b, *c; /* operands: see jinja_parse.c for each type */
     jj_list body, alt;  /* statements; N_ARRAY/N_TUPLE/N_CALL args in body; N_OBJECT keys body,
                            values alt */
@@ -134,6 +162,7 @@ typedef struct jj_map {
     size_t *klen;
     jj_value **vals;
     size_t n, cap;
+    unsigned *slot;   /* beyond a few keys: a hash table of index + 1 (0 empty), 2 cap slots */
 } jj_map;
 
 typedef enum jj_fn {
@@ -195,6 +224,8 @@ typedef struct jj_interp {
     jj_fail_ctx *f;
     int ctl;           /* 1 break, 2 continue pending */
     int depth;         /* macro call depth */
+    int eval_depth;    /* jj_eval calls inside each other */
+    unsigned long stores; /* set statements and macro definitions run: what may keep a value */
     long long now;     /* strftime_now's clock (seconds since the epoch) */
 } jj_interp;
 

@@ -14,8 +14,6 @@
 
 #include "chat/jinja_int.h"
 
-enum { MAX_NESTING = 200 };
-
 typedef struct parser {
     jj_arena *a;
     jj_fail_ctx *f;
@@ -39,6 +37,32 @@ static jj_node *node(parser *p, jj_node_type type, const jj_token *at) {
     nd->type = type;
     nd->line = at->line;
     nd->col = at->col;
+    nd->height = 1;
+    return nd;
+}
+
+static int height_of(const jj_node *nd) { return nd ? nd->height : 0; }
+
+static int list_height(const jj_list *l) {
+    int h = 0;
+    for (size_t i = 0; i < l->n; i++)
+        if (l->v[i]->height > h) h = l->v[i]->height;
+    return h;
+}
+
+/* An expression node whose operands are set: its height, refused past JJ_MAX_EXPR_DEPTH at the
+ * node (a chain `1 + 1 + ...` or `x|f|f...` of 20,000 links would end the C stack when
+ * evaluated). Returns nd. */
+static jj_node *built(parser *p, jj_node *nd) {
+    int h = height_of(nd->a);
+    if (height_of(nd->b) > h) h = height_of(nd->b);
+    if (height_of(nd->c) > h) h = height_of(nd->c);
+    if (list_height(&nd->body) > h) h = list_height(&nd->body);
+    if (list_height(&nd->alt) > h) h = list_height(&nd->alt);
+    nd->height = h + 1;
+    if (nd->height > JJ_MAX_EXPR_DEPTH)
+        jj_fail(p->f, JINJA_ESYNTAX, nd->line, nd->col, "expression nested too deeply: more than "
+                "%d operators, filters, tests, members or calls in one chain", JJ_MAX_EXPR_DEPTH);
     return nd;
 }
 
@@ -87,7 +111,9 @@ static void expect_ident(parser *p, const char *name) {
 }
 
 static void enter(parser *p) {
-    if (++p->depth > MAX_NESTING) perr(p, peek(p), "%s", "template nested too deeply (over 200)");
+    if (++p->depth > JJ_MAX_NESTING)
+        jj_fail(p->f, JINJA_ESYNTAX, peek(p)->line, peek(p)->col, "blocks, brackets or unary "
+                "operators nested too deeply (over %d inside each other)", JJ_MAX_NESTING);
 }
 
 /* statements until {% one-of-names %} (not consumed); names[0] is the closing tag */
@@ -116,7 +142,7 @@ static jj_node *expr_sequence(parser *p, int primary) {
         p->cur++;
         list_push(p, &tup->body, primary ? parse_primary(p) : parse_expr(p));
     }
-    return tup;
+    return built(p, tup);
 }
 
 static void parse_args(parser *p, jj_list *args, int params) {
@@ -137,7 +163,7 @@ static void parse_args(parser *p, jj_list *args, int params) {
             kw->s = arg->s;
             kw->n = arg->n;
             kw->a = parse_expr(p);
-            arg = kw;
+            arg = built(p, kw);
         }
         if (params && arg->type != N_IDENT && arg->type != N_KWARG)
             perr(p, at, "%s", "Expected identifier for parameter declaration");
@@ -177,7 +203,7 @@ static jj_node *member_args(parser *p, const jj_token *at) {
     s->a = sl[0];
     s->b = sl[1];
     s->c = sl[2];
-    return s;
+    return built(p, s);
 }
 
 static jj_node *parse_member(parser *p, jj_node *obj) {
@@ -195,7 +221,7 @@ static jj_node *parse_member(parser *p, jj_node *obj) {
             if (m->b->type != N_IDENT && m->b->type != N_INT)
                 perr(p, at, "%s", "Expected identifier or integer following dot operator");
         }
-        obj = m;
+        obj = built(p, m);
     }
     return obj;
 }
@@ -204,7 +230,7 @@ static jj_node *parse_call(parser *p, jj_node *callee) {
     jj_node *c = node(p, N_CALL, peek(p));
     c->a = callee;
     parse_args(p, &c->body, 0);
-    jj_node *e = parse_member(p, c);
+    jj_node *e = parse_member(p, built(p, c));
     return is(p, TK_LPAREN) ? parse_call(p, e) : e;
 }
 
@@ -222,7 +248,7 @@ static jj_node *parse_unary_sign(parser *p) {
         u->s = t->s;
         u->a = parse_unary_sign(p);
         p->depth--;
-        return u;
+        return built(p, u);
     }
     return parse_call_member(p);
 }
@@ -237,7 +263,7 @@ static jj_node *parse_filter(parser *p) {
         jj_node *f = node(p, N_FILTER, at);
         f->a = operand;
         f->b = flt;
-        operand = f;
+        operand = built(p, f);
     }
     return operand;
 }
@@ -254,7 +280,7 @@ static jj_node *parse_test(parser *p) {
         t->s = name->s;
         t->n = name->n;
         t->a = operand;
-        operand = t;
+        operand = built(p, t);
     }
     return operand;
 }
@@ -264,7 +290,7 @@ static jj_node *binary(parser *p, const jj_token *op, const char *s, jj_node *l,
     b->s = s;
     b->a = l;
     b->b = r;
-    return b;
+    return built(p, b);
 }
 
 static jj_node *parse_power(parser *p) {
@@ -320,7 +346,7 @@ static jj_node *parse_not(parser *p) {
     u->s = "not";
     u->a = parse_not(p);
     p->depth--;
-    return u;
+    return built(p, u);
 }
 
 static jj_node *parse_and(parser *p) {
@@ -353,12 +379,12 @@ static jj_node *parse_expr(parser *p) {
             t->a = test;
             t->b = a;
             t->c = parse_expr(p);
-            a = t;
+            a = built(p, t);
         } else {
             jj_node *s = node(p, N_SELECT, at);
             s->a = a;
             s->b = test;
-            a = s;
+            a = built(p, s);
         }
     }
     p->depth--;
@@ -379,7 +405,7 @@ static jj_node *parse_literal_list(parser *p, const jj_token *t, int object) {
         if (is(p, TK_COMMA)) p->cur++;
     }
     p->cur++;
-    return l;
+    return built(p, l);
 }
 
 static jj_node *parse_primary(parser *p) {
@@ -448,25 +474,28 @@ static jj_node *parse_set(parser *p, const jj_token *at) {
     return s;
 }
 
+/* if, then each elif as an N_IF (flag set) alone in the alt of the one before: a chain of any
+ * length, built in a loop (an elif is not a nesting level; jj_eval walks the chain in a loop) */
 static jj_node *parse_if(parser *p, const jj_token *at) {
     static const char *const stops[] = {"endif", "elif", "else", NULL};
     static const char *const endif[] = {"endif", NULL};
-    jj_node *nd = node(p, N_IF, at);
-    nd->a = parse_expr(p);
-    expect(p, TK_CLOSE_STMT, "Expected closing statement token");
-    parse_until(p, &nd->body, stops);
-    if (is_ident(p, 1, "elif")) {
-        const jj_token *e = &p->t[p->cur + 1];
-        p->cur += 2;
-        enter(p);
-        list_push(p, &nd->alt, parse_if(p, e));
-        p->depth--;
-    } else if (is_ident(p, 1, "else")) {
-        p->cur += 2;
+    jj_node *head = node(p, N_IF, at), *nd = head;
+    for (;;) {
+        nd->a = parse_expr(p);
         expect(p, TK_CLOSE_STMT, "Expected closing statement token");
-        parse_until(p, &nd->alt, endif);
+        parse_until(p, &nd->body, stops);
+        if (is_ident(p, 1, "else")) {
+            p->cur += 2;
+            expect(p, TK_CLOSE_STMT, "Expected closing statement token");
+            parse_until(p, &nd->alt, endif);
+        }
+        if (!is_ident(p, 1, "elif")) return head;
+        jj_node *e = node(p, N_IF, &p->t[p->cur + 1]);
+        e->flag = true;
+        p->cur += 2;
+        list_push(p, &nd->alt, e);
+        nd = e;
     }
-    return nd;
 }
 
 static jj_node *parse_for(parser *p, const jj_token *at) {

@@ -12,6 +12,7 @@ static int numlike(const jj_value *v) { return v->t == V_INT || v->t == V_FLOAT 
 static double num(const jj_value *v) { return v->t == V_BOOL ? (v->b ? 1 : 0) : v->num; }
 
 static int compare(jj_interp *in, const jj_value *a, const jj_value *b, int case_sensitive) {
+    jj_charge(in->f, 1 + (a->t == V_STR ? a->n >> 10 : 0));
     if ((a->t == V_NULL && b->t == V_NULL) || (a->t == V_UNDEF && b->t == V_UNDEF)) return 0;
     if (a->t == V_NULL || b->t == V_NULL || a->t == V_UNDEF || b->t == V_UNDEF)
         jj_rt_fail(in, "Cannot compare %s with %s", jj_type_name(a->t), jj_type_name(b->t));

@@ -20,18 +20,35 @@ enum { JJ_CHUNK = 64 * 1024 };
 #define JJ_MAX_STRING ((size_t)32 << 20) /* no string (output included) grows past 32 MiB: a
                                          * conversation renders to KBs, 128k tokens to ~0.5 MB */
 
+void jj_charge(jj_fail_ctx *f, unsigned long long n) {
+    f->steps += n;
+    if (f->max_steps && f->steps > f->max_steps)
+        jj_fail(f, JINJA_EBUDGET, 0, 0, "the render went over its budget of %llu steps (a loop "
+                "or recursion too long for a chat template)", f->max_steps);
+}
+
+static jj_chunk *new_chunk(jj_arena *a, size_t cap) {
+    if (a->max_bytes && a->bytes + cap > a->max_bytes)
+        jj_fail(a->f, JINJA_EBUDGET, 0, 0, "the render went over its budget of %zu bytes of "
+                "memory (%zu held, %zu more asked)", a->max_bytes, a->bytes, cap);
+    jj_chunk *c = cap == JJ_CHUNK ? a->spare : NULL;
+    if (c) a->spare = NULL;
+    else c = malloc(sizeof *c + cap);
+    if (!c) jj_fail(a->f, JINJA_ENOMEM, 0, 0, "out of memory (%zu bytes more)", cap);
+    c->cap = cap;
+    c->used = 0;
+    c->next = a->head;
+    a->head = c;
+    a->bytes += cap;
+    if (a->bytes > a->peak) a->peak = a->bytes;
+    return c;
+}
+
 void *jj_alloc(jj_arena *a, size_t n) {
     n = (n + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
+    jj_charge(a->f, 1 + (n >> 10));
     jj_chunk *c = a->head;
-    if (!c || c->cap - c->used < n) {
-        size_t cap = n > JJ_CHUNK ? n : JJ_CHUNK;
-        c = malloc(sizeof *c + cap);
-        if (!c) jj_fail(a->f, JINJA_ENOMEM, 0, 0, "out of memory (%zu bytes more)", cap);
-        c->cap = cap;
-        c->used = 0;
-        c->next = a->head;
-        a->head = c;
-    }
+    if (!c || c->cap - c->used < n) c = new_chunk(a, n > JJ_CHUNK ? n : JJ_CHUNK);
     void *p = (char *)c->data + c->used;
     c->used += n;
     memset(p, 0, n);
@@ -50,7 +67,38 @@ void jj_arena_free(jj_arena *a) {
         next = c->next;
         free(c);
     }
-    a->head = NULL;
+    free(a->spare);
+    free(a->scratch);
+    a->head = a->spare = NULL;
+    a->scratch = NULL;
+    a->bytes = a->scratch_cap = 0;
+}
+
+jj_mark jj_arena_mark(const jj_arena *a) { return (jj_mark){a->head, a->head ? a->head->used : 0}; }
+
+/* Chunks made after the mark go (one kept as the spare); the mark's chunk is cut back. */
+void jj_arena_release(jj_arena *a, jj_mark m) {
+    while (a->head != m.head) {
+        jj_chunk *c = a->head;
+        a->head = c->next;
+        a->bytes -= c->cap;
+        if (c->cap == JJ_CHUNK && !a->spare) a->spare = c;
+        else free(c);
+    }
+    if (a->head) a->head->used = m.used;
+}
+
+const char *jj_arena_keep(jj_arena *a, jj_mark m, const char *s, size_t n) {
+    if (n + 1 > a->scratch_cap) {
+        char *p = realloc(a->scratch, n + 1);
+        if (!p) jj_fail(a->f, JINJA_ENOMEM, 0, 0, "out of memory (%zu bytes more)", n + 1);
+        a->scratch = p;
+        a->scratch_cap = n + 1;
+    }
+    if (n) memcpy(a->scratch, s, n);
+    a->scratch[n] = '\0';
+    jj_arena_release(a, m);
+    return a->scratch;
 }
 
 void jj_fail(jj_fail_ctx *f, int status, int line, int col, const char *fmt, ...) {
@@ -62,6 +110,7 @@ void jj_fail(jj_fail_ctx *f, int status, int line, int col, const char *fmt, ...
     vsnprintf(f->err->msg, sizeof f->err->msg, fmt, ap);
     va_end(ap);
     f->status = status;
+    f->err->steps = f->steps;
     longjmp(f->jmp, 1);
 }
 
@@ -73,6 +122,7 @@ void jj_buf_init(jj_buf *b, jj_arena *a) {
 }
 
 void jj_buf_add(jj_buf *b, const char *s, size_t n) {
+    jj_charge(b->a->f, 1 + (n >> 10));
     if (n > JJ_MAX_STRING - b->n)
         jj_fail(b->a->f, JINJA_ERUNTIME, 0, 0, "a string would exceed %zu MiB",
                 JJ_MAX_STRING >> 20);

@@ -53,15 +53,59 @@ jj_map *jj_map_new(jj_arena *a) {
     return m;
 }
 
+/* Maps of more than MAP_LINEAR keys get a hash table (open addressing, 2 cap slots): a
+ * template's namespace or a conversation's object of 100,000 keys stays linear to build. */
+enum { MAP_LINEAR = 8 };
+
+static size_t key_hash(const char *k, size_t n) {
+    size_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)k[i]) * 1099511628211ull;
+    return h ^ (h >> 29);
+}
+
 static long map_find(const jj_map *m, const char *k, size_t kn) {
-    for (size_t i = 0; i < m->n; i++)
-        if (m->klen[i] == kn && !memcmp(m->keys[i], k, kn)) return (long)i;
-    return -1;
+    if (!m->slot) {
+        for (size_t i = 0; i < m->n; i++)
+            if (m->klen[i] == kn && !memcmp(m->keys[i], k, kn)) return (long)i;
+        return -1;
+    }
+    size_t mask = 2 * m->cap - 1;
+    for (size_t s = key_hash(k, kn) & mask;; s = (s + 1) & mask) {
+        unsigned i = m->slot[s];
+        if (!i) return -1;
+        if (m->klen[i - 1] == kn && !memcmp(m->keys[i - 1], k, kn)) return (long)i - 1;
+    }
+}
+
+static void slot_put(jj_map *m, size_t i) {
+    size_t mask = 2 * m->cap - 1, s = key_hash(m->keys[i], m->klen[i]) & mask;
+    while (m->slot[s]) s = (s + 1) & mask;
+    m->slot[s] = (unsigned)i + 1;
 }
 
 jj_value *jj_map_get(const jj_map *m, const char *k, size_t kn) {
     long i = map_find(m, k, kn);
     return i < 0 ? NULL : m->vals[i];
+}
+
+static void map_grow(jj_arena *a, jj_map *m) {
+    size_t cap = m->cap ? m->cap * 2 : MAP_LINEAR;
+    const char **keys = jj_alloc(a, cap * sizeof *keys);
+    size_t *klen = jj_alloc(a, cap * sizeof *klen);
+    jj_value **vals = jj_alloc(a, cap * sizeof *vals);
+    if (m->n) {
+        memcpy(keys, m->keys, m->n * sizeof *keys);
+        memcpy(klen, m->klen, m->n * sizeof *klen);
+        memcpy(vals, m->vals, m->n * sizeof *vals);
+    }
+    m->keys = keys;
+    m->klen = klen;
+    m->vals = vals;
+    m->cap = cap;
+    m->slot = NULL;
+    if (cap <= MAP_LINEAR) return;
+    m->slot = jj_alloc(a, 2 * cap * sizeof *m->slot);
+    for (size_t i = 0; i < m->n; i++) slot_put(m, i);
 }
 
 /* A new key goes last; an existing key keeps its place (JavaScript's Map). */
@@ -71,24 +115,12 @@ void jj_map_set(jj_arena *a, jj_map *m, const char *k, size_t kn, jj_value *v) {
         m->vals[i] = v;
         return;
     }
-    if (m->n == m->cap) {
-        size_t cap = m->cap ? m->cap * 2 : 8;
-        const char **keys = jj_alloc(a, cap * sizeof *keys);
-        size_t *klen = jj_alloc(a, cap * sizeof *klen);
-        jj_value **vals = jj_alloc(a, cap * sizeof *vals);
-        if (m->n) {
-            memcpy(keys, m->keys, m->n * sizeof *keys);
-            memcpy(klen, m->klen, m->n * sizeof *klen);
-            memcpy(vals, m->vals, m->n * sizeof *vals);
-        }
-        m->keys = keys;
-        m->klen = klen;
-        m->vals = vals;
-        m->cap = cap;
-    }
+    if (m->n == m->cap) map_grow(a, m);
     m->keys[m->n] = k;
     m->klen[m->n] = kn;
-    m->vals[m->n++] = v;
+    m->vals[m->n] = v;
+    if (m->slot) slot_put(m, m->n);
+    m->n++;
 }
 
 bool jj_is_num(const jj_value *v) { return v->t == V_INT || v->t == V_FLOAT; }
@@ -304,8 +336,19 @@ static int key_cmp(const void *x, const void *y) {
     return c ? c : (a->len > b->len) - (a->len < b->len);
 }
 
+/* The lists and dicts being serialised, innermost first: a value met again inside itself is a
+ * cycle (`{% set ns.a = ns %}`), which JSON cannot write (JavaScript: "Converting circular
+ * structure to JSON"); one deeper than JJ_MAX_VALUE_DEPTH is refused before the C stack ends. */
+typedef struct json_up {
+    const void *id; /* the dict's map, the list's items */
+    const struct json_up *up;
+} json_up;
+
+static void to_json(jj_fail_ctx *f, jj_buf *b, const jj_value *v, const jj_json_opts *o, int depth,
+                    const json_up *up);
+
 static void json_object(jj_fail_ctx *f, jj_buf *b, const jj_map *m, const jj_json_opts *o,
-                        int depth, const char *isep, const char *ksep) {
+                        int depth, const json_up *up, const char *isep, const char *ksep) {
     size_t n = m->n;
     key_ref *order = jj_alloc(b->a, (n ? n : 1) * sizeof *order);
     for (size_t i = 0; i < n; i++) order[i] = (key_ref){m->keys[i], m->klen[i], i};
@@ -317,15 +360,41 @@ static void json_object(jj_fail_ctx *f, jj_buf *b, const jj_map *m, const jj_jso
         if (o->indent) json_pad(b, o->indent, depth + 1);
         json_string(b, m->keys[i], m->klen[i], o->ensure_ascii);
         jj_buf_adds(b, ksep);
-        jj_to_json(f, b, m->vals[i], o, depth + 1);
+        to_json(f, b, m->vals[i], o, depth + 1, up);
     }
     if (o->indent && n) json_pad(b, o->indent, depth);
     jj_buf_addc(b, '}');
 }
 
-void jj_to_json(jj_fail_ctx *f, jj_buf *b, const jj_value *v, const jj_json_opts *o, int depth) {
+static void json_array(jj_fail_ctx *f, jj_buf *b, const jj_value *v, const jj_json_opts *o,
+                       int depth, const json_up *up, const char *isep) {
+    jj_buf_addc(b, '[');
+    for (size_t i = 0; i < v->n; i++) {
+        if (i) jj_buf_adds(b, isep);
+        if (o->indent) json_pad(b, o->indent, depth + 1);
+        to_json(f, b, v->items[i], o, depth + 1, up);
+    }
+    if (o->indent && v->n) json_pad(b, o->indent, depth);
+    jj_buf_addc(b, ']');
+}
+
+/* A list or dict entered: refused when it is one of its own ancestors, or too deep. */
+static json_up enter_container(jj_fail_ctx *f, const void *id, int depth, const json_up *up) {
+    for (const json_up *u = up; u && id; u = u->up)
+        if (u->id == id)
+            jj_fail(f, JINJA_ERUNTIME, 0, 0, "Converting circular structure to JSON: a value "
+                    "that contains itself cannot be printed or serialised");
+    if (depth >= JJ_MAX_VALUE_DEPTH)
+        jj_fail(f, JINJA_ERUNTIME, 0, 0, "a value nested more than %d lists or dicts deep "
+                "cannot be printed or serialised", JJ_MAX_VALUE_DEPTH);
+    return (json_up){id, up};
+}
+
+static void to_json(jj_fail_ctx *f, jj_buf *b, const jj_value *v, const jj_json_opts *o, int depth,
+                    const json_up *up) {
     const char *isep = o->custom_sep ? o->item_sep : o->indent ? "," : ", ";
     const char *ksep = o->custom_sep ? o->key_sep : ": ";
+    json_up here;
     switch (v->t) {
     case V_NULL: return jj_buf_adds(b, "null");
     case V_UNDEF: return jj_buf_adds(b, o->undef_null ? "null" : "undefined");
@@ -336,20 +405,19 @@ void jj_to_json(jj_fail_ctx *f, jj_buf *b, const jj_value *v, const jj_json_opts
         return jj_fmt_number(b, v->num);
     case V_STR: return json_string(b, v->s, v->n, o->ensure_ascii);
     case V_ARRAY:
-        jj_buf_addc(b, '[');
-        for (size_t i = 0; i < v->n; i++) {
-            if (i) jj_buf_adds(b, isep);
-            if (o->indent) json_pad(b, o->indent, depth + 1);
-            jj_to_json(f, b, v->items[i], o, depth + 1);
-        }
-        if (o->indent && v->n) json_pad(b, o->indent, depth);
-        jj_buf_addc(b, ']');
-        return;
+        here = enter_container(f, v->n ? (const void *)v->items : NULL, depth, up);
+        return json_array(f, b, v, o, depth, &here, isep);
     case V_OBJECT:
-    case V_NS: return json_object(f, b, v->map, o, depth, isep, ksep);
+    case V_NS:
+        here = enter_container(f, v->map, depth, up);
+        return json_object(f, b, v->map, o, depth, &here, isep, ksep);
     default:
         jj_fail(f, JINJA_ERUNTIME, 0, 0, "Cannot convert to JSON: %s", jj_type_name(v->t));
     }
+}
+
+void jj_to_json(jj_fail_ctx *f, jj_buf *b, const jj_value *v, const jj_json_opts *o, int depth) {
+    to_json(f, b, v, o, depth, NULL);
 }
 
 static const char *case_of(unsigned cp, int upper) {

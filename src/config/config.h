@@ -39,6 +39,11 @@ typedef enum {
     TSR_ACTCKPT_COUNT
 } tsr_actckpt_kind;
 typedef enum { TSR_SCHED_COSINE = 0, TSR_SCHED_LINEAR, TSR_SCHED_CONSTANT, TSR_SCHED_COUNT } tsr_sched_kind;
+/* optim.name (docs/training.md "Muon"): AdamW for every tensor, or Muon for the hidden matrices */
+typedef enum { TSR_OPTIM_ADAMW = 0, TSR_OPTIM_MUON, TSR_OPTIM_COUNT } tsr_optim_kind;
+/* optim.muon.scale: the orthogonalised update's multiplier (rms: rms x sqrt(max(rows, cols)), an
+ * update of that RMS, Moonlight's; shape: sqrt(max(1, rows / cols)), Keller Jordan's) */
+typedef enum { TSR_MUON_SCALE_RMS = 0, TSR_MUON_SCALE_SHAPE, TSR_MUON_SCALE_COUNT } tsr_muon_scale;
 typedef enum { TSR_DEVICE_CPU = 0, TSR_DEVICE_CUDA, TSR_DEVICE_COUNT } tsr_device_kind;
 /* what the trainer minimises: next-token cross-entropy, or DPO on preference pairs (docs/dpo.md) */
 typedef enum { TSR_OBJ_LM = 0, TSR_OBJ_DPO, TSR_OBJ_COUNT } tsr_objective_kind;
@@ -94,6 +99,14 @@ typedef struct tsr_optim_config {
     tsr_sched_kind schedule;
     double alpha_f;       /* final lr = alpha_f * lr */
     int decay_norms_biases, decay_embeddings;
+    tsr_optim_kind name;  /* optim.name */
+    struct {              /* optim.muon.* (name = muon; src/train/muon.h) */
+        double lr;        /* peak rate of the Muon matrices; 0 = optim.lr */
+        double momentum, weight_decay, rms;
+        int nesterov;
+        int64_t ns_steps; /* Newton-Schulz iterations */
+        tsr_muon_scale scale;
+    } muon;
 } tsr_optim_config;
 
 /* Data mixing (docs/data-mixing.md): data.mix lists streams, data.curriculum changes their weights
@@ -216,6 +229,10 @@ int config_load(tsr_config *cfg, const char *path, const char *const *sets, int 
 /* Checks what depends on the world size: global_batch divisible by world, per-rank batch by
  * micro_batch. Returns 0 or TSR_EXIT_USAGE after printing the error. */
 int config_check_world(const tsr_config *cfg, int world);
+/* Would `--set key=value` be accepted by the key table (the key's type and range)? 0, or -1 with
+ * why (what the key accepts, as --set says it). For messages that suggest a --set: a suggestion
+ * is checked before it is made. */
+int config_check_set(const char *key, const char *value, char *why, size_t n);
 /* The layers activation checkpointing applies to: [*lo, *lo + *n) (n = 0 with
  * activation_checkpointing = none), from activation_checkpointing_layers (the first N, -1 = all) or
  * activation_checkpointing_range ("A-B", 0-based, inclusive). Returns 0, or -1 with the reason in

@@ -175,7 +175,7 @@ static void walk(load_ctx *c, const config_setting_t *grp, const char *group) {
             continue;
         }
         if (!k) {
-            if (!group && cfgtab_is_group(full)) {
+            if (cfgtab_is_group(full)) { /* a group, or a group in one (optim.muon) */
                 if (v.kind == CFGV_GROUP) {
                     walk(c, s, full);
                 } else {
@@ -284,6 +284,20 @@ static void apply_set(load_ctx *c, const char *arg) {
     c->set_arg[key_index(k)] = arg;
 }
 
+int config_check_set(const char *key, const char *value, char *why, size_t n) {
+    const cfgtab_key *k = cfgtab_find(key);
+    if (!k) {
+        snprintf(why, n, "no such key");
+        return -1;
+    }
+    tsr_config *scratch = tsr_calloc(1, sizeof *scratch);
+    cfgtab_value v = {.kind = CFGV_TEXT, .s = value};
+    const char *err = cfgtab_assign(k, scratch, &v, why, n);
+    if (err && err != why) snprintf(why, n, "%s", err);
+    free(scratch);
+    return err ? -1 : 0;
+}
+
 static void check_required(load_ctx *c) {
     for (int i = 0; i < cfgtab_n_keys; i++) {
         const cfgtab_key *k = &cfgtab_keys[i];
@@ -338,6 +352,8 @@ static const char *const cross_rules[] = {
     "Exactly one of `data.train` and `data.mix`; `data.curriculum` needs `data.mix`, its phases "
     "in increasing `at`.",
     "`data.cache_limit` is a size: `500M`, `20G`, `1.5T` (powers of 1024) or `0`.",
+    "`optim.muon.*` keys only with `optim.name = \"muon\"`; Muon not with `lora.rank` > 0, "
+    "`parallel.expert` > 1, or `device = \"cuda\"` under sharding other than `ddp`.",
 };
 
 /* "file:line: " of the key, "--set key=value: " for an override, "file: " for a default. */
@@ -448,6 +464,45 @@ static void validate_lora(load_ctx *c) {
     }
 }
 
+/* optim.name = muon (docs/training.md "Muon"): its keys only with it, and what it does not run
+ * with: LoRA (the references orthogonalise full weight matrices, not adapters), expert
+ * parallelism, and device = cuda under sharding other than ddp (not yet). */
+static void validate_muon(load_ctx *c) {
+    const tsr_config *g = c->cfg;
+    char at[1200];
+    if (g->optim.name != TSR_OPTIM_MUON) {
+        for (int i = 0; i < cfgtab_n_keys; i++) {
+            if (!c->given[i] || strncmp(cfgtab_keys[i].name, "optim.muon.", 11) != 0) continue;
+            tsr_error("%s%s is a Muon setting, but optim.name = \"adamw\": set optim.name = "
+                      "\"muon\" to use Muon, or remove %s", where(c, cfgtab_keys[i].name, at,
+                      sizeof at), cfgtab_keys[i].name, cfgtab_keys[i].name);
+            c->errors++;
+        }
+        return;
+    }
+    if (g->lora.rank > 0) {
+        tsr_error("%soptim.name = \"muon\" with lora.rank = %lld: Muon orthogonalises whole "
+                  "weight matrices, and LoRA trains low-rank adapters beside frozen ones (no "
+                  "reference implementation applies Muon to them; docs/training.md): finetune "
+                  "the adapters with optim.name = \"adamw\", or train the full model with Muon",
+                  where(c, "optim.name", at, sizeof at), (long long)g->lora.rank);
+        c->errors++;
+    }
+    if (g->expert > 1) {
+        tsr_error("%soptim.name = \"muon\" with parallel.expert = %lld: Muon under expert "
+                  "parallelism is not supported yet; set parallel.expert = 1 (the experts are "
+                  "then Muon matrices in every sharding mode)", where(c, "optim.name", at, sizeof at),
+                  (long long)g->expert);
+        c->errors++;
+    }
+    if (g->device == TSR_DEVICE_CUDA && g->sharding != TSR_SHARD_DDP) {
+        tsr_error("%soptim.name = \"muon\" with device = \"cuda\" runs under "
+                  "parallel.sharding = \"ddp\" only for now (zero1, zero3 and hsdp run Muon on "
+                  "device = \"cpu\")", where(c, "optim.name", at, sizeof at));
+        c->errors++;
+    }
+}
+
 /* Options that need another key: evaluations, the document mask, activation checkpointing. */
 static void validate_options(load_ctx *c) {
     const tsr_config *g = c->cfg;
@@ -489,6 +544,7 @@ static void validate_options(load_ctx *c) {
         c->errors++;
     }
     validate_lora(c);
+    validate_muon(c);
 }
 
 /* The data lists: data.mix or data.train, curriculum order, the cache limit. */

@@ -14,6 +14,30 @@
 #include "config/config_mix.h"
 #include "config/config_table.h"
 
+/* The subgroups of group name[0, glen) (optim.muon: "  muon = { ... };"), each once, in table
+ * order from key index i; optim.muon only under optim.name = muon. */
+static void print_subgroups(FILE *f, const tsr_config *cfg, int i, const char *name, size_t glen) {
+    char val[4200];
+    for (int j = i; j < cfgtab_n_keys; j++) {
+        const char *key = cfgtab_keys[j].name, *sub = key + glen + 1, *dot = strchr(sub, '.');
+        if (strncmp(key, name, glen + 1) != 0 || !dot) continue;
+        size_t slen = (size_t)(dot - sub) + 1; /* "muon." */
+        int seen = 0;
+        for (int k = i; k < j; k++)
+            if (strncmp(cfgtab_keys[k].name, key, glen + 1 + slen) == 0) seen = 1;
+        /* optim.muon only with optim.name = muon: its keys are refused without it */
+        if (seen || (!strncmp(key, "optim.muon.", 11) && cfg->optim.name != TSR_OPTIM_MUON))
+            continue;
+        fprintf(f, "  %.*s = {\n", (int)slen - 1, sub);
+        for (int k = j; k < cfgtab_n_keys; k++) {
+            if (strncmp(cfgtab_keys[k].name, key, glen + 1 + slen) != 0) continue;
+            cfgtab_format(&cfgtab_keys[k], cfg, val, sizeof val);
+            fprintf(f, "    %s = %s;\n", cfgtab_keys[k].name + glen + 1 + slen, val);
+        }
+        fprintf(f, "  };\n");
+    }
+}
+
 void config_print(FILE *f, const tsr_config *cfg) {
     char val[4200], src[1024];
     snprintf(src, sizeof src, "%s", cfg->source[0] ? cfg->source : "(defaults and --set only)");
@@ -38,9 +62,11 @@ void config_print(FILE *f, const tsr_config *cfg) {
         for (int j = i; j < cfgtab_n_keys; j++) {
             if (strncmp(cfgtab_keys[j].name, name, glen + 1) != 0) continue;
             if (cfg->data.n_streams && !strcmp(cfgtab_keys[j].name, "data.train")) continue;
+            if (strchr(cfgtab_keys[j].name + glen + 1, '.')) continue; /* a subgroup: below */
             cfgtab_format(&cfgtab_keys[j], cfg, val, sizeof val);
             fprintf(f, "  %s = %s;\n", cfgtab_keys[j].name + glen + 1, val);
         }
+        print_subgroups(f, cfg, i, name, glen);
         if (glen == 4 && !strncmp(name, "data", 4)) cfgmix_print(f, cfg);
         fprintf(f, "};\n");
     }

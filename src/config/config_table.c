@@ -38,6 +38,10 @@ _Static_assert(NELEM(mask_names) == TSR_MASK_COUNT, "mask_names vs tsr_attn_mask
 static const char *const actckpt_names[] = {"none", "block", "attention", "mlp"};
 _Static_assert(NELEM(actckpt_names) == TSR_ACTCKPT_COUNT, "actckpt_names vs tsr_actckpt_kind");
 static const char *const sched_names[] = {"cosine", "linear", "constant"};
+static const char *const optim_names[] = {"adamw", "muon"};
+_Static_assert(NELEM(optim_names) == TSR_OPTIM_COUNT, "optim_names vs tsr_optim_kind");
+static const char *const muon_scale_names[] = {"rms", "shape"};
+_Static_assert(NELEM(muon_scale_names) == TSR_MUON_SCALE_COUNT, "muon_scale_names vs tsr_muon_scale");
 static const char *const objective_names[] = {"lm", "dpo"};
 _Static_assert(NELEM(objective_names) == TSR_OBJ_COUNT, "objective_names vs tsr_objective_kind");
 static const char *const dpo_loss_names[] = {"sigmoid", "ipo"};
@@ -63,6 +67,7 @@ _Static_assert(sizeof(tsr_device_kind) == sizeof(int) && sizeof(tsr_pos_kind) ==
                    sizeof(tsr_attn_mask_kind) == sizeof(int) &&
                    sizeof(tsr_actckpt_kind) == sizeof(int) &&
                    sizeof(tsr_sched_kind) == sizeof(int) && sizeof(tsr_sharding_kind) == sizeof(int) &&
+                   sizeof(tsr_optim_kind) == sizeof(int) && sizeof(tsr_muon_scale) == sizeof(int) &&
                    sizeof(tsr_guard_method) == sizeof(int) && sizeof(tsr_guard_action) == sizeof(int),
                "enum fields must be int-sized");
 
@@ -277,6 +282,36 @@ const cfgtab_key cfgtab_keys[] = {
      .def = "false", .doc = "Apply weight decay to LayerNorm weights and to biases too."},
     {.name = "optim.decay_embeddings", .type = CFGK_BOOL, FIELD(optim.decay_embeddings),
      .def = "false", .doc = "Apply weight decay to the token and position embeddings too."},
+    {.name = "optim.name", .type = CFGK_ENUM, FIELD(optim.name), .def = "adamw",
+     ENUM(optim_names),
+     .doc = "The optimizer: `adamw` for every tensor; `muon`: the hidden weight matrices (each "
+            "projection of attention and the MLP on its own: q, k, v, o, gate, up, down, the "
+            "router, each expert's) by Muon (momentum orthogonalised by a Newton-Schulz "
+            "iteration; optim.muon.*), the embeddings, the LM head, norms and biases by AdamW "
+            "with the keys above (docs/training.md \"Muon\"). Not with lora.rank > 0 or "
+            "parallel.expert > 1."},
+    {.name = "optim.muon.lr", .type = CFGK_FLOAT, FIELD(optim.muon.lr), .def = "0", .lo = 0,
+     NO_MAX, .doc = "Muon's peak learning rate, on the schedule of optim.lr (warmup, decay); "
+                    "0 = optim.lr (with scale = `rms` AdamW's rate carries over)."},
+    {.name = "optim.muon.momentum", .type = CFGK_FLOAT, FIELD(optim.muon.momentum), .def = "0.95",
+     .lo = 0, .hi = 1, .hi_open = 1,
+     .doc = "Muon's momentum: buf = momentum x buf + gradient."},
+    {.name = "optim.muon.nesterov", .type = CFGK_BOOL, FIELD(optim.muon.nesterov), .def = "true",
+     .doc = "Orthogonalise gradient + momentum x buf (Nesterov) instead of buf."},
+    {.name = "optim.muon.ns_steps", .type = CFGK_INT, FIELD(optim.muon.ns_steps), .def = "5",
+     .ilo = 1, .ihi = 100,
+     .doc = "Newton-Schulz iterations (the quintic of coefficients 3.4445, -4.7750, 2.0315)."},
+    {.name = "optim.muon.weight_decay", .type = CFGK_FLOAT, FIELD(optim.muon.weight_decay),
+     .def = "0", .lo = 0, NO_MAX,
+     .doc = "Decoupled weight decay of the Muon matrices: p = p (1 - lr x weight_decay); 0 = none."},
+    {.name = "optim.muon.scale", .type = CFGK_ENUM, FIELD(optim.muon.scale), .def = "rms",
+     ENUM(muon_scale_names),
+     .doc = "The orthogonalised update's multiplier: `rms` = optim.muon.rms x sqrt(max(rows, "
+            "cols)), an update of that RMS, as AdamW's (Moonlight), so AdamW's learning rates "
+            "carry over; `shape` = sqrt(max(1, rows / cols)) (Keller Jordan's; lr about 0.02)."},
+    {.name = "optim.muon.rms", .type = CFGK_FLOAT, FIELD(optim.muon.rms), .def = "0.2", .lo = 0,
+     .lo_open = 1, NO_MAX,
+     .doc = "With scale = `rms`: the RMS of the update (0.2: AdamW's typical, Moonlight)."},
 
     {.name = "data.train", .type = CFGK_STRING, FIELD(data.train), .example = "\"data/train\"",
      .ilo = 1, .doc = "Training dataset directory (written by `tessera prep`); or, instead, "
@@ -779,10 +814,7 @@ const char *cfgtab_type_name(const cfgtab_key *k, char *buf, size_t n) {
 
 void cfgtab_format_double(char *buf, size_t n, double v) {
     char tmp[64];
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(tmp, sizeof tmp, "%.*g", prec, v);
-        if (strtod(tmp, NULL) == v || !isfinite(v)) break;
-    }
+    tsr_fmt_shortest(tmp, sizeof tmp, v);
     /* Tidy the exponent: "2e+09" -> "2e9", "1e-08" -> "1e-8". */
     char *e = strchr(tmp, 'e');
     if (e) {

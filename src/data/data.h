@@ -30,6 +30,9 @@ void dataset_close(tsr_dataset *ds);
  * (packed_seq_len, preference_pairs; docs/prep.md): 1 with *value set, 0 when absent, -1 when
  * index.tsv cannot be read. */
 int dataset_index_note(const char *dir, const char *key, uint64_t *value);
+/* 1 when the file at path is part of a tessera dataset (a shard, or an index.tsv: their magics),
+ * else 0 (also when it cannot be read): what `tessera prep` must not read as text. */
+int dataset_file_is_part(const char *path);
 /* Does dir hold preference pairs (tessera prep --format preference) packed for seq_len T? 1 (and
  * *pairs), 0 when it holds none, -1 when they are packed for another length (*packed_T). */
 int dataset_pairs_for(const char *dir, int T, uint64_t *pairs, uint64_t *packed_T);

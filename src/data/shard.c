@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "fsutil.h"
 #include "crc32c.h"
 #include "data/data.h"
 
@@ -144,10 +145,16 @@ static int split_fields(char *line, char **f, int max) {
 }
 
 static int read_whole_file(const char *path, char **out, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
         tsr_error("%s: cannot open: %s (is the directory a tessera dataset? write one with "
                   "'tessera shard' or 'tessera synth')", path, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    int fd = fs_open_data(path, "dataset index");
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
+    if (!f) {
+        if (fd >= 0) close(fd);
         return TSR_EXIT_DATA;
     }
     size_t cap = 4096, n = 0;
@@ -534,14 +541,11 @@ static int shard_validate(shard_map *s, const dataset_index *ix, int k, int veri
 
 /* Maps shard file `path` read-only. */
 static int shard_map_file(shard_map *s) {
-    int fd = open(s->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        tsr_error("%s: cannot open shard: %s (listed in the index)", s->path, strerror(errno));
-        return TSR_EXIT_DATA;
-    }
+    int fd = fs_open_data(s->path, "shard (listed in the index)");
+    if (fd < 0) return TSR_EXIT_DATA;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        tsr_error("%s: not a regular file", s->path);
+    if (fstat(fd, &st) != 0) {
+        tsr_error("%s: fstat failed: %s", s->path, strerror(errno));
         close(fd);
         return TSR_EXIT_DATA;
     }
@@ -783,6 +787,16 @@ int dataset_shard_redirected(const tsr_dataset *ds, int k) {
 void dataset_read_counts(const tsr_dataset *ds, uint64_t *staged, uint64_t *in_place) {
     if (staged) *staged = atomic_load_explicit(&ds->reads_staged, memory_order_relaxed);
     if (in_place) *in_place = atomic_load_explicit(&ds->reads_in_place, memory_order_relaxed);
+}
+
+int dataset_file_is_part(const char *path) {
+    char head[32] = {0};
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(head, 1, sizeof head - 1, f) : 0;
+    if (f) fclose(f);
+    size_t im = strlen(INDEX_MAGIC);
+    return (n >= sizeof SHARD_MAGIC - 1 && !memcmp(head, SHARD_MAGIC, sizeof SHARD_MAGIC - 1)) ||
+           (n > im && !memcmp(head, INDEX_MAGIC, im) && (head[im] == '\t' || head[im] == ' '));
 }
 
 int dataset_index_note(const char *dir, const char *key, uint64_t *value) {

@@ -83,7 +83,7 @@ void gen_chat_vars_free(gen_chat_vars *v) {
 }
 
 int gen_chat_open(gen_chat *gc, const char *spec, const tsr_tokenizer *tok, int chat,
-                  const gen_chat_vars *vars) {
+                  const gen_chat_vars *vars, const jinja_budget *budget) {
     memset(gc, 0, sizeof *gc);
     gc->vars = vars;
     if (!tokenizer_is_hf(tok) || chat_config_find(spec, gc->path, sizeof gc->path) != 1) return 0;
@@ -100,6 +100,7 @@ int gen_chat_open(gen_chat *gc, const char *spec, const tsr_tokenizer *tok, int 
         return 0;
     }
     gc->loaded = 1;
+    if (gc->cc.tpl) jinja_set_budget(gc->cc.tpl, budget);
     return 0;
 }
 
@@ -169,6 +170,11 @@ int gen_chat_render(const gen_chat *gc, const char *spec, const char *system, co
     const jinja_overrides ov = {.nmessages = -1, .add_generation_prompt = 1};
     jinja_error e;
     if (jinja_render_ex(gc->cc.tpl, ctx, 2, &ov, text, n, &e) == JINJA_OK) return 0;
+    if (e.status == JINJA_EBUDGET) {
+        tsr_error("generate: --chat: the chat template of %s, line %d:%d: %s (%s)", gc->path,
+                  e.line, e.col, e.msg, CHAT_BUDGET_HINT);
+        return TSR_EXIT_DATA;
+    }
     if (e.line)
         tsr_error("generate: --chat: the chat template of %s, line %d:%d: %s", gc->path, e.line,
                   e.col, e.msg);

@@ -45,11 +45,12 @@ typedef struct gen_chat {
 
 /* Loads the tokenizer_config.json beside the tokenizer opened from spec when tok is a Hugging Face
  * one and the file exists (gc->loaded = 1); neither is an error (loaded 0). vars (NULL: none) are
- * the template variables of every render; they must outlive gc. Returns 0, or, with
+ * the template variables of every render; they must outlive gc. budget: the template's render
+ * budget (--template-steps, --template-memory; zeros keep the defaults). Returns 0, or, with
  * chat (--chat), TSR_EXIT_DATA when the file is there but unreadable or its template does not
  * compile; without chat that is a warning (loaded 0): a plain completion needs no template. */
 int gen_chat_open(gen_chat *gc, const char *spec, const tsr_tokenizer *tok, int chat,
-                  const gen_chat_vars *vars);
+                  const gen_chat_vars *vars, const jinja_budget *budget);
 void gen_chat_free(gen_chat *gc);
 
 /* The id of the tokenizer_config's eos_token, or UINT32_MAX (no file, no eos_token, or the
@@ -58,7 +59,8 @@ uint32_t gen_chat_eos_id(const gen_chat *gc, const tsr_tokenizer *tok);
 
 /* The --chat prompt: [system (when not NULL), user] through the chat_template with the generation
  * prompt and gc->vars, into *text (malloc'd, NUL-terminated, *n bytes). Returns 0, or TSR_EXIT_USAGE after an
- * error naming the tokenizer (no chat_template) or the template's own error (raise_exception). */
+ * error naming the tokenizer (no chat_template) or the template's own error (raise_exception),
+ * TSR_EXIT_DATA when the render went over the template's budget. */
 int gen_chat_render(const gen_chat *gc, const char *spec, const char *system, const char *user,
                     char **text, size_t *n);
 

@@ -41,6 +41,7 @@ static const cli_opt gen_opts[] = {
     {"system", CLI_NO_SHORT('y'), "TEXT", "with --chat: a system message before the user's"},
     {"template-var", CLI_NO_SHORT('a'), "NAME=JSON", "with --chat: a chat-template variable, the value JSON, "
                                "e.g. enable_thinking=false, 'tools=[...]' (repeatable)"},
+    CHAT_BUDGET_OPTS,
     {"echo", CLI_NO_SHORT('e'), NULL, "print the prompt (as rendered by --chat) before the completion"},
     {"max-tokens", CLI_NO_SHORT('n'), "N", "tokens to generate, 0..1000000 (default 64)"},
     {"temperature", CLI_NO_SHORT('t'), "T", "0 = greedy (argmax); default: the checkpoint's sample.temperature"},
@@ -75,6 +76,7 @@ typedef struct gen_args {
     const char *sets[GEN_MAX_SETS];
     int n_sets;
     gen_chat_vars vars; /* --template-var */
+    jinja_budget budget; /* --template-steps, --template-memory */
 } gen_args;
 
 typedef enum { GEN_STOP_MAX = 0, GEN_STOP_EOS, GEN_STOP_EOT, GEN_STOP_CONTEXT, GEN_STOP_COUNT } gen_stop;
@@ -150,6 +152,8 @@ static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
         return 0;
     case 'I': a->ids = 1; return 0;
     case 'D': a->dump = val; return 0;
+    case CHAT_OPT_STEPS:
+    case CHAT_OPT_MEMORY: return chat_budget_option(c, ch, val, &a->budget);
     default: return cli_usage_error(c, "internal: unhandled option", NULL);
     }
 }
@@ -196,7 +200,8 @@ static int open_tokenizer(gen_run *g, const gen_args *a) {
                   a->tokenizer ? "" : " named by the checkpoint's data.tokenizer");
         return TSR_EXIT_DATA;
     }
-    TSR_CHECK(gen_chat_open(&g->chat, spec, g->tok, a->chat, a->vars.n ? &a->vars : NULL));
+    TSR_CHECK(gen_chat_open(&g->chat, spec, g->tok, a->chat, a->vars.n ? &a->vars : NULL,
+                              &a->budget));
     const char *eos_token = g->chat.loaded ? chat_config_token(&g->chat.cc, "eos_token") : NULL;
     uint32_t e = tokenizer_eos_id(g->tok, eos_token, TOKENIZER_EOS_DOCUMENT);
     if (e != UINT32_MAX && e < (uint32_t)g->m.V) g->eos = (int32_t)e;

@@ -18,6 +18,7 @@
 #include "gpu/gpu_shard.h"
 #include "model/decoder.h"
 #include "model/model_lora.h"
+#include "model/model_muon.h"
 
 struct tsr_gpu_train {
     tsr_gpu_model g;
@@ -46,7 +47,36 @@ struct tsr_gpu_train {
     float *losses, *losses_host;
     unsigned char *moe_stage, *moe_stage_host;
     size_t moe_sb; /* bytes of one microbatch's stage (0: no MoE statistics kept) */
+    /* optim.name = muon (ddp; model/model_muon.h, src/train/muon.h): its matrices, whose momentum
+     * is m over their elements; the iteration's device scratch: u (fp32) and X, the next X
+     * (bf16) of the largest matrix, A and B (bf16, r x r), the norm's sum of squares */
+    int muon_n;
+    muon_matrix *muon;
+    float *mu_u, *mu_acc;
+    tsr_bf16 *mu_x, *mu_y, *mu_a, *mu_b;
 };
+
+/* Muon's scratch: the largest matrix's floats (big) and its Gram matrix's (sq), 0 without Muon */
+static void muon_sizes(const tsr_model *m, const tsr_optim_config *o, size_t *big, size_t *sq) {
+    *big = *sq = 0;
+    if (o->name != TSR_OPTIM_MUON) return;
+    int n = model_muon_matrices(m, o, NULL);
+    muon_matrix *mx = tsr_malloc((size_t)(n ? n : 1) * sizeof *mx);
+    model_muon_matrices(m, o, mx);
+    for (int k = 0; k < n; k++) {
+        size_t r = (size_t)mx[k].rows, c = (size_t)mx[k].cols, s = r < c ? r : c;
+        if (r * c > *big) *big = r * c;
+        if (s * s > *sq) *sq = s * s;
+    }
+    free(mx);
+}
+
+static size_t muon_bytes(const gpu_train_ctx *c) {
+    size_t big, sq;
+    muon_sizes(c->model, c->optim, &big, &sq);
+    return big ? big * (sizeof(float) + 2 * sizeof(tsr_bf16)) + 2 * sq * sizeof(tsr_bf16) + 256
+               : 0;
+}
 
 /* device bytes of tsr_gpu_train.losses and .moe_stage */
 static size_t losses_bytes(const gpu_train_ctx *c) {
@@ -80,7 +110,7 @@ static size_t state_bytes(const gpu_train_ctx *c) {
     if (c->mode != GPU_SHARD_DDP)
         return gpu_shard_bytes(m, c->mode == GPU_SHARD_ZERO1, c->G, 0) + expert_bytes(c) + 512;
     return gpu_model_state_bytes(m, GPU_STATE_FULL) + 2 * m->n_params * sizeof(float) +
-           expert_bytes(c) + 256;
+           expert_bytes(c) + muon_bytes(c) + 256;
 }
 
 static size_t lib_plan_bytes(const gpu_train_ctx *c) { return fixed_bytes(c); }
@@ -256,6 +286,23 @@ static int init_lora(gpu_train_ctx *c) {
     return open_replicated_comm(c, "the adapters', summed once after the backward pass,");
 }
 
+/* optim.name = muon: the matrices and the iteration's scratch (muon_bytes) */
+static void init_muon(gpu_train_ctx *c) {
+    struct tsr_gpu_train *gt = c->state;
+    size_t big, sq;
+    muon_sizes(c->model, c->optim, &big, &sq);
+    if (!big) return;
+    gt->muon_n = model_muon_matrices(c->model, c->optim, NULL);
+    gt->muon = tsr_malloc((size_t)gt->muon_n * sizeof *gt->muon);
+    model_muon_matrices(c->model, c->optim, gt->muon);
+    gt->mu_u = tcu_malloc(big * sizeof(float), "Muon u (fp32)");
+    gt->mu_acc = tcu_malloc(sizeof(float), "Muon norm");
+    gt->mu_x = tcu_malloc(big * sizeof(tsr_bf16), "Muon X (bf16)");
+    gt->mu_y = tcu_malloc(big * sizeof(tsr_bf16), "Muon next X (bf16)");
+    gt->mu_a = tcu_malloc(sq * sizeof(tsr_bf16), "Muon A (bf16)");
+    gt->mu_b = tcu_malloc(sq * sizeof(tsr_bf16), "Muon B (bf16)");
+}
+
 /* ddp: the whole state on every GPU, the gradients summed per unit (0: root, l+1: layer l) as
  * backward completes it */
 static int init_replicated(gpu_train_ctx *c) {
@@ -267,6 +314,7 @@ static int init_replicated(gpu_train_ctx *c) {
     tcu_zero(gt->m, m->n_params * sizeof(float), gt->s);
     tcu_zero(gt->v, m->n_params * sizeof(float), gt->s);
     gpu_model_upload(&gt->g, m->params);
+    init_muon(c);
     size_t units = (size_t)m->L + 1;
     gt->n_slices = tsr_malloc(units * sizeof(int));
     gt->off = tsr_malloc(units * TSR_P_COUNT * sizeof(size_t));
@@ -824,6 +872,35 @@ static void lib_update(gpu_train_ctx *c, double lr, float gscale, int step) {
     gpu_prof_end(gt->s, ps);
 }
 
+/* Muon on one matrix q (src/train/muon.h): the momentum in fp32, then X (bf16, transposed when
+ * q has more rows than columns) normalised on the device and ns_steps iterations whose products
+ * are the backend's bf16 matmuls (A = X X^T; A A = A A^T, A being symmetric; B X as the input
+ * gradient of a product with weights X), then the fp32 master weights and their bf16 copy. */
+static void muon_update(gpu_train_ctx *c, const muon_matrix *q, double lr, float gscale) {
+    struct tsr_gpu_train *gt = c->state;
+    const tsr_optim_config *o = c->optim;
+    const size_t n = (size_t)q->rows * (size_t)q->cols;
+    const int tr = q->rows > q->cols, r = tr ? q->cols : q->rows, cc = tr ? q->rows : q->cols;
+    tsr_bf16 *x = gt->mu_x, *y = gt->mu_y;
+    tcu_muon_momentum(gt->m + q->flat, gt->g.grads + q->flat, gt->mu_u, n, (float)o->muon.momentum,
+                      gscale, o->muon.nesterov, gt->s);
+    tcu_zero(gt->mu_acc, sizeof(float), gt->s);
+    tcu_sumsq(gt->mu_acc, gt->mu_u, n, gt->s);
+    tcu_muon_normalize(x, gt->mu_u, gt->mu_acc, q->rows, q->cols, tr, (float)MUON_NS_EPS, gt->s);
+    for (int k = 0; k < o->muon.ns_steps; k++) {
+        tcu_matmul_forward(gt->mu_a, NULL, x, x, NULL, r, cc, r, TSR_GELU_TANH, gt->s);
+        tcu_matmul_forward(gt->mu_b, NULL, gt->mu_a, gt->mu_a, NULL, r, r, r, TSR_GELU_TANH, gt->s);
+        tcu_axpby_bf16(gt->mu_b, MUON_NS_C, gt->mu_b, MUON_NS_B, gt->mu_a, (size_t)r * r, gt->s);
+        tcu_axpby_bf16(y, MUON_NS_A, x, 0.0f, NULL, n, gt->s);
+        tcu_matmul_backward(y, NULL, NULL, gt->mu_b, NULL, x, r, cc, r, TSR_GRAD_ADD, gt->s);
+        tsr_bf16 *t = x;
+        x = y, y = t;
+    }
+    const float decay = 1.0f - (float)lr * (float)o->muon.weight_decay;
+    tcu_muon_apply(gt->g.params + q->flat, gt->g.wbf + q->flat, x, q->rows, q->cols, tr, decay,
+                   (float)(lr * (double)q->scale), gt->s);
+}
+
 static void update(gpu_train_ctx *c, double lr, float gscale, int step) {
     struct tsr_gpu_train *gt = c->state;
     const tsr_model *m = c->model;
@@ -844,11 +921,13 @@ static void update(gpu_train_ctx *c, double lr, float gscale, int step) {
     for (int i = 0; i < TSR_P_COUNT; i++) {
         const tsr_param_info *p = &m->params_info[i];
         if (!p->numel || p->ep) continue; /* (the experts' store: gpu_ep_update) */
+        if (gt->muon_n && model_muon_tensor(i)) continue; /* (muon_update) */
         segs[n++] = (tcu_adamw_seg){p->offset, p->numel, c->decay[i]};
     }
     tcu_adamw_update_segments(segs, n, gt->g.params, gt->g.wbf, gt->g.grads, gt->m, gt->v,
                               (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps, gscale,
                               step, gt->s);
+    for (int k = 0; k < gt->muon_n; k++) muon_update(c, &gt->muon[k], muon_lr(o, lr), gscale);
 }
 
 /* LoRA: the adapters (and their moments) device -> host store; the base never changes */
@@ -956,6 +1035,11 @@ static void lib_free(gpu_train_ctx *c) {
     tcu_free(gt->m);
     tcu_free(gt->v);
     tcu_free(gt->acc);
+    if (gt->muon_n) {
+        tcu_free(gt->mu_u), tcu_free(gt->mu_acc), tcu_free(gt->mu_x), tcu_free(gt->mu_y);
+        tcu_free(gt->mu_a), tcu_free(gt->mu_b);
+    }
+    free(gt->muon);
     tcu_free(gt->losses);
     free(gt->losses_host);
     if (gt->moe_stage) tcu_free(gt->moe_stage);

@@ -172,8 +172,8 @@ static long get_int(checker *c, const json_value *obj, const char *key, long def
     const json_value *v = member(obj, key);
     if (!v || v->type == JSON_NULL) return def;
     if (v->type != JSON_NUMBER || v->num != floor(v->num) || fabs(v->num) > 1e15) {
-        fault(c, TSR_EXIT_DATA, "%s is %s, expected an integer", key,
-              v->type == JSON_NUMBER ? "not an integer" : json_type_name(v->type));
+        char got[96];
+        fault(c, TSR_EXIT_DATA, "%s = %s, expected an integer", key, json_describe(v, got, sizeof got));
         return def;
     }
     return (long)v->num;
@@ -183,7 +183,8 @@ static double get_num(checker *c, const json_value *obj, const char *key, double
     const json_value *v = member(obj, key);
     if (!v) return def;
     if (v->type != JSON_NUMBER) {
-        fault(c, TSR_EXIT_DATA, "%s is a JSON %s, expected a number", key, json_type_name(v->type));
+        char got[96];
+        fault(c, TSR_EXIT_DATA, "%s = %s, expected a number", key, json_describe(v, got, sizeof got));
         return def;
     }
     return v->num;
@@ -193,7 +194,8 @@ static int get_bool(checker *c, const json_value *obj, const char *key, int def)
     const json_value *v = member(obj, key);
     if (!v) return def;
     if (v->type != JSON_TRUE && v->type != JSON_FALSE) {
-        fault(c, TSR_EXIT_DATA, "%s is a JSON %s, expected true or false", key, json_type_name(v->type));
+        char got[96];
+        fault(c, TSR_EXIT_DATA, "%s = %s, expected true or false", key, json_describe(v, got, sizeof got));
         return def;
     }
     return v->type == JSON_TRUE;
@@ -205,18 +207,27 @@ static const char *get_str(checker *c, const json_value *obj, const char *key, c
     if (!v) return def;
     if (v->type == JSON_NULL) return "";
     if (v->type != JSON_STRING) {
-        fault(c, TSR_EXIT_DATA, "%s is a JSON %s, expected a string", key, json_type_name(v->type));
+        char got[96];
+        fault(c, TSR_EXIT_DATA, "%s = %s, expected a string", key, json_describe(v, got, sizeof got));
         return def;
     }
     return v->str;
 }
 
-/* config.json's size `key` must equal the run's `run_key`: exit 1 naming both. */
+/* config.json's size `key` must equal the run's `run_key`: exit 1 naming both and the --set
+ * that makes the run fit, or exit 2 when the file's value is none the key accepts (vocab_size =
+ * -5 is a damaged file, not a suggestion). */
 static void same(checker *c, const char *key, long hf, const char *run_key, long run, const char *note) {
-    if (hf != run)
-        fault(c, TSR_EXIT_USAGE, "%s = %ld, but this run has %s = %ld%s: the weights do not fit the "
-              "run's model; set --set %s=%ld (or start from weights of the run's shape)", key, hf,
-              run_key, run, note, run_key, hf);
+    char val[32], why[256];
+    if (hf == run) return;
+    snprintf(val, sizeof val, "%ld", hf);
+    if (config_check_set(run_key, val, why, sizeof why) != 0)
+        fault(c, TSR_EXIT_DATA, "%s = %ld: no model has that (%s accepts %s): a damaged "
+              "config.json, or not one of this family", key, hf, run_key, why);
+    else
+        fault(c, TSR_EXIT_USAGE, "%s = %ld, but this run has %s = %ld%s: the weights do not fit "
+              "the run's model; set --set %s=%ld (or start from weights of the run's shape)", key,
+              hf, run_key, run, note, run_key, hf);
 }
 
 static void check_eps(checker *c, const json_value *root) {

@@ -185,12 +185,60 @@ static int shard_name_ok(const char *s) {
     return *s && !strchr(s, '/') && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
 }
 
+/* The shards an index names, each opened once: a hash table of their names to their file, so
+ * that a weight_map of a million entries is checked in linear time (it was a scan per entry). */
+typedef struct shard_set {
+    const char **name; /* (cap) slot -> shard name, NULL: empty */
+    int *file;         /* (cap) its index in h->f */
+    size_t cap;
+} shard_set;
+
+static size_t name_hash(const char *s) {
+    size_t x = 1469598103934665603ull;
+    for (; *s; s++) x = (x ^ (unsigned char)*s) * 1099511628211ull;
+    return x ^ (x >> 29);
+}
+
+/* The file of shard `name`, opened on its first mention (-1 after st_open's error). */
+static int shard_file(hf_import *h, shard_set *set, const char *dir, const char *name) {
+    size_t k = name_hash(name) & (set->cap - 1);
+    while (set->name[k] && strcmp(set->name[k], name) != 0) k = (k + 1) & (set->cap - 1);
+    if (set->name[k]) return set->file[k];
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (st_open(&h->f[h->nf], path)) return -1;
+    set->name[k] = name;
+    set->file[k] = h->nf;
+    return h->nf++;
+}
+
+/* One weight_map entry: a plain tensor name, a file name of the directory that holds it. */
+static int map_entry(hf_import *h, shard_set *set, const char *dir, const json_value *v) {
+    if (!json_key_plain(v)) {
+        tsr_error("%s: weight_map: the tensor name \"%.200s\\u0000...\" holds a NUL character "
+                  "(\\u0000)", h->st_path, v->key);
+        return TSR_EXIT_DATA;
+    }
+    if (!json_str_plain(v) || !shard_name_ok(v->str)) {
+        tsr_error("%s: weight_map[\"%s\"] is not a file name of this directory", h->st_path, v->key);
+        return TSR_EXIT_DATA;
+    }
+    int i = shard_file(h, set, dir, v->str);
+    if (i < 0) return TSR_EXIT_DATA;
+    if (!st_find(&h->f[i], v->key)) {
+        tsr_error("%s: weight_map puts \"%s\" in %s, which has no such tensor", h->st_path,
+                  v->key, v->str);
+        return TSR_EXIT_DATA;
+    }
+    return 0;
+}
+
 /* model.safetensors.index.json: opens each shard its weight_map names (once, in order of first
  * mention) and checks that the shard holds each tensor the map assigns to it. */
 static int open_shards(hf_import *h, const char *dir) {
     char *text;
     size_t len;
-    TSR_CHECK(fs_read_all(h->st_path, 0, &text, &len));
+    TSR_CHECK(fs_read_all(h->st_path, ST_MAX_HEADER, &text, &len));
     json_doc doc;
     json_doc_init(&doc);
     json_value *root = NULL;
@@ -203,38 +251,22 @@ static int open_shards(hf_import *h, const char *dir) {
     } else if (!(wm = json_get(root, "weight_map")) || wm->type != JSON_OBJECT || !wm->len) {
         tsr_error("%s: no \"weight_map\" object naming the shard of each tensor", h->st_path);
         rc = TSR_EXIT_DATA;
+    } else if (wm->len > ST_MAX_TENSORS) {
+        tsr_error("%s: the weight_map names %zu tensors, more than the %d a model may have",
+                  h->st_path, wm->len, ST_MAX_TENSORS);
+        rc = TSR_EXIT_DATA;
     }
-    /* at most one file per tensor of the map */
-    const char **names = tsr_calloc(rc ? 1 : wm->len, sizeof *names);
-    h->f = tsr_calloc(rc ? 1 : wm->len, sizeof *h->f);
-    for (const json_value *v = rc ? NULL : wm->child; v && !rc; v = v->next) {
-        int i = 0;
-        if (!json_key_plain(v)) {
-            tsr_error("%s: weight_map: the tensor name \"%.200s\\u0000...\" holds a NUL character "
-                      "(\\u0000)", h->st_path, v->key);
-            rc = TSR_EXIT_DATA;
-            break;
-        }
-        if (!json_str_plain(v) || !shard_name_ok(v->str)) {
-            tsr_error("%s: weight_map[\"%s\"] is not a file name of this directory", h->st_path, v->key);
-            rc = TSR_EXIT_DATA;
-            break;
-        }
-        while (i < h->nf && strcmp(names[i], v->str) != 0) i++;
-        if (i == h->nf) {
-            char path[4400];
-            snprintf(path, sizeof path, "%s/%s", dir, v->str);
-            names[i] = v->str;
-            if ((rc = st_open(&h->f[i], path))) break;
-            h->nf++;
-        }
-        if (!st_find(&h->f[i], v->key)) {
-            tsr_error("%s: weight_map puts \"%s\" in %s, which has no such tensor", h->st_path,
-                      v->key, v->str);
-            rc = TSR_EXIT_DATA;
-        }
+    shard_set set = {0};
+    if (!rc) { /* at most one file per tensor of the map; the table at most half full */
+        h->f = tsr_calloc(wm->len, sizeof *h->f);
+        for (set.cap = 16; set.cap < 2 * wm->len; set.cap *= 2) continue;
+        set.name = tsr_calloc(set.cap, sizeof *set.name);
+        set.file = tsr_calloc(set.cap, sizeof *set.file);
     }
-    free(names);
+    for (const json_value *v = rc ? NULL : wm->child; v && !rc; v = v->next)
+        rc = map_entry(h, &set, dir, v);
+    free(set.name);
+    free(set.file);
     json_doc_free(&doc);
     free(text);
     return rc;
@@ -280,18 +312,11 @@ int hf_import_read(hf_import *h, const tsr_model *m, size_t lo, size_t hi, float
         if (!t->present || a >= b) continue;
         const st_entry *e = h->src[k];
         float *x = buffer(h, t->numel);
-        TSR_CHECK(st_read_f32(&h->f[h->src_file[k]], e, x));
+        TSR_CHECK(st_read_f32_finite(&h->f[h->src_file[k]], e, x));
         *bytes += e->end - e->begin;
         size_t R = (size_t)t->rows, Cc = (size_t)t->cols;
-        for (size_t i = a - t->offset; i < b - t->offset; i++) {
-            float v = t->transpose ? x[(i % Cc) * R + i / Cc] : x[i]; /* HF (in, out) -> (out, in) */
-            if (!isfinite(v)) {
-                tsr_error("%s: tensor \"%s\" holds a non-finite value (%g): refusing to start from it",
-                          h->st_path, e->name, (double)v);
-                return TSR_EXIT_DATA;
-            }
-            dst[t->offset + i - lo] = v; /* (flat element offset + i >= a >= lo) */
-        }
+        for (size_t i = a - t->offset; i < b - t->offset; i++) /* HF (in, out) -> (out, in) */
+            dst[t->offset + i - lo] = t->transpose ? x[(i % Cc) * R + i / Cc] : x[i];
     }
     /* padded rows V..Vp-1 of wte and lm_head: zero, as at initialisation (never trained, never
      * sampled) */

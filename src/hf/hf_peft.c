@@ -1,5 +1,6 @@
 /* hf_peft.c — a LoRA checkpoint's adapters as a PEFT directory (hf.h hf_export_adapter;
  * docs/lora.md): adapter_config.json and adapter_model.safetensors with PEFT's tensor names. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,66 +106,146 @@ int hf_is_peft_dir(const char *path) {
            stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* adapter_config.json against the run's LoRA: r, lora_alpha, target_modules, the PEFT type */
+/* r: a positive integer equal to the run's lora.rank. Values are quoted as the file gives them. */
+static int check_rank(const char *path, const json_value *root, const tsr_lora *lo) {
+    const json_value *v = json_get(root, "r");
+    char got[96];
+    if (!v) {
+        tsr_error("%s: no \"r\" (the adapters' rank)", path);
+        return TSR_EXIT_DATA;
+    }
+    json_describe(v, got, sizeof got);
+    if (v->type != JSON_NUMBER || v->num < 1 || v->num > 65536 || v->num != floor(v->num)) {
+        tsr_error("%s: r = %s: expected the adapters' rank, a whole number from 1 to 65536", path,
+                  got);
+        return TSR_EXIT_DATA;
+    }
+    if (v->num != lo->R) {
+        tsr_error("%s: r = %s, this run has lora.rank = %d: set lora.rank to the adapter's", path,
+                  got, lo->R);
+        return TSR_EXIT_USAGE;
+    }
+    return 0;
+}
+
+static int check_alpha(const char *path, const json_value *root, const tsr_config *cfg) {
+    const json_value *v = json_get(root, "lora_alpha");
+    char got[96], want[40];
+    if (!v || v->type != JSON_NUMBER || !(v->num > 0)) {
+        tsr_error("%s: lora_alpha = %s: expected a positive number", path,
+                  v ? json_describe(v, got, sizeof got) : "(missing)");
+        return TSR_EXIT_DATA;
+    }
+    if (v->num != cfg->lora.alpha) {
+        tsr_fmt_shortest(want, sizeof want, cfg->lora.alpha);
+        tsr_error("%s: lora_alpha = %s, this run has lora.alpha = %s: set lora.alpha to the "
+                  "adapter's", path, json_describe(v, got, sizeof got), want);
+        return TSR_EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* rank_pattern / alpha_pattern: a module's own rank or alpha. tessera's adapters share one r and
+ * one alpha, so an entry that differs from r / lora_alpha is refused by name (one that equals
+ * them changes nothing); absent, null or {} is the common case. */
+static int check_pattern(const char *path, const json_value *root, const char *key,
+                         const char *what, double global) {
+    const json_value *p = json_get(root, key);
+    char got[96], want[40];
+    if (!p || p->type == JSON_NULL) return 0;
+    if (p->type != JSON_OBJECT) {
+        tsr_error("%s: %s = %s: expected an object of module names and %ss", path, key,
+                  json_describe(p, got, sizeof got), what);
+        return TSR_EXIT_DATA;
+    }
+    for (const json_value *e = p->child; e; e = e->next) {
+        if (e->type == JSON_NUMBER && e->num == global) continue;
+        json_value name = {.type = JSON_STRING, .str = e->key, .len = e->key_len};
+        char mod[96];
+        tsr_fmt_shortest(want, sizeof want, global);
+        tsr_error("%s: %s gives module %s the %s %s, but tessera's adapters share one %s (this "
+                  "adapter's is %s): per-module %ss are not supported; drop the entry or give it %s",
+                  path, key, json_describe(&name, mod, sizeof mod), what,
+                  json_describe(e, got, sizeof got), what, want, what, want);
+        return TSR_EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* target_modules: PEFT's module names of this run's lora.targets, no other */
+static int check_targets(const char *path, const json_value *root, const tsr_config *cfg,
+                         const tsr_lora *lo) {
+    const json_value *v = json_get(root, "target_modules");
+    char got[96];
+    if (!v || v->type != JSON_ARRAY) {
+        tsr_error("%s: target_modules is not a list of module names", path);
+        return TSR_EXIT_DATA;
+    }
+    unsigned mask = 0;
+    for (const json_value *e = v->child; e; e = e->next) {
+        int t = -1;
+        for (int k = 0; k < TSR_LORA_COUNT && e->type == JSON_STRING; k++)
+            if (json_str_plain(e) && !strcmp(e->str, module_of[k])) t = k;
+        if (t < 0) {
+            tsr_error("%s: target module %s is not one of q_proj, k_proj, v_proj, o_proj, "
+                      "gate_proj, up_proj, down_proj", path, json_describe(e, got, sizeof got));
+            return TSR_EXIT_USAGE;
+        }
+        mask |= 1u << t;
+    }
+    if (mask != lo->mask) {
+        tsr_error("%s: its target_modules are not this run's lora.targets = \"%s\": set "
+                  "lora.targets to the adapter's", path, cfg->lora.targets);
+        return TSR_EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* adapter_config.json against the run's LoRA: the PEFT type, r, lora_alpha, their per-module
+ * patterns, rsLoRA and DoRA, target_modules */
+static int check_peft_fields(const char *path, const json_value *root, const tsr_config *cfg,
+                             const tsr_lora *lo) {
+    const json_value *v;
+    if (!(v = json_get(root, "peft_type")) || v->type != JSON_STRING || strcmp(v->str, "LORA") != 0) {
+        tsr_error("%s: peft_type is not \"LORA\" (expected a PEFT LoRA adapter)", path);
+        return TSR_EXIT_DATA;
+    }
+    TSR_CHECK(check_rank(path, root, lo));
+    TSR_CHECK(check_alpha(path, root, cfg));
+    TSR_CHECK(check_pattern(path, root, "rank_pattern", "rank", (double)lo->R));
+    TSR_CHECK(check_pattern(path, root, "alpha_pattern", "alpha", cfg->lora.alpha));
+    if ((v = json_get(root, "use_rslora")) && v->type == JSON_TRUE) {
+        tsr_error("%s: use_rslora = true (scale alpha / sqrt(r)) is not supported", path);
+        return TSR_EXIT_USAGE;
+    }
+    if ((v = json_get(root, "use_dora")) && v->type == JSON_TRUE) {
+        tsr_error("%s: use_dora = true (DoRA) is not supported", path);
+        return TSR_EXIT_USAGE;
+    }
+    return check_targets(path, root, cfg, lo);
+}
+
 static int check_peft_config(const char *path, const tsr_config *cfg, const tsr_lora *lo,
                              char *base, size_t cap) {
     char *text;
     size_t len;
-    TSR_CHECK(fs_read_all(path, 0, &text, &len));
+    TSR_CHECK(fs_read_all(path, 1u << 20, &text, &len));
     json_doc doc;
     json_doc_init(&doc);
     json_value *root = NULL;
     json_error err;
-    int rc = 0;
-    const json_value *v;
-    if (json_parse(&doc, text, len, &root, &err) != 0 || root->type != JSON_OBJECT) {
-        tsr_error("%s: not a JSON object (%s at byte %zu)", path, err.msg, err.pos);
+    int rc;
+    if (json_parse(&doc, text, len, &root, &err) != 0) {
+        tsr_error("%s: not JSON (%s at byte %zu)", path, err.msg, err.pos);
         rc = TSR_EXIT_DATA;
-    } else if (!(v = json_get(root, "peft_type")) || v->type != JSON_STRING ||
-               strcmp(v->str, "LORA") != 0) {
-        tsr_error("%s: peft_type is not \"LORA\" (expected a PEFT LoRA adapter)", path);
-        rc = TSR_EXIT_DATA;
-    } else if (!(v = json_get(root, "r")) || v->type != JSON_NUMBER || v->num != lo->R) {
-        tsr_error("%s: r = %g, this run has lora.rank = %d: set lora.rank to the adapter's", path,
-                  v && v->type == JSON_NUMBER ? v->num : -1.0, lo->R);
-        rc = TSR_EXIT_USAGE;
-    } else if (!(v = json_get(root, "lora_alpha")) || v->type != JSON_NUMBER ||
-               v->num != cfg->lora.alpha) {
-        tsr_error("%s: lora_alpha = %g, this run has lora.alpha = %g: set lora.alpha to the "
-                  "adapter's", path, v && v->type == JSON_NUMBER ? v->num : -1.0, cfg->lora.alpha);
-        rc = TSR_EXIT_USAGE;
-    } else if ((v = json_get(root, "use_rslora")) && v->type == JSON_TRUE) {
-        tsr_error("%s: use_rslora = true (scale alpha / sqrt(r)) is not supported", path);
-        rc = TSR_EXIT_USAGE;
-    } else if ((v = json_get(root, "use_dora")) && v->type == JSON_TRUE) {
-        tsr_error("%s: use_dora = true (DoRA) is not supported", path);
-        rc = TSR_EXIT_USAGE;
-    } else if (!(v = json_get(root, "target_modules")) || v->type != JSON_ARRAY) {
-        tsr_error("%s: target_modules is not a list of module names", path);
+    } else if (root->type != JSON_OBJECT) {
+        tsr_error("%s: a JSON %s, expected an object", path, json_type_name(root->type));
         rc = TSR_EXIT_DATA;
     } else {
-        unsigned mask = 0;
-        for (const json_value *e = v->child; e && !rc; e = e->next) {
-            int t = -1;
-            for (int k = 0; k < TSR_LORA_COUNT && e->type == JSON_STRING; k++)
-                if (!strcmp(e->str, module_of[k])) t = k;
-            if (t < 0) {
-                tsr_error("%s: target module %s%s%s is not one of q_proj, k_proj, v_proj, "
-                          "o_proj, gate_proj, up_proj, down_proj", path,
-                          e->type == JSON_STRING ? "\"" : "", e->type == JSON_STRING ? e->str : "?",
-                          e->type == JSON_STRING ? "\"" : "");
-                rc = TSR_EXIT_USAGE;
-            }
-            else mask |= 1u << t;
-        }
-        if (!rc && mask != lo->mask) {
-            tsr_error("%s: its target_modules are not this run's lora.targets = \"%s\": set "
-                      "lora.targets to the adapter's", path, cfg->lora.targets);
-            rc = TSR_EXIT_USAGE;
-        }
-        v = json_get(root, "base_model_name_or_path");
-        snprintf(base, cap, "%s", !rc && v && v->type == JSON_STRING ? v->str : "");
+        rc = check_peft_fields(path, root, cfg, lo);
     }
+    const json_value *v = rc ? NULL : json_get(root, "base_model_name_or_path");
+    snprintf(base, cap, "%s", v && json_str_plain(v) ? v->str : "");
     json_doc_free(&doc);
     free(text);
     return rc;
@@ -197,7 +278,7 @@ int hf_read_adapter(const char *dir, const tsr_config *cfg, struct tsr_lora *lo,
                           (long long)shape[1], (long long)shape[2]);
                 rc = TSR_EXIT_DATA;
             } else {
-                rc = st_read_f32(&f, e, lo->w + at + (size_t)l * (numel / (size_t)lo->L));
+                rc = st_read_f32_finite(&f, e, lo->w + at + (size_t)l * (numel / (size_t)lo->L));
                 n++;
             }
         }

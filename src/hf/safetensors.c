@@ -146,6 +146,19 @@ static int by_dtype_then_name(const void *a, const void *b, void *base) {
     return strcmp(x->name, y->name);
 }
 
+static int by_tensor_name(const void *a, const void *b, void *base) {
+    const st_tensor *t = base;
+    return strcmp(t[*(const int *)a].name, t[*(const int *)b].name);
+}
+
+static int bad_request(const char *path, const st_tensor *x) {
+    tsr_error("%s: cannot write tensor \"%s\": duplicate or reserved name, dtype %s not "
+              "F32/BF16, or a bad shape (internal error)", path, x->name ? x->name : "(null)",
+              st_dtype_name(x->dtype));
+    return TSR_EXIT_INTERNAL;
+}
+
+/* Each tensor valid, the names unique (sorted by name: O(n log n)) */
 static int check_request(const char *path, const st_tensor *t, int n, const int *order) {
     for (int k = 0; k < n; k++) {
         const st_tensor *x = &t[order[k]];
@@ -153,15 +166,15 @@ static int check_request(const char *path, const st_tensor *t, int n, const int 
                   x->ndim > ST_MAX_NDIM || (x->transpose && x->ndim != 2);
         for (int d = 0; !bad && d < x->ndim; d++) bad = x->shape[d] < 0;
         if (!bad) bad = strcmp(x->name, "__metadata__") == 0;
-        for (int j = 0; !bad && j < k; j++) bad = strcmp(t[order[j]].name, x->name) == 0;
-        if (bad) {
-            tsr_error("%s: cannot write tensor \"%s\": duplicate or reserved name, dtype %s not "
-                      "F32/BF16, or a bad shape (internal error)", path,
-                      x->name ? x->name : "(null)", st_dtype_name(x->dtype));
-            return TSR_EXIT_INTERNAL;
-        }
+        if (bad) return bad_request(path, x);
     }
-    return 0;
+    int *names = tsr_malloc((size_t)(n > 0 ? n : 1) * sizeof *names), rc = 0;
+    memcpy(names, order, (size_t)n * sizeof *names);
+    qsort_r(names, (size_t)n, sizeof *names, by_tensor_name, (void *)t);
+    for (int k = 1; k < n && !rc; k++)
+        if (strcmp(t[names[k - 1]].name, t[names[k]].name) == 0) rc = bad_request(path, &t[names[k]]);
+    free(names);
+    return rc;
 }
 
 static int write_all(FILE *fp, const void *buf, size_t n) { return fwrite(buf, 1, n, fp) == n ? 0 : -1; }
@@ -270,6 +283,7 @@ void st_close(st_file *f) {
     for (int k = 0; k < f->n; k++) free(f->t[k].name);
     for (int k = 0; k < f->n_meta; k++) free((char *)f->meta[k].key), free((char *)f->meta[k].value);
     free(f->t);
+    free(f->by_name);
     free(f->meta);
     memset(f, 0, sizeof *f);
     f->fd = -1;
@@ -385,6 +399,8 @@ static int check_layout(st_file *f) {
                       f->path, p[k]->name);
             rc = TSR_EXIT_DATA;
         }
+    f->by_name = tsr_malloc((size_t)(f->n > 0 ? f->n : 1) * sizeof *f->by_name);
+    memcpy(f->by_name, p, (size_t)f->n * sizeof *p);
     qsort(p, (size_t)f->n, sizeof *p, by_offset);
     uint64_t at = 0;
     for (int k = 0; k < f->n && !rc; k++) {
@@ -426,6 +442,11 @@ static int parse_header(st_file *f, const char *text, size_t len) {
     } else if (root->type != JSON_OBJECT) {
         tsr_error("%s: the header is a JSON %s, expected an object of tensors", f->path,
                   json_type_name(root->type));
+        rc = TSR_EXIT_DATA;
+    }
+    if (!rc && root->len > ST_MAX_TENSORS) {
+        tsr_error("%s: the header names %zu tensors, more than the %d a file may hold", f->path,
+                  root->len, ST_MAX_TENSORS);
         rc = TSR_EXIT_DATA;
     }
     if (!rc) {
@@ -477,9 +498,13 @@ int st_open(st_file *f, const char *path) {
     f->fd = -1;
     snprintf(f->path, sizeof f->path, "%s", path);
     struct stat st;
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0 || fstat(f->fd, &st) != 0) {
-        tsr_error("%s: cannot open it: %s", path, strerror(errno));
+    f->fd = fs_open_data(path, "safetensors file");
+    if (f->fd < 0) {
+        st_close(f);
+        return TSR_EXIT_DATA;
+    }
+    if (fstat(f->fd, &st) != 0) {
+        tsr_error("%s: fstat failed: %s", path, strerror(errno));
         st_close(f);
         return TSR_EXIT_DATA;
     }
@@ -516,9 +541,27 @@ int st_open(st_file *f, const char *path) {
     return rc;
 }
 
+int st_read_f32_finite(const st_file *f, const st_entry *e, float *dst) {
+    TSR_CHECK(st_read_f32(f, e, dst));
+    for (uint64_t i = 0; i < e->numel; i++)
+        if (!isfinite(dst[i])) {
+            tsr_error("%s: tensor \"%s\" holds a non-finite value (%g at element %llu): "
+                      "refusing to start from it", f->path, e->name, (double)dst[i],
+                      (unsigned long long)i);
+            return TSR_EXIT_DATA;
+        }
+    return 0;
+}
+
 const st_entry *st_find(const st_file *f, const char *name) {
-    for (int k = 0; k < f->n; k++)
-        if (strcmp(f->t[k].name, name) == 0) return &f->t[k];
+    size_t lo = 0, hi = f->by_name ? (size_t)f->n : 0;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(f->by_name[mid]->name, name);
+        if (!c) return f->by_name[mid];
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
     return NULL;
 }
 

@@ -16,7 +16,9 @@
  * object (or not UTF-8); an unknown dtype; a shape or offsets that are not arrays of non-negative
  * integers; an unexpected key in a tensor entry; end - begin != numel * dtype size; offsets beyond
  * the buffer; duplicate names; tensors that overlap, leave a gap or do not start at 0 (sorted by
- * offset the tensors must tile the buffer exactly); bytes after the last tensor (trailing bytes).
+ * offset the tensors must tile the buffer exactly); bytes after the last tensor (trailing bytes);
+ * more than ST_MAX_TENSORS tensors; a path that is not a regular file (fs_open_data). Every check
+ * is O(n log n) in the tensors, and so is a lookup by name.
  * A header length that is not a multiple of 8 is accepted, as the reference does (files of early
  * writers were not aligned); the writer always aligns.
  */
@@ -28,6 +30,8 @@
 
 #define ST_MAX_NDIM 8
 #define ST_MAX_HEADER 100000000ull /* bytes: the reference implementation's MAX_HEADER_SIZE */
+#define ST_MAX_TENSORS (1 << 20)  /* tensors in a file, or in an index's weight_map: 11x
+                                   * DeepSeek-V3's 91,000 (the header limit admits 1.6 million) */
 
 /* In the reference's order of increasing alignment (the writer sorts by it, decreasing). */
 typedef enum {
@@ -55,6 +59,7 @@ typedef struct st_file {
     int fd;
     uint64_t file_size, header_len, data_start; /* data_start = 8 + header_len */
     st_entry *t;                 /* n entries, in header order */
+    st_entry **by_name;          /* the same n, sorted by name (st_find's binary search) */
     int n;
     st_kv *meta;                 /* "__metadata__" members (strings owned by the file) */
     int n_meta;
@@ -64,13 +69,16 @@ typedef struct st_file {
  * tsr_error named the file and the fault; on failure f holds nothing to close. Local. */
 int st_open(st_file *f, const char *path);
 void st_close(st_file *f);
-/* The entry called name, or NULL. */
+/* The entry called name, or NULL (a binary search). */
 const st_entry *st_find(const st_file *f, const char *name);
 /* The __metadata__ value of key, or NULL. */
 const char *st_meta(const st_file *f, const char *key);
 /* Reads tensor e as float32 into dst (e->numel floats): F32 as is, BF16 and F16 widened exactly.
  * Returns 0, or TSR_EXIT_DATA after tsr_error (another dtype, a short read). */
 int st_read_f32(const st_file *f, const st_entry *e, float *dst);
+/* st_read_f32 for weights to start from: a NaN or infinity anywhere in the tensor is refused
+ * (TSR_EXIT_DATA), naming the file, the tensor, the element and the value. */
+int st_read_f32_finite(const st_file *f, const st_entry *e, float *dst);
 
 /* ---- writing ---- */
 

@@ -8,7 +8,8 @@
  * of a preference pair into two windows of their own) -> close and rename.
  * Results are consumed in input order and the train/val split is a hash of (seed, document
  * number), so the output is byte-identical for any --threads. Everything is staged in OUT.tmp and
- * renamed to OUT at the end: an error leaves nothing at OUT. Usage and formats: docs/prep.md.
+ * renamed to OUT at the end: an error leaves nothing at OUT; OUT.lock keeps a second prep into
+ * the same OUT out from the start (exit 2). Usage and formats: docs/prep.md.
  */
 #include "prep/prep.h"
 
@@ -31,6 +32,7 @@
 #include "json.h"
 #include "prep/prep_doc.h"
 #include "prep/prep_pack.h"
+#include "runlock.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_eos.h"
 
@@ -72,6 +74,7 @@ static const cli_opt prep_opts[] = {
     {"pack", CLI_NO_SHORT('p'), "T", "sft/chat: whole examples in each sample of seq_len T, padded (mask 0); "
                        "preference: one example per sample, chosen then rejected; train with "
                        "seq_len = T"},
+    CHAT_BUDGET_OPTS,
     {"threads", 'j', "N", "tokenizer threads (default: OpenMP's, i.e. the cores)"},
     {"quiet", 'q', NULL, "no progress and no summary"},
     {"help", 'h', NULL, "show this help"},
@@ -96,6 +99,7 @@ typedef struct prep_args {
     double val_fraction;
     int64_t seed, shard_tokens, threads, pack; /* pack: T of --pack, 0 = not packed */
     int bos, no_eos, target_prompts, strict, quiet;
+    jinja_budget budget; /* --template-steps, --template-memory (0: the defaults) */
     char doc_sep[64];
     size_t doc_sep_len;
 } prep_args;
@@ -128,7 +132,6 @@ static int parse_sep(prep_args *a, const char *val) {
 
 static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
     prep_args *a = ctx;
-    (void)c;
     switch (ch) {
     case 'o': a->out = val; return 0;
     case 't': a->tokenizer = val; return 0;
@@ -154,6 +157,8 @@ static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
     case CLI_NO_SHORT('p'): return opt_int(ch, val, PACK_MIN_T, PACK_MAX_T, &a->pack);
     case 'j': return opt_int(ch, val, 1, 1024, &a->threads);
     case 'q': a->quiet = 1; return 0;
+    case CHAT_OPT_STEPS:
+    case CHAT_OPT_MEMORY: return chat_budget_option(c, ch, val, &a->budget);
     default: return usage_error("unhandled option", NULL);
     }
 }
@@ -208,6 +213,7 @@ typedef struct file_list {
     in_file *v;
     size_t n, cap;
     uint64_t bytes;
+    uint64_t skipped; /* files of an earlier tessera dataset met in a walked directory */
 } file_list;
 
 static void add_file(file_list *l, const char *path, uint64_t size) {
@@ -227,8 +233,18 @@ static void add_file(file_list *l, const char *path, uint64_t size) {
     l->bytes += size;
 }
 
+/* A file of a walked directory; a shard or index.tsv of an earlier dataset (a folder that holds
+ * prep's own output) is skipped with a warning: its binary shards read as text were garbage. */
 static int add_walked(void *ctx, const char *path, const struct stat *st) {
-    add_file(ctx, path, (uint64_t)st->st_size);
+    file_list *l = ctx;
+    if (dataset_file_is_part(path)) {
+        if (++l->skipped <= MAX_REPORTED)
+            tsr_warn("prep: %s: part of a tessera dataset (an earlier prep's output?): skipped, prep "
+                     "reads text and JSON Lines%s", path,
+                     l->skipped == MAX_REPORTED ? "; further ones are counted, not shown" : "");
+        return 0;
+    }
+    add_file(l, path, (uint64_t)st->st_size);
     return 0;
 }
 
@@ -241,6 +257,11 @@ static int collect(file_list *l, const char *path) {
         return TSR_EXIT_DATA;
     }
     if (S_ISREG(st.st_mode)) {
+        if (dataset_file_is_part(path)) {
+            tsr_error("%s: part of a tessera dataset (a shard or its index.tsv), not text or JSON "
+                      "Lines: give the inputs it was made from", path);
+            return TSR_EXIT_DATA;
+        }
         add_file(l, path, (uint64_t)st.st_size);
         return 0;
     }
@@ -346,6 +367,8 @@ typedef struct prep_ctx {
     tsr_tokenizer *tok;
     char tok_name[4096]; /* what the dataset records: "gpt2", else the tokenizer's absolute path */
     chat_config chat;    /* the tokenizer's tokenizer_config.json, when loaded (have_chat) */
+    char chat_path[4096]; /* its path */
+    tsr_lock lock;        /* OUT.lock, from before OUT.tmp is made to after it is renamed */
     int have_chat;
     prep_doc_rules rules;
     uint32_t eos, vocab;
@@ -360,6 +383,8 @@ typedef struct prep_ctx {
     uint64_t docs[2], tokens[2], targets[2], bad, empty, bytes_done;
     uint64_t dropped, overlong; /* --pack: examples dropped; over-length examples (reported) */
     uint64_t pairs[2], pairs_dropped; /* --format preference: pairs written; pairs dropped */
+    uint64_t pair_notes[3];           /* pairs with the same answer twice, with an empty answer */
+    uint64_t datasets_skipped;        /* walked files of an earlier tessera dataset (skipped) */
     double t0, t_progress;
 } prep_ctx;
 
@@ -472,6 +497,18 @@ static int consume_packed(prep_ctx *c, const prep_item *it, int val, const char 
     return 0;
 }
 
+/* A pair that can teach nothing is written, with a warning (the first MAX_REPORTED of each kind):
+ * the same answer chosen and rejected (DPO's margin is 0: no gradient), or an empty answer. */
+static void warn_pair(prep_ctx *c, const prep_item *it, const char *path) {
+    if (!it->pair_note || ++c->pair_notes[it->pair_note] > MAX_REPORTED) return;
+    if (c->tty && !c->a->quiet) fprintf(stderr, "\r\x1b[K");
+    tsr_warn("%s:%llu: %s: the pair teaches nothing (written all the same; fix the data)%s", path,
+             (unsigned long long)it->line,
+             it->pair_note == PAIR_SAME ? "\"chosen\" and \"rejected\" are the same text"
+                                        : "\"chosen\" or \"rejected\" is empty (or white space)",
+             c->pair_notes[it->pair_note] == MAX_REPORTED ? "; further ones are counted, not shown" : "");
+}
+
 /* --format preference: places the item's pair (its chosen example, then its rejected one) into
  * split `val`'s packer: both, each in a window of its own, or neither. Reports the over-length
  * examples of a written pair, and what made a dropped pair go. */
@@ -504,6 +541,12 @@ static int consume(prep_ctx *c, const prep_item *it) {
     /* JSON refuses invalid UTF-8 (a bad line); plain text keeps it, replaced: counted per file */
     if (f->kind == FMT_TEXT)
         f->invalid_utf8 += tokenizer_count_invalid_utf8((const uint8_t *)c->buf + it->off, it->len);
+    if (it->status == ITEM_FATAL) {
+        if (c->tty && !c->a->quiet) fprintf(stderr, "\n");
+        tsr_error("%s:%llu: %s: the chat template of %s; stopping, nothing written (%s)", path,
+                  (unsigned long long)it->line, it->err, c->chat_path, CHAT_BUDGET_HINT);
+        return TSR_EXIT_DATA;
+    }
     if (it->status == ITEM_BAD) {
         c->bad++;
         if (c->a->strict) {
@@ -528,7 +571,10 @@ static int consume(prep_ctx *c, const prep_item *it) {
                                        : c->docs[0] + c->docs[1] + c->dropped;
     int val = c->a->val_fraction > 0 &&
               tsr_rand_uniform((uint64_t)c->a->seed, SPLIT_STREAM, doc) < c->a->val_fraction;
-    if (f->kind == FMT_PREF) return consume_pair(c, it, val, path);
+    if (f->kind == FMT_PREF) {
+        warn_pair(c, it, path);
+        return consume_pair(c, it, val, path);
+    }
     if (c->pk[val]) return consume_packed(c, it, val, path);
     c->docs[val]++;
     c->tokens[val] += it->n;
@@ -538,14 +584,30 @@ static int consume(prep_ctx *c, const prep_item *it) {
                ? TSR_EXIT_DATA : 0;
 }
 
-/* Tokenizes the batch on c->threads threads, then consumes it in order. */
+/* Tokenizes the batch on c->threads threads, then consumes it in order. Past an item whose chat
+ * template went over its budget (ITEM_FATAL: prep stops there) the items are not tokenized: each
+ * would take the template's whole budget for nothing. */
 static int flush(prep_ctx *c) {
-    int n = (int)c->n_items;
+    int n = (int)c->n_items, fatal = n;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(c->threads)
     for (int k = 0; k < n; k++) {
         prep_item *it = &c->items[k];
+        int first;
+#pragma omp atomic read
+        first = fatal;
+        if (k > first) {
+            it->status = ITEM_EMPTY;
+            continue;
+        }
         prep_tokenize(&c->rules, c->files.v[it->file].kind, c->buf + it->off, it,
                       &c->jd[omp_get_thread_num()]);
+        if (it->status == ITEM_FATAL) {
+#pragma omp critical(prep_fatal)
+            if (k < fatal) {
+#pragma omp atomic write
+                fatal = k;
+            }
+        }
     }
     int rc = 0;
     for (int k = 0; k < n && !rc; k++) rc = consume(c, &c->items[k]);
@@ -626,16 +688,24 @@ static int read_jsonl(prep_ctx *c, size_t fi) {
 
 /* ================================ output directory ================================ */
 
-/* Checks that OUT does not exist and creates an empty OUT.tmp (clearing a stale one). */
-static int make_staging(const char *out, char *tmp, size_t cap) {
+/* Takes OUT.lock (one prep per output: runlock.h; the lock outlives OUT.tmp's rename to OUT),
+ * checks that OUT does not exist and creates an empty OUT.tmp (clearing a stale one, which only a
+ * dead prep can have left: its lock was ours to take). */
+static int make_staging(const char *out, tsr_lock *lock, char *tmp, size_t cap) {
     struct stat st;
+    char lpath[4096 + 8];
+    if (tsr_snprintf(tmp, cap, "%s.tmp", out) || tsr_snprintf(lpath, sizeof lpath, "%s.lock", out)) {
+        tsr_error("%s: path too long", out);
+        return TSR_EXIT_DATA;
+    }
+    if (fs_make_parents(lpath) != 0) {
+        tsr_error("%s: cannot create its directory: %s", out, strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    TSR_CHECK(tsr_lock_take(lock, lpath, "tessera prep"));
     if (lstat(out, &st) == 0) {
         tsr_error("%s: already exists; refusing to overwrite (choose a new --out or remove it)",
                   out);
-        return TSR_EXIT_DATA;
-    }
-    if (tsr_snprintf(tmp, cap, "%s.tmp", out)) {
-        tsr_error("%s: path too long", out);
         return TSR_EXIT_DATA;
     }
     if (lstat(tmp, &st) == 0 && dataset_split_remove_staging(tmp)) return TSR_EXIT_DATA;
@@ -735,6 +805,11 @@ static void summary(const prep_ctx *c) {
                    (unsigned long long)p->pairs_dropped, (unsigned long long)p->truncated);
         }
         printf("\n");
+        if (c->pair_notes[PAIR_SAME] || c->pair_notes[PAIR_EMPTY])
+            printf("prep: %llu pairs with the same chosen and rejected text, %llu with an empty "
+                   "answer: written, but they teach nothing (warnings above)\n",
+                   (unsigned long long)c->pair_notes[PAIR_SAME],
+                   (unsigned long long)c->pair_notes[PAIR_EMPTY]);
     }
     printf("prep: read %.1f MB from %zu file%s in %.2f s (%.1f MB/s, %d thread%s); skipped %llu "
            "bad line%s, %llu empty document%s\n", c->files.bytes / 1e6, c->files.n,
@@ -775,6 +850,7 @@ static void ctx_free(prep_ctx *c) {
     free(c->files.v);
     if (c->tok) tokenizer_free(c->tok);
     if (c->have_chat) chat_config_free(&c->chat);
+    tsr_lock_release(&c->lock);
 }
 
 /* The tokenizer_config.json of --chat-template, or (auto) the one beside a tokenizer.json: its
@@ -796,6 +872,8 @@ static int open_chat_config(prep_ctx *c) {
         return TSR_EXIT_DATA;
     }
     c->have_chat = 1;
+    snprintf(c->chat_path, sizeof c->chat_path, "%s", path);
+    if (c->chat.tpl) jinja_set_budget(c->chat.tpl, &c->a->budget);
     if (spec && !c->chat.tpl) {
         tsr_error("prep: --chat-template %s: the file has no chat_template (give a "
                   "tokenizer_config.json that has one, or --chat-template none)", spec);
@@ -847,6 +925,9 @@ int cmd_prep(int argc, char **argv) {
         return TSR_EXIT_DATA;
     }
     for (int k = optind; k < argc && !rc; k++) rc = collect(&c.files, argv[k]);
+    if (!rc && c.files.skipped > MAX_REPORTED)
+        tsr_warn("prep: %llu files of tessera datasets skipped in all",
+                 (unsigned long long)c.files.skipped);
     if (!rc) rc = detect_kinds(&c.files, a.format);
     if (!rc && a.pack) rc = check_pack_kinds(&c.files);
     if (!rc) rc = open_tokenizer(&c);
@@ -859,7 +940,7 @@ int cmd_prep(int argc, char **argv) {
                        c.files.v[k].kind == FMT_PREF;
     c.jd = tsr_calloc((size_t)c.threads, sizeof *c.jd);
     char tmp[4096], sub[4096 + 8];
-    rc = make_staging(a.out, tmp, sizeof tmp);
+    rc = make_staging(a.out, &c.lock, tmp, sizeof tmp);
     if (rc) {
         ctx_free(&c);
         return rc;

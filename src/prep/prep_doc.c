@@ -114,8 +114,10 @@ static size_t token_bytes(const tsr_tokenizer *tok, const prep_item *it, size_t 
 static void put_chat(const prep_doc_rules *r, const json_value *root, prep_item *it, uint8_t tp) {
     chat_render cr;
     char why[sizeof it->err];
-    if (chat_render_turns(r->chat, root, &cr, why, sizeof why)) {
+    int rc = chat_render_turns(r->chat, root, &cr, why, sizeof why);
+    if (rc) {
         bad(it, "%s", why);
+        if (rc == JINJA_EBUDGET) it->status = ITEM_FATAL; /* every line would take as long */
         return;
     }
     size_t from = it->n, *len, at = 0, s = 0;
@@ -244,14 +246,21 @@ static void put_pref(const prep_doc_rules *r, prep_item *it, const json_value *r
     const json_value *prompt = get_str(it, root, "prompt"), *answer[2] = {NULL, NULL};
     for (int k = 0; k < 2 && prompt; k++)
         if (!(answer[k] = get_str(it, root, names[k]))) return;
+    if (!prompt) return;
+    if (answer[0]->len == answer[1]->len && !memcmp(answer[0]->str, answer[1]->str, answer[0]->len))
+        it->pair_note = PAIR_SAME;
+    else if (strspn(answer[0]->str, " \t\r\n") == answer[0]->len || strspn(answer[1]->str, " \t\r\n") == answer[1]->len)
+        it->pair_note = PAIR_EMPTY;
     for (int k = 0; k < 2 && it->status == ITEM_OK; k++) {
         if (k) it->n_first = it->n;
         if (r->chat) put_pair_chat(r, it, prompt, answer[k]);
         else put_example(r, it, prompt, answer[k]);
-        if (it->status == ITEM_BAD) { /* the template refused or rewrote it: say which answer */
+        if (it->status != ITEM_OK) { /* the template refused or rewrote it: say which answer */
+            int st = it->status;
             char why[sizeof it->err];
             snprintf(why, sizeof why, "%s", it->err);
             bad(it, "%s answer: %s", names[k], why);
+            it->status = st;
         }
     }
 }
@@ -260,6 +269,7 @@ void prep_tokenize(const prep_doc_rules *r, prep_format kind, const char *s, pre
                    json_doc *jd) {
     it->n = 0;
     it->n_first = 0;
+    it->pair_note = 0;
     it->status = ITEM_OK;
     if (kind == FMT_TEXT) {
         put_plain(r, it, s, it->len);

@@ -23,14 +23,18 @@ typedef struct prep_item {
     size_t file;
     uint64_t line;   /* 1-based line of a JSONL item; 0 for text */
     size_t off, len; /* its bytes in the batch buffer */
-    int status;      /* ITEM_OK, ITEM_BAD (err says why) or ITEM_EMPTY */
-    char err[160];
+    int status;      /* ITEM_OK, ITEM_BAD (err says why), ITEM_EMPTY or ITEM_FATAL (err says why) */
+    char err[256];
     uint32_t *tok;
     uint8_t *mask;
     size_t n, cap, mask_cap;
     size_t n_first; /* FMT_PREF: tokens of the chosen example; the rejected one is the rest */
+    int pair_note;  /* FMT_PREF: PAIR_SAME (the two answers are one text), PAIR_EMPTY (one of them
+                       is empty or white space), or 0 */
 } prep_item;
-enum { ITEM_OK, ITEM_BAD, ITEM_EMPTY };
+enum { PAIR_SAME = 1, PAIR_EMPTY };
+/* ITEM_FATAL: the chat template went over its render budget; prep stops (exit 2) */
+enum { ITEM_OK, ITEM_BAD, ITEM_EMPTY, ITEM_FATAL };
 
 /* How documents are framed: BOS/EOS are both `eos` (<|endoftext|>: GPT-2 has no BOS). chat: the
  * model's chat template for chat lines (chat/chat_render.h), or NULL for the "ROLE: content" format. */
@@ -43,11 +47,13 @@ typedef struct prep_doc_rules {
 
 /* Tokenizes the it->len bytes at s as a document of the given kind (FMT_TEXT: the bytes are the
  * text; else a JSONL line of that kind) into it->tok / it->mask (n tokens; buffers kept for reuse),
- * setting it->status: ITEM_OK, ITEM_EMPTY (no text), or ITEM_BAD with the reason in it->err.
+ * setting it->status: ITEM_OK, ITEM_EMPTY (no text), or ITEM_BAD (ITEM_FATAL: the chat template
+ * went over its budget) with the reason in it->err.
  * A document is [BOS] segments [EOS], each segment tokenized on its own; masks per docs/prep.md.
  * FMT_PREF: the chosen and the rejected example, each built as an sft line {"prompt", "response":
  * the answer} is, or with a chat template as a chat line of the messages [user: prompt,
- * assistant: the answer]; it->n_first says where the second begins.
+ * assistant: the answer]; it->n_first says where the second begins, it->pair_note whether the
+ * pair can teach anything (prep warns: the same answer twice, or an empty one).
  * Thread-safe for distinct items and json_docs. */
 void prep_tokenize(const prep_doc_rules *r, prep_format kind, const char *s, prep_item *it,
                    json_doc *jd);

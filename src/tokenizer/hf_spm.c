@@ -10,8 +10,9 @@
  *      span such a point unless a vocab entry holds U+2581 after another code point there (Gemma
  *      3's ">\u2581</"), and those "crossing" entries are checked in the text, so the ids are
  *      the uncut section's;
- *   3. BPE over a piece's code points: repeatedly merge the adjacent pair of lowest rank, the
- *      leftmost among equal ranks, until no pair has a merge; the pairs wait in a heap;
+ *   3. BPE over a piece's code points (hf_word_merge, shared with the byte-level BPE): repeatedly
+ *      merge the adjacent pair of lowest rank, the leftmost among equal ranks, until no pair has a
+ *      merge; the pairs wait in a heap;
  *   4. each symbol is its vocab id; a code point outside the vocab becomes the <0xXX> tokens of
  *      its UTF-8 bytes (byte fallback), or unk_token where one is missing.
  */
@@ -45,92 +46,20 @@ uint8_t *hf_spm_normalize(const hf_tok *t, const uint8_t *p, size_t n, int first
     return s;
 }
 
-typedef struct pair {
-    uint32_t rank, left;  /* heap order: rank, then the left symbol's position (leftmost first) */
-    uint32_t lid, rid;    /* the ids it was made from: stale once either side changed */
-    uint32_t right, res;
-} pair;
-
-typedef struct word {
-    uint32_t *id;          /* per symbol: vocab id, or HF_NONE for a code point outside the vocab */
-    uint32_t *off, *len;   /* its bytes in the normalized text */
-    int32_t *prev, *next;  /* the live symbols as a list; -1 ends it */
-    pair *heap;
-    size_t nheap, capheap;
-} word;
-
-static int before(const pair *a, const pair *b) {
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static void heap_push(word *w, pair p) {
-    if (w->nheap == w->capheap) {
-        w->capheap = w->capheap ? 2 * w->capheap : 256;
-        w->heap = tsr_realloc(w->heap, w->capheap * sizeof *w->heap);
-    }
-    size_t i = w->nheap++;
-    while (i > 0 && before(&p, &w->heap[(i - 1) / 2])) {
-        w->heap[i] = w->heap[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    w->heap[i] = p;
-}
-
-static pair heap_pop(word *w) {
-    pair top = w->heap[0], last = w->heap[--w->nheap];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= w->nheap) break;
-        if (c + 1 < w->nheap && before(&w->heap[c + 1], &w->heap[c])) c++;
-        if (!before(&w->heap[c], &last)) break;
-        w->heap[i] = w->heap[c];
-        i = c;
-    }
-    if (w->nheap) w->heap[i] = last;
-    return top;
-}
-
-/* The pair (l, r) into the heap when the vocab merges it. */
-static void offer(const hf_tok *t, word *w, int32_t l, int32_t r) {
-    if (l < 0 || r < 0 || w->id[l] == HF_NONE || w->id[r] == HF_NONE) return;
-    uint32_t res, rank = hf_merge_find(t, w->id[l], w->id[r], &res);
-    if (rank != HF_NONE)
-        heap_push(w, (pair){rank, (uint32_t)l, w->id[l], w->id[r], (uint32_t)r, res});
-}
-
 /* Splits s into code-point symbols (s is valid UTF-8); returns their count. */
-static size_t symbols(const hf_tok *t, const uint8_t *s, size_t n, word *w) {
+static size_t symbols(const hf_tok *t, const uint8_t *s, size_t n, hf_word *w) {
     size_t m = 0;
     for (size_t i = 0; i < n; m++) {
         uint32_t cp;
         size_t k = tsr_utf8_next(s + i, n - i, &cp);
         w->id[m] = hf_vocab_find(t, s + i, k);
         w->off[m] = (uint32_t)i, w->len[m] = (uint32_t)k;
-        w->prev[m] = (int32_t)m - 1, w->next[m] = (int32_t)m + 1;
         i += k;
     }
-    if (m) w->next[m - 1] = -1;
     return m;
 }
 
-static void merge_all(const hf_tok *t, word *w, size_t m) {
-    for (size_t i = 0; i + 1 < m; i++) offer(t, w, (int32_t)i, (int32_t)i + 1);
-    while (w->nheap) {
-        pair p = heap_pop(w);
-        int32_t l = (int32_t)p.left, r = (int32_t)p.right;
-        if (w->next[l] != r || w->id[l] != p.lid || w->id[r] != p.rid) continue; /* stale */
-        w->id[l] = p.res;
-        w->len[l] += w->len[r];
-        w->next[l] = w->next[r];
-        if (w->next[r] >= 0) w->prev[w->next[r]] = l;
-        w->id[r] = HF_NONE, w->next[r] = -2; /* gone */
-        offer(t, w, w->prev[l], l);
-        offer(t, w, l, w->next[l]);
-    }
-}
-
-static void emit(const hf_tok *t, const word *w, const uint8_t *s, hf_ids_out *out) {
+static void emit(const hf_tok *t, const hf_word *w, const uint8_t *s, hf_ids_out *out) {
     for (int32_t i = 0; i >= 0; i = w->next[i]) {
         if (w->id[i] != HF_NONE) {
             hf_ids_push(out, w->id[i]);
@@ -145,18 +74,14 @@ static void emit(const hf_tok *t, const word *w, const uint8_t *s, hf_ids_out *o
 }
 
 void hf_spm_piece(const hf_tok *t, const uint8_t *s, size_t sn, hf_ids_out *out) {
-    word w = {0};
-    w.id = tsr_malloc((sn + 1) * sizeof *w.id);
-    w.off = tsr_malloc((sn + 1) * sizeof *w.off);
-    w.len = tsr_malloc((sn + 1) * sizeof *w.len);
-    w.prev = tsr_malloc((sn + 1) * sizeof *w.prev);
-    w.next = tsr_malloc((sn + 1) * sizeof *w.next);
+    hf_word w = {0};
+    hf_word_reserve(&w, sn);
     size_t m = symbols(t, s, sn, &w);
     if (m) {
-        merge_all(t, &w, m);
+        hf_word_merge(t, &w, m);
         emit(t, &w, s, out);
     }
-    free(w.id), free(w.off), free(w.len), free(w.prev), free(w.next), free(w.heap);
+    hf_word_free(&w);
 }
 
 /* 1 when a crossing token (a vocab entry with U+2581 right after another code point) lies over

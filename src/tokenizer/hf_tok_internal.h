@@ -68,6 +68,29 @@ static inline int hf_metaspace_at(const uint8_t *s, size_t n, size_t i) {
     return i + 3 <= n && s[i] == 0xE2 && s[i + 1] == 0x96 && s[i + 2] == 0x81;
 }
 
+/* One word's BPE (hf_word.c), as transformers.js merges: repeatedly the adjacent pair of lowest
+ * rank, the leftmost among equal ranks, until no pair has a merge; the pairs wait in a heap, so a
+ * word of n symbols takes O(n log n) (a 1 MB run of letters is one word). Symbol i: its id
+ * (HF_NONE: outside the vocab, never merged), its bytes off/len in the text, and the live
+ * symbols as a list from symbol 0 (prev/next, -1 ends it). hf_word_reserve makes room for n
+ * symbols (the arrays grow and are kept for the next word); the caller fills id, off, len of
+ * symbols 0..m-1, hf_word_merge links and merges them. */
+typedef struct hf_pair {
+    uint32_t rank, left; /* heap order: rank, then the left symbol's position (leftmost first) */
+    uint32_t lid, rid;   /* the ids it was made from: stale once either side changed */
+    uint32_t right, res;
+} hf_pair;
+typedef struct hf_word {
+    uint32_t *id, *off, *len;
+    int32_t *prev, *next;
+    size_t cap;
+    hf_pair *heap;
+    size_t nheap, capheap;
+} hf_word;
+void hf_word_reserve(hf_word *w, size_t n);
+void hf_word_merge(const hf_tok *t, hf_word *w, size_t m);
+void hf_word_free(hf_word *w);
+
 /* SentencePiece-style BPE (hf_spm.c): the normalizer or Metaspace pre-tokenizer of one section of
  * text between added tokens (valid UTF-8; first: the section starts the text; malloc'd result),
  * the cuts that do not change the ids, and the BPE of one piece (merges from code points, then

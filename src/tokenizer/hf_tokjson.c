@@ -15,6 +15,7 @@
 #include "tokenizer/tokenizer_internal.h"
 
 #define MAX_IDS (1u << 24) /* ids above this are refused (vocabularies to 262K and far beyond) */
+#define MIN_SPARSE_IDS (1u << 17) /* ids up to this are allowed however few are given */
 
 static uint64_t hash_bytes(const uint8_t *p, size_t n) {
     uint64_t h = 1469598103934665603ull;
@@ -279,7 +280,7 @@ static uint64_t pow2_at_least(uint64_t n) {
 }
 
 /* Pass 1 over model.vocab then added_tokens: every id an integer in [0, MAX_IDS); the largest in
- * *max_id. Returns 0 or fail(). */
+ * *max_id, at most 2 x (the ids given) + 1024. Returns 0 or fail(). */
 static int vocab_max_id(const json_value *vocab, const json_value *added, const char *path,
                         uint32_t *max_id) {
     char msg[300];
@@ -295,6 +296,18 @@ static int vocab_max_id(const json_value *vocab, const json_value *added, const 
             }
             if ((uint32_t)d > *max_id) *max_id = (uint32_t)d;
         }
+    /* every table is sized by the largest id (about 26 bytes an id): ids must be nearly dense,
+     * or a 5 KB file with one id near 2^24 builds 275 MB of tables (real vocabularies have no
+     * gaps; up to 131,072 ids are allowed whatever the count: a few MB) */
+    uint64_t given = (uint64_t)vocab->len + added->len, most = 2 * given + 1024;
+    if (most < MIN_SPARSE_IDS) most = MIN_SPARSE_IDS;
+    if ((uint64_t)*max_id + 1 > most) {
+        tsr_snprintf(msg, sizeof msg, "the largest id is %u, but model.vocab and added_tokens give "
+                     "%llu ids: ids must be nearly dense (at most %llu ids in all: twice those "
+                     "given + 1024, or 131072), a sparse id sizes every table by itself", *max_id,
+                     (unsigned long long)given, (unsigned long long)most);
+        return fail(path, msg);
+    }
     return 0;
 }
 

@@ -71,7 +71,7 @@ static int run_encode(const tsr_tokenizer *tok, const char *path, int special) {
     char *text;
     size_t n, n_ids = 0, cap = 0;
     uint32_t *ids = NULL;
-    int rc = fs_read_all(path, 0, &text, &n);
+    int rc = fs_read_stream(path, 0, &text, &n);
     if (rc) return rc;
     tokenizer_encode(tok, (const uint8_t *)text, n, special, &ids, &n_ids, &cap);
     free(text);
@@ -96,7 +96,7 @@ static int run_encode(const tsr_tokenizer *tok, const char *path, int special) {
 static int run_decode(const tsr_tokenizer *tok, const char *path) {
     char *text;
     size_t n;
-    int rc = fs_read_all(path, 0, &text, &n);
+    int rc = fs_read_stream(path, 0, &text, &n);
     if (rc) return rc;
     size_t n_ids = 0, cap = 1024;
     uint32_t *ids = tsr_malloc(cap * sizeof *ids);

@@ -577,6 +577,15 @@ int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg, con
                       "use another run_dir, or start from the weights with --init-from",
                       pk->path, diff);
             rc = TSR_EXIT_USAGE;
+        } else if (cfg->optim.name != ck->optim.name) { /* optim/m is Muon's momentum there */
+            tsr_error("%s: optim.name = \"%s\" but the checkpoint was written by %s: its "
+                      "optimizer state (optim/m, optim/v) means something else under the other "
+                      "optimizer. Resume with optim.name = \"%s\", or start from its weights "
+                      "with --init-from in another run_dir", pk->path,
+                      cfg->optim.name == TSR_OPTIM_MUON ? "muon" : "adamw",
+                      ck->optim.name == TSR_OPTIM_MUON ? "Muon" : "AdamW",
+                      ck->optim.name == TSR_OPTIM_MUON ? "muon" : "adamw");
+            rc = TSR_EXIT_USAGE;
         }
     }
     free(ck);

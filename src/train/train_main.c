@@ -1,11 +1,15 @@
 /* tessera-train — pretrain a decoder LM from a libconfig recipe, under mpirun/srun or alone.
  *
- *   phases: fix BLAS core -> MPI init -> parse options -> load config -> banner + plan -> train
- * Exit codes: docs/tessera-train.md (0 ok, 1 usage/config, 2 data/checkpoint, 3 internal). */
+ *   phases: fix BLAS core -> MPI init -> parse options -> load config -> banner + plan -> lock
+ *   run_dir -> train
+ * Exit codes: docs/tessera-train.md (0 ok, 1 usage/config, 2 data/checkpoint or run_dir locked by
+ * another trainer, 3 internal). */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "blas_env.h"
@@ -17,6 +21,7 @@
 #include "fsutil.h"
 #include "hf/hf_importer.h"
 #include "ops.h"
+#include "runlock.h"
 #include "train/binding.h"
 #include "train/checkpointing.h"
 #include "train/trainer.h"
@@ -162,6 +167,28 @@ static void banner(const tsr_dist *d, const tsr_config *cfg, int threads) {
     fflush(stdout);
 }
 
+/* The run directory's lock (runlock.h, docs/tessera-train.md "THE RUN DIRECTORY LOCK"): rank 0
+ * takes RUN_DIR/tessera.lock before the checkpoint is read and anything is written; every rank
+ * learns the outcome. A second trainer on the directory is refused here, having written nothing.
+ * *made: rank 0 created RUN_DIR for the lock (removed again if the start fails). */
+static int lock_run_dir(const tsr_dist *d, const tsr_config *cfg, tsr_lock *lock, int *made) {
+    int64_t rc = 0;
+    *made = 0;
+    if (d->rank == 0) {
+        char path[sizeof cfg->run_dir + 16];
+        struct stat st;
+        *made = stat(cfg->run_dir, &st) != 0;
+        snprintf(path, sizeof path, "%s/tessera.lock", cfg->run_dir);
+        if (*made && (fs_make_parents(path) != 0 || (mkdir(cfg->run_dir, 0777) != 0 && errno != EEXIST))) {
+            tsr_error("run_dir = \"%s\": cannot create: %s", cfg->run_dir, strerror(errno));
+            rc = TSR_EXIT_DATA;
+        }
+        if (!rc) rc = tsr_lock_take(lock, path, "tessera-train");
+    }
+    dist_allreduce_sum_i64(&rc, 1); /* rank 0's outcome, on every rank */
+    return (int)rc;
+}
+
 /* What the trainer takes from the layers above it: --init-from a Hugging Face directory
  * (src/hf/hf_importer.h) and the ICL evaluation (src/eval). */
 static const trainer_icl_api icl_evaluation = {train_icl_open, train_icl_run, train_icl_close};
@@ -189,13 +216,23 @@ int main(int argc, char **argv) {
     banner(&pd, &cfg, t.be.threads);
     if (c.plan_world == 0) /* where each rank runs: its cores, NUMA node and GPU (collective) */
         binding_print(&d, cfg.device == TSR_DEVICE_CUDA ? d.local_rank : -1);
+    tsr_lock lock = {0}; /* held until exit (tsr_exit below): released then */
     if (!c.dry_run) {
+        int made = 0, opened = 0;
         checkpointing_install_signals();
+        rc = lock_run_dir(&d, &cfg, &lock, &made);
         /* the checkpoint is read (and a model that differs from the config's refused) before
          * anything is written in run_dir */
-        rc = checkpointing_resume(&t, c.resume, c.init_from);
-        if (!rc) rc = trainer_open_run_dir(&t);
+        if (!rc) rc = checkpointing_resume(&t, c.resume, c.init_from);
+        if (!rc) {
+            opened = 1;
+            rc = trainer_open_run_dir(&t);
+        }
         if (!rc) rc = trainer_run(&t);
+        if (rc && !opened && made) { /* a refused start leaves no run_dir it made */
+            tsr_lock_release(&lock);
+            rmdir(cfg.run_dir);
+        }
     }
     trainer_free(&t);
     tsr_exit(rc);

@@ -25,6 +25,7 @@
 #include "model/model_ep.h"
 #include "model/model_lora.h"
 #include "train/guard.h"
+#include "train/muon.h"
 
 typedef struct tsr_step_stats {
     int64_t step;          /* 1-based index of the step just taken */
@@ -114,6 +115,8 @@ typedef struct tsr_train_part {
                                   * flat layout and the sharding above (model/model_ep.h) */
     tsr_ep ep;
     uint64_t ep_sent_steps;       /* ep.sent_bytes before an evaluation (trainer_eval_scope) */
+    tsr_muon muon;               /* optim.name = muon (train/muon.h): its matrices' momentum is
+                                  * m over their elements; v stays zero there */
 } tsr_train_part;
 
 /* What the run reports (owner: train/metrics.c). */

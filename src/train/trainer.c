@@ -188,7 +188,7 @@ static void flat_update(tsr_trainer *t, double lr, float gscale) {
     float *g = owned_grads(t);
     for (int i = 0; i < TSR_P_COUNT; i++) {
         const tsr_param_info *p = &t->model.params_info[i];
-        if (p->ep) continue; /* (ep_update) */
+        if (p->ep || muon_tensor(&t->part.muon, i)) continue; /* (ep_update, muon_update) */
         size_t end = p->offset + p->numel;
         size_t a = p->offset > lo ? p->offset : lo, b = end < hi ? end : hi;
         if (a >= b) continue;
@@ -205,6 +205,7 @@ static void fsdp_update(tsr_trainer *t, double lr, float gscale) {
     tsr_fsdp *f = &t->part.fsdp;
     for (int k = 0; k < f->n_pieces[f->grank]; k++) {
         const fsdp_piece *p = &f->pieces[f->grank][k];
+        if (muon_tensor(&t->part.muon, p->id)) continue; /* (muon_fsdp) */
         t->be.ops->adamw_update(f->params + p->shard, f->grads + p->shard, t->part.m + p->shard,
                                 t->part.v + p->shard, p->len, (float)lr, (float)o->beta1,
                                 (float)o->beta2, (float)o->eps,
@@ -229,6 +230,21 @@ static void lora_update(tsr_trainer *t, double lr, float gscale) {
     t->be.ops->adamw_update(lo->w, lo->g, lo->m, lo->v, lo->n, (float)lr, (float)o->beta1,
                             (float)o->beta2, (float)o->eps, decay_of(o, TSR_PK_WEIGHT), gscale,
                             (int)t->optim_step);
+}
+
+/* optim.name = muon (train/muon.h): AdamW on the other tensors, then Muon on the matrices of the
+ * owned part (ddp: all; zero1: the partition's, cut between matrices) or, zero3 / hsdp, through
+ * the matrices' owners */
+static void muon_flat(tsr_trainer *t, double lr, float gscale) {
+    flat_update(t, lr, gscale);
+    muon_flat_update(&t->part.muon, t->be.ops, t->model.params, owned_grads(t), t->part.m,
+                     t->part.shard_lo, t->part.shard_hi, muon_lr(&t->cfg.optim, lr), gscale);
+}
+
+static void muon_fsdp(tsr_trainer *t, double lr, float gscale) {
+    fsdp_update(t, lr, gscale);
+    muon_fsdp_update(&t->part.muon, t->be.ops, &t->part.fsdp, t->part.m,
+                     muon_lr(&t->cfg.optim, lr), gscale);
 }
 
 static void zero1_gather(tsr_trainer *t) {
@@ -262,11 +278,21 @@ static const trainer_strategy strategy_fsdp = {
 static const trainer_strategy strategy_device = {
     "device", device_compute, nothing, device_sumsq, device_update, nothing, gpu_train_mem_peak};
 
+/* optim.name = muon: the same, with Muon's update (device = cuda: the library's, gpu_train.c) */
+static const trainer_strategy strategy_ddp_muon = {
+    "ddp+muon", flat_compute, ddp_reduce, ddp_sumsq, muon_flat, nothing, cpu_mem_peak};
+static const trainer_strategy strategy_zero1_muon = {
+    "zero1+muon", flat_compute, zero1_reduce, zero1_sumsq, muon_flat, zero1_gather, cpu_mem_peak};
+static const trainer_strategy strategy_fsdp_muon = {
+    "fsdp+muon", shard_compute, fsdp_reduce, fsdp_sumsq, muon_fsdp, fsdp_gather, cpu_mem_peak};
+
 static const trainer_strategy *trainer_pick_strategy(const tsr_trainer *t) {
+    const int muon = t->part.muon.on;
     if (t->be.gpu) return &strategy_device;
     if (t->part.lora_on) return &strategy_lora;
-    if (t->part.fsdp_on) return &strategy_fsdp;
-    return t->part.zero1 ? &strategy_zero1 : &strategy_ddp;
+    if (t->part.fsdp_on) return muon ? &strategy_fsdp_muon : &strategy_fsdp;
+    if (t->part.zero1) return muon ? &strategy_zero1_muon : &strategy_zero1;
+    return muon ? &strategy_ddp_muon : &strategy_ddp;
 }
 
 /* Threads per rank: the config's value, else the cores Slurm gave the task: one per core of the
@@ -330,6 +356,8 @@ static int plan_shards(tsr_trainer *t) {
         t->part.part_counts[r] = hi - lo;
     }
     t->part.zero1 = t->cfg.sharding == TSR_SHARD_ZERO1 && W > 1; /* (zero3 and hsdp: model/fsdp.h) */
+    if (t->part.zero1 && t->part.muon.on) /* each Muon matrix whole in one part (train/muon.h) */
+        muon_partition(&t->part.muon, n, (int)W, t->part.part_displs, t->part.part_counts);
     t->part.shard_lo = t->part.zero1 ? t->part.part_displs[t->dist.rank] : 0;
     t->part.shard_hi = t->part.zero1 ? t->part.shard_lo + t->part.part_counts[t->dist.rank] : n;
     /* (the GPU reduce-scatters on the device; LoRA's base has no gradients) */
@@ -549,6 +577,8 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
         ep_init_weights(&t->part.ep, &t->model, (uint64_t)cfg->seed);
     }
     TSR_CHECK(open_icl(t)); /* the task files are read before the first step */
+    muon_init(&t->part.muon, &t->model, &cfg->optim);
+    if (t->part.muon.on && t->part.fsdp_on) muon_fsdp_plan(&t->part.muon, &t->part.fsdp);
     TSR_CHECK(plan_shards(t));
     size_t owned = t->part.fsdp_on ? t->part.fsdp.shard_n : t->part.shard_hi - t->part.shard_lo;
     if (!t->part.lora_on) { /* (a frozen base has no AdamW state) */
@@ -942,6 +972,7 @@ static int run_steps(tsr_trainer *t) {
     watchdog_stop();
     train_data_stage_end(t);
     ep_report(t);
+    muon_report(&t->part.muon, t->out.steps_run, t->dist.world);
     metrics_finish(t);
     end_of_run_sample(t);
     return TSR_EXIT_OK;
@@ -967,6 +998,7 @@ void trainer_free(tsr_trainer *t) {
     if (t->part.v) t->be.ops->free(t->part.v);
     free(t->data.inputs);
     free(t->data.targets);
+    muon_free(&t->part.muon); /* (before the fsdp plan it points to) */
     fsdp_free(&t->part.fsdp);
     ep_free(&t->part.ep);
     lora_free(&t->part.lora);

@@ -16,7 +16,8 @@
 #  - refusals: no chat_template (exit 1, naming the tokenizer), a tokenizer that is not a
 #    tokenizer.json, --system without --chat, --chat with --prompt-ids; a bad generation_config.json
 #    (exit 2, naming it); a chat_template that does not compile stops --chat (exit 2) but only
-#    warns in a plain completion.
+#    warns in a plain completion; one chaining 100,000 operators is refused at its line:column (it
+#    ended the C stack), one looping past the render budget stops --chat with exit 2.
 # Skips (77) without node or the npm files ./INSTALL fetches.
 source "$(dirname "$0")/../lib.sh"
 NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
@@ -27,7 +28,7 @@ for f in "$JINJA/dist/index.cjs" "$MODELS"/{llama3,qwen3,gemma3}/tokenizer{,_con
 done
 [[ -x $TOOL ]] || { echo "$TOOL missing: run make"; exit 77; }
 tsr_tmpdir
-tap_plan 16
+tap_plan 17
 L3=$MODELS/llama3/tokenizer.json
 GEN=("$TOOL" generate --set threads=1 --temperature 0)
 
@@ -209,4 +210,15 @@ rc2=$?
 ((rc == 2 && rc2 == 0)) && grep -q "chat_template's syntax" "$TMP/e.txt" && grep -q "ignored without --chat" "$TMP/e2.txt" &&
     [[ -s $TMP/o.txt ]]
 tap_check $? "a chat_template that does not compile: --chat exits 2 ($rc) naming its syntax; without --chat a warning and a completion ($rc2)"
+"$PY3" -c 'import json, sys; c = json.load(open(sys.argv[1])); c["chat_template"] = "{{ " + " ~ ".join(["1"] * 100000) + " }}"; json.dump(c, open(sys.argv[2], "w"))' \
+    "$MODELS/llama3/tokenizer_config.json" "$TMP/badtpl/tokenizer_config.json"
+"${GEN[@]}" --ckpt "$TMP/run" --tokenizer "$TMP/badtpl/tokenizer.json" --chat --prompt "hi" >/dev/null 2>"$TMP/e.txt"
+rc=$?
+"$PY3" -c 'import json, sys; c = json.load(open(sys.argv[1])); c["chat_template"] = "{% for i in range(1000000) %}{{ i }}{% endfor %}"; json.dump(c, open(sys.argv[2], "w"))' \
+    "$MODELS/llama3/tokenizer_config.json" "$TMP/badtpl/tokenizer_config.json"
+"${GEN[@]}" --ckpt "$TMP/run" --tokenizer "$TMP/badtpl/tokenizer.json" --chat --prompt "hi" --template-steps 100000 >/dev/null 2>"$TMP/e2.txt"
+rc2=$?
+((rc == 2 && rc2 == 2)) && grep -q "chat_template, line 1:1026: expression nested too deeply" "$TMP/e.txt" &&
+    grep -q "badtpl/tokenizer_config.json, line 1:[0-9]*: the render went over its budget of 100000 steps.*--template-steps" "$TMP/e2.txt"
+tap_check $? "a template chaining 100,000 operators: --chat exits 2 ($rc) at line 1:1026; one over its --template-steps: exit 2 ($rc2) naming the limit"
 tap_done

@@ -9,11 +9,13 @@
 #  - a bad config value (optim.lr = -1): exit 1;
 #  - data.tokenizer names no tokenizer: exit 2 before the first step, naming data.tokenizer (it
 #    was reported after the last step, when the sample was decoded);
+#  - a FIFO in place of a shard of data.train: exit 2 at once naming it (open() blocked for ever,
+#    and SIGTERM did not end it); a directory in place of the shard: exit 2 saying so;
 # and a fresh run_dir with a missing tokenizer is not even created; the resume (and an init-from)
 # read before run_dir is opened still reach metrics.jsonl.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 10
+tap_plan 12
 make_synth "$TMP/data"
 tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=4 --set micro_batch=2
@@ -44,6 +46,22 @@ refused "data.val names no dataset" 2 'data.val = ".*/nope"' --set data.val="$TM
 refused "bad config value optim.lr = -1" 1 "optim.lr" --set optim.lr=-1
 refused "data.tokenizer names no tokenizer" 2 'data.tokenizer = ".*/no-such-tokenizer"' \
     --set data.tokenizer="$TMP/no-such-tokenizer" --set sample.tokens=8
+
+# a FIFO or a directory in place of a shard: refused at once (timeout: the old trainer blocked)
+for kind in fifo dir; do
+    cp -r "$TMP/data/train" "$TMP/$kind"
+    shard=$(ls "$TMP/$kind"/shard-*.bin | head -1)
+    rm "$shard"
+    if [[ $kind == fifo ]]; then mkfifo "$shard"; else mkdir "$shard"; fi
+    timeout -s KILL 120 "$TRAIN" "${args[@]}" --set max_duration=6ba --set data.train="$TMP/$kind" >"$TMP/out.txt" 2>&1
+    rc=$?
+    unchanged
+    same=$?
+    what="a FIFO"; [[ $kind == dir ]] && what="a directory"
+    [[ $rc == 2 && $same == 0 ]] && grep -q "$(basename "$shard"): is $what, not a regular file" "$TMP/out.txt"
+    tap_check $? "$what in place of a shard of data.train: exit $rc at once, naming it; run_dir $( ((same)) && echo CHANGED || echo unchanged)"
+    grep -E "error" "$TMP/out.txt" | head -2 | sed 's/^/#   /'
+done
 
 # nothing was created for a fresh run refused at start
 "$TRAIN" "${args[@]}" --set max_duration=2ba --set run_dir="$TMP/fresh" --set data.tokenizer=gpt3 \

@@ -13,7 +13,7 @@
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_NICE    ?= 10
-FUZZ_NAMES   := config dataset gpt2 tokfile bpe jsonl safetensors ckpt hftok chat hfdir
+FUZZ_NAMES   := config dataset gpt2 tokfile bpe jsonl safetensors ckpt hftok chat hfdir peft chatcfg
 FUZZ         ?= $(FUZZ_NAMES)
 ifneq ($(filter-out $(FUZZ_NAMES),$(FUZZ)),)
   $(error FUZZ=$(FUZZ): accepted harnesses are $(FUZZ_NAMES))
@@ -65,14 +65,21 @@ FUZZ_FLAGS ?= -timeout=10
 # tests/fuzz/found/ckpt/ (not the corpus, which make check runs) and going on. Look at each: one
 # whose stack reaches tessera's code without HDF5 below it is a tessera bug.
 FUZZ_FLAGS_ckpt = -fork=1 -ignore_timeouts=1 -ignore_crashes=1 -artifact_prefix=tests/fuzz/found/ckpt/
+# chat templates: inputs to 128 KB (a template's cost is in its length: expression chains, deep
+# values; -len_control=0: long inputs from the start), and a dictionary of template syntax instead
+# of fuzz.dict (libFuzzer takes one -dict)
+FUZZ_FLAGS_chat    = -max_len=131072 -len_control=0
+FUZZ_FLAGS_chatcfg = -max_len=131072 -len_control=0
 fuzz: $(FUZZ:%=$(FUZZ_DIR)/fuzz_%)
 	@mkdir -p $(FUZZ_DIR)/tmp tests/fuzz/found/ckpt
 	@for h in $(FUZZ); do \
 	  mkdir -p $(FUZZ_DIR)/corpus/$$h tests/fuzz/corpus/$$h || exit 1; \
 	  echo "== fuzz_$$h: $(FUZZ_SECONDS) s; crashes go to tests/fuzz/corpus/$$h/"; \
-	  case $$h in ckpt) extra='$(FUZZ_FLAGS_ckpt)';; *) extra=;; esac; \
+	  case $$h in ckpt) extra='$(FUZZ_FLAGS_ckpt)';; chat) extra='$(FUZZ_FLAGS_chat)';; \
+	    chatcfg) extra='$(FUZZ_FLAGS_chatcfg)';; *) extra=;; esac; \
+	  case $$h in chat|chatcfg) dict=tests/fuzz/chat.dict;; *) dict=tests/fuzz/fuzz.dict;; esac; \
 	  $(FUZZ_ENV) nice -n $(FUZZ_NICE) $(FUZZ_DIR)/fuzz_$$h -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
-	    -dict=tests/fuzz/fuzz.dict -artifact_prefix=tests/fuzz/corpus/$$h/ $(FUZZ_FLAGS) $$extra \
+	    -dict=$$dict -artifact_prefix=tests/fuzz/corpus/$$h/ $(FUZZ_FLAGS) $$extra \
 	    $(FUZZ_DIR)/corpus/$$h tests/fuzz/corpus/$$h || \
 	  { echo "fuzz_$$h found a crash: the input is in tests/fuzz/$$(case $$h in ckpt) echo found;; *) echo corpus;; esac)/$$h/ (see docs/fuzzing.md)"; exit 1; }; \
 	done

@@ -3,7 +3,10 @@
  * dataset both come from the user. Input: TEMPLATE FUZZ_SEP CONVERSATION (a template of the fuzzer's
  * own, compiled and rendered), or a CONVERSATION alone, rendered with two built-in templates shaped
  * like Llama 3's (trim) and Qwen 3's (reasoning split off at </think>). For a conversation that
- * renders, the spans must lie inside the text, in order, without overlap. */
+ * renders, the spans must lie inside the text, in order, without overlap. Inputs reach 128 KB
+ * (-max_len in fuzz.mk: long expression chains and deep values are in length) with the template
+ * dictionary tests/fuzz/chat.dict; renders run within a budget of 10^6 steps and 64 MiB (the
+ * default 10^7 steps would pass libFuzzer's 10 s limit under ASan). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,6 +68,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             jinja_template *t;
             jinja_error e;
             if (jinja_compile((const char *)part[0].p, part[0].n, &t, &e) == JINJA_OK) {
+                jinja_set_budget(t, &(jinja_budget){.steps = 1000000, .bytes = 64u << 20});
                 check(t, root);
                 jinja_free(t);
             }

@@ -10,7 +10,7 @@ source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 SECS=${FUZZ_REGRESS_SECONDS:-10}
 RUNS=${FUZZ_REGRESS_RUNS:-1000}
-NAMES=(config dataset gpt2 tokfile bpe jsonl safetensors ckpt hftok chat hfdir)
+NAMES=(config dataset gpt2 tokfile bpe jsonl safetensors ckpt hftok chat hfdir peft chatcfg)
 
 # can clang link a libFuzzer + ASan + UBSan program here?
 printf '#include <stddef.h>\n#include <stdint.h>\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }\n' > "$TMP/probe.c"
@@ -33,13 +33,16 @@ mkdir -p "$TMP/scratch"
 export TMPDIR=$TMP/scratch LSAN_OPTIONS=suppressions=$TSR_ROOT/tests/fuzz/lsan.supp
 # fuzz_one H: harness H over its corpus, then RUNS mutations; its exit status into $TMP/H.rc
 fuzz_one() {
-    local h=$1 rc=0
+    local h=$1 rc=0 dict=$TSR_ROOT/tests/fuzz/fuzz.dict extra=()
+    # as make fuzz runs them (tests/fuzz/fuzz.mk): the chat harnesses with their own dictionary
+    # and inputs up to 128 KB
+    case $h in chat | chatcfg) dict=$TSR_ROOT/tests/fuzz/chat.dict extra=(-max_len=131072) ;; esac
     mkdir -p "$TMP/new/$h" "$TMP/crash/$h"
     # new inputs go to the first (scratch) directory, never into the committed corpus
     # -seed and -runs fixed: the same mutations on every machine, so a failure reproduces (a
     # time limit would make the count depend on the machine's speed); -max_total_time caps it
     nice -n 10 "$BUILD/fuzz/fuzz_$h" -seed=1 -runs="$RUNS" -max_total_time="$SECS" -timeout=10 \
-        -print_final_stats=1 -dict="$TSR_ROOT/tests/fuzz/fuzz.dict" -artifact_prefix="$TMP/crash/$h/" \
+        -print_final_stats=1 -dict="$dict" "${extra[@]}" -artifact_prefix="$TMP/crash/$h/" \
         "$TMP/new/$h" "$TSR_ROOT/tests/fuzz/corpus/$h" >"$TMP/$h.log" 2>&1 || rc=$?
     echo "$rc" >"$TMP/$h.rc"
 }

@@ -32,12 +32,8 @@ tsr_tmpdir
 PER=9
 tap_plan $((2 * PER + 2))
 make_synth "$TMP/data"
-args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --set data.tokenizer=
-      --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
-      --set eval_interval=0ba --set model.n_layer=2 --set model.d_model=64 --set model.n_head=2
-      --set model.n_kv_head=1 --set model.intermediate_size=96 --set seq_len=32
-      --set global_batch=8 --set micro_batch=2 --set max_duration=12ba --set save_interval=6ba
-      --set threads=1 --set log_interval=1 --set optim.warmup=2ba)
+tiny_llama_args "$TMP/data/train"
+args+=(--set model.n_head=2 --set model.n_kv_head=1 --set max_duration=12ba --set save_interval=6ba)
 lora=(--set lora.rank=4 --set lora.alpha=8 --set lora.dropout=0.1 --set optim.lr=1e-2)
 moe=(--set model.moe_experts=4 --set model.moe_top_k=2 --set model.moe_intermediate_size=64)
 mlora=("${lora[@]}" --set lora.targets=q,k,v,o --init-from "$TMP/mbase" "${moe[@]}")

@@ -31,7 +31,7 @@ prep() { "$TOOL" prep --tokenizer "$GPT2_DIR" --quiet "$@"; }
 check() { local out=$1; shift; "$PY" "$CHECK" check "$out" "$F/ids.txt" "$EOS" "$@"; }
 spec() { echo "$F/spec-$1.json"; }
 
-tap_plan 50
+tap_plan 51
 
 # ---- usage errors: exit 1
 "$TOOL" prep "$F/corpus.jsonl" >/dev/null 2>"$TMP/err"; rc=$?
@@ -198,6 +198,16 @@ tap_check $? "existing --out: exit 2 naming it, left as it was"
 # ---- progress: plain lines (not a terminal), and the summary
 "$TOOL" prep --tokenizer "$GPT2_DIR" --out "$TMP/prog" "$F/corpus.jsonl" >"$TMP/sum" 2>"$TMP/err"
 grep -q "MB/s" "$TMP/sum" && ! grep -q $'\r' "$TMP/err"; tap_check $? "not a terminal: no carriage returns; the summary has MB/s"
+
+# ---- a folder that holds an earlier dataset: its shards and index are skipped, not read as text
+mkdir -p "$TMP/mixed/docs" && cp "$F/corpus.jsonl" "$TMP/mixed/docs/" && cp -r "$TMP/prog" "$TMP/mixed/old"
+"$TOOL" prep --tokenizer "$GPT2_DIR" --out "$TMP/mixed-ds" "$TMP/mixed" >/dev/null 2>"$TMP/err"; rc=$?
+"$TOOL" prep --tokenizer "$GPT2_DIR" --out "$TMP/mixed-ref" "$TMP/mixed/docs" >/dev/null 2>&1
+"$TOOL" prep --tokenizer "$GPT2_DIR" --out "$TMP/mixed-bad" "$TMP/mixed/old/train/index.tsv" 2>"$TMP/err2"; rc2=$?
+((rc == 0 && rc2 == 2)) && grep -q "old/train/shard-00000.bin: part of a tessera dataset (an earlier prep's output?): skipped" "$TMP/err" &&
+    grep -q "old/train/index.tsv: part of a tessera dataset" "$TMP/err" &&
+    cmp -s "$TMP/mixed-ds/train/shard-00000.bin" "$TMP/mixed-ref/train/shard-00000.bin" && [[ ! -e $TMP/mixed-bad ]]
+tap_check $? "a folder holding an earlier dataset: its shards and index skipped with a warning (the dataset = the text's alone); naming one: exit $rc2"
 
 tap_diag "$nseg segment files tokenized for the expected ids"
 tap_done

@@ -10,7 +10,11 @@
 #    assistant turns' answers (the text after a </think>, white space aside), each closed by the
 #    template's end-of-turn token (unless tool calls follow it), one run per turn, nothing else;
 #  - --target-prompts, --chat-template none / PATH, the errors, and Llama 3's eos_token ending plain
-#    documents when the vocabulary has no <|endoftext|>.
+#    documents when the vocabulary has no <|endoftext|>;
+#  - a template is untrusted input: a 400 KB tokenizer_config.json whose expression chains 100,000
+#    additions is refused at its line:column (it ended the C stack: exit 139), a namespace holding
+#    itself skips the lines naming the cycle, a loop past the render budget stops prep (exit 2)
+#    naming the template and --template-steps / --template-memory.
 # Skips (77) without node or the npm files ./INSTALL fetches.
 source "$(dirname "$0")/../lib.sh"
 NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
@@ -22,7 +26,7 @@ for f in "$HFJS/dist/main.js" "$JINJA/dist/index.cjs" "$MODELS"/{llama3,qwen3}/t
 done
 [[ -x $TOOL ]] || { echo "$TOOL missing: run make"; exit 77; }
 tsr_tmpdir
-tap_plan 13
+tap_plan 16
 "$PY3" - "$TSR_ROOT/tests/chat/conversations" "$TMP/conv.jsonl" <<'PY'
 import glob, json, os, sys
 with open(sys.argv[2], "w") as out:
@@ -121,21 +125,40 @@ text=$("$PY3" -c 'import sys; sys.path.insert(0, sys.argv[1]); from prep_check i
     [[ $("$TOOL" tokenizer decode --tokenizer "$MODELS/qwen3/tokenizer.json" <(echo "$text") 2>/dev/null) == user:* ]]
 tap_check $? "--chat-template none: the ROLE: content format (the first document starts \"user:\")"
 
-# errors: nothing written
+# errors: nothing written. refused NAME WANT PATTERN CONFIG [OPTION...]: prep with --chat-template
+# CONFIG exits WANT, its stderr ($TMP/NAME.err) says PATTERN (grep -E), nothing is written
+refused() {
+    local name=$1 want=$2 pat=$3 cfg=$4
+    shift 4
+    prep --tokenizer "$MODELS/qwen3/tokenizer.json" --out "$TMP/$name" --chat-template "$cfg" "$@" \
+        "$TMP/conv.jsonl" >/dev/null 2>"$TMP/$name.err"
+    rc=$?
+    ((rc == want)) && grep -Eq -- "$pat" "$TMP/$name.err" && [[ ! -e $TMP/$name ]]
+}
 printf '{"eos_token": "<|im_end|>"}\n' >"$TMP/notpl.json"
-prep --tokenizer "$MODELS/qwen3/tokenizer.json" --out "$TMP/e1" --chat-template "$TMP/notpl.json" "$TMP/conv.jsonl" >/dev/null 2>"$TMP/e1.err"
-rc=$?
-((rc == 1)) && grep -q "notpl.json: the file has no chat_template" "$TMP/e1.err" && [[ ! -e $TMP/e1 ]]
+refused e1 1 "notpl.json: the file has no chat_template" "$TMP/notpl.json"
 tap_check $? "--chat-template with no chat_template: exit $rc, says so, nothing written"
 printf '{"chat_template": "{%% for m in messages %%}{{ m.content }"}\n' >"$TMP/broken.json"
-prep --tokenizer "$MODELS/qwen3/tokenizer.json" --out "$TMP/e2" --chat-template "$TMP/broken.json" "$TMP/conv.jsonl" >/dev/null 2>"$TMP/e2.err"
-rc=$?
-((rc == 2)) && grep -q "syntax" "$TMP/e2.err" && [[ ! -e $TMP/e2 ]]
+refused e2 2 "syntax" "$TMP/broken.json"
 tap_check $? "a chat_template with a syntax error: exit $rc, says where, nothing written"
-prep --tokenizer "$MODELS/qwen3/tokenizer.json" --out "$TMP/e3" --chat-template "$TMP/missing.json" "$TMP/conv.jsonl" >/dev/null 2>"$TMP/e3.err"
-rc=$?
-((rc == 2)) && grep -q "missing.json" "$TMP/e3.err" && [[ ! -e $TMP/e3 ]]
+refused e3 2 "missing.json" "$TMP/missing.json"
 tap_check $? "--chat-template FILE that does not exist: exit $rc, names it, nothing written"
+
+# untrusted templates: bounded depth, values and work (docs/chat-templates.md "Limits")
+"$PY3" -c 'import json, sys; json.dump({"chat_template": "{{ " + " + ".join(["1"] * 100000) + " }}"}, open(sys.argv[1], "w"))' "$TMP/chain.json"
+refused e4 2 "chain.json: chat_template, line 1:1026: expression nested too deeply" "$TMP/chain.json"
+tap_check $? "a 400 KB template chaining 100,000 additions (the evaluator ran out of stack: exit 139): exit $rc at line 1:1026, nothing written"
+printf '{"chat_template": "{%% set ns = namespace(a=1) %%}{%% set ns.a = ns %%}{{ ns.a }}"}\n' >"$TMP/cycle.json"
+refused e5 2 "conv.jsonl:1: chat template, line 1:[0-9]*: Converting circular structure" "$TMP/cycle.json"
+tap_check $? "a namespace holding itself: each line skipped naming the cycle, exit $rc (no document)"
+printf '{"chat_template": "{%% for i in range(1000000) %%}{%% endfor %%}{%% for i in range(1000000) %%}{%% endfor %%}"}\n' >"$TMP/loop.json"
+refused e6 2 "conv.jsonl:1: chat template, line 1:[0-9]*: the render went over its budget of 10000000 steps.*loop.json.*--template-steps" "$TMP/loop.json"
+rc6=$?
+tap_diag "$(head -c 400 "$TMP/e6.err")"
+printf '{"chat_template": "{%% set ns = namespace(l=[]) %%}{%% for i in range(100000) %%}{%% set ns.l = ns.l + [i] %%}{%% endfor %%}"}\n' >"$TMP/keep.json"
+refused e7 2 "budget of 1048576 bytes.*keep.json.*--template-memory" "$TMP/keep.json" --template-memory 1M
+((rc6 == 0 && $? == 0))
+tap_check $? "ten million loop iterations, a loop keeping what it builds: prep stops at the render budget (exit 2) naming the template and the limit"
 
 # a template that rewrites the content: the line is skipped with the reason, never mis-masked
 printf '{"chat_template": "{%% for m in messages %%}{{ m.role }}: {{ m.content | upper }}\\n{%% endfor %%}"}\n' >"$TMP/upper.json"

@@ -36,7 +36,7 @@ ids_of "$P" "$GPT2_DIR" ids.txt || { echo "Bail out! tokenizer encode failed"; e
 prep() { "$TOOL" prep --tokenizer "$GPT2_DIR" "$@"; }
 layout() { "$PY" "$CHECK" layout "$1" "$TMP/ids.txt" 16 "$EOS" "${@:2}"; }
 
-tap_plan 26
+tap_plan 27
 
 # ---- the refusals: exit 1, nothing written
 prep --out "$TMP/x" --format preference "$P" >/dev/null 2>"$TMP/err"; rc=$?
@@ -119,6 +119,15 @@ tap_check $? "--strict on clean pairs: exit 0"
 sed -n 5p "$P" >"$TMP/dropped.jsonl"
 prep --out "$TMP/dr" --format preference --pack 16 --val-fraction 0 "$TMP/dropped.jsonl" >/dev/null 2>"$TMP/err"; rc=$?
 ((rc == 2)) && grep -q "nothing written" "$TMP/err" && [[ ! -e $TMP/dr ]]; tap_check $? "only a dropped pair: exit 2, nothing written (rc=$rc)"
+
+# ---- pairs that teach nothing: the same answer twice, an empty answer: written, with warnings
+printf '%s\n' '{"prompt": "p", "chosen": "same", "rejected": "same"}' '{"prompt": "p", "chosen": " ", "rejected": "no"}' \
+    '{"prompt": "p", "chosen": "yes", "rejected": ""}' '{"prompt": "p", "chosen": "a", "rejected": "b"}' >"$TMP/idle.jsonl"
+prep --out "$TMP/idle" --format preference --pack 16 --val-fraction 0 "$TMP/idle.jsonl" >"$TMP/idle.out" 2>"$TMP/idle.err"; rc=$?
+((rc == 0)) && grep -q 'idle.jsonl:1: "chosen" and "rejected" are the same text: the pair teaches nothing' "$TMP/idle.err" &&
+    grep -q 'idle.jsonl:2: "chosen" or "rejected" is empty' "$TMP/idle.err" && grep -q 'idle.jsonl:3: "chosen" or "rejected" is empty' "$TMP/idle.err" &&
+    ! grep -q 'idle.jsonl:4' "$TMP/idle.err" && grep -q "1 pairs with the same chosen and rejected text, 2 with an empty answer" "$TMP/idle.out"
+tap_check $? "pairs with the same answer twice or an empty answer: written with a warning each, counted in the summary (exit $rc)"
 
 # ---- with a chat template: each example is what --format chat makes of [user, assistant]
 if [[ -f $QWEN/tokenizer.json && -f $QWEN/tokenizer_config.json ]]; then

@@ -5,7 +5,9 @@
 # and decode (`tessera tokenizer decode`) back to the files; the directory form equals the file form;
 # added tokens match only with --special; a tokenizer.json with an unknown pre-tokenizer exits 2
 # naming the file, and prep then writes nothing; the trainer (data.tokenizer = the tokenizer.json)
-# trains 2 steps on the dataset and generate turns a text prompt with <|im_end|> into its ids. Skips (77) without the npm files ./INSTALL fetches.
+# trains 2 steps on the dataset and generate turns a text prompt with <|im_end|> into its ids; a
+# document that is one 1 MB run of letters (one pre-token: byte-level BPE was quadratic in it, hours)
+# preps within 60 s of CPU and decodes back. Skips (77) without the npm files ./INSTALL fetches.
 source "$(dirname "$0")/../lib.sh"
 NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
 Q=$NPM_DIR/chat/qwen3 BROWN=$NPM_DIR/brown
@@ -14,7 +16,7 @@ Q=$NPM_DIR/chat/qwen3 BROWN=$NPM_DIR/brown
 [[ -x $TOOL ]] || { echo "$TOOL missing: run make"; exit 77; }
 "$PY3" -c 'import numpy' 2>/dev/null || { echo "skip: $PY3 has no numpy"; exit 77; }
 tsr_tmpdir
-tap_plan 10
+tap_plan 11
 
 mkdir -p "$TMP/in"
 cp "$BROWN/ca01" "$BROWN/cb02" "$BROWN/cr09" "$TMP/in/"
@@ -98,4 +100,15 @@ tap_check $? "unknown pre-tokenizer: tokenizer encode exits 2 naming the file an
 "$TOOL" prep --tokenizer "$TMP/bad" --quiet --out "$TMP/bad_ds" "$TMP/in" >/dev/null 2>"$TMP/err"; rc=$?
 ((rc == 2)) && grep -q "bad/tokenizer.json" "$TMP/err" && [[ ! -e $TMP/bad_ds && ! -e $TMP/bad_ds.tmp ]]
 tap_check $? "unknown pre-tokenizer: prep --tokenizer DIR exits 2 naming the file, nothing written (rc=$rc)"
+# one pre-token of 1 MB: merged with a heap (O(n log n)), not a scan per merge (it took hours)
+"$PY3" -c 'import sys; open(sys.argv[1], "w").write("abcdefghij" * 100000)' "$TMP/run.txt"
+(ulimit -t 60; "$TOOL" prep --tokenizer "$Q/tokenizer.json" --quiet --threads 1 --val-fraction 0 --no-eos \
+    --out "$TMP/onepiece" "$TMP/run.txt") >"$TMP/run.log" 2>&1
+rc=$?
+"$PY3" -c 'import sys; sys.path.insert(0, sys.argv[1]); from prep_check import read_dataset; print(" ".join(map(str, read_dataset(sys.argv[2])[0].tolist())))' \
+    "$TSR_ROOT/tests/prep" "$TMP/onepiece/train" >"$TMP/run.ids" 2>/dev/null
+"$TOOL" tokenizer decode --tokenizer "$Q/tokenizer.json" "$TMP/run.ids" 2>/dev/null | cmp -s - "$TMP/run.txt"
+cmpd=$?
+((rc == 0 && cmpd == 0))
+tap_check $? "a 1 MB run of letters (one pre-token): prep within 60 s of CPU (exit $rc), $(wc -w <"$TMP/run.ids") ids that decode back"
 tap_done

@@ -264,6 +264,11 @@ static void test_errors(const char *dir) {
     tap_ok(load_err(p, "not valid JSON"), "truncated file: refused as invalid JSON");
     snprintf(p, sizeof p, "%s/missing.json", dir);
     tap_ok(load_err(p, "cannot open"), "missing file: refused");
+    snprintf(p, sizeof p, "%s/sparse.json", dir); /* one added token's id near 2^24 */
+    variant(good, p, "\"id\":70002", "\"id\":16000000");
+    tap_ok(load_err(p, "the largest id is 16000000, but model.vocab and added_tokens give 264 ids: ids "
+                       "must be nearly dense"),
+           "a 5 KB tokenizer.json with one id near 2^24: refused (it built 275 MB of tables)");
 }
 
 /* --encode JSON FILE...: ids per file; --decode-check JSON FILE...: exit 1 unless
@@ -314,7 +319,7 @@ int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "--encode") == 0) return run_files(argc, argv, 0);
     if (argc >= 3 && strcmp(argv[1], "--decode-check") == 0) return run_files(argc, argv, 1);
     if (argc == 3 && strcmp(argv[1], "--nfc") == 0) return nfc_file(argv[2]);
-    tap_plan(2 * N_SPLIT_CASES + 13 + 7);
+    tap_plan(2 * N_SPLIT_CASES + 13 + 8);
     test_split();
     char dir[] = "/tmp/tessera-hftok.XXXXXX";
     if (!mkdtemp(dir)) return 1;

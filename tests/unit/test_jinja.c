@@ -8,6 +8,7 @@
  *                                      "error: STATUS: LINE:COL: MESSAGE" to stdout and exits 2
  *   test_jinja --render-config TOKENIZER_CONFIG CTX...   the same with the chat_template and
  *                                      special tokens of a tokenizer_config.json (chat_config.h)
+ * With TEST_JINJA_STATS set, --render prints the steps and peak bytes the render used to stderr.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +85,8 @@ static int render_files(int argc, char **argv) {
     }
     if (rc == JINJA_OK) fwrite(out, 1, out_len, stdout);
     else printf("error: %s: %d:%d: %s\n", jinja_status_name(rc), err.line, err.col, err.msg);
+    if (getenv("TEST_JINJA_STATS")) /* what the render used of its budget */
+        fprintf(stderr, "steps %llu, peak bytes %llu\n", err.steps, err.peak_bytes);
     free(out);
     jinja_free(t);
     if (from_config) chat_config_free(&cc);
@@ -493,11 +496,142 @@ static int fuzz(int rounds) {
     return bad == 0;
 }
 
+/* ---- a template is untrusted input (issue 49): bounded depth, values, time and memory ---- */
+
+/* "{{ x" + n times link + " }}" */
+static char *chain(const char *head, const char *link, int n) {
+    size_t hl = strlen(head), ll = strlen(link);
+    char *t = malloc(hl + ll * (size_t)n + 8);
+    memcpy(t, head, hl);
+    for (int i = 0; i < n; i++) memcpy(t + hl + ll * (size_t)i, link, ll);
+    strcpy(t + hl + ll * (size_t)n, " }}");
+    return t;
+}
+
+static int long_chains_refused(void) {
+    static const char *const links[][2] = {{"{{ 1", " + 1"}, {"{{ 'a'", " | trim"}, {"{{ x", ".a"},
+                                           {"{{ x", "[0]"}, {"{{ x", " is defined"},
+                                           {"{{ 1", " ~ 1"}, {"{{ x", "()"}};
+    int ok = 1;
+    for (size_t k = 0; k < sizeof links / sizeof links[0]; k++) {
+        char *t = chain(links[k][0], links[k][1], 20000);
+        /* the 256th link makes the chain 257 high: the error is at its operator */
+        int col = (int)(strlen(links[k][0]) + 255 * strlen(links[k][1]) + strspn(links[k][1], " ")) + 1;
+        ok &= fails(t, "{}", JINJA_ESYNTAX, 1, col, "expression nested too deeply: more than 256");
+        free(t);
+        t = chain(links[k][0], links[k][1], 200); /* a long chain that is fine */
+        char *out;
+        jinja_error err;
+        int rc = render(t, "{\"x\": {\"a\": 1}}", &out, &err);
+        if (rc == JINJA_ESYNTAX) tap_diag("chain of 200 '%s': %s", links[k][1], err.msg), ok = 0;
+        free(out);
+        free(t);
+    }
+    return ok;
+}
+
+/* 300 elif branches are a chain, not nesting: the last one renders */
+static int many_elifs(void) {
+    char *t = malloc(300 * 40 + 64);
+    size_t n = (size_t)sprintf(t, "{%% if x == 0 %%}0");
+    for (int i = 1; i < 300; i++) n += (size_t)sprintf(t + n, "{%% elif x == %d %%}%d", i, i);
+    strcpy(t + n, "{% else %}none{% endif %}");
+    char *out;
+    jinja_error err;
+    int ok = render(t, "{\"x\": 299}", &out, &err) == JINJA_OK && !strcmp(out, "299");
+    free(out);
+    ok = ok && render(t, "{\"x\": 300}", &out, &err) == JINJA_OK && !strcmp(out, "none");
+    if (!ok) tap_diag("%s", err.msg);
+    free(out);
+    free(t);
+    return ok;
+}
+
+/* Renders t with the budget b; the status, err filled. */
+static int render_budget(const char *t, const jinja_budget *b, jinja_error *err) {
+    jinja_template *tpl;
+    json_doc doc;
+    json_value *v;
+    json_error je;
+    json_doc_init(&doc);
+    json_parse(&doc, "{}", 2, &v, &je);
+    const json_value *c = v;
+    char *out = NULL;
+    size_t n;
+    int rc = jinja_compile(t, strlen(t), &tpl, err);
+    if (rc == JINJA_OK) {
+        jinja_set_budget(tpl, b);
+        rc = jinja_render(tpl, &c, 1, &out, &n, err);
+        jinja_free(tpl);
+    }
+    free(out);
+    json_doc_free(&doc);
+    return rc;
+}
+
+/* An iteration that keeps nothing gives its memory back: 200,000 iterations (about 1.7 KB each
+ * when kept: 340 MB) in 32 MiB, most of it range()'s list of 200,000 values */
+static int loop_memory_released(void) {
+    const jinja_budget b = {.steps = 100000000, .bytes = 32u << 20};
+    jinja_error err;
+    int rc = render_budget("{% for i in range(200000) %}{% if loop.index % 2 %}{{ [i, 'x']|length }}"
+                           "{% endif %}{% endfor %}", &b, &err);
+    if (rc != JINJA_OK) tap_diag("%s: %s", jinja_status_name(rc), err.msg);
+    else tap_diag("200000 iterations: %llu steps, peak %llu bytes", err.steps, err.peak_bytes);
+    return rc == JINJA_OK && err.peak_bytes <= (32u << 20);
+}
+
+static int over_budget(const char *t, const jinja_budget *b, const char *msg) {
+    jinja_error err;
+    int rc = render_budget(t, b, &err);
+    int ok = rc == JINJA_EBUDGET && strstr(err.msg, msg) && err.line > 0;
+    if (!ok) tap_diag("got %s %d:%d '%s', want over budget '%s'", jinja_status_name(rc), err.line,
+                      err.col, err.msg, msg);
+    return ok;
+}
+
+enum { UNTRUSTED_CHECKS = 9 };
+static void untrusted_checks(void) {
+    tap_ok(long_chains_refused(), "chains of 20,000 operators, filters, members, subscripts, tests, calls: "
+           "a syntax error at the 257th link, not a stack overflow; 200 links render");
+    tap_ok(many_elifs(), "300 elif branches: a chain, not nesting (the right branch renders)");
+    tap_ok(fails("{% set ns = namespace(a=1) %}{% set ns.a = ns %}{{ ns|tojson }}", "{}", JINJA_ERUNTIME, 1, 54,
+                 "circular structure") &&
+               fails("{% set ns = namespace(a=1) %}{% set ns.a = [ns] %}{{ ns.a.a }}{{ ns.a[0].a[0] }}", "{}",
+                     JINJA_ERUNTIME, 1, 75, "contains itself"),
+           "a namespace holding itself: tojson and printing fail naming the cycle");
+    tap_ok(fails("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}"
+                 "{{ ns.x }}", "{}", JINJA_ERUNTIME, 1, 99, "nested more than 512 lists or dicts deep") &&
+               fails("{% set ns = namespace(x=[]) %}{% for i in range(600) %}{% set ns.x = [ns.x] %}{% endfor %}"
+                     "{{ ns.x|tojson }}", "{}", JINJA_ERUNTIME, 0, 0, "nested more than 512"),
+           "a list nested 100,000 deep built in a loop: printing it fails at depth 512");
+    const jinja_budget none = {0};
+    tap_ok(over_budget("{% for i in range(1000000) %}{% endfor %}", &none, "budget of 10000000 steps"),
+           "an empty loop of 10^6 iterations goes over the default 10^7 steps");
+    tap_ok(loop_memory_released(), "200,000 iterations that keep nothing run in 32 MiB (memory released per iteration)");
+    const jinja_budget small = {.bytes = 1u << 20};
+    tap_ok(over_budget("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = ns.l + [i] %}"
+                       "{% endfor %}", &small, "budget of 1048576 bytes"),
+           "a loop that keeps what it builds goes over a 1 MiB memory budget");
+    const jinja_budget steps = {.steps = 5000};
+    tap_ok(over_budget("{% set x = range(1000)|list %}{% for i in range(100) %}{{ 999 in x }}{% endfor %}",
+                       &steps, "budget of 5000 steps"),
+           "each element `in` visits counts against the steps");
+    char deep[4096];
+    int n = snprintf(deep, sizeof deep, "{%% macro f(k) %%}");
+    for (int i = 0; i < 60; i++) n += snprintf(deep + n, sizeof deep - (size_t)n, "{%% if true %%}");
+    n += snprintf(deep + n, sizeof deep - (size_t)n, "{{ f(k) }}");
+    for (int i = 0; i < 60; i++) n += snprintf(deep + n, sizeof deep - (size_t)n, "{%% endif %%}");
+    snprintf(deep + n, sizeof deep - (size_t)n, "{%% endmacro %%}{{ f(1) }}");
+    tap_ok(fails(deep, "{}", JINJA_ERUNTIME, 0, 0, "evaluation nests too deeply (over 4096"),
+           "a macro recursing through 60 nested ifs stops at 4096 nested evaluations");
+}
+
 static int unit_checks(void) {
     setenv("TZ", "UTC", 1);
     setenv("TSR_JINJA_NOW", "1721952000", 1);
     const size_t ncases = sizeof cases / sizeof cases[0];
-    tap_plan((int)ncases + 27);
+    tap_plan((int)ncases + 27 + UNTRUSTED_CHECKS);
     for (size_t i = 0; i < ncases; i++) tap_ok(renders_as(i), "%s", cases[i].what);
 
     /* errors: status, position, message */
@@ -539,8 +673,9 @@ static int unit_checks(void) {
                  "takes not more than 1"), "macro called with too many arguments");
 
     tap_ok(fails("{% set ns = namespace(s='xxxxxxxx') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}"
-                 "{% endfor %}{{ ns.s|length }}", "{}", JINJA_ERUNTIME, 1, 82, "exceed 32 MiB"),
-           "a string doubling without end stops at 32 MiB (at the ~)");
+                 "{% endfor %}{{ ns.s|length }}", "{}", JINJA_EBUDGET, 1, 82, "budget of 268435456 bytes"),
+           "a string doubling without end stops at the memory budget (at the ~)");
+    untrusted_checks();
     tap_ok(reuse_and_merge(), "a compiled template renders twice; later contexts override earlier ones");
     const char *tpl = "\"{{ bos_token }}|{{ eos_token }}|{{ pad_token is defined }}|{{ messages[0].content }}\"";
     char cfg[512];
@@ -554,7 +689,7 @@ static int unit_checks(void) {
     tap_ok(config_is("{\"bos_token\": \"<s>\"}", "no template"), "tokenizer_config.json without a chat_template");
     tap_ok(config_is("{\"chat_template\": 5}", "error: context error: chat_template is number, expected a string or a list of {\"name\", \"template\"} with a \"default\""),
            "chat_template of a wrong type: an error naming the file and what was expected");
-    tap_ok(config_is("{\"chat_template\": \"{% if %}\"}", "error: syntax error: chat_template: Unexpected token: CloseStatement"),
+    tap_ok(config_is("{\"chat_template\": \"{% if %}\"}", "error: syntax error: chat_template, line 1:7: Unexpected token: CloseStatement"),
            "a template that does not parse: a syntax error naming the file and chat_template");
     tap_ok(config_is("{\"chat_template\": ", "error: context error: byte 18: expected a value, found end of line"),
            "a config that is not JSON: the byte where it breaks");
