@@ -51,7 +51,8 @@ static void read_line(const char *path, char *buf, size_t cap) {
 }
 
 /* The start time of process pid in clock ticks since boot (/proc/PID/stat field 22): 0, or -1
- * when there is no such process, -2 when it cannot be read. */
+ * when there is no such process or it has ended (a zombie: state Z or X, dead but not yet reaped,
+ * as an MPI rank is for a few seconds after mpirun returns), -2 when it cannot be read. */
 static int proc_start(long pid, unsigned long long *ticks) {
     char path[64], buf[1024];
     snprintf(path, sizeof path, "/proc/%ld/stat", pid);
@@ -62,6 +63,7 @@ static int proc_start(long pid, unsigned long long *ticks) {
     buf[n] = '\0';
     const char *p = strrchr(buf, ')'); /* the command name may hold spaces and ')' */
     if (!p) return -2;
+    if (p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X')) return -1; /* field 3, the state */
     for (int field = 2; field < 22; field++) { /* p is at the end of field 2 */
         p = strchr(p + 1, ' ');
         if (!p) return -2;
@@ -189,7 +191,7 @@ static int gone_here(const tsr_lock_info *h, const tsr_lock_info *me, char *why,
         return gone(why, cap, "%s has booted since", h->host);
     unsigned long long start;
     int st = proc_start(h->pid, &start);
-    if (st == -1) return gone(why, cap, "no process %ld runs on %s", h->pid, h->host);
+    if (st == -1) return gone(why, cap, "process %ld on %s has ended", h->pid, h->host);
     if (st == 0 && h->start && start != h->start)
         return gone(why, cap, "PID %ld on %s is another process now (started at tick %llu, the "
                     "holder at %llu)", h->pid, h->host, start, h->start);

@@ -9,7 +9,8 @@
 #  - a SIGKILLed holder leaves the file: the next trainer finds no process with its PID, takes the
 #    lock over (saying so), resumes and exits 0;
 #  - lock files written here as other holders would leave them: this host's PID alive but started
-#    at another time (the PID was reused) and another boot of this host: stale, taken; another
+#    at another time (the PID was reused), another boot of this host and a zombie (ended, not yet
+#    reaped, as a SIGKILLed job's MPI rank is for seconds after mpirun returns): stale, taken; another
 #    host without Slurm: refused, nothing written; an earlier run of this Slurm job (a requeue:
 #    the same SLURM_JOB_ID, a higher SLURM_RESTART_COUNT) on another host: taken; the same run of
 #    the job (a second trainer inside it): refused; another job that squeue reports COMPLETED:
@@ -21,7 +22,7 @@
 #    dataset that verifies; a SIGKILLed prep's lock and OUT.tmp are taken over by the next.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 15
+tap_plan 16
 make_synth "$TMP/data"
 tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=1 --set model.n_head=4 --set global_batch=4 --set micro_batch=4
@@ -69,7 +70,7 @@ left=$?
 "$TRAIN" "${args[@]}" --set max_duration=1ba >"$TMP/d.txt" 2>&1 # resumes past step 1: done at once
 rc=$?
 ((left == 0 && rc == 0)) && [[ ! -e $LOCK ]] &&
-    grep -q "taking over the lock of tessera-train, PID $C on $HOST: no process $C runs on $HOST" "$TMP/d.txt"
+    grep -q "taking over the lock of tessera-train, PID $C on $HOST: process $C on $HOST has ended" "$TMP/d.txt"
 tap_check $? "a SIGKILLed holder's lock is left, then taken over by the next trainer (exit $rc), which says whose"
 
 # ---- lock files as other holders leave them ----
@@ -103,6 +104,19 @@ try "this host's PID alive but started at another time (reused): taken" 0 "PID $
 lockfile "$HOST" "$LIVE" 1 "00000000-0000-0000-0000-000000000000" - -1
 try "this host, another boot: taken" 0 "$HOST has booted since"
 kill $LIVE
+# a zombie holder: ended but not yet reaped (an MPI rank is one for a few seconds after mpirun
+# returns; the rerun of a SIGKILLed job met it and was refused): its PID is in /proc, state Z
+/usr/bin/python3 -c 'import os, time
+p = os.fork()
+if p == 0: os._exit(0)
+print(p, flush=True); time.sleep(30)' >"$TMP/zombie.txt" &
+PARENT=$!
+wait_for "$TMP/zombie.txt" && sleep 0.5
+Z=$(cat "$TMP/zombie.txt")
+ZSTART=$(awk '{sub(/.*\) /, ""); print $20}' "/proc/$Z/stat")
+lockfile "$HOST" "$Z" "$ZSTART" "$BOOT" - -1
+try "this host's holder is a zombie (ended, not reaped): taken" 0 "process $Z on $HOST has ended"
+kill $PARENT
 lockfile node-b 4242 99 x - -1
 try "another host without Slurm: refused, nothing written" 2 "held by tessera-train, PID 4242 on node-b.*another host without Slurm"
 lockfile node-b 4242 99 x 777 0 0
