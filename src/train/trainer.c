@@ -924,6 +924,7 @@ static void end_of_run_sample(tsr_trainer *t) {
 static int after_step(tsr_trainer *t, const tsr_step_stats *st, int64_t *committed) {
     int rc;
     account_step(t, st->step_time);
+    checkpointing_step_done(st->step_time);
     metrics_log_step(t, st);
     if (st->phase_switch)
         metrics_log_guard_note(t, "restart-window", st, "a data-mix curriculum phase starts "
