@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Monitoring with the real thing (docs/site.md "Monitoring"): Debian's prometheus-node-exporter,
 # started privately (127.0.0.1 on a free port, its textfile collector pointed at this test's own
-# directory, no other collector), stopped by its PID; promtool checks the files.
+# directory, no other collector), stopped by its PID; promtool checks the files. Both are the
+# programs ./INSTALL unpacked from Debian's packages into $TSR_PROM_DIR/usr/bin (default
+# data/prometheus), never apt-installed ones: installing them would start the host's services.
 #  - tessera-train with metrics.prometheus_dir: stopped at step 6 (exit 85) the file says
 #    running 0, exit code 85, step 6, the step-6 checkpoint and its age; resumed to the end: step 12,
 #    exit 0; the exporter serves exactly those values, with no textfile scrape error; promtool
@@ -15,9 +17,11 @@
 source "$(dirname "$0")/../lib.sh"
 source "$TSR_ROOT/tests/ports.sh"
 tsr_tmpdir
-NE=/usr/bin/prometheus-node-exporter
-command -v promtool >/dev/null && [[ -x $NE ]] ||
-    { echo "1..0 # SKIP prometheus-node-exporter or promtool missing: run ./INSTALL --ensure as root"; exit 77; }
+PROM_BIN=${TSR_PROM_DIR:-$TSR_ROOT/data/prometheus}/usr/bin
+NE=$PROM_BIN/prometheus-node-exporter
+[[ -x $PROM_BIN/promtool && -x $NE ]] ||
+    { echo "1..0 # SKIP $PROM_BIN: no prometheus-node-exporter or promtool: run ./INSTALL --ensure (unpacks them)"; exit 77; }
+promtool() { "$PROM_BIN/promtool" "$@"; }
 TXT=$TMP/textfile
 mkdir -p "$TXT"
 NE_PID=
@@ -58,7 +62,7 @@ done
 NE_PID=$!
 for _ in $(seq 100); do answers "$PORT" && break; sleep 0.1; done
 answers "$PORT" && owns_port "$PORT" "$NE_PID"
-tap_check $? "a private node exporter (pid $NE_PID) listens on 127.0.0.1:$PORT, its socket its own, textfile dir $TXT"
+tap_check $? "a private node exporter ($NE, pid $NE_PID) listens on 127.0.0.1:$PORT, its socket its own, textfile dir $TXT"
 
 # ---- the trainer ----
 make_synth "$TMP/data" 512 50000
