@@ -24,6 +24,7 @@
 #include "runlock.h"
 #include "train/binding.h"
 #include "train/checkpointing.h"
+#include "train/metrics_prom.h"
 #include "train/trainer.h"
 
 #ifndef TSR_VERSION
@@ -171,10 +172,12 @@ static void banner(const tsr_dist *d, const tsr_config *cfg, int threads) {
  * takes RUN_DIR/tessera.lock before the checkpoint is read and anything is written; every rank
  * learns the outcome. A second trainer on the directory is refused here, having written nothing.
  * *made: rank 0 created RUN_DIR for the lock (removed again if the start fails). */
-static int lock_run_dir(const tsr_dist *d, const tsr_config *cfg, tsr_lock *lock, int *made) {
+static int lock_run_dir(const tsr_dist *d, const tsr_trainer *t, tsr_lock *lock, int *made) {
+    const tsr_config *cfg = &t->cfg;
     int64_t rc = 0;
     *made = 0;
-    if (d->rank == 0) {
+    /* what would stop the start once run_dir is open is refused before the lock makes run_dir */
+    if (d->rank == 0 && !(rc = metrics_prom_check(t))) {
         char path[sizeof cfg->run_dir + 16];
         struct stat st;
         *made = stat(cfg->run_dir, &st) != 0;
@@ -220,7 +223,7 @@ int main(int argc, char **argv) {
     if (!c.dry_run) {
         int made = 0, opened = 0;
         checkpointing_install_signals();
-        rc = lock_run_dir(&d, &cfg, &lock, &made);
+        rc = lock_run_dir(&d, &t, &lock, &made);
         /* the checkpoint is read (and a model that differs from the config's refused) before
          * anything is written in run_dir */
         if (!rc) rc = checkpointing_resume(&t, c.resume, c.init_from);
