@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A sweep as a Slurm job array on the private test cluster (tests/slurm/cluster.sh), through the
 # installed tessera-job, pretrain template, hook and modulefile (docs/site.md "Sweeps"):
-#  - `tessera-job sweep pretrain ... --grid optim.lr=... --max-parallel 1` is one sbatch array of two
-#    tasks (%1: one running at a time), each training in its own RUN_DIR/TASK with its own
-#    learning rate (its config.cfg says so);
+#  - `tessera-job sweep pretrain ... --grid optim.lr=... --max-parallel 2` is one sbatch array of two
+#    tasks (%2: both at once, beside each other), each training in its own RUN_DIR/TASK with its
+#    own learning rate (its config.cfg says so);
 #  - each task has its own requeue loop: both stop at step 40 (exit 85, a stop request as Slurm's
 #    --signal gives), the hook requeues that array task (scontrol requeue JOB_TASK), it resumes at
 #    step 40 and finishes (COMPLETED, SLURM_RESTART_COUNT=1, 2 starts in its metrics.jsonl);
@@ -47,7 +47,7 @@ cd "$TMP/jobs" || exit 1
 R=$TMP/sweep
 "$PREFIX/bin/tessera-job" sweep pretrain JOB_NAME=lr-sweep PARTITION=debug NODES=1 TASKS_PER_NODE=1 \
     GPUS_PER_NODE=0 CPUS_PER_TASK=1 WALLTIME=00:10:00 CONFIG="$TMP/sweep.cfg" RUN_DIR="$R" \
-    --grid optim.lr=1e-3,3e-3 --max-parallel 1 >sweep.sbatch
+    --grid optim.lr=1e-3,3e-3 --max-parallel 2 >sweep.sbatch
 A=$(sbatch --parsable sweep.sbatch)
 done_all() { # until both tasks have ended (a requeued task goes back to PENDING in between)
     local end=$((SECONDS + 150)) s0 s1
@@ -59,7 +59,7 @@ done_all() { # until both tasks have ended (a requeued task goes back to PENDING
     echo "$s0 $s1"
 }
 states=$(done_all)
-[[ $states == "COMPLETED COMPLETED" && $(grep -c '^#SBATCH --array=0-1%1$' sweep.sbatch) == 1 ]] &&
+[[ $states == "COMPLETED COMPLETED" && $(grep -c '^#SBATCH --array=0-1%2$' sweep.sbatch) == 1 ]] &&
     grep -q 'lr = 0.001;' "$R/0_lr=1e-3/config.cfg" && grep -q 'lr = 0.003;' "$R/1_lr=3e-3/config.cfg"
 tap_check $? "one array job $A of 2 tasks, both COMPLETED ($states), each in RUN_DIR/TASK with its learning rate"
 
