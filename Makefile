@@ -6,7 +6,9 @@
 #   make bench      CPU throughput vs PyTorch (bench/, results in docs/benchmarks.md)
 #   make fuzz       libFuzzer over each parser for FUZZ_SECONDS (60) (tests/fuzz/, docs/fuzzing.md)
 #   make install PREFIX=/opt/apps/tessera/X [DESTDIR=...]   (make uninstall with the same)
-# Options (validated): NO_MPI=1  SANITIZE=address,undefined  WERROR=0  ARCH=native|x86-64-v3|...
+# Options (validated): NO_MPI=1  SANITIZE=address,undefined  WERROR=0  ARCH=native|x86-64-v3|neoverse-v2|...
+#   (ARCH is GCC's -march= on x86-64, its -mcpu= on aarch64)  CROSS=aarch64-linux-gnu- (cross build:
+#   the toolchain prefix; use its own BUILD=build-aarch64 and ARCH; docs/site.md)
 #   CUDA_HOME, MPI_HOME, HDF5_DIR, NVCC_GENCODE override what is found. NO_MPI=1: one process, no
 #   MPI; checkpoints (the same files) through serial HDF5 instead of parallel (HDF5_DIR names it).
 # Every target first checks the dependencies (./INSTALL --check-build: ✓/✗, what is missing and
@@ -26,6 +28,17 @@ endif
 NOJOBS = env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL
 
 BUILD     ?= build
+# CROSS=PREFIX-: the compiler, archiver and pkg-config of that toolchain (Debian's aarch64-linux-gnu-
+# with the arm64 libraries of ./INSTALL): the CPU side only (no nvcc, no SIMT C++ emulator)
+CROSS     ?=
+ifneq ($(CROSS),)
+  CC         := $(CROSS)gcc
+  AR         := $(CROSS)ar
+  PKG_CONFIG := $(CROSS)pkg-config
+endif
+PKG_CONFIG ?= pkg-config
+MULTIARCH := $(shell $(or $(CC),gcc) -print-multiarch 2>/dev/null)
+TARGET_CPU := $(firstword $(subst -, ,$(or $(MULTIARCH),$(shell $(or $(CC),gcc) -dumpmachine 2>/dev/null))))
 PREFIX    ?= /usr/local
 ARCH      ?= native
 NO_MPI    ?= 0
@@ -53,6 +66,28 @@ HDF5_MODULE ?=
 CUDA_MODULE ?=
 
 comma := ,
+# ARCH names the CPU the code is tuned for: GCC's -march= on x86-64, its -mcpu= on aarch64 (where
+# -march takes an architecture level, not a core: Grace is -mcpu=neoverse-v2 from GCC 13,
+# neoverse-n2 or native before). native in a cross build would mean this machine's CPU: refused.
+ifeq ($(TARGET_CPU),aarch64)
+  ARCH_FLAG = -mcpu=$(ARCH)
+else
+  ARCH_FLAG = -march=$(ARCH)
+endif
+ifneq ($(CROSS),)
+  ifeq ($(ARCH),native)
+    $(error ARCH=native in a cross build (CROSS=$(CROSS)): name the target's core, e.g. ARCH=neoverse-n2 (GCC 12) or neoverse-v2 (GCC 13+) for Grace)
+  endif
+endif
+ARCH_MACROS := $(shell $(CC) $(ARCH_FLAG) -dM -E -x c /dev/null 2>/dev/null || echo ARCH_REFUSED)
+ifneq ($(filter ARCH_REFUSED,$(ARCH_MACROS)),)
+  $(error ARCH=$(ARCH): $(CC) refuses $(ARCH_FLAG) (x86-64: a -march= level or CPU, e.g. native, x86-64-v3; aarch64: a -mcpu= core, e.g. native, neoverse-n1, neoverse-v2))
+endif
+# GCC 12 stops with an internal compiler error on kernels/cpu/cpu_llama.c's vectorised SwiGLU when
+# it may use SVE (gcc 12.2, -O3; GCC 13 builds it): refused up front, with the way around it
+ifneq ($(and $(filter __ARM_FEATURE_SVE,$(ARCH_MACROS)),$(filter 12,$(shell $(CC) -dumpversion | cut -d. -f1))),)
+  $(error ARCH=$(ARCH) lets GCC 12 use SVE, where it fails with an internal compiler error (kernels/cpu/cpu_llama.c): use ARCH=$(ARCH)+nosve (NEON only), or GCC 13 or newer (Grace: ARCH=neoverse-v2))
+endif
 ifeq ($(filter $(NO_MPI),0 1),)
   $(error NO_MPI=$(NO_MPI): accepted 0 or 1)
 endif
@@ -73,29 +108,40 @@ ifneq ($(MPI_HOME),)
   MPI_CFLAGS = -I$(MPI_HOME)/include
   MPI_LIBS   = -L$(MPI_HOME)/lib -Wl,-rpath,$(MPI_HOME)/lib -lmpi
 else
-  MPI_CFLAGS = $(shell pkg-config --cflags ompi-c)
-  MPI_LIBS   = $(shell pkg-config --libs ompi-c)
+  MPI_CFLAGS = $(shell $(PKG_CONFIG) --cflags ompi-c)
+  MPI_LIBS   = $(shell $(PKG_CONFIG) --libs ompi-c)
 endif
 # HDF5: parallel (MPI-IO) for the MPI build; serial for NO_MPI=1: Debian's hdf5-serial, else
 # hdf5 when that is not the MPI one (Debian may point hdf5 at OpenMPI's). checkpoint/ckpt_h5.c
 # refuses an HDF5 of the wrong kind at compile time.
-HDF5_SERIAL_PC = $(shell pkg-config --exists hdf5-serial && echo hdf5-serial || \
-                   { pkg-config --cflags --libs hdf5 2>/dev/null | grep -qi mpi && echo hdf5-serial || echo hdf5; })
+HDF5_SERIAL_PC = $(shell $(PKG_CONFIG) --exists hdf5-serial && echo hdf5-serial || \
+                   { $(PKG_CONFIG) --cflags --libs hdf5 2>/dev/null | grep -qi mpi && echo hdf5-serial || echo hdf5; })
 HDF5_PC = $(if $(filter 1,$(NO_MPI)),$(HDF5_SERIAL_PC),hdf5-openmpi)
+# a cross build's serial HDF5: Debian's libhdf5-dev of the target cannot be installed beside the
+# host's (it is not Multi-Arch), so ./INSTALL unpacks it into CROSS_HDF5 (its headers, its .pc);
+# the library itself is the target's libhdf5-103-1, installed by apt (multiarch)
+CROSS_HDF5 ?= $(or $(TSR_CROSS_DIR),data/cross)/$(MULTIARCH)
+ifneq ($(CROSS),)
+  ifeq ($(HDF5_DIR),)
+    HDF5_PC_CROSS = PKG_CONFIG_PATH=$(CROSS_HDF5)/usr/lib/$(MULTIARCH)/pkgconfig PKG_CONFIG_SYSROOT_DIR=$(CROSS_HDF5) $(PKG_CONFIG)
+    HDF5_CFLAGS = $(shell $(HDF5_PC_CROSS) --cflags hdf5-serial)
+    HDF5_LIBS   = $(shell $(HDF5_PC_CROSS) --libs hdf5-serial)
+  endif
+endif
 ifneq ($(HDF5_DIR),)
   HDF5_CFLAGS = -I$(HDF5_DIR)/include
   HDF5_LIBS   = -L$(HDF5_DIR)/lib -Wl,-rpath,$(HDF5_DIR)/lib -lhdf5
-else
-  HDF5_CFLAGS = $(shell pkg-config --cflags $(HDF5_PC))
-  HDF5_LIBS   = $(shell pkg-config --libs $(HDF5_PC))
+else ifeq ($(CROSS),)
+  HDF5_CFLAGS = $(shell $(PKG_CONFIG) --cflags $(HDF5_PC))
+  HDF5_LIBS   = $(shell $(PKG_CONFIG) --libs $(HDF5_PC))
 endif
 # OpenBLAS: prefer its OpenMP build, so BLAS and our OpenMP loops share one thread pool. With the
 # pthread build, idle OpenMP workers spin while BLAS threads want the same cores: 7x slower steps
 # on 2 cores (measured). Debian installs it beside the pthread build; RUNPATH picks it at run time.
-OPENBLAS_PC_DIR ?= $(firstword $(wildcard /usr/lib/$(shell gcc -print-multiarch)/openblas-openmp/pkgconfig))
-BLAS_PC    = $(if $(OPENBLAS_PC_DIR),PKG_CONFIG_PATH=$(OPENBLAS_PC_DIR) )pkg-config
-DEP_CFLAGS = $(shell pkg-config --cflags libconfig) $(shell $(BLAS_PC) --cflags openblas)
-DEP_LIBS   = $(shell pkg-config --libs libconfig) $(shell $(BLAS_PC) --libs openblas) \
+OPENBLAS_PC_DIR ?= $(firstword $(wildcard /usr/lib/$(MULTIARCH)/openblas-openmp/pkgconfig))
+BLAS_PC    = $(if $(OPENBLAS_PC_DIR),PKG_CONFIG_PATH=$(OPENBLAS_PC_DIR) )$(PKG_CONFIG)
+DEP_CFLAGS = $(shell $(PKG_CONFIG) --cflags libconfig) $(shell $(BLAS_PC) --cflags openblas)
+DEP_LIBS   = $(shell $(PKG_CONFIG) --libs libconfig) $(shell $(BLAS_PC) --libs openblas) \
              -Wl,-rpath,$(shell $(BLAS_PC) --variable=libdir openblas)
 
 CC      ?= gcc
@@ -104,7 +150,7 @@ ifeq ($(WERROR),1)
   WARN  += -Werror
 endif
 CFLAGS  ?= -O3
-CFLAGS  += -std=c11 -march=$(ARCH) -fopenmp -g $(WARN) -D_GNU_SOURCE -DTSR_VERSION='"$(VERSION)"' \
+CFLAGS  += -std=c11 $(ARCH_FLAG) -fopenmp -g $(WARN) -D_GNU_SOURCE -DTSR_VERSION='"$(VERSION)"' \
            -Isrc -Isrc/base -Icheckpoint -Ikernels -MMD -MP
 LDLIBS  := -fopenmp -lm
 ifneq ($(SANITIZE),)
@@ -159,7 +205,7 @@ NCCL_HOME     ?= $(CUDA_HOME)
 HC_GPU_SO     := $(BUILD)/libtessera-hc-gpu.so
 HC_GPU_OBJ    := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard healthcheck/gpu/*.c)) \
                  $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(wildcard healthcheck/gpu/*.cu))
-HC_GPU_OK      = $(and $(wildcard $(HC_NVCC)),$(wildcard $(NCCL_HOME)/include/nccl.h))
+HC_GPU_OK      = $(if $(CROSS),,$(and $(wildcard $(HC_NVCC)),$(wildcard $(NCCL_HOME)/include/nccl.h)))
 # set when NCCL lives outside CUDA_HOME (then its include and lib directories are added)
 HC_NCCL_OWN    = $(filter-out $(CUDA_HOME),$(NCCL_HOME))
 HC_GPU_CFLAGS  = $(filter-out -fopenmp,$(CFLAGS)) -fPIC -Ihealthcheck -isystem $(CUDA_HOME)/include \
@@ -175,7 +221,9 @@ HC_GPU_TARGET  = $(if $(HC_GPU_OK),$(HC_GPU_SO))
 # kernels/cuda/: the CUDA training backend (bf16 ops, cuBLASLt, fused attention; cuda_ops.h), built
 # into libtessera-cuda.a wherever nvcc and cublasLt.h are found, with its op-by-op test against the
 # CPU oracle (build/tests/test_gpu_ops: exit 77, a loud skip, where no GPU answers)
-CUDA_OK        = $(and $(wildcard $(HC_NVCC)),$(wildcard $(CUDA_HOME)/include/cublasLt.h))
+# (a cross build has none of them: this nvcc compiles for this machine's CPU; on a Grace Hopper
+# node build natively, docs/site.md)
+CUDA_OK        = $(if $(CROSS),,$(and $(wildcard $(HC_NVCC)),$(wildcard $(CUDA_HOME)/include/cublasLt.h)))
 CUDA_OBJ      := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(wildcard kernels/cuda/*.cu)) \
                  $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard kernels/cuda/*.c))
 CUDA_LIB      := $(BUILD)/libtessera-cuda.a
@@ -199,7 +247,7 @@ CUEMU_TRAIN   := $(BUILD)/tests/tessera-train-cuemu $(BUILD)/tests/test_gpu_ops_
 # (test_gpu_ops.c built with TSR_GPU_OPS_SIMT); needs the CUDA headers only: no GPU, driver or library
 SIMT_KERNELS  := cuda_attention cuda_ring cuda_xent cuda_layernorm cuda_llama cuda_moe cuda_lora \
                  cuda_fail
-SIMT_OK        = $(wildcard $(CUDA_HOME)/include/cuda_bf16.h)
+SIMT_OK        = $(if $(CROSS),,$(wildcard $(CUDA_HOME)/include/cuda_bf16.h))
 SIMT_TEST     := $(if $(SIMT_OK),$(BUILD)/tests/test_gpu_ops_simt $(BUILD)/tests/test_simt_selftest)
 # a CUDA-free stand-in for the GPU library, canned facts (healthcheck/mock/): tests the GPU mode's
 # host side (loading, MPI bootstrap of NCCL, pairs, judge, report) on any machine
@@ -210,7 +258,7 @@ all: $(PROGRAMS) $(TEST_BIN) $(BUILD)/bench/matmul_floor $(HC_GPU_TARGET) $(HC_G
 
 # Order-only prerequisite of every object: runs once per make invocation.
 deps:
-	@NO_MPI=$(NO_MPI) ./INSTALL $(if $(filter 1,$(INSTALL_DEPS)),--ensure,--check-build)
+	@NO_MPI=$(NO_MPI) CROSS=$(CROSS) ./INSTALL $(if $(filter 1,$(INSTALL_DEPS)),--ensure,--check-build)
 	@$(MAKE) --no-print-directory announce
 
 # A separate make run, so what it prints is read after ./INSTALL may have installed things.
@@ -221,7 +269,7 @@ announce:
 	@if [ -n "$(HC_GPU_OK)" ]; then \
 	  echo "  ✓ healthcheck GPU $(HC_GPU_SO): tessera-healthcheck's GPU mode (nvcc, cuBLAS, NCCL from $(NCCL_HOME))"; \
 	else echo "  ✗ healthcheck GPU nvcc or nccl.h missing (CUDA_HOME=$(CUDA_HOME), NCCL_HOME=$(NCCL_HOME)): tessera-healthcheck CPU checks only"; fi
-	@echo "  HDF5:  $(if $(filter 1,$(NO_MPI)),serial (one process; default file driver),parallel (MPI-IO)) from $(if $(HDF5_DIR),HDF5_DIR=$(HDF5_DIR),pkg-config $(HDF5_PC) $(shell pkg-config --modversion $(HDF5_PC) 2>/dev/null)): checkpoints"
+	@echo "  HDF5:  $(if $(filter 1,$(NO_MPI)),serial (one process; default file driver),parallel (MPI-IO)) from $(if $(HDF5_DIR),HDF5_DIR=$(HDF5_DIR),pkg-config $(HDF5_PC) $(shell $(PKG_CONFIG) --modversion $(HDF5_PC) 2>/dev/null)): checkpoints"
 	@echo "  build: $(if $(filter 1,$(NO_MPI)),single process (NO_MPI=1),MPI) | ARCH=$(ARCH) | OpenBLAS $(if $(OPENBLAS_PC_DIR),OpenMP build,from pkg-config: if it is the pthread build set OMP_WAIT_POLICY=passive) | $(BUILD)/"
 
 # keep objects of test programs (intermediate files of a pattern chain) from being deleted.
@@ -241,7 +289,7 @@ $(BUILD)/obj/%.o: %.c | deps
 
 $(BUILD)/libtessera.a: $(LIB_OBJ)
 	@rm -f $@
-	ar rcs $@ $^
+	$(AR) rcs $@ $^
 
 $(BUILD)/tessera-train: $(BUILD)/obj/src/train/train_main.o $(BUILD)/libtessera.a src/gpu/exports.list
 	$(CC) $(CFLAGS) -Wl,--dynamic-list=src/gpu/exports.list -o $@ $(filter-out %.list,$^) $(ALL_LIBS)
@@ -277,7 +325,7 @@ $(BUILD)/tests/test_gpu_ops_emu: $(BUILD)/obj/tests/gpu/test_gpu_ops.o $(BUILD)/
 
 # the SIMT emulator's build: each kernel file rewritten (same lines; #line names the .cu), compiled
 # with simt.h forced in first; cuda_emu.c without the ops those files define; the op test's SIMT mode
-SIMT_CXXFLAGS := -O2 -g -std=c++17 -march=$(ARCH) -fno-strict-aliasing -Wall -Wextra -Wno-unknown-pragmas \
+SIMT_CXXFLAGS := -O2 -g -std=c++17 $(ARCH_FLAG) -fno-strict-aliasing -Wall -Wextra -Wno-unknown-pragmas \
                  -Wno-class-memaccess $(if $(filter 1,$(WERROR)),-Werror) -DTCU_SIMT -Ikernels \
                  -Ikernels/cuda -Ikernels/cuda_simt -Isrc -Isrc/base -isystem $(CUDA_HOME)/include -MMD -MP
 SIMT_OBJ      := $(SIMT_KERNELS:%=$(BUILD)/obj/simt/%.o) $(BUILD)/obj/kernels/cuda_simt/simt.o \
@@ -325,7 +373,7 @@ $(BUILD)/tessera: $(BUILD)/obj/src/tessera_main.o $(BUILD)/libtessera.a
 
 $(BUILD)/libtessera-hc.a: $(HC_OBJ)
 	@rm -f $@
-	ar rcs $@ $^
+	$(AR) rcs $@ $^
 
 $(BUILD)/tessera-healthcheck: $(BUILD)/obj/healthcheck/hc_main.o $(BUILD)/libtessera-hc.a $(BUILD)/libtessera.a
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
@@ -352,7 +400,7 @@ $(BUILD)/obj/kernels/cuda/%.cu.o: kernels/cuda/%.cu | deps
 
 $(CUDA_LIB): $(CUDA_OBJ)
 	@rm -f $@
-	ar rcs $@ $^
+	$(AR) rcs $@ $^
 
 $(BUILD)/obj/tests/gpu/%.o: tests/gpu/%.c | deps
 	@mkdir -p $(@D)
@@ -524,4 +572,5 @@ clean:
 # the parsers' libFuzzer harnesses: make fuzz, make fuzz-build (tests/fuzz/fuzz.mk)
 include tests/fuzz/fuzz.mk
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+# (the fuzz harnesses' objects too: a header change, a config struct that grew, rebuilds them)
+-include $(shell find $(BUILD)/obj $(BUILD)/fuzz/obj -name '*.d' 2>/dev/null)

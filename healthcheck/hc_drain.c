@@ -3,14 +3,13 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common.h"
+#include "fsutil.h"
 
 extern char **environ;
 
@@ -101,53 +100,12 @@ hc_action hc_drain_decide(int failed, int drain, int resume_own, const hc_node_s
     return HC_ACT_NONE;
 }
 
-/* Runs argv (no shell); captures up to n-1 bytes of stdout into out when out != NULL. Returns the
- * exit status, or -1 when it could not be started or died of a signal. */
-static int run_argv(char *const argv[], char *out, size_t n) {
-    int fd[2] = {-1, -1};
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    if (out) {
-        if (pipe(fd) != 0) return -1;
-        posix_spawn_file_actions_adddup2(&fa, fd[1], STDOUT_FILENO);
-        posix_spawn_file_actions_addclose(&fa, fd[0]);
-        posix_spawn_file_actions_addclose(&fa, fd[1]);
-    }
-    pid_t pid;
-    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (out) close(fd[1]);
-    if (rc != 0) {
-        if (out) close(fd[0]);
-        tsr_error("cannot run %s: %s", argv[0], strerror(rc));
-        return -1;
-    }
-    if (out) {
-        size_t got = 0;
-        for (;;) {
-            char tmp[4096];
-            ssize_t k = read(fd[0], tmp, sizeof tmp);
-            if (k < 0 && errno == EINTR) continue;
-            if (k <= 0) break;
-            size_t keep = got + (size_t)k < n - 1 ? (size_t)k : n - 1 - got;
-            memcpy(out + got, tmp, keep);
-            got += keep;
-        }
-        out[got] = '\0';
-        close(fd[0]);
-    }
-    int st;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR) return -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* `SC -o show node NODE`, parsed. Returns 0, or 2 after tsr_error (scontrol failed, or printed
  * something that is not one node's record: the node is then not touched). */
 static int read_node(const char *sc, const char *node, hc_node_state *ns) {
     static char show[65536];
     char *argv[] = {(char *)sc, "-o", "show", "node", (char *)node, NULL};
-    int rc = run_argv(argv, show, sizeof show);
+    int rc = fs_run_argv(argv, show, sizeof show);
     if (rc != 0) {
         tsr_error("'%s -o show node %s' failed (exit %d): node state not changed", sc, node, rc);
         return 2;
@@ -211,7 +169,7 @@ int hc_drain_apply(const char *node, const hc_verdict *v, int n, int n_failed, i
     fprintf(stderr, "tessera-healthcheck: %s: %s update %s %s%s%s%s\n", node, sc, arg_node, argv[3],
             act == HC_ACT_DRAIN ? " \"" : "", act == HC_ACT_DRAIN ? arg_reason : "",
             act == HC_ACT_DRAIN ? "\"" : "");
-    int rc = run_argv(argv, NULL, 0);
+    int rc = fs_run_argv(argv, NULL, 0);
     if (rc != 0) {
         tsr_error("'%s update %s %s' failed (exit %d)", sc, arg_node, argv[3], rc);
         return 2;

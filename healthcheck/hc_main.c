@@ -33,7 +33,7 @@ typedef struct hc_opts {
     hc_mode mode;
     int mode_set, drain, resume_own, threads, version;
     double burn_s; /* 0 = the config's */
-    const char *config, *json, *gpu_lib;
+    const char *config, *json, *gpu_lib, *prometheus;
     hc_gpu_mode gpu;
 } hc_opts;
 
@@ -51,6 +51,8 @@ static const cli_opt opts[] = {
                         "between node pairs"},
     {"config", 'c', "FILE", "thresholds (default: $TESSERA_HC_CONFIG, else the installed healthcheck.cfg)"},
     {"json", CLI_NO_SHORT('j'), "FILE", "also write a JSON report of every node to FILE (rank 0)"},
+    {"prometheus", CLI_NO_SHORT('m'), "DIR", "also keep each node's verdicts in DIR/tessera_healthcheck_NODE.prom "
+                                           "for node_exporter's textfile collector"},
     {"drain", 'd', NULL, "as root: drain this node if unhealthy (reason \"tessera-hc: ...\")"},
     {"resume-own", CLI_NO_SHORT('r'), NULL, "as root: resume this node if healthy and drained by tessera-hc"},
     {"burn", 'b', "SECONDS", "GEMM burn time (fp32 + fp64, GPU: bf16 + fp32, together) instead of the config's"},
@@ -90,6 +92,7 @@ static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
         }
         return cli_usage_error(c, "--gpu: expected auto, on or off, got ", val);
     case CLI_NO_SHORT('j'): o->json = val; return 0;
+    case CLI_NO_SHORT('m'): o->prometheus = val; return 0;
     case 'd': o->drain = 1; return 0;
     case CLI_NO_SHORT('r'): o->resume_own = 1; return 0;
     case 'V': o->version = 1; return 0;
@@ -292,13 +295,15 @@ static int report(const hc_opts *o, const tsr_dist *d, const hc_gpu_ctx *gpu, co
     hc_node_report *all = d->rank == 0 ? tsr_calloc((size_t)d->world, sizeof *all) : NULL;
     dist_gather(me, all, sizeof *me, 0);
     int code = me->n_failed ? 1 : 0;
+    hc_run_info ri = {TSR_VERSION, cfg_path, hc_mode_names[o->mode], d->world, gpu->on};
     if (d->rank == 0) {
-        hc_run_info ri = {TSR_VERSION, cfg_path, hc_mode_names[o->mode], d->world, gpu->on};
         int bad = hc_print_verdicts(stdout, &ri, all, d->world);
         code = bad ? 1 : 0;
         if (o->json && hc_write_json(o->json, &ri, all, d->world, code)) code = HC_EXIT_CANNOT_RUN;
         free(all);
     }
+    /* every rank its own node's file (each node's exporter serves its own directory) */
+    if (o->prometheus && hc_write_prometheus(o->prometheus, &ri, me)) code = HC_EXIT_CANNOT_RUN;
     return max_over_ranks(code);
 }
 

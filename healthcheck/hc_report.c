@@ -1,17 +1,20 @@
 /* hc_report.c — see hc_report.h. */
 #include "hc_report.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "common.h"
 #include "fsutil.h"
+#include "prom.h"
 
 int hc_print_verdicts(FILE *f, const hc_run_info *ri, const hc_node_report *r, int n) {
     int bad = 0, checks = 0;
@@ -117,33 +120,9 @@ static void json_node(FILE *f, const hc_node_report *r) {
     fprintf(f, "}");
 }
 
-/* A new, empty temp file beside path ("PATH.XXXXXX"), opened for writing: mkstemp creates it with
- * O_CREAT|O_EXCL, so whatever is already at any such name (a file, a planted symlink) is never
- * opened or followed; rank 0 may run as root in a directory others can write. Returns the stream
- * with the name in tmp, or NULL after tsr_error. */
-static FILE *open_temp_beside(const char *path, char *tmp, size_t n) {
-    if (tsr_snprintf(tmp, n, "%s.XXXXXX", path)) {
-        tsr_error("--json %s: path too long", path);
-        return NULL;
-    }
-    int fd = mkostemp(tmp, O_CLOEXEC);
-    if (fd < 0) {
-        tsr_error("--json %s: cannot create a temporary file beside it (%s.XXXXXX): %s", path, path,
-                  strerror(errno));
-        return NULL;
-    }
-    FILE *f = fchmod(fd, 0644) == 0 ? fdopen(fd, "w") : NULL; /* mkstemp makes it 0600 */
-    if (!f) {
-        tsr_error("--json %s: cannot open %s: %s", path, tmp, strerror(errno));
-        close(fd);
-        unlink(tmp);
-    }
-    return f;
-}
-
 int hc_write_json(const char *path, const hc_run_info *ri, const hc_node_report *r, int n, int exit_code) {
     char tmp[4200];
-    FILE *f = open_temp_beside(path, tmp, sizeof tmp);
+    FILE *f = fs_open_beside(path, tmp, sizeof tmp);
     if (!f) return 2;
     int unhealthy = 0;
     for (int i = 0; i < n; i++) unhealthy += r[i].n_failed > 0;
@@ -158,12 +137,57 @@ int hc_write_json(const char *path, const hc_run_info *ri, const hc_node_report 
         fprintf(f, "%s\n", i + 1 < n ? "," : "");
     }
     fprintf(f, " ]}\n");
-    int bad = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        tsr_error("--json %s: write failed: %s", path, strerror(errno));
-        unlink(tmp);
-        return 2;
+    return fs_commit_beside(f, tmp, path) ? 2 : 0;
+}
+
+/* ---- --prometheus DIR ---- */
+
+typedef struct prom_ctx {
+    const hc_run_info *ri;
+    const hc_node_report *r;
+} prom_ctx;
+
+static void prom_checks(FILE *f, const hc_node_report *r, const char *name, const char *help,
+                        int what) {
+    prom_family(f, name, help);
+    for (int i = 0; i < r->n_verdicts; i++) {
+        const hc_verdict *v = &r->v[i];
+        const hc_check_info *ci = &hc_checks[v->check];
+        char l[512];
+        if (what) prom_labels(l, sizeof l, "node", r->facts.node, "check", ci->name, "unit",
+                              ci->unit, NULL);
+        else prom_labels(l, sizeof l, "node", r->facts.node, "check", ci->name, NULL);
+        prom_sample(f, name, l, what == 0 ? v->ok : what == 1 ? v->actual : v->limit);
     }
-    return fs_sync_parent(path) ? 2 : 0;
+}
+
+static void prom_fill(FILE *f, const void *ctx) {
+    const prom_ctx *c = ctx;
+    const hc_node_report *r = c->r;
+    char l[512];
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    prom_labels(l, sizeof l, "node", r->facts.node, "mode", c->ri->mode, "backend",
+                c->ri->gpu ? "gpu" : "cpu", NULL);
+    prom_family(f, "tessera_healthcheck_healthy", "1 when every check of the last run passed");
+    prom_sample(f, "tessera_healthcheck_healthy", l, r->n_failed == 0);
+    prom_family(f, "tessera_healthcheck_checks_failed", "checks that failed in the last run");
+    prom_sample(f, "tessera_healthcheck_checks_failed", l, r->n_failed);
+    prom_family(f, "tessera_healthcheck_last_run_timestamp_seconds", "when the last run ended "
+                "(Unix seconds)");
+    prom_sample(f, "tessera_healthcheck_last_run_timestamp_seconds", l,
+                (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec);
+    prom_checks(f, r, "tessera_healthcheck_check_ok", "1 when the check passed", 0);
+    prom_checks(f, r, "tessera_healthcheck_check_value", "the check's measured figure", 1);
+    prom_checks(f, r, "tessera_healthcheck_check_limit", "the threshold it was judged against", 2);
+}
+
+int hc_write_prometheus(const char *dir, const hc_run_info *ri, const hc_node_report *r) {
+    char name[160];
+    snprintf(name, sizeof name, "tessera_healthcheck_%.100s", r->facts.node);
+    for (char *p = name; *p; p++)
+        if (!(isalnum((unsigned char)*p) || *p == '_' || *p == '-' || *p == '.')) *p = '_';
+    strcat(name, ".prom");
+    prom_ctx c = {ri, r};
+    return prom_write(dir, name, prom_fill, &c) ? 2 : 0;
 }

@@ -31,4 +31,9 @@ int hc_print_verdicts(FILE *f, const hc_run_info *ri, const hc_node_report *r, i
  * tsr_error (path is then untouched). */
 int hc_write_json(const char *path, const hc_run_info *ri, const hc_node_report *r, int n, int exit_code);
 
+/* --prometheus DIR (every rank, its own node): DIR/tessera_healthcheck_NODE.prom for node_exporter's
+ * textfile collector, replaced atomically (prom.h): healthy, checks failed, the last run's time,
+ * and per check ok, value and limit. Returns 0, or 2 after tsr_error. */
+int hc_write_prometheus(const char *dir, const hc_run_info *ri, const hc_node_report *r);
+
 #endif

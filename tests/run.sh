@@ -26,11 +26,11 @@ while IFS= read -r f; do tests+=("$f"); done < <(find tests -name 'test_*.sh' -o
 # of their time below one core (process starts, mpirun, waits on files, single-threaded node and
 # python), so two at a time finish the suite sooner than one after another. A test in SOLO runs
 # alone, after the others, nothing beside it:
-#   - its own Slurm cluster or daemons (tests/slurm/), the health checker's measurements against
-#     thresholds (tests/healthcheck/), timing windows: a signal or a kill caught during a save or
-#     a stall, a file deleted mid-run, a background save that must outlast steps (tests/faults/,
-#     test_ckpt_signal, test_ckpt_async, test_ckpt_async_kill, test_ckpt_damage,
-#     test_staging, test_resume, test_job_hook), step times and ETAs judged by the clock
+#   - its own Slurm cluster or daemons (tests/slurm/, test_prometheus's node exporter), the health
+#     checker's measurements against thresholds (tests/healthcheck/), timing windows: a signal or
+#     a kill caught during a save or a stall, a file deleted mid-run, a background save that must
+#     outlast steps (tests/faults/, test_ckpt_signal, test_ckpt_async, test_ckpt_async_kill,
+#     test_ckpt_damage, test_staging, test_resume, test_job_hook), step times and ETAs judged by the clock
 #     (test_resume_timing), a time-capped fuzzer (tests/fuzz/), the CPU health checks of
 #     test_hc_gpu; the free memory read once before a large allocation (test_alltoallv);
 #   - a make in this checkout (tests/install/, test_demo, test_fuzz_regress);
@@ -45,7 +45,7 @@ SOLO=(tests/slurm/ tests/healthcheck/ tests/faults/ tests/fuzz/ tests/install/ t
       tests/resume/test_resume.sh tests/resume/test_resume_timing.sh tests/jobs/test_job_hook.sh
       tests/gpu/test_hc_gpu.sh tests/mpi/test_alltoallv.sh tests/eval/test_eval.sh
       tests/eval/test_generate_gqa.sh tests/train/test_icl_train.sh tests/train/test_sft.sh
-      tests/train/test_mixing.sh tests/tools/test_matmul_floor.sh)
+      tests/train/test_mixing.sh tests/tools/test_matmul_floor.sh tests/tools/test_prometheus.sh)
 # Where a GPU is present, the tests that can use it run alone too: two processes on one GPU share
 # its memory, which micro_batch = auto and the device-plan checks read
 compgen -G '/dev/nvidia[0-9]*' >/dev/null && SOLO+=(tests/gpu/ tests/test_gpu_ops)

@@ -3,6 +3,7 @@
 # batch script, then call:
 #
 #   tsr_setup                      log the job and its restart count, enforce MAX_RESTARTS
+#   tsr_bind                       the srun binding options into TSR_BIND (--cpu-bind, --gpu-bind)
 #   tsr_preflight                  node health check on every node of the job (if installed):
 #                                  TSR_PREFLIGHT=full (default), quick or off
 #   tsr_run srun ... tessera-train ...
@@ -22,9 +23,27 @@
 # MAX_RESTARTS (default 20; the job stops with exit 3 once
 # SLURM_RESTART_COUNT exceeds it), TSR_ON_CRASH (requeue|exit), TSR_REQUEUE (scontrol, the default:
 # the hook requeues; exit: it exits 85/86 for a slurm.conf RequeueExit=85,86), TSR_HEALTHCHECK
-# (default: tessera-healthcheck on PATH).
+# (default: tessera-healthcheck on PATH), TSR_CPU_BIND / TSR_GPU_BIND (tsr_bind: cores, closest;
+# none = the site's default).
 # Exit codes of the batch script: those of tessera-train, plus 3 when MAX_RESTARTS stopped it.
 # The requeue loop: docs/slurm.md "3. The requeue loop" (exit codes: docs/architecture.md).
+
+# tsr_bind: the srun options that bind each rank (docs/site.md "Binding"), into the array TSR_BIND:
+# --cpu-bind=$TSR_CPU_BIND (default cores: each rank on the cores Slurm gave its task) and, where
+# the job has GPUs, --gpu-bind=$TSR_GPU_BIND (default closest: the GPU nearest those cores); none
+# for either leaves it to the site. tessera-train's threads = auto is one thread per core of the
+# rank's CPU set (or SLURM_CPUS_PER_TASK where the site's task plugin does not bind). OpenMP's own
+# pinning (OMP_PLACES, OMP_PROC_BIND) is left to the environment: under a task plugin that does not
+# bind, pinned ranks would pile onto the node's first cores.
+tsr_bind() {
+    TSR_BIND=()
+    local cpu=${TSR_CPU_BIND:-cores} gpu=${TSR_GPU_BIND:-closest}
+    [[ $cpu == none ]] || TSR_BIND+=(--cpu-bind="$cpu")
+    if [[ ${SLURM_GPUS_ON_NODE:-0} =~ [1-9] || ${SLURM_GPUS_PER_NODE:-0} =~ [1-9] ]]; then
+        [[ $gpu == none ]] || TSR_BIND+=(--gpu-bind="$gpu")
+    fi
+    tsr_log "binding: srun ${TSR_BIND[*]:-(none)}"
+}
 
 tsr_log() { printf '[tessera-job %(%F %T)T] %s\n' -1 "$*"; }
 
@@ -180,12 +199,31 @@ tsr_task_exit() {
     if ((other == 0)) && [[ $codes == 1 || $codes == 2 ]]; then printf '%s\n' "$codes"; fi
 }
 
+# tsr_comment FILE: the job's comment set to the run's cost line the trainer wrote into FILE
+# (TSR_COMMENT_FILE; docs/site.md "What a run cost"), so that squeue -o %k, scontrol show job and
+# sacct --format=JobID,Comment show what the run cost. TSR_JOB_COMMENT=0 leaves the comment alone.
+tsr_comment() {
+    local line id
+    [[ ${TSR_JOB_COMMENT:-1} == 1 && -s $1 ]] || return 0
+    line=$(head -c 1000 "$1" | head -1)
+    id=$(tsr_job_id)
+    if scontrol update JobId="$id" Comment="$line"; then
+        tsr_log "comment of $id: $line"
+    else
+        tsr_log "WARNING: scontrol update JobId=$id Comment=... failed: the job's comment is not set"
+    fi
+}
+
 tsr_run() {
     local rc step_err
     tsr_stop_if_asked
+    # a sweep's array task (tessera-job sweep) adds its settings to the step's command
+    set -- "$@" ${TSR_SWEEP_SETS[@]+"${TSR_SWEEP_SETS[@]}"}
     tsr_log "step: $*"
     # srun's stderr goes to the job's log as always, and to a copy that tsr_task_exit reads
     step_err=$(mktemp "${TMPDIR:-/tmp}/tessera-step.XXXXXX")
+    TSR_COMMENT_FILE=$(mktemp "${TMPDIR:-/tmp}/tessera-comment.XXXXXX")
+    export TSR_COMMENT_FILE
     "$@" 2> >(tee -a "$step_err" >&2) &
     TSR_STEP_PID=$!
     trap 'tsr_forward USR1' USR1
@@ -201,6 +239,8 @@ tsr_run() {
     done
     tsr_hold_stops
     tsr_log "step exited with $rc"
+    tsr_comment "$TSR_COMMENT_FILE"
+    rm -f "$TSR_COMMENT_FILE"
     if ((rc > 128)); then
         local chosen
         chosen=$(tsr_task_exit "$step_err")

@@ -13,6 +13,8 @@
 # Site settings for slurmd's minimal environment: TESSERA_HC_DEFAULTS (default
 # /etc/default/tessera-hc), a sh file that may set the TESSERA_HC* variables above and below and
 # TESSERA_HC_CONFIG (the thresholds file); tests put their TSR_HC_FAULT injections there.
+# TESSERA_HC_PROMETHEUS=DIR adds --prometheus DIR: the node's verdicts for node_exporter's textfile
+# collector (docs/site.md "Monitoring").
 TSR_HC_DEFAULTS=${TESSERA_HC_DEFAULTS:-/etc/default/tessera-hc}
 # shellcheck disable=SC1090
 [ -r "$TSR_HC_DEFAULTS" ] && . "$TSR_HC_DEFAULTS"
@@ -34,7 +36,8 @@ tsr_hc_run() {
         return 2
     fi
     rc=0
-    out=$(timeout "$TSR_HC_TIMEOUT" "$TSR_HC" --quick --drain "$@" 2>&1) || rc=$?
+    out=$(timeout "$TSR_HC_TIMEOUT" "$TSR_HC" --quick --drain \
+        ${TESSERA_HC_PROMETHEUS:+--prometheus "$TESSERA_HC_PROMETHEUS"} "$@" 2>&1) || rc=$?
     case $rc in
         0) verdict=healthy ;;
         1)

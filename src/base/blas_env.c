@@ -34,11 +34,33 @@ const char *blas_core_choice(const char *core, int avx512, int avx2) {
     return NULL;
 }
 
-void blas_fix_coretype(char **argv) {
-    if (getenv("OPENBLAS_CORETYPE") || getenv("TSR_NO_BLAS_REEXEC")) return;
+/* The CPU's AVX-512 and AVX2 support (x86 only: OpenBLAS's core names and Debian's mis-detection
+ * are x86's; on aarch64 its own detection stands, docs/site.md) */
+#if defined(__x86_64__) || defined(__i386__)
+static void cpu_vector_isa(int *avx512, int *avx2) {
     __builtin_cpu_init();
-    const char *want = blas_core_choice(openblas_get_corename(), __builtin_cpu_supports("avx512f"),
-                                        __builtin_cpu_supports("avx2"));
+    *avx512 = __builtin_cpu_supports("avx512f");
+    *avx2 = __builtin_cpu_supports("avx2");
+}
+#else
+static void cpu_vector_isa(int *avx512, int *avx2) { *avx512 = *avx2 = 0; }
+#endif
+
+int blas_core_selection_applies(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+void blas_fix_coretype(char **argv) {
+    if (!blas_core_selection_applies() || getenv("OPENBLAS_CORETYPE") ||
+        getenv("TSR_NO_BLAS_REEXEC"))
+        return;
+    int avx512, avx2;
+    cpu_vector_isa(&avx512, &avx2);
+    const char *want = blas_core_choice(openblas_get_corename(), avx512, avx2);
     if (!want) return;
     setenv("OPENBLAS_CORETYPE", want, 1);
     setenv("TSR_NO_BLAS_REEXEC", "1", 1); /* never loop */

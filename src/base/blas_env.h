@@ -10,6 +10,10 @@
  * arguments. Call it first in main, before MPI_Init. TSR_NO_BLAS_REEXEC=1 disables it. */
 void blas_fix_coretype(char **argv);
 
+/* 1 where the core selection above applies (x86: the core names and the AVX checks are x86's);
+ * 0 elsewhere (aarch64), where blas_fix_coretype does nothing and OpenBLAS's own choice stands. */
+int blas_core_selection_applies(void);
+
 /* The core to ask for, given the one OpenBLAS picked (openblas_get_corename) and what the CPU
  * and the OS support: "SkylakeX" on an AVX-512 CPU whose core has no AVX-512 kernels (any but
  * SkylakeX, Cooperlake, SapphireRapids); "Haswell" on an AVX2 CPU given a generic core (Prescott,

@@ -3,7 +3,9 @@
  * tsr_crc32c(tsr_crc32c(0, a, na), b, nb) == CRC of a followed by b.
  *
  * Two implementations that must agree bit for bit (tests/unit/test_data.c checks it):
- *   - the SSE4.2 crc32 instruction, 8 bytes per step, used when the CPU has it (runtime check);
+ *   - the CPU's CRC32C instruction, 8 bytes per step, used when the CPU has it (runtime check):
+ *     SSE4.2's crc32 on x86-64, the ARMv8 CRC extension's crc32c[bd] on aarch64 (HWCAP_CRC32:
+ *     every Neoverse core, Grace included);
  *   - slicing-by-8 over eight 256-entry tables, the portable fallback.
  */
 #include <pthread.h>
@@ -14,7 +16,19 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define TSR_CRC_X86 1
+#define TSR_CRC_HW 1
 #include <nmmintrin.h>
+#define CRC_U8(c, b) _mm_crc32_u8(c, b)
+#define CRC_U64(c, v) _mm_crc32_u64(c, v)
+#define CRC_TARGET "sse4.2"
+#elif defined(__aarch64__) && defined(__GNUC__)
+#define TSR_CRC_ARM 1
+#define TSR_CRC_HW 1
+#include <arm_acle.h>
+#include <sys/auxv.h>
+#define CRC_U8(c, b) __crc32cb(c, b)
+#define CRC_U64(c, v) __crc32cd((uint32_t)(c), v)
+#define CRC_TARGET "+crc"
 #endif
 
 #define CRC32C_POLY 0x82F63B78u
@@ -35,6 +49,8 @@ static void crc_init(void) {
 #ifdef TSR_CRC_X86
     __builtin_cpu_init();
     crc_use_hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+#elif defined(TSR_CRC_ARM)
+    crc_use_hw = getauxval(AT_HWCAP) & HWCAP_CRC32 ? 1 : 0;
 #endif
 }
 
@@ -57,23 +73,23 @@ static uint32_t crc_sw_raw(uint32_t c, const uint8_t *p, size_t n) {
     return c;
 }
 
-#ifdef TSR_CRC_X86
-__attribute__((target("sse4.2"))) static uint32_t crc_hw_raw(uint32_t c, const uint8_t *p,
-                                                               size_t n) {
+#ifdef TSR_CRC_HW
+__attribute__((target(CRC_TARGET))) static uint32_t crc_hw_raw(uint32_t c, const uint8_t *p,
+                                                              size_t n) {
     while (n && ((uintptr_t)p & 7u)) {
-        c = _mm_crc32_u8(c, *p++);
+        c = CRC_U8(c, *p++);
         n--;
     }
     uint64_t c64 = c;
     while (n >= 8) {
         uint64_t v;
         memcpy(&v, p, 8);
-        c64 = _mm_crc32_u64(c64, v);
+        c64 = CRC_U64(c64, v);
         p += 8;
         n -= 8;
     }
     c = (uint32_t)c64;
-    while (n--) c = _mm_crc32_u8(c, *p++);
+    while (n--) c = CRC_U8(c, *p++);
     return c;
 }
 #endif
@@ -90,7 +106,7 @@ int tsr_crc32c_hw(void) {
 
 uint32_t tsr_crc32c(uint32_t crc, const void *buf, size_t n) {
     pthread_once(&crc_once, crc_init);
-#ifdef TSR_CRC_X86
+#ifdef TSR_CRC_HW
     if (crc_use_hw) return ~crc_hw_raw(~crc, (const uint8_t *)buf, n);
 #endif
     return ~crc_sw_raw(~crc, (const uint8_t *)buf, n);

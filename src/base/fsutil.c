@@ -5,10 +5,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -233,4 +235,76 @@ int fs_walk(const char *dir, fs_walk_fn on_file, void *ctx) {
     }
     free(w);
     return rc;
+}
+
+/* Runs argv (no shell); captures up to n-1 bytes of stdout into out when out != NULL. Returns the
+ * exit status, or -1 when it could not be started or died of a signal. */
+int fs_run_argv(char *const argv[], char *out, size_t n) {
+    int fd[2] = {-1, -1};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    if (out) {
+        if (pipe(fd) != 0) return -1;
+        posix_spawn_file_actions_adddup2(&fa, fd[1], STDOUT_FILENO);
+        posix_spawn_file_actions_addclose(&fa, fd[0]);
+        posix_spawn_file_actions_addclose(&fa, fd[1]);
+    }
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (out) close(fd[1]);
+    if (rc != 0) {
+        if (out) close(fd[0]);
+        tsr_error("cannot run %s: %s", argv[0], strerror(rc));
+        return -1;
+    }
+    if (out) {
+        size_t got = 0;
+        for (;;) {
+            char tmp[4096];
+            ssize_t k = read(fd[0], tmp, sizeof tmp);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) break;
+            size_t keep = got + (size_t)k < n - 1 ? (size_t)k : n - 1 - got;
+            memcpy(out + got, tmp, keep);
+            got += keep;
+        }
+        out[got] = '\0';
+        close(fd[0]);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+FILE *fs_open_beside(const char *path, char *tmp, size_t n) {
+    if (tsr_snprintf(tmp, n, "%s.XXXXXX", path)) {
+        tsr_error("%s: path too long", path);
+        return NULL;
+    }
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        tsr_error("%s: cannot create a temporary file beside it (%s.XXXXXX): %s", path, path,
+                  strerror(errno));
+        return NULL;
+    }
+    FILE *f = fchmod(fd, 0644) == 0 ? fdopen(fd, "w") : NULL; /* mkstemp makes it 0600 */
+    if (!f) {
+        tsr_error("%s: cannot open %s: %s", path, tmp, strerror(errno));
+        close(fd);
+        unlink(tmp);
+    }
+    return f;
+}
+
+int fs_commit_beside(FILE *f, const char *tmp, const char *path) {
+    int bad = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        tsr_error("%s: write failed: %s", path, strerror(errno));
+        unlink(tmp);
+        return TSR_EXIT_DATA;
+    }
+    return fs_sync_parent(path);
 }

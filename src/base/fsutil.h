@@ -4,6 +4,7 @@
 #define TSR_FSUTIL_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/stat.h>
 
 /* mkdir -p of the directory that will hold `path` (its last component is not created).
@@ -29,6 +30,20 @@ int fs_read_all(const char *path, size_t max_bytes, char **out, size_t *n);
 /* fs_read_all for an input a user may pipe in: a FIFO or a pipe (`<(...)`, /dev/stdin) is read
  * too (tessera tokenizer encode / decode). */
 int fs_read_stream(const char *path, size_t max_bytes, char **out, size_t *n);
+
+/* Replacing a file atomically, so a reader sees the old or the new one, never a part (the health
+ * checker's --json and --prometheus, the trainer's metrics.prometheus_dir): fs_open_beside opens a
+ * new, empty temp file "PATH.XXXXXX" (mkstemp: whatever is at such a name, a file or a planted
+ * symlink, is never opened or followed; mode 0644) and puts its name in tmp; NULL after tsr_error.
+ * fs_commit_beside flushes, fsyncs and closes it, renames it over path and syncs the directory:
+ * 0, or TSR_EXIT_DATA after tsr_error (the temp file is removed, path untouched). */
+FILE *fs_open_beside(const char *path, char *tmp, size_t n);
+int fs_commit_beside(FILE *f, const char *tmp, const char *path);
+
+/* Runs argv[0] (found on PATH; no shell) with argv; captures up to n-1 bytes of its stdout into
+ * out when out != NULL. Returns its exit status, or -1 when it could not be started (after
+ * tsr_error naming it) or died of a signal. */
+int fs_run_argv(char *const argv[], char *out, size_t n);
 
 /* Called by fs_walk for each regular file found: its path (dir/sub/name) and stat (the target's,
  * for a symbolic link). Returns 0 to go on, or a status that stops the walk. */

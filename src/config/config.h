@@ -216,6 +216,10 @@ typedef struct tsr_config {
         double min_mfu;       /* MFU floor per window (0..1); 0 = off */
         double hang_timeout;  /* seconds one phase may last before abort; 0 = off */
     } watchdog;
+    struct {                  /* metrics for a site's monitoring (docs/site.md "Monitoring") */
+        char prometheus_dir[1024]; /* node_exporter textfile collector directory; "" = off */
+        double prometheus_interval; /* seconds between rewrites of the file */
+    } metrics;
     struct {                  /* loss-spike and NaN guard (docs/spike-guard.md) */
         int64_t window;       /* steps in the rolling window; detection once it is full; 0 = off */
         tsr_guard_method method;

@@ -469,6 +469,18 @@ const cfgtab_key cfgtab_keys[] = {
             "may last; longer: every rank names its phase and the run aborts (exit 3) so Slurm "
             "requeues it. 0 = off; set it to well above the slowest checkpoint save."},
 
+    {.name = "metrics.prometheus_dir", .type = CFGK_STRING, FIELD(metrics.prometheus_dir),
+     .def = "", .ilo = 0,
+     .doc = "A directory read by node_exporter's textfile collector (its "
+            "--collector.textfile.directory): rank 0 keeps `tessera_train_JOB.prom` there (JOB: "
+            "the Slurm job id, else the run directory's name), replaced atomically every "
+            "metrics.prometheus_interval seconds: step, loss, tokens/s, MFU, ETA, peak device "
+            "memory, last checkpoint age (docs/site.md). \"\" = off."},
+    {.name = "metrics.prometheus_interval", .type = CFGK_FLOAT,
+     FIELD(metrics.prometheus_interval), .def = "15", .lo = 1, .hi = 86400,
+     .doc = "Seconds between rewrites of the metrics.prometheus_dir file (also at every checkpoint "
+            "save and at the end)."},
+
     {.name = "guard.window", .type = CFGK_INT, FIELD(guard.window), .def = "100", .ilo = 0,
      .ihi = 1000,
      .doc = "Steps in the rolling window of losses and gradient norms an outlier is judged "

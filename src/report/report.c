@@ -26,57 +26,66 @@
 #include "cli_commands.h"
 #include "common.h"
 #include "fsutil.h"
+#include "report/report_compare.h"
+#include "report/report_cost.h"
+#include "report/report_gp.h"
 #include "report/runlog.h"
 
 static const cli_opt report_opts[] = {
     {"out", 'o', "DIR", "where the PNGs, plots.gp and summary.txt go (default RUN_DIR/report)"},
+    {"compare", CLI_NO_SHORT('c'), NULL, "several RUN_DIRs (a sweep's): their curves on shared "
+     "axes and a table of their final figures (default --out: their parent directory/compare)"},
     {"help", 'h', NULL, "show this help"},
 };
 const cli_cmd report_cli = {
-    "report", "RUN_DIR",
+    "report", "RUN_DIR | --compare RUN_DIR...",
     "Reads RUN_DIR/metrics.jsonl; writes loss.png, throughput.png and mfu.png (and for a DPO run\n"
     "dpo.png, the reward margin and accuracy; for a run that saved, checkpoint.png, each save's\n"
     "blocking and write seconds and its bytes; drawn by gnuplot)\n"
-    "and summary.txt into DIR, and prints the summary. Exit 2: metrics.jsonl missing or not\n"
+    "and summary.txt into DIR, and prints the summary, then what the run cost (cost.txt: each\n"
+    "start's hours and goodput; under Slurm against sacct). Exit 2: metrics.jsonl missing or not\n"
     "JSON, or gnuplot missing or failing (the summary is still written).",
     report_opts, (int)(sizeof report_opts / sizeof report_opts[0]), NULL,
 };
 
+typedef struct report_args {
+    const char *out;
+    int compare;
+} report_args;
+
 static int report_on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
+    report_args *a = ctx;
     if (ch == 'o') {
-        *(const char **)ctx = val;
+        a->out = val;
+        return 0;
+    }
+    if (ch == CLI_NO_SHORT('c')) {
+        a->compare = 1;
         return 0;
     }
     return cli_usage_error(c, "unhandled option", NULL);
 }
 
-/* ---- the summary ---- */
-
-static int cmp_double(const void *x, const void *y) {
-    double a = *(const double *)x, b = *(const double *)y;
-    return a < b ? -1 : a > b;
-}
-
-/* Median of the finite values of field f over the series p[0..np); NAN when there are none.
- * max (may be NULL): their largest. */
-static double median_of(const runlog_point *p, size_t np, runlog_field f, double *max) {
-    double *v = tsr_malloc((np + 1) * sizeof *v);
-    size_t n = 0;
-    for (size_t i = 0; i < np; i++)
-        if (p[i].has & 1u << f && isfinite(p[i].v[f])) v[n++] = p[i].v[f];
-    double m = NAN;
-    if (n) {
-        qsort(v, n, sizeof *v, cmp_double);
-        m = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+/* The cost section (report_cost.c), printed and kept as OUT/cost.txt. */
+static int write_cost(const char *metrics, const char *out) {
+    char path[1200];
+    if (tsr_snprintf(path, sizeof path, "%s/cost.txt", out)) return TSR_EXIT_USAGE;
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        tsr_error("%s: cannot open for writing: %s", path, strerror(errno));
+        return TSR_EXIT_DATA;
     }
-    if (max) *max = n ? v[n - 1] : NAN;
-    free(v);
-    return m;
+    int rc = report_cost(f, metrics, 0);
+    if (fclose(f) != 0 && !rc) {
+        tsr_error("%s: write error: %s", path, strerror(errno));
+        rc = TSR_EXIT_DATA;
+    }
+    if (!rc) rc = report_cost(stdout, metrics, 1);
+    if (!rc) printf("cost file:  %s\n", path);
+    return rc;
 }
 
-static double median(const runlog *rl, runlog_field f) {
-    return median_of(rl->train, rl->n_train, f, NULL);
-}
+/* ---- the summary ---- */
 
 /* The checkpoints line of the summary. */
 static void write_saves(FILE *f, const runlog *rl) {
@@ -136,30 +145,6 @@ static void write_summary(FILE *f, const char *run_dir, const runlog *rl) {
 }
 
 /* ---- the plots ---- */
-
-/* s as a gnuplot single-quoted string ('' is a quote); -1 for a control character. */
-static int gp_quote(FILE *f, const char *s) {
-    fputc('\'', f);
-    for (; *s; s++) {
-        if ((unsigned char)*s < 0x20) return -1;
-        if (*s == '\'') fputc('\'', f);
-        fputc(*s, f);
-    }
-    fputc('\'', f);
-    return 0;
-}
-
-/* A datablock of (step, scale * field) over the points with a finite value; returns the count. */
-static size_t datablock(FILE *f, const char *name, const runlog_point *p, size_t n,
-                        runlog_field field, double scale) {
-    size_t k = 0;
-    fprintf(f, "$%s << EOD\n", name);
-    for (size_t i = 0; i < n; i++)
-        if (p[i].has & 1u << field && isfinite(p[i].v[field]))
-            fprintf(f, "%lld %.9g\n", (long long)p[i].step, scale * p[i].v[field]), k++;
-    fprintf(f, "EOD\n");
-    return k;
-}
 
 /* The plot of a series without one finite value: an empty frame saying so. */
 #define EMPTY "[0:1] [0:1] 1/0 title 'no data (every value null)'"
@@ -268,20 +253,6 @@ static int write_script(const char *script, const char *out, const char *run, co
     return 0;
 }
 
-static int on_path(const char *prog) {
-    const char *path = getenv("PATH");
-    char buf[4096];
-    while (path && *path) {
-        size_t n = strcspn(path, ":");
-        if (n && n < sizeof buf - strlen(prog) - 2) {
-            snprintf(buf, sizeof buf, "%.*s/%s", (int)n, path, prog);
-            if (access(buf, X_OK) == 0) return 1;
-        }
-        path += n + (path[n] == ':');
-    }
-    return 0;
-}
-
 /* gnuplot SCRIPT; its messages go to our stderr. Returns 0 or TSR_EXIT_DATA after reporting. */
 /* a DPO run's metrics (dpo.png is drawn) */
 static int dpo_run(const runlog *rl) {
@@ -329,10 +300,12 @@ static int run_gnuplot(const char *script, const char *out, int dpo, int saves) 
 }
 
 int cmd_report(int argc, char **argv) {
-    const char *out = NULL;
-    int rc = cli_parse(&report_cli, argc, argv, report_on_opt, &out);
+    report_args a = {0};
+    int rc = cli_parse(&report_cli, argc, argv, report_on_opt, &a);
     if (rc) return rc < 0 ? 0 : rc;
+    const char *out = a.out;
     if (optind >= argc) return cli_usage_error(&report_cli, "no RUN_DIR given", NULL);
+    if (a.compare) return report_compare(argc - optind, argv + optind, out);
     if (optind + 1 < argc)
         return cli_usage_error(&report_cli, "unexpected operand: ", argv[optind + 1]);
     const char *run_dir = argv[optind];
@@ -385,6 +358,10 @@ int cmd_report(int argc, char **argv) {
         printf(" (dashed lines on the plots)\n");
     }
     printf("summary:    %s\n", summary);
+    if ((rc = write_cost(metrics, out))) {
+        runlog_free(&rl);
+        return rc;
+    }
     const char *base = strrchr(run_dir, '/');
     base = base && base[1] ? base + 1 : run_dir;
     rc = write_script(script, out, base, &rl);

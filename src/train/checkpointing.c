@@ -9,11 +9,13 @@
  * back. */
 #include "train/checkpointing.h"
 
+#include <math.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt.h"
 #include "model/ckpt_model.h"
@@ -22,6 +24,7 @@
 #include "gpu/gpu_train.h"
 #include "train/metrics.h"
 #include "train/train_data.h"
+#include "train/watchdog.h"
 
 #ifndef TSR_VERSION
 #define TSR_VERSION "unknown"
@@ -43,7 +46,34 @@ static int imported(const char *init_arg) {
     return init_arg && importer && (importer->is_source(init_arg) || adapter_dir(init_arg));
 }
 
-static void on_stop_signal(int sig) { stop_signal = sig; } /* a flag only: never save here */
+/* A SIGTERM while steps run also arms a timer of stop_grace seconds (checkpointing_step_done: 3
+ * steps, 5 s at least; 0 before the first step): a rank that reaches no step boundary in that time
+ * cannot honour the stop, typically because it waits in a collective for a rank that died (srun's
+ * --kill-on-bad-exit SIGTERMs the survivors of a crashed rank). It exits 143 at once instead of
+ * hanging until Slurm's SIGKILL: a step that holds its slurmstepd for KillWait seconds outlives
+ * slurmctld's MessageTimeout, and the retried signal later cancels the requeued start's step of the
+ * same id. A checkpoint save or an evaluation in progress re-arms the timer: those are not cut. */
+static volatile sig_atomic_t stop_grace;
+static double step_mean; /* seconds per step, a running mean */
+
+static void on_stop_signal(int sig) { /* a flag (and the timer) only: never save here */
+    stop_signal = sig;
+    if (sig == SIGTERM && stop_grace > 0) alarm((unsigned)stop_grace);
+}
+
+static void on_stop_overdue(int sig) {
+    (void)sig;
+    if (watchdog_saving_or_evaluating()) {
+        alarm((unsigned)stop_grace);
+        return;
+    }
+    static const char msg[] = "tessera-train: SIGTERM and no step boundary reached within the stop's "
+                              "grace time: this rank is stuck (a peer rank gone?); exiting 143 "
+                              "without a checkpoint (the last committed one stands)\n";
+    ssize_t n = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)n;
+    _exit(128 + SIGTERM);
+}
 
 void checkpointing_install_signals(void) {
     struct sigaction sa;
@@ -53,6 +83,14 @@ void checkpointing_install_signals(void) {
     sa.sa_flags = SA_RESTART;
     sigaction(SIGUSR1, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sa.sa_handler = on_stop_overdue;
+    sigaction(SIGALRM, &sa, NULL);
+}
+
+void checkpointing_step_done(double step_seconds) {
+    step_mean = step_mean > 0 ? 0.9 * step_mean + 0.1 * step_seconds : step_seconds;
+    double grace = ceil(3.0 * step_mean);
+    stop_grace = (sig_atomic_t)(grace < 5.0 ? 5.0 : grace > 3600.0 ? 3600.0 : grace);
 }
 
 /* The checkpoint read at start: checkpointing_resume runs before run_dir is opened (a refused start
@@ -386,6 +424,7 @@ int checkpointing_boundary(tsr_trainer *t, int *stop) {
     int64_t v[2] = {stop_signal != 0, t->ck.pending && !ckpt_save_written(t->ck.pending)};
     dist_allreduce_sum_i64(v, 2); /* every rank learns of a signal and of a writer still busy */
     *stop = v[0] > 0;
+    if (*stop) alarm(0); /* the ranks all reached the boundary: the stop goes ahead (no grace) */
     return t->ck.pending && v[1] == 0 ? commit_pending(t) : 0;
 }
 

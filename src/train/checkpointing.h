@@ -26,8 +26,12 @@ typedef struct checkpointing_importer {
 } checkpointing_importer;
 void checkpointing_use_importer(const checkpointing_importer *imp);
 
-/* SIGUSR1 and SIGTERM only set a flag (never checkpoint from a handler). */
+/* SIGUSR1 and SIGTERM only set a flag (never checkpoint from a handler); a SIGTERM while steps run
+ * also gives the rank a grace time to reach the next step boundary, after which a stuck rank exits
+ * 143 (docs/tessera-train.md "STOP REQUESTS"). */
 void checkpointing_install_signals(void);
+/* After each step: its wall time, which sets the SIGTERM's grace time (3 steps, 5 s at least). */
+void checkpointing_step_done(double step_seconds);
 /* At a step boundary, one all-reduce: did any rank get a stop signal (*stop), and has every rank's
  * background writer finished? If so the save in flight is committed here (the CRCs agreed, the
  * rename, `latest`, keep_last retention). 0, or an exit code: a background write that failed on

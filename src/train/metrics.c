@@ -14,6 +14,8 @@
 
 #include "common.h"
 #include "tokenizer/tokenizer.h"
+#include "train/account.h"
+#include "train/metrics_prom.h"
 #include "train/tboard.h"
 
 /* Peak dense FLOP/s per device (per rank). GPUs: bf16 dense from the vendors' datasheets.
@@ -247,6 +249,7 @@ int metrics_save_config(const tsr_trainer *t) {
 }
 
 int metrics_open_run_dir(tsr_trainer *t) {
+    TSR_CHECK(metrics_prom_check(t)); /* (before run_dir is written) */
     char path[1200];
     if (mkdir_p(t->cfg.run_dir) != 0) {
         tsr_error("run_dir = \"%s\": cannot create: %s", t->cfg.run_dir, strerror(errno));
@@ -412,6 +415,7 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
                1e3 * st->step_time, mem, eta);
         fflush(stdout);
     }
+    metrics_prom_step(t, st, tok_s, mfu, avg * (double)(t->total_steps - st->step));
     if (t->out.metrics) {
         /* JSON has no NaN or Inf: a non-finite value is null (a zero step time from a coarse
          * clock would make the rates infinite) */
@@ -497,6 +501,7 @@ void metrics_log_guard(const tsr_trainer *t, const char *action, const tsr_step_
 void metrics_log_rollback(const tsr_trainer *t, int64_t from_step, const char *path, int64_t lo,
                           int64_t hi) {
     if (t->dist.rank != 0) return;
+    account_rolled_back(from_step, t->step); /* the steps after the restored one: lost */
     long long gb = (long long)t->cfg.global_batch;
     printf("guard: rollback at step %lld to step %lld (%s); skipping data batches [%lld, %lld) = "
            "global samples [%lld, %lld); rollback %lld of %lld\n",
@@ -532,6 +537,7 @@ static void checkpoint_record(const tsr_trainer *t, const char *what, int64_t st
 void metrics_log_checkpoint(const tsr_trainer *t, const char *what, const char *path,
                             double seconds, uint64_t bytes) {
     if (t->dist.rank != 0) return;
+    account_add(ACC_LOAD, seconds); /* (saves: metrics_log_save) */
     checkpoint_record(t, what, t->step, path, seconds, bytes);
     printf("\n");
     fflush(stdout);
@@ -541,6 +547,8 @@ void metrics_log_checkpoint(const tsr_trainer *t, const char *what, const char *
 void metrics_log_save(const tsr_trainer *t, int64_t step, const char *path, const ckpt_stats *st,
                       int async) {
     if (t->dist.rank != 0) return;
+    account_add(ACC_SAVE, st->blocking); /* the time training stood still for it (goodput) */
+    metrics_prom_saved(t);
     checkpoint_record(t, "save", step, path, st->seconds, st->bytes);
     if (async)
         printf(" | blocking %.3f s (snapshot %.3f s); written in the background in %.3f s, "
@@ -584,7 +592,57 @@ void metrics_log_start(tsr_trainer *t) {
     if (t->dist.rank != 0 || !t->out.metrics) return;
     fprintf(t->out.metrics, "{\"event\": \"start\", \"step\": %lld, \"world\": %d",
             (long long)t->step, t->dist.world);
+    account_start_fields(t, t->out.metrics); /* when and what this start holds (account.h) */
     metrics_end_record(t->out.metrics);
+}
+
+/* A number or null (JSON has no NaN) as `, "key": v`. */
+static void put_num(FILE *f, const char *key, double v) {
+    if (isfinite(v)) fprintf(f, ", \"%s\": %.6g", key, v);
+    else fprintf(f, ", \"%s\": null", key);
+}
+
+static void account_record(FILE *f, const acc_start *s, int rc) {
+    const double h = s->wall / 3600;
+    fprintf(f, "{\"event\": \"account\", \"step\": %lld, \"exit\": %d, \"wall_s\": %.6g",
+            (long long)s->step, rc, s->wall);
+    for (int p = 0; p < ACC_PARTS; p++)
+        fprintf(f, ", \"%s\": %.6g", account_part_key((acc_part)p), s->s[p]);
+    fprintf(f, ", \"goodput\": %.6g, \"ranks\": %d, \"gpus\": %d, \"threads\": %d, "
+               "\"gpu_hours\": %.6g, \"cpu_hours\": %.6g, \"core_hours\": %.6g",
+            s->wall > 0 ? s->s[ACC_STEPS] / s->wall : 0, s->ranks, s->gpus, s->threads,
+            s->gpus * h, s->ranks * h, s->ranks * s->threads * h);
+    put_num(f, "gpu_energy_j", s->gpu_j);
+    put_num(f, "cpu_energy_j", s->cpu_j);
+    metrics_end_record(f);
+}
+
+static void energy_words(char *buf, size_t n, const char *what, double j, int gpu) {
+    if (isfinite(j)) snprintf(buf, n, "%s %.4g kWh", what, j / 3.6e6);
+    else snprintf(buf, n, "%s not measured (%s)", what, account_energy_why(gpu));
+}
+
+void metrics_log_account(const tsr_trainer *t, int rc, const acc_start *s) {
+    if (t->dist.rank != 0 || !t->out.metrics) return;
+    metrics_prom_end(t, rc);
+    account_record(t->out.metrics, s, rc);
+    char ge[256], ce[256], path[1200], line[400];
+    energy_words(ge, sizeof ge, "GPU energy", s->gpu_j, 1);
+    energy_words(ce, sizeof ce, "CPU package energy", s->cpu_j, 0);
+    printf("cost: this start %.1f s x %d rank%s: %.4g GPU-h, %.4g CPU-h, goodput %.1f%%; %s; %s\n",
+           s->wall, s->ranks, s->ranks > 1 ? "s" : "", s->gpus * s->wall / 3600,
+           s->ranks * s->wall / 3600, s->wall > 0 ? 100 * s->s[ACC_STEPS] / s->wall : 0, ge, ce);
+    acc_run r; /* the run so far, every start of run_dir (its own file: an error is not expected) */
+    snprintf(path, sizeof path, "%s/metrics.jsonl", t->cfg.run_dir);
+    if (account_read(&r, path) == 0 && r.n > 0) {
+        account_line(&r, t->step, line, sizeof line);
+        printf("cost: run so far: %s\n", line);
+        fflush(stdout);
+        if (account_comment_file(line) == 1)
+            printf("cost: the line for the job's comment in TSR_COMMENT_FILE (the hook sets it)\n");
+    }
+    account_free(&r);
+    fflush(stdout);
 }
 
 void metrics_log_eval(tsr_trainer *t, double val_loss) {

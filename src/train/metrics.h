@@ -4,6 +4,7 @@
 #define TSR_METRICS_H
 
 #include "ckpt.h"
+#include "train/account.h"
 #include "train/train_state.h"
 
 /* Peak FLOP/s of one rank by device name ("cpu", "H100", ...): the table in docs/mfu.md.
@@ -28,6 +29,9 @@ void metrics_log_micro(const tsr_trainer *t, int from, int micro, int64_t failed
 void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st);
 void metrics_log_eval(tsr_trainer *t, double val_loss);
 void metrics_finish(tsr_trainer *t);
+/* The end of a start (rank 0): its {"event": "account"} record (account.h), the log's "cost:"
+ * lines for it and for the run so far, and under Slurm the job's comment. rc: the exit code. */
+void metrics_log_account(const tsr_trainer *t, int rc, const acc_start *s);
 /* A checkpoint read ("resume", "init-from", "rollback"): time, bytes and bytes/s, in the log and
  * the JSONL (rank 0). */
 void metrics_log_checkpoint(const tsr_trainer *t, const char *what, const char *path,

@@ -22,8 +22,10 @@
 #include "hf/hf_importer.h"
 #include "ops.h"
 #include "runlock.h"
+#include "train/binding.h"
 #include "train/checkpointing.h"
 #include "train/timeplan.h"
+#include "train/metrics_prom.h"
 #include "train/trainer.h"
 
 #ifndef TSR_VERSION
@@ -189,10 +191,12 @@ static void banner(const tsr_dist *d, const tsr_config *cfg, int threads) {
  * takes RUN_DIR/tessera.lock before the checkpoint is read and anything is written; every rank
  * learns the outcome. A second trainer on the directory is refused here, having written nothing.
  * *made: rank 0 created RUN_DIR for the lock (removed again if the start fails). */
-static int lock_run_dir(const tsr_dist *d, const tsr_config *cfg, tsr_lock *lock, int *made) {
+static int lock_run_dir(const tsr_dist *d, const tsr_trainer *t, tsr_lock *lock, int *made) {
+    const tsr_config *cfg = &t->cfg;
     int64_t rc = 0;
     *made = 0;
-    if (d->rank == 0) {
+    /* what would stop the start once run_dir is open is refused before the lock makes run_dir */
+    if (d->rank == 0 && !(rc = metrics_prom_check(t))) {
         char path[sizeof cfg->run_dir + 16];
         struct stat st;
         *made = stat(cfg->run_dir, &st) != 0;
@@ -236,11 +240,13 @@ int main(int argc, char **argv) {
     banner(&pd, &cfg, t.be.threads);
     if (tp) timeplan_print(tp, &t);
     timeplan_close(tp);
+    if (c.plan_world == 0) /* where each rank runs: its cores, NUMA node and GPU (collective) */
+        binding_print(&d, cfg.device == TSR_DEVICE_CUDA ? d.local_rank : -1);
     tsr_lock lock = {0}; /* held until exit (tsr_exit below): released then */
     if (!c.dry_run) {
         int made = 0, opened = 0;
         checkpointing_install_signals();
-        rc = lock_run_dir(&d, &cfg, &lock, &made);
+        rc = lock_run_dir(&d, &t, &lock, &made);
         /* the checkpoint is read (and a model that differs from the config's refused) before
          * anything is written in run_dir */
         if (!rc) rc = checkpointing_resume(&t, c.resume, c.init_from);

@@ -11,6 +11,7 @@
 
 #include "common.h"
 #include "tokenizer/tokenizer.h"
+#include "train/binding.h"
 #include "train/checkpointing.h"
 #include "train/dpo.h"
 #include "train/dpo_ref.h"
@@ -297,10 +298,17 @@ static const trainer_strategy *trainer_pick_strategy(const tsr_trainer *t) {
     return muon ? &strategy_ddp_muon : &strategy_ddp;
 }
 
-/* Threads per rank: the config's value, else the node's cores shared among its ranks. */
+/* Threads per rank: the config's value, else the cores Slurm gave the task: one per core of the
+ * rank's CPU set when it was bound to fewer cores than the node has (srun --cpu-bind), else
+ * SLURM_CPUS_PER_TASK when Slurm set it (a cluster whose task plugin does not bind), else the
+ * node's cores shared among its ranks. */
 static int pick_threads(const tsr_config *cfg, const tsr_dist *d) {
     if (cfg->threads > 0) return cfg->threads;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int bound = binding_cores();
+    if (bound > 0 && bound < cores) return bound;
+    const char *cpt = getenv("SLURM_CPUS_PER_TASK");
+    if (cpt && atoi(cpt) > 0 && atoi(cpt) <= 4096) return atoi(cpt);
     int n = (int)(cores / (d->local_world > 0 ? d->local_world : 1));
     return n > 0 ? n : 1;
 }
@@ -937,6 +945,7 @@ static int stop_on_request(tsr_trainer *t) {
 
 /* The evaluations due after this step: validation loss, the ICL tasks. */
 static void evaluate(tsr_trainer *t) {
+    const double t0 = tsr_now();
     if (t->data.val) {
         watchdog_phase(WD_EVAL, t->step);
         metrics_log_eval(t, trainer_eval(t));
@@ -949,6 +958,7 @@ static void evaluate(tsr_trainer *t) {
                      t->out.tb);
         trainer_eval_scope(t, 0);
     }
+    account_add(ACC_EVAL, tsr_now() - t0);
 }
 
 /* parallel.expert: the bytes the experts' exchange sent between ranks in this process's steps,
@@ -1001,6 +1011,8 @@ static void end_of_run_sample(tsr_trainer *t) {
  * after a rollback, else an exit code (TSR_EXIT_SLOW after a checkpoint). */
 static int after_step(tsr_trainer *t, const tsr_step_stats *st) {
     int rc;
+    account_step(t, st->step_time);
+    checkpointing_step_done(st->step_time);
     metrics_log_step(t, st);
     if (st->phase_switch)
         metrics_log_guard_note(t, "restart-window", st, "a data-mix curriculum phase starts "
@@ -1032,7 +1044,7 @@ static int stop_run(tsr_trainer *t, int rc) {
     return rc;
 }
 
-int trainer_run(tsr_trainer *t) {
+static int run_steps(tsr_trainer *t) {
     tsr_step_stats st;
     watchdog_start(t);
     while (t->step < t->total_steps) {
@@ -1059,6 +1071,17 @@ int trainer_run(tsr_trainer *t) {
     metrics_finish(t);
     end_of_run_sample(t);
     return TSR_EXIT_OK;
+}
+
+/* The steps, between the accounting of this start (train/account.h): its record is written
+ * whichever way the steps end (finished, 85, 86, the guard's stop) */
+int trainer_run(tsr_trainer *t) {
+    account_run_begin(t);
+    int rc = run_steps(t);
+    acc_start s;
+    account_close(t, &s);
+    metrics_log_account(t, rc, &s);
+    return rc;
 }
 
 void trainer_free(tsr_trainer *t) {

@@ -50,6 +50,11 @@ void watchdog_phase(tsr_wd_phase phase, int64_t step) {
     atomic_store(&wd.phase, (int)phase);
 }
 
+int watchdog_saving_or_evaluating(void) {
+    int ph = atomic_load(&wd.phase);
+    return ph == WD_CHECKPOINT || ph == WD_EVAL;
+}
+
 static void *hang_thread(void *arg) {
     (void)arg;
     struct timespec nap = {0, 200 * 1000 * 1000};

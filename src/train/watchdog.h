@@ -28,5 +28,7 @@ void watchdog_phase(tsr_wd_phase phase, int64_t step);
  * the run must checkpoint and exit 86 (rank 0 has printed why and logged it), else 0. */
 int watchdog_after_step(struct tsr_trainer *t, const struct tsr_step_stats *st);
 void watchdog_stop(void);
+/* Whether the main thread is saving a checkpoint or evaluating (async-signal-safe: one atomic load). */
+int watchdog_saving_or_evaluating(void);
 
 #endif

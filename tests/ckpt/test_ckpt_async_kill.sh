@@ -96,8 +96,10 @@ for k in 1 2 3 4 5 6 7 8 9 10; do
     tap_check $ok "trial $k: after the SIGKILL latest and every step-*.h5 are whole; the rerun from $latest ends bit for bit like the uninterrupted run"
     rm -rf "$dir"
 done
-((mid >= 3 && landed == 10))
-tap_check $? "every SIGKILL stopped its run before its end ($landed of 10); of the 5 slowed trials, $mid landed in the middle of a background write (a .tmp whose step never committed; want 3 or more)"
+# (an unslowed run of 6 steps may end before a kill of up to 100 ms after step 2-4 lands: on a
+# quiet machine it does; the slowed trials' runs outlast theirs)
+((mid >= 3 && landed >= 5))
+tap_check $? "at least half of the SIGKILLs stopped their run before its end ($landed of 10); of the 5 slowed trials, $mid landed in the middle of a background write (a .tmp whose step never committed; want 3 or more)"
 
 args+=(--set save_interval=2ba)
 TSR_FAULT=usr1:5:0 TSR_CKPT_FAULT=slow-write:20 run "$TMP/U" >"$TMP/U.txt" 2>&1

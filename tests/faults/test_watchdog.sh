@@ -5,11 +5,12 @@
 #  - a healthy run with the same settings never trips it;
 #  - an MFU floor nobody reaches -> exit 86 naming the MFU;
 #  - a rank stuck in a step (hang_timeout) -> every rank names its phase, the run aborts (exit 3);
-#  - stop requests still reach the trainer while the hang thread runs; bad settings exit 1.
+#  - stop requests still reach the trainer while the hang thread runs; bad settings exit 1;
+#  - a SIGTERM to a rank waiting for a hung peer: exit 143 after the stop's grace time (5 s).
 # shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 8
+tap_plan 9
 make_synth "$TMP/data"
 args=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set data.tokenizer=
       --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
@@ -49,6 +50,30 @@ tap_check $? "rank 1 stuck in step 5: it names its phase (forward/backward) and 
 grep -q '\[rank 0 .*\] watchdog: step 5 stuck in gradient reduction' "$TMP/G.txt" ||
     grep -q 'MPI_ABORT was invoked on rank 1' "$TMP/G.txt"
 tap_check $? "the waiting rank names its phase too (gradient reduction), or the abort from rank 1 ended it first"
+
+# A SIGTERM to a rank that waits in a collective for a peer that never comes (rank 1 hangs in step
+# 5, no hang_timeout): it cannot reach a step boundary, so after the stop's grace time (5 s here) it
+# exits 143 instead of hanging until a SIGKILL (under Slurm: KillWait later, which outlived
+# slurmctld's MessageTimeout, and the retried signal cancelled the requeued start's step).
+TSR_FAULT=hang:5:1 "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$TMP/T" --set log_interval=1 \
+    >"$TMP/T.txt" 2>&1 &
+mp=$!
+r0=
+for _ in $(seq 600); do # rank 0's pid (its environment names its rank) once it logged step 4
+    for p in $(pgrep -P "$mp" tessera-train); do
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=0 && r0=$p
+    done
+    [[ -n $r0 ]] && grep -q '^{"step": 4,' "$TMP/T/metrics.jsonl" 2>/dev/null && break
+    sleep 0.1
+done
+sleep 1 # rank 0 is in step 5's gradient reduction, waiting for rank 1
+kill -TERM "$r0" 2>/dev/null
+for _ in $(seq 600); do kill -0 "$r0" 2>/dev/null || break; sleep 0.1; done
+gone=$(kill -0 "$r0" 2>/dev/null && echo "still running after 60 s" || echo "exited")
+kill -9 "$mp" "$r0" 2>/dev/null
+wait "$mp" 2>/dev/null
+[[ -n $r0 && $gone == exited ]] && grep -q 'SIGTERM and no step boundary reached within the stop.s grace time' "$TMP/T.txt"
+tap_check $? "SIGTERM to rank 0 (pid ${r0:-?}) waiting for a hung peer: $gone, exit 143 saying why, no SIGKILL needed"
 
 TSR_FAULT=usr1:5:0 run "$TMP/U" --set watchdog.hang_timeout=30 >"$TMP/U.txt" 2>&1
 tap_check $(($? != 85)) "SIGUSR1 with the hang thread running: still a stop request (exit 85)"

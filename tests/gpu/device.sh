@@ -33,6 +33,9 @@
 #                        that shape beside them (bench/gpu/ring_torch.py) (a table; the goal:
 #                        the blocks within 10% of the kernel; docs/benchmarks.md). Not yet run
 #                        on a GPU
+#             account    tests/gpu/test_account_gpu.sh: a run's GPU energy from NVML (the cost
+#                        accounting, docs/site.md), its average power in range, the rank's GPU
+#                        in the banner (~30 s)
 #           bash tests/gpu/device.sh bench MODEL     bench/gpu/run.sh (tessera vs PyTorch) for one
 #                                                   model (default gpt2-124m); its settings from
 #                                                   the environment (TESSERA_ARGS, MICRO_BATCH, ...)
@@ -334,7 +337,7 @@ ring_stage() {
 }
 
 # the stages of `check`, in their order
-STAGES=(memcheck racecheck synccheck ops train ckpt ring)
+STAGES=(memcheck racecheck synccheck ops train ckpt ring account)
 
 check() {
     setup
@@ -370,6 +373,7 @@ check() {
                        bash tests/run.sh || r=$? ;;
             ckpt) limited "$logs/$st.txt" bash tests/gpu/ckpt_async_gpu.sh || r=$? ;;
             ring) ring_stage "$logs/$st.txt" || r=$? ;;
+            account) limited "$logs/$st.txt" env TESTS="test_account_gpu" bash tests/run.sh || r=$? ;;
         esac
         if ((r == 125)); then not_run+=("$st"); continue; fi
         ((r == 0)) || rc=1

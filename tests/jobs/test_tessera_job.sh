@@ -8,7 +8,7 @@
 # shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 15
+tap_plan 19
 J=$TSR_ROOT/jobs/tessera-job
 
 # stand-ins: srun writes its argv, NUL-terminated, to $TMP/argv and exits 0
@@ -36,7 +36,7 @@ base=(NODES=2 TASKS_PER_NODE=4 GPUS_PER_NODE=0 CPUS_PER_TASK=1 WALLTIME=0:10:00)
 # run_job NAME: execute $TMP/NAME.sbatch as sbatch would start it (bash, in a job), argv to
 # $TMP/NAME.argv; returns the script's exit status
 run_job() {
-    (cd "$TMP" && env -i PATH="$BIN:/usr/bin:/bin" HOME="$TMP" TESSERA_ROOT="$TMP/root" \
+    (cd "$TMP" && env -i PATH="$BIN:/usr/bin:/bin" HOME="$TMP" TESSERA_ROOT="$TMP/root" ${JOB_ENV[@]+"${JOB_ENV[@]}"} \
         SLURM_JOB_ID=7 TSR_PREFLIGHT=off ARGV_OUT="$TMP/$1.argv" BASH_FUNC_module%%="() { :; }" \
         bash "$TMP/$1.sbatch" >"$TMP/$1.out" 2>&1)
 }
@@ -63,11 +63,11 @@ syntax_ok() {
 
 # each template, hostile values, the shell part executed
 "$J" pretrain "${base[@]}" RUN_DIR="$v_run" CONFIG="$v_cfg" >"$TMP/pretrain.sbatch" && syntax_ok pretrain &&
-    run_job pretrain && argv_is pretrain --mpi=pmix --kill-on-bad-exit=1 tessera-train --config "$v_cfg" \
+    run_job pretrain && argv_is pretrain --mpi=pmix --kill-on-bad-exit=1 --cpu-bind=cores tessera-train --config "$v_cfg" \
     --set "run_dir=$v_run" --set threads=0 && no_pwned
 tap_check $? "pretrain: RUN_DIR and CONFIG with ; \$() backticks quotes newline @KEY@ reach tessera-train byte for byte, nothing planted runs"
 "$J" finetune "${base[@]}" RUN_DIR="$v_cfg" CONFIG="$v_run" INIT_FROM="$v_init" >"$TMP/finetune.sbatch" &&
-    syntax_ok finetune && run_job finetune && argv_is finetune --mpi=pmix --kill-on-bad-exit=1 tessera-train \
+    syntax_ok finetune && run_job finetune && argv_is finetune --mpi=pmix --kill-on-bad-exit=1 --cpu-bind=cores tessera-train \
     --config "$v_run" --init-from "$v_init" --set "run_dir=$v_cfg" --set threads=0 && no_pwned
 tap_check $? "finetune: RUN_DIR, CONFIG, INIT_FROM (leading -, \${}, tab, |, >, #) byte for byte"
 "$J" eval "${base[@]}" CKPT="$v_ckpt" CONFIG="$v_cfg" OUT="$v_out" >"$TMP/eval.sbatch" && syntax_ok eval &&
@@ -160,4 +160,39 @@ ok=0
 for t in "$TSR_ROOT"/jobs/*.sbatch; do bash -n "$t" && ok=$((ok + 1)); done
 ((ok == 4))
 tap_check $? "the 4 shipped templates parse (bash -n) as they are"
+# ---- binding (tsr_bind) ----
+JOB_ENV=(SLURM_GPUS_ON_NODE=4 TSR_THREADS=3)
+run_job pretrain && argv_is pretrain --mpi=pmix --kill-on-bad-exit=1 --cpu-bind=cores --gpu-bind=closest \
+    tessera-train --config "$v_cfg" --set "run_dir=$v_run" --set threads=3 &&
+    grep -q "binding: srun --cpu-bind=cores --gpu-bind=closest$" "$TMP/pretrain.out"
+tap_check $? "a job with GPUs: --cpu-bind=cores --gpu-bind=closest, logged; TSR_THREADS"
+JOB_ENV=(SLURM_GPUS_ON_NODE=4 TSR_CPU_BIND=none TSR_GPU_BIND=map_gpu:1,0)
+run_job pretrain && argv_is pretrain --mpi=pmix --kill-on-bad-exit=1 --gpu-bind=map_gpu:1,0 \
+    tessera-train --config "$v_cfg" --set "run_dir=$v_run" --set threads=0
+tap_check $? "TSR_CPU_BIND=none leaves the CPU binding to the site; TSR_GPU_BIND names another GPU binding"
+JOB_ENV=()
+
+# ---- sweep: the array and each task's settings ----
+"$J" sweep pretrain "${base[@]}" RUN_DIR="$v_run" CONFIG="$v_cfg" --grid optim.lr=1e-3,3e-3 \
+    --grid "data.val=a b;touch $P-val,c" --max-parallel 2 >"$TMP/sweep.sbatch" && syntax_ok sweep &&
+    grep -q '^#SBATCH --array=0-3%2$' "$TMP/sweep.sbatch" && grep -q '^#SBATCH --output=%x-%A_%a.log' "$TMP/sweep.sbatch" &&
+    JOB_ENV=(SLURM_ARRAY_TASK_ID=1) && run_job sweep &&
+    argv_is sweep --mpi=pmix --kill-on-bad-exit=1 --cpu-bind=cores tessera-train --config "$v_cfg" \
+        --set "run_dir=$v_run/1_lr=1e-3_val=c" --set threads=0 --set optim.lr=1e-3 --set data.val=c &&
+    JOB_ENV=(SLURM_ARRAY_TASK_ID=2) && run_job sweep &&
+    argv_is sweep --mpi=pmix --kill-on-bad-exit=1 --cpu-bind=cores tessera-train --config "$v_cfg" \
+        --set "run_dir=$v_run/2_lr=3e-3_val=a_b_touch_${P//[^A-Za-z0-9._=+-]/_}-val" --set threads=0 \
+        --set optim.lr=3e-3 --set "data.val=a b;touch $P-val" && no_pwned
+tap_check $? "sweep: a 2x2 grid is one --array=0-3%2 job, task 1 and task 2 run with their settings (byte for byte) in RUN_DIR/TASK"
+JOB_ENV=()
+bad=0
+for a in "--grid run_dir=x,y" "--grid optim.lr=" "--grid Bad.Key=1" "--list optim.lr=1 --grid seed=1" ""; do
+    # shellcheck disable=SC2086 # the words of each case
+    "$J" sweep pretrain "${base[@]}" RUN_DIR=r CONFIG=c $a >"$TMP/bad.sbatch" 2>"$TMP/bad.err" && bad=$((bad + 1))
+    [[ -s $TMP/bad.sbatch ]] && bad=$((bad + 1))
+done
+"$J" sweep eval "${base[@]}" CKPT=c CONFIG=c OUT=o --grid seed=1,2 >"$TMP/bad.sbatch" 2>"$TMP/bad.err" && bad=$((bad + 1))
+grep -q "no RUN_DIR=@RUN_DIR@ line" "$TMP/bad.err" || bad=$((bad + 1))
+((bad == 0))
+tap_check $? "sweep refuses run_dir, an empty value, a bad key, --grid with --list, no setting, a template without RUN_DIR (exit 1, nothing printed)"
 tap_done

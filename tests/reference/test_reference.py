@@ -64,7 +64,11 @@ BUILD = os.path.join(ROOT, os.environ.get("BUILD", "build"))
 REF_DUMP = os.path.join(BUILD, "tests", "ref_dump")
 RING_DUMP = os.path.join(BUILD, "tests", "ring_dump")
 TESSERA = os.path.join(BUILD, "tessera")
-for exe in (REF_DUMP, RING_DUMP, TESSERA):
+# TSR_RUN_WRAPPER: a command the two binaries run under, e.g. qemu-aarch64 for the aarch64 cross
+# build (tests/install/test_aarch64.sh: this test's CPU side on another architecture)
+WRAP = os.environ.get("TSR_RUN_WRAPPER", "").split()
+# (ring_dump, an MPI program, is not in that NO_MPI cross build: its cases are not run there)
+for exe in (REF_DUMP, TESSERA) + (() if WRAP else (RING_DUMP,)):
     if not os.access(exe, os.X_OK):
         skip(f"{exe} is missing (run make first)")
 
@@ -214,6 +218,14 @@ CONFIGS = [
          model=dict(MOE, activation_checkpointing='"block"')),
     dict(name="moe-shared", grad_clip=MOE_SHARED_CLIP, seed=MOE_SHARED_SEED, model=MOE_SHARED),
 ]
+# TSR_REF_CASES: a comma list of the names above to run (default: all); an unknown name stops it
+if os.environ.get("TSR_REF_CASES"):
+    _want = os.environ["TSR_REF_CASES"].split(",")
+    _unknown = [w for w in _want if w not in [c["name"] for c in CONFIGS]]
+    if _unknown:
+        sys.exit(f"test_reference.py: TSR_REF_CASES names {_unknown}: expected names of "
+                 f"{[c['name'] for c in CONFIGS]}")
+    CONFIGS = [c for c in CONFIGS if c["name"] in _want]
 
 
 # ---- TAP ---------------------------------------------------------------------------------------
@@ -249,7 +261,7 @@ def make_dataset(tmp, name, eot=None):
         for i in range(0, n, 16):
             f.write(" ".join(f"{t}:{m}" for t, m in zip(tokens[i:i + 16], mask[i:i + 16])) + "\n")
     out = os.path.join(tmp, "data-" + name)
-    r = subprocess.run([TESSERA, "shard", "--out", out, "--vocab", str(VOCAB), "--mask", txt],
+    r = subprocess.run([*WRAP, TESSERA, "shard", "--out", out, "--vocab", str(VOCAB), "--mask", txt],
                        capture_output=True, text=True)
     return out, tokens, mask, r
 
@@ -780,7 +792,7 @@ def run_config(tap, cfg, tmp, data_dir, tokens, mask):
     cfg_path = os.path.join(tmp, name + ".cfg")
     out = os.path.join(tmp, name + ".h5")
     write_config(cfg_path, cfg, tmp, data_dir)
-    r = subprocess.run([REF_DUMP, cfg_path, out], capture_output=True, text=True, env=run_env())
+    r = subprocess.run([*WRAP, REF_DUMP, cfg_path, out], capture_output=True, text=True, env=run_env())
     if not tap.ok(r.returncode == 0 and os.path.exists(out),
                   f"{name}: ref_dump {os.path.basename(cfg_path)} exits 0 (rc {r.returncode})"):
         tap.diag((r.stdout + r.stderr)[-3000:])

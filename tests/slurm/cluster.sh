@@ -124,22 +124,9 @@ wait_idle() {
     done
 }
 
-# free_ports N: N distinct TCP ports below the ephemeral range that no socket of this host uses
-# (any state, IPv4 or IPv6) and that are not Slurm's defaults; random, so two instances started at
-# once rarely pick the same (a daemon that cannot bind makes `up` fail, never a shared port)
-free_ports() {
-    local used p n=0 tries=0
-    used=" 6817 6818 6819 "
-    while read -r p; do used+="$((16#$p)) "; done < <(awk 'FNR > 1 { n = split($2, a, ":"); print a[n] }' /proc/net/tcp /proc/net/tcp6 2>/dev/null)
-    while ((n < $1)); do
-        ((tries++ < 1000)) || die "no free TCP port found in 20000-31999"
-        p=$((20000 + RANDOM % 12000))
-        [[ $used == *" $p "* ]] && continue
-        used+="$p "
-        echo "$p"
-        n=$((n + 1))
-    done
-}
+# free_ports N: tests/ports.sh (shared with the monitoring test's node exporter)
+# shellcheck source=../ports.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../ports.sh"
 
 start_munge() {
     install -d -m 0755 "$DIR/munge"
@@ -177,6 +164,7 @@ write_hook() {
 write_config() {
     local prolog=$1 epilog=$2 hc=$3 n i nodelines="" mem ports
     mapfile -t ports < <(free_ports $((1 + ${#NODES[@]})))
+    ((${#ports[@]} == 1 + ${#NODES[@]})) || die "no free TCP ports for the cluster"
     printf '%s\n' "${ports[@]}" >"$DIR/ports"
     install -d "$DIR/state" "$DIR/log" "$DIR/hooks"
     # memory is not a consumable (CR_Core); advertise 90% of RAM, never more than slurmd detects

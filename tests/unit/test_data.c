@@ -163,9 +163,11 @@ static void test_crc(void) {
     tap_ok(bad_ref == 0, "table crc32c matches a bitwise reference on 300 odd-length buffers "
            "(%d wrong)", bad_ref);
     if (tsr_crc32c_hw())
-        tap_ok(bad_hw == 0, "SSE4.2 crc32c matches the table and the reference (%d wrong)", bad_hw);
+        tap_ok(bad_hw == 0, "the CPU's crc32c instruction (SSE4.2, ARMv8 CRC) matches the table "
+               "and the reference (%d wrong)", bad_hw);
     else
-        tap_skip("SSE4.2 crc32c matches the table", "CPU has no SSE4.2; table path only");
+        tap_skip("the CPU's crc32c instruction matches the table",
+                 "CPU has no SSE4.2 / ARMv8 CRC; table path only");
     tap_ok(tsr_crc32c(0, buf, 0) == 0 && tsr_crc32c(0x1234, buf, 0) == 0x1234,
            "crc32c of zero bytes leaves the value unchanged");
     free(buf);
