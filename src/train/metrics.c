@@ -2,6 +2,7 @@
  * event file run_dir/tb/ (rank 0 only; tags in docs/tracking.md). */
 #include "train/metrics.h"
 #include "train/dpo.h"
+#include "train/grpo.h"
 
 #include <errno.h>
 #include <math.h>
@@ -301,6 +302,26 @@ static void dpo_log(tsr_trainer *t) {
     }
 }
 
+/* objective = grpo: the step's figures (train/grpo.h grpo_metrics; docs/rl.md "Metrics"), into
+ * the metrics.jsonl record and the TensorBoard step */
+static void grpo_log(tsr_trainer *t, const tsr_step_stats *st) {
+    if (t->cfg.objective != TSR_OBJ_GRPO) return;
+    grpo_metric f[GRPO_NSTATS];
+    const int n = grpo_metrics(t, st, f);
+    for (int k = 0; k < n; k++) {
+        if (t->out.metrics) {
+            char num[32];
+            json_number(num, sizeof num, f[k].v);
+            fprintf(t->out.metrics, ", \"grpo_%s\": %s", f[k].name, num);
+        }
+        if (t->out.tb) {
+            char tag[64];
+            snprintf(tag, sizeof tag, "grpo/%s", f[k].name);
+            tboard_scalar(t->out.tb, tag, f[k].v);
+        }
+    }
+}
+
 /* the MoE part of a metrics.jsonl record and of the TensorBoard step (docs/moe.md) */
 static void moe_log(tsr_trainer *t) {
     if (!t->out.moe) return;
@@ -359,6 +380,12 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
                                   (s[DPO_CHOSEN_REWARD] - s[DPO_REJECTED_REWARD]) / P,
                                   s[DPO_ACCURACY] / P);
         }
+        if (t->cfg.objective == TSR_OBJ_GRPO) { /* docs/rl.md */
+            grpo_metric f[GRPO_NSTATS];
+            grpo_metrics(t, st, f);
+            o += (size_t)snprintf(aux, sizeof aux, " | reward %.4f pass %.3f len %.1f",
+                                  f[0].v, f[2].v, f[3].v);
+        }
         if (t->out.moe && o < sizeof aux) { /* (DPO on a MoE model: both) */
             double lz[2];
             moe_losses(t, lz);
@@ -405,6 +432,7 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
     }
     moe_log(t); /* the record's MoE part and the TensorBoard step's (before it is written) */
     dpo_log(t);
+    grpo_log(t, st);
     if (t->out.metrics) metrics_end_record(t->out.metrics);
     if (t->out.tb) { /* the same figures as the JSONL line; mfu as a fraction, as there */
         double pb, gb, ob, cb, ab;
@@ -536,6 +564,24 @@ void metrics_log_eval(tsr_trainer *t, double val_loss) {
         }
         tboard_scalar(t->out.tb, "eval/val_loss", val_loss);
         tboard_scalar(t->out.tb, "eval/val_dpo_accuracy", t->out.val_accuracy);
+        tboard_write_step(t->out.tb, t->step);
+        return;
+    }
+    if (t->cfg.objective == TSR_OBJ_GRPO) { /* held-out pass@1 (docs/rl.md) */
+        if (t->out.val_accuracy < 0) return; /* (the reward failed: reported) */
+        printf("eval step %lld | val pass@1 %.4f | val reward %.4f\n", (long long)t->step,
+               t->out.val_accuracy, t->out.val_reward);
+        fflush(stdout);
+        if (t->out.metrics) {
+            char vp[32], vr[32];
+            json_number(vp, sizeof vp, t->out.val_accuracy);
+            json_number(vr, sizeof vr, t->out.val_reward);
+            fprintf(t->out.metrics, "{\"step\": %lld, \"val_pass_at_1\": %s, \"val_reward\": %s",
+                    (long long)t->step, vp, vr);
+            metrics_end_record(t->out.metrics);
+        }
+        tboard_scalar(t->out.tb, "eval/val_pass_at_1", t->out.val_accuracy);
+        tboard_scalar(t->out.tb, "eval/val_reward", t->out.val_reward);
         tboard_write_step(t->out.tb, t->step);
         return;
     }
