@@ -138,12 +138,9 @@ static int parse_prompt(const run_state *r, uint64_t line, const char *s, size_t
 
 /* the completion's text (its ids; the last one dropped when it is a stop id) into *out */
 static size_t text_of(const tsr_tokenizer *tok, const gen_seq *q, int drop_last, char **out) {
-    const size_t n = (size_t)q->n - (drop_last ? 1 : 0);
-    size_t len = tokenizer_decode(tok, (const uint32_t *)q->ids, n, NULL, 0);
-    if (len == (size_t)-1) tsr_die(TSR_EXIT_INTERNAL, "generate: a generated id cannot be decoded");
-    *out = tsr_malloc(len + 1);
-    tokenizer_decode(tok, (const uint32_t *)q->ids, n, (uint8_t *)*out, len);
-    (*out)[len] = '\0';
+    size_t len;
+    *out = tokenizer_decode_text(tok, (const uint32_t *)q->ids, (size_t)q->n - (drop_last ? 1 : 0),
+                                 &len);
     return len;
 }
 

@@ -252,17 +252,13 @@ static int64_t generate(tsr_trainer *t, const rollout_w *w, char *rows, int n_ro
     return tokens;
 }
 
-/* row r's completion as text ("" without a tokenizer), malloc'd */
+/* row r's completion as text (valid UTF-8; "" without a tokenizer), malloc'd; its stop id is
+ * not text */
 static char *completion_text(const tsr_trainer *t, grpo_row *r) {
-    const uint32_t *ids = (const uint32_t *)(grpo_ctx(r) + 1 + r->n_prompt);
-    const int drop = r->stop == GEN_STOP_EOS; /* the stop id is not text */
     if (!t->tok) return strdup("");
-    size_t len = tokenizer_decode(t->tok, ids, (size_t)(r->n - drop), NULL, 0);
-    if (len == (size_t)-1) len = 0;
-    char *s = tsr_malloc(len + 1);
-    if (len) tokenizer_decode(t->tok, ids, (size_t)(r->n - drop), (uint8_t *)s, len);
-    s[len] = '\0';
-    return s;
+    size_t len;
+    return tokenizer_decode_text(t->tok, (const uint32_t *)(grpo_ctx(r) + 1 + r->n_prompt),
+                                 (size_t)(r->n - (r->stop == GEN_STOP_EOS)), &len);
 }
 
 /* the rows' rewards (rec: 0 train, 1 val records); 0, or TSR_EXIT_DATA with the reason in rw.err */
@@ -459,29 +455,6 @@ int64_t grpo_rollout(tsr_trainer *t, int64_t d) {
     s[GRPO_GEN_TOKENS] = gen, s[GRPO_ROLLOUT_S] = dt;
     log_completions(t);
     return tokens;
-}
-
-int grpo_metrics(const tsr_trainer *t, const tsr_step_stats *st, grpo_metric *m) {
-    const double *s = t->out.grpo, R = s[GRPO_ROWS] > 0 ? s[GRPO_ROWS] : 1.0;
-    const double N = s[GRPO_TOKENS] > 0 ? s[GRPO_TOKENS] : 1.0, mean = s[GRPO_REWARD] / R;
-    const double var = s[GRPO_REWARD_SQ] / R - mean * mean;
-    const double roll = s[GRPO_ROLLOUT_S];
-    int n = 0;
-    m[n++] = (grpo_metric){"reward_mean", mean};
-    m[n++] = (grpo_metric){"reward_std", sqrt(var > 0 ? var : 0.0)};
-    m[n++] = (grpo_metric){"pass_rate", s[GRPO_PASS] / R};
-    m[n++] = (grpo_metric){"response_length", s[GRPO_TOKENS] / R};
-    m[n++] = (grpo_metric){"truncated", s[GRPO_TRUNCATED] / R};
-    m[n++] = (grpo_metric){"entropy", s[GRPO_ENTROPY] / N};
-    m[n++] = (grpo_metric){"kl", s[GRPO_KL] / N};
-    m[n++] = (grpo_metric){"clip_fraction", s[GRPO_CLIPPED] / N};
-    m[n++] = (grpo_metric){"tied_groups", s[GRPO_TIED]};
-    m[n++] = (grpo_metric){"dropped_groups", s[GRPO_DROPPED]};
-    m[n++] = (grpo_metric){"rounds", s[GRPO_ROUNDS]};
-    m[n++] = (grpo_metric){"rollout_tokens_per_s", roll > 0 ? s[GRPO_GEN_TOKENS] / roll : 0.0};
-    m[n++] = (grpo_metric){"rollout_s", roll};
-    m[n++] = (grpo_metric){"train_s", st->step_time - roll};
-    return n;
 }
 
 /* ---- held-out pass@1 --------------------------------------------------------------------------- */
