@@ -194,7 +194,7 @@ CUEMU_TRAIN   := $(BUILD)/tests/tessera-train-cuemu $(BUILD)/tests/test_gpu_ops_
 # layernorm,llama,moe,lora}.cu (with cuda_fail.cu's tcu_fail), rewritten by tools/simt_cu.py and compiled by the host's C++
 # compiler, run thread by thread against the CPU oracle by the op test's cases for them
 # (test_gpu_ops.c built with TSR_GPU_OPS_SIMT); needs the CUDA headers only: no GPU, driver or library
-SIMT_KERNELS  := cuda_attention cuda_xent cuda_layernorm cuda_llama cuda_moe cuda_lora cuda_fail
+SIMT_KERNELS  := cuda_attention cuda_xent cuda_layernorm cuda_llama cuda_moe cuda_lora cuda_decode cuda_fail
 SIMT_OK        = $(wildcard $(CUDA_HOME)/include/cuda_bf16.h)
 SIMT_TEST     := $(if $(SIMT_OK),$(BUILD)/tests/test_gpu_ops_simt $(BUILD)/tests/test_simt_selftest)
 # a CUDA-free stand-in for the GPU library, canned facts (healthcheck/mock/): tests the GPU mode's
