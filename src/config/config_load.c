@@ -423,6 +423,10 @@ static void validate_grpo(load_ctx *c) {
          "reward.kind = \"regex\" needs reward.regex"},
         {g->grpo.overlong_buffer > g->grpo.max_new_tokens, "grpo.overlong_buffer",
          "grpo.overlong_buffer is longer than grpo.max_new_tokens"},
+        {g->device == TSR_DEVICE_CUDA && g->grpo.kl_coef > 0 && g->lora.rank == 0,
+         "grpo.kl_coef", "objective = \"grpo\" on device = \"cuda\": a KL term to the initial "
+         "weights is not supported there yet (LoRA's base reference is): set grpo.kl_coef = 0 "
+         "or use LoRA"},
         {g->grpo.reference == TSR_GRPO_REF_BASE && g->lora.rank == 0, "grpo.reference",
          "grpo.reference = \"base\" needs LoRA (lora.rank > 0): the base is the model with the "
          "adapters off; full finetuning takes \"initial\" (or \"auto\")"},

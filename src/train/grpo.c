@@ -178,11 +178,11 @@ static void gather_full(tsr_trainer *t, float *flat) {
 }
 
 static void rollout_model(tsr_trainer *t, rollout_w *w) {
-    if (t->be.gpu) gpu_train_host_model(t->be.gpu, 1); /* the device's weights to the host */
+    w->own = NULL;
+    if (t->be.gpu) return; /* (device = cuda: the device's weights, gpu_train_generate) */
     w->m = t->model;
     w->m.src = NULL, w->m.lora = NULL, w->m.fwd = NULL, w->m.scores = NULL;
     w->m.bwd_weighted = NULL, w->m.moe_stats = NULL;
-    w->own = NULL;
     const size_t bytes = t->model.n_params * sizeof(float);
     if (t->part.fsdp_on || t->part.lora_on) w->own = t->be.ops->alloc(bytes);
     if (t->part.fsdp_on) gather_full(t, w->own);
@@ -193,7 +193,6 @@ static void rollout_model(tsr_trainer *t, rollout_w *w) {
 
 static void rollout_model_free(tsr_trainer *t, rollout_w *w) {
     if (w->own) t->be.ops->free(w->own);
-    if (t->be.gpu) gpu_train_host_model(t->be.gpu, 0);
 }
 
 /* ---- one round of rollouts ------------------------------------------------------------------- */
@@ -241,9 +240,14 @@ static int64_t generate(tsr_trainer *t, const rollout_w *w, char *rows, int n_ro
     const gen_batch_opts o = {.sampling = *how, .max_new = g->N, .stop_ids = g->stop_ids,
                               .n_stop_ids = g->n_stop, .batch = (int)t->cfg.grpo.rollout_batch,
                               .cap = maxp + g->N};
-    tsr_decoder dec;
-    model_infer_decoder(&w->m, &dec);
-    int64_t tokens = gen_batch_run(&dec, &o, s, n_rows);
+    int64_t tokens;
+    if (t->be.gpu) { /* on the device (docs/rl.md "On the GPU") */
+        tokens = gpu_train_generate(train_gpu(t), &o, s, n_rows);
+    } else {
+        tsr_decoder dec;
+        model_infer_decoder(&w->m, &dec);
+        tokens = gen_batch_run(&dec, &o, s, n_rows);
+    }
     for (int i = 0; i < n_rows; i++) {
         grpo_row *r = grpo_row_at(g, rows, (size_t)i);
         r->n = s[i].n, r->stop = (int32_t)s[i].stop, r->entropy = s[i].entropy;
@@ -416,10 +420,13 @@ static void log_completions(tsr_trainer *t) {
     for (size_t i = 0; i < n; i++) {
         grpo_row *r = grpo_row_at(g, g->kept, i);
         char *text = completion_text(t, r);
+        double lp = 0.0;
+        for (int k = 0; k < r->n; k++) lp += grpo_logp(g, r)[k];
         fprintf(g->log, "{\"step\": %lld, \"prompt_index\": %llu, \"position\": %d, \"sample\": %d, "
-                "\"reward\": %.9g, \"pass\": %d, \"advantage\": %.9g, \"stop\": \"%s\", "
-                "\"tokens\": [", (long long)t->step + 1, (unsigned long long)r->prompt, r->pos,
-                r->sample, r->reward, r->pass, r->adv, gen_stop_names[r->stop]);
+                "\"reward\": %.9g, \"pass\": %d, \"advantage\": %.9g, \"logprob\": %.9g, "
+                "\"stop\": \"%s\", \"tokens\": [", (long long)t->step + 1,
+                (unsigned long long)r->prompt, r->pos, r->sample, r->reward, r->pass, r->adv, lp,
+                gen_stop_names[r->stop]);
         for (int k = 0; k < r->n; k++)
             fprintf(g->log, "%s%d", k ? ", " : "", grpo_ctx(r)[1 + r->n_prompt + k]);
         fputs("], \"completion\": ", g->log);

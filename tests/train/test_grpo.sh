@@ -17,10 +17,15 @@
 #    id it was not sent, a reward that is not a number, or a line over 64 KiB at step 2: exit 2,
 #    the message quotes what it was sent and what it answered, the checkpoint of step 1 stays the
 #    run's latest and step 2 is never logged;
-#  - the step's figures (grpo_reward_mean ... grpo_rollout_tokens_per_s) are in metrics.jsonl.
+#  - the step's figures (grpo_reward_mean ... grpo_rollout_tokens_per_s) are in metrics.jsonl;
+#  - device = cuda on the CUDA emulator (tests/tessera-train-cuemu: the rollouts decoded by the
+#    device path, bf16): step 1's completions mostly the same tokens as the CPU's (a sampled token
+#    flips where bf16 moves a probability across its draw), and where the tokens are the same the
+#    log-probabilities recorded within bf16 tolerance (0.03 per token + 0.02 |logp| per completion:
+#    bf16 logits of magnitude ~10 are 0.02 apart).
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 11
+tap_plan 12
 
 # ---- the fixture: corpus, tokenizer, datasets, the SFT model ----
 "$TOOL" synth --task arithmetic --out "$TMP/ar" --examples 4000 --max-operand 9 --seed 3 -q
@@ -35,7 +40,7 @@ prep sft --format sft --pack 32 "$TMP/ar/sft.jsonl"
 prep prompts --format prompts --pack 8 "$TMP/ar/prompts.jsonl"
 prep heldout --format prompts --pack 8 "$TMP/ar/heldout.jsonl"
 model=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.n_layer=2 --set model.d_model=64
-       --set model.n_head=4 --set model.vocab_size=257 --set model.vocab_multiple=16
+       --set model.n_head=2 --set model.vocab_size=257 --set model.vocab_multiple=16
        --set model.max_seq_len=32 --set seq_len=32 --set model.attn_mask=document
        --set model.eot_token=256 --set data.tokenizer="$TMP/tok.tsr" --set threads=1
        --set sample.tokens=0 --set watchdog.window=0 --set seed=7 --set log_interval=1)
@@ -151,4 +156,24 @@ ok = len(steps) == 12 and all(all(k in r for k in keys) for r in steps)
 ok = ok and steps[0]["grpo_rollout_tokens_per_s"] > 0 and steps[0]["grpo_entropy"] > 0
 ok = ok and any("val_pass_at_1" in r for r in recs)
 sys.exit(0 if ok else 1)' "$TMP/r1/metrics.jsonl"
+
+# ---- 12: the device decode on the emulator ----
+if [[ -x $BUILD/tests/tessera-train-cuemu ]]; then
+    "$BUILD/tests/tessera-train-cuemu" "${grpo[@]}" --init-from "$TMP/sft" --set device=cuda \
+        --set run_dir="$TMP/rc" --set max_duration=1ba --set save_interval=0ba \
+        --set eval_interval=0ba >"$TMP/rc.log" 2>&1
+    tap_ok "device = cuda (emulator): step 1's completions >= 80% the same tokens as the CPU's, their log-probabilities within 0.03 n + 0.02 |logp| (n tokens)" \
+        "$PY3" -c '
+import json, sys
+def rows(p): return {(j["position"], j["sample"]): j for j in map(json.loads, open(p)) if j["step"] == 1}
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+same = [k for k in a if k in b and a[k]["tokens"] == b[k]["tokens"]]
+tol = lambda k: 0.03 * len(a[k]["tokens"]) + 0.02 * abs(a[k]["logprob"])
+bad = [k for k in same if not abs(a[k]["logprob"] - b[k]["logprob"]) <= tol(k)]
+worst = max(abs(a[k]["logprob"] - b[k]["logprob"]) / tol(k) for k in same)
+print("# %d of %d completions the same tokens; %d of them with log-probabilities apart (worst %.2f of the tolerance)" % (len(same), len(a), len(bad), worst))
+sys.exit(0 if len(a) == 128 and len(same) >= 0.8 * len(a) and not bad else 1)' "$TMP/r1/completions.jsonl" "$TMP/rc/completions.jsonl"
+else
+    tap_skip "device = cuda on the emulator" "no $BUILD/tests/tessera-train-cuemu"
+fi
 tap_done
