@@ -926,6 +926,8 @@ int cmd_prep(int argc, char **argv) {
     for (int k = 0; k < 2 && !rc && a.pack; k++)
         if (c.w[k]) c.pk[k] = pack_open(c.w[k], c.eos, (uint64_t)a.pack, shard_tokens, paired);
     if (!rc && a.format == FMT_PROMPTS) rc = prompts_side_open(&c.side, tmp, c.w[1] != NULL);
+    if (!rc && a.format == FMT_PROMPTS && c.have_chat && c.chat.tpl)
+        prompts_side_stops(&c.side, &c.chat, c.tok);
     c.t0 = tsr_now();
     c.t_progress = c.t0;
     if (!rc) rc = run(&c);

@@ -9,6 +9,7 @@
 #include "common.h"
 #include "crc32c.h"
 #include "data/data.h"
+#include "generate/gen_chat.h"
 #include "prep/prep_pack.h"
 
 static const char *const split_name[2] = {"train", "val"};
@@ -31,6 +32,13 @@ int prompts_side_open(prompts_side *s, const char *tmp, int val) {
     return 0;
 }
 
+void prompts_side_stops(prompts_side *s, const chat_config *cc, const tsr_tokenizer *tok) {
+    gen_chat gc = {.cc = *cc, .loaded = 1}; /* (a view of prep's: not freed here) */
+    const uint32_t ids[2] = {gen_chat_eos_id(&gc, tok), gen_chat_end_of_turn(&gc, tok, NULL, "Hi")};
+    for (int k = 0; k < 2; k++)
+        if (ids[k] != UINT32_MAX && (k == 0 || ids[1] != ids[0])) s->stop[s->n_stop++] = ids[k];
+}
+
 int prompts_side_add(prompts_side *s, int val, const char *line, size_t len) {
     if (fwrite(line, 1, len, s->f[val]) != len || fputc('\n', s->f[val]) == EOF)
         return side_fail(s->path[val], "write");
@@ -49,10 +57,16 @@ static int commit_one(prompts_side *s, const char *tmp, int k) {
     snprintf(dir, sizeof dir, "%s/%s", tmp, split_name[k]);
     if (tsr_snprintf(dst, sizeof dst, "%s/%s", dir, DATASET_PROMPTS)) return side_fail(dir, "path");
     if (rename(s->path[k], dst) != 0) return side_fail(dst, "rename");
-    snprintf(lines, sizeof lines,
-             "# prompts\t%llu\t(tessera prep --format prompts: sample k's record is line k of "
-             "prompts.jsonl; docs/rl.md)\n# prompts_crc32c\t%u\t(of prompts.jsonl)\n",
-             (unsigned long long)s->n[k], s->crc[k]);
+    int o = snprintf(lines, sizeof lines,
+                     "# prompts\t%llu\t(tessera prep --format prompts: sample k's record is line "
+                     "k of prompts.jsonl; docs/rl.md)\n# prompts_crc32c\t%u\t(of prompts.jsonl)\n",
+                     (unsigned long long)s->n[k], s->crc[k]);
+    for (int i = 0; i < s->n_stop; i++) /* "# stop_ids\t128001,128009\t(...)" */
+        o += snprintf(lines + o, sizeof lines - (size_t)o, "%s%u", i ? "," : "# stop_ids\t",
+                      s->stop[i]);
+    if (s->n_stop)
+        snprintf(lines + o, sizeof lines - (size_t)o, "\t(the chat template's eos_token and end "
+                 "of turn: a completion ends there)\n");
     return pack_note_lines(dir, lines);
 }
 

@@ -17,11 +17,19 @@ typedef struct prompts_side {
     char path[2][4200];
     uint32_t crc[2];
     uint64_t n[2];
+    uint32_t stop[4];      /* the ids that end a completion besides end of text (a chat
+                            * template's eos_token and end of turn), noted as stop_ids */
+    int n_stop;
 } prompts_side;
 
 /* Creates the record files in the staging directory tmp (val: the val split's too). Returns 0
  * or TSR_EXIT_DATA after tsr_error(). */
 int prompts_side_open(prompts_side *s, const char *tmp, int val);
+/* With a chat template: its eos_token and end-of-turn ids (generate/gen_chat.h) into s->stop. */
+struct chat_config;
+struct tsr_tokenizer;
+void prompts_side_stops(prompts_side *s, const struct chat_config *cc,
+                        const struct tsr_tokenizer *tok);
 /* Appends the line (len bytes, without its newline) as split val's next record. */
 int prompts_side_add(prompts_side *s, int val, const char *line, size_t len);
 /* After the dataset writers closed: each written split's records moved to SPLIT/prompts.jsonl and
