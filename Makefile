@@ -455,7 +455,7 @@ docs: $(BUILD)/tessera
 # make install PREFIX=... [DESTDIR=staging] [MODULEDIR=...]: programs, man pages, the job templates
 # and their hook, the recipes, the docs and the two modulefiles. Files name PREFIX, never DESTDIR, so
 # a staged tree can be packaged and moved to PREFIX.
-INSTALL_JOBS := jobs/pretrain.sbatch jobs/finetune.sbatch jobs/eval.sbatch jobs/healthcheck.sbatch
+INSTALL_JOBS := jobs/pretrain.sbatch jobs/finetune.sbatch jobs/eval.sbatch jobs/healthcheck.sbatch jobs/rl.sbatch
 INSTALL_SLURM := jobs/slurm/prolog.sh jobs/slurm/epilog.sh jobs/slurm/healthcheck.sh jobs/slurm/hc-common.sh
 MAN1 := docs/man/tessera-train.1 docs/man/tessera.1 docs/man/tessera-job.1
 MAN8 := docs/man/tessera-healthcheck.8
