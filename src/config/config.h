@@ -148,7 +148,7 @@ typedef struct tsr_data_config {
 
 /* In-context-learning tasks for `tessera eval` (icl_tasks; docs/eval.md; parsed by config_icl.c) */
 #define TSR_MAX_ICL_TASKS 32
-typedef enum { TSR_ICL_MC = 0, TSR_ICL_LM, TSR_ICL_SCHEMA, TSR_ICL_COUNT } tsr_icl_type;
+typedef enum { TSR_ICL_MC = 0, TSR_ICL_LM, TSR_ICL_SCHEMA, TSR_ICL_GEN, TSR_ICL_COUNT } tsr_icl_type;
 typedef struct tsr_icl_task_config {
     char label[64];
     tsr_icl_type type;
@@ -156,7 +156,7 @@ typedef struct tsr_icl_task_config {
     int fewshot;
     char continuation_delimiter[16], example_delimiter[16];
 } tsr_icl_task_config;
-/* "multiple_choice", "language_modeling", "schema" */
+/* "multiple_choice", "language_modeling", "schema", "generation_task_with_answers" */
 const char *config_icl_type_name(int type);
 
 typedef enum { TSR_GUARD_ZSCORE = 0, TSR_GUARD_MULTIPLIER, TSR_GUARD_METHOD_COUNT } tsr_guard_method;

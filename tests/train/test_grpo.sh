@@ -18,6 +18,9 @@
 #    the message quotes what it was sent and what it answered, the checkpoint of step 1 stays the
 #    run's latest and step 2 is never logged;
 #  - the step's figures (grpo_reward_mean ... grpo_rollout_tokens_per_s) are in metrics.jsonl;
+#  - `tessera eval` with the held-out prompts as a generation_task_with_answers task (answers and
+#    aliases, LLM Foundry's normalisation) scores the final checkpoint as its held-out pass@1, on 1
+#    and 2 ranks;
 #  - device = cuda on the CUDA emulator (tests/tessera-train-cuemu: the rollouts decoded by the
 #    device path, bf16): step 1's completions mostly the same tokens as the CPU's (a sampled token
 #    flips where bf16 moves a probability across its draw), and where the tokens are the same the
@@ -25,7 +28,7 @@
 #    bf16 logits of magnitude ~10 are 0.02 apart).
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 12
+tap_plan 13
 
 # ---- the fixture: corpus, tokenizer, datasets, the SFT model ----
 "$TOOL" synth --task arithmetic --out "$TMP/ar" --examples 4000 --max-operand 9 --seed 3 -q
@@ -157,7 +160,31 @@ ok = ok and steps[0]["grpo_rollout_tokens_per_s"] > 0 and steps[0]["grpo_entropy
 ok = ok and any("val_pass_at_1" in r for r in recs)
 sys.exit(0 if ok else 1)' "$TMP/r1/metrics.jsonl"
 
-# ---- 12: the device decode on the emulator ----
+# ---- 12: generation tasks in tessera eval ----
+# the held-out prompts as an LLM Foundry generation_task_with_answers file: every other line with a
+# wrong answer and the right one an alias ("14." normalised to "14")
+"$PY3" -c '
+import json, sys
+with open(sys.argv[2], "w") as f:
+    for i, l in enumerate(open(sys.argv[1])):
+        j = json.loads(l); a = str(j["answer"])
+        f.write(json.dumps({"context": j["prompt"], "answer": "no " + a if i % 2 else a + ".",
+                            "aliases": [a + "!"] if i % 2 else []}) + "\n")' "$TMP/ar/heldout.jsonl" "$TMP/gen.jsonl"
+{ cat "$TSR_ROOT/configs/tiny.cfg"; cat <<CFG
+icl_tasks = ( { label = "arith"; type = "generation_task_with_answers"; path = "$TMP/gen.jsonl";
+                continuation_delimiter = ""; } );
+CFG
+} >"$TMP/gen.cfg"
+ev=(--config "$TMP/gen.cfg" --set data.tokenizer="$TMP/tok.tsr" --set micro_batch=8 --set data.val=
+    --set eval_interval=0ba --set threads=1)
+acc() { "$PY3" -c 'import json,sys; print(json.load(open(sys.argv[1]))["icl"][0]["accuracy"])' "$1"; }
+"$TOOL" eval --ckpt "$TMP/r1" "${ev[@]}" --out "$TMP/gen1.json" >/dev/null 2>"$TMP/gen1.err" &&
+    "${MPIRUN[@]}" -np 2 "$TOOL" eval --ckpt "$TMP/r1" "${ev[@]}" --out "$TMP/gen2.json" >/dev/null 2>"$TMP/gen2.err"
+tap_diag "tessera eval, generation_task_with_answers: $(acc "$TMP/gen1.json" 2>/dev/null) (1 rank), $(acc "$TMP/gen2.json" 2>/dev/null) (2 ranks); the run's held-out pass@1 $a"
+tap_ok "tessera eval: a generation_task_with_answers task of the held-out prompts (answers and aliases normalised) scores the run's held-out pass@1, on 1 and 2 ranks" \
+    "$PY3" -c "import sys; sys.exit(0 if $(acc "$TMP/gen1.json" 2>/dev/null || echo -1) == $(acc "$TMP/gen2.json" 2>/dev/null || echo -2) == $a else 1)"
+
+# ---- 13: the device decode on the emulator ----
 if [[ -x $BUILD/tests/tessera-train-cuemu ]]; then
     "$BUILD/tests/tessera-train-cuemu" "${grpo[@]}" --init-from "$TMP/sft" --set device=cuda \
         --set run_dir="$TMP/rc" --set max_duration=1ba --set save_interval=0ba \
