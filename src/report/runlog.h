@@ -2,8 +2,9 @@
  *
  * metrics.jsonl holds one flat JSON object per line (src/train/metrics.c). Step lines carry "step"
  * and "loss" (plus "lr", "grad_norm", "tokens", "tokens_per_s", "mfu", "step_time_s"); eval lines
- * "step" and "val_loss" (plus "val_ppl"); DPO step lines also "dpo_reward_margin" and
- * "dpo_accuracy"; lines with "event" (start, guard, rollback) and
+ * "step" and "val_loss" (plus "val_ppl") or, for GRPO, "val_pass_at_1"; DPO step lines also
+ * "dpo_reward_margin" and "dpo_accuracy", GRPO's "grpo_reward_mean" and "grpo_pass_rate"; lines
+ * with "event" (start, guard, rollback) and
  * checkpoint lines are not series points. {"event": "start", "step": S} lines (one per process
  * start) after the first are the run's restarts, at step S. Any value may be null (a non-finite number). A step
  * logged twice (a resume, a rollback) counts with its later line.
@@ -18,6 +19,8 @@ typedef enum runlog_field {
     RL_STEP, RL_LOSS, RL_LR, RL_GRAD_NORM, RL_TOKENS, RL_TOKENS_PER_S, RL_MFU, RL_STEP_TIME_S,
     RL_VAL_LOSS, RL_VAL_PPL,
     RL_DPO_MARGIN, RL_DPO_ACCURACY, /* objective = dpo step lines (docs/dpo.md) */
+    RL_GRPO_REWARD, RL_GRPO_PASS,   /* objective = grpo step lines (docs/rl.md) */
+    RL_VAL_PASS,                    /* ... and its eval lines: the held-out pass@1 */
     RL_FIELD_COUNT
 } runlog_field;
 

@@ -17,7 +17,8 @@
 #    id it was not sent, a reward that is not a number, or a line over 64 KiB at step 2: exit 2,
 #    the message quotes what it was sent and what it answered, the checkpoint of step 1 stays the
 #    run's latest and step 2 is never logged;
-#  - the step's figures (grpo_reward_mean ... grpo_rollout_tokens_per_s) are in metrics.jsonl;
+#  - the step's figures (grpo_reward_mean ... grpo_rollout_tokens_per_s) are in metrics.jsonl, and
+#    `tessera report` plots them (grpo.png);
 #  - `tessera eval` with the held-out prompts as a generation_task_with_answers task (answers and
 #    aliases, LLM Foundry's normalisation) scores the final checkpoint as its held-out pass@1, on 1
 #    and 2 ranks;
@@ -28,7 +29,7 @@
 #    bf16 logits of magnitude ~10 are 0.02 apart).
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 13
+tap_plan 14
 
 # ---- the fixture: corpus, tokenizer, datasets, the SFT model ----
 "$TOOL" synth --task arithmetic --out "$TMP/ar" --examples 4000 --max-operand 9 --seed 3 -q
@@ -160,7 +161,15 @@ ok = ok and steps[0]["grpo_rollout_tokens_per_s"] > 0 and steps[0]["grpo_entropy
 ok = ok and any("val_pass_at_1" in r for r in recs)
 sys.exit(0 if ok else 1)' "$TMP/r1/metrics.jsonl"
 
-# ---- 12: generation tasks in tessera eval ----
+if command -v gnuplot >/dev/null; then
+    "$TOOL" report "$TMP/r1" -o "$TMP/rep" >"$TMP/rep.txt" 2>&1 && [[ -s $TMP/rep/grpo.png ]] &&
+        grep -q "^pass@1: .* -> .* (step 12)" "$TMP/rep.txt"
+    tap_check $? "tessera report draws grpo.png (mean reward, pass rate, held-out pass@1) and sums up the pass@1"
+else
+    tap_skip "tessera report draws grpo.png" "gnuplot is not installed"
+fi
+
+# ---- 13: generation tasks in tessera eval ----
 # the held-out prompts as an LLM Foundry generation_task_with_answers file: every other line with a
 # wrong answer and the right one an alias ("14." normalised to "14")
 "$PY3" -c '
@@ -184,7 +193,7 @@ tap_diag "tessera eval, generation_task_with_answers: $(acc "$TMP/gen1.json" 2>/
 tap_ok "tessera eval: a generation_task_with_answers task of the held-out prompts (answers and aliases normalised) scores the run's held-out pass@1, on 1 and 2 ranks" \
     "$PY3" -c "import sys; sys.exit(0 if $(acc "$TMP/gen1.json" 2>/dev/null || echo -1) == $(acc "$TMP/gen2.json" 2>/dev/null || echo -2) == $a else 1)"
 
-# ---- 13: the device decode on the emulator ----
+# ---- 14: the device decode on the emulator ----
 if [[ -x $BUILD/tests/tessera-train-cuemu ]]; then
     "$BUILD/tests/tessera-train-cuemu" "${grpo[@]}" --init-from "$TMP/sft" --set device=cuda \
         --set run_dir="$TMP/rc" --set max_duration=1ba --set save_interval=0ba \
