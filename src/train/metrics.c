@@ -166,10 +166,13 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
     printf("memory per rank (fp32): weights %s, grads %s, AdamW %s%s, communication buffers %s, "
            "activations %s per microbatch of %d x %d; total %s\n",
            w, g, opt, how, comm, acts, t->micro, t->T, tot);
-    printf("batch: global %lld = %d ranks x %lld per rank = %lld microbatches of %d%s; "
+    /* grpo: micro_batch counts prompts, each with its group_size completions (t->micro rows) */
+    const int64_t G = c->objective == TSR_OBJ_GRPO ? c->grpo.group_size : 1;
+    printf("batch: global %lld = %d ranks x %lld per rank = %lld microbatches of %d%s%s; "
            "seq_len %d; %lld tokens/step\n",
            (long long)c->global_batch, t->dist.world, (long long)t->per_rank,
-           (long long)(t->per_rank / t->micro), t->micro,
+           (long long)(t->per_rank * G / t->micro), t->micro,
+           G > 1 ? " sequences (prompts x grpo.group_size)" : "",
            t->auto_micro ? " (micro_batch = auto: the size tried first; halved on out-of-memory)"
                          : "", t->T, (long long)(c->global_batch * c->seq_len));
     if (dry_run)

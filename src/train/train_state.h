@@ -162,7 +162,8 @@ typedef struct tsr_trainer {
                                   * resumed checkpoint kept) and halves on out-of-memory */
     int64_t per_rank, step, total_steps, warmup_steps, eval_every, tokens_seen;
     int64_t save_every;          /* steps between checkpoints, 0 = only at the end */
-    int64_t optim_step;          /* AdamW updates applied (the bias-correction step) */
+    int64_t optim_step;          /* steps whose update was applied (the bias-correction step;
+                                  * grpo.updates > 1: trainer.c step_update) */
     struct icl_suite *icl;       /* icl_tasks, scored at each eval (eval/train_icl.h), else NULL */
     struct tsr_tokenizer *tok;   /* data.tokenizer, loaded at start (decodes the samples), else NULL */
     tsr_train_data data;

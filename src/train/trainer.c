@@ -673,6 +673,7 @@ static float clip_scale(const tsr_optim_config *o, double norm) {
 static int64_t step_data(tsr_trainer *t, int64_t d, int64_t *sums, tsr_step_stats *st) {
     if (t->cfg.objective != TSR_OBJ_GRPO) return step_load(t, d, sums, st);
     watchdog_phase(WD_DATA, t->step);
+    st->phase_switch = 0; /* (no data mix) */
     memset(sums, 0, (1 + (size_t)t->data.n_streams) * sizeof *sums);
     const int64_t counted = grpo_rollout(t, d);
     st->exit_code = counted < 0 ? TSR_EXIT_DATA : 0;
@@ -680,11 +681,16 @@ static int64_t step_data(tsr_trainer *t, int64_t d, int64_t *sums, tsr_step_stat
     return counted;
 }
 
-/* One pass of the objective and its update (when applied); the step's first is judged by the
- * spike guard (its verdict applies to the step: a skipped step applies none). Returns whether
- * the update was applied; *loss, *norm the pass's. */
-static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int first, double lr,
+/* One pass of the objective and its update (when applied); the step's first (pass 0) is judged
+ * by the spike guard (its verdict applies to the step: a skipped step applies none). Returns
+ * whether the update was applied; *loss, *norm the pass's. With grpo.updates = U a step applies
+ * up to U AdamW updates but counts one in optim_step (so optim_step <= step, as checkpoints
+ * check): pass k's bias-correction step is (optim_step - 1) U + 1 + k, the count of updates a
+ * run applying every pass has made (a non-finite later pass, not applied, leaves its number
+ * unused). */
+static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pass, double lr,
                        double *loss, double *norm) {
+    const int first = pass == 0;
     const trainer_strategy *s = t->be.strategy;
     const tsr_optim_config *o = &t->cfg.optim;
     const size_t n_moe = (size_t)t->model.LM * (size_t)(2 + t->model.E);
@@ -710,11 +716,14 @@ static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int fi
         apply = step_judge(t, *loss, *norm, st);
     } else { /* (grpo.updates: the step's verdict holds; a non-finite pass is not applied) */
         apply = isfinite(*loss) && isfinite(*norm);
-        t->optim_step += apply;
     }
     if (apply) {
+        const int64_t steps = t->optim_step,
+                      U = t->cfg.objective == TSR_OBJ_GRPO ? t->cfg.grpo.updates : 1;
+        t->optim_step = (steps - 1) * U + 1 + pass; /* the update's bias-correction step */
         s->update(t, lr, clip_scale(o, *norm));
         if (ep_host) ep_update(t, lr, clip_scale(o, *norm));
+        t->optim_step = steps;
         s->gather(t);
     }
     return apply;
@@ -739,8 +748,8 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
                                       t->total_steps);
     const int updates = t->cfg.objective == TSR_OBJ_GRPO ? (int)t->cfg.grpo.updates : 1;
     double loss = NAN, norm = NAN, l, n;
-    int apply = step_update(t, st, denom, 1, lr, &loss, &norm);
-    for (int k = 1; apply && k < updates; k++) step_update(t, st, denom, 0, lr, &l, &n);
+    int apply = step_update(t, st, denom, 0, lr, &loss, &norm);
+    for (int k = 1; apply && k < updates; k++) step_update(t, st, denom, k, lr, &l, &n);
     t->tokens_seen += t->cfg.global_batch * t->T;
     for (int k = 0; apply && k < t->data.n_streams; k++) t->data.stream_seen[k] += sums[1 + k];
     st->step = t->step, st->data_batch = d, st->tokens = counted;

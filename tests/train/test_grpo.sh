@@ -54,7 +54,7 @@ model=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.n_layer=2 --set model.d
 
 grpo=("${model[@]}" --set objective=grpo --set data.train="$TMP/prompts/train"
       --set data.val="$TMP/heldout/train" --set global_batch=16 --set micro_batch=8
-      --set grpo.group_size=8 --set grpo.max_new_tokens=6 --set optim.lr=1e-4
+      --set grpo.group_size=8 --set grpo.updates=2 --set grpo.max_new_tokens=6 --set optim.lr=1e-4
       --set optim.warmup=0ba --set optim.schedule=constant --set optim.weight_decay=0
       --set guard.window=0 --set reward.compare=exact --set grpo.log_completions=128
       --set max_duration=12ba --set eval_interval=12ba --set save_interval=4ba --set keep_last=5)
