@@ -135,6 +135,16 @@ void model_infer_decoder(const tsr_model *m, tsr_decoder *d) {
                        .slopes = m->alibi_slopes, .rope = m->rope_freqs, .lora = m->lora};
 }
 
+/* The tokens fed in one pass: at most cap of the n, and (attn_mask = document) ending at an
+ * eot_token, after which the next position starts a segment. */
+static int feed_chunk(const tsr_model *m, const int32_t *tokens, int n, int cap) {
+    const int c = n < cap ? n : cap;
+    if (m->cfg.attn_mask == TSR_MASK_DOCUMENT)
+        for (int i = 0; i < c; i++)
+            if (tokens[i] == m->cfg.eot_token) return i + 1;
+    return c;
+}
+
 void model_infer_forward(const tsr_model *m, tsr_kv_cache *kv, const int32_t *tokens, int n,
                          float *probs) {
     const int learned = m->params_info[TSR_P_WPE].numel > 0;
@@ -146,13 +156,7 @@ void model_infer_forward(const tsr_model *m, tsr_kv_cache *kv, const int32_t *to
     tsr_decoder d;
     model_infer_decoder(m, &d);
     for (int s = 0; s < n;) {
-        int c = n - s < kv->chunk ? n - s : kv->chunk;
-        if (doc) /* end the chunk at an eot_token: the next position starts a segment */
-            for (int i = 0; i < c; i++)
-                if (tokens[s + i] == m->cfg.eot_token) {
-                    c = i + 1;
-                    break;
-                }
+        const int c = feed_chunk(m, tokens + s, n - s, kv->chunk);
         dec_kv_chunk(&d, kv, tokens + s, c, s + c == n ? probs : NULL);
         if (doc && tokens[s + c - 1] == m->cfg.eot_token) kv->seg = kv->len;
         s += c;
@@ -243,13 +247,7 @@ void model_kv_slots_feed(const tsr_decoder *d, tsr_kv_slots *ks, int s, const in
                 learned ? " or the position table" : "");
     const int doc = m->cfg.attn_mask == TSR_MASK_DOCUMENT;
     for (int i = 0; i < n;) {
-        int c = n - i < ks->rows ? n - i : ks->rows;
-        if (doc) /* end the chunk at an eot_token: the next position starts a segment */
-            for (int j = 0; j < c; j++)
-                if (tokens[i + j] == m->cfg.eot_token) {
-                    c = j + 1;
-                    break;
-                }
+        const int c = feed_chunk(m, tokens + i, n - i, ks->rows);
         dec_kv_slots(d, ks, s, tokens + i, c, i + c == n ? probs : NULL);
         if (doc && tokens[i + c - 1] == m->cfg.eot_token) ks->seg[s] = ks->len[s];
         i += c;

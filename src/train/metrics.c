@@ -277,6 +277,21 @@ static void moe_losses(const tsr_trainer *t, double out[2]) {
     }
 }
 
+/* One figure of an objective's step, PREFIX_NAME into the metrics.jsonl record and PREFIX/NAME
+ * into the TensorBoard step */
+static void log_figure(tsr_trainer *t, const char *prefix, const char *name, double v) {
+    if (t->out.metrics) {
+        char num[32];
+        json_number(num, sizeof num, v);
+        fprintf(t->out.metrics, ", \"%s_%s\": %s", prefix, name, num);
+    }
+    if (t->out.tb) {
+        char tag[64];
+        snprintf(tag, sizeof tag, "%s/%s", prefix, name);
+        tboard_scalar(t->out.tb, tag, v);
+    }
+}
+
 /* objective = dpo: the step's means over its pairs (train/dpo.h; docs/dpo.md), into the
  * metrics.jsonl record and the TensorBoard step */
 static void dpo_log(tsr_trainer *t) {
@@ -291,18 +306,7 @@ static void dpo_log(tsr_trainer *t) {
         {"logp_chosen", s[DPO_CHOSEN_LOGP] / P},
         {"logp_rejected", s[DPO_REJECTED_LOGP] / P},
     };
-    for (size_t k = 0; k < sizeof f / sizeof f[0]; k++) {
-        if (t->out.metrics) {
-            char num[32];
-            json_number(num, sizeof num, f[k].v);
-            fprintf(t->out.metrics, ", \"dpo_%s\": %s", f[k].name, num);
-        }
-        if (t->out.tb) {
-            char tag[64];
-            snprintf(tag, sizeof tag, "dpo/%s", f[k].name);
-            tboard_scalar(t->out.tb, tag, f[k].v);
-        }
-    }
+    for (size_t k = 0; k < sizeof f / sizeof f[0]; k++) log_figure(t, "dpo", f[k].name, f[k].v);
 }
 
 /* objective = grpo: the step's figures (train/grpo.h grpo_metrics; docs/rl.md "Metrics"), into
@@ -311,18 +315,7 @@ static void grpo_log(tsr_trainer *t, const tsr_step_stats *st) {
     if (t->cfg.objective != TSR_OBJ_GRPO) return;
     grpo_metric f[GRPO_NSTATS];
     const int n = grpo_metrics(t, st, f);
-    for (int k = 0; k < n; k++) {
-        if (t->out.metrics) {
-            char num[32];
-            json_number(num, sizeof num, f[k].v);
-            fprintf(t->out.metrics, ", \"grpo_%s\": %s", f[k].name, num);
-        }
-        if (t->out.tb) {
-            char tag[64];
-            snprintf(tag, sizeof tag, "grpo/%s", f[k].name);
-            tboard_scalar(t->out.tb, tag, f[k].v);
-        }
-    }
+    for (int k = 0; k < n; k++) log_figure(t, "grpo", f[k].name, f[k].v);
 }
 
 /* the MoE part of a metrics.jsonl record and of the TensorBoard step (docs/moe.md) */

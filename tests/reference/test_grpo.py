@@ -269,11 +269,7 @@ def train(run, a, d, policy, reference, params, groups):
             clipped += c
             if s == 0 and u == run["updates"] - 1:
                 step1 = [p.grad.clone() for p in params]
-            clip = a["grad_clip"]
-            if clip > 0 and norm > clip:
-                with torch.no_grad():
-                    for p in params:
-                        p.grad.mul_(clip / (norm + 1e-6))
+            R.clip_grads(params, norm, a["grad_clip"])
             opt.step()
     return losses, norms, step1, clipped, kls
 
@@ -342,13 +338,8 @@ def main():
             prog = os.path.join(tmp, "reward.py")
             open(prog, "w").write(PROGRAM)
             if tap.ok(r.returncode == 0, f"the prompts ({PROMPTS}, packed {P})"):
-                for run in RUNS:
-                    end = tap.n + CHECKS
-                    try:
-                        check_run(tap, run, tmp, data, prog)
-                    except Exception:
-                        tap.diag(R.traceback.format_exc())
-                    tap.fail_until(end, f"{run['name']} stopped early")
+                tap.run_cases(RUNS, lambda run: CHECKS,
+                              lambda run: check_run(tap, run, tmp, data, prog))
     except Exception:
         tap.diag(R.traceback.format_exc())
     tap.fail_until(PLAN, "stopped early")
