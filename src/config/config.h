@@ -223,6 +223,7 @@ typedef struct tsr_config {
         double format_weight;
         char command[1024];   /* kind = command: a program started once per rank (sh -c) */
         double timeout;       /* seconds the program may take for one step's completions */
+        int64_t memory_mib;   /* its address space (ulimit -v), MiB; 0 = unbounded */
     } reward;
     struct {                  /* LoRA adapters (docs/lora.md); rank 0 = full finetuning */
         int64_t rank;         /* r: the adapters' inner width */

@@ -483,6 +483,11 @@ const cfgtab_key cfgtab_keys[] = {
      .lo = 0.1, .hi = 86400,
      .doc = "reward.kind = command: seconds the program may take to answer one step's "
             "completions; past it the run stops (exit 2)."},
+    {.name = "reward.memory_mib", .type = CFGK_INT, FIELD(reward.memory_mib), .def = "8192",
+     .ilo = 0, .ihi = 1 << 30,
+     .doc = "reward.kind = command: the program's address space in MiB (`ulimit -v`, for it and "
+            "what it starts); an allocation past it fails in the program, which then exits and "
+            "the run stops (exit 2). 0 = unbounded."},
 
     {.name = "lora.rank", .type = CFGK_INT, FIELD(lora.rank), .def = "0", .ilo = 0, .ihi = 4096,
      .doc = "LoRA (docs/lora.md): the rank r of the low-rank adapters trained beside the frozen "

@@ -9,8 +9,8 @@
  *   -> {"id": 17, "step": 3, "prompt_index": 40, "sample": 2, "prompt": {the record},
  *       "completion": "TEXT", "tokens": [ids], "stop": "eos"}
  *   <- {"id": 17, "reward": 0.5}            (optionally "pass": true|false)
- * in any order. Its answers are untrusted: each line at most REWARD_MAX_LINE bytes, all of a
- * step's within reward.timeout seconds, exactly one per id sent; anything else (the program
+ * in any order. It is untrusted: its address space at most reward.memory_mib; each line at most
+ * REWARD_MAX_LINE bytes, all of a step's within reward.timeout seconds, exactly one per id sent; anything else (the program
  * exits, hangs, writes a line that is not such an object, a reward that is not a finite number,
  * an id it was not sent or one twice) is an error that quotes the exchange: the run stops, never
  * scoring a completion 0 in its place.
@@ -64,7 +64,8 @@ int reward_open(reward_ctx *r, const tsr_config *cfg, int rank, int world);
  * reward >= 1). Returns 0, or TSR_EXIT_DATA with the reason (quoting the exchange) in r->err; the
  * program is then stopped. */
 int reward_score(reward_ctx *r, const reward_req *q, int n, double *reward, int *pass);
-/* Stops the program (its stdin closed, then SIGKILL after a second) and frees r. */
+/* Stops the program (its stdin closed, then its process group SIGKILLed after a second) and
+ * frees r. */
 void reward_close(reward_ctx *r);
 
 /* The final answer of a completion (reward.extract, reward.marker): its bytes in text (a pointer

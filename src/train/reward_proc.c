@@ -5,6 +5,9 @@
  * step's requests are written and its answers read together (poll on both pipes, so a program
  * that answers before it has read everything cannot block on a full pipe), against one deadline.
  * Ids run on across steps, so a late answer to an earlier step is an id this step did not send.
+ * Bounds: its lines (REWARD_MAX_LINE) and time (reward.timeout) here; its memory by `ulimit -v`
+ * (reward.memory_mib) in the shell that starts it; it leads a process group of its own, so that
+ * stopping it reaches whatever it started.
  */
 #include "train/reward_proc.h"
 
@@ -41,8 +44,19 @@ int reward_proc_start(reward_ctx *r, int rank, int world) {
     snprintf(rk, sizeof rk, "TESSERA_RANK=%d", rank);
     snprintf(wd, sizeof wd, "TESSERA_WORLD=%d", world);
     env[ne] = rk, env[ne + 1] = wd, env[ne + 2] = NULL;
-    char *argv[] = {"/bin/sh", "-c", (char *)r->cfg->reward.command, NULL};
-    int rc = posix_spawn(&r->pid, "/bin/sh", &fa, NULL, argv, env);
+    /* the bound set by a shell, which then runs the command as sh -c would without it */
+    char wrap[96];
+    snprintf(wrap, sizeof wrap, "ulimit -v %lld || exit 125\nexec /bin/sh -c \"$1\"",
+             (long long)r->cfg->reward.memory_mib * 1024);
+    char *cmd = (char *)r->cfg->reward.command;
+    char *plain[] = {"/bin/sh", "-c", cmd, NULL}, *bounded[] = {"/bin/sh", "-c", wrap, "sh", cmd, NULL};
+    posix_spawnattr_t at;
+    posix_spawnattr_init(&at);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&at, 0);
+    int rc = posix_spawn(&r->pid, "/bin/sh", &fa, &at, r->cfg->reward.memory_mib ? bounded : plain,
+                         env);
+    posix_spawnattr_destroy(&at);
     posix_spawn_file_actions_destroy(&fa);
     free(env);
     close(in[0]), close(out[1]);
@@ -175,19 +189,29 @@ static int take_lines(reward_ctx *r, exch *x, double *reward, int *pass) {
     return 0;
 }
 
-/* how the program ended, for a message */
-static void ended(reward_ctx *r, char *out, size_t cap) {
-    int st = 0;
-    pid_t p = r->pid > 0 ? waitpid(r->pid, &st, WNOHANG) : -1;
-    for (int k = 0; k < 50 && p == 0; k++) { /* (it may close its output just before it exits) */
+/* Has the program ended? Its status in *info, the zombie left unreaped (WNOWAIT): its process
+ * group keeps its id until reward_proc_stop has signalled the rest of it. Waits up to ms. */
+static int has_ended(const reward_ctx *r, siginfo_t *info, int ms) {
+    for (int k = 0;; k += 10) {
+        memset(info, 0, sizeof *info);
+        if (waitid(P_PID, (id_t)r->pid, info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+            info->si_pid == r->pid)
+            return 1;
+        if (k >= ms) return 0;
         usleep(10000);
-        p = waitpid(r->pid, &st, WNOHANG);
     }
-    if (p == r->pid && WIFEXITED(st)) snprintf(out, cap, "it exited with status %d", WEXITSTATUS(st));
-    else if (p == r->pid && WIFSIGNALED(st))
-        snprintf(out, cap, "it was killed by signal %d", WTERMSIG(st));
-    else snprintf(out, cap, "it closed its output");
-    if (p == r->pid) r->pid = 0;
+}
+
+/* how the program ended, for a message (it may close its output just before it exits) */
+static void ended(const reward_ctx *r, char *out, size_t cap) {
+    siginfo_t in;
+    int k;
+    if (r->pid <= 0 || !has_ended(r, &in, 500)) k = snprintf(out, cap, "it closed its output");
+    else if (in.si_code == CLD_EXITED) k = snprintf(out, cap, "it exited with status %d", in.si_status);
+    else k = snprintf(out, cap, "it was killed by signal %d", in.si_status);
+    if (r->cfg->reward.memory_mib && k > 0 && (size_t)k < cap) /* the likely cause of a crash */
+        snprintf(out + k, cap - (size_t)k, " (its memory is bounded by reward.memory_mib = %lld)",
+                 (long long)r->cfg->reward.memory_mib);
 }
 
 /* what is readable from the program into r->buf: 0, 1 at its end (EOF), or -1 (an error) */
@@ -257,11 +281,9 @@ void reward_proc_stop(reward_ctx *r) {
     if (r->from_child >= 0) close(r->from_child);
     r->to_child = r->from_child = -1;
     if (r->pid <= 0) return;
-    int st;
-    for (int k = 0; k < 100 && waitpid(r->pid, &st, WNOHANG) == 0; k++) usleep(10000);
-    if (waitpid(r->pid, &st, WNOHANG) == 0) {
-        kill(r->pid, SIGKILL);
-        waitpid(r->pid, &st, 0);
-    }
+    siginfo_t in;
+    has_ended(r, &in, 1000);
+    kill(-r->pid, SIGKILL); /* it and whatever it started: its process group */
+    waitpid(r->pid, NULL, 0);
     r->pid = 0;
 }

@@ -7,7 +7,8 @@ is the prompt record's "answer", as tessera's built-in reward.kind = "answer" wi
 GRPO_REWARD_MODE (the misbehaviours tests/train/test_grpo.sh checks; from the GRPO_REWARD_AT-th
 request on, 1-based, counting this process's requests): ok (default), crash (exit 3 without an
 answer), hang (sleep), garbage (a line that is not JSON), wrong_id (an id it was not sent), nan
-(a reward that is not a number), long (a line of 70000 bytes)."""
+(a reward that is not a number), long (a line of 70000 bytes), hog (allocates 1 GiB: under
+reward.memory_mib below it, a MemoryError ends it)."""
 import json
 import os
 import sys
@@ -24,6 +25,8 @@ for line in sys.stdin:
             sys.exit(3)
         if mode == "hang":
             time.sleep(3600)
+        if mode == "hog":
+            hog = bytearray(1 << 30)
         if mode == "garbage":
             print("this is not json", flush=True)
             continue

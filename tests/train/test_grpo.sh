@@ -13,7 +13,8 @@
 #    step 1's completions too (rollouts drawn from (seed, step, prompt, sample) streams);
 #  - SIGKILL after a random step 5..11: the rerun resumes from step 4 and ends bit for bit where
 #    the uninterrupted run ends (every tensor of the final checkpoint; every metric from step 5);
-#  - the reward program crashing, hanging (reward.timeout), answering a line that is not JSON, an
+#  - the reward program crashing, running out of reward.memory_mib, hanging (reward.timeout; as a
+#    shell's child, which must not outlive the run), answering a line that is not JSON, an
 #    id it was not sent, a reward that is not a number, or a line over 64 KiB at step 2: exit 2,
 #    the message quotes what it was sent and what it answered, the checkpoint of step 1 stays the
 #    run's latest and step 2 is never logged;
@@ -96,9 +97,10 @@ tap_ok "2 ranks: step 1's 128 completions the same tokens and rewards as 1 rank'
     diff <(step1 "$TMP/r1/completions.jsonl") <(step1 "$TMP/r2/completions.jsonl")
 "${MPIRUN[@]}" -np 4 "$TRAIN" "${grpo[@]}" --init-from "$TMP/sft" --set run_dir="$TMP/r4" \
     --set max_duration=1ba --set save_interval=0ba --set eval_interval=0ba --set micro_batch=4 \
-    >"$TMP/r4.log" 2>&1
-tap_ok "4 ranks: step 1's 128 completions the same tokens and rewards as 1 rank's" \
-    diff <(step1 "$TMP/r1/completions.jsonl") <(step1 "$TMP/r4/completions.jsonl")
+    --set parallel.sharding=zero3 >"$TMP/r4.log" 2>&1
+rc=$?
+tap_ok "4 ranks under zero3 (the weights gathered for the rollouts): step 1's 128 completions the same tokens and rewards as 1 rank's, the step trained (exit $rc)" \
+    diff <(step1 "$TMP/r1/completions.jsonl") <( ((rc == 0)) && step1 "$TMP/r4/completions.jsonl")
 
 # ---- 5-6: SIGKILL at a random step, resumed bit for bit ----
 k=$((5 + RANDOM % 7))
@@ -125,20 +127,30 @@ tap_ok "the resumed run = the uninterrupted one bit for bit (final checkpoint's 
     test $((t + $?)) -eq 0
 
 # ---- 7-10: the reward program misbehaving at step 2 ----
-bad() { # MODE WANT: the run stops at step 2 with exit 2, quoting the exchange; step 1 stands
+bad() { # MODE WANT [SET...]: the run stops at step 2 with exit 2, quoting the exchange; step 1 stands
     local d="$TMP/bad_$1"
     GRPO_REWARD_MODE=$1 GRPO_REWARD_AT=129 run --set run_dir="$d" --set save_interval=1ba \
         --set reward.kind=command --set reward.timeout=2 \
-        --set reward.command="$PY3 $TSR_ROOT/tests/train/grpo_reward.py" >"$d.log" 2>&1
+        --set reward.command="$PY3 $TSR_ROOT/tests/train/grpo_reward.py" "${@:3}" >"$d.log" 2>&1
     local rc=$?
     grep -q "$2" "$d.log" && grep -q 'it was sent: {"id": ' "$d.log" &&
         grep -q "no completion is scored 0" "$d.log" && ((rc == 2)) &&
         [[ $(cat "$d/latest") == *step-00000001.h5 ]] &&
         ! grep -q '"step": 2' "$d/metrics.jsonl" || { tail -3 "$d.log"; return 1; }
 }
-tap_ok "the program crashes at step 2: exit 2, 'exited with status 3', the exchange quoted, step 1's checkpoint stays latest" \
-    bad crash "it exited with status 3"
-tap_ok "it hangs: exit 2 after reward.timeout = 2 s, quoted" bad hang "no answer within reward.timeout = 2 s"
+bad crash "it exited with status 3"
+g=$?
+bad hog "it exited with status 1 (its memory is bounded by reward.memory_mib = 300)" --set reward.memory_mib=300
+tap_ok "the program crashes at step 2, or allocates 1 GiB under reward.memory_mib = 300: exit 2, 'exited with status 3' / '1', the exchange quoted, step 1's checkpoint stays latest" \
+    test $((g + $?)) -eq 0
+# hanging, the program is a shell's child (not exec'd): stopping its process group ends it too
+bad hang "no answer within reward.timeout = 2 s" \
+    --set reward.command="$PY3 $TSR_ROOT/tests/train/grpo_reward.py $TMP/hang-marker; :"
+g=$?
+left=$(pgrep -f "$TMP/hang-marker" || true)
+[[ -z $left ]] || kill $left
+tap_ok "it hangs, started by a shell: exit 2 after reward.timeout = 2 s, quoted; nothing of it left running${left:+ (left: $left)}" \
+    test -z "$left" -a $g -eq 0
 bad garbage 'it answered: this is not json'
 g=$?
 bad long 'longer than 65536 bytes'
