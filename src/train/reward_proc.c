@@ -29,6 +29,27 @@ extern char **environ;
 
 #define QUOTE_MAX 300 /* bytes of a request or an answer a message quotes */
 
+/* sh -c reward.command as the leader of a process group of its own, under ulimit -v
+ * reward.memory_mib set by a shell that then runs the command as sh -c would without it.
+ * posix_spawn's status. */
+static int spawn(reward_ctx *r, const posix_spawn_file_actions_t *fa, char **env) {
+    char wrap[256];
+    const long long kib = (long long)r->cfg->reward.memory_mib * 1024;
+    snprintf(wrap, sizeof wrap, "ulimit -v %lld || { echo \"tessera-train: reward.memory_mib: "
+             "ulimit -v %lld refused (a lower hard limit?)\" >&2; exit 125; }\n"
+             "exec /bin/sh -c \"$1\"", kib, kib);
+    char *cmd = (char *)r->cfg->reward.command;
+    char *plain[] = {"/bin/sh", "-c", cmd, NULL}, *bounded[] = {"/bin/sh", "-c", wrap, "sh", cmd, NULL};
+    posix_spawnattr_t at;
+    posix_spawnattr_init(&at);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&at, 0);
+    int rc = posix_spawn(&r->pid, "/bin/sh", fa, &at, r->cfg->reward.memory_mib ? bounded : plain,
+                         env);
+    posix_spawnattr_destroy(&at);
+    return rc;
+}
+
 int reward_proc_start(reward_ctx *r, int rank, int world) {
     int in[2], out[2];
     if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC))
@@ -44,19 +65,7 @@ int reward_proc_start(reward_ctx *r, int rank, int world) {
     snprintf(rk, sizeof rk, "TESSERA_RANK=%d", rank);
     snprintf(wd, sizeof wd, "TESSERA_WORLD=%d", world);
     env[ne] = rk, env[ne + 1] = wd, env[ne + 2] = NULL;
-    /* the bound set by a shell, which then runs the command as sh -c would without it */
-    char wrap[96];
-    snprintf(wrap, sizeof wrap, "ulimit -v %lld || exit 125\nexec /bin/sh -c \"$1\"",
-             (long long)r->cfg->reward.memory_mib * 1024);
-    char *cmd = (char *)r->cfg->reward.command;
-    char *plain[] = {"/bin/sh", "-c", cmd, NULL}, *bounded[] = {"/bin/sh", "-c", wrap, "sh", cmd, NULL};
-    posix_spawnattr_t at;
-    posix_spawnattr_init(&at);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
-    posix_spawnattr_setpgroup(&at, 0);
-    int rc = posix_spawn(&r->pid, "/bin/sh", &fa, &at, r->cfg->reward.memory_mib ? bounded : plain,
-                         env);
-    posix_spawnattr_destroy(&at);
+    int rc = spawn(r, &fa, env);
     posix_spawn_file_actions_destroy(&fa);
     free(env);
     close(in[0]), close(out[1]);
