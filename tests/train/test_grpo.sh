@@ -6,7 +6,8 @@
 # prompts and the held-out prompts (--format prompts), a tiny model SFT'd for a few hundred steps
 # (the fixture), then GRPO from it. Checked:
 #  - held-out pass@1 (greedy, the prompts GRPO never trains on) rises by at least 20 points in 12
-#    steps over the SFT model's (a run of one step at lr 1e-12);
+#    steps over the SFT model's (a run of one step at lr 1e-12, its gradient made NaN: the spike
+#    guard skips the step's updates and the run goes on);
 #  - the same run on 2 ranks, with the reward from a program (tests/train/grpo_reward.py, one per
 #    rank, the same rule as the built-in one), gives the same rewards, pass rates and lengths at
 #    every step, and the same completions at step 1 (completions.jsonl) as 1 rank; 4 ranks give
@@ -30,7 +31,7 @@
 #    bf16 logits of magnitude ~10 are 0.02 apart).
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 14
+tap_plan 15
 
 # ---- the fixture: corpus, tokenizer, datasets, the SFT model ----
 "$TOOL" synth --task arithmetic --out "$TMP/ar" --examples 4000 --max-operand 9 --seed 3 -q
@@ -64,8 +65,12 @@ run() { "$TRAIN" "${grpo[@]}" --init-from "$TMP/sft" "$@"; }
 pass_at() { "$PY3" -c 'import json,sys; print([json.loads(l)["val_pass_at_1"] for l in open(sys.argv[1]) if "val_pass_at_1" in l][-1])' "$1"; }
 
 # ---- 1: held-out pass@1 rises ----
-run --set run_dir="$TMP/base" --set max_duration=1ba --set eval_interval=1ba --set optim.lr=1e-12 \
-    --set save_interval=0ba >"$TMP/base.log" 2>&1
+# (the SFT model's pass@1: one step at lr 1e-12 whose gradient is made NaN, so that the spike
+# guard skips its updates: checked below)
+TSR_FAULT=nan:1:0 run --set run_dir="$TMP/base" --set max_duration=1ba --set eval_interval=1ba \
+    --set optim.lr=1e-12 --set save_interval=0ba --set guard.window=100 --set guard.action=skip \
+    >"$TMP/base.log" 2>&1
+brc=$?
 run --set run_dir="$TMP/r1" >"$TMP/r1.log" 2>&1
 rc=$?
 b=$(pass_at "$TMP/base/metrics.jsonl" 2>/dev/null || echo nan)
@@ -73,6 +78,12 @@ a=$(pass_at "$TMP/r1/metrics.jsonl" 2>/dev/null || echo nan)
 tap_diag "held-out pass@1: SFT model $b, after 12 GRPO steps $a"
 tap_ok "held-out pass@1 rises by >= 20 points in 12 GRPO steps ($b -> $a)" \
     "$PY3" -c "import sys; sys.exit(0 if $rc == 0 and $a - $b >= 0.2 else 1)"
+tap_ok "the spike guard under GRPO: a NaN gradient at step 1 skips the step's updates (guard: skip), the run goes on to its evaluation (exit $brc)" \
+    "$PY3" -c '
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+step = [r for r in recs if r.get("step") == 1 and "loss" in r]
+sys.exit(0 if sys.argv[2] == "0" and step and step[-1].get("guard") == "skip" and any("val_pass_at_1" in r for r in recs) else 1)' "$TMP/base/metrics.jsonl" "$brc"
 
 # ---- 2-4: 2 ranks with the reward program; 4 ranks' rollouts ----
 # the step records' rollout figures of a run (rewards, pass rates, lengths, tied groups)
