@@ -736,7 +736,7 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     const size_t n_moe = (size_t)t->model.LM * (size_t)(2 + t->model.E);
     if (t->out.moe) memset(t->out.moe, 0, n_moe * sizeof(double));
     memset(t->out.dpo, 0, sizeof t->out.dpo);
-    st->compute_time = 0.0;
+    st->compute_time = 0.0, st->exit_code = 0;
     int64_t counted = step_data(t, d, sums, st);
     if (st->exit_code) return; /* (nothing applied: the run stops at this step boundary) */
     /* the loss is a mean over the counted targets, (dpo) over the pairs; grpo's pass weighs its
@@ -972,7 +972,7 @@ static int after_step(tsr_trainer *t, const tsr_step_stats *st, int64_t *committ
 }
 
 int trainer_run(tsr_trainer *t) {
-    tsr_step_stats st;
+    tsr_step_stats st = {0};
     int64_t committed = -1; /* step of the last checkpoint this run committed */
     watchdog_start(t);
     while (t->step < t->total_steps) {
