@@ -246,7 +246,7 @@ CUEMU_TRAIN   := $(BUILD)/tests/tessera-train-cuemu $(BUILD)/tests/test_gpu_ops_
 # compiler, run thread by thread against the CPU oracle by the op test's cases for them
 # (test_gpu_ops.c built with TSR_GPU_OPS_SIMT); needs the CUDA headers only: no GPU, driver or library
 SIMT_KERNELS  := cuda_attention cuda_ring cuda_xent cuda_layernorm cuda_llama cuda_moe cuda_lora \
-                 cuda_fail
+                 cuda_decode cuda_fail
 SIMT_OK        = $(if $(CROSS),,$(wildcard $(CUDA_HOME)/include/cuda_bf16.h))
 SIMT_TEST     := $(if $(SIMT_OK),$(BUILD)/tests/test_gpu_ops_simt $(BUILD)/tests/test_simt_selftest)
 # a CUDA-free stand-in for the GPU library, canned facts (healthcheck/mock/): tests the GPU mode's
@@ -521,7 +521,7 @@ docs: $(BUILD)/tessera
 # make install PREFIX=... [DESTDIR=staging] [MODULEDIR=...]: programs, man pages, the job templates
 # and their hook, the recipes, the docs and the two modulefiles. Files name PREFIX, never DESTDIR, so
 # a staged tree can be packaged and moved to PREFIX.
-INSTALL_JOBS := jobs/pretrain.sbatch jobs/finetune.sbatch jobs/eval.sbatch jobs/healthcheck.sbatch
+INSTALL_JOBS := jobs/pretrain.sbatch jobs/finetune.sbatch jobs/eval.sbatch jobs/healthcheck.sbatch jobs/rl.sbatch
 INSTALL_SLURM := jobs/slurm/prolog.sh jobs/slurm/epilog.sh jobs/slurm/healthcheck.sh jobs/slurm/hc-common.sh
 MAN1 := docs/man/tessera-train.1 docs/man/tessera.1 docs/man/tessera-job.1
 MAN8 := docs/man/tessera-healthcheck.8

@@ -21,7 +21,9 @@
  * backend runs each as the unfused sequence of ops.h calls written beside it, so its results
  * are the same bits as calling those ops one by one.
  * Optional entries (NULL where the backend has none): softmax_xent_grad, matvec_forward (the
- * decoder then uses matmul_forward), attention_decode (no KV-cache decoding on that backend).
+ * decoder then uses matmul_forward), attention_decode (no KV-cache decoding on that backend),
+ * matrows_forward (batched decoding then uses matmul_forward, whose rows depend on the batch),
+ * attention_decode_rows (no batched decoding on that backend).
  * argmax is required. The entries of the Llama-style blocks (rmsnorm_*, residual_rmsnorm_forward,
  * qknorm_*, rope_*, swiglu_*) and of mixture-of-experts (moe_*) are needed only by the models that
  * use them: the decoder refuses a model whose entries its backend lacks (dec_check_backend).
@@ -55,6 +57,8 @@ struct tsr_backend {
     void (*to_device)(const tsr_backend *be, void *dst, const void *src_host, size_t bytes);
     /* waits for the queued work before copying */
     void (*to_host)(const tsr_backend *be, void *dst_host, const void *src, size_t bytes);
+    /* backend to backend (in the queue's order) */
+    void (*copy)(const tsr_backend *be, void *dst, const void *src, size_t bytes);
 
     /* out (B,T,C) act = wte[tokens] + wpe[pos or t]; wte (Vp,C), wpe (T_max,C) or NULL weight */
     void (*encoder_forward)(const tsr_backend *be, void *out, const int32_t *tokens,
@@ -158,6 +162,11 @@ struct tsr_backend {
     void (*matvec_forward)(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,
                            const void *w, const void *bias, int N, int IC, int OC,
                            tsr_gelu_kind gelu);
+    /* matmul_forward with rows that do not depend on the batch (ops.h matmul_rows: each row's
+     * bits a function of that row and w alone), for batched decoding, or NULL */
+    void (*matrows_forward)(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,
+                            const void *w, const void *bias, int N, int IC, int OC,
+                            tsr_gelu_kind gelu);
     /* dinp act += (or = by mode), dw, dbias fp32 += (each or NULL: dw frozen, dbias also when
      * no bias), as ops.h matmul_backward */
     void (*matmul_backward)(const tsr_backend *be, void *dinp, float *dw, float *dbias,
@@ -207,6 +216,13 @@ struct tsr_backend {
     void (*copy_rows)(const tsr_backend *be, void *dst, size_t dpitch, const void *src,
                       size_t spitch, size_t width, size_t rows);
 
+    /* ops.h attention_decode_rows on one layer's caches of every slot (kt, v act; slot, pos,
+     * seg int32 on the backend; scratch fp32), or NULL */
+    void (*attention_decode_rows)(const tsr_backend *be, void *out, void *kt, void *v,
+                                  const void *qkv, const float *slopes, float *scratch,
+                                  int nscratch, const int32_t *slot, const int32_t *pos,
+                                  const int32_t *seg, int n, size_t slot_stride, int cap, int NH,
+                                  int KVH, int hs);
     /* ops.h attention_decode on one layer's cache (kt, v act; scratch fp32), or NULL */
     void (*attention_decode)(const tsr_backend *be, void *out, void *kt, void *v,
                              const void *qkv, const float *slopes, float *scratch, int nscratch,

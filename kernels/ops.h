@@ -271,6 +271,21 @@ typedef struct tsr_ops {
      * product (another summation order than matmul_forward). */
     void (*matvec_forward)(float *out, const float *inp, const float *w, const float *bias,
                            int IC, int OC);
+    /* Batched decoding (docs/generate.md "Batched generation"): n rows, row i the next token of
+     * the sequence in cache slot slot[i] at cache position pos[i], its segment from seg[i]. The
+     * layer's caches of all slots lie slot_stride floats apart in kt and v (each slot as
+     * attention_decode's). Stores each row's key and value, then out (n,NH*hs) = each row as
+     * attention_decode computes it (the same bits, whatever the other rows). scratch as
+     * attention_decode's. */
+    void (*attention_decode_rows)(float *out, float *kt, float *v, const float *qkv,
+                                  const float *alibi_slopes, float *scratch, int nscratch,
+                                  const int32_t *slot, const int32_t *pos, const int32_t *seg,
+                                  int n, size_t slot_stride, int cap, int NH, int KVH, int hs);
+    /* out (N,OC) = inp (N,IC) @ w^T + bias (or NULL), batch-invariant: each element one dot
+     * product in an order fixed by IC alone, so a row's bits do not depend on N, the other rows
+     * or the thread count (kernels/cpu/cpu_rows.c; sgemm's do). */
+    void (*matmul_rows)(float *out, const float *inp, const float *w, const float *bias, int N,
+                        int IC, int OC);
 
     /* sum of squares of g (n) in double, for the global gradient norm */
     double (*sumsq)(const float *g, size_t n);

@@ -400,3 +400,33 @@ void cpu_attention_decode(float *out, float *kt, float *v, const float *qkv,
                    p0 + i - seg, alibi_slopes ? alibi_slopes[h] : 0.0f, scale);
     }
 }
+
+/* out (n, NH hs): row i is the next token of the sequence in cache slot slot[i] (slots
+ * slot_stride floats apart in kt and v), at cache position pos[i], its segment from seg[i]: its
+ * key and value stored there, then each query head as cpu_attention_decode computes one row (the
+ * same bits); one task per (row, query head) */
+void cpu_attention_decode_rows(float *out, float *kt, float *v, const float *qkv,
+                               const float *alibi_slopes, float *scratch, int nscratch,
+                               const int32_t *slot, const int32_t *pos, const int32_t *seg, int n,
+                               size_t slot_stride, int cap, int NH, int KVH, int hs) {
+    const int C = NH * hs, R = NH / (KVH > 0 ? KVH : 1);
+    check_heads("attention_decode_rows", NH, KVH, hs);
+    const size_t QKV = (size_t)(NH + 2 * KVH) * hs;
+    const float scale = 1.0f / sqrtf((float)hs);
+    long work = 0;
+    for (int i = 0; i < n; i++) {
+        const size_t at = (size_t)slot[i] * slot_stride;
+        cache_store(kt + at, v + at, qkv + i * QKV, pos[i], 1, cap, NH, KVH, hs);
+        work += (long)NH * (pos[i] + 1 - seg[i]) * hs;
+    }
+    const long tasks = (long)n * NH;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nscratch) if (work >= DECODE_PAR_MIN)
+    for (long t = 0; t < tasks; t++) {
+        const int i = (int)(t / NH), h = (int)(t % NH), g = h / R, s = seg[i];
+        const size_t at = (size_t)slot[i] * slot_stride;
+        float *row = scratch + (size_t)omp_get_thread_num() * cap;
+        decode_row(out + (size_t)i * C + (size_t)h * hs, row, qkv + i * QKV + (size_t)h * hs,
+                   kt + at + (size_t)g * hs * cap + s, v + at + ((size_t)g * cap + s) * hs, cap,
+                   hs, pos[i] - s, alibi_slopes ? alibi_slopes[h] : 0.0f, scale);
+    }
+}

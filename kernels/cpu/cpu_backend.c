@@ -191,6 +191,14 @@ static void f_matvec_forward(const tsr_backend *be, void *out, void *pre_gelu, c
     if (pre_gelu) OPS(be)->gelu_forward(out, pre_gelu, (size_t)OC, gelu);
 }
 
+/* matmul_rows (into pre_gelu when given), then gelu_forward */
+static void f_matrows_forward(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,
+                              const void *w, const void *bias, int N, int IC, int OC,
+                              tsr_gelu_kind gelu) {
+    OPS(be)->matmul_rows(pre_gelu ? pre_gelu : out, inp, w, bias, N, IC, OC);
+    if (pre_gelu) OPS(be)->gelu_forward(out, pre_gelu, (size_t)N * OC, gelu);
+}
+
 static void f_matmul_backward(const tsr_backend *be, void *dinp, float *dw, float *dbias,
                               const void *dout, const void *inp, const void *w, int N, int IC,
                               int OC, tsr_grad_mode mode) {
@@ -267,6 +275,15 @@ static void f_attention_decode(const tsr_backend *be, void *out, void *kt, void 
                               hs);
 }
 
+static void f_attention_decode_rows(const tsr_backend *be, void *out, void *kt, void *v,
+                                    const void *qkv, const float *slopes, float *scratch,
+                                    int nscratch, const int32_t *slot, const int32_t *pos,
+                                    const int32_t *seg, int n, size_t slot_stride, int cap, int NH,
+                                    int KVH, int hs) {
+    OPS(be)->attention_decode_rows(out, kt, v, qkv, slopes, scratch, nscratch, slot, pos, seg, n,
+                                   slot_stride, cap, NH, KVH, hs);
+}
+
 /* softmax_xent_forward in place (probabilities over the logits), then with dlosses
  * softmax_xent_backward in place */
 static void f_softmax_xent(const tsr_backend *be, float *losses, void *logits,
@@ -307,6 +324,7 @@ tsr_backend tsr_fp32_backend(const tsr_ops *ops) {
         .zero = f_zero,
         .to_device = f_copy,
         .to_host = f_copy,
+        .copy = f_copy,
         .encoder_forward = f_encoder_forward,
         .encoder_backward = f_encoder_backward,
         .layernorm_forward = f_layernorm_forward,
@@ -334,6 +352,7 @@ tsr_backend tsr_fp32_backend(const tsr_ops *ops) {
         .lora_backward = ops->lora_backward ? f_lora_backward : NULL,
         .matmul_forward = f_matmul_forward,
         .matvec_forward = ops->matvec_forward ? f_matvec_forward : NULL,
+        .matrows_forward = ops->matmul_rows ? f_matrows_forward : NULL,
         .matmul_backward = f_matmul_backward,
         .gelu_backward = f_gelu_backward,
         .attention_saved = f_attention_saved,
@@ -347,6 +366,7 @@ tsr_backend tsr_fp32_backend(const tsr_ops *ops) {
         .f32_to_act = f_f32_to_act,
         .add_f32 = f_add_f32,
         .copy_rows = f_copy_rows,
+        .attention_decode_rows = ops->attention_decode_rows ? f_attention_decode_rows : NULL,
         .softmax_xent = f_softmax_xent,
         .softmax_xent_grad = f_softmax_xent_grad,
         .argmax = f_argmax,

@@ -44,6 +44,14 @@ void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, co
 void cpu_attention_decode(float *out, float *kt, float *v, const float *qkv,
                           const float *alibi_slopes, float *scratch, int nscratch, int p0, int c,
                           int seg, int cap, int NH, int KVH, int hs);
+void cpu_attention_decode_rows(float *out, float *kt, float *v, const float *qkv,
+                               const float *alibi_slopes, float *scratch, int nscratch,
+                               const int32_t *slot, const int32_t *pos, const int32_t *seg, int n,
+                               size_t slot_stride, int cap, int NH, int KVH, int hs);
+
+/* cpu_rows.c (ops.h matmul_rows) */
+void cpu_matmul_rows(float *out, const float *inp, const float *w, const float *bias, int N,
+                     int IC, int OC);
 
 /* cpu_ring.c (ops.h ring_forward, ring_backward) */
 void cpu_ring_forward(float *acc, float *lse, const tsr_ring_block *k, int merge);

@@ -286,6 +286,23 @@ void tcu_ring_backward(float *dq, int lddq, float *dkv, int lddkv, const tsr_bf1
  * (cudaMemcpy2DAsync): the ring's packing of keys and values */
 void tcu_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                   size_t rows, tcu_stream s);
+/* Batched decoding (cuda_decode.cu; ops.h attention_decode and attention_decode_rows): n rows of
+ * qkv (n, QKV) bf16, row i the next token of the sequence in cache slot slot[i] at cache position
+ * pos[i], its segment from seg[i] (slot, pos, seg device arrays, or NULL: slot 0, position
+ * p0 + i, segment seg0: a chunk of one sequence). Stores each row's key and value into its slot
+ * (kt (KVH, hs, cap) keys transposed, v (KVH, cap, hs) bf16; slots slot_stride elements apart),
+ * then out (n, NH*hs) bf16 = attention of each row over positions seg..pos, fp32 scores and
+ * softmax. Each (row, head) is one block with a fixed reduction order: a row's output does not
+ * depend on the other rows. Needs (cap + hs + 32) floats of shared memory per block. */
+void tcu_attention_decode(tsr_bf16 *out, tsr_bf16 *kt, tsr_bf16 *v, const tsr_bf16 *qkv,
+                          const float *alibi_slopes, const int32_t *slot, const int32_t *pos,
+                          const int32_t *seg, int p0, int seg0, int n, size_t slot_stride, int cap,
+                          int NH, int KVH, int hs, tcu_stream s);
+/* out (N,OC) bf16 = inp (N,IC) @ w^T + bias (or NULL), each element one warp's fp32 dot product
+ * in a fixed order (ops.h matmul_rows: a row's bits do not depend on N or the other rows, unlike
+ * cuBLASLt's, whose algorithm depends on the shape). For decode steps: w is read once per row. */
+void tcu_matmul_rows(tsr_bf16 *out, const tsr_bf16 *inp, const tsr_bf16 *w, const tsr_bf16 *bias,
+                     int N, int IC, int OC, tcu_stream s);
 /* The rows each warp of the attention kernels owns (issue 25, item 2; measured through
  * TSR_ATT_WARP_ROWS, docs/cuda.md): 16, the default, or 32, where each shared-memory operand
  * fragment feeds two 16-row mma slabs (half the shared-memory reads per mma, twice the

@@ -1421,3 +1421,54 @@ void tcu_muon_apply(float *p, tsr_bf16 *p_bf16, const tsr_bf16 *o, int rows, int
             if (p_bf16) p_bf16[k] = bf16_round(p[k]);
         }
 }
+
+/* ---- batched decoding (cuda_decode.cu) ------------------------------------------------------- */
+
+/* Built with TCU_EMU_SIMT_KERNELS: left out, cuda_decode.cu's kernels run instead (SIMT emulator) */
+#ifndef TCU_EMU_SIMT_KERNELS
+
+/* Each row alone: its slot's cache widened (the layer's KVH heads, cap positions), the CPU's
+ * attention_decode of one row (which stores the row's key and value), the output rounded, the
+ * row's key and value rounded back into the slot. */
+void tcu_attention_decode(tsr_bf16 *out, tsr_bf16 *kt, tsr_bf16 *v, const tsr_bf16 *qkv,
+                          const float *alibi_slopes, const int32_t *slot, const int32_t *pos,
+                          const int32_t *seg, int p0, int seg0, int n, size_t slot_stride, int cap,
+                          int NH, int KVH, int hs, tcu_stream s) {
+    const char *what = "tcu_attention_decode";
+    (void)s;
+    REQUIRE(n >= 0 && cap >= 1 && hs >= 1 && KVH >= 1 && NH % KVH == 0, what,
+            "need n >= 0, cap, hs >= 1 and NH a multiple of KVH: n=%d cap=%d NH=%d KVH=%d hs=%d", n,
+            cap, NH, KVH, hs);
+    const size_t per = (size_t)KVH * hs * cap, QKV = (size_t)(NH + 2 * KVH) * hs;
+    float *k = host_alloc(per * sizeof *k, what), *vv = host_alloc(per * sizeof *vv, what);
+    float *x = host_alloc(QKV * sizeof *x, what), *o = host_alloc((size_t)NH * hs * sizeof *o, what);
+    float *row = host_alloc((size_t)cap * sizeof *row, what);
+    for (int i = 0; i < n; i++) {
+        const size_t at = (size_t)(slot ? slot[i] : 0) * slot_stride;
+        const int p = pos ? pos[i] : p0 + i, sg = seg ? seg[i] : seg0;
+        widen_into(k, kt + at, per), widen_into(vv, v + at, per);
+        widen_into(x, qkv + (size_t)i * QKV, QKV);
+        cpu->attention_decode(o, k, vv, x, alibi_slopes, row, 1, p, 1, sg, cap, NH, KVH, hs);
+        round_into(out + (size_t)i * NH * hs, o, (size_t)NH * hs);
+        for (int g = 0; g < KVH; g++)
+            for (int d = 0; d < hs; d++) {
+                const size_t kk = ((size_t)g * hs + d) * cap + p, vk = ((size_t)g * cap + p) * hs + d;
+                kt[at + kk] = bf16_round(k[kk]);
+                v[at + vk] = bf16_round(vv[vk]);
+            }
+    }
+    free(k), free(vv), free(x), free(o), free(row);
+}
+
+void tcu_matmul_rows(tsr_bf16 *out, const tsr_bf16 *inp, const tsr_bf16 *w, const tsr_bf16 *bias,
+                     int N, int IC, int OC, tcu_stream s) {
+    const char *what = "tcu_matmul_rows";
+    (void)s;
+    require_shape(what, N, IC, OC);
+    float *wf = widen(w, (size_t)OC * IC, what), *bf = bias ? widen(bias, OC, what) : NULL;
+    float *x = widen(inp, (size_t)N * IC, what), *o = host_alloc((size_t)N * OC * sizeof *o, what);
+    cpu->matmul_rows(o, x, wf, bf, N, IC, OC);
+    round_into(out, o, (size_t)N * OC);
+    free(wf), free(bf), free(x), free(o);
+}
+#endif /* TCU_EMU_SIMT_KERNELS */

@@ -45,8 +45,24 @@ typedef enum { TSR_OPTIM_ADAMW = 0, TSR_OPTIM_MUON, TSR_OPTIM_COUNT } tsr_optim_
  * update of that RMS, Moonlight's; shape: sqrt(max(1, rows / cols)), Keller Jordan's) */
 typedef enum { TSR_MUON_SCALE_RMS = 0, TSR_MUON_SCALE_SHAPE, TSR_MUON_SCALE_COUNT } tsr_muon_scale;
 typedef enum { TSR_DEVICE_CPU = 0, TSR_DEVICE_CUDA, TSR_DEVICE_COUNT } tsr_device_kind;
-/* what the trainer minimises: next-token cross-entropy, or DPO on preference pairs (docs/dpo.md) */
-typedef enum { TSR_OBJ_LM = 0, TSR_OBJ_DPO, TSR_OBJ_COUNT } tsr_objective_kind;
+/* what the trainer minimises: next-token cross-entropy, DPO on preference pairs (docs/dpo.md), or
+ * GRPO on its own completions of prompts, scored by a reward (docs/rl.md) */
+typedef enum { TSR_OBJ_LM = 0, TSR_OBJ_DPO, TSR_OBJ_GRPO, TSR_OBJ_COUNT } tsr_objective_kind;
+/* GRPO's loss aggregation (docs/rl.md): sequence = mean over each completion's tokens, then over
+ * completions (GRPO); token = over all completion tokens of the batch (DAPO); constant = the sum
+ * over tokens / (completions x grpo.max_new_tokens) (Dr. GRPO) */
+typedef enum { TSR_GRPO_AGG_SEQUENCE = 0, TSR_GRPO_AGG_TOKEN, TSR_GRPO_AGG_CONSTANT,
+               TSR_GRPO_AGG_COUNT } tsr_grpo_agg_kind;
+/* GRPO's KL reference: auto = base with LoRA, else initial; base = the base with the adapters
+ * off; initial = a frozen copy of the starting weights (train/grpo_ref.h) */
+typedef enum { TSR_GRPO_REF_AUTO = 0, TSR_GRPO_REF_BASE, TSR_GRPO_REF_INITIAL,
+               TSR_GRPO_REF_COUNT } tsr_grpo_ref_kind;
+/* the reward of a completion (docs/rl.md "Rewards") */
+typedef enum { TSR_REWARD_ANSWER = 0, TSR_REWARD_REGEX, TSR_REWARD_COMMAND,
+               TSR_REWARD_COUNT } tsr_reward_kind;
+typedef enum { TSR_EXTRACT_AUTO = 0, TSR_EXTRACT_BOXED, TSR_EXTRACT_MARKER,
+               TSR_EXTRACT_COUNT } tsr_extract_kind;
+typedef enum { TSR_COMPARE_NUMBER = 0, TSR_COMPARE_EXACT, TSR_COMPARE_COUNT } tsr_compare_kind;
 typedef enum { TSR_DPO_SIGMOID = 0, TSR_DPO_IPO, TSR_DPO_LOSS_COUNT } tsr_dpo_loss_kind;
 /* DPO's reference model (docs/dpo.md): auto = base with LoRA, else precomputed; base = the base
  * with the adapters off (LoRA only); precomputed = the initial model's log-probabilities of every
@@ -148,7 +164,7 @@ typedef struct tsr_data_config {
 
 /* In-context-learning tasks for `tessera eval` (icl_tasks; docs/eval.md; parsed by config_icl.c) */
 #define TSR_MAX_ICL_TASKS 32
-typedef enum { TSR_ICL_MC = 0, TSR_ICL_LM, TSR_ICL_SCHEMA, TSR_ICL_COUNT } tsr_icl_type;
+typedef enum { TSR_ICL_MC = 0, TSR_ICL_LM, TSR_ICL_SCHEMA, TSR_ICL_GEN, TSR_ICL_COUNT } tsr_icl_type;
 typedef struct tsr_icl_task_config {
     char label[64];
     tsr_icl_type type;
@@ -156,7 +172,7 @@ typedef struct tsr_icl_task_config {
     int fewshot;
     char continuation_delimiter[16], example_delimiter[16];
 } tsr_icl_task_config;
-/* "multiple_choice", "language_modeling", "schema" */
+/* "multiple_choice", "language_modeling", "schema", "generation_task_with_answers" */
 const char *config_icl_type_name(int type);
 
 typedef enum { TSR_GUARD_ZSCORE = 0, TSR_GUARD_MULTIPLIER, TSR_GUARD_METHOD_COUNT } tsr_guard_method;
@@ -197,6 +213,38 @@ typedef struct tsr_config {
         char reference_checksum[32]; /* precomputed: "crc32c:XXXXXXXX" of the stored file,
                                       * written by the trainer (train/dpo_ref.h) */
     } dpo;
+    struct {                  /* objective = grpo (docs/rl.md) */
+        int64_t group_size;   /* G: completions per prompt */
+        int64_t max_new_tokens;
+        double temperature, top_p;
+        int64_t top_k;
+        int64_t updates;      /* optimizer steps per rollout batch */
+        double clip_low, clip_high; /* the ratio is clipped to [1 - clip_low, 1 + clip_high] */
+        tsr_grpo_agg_kind loss_agg;
+        int scale_rewards;    /* advantages divided by the group's standard deviation */
+        int dynamic_sampling; /* groups whose rewards all tie are dropped and refilled (DAPO) */
+        int64_t max_rounds;   /* dynamic sampling: generation rounds per step at most */
+        int64_t overlong_buffer; /* DAPO's soft overlong penalty over the last this many tokens */
+        double overlong_penalty; /* its largest penalty */
+        double kl_coef;       /* beta of the KL term to the reference; 0 = none */
+        tsr_grpo_ref_kind reference;
+        char reference_checksum[32]; /* initial: "crc32c:XXXXXXXX" of run_dir's stored reference */
+        int64_t rollout_batch; /* sequences a rank decodes together */
+        int64_t eval_prompts; /* data.val prompts scored (pass@1) at each evaluation; 0 = all */
+        int64_t log_completions; /* completions per step written to run_dir/completions.jsonl */
+    } grpo;
+    struct {                  /* objective = grpo: the reward (docs/rl.md "Rewards") */
+        tsr_reward_kind kind;
+        tsr_extract_kind extract;
+        char marker[64];      /* the final answer follows the last one (extract = marker, auto) */
+        tsr_compare_kind compare;
+        char regex[512];      /* kind = regex: reward 1 when the completion matches */
+        char format_regex[512]; /* + format_weight when the completion matches it */
+        double format_weight;
+        char command[1024];   /* kind = command: a program started once per rank (sh -c) */
+        double timeout;       /* seconds the program may take for one step's completions */
+        int64_t memory_mib;   /* its address space (ulimit -v), MiB; 0 = unbounded */
+    } reward;
     struct {                  /* LoRA adapters (docs/lora.md); rank 0 = full finetuning */
         int64_t rank;         /* r: the adapters' inner width */
         double alpha;         /* the adapter path's scale is alpha / r */

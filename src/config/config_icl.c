@@ -18,7 +18,8 @@
 #include "config/config_icl.h"
 #include "config/config_table.h"
 
-static const char *const type_names[TSR_ICL_COUNT] = {"multiple_choice", "language_modeling", "schema"};
+static const char *const type_names[TSR_ICL_COUNT] = {"multiple_choice", "language_modeling", "schema",
+                                                      "generation_task_with_answers"};
 
 const char *config_icl_type_name(int type) { return type >= 0 && type < TSR_ICL_COUNT ? type_names[type] : "?"; }
 
@@ -55,7 +56,8 @@ static int parse_task(const config_setting_t *e, const char *file, int idx, tsr_
                 if (!strcmp(v, type_names[j])) k = j;
             if (k < 0) {
                 tsr_error("%s:%d: icl_tasks[%d].type: expected one of multiple_choice | "
-                          "language_modeling | schema", file, line, idx);
+                          "language_modeling | schema | generation_task_with_answers", file, line,
+                          idx);
                 errors++;
             }
             t->type = (tsr_icl_type)(k < 0 ? 0 : k);
@@ -149,7 +151,11 @@ void cfgicl_doc(FILE *f) {
         ");\n"
         "```\n\n"
         "- `type`: `multiple_choice` (`{query, choices, gold}`), `language_modeling` (`{context, "
-        "continuation}`) or `schema` (`{context_options, continuation, gold}`);\n"
+        "continuation}`), `schema` (`{context_options, continuation, gold}`) or "
+        "`generation_task_with_answers` (`{context, answer, aliases}`: a greedy completion of "
+        "the context, cut at the example delimiter, right when it equals the answer or an alias "
+        "after normalisation; the trainer scores it with full weights on the CPU only: not "
+        "under zero3 / hsdp, device = cuda or expert parallelism);\n"
         "- optional: `fewshot` (examples of the same file put before each one, 0..64; default 0), "
         "`continuation_delimiter` (default `\" \"`), `example_delimiter` (default `\"\\n\"`).\n"
         "Not settable with `--set`.\n");

@@ -22,7 +22,7 @@
 #include "config/config_mix.h"
 #include "config/config_table.h"
 
-#define MAX_KEYS 128
+#define MAX_KEYS 256
 
 typedef struct load_ctx {
     tsr_config *cfg;
@@ -344,6 +344,11 @@ static const char *const cross_rules[] = {
     "`objective = \"dpo\"` needs an even `micro_batch` (not `\"auto\"`) and no `data.mix`; "
     "`global_batch / W` is even (checked at start); "
     "`dpo.reference = \"base\"` needs `lora.rank` > 0.",
+    "`objective = \"grpo\"` needs a `micro_batch` in prompts (not `\"auto\"`), no `data.mix` and "
+    "`parallel.expert = 1`; `reward.kind = \"command\"` needs `reward.command`, `\"regex\"` "
+    "`reward.regex`; `grpo.overlong_buffer` is at most `grpo.max_new_tokens`; `grpo.reference = "
+    "\"base\"` needs `lora.rank` > 0; `grpo.reference_checksum` is \"\" or `crc32c:` and 8 "
+    "lowercase hex digits.",
     "With `lora.rank` above 0: `lora.targets` names each of q, k, v, o, gate, up, down at most "
     "once (gate and up with `model.mlp = \"swiglu\"`; no MLP target in a MoE model), with "
     "`parallel.expert = 1`. "
@@ -415,14 +420,48 @@ static void validate_shapes(load_ctx *c) {
     }
 }
 
+/* objective = grpo (docs/rl.md): what it needs, and what does not run with it yet */
+static void validate_grpo(load_ctx *c) {
+    const tsr_config *g = c->cfg;
+    char at[1200];
+    if (g->objective != TSR_OBJ_GRPO) return;
+    struct { int bad; const char *key, *why; } rules[] = {
+        {g->micro_batch == 0, "micro_batch", "objective = \"grpo\" counts micro_batch in prompts "
+         "(each with its grpo.group_size completions): give a number, \"auto\" is not supported"},
+        {g->data.n_streams > 0, "objective", "objective = \"grpo\": data.mix is not supported "
+         "with it (data.train holds the prompts)"},
+        {g->expert > 1, "parallel.expert", "objective = \"grpo\" with expert parallelism is not "
+         "supported yet: set parallel.expert = 1"},
+        {g->reward.kind == TSR_REWARD_COMMAND && !g->reward.command[0], "reward.command",
+         "reward.kind = \"command\" needs the program to run: set reward.command"},
+        {g->reward.kind == TSR_REWARD_REGEX && !g->reward.regex[0], "reward.regex",
+         "reward.kind = \"regex\" needs reward.regex"},
+        {g->grpo.overlong_buffer > g->grpo.max_new_tokens, "grpo.overlong_buffer",
+         "grpo.overlong_buffer is longer than grpo.max_new_tokens"},
+        {g->device == TSR_DEVICE_CUDA && g->grpo.kl_coef > 0 && g->lora.rank == 0,
+         "grpo.kl_coef", "objective = \"grpo\" on device = \"cuda\": a KL term to the initial "
+         "weights is not supported there yet (LoRA's base reference is): set grpo.kl_coef = 0 "
+         "or use LoRA"},
+        {g->grpo.reference == TSR_GRPO_REF_BASE && g->lora.rank == 0, "grpo.reference",
+         "grpo.reference = \"base\" needs LoRA (lora.rank > 0): the base is the model with the "
+         "adapters off; full finetuning takes \"initial\" (or \"auto\")"},
+    };
+    for (size_t k = 0; k < sizeof rules / sizeof rules[0]; k++)
+        if (rules[k].bad) {
+            tsr_error("%s%s (docs/rl.md)", where(c, rules[k].key, at, sizeof at), rules[k].why);
+            c->errors++;
+        }
+}
+
 /* LoRA (docs/lora.md): the targets against the model, and what does not run with it yet. */
 static void validate_lora(load_ctx *c) {
     const tsr_config *g = c->cfg;
     char at[1200], why[400];
     unsigned mask;
-    const char *sums[2][2] = {{"lora.base_checksum", g->lora.base_checksum},
-                              {"dpo.reference_checksum", g->dpo.reference_checksum}};
-    for (int k = 0; k < 2; k++) {
+    const char *sums[3][2] = {{"lora.base_checksum", g->lora.base_checksum},
+                              {"dpo.reference_checksum", g->dpo.reference_checksum},
+                              {"grpo.reference_checksum", g->grpo.reference_checksum}};
+    for (int k = 0; k < 3; k++) {
         const char *cs = sums[k][1];
         if (cs[0] && (strncmp(cs, "crc32c:", 7) != 0 || strlen(cs) != 15 ||
                       strspn(cs + 7, "0123456789abcdef") != 8)) {
@@ -530,6 +569,7 @@ static void validate_options(load_ctx *c) {
     }
     validate_lora(c);
     validate_muon(c);
+    validate_grpo(c);
 }
 
 /* The data lists: data.mix or data.train, curriculum order, the cache limit. */

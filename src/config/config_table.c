@@ -42,11 +42,21 @@ static const char *const optim_names[] = {"adamw", "muon"};
 _Static_assert(NELEM(optim_names) == TSR_OPTIM_COUNT, "optim_names vs tsr_optim_kind");
 static const char *const muon_scale_names[] = {"rms", "shape"};
 _Static_assert(NELEM(muon_scale_names) == TSR_MUON_SCALE_COUNT, "muon_scale_names vs tsr_muon_scale");
-static const char *const objective_names[] = {"lm", "dpo"};
+static const char *const objective_names[] = {"lm", "dpo", "grpo"};
 _Static_assert(NELEM(objective_names) == TSR_OBJ_COUNT, "objective_names vs tsr_objective_kind");
 static const char *const dpo_loss_names[] = {"sigmoid", "ipo"};
 _Static_assert(NELEM(dpo_loss_names) == TSR_DPO_LOSS_COUNT, "dpo_loss_names vs tsr_dpo_loss_kind");
 static const char *const dpo_ref_names[] = {"auto", "base", "precomputed"};
+static const char *const grpo_agg_names[] = {"sequence", "token", "constant"};
+_Static_assert(NELEM(grpo_agg_names) == TSR_GRPO_AGG_COUNT, "grpo_agg_names vs tsr_grpo_agg_kind");
+static const char *const grpo_ref_names[] = {"auto", "base", "initial"};
+_Static_assert(NELEM(grpo_ref_names) == TSR_GRPO_REF_COUNT, "grpo_ref_names vs tsr_grpo_ref_kind");
+static const char *const reward_kind_names[] = {"answer", "regex", "command"};
+_Static_assert(NELEM(reward_kind_names) == TSR_REWARD_COUNT, "reward_kind_names vs tsr_reward_kind");
+static const char *const extract_names[] = {"auto", "boxed", "marker"};
+_Static_assert(NELEM(extract_names) == TSR_EXTRACT_COUNT, "extract_names vs tsr_extract_kind");
+static const char *const compare_names[] = {"number", "exact"};
+_Static_assert(NELEM(compare_names) == TSR_COMPARE_COUNT, "compare_names vs tsr_compare_kind");
 _Static_assert(NELEM(dpo_ref_names) == TSR_DPO_REF_COUNT, "dpo_ref_names vs tsr_dpo_ref_kind");
 _Static_assert(NELEM(sched_names) == TSR_SCHED_COUNT, "sched_names vs tsr_sched_kind");
 static const char *const shard_names[] = {"ddp", "zero1", "zero3", "hsdp"};
@@ -398,7 +408,8 @@ const cfgtab_key cfgtab_keys[] = {
      .doc = "What training minimises: `lm`, next-token cross-entropy over the target tokens; "
             "`dpo`, Direct Preference Optimization on preference pairs (`tessera prep --format "
             "preference`), with LoRA or full finetuning; the reference model: `dpo.reference` "
-            "(docs/dpo.md)."},
+            "(docs/dpo.md); `grpo`, reinforcement learning on the model's own completions of "
+            "prompts (`tessera prep --format prompts`), scored by `reward.*` (docs/rl.md)."},
     {.name = "dpo.beta", .type = CFGK_FLOAT, FIELD(dpo.beta), .def = "0.1", .lo = 0, .lo_open = 1,
      NO_MAX,
      .doc = "DPO: beta, the strength of the implicit KL penalty (TRL's beta)."},
@@ -422,6 +433,121 @@ const cfgtab_key cfgtab_keys[] = {
      .doc = "DPO, `precomputed` reference: `crc32c:XXXXXXXX`, the checksum of "
             "`run_dir/dpo-reference.bin`: written by the trainer into the checkpoints' config; a "
             "resume whose stored reference differs stops (exit 2). Leave it empty."},
+
+    {.name = "grpo.group_size", .type = CFGK_INT, FIELD(grpo.group_size), .def = "8", .ilo = 2,
+     .ihi = 1024,
+     .doc = "GRPO: G, the completions sampled per prompt; their rewards are normalised within the "
+            "group. `global_batch` counts prompts, so a step trains on G x global_batch "
+            "completions."},
+    {.name = "grpo.max_new_tokens", .type = CFGK_INT, FIELD(grpo.max_new_tokens), .def = "256",
+     .ilo = 1, .ihi = 1048576,
+     .doc = "GRPO: the longest completion; `seq_len` must hold the longest prompt (the prompts' "
+            "`--pack` P, less one) and this many tokens."},
+    {.name = "grpo.temperature", .type = CFGK_FLOAT, FIELD(grpo.temperature), .def = "1.0",
+     .lo = 0, .lo_open = 1, .hi = 100,
+     .doc = "GRPO: the sampling temperature of the rollouts (the objective's ratio uses the "
+            "model's own distribution, temperature 1)."},
+    {.name = "grpo.top_k", .type = CFGK_INT, FIELD(grpo.top_k), .def = "0", .ilo = 0,
+     INT32_ONLY, .doc = "GRPO: sample among the K most likely tokens; 0 = all."},
+    {.name = "grpo.top_p", .type = CFGK_FLOAT, FIELD(grpo.top_p), .def = "1.0", .lo = 0,
+     .lo_open = 1, .hi = 1, .doc = "GRPO: nucleus sampling of the rollouts; 1 = no cut."},
+    {.name = "grpo.updates", .type = CFGK_INT, FIELD(grpo.updates), .def = "1", .ilo = 1,
+     .ihi = 64,
+     .doc = "GRPO: optimizer steps per rollout batch (each over the whole batch; the old "
+            "log-probabilities stay those of the rollout, so the ratio leaves 1 after the first)."},
+    {.name = "grpo.clip_low", .type = CFGK_FLOAT, FIELD(grpo.clip_low), .def = "0.2", .lo = 0,
+     .hi = 1, .doc = "GRPO: epsilon_low: the ratio is clipped below at 1 - clip_low."},
+    {.name = "grpo.clip_high", .type = CFGK_FLOAT, FIELD(grpo.clip_high), .def = "0.2", .lo = 0,
+     NO_MAX,
+     .doc = "GRPO: epsilon_high: the ratio is clipped above at 1 + clip_high (DAPO's clip-higher: "
+            "0.28)."},
+    {.name = "grpo.loss_agg", .type = CFGK_ENUM, FIELD(grpo.loss_agg), .def = "sequence",
+     ENUM(grpo_agg_names),
+     .doc = "GRPO: how the per-token losses make the step's loss: `sequence`, each completion's "
+            "mean, then their mean (GRPO); `token`, the mean over all completion tokens of the "
+            "batch (DAPO); `constant`, their sum over completions x grpo.max_new_tokens (Dr. "
+            "GRPO)."},
+    {.name = "grpo.scale_rewards", .type = CFGK_BOOL, FIELD(grpo.scale_rewards), .def = "true",
+     .doc = "GRPO: divide each advantage by its group's reward standard deviation (false: Dr. "
+            "GRPO)."},
+    {.name = "grpo.dynamic_sampling", .type = CFGK_BOOL, FIELD(grpo.dynamic_sampling),
+     .def = "false",
+     .doc = "GRPO: drop the groups whose rewards all tie (no gradient) and refill the batch with "
+            "further prompts (DAPO), for at most grpo.max_rounds generation rounds."},
+    {.name = "grpo.max_rounds", .type = CFGK_INT, FIELD(grpo.max_rounds), .def = "3", .ilo = 1,
+     .ihi = 64,
+     .doc = "GRPO, dynamic sampling: generation rounds per step at most; a batch still short "
+            "after them trains with tied groups in the remaining slots (logged)."},
+    {.name = "grpo.overlong_buffer", .type = CFGK_INT, FIELD(grpo.overlong_buffer), .def = "0",
+     .ilo = 0, .ihi = 1048576,
+     .doc = "GRPO: DAPO's soft overlong penalty: a completion longer than max_new_tokens - this "
+            "loses up to grpo.overlong_penalty, linearly over these last tokens; 0 = off."},
+    {.name = "grpo.overlong_penalty", .type = CFGK_FLOAT, FIELD(grpo.overlong_penalty),
+     .def = "1.0", .lo = 0, NO_MAX, .doc = "GRPO: the overlong penalty at max_new_tokens."},
+    {.name = "grpo.kl_coef", .type = CFGK_FLOAT, FIELD(grpo.kl_coef), .def = "0.0", .lo = 0,
+     NO_MAX,
+     .doc = "GRPO: beta of the per-token KL term to the reference (k3 estimator: "
+            "exp(ref - pi) - (ref - pi) - 1); 0 = none (DAPO, Dr. GRPO)."},
+    {.name = "grpo.reference", .type = CFGK_ENUM, FIELD(grpo.reference), .def = "auto",
+     ENUM(grpo_ref_names),
+     .doc = "GRPO with kl_coef > 0: the reference. `base`, the base with the LoRA adapters off "
+            "(LoRA only); `initial`, a frozen copy of the starting weights, stored in "
+            "`run_dir/grpo-reference.bin` (sharded as the weights are); `auto`, `base` with LoRA, "
+            "else `initial`."},
+    {.name = "grpo.reference_checksum", .type = CFGK_STRING, FIELD(grpo.reference_checksum),
+     .def = "", .ilo = 0,
+     .doc = "GRPO, `initial` reference: `crc32c:XXXXXXXX` of `run_dir/grpo-reference.bin`, "
+            "written by the trainer into the checkpoints' config; a resume whose stored "
+            "reference differs stops (exit 2). Leave it empty."},
+    {.name = "grpo.rollout_batch", .type = CFGK_INT, FIELD(grpo.rollout_batch), .def = "64",
+     .ilo = 1, .ihi = 4096,
+     .doc = "GRPO: sequences a rank decodes together (the KV cache holds this many)."},
+    {.name = "grpo.eval_prompts", .type = CFGK_INT, FIELD(grpo.eval_prompts), .def = "0",
+     .ilo = 0, INT32_ONLY,
+     .doc = "GRPO: the data.val prompts whose greedy completion is scored at each evaluation "
+            "(pass@1); 0 = all of them."},
+    {.name = "grpo.log_completions", .type = CFGK_INT, FIELD(grpo.log_completions), .def = "0",
+     .ilo = 0, INT32_ONLY,
+     .doc = "GRPO: completions of each step written to `run_dir/completions.jsonl` (the first "
+            "ones of the batch, with their rewards); 0 = none."},
+    {.name = "reward.kind", .type = CFGK_ENUM, FIELD(reward.kind), .def = "answer",
+     ENUM(reward_kind_names),
+     .doc = "GRPO's reward: `answer`, 1 when the completion's final answer (reward.extract) equals "
+            "the prompt's \"answer\" (reward.compare); `regex`, 1 when the completion matches "
+            "reward.regex; `command`, what the program reward.command answers (docs/rl.md)."},
+    {.name = "reward.extract", .type = CFGK_ENUM, FIELD(reward.extract), .def = "auto",
+     ENUM(extract_names),
+     .doc = "reward.kind = answer: the final answer is the content of the last `\\boxed{...}` "
+            "(boxed), the text after the last reward.marker (marker), or (auto) the first of "
+            "them present, else the whole completion; trimmed."},
+    {.name = "reward.marker", .type = CFGK_STRING, FIELD(reward.marker), .def = "####",
+     .ilo = 1, .doc = "reward.kind = answer: the text the final answer follows (GSM8K's ####)."},
+    {.name = "reward.compare", .type = CFGK_ENUM, FIELD(reward.compare), .def = "number",
+     ENUM(compare_names),
+     .doc = "reward.kind = answer: `number`, both read as numbers (commas and spaces dropped) and "
+            "equal within 1e-9 relative; `exact`, the same text."},
+    {.name = "reward.regex", .type = CFGK_STRING, FIELD(reward.regex), .def = "", .ilo = 0,
+     .doc = "reward.kind = regex: a POSIX extended regular expression; reward 1 when it matches "
+            "the completion."},
+    {.name = "reward.format_regex", .type = CFGK_STRING, FIELD(reward.format_regex), .def = "",
+     .ilo = 0,
+     .doc = "A format reward: reward.format_weight is added when this POSIX extended regular "
+            "expression matches the completion; \"\" = none."},
+    {.name = "reward.format_weight", .type = CFGK_FLOAT, FIELD(reward.format_weight),
+     .def = "0.0", .lo = -1e6, .hi = 1e6, .doc = "The format reward's weight."},
+    {.name = "reward.command", .type = CFGK_STRING, FIELD(reward.command), .def = "", .ilo = 0,
+     .doc = "reward.kind = command: a program (run by sh -c) started once per rank and kept "
+            "running: one JSON line per completion on its stdin, one {\"id\", \"reward\"} line "
+            "back for each on its stdout (docs/rl.md \"The reward program\")."},
+    {.name = "reward.timeout", .type = CFGK_FLOAT, FIELD(reward.timeout), .def = "60.0",
+     .lo = 0.1, .hi = 86400,
+     .doc = "reward.kind = command: seconds the program may take to answer one step's "
+            "completions; past it the run stops (exit 2)."},
+    {.name = "reward.memory_mib", .type = CFGK_INT, FIELD(reward.memory_mib), .def = "8192",
+     .ilo = 0, .ihi = 1 << 30,
+     .doc = "reward.kind = command: the program's address space in MiB (`ulimit -v`, for it and "
+            "what it starts); an allocation past it fails in the program, which then exits and "
+            "the run stops (exit 2). 0 = unbounded."},
 
     {.name = "lora.rank", .type = CFGK_INT, FIELD(lora.rank), .def = "0", .ilo = 0, .ihi = 4096,
      .doc = "LoRA (docs/lora.md): the rank r of the low-rank adapters trained beside the frozen "

@@ -18,6 +18,10 @@
 #include <stdint.h>
 
 #define TSR_DATA_VERSION 1
+/* tessera prep --format prompts: each split's records (docs/rl.md "Prompts"): line k of
+ * SPLIT/prompts.jsonl belongs to sample k; index.tsv notes "prompts" (the line count) and
+ * "prompts_crc32c" */
+#define DATASET_PROMPTS "prompts.jsonl"
 
 /* ---- reader ---- */
 typedef struct tsr_dataset tsr_dataset;
@@ -103,7 +107,8 @@ int dataset_writer_close(tsr_dataset_writer *w);
 /* Removes `dir`.tmp and frees w. */
 void dataset_writer_abort(tsr_dataset_writer *w);
 /* Removes OUT.tmp left by an interrupted write of a train/val pair (tessera synth, tessera prep):
- * only the datasets' own files (shard-*, index.tsv) under train/, val/ and their .tmp twins;
+ * only the datasets' own files (shard-*, index.tsv, prompts.jsonl) under train/, val/ and their
+ * .tmp twins, and OUT.tmp/train.prompts.jsonl, val.prompts.jsonl;
  * anything else makes the final rmdir fail, reported naming OUT.tmp. Returns 0 or TSR_EXIT_DATA. */
 int dataset_split_remove_staging(const char *tmp);
 

@@ -4,6 +4,7 @@
  * generated from it, so the help cannot drift from the parser.
  */
 #include "data/data_cmd.h"
+#include "data/synth_arith.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -327,6 +328,12 @@ static const cli_opt synth_opts[] = {
     {"val-tokens", 'e', "N", "validation tokens, 0 = no DIR/val (default N/10)"},
     {"seed", 'S', "SEED", "random seed; same arguments give byte-identical output (default 1)"},
     {"shard-tokens", CLI_NO_SHORT('s'), "N", "tokens per shard file (default 134217728)"},
+    {"task", CLI_NO_SHORT('k'), "KIND", "markov (default: token datasets) or arithmetic (JSON Lines "
+                              "text: pretrain, sft, prompts and held-out problems; docs/rl.md)"},
+    {"examples", CLI_NO_SHORT('x'), "N", "arithmetic: training examples (default 20000)"},
+    {"max-operand", CLI_NO_SHORT('m'), "M", "arithmetic: operands 0..M, 1..9999 (default 99)"},
+    {"verbose", CLI_NO_SHORT('b'), "F", "arithmetic: the share of SFT responses that run on after "
+                                 "the answer, 0..1 (default 0.5)"},
     {"quiet", 'q', NULL, "print nothing on success"},
     {"help", 'h', NULL, "show this help"},
 };
@@ -334,14 +341,16 @@ const cli_cmd synth_cli = {
     "synth", "",
     "Writes a deterministic synthetic corpus: documents from a seeded order-2 Markov chain,\n"
     "with a known entropy (the loss a perfect model reaches), for demos and tests. Train and\n"
-    "val follow the same chain with independent random streams.",
+    "val follow the same chain with independent random streams. --task arithmetic writes\n"
+    "sums and differences as JSON Lines text instead (docs/rl.md).",
     synth_opts, (int)(sizeof synth_opts / sizeof synth_opts[0]), NULL,
 };
 
 typedef struct synth_args {
     const char *out;
-    int64_t vocab, tokens, val_tokens, seed, shard_tokens;
-    int quiet;
+    int64_t vocab, tokens, val_tokens, seed, shard_tokens, examples, max_operand;
+    double verbose;
+    int quiet, arithmetic;
 } synth_args;
 
 static int synth_on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
@@ -354,6 +363,16 @@ static int synth_on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
     case 'S': return cli_number(c, ch, val, 0, INT64_MAX, &a->seed);
     case CLI_NO_SHORT('s'): return cli_number(c, ch, val, 1, INT64_C(1) << 60, &a->shard_tokens);
     case 'q': a->quiet = 1; return 0;
+    case CLI_NO_SHORT('k'):
+        if (strcmp(val, "markov") && strcmp(val, "arithmetic"))
+            return cli_usage_error(c, "--task: expected markov or arithmetic, found ", val);
+        a->arithmetic = !strcmp(val, "arithmetic");
+        return 0;
+    case CLI_NO_SHORT('x'): return cli_number(c, ch, val, 1, INT64_C(1) << 32, &a->examples);
+    case CLI_NO_SHORT('m'): return cli_number(c, ch, val, 1, 9999, &a->max_operand);
+    case CLI_NO_SHORT('b'):
+        if (tsr_parse_f64(val, 0.0, 1.0, &a->verbose) == 0) return 0;
+        return cli_usage_error(c, "--verbose: expected a number in [0, 1], found ", val);
     default: return cli_usage_error(c, "unhandled option", NULL);
     }
 }
@@ -397,11 +416,15 @@ static int synth_write(const synth_args *a, synth_state *s, double *train_nll,
 
 int cmd_synth(int argc, char **argv) {
     synth_args a = {.vocab = 512, .tokens = 2000000, .val_tokens = -1, .seed = 1,
-                    .shard_tokens = (int64_t)DEFAULT_SHARD_TOKENS};
+                    .shard_tokens = (int64_t)DEFAULT_SHARD_TOKENS, .examples = 20000,
+                    .max_operand = 99, .verbose = 0.5};
     int rc = cli_parse(&synth_cli, argc, argv, synth_on_opt, &a);
     if (rc) return rc < 0 ? 0 : rc;
     if (!a.out) return cli_usage_error(&synth_cli, "--out DIR is required", NULL);
     if (optind < argc) return cli_usage_error(&synth_cli, "unexpected operand: ", argv[optind]);
+    if (a.arithmetic)
+        return synth_arithmetic(a.out, (uint64_t)a.examples, (int)a.max_operand, a.verbose,
+                                (uint64_t)a.seed, a.quiet);
     if (a.val_tokens < 0) a.val_tokens = a.tokens / 10;
     synth_state s;
     synth_init(&s, (uint32_t)a.vocab, (uint64_t)a.seed);

@@ -373,11 +373,15 @@ int dataset_split_remove_staging(const char *tmp) {
         if (!d) continue;
         struct dirent *e;
         while ((e = readdir(d)) != NULL)
-            if (!strncmp(e->d_name, "shard-", 6) || !strcmp(e->d_name, "index.tsv"))
+            if (!strncmp(e->d_name, "shard-", 6) || !strcmp(e->d_name, "index.tsv") ||
+                !strcmp(e->d_name, DATASET_PROMPTS))
                 if (!tsr_snprintf(file, sizeof file, "%s/%s", path, e->d_name)) unlink(file);
         closedir(d);
         rmdir(path);
     }
+    for (size_t k = 0; k < 2; k++) /* prep --format prompts: the records being written */
+        if (!tsr_snprintf(path, sizeof path, "%s/%s.%s", tmp, subs[k], DATASET_PROMPTS))
+            unlink(path);
     if (rmdir(tmp) != 0 && errno != ENOENT) {
         tsr_error("%s: cannot remove: %s (it holds files tessera did not write; remove it by "
                   "hand)", tmp, strerror(errno));

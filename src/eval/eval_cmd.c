@@ -42,9 +42,10 @@ static const cli_opt eval_opts[] = {
 const cli_cmd eval_cli = {
     "eval", "",
     "Scores a checkpoint: validation loss and perplexity per dataset, accuracy per in-context-\n"
-    "learning task (multiple_choice, language_modeling, schema; LLM Foundry's JSONL), and the\n"
-    "average of the tasks' accuracies above their random baselines. Under mpirun/srun the work is\n"
-    "split over the ranks. Exit 0 ok, 1 usage or config error, 2 checkpoint, data or task error.",
+    "learning task (multiple_choice, language_modeling, schema, generation_task_with_answers;\n"
+    "LLM Foundry's JSONL), and the average of the tasks' accuracies above their random baselines.\n"
+    "Under mpirun/srun the work is split over the ranks. Exit 0 ok, 1 usage or config error, 2\n"
+    "checkpoint, data or task error.",
     eval_opts, (int)(sizeof eval_opts / sizeof eval_opts[0]), NULL,
 };
 
@@ -216,19 +217,16 @@ static int save_report(const char *path, const report *r) {
     return 0;
 }
 
-/* The icl_tasks of ec, tokenized with the tokenizer `spec` (loaded here, once, freed after: the
- * suite keeps token ids only). */
+/* The icl_tasks of ec, tokenized with the tokenizer `spec` (loaded here into *tok, once; the
+ * caller frees it after scoring: generation tasks decode their completions with it). */
 static int open_icl(icl_suite *icl, const tsr_config *ec, const char *spec, uint64_t seed,
-                    int V, int B, int T) {
-    tsr_tokenizer *tok = NULL;
-    int rc = ec->n_icl && spec[0] ? tokenizer_open(&tok, spec) : 0;
+                    int V, int B, int T, tsr_tokenizer **tok) {
+    int rc = ec->n_icl && spec[0] ? tokenizer_open(tok, spec) : 0;
     if (rc) {
         tsr_error("  data.tokenizer = \"%s\": cannot load it (above); icl_tasks need it", spec);
         return rc;
     }
-    rc = icl_suite_open(icl, ec->icl, ec->n_icl, tok, spec, seed, V, B, T);
-    if (tok) tokenizer_free(tok);
-    return rc;
+    return icl_suite_open(icl, ec->icl, ec->n_icl, *tok, spec, seed, V, B, T);
 }
 
 static int evaluate(const eval_args *a, const tsr_dist *d) {
@@ -239,6 +237,7 @@ static int evaluate(const eval_args *a, const tsr_dist *d) {
     int rc = a->config ? config_load(&ec, a->config, a->sets, a->n_sets) : (ec = mc, 0);
     report *r = tsr_calloc(1, sizeof *r);
     icl_suite icl = {0};
+    tsr_tokenizer *icl_tok = NULL;
     r->icl = &icl;
     r->scores.gauntlet = NAN;
     batch b = {.B = icl_rows(ec.micro_batch), .T = (int)mc.seq_len};
@@ -253,7 +252,7 @@ static int evaluate(const eval_args *a, const tsr_dist *d) {
         r->step = sscanf(base ? base + 1 : file, "step-%lld.h5", &step) == 1 ? step : -1;
         /* every task file is read before any scoring: a bad one stops the evaluation first */
         const char *tok = ec.data.tokenizer[0] ? ec.data.tokenizer : mc.data.tokenizer;
-        rc = open_icl(&icl, &ec, tok, (uint64_t)a->seed, m.V, b.B, b.T);
+        rc = open_icl(&icl, &ec, tok, (uint64_t)a->seed, m.V, b.B, b.T, &icl_tok);
     }
     if (!rc && ec.data.val[0]) r->val_dir[r->n_val++] = ec.data.val;
     for (int i = 0; i < a->n_vals; i++) r->val_dir[r->n_val++] = a->vals[i];
@@ -273,6 +272,7 @@ static int evaluate(const eval_args *a, const tsr_dist *d) {
         if (a->out) rc = save_report(a->out, r);
     }
     icl_suite_close(&icl);
+    if (icl_tok) tokenizer_free(icl_tok);
     free(r), free(b.in), free(b.tg);
     model_free(&m);
     return rc;

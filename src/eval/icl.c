@@ -51,8 +51,8 @@ static int strings_of(const json_value *v, const char **out, int max) {
 
 static int parse_line(const tsr_icl_task_config *c, const json_value *o, raw_example *r,
                       const char **why) {
-    static const char *const ctx_key[] = {"query", "context", "context_options"};
-    static const char *const cont_key[] = {"choices", "continuation", "continuation"};
+    static const char *const ctx_key[] = {"query", "context", "context_options", "context"};
+    static const char *const cont_key[] = {"choices", "continuation", "continuation", "answer"};
     memset(r, 0, sizeof *r);
     if (o->type != JSON_OBJECT) return *why = "the line is not a JSON object", -1;
     const json_value *cv = json_get(o, ctx_key[c->type]), *kv = json_get(o, cont_key[c->type]);
@@ -62,7 +62,14 @@ static int parse_line(const tsr_icl_task_config *c, const json_value *o, raw_exa
     if (r->n_ctx < 1) return *why = c->type == TSR_ICL_SCHEMA ? "\"context_options\": expected an array of 1 to 64 strings" : c->type == TSR_ICL_MC ? "\"query\": expected a string" : "\"context\": expected a string", -1;
     if (c->type == TSR_ICL_MC) r->n_cont = kv && kv->type == JSON_ARRAY ? strings_of(kv, r->cont, 64) : -1;
     else r->n_cont = kv && kv->type == JSON_STRING ? strings_of(kv, r->cont, 1) : -1;
-    if (r->n_cont < 1) return *why = c->type == TSR_ICL_MC ? "\"choices\": expected an array of 1 to 64 strings" : "\"continuation\": expected a string", -1;
+    if (r->n_cont < 1) return *why = c->type == TSR_ICL_MC ? "\"choices\": expected an array of 1 to 64 strings" : c->type == TSR_ICL_GEN ? "\"answer\": expected a string" : "\"continuation\": expected a string", -1;
+    if (c->type == TSR_ICL_GEN) { /* the aliases after the answer */
+        const json_value *al = json_get(o, "aliases");
+        int k = !al || (al->type == JSON_ARRAY && al->len == 0) ? 0 : strings_of(al, r->cont + 1, 63);
+        if (k < 0) return *why = "\"aliases\": expected an array of at most 63 strings", -1;
+        r->n_cont += k;
+        return 0;
+    }
     if (c->type == TSR_ICL_LM) return 0;
     int n_opts = c->type == TSR_ICL_MC ? r->n_cont : r->n_ctx;
     if (!gv || gv->type != JSON_NUMBER || gv->num != (double)(int)gv->num || gv->num < 0 ||
@@ -173,7 +180,8 @@ static void fewshot_prefix(const tsr_icl_task_config *c, const task_file *tf, in
         int j = (int)sampler_permute(seed, (uint64_t)i, (uint64_t)tf->n, (uint64_t)p);
         if (j == i) continue;
         const char *sctx, *scont;
-        option_text(c, &tf->raw[j], c->type == TSR_ICL_LM ? 0 : tf->raw[j].gold, &sctx, &scont);
+        option_text(c, &tf->raw[j], c->type == TSR_ICL_LM || c->type == TSR_ICL_GEN ? 0 : tf->raw[j].gold,
+                    &sctx, &scont);
         gb_add(prefix, sctx);
         gb_add(prefix, c->continuation_delimiter);
         gb_add(prefix, scont);
@@ -190,6 +198,11 @@ static int build_example(const tsr_icl_task_config *c, const tsr_tokenizer *tok,
     e->n_opts = c->type == TSR_ICL_MC ? r->n_cont : c->type == TSR_ICL_SCHEMA ? r->n_ctx : 1;
     e->gold = r->gold;
     e->opts = tsr_calloc((size_t)e->n_opts, sizeof *e->opts);
+    if (c->type == TSR_ICL_GEN) {
+        e->n_answers = r->n_cont;
+        e->answers = tsr_calloc((size_t)r->n_cont, sizeof *e->answers);
+        for (int k = 0; k < r->n_cont; k++) e->answers[k] = strdup(r->cont[k]);
+    }
     for (int k = 0; k < e->n_opts; k++) {
         const char *ctx, *cont;
         option_text(c, r, k, &ctx, &cont);
@@ -224,7 +237,7 @@ int icl_task_load(icl_task *t, const tsr_icl_task_config *c, const tsr_tokenizer
             growbuf prefix = {0};
             fewshot_prefix(c, &tf, i, seed, &prefix);
             if (build_example(c, tok, &tf.raw[i], i, prefix.s, &t->ex[i])) rc = TSR_EXIT_DATA;
-            base += c->type == TSR_ICL_LM ? 0.0 : 1.0 / t->ex[i].n_opts;
+            base += c->type == TSR_ICL_LM || c->type == TSR_ICL_GEN ? 0.0 : 1.0 / t->ex[i].n_opts;
             free(prefix.s);
         }
         t->baseline = base / n;
@@ -237,7 +250,9 @@ int icl_task_load(icl_task *t, const tsr_icl_task_config *c, const tsr_tokenizer
 void icl_task_free(icl_task *t) {
     for (int i = 0; t->ex && i < t->n; i++) {
         for (int k = 0; k < t->ex[i].n_opts; k++) free(t->ex[i].opts[k].ids);
+        for (int k = 0; k < t->ex[i].n_answers; k++) free(t->ex[i].answers[k]);
         free(t->ex[i].opts);
+        free(t->ex[i].answers);
     }
     free(t->ex);
     memset(t, 0, sizeof *t);

@@ -5,7 +5,10 @@
  *   multiple_choice {query, choices, gold}:           one option per choice, same context;
  *   language_modeling {context, continuation}:         one option (right when greedy decoding
  *                                                       reproduces every continuation token);
- *   schema {context_options, continuation, gold}:     one option per context, same continuation.
+ *   schema {context_options, continuation, gold}:     one option per context, same continuation;
+ *   generation_task_with_answers {context, answer, aliases}: one option (the context; the answer
+ *                                                       is the continuation of few-shot examples),
+ *                                                       the answer and its aliases kept as text.
  * The predicted option of multiple_choice and schema is the one whose continuation has the lowest
  * mean negative log-likelihood per token. fewshot other examples of the same file, chosen by a
  * seeded permutation, come first, each written out with its gold answer and separated by the
@@ -29,6 +32,8 @@ typedef struct icl_option {
 typedef struct icl_example {
     int n_opts, gold;
     icl_option *opts;
+    char **answers;        /* generation_task_with_answers: the answer, then its aliases */
+    int n_answers;
 } icl_example;
 
 typedef struct icl_task {

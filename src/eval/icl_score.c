@@ -1,11 +1,15 @@
 /* icl_score.c — scoring ICL tasks with a model over the ranks (icl_score.h). */
 #include "eval/icl_score.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
+#include "model/decoder.h"
+#include "model/gen_batch.h"
+#include "tokenizer/tokenizer_eos.h"
 
 int icl_rows(int64_t micro_batch) {
     if (micro_batch < 1) return 1;
@@ -30,6 +34,7 @@ int icl_suite_open(icl_suite *s, const tsr_icl_task_config *tasks, int n,
                    const tsr_tokenizer *tok, const char *tokenizer, uint64_t seed, int vocab, int B,
                    int T) {
     memset(s, 0, sizeof *s);
+    s->tok = tok;
     if (n == 0) return 0;
     if (!tok) {
         tsr_error("icl_tasks need a tokenizer: set data.tokenizer (gpt2, a directory or a "
@@ -113,6 +118,96 @@ static int64_t task_forwards(const icl_suite *s, const icl_task *t, const tsr_di
     return n;
 }
 
+/* LLM Foundry's answer normalisation (QA accuracy): lower case, ASCII punctuation and the
+ * articles a, an, the removed, white space collapsed to single spaces; in place. */
+static void normalize(char *s) {
+    char *w = s;
+    for (char *r = s; *r; r++) {
+        unsigned char c = (unsigned char)*r;
+        if (ispunct(c)) continue;
+        *w++ = isspace(c) ? ' ' : (char)tolower(c);
+    }
+    *w = '\0';
+    char *out = s;
+    for (char *tok = strtok(s, " "); tok; tok = strtok(NULL, " ")) { /* words, articles dropped */
+        if (!strcmp(tok, "a") || !strcmp(tok, "an") || !strcmp(tok, "the")) continue;
+        size_t k = strlen(tok);
+        if (out != s) *out++ = ' ';
+        memmove(out, tok, k);
+        out += k;
+    }
+    *out = '\0';
+}
+
+typedef struct gen_stop_ctx {
+    const tsr_tokenizer *tok;
+    const char *delim;
+} gen_stop_ctx;
+
+/* the completion so far holds the example delimiter (after its first character) */
+static int at_delimiter(void *ctx, const gen_seq *q) {
+    const gen_stop_ctx *c = ctx;
+    size_t len;
+    char *text = tokenizer_decode_text(c->tok, (const uint32_t *)q->ids, (size_t)q->n, &len);
+    const int hit = c->delim[0] && len > 1 && strstr(text + 1, c->delim) != NULL;
+    free(text);
+    return hit;
+}
+
+/* Is completion q (cut at the delimiter) one of example e's answers? */
+static int gen_right(const icl_suite *s, const icl_task *t, const icl_example *e, const gen_seq *q) {
+    size_t len;
+    const int drop = q->stop == GEN_STOP_EOS;
+    char *text = tokenizer_decode_text(s->tok, (const uint32_t *)q->ids, (size_t)(q->n - drop), &len);
+    const char *d = t->cfg.example_delimiter;
+    char *cut = d[0] && len > 1 ? strstr(text + 1, d) : NULL;
+    if (cut) *cut = '\0';
+    normalize(text);
+    int ok = 0;
+    for (int k = 0; k < e->n_answers && !ok; k++) {
+        char *want = strdup(e->answers[k]);
+        normalize(want);
+        ok = strcmp(text, want) == 0;
+        free(want);
+    }
+    free(text);
+    return ok;
+}
+
+/* generation_task_with_answers: this rank's examples completed together, then judged */
+static void gen_task(tsr_model *m, icl_suite *s, const icl_task *t, const tsr_dist *d,
+                     double sums[2]) {
+    const int mine = t->n > d->rank ? (t->n - d->rank + d->world - 1) / d->world : 0;
+    if (!mine) return;
+    gen_seq *q = tsr_calloc((size_t)mine, sizeof *q);
+    int32_t *ids = tsr_malloc((size_t)mine * ICL_GEN_TOKENS * sizeof *ids), maxp = 1;
+    int32_t **prompt = tsr_calloc((size_t)mine, sizeof *prompt);
+    for (int k = 0; k < mine; k++) {
+        const icl_option *o = &t->ex[d->rank + k * d->world].opts[0];
+        const int n = o->n_ctx > s->T ? s->T : o->n_ctx, skip = o->n_ctx - n; /* left-cut */
+        prompt[k] = tsr_malloc((size_t)(n ? n : 1) * sizeof **prompt);
+        for (int j = 0; j < n; j++) prompt[k][j] = (int32_t)o->ids[skip + j];
+        q[k] = (gen_seq){.prompt = prompt[k], .n_prompt = n, .ids = ids + (size_t)k * ICL_GEN_TOKENS};
+        maxp = n > maxp ? n : maxp;
+    }
+    const uint32_t eos = tokenizer_eos_id(s->tok, NULL, TOKENIZER_EOS_DOCUMENT);
+    const int32_t stop = eos < (uint32_t)m->V ? (int32_t)eos : m->V - 1;
+    gen_stop_ctx sc = {s->tok, t->cfg.example_delimiter};
+    const gen_batch_opts o = {.sampling = {.temperature = 0.0, .top_p = 1.0},
+                              .max_new = ICL_GEN_TOKENS, .stop_ids = &stop, .n_stop_ids = 1,
+                              .stop_cb = at_delimiter, .stop_ctx = &sc, .batch = s->B,
+                              .cap = maxp + ICL_GEN_TOKENS};
+    tsr_decoder dec;
+    model_infer_decoder(m, &dec);
+    gen_batch_run(&dec, &o, q, mine);
+    for (int k = 0; k < mine; k++) {
+        sums[0] += gen_right(s, t, &t->ex[d->rank + k * d->world], &q[k]);
+        sums[1] += 1;
+        free(prompt[k]);
+    }
+    free(q), free(ids), free(prompt);
+}
+
 /* This rank's share of task t (examples i with i % world == rank): sums[0] += examples right,
  * sums[1] += examples scored. */
 static void score_task(tsr_model *m, icl_suite *s, const icl_task *t, const tsr_dist *d,
@@ -141,11 +236,14 @@ static void score_task(tsr_model *m, icl_suite *s, const icl_task *t, const tsr_
 void icl_suite_score(icl_suite *s, tsr_model *m, const tsr_dist *d, icl_scores *out) {
     double sums[2 * TSR_MAX_ICL_TASKS] = {0}; /* per task: examples right, scored */
     int64_t mine = 0;
-    for (int i = 0; i < s->n; i++) mine += task_forwards(s, &s->tasks[i], d);
+    for (int i = 0; i < s->n; i++)
+        if (s->tasks[i].cfg.type != TSR_ICL_GEN) mine += task_forwards(s, &s->tasks[i], d);
     /* ranks score different numbers of options: idle forwards last, where a forward is a
      * collective (model_forwards_most) */
     const int64_t most = model_forwards_most(m, mine);
-    for (int i = 0; i < s->n; i++) score_task(m, s, &s->tasks[i], d, sums + 2 * i);
+    for (int i = 0; i < s->n; i++)
+        if (s->tasks[i].cfg.type == TSR_ICL_GEN) gen_task(m, s, &s->tasks[i], d, sums + 2 * i);
+        else score_task(m, s, &s->tasks[i], d, sums + 2 * i);
     for (int64_t k = mine; k < most; k++) model_forward(m, NULL, NULL, 0, s->T);
     dist_view_sum_f64(d, sums, 2 * (size_t)s->n);
     memset(out, 0, sizeof *out);

@@ -12,6 +12,13 @@
  *   accuracy = correct / examples                   (NaN without examples)
  *   rescaled = icl_rescale(accuracy, baseline)      (LLM Foundry's gauntlet, icl.h)
  *   gauntlet = mean of the tasks' rescaled accuracies, summed in task order
+ *
+ * generation_task_with_answers: this rank's examples completed together by the batched generator
+ * (model/gen_batch.h; greedy, at most ICL_GEN_TOKENS tokens, ending at the end-of-text id or the
+ * task's example delimiter), the text cut at the delimiter, right when it equals the answer or an
+ * alias after LLM Foundry's normalisation (lower case, ASCII punctuation and the articles a, an,
+ * the removed, white space collapsed). Needs m's full weights on the CPU (m->params, no sharded
+ * source, no device hooks: train_icl.c refuses the task otherwise).
  */
 #ifndef TSR_ICL_SCORE_H
 #define TSR_ICL_SCORE_H
@@ -25,8 +32,10 @@
 
 #define ICL_MAX_ROWS 64       /* rows per forward pass at most (per-row scores live on the stack) */
 #define ICL_DEFAULT_SEED 1234 /* few-shot order: `tessera eval --seed`'s default, the trainer's */
+#define ICL_GEN_TOKENS 64     /* generation tasks: the longest completion */
 
 typedef struct icl_suite {
+    const tsr_tokenizer *tok; /* the caller's (generation tasks decode their completions) */
     int n;                /* tasks */
     icl_task *tasks;      /* (n) tokenized, in the order of icl_tasks */
     int B, T;             /* rows per forward pass, sequence length */

@@ -14,6 +14,16 @@ int train_icl_open(icl_suite **out, const tsr_config *cfg, const tsr_tokenizer *
                    int micro, int T) {
     *out = NULL;
     if (cfg->n_icl == 0) return 0;
+    for (int i = 0; i < cfg->n_icl; i++) /* the batched generator reads full weights on the CPU */
+        if (cfg->icl[i].type == TSR_ICL_GEN &&
+            (cfg->sharding == TSR_SHARD_ZERO3 || cfg->sharding == TSR_SHARD_HSDP ||
+             cfg->device == TSR_DEVICE_CUDA || cfg->expert > 1)) {
+            tsr_error("icl_tasks[%d] (%s): generation_task_with_answers is scored by the trainer "
+                      "on the CPU with full weights only: not under parallel.sharding = zero3 / "
+                      "hsdp, device = \"cuda\" or expert parallelism; score it with `tessera "
+                      "eval` on a checkpoint (docs/eval.md)", i, cfg->icl[i].label);
+            return TSR_EXIT_USAGE;
+        }
     /* micro_batch rows of seq_len: the activations allocated for training fit the ICL passes,
      * so nothing beyond the suite's own token buffers is allocated */
     icl_suite *s = tsr_calloc(1, sizeof *s);

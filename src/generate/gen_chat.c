@@ -154,8 +154,9 @@ static const json_value *chat_turns(const gen_chat *gc, json_value *nodes, const
     return conversation(nodes, roles, contents, n, gc->vars);
 }
 
-int gen_chat_render(const gen_chat *gc, const char *spec, const char *system, const char *user,
-                    char **text, size_t *n) {
+/* conv through the chat_template with the generation prompt into *text (0), or the refusal */
+static int render_conv(const gen_chat *gc, const char *spec, const json_value *conv, char **text,
+                       size_t *n) {
     if (!gc->loaded || !gc->cc.tpl) {
         char where[sizeof gc->path + 32];
         if (!gc->path[0]) snprintf(where, sizeof where, "it is not a tokenizer.json");
@@ -165,8 +166,7 @@ int gen_chat_render(const gen_chat *gc, const char *spec, const char *system, co
                   "leave --chat out to complete the prompt as plain text", spec, where);
         return TSR_EXIT_USAGE;
     }
-    json_value nodes[CONV_NODES];
-    const json_value *ctx[2] = {gc->cc.vars, chat_turns(gc, nodes, system, user, NULL)};
+    const json_value *ctx[2] = {gc->cc.vars, conv};
     const jinja_overrides ov = {.nmessages = -1, .add_generation_prompt = 1};
     jinja_error e;
     if (jinja_render_ex(gc->cc.tpl, ctx, 2, &ov, text, n, &e) == JINJA_OK) return 0;
@@ -181,6 +181,22 @@ int gen_chat_render(const gen_chat *gc, const char *spec, const char *system, co
     else
         tsr_error("generate: --chat: the chat template of %s: %s", gc->path, e.msg);
     return TSR_EXIT_USAGE;
+}
+
+int gen_chat_render(const gen_chat *gc, const char *spec, const char *system, const char *user,
+                    char **text, size_t *n) {
+    json_value nodes[CONV_NODES];
+    return render_conv(gc, spec, chat_turns(gc, nodes, system, user, NULL), text, n);
+}
+
+int gen_chat_render_messages(const gen_chat *gc, const char *spec, const json_value *messages,
+                             char **text, size_t *n) {
+    const int nv = gc->vars ? gc->vars->n : 0;
+    json_value msgs = *messages;
+    msgs.key = "messages", msgs.key_len = 8;
+    msgs.next = nv ? (json_value *)&gc->vars->member[0] : NULL;
+    const json_value conv = {.type = JSON_OBJECT, .len = 1 + (size_t)nv, .child = &msgs};
+    return render_conv(gc, spec, &conv, text, n);
 }
 
 uint32_t gen_chat_end_of_turn(const gen_chat *gc, const tsr_tokenizer *tok, const char *system,

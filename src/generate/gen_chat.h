@@ -64,6 +64,11 @@ uint32_t gen_chat_eos_id(const gen_chat *gc, const tsr_tokenizer *tok);
 int gen_chat_render(const gen_chat *gc, const char *spec, const char *system, const char *user,
                     char **text, size_t *n);
 
+/* The same for a whole conversation: messages, a JSON array of {"role", "content"} objects (a
+ * `generate --prompts` line's), rendered with the generation prompt and gc->vars. */
+int gen_chat_render_messages(const gen_chat *gc, const char *spec, const json_value *messages,
+                             char **text, size_t *n);
+
 /* The template's end-of-turn token: the first token of what the template prints after an
  * assistant message's content (white space skipped) when that token is an added token of tok,
  * else UINT32_MAX. Found by rendering the same conversation with an assistant reply added

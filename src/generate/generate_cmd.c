@@ -22,6 +22,7 @@
 #include "cli_commands.h"
 #include "common.h"
 #include "generate/gen_chat.h"
+#include "generate/gen_prompts.h"
 #include "model/gen_sample.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_eos.h"
@@ -55,12 +56,20 @@ static const cli_opt gen_opts[] = {
     {"set", 's', "KEY=VALUE", "override a key of the checkpoint's config, e.g. threads=2 (repeatable)"},
     {"ids", 'I', NULL, "print token ids instead of text"},
     {"dump-probs", 'D', "FILE", "debug: per token, its step, id and the V next-token probabilities"},
+    {"prompts", CLI_NO_SHORT('F'), "FILE", "many prompts: a JSON Lines file of {\"prompt\"}, {\"messages\"} "
+                              "or {\"prompt_ids\"}, completed together (batched); needs --out"},
+    {"out", 'o', "FILE", "with --prompts: the completions, one JSON line each"},
+    {"batch", CLI_NO_SHORT('B'), "N", "with --prompts: sequences decoded together, 1..4096 (default 16)"},
+    {"samples", CLI_NO_SHORT('G'), "N", "with --prompts: completions per prompt, 1..4096 (default 1)"},
+    {"stop", CLI_NO_SHORT('x'), "TEXT", "with --prompts: a stop string, the completion cut before it "
+                                "(repeatable, at most 16)"},
     {"help", 'h', NULL, "show this help"},
 };
 const cli_cmd generate_cli = {
     "generate", "",
     "Generates a completion of a prompt from a checkpoint's model (one sequence, fp32 CPU, KV cache);\n"
-    "with --chat, the assistant's reply to the prompt through the tokenizer's chat template.\n"
+    "with --chat, the assistant's reply to the prompt through the tokenizer's chat template;\n"
+    "with --prompts FILE --out FILE, many prompts completed together (batched), JSON Lines out.\n"
     "Prints the completion on stdout (text with a tokenizer, else ids); counts and tokens/s on stderr.",
     gen_opts, (int)(sizeof gen_opts / sizeof gen_opts[0]), NULL,
 };
@@ -77,6 +86,7 @@ typedef struct gen_args {
     int n_sets;
     gen_chat_vars vars; /* --template-var */
     jinja_budget budget; /* --template-steps, --template-memory */
+    gen_prompts_opts many; /* --prompts (many.in), --out, --batch, --samples, --stop */
 } gen_args;
 
 typedef enum { GEN_STOP_MAX = 0, GEN_STOP_EOS, GEN_STOP_EOT, GEN_STOP_CONTEXT, GEN_STOP_COUNT } gen_stop;
@@ -121,6 +131,14 @@ static int parse_f64(const cli_cmd *c, int ch, const char *val, double lo, doubl
     return TSR_EXIT_USAGE;
 }
 
+/* --batch, --samples: 1..4096 */
+static int int_opt(const cli_cmd *c, int ch, const char *val, int *out) {
+    int64_t v;
+    TSR_CHECK(cli_number(c, ch, val, 1, 4096, &v));
+    *out = (int)v;
+    return 0;
+}
+
 static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
     gen_args *a = ctx;
     switch (ch) {
@@ -154,21 +172,51 @@ static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
     case 'D': a->dump = val; return 0;
     case CHAT_OPT_STEPS:
     case CHAT_OPT_MEMORY: return chat_budget_option(c, ch, val, &a->budget);
+    case CLI_NO_SHORT('F'): a->many.in = val; return 0;
+    case 'o': a->many.out = val; return 0;
+    case CLI_NO_SHORT('B'): return int_opt(c, ch, val, &a->many.batch);
+    case CLI_NO_SHORT('G'): return int_opt(c, ch, val, &a->many.samples);
+    case CLI_NO_SHORT('x'):
+        if (a->many.n_stops == GEN_MAX_STOP_STRINGS)
+            return cli_usage_error(c, "more than 16 --stop strings", NULL);
+        if (!val[0]) return cli_usage_error(c, "--stop wants a non-empty string", NULL);
+        a->many.stops[a->many.n_stops++] = val;
+        return 0;
     default: return cli_usage_error(c, "internal: unhandled option", NULL);
     }
+}
+
+/* --prompts and the options that go with it (or only without it) */
+static int check_many(const gen_args *a) {
+    const gen_prompts_opts *m = &a->many;
+    if (!m->in) {
+        if (m->out || m->n_stops || m->batch != 16 || m->samples != 1)
+            return cli_usage_error(&generate_cli, "--out, --batch, --samples and --stop go with "
+                                   "--prompts FILE", NULL);
+        return 0;
+    }
+    if (!m->out) return cli_usage_error(&generate_cli, "--prompts wants --out FILE", NULL);
+    if (a->prompt || a->prompt_ids || a->echo || a->no_cache || a->dump)
+        return cli_usage_error(&generate_cli, "--prompts takes the prompts from its file: leave "
+                               "out --prompt, --prompt-ids, --echo, --no-cache and --dump-probs",
+                               NULL);
+    if (a->max_tokens < 1) return cli_usage_error(&generate_cli, "--prompts wants --max-tokens >= 1", NULL);
+    return 0;
 }
 
 static int parse_args(int argc, char **argv, gen_args *a) {
     memset(a, 0, sizeof *a);
     a->max_tokens = 64;
     a->top_p = 1.0;
+    a->many.batch = 16, a->many.samples = 1;
     int rc = cli_parse(&generate_cli, argc, argv, on_opt, a);
     if (rc) return rc;
     if (optind < argc) return cli_usage_error(&generate_cli, "unexpected operand: ", argv[optind]);
     if (!a->ckpt) return cli_usage_error(&generate_cli, "--ckpt PATH is required", NULL);
+    TSR_CHECK(check_many(a));
     if (a->prompt && a->prompt_ids)
         return cli_usage_error(&generate_cli, "--prompt and --prompt-ids exclude each other", NULL);
-    if (a->chat && !a->prompt)
+    if (a->chat && !a->prompt && !a->many.in)
         return cli_usage_error(&generate_cli, "--chat wants the user's message as --prompt TEXT (the "
                                "chat template renders text, not --prompt-ids)", NULL);
     if (a->system && !a->chat)
@@ -561,6 +609,32 @@ static void banner(const gen_run *g, const gen_args *a) {
                 (unsigned long long)g->smp.seed, stops, a->no_eos_stop ? " (no stop)" : "");
 }
 
+/* --prompts: the stop ids (end of text; with a chat template its eos_token, end of turn and
+ * generation_config.json's), then the batched run (gen_prompts.h) */
+static int run_many(gen_run *g, gen_args *a) {
+    add_stop(g, g->eos, "end-of-text");
+    if (g->chat.loaded && g->chat.cc.tpl) {
+        uint32_t e = gen_chat_eos_id(&g->chat, g->tok);
+        if (e != UINT32_MAX) add_stop(g, e, "eos_token");
+        e = gen_chat_end_of_turn(&g->chat, g->tok, a->system, "Hi");
+        if (e != UINT32_MAX) add_stop(g, e, "end of turn");
+        int64_t ids[GEN_MAX_STOPS];
+        int k = 0;
+        TSR_CHECK(gen_chat_generation_eos(&g->chat, ids, GEN_MAX_STOPS, &k));
+        for (int i = 0; i < k; i++) add_stop(g, ids[i], "generation_config.json");
+    }
+    gen_prompts_opts *o = &a->many;
+    o->max_new = (int)a->max_tokens, o->chat = a->chat, o->ids = a->ids, o->system = a->system;
+    o->tok_spec = g->tok_spec, o->smp = g->smp;
+    o->stop_ids = a->no_eos_stop ? NULL : g->stop_id, o->n_stop_ids = a->no_eos_stop ? 0 : g->n_stops;
+    char stops[GEN_MAX_STOPS * 160];
+    stops_text(g, stops, sizeof stops);
+    fprintf(stderr, "generate: %s | batch %d, %d sample(s) per prompt, %s; %s%s\n", g->resolved,
+            o->batch, o->samples, g->smp.temperature == 0.0 ? "greedy" : "sampled", stops,
+            a->no_eos_stop ? " (no stop)" : "");
+    return gen_prompts_run(&g->m, g->tok, &g->chat, o);
+}
+
 static void gen_free(gen_run *g) {
     if (g->kv.kt) model_kv_free(&g->kv, &g->m);
     if (g->probs) g->m.ops->free(g->probs);
@@ -589,6 +663,13 @@ int cmd_generate(int argc, char **argv) {
                                 a.has_top_k ? a.top_k : g->cfg.sample.top_k, a.top_p,
                                 (uint64_t)(a.has_seed ? a.seed : g->cfg.seed)};
         rc = open_tokenizer(g, &a);
+    }
+    if (!rc && a.many.in) {
+        rc = run_many(g, &a);
+        gen_free(g);
+        free(g);
+        gen_chat_vars_free(&a.vars);
+        return rc;
     }
     if (!rc) rc = build_prompt(g, &a);
     if (!rc) rc = plan_length(g, &a);

@@ -102,3 +102,8 @@ size_t gpu_train_mem_peak(void) { return A()->mem_peak(); }
 void gpu_train_free(gpu_train_ctx *c) {
     if (c->state) A()->free(c);
 }
+
+int64_t gpu_train_generate(gpu_train_ctx *c, const struct gen_batch_opts *o, struct gen_seq *seqs,
+                           int n) {
+    return A()->generate(c, o, seqs, n);
+}

@@ -10,6 +10,7 @@
 
 #include "common.h"
 #include "model/decoder.h"
+#include "model/gen_batch.h"
 #include "model/model_lora.h"
 #include "gpu/gpu_profile.h"
 #include "model/model_ring.h"
@@ -343,7 +344,42 @@ static void c_softmax_xent_grad(const tsr_backend *be, float *losses, void *logi
          tcu_softmax_xent(losses, logits, targets, dlosses, N, V, Vp, STREAM(be)));
 }
 
-/* No matvec_forward or attention_decode (KV-cache decoding runs on the CPU; docs/cuda.md). */
+/* Batched decoding (cuda_decode.cu; model.h tsr_kv_slots): a chunk of one slot, or one row per
+ * slot; the batch-invariant product; backend-to-backend copies (a shared prompt's cache) */
+static void c_attention_decode(const tsr_backend *be, void *out, void *kt, void *v,
+                               const void *qkv, const float *slopes, float *scratch, int nscratch,
+                               int p0, int c, int seg, int cap, int NH, int KVH, int hs) {
+    (void)scratch, (void)nscratch;
+    PROF(be, "attention_decode", c, NH, hs,
+         tcu_attention_decode(out, kt, v, qkv, slopes, NULL, NULL, NULL, p0, seg, c, 0, cap, NH,
+                              KVH, hs, STREAM(be)));
+}
+
+static void c_attention_decode_rows(const tsr_backend *be, void *out, void *kt, void *v,
+                                    const void *qkv, const float *slopes, float *scratch,
+                                    int nscratch, const int32_t *slot, const int32_t *pos,
+                                    const int32_t *seg, int n, size_t slot_stride, int cap, int NH,
+                                    int KVH, int hs) {
+    (void)scratch, (void)nscratch;
+    PROF(be, "attention_decode_rows", n, NH, hs,
+         tcu_attention_decode(out, kt, v, qkv, slopes, slot, pos, seg, 0, 0, n, slot_stride, cap,
+                              NH, KVH, hs, STREAM(be)));
+}
+
+static void c_matrows_forward(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,
+                              const void *w, const void *bias, int N, int IC, int OC,
+                              tsr_gelu_kind gelu) {
+    PROF(be, "matmul_rows", N, IC, OC,
+         tcu_matmul_rows(pre_gelu ? pre_gelu : out, inp, w, bias, N, IC, OC, STREAM(be)));
+    if (pre_gelu) tcu_gelu_forward(out, pre_gelu, (size_t)N * OC, gelu, STREAM(be));
+}
+
+static void c_copy(const tsr_backend *be, void *dst, const void *src, size_t bytes) {
+    tcu_memcpy_d2d(dst, src, bytes, STREAM(be));
+}
+
+/* No matvec_forward: the one-sequence decode (tessera generate) runs on the CPU (docs/cuda.md);
+ * batched decoding runs here (docs/generate.md "Batched generation"). */
 static tsr_backend cuda_backend(tcu_stream s) {
     return (tsr_backend){
         .name = "cuda",
@@ -357,6 +393,7 @@ static tsr_backend cuda_backend(tcu_stream s) {
         .zero = c_zero,
         .to_device = c_to_device,
         .to_host = c_to_host,
+        .copy = c_copy,
         .encoder_forward = c_encoder_forward,
         .encoder_backward = c_encoder_backward,
         .layernorm_forward = c_layernorm_forward,
@@ -383,6 +420,7 @@ static tsr_backend cuda_backend(tcu_stream s) {
         .lora_forward = c_lora_forward,
         .lora_backward = c_lora_backward,
         .matmul_forward = c_matmul_forward,
+        .matrows_forward = c_matrows_forward,
         .matmul_backward = c_matmul_backward,
         .matmul_backward_gelu = dgelu_fusion() ? c_matmul_backward_gelu : NULL,
         .gelu_backward = c_gelu_backward,
@@ -396,6 +434,8 @@ static tsr_backend cuda_backend(tcu_stream s) {
         .f32_to_act = c_f32_to_act,
         .add_f32 = c_add_f32,
         .copy_rows = c_copy_rows,
+        .attention_decode = c_attention_decode,
+        .attention_decode_rows = c_attention_decode_rows,
         .softmax_xent = c_softmax_xent,
         .softmax_xent_grad = c_softmax_xent_grad,
         .argmax = c_argmax,
@@ -615,4 +655,30 @@ void gpu_model_backward_weighted(tsr_gpu_model *g, const int32_t *tokens, const 
                                  int B, int T, const float *dlosses, float moe_w) {
     tsr_decoder d = decoder_of(g);
     dec_backward_weighted(&d, tokens, targets, B, T, dlosses, moe_w);
+}
+
+int64_t gpu_model_generate(tsr_gpu_model *g, const gen_batch_opts *o, gen_seq *seqs, int n) {
+    tsr_bf16 *full = NULL;
+    if (!g->wbf) { /* zero3 / hsdp: every unit once, as a forward asks for them, into one copy */
+        const tsr_model *m = g->m;
+        full = tcu_malloc(m->n_params * sizeof *full, "the gathered weights of the rollouts");
+        for (int u = 0; u <= m->L; u++) {
+            const tsr_bf16 *wb[TSR_P_COUNT] = {0};
+            g->src->get(g->src->ctx, u, 0, wb, NULL);
+            for (int i = 0; i < TSR_P_COUNT; i++) {
+                size_t len, off = model_unit_slice(m, (tsr_param_id)i, u, &len);
+                if (off != SIZE_MAX && wb[i])
+                    tcu_memcpy_d2d(full + off, wb[i], len * sizeof *full, g->s);
+            }
+        }
+        g->wbf = full;
+    }
+    const tsr_decoder d = decoder_of(g);
+    const int64_t tokens = gen_batch_run(&d, o, seqs, n);
+    if (full) {
+        tcu_sync(g->s);
+        tcu_free(full);
+        g->wbf = NULL;
+    }
+    return tokens;
 }

@@ -125,6 +125,13 @@ void gpu_model_backward(tsr_gpu_model *g, const int32_t *tokens, int B, int T,
  * accumulate; no ready calls (the caller reduces after). */
 void gpu_model_backward_weighted(tsr_gpu_model *g, const int32_t *tokens, const int32_t *targets,
                                  int B, int T, const float *dlosses, float moe_w);
+struct gen_batch_opts;
+struct gen_seq;
+/* Batched generation on the device (model/gen_batch.h gen_batch_run) over the model's bf16
+ * weights: under zero3 / hsdp every unit gathered once into a full copy for the call (not once
+ * per token). Returns the tokens generated. */
+int64_t gpu_model_generate(tsr_gpu_model *g, const struct gen_batch_opts *o, struct gen_seq *seqs,
+                           int n);
 /* Unit u's tensors in the flat buffer: (offset, count) pairs into off[], len[], one per tensor the
  * unit holds; returns how many (at most TSR_P_COUNT). */
 int gpu_model_unit_slices(const tsr_model *m, int u, size_t *off, size_t *len);

@@ -1095,6 +1095,14 @@ static void lib_free(gpu_train_ctx *c) {
 #define TSR_GPU_BACKEND "cuda"
 #endif
 
+/* GRPO's rollouts on the device (gpu_train.h gpu_train_generate) */
+static int64_t lib_generate(gpu_train_ctx *c, const struct gen_batch_opts *o,
+                            struct gen_seq *seqs, int n) {
+    struct tsr_gpu_train *gt = c->state;
+    if (gt->lora_on) lora_set_pass(&gt->lora, 0, 0, 0); /* no dropout */
+    return gpu_model_generate(&gt->g, o, seqs, n);
+}
+
 const gpu_train_api tsr_gpu_train_api = {
     .version = TSR_VERSION,
     .ctx_size = sizeof(gpu_train_ctx),
@@ -1117,4 +1125,5 @@ const gpu_train_api tsr_gpu_train_api = {
     .mem_peak = lib_mem_peak,
     .free = lib_free,
     .switches = lib_switches,
+    .generate = lib_generate,
 };

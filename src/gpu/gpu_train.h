@@ -26,6 +26,9 @@
 
 #include "gpu/gpu_train_ctx.h"
 
+struct gen_batch_opts;
+struct gen_seq;
+
 /* The library's entry points (gpu_train.c); the wrappers below document them. */
 typedef struct gpu_train_api {
     const char *version;  /* TSR_VERSION it was built with: must be the executable's */
@@ -49,6 +52,8 @@ typedef struct gpu_train_api {
     size_t (*mem_peak)(void);
     void (*free)(gpu_train_ctx *c);
     int (*switches)(const gpu_train_ctx *c);
+    int64_t (*generate)(gpu_train_ctx *c, const struct gen_batch_opts *o, struct gen_seq *seqs,
+                        int n);
 } gpu_train_api;
 #define GPU_TRAIN_LIB_NAME "libtessera-cuda-train.so"
 #define GPU_TRAIN_SYMBOL "tsr_gpu_train_api"
@@ -106,6 +111,11 @@ void gpu_train_host_model(gpu_train_ctx *c, int on);
 /* The most device bytes this process held at once through the backend's allocator (tcu_mem_stats;
  * metrics.jsonl's peak_mem_bytes under device = cuda). */
 size_t gpu_train_mem_peak(void);
+/* Batched generation on the device (model/gen_batch.h), on the weights as they are (zero3 /
+ * hsdp: gathered once for the call; LoRA: the adapters without dropout): GRPO's rollouts.
+ * Returns the tokens generated. */
+int64_t gpu_train_generate(gpu_train_ctx *c, const struct gen_batch_opts *o, struct gen_seq *seqs,
+                           int n);
 /* Frees the library's state (nothing when c->state is NULL). */
 void gpu_train_free(gpu_train_ctx *c);
 

@@ -16,6 +16,7 @@
  */
 #include "model/decoder.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -347,6 +348,9 @@ typedef struct run {
     void *lnf;                     /* (N,C) the final LayerNorm's output, and its statistics */
     float *lnfm, *lnfr;
     tsr_kv_cache *kv;              /* decode: the cache, its chunk buffers; p0 the first position */
+    tsr_kv_slots *ks;              /* batched decode (kv = its row buffers): the slots' caches */
+    int slot;                      /* batched: the slot a chunk feeds, or -1: each row one new
+                                    * token of the slot its ids name (ks->dev_ids) */
     int p0;
 } run;
 
@@ -399,8 +403,12 @@ static void norm_backward(const run *r, void *dinp, float *dw, float *db, const 
 /* RoPE's positions: the segment positions (attn_mask = document, training), else t + p0 (a
  * decode chunk: its first position in the current segment) */
 static const int32_t *rope_pos(const run *r, int *p0) {
+    if (r->ks && r->slot < 0) { /* each row at its own position in its segment */
+        *p0 = 0;
+        return r->ks->dev_ids + 4 * r->ks->rows;
+    }
     if (r->kv) {
-        *p0 = r->p0 - r->kv->seg;
+        *p0 = r->p0 - (r->ks ? r->ks->seg[r->slot] : r->kv->seg);
         return NULL;
     }
     *p0 = 0;
@@ -408,12 +416,15 @@ static const int32_t *rope_pos(const run *r, int *p0) {
 }
 
 /* out = inp @ w^T + bias (gelu epilogue when pre_gelu): a decode step's single row goes to the
- * backend's matrix-vector product where it has one */
+ * backend's matrix-vector product where it has one; batched decoding's rows to its batch-invariant
+ * product */
 static void linear(const run *r, void *out, void *pre_gelu, const void *inp, const void *w,
                    const void *bias, int N, int IC, int OC) {
     const tsr_backend *be = r->d->be;
     tsr_gelu_kind gk = (tsr_gelu_kind)r->d->m->cfg.gelu;
-    if (r->kv && N == 1 && be->matvec_forward)
+    if (r->ks && be->matrows_forward)
+        be->matrows_forward(be, out, pre_gelu, inp, w, bias, N, IC, OC, gk);
+    else if (r->kv && !r->ks && N == 1 && be->matvec_forward)
         be->matvec_forward(be, out, pre_gelu, inp, w, bias, N, IC, OC, gk);
     else be->matmul_forward(be, out, pre_gelu, inp, w, bias, N, IC, OC, gk);
 }
@@ -434,6 +445,22 @@ static void attention(const run *r, int l, const dec_layer *v) {
     }
     tsr_kv_cache *kv = r->kv;
     const size_t per = (size_t)KVH * hs * kv->cap, e = tsr_dtype_size(be->act);
+    if (r->ks) { /* layer l of every slot, then the slot */
+        const tsr_kv_slots *ks = r->ks;
+        char *kt = (char *)kv->kt + (size_t)l * ks->slots * per * e;
+        char *vv = (char *)kv->v + (size_t)l * ks->slots * per * e;
+        const int32_t *ids = ks->dev_ids, R = ks->rows;
+        if (r->slot >= 0)
+            be->attention_decode(be, v->atty, kt + (size_t)r->slot * per * e,
+                                 vv + (size_t)r->slot * per * e, v->qkv, d->slopes, kv->att,
+                                 kv->nthreads, r->p0, r->N, ks->seg[r->slot], kv->cap, NH, KVH,
+                                 hs);
+        else
+            be->attention_decode_rows(be, v->atty, kt, vv, v->qkv, d->slopes, kv->att,
+                                      kv->nthreads, ids + R, ids + 2 * R, ids + 3 * R, r->N, per,
+                                      kv->cap, NH, KVH, hs);
+        return;
+    }
     be->attention_decode(be, v->atty, (char *)kv->kt + l * per * e, (char *)kv->v + l * per * e,
                          v->qkv, d->slopes, kv->att, kv->nthreads, r->p0, r->N, kv->seg, kv->cap,
                          NH, KVH, hs);
@@ -988,6 +1015,73 @@ void dec_kv_chunk(const tsr_decoder *d, tsr_kv_cache *kv, const int32_t *tokens,
                m->Vp);
         be->softmax_xent(be, &loss, kv->logits, &none, NULL, 1, m->V, m->Vp);
         be->to_host(be, probs, kv->logits, (size_t)m->Vp * sizeof(float));
+    }
+    unit_put(d, 0, 0);
+}
+
+/* probs (n, Vp) host: the softmax of the n rows of logits over the V real columns (columns >= V
+ * are 0). A host backend runs its softmax_xent (model_forward's probabilities, the same bits); a
+ * device's bf16 logits are brought to the host and normalised there, in double. */
+static void head_probs(const tsr_decoder *d, tsr_kv_slots *ks, int n, float *probs) {
+    const tsr_backend *be = d->be;
+    const int V = d->m->V, Vp = d->m->Vp;
+    if (be->host) {
+        be->softmax_xent(be, ks->loss, ks->logits, ks->none, NULL, n, V, Vp);
+        be->to_host(be, probs, ks->logits, (size_t)n * Vp * sizeof(float));
+        return;
+    }
+    uint16_t *h = tsr_malloc((size_t)n * Vp * sizeof *h); /* bf16 bits */
+    be->to_host(be, h, ks->logits, (size_t)n * Vp * sizeof *h);
+    for (int i = 0; i < n; i++) {
+        float *p = probs + (size_t)i * Vp;
+        double mx = -INFINITY, sum = 0.0;
+        for (int j = 0; j < Vp; j++) {
+            uint32_t bits = (uint32_t)h[(size_t)i * Vp + j] << 16;
+            memcpy(&p[j], &bits, sizeof bits);
+            if (j < V && p[j] > mx) mx = p[j];
+        }
+        for (int j = 0; j < V; j++) sum += exp((double)p[j] - mx);
+        for (int j = 0; j < Vp; j++) p[j] = j < V ? (float)(exp((double)p[j] - mx) / sum) : 0.0f;
+    }
+    free(h);
+}
+
+void dec_kv_slots(const tsr_decoder *d, tsr_kv_slots *ks, int slot, const int32_t *tokens, int c,
+                  float *probs) {
+    const tsr_model *m = d->m;
+    const tsr_backend *be = d->be;
+    const int C = m->C, R = ks->rows;
+    const size_t w = tsr_dtype_size(be->weight), e = tsr_dtype_size(be->act);
+    if (!be->attention_decode || !be->attention_decode_rows)
+        tsr_die(TSR_EXIT_INTERNAL, "decoder: the %s backend has no batched decoding", be->name);
+    if (c < 1 || c > R)
+        tsr_die(TSR_EXIT_INTERNAL, "dec_kv_slots: %d rows, buffers for %d", c, R);
+    if (slot >= 0) memcpy(ks->host_ids, tokens, (size_t)c * sizeof *tokens);
+    if (!be->host) be->to_device(be, ks->dev_ids, ks->host_ids, (size_t)5 * R * sizeof(int32_t));
+    tsr_kv_cache *kv = &ks->buf;
+    const int p0 = slot >= 0 ? ks->len[slot] : 0;
+    const run r = {.d = d, .B = slot >= 0 ? 1 : c, .T = slot >= 0 ? c : 1, .N = c,
+                   .scratch = kv->proj, .lnf = kv->ln, .lnfm = kv->mean, .lnfr = kv->rstd,
+                   .kv = kv, .ks = ks, .slot = slot, .p0 = p0};
+    dec_unit root;
+    unit_get(d, 0, 0, &root);
+    const char *wpe = root.w[TSR_P_WPE]; /* learned positions count from the segment's start */
+    if (slot >= 0)
+        be->encoder_forward(be, kv->x, ks->dev_ids, root.w[TSR_P_WTE],
+                            wpe ? wpe + (size_t)(p0 - ks->seg[slot]) * C * w : NULL, NULL, 1, c,
+                            C);
+    else
+        be->encoder_forward(be, kv->x, ks->dev_ids, root.w[TSR_P_WTE], wpe, ks->dev_ids + 4 * R,
+                            c, 1, C);
+    layers_forward(&r, &root);
+    if (slot >= 0) ks->len[slot] += c;
+    else
+        for (int i = 0; i < c; i++) ks->len[ks->host_ids[R + i]]++;
+    if (probs) { /* a chunk's last row, or every row, through the LM head */
+        const int n = slot >= 0 ? 1 : c, first = slot >= 0 ? c - 1 : 0;
+        linear(&r, ks->logits, NULL, (char *)kv->ln + (size_t)first * C * e, root.w[head_id(m)],
+               NULL, n, C, m->Vp);
+        head_probs(d, ks, n, probs);
     }
     unit_put(d, 0, 0);
 }

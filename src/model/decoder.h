@@ -116,5 +116,12 @@ void dec_moe_stats_add_host(const tsr_decoder *d, const float *stats, const int3
  * attention_decode, a host backend (kv's buffers). */
 void dec_kv_chunk(const tsr_decoder *d, tsr_kv_cache *kv, const int32_t *tokens, int c,
                   float *probs);
+/* Batched decoding (model.h tsr_kv_slots): slot >= 0: c tokens (host) at that slot's next
+ * positions (one segment); slot < 0: c rows, each one new token of the slot ks's host ids name
+ * (model_kv_slots_step fills them). Every product through be's matrows_forward when it has one.
+ * probs (Vp host) or NULL: the chunk's next-token distribution; rows: probs (c, Vp). Needs the
+ * backend's attention_decode and attention_decode_rows. */
+void dec_kv_slots(const tsr_decoder *d, tsr_kv_slots *ks, int slot, const int32_t *tokens, int c,
+                  float *probs);
 
 #endif

@@ -406,6 +406,56 @@ size_t model_kv_bytes(const tsr_model *m, int cap);
  * (columns >= V are 0). Needs kv->len + n <= cap, and <= maxT with learned positions. */
 void model_infer_forward(const tsr_model *m, tsr_kv_cache *kv, const int32_t *tokens, int n,
                          float *probs);
+/* ---- Batched inference (model_infer.c; docs/generate.md "Batched generation") ---- */
+
+struct tsr_decoder;
+
+/* The KV caches of `slots` sequences decoded together, on a backend be, and the buffers of one
+ * forward of up to `rows` rows: a chunk of one slot's prompt, or one new token of each of up to
+ * `rows` slots. Slot s's cache of layer l is at kt + (l slots + s) KVH hs cap elements, laid out
+ * as tsr_kv_cache's (keys transposed per head), likewise v. */
+typedef struct tsr_kv_slots {
+    tsr_kv_cache buf;        /* cap, chunk = rows, the row buffers; kt, v: every slot's caches */
+    int slots, rows;
+    int32_t *len, *seg;      /* (slots) host: positions filled; attn_mask = document: the first
+                              * position of the current segment (else 0) */
+    int32_t *host_ids;       /* (5 rows) host: the rows' tokens, slots, positions, segment
+                              * starts and positions in their segments */
+    int32_t *dev_ids;        /* the same on the backend (= host_ids on a host backend) */
+    float *logits;           /* (rows, Vp) on the backend */
+    float *loss;             /* (rows) host: softmax_xent's unused losses */
+    int32_t *none;           /* (rows) host: -1, no target */
+} tsr_kv_slots;
+
+/* Allocates the caches and buffers on be (exit 3 naming what did not fit); every slot empty.
+ * Call after cpu_ops_set_threads. */
+void model_kv_slots_init(tsr_kv_slots *ks, const tsr_model *m, const tsr_backend *be, int slots,
+                         int cap, int rows);
+void model_kv_slots_free(tsr_kv_slots *ks, const tsr_backend *be);
+/* Bytes model_kv_slots_init allocates on be (the memory plan). */
+size_t model_kv_slots_bytes(const tsr_model *m, const tsr_backend *be, int slots, int cap,
+                            int rows);
+/* Slot s emptied (its positions forgotten). */
+void model_kv_slots_reset(tsr_kv_slots *ks, int s);
+/* Slot dst holds what slot src holds (its caches, positions and segment): a prompt fed once
+ * serves every sample drawn from it. */
+void model_kv_slots_copy(tsr_kv_slots *ks, const tsr_backend *be, const tsr_model *m, int dst,
+                         int src);
+/* Runs tokens (n) at slot s's next positions through the decoder d, in chunks of at most rows
+ * tokens ending at each eot_token under attn_mask = document (as model_infer_forward); probs
+ * (Vp, host) or NULL: the next-token distribution after the last. Every product goes through the
+ * backend's batch-invariant matrows_forward where it has one, so the result is a function of the
+ * slot's tokens alone. */
+void model_kv_slots_feed(const struct tsr_decoder *d, tsr_kv_slots *ks, int s,
+                         const int32_t *tokens, int n, float *probs);
+/* One decode step of n <= rows slots: row i feeds tokens[i] to slot slot[i] (distinct slots);
+ * probs (n, Vp) host: each row's next-token distribution, the same bits whatever the other rows
+ * (batch-invariant products, attention row by row). */
+void model_kv_slots_step(const struct tsr_decoder *d, tsr_kv_slots *ks, const int32_t *slot,
+                         const int32_t *tokens, int n, float *probs);
+/* The fp32 model's decoder over its own weights (m->params, m->lora), for inference. */
+void model_infer_decoder(const tsr_model *m, struct tsr_decoder *d);
+
 /* The no-cache reference: model_forward over exactly tokens (n), n <= the T of the activations
  * (model_alloc_acts(m, 1, T)); returns the probabilities after the last token (Vp, in m->acts). */
 const float *model_forward_last(tsr_model *m, const int32_t *tokens, int n);

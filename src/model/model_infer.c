@@ -1,6 +1,7 @@
-/* model_infer.c — inference for one sequence: the KV cache, the incremental forward over it
- * (the layers run in decoder.c's dec_kv_chunk), and the no-cache reference (model_forward over the
- * whole context) it is tested against.
+/* model_infer.c — inference: the KV cache of one sequence, the incremental forward over it (the
+ * layers run in decoder.c's dec_kv_chunk), and the no-cache reference (model_forward over the
+ * whole context) it is tested against; the caches of many sequences decoded together (batched
+ * generation: tsr_kv_slots, the layers in decoder.c's dec_kv_slots).
  *
  * Dimensions as in kernels/ops.h (L, C, NH, KVH, hs, QKV, F, V, Vp); cap = positions the cache
  * holds; c = rows (positions) of one chunk of new tokens. The KV cache, per layer l and key/value
@@ -33,57 +34,73 @@ size_t model_kv_bytes(const tsr_model *m, int cap) {
     return 2 * (size_t)m->L * (size_t)cap * (size_t)m->KVH * (size_t)m->hs * sizeof(float);
 }
 
+/* a buffer on be of n elements of elem bytes (exit 3 naming it when there is no room) */
+static void *kv_alloc(const tsr_backend *be, size_t n, size_t elem, const char *what) {
+    void *p = be->try_alloc(be, n * elem);
+    if (!p)
+        tsr_die(TSR_EXIT_INTERNAL, "KV cache: cannot allocate %zu bytes for %s on %s", n * elem,
+                what, be->name);
+    return p;
+}
+
+/* The row buffers of a forward over n rows (the chunk's buffers of tsr_kv_cache: activations in
+ * be's type, statistics fp32), and the attention's score rows for cap positions. */
+static void kv_rows_alloc(tsr_kv_cache *kv, const tsr_model *m, const tsr_backend *be, int n_,
+                          int cap) {
+    const size_t C = m->C, F = m->F, FW = m->FW, QKV = m->QKV, f = sizeof(float);
+    const size_t e = tsr_dtype_size(be->act), n = (size_t)n_;
+    kv->nthreads = omp_get_max_threads();
+    kv->x = kv_alloc(be, n * C, e, "x");
+    kv->ln = kv_alloc(be, n * C, e, "ln");
+    kv->mean = kv_alloc(be, n, f, "mean");
+    kv->rstd = kv_alloc(be, n, f, "rstd");
+    kv->qkv = kv_alloc(be, n * QKV, e, "qkv");
+    if (m->cfg.qk_norm) {
+        kv->qkvr = kv_alloc(be, n * QKV, e, "qkvr");
+        kv->qknr = kv_alloc(be, n * (size_t)(m->NH + m->KVH), f, "qknr");
+    }
+    kv->atty = kv_alloc(be, n * (size_t)m->QD, e, "atty");
+    kv->proj = kv_alloc(be, n * C, e, "proj");
+    kv->fch = kv_alloc(be, n * FW, e, "fch");
+    kv->fchg = kv_alloc(be, n * F, e, "fchg");
+    kv->att = kv_alloc(be, (size_t)kv->nthreads * cap, f, "att");
+    if (m->E) { /* the MoE layer's buffers for one chunk (4-byte elements, as tsr_acts') */
+        const size_t E = m->E, K = m->K, FE = m->FE, S = m->S, nk = n * K;
+        kv->moe.logits = kv_alloc(be, n * E, e, "moe");
+        kv->moe.probs = kv_alloc(be, n * E, f, "moe");
+        kv->moe.lse = kv_alloc(be, n, f, "moe");
+        kv->moe.wts = kv_alloc(be, nk, f, "moe");
+        kv->moe.xg = kv_alloc(be, nk * C, e, "moe");
+        kv->moe.h = kv_alloc(be, nk * 2 * FE, e, "moe");
+        kv->moe.hg = kv_alloc(be, nk * FE, e, "moe");
+        kv->moe.y = kv_alloc(be, nk * C, e, "moe");
+        if (S) {
+            kv->moe.sh = kv_alloc(be, n * 2 * S, e, "moe");
+            kv->moe.shg = kv_alloc(be, n * S, e, "moe");
+            kv->moe.shout = kv_alloc(be, n * C, e, "moe");
+        }
+        kv->moe.stats = kv_alloc(be, 2, f, "moe");
+        kv->moe.idx = kv_alloc(be, nk, f, "moe");
+        kv->moe.rows = kv_alloc(be, nk, f, "moe");
+        kv->moe.slot = kv_alloc(be, nk, f, "moe");
+        kv->moe.offs = kv_alloc(be, E + 1, f, "moe");
+    }
+}
+
 void model_kv_init(tsr_kv_cache *kv, const tsr_model *m, int cap, int chunk) {
-    const tsr_ops *o = m->ops;
-    size_t C = m->C, F = m->F, FW = m->FW, QKV = m->QKV, f = sizeof(float);
     if (cap < 1 || chunk < 1)
         tsr_die(TSR_EXIT_INTERNAL, "model_kv_init: cap %d and chunk %d must be >= 1", cap, chunk);
     memset(kv, 0, sizeof *kv);
     kv->cap = cap;
     kv->chunk = chunk < cap ? chunk : cap;
-    kv->nthreads = omp_get_max_threads();
-    size_t per = (size_t)m->L * cap * m->KVH * m->hs, n = (size_t)kv->chunk;
-    kv->kt = o->alloc(per * f);
-    kv->v = o->alloc(per * f);
-    kv->x = o->alloc(n * C * f);
-    kv->ln = o->alloc(n * C * f);
-    kv->mean = o->alloc(n * f);
-    kv->rstd = o->alloc(n * f);
-    kv->qkv = o->alloc(n * QKV * f);
-    if (m->cfg.qk_norm) {
-        kv->qkvr = o->alloc(n * QKV * f);
-        kv->qknr = o->alloc(n * (size_t)(m->NH + m->KVH) * f);
-    }
-    kv->atty = o->alloc(n * (size_t)m->QD * f);
-    kv->proj = o->alloc(n * C * f);
-    kv->fch = o->alloc(n * FW * f);
-    kv->fchg = o->alloc(n * F * f);
-    kv->att = o->alloc((size_t)kv->nthreads * cap * f);
-    kv->logits = o->alloc((size_t)m->Vp * f);
-    if (m->E) { /* the MoE layer's buffers for one chunk (4-byte elements, as tsr_acts') */
-        const size_t E = m->E, K = m->K, FE = m->FE, S = m->S, nk = n * K;
-        kv->moe.logits = o->alloc(n * E * f);
-        kv->moe.probs = o->alloc(n * E * f);
-        kv->moe.lse = o->alloc(n * f);
-        kv->moe.wts = o->alloc(nk * f);
-        kv->moe.xg = o->alloc(nk * C * f);
-        kv->moe.h = o->alloc(nk * 2 * FE * f);
-        kv->moe.hg = o->alloc(nk * FE * f);
-        kv->moe.y = o->alloc(nk * C * f);
-        if (S) {
-            kv->moe.sh = o->alloc(n * 2 * S * f);
-            kv->moe.shg = o->alloc(n * S * f);
-            kv->moe.shout = o->alloc(n * C * f);
-        }
-        kv->moe.stats = o->alloc(2 * f);
-        kv->moe.idx = o->alloc(nk * f);
-        kv->moe.rows = o->alloc(nk * f);
-        kv->moe.slot = o->alloc(nk * f);
-        kv->moe.offs = o->alloc((E + 1) * f);
-    }
+    size_t per = (size_t)m->L * cap * m->KVH * m->hs;
+    kv->kt = kv_alloc(&m->be, per, sizeof(float), "keys");
+    kv->v = kv_alloc(&m->be, per, sizeof(float), "values");
+    kv_rows_alloc(kv, m, &m->be, kv->chunk, cap);
+    kv->logits = kv_alloc(&m->be, (size_t)m->Vp, sizeof(float), "logits");
 }
 
-void model_kv_free(tsr_kv_cache *kv, const tsr_model *m) {
+static void kv_free_on(tsr_kv_cache *kv, const tsr_backend *be) {
     float **bufs[] = {&kv->kt,   &kv->v,    &kv->x,    &kv->ln,  &kv->mean, &kv->rstd, &kv->qkv,
                       &kv->atty, &kv->proj, &kv->fch, &kv->fchg, &kv->att,  &kv->logits,
                       &kv->qkvr, &kv->qknr,
@@ -91,15 +108,17 @@ void model_kv_free(tsr_kv_cache *kv, const tsr_model *m) {
                       &kv->moe.h, &kv->moe.hg, &kv->moe.y, &kv->moe.sh, &kv->moe.shg,
                       &kv->moe.shout, &kv->moe.stats};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-        if (*bufs[i]) m->ops->free(*bufs[i]);
+        if (*bufs[i]) be->free(be, *bufs[i]);
         *bufs[i] = NULL;
     }
     int32_t **ibufs[] = {&kv->moe.idx, &kv->moe.rows, &kv->moe.slot, &kv->moe.offs};
     for (size_t i = 0; i < sizeof ibufs / sizeof ibufs[0]; i++) {
-        if (*ibufs[i]) m->ops->free(*ibufs[i]);
+        if (*ibufs[i]) be->free(be, *ibufs[i]);
         *ibufs[i] = NULL;
     }
 }
+
+void model_kv_free(tsr_kv_cache *kv, const tsr_model *m) { kv_free_on(kv, &m->be); }
 
 /* The decoder's parameter source: the weights in params (a decode step computes no gradients). */
 static void infer_get(void *ctx, int u, int backward, const void **w, float **g) {
@@ -111,6 +130,21 @@ static void infer_get(void *ctx, int u, int backward, const void **w, float **g)
         if (off[i] != SIZE_MAX) w[i] = m->params + off[i];
 }
 
+void model_infer_decoder(const tsr_model *m, tsr_decoder *d) {
+    *d = (tsr_decoder){.m = m, .be = &m->be, .params = {(void *)m, infer_get, NULL},
+                       .slopes = m->alibi_slopes, .rope = m->rope_freqs, .lora = m->lora};
+}
+
+/* The tokens fed in one pass: at most cap of the n, and (attn_mask = document) ending at an
+ * eot_token, after which the next position starts a segment. */
+static int feed_chunk(const tsr_model *m, const int32_t *tokens, int n, int cap) {
+    const int c = n < cap ? n : cap;
+    if (m->cfg.attn_mask == TSR_MASK_DOCUMENT)
+        for (int i = 0; i < c; i++)
+            if (tokens[i] == m->cfg.eot_token) return i + 1;
+    return c;
+}
+
 void model_infer_forward(const tsr_model *m, tsr_kv_cache *kv, const int32_t *tokens, int n,
                          float *probs) {
     const int learned = m->params_info[TSR_P_WPE].numel > 0;
@@ -119,16 +153,10 @@ void model_infer_forward(const tsr_model *m, tsr_kv_cache *kv, const int32_t *to
                 "model_infer_forward: %d tokens at position %d exceed the cache (%d positions)%s",
                 n, kv->len, kv->cap, learned ? " or the position table" : "");
     const int doc = m->cfg.attn_mask == TSR_MASK_DOCUMENT;
-    const tsr_decoder d = {.m = m, .be = &m->be, .params = {(void *)m, infer_get, NULL},
-                           .slopes = m->alibi_slopes, .rope = m->rope_freqs, .lora = m->lora};
+    tsr_decoder d;
+    model_infer_decoder(m, &d);
     for (int s = 0; s < n;) {
-        int c = n - s < kv->chunk ? n - s : kv->chunk;
-        if (doc) /* end the chunk at an eot_token: the next position starts a segment */
-            for (int i = 0; i < c; i++)
-                if (tokens[s + i] == m->cfg.eot_token) {
-                    c = i + 1;
-                    break;
-                }
+        const int c = feed_chunk(m, tokens + s, n - s, kv->chunk);
         dec_kv_chunk(&d, kv, tokens + s, c, s + c == n ? probs : NULL);
         if (doc && tokens[s + c - 1] == m->cfg.eot_token) kv->seg = kv->len;
         s += c;
@@ -150,4 +178,99 @@ const float *model_forward_last(tsr_model *m, const int32_t *tokens, int n) {
     a->T = T_alloc;
     free(targets);
     return a->probs + (size_t)(n - 1) * m->Vp;
+}
+
+/* ---- slots: many sequences (model.h tsr_kv_slots) ---------------------------------------- */
+
+size_t model_kv_slots_bytes(const tsr_model *m, const tsr_backend *be, int slots, int cap,
+                            int rows) {
+    const size_t e = tsr_dtype_size(be->act), n = (size_t)rows, f = sizeof(float);
+    size_t b = 2 * (size_t)m->L * slots * cap * m->KVH * m->hs * e; /* the caches */
+    b += n * ((size_t)4 * m->C + 2 * m->QKV + m->QD + m->FW + m->F) * e + 2 * n * f;
+    b += (size_t)omp_get_max_threads() * cap * f + n * (size_t)m->Vp * e + 5 * n * 4;
+    if (m->E) b += n * (size_t)m->K * ((size_t)2 * m->C + 3 * m->FE) * e; /* (approximately) */
+    return b;
+}
+
+void model_kv_slots_init(tsr_kv_slots *ks, const tsr_model *m, const tsr_backend *be, int slots,
+                         int cap, int rows) {
+    if (slots < 1 || cap < 1 || rows < 1)
+        tsr_die(TSR_EXIT_INTERNAL, "model_kv_slots_init: %d slots of %d positions, %d rows", slots,
+                cap, rows);
+    memset(ks, 0, sizeof *ks);
+    ks->slots = slots, ks->rows = rows;
+    ks->buf.cap = cap, ks->buf.chunk = rows;
+    const size_t per = (size_t)m->L * slots * cap * m->KVH * m->hs, e = tsr_dtype_size(be->act);
+    ks->buf.kt = kv_alloc(be, per, e, "the slots' keys");
+    ks->buf.v = kv_alloc(be, per, e, "the slots' values");
+    kv_rows_alloc(&ks->buf, m, be, rows, cap);
+    ks->logits = kv_alloc(be, (size_t)rows * m->Vp, e, "logits");
+    ks->len = tsr_calloc((size_t)slots, sizeof *ks->len);
+    ks->seg = tsr_calloc((size_t)slots, sizeof *ks->seg);
+    ks->host_ids = tsr_malloc((size_t)5 * rows * sizeof *ks->host_ids);
+    ks->dev_ids = be->host ? ks->host_ids : kv_alloc(be, (size_t)5 * rows, 4, "row ids");
+    ks->loss = tsr_malloc((size_t)rows * sizeof *ks->loss);
+    ks->none = tsr_malloc((size_t)rows * sizeof *ks->none);
+    for (int i = 0; i < rows; i++) ks->none[i] = -1;
+}
+
+void model_kv_slots_free(tsr_kv_slots *ks, const tsr_backend *be) {
+    kv_free_on(&ks->buf, be);
+    if (ks->logits) be->free(be, ks->logits);
+    if (ks->dev_ids && ks->dev_ids != ks->host_ids) be->free(be, ks->dev_ids);
+    free(ks->len), free(ks->seg), free(ks->host_ids), free(ks->loss), free(ks->none);
+    memset(ks, 0, sizeof *ks);
+}
+
+void model_kv_slots_reset(tsr_kv_slots *ks, int s) { ks->len[s] = ks->seg[s] = 0; }
+
+void model_kv_slots_copy(tsr_kv_slots *ks, const tsr_backend *be, const tsr_model *m, int dst,
+                         int src) {
+    const size_t per = (size_t)ks->buf.cap * m->KVH * m->hs * tsr_dtype_size(be->act);
+    for (int l = 0; l < m->L; l++) {
+        const size_t at = (size_t)l * ks->slots;
+        be->copy(be, (char *)ks->buf.kt + (at + dst) * per, (char *)ks->buf.kt + (at + src) * per,
+                 per);
+        be->copy(be, (char *)ks->buf.v + (at + dst) * per, (char *)ks->buf.v + (at + src) * per,
+                 per);
+    }
+    ks->len[dst] = ks->len[src], ks->seg[dst] = ks->seg[src];
+}
+
+void model_kv_slots_feed(const tsr_decoder *d, tsr_kv_slots *ks, int s, const int32_t *tokens,
+                         int n, float *probs) {
+    const tsr_model *m = d->m;
+    const int learned = m->params_info[TSR_P_WPE].numel > 0;
+    if (n < 1 || ks->len[s] + n > ks->buf.cap || (learned && ks->len[s] - ks->seg[s] + n > m->maxT))
+        tsr_die(TSR_EXIT_INTERNAL, "model_kv_slots_feed: %d tokens at position %d exceed the cache "
+                "(%d positions)%s", n, ks->len[s], ks->buf.cap,
+                learned ? " or the position table" : "");
+    const int doc = m->cfg.attn_mask == TSR_MASK_DOCUMENT;
+    for (int i = 0; i < n;) {
+        const int c = feed_chunk(m, tokens + i, n - i, ks->rows);
+        dec_kv_slots(d, ks, s, tokens + i, c, i + c == n ? probs : NULL);
+        if (doc && tokens[i + c - 1] == m->cfg.eot_token) ks->seg[s] = ks->len[s];
+        i += c;
+    }
+}
+
+void model_kv_slots_step(const tsr_decoder *d, tsr_kv_slots *ks, const int32_t *slot,
+                         const int32_t *tokens, int n, float *probs) {
+    const tsr_model *m = d->m;
+    const int learned = m->params_info[TSR_P_WPE].numel > 0;
+    int32_t *ids = ks->host_ids, R = ks->rows;
+    if (n < 1 || n > R)
+        tsr_die(TSR_EXIT_INTERNAL, "model_kv_slots_step: %d rows, buffers for %d", n, R);
+    for (int i = 0; i < n; i++) {
+        const int s = slot[i];
+        if (ks->len[s] >= ks->buf.cap || (learned && ks->len[s] - ks->seg[s] >= m->maxT))
+            tsr_die(TSR_EXIT_INTERNAL, "model_kv_slots_step: slot %d is full (%d positions)", s,
+                    ks->len[s]);
+        ids[i] = tokens[i], ids[R + i] = s, ids[2 * R + i] = ks->len[s];
+        ids[3 * R + i] = ks->seg[s], ids[4 * R + i] = ks->len[s] - ks->seg[s];
+    }
+    dec_kv_slots(d, ks, -1, NULL, n, probs);
+    const int doc = m->cfg.attn_mask == TSR_MASK_DOCUMENT;
+    for (int i = 0; i < n; i++)
+        if (doc && tokens[i] == m->cfg.eot_token) ks->seg[slot[i]] = ks->len[slot[i]];
 }

@@ -33,6 +33,7 @@
 #include "prep/prep_doc.h"
 #include "prep/prep_pack.h"
 #include "runlock.h"
+#include "prep/prep_prompts.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_eos.h"
 
@@ -45,7 +46,8 @@
 #define PROGRESS_TTY_S 0.25               /* redraw interval of the progress bar */
 #define PROGRESS_LOG_S 5.0                /* interval of the plain progress lines */
 
-static const char *const fmt_names[] = {"auto", "text", "jsonl", "sft", "chat", "preference"};
+static const char *const fmt_names[] = {"auto", "text", "jsonl", "sft", "chat", "preference",
+                                        "prompts"};
 _Static_assert(sizeof fmt_names / sizeof fmt_names[0] == FMT_COUNT, "format names");
 
 /* ================================ options ================================ */
@@ -55,8 +57,9 @@ static const cli_opt prep_opts[] = {
     {"tokenizer", 't', "SPEC", "gpt2, a directory with encoder.json + vocab.bpe, a Hugging Face "
                                "tokenizer.json (or its directory), or a tessera tokenizer file "
                                "(default gpt2)"},
-    {"format", 'f', "FMT", "auto|text|jsonl|sft|chat|preference (default auto: by extension and "
-                           "first line; never preference, which needs --pack)"},
+    {"format", 'f', "FMT", "auto|text|jsonl|sft|chat|preference|prompts (default auto: by "
+                           "extension and first line; never preference or prompts, which need "
+                           "--pack)"},
     {"val-fraction", CLI_NO_SHORT('v'), "F", "fraction of documents for DIR/val, 0..1; 0 = no val (default 0.01)"},
     {"seed", 'S', "SEED", "seed of the train/val split (default 1)"},
     {"bos", CLI_NO_SHORT('b'), NULL, "put <|endoftext|> before each document too"},
@@ -141,7 +144,8 @@ static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
                 a->format = (prep_format)k;
                 return 0;
             }
-        return usage_error("--format: expected auto, text, jsonl, sft, chat or preference, found ",
+        return usage_error("--format: expected auto, text, jsonl, sft, chat, preference or "
+                           "prompts, found ",
                            val);
     case CLI_NO_SHORT('v'):
         if (tsr_parse_f64(val, 0.0, 1.0, &a->val_fraction) == 0) return 0;
@@ -176,6 +180,10 @@ static int parse_args(prep_args *a, int argc, char **argv) {
         return usage_error("--format preference needs --pack T (each answer gets a sample of "
                            "seq_len T of its own: samples 2i and 2i+1 are pair i's chosen and "
                            "rejected answers; docs/prep.md)", NULL);
+    if (a->format == FMT_PROMPTS && (!a->pack || a->bos || a->target_prompts))
+        return usage_error("--format prompts needs --pack P (each prompt alone in a sample of P "
+                           "tokens, at most P - 1 of them its own) and takes neither --bos nor "
+                           "--target-prompts (every prompt token is kept; docs/rl.md)", NULL);
     if (a->pack) {
         char n[96];
         int paired = a->format == FMT_PREF;
@@ -385,6 +393,7 @@ typedef struct prep_ctx {
     uint64_t pairs[2], pairs_dropped; /* --format preference: pairs written; pairs dropped */
     uint64_t pair_notes[3];           /* pairs with the same answer twice, with an empty answer */
     uint64_t datasets_skipped;        /* walked files of an earlier tessera dataset (skipped) */
+    prompts_side side;        /* --format prompts: the records of the prompts written */
     double t0, t_progress;
 } prep_ctx;
 
@@ -534,6 +543,29 @@ static int consume_pair(prep_ctx *c, const prep_item *it, int val, const char *p
     return 0;
 }
 
+/* --format prompts: the prompt alone in a window of split `val`, its line as its record; a prompt
+ * that does not fit is dropped and reported. */
+static int consume_prompt(prep_ctx *c, const prep_item *it, int val, const char *path) {
+    pack_fate fate;
+    if (pack_add_alone(c->pk[val], it->tok, it->mask, it->n, &fate)) return TSR_EXIT_DATA;
+    if (fate == PACK_DROPPED) {
+        c->dropped++;
+        if (++c->overlong <= MAX_REPORTED) {
+            if (c->tty && !c->a->quiet) fprintf(stderr, "\r\x1b[K");
+            tsr_warn("%s:%llu: the prompt has %zu tokens, --pack %lld leaves room for %lld: "
+                     "dropped%s", path, (unsigned long long)it->line, it->n,
+                     (long long)c->a->pack, (long long)c->a->pack - 1,
+                     c->overlong == MAX_REPORTED ? "; further ones are counted, not shown" : "");
+        }
+        return 0;
+    }
+    c->docs[val]++;
+    const pack_stats *st = pack_get_stats(c->pk[val]);
+    c->tokens[val] = st->tokens;
+    c->targets[val] = st->targets;
+    return prompts_side_add(&c->side, val, c->buf + it->off, it->len);
+}
+
 /* Handles one finished item in input order: report it, or append it to train or val. */
 static int consume(prep_ctx *c, const prep_item *it) {
     in_file *f = &c->files.v[it->file];
@@ -575,6 +607,7 @@ static int consume(prep_ctx *c, const prep_item *it) {
         warn_pair(c, it, path);
         return consume_pair(c, it, val, path);
     }
+    if (f->kind == FMT_PROMPTS) return consume_prompt(c, it, val, path);
     if (c->pk[val]) return consume_packed(c, it, val, path);
     c->docs[val]++;
     c->tokens[val] += it->n;
@@ -762,6 +795,9 @@ static int commit(prep_ctx *c, const char *tmp) {
         snprintf(sub, sizeof sub, "%s/%s", tmp, k ? "val" : "train");
         if ((!k || c->docs[1]) && pack_note_index(c->pk[k], sub)) return TSR_EXIT_DATA;
     }
+    const int written[2] = {1, c->docs[1] > 0};
+    if (c->a->format == FMT_PROMPTS && prompts_side_commit(&c->side, tmp, written))
+        return TSR_EXIT_DATA;
     if (rename(tmp, c->a->out) != 0) {
         tsr_error("%s: rename to %s failed: %s", tmp, c->a->out, strerror(errno));
         return TSR_EXIT_DATA;
@@ -794,6 +830,12 @@ static void summary(const prep_ctx *c) {
         }
         printf("\n");
     }
+    if (c->a->format == FMT_PROMPTS)
+        printf("prep: prompts (each alone in a sample of seq_len %lld, its line in SPLIT/%s): "
+               "train %llu, val %llu; %llu dropped (longer than %lld tokens)\n",
+               (long long)c->a->pack, DATASET_PROMPTS, (unsigned long long)c->docs[0],
+               (unsigned long long)c->docs[1], (unsigned long long)c->dropped,
+               (long long)c->a->pack - 1);
     if (c->a->format == FMT_PREF) {
         printf("prep: preference pairs (samples 2i and 2i+1 of seq_len %lld are pair i's chosen "
                "and rejected answers):", (long long)c->a->pack);
@@ -846,6 +888,7 @@ static void ctx_free(prep_ctx *c) {
     free(c->jd);
     free(c->buf);
     for (int k = 0; k < 2; k++) pack_free(c->pk[k]);
+    prompts_side_close(&c->side);
     for (size_t k = 0; k < c->files.n; k++) free(c->files.v[k].path);
     free(c->files.v);
     if (c->tok) tokenizer_free(c->tok);
@@ -937,7 +980,7 @@ int cmd_prep(int argc, char **argv) {
     }
     for (size_t k = 0; k < c.files.n; k++)
         c.with_mask |= c.files.v[k].kind == FMT_SFT || c.files.v[k].kind == FMT_CHAT ||
-                       c.files.v[k].kind == FMT_PREF;
+                       c.files.v[k].kind == FMT_PREF || c.files.v[k].kind == FMT_PROMPTS;
     c.jd = tsr_calloc((size_t)c.threads, sizeof *c.jd);
     char tmp[4096], sub[4096 + 8];
     rc = make_staging(a.out, &c.lock, tmp, sizeof tmp);
@@ -963,6 +1006,9 @@ int cmd_prep(int argc, char **argv) {
         if (c.w[k]) rc = dataset_writer_set_tokenizer(c.w[k], c.tok_name);
     for (int k = 0; k < 2 && !rc && a.pack; k++)
         if (c.w[k]) c.pk[k] = pack_open(c.w[k], c.eos, (uint64_t)a.pack, shard_tokens, paired);
+    if (!rc && a.format == FMT_PROMPTS) rc = prompts_side_open(&c.side, tmp, c.w[1] != NULL);
+    if (!rc && a.format == FMT_PROMPTS && c.have_chat && c.chat.tpl)
+        prompts_side_stops(&c.side, &c.chat, c.tok);
     c.t0 = tsr_now();
     c.t_progress = c.t0;
     if (!rc) rc = run(&c);

@@ -265,6 +265,61 @@ static void put_pref(const prep_doc_rules *r, prep_item *it, const json_value *r
     }
 }
 
+/* conv through the chat template with the generation prompt: a prompt to be completed, every
+ * token a target (mask 1: the prompt's tokens; the padding after it has none) */
+static void put_generation_prompt(const prep_doc_rules *r, prep_item *it, const json_value *conv) {
+    const json_value *ctx[2] = {r->chat->vars, conv};
+    const jinja_overrides ov = {.nmessages = -1, .add_generation_prompt = 1};
+    char *text = NULL;
+    size_t n = 0;
+    jinja_error e;
+    if (jinja_render_ex(r->chat->tpl, ctx, 2, &ov, &text, &n, &e) != JINJA_OK)
+        bad(it, "the chat template: %s", e.msg);
+    else put_text(r, it, text, n, 1, 1);
+    free(text);
+}
+
+/* {"prompt": TEXT} or {"messages": [...]}, with an optional "answer" (a string or a number) and
+ * anything else (kept for the reward, not tokenized): the prompt alone, mask 1, no EOS (the
+ * completion follows it). "messages" needs a chat template; "prompt" goes through it as one user
+ * message when there is one, else as plain text. */
+static void put_prompts(const prep_doc_rules *r, prep_item *it, const json_value *root) {
+    const json_value *prompt = json_get(root, "prompt"), *msgs = json_get(root, "messages");
+    const json_value *answer = json_get(root, "answer");
+    if (!!prompt == !!msgs) {
+        bad(it, "wants exactly one of \"prompt\" and \"messages\"");
+        return;
+    }
+    if (answer && answer->type != JSON_STRING && answer->type != JSON_NUMBER) {
+        bad(it, "field \"answer\" is %s, expected a string or a number", what(answer->type));
+        return;
+    }
+    if (msgs && (!r->chat || msgs->type != JSON_ARRAY || msgs->len == 0)) {
+        bad(it, r->chat ? "field \"messages\" must be a non-empty array of {\"role\", \"content\"}"
+                        : "\"messages\" needs a chat template (a tokenizer_config.json with "
+                          "chat_template beside the tokenizer, or --chat-template)");
+        return;
+    }
+    if (msgs) {
+        put_generation_prompt(r, it, root);
+        return;
+    }
+    if (!(prompt = get_str(it, root, "prompt"))) return;
+    if (!r->chat) {
+        put_text(r, it, prompt->str, prompt->len, 1, 0);
+        return;
+    }
+    json_value role = {.type = JSON_STRING, .str = "user", .len = 4, .key = "role", .key_len = 4},
+               text = *prompt, msg, list, conv;
+    text.key = "content", text.key_len = 7, text.next = NULL;
+    role.next = &text;
+    msg = (json_value){.type = JSON_OBJECT, .len = 2, .child = &role};
+    list = (json_value){.type = JSON_ARRAY, .len = 1, .key = "messages", .key_len = 8,
+                        .child = &msg};
+    conv = (json_value){.type = JSON_OBJECT, .len = 1, .child = &list};
+    put_generation_prompt(r, it, &conv);
+}
+
 void prep_tokenize(const prep_doc_rules *r, prep_format kind, const char *s, prep_item *it,
                    json_doc *jd) {
     it->n = 0;
@@ -292,6 +347,8 @@ void prep_tokenize(const prep_doc_rules *r, prep_format kind, const char *s, pre
         put_sft(r, it, root);
     } else if (kind == FMT_PREF) {
         put_pref(r, it, root);
+    } else if (kind == FMT_PROMPTS) {
+        put_prompts(r, it, root);
     } else if (r->chat) {
         put_chat(r, root, it, (uint8_t)r->target_prompts);
     } else {

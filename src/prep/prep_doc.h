@@ -12,9 +12,10 @@
 #include "tokenizer/tokenizer.h"
 
 /* FMT_PREF: {"prompt", "chosen", "rejected"} preference pairs, only when asked for (--format
- * preference); auto never picks it. */
+ * preference); auto never picks it. FMT_PROMPTS: {"prompt"} or {"messages"} with an "answer",
+ * the prompts of reinforcement learning (--format prompts; docs/rl.md), never picked by auto. */
 typedef enum prep_format {
-    FMT_AUTO, FMT_TEXT, FMT_JSONL, FMT_SFT, FMT_CHAT, FMT_PREF, FMT_COUNT
+    FMT_AUTO, FMT_TEXT, FMT_JSONL, FMT_SFT, FMT_CHAT, FMT_PREF, FMT_PROMPTS, FMT_COUNT
 } prep_format;
 
 /* One unit of work: a document of a text file or one JSONL line, with its result. A preference

@@ -149,6 +149,18 @@ int pack_add_pair(prep_packer *p, const uint32_t *tok, const uint8_t *mask, cons
     return 0;
 }
 
+int pack_add_alone(prep_packer *p, const uint32_t *tok, const uint8_t *mask, size_t n,
+                   pack_fate *fate) {
+    *fate = PACK_WHOLE;
+    if ((uint64_t)n >= p->T || !has_target(mask, n)) {
+        *fate = PACK_DROPPED;
+        p->st.dropped++;
+        return 0;
+    }
+    p->st.examples++;
+    return window_alone(p, tok, mask, n);
+}
+
 int pack_finish(prep_packer *p) {
     return p->fill ? window_close(p) : 0;
 }
@@ -171,7 +183,7 @@ static int note_fail(const char *path, const char *what) {
     return TSR_EXIT_DATA;
 }
 
-int pack_note_index(const prep_packer *p, const char *dir) {
+int pack_note_lines(const char *dir, const char *lines) {
     char path[4096];
     if (tsr_snprintf(path, sizeof path, "%s/index.tsv", dir)) {
         tsr_error("%s: path too long", dir);
@@ -209,14 +221,7 @@ int pack_note_index(const prep_packer *p, const char *dir) {
         return note_fail(path, "rewrite");
     }
     int rc = 0;
-    unsigned long long T = (unsigned long long)p->T;
-    if (fwrite(text, 1, at, f) != at ||
-        fprintf(f, "# packed_seq_len\t%llu\t(tessera prep --pack: every example is whole inside "
-                "one sample when seq_len = %llu; docs/prep.md)\n", T, T) < 0 ||
-        (p->paired &&
-         fprintf(f, "# preference_pairs\t%llu\t(tessera prep --format preference: samples 2i and "
-                 "2i+1 are pair i's chosen and rejected answers; docs/prep.md)\n",
-                 (unsigned long long)p->st.pairs) < 0) ||
+    if (fwrite(text, 1, at, f) != at || fputs(lines, f) < 0 ||
         fwrite(text + at, 1, len - at, f) != len - at || fflush(f) != 0)
         rc = note_fail(path, "write");
     else if (fsync(fileno(f)) != 0)
@@ -224,4 +229,17 @@ int pack_note_index(const prep_packer *p, const char *dir) {
     if (fclose(f) != 0 && !rc) rc = note_fail(path, "close");
     free(text);
     return rc;
+}
+
+int pack_note_index(const prep_packer *p, const char *dir) {
+    char lines[512];
+    unsigned long long T = (unsigned long long)p->T;
+    size_t n = (size_t)snprintf(lines, sizeof lines, "# packed_seq_len\t%llu\t(tessera prep --pack: "
+                                "every example is whole inside one sample when seq_len = %llu; "
+                                "docs/prep.md)\n", T, T);
+    if (p->paired)
+        snprintf(lines + n, sizeof lines - n, "# preference_pairs\t%llu\t(tessera prep --format "
+                 "preference: samples 2i and 2i+1 are pair i's chosen and rejected answers; "
+                 "docs/prep.md)\n", (unsigned long long)p->st.pairs);
+    return pack_note_lines(dir, lines);
 }

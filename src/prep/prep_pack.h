@@ -71,6 +71,13 @@ int pack_add(prep_packer *p, const uint32_t *tok, const uint8_t *mask, size_t n,
 int pack_add_pair(prep_packer *p, const uint32_t *tok, const uint8_t *mask, const size_t n[2],
                   pack_fate fate[2]);
 
+/* Places a prompt (--format prompts): its n tokens alone in the next window, padded with at
+ * least one EOT (the window's last token, the next sample's first input, stays an EOT). A prompt
+ * of T tokens or more is dropped, not cut (a prompt cut short asks another question), and so is
+ * one without a target; *fate says which. Returns 0 or TSR_EXIT_DATA. */
+int pack_add_alone(prep_packer *p, const uint32_t *tok, const uint8_t *mask, size_t n,
+                   pack_fate *fate);
+
 /* Pads and writes the last window. Returns 0 or TSR_EXIT_DATA. */
 int pack_finish(prep_packer *p);
 
@@ -83,5 +90,8 @@ void pack_free(prep_packer *p);
  * docs/data-format.md). Only for a dataset in prep's staging directory, after its writer closed:
  * the file is rewritten in place. Returns 0 or TSR_EXIT_DATA after tsr_error(). */
 int pack_note_index(const prep_packer *p, const char *dir);
+/* The same for any comment lines ("# KEY\tVALUE\t(...)\n" each): inserted after DIR/index.tsv's
+ * leading comments. Returns 0 or TSR_EXIT_DATA after tsr_error(). */
+int pack_note_lines(const char *dir, const char *lines);
 
 #endif

@@ -3,7 +3,8 @@
  *   steps       distinct steps logged, and the first..last step
  *   tokens      "tokens" of the last step (tokens trained on so far)
  *   loss        first, last and minimum train loss (null losses skipped), with their steps
- *   val loss    the last eval line's val_loss and val_ppl
+ *   val loss    the last eval line's val_loss and val_ppl (the last eval line that has one)
+ *   pass@1      a GRPO run's held-out pass@1: the first and last eval lines' val_pass_at_1
  *   tokens/s    median of tokens_per_s; mfu: median of mfu, in percent (100 x the fraction)
  *   train time  sum of step_time_s (eval, checkpoints and restarts not included)
  *   checkpoints the saves (one point per step): how many, how many in the background ("async"),
@@ -40,8 +41,9 @@ static const cli_opt report_opts[] = {
 const cli_cmd report_cli = {
     "report", "RUN_DIR | --compare RUN_DIR...",
     "Reads RUN_DIR/metrics.jsonl; writes loss.png, throughput.png and mfu.png (and for a DPO run\n"
-    "dpo.png, the reward margin and accuracy; for a run that saved, checkpoint.png, each save's\n"
-    "blocking and write seconds and its bytes; drawn by gnuplot)\n"
+    "dpo.png, the reward margin and accuracy; for a GRPO run grpo.png, the mean reward, the pass\n"
+    "rate and the held-out pass@1; for a run that saved, checkpoint.png, each save's blocking and\n"
+    "write seconds and its bytes; drawn by gnuplot)\n"
     "and summary.txt into DIR, and prints the summary, then what the run cost (cost.txt: each\n"
     "start's hours and goodput; under Slurm against sacct). Exit 2: metrics.jsonl missing or not\n"
     "JSON, or gnuplot missing or failing (the summary is still written).",
@@ -126,8 +128,17 @@ static void write_summary(FILE *f, const char *run_dir, const runlog *rl) {
                 "min %.6g (step %lld)\n", first->v[RL_LOSS], (long long)first->step,
                 last->v[RL_LOSS], (long long)last->step, min->v[RL_LOSS], (long long)min->step);
     else fprintf(f, "loss:       none (every loss is null)\n");
-    const runlog_point *ev = rl->n_eval ? &rl->eval[rl->n_eval - 1] : NULL;
-    if (ev && ev->has & 1u << RL_VAL_LOSS)
+    const runlog_point *ev = rl->n_eval ? &rl->eval[rl->n_eval - 1] : NULL, *p0 = NULL, *p1 = NULL;
+    for (size_t i = 0; i < rl->n_eval; i++) {
+        if (rl->eval[i].has & 1u << RL_VAL_PASS) p1 = &rl->eval[i], p0 = p0 ? p0 : p1;
+        if (rl->eval[i].has & 1u << RL_VAL_LOSS) ev = &rl->eval[i];
+    }
+    if (p1 && !(ev->has & 1u << RL_VAL_LOSS)) ev = NULL; /* a GRPO run: pass@1, no loss */
+    if (p1)
+        fprintf(f, "pass@1:     held-out %.6g (step %lld) -> %.6g (step %lld)\n",
+                p0->v[RL_VAL_PASS], (long long)p0->step, p1->v[RL_VAL_PASS], (long long)p1->step);
+    if (p1 && !ev) fprintf(f, "val loss:   none (a GRPO run's evaluations give pass@1)\n");
+    else if (ev && ev->has & 1u << RL_VAL_LOSS)
         fprintf(f, "val loss:   %.6g (step %lld), ppl %.6g\n", ev->v[RL_VAL_LOSS],
                 (long long)ev->step, ev->has & 1u << RL_VAL_PPL ? ev->v[RL_VAL_PPL] : NAN);
     else if (ev) fprintf(f, "val loss:   null (step %lld)\n", (long long)ev->step);
@@ -216,6 +227,9 @@ static int write_script(const char *script, const char *out, const char *run, co
     size_t n_mfu = datablock(f, "mfu", rl->train, rl->n_train, RL_MFU, 100);
     size_t n_margin = datablock(f, "margin", rl->train, rl->n_train, RL_DPO_MARGIN, 1);
     size_t n_acc = datablock(f, "acc", rl->train, rl->n_train, RL_DPO_ACCURACY, 1);
+    size_t n_reward = datablock(f, "reward", rl->train, rl->n_train, RL_GRPO_REWARD, 1);
+    size_t n_pass = datablock(f, "pass", rl->train, rl->n_train, RL_GRPO_PASS, 1);
+    size_t n_vpass = datablock(f, "vpass", rl->eval, rl->n_eval, RL_VAL_PASS, 1);
     char body[512];
     int bad = 0;
     if (n_loss && n_val)
@@ -244,6 +258,15 @@ static int write_script(const char *script, const char *out, const char *run, co
         bad |= gp_plot(f, out, "dpo.png", "DPO reward margin", run, "reward margin", body);
     }
     if (rl->n_saves) bad |= plot_saves(f, out, run, rl);
+    if (n_reward) { /* a GRPO run: the mean reward; the pass rates on the right axis */
+        snprintf(body, sizeof body, "$reward using 1:2 with %s lc rgb '#ff7f0e' title 'mean "
+                 "reward (rollouts)'%s%s", style(n_reward), n_pass ? ", $pass using 1:2 axes "
+                 "x1y2 with lines lw 1 lc rgb '#17becf' title 'pass rate (rollouts, right axis)'"
+                 : "", n_vpass ? ", $vpass using 1:2 axes x1y2 with linespoints lw 2 pt 7 ps 1.2 "
+                 "lc rgb '#d62728' title 'held-out pass@1 (right axis)'" : "");
+        fprintf(f, "set yrange [*:*]\nset y2range [0:1]\nset y2tics\nset key bottom right\n");
+        bad |= gp_plot(f, out, "grpo.png", "GRPO reward", run, "mean reward", body);
+    }
     fprintf(f, "unset output\n");
     if (fclose(f) != 0 || bad) {
         tsr_error("%s: cannot write the gnuplot script%s", script,
@@ -253,18 +276,19 @@ static int write_script(const char *script, const char *out, const char *run, co
     return 0;
 }
 
-/* gnuplot SCRIPT; its messages go to our stderr. Returns 0 or TSR_EXIT_DATA after reporting. */
-/* a DPO run's metrics (dpo.png is drawn) */
-static int dpo_run(const runlog *rl) {
+/* a run with step lines holding field f (dpo.png, grpo.png are drawn) */
+static int has_field(const runlog *rl, runlog_field f) {
     for (size_t i = 0; i < rl->n_train; i++)
-        if (rl->train[i].has & 1u << RL_DPO_MARGIN) return 1;
+        if (rl->train[i].has & 1u << f) return 1;
     return 0;
 }
 
-static int run_gnuplot(const char *script, const char *out, int dpo, int saves) {
-    const char *pngs[5] = {"loss.png", "throughput.png", "mfu.png"};
+/* gnuplot SCRIPT; its messages go to our stderr. Returns 0 or TSR_EXIT_DATA after reporting. */
+static int run_gnuplot(const char *script, const char *out, int dpo, int grpo, int saves) {
+    const char *pngs[6] = {"loss.png", "throughput.png", "mfu.png"};
     size_t n_png = 3;
     if (dpo) pngs[n_png++] = "dpo.png";
+    if (grpo) pngs[n_png++] = "grpo.png";
     if (saves) pngs[n_png++] = "checkpoint.png";
     char *argv[] = {"gnuplot", (char *)script, NULL};
     pid_t pid;
@@ -365,7 +389,8 @@ int cmd_report(int argc, char **argv) {
     const char *base = strrchr(run_dir, '/');
     base = base && base[1] ? base + 1 : run_dir;
     rc = write_script(script, out, base, &rl);
-    const int dpo = dpo_run(&rl), saves = rl.n_saves > 0;
+    const int dpo = has_field(&rl, RL_DPO_MARGIN), grpo = has_field(&rl, RL_GRPO_REWARD),
+              saves = rl.n_saves > 0;
     runlog_free(&rl);
     if (rc) return rc;
     if (!on_path("gnuplot")) {
@@ -374,5 +399,5 @@ int cmd_report(int argc, char **argv) {
                   "module load gnuplot; then rerun, or run: gnuplot %s", script);
         return TSR_EXIT_DATA;
     }
-    return run_gnuplot(script, out, dpo, saves);
+    return run_gnuplot(script, out, dpo, grpo, saves);
 }

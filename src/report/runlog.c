@@ -13,7 +13,8 @@
 
 static const char *const field_names[] = {
     "step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mfu", "step_time_s",
-    "val_loss", "val_ppl", "dpo_reward_margin", "dpo_accuracy",
+    "val_loss", "val_ppl", "dpo_reward_margin", "dpo_accuracy", "grpo_reward_mean",
+    "grpo_pass_rate", "val_pass_at_1",
     "seconds", "blocking_s", "write_s", "bytes",
 };
 _Static_assert(sizeof field_names / sizeof field_names[0] == RL_FIELD_COUNT,
@@ -45,7 +46,7 @@ static int classify(const json_value *o, runlog_point *pt, const char **why) {
     pt->step = (int64_t)sv;
     if (start) return LINE_START; /* a process start: after the first, a restart */
     if (seen & 1u << RL_LOSS) return LINE_STEP;
-    if (seen & 1u << RL_VAL_LOSS) return LINE_EVAL;
+    if (seen & (1u << RL_VAL_LOSS | 1u << RL_VAL_PASS)) return LINE_EVAL;
     const json_value *ck = json_get(o, "checkpoint");
     if (!ck || ck->type != JSON_STRING || strcmp(ck->str, "save") != 0) return LINE_OTHER;
     if (!(pt->has & 1u << RL_BLOCKING_S) && pt->has & 1u << RL_SECONDS) /* synchronous, older */

@@ -2,11 +2,12 @@
  *
  * metrics.jsonl holds one flat JSON object per line (src/train/metrics.c). Step lines carry "step"
  * and "loss" (plus "lr", "grad_norm", "tokens", "tokens_per_s", "mfu", "step_time_s"); eval lines
- * "step" and "val_loss" (plus "val_ppl"); DPO step lines also "dpo_reward_margin" and
- * "dpo_accuracy"; save lines ({"checkpoint": "save", ...}) the saves series: "seconds",
- * "blocking_s", "write_s", "bytes" (a line written before save_async has no blocking_s: its save
- * was synchronous, blocking = seconds); lines with "event" (start, guard, rollback) and the other
- * checkpoint lines (resume, init-from, rollback) are not series points. {"event": "start", "step": S} lines (one per process
+ * "step" and "val_loss" (plus "val_ppl") or, for GRPO, "val_pass_at_1"; DPO step lines also
+ * "dpo_reward_margin" and "dpo_accuracy", GRPO's "grpo_reward_mean" and "grpo_pass_rate"; save
+ * lines ({"checkpoint": "save", ...}) the saves series: "seconds", "blocking_s", "write_s",
+ * "bytes" (a line written before save_async has no blocking_s: its save was synchronous,
+ * blocking = seconds); lines with "event" (start, guard, rollback) and the other checkpoint lines
+ * (resume, init-from, rollback) are not series points. {"event": "start", "step": S} lines (one per process
  * start) after the first are the run's restarts, at step S. Any value may be null (a non-finite number). A step
  * logged twice (a resume, a rollback) counts with its later line.
  */
@@ -20,6 +21,8 @@ typedef enum runlog_field {
     RL_STEP, RL_LOSS, RL_LR, RL_GRAD_NORM, RL_TOKENS, RL_TOKENS_PER_S, RL_MFU, RL_STEP_TIME_S,
     RL_VAL_LOSS, RL_VAL_PPL,
     RL_DPO_MARGIN, RL_DPO_ACCURACY, /* objective = dpo step lines (docs/dpo.md) */
+    RL_GRPO_REWARD, RL_GRPO_PASS,   /* objective = grpo step lines (docs/rl.md) */
+    RL_VAL_PASS,                    /* ... and its eval lines: the held-out pass@1 */
     RL_SECONDS, RL_BLOCKING_S, RL_WRITE_S, RL_BYTES, /* save lines (docs/tracking.md) */
     RL_FIELD_COUNT
 } runlog_field;

@@ -63,6 +63,10 @@ size_t tokenizer_encode(const tsr_tokenizer *tok, const uint8_t *text, size_t n,
  * out of range is an error: returns (size_t)-1 after tsr_error(). */
 size_t tokenizer_decode(const tsr_tokenizer *tok, const uint32_t *ids, size_t n, uint8_t *out,
                         size_t cap);
+/* The text of ids (n) for JSON and for people: the decode, an id the tokenizer does not have
+ * written "<|id N|>", and each ill-formed UTF-8 sequence replaced by U+FFFD (a model can emit
+ * byte tokens that do not make characters). Malloc'd, NUL-terminated, *len bytes. */
+char *tokenizer_decode_text(const tsr_tokenizer *tok, const uint32_t *ids, size_t n, size_t *len);
 /* The bytes of one token (len in *len), or NULL for an id out of range. */
 const uint8_t *tokenizer_token_bytes(const tsr_tokenizer *tok, uint32_t id, uint32_t *len);
 

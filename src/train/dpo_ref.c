@@ -166,16 +166,10 @@ static int read_file(tsr_trainer *t, const char *path, const dpo_ref_header *wan
 /* rank 0, on a resume: the checkpoint's record of the reference it was trained against
  * (dpo.reference_checksum in its config; "" in checkpoints written before the key) */
 static void checkpoint_record(const tsr_trainer *t, char *out, size_t cap) {
-    ckpt_peeked *pk = tsr_malloc(sizeof *pk);
     tsr_config *ck = tsr_calloc(1, sizeof *ck);
     out[0] = '\0';
-    tsr_log_mute(1); /* (the resume read this metadata already and reported its faults) */
-    if (ckpt_peek_meta(t->out.start_load.path, pk) == 0 &&
-        ckpt_config_from_text(pk->path, pk->meta.config, NULL, 0, ck) == 0)
-        snprintf(out, cap, "%s", ck->dpo.reference_checksum);
-    tsr_log_mute(0);
+    if (trainer_resumed_config(t, ck) == 0) snprintf(out, cap, "%s", ck->dpo.reference_checksum);
     free(ck);
-    free(pk);
 }
 
 /* rank 0: the resume's file: run_dir's, else the one beside the checkpoint read */

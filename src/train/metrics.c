@@ -2,6 +2,7 @@
  * event file run_dir/tb/ (rank 0 only; tags in docs/tracking.md). */
 #include "train/metrics.h"
 #include "train/dpo.h"
+#include "train/grpo.h"
 
 #include <errno.h>
 #include <math.h>
@@ -207,11 +208,14 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
                N, t->mesh.D, t->mesh.D == 1 ? "" : "s", N, 2 * N, t->T / (2 * N), 2 * N - 1, fw,
                bw);
     }
-    printf("batch: global %lld = %d %srank%s x %lld per rank = %lld microbatches of %d%s; "
+    /* grpo: micro_batch counts prompts, each with its group_size completions (t->micro rows) */
+    const int64_t G = c->objective == TSR_OBJ_GRPO ? c->grpo.group_size : 1;
+    printf("batch: global %lld = %d %srank%s x %lld per rank = %lld microbatches of %d%s%s; "
            "seq_len %d; %lld tokens/step\n",
            (long long)c->global_batch, t->mesh.D, N > 1 ? "data " : "",
            N > 1 && t->mesh.D == 1 ? "" : "s", (long long)t->per_rank,
-           (long long)(t->per_rank / t->micro), t->micro,
+           (long long)(t->per_rank * G / t->micro), t->micro,
+           G > 1 ? " sequences (prompts x grpo.group_size)" : "",
            t->auto_micro ? " (micro_batch = auto: the size tried first; halved on out-of-memory)"
                          : "", t->T, (long long)(c->global_batch * c->seq_len));
     if (dry_run)
@@ -317,6 +321,21 @@ static void moe_losses(const tsr_trainer *t, double out[2]) {
     }
 }
 
+/* One figure of an objective's step, PREFIX_NAME into the metrics.jsonl record and PREFIX/NAME
+ * into the TensorBoard step */
+static void log_figure(tsr_trainer *t, const char *prefix, const char *name, double v) {
+    if (t->out.metrics) {
+        char num[32];
+        json_number(num, sizeof num, v);
+        fprintf(t->out.metrics, ", \"%s_%s\": %s", prefix, name, num);
+    }
+    if (t->out.tb) {
+        char tag[64];
+        snprintf(tag, sizeof tag, "%s/%s", prefix, name);
+        tboard_scalar(t->out.tb, tag, v);
+    }
+}
+
 /* objective = dpo: the step's means over its pairs (train/dpo.h; docs/dpo.md), into the
  * metrics.jsonl record and the TensorBoard step */
 static void dpo_log(tsr_trainer *t) {
@@ -331,18 +350,16 @@ static void dpo_log(tsr_trainer *t) {
         {"logp_chosen", s[DPO_CHOSEN_LOGP] / P},
         {"logp_rejected", s[DPO_REJECTED_LOGP] / P},
     };
-    for (size_t k = 0; k < sizeof f / sizeof f[0]; k++) {
-        if (t->out.metrics) {
-            char num[32];
-            json_number(num, sizeof num, f[k].v);
-            fprintf(t->out.metrics, ", \"dpo_%s\": %s", f[k].name, num);
-        }
-        if (t->out.tb) {
-            char tag[64];
-            snprintf(tag, sizeof tag, "dpo/%s", f[k].name);
-            tboard_scalar(t->out.tb, tag, f[k].v);
-        }
-    }
+    for (size_t k = 0; k < sizeof f / sizeof f[0]; k++) log_figure(t, "dpo", f[k].name, f[k].v);
+}
+
+/* objective = grpo: the step's figures (train/grpo.h grpo_metrics; docs/rl.md "Metrics"), into
+ * the metrics.jsonl record and the TensorBoard step */
+static void grpo_log(tsr_trainer *t, const tsr_step_stats *st) {
+    if (t->cfg.objective != TSR_OBJ_GRPO) return;
+    grpo_metric f[GRPO_NSTATS];
+    const int n = grpo_metrics(t, st, f);
+    for (int k = 0; k < n; k++) log_figure(t, "grpo", f[k].name, f[k].v);
 }
 
 /* the MoE part of a metrics.jsonl record and of the TensorBoard step (docs/moe.md) */
@@ -403,6 +420,12 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
                                   (s[DPO_CHOSEN_REWARD] - s[DPO_REJECTED_REWARD]) / P,
                                   s[DPO_ACCURACY] / P);
         }
+        if (t->cfg.objective == TSR_OBJ_GRPO) { /* docs/rl.md */
+            grpo_metric f[GRPO_NSTATS];
+            grpo_metrics(t, st, f);
+            o += (size_t)snprintf(aux, sizeof aux, " | reward %.4f pass %.3f len %.1f",
+                                  f[0].v, f[2].v, f[3].v);
+        }
         if (t->out.moe && o < sizeof aux) { /* (DPO on a MoE model: both) */
             double lz[2];
             moe_losses(t, lz);
@@ -450,6 +473,7 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
     }
     moe_log(t); /* the record's MoE part and the TensorBoard step's (before it is written) */
     dpo_log(t);
+    grpo_log(t, st);
     if (t->out.metrics) metrics_end_record(t->out.metrics);
     if (t->out.tb) { /* the same figures as the JSONL line; mfu as a fraction, as there */
         double pb, gb, ob, cb, ab;
@@ -661,6 +685,24 @@ void metrics_log_eval(tsr_trainer *t, double val_loss) {
         }
         tboard_scalar(t->out.tb, "eval/val_loss", val_loss);
         tboard_scalar(t->out.tb, "eval/val_dpo_accuracy", t->out.val_accuracy);
+        tboard_write_step(t->out.tb, t->step);
+        return;
+    }
+    if (t->cfg.objective == TSR_OBJ_GRPO) { /* held-out pass@1 (docs/rl.md) */
+        if (t->out.val_accuracy < 0) return; /* (the reward failed: reported) */
+        printf("eval step %lld | val pass@1 %.4f | val reward %.4f\n", (long long)t->step,
+               t->out.val_accuracy, t->out.val_reward);
+        fflush(stdout);
+        if (t->out.metrics) {
+            char vp[32], vr[32];
+            json_number(vp, sizeof vp, t->out.val_accuracy);
+            json_number(vr, sizeof vr, t->out.val_reward);
+            fprintf(t->out.metrics, "{\"step\": %lld, \"val_pass_at_1\": %s, \"val_reward\": %s",
+                    (long long)t->step, vp, vr);
+            metrics_end_record(t->out.metrics);
+        }
+        tboard_scalar(t->out.tb, "eval/val_pass_at_1", t->out.val_accuracy);
+        tboard_scalar(t->out.tb, "eval/val_reward", t->out.val_reward);
         tboard_write_step(t->out.tb, t->step);
         return;
     }

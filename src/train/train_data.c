@@ -20,7 +20,7 @@ static int check_dataset(const tsr_trainer *t, tsr_dataset *ds, const char *name
                   name, dataset_vocab_size(ds), c->model.vocab_size, dataset_vocab_size(ds));
         return TSR_EXIT_USAGE;
     }
-    if (dataset_n_samples(ds, t->T) == 0) {
+    if (c->objective != TSR_OBJ_GRPO && dataset_n_samples(ds, t->T) == 0) { /* (grpo: prompts) */
         tsr_error("%s: %llu tokens hold no sample of seq_len + 1 = %d tokens", name,
                   (unsigned long long)dataset_n_tokens(ds), t->T + 1);
         return TSR_EXIT_DATA;

@@ -2,9 +2,12 @@
 #include "train/train_state.h"
 
 #include <limits.h>
+#include <stdlib.h>
 
+#include "ckpt.h"
 #include "common.h"
 #include "gpu/gpu_train.h"
+#include "model/ckpt_model.h"
 
 int trainer_shard_group(const tsr_config *cfg, int world, int local_world, int *G) {
     *G = world;
@@ -60,4 +63,15 @@ void trainer_lora_pass(tsr_trainer *t, int64_t b) {
 uint64_t trainer_lora_key(const tsr_trainer *t) {
     int64_t d = t->step + t->data.data_offset;
     return tsr_rand_u64((uint64_t)t->cfg.seed, 0x64726F70ull /* "drop" */, (uint64_t)d);
+}
+
+int trainer_resumed_config(const tsr_trainer *t, tsr_config *ck) {
+    ckpt_peeked *pk = tsr_malloc(sizeof *pk);
+    tsr_log_mute(1); /* (the resume read this metadata already and reported its faults) */
+    int rc = ckpt_peek_meta(t->out.start_load.path, pk) == 0 &&
+                     ckpt_config_from_text(pk->path, pk->meta.config, NULL, 0, ck) == 0
+                 ? 0 : -1;
+    tsr_log_mute(0);
+    free(pk);
+    return rc;
 }

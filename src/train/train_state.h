@@ -43,12 +43,15 @@ typedef struct tsr_step_stats {
     char why[512];         /* the guard's reason when verdict != GUARD_OK */
     int rebaselined;       /* the guard restarted its window after this step's outlier */
     int phase_switch;      /* this step's batch starts a curriculum phase */
+    int exit_code;         /* not 0: the step failed (GRPO's reward program) and the run stops
+                            * with it, nothing applied */
 } tsr_step_stats;
 
 struct tsr_stager;
 struct icl_suite;
 struct gpu_train_ctx;
 struct trainer_strategy;
+struct tsr_grpo;
 
 /* The data streams and this rank's batch (owner: train/train_data.c). data.train alone is one
  * stream named "train"; data.mix lists several. Global batch d of the data stream is composed by
@@ -143,6 +146,9 @@ typedef struct tsr_train_out {
     double val_accuracy;         /* objective = dpo: the last evaluation's pair accuracy */
     double dpo[6];               /* objective = dpo: the step's sums over its pairs (ranks summed,
                                   * train/dpo.h DPO_*), divided by the pairs when logged */
+    double grpo[16];             /* objective = grpo: the step's statistics (train/grpo.h GRPO_*;
+                                  * sums over its completions, the same on every rank) */
+    double val_reward;           /* objective = grpo: the last evaluation's mean reward */
     double *moe;                 /* MoE models: the step's statistics summed over microbatches and
                                   * ranks, LM records of [aux, z, tokens per expert] (decoder.h
                                   * dec_moe_stats_add; the losses weighted as docs/moe.md says);
@@ -194,11 +200,13 @@ typedef struct tsr_trainer {
                                   * resumed checkpoint kept) and halves on out-of-memory */
     int64_t per_rank, step, total_steps, warmup_steps, eval_every, tokens_seen;
     int64_t save_every;          /* steps between checkpoints, 0 = only at the end */
-    int64_t optim_step;          /* AdamW updates applied (the bias-correction step) */
+    int64_t optim_step;          /* steps whose update was applied (the bias-correction step;
+                                  * grpo.updates > 1: trainer.c step_update) */
     struct icl_suite *icl;       /* icl_tasks, scored at each eval (eval/train_icl.h), else NULL */
     struct tsr_tokenizer *tok;   /* data.tokenizer, loaded at start (decodes the samples), else NULL */
     tsr_train_data data;
     tsr_dpo_ref dpo_ref;
+    struct tsr_grpo *grpo;       /* objective = grpo: prompts, rollouts, reward (train/grpo.h) */
     tsr_train_part part;
     tsr_train_out out;
     tsr_train_ckpt ck;
@@ -226,6 +234,11 @@ void trainer_eval_scope(tsr_trainer *t, int on);
  * (ep_full), and under zero3 / hsdp the shard's gathers forgotten (device = cuda pulls the shard
  * into it first). Collective. */
 void trainer_host_weights(tsr_trainer *t, int on);
+
+/* On a resume (rank 0): the config recorded in the checkpoint read (t->out.start_load.path) into
+ * ck: what the run was trained with (the stored references' checksums). 0, or -1 when it cannot
+ * be read (quietly: the resume reported it). */
+int trainer_resumed_config(const tsr_trainer *t, tsr_config *ck);
 
 /* LoRA: the dropout of microbatch b of this rank's batch in the current step (model_lora.h
  * lora_set_pass): the step's data batch gives the key, the global row of the microbatch's first

@@ -15,6 +15,7 @@
 #include "train/checkpointing.h"
 #include "train/dpo.h"
 #include "train/dpo_ref.h"
+#include "train/grpo.h"
 #include "train/metrics.h"
 #include "train/tboard.h"
 #include "train/train_data.h"
@@ -100,8 +101,8 @@ static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer 
     double loss_sum = 0.0;
     zero(t);
     if (t->part.ep_on) ep_zero_grads(&t->part.ep);
-    if (t->cfg.objective == TSR_OBJ_DPO) {
-        loss_sum = dpo_compute(t, scale);
+    if (t->cfg.objective != TSR_OBJ_LM) { /* a pass of the objective's own (train/dpo.h, grpo.h) */
+        loss_sum = t->cfg.objective == TSR_OBJ_DPO ? dpo_compute(t, scale) : grpo_compute(t);
         nan_fault(t);
         return loss_sum;
     }
@@ -563,11 +564,13 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->per_rank = cfg->global_batch / t->mesh.D; /* the data ranks' share */
     t->auto_micro = cfg->micro_batch == 0; /* "auto": start with the whole per-rank batch */
     t->micro = t->auto_micro ? trainer_micro_at_most(t, t->per_rank) : (int)cfg->micro_batch;
+    if (cfg->objective == TSR_OBJ_GRPO) t->micro *= (int)cfg->grpo.group_size; /* rows: completions */
     t->be.threads = pick_threads(cfg, d);
     cpu_ops_set_threads(t->be.threads);
     t->out.peak_flops = cfg->peak_flops > 0 ? cfg->peak_flops
                                             : metrics_peak_flops("cpu", t->be.threads);
     TSR_CHECK(agree_start(t, dry_run ? 0 : train_data_open(t), "data"));
+    if (!dry_run && cfg->objective == TSR_OBJ_GRPO) TSR_CHECK(grpo_init(t)); /* (docs/rl.md) */
     uint64_t epoch_samples = dry_run ? 1 : train_data_epoch_samples(t);
     t->total_steps = duration_to_steps(cfg->max_duration, cfg->global_batch, cfg->seq_len, epoch_samples);
     t->warmup_steps = duration_to_steps(cfg->optim.warmup, cfg->global_batch, cfg->seq_len, epoch_samples);
@@ -602,6 +605,12 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
         t->out.flops_per_token += 2.0 * (double)t->model.n_params_counted;
     t->dpo_ref.on = cfg->objective == TSR_OBJ_DPO &&
                     t->cfg.dpo.reference == TSR_DPO_REF_PRECOMPUTED; /* (train/dpo_ref.h) */
+    /* GRPO's KL reference (docs/rl.md): auto is the base with LoRA, else the initial weights; a
+     * reference forward per microbatch (2N more per token) */
+    if (cfg->objective == TSR_OBJ_GRPO && t->cfg.grpo.reference == TSR_GRPO_REF_AUTO)
+        t->cfg.grpo.reference = cfg->lora.rank > 0 ? TSR_GRPO_REF_BASE : TSR_GRPO_REF_INITIAL;
+    if (cfg->objective == TSR_OBJ_GRPO && cfg->grpo.kl_coef > 0)
+        t->out.flops_per_token += 2.0 * (double)t->model.n_params_counted;
     if (t->model.E)
         t->out.moe = tsr_calloc((size_t)t->model.LM * (size_t)(2 + t->model.E), sizeof(double));
     TSR_CHECK(check_int_counts(t, dry_run));
@@ -684,6 +693,7 @@ int trainer_open_run_dir(tsr_trainer *t) {
     } else if (!rc) {
         rc = dpo_ref_build(t); /* (a copy of a resumed reference into run_dir, else nothing) */
     }
+    if (!rc && t->cfg.objective == TSR_OBJ_GRPO) rc = grpo_ref_open(t); /* (train/grpo.h) */
     return (int)rc;
 }
 
@@ -761,24 +771,38 @@ static float clip_scale(const tsr_optim_config *o, double norm) {
     return o->grad_clip > 0 && norm > o->grad_clip ? (float)(o->grad_clip / (norm + 1e-6)) : 1.0f;
 }
 
-void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
+/* The step's data: the batch loaded, or (grpo) the rollouts made; the counted targets (all
+ * ranks), -1 when the step failed (st->exit_code set) */
+static int64_t step_data(tsr_trainer *t, int64_t d, int64_t *sums, tsr_step_stats *st) {
+    if (t->cfg.objective != TSR_OBJ_GRPO) return step_load(t, d, sums, st);
+    watchdog_phase(WD_DATA, t->step);
+    st->phase_switch = 0; /* (no data mix) */
+    memset(sums, 0, (1 + (size_t)t->data.n_streams) * sizeof *sums);
+    const int64_t counted = grpo_rollout(t, d);
+    st->exit_code = counted < 0 ? TSR_EXIT_DATA : 0;
+    sums[1] = t->cfg.global_batch; /* prompts of the stream */
+    return counted;
+}
+
+/* One pass of the objective and its update (when applied); the step's first (pass 0) is judged
+ * by the spike guard (its verdict applies to the step: a skipped step applies none). Returns
+ * whether the update was applied; *loss, *norm the pass's. With grpo.updates = U a step applies
+ * up to U AdamW updates but counts one in optim_step (so optim_step <= step, as checkpoints
+ * check): pass k's bias-correction step is (optim_step - 1) U + 1 + k, the count of updates a
+ * run applying every pass has made (a non-finite later pass, not applied, leaves its number
+ * unused). */
+static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pass, double lr,
+                       double *loss, double *norm) {
+    const int first = pass == 0;
     const trainer_strategy *s = t->be.strategy;
     const tsr_optim_config *o = &t->cfg.optim;
-    double t0 = tsr_now();
-    int64_t d = t->step + t->data.data_offset, sums[1 + TSR_MAX_STREAMS];
     const size_t n_moe = (size_t)t->model.LM * (size_t)(2 + t->model.E);
-    if (t->out.moe) memset(t->out.moe, 0, n_moe * sizeof(double));
-    memset(t->out.dpo, 0, sizeof t->out.dpo);
-    int64_t counted = step_load(t, d, sums, st);
-    /* the loss is a mean over the counted targets, or (dpo) over the pairs */
-    int64_t denom = t->cfg.objective == TSR_OBJ_DPO ? t->cfg.global_batch / 2 : counted;
-    trainer_ensure_acts(t); /* micro_batch = auto: the batch just loaded runs at the size that fits */
     watchdog_phase(WD_COMPUTE, t->step);
     double tc = tsr_now();
     double loss_sum = s->compute(t, denom > 0 ? 1.0f / (float)denom : 0.0f);
     compute_fault(t);
-    st->compute_time = tsr_now() - tc;
-    if (t->out.moe && t->dist.world > 1) dist_allreduce_sum_f64(t->out.moe, n_moe);
+    st->compute_time += tsr_now() - tc;
+    if (t->out.moe && t->dist.world > 1 && first) dist_allreduce_sum_f64(t->out.moe, n_moe);
     if (t->cfg.objective == TSR_OBJ_DPO && t->mesh.D > 1)
         dist_view_sum_f64(&t->mesh.data, t->out.dpo, DPO_NSTATS);
     watchdog_phase(WD_REDUCE, t->step);
@@ -787,21 +811,52 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
      * include it (src/gpu/gpu_ep.h) */
     const int ep_host = t->part.ep_on && !t->be.gpu;
     if (ep_host) ep_reduce(&t->part.ep);
-    double norm = sqrt(s->sumsq(t) + (ep_host ? ep_sumsq(&t->part.ep, t->be.ops) : 0.0));
-    double loss = step_global_loss(t, loss_sum, denom, st);
-    double lr = o->lr * lr_multiplier(o->schedule, o->alpha_f, t->step, t->warmup_steps,
-                                      t->total_steps);
+    *norm = sqrt(s->sumsq(t) + (ep_host ? ep_sumsq(&t->part.ep, t->be.ops) : 0.0));
+    *loss = step_global_loss(t, loss_sum, denom, st);
     if (t->ck.pending) { /* the state changes from here: a background save's copy is done */
         watchdog_phase(WD_CHECKPOINT, t->step);
         checkpointing_before_update(t);
     }
     watchdog_phase(WD_OPTIMIZER, t->step);
-    int apply = step_judge(t, loss, norm, st);
+    int apply;
+    if (first) {
+        apply = step_judge(t, *loss, *norm, st);
+    } else { /* (grpo.updates: the step's verdict holds; a non-finite pass is not applied) */
+        apply = isfinite(*loss) && isfinite(*norm);
+    }
     if (apply) {
-        s->update(t, lr, clip_scale(o, norm));
-        if (ep_host) ep_update(t, lr, clip_scale(o, norm));
+        const int64_t steps = t->optim_step,
+                      U = t->cfg.objective == TSR_OBJ_GRPO ? t->cfg.grpo.updates : 1;
+        t->optim_step = (steps - 1) * U + 1 + pass; /* the update's bias-correction step */
+        s->update(t, lr, clip_scale(o, *norm));
+        if (ep_host) ep_update(t, lr, clip_scale(o, *norm));
+        t->optim_step = steps;
         s->gather(t);
     }
+    return apply;
+}
+
+void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
+    const tsr_optim_config *o = &t->cfg.optim;
+    double t0 = tsr_now();
+    int64_t d = t->step + t->data.data_offset, sums[1 + TSR_MAX_STREAMS];
+    const size_t n_moe = (size_t)t->model.LM * (size_t)(2 + t->model.E);
+    if (t->out.moe) memset(t->out.moe, 0, n_moe * sizeof(double));
+    memset(t->out.dpo, 0, sizeof t->out.dpo);
+    st->compute_time = 0.0, st->exit_code = 0;
+    int64_t counted = step_data(t, d, sums, st);
+    if (st->exit_code) return; /* (nothing applied: the run stops at this step boundary) */
+    /* the loss is a mean over the counted targets, (dpo) over the pairs; grpo's pass weighs its
+     * tokens itself (train/grpo.h) */
+    int64_t denom = t->cfg.objective == TSR_OBJ_DPO    ? t->cfg.global_batch / 2
+                    : t->cfg.objective == TSR_OBJ_GRPO ? 1 : counted;
+    trainer_ensure_acts(t); /* micro_batch = auto: the batch just loaded runs at the size that fits */
+    double lr = o->lr * lr_multiplier(o->schedule, o->alpha_f, t->step, t->warmup_steps,
+                                      t->total_steps);
+    const int updates = t->cfg.objective == TSR_OBJ_GRPO ? (int)t->cfg.grpo.updates : 1;
+    double loss = NAN, norm = NAN, l, n;
+    int apply = step_update(t, st, denom, 0, lr, &loss, &norm);
+    for (int k = 1; apply && k < updates; k++) step_update(t, st, denom, k, lr, &l, &n);
     t->tokens_seen += t->cfg.global_batch * t->T;
     for (int k = 0; apply && k < t->data.n_streams; k++) t->data.stream_seen[k] += sums[1 + k];
     st->step = t->step, st->data_batch = d, st->tokens = counted;
@@ -815,6 +870,8 @@ double trainer_eval(tsr_trainer *t) {
     trainer_eval_scope(t, 1); /* ranks run different numbers of batches (train_state.h) */
     double loss = t->cfg.objective == TSR_OBJ_DPO /* the pairs' DPO loss (train/dpo.h) */
                       ? dpo_eval(t, &t->out.val_accuracy)
+                  : t->cfg.objective == TSR_OBJ_GRPO /* pass@1 (train/grpo.h) */
+                      ? (t->out.val_accuracy = grpo_eval(t, &t->out.val_reward), NAN)
                       : train_data_eval_loss(&t->model, t->data.val, t->cfg.data.val, t->T,
                                              t->micro, t->cfg.eval_samples, &t->mesh.data,
                                              t->data.inputs, t->data.targets, NULL);
@@ -943,12 +1000,14 @@ static int stop_on_request(tsr_trainer *t) {
     return TSR_EXIT_REQUEUE;
 }
 
-/* The evaluations due after this step: validation loss, the ICL tasks. */
-static void evaluate(tsr_trainer *t) {
+/* The evaluations due after this step: validation loss (grpo: pass@1), the ICL tasks. Returns
+ * 0, or TSR_EXIT_DATA when grpo's reward failed (reported). */
+static int evaluate(tsr_trainer *t) {
     const double t0 = tsr_now();
     if (t->data.val) {
         watchdog_phase(WD_EVAL, t->step);
         metrics_log_eval(t, trainer_eval(t));
+        if (t->cfg.objective == TSR_OBJ_GRPO && t->out.val_accuracy < 0) return TSR_EXIT_DATA;
     }
     if (t->icl) {
         watchdog_phase(WD_EVAL, t->step);
@@ -959,6 +1018,7 @@ static void evaluate(tsr_trainer *t) {
         trainer_eval_scope(t, 0);
     }
     account_add(ACC_EVAL, tsr_now() - t0);
+    return 0;
 }
 
 /* parallel.expert: the bytes the experts' exchange sent between ranks in this process's steps,
@@ -1022,7 +1082,8 @@ static int after_step(tsr_trainer *t, const tsr_step_stats *st) {
         if ((rc = guard_respond(t, st))) return rc;
     }
     int last = t->step == t->total_steps;
-    if ((t->eval_every > 0 && t->step % t->eval_every == 0) || last) evaluate(t);
+    if (((t->eval_every > 0 && t->step % t->eval_every == 0) || last) && (rc = evaluate(t)))
+        return rc;
     /* no periodic save inside an outlier streak: it would be useless to a rollback and its
      * retention could delete the last checkpoint from before the spike */
     if ((t->save_every > 0 && t->step % t->save_every == 0 && t->guard.streak == 0) ||
@@ -1045,7 +1106,7 @@ static int stop_run(tsr_trainer *t, int rc) {
 }
 
 static int run_steps(tsr_trainer *t) {
-    tsr_step_stats st;
+    tsr_step_stats st = {0};
     watchdog_start(t);
     while (t->step < t->total_steps) {
         int rc, stop;
@@ -1056,6 +1117,7 @@ static int run_steps(tsr_trainer *t) {
             return stop_run(t, stop_on_request(t));
         train_data_stage_step(t);
         trainer_step(t, &st);
+        if (st.exit_code) return stop_run(t, st.exit_code); /* (the previous checkpoint stands) */
         rc = after_step(t, &st);
         if (rc == 1) continue; /* rolled back: the loop goes on from the restored step */
         if (rc) return stop_run(t, rc);
@@ -1099,6 +1161,7 @@ void trainer_free(tsr_trainer *t) {
     ep_free(&t->part.ep);
     lora_free(&t->part.lora);
     dpo_ref_free(t);
+    grpo_free(t);
     model_free(&t->model);
     train_data_close(t);
     mesh_close(t);

@@ -48,6 +48,12 @@
 #                                                   TSR_ATT_DQ_FUSED=1, alone and with 32 rows,
 #                                                   TSR_NORM_HOLD=1), then
 #                                                   ncu's per-kernel table where it runs
+#           bash tests/gpu/device.sh gen            batched decoding (issue 54): GRPO's rollouts on
+#                                                   the CUDA decode kernels against transformers'
+#                                                   generate, batch 1, 16 and 64, the same model
+#                                                   dimensions (bench/gpu/gen_vs_hf.sh; knobs from
+#                                                   the environment: BATCHES, NEW, DIMS, ...); about
+#                                                   3 minutes on an H100 by estimate (never run yet)
 #           bash tests/gpu/device.sh hc             the health checker's GPU mode: the GPU half of
 #                                                   tests/gpu/test_hc_gpu.sh, then --quick and --full
 #                                                   with the shipped thresholds, timed, --json kept
@@ -403,6 +409,18 @@ bench() {
     MODELS=$models BENCH_OUT=/tmp/bench-$tag PYTHON=$py limited "$OUTDIR/bench-$tag.txt" bash bench/gpu/run.sh || rc=$?
     cp "/tmp/bench-$tag/results.md" "$OUTDIR/results-$tag.md" 2>/dev/null || true
     tar -C /tmp -czf "$OUTDIR/bench-$tag.tar.gz" "bench-$tag"
+    return $rc
+}
+
+# GRPO's rollout decode against transformers' generate (bench/gpu/gen_vs_hf.sh), its table in
+# $OUTDIR/results-gen.md and its logs in gen.tar.gz
+gen() {
+    setup
+    local rc=0
+    BENCH_OUT=/tmp/bench-gen PYTHON=$UNPACKED/python3-machine \
+        limited "$OUTDIR/gen.txt" bash bench/gpu/gen_vs_hf.sh || rc=$?
+    cp /tmp/bench-gen/results.md "$OUTDIR/results-gen.md" 2>/dev/null || true
+    tar -C /tmp --exclude=bench-gen/work -czf "$OUTDIR/gen.tar.gz" bench-gen
     return $rc
 }
 
@@ -769,6 +787,7 @@ case ${1:-} in
     check) shift; check "$@" ;;
     bench) shift; bench "$@" ;;
     hc) hc ;;
+    gen) gen ;;
     profile) shift; profile "$@" ;;
     firstlight) shift; firstlight "$@" ;;
     multirank) multirank ;;

@@ -2531,6 +2531,94 @@ enum { simt_only = 1 };
 enum { simt_only = 0 };
 #endif
 
+/* ---- batched decoding (cuda_decode.cu) ------------------------------------------------------ */
+
+/* slots: 0 = a chunk of slot 0 at p0.. (no row arrays), else rows of that many slots */
+typedef struct { int n, slots, cap, NH, KVH, hs, alibi, p0, seg0; } dec_cfg;
+#define DEC_CHECKS 3
+static const dec_cfg DEC[] = {
+    {3, 4, 40, 4, 2, 32, 1, 0, 0}, /* rows of 3 slots of 4, ALiBi, one with a segment */
+    {4, 0, 24, 4, 4, 16, 0, 7, 2}, /* a chunk of 4 rows at positions 7..10, segment from 2 */
+};
+
+/* tcu_attention_decode vs the CPU's attention_decode(_rows) on the same bf16 values: the outputs
+ * within bf16 rounding of fp32 sums, the cache stores exact, each row alone the same bits */
+static void test_decode(const dec_cfg *c) {
+    const int R = c->slots ? c->slots : 1, NH = c->NH, KVH = c->KVH, hs = c->hs, n = c->n;
+    const size_t per = (size_t)KVH * hs * c->cap, QKV = (size_t)(NH + 2 * KVH) * hs;
+    const size_t no = (size_t)n * NH * hs, nc = (size_t)R * per;
+    char tag[96];
+    snprintf(tag, sizeof tag, "attention_decode n=%d slots=%d cap=%d NH=%d KVH=%d hs=%d%s", n,
+             c->slots, c->cap, NH, KVH, hs, c->alibi ? " alibi" : "");
+    float *kt = hf(nc), *v = hf(nc), *qkv = hf((size_t)n * QKV), *slopes = hf(NH), *ref = hf(no);
+    float *scr = hf(4 * (size_t)c->cap);
+    fill_bf16(kt, nc, -1, 1), fill_bf16(v, nc, -1, 1), fill_bf16(qkv, (size_t)n * QKV, -1, 1);
+    for (int h = 0; h < NH; h++) slopes[h] = exp2f(-8.0f * (float)(h + 1) / (float)NH);
+    int32_t slot[8], pos[8], seg[8];
+    for (int i = 0; i < n; i++) /* distinct slots, positions < cap - 1 */
+        slot[i] = (i * 3 + 1) % R, pos[i] = c->slots ? 5 + 7 * i : c->p0 + i,
+        seg[i] = c->slots ? (i == 1 ? 3 : 0) : c->seg0;
+    tsr_bf16 *d_kt = new_bf16(kt, nc), *d_v = new_bf16(v, nc), *d_q = new_bf16(qkv, (size_t)n * QKV);
+    float *d_sl = c->alibi ? new_f32(slopes, NH) : NULL;
+    int32_t *d_slot = c->slots ? new_i32(slot, n) : NULL, *d_pos = c->slots ? new_i32(pos, n) : NULL;
+    int32_t *d_seg = c->slots ? new_i32(seg, n) : NULL;
+    tsr_bf16 *d_out = d16(no), *d_one = d16((size_t)NH * hs);
+    tcu_attention_decode(d_out, d_kt, d_v, d_q, d_sl, d_slot, d_pos, d_seg, c->p0, c->seg0, n,
+                         per, c->cap, NH, KVH, hs, g_s);
+    if (c->slots)
+        cpu->attention_decode_rows(ref, kt, v, qkv, c->alibi ? slopes : NULL, scr, 4, slot, pos,
+                                   seg, n, per, c->cap, NH, KVH, hs);
+    else
+        cpu->attention_decode(ref, kt, v, qkv, NULL, scr, 4, c->p0, n, c->seg0, c->cap, NH, KVH, hs);
+    /* scores and outputs are fp32 sums of bf16 products (terms of magnitude <= 1): 2^-14 of
+     * hs, then one rounding to bf16 */
+    check_close(L("%s: out", tag), get_bf16(d_out, no), ref, no, 0x1p-14 * hs, RTOL_BF16, NULL, 0);
+    size_t bad = ndiff(get_bf16(d_kt, nc), kt, nc, sizeof(float)) +
+                 ndiff(get_bf16(d_v, nc), v, nc, sizeof(float));
+    tap_ok(bad == 0, "%s: the rows' keys and values stored into their slots exactly (%zu "
+           "elements differ)", tag, bad);
+    size_t diff = 0;
+    for (int i = 0; i < n && c->slots; i++) { /* row i alone */
+        tcu_attention_decode(d_one, d_kt, d_v, d_q + (size_t)i * QKV, d_sl, d_slot + i, d_pos + i,
+                             d_seg + i, 0, 0, 1, per, c->cap, NH, KVH, hs, g_s);
+        diff += ndiff(get_bf16(d_one, (size_t)NH * hs), get_bf16(d_out + (size_t)i * NH * hs,
+                      (size_t)NH * hs), (size_t)NH * hs, sizeof(float));
+    }
+    tap_ok(diff == 0, "%s: each row alone gives the same bits as beside the others (%zu differ)",
+           tag, diff);
+    scope_end(tag);
+}
+
+typedef struct { int N, IC, OC, bias; } mmr_cfg;
+#define MMR_CHECKS 2
+static const mmr_cfg MMR[] = {{5, 70, 45, 1}, {1, 64, 300, 0}, {9, 192, 128, 1}};
+
+/* tcu_matmul_rows vs the CPU's matmul_rows: within bf16 rounding of fp32 sums; each row alone the
+ * same bits */
+static void test_matmul_rows(const mmr_cfg *m) {
+    const int N = m->N, IC = m->IC, OC = m->OC;
+    const size_t no = (size_t)N * OC;
+    char tag[96];
+    snprintf(tag, sizeof tag, "matmul_rows N=%d IC=%d OC=%d%s", N, IC, OC, m->bias ? " bias" : "");
+    float *x, *w, *bias;
+    mm_inputs(&x, &w, &bias, N, IC, OC);
+    float *ref = hf(no), *mag = hf(no);
+    cpu->matmul_rows(ref, x, w, m->bias ? bias : NULL, N, IC, OC);
+    cpu->matmul_rows(mag, habs(x, (size_t)N * IC), habs(w, (size_t)OC * IC),
+                     m->bias ? habs(bias, OC) : NULL, N, IC, OC);
+    tsr_bf16 *d_x = new_bf16(x, (size_t)N * IC), *d_w = new_bf16(w, (size_t)OC * IC);
+    tsr_bf16 *d_b = m->bias ? new_bf16(bias, OC) : NULL, *d_out = d16(no), *d_one = d16(OC);
+    tcu_matmul_rows(d_out, d_x, d_w, d_b, N, IC, OC, g_s);
+    check_close(L("%s: out", tag), get_bf16(d_out, no), ref, no, 0, RTOL_BF16, mag, MTOL_SUM);
+    size_t diff = 0;
+    for (int r = 0; r < N; r++) {
+        tcu_matmul_rows(d_one, d_x + (size_t)r * IC, d_w, d_b, 1, IC, OC, g_s);
+        diff += ndiff(get_bf16(d_one, OC), get_bf16(d_out + (size_t)r * OC, OC), OC, sizeof(float));
+    }
+    tap_ok(diff == 0, "%s: each row alone gives the same bits (%zu differ)", tag, diff);
+    scope_end(tag);
+}
+
 static int plan_size_simt(void) {
     int n = ((int)NCASES(ATT) + att_cases_32() + att_cases_wgmma()) * ATT_CHECKS +
             ((int)NCASES(RING) + ring_cases_wgmma()) * RING_CHECKS +
@@ -2544,7 +2632,13 @@ static int plan_size_simt(void) {
     n += (int)NCASES(ROPE) * ROPE_CHECKS + (int)NCASES(SWIGLU) * SWIGLU_CHECKS;
     n += (int)NCASES(MOE) * MOE_CHECKS + (int)NCASES(MOE_FZ) * MOE_FROZEN_CHECKS;
     for (size_t i = 0; i < NCASES(LORA); i++) n += lora_checks(&LORA[i]);
+    n += (int)NCASES(DEC) * DEC_CHECKS + (int)NCASES(MMR) * MMR_CHECKS;
     return n;
+}
+
+static void run_decode(void) {
+    for (size_t i = 0; i < NCASES(DEC); i++) test_decode(&DEC[i]);
+    for (size_t i = 0; i < NCASES(MMR); i++) test_matmul_rows(&MMR[i]);
 }
 
 static void run_simt(void) {
@@ -2565,6 +2659,7 @@ static void run_simt(void) {
     for (size_t i = 0; i < NCASES(MOE); i++) test_moe(&MOE[i]);
     for (size_t i = 0; i < NCASES(MOE_FZ); i++) test_moe_matmul_frozen(&MOE_FZ[i]);
     for (size_t i = 0; i < NCASES(LORA); i++) test_lora(&LORA[i]);
+    run_decode();
 }
 
 static int plan_size(void) {
@@ -2597,6 +2692,7 @@ static int plan_size(void) {
     n += (int)NCASES(XENT) * (XENT_CHECKS + 1) + (int)NCASES(ARGMAX_MORE); /* + argmax */
     n += (int)NCASES(SUMSQ) * SUMSQ_CHECKS;
     n += (int)NCASES(ADD_F32) * ADD_F32_CHECKS + (int)NCASES(D2D) * D2D_CHECKS;
+    n += (int)NCASES(DEC) * DEC_CHECKS + (int)NCASES(MMR) * MMR_CHECKS;
     return n;
 }
 
@@ -2695,6 +2791,8 @@ int main(void) {
     for (size_t i = 0; i < NCASES(MOE_FZ); i++) test_moe_matmul_frozen(&MOE_FZ[i]);
     tap_diag("next: LoRA's adapter path (dropout masks from the CPU's hash)");
     for (size_t i = 0; i < NCASES(LORA); i++) test_lora(&LORA[i]);
+    tap_diag("next: batched decoding (the KV cache of slots, the batch-invariant product)");
+    run_decode();
 
     tap_ok(guards_broken == 0, "no op wrote into the %d guard bytes around its buffers (%zu of %zu "
            "buffers hit)", GUARD, guards_broken, guards_checked);

@@ -37,7 +37,7 @@ tap_plan 51
 "$TOOL" prep "$F/corpus.jsonl" >/dev/null 2>"$TMP/err"; rc=$?
 ((rc == 1)) && grep -q -- "--out DIR is required" "$TMP/err"; tap_check $? "no --out: exit 1 with a message (rc=$rc)"
 "$TOOL" prep --out "$TMP/x" --format yaml "$F/corpus.jsonl" 2>"$TMP/err"; rc=$?
-((rc == 1)) && grep -q "auto, text, jsonl, sft, chat or preference" "$TMP/err"; tap_check $? "bad --format: exit 1, the formats listed (rc=$rc)"
+((rc == 1)) && grep -q "auto, text, jsonl, sft, chat, preference or prompts" "$TMP/err"; tap_check $? "bad --format: exit 1, the formats listed (rc=$rc)"
 "$TOOL" prep --out "$TMP/x" --val-fraction 1.5 "$F/corpus.jsonl" 2>/dev/null; rc=$?
 "$TOOL" prep --out "$TMP/x" --threads 0 "$F/corpus.jsonl" 2>/dev/null; rc2=$?
 ((rc == 1 && rc2 == 1)) && [[ ! -e $TMP/x ]]; tap_check $? "out-of-range --val-fraction / --threads: exit 1, nothing written"

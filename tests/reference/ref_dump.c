@@ -31,7 +31,14 @@
  *                              A gradient of step 0 zero: nothing to compare)
  *   /step0/lora_grads/<name>   their gradients;  /final_lora/<name> after the last step
  * and the root attributes lora_rank, lora_alpha. objective = "dpo" opens the config's run_dir
- * before the steps (dpo.reference = precomputed computes and stores its reference there). */
+ * before the steps (dpo.reference = precomputed computes and stores its reference there).
+ * objective = "grpo" (docs/rl.md; tests/reference/test_grpo.py) has no step 0 (its batches are
+ * rollouts); it opens run_dir too (grpo.reference = initial stores the weights there), and writes
+ * each step's kept rows (R = global_batch x G of them, ctx_max = P + N):
+ *   /grpo/ctx (steps, R, ctx_max) int32, /grpo/n_prompt, /grpo/n (steps, R) int32,
+ *   /grpo/logp (steps, R, N) float32 (the rollout's), /grpo/reward, /grpo/adv (steps, R) f64
+ *   /step1/grads/<name> (or /step1/lora_grads) the gradients of step 1's last pass
+ * with the root attributes G, N, P, ctx_max. */
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
@@ -43,6 +50,7 @@
 #include "dist.h"
 #include "hf/hf_importer.h"
 #include "train/checkpointing.h"
+#include "train/grpo_int.h"
 #include "train/trainer.h"
 
 #define H5_OK(x)                                                                         \
@@ -144,6 +152,38 @@ static const float *head_weights(const tsr_model *m) {
     return m->params + (h->numel ? h->offset : m->params_info[TSR_P_WTE].offset);
 }
 
+/* objective = grpo: step s's kept rows into the dump's arrays (see the header) */
+static void grpo_rows(const tsr_trainer *t, int s, int32_t *ctx, int32_t *np, int32_t *n,
+                      float *logp, double *reward, double *adv) {
+    tsr_grpo *g = t->grpo;
+    const size_t R = (size_t)t->cfg.global_batch * (size_t)g->G, at = (size_t)s * R;
+    for (size_t i = 0; i < R; i++) {
+        grpo_row *r = grpo_row_at(g, g->kept, i);
+        memcpy(ctx + (at + i) * (size_t)g->ctx_max, grpo_ctx(r), (size_t)g->ctx_max * 4);
+        memcpy(logp + (at + i) * (size_t)g->N, grpo_logp(g, r), (size_t)g->N * 4);
+        np[at + i] = r->n_prompt, n[at + i] = r->n, reward[at + i] = r->reward, adv[at + i] = r->adv;
+    }
+}
+
+static void grpo_write(hid_t f, const tsr_trainer *t, int S, const int32_t *ctx, const int32_t *np,
+                       const int32_t *n, const float *logp, const double *reward,
+                       const double *adv) {
+    tsr_grpo *g = t->grpo;
+    const hsize_t R = (hsize_t)t->cfg.global_batch * (hsize_t)g->G;
+    attr_d(f, "G", g->G), attr_d(f, "N", g->N), attr_d(f, "P", g->P);
+    attr_d(f, "ctx_max", g->ctx_max);
+    hid_t gg = H5Gcreate2(f, "grpo", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hsize_t d2[2] = {(hsize_t)S, R}, dc[3] = {(hsize_t)S, R, (hsize_t)g->ctx_max};
+    hsize_t dl[3] = {(hsize_t)S, R, (hsize_t)g->N};
+    write_ds(gg, "ctx", H5T_NATIVE_INT32, ctx, 3, dc);
+    write_ds(gg, "n_prompt", H5T_NATIVE_INT32, np, 2, d2);
+    write_ds(gg, "n", H5T_NATIVE_INT32, n, 2, d2);
+    write_ds(gg, "logp", H5T_NATIVE_FLOAT, logp, 3, dl);
+    write_ds(gg, "reward", H5T_NATIVE_DOUBLE, reward, 2, d2);
+    write_ds(gg, "adv", H5T_NATIVE_DOUBLE, adv, 2, d2);
+    H5Gclose(gg);
+}
+
 int main(int argc, char **argv) {
     const char *init_from = NULL;
     if (argc >= 5 && !strcmp(argv[3], "--init-from")) {
@@ -211,12 +251,14 @@ int main(int argc, char **argv) {
         write_lora(f, "lora", lo, lo->w);
     }
 
-    /* step 0: loss, logits and gradients at the initial weights, over the whole global batch */
+    /* step 0: loss, logits and gradients at the initial weights, over the whole global batch
+     * (grpo: none, its batches are rollouts) */
+    const int grpo = cfg.objective == TSR_OBJ_GRPO;
     size_t BT = (size_t)GB * T;
     int32_t *inputs = tsr_malloc(BT * sizeof(int32_t)), *targets = tsr_malloc(BT * sizeof(int32_t));
     float *logits = tsr_malloc(BT * (size_t)Vp * sizeof(float));
     int64_t counted = 0;
-    for (int i = 0; i < GB; i++) {
+    for (int i = 0; i < GB && !grpo; i++) {
         int k = dataset_read_sample(t.data.train, T, sampler_index(&t.data.sampler, (uint64_t)i),
                                     inputs + (size_t)i * T, targets + (size_t)i * T);
         if (k < 0) tsr_die(TSR_EXIT_DATA, "ref_dump: cannot read sample %d", i);
@@ -228,7 +270,7 @@ int main(int argc, char **argv) {
     trainer_ensure_acts(&t); /* what the first trainer_step would do */
     if (lo) memset(lo->g, 0, lo->n * sizeof(float));
     else memset(m->grads, 0, m->n_params * sizeof(float));
-    for (int b = 0; b < GB; b += micro) {
+    for (int b = 0; b < GB && !grpo; b += micro) {
         const int32_t *in = inputs + (size_t)b * T, *tg = targets + (size_t)b * T;
         loss_sum += model_forward(m, in, tg, micro, T);
         model_moe_stats_add(m, tg, micro, T, 1.0f / (float)counted, moe0);
@@ -236,22 +278,30 @@ int main(int argc, char **argv) {
                               micro * T, m->C, Vp);
         model_backward(m, in, tg, micro, T, 1.0f / (float)counted);
     }
-    hid_t g0 = H5Gcreate2(f, "step0", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    hsize_t d2[2] = {(hsize_t)GB, (hsize_t)T}, d3[3] = {(hsize_t)GB, (hsize_t)T, (hsize_t)Vp};
-    write_ds(g0, "inputs", H5T_NATIVE_INT32, inputs, 2, d2);
-    write_ds(g0, "targets", H5T_NATIVE_INT32, targets, 2, d2);
-    write_ds(g0, "logits", H5T_NATIVE_FLOAT, logits, 3, d3);
-    attr_d(g0, "loss", loss_sum / (double)counted);
     hsize_t dm[3] = {(hsize_t)t.total_steps, (hsize_t)m->LM, (hsize_t)(2 + m->E)};
-    if (n_moe) write_ds(g0, "moe", H5T_NATIVE_DOUBLE, moe0, 2, dm + 1);
-    H5Gclose(g0);
-    if (lo) write_lora(f, "step0/lora_grads", lo, lo->g);
-    else write_params(f, "step0/grads", m, m->grads);
+    if (!grpo) {
+        hid_t g0 = H5Gcreate2(f, "step0", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        hsize_t d2[2] = {(hsize_t)GB, (hsize_t)T}, d3[3] = {(hsize_t)GB, (hsize_t)T, (hsize_t)Vp};
+        write_ds(g0, "inputs", H5T_NATIVE_INT32, inputs, 2, d2);
+        write_ds(g0, "targets", H5T_NATIVE_INT32, targets, 2, d2);
+        write_ds(g0, "logits", H5T_NATIVE_FLOAT, logits, 3, d3);
+        attr_d(g0, "loss", loss_sum / (double)counted);
+        if (n_moe) write_ds(g0, "moe", H5T_NATIVE_DOUBLE, moe0, 2, dm + 1);
+        H5Gclose(g0);
+    }
+    if (lo && !grpo) write_lora(f, "step0/lora_grads", lo, lo->g);
+    else if (!grpo) write_params(f, "step0/grads", m, m->grads);
 
     /* the real trainer from the same weights (trainer_step zeroes the gradients itself); DPO
      * with dpo.reference = precomputed computes its reference here, as tessera-train does before
      * step 1 (train/dpo_ref.h: into the config's run_dir) */
-    if (cfg.objective == TSR_OBJ_DPO && (rc = trainer_open_run_dir(&t))) tsr_exit(rc);
+    if ((cfg.objective == TSR_OBJ_DPO || grpo) && (rc = trainer_open_run_dir(&t))) tsr_exit(rc);
+    const size_t R = grpo ? (size_t)GB * (size_t)t.grpo->G : 1;
+    const size_t cm = grpo ? (size_t)t.grpo->ctx_max : 1, NN = grpo ? (size_t)t.grpo->N : 1;
+    const size_t SR = (size_t)t.total_steps * R;
+    int32_t *g_ctx = tsr_malloc(SR * cm * 4), *g_np = tsr_malloc(SR * 4), *g_n = tsr_malloc(SR * 4);
+    float *g_lp = tsr_malloc(SR * NN * 4);
+    double *g_rw = tsr_malloc(SR * 8), *g_adv = tsr_malloc(SR * 8);
     int S = (int)t.total_steps;
     int32_t *all_in = tsr_malloc((size_t)S * BT * sizeof(int32_t));
     int32_t *all_tg = tsr_malloc((size_t)S * BT * sizeof(int32_t));
@@ -261,6 +311,10 @@ int main(int argc, char **argv) {
     for (int s = 0; s < S; s++) {
         tsr_step_stats st;
         trainer_step(&t, &st);
+        if (st.exit_code) tsr_exit(st.exit_code);
+        if (grpo) grpo_rows(&t, s, g_ctx, g_np, g_n, g_lp, g_rw, g_adv);
+        if (grpo && s == 0 && lo) write_lora(f, "step1_lora_grads", lo, lo->g);
+        else if (grpo && s == 0) write_params(f, "step1_grads", m, m->grads);
         /* the batch the step used: single rank, so t.data.inputs holds the whole global batch */
         memcpy(all_in + (size_t)s * BT, t.data.inputs, BT * sizeof(int32_t));
         memcpy(all_tg + (size_t)s * BT, t.data.targets, BT * sizeof(int32_t));
@@ -278,6 +332,8 @@ int main(int argc, char **argv) {
     write_ds(gt, "grad_norm", H5T_NATIVE_DOUBLE, norm, 1, ds1);
     if (n_moe) write_ds(gt, "moe", H5T_NATIVE_DOUBLE, moe, 3, dm);
     H5Gclose(gt);
+    if (grpo) grpo_write(f, &t, S, g_ctx, g_np, g_n, g_lp, g_rw, g_adv);
+    free(g_ctx), free(g_np), free(g_n), free(g_lp), free(g_rw), free(g_adv);
     write_params(f, "final", m, m->params);
     if (lo) write_lora(f, "final_lora", lo, lo->w);
     H5Fclose(f);

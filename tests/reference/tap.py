@@ -26,6 +26,18 @@ class Tap:
         while self.n < end:
             self.ok(False, f"not reached: {why}")
 
+    def run_cases(self, runs, count, check):
+        """check(run) for each run, which makes count(run) checks; a run that raises is reported
+        (its traceback) and fails the checks it did not reach."""
+        import traceback
+        for run in runs:
+            end = self.n + count(run)
+            try:
+                check(run)
+            except Exception:
+                self.diag(traceback.format_exc())
+            self.fail_until(end, f"{run['name']} stopped early")
+
     def status(self):
         """The exit status: 1 when a check failed or the count differs from the plan, else 0."""
         if self.n != self.plan:

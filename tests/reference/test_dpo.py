@@ -233,13 +233,7 @@ def main():
         with tempfile.TemporaryDirectory(prefix="tsr-dpo-") as tmp:
             data, r = make_pairs(tmp)
             if tap.ok(r.returncode == 0, f"the preference dataset ({PAIRS} pairs, T {T})"):
-                for run in RUNS:
-                    end = tap.n + checks(run)
-                    try:
-                        check_run(tap, run, tmp, data)
-                    except Exception:
-                        tap.diag(R.traceback.format_exc())
-                    tap.fail_until(end, f"{run['name']} stopped early")
+                tap.run_cases(RUNS, checks, lambda run: check_run(tap, run, tmp, data))
     except Exception:
         tap.diag(R.traceback.format_exc())
     tap.fail_until(PLAN, "stopped early")

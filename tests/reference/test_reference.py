@@ -432,6 +432,18 @@ def grad_norm(model):
     return math.sqrt(sum(float((p.grad ** 2).sum()) for p in model.parameters()))
 
 
+def clip_grads(params, norm, clip):
+    """trainer.c's clipping: coef = clip / (norm + 1e-6), applied only when norm > clip (clip 0 =
+    off; torch.nn.utils.clip_grad_norm_ uses the same coefficient clamped to <= 1). Returns
+    whether it clipped."""
+    clipped = clip > 0 and norm > clip
+    if clipped:
+        with torch.no_grad():
+            for p in params:
+                p.grad.mul_(clip / (norm + 1e-6))
+    return clipped
+
+
 SCHEDULES = {0: "cosine", 1: "linear", 2: "constant"}  # tsr_sched_kind
 
 
@@ -453,13 +465,7 @@ def torch_train(model, d):
         loss, _, moe = global_batch_backward(model, d["train/inputs"][s], d["train/targets"][s],
                                              MICRO_BATCH)
         norm = grad_norm(model)
-        # trainer.c: coef = clip / (norm + 1e-6), applied only when norm > clip (clip 0 = off).
-        # torch.nn.utils.clip_grad_norm_ uses the same coefficient clamped to <= 1.
-        clipped = clip > 0 and norm > clip
-        if clipped:
-            with torch.no_grad():
-                for p in model.parameters():
-                    p.grad.mul_(clip / (norm + 1e-6))
+        clipped = clip_grads(model.parameters(), norm, clip)
         opt.step()
         hist.append((loss, norm, lr, clipped, moe))
     return hist

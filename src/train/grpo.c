@@ -1,0 +1,500 @@
+/* grpo.c — objective = "grpo": the prompts, the rollouts, the groups and their advantages
+ * (grpo.h; docs/rl.md). The objective's pass is in grpo_loss.c, the KL reference in grpo_ref.c.
+ */
+#include "train/grpo.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "crc32c.h"
+#include "fsutil.h"
+#include "model/decoder.h"
+#include "model/gen_batch.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_eos.h"
+#include "train/grpo_int.h"
+#include "train/train_data.h"
+#include "train/train_gpu.h"
+
+#define REFILL_STREAM 0x7265666cull /* "refl": dynamic sampling's further prompts */
+#define MAX_RECORDS_BYTES (1ull << 34)
+
+/* ---- the prompts ----------------------------------------------------------------------------- */
+
+/* index.tsv's note KEY as text (the value field), or "" */
+static void note_text(const char *dir, const char *key, char *out, size_t cap) {
+    char path[4200], line[1024];
+    out[0] = '\0';
+    snprintf(path, sizeof path, "%s/index.tsv", dir);
+    FILE *f = fopen(path, "r");
+    const size_t k = strlen(key);
+    for (int first = 1; f && fgets(line, sizeof line, f); first = 0) {
+        if (!first && line[0] != '#') break;
+        if (!strncmp(line, "# ", 2) && !strncmp(line + 2, key, k) && line[2 + k] == '\t') {
+            snprintf(out, cap, "%.*s", (int)strcspn(line + 3 + k, "\t\n"), line + 3 + k);
+            break;
+        }
+    }
+    if (f) fclose(f);
+}
+
+/* SPLIT/prompts.jsonl: its lines checked against the notes (count, CRC32C), each a JSON object */
+static int load_records(const char *dir, const char *key, grpo_records *r, uint64_t windows) {
+    uint64_t n = 0, crc = 0;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, DATASET_PROMPTS);
+    if (dataset_index_note(dir, "prompts", &n) != 1 ||
+        dataset_index_note(dir, "prompts_crc32c", &crc) != 1) {
+        tsr_error("%s = \"%s\": objective = \"grpo\" needs prompts (tessera prep --format prompts "
+                  "--pack P; docs/rl.md), and its index.tsv has no prompts note", key, dir);
+        return TSR_EXIT_USAGE;
+    }
+    size_t len;
+    TSR_CHECK(fs_read_all(path, MAX_RECORDS_BYTES, &r->text, &len));
+    uint32_t got = tsr_crc32c(0, r->text, len);
+    r->at = tsr_malloc((size_t)(n + 1) * sizeof *r->at);
+    uint64_t k = 0;
+    for (size_t i = 0; i < len && k <= n; k++) {
+        if (k < n) r->at[k] = i;
+        const char *nl = memchr(r->text + i, '\n', len - i);
+        i = nl ? (size_t)(nl - r->text) + 1 : len;
+    }
+    r->at[n < k ? n : k] = len;
+    r->n = n;
+    if (got != (uint32_t)crc || k != n || n != windows) {
+        tsr_error("%s: %llu lines, CRC32C %u; its index.tsv notes %llu prompts, CRC32C %llu, and "
+                  "the shards hold %llu: the record file does not belong to these prompts (prep "
+                  "them again)", path, (unsigned long long)k, got, (unsigned long long)n,
+                  (unsigned long long)crc, (unsigned long long)windows);
+        return TSR_EXIT_DATA;
+    }
+    return 0;
+}
+
+/* The stop ids: the end of text (the tokenizer's, else V - 1), and the ids the prompts' index
+ * notes (stop_ids: a chat template's end of turn); once, at the first generation (the model's
+ * layout is built after grpo_init) */
+static void stop_ids(tsr_trainer *t, tsr_grpo *g) {
+    if (g->n_stop) return;
+    uint32_t e = t->tok ? tokenizer_eos_id(t->tok, NULL, TOKENIZER_EOS_DOCUMENT) : UINT32_MAX;
+    g->stop_ids[g->n_stop++] = e < (uint32_t)t->model.V ? (int32_t)e : t->model.V - 1;
+    char ids[512];
+    note_text(t->cfg.data.train, "stop_ids", ids, sizeof ids);
+    for (char *s = ids, *end; *s && g->n_stop < 16; s = *end ? end + 1 : end) {
+        long v = strtol(s, &end, 10);
+        if (end == s) break;
+        if (v >= 0 && v < t->model.V) g->stop_ids[g->n_stop++] = (int32_t)v;
+    }
+}
+
+static int check_prompts(tsr_trainer *t, tsr_grpo *g) {
+    const tsr_config *c = &t->cfg;
+    uint64_t P = 0;
+    if (dataset_index_note(c->data.train, "packed_seq_len", &P) != 1 || P < 2 || P > INT32_MAX) {
+        if (t->dist.rank == 0)
+            tsr_error("data.train = \"%s\": objective = \"grpo\" needs prompts (tessera prep "
+                      "--format prompts --pack P; docs/rl.md)", c->data.train);
+        return TSR_EXIT_USAGE;
+    }
+    g->P = (int)P, g->G = (int)c->grpo.group_size, g->N = (int)c->grpo.max_new_tokens;
+    g->ctx_max = g->P + g->N;
+    if (g->P - 1 + g->N > t->T) {
+        if (t->dist.rank == 0)
+            tsr_error("seq_len = %d: a row holds a prompt (up to %d tokens: data.train's --pack "
+                      "%d, less one) and grpo.max_new_tokens = %d: set seq_len >= %d", t->T,
+                      g->P - 1, g->P, g->N, g->P - 1 + g->N);
+        return TSR_EXIT_USAGE;
+    }
+    uint64_t vP = 0;
+    if (c->data.val[0] && (dataset_index_note(c->data.val, "packed_seq_len", &vP) != 1 || vP != P)) {
+        if (t->dist.rank == 0)
+            tsr_error("data.val = \"%s\": held-out prompts packed as data.train's (--pack %d) are "
+                      "needed, its index notes --pack %llu", c->data.val, g->P,
+                      (unsigned long long)vP);
+        return TSR_EXIT_USAGE;
+    }
+    TSR_CHECK(load_records(c->data.train, "data.train", &g->recs[0],
+                           dataset_n_samples(t->data.train, g->P)));
+    if (t->data.val)
+        TSR_CHECK(load_records(c->data.val, "data.val", &g->recs[1],
+                               dataset_n_samples(t->data.val, g->P)));
+    t->data.sampler.n = t->data.samplers[0].n = g->recs[0].n;
+    return 0;
+}
+
+int grpo_init(tsr_trainer *t) {
+    tsr_grpo *g = t->grpo = tsr_calloc(1, sizeof *t->grpo);
+    int rc = check_prompts(t, g);
+    if (!rc) rc = reward_open(&g->rw, &t->cfg, t->dist.rank, t->dist.world);
+    int worst = rc;
+    dist_allreduce_max_int(&worst, 1);
+    if (worst) return worst;
+    g->rec = (sizeof(grpo_row) + (size_t)g->ctx_max * 4 + (size_t)g->N * 4 + 7) / 8 * 8;
+    const size_t rows = (size_t)t->cfg.global_batch * (size_t)g->G;
+    g->round = tsr_malloc(rows * g->rec);
+    g->kept = tsr_malloc(rows * g->rec);
+    const size_t mt = (size_t)t->micro * (size_t)t->T;
+    g->in = tsr_malloc(mt * sizeof *g->in), g->tg = tsr_malloc(mt * sizeof *g->tg);
+    g->losses = tsr_malloc(mt * sizeof *g->losses), g->dl = tsr_malloc(mt * sizeof *g->dl);
+    g->ref = tsr_malloc(mt * sizeof *g->ref);
+    return 0;
+}
+
+void grpo_free(tsr_trainer *t) {
+    tsr_grpo *g = t->grpo;
+    if (!g) return;
+    grpo_ref_free(t);
+    reward_close(&g->rw);
+    for (int k = 0; k < 2; k++) free(g->recs[k].text), free(g->recs[k].at);
+    free(g->round), free(g->kept), free(g->in), free(g->tg), free(g->losses), free(g->dl);
+    free(g->ref);
+    if (g->log) fclose(g->log);
+    free(g);
+    t->grpo = NULL;
+}
+
+/* ---- the weights the rollouts are drawn from --------------------------------------------------- */
+
+typedef struct rollout_w {
+    tsr_model m;   /* the trainer's model, its weights full and merged */
+    float *own;    /* the full copy, when one was made */
+} rollout_w;
+
+/* zero3 / hsdp: every unit gathered once into flat (n_params): the shard to its part of the flat
+ * layout, the parts all-gathered over the group */
+static void gather_full(tsr_trainer *t, float *flat) {
+    tsr_fsdp *f = &t->part.fsdp;
+    const int G = f->G;
+    int *counts = tsr_malloc((size_t)G * 2 * sizeof *counts), *displs = counts + G;
+    for (int r = 0; r < G; r++) counts[r] = (int)f->part_counts[r], displs[r] = (int)f->part_displs[r];
+    float *part = tsr_malloc((f->part_counts[f->grank] + 1) * sizeof *part);
+    fsdp_shard_to_part(f, f->params, part);
+    dist_group_allgatherv_f32(f->group, part, flat, counts, displs);
+    free(part), free(counts);
+}
+
+static void rollout_model(tsr_trainer *t, rollout_w *w) {
+    w->own = NULL;
+    if (t->be.gpu) return; /* (device = cuda: the device's weights, gpu_train_generate) */
+    w->m = t->model;
+    w->m.src = NULL, w->m.lora = NULL, w->m.fwd = NULL, w->m.scores = NULL;
+    w->m.bwd_weighted = NULL, w->m.moe_stats = NULL;
+    const size_t bytes = t->model.n_params * sizeof(float);
+    if (t->part.fsdp_on || t->part.lora_on) w->own = t->be.ops->alloc(bytes);
+    if (t->part.fsdp_on) gather_full(t, w->own);
+    else if (t->part.lora_on) memcpy(w->own, t->model.params, bytes);
+    if (w->own) w->m.params = w->own;
+    if (t->part.lora_on) lora_merge(&t->part.lora, t->part.lora.w, &w->m);
+}
+
+static void rollout_model_free(tsr_trainer *t, rollout_w *w) {
+    if (w->own) t->be.ops->free(w->own);
+}
+
+/* ---- one round of rollouts ------------------------------------------------------------------- */
+
+/* the dataset index of the prompt at batch position j of round k of data batch d */
+static uint64_t prompt_index(const tsr_trainer *t, int64_t d, int k, int64_t j) {
+    const uint64_t GB = (uint64_t)t->cfg.global_batch;
+    if (k == 0) return sampler_index(&t->data.sampler, (uint64_t)d * GB + (uint64_t)j);
+    const uint64_t n = t->data.sampler.n;
+    return sampler_permute((uint64_t)t->cfg.seed ^ REFILL_STREAM, (uint64_t)d * 64 + (uint64_t)k, n,
+                           (uint64_t)j % n);
+}
+
+/* prompt idx of ds read into row r's context: the EOT before it, its tokens */
+static void read_prompt(const tsr_trainer *t, const tsr_dataset *ds, const char *name, uint64_t idx,
+                        grpo_row *r) {
+    const tsr_grpo *g = t->grpo;
+    int32_t *in = tsr_malloc((size_t)g->P * 2 * sizeof *in), *tg = in + g->P;
+    train_data_read(ds, name, g->P, idx, in, tg);
+    int32_t *ctx = grpo_ctx(r);
+    int n = 0;
+    while (n < g->P && tg[n] >= 0) n++;
+    ctx[0] = in[0];
+    memcpy(ctx + 1, tg, (size_t)n * sizeof *tg);
+    r->prompt = idx, r->n_prompt = n;
+    free(in);
+}
+
+/* the rows' completions: G sequences per prompt row (rows r0, r0 + G, ...), sampled (or greedy
+ * with temperature 0) on the rollout weights */
+static int64_t generate(tsr_trainer *t, const rollout_w *w, char *rows, int n_rows,
+                        const gen_sampling *how, uint64_t d) {
+    tsr_grpo *g = t->grpo;
+    stop_ids(t, g);
+    gen_seq *s = tsr_calloc((size_t)n_rows, sizeof *s);
+    int maxp = 1;
+    for (int i = 0; i < n_rows; i++) {
+        grpo_row *r = grpo_row_at(g, rows, (size_t)i);
+        s[i] = (gen_seq){.prompt = grpo_ctx(r), .n_prompt = 1 + r->n_prompt,
+                         .key = gen_stream_key((uint64_t)t->cfg.seed, d, (uint64_t)r->pos,
+                                               (uint64_t)r->sample),
+                         .ids = grpo_ctx(r) + 1 + r->n_prompt, .logp = grpo_logp(g, r)};
+        if (1 + r->n_prompt > maxp) maxp = 1 + r->n_prompt;
+    }
+    const gen_batch_opts o = {.sampling = *how, .max_new = g->N, .stop_ids = g->stop_ids,
+                              .n_stop_ids = g->n_stop, .batch = (int)t->cfg.grpo.rollout_batch,
+                              .cap = maxp + g->N};
+    int64_t tokens;
+    if (t->be.gpu) { /* on the device (docs/rl.md "On the GPU") */
+        tokens = gpu_train_generate(train_gpu(t), &o, s, n_rows);
+    } else {
+        tsr_decoder dec;
+        model_infer_decoder(&w->m, &dec);
+        tokens = gen_batch_run(&dec, &o, s, n_rows);
+    }
+    for (int i = 0; i < n_rows; i++) {
+        grpo_row *r = grpo_row_at(g, rows, (size_t)i);
+        r->n = s[i].n, r->stop = (int32_t)s[i].stop, r->entropy = s[i].entropy;
+    }
+    free(s);
+    return tokens;
+}
+
+/* row r's completion as text (valid UTF-8; "" without a tokenizer), malloc'd; its stop id is
+ * not text */
+static char *completion_text(const tsr_trainer *t, grpo_row *r) {
+    if (!t->tok) return strdup("");
+    size_t len;
+    return tokenizer_decode_text(t->tok, (const uint32_t *)(grpo_ctx(r) + 1 + r->n_prompt),
+                                 (size_t)(r->n - (r->stop == GEN_STOP_EOS)), &len);
+}
+
+/* the rows' rewards (rec: 0 train, 1 val records); 0, or TSR_EXIT_DATA with the reason in rw.err */
+static int score(tsr_trainer *t, char *rows, int n_rows, int rec, int64_t step) {
+    tsr_grpo *g = t->grpo;
+    reward_req *q = tsr_calloc((size_t)n_rows, sizeof *q);
+    double *rw = tsr_malloc((size_t)n_rows * sizeof *rw);
+    int *pass = tsr_malloc((size_t)n_rows * sizeof *pass);
+    const grpo_records *R = &g->recs[rec];
+    for (int i = 0; i < n_rows; i++) {
+        grpo_row *r = grpo_row_at(g, rows, (size_t)i);
+        q[i] = (reward_req){.id = (uint64_t)i, .record = R->text + R->at[r->prompt],
+                            .record_len = R->at[r->prompt + 1] - R->at[r->prompt] - 1,
+                            .completion = completion_text(t, r),
+                            .ids = grpo_ctx(r) + 1 + r->n_prompt, .n = r->n,
+                            .stop = gen_stop_names[r->stop], .step = step,
+                            .prompt_index = r->prompt, .sample = r->sample};
+    }
+    int rc = reward_score(&g->rw, q, n_rows, rw, pass);
+    for (int i = 0; i < n_rows && !rc; i++) {
+        grpo_row *r = grpo_row_at(g, rows, (size_t)i);
+        r->reward = rw[i], r->pass = pass[i];
+    }
+    for (int i = 0; i < n_rows; i++) free((char *)q[i].completion);
+    free(q), free(rw), free(pass);
+    return rc;
+}
+
+/* DAPO's soft overlong penalty: 0 up to N - buffer tokens, then linearly down to -penalty at N */
+static double overlong(const tsr_config *c, int n) {
+    const int64_t B = c->grpo.overlong_buffer, N = c->grpo.max_new_tokens;
+    if (B <= 0 || n <= N - B) return 0.0;
+    return -c->grpo.overlong_penalty * (double)(n - (N - B)) / (double)B;
+}
+
+/* Every rank's status agreed on; a failing rank prints its reason. Returns the worst status. */
+static int agree(tsr_trainer *t, int rc) {
+    if (rc) tsr_error("%s", t->grpo->rw.err);
+    int worst = rc;
+    dist_allreduce_max_int(&worst, 1);
+    return worst;
+}
+
+/* Round k's groups: this rank's prompts of it (G rows each) generated and scored, then every
+ * rank's all-gathered into g->round. Returns 0 or the agreed failure. */
+static int round_rows(tsr_trainer *t, const rollout_w *w, int64_t d, int k, double *gen_tokens) {
+    tsr_grpo *g = t->grpo;
+    const int64_t per = t->per_rank, G = g->G;
+    const size_t mine = (size_t)(per * G);
+    char *rows = tsr_malloc(mine * g->rec);
+    for (int64_t p = 0; p < per; p++) {
+        const int64_t j = t->dist.rank * per + p;
+        const uint64_t idx = prompt_index(t, d, k, j);
+        for (int64_t s = 0; s < G; s++) {
+            grpo_row *r = grpo_row_at(g, rows, (size_t)(p * G + s));
+            memset(r, 0, g->rec);
+            read_prompt(t, t->data.train, t->cfg.data.train, idx, r);
+            r->pos = (int32_t)(k * t->cfg.global_batch + j), r->sample = (int32_t)s;
+        }
+    }
+    const gen_sampling how = {.temperature = t->cfg.grpo.temperature, .top_k = t->cfg.grpo.top_k,
+                              .top_p = t->cfg.grpo.top_p};
+    *gen_tokens += (double)generate(t, w, rows, (int)mine, &how, (uint64_t)d);
+    int rc = agree(t, score(t, rows, (int)mine, 0, t->step + 1));
+    for (size_t i = 0; i < mine && !rc; i++) {
+        grpo_row *r = grpo_row_at(g, rows, i);
+        r->reward += overlong(&t->cfg, r->n);
+    }
+    if (!rc) dist_allgather(rows, g->round, mine * g->rec);
+    free(rows);
+    return rc;
+}
+
+/* ---- the groups -------------------------------------------------------------------------------- */
+
+static int tied(const tsr_grpo *g, char *rows, size_t grp) {
+    const double r0 = grpo_row_at(g, rows, grp * (size_t)g->G)->reward;
+    for (int s = 1; s < g->G; s++)
+        if (grpo_row_at(g, rows, grp * (size_t)g->G + (size_t)s)->reward != r0) return 0;
+    return 1;
+}
+
+/* The round's groups into kept (from slot *nk on): all of them, or with dynamic sampling those
+ * not tied; `fill`: the tied ones too (the last round). Returns the groups dropped. */
+static int keep(tsr_trainer *t, int *nk, int fill) {
+    tsr_grpo *g = t->grpo;
+    const int GB = (int)t->cfg.global_batch, dyn = t->cfg.grpo.dynamic_sampling;
+    const size_t gbytes = (size_t)g->G * g->rec;
+    int dropped = 0;
+    for (int c = 0; c < GB && *nk < GB; c++) {
+        if (dyn && !fill && tied(g, g->round, (size_t)c)) {
+            dropped++;
+            continue;
+        }
+        memcpy(g->kept + (size_t)(*nk)++ * gbytes, g->round + (size_t)c * gbytes, gbytes);
+    }
+    return dropped;
+}
+
+/* Each kept group's advantages: (r - mean) / (std + 1e-6), std unbiased, or r - mean */
+static void advantages(tsr_trainer *t) {
+    tsr_grpo *g = t->grpo;
+    const int GB = (int)t->cfg.global_batch, G = g->G;
+    for (int c = 0; c < GB; c++) {
+        double sum = 0.0, sq = 0.0;
+        for (int s = 0; s < G; s++) sum += grpo_row_at(g, g->kept, (size_t)(c * G + s))->reward;
+        const double mean = sum / G;
+        for (int s = 0; s < G; s++) {
+            const double e = grpo_row_at(g, g->kept, (size_t)(c * G + s))->reward - mean;
+            sq += e * e;
+        }
+        const double sd = sqrt(sq / (G - 1));
+        for (int s = 0; s < G; s++) {
+            grpo_row *r = grpo_row_at(g, g->kept, (size_t)(c * G + s));
+            r->adv = t->cfg.grpo.scale_rewards ? (r->reward - mean) / (sd + 1e-6) : r->reward - mean;
+        }
+    }
+}
+
+/* The step's statistics over the kept rows, and the loss's normalisation (grpo.loss_agg). */
+static int64_t kept_stats(tsr_trainer *t) {
+    tsr_grpo *g = t->grpo;
+    const size_t R = (size_t)t->cfg.global_batch * (size_t)g->G;
+    double *s = t->out.grpo;
+    for (size_t i = 0; i < R; i++) {
+        grpo_row *r = grpo_row_at(g, g->kept, i);
+        s[GRPO_ROWS] += 1, s[GRPO_REWARD] += r->reward, s[GRPO_REWARD_SQ] += r->reward * r->reward;
+        s[GRPO_PASS] += r->pass, s[GRPO_TOKENS] += r->n, s[GRPO_ENTROPY] += r->entropy;
+        s[GRPO_TRUNCATED] += r->stop == GEN_STOP_LENGTH;
+    }
+    for (size_t c = 0; c < (size_t)t->cfg.global_batch; c++) s[GRPO_TIED] += tied(g, g->kept, c);
+    switch (t->cfg.grpo.loss_agg) {
+    case TSR_GRPO_AGG_SEQUENCE: g->w_tok = 0.0, g->w_row = 1.0 / (double)R; break;
+    case TSR_GRPO_AGG_TOKEN: g->w_tok = 1.0 / s[GRPO_TOKENS], g->w_row = 0.0; break;
+    default: g->w_tok = 1.0 / ((double)R * g->N), g->w_row = 0.0; break;
+    }
+    return (int64_t)s[GRPO_TOKENS];
+}
+
+/* rank 0: the first grpo.log_completions rows of the step into run_dir/completions.jsonl */
+static void log_completions(tsr_trainer *t) {
+    tsr_grpo *g = t->grpo;
+    const size_t R = (size_t)t->cfg.global_batch * (size_t)g->G;
+    const size_t n = (size_t)t->cfg.grpo.log_completions < R ? (size_t)t->cfg.grpo.log_completions : R;
+    if (t->dist.rank != 0 || n == 0) return;
+    if (!g->log) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/completions.jsonl", t->cfg.run_dir);
+        if (!(g->log = fopen(path, "a"))) {
+            tsr_warn("%s: cannot append: %s (completions are not logged)", path, strerror(errno));
+            t->cfg.grpo.log_completions = 0;
+            return;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        grpo_row *r = grpo_row_at(g, g->kept, i);
+        char *text = completion_text(t, r);
+        double lp = 0.0;
+        for (int k = 0; k < r->n; k++) lp += grpo_logp(g, r)[k];
+        fprintf(g->log, "{\"step\": %lld, \"prompt_index\": %llu, \"position\": %d, \"sample\": %d, "
+                "\"reward\": %.9g, \"pass\": %d, \"advantage\": %.9g, \"logprob\": %.9g, "
+                "\"stop\": \"%s\", \"tokens\": [", (long long)t->step + 1,
+                (unsigned long long)r->prompt, r->pos, r->sample, r->reward, r->pass, r->adv, lp,
+                gen_stop_names[r->stop]);
+        for (int k = 0; k < r->n; k++)
+            fprintf(g->log, "%s%d", k ? ", " : "", grpo_ctx(r)[1 + r->n_prompt + k]);
+        fputs("], \"completion\": ", g->log);
+        json_fput_string(g->log, text);
+        fputs("}\n", g->log);
+        free(text);
+    }
+    fflush(g->log);
+}
+
+int64_t grpo_rollout(tsr_trainer *t, int64_t d) {
+    tsr_grpo *g = t->grpo;
+    const double t0 = tsr_now();
+    double *s = t->out.grpo, gen = 0.0;
+    memset(s, 0, GRPO_NSTATS * sizeof *s);
+    g->update = 0;
+    rollout_w w;
+    rollout_model(t, &w);
+    const int rounds = t->cfg.grpo.dynamic_sampling ? (int)t->cfg.grpo.max_rounds : 1;
+    int nk = 0, rc = 0;
+    for (int k = 0; k < rounds && nk < t->cfg.global_batch && !rc; k++) {
+        rc = round_rows(t, &w, d, k, &gen);
+        if (!rc) s[GRPO_DROPPED] += keep(t, &nk, 0), s[GRPO_ROUNDS] = k + 1;
+        if (!rc && k + 1 == rounds) keep(t, &nk, 1); /* short after every round: tied ones */
+    }
+    rollout_model_free(t, &w);
+    if (rc) return -1;
+    advantages(t);
+    const int64_t tokens = kept_stats(t);
+    dist_allreduce_sum_f64(&gen, 1);
+    double dt = tsr_now() - t0;
+    dist_allreduce_max_f64(&dt, 1);
+    s[GRPO_GEN_TOKENS] = gen, s[GRPO_ROLLOUT_S] = dt;
+    log_completions(t);
+    return tokens;
+}
+
+/* ---- held-out pass@1 --------------------------------------------------------------------------- */
+
+double grpo_eval(tsr_trainer *t, double *reward) {
+    tsr_grpo *g = t->grpo;
+    if (!t->data.val) return NAN;
+    uint64_t n = g->recs[1].n;
+    if (t->cfg.grpo.eval_prompts > 0 && (uint64_t)t->cfg.grpo.eval_prompts < n)
+        n = (uint64_t)t->cfg.grpo.eval_prompts;
+    const uint64_t W = (uint64_t)t->dist.world, r0 = (uint64_t)t->dist.rank;
+    const int mine = (int)(n / W + (r0 < n % W ? 1 : 0));
+    char *rows = tsr_malloc((size_t)(mine ? mine : 1) * g->rec);
+    for (int i = 0; i < mine; i++) { /* prompt i W + rank: greedy, one completion each */
+        grpo_row *r = grpo_row_at(g, rows, (size_t)i);
+        memset(r, 0, g->rec);
+        read_prompt(t, t->data.val, t->cfg.data.val, (uint64_t)i * W + r0, r);
+        r->pos = (int32_t)((uint64_t)i * W + r0);
+    }
+    rollout_w w;
+    rollout_model(t, &w);
+    const gen_sampling greedy = {.temperature = 0.0, .top_p = 1.0};
+    if (mine) generate(t, &w, rows, mine, &greedy, 0);
+    rollout_model_free(t, &w);
+    int rc = agree(t, mine ? score(t, rows, mine, 1, t->step) : 0);
+    double sums[3] = {0, 0, (double)mine};
+    for (int i = 0; i < mine && !rc; i++) {
+        grpo_row *r = grpo_row_at(g, rows, (size_t)i);
+        sums[0] += r->pass, sums[1] += r->reward;
+    }
+    free(rows);
+    if (rc) return -1.0;
+    dist_allreduce_sum_f64(sums, 3);
+    *reward = sums[2] > 0 ? sums[1] / sums[2] : NAN;
+    return sums[2] > 0 ? sums[0] / sums[2] : NAN;
+}

@@ -1,0 +1,204 @@
+/* grpo_ref.c — GRPO's KL reference (grpo.kl_coef > 0; docs/rl.md "The KL term").
+ *
+ * base (LoRA): the base with the adapters off, one more forward per microbatch, as DPO's base
+ * reference. initial (full finetuning): the starting weights, frozen: ddp and zero1 keep a copy
+ * of the flat parameters, zero3 / hsdp a shard of them under a sharded source of their own (the
+ * same plan as the weights', gathered unit by unit in the reference's forward). A fresh start
+ * stores them in run_dir/grpo-reference.bin (they cannot be made again once the run has moved
+ * on) and records the file's checksum in the run's config (grpo.reference_checksum, so in every
+ * checkpoint); a resume reads them back, each rank its part, and checks the checksums.
+ *
+ * The file (native byte order): header {magic "TSRGRPRF", version u32 (1), parts u32 (G: the
+ * flat layout's checkpoint partition over a sharding group, 1 without sharding), n_params u64,
+ * then G u32 CRC32C, one per part}, then the n_params floats of the flat layout. Its checksum is
+ * the header's CRC32C (the part CRCs are in it).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "crc32c.h"
+#include "fsutil.h"
+#include "train/grpo_int.h"
+#include "train/metrics.h"
+
+#define REF_FILE "grpo-reference.bin"
+#define REF_MAGIC "TSRGRPRF"
+#define REF_VERSION 1u
+#define HDR_FIXED 24 /* magic, version, parts, n_params */
+
+static int is_initial(const tsr_trainer *t) {
+    return t->cfg.grpo.kl_coef > 0 && t->cfg.grpo.reference == TSR_GRPO_REF_INITIAL;
+}
+
+void grpo_ref_logps(tsr_trainer *t, const int32_t *in, const int32_t *tg, int B, float *ref) {
+    tsr_model *m = &t->model;
+    tsr_grpo *g = t->grpo;
+    float *params = m->params;
+    const tsr_param_source *src = m->src;
+    struct tsr_lora *lo = m->lora;
+    if (t->part.lora_on) lora_set_pass(&t->part.lora, 0, 0, 0), m->lora = NULL;
+    else if (g->ref_fsdp) m->src = &g->ref_fsdp->src;
+    else m->params = g->ref_params;
+    model_token_scores(m, in, tg, B, t->T, g->losses, NULL);
+    m->params = params, m->src = src, m->lora = lo;
+    for (size_t i = 0; i < (size_t)B * (size_t)t->T; i++) ref[i] = tg[i] >= 0 ? -g->losses[i] : 0.0f;
+}
+
+/* the parts of the flat layout the file is cut in: the sharding group's checkpoint partition */
+static int parts_of(const tsr_trainer *t) { return t->part.fsdp_on ? t->part.fsdp.G : 1; }
+
+static size_t hdr_bytes(int G) { return HDR_FIXED + (size_t)G * 4; }
+
+static void hdr_fill(const tsr_trainer *t, unsigned char *h, const uint32_t *crc) {
+    const uint32_t v = REF_VERSION, G = (uint32_t)parts_of(t);
+    const uint64_t n = t->model.n_params;
+    memcpy(h, REF_MAGIC, 8), memcpy(h + 8, &v, 4), memcpy(h + 12, &G, 4), memcpy(h + 16, &n, 8);
+    memcpy(h + HDR_FIXED, crc, (size_t)G * 4);
+}
+
+static void ref_path(const tsr_trainer *t, char *out, size_t cap, const char *suffix) {
+    snprintf(out, cap, "%s/%s%s", t->cfg.run_dir, REF_FILE, suffix);
+}
+
+/* this rank's part of the flat layout and where it starts (the whole of it without sharding);
+ * NULL on the ranks that write none (other hsdp groups, ranks but 0 without sharding) */
+static float *my_part(tsr_trainer *t, size_t *at, size_t *n) {
+    tsr_grpo *g = t->grpo;
+    if (!t->part.fsdp_on) {
+        *at = 0, *n = t->model.n_params;
+        return t->dist.rank == 0 ? g->ref_params : NULL;
+    }
+    tsr_fsdp *f = g->ref_fsdp;
+    *at = f->part_displs[f->grank], *n = f->part_counts[f->grank];
+    float *part = tsr_malloc((*n + 1) * sizeof *part);
+    fsdp_shard_to_part(f, f->params, part);
+    if (f->gindex == 0) return part;
+    free(part);
+    return NULL;
+}
+
+static int io_fail(const char *path, const char *what) {
+    tsr_error("%s: %s failed: %s", path, what, strerror(errno));
+    return TSR_EXIT_DATA;
+}
+
+/* A fresh start: the parts written (pwrite at their offsets), the header with their CRCs, the
+ * file renamed into place; its checksum recorded. Collective. */
+static int store(tsr_trainer *t) {
+    const int G = parts_of(t), W = t->dist.world;
+    char tmp[1300], path[1300];
+    ref_path(t, tmp, sizeof tmp, ".tmp"), ref_path(t, path, sizeof path, "");
+    int64_t rc = 0;
+    if (t->dist.rank == 0 && (close(open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644)) != 0))
+        rc = io_fail(tmp, "create");
+    dist_allreduce_sum_i64(&rc, 1);
+    if (rc) return TSR_EXIT_DATA;
+    size_t at, n;
+    float *part = my_part(t, &at, &n);
+    uint32_t crc = 0, *crcs = tsr_calloc((size_t)W, sizeof *crcs);
+    if (part) {
+        crc = tsr_crc32c(0, part, n * sizeof *part);
+        int fd = open(tmp, O_WRONLY);
+        const off_t off = (off_t)(hdr_bytes(G) + at * sizeof(float));
+        if (fd < 0 || pwrite(fd, part, n * sizeof *part, off) != (ssize_t)(n * sizeof *part) ||
+            fsync(fd) != 0)
+            rc = io_fail(tmp, "write");
+        if (fd >= 0) close(fd);
+        if (part != t->grpo->ref_params) free(part);
+    }
+    dist_allgather(&crc, crcs, sizeof crc); /* (the first G ranks hold the parts, in order) */
+    unsigned char *h = tsr_malloc(hdr_bytes(G));
+    hdr_fill(t, h, crcs);
+    t->grpo->ref_crc = tsr_crc32c(0, h, hdr_bytes(G));
+    dist_allreduce_sum_i64(&rc, 1);
+    if (!rc && t->dist.rank == 0) {
+        int fd = open(tmp, O_WRONLY);
+        if (fd < 0 || pwrite(fd, h, hdr_bytes(G), 0) != (ssize_t)hdr_bytes(G) || fsync(fd) != 0)
+            rc = io_fail(tmp, "write");
+        if (fd >= 0) close(fd);
+        if (!rc && rename(tmp, path) != 0) rc = io_fail(path, "rename");
+        if (!rc) rc = fs_sync_parent(path);
+    }
+    free(h), free(crcs);
+    dist_allreduce_sum_i64(&rc, 1);
+    return rc ? TSR_EXIT_DATA : 0;
+}
+
+/* A resume: the header checked (against the run and the checkpoint's record), this rank's part
+ * read and checked against its CRC, into the reference. Collective. */
+static int load(tsr_trainer *t) {
+    tsr_grpo *g = t->grpo;
+    const int G = parts_of(t);
+    char path[1300], want[32] = "";
+    ref_path(t, path, sizeof path, "");
+    tsr_config *ck = tsr_calloc(1, sizeof *ck);
+    if (t->dist.rank == 0 && trainer_resumed_config(t, ck) == 0)
+        snprintf(want, sizeof want, "%s", ck->grpo.reference_checksum);
+    free(ck);
+    dist_bcast(want, sizeof want, 0);
+    unsigned char *h = tsr_calloc(1, hdr_bytes(G)), *e = tsr_calloc(1, hdr_bytes(G));
+    int fd = open(path, O_RDONLY);
+    int bad = fd < 0 || pread(fd, h, hdr_bytes(G), 0) != (ssize_t)hdr_bytes(G);
+    uint32_t crcs[G];
+    memcpy(crcs, h + HDR_FIXED, sizeof crcs);
+    hdr_fill(t, e, crcs);
+    bad = bad || memcmp(h, e, HDR_FIXED) != 0;
+    g->ref_crc = tsr_crc32c(0, h, hdr_bytes(G));
+    char got[32];
+    snprintf(got, sizeof got, "crc32c:%08x", g->ref_crc);
+    bad = bad || (want[0] && strcmp(got, want) != 0);
+    size_t at = 0, n = t->model.n_params;
+    int grank = 0;
+    if (t->part.fsdp_on) grank = g->ref_fsdp->grank, at = g->ref_fsdp->part_displs[grank], n = g->ref_fsdp->part_counts[grank];
+    float *part = t->part.fsdp_on ? tsr_malloc((n + 1) * sizeof *part) : g->ref_params;
+    const off_t off = (off_t)(hdr_bytes(G) + at * sizeof(float));
+    bad = bad || pread(fd, part, n * sizeof *part, off) != (ssize_t)(n * sizeof *part) ||
+          tsr_crc32c(0, part, n * sizeof *part) != crcs[grank];
+    if (fd >= 0) close(fd);
+    if (!bad && t->part.fsdp_on) fsdp_part_to_shard(g->ref_fsdp, part, g->ref_fsdp->params);
+    if (part != g->ref_params) free(part);
+    free(h), free(e);
+    int worst = bad;
+    dist_allreduce_max_int(&worst, 1);
+    if (worst && t->dist.rank == 0)
+        tsr_error("%s: missing, damaged or another run's (this run resumes with grpo.reference = "
+                  "\"initial\" from %s, which recorded %s; the file's checksum is %s): the starting "
+                  "weights cannot be made again once the run has moved on: restore the file, or "
+                  "start a new run_dir", path, t->out.start_load.path, want[0] ? want : "none",
+                  got);
+    return worst ? TSR_EXIT_DATA : 0;
+}
+
+int grpo_ref_open(tsr_trainer *t) {
+    tsr_grpo *g = t->grpo;
+    if (!g || !is_initial(t)) return 0;
+    tsr_model *m = &t->model;
+    if (t->part.fsdp_on) { /* a sharded source of its own, the policy's restored */
+        g->ref_fsdp = tsr_calloc(1, sizeof *g->ref_fsdp);
+        fsdp_init(g->ref_fsdp, m, t->part.fsdp_group, 1, &t->dist);
+        m->src = &t->part.fsdp.src;
+        memcpy(g->ref_fsdp->params, t->part.fsdp.params, t->part.fsdp.shard_n * sizeof(float));
+    } else {
+        g->ref_params = t->be.ops->alloc(m->n_params * sizeof(float));
+        memcpy(g->ref_params, m->params, m->n_params * sizeof(float));
+    }
+    const int resume = !strcmp(t->out.start_load.what, "resume");
+    TSR_CHECK(resume ? load(t) : store(t));
+    snprintf(t->cfg.grpo.reference_checksum, sizeof t->cfg.grpo.reference_checksum, "crc32c:%08x",
+             g->ref_crc);
+    int64_t rc = t->dist.rank == 0 ? metrics_save_config(t) : 0; /* the config names it */
+    dist_allreduce_sum_i64(&rc, 1);
+    return rc ? TSR_EXIT_DATA : 0;
+}
+
+void grpo_ref_free(tsr_trainer *t) {
+    tsr_grpo *g = t->grpo;
+    if (g->ref_params) t->be.ops->free(g->ref_params);
+    if (g->ref_fsdp) fsdp_free(g->ref_fsdp), free(g->ref_fsdp);
+    g->ref_params = NULL, g->ref_fsdp = NULL;
+}
