@@ -59,21 +59,14 @@ static void usage(FILE *f) {
             CLI_EXITS);
 }
 
-/* LoRA checkpoints name their base; one in a Hugging Face directory is read through src/hf
- * (ckpt_model.h's hand-over: the checkpoint layer sits below src/hf) */
-static int hf_load_base(const char *dir, tsr_model *m) {
-    hf_import *h = NULL;
-    uint64_t bytes = 0;
-    int rc = hf_import_open(&h, dir, m);
-    if (!rc) rc = hf_import_read(h, m, 0, m->n_params, m->params, &bytes);
-    hf_import_close(h);
-    return rc;
-}
-static const ckpt_model_importer hf_base = {hf_is_dir, hf_load_base};
+/* A Hugging Face directory where a checkpoint is taken (eval, generate, ckpt; a LoRA
+ * checkpoint's base) is read through src/hf (ckpt_model.h's hand-over: the checkpoint layer sits
+ * below src/hf) */
+static const ckpt_model_importer hf_source = {hf_is_dir, hf_model_read, hf_config_alone};
 
 int main(int argc, char **argv) {
     blas_fix_coretype(argv);
-    ckpt_model_use_importer(&hf_base);
+    ckpt_model_use_importer(&hf_source);
     if (argc < 2) {
         usage(stderr);
         return TSR_EXIT_USAGE;

@@ -222,6 +222,35 @@ typedef struct tsr_config {
 /* Loads defaults, then `path`, then each "key=value" of sets (n_sets of them), validates.
  * Returns 0 or TSR_EXIT_USAGE after printing the error. */
 int config_load(tsr_config *cfg, const char *path, const char *const *sets, int n_sets);
+/* Values of keys that a model's own files state (a Hugging Face directory's config.json: src/hf
+ * hf_config_fill), for config_load_filled. */
+#define TSR_FILL_MAX 48
+typedef struct tsr_config_fill {
+    char source[1100];     /* "DIR/config.json", named in messages */
+    int n;
+    struct {
+        char key[48];      /* "model.n_layer" */
+        char value[64];    /* as --set writes it: "3", "rope", "1e-05" */
+        char from[96];     /* what the source says: "num_hidden_layers = 3" */
+        int soft;          /* fills the key when the recipe leaves it out, never disagrees (a
+                            * model's context, a setting a run may change) */
+    } kv[TSR_FILL_MAX];
+} tsr_config_fill;
+/* config_load, with fill's values for the keys that the file and sets leave out (they count as
+ * given: a required model.* key filled is not missing). A key that the file or a --set gives
+ * another value than a hard fill entry is a disagreement (derived sizes compared resolved:
+ * model.n_kv_head 0 is n_head, head_dim 0 d_model / n_head); all of them are listed in one error,
+ * with the --set of each. fill NULL: config_load. Returns 0 or TSR_EXIT_USAGE. */
+int config_load_filled(tsr_config *cfg, const char *path, const char *const *sets, int n_sets,
+                       const tsr_config_fill *fill);
+/* config_load over another config: the keys the file and sets leave out keep base's values
+ * (instead of the key table's defaults; no key is missing), e.g. an evaluation's config over a
+ * checkpoint's. A key under one of the prefixes in fixed ("model.") that the file or a --set gives
+ * another value than base's is an error naming it and what (base_name) it comes from. Returns 0
+ * or TSR_EXIT_USAGE. */
+int config_load_over(tsr_config *cfg, const char *path, const char *const *sets, int n_sets,
+                     const tsr_config *base, const char *base_name, const char *const *fixed,
+                     int n_fixed);
 /* Checks what depends on the world size: global_batch divisible by world, per-rank batch by
  * micro_batch. Returns 0 or TSR_EXIT_USAGE after printing the error. */
 int config_check_world(const tsr_config *cfg, int world);

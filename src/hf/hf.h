@@ -64,6 +64,26 @@ int hf_read_adapter(const char *dir, const tsr_config *cfg, struct tsr_lora *lo,
  * model.safetensors.index.json or config.json)? */
 int hf_is_dir(const char *path);
 
+/* config.json of the Hugging Face directory dir as a run's model.* keys (docs/hf.md "Import":
+ * every key the weights fix, and the model's context as a soft entry), for config_load_filled.
+ * 0 or TSR_EXIT_DATA (unreadable, not JSON, another model_type) after tsr_error. */
+int hf_config_fill(const char *dir, tsr_config_fill *f);
+/* The run's config for the model in the Hugging Face directory dir: config_load_filled with
+ * hf_config_fill's entries (the recipe path, NULL for none, and sets), then config.json checked
+ * against the resulting model's layout (nothing allocated), so that every fault is reported before
+ * the weights are. standalone (no recipe: tessera eval, generate, ckpt on the directory): the
+ * training keys a recipe must give are filled for reading the model (seq_len = the model's
+ * context up to 2048, data.tokenizer = dir when it holds a tokenizer.json). 0, TSR_EXIT_USAGE or
+ * TSR_EXIT_DATA after tsr_error. */
+int hf_config_load(const char *dir, const char *path, const char *const *sets, int n_sets,
+                   int standalone, tsr_config *cfg);
+/* Every weight of the allocated model m (its config hf_config_load's) from dir, on this process.
+ * 0 or an exit status after tsr_error. */
+int hf_model_read(const char *dir, tsr_model *m);
+/* hf_config_load standing alone (no recipe, sets applied): `tessera eval`, `generate` and `ckpt`
+ * on a Hugging Face directory (ckpt_model.h's importer). */
+int hf_config_alone(const char *dir, const char *const *sets, int n_sets, tsr_config *cfg);
+
 /* Import, in two phases so that a parallel caller can mute all ranks but one around the first:
  *   hf_import_open  reads config.json and the safetensors header and checks them against m's
  *                   config (every rank gets the same answer): 0, TSR_EXIT_USAGE (config.json

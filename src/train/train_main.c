@@ -19,6 +19,7 @@
 #include "dist.h"
 #include "eval/train_icl.h"
 #include "fsutil.h"
+#include "hf/hf.h"
 #include "hf/hf_importer.h"
 #include "ops.h"
 #include "runlock.h"
@@ -188,6 +189,15 @@ static int lock_run_dir(const tsr_dist *d, const tsr_config *cfg, tsr_lock *lock
     return (int)rc;
 }
 
+/* The recipe; with --init-from a Hugging Face directory, its config.json gives every model.*
+ * key the recipe leaves out, and one the recipe sets otherwise is refused, all of them in one
+ * error, before anything is allocated (docs/hf.md "Import"). */
+static int load_config(const cli *c, const char *recipe, tsr_config *cfg) {
+    if (c->init_from && hf_is_dir(c->init_from) && !hf_is_peft_dir(c->init_from))
+        return hf_config_load(c->init_from, recipe, c->sets, c->n_sets, 0, cfg);
+    return config_load(cfg, recipe, c->sets, c->n_sets);
+}
+
 /* What the trainer takes from the layers above it: --init-from a Hugging Face directory
  * (src/hf/hf_importer.h) and the ICL evaluation (src/eval). */
 static const trainer_icl_api icl_evaluation = {train_icl_open, train_icl_run, train_icl_close};
@@ -203,7 +213,7 @@ int main(int argc, char **argv) {
      * with the same status, and rank 0 alone reports it. */
     tsr_log_mute(d.rank != 0);
     char recipe[4200];
-    int rc = config_load(&cfg, find_recipe(c.config, recipe, sizeof recipe, d.rank), c.sets, c.n_sets);
+    int rc = load_config(&c, find_recipe(c.config, recipe, sizeof recipe, d.rank), &cfg);
     tsr_trainer t;
     tsr_dist pd = d; /* --plan: the plan's world; rank 0 still prints it */
     if (c.plan_world > 0) pd.world = c.plan_world, pd.local_world = c.plan_per_node;

@@ -50,7 +50,7 @@ TOL_FP32 = 1e-5
 SHARD = {"llama_mqa_untied_sharded": 40000, "qwen3_qknorm_f16": 50000}
 ARCH = {"mistral_bf16": "mistral"}
 CHECKS_PER_FIXTURE = 6
-N_REFUSALS = 9
+N_REFUSALS = 11
 N_TOKENIZER = 2
 LLAMA3_TOK = os.path.join(hfe.DATA_DIR, "chat", "llama3")  # ./INSTALL fetches it (npm)
 
@@ -302,7 +302,8 @@ def refusals(tap, tmp, fixtures):
          edit_cfg("rope_scaling", {"rope_type": "dynamic", "factor": 2.0}), []),
         ("Mistral sliding_window 8", mi, 2, ["config.json", "sliding_window = 8"],
          edit_cfg("sliding_window", 8), []),
-        ("a run with n_kv_head 4", ll, 1, ["num_key_value_heads = 2, but this run has model.n_kv_head = 4"],
+        ("a run with n_kv_head 4", ll, 1, ["model.n_kv_head = 4, but config.json has num_key_value_heads = 2",
+                                           "--set model.n_kv_head=2"],
          lambda d: None, ["model.n_kv_head=4"]),
     ]
     for k, (what, fname, want_rc, needles, damage, extra) in enumerate(cases):
@@ -315,6 +316,7 @@ def refusals(tap, tmp, fixtures):
         tap.ok(rc == want_rc and all(n in out for n in needles),
                f"--init-from {fname} with {what}: exit {rc} (want {want_rc}), the message names {needles}")
         tap.diag(err[0] if err else out[-600:])
+    model_from_config(tap, tmp, fixtures[ll])
     # an older checkpoint's rotary_emb.inv_freq buffers: ignored, same loss
     fx = fixtures[ll]
     d = os.path.join(tmp, "invfreq")
@@ -344,6 +346,40 @@ def refusals(tap, tmp, fixtures):
                                   f"{e:.2e} <= 1e-6")
     if rc:
         tap.diag(out[-800:])
+
+
+def model_from_config(tap, tmp, fx):
+    """config.json gives the run its model: a recipe without a model block trains what the recipe
+    with the fixture's keys trains (bit for bit); a recipe whose model block disagrees on several
+    keys is refused with one error listing each, before the plan (nothing allocated, no run_dir)."""
+    bare = os.path.join(tmp, "bare.cfg")
+    with open(bare, "w") as f:
+        f.write("".join(l for l in open(fx["cfg"]).readlines() if not l.startswith("model =")))
+    run_dir = os.path.join(tmp, "bare_run")
+    rc, out = hfe.run(hfe.MPIRUN + [hfe.TRAIN, "--config", bare, "--set", f"run_dir={run_dir}",
+                                    "--init-from", fx["dir"]])
+    s = hfe.step1(run_dir) if rc == 0 else None
+    if rc:
+        tap.diag(out[-1500:])
+    tap.ok(bool(s and fx["loss"] and s["loss"] == fx["loss"]["loss"]
+                and s["grad_norm"] == fx["loss"]["grad_norm"]),
+           f"a recipe without a model block --init-from {fx['name']}: exit {rc}, the step-1 loss and "
+           f"grad norm of the recipe that names the model ({s and s['loss']} vs "
+           f"{fx['loss'] and fx['loss']['loss']})")
+    run_dir = os.path.join(tmp, "disagree_run")  # the recipe's model: 1 layer, d_model 8, 1 head
+    rc, out = hfe.run(hfe.MPIRUN + [hfe.TRAIN, "--config", fx["cfg"], "--set", f"run_dir={run_dir}",
+                                    "--set", "model.rope_theta=10000", "--init-from", fx["dir"]])
+    needles = ["model.n_layer = 1, but config.json has num_hidden_layers = 2", "--set model.n_layer=2",
+               "model.d_model = 8, but config.json has hidden_size = 64", "--set model.d_model=64",
+               "model.n_head = 1, but config.json has num_attention_heads = 4",
+               "model.rope_theta = 10000.0, but config.json has rope_theta = ", "sets 4 keys otherwise"]
+    errors = [l for l in out.splitlines() if "error:" in l]
+    missing = [n for n in needles if n not in out]
+    tap.ok(rc == 1 and not missing and len(errors) == 1 and "memory per rank" not in out
+           and not os.path.exists(run_dir),
+           f"a recipe disagreeing with config.json on 4 keys: exit {rc} (want 1), one error ({len(errors)}) "
+           f"listing each with its --set (missing: {missing}), before the plan, no run_dir")
+    tap.diag(out[-900:])
 
 
 def skip(tap, what, why):
