@@ -75,6 +75,17 @@ static void write_moe(textbuf *b, const tsr_model *m, hf_arch a) {
     add(b, "  \"router_aux_loss_coef\": %s,\n  \"output_router_logits\": false,\n", coef);
 }
 
+/* max_position_embeddings: the model's context, not the last run's seq_len: model.max_seq_len
+ * (an --init-from Hugging Face run takes the base's), else the context Llama 3's RoPE scaling
+ * extends to (original x factor), else the run's seq_len. */
+static int rope_context(const tsr_model *m) {
+    const tsr_model_config *c = &m->cfg;
+    double scaled = c->rope_original_max_pos * c->rope_factor;
+    if (c->max_seq_len > 0) return c->max_seq_len;
+    if (c->rope_scaling == TSR_ROPE_SCALING_LLAMA3 && scaled > m->maxT && scaled < 1e9) return (int)scaled;
+    return m->maxT;
+}
+
 /* The Llama family's keys (LlamaConfig and its relatives). */
 static void write_llama(textbuf *b, const tsr_model *m, hf_arch a) {
     const tsr_model_config *c = &m->cfg;
@@ -83,7 +94,7 @@ static void write_llama(textbuf *b, const tsr_model *m, hf_arch a) {
             "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
             "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n  \"hidden_act\": \"silu\",\n"
             "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n  \"rope_theta\": %s,\n",
-        m->V, m->C, a == HF_MIXTRAL ? m->FE : m->F, m->L, m->NH, m->KVH, m->hs, m->maxT,
+        m->V, m->C, a == HF_MIXTRAL ? m->FE : m->F, m->L, m->NH, m->KVH, m->hs, rope_context(m),
         json_double(eps, sizeof eps, c->norm_eps), json_double(theta, sizeof theta, c->rope_theta));
     if (c->rope_scaling == TSR_ROPE_SCALING_LLAMA3)
         add(b, "  \"rope_scaling\": {\n    \"rope_type\": \"llama3\",\n    \"factor\": %s,\n"

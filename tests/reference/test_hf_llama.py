@@ -52,6 +52,8 @@ ARCH = {"mistral_bf16": "mistral"}
 CHECKS_PER_FIXTURE = 6
 N_REFUSALS = 11
 N_TOKENIZER = 2
+N_BEFORE = 5
+BEFORE = ("llama_gqa_tied", "llama_mqa_untied_sharded")
 LLAMA3_TOK = os.path.join(hfe.DATA_DIR, "chat", "llama3")  # ./INSTALL fetches it (npm)
 
 
@@ -143,7 +145,7 @@ def read_export(d):
 
 CONFIG_KEYS = ["model_type", "architectures", "vocab_size", "hidden_size", "intermediate_size",
                "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "rms_norm_eps",
-               "rope_theta", "rope_scaling", "tie_word_embeddings"]
+               "rope_theta", "rope_scaling", "tie_word_embeddings", "max_position_embeddings"]
 
 
 def run_fixture(tap, name, fdir, tmp):
@@ -382,6 +384,47 @@ def model_from_config(tap, tmp, fx):
     tap.diag(out[-900:])
 
 
+def use_before_training(tap, tmp, fixtures):
+    """A received model used before any training: `tessera eval --ckpt HF_DIR` gives the fixture's
+    float64 loss, `tessera generate --ckpt HF_DIR` its greedy next token, and `tessera ckpt import
+    HF_DIR OUT.h5` a checkpoint that trains as the directory does (bit for bit)."""
+    for name in BEFORE:
+        fx = fixtures[name]
+        toks = np.array(fx["tokens"])
+        ref = xent_of(np.load(os.path.join(fx["dir"], "logits.npy")), toks)
+        rc, out = hfe.run([hfe.TESSERA, "eval", "--ckpt", fx["dir"], "--val", os.path.join(tmp, name + "_data"),
+                           "--set", f"seq_len={fxm.T}", "--set", f"eval_samples={fxm.B}"])
+        try:
+            got = json.loads(out[out.index("{"):out.rindex("}") + 1])["val"][0]["loss"]
+        except (ValueError, KeyError, IndexError):
+            got = None
+        e = abs(got - ref) / ref if got is not None else math.inf
+        if rc:
+            tap.diag(out[-1200:])
+        tap.ok(rc == 0 and e <= TOL_FP32, f"tessera eval --ckpt {name} (the HF directory): loss {got} vs "
+                                          f"the float64 forward's {ref:.8f}: rel err {e:.2e}")
+        logits = np.load(os.path.join(fx["dir"], "logits.npy"))
+        want = int(np.argmax(logits[0, fxm.T - 1]))
+        r = subprocess.run([hfe.TESSERA, "generate", "--ckpt", fx["dir"], "--prompt-ids",
+                            " ".join(str(t) for t in toks[:fxm.T]), "--max-tokens", "1",
+                            "--temperature", "0", "--ids", "--no-eos-stop"],
+                           capture_output=True, text=True, env=hfe.env())
+        tap.ok(r.returncode == 0 and r.stdout.split() == [str(want)],
+               f"tessera generate --ckpt {name}: greedy next token {r.stdout.split()} = the fixture "
+               f"logits' argmax {want} (exit {r.returncode})")
+        if r.returncode:
+            tap.diag(r.stderr[-800:])
+    fx = fixtures[BEFORE[1]]
+    out_h5 = os.path.join(tmp, "imported.h5")
+    rc, out = hfe.run([hfe.TESSERA, "ckpt", "import", fx["dir"], out_h5])
+    rc2, out2, s = init_run(fx, fx["cfg"], os.path.join(tmp, "import_run"), out_h5) if rc == 0 else (rc, out, None)
+    if rc or rc2:
+        tap.diag((out + out2)[-1500:])
+    tap.ok(bool(s and fx["loss"] and s["loss"] == fx["loss"]["loss"] and s["grad_norm"] == fx["loss"]["grad_norm"]),
+           f"tessera ckpt import {BEFORE[1]} OUT.h5 (exit {rc}), --init-from OUT.h5: the step-1 loss and "
+           f"grad norm of --init-from the directory, bit for bit ({s and s['loss']})")
+
+
 def skip(tap, what, why):
     tap.n += 1
     print(f"ok {tap.n} - {what} # SKIP {why}", flush=True)
@@ -392,7 +435,8 @@ def tokenizer_checks(tap, tmp, fixtures):
     config.json carry the ids of tokenizer_config.json's bos/eos tokens; a generation_config.json
     beside the tokenizer.json (an instruct model's eos list) is copied byte for byte."""
     what = ["llama3 tokenizer: generation_config.json and config.json bos/eos = the ids of "
-            "tokenizer_config.json's bos_token/eos_token, tokenizer files copied",
+            "tokenizer_config.json's bos_token/eos_token, the template's end of turn in "
+            "generation_config.json's eos list, tokenizer files copied",
             "a generation_config.json beside the tokenizer.json is copied byte for byte"]
     if not all(os.path.exists(os.path.join(LLAMA3_TOK, f)) for f in ("tokenizer.json", "tokenizer_config.json")):
         for w in what:
@@ -409,7 +453,7 @@ def tokenizer_checks(tap, tmp, fixtures):
         tap.diag(out[-1500:])
     tok_cfg = json.load(open(os.path.join(LLAMA3_TOK, "tokenizer_config.json")))
     vocab = {t["content"]: t["id"] for t in json.load(open(os.path.join(LLAMA3_TOK, "tokenizer.json")))["added_tokens"]}
-    bos, eos = vocab.get(tok_cfg["bos_token"]), vocab.get(tok_cfg["eos_token"])
+    bos, eos, eot = vocab.get(tok_cfg["bos_token"]), vocab.get(tok_cfg["eos_token"]), vocab.get("<|eot_id|>")
     out_dir = os.path.join(tmp, "tok_export")
     rc, out = hfe.run([hfe.TESSERA, "ckpt", "export", "--format", "hf", "--tokenizer",
                        os.path.join(LLAMA3_TOK, "tokenizer.json"), os.path.join(run_dir, "latest"), out_dir])
@@ -417,10 +461,15 @@ def tokenizer_checks(tap, tmp, fixtures):
     cj = json.load(open(os.path.join(out_dir, "config.json"))) if rc == 0 else {}
     same = rc == 0 and all(open(os.path.join(out_dir, f), "rb").read() == open(os.path.join(LLAMA3_TOK, f), "rb").read()
                            for f in ("tokenizer.json", "tokenizer_config.json"))
+    # the chat template ends a turn with <|eot_id|>, not the eos_token <|end_of_text|>: transformers
+    # and vLLM stop at every id of generation_config.json's list, as generate --chat does; the
+    # context is the one Llama 3's RoPE scaling extends to (64 x 8), not the run's seq_len 16
+    ctx = cj.get("max_position_embeddings")
     tap.ok(same and bos is not None and gen.get("bos_token_id") == bos == cj.get("bos_token_id")
-           and gen.get("eos_token_id") == eos == cj.get("eos_token_id"),
+           and gen.get("eos_token_id") == [eos, eot] and cj.get("eos_token_id") == eos and ctx == 512,
            f"{what[0]}: bos {gen.get('bos_token_id')} (want {bos} = {tok_cfg['bos_token']}), eos "
-           f"{gen.get('eos_token_id')} (want {eos} = {tok_cfg['eos_token']})")
+           f"{gen.get('eos_token_id')} (want [{eos}, {eot}] = {tok_cfg['eos_token']}, <|eot_id|>), "
+           f"max_position_embeddings {ctx} (want 512)")
     if rc:
         tap.diag(out[-1500:])
     tok2 = os.path.join(tmp, "tok_with_gen")
@@ -435,7 +484,7 @@ def tokenizer_checks(tap, tmp, fixtures):
 
 def main():
     torch.set_default_dtype(torch.float64)
-    plan = CHECKS_PER_FIXTURE * len(fxm.FIXTURES) + N_REFUSALS + N_TOKENIZER
+    plan = CHECKS_PER_FIXTURE * len(fxm.FIXTURES) + N_REFUSALS + N_TOKENIZER + N_BEFORE
     tap = Tap(plan)
     fixtures = {}
     with tempfile.TemporaryDirectory(prefix="tsr-hf-llama-") as tmp:
@@ -457,6 +506,13 @@ def main():
         except Exception:
             tap.diag(traceback.format_exc())
         tap.fail_until(end, "refusal checks stopped early")
+        end = tap.n + N_BEFORE
+        try:
+            if all(n in fixtures for n in BEFORE):
+                use_before_training(tap, tmp, fixtures)
+        except Exception:
+            tap.diag(traceback.format_exc())
+        tap.fail_until(end, "checks before training stopped early")
         end = tap.n + N_TOKENIZER
         try:
             if "llama_gqa_tied" in fixtures:
