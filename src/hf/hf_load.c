@@ -43,7 +43,7 @@ static int fill_standalone(tsr_config_fill *f, const char *dir) {
     fill_soft(f, "data.train", dir, "the model's directory (not read)");
     struct stat st;
     snprintf(tok, sizeof tok, "%s/tokenizer.json", dir);
-    if (stat(tok, &st) == 0) fill_soft(f, "data.tokenizer", dir, "its tokenizer.json");
+    fill_soft(f, "data.tokenizer", stat(tok, &st) == 0 ? dir : "", "its tokenizer.json, if any");
     return 0;
 }
 

@@ -109,7 +109,13 @@ int ckpt_lora_read(const char *file, const tsr_config *cfg, tsr_model *m, tsr_lo
 /* A LoRA checkpoint's model (ckpt_model_load): its base into m, checked, then the adapters of
  * file merged in. */
 static int lora_model(const char *file, const tsr_config *cfg, tsr_model *m) {
-    const char *base = cfg->lora.base;
+    char run_dir[1200], base[1200];
+    const char *slash = strrchr(file, '/');
+    snprintf(run_dir, sizeof run_dir, "%.*s", slash ? (int)(slash - file) : 1, slash ? file : ".");
+    if (config_lora_base_find(cfg, run_dir, base, sizeof base)) {
+        tsr_error("%s: its adapters need that base", file);
+        return TSR_EXIT_DATA;
+    }
     int rc = 0;
     if (!base[0]) {
         model_init_weights(m, (uint64_t)cfg->seed);

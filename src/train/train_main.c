@@ -41,7 +41,7 @@ static const struct opt_doc {
     {{"config", required_argument, NULL, 'c'}, "FILE", "training recipe (libconfig), required"},
     {{"set", required_argument, NULL, 's'}, "KEY=VALUE", "override a config key (repeatable), e.g. --set optim.lr=1e-3"},
     {{"resume", required_argument, NULL, 'r'}, "PATH", "resume from this checkpoint: a step-*.h5, a run directory or a latest file (default: run_dir's latest valid one)"},
-    {{"init-from", required_argument, NULL, 'i'}, "PATH", "start a new run from this checkpoint's weights (PATH as for --resume; ignored when run_dir has a checkpoint)"},
+    {{"init-from", required_argument, NULL, 'i'}, "PATH", "start a new run from these weights: a checkpoint (PATH as for --resume), a Hugging Face directory (its config.json gives the model.* keys the recipe leaves out) or a PEFT adapter directory (a LoRA run); ignored when run_dir has a checkpoint"},
     {{"dry-run", no_argument, NULL, 'n'}, NULL, "validate the config, print the plan, exit"},
     {{"plan", required_argument, NULL, CLI_NO_SHORT('p')}, "RANKS[/PER_NODE]", "--dry-run as if started on RANKS ranks (PER_NODE per node, default all on one: hsdp's default group); the memory plan of any recipe at any scale"},
     {{"version", no_argument, NULL, 'V'}, NULL, "print the version and exit"},
@@ -222,7 +222,7 @@ int main(int argc, char **argv) {
     if (!rc) rc = trainer_init(&t, &cfg, &pd, c.dry_run);
     tsr_log_mute(0);
     if (rc) tsr_exit(rc);
-    banner(&pd, &cfg, t.be.threads);
+    banner(&pd, &t.cfg, t.be.threads); /* as the trainer resolved it (data.tokenizer = "auto") */
     tsr_lock lock = {0}; /* held until exit (tsr_exit below): released then */
     if (!c.dry_run) {
         int made = 0, opened = 0;
