@@ -46,9 +46,9 @@ static const struct command {
     {"synth", cmd_synth, "write the deterministic synthetic corpus used by the demo and tests"},
     {"verify-data", cmd_verify_data, "check a dataset's headers and checksums"},
     {"config-doc", cmd_config_doc, "print the config key reference (docs/config.md)"},
-    {"generate", cmd_generate, "complete a prompt with a checkpoint's model (KV cache, top-k/p)"},
-    {"ckpt", cmd_ckpt, "list, verify and inspect checkpoints"},
-    {"eval", cmd_eval, "score a checkpoint: validation loss, in-context-learning tasks"},
+    {"generate", cmd_generate, "complete a prompt with a checkpoint's or Hugging Face model (KV cache)"},
+    {"ckpt", cmd_ckpt, "checkpoints: ls, verify, inspect; export to and import from Hugging Face"},
+    {"eval", cmd_eval, "score a checkpoint or Hugging Face model: validation loss, ICL tasks"},
 };
 
 static void usage(FILE *f) {
