@@ -62,7 +62,8 @@ static void usage(FILE *f) {
 /* A Hugging Face directory where a checkpoint is taken (eval, generate, ckpt; a LoRA
  * checkpoint's base) is read through src/hf (ckpt_model.h's hand-over: the checkpoint layer sits
  * below src/hf) */
-static const ckpt_model_importer hf_source = {hf_is_dir, hf_model_read, hf_config_alone};
+static const ckpt_model_importer hf_source = {hf_is_dir, hf_model_read, hf_config_alone,
+                                              hf_is_peft_dir, hf_peft_model_load};
 
 int main(int argc, char **argv) {
     blas_fix_coretype(argv);

@@ -60,6 +60,14 @@ int hf_is_peft_dir(const char *path);
 int hf_read_adapter(const char *dir, const tsr_config *cfg, struct tsr_lora *lo, char *base,
                     size_t cap);
 
+/* A PEFT adapter directory as a whole model (tessera eval, generate, ckpt export --merge): its
+ * base (--set lora.base=PATH among sets, else base_model_name_or_path: a checkpoint, run directory
+ * or Hugging Face directory) read with sets (but the lora.* ones) through ckpt_model_load, then
+ * the adapters read (hf_read_adapter) and merged in. cfg is the base's, with the adapter's lora
+ * keys. 0 or an exit status after tsr_error; on failure m holds nothing. */
+int hf_peft_model_load(const char *dir, const char *const *sets, int n_sets, int T,
+                       tsr_config *cfg, tsr_model *m);
+
 /* Is path a Hugging Face directory (a directory holding model.safetensors,
  * model.safetensors.index.json or config.json)? */
 int hf_is_dir(const char *path);

@@ -161,6 +161,10 @@ static int model_load(const char *path, const char *const *sets, int n_sets, int
                       tsr_model *m, char *resolved, size_t cap, int weights) {
     char file[1200];
     memset(m, 0, sizeof *m);
+    if (importer && importer->is_adapter && importer->is_adapter(path)) {
+        if (resolved && cap) snprintf(resolved, cap, "%s", path);
+        return importer->adapter(path, sets, n_sets, T, cfg, m);
+    }
     if (importer && importer->is_source(path))
         return imported_model(path, sets, n_sets, T, cfg, m, resolved, cap, weights);
     if (ckpt_resolve_path(path, file, sizeof file)) return TSR_EXIT_DATA;

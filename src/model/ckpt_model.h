@@ -17,6 +17,10 @@ typedef struct ckpt_model_importer {
     int (*is_source)(const char *path);
     int (*load)(const char *path, tsr_model *m);
     int (*config)(const char *path, const char *const *sets, int n_sets, tsr_config *cfg);
+    /* a PEFT adapter directory: is_adapter(path), and the whole model (base + adapters merged) */
+    int (*is_adapter)(const char *path);
+    int (*adapter)(const char *path, const char *const *sets, int n_sets, int T, tsr_config *cfg,
+                   tsr_model *m);
 } ckpt_model_importer;
 void ckpt_model_use_importer(const ckpt_model_importer *imp);
 
