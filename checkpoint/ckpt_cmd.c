@@ -5,24 +5,30 @@
  *   tessera ckpt inspect FILE      format, counters, config text, tensor table (no data read)
  *   tessera ckpt export --format hf [--dtype fp32|bf16] [--tokenizer SPEC] CKPT OUT_DIR
  *                                  a transformers directory (src/hf/, docs/hf.md)
+ *   tessera ckpt import HF_DIR OUT.h5
+ *                                  a transformers directory as a tessera checkpoint (step 0)
  *
- * Local: files are opened with HDF5's default (sec2) driver, MPI is never initialised. Tensors are
+ * Local: files are opened with HDF5's default (sec2) driver, MPI is never initialised (but by
+ * import, which writes through the checkpoint library as a world of one). Tensors are
  * read in slabs of CHUNK elements, so verifying a large checkpoint needs little memory.
  * Options come from one table per subcommand; the parser and --help are generated from it.
  */
 #include "ckpt_cmd.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ckpt_h5.h"
 #include "model/ckpt_model.h"
 #include "cli.h"
 #include "common.h"
 #include "crc32c.h"
+#include "dist.h"
 #include "hf/hf.h"
 
 #define CHUNK (1u << 22) /* elements per read while verifying: 16 MiB */
@@ -216,6 +222,7 @@ static int run_ls(const sub_args *a);
 static int run_verify(const sub_args *a);
 static int run_inspect(const sub_args *a);
 static int run_export(const sub_args *a);
+static int run_import(const sub_args *a);
 
 static const sub_spec subs[] = {
     {"ls", "RUN_DIR",
@@ -233,6 +240,10 @@ static const sub_spec subs[] = {
      "directory: GPT2LMHeadModel (learned positions), MptForCausalLM (ALiBi) or the Llama family "
      "(RoPE: Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen3-MoE); docs/hf.md",
      2, export_opts, EXPORT_OPT_COUNT, run_export},
+    {"import", "HF_DIR OUT.h5",
+     "write a Hugging Face transformers directory (config.json + model.safetensors or its "
+     "shards) as a tessera checkpoint at step 0, its config from config.json (docs/hf.md)",
+     2, NULL, 0, run_import},
 };
 #define N_SUBS ((int)(sizeof subs / sizeof subs[0]))
 
@@ -428,6 +439,72 @@ static int run_export(const sub_args *a) {
         }
     }
     if (m.params) model_free(&m);
+    free(cfg);
+    return rc;
+}
+
+/* import: m (its config cfg) as checkpoint step 0 of a fresh directory beside out, renamed to
+ * out: the checkpoint library's commit (temporary file, fsync, rename) as a world of one. */
+static int write_checkpoint(const tsr_model *m, const tsr_config *cfg, const char *out) {
+    ckpt_tensor ts[TSR_P_COUNT];
+    char names[TSR_P_COUNT][64], dir[4200], step[4300];
+    int n = 0;
+    for (int i = 0; i < TSR_P_COUNT; i++) {
+        const tsr_param_info *p = &m->params_info[i];
+        if (!p->numel) continue;
+        snprintf(names[n], sizeof names[n], "model/%s", p->name);
+        ts[n] = (ckpt_tensor){.name = names[n], .ndim = p->ndim, .lo = 0, .hi = p->numel,
+                              .data = m->params + p->offset};
+        memcpy(ts[n].shape, p->shape, sizeof ts[n].shape);
+        n++;
+    }
+    ckpt_meta *meta = tsr_calloc(1, sizeof *meta);
+    meta->world_size = 1, meta->global_batch = cfg->global_batch, meta->seed = cfg->seed;
+    FILE *f = fmemopen(meta->config, sizeof meta->config - 1, "w");
+    if (f) config_print(f, cfg), fclose(f);
+    snprintf(meta->program_version, sizeof meta->program_version, "%s", TSR_VERSION);
+    snprintf(dir, sizeof dir, "%s.import-XXXXXX", out);
+    int rc = mkdtemp(dir) ? 0 : TSR_EXIT_DATA;
+    if (rc) tsr_error("ckpt import: cannot make a directory beside %s: %s", out, strerror(errno));
+    if (!rc) rc = ckpt_save(dir, meta, ts, n, 2, step, sizeof step, NULL);
+    if (!rc && rename(step, out) != 0) {
+        tsr_error("ckpt import: cannot rename %s to %s: %s", step, out, strerror(errno));
+        rc = TSR_EXIT_DATA;
+    }
+    if (!rc || access(dir, F_OK) == 0) { /* the directory holds `latest` alone, or nothing */
+        snprintf(step, sizeof step, "%s/latest", dir);
+        unlink(step);
+        rmdir(dir);
+    }
+    free(meta);
+    return rc;
+}
+
+static int run_import(const sub_args *a) {
+    const char *in = a->operand[0], *out = a->operand[1];
+    struct stat st;
+    if (!hf_is_dir(in)) {
+        tsr_error("ckpt import: %s is not a Hugging Face directory (config.json with "
+                  "model.safetensors or its index)", in);
+        return TSR_EXIT_DATA;
+    }
+    if (stat(out, &st) == 0) {
+        tsr_error("ckpt import: %s exists: give a new file (nothing is replaced)", out);
+        return TSR_EXIT_USAGE;
+    }
+    tsr_config *cfg = tsr_malloc(sizeof *cfg);
+    tsr_model m;
+    tsr_dist d;
+    int argc = 0;
+    char **argv = NULL;
+    int rc = ckpt_model_load(in, NULL, 0, 0, cfg, &m, NULL, 0);
+    if (!rc) {
+        dist_init(&d, &argc, &argv); /* ckpt_save writes through MPI-IO in the MPI build */
+        rc = write_checkpoint(&m, cfg, out);
+        if (!rc) printf("imported %s: %zu parameters, step 0, as %s\n", in, m.n_params, out);
+        model_free(&m);
+        dist_finalize();
+    }
     free(cfg);
     return rc;
 }

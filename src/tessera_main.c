@@ -46,9 +46,9 @@ static const struct command {
     {"synth", cmd_synth, "write the deterministic synthetic corpus used by the demo and tests"},
     {"verify-data", cmd_verify_data, "check a dataset's headers and checksums"},
     {"config-doc", cmd_config_doc, "print the config key reference (docs/config.md)"},
-    {"generate", cmd_generate, "complete a prompt with a checkpoint's model (KV cache, top-k/p)"},
-    {"ckpt", cmd_ckpt, "list, verify and inspect checkpoints"},
-    {"eval", cmd_eval, "score a checkpoint: validation loss, in-context-learning tasks"},
+    {"generate", cmd_generate, "complete a prompt with a checkpoint's or Hugging Face model (KV cache)"},
+    {"ckpt", cmd_ckpt, "checkpoints: ls, verify, inspect; export to and import from Hugging Face"},
+    {"eval", cmd_eval, "score a checkpoint or Hugging Face model: validation loss, ICL tasks"},
 };
 
 static void usage(FILE *f) {
@@ -59,21 +59,15 @@ static void usage(FILE *f) {
             CLI_EXITS);
 }
 
-/* LoRA checkpoints name their base; one in a Hugging Face directory is read through src/hf
- * (ckpt_model.h's hand-over: the checkpoint layer sits below src/hf) */
-static int hf_load_base(const char *dir, tsr_model *m) {
-    hf_import *h = NULL;
-    uint64_t bytes = 0;
-    int rc = hf_import_open(&h, dir, m);
-    if (!rc) rc = hf_import_read(h, m, 0, m->n_params, m->params, &bytes);
-    hf_import_close(h);
-    return rc;
-}
-static const ckpt_model_importer hf_base = {hf_is_dir, hf_load_base};
+/* A Hugging Face directory where a checkpoint is taken (eval, generate, ckpt; a LoRA
+ * checkpoint's base) is read through src/hf (ckpt_model.h's hand-over: the checkpoint layer sits
+ * below src/hf) */
+static const ckpt_model_importer hf_source = {hf_is_dir, hf_model_read, hf_config_alone,
+                                              hf_is_peft_dir, hf_peft_model_load};
 
 int main(int argc, char **argv) {
     blas_fix_coretype(argv);
-    ckpt_model_use_importer(&hf_base);
+    ckpt_model_use_importer(&hf_source);
     if (argc < 2) {
         usage(stderr);
         return TSR_EXIT_USAGE;

@@ -148,9 +148,13 @@ typedef struct tsr_phase_config {
     unsigned char named[TSR_MAX_STREAMS]; /* stream k named in this phase */
 } tsr_phase_config;
 
+/* data.tokenizer_mismatch: a recipe's data.tokenizer that is not the one the dataset was prepared
+ * with stops the start (error), or is used as the recipe says (allow) */
+typedef enum { TSR_TOK_MISMATCH_ERROR = 0, TSR_TOK_MISMATCH_ALLOW, TSR_TOK_MISMATCH_COUNT } tsr_tok_mismatch;
 typedef struct tsr_data_config {
     char train[1024], val[1024]; /* dataset directories; val "" = no eval */
     char tokenizer[1024];        /* for decoding samples: "gpt2", a directory or a file; "" = none */
+    int tokenizer_mismatch;      /* tsr_tok_mismatch: a data.tokenizer other than the dataset's */
     int shuffle, verify;
     char stage_to[1024];         /* node-local staging directory; "" = read in place */
     char cache_limit[32];        /* size text ("20G"); parsed into cache_limit_bytes */
@@ -252,6 +256,9 @@ typedef struct tsr_config {
         char targets[128];    /* "all-linear", or a subset of "q,k,v,o,gate,up,down" */
         char base[1024];      /* the frozen base model: a checkpoint, run dir or Hugging Face
                                * directory; "" = --init-from's (or the seed's weights) */
+        char base_relative[1024]; /* the base's path relative to run_dir, written by the
+                                   * trainer beside the absolute lora.base (a moved tree still
+                                   * finds it); "" = none */
         char base_checksum[32]; /* "crc32c:XXXXXXXX" of the base's weights as loaded: written
                                  * by the trainer, checked on resume; "" = not yet */
     } lora;
@@ -281,6 +288,35 @@ typedef struct tsr_config {
 /* Loads defaults, then `path`, then each "key=value" of sets (n_sets of them), validates.
  * Returns 0 or TSR_EXIT_USAGE after printing the error. */
 int config_load(tsr_config *cfg, const char *path, const char *const *sets, int n_sets);
+/* Values of keys that a model's own files state (a Hugging Face directory's config.json: src/hf
+ * hf_config_fill), for config_load_filled. */
+#define TSR_FILL_MAX 48
+typedef struct tsr_config_fill {
+    char source[1100];     /* "DIR/config.json", named in messages */
+    int n;
+    struct {
+        char key[48];      /* "model.n_layer" */
+        char value[64];    /* as --set writes it: "3", "rope", "1e-05" */
+        char from[96];     /* what the source says: "num_hidden_layers = 3" */
+        int soft;          /* fills the key when the recipe leaves it out, never disagrees (a
+                            * model's context, a setting a run may change) */
+    } kv[TSR_FILL_MAX];
+} tsr_config_fill;
+/* config_load, with fill's values for the keys that the file and sets leave out (they count as
+ * given: a required model.* key filled is not missing). A key that the file or a --set gives
+ * another value than a hard fill entry is a disagreement (derived sizes compared resolved:
+ * model.n_kv_head 0 is n_head, head_dim 0 d_model / n_head); all of them are listed in one error,
+ * with the --set of each. fill NULL: config_load. Returns 0 or TSR_EXIT_USAGE. */
+int config_load_filled(tsr_config *cfg, const char *path, const char *const *sets, int n_sets,
+                       const tsr_config_fill *fill);
+/* config_load over another config: the keys the file and sets leave out keep base's values
+ * (instead of the key table's defaults; no key is missing), e.g. an evaluation's config over a
+ * checkpoint's. A key under one of the prefixes in fixed ("model.") that the file or a --set gives
+ * another value than base's is an error naming it and what (base_name) it comes from. Returns 0
+ * or TSR_EXIT_USAGE. */
+int config_load_over(tsr_config *cfg, const char *path, const char *const *sets, int n_sets,
+                     const tsr_config *base, const char *base_name, const char *const *fixed,
+                     int n_fixed);
 /* Checks what depends on the world size: parallel.context dividing world (and 2 x it seq_len),
  * global_batch divisible by the data ranks (world / parallel.context), the per-rank batch by
  * micro_batch. Returns 0 or TSR_EXIT_USAGE after printing the error. */
@@ -289,6 +325,15 @@ int config_check_world(const tsr_config *cfg, int world);
  * why (what the key accepts, as --set says it). For messages that suggest a --set: a suggestion
  * is checked before it is made. */
 int config_check_set(const char *key, const char *value, char *why, size_t n);
+/* LoRA's base (docs/lora.md "Where the base is"): records in cfg the base at path as the run
+ * keeps it: lora.base absolute, lora.base_relative from run_dir (both made absolute first). 0, or
+ * TSR_EXIT_USAGE after tsr_error (a path longer than the keys hold, one that does not resolve). */
+int config_lora_base_record(tsr_config *cfg, const char *path, const char *run_dir);
+/* Where cfg's LoRA base is now: lora.base when it exists, else run_dir/lora.base_relative (run_dir:
+ * the directory of the checkpoint that records them). 0 with the path in out (lora.base as it is
+ * when neither exists but lora.base names nothing: "" = the seed's weights), or TSR_EXIT_DATA
+ * after an error saying it is the LoRA base, where it was looked for and --set lora.base=PATH. */
+int config_lora_base_find(const tsr_config *cfg, const char *run_dir, char *out, size_t cap);
 /* The layers activation checkpointing applies to: [*lo, *lo + *n) (n = 0 with
  * activation_checkpointing = none), from activation_checkpointing_layers (the first N, -1 = all) or
  * activation_checkpointing_range ("A-B", 0-based, inclusive). Returns 0, or -1 with the reason in

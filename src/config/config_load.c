@@ -37,6 +37,8 @@ typedef struct load_ctx {
     char *text_name, *text;          /* cached source text for the integer check */
     int mix_line;                    /* where data.mix was given (0 = not given) */
     const char *mix_file;
+    const tsr_config_fill *fill;     /* config_load_filled: a model's own values, or NULL */
+    int over;                        /* config_load_over: every key has base's value already */
 } load_ctx;
 
 static int key_index(const cfgtab_key *k) { return (int)(k - cfgtab_keys); }
@@ -364,7 +366,9 @@ static const char *const cross_rules[] = {
 static const char *where(const load_ctx *c, const char *name, char *buf, size_t n) {
     const cfgtab_key *k = cfgtab_find(name);
     int i = k ? key_index(k) : 0;
-    if (k && c->given[i] && c->line[i] > 0)
+    if (k && c->given[i] && c->line[i] == -2) /* filled from a model's files */
+        snprintf(buf, n, "%s: ", c->file[i]);
+    else if (k && c->given[i] && c->line[i] > 0)
         snprintf(buf, n, "%s:%d: ", c->file[i] ? c->file[i] : c->path, c->line[i]);
     else if (k && c->given[i])
         snprintf(buf, n, "--set %.500s: ", c->set_arg[i]);
@@ -608,16 +612,110 @@ static void validate(load_ctx *c) {
     validate_data(c);
 }
 
+/* ---- values a model's own files state (config_load_filled) ---- */
+
+/* A size the model config derives when it is 0 (model.n_kv_head 0 = n_head ...): its resolved
+ * value in *v, or 0 when key is not one of them or the config does not resolve. */
+static int resolved_size(const tsr_model_config *m, const char *key, long *v) {
+    tsr_model_dims d;
+    const char *bad;
+    char why[256];
+    if (config_model_dims(m, &d, &bad, why, sizeof why) != 0) return 0;
+    if (!strcmp(key, "model.n_kv_head")) *v = d.KVH;
+    else if (!strcmp(key, "model.head_dim")) *v = d.hs;
+    else if (!strcmp(key, "model.intermediate_size")) *v = d.F;
+    else if (!strcmp(key, "model.moe_intermediate_size")) *v = d.FE;
+    else return 0;
+    return 1;
+}
+
+/* Does the recipe's value of k (in c->cfg) equal the fill's (in mine, the recipe's config with
+ * every fill value assigned)? Floats within 1e-6 relative (a float32 written to JSON); derived
+ * sizes resolved. */
+static int same_value(const load_ctx *c, const cfgtab_key *k, const tsr_config *mine) {
+    long a, b;
+    if (resolved_size(&c->cfg->model, k->name, &a) && resolved_size(&mine->model, k->name, &b))
+        return a == b;
+    if (k->type == CFGK_FLOAT) {
+        double x = *(const double *)((const char *)c->cfg + k->offset);
+        double y = *(const double *)((const char *)mine + k->offset);
+        return fabs(x - y) <= 1e-6 * fabs(y);
+    }
+    return memcmp((const char *)c->cfg + k->offset, (const char *)mine + k->offset, k->size) == 0;
+}
+
+/* A disagreement of the recipe's key k with fill entry e, appended to list. */
+static void add_disagreement(const load_ctx *c, const cfgtab_key *k, const char *from,
+                             const char *value, char *list, size_t cap) {
+    char val[256], at[1200];
+    size_t used = strlen(list);
+    cfgtab_format(k, c->cfg, val, sizeof val);
+    if (used + 1 < cap)
+        snprintf(list + used, cap - used, "\n  %s%s = %s, but %s: --set %s=%s",
+                 where(c, k->name, at, sizeof at), k->name, val, from, k->name, value);
+}
+
+/* The fill's values for the keys the recipe left out; every hard one it sets otherwise is listed
+ * in one error (compared once all are filled, so that sizes resolve against the final model). */
+static void apply_fill(load_ctx *c) {
+    const tsr_config_fill *f = c->fill;
+    tsr_config *mine = tsr_malloc(sizeof *mine); /* the recipe with every fill value */
+    char why[256], *list = tsr_calloc(1, 16384);
+    int differ = 0;
+    *mine = *c->cfg;
+    for (int j = 0; j < f->n; j++) {
+        const cfgtab_key *k = cfgtab_find(f->kv[j].key);
+        cfgtab_value v = {.kind = CFGV_TEXT, .s = f->kv[j].value};
+        const char *err = k ? cfgtab_assign(k, mine, &v, why, sizeof why) : "no such key";
+        if (err) { /* a value no model has: the source's fault */
+            tsr_error("%s: %s gives %s = %s: %s", f->source, f->kv[j].from, f->kv[j].key,
+                      f->kv[j].value, err);
+            c->errors++;
+        } else if (!c->given[key_index(k)]) {
+            int i = key_index(k);
+            cfgtab_assign(k, c->cfg, &v, why, sizeof why);
+            c->present[i] = 1;
+            c->line[i] = -2;
+            c->file[i] = f->source;
+        }
+    }
+    for (int j = 0; j < f->n && !c->errors; j++) {
+        const cfgtab_key *k = cfgtab_find(f->kv[j].key);
+        if (f->kv[j].soft || c->line[key_index(k)] == -2 || !c->given[key_index(k)]) continue;
+        if (!same_value(c, k, mine)) {
+            differ++;
+            add_disagreement(c, k, f->kv[j].from, f->kv[j].value, list, 16384);
+        }
+    }
+    for (int i = 0; i < cfgtab_n_keys; i++)
+        if (c->line[i] == -2) c->given[i] = 1;
+    if (differ) {
+        tsr_error("%s describes the model, and the recipe sets %d key%s otherwise (leave the "
+                  "model.* keys out of the recipe to take them from it, or start from weights of "
+                  "the recipe's shape):%s", f->source, differ, differ > 1 ? "s" : "", list);
+        c->errors++;
+    }
+    free(list);
+    free(mine);
+}
+
 /* ---- public ---- */
 
-int config_load(tsr_config *cfg, const char *path, const char *const *sets, int n_sets) {
+/* config_load and its two variants: fill (a model's values) or base (the start instead of the
+ * defaults) may be given. */
+static int load(tsr_config *cfg, const char *path, const char *const *sets, int n_sets,
+                const tsr_config_fill *fill, const tsr_config *base) {
     load_ctx c;
     config_t lc;
     memset(&c, 0, sizeof c);
     if (cfgtab_n_keys > MAX_KEYS) tsr_die(TSR_EXIT_INTERNAL, "config: raise MAX_KEYS to %d", cfgtab_n_keys);
-    cfgtab_defaults(cfg);
+    if (base) *cfg = *base;
+    else cfgtab_defaults(cfg);
     c.cfg = cfg;
     c.path = path;
+    c.fill = fill;
+    c.over = base != NULL;
+    if (c.over) memset(c.present, 1, sizeof c.present);
     if (path && tsr_snprintf(cfg->source, sizeof cfg->source, "%s", path) != 0) {
         tsr_error("%.200s...: cannot read config: path longer than %zu bytes", path,
                   sizeof cfg->source - 1);
@@ -627,6 +725,7 @@ int config_load(tsr_config *cfg, const char *path, const char *const *sets, int 
     int rc = path ? read_file(&c, &lc) : 0;
     if (rc == 0) {
         for (int i = 0; i < n_sets; i++) apply_set(&c, sets[i]);
+        if (fill && c.errors == 0) apply_fill(&c);
         check_required(&c);
         if (c.errors == 0) validate(&c);
         rc = c.errors ? TSR_EXIT_USAGE : 0;
@@ -635,6 +734,39 @@ int config_load(tsr_config *cfg, const char *path, const char *const *sets, int 
     free(c.text_name);
     free(c.text);
     return rc;
+}
+
+int config_load(tsr_config *cfg, const char *path, const char *const *sets, int n_sets) {
+    return load(cfg, path, sets, n_sets, NULL, NULL);
+}
+
+int config_load_filled(tsr_config *cfg, const char *path, const char *const *sets, int n_sets,
+                       const tsr_config_fill *fill) {
+    return load(cfg, path, sets, n_sets, fill, NULL);
+}
+
+/* A key under one of the prefixes fixed[] with another value than base's: reported. */
+static int pinned_differs(const cfgtab_key *k, const tsr_config *cfg, const tsr_config *base,
+                          const char *path, const char *base_name, const char *const *fixed,
+                          int n_fixed) {
+    int pinned = 0;
+    for (int j = 0; j < n_fixed; j++) pinned |= !strncmp(k->name, fixed[j], strlen(fixed[j]));
+    char mine[256], theirs[256];
+    cfgtab_format(k, cfg, mine, sizeof mine);
+    cfgtab_format(k, base, theirs, sizeof theirs);
+    if (!pinned || !strcmp(mine, theirs)) return 0;
+    tsr_error("%s: %s = %s, but it comes from %s, which has %s: leave it out", path ? path : "--set",
+              k->name, mine, base_name, theirs);
+    return 1;
+}
+
+int config_load_over(tsr_config *cfg, const char *path, const char *const *sets, int n_sets,
+                     const tsr_config *base, const char *base_name, const char *const *fixed,
+                     int n_fixed) {
+    int rc = load(cfg, path, sets, n_sets, NULL, base), bad = 0;
+    for (int i = 0; !rc && i < cfgtab_n_keys; i++)
+        bad += pinned_differs(&cfgtab_keys[i], cfg, base, path, base_name, fixed, n_fixed);
+    return rc ? rc : bad ? TSR_EXIT_USAGE : 0;
 }
 
 /* The mixture-of-experts keys (docs/moe.md) into d (E, K, FE, S, LM; all 0 in a dense model, where

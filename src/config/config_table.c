@@ -30,6 +30,7 @@ _Static_assert(NELEM(norm_names) == TSR_NORM_COUNT, "norm_names vs tsr_norm_kind
 static const char *const mlp_names[] = {"gelu", "swiglu"};
 _Static_assert(NELEM(mlp_names) == TSR_MLP_COUNT, "mlp_names vs tsr_mlp_kind");
 static const char *const rope_scaling_names[] = {"none", "llama3"};
+static const char *const tok_mismatch_names[] = {"error", "allow"};
 _Static_assert(NELEM(rope_scaling_names) == TSR_ROPE_SCALING_COUNT,
                "rope_scaling_names vs tsr_rope_scaling_kind");
 _Static_assert(NELEM(pos_names) == TSR_POS_COUNT, "pos_names vs tsr_pos_kind");
@@ -342,9 +343,15 @@ const cfgtab_key cfgtab_keys[] = {
             "of the rank count); false = dataset order."},
     {.name = "data.verify", .type = CFGK_BOOL, FIELD(data.verify), .def = "true",
      .doc = "Verify every shard's checksum when a dataset is opened (reads it once)."},
-    {.name = "data.tokenizer", .type = CFGK_STRING, FIELD(data.tokenizer), .def = "", .ilo = 0,
-     .doc = "Tokenizer used to decode samples: `gpt2`, a directory with encoder.json + vocab.bpe, "
-            "or a `tessera tokenizer train` file; empty = print token ids."},
+    {.name = "data.tokenizer", .type = CFGK_STRING, FIELD(data.tokenizer), .def = "auto", .ilo = 0,
+     .doc = "Tokenizer used to decode samples and encode ICL tasks: `gpt2`, a directory with "
+            "encoder.json + vocab.bpe, a Hugging Face tokenizer.json (or its directory) or a "
+            "`tessera tokenizer train` file; `auto` = the one data.train was prepared with (its "
+            "index's `tokenizer`; none when it records none); empty = none (print token ids)."},
+    {.name = "data.tokenizer_mismatch", .type = CFGK_ENUM, FIELD(data.tokenizer_mismatch),
+     .def = "error", ENUM(tok_mismatch_names),
+     .doc = "A data.tokenizer other than the one the dataset was prepared with (its index's "
+            "`tokenizer`): `error` stops the start naming both; `allow` decodes with the recipe's."},
     {.name = "data.stage_to", .type = CFGK_STRING, FIELD(data.stage_to), .def = "", .ilo = 0,
      .doc = "Node-local directory (e.g. /local/scratch/$USER) to stage the training shards into "
             "ahead of use, one copy per node (docs/staging.md); \"\" = read in place."},
@@ -569,6 +576,11 @@ const cfgtab_key cfgtab_keys[] = {
      .doc = "LoRA: the frozen base model: a checkpoint, a run directory or a Hugging Face "
             "directory; \"\" = the one --init-from names, else the seed's initial weights (a "
             "warning). A resume reads the base again from here."},
+    {.name = "lora.base_relative", .type = CFGK_STRING, FIELD(lora.base_relative), .def = "",
+     .ilo = 0,
+     .doc = "LoRA: the base's path relative to run_dir, written by the trainer beside the "
+            "absolute lora.base; where lora.base is gone (a run tree moved or copied), the base is "
+            "looked for here. Leave it empty."},
     {.name = "lora.base_checksum", .type = CFGK_STRING, FIELD(lora.base_checksum), .def = "",
      .ilo = 0,
      .doc = "LoRA: `crc32c:XXXXXXXX`, the checksum of the base's weights as loaded: written by the "

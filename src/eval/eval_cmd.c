@@ -30,9 +30,11 @@
 #include "tokenizer/tokenizer.h"
 
 static const cli_opt eval_opts[] = {
-    {"ckpt", 'C', "PATH", "checkpoint: a step-*.h5 file, a run directory or its `latest` (required)"},
-    {"config", 'c', "FILE", "recipe with what to evaluate (data.val, icl_tasks, eval_samples); "
-                            "default: the checkpoint's own config"},
+    {"ckpt", 'C', "PATH", "checkpoint: a step-*.h5 file, a run directory or its `latest`, or a "
+                          "Hugging Face directory (required)"},
+    {"config", 'c', "FILE", "what to evaluate (data.val, eval_samples, icl_tasks, "
+                            "data.tokenizer, micro_batch; the model and seq_len are the "
+                            "checkpoint's); default: the checkpoint's own config"},
     {"set", 's', "KEY=VALUE", "override a key of that config (repeatable), e.g. threads=4"},
     {"val", CLI_NO_SHORT('v'), "DIR", "another validation dataset (repeatable)"},
     {"out", 'o', "FILE", "write the JSON report here too (temp file + rename)"},
@@ -132,6 +134,13 @@ static int pair_scores(tsr_model *m, batch *b, const char *dir, int64_t limit,
 static int val_loss(tsr_model *m, batch *b, const char *dir, int64_t limit, const tsr_dist *d,
                     double *loss, double *samples) {
     tsr_dataset *ds;
+    uint64_t packed = 0; /* examples packed whole into rows of packed tokens (tessera prep --pack) */
+    if (dataset_index_note(dir, "packed_seq_len", &packed) == 1 && packed != (uint64_t)b->T) {
+        tsr_error("eval: %s is packed for seq_len %llu (its index.tsv), the model is evaluated at "
+                  "seq_len %d (the checkpoint's): rows would cut its examples; give --set "
+                  "seq_len=%llu", dir, (unsigned long long)packed, b->T, (unsigned long long)packed);
+        return TSR_EXIT_USAGE;
+    }
     TSR_CHECK(dataset_open(&ds, dir, 1));
     uint64_t n = 0;
     *loss = data_mean_loss(ds, dir, b->T, b->B, limit, d, forward, m, b->in, b->tg, &n);
@@ -234,7 +243,10 @@ static int evaluate(const eval_args *a, const tsr_dist *d) {
     tsr_model m;
     char file[1200];
     TSR_CHECK(ckpt_model_load(a->ckpt, a->sets, a->n_sets, 0, &mc, &m, file, sizeof file));
-    int rc = a->config ? config_load(&ec, a->config, a->sets, a->n_sets) : (ec = mc, 0);
+    /* --config says what to evaluate; the model (and its seq_len) is the checkpoint's */
+    static const char *const pinned[] = {"model.", "lora.", "seq_len"};
+    int rc = a->config ? config_load_over(&ec, a->config, a->sets, a->n_sets, &mc, file, pinned, 3)
+                       : (ec = mc, 0);
     report *r = tsr_calloc(1, sizeof *r);
     icl_suite icl = {0};
     tsr_tokenizer *icl_tok = NULL;

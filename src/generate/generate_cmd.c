@@ -33,7 +33,7 @@
 #define GEN_MAX_STOPS 16      /* ids that end a completion */
 
 static const cli_opt gen_opts[] = {
-    {"ckpt", 'C', "PATH", "checkpoint: a step-NNNNNNNN.h5 file, a run directory or its `latest` (required)"},
+    {"ckpt", 'C', "PATH", "checkpoint: a step-NNNNNNNN.h5 file, a run directory or its `latest`, or a Hugging Face directory (required)"},
     {"prompt", 'p', "TEXT", "prompt text, encoded with the tokenizer (special tokens recognised)"},
     {"prompt-ids", CLI_NO_SHORT('i'), "IDS", "prompt as token ids, e.g. \"1 2 3\" (no tokenizer needed); with neither, "
                                "the prompt is the end-of-text token"},

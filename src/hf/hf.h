@@ -60,9 +60,37 @@ int hf_is_peft_dir(const char *path);
 int hf_read_adapter(const char *dir, const tsr_config *cfg, struct tsr_lora *lo, char *base,
                     size_t cap);
 
+/* A PEFT adapter directory as a whole model (tessera eval, generate, ckpt export --merge): its
+ * base (--set lora.base=PATH among sets, else base_model_name_or_path: a checkpoint, run directory
+ * or Hugging Face directory) read with sets (but the lora.* ones) through ckpt_model_load, then
+ * the adapters read (hf_read_adapter) and merged in. cfg is the base's, with the adapter's lora
+ * keys. 0 or an exit status after tsr_error; on failure m holds nothing. */
+int hf_peft_model_load(const char *dir, const char *const *sets, int n_sets, int T,
+                       tsr_config *cfg, tsr_model *m);
+
 /* Is path a Hugging Face directory (a directory holding model.safetensors,
  * model.safetensors.index.json or config.json)? */
 int hf_is_dir(const char *path);
+
+/* config.json of the Hugging Face directory dir as a run's model.* keys (docs/hf.md "Import":
+ * every key the weights fix, and the model's context as a soft entry), for config_load_filled.
+ * 0 or TSR_EXIT_DATA (unreadable, not JSON, another model_type) after tsr_error. */
+int hf_config_fill(const char *dir, tsr_config_fill *f);
+/* The run's config for the model in the Hugging Face directory dir: config_load_filled with
+ * hf_config_fill's entries (the recipe path, NULL for none, and sets), then config.json checked
+ * against the resulting model's layout (nothing allocated), so that every fault is reported before
+ * the weights are. standalone (no recipe: tessera eval, generate, ckpt on the directory): the
+ * training keys a recipe must give are filled for reading the model (seq_len = the model's
+ * context up to 2048, data.tokenizer = dir when it holds a tokenizer.json). 0, TSR_EXIT_USAGE or
+ * TSR_EXIT_DATA after tsr_error. */
+int hf_config_load(const char *dir, const char *path, const char *const *sets, int n_sets,
+                   int standalone, tsr_config *cfg);
+/* Every weight of the allocated model m (its config hf_config_load's) from dir, on this process.
+ * 0 or an exit status after tsr_error. */
+int hf_model_read(const char *dir, tsr_model *m);
+/* hf_config_load standing alone (no recipe, sets applied): `tessera eval`, `generate` and `ckpt`
+ * on a Hugging Face directory (ckpt_model.h's importer). */
+int hf_config_alone(const char *dir, const char *const *sets, int n_sets, tsr_config *cfg);
 
 /* Import, in two phases so that a parallel caller can mute all ranks but one around the first:
  *   hf_import_open  reads config.json and the safetensors header and checks them against m's

@@ -16,6 +16,7 @@
 
 #include "common.h"
 #include "fsutil.h"
+#include "hf/hf.h"
 #include "hf/hf_internal.h"
 #include "ops.h"
 #include "json.h"
@@ -74,6 +75,17 @@ static void write_moe(textbuf *b, const tsr_model *m, hf_arch a) {
     add(b, "  \"router_aux_loss_coef\": %s,\n  \"output_router_logits\": false,\n", coef);
 }
 
+/* max_position_embeddings: the model's context, not the last run's seq_len: model.max_seq_len
+ * (an --init-from Hugging Face run takes the base's), else the context Llama 3's RoPE scaling
+ * extends to (original x factor), else the run's seq_len. */
+static int rope_context(const tsr_model *m) {
+    const tsr_model_config *c = &m->cfg;
+    double scaled = c->rope_original_max_pos * c->rope_factor;
+    if (c->max_seq_len > 0) return c->max_seq_len;
+    if (c->rope_scaling == TSR_ROPE_SCALING_LLAMA3 && scaled > m->maxT && scaled < 1e9) return (int)scaled;
+    return m->maxT;
+}
+
 /* The Llama family's keys (LlamaConfig and its relatives). */
 static void write_llama(textbuf *b, const tsr_model *m, hf_arch a) {
     const tsr_model_config *c = &m->cfg;
@@ -82,7 +94,7 @@ static void write_llama(textbuf *b, const tsr_model *m, hf_arch a) {
             "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
             "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n  \"hidden_act\": \"silu\",\n"
             "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n  \"rope_theta\": %s,\n",
-        m->V, m->C, a == HF_MIXTRAL ? m->FE : m->F, m->L, m->NH, m->KVH, m->hs, m->maxT,
+        m->V, m->C, a == HF_MIXTRAL ? m->FE : m->F, m->L, m->NH, m->KVH, m->hs, rope_context(m),
         json_double(eps, sizeof eps, c->norm_eps), json_double(theta, sizeof theta, c->rope_theta));
     if (c->rope_scaling == TSR_ROPE_SCALING_LLAMA3)
         add(b, "  \"rope_scaling\": {\n    \"rope_type\": \"llama3\",\n    \"factor\": %s,\n"
@@ -538,4 +550,192 @@ int hf_config_check(const char *path, const tsr_model *m, hf_config *out) {
     json_doc_free(&doc);
     free(text);
     return c.rc;
+}
+
+/* ================================ filling a run's config ================================ */
+
+typedef struct filler {
+    checker c;
+    tsr_config_fill *f;
+} filler;
+
+/* One entry: the run's key gets value; from says where config.json states it. */
+static void put(filler *F, int soft, const char *run_key, const char *value, const char *from) {
+    tsr_config_fill *f = F->f;
+    if (f->n == TSR_FILL_MAX) tsr_die(TSR_EXIT_INTERNAL, "hf_config_fill: raise TSR_FILL_MAX");
+    snprintf(f->kv[f->n].key, sizeof f->kv[0].key, "%s", run_key);
+    snprintf(f->kv[f->n].value, sizeof f->kv[0].value, "%s", value);
+    snprintf(f->kv[f->n].from, sizeof f->kv[0].from, "config.json has %.79s", from);
+    f->kv[f->n++].soft = soft;
+}
+
+/* A key's value as config.json states it, or transformers' default when absent. */
+static void put_key(filler *F, int soft, const char *run_key, const json_value *obj,
+                    const char *hf_key, const char *value) {
+    char from[96];
+    if (member(obj, hf_key)) snprintf(from, sizeof from, "%s = %s", hf_key, value);
+    else snprintf(from, sizeof from, "no %s (transformers' default: %s)", hf_key, value);
+    put(F, soft, run_key, value, from);
+}
+
+static void put_int(filler *F, int soft, const char *run_key, const char *hf_key, long def) {
+    char v[32];
+    snprintf(v, sizeof v, "%ld", get_int(&F->c, F->c.root, hf_key, def));
+    put_key(F, soft, run_key, F->c.root, hf_key, v);
+}
+
+static void put_num(filler *F, const char *run_key, const json_value *obj, const char *hf_key,
+                    double def) {
+    char v[32];
+    put_key(F, 0, run_key, obj, hf_key, json_double(v, sizeof v, get_num(&F->c, obj, hf_key, def)));
+}
+
+static void put_bool(filler *F, const char *run_key, const char *hf_key, int def) {
+    put_key(F, 0, run_key, F->c.root, hf_key,
+            get_bool(&F->c, F->c.root, hf_key, def) ? "true" : "false");
+}
+
+/* A value the model_type implies ("model_type \"qwen2\" (q, k, v biases)"). */
+static void put_word(filler *F, const char *run_key, const char *word, hf_arch a, const char *what) {
+    char from[96];
+    snprintf(from, sizeof from, "model_type \"%s\" (%s)", hf_model_type[a], what);
+    put(F, 0, run_key, word, from);
+}
+
+/* rope_theta and the Llama 3 scaling (rope_scaling, or transformers 5's rope_parameters); another
+ * scaling type fills nothing (hf_config_check refuses it by name). */
+static void fill_rope(filler *F) {
+    const json_value *r = F->c.root, *rs = member(r, "rope_scaling");
+    const char *key = "rope_scaling";
+    if ((!rs || rs->type == JSON_NULL) && member(r, "rope_parameters")) {
+        key = "rope_parameters";
+        rs = member(r, key);
+    }
+    int obj = rs && rs->type == JSON_OBJECT;
+    const char *type = obj ? get_str(&F->c, rs, "rope_type", get_str(&F->c, rs, "type", "default")) : "default";
+    if (obj && member(rs, "rope_theta")) put_num(F, "model.rope_theta", rs, "rope_theta", 10000);
+    else put_num(F, "model.rope_theta", r, "rope_theta", 10000);
+    char from[96];
+    snprintf(from, sizeof from, "%s of type \"%s\"", key, type);
+    if (!strcmp(type, "default")) put(F, 0, "model.rope_scaling", "none", from);
+    if (strcmp(type, "llama3") != 0) return;
+    put(F, 0, "model.rope_scaling", "llama3", from);
+    put_num(F, "model.rope_factor", rs, "factor", 8);
+    put_num(F, "model.rope_low_freq_factor", rs, "low_freq_factor", 1);
+    put_num(F, "model.rope_high_freq_factor", rs, "high_freq_factor", 4);
+    char v[32];
+    snprintf(v, sizeof v, "%ld", get_int(&F->c, rs, "original_max_position_embeddings", 8192));
+    put_key(F, 0, "model.rope_original_max_pos", rs, "original_max_position_embeddings", v);
+}
+
+static void fill_moe(filler *F, hf_arch a) {
+    int mix = a == HF_MIXTRAL;
+    put_int(F, 0, "model.moe_experts", mix ? "num_local_experts" : "num_experts", mix ? 8 : 128);
+    put_int(F, 0, "model.moe_top_k", "num_experts_per_tok", mix ? 2 : 8);
+    put_int(F, 0, "model.moe_intermediate_size", mix ? "intermediate_size" : "moe_intermediate_size",
+            mix ? 14336 : 768);
+    put_word(F, "model.moe_shared_size", "0", a, "no shared expert");
+    if (mix) {
+        put_word(F, "model.moe_every", "1", a, "experts in every layer");
+        put_word(F, "model.moe_norm_topk", "true", a, "renormalised top-k weights");
+    } else {
+        put_int(F, 0, "model.moe_every", "decoder_sparse_step", 1);
+        put_bool(F, "model.moe_norm_topk", "norm_topk_prob", 0);
+    }
+}
+
+static void fill_llama(filler *F, hf_arch a) {
+    const struct llama_defaults *d = &llama_def[a];
+    const json_value *r = F->c.root;
+    put_word(F, "model.pos", "rope", a, "RoPE");
+    put_word(F, "model.norm", "rmsnorm", a, "RMSNorm");
+    put_word(F, "model.mlp", "swiglu", a, "a SwiGLU MLP");
+    put_int(F, 0, "model.n_layer", "num_hidden_layers", d->layers);
+    long C = get_int(&F->c, r, "hidden_size", d->hidden), NH = get_int(&F->c, r, "num_attention_heads", d->heads);
+    put_int(F, 0, "model.d_model", "hidden_size", d->hidden);
+    put_int(F, 0, "model.n_head", "num_attention_heads", d->heads);
+    put_int(F, 0, "model.n_kv_head", "num_key_value_heads", d->kv ? d->kv : NH);
+    put_int(F, 0, "model.head_dim", "head_dim", a == HF_QWEN3 ? 128 : NH > 0 ? C / NH : 0);
+    if (a != HF_MIXTRAL) put_int(F, 0, "model.intermediate_size", "intermediate_size", d->inter);
+    put_int(F, 0, "model.vocab_size", "vocab_size", d->vocab);
+    put_num(F, "model.norm_eps", r, "rms_norm_eps", 1e-6);
+    fill_rope(F);
+    if (a == HF_LLAMA) put_bool(F, "model.bias", "attention_bias", 0);
+    else put_word(F, "model.bias", "false", a, "no o_proj or MLP biases");
+    if (a == HF_LLAMA && !get_bool(&F->c, r, "attention_bias", 0))
+        put_word(F, "model.qkv_bias", "false", a, "no q/k/v biases without attention_bias");
+    else if (a != HF_LLAMA)
+        put_word(F, "model.qkv_bias", a == HF_QWEN2 ? "true" : "false", a,
+                 a == HF_QWEN2 ? "q/k/v biases" : "no q/k/v biases");
+    put_word(F, "model.qk_norm", hf_arch_qk_norm(a) ? "true" : "false", a,
+             hf_arch_qk_norm(a) ? "QK-norm" : "no QK-norm");
+    put_bool(F, "model.tie_embeddings", "tie_word_embeddings", 0);
+    if (member(r, "max_position_embeddings")) /* the model's context (informational with RoPE) */
+        put_int(F, 1, "model.max_seq_len", "max_position_embeddings", 0);
+    if (hf_arch_moe(a)) fill_moe(F, a);
+    else put_word(F, "model.moe_experts", "0", a, "no experts");
+}
+
+static void fill_gpt2_mpt(filler *F, hf_arch a) {
+    const json_value *r = F->c.root;
+    int gpt2 = a == HF_GPT2;
+    put_word(F, "model.pos", gpt2 ? "learned" : "alibi", a, gpt2 ? "learned positions" : "ALiBi");
+    put_word(F, "model.norm", "layernorm", a, "LayerNorm");
+    put_word(F, "model.mlp", "gelu", a, "a GELU MLP");
+    put_word(F, "model.moe_experts", "0", a, "no experts");
+    put_int(F, 0, "model.n_layer", gpt2 ? "n_layer" : "n_layers", gpt2 ? 12 : 24);
+    put_int(F, 0, "model.d_model", gpt2 ? "n_embd" : "d_model", gpt2 ? 768 : 2048);
+    put_int(F, 0, "model.n_head", gpt2 ? "n_head" : "n_heads", gpt2 ? 12 : 16);
+    put_int(F, 0, "model.vocab_size", "vocab_size", gpt2 ? 50257 : 50368);
+    put_int(F, !gpt2, "model.max_seq_len", gpt2 ? "n_positions" : "max_seq_len", gpt2 ? 1024 : 2048);
+    if (!gpt2) {
+        put_word(F, "model.bias", "false", a, "no biases");
+        put_word(F, "model.gelu", "exact", a, "the exact GELU");
+        put_num(F, "model.expansion_ratio", r, "expansion_ratio", 4);
+        return;
+    }
+    long C = get_int(&F->c, r, "n_embd", 768), Fw = get_int(&F->c, r, "n_inner", 4 * C);
+    char v[32], from[96];
+    json_double(v, sizeof v, C > 0 ? (double)Fw / (double)C : 4);
+    snprintf(from, sizeof from, "n_inner = %ld at n_embd = %ld", Fw, C);
+    put(F, 0, "model.expansion_ratio", v, from);
+    const char *act = get_str(&F->c, r, "activation_function", "gelu_new");
+    snprintf(from, sizeof from, "activation_function = \"%s\"", act);
+    put(F, 0, "model.gelu", strcmp(act, "gelu") ? "tanh" : "exact", from);
+    put_word(F, "model.bias", "true", a, "biases; a run without them takes all-zero ones");
+    F->f->kv[F->f->n - 1].soft = 1;
+}
+
+int hf_config_fill(const char *dir, tsr_config_fill *f) {
+    memset(f, 0, sizeof *f);
+    if (tsr_snprintf(f->source, sizeof f->source, "%s/config.json", dir)) {
+        tsr_error("%.200s...: path too long", dir);
+        return TSR_EXIT_USAGE;
+    }
+    char *text;
+    size_t n;
+    int rc = fs_read_all(f->source, 0, &text, &n);
+    if (rc) return rc;
+    json_doc doc;
+    json_doc_init(&doc);
+    json_error err;
+    json_value *root = NULL;
+    filler F = {{f->source, NULL, 0}, f};
+    if (json_parse(&doc, text, n, &root, &err) != 0)
+        fault(&F.c, TSR_EXIT_DATA, "not valid JSON: %s at byte %zu", err.msg, err.pos);
+    else if (root->type != JSON_OBJECT)
+        fault(&F.c, TSR_EXIT_DATA, "a JSON %s, expected an object", json_type_name(root->type));
+    F.c.root = root;
+    const char *mt = F.c.rc ? "" : get_str(&F.c, root, "model_type", "");
+    hf_arch a = F.c.rc ? HF_ARCH_COUNT : hf_arch_named(mt);
+    if (!F.c.rc && a == HF_ARCH_COUNT)
+        fault(&F.c, TSR_EXIT_DATA, "model_type = \"%s\": tessera imports \"gpt2\", \"mpt\", "
+              "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"mixtral\" and \"qwen3_moe\" only", mt);
+    if (!F.c.rc) {
+        if (a < HF_LLAMA) fill_gpt2_mpt(&F, a);
+        else fill_llama(&F, a);
+    }
+    json_doc_free(&doc);
+    free(text);
+    return F.c.rc;
 }

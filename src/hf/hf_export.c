@@ -31,6 +31,7 @@
 #include "chat/chat_config.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_eos.h"
+#include "generate/gen_chat.h"
 
 typedef struct tok_files {
     int present;          /* tokenizer files to copy */
@@ -40,6 +41,8 @@ typedef struct tok_files {
     char gen[4096];       /* generation_config.json beside the tokenizer.json, or "" */
     long eot;             /* end of sequence: the id of <|endoftext|> or of the config's eos_token; -1 */
     long bos;             /* beginning of sequence: eot for GPT-2, the config's bos_token; -1 */
+    long turn;            /* the chat template's end of turn when it is another token than eot
+                           * (Llama 3's <|eot_id|> beside <|end_of_text|>); -1 */
     uint32_t vocab;
     char note[600];       /* why none are written */
 } tok_files;
@@ -47,6 +50,19 @@ typedef struct tok_files {
 static int has_suffix(const char *s, const char *suf) {
     size_t n = strlen(s), k = strlen(suf);
     return n >= k && !strcmp(s + n - k, suf);
+}
+
+/* The id that ends an assistant turn of the chat template beside the tokenizer (what `tessera
+ * generate --chat` stops at: gen_chat_end_of_turn) when it is not eot, else -1. */
+static long end_of_turn(const char *spec, const tsr_tokenizer *tok, long eot) {
+    gen_chat gc;
+    jinja_budget budget = {0};
+    tsr_log_mute(1); /* a template that does not load is the copied files' business, not ours */
+    int rc = gen_chat_open(&gc, spec, tok, 0, NULL, &budget);
+    tsr_log_mute(0);
+    uint32_t id = rc ? UINT32_MAX : gen_chat_end_of_turn(&gc, tok, NULL, "Hello");
+    gen_chat_free(&gc);
+    return id == UINT32_MAX || (long)id == eot ? -1 : (long)id;
 }
 
 /* A tokenizer.json's files: the JSON itself (spec, or spec/tokenizer.json for a directory) and the
@@ -75,6 +91,7 @@ static int resolve_hf(const char *spec, const tsr_tokenizer *tok, tok_files *t) 
     id = bos ? tokenizer_special_id(tok, bos) : UINT32_MAX;
     t->bos = id == UINT32_MAX ? -1 : (long)id;
     if (have_cfg) chat_config_free(&cc);
+    t->turn = end_of_turn(spec, tok, t->eot);
     /* generation_config.json beside tokenizer.json: the original model's (eos lists, sampling) */
     const char *slash = strrchr(t->json, '/');
     int dir_len = slash ? (int)(slash - t->json) : 1;
@@ -88,7 +105,7 @@ static int resolve_hf(const char *spec, const tsr_tokenizer *tok, tok_files *t) 
  * directory holding one), a tessera tokenizer file, "" or "none". */
 static int resolve_tokenizer(const char *spec, const tsr_model *m, tok_files *t) {
     memset(t, 0, sizeof *t);
-    t->eot = t->bos = -1;
+    t->eot = t->bos = t->turn = -1;
     if (!spec || !*spec || !strcmp(spec, "none")) {
         snprintf(t->note, sizeof t->note, "the checkpoint's config has no data.tokenizer%s",
                  spec && *spec ? " (--tokenizer none)" : "");
@@ -177,7 +194,10 @@ static int write_generation_config(const char *out_dir, const tok_files *t) {
     if (t->present && t->gen[0]) return copy_file(t->gen, path);
     int k = snprintf(text, sizeof text, "{\n  \"_from_model_config\": true");
     if (t->present && t->bos >= 0) k += snprintf(text + k, sizeof text - (size_t)k, ",\n  \"bos_token_id\": %ld", t->bos);
-    if (t->present && t->eot >= 0) k += snprintf(text + k, sizeof text - (size_t)k, ",\n  \"eos_token_id\": %ld", t->eot);
+    if (t->present && t->eot >= 0 && t->turn >= 0) /* every token that ends a turn */
+        k += snprintf(text + k, sizeof text - (size_t)k, ",\n  \"eos_token_id\": [%ld, %ld]", t->eot, t->turn);
+    else if (t->present && t->eot >= 0)
+        k += snprintf(text + k, sizeof text - (size_t)k, ",\n  \"eos_token_id\": %ld", t->eot);
     k += snprintf(text + k, sizeof text - (size_t)k, "\n}\n");
     return hf_write_file(path, text, (size_t)k);
 }

@@ -11,6 +11,7 @@
 #include "hf/hf.h"
 #include "hf/hf_internal.h"
 #include "json.h"
+#include "model/ckpt_model.h"
 #include "model/model_lora.h"
 
 /* the transformers module a target is, and its parent in a decoder layer */
@@ -225,25 +226,32 @@ static int check_peft_fields(const char *path, const json_value *root, const tsr
     return check_targets(path, root, cfg, lo);
 }
 
+/* path (adapter_config.json) read and parsed: 0 with *root an object, or TSR_EXIT_DATA after
+ * tsr_error. Free *text and doc after, whatever the status. */
+static int read_json(const char *path, json_doc *doc, char **text, json_value **root) {
+    size_t len;
+    json_error err;
+    *text = NULL;
+    json_doc_init(doc);
+    TSR_CHECK(fs_read_all(path, 1u << 20, text, &len));
+    if (json_parse(doc, *text, len, root, &err) != 0) {
+        tsr_error("%s: not JSON (%s at byte %zu)", path, err.msg, err.pos);
+        return TSR_EXIT_DATA;
+    }
+    if ((*root)->type != JSON_OBJECT) {
+        tsr_error("%s: a JSON %s, expected an object", path, json_type_name((*root)->type));
+        return TSR_EXIT_DATA;
+    }
+    return 0;
+}
+
 static int check_peft_config(const char *path, const tsr_config *cfg, const tsr_lora *lo,
                              char *base, size_t cap) {
     char *text;
-    size_t len;
-    TSR_CHECK(fs_read_all(path, 1u << 20, &text, &len));
     json_doc doc;
-    json_doc_init(&doc);
     json_value *root = NULL;
-    json_error err;
-    int rc;
-    if (json_parse(&doc, text, len, &root, &err) != 0) {
-        tsr_error("%s: not JSON (%s at byte %zu)", path, err.msg, err.pos);
-        rc = TSR_EXIT_DATA;
-    } else if (root->type != JSON_OBJECT) {
-        tsr_error("%s: a JSON %s, expected an object", path, json_type_name(root->type));
-        rc = TSR_EXIT_DATA;
-    } else {
-        rc = check_peft_fields(path, root, cfg, lo);
-    }
+    int rc = read_json(path, &doc, &text, &root);
+    if (!rc) rc = check_peft_fields(path, root, cfg, lo);
     const json_value *v = rc ? NULL : json_get(root, "base_model_name_or_path");
     snprintf(base, cap, "%s", v && json_str_plain(v) ? v->str : "");
     json_doc_free(&doc);
@@ -288,5 +296,82 @@ int hf_read_adapter(const char *dir, const tsr_config *cfg, struct tsr_lora *lo,
         rc = TSR_EXIT_DATA;
     }
     st_close(&f);
+    return rc;
+}
+
+/* ============================ a PEFT directory as a model ============================ */
+
+/* adapter_config.json's r, lora_alpha and target_modules into cfg's lora keys, and its
+ * base_model_name_or_path into base. 0 or TSR_EXIT_DATA after tsr_error. */
+static int adapter_keys(const char *path, tsr_config *cfg, char *base, size_t cap) {
+    char *text;
+    json_doc doc;
+    json_value *root = NULL;
+    int rc = read_json(path, &doc, &text, &root);
+    const json_value *r = rc ? NULL : json_get(root, "r"), *a = rc ? NULL : json_get(root, "lora_alpha");
+    const json_value *t = rc ? NULL : json_get(root, "target_modules");
+    const json_value *b = rc ? NULL : json_get(root, "base_model_name_or_path");
+    if (!rc && (!r || r->type != JSON_NUMBER || !a || a->type != JSON_NUMBER || !t ||
+                t->type != JSON_ARRAY)) {
+        tsr_error("%s: not a PEFT LoRA adapter_config.json (r, lora_alpha and target_modules)", path);
+        rc = TSR_EXIT_DATA;
+    } else if (!rc) {
+        cfg->lora.rank = (int64_t)r->num;
+        cfg->lora.alpha = a->num;
+        size_t o = 0;
+        cfg->lora.targets[0] = '\0';
+        for (const json_value *e = t->child; e; e = e->next)
+            for (int k = 0; k < TSR_LORA_COUNT; k++)
+                if (e->type == JSON_STRING && !strcmp(e->str, module_of[k]) && o + 8 < sizeof cfg->lora.targets)
+                    o += (size_t)snprintf(cfg->lora.targets + o, sizeof cfg->lora.targets - o, "%s%s",
+                                          o ? "," : "", config_lora_target_name(k));
+        snprintf(base, cap, "%s", b && json_str_plain(b) ? b->str : "");
+    }
+    json_doc_free(&doc);
+    free(text);
+    return rc;
+}
+
+int hf_peft_model_load(const char *dir, const char *const *sets, int n_sets, int T,
+                       tsr_config *cfg, tsr_model *m) {
+    char path[4300], named[1024], base[1024] = "";
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    tsr_config *lk = tsr_calloc(1, sizeof *lk);
+    int rc = adapter_keys(path, lk, named, sizeof named);
+    for (int i = 0; i < n_sets; i++) /* --set lora.base=PATH names the base */
+        if (!strncmp(sets[i], "lora.base=", 10)) snprintf(base, sizeof base, "%s", sets[i] + 10);
+    if (!base[0]) snprintf(base, sizeof base, "%s", named);
+    struct stat st;
+    if (!rc && (!base[0] || stat(base, &st) != 0)) {
+        tsr_error("%s: the PEFT adapter's base model \"%s\" (base_model_name_or_path) is not a path "
+                  "here: give it with --set lora.base=PATH (a checkpoint, run directory or Hugging "
+                  "Face directory)", dir, base);
+        rc = TSR_EXIT_DATA;
+    }
+    const char *keep[64]; /* the base loads without the LoRA keys */
+    int nk = 0;
+    for (int i = 0; i < n_sets && nk < 64; i++)
+        if (strncmp(sets[i], "lora.", 5) != 0) keep[nk++] = sets[i];
+    if (!rc) rc = ckpt_model_load(base, keep, nk, T, cfg, m, NULL, 0);
+    tsr_lora lo;
+    unsigned mask = 0;
+    char why[400];
+    if (!rc) {
+        cfg->lora = lk->lora;
+        snprintf(cfg->lora.base, sizeof cfg->lora.base, "%s", base);
+        if (config_lora_targets(&cfg->model, cfg->lora.targets, &mask, why, sizeof why)) {
+            tsr_error("%s: target_modules: %s", path, why);
+            rc = TSR_EXIT_DATA;
+        }
+    }
+    if (!rc) {
+        lora_init(&lo, m, (int)cfg->lora.rank, cfg->lora.alpha, 0, mask);
+        m->lora = NULL; /* merged below, not run beside the base */
+        rc = hf_read_adapter(dir, cfg, &lo, named, sizeof named);
+        if (!rc) lora_merge(&lo, lo.w, m);
+        lora_free(&lo);
+    }
+    if (rc && m->params) model_free(m), memset(m, 0, sizeof *m);
+    free(lk);
     return rc;
 }

@@ -109,7 +109,13 @@ int ckpt_lora_read(const char *file, const tsr_config *cfg, tsr_model *m, tsr_lo
 /* A LoRA checkpoint's model (ckpt_model_load): its base into m, checked, then the adapters of
  * file merged in. */
 static int lora_model(const char *file, const tsr_config *cfg, tsr_model *m) {
-    const char *base = cfg->lora.base;
+    char run_dir[1200], base[1200];
+    const char *slash = strrchr(file, '/');
+    snprintf(run_dir, sizeof run_dir, "%.*s", slash ? (int)(slash - file) : 1, slash ? file : ".");
+    if (config_lora_base_find(cfg, run_dir, base, sizeof base)) {
+        tsr_error("%s: its adapters need that base", file);
+        return TSR_EXIT_DATA;
+    }
     int rc = 0;
     if (!base[0]) {
         model_init_weights(m, (uint64_t)cfg->seed);
@@ -138,11 +144,29 @@ static int lora_model(const char *file, const tsr_config *cfg, tsr_model *m) {
     return 0;
 }
 
+/* model_load of a directory the importer reads (a Hugging Face one). */
+static int imported_model(const char *path, const char *const *sets, int n_sets, int T,
+                          tsr_config *cfg, tsr_model *m, char *resolved, size_t cap, int weights) {
+    if (resolved && cap) snprintf(resolved, cap, "%s", path);
+    TSR_CHECK(importer->config(path, sets, n_sets, cfg));
+    model_init(m, &cfg->model, T > 0 ? T : (int)cfg->seq_len, &tsr_cpu_ops);
+    model_alloc_params(m);
+    int rc = weights ? importer->load(path, m) : 0;
+    if (rc) model_free(m), memset(m, 0, sizeof *m);
+    return rc;
+}
+
 /* ckpt_model_load and ckpt_model_layout: weights = 0 stops after the layout. */
 static int model_load(const char *path, const char *const *sets, int n_sets, int T, tsr_config *cfg,
                       tsr_model *m, char *resolved, size_t cap, int weights) {
     char file[1200];
     memset(m, 0, sizeof *m);
+    if (importer && importer->is_adapter && importer->is_adapter(path)) {
+        if (resolved && cap) snprintf(resolved, cap, "%s", path);
+        return importer->adapter(path, sets, n_sets, T, cfg, m);
+    }
+    if (importer && importer->is_source(path))
+        return imported_model(path, sets, n_sets, T, cfg, m, resolved, cap, weights);
     if (ckpt_resolve_path(path, file, sizeof file)) return TSR_EXIT_DATA;
     if (resolved && cap) snprintf(resolved, cap, "%s", file);
     ckpt_meta *meta = tsr_malloc(sizeof *meta);

@@ -9,16 +9,23 @@
 #include "model/model.h"
 #include "model/model_lora.h"
 
-/* A base model read from elsewhere than a checkpoint (a Hugging Face directory, src/hf), handed
- * over by the program (tessera_main.c) as the trainer's importer is: is_source(path) says whether
- * path is one; load fills m->params whole (0, or an exit code after reporting). */
+/* A model read from elsewhere than a checkpoint (a Hugging Face directory, src/hf), handed over
+ * by the program (tessera_main.c) as the trainer's importer is: is_source(path) says whether path
+ * is one; config builds the config of its model alone (no recipe; the "key=value" overrides in
+ * sets applied); load fills m->params whole (0, or an exit code after reporting). */
 typedef struct ckpt_model_importer {
     int (*is_source)(const char *path);
     int (*load)(const char *path, tsr_model *m);
+    int (*config)(const char *path, const char *const *sets, int n_sets, tsr_config *cfg);
+    /* a PEFT adapter directory: is_adapter(path), and the whole model (base + adapters merged) */
+    int (*is_adapter)(const char *path);
+    int (*adapter)(const char *path, const char *const *sets, int n_sets, int T, tsr_config *cfg,
+                   tsr_model *m);
 } ckpt_model_importer;
 void ckpt_model_use_importer(const ckpt_model_importer *imp);
 
-/* Opens `path` (a checkpoint file, a run directory or its `latest`: ckpt_resolve_path), reads
+/* Opens `path` (a checkpoint file, a run directory or its `latest`: ckpt_resolve_path; or a
+ * directory the importer reads, a Hugging Face one: its config.json makes the config), reads
  * its effective config into cfg (with the "key=value" overrides in sets applied after it, e.g.
  * threads), builds the model for sequence length T (0 = the config's seq_len) on the CPU ops and
  * reads every model/ tensor, each checked against its shape and its crc32c attribute. A LoRA

@@ -906,8 +906,15 @@ static int lora_base(tsr_trainer *t, const char *init_arg, const ckpt_meta *meta
     const char *base = init_arg ? init_arg : t->cfg.lora.base[0] ? t->cfg.lora.base
                                                                   : from_ck[0] ? from_ck : NULL;
     int rc = 0;
-    char resolved[1200];
-    if (base && !imported(base)) { /* a run directory or `latest`: the file it names now is the
+    char resolved[1200], found[1200];
+    if (base && !init_arg) { /* as recorded: absolute, else relative to run_dir */
+        tsr_log_mute(t->dist.rank != 0);
+        rc = config_lora_base_find(t->cfg.lora.base[0] ? &t->cfg : ck, t->cfg.run_dir, found,
+                                   sizeof found);
+        tsr_log_mute(0);
+        base = found;
+    }
+    if (base && !rc && !imported(base)) { /* a run directory or `latest`: the file it names now is the
                                     * base, and is what the run records */
         if (ckpt_resolve_path(base, resolved, sizeof resolved)) rc = TSR_EXIT_DATA;
         else base = resolved;
@@ -934,13 +941,9 @@ static int lora_base(tsr_trainer *t, const char *init_arg, const ckpt_meta *meta
     if (!rc && t->be.gpu) gpu_train_push(t->be.gpu, 1);
     if (!rc) {
         snprintf(t->cfg.lora.base_checksum, sizeof t->cfg.lora.base_checksum, "%s", got);
-        if (base && base != t->cfg.lora.base &&
-            tsr_snprintf(t->cfg.lora.base, sizeof t->cfg.lora.base, "%s", base)) {
-            if (t->dist.rank == 0)
-                tsr_error("lora.base: the base's path %s is longer than lora.base holds (%zu)",
-                          base, sizeof t->cfg.lora.base - 1);
-            rc = TSR_EXIT_USAGE;
-        }
+        tsr_log_mute(t->dist.rank != 0);
+        if (base) rc = config_lora_base_record(&t->cfg, base, t->cfg.run_dir);
+        tsr_log_mute(0);
     }
     free(ck);
     return rc;

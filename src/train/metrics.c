@@ -133,14 +133,20 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
            c->model.norm == TSR_NORM_RMSNORM ? "rmsnorm" : "layernorm", c->model.bias ? "yes" : "no",
            c->model.qkv_bias && !c->model.bias ? " qkv_bias" : "", c->model.qk_norm ? " qk_norm" : "",
            c->model.tie_embeddings ? "" : " untied");
+    char trainable[96]; /* under LoRA the adapters train, the base is frozen */
+    if (lora)
+        snprintf(trainable, sizeof trainable, "%zu trainable (LoRA adapters), %zu frozen (the "
+                 "base)", t->part.lora.n, m->n_params_counted);
+    else
+        snprintf(trainable, sizeof trainable, "%zu trainable", m->n_params_counted);
     if (m->E)
-        printf("params: %zu trainable, %.0f active per token (%d of %d experts); FLOPs/token = "
-               "6N_active + 12*L*(heads*head_dim)*T = %.4g (docs/mfu.md)\n", m->n_params_counted,
+        printf("params: %s, %.0f active per token (%d of %d experts); FLOPs/token = "
+               "6N_active + 12*L*(heads*head_dim)*T = %.4g (docs/mfu.md)\n", trainable,
                model_active_params(m),
                m->K, m->E, t->out.flops_per_token);
     else
-        printf("params: %zu trainable; FLOPs/token = 6N + 12*L*(heads*head_dim)*T = %.4g (docs/mfu.md)\n",
-               m->n_params_counted, t->out.flops_per_token);
+        printf("params: %s; FLOPs/token = 6N + 12*L*(heads*head_dim)*T = %.4g (docs/mfu.md)\n",
+               trainable, t->out.flops_per_token);
     if (m->EP > 1)
         printf("expert parallelism: %d ranks per group share the %d experts, %d on each; %d "
                "cop%s of each expert (docs/moe.md)\n", m->EP, m->E, m->E / m->EP,

@@ -82,6 +82,34 @@ static int check_pairs(const tsr_trainer *t, const char *path, const char *key) 
     return 0;
 }
 
+int train_data_tokenizer(tsr_trainer *t) {
+    tsr_config *c = &t->cfg;
+    const char *path = c->data.n_streams ? c->data.streams[0].path : c->data.train;
+    tsr_dataset *ds = NULL;
+    const int automatic = !strcmp(c->data.tokenizer, "auto");
+    if (automatic) c->data.tokenizer[0] = '\0'; /* none, unless the dataset names one */
+    tsr_log_mute(1); /* a dataset that does not open is train_data_open's to report */
+    int rc = dataset_open(&ds, path, 0);
+    tsr_log_mute(t->dist.rank != 0);
+    if (rc) return 0;
+    const char *made = dataset_tokenizer(ds), *want = c->data.tokenizer;
+    if (automatic) {
+        snprintf(c->data.tokenizer, sizeof c->data.tokenizer, "%s", made);
+        if (t->dist.rank == 0 && made[0])
+            printf("data.tokenizer = \"%s\": the dataset's (%s/index.tsv)\n", made, path);
+    } else if (want[0] && !same_tokenizer(made, want) &&
+               c->data.tokenizer_mismatch == TSR_TOK_MISMATCH_ERROR) {
+        tsr_error("data.tokenizer = \"%s\", but %s was made with the tokenizer \"%s\" (its "
+                  "index.tsv): the samples and ICL tasks would be decoded and encoded with another "
+                  "vocabulary than the tokens'; leave data.tokenizer out (\"auto\") to take the "
+                  "dataset's, or set data.tokenizer_mismatch = \"allow\" to use this one", want,
+                  path, made);
+        rc = TSR_EXIT_USAGE;
+    }
+    dataset_close(ds);
+    return rc;
+}
+
 int train_data_open(tsr_trainer *t) {
     const tsr_config *c = &t->cfg;
     t->data.n_streams = c->data.n_streams ? c->data.n_streams : 1;

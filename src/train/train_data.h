@@ -8,6 +8,10 @@
 /* Opens data.train (or every data.mix stream) and data.val; checks vocabularies and sizes.
  * Returns 0 or an exit code after reporting. */
 int train_data_open(tsr_trainer *t);
+/* data.tokenizer from the first training dataset's index (the tokenizer tessera prep made it with)
+ * when the recipe leaves it empty; one the recipe names that differs is an error (exit 1) unless
+ * data.tokenizer_mismatch = "allow". 0 or TSR_EXIT_USAGE after tsr_error (every rank alike). */
+int train_data_tokenizer(tsr_trainer *t);
 /* Samples per epoch of the training data (the `ep` unit): one stream's samples; for a mix, the
  * sum of the streams' epoch sizes (docs/data-mixing.md). */
 uint64_t train_data_epoch_samples(const tsr_trainer *t);

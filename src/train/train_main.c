@@ -19,6 +19,7 @@
 #include "dist.h"
 #include "eval/train_icl.h"
 #include "fsutil.h"
+#include "hf/hf.h"
 #include "hf/hf_importer.h"
 #include "ops.h"
 #include "runlock.h"
@@ -43,7 +44,7 @@ static const struct opt_doc {
     {{"config", required_argument, NULL, 'c'}, "FILE", "training recipe (libconfig), required"},
     {{"set", required_argument, NULL, 's'}, "KEY=VALUE", "override a config key (repeatable), e.g. --set optim.lr=1e-3"},
     {{"resume", required_argument, NULL, 'r'}, "PATH", "resume from this checkpoint: a step-*.h5, a run directory or a latest file (default: run_dir's latest valid one)"},
-    {{"init-from", required_argument, NULL, 'i'}, "PATH", "start a new run from this checkpoint's weights (PATH as for --resume; ignored when run_dir has a checkpoint)"},
+    {{"init-from", required_argument, NULL, 'i'}, "PATH", "start a new run from these weights: a checkpoint (PATH as for --resume), a Hugging Face directory (its config.json gives the model.* keys the recipe leaves out) or a PEFT adapter directory (a LoRA run); ignored when run_dir has a checkpoint"},
     {{"dry-run", no_argument, NULL, 'n'}, NULL, "validate the config, print the plan, exit"},
     {{"plan", required_argument, NULL, CLI_NO_SHORT('p')}, "RANKS[/PER_NODE]", "--dry-run as if started on RANKS ranks (PER_NODE per node, default all on one: hsdp's default group); the memory plan of any recipe at any scale"},
     {{"time", optional_argument, NULL, CLI_NO_SHORT('t')}, "[=GPU|FILE]", "--dry-run with the time plan: step time, tokens/s, MFU, time to max_duration and GPU-hours at W = 1, 8, 64, 512 (and --plan's) on GPU (H200, H100, ...; default H200) or by the TSR_PROFILE table in FILE (docs/planning.md)"},
@@ -211,6 +212,15 @@ static int lock_run_dir(const tsr_dist *d, const tsr_trainer *t, tsr_lock *lock,
     return (int)rc;
 }
 
+/* The recipe; with --init-from a Hugging Face directory, its config.json gives every model.*
+ * key the recipe leaves out, and one the recipe sets otherwise is refused, all of them in one
+ * error, before anything is allocated (docs/hf.md "Import"). */
+static int load_config(const cli *c, const char *recipe, tsr_config *cfg) {
+    if (c->init_from && hf_is_dir(c->init_from) && !hf_is_peft_dir(c->init_from))
+        return hf_config_load(c->init_from, recipe, c->sets, c->n_sets, 0, cfg);
+    return config_load(cfg, recipe, c->sets, c->n_sets);
+}
+
 /* What the trainer takes from the layers above it: --init-from a Hugging Face directory
  * (src/hf/hf_importer.h) and the ICL evaluation (src/eval). */
 static const trainer_icl_api icl_evaluation = {train_icl_open, train_icl_run, train_icl_close};
@@ -228,7 +238,7 @@ int main(int argc, char **argv) {
     char recipe[4200];
     int rc = 0;
     timeplan *tp = c.time ? timeplan_open(&c.tp, &rc) : NULL; /* --time's table, read first */
-    if (!rc) rc = config_load(&cfg, find_recipe(c.config, recipe, sizeof recipe, d.rank), c.sets, c.n_sets);
+    if (!rc) rc = load_config(&c, find_recipe(c.config, recipe, sizeof recipe, d.rank), &cfg);
     tsr_trainer t;
     tsr_dist pd = d; /* --plan: the plan's world; rank 0 still prints it */
     if (c.plan_world > 0) pd.world = c.plan_world, pd.local_world = c.plan_per_node;
@@ -237,11 +247,11 @@ int main(int argc, char **argv) {
     if (!rc) rc = trainer_init(&t, &cfg, &pd, c.dry_run);
     tsr_log_mute(0);
     if (rc) tsr_exit(rc);
-    banner(&pd, &cfg, t.be.threads);
-    if (tp) timeplan_print(tp, &t);
-    timeplan_close(tp);
+    banner(&pd, &t.cfg, t.be.threads); /* as the trainer resolved it (data.tokenizer = "auto") */
     if (c.plan_world == 0) /* where each rank runs: its cores, NUMA node and GPU (collective) */
         binding_print(&d, cfg.device == TSR_DEVICE_CUDA ? d.local_rank : -1);
+    if (tp) timeplan_print(tp, &t); /* (last: --dry-run --time and --plan W --time end alike) */
+    timeplan_close(tp);
     tsr_lock lock = {0}; /* held until exit (tsr_exit below): released then */
     if (!c.dry_run) {
         int made = 0, opened = 0;

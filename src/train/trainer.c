@@ -558,6 +558,7 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->T = (int)cfg->seq_len;
     TSR_CHECK(config_check_world(cfg, d->world));
     int rc = cfg->device == TSR_DEVICE_CUDA ? cuda_config_check(d->rank) : 0;
+    if (!rc) rc = train_data_tokenizer(t); /* data.tokenizer: the dataset's, unless named */
     if (!rc) rc = open_tokenizer(t);
     TSR_CHECK(agree_start(t, rc, "GPU or tokenizer"));
     mesh_open(t, dry_run);

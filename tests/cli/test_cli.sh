@@ -5,7 +5,7 @@
 # lists the exit codes (86 for tessera-train); the internal "from src/..." lines only with TSR_DEBUG=1.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 8
+tap_plan 9
 HC=$BUILD/tessera-healthcheck
 JOB=$TSR_ROOT/jobs/tessera-job
 
@@ -91,4 +91,26 @@ TSR_DEBUG=1 "$TRAIN" "${args[@]}" >/dev/null 2>"$TMP/debug.txt"
 rc=$?
 ((rc == 2)) && grep -q "^tessera-train: debug: from src/train/train_data.c:[0-9]*: " "$TMP/debug.txt"
 tap_check $? "TSR_DEBUG=1: the same error plus 'tessera-train: debug: from src/train/train_data.c:LINE'"
+# 8: reference text tested against the code: `tessera --help` names every `tessera ckpt` command;
+# tessera-train's --help and man page say what --init-from takes (Hugging Face and PEFT
+# directories); the man page names every model family `ckpt export --arch` knows, GPT-2 and MPT
+bad=""
+line=$("$TOOL" --help | grep "^  ckpt ")
+for c in $("$TOOL" ckpt --help | sed -n '/^commands:/,/^$/p' | sed '1d;/^$/d' | awk '{print $1}'); do
+    [[ $line == *"$c"* ]] || bad+=" 'tessera --help' lacks ckpt $c;"
+done
+man_text=$(tr -d '\\' <"$TSR_ROOT/docs/man/tessera-train.1" | tr '\n' ' ')
+for w in "Hugging Face" PEFT; do
+    "$TRAIN" --help | grep -- "--init-from" | grep -q "$w" || bad+=" --help of --init-from lacks $w;"
+    [[ $man_text == *"init-from"*"$w"* ]] || bad+=" man tessera-train's --init-from lacks $w;"
+done
+arches=$("$TOOL" ckpt export --help | grep -- "--arch" | grep -o "llama, [a-z0-9_, or]*" | tr -d ',' | sed 's/ or / /')
+norm=$(echo "$man_text" | tr 'A-Z' 'a-z' | tr -d '_-')
+for a in gpt2 mpt $arches; do
+    [[ -n $arches && $norm == *"$(echo "$a" | tr -d '_-')"* ]] || bad+=" man tessera-train lacks the model family $a;"
+done
+[[ -z $bad ]]
+r=$?
+((r)) && tap_diag "reference text:$bad"
+tap_check $r "tessera --help names every ckpt command; --init-from's --help and man page name Hugging Face and PEFT directories; the man page every model family (gpt2 mpt $arches)"
 tap_done

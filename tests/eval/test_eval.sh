@@ -10,7 +10,7 @@
 #  - bad task files, a missing checkpoint and a task list without a tokenizer are refused.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 8
+tap_plan 12
 TASKS=$TSR_ROOT/eval/tasks
 "$TOOL" tokenizer train --vocab-size 320 --special '<|endoftext|>' --out "$TMP/tok.tok" -q "$TASKS/colors_corpus.txt" &&
     "$TOOL" prep --out "$TMP/data" --tokenizer "$TMP/tok.tok" --format text --doc-sep '\n' --val-fraction 0.1 -q "$TASKS/colors_corpus.txt"
@@ -74,6 +74,60 @@ same = a["icl"] == b["icl"] and a["gauntlet"] == b["gauntlet"] and abs(a["val"][
 sys.exit(0 if same and a == c else 1)
 PY
 tap_check $? "2 MPI ranks give the same report as 1 (val loss within 1e-9); --out holds the same JSON"
+
+# the dataset's tokenizer is the run's: data.tokenizer left out ("auto") takes the one prep recorded
+# in data.train's index; a recipe naming another is refused unless data.tokenizer_mismatch = "allow"
+noks=()
+for x in "${args[@]}"; do [[ $x == data.tokenizer=* ]] && noks=("${noks[@]:0:${#noks[@]}-1}") || noks+=("$x"); done
+grep -v "^  tokenizer = " "$TSR_ROOT/configs/tiny.cfg" >"$TMP/notok.cfg" # tiny.cfg names gpt2
+"$TRAIN" --config "$TMP/notok.cfg" "${noks[@]}" --set max_duration=1ba --dry-run >"$TMP/tok1.txt" 2>&1
+r1=$?
+"$TRAIN" --config "$TSR_ROOT/configs/tiny.cfg" "${noks[@]}" --set max_duration=1ba --set data.tokenizer=gpt2 --dry-run >"$TMP/tok2.txt" 2>&1
+r2=$?
+"$TRAIN" --config "$TSR_ROOT/configs/tiny.cfg" "${noks[@]}" --set max_duration=1ba --set data.tokenizer=gpt2 \
+    --set data.tokenizer_mismatch=allow --dry-run >"$TMP/tok3.txt" 2>&1
+r3=$?
+grep "error\|data.tokenizer =" "$TMP/tok1.txt" "$TMP/tok2.txt" | sed 's/^/# /'
+[[ $r1 == 0 && $r2 == 1 && $r3 == 0 ]] && grep -q "^data.tokenizer = \"$TMP/tok.tok\": the dataset's" "$TMP/tok1.txt" &&
+    grep -q "^  tokenizer = \"$TMP/tok.tok\";" "$TMP/tok1.txt" &&
+    grep -q "data.tokenizer = \"gpt2\", but $TMP/data/train was made with the tokenizer \"$TMP/tok.tok\"" "$TMP/tok2.txt" &&
+    grep -q 'data.tokenizer_mismatch = "allow"' "$TMP/tok2.txt"
+tap_check $? "data.tokenizer left out takes the dataset's (exit $r1); another is refused naming both and data.tokenizer_mismatch (exit $r2); allowed with it (exit $r3)"
+
+# the plan counts what trains: under LoRA the adapters, the base frozen
+"$TRAIN" --config "$TSR_ROOT/configs/tiny.cfg" "${args[@]}" --set max_duration=1ba --set lora.rank=4 --dry-run >"$TMP/lora.txt" 2>&1
+rc=$?
+grep "^params:\|^lora:" "$TMP/lora.txt" | sed 's/^/# /'
+n_ad=$(grep -o "; [0-9]* adapter parameters" "$TMP/lora.txt" | grep -o "[0-9]*")
+[[ $rc == 0 && -n $n_ad ]] && grep -q "^params: $n_ad trainable (LoRA adapters), [0-9]* frozen (the base)" "$TMP/lora.txt"
+tap_check $? "--dry-run with lora.rank = 4: the plan's trainable parameters are the $n_ad adapter parameters, the base frozen (exit $rc)"
+
+# an evaluation's config holds what to evaluate only: the model and seq_len are the checkpoint's
+cat >"$TMP/only.cfg" <<CFG
+data = { val = "$TMP/data/val"; };
+eval_samples = 0;
+micro_batch = 4;
+threads = 1;
+icl_tasks = ( { label = "colors_mc"; type = "multiple_choice"; path = "$TASKS/colors_mc.jsonl"; } );
+CFG
+"$TOOL" eval --ckpt "$TMP/A" --config "$TMP/only.cfg" >"$TMP/only.out" 2>"$TMP/only.err"
+rc=$?
+sed 's/^/# /' "$TMP/only.err" | head -5
+"$PY3" - "$TMP/only.out" "$TMP/A.json" <<'PY'
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+acc = lambda r: [t["accuracy"] for t in r["icl"] if t["label"] == "colors_mc"]
+print("# val", a["val"][0]["loss"], b["val"][0]["loss"], "acc", acc(a), acc(b))
+sys.exit(0 if abs(a["val"][0]["loss"] - b["val"][0]["loss"]) <= 1e-7 * b["val"][0]["loss"] and acc(a) == acc(b) != [] else 1)
+PY
+tap_check $(( rc || $? )) "eval --config with data.val, eval_samples, micro_batch and one ICL task only: exit $rc, the recipe's val loss (1e-7: micro_batch 4, not 8, sums in another order) and colors_mc accuracy"
+
+cp -r "$TMP/data/val" "$TMP/packed" && sed -i "1a # packed_seq_len\t16\t(as tessera prep --pack 16 writes it)" "$TMP/packed/index.tsv"
+"$TOOL" eval --ckpt "$TMP/A" --config "$TMP/only.cfg" --val "$TMP/packed" >/dev/null 2>"$TMP/packed.err"
+rc=$?
+sed 's/^/# /' "$TMP/packed.err"
+[[ $rc == 1 ]] && grep -q "packed for seq_len 16" "$TMP/packed.err" && grep -q -- "--set seq_len=16" "$TMP/packed.err"
+tap_check $? "data packed for seq_len 16, the checkpoint's is 32: exit 1 naming --set seq_len=16 (got $rc)"
 
 printf '{"query": "the apple is", "choices": ["red"], "gold": 3}\n' >"$TMP/bad.jsonl"
 sed "s|$TASKS/colors_lm.jsonl|$TMP/bad.jsonl|; s|\"language_modeling\"; path = \"$TMP/bad.jsonl\"|\"multiple_choice\"; path = \"$TMP/bad.jsonl\"|" "$TMP/eval.cfg" >"$TMP/bad.cfg"

@@ -5,8 +5,9 @@
 #  - the index records the tokenizer (tokenizer<TAB>gpt2; a tokenizer directory as its absolute
 #    path), and the reader keeps datasets without that line loadable; a second tokenizer line is
 #    refused naming the line;
-#  - the trainer warns (and trains) when data.tokenizer differs from the dataset's, naming the key
-#    and both tokenizers; no warning when they agree (the same directory by another path) or when
+#  - the trainer refuses (exit 1) a data.tokenizer that differs from the dataset's, naming the key
+#    and both tokenizers, and with data.tokenizer_mismatch = "allow" warns and trains; no warning
+#    when they agree (the same directory by another path) or when
 #    the dataset records none (tessera synth, older datasets).
 source "$(dirname "$0")/../lib.sh"
 GPT2_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}/gpt2
@@ -37,12 +38,18 @@ train1() { # train1 DATASET TOKENIZER OUT: one step on DATASET with data.tokeniz
     tiny_args "$1"
     "$TRAIN" "${args[@]}" --set model.vocab_size="${4:-50257}" --set model.n_layer=1 --set model.n_head=4 \
         --set seq_len=8 --set model.max_seq_len=8 --set global_batch=2 --set micro_batch=2 \
-        --set max_duration=1ba --set data.tokenizer="$2" --set run_dir="$TMP/run-$3" >"$TMP/$3.txt" 2>&1
+        --set max_duration=1ba --set data.tokenizer="$2" --set run_dir="$TMP/run-$3" "${extra[@]}" >"$TMP/$3.txt" 2>&1
 }
+extra=()
+train1 "$TMP/d2/train" gpt2 refused
+rc1=$?
+extra=(--set data.tokenizer_mismatch=allow)
 train1 "$TMP/d2/train" gpt2 mismatch
 rc=$?
+extra=()
+[[ $rc1 == 1 && ! -e $TMP/run-refused ]] && grep -q "error: data.tokenizer = \"gpt2\", but $TMP/d2/train was made with the tokenizer \"$TMP/tok\"" "$TMP/refused.txt" &&
 [[ $rc == 0 ]] && grep -q "warning: data.train = \"$TMP/d2/train\" was made with the tokenizer \"$TMP/tok\", but data.tokenizer = \"gpt2\"" "$TMP/mismatch.txt"
-tap_check $? "the trainer warns (and trains: exit $rc) when data.tokenizer differs from the dataset's"
+tap_check $? "a data.tokenizer other than the dataset's is refused (exit $rc1, nothing written); with data.tokenizer_mismatch = allow the trainer warns and trains (exit $rc)"
 grep warning "$TMP/mismatch.txt" | sed 's/^/#   /'
 
 train1 "$TMP/d2/train" "$TMP/./tok/" samepath

@@ -50,8 +50,10 @@ TOL_FP32 = 1e-5
 SHARD = {"llama_mqa_untied_sharded": 40000, "qwen3_qknorm_f16": 50000}
 ARCH = {"mistral_bf16": "mistral"}
 CHECKS_PER_FIXTURE = 6
-N_REFUSALS = 9
+N_REFUSALS = 11
 N_TOKENIZER = 2
+N_BEFORE = 5
+BEFORE = ("llama_gqa_tied", "llama_mqa_untied_sharded")
 LLAMA3_TOK = os.path.join(hfe.DATA_DIR, "chat", "llama3")  # ./INSTALL fetches it (npm)
 
 
@@ -143,7 +145,7 @@ def read_export(d):
 
 CONFIG_KEYS = ["model_type", "architectures", "vocab_size", "hidden_size", "intermediate_size",
                "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "rms_norm_eps",
-               "rope_theta", "rope_scaling", "tie_word_embeddings"]
+               "rope_theta", "rope_scaling", "tie_word_embeddings", "max_position_embeddings"]
 
 
 def run_fixture(tap, name, fdir, tmp):
@@ -302,7 +304,8 @@ def refusals(tap, tmp, fixtures):
          edit_cfg("rope_scaling", {"rope_type": "dynamic", "factor": 2.0}), []),
         ("Mistral sliding_window 8", mi, 2, ["config.json", "sliding_window = 8"],
          edit_cfg("sliding_window", 8), []),
-        ("a run with n_kv_head 4", ll, 1, ["num_key_value_heads = 2, but this run has model.n_kv_head = 4"],
+        ("a run with n_kv_head 4", ll, 1, ["model.n_kv_head = 4, but config.json has num_key_value_heads = 2",
+                                           "--set model.n_kv_head=2"],
          lambda d: None, ["model.n_kv_head=4"]),
     ]
     for k, (what, fname, want_rc, needles, damage, extra) in enumerate(cases):
@@ -315,6 +318,7 @@ def refusals(tap, tmp, fixtures):
         tap.ok(rc == want_rc and all(n in out for n in needles),
                f"--init-from {fname} with {what}: exit {rc} (want {want_rc}), the message names {needles}")
         tap.diag(err[0] if err else out[-600:])
+    model_from_config(tap, tmp, fixtures[ll])
     # an older checkpoint's rotary_emb.inv_freq buffers: ignored, same loss
     fx = fixtures[ll]
     d = os.path.join(tmp, "invfreq")
@@ -346,6 +350,88 @@ def refusals(tap, tmp, fixtures):
         tap.diag(out[-800:])
 
 
+def model_from_config(tap, tmp, fx):
+    """config.json gives the run its model: a recipe without a model block trains what the recipe
+    with the fixture's keys trains (bit for bit); a recipe whose model block disagrees on several
+    keys is refused with one error listing each, before the plan (nothing allocated, no run_dir)."""
+    bare = os.path.join(tmp, "bare.cfg")
+    with open(bare, "w") as f:
+        f.write("".join(l for l in open(fx["cfg"]).readlines() if not l.startswith("model =")))
+    run_dir = os.path.join(tmp, "bare_run")
+    rc, out = hfe.run(hfe.MPIRUN + [hfe.TRAIN, "--config", bare, "--set", f"run_dir={run_dir}",
+                                    "--init-from", fx["dir"]])
+    s = hfe.step1(run_dir) if rc == 0 else None
+    if rc:
+        tap.diag(out[-1500:])
+    tap.ok(bool(s and fx["loss"] and s["loss"] == fx["loss"]["loss"]
+                and s["grad_norm"] == fx["loss"]["grad_norm"]),
+           f"a recipe without a model block --init-from {fx['name']}: exit {rc}, the step-1 loss and "
+           f"grad norm of the recipe that names the model ({s and s['loss']} vs "
+           f"{fx['loss'] and fx['loss']['loss']})")
+    run_dir = os.path.join(tmp, "disagree_run")  # the recipe's model: 1 layer, d_model 8, 1 head
+    rc, out = hfe.run(hfe.MPIRUN + [hfe.TRAIN, "--config", fx["cfg"], "--set", f"run_dir={run_dir}",
+                                    "--set", "model.rope_theta=10000", "--init-from", fx["dir"]])
+    needles = ["model.n_layer = 1, but config.json has num_hidden_layers = 2", "--set model.n_layer=2",
+               "model.d_model = 8, but config.json has hidden_size = 64", "--set model.d_model=64",
+               "model.n_head = 1, but config.json has num_attention_heads = 4",
+               "model.rope_theta = 10000.0, but config.json has rope_theta = ", "sets 4 keys otherwise"]
+    errors = [l for l in out.splitlines() if "error:" in l]
+    missing = [n for n in needles if n not in out]
+    tap.ok(rc == 1 and not missing and len(errors) == 1 and "memory per rank" not in out
+           and not os.path.exists(run_dir),
+           f"a recipe disagreeing with config.json on 4 keys: exit {rc} (want 1), one error ({len(errors)}) "
+           f"listing each with its --set (missing: {missing}), before the plan, no run_dir")
+    tap.diag(out[-900:])
+
+
+def eval_loss(tmp, ckpt, name):
+    """(exit, output, the val loss of `tessera eval --ckpt CKPT` on the fixture's first B rows)."""
+    rc, out = hfe.run([hfe.TESSERA, "eval", "--ckpt", ckpt, "--val", os.path.join(tmp, name + "_data"),
+                       "--set", f"seq_len={fxm.T}", "--set", f"eval_samples={fxm.B}"])
+    try:
+        return rc, out, json.loads(out[out.index("{"):out.rindex("}") + 1])["val"][0]["loss"]
+    except (ValueError, KeyError, IndexError):
+        return rc, out, None
+
+
+def use_before_training(tap, tmp, fixtures):
+    """A received model used before any training: `tessera eval --ckpt HF_DIR` gives the fixture's
+    float64 loss, `tessera generate --ckpt HF_DIR` its greedy next token, and `tessera ckpt import
+    HF_DIR OUT.h5` a checkpoint that evaluates as the directory does (bit for bit)."""
+    losses = {}
+    for name in BEFORE:
+        fx = fixtures[name]
+        toks = np.array(fx["tokens"])
+        ref = xent_of(np.load(os.path.join(fx["dir"], "logits.npy")), toks)
+        rc, out, got = eval_loss(tmp, fx["dir"], name)
+        losses[name] = got
+        e = abs(got - ref) / ref if got is not None else math.inf
+        if rc:
+            tap.diag(out[-1200:])
+        tap.ok(rc == 0 and e <= TOL_FP32, f"tessera eval --ckpt {name} (the HF directory): loss {got} vs "
+                                          f"the float64 forward's {ref:.8f}: rel err {e:.2e}")
+        logits = np.load(os.path.join(fx["dir"], "logits.npy"))
+        want = int(np.argmax(logits[0, fxm.T - 1]))
+        r = subprocess.run([hfe.TESSERA, "generate", "--ckpt", fx["dir"], "--prompt-ids",
+                            " ".join(str(t) for t in toks[:fxm.T]), "--max-tokens", "1",
+                            "--temperature", "0", "--ids", "--no-eos-stop"],
+                           capture_output=True, text=True, env=hfe.env())
+        tap.ok(r.returncode == 0 and r.stdout.split() == [str(want)],
+               f"tessera generate --ckpt {name}: greedy next token {r.stdout.split()} = the fixture "
+               f"logits' argmax {want} (exit {r.returncode})")
+        if r.returncode:
+            tap.diag(r.stderr[-800:])
+    name = BEFORE[1]
+    out_h5 = os.path.join(tmp, "imported.h5")
+    rc, out = hfe.run([hfe.TESSERA, "ckpt", "import", fixtures[name]["dir"], out_h5])
+    rc2, out2, got = eval_loss(tmp, out_h5, name) if rc == 0 else (rc, "", None)
+    if rc or rc2:
+        tap.diag((out + out2)[-1500:])
+    tap.ok(got is not None and got == losses[name],
+           f"tessera ckpt import {name} OUT.h5 (exit {rc}): tessera eval of OUT.h5 gives the "
+           f"directory's loss bit for bit ({got} vs {losses[name]})")
+
+
 def skip(tap, what, why):
     tap.n += 1
     print(f"ok {tap.n} - {what} # SKIP {why}", flush=True)
@@ -356,7 +442,8 @@ def tokenizer_checks(tap, tmp, fixtures):
     config.json carry the ids of tokenizer_config.json's bos/eos tokens; a generation_config.json
     beside the tokenizer.json (an instruct model's eos list) is copied byte for byte."""
     what = ["llama3 tokenizer: generation_config.json and config.json bos/eos = the ids of "
-            "tokenizer_config.json's bos_token/eos_token, tokenizer files copied",
+            "tokenizer_config.json's bos_token/eos_token, the template's end of turn in "
+            "generation_config.json's eos list, tokenizer files copied",
             "a generation_config.json beside the tokenizer.json is copied byte for byte"]
     if not all(os.path.exists(os.path.join(LLAMA3_TOK, f)) for f in ("tokenizer.json", "tokenizer_config.json")):
         for w in what:
@@ -373,7 +460,7 @@ def tokenizer_checks(tap, tmp, fixtures):
         tap.diag(out[-1500:])
     tok_cfg = json.load(open(os.path.join(LLAMA3_TOK, "tokenizer_config.json")))
     vocab = {t["content"]: t["id"] for t in json.load(open(os.path.join(LLAMA3_TOK, "tokenizer.json")))["added_tokens"]}
-    bos, eos = vocab.get(tok_cfg["bos_token"]), vocab.get(tok_cfg["eos_token"])
+    bos, eos, eot = vocab.get(tok_cfg["bos_token"]), vocab.get(tok_cfg["eos_token"]), vocab.get("<|eot_id|>")
     out_dir = os.path.join(tmp, "tok_export")
     rc, out = hfe.run([hfe.TESSERA, "ckpt", "export", "--format", "hf", "--tokenizer",
                        os.path.join(LLAMA3_TOK, "tokenizer.json"), os.path.join(run_dir, "latest"), out_dir])
@@ -381,10 +468,15 @@ def tokenizer_checks(tap, tmp, fixtures):
     cj = json.load(open(os.path.join(out_dir, "config.json"))) if rc == 0 else {}
     same = rc == 0 and all(open(os.path.join(out_dir, f), "rb").read() == open(os.path.join(LLAMA3_TOK, f), "rb").read()
                            for f in ("tokenizer.json", "tokenizer_config.json"))
+    # the chat template ends a turn with <|eot_id|>, not the eos_token <|end_of_text|>: transformers
+    # and vLLM stop at every id of generation_config.json's list, as generate --chat does; the
+    # context is the one Llama 3's RoPE scaling extends to (64 x 8), not the run's seq_len 16
+    ctx = cj.get("max_position_embeddings")
     tap.ok(same and bos is not None and gen.get("bos_token_id") == bos == cj.get("bos_token_id")
-           and gen.get("eos_token_id") == eos == cj.get("eos_token_id"),
+           and gen.get("eos_token_id") == [eos, eot] and cj.get("eos_token_id") == eos and ctx == 512,
            f"{what[0]}: bos {gen.get('bos_token_id')} (want {bos} = {tok_cfg['bos_token']}), eos "
-           f"{gen.get('eos_token_id')} (want {eos} = {tok_cfg['eos_token']})")
+           f"{gen.get('eos_token_id')} (want [{eos}, {eot}] = {tok_cfg['eos_token']}, <|eot_id|>), "
+           f"max_position_embeddings {ctx} (want 512)")
     if rc:
         tap.diag(out[-1500:])
     tok2 = os.path.join(tmp, "tok_with_gen")
@@ -399,7 +491,7 @@ def tokenizer_checks(tap, tmp, fixtures):
 
 def main():
     torch.set_default_dtype(torch.float64)
-    plan = CHECKS_PER_FIXTURE * len(fxm.FIXTURES) + N_REFUSALS + N_TOKENIZER
+    plan = CHECKS_PER_FIXTURE * len(fxm.FIXTURES) + N_REFUSALS + N_TOKENIZER + N_BEFORE
     tap = Tap(plan)
     fixtures = {}
     with tempfile.TemporaryDirectory(prefix="tsr-hf-llama-") as tmp:
@@ -421,6 +513,13 @@ def main():
         except Exception:
             tap.diag(traceback.format_exc())
         tap.fail_until(end, "refusal checks stopped early")
+        end = tap.n + N_BEFORE
+        try:
+            if all(n in fixtures for n in BEFORE):
+                use_before_training(tap, tmp, fixtures)
+        except Exception:
+            tap.diag(traceback.format_exc())
+        tap.fail_until(end, "checks before training stopped early")
         end = tap.n + N_TOKENIZER
         try:
             if "llama_gqa_tied" in fixtures:

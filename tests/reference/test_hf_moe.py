@@ -168,9 +168,11 @@ def refusals(tap, tmp, fixtures):
         ("a fifth expert's tensor", mx, 2, ["unexpected tensor", extra], lambda d: rewrite_st(d, fifth), []),
         ("mlp_only_layers [0]", qm, 2, ["config.json", "mlp_only_layers is not empty"],
          edit_cfg("mlp_only_layers", [0]), []),
-        ("a run with moe_top_k 1", qm, 1, ["num_experts_per_tok = 2, but this run has model.moe_top_k = 1"],
+        ("a run with moe_top_k 1", qm, 1, ["model.moe_top_k = 1, but config.json has num_experts_per_tok = 2",
+                                           "--set model.moe_top_k=2"],
          lambda d: None, ["model.moe_top_k=1"]),
-        ("a dense run", mx, 1, ['model_type = "mixtral" is a mixture of experts', "--set model.moe_experts=4"],
+        ("a dense run", mx, 1, ["model.moe_experts = 0, but config.json has num_local_experts = 4",
+                                 "--set model.moe_experts=4"],
          lambda d: None, ["model.moe_experts=0", "model.moe_intermediate_size=0", "model.moe_every=1"]),
     ]
     for k, (what, fx, want_rc, needles, damage, sets) in enumerate(cases):

@@ -17,7 +17,9 @@ A tiny Llama-style base is trained (6 steps), then adapters on all seven targets
   - refusals (exit 1, nothing written): a LoRA checkpoint without --adapter or --merge, both, and
     --adapter on a checkpoint without adapters;
   - `--init-from` the PEFT directory (lora.base the base) on 2 ranks: its evaluation after one
-    step at lr 1e-30 equals `tessera eval` of the exported checkpoint within 1e-6; an adapter of
+    step at lr 1e-30 equals `tessera eval` of the exported checkpoint within 1e-6; `tessera eval` and
+    `generate --ckpt PEFT_DIR` (base from base_model_name_or_path, adapters merged) give the LoRA
+    checkpoint's loss and greedy ids; an adapter of
     another rank, and a run without LoRA, are refused (exit 1, nothing written).
 Run: TESTS=test_lora_peft bash tests/run.sh
 """
@@ -41,7 +43,7 @@ LLAMA = dict(name="llama", tokenizer="",
                         vocab_multiple=128, norm='"rmsnorm"', pos='"rope"', mlp='"swiglu"',
                         intermediate_size=80, bias="false", tie_embeddings="false",
                         init_std=0.1))
-PLAN = 2 + 5 + 3 + 4 + 6
+PLAN = 2 + 5 + 3 + 4 + 7
 
 
 def st_arrays(path):
@@ -201,6 +203,21 @@ def run(tap):
                    f"tessera eval of the LoRA checkpoint {want} (within 1e-6)")
         if not ok:
             tap.diag((o4 + o5)[-2000:])
+        # the PEFT directory used as it is: tessera eval and generate read its base (the adapter's
+        # base_model_name_or_path) and merge its adapters: the LoRA checkpoint's loss, bit for bit
+        r6, o6 = X.run([X.TESSERA, "eval", "--ckpt", peft, "--val", data, "-s", "eval_samples=8",
+                        "-o", os.path.join(tmp, "evp.json")])
+        gotp = json.load(open(os.path.join(tmp, "evp.json")))["val"][0]["loss"] if r6 == 0 else None
+        r7, o7 = X.run([X.TESSERA, "generate", "--ckpt", peft, "--prompt-ids", "1 2 3", "--max-tokens",
+                        "4", "--temperature", "0", "--ids"])
+        r8, o8 = X.run([X.TESSERA, "generate", "--ckpt", lora, "--prompt-ids", "1 2 3", "--max-tokens",
+                        "4", "--temperature", "0", "--ids"])
+        ids = lambda o: [l for l in o.splitlines() if l and l.split()[0].isdigit()]
+        ok = r6 == 0 and gotp == want and r7 == 0 and r8 == 0 and ids(o7) == ids(o8) != []
+        tap.ok(ok, f"tessera eval --ckpt PEFT_DIR: loss {gotp} = the LoRA checkpoint's {want}; generate "
+                   f"--ckpt PEFT_DIR: the checkpoint's greedy ids {ids(o7)} (exits {r6}, {r7})")
+        if not ok:
+            tap.diag((o6 + o7)[-2000:])
         # the same command again (a requeue): it resumes from the run's checkpoint, the base being
         # the one the checkpoint records (the PEFT directory is not a model)
         r8, o8 = X.run(X.MPIRUN + [X.TRAIN, "--config", cfg, "--init-from", peft, "--set",

@@ -20,7 +20,7 @@
 #    odd micro_batch, a dataset without pairs, pairs packed for another seq_len; nothing written.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 8
+tap_plan 9
 pairs=$("$PY3" "$TSR_ROOT/tests/reference/dpo_pairs.py" "$TMP")
 make_synth "$TMP/plain" 100
 base=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=100 --set data.tokenizer=
@@ -63,6 +63,20 @@ print("# step 1 loss", steps[0]["loss"], "margin at 10", steps[-1]["dpo_reward_m
 sys.exit(0 if ok and len(ev) == 1 and 0 <= ev[0]["val_dpo_accuracy"] <= 1 else 1)
 PY
 tap_check $? "each step logs rewards, margin, accuracy and log-probs; step 1's loss is log 2; the evaluation logs the pairs' DPO loss and accuracy"
+
+# docs/tracking.md's tag table, tested against the TensorBoard files this DPO run wrote: every tag
+# written is documented (a row's backquoted tags; <k>/<label> rows stand for their values)
+/usr/bin/python3 - "$TSR_ROOT/tests/train/tb_events.py" "$TMP/A" "$TSR_ROOT/docs/tracking.md" <<'PY'
+import re, runpy, sys
+tb = runpy.run_path(sys.argv[1])
+tags = set(tb["scalars"](tb["event_files"](sys.argv[2])))
+rows = [l for l in open(sys.argv[3]) if l.startswith("| `")]
+documented = [re.sub(r"<[^>]+>", "[^/]+", t) for l in rows for t in re.findall(r"`([^`]+)`", l.split("|")[1])]
+missing = sorted(t for t in tags if not any(re.fullmatch(d, t) for d in documented))
+print("# tags", sorted(tags), "undocumented", missing)
+sys.exit(0 if tags and not missing else 1)
+PY
+tap_check $? "every TensorBoard tag of the DPO run (dpo/*, eval/val_dpo_accuracy) is in docs/tracking.md's tag table"
 
 # (save_async = false in the killed run: its step-4 save is committed before the kill; a
 # background save may still be in flight two steps later: tests/ckpt/test_ckpt_async_kill.sh)

@@ -17,10 +17,14 @@
 #  - the trainer's evaluation runs with the adapters (its loss is not the base's, which `tessera
 #    eval` gives on the same samples), and `tessera eval` of the LoRA checkpoint (base read from
 #    lora.base, adapters merged in) gives the trainer's loss within 1e-5; `tessera generate` runs
-#    from it.
+#    from it;
+#  - the base is recorded absolute, relative to the run directory and by checksum: a copy of the
+#    tree (base + LoRA run) elsewhere finds its base by the relative path when the absolute one is
+#    gone; a base at neither is exit 2 saying it is the LoRA base, where it was looked for and
+#    --set lora.base=PATH, which then loads it.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 12
+tap_plan 13
 make_synth "$TMP/data"
 args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --set data.tokenizer=
       --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
@@ -143,4 +147,25 @@ rcg=$?
 tap_diag "tessera eval of the LoRA checkpoint (merged): $ml; the trainer's (adapters beside the base): $vl; generate exit $rcg"
 [[ $rc == 0 && $rcg == 0 && -n $ml ]] && /usr/bin/python3 -c "import sys; sys.exit(0 if abs($ml - $vl) <= 1e-5 * abs($vl) else 1)"
 tap_check $? "tessera eval of the LoRA checkpoint (base from lora.base, adapters merged) equals the trainer's evaluation within 1e-5; the zero3 and hsdp runs' checkpoints load too (their base checksum is the tools'); generate runs from it"
+# where the base is (docs/lora.md "Where the base is"): V's config records it three ways; a copy of
+# the tree elsewhere finds it relative to its run directory once the original is gone
+grep -q "base_relative = \"../base/step-00000012.h5\"" "$TMP/V/config.cfg"
+rcr=$?
+mkdir "$TMP/moved" && cp -r "$TMP/base" "$TMP/V" "$TMP/moved/" && mv "$TMP/base" "$TMP/base.away"
+"$TOOL" eval --ckpt "$TMP/moved/V" --val "$TMP/data/train" -s eval_samples=16 -o "$TMP/M.json" >"$TMP/M.txt" 2>&1
+rcm=$?
+"$TOOL" eval --ckpt "$TMP/V" --val "$TMP/data/train" -s eval_samples=16 >/dev/null 2>"$TMP/gone.err"
+rcg=$?
+"$TOOL" eval --ckpt "$TMP/V" --val "$TMP/data/train" -s eval_samples=16 -s lora.base="$TMP/base.away/step-00000012.h5" \
+    -o "$TMP/S.json" >"$TMP/S.txt" 2>&1
+rcs=$?
+mv "$TMP/base.away" "$TMP/base"
+sed 's/^/# /' "$TMP/gone.err"
+moved=$(grep -o '"loss": [0-9.]*' "$TMP/M.json" 2>/dev/null | head -1 | awk '{print $2}')
+given=$(grep -o '"loss": [0-9.]*' "$TMP/S.json" 2>/dev/null | head -1 | awk '{print $2}')
+tap_diag "base_relative recorded: $rcr; moved tree: exit $rcm loss $moved; base gone: exit $rcg; --set lora.base: exit $rcs loss $given; in place: $ml"
+[[ $rcr == 0 && $rcm == 0 && $rcg == 2 && $rcs == 0 && -n $moved && $moved == "$ml" && $given == "$ml" ]] &&
+    grep -q "the LoRA base model (lora.base) is not found: looked for $TMP/base/step-00000012.h5 and $TMP/V/../base/step-00000012.h5" "$TMP/gone.err" &&
+    grep -q -- "--set lora.base=PATH" "$TMP/gone.err"
+tap_check $? "the base is recorded absolute and relative to the run directory: a moved tree finds it (same loss), a missing base is exit 2 naming lora.base, both places and --set lora.base=PATH, which loads it"
 tap_done

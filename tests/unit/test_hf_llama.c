@@ -110,14 +110,7 @@ static int do_export(const tsr_model *m, const variant *v, const char *dir, st_d
     return hf_export(m, &cfg, dir, &o);
 }
 
-static int do_import(tsr_model *m, const char *dir) {
-    hf_import *h = NULL;
-    uint64_t bytes = 0;
-    int rc = hf_import_open(&h, dir, m);
-    if (!rc) rc = hf_import_read(h, m, 0, m->n_params, m->params, &bytes);
-    hf_import_close(h);
-    return rc;
-}
+static int do_import(tsr_model *m, const char *dir) { return hf_model_read(dir, m); }
 
 /* The files of dir a equal those of dir b, byte for byte (the names in list). */
 static int same_files(const char *a, const char *b, const char *const *list, int n) {
