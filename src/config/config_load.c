@@ -436,6 +436,9 @@ static void validate_grpo(load_ctx *c) {
          "with it (data.train holds the prompts)"},
         {g->expert > 1, "parallel.expert", "objective = \"grpo\" with expert parallelism is not "
          "supported yet: set parallel.expert = 1"},
+        {g->context > 1, "parallel.context", "objective = \"grpo\" with context parallelism is "
+         "not supported yet (its rollouts are generated whole on each rank): set "
+         "parallel.context = 1"},
         {g->reward.kind == TSR_REWARD_COMMAND && !g->reward.command[0], "reward.command",
          "reward.kind = \"command\" needs the program to run: set reward.command"},
         {g->reward.kind == TSR_REWARD_REGEX && !g->reward.regex[0], "reward.regex",

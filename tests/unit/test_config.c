@@ -481,6 +481,13 @@ static void test_set(void) {
     rc = load(&c, NULL, all + 1, (int)(sizeof all / sizeof *all) - 1);
     expect(rc, TSR_EXIT_USAGE, "no file, missing key names the --set to add",
            "missing required key 'max_duration' (duration, e.g. --set max_duration=\"10e9tok\")", NULL);
+    const char *grpo_cp[] = {"max_duration=1ep", "global_batch=4", "micro_batch=2", "seq_len=8",
+                             "model.n_layer=1", "model.d_model=8", "model.n_head=2",
+                             "model.vocab_size=10", "optim.lr=0.1", "data.train=x",
+                             "objective=grpo", "parallel.context=2"};
+    rc = load(&c, NULL, grpo_cp, (int)(sizeof grpo_cp / sizeof *grpo_cp));
+    expect(rc, TSR_EXIT_USAGE, "objective = grpo with parallel.context > 1: refused, named",
+           "objective = \"grpo\" with context parallelism is not supported yet", NULL);
 }
 
 /* the Llama/Qwen architecture keys against each other (config_model_dims) */
@@ -778,7 +785,7 @@ static void test_table_and_docs(void) {
     free(text);
 }
 
-#define N_FIXED 107
+#define N_FIXED 108
 
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/tsr_test_config_XXXXXX");
