@@ -202,11 +202,11 @@ with open(sys.argv[2], "w") as f:
         j = json.loads(l); a = str(j["answer"])
         f.write(json.dumps({"context": j["prompt"], "answer": "no " + a if i % 2 else a + ".",
                             "aliases": [a + "!"] if i % 2 else []}) + "\n")' "$TMP/ar/heldout.jsonl" "$TMP/gen.jsonl"
-{ cat "$TSR_ROOT/configs/tiny.cfg"; cat <<CFG
+# (a config of what to evaluate only: the model and seq_len come from the checkpoint)
+cat >"$TMP/gen.cfg" <<CFG
 icl_tasks = ( { label = "arith"; type = "generation_task_with_answers"; path = "$TMP/gen.jsonl";
                 continuation_delimiter = ""; } );
 CFG
-} >"$TMP/gen.cfg"
 ev=(--config "$TMP/gen.cfg" --set data.tokenizer="$TMP/tok.tsr" --set micro_batch=8 --set data.val=
     --set eval_interval=0ba --set threads=1)
 acc() { "$PY3" -c 'import json,sys; print(json.load(open(sys.argv[1]))["icl"][0]["accuracy"])' "$1"; }
