@@ -26,16 +26,14 @@
 
 typedef float vlane __attribute__((vector_size(LANES * sizeof(float))));
 
-static inline vlane vload(const float *p) {
-    vlane v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
+/* (vectors through pointers: a 64-byte vector passed or returned by value changes the ABI without
+ * AVX-512, which clang's -Wpsabi refuses) */
+static inline void vload(vlane *v, const float *p) { memcpy(v, p, sizeof *v); }
 
 /* the lanes' sum in a fixed tree, then the tail terms in order */
-static inline float finish(vlane acc, const float *x, const float *w, int i0, int IC) {
+static inline float finish(const vlane *acc, const float *x, const float *w, int i0, int IC) {
     float s[LANES];
-    memcpy(s, &acc, sizeof s);
+    memcpy(s, acc, sizeof s);
     for (int h = LANES / 2; h >= 1; h /= 2)
         for (int j = 0; j < h; j++) s[j] = s[j] + s[j + h];
     float r = s[0];
@@ -51,15 +49,16 @@ static void block(float *out, int ldo, const float *x, const float *w, int nr, i
     const int iv = IC / LANES * LANES;
     for (int i = 0; i < iv; i += LANES) {
         vlane wv[OB];
-        for (int o = 0; o < no; o++) wv[o] = vload(w + (size_t)o * IC + i);
+        for (int o = 0; o < no; o++) vload(&wv[o], w + (size_t)o * IC + i);
         for (int r = 0; r < nr; r++) {
-            const vlane xv = vload(x + (size_t)r * IC + i);
+            vlane xv;
+            vload(&xv, x + (size_t)r * IC + i);
             for (int o = 0; o < no; o++) acc[r][o] = acc[r][o] + xv * wv[o];
         }
     }
     for (int r = 0; r < nr; r++)
         for (int o = 0; o < no; o++)
-            out[(size_t)r * ldo + o] = finish(acc[r][o], x + (size_t)r * IC, w + (size_t)o * IC, iv,
+            out[(size_t)r * ldo + o] = finish(&acc[r][o], x + (size_t)r * IC, w + (size_t)o * IC, iv,
                                               IC);
 }
 
