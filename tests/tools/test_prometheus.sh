@@ -73,7 +73,11 @@ args+=(--set model.n_layer=1 --set model.n_head=4 --set global_batch=4 --set mic
 F=$TXT/tessera_train_prom-run.prom
 TSR_FAULT=usr1:6:0 "$TRAIN" "${args[@]}" >"$TMP/t1.txt" 2>&1
 rc=$?
-ino1=$(stat -c %i "$F" 2>/dev/null)
+# the file as it is now, held open: a write that replaces the file (a rename) leaves what this
+# descriptor reads unchanged; one that rewrote it in place would change it (inode numbers are no
+# test: the file system reuses a freed one, so two renames can give the first number back)
+exec 7<"$F"
+sum1=$(md5sum <"$F")
 s=$(fetch "$PORT")
 val() { pq "$1" run=prom-run <<<"$s"; }
 [[ $rc == 85 && $(val tessera_train_running) == 0 && $(val tessera_train_exit_code) == 85 &&
@@ -95,13 +99,14 @@ reader=$!
 "$TRAIN" "${args[@]}" --set max_duration=200ba >"$TMP/t2.txt" 2>&1
 rc=$?
 touch "$TMP/done"; wait "$reader"
-ino2=$(stat -c %i "$F" 2>/dev/null)
+held=$(md5sum <&7)
+exec 7<&-
 s=$(fetch "$PORT")
 [[ $rc == 0 && $(val tessera_train_running) == 0 && $(val tessera_train_exit_code) == 0 &&
    $(val tessera_train_step) == 200 && $(val tessera_train_total_steps) == 200 ]] &&
-    ! grep -q partial "$TMP/reader.txt" && [[ -n $ino1 && $ino1 != "$ino2" ]] &&
+    ! grep -q partial "$TMP/reader.txt" && [[ $held == "$sum1" && $(md5sum <"$F") != "$sum1" ]] &&
     [[ -z $(find "$TXT" -type f ! -name '*.prom') ]] && promtool check metrics <"$F" >/dev/null 2>&1
-tap_check $? "resumed to step 200 (exit $rc): served step 200, exit 0; the file replaced (inode $ino1 -> $ino2), never read partial ($(tail -1 "$TMP/reader.txt")), no temp file left"
+tap_check $? "resumed to step 200 (exit $rc): served step 200, exit 0; the file replaced (the descriptor held open still reads the old one), never read partial ($(tail -1 "$TMP/reader.txt")), no temp file left"
 served() {
     local m
     for m in loss tokens_per_second mfu_ratio eta_seconds last_update_timestamp_seconds; do
