@@ -95,6 +95,25 @@ static double plan_bytes(const tsr_trainer *t, int lora, double *pb, double *gb,
     return *pb + *gb + *ob + *cb + *ab;
 }
 
+/* The memory line's optional parts: Muon's buffers (mu), the save_async snapshot of sb bytes
+ * (snap), context parallelism's share of a sequence (share); "" where they do not apply. */
+static void memory_notes(const tsr_trainer *t, double sb, char mu[96], char snap[80],
+                         char share[64]) {
+    char b[32];
+    mu[0] = snap[0] = share[0] = '\0';
+    if (muon_scratch(t) > 0) {
+        metrics_human_bytes(b, sizeof b, muon_scratch(t));
+        snprintf(mu, 96, " (Muon's iteration%s: %s)",
+                 t->part.fsdp_on ? ", owned matrices and exchange" : "", b);
+    }
+    if (sb > 0) {
+        metrics_human_bytes(b, sizeof b, sb);
+        snprintf(snap, 80, ", checkpoint snapshot %s (save_async, host)", b);
+    }
+    if (t->mesh.N > 1)
+        snprintf(share, 64, " (this rank's %d positions of each)", t->T / t->mesh.N);
+}
+
 void metrics_print_plan(const tsr_trainer *t, int dry_run) {
     if (t->dist.rank != 0) return;
     const tsr_model *m = &t->model;
@@ -180,21 +199,9 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
         snprintf(how, sizeof how, " (HSDP: %s sharded over groups of %d ranks, %d replicas)",
                  lora ? "the frozen base" : "all state", t->part.fsdp_group,
                  t->dist.world / t->part.fsdp_group);
-    char mu[96] = "", snap[80] = "";
-    if (muon_scratch(t) > 0) {
-        char mb[32];
-        metrics_human_bytes(mb, sizeof mb, muon_scratch(t));
-        snprintf(mu, sizeof mu, " (Muon's iteration%s: %s)",
-                 t->part.fsdp_on ? ", owned matrices and exchange" : "", mb);
-    }
-    if (sb > 0) {
-        char b[32];
-        metrics_human_bytes(b, sizeof b, sb);
-        snprintf(snap, sizeof snap, ", checkpoint snapshot %s (save_async, host)", b);
-    }
+    char mu[96], snap[80], share[64];
+    memory_notes(t, sb, mu, snap, share);
     const int N = t->mesh.N;
-    char share[64] = "";
-    if (N > 1) snprintf(share, sizeof share, " (this rank's %d positions of each)", t->T / N);
     printf("memory per rank (fp32): weights %s, grads %s, %s %s%s%s, communication buffers %s, "
            "activations %s per microbatch of %d x %d%s%s; total %s\n",
            w, g, mu[0] ? "optimizer" : "AdamW", opt, mu, how, comm, acts, t->micro, t->T, share,
