@@ -240,7 +240,7 @@ CUDA_TRAIN_SO := $(BUILD)/libtessera-cuda-train.so
 CUDA_TARGETS  += $(if $(CUDA_OK),$(CUDA_TRAIN_SO))
 # the host emulator of cuda_ops.h (kernels/cuda_emu/): the same trainer GPU path, runnable on any
 # machine; tests/gpu/test_cuda_train.sh checks it against the CPU backend
-CUEMU_TRAIN   := $(BUILD)/tests/tessera-train-cuemu $(BUILD)/tests/test_gpu_ops_emu
+CUEMU_TRAIN   := $(BUILD)/tests/tessera-train-cuemu $(BUILD)/tests/test_gpu_ops_emu $(BUILD)/tests/ring_bench_emu
 # the CPU SIMT emulator (kernels/cuda_simt/): the real kernels of kernels/cuda/cuda_{attention,ring,
 # xent,layernorm,llama,moe,lora}.cu (with cuda_fail.cu's tcu_fail), rewritten by tools/simt_cu.py and compiled by the host's C++
 # compiler, run thread by thread against the CPU oracle by the op test's cases for them
@@ -365,6 +365,13 @@ $(BUILD)/tests/tessera-train-cuemu: $(BUILD)/obj/src/train/train_main.o $(BUILD)
                 $(BUILD)/obj/src/gpu/gpu_ring.o \
                 $(BUILD)/obj/src/gpu/gpu_comm.o $(BUILD)/obj/src/gpu/gpu_comm_staged.o \
                 $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o $(TUNE_OBJ) $(BUILD)/libtessera.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
+
+# ring_bench on the emulator (tests/gpu/test_ring_bench.sh: that it runs and what it prints, not
+# its times)
+$(BUILD)/tests/ring_bench_emu: $(BUILD)/obj/bench/gpu/ring_bench.o $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o \
+                $(TUNE_OBJ) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
 

@@ -13,7 +13,9 @@
  * causal mask lets through: a rank of the ring computes Tl^2 N / 4 (T^2 / 2N of the whole sequence),
  * the plain kernel Tl^2 / 2 of its own. FLOPs: 4 hs pairs per head forward, 2.5 times that
  * backward (FlashAttention's count). The ring's TFLOP/s within 10% of the kernel's means the
- * blocks cost what the attention costs; the exchange's overlap is measured by a multi-GPU run. */
+ * blocks cost what the attention costs; the exchange's overlap is measured by a multi-GPU run.
+ * TSR_ATT_WGMMA=1 times the wgmma forms of the kernels (tcu_attention_set_wgmma; refused where
+ * the device cannot run them), as the trainer's switch of that name does. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,7 +81,7 @@ static void ring_step(const bufs *b, int Tl, int N, int backward, tcu_stream s) 
 
 /* milliseconds of reps calls of what (0: the plain kernel; N: a ring step of N ranks) */
 static float timed(const bufs *b, int Tl, int N, int backward, int reps, tcu_stream s) {
-    tcu_event e0 = tcu_event_create(), e1 = tcu_event_create();
+    tcu_event e0 = tcu_event_create_timed(), e1 = tcu_event_create_timed();
     for (int r = -1; r < reps; r++) { /* one call first: the kernels' set-up out of the timing */
         if (r == 0) tcu_event_record(e0, s);
         if (N && backward) ring_step(b, Tl, N, 1, s);
@@ -107,6 +109,13 @@ int main(int argc, char **argv) {
         return 77;
     }
     tcu_init(0);
+    const char *wg = getenv("TSR_ATT_WGMMA"); /* as the trainer: "1" the wgmma kernels (sm_90a) */
+    const int wgmma = wg && !strcmp(wg, "1") && tcu_attention_wgmma_possible(HS);
+    if (wg && !strcmp(wg, "1") && !wgmma) {
+        fprintf(stderr, "ring_bench: TSR_ATT_WGMMA=1 but this device cannot run the wgmma kernels\n");
+        return 1;
+    }
+    tcu_attention_set_wgmma(wgmma); /* before the scratch is sized */
     tcu_stream s = tcu_stream_create();
     bufs b = {.qkv = random_bf16((size_t)Tl * QKV, s), .kv = random_bf16((size_t)Tl * KVW, s),
               .dout = random_bf16((size_t)Tl * C, s)};
@@ -120,8 +129,9 @@ int main(int argc, char **argv) {
     tcu_attention_forward(b.out, b.lse, b.qkv, NULL, NULL, 1, Tl, NH, KVH, HS, s); /* a real lse */
     char name[128] = "";
     tcu_device_info(name, sizeof name, NULL, NULL, NULL);
-    printf("ring_bench: %s, Llama 3.1 8B heads (%d on %d, hs %d), %d local positions, %d reps\n",
-           name, NH, KVH, HS, Tl, reps);
+    printf("ring_bench: %s, Llama 3.1 8B heads (%d on %d, hs %d), %d local positions, %d reps, "
+           "%s\n", name, NH, KVH, HS, Tl, reps,
+           wgmma ? "the wgmma kernels (TSR_ATT_WGMMA=1)" : "the mma.sync kernels");
     printf("| what | forward ms | TFLOP/s | backward ms | TFLOP/s | fwd+bwd vs the kernel |\n");
     printf("|---|---|---|---|---|---|\n");
     double base = 0;

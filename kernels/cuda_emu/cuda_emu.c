@@ -29,6 +29,7 @@
  *     order; sgemm for a fixed thread count, which the caller's cpu_ops_set_threads sets, never
  *     the emulator). Temporaries are host malloc, not counted as device memory.
  */
+#include <stdbool.h>
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -334,13 +335,20 @@ void tcu_sync(tcu_stream s) {}
 tcu_stream tcu_stream_create(void) { return host_alloc(1, "tcu_stream_create"); }
 void tcu_stream_destroy(tcu_stream s) { free(s); }
 /* An event holds the host time of its last record (the emulator runs each op when called, so
- * the host's clock is its device's): timed or not, the same */
-tcu_event tcu_event_create(void) {
-    double *t = host_alloc(sizeof *t, "tcu_event_create");
-    *t = -1.0; /* never recorded */
-    return (tcu_event)t;
+ * the host's clock is its device's) and whether it was created for timing: CUDA refuses the
+ * elapsed time of an event made with cudaEventDisableTiming (tcu_event_create), and so does the
+ * emulator (ring_bench's events, made so, failed on the first GPU it ran on, 2026-11-27) */
+typedef struct {
+    double t; /* < 0: never recorded */
+    bool timed;
+} emu_event;
+static tcu_event event_new(bool timed, const char *what) {
+    emu_event *e = host_alloc(sizeof *e, what);
+    *e = (emu_event){.t = -1.0, .timed = timed};
+    return (tcu_event)e;
 }
-tcu_event tcu_event_create_timed(void) { return tcu_event_create(); }
+tcu_event tcu_event_create(void) { return event_new(false, "tcu_event_create"); }
+tcu_event tcu_event_create_timed(void) { return event_new(true, "tcu_event_create_timed"); }
 void tcu_event_destroy(tcu_event e) { free(e); }
 
 /* CUDA rejects a NULL event; so does the emulator */
@@ -348,14 +356,16 @@ void tcu_event_record(tcu_event e, tcu_stream s) {
     REQUIRE(e, "tcu_event_record", "the event is NULL");
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    *(double *)e = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    ((emu_event *)e)->t = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 float tcu_event_elapsed_ms(tcu_event start, tcu_event end) {
     REQUIRE(start && end, "tcu_event_elapsed_ms", "an event is NULL");
-    const double a = *(double *)start, b = *(double *)end;
-    REQUIRE(a >= 0.0 && b >= 0.0, "tcu_event_elapsed_ms", "an event was never recorded");
-    return (float)((b - a) * 1e3);
+    const emu_event *a = (const emu_event *)start, *b = (const emu_event *)end;
+    REQUIRE(a->timed && b->timed, "tcu_event_elapsed_ms",
+            "an event was created without timing (tcu_event_create; CUDA: invalid resource handle)");
+    REQUIRE(a->t >= 0.0 && b->t >= 0.0, "tcu_event_elapsed_ms", "an event was never recorded");
+    return (float)((b->t - a->t) * 1e3);
 }
 
 void tcu_stream_wait_event(tcu_stream s, tcu_event e) {
