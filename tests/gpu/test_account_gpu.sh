@@ -2,8 +2,9 @@
 # What a GPU run cost (src/train/account.h, energy.h; docs/site.md "What a run cost"): device = cuda
 # counts one GPU per rank.
 #  - the CUDA emulator (build/tests/tessera-train-cuemu; every machine, CI included): the start and
-#    account records say gpus = ranks, GPU-hours = GPUs x wall; no NVML where there is no driver:
-#    gpu_energy_j null and the log says libnvidia-ml.so.1 cannot be opened; the banner's rank line
+#    account records say gpus = ranks, GPU-hours = GPUs x wall; gpu_energy_j null and the log says
+#    why: libnvidia-ml.so.1 cannot be opened where there is no driver, and on a GPU node NVML has no
+#    handle for the rank's GPU 3 (the GPU machine has one: seen there 2026-11-27); the banner's rank line
 #    names the GPU the rank uses (CUDA_VISIBLE_DEVICES' entry);
 #  - a real GPU (the next GPU session: bash tests/gpu/device.sh check account): the real library
 #    reads NVML's total energy counter of the rank's GPU: gpu_energy_j > 0, the start's average
@@ -36,7 +37,7 @@ if [[ -x $EMU ]]; then
     rc=$?
     out=$(record emu 1)
     ((rc == 0)) && [[ $out == "null "* ]] &&
-        grep -q "GPU energy not measured (libnvidia-ml.so.1 cannot be opened" "$TMP/emu.txt" &&
+        grep -qE "GPU energy not measured \((libnvidia-ml.so.1 cannot be opened|NVML has no handle for CUDA device 0 \(3\))" "$TMP/emu.txt" &&
         grep -qE "^rank 0 on [^:]+: .* \| GPU 3$" "$TMP/emu.txt"
     tap_check $? "emulator, device = cuda: 1 GPU in the records, GPU-hours = wall, energy null for no NVML; the banner names GPU 3 (exit $rc; $out)"
 else
