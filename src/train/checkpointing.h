@@ -48,8 +48,13 @@ int checkpointing_boundary(tsr_trainer *t, int *stop);
 int checkpointing_save(tsr_trainer *t, int background);
 /* Before the state changes (the optimizer's update): waits until a background save's writer has
  * copied this rank's slices into the snapshot (it copies while the step's forward and backward
- * read the state; at once when done). Local. */
+ * read the state; at once when done). device = cuda: no wait (the update changes the device's
+ * state, not the host mirror the writer copies from). Local. */
 void checkpointing_before_update(tsr_trainer *t);
+/* Before the host mirror of the device's state is written (device = cuda: a pull for sampling on
+ * the host): waits for a background save's copy of it, as checkpointing_before_update does for the
+ * host's state. */
+void checkpointing_before_pull(tsr_trainer *t);
 /* Waits for the save in flight, if any, and commits it. 0 or an exit code. Collective. */
 int checkpointing_drain(tsr_trainer *t);
 /* The host memory of the largest snapshot a rank takes for a background save (rank 0's: its

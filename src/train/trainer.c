@@ -1054,6 +1054,7 @@ static void ring_report(tsr_trainer *t) {
 static void end_of_run_sample(tsr_trainer *t) {
     if (t->cfg.sample.tokens <= 0) return;
     trainer_ensure_acts(t); /* collective: a resumed run that was already done ran no step */
+    checkpointing_before_pull(t);
     if (t->be.gpu) gpu_train_host_model(t->be.gpu, 1);
     else trainer_host_weights(t, 1);
     if (t->dist.rank == 0 || t->part.fsdp_on) {

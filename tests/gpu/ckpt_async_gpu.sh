@@ -3,7 +3,7 @@
 # (no GPU; tests/ckpt/test_ckpt_async.sh runs device = cuda on the host emulator) cannot show.
 # Run by `bash tests/gpu/device.sh check ckpt` on the lent GPU machine (one process: its NO_MPI
 # build), not by tests/run.sh (its name is not test_*). Two runs of gpt2-124m on device = cuda,
-# the same 12 steps with a save every 3 (3, 6 and 9 periodic, 12 the final one): A with
+# the same 12 steps with a save every 3 (3, 6 and 9 periodic, 12 the final one; CKA_EVERY=E: 4E steps, a save every E): A with
 # save_async (the default), S with save_async = false. Checks (TAP):
 #   - both runs end (exit 0); A pinned the host copy of the device's state once at start
 #     (cudaHostRegister: "save_async: ... pinned per rank"), with no refusal;
@@ -35,7 +35,12 @@ else
           --set data.tokenizer= --set sample.tokens=0 --set eval_interval=0ba --set global_batch=32
           --set micro_batch=16 --set seq_len=1024 --set watchdog.window=0)
 fi
-args+=(--set device=cuda --set max_duration=12ba --set save_interval=3ba --set keep_last=4)
+# CKA_EVERY (default 3): the steps between saves; the run is 4 of them. At 3 a background write
+# (1.2 s for gpt2-124m on the H200) outlasts the 3 steps (0.2 s) to the next save, which waits for
+# it; CKA_EVERY=25 spaces the saves as a real run does (minutes apart), so blocking is the save's own
+E=${CKA_EVERY:-3}
+[[ $E =~ ^[1-9][0-9]*$ ]] || { echo "CKA_EVERY='$E': expected a whole number of steps"; exit 1; }
+args+=(--set device=cuda --set max_duration=$((4 * E))ba --set save_interval="${E}ba" --set keep_last=4)
 "$TRAINER" "${args[@]}" --set run_dir="$TMP/A" >"$TMP/A.txt" 2>&1
 ra=$?
 "$TRAINER" "${args[@]}" --set run_dir="$TMP/S" --set save_async=false >"$TMP/S.txt" 2>&1
@@ -44,20 +49,22 @@ tap_diag "A: $(grep -m1 'pinned' "$TMP/A.txt")"
 [[ $ra == 0 && $rs == 0 ]] && (($(grep -c "^save_async: .* of host memory pinned per rank" "$TMP/A.txt") == 1)) &&
     ! grep -q "would not pin" "$TMP/A.txt"
 tap_check $? "both runs ended (exit $ra, $rs); A pinned the host copy of the device's state once, no refusal"
-"$PY3" - "$TMP/A/metrics.jsonl" <<'PY'
+"$PY3" - "$TMP/A/metrics.jsonl" "$E" <<'PY'
 import json, sys
+e = int(sys.argv[2])
 s = {d["step"]: d for d in map(json.loads, open(sys.argv[1])) if d.get("checkpoint") == "save"}
-ok = sorted(s) == [3, 6, 9, 12] and [s[k]["async"] for k in (3, 6, 9, 12)] == [True, True, True, False]
-sys.exit(0 if ok and all(s[k]["committed_step"] >= k for k in (3, 6, 9)) else 1)
+k4 = [e, 2 * e, 3 * e, 4 * e]
+ok = sorted(s) == k4 and [s[k]["async"] for k in k4] == [True, True, True, False]
+sys.exit(0 if ok and all(s[k]["committed_step"] >= k for k in k4[:3]) else 1)
 PY
-tap_check $? "A: steps 3, 6 and 9 saved in the background, each committed at a step boundary after it; 12 synchronously"
+tap_check $? "A: steps $E, $((2 * E)) and $((3 * E)) saved in the background, each committed at a step boundary after it; $((4 * E)) synchronously"
 ok=0
-for k in 3 6 9 12; do
+for k in $E $((2 * E)) $((3 * E)) $((4 * E)); do
     "$TOOL" ckpt verify "$(ck "$TMP/A" $k)" >/dev/null 2>&1 || { ok=1; tap_diag "A step $k does not verify"; }
     cmp -s <("$TOOL" ckpt inspect "$(ck "$TMP/A" $k)" | sed -n '/^tensors /,$p') \
            <("$TOOL" ckpt inspect "$(ck "$TMP/S" $k)" | sed -n '/^tensors /,$p') || { ok=1; tap_diag "step $k: tensors differ"; }
 done
-tap_check $ok "A's checkpoints of steps 3, 6, 9 and 12 verify and hold S's tensors (names, shapes, CRC32C)"
+tap_check $ok "A's checkpoints of steps $E, $((2 * E)), $((3 * E)) and $((4 * E)) verify and hold S's tensors (names, shapes, CRC32C)"
 cmp -s <(final_lines "$TMP/A/metrics.jsonl") <(final_lines "$TMP/S/metrics.jsonl")
 tap_check $? "every step of A (loss, lr, grad norm) equals S's bit for bit"
 "$PY3" - "$TMP/A/metrics.jsonl" "$TMP/S/metrics.jsonl" <<'PY'
