@@ -21,7 +21,7 @@
 #             ops        the op test as it runs in a training step (no sanitizer, asynchronous)
 #             train      tests/gpu/test_cuda_train.sh, test_cuda_lora.sh, test_cuda_dpo.sh, test_cuda_moe_ep.sh,
 #                        test_cuda_muon.sh, test_cuda_context.sh: their GPU halves (the emulator's
-#                        with TSR_TEST_EMULATOR=1; CI runs them)
+#                        with TSR_TEST_EMULATOR=1; CI runs them); TRAIN_TESTS="..." names others
 #             ckpt       tests/gpu/ckpt_async_gpu.sh: gpt2-124m on the GPU with save_async and without
 #                        (issue 53): the same checkpoints and steps, the host copy pinned; the
 #                        blocking and background seconds per save, the pinned device-to-host GB/s
@@ -378,7 +378,7 @@ check() {
                 rm -f "$logs/race.txt" ;;
             ops) op_test "$logs/$st.txt" || r=$? ;;
             train) limited "$logs/$st.txt" env TSR_TEST_EMULATOR="${TSR_TEST_EMULATOR:-0}" \
-                       TESTS="test_cuda_train test_cuda_lora test_cuda_dpo test_cuda_moe_ep test_cuda_muon test_cuda_context" \
+                       TESTS="${TRAIN_TESTS:-test_cuda_train test_cuda_lora test_cuda_dpo test_cuda_moe_ep test_cuda_muon test_cuda_context}" \
                        bash tests/run.sh || r=$? ;;
             ckpt) limited "$logs/$st.txt" bash tests/gpu/ckpt_async_gpu.sh || r=$? ;;
             ring) ring_stage "$logs/$st.txt" || r=$? ;;
