@@ -1007,7 +1007,8 @@ static int evaluate(tsr_trainer *t) {
     const double t0 = tsr_now();
     if (t->data.val) {
         watchdog_phase(WD_EVAL, t->step);
-        metrics_log_eval(t, trainer_eval(t));
+        double loss = trainer_eval(t);
+        metrics_log_eval(t, loss, tsr_now() - t0);
         if (t->cfg.objective == TSR_OBJ_GRPO && t->out.val_accuracy < 0) return TSR_EXIT_DATA;
     }
     if (t->icl) {
