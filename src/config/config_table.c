@@ -298,7 +298,7 @@ const cfgtab_key cfgtab_keys[] = {
      .doc = "Decay after warmup, from lr to alpha_f x lr at max_duration: `cosine`, `linear`, "
             "`constant` (no decay), or `wsd` (warmup-stable-decay: lr until the last optim.decay "
             "of the run, then linear to alpha_f x lr; a run extended later continues at lr "
-            "without a jump). Formulas: docs/training.md \"Learning-rate schedule\"."},
+            "without a jump). Formulas: docs/training.md, \"Schedule\"."},
     {.name = "optim.decay", .type = CFGK_STRING, FIELD(optim.decay), .def = "0.2", .ilo = 1,
      .doc = "`optim.schedule = \"wsd\"`: how long the final decay is, a fraction of max_duration "
             "in (0, 1] (`0.2`: the last 20% of the steps, rounded to the nearest step) or a "
