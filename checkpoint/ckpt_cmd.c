@@ -407,6 +407,7 @@ static int run_export(const sub_args *a) {
     tsr_config *cfg = tsr_malloc(sizeof *cfg);
     tsr_model m;
     char file[1200];
+    const double t0 = tsr_now();
     /* --adapter writes the adapters alone: the base (lora.base, perhaps not on this machine) is
      * not read, only the layout */
     int rc = adapter ? ckpt_model_layout(a->operand[0], NULL, 0, 0, cfg, &m, file, sizeof file)
@@ -425,7 +426,8 @@ static int run_export(const sub_args *a) {
         }
     }
     if (!rc) {
-        printf("exporting %s%s\n", file, adapter ? " (its adapters)" : merge ? " (merged)" : "");
+        printf("exporting %s%s (read in %.2f s)\n", file,
+               adapter ? " (its adapters)" : merge ? " (merged)" : "", tsr_now() - t0);
         o.source = file;
         if (adapter) {
             tsr_lora lo;
@@ -437,6 +439,7 @@ static int run_export(const sub_args *a) {
         } else {
             rc = hf_export(&m, cfg, a->operand[1], &o);
         }
+        if (!rc) printf("exported %s to %s in %.2f s\n", file, a->operand[1], tsr_now() - t0);
     }
     if (m.params) model_free(&m);
     free(cfg);

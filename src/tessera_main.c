@@ -8,6 +8,7 @@
 #include "model/ckpt_model.h"
 #include "cli_commands.h"
 #include "common.h"
+#include "progress.h"
 #include "config/config.h"
 #include "data/data_cmd.h"
 #include "eval/eval_cmd.h"
@@ -66,6 +67,7 @@ static const ckpt_model_importer hf_source = {hf_is_dir, hf_model_read, hf_confi
                                               hf_is_peft_dir, hf_peft_model_load};
 
 int main(int argc, char **argv) {
+    tsr_line_buffered(); /* a batch log shows each line as it is written */
     blas_fix_coretype(argv);
     ckpt_model_use_importer(&hf_source);
     if (argc < 2) {

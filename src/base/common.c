@@ -17,6 +17,8 @@ static int log_muted;
 
 void tsr_log_mute(int mute) { log_muted = mute; }
 
+int tsr_log_rank(void) { return log_rank; }
+
 void tsr_log_set_rank(int rank, int world) {
     char host[64] = "?";
     if (gethostname(host, sizeof host) != 0) strcpy(host, "?");

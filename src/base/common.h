@@ -24,6 +24,8 @@ enum tsr_exit {
 
 /* Sets the "[rank R host]" prefix used by every message; call once the rank is known. */
 void tsr_log_set_rank(int rank, int world);
+/* The rank tsr_log_set_rank set (0 before it is called). */
+int tsr_log_rank(void);
 /* While muted, tsr_error and tsr_warn print nothing (tsr_die always prints). Ranks other than 0
  * mute themselves around collective phases (config, opening data) where every rank meets the
  * same error, so it is printed once. */

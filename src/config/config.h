@@ -38,7 +38,9 @@ typedef enum {
     TSR_ACTCKPT_MLP,
     TSR_ACTCKPT_COUNT
 } tsr_actckpt_kind;
-typedef enum { TSR_SCHED_COSINE = 0, TSR_SCHED_LINEAR, TSR_SCHED_CONSTANT, TSR_SCHED_COUNT } tsr_sched_kind;
+typedef enum {
+    TSR_SCHED_COSINE = 0, TSR_SCHED_LINEAR, TSR_SCHED_CONSTANT, TSR_SCHED_WSD, TSR_SCHED_COUNT
+} tsr_sched_kind;
 /* optim.name (docs/training.md "Muon"): AdamW for every tensor, or Muon for the hidden matrices */
 typedef enum { TSR_OPTIM_ADAMW = 0, TSR_OPTIM_MUON, TSR_OPTIM_COUNT } tsr_optim_kind;
 /* optim.muon.scale: the orthogonalised update's multiplier (rms: rms x sqrt(max(rows, cols)), an
@@ -117,6 +119,7 @@ typedef struct tsr_optim_config {
     tsr_duration warmup;
     tsr_sched_kind schedule;
     double alpha_f;       /* final lr = alpha_f * lr */
+    char decay[32];       /* schedule = wsd: the final decay, "0.2" (of max_duration) or "200ba" */
     int decay_norms_biases, decay_embeddings;
     tsr_optim_kind name;  /* optim.name */
     struct {              /* optim.muon.* (name = muon; src/train/muon.h) */
@@ -187,6 +190,8 @@ typedef struct tsr_config {
     char run_dir[1024];
     int64_t seed;
     tsr_duration max_duration, eval_interval, save_interval;
+    int max_duration_set; /* max_duration came from --set (a trial run cut short): a warmup
+                           * longer than it is a warning, not an error (trainer.c) */
     int64_t global_batch, micro_batch, seq_len, eval_samples;
     int keep_last, log_interval, threads;
     int save_final;       /* a checkpoint when max_duration is reached (default 1) */
@@ -377,6 +382,11 @@ void config_doc_markdown(FILE *f);
 int size_parse(const char *s, uint64_t *out);
 /* Parses "100ba" / "2e9tok" / "0.5ep". Returns 0 on success. */
 int duration_parse(const char *s, tsr_duration *out);
+/* optim.decay (schedule = wsd): "F", a fraction of the run in (0, 1] (F x total steps, rounded to
+ * the nearest step, at least 1), or a duration ("200ba", "1e9tok", "0.5ep"); its steps in a run
+ * of total steps, or -1 when spec is neither. */
+int64_t decay_to_steps(const char *spec, int64_t total, int64_t global_batch, int64_t seq_len,
+                       uint64_t samples_per_epoch);
 /* Formats a duration back ("100ba"). */
 void duration_format(char *buf, size_t n, tsr_duration d);
 /* Converts to optimizer steps, rounding up: tokens_per_step = global_batch * seq_len,

@@ -509,6 +509,24 @@ static void validate_lora(load_ctx *c) {
     }
 }
 
+/* optim.decay: the final decay of optim.schedule = "wsd" (docs/training.md): a fraction or a
+ * duration. */
+static void validate_schedule(load_ctx *c) {
+    const tsr_config *g = c->cfg;
+    char at[1200];
+    int md = key_index(cfgtab_find("max_duration"));
+    c->cfg->max_duration_set = c->given[md] && c->line[md] == -1;
+    /* (another schedule ignores it: every effective config, config.cfg and a checkpoint's,
+     * names every key) */
+    if (g->optim.schedule != TSR_SCHED_WSD) return;
+    if (decay_to_steps(g->optim.decay, 1, 1, 1, 1) < 0) {
+        tsr_error("%soptim.decay = \"%s\": expected a fraction of max_duration in (0, 1] (\"0.2\") "
+                  "or a duration (\"200ba\", \"1e9tok\", \"0.5ep\")",
+                  where(c, "optim.decay", at, sizeof at), g->optim.decay);
+        c->errors++;
+    }
+}
+
 /* optim.name = muon (docs/training.md "Muon"): its keys only with it, and not with LoRA (the
  * references orthogonalise full weight matrices, not adapters). */
 static void validate_muon(load_ctx *c) {
@@ -576,6 +594,7 @@ static void validate_options(load_ctx *c) {
     }
     validate_lora(c);
     validate_muon(c);
+    validate_schedule(c);
     validate_grpo(c);
 }
 

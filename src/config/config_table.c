@@ -38,7 +38,7 @@ static const char *const mask_names[] = {"causal", "document"};
 _Static_assert(NELEM(mask_names) == TSR_MASK_COUNT, "mask_names vs tsr_attn_mask_kind");
 static const char *const actckpt_names[] = {"none", "block", "attention", "mlp"};
 _Static_assert(NELEM(actckpt_names) == TSR_ACTCKPT_COUNT, "actckpt_names vs tsr_actckpt_kind");
-static const char *const sched_names[] = {"cosine", "linear", "constant"};
+static const char *const sched_names[] = {"cosine", "linear", "constant", "wsd"};
 static const char *const optim_names[] = {"adamw", "muon"};
 _Static_assert(NELEM(optim_names) == TSR_OPTIM_COUNT, "optim_names vs tsr_optim_kind");
 static const char *const muon_scale_names[] = {"rms", "shape"};
@@ -295,8 +295,15 @@ const cfgtab_key cfgtab_keys[] = {
      .doc = "Linear warmup of the learning rate from 0 to lr over this long."},
     {.name = "optim.schedule", .type = CFGK_ENUM, FIELD(optim.schedule), .def = "cosine",
      ENUM(sched_names),
-     .doc = "Decay after warmup, from lr to alpha_f x lr at max_duration: `cosine`, `linear`, or "
-            "`constant` (no decay)."},
+     .doc = "Decay after warmup, from lr to alpha_f x lr at max_duration: `cosine`, `linear`, "
+            "`constant` (no decay), or `wsd` (warmup-stable-decay: lr until the last optim.decay "
+            "of the run, then linear to alpha_f x lr; a run extended later continues at lr "
+            "without a jump). Formulas: docs/training.md, \"Schedule\"."},
+    {.name = "optim.decay", .type = CFGK_STRING, FIELD(optim.decay), .def = "0.2", .ilo = 1,
+     .doc = "`optim.schedule = \"wsd\"`: how long the final decay is, a fraction of max_duration "
+            "in (0, 1] (`0.2`: the last 20% of the steps, rounded to the nearest step) or a "
+            "duration (`200ba`, `1e9tok`, `0.5ep`). optim.warmup plus the decay must fit in "
+            "max_duration. Other schedules ignore it."},
     {.name = "optim.alpha_f", .type = CFGK_FLOAT, FIELD(optim.alpha_f), .def = "0.1", .lo = 0,
      .hi = 1, .doc = "Final learning rate as a fraction of lr."},
     {.name = "optim.decay_norms_biases", .type = CFGK_BOOL, FIELD(optim.decay_norms_biases),
@@ -1135,6 +1142,19 @@ int duration_parse(const char *s, tsr_duration *out) {
         return 0;
     }
     return -1;
+}
+
+int64_t decay_to_steps(const char *spec, int64_t total, int64_t global_batch, int64_t seq_len,
+                       uint64_t samples_per_epoch) {
+    tsr_duration d;
+    double f;
+    if (duration_parse(spec, &d) == 0)
+        return duration_to_steps(d, global_batch, seq_len, samples_per_epoch);
+    if (!spec || !(isdigit((unsigned char)spec[0]) || spec[0] == '.') ||
+        parse_double_text(spec, &f) != 0 || !(f > 0 && f <= 1) || total < 0)
+        return -1;
+    int64_t n = llround(f * (double)total);
+    return n > 0 ? n : 1;
 }
 
 void duration_format(char *buf, size_t n, tsr_duration d) {

@@ -2,8 +2,10 @@
 #include "data/data_loss.h"
 
 #include <math.h>
+#include <stdio.h>
 
 #include "common.h"
+#include "progress.h"
 
 int64_t data_read_or_die(const tsr_dataset *ds, const char *name, int T, uint64_t idx,
                          int32_t *inputs, int32_t *targets) {
@@ -26,12 +28,17 @@ double data_mean_loss(const tsr_dataset *ds, const char *name, int T, int B, int
     const uint64_t mine = (hi - lo + (uint64_t)B - 1) / (uint64_t)B;
     double most = (double)mine;
     if (d->world > 1) dist_view_max_f64(d, &most, 1);
+    char what[256];
+    tsr_progress p;
+    snprintf(what, sizeof what, "eval: %s", name);
+    tsr_progress_begin(&p, what, mine, "batches"); /* (rank 0's share) */
     for (uint64_t s = lo; s < hi; s += (uint64_t)B) {
         int b_n = (int)(hi - s < (uint64_t)B ? hi - s : (uint64_t)B);
         for (int b = 0; b < b_n; b++)
             acc[1] += (double)data_read_or_die(ds, name, T, s + (uint64_t)b, inputs + b * T,
                                                targets + b * T);
         acc[0] += forward(model, inputs, targets, b_n, T);
+        tsr_progress_tick(&p, (s - lo) / (uint64_t)B + 1);
     }
     for (uint64_t k = mine; k < (uint64_t)most; k++) forward(model, NULL, NULL, 0, T);
     dist_view_sum_f64(d, acc, 2); /* (a context group counts once: tsr_dist.view) */

@@ -26,7 +26,9 @@ typedef double (*data_forward_fn)(void *model, const int32_t *inputs, const int3
  * ranks in contiguous ranges, in calls of forward(model, ...) of up to B rows (the model's
  * activations must hold B x T), the same number of calls on every rank (the idle ones last);
  * inputs/targets hold B x T. Collective (sums over d's ranks);
- * *samples (may be NULL) = the samples evaluated. NaN when no target counted. */
+ * *samples (may be NULL) = the samples evaluated. NaN when no target counted. A long one says
+ * how far it is, every TSR_PROGRESS_S seconds on rank 0 ("eval: NAME: 24/64 batches (37%), ...";
+ * progress.h). */
 double data_mean_loss(const tsr_dataset *ds, const char *name, int T, int B, int64_t limit,
                       const tsr_dist *d, data_forward_fn forward, void *model, int32_t *inputs,
                       int32_t *targets, uint64_t *samples);

@@ -268,12 +268,23 @@ static int evaluate(const eval_args *a, const tsr_dist *d) {
     }
     if (!rc && ec.data.val[0]) r->val_dir[r->n_val++] = ec.data.val;
     for (int i = 0; i < a->n_vals; i++) r->val_dir[r->n_val++] = a->vals[i];
-    for (int i = 0; !rc && i < r->n_val; i++)
+    for (int i = 0; !rc && i < r->n_val; i++) {
+        double t0 = tsr_now();
         if (!(rc = val_loss(&m, &b, r->val_dir[i], ec.eval_samples, d, &r->val_loss[i],
                             &r->val_samples[i])))
             rc = pair_scores(&m, &b, r->val_dir[i], ec.eval_samples, d, &r->pair_acc[i],
                              &r->pair_margin[i], &r->pairs[i]);
-    if (!rc && icl.n) icl_suite_score(&icl, &m, d, &r->scores);
+        if (!rc && d->rank == 0)
+            fprintf(stderr, "eval: %s: loss %.6f over %.0f samples in %.2f s\n", r->val_dir[i],
+                    r->val_loss[i], r->val_samples[i], tsr_now() - t0);
+    }
+    if (!rc && icl.n) {
+        double t0 = tsr_now();
+        icl_suite_score(&icl, &m, d, &r->scores);
+        if (d->rank == 0)
+            fprintf(stderr, "eval: icl_tasks: %d tasks, gauntlet %.4f in %.2f s\n", icl.n,
+                    r->scores.gauntlet, tsr_now() - t0);
+    }
     if (!rc && !r->n_val && !icl.n) {
         tsr_error("eval: nothing to evaluate: no data.val, --val or icl_tasks in %s",
                   a->config ? a->config : "the checkpoint's config");

@@ -9,6 +9,7 @@
 #include "common.h"
 #include "model/decoder.h"
 #include "model/gen_batch.h"
+#include "progress.h"
 #include "tokenizer/tokenizer_eos.h"
 
 int icl_rows(int64_t micro_batch) {
@@ -241,9 +242,13 @@ void icl_suite_score(icl_suite *s, tsr_model *m, const tsr_dist *d, icl_scores *
     /* ranks score different numbers of options: idle forwards last, where a forward is a
      * collective (model_forwards_most) */
     const int64_t most = model_forwards_most(m, mine);
-    for (int i = 0; i < s->n; i++)
+    tsr_progress pg; /* every TSR_PROGRESS_S on rank 0, after a task */
+    tsr_progress_begin(&pg, "eval: icl_tasks", (uint64_t)s->n, "tasks");
+    for (int i = 0; i < s->n; i++) {
         if (s->tasks[i].cfg.type == TSR_ICL_GEN) gen_task(m, s, &s->tasks[i], d, sums + 2 * i);
         else score_task(m, s, &s->tasks[i], d, sums + 2 * i);
+        tsr_progress_tick(&pg, (uint64_t)i + 1);
+    }
     for (int64_t k = mine; k < most; k++) model_forward(m, NULL, NULL, 0, s->T);
     dist_view_sum_f64(d, sums, 2 * (size_t)s->n);
     memset(out, 0, sizeof *out);

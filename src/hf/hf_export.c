@@ -26,6 +26,7 @@
 
 #include "common.h"
 #include "fsutil.h"
+#include "progress.h"
 #include "hf/hf.h"
 #include "hf/hf_internal.h"
 #include "chat/chat_config.h"
@@ -269,6 +270,9 @@ static int write_weights(const char *out_dir, const st_tensor *st, int n, const 
                     {"source", source ? source : ""}};
     char path[4300];
     st_tensor *part = tsr_malloc((size_t)n * sizeof *part);
+    tsr_progress p;
+    snprintf(path, sizeof path, "export: %s", out_dir);
+    tsr_progress_begin(&p, path, (uint64_t)*nshards, "safetensors files written");
     for (int j = 0; j < *nshards && !rc; j++) {
         int m = 0;
         for (int k = 0; k < n; k++)
@@ -276,6 +280,7 @@ static int write_weights(const char *out_dir, const st_tensor *st, int n, const 
         if (*nshards == 1) snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
         else snprintf(path, sizeof path, "%s/model-%05d-of-%05d.safetensors", out_dir, j + 1, *nshards);
         rc = st_save(path, part, m, meta, (int)(sizeof meta / sizeof meta[0]));
+        tsr_progress_tick(&p, (uint64_t)j + 1);
     }
     snprintf(path, sizeof path, "%s/model.safetensors%s", out_dir, *nshards == 1 ? ".index.json" : "");
     if (!rc) remove_stale(path);

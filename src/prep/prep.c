@@ -40,6 +40,8 @@
 #define DEFAULT_SHARD_TOKENS (1ull << 27) /* as tessera shard: 256 MiB of uint16 tokens */
 #define BATCH_BYTES (4u << 20)            /* input bytes per parallel batch */
 #define BATCH_ITEMS 16384                 /* items per parallel batch */
+#define READ_BYTES (1u << 20)             /* a text file is read so many bytes at a time */
+#define PART_BYTES (1u << 20)             /* a longer text document is tokenized in parts */
 #define MAX_REPORTED 10                   /* bad lines reported one by one */
 #define DETECT_LINES 1000                 /* lines read to detect a JSONL file's kind */
 #define SPLIT_STREAM 0x7072657053504c54ull /* "prepSPLT": the train/val split's random stream */
@@ -381,6 +383,7 @@ typedef struct prep_ctx {
     prep_doc_rules rules;
     uint32_t eos, vocab;
     int with_mask, threads, tty;
+    int part_val; /* the split of the document whose parts are being consumed */
     char *buf; /* the batch's input bytes */
     size_t buf_len, buf_cap;
     prep_item *items;
@@ -454,6 +457,7 @@ static prep_item *new_item(prep_ctx *c, size_t file, uint64_t line, size_t off, 
     it->line = line;
     it->off = off;
     it->len = len;
+    it->part = PART_WHOLE;
     return it;
 }
 
@@ -603,13 +607,16 @@ static int consume(prep_ctx *c, const prep_item *it) {
                                        : c->docs[0] + c->docs[1] + c->dropped;
     int val = c->a->val_fraction > 0 &&
               tsr_rand_uniform((uint64_t)c->a->seed, SPLIT_STREAM, doc) < c->a->val_fraction;
+    if (!(it->part & PART_FIRST)) /* a later part of a document read in parts: its split */
+        val = c->part_val;
+    c->part_val = val;
     if (f->kind == FMT_PREF) {
         warn_pair(c, it, path);
         return consume_pair(c, it, val, path);
     }
     if (f->kind == FMT_PROMPTS) return consume_prompt(c, it, val, path);
     if (c->pk[val]) return consume_packed(c, it, val, path);
-    c->docs[val]++;
+    c->docs[val] += (it->part & PART_FIRST) != 0;
     c->tokens[val] += it->n;
     if (c->with_mask)
         for (size_t k = 0; k < it->n; k++) c->targets[val] += it->mask[k];
@@ -617,10 +624,11 @@ static int consume(prep_ctx *c, const prep_item *it) {
                ? TSR_EXIT_DATA : 0;
 }
 
-/* Tokenizes the batch on c->threads threads, then consumes it in order. Past an item whose chat
- * template went over its budget (ITEM_FATAL: prep stops there) the items are not tokenized: each
- * would take the template's whole budget for nothing. */
-static int flush(prep_ctx *c) {
+/* Tokenizes the batch on c->threads threads, then consumes it in order; the buffer's bytes from
+ * `keep` on (a text document still being read, in no item) move to its front. Past an item whose
+ * chat template went over its budget (ITEM_FATAL: prep stops there) the items are not tokenized:
+ * each would take the template's whole budget for nothing. */
+static int flush_from(prep_ctx *c, size_t keep) {
     int n = (int)c->n_items, fatal = n;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(c->threads)
     for (int k = 0; k < n; k++) {
@@ -645,17 +653,56 @@ static int flush(prep_ctx *c) {
     int rc = 0;
     for (int k = 0; k < n && !rc; k++) rc = consume(c, &c->items[k]);
     c->n_items = 0;
-    c->buf_len = 0;
+    memmove(c->buf, c->buf + keep, c->buf_len - keep);
+    c->buf_len -= keep;
     if (!rc) progress(c, 0);
     return rc;
 }
+
+static int flush(prep_ctx *c) { return flush_from(c, c->buf_len); }
 
 static int read_error(const char *path) {
     tsr_error("%s: read failed: %s", path, strerror(errno));
     return TSR_EXIT_DATA;
 }
 
-/* A text file: one document, or documents separated by --doc-sep. */
+/* Cuts the open document of a text file (its bytes from *pos) into items: each document that a
+ * --doc-sep separator ends; at the end of the file the rest; and, once PART_BYTES are open, a
+ * part of it up to the last place the tokenizer may be cut (tokenizer_stream_cut; never within
+ * reach of a separator not read whole yet). *part: the flags of the next part (PART_FIRST until a
+ * part of the document went out); *scan: where the search for the separator resumes. */
+static void split_text(prep_ctx *c, size_t fi, size_t *pos, size_t *scan, int *part, int eof) {
+    const char *sep = c->a->doc_sep;
+    size_t seplen = c->a->doc_sep_len;
+    while (seplen) {
+        const char *hit = memmem(c->buf + *scan, c->buf_len - *scan, sep, seplen);
+        if (!hit) {
+            *scan = c->buf_len - *pos >= seplen ? c->buf_len - seplen + 1 : *pos;
+            break;
+        }
+        size_t end = (size_t)(hit - c->buf);
+        if (end > *pos) /* empty pieces between separators are not documents */
+            new_item(c, fi, 0, *pos, end - *pos)->part = *part | PART_LAST;
+        *pos = *scan = end + seplen;
+        *part = PART_FIRST;
+    }
+    size_t open = c->buf_len - *pos;
+    if (eof) {
+        if (open || !seplen) new_item(c, fi, 0, *pos, open)->part = *part | PART_LAST;
+        *pos = c->buf_len;
+        return;
+    }
+    if (open < PART_BYTES) return;
+    size_t q = tokenizer_stream_cut(c->tok, (const uint8_t *)c->buf + *pos,
+                                    seplen ? open - seplen + 1 : open);
+    if (!q) return; /* no place to cut yet: the document grows in memory */
+    new_item(c, fi, 0, *pos, q)->part = *part;
+    *part = 0;
+    *pos += q;
+}
+
+/* A text file: one document, or documents separated by --doc-sep, read READ_BYTES at a time; a
+ * long document is tokenized in parts (split_text), so memory does not grow with the file. */
 static int read_text(prep_ctx *c, size_t fi) {
     const char *path = c->files.v[fi].path;
     if ((c->n_items >= BATCH_ITEMS || c->buf_len >= BATCH_BYTES) && flush(c)) return TSR_EXIT_DATA;
@@ -664,30 +711,24 @@ static int read_text(prep_ctx *c, size_t fi) {
         tsr_error("%s: cannot open: %s", path, strerror(errno));
         return TSR_EXIT_DATA;
     }
-    size_t start = c->buf_len, got;
-    buf_reserve(c, 1 << 16);
-    while ((got = fread(c->buf + c->buf_len, 1, c->buf_cap - c->buf_len, fp)) > 0) {
+    size_t pos = c->buf_len, scan = pos, got;
+    int part = PART_FIRST, rc = 0;
+    do {
+        buf_reserve(c, READ_BYTES);
+        got = fread(c->buf + c->buf_len, 1, READ_BYTES, fp);
         c->buf_len += got;
-        buf_reserve(c, 1 << 16);
-    }
+        c->bytes_done += got;
+        if (!got && ferror(fp)) break;
+        split_text(c, fi, &pos, &scan, &part, got == 0);
+        if (c->n_items >= BATCH_ITEMS || pos >= BATCH_BYTES) {
+            rc = flush_from(c, pos);
+            scan -= pos;
+            pos = 0;
+        }
+    } while (!rc && got > 0);
     int err = ferror(fp);
     fclose(fp);
-    if (err) return read_error(path);
-    c->bytes_done += c->buf_len - start;
-    const char *sep = c->a->doc_sep;
-    size_t seplen = c->a->doc_sep_len, pos = start;
-    for (;;) {
-        size_t end = c->buf_len;
-        if (seplen) {
-            const char *hit = memmem(c->buf + pos, c->buf_len - pos, sep, seplen);
-            if (hit) end = (size_t)(hit - c->buf);
-        }
-        if (end > pos || !seplen) /* empty pieces between separators are not documents */
-            new_item(c, fi, 0, pos, end - pos);
-        if (end == c->buf_len) break;
-        pos = end + seplen;
-    }
-    return 0;
+    return rc ? rc : err ? read_error(path) : 0;
 }
 
 /* A JSONL file: one item per non-blank line. */

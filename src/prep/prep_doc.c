@@ -141,14 +141,14 @@ static void put_chat(const prep_doc_rules *r, const json_value *root, prep_item 
 
 /* A plain document (a text file's, or a JSONL line's "text"): [BOS] text [EOS], every token a
  * target; an empty text is an empty item. */
-static void put_plain(const prep_doc_rules *r, prep_item *it, const char *s, size_t n) {
+static void put_plain(const prep_doc_rules *r, prep_item *it, const char *s, size_t n, int part) {
     if (n == 0) {
         it->status = ITEM_EMPTY;
         return;
     }
-    if (r->bos) put_id(it, r->eos, 1);
+    if (r->bos && (part & PART_FIRST)) put_id(it, r->eos, 1);
     put_text(r, it, s, n, 1, 0);
-    if (!r->no_eos) put_id(it, r->eos, 1);
+    if (!r->no_eos && (part & PART_LAST)) put_id(it, r->eos, 1);
 }
 
 /* A prompt/response example: [BOS] prompt response [EOS], the prompt a target only with
@@ -327,7 +327,7 @@ void prep_tokenize(const prep_doc_rules *r, prep_format kind, const char *s, pre
     it->pair_note = 0;
     it->status = ITEM_OK;
     if (kind == FMT_TEXT) {
-        put_plain(r, it, s, it->len);
+        put_plain(r, it, s, it->len, it->part);
         return;
     }
     json_value *root;
@@ -342,7 +342,7 @@ void prep_tokenize(const prep_doc_rules *r, prep_format kind, const char *s, pre
     }
     if (kind == FMT_JSONL) {
         const json_value *t = get_str(it, root, "text");
-        if (t) put_plain(r, it, t->str, t->len);
+        if (t) put_plain(r, it, t->str, t->len, PART_WHOLE);
     } else if (kind == FMT_SFT) {
         put_sft(r, it, root);
     } else if (kind == FMT_PREF) {

@@ -552,6 +552,18 @@ size_t tokenizer_encode(const tsr_tokenizer *t, const uint8_t *text, size_t n, i
     return *n_ids - start;
 }
 
+size_t tokenizer_stream_cut(const tsr_tokenizer *t, const uint8_t *text, size_t n) {
+    if (t->hf && !hf_tok_cuts_at_newline(t->hf)) return 0;
+    for (size_t q = n; q-- > 1;) {
+        const uint8_t *nl = memrchr(text + 1, '\n', q);
+        if (!nl) return 0;
+        q = (size_t)(nl - text);
+        uint8_t b = text[q - 1];
+        if ((b >= '0' && b <= '9') || ((b | 0x20) >= 'a' && (b | 0x20) <= 'z')) return q;
+    }
+    return 0;
+}
+
 /* ================================ a tokenizer.json ================================ */
 
 int tokenizer_wrap_hf(tsr_tokenizer **out, hf_tok *h) {

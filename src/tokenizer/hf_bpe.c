@@ -206,6 +206,8 @@ size_t hf_tok_encode(const hf_tok *t, const uint8_t *text, size_t n, int allow_s
     return *n_ids - before;
 }
 
+int hf_tok_cuts_at_newline(const hf_tok *t) { return !t->spm; }
+
 size_t hf_tok_decode(const hf_tok *t, const uint32_t *ids, size_t n, uint8_t *out, size_t cap) {
     size_t len = 0;
     for (size_t i = 0; i < n; i++) {

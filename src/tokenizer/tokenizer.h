@@ -59,6 +59,14 @@ size_t tokenizer_count_invalid_utf8(const uint8_t *text, size_t n);
  * capacity in *cap) and returns the number of ids written after *n_ids, updating *n_ids. */
 size_t tokenizer_encode(const tsr_tokenizer *tok, const uint8_t *text, size_t n, int allow_special,
                         uint32_t **ids, size_t *n_ids, size_t *cap);
+/* Where a long text may be cut for encoding in parts (`tessera prep` streams a large file so): the
+ * last position q in [1, n) with text[q] == '\n' and text[q - 1] an ASCII letter or digit, so that
+ * encode(text[0, q)) followed by encode(text[q, ...)) equals encode(text) for any continuation,
+ * special tokens not recognised (allow_special 0). Every pre-tokeniser here ends a piece at such
+ * a place and begins the next there (GPT-2's regex, Llama 3's and Qwen's Split), and no character
+ * composes across it (NFC). 0 when there is none in the n bytes, or when the tokenizer cannot be
+ * cut (the SentencePiece style: its normalizer treats the start of a text apart). */
+size_t tokenizer_stream_cut(const tsr_tokenizer *tok, const uint8_t *text, size_t n);
 /* Decodes ids to bytes: writes at most cap bytes to out, returns the full length needed. An id
  * out of range is an error: returns (size_t)-1 after tsr_error(). */
 size_t tokenizer_decode(const tsr_tokenizer *tok, const uint32_t *ids, size_t n, uint8_t *out,

@@ -22,7 +22,9 @@
 #include "common.h"
 #include "crc32c.h"
 #include "gpu/gpu_train.h"
+#include "config/config_table.h"
 #include "train/metrics.h"
+#include "train/schedule.h"
 #include "train/train_data.h"
 #include "train/watchdog.h"
 
@@ -1001,6 +1003,65 @@ static int lora_from_peft(tsr_trainer *t, const char *dir) {
     return (int)rc;
 }
 
+/* Appends "KEY A -> B" to the list in buf (len n) when a and b differ. */
+static void note_diff(char *buf, size_t n, const char *key, const char *a, const char *b) {
+    size_t k = strlen(buf);
+    if (strcmp(a, b) != 0 && k < n)
+        snprintf(buf + k, n - k, "%s%s %s -> %s", k ? ", " : "", key, a, b);
+}
+
+/* A resume against the config the checkpoint at path stored (ck): what changes in the
+ * learning-rate schedule (max_duration, optim.schedule, optim.warmup, optim.decay, optim.lr,
+ * optim.alpha_f), with the learning rate of the first step this run makes under each. */
+static void note_sched_change(const tsr_trainer *t, const tsr_config *ck) {
+    const tsr_config *c = &t->cfg;
+    const tsr_sched_steps was = sched_steps_of(ck, t->epoch_samples), now = t->sched;
+    const char *const *names = cfgtab_find("optim.schedule")->names;
+    char what[1024] = "", a[96], b[96], d[64];
+    duration_format(d, sizeof d, ck->max_duration);
+    snprintf(a, sizeof a, "\"%s\" (%lld steps)", d, (long long)was.total);
+    duration_format(d, sizeof d, c->max_duration);
+    snprintf(b, sizeof b, "\"%s\" (%lld steps)", d, (long long)now.total);
+    note_diff(what, sizeof what, "max_duration", a, b);
+    note_diff(what, sizeof what, "optim.schedule", names[ck->optim.schedule],
+              names[c->optim.schedule]);
+    snprintf(a, sizeof a, "%lld steps", (long long)was.warmup);
+    snprintf(b, sizeof b, "%lld steps", (long long)now.warmup);
+    note_diff(what, sizeof what, "optim.warmup", a, b);
+    snprintf(a, sizeof a, "%lld steps", (long long)was.decay);
+    snprintf(b, sizeof b, "%lld steps", (long long)now.decay);
+    note_diff(what, sizeof what, "the wsd decay", a, b);
+    snprintf(a, sizeof a, "%.6g", ck->optim.lr);
+    snprintf(b, sizeof b, "%.6g", c->optim.lr);
+    note_diff(what, sizeof what, "optim.lr", a, b);
+    snprintf(a, sizeof a, "%.6g", ck->optim.alpha_f);
+    snprintf(b, sizeof b, "%.6g", c->optim.alpha_f);
+    note_diff(what, sizeof what, "optim.alpha_f", a, b);
+    if (!what[0]) return;
+    printf("resume: the learning-rate schedule changes: %s; lr of step %lld (the first this run "
+           "makes): %.6g under the checkpoint's schedule, %.6g under this one\n", what,
+           (long long)t->step + 1, sched_lr_at(ck, was, t->step), sched_lr_at(c, now, t->step));
+    fflush(stdout);
+}
+
+/* After a resume from path (meta: its metadata), on rank 0: --init-from is not used (the run's
+ * own checkpoint wins, so a requeued finetune continues), and what the schedule changes. */
+static void note_resume(const tsr_trainer *t, const ckpt_meta *meta, const char *path,
+                        const char *init_arg) {
+    if (t->dist.rank != 0) return;
+    if (init_arg)
+        tsr_warn("--init-from %s is ignored: the run resumes from its own checkpoint %s (step "
+                 "%lld; a run directory with a checkpoint continues it, so a requeued job goes "
+                 "on); to start from %s instead, use a new run_dir", init_arg, path,
+                 (long long)t->step, init_arg);
+    tsr_config *ck = tsr_calloc(1, sizeof *ck);
+    tsr_log_mute(1); /* (the check before the load reported a stored config that does not load) */
+    int rc = ckpt_config_from_text(path, meta->config, NULL, 0, ck);
+    tsr_log_mute(0);
+    if (!rc) note_sched_change(t, ck);
+    free(ck);
+}
+
 /* checkpointing_resume after its check: peeked holds on rank 0 what the check read. */
 static int resume_or_init(tsr_trainer *t, const char *resume_arg, const char *init_arg,
                           const ckpt_peeked *peeked) {
@@ -1037,8 +1098,10 @@ static int resume_or_init(tsr_trainer *t, const char *resume_arg, const char *in
                                      * the one the checkpoint records) */
         if (!rc && !(rc = check_batch(t, meta, path)) && !(rc = apply_meta(t, meta, path, 1))) {
             gather_after_load(t, 1);
-            if (!(rc = lora_base(t, adapter_dir(init_arg) ? NULL : init_arg, meta, path)))
+            if (!(rc = lora_base(t, adapter_dir(init_arg) ? NULL : init_arg, meta, path))) {
                 note_start_load(t, "resume", path, st.seconds, st.bytes);
+                note_resume(t, meta, path, init_arg);
+            }
         }
     } else if (rc == 1 && init_arg) { /* fresh run: weights only, step 0 */
         rc = load_weights(t, init_arg);
@@ -1047,6 +1110,7 @@ static int resume_or_init(tsr_trainer *t, const char *resume_arg, const char *in
     } else if (!rc && !(rc = check_batch(t, meta, path)) && !(rc = apply_meta(t, meta, path, 1))) {
         gather_after_load(t, 1);
         note_start_load(t, "resume", path, st.seconds, st.bytes);
+        note_resume(t, meta, path, init_arg);
     }
     free(meta);
     io_release(t);

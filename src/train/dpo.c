@@ -2,10 +2,12 @@
 #include "train/dpo.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
+#include "progress.h"
 #include "train/train_data.h"
 
 /* log sigmoid(x), stable for either sign */
@@ -155,6 +157,10 @@ double dpo_eval(tsr_trainer *t, double *accuracy) {
      * forward, and without a stored reference the base's (pair_logps), per forward */
     const int64_t mine = rank_forwards(t, pairs, per) * (stored ? 1 : 2);
     const int64_t most = model_forwards_most(&t->model, mine);
+    char what[1100];
+    tsr_progress pg; /* every TSR_PROGRESS_S on rank 0: its pairs' place among all of them */
+    snprintf(what, sizeof what, "eval: %s", t->cfg.data.val);
+    tsr_progress_begin(&pg, what, pairs, "preference pairs");
     for (uint64_t p0 = (uint64_t)t->mesh.data.rank * (uint64_t)per; p0 < pairs;
          p0 += (uint64_t)W * (uint64_t)per) {
         int n = pairs - p0 < (uint64_t)per ? (int)(pairs - p0) : per;
@@ -168,6 +174,7 @@ double dpo_eval(tsr_trainer *t, double *accuracy) {
             sums[1] += pol[2 * j] - ref[2 * j] > pol[2 * j + 1] - ref[2 * j + 1];
             sums[2] += 1;
         }
+        tsr_progress_tick(&pg, p0 + (uint64_t)n);
     }
     for (int64_t k = mine; k < most; k++) model_forward(&t->model, NULL, NULL, 0, t->T);
     dist_view_sum_f64(&t->mesh.data, sums, 3);

@@ -682,11 +682,11 @@ void metrics_log_account(const tsr_trainer *t, int rc, const acc_start *s) {
     fflush(stdout);
 }
 
-void metrics_log_eval(tsr_trainer *t, double val_loss) {
+void metrics_log_eval(tsr_trainer *t, double val_loss, double seconds) {
     if (t->dist.rank != 0) return;
     if (t->cfg.objective == TSR_OBJ_DPO) { /* the pairs' DPO loss and accuracy (docs/dpo.md) */
-        printf("eval step %lld | val dpo loss %.6f | val accuracy %.4f\n", (long long)t->step,
-               val_loss, t->out.val_accuracy);
+        printf("eval step %lld | val dpo loss %.6f | val accuracy %.4f | %.2f s\n",
+               (long long)t->step, val_loss, t->out.val_accuracy, seconds);
         fflush(stdout);
         if (t->out.metrics) {
             char vl[32], va[32]; /* null when there were no pairs (NaN) */
@@ -703,8 +703,8 @@ void metrics_log_eval(tsr_trainer *t, double val_loss) {
     }
     if (t->cfg.objective == TSR_OBJ_GRPO) { /* held-out pass@1 (docs/rl.md) */
         if (t->out.val_accuracy < 0) return; /* (the reward failed: reported) */
-        printf("eval step %lld | val pass@1 %.4f | val reward %.4f\n", (long long)t->step,
-               t->out.val_accuracy, t->out.val_reward);
+        printf("eval step %lld | val pass@1 %.4f | val reward %.4f | %.2f s\n",
+               (long long)t->step, t->out.val_accuracy, t->out.val_reward, seconds);
         fflush(stdout);
         if (t->out.metrics) {
             char vp[32], vr[32];
@@ -719,8 +719,8 @@ void metrics_log_eval(tsr_trainer *t, double val_loss) {
         tboard_write_step(t->out.tb, t->step);
         return;
     }
-    printf("eval step %lld | val loss %.6f | val ppl %.4f\n", (long long)t->step, val_loss,
-           exp(val_loss));
+    printf("eval step %lld | val loss %.6f | val ppl %.4f | %.2f s\n", (long long)t->step,
+           val_loss, exp(val_loss), seconds);
     fflush(stdout);
     if (t->out.metrics) {
         fprintf(t->out.metrics, "{\"step\": %lld, \"val_loss\": %.9g, \"val_ppl\": %.9g",

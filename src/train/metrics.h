@@ -27,7 +27,7 @@ void metrics_log_start(tsr_trainer *t);
  * not fit on `failed` ranks, the step reruns with `micro`; from = 0: `micro` is what runs. */
 void metrics_log_micro(const tsr_trainer *t, int from, int micro, int64_t failed);
 void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st);
-void metrics_log_eval(tsr_trainer *t, double val_loss);
+void metrics_log_eval(tsr_trainer *t, double val_loss, double seconds);
 void metrics_finish(tsr_trainer *t);
 /* The end of a start (rank 0): its {"event": "account"} record (account.h), the log's "cost:"
  * lines for it and for the run so far, and under Slurm the job's comment. rc: the exit code. */

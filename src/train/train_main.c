@@ -22,6 +22,7 @@
 #include "hf/hf.h"
 #include "hf/hf_importer.h"
 #include "ops.h"
+#include "progress.h"
 #include "runlock.h"
 #include "train/binding.h"
 #include "train/checkpointing.h"
@@ -44,7 +45,7 @@ static const struct opt_doc {
     {{"config", required_argument, NULL, 'c'}, "FILE", "training recipe (libconfig), required"},
     {{"set", required_argument, NULL, 's'}, "KEY=VALUE", "override a config key (repeatable), e.g. --set optim.lr=1e-3"},
     {{"resume", required_argument, NULL, 'r'}, "PATH", "resume from this checkpoint: a step-*.h5, a run directory or a latest file (default: run_dir's latest valid one)"},
-    {{"init-from", required_argument, NULL, 'i'}, "PATH", "start a new run from these weights: a checkpoint (PATH as for --resume), a Hugging Face directory (its config.json gives the model.* keys the recipe leaves out) or a PEFT adapter directory (a LoRA run); ignored when run_dir has a checkpoint"},
+    {{"init-from", required_argument, NULL, 'i'}, "PATH", "start a new run from these weights: a checkpoint (PATH as for --resume), a Hugging Face directory (its config.json gives the model.* keys the recipe leaves out) or a PEFT adapter directory (a LoRA run); ignored, with a warning, when run_dir has a checkpoint"},
     {{"dry-run", no_argument, NULL, 'n'}, NULL, "validate the config, print the plan, exit"},
     {{"plan", required_argument, NULL, CLI_NO_SHORT('p')}, "RANKS[/PER_NODE]", "--dry-run as if started on RANKS ranks (PER_NODE per node, default all on one: hsdp's default group); the memory plan of any recipe at any scale"},
     {{"time", optional_argument, NULL, CLI_NO_SHORT('t')}, "[=GPU|FILE]", "--dry-run with the time plan: step time, tokens/s, MFU, time to max_duration and GPU-hours at W = 1, 8, 64, 512 (and --plan's) on GPU (H200, H100, ...; default H200) or by the TSR_PROFILE table in FILE (docs/planning.md)"},
@@ -226,6 +227,7 @@ static int load_config(const cli *c, const char *recipe, tsr_config *cfg) {
 static const trainer_icl_api icl_evaluation = {train_icl_open, train_icl_run, train_icl_close};
 
 int main(int argc, char **argv) {
+    tsr_line_buffered(); /* a Slurm log shows each line as it is written */
     blas_fix_coretype(argv);
     tsr_dist d;
     dist_init(&d, &argc, &argv);

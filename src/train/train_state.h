@@ -27,6 +27,7 @@
 #include "model/model_ring.h"
 #include "train/guard.h"
 #include "train/muon.h"
+#include "train/schedule.h"
 
 typedef struct tsr_step_stats {
     int64_t step;          /* 1-based index of the step just taken */
@@ -199,6 +200,8 @@ typedef struct tsr_trainer {
     int auto_micro;              /* micro_batch = auto: micro starts at per_rank (or the value a
                                   * resumed checkpoint kept) and halves on out-of-memory */
     int64_t per_rank, step, total_steps, warmup_steps, eval_every, tokens_seen;
+    tsr_sched_steps sched;       /* the learning-rate schedule's steps (sched_steps_of) */
+    uint64_t epoch_samples;      /* the training set's samples (durations in epochs) */
     int64_t save_every;          /* steps between checkpoints, 0 = only at the end */
     int64_t optim_step;          /* steps whose update was applied (the bias-correction step;
                                   * grpo.updates > 1: trainer.c step_update) */

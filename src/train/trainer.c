@@ -23,15 +23,43 @@
 #include "train/watchdog.h"
 
 
-double lr_multiplier(tsr_sched_kind kind, double alpha_f, int64_t s, int64_t W, int64_t S) {
-    if (s < W) return (double)(s + 1) / (double)W;
-    double p = (double)(s - W) / (double)(S - W > 1 ? S - W : 1);
-    if (p > 1.0) p = 1.0;
-    switch (kind) {
-    case TSR_SCHED_COSINE: return alpha_f + (1.0 - alpha_f) * 0.5 * (1.0 + cos(M_PI * p));
-    case TSR_SCHED_LINEAR: return 1.0 - (1.0 - alpha_f) * p;
-    default: return 1.0;
+/* A warmup (and wsd's decay) longer than the run is a mistake, not a schedule: exit 1 at start.
+ * A max_duration given with --set (a trial run cut short: --set max_duration=10ba on a recipe)
+ * gets a warning instead. */
+static int check_sched(const tsr_trainer *t, int dry_run) {
+    const tsr_config *c = &t->cfg;
+    const tsr_sched_steps *sc = &t->sched;
+    tsr_duration dd = {0, TSR_DUR_BATCHES};
+    duration_parse(c->optim.decay, &dd);
+    const int epochs = c->max_duration.unit == TSR_DUR_EPOCHS ||
+                       c->optim.warmup.unit == TSR_DUR_EPOCHS ||
+                       (c->optim.schedule == TSR_SCHED_WSD && dd.unit == TSR_DUR_EPOCHS);
+    /* --dry-run opens no data: a duration in epochs has no steps to compare */
+    if (sc->warmup + sc->decay <= sc->total || (dry_run && epochs)) return 0;
+    char w[64], m[64];
+    duration_format(w, sizeof w, c->optim.warmup);
+    duration_format(m, sizeof m, c->max_duration);
+    if (c->max_duration_set) {
+        if (t->dist.rank == 0)
+            tsr_warn("--set max_duration=%s (%lld steps) is shorter than optim.warmup = \"%s\"%s "
+                     "(%lld steps): a trial run, the learning rate stays below optim.lr (in a "
+                     "recipe this is an error)", m, (long long)sc->total, w,
+                     sc->decay ? " plus optim.decay" : "", (long long)(sc->warmup + sc->decay));
+        return 0;
     }
+    if (t->dist.rank == 0) {
+        if (sc->decay)
+            tsr_error("optim.warmup = \"%s\" (%lld steps) and optim.decay = \"%s\" (%lld steps) "
+                      "are longer than the run, max_duration = \"%s\" (%lld steps): shorten them "
+                      "or lengthen max_duration", w, (long long)sc->warmup, c->optim.decay,
+                      (long long)sc->decay, m, (long long)sc->total);
+        else
+            tsr_error("optim.warmup = \"%s\" (%lld steps) is longer than the run, max_duration = "
+                      "\"%s\" (%lld steps): the learning rate would never reach optim.lr; "
+                      "shorten optim.warmup or lengthen max_duration", w,
+                      (long long)sc->warmup, m, (long long)sc->total);
+    }
+    return TSR_EXIT_USAGE;
 }
 
 /* Test-only faults inside a step's compute (TSR_FAULT, see maybe_fault): "slow:MS:RANK" makes RANK
@@ -573,8 +601,11 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     TSR_CHECK(agree_start(t, dry_run ? 0 : train_data_open(t), "data"));
     if (!dry_run && cfg->objective == TSR_OBJ_GRPO) TSR_CHECK(grpo_init(t)); /* (docs/rl.md) */
     uint64_t epoch_samples = dry_run ? 1 : train_data_epoch_samples(t);
-    t->total_steps = duration_to_steps(cfg->max_duration, cfg->global_batch, cfg->seq_len, epoch_samples);
-    t->warmup_steps = duration_to_steps(cfg->optim.warmup, cfg->global_batch, cfg->seq_len, epoch_samples);
+    t->epoch_samples = epoch_samples;
+    t->sched = sched_steps_of(cfg, epoch_samples);
+    t->total_steps = t->sched.total;
+    t->warmup_steps = t->sched.warmup;
+    TSR_CHECK(check_sched(t, dry_run));
     t->eval_every = duration_to_steps(cfg->eval_interval, cfg->global_batch, cfg->seq_len, epoch_samples);
     t->save_every = duration_to_steps(cfg->save_interval, cfg->global_batch, cfg->seq_len, epoch_samples);
     guard_init(&t->guard, cfg);
@@ -838,7 +869,6 @@ static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pa
 }
 
 void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
-    const tsr_optim_config *o = &t->cfg.optim;
     double t0 = tsr_now();
     int64_t d = t->step + t->data.data_offset, sums[1 + TSR_MAX_STREAMS];
     const size_t n_moe = (size_t)t->model.LM * (size_t)(2 + t->model.E);
@@ -852,8 +882,7 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     int64_t denom = t->cfg.objective == TSR_OBJ_DPO    ? t->cfg.global_batch / 2
                     : t->cfg.objective == TSR_OBJ_GRPO ? 1 : counted;
     trainer_ensure_acts(t); /* micro_batch = auto: the batch just loaded runs at the size that fits */
-    double lr = o->lr * lr_multiplier(o->schedule, o->alpha_f, t->step, t->warmup_steps,
-                                      t->total_steps);
+    double lr = sched_lr_at(&t->cfg, t->sched, t->step);
     const int updates = t->cfg.objective == TSR_OBJ_GRPO ? (int)t->cfg.grpo.updates : 1;
     double loss = NAN, norm = NAN, l, n;
     int apply = step_update(t, st, denom, 0, lr, &loss, &norm);
@@ -1007,7 +1036,8 @@ static int evaluate(tsr_trainer *t) {
     const double t0 = tsr_now();
     if (t->data.val) {
         watchdog_phase(WD_EVAL, t->step);
-        metrics_log_eval(t, trainer_eval(t));
+        double loss = trainer_eval(t);
+        metrics_log_eval(t, loss, tsr_now() - t0);
         if (t->cfg.objective == TSR_OBJ_GRPO && t->out.val_accuracy < 0) return TSR_EXIT_DATA;
     }
     if (t->icl) {

@@ -53,9 +53,5 @@ void trainer_free(tsr_trainer *t);
 int trainer_sample(tsr_trainer *t, const int32_t *prompt, int n_prompt, int n_new, uint64_t seed,
                    int32_t *out);
 
-/* Learning-rate multiplier at 0-based step s of S with W warmup steps (docs/training.md):
- * s < W: (s+1)/W; then p = (s-W)/max(1, S-W) and cosine: a + (1-a)(1+cos(pi p))/2,
- * linear: 1 - (1-a) p, constant: 1. */
-double lr_multiplier(tsr_sched_kind kind, double alpha_f, int64_t s, int64_t W, int64_t S);
 
 #endif

@@ -7,10 +7,13 @@
 #  - validation loss equals the trainer's own final evaluation; the rescaled accuracies and the
 #    gauntlet average follow their formulas;
 #  - 2 ranks give the same report as 1; --out writes the same JSON;
-#  - bad task files, a missing checkpoint and a task list without a tokenizer are refused.
+#  - bad task files, a missing checkpoint and a task list without a tokenizer are refused;
+#  - long operations say how long they took (issue 48 item 12): the trainer's evaluation line,
+#    eval's line per dataset and for the tasks, ckpt export's last line; stdout is line-buffered
+#    (export's first line is in a log before an error that came after it).
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 12
+tap_plan 14
 TASKS=$TSR_ROOT/eval/tasks
 "$TOOL" tokenizer train --vocab-size 320 --special '<|endoftext|>' --out "$TMP/tok.tok" -q "$TASKS/colors_corpus.txt" &&
     "$TOOL" prep --out "$TMP/data" --tokenizer "$TMP/tok.tok" --format text --doc-sep '\n' --val-fraction 0.1 -q "$TASKS/colors_corpus.txt"
@@ -74,6 +77,20 @@ same = a["icl"] == b["icl"] and a["gauntlet"] == b["gauntlet"] and abs(a["val"][
 sys.exit(0 if same and a == c else 1)
 PY
 tap_check $? "2 MPI ranks give the same report as 1 (val loss within 1e-9); --out holds the same JSON"
+
+# durations (issue 48 item 12): the evaluation inside training, eval's datasets and tasks, export
+grep -qE '^eval step 300 \| val loss [0-9.]+ \| val ppl [0-9.]+ \| [0-9]+\.[0-9]{2} s$' "$TMP/A.txt" &&
+    grep -qE "^eval: $TMP/data/val: loss [0-9.]+ over [0-9]+ samples in [0-9]+\.[0-9]{2} s$" "$TMP/A.err" &&
+    grep -E '^eval: icl_tasks: 4 tasks, gauntlet [0-9.]+ in [0-9]+\.[0-9]{2} s$' "$TMP/A.err" | sed 's/^/# /'
+tap_check $? "durations: the trainer's eval line ends in its seconds; eval says each dataset's and the tasks' time on stderr"
+"$TOOL" ckpt export --format hf "$TMP/A" "$TMP/hf" >"$TMP/exp.txt" 2>&1 && touch "$TMP/file" &&
+    ! "$TOOL" ckpt export --format hf "$TMP/A" "$TMP/file/hf" >"$TMP/exp2.txt" 2>&1
+rc=$?
+tail -1 "$TMP/exp.txt" | sed 's/^/# /'
+((rc == 0)) && grep -qE "^exporting $TMP/A/step-0*300.h5 \(read in [0-9]+\.[0-9]{2} s\)$" "$TMP/exp.txt" &&
+    tail -1 "$TMP/exp.txt" | grep -qE "^exported $TMP/A/step-0*300.h5 to $TMP/hf in [0-9]+\.[0-9]{2} s$" &&
+    head -1 "$TMP/exp2.txt" | grep -q "^exporting " && grep -q "cannot create the output directory" "$TMP/exp2.txt"
+tap_check $? "ckpt export: 'exporting' with the read time, last line 'exported ... in N s'; line-buffered (a log holds 'exporting' before the later error)"
 
 # the dataset's tokenizer is the run's: data.tokenizer left out ("auto") takes the one prep recorded
 # in data.train's index; a recipe naming another is refused unless data.tokenizer_mismatch = "allow"

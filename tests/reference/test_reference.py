@@ -444,7 +444,7 @@ def clip_grads(params, norm, clip):
     return clipped
 
 
-SCHEDULES = {0: "cosine", 1: "linear", 2: "constant"}  # tsr_sched_kind
+SCHEDULES = {0: "cosine", 1: "linear", 2: "constant", 3: "wsd"}  # tsr_sched_kind
 
 
 def torch_train(model, d):

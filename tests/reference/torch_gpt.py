@@ -20,6 +20,7 @@ torch_llama.py) translate between the two layouts.
 import math
 from dataclasses import dataclass
 
+from lr_schedule import lr_multiplier  # noqa: F401 (the schedule, torch-free: tests/train/test_schedule.sh)
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -262,17 +263,3 @@ class GPT(TesseraLayout, nn.Module):
             "lnfb": [[self.lnf.bias]],
         }
         return {n: v[n] for n in param_names(self.cfg)}
-
-
-def lr_multiplier(schedule, alpha_f, step, warmup, total):
-    """Composer-style schedule at optimizer step `step` (0-based): linear warmup
-    (step+1)/warmup for step < warmup, then over p = (step-warmup)/(total-warmup) in [0, 1]:
-    cosine alpha_f + (1-alpha_f)(1+cos(pi p))/2, linear 1-(1-alpha_f) p, or constant 1."""
-    if step < warmup:
-        return (step + 1) / warmup
-    p = min(1.0, (step - warmup) / max(total - warmup, 1))
-    if schedule == "cosine":
-        return alpha_f + (1.0 - alpha_f) * 0.5 * (1.0 + math.cos(math.pi * p))
-    if schedule == "linear":
-        return 1.0 - (1.0 - alpha_f) * p
-    return 1.0
