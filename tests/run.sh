@@ -69,6 +69,21 @@ for t in "${tests[@]}"; do
     fi
     if solo "$name"; then alone+=("$t"); else shared+=("$t"); fi
 done
+# The longest shared tests (40 s or more each on the CI machine, 2026-11-27) start first, so the
+# lanes end together instead of one lane running a long test alone at the end (the run of
+# 2026-11-27 ended its shared phase with test_train_converges, 51 s, beside an idle lane)
+FIRST=(tests/gpu/test_cuda_train.sh tests/tokenizer/test_hf_identity.sh tests/train/test_moe_ep.sh
+       tests/train/test_recipes.sh tests/train/test_train_converges.sh tests/eval/test_generate_chat.sh
+       tests/tokenizer/test_hf_spm_metaspace.sh tests/train/test_train_cli.sh tests/eval/test_generate.sh
+       tests/train/test_spike_guard.sh tests/tokenizer/test_gpt2_identity.sh tests/test_gpu_ops_simt
+       tests/train/test_lora_dpo_example.sh tests/resume/test_sharding.sh)
+first=() rest=()
+for t in ${shared[@]+"${shared[@]}"}; do
+    name=${t#"$BUILD"/} long=0
+    for f in "${FIRST[@]}"; do [[ $name == "$f" ]] && long=1; done
+    if ((long)); then first+=("$t"); else rest+=("$t"); fi
+done
+shared=(${first[@]+"${first[@]}"} ${rest[@]+"${rest[@]}"})
 if ((LANES > 1)); then
     echo "tests/run.sh: ${#shared[@]} tests $LANES at a time, then ${#alone[@]} alone (TEST_LANES=$LANES)"
 else # one lane: every test alone, the shared ones first as with two
@@ -126,6 +141,7 @@ report() {
 }
 
 # the shared tests, LANES at a time, each reported as it ends
+phase_start=$SECONDS
 declare -A running=() # pid -> test
 reap() { # waits for one running test to end, reports it
     local pid=
@@ -151,10 +167,12 @@ for t in ${shared[@]+"${shared[@]}"}; do
     running[$!]=$t
 done
 while ((${#running[@]} > 0)); do reap; done
+shared_s=$((SECONDS - phase_start)) phase_start=$SECONDS
 # then the others, one at a time
 for t in ${alone[@]+"${alone[@]}"}; do
     run_one "$t"
     report "$t"
 done
+echo "tests/run.sh: ${shared_s} s for the shared tests, $((SECONDS - phase_start)) s for those run alone"
 echo "$passed passed, $failed failed, $skipped skipped"
 ((failed == 0))

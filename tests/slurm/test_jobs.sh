@@ -41,12 +41,12 @@ export TSR_PREFLIGHT=quick                       # CI time; job 6 runs the defau
 make_synth "$TMP/data" 512 400000
 cat >"$TMP/job.cfg" <<CFG
 seed = 7;
-max_duration = "600ba";
+max_duration = "360ba";
 global_batch = 8;
 micro_batch = 4;
 seq_len = 64;
 eval_interval = "0ba";
-save_interval = "100ba";
+save_interval = "60ba";
 keep_last = 2;
 log_interval = 100;
 model = { n_layer = 2; d_model = 128; n_head = 4; vocab_size = 512; max_seq_len = 64; };
@@ -102,7 +102,7 @@ PY
 }
 same_run() { # same_run RUN_DIR: identical losses and final state to the uninterrupted run
     cmp -s <(final_lines "$TMP/run-full/metrics.jsonl") <(final_lines "$1/metrics.jsonl") &&
-        same_state "$TMP/run-full/step-00000600.h5" "$1/step-00000600.h5"
+        same_state "$TMP/run-full/step-00000360.h5" "$1/step-00000360.h5"
 }
 all_valid() { # every checkpoint in the run dir verifies
     local f ok=0
@@ -115,9 +115,9 @@ job full
 j=$(submit full.sbatch)
 jfull=$j
 st=$(wait_done "$j" 180)
-[[ $st == COMPLETED && -f $TMP/run-full/step-00000600.h5 ]] && grep -q 'finished' "full-$j.log"
-tap_check $? "pretrain.sbatch, 2 nodes x 1 rank ($(field "$j" NodeList)): $st, 600 steps, final checkpoint"
-[[ $(final_lines "$TMP/run-full/metrics.jsonl" | wc -l) == 600 ]] && grep -q 'SLURM_RESTART_COUNT=0' "full-$j.log" &&
+[[ $st == COMPLETED && -f $TMP/run-full/step-00000360.h5 ]] && grep -q 'finished' "full-$j.log"
+tap_check $? "pretrain.sbatch, 2 nodes x 1 rank ($(field "$j" NodeList)): $st, 360 steps, final checkpoint"
+[[ $(final_lines "$TMP/run-full/metrics.jsonl" | wc -l) == 360 ]] && grep -q 'SLURM_RESTART_COUNT=0' "full-$j.log" &&
     grep -q 'tessera-train: '"$PREFIX"'/bin/tessera-train' "full-$j.log"
 tap_check $? "metrics.jsonl has every step; the log names the module's binary and restart count 0"
 ms=$(grep -o '[0-9.]* ms/step average' "full-$j.log" | cut -d' ' -f1)
@@ -131,12 +131,12 @@ ju=$(submit usr1.sbatch)
 jk=$(submit kill.sbatch)
 
 # 2. scancel --signal=USR1 --batch mid-run
-{ wait_step "$TMP/run-usr1" 150 90 && scancel --signal=USR1 --batch "$ju"; } &
+{ wait_step "$TMP/run-usr1" 90 90 && scancel --signal=USR1 --batch "$ju"; } &
 watch_usr1=$!
 
 # 3. SIGKILL of rank 1 (found by its job id and rank in /proc, never by name)
 #    The pid is looked up as soon as the rank runs (a /proc scan under load takes seconds, and the
-#    600 steps can be over a few seconds after step 250), then killed at step 250.
+#    360 steps can be over a few seconds after step 150), then killed at step 150.
 rank_pid() {
     local p c
     for p in /proc/[0-9]*; do
@@ -152,10 +152,10 @@ rank_pid() {
 kill_rank1() {
     local pid='' end=$((SECONDS + 90))
     until pid=$(rank_pid "$1" 1) || ((SECONDS > end)); do sleep 0.2; done
-    if [[ -n $pid ]] && wait_step "$TMP/run-kill" 250 90 && kill -0 "$pid" 2>/dev/null; then
+    if [[ -n $pid ]] && wait_step "$TMP/run-kill" 150 90 && kill -0 "$pid" 2>/dev/null; then
         kill -9 "$pid"
     else
-        tap_diag "rank 1 of job $1: pid '${pid}', step 250 not seen or the rank already gone"
+        tap_diag "rank 1 of job $1: pid '${pid}', step 150 not seen or the rank already gone"
         pid=
     fi
     echo "$pid" >"$TMP/kill.pid"
@@ -177,22 +177,22 @@ j=$jk
 pid=$(cat "$TMP/kill.pid")
 st=$(wait_done "$j" 180)
 [[ -n $pid && $st == COMPLETED && $(field "$j" Restarts) == 1 ]] && grep -q 'crashed' "kill-$j.log" &&
-    grep -q 'checkpoint resume step [23]00' "kill-$j.log"
-tap_check $? "SIGKILL of rank 1 (pid ${pid:-none}) after step 250: the step died, requeued, resumed from $(grep -o "checkpoint resume step [0-9]*" "kill-$j.log" | tail -1 | cut -d" " -f4), $st"
+    grep -q 'checkpoint resume step 1[28]0' "kill-$j.log"
+tap_check $? "SIGKILL of rank 1 (pid ${pid:-none}) after step 150: the step died, requeued, resumed from $(grep -o "checkpoint resume step [0-9]*" "kill-$j.log" | tail -1 | cut -d" " -f4), $st"
 same_run "$TMP/run-kill"
 tap_check $? "after the crash: every loss and the final state equal the uninterrupted run bit for bit"
 all_valid "$TMP/run-kill" && [[ -z $(find "$TMP/run-kill" -name '*.tmp') ]]
 tap_check $? "after the crash: every checkpoint left verifies, no temporary file remains"
 
 # 4. the time limit: --time=2 with --signal=B:USR1@75, a run longer than one start can finish (about
-#    50 s of steps at the measured speed). slurmctld checks time limits every 30 s and sends the
+#    60 s of steps at the measured speed, 600 at least). slurmctld checks time limits every 30 s and sends the
 #    signal at the first check less than 75 + 30 s before the limit: 15-45 s after the start, after
 #    the batch shell is up (a limit so short that the check can fall on the launch itself loses the
 #    signal, which Slurm sends once). It runs alone. Once it has been requeued, its limit is raised
 #    to 10 minutes (scontrol update, as an admin extends a job), so the second start finishes the
 #    run: every start after a requeue gets only about 16 s before the next signal, and the run
 #    would otherwise take 4 or 5 starts, 30 s each, for no more coverage (CI time).
-n=$(/usr/bin/python3 -c "print(max(1000, int(50000 / max(float('${ms:-15}'), 1)) // 100 * 100))")
+n=$(/usr/bin/python3 -c "print(max(600, int(60000 / max(float('${ms:-15}'), 1)) // 100 * 100))")
 job limit WALLTIME=2 STOP_SECONDS=75
 sed -i "s|--set threads=|--set max_duration=${n}ba --set threads=|" limit.sbatch
 j=$(submit limit.sbatch)
