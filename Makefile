@@ -188,7 +188,7 @@ LIB_SRC  := $(filter-out $(MAINS) $(GPU_SRC) src/gpu/gpu_comm_%.c,$(wildcard src
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(BUILD)/tests/ref_dump \
-            $(BUILD)/tests/ring_dump
+            $(BUILD)/tests/ring_dump $(BUILD)/tests/fp8_dump
 # the checkpoint test driver (tests/mpi) calls MPI itself
 ifeq ($(NO_MPI),0)
   TEST_BIN += $(BUILD)/tests/ckpt_driver $(BUILD)/tests/a2a_driver
@@ -447,6 +447,12 @@ $(BUILD)/tests/ref_dump: $(BUILD)/obj/tests/reference/ref_dump.o $(BUILD)/libtes
 $(BUILD)/tests/ring_dump: $(BUILD)/obj/tests/reference/ring_dump.o $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
+
+# the FP8 formats of kernels/cuda/tcu_fp8.h on stdin's values, for tests/reference/test_fp8_formats.py
+$(BUILD)/obj/tests/reference/fp8_dump.o: CFLAGS += -Ikernels/cuda
+$(BUILD)/tests/fp8_dump: $(BUILD)/obj/tests/reference/fp8_dump.o
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $^ -lm
 
 $(BUILD)/tests/ckpt_driver: $(BUILD)/obj/tests/mpi/ckpt_driver.o $(BUILD)/libtessera.a
 	@mkdir -p $(@D)

@@ -964,6 +964,76 @@ void tcu_matmul_backward_dgelu(tsr_bf16 *dinp, float *dw, float *dbias, const ts
     if (dw || dbias) tcu_matmul_backward(NULL, dw, dbias, dout, inp, w, N, IC, OC, TSR_GRAD_SET, s);
 }
 
+/* ---- FP8 (cuda_ops.h; the formats and the scale: tcu_fp8.h, the functions cuda_fp8.cu runs) -- */
+
+void tcu_amax_bf16(float *amax, const tsr_bf16 *x, size_t n, tcu_stream s) {
+    const char *what = "tcu_amax_bf16";
+    REQUIRE(amax && (x || n == 0), what, "amax and x must not be NULL");
+    uint32_t m = 0; /* magnitudes as fp32 bits: they order as the numbers, a NaN above all */
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t a = tcu_fp8_f32_bits(bf16_widen(x[i])) & 0x7fffffffu;
+        if (a > m) m = a;
+    }
+    *amax = tcu_fp8_bits_f32(m);
+}
+
+void tcu_fp8_quantize(tsr_fp8 *q, float *scale_inv, const tsr_bf16 *x, const float *amax,
+                      size_t n, tcu_fp8_format fmt, tcu_stream s) {
+    const char *what = "tcu_fp8_quantize";
+    REQUIRE(q && scale_inv && x && amax, what, "q, scale_inv, x and amax must not be NULL");
+    REQUIRE((unsigned)fmt < (unsigned)TCU_FP8_FORMAT_COUNT, what, "unknown FP8 format %d",
+            (int)fmt);
+    const float scale = tcu_fp8_scale(*amax, fmt);
+    for (size_t i = 0; i < n; i++) q[i] = tcu_fp8_quantize_one(bf16_widen(x[i]), scale, fmt);
+    *scale_inv = tcu_fp8_scale_inv(*amax, fmt);
+}
+
+/* the decoded products summed in fp32 by the CPU's sgemm (cuBLASLt's up to the order of the
+ * sums), times sx_inv * sw_inv, plus bias, rounded once to bf16; cuBLASLt's FP8 rules checked */
+void tcu_matmul_fp8(tsr_bf16 *out, const tsr_fp8 *qx, const float *sx_inv, const tsr_fp8 *qw,
+                    const float *sw_inv, const tsr_bf16 *bias, int N, int IC, int OC,
+                    tcu_stream s) {
+    const char *what = "tcu_matmul_fp8";
+    require_shape(what, N, IC, OC);
+    REQUIRE(out && qx && qw && sx_inv && sw_inv, what,
+            "out, qx, qw, sx_inv and sw_inv must not be NULL");
+    REQUIRE(IC % 16 == 0 && OC % 16 == 0 && (uintptr_t)qx % 16 == 0 && (uintptr_t)qw % 16 == 0,
+            what, "IC=%d and OC=%d must be multiples of 16 and qx, qw 16-byte aligned "
+            "(cuBLASLt's FP8 rules)", IC, OC);
+    need_context(what);
+    const size_t nx = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
+    float *x = host_alloc(nx * sizeof *x, what), *w = host_alloc(nw * sizeof *w, what);
+    float *o = host_alloc(no * sizeof *o, what);
+    for (size_t i = 0; i < nx; i++) x[i] = tcu_fp8_decode(qx[i], TCU_FP8_E4M3);
+    for (size_t i = 0; i < nw; i++) w[i] = tcu_fp8_decode(qw[i], TCU_FP8_E4M3);
+    cpu->matmul_forward(o, x, w, NULL, N, IC, OC);
+    const float f = *sx_inv * *sw_inv;
+    for (size_t i = 0; i < no; i++)
+        out[i] = bf16_round(o[i] * f + (bias ? bf16_widen(bias[i % (size_t)OC]) : 0.0f));
+    free(o), free(w), free(x);
+}
+
+/* amax, casts to E4M3 and tcu_matmul_fp8, as cuda_fp8.cu (host temporaries for the operands) */
+void tcu_matmul_forward_fp8(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *inp,
+                            const tsr_bf16 *w, const tsr_bf16 *bias, int N, int IC, int OC,
+                            tsr_gelu_kind gelu, tcu_stream s) {
+    const char *what = "tcu_matmul_forward_fp8";
+    require_shape(what, N, IC, OC);
+    REQUIRE(out && inp && w, what, "out, inp and w must not be NULL");
+    REQUIRE(pre_gelu != out, what, "pre_gelu must not alias out");
+    const size_t nx = (size_t)N * IC, nw = (size_t)OC * IC;
+    tsr_fp8 *qx = aligned_alloc(16, (nx + 15) / 16 * 16), *qw = aligned_alloc(16, (nw + 15) / 16 * 16);
+    REQUIRE(qx && qw, what, "out of host memory for the FP8 operands (%zu bytes)", nx + nw);
+    float f[4]; /* amax x, amax w, scale_inv x, scale_inv w */
+    tcu_amax_bf16(f + 0, inp, nx, s);
+    tcu_amax_bf16(f + 1, w, nw, s);
+    tcu_fp8_quantize(qx, f + 2, inp, f + 0, nx, TCU_FP8_E4M3, s);
+    tcu_fp8_quantize(qw, f + 3, w, f + 1, nw, TCU_FP8_E4M3, s);
+    tcu_matmul_fp8(pre_gelu ? pre_gelu : out, qx, f + 2, qw, f + 3, bias, N, IC, OC, s);
+    if (pre_gelu) tcu_gelu_forward(out, pre_gelu, (size_t)N * OC, gelu, s);
+    free(qx), free(qw);
+}
+
 /* Built with TCU_EMU_SIMT_KERNELS: left out, cuda_lora.cu's kernels run instead (SIMT emulator) */
 #ifndef TCU_EMU_SIMT_KERNELS
 
