@@ -183,10 +183,28 @@ int tcu_device_count(void) {
     return n;
 }
 
+/* The compute capability the emulator reports (major * 10 + minor): TSR_EMU_SM, or 90, an H100's
+ * (it computes the FP8 GEMM, which needs 8.9: tests set a lower one to see the refusal). */
+static int emu_sm(void) {
+    static int sm; /* read once */
+    if (sm) return sm;
+    const char *e = getenv("TSR_EMU_SM");
+    sm = 90;
+    if (e && *e) {
+        char *end = NULL;
+        long v = strtol(e, &end, 10);
+        REQUIRE(*e >= '0' && *e <= '9' && *end == '\0' && v >= 10 && v <= 199, "TSR_EMU_SM",
+                "'%s' is not a compute capability as major * 10 + minor (10 to 199, e.g. 80, 90)",
+                e);
+        sm = (int)v;
+    }
+    return sm;
+}
+
 /* Any output pointer may be NULL (that fact is skipped). */
 void tcu_device_info(char *name, size_t n, int *sm, size_t *free_bytes, size_t *total_bytes) {
     if (name && n > 0) snprintf(name, n, "%s", "tessera CUDA emulator (host memory)");
-    if (sm) *sm = 0;
+    if (sm) *sm = emu_sm();
     size_t cap = emu_capacity(), live = atomic_load(&emu_live);
     if (free_bytes) *free_bytes = cap > live ? cap - live : 0;
     if (total_bytes) *total_bytes = cap;
