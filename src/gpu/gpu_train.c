@@ -631,15 +631,6 @@ static int check_fp8(const gpu_train_ctx *c) {
     return TSR_EXIT_USAGE;
 }
 
-/* the casts and the FP8 GEMM are built (cuda_ops.h), the decoder's layers do not call them yet */
-static int check_fp8_wired(const gpu_train_ctx *c) {
-    if (c->fp8 == TSR_FP8_NONE) return 0;
-    if (c->dist->rank == 0)
-        tsr_error("precision.fp8 = \"tensorwise\": the FP8 linear layers are not wired into the "
-                  "trainer yet (docs/cuda.md \"FP8\"): set precision.fp8 = \"none\"");
-    return TSR_EXIT_USAGE;
-}
-
 /* parallel.context: the ring over a communicator of the context group; its exchanges after the
  * dense gradients' collectives (ddp's, or the shards' group), and ddp's after the ring's (each
  * unit's sum: unit_ready), so that the two communicators run in one order on every rank */
@@ -669,7 +660,6 @@ static int lib_init(gpu_train_ctx *c) {
     tcu_init(gt->device);
     TSR_CHECK(check_wgmma(c));
     TSR_CHECK(check_fp8(c));
-    TSR_CHECK(check_fp8_wired(c));
     TSR_CHECK(gemm_tune_open(c->dist));
     TSR_CHECK(check_memory(c, gt->device));
     gt->s = tcu_stream_create();
@@ -685,6 +675,11 @@ static int lib_init(gpu_train_ctx *c) {
                                      : c->mode == GPU_SHARD_DDP ? GPU_STATE_FULL
                                      : c->mode == GPU_SHARD_ZERO1 ? GPU_STATE_NO_MASTER
                                                                   : GPU_STATE_NONE);
+    gpu_model_use_fp8(&gt->g, c->fp8, c->fp8_skip);
+    if (c->fp8 != TSR_FP8_NONE && c->dist->rank == 0)
+        printf("precision.fp8 = \"tensorwise\": the linear layers of decoder layers %d to %d "
+               "forward in FP8 (E4M3, one current scale per tensor, cuBLASLt), their backward in "
+               "bf16 (docs/cuda.md \"FP8\")\n", gt->g.be.fp8_first, gt->g.be.fp8_last);
     TSR_CHECK(c->lora ? init_lora(c) : gt->sharded ? init_sharded(c) : init_replicated(c));
     TSR_CHECK(init_experts(c)); /* (parallel.expert; never with LoRA: refused at load) */
     TSR_CHECK(init_ring(c));

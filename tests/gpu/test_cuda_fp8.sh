@@ -4,13 +4,21 @@
 #  - device = cpu (the CPU is the fp32 oracle);
 #  - an unknown mode (the key table's enum check);
 #  - rowwise (not built yet);
-#  - a GPU older than compute capability 8.9: the emulator reporting 8.0 (TSR_EMU_SM=80).
+#  - a GPU older than compute capability 8.9: the emulator reporting 8.0 (TSR_EMU_SM=80);
+# and training with precision.fp8 = tensorwise on the emulator (FP8 linear forwards through
+# tcu_matmul_forward_fp8: E4M3 as tcu_fp8.h defines it, the GEMM as cuBLASLt's up to the fp32
+# summation order), a tiny GPT-2 and a tiny Llama for 60 steps:
+#  - every step's loss within 2% of the bf16 run's, gradient norms within 10%, and not the bf16
+#    run's bits (the FP8 path ran), the start saying which layers;
+#  - GPT-2 twice: the same bits (deterministic);
+#  - GPT-2 with precision.fp8_skip = first_last (both of its 2 layers kept in bf16): the bf16 run's
+#    bits.
 # The casts and the FP8 GEMM themselves: build/tests/test_gpu_ops_emu (and test_gpu_ops on a
 # GPU) and tests/reference/test_fp8_formats.py.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 4
-make_synth "$TMP/data" 512 20000
+tap_plan 8
+make_synth "$TMP/data" 512 80000
 tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=2 --set model.n_head=2 --set global_batch=8 --set micro_batch=4)
 EMU=$BUILD/tests/tessera-train-cuemu
@@ -33,4 +41,30 @@ tap_check $? "precision.fp8 = rowwise on device = cuda: exit 1, not built yet, n
 TSR_EMU_SM=80 refused "$EMU" sm80 'precision.fp8 = "tensorwise": FP8 matmuls need a GPU of compute capability 8.9 or newer .*rank 0 has an older one (rank 0: tessera CUDA emulator (host memory), sm 8.0)' \
     --set device=cuda --set precision.fp8=tensorwise
 tap_check $? "precision.fp8 = tensorwise on a GPU of compute capability 8.0 (the emulator's TSR_EMU_SM=80): exit 1 naming the device, no run_dir"
+
+# train DIR ARGS...: 60 steps on the emulator, output in DIR.txt
+train() {
+    local dir=$1; shift
+    "$EMU" "${args[@]}" --set device=cuda --set max_duration=60ba --set save_final=false \
+        --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1 ||
+        { sed 's/^/# /' "$TMP/$dir.txt" | tail -5; return 1; }
+}
+# fp8_close BF16 FP8: within 2% (loss) and 10% (norm) at every step, and not the same bits
+fp8_close() {
+    metrics_close "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" 1 0.02 0.1 &&
+        ! cmp -s <(final_lines "$TMP/$1/metrics.jsonl") <(final_lines "$TMP/$2/metrics.jsonl") &&
+        grep -q 'precision.fp8 = "tensorwise": the linear layers of decoder layers 0 to 1 forward in FP8' "$TMP/$2.txt"
+}
+train gpt_bf16 && train gpt_fp8 --set precision.fp8=tensorwise && fp8_close gpt_bf16 gpt_fp8
+tap_check $? "GPT-2, 60 steps with precision.fp8 = tensorwise on the emulator: every loss within 2% of bf16's, norms within 10%, not bf16's bits"
+train gpt_fp8b --set precision.fp8=tensorwise &&
+    cmp -s <(final_lines "$TMP/gpt_fp8/metrics.jsonl") <(final_lines "$TMP/gpt_fp8b/metrics.jsonl")
+tap_check $? "GPT-2 with FP8 twice: the same bits"
+train gpt_skip --set precision.fp8=tensorwise --set precision.fp8_skip=first_last &&
+    cmp -s <(final_lines "$TMP/gpt_bf16/metrics.jsonl") <(final_lines "$TMP/gpt_skip/metrics.jsonl")
+tap_check $? "GPT-2 with precision.fp8_skip = first_last (both layers kept in bf16): the bf16 run's bits"
+tiny_llama_args "$TMP/data/train"
+args+=(--set watchdog.window=0 --set model.n_head=2 --set model.n_kv_head=1)
+train llama_bf16 && train llama_fp8 --set precision.fp8=tensorwise && fp8_close llama_bf16 llama_fp8
+tap_check $? "Llama (RMSNorm, RoPE, SwiGLU), 60 steps with precision.fp8 = tensorwise on the emulator: every loss within 2% of bf16's, norms within 10%, not bf16's bits"
 tap_done
