@@ -420,10 +420,9 @@ const cfgtab_key cfgtab_keys[] = {
      .doc = "device = cuda on a GPU of compute capability 8.9 or newer: the decoder's linear "
             "layers in FP8 (never the embeddings, the LM head, a MoE router). `none`: bf16. "
             "`tensorwise`: E4M3 inputs scaled by each tensor's current amax, fp32 accumulation, "
-            "bf16 out, through cuBLASLt (docs/cuda.md \"FP8\"). `rowwise`: one scale per row "
-            "(not built yet: refused). Refused with device = cpu, the fp32 oracle. Only the FP8 "
-            "formats, casts and GEMM are built so far: a training run with an FP8 mode is refused "
-            "until the layers are wired (docs/cuda.md \"FP8\", what is left)."},
+            "bf16 out, through cuBLASLt, in the forward; the backward stays bf16 (docs/cuda.md "
+            "\"FP8\"). `rowwise`: one scale per row (not built yet: refused). Refused with "
+            "device = cpu, the fp32 oracle."},
     {.name = "precision.fp8_skip", .type = CFGK_ENUM, FIELD(precision.fp8_skip), .def = "none",
      ENUM(fp8_skip_names),
      .doc = "With precision.fp8: decoder layers whose linear layers stay in bf16: `none`, "
