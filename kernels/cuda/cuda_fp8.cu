@@ -1,16 +1,13 @@
-/* cuda_fp8.cu — the FP8 casts of cuda_ops.h (tcu_amax_bf16, tcu_fp8_quantize) and the FP8 linear
- * forward over them (tcu_matmul_forward_fp8: amax, casts, then cuBLASLt's FP8 GEMM of
- * cuda_matmul.cu). The formats, the rounding and the scale are tcu_fp8.h's, the same functions
- * the emulator runs on the host, so both give the same bits.
+/* cuda_fp8.cu — the FP8 casts of cuda_ops.h (tcu_amax_bf16, tcu_fp8_quantize); the GEMM is
+ * cuda_matmul.cu's tcu_matmul_fp8, the linear forward over both tcu_fp8_linear.c's. The formats,
+ * the rounding and the scale are tcu_fp8.h's, the same functions the emulator runs on the host,
+ * so both give the same bits.
  *
  * The casts are plain grid-stride kernels (no tuning: docs/cuda.md "FP8" says why); the amax is a
  * maximum of magnitudes as fp32 bit patterns (non-negative floats order as their bits, a NaN
  * above every number), combined by atomicMax: the maximum does not depend on the order, so the
  * result is deterministic.
  */
-#include <cstdio>
-#include <mutex>
-
 #include "cuda_internal.h"
 #include "tcu_fp8.h"
 
@@ -67,53 +64,4 @@ void tcu_fp8_quantize(tsr_fp8 *q, float *scale_inv, const tsr_bf16 *x, const flo
     quantize_kernel<<<fp8_blocks(n, what), FP8_THREADS, 0, (cudaStream_t)s>>>(
         q, scale_inv, reinterpret_cast<const bf16 *>(x), amax, n, fmt);
     TCU_CHECK_LAUNCH(what);
-}
-
-/* ---- the FP8 linear forward: scratch for the quantised operands ---------------------------- */
-
-/* one process-wide buffer (the ops' one-stream rule, cuda_ops.h): the two amax, the two inverse
- * scales, then the quantised input and weight; grown on demand (the device synchronised first),
- * freed by tcu_shutdown */
-static std::mutex fp8_mutex;
-static unsigned char *fp8_scratch;
-static size_t fp8_scratch_bytes;
-
-static unsigned char *fp8_scratch_get(size_t bytes, const char *what) {
-    std::lock_guard<std::mutex> lock(fp8_mutex);
-    if (bytes <= fp8_scratch_bytes) return fp8_scratch;
-    if (fp8_scratch) {
-        TCU_CHECK(cudaDeviceSynchronize(), what);
-        tcu_free(fp8_scratch);
-    }
-    fp8_scratch = static_cast<unsigned char *>(tcu_malloc(bytes, "the FP8 operands' scratch"));
-    fp8_scratch_bytes = bytes;
-    return fp8_scratch;
-}
-
-void tcu_fp8_release(void) {
-    std::lock_guard<std::mutex> lock(fp8_mutex);
-    tcu_free(fp8_scratch);
-    fp8_scratch = nullptr;
-    fp8_scratch_bytes = 0;
-}
-
-static size_t round256(size_t b) { return (b + 255) / 256 * 256; }
-
-void tcu_matmul_forward_fp8(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *inp,
-                            const tsr_bf16 *w, const tsr_bf16 *bias, int N, int IC, int OC,
-                            tsr_gelu_kind gelu, tcu_stream s) {
-    const char *what = "tcu_matmul_forward_fp8";
-    TCU_REQUIRE(out && inp && w && N >= 1 && IC >= 1 && OC >= 1, what,
-                tcu_msg("out, inp, w non-NULL and N, IC, OC >= 1 (N=%d IC=%d OC=%d)", N, IC, OC));
-    TCU_REQUIRE(pre_gelu != out, what, "pre_gelu must not alias out");
-    const size_t nx = (size_t)N * IC, nw = (size_t)OC * IC;
-    unsigned char *p = fp8_scratch_get(256 + round256(nx) + round256(nw), what);
-    float *f = reinterpret_cast<float *>(p); /* amax x, amax w, scale_inv x, scale_inv w */
-    tsr_fp8 *qx = p + 256, *qw = qx + round256(nx);
-    tcu_amax_bf16(f + 0, inp, nx, s);
-    tcu_amax_bf16(f + 1, w, nw, s);
-    tcu_fp8_quantize(qx, f + 2, inp, f + 0, nx, TCU_FP8_E4M3, s);
-    tcu_fp8_quantize(qw, f + 3, w, f + 1, nw, TCU_FP8_E4M3, s);
-    tcu_matmul_fp8(pre_gelu ? pre_gelu : out, qx, f + 2, qw, f + 3, bias, N, IC, OC, s);
-    if (pre_gelu) tcu_gelu_forward(out, pre_gelu, (size_t)N * OC, gelu, s);
 }

@@ -50,12 +50,11 @@ extern tcu_context tcu_ctx;
 extern bool tcu_initialised; /* tcu_init ran (cuda_context.cu) and tcu_shutdown did not since */
 /* dies unless tcu_init ran */
 const tcu_context *tcu_context_get(const char *what);
-/* free what cuda_elementwise.cu, cuda_layernorm.cu, cuda_matmul.cu and cuda_fp8.cu cache (tcu_shutdown calls
+/* free what cuda_elementwise.cu, cuda_layernorm.cu and cuda_matmul.cu cache (tcu_shutdown calls
  * them) */
 void tcu_elementwise_release(void);
 void tcu_layernorm_release(void);
 void tcu_matmul_release(void);
-void tcu_fp8_release(void);
 
 /* D (m,n) = alpha op(A) op(B) + beta D, column-major, fp32 everywhere (CUBLAS_COMPUTE_32F: no
  * TF32): A stored (m,k), or (k,m) transposed, with lda; B likewise with ldb; D with ldd. The

@@ -259,11 +259,14 @@ void tcu_matmul_fp8(tsr_bf16 *out, const tsr_fp8 *qx, const float *sx_inv, const
                     const float *sw_inv, const tsr_bf16 *bias, int N, int IC, int OC,
                     tcu_stream s);
 /* tcu_matmul_forward in FP8 (precision.fp8 = "tensorwise"): inp and w each scaled by their own
- * amax and cast to E4M3 (process-wide scratch of N*IC + OC*IC bytes, freed by tcu_shutdown), then
- * tcu_matmul_fp8; with pre_gelu, the product (+ bias) goes there and out = gelu(pre_gelu). */
+ * amax and cast to E4M3 (process-wide scratch of N*IC + OC*IC bytes), then tcu_matmul_fp8; with
+ * pre_gelu (not out), the product (+ bias) goes there and out = gelu(pre_gelu). One definition
+ * for the backend and the emulator: kernels/cuda/tcu_fp8_linear.c. tcu_fp8_release frees the
+ * scratch (tcu_shutdown calls it). */
 void tcu_matmul_forward_fp8(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *inp,
                             const tsr_bf16 *w, const tsr_bf16 *bias, int N, int IC, int OC,
                             tsr_gelu_kind gelu, tcu_stream s);
+void tcu_fp8_release(void);
 
 /* GELU of kind `kind`.  out, inp (n) bf16;  backward: dinp (n) bf16 += (SET: =) gelu'(inp) *
  * dout */

@@ -168,18 +168,21 @@ static size_t emu_capacity(void) {
 /* As many devices as a GPU node has (8, or TSR_EMU_DEVICES: 1 makes the ranks of a test share one,
  * as parallel.gpu_comm = "mpi" allows), so that several ranks of one test may each take one (every
  * "device" is this host; the gradient sums go through MPI, not NCCL). */
+/* environment variable `name` as a whole number in [lo, hi], or def when unset or empty; anything
+ * else dies naming it and `what` it should be */
+static int emu_env_int(const char *name, int lo, int hi, int def, const char *what) {
+    const char *e = getenv(name);
+    if (!e || !*e) return def;
+    char *end = NULL;
+    long v = strtol(e, &end, 10);
+    REQUIRE(*e >= '0' && *e <= '9' && *end == '\0' && v >= lo && v <= hi, name,
+            "'%s' is not %s", e, what);
+    return (int)v;
+}
+
 int tcu_device_count(void) {
     static int n; /* TSR_EMU_DEVICES, read once */
-    if (n) return n;
-    const char *e = getenv("TSR_EMU_DEVICES");
-    n = 8;
-    if (e && *e) {
-        char *end = NULL;
-        long v = strtol(e, &end, 10);
-        REQUIRE(*e >= '0' && *e <= '9' && *end == '\0' && v >= 1 && v <= 64, "TSR_EMU_DEVICES",
-                "'%s' is not a number of devices from 1 to 64", e);
-        n = (int)v;
-    }
+    if (!n) n = emu_env_int("TSR_EMU_DEVICES", 1, 64, 8, "a number of devices from 1 to 64");
     return n;
 }
 
@@ -187,17 +190,9 @@ int tcu_device_count(void) {
  * (it computes the FP8 GEMM, which needs 8.9: tests set a lower one to see the refusal). */
 static int emu_sm(void) {
     static int sm; /* read once */
-    if (sm) return sm;
-    const char *e = getenv("TSR_EMU_SM");
-    sm = 90;
-    if (e && *e) {
-        char *end = NULL;
-        long v = strtol(e, &end, 10);
-        REQUIRE(*e >= '0' && *e <= '9' && *end == '\0' && v >= 10 && v <= 199, "TSR_EMU_SM",
-                "'%s' is not a compute capability as major * 10 + minor (10 to 199, e.g. 80, 90)",
-                e);
-        sm = (int)v;
-    }
+    if (!sm)
+        sm = emu_env_int("TSR_EMU_SM", 10, 199, 90, "a compute capability as major * 10 + minor "
+                         "(10 to 199, e.g. 80, 90)");
     return sm;
 }
 
@@ -386,6 +381,8 @@ void tcu_init(int device) {
     emu_inits++;
 }
 
+/* (tcu_fp8_linear.c's scratch stays: host memory outlives a context here, and the backend's
+ * tcu_shutdown frees it only because its device memory does not) */
 void tcu_shutdown(void) { emu_inits = 0; }
 
 /* the ops whose real twins use the context (cuBLASLt, scratch) die without tcu_init, as they do */
@@ -1029,27 +1026,6 @@ void tcu_matmul_fp8(tsr_bf16 *out, const tsr_fp8 *qx, const float *sx_inv, const
     for (size_t i = 0; i < no; i++)
         out[i] = bf16_round(o[i] * f + (bias ? bf16_widen(bias[i % (size_t)OC]) : 0.0f));
     free(o), free(w), free(x);
-}
-
-/* amax, casts to E4M3 and tcu_matmul_fp8, as cuda_fp8.cu (host temporaries for the operands) */
-void tcu_matmul_forward_fp8(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *inp,
-                            const tsr_bf16 *w, const tsr_bf16 *bias, int N, int IC, int OC,
-                            tsr_gelu_kind gelu, tcu_stream s) {
-    const char *what = "tcu_matmul_forward_fp8";
-    require_shape(what, N, IC, OC);
-    REQUIRE(out && inp && w, what, "out, inp and w must not be NULL");
-    REQUIRE(pre_gelu != out, what, "pre_gelu must not alias out");
-    const size_t nx = (size_t)N * IC, nw = (size_t)OC * IC;
-    tsr_fp8 *qx = aligned_alloc(16, (nx + 15) / 16 * 16), *qw = aligned_alloc(16, (nw + 15) / 16 * 16);
-    REQUIRE(qx && qw, what, "out of host memory for the FP8 operands (%zu bytes)", nx + nw);
-    float f[4]; /* amax x, amax w, scale_inv x, scale_inv w */
-    tcu_amax_bf16(f + 0, inp, nx, s);
-    tcu_amax_bf16(f + 1, w, nw, s);
-    tcu_fp8_quantize(qx, f + 2, inp, f + 0, nx, TCU_FP8_E4M3, s);
-    tcu_fp8_quantize(qw, f + 3, w, f + 1, nw, TCU_FP8_E4M3, s);
-    tcu_matmul_fp8(pre_gelu ? pre_gelu : out, qx, f + 2, qw, f + 3, bias, N, IC, OC, s);
-    if (pre_gelu) tcu_gelu_forward(out, pre_gelu, (size_t)N * OC, gelu, s);
-    free(qx), free(qw);
 }
 
 /* Built with TCU_EMU_SIMT_KERNELS: left out, cuda_lora.cu's kernels run instead (SIMT emulator) */
