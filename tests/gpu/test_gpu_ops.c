@@ -2654,11 +2654,19 @@ static double fp8_err(float x, float sinv) {
  *    sum_k (ex |w| + |x| ew + ex ew) with e = fp8_err, plus the same GEMM tolerance;
  *  - tcu_matmul_forward_fp8 (amax, casts, GEMM) == those steps, bit for bit;
  *  - a NaN in the input makes every output NaN (the scale's inverse is NaN: the loss shows it). */
+static int g_sm; /* the device's compute capability (major * 10 + minor) */
+
 static void test_fp8(const fp8_cfg *c) {
     const int N = c->N, IC = c->IC, OC = c->OC;
     const size_t nx = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
     char tag[96];
     snprintf(tag, sizeof tag, "fp8 N=%d IC=%d OC=%d%s", N, IC, OC, c->bias ? " bias" : "");
+    if (g_sm < 89) { /* cuBLASLt has no FP8 GEMM before Ada */
+        for (int k = 0; k < FP8_CHECKS; k++)
+            tap_skip(L("%s: check %d of %d", tag, k + 1, FP8_CHECKS),
+                     L("sm_%d: cuBLASLt's FP8 GEMM needs compute capability 8.9", g_sm));
+        return;
+    }
     float *x = hf(nx), *w = hf(nw), *bias = hf(OC);
     fill_fp8_input(x, nx, 1.0), fill_fp8_input(w, nw, 3.0 / sqrt(IC));
     fill_bf16(bias, OC, -0.5, 0.5);
@@ -2829,6 +2837,7 @@ int main(void) {
     int sm = 0;
     size_t mem_free = 0, mem_total = 0;
     tcu_device_info(name, sizeof name, &sm, &mem_free, &mem_total);
+    g_sm = sm;
     tap_diag("device 0: %s, sm_%d, %.1f GiB (%.1f GiB free); CPU reference: %ld threads, %s",
              name, sm, mem_total / 1073741824.0, mem_free / 1073741824.0, ncpu,
              cpu_ops_blas_core());
