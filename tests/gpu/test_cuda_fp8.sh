@@ -36,8 +36,8 @@ refused() {
 refused "$TRAIN" cpu 'precision.fp8=tensorwise: precision.fp8 = "tensorwise" with device = "cpu": the CPU is the fp32 oracle' \
     --set precision.fp8=tensorwise
 tap_check $? "device = cpu with precision.fp8 = tensorwise: exit 1, the CPU named as the fp32 oracle, no run_dir"
-refused "$TRAIN" bogus 'precision.fp8' --set precision.fp8=e4m3
-tap_check $? "precision.fp8 = e4m3 (unknown): exit 1 naming the key, no run_dir"
+refused "$TRAIN" bogus 'precision.fp8=e4m3: accepted: none | tensorwise | rowwise' --set precision.fp8=e4m3
+tap_check $? "precision.fp8 = e4m3 (unknown): exit 1 naming the key and the accepted modes, no run_dir"
 refused "$TRAIN" rowwise 'precision.fp8 = "rowwise" is not built yet' --set device=cuda \
     --set precision.fp8=rowwise
 tap_check $? "precision.fp8 = rowwise on device = cuda: exit 1, not built yet, no run_dir"
