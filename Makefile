@@ -188,7 +188,7 @@ LIB_SRC  := $(filter-out $(MAINS) $(GPU_SRC) src/gpu/gpu_comm_%.c,$(wildcard src
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(BUILD)/tests/ref_dump \
-            $(BUILD)/tests/ring_dump
+            $(BUILD)/tests/ring_dump $(BUILD)/tests/fp8_dump
 # the checkpoint test driver (tests/mpi) calls MPI itself
 ifeq ($(NO_MPI),0)
   TEST_BIN += $(BUILD)/tests/ckpt_driver $(BUILD)/tests/a2a_driver
@@ -307,6 +307,8 @@ $(BUILD)/obj/tests/unit/test_memtab.o: CFLAGS += -Ikernels/cuda
 $(BUILD)/tests/test_memtab: $(BUILD)/obj/kernels/cuda/tcu_memtab.o
 # so is the file of GEMM choices (TSR_GEMM_TUNE), which the emulators read as well
 TUNE_OBJ := $(BUILD)/obj/kernels/cuda/tcu_gemm_tune.o
+# and the FP8 linear forward over the C API, which the emulators run as the backend does
+FP8_LINEAR_OBJ := $(BUILD)/obj/kernels/cuda/tcu_fp8_linear.o
 $(BUILD)/obj/tests/unit/test_gemm_tune.o: CFLAGS += -Ikernels/cuda
 $(BUILD)/tests/test_gemm_tune: $(TUNE_OBJ)
 $(BUILD)/obj/src/gpu/gpu_train_emu.o: src/gpu/gpu_train.c | deps
@@ -319,7 +321,7 @@ $(CUDA_TRAIN_SO): $(GPU_OBJ) $(BUILD)/obj/src/gpu/gpu_comm_nccl.o $(CUDA_LIB)
 # the emulator itself checked against the CPU oracle by the GPU op test (it is the instrument of
 # tests/gpu/test_cuda_train.sh): the same test program, linked to it instead of the CUDA library
 $(BUILD)/tests/test_gpu_ops_emu: $(BUILD)/obj/tests/gpu/test_gpu_ops.o $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o \
-                                 $(TUNE_OBJ) $(BUILD)/libtessera.a
+                                 $(TUNE_OBJ) $(FP8_LINEAR_OBJ) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
 
@@ -354,7 +356,7 @@ $(BUILD)/tests/test_simt_selftest: $(BUILD)/obj/simt/simt_selftest.o $(BUILD)/ob
 	$(CXX) -o $@ $^ -lpthread
 $(BUILD)/obj/simt/simt_selftest.o: SIMT_CXXFLAGS += -Itests
 $(BUILD)/tests/test_gpu_ops_simt: $(BUILD)/obj/tests/gpu/test_gpu_ops_simt.o \
-                                  $(BUILD)/obj/kernels/cuda_emu/cuda_emu_simt.o $(SIMT_OBJ) $(TUNE_OBJ) \
+                                  $(BUILD)/obj/kernels/cuda_emu/cuda_emu_simt.o $(SIMT_OBJ) $(TUNE_OBJ) $(FP8_LINEAR_OBJ) \
                                   $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CXX) $(filter-out -std=c11,$(CFLAGS)) -o $@ $^ $(ALL_LIBS)
@@ -364,7 +366,7 @@ $(BUILD)/tests/tessera-train-cuemu: $(BUILD)/obj/src/train/train_main.o $(BUILD)
                 $(BUILD)/obj/src/gpu/gpu_profile.o $(BUILD)/obj/src/gpu/gpu_muon.o \
                 $(BUILD)/obj/src/gpu/gpu_ring.o \
                 $(BUILD)/obj/src/gpu/gpu_comm.o $(BUILD)/obj/src/gpu/gpu_comm_staged.o \
-                $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o $(TUNE_OBJ) $(BUILD)/libtessera.a
+                $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o $(TUNE_OBJ) $(FP8_LINEAR_OBJ) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
 
@@ -454,6 +456,12 @@ $(BUILD)/tests/ref_dump: $(BUILD)/obj/tests/reference/ref_dump.o $(BUILD)/libtes
 $(BUILD)/tests/ring_dump: $(BUILD)/obj/tests/reference/ring_dump.o $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
+
+# the FP8 formats of kernels/cuda/tcu_fp8.h on stdin's values, for tests/reference/test_fp8_formats.py
+$(BUILD)/obj/tests/reference/fp8_dump.o: CFLAGS += -Ikernels/cuda
+$(BUILD)/tests/fp8_dump: $(BUILD)/obj/tests/reference/fp8_dump.o
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $^ -lm
 
 $(BUILD)/tests/ckpt_driver: $(BUILD)/obj/tests/mpi/ckpt_driver.o $(BUILD)/libtessera.a
 	@mkdir -p $(@D)

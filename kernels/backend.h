@@ -162,6 +162,15 @@ struct tsr_backend {
     void (*matvec_forward)(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,
                            const void *w, const void *bias, int N, int IC, int OC,
                            tsr_gelu_kind gelu);
+    /* matmul_forward in FP8 (precision.fp8 = "tensorwise", docs/cuda.md "FP8": inp and w cast to
+     * E4M3 with their current amax, fp32 accumulation, act out), for the linear layers of decoder
+     * layers fp8_first .. fp8_last (never the embeddings, the head, a MoE router; the experts'
+     * grouped matmuls stay in moe_matmul_forward), or NULL: every product through matmul_forward.
+     * The backward is matmul_backward's, on the unquantised act inputs and weights. */
+    void (*matmul_forward_fp8)(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,
+                               const void *w, const void *bias, int N, int IC, int OC,
+                               tsr_gelu_kind gelu);
+    int fp8_first, fp8_last;
     /* matmul_forward with rows that do not depend on the batch (ops.h matmul_rows: each row's
      * bits a function of that row and w alone), for batched decoding, or NULL */
     void (*matrows_forward)(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,

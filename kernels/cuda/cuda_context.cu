@@ -56,6 +56,7 @@ void tcu_shutdown(void) {
     tcu_elementwise_release();
     tcu_layernorm_release();
     tcu_matmul_release();
+    tcu_fp8_release();
     tcu_free(tcu_ctx.lt_workspace);
     TCU_CHECK_BLAS(cublasLtDestroy(tcu_ctx.lt), "tcu_shutdown: cublasLtDestroy");
     memset(&tcu_ctx, 0, sizeof tcu_ctx);

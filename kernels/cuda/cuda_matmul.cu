@@ -138,9 +138,10 @@ static __global__ void bias_add_rows_kernel(bf16 *x, const bf16 *bias, size_t to
 
 /* ---- one cuBLASLt matmul: D = alpha op(A) op(B) + beta C, C == D, column-major ------------- */
 
-typedef enum { LT_FWD = 0, LT_DINP, LT_DW, LT_F32, LT_OP_COUNT } lt_op;
+typedef enum { LT_FWD = 0, LT_DINP, LT_DW, LT_F32, LT_FP8, LT_OP_COUNT } lt_op;
 static const char *const lt_op_name[] = {"tcu_matmul_forward", "tcu_matmul_backward (dinp)",
-                                         "tcu_matmul_backward (dw)", "tcu_lt_gemm_f32"};
+                                         "tcu_matmul_backward (dw)", "tcu_lt_gemm_f32",
+                                         "tcu_matmul_fp8"};
 static_assert(sizeof lt_op_name / sizeof lt_op_name[0] == LT_OP_COUNT, "lt_op_name vs lt_op");
 
 /* The pointer slots whose alignment the heuristic looks at. */
@@ -161,6 +162,7 @@ typedef struct lt_gemm {
     const void *bias;                /* BIAS epilogues: (m) bf16, or NULL */
     void *aux;                       /* GELU_AUX: pre-activation out, DGELU: in; (m,n) ld aux_ld */
     int64_t aux_ld;
+    const float *a_scale, *b_scale;  /* FP8: the device scalars cuBLASLt multiplies the product by */
 } lt_gemm;
 
 /* A dense GEMM, D (m,n) = op(A) op(B) + beta D, column-major, A and B bf16, no epilogue: the
@@ -185,8 +187,9 @@ static lt_gemm lt_gemm_dense(lt_op op, int N, int IC, int OC, cublasOperation_t 
     return g;
 }
 
-/* The per-call pointers of a descriptor: the bias (BIAS epilogues) and the aux output (GELU_AUX);
- * everything else in a descriptor is fixed by the cache key. */
+/* The per-call pointers of a descriptor: the bias (BIAS epilogues), the aux output (GELU_AUX) and
+ * the FP8 scales; everything else in a descriptor is fixed by the cache key (an FP8 key, by its
+ * operand type, always has both scales). */
 static void lt_set_pointers(cublasLtMatmulDesc_t desc, const lt_gemm *g) {
     if (g->bias)
         TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
@@ -195,6 +198,12 @@ static void lt_set_pointers(cublasLtMatmulDesc_t desc, const lt_gemm *g) {
         TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(
                            desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux,
                            sizeof g->aux), g->what);
+    if (g->a_scale)
+        TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                      &g->a_scale, sizeof g->a_scale), g->what);
+    if (g->b_scale)
+        TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                      &g->b_scale, sizeof g->b_scale), g->what);
 }
 
 typedef struct lt_key {
@@ -905,4 +914,29 @@ void tcu_matmul_backward_dgelu(tsr_bf16 *dinp, float *dw, float *dbias, const ts
         tcu_gelu_backward(dinp, pre_gelu, dinp, (size_t)N * IC, TSR_GELU_TANH, TSR_GRAD_SET, s);
     }
     if (dw || dbias) tcu_matmul_backward(NULL, dw, dbias, dout, inp, w, N, IC, OC, TSR_GRAD_SET, s);
+}
+
+/* out (N,OC) bf16 = (qx @ qw^T) * sx_inv * sw_inv + bias, qx (N,IC), qw (OC,IC) E4M3 row-major.
+ * cuBLASLt: as tcu_matmul_forward's mapping, D (OC,N) ld OC = op(A) B with A = qw stored (IC,OC)
+ * ld IC, op T, B = qx stored (IC,N) ld IC, op N: the "TN" layout FP8 requires, with no transpose
+ * to make. D = scale_A scale_B (A B) (+ bias, BIAS epilogue, bf16), fp32 accumulation
+ * (CUBLASLT_MATMUL_DESC_FAST_ACCUM left 0); C = D bf16, beta = 0; A_SCALE = sw_inv (A is the
+ * weight), B_SCALE = sx_inv. */
+void tcu_matmul_fp8(tsr_bf16 *out, const tsr_fp8 *qx, const float *sx_inv, const tsr_fp8 *qw,
+                    const float *sw_inv, const tsr_bf16 *bias, int N, int IC, int OC,
+                    tcu_stream s) {
+    const char *what = lt_op_name[LT_FP8];
+    require_shape(what, N, IC, OC);
+    TCU_REQUIRE(out && qx && qw && sx_inv && sw_inv, what,
+                "out, qx, qw, sx_inv and sw_inv must not be NULL");
+    TCU_REQUIRE(IC % 16 == 0 && OC % 16 == 0 && tcu_aligned16(qx) && tcu_aligned16(qw), what,
+                tcu_msg("IC=%d and OC=%d must be multiples of 16 and qx, qw 16-byte aligned "
+                        "(cuBLASLt's FP8 rules)", IC, OC));
+    lt_gemm g = lt_gemm_dense(LT_FP8, N, IC, OC, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, qw, qx, out,
+                              CUDA_R_16BF, 0.0f);
+    g.ab_type = CUDA_R_8F_E4M3;
+    g.a_scale = sw_inv, g.b_scale = sx_inv;
+    g.bias = bias;
+    g.epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    lt_matmul(&g, s, false);
 }

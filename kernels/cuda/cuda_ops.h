@@ -41,6 +41,7 @@
 #include "cuda_shapes.h" /* tcu_attention_head_size_ok: the head sizes hs may take */
 
 #include "ops.h" /* tsr_gelu_kind, TSR_LN_EPS */
+#include "tcu_fp8.h" /* tsr_fp8, tcu_fp8_format: the formats and the scale */
 
 #ifdef __cplusplus
 extern "C" {
@@ -233,6 +234,39 @@ int tcu_matmul_report(FILE *f);
 void tcu_matmul_backward_dgelu(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16 *dout,
                                const tsr_bf16 *inp, const tsr_bf16 *w, const tsr_bf16 *pre_gelu,
                                int N, int IC, int OC, tcu_stream s);
+
+/* ---- FP8 (issue 51; docs/cuda.md "FP8"): E4M3 / E5M2 as kernels/cuda/tcu_fp8.h defines them
+ * (rounding, saturation, NaN, the tensorwise scale), the same functions on the host and the
+ * device. Needs compute capability 8.9 or newer for the GEMM (cuBLASLt's FP8 kernels); the casts
+ * run anywhere. ---- */
+
+/* amax (1) fp32 = the largest |x[i]| of n bf16 elements (0 for n = 0; NaN when one is NaN).
+ * Deterministic (a maximum). */
+void tcu_amax_bf16(float *amax, const tsr_bf16 *x, size_t n, tcu_stream s);
+/* Tensorwise current scaling: q (n) = tcu_fp8_quantize_one(x[i], tcu_fp8_scale(*amax, fmt), fmt)
+ * (x * scale rounded to fp32, then encoded to nearest even with saturation); scale_inv (1) =
+ * tcu_fp8_scale_inv(*amax, fmt), the factor that reads q back. amax (1) from tcu_amax_bf16 (or any
+ * bound >= the largest |x|). */
+void tcu_fp8_quantize(tsr_fp8 *q, float *scale_inv, const tsr_bf16 *x, const float *amax,
+                      size_t n, tcu_fp8_format fmt, tcu_stream s);
+/* The FP8 GEMM: out (N,OC) bf16 = round((qx @ qw^T) * (*sx_inv) * (*sw_inv) + bias), qx (N,IC)
+ * and qw (OC,IC) E4M3 (row-major: cuBLASLt's TN layout as they are), sx_inv and sw_inv (1) fp32
+ * device scalars (tcu_fp8_quantize's), bias (OC) bf16 or NULL; fp32 accumulation (cuBLASLt's
+ * FP8 matmul, fast accumulation off). cuBLASLt's FP8 rules, checked (exit naming the op and
+ * the values, the emulator too): IC and OC multiples of 16, qx and qw 16-byte aligned. The emulator: the
+ * decoded products summed in fp32 (sgemm), times sx_inv * sw_inv, plus bias, rounded once. */
+void tcu_matmul_fp8(tsr_bf16 *out, const tsr_fp8 *qx, const float *sx_inv, const tsr_fp8 *qw,
+                    const float *sw_inv, const tsr_bf16 *bias, int N, int IC, int OC,
+                    tcu_stream s);
+/* tcu_matmul_forward in FP8 (precision.fp8 = "tensorwise"): inp and w each scaled by their own
+ * amax and cast to E4M3 (process-wide scratch of N*IC + OC*IC bytes), then tcu_matmul_fp8; with
+ * pre_gelu (not out), the product (+ bias) goes there and out = gelu(pre_gelu). One definition
+ * for the backend and the emulator: kernels/cuda/tcu_fp8_linear.c. tcu_fp8_release frees the
+ * scratch (tcu_shutdown calls it). */
+void tcu_matmul_forward_fp8(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *inp,
+                            const tsr_bf16 *w, const tsr_bf16 *bias, int N, int IC, int OC,
+                            tsr_gelu_kind gelu, tcu_stream s);
+void tcu_fp8_release(void);
 
 /* GELU of kind `kind`.  out, inp (n) bf16;  backward: dinp (n) bf16 += (SET: =) gelu'(inp) *
  * dout */

@@ -169,25 +169,38 @@ static size_t emu_capacity(void) {
 /* As many devices as a GPU node has (8, or TSR_EMU_DEVICES: 1 makes the ranks of a test share one,
  * as parallel.gpu_comm = "mpi" allows), so that several ranks of one test may each take one (every
  * "device" is this host; the gradient sums go through MPI, not NCCL). */
+/* environment variable `name` as a whole number in [lo, hi], or def when unset or empty; anything
+ * else dies naming it and `what` it should be */
+static int emu_env_int(const char *name, int lo, int hi, int def, const char *what) {
+    const char *e = getenv(name);
+    if (!e || !*e) return def;
+    char *end = NULL;
+    long v = strtol(e, &end, 10);
+    REQUIRE(*e >= '0' && *e <= '9' && *end == '\0' && v >= lo && v <= hi, name,
+            "'%s' is not %s", e, what);
+    return (int)v;
+}
+
 int tcu_device_count(void) {
     static int n; /* TSR_EMU_DEVICES, read once */
-    if (n) return n;
-    const char *e = getenv("TSR_EMU_DEVICES");
-    n = 8;
-    if (e && *e) {
-        char *end = NULL;
-        long v = strtol(e, &end, 10);
-        REQUIRE(*e >= '0' && *e <= '9' && *end == '\0' && v >= 1 && v <= 64, "TSR_EMU_DEVICES",
-                "'%s' is not a number of devices from 1 to 64", e);
-        n = (int)v;
-    }
+    if (!n) n = emu_env_int("TSR_EMU_DEVICES", 1, 64, 8, "a number of devices from 1 to 64");
     return n;
+}
+
+/* The compute capability the emulator reports (major * 10 + minor): TSR_EMU_SM, or 90, an H100's
+ * (it computes the FP8 GEMM, which needs 8.9: tests set a lower one to see the refusal). */
+static int emu_sm(void) {
+    static int sm; /* read once */
+    if (!sm)
+        sm = emu_env_int("TSR_EMU_SM", 10, 199, 90, "a compute capability as major * 10 + minor "
+                         "(10 to 199, e.g. 80, 90)");
+    return sm;
 }
 
 /* Any output pointer may be NULL (that fact is skipped). */
 void tcu_device_info(char *name, size_t n, int *sm, size_t *free_bytes, size_t *total_bytes) {
     if (name && n > 0) snprintf(name, n, "%s", "tessera CUDA emulator (host memory)");
-    if (sm) *sm = 0;
+    if (sm) *sm = emu_sm();
     size_t cap = emu_capacity(), live = atomic_load(&emu_live);
     if (free_bytes) *free_bytes = cap > live ? cap - live : 0;
     if (total_bytes) *total_bytes = cap;
@@ -378,6 +391,8 @@ void tcu_init(int device) {
     emu_inits++;
 }
 
+/* (tcu_fp8_linear.c's scratch stays: host memory outlives a context here, and the backend's
+ * tcu_shutdown frees it only because its device memory does not) */
 void tcu_shutdown(void) { emu_inits = 0; }
 
 /* the ops whose real twins use the context (cuBLASLt, scratch) die without tcu_init, as they do */
@@ -972,6 +987,55 @@ void tcu_matmul_backward_dgelu(tsr_bf16 *dinp, float *dw, float *dbias, const ts
     }
     free(d), free(dx), free(pre), free(g), free(wf);
     if (dw || dbias) tcu_matmul_backward(NULL, dw, dbias, dout, inp, w, N, IC, OC, TSR_GRAD_SET, s);
+}
+
+/* ---- FP8 (cuda_ops.h; the formats and the scale: tcu_fp8.h, the functions cuda_fp8.cu runs) -- */
+
+void tcu_amax_bf16(float *amax, const tsr_bf16 *x, size_t n, tcu_stream s) {
+    const char *what = "tcu_amax_bf16";
+    REQUIRE(amax && (x || n == 0), what, "amax and x must not be NULL");
+    uint32_t m = 0; /* magnitudes as fp32 bits: they order as the numbers, a NaN above all */
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t a = tcu_fp8_f32_bits(bf16_widen(x[i])) & 0x7fffffffu;
+        if (a > m) m = a;
+    }
+    *amax = tcu_fp8_bits_f32(m);
+}
+
+void tcu_fp8_quantize(tsr_fp8 *q, float *scale_inv, const tsr_bf16 *x, const float *amax,
+                      size_t n, tcu_fp8_format fmt, tcu_stream s) {
+    const char *what = "tcu_fp8_quantize";
+    REQUIRE(q && scale_inv && x && amax, what, "q, scale_inv, x and amax must not be NULL");
+    REQUIRE((unsigned)fmt < (unsigned)TCU_FP8_FORMAT_COUNT, what, "unknown FP8 format %d",
+            (int)fmt);
+    const float scale = tcu_fp8_scale(*amax, fmt);
+    for (size_t i = 0; i < n; i++) q[i] = tcu_fp8_quantize_one(bf16_widen(x[i]), scale, fmt);
+    *scale_inv = tcu_fp8_scale_inv(*amax, fmt);
+}
+
+/* the decoded products summed in fp32 by the CPU's sgemm (cuBLASLt's up to the order of the
+ * sums), times sx_inv * sw_inv, plus bias, rounded once to bf16; cuBLASLt's FP8 rules checked */
+void tcu_matmul_fp8(tsr_bf16 *out, const tsr_fp8 *qx, const float *sx_inv, const tsr_fp8 *qw,
+                    const float *sw_inv, const tsr_bf16 *bias, int N, int IC, int OC,
+                    tcu_stream s) {
+    const char *what = "tcu_matmul_fp8";
+    require_shape(what, N, IC, OC);
+    REQUIRE(out && qx && qw && sx_inv && sw_inv, what,
+            "out, qx, qw, sx_inv and sw_inv must not be NULL");
+    REQUIRE(IC % 16 == 0 && OC % 16 == 0 && (uintptr_t)qx % 16 == 0 && (uintptr_t)qw % 16 == 0,
+            what, "IC=%d and OC=%d must be multiples of 16 and qx, qw 16-byte aligned "
+            "(cuBLASLt's FP8 rules)", IC, OC);
+    need_context(what);
+    const size_t nx = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
+    float *x = host_alloc(nx * sizeof *x, what), *w = host_alloc(nw * sizeof *w, what);
+    float *o = host_alloc(no * sizeof *o, what);
+    for (size_t i = 0; i < nx; i++) x[i] = tcu_fp8_decode(qx[i], TCU_FP8_E4M3);
+    for (size_t i = 0; i < nw; i++) w[i] = tcu_fp8_decode(qw[i], TCU_FP8_E4M3);
+    cpu->matmul_forward(o, x, w, NULL, N, IC, OC);
+    const float f = *sx_inv * *sw_inv;
+    for (size_t i = 0; i < no; i++)
+        out[i] = bf16_round(o[i] * f + (bias ? bf16_widen(bias[i % (size_t)OC]) : 0.0f));
+    free(o), free(w), free(x);
 }
 
 /* Built with TCU_EMU_SIMT_KERNELS: left out, cuda_lora.cu's kernels run instead (SIMT emulator) */

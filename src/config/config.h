@@ -47,6 +47,17 @@ typedef enum { TSR_OPTIM_ADAMW = 0, TSR_OPTIM_MUON, TSR_OPTIM_COUNT } tsr_optim_
  * update of that RMS, Moonlight's; shape: sqrt(max(1, rows / cols)), Keller Jordan's) */
 typedef enum { TSR_MUON_SCALE_RMS = 0, TSR_MUON_SCALE_SHAPE, TSR_MUON_SCALE_COUNT } tsr_muon_scale;
 typedef enum { TSR_DEVICE_CPU = 0, TSR_DEVICE_CUDA, TSR_DEVICE_COUNT } tsr_device_kind;
+/* precision.fp8 (docs/cuda.md "FP8"): the decoder's linear layers in bf16, or in FP8 with one scale
+ * per tensor, or one per row */
+typedef enum { TSR_FP8_NONE = 0, TSR_FP8_TENSORWISE, TSR_FP8_ROWWISE, TSR_FP8_COUNT } tsr_fp8_mode;
+/* precision.fp8_skip: decoder layers kept in bf16 under precision.fp8 */
+typedef enum {
+    TSR_FP8_SKIP_NONE = 0,
+    TSR_FP8_SKIP_FIRST,
+    TSR_FP8_SKIP_LAST,
+    TSR_FP8_SKIP_FIRST_LAST,
+    TSR_FP8_SKIP_COUNT
+} tsr_fp8_skip;
 /* what the trainer minimises: next-token cross-entropy, DPO on preference pairs (docs/dpo.md), or
  * GRPO on its own completions of prompts, scored by a reward (docs/rl.md) */
 typedef enum { TSR_OBJ_LM = 0, TSR_OBJ_DPO, TSR_OBJ_GRPO, TSR_OBJ_COUNT } tsr_objective_kind;
@@ -213,6 +224,10 @@ typedef struct tsr_config {
     int64_t context;        /* context parallelism: ranks that share one sequence, N, each
                              * holding 2 of its 2N chunks (docs/parallelism.md); 1 = none */
     tsr_gpu_comm_kind gpu_comm; /* device = cuda: what carries the collectives */
+    struct {                  /* precision.* (device = cuda; docs/cuda.md "FP8") */
+        tsr_fp8_mode fp8;
+        tsr_fp8_skip fp8_skip;
+    } precision;
     tsr_objective_kind objective;
     struct {                  /* objective = dpo (docs/dpo.md) */
         double beta;          /* the KL strength: z = beta ((pi_c - ref_c) - (pi_r - ref_r)) */

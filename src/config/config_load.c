@@ -360,6 +360,8 @@ static const char *const cross_rules[] = {
     "in increasing `at`.",
     "`data.cache_limit` is a size: `500M`, `20G`, `1.5T` (powers of 1024) or `0`.",
     "`optim.muon.*` keys only with `optim.name = \"muon\"`; Muon not with `lora.rank` > 0.",
+    "`precision.fp8` other than `none` needs `device = \"cuda\"` (the CPU is the fp32 oracle) and "
+    "a GPU of compute capability 8.9 or newer (checked at start); `rowwise` is not built yet.",
 };
 
 /* "file:line: " of the key, "--set key=value: " for an override, "file: " for a default. */
@@ -553,6 +555,24 @@ static void validate_muon(load_ctx *c) {
 }
 
 /* Options that need another key: evaluations, the document mask, activation checkpointing. */
+/* precision.fp8 (docs/cuda.md "FP8"): a GPU's, never the CPU's; what is not built yet refused */
+static void validate_fp8(load_ctx *c) {
+    const tsr_config *g = c->cfg;
+    char at[1200];
+    if (g->precision.fp8 == TSR_FP8_NONE) return;
+    const char *mode = g->precision.fp8 == TSR_FP8_ROWWISE ? "rowwise" : "tensorwise";
+    if (g->device == TSR_DEVICE_CPU) {
+        tsr_error("%sprecision.fp8 = \"%s\" with device = \"cpu\": the CPU is the fp32 oracle "
+                  "and trains in fp32 only; FP8 needs device = \"cuda\" (or set precision.fp8 = "
+                  "\"none\")", where(c, "precision.fp8", at, sizeof at), mode);
+        c->errors++;
+    } else if (g->precision.fp8 == TSR_FP8_ROWWISE) {
+        tsr_error("%sprecision.fp8 = \"rowwise\" is not built yet (docs/cuda.md \"FP8\"): use "
+                  "\"tensorwise\" or \"none\"", where(c, "precision.fp8", at, sizeof at));
+        c->errors++;
+    }
+}
+
 static void validate_options(load_ctx *c) {
     const tsr_config *g = c->cfg;
     const tsr_model_config *m = &g->model;
@@ -596,6 +616,7 @@ static void validate_options(load_ctx *c) {
     validate_muon(c);
     validate_schedule(c);
     validate_grpo(c);
+    validate_fp8(c);
 }
 
 /* The data lists: data.mix or data.train, curriculum order, the cache limit. */

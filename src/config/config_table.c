@@ -63,6 +63,10 @@ _Static_assert(NELEM(sched_names) == TSR_SCHED_COUNT, "sched_names vs tsr_sched_
 static const char *const shard_names[] = {"ddp", "zero1", "zero3", "hsdp"};
 _Static_assert(NELEM(shard_names) == TSR_SHARD_COUNT, "shard_names vs tsr_sharding_kind");
 static const char *const gpu_comm_names[] = {"nccl", "mpi"};
+static const char *const fp8_names[] = {"none", "tensorwise", "rowwise"};
+_Static_assert(NELEM(fp8_names) == TSR_FP8_COUNT, "fp8_names vs tsr_fp8_mode");
+static const char *const fp8_skip_names[] = {"none", "first", "last", "first_last"};
+_Static_assert(NELEM(fp8_skip_names) == TSR_FP8_SKIP_COUNT, "fp8_skip_names vs tsr_fp8_skip");
 _Static_assert(NELEM(gpu_comm_names) == TSR_GPU_COMM_COUNT, "gpu_comm_names vs tsr_gpu_comm_kind");
 /* tsr_gelu_kind of kernels/ops.h (TSR_GELU_TANH = 0, TSR_GELU_EXACT = 1, TSR_GELU_COUNT = 2); not
  * included here so that the config layer does not depend on the kernels. */
@@ -81,7 +85,8 @@ _Static_assert(sizeof(tsr_device_kind) == sizeof(int) && sizeof(tsr_pos_kind) ==
                    sizeof(tsr_actckpt_kind) == sizeof(int) &&
                    sizeof(tsr_sched_kind) == sizeof(int) && sizeof(tsr_sharding_kind) == sizeof(int) &&
                    sizeof(tsr_optim_kind) == sizeof(int) && sizeof(tsr_muon_scale) == sizeof(int) &&
-                   sizeof(tsr_guard_method) == sizeof(int) && sizeof(tsr_guard_action) == sizeof(int),
+                   sizeof(tsr_guard_method) == sizeof(int) && sizeof(tsr_guard_action) == sizeof(int) &&
+                   sizeof(tsr_fp8_mode) == sizeof(int) && sizeof(tsr_fp8_skip) == sizeof(int),
                "enum fields must be int-sized");
 
 /* ---- the table ---- */
@@ -416,6 +421,20 @@ const cfgtab_key cfgtab_keys[] = {
             "the one that lets several ranks share a GPU (each then plans with its share of the "
             "device memory; docs/cuda.md \"Several ranks on one GPU\"). Needs an MPI with "
             "MPI_THREAD_MULTIPLE. Ignored by device = cpu."},
+
+    {.name = "precision.fp8", .type = CFGK_ENUM, FIELD(precision.fp8), .def = "none",
+     ENUM(fp8_names),
+     .doc = "device = cuda on a GPU of compute capability 8.9 or newer: the decoder's linear "
+            "layers in FP8 (never the embeddings, the LM head, a MoE router). `none`: bf16. "
+            "`tensorwise`: E4M3 inputs scaled by each tensor's current amax, fp32 accumulation, "
+            "bf16 out, through cuBLASLt, in the forward; the backward stays bf16 (docs/cuda.md "
+            "\"FP8\"). `rowwise`: one scale per row (not built yet: refused). Refused with "
+            "device = cpu, the fp32 oracle."},
+    {.name = "precision.fp8_skip", .type = CFGK_ENUM, FIELD(precision.fp8_skip), .def = "none",
+     ENUM(fp8_skip_names),
+     .doc = "With precision.fp8: decoder layers whose linear layers stay in bf16: `none`, "
+            "`first`, `last` or `first_last` (the layers FP8 recipes most often keep in higher "
+            "precision). Ignored with precision.fp8 = `none`."},
 
     {.name = "objective", .type = CFGK_ENUM, FIELD(objective), .def = "lm",
      ENUM(objective_names),

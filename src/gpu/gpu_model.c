@@ -229,6 +229,19 @@ static void c_matmul_forward(const tsr_backend *be, void *out, void *pre_gelu, c
          tcu_matmul_forward(out, pre_gelu, inp, w, bias, N, IC, OC, gelu, STREAM(be)));
 }
 
+/* precision.fp8 = "tensorwise": cuBLASLt's FP8 GEMM where its shape rules allow (IC and OC
+ * multiples of 16), else the bf16 product */
+static void c_matmul_forward_fp8(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,
+                                 const void *w, const void *bias, int N, int IC, int OC,
+                                 tsr_gelu_kind gelu) {
+    if (IC % 16 != 0 || OC % 16 != 0) {
+        c_matmul_forward(be, out, pre_gelu, inp, w, bias, N, IC, OC, gelu);
+        return;
+    }
+    PROF(be, "matmul_forward_fp8", N, IC, OC,
+         tcu_matmul_forward_fp8(out, pre_gelu, inp, w, bias, N, IC, OC, gelu, STREAM(be)));
+}
+
 static void c_matmul_backward(const tsr_backend *be, void *dinp, float *dw, float *dbias,
                               const void *dout, const void *inp, const void *w, int N, int IC,
                               int OC, tsr_grad_mode mode) {
@@ -453,6 +466,13 @@ size_t gpu_model_acts_bytes(const tsr_model *m, int B, int T) {
 size_t gpu_model_lora_scratch_bytes(const tsr_lora *lo, int N) {
     const tsr_backend be = cuda_backend(NULL);
     return lora_scratch_bytes(lo, &be, N);
+}
+
+void gpu_model_use_fp8(tsr_gpu_model *g, tsr_fp8_mode mode, tsr_fp8_skip skip) {
+    const int L = g->m->L;
+    g->be.matmul_forward_fp8 = mode == TSR_FP8_TENSORWISE ? c_matmul_forward_fp8 : NULL;
+    g->be.fp8_first = skip == TSR_FP8_SKIP_FIRST || skip == TSR_FP8_SKIP_FIRST_LAST;
+    g->be.fp8_last = L - 1 - (skip == TSR_FP8_SKIP_LAST || skip == TSR_FP8_SKIP_FIRST_LAST);
 }
 
 void gpu_model_init(tsr_gpu_model *g, const tsr_model *m, tcu_stream s, gpu_state state) {

@@ -74,6 +74,10 @@ size_t gpu_model_lora_scratch_bytes(const struct tsr_lora *lo, int N);
 /* Allocates the state's flat buffers (dies naming what does not fit; callers check the plan
  * first) and the ALiBi slopes or RoPE frequencies. tcu_init must have run. GPU_STATE_NONE: set g->src before a pass. */
 void gpu_model_init(tsr_gpu_model *g, const tsr_model *m, tcu_stream s, gpu_state state);
+/* precision.fp8 (docs/cuda.md "FP8"): "tensorwise" puts the FP8 forward in g's backend table for
+ * the decoder layers fp8_skip leaves (a linear layer whose IC or OC is not a multiple of 16 stays
+ * bf16: cuBLASLt's FP8 rule); "none" takes it out. Call after gpu_model_init. */
+void gpu_model_use_fp8(tsr_gpu_model *g, tsr_fp8_mode mode, tsr_fp8_skip skip);
 /* Activations for B x T: 0, or -1 with nothing left allocated when the device is full. */
 int gpu_model_try_alloc_acts(tsr_gpu_model *g, int B, int T);
 void gpu_model_free_acts(tsr_gpu_model *g);

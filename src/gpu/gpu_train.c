@@ -612,6 +612,25 @@ static int check_wgmma(const gpu_train_ctx *c) {
     return TSR_EXIT_USAGE;
 }
 
+/* precision.fp8 needs cuBLASLt's FP8 GEMM: compute capability 8.9 (Ada) or newer on every rank.
+ * Collective (the lowest such rank named). */
+static int check_fp8(const gpu_train_ctx *c) {
+    const tsr_dist *d = c->dist;
+    int sm = 0;
+    char name[128] = "";
+    tcu_device_info(name, sizeof name, &sm, NULL, NULL);
+    double first = c->fp8 != TSR_FP8_NONE && sm < 89 ? d->world - d->rank : 0;
+    dist_allreduce_max_f64(&first, 1);
+    if (first <= 0) return 0;
+    if (d->rank == 0) /* (the other ranks' messages are muted at start) */
+        tsr_error("precision.fp8 = \"%s\": FP8 matmuls need a GPU of compute capability 8.9 or "
+                  "newer (Ada, Hopper: H100, H200); rank %d has an older one (rank 0: %s, sm "
+                  "%d.%d): set precision.fp8 = \"none\"",
+                  c->fp8 == TSR_FP8_ROWWISE ? "rowwise" : "tensorwise", d->world - (int)first,
+                  name[0] ? name : "?", sm / 10, sm % 10);
+    return TSR_EXIT_USAGE;
+}
+
 /* parallel.context: the ring over a communicator of the context group; its exchanges after the
  * dense gradients' collectives (ddp's, or the shards' group), and ddp's after the ring's (each
  * unit's sum: unit_ready), so that the two communicators run in one order on every rank */
@@ -640,6 +659,7 @@ static int lib_init(gpu_train_ctx *c) {
     tcu_set_fail_hook(dist_abort); /* a CUDA failure on one rank stops them all */
     tcu_init(gt->device);
     TSR_CHECK(check_wgmma(c));
+    TSR_CHECK(check_fp8(c));
     TSR_CHECK(gemm_tune_open(c->dist));
     TSR_CHECK(check_memory(c, gt->device));
     gt->s = tcu_stream_create();
@@ -655,6 +675,11 @@ static int lib_init(gpu_train_ctx *c) {
                                      : c->mode == GPU_SHARD_DDP ? GPU_STATE_FULL
                                      : c->mode == GPU_SHARD_ZERO1 ? GPU_STATE_NO_MASTER
                                                                   : GPU_STATE_NONE);
+    gpu_model_use_fp8(&gt->g, c->fp8, c->fp8_skip);
+    if (c->fp8 != TSR_FP8_NONE && c->dist->rank == 0)
+        printf("precision.fp8 = \"tensorwise\": the linear layers of decoder layers %d to %d "
+               "forward in FP8 (E4M3, one current scale per tensor, cuBLASLt), their backward in "
+               "bf16 (docs/cuda.md \"FP8\")\n", gt->g.be.fp8_first, gt->g.be.fp8_last);
     TSR_CHECK(c->lora ? init_lora(c) : gt->sharded ? init_sharded(c) : init_replicated(c));
     TSR_CHECK(init_experts(c)); /* (parallel.expert; never with LoRA: refused at load) */
     TSR_CHECK(init_ring(c));

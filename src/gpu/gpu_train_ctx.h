@@ -28,6 +28,8 @@ typedef struct gpu_train_ctx {
     gpu_shard_mode mode;
     int G;                     /* ranks per sharding group (zero3: the world; hsdp: the group) */
     int comm_staged;           /* parallel.gpu_comm = "mpi": the host-staged transport (gpu_comm.h) */
+    tsr_fp8_mode fp8;          /* precision.fp8 (docs/cuda.md "FP8") */
+    tsr_fp8_skip fp8_skip;     /* precision.fp8_skip */
     int T, micro;              /* seq_len, the microbatch in use */
     int64_t per_rank;          /* sequences per rank and step */
     int auto_micro;            /* micro_batch = auto: the plan must fit a microbatch of 1 */

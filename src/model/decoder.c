@@ -415,10 +415,12 @@ static const int32_t *rope_pos(const run *r, int *p0) {
     return r->d->a->pos;
 }
 
-/* out = inp @ w^T + bias (gelu epilogue when pre_gelu): a decode step's single row goes to the
- * backend's matrix-vector product where it has one; batched decoding's rows to its batch-invariant
- * product */
-static void linear(const run *r, void *out, void *pre_gelu, const void *inp, const void *w,
+/* out = inp @ w^T + bias (gelu epilogue when pre_gelu) for layer l's linear layer (l < 0: not a
+ * decoder linear layer, the router): a decode step's single row goes to the backend's
+ * matrix-vector product where it has one; batched decoding's rows to its batch-invariant
+ * product; the layers the backend runs in FP8 (fp8_first .. fp8_last) to matmul_forward_fp8,
+ * outside KV-cache decoding (generation stays in the backend's own precision) */
+static void linear(const run *r, int l, void *out, void *pre_gelu, const void *inp, const void *w,
                    const void *bias, int N, int IC, int OC) {
     const tsr_backend *be = r->d->be;
     tsr_gelu_kind gk = (tsr_gelu_kind)r->d->m->cfg.gelu;
@@ -426,6 +428,8 @@ static void linear(const run *r, void *out, void *pre_gelu, const void *inp, con
         be->matrows_forward(be, out, pre_gelu, inp, w, bias, N, IC, OC, gk);
     else if (r->kv && !r->ks && N == 1 && be->matvec_forward)
         be->matvec_forward(be, out, pre_gelu, inp, w, bias, N, IC, OC, gk);
+    else if (be->matmul_forward_fp8 && !r->kv && l >= be->fp8_first && l <= be->fp8_last)
+        be->matmul_forward_fp8(be, out, pre_gelu, inp, w, bias, N, IC, OC, gk);
     else be->matmul_forward(be, out, pre_gelu, inp, w, bias, N, IC, OC, gk);
 }
 
@@ -485,7 +489,7 @@ static void qkv_forward(const run *r, int l, const dec_layer *v, const void *con
     const tsr_model *m = d->m;
     const int qk = m->cfg.qk_norm;
     void *proj = qk ? v->qkvr : v->qkv;
-    linear(r, proj, NULL, v->ln1, w[TSR_P_QKVW], w[TSR_P_QKVB], r->N, m->C, m->QKV);
+    linear(r, l, proj, NULL, v->ln1, w[TSR_P_QKVW], w[TSR_P_QKVB], r->N, m->C, m->QKV);
     for (int t = TSR_LORA_Q; t <= TSR_LORA_V; t++) lora_fwd(r, l, t, proj, v->ln1);
     if (qk)
         be->qknorm_forward(be, v->qkv, v->qknr, v->qkvr, w[TSR_P_QNORMW], w[TSR_P_KNORMW], r->N,
@@ -504,7 +508,7 @@ static void moe_forward(const run *r, int l, const dec_layer *v, const void *con
     const tsr_backend *be = r->d->be;
     const tsr_model *m = r->d->m;
     const int N = r->N, C = m->C, E = m->E, K = m->K, FE = m->FE, NK = N * K;
-    linear(r, v->mlg, NULL, v->ln2, w[TSR_P_ROUTERW], NULL, N, C, E);
+    linear(r, -1, v->mlg, NULL, v->ln2, w[TSR_P_ROUTERW], NULL, N, C, E);
     be->moe_route(be, v->probs, v->lse, v->idx, v->wts, v->offs, v->rows, v->slot, v->stats,
                   v->mlg, N, E, K, m->cfg.moe_norm_topk);
     be->moe_gather(be, v->xg, v->ln2, v->rows, N, K, C);
@@ -517,17 +521,17 @@ static void moe_forward(const run *r, int l, const dec_layer *v, const void *con
         be->moe_matmul_forward(be, v->y, v->hg, w[TSR_P_EXPW2], v->offs, E, NK, FE, C);
     }
     if (m->S) {
-        linear(r, v->sh, NULL, v->ln2, w[TSR_P_SHW1], NULL, N, C, 2 * m->S);
+        linear(r, l, v->sh, NULL, v->ln2, w[TSR_P_SHW1], NULL, N, C, 2 * m->S);
         be->swiglu_forward(be, v->shg, v->sh, N, m->S);
     }
 }
 
 /* out (N,C) = the shared expert's output (if any) + the weighted sum of each row's experts */
-static void moe_combine_forward(const run *r, void *out, const dec_layer *v,
+static void moe_combine_forward(const run *r, int l, void *out, const dec_layer *v,
                                 const void *const *w) {
     const tsr_backend *be = r->d->be;
     const tsr_model *m = r->d->m;
-    if (m->S) linear(r, v->shout, NULL, v->shg, w[TSR_P_SHW2], NULL, r->N, m->S, m->C);
+    if (m->S) linear(r, l, v->shout, NULL, v->shg, w[TSR_P_SHW2], NULL, r->N, m->S, m->C);
     be->moe_combine(be, out, m->S ? v->shout : NULL, v->y, v->wts, v->slot, r->N, m->K, m->C);
 }
 
@@ -548,8 +552,8 @@ static void layer_steps(const run *r, int l, const dec_layer *v, const void *con
             attention(r, l, v);
             break;
         case ST_RES2:
-            linear(r, r->scratch, NULL, v->atty, w[TSR_P_ATTPROJW], w[TSR_P_ATTPROJB], N, m->QD,
-                   C);
+            linear(r, l, r->scratch, NULL, v->atty, w[TSR_P_ATTPROJW], w[TSR_P_ATTPROJB], N,
+                   m->QD, C);
             lora_fwd(r, l, TSR_LORA_O, r->scratch, v->atty);
             residual_norm_forward(r, v->res2, v->ln2, v->ln2m, v->ln2r, v->x, r->scratch,
                                   w[TSR_P_LN2W], w[TSR_P_LN2B], N);
@@ -558,12 +562,12 @@ static void layer_steps(const run *r, int l, const dec_layer *v, const void *con
             if (model_moe_layer(m, l)) {
                 moe_forward(r, l, v, w);
             } else if (m->cfg.mlp == TSR_MLP_SWIGLU) {
-                linear(r, v->fch, NULL, v->ln2, w[TSR_P_FCW], w[TSR_P_FCB], N, C, m->FW);
+                linear(r, l, v->fch, NULL, v->ln2, w[TSR_P_FCW], w[TSR_P_FCB], N, C, m->FW);
                 lora_fwd(r, l, TSR_LORA_GATE, v->fch, v->ln2);
                 lora_fwd(r, l, TSR_LORA_UP, v->fch, v->ln2);
                 be->swiglu_forward(be, v->fchg, v->fch, N, F);
             } else {
-                linear(r, v->fchg, v->fch, v->ln2, w[TSR_P_FCW], w[TSR_P_FCB], N, C, F);
+                linear(r, l, v->fchg, v->fch, v->ln2, w[TSR_P_FCW], w[TSR_P_FCB], N, C, F);
             }
             break;
         case ST_COUNT:
@@ -584,10 +588,10 @@ static void layers_forward(const run *r, const dec_unit *root) {
         dec_layer v = run_layer(r, l);
         layer_steps(r, l, &v, cur.w, ST_QKV, ST_FC);
         if (model_moe_layer(d->m, l))
-            moe_combine_forward(r, r->scratch, &v, cur.w);
+            moe_combine_forward(r, l, r->scratch, &v, cur.w);
         else {
-            linear(r, r->scratch, NULL, v.fchg, cur.w[TSR_P_FCPROJW], cur.w[TSR_P_FCPROJB], N, F,
-                   C);
+            linear(r, l, r->scratch, NULL, v.fchg, cur.w[TSR_P_FCPROJW], cur.w[TSR_P_FCPROJB], N,
+                   F, C);
             lora_fwd(r, l, TSR_LORA_DOWN, r->scratch, v.fchg);
         }
         /* the residual add fused with the next LayerNorm: layer l+1's LN1, or the final one
@@ -1011,7 +1015,7 @@ void dec_kv_chunk(const tsr_decoder *d, tsr_kv_cache *kv, const int32_t *tokens,
     if (probs) { /* the last row through the LM head and the softmax */
         float loss;
         const int32_t none = -1;
-        linear(&r, kv->logits, NULL, kv->ln + (size_t)(c - 1) * C, root.w[head_id(m)], NULL, 1, C,
+        linear(&r, -1, kv->logits, NULL, kv->ln + (size_t)(c - 1) * C, root.w[head_id(m)], NULL, 1, C,
                m->Vp);
         be->softmax_xent(be, &loss, kv->logits, &none, NULL, 1, m->V, m->Vp);
         be->to_host(be, probs, kv->logits, (size_t)m->Vp * sizeof(float));
@@ -1079,7 +1083,7 @@ void dec_kv_slots(const tsr_decoder *d, tsr_kv_slots *ks, int slot, const int32_
         for (int i = 0; i < c; i++) ks->len[ks->host_ids[R + i]]++;
     if (probs) { /* a chunk's last row, or every row, through the LM head */
         const int n = slot >= 0 ? 1 : c, first = slot >= 0 ? c - 1 : 0;
-        linear(&r, ks->logits, NULL, (char *)kv->ln + (size_t)first * C * e, root.w[head_id(m)],
+        linear(&r, -1, ks->logits, NULL, (char *)kv->ln + (size_t)first * C * e, root.w[head_id(m)],
                NULL, n, C, m->Vp);
         head_probs(d, ks, n, probs);
     }

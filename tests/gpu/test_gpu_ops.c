@@ -2619,6 +2619,117 @@ static void test_matmul_rows(const mmr_cfg *m) {
     scope_end(tag);
 }
 
+/* ---- FP8 (tcu_fp8.h; issue 51) ------------------------------------------------------------ */
+
+typedef struct { int N, IC, OC, bias; } fp8_cfg;
+#define FP8_CHECKS 6
+static const fp8_cfg FP8[] = {{37, 64, 48, 1}, {128, 256, 96, 0}};
+
+/* U(-1,1) times 2^U(-12,0): after current scaling some land among E4M3's subnormals */
+static void fill_fp8_input(float *x, size_t n, double a) {
+    for (size_t i = 0; i < n; i++) x[i] = rbf16((float)(a * uni(-1, 1) * exp2(uni(-12, 0))));
+}
+
+/* the largest |x| as tcu_amax_bf16 defines it (x already bf16 values) */
+static float host_amax(const float *x, size_t n) {
+    float m = 0;
+    for (size_t i = 0; i < n; i++) m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
+    return m;
+}
+
+/* |dequantised - x| <= max(2^-4 |x|, 2^-10 sinv): E4M3's half ulp in its normal range (3 mantissa
+ * bits), half its subnormal step (2^-9) below, in x's units (sinv = 1 / scale) */
+static double fp8_err(float x, float sinv) {
+    const double r = 0x1p-4 * fabs((double)x), s = 0x1p-10 * (double)sinv;
+    return r > s ? r : s;
+}
+
+/* The casts and the FP8 GEMM against the header's definitions and float64 references:
+ *  - tcu_amax_bf16 == the host's largest |x|; tcu_fp8_quantize's codes and inverse scales ==
+ *    tcu_fp8.h evaluated on the host, bit for bit (on a GPU: the device kernels against the host);
+ *  - tcu_matmul_fp8 vs the fp64 product of the decoded codes times the inverse scales (+ bias):
+ *    fp32 accumulation (MTOL_SUM of the sum of |terms|) and one bf16 rounding, the tight test of
+ *    cuBLASLt's arithmetic against the definition;
+ *  - vs the fp64 product of the unquantised inputs: within the quantisation's own bound,
+ *    sum_k (ex |w| + |x| ew + ex ew) with e = fp8_err, plus the same GEMM tolerance;
+ *  - tcu_matmul_forward_fp8 (amax, casts, GEMM) == those steps, bit for bit;
+ *  - a NaN in the input makes every output NaN (the scale's inverse is NaN: the loss shows it). */
+static int g_sm; /* the device's compute capability (major * 10 + minor) */
+
+static void test_fp8(const fp8_cfg *c) {
+    const int N = c->N, IC = c->IC, OC = c->OC;
+    const size_t nx = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
+    char tag[96];
+    snprintf(tag, sizeof tag, "fp8 N=%d IC=%d OC=%d%s", N, IC, OC, c->bias ? " bias" : "");
+    if (g_sm < 89) { /* cuBLASLt has no FP8 GEMM before Ada */
+        for (int k = 0; k < FP8_CHECKS; k++)
+            tap_skip(L("%s: check %d of %d", tag, k + 1, FP8_CHECKS),
+                     L("sm_%d: cuBLASLt's FP8 GEMM needs compute capability 8.9", g_sm));
+        return;
+    }
+    float *x = hf(nx), *w = hf(nw), *bias = hf(OC);
+    fill_fp8_input(x, nx, 1.0), fill_fp8_input(w, nw, 3.0 / sqrt(IC));
+    fill_bf16(bias, OC, -0.5, 0.5);
+    tsr_bf16 *d_x = new_bf16(x, nx), *d_w = new_bf16(w, nw), *d_b = c->bias ? new_bf16(bias, OC) : NULL;
+    float *d_f = df32(4); /* amax x, amax w, scale_inv x, scale_inv w */
+    tsr_fp8 *d_qx = dalloc(nx), *d_qw = dalloc(nw);
+    tsr_bf16 *d_out = d16(no), *d_out2 = d16(no);
+    tcu_amax_bf16(d_f, d_x, nx, g_s);
+    tcu_amax_bf16(d_f + 1, d_w, nw, g_s);
+    tcu_fp8_quantize(d_qx, d_f + 2, d_x, d_f, nx, TCU_FP8_E4M3, g_s);
+    tcu_fp8_quantize(d_qw, d_f + 3, d_w, d_f + 1, nw, TCU_FP8_E4M3, g_s);
+    poison(d_out, no * 2);
+    tcu_matmul_fp8(d_out, d_qx, d_f + 2, d_qw, d_f + 3, d_b, N, IC, OC, g_s);
+    float *f = get_f32(d_f, 4), ax = host_amax(x, nx), aw = host_amax(w, nw);
+    tap_ok(f[0] == ax && f[1] == aw, "%s: tcu_amax_bf16 (%g, %g) == the largest |x|, |w| (%g, %g)",
+           tag, f[0], f[1], ax, aw);
+    unsigned char *qx = halloc(nx), *qw = halloc(nw);
+    d2h(qx, d_qx, nx), d2h(qw, d_qw, nw);
+    const float sx = tcu_fp8_scale(ax, TCU_FP8_E4M3), sw = tcu_fp8_scale(aw, TCU_FP8_E4M3);
+    size_t bad = 0;
+    for (size_t i = 0; i < nx; i++) bad += qx[i] != tcu_fp8_quantize_one(x[i], sx, TCU_FP8_E4M3);
+    for (size_t i = 0; i < nw; i++) bad += qw[i] != tcu_fp8_quantize_one(w[i], sw, TCU_FP8_E4M3);
+    const float sxi = tcu_fp8_scale_inv(ax, TCU_FP8_E4M3), swi = tcu_fp8_scale_inv(aw, TCU_FP8_E4M3);
+    tap_ok(bad == 0 && f[2] == sxi && f[3] == swi, "%s: tcu_fp8_quantize's codes and inverse scales "
+           "are tcu_fp8.h's, bit for bit (%zu codes differ; scale_inv %g %g, want %g %g)", tag, bad,
+           f[2], f[3], sxi, swi);
+    float *refq = hf(no), *magq = hf(no), *ref = hf(no), *bound = hf(no);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double q = 0, m = 0, r = 0, e = 0;
+            for (int k = 0; k < IC; k++) {
+                const size_t ix = (size_t)n * IC + k, iw = (size_t)o * IC + k;
+                const double dx = tcu_fp8_decode(qx[ix], TCU_FP8_E4M3);
+                const double dw = tcu_fp8_decode(qw[iw], TCU_FP8_E4M3);
+                const double ex = fp8_err(x[ix], sxi), ew = fp8_err(w[iw], swi);
+                q += dx * dw, m += fabs(dx * dw), r += (double)x[ix] * w[iw];
+                e += ex * fabs(w[iw]) + fabs(x[ix]) * ew + ex * ew;
+            }
+            const double b = c->bias ? bias[o] : 0.0, s = (double)sxi * swi;
+            const size_t at = (size_t)n * OC + o;
+            refq[at] = (float)(q * s + b), magq[at] = (float)(m * s + fabs(b));
+            ref[at] = (float)(r + b), bound[at] = (float)(e + MTOL_SUM * (m * s + fabs(b)));
+        }
+    float *out = get_bf16(d_out, no);
+    check_close(L("%s: the GEMM vs the fp64 product of the decoded codes", tag), out, refq, no, 0,
+                RTOL_BF16, magq, MTOL_SUM);
+    check_close(L("%s: the GEMM vs the fp64 product of the unquantised inputs (bound: E4M3's "
+                  "precision)", tag), out, ref, no, 0, RTOL_BF16, bound, 1.0);
+    poison(d_out2, no * 2);
+    tcu_matmul_forward_fp8(d_out2, NULL, d_x, d_w, d_b, N, IC, OC, TSR_GELU_TANH, g_s);
+    tap_ok(ndiff(get_bf16(d_out2, no), out, no, sizeof(float)) == 0, "%s: tcu_matmul_forward_fp8 "
+           "gives the bits of amax, casts and tcu_matmul_fp8 called one by one", tag);
+    x[nx / 2] = NAN;
+    put_bf16(d_x, x, nx);
+    tcu_matmul_forward_fp8(d_out2, NULL, d_x, d_w, d_b, N, IC, OC, TSR_GELU_TANH, g_s);
+    float *poisoned = get_bf16(d_out2, no);
+    size_t finite = 0;
+    for (size_t i = 0; i < no; i++) finite += isfinite(poisoned[i]) != 0;
+    tap_ok(finite == 0, "%s: one NaN in the input makes every output NaN (%zu of %zu finite)", tag,
+           finite, no);
+    scope_end(tag);
+}
+
 static int plan_size_simt(void) {
     int n = ((int)NCASES(ATT) + att_cases_32() + att_cases_wgmma()) * ATT_CHECKS +
             ((int)NCASES(RING) + ring_cases_wgmma()) * RING_CHECKS +
@@ -2693,6 +2804,7 @@ static int plan_size(void) {
     n += (int)NCASES(SUMSQ) * SUMSQ_CHECKS;
     n += (int)NCASES(ADD_F32) * ADD_F32_CHECKS + (int)NCASES(D2D) * D2D_CHECKS;
     n += (int)NCASES(DEC) * DEC_CHECKS + (int)NCASES(MMR) * MMR_CHECKS;
+    n += (int)NCASES(FP8) * FP8_CHECKS;
     return n;
 }
 
@@ -2725,6 +2837,7 @@ int main(void) {
     int sm = 0;
     size_t mem_free = 0, mem_total = 0;
     tcu_device_info(name, sizeof name, &sm, &mem_free, &mem_total);
+    g_sm = sm;
     tap_diag("device 0: %s, sm_%d, %.1f GiB (%.1f GiB free); CPU reference: %ld threads, %s",
              name, sm, mem_total / 1073741824.0, mem_free / 1073741824.0, ncpu,
              cpu_ops_blas_core());
@@ -2793,6 +2906,8 @@ int main(void) {
     for (size_t i = 0; i < NCASES(LORA); i++) test_lora(&LORA[i]);
     tap_diag("next: batched decoding (the KV cache of slots, the batch-invariant product)");
     run_decode();
+    tap_diag("next: FP8 (the casts of tcu_fp8.h, cuBLASLt's FP8 GEMM)");
+    for (size_t i = 0; i < NCASES(FP8); i++) test_fp8(&FP8[i]);
 
     tap_ok(guards_broken == 0, "no op wrote into the %d guard bytes around its buffers (%zu of %zu "
            "buffers hit)", GUARD, guards_broken, guards_checked);
