@@ -28,10 +28,47 @@ void tsr_log_set_rank(int rank, int world) {
         log_prefix[0] = '\0';
 }
 
+/* Warnings held by tsr_warn_hold: whole lines, printed in order by tsr_warn_release (or before
+ * the first error, or directly once HELD_MAX bytes are held). */
+enum { HELD_MAX = 64 * 1024 };
+static char *held;
+static size_t held_n;
+static int holding;
+
+static void release_held(void) {
+    if (held_n) {
+        fflush(stdout); /* (what was printed before the warnings comes first) */
+        fwrite(held, 1, held_n, stderr);
+        fflush(stderr);
+    }
+    free(held);
+    held = NULL;
+    held_n = 0;
+}
+
+void tsr_warn_hold(void) { holding = 1; }
+
+void tsr_warn_release(void) {
+    holding = 0;
+    release_held();
+}
+
 static void vreport(const char *kind, const char *fmt, va_list ap) {
-    char msg[4096];
+    char msg[4096], line[4400];
     vsnprintf(msg, sizeof msg, fmt, ap);
-    fprintf(stderr, "%s: %s%s%s\n", program_invocation_short_name, log_prefix, kind, msg);
+    int n = snprintf(line, sizeof line, "%s: %s%s%s\n", program_invocation_short_name, log_prefix,
+                     kind, msg);
+    size_t len = n < 0 ? 0 : (size_t)n < sizeof line ? (size_t)n : sizeof line - 1;
+    if (holding && strcmp(kind, "warning: ") == 0 && held_n + len <= HELD_MAX) {
+        if (!held) held = malloc(HELD_MAX);
+        if (held) {
+            memcpy(held + held_n, line, len);
+            held_n += len;
+            return;
+        }
+    }
+    if (holding) tsr_warn_release(); /* an error (or a full hold) after the warnings before it */
+    fputs(line, stderr);
     fflush(stderr);
 }
 
@@ -83,6 +120,7 @@ void tsr_die(int code, const char *fmt, ...) {
 }
 
 void tsr_exit(int code) {
+    if (holding) tsr_warn_release();
     if (exit_finalize) exit_finalize();
     exit(code);
 }
