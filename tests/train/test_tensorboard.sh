@@ -228,7 +228,7 @@ r=$?
 pngs=1
 if ((have_gnuplot)); then for p in loss throughput mfu lr grad_norm dpo moe; do [[ -s $TMP/D/report/$p.png ]] || pngs=0; done; fi
 diag_file <(grep -E "val loss|plot:" "$TMP/D.txt")
-[[ $r == 0 && $rc == $((have_gnuplot ? 0 : 2)) && $pngs == 1 ]] && ! grep -q "ppl\|nats" "$TMP/D.txt" &&
+[[ $r == 0 && $rc == $((have_gnuplot ? 0 : 2)) && $pngs == 1 ]] && ! grep -qw ppl "$TMP/D.txt" && ! grep -q nats "$TMP/D.txt" &&
     grep -qxF "val loss:   0.58 (step 120), val accuracy 0.8 (DPO: the validation pairs' loss and accuracy)" "$TMP/D.txt"
 tap_check $? "a DPO run with MoE (exit $rc): lr.png, grad_norm.png, moe.png, dpo.png with the val accuracy; per-step curves with their moving average; no ppl nan or nats/token"
 
