@@ -288,37 +288,35 @@ static int plot_steps(FILE *f, const char *out, const char *run, const runlog *r
     return bad;
 }
 
-/* dpo.png: the reward margin; the pairs' accuracy, per step and the validation pairs' at the
- * evaluations, on the right axis. */
-static int plot_dpo(FILE *f, const char *out, const char *run, const runlog *rl) {
-    char body[1400];
-    int o = 0;
-    curve(f, body, sizeof body, &o, rl, "margin", RL_DPO_MARGIN, 1, "ff7f0e",
-          "reward margin (chosen - rejected)", "");
-    curve(f, body, sizeof body, &o, rl, "acc", RL_DPO_ACCURACY, 1, "17becf",
-          "accuracy (right axis)", " axes x1y2");
-    if (datablock(f, "vacc", rl->eval, rl->n_eval, RL_VAL_DPO_ACCURACY, 1))
-        snprintf(body + o, sizeof body - (size_t)o, ", $vacc using 1:2 axes x1y2 with linespoints "
-                 "lw 2 pt 7 ps 1.2 lc rgb '#d62728' title 'val accuracy (right axis)'");
-    fprintf(f, "set yrange [*:*]\nset y2range [0:1]\nset y2tics\n");
-    int bad = gp_plot(f, out, "dpo.png", "DPO reward margin", run, "reward margin", body);
-    fprintf(f, "unset y2tics\n");
-    return bad;
-}
+/* dpo.png, grpo.png: a per-step figure; on the right axis a rate of it per step and at the
+ * evaluations (the held-out pairs or prompts). */
+typedef struct rate_plot {
+    const char *png, *title, *ylabel, *key; /* key: where the legend goes */
+    const char *name[3], *label[3];         /* the figure, its rate per step, at the evals */
+    runlog_field field[3];
+} rate_plot;
 
-/* grpo.png: the mean reward; the pass rates on the right axis. */
-static int plot_grpo(FILE *f, const char *out, const char *run, const runlog *rl) {
+static const rate_plot dpo_plot = {
+    "dpo.png", "DPO reward margin", "reward margin", "top right", {"margin", "acc", "vacc"},
+    {"reward margin (chosen - rejected)", "accuracy (right axis)", "val accuracy (right axis)"},
+    {RL_DPO_MARGIN, RL_DPO_ACCURACY, RL_VAL_DPO_ACCURACY}};
+static const rate_plot grpo_plot = {
+    "grpo.png", "GRPO reward", "mean reward", "bottom right", {"reward", "pass", "vpass"},
+    {"mean reward (rollouts)", "pass rate (rollouts, right axis)", "held-out pass@1 (right axis)"},
+    {RL_GRPO_REWARD, RL_GRPO_PASS, RL_VAL_PASS}};
+
+static int plot_rate(FILE *f, const char *out, const char *run, const runlog *rl,
+                     const rate_plot *p) {
     char body[1400];
     int o = 0;
-    curve(f, body, sizeof body, &o, rl, "reward", RL_GRPO_REWARD, 1, "ff7f0e",
-          "mean reward (rollouts)", "");
-    curve(f, body, sizeof body, &o, rl, "pass", RL_GRPO_PASS, 1, "17becf",
-          "pass rate (rollouts, right axis)", " axes x1y2");
-    if (datablock(f, "vpass", rl->eval, rl->n_eval, RL_VAL_PASS, 1))
-        snprintf(body + o, sizeof body - (size_t)o, ", $vpass using 1:2 axes x1y2 with linespoints "
-                 "lw 2 pt 7 ps 1.2 lc rgb '#d62728' title 'held-out pass@1 (right axis)'");
-    fprintf(f, "set yrange [*:*]\nset y2range [0:1]\nset y2tics\nset key bottom right\n");
-    int bad = gp_plot(f, out, "grpo.png", "GRPO reward", run, "mean reward", body);
+    curve(f, body, sizeof body, &o, rl, p->name[0], p->field[0], 1, "ff7f0e", p->label[0], "");
+    curve(f, body, sizeof body, &o, rl, p->name[1], p->field[1], 1, "17becf", p->label[1],
+          " axes x1y2");
+    if (datablock(f, p->name[2], rl->eval, rl->n_eval, p->field[2], 1))
+        snprintf(body + o, sizeof body - (size_t)o, ", $%s using 1:2 axes x1y2 with linespoints "
+                 "lw 2 pt 7 ps 1.2 lc rgb '#d62728' title '%s'", p->name[2], p->label[2]);
+    fprintf(f, "set yrange [*:*]\nset y2range [0:1]\nset y2tics\nset key %s\n", p->key);
+    int bad = gp_plot(f, out, p->png, p->title, run, p->ylabel, body);
     fprintf(f, "unset y2tics\nset key top right\n");
     return bad;
 }
@@ -359,9 +357,9 @@ static int write_script(const char *script, const char *out, const char *run, co
                 (long long)rl->restarts[i], (long long)rl->restarts[i], (long long)rl->restarts[i]);
     int bad = plot_loss(f, out, run, rl);
     bad |= plot_steps(f, out, run, rl);
-    if (has_field(rl, RL_DPO_MARGIN)) bad |= plot_dpo(f, out, run, rl);
+    if (has_field(rl, RL_DPO_MARGIN)) bad |= plot_rate(f, out, run, rl, &dpo_plot);
     if (rl->n_saves) bad |= plot_saves(f, out, run, rl);
-    if (has_field(rl, RL_GRPO_REWARD)) bad |= plot_grpo(f, out, run, rl);
+    if (has_field(rl, RL_GRPO_REWARD)) bad |= plot_rate(f, out, run, rl, &grpo_plot);
     if (has_field(rl, RL_MOE_CV_MEAN)) bad |= plot_moe(f, out, run, rl);
     fprintf(f, "unset output\n");
     if (fclose(f) != 0 || bad) {
