@@ -550,7 +550,9 @@ install: all
 	install -d $(D)/bin $(D)/share/tessera/configs $(D)/share/tessera/examples $(D)/share/tessera/jobs/lib \
 	  $(D)/share/tessera/jobs/slurm $(D)/share/doc/tessera $(D)/share/man/man1 $(D)/share/man/man8 \
 	  $(DESTDIR)$(MODULEDIR)/tessera $(DESTDIR)$(MODULEDIR_TCL)/tessera
-	install -m 755 $(PROGRAMS) jobs/tessera-job $(D)/bin/
+	install -m 755 $(PROGRAMS) $(D)/bin/
+	@# tessera-job with its release: the scripts it writes load that module, tessera/RELEASE
+	$(subst_install) jobs/tessera-job > $(D)/bin/tessera-job && chmod 755 $(D)/bin/tessera-job
 	install -m 644 configs/*.cfg $(D)/share/tessera/configs/
 	install -m 644 healthcheck/healthcheck.cfg $(D)/share/tessera/configs/
 	install -d $(D)/share/tessera/profiles && install -m 644 configs/profiles/*.prof $(D)/share/tessera/profiles/

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,10 +31,61 @@ void tsr_log_set_rank(int rank, int world) {
         log_prefix[0] = '\0';
 }
 
+/* Warnings held by tsr_warn_hold: whole lines, printed in order by tsr_warn_release (or before
+ * the first error, or directly once HELD_MAX bytes are held). held_mu: a thread (a watchdog's
+ * fatal message) may report while the main thread holds. */
+enum { HELD_MAX = 64 * 1024 };
+static char *held;
+static size_t held_n;
+static int holding;
+static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void release_held(void) { /* (held_mu locked) */
+    holding = 0;
+    if (held_n) {
+        fflush(stdout); /* (what was printed before the warnings comes first) */
+        fwrite(held, 1, held_n, stderr);
+        fflush(stderr);
+    }
+    free(held);
+    held = NULL;
+    held_n = 0;
+}
+
+void tsr_warn_hold(void) {
+    pthread_mutex_lock(&held_mu);
+    holding = 1;
+    pthread_mutex_unlock(&held_mu);
+}
+
+void tsr_warn_release(void) {
+    pthread_mutex_lock(&held_mu);
+    release_held();
+    pthread_mutex_unlock(&held_mu);
+}
+
+/* Keeps a warning's line while warnings are held; 0 when it is to be printed now (after the held
+ * ones: an error, or a warning that does not fit). */
+static int hold_line(const char *kind, const char *line, size_t len) {
+    int kept = 0;
+    pthread_mutex_lock(&held_mu);
+    if (holding && strcmp(kind, "warning: ") == 0 && held_n + len <= HELD_MAX) {
+        if (!held) held = malloc(HELD_MAX);
+        if (held) memcpy(held + held_n, line, len), held_n += len, kept = 1;
+    }
+    if (holding && !kept) release_held();
+    pthread_mutex_unlock(&held_mu);
+    return kept;
+}
+
 static void vreport(const char *kind, const char *fmt, va_list ap) {
-    char msg[4096];
+    char msg[4096], line[4400];
     vsnprintf(msg, sizeof msg, fmt, ap);
-    fprintf(stderr, "%s: %s%s%s\n", program_invocation_short_name, log_prefix, kind, msg);
+    int n = snprintf(line, sizeof line, "%s: %s%s%s\n", program_invocation_short_name, log_prefix,
+                     kind, msg);
+    size_t len = n < 0 ? 0 : (size_t)n < sizeof line ? (size_t)n : sizeof line - 1;
+    if (hold_line(kind, line, len)) return;
+    fputs(line, stderr);
     fflush(stderr);
 }
 
@@ -85,6 +137,7 @@ void tsr_die(int code, const char *fmt, ...) {
 }
 
 void tsr_exit(int code) {
+    tsr_warn_release();
     if (exit_finalize) exit_finalize();
     exit(code);
 }

@@ -34,6 +34,11 @@ void tsr_log_mute(int mute);
  * no rank in single-process runs). */
 void tsr_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void tsr_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* tsr_warn_hold: from now on warnings are kept (this process's, in order) until
+ * tsr_warn_release prints them, so that a start's warnings come last, after its banner and plan
+ * (docs/tessera-train.md "OUTPUT"); an error, or more than 64 KiB of them, prints them at once. */
+void tsr_warn_hold(void);
+void tsr_warn_release(void);
 /* Test-only fault injection: TSR_FAULT holds comma-separated items "kind:args" (e.g.
  * "garbage:33:36,usr1:35:0"); returns the args of the first item of that kind, or NULL. The
  * kinds and who reads them: docs/spike-guard.md, src/train/trainer.c, src/train/train_data.c. */

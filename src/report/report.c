@@ -3,7 +3,8 @@
  *   steps       distinct steps logged, and the first..last step
  *   tokens      "tokens" of the last step (tokens trained on so far)
  *   loss        first, last and minimum train loss (null losses skipped), with their steps
- *   val loss    the last eval line's val_loss and val_ppl (the last eval line that has one)
+ *   val loss    the last eval line's val_loss and val_ppl (the last eval line that has one); a
+ *               DPO run's: val_loss (the pairs' DPO loss) and val_dpo_accuracy, no perplexity
  *   pass@1      a GRPO run's held-out pass@1: the first and last eval lines' val_pass_at_1
  *   tokens/s    median of tokens_per_s; mfu: median of mfu, in percent (100 x the fraction)
  *   train time  sum of step_time_s (eval, checkpoints and restarts not included)
@@ -40,10 +41,12 @@ static const cli_opt report_opts[] = {
 };
 const cli_cmd report_cli = {
     "report", "RUN_DIR | --compare RUN_DIR...",
-    "Reads RUN_DIR/metrics.jsonl; writes loss.png, throughput.png and mfu.png (and for a DPO run\n"
-    "dpo.png, the reward margin and accuracy; for a GRPO run grpo.png, the mean reward, the pass\n"
-    "rate and the held-out pass@1; for a run that saved, checkpoint.png, each save's blocking and\n"
-    "write seconds and its bytes; drawn by gnuplot)\n"
+    "Reads RUN_DIR/metrics.jsonl; writes loss.png, throughput.png, mfu.png, lr.png and\n"
+    "grad_norm.png (per-step curves: the values faint behind their moving average; and for a DPO\n"
+    "run dpo.png, the reward margin, the accuracy and the validation accuracy; for a GRPO run\n"
+    "grpo.png, the mean reward, the pass rate and the held-out pass@1; for a mixture of experts\n"
+    "moe.png, the expert load's balance; for a run that saved, checkpoint.png, each save's\n"
+    "blocking and write seconds and its bytes; drawn by gnuplot)\n"
     "and summary.txt into DIR, and prints the summary, then what the run cost (cost.txt: each\n"
     "start's hours and goodput; under Slurm against sacct). Exit 2: metrics.jsonl missing or not\n"
     "JSON, or gnuplot missing or failing (the summary is still written).",
@@ -107,6 +110,17 @@ static void write_saves(FILE *f, const runlog *rl) {
     fprintf(f, "\n");
 }
 
+/* The val loss line: with its perplexity, or for a DPO run's evaluation the validation pairs'
+ * accuracy (its loss is the pairs' DPO loss: no perplexity). */
+static void write_val(FILE *f, const runlog_point *ev) {
+    fprintf(f, "val loss:   %.6g (step %lld)", ev->v[RL_VAL_LOSS], (long long)ev->step);
+    if (ev->has & 1u << RL_VAL_PPL) fprintf(f, ", ppl %.6g", ev->v[RL_VAL_PPL]);
+    else if (ev->has & 1u << RL_VAL_DPO_ACCURACY)
+        fprintf(f, ", val accuracy %.6g (DPO: the validation pairs' loss and accuracy)",
+                ev->v[RL_VAL_DPO_ACCURACY]);
+    fprintf(f, "\n");
+}
+
 static void write_summary(FILE *f, const char *run_dir, const runlog *rl) {
     const runlog_point *tr = rl->train;
     size_t n = rl->n_train;
@@ -138,9 +152,7 @@ static void write_summary(FILE *f, const char *run_dir, const runlog *rl) {
         fprintf(f, "pass@1:     held-out %.6g (step %lld) -> %.6g (step %lld)\n",
                 p0->v[RL_VAL_PASS], (long long)p0->step, p1->v[RL_VAL_PASS], (long long)p1->step);
     if (p1 && !ev) fprintf(f, "val loss:   none (a GRPO run's evaluations give pass@1)\n");
-    else if (ev && ev->has & 1u << RL_VAL_LOSS)
-        fprintf(f, "val loss:   %.6g (step %lld), ppl %.6g\n", ev->v[RL_VAL_LOSS],
-                (long long)ev->step, ev->has & 1u << RL_VAL_PPL ? ev->v[RL_VAL_PPL] : NAN);
+    else if (ev && ev->has & 1u << RL_VAL_LOSS) write_val(f, ev);
     else if (ev) fprintf(f, "val loss:   null (step %lld)\n", (long long)ev->step);
     else fprintf(f, "val loss:   none (no eval lines)\n");
     double tps = median(rl, RL_TOKENS_PER_S), mfu = median(rl, RL_MFU);
@@ -201,6 +213,128 @@ static int plot_saves(FILE *f, const char *out, const char *run, const runlog *r
     return bad;
 }
 
+/* a run with step lines holding field f (dpo.png, grpo.png, moe.png are drawn) */
+static int has_field(const runlog *rl, runlog_field f) {
+    for (size_t i = 0; i < rl->n_train; i++)
+        if (rl->train[i].has & 1u << f) return 1;
+    return 0;
+}
+
+/* The step series' field as datablock $name (datablock_smooth) and its curve appended to the plot
+ * body b (at *o, after a comma when *o > 0): the values faint behind their moving average, or the
+ * values alone for a short run; axes: "" or " axes x1y2". Returns the points. */
+static size_t curve(FILE *f, char *b, size_t cap, int *o, const runlog *rl, const char *name,
+                    runlog_field field, double scale, const char *rgb, const char *title,
+                    const char *axes) {
+    size_t h, n = datablock_smooth(f, name, rl->train, rl->n_train, field, scale, &h);
+    const char *sep = *o ? ", " : "";
+    if (!n || *o < 0 || (size_t)*o >= cap) return n;
+    if (!h)
+        *o += snprintf(b + *o, cap - (size_t)*o, "%s$%s using 1:2%s with %s lc rgb '#%s' title '%s'",
+                       sep, name, axes, style(n), rgb, title);
+    else /* (#AARRGGBB: alpha 0xb0 of 0xff transparent) */
+        *o += snprintf(b + *o, cap - (size_t)*o, "%s$%s using 1:2%s with lines lw 1 lc rgb '#b0%s' "
+                       "title '%s (each step)', $%s using 1:3%s with lines lw 2 lc rgb '#%s' title "
+                       "'%s (mean of %zu steps)'", sep, name, axes, rgb, title, name, axes, rgb,
+                       title, 2 * h + 1);
+    return n;
+}
+
+/* loss.png: the train loss (a DPO run's: the pairs' DPO loss, not nats per token) and the val
+ * loss at the evaluations. */
+static int plot_loss(FILE *f, const char *out, const char *run, const runlog *rl) {
+    const int dpo = has_field(rl, RL_DPO_MARGIN);
+    char body[1024];
+    int o = 0;
+    size_t n_loss = curve(f, body, sizeof body, &o, rl, "loss", RL_LOSS, 1, "1f77b4",
+                          dpo ? "train DPO loss" : "train loss", "");
+    size_t n_val = datablock(f, "val", rl->eval, rl->n_eval, RL_VAL_LOSS, 1);
+    if (n_val)
+        snprintf(body + o, sizeof body - (size_t)o, "%s$val using 1:2 with linespoints lw 2 pt 7 "
+                 "ps 1.2 lc rgb '#d62728' title '%s'", o ? ", " : "",
+                 dpo ? "val DPO loss (the validation pairs)" : "val loss");
+    return gp_plot(f, out, "loss.png", "loss", run, dpo ? "DPO loss (-log sigmoid of the margin)"
+                   : "loss (nats/token)", n_loss || n_val ? body : EMPTY);
+}
+
+/* throughput.png, mfu.png, lr.png, grad_norm.png: per-step curves. */
+static int plot_steps(FILE *f, const char *out, const char *run, const runlog *rl) {
+    static const struct {
+        const char *name, *png, *title, *ylabel, *rgb, *key;
+        runlog_field field;
+        double scale;
+        int smooth; /* (the learning rate is a schedule: drawn as it is) */
+    } p[] = {
+        {"tput", "throughput.png", "throughput", "tokens/s", "2ca02c", "tokens/s (all ranks)",
+         RL_TOKENS_PER_S, 1, 1},
+        {"mfu", "mfu.png", "model FLOPs utilization", "MFU (%)", "9467bd", "MFU", RL_MFU, 100, 1},
+        {"lr", "lr.png", "learning rate", "learning rate", "ff7f0e", "learning rate", RL_LR, 1, 0},
+        {"gnorm", "grad_norm.png", "gradient norm", "gradient norm (before clipping)", "8c564b",
+         "gradient norm", RL_GRAD_NORM, 1, 1},
+    };
+    int bad = 0;
+    fprintf(f, "set yrange [0:*]\n");
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) {
+        char body[1024];
+        int o = 0;
+        size_t n = p[i].smooth ? curve(f, body, sizeof body, &o, rl, p[i].name, p[i].field,
+                                       p[i].scale, p[i].rgb, p[i].key, "")
+                               : datablock(f, p[i].name, rl->train, rl->n_train, p[i].field, 1);
+        if (!p[i].smooth)
+            snprintf(body, sizeof body, "$%s using 1:2 with %s lc rgb '#%s' title '%s'", p[i].name,
+                     style(n), p[i].rgb, p[i].key);
+        bad |= gp_plot(f, out, p[i].png, p[i].title, run, p[i].ylabel, n ? body : EMPTY);
+    }
+    return bad;
+}
+
+/* dpo.png, grpo.png: a per-step figure; on the right axis a rate of it per step and at the
+ * evaluations (the held-out pairs or prompts). */
+typedef struct rate_plot {
+    const char *png, *title, *ylabel, *key; /* key: where the legend goes */
+    const char *name[3], *label[3];         /* the figure, its rate per step, at the evals */
+    runlog_field field[3];
+} rate_plot;
+
+static const rate_plot dpo_plot = {
+    "dpo.png", "DPO reward margin", "reward margin", "top right", {"margin", "acc", "vacc"},
+    {"reward margin (chosen - rejected)", "accuracy (right axis)", "val accuracy (right axis)"},
+    {RL_DPO_MARGIN, RL_DPO_ACCURACY, RL_VAL_DPO_ACCURACY}};
+static const rate_plot grpo_plot = {
+    "grpo.png", "GRPO reward", "mean reward", "bottom right", {"reward", "pass", "vpass"},
+    {"mean reward (rollouts)", "pass rate (rollouts, right axis)", "held-out pass@1 (right axis)"},
+    {RL_GRPO_REWARD, RL_GRPO_PASS, RL_VAL_PASS}};
+
+static int plot_rate(FILE *f, const char *out, const char *run, const runlog *rl,
+                     const rate_plot *p) {
+    char body[1400];
+    int o = 0;
+    curve(f, body, sizeof body, &o, rl, p->name[0], p->field[0], 1, "ff7f0e", p->label[0], "");
+    curve(f, body, sizeof body, &o, rl, p->name[1], p->field[1], 1, "17becf", p->label[1],
+          " axes x1y2");
+    if (datablock(f, p->name[2], rl->eval, rl->n_eval, p->field[2], 1))
+        snprintf(body + o, sizeof body - (size_t)o, ", $%s using 1:2 axes x1y2 with linespoints "
+                 "lw 2 pt 7 ps 1.2 lc rgb '#d62728' title '%s'", p->name[2], p->label[2]);
+    fprintf(f, "set yrange [*:*]\nset y2range [0:1]\nset y2tics\nset key %s\n", p->key);
+    int bad = gp_plot(f, out, p->png, p->title, run, p->ylabel, body);
+    fprintf(f, "unset y2tics\nset key top right\n");
+    return bad;
+}
+
+/* moe.png: the expert load's balance, the coefficient of variation of the tokens per expert (0 =
+ * balanced): the mean over the MoE layers and the most unbalanced layer's. */
+static int plot_moe(FILE *f, const char *out, const char *run, const runlog *rl) {
+    char body[1400];
+    int o = 0;
+    curve(f, body, sizeof body, &o, rl, "moecv", RL_MOE_CV_MEAN, 1, "1f77b4",
+          "mean over the MoE layers", "");
+    curve(f, body, sizeof body, &o, rl, "moecvmax", RL_MOE_CV_MAX, 1, "d62728",
+          "the most unbalanced layer", "");
+    fprintf(f, "set yrange [0:*]\n");
+    return gp_plot(f, out, "moe.png", "MoE expert load", run,
+                   "load cv (std / mean of the tokens per expert)", body);
+}
+
 /* Writes OUT/plots.gp (data inline). Returns 0, or TSR_EXIT_DATA after reporting. */
 static int write_script(const char *script, const char *out, const char *run, const runlog *rl) {
     FILE *f = fopen(script, "w");
@@ -221,52 +355,12 @@ static int write_script(const char *script, const char *out, const char *run, co
                    "set label 'restart' at %lld, graph 0.97 right rotate by 90 offset -0.9,0 "
                    "tc rgb '#7f7f7f' font ',9'\n",
                 (long long)rl->restarts[i], (long long)rl->restarts[i], (long long)rl->restarts[i]);
-    size_t n_loss = datablock(f, "loss", rl->train, rl->n_train, RL_LOSS, 1);
-    size_t n_val = datablock(f, "val", rl->eval, rl->n_eval, RL_VAL_LOSS, 1);
-    size_t n_tput = datablock(f, "tput", rl->train, rl->n_train, RL_TOKENS_PER_S, 1);
-    size_t n_mfu = datablock(f, "mfu", rl->train, rl->n_train, RL_MFU, 100);
-    size_t n_margin = datablock(f, "margin", rl->train, rl->n_train, RL_DPO_MARGIN, 1);
-    size_t n_acc = datablock(f, "acc", rl->train, rl->n_train, RL_DPO_ACCURACY, 1);
-    size_t n_reward = datablock(f, "reward", rl->train, rl->n_train, RL_GRPO_REWARD, 1);
-    size_t n_pass = datablock(f, "pass", rl->train, rl->n_train, RL_GRPO_PASS, 1);
-    size_t n_vpass = datablock(f, "vpass", rl->eval, rl->n_eval, RL_VAL_PASS, 1);
-    char body[512];
-    int bad = 0;
-    if (n_loss && n_val)
-        snprintf(body, sizeof body, "$loss using 1:2 with %s lc rgb '#1f77b4' title 'train loss', "
-                 "$val using 1:2 with linespoints lw 2 pt 7 ps 1.2 lc rgb '#d62728' "
-                 "title 'val loss'",
-                 style(n_loss));
-    else if (n_loss || n_val)
-        snprintf(body, sizeof body, "$%s using 1:2 with %s lc rgb '#1f77b4' title '%s loss'",
-                 n_loss ? "loss" : "val", style(n_loss ? n_loss : n_val), n_loss ? "train" : "val");
-    bad |= gp_plot(f, out, "loss.png", "loss", run, "loss (nats/token)",
-                   n_loss || n_val ? body : EMPTY);
-    snprintf(body, sizeof body, "$tput using 1:2 with %s lc rgb '#2ca02c' title "
-             "'tokens/s (all ranks)'", style(n_tput));
-    fprintf(f, "set yrange [0:*]\n");
-    bad |= gp_plot(f, out, "throughput.png", "throughput", run, "tokens/s", n_tput ? body : EMPTY);
-    snprintf(body, sizeof body, "$mfu using 1:2 with %s lc rgb '#9467bd' title 'MFU'",
-             style(n_mfu));
-    bad |= gp_plot(f, out, "mfu.png", "model FLOPs utilization", run, "MFU (%)",
-                   n_mfu ? body : EMPTY);
-    if (n_margin) { /* a DPO run: the reward margin, and the pairs' accuracy on the right axis */
-        snprintf(body, sizeof body, "$margin using 1:2 with %s lc rgb '#ff7f0e' title 'reward "
-                 "margin (chosen - rejected)'%s", style(n_margin), n_acc ? ", $acc using 1:2 axes "
-                 "x1y2 with lines lw 1 lc rgb '#17becf' title 'accuracy (right axis)'" : "");
-        fprintf(f, "set yrange [*:*]\nset y2range [0:1]\nset y2tics\n");
-        bad |= gp_plot(f, out, "dpo.png", "DPO reward margin", run, "reward margin", body);
-    }
+    int bad = plot_loss(f, out, run, rl);
+    bad |= plot_steps(f, out, run, rl);
+    if (has_field(rl, RL_DPO_MARGIN)) bad |= plot_rate(f, out, run, rl, &dpo_plot);
     if (rl->n_saves) bad |= plot_saves(f, out, run, rl);
-    if (n_reward) { /* a GRPO run: the mean reward; the pass rates on the right axis */
-        snprintf(body, sizeof body, "$reward using 1:2 with %s lc rgb '#ff7f0e' title 'mean "
-                 "reward (rollouts)'%s%s", style(n_reward), n_pass ? ", $pass using 1:2 axes "
-                 "x1y2 with lines lw 1 lc rgb '#17becf' title 'pass rate (rollouts, right axis)'"
-                 : "", n_vpass ? ", $vpass using 1:2 axes x1y2 with linespoints lw 2 pt 7 ps 1.2 "
-                 "lc rgb '#d62728' title 'held-out pass@1 (right axis)'" : "");
-        fprintf(f, "set yrange [*:*]\nset y2range [0:1]\nset y2tics\nset key bottom right\n");
-        bad |= gp_plot(f, out, "grpo.png", "GRPO reward", run, "mean reward", body);
-    }
+    if (has_field(rl, RL_GRPO_REWARD)) bad |= plot_rate(f, out, run, rl, &grpo_plot);
+    if (has_field(rl, RL_MOE_CV_MEAN)) bad |= plot_moe(f, out, run, rl);
     fprintf(f, "unset output\n");
     if (fclose(f) != 0 || bad) {
         tsr_error("%s: cannot write the gnuplot script%s", script,
@@ -276,20 +370,14 @@ static int write_script(const char *script, const char *out, const char *run, co
     return 0;
 }
 
-/* a run with step lines holding field f (dpo.png, grpo.png are drawn) */
-static int has_field(const runlog *rl, runlog_field f) {
-    for (size_t i = 0; i < rl->n_train; i++)
-        if (rl->train[i].has & 1u << f) return 1;
-    return 0;
-}
-
 /* gnuplot SCRIPT; its messages go to our stderr. Returns 0 or TSR_EXIT_DATA after reporting. */
-static int run_gnuplot(const char *script, const char *out, int dpo, int grpo, int saves) {
-    const char *pngs[6] = {"loss.png", "throughput.png", "mfu.png"};
-    size_t n_png = 3;
-    if (dpo) pngs[n_png++] = "dpo.png";
-    if (grpo) pngs[n_png++] = "grpo.png";
-    if (saves) pngs[n_png++] = "checkpoint.png";
+static int run_gnuplot(const char *script, const char *out, const runlog *rl) {
+    const char *pngs[9] = {"loss.png", "throughput.png", "mfu.png", "lr.png", "grad_norm.png"};
+    size_t n_png = 5;
+    if (has_field(rl, RL_DPO_MARGIN)) pngs[n_png++] = "dpo.png";
+    if (has_field(rl, RL_GRPO_REWARD)) pngs[n_png++] = "grpo.png";
+    if (rl->n_saves) pngs[n_png++] = "checkpoint.png";
+    if (has_field(rl, RL_MOE_CV_MEAN)) pngs[n_png++] = "moe.png";
     char *argv[] = {"gnuplot", (char *)script, NULL};
     pid_t pid;
     fflush(stdout);
@@ -389,15 +477,14 @@ int cmd_report(int argc, char **argv) {
     const char *base = strrchr(run_dir, '/');
     base = base && base[1] ? base + 1 : run_dir;
     rc = write_script(script, out, base, &rl);
-    const int dpo = has_field(&rl, RL_DPO_MARGIN), grpo = has_field(&rl, RL_GRPO_REWARD),
-              saves = rl.n_saves > 0;
-    runlog_free(&rl);
-    if (rc) return rc;
-    if (!on_path("gnuplot")) {
-        tsr_error("gnuplot not found on PATH: loss.png, throughput.png and mfu.png not drawn (the "
-                  "summary is written). Install it: ./INSTALL (Debian's gnuplot-nox) or "
-                  "module load gnuplot; then rerun, or run: gnuplot %s", script);
-        return TSR_EXIT_DATA;
+    if (!rc && !on_path("gnuplot")) {
+        tsr_error("gnuplot not found on PATH: loss.png, throughput.png, mfu.png, lr.png and "
+                  "grad_norm.png not drawn (the summary is written). Install it: ./INSTALL "
+                  "(Debian's gnuplot-nox) or module load gnuplot; then rerun, or run: gnuplot %s",
+                  script);
+        rc = TSR_EXIT_DATA;
     }
-    return run_gnuplot(script, out, dpo, grpo, saves);
+    if (!rc) rc = run_gnuplot(script, out, &rl);
+    runlog_free(&rl);
+    return rc;
 }

@@ -57,6 +57,30 @@ size_t datablock(FILE *f, const char *name, const runlog_point *p, size_t n,
     return k;
 }
 
+size_t datablock_smooth(FILE *f, const char *name, const runlog_point *p, size_t n,
+                        runlog_field field, double scale, size_t *h) {
+    int64_t *step = tsr_malloc((n + 1) * sizeof *step);
+    double *v = tsr_malloc((n + 1) * sizeof *v);
+    double *sum = tsr_malloc((n + 2) * sizeof *sum); /* sum[i]: the first i values' sum */
+    size_t k = 0;
+    sum[0] = 0;
+    for (size_t i = 0; i < n; i++)
+        if (p[i].has & 1u << field && isfinite(p[i].v[field]))
+            step[k] = p[i].step, v[k] = scale * p[i].v[field], sum[k + 1] = sum[k] + v[k], k++;
+    *h = k / 50;
+    fprintf(f, "$%s << EOD\n", name);
+    for (size_t i = 0; i < k; i++) {
+        size_t lo = i > *h ? i - *h : 0, hi = i + *h + 1 < k ? i + *h + 1 : k;
+        fprintf(f, "%lld %.9g %.9g\n", (long long)step[i], v[i],
+                (sum[hi] - sum[lo]) / (double)(hi - lo));
+    }
+    fprintf(f, "EOD\n");
+    free(step);
+    free(v);
+    free(sum);
+    return k;
+}
+
 int on_path(const char *prog) {
     const char *path = getenv("PATH");
     char buf[4096];

@@ -17,6 +17,11 @@ int gp_quote(FILE *f, const char *s);
 /* A datablock $name of (step, scale * field) over the points with a finite value; the count. */
 size_t datablock(FILE *f, const char *name, const runlog_point *p, size_t n, runlog_field field,
                  double scale);
+/* The same with a third column, the series' moving average: the mean of the finite values within
+ * *h points either side (fewer at the ends), h = count / 50, so the window is about 4% of the run
+ * and 0 (no smoothing: the third column is the value) under 50 points. Returns the count. */
+size_t datablock_smooth(FILE *f, const char *name, const runlog_point *p, size_t n,
+                        runlog_field field, double scale, size_t *h);
 /* Is prog an executable on PATH? */
 int on_path(const char *prog);
 

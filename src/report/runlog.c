@@ -4,6 +4,7 @@
 #include "report/runlog.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,8 @@ static const char *const field_names[] = {
     "step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mfu", "step_time_s",
     "val_loss", "val_ppl", "dpo_reward_margin", "dpo_accuracy", "grpo_reward_mean",
     "grpo_pass_rate", "val_pass_at_1",
-    "seconds", "blocking_s", "write_s", "bytes",
+    "seconds", "blocking_s", "write_s", "bytes", "val_dpo_accuracy",
+    "moe_load cv (mean of the layers)", "moe_load cv (largest of the layers)",
 };
 _Static_assert(sizeof field_names / sizeof field_names[0] == RL_FIELD_COUNT,
                "one name per runlog_field");
@@ -24,13 +26,34 @@ const char *runlog_field_name(runlog_field f) { return field_names[f]; }
 
 enum { LINE_OTHER, LINE_STEP, LINE_EVAL, LINE_START, LINE_SAVE };
 
+/* A step line's "moe_load" (may be absent): the mean and the largest of its layers' "cv" (null
+ * cvs, a diverged step's, are left out). 0, or -1 with *why. */
+static int moe_cv(const json_value *a, runlog_point *pt, const char **why) {
+    if (!a || a->type == JSON_NULL) return 0;
+    if (a->type != JSON_ARRAY) return *why = "\"moe_load\": expected an array", -1;
+    double sum = 0, most = 0;
+    size_t n = 0;
+    for (const json_value *l = a->child; l; l = l->next) {
+        const json_value *cv = l->type == JSON_OBJECT ? json_get(l, "cv") : NULL;
+        if (!cv || (cv->type != JSON_NUMBER && cv->type != JSON_NULL))
+            return *why = "\"moe_load\": expected objects with \"cv\" a number or null", -1;
+        if (cv->type == JSON_NULL) continue;
+        sum += cv->num, most = n++ ? fmax(most, cv->num) : cv->num;
+    }
+    if (n) {
+        pt->v[RL_MOE_CV_MEAN] = sum / (double)n, pt->v[RL_MOE_CV_MAX] = most;
+        pt->has |= 1u << RL_MOE_CV_MEAN | 1u << RL_MOE_CV_MAX;
+    }
+    return 0;
+}
+
 /* One parsed line (src/base/json.c's parser): an object whose runlog_field keys are numbers or
  * null. Returns LINE_* or -1 with *why. */
 static int classify(const json_value *o, runlog_point *pt, const char **why) {
     unsigned seen = 0;
     memset(pt, 0, sizeof *pt);
     if (o->type != JSON_OBJECT) return *why = "expected '{' (one JSON object per line)", -1;
-    for (int f = 0; f < RL_FIELD_COUNT; f++) {
+    for (int f = 0; f < RL_KEY_COUNT; f++) {
         const json_value *v = json_get(o, field_names[f]);
         if (!v) continue;
         seen |= 1u << f;
@@ -45,7 +68,7 @@ static int classify(const json_value *o, runlog_point *pt, const char **why) {
         return *why = "\"step\" is not an integer in [0, 9e18)", -1;
     pt->step = (int64_t)sv;
     if (start) return LINE_START; /* a process start: after the first, a restart */
-    if (seen & 1u << RL_LOSS) return LINE_STEP;
+    if (seen & 1u << RL_LOSS) return moe_cv(json_get(o, "moe_load"), pt, why) ? -1 : LINE_STEP;
     if (seen & (1u << RL_VAL_LOSS | 1u << RL_VAL_PASS)) return LINE_EVAL;
     const json_value *ck = json_get(o, "checkpoint");
     if (!ck || ck->type != JSON_STRING || strcmp(ck->str, "save") != 0) return LINE_OTHER;

@@ -5,7 +5,8 @@
  * "step" and "val_loss" (plus "val_ppl") or, for GRPO, "val_pass_at_1"; DPO step lines also
  * "dpo_reward_margin" and "dpo_accuracy", GRPO's "grpo_reward_mean" and "grpo_pass_rate"; save
  * lines ({"checkpoint": "save", ...}) the saves series: "seconds", "blocking_s", "write_s",
- * "bytes" (a line written before save_async has no blocking_s: its save was synchronous,
+ * "bytes" (DPO's eval lines also "val_dpo_accuracy"; a mixture of experts' step lines "moe_load":
+ * RL_MOE_CV_*) (a line written before save_async has no blocking_s: its save was synchronous,
  * blocking = seconds); lines with "event" (start, guard, rollback) and the other checkpoint lines
  * (resume, init-from, rollback) are not series points. {"event": "start", "step": S} lines (one per process
  * start) after the first are the run's restarts, at step S. Any value may be null (a non-finite number). A step
@@ -24,8 +25,14 @@ typedef enum runlog_field {
     RL_GRPO_REWARD, RL_GRPO_PASS,   /* objective = grpo step lines (docs/rl.md) */
     RL_VAL_PASS,                    /* ... and its eval lines: the held-out pass@1 */
     RL_SECONDS, RL_BLOCKING_S, RL_WRITE_S, RL_BYTES, /* save lines (docs/tracking.md) */
+    RL_VAL_DPO_ACCURACY,            /* a DPO run's eval lines: the validation pairs' accuracy */
+    /* not keys: from a mixture of experts' "moe_load" array (one {tokens, min, max, cv} per MoE
+     * layer, docs/moe.md), the mean and the largest of the layers' cv (the expert load's
+     * coefficient of variation: 0 = balanced) */
+    RL_MOE_CV_MEAN, RL_MOE_CV_MAX,
     RL_FIELD_COUNT
 } runlog_field;
+#define RL_KEY_COUNT RL_MOE_CV_MEAN /* the fields that are a line's keys */
 
 typedef struct runlog_point {
     int64_t step;

@@ -46,7 +46,7 @@ static const struct opt_doc {
     {{"set", required_argument, NULL, 's'}, "KEY=VALUE", "override a config key (repeatable), e.g. --set optim.lr=1e-3"},
     {{"resume", required_argument, NULL, 'r'}, "PATH", "resume from this checkpoint: a step-*.h5, a run directory or a latest file (default: run_dir's latest valid one)"},
     {{"init-from", required_argument, NULL, 'i'}, "PATH", "start a new run from these weights: a checkpoint (PATH as for --resume), a Hugging Face directory (its config.json gives the model.* keys the recipe leaves out) or a PEFT adapter directory (a LoRA run); ignored, with a warning, when run_dir has a checkpoint"},
-    {{"dry-run", no_argument, NULL, 'n'}, NULL, "validate the config, print the plan, exit"},
+    {{"dry-run", no_argument, NULL, 'n'}, NULL, "validate the config, print the plan and the effective config (every key), exit"},
     {{"plan", required_argument, NULL, CLI_NO_SHORT('p')}, "RANKS[/PER_NODE]", "--dry-run as if started on RANKS ranks (PER_NODE per node, default all on one: hsdp's default group); the memory plan of any recipe at any scale"},
     {{"time", optional_argument, NULL, CLI_NO_SHORT('t')}, "[=GPU|FILE]", "--dry-run with the time plan: step time, tokens/s, MFU, time to max_duration and GPU-hours at W = 1, 8, 64, 512 (and --plan's) on GPU (H200, H100, ...; default H200) or by the TSR_PROFILE table in FILE (docs/planning.md)"},
     {{"link", required_argument, NULL, CLI_NO_SHORT('l')}, "NODE[,NET]", "--time's bus bandwidth in GB/s within a node and between nodes (default: the health checker's expected figures for the GPU)"},
@@ -172,20 +172,37 @@ static const char *find_recipe(const char *arg, char *buf, size_t cap, int rank)
     return arg;
 }
 
-static void banner(const tsr_dist *d, const tsr_config *cfg, int threads) {
+/* The start's first lines (docs/tessera-train.md "OUTPUT"): what runs, and where each rank runs
+ * (its cores, NUMA node and GPU: collective; not under --plan). The plan follows (trainer_init). */
+static void banner(const tsr_dist *d, const tsr_dist *pd, const tsr_config *cfg, int plan_world) {
+    if (pd->rank == 0) {
+        char mpi[256];
+        int threads = trainer_threads(cfg, pd);
+        dist_version(mpi, sizeof mpi);
+        printf("tessera-train %s | %d rank%s | %s\n", TSR_VERSION, pd->world, pd->world > 1 ? "s" : "",
+               mpi);
+        if (cfg->device == TSR_DEVICE_CUDA) /* the host still runs data, checkpoints and samples */
+            printf("backend cuda (bf16 activations and matmuls; docs/cuda.md) | host: OpenBLAS core "
+                   "%s, %d thread%s per rank\n", cpu_ops_blas_core(), threads, threads > 1 ? "s" : "");
+        else
+            printf("backend cpu (fp32) | OpenBLAS core %s | %d thread%s per rank\n",
+                   cpu_ops_blas_core(), threads, threads > 1 ? "s" : "");
+        fflush(stdout);
+    }
+    if (plan_world == 0) binding_print(d, cfg->device == TSR_DEVICE_CUDA ? d->local_rank : -1);
+}
+
+/* After the plan: where the effective config (every key, as the trainer resolved it: data.tokenizer
+ * taken from the dataset) is; --dry-run, which writes no run directory, prints it. */
+static void config_note(const tsr_dist *d, const tsr_config *cfg, int dry_run) {
     if (d->rank != 0) return;
-    char mpi[256];
-    dist_version(mpi, sizeof mpi);
-    printf("tessera-train %s | %d rank%s | %s\n", TSR_VERSION, d->world, d->world > 1 ? "s" : "", mpi);
-    if (cfg->device == TSR_DEVICE_CUDA) /* the host still runs data, checkpoints and samples */
-        printf("backend cuda (bf16 activations and matmuls; docs/cuda.md) | host: OpenBLAS core %s, "
-               "%d thread%s per rank\n", cpu_ops_blas_core(), threads, threads > 1 ? "s" : "");
-    else
-        printf("backend cpu (fp32) | OpenBLAS core %s | %d thread%s per rank\n",
-               cpu_ops_blas_core(), threads, threads > 1 ? "s" : "");
-    printf("---- effective config (%s) ----\n", cfg->source);
-    config_print(stdout, cfg);
-    printf("----\n");
+    if (dry_run) {
+        printf("---- effective config (%s) ----\n", cfg->source);
+        config_print(stdout, cfg);
+        printf("----\n");
+    } else {
+        printf("effective config (every key): %s/config.cfg\n", cfg->run_dir);
+    }
     fflush(stdout);
 }
 
@@ -237,6 +254,7 @@ int main(int argc, char **argv) {
     /* Every rank parses the same file and opens the same data: an error there stops all of them
      * with the same status, and rank 0 alone reports it. */
     tsr_log_mute(d.rank != 0);
+    tsr_warn_hold(); /* the start's warnings come last, before the first step (tsr_warn_release) */
     char recipe[4200];
     int rc = 0;
     timeplan *tp = c.time ? timeplan_open(&c.tp, &rc) : NULL; /* --time's table, read first */
@@ -246,12 +264,11 @@ int main(int argc, char **argv) {
     if (c.plan_world > 0) pd.world = c.plan_world, pd.local_world = c.plan_per_node;
     checkpointing_use_importer(&hf_checkpointing_importer);
     trainer_use_icl(&icl_evaluation);
+    if (!rc) banner(&d, &pd, &cfg, c.plan_world);
     if (!rc) rc = trainer_init(&t, &cfg, &pd, c.dry_run);
     tsr_log_mute(0);
     if (rc) tsr_exit(rc);
-    banner(&pd, &t.cfg, t.be.threads); /* as the trainer resolved it (data.tokenizer = "auto") */
-    if (c.plan_world == 0) /* where each rank runs: its cores, NUMA node and GPU (collective) */
-        binding_print(&d, cfg.device == TSR_DEVICE_CUDA ? d.local_rank : -1);
+    config_note(&pd, &t.cfg, c.dry_run);
     if (tp) timeplan_print(tp, &t); /* (last: --dry-run --time and --plan W --time end alike) */
     timeplan_close(tp);
     tsr_lock lock = {0}; /* held until exit (tsr_exit below): released then */
@@ -266,6 +283,7 @@ int main(int argc, char **argv) {
             opened = 1;
             rc = trainer_open_run_dir(&t);
         }
+        tsr_warn_release(); /* (then the steps) */
         if (!rc) rc = trainer_run(&t);
         if (rc && !opened && made) { /* a refused start leaves no run_dir it made */
             tsr_lock_release(&lock);

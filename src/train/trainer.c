@@ -331,7 +331,7 @@ static const trainer_strategy *trainer_pick_strategy(const tsr_trainer *t) {
  * rank's CPU set when it was bound to fewer cores than the node has (srun --cpu-bind), else
  * SLURM_CPUS_PER_TASK when Slurm set it (a cluster whose task plugin does not bind), else the
  * node's cores shared among its ranks. */
-static int pick_threads(const tsr_config *cfg, const tsr_dist *d) {
+int trainer_threads(const tsr_config *cfg, const tsr_dist *d) {
     if (cfg->threads > 0) return cfg->threads;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int bound = binding_cores();
@@ -594,7 +594,7 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->auto_micro = cfg->micro_batch == 0; /* "auto": start with the whole per-rank batch */
     t->micro = t->auto_micro ? trainer_micro_at_most(t, t->per_rank) : (int)cfg->micro_batch;
     if (cfg->objective == TSR_OBJ_GRPO) t->micro *= (int)cfg->grpo.group_size; /* rows: completions */
-    t->be.threads = pick_threads(cfg, d);
+    t->be.threads = trainer_threads(cfg, d);
     cpu_ops_set_threads(t->be.threads);
     t->out.peak_flops = cfg->peak_flops > 0 ? cfg->peak_flops
                                             : metrics_peak_flops("cpu", t->be.threads);

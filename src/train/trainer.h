@@ -24,6 +24,10 @@ typedef struct trainer_icl_api {
 } trainer_icl_api;
 void trainer_use_icl(const trainer_icl_api *api);
 
+/* Threads per rank for this config and rank layout (the config's, else from the CPU set, Slurm
+ * or the node's cores): what trainer_init sets, for the start's banner before it. */
+int trainer_threads(const tsr_config *cfg, const tsr_dist *d);
+
 /* Checks the tokenizer, opens data, builds the model, prints the plan (rank 0). dry_run: stop
  * after the plan (no data opened, nothing allocated). Writes nothing in run_dir. Returns 0 or an
  * exit code after reporting. */

@@ -4,11 +4,13 @@
 # shell part is executed with recording stand-ins for the external programs it calls (srun,
 # tessera-train, tessera, tessera-healthcheck, module): the program's argv must equal the values
 # byte for byte and no planted command may run. #SBATCH values that sbatch cannot take are refused
-# with exit 1 naming the key; ACCOUNT and PARTITION, when not given, leave no #SBATCH line.
+# with exit 1 naming the key; ACCOUNT, PARTITION, QOS, RESERVATION, CONSTRAINT, MEM and
+# GPUS_PER_NODE, when not given, leave no #SBATCH line; EXTRA_SBATCH adds directives (never one the
+# template sets); the scripts load the module TESSERA_MODULE (tessera-job's own).
 # shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 21
+tap_plan 22
 J=$TSR_ROOT/jobs/tessera-job
 
 # stand-ins: srun writes its argv, NUL-terminated, to $TMP/argv and exits 0
@@ -100,7 +102,9 @@ tap_check $? "healthcheck: any other DRAIN stops the script (exit $rc) before sr
 bad=("JOB_NAME=a
 #SBATCH --uid=0" "JOB_NAME=my job" "JOB_NAME=x/y" "ACCOUNT=a b" "PARTITION=p;q" "NODES=0" "NODES=2#x"
      "TASKS_PER_NODE=-1" "CPUS_PER_TASK=1.5" "GPUS_PER_NODE=4 --exclusive" "WALLTIME=1:00:00 --wrap=id"
-     "WALLTIME=1:99:00" "WALLTIME=" "STOP_SECONDS=70000" "STOP_SECONDS=0" "NODES=")
+     "WALLTIME=1:99:00" "WALLTIME=" "STOP_SECONDS=70000" "STOP_SECONDS=0" "NODES=" "MEM=2GB" "MEM=-1"
+     "QOS=a b" "CONSTRAINT=a#b" "CONSTRAINT=x y" "RESERVATION=r;x" "EXTRA_SBATCH=--time=5" "EXTRA_SBATCH=--requeue"
+     "EXTRA_SBATCH=-N 2" "EXTRA_SBATCH=--comment=a#b" "EXTRA_SBATCH=--array=0-3" "EXTRA_SBATCH=--qos=x")
 refused=0
 for kv in "${bad[@]}"; do
     k=${kv%%=*}
@@ -113,19 +117,48 @@ done
 tap_check $? "$refused of ${#bad[@]} invalid #SBATCH values refused with exit 1 naming the key, nothing printed"
 good=0
 for kv in JOB_NAME=run-1.a_b+c NODES=2-4 GPUS_PER_NODE=a100:4 WALLTIME=90 WALLTIME=30:00 WALLTIME=1-0 \
-    WALLTIME=2-12:30 WALLTIME=2-12:30:00 PARTITION=gpu,gpu-long ACCOUNT=proj_42 STOP_SECONDS=600; do
+    WALLTIME=2-12:30 WALLTIME=2-12:30:00 PARTITION=gpu,gpu-long ACCOUNT=proj_42 STOP_SECONDS=600 MEM=0 \
+    'CONSTRAINT=[a100|h100]&ib*2' RESERVATION=maint,maint2; do
     v=${kv#*=}
     out=$("$J" pretrain "${base[@]}" RUN_DIR=r CONFIG=c "$kv" 2>"$TMP/err") &&
         [[ $out == *"=$v "* || $out == *"@$v "* ]] && good=$((good + 1)) || tap_diag "refused: $kv: $(cat "$TMP/err")"
 done
-((good == 11))
-tap_check $? "valid #SBATCH values are taken as they are ($good of 11: ranges, TYPE:COUNT, Slurm's time formats, comma lists)"
+((good == 14))
+tap_check $? "valid #SBATCH values are taken as they are ($good of 14: ranges, TYPE:COUNT, Slurm's time formats, comma lists, memory units, feature expressions)"
 
 out=$("$J" pretrain "${base[@]}" RUN_DIR=r CONFIG=c)
 rc=$?
-want=$(($(grep -c '^#SBATCH' "$TSR_ROOT/jobs/pretrain.sbatch") - 2))
-((rc == 0)) && ! grep -q -- '--account\|--partition' <<<"$out" && [[ $(grep -c '^#SBATCH' <<<"$out") == "$want" ]]
-tap_check $? "ACCOUNT and PARTITION not given: their #SBATCH lines are left out (exit $rc)"
+want=$(($(grep -c '^#SBATCH' "$TSR_ROOT/jobs/pretrain.sbatch") - 6))
+((rc == 0)) && ! grep -q -- '--account\|--partition\|--qos\|--reservation\|--constraint\|--mem' <<<"$out" &&
+    [[ $(grep -c '^#SBATCH' <<<"$out") == "$want" ]]
+tap_check $? "ACCOUNT, PARTITION, QOS, RESERVATION, CONSTRAINT, MEM not given: their #SBATCH lines are left out (exit $rc)"
+# site directives, a CPU job without GPUS_PER_NODE, EXTRA_SBATCH, the module version (the source
+# tree's tessera-job: the default module; TESSERA_MODULE= another; installed: tests/install)
+cpu=(NODES=2 TASKS_PER_NODE=4 CPUS_PER_TASK=1 WALLTIME=0:10:00)
+ok=0
+for t in pretrain finetune rl eval healthcheck; do
+    case $t in
+        healthcheck) own=(NODES=2 WALLTIME=5 DRAIN= REPORT=r) ;;
+        eval) own=("${cpu[@]}" CKPT=k CONFIG=c OUT=o) ;;
+        rl) own=("${cpu[@]}" RUN_DIR=r CONFIG=c INIT_FROM=i PROMPTS=p HELDOUT=h REWARD=) ;;
+        finetune) own=("${cpu[@]}" RUN_DIR=r CONFIG=c INIT_FROM=i) ;;
+        *) own=("${cpu[@]}" RUN_DIR=r CONFIG=c) ;;
+    esac
+    out=$("$J" "$t" "${own[@]}" QOS=high RESERVATION=maint 'CONSTRAINT=a100|h100' MEM=200G EXTRA_SBATCH=$'--mail-type=END,FAIL --mail-user=me@site.org\n--nice=10' 2>"$TMP/err")
+    sb=$(sed '/^[^#]/,$d' <<<"$out" | grep '^#SBATCH')   # the directives sbatch reads: before the first command
+    if [[ $? == 0 ]] && grep -q '^#SBATCH --qos=high ' <<<"$sb" && grep -q '^#SBATCH --reservation=maint ' <<<"$sb" &&
+        grep -q '^#SBATCH --constraint=a100|h100 ' <<<"$sb" && grep -q '^#SBATCH --mem=200G ' <<<"$sb" &&
+        [[ $(grep -A3 '^# EXTRA_SBATCH' <<<"$out") == "# EXTRA_SBATCH (tessera-job):
+#SBATCH --mail-type=END,FAIL
+#SBATCH --mail-user=me@site.org
+#SBATCH --nice=10" ]] && [[ $(tail -3 <<<"$sb") == "$(printf '#SBATCH %s\n' --mail-type=END,FAIL --mail-user=me@site.org --nice=10)" ]] &&
+        ! grep -q -- '--gpus-per-node' <<<"$out" && grep -q '^TESSERA_MODULE=tessera ' <<<"$out" &&
+        grep -q '^module load "$TESSERA_MODULE"$' <<<"$out" && ! grep -q '^module load tessera' <<<"$out"
+    then ok=$((ok + 1)); else tap_diag "$t: $(head -c 300 "$TMP/err")"; fi
+done
+out=$("$J" pretrain "${cpu[@]}" RUN_DIR=r CONFIG=c TESSERA_MODULE=tessera/9.9)
+((ok == 5)) && grep -q '^TESSERA_MODULE=tessera/9.9 ' <<<"$out" && "$J" --list pretrain | grep -q '^EXTRA_SBATCH  *optional'
+tap_check $? "site directives QOS, RESERVATION, CONSTRAINT, MEM and EXTRA_SBATCH lines among the directives, no --gpus-per-node without GPUS_PER_NODE, module load \"\$TESSERA_MODULE\" ($ok of 5 templates)"
 out=$("$J" eval "${base[@]}" CKPT=k CONFIG=c OUT=o ACCOUNT= PARTITION=debug)
 rc=$?
 ((rc == 0)) && ! grep -q -- '--account' <<<"$out" && grep -q '^#SBATCH --partition=debug ' <<<"$out"

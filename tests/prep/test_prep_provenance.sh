@@ -8,13 +8,14 @@
 #  - the trainer refuses (exit 1) a data.tokenizer that differs from the dataset's, naming the key
 #    and both tokenizers, and with data.tokenizer_mismatch = "allow" warns and trains; no warning
 #    when they agree (the same directory by another path) or when
-#    the dataset records none (tessera synth, older datasets).
+#    the dataset records none (tessera synth, older datasets);
+#  - the trainer's start with that warning is a short banner, the warning its last line.
 source "$(dirname "$0")/../lib.sh"
 GPT2_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}/gpt2
 [[ -f $GPT2_DIR/encoder.json ]] || GPT2_DIR=$TSR_ROOT/data/npm/gpt2
 if [[ ! -f $GPT2_DIR/encoder.json ]]; then echo "1..0 # SKIP no GPT-2 files (./INSTALL fetches them)"; exit 77; fi
 tsr_tmpdir
-tap_plan 9
+tap_plan 10
 mkdir -p "$TMP/in" "$TMP/tok"
 printf 'hello \xff\xfe world \xc3\x28 ok \xef\xbf\xbd and more text to make a few samples\n' >"$TMP/in/bad.txt"
 for i in $(seq 1 40); do echo "The quick brown fox number $i jumps over the lazy dog again and again."; done >"$TMP/in/good.txt"
@@ -51,6 +52,16 @@ extra=()
 [[ $rc == 0 ]] && grep -q "warning: data.train = \"$TMP/d2/train\" was made with the tokenizer \"$TMP/tok\", but data.tokenizer = \"gpt2\"" "$TMP/mismatch.txt"
 tap_check $? "a data.tokenizer other than the dataset's is refused (exit $rc1, nothing written); with data.tokenizer_mismatch = allow the trainer warns and trains (exit $rc)"
 grep warning "$TMP/mismatch.txt" | sed 's/^/#   /'
+# the start's banner (docs/tessera-train.md "OUTPUT"): short, where the effective config is, the
+# warning last before the first step; the whole config in run_dir/config.cfg, not on the screen
+start=$(sed '/^step 1\//,$d' "$TMP/mismatch.txt")
+n=$(wc -l <<<"$start")
+((n <= 16)) && grep -qxF "effective config (every key): $TMP/run-mismatch/config.cfg" <<<"$start" &&
+    tail -1 <<<"$start" | grep -q "warning: data.train = .* was made with the tokenizer" &&
+    grep -q '^tessera-train .* | 1 rank | ' <<<"$start" && grep -q '^rank 0 on ' <<<"$start" &&
+    ! grep -q 'tokenizer_mismatch' <<<"$start" && grep -q '^  tokenizer_mismatch = "allow";' "$TMP/run-mismatch/config.cfg" &&
+    (($(grep -c ' = ' "$TMP/run-mismatch/config.cfg") > 60))
+tap_check $? "the start is a short banner ($n lines before step 1: version, where, plan, config.cfg's path), the warning last; every key in run_dir/config.cfg"
 
 train1 "$TMP/d2/train" "$TMP/./tok/" samepath
 [[ $? == 0 ]] && ! grep -q "was made with the tokenizer" "$TMP/samepath.txt"

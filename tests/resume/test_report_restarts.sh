@@ -2,7 +2,7 @@
 # `tessera report` marks restarts (docs/tracking.md): every {"event": "start"} line after the
 # first of metrics.jsonl is a process that started again (a resume, a requeue) at its step.
 #  - a real run: 4 steps, then resumed to 8: plots.gp draws one dashed line at step 4 on each of
-#    the four plots (loss, throughput, mfu; checkpoint.png: the run saved), stdout says "restarts: 1, at step 4", the PNGs are still drawn (gnuplot);
+#    the six plots (loss, throughput, mfu, lr, grad_norm; checkpoint.png: the run saved), stdout says "restarts: 1, at step 4", the PNGs are still drawn (gnuplot);
 #  - a hand-made metrics.jsonl with starts at 0, 3, 3 and 7 (a crash before a checkpoint restarts
 #    at the same step): lines at 3, 3 and 7, none at the first start;
 #  - one start, no restart: no line.
@@ -21,8 +21,8 @@ arrows=$(grep -c "^set arrow from 4, graph 0 to 4, graph 1 nohead" "$TMP/run/rep
 pngs_ok=1
 if command -v gnuplot >/dev/null; then [[ $rc == 0 && -s $TMP/run/report/loss.png ]] || pngs_ok=0; fi
 [[ $arrows == 1 ]] && grep -qx "restarts:   1, at step 4 (dashed lines on the plots)" "$TMP/rep.txt" && ((pngs_ok)) &&
-    (($(grep -c "^set arrow" "$TMP/run/report/plots.gp") == 1)) && (($(grep -c "^plot " "$TMP/run/report/plots.gp") == 4))
-tap_check $? "resumed at step 4: a restart line at step 4 (set before the 4 plots), the PNGs drawn (exit $rc)"
+    (($(grep -c "^set arrow" "$TMP/run/report/plots.gp") == 1)) && (($(grep -c "^plot " "$TMP/run/report/plots.gp") == 6))
+tap_check $? "resumed at step 4: a restart line at step 4 (set before the 6 plots), the PNGs drawn (exit $rc)"
 
 mkdir -p "$TMP/hand"
 {

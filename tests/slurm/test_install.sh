@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # make install / uninstall, the modulefiles under Lmod from a non-interactive shell, the job-template
-# filler, the Slurm prolog/epilog/HealthCheckProgram wrappers' exit-code contract, and shellcheck
+# filler (its scripts load the module of its own release), the Slurm prolog/epilog/HealthCheckProgram wrappers' exit-code contract, and shellcheck
 # on every installed shell script. No Slurm daemons needed.
 # shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 15
+tap_plan 16
 REL=$(cat "$TSR_ROOT/VERSION")
 PREFIX=$TMP/opt/tessera/$REL
 STAGE=$TMP/stage
@@ -78,6 +78,19 @@ out=$("$J" pretrain ACCOUNT=a PARTITION=p NODES=2 TASKS_PER_NODE=4 GPUS_PER_NODE
 [[ $? == 0 && $out != *@[A-Z]*@* && $out == *"RUN_DIR='/scratch/x&y/run' "* && $out == *"--signal=B:USR1@120 "* &&
     $out == *"--job-name=tessera-pretrain "* ]]
 tap_check $? "tessera-job fills every placeholder (values with / and &, JOB_NAME default, STOP_SECONDS given)"
+# the scripts of the installed tessera-job load its own release by name: with a newer tessera
+# beside it (tessera/9.9, Lmod's default), the script's module line still gives this PREFIX's build
+line=$(grep '^TESSERA_MODULE=' <<<"$out")
+if [[ -r $LMOD_INIT ]]; then
+    sed 's|^local root = .*|local root = "'"$TMP"'/newer"|' "$PREFIX/share/modulefiles/tessera/$REL.lua" \
+        >"$PREFIX/share/modulefiles/tessera/9.9.lua"
+    got=$(modload "$PREFIX/share/modulefiles" "echo default=\$TESSERA_ROOT; module purge; ${line%% *}; module load \"\$TESSERA_MODULE\"; echo job=\$TESSERA_ROOT")
+    rm -f "$PREFIX/share/modulefiles/tessera/9.9.lua"
+else
+    got="default=$TMP/newer job=$PREFIX (no Lmod: the module line alone is checked)"
+fi
+[[ $line == "TESSERA_MODULE=tessera/$REL "* && $got == *"default=$TMP/newer"*"job=$PREFIX"* ]]
+tap_check $? "the installed tessera-job's script loads tessera/$REL, its own, not the default newer one (${got//$'\n'/ | })"
 err=$("$J" pretrain ACCOUNT=a 2>&1 >/dev/null)
 rc=$?
 err2=$("$J" pretrain ACCOUNT=a BOGUS=1 2>&1 >/dev/null)

@@ -11,7 +11,9 @@
 #  - what it cost: every start records its array task as its job; the task's Slurm comment is
 #    the run's one-line summary (the hook's scontrol update after the step; scontrol show job); `tessera report` lists both starts, and says
 #    sacct gave no answer (this cluster keeps no accounting), so nothing is reconciled;
-#  - `tessera report --compare RUN_DIR/*`: one row per task.
+#  - `tessera report --compare RUN_DIR/*`: one row per task;
+#  - the script is a CPU job's (no --gpus-per-node) with MEM=64M and EXTRA_SBATCH's --nice=7, which
+#    sbatch takes and scontrol shows, and it loads tessera/RELEASE, the installed tessera-job's own.
 # Needs root and the Slurm packages (./INSTALL); skips otherwise. Stops the cluster it started.
 # shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
@@ -20,7 +22,7 @@ source "$(dirname "$0")/slurm_lib.sh"
 slurm_require
 tsr_tmpdir
 trap 'slurm_down; rm -rf "$TMP"' EXIT
-tap_plan 6
+tap_plan 7
 
 # shellcheck disable=SC2119
 slurm_install_up
@@ -45,10 +47,12 @@ CFG
 mkdir -p "$TMP/jobs"
 cd "$TMP/jobs" || exit 1
 R=$TMP/sweep
+# a CPU job (no GPUS_PER_NODE), with a site's memory request and directives of its own
 "$PREFIX/bin/tessera-job" sweep pretrain JOB_NAME=lr-sweep PARTITION=debug NODES=1 TASKS_PER_NODE=1 \
-    GPUS_PER_NODE=0 CPUS_PER_TASK=1 WALLTIME=00:10:00 CONFIG="$TMP/sweep.cfg" RUN_DIR="$R" \
-    --grid optim.lr=1e-3,3e-3 --max-parallel 2 >sweep.sbatch
+    CPUS_PER_TASK=1 WALLTIME=00:10:00 CONFIG="$TMP/sweep.cfg" RUN_DIR="$R" MEM=64M \
+    EXTRA_SBATCH='--nice=7 --mail-type=NONE' --grid optim.lr=1e-3,3e-3 --max-parallel 2 >sweep.sbatch
 A=$(sbatch --parsable sweep.sbatch)
+sub=$(scontrol show job "$A" 2>/dev/null)   # (the array as submitted)
 done_all() { # until both tasks have ended (a requeued task goes back to PENDING in between)
     local end=$((SECONDS + 150)) s0 s1
     while ((SECONDS < end)); do
@@ -62,6 +66,10 @@ states=$(done_all)
 [[ $states == "COMPLETED COMPLETED" && $(grep -c '^#SBATCH --array=0-1%2$' sweep.sbatch) == 1 ]] &&
     grep -q 'lr = 0.001;' "$R/0_lr=1e-3/config.cfg" && grep -q 'lr = 0.003;' "$R/1_lr=3e-3/config.cfg"
 tap_check $? "one array job $A of 2 tasks, both COMPLETED ($states), each in RUN_DIR/TASK with its learning rate"
+REL=$(cat "$TSR_ROOT/VERSION")
+[[ $sub == *"Nice=7"* && $sub == *"MinMemoryNode=64M"* && $sub != *"gres/gpu"* ]] && ! grep -q -- --gpus-per-node sweep.sbatch &&
+    grep -q "^TESSERA_MODULE=tessera/$REL " sweep.sbatch && [[ $states == "COMPLETED COMPLETED" ]]
+tap_check $? "sbatch takes the script of a CPU job without --gpus-per-node, with MEM=64M and EXTRA_SBATCH's --nice=7 (scontrol: $(grep -o 'Nice=[^ ]*\|MinMemoryNode=[^ ]*' <<<"$sub" | tr '\n' ' ')); its tasks ran on the module tessera/$REL"
 
 ok=0
 for k in 0 1; do

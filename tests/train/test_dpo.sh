@@ -13,7 +13,8 @@
 #    is log 2 (the adapters start at B = 0: policy = reference);
 #  - rank 1 SIGKILLed after step 6: the rerun resumes from step 4 and equals the uninterrupted
 #    run bit for bit;
-#  - `tessera report` draws dpo.png;
+#  - `tessera report` draws dpo.png with the validation accuracy, and says neither "ppl" nor
+#    "nats/token" of a DPO run;
 #  - `tessera eval` of the result scores the preference pairs (how often the chosen answer is more
 #    likely), the same on 1 and 2 ranks;
 #  - refused with exit 1 naming the key or the dataset: dpo.reference = "base" without LoRA, an
@@ -90,8 +91,10 @@ rc2=$?
 tap_check $? "rank 1 SIGKILLed after step 6 (exit $rc): the rerun resumes from step 4 (exit $rc2) and equals the uninterrupted run bit for bit"
 
 if command -v gnuplot >/dev/null; then
-    "$TOOL" report "$TMP/A" -o "$TMP/rep" >"$TMP/rep.txt" 2>&1 && [[ -s $TMP/rep/dpo.png ]]
-    tap_check $? "tessera report draws dpo.png (reward margin and accuracy)"
+    "$TOOL" report "$TMP/A" -o "$TMP/rep" >"$TMP/rep.txt" 2>&1 && [[ -s $TMP/rep/dpo.png ]] &&
+        grep -q '^\$vacc << EOD' "$TMP/rep/plots.gp" && ! grep -qw 'ppl' "$TMP/rep.txt" && ! grep -q 'nats' "$TMP/rep.txt" "$TMP/rep/plots.gp" &&
+        grep -qE "^val loss: +[0-9.e-]+ \(step 10\), val accuracy [0-9.e-]+ \(DPO: " "$TMP/rep.txt"
+    tap_check $? "tessera report draws dpo.png (reward margin, accuracy, the validation pairs' accuracy); the summary gives the val accuracy, no ppl or nats/token"
 else
     tap_skip "tessera report draws dpo.png" "gnuplot is not installed"
 fi

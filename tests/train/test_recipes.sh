@@ -5,14 +5,15 @@
 #  - every value the comment of `sharding` lists is accepted by that recipe (--set
 #    parallel.sharding=V --dry-run) and together they are all of ddp, zero1, zero3, hsdp;
 #  - no recipe comment promises what exists already ("not yet", "arrive with", "tessera shard
-#    now, tessera prep" of the time before prep existed).
+#    now, tessera prep" of the time before prep existed);
+#  - a recipe that reads data/brown says, in its data block, how to make it (issue 48).
 # The dry runs (78) are independent processes that mostly wait on their start (MPI_Init, loading
 # the libraries): they run four at a time, each with its own output and status files, and are
 # judged after all have ended, in the order of the recipes.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 recipes=("$TSR_ROOT"/configs/*.cfg)
-tap_plan 3
+tap_plan 4
 # dry NAME ARGS...: tessera-train ARGS... --dry-run in the background (at most four at once); its
 # exit status goes to $TMP/NAME.rc
 dry() {
@@ -60,4 +61,17 @@ stale=$(grep -nE 'not yet|arrive with|tessera shard now' "${recipes[@]}")
 [[ -z $stale ]]
 tap_check $? "no stale promise in the recipes' comments"
 [[ -z $stale ]] || echo "$stale" | sed "s#$TSR_ROOT/##; s/^/#   /"
+
+# a recipe that reads data/brown (installed too: share/tessera/configs) says how to get it: the
+# checkout's make target, and the prep command of an installed tessera, in its data block
+bad=() n=0
+for f in "${recipes[@]}"; do
+    grep -q '^ *train = "data/brown/train";' "$f" || continue
+    n=$((n + 1))
+    block=$(sed -n '/^data = {/,/^};/p' "$f")
+    grep -q 'make data/brown/train/index.tsv' <<<"$block" && grep -q '#   tessera prep --out data/brown --tokenizer gpt2 ' <<<"$block" ||
+        bad+=("${f##*/}")
+done
+((n >= 4 && ${#bad[@]} == 0))
+tap_check $? "the $n recipes reading data/brown say how to make it (silent: ${bad[*]:-none})"
 tap_done

@@ -11,7 +11,11 @@
 #  - SIGUSR1 (exit 85) and a rerun: a second event file; the two together cover every step, and
 #    the losses equal the uninterrupted run's; rank 0 SIGKILLed after step 6: its file (flushed
 #    per record) reads to its end with steps 1..6, and the rerun from step 4 re-logs 5 and 6;
-#  - `tessera report` writes three PNGs (signature, 960x600 header, plausible size) and a summary
+#  - on a hand-made DPO run of a mixture of experts (120 steps), the report draws lr.png,
+#    grad_norm.png, moe.png (the expert load's cv) and dpo.png with the validation accuracy, the
+#    per-step curves' datablocks hold the values and their moving average (recomputed here), and
+#    the summary and plots say neither "ppl" nor "nats/token";
+#  - `tessera report` writes five PNGs (signature, 960x600 header, plausible size) and a summary
 #    whose numbers are recomputed here from metrics.jsonl; on a hand-made metrics.jsonl (steps
 #    logged twice, nulls, event lines, nested values, escapes) it gives the summary worked out by
 #    hand; a line that is not JSON, a missing run dir, a missing metrics.jsonl and a missing
@@ -19,7 +23,7 @@
 #    exit 1.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 14
+tap_plan 15
 diag_file() { sed 's/^/# /' "$@"; }
 PY=/usr/bin/python3
 make_synth "$TMP/data"
@@ -110,7 +114,7 @@ if ((have_gnuplot)); then
     "$PY" - "$TMP/A/report" <<'PY'
 import os, struct, sys
 ok = True
-for name in ("loss.png", "throughput.png", "mfu.png"):
+for name in ("loss.png", "throughput.png", "mfu.png", "lr.png", "grad_norm.png"):
     p = os.path.join(sys.argv[1], name)
     b = open(p, "rb").read() if os.path.exists(p) else b""
     sig = b[:8] == b"\x89PNG\r\n\x1a\n" and b[12:16] == b"IHDR"
@@ -120,7 +124,7 @@ for name in ("loss.png", "throughput.png", "mfu.png"):
 sys.exit(0 if ok else 1)
 PY
     (($? == 0 && rc == 0))
-    tap_check $? "tessera report (exit $rc) writes loss.png, throughput.png, mfu.png: PNG signature, 960x600, 5 KB..2 MB"
+    tap_check $? "tessera report (exit $rc) writes loss.png, throughput.png, mfu.png, lr.png, grad_norm.png: PNG signature, 960x600, 5 KB..2 MB"
 else
     tap_skip "tessera report writes three PNGs" "gnuplot not installed (./INSTALL installs gnuplot-nox)"
 fi
@@ -162,6 +166,71 @@ EOF
 rc=$?
 diff "$TMP/H.expect" "$TMP/H-out/summary.txt" && (( rc == (have_gnuplot ? 0 : 2) ))
 tap_check $? "hand-made metrics.jsonl (rollback re-logs, nulls, events, nesting, escapes), --out DIR: the summary worked out by hand (exit $rc)"
+
+# a hand-made DPO run of a mixture of experts, 120 steps (the lines metrics.c writes): lr.png,
+# grad_norm.png, moe.png and dpo.png with the validation accuracy are drawn; each per-step curve
+# holds its values and their moving average (120 points: 2 either side, the mean of 5), recomputed
+# here; the summary gives the validation accuracy, no perplexity, and no plot says nats/token
+mkdir -p "$TMP/D"
+"$PY" - "$TMP/D/metrics.jsonl" <<'PY'
+import math, sys
+with open(sys.argv[1], "w") as f:
+    f.write('{"event": "start", "step": 0, "world": 1}\n')
+    for s in range(1, 121):
+        cv2 = "null" if s % 7 == 0 else "%.4f" % (0.1 + 0.001 * s)
+        f.write('{"step": %d, "loss": %.6f, "lr": %g, "grad_norm": %.4f, "tokens": %d, "tokens_per_s": %d, '
+                '"mfu": 0.1, "step_time_s": 0.1, "dpo_reward_margin": %.4f, "dpo_accuracy": %.3f, '
+                '"moe_aux": 1.0, "moe_z": 0.1, "moe_load": [{"tokens": 64, "min": 4, "max": 12, "cv": %.4f}, '
+                '{"tokens": 64, "min": 8, "max": 8, "cv": %s}]}\n'
+                % (s, 0.69 - 0.002 * s + 0.05 * math.sin(s), 1e-5 * min(s, 20) / 20, 1 + 0.3 * math.cos(s),
+                   64 * s, 1000 + 100 * (s % 3), 0.01 * s, (s % 4) / 4, 0.5 + 0.2 * math.sin(s / 3), cv2))
+        if s % 40 == 0:
+            f.write('{"step": %d, "val_loss": %.4f, "val_dpo_accuracy": %.3f}\n' % (s, 0.7 - s / 1000, 0.5 + s / 400))
+PY
+"$TOOL" report "$TMP/D" >"$TMP/D.txt" 2>&1
+rc=$?
+"$PY" - "$TMP/D/metrics.jsonl" "$TMP/D/report/plots.gp" <<'PY'
+import json, sys
+steps = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
+blocks, plots, out, cur = {}, {}, None, None
+for line in open(sys.argv[2]).read().splitlines():
+    if line.endswith("<< EOD"): cur = blocks.setdefault(line.split()[0][1:], [])
+    elif line == "EOD": cur = None
+    elif cur is not None: cur.append([float(x) for x in line.split()])
+    elif line.startswith("set output"): out = line.split("/")[-1].rstrip("'")
+    elif line.startswith(("plot ", "set ylabel")): plots.setdefault(out, []).append(line)
+def moving(v, h=2):
+    return [sum(v[max(0, i - h):i + h + 1]) / len(v[max(0, i - h):i + h + 1]) for i in range(len(v))]
+def cv_of(d, agg):
+    c = [l["cv"] for l in d["moe_load"] if l["cv"] is not None]
+    return agg(c) / (len(c) if agg is sum else 1)
+def same(block, raw, smooth=True):
+    rows = blocks.get(block, [])
+    want = moving(raw) if smooth else raw
+    ok = len(rows) == len(raw) and all(abs(r[1] - a) <= 1e-6 * max(1, abs(a)) for r, a in zip(rows, raw))
+    ok = ok and all(abs(r[-1] - b) <= 1e-6 * max(1, abs(b)) for r, b in zip(rows, want))
+    print(f"# ${block}: {len(rows)} rows, values and moving average {'right' if ok else 'WRONG'}")
+    return ok
+ok = same("loss", [d["loss"] for d in steps]) and same("gnorm", [d["grad_norm"] for d in steps])
+ok &= same("tput", [d["tokens_per_s"] for d in steps]) and same("margin", [d["dpo_reward_margin"] for d in steps])
+ok &= same("lr", [d["lr"] for d in steps], smooth=False)
+ok &= same("moecv", [cv_of(d, sum) for d in steps]) and same("moecvmax", [cv_of(d, max) for d in steps])
+ok &= [r[1] for r in blocks.get("vacc", [])] == [0.6, 0.7, 0.8]
+for png, want in (("loss.png", "$loss using 1:3"), ("grad_norm.png", "$gnorm using 1:3"), ("moe.png", "$moecvmax using 1:3"),
+                  ("dpo.png", "$vacc using 1:2 axes x1y2"), ("lr.png", "$lr using 1:2")):
+    text = " ".join(plots.get(png, []))
+    ok &= want in text and "(each step)" in text or png == "lr.png" and want in text
+    print(f"# {png}: {text[:150]}")
+ok &= "nats" not in " ".join(plots["loss.png"])
+sys.exit(0 if ok else 1)
+PY
+r=$?
+pngs=1
+if ((have_gnuplot)); then for p in loss throughput mfu lr grad_norm dpo moe; do [[ -s $TMP/D/report/$p.png ]] || pngs=0; done; fi
+diag_file <(grep -E "val loss|plot:" "$TMP/D.txt")
+[[ $r == 0 && $rc == $((have_gnuplot ? 0 : 2)) && $pngs == 1 ]] && ! grep -qw ppl "$TMP/D.txt" && ! grep -q nats "$TMP/D.txt" &&
+    grep -qxF "val loss:   0.58 (step 120), val accuracy 0.8 (DPO: the validation pairs' loss and accuracy)" "$TMP/D.txt"
+tap_check $? "a DPO run with MoE (exit $rc): lr.png, grad_norm.png, moe.png, dpo.png with the val accuracy; per-step curves with their moving average; no ppl nan or nats/token"
 
 # ---- errors ----
 sed '4s/.*/{"step": 3, "loss": 3.25,, "lr": 3e-4}/' "$TMP/H/metrics.jsonl" >"$TMP/bad.jsonl"
