@@ -10,10 +10,13 @@
  * cuda_ring.cu's tcu_ring_forward / _backward, the blocks' layout copies and merges included),
  * timed by CUDA events without the exchange, which needs N GPUs; and the plain kernel
  * (tcu_attention_forward / _backward) over the Tl positions. Both count the attention pairs a
- * causal mask lets through: a rank of the ring computes Tl^2 N / 4 (T^2 / 2N of the whole sequence),
- * the plain kernel Tl^2 / 2 of its own. FLOPs: 4 hs pairs per head forward, 2.5 times that
- * backward (FlashAttention's count). The ring's TFLOP/s within 10% of the kernel's means the
- * blocks cost what the attention costs; the exchange's overlap is measured by a multi-GPU run.
+ * causal mask lets through (n^2 / 2 of a causal n x n), the ring's summed over the blocks run: a
+ * diagonal block of c = Tl/2 rows c^2 / 2, any other c^2; a rank of the ring N Tl^2 / 2 (T^2 / 2N
+ * of the whole sequence, T = N Tl), the plain kernel Tl^2 / 2 (until 2026-11-27 the ring's were
+ * counted as Tl^2 N / 4, half their number: its TFLOP/s and ratio read half what they were).
+ * FLOPs: 4 hs pairs per head forward, 2.5 times that backward (FlashAttention's count). The
+ * ring's TFLOP/s within 10% of the kernel's means the blocks cost what the attention costs; the
+ * exchange's overlap is measured by a multi-GPU run.
  * TSR_ATT_WGMMA=1 times the wgmma forms of the kernels (tcu_attention_set_wgmma; refused where
  * the device cannot run them), as the trainer's switch of that name does. */
 #include <stdint.h>
@@ -52,9 +55,11 @@ typedef struct bufs {
 } bufs;
 
 /* one rank's (r = 0) blocks of one step of ring attention over N ranks, forward or backward: the
- * chunks as model_ring.c pairs them (a key chunk after a query chunk is skipped) */
-static void ring_step(const bufs *b, int Tl, int N, int backward, tcu_stream s) {
+ * chunks as model_ring.c pairs them (a key chunk after a query chunk is skipped); the attention
+ * pairs of the blocks (a diagonal block's c^2 / 2, another's c^2); b NULL: only count them */
+static double ring_step(const bufs *b, int Tl, int N, int backward, tcu_stream s) {
     const int c = Tl / 2;
+    double pairs = 0;
     for (int step = 0; step < N; step++) {
         const int src = (N - step) % N;
         int started[2] = {0, 0};
@@ -62,6 +67,8 @@ static void ring_step(const bufs *b, int Tl, int N, int backward, tcu_stream s) 
             for (int kk = 0; kk < 2; kk++) {
                 const int qc = qk ? 2 * N - 1 : 0, kc = kk ? 2 * N - 1 - src : src;
                 if (kc > qc) continue;
+                pairs += kc == qc ? (double)c * c / 2 : (double)c * c;
+                if (!b) continue; /* counting only */
                 const tsr_ring_block k = {
                     .B = 1, .NH = NH, .KVH = KVH, .hs = HS, .Tq = c, .Tk = c, .qoff = qc * c,
                     .koff = kc * c, .q = b->qkv + (size_t)qk * c * QKV,
@@ -77,6 +84,7 @@ static void ring_step(const bufs *b, int Tl, int N, int backward, tcu_stream s) 
                                      started[qk]++ > 0, b->scratch, s);
             }
     }
+    return pairs;
 }
 
 /* milliseconds of reps calls of what (0: the plain kernel; N: a ring step of N ranks) */
@@ -138,7 +146,7 @@ int main(int argc, char **argv) {
     const int Ns[] = {0, 2, 4}; /* the plain kernel, then rings of 2 and 4 */
     for (int i = 0; i < 3; i++) {
         const int N = Ns[i];
-        const double pairs = N ? (double)Tl * Tl * N / 4.0 : (double)Tl * Tl / 2.0;
+        const double pairs = N ? ring_step(NULL, Tl, N, 0, s) : (double)Tl * Tl / 2.0;
         const double ff = 4.0 * HS * NH * pairs, fb = 2.5 * ff;
         const float mf = timed(&b, Tl, N, 0, reps, s), mb = timed(&b, Tl, N, 1, reps, s);
         const double tf = ff / (mf * 1e9), tb = fb / (mb * 1e9), all = (ff + fb) / ((mf + mb) * 1e9);

@@ -73,6 +73,8 @@ template <int HS, int MS> struct att_tiles {
     static constexpr int FWD_BR = ROWS, FWD_BC = 64;
     static constexpr int KV_BK = ROWS, KV_BQ = HS == 128 || MS == 2 ? 32 : 64;
     static constexpr int DQ_BR = ROWS, DQ_BC = MS == 2 ? 32 : 64;
+    static_assert(128 % FWD_BR == 0 && 128 % KV_BQ == 0 && 128 % DQ_BR == 0,
+                  "query tiles dividing 128 rows (tcu_attention_keys_row0)");
     static constexpr size_t fwd_smem = (size_t)(FWD_BR + 2 * FWD_BC) * LD * sizeof(bf16);
     static constexpr size_t kv_smem = (size_t)(2 * KV_BK + 4 * KV_BQ) * LD * sizeof(bf16);
     static constexpr size_t dq_smem = (size_t)(2 * DQ_BR + 2 * DQ_BC) * LD * sizeof(bf16);
@@ -748,21 +750,26 @@ __device__ __forceinline__ void bwd_q_store(bf16 *dqkv, const float (&dq)[MS][HS
     }
 }
 
-/* D[b,h,i] = sum_d dout[b,i,h*HS+d] * out[b,i,h*HS+d] (fp32). One thread per 8 channels (16-byte
- * loads), a group of HS/8 consecutive lanes per (row, head), summed by shuffles in a fixed order.
- * Grid ceil(B*T*C/8 / 256), 256 threads. */
+/* D[b,h,i] = sum_d dout[b,i,h*HS+d] * out[b,i,h*HS+d] (fp32) for the rows i >= row0 (0, or with
+ * keys past kend masked the first one read: tcu_attention_keys_row0). One thread per 8 channels
+ * (16-byte loads), a group of HS/8 consecutive lanes per (row, head), summed by shuffles in a
+ * fixed order. Grid ceil(B*(T-row0)*C/8 / 256), 256 threads. */
 template <int HS>
 __global__ void __launch_bounds__(256)
     attention_backward_rowdot_kernel(float *__restrict__ D, const bf16 *__restrict__ dout,
                                      const bf16 *__restrict__ out, size_t nchunks, int T, int C,
-                                     int NH) {
+                                     int NH, int row0) {
     constexpr int G = HS / 8;
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const bool ok = idx < nchunks; /* G divides 32 and C/8: a group is all in or all out */
+    const size_t cpr = (size_t)C / 8, n = idx / cpr, Tr = (size_t)(T - row0);
+    const size_t bb = n / Tr, i = row0 + n % Tr; /* row bb*T + i */
+    const int c8 = (int)(idx % cpr);
+    const size_t at = ((bb * T + i) * cpr + c8) * 8; /* row0 = 0: idx * 8 */
     float acc = 0.0f;
     if (ok) {
-        const int4 dr = *reinterpret_cast<const int4 *>(dout + idx * 8);
-        const int4 orw = *reinterpret_cast<const int4 *>(out + idx * 8);
+        const int4 dr = *reinterpret_cast<const int4 *>(dout + at);
+        const int4 orw = *reinterpret_cast<const int4 *>(out + at);
         const __nv_bfloat162 *d2 = reinterpret_cast<const __nv_bfloat162 *>(&dr);
         const __nv_bfloat162 *o2 = reinterpret_cast<const __nv_bfloat162 *>(&orw);
 #pragma unroll
@@ -774,12 +781,7 @@ __global__ void __launch_bounds__(256)
     }
 #pragma unroll
     for (int off = G / 2; off >= 1; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    const size_t cpr = (size_t)C / 8, n = idx / cpr; /* row b*T + i */
-    const int c8 = (int)(idx % cpr);
-    if (ok && c8 % G == 0) {
-        const size_t bb = n / T, i = n % T;
-        D[(bb * NH + c8 / G) * T + i] = acc;
-    }
+    if (ok && c8 % G == 0) D[(bb * NH + c8 / G) * T + i] = acc;
 }
 
 /* The fused dq's step for one (query head, query tile) of a key block (tcu_attention_set_dq_fused):
@@ -860,8 +862,9 @@ __device__ __forceinline__ int start_ticket(int *ticket, int *s) {
  * head by head, tiles from the block's first key to hi of its last key; Q, dO, lse, D of the next
  * step load while the current one is computed (two shared buffers). dk, dv stay in registers over
  * the whole group (no atomics), then are added into the k and v columns of dqkv.
- * Grid (ceil(T/BK), KVH, B), 128 threads, dynamic shared memory att_tiles<HS, MS>::kv_smem (K, V,
- * 2 x Q, 2 x dO; FUSED: kv_fused_smem, + dS^T; WG: kv_smem_cm).
+ * Grid (ceil(kend/BK), KVH, B) (no block for the masked keys), 128 threads, dynamic shared
+ * memory att_tiles<HS, MS>::kv_smem (K, V, 2 x Q, 2 x dO; FUSED: kv_fused_smem, + dS^T; WG:
+ * kv_smem_cm).
  *
  * FUSED (tcu_attention_set_dq_fused; issue 25): the block also adds dS K into dq for each of its
  * (query head, query tile) steps, so the dq kernel (which recomputes S and dP) does not run: five
@@ -913,8 +916,6 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_k
     const int kvh = FUSED ? lin / nkb % (int)gridDim.y : (int)blockIdx.y;
     const int b = FUSED ? lin / (nkb * (int)gridDim.y) : (int)blockIdx.z;
     const int j0 = kb * BK, h0 = kvh * grp;
-    if constexpr (!FUSED) /* keys past kend: masked, their gradients are nobody's (the dq kernel */
-        if (j0 >= kend) return; /* masks them in dq; the fused dq never runs with kend < T) */
     const size_t ld = (size_t)(NH + 2 * KVH) * HS;
     const bf16 *q0, *k, *v;
     head_rows(q0, k, v, qkv, b, T, h0, NH, KVH, HS); /* q0: the group's first query head */
@@ -1281,6 +1282,10 @@ static int att_query_tiles(int T, int kend, int BR) {
     return (T - base + BR - 1) / BR;
 }
 
+/* (cuda_internal.h) every query tile's rows (BR of the forward and dq, BQ of dk/dv) divide 128,
+ * so each kernel's first query row, kend rounded down to its tile, is at or past this one */
+extern "C" int tcu_attention_keys_row0(int kend, int T) { return kend < T ? kend / 128 * 128 : 0; }
+
 static size_t att_align256(size_t n) { return (n + 255) / 256 * 256; }
 static att_scratch_layout att_scratch(int B, int T, int NH, int hs) {
     att_scratch_layout L;
@@ -1364,11 +1369,11 @@ extern "C" size_t tcu_attention_scratch_bytes(int B, int T, int NH, int KVH, int
 /* D = rowsum(dout * out) (B,NH,T) fp32: the backward's first kernel */
 template <int HS>
 static void att_rowdot(float *D, const bf16 *g, const tsr_bf16 *out, int B, int T, int NH,
-                       cudaStream_t st) {
+                       int row0, cudaStream_t st) {
     const int C = NH * HS;
-    const size_t nchunks = (size_t)B * T * (C / 8);
+    const size_t nchunks = (size_t)B * (T - row0) * (C / 8);
     attention_backward_rowdot_kernel<HS><<<tcu_blocks(nchunks, 256), 256, 0, st>>>(
-        D, g, reinterpret_cast<const bf16 *>(out), nchunks, T, C, NH);
+        D, g, reinterpret_cast<const bf16 *>(out), nchunks, T, C, NH, row0);
     TCU_CHECK_LAUNCH("tcu_attention_backward: rowsum(dout * out)");
 }
 
@@ -1386,9 +1391,10 @@ static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const ts
     const bf16 *g = reinterpret_cast<const bf16 *>(dout), *x = reinterpret_cast<const bf16 *>(qkv);
     float *D = static_cast<float *>(scratch);
 
-    att_rowdot<HS>(D, g, out, B, T, NH, st);
+    att_rowdot<HS>(D, g, out, B, T, NH, tcu_attention_keys_row0(kend, T), st);
 
-    const dim3 gkv((unsigned)((T + Tl::KV_BK - 1) / Tl::KV_BK), (unsigned)KVH, (unsigned)B);
+    /* the key blocks below kend (the masked keys' dk, dv are nobody's; kend = T: all) */
+    const dim3 gkv((unsigned)((kend + Tl::KV_BK - 1) / Tl::KV_BK), (unsigned)KVH, (unsigned)B);
     if constexpr (!WG) {
         if (fused) {
             const att_scratch_layout L = att_scratch(B, T, NH, HS);

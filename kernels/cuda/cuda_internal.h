@@ -185,7 +185,10 @@ bool tcu_norm_backward_warp_rows(bool rms, bf16 *dinp, float *partial, const bf1
  * of the tile's rows before kend are, from their q, which must be finite); the backward writes no
  * dk, dv of the masked keys, gives the keys' dk, dv from the rows of those tiles (lse 1e30 makes
  * a row's probabilities 0) and never runs the fused dq. Context parallelism's blocks use them
- * (cuda_ring.cu). */
+ * (cuda_ring.cu). tcu_attention_keys_row0: the first row the kernels read (q, dout, out, lse)
+ * with kend < T, kend rounded down to the largest query tile (128 rows): the caller makes the
+ * rows from it to kend finite, and the rows before it are never read as queries. */
+extern "C" int tcu_attention_keys_row0(int kend, int T);
 extern "C" void tcu_attention_forward_keys(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
                                            const float *alibi_slopes, const int32_t *seq, int B,
                                            int T, int kend, int NH, int KVH, int hs,

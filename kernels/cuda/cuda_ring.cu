@@ -5,9 +5,12 @@
  * Tp rows laid out in scratch, and three small elementwise kernels move the results.
  *   - a diagonal block (the rank's own chunk against itself): the chunk's rows as they are (each
  *     row's q, k, v), Tp = Tq, a causal mask over them;
- *   - a block whose Tk keys all lie before its Tq queries: the keys' rows (k, v; q zero), then
+ *   - a block whose Tk keys all lie before its Tq queries: the keys' rows (k, v; q zero on the
+ *     rows from tcu_attention_keys_row0, the only key rows the kernels read as queries), then
  *     the queries' rows, Tp = Tk + Tq, with the keys from Tk on masked (kend = Tk): every query
- *     sees the block's keys alone, causal order holding by construction.
+ *     sees the block's keys alone, causal order holding by construction. The kernels compute
+ *     the query rows' Tq x Tk pairs and (a query tile holding row Tk) those of the few key rows
+ *     from row0, nothing of the keys among themselves (docs/cuda.md, the ring's pair counts).
  * The document mask is the kernels' own: the rows' sequence ids are the first positions of their
  * documents (lo), equal along a document and rising along the sequence, so the keys and queries
  * of one document form one run. ALiBi's distances in the kernels are the rows' (Tk + i - j); the
@@ -16,10 +19,11 @@
  * log-sum-exp, and the backward adds it to the merged one it hands the kernels.
  * Forward: the block's out (bf16) and lse, then ring_merge_kernel merges them into acc (fp32) and
  * lse by their log-sum-exp. Backward: the block's dout and the merged out and lse on the query
- * rows (zeros, and a log-sum-exp of 1e30 that makes every probability 0, on the key rows), the
- * kernels' dqkv written into scratch (bf16), and ring_add_rows_kernel adds its query rows' dq and
- * its key rows' dk, dv into the fp32 sums. The elementwise kernels: one thread per row (the
- * merge) or per element (the others), fixed orders, no atomics: deterministic.
+ * rows (zeros on the key rows from row0, and a log-sum-exp of 1e30 that makes every
+ * probability 0 on the key rows), the kernels' dqkv written into scratch (bf16), and
+ * ring_add_rows_kernel adds its query rows' dq and its key rows' dk, dv into the fp32 sums. The
+ * elementwise kernels: a warp per row (the merge) or a thread per row or element (the others),
+ * fixed orders, no atomics: deterministic.
  */
 #include <cmath>
 
@@ -29,6 +33,7 @@
 struct ring_seq {
     int Tp, kend, qrow0;
     int delta; /* ALiBi: the whole sequence's distance minus the rows' */
+    int z0;    /* the key rows z0..qrow0 - 1 are read as queries (zeroed), those before never */
 };
 
 static ring_seq ring_seq_of(const tsr_ring_block *k, const char *what) {
@@ -37,8 +42,9 @@ static ring_seq ring_seq_of(const tsr_ring_block *k, const char *what) {
                 tcu_msg("a block of queries %d..%d and keys %d..%d: expected the same rows, or "
                         "every key before every query",
                         k->qoff, k->qoff + k->Tq - 1, k->koff, k->koff + k->Tk - 1));
-    if (diag) return {k->Tq, k->Tq, 0, 0};
-    return {k->Tk + k->Tq, k->Tk, k->Tk, k->qoff - k->koff - k->Tk};
+    if (diag) return {k->Tq, k->Tq, 0, 0, 0};
+    return {k->Tk + k->Tq, k->Tk, k->Tk, k->qoff - k->koff - k->Tk,
+            tcu_attention_keys_row0(k->Tk, k->Tk + k->Tq)};
 }
 
 /* the scratch's buffers for blocks of B sequences of Tp <= T rows, 256-byte aligned */
@@ -82,9 +88,9 @@ static void ring_lay_out(const ring_scratch &r, const tsr_ring_block *k, const r
     TCU_REQUIRE((size_t)k->ldq == QKV, what, "the queries' rows must be whole qkv rows");
     const tsr_bf16 *qp = static_cast<const tsr_bf16 *>(k->q);
     const tsr_bf16 *kp = static_cast<const tsr_bf16 *>(k->kv);
-    if (q.qrow0) tcu_zero(r.x, (size_t)k->B * q.Tp * QKV * e, st);
     for (int b = 0; b < k->B; b++) {
         tsr_bf16 *xb = r.x + (size_t)b * q.Tp * QKV;
+        tcu_zero(xb + (size_t)q.z0 * QKV, (size_t)(q.qrow0 - q.z0) * QKV * e, st);
         if (q.qrow0)
             tcu_memcpy2d(xb + C, QKV * e, kp + (size_t)b * k->kbs * k->ldkv, (size_t)k->ldkv * e,
                          KVW * e, (size_t)k->Tk, st);
@@ -98,12 +104,15 @@ static void ring_lay_out(const ring_scratch &r, const tsr_ring_block *k, const r
     }
 }
 
-/* One query row (b, h, i) of the block, thread per row: its out and lse (the whole sequence's:
- * slope delta off) merged into acc and lse by the log-sum-exp, or (first block) written. */
+/* One query row (b, h, i) of the block, a warp per row (its lanes over the row's hs values, so
+ * a warp's loads and stores are contiguous): its out and lse (the whole sequence's: slope delta
+ * off) merged into acc and lse by the log-sum-exp, or (first block) written. Every lane computes
+ * the row's weights alike; lane 0 stores lse once all have read it. */
 __global__ void ring_merge_kernel(float *acc, float *lse, const bf16 *o, const float *l,
                                   const float *slopes, int delta, int merge, int B, int NH,
                                   int hs, int Tq, int Tp, int qrow0, int qbs) {
-    const long row = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long row = ((long)blockIdx.x * blockDim.x + threadIdx.x) / 32; /* one per warp */
+    const int lane = (int)(threadIdx.x & 31);
     if (row >= (long)B * NH * Tq) return;
     const int i = (int)(row % Tq), h = (int)(row / Tq % NH), b = (int)(row / ((long)Tq * NH));
     const size_t C = (size_t)NH * hs;
@@ -112,14 +121,16 @@ __global__ void ring_merge_kernel(float *acc, float *lse, const bf16 *o, const f
     float *a = acc + ((size_t)b * qbs + i) * C + (size_t)h * hs, *L = lse + ((size_t)b * NH + h) * qbs + i;
     const bf16 *ob = o + ((size_t)b * Tp + qrow0 + i) * C + (size_t)h * hs;
     if (!merge) {
-        for (int d = 0; d < hs; d++) a[d] = __bfloat162float(ob[d]);
-        *L = lb;
+        for (int d = lane; d < hs; d += 32) a[d] = __bfloat162float(ob[d]);
+        if (lane == 0) *L = lb;
         return;
     }
     if (lb == -INFINITY) return; /* the row sees none of the block's keys */
-    const float m = fmaxf(*L, lb), w1 = expf(*L - m), w2 = expf(lb - m), inv = 1.0f / (w1 + w2);
-    for (int d = 0; d < hs; d++) a[d] = (w1 * a[d] + w2 * __bfloat162float(ob[d])) * inv;
-    *L = m + logf(w1 + w2);
+    const float L0 = *L, m = fmaxf(L0, lb), w1 = expf(L0 - m), w2 = expf(lb - m);
+    const float inv = 1.0f / (w1 + w2);
+    for (int d = lane; d < hs; d += 32) a[d] = (w1 * a[d] + w2 * __bfloat162float(ob[d])) * inv;
+    __syncwarp(); /* every lane has read L */
+    if (lane == 0) *L = m + logf(w1 + w2);
 }
 
 /* The backward's log-sum-exp rows: 1e30 on the key rows (every probability 0), the merged
@@ -159,7 +170,7 @@ extern "C" void tcu_ring_forward(float *acc, float *lse, const tsr_ring_block *k
     tcu_attention_forward_keys(r.o, r.l, r.x, k->slopes, k->lo ? r.sq : nullptr, k->B, q.Tp,
                                q.kend, k->NH, k->KVH, k->hs, s);
     const long rows = (long)k->B * k->NH * k->Tq;
-    ring_merge_kernel<<<tcu_blocks((size_t)rows, 128), 128, 0, st>>>(
+    ring_merge_kernel<<<tcu_blocks((size_t)rows * 32, 128), 128, 0, st>>>(
         acc, lse, reinterpret_cast<const bf16 *>(r.o), r.l, k->slopes, q.delta, merge, k->B,
         k->NH, k->hs, k->Tq, q.Tp, q.qrow0, k->qbs);
     TCU_CHECK_LAUNCH("tcu_ring_forward: the log-sum-exp merge");
@@ -186,9 +197,10 @@ extern "C" void tcu_ring_backward(float *dq, int lddq, float *dkv, int lddkv, co
     const int B = k->B, NH = k->NH, C = NH * k->hs, QKV = (NH + 2 * k->KVH) * k->hs;
     const size_t e = sizeof(tsr_bf16), rows = (size_t)B * q.Tp;
     ring_lay_out(r, k, q, st, what);
-    if (q.qrow0) tcu_zero(r.o, rows * C * e, st), tcu_zero(r.u, rows * C * e, st);
     for (int b = 0; b < B; b++) {
         const size_t to = ((size_t)b * q.Tp + q.qrow0) * C, from = (size_t)b * k->qbs * C;
+        const size_t zr = ((size_t)b * q.Tp + q.z0) * C, zn = (size_t)(q.qrow0 - q.z0) * C * e;
+        tcu_zero(r.o + zr, zn, st), tcu_zero(r.u + zr, zn, st); /* the key rows read */
         tcu_memcpy_d2d(r.o + to, dout + from, (size_t)k->Tq * C * e, st);
         tcu_memcpy_d2d(r.u + to, out + from, (size_t)k->Tq * C * e, st);
     }

@@ -2384,6 +2384,7 @@ static void test_ring(const ring_cfg *r) {
     float *d_sl = r->alibi ? new_f32(sl, NH) : NULL;
     const size_t nsc = tcu_ring_scratch_bytes(B, Tl, NH, KVH, hs);
     void *d_sc = nsc ? dalloc(nsc) : NULL;
+    if (d_sc) poison(d_sc, nsc); /* NaN: a row the blocks read and did not lay out shows */
     /* block k: queries = local chunk 1; keys = own chunk 1 (k 0), remote chunks 0, 1 (k 1, 2) */
     const int koff[3] = {5 * c, c, 2 * c};
     tsr_ring_block h[3], d[3];
