@@ -39,7 +39,7 @@ train1() { # train1 DATASET TOKENIZER OUT: one step on DATASET with data.tokeniz
     tiny_args "$1"
     "$TRAIN" "${args[@]}" --set model.vocab_size="${4:-50257}" --set model.n_layer=1 --set model.n_head=4 \
         --set seq_len=8 --set model.max_seq_len=8 --set global_batch=2 --set micro_batch=2 \
-        --set max_duration=1ba --set data.tokenizer="$2" --set run_dir="$TMP/run-$3" "${extra[@]}" >"$TMP/$3.txt" 2>&1
+        --set max_duration=1ba --set optim.warmup=0ba --set data.tokenizer="$2" --set run_dir="$TMP/run-$3" "${extra[@]}" >"$TMP/$3.txt" 2>&1
 }
 extra=()
 train1 "$TMP/d2/train" gpt2 refused

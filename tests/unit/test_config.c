@@ -141,6 +141,7 @@ static int same_config(const tsr_config *a, const tsr_config *b) {
     tsr_config x = *a, y = *b;
     memset(x.source, 0, sizeof x.source);
     memset(y.source, 0, sizeof y.source);
+    x.max_duration_set = y.max_duration_set = 0; /* where max_duration came from, not a key */
     const char *d = differs(&x, &y);
     if (d) tap_diag("first difference: %s", d);
     /* every byte, padding included: both were zeroed whole, then filled field by field */
@@ -770,7 +771,7 @@ static void test_table_and_docs(void) {
         for (int j = 0; j < i; j++)
             if (!strcmp(cfgtab_keys[j].name, k->name)) ok = 0, tap_diag("%s twice", k->name);
     }
-    tap_ok(ok && cfgtab_n_keys == 150, "key table: %d keys, each documented, unique, default xor example",
+    tap_ok(ok && cfgtab_n_keys == 151, "key table: %d keys, each documented, unique, default xor example",
            cfgtab_n_keys);
     char *text = NULL;
     size_t len = 0;
