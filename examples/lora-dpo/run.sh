@@ -3,7 +3,7 @@
 # model is pretrained on text, finetuned with LoRA on a chat dataset (SFT), merged, then tuned with
 # DPO on preference pairs (LoRA again, the SFT model as its base and reference), evaluated, plotted
 # and exported. SCALE (default 1) multiplies every step count, SFT_SCALE and DPO_SCALE (default
-# SCALE) the SFT and DPO stages' (the CI test runs a short pretraining, the other two at full length).
+# SCALE) the SFT and DPO stages' (the CI test runs a quarter, DPO at full length).
 # Needs `make` only: the tokenizer is trained here on the example's text.
 set -euo pipefail
 OUT=${1:?usage: run.sh OUT_DIR}
