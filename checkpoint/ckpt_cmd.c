@@ -1,8 +1,9 @@
 /* ckpt_cmd.c — `tessera ckpt`: list, verify and inspect checkpoints from a login node.
  *
  *   tessera ckpt ls RUN_DIR        one line per step-*.h5: step, size, valid?, which `latest` names
- *   tessera ckpt verify FILE       root attributes, shapes, every tensor's CRC32C; exit 0 or 2
- *   tessera ckpt inspect FILE      format, counters, config text, tensor table (no data read)
+ *   tessera ckpt verify CKPT       root attributes, shapes, every tensor's CRC32C; exit 0 or 2
+ *   tessera ckpt inspect CKPT      format, counters, config text, tensor table (no data read)
+ * (CKPT: a checkpoint file, a run directory or its `latest`: the file `latest` names)
  *   tessera ckpt export --format hf [--dtype fp32|bf16] [--tokenizer SPEC] CKPT OUT_DIR
  *                                  a transformers directory (src/hf/, docs/hf.md)
  *   tessera ckpt import HF_DIR OUT.h5
@@ -228,12 +229,13 @@ static const sub_spec subs[] = {
     {"ls", "RUN_DIR",
      "list the checkpoints of a run: step, size, valid (full CRC check), which one `latest` names",
      1, NULL, 0, run_ls},
-    {"verify", "FILE",
-     "check one checkpoint's attributes, shapes and every tensor's CRC32C (exit 0 valid, 2 "
-     "invalid)",
+    {"verify", "CKPT",
+     "check one checkpoint (a file, or the one a run directory's `latest` names) for its "
+     "attributes, shapes and every tensor's CRC32C (exit 0 valid, 2 invalid)",
      1, NULL, 0, run_verify},
-    {"inspect", "FILE",
-     "print a checkpoint's format, counters, config text and tensor table (no data read)", 1,
+    {"inspect", "CKPT",
+     "print a checkpoint's (a file, or the one a run directory's `latest` names) format, "
+     "counters, config text and tensor table (no data read)", 1,
      NULL, 0, run_inspect},
     {"export", "CKPT OUT_DIR",
      "write a checkpoint (file, run directory or latest) as a Hugging Face transformers "
@@ -311,8 +313,17 @@ static int run_ls(const sub_args *a) {
     return 0;
 }
 
+/* The checkpoint file of operand CKPT: a file, or a run directory's (or its `latest` file's)
+ * choice, said on stdout so that the lines below name what was read. 0 or TSR_EXIT_DATA. */
+static int operand_file(const char *in, char *path, size_t n) {
+    TSR_CHECK(ckpt_resolve_path(in, path, n));
+    if (strcmp(in, path) != 0) printf("%s: `latest` names %s\n", in, path);
+    return 0;
+}
+
 static int run_verify(const sub_args *a) {
-    const char *path = a->operand[0];
+    char path[4096];
+    TSR_CHECK(operand_file(a->operand[0], path, sizeof path));
     file_report *r = report_new();
     examine(path, r, 1);
     int rc = 0;
@@ -329,7 +340,8 @@ static int run_verify(const sub_args *a) {
 }
 
 static int run_inspect(const sub_args *a) {
-    const char *path = a->operand[0];
+    char path[4096];
+    TSR_CHECK(operand_file(a->operand[0], path, sizeof path));
     file_report *r = report_new();
     examine(path, r, 0);
     if (!r->valid && r->n == 0 && !r->meta.program_version[0]) {

@@ -2,14 +2,14 @@
 # run.sh OUT_DIR — the worked example of docs/finetune.md ("LoRA, then DPO"): a tiny Llama-style
 # model is pretrained on text, finetuned with LoRA on a chat dataset (SFT), merged, then tuned with
 # DPO on preference pairs (LoRA again, the SFT model as its base and reference), evaluated, plotted
-# and exported. SCALE (default 1) multiplies every step count, DPO_SCALE (default SCALE) the DPO
-# stage's (the CI test runs a small one).
+# and exported. SCALE (default 1) multiplies every step count, SFT_SCALE and DPO_SCALE (default
+# SCALE) the SFT and DPO stages' (the CI test runs a quarter, DPO at full length).
 # Needs `make` only: the tokenizer is trained here on the example's text.
 set -euo pipefail
 OUT=${1:?usage: run.sh OUT_DIR}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${BIN:-$ROOT/build}
-SCALE=${SCALE:-1} DPO_SCALE=${DPO_SCALE:-${SCALE:-1}}
+SCALE=${SCALE:-1} SFT_SCALE=${SFT_SCALE:-${SCALE:-1}} DPO_SCALE=${DPO_SCALE:-${SCALE:-1}}
 steps() { /usr/bin/python3 -c "print(max(4, int($1 * ${2:-$SCALE})))"; }
 mkdir -p "$OUT"
 train() { "$BIN/tessera-train" --config "$ROOT/examples/lora-dpo/tiny.cfg" --set data.tokenizer="$OUT/tok.bin" "$@"; }
@@ -27,9 +27,11 @@ prep --out "$OUT/data/pairs" --format preference --chat-template none --pack 32 
 train --set run_dir="$OUT/base" --set data.train="$OUT/data/base/train" \
     --set max_duration="$(steps 600)ba"
 
-# 2. SFT with LoRA on the chat data, from the base
+# 2. SFT with LoRA on the chat data, from the base; document attention keeps the conversations
+#    packed into one sample apart (prep recorded where each starts; eot_token: <|endoftext|>'s id)
+EOT=$(printf '<|endoftext|>' | "$BIN/tessera" tokenizer encode --special -t "$OUT/tok.bin" -)
 train --set run_dir="$OUT/sft" --set data.train="$OUT/data/sft/train" --init-from "$OUT/base" \
-    --set lora.rank=16 --set lora.alpha=32 --set optim.lr=1e-2 --set max_duration="$(steps 300)ba"
+    --set model.attn_mask=document --set model.eot_token="$EOT" --set lora.rank=16 --set lora.alpha=32 --set optim.lr=1e-2 --set max_duration="$(steps 300 "$SFT_SCALE")ba"
 # the SFT model as a plain model: the base (and so the DPO reference) of the next stage
 "$BIN/tessera" ckpt export --format hf --merge --tokenizer none "$OUT/sft" "$OUT/sft-merged"
 

@@ -190,13 +190,16 @@ const cfgtab_key cfgtab_keys[] = {
     {.name = "model.attn_mask", .type = CFGK_ENUM, FIELD(model.attn_mask), .def = "causal",
      ENUM(mask_names),
      .doc = "`causal`: a token attends to every earlier token of its sequence. `document`: only to "
-            "those of its own document, which ends with (and includes) model.eot_token; learned "
-            "positions restart at 0 after each eot_token, so packed examples do not see each other "
-            "(docs/model.md)."},
+            "those of its own document: in data that records where its examples start (`tessera "
+            "prep --format sft|chat --pack`), each example; else a document ends with (and "
+            "includes) model.eot_token. Learned and rotary positions restart at 0 in each, so "
+            "packed examples do not see each other (docs/model.md). The trainer warns when data "
+            "that records them trains with `causal`."},
     {.name = "model.eot_token", .type = CFGK_INT, FIELD(model.eot_token), .def = "50256", .ilo = 0,
      INT32_ONLY,
-     .doc = "End-of-text token id that ends a document with attn_mask = `document` (GPT-2's "
-            "`<|endoftext|>` is 50256); must be < model.vocab_size then, unused otherwise."},
+     .doc = "End-of-text token id that ends a document with attn_mask = `document` in data that "
+            "does not record its examples' starts (GPT-2's `<|endoftext|>` is 50256); must be < "
+            "model.vocab_size then, unused otherwise."},
     {.name = "model.bias", .type = CFGK_BOOL, FIELD(model.bias), .def = "true",
      .doc = "Biases in the linear layers and LayerNorms (GPT-2: true, MPT: false)."},
     {.name = "model.expansion_ratio", .type = CFGK_FLOAT, FIELD(model.expansion_ratio), .def = "4",

@@ -23,6 +23,13 @@
  * "prompts_crc32c" */
 #define DATASET_PROMPTS "prompts.jsonl"
 
+/* The mask channel (an index's has_mask, dataset_writer_open's with_mask): none; a loss mask (bytes
+ * 0 or 1); or a loss mask whose bytes also mark, with DATASET_SEGMENT_BIT, the first token of each
+ * segment: packed examples (tessera prep --pack) that document-masked attention keeps apart
+ * (docs/data-format.md "Segments"). Bit 0 is the loss mask in both. */
+enum { DATASET_NO_MASK, DATASET_MASK, DATASET_MASK_SEGMENTS };
+#define DATASET_SEGMENT_BIT 2u
+
 /* ---- reader ---- */
 typedef struct tsr_dataset tsr_dataset;
 
@@ -44,6 +51,8 @@ uint32_t dataset_vocab_size(const tsr_dataset *ds);
 uint64_t dataset_n_tokens(const tsr_dataset *ds);
 int dataset_n_shards(const tsr_dataset *ds);
 int dataset_has_mask(const tsr_dataset *ds);
+/* 1 when the dataset records segment starts (has_mask 2), else 0. */
+int dataset_has_segments(const tsr_dataset *ds);
 /* The tokenizer that made the dataset, as its index records it (tessera prep's --tokenizer), or ""
  * when the index has no `tokenizer` line (unknown: older datasets, tessera synth). */
 const char *dataset_tokenizer(const tsr_dataset *ds);
@@ -56,6 +65,11 @@ uint64_t dataset_n_samples(const tsr_dataset *ds, int T);
  * the first call for a new T builds a small per-T table (O(n_shards)). */
 int dataset_read_sample(const tsr_dataset *ds, int T, uint64_t i, int32_t *inputs,
                         int32_t *targets);
+/* The segment starts of global sample i's inputs (T bytes): starts[j] = 1 when input j begins a
+ * segment (j = 0 always does), from the dataset's record (dataset_has_segments), or, in a dataset
+ * without one, after each input equal to eot (eot < 0: none). Returns 0, or -1 as
+ * dataset_read_sample. */
+int dataset_read_starts(const tsr_dataset *ds, int T, uint64_t i, int eot, uint8_t *starts);
 
 /* ---- hooks for node-local staging (stage.h, docs/staging.md) ----
  * Shard k is in [0, dataset_n_shards). A shard can be redirected to a validated copy of it
@@ -93,10 +107,12 @@ typedef struct tsr_dataset_writer tsr_dataset_writer;
 
 /* Starts a dataset in `dir`, which must not exist yet. Everything is written under `dir`.tmp and
  * renamed into place by dataset_writer_close, so a failure never leaves a partial dataset at `dir`.
- * shard_tokens: tokens per shard before starting a new one (the last shard may be shorter). */
+ * shard_tokens: tokens per shard before starting a new one (the last shard may be shorter).
+ * with_mask: DATASET_NO_MASK, DATASET_MASK or DATASET_MASK_SEGMENTS (above). */
 int dataset_writer_open(tsr_dataset_writer **out, const char *dir, uint32_t vocab_size,
                         int with_mask, uint64_t shard_tokens);
-/* Appends n tokens (each < vocab_size) and, when the dataset has a mask, n mask bytes (0 or 1). */
+/* Appends n tokens (each < vocab_size) and, when the dataset has a mask, n mask bytes (0 or 1;
+ * with segments, DATASET_SEGMENT_BIT may be added). */
 int dataset_writer_append(tsr_dataset_writer *w, const uint32_t *tokens, const uint8_t *mask,
                           size_t n);
 /* Records in the index the tokenizer that made the tokens (a name or path without whitespace,

@@ -452,7 +452,8 @@ static const cli_opt verify_opts[] = {
 };
 const cli_cmd verify_data_cli = {
     "verify-data", "DIR",
-    "Checks a dataset: index, every shard header, payload checksums, token ids < vocab.",
+    "Checks a dataset: index, every shard header, payload checksums, token ids < vocab. DIR: a "
+    "dataset, or the directory tessera prep --out wrote (its train and val datasets).",
     verify_opts, (int)(sizeof verify_opts / sizeof verify_opts[0]), NULL,
 };
 
@@ -461,20 +462,42 @@ static int verify_on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
     return cli_usage_error(c, "unhandled option", NULL);
 }
 
+/* 1 when dir/name is a file */
+static int has_file(const char *dir, const char *name) {
+    char p[4096];
+    struct stat sb;
+    return !tsr_snprintf(p, sizeof p, "%s/%s", dir, name) && stat(p, &sb) == 0 &&
+           S_ISREG(sb.st_mode);
+}
+
+static int verify_one(const char *dir, int64_t T) {
+    tsr_dataset *ds;
+    if (dataset_open(&ds, dir, 1)) return TSR_EXIT_DATA;
+    uint32_t V = dataset_vocab_size(ds);
+    printf("%s: ok: %d shard%s, %llu tokens, vocab %u (%s), loss mask %s, %llu samples of length "
+           "%lld%s; checksums verified\n", dir, dataset_n_shards(ds),
+           dataset_n_shards(ds) == 1 ? "" : "s", (unsigned long long)dataset_n_tokens(ds), V,
+           V <= 65536 ? "uint16" : "uint32", dataset_has_mask(ds) ? "yes" : "no",
+           (unsigned long long)dataset_n_samples(ds, (int)T), (long long)T,
+           dataset_has_segments(ds) ? ", segment starts recorded" : "");
+    dataset_close(ds);
+    return 0;
+}
+
 int cmd_verify_data(int argc, char **argv) {
     int64_t T = 1024;
     int rc = cli_parse(&verify_data_cli, argc, argv, verify_on_opt, &T);
     if (rc) return rc < 0 ? 0 : rc;
     if (optind != argc - 1) return cli_usage_error(&verify_data_cli, "expected exactly one DIR", NULL);
     const char *dir = argv[optind];
-    tsr_dataset *ds;
-    if (dataset_open(&ds, dir, 1)) return TSR_EXIT_DATA;
-    uint32_t V = dataset_vocab_size(ds);
-    printf("%s: ok: %d shard%s, %llu tokens, vocab %u (%s), loss mask %s, %llu samples of length "
-           "%lld; checksums verified\n", dir, dataset_n_shards(ds),
-           dataset_n_shards(ds) == 1 ? "" : "s", (unsigned long long)dataset_n_tokens(ds), V,
-           V <= 65536 ? "uint16" : "uint32", dataset_has_mask(ds) ? "yes" : "no",
-           (unsigned long long)dataset_n_samples(ds, (int)T), (long long)T);
-    dataset_close(ds);
-    return 0;
+    if (has_file(dir, "index.tsv") || !has_file(dir, "train/index.tsv")) return verify_one(dir, T);
+    /* what `tessera prep --out DIR` writes: the datasets DIR/train and DIR/val */
+    char sub[4096];
+    printf("%s: not a dataset (no index.tsv): the datasets tessera prep writes, %s/train%s\n", dir,
+           dir, has_file(dir, "val/index.tsv") ? " and val" : "");
+    for (int k = 0; k < 2; k++) {
+        snprintf(sub, sizeof sub, "%s/%s", dir, k ? "val" : "train");
+        if (!k || has_file(dir, "val/index.tsv")) rc |= verify_one(sub, T);
+    }
+    return rc ? TSR_EXIT_DATA : 0;
 }

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "common.h"
 #include "progress.h"
@@ -18,7 +19,8 @@ int64_t data_read_or_die(const tsr_dataset *ds, const char *name, int T, uint64_
 
 double data_mean_loss(const tsr_dataset *ds, const char *name, int T, int B, int64_t limit,
                       const tsr_dist *d, data_forward_fn forward, void *model, int32_t *inputs,
-                      int32_t *targets, uint64_t *samples) {
+                      int32_t *targets, int doc, uint64_t *samples) {
+    uint8_t *starts = doc && dataset_has_segments(ds) ? tsr_malloc((size_t)B * T) : NULL;
     uint64_t n = dataset_n_samples(ds, T);
     if (limit > 0 && (uint64_t)limit < n) n = (uint64_t)limit;
     uint64_t lo = n * (uint64_t)d->rank / (uint64_t)d->world;
@@ -34,13 +36,16 @@ double data_mean_loss(const tsr_dataset *ds, const char *name, int T, int B, int
     tsr_progress_begin(&p, what, mine, "batches"); /* (rank 0's share) */
     for (uint64_t s = lo; s < hi; s += (uint64_t)B) {
         int b_n = (int)(hi - s < (uint64_t)B ? hi - s : (uint64_t)B);
-        for (int b = 0; b < b_n; b++)
+        for (int b = 0; b < b_n; b++) {
             acc[1] += (double)data_read_or_die(ds, name, T, s + (uint64_t)b, inputs + b * T,
                                                targets + b * T);
-        acc[0] += forward(model, inputs, targets, b_n, T);
+            if (starts) dataset_read_starts(ds, T, s + (uint64_t)b, -1, starts + b * T);
+        }
+        acc[0] += forward(model, inputs, targets, starts, b_n, T);
         tsr_progress_tick(&p, (s - lo) / (uint64_t)B + 1);
     }
-    for (uint64_t k = mine; k < (uint64_t)most; k++) forward(model, NULL, NULL, 0, T);
+    for (uint64_t k = mine; k < (uint64_t)most; k++) forward(model, NULL, NULL, NULL, 0, T);
+    free(starts);
     dist_view_sum_f64(d, acc, 2); /* (a context group counts once: tsr_dist.view) */
     if (samples) *samples = n;
     return acc[1] > 0 ? acc[0] / acc[1] : NAN;

@@ -20,17 +20,20 @@ int64_t data_read_or_die(const tsr_dataset *ds, const char *name, int T, uint64_
  * until each rank has made as many calls as the one with the longest (a sharded model's forward
  * is collective: model_forward's idle forward); 0. */
 typedef double (*data_forward_fn)(void *model, const int32_t *inputs, const int32_t *targets,
-                                  int B, int T);
+                                  const uint8_t *starts, int B, int T);
 
 /* Mean loss over the counted targets of the first `limit` samples of ds (0 = all), split over the
  * ranks in contiguous ranges, in calls of forward(model, ...) of up to B rows (the model's
  * activations must hold B x T), the same number of calls on every rank (the idle ones last);
- * inputs/targets hold B x T. Collective (sums over d's ranks);
+ * inputs/targets hold B x T. doc (the model keeps segments apart: attn_mask = document) and a
+ * dataset that records segments (dataset_has_segments): forward gets the rows' segment starts
+ * (dataset_read_starts), else NULL.
+ * Collective (sums over d's ranks);
  * *samples (may be NULL) = the samples evaluated. NaN when no target counted. A long one says
  * how far it is, every TSR_PROGRESS_S seconds on rank 0 ("eval: NAME: 24/64 batches (37%), ...";
  * progress.h). */
 double data_mean_loss(const tsr_dataset *ds, const char *name, int T, int B, int64_t limit,
                       const tsr_dist *d, data_forward_fn forward, void *model, int32_t *inputs,
-                      int32_t *targets, uint64_t *samples);
+                      int32_t *targets, int doc, uint64_t *samples);
 
 #endif

@@ -72,6 +72,15 @@ static void header_decode(const uint8_t in[SHARD_HEADER_SIZE], shard_header *h) 
 
 uint32_t shard_width_for_vocab(uint64_t vocab) { return vocab <= 65536 ? 2 : 4; }
 
+uint32_t shard_flags(int has_mask) {
+    return has_mask ? SHARD_FLAG_MASK | (has_mask == DATASET_MASK_SEGMENTS ? SHARD_FLAG_SEGMENTS : 0)
+                    : 0;
+}
+
+unsigned shard_mask_max(int has_mask) {
+    return has_mask == DATASET_MASK_SEGMENTS ? 1u | DATASET_SEGMENT_BIT : 1u;
+}
+
 /* Bytes a shard of n tokens occupies. */
 static uint64_t shard_file_size(uint64_t n, uint32_t width, int mask) {
     return SHARD_HEADER_SIZE + n * width + (mask ? n : 0);
@@ -208,8 +217,9 @@ static int index_check_header(const char *path, const uint64_t *v, dataset_index
                   (unsigned long long)v[1], shard_width_for_vocab(v[0]), (unsigned long long)v[0]);
         return TSR_EXIT_DATA;
     }
-    if (v[2] > 1) {
-        tsr_error("%s: has_mask %llu, expected 0 or 1", path, (unsigned long long)v[2]);
+    if (v[2] > DATASET_MASK_SEGMENTS) {
+        tsr_error("%s: has_mask %llu, expected 0, 1 or 2 (2: a loss mask that marks segment "
+                  "starts, docs/data-format.md)", path, (unsigned long long)v[2]);
         return TSR_EXIT_DATA;
     }
     if (v[3] > MAX_SHARDS) {
@@ -436,7 +446,7 @@ static uint32_t token_at(const uint8_t *tokens, uint32_t width, uint64_t i) {
 static int shard_check_header(const char *path, const shard_header *h, const dataset_index *ix,
                               int k) {
     const index_row *row = &ix->rows[k];
-    uint32_t want_flags = ix->has_mask ? SHARD_FLAG_MASK : 0;
+    uint32_t want_flags = shard_flags(ix->has_mask);
     uint64_t want_mask_at = ix->has_mask ? SHARD_HEADER_SIZE + row->n_tokens * ix->width : 0;
 #define SHARD_FIELD(cond, fmt, ...)                                                        \
     do {                                                                                   \
@@ -489,9 +499,9 @@ static int shard_verify_payload(const char *path, const shard_map *s, const shar
         }
     }
     for (uint64_t i = 0; s->mask && i < s->n_tokens; i++) {
-        if (s->mask[i] > 1) {
-            tsr_error("%s: mask byte %u at position %llu, expected 0 or 1", path, s->mask[i],
-                      (unsigned long long)i);
+        if (s->mask[i] > shard_mask_max(ix->has_mask)) {
+            tsr_error("%s: mask byte %u at position %llu, expected 0 to %u", path, s->mask[i],
+                      (unsigned long long)i, shard_mask_max(ix->has_mask));
             return TSR_EXIT_DATA;
         }
     }
@@ -639,7 +649,8 @@ void dataset_close(tsr_dataset *ds) {
 uint32_t dataset_vocab_size(const tsr_dataset *ds) { return ds->vocab; }
 uint64_t dataset_n_tokens(const tsr_dataset *ds) { return ds->n_tokens; }
 int dataset_n_shards(const tsr_dataset *ds) { return ds->n_shards; }
-int dataset_has_mask(const tsr_dataset *ds) { return ds->has_mask; }
+int dataset_has_mask(const tsr_dataset *ds) { return ds->has_mask != 0; }
+int dataset_has_segments(const tsr_dataset *ds) { return ds->has_mask == DATASET_MASK_SEGMENTS; }
 const char *dataset_tokenizer(const tsr_dataset *ds) { return ds->ix.tokenizer; }
 
 static uint64_t shard_samples(uint64_t n_tokens, int T) {
@@ -701,23 +712,45 @@ int dataset_sample_shard(const tsr_dataset *ds, int T, uint64_t i) {
     return i < pre[ds->n_shards] ? shard_of_sample(pre, ds->n_shards, i) : -1;
 }
 
-int dataset_read_sample(const tsr_dataset *ds, int T, uint64_t i, int32_t *inputs,
-                        int32_t *targets) {
+/* The shard map holding global sample i (its staged copy when redirected) and the sample's first
+ * token in it; NULL after tsr_error() when T < 1 or i is out of range. */
+static const shard_map *sample_at(const tsr_dataset *ds, int T, uint64_t i, uint64_t *start,
+                                  const shard_map **staged) {
     if (T < 1) {
         tsr_error("%s: sample length T = %d, expected >= 1", ds->dir, T);
-        return -1;
+        return NULL;
     }
     const uint64_t *pre = sample_prefix(ds, T);
     if (i >= pre[ds->n_shards]) {
         tsr_error("%s: sample %llu out of range: the dataset has %llu samples of length %d",
                   ds->dir, (unsigned long long)i, (unsigned long long)pre[ds->n_shards], T);
-        return -1;
+        return NULL;
     }
     int lo = shard_of_sample(pre, ds->n_shards, i);
     const shard_map *s = &ds->shards[lo];
-    const shard_map *staged = atomic_load_explicit(&s->staged, memory_order_acquire);
-    if (staged) s = staged;
-    uint64_t start = (i - pre[lo]) * (uint64_t)T;
+    *staged = atomic_load_explicit(&s->staged, memory_order_acquire);
+    *start = (i - pre[lo]) * (uint64_t)T;
+    return *staged ? *staged : s;
+}
+
+int dataset_read_starts(const tsr_dataset *ds, int T, uint64_t i, int eot, uint8_t *starts) {
+    uint64_t start;
+    const shard_map *staged, *s = sample_at(ds, T, i, &start, &staged);
+    if (!s) return -1;
+    for (int j = 0; j < T; j++) {
+        const uint64_t at = start + (uint64_t)j;
+        starts[j] = j == 0 || (ds->has_mask == DATASET_MASK_SEGMENTS
+                                   ? (s->mask[at] & DATASET_SEGMENT_BIT) != 0
+                                   : eot >= 0 && token_at(s->tokens, ds->width, at - 1) == (uint32_t)eot);
+    }
+    return 0;
+}
+
+int dataset_read_sample(const tsr_dataset *ds, int T, uint64_t i, int32_t *inputs,
+                        int32_t *targets) {
+    uint64_t start;
+    const shard_map *staged, *s = sample_at(ds, T, i, &start, &staged);
+    if (!s) return -1;
     int kept = 0;
     for (int j = 0; j <= T; j++) {
         uint32_t t = token_at(s->tokens, ds->width, start + (uint64_t)j);
@@ -729,7 +762,7 @@ int dataset_read_sample(const tsr_dataset *ds, int T, uint64_t i, int32_t *input
         }
         if (j < T) inputs[j] = (int32_t)t;
         if (j == 0) continue;
-        int keep = !s->mask || s->mask[start + (uint64_t)j] != 0;
+        int keep = !s->mask || (s->mask[start + (uint64_t)j] & 1u);
         targets[j - 1] = keep ? (int32_t)t : -1;
         kept += keep;
     }

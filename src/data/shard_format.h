@@ -9,6 +9,7 @@
 #define SHARD_HEADER_SIZE 64
 #define SHARD_HEADER_CRC_AT 60 /* the header CRC covers bytes [0, 60) */
 #define SHARD_FLAG_MASK 1u
+#define SHARD_FLAG_SEGMENTS 2u /* the mask bytes' bit 1 marks segment starts (has_mask 2) */
 #define INDEX_NAME "index.tsv"
 #define INDEX_MAGIC "tessera-dataset"
 #define INDEX_MAX_BYTES (256u << 20)
@@ -25,6 +26,11 @@ typedef struct shard_header {
     uint64_t n_tokens, token_offset, mask_offset;
     uint32_t payload_crc, header_crc;
 } shard_header;
+
+/* The header flags of a shard with an index's has_mask (DATASET_NO_MASK ...), and the largest
+ * mask byte allowed in it. */
+uint32_t shard_flags(int has_mask);
+unsigned shard_mask_max(int has_mask);
 
 /* Serialises h and fills in (and stores into h) the header CRC. */
 void shard_header_encode(shard_header *h, uint8_t out[SHARD_HEADER_SIZE]);

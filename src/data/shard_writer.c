@@ -135,7 +135,7 @@ int dataset_writer_open(tsr_dataset_writer **out, const char *dir, uint32_t voca
     w->tmp = tmp;
     w->vocab = vocab_size;
     w->width = shard_width_for_vocab(vocab_size);
-    w->with_mask = with_mask ? 1 : 0;
+    w->with_mask = with_mask == DATASET_MASK_SEGMENTS ? DATASET_MASK_SEGMENTS : with_mask ? DATASET_MASK : 0;
     w->shard_tokens = shard_tokens;
     *out = w;
     return 0;
@@ -191,7 +191,7 @@ static int shard_finish(tsr_dataset_writer *w) {
     if (w->with_mask && shard_copy_mask(w)) return TSR_EXIT_DATA;
     shard_header h = {
         .version = TSR_DATA_VERSION, .header_size = SHARD_HEADER_SIZE, .token_width = w->width,
-        .flags = w->with_mask ? SHARD_FLAG_MASK : 0, .vocab_size = w->vocab,
+        .flags = shard_flags(w->with_mask), .vocab_size = w->vocab,
         .shard_no = (uint32_t)w->n_recs, .n_tokens = w->cur_n, .token_offset = SHARD_HEADER_SIZE,
         .mask_offset = w->with_mask ? SHARD_HEADER_SIZE + w->cur_n * w->width : 0,
         .payload_crc = w->crc,
@@ -254,8 +254,9 @@ int dataset_writer_append(tsr_dataset_writer *w, const uint32_t *tokens, const u
                       i, w->vocab);
             return TSR_EXIT_DATA;
         }
-        if (w->with_mask && mask[i] > 1) {
-            tsr_error("%s: mask byte %u (input position %zu), expected 0 or 1", w->dir, mask[i], i);
+        if (w->with_mask && mask[i] > shard_mask_max(w->with_mask)) {
+            tsr_error("%s: mask byte %u (input position %zu), expected 0 to %u", w->dir, mask[i],
+                      i, shard_mask_max(w->with_mask));
             return TSR_EXIT_DATA;
         }
     }

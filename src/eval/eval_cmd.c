@@ -86,8 +86,9 @@ typedef struct batch {
     int32_t *in, *tg;
 } batch;
 
-static double forward(void *m, const int32_t *inputs, const int32_t *targets, int B, int T) {
-    return model_forward(m, inputs, targets, B, T);
+static double forward(void *m, const int32_t *inputs, const int32_t *targets,
+                      const uint8_t *starts, int B, int T) {
+    return model_forward_starts(m, inputs, targets, starts, B, T);
 }
 
 /* A preference dataset (tessera prep --format preference; docs/dpo.md): how often the model
@@ -143,7 +144,8 @@ static int val_loss(tsr_model *m, batch *b, const char *dir, int64_t limit, cons
     }
     TSR_CHECK(dataset_open(&ds, dir, 1));
     uint64_t n = 0;
-    *loss = data_mean_loss(ds, dir, b->T, b->B, limit, d, forward, m, b->in, b->tg, &n);
+    *loss = data_mean_loss(ds, dir, b->T, b->B, limit, d, forward, m, b->in, b->tg,
+                           m->cfg.attn_mask == TSR_MASK_DOCUMENT, &n);
     *samples = (double)n;
     dataset_close(ds);
     return 0;

@@ -44,6 +44,8 @@ typedef struct gpu_param_source {
 
 typedef struct tsr_gpu_model {
     const tsr_model *m; /* layout and configuration (host); its params/grads are the host mirror */
+    const uint8_t *starts; /* attn_mask = document: the next forward's segment starts (B, T), as
+                            * tsr_model.starts, or NULL */
     tcu_stream s;
     float *params;      /* (n_params) fp32 master weights (GPU_STATE_FULL), else NULL */
     tsr_bf16 *wbf;      /* (n_params) bf16 copy read by the ops; NULL: src gives the units */

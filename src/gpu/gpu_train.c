@@ -122,6 +122,7 @@ static double eval_forward(void *ctx, const int32_t *tokens, const int32_t *targ
                            int T) {
     tsr_gpu_model *g = ctx;
     struct tsr_lora *dev = follow_host_lora(g);
+    g->starts = g->m->starts; /* the host model's rows' (model_forward's hand-off) */
     gpu_model_forward(g, tokens, targets, B, T, -1.0f);
     g->lora = dev;
     return gpu_model_loss_sum(g, targets, B, T);
@@ -131,6 +132,7 @@ static void eval_scores(void *ctx, const int32_t *tokens, const int32_t *targets
                         float *losses, int32_t *greedy) {
     tsr_gpu_model *g = ctx;
     struct tsr_lora *dev = follow_host_lora(g);
+    g->starts = g->m->starts; /* the host model's rows' (model_forward's hand-off) */
     gpu_model_forward(g, tokens, targets, B, T, -1.0f);
     g->lora = dev;
     gpu_model_token_scores(g, targets, B, T, losses, greedy);
@@ -816,10 +818,12 @@ static double lora_compute(gpu_train_ctx *c, float scale) {
     for (int64_t b = 0; b < c->per_rank; b += c->micro) {
         const int32_t *in = c->inputs + b * c->T, *tg = c->targets + b * c->T;
         lora_set_pass(lo, 1, c->lora_key, lora_pass_row0(c->data_rank, c->per_rank, b, c->T));
+        gt->g.starts = c->starts ? c->starts + b * c->T : NULL;
         gpu_model_forward(&gt->g, in, tg, c->micro, c->T, scale);
         stage(c, b); /* what the forward leaves: losses, routing statistics */
         gpu_model_backward(&gt->g, in, c->micro, c->T, NULL, NULL);
     }
+    gt->g.starts = NULL;
     const double loss_sum = staged_sums(c, scale);
     lora_set_pass(lo, 0, 0, 0); /* evaluations: no dropout */
     lora_reduce(gt);
@@ -874,10 +878,12 @@ static double dense_compute(gpu_train_ctx *c, float scale) {
     for (int64_t b = 0; b < c->per_rank; b += c->micro) {
         const int32_t *in = c->inputs + b * c->T, *tg = c->targets + b * c->T;
         int last = b + c->micro >= c->per_rank;
+        gt->g.starts = c->starts ? c->starts + b * c->T : NULL;
         gpu_model_forward(&gt->g, in, tg, c->micro, c->T, scale);
         stage(c, b); /* what the forward leaves: losses, routing statistics */
         gpu_model_backward(&gt->g, in, c->micro, c->T, last ? ready : NULL, ctx);
     }
+    gt->g.starts = NULL;
     const double loss_sum = staged_sums(c, scale);
     if (gt->sharded) gpu_shard_finish_grads(&gt->sh);
     if (gt->ep_on) gpu_ep_reduce(&gt->ep);

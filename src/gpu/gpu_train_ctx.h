@@ -34,6 +34,7 @@ typedef struct gpu_train_ctx {
     int64_t per_rank;          /* sequences per rank and step */
     int auto_micro;            /* micro_batch = auto: the plan must fit a microbatch of 1 */
     const int32_t *inputs, *targets; /* this rank's batch (per_rank, T) */
+    const uint8_t *starts;           /* its segment starts (per_rank, T), or NULL (tsr_model.starts) */
     const tsr_optim_config *optim;
     float decay[TSR_P_COUNT];  /* each tensor's weight decay (optim.weight_decay, or 0 by kind) */
     float *m, *v;              /* host mirror of the AdamW moments: ddp (n_params); zero1 the

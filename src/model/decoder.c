@@ -777,7 +777,7 @@ static dec_inputs stage_ring(const tsr_decoder *d, const int32_t *tokens, const 
     tsr_ring *g = d->ring;
     const size_t Nl = (size_t)B * (T / g->N), Nw = (size_t)B * T, i4 = sizeof(int32_t);
     ring_stage(g, tokens, targets, B, T,
-               m->cfg.attn_mask == TSR_MASK_DOCUMENT ? m->cfg.eot_token : -1);
+               m->cfg.attn_mask == TSR_MASK_DOCUMENT ? m->cfg.eot_token : -1, d->starts);
     if (a->pos) be->to_device(be, a->pos, g->pos, Nl * i4);
     if (a->ring_lo) be->to_device(be, a->ring_lo, g->lo, Nw * i4);
     if (a->ring_hi) be->to_device(be, a->ring_hi, g->hi, Nw * i4);
@@ -793,7 +793,7 @@ static dec_inputs stage_inputs(const tsr_decoder *d, const int32_t *tokens,
     if (d->ring) in = stage_ring(d, tokens, targets, B, T);
     if (a->seq) {
         int32_t *seq = be->host ? a->seq : a->seq_host, *pos = be->host ? a->pos : a->pos_host;
-        model_segments(seq, a->pos ? pos : NULL, tokens, d->m->cfg.eot_token, B, T);
+        model_segments(seq, a->pos ? pos : NULL, tokens, d->m->cfg.eot_token, d->starts, B, T);
         be->to_device(be, a->seq, seq, N * sizeof(int32_t));
         if (a->pos) be->to_device(be, a->pos, pos, N * sizeof(int32_t));
     }

@@ -43,6 +43,8 @@ typedef struct tsr_decoder {
                               * and give whole sequences of T positions; the activations hold
                               * this rank's T / cpN of them, and the attention runs round the
                               * ring. */
+    const uint8_t *starts;   /* attn_mask = document: the rows' segment starts (tsr_model.starts)
+                              * or NULL */
 } tsr_decoder;
 
 /* Offsets in the flat parameter layout of unit u's slice of each tensor; SIZE_MAX for tensors

@@ -330,14 +330,14 @@ double model_flops_per_token(const tsr_model *m, int T) {
     return 6.0 * (model_active_params(m) - lookup) + 12.0 * m->L * (double)m->QD * T;
 }
 
-void model_segments(int32_t *seq, int32_t *pos, const int32_t *tokens, int eot, int B, int T) {
+void model_segments(int32_t *seq, int32_t *pos, const int32_t *tokens, int eot,
+                    const uint8_t *starts, int B, int T) {
     for (int b = 0; b < B; b++) {
         int32_t s = 0, p = 0;
         for (size_t n = (size_t)b * T, end = n + (size_t)T; n < end; n++) {
+            if (n > (size_t)b * T && (starts ? starts[n] : tokens[n - 1] == eot)) s++, p = 0;
             seq[n] = s;
-            if (pos) pos[n] = p;
-            if (tokens[n] == eot) s++, p = 0;
-            else p++;
+            if (pos) pos[n] = p++;
         }
     }
 }

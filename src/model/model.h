@@ -225,6 +225,11 @@ typedef struct tsr_model {
     /* and model_moe_stats_add_w to moe_stats (NULL: the ops above), with the same ctx */
     void (*moe_stats)(void *ctx, double w, double *acc);
     void *fwd_ctx;
+    /* attn_mask = document: where the segments of the rows of the next forwards (and their
+     * backwards) begin, (B,T) bytes, 1 at a segment's first position: the dataset's record
+     * (data.h dataset_read_starts), set by the caller beside the rows; NULL: a segment ends
+     * with each eot_token (model_segments) */
+    const uint8_t *starts;
 } tsr_model;
 
 /* Activation checkpointing (docs/model.md): the per-layer activations come in groups that a mode
@@ -313,6 +318,10 @@ void model_free(tsr_model *m);
  * until it has run as many as the rank that runs most (model_forwards_most); on a model whose
  * forward involves no other rank it does nothing. Returns 0. */
 double model_forward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T);
+/* model_forward with the rows' segment starts (B,T) as m->starts (attn_mask = document; NULL: the
+ * eot_tokens end the segments), m->starts NULL again after. */
+double model_forward_starts(tsr_model *m, const int32_t *tokens, const int32_t *targets,
+                            const uint8_t *starts, int B, int T);
 /* The most forwards any rank runs in an evaluation in which this one runs `mine`: collective over
  * the world when a forward is (sharded weights, exchanged experts; each rank then tops up with
  * idle forwards, model_forward's B = 0), `mine` otherwise. Every rank calls it before its first
@@ -349,10 +358,12 @@ void model_moe_stats_add_w(tsr_model *m, double w, double *acc);
 void model_moe_stats_add(tsr_model *m, const int32_t *targets, int B, int T, float loss_scale,
                          double *acc);
 
-/* attn_mask = document: seq[b,t] = eot_tokens in tokens[b,0..t-1] (an eot_token ends its own
- * segment; the next one starts after it), pos[b,t] = t - (start of that segment); pos may be NULL.
- * tokens, seq, pos (B,T) */
-void model_segments(int32_t *seq, int32_t *pos, const int32_t *tokens, int eot, int B, int T);
+/* attn_mask = document: seq[b,t] = the segments begun in row b before position t, pos[b,t] =
+ * t - (start of t's segment); pos may be NULL. A segment begins at each t > 0 where starts[b,t]
+ * is set (the dataset's record: tsr_model.starts), or, with starts NULL, after each eot_token
+ * (which ends its own segment). tokens, seq, pos, starts (B,T) */
+void model_segments(int32_t *seq, int32_t *pos, const int32_t *tokens, int eot,
+                    const uint8_t *starts, int B, int T);
 
 /* Size in bytes of the activations for B x T (for the memory plan): what model_alloc_acts
  * allocates, so it shrinks with activation checkpointing. */

@@ -67,7 +67,8 @@ static void unit_put(void *ctx, int u, int backward) {
 static tsr_decoder decoder_of(tsr_model *m) {
     return (tsr_decoder){.m = m, .be = &m->be, .a = &m->acts,
                          .params = {m, unit_get, unit_put}, .slopes = m->alibi_slopes,
-                         .rope = m->rope_freqs, .lora = m->lora, .ring = m->ring};
+                         .rope = m->rope_freqs, .lora = m->lora, .ring = m->ring,
+                         .starts = m->starts};
 }
 
 void model_moe_stats_add_w(tsr_model *m, double w, double *acc) {
@@ -129,6 +130,14 @@ double model_forward(tsr_model *m, const int32_t *tokens, const int32_t *targets
     tsr_decoder d = decoder_of(m);
     dec_forward(&d, tokens, targets, B, T, -1.0f);
     return dec_loss_sum(&d, targets, B, T);
+}
+
+double model_forward_starts(tsr_model *m, const int32_t *tokens, const int32_t *targets,
+                            const uint8_t *starts, int B, int T) {
+    m->starts = starts;
+    const double loss = model_forward(m, tokens, targets, B, T);
+    m->starts = NULL;
+    return loss;
 }
 
 void model_row_logprobs(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,

@@ -94,13 +94,13 @@ static void document_bounds(int32_t *lo, int32_t *hi, const int32_t *seq, const 
 }
 
 void ring_stage(tsr_ring *g, const int32_t *tokens, const int32_t *targets, int B, int T,
-                int eot) {
+                int eot, const uint8_t *starts) {
     ring_alloc(g, B, T);
     const size_t i4 = sizeof(int32_t);
     ring_split(g->tokens, tokens, i4, B, g->N, g->r, T);
     ring_split(g->targets, targets, i4, B, g->N, g->r, T);
     if (eot >= 0) { /* positions in the document, and its bounds */
-        model_segments(g->seq, g->dpos, tokens, eot, B, T);
+        model_segments(g->seq, g->dpos, tokens, eot, starts, B, T);
         document_bounds(g->lo, g->hi, g->seq, g->dpos, B, T);
         ring_split(g->pos, g->dpos, i4, B, g->N, g->r, T);
         return;

@@ -78,9 +78,10 @@ void ring_init_mpi(tsr_ring *g, struct tsr_group *group);
 void ring_alloc(tsr_ring *g, int B, int T);
 void ring_free(tsr_ring *g);
 /* This rank's share of B whole sequences: tokens, targets, positions and (document: eot >= 0)
- * the document bounds into the host arrays. */
+ * the document bounds into the host arrays; the documents begin where starts (B, T) says, or
+ * with starts NULL after each eot (model_segments). */
 void ring_stage(tsr_ring *g, const int32_t *tokens, const int32_t *targets, int B, int T,
-                int eot);
+                int eot, const uint8_t *starts);
 /* full (B, T) 4-byte elements on every rank of the group from each rank's local (B, T/N):
  * collective over the group */
 void ring_gather(tsr_ring *g, void *full, const void *local, int B, int T);

@@ -1035,10 +1035,13 @@ int cmd_prep(int argc, char **argv) {
                                                        paired)
                                    : (uint64_t)a.shard_tokens;
     snprintf(sub, sizeof sub, "%s/train", tmp);
-    rc = dataset_writer_open(&c.w[0], sub, c.vocab, c.with_mask, shard_tokens);
+    /* packed sft/chat examples: their segments recorded for attn_mask = document (prep_pack.h) */
+    int segments = a.pack && !paired && a.format != FMT_PROMPTS;
+    int mask = segments ? DATASET_MASK_SEGMENTS : c.with_mask ? DATASET_MASK : DATASET_NO_MASK;
+    rc = dataset_writer_open(&c.w[0], sub, c.vocab, mask, shard_tokens);
     snprintf(sub, sizeof sub, "%s/val", tmp);
     if (!rc && a.val_fraction > 0)
-        rc = dataset_writer_open(&c.w[1], sub, c.vocab, c.with_mask, shard_tokens);
+        rc = dataset_writer_open(&c.w[1], sub, c.vocab, mask, shard_tokens);
     /* the dataset records the tokenizer that made it (the trainer warns on another one) */
     if (!rc && strpbrk(c.tok_name, " \t\n\r\v\f"))
         tsr_warn("prep: tokenizer \"%s\": a path with spaces is not recorded in the dataset's "
@@ -1046,7 +1049,8 @@ int cmd_prep(int argc, char **argv) {
     for (int k = 0; k < 2 && !rc && !strpbrk(c.tok_name, " \t\n\r\v\f"); k++)
         if (c.w[k]) rc = dataset_writer_set_tokenizer(c.w[k], c.tok_name);
     for (int k = 0; k < 2 && !rc && a.pack; k++)
-        if (c.w[k]) c.pk[k] = pack_open(c.w[k], c.eos, (uint64_t)a.pack, shard_tokens, paired);
+        if (c.w[k])
+            c.pk[k] = pack_open(c.w[k], c.eos, (uint64_t)a.pack, shard_tokens, paired, segments);
     if (!rc && a.format == FMT_PROMPTS) rc = prompts_side_open(&c.side, tmp, c.w[1] != NULL);
     if (!rc && a.format == FMT_PROMPTS && c.have_chat && c.chat.tpl)
         prompts_side_stops(&c.side, &c.chat, c.tok);

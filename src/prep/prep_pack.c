@@ -23,6 +23,7 @@ struct prep_packer {
     uint32_t eot;
     uint64_t T;          /* tokens per window */
     int paired;          /* preference pairs: one example per window, 2 windows per pair */
+    uint8_t start;       /* DATASET_SEGMENT_BIT when the segment starts are marked, else 0 */
     uint64_t per_shard;  /* windows per shard: m */
     uint64_t in_shard;   /* windows written into the open shard, 0..m-1 */
     uint64_t fill;       /* tokens in the current window, 0..T */
@@ -38,8 +39,9 @@ uint64_t pack_shard_tokens(uint64_t n, uint64_t T, int paired) {
 }
 
 prep_packer *pack_open(tsr_dataset_writer *w, uint32_t eot, uint64_t T, uint64_t shard_tokens,
-                       int paired) {
+                       int paired, int segments) {
     prep_packer *p = tsr_calloc(1, sizeof *p);
+    p->start = segments ? DATASET_SEGMENT_BIT : 0;
     p->w = w;
     p->eot = eot;
     p->T = T;
@@ -53,14 +55,13 @@ prep_packer *pack_open(tsr_dataset_writer *w, uint32_t eot, uint64_t T, uint64_t
 /* Fills the rest of the current window with EOT padding (mask 0) and writes it, after the
  * shard's leading EOT when it is the first window of a shard. */
 static int window_close(prep_packer *p) {
-    static const uint8_t zero = 0;
     for (uint64_t k = p->fill; k < p->T; k++) {
         p->tok[k] = p->eot;
-        p->mask[k] = 0;
+        p->mask[k] = k == p->fill ? p->start : 0; /* the padding is a segment of its own */
     }
     p->st.pad += p->T - p->fill;
     if (p->in_shard == 0) {
-        if (dataset_writer_append(p->w, &p->eot, &zero, 1)) return TSR_EXIT_DATA;
+        if (dataset_writer_append(p->w, &p->eot, &p->start, 1)) return TSR_EXIT_DATA;
         p->st.pad++;
         p->st.tokens++;
     }
@@ -77,6 +78,7 @@ static void window_put(prep_packer *p, const uint32_t *tok, const uint8_t *mask,
     memcpy(p->tok + p->fill, tok, n * sizeof *tok);
     memcpy(p->mask + p->fill, mask, n);
     for (size_t k = 0; k < n; k++) p->st.targets += mask[k];
+    if (n) p->mask[p->fill] |= p->start; /* the example's first token starts its segment */
     p->fill += n;
 }
 

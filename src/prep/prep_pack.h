@@ -12,6 +12,11 @@
  * ending with its EOT) and is filled up with EOT padding (mask 0); so a window's last token, the
  * first (input-only) token of the next sample, is always an EOT, as is the shard's first token.
  *
+ * sft/chat examples are segments: the writer was opened with DATASET_MASK_SEGMENTS and the mask
+ * byte of each example's first token, of each window's first padding token and of each shard's
+ * leading EOT carries DATASET_SEGMENT_BIT (data.h), so document-masked attention keeps the
+ * examples of a sample apart whatever tokens a chat template writes.
+ *
  * Preference pairs (--format preference, docs/prep.md "Preference pairs") use the same layout
  * with one example per window: pair i's chosen example in window 2i, its rejected one in window
  * 2i+1, and an even m, so a pair never straddles two shards.
@@ -54,9 +59,10 @@ uint64_t pack_shard_tokens(uint64_t n, uint64_t T, int paired);
 /* A packer writing into w, which must have been opened with shard size
  * pack_shard_tokens(n, T, paired) (passed here as shard_tokens) and with a mask channel. eot: the
  * <|endoftext|> id. paired: preference pairs, placed with pack_add_pair only; else examples,
- * placed with pack_add only. */
+ * placed with pack_add only. segments: mark the segment starts (above; w opened with
+ * DATASET_MASK_SEGMENTS). */
 prep_packer *pack_open(tsr_dataset_writer *w, uint32_t eot, uint64_t T, uint64_t shard_tokens,
-                       int paired);
+                       int paired, int segments);
 
 /* Places one example (n tokens ending with its EOT, and their mask bytes) after the previous one,
  * starting a new window when it does not fit the rest of the current one; *fate says what became

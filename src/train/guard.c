@@ -79,8 +79,12 @@ tsr_guard_verdict guard_judge(tsr_guard *g, int64_t step, double loss, double no
         if (g->rollbacks >= g->max_rollbacks) {
             size_t o = strlen(why);
             snprintf(why + o, why_n - o, "; %lld consecutive outliers and the %lld rollback(s) "
-                     "allowed (guard.max_rollbacks) are used up", (long long)g->streak,
-                     (long long)g->max_rollbacks);
+                     "allowed (guard.max_rollbacks) are used up. If these steps are this run's "
+                     "normal (a finetune's loss and gradient norm swing more than pretraining's), "
+                     "raise guard.threshold (now %g), set guard.action to skip (outliers "
+                     "skipped, never a stop), or guard.window = 0 (no spike guard); "
+                     "docs/spike-guard.md", (long long)g->streak, (long long)g->max_rollbacks,
+                     g->threshold);
             return GUARD_STOP;
         }
         return GUARD_ROLLBACK;

@@ -110,6 +110,23 @@ int train_data_tokenizer(tsr_trainer *t) {
     return rc;
 }
 
+/* 1 when the batches need their segment starts (attn_mask = document and a stream records them);
+ * a stream that records them under attn_mask = causal is warned about. */
+static int data_segments(const tsr_trainer *t) {
+    int segments = 0;
+    for (int k = 0; k < t->data.n_streams; k++) {
+        if (!dataset_has_segments(t->data.streams[k])) continue;
+        segments = 1;
+        if (t->cfg.model.attn_mask != TSR_MASK_DOCUMENT && t->dist.rank == 0)
+            tsr_warn("%s = \"%s\" holds packed examples (tessera prep --pack) and model.attn_mask "
+                     "= \"causal\" lets each attend to the examples before it in its sample: "
+                     "set model.attn_mask = \"document\" to keep them apart (docs/prep.md "
+                     "\"Packing\")", t->cfg.data.n_streams ? "data.streams[].path" : "data.train",
+                     t->data.stream_paths[k]);
+    }
+    return segments && t->cfg.model.attn_mask == TSR_MASK_DOCUMENT;
+}
+
 int train_data_open(tsr_trainer *t) {
     const tsr_config *c = &t->cfg;
     t->data.n_streams = c->data.n_streams ? c->data.n_streams : 1;
@@ -135,6 +152,8 @@ int train_data_open(tsr_trainer *t) {
         TSR_CHECK(open_dataset(t, &t->data.val, c->data.val, "data.val"));
         if (c->objective == TSR_OBJ_DPO) TSR_CHECK(check_pairs(t, c->data.val, "data.val"));
     }
+    if (data_segments(t) && c->objective == TSR_OBJ_LM)
+        t->data.starts = tsr_malloc((size_t)t->per_rank * t->T);
     t->data.slot_stream = tsr_malloc((size_t)t->per_rank * sizeof *t->data.slot_stream);
     t->data.slot_pos = tsr_malloc((size_t)t->per_rank * sizeof *t->data.slot_pos);
     t->data.row_sample = tsr_malloc((size_t)t->per_rank * sizeof *t->data.row_sample);
@@ -216,14 +235,17 @@ int64_t train_data_read(const tsr_dataset *ds, const char *name, int T, uint64_t
     return data_read_or_die(ds, name, T, idx, inputs, targets);
 }
 
-static double forward(void *m, const int32_t *inputs, const int32_t *targets, int B, int T) {
-    return model_forward(m, inputs, targets, B, T);
+/* model_forward over rows whose segments begin at starts (NULL: at the eot_tokens) */
+static double forward(void *m, const int32_t *inputs, const int32_t *targets,
+                      const uint8_t *starts, int B, int T) {
+    return model_forward_starts(m, inputs, targets, starts, B, T);
 }
 
 double train_data_eval_loss(tsr_model *m, const tsr_dataset *ds, const char *name, int T, int B,
                             int64_t limit, const tsr_dist *d, int32_t *inputs, int32_t *targets,
                             uint64_t *samples) {
-    return data_mean_loss(ds, name, T, B, limit, d, forward, m, inputs, targets, samples);
+    return data_mean_loss(ds, name, T, B, limit, d, forward, m, inputs, targets,
+                          m->cfg.attn_mask == TSR_MASK_DOCUMENT, samples);
 }
 
 /* TSR_FAULT="garbage:LO:HI" (test hook): is data batch d in [LO, HI)? */
@@ -251,6 +273,9 @@ int64_t train_data_load(tsr_trainer *t, int64_t d) {
         t->data.row_sample[i] = idx;
         int32_t *in = t->data.inputs + i * t->T, *tg = t->data.targets + i * t->T;
         counted += train_data_read(t->data.streams[k], t->data.stream_paths[k], t->T, idx, in, tg);
+        if (t->data.starts) /* (read above: a sample in range) */
+            dataset_read_starts(t->data.streams[k], t->T, idx, t->cfg.model.eot_token,
+                                t->data.starts + i * t->T);
         for (int j = 0; garbage && j < t->T; j++) {
             uint64_t h = hash64(((uint64_t)d * (uint64_t)t->cfg.global_batch + (uint64_t)(lo + i)) *
                                     (uint64_t)(t->T + 1) + (uint64_t)j);
@@ -425,4 +450,5 @@ void train_data_close(tsr_trainer *t) {
     free(t->data.slot_stream);
     free(t->data.slot_pos);
     free(t->data.row_sample);
+    free(t->data.starts);
 }

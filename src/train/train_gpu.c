@@ -44,7 +44,7 @@ static void fill(gpu_train_ctx *c, const tsr_trainer *t) {
     c->comm_staged = cfg->gpu_comm == TSR_GPU_COMM_MPI;
     c->fp8 = cfg->precision.fp8, c->fp8_skip = cfg->precision.fp8_skip;
     c->T = t->T, c->micro = t->micro, c->per_rank = t->per_rank, c->auto_micro = t->auto_micro;
-    c->inputs = t->data.inputs, c->targets = t->data.targets;
+    c->inputs = t->data.inputs, c->targets = t->data.targets, c->starts = t->data.starts;
     c->moe = t->out.moe;
     c->cpN = t->mesh.N, c->data_rank = t->mesh.data.rank;
     if (t->part.lora_on) {

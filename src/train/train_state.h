@@ -41,7 +41,7 @@ typedef struct tsr_step_stats {
     double peak_rss;       /* bytes: the process's peak resident memory so far, largest rank */
     int64_t data_batch;    /* index of the global batch in the data stream (docs/spike-guard.md) */
     tsr_guard_verdict verdict; /* GUARD_OK: the update was applied normally */
-    char why[512];         /* the guard's reason when verdict != GUARD_OK */
+    char why[768];         /* the guard's reason when verdict != GUARD_OK */
     int rebaselined;       /* the guard restarted its window after this step's outlier */
     int phase_switch;      /* this step's batch starts a curriculum phase */
     int exit_code;         /* not 0: the step failed (GRPO's reward program) and the run stops
@@ -75,6 +75,8 @@ typedef struct tsr_train_data {
     int64_t stage_last[2];       /* staged / in-place reads at the last window boundary */
     int64_t data_offset;         /* data batch of step s (0-based) = s + data_offset (rollbacks) */
     int32_t *inputs, *targets;   /* this rank's batch (per_rank, T) */
+    uint8_t *starts;             /* its segment starts (per_rank, T) when attn_mask = document
+                                  * and a stream records them (tsr_model.starts), else NULL */
     uint64_t *row_sample;        /* (per_rank) the sample index of each row of the batch in its
                                   * stream (objective = dpo: row 2j's / 2 is the pair) */
 } tsr_train_data;

@@ -137,10 +137,12 @@ static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer 
     for (int64_t b = 0; b < t->per_rank; b += t->micro) {
         const int32_t *in = t->data.inputs + b * t->T, *tg = t->data.targets + b * t->T;
         trainer_lora_pass(t, b);
+        m->starts = t->data.starts ? t->data.starts + b * t->T : NULL;
         loss_sum += model_forward(m, in, tg, t->micro, t->T);
         moe_stats_add(t, tg, scale);
         model_backward(m, in, tg, t->micro, t->T, scale);
     }
+    m->starts = NULL;
     if (t->part.lora_on) lora_set_pass(&t->part.lora, 0, 0, 0); /* evaluations: no dropout */
     nan_fault(t);
     return loss_sum;
@@ -950,7 +952,7 @@ static void guard_report(const tsr_trainer *t, const tsr_step_stats *st, const c
  * rollback (the run continues from the restored step), else an exit code. */
 static int guard_respond(tsr_trainer *t, const tsr_step_stats *st) {
     tsr_guard *g = &t->guard;
-    char reason[800];
+    char reason[1100];
     if (st->verdict == GUARD_WARN || st->verdict == GUARD_SKIP) {
         metrics_log_guard(t, st->verdict == GUARD_WARN ? "warn" : "skip", st);
         if (st->rebaselined)

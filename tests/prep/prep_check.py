@@ -16,7 +16,9 @@
       window only when it did not fit the rest of this one; an example longer than T is its first
       T-1 tokens alone in a window, or missing when those hold no target. Prints per split
       "SPLIT windows W examples E truncated X dropped D padding P tokens N exact F" (F: windows
-      filled without padding). Exit 0 when everything matches.
+      filled without padding). The mask bytes' bit 1 (has_mask 2) must mark exactly each shard's
+      first token, each example's first token and each window's first padding token (the segment
+      starts, docs/data-format.md). Exit 0 when everything matches.
 
   prep_check.py check OUT IDS EOS SPEC... [--bos] [--no-eos] [--target-prompts] [--assign FILE]
       Reads OUT/train and OUT/val with a reader of its own (docs/data-format.md: index.tsv, 64-byte
@@ -217,8 +219,9 @@ def read_shards(d):
         assert data[:8] == b"TSRSHARD"
         version, hsize, w, flags, vocab, shard_no, nt, toff, moff = struct.unpack_from(
             "<IIIIIIQQQ", data, 8)
-        assert (version, hsize, w, flags & 1, vocab, shard_no, nt) == \
-            (1, 64, width, has_mask, meta["vocab_size"], no, n), (name, version, w, flags, nt)
+        # flags: bit 0 a mask channel, bit 1 its segment starts (has_mask 2)
+        assert (version, hsize, w, flags, vocab, shard_no, nt) == \
+            (1, 64, width, [0, 1, 3][has_mask], meta["vocab_size"], no, n), (name, version, w, flags, nt)
         assert len(data) == 64 + nt * w + (nt if has_mask else 0), (name, len(data))
         t = np.frombuffer(data, dtype="<u2" if w == 2 else "<u4", count=nt, offset=toff)
         m = np.frombuffer(data, dtype=np.uint8, count=nt, offset=moff) if has_mask else None
@@ -332,7 +335,7 @@ def pack_split(packed_dir, plain_dir, T, eos):
         note = [l.rstrip("\n").split("\t")[:2] for l in f if l.startswith("# packed_seq_len")]
     assert note == [["# packed_seq_len", str(T)]], "index.tsv: packed_seq_len note %s" % note
     has_mask, shards = read_shards(packed_dir)
-    assert has_mask, "%s: no mask channel" % packed_dir
+    assert has_mask == 2, "%s: has_mask %d, expected 2 (the segment starts)" % (packed_dir, has_mask)
     k = 0  # next expected example
 
     def skip_dropped():
@@ -341,8 +344,10 @@ def pack_split(packed_dir, plain_dir, T, eos):
             c["dropped"] += 1
             k += 1
 
-    for sn, (t, m) in enumerate(shards):
+    for sn, (t, mb) in enumerate(shards):
         n = len(t)
+        m, starts = mb & 1, np.zeros(n, bool)  # the loss mask; where the segments must start
+        starts[0] = True
         c["tokens"] += n
         # whole samples only: 1 + m*T tokens, and every shard but the last the same size
         assert n >= T + 1 and (n - 1) % T == 0, "shard %d: %d tokens is not 1 + m*%d" % (sn, n, T)
@@ -370,6 +375,7 @@ def pack_split(packed_dir, plain_dir, T, eos):
                         assert pos == 0, "%s: truncated example %d not alone" % (where, k)
                         c["truncated"] += 1
                     c["examples"] += 1
+                    starts[at] = True
                     k += 1
                     pos += L
                     if fate == "truncated":
@@ -383,12 +389,17 @@ def pack_split(packed_dir, plain_dir, T, eos):
             assert pos > 0, "%s: holds no example (only padding)" % where
             if pos == T:
                 c["exact"] += 1
+            else:
+                starts[base + pos] = True  # the padding is a segment of its own
             c["padding"] += T - pos
             skip_dropped()
             # greedy: the next example went on only because it did not fit
             if k < len(want) and want[k][0] == "whole" and pos > 0:
                 assert len(want[k][1]) > T - pos, "%s: example %d (%d tokens) would fit in %d" % (
                     where, k, len(want[k][1]), T - pos)
+        got = (mb & 2) != 0
+        assert np.array_equal(got, starts), "shard %d: segment starts at %s, expected at %s" % (
+            sn, np.flatnonzero(got)[:12].tolist(), np.flatnonzero(starts)[:12].tolist())
     skip_dropped()
     assert k == len(want), "example %d of %d not in the packed dataset" % (k, len(want))
     return c

@@ -88,7 +88,7 @@ int main(int argc, char **argv) {
     tsr_ring g;
     ring_init_mpi(&g, dist_group_split(0, d.rank));
     tsr_backend be = tsr_fp32_backend(&tsr_cpu_ops);
-    ring_stage(&g, tok, tok, B, T, s.eot);
+    ring_stage(&g, tok, tok, B, T, s.eot, NULL);
     tsr_acts a;
     memset(&a, 0, sizeof a);
     size_t bytes[TSR_A_COUNT - TSR_A_RING_KV];

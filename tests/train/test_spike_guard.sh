@@ -117,9 +117,9 @@ tap_check $? "guard.action = warn: outliers are logged and applied"
 
 TSR_FAULT=garbage:33:1000 run "$TMP/M" --set guard.max_rollbacks=1 >"$TMP/M.txt" 2>&1
 rc=$?
-[[ $rc == 2 && -f $TMP/M/guard-report.json ]] && grep -q "rollback(s) allowed (guard.max_rollbacks) are used up" "$TMP/M.txt" &&
+[[ $rc == 2 && -f $TMP/M/guard-report.json ]] && grep "rollback(s) allowed (guard.max_rollbacks) are used up" "$TMP/M.txt" | grep -q "raise guard.threshold (now 6), set guard.action to skip .*, or guard.window = 0 (no spike guard)" &&
     /usr/bin/python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("#", r); sys.exit(0 if r["rollbacks"] == 1 and r["skipped_batches"] == [[30, 36]] else 1)' "$TMP/M/guard-report.json"
-tap_check $? "endless garbage with max_rollbacks = 1: one rollback, then exit 2 with guard-report.json (got $rc)"
+tap_check $? "endless garbage with max_rollbacks = 1: one rollback, then exit 2 with guard-report.json, the error naming guard.threshold, guard.action = skip and guard.window = 0 (got $rc)"
 
 TSR_FAULT=garbage:33:36 run "$TMP/E" --set save_interval=0ba >"$TMP/E.txt" 2>&1
 rc=$?

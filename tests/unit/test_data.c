@@ -23,7 +23,7 @@
 #include "tap.h"
 #include "testfs.h"
 
-#define PLAN 73
+#define PLAN 78
 
 static char root[256];
 
@@ -420,6 +420,16 @@ static void test_reader_errors(void) {
     expect_open_fail(dir, 0, f, "expected 'has_mask <number>'", NULL,
                      "an index with a wrong key");
 
+    corrupt_dir("index-mask3", dir, f, "index.tsv");
+    edit_text(f, "has_mask\t0", "has_mask\t3");
+    expect_open_fail(dir, 0, f, "has_mask 3, expected 0, 1 or 2", NULL, "has_mask 3");
+
+    corrupt_dir("index-mask2", dir, f, "index.tsv");
+    edit_text(f, "has_mask\t0", "has_mask\t2");
+    pjoin(g, dir, "shard-00000.bin");
+    expect_open_fail(dir, 0, g, "flags 0x0, expected 0x3", NULL,
+                     "has_mask 2 (segment starts) over shards without them");
+
     corrupt_dir("index-sum", dir, f, "index.tsv");
     edit_text(f, "n_tokens\t1000", "n_tokens\t1001");
     expect_open_fail(dir, 0, f, "add up to 1000", NULL, "an index whose total disagrees");
@@ -686,6 +696,48 @@ static void test_commands(void) {
     tap_ok(r == TSR_EXIT_USAGE && has(err, "--out", NULL), "shard: a missing --out exits 1: %s", err);
 }
 
+/* has_mask 2: the mask bytes' bit 0 is the loss mask, bit 1 a segment start (docs/data-format.md
+ * "Segments"); a dataset without them gives the starts after each eot. */
+static void test_segments(void) {
+    char dir[512];
+    tsr_dataset_writer *w;
+    const uint32_t tok[9] = {7, 1, 2, 3, 7, 4, 5, 7, 6};
+    const uint8_t mask[9] = {2, 0, 1, 1, 3, 0, 1, 1, 2}, bad = 4;
+    pjoin(dir, root, "segments");
+    int rc = dataset_writer_open(&w, dir, 10, DATASET_MASK_SEGMENTS, 100);
+    cap_begin();
+    int rbad = rc ? 0 : dataset_writer_append(w, tok, &bad, 1);
+    const char *err = cap_end();
+    tap_ok(rbad == TSR_EXIT_DATA && has(err, "mask byte 4", "expected 0 to 3"),
+           "the writer refuses a mask byte above 3 with segments: %s", err);
+    rc = rc ? rc : dataset_writer_append(w, tok, mask, 9);
+    rc = rc ? rc : dataset_writer_close(w);
+    tsr_dataset *ds = NULL;
+    int32_t in[8], tg[8];
+    uint8_t st[8], st_eot[8];
+    rc = rc ? rc : dataset_open(&ds, dir, 1);
+    int kept = rc ? -1 : dataset_read_sample(ds, 8, 0, in, tg);
+    if (!rc) dataset_read_starts(ds, 8, 0, 7, st);
+    const int32_t want_tg[8] = {-1, 2, 3, 7, -1, 5, 7, -1};
+    const uint8_t want_st[8] = {1, 0, 0, 0, 1, 0, 0, 0}, want_eot[8] = {1, 1, 0, 0, 0, 1, 0, 0};
+    tap_ok(!rc && dataset_has_segments(ds) && kept == 5 && !memcmp(tg, want_tg, sizeof tg) &&
+               !memcmp(st, want_st, sizeof st),
+           "has_mask 2 reads back: targets from bit 0, segment starts from bit 1 (not at eot 7)");
+    if (ds) dataset_close(ds);
+    /* the same tokens with a plain mask: the starts follow each eot */
+    pjoin(dir, root, "segments-eot");
+    uint8_t m1[9];
+    for (int k = 0; k < 9; k++) m1[k] = mask[k] & 1;
+    rc = dataset_writer_open(&w, dir, 10, DATASET_MASK, 100);
+    rc = rc ? rc : dataset_writer_append(w, tok, m1, 9);
+    rc = rc ? rc : dataset_writer_close(w);
+    rc = rc ? rc : dataset_open(&ds, dir, 1);
+    if (!rc) dataset_read_starts(ds, 8, 0, 7, st_eot);
+    tap_ok(!rc && !dataset_has_segments(ds) && !memcmp(st_eot, want_eot, sizeof st_eot),
+           "has_mask 1: the segment starts follow each eot_token");
+    if (!rc) dataset_close(ds);
+}
+
 int main(void) {
     tap_plan(PLAN);
     snprintf(root, sizeof root, "/tmp/tsr_test_data.XXXXXX");
@@ -698,6 +750,7 @@ int main(void) {
     test_roundtrip();
     test_writer_errors();
     test_reader_errors();
+    test_segments();
     test_reader_readonly();
     test_sampler();
     test_commands();
