@@ -18,9 +18,16 @@ qkvw (L, 3C, C)); `load_tessera`, `tessera_tensors` of TesseraLayout (shared wit
 torch_llama.py) translate between the two layouts.
 """
 import math
+import os
+import sys
 from dataclasses import dataclass
 
-from lr_schedule import lr_multiplier  # noqa: F401 (the schedule, torch-free: tests/train/test_schedule.sh)
+# lr_schedule.py lies beside this file, which bench/gpu/torch_peer.py loads by its path (no
+# tests/reference on sys.path there)
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+from lr_schedule import lr_multiplier  # noqa: F401,E402 (the schedule, torch-free: tests/train/test_schedule.sh)
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
