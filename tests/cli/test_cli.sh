@@ -45,7 +45,7 @@ for ((k = 0; k < n_help; k++)); do
     [[ ${progs[k]%%	*} == tessera-job ]] && continue
     grep -q "exit codes:" "$TMP/help-$k.txt" || miss+=" '${progs[k]%%	*}'"
 done
-[[ -z $miss ]] && "$TRAIN" --help | grep -q "86 checkpoint"
+[[ -z $miss ]] && grep -q "86 checkpoint" <<<"$("$TRAIN" --help)"
 r=$?
 ((r)) && tap_diag "no exit codes in the --help of:$miss"
 tap_check $r "every --help lists the exit codes; tessera-train's has 86"

@@ -48,7 +48,7 @@ echo x >"$TMP/data.jsonl.gz"
 "$TOOL" prep --out "$TMP/x" "$TMP/data.jsonl.gz" 2>"$TMP/err"; rc=$?
 ((rc == 2)) && grep -q "data.jsonl.gz: compressed" "$TMP/err" && [[ ! -e $TMP/x ]]
 tap_check $? "compressed input: exit 2 naming it (rc=$rc)"
-"$TOOL" prep --help | grep -q -- "--val-fraction"; tap_check $? "--help lists the options"
+grep -q -- "--val-fraction" <<<"$("$TOOL" prep --help)"; tap_check $? "--help lists the options"
 
 # ---- a directory of text files: one file = one document, sorted walk, hidden files skipped
 prep --out "$TMP/text" --val-fraction 0 "$F/text" >/dev/null
@@ -187,7 +187,7 @@ prep --out "$TMP/pk-tp" --pack 32 --target-prompts --val-fraction 0 "$P" 2>/dev/
     prep --out "$TMP/pk-tp-plain" --target-prompts --val-fraction 0 "$P"
 out=$("$PY" "$CHECK" pack "$TMP/pk-tp" "$TMP/pk-tp-plain" 32 "$EOS"); rc=$?
 ((rc == 0)) && [[ $out == *" dropped 0 "* ]]; tap_check $? "--pack --target-prompts: nothing dropped: $out"
-"$TOOL" prep --help | grep -q -- "--pack T"; tap_check $? "--help lists --pack"
+grep -q -- "--pack T" <<<"$("$TOOL" prep --help)"; tap_check $? "--help lists --pack"
 
 # ---- existing DIR is never touched
 mkdir -p "$TMP/exists" && echo keep >"$TMP/exists/file"

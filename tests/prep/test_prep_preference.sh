@@ -54,7 +54,7 @@ tap_check $? "--shard-tokens below 2T + 1 = 33: exit 1 ($rc); 33 is enough ($rc2
 prep --out "$TMP/auto" --pack 16 --val-fraction 0 "$P" >/dev/null 2>"$TMP/err"; rc=$?
 ((rc == 2)) && grep -q 'pairs.jsonl:1: missing field "response"' "$TMP/err" && [[ ! -e $TMP/auto ]]
 tap_check $? "auto never picks preference: the pairs read as sft lines lacking \"response\" (rc=$rc)"
-"$TOOL" prep --help | grep -q "auto|text|jsonl|sft|chat|preference"; tap_check $? "--help lists --format preference"
+grep -q "auto|text|jsonl|sft|chat|preference" <<<"$("$TOOL" prep --help)"; tap_check $? "--help lists --format preference"
 
 # ---- the layout, token by token: T = 16, shards of 1 + 2*floor(89/32)*16 = 65 tokens (2 pairs)
 prep --out "$TMP/pf" --format preference --pack 16 --shard-tokens 90 --val-fraction 0.3 --seed 5 \

@@ -259,7 +259,7 @@ rc=$?
 rc2=$?
 "$TOOL" report --bogus "$TMP/A" >/dev/null 2>&1
 rc3=$?
-"$TOOL" report --help | grep -q -- "--out DIR"
+grep -q -- "--out DIR" <<<"$("$TOOL" report --help)"
 [[ $? == 0 && $rc == 1 && $rc2 == 1 && $rc3 == 1 ]]
 tap_check $? "usage: no RUN_DIR ($rc), two ($rc2), an unknown option ($rc3): exit 1; --help lists --out DIR"
 tap_done
