@@ -185,14 +185,14 @@ all_valid "$TMP/run-kill" && [[ -z $(find "$TMP/run-kill" -name '*.tmp') ]]
 tap_check $? "after the crash: every checkpoint left verifies, no temporary file remains"
 
 # 4. the time limit: --time=2 with --signal=B:USR1@75, a run longer than one start can finish (about
-#    60 s of steps at the measured speed, 600 at least). slurmctld checks time limits every 30 s and sends the
+#    50 s of steps at the measured speed, 600 at least). slurmctld checks time limits every 30 s and sends the
 #    signal at the first check less than 75 + 30 s before the limit: 15-45 s after the start, after
 #    the batch shell is up (a limit so short that the check can fall on the launch itself loses the
 #    signal, which Slurm sends once). It runs alone. Once it has been requeued, its limit is raised
 #    to 10 minutes (scontrol update, as an admin extends a job), so the second start finishes the
 #    run: every start after a requeue gets only about 16 s before the next signal, and the run
 #    would otherwise take 4 or 5 starts, 30 s each, for no more coverage (CI time).
-n=$(/usr/bin/python3 -c "print(max(600, int(60000 / max(float('${ms:-15}'), 1)) // 100 * 100))")
+n=$(/usr/bin/python3 -c "print(max(600, int(50000 / max(float('${ms:-15}'), 1)) // 100 * 100))")
 job limit WALLTIME=2 STOP_SECONDS=75
 sed -i "s|--set threads=|--set max_duration=${n}ba --set threads=|" limit.sbatch
 j=$(submit limit.sbatch)
