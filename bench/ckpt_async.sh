@@ -22,9 +22,18 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 STEPS=${STEPS:-40} EVERY=${EVERY:-12} SEQ=${SEQ:-64} THROTTLE_MBS=${THROTTLE_MBS:-100}
 DIR=$(mktemp -d "${DIR:-/tmp}/tessera-ckasync.XXXXXX")
-CG=""
-cleanup() { [[ -n $CG && -d $CG ]] && rmdir "$CG" 2>/dev/null; rm -rf "$DIR"; }
+CG="" RUNPID=""
+# on exit, an interrupt or a kill: the run in progress stopped (mpirun passes it on to the ranks)
+# before its cgroup can go, then the run directories
+cleanup() {
+    set +e # (every step is tried)
+    [[ -n $RUNPID ]] && kill "$RUNPID" 2>/dev/null && wait "$RUNPID" 2>/dev/null
+    [[ -n $CG && -d $CG ]] && rmdir "$CG" 2>/dev/null
+    rm -rf "$DIR"
+}
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 recipes=("$@")
 ((${#recipes[@]})) || recipes=(gpt2-124m qwen2.5-0.5b)
 "$BUILD/tessera" synth --out "$DIR/data" --vocab 50257 --tokens 2000000 --seed 1 >/dev/null
@@ -51,13 +60,19 @@ run() {
     local name=$1 throttled=$2
     shift 2
     rm -rf "$DIR/$name"
+    # (in the background, waited for: a signal to this script is handled at once, not after the run)
     if ((throttled)); then
         (echo "$BASHPID" >"$CG/cgroup.procs" && exec bash tests/mpi_env.sh mpirun -np 2 \
-            "$BUILD/tessera-train" "$@" --set run_dir="$DIR/$name") >"$DIR/$name.txt" 2>&1
+            "$BUILD/tessera-train" "$@" --set run_dir="$DIR/$name") >"$DIR/$name.txt" 2>&1 &
     else
         bash tests/mpi_env.sh mpirun -np 2 "$BUILD/tessera-train" "$@" --set run_dir="$DIR/$name" \
-            >"$DIR/$name.txt" 2>&1
+            >"$DIR/$name.txt" 2>&1 &
     fi
+    RUNPID=$!
+    local rc=0
+    wait "$RUNPID" || rc=$?
+    RUNPID=""
+    return "$rc"
 }
 saves_of() { # NAME: its save lines, shortened
     grep -E '^checkpoint save step' "$DIR/$1.txt" | sed -E 's/ \| [^|]*\.h5 \|/ |/' | sed 's/^/    /'
