@@ -213,13 +213,6 @@ static int plot_saves(FILE *f, const char *out, const char *run, const runlog *r
     return bad;
 }
 
-/* a run with step lines holding field f (dpo.png, grpo.png, moe.png are drawn) */
-static int has_field(const runlog *rl, runlog_field f) {
-    for (size_t i = 0; i < rl->n_train; i++)
-        if (rl->train[i].has & 1u << f) return 1;
-    return 0;
-}
-
 /* The step series' field as datablock $name (datablock_smooth) and its curve appended to the plot
  * body b (at *o, after a comma when *o > 0): the values faint behind their moving average, or the
  * values alone for a short run; axes: "" or " axes x1y2". Returns the points. */
@@ -243,7 +236,7 @@ static size_t curve(FILE *f, char *b, size_t cap, int *o, const runlog *rl, cons
 /* loss.png: the train loss (a DPO run's: the pairs' DPO loss, not nats per token) and the val
  * loss at the evaluations. */
 static int plot_loss(FILE *f, const char *out, const char *run, const runlog *rl) {
-    const int dpo = has_field(rl, RL_DPO_MARGIN);
+    const int dpo = runlog_has(rl, RL_DPO_MARGIN);
     char body[1024];
     int o = 0;
     size_t n_loss = curve(f, body, sizeof body, &o, rl, "loss", RL_LOSS, 1, "1f77b4",
@@ -253,8 +246,8 @@ static int plot_loss(FILE *f, const char *out, const char *run, const runlog *rl
         snprintf(body + o, sizeof body - (size_t)o, "%s$val using 1:2 with linespoints lw 2 pt 7 "
                  "ps 1.2 lc rgb '#d62728' title '%s'", o ? ", " : "",
                  dpo ? "val DPO loss (the validation pairs)" : "val loss");
-    return gp_plot(f, out, "loss.png", "loss", run, dpo ? "DPO loss (-log sigmoid of the margin)"
-                   : "loss (nats/token)", n_loss || n_val ? body : EMPTY);
+    return gp_plot(f, out, "loss.png", "loss", run, runlog_loss_label(rl),
+                   n_loss || n_val ? body : EMPTY);
 }
 
 /* throughput.png, mfu.png, lr.png, grad_norm.png: per-step curves. */
@@ -357,10 +350,10 @@ static int write_script(const char *script, const char *out, const char *run, co
                 (long long)rl->restarts[i], (long long)rl->restarts[i], (long long)rl->restarts[i]);
     int bad = plot_loss(f, out, run, rl);
     bad |= plot_steps(f, out, run, rl);
-    if (has_field(rl, RL_DPO_MARGIN)) bad |= plot_rate(f, out, run, rl, &dpo_plot);
+    if (runlog_has(rl, RL_DPO_MARGIN)) bad |= plot_rate(f, out, run, rl, &dpo_plot);
     if (rl->n_saves) bad |= plot_saves(f, out, run, rl);
-    if (has_field(rl, RL_GRPO_REWARD)) bad |= plot_rate(f, out, run, rl, &grpo_plot);
-    if (has_field(rl, RL_MOE_CV_MEAN)) bad |= plot_moe(f, out, run, rl);
+    if (runlog_has(rl, RL_GRPO_REWARD)) bad |= plot_rate(f, out, run, rl, &grpo_plot);
+    if (runlog_has(rl, RL_MOE_CV_MEAN)) bad |= plot_moe(f, out, run, rl);
     fprintf(f, "unset output\n");
     if (fclose(f) != 0 || bad) {
         tsr_error("%s: cannot write the gnuplot script%s", script,
@@ -374,10 +367,10 @@ static int write_script(const char *script, const char *out, const char *run, co
 static int run_gnuplot(const char *script, const char *out, const runlog *rl) {
     const char *pngs[9] = {"loss.png", "throughput.png", "mfu.png", "lr.png", "grad_norm.png"};
     size_t n_png = 5;
-    if (has_field(rl, RL_DPO_MARGIN)) pngs[n_png++] = "dpo.png";
-    if (has_field(rl, RL_GRPO_REWARD)) pngs[n_png++] = "grpo.png";
+    if (runlog_has(rl, RL_DPO_MARGIN)) pngs[n_png++] = "dpo.png";
+    if (runlog_has(rl, RL_GRPO_REWARD)) pngs[n_png++] = "grpo.png";
     if (rl->n_saves) pngs[n_png++] = "checkpoint.png";
-    if (has_field(rl, RL_MOE_CV_MEAN)) pngs[n_png++] = "moe.png";
+    if (runlog_has(rl, RL_MOE_CV_MEAN)) pngs[n_png++] = "moe.png";
     char *argv[] = {"gnuplot", (char *)script, NULL};
     pid_t pid;
     fflush(stdout);

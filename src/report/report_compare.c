@@ -93,6 +93,15 @@ static int plot(FILE *f, const char *out, const char *png, const char *ylabel, i
     return 0;
 }
 
+/* the runs' loss, as an axis label: their common kind, or a note that the kinds differ (a DPO
+ * run's pairs' loss beside a pretraining run's nats per token) */
+static const char *loss_label(int n, const runlog *rl) {
+    for (int i = 1; i < n; i++)
+        if (strcmp(runlog_loss_label(&rl[i]), runlog_loss_label(&rl[0])) != 0)
+            return "loss (objectives differ between the runs: not one scale)";
+    return runlog_loss_label(&rl[0]);
+}
+
 static int write_script(const char *script, const char *out, int n, char **dirs, const runlog *rl) {
     FILE *f = fopen(script, "w");
     if (!f) return tsr_error("%s: cannot open for writing: %s", script, strerror(errno)), -1;
@@ -112,7 +121,7 @@ static int write_script(const char *script, const char *out, int n, char **dirs,
         datablock(f, name, rl[i].train, rl[i].n_train, RL_TOKENS_PER_S, 1);
     }
     fprintf(f, "set title 'train loss'\n");
-    int bad = plot(f, out, "compare-loss.png", "loss (nats/token)", n, dirs, RL_LOSS);
+    int bad = plot(f, out, "compare-loss.png", loss_label(n, rl), n, dirs, RL_LOSS);
     if (vals) {
         fprintf(f, "set title 'validation loss'\n");
         bad |= plot(f, out, "compare-val.png", "val loss", n, dirs, RL_VAL_LOSS);

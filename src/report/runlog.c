@@ -177,3 +177,15 @@ void runlog_free(runlog *rl) {
     free(rl->restarts);
     memset(rl, 0, sizeof *rl);
 }
+
+int runlog_has(const runlog *rl, runlog_field f) {
+    for (size_t i = 0; i < rl->n_train; i++)
+        if (rl->train[i].has & 1u << f) return 1;
+    return 0;
+}
+
+const char *runlog_loss_label(const runlog *rl) {
+    if (runlog_has(rl, RL_DPO_MARGIN)) return "DPO loss (-log sigmoid of the margin)";
+    if (runlog_has(rl, RL_GRPO_REWARD)) return "GRPO loss (the clipped policy gradient)";
+    return "loss (nats/token)";
+}

@@ -56,5 +56,10 @@ int runlog_read(runlog *rl, const char *path);
 void runlog_free(runlog *rl);
 /* The JSON key of a field ("loss", ...). */
 const char *runlog_field_name(runlog_field f);
+/* The run has step lines holding field f. */
+int runlog_has(const runlog *rl, runlog_field f);
+/* What the run's "loss" is, as an axis label: a DPO run's pairs' DPO loss, a GRPO run's clipped
+ * policy-gradient loss, else the language model's cross-entropy in nats per token. */
+const char *runlog_loss_label(const runlog *rl);
 
 #endif

@@ -14,7 +14,8 @@
 #  - rank 1 SIGKILLed after step 6: the rerun resumes from step 4 and equals the uninterrupted
 #    run bit for bit;
 #  - `tessera report` draws dpo.png with the validation accuracy, and says neither "ppl" nor
-#    "nats/token" of a DPO run;
+#    "nats/token" of a DPO run, nor does `tessera report --compare` of DPO runs (whose loss axis
+#    names the DPO loss) or of a DPO and a pretraining run (whose loss axis says they differ);
 #  - `tessera eval` of the result scores the preference pairs (how often the chosen answer is more
 #    likely), the same on 1 and 2 ranks;
 #  - refused with exit 1 naming the key or the dataset: dpo.reference = "base" without LoRA, an
@@ -93,8 +94,12 @@ tap_check $? "rank 1 SIGKILLed after step 6 (exit $rc): the rerun resumes from s
 if command -v gnuplot >/dev/null; then
     "$TOOL" report "$TMP/A" -o "$TMP/rep" >"$TMP/rep.txt" 2>&1 && [[ -s $TMP/rep/dpo.png ]] &&
         grep -q '^\$vacc << EOD' "$TMP/rep/plots.gp" && ! grep -qw 'ppl' "$TMP/rep.txt" && ! grep -q 'nats' "$TMP/rep.txt" "$TMP/rep/plots.gp" &&
-        grep -qE "^val loss: +[0-9.e-]+ \(step 10\), val accuracy [0-9.e-]+ \(DPO: " "$TMP/rep.txt"
-    tap_check $? "tessera report draws dpo.png (reward margin, accuracy, the validation pairs' accuracy); the summary gives the val accuracy, no ppl or nats/token"
+        grep -qE "^val loss: +[0-9.e-]+ \(step 10\), val accuracy [0-9.e-]+ \(DPO: " "$TMP/rep.txt" &&
+        "$TOOL" report --compare "$TMP/A" "$TMP/D2" --out "$TMP/cmp" >"$TMP/cmp.txt" 2>&1 &&
+        grep -q "DPO loss (-log sigmoid" "$TMP/cmp/compare.gp" && ! grep -q nats "$TMP/cmp/compare.gp" &&
+        "$TOOL" report --compare "$TMP/A" "$TMP/base" --out "$TMP/cmp2" >>"$TMP/cmp.txt" 2>&1 &&
+        grep -q "objectives differ" "$TMP/cmp2/compare.gp" && ! grep -q nats "$TMP/cmp2/compare.gp"
+    tap_check $? "tessera report draws dpo.png (reward margin, accuracy, the validation pairs' accuracy); the summary gives the val accuracy, no ppl or nats/token; --compare of two DPO runs labels their DPO loss, of a DPO and a pretraining run says the objectives differ"
 else
     tap_skip "tessera report draws dpo.png" "gnuplot is not installed"
 fi

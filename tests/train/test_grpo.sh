@@ -188,8 +188,9 @@ sys.exit(0 if ok else 1)' "$TMP/r1/metrics.jsonl"
 
 if command -v gnuplot >/dev/null; then
     "$TOOL" report "$TMP/r1" -o "$TMP/rep" >"$TMP/rep.txt" 2>&1 && [[ -s $TMP/rep/grpo.png ]] &&
-        grep -q "^pass@1: .* -> .* (step 12)" "$TMP/rep.txt"
-    tap_check $? "tessera report draws grpo.png (mean reward, pass rate, held-out pass@1) and sums up the pass@1"
+        grep -q "^pass@1: .* -> .* (step 12)" "$TMP/rep.txt" &&
+        grep -q "GRPO loss (the clipped" "$TMP/rep/plots.gp" && ! grep -q nats "$TMP/rep/plots.gp"
+    tap_check $? "tessera report draws grpo.png (mean reward, pass rate, held-out pass@1) and sums up the pass@1; its loss axis names the GRPO loss, not nats/token"
 else
     tap_skip "tessera report draws grpo.png" "gnuplot is not installed"
 fi
