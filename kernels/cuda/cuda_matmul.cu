@@ -41,7 +41,11 @@
  *
  * Shapes and alignment: any N, IC, OC >= 1. The heuristic is told the actual alignment of every
  * pointer (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*), so odd shapes and odd offsets get the (slower)
- * algorithms that accept them instead of none. If still no algorithm exists:
+ * algorithms that accept them instead of none. An algorithm cublasLtMatmul refuses with
+ * NOT_SUPPORTED on its first call (the heuristic never sees beta, and is not documented to judge
+ * the scale pointers) is followed by the heuristic's next answers (lt_next_answer), the first
+ * accepted kept for the key.
+ * If still no algorithm exists:
  *   - GELU_AUX epilogue (also skipped unless OC % 8 == 0, the aux ld rule): bias epilogue into
  *     pre_gelu, then the GELU kernel (tcu_gelu_forward);
  *   - BIAS epilogue: DEFAULT epilogue, then bias_add_rows_kernel;
@@ -730,7 +734,7 @@ static bool lt_matmul(const lt_gemm *g, tcu_stream s, bool allow_none) {
     if (miss && !kept) lt_entry_destroy(&once);
     lock.unlock();
     char msg[1024];
-    if (found && run != CUBLAS_STATUS_SUCCESS) { /* an algorithm that ran before, refused now */
+    if (found && run != CUBLAS_STATUS_SUCCESS) { /* refused, not as NOT_SUPPORTED on the first call */
         snprintf(msg, sizeof msg, "cublasLtMatmul: %s (m=%d n=%d k=%d); the descriptor: %s",
                  cublasLtGetStatusString(run), g->m, g->n, g->k, attrs);
         tcu_fail(what, msg, __FILE__, __LINE__);
