@@ -307,8 +307,10 @@ $(BUILD)/obj/tests/unit/test_memtab.o: CFLAGS += -Ikernels/cuda
 $(BUILD)/tests/test_memtab: $(BUILD)/obj/kernels/cuda/tcu_memtab.o
 # so is the file of GEMM choices (TSR_GEMM_TUNE), which the emulators read as well
 TUNE_OBJ := $(BUILD)/obj/kernels/cuda/tcu_gemm_tune.o
-# and the FP8 linear forward over the C API, which the emulators run as the backend does
-FP8_LINEAR_OBJ := $(BUILD)/obj/kernels/cuda/tcu_fp8_linear.o
+# and the FP8 linear forward over the C API and the FP8 GEMM's plan with its rules
+# (tcu_fp8_gemm.c), which the emulators run and apply as the backend does
+FP8_GEMM_OBJ := $(BUILD)/obj/kernels/cuda/tcu_fp8_gemm.o
+FP8_LINEAR_OBJ := $(BUILD)/obj/kernels/cuda/tcu_fp8_linear.o $(FP8_GEMM_OBJ)
 $(BUILD)/obj/tests/unit/test_gemm_tune.o: CFLAGS += -Ikernels/cuda
 $(BUILD)/tests/test_gemm_tune: $(TUNE_OBJ)
 $(BUILD)/obj/src/gpu/gpu_train_emu.o: src/gpu/gpu_train.c | deps
@@ -373,7 +375,7 @@ $(BUILD)/tests/tessera-train-cuemu: $(BUILD)/obj/src/train/train_main.o $(BUILD)
 # ring_bench on the emulator (tests/gpu/test_ring_bench.sh: that it runs and what it prints, not
 # its times)
 $(BUILD)/tests/ring_bench_emu: $(BUILD)/obj/bench/gpu/ring_bench.o $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o \
-                $(TUNE_OBJ) $(BUILD)/libtessera.a
+                $(TUNE_OBJ) $(FP8_GEMM_OBJ) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
 

@@ -41,7 +41,11 @@
  *
  * Shapes and alignment: any N, IC, OC >= 1. The heuristic is told the actual alignment of every
  * pointer (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*), so odd shapes and odd offsets get the (slower)
- * algorithms that accept them instead of none. If still no algorithm exists:
+ * algorithms that accept them instead of none. An algorithm cublasLtMatmul refuses with
+ * NOT_SUPPORTED on its first call (the heuristic never sees beta, and is not documented to judge
+ * the scale pointers) is followed by the heuristic's next answers (lt_next_answer), the first
+ * accepted kept for the key.
+ * If still no algorithm exists:
  *   - GELU_AUX epilogue (also skipped unless OC % 8 == 0, the aux ld rule): bias epilogue into
  *     pre_gelu, then the GELU kernel (tcu_gelu_forward);
  *   - BIAS epilogue: DEFAULT epilogue, then bias_add_rows_kernel;
@@ -57,6 +61,7 @@
 #include <mutex>
 
 #include "cuda_internal.h"
+#include "tcu_fp8_gemm.h"
 #include "tcu_gemm_tune.h"
 
 /* ---- fixed-order kernels: bias gradient, fallback bias add ------------------------------- */
@@ -134,6 +139,19 @@ static __global__ void bias_add_rows_kernel(bf16 *x, const bf16 *bias, size_t to
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x)
         x[i] = __float2bfloat16(__bfloat162float(x[i]) + __bfloat162float(bias[i % (size_t)OC]));
+}
+
+/* x (N,OC) bf16 += bias (OC) bf16 by bias_add_rows_kernel on stream s: the bias of a GEMM whose
+ * BIAS epilogue did not run */
+static void bias_add(tsr_bf16 *x, const tsr_bf16 *bias, int N, int OC, const char *what,
+                     tcu_stream s) {
+    const size_t total = (size_t)N * OC;
+    unsigned blocks = tcu_blocks(total, 256);
+    const unsigned cap = (unsigned)tcu_context_get(what)->sm_count * 32u;
+    if (cap > 0 && blocks > cap) blocks = cap;
+    bias_add_rows_kernel<<<blocks, 256, 0, (cudaStream_t)s>>>(
+        reinterpret_cast<bf16 *>(x), reinterpret_cast<const bf16 *>(bias), total, OC);
+    TCU_CHECK_LAUNCH(what);
 }
 
 /* ---- one cuBLASLt matmul: D = alpha op(A) op(B) + beta C, C == D, column-major ------------- */
@@ -265,15 +283,6 @@ static bool lt_key_equal(const lt_key *x, const lt_key *y) {
     return true;
 }
 
-/* The largest power of two (<= 256, cuBLASLt's default requirement) dividing the address;
- * 256 for NULL (a slot that is not used). */
-static uint32_t ptr_alignment(const void *p) {
-    uintptr_t addr = (uintptr_t)p;
-    uint32_t al = 256;
-    while (al > 1 && addr % al != 0) al >>= 1;
-    return al;
-}
-
 static lt_key lt_key_of(const lt_gemm *g, const tcu_context *ctx) {
     lt_key key;
     memset(&key, 0, sizeof key);
@@ -285,14 +294,17 @@ static lt_key lt_key_of(const lt_gemm *g, const tcu_context *ctx) {
     key.m = g->m, key.n = g->n, key.k = g->k;
     key.lda = g->lda, key.ldb = g->ldb, key.ldc = g->ldc;
     key.aux_ld = g->aux ? g->aux_ld : 0;
-    key.align[AL_A] = ptr_alignment(g->a);
-    key.align[AL_B] = ptr_alignment(g->b);
-    key.align[AL_C] = ptr_alignment(g->d);
-    key.align[AL_BIAS] = ptr_alignment(g->bias);
-    key.align[AL_AUX] = ptr_alignment(g->aux);
+    key.align[AL_A] = tcu_ptr_alignment(g->a);
+    key.align[AL_B] = tcu_ptr_alignment(g->b);
+    key.align[AL_C] = tcu_ptr_alignment(g->d);
+    key.align[AL_BIAS] = tcu_ptr_alignment(g->bias);
+    key.align[AL_AUX] = tcu_ptr_alignment(g->aux);
     key.workspace_bytes = ctx->lt_workspace_bytes;
     return key;
 }
+
+/* cuBLASLt with per-matrix scale modes (CUBLASLT_MATMUL_DESC_A_SCALE_MODE: cuBLAS 12.8 on) */
+#define LT_SCALE_MODES (CUBLAS_VERSION >= 120800)
 
 /* the split-K schemes the heuristic may pick (tcu_matmul_set_reduction), read when it is asked */
 static tcu_reduction lt_reduction = TCU_REDUCTION_COMPUTE;
@@ -348,17 +360,22 @@ static void lt_algo_cfg(int64_t out[TCU_TUNE_CFG_N], const cublasLtMatmulAlgo_t 
 static_assert(sizeof(cublasLtMatmulAlgo_t) == TCU_TUNE_DATA_N * sizeof(uint64_t),
               "the file keeps an algorithm's bytes as TCU_TUNE_DATA_N words");
 
+/* One run of g with algorithm algo on stream st (C = D), cuBLASLt's status returned unchecked. */
+static cublasStatus_t lt_run(const lt_entry *e, const lt_gemm *g, const cublasLtMatmulAlgo_t *algo,
+                             const tcu_context *ctx, cudaStream_t st) {
+    const float alpha = g->alpha, beta = g->beta;
+    return cublasLtMatmul(ctx->lt, e->desc, &alpha, g->a, e->la, g->b, e->lb, &beta, g->d, e->lcd,
+                          g->d, e->lcd, algo, ctx->lt_workspace, ctx->lt_workspace_bytes, st);
+}
+
 /* One measurement of one answer on g's own operands: one untimed run, then LT_TUNE_RUNS between
  * two events; microseconds per run, or INFINITY when cuBLASLt refuses to run it (its error
  * cleared, so that no later launch is blamed for it). */
 static double lt_time_round(const lt_entry *e, const lt_gemm *g, const cublasLtMatmulAlgo_t *algo,
                             const tcu_context *ctx, cudaStream_t st, cudaEvent_t ev[2]) {
-    const float alpha = g->alpha, beta = g->beta;
     for (int r = 0; r <= LT_TUNE_RUNS; r++) {
         if (r == 1) TCU_CHECK(cudaEventRecord(ev[0], st), g->what);
-        if (cublasLtMatmul(ctx->lt, e->desc, &alpha, g->a, e->la, g->b, e->lb, &beta, g->d,
-                           e->lcd, g->d, e->lcd, algo, ctx->lt_workspace, ctx->lt_workspace_bytes,
-                           st) != CUBLAS_STATUS_SUCCESS) {
+        if (lt_run(e, g, algo, ctx, st) != CUBLAS_STATUS_SUCCESS) {
             (void)cudaGetLastError();
             return INFINITY;
         }
@@ -484,13 +501,11 @@ static void lt_tune_choose(lt_entry *e, const lt_gemm *g,
         tcu_fail(what, "TSR_GEMM_TUNE: out of host memory for the table", __FILE__, __LINE__);
 }
 
-/* Asks the heuristic for the best algorithm of e under the workspace limit, the fp32-only split-K
- * rule and the actual pointer alignments; sets e->found, e->algo, e->status. Under TSR_GEMM_TUNE
- * (mode not OFF) the usable ones among its first LT_TUNE_TOP answers go to lt_tune_choose. */
-static void lt_heuristic(lt_entry *e, const lt_gemm *g, const tcu_context *ctx,
-                         lt_tune_mode mode, cudaStream_t st) {
-    const bool tune = mode != LT_TUNE_OFF;
-    const char *what = g->what;
+/* The heuristic's usable answers for e (at most `want`, in its order) into res, under the
+ * workspace limit, the fp32-only split-K rule and the actual pointer alignments; returns their
+ * number (0: none) with the heuristic's status in *status. */
+static int lt_answers(const lt_entry *e, const tcu_context *ctx, const char *what,
+                      cublasLtMatmulHeuristicResult_t *res, int want, cublasStatus_t *status) {
     const uint32_t *align = e->key.align;
     cublasLtMatmulPreference_t pref;
     TCU_CHECK_BLAS(cublasLtMatmulPreferenceCreate(&pref), what);
@@ -504,46 +519,135 @@ static void lt_heuristic(lt_entry *e, const lt_gemm *g, const tcu_context *ctx,
     TCU_CHECK_BLAS(cublasLtMatmulPreferenceSetAttribute(
                        pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction,
                        sizeof reduction), what);
-    TCU_CHECK_BLAS(cublasLtMatmulPreferenceSetAttribute(
-                       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align[AL_A],
-                       sizeof align[AL_A]), what);
-    TCU_CHECK_BLAS(cublasLtMatmulPreferenceSetAttribute(
-                       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align[AL_B],
-                       sizeof align[AL_B]), what);
-    TCU_CHECK_BLAS(cublasLtMatmulPreferenceSetAttribute(
-                       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align[AL_C],
-                       sizeof align[AL_C]), what);
-    TCU_CHECK_BLAS(cublasLtMatmulPreferenceSetAttribute(
-                       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align[AL_C],
-                       sizeof align[AL_C]), what);
-
-    cublasLtMatmulHeuristicResult_t res[LT_TUNE_TOP];
-    memset(res, 0, sizeof res);
+    const cublasLtMatmulPreferenceAttributes_t al_attr[] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    const int al_slot[] = {AL_A, AL_B, AL_C, AL_C}; /* C = D: one pointer */
+    for (int i = 0; i < 4; i++)
+        TCU_CHECK_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &align[al_slot[i]],
+                                                            sizeof align[0]), what);
+    memset(res, 0, (size_t)want * sizeof *res);
     int count = 0;
     /* NOT_SUPPORTED (and, for some epilogue/shape pairs, INVALID_VALUE) is how the heuristic says
      * "no algorithm": an answer, not a failure; the caller falls back or exits naming the shape. */
-    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(ctx->lt, e->desc, e->la, e->lb, e->lcd,
-                                                           e->lcd, pref, tune ? LT_TUNE_TOP : 1,
-                                                           res, &count);
+    *status = cublasLtMatmulAlgoGetHeuristic(ctx->lt, e->desc, e->la, e->lb, e->lcd, e->lcd, pref,
+                                             want, res, &count);
     TCU_CHECK_BLAS(cublasLtMatmulPreferenceDestroy(pref), what);
-    e->found = 0;
-    e->status = status;
-    if (status != CUBLAS_STATUS_SUCCESS) {
-        if (status != CUBLAS_STATUS_NOT_SUPPORTED && status != CUBLAS_STATUS_INVALID_VALUE)
-            tcu_fail(what, cublasLtGetStatusString(status), __FILE__, __LINE__);
-        return;
+    if (*status != CUBLAS_STATUS_SUCCESS) {
+        if (*status != CUBLAS_STATUS_NOT_SUPPORTED && *status != CUBLAS_STATUS_INVALID_VALUE)
+            tcu_fail(what, cublasLtGetStatusString(*status), __FILE__, __LINE__);
+        return 0;
     }
     int usable = 0; /* the usable answers, in the heuristic's order */
     for (int i = 0; i < count; i++)
         if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= ws)
             res[usable++] = res[i];
-    if (usable < 1) {
-        e->status = CUBLAS_STATUS_NOT_SUPPORTED;
-        return;
-    }
-    e->found = 1;
+    if (usable < 1) *status = CUBLAS_STATUS_NOT_SUPPORTED;
+    return usable;
+}
+
+/* Asks the heuristic for the best algorithm of e; sets e->found, e->algo, e->status. Under
+ * TSR_GEMM_TUNE (mode not OFF) the usable ones among its first LT_TUNE_TOP answers go to
+ * lt_tune_choose. */
+static void lt_heuristic(lt_entry *e, const lt_gemm *g, const tcu_context *ctx,
+                         lt_tune_mode mode, cudaStream_t st) {
+    const bool tune = mode != LT_TUNE_OFF;
+    cublasLtMatmulHeuristicResult_t res[LT_TUNE_TOP];
+    const int usable = lt_answers(e, ctx, g->what, res, tune ? LT_TUNE_TOP : 1, &e->status);
+    e->found = usable > 0;
+    if (!e->found) return;
     e->algo = res[0].algo, e->pick = 0, e->cands = usable;
     if (tune) lt_tune_choose(e, g, res, usable, ctx, st, mode);
+}
+
+/* After cublasLtMatmul refused e's algorithm on its first call (CUBLAS_STATUS_NOT_SUPPORTED: the
+ * heuristic does not see every pointer, nor beta), the heuristic's other answers among its first
+ * LT_TUNE_TOP, run in its order until one is accepted: that one becomes e's algorithm, kept with
+ * the entry, so every later call runs it (deterministic: the same answers in the same order).
+ * None accepted: e->found = 0 and e->status the last refusal. Returns the last run's status. */
+static cublasStatus_t lt_next_answer(lt_entry *e, const lt_gemm *g, const tcu_context *ctx,
+                                     cudaStream_t st) {
+    cublasLtMatmulHeuristicResult_t res[LT_TUNE_TOP];
+    cublasStatus_t status = CUBLAS_STATUS_NOT_SUPPORTED, heur;
+    const int count = lt_answers(e, ctx, g->what, res, LT_TUNE_TOP, &heur);
+    for (int i = 0; i < count && status != CUBLAS_STATUS_SUCCESS; i++) {
+        if (memcmp(&res[i].algo, &e->algo, sizeof e->algo) == 0) continue; /* the refused one */
+        status = lt_run(e, g, &res[i].algo, ctx, st);
+        if (status == CUBLAS_STATUS_SUCCESS) e->algo = res[i].algo, e->pick = i, e->cands = count;
+    }
+    if (status != CUBLAS_STATUS_SUCCESS) {
+        (void)cudaGetLastError(); /* a refusal launches nothing; no later launch is blamed */
+        e->found = 0, e->status = status;
+    }
+    return status;
+}
+
+/* One descriptor attribute as an integer read back from cuBLASLt (-1: it would not say). */
+static long long lt_desc_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, size_t bytes) {
+    uint64_t v = 0;
+    size_t written = 0;
+    if (cublasLtMatmulDescGetAttribute(d, a, &v, bytes, &written) != CUBLAS_STATUS_SUCCESS)
+        return -1;
+    return bytes == 1 ? (long long)(int8_t)v : bytes == 4 ? (long long)(int32_t)v : (long long)v;
+}
+
+static long long lt_layout_attr(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t a, size_t bytes) {
+    uint64_t v = 0;
+    size_t written = 0;
+    if (cublasLtMatrixLayoutGetAttribute(l, a, &v, bytes, &written) != CUBLAS_STATUS_SUCCESS)
+        return -1;
+    return bytes == 4 ? (long long)(int32_t)v : (long long)v;
+}
+
+/* e's descriptor and layouts as cuBLASLt holds them (read back, not what we meant to set) and the
+ * call's pointers' alignments, into buf: the message of a GEMM cuBLASLt refuses. */
+static char *lt_describe(const lt_entry *e, const lt_gemm *g, const tcu_context *ctx, char *buf,
+                         size_t n) {
+    cublasLtMatmulDesc_t d = e->desc;
+    int at = snprintf(buf, n,
+        "compute %lld scale %lld transa %lld transb %lld epilogue %lld bias_type %lld "
+        "fast_accum %lld a_scale_mode %lld b_scale_mode %lld;",
+        lt_desc_attr(d, CUBLASLT_MATMUL_DESC_COMPUTE_TYPE, 4), lt_desc_attr(d, CUBLASLT_MATMUL_DESC_SCALE_TYPE, 4),
+        lt_desc_attr(d, CUBLASLT_MATMUL_DESC_TRANSA, 4), lt_desc_attr(d, CUBLASLT_MATMUL_DESC_TRANSB, 4),
+        lt_desc_attr(d, CUBLASLT_MATMUL_DESC_EPILOGUE, 4), lt_desc_attr(d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, 4),
+        lt_desc_attr(d, CUBLASLT_MATMUL_DESC_FAST_ACCUM, 1),
+#if LT_SCALE_MODES
+        lt_desc_attr(d, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, 4), lt_desc_attr(d, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, 4));
+#else
+        -1LL, -1LL);
+#endif
+    const cublasLtMatrixLayout_t lay[] = {e->la, e->lb, e->lcd};
+    const char *name[] = {"A", "B", "C=D"};
+    for (int i = 0; i < 3 && at > 0 && (size_t)at < n; i++)
+        at += snprintf(buf + at, n - (size_t)at, " %s type %lld %lldx%lld ld %lld;", name[i],
+                       lt_layout_attr(lay[i], CUBLASLT_MATRIX_LAYOUT_TYPE, 4),
+                       lt_layout_attr(lay[i], CUBLASLT_MATRIX_LAYOUT_ROWS, 8),
+                       lt_layout_attr(lay[i], CUBLASLT_MATRIX_LAYOUT_COLS, 8),
+                       lt_layout_attr(lay[i], CUBLASLT_MATRIX_LAYOUT_LD, 8));
+    if (at > 0 && (size_t)at < n)
+        snprintf(buf + at, n - (size_t)at,
+                 " alignments A %u B %u C=D %u bias %u a_scale %u b_scale %u workspace %u (%zu bytes);"
+                 " alpha %g beta %g", tcu_ptr_alignment(g->a), tcu_ptr_alignment(g->b),
+                 tcu_ptr_alignment(g->d), tcu_ptr_alignment(g->bias), tcu_ptr_alignment(g->a_scale),
+                 tcu_ptr_alignment(g->b_scale), tcu_ptr_alignment(ctx->lt_workspace),
+                 ctx->lt_workspace_bytes, g->alpha, g->beta);
+    return buf;
+}
+
+/* FP8's settings beyond the scale pointers, stated rather than left to their defaults: fast
+ * accumulation off (fp32 accumulation throughout) and, where cuBLASLt has scale modes (12.8 on),
+ * each scale one fp32 scalar for its whole matrix (CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F). */
+static void lt_fp8_desc(cublasLtMatmulDesc_t desc, const char *what) {
+    const int8_t fast = 0; /* int8_t: cublasLt.h's type for this attribute */
+    TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
+                                                  sizeof fast), what);
+#if LT_SCALE_MODES
+    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode,
+                                                  sizeof mode), what);
+    TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode,
+                                                  sizeof mode), what);
+#endif
 }
 
 /* Builds e for g: the descriptor with g's fixed attributes, the layouts of the stored matrices
@@ -571,6 +675,7 @@ static void lt_entry_build(lt_entry *e, const lt_gemm *g, const lt_key *key,
         TCU_CHECK_BLAS(cublasLtMatmulDescSetAttribute(
                            e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &g->aux_ld,
                            sizeof g->aux_ld), what);
+    if (g->a_scale) lt_fp8_desc(e->desc, what);
     lt_set_pointers(e->desc, g);
     int a_rows = g->ta == CUBLAS_OP_N ? g->m : g->k, a_cols = g->ta == CUBLAS_OP_N ? g->k : g->m;
     int b_rows = g->tb == CUBLAS_OP_N ? g->k : g->n, b_cols = g->tb == CUBLAS_OP_N ? g->n : g->k;
@@ -614,24 +719,32 @@ static bool lt_matmul(const lt_gemm *g, tcu_stream s, bool allow_none) {
         if (!kept && e->found && e->src == LT_SRC_MISSING) lt_tune_overflow_missing++;
         if (!kept && e->found && e->src == LT_SRC_UNMATCHED) lt_tune_overflow_unmatched++;
     }
+    cublasStatus_t run = CUBLAS_STATUS_SUCCESS;
+    if (e->found) {
+        if (!miss) lt_set_pointers(e->desc, g); /* this call's bias and aux */
+        run = lt_run(e, g, &e->algo, ctx, (cudaStream_t)s);
+        if (run == CUBLAS_STATUS_NOT_SUPPORTED && miss) /* first call: the next answers */
+            run = lt_next_answer(e, g, ctx, (cudaStream_t)s);
+    }
     const int found = e->found;
     const cublasStatus_t status = e->status;
-    if (found) {
-        if (!miss) lt_set_pointers(e->desc, g); /* this call's bias and aux */
-        const float alpha = g->alpha, beta = g->beta;
-        TCU_CHECK_BLAS(cublasLtMatmul(ctx->lt, e->desc, &alpha, g->a, e->la, g->b, e->lb, &beta,
-                                      g->d, e->lcd, g->d, e->lcd, &e->algo, ctx->lt_workspace,
-                                      ctx->lt_workspace_bytes, (cudaStream_t)s), what);
-    }
+    char attrs[768] = "";
+    if ((found && run != CUBLAS_STATUS_SUCCESS) || (!found && !allow_none))
+        lt_describe(e, g, ctx, attrs, sizeof attrs);
     if (miss && !kept) lt_entry_destroy(&once);
     lock.unlock();
+    char msg[1024];
+    if (found && run != CUBLAS_STATUS_SUCCESS) { /* refused, not as NOT_SUPPORTED on the first call */
+        snprintf(msg, sizeof msg, "cublasLtMatmul: %s (m=%d n=%d k=%d); the descriptor: %s",
+                 cublasLtGetStatusString(run), g->m, g->n, g->k, attrs);
+        tcu_fail(what, msg, __FILE__, __LINE__);
+    }
     if (!found && !allow_none) {
-        char msg[320];
         snprintf(msg, sizeof msg,
                  "cuBLASLt has no algorithm for m=%d n=%d k=%d (%s, epilogue %u, "
-                 "workspace %zu bytes): %s", g->m, g->n, g->k,
+                 "workspace %zu bytes): %s; the descriptor: %s", g->m, g->n, g->k,
                  g->op == LT_F32 ? "fp32" : tcu_msg("N=%d IC=%d OC=%d", g->N, g->IC, g->OC),
-                 (unsigned)g->epi, ctx->lt_workspace_bytes, cublasLtGetStatusString(status));
+                 (unsigned)g->epi, ctx->lt_workspace_bytes, cublasLtGetStatusString(status), attrs);
         tcu_fail(what, msg, __FILE__, __LINE__);
     }
     return found != 0;
@@ -839,13 +952,7 @@ void tcu_matmul_forward(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *inp,
         g.epi = CUBLASLT_EPILOGUE_DEFAULT;
         g.bias = NULL;
         lt_matmul(&g, s, false);
-        size_t total = (size_t)N * OC;
-        unsigned blocks = tcu_blocks(total, 256);
-        unsigned cap = (unsigned)tcu_context_get(what)->sm_count * 32u;
-        if (cap > 0 && blocks > cap) blocks = cap;
-        bias_add_rows_kernel<<<blocks, 256, 0, (cudaStream_t)s>>>(
-            reinterpret_cast<bf16 *>(dst), reinterpret_cast<const bf16 *>(bias), total, OC);
-        TCU_CHECK_LAUNCH(what);
+        bias_add(dst, bias, N, OC, what, s);
     }
     if (pre_gelu) tcu_gelu_forward(out, pre_gelu, (size_t)N * OC, gelu, s);
 }
@@ -917,11 +1024,12 @@ void tcu_matmul_backward_dgelu(tsr_bf16 *dinp, float *dw, float *dbias, const ts
 }
 
 /* out (N,OC) bf16 = (qx @ qw^T) * sx_inv * sw_inv + bias, qx (N,IC), qw (OC,IC) E4M3 row-major.
- * cuBLASLt: as tcu_matmul_forward's mapping, D (OC,N) ld OC = op(A) B with A = qw stored (IC,OC)
- * ld IC, op T, B = qx stored (IC,N) ld IC, op N: the "TN" layout FP8 requires, with no transpose
- * to make. D = scale_A scale_B (A B) (+ bias, BIAS epilogue, bf16), fp32 accumulation
- * (CUBLASLT_MATMUL_DESC_FAST_ACCUM left 0); C = D bf16, beta = 0; A_SCALE = sw_inv (A is the
- * weight), B_SCALE = sx_inv. */
+ * The call is tcu_fp8_gemm_plan's (kernels/cuda/tcu_fp8_gemm.h: the mapping, the "TN" layout,
+ * bf16 C = D with beta 0, A_SCALE = sw_inv, B_SCALE = sx_inv, fast accumulation off), refused
+ * before cuBLASLt sees it when it breaks one of tcu_fp8_gemm_check's rules, which the emulator
+ * applies too. A bias the plan leaves out of the epilogue (not 16-byte aligned), or one whose
+ * BIAS epilogue cuBLASLt has no algorithm for, is added by bias_add_rows_kernel after the GEMM
+ * (a second bf16 rounding, as tcu_matmul_forward's fallback). */
 void tcu_matmul_fp8(tsr_bf16 *out, const tsr_fp8 *qx, const float *sx_inv, const tsr_fp8 *qw,
                     const float *sw_inv, const tsr_bf16 *bias, int N, int IC, int OC,
                     tcu_stream s) {
@@ -929,14 +1037,27 @@ void tcu_matmul_fp8(tsr_bf16 *out, const tsr_fp8 *qx, const float *sx_inv, const
     require_shape(what, N, IC, OC);
     TCU_REQUIRE(out && qx && qw && sx_inv && sw_inv, what,
                 "out, qx, qw, sx_inv and sw_inv must not be NULL");
-    TCU_REQUIRE(IC % 16 == 0 && OC % 16 == 0 && tcu_aligned16(qx) && tcu_aligned16(qw), what,
-                tcu_msg("IC=%d and OC=%d must be multiples of 16 and qx, qw 16-byte aligned "
-                        "(cuBLASLt's FP8 rules)", IC, OC));
-    lt_gemm g = lt_gemm_dense(LT_FP8, N, IC, OC, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, qw, qx, out,
-                              CUDA_R_16BF, 0.0f);
+    const tcu_context *ctx = tcu_context_get(what);
+    tcu_fp8_gemm p;
+    tcu_fp8_gemm_plan(&p, out, qx, sx_inv, qw, sw_inv, bias, N, IC, OC, ctx->lt_workspace,
+                      ctx->lt_workspace_bytes);
+    const char *why = tcu_fp8_gemm_check(&p);
+    if (why) {
+        char msg[1024], desc[640];
+        snprintf(msg, sizeof msg, "N=%d IC=%d OC=%d: %s (cuBLASLt's FP8 rules; the call: %s)", N,
+                 IC, OC, why, tcu_fp8_gemm_describe(&p, desc, sizeof desc));
+        tcu_fail(what, msg, __FILE__, __LINE__);
+    }
+    lt_gemm g = lt_gemm_dense(LT_FP8, N, IC, OC, CUBLAS_OP_T, CUBLAS_OP_N, p.m, p.n, p.k, p.a,
+                              p.b, out, CUDA_R_16BF, p.beta);
     g.ab_type = CUDA_R_8F_E4M3;
-    g.a_scale = sw_inv, g.b_scale = sx_inv;
-    g.bias = bias;
-    g.epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    lt_matmul(&g, s, false);
+    g.a_scale = p.a_scale, g.b_scale = p.b_scale;
+    g.bias = p.bias;
+    g.epi = p.bias_epilogue ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    const bool fused = lt_matmul(&g, s, p.bias_epilogue);
+    if (!fused) { /* no BIAS algorithm, or none cuBLASLt would run: DEFAULT, then the bias */
+        g.bias = NULL, g.epi = CUBLASLT_EPILOGUE_DEFAULT;
+        lt_matmul(&g, s, false);
+    }
+    if (bias && !(fused && p.bias_epilogue)) bias_add(out, bias, N, OC, what, s);
 }

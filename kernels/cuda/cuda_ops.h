@@ -252,9 +252,11 @@ void tcu_fp8_quantize(tsr_fp8 *q, float *scale_inv, const tsr_bf16 *x, const flo
 /* The FP8 GEMM: out (N,OC) bf16 = round((qx @ qw^T) * (*sx_inv) * (*sw_inv) + bias), qx (N,IC)
  * and qw (OC,IC) E4M3 (row-major: cuBLASLt's TN layout as they are), sx_inv and sw_inv (1) fp32
  * device scalars (tcu_fp8_quantize's), bias (OC) bf16 or NULL; fp32 accumulation (cuBLASLt's
- * FP8 matmul, fast accumulation off). cuBLASLt's FP8 rules, checked (exit naming the op and
- * the values, the emulator too): IC and OC multiples of 16, qx and qw 16-byte aligned. The emulator: the
- * decoded products summed in fp32 (sgemm), times sx_inv * sw_inv, plus bias, rounded once. */
+ * FP8 matmul, fast accumulation off). cuBLASLt's FP8 rules (tcu_fp8_gemm_check, the backend and
+ * the emulator alike; exit naming the rule and the call): IC and OC multiples of 16, out, qx, qw
+ * and sx_inv, sw_inv 16-byte aligned. A bias that is not 16-byte aligned is added after the GEMM
+ * (a second rounding). The emulator: the decoded products summed in fp32 (sgemm), times
+ * sx_inv * sw_inv, plus bias, rounded once. */
 void tcu_matmul_fp8(tsr_bf16 *out, const tsr_fp8 *qx, const float *sx_inv, const tsr_fp8 *qw,
                     const float *sw_inv, const tsr_bf16 *bias, int N, int IC, int OC,
                     tcu_stream s);

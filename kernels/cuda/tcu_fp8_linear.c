@@ -3,8 +3,9 @@
  * emulator (kernels/cuda_emu/) share one definition: both link this file.
  *
  * The quantised operands live in one process-wide scratch (the ops' one-stream rule, cuda_ops.h):
- * the two amax and the two inverse scales in its first 256 bytes, then the input's and the
- * weight's E4M3 codes, each 256-byte aligned; grown on demand (the stream waited for first, since
+ * the two amax and the two inverse scales in its first 256 bytes, each in a 16-byte slot of its
+ * own (tcu_matmul_fp8 takes only 16-byte aligned scale pointers: tcu_fp8_gemm_check), then the
+ * input's and the weight's E4M3 codes, each 256-byte aligned; grown on demand (the stream waited for first, since
  * queued work may still read the old one), freed by tcu_fp8_release (the backend's tcu_shutdown
  * calls it; the emulator's keeps it, host memory that outlives its contexts).
  * Preconditions are the ops' own: a bad shape is refused by tcu_matmul_fp8, a NULL inp or w by
@@ -40,12 +41,13 @@ void tcu_matmul_forward_fp8(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *i
         tcu_matmul_fp8(out, NULL, NULL, NULL, NULL, bias, N, IC, OC, s);
     const size_t nx = (size_t)N * IC, nw = (size_t)OC * IC;
     unsigned char *p = fp8_scratch_get(256 + round256(nx) + round256(nw), s);
-    float *f = (float *)(void *)p; /* amax x, amax w, scale_inv x, scale_inv w */
+    float *f = (float *)(void *)p; /* 16-byte slots: amax x, amax w, scale_inv x, scale_inv w */
+    float *amax_x = f, *amax_w = f + 4, *sinv_x = f + 8, *sinv_w = f + 12;
     tsr_fp8 *qx = p + 256, *qw = qx + round256(nx);
-    tcu_amax_bf16(f + 0, inp, nx, s);
-    tcu_amax_bf16(f + 1, w, nw, s);
-    tcu_fp8_quantize(qx, f + 2, inp, f + 0, nx, TCU_FP8_E4M3, s);
-    tcu_fp8_quantize(qw, f + 3, w, f + 1, nw, TCU_FP8_E4M3, s);
-    tcu_matmul_fp8(pre_gelu ? pre_gelu : out, qx, f + 2, qw, f + 3, bias, N, IC, OC, s);
+    tcu_amax_bf16(amax_x, inp, nx, s);
+    tcu_amax_bf16(amax_w, w, nw, s);
+    tcu_fp8_quantize(qx, sinv_x, inp, amax_x, nx, TCU_FP8_E4M3, s);
+    tcu_fp8_quantize(qw, sinv_w, w, amax_w, nw, TCU_FP8_E4M3, s);
+    tcu_matmul_fp8(pre_gelu ? pre_gelu : out, qx, sinv_x, qw, sinv_w, bias, N, IC, OC, s);
     if (pre_gelu) tcu_gelu_forward(out, pre_gelu, (size_t)N * OC, gelu, s);
 }

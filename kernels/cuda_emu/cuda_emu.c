@@ -42,6 +42,7 @@
 #include <time.h>
 
 #include "cuda_ops.h"
+#include "tcu_fp8_gemm.h"
 #include "tcu_gemm_tune.h"
 #include "ops.h"
 
@@ -1014,7 +1015,10 @@ void tcu_fp8_quantize(tsr_fp8 *q, float *scale_inv, const tsr_bf16 *x, const flo
 }
 
 /* the decoded products summed in fp32 by the CPU's sgemm (cuBLASLt's up to the order of the
- * sums), times sx_inv * sw_inv, plus bias, rounded once to bf16; cuBLASLt's FP8 rules checked */
+ * sums), times sx_inv * sw_inv, plus bias: rounded once to bf16 where the backend's plan
+ * (tcu_fp8_gemm_plan, the same function) puts the bias in the BIAS epilogue, else rounded, then
+ * the bias added and rounded again (bias_add_rows_kernel). The plan is refused as the backend
+ * refuses it (tcu_fp8_gemm_check: cuBLASLt's FP8 rules); the emulator has no workspace. */
 void tcu_matmul_fp8(tsr_bf16 *out, const tsr_fp8 *qx, const float *sx_inv, const tsr_fp8 *qw,
                     const float *sw_inv, const tsr_bf16 *bias, int N, int IC, int OC,
                     tcu_stream s) {
@@ -1022,9 +1026,12 @@ void tcu_matmul_fp8(tsr_bf16 *out, const tsr_fp8 *qx, const float *sx_inv, const
     require_shape(what, N, IC, OC);
     REQUIRE(out && qx && qw && sx_inv && sw_inv, what,
             "out, qx, qw, sx_inv and sw_inv must not be NULL");
-    REQUIRE(IC % 16 == 0 && OC % 16 == 0 && (uintptr_t)qx % 16 == 0 && (uintptr_t)qw % 16 == 0,
-            what, "IC=%d and OC=%d must be multiples of 16 and qx, qw 16-byte aligned "
-            "(cuBLASLt's FP8 rules)", IC, OC);
+    tcu_fp8_gemm p;
+    char desc[640];
+    tcu_fp8_gemm_plan(&p, out, qx, sx_inv, qw, sw_inv, bias, N, IC, OC, NULL, 0);
+    const char *why = tcu_fp8_gemm_check(&p);
+    REQUIRE(!why, what, "N=%d IC=%d OC=%d: %s (cuBLASLt's FP8 rules; the call: %s)", N, IC, OC,
+            why ? why : "", tcu_fp8_gemm_describe(&p, desc, sizeof desc));
     need_context(what);
     const size_t nx = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
     float *x = host_alloc(nx * sizeof *x, what), *w = host_alloc(nw * sizeof *w, what);
@@ -1033,8 +1040,12 @@ void tcu_matmul_fp8(tsr_bf16 *out, const tsr_fp8 *qx, const float *sx_inv, const
     for (size_t i = 0; i < nw; i++) w[i] = tcu_fp8_decode(qw[i], TCU_FP8_E4M3);
     cpu->matmul_forward(o, x, w, NULL, N, IC, OC);
     const float f = *sx_inv * *sw_inv;
-    for (size_t i = 0; i < no; i++)
-        out[i] = bf16_round(o[i] * f + (bias ? bf16_widen(bias[i % (size_t)OC]) : 0.0f));
+    for (size_t i = 0; i < no; i++) {
+        const float b = bias ? bf16_widen(bias[i % (size_t)OC]) : 0.0f;
+        out[i] = p.bias_epilogue ? bf16_round(o[i] * f + b) : bf16_round(o[i] * f);
+        if (bias && !p.bias_epilogue) out[i] = bf16_round(bf16_widen(out[i]) + b);
+    }
+    (void)s;
     free(o), free(w), free(x);
 }
 

@@ -34,6 +34,7 @@
 
 #include "cuda_ops.h"
 #include "ops.h"
+#include "tcu_fp8_gemm.h"
 #include "tap.h"
 
 #define U_BF16 0x1p-8    /* bf16 unit roundoff */
@@ -2622,9 +2623,11 @@ static void test_matmul_rows(const mmr_cfg *m) {
 
 /* ---- FP8 (tcu_fp8.h; issue 51) ------------------------------------------------------------ */
 
+/* bias: 0 none, 1 a 16-byte aligned one (the BIAS epilogue), 2 one 2 bytes off (not 16-byte
+ * aligned: tcu_fp8_gemm_plan leaves it out of the epilogue, a kernel adds it after the GEMM) */
 typedef struct { int N, IC, OC, bias; } fp8_cfg;
 #define FP8_CHECKS 6
-static const fp8_cfg FP8[] = {{37, 64, 48, 1}, {128, 256, 96, 0}};
+static const fp8_cfg FP8[] = {{37, 64, 48, 1}, {128, 256, 96, 0}, {24, 32, 16, 2}};
 
 /* U(-1,1) times 2^U(-12,0): after current scaling some land among E4M3's subnormals */
 static void fill_fp8_input(float *x, size_t n, double a) {
@@ -2661,7 +2664,8 @@ static void test_fp8(const fp8_cfg *c) {
     const int N = c->N, IC = c->IC, OC = c->OC;
     const size_t nx = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
     char tag[96];
-    snprintf(tag, sizeof tag, "fp8 N=%d IC=%d OC=%d%s", N, IC, OC, c->bias ? " bias" : "");
+    snprintf(tag, sizeof tag, "fp8 N=%d IC=%d OC=%d%s", N, IC, OC,
+             c->bias == 2 ? " bias (2 bytes off)" : c->bias ? " bias" : "");
     if (g_sm < 89) { /* cuBLASLt has no FP8 GEMM before Ada */
         for (int k = 0; k < FP8_CHECKS; k++)
             tap_skip(L("%s: check %d of %d", tag, k + 1, FP8_CHECKS),
@@ -2671,17 +2675,22 @@ static void test_fp8(const fp8_cfg *c) {
     float *x = hf(nx), *w = hf(nw), *bias = hf(OC);
     fill_fp8_input(x, nx, 1.0), fill_fp8_input(w, nw, 3.0 / sqrt(IC));
     fill_bf16(bias, OC, -0.5, 0.5);
-    tsr_bf16 *d_x = new_bf16(x, nx), *d_w = new_bf16(w, nw), *d_b = c->bias ? new_bf16(bias, OC) : NULL;
-    float *d_f = df32(4); /* amax x, amax w, scale_inv x, scale_inv w */
+    float *bias_off = hf(OC + 1); /* bias 2: the vector one bf16 past the allocation's start */
+    bias_off[0] = 0, memcpy(bias_off + 1, bias, (size_t)OC * sizeof *bias);
+    tsr_bf16 *d_x = new_bf16(x, nx), *d_w = new_bf16(w, nw);
+    tsr_bf16 *d_b = c->bias == 1 ? new_bf16(bias, OC) : c->bias == 2 ? new_bf16(bias_off, OC + 1) + 1 : NULL;
+    /* amax x, amax w, scale_inv x, scale_inv w, each in a 16-byte slot (tcu_matmul_fp8's rule) */
+    float *d_f = df32(16), *d_ax = d_f, *d_aw = d_f + 4, *d_sx = d_f + 8, *d_sw = d_f + 12;
     tsr_fp8 *d_qx = dalloc(nx), *d_qw = dalloc(nw);
     tsr_bf16 *d_out = d16(no), *d_out2 = d16(no);
-    tcu_amax_bf16(d_f, d_x, nx, g_s);
-    tcu_amax_bf16(d_f + 1, d_w, nw, g_s);
-    tcu_fp8_quantize(d_qx, d_f + 2, d_x, d_f, nx, TCU_FP8_E4M3, g_s);
-    tcu_fp8_quantize(d_qw, d_f + 3, d_w, d_f + 1, nw, TCU_FP8_E4M3, g_s);
+    tcu_amax_bf16(d_ax, d_x, nx, g_s);
+    tcu_amax_bf16(d_aw, d_w, nw, g_s);
+    tcu_fp8_quantize(d_qx, d_sx, d_x, d_ax, nx, TCU_FP8_E4M3, g_s);
+    tcu_fp8_quantize(d_qw, d_sw, d_w, d_aw, nw, TCU_FP8_E4M3, g_s);
     poison(d_out, no * 2);
-    tcu_matmul_fp8(d_out, d_qx, d_f + 2, d_qw, d_f + 3, d_b, N, IC, OC, g_s);
-    float *f = get_f32(d_f, 4), ax = host_amax(x, nx), aw = host_amax(w, nw);
+    tcu_matmul_fp8(d_out, d_qx, d_sx, d_qw, d_sw, d_b, N, IC, OC, g_s);
+    float *f16 = get_f32(d_f, 16), ax = host_amax(x, nx), aw = host_amax(w, nw);
+    const float f[4] = {f16[0], f16[4], f16[8], f16[12]};
     tap_ok(f[0] == ax && f[1] == aw, "%s: tcu_amax_bf16 (%g, %g) == the largest |x|, |w| (%g, %g)",
            tag, f[0], f[1], ax, aw);
     unsigned char *qx = halloc(nx), *qw = halloc(nw);
@@ -2712,8 +2721,10 @@ static void test_fp8(const fp8_cfg *c) {
             ref[at] = (float)(r + b), bound[at] = (float)(e + MTOL_SUM * (m * s + fabs(b)));
         }
     float *out = get_bf16(d_out, no);
+    /* bias 2: the product rounded to bf16 before the bias is added (a second rounding: 2^-9 of
+     * |product| at most, under its sum of |terms|; 2^-8 of that allowed) */
     check_close(L("%s: the GEMM vs the fp64 product of the decoded codes", tag), out, refq, no, 0,
-                RTOL_BF16, magq, MTOL_SUM);
+                RTOL_BF16, magq, c->bias == 2 ? 0x1p-8 : MTOL_SUM);
     check_close(L("%s: the GEMM vs the fp64 product of the unquantised inputs (bound: E4M3's "
                   "precision)", tag), out, ref, no, 0, RTOL_BF16, bound, 1.0);
     poison(d_out2, no * 2);
@@ -2729,6 +2740,67 @@ static void test_fp8(const fp8_cfg *c) {
     tap_ok(finite == 0, "%s: one NaN in the input makes every output NaN (%zu of %zu finite)", tag,
            finite, no);
     scope_end(tag);
+}
+
+/* tcu_fp8_gemm_check (kernels/cuda/tcu_fp8_gemm.h), host only: the plan tcu_matmul_fp8 makes for
+ * aligned operands passes, and each plan that breaks one documented FP8 rule (docs/cuda.md "FP8",
+ * the table) is refused naming that rule; the same function refuses it in the backend, before
+ * cuBLASLt sees the call, and in the emulator. */
+typedef enum {
+    R_E5M2, R_COMPUTE, R_NN, R_CTYPE, R_BIASTYPE, R_K, R_LDD, R_ALIGN, R_BETA, R_INPLACE,
+    R_BIASAL, R_SCALE, R_FAST, R_WS, R_WSAL, R_COUNT
+} fp8_rule;
+static const char *const fp8_rule_key[R_COUNT] = {
+    "not both E5M2", "CUBLAS_COMPUTE_32F", "\"TN\"", "C of D's type", "vector must be bf16",
+    "stored rows of A, B, C and D", "leading dimensions must be", "16-byte aligned (cublasLtMatmul",
+    "beta must be 0", "in-place", "vector must be 16-byte aligned", "scale pointers",
+    "fast accumulation", "at least the heuristic's limit", "256-byte aligned"};
+#define FP8_RULE_CHECKS (R_COUNT + 2)
+
+static void fp8_break(tcu_fp8_gemm *g, fp8_rule r, const unsigned char *base) {
+    switch (r) {
+    case R_E5M2: g->a_type = g->b_type = TCU_LT_E5M2; break;
+    case R_COMPUTE: g->compute = TCU_LT_BF16; break;
+    case R_NN: g->ta = 'N'; break;
+    case R_CTYPE: g->c_type = TCU_LT_F32; break;
+    case R_BIASTYPE: g->bias_type = TCU_LT_F32; break;
+    case R_K: g->k = g->lda = g->ldb = 40; break;      /* IC = 40: 40 bytes of E4M3 */
+    case R_LDD: g->ldd = g->ldc = g->m + 4; break;     /* 8 bytes more of bf16 */
+    case R_ALIGN: g->a = base + 8; break;
+    case R_BETA: g->beta = 1.0f; break;
+    case R_INPLACE: g->ldc = g->m + 8; break;          /* C = D with another ld */
+    case R_BIASAL: g->bias = base + 2; break;
+    case R_SCALE: g->a_scale = (const float *)(const void *)(base + 4); break;
+    case R_FAST: g->fast_accum = 1; break;
+    case R_WS: g->ws_call = g->ws_heuristic / 2; break;
+    case R_WSAL: g->workspace = base + 128; break;
+    default: break;
+    }
+}
+
+static void test_fp8_rules(void) {
+    static _Alignas(256) unsigned char mem[1024];
+    const float *sc = (const float *)(const void *)(mem + 256);
+    tcu_fp8_gemm good, g;
+    char desc[640];
+    tcu_fp8_gemm_plan(&good, mem, mem, sc, mem, sc, mem, 37, 64, 48, mem, 1u << 25);
+    const char *why = tcu_fp8_gemm_check(&good);
+    tap_ok(!why && good.bias_epilogue && good.ta == 'T' && good.tb == 'N' && good.beta == 0.0f &&
+           good.c == good.d && good.ws_call == good.ws_heuristic,
+           "fp8 plan: tcu_matmul_fp8's plan passes every rule (TN, bias in the BIAS epilogue, C = D, "
+           "beta 0, one workspace size): %s; %s", why ? why : "ok",
+           tcu_fp8_gemm_describe(&good, desc, sizeof desc));
+    tcu_fp8_gemm_plan(&g, mem, mem, sc, mem, sc, mem + 2, 37, 64, 48, mem, 1u << 25);
+    tap_ok(!tcu_fp8_gemm_check(&g) && !g.bias_epilogue && !g.bias,
+           "fp8 plan: a bias 2 bytes off 16-byte alignment is left out of the BIAS epilogue (added "
+           "by a kernel after the GEMM)");
+    for (int r = 0; r < R_COUNT; r++) {
+        g = good;
+        fp8_break(&g, (fp8_rule)r, mem);
+        why = tcu_fp8_gemm_check(&g);
+        tap_ok(why && strstr(why, fp8_rule_key[r]), "fp8 plan: broken (%s) is refused naming it: %s",
+               fp8_rule_key[r], why ? why : "accepted");
+    }
 }
 
 static int plan_size_simt(void) {
@@ -2805,7 +2877,7 @@ static int plan_size(void) {
     n += (int)NCASES(SUMSQ) * SUMSQ_CHECKS;
     n += (int)NCASES(ADD_F32) * ADD_F32_CHECKS + (int)NCASES(D2D) * D2D_CHECKS;
     n += (int)NCASES(DEC) * DEC_CHECKS + (int)NCASES(MMR) * MMR_CHECKS;
-    n += (int)NCASES(FP8) * FP8_CHECKS;
+    n += (int)NCASES(FP8) * FP8_CHECKS + FP8_RULE_CHECKS;
     return n;
 }
 
@@ -2908,6 +2980,7 @@ int main(void) {
     tap_diag("next: batched decoding (the KV cache of slots, the batch-invariant product)");
     run_decode();
     tap_diag("next: FP8 (the casts of tcu_fp8.h, cuBLASLt's FP8 GEMM)");
+    test_fp8_rules();
     for (size_t i = 0; i < NCASES(FP8); i++) test_fp8(&FP8[i]);
 
     tap_ok(guards_broken == 0, "no op wrote into the %d guard bytes around its buffers (%zu of %zu "
