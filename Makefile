@@ -1,7 +1,7 @@
 # tessera — build, test, demo, install.
 #   make            build build/tessera-train, build/tessera and the tests
 #   make demo       train the tiny model on the Brown corpus with 2 MPI ranks, then sample from it
-#   make check      the include checker, then every test; the last line is "N passed, N failed, N skipped"
+#   make check      the include checker and the long-function lint, then every test; the last line is "N passed, N failed, N skipped"
 #   make check-gpu  the GPU tests alone (tests/gpu/ and the CUDA op test; they skip without a GPU)
 #   make bench      CPU throughput vs PyTorch (bench/, results in docs/benchmarks.md)
 #   make fuzz       libFuzzer over each parser for FUZZ_SECONDS (60) (tests/fuzz/, docs/fuzzing.md)
@@ -519,9 +519,12 @@ demo: all data/brown/train/index.tsv
 	@echo "own text (build/tessera prep --out data/mine --tokenizer gpt2 DIR), or use a recipe in configs/."
 
 # first the include checker (tools/check_includes.py: no include cycle, no include into a higher
-# layer of docs/architecture.md's table; a finding stops make check), then every test
+# layer of docs/architecture.md's table) and the long-function lint (tools/long_functions.py: no
+# product function over 80 lines but those tools/long_functions.known allows); a finding stops
+# make check; then every test
 check: all
 	$(PYTHON) tools/check_includes.py
+	$(PYTHON) tools/long_functions.py
 	$(NOJOBS) bash tests/run.sh
 
 # the GPU tests alone: the op test (build/tests/test_gpu_ops*) and every script in tests/gpu/ (make

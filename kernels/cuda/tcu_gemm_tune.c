@@ -193,6 +193,90 @@ static int parse_entry(const char *line, tcu_tune_entry *e, const char *path, in
     return 0;
 }
 
+/* a TSR_GEMM_TUNE file being read: which, for which GPU model and cuBLASLt, the line number and
+ * the header lines seen; the error message's buffer */
+typedef struct tune_reader {
+    const char *path, *device;
+    int64_t lt_version;
+    int ln, have_dev, have_ver;
+    char *err;
+    size_t n;
+} tune_reader;
+
+/* the "device NAME" line: the file is this GPU model's; 0, or -1 with the error said */
+static int tune_device(tune_reader *r, const char *name) {
+    r->have_dev = 1;
+    if (strcmp(name, r->device) == 0) return 0;
+    say(r->err, r->n, "%s:%d: made on device \"%s\", this is \"%s\": its algorithms may "
+        "not exist here (one file per GPU model)", r->path, r->ln, name, r->device);
+    return -1;
+}
+
+/* the "cublaslt VERSION" line s: the file is this cuBLASLt's; 0, or -1 with the error said */
+static int tune_version(tune_reader *r, const char *s) {
+    char *end;
+    long long v = strtoll(s + 9, &end, 10);
+    r->have_ver = 1;
+    if (end == s + 9 || *end) {
+        say(r->err, r->n, "%s:%d: \"%s\": expected cublaslt and an integer version", r->path,
+            r->ln, s);
+        return -1;
+    }
+    if (v != r->lt_version) {
+        say(r->err, r->n, "%s:%d: made with cuBLASLt %lld, this is %" PRId64 ": its "
+            "algorithms may differ (tune again into another file)", r->path, r->ln, v,
+            r->lt_version);
+        return -1;
+    }
+    return 0;
+}
+
+/* an entry line s, after the header: parsed, new, added to t; 0, or -1 with the error said */
+static int tune_entry(tcu_tune_table *t, tune_reader *r, const char *s) {
+    if (!r->have_dev || !r->have_ver) {
+        say(r->err, r->n, "%s:%d: an entry before the \"device\" and \"cublaslt\" lines: not a "
+            "TSR_GEMM_TUNE file", r->path, r->ln);
+        return -1;
+    }
+    tcu_tune_entry e;
+    if (parse_entry(s, &e, r->path, r->ln, r->err, r->n)) return -1;
+    if (tcu_tune_find(t, e.key)) {
+        say(r->err, r->n, "%s:%d: the same GEMM key as an earlier line", r->path, r->ln);
+        return -1;
+    }
+    if (tcu_tune_add(t, e.key, e.cfg, e.data, e.us, e.first_us)) {
+        say(r->err, r->n, "%s: out of host memory at line %d", r->path, r->ln);
+        return -1;
+    }
+    return 0;
+}
+
+/* the lines of f into t until the end or the first error: 0, or -1 with the error said */
+static int tune_read(tcu_tune_table *t, tune_reader *r, FILE *f) {
+    char line[1024];
+    int rc = 0;
+    while (rc == 0 && fgets(line, sizeof line, f)) {
+        r->ln++;
+        if (!strchr(line, '\n') && !feof(f)) {
+            say(r->err, r->n, "%s:%d: a line longer than %zu bytes", r->path, r->ln,
+                sizeof line - 2);
+            return -1;
+        }
+        chomp(line);
+        const char *s = line;
+        while (*s == ' ' || *s == '\t') s++;
+        if (!*s || *s == '#') continue;
+        if (strncmp(s, "device ", 7) == 0) rc = tune_device(r, s + 7);
+        else if (strncmp(s, "cublaslt ", 9) == 0) rc = tune_version(r, s);
+        else rc = tune_entry(t, r, s);
+    }
+    if (rc == 0 && ferror(f)) {
+        say(r->err, r->n, "%s: read error: %s", r->path, strerror(errno));
+        rc = -1;
+    }
+    return rc;
+}
+
 int tcu_tune_load(tcu_tune_table *t, const char *path, const char *device, int64_t lt_version,
                   char *err, size_t n) {
     memset(t, 0, sizeof *t);
@@ -204,73 +288,12 @@ int tcu_tune_load(tcu_tune_table *t, const char *path, const char *device, int64
         say(err, n, "%s: cannot read it: %s", path, strerror(errno));
         return -1;
     }
-    char line[1024];
-    int ln = 0, have_dev = 0, have_ver = 0, rc = 0;
-    while (rc == 0 && fgets(line, sizeof line, f)) {
-        ln++;
-        if (!strchr(line, '\n') && !feof(f)) {
-            say(err, n, "%s:%d: a line longer than %zu bytes", path, ln, sizeof line - 2);
-            rc = -1;
-            break;
-        }
-        chomp(line);
-        const char *s = line;
-        while (*s == ' ' || *s == '\t') s++;
-        if (!*s || *s == '#') continue;
-        if (strncmp(s, "device ", 7) == 0) {
-            if (strcmp(s + 7, device) != 0) {
-                say(err, n, "%s:%d: made on device \"%s\", this is \"%s\": its algorithms may "
-                    "not exist here (one file per GPU model)", path, ln, s + 7, device);
-                rc = -1;
-            }
-            have_dev = 1;
-            continue;
-        }
-        if (strncmp(s, "cublaslt ", 9) == 0) {
-            char *end;
-            long long v = strtoll(s + 9, &end, 10);
-            if (end == s + 9 || *end) {
-                say(err, n, "%s:%d: \"%s\": expected cublaslt and an integer version", path, ln,
-                    s);
-                rc = -1;
-            } else if (v != lt_version) {
-                say(err, n, "%s:%d: made with cuBLASLt %lld, this is %" PRId64 ": its "
-                    "algorithms may differ (tune again into another file)", path, ln, v,
-                    lt_version);
-                rc = -1;
-            }
-            have_ver = 1;
-            continue;
-        }
-        if (!have_dev || !have_ver) {
-            say(err, n, "%s:%d: an entry before the \"device\" and \"cublaslt\" lines: not a "
-                "TSR_GEMM_TUNE file", path, ln);
-            rc = -1;
-            break;
-        }
-        tcu_tune_entry e;
-        if (parse_entry(s, &e, path, ln, err, n)) {
-            rc = -1;
-            break;
-        }
-        if (tcu_tune_find(t, e.key)) {
-            say(err, n, "%s:%d: the same GEMM key as an earlier line", path, ln);
-            rc = -1;
-            break;
-        }
-        if (tcu_tune_add(t, e.key, e.cfg, e.data, e.us, e.first_us)) {
-            say(err, n, "%s: out of host memory at line %d", path, ln);
-            rc = -1;
-        }
-    }
-    if (rc == 0 && ferror(f)) {
-        say(err, n, "%s: read error: %s", path, strerror(errno));
-        rc = -1;
-    }
+    tune_reader r = {path, device, lt_version, 0, 0, 0, err, n};
+    int rc = tune_read(t, &r, f);
     fclose(f);
-    if (rc == 0 && ln > 0 && (!have_dev || !have_ver)) {
+    if (rc == 0 && r.ln > 0 && (!r.have_dev || !r.have_ver)) {
         say(err, n, "%s: no \"%s\" line: not a TSR_GEMM_TUNE file", path,
-            have_dev ? "cublaslt" : "device");
+            r.have_dev ? "cublaslt" : "device");
         rc = -1;
     }
     if (rc) {

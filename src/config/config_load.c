@@ -867,9 +867,10 @@ static int moe_dims(const tsr_model_config *m, tsr_model_dims *d, const char **k
     return 0;
 }
 
-int config_model_dims(const tsr_model_config *m, tsr_model_dims *d, const char **key, char *why,
-                      size_t cap) {
-    memset(d, 0, sizeof *d);
+/* the heads of config_model_dims: query and key/value heads, the head size and what it must
+ * divide or be */
+static int head_dims(const tsr_model_config *m, tsr_model_dims *d, const char **key, char *why,
+                     size_t cap) {
     d->NH = m->n_head;
     d->KVH = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
     *key = "model.n_head";
@@ -907,6 +908,13 @@ int config_model_dims(const tsr_model_config *m, tsr_model_dims *d, const char *
                  "pairs of dimensions); it is %d", d->hs);
         return -1;
     }
+    return 0;
+}
+
+/* the dense MLP's width of config_model_dims: model.intermediate_size, else expansion_ratio x
+ * d_model, a whole number */
+static int mlp_width(const tsr_model_config *m, tsr_model_dims *d, const char **key, char *why,
+                     size_t cap) {
     if (m->intermediate_size > INT_MAX / 2) {
         *key = "model.intermediate_size";
         snprintf(why, cap, "model.intermediate_size = %d is larger than %d (SwiGLU's fused gate "
@@ -915,21 +923,25 @@ int config_model_dims(const tsr_model_config *m, tsr_model_dims *d, const char *
     }
     if (m->intermediate_size > 0) {
         d->F = m->intermediate_size;
-    } else {
-        double hidden = m->expansion_ratio * m->d_model;
-        if (hidden != floor(hidden) || hidden < 1 || hidden > INT_MAX / 2) {
-            char r[64], h[64];
-            cfgtab_format_double(r, sizeof r, m->expansion_ratio);
-            cfgtab_format_double(h, sizeof h, hidden);
-            *key = "model.expansion_ratio";
-            snprintf(why, cap, "model.expansion_ratio = %s with model.d_model = %d gives an MLP "
-                     "width of %s: choose values whose product is a whole number in [1, %d] (or "
-                     "set model.intermediate_size)", r, m->d_model, h, INT_MAX / 2);
-            return -1;
-        }
-        d->F = (int)hidden;
+        return 0;
     }
-    if (moe_dims(m, d, key, why, cap) != 0) return -1;
+    double hidden = m->expansion_ratio * m->d_model;
+    if (hidden != floor(hidden) || hidden < 1 || hidden > INT_MAX / 2) {
+        char r[64], h[64];
+        cfgtab_format_double(r, sizeof r, m->expansion_ratio);
+        cfgtab_format_double(h, sizeof h, hidden);
+        *key = "model.expansion_ratio";
+        snprintf(why, cap, "model.expansion_ratio = %s with model.d_model = %d gives an MLP "
+                 "width of %s: choose values whose product is a whole number in [1, %d] (or "
+                 "set model.intermediate_size)", r, m->d_model, h, INT_MAX / 2);
+        return -1;
+    }
+    d->F = (int)hidden;
+    return 0;
+}
+
+/* the norm's and RoPE scaling's settings that config_model_dims refuses together */
+static int norm_rope_check(const tsr_model_config *m, const char **key, char *why, size_t cap) {
     if (m->norm == TSR_NORM_LAYERNORM && m->norm_eps != 1e-5) {
         char e[64];
         cfgtab_format_double(e, sizeof e, m->norm_eps);
@@ -948,6 +960,15 @@ int config_model_dims(const tsr_model_config *m, tsr_model_dims *d, const char *
         return -1;
     }
     return 0;
+}
+
+int config_model_dims(const tsr_model_config *m, tsr_model_dims *d, const char **key, char *why,
+                      size_t cap) {
+    memset(d, 0, sizeof *d);
+    if (head_dims(m, d, key, why, cap) != 0) return -1;
+    if (mlp_width(m, d, key, why, cap) != 0) return -1;
+    if (moe_dims(m, d, key, why, cap) != 0) return -1;
+    return norm_rope_check(m, key, why, cap);
 }
 
 static const char *const lora_target_names[TSR_LORA_COUNT] = {"q", "k", "v", "o", "gate",

@@ -108,19 +108,11 @@ static void forget_gathers(gpu_shard *sh) {
 
 /* ---- setup ---- */
 
-int gpu_shard_init(gpu_shard *sh, gpu_train_ctx *c, tsr_gpu_model *g, tcu_stream s) {
-    memset(sh, 0, sizeof *sh);
-    sh->zero1 = c->mode == GPU_SHARD_ZERO1;
-    sh->frozen = c->lora != NULL;
-    if (sh->frozen && sh->zero1)
-        tsr_die(TSR_EXIT_INTERNAL, "gpu_shard_init: LoRA's zero1 runs as ddp (train_gpu.c fill)");
-    sh->g = g;
-    sh->s = s;
-    if (sh->zero1) fsdp_plan(&sh->own, c->model, c->dist->world, c->dist);
-    sh->f = sh->zero1 ? &sh->own : c->fsdp;
+/* the group's communicator (world rank r is rank r % G of group r / G, fsdp.c) and, with
+ * replicas, theirs (the ranks of the same r % G); an error names the sharding */
+static int shard_open_comms(gpu_shard *sh, const gpu_train_ctx *c, tcu_stream s) {
     const tsr_fsdp *f = sh->f;
     char why[512] = "";
-    /* the group: world rank r is rank r % G of group r / G (fsdp.c); the replicas: same r % G */
     sh->group = gpu_comm_open(f->gindex, f->grank, s, why, sizeof why);
     if (sh->group && f->R > 1)
         sh->replicas = gpu_comm_open(f->grank, f->gindex, s, why, sizeof why);
@@ -130,6 +122,13 @@ int gpu_shard_init(gpu_shard *sh, gpu_train_ctx *c, tsr_gpu_model *g, tcu_stream
                       sh->zero1 ? "zero1" : f->R > 1 ? "hsdp" : "zero3", why);
         return TSR_EXIT_USAGE;
     }
+    return 0;
+}
+
+/* where each unit's piece and each of this rank's pieces start in the device shard (its size
+ * sh->n), the largest gathered unit; returns the largest piece */
+static size_t shard_layout(gpu_shard *sh) {
+    const tsr_fsdp *f = sh->f;
     sh->at = tsr_malloc((size_t)f->n_units * sizeof(size_t));
     size_t max_piece = 0;
     for (int u = 0; u < f->n_units; u++) {
@@ -148,24 +147,36 @@ int gpu_shard_init(gpu_shard *sh, gpu_train_ctx *c, tsr_gpu_model *g, tcu_stream
         while (p->shard >= f->unit_at[u] + (size_t)f->units[u].counts[f->grank]) u++;
         sh->piece_at[k] = sh->at[u] + (p->shard - f->unit_at[u]);
     }
+    return max_piece;
+}
+
+/* ZeRO-3 and HSDP (and a frozen base): the gathered root and the two layer slots, with their
+ * gradients and the reduce-scattered piece where the weights train; the model reads its
+ * parameters through them */
+static void shard_gather_buffers(gpu_shard *sh, tsr_gpu_model *g, tcu_stream s, int trained,
+                                 size_t max_piece) {
+    const tsr_fsdp *f = sh->f;
     size_t fb = sizeof(float), bb = sizeof(tsr_bf16);
-    if (sh->frozen) {
-        sh->wbf = dev_zeroed(sh->n * bb, "shard: frozen base weights (bf16)", s);
-        size_t whole0 = (size_t)f->G * f->units[0].piece;
-        sh->root_w = dev_zeroed(whole0 * bb, "zero3: gathered root weights (bf16)", s);
-        for (int k = 0; k < 2; k++) {
-            sh->slot[k] = dev_zeroed(sh->max_unit * bb, "zero3: gathered layer (bf16)", s);
-            sh->slot_ev[k] = tcu_event_create();
-            sh->lg_ev[k] = tcu_event_create();
-        }
-        sh->root_ev = tcu_event_create();
-        sh->src = (gpu_param_source){sh, src_get, src_put};
-        g->src = &sh->src;
-        forget_gathers(sh);
-        sh->host_bf16 = tsr_malloc((f->shard_n ? f->shard_n : 1) * sizeof(tsr_bf16));
-        tcu_sync(s);
-        return 0;
+    size_t whole0 = (size_t)f->G * f->units[0].piece;
+    sh->root_w = dev_zeroed(whole0 * bb, "zero3: gathered root weights (bf16)", s);
+    if (trained) sh->root_g = dev_zeroed(whole0 * fb, "zero3: root gradients", s);
+    for (int k = 0; k < 2; k++) {
+        sh->slot[k] = dev_zeroed(sh->max_unit * bb, "zero3: gathered layer (bf16)", s);
+        if (trained)
+            sh->layer_g[k] = dev_zeroed(sh->max_unit * fb, "zero3: a layer's gradients", s);
+        sh->slot_ev[k] = tcu_event_create();
+        sh->lg_ev[k] = tcu_event_create();
     }
+    if (trained) sh->piece = dev_zeroed(max_piece * fb, "zero3: reduce-scattered piece", s);
+    sh->root_ev = tcu_event_create();
+    sh->src = (gpu_param_source){sh, src_get, src_put};
+    g->src = &sh->src;
+}
+
+/* the trained shard: master weights, gradients, AdamW's moments, the bf16 copy; ZeRO-1's unit
+ * buffers or ZeRO-3's gathers */
+static void shard_alloc_trained(gpu_shard *sh, tsr_gpu_model *g, tcu_stream s, size_t max_piece) {
+    size_t fb = sizeof(float), bb = sizeof(tsr_bf16);
     sh->params = dev_zeroed(sh->n * fb, "shard: master weights (fp32)", s);
     sh->grads = dev_zeroed(sh->n * fb, "shard: gradients (fp32)", s);
     sh->m = dev_zeroed(sh->n * fb, "shard: AdamW m (fp32)", s);
@@ -176,22 +187,33 @@ int gpu_shard_init(gpu_shard *sh, gpu_train_ctx *c, tsr_gpu_model *g, tcu_stream
         sh->pack = dev_zeroed(sh->max_unit * fb, "zero1: a unit's gradients", s);
         sh->packbf = dev_zeroed(sh->max_unit * bb, "zero1: a unit's weights", s);
     } else {
-        size_t whole0 = (size_t)f->G * f->units[0].piece;
-        sh->root_w = dev_zeroed(whole0 * bb, "zero3: gathered root weights (bf16)", s);
-        sh->root_g = dev_zeroed(whole0 * fb, "zero3: root gradients", s);
-        for (int k = 0; k < 2; k++) {
-            sh->slot[k] = dev_zeroed(sh->max_unit * bb, "zero3: gathered layer (bf16)", s);
-            sh->layer_g[k] = dev_zeroed(sh->max_unit * fb, "zero3: a layer's gradients", s);
-            sh->slot_ev[k] = tcu_event_create();
-            sh->lg_ev[k] = tcu_event_create();
-        }
-        sh->piece = dev_zeroed(max_piece * fb, "zero3: reduce-scattered piece", s);
-        sh->root_ev = tcu_event_create();
-        sh->src = (gpu_param_source){sh, src_get, src_put};
-        g->src = &sh->src;
+        shard_gather_buffers(sh, g, s, 1, max_piece);
+    }
+}
+
+int gpu_shard_init(gpu_shard *sh, gpu_train_ctx *c, tsr_gpu_model *g, tcu_stream s) {
+    memset(sh, 0, sizeof *sh);
+    sh->zero1 = c->mode == GPU_SHARD_ZERO1;
+    sh->frozen = c->lora != NULL;
+    if (sh->frozen && sh->zero1)
+        tsr_die(TSR_EXIT_INTERNAL, "gpu_shard_init: LoRA's zero1 runs as ddp (train_gpu.c fill)");
+    sh->g = g;
+    sh->s = s;
+    if (sh->zero1) fsdp_plan(&sh->own, c->model, c->dist->world, c->dist);
+    sh->f = sh->zero1 ? &sh->own : c->fsdp;
+    int rc = shard_open_comms(sh, c, s);
+    if (rc) return rc;
+    size_t max_piece = shard_layout(sh);
+    size_t host_n = sh->f->shard_n ? sh->f->shard_n : 1;
+    if (sh->frozen) { /* the frozen base: its bf16 shard and the gathers, no optimizer */
+        sh->wbf = dev_zeroed(sh->n * sizeof(tsr_bf16), "shard: frozen base weights (bf16)", s);
+        shard_gather_buffers(sh, g, s, 0, max_piece);
+    } else {
+        shard_alloc_trained(sh, g, s, max_piece);
     }
     forget_gathers(sh);
-    sh->host = tsr_malloc((f->shard_n ? f->shard_n : 1) * sizeof(float));
+    if (sh->frozen) sh->host_bf16 = tsr_malloc(host_n * sizeof(tsr_bf16));
+    else sh->host = tsr_malloc(host_n * sizeof(float));
     tcu_sync(s);
     return 0;
 }

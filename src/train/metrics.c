@@ -114,24 +114,12 @@ static void memory_notes(const tsr_trainer *t, double sb, char mu[96], char snap
         snprintf(share, 64, " (this rank's %d positions of each)", t->T / t->mesh.N);
 }
 
-void metrics_print_plan(const tsr_trainer *t, int dry_run) {
-    if (t->dist.rank != 0) return;
+/* the plan's model line: size, shape, MLP (and MoE), vocabulary, positions, norm */
+static void plan_model(const tsr_trainer *t) {
     const tsr_model *m = &t->model;
     const tsr_config *c = &t->cfg;
-    char np[32], w[32], g[32], opt[32], acts[32], tot[32];
+    char np[32];
     human_count(np, sizeof np, (double)m->n_params_counted);
-    double pb, gb, ob, cb, ab;
-    const int lora = c->lora.rank > 0;
-    const double sb = (double)t->ck.snap_plan; /* save_async's host copy */
-    double total = plan_bytes(t, lora, &pb, &gb, &ob, &cb, &ab) + sb;
-    char comm[32];
-    metrics_human_bytes(comm, sizeof comm, cb);
-    metrics_human_bytes(w, sizeof w, pb);
-    metrics_human_bytes(g, sizeof g, gb);
-    int zero1 = c->sharding == TSR_SHARD_ZERO1 && t->dist.world > 1;
-    metrics_human_bytes(opt, sizeof opt, ob);
-    metrics_human_bytes(acts, sizeof acts, ab);
-    metrics_human_bytes(tot, sizeof tot, total);
     static const char *const pos[] = {"learned", "alibi", "rope"};
     _Static_assert(sizeof pos / sizeof pos[0] == TSR_POS_COUNT, "pos names");
     char arch[160];
@@ -152,6 +140,12 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
            c->model.norm == TSR_NORM_RMSNORM ? "rmsnorm" : "layernorm", c->model.bias ? "yes" : "no",
            c->model.qkv_bias && !c->model.bias ? " qkv_bias" : "", c->model.qk_norm ? " qk_norm" : "",
            c->model.tie_embeddings ? "" : " untied");
+}
+
+/* the plan's parameter line (trainable, frozen, FLOPs per token) and, with experts over several
+ * ranks, the expert-parallel line */
+static void plan_params(const tsr_trainer *t, int lora) {
+    const tsr_model *m = &t->model;
     char trainable[96]; /* under LoRA the adapters train, the base is frozen */
     if (lora)
         snprintf(trainable, sizeof trainable, "%zu trainable (LoRA adapters), %zu frozen (the "
@@ -170,58 +164,91 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
         printf("expert parallelism: %d ranks per group share the %d experts, %d on each; %d "
                "cop%s of each expert (docs/moe.md)\n", m->EP, m->E, m->E / m->EP,
                t->dist.world / m->EP, t->dist.world / m->EP == 1 ? "y" : "ies");
-    if (lora) { /* docs/lora.md */
-        double fpb, fgb, fob, fcb, fab, full = plan_bytes(t, 0, &fpb, &fgb, &fob, &fcb, &fab);
-        char saved[32], fulls[32];
-        metrics_human_bytes(saved, sizeof saved, full - (total - sb)); /* (snapshots aside) */
-        metrics_human_bytes(fulls, sizeof fulls, full);
-        char names[64] = "", why[160];
-        unsigned mask = 0; /* the config check accepted the list */
-        config_lora_targets(&c->model, c->lora.targets, &mask, why, sizeof why);
-        for (int k = 0; k < TSR_LORA_COUNT; k++)
-            if (mask >> k & 1u) {
-                size_t o = strlen(names);
-                snprintf(names + o, sizeof names - o, "%s%s", o ? "," : "",
-                         config_lora_target_name(k));
-            }
-        printf("lora: r=%lld alpha=%g dropout=%g targets=%s; %zu adapter parameters (%.3f%% of "
-               "the base's %zu, frozen); memory per rank %s less than full finetuning (%s)\n",
-               (long long)c->lora.rank, c->lora.alpha, c->lora.dropout, names,
-               t->part.lora.n, 100.0 * (double)t->part.lora.n / (double)m->n_params_counted,
-               m->n_params_counted, saved, fulls);
-    }
-    char how[160] = "";
-    if (zero1) snprintf(how, sizeof how, " (ZeRO-1: sharded over %d ranks)", t->dist.world);
+}
+
+/* the plan's LoRA line (docs/lora.md): the adapters, and the memory saved against a full
+ * finetuning, whose plan is planned = the LoRA run's per rank, snapshots aside */
+static void plan_lora(const tsr_trainer *t, double planned) {
+    const tsr_model *m = &t->model;
+    const tsr_config *c = &t->cfg;
+    double fpb, fgb, fob, fcb, fab, full = plan_bytes(t, 0, &fpb, &fgb, &fob, &fcb, &fab);
+    char saved[32], fulls[32];
+    metrics_human_bytes(saved, sizeof saved, full - planned);
+    metrics_human_bytes(fulls, sizeof fulls, full);
+    char names[64] = "", why[160];
+    unsigned mask = 0; /* the config check accepted the list */
+    config_lora_targets(&c->model, c->lora.targets, &mask, why, sizeof why);
+    for (int k = 0; k < TSR_LORA_COUNT; k++)
+        if (mask >> k & 1u) {
+            size_t o = strlen(names);
+            snprintf(names + o, sizeof names - o, "%s%s", o ? "," : "",
+                     config_lora_target_name(k));
+        }
+    printf("lora: r=%lld alpha=%g dropout=%g targets=%s; %zu adapter parameters (%.3f%% of "
+           "the base's %zu, frozen); memory per rank %s less than full finetuning (%s)\n",
+           (long long)c->lora.rank, c->lora.alpha, c->lora.dropout, names,
+           t->part.lora.n, 100.0 * (double)t->part.lora.n / (double)m->n_params_counted,
+           m->n_params_counted, saved, fulls);
+}
+
+/* how the state is sharded, for the memory line: " (ZeRO-3: ...)", or "" for DDP */
+static void plan_sharding(const tsr_trainer *t, int lora, char how[160]) {
+    const tsr_config *c = &t->cfg;
+    how[0] = '\0';
+    if (c->sharding == TSR_SHARD_ZERO1 && t->dist.world > 1)
+        snprintf(how, 160, " (ZeRO-1: sharded over %d ranks)", t->dist.world);
     if (c->sharding == TSR_SHARD_ZERO3)
-        snprintf(how, sizeof how, " (ZeRO-3: %s sharded over %d ranks)",
+        snprintf(how, 160, " (ZeRO-3: %s sharded over %d ranks)",
                  lora ? "the frozen base" : "all state", t->part.fsdp_group);
     if (c->sharding == TSR_SHARD_HSDP)
-        snprintf(how, sizeof how, " (HSDP: %s sharded over groups of %d ranks, %d replicas)",
+        snprintf(how, 160, " (HSDP: %s sharded over groups of %d ranks, %d replicas)",
                  lora ? "the frozen base" : "all state", t->part.fsdp_group,
                  t->dist.world / t->part.fsdp_group);
-    char mu[96], snap[80], share[64];
+}
+
+/* the plan's memory line: one rank's fp32 bytes (plan_bytes) and sb, save_async's snapshot */
+static void plan_memory(const tsr_trainer *t, int lora, double sb) {
+    double pb, gb, ob, cb, ab;
+    double total = plan_bytes(t, lora, &pb, &gb, &ob, &cb, &ab) + sb;
+    char w[32], g[32], opt[32], acts[32], tot[32], comm[32];
+    metrics_human_bytes(comm, sizeof comm, cb);
+    metrics_human_bytes(w, sizeof w, pb);
+    metrics_human_bytes(g, sizeof g, gb);
+    metrics_human_bytes(opt, sizeof opt, ob);
+    metrics_human_bytes(acts, sizeof acts, ab);
+    metrics_human_bytes(tot, sizeof tot, total);
+    char how[160], mu[96], snap[80], share[64];
+    plan_sharding(t, lora, how);
     memory_notes(t, sb, mu, snap, share);
-    const int N = t->mesh.N;
     printf("memory per rank (fp32): weights %s, grads %s, %s %s%s%s, communication buffers %s, "
            "activations %s per microbatch of %d x %d%s%s; total %s\n",
            w, g, mu[0] ? "optimizer" : "AdamW", opt, mu, how, comm, acts, t->micro, t->T, share,
            snap, tot);
-    if (N > 1) { /* docs/parallelism.md; the ring's activations bf16 on the GPU */
-        char fw[32], bw[32];
-        const tsr_model *mm = &t->model;
-        const size_t act = c->device == TSR_DEVICE_CUDA ? 2 : sizeof(float);
-        metrics_human_bytes(fw, sizeof fw, (double)ring_layer_bytes(act, N, t->micro, t->T,
-                                                                    mm->KVH, mm->hs, 0));
-        metrics_human_bytes(bw, sizeof bw, (double)ring_layer_bytes(act, N, t->micro, t->T,
-                                                                    mm->KVH, mm->hs, 1));
-        printf("context parallelism: each sequence split over %d ranks (%d group%s of %d "
-               "consecutive ranks) in %d chunks of %d positions, zig-zag (rank r of a group holds "
-               "chunks r and %d-r); attention runs as a ring, sending per rank, layer and "
-               "microbatch %s forward and %s backward\n",
-               N, t->mesh.D, t->mesh.D == 1 ? "" : "s", N, 2 * N, t->T / (2 * N), 2 * N - 1, fw,
-               bw);
-    }
-    /* grpo: micro_batch counts prompts, each with its group_size completions (t->micro rows) */
+}
+
+/* the plan's context-parallel line (docs/parallelism.md); the ring's activations bf16 on the GPU */
+static void plan_context(const tsr_trainer *t) {
+    const int N = t->mesh.N;
+    char fw[32], bw[32];
+    const tsr_model *mm = &t->model;
+    const size_t act = t->cfg.device == TSR_DEVICE_CUDA ? 2 : sizeof(float);
+    metrics_human_bytes(fw, sizeof fw, (double)ring_layer_bytes(act, N, t->micro, t->T,
+                                                                mm->KVH, mm->hs, 0));
+    metrics_human_bytes(bw, sizeof bw, (double)ring_layer_bytes(act, N, t->micro, t->T,
+                                                                mm->KVH, mm->hs, 1));
+    printf("context parallelism: each sequence split over %d ranks (%d group%s of %d "
+           "consecutive ranks) in %d chunks of %d positions, zig-zag (rank r of a group holds "
+           "chunks r and %d-r); attention runs as a ring, sending per rank, layer and "
+           "microbatch %s forward and %s backward\n",
+           N, t->mesh.D, t->mesh.D == 1 ? "" : "s", N, 2 * N, t->T / (2 * N), 2 * N - 1, fw,
+           bw);
+}
+
+/* the plan's batch line; grpo: micro_batch counts prompts, each with its group_size completions
+ * (t->micro rows) */
+static void plan_batch(const tsr_trainer *t) {
+    const tsr_config *c = &t->cfg;
+    const int N = t->mesh.N;
     const int64_t G = c->objective == TSR_OBJ_GRPO ? c->grpo.group_size : 1;
     printf("batch: global %lld = %d %srank%s x %lld per rank = %lld microbatches of %d%s%s; "
            "seq_len %d; %lld tokens/step\n",
@@ -231,18 +258,39 @@ void metrics_print_plan(const tsr_trainer *t, int dry_run) {
            G > 1 ? " sequences (prompts x grpo.group_size)" : "",
            t->auto_micro ? " (micro_batch = auto: the size tried first; halved on out-of-memory)"
                          : "", t->T, (long long)(c->global_batch * c->seq_len));
-    if (dry_run)
+}
+
+/* the plan's last line: a dry run's, or the steps of a real one */
+static void plan_steps(const tsr_trainer *t, int dry_run) {
+    const tsr_config *c = &t->cfg;
+    if (dry_run) {
         printf("dry run: plan only, no data opened, nothing allocated\n");
-    else {
-        /* the GPU's peak is known once the device is open: train_gpu_init prints it (a re-print
-         * after an out-of-memory back-off, the device open, gives the number) */
-        char peak[48] = "peak FLOP/s: the GPU's (below)";
-        if (!(c->device == TSR_DEVICE_CUDA && c->peak_flops <= 0 && !t->be.gpu))
-            snprintf(peak, sizeof peak, "peak %.4g FLOP/s per rank", t->out.peak_flops);
-        printf("steps: %lld (warmup %lld), train samples/epoch %llu, eval every %lld steps; %s\n",
-               (long long)t->total_steps, (long long)t->warmup_steps,
-               (unsigned long long)t->data.sampler.n, (long long)t->eval_every, peak);
+        return;
     }
+    /* the GPU's peak is known once the device is open: train_gpu_init prints it (a re-print
+     * after an out-of-memory back-off, the device open, gives the number) */
+    char peak[48] = "peak FLOP/s: the GPU's (below)";
+    if (!(c->device == TSR_DEVICE_CUDA && c->peak_flops <= 0 && !t->be.gpu))
+        snprintf(peak, sizeof peak, "peak %.4g FLOP/s per rank", t->out.peak_flops);
+    printf("steps: %lld (warmup %lld), train samples/epoch %llu, eval every %lld steps; %s\n",
+           (long long)t->total_steps, (long long)t->warmup_steps,
+           (unsigned long long)t->data.sampler.n, (long long)t->eval_every, peak);
+}
+
+void metrics_print_plan(const tsr_trainer *t, int dry_run) {
+    if (t->dist.rank != 0) return;
+    const int lora = t->cfg.lora.rank > 0;
+    const double sb = (double)t->ck.snap_plan; /* save_async's host copy */
+    plan_model(t);
+    plan_params(t, lora);
+    if (lora) {
+        double pb, gb, ob, cb, ab;
+        plan_lora(t, plan_bytes(t, lora, &pb, &gb, &ob, &cb, &ab));
+    }
+    plan_memory(t, lora, sb);
+    if (t->mesh.N > 1) plan_context(t);
+    plan_batch(t);
+    plan_steps(t, dry_run);
     fflush(stdout);
 }
 
@@ -410,98 +458,130 @@ static void moe_log(tsr_trainer *t) {
     }
 }
 
-void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
-    if (t->dist.rank != 0) return;
+/* a step's rates: the mean step time of this process, tokens/s and MFU */
+typedef struct step_rates {
+    double avg, tok_s, mfu;
+} step_rates;
+
+/* the step's rates; counts the step into this process's mean step time */
+static step_rates step_rates_of(tsr_trainer *t, const tsr_step_stats *st) {
+    step_rates r;
     /* the first step of this process pays for page faults and thread start-up: keep it out of
      * the average, which divides this process's time by this process's steps (after a resume
      * the step number counts the earlier runs' steps too) */
     if (++t->out.steps_run > 1) t->out.time_sum += st->step_time;
-    double avg = t->out.steps_run > 1 ? t->out.time_sum / (double)(t->out.steps_run - 1)
-                                      : st->step_time;
-    double tok_s = (double)(t->cfg.global_batch * t->T) / st->step_time;
-    double mfu = t->out.peak_flops > 0
-                     ? t->out.flops_per_token * tok_s / (t->dist.world * t->out.peak_flops) : 0;
-    if (st->step % t->cfg.log_interval == 0 || st->step == t->total_steps || st->step == 1) {
-        char eta[32], mem[32];
-        format_eta(eta, sizeof eta, avg * (double)(t->total_steps - st->step));
-        metrics_human_bytes(mem, sizeof mem, st->peak_mem);
-        char aux[96] = "";
-        size_t o = 0;
-        if (t->cfg.objective == TSR_OBJ_DPO) { /* docs/dpo.md */
-            const double P = (double)(t->cfg.global_batch / 2), *s = t->out.dpo;
-            o += (size_t)snprintf(aux, sizeof aux, " | margin %.4f acc %.2f",
-                                  (s[DPO_CHOSEN_REWARD] - s[DPO_REJECTED_REWARD]) / P,
-                                  s[DPO_ACCURACY] / P);
-        }
-        if (t->cfg.objective == TSR_OBJ_GRPO) { /* docs/rl.md */
-            grpo_metric f[GRPO_NSTATS];
-            grpo_metrics(t, st, f);
-            o += (size_t)snprintf(aux, sizeof aux, " | reward %.4f pass %.3f len %.1f",
-                                  f[0].v, f[2].v, f[3].v);
-        }
-        if (t->out.moe && o < sizeof aux) { /* (DPO on a MoE model: both) */
-            double lz[2];
-            moe_losses(t, lz);
-            snprintf(aux + o, sizeof aux - o, " | aux %.4f", lz[0]);
-        }
-        printf("step %*lld/%lld | loss %.6f%s | lr %.3e | norm %.4f | %.0f tok/s | mfu %.1f%% | "
-               "%.1f ms | mem %s | eta %s\n",
-               (int)snprintf(NULL, 0, "%lld", (long long)t->total_steps), (long long)st->step,
-               (long long)t->total_steps, st->loss, aux, st->lr, st->grad_norm, tok_s, 100 * mfu,
-               1e3 * st->step_time, mem, eta);
-        fflush(stdout);
+    r.avg = t->out.steps_run > 1 ? t->out.time_sum / (double)(t->out.steps_run - 1)
+                                 : st->step_time;
+    r.tok_s = (double)(t->cfg.global_batch * t->T) / st->step_time;
+    r.mfu = t->out.peak_flops > 0
+                ? t->out.flops_per_token * r.tok_s / (t->dist.world * t->out.peak_flops) : 0;
+    return r;
+}
+
+/* the objective's and the MoE's figures of the step line: " | margin ... acc ...", ... */
+static void step_line_aux(const tsr_trainer *t, const tsr_step_stats *st, char aux[96]) {
+    size_t o = 0;
+    aux[0] = '\0';
+    if (t->cfg.objective == TSR_OBJ_DPO) { /* docs/dpo.md */
+        const double P = (double)(t->cfg.global_batch / 2), *s = t->out.dpo;
+        o += (size_t)snprintf(aux, 96, " | margin %.4f acc %.2f",
+                              (s[DPO_CHOSEN_REWARD] - s[DPO_REJECTED_REWARD]) / P,
+                              s[DPO_ACCURACY] / P);
     }
-    metrics_prom_step(t, st, tok_s, mfu, avg * (double)(t->total_steps - st->step));
-    if (t->out.metrics) {
-        /* JSON has no NaN or Inf: a non-finite value is null (a zero step time from a coarse
-         * clock would make the rates infinite) */
-        char loss[32], norm[32], rate[32], frac[32], secs[32];
-        json_number(loss, sizeof loss, st->loss);
-        json_number(norm, sizeof norm, st->grad_norm);
-        json_number(rate, sizeof rate, tok_s);
-        json_number(frac, sizeof frac, mfu);
-        json_number(secs, sizeof secs, st->step_time);
-        fprintf(t->out.metrics,
-                "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
-                "\"tokens\": %lld, \"tokens_per_s\": %s, \"mfu\": %s, \"step_time_s\": %s, "
-                "\"data_batch\": %lld, \"targets\": %lld, \"peak_mem_bytes\": %.0f, "
-                "\"peak_rss_bytes\": %.0f",
-                (long long)st->step, loss, st->lr, norm, (long long)t->tokens_seen,
-                rate, frac, secs, (long long)st->data_batch, (long long)st->tokens,
-                st->peak_mem, st->peak_rss);
-        if (t->data.n_streams > 1) { /* samples trained on from each stream so far, as loaded */
-            fprintf(t->out.metrics, ", \"samples\": {");
-            for (int k = 0; k < t->data.n_streams; k++)
-                fprintf(t->out.metrics, "%s\"%s\": %lld", k ? ", " : "", t->data.stream_names[k],
-                        (long long)t->data.stream_seen[k]);
-            fprintf(t->out.metrics, "}, \"stream_tokens\": {");
-            for (int k = 0; k < t->data.n_streams; k++)
-                fprintf(t->out.metrics, "%s\"%s\": %lld", k ? ", " : "", t->data.stream_names[k],
-                        (long long)t->data.stream_seen[k] * t->T);
-            fprintf(t->out.metrics, "}");
-        }
-        static const char *const verdicts[] = {"ok", "warn", "skip", "rollback", "stop"};
-        if (st->verdict != GUARD_OK)
-            fprintf(t->out.metrics, ", \"guard\": \"%s\"", verdicts[st->verdict]);
+    if (t->cfg.objective == TSR_OBJ_GRPO) { /* docs/rl.md */
+        grpo_metric f[GRPO_NSTATS];
+        grpo_metrics(t, st, f);
+        o += (size_t)snprintf(aux, 96, " | reward %.4f pass %.3f len %.1f", f[0].v, f[2].v,
+                              f[3].v);
     }
+    if (t->out.moe && o < 96) { /* (DPO on a MoE model: both) */
+        double lz[2];
+        moe_losses(t, lz);
+        snprintf(aux + o, 96 - o, " | aux %.4f", lz[0]);
+    }
+}
+
+/* the step line on stdout */
+static void step_line(const tsr_trainer *t, const tsr_step_stats *st, const step_rates *r) {
+    char eta[32], mem[32], aux[96];
+    format_eta(eta, sizeof eta, r->avg * (double)(t->total_steps - st->step));
+    metrics_human_bytes(mem, sizeof mem, st->peak_mem);
+    step_line_aux(t, st, aux);
+    printf("step %*lld/%lld | loss %.6f%s | lr %.3e | norm %.4f | %.0f tok/s | mfu %.1f%% | "
+           "%.1f ms | mem %s | eta %s\n",
+           (int)snprintf(NULL, 0, "%lld", (long long)t->total_steps), (long long)st->step,
+           (long long)t->total_steps, st->loss, aux, st->lr, st->grad_norm, r->tok_s,
+           100 * r->mfu, 1e3 * st->step_time, mem, eta);
+    fflush(stdout);
+}
+
+/* a mixture's samples trained on from each stream so far, as loaded, into the record */
+static void step_record_streams(const tsr_trainer *t) {
+    FILE *f = t->out.metrics;
+    fprintf(f, ", \"samples\": {");
+    for (int k = 0; k < t->data.n_streams; k++)
+        fprintf(f, "%s\"%s\": %lld", k ? ", " : "", t->data.stream_names[k],
+                (long long)t->data.stream_seen[k]);
+    fprintf(f, "}, \"stream_tokens\": {");
+    for (int k = 0; k < t->data.n_streams; k++)
+        fprintf(f, "%s\"%s\": %lld", k ? ", " : "", t->data.stream_names[k],
+                (long long)t->data.stream_seen[k] * t->T);
+    fprintf(f, "}");
+}
+
+/* the step's metrics.jsonl record, up to the objective's and the MoE's figures */
+static void step_record(const tsr_trainer *t, const tsr_step_stats *st, const step_rates *r) {
+    /* JSON has no NaN or Inf: a non-finite value is null (a zero step time from a coarse
+     * clock would make the rates infinite) */
+    char loss[32], norm[32], rate[32], frac[32], secs[32];
+    json_number(loss, sizeof loss, st->loss);
+    json_number(norm, sizeof norm, st->grad_norm);
+    json_number(rate, sizeof rate, r->tok_s);
+    json_number(frac, sizeof frac, r->mfu);
+    json_number(secs, sizeof secs, st->step_time);
+    fprintf(t->out.metrics,
+            "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
+            "\"tokens\": %lld, \"tokens_per_s\": %s, \"mfu\": %s, \"step_time_s\": %s, "
+            "\"data_batch\": %lld, \"targets\": %lld, \"peak_mem_bytes\": %.0f, "
+            "\"peak_rss_bytes\": %.0f",
+            (long long)st->step, loss, st->lr, norm, (long long)t->tokens_seen,
+            rate, frac, secs, (long long)st->data_batch, (long long)st->tokens,
+            st->peak_mem, st->peak_rss);
+    if (t->data.n_streams > 1) step_record_streams(t);
+    static const char *const verdicts[] = {"ok", "warn", "skip", "rollback", "stop"};
+    if (st->verdict != GUARD_OK)
+        fprintf(t->out.metrics, ", \"guard\": \"%s\"", verdicts[st->verdict]);
+}
+
+/* the step's TensorBoard figures after the objective's and the MoE's: the same as the JSONL
+ * line (mfu as a fraction, as there); writes the step */
+static void step_tboard(const tsr_trainer *t, const tsr_step_stats *st, const step_rates *r) {
+    double pb, gb, ob, cb, ab;
+    tboard_scalar(t->out.tb, "train/loss", st->loss);
+    tboard_scalar(t->out.tb, "train/lr", st->lr);
+    tboard_scalar(t->out.tb, "train/grad_norm", st->grad_norm);
+    tboard_scalar(t->out.tb, "train/tokens_per_s", r->tok_s);
+    tboard_scalar(t->out.tb, "train/mfu", r->mfu);
+    tboard_scalar(t->out.tb, "train/step_time_s", st->step_time);
+    tboard_scalar(t->out.tb, "train/tokens", (double)t->tokens_seen);
+    tboard_scalar(t->out.tb, "memory/planned_bytes", plan_bytes(t, t->part.lora_on, &pb, &gb, &ob, &cb, &ab));
+    tboard_scalar(t->out.tb, "memory/peak_bytes", st->peak_mem);
+    tboard_scalar(t->out.tb, "memory/peak_rss_bytes", st->peak_rss);
+    tboard_write_step(t->out.tb, st->step);
+}
+
+void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
+    if (t->dist.rank != 0) return;
+    const step_rates r = step_rates_of(t, st);
+    if (st->step % t->cfg.log_interval == 0 || st->step == t->total_steps || st->step == 1)
+        step_line(t, st, &r);
+    metrics_prom_step(t, st, r.tok_s, r.mfu, r.avg * (double)(t->total_steps - st->step));
+    if (t->out.metrics) step_record(t, st, &r);
     moe_log(t); /* the record's MoE part and the TensorBoard step's (before it is written) */
     dpo_log(t);
     grpo_log(t, st);
     if (t->out.metrics) metrics_end_record(t->out.metrics);
-    if (t->out.tb) { /* the same figures as the JSONL line; mfu as a fraction, as there */
-        double pb, gb, ob, cb, ab;
-        tboard_scalar(t->out.tb, "train/loss", st->loss);
-        tboard_scalar(t->out.tb, "train/lr", st->lr);
-        tboard_scalar(t->out.tb, "train/grad_norm", st->grad_norm);
-        tboard_scalar(t->out.tb, "train/tokens_per_s", tok_s);
-        tboard_scalar(t->out.tb, "train/mfu", mfu);
-        tboard_scalar(t->out.tb, "train/step_time_s", st->step_time);
-        tboard_scalar(t->out.tb, "train/tokens", (double)t->tokens_seen);
-        tboard_scalar(t->out.tb, "memory/planned_bytes", plan_bytes(t, t->part.lora_on, &pb, &gb, &ob, &cb, &ab));
-        tboard_scalar(t->out.tb, "memory/peak_bytes", st->peak_mem);
-        tboard_scalar(t->out.tb, "memory/peak_rss_bytes", st->peak_rss);
-        tboard_write_step(t->out.tb, st->step);
-    }
+    if (t->out.tb) step_tboard(t, st, &r);
 }
 
 void metrics_log_guard_note(const tsr_trainer *t, const char *action, const tsr_step_stats *st,

@@ -580,7 +580,9 @@ static void mesh_close(tsr_trainer *t) {
     dist_group_free(t->mesh.context);
 }
 
-int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run) {
+/* trainer_init's first step: the trainer from the config and the world; the GPU's and the
+ * tokenizer's checks, agreed by every rank */
+static int init_start(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d) {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
     t->dist = *d;
@@ -590,7 +592,11 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     int rc = cfg->device == TSR_DEVICE_CUDA ? cuda_config_check(d->rank) : 0;
     if (!rc) rc = train_data_tokenizer(t); /* data.tokenizer: the dataset's, unless named */
     if (!rc) rc = open_tokenizer(t);
-    TSR_CHECK(agree_start(t, rc, "GPU or tokenizer"));
+    return agree_start(t, rc, "GPU or tokenizer");
+}
+
+/* the mesh, the batch of a rank and its microbatch, the threads and the peak FLOP/s */
+static void init_batch(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run) {
     mesh_open(t, dry_run);
     t->per_rank = cfg->global_batch / t->mesh.D; /* the data ranks' share */
     t->auto_micro = cfg->micro_batch == 0; /* "auto": start with the whole per-rank batch */
@@ -600,6 +606,10 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     cpu_ops_set_threads(t->be.threads);
     t->out.peak_flops = cfg->peak_flops > 0 ? cfg->peak_flops
                                             : metrics_peak_flops("cpu", t->be.threads);
+}
+
+/* the data (not for a plan), and the steps it makes: the schedule, eval and save intervals */
+static int init_schedule(tsr_trainer *t, const tsr_config *cfg, int dry_run) {
     TSR_CHECK(agree_start(t, dry_run ? 0 : train_data_open(t), "data"));
     if (!dry_run && cfg->objective == TSR_OBJ_GRPO) TSR_CHECK(grpo_init(t)); /* (docs/rl.md) */
     uint64_t epoch_samples = dry_run ? 1 : train_data_epoch_samples(t);
@@ -611,26 +621,26 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->eval_every = duration_to_steps(cfg->eval_interval, cfg->global_batch, cfg->seq_len, epoch_samples);
     t->save_every = duration_to_steps(cfg->save_interval, cfg->global_batch, cfg->seq_len, epoch_samples);
     guard_init(&t->guard, cfg);
-    TSR_CHECK(trainer_shard_group(cfg, d->world, d->local_world, &t->part.fsdp_group));
-    t->part.fsdp_on = cfg->sharding == TSR_SHARD_ZERO3 || cfg->sharding == TSR_SHARD_HSDP;
-    model_init(&t->model, &cfg->model, t->T, t->be.ops);
-    model_set_expert_parallel(&t->model, (int)cfg->expert);
-    model_set_context(&t->model, t->mesh.N);
-    if (t->mesh.context) t->model.ring = &t->mesh.ring;
-    t->out.flops_per_token = model_flops_per_token(&t->model, t->T);
-    if (cfg->lora.rank > 0) { /* the layout now (the plan shows it), the store below */
-        unsigned mask;
-        char why[400];
-        if (config_lora_targets(&cfg->model, cfg->lora.targets, &mask, why, sizeof why) != 0)
-            tsr_die(TSR_EXIT_INTERNAL, "lora.targets: %s (the config check let it through)", why);
-        t->part.lora_on = 1;
-        lora_plan(&t->part.lora, &t->model, (int)cfg->lora.rank, cfg->lora.alpha,
-                  cfg->lora.dropout, mask);
-        /* MFU counts the work done (docs/lora.md): the base's weight-gradient products (2N of
-         * 6N) are skipped, the adapters' three products (6 per adapter parameter) added */
-        t->out.flops_per_token += 6.0 * (double)t->part.lora.n -
-                                  2.0 * (double)t->model.n_params_counted;
-    }
+    return 0;
+}
+
+/* lora.rank > 0: the adapters' layout now (the plan shows it), their store later */
+static void init_lora_plan(tsr_trainer *t, const tsr_config *cfg) {
+    unsigned mask;
+    char why[400];
+    if (config_lora_targets(&cfg->model, cfg->lora.targets, &mask, why, sizeof why) != 0)
+        tsr_die(TSR_EXIT_INTERNAL, "lora.targets: %s (the config check let it through)", why);
+    t->part.lora_on = 1;
+    lora_plan(&t->part.lora, &t->model, (int)cfg->lora.rank, cfg->lora.alpha,
+              cfg->lora.dropout, mask);
+    /* MFU counts the work done (docs/lora.md): the base's weight-gradient products (2N of
+     * 6N) are skipped, the adapters' three products (6 per adapter parameter) added */
+    t->out.flops_per_token += 6.0 * (double)t->part.lora.n -
+                              2.0 * (double)t->model.n_params_counted;
+}
+
+/* the references of DPO and GRPO, and the FLOPs of their forwards */
+static void init_references(tsr_trainer *t, const tsr_config *cfg) {
     /* DPO's reference (docs/dpo.md): auto is the base with LoRA, else precomputed; the base runs
      * a forward per microbatch as well (2N more), a precomputed one nothing during the steps */
     if (cfg->objective == TSR_OBJ_DPO && t->cfg.dpo.reference == TSR_DPO_REF_AUTO)
@@ -645,20 +655,37 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
         t->cfg.grpo.reference = cfg->lora.rank > 0 ? TSR_GRPO_REF_BASE : TSR_GRPO_REF_INITIAL;
     if (cfg->objective == TSR_OBJ_GRPO && cfg->grpo.kl_coef > 0)
         t->out.flops_per_token += 2.0 * (double)t->model.n_params_counted;
+}
+
+/* the model's layout (nothing allocated but the MoE figures): sharding, experts, context,
+ * adapters, references, and the FLOPs per token they make */
+static int init_layout(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d) {
+    TSR_CHECK(trainer_shard_group(cfg, d->world, d->local_world, &t->part.fsdp_group));
+    t->part.fsdp_on = cfg->sharding == TSR_SHARD_ZERO3 || cfg->sharding == TSR_SHARD_HSDP;
+    model_init(&t->model, &cfg->model, t->T, t->be.ops);
+    model_set_expert_parallel(&t->model, (int)cfg->expert);
+    model_set_context(&t->model, t->mesh.N);
+    if (t->mesh.context) t->model.ring = &t->mesh.ring;
+    t->out.flops_per_token = model_flops_per_token(&t->model, t->T);
+    if (cfg->lora.rank > 0) init_lora_plan(t, cfg);
+    init_references(t, cfg);
     if (t->model.E)
         t->out.moe = tsr_calloc((size_t)t->model.LM * (size_t)(2 + t->model.E), sizeof(double));
-    TSR_CHECK(check_int_counts(t, dry_run));
-    t->ck.snap_plan = checkpointing_snapshot_bytes(t); /* (the plan shows it) */
-    if (dry_run) { /* the plan needs the layout only: nothing is allocated */
-        metrics_print_plan(t, 1);
-        if (cfg->device == TSR_DEVICE_CUDA) {
-            TSR_CHECK(train_gpu_switches(t));
-            train_gpu_print_plan(t);
-        }
-        return 0;
-    }
-    TSR_CHECK(train_data_plan(t));
-    TSR_CHECK(train_data_stage_open(t));
+    return 0;
+}
+
+/* the plan (a dry run's: the layout only, nothing allocated); device = cuda: the GPU's
+ * switches and its plan */
+static int init_plans(tsr_trainer *t, const tsr_config *cfg, int dry_run) {
+    metrics_print_plan(t, dry_run);
+    if (cfg->device != TSR_DEVICE_CUDA) return 0;
+    TSR_CHECK(train_gpu_switches(t));
+    train_gpu_print_plan(t);
+    return 0;
+}
+
+/* the weights: sharded, replicated or a frozen base; the adapters' and the experts' stores */
+static void init_weights(tsr_trainer *t, const tsr_config *cfg) {
     if (t->part.fsdp_on) {
         init_sharded(t, (uint64_t)cfg->seed);
     } else {
@@ -677,6 +704,14 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
         ep_init(&t->part.ep, &t->model, t->model.EP, &t->dist);
         ep_init_weights(&t->part.ep, &t->model, (uint64_t)cfg->seed);
     }
+}
+
+/* a run's state: the data plan and staging, the weights, the ICL tasks, the optimizer's state
+ * and the batch buffers */
+static int init_state(tsr_trainer *t, const tsr_config *cfg) {
+    TSR_CHECK(train_data_plan(t));
+    TSR_CHECK(train_data_stage_open(t));
+    init_weights(t, cfg);
     TSR_CHECK(open_icl(t)); /* the task files are read before the first step */
     if (cfg->device != TSR_DEVICE_CUDA) /* (device = cuda: the library's, src/gpu/gpu_muon.h) */
         muon_init(&t->part.muon, &t->model, &cfg->optim, t->part.fsdp_on ? &t->part.fsdp : NULL,
@@ -691,20 +726,34 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     t->data.targets = tsr_malloc((size_t)t->per_rank * t->T * sizeof(int32_t));
     /* the activations are allocated by the first step (trainer_ensure_acts), where micro_batch =
      * auto can still back off */
-    metrics_print_plan(t, 0);
-    if (cfg->device == TSR_DEVICE_CUDA) {
-        TSR_CHECK(train_gpu_switches(t));
-        train_gpu_print_plan(t);
-        TSR_CHECK(train_gpu_init(t));
-    } else {
-        oom_fault(t);
-    }
+    return 0;
+}
+
+/* the plans, the device (the GPU's, or the CPU's memory fault of a test), the host memory's
+ * check and what it decides: the save mode, the snapshot; the step strategy */
+static int init_device(tsr_trainer *t, const tsr_config *cfg) {
+    TSR_CHECK(init_plans(t, cfg, 0));
+    if (cfg->device == TSR_DEVICE_CUDA) TSR_CHECK(train_gpu_init(t));
+    else oom_fault(t);
     const long long kib = mem_available_kib();
     host_memory_warn(t, kib);
     choose_save_mode(t, kib);
     checkpointing_snapshot_alloc(t);
     train_gpu_pin_snapshot(t);
     t->be.strategy = trainer_pick_strategy(t);
+    return 0;
+}
+
+int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run) {
+    TSR_CHECK(init_start(t, cfg, d));
+    init_batch(t, cfg, d, dry_run);
+    TSR_CHECK(init_schedule(t, cfg, dry_run));
+    TSR_CHECK(init_layout(t, cfg, d));
+    TSR_CHECK(check_int_counts(t, dry_run));
+    t->ck.snap_plan = checkpointing_snapshot_bytes(t); /* (the plan shows it) */
+    if (dry_run) return init_plans(t, cfg, 1); /* --dry-run, --plan */
+    TSR_CHECK(init_state(t, cfg));
+    TSR_CHECK(init_device(t, cfg));
     return 0; /* run_dir is not touched yet: trainer_open_run_dir, once the checkpoint is read */
 }
 
