@@ -51,9 +51,11 @@ SOLO=(tests/slurm/ tests/healthcheck/ tests/faults/ tests/fuzz/ tests/install/ t
 # time is mostly a wait on Slurm's clocks (the 30 s time-limit check, requeue delays, the
 # scheduler's intervals), a light load beside the others (CI of 2026-11-27: 278 s alone). Their
 # health checks judge against thresholds far below a shared CPU's (tests/slurm/slurm_lib.sh), and
-# their compared runs have no watchdog. test_isolation stays SOLO: it counts the host's Slurm and
-# munge daemons, which another cluster beside it would change.
-BESIDE=(tests/slurm/test_jobs.sh tests/slurm/test_sweep.sh tests/slurm/test_hc_drain.sh)
+# their compared runs have no watchdog; their make install into a temp PREFIX only reads the
+# build, which no shared test writes. test_install (13 s: make install into its own temp dir, no
+# daemon) runs there too. test_isolation stays SOLO: it counts the host's Slurm and munge daemons,
+# which another cluster beside it would change.
+BESIDE=(tests/slurm/test_jobs.sh tests/slurm/test_sweep.sh tests/slurm/test_hc_drain.sh tests/slurm/test_install.sh)
 # Where a GPU is present, the tests that can use it run alone too: two processes on one GPU share
 # its memory, which micro_batch = auto and the device-plan checks read
 compgen -G '/dev/nvidia[0-9]*' >/dev/null && SOLO+=(tests/gpu/ tests/test_gpu_ops)
