@@ -41,6 +41,9 @@ eval "$(bash "$CLUSTER" env)"                     # OpenMPI across the two virtu
 export MODULEPATH=$PREFIX/share/modulefiles      # sbatch passes the environment to the job
 export TSR_HC_LIMIT=60                           # the preflight health check, bounded
 export TSR_PREFLIGHT=quick                       # CI time; job 6 runs the default (full)
+# a rank that waits in a collective yields its core to the jobs beside it (the time-limit job's
+# rank 0 waits out rank 1's injected sleeps): Slurm's 6 CPUs per node are more than the host's
+export OMPI_MCA_mpi_yield_when_idle=1
 
 make_synth "$TMP/data" 512 400000
 cat >"$TMP/job.cfg" <<CFG
