@@ -46,6 +46,16 @@ SOLO=(tests/slurm/ tests/healthcheck/ tests/faults/ tests/fuzz/ tests/install/ t
       tests/gpu/test_hc_gpu.sh tests/mpi/test_alltoallv.sh tests/eval/test_eval.sh
       tests/eval/test_generate_gqa.sh tests/train/test_icl_train.sh tests/train/test_sft.sh
       tests/train/test_mixing.sh tests/tools/test_matmul_floor.sh tests/tools/test_prometheus.sh)
+# A test in BESIDE runs during the shared phase, in a lane of its own beside the LANES (one such
+# test at a time, in this order): tests of the SOLO kind (their own private Slurm cluster) whose
+# time is mostly a wait on Slurm's clocks (the 30 s time-limit check, requeue delays, the
+# scheduler's intervals), a light load beside the others (CI of 2026-11-27: 278 s alone). Their
+# health checks judge against thresholds far below a shared CPU's (tests/slurm/slurm_lib.sh), and
+# their compared runs have no watchdog; their make install into a temp PREFIX only reads the
+# build, which no shared test writes. test_install (13 s: make install into its own temp dir, no
+# daemon) runs there too. test_isolation stays SOLO: it counts the host's Slurm and munge daemons,
+# which another cluster beside it would change.
+BESIDE=(tests/slurm/test_jobs.sh tests/slurm/test_sweep.sh tests/slurm/test_hc_drain.sh tests/slurm/test_install.sh)
 # Where a GPU is present, the tests that can use it run alone too: two processes on one GPU share
 # its memory, which micro_batch = auto and the device-plan checks read
 compgen -G '/dev/nvidia[0-9]*' >/dev/null && SOLO+=(tests/gpu/ tests/test_gpu_ops)
@@ -58,8 +68,9 @@ fi
 # (wait -n -p, below, is bash 5.1's: an older bash runs one test at a time)
 ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 501)) || LANES=1
 solo() { local p; for p in "${SOLO[@]}"; do [[ $1 == "$p"* ]] && return 0; done; return 1; }
+beside() { local p; for p in "${BESIDE[@]}"; do [[ $1 == "$p" ]] && return 0; done; return 1; }
 
-shared=() alone=()
+shared=() alone=() besides=()
 for t in "${tests[@]}"; do
     name=${t#"$BUILD"/}
     if [[ -n ${TESTS:-} ]]; then
@@ -67,7 +78,7 @@ for t in "${tests[@]}"; do
         for want in $TESTS; do [[ $name == *"$want"* ]] && match=1; done
         ((match)) || continue
     fi
-    if solo "$name"; then alone+=("$t"); else shared+=("$t"); fi
+    if beside "$name"; then besides+=("$t"); elif solo "$name"; then alone+=("$t"); else shared+=("$t"); fi
 done
 # The longest shared tests (40 s or more each on the CI machine, 2026-11-27) start first, so the
 # lanes end together instead of one lane running a long test alone at the end (the run of
@@ -85,10 +96,10 @@ for t in ${shared[@]+"${shared[@]}"}; do
 done
 shared=(${first[@]+"${first[@]}"} ${rest[@]+"${rest[@]}"})
 if ((LANES > 1)); then
-    echo "tests/run.sh: ${#shared[@]} tests $LANES at a time, then ${#alone[@]} alone (TEST_LANES=$LANES)"
+    echo "tests/run.sh: ${#shared[@]} tests $LANES at a time and ${#besides[@]} beside them, then ${#alone[@]} alone (TEST_LANES=$LANES)"
 else # one lane: every test alone, the shared ones first as with two
-    alone=(${shared[@]+"${shared[@]}"} ${alone[@]+"${alone[@]}"})
-    shared=()
+    alone=(${shared[@]+"${shared[@]}"} ${besides[@]+"${besides[@]}"} ${alone[@]+"${alone[@]}"})
+    shared=() besides=()
 fi
 
 log_of() { echo "$logdir/$(echo "${1#"$BUILD"/}" | tr '/' '_').log"; } # log_of TEST: its log file
@@ -140,29 +151,41 @@ report() {
     grep -E '^ok [0-9]+.*# SKIP' "$log" | sed 's/^/       /' | head -5
 }
 
-# the shared tests, LANES at a time, each reported as it ends
+# the shared tests, LANES at a time, and the BESIDE ones in a lane of their own, each reported as
+# it ends
 phase_start=$SECONDS
 declare -A running=() # pid -> test
+beside_pid='' next_beside=0
+start_beside() { # starts the next BESIDE test when none runs
+    [[ -z $beside_pid ]] && ((next_beside < ${#besides[@]})) || return 0
+    run_one "${besides[$next_beside]}" &
+    beside_pid=$! running[$!]=${besides[$next_beside]} next_beside=$((next_beside + 1))
+}
+ended() { # ended PID: report its test; a BESIDE test's end starts the next one
+    report "${running[$1]}"
+    unset "running[$1]"
+    [[ $1 == "$beside_pid" ]] && { beside_pid=''; start_beside; }
+    return 0
+}
 reap() { # waits for one running test to end, reports it
     local pid=
     wait -n -p pid "${!running[@]}"
     if [[ -z $pid || -z ${running[$pid]+x} ]]; then
         # (a signal, or none left to wait for: each that has ended is reported; none: a pause)
-        local ended=0
+        local found=0
         for pid in "${!running[@]}"; do
             kill -0 "$pid" 2>/dev/null && continue
-            report "${running[$pid]}"
-            unset "running[$pid]"
-            ended=1
+            ended "$pid"
+            found=1
         done
-        ((ended)) || sleep 0.2
+        ((found)) || sleep 0.2
         return 0
     fi
-    report "${running[$pid]}"
-    unset "running[$pid]"
+    ended "$pid"
 }
+start_beside
 for t in ${shared[@]+"${shared[@]}"}; do
-    while ((${#running[@]} >= LANES)); do reap; done
+    while ((${#running[@]} - (${#beside_pid} > 0) >= LANES)); do reap; done
     run_one "$t" &
     running[$!]=$t
 done

@@ -27,7 +27,8 @@
 #        this directory), then remove the directory: only one `up` made (it holds up's marker file).
 #   cluster.sh env    print the environment a client command or a job spanning both nodes needs.
 #   cluster.sh can    exit 0 if this machine can run a private cluster; else print why, exit 1.
-# Settings: SLURM_TEST_CPUS, SLURM_TEST_CRED_EXPIRE, SLURM_TEST_HC_INTERVAL, SLURM_TEST_HOOK_ENV
+# Settings: SLURM_TEST_CPUS (per node; default the host's, more allowed), SLURM_TEST_CRED_EXPIRE,
+# SLURM_TEST_HC_INTERVAL, SLURM_TEST_HOOK_ENV
 # (space-separated VAR=VALUE words, no spaces in a value, exported to the three hooks).
 # Exit status: 0 done; 1 a refusal or a failure, the message naming the directory, file or value
 # (`can`: the reason on stdout, for the tests' exit-77 skip line).
@@ -39,7 +40,9 @@ set -euo pipefail
 
 NODES=(n1 n2)
 NCPU=${SLURM_TEST_CPUS:-$(nproc)}
-CRED_EXPIRE=${SLURM_TEST_CRED_EXPIRE:-10}
+# cred_expire: a requeued job waits this long before it may start again; 5 is Slurm's minimum
+# (4 or less: "AuthInfo=cred_expire=4 invalid" in the logs, and the default 120 instead)
+CRED_EXPIRE=${SLURM_TEST_CRED_EXPIRE:-5}
 HC_INTERVAL=${SLURM_TEST_HC_INTERVAL:-30}   # HealthCheckInterval, seconds
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 DIR=${SLURM_TEST_DIR:-$ROOT/build/slurm-test}
@@ -96,19 +99,20 @@ our_pid() {
     tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "$DIR/" || return 1
     echo "$pid"
 }
-# stop_pidfiles COMM PIDFILE...: SIGTERM our COMM of each PIDFILE, wait, SIGKILL after 20 s
+# stop_pidfiles COMM:PIDFILE...: SIGTERM our COMM of each PIDFILE, all at once (each takes about
+# 2 s to stop), wait, SIGKILL after 20 s
 stop_pidfiles() {
-    local comm=$1 f pid pids=()
-    shift
-    for f in "$@"; do
-        pid=$(our_pid "$comm" "$f") || continue
-        log "stopping $comm pid $pid"
+    local cf pid pids=() comms=()
+    for cf in "$@"; do
+        pid=$(our_pid "${cf%%:*}" "${cf#*:}") || continue
+        log "stopping ${cf%%:*} pid $pid"
         kill "$pid" 2>/dev/null || true
-        pids+=("$pid")
+        pids+=("$pid") comms+=("${cf%%:*}")
     done
-    for pid in "${pids[@]}"; do
-        for _ in $(seq 1 80); do kill -0 "$pid" 2>/dev/null || continue 2; sleep 0.25; done
-        log "$comm $pid still alive: SIGKILL"
+    for cf in "${!pids[@]}"; do
+        pid=${pids[$cf]}
+        for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || continue 2; sleep 0.2; done
+        log "${comms[$cf]} $pid still alive: SIGKILL"
         kill -9 "$pid" 2>/dev/null || true
     done
 }
@@ -214,6 +218,10 @@ JobRequeue=1
 MinJobAge=600
 KillWait=10
 SlurmdTimeout=30
+# a node is what this file says (SLURM_TEST_CPUS may advertise more CPUs than the host has: jobs
+# that wait more than they compute then fit beside each other); without it, fewer detected CPUs
+# than configured make the node INVALID
+SlurmdParameters=config_overrides
 CONF
         [[ -n $prolog ]] && printf 'Prolog=%s\nPrologFlags=Alloc\n' "$DIR/hooks/prolog"
         [[ -n $epilog ]] && printf 'Epilog=%s\n' "$DIR/hooks/epilog"
@@ -261,9 +269,9 @@ do_down() {
     [[ -e $DIR ]] || { log "no instance in $DIR: nothing to do"; return 0; }
     [[ -f $MARK ]] || die "$DIR has no $(basename "$MARK"): not made by cluster.sh up, not touching it"
     cancel_ours
-    stop_pidfiles slurmd "$DIR"/slurmd-*.pid
-    stop_pidfiles slurmctld "$DIR/slurmctld.pid"
-    stop_pidfiles munged "$DIR/munge/munged.pid"
+    local f daemons=("slurmctld:$DIR/slurmctld.pid" "munged:$DIR/munge/munged.pid")
+    for f in "$DIR"/slurmd-*.pid; do daemons+=("slurmd:$f"); done
+    stop_pidfiles "${daemons[@]}"       # (its jobs are gone: nothing left for them to do)
     rm -rf -- "$DIR"
     log "down: $DIR removed"
 }
