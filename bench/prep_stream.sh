@@ -11,7 +11,8 @@
 # Input: the 500 Brown files concatenated (10 MB), repeated to each size. Peak RSS from GNU time's
 # %M (getrusage's ru_maxrss of the command), wall time of the whole command, 2 threads.
 # Environment: BUILD=build, TSR_TESSERA (default $BUILD/tessera), TSR_DATA_DIR (default data/npm),
-# BENCH_OUT=build/bench.
+# BENCH_OUT=build/bench, BENCH_TOKENIZER (prep's --tokenizer; default GPT-2's; e.g.
+# data/npm/chat/llama2 for a SentencePiece-style one, whose peer is the commit before 38eb6a8).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-build}
@@ -37,7 +38,7 @@ for mb in "${SIZES[@]}"; do
         bin=$TESSERA
         [[ $b == peer ]] && bin=$PEER
         /usr/bin/time -f '%e %M' -o "$OUT/$b-$mb.time" "$bin" prep --quiet --threads 2 \
-            --val-fraction 0 --out "$OUT/$b-$mb" "$in"
+            ${BENCH_TOKENIZER:+--tokenizer "$BENCH_TOKENIZER"} --val-fraction 0 --out "$OUT/$b-$mb" "$in"
         read -r wall kib <"$OUT/$b-$mb.time"
         awk -v b="$b" -v mb="$mb" -v w="$wall" -v k="$kib" \
             'BEGIN { printf "%-8s %8d %10.2f %12.0f %10.2f\n", b, mb, w, k / 1024, k * 1024 / (mb * 1e6) }'

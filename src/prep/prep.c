@@ -40,13 +40,13 @@
 #define DEFAULT_SHARD_TOKENS (1ull << 27) /* as tessera shard: 256 MiB of uint16 tokens */
 #define BATCH_BYTES (4u << 20)            /* input bytes per parallel batch */
 #define BATCH_ITEMS 16384                 /* items per parallel batch */
-#define READ_BYTES (1u << 20)             /* a text file is read so many bytes at a time */
-#define PART_BYTES (1u << 20)             /* a longer text document is tokenized in parts */
+#define PART_BYTES (1u << 20) /* a text file is read, and a longer document tokenized, in parts of
+                                 so many bytes ($TSR_PREP_PART_BYTES for tests: read_knobs) */
 #define MAX_REPORTED 10                   /* bad lines reported one by one */
 #define DETECT_LINES 1000                 /* lines read to detect a JSONL file's kind */
 #define SPLIT_STREAM 0x7072657053504c54ull /* "prepSPLT": the train/val split's random stream */
 #define PROGRESS_TTY_S 0.25               /* redraw interval of the progress bar */
-#define PROGRESS_LOG_S 5.0                /* interval of the plain progress lines */
+#define PROGRESS_LOG_S 5.0                /* interval of the plain lines ($TSR_PREP_PROGRESS_S) */
 
 static const char *const fmt_names[] = {"auto", "text", "jsonl", "sft", "chat", "preference",
                                         "prompts"};
@@ -384,6 +384,8 @@ typedef struct prep_ctx {
     uint32_t eos, vocab;
     int with_mask, threads, tty;
     int part_val; /* the split of the document whose parts are being consumed */
+    size_t part_bytes; /* PART_BYTES, or $TSR_PREP_PART_BYTES */
+    double log_every;  /* PROGRESS_LOG_S, or $TSR_PREP_PROGRESS_S */
     char *buf; /* the batch's input bytes */
     size_t buf_len, buf_cap;
     prep_item *items;
@@ -408,11 +410,11 @@ static void fmt_duration(char *buf, size_t n, double s) {
     else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
 }
 
-/* On a terminal a bar redrawn in place; otherwise a plain line every PROGRESS_LOG_S seconds. */
+/* On a terminal a bar redrawn in place; otherwise a plain line every c->log_every seconds. */
 static void progress(prep_ctx *c, int final) {
     if (c->a->quiet) return;
     double now = tsr_now(), dt = now - c->t0;
-    if (!final && now - c->t_progress < (c->tty ? PROGRESS_TTY_S : PROGRESS_LOG_S)) return;
+    if (!final && now - c->t_progress < (c->tty ? PROGRESS_TTY_S : c->log_every)) return;
     if (final && !c->tty) return;
     c->t_progress = now;
     uint64_t total = c->files.bytes ? c->files.bytes : 1;
@@ -661,13 +663,32 @@ static int flush_from(prep_ctx *c, size_t keep) {
 
 static int flush(prep_ctx *c) { return flush_from(c, c->buf_len); }
 
+/* The test knobs of the environment (docs/prep.md): TSR_PREP_PART_BYTES, the bytes of a text file
+ * read at a time and of a streamed document's parts (tiny parts put many cuts in a small file);
+ * TSR_PREP_PROGRESS_S, the seconds between two plain progress lines. */
+static int read_knobs(prep_ctx *c) {
+    const char *part = getenv("TSR_PREP_PART_BYTES"), *every = getenv("TSR_PREP_PROGRESS_S");
+    int64_t bytes = PART_BYTES;
+    c->log_every = PROGRESS_LOG_S;
+    if (part && *part && tsr_parse_i64(part, 1, 1 << 30, &bytes)) {
+        tsr_error("prep: TSR_PREP_PART_BYTES = \"%s\": expected bytes from 1 to 1073741824", part);
+        return TSR_EXIT_USAGE;
+    }
+    if (every && *every && tsr_parse_f64(every, 0, 3600, &c->log_every)) {
+        tsr_error("prep: TSR_PREP_PROGRESS_S = \"%s\": expected seconds from 0 to 3600", every);
+        return TSR_EXIT_USAGE;
+    }
+    c->part_bytes = (size_t)bytes;
+    return 0;
+}
+
 static int read_error(const char *path) {
     tsr_error("%s: read failed: %s", path, strerror(errno));
     return TSR_EXIT_DATA;
 }
 
 /* Cuts the open document of a text file (its bytes from *pos) into items: each document that a
- * --doc-sep separator ends; at the end of the file the rest; and, once PART_BYTES are open, a
+ * --doc-sep separator ends; at the end of the file the rest; and, once c->part_bytes are open, a
  * part of it up to the last place the tokenizer may be cut (tokenizer_stream_cut; never within
  * reach of a separator not read whole yet). *part: the flags of the next part (PART_FIRST until a
  * part of the document went out); *scan: where the search for the separator resumes. */
@@ -692,7 +713,7 @@ static void split_text(prep_ctx *c, size_t fi, size_t *pos, size_t *scan, int *p
         *pos = c->buf_len;
         return;
     }
-    if (open < PART_BYTES) return;
+    if (open < c->part_bytes) return;
     size_t q = tokenizer_stream_cut(c->tok, (const uint8_t *)c->buf + *pos,
                                     seplen ? open - seplen + 1 : open);
     if (!q) return; /* no place to cut yet: the document grows in memory */
@@ -701,7 +722,7 @@ static void split_text(prep_ctx *c, size_t fi, size_t *pos, size_t *scan, int *p
     *pos += q;
 }
 
-/* A text file: one document, or documents separated by --doc-sep, read READ_BYTES at a time; a
+/* A text file: one document, or documents separated by --doc-sep, read c->part_bytes at a time; a
  * long document is tokenized in parts (split_text), so memory does not grow with the file. */
 static int read_text(prep_ctx *c, size_t fi) {
     const char *path = c->files.v[fi].path;
@@ -714,8 +735,8 @@ static int read_text(prep_ctx *c, size_t fi) {
     size_t pos = c->buf_len, scan = pos, got;
     int part = PART_FIRST, rc = 0;
     do {
-        buf_reserve(c, READ_BYTES);
-        got = fread(c->buf + c->buf_len, 1, READ_BYTES, fp);
+        buf_reserve(c, c->part_bytes);
+        got = fread(c->buf + c->buf_len, 1, c->part_bytes, fp);
         c->buf_len += got;
         c->bytes_done += got;
         if (!got && ferror(fp)) break;
@@ -1000,6 +1021,8 @@ int cmd_prep(int argc, char **argv) {
     int rc = parse_args(&a, argc, argv);
     if (rc) return rc < 0 ? 0 : rc;
     prep_ctx c = {.a = &a, .t0 = tsr_now()};
+    rc = read_knobs(&c);
+    if (rc) return rc;
     c.threads = a.threads ? (int)a.threads : omp_get_max_threads();
     c.tty = isatty(STDERR_FILENO);
     struct stat st;

@@ -14,12 +14,21 @@
 #include "common.h"
 #include "chat/chat_render.h"
 
-/* Appends the tokens of text (mask m) to the item; special: special tokens in the text are
- * recognised (a chat template's output), else they are plain text (the user's data). */
+/* put_text's `special` for the rest of a text cut at tokenizer_stream_cut (a streamed document's
+ * later part): plain text, not a text's start (tokenizer_encode_continued) */
+#define TEXT_CONTINUED 2
+
+/* Appends the tokens of text (mask m) to the item; special: 1 when special tokens in the text are
+ * recognised (a chat template's output), 0 when they are plain text (the user's data), or
+ * TEXT_CONTINUED. */
 static void put_text(const prep_doc_rules *r, prep_item *it, const char *s, size_t n, uint8_t m,
                      int special) {
     size_t before = it->n;
-    tokenizer_encode(r->tok, (const uint8_t *)s, n, special, &it->tok, &it->n, &it->cap);
+    const uint8_t *u = (const uint8_t *)s;
+    if (special == TEXT_CONTINUED)
+        tokenizer_encode_continued(r->tok, u, n, &it->tok, &it->n, &it->cap);
+    else
+        tokenizer_encode(r->tok, u, n, special, &it->tok, &it->n, &it->cap);
     if (it->mask_cap < it->cap) {
         uint8_t *nm = realloc(it->mask, it->cap);
         if (!nm) tsr_die(TSR_EXIT_INTERNAL, "prep: out of memory (%zu mask bytes)", it->cap);
@@ -147,7 +156,7 @@ static void put_plain(const prep_doc_rules *r, prep_item *it, const char *s, siz
         return;
     }
     if (r->bos && (part & PART_FIRST)) put_id(it, r->eos, 1);
-    put_text(r, it, s, n, 1, 0);
+    put_text(r, it, s, n, 1, part & PART_FIRST ? 0 : TEXT_CONTINUED);
     if (!r->no_eos && (part & PART_LAST)) put_id(it, r->eos, 1);
 }
 

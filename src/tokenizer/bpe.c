@@ -552,16 +552,14 @@ size_t tokenizer_encode(const tsr_tokenizer *t, const uint8_t *text, size_t n, i
     return *n_ids - start;
 }
 
+size_t tokenizer_encode_continued(const tsr_tokenizer *t, const uint8_t *text, size_t n,
+                                  uint32_t **ids, size_t *n_ids, size_t *cap) {
+    if (t->hf) return hf_tok_encode_continued(t->hf, text, n, ids, n_ids, cap);
+    return tokenizer_encode(t, text, n, 0, ids, n_ids, cap);
+}
+
 size_t tokenizer_stream_cut(const tsr_tokenizer *t, const uint8_t *text, size_t n) {
-    if (t->hf && !hf_tok_cuts_at_newline(t->hf)) return 0;
-    for (size_t q = n; q-- > 1;) {
-        const uint8_t *nl = memrchr(text + 1, '\n', q);
-        if (!nl) return 0;
-        q = (size_t)(nl - text);
-        uint8_t b = text[q - 1];
-        if ((b >= '0' && b <= '9') || ((b | 0x20) >= 'a' && (b | 0x20) <= 'z')) return q;
-    }
-    return 0;
+    return t->hf ? hf_tok_stream_cut(t->hf, text, n) : tokenizer_cut_before(text, n, '\n');
 }
 
 /* ================================ a tokenizer.json ================================ */

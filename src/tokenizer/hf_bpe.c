@@ -149,12 +149,12 @@ static void spm_piece(void *vctx, const uint8_t *p, size_t n) {
         cache_put(c, e, p, n, *c->out->ids + before, *c->out->n - before);
 }
 
-/* One section between added tokens; first: it starts the text (Metaspace's prepend_scheme "first"). */
-static void encode_section(piece_ctx *c, const uint8_t *p, size_t n, int first) {
+/* One section between added tokens; where: HF_SECTION_* (hf_spm_normalize). */
+static void encode_section(piece_ctx *c, const uint8_t *p, size_t n, int where) {
     if (n == 0) return;
     if (c->t->spm) {
         size_t sn;
-        uint8_t *s = hf_spm_normalize(c->t, p, n, first, &sn);
+        uint8_t *s = hf_spm_normalize(c->t, p, n, where, &sn);
         hf_spm_split(c->t, s, sn, spm_piece, c);
         free(s);
         return;
@@ -178,8 +178,9 @@ static long added_at(const hf_tok *t, const uint8_t *p, size_t n, size_t *len) {
     return best;
 }
 
-size_t hf_tok_encode(const hf_tok *t, const uint8_t *text, size_t n, int allow_special,
-                     uint32_t **ids, size_t *n_ids, size_t *cap) {
+/* hf_tok_encode, the text's first section at start_where (HF_SECTION_FIRST, or _CONTINUED). */
+static size_t encode_from(const hf_tok *t, const uint8_t *text, size_t n, int allow_special,
+                          int start_where, uint32_t **ids, size_t *n_ids, size_t *cap) {
     size_t fixed_n, before = *n_ids;
     uint8_t *fixed = tsr_utf8_sanitize(text, n, &fixed_n);
     if (fixed) text = fixed, n = fixed_n;
@@ -193,12 +194,12 @@ size_t hf_tok_encode(const hf_tok *t, const uint8_t *text, size_t n, int allow_s
             i++;
             continue;
         }
-        encode_section(&c, text + start, i - start, start == 0);
+        encode_section(&c, text + start, i - start, start == 0 ? start_where : HF_SECTION_LATER);
         hf_ids_push(&out, t->added_id[k]);
         i += len;
         start = i;
     }
-    encode_section(&c, text + start, n - start, start == 0);
+    encode_section(&c, text + start, n - start, start == 0 ? start_where : HF_SECTION_LATER);
     free(c.sym);
     hf_word_free(&c.word);
     free(c.slot), free(c.key_pool), free(c.id_pool);
@@ -206,7 +207,19 @@ size_t hf_tok_encode(const hf_tok *t, const uint8_t *text, size_t n, int allow_s
     return *n_ids - before;
 }
 
-int hf_tok_cuts_at_newline(const hf_tok *t) { return !t->spm; }
+size_t hf_tok_encode(const hf_tok *t, const uint8_t *text, size_t n, int allow_special,
+                     uint32_t **ids, size_t *n_ids, size_t *cap) {
+    return encode_from(t, text, n, allow_special, HF_SECTION_FIRST, ids, n_ids, cap);
+}
+
+size_t hf_tok_encode_continued(const hf_tok *t, const uint8_t *text, size_t n, uint32_t **ids,
+                               size_t *n_ids, size_t *cap) {
+    return encode_from(t, text, n, 0, HF_SECTION_CONTINUED, ids, n_ids, cap);
+}
+
+size_t hf_tok_stream_cut(const hf_tok *t, const uint8_t *text, size_t n) {
+    return t->spm ? hf_spm_stream_cut(t, text, n) : tokenizer_cut_before(text, n, '\n');
+}
 
 size_t hf_tok_decode(const hf_tok *t, const uint32_t *ids, size_t n, uint8_t *out, size_t cap) {
     size_t len = 0;

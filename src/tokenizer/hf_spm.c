@@ -26,18 +26,21 @@
 static const uint8_t METASPACE[3] = {0xE2, 0x96, 0x81}; /* U+2581 */
 
 /* 1 when a section gets a U+2581 in front: Llama 2's Prepend normalizer always; Metaspace by its
- * prepend_scheme, unless the section already starts with U+2581 once its spaces are replaced. */
-static int prefixed(const hf_tok *t, const uint8_t *p, size_t n, int first) {
+ * prepend_scheme, unless the section already starts with U+2581 once its spaces are replaced;
+ * never the rest of a text cut within a section (HF_SECTION_CONTINUED). */
+static int prefixed(const hf_tok *t, const uint8_t *p, size_t n, int where) {
+    if (where == HF_SECTION_CONTINUED) return 0;
     if (t->prepend) return 1;
     if (!t->metaspace || (n && (p[0] == ' ' || hf_metaspace_at(p, n, 0)))) return 0;
-    return t->ms_prepend == HF_PREPEND_ALWAYS || (t->ms_prepend == HF_PREPEND_FIRST && first);
+    return t->ms_prepend == HF_PREPEND_ALWAYS ||
+           (t->ms_prepend == HF_PREPEND_FIRST && where == HF_SECTION_FIRST);
 }
 
-uint8_t *hf_spm_normalize(const hf_tok *t, const uint8_t *p, size_t n, int first, size_t *out_n) {
+uint8_t *hf_spm_normalize(const hf_tok *t, const uint8_t *p, size_t n, int where, size_t *out_n) {
     size_t spaces = 0;
     for (size_t i = 0; i < n; i++) spaces += p[i] == ' ';
     uint8_t *s = tsr_malloc(n + 2 * spaces + 3 + 1), *o = s;
-    if (prefixed(t, p, n, first)) memcpy(o, METASPACE, 3), o += 3;
+    if (prefixed(t, p, n, where)) memcpy(o, METASPACE, 3), o += 3;
     for (size_t i = 0; i < n; i++) {
         if (p[i] == ' ') memcpy(o, METASPACE, 3), o += 3;
         else *o++ = p[i];
@@ -105,6 +108,18 @@ void hf_spm_split(const hf_tok *t, const uint8_t *s, size_t n,
         start = i;
     }
     if (n > start) piece(ctx, s + start, n - start);
+}
+
+/* A text cut at a U+2581 that follows an ASCII letter or digit gives the ids of the whole when the
+ * first part is encoded as it is and the rest as HF_SECTION_CONTINUED: the whole's pieces
+ * (hf_spm_split) end there unless a crossing entry lies over that U+2581, and then its letter or
+ * digit comes right before a U+2581 in that entry; each part's pieces are the whole's. */
+size_t hf_spm_stream_cut(const hf_tok *t, const uint8_t *text, size_t n) {
+    for (uint32_t k = 0; k < t->n_cross; k++) {
+        uint8_t b = t->blob[t->off[t->cross_id[k]] + t->cross_at[k] - 1];
+        if (tokenizer_ascii_alnum(b)) return 0;
+    }
+    return tokenizer_cut_before(text, n, ' ');
 }
 
 /* The byte of a "<0xXX>" token, or -1. */

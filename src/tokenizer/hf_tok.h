@@ -43,10 +43,14 @@ size_t hf_tok_encode(const hf_tok *tok, const uint8_t *text, size_t n, int allow
 /* Decodes ids to bytes: writes at most cap bytes, returns the full length, (size_t)-1 after
  * tsr_error() for an id out of range. */
 size_t hf_tok_decode(const hf_tok *tok, const uint32_t *ids, size_t n, uint8_t *out, size_t cap);
-/* 1 when encoding text in two parts cut before a '\n' that follows an ASCII letter or digit gives
- * the ids of the whole (tokenizer_stream_cut): the byte-level family; not the SentencePiece-style
- * one, whose normalizer treats the start of a text apart. */
-int hf_tok_cuts_at_newline(const hf_tok *tok);
+/* As hf_tok_encode (added tokens not matched), for text that continues a text cut at
+ * hf_tok_stream_cut: its start is not the text's start, so a SentencePiece-style normalizer puts
+ * no U+2581 in front of it. */
+size_t hf_tok_encode_continued(const hf_tok *tok, const uint8_t *text, size_t n, uint32_t **ids,
+                               size_t *n_ids, size_t *cap);
+/* tokenizer_stream_cut for this tokenizer: before a '\n' that follows an ASCII letter or digit in
+ * the byte-level family; before a ' ' that follows one in the SentencePiece style (hf_spm.c). */
+size_t hf_tok_stream_cut(const hf_tok *tok, const uint8_t *text, size_t n);
 /* The bytes of one id (length in *len), or NULL for an id out of range or unassigned. */
 const uint8_t *hf_tok_token_bytes(const hf_tok *tok, uint32_t id, uint32_t *len);
 

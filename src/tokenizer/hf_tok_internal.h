@@ -91,14 +91,22 @@ void hf_word_reserve(hf_word *w, size_t n);
 void hf_word_merge(const hf_tok *t, hf_word *w, size_t m);
 void hf_word_free(hf_word *w);
 
+/* Where a section of text between added tokens lies: at the text's start (Metaspace's
+ * prepend_scheme "first"), after an added token, or at the start of the rest of a text cut at
+ * hf_tok_stream_cut (within a section: no U+2581 goes in front). */
+enum { HF_SECTION_LATER, HF_SECTION_FIRST, HF_SECTION_CONTINUED };
+
 /* SentencePiece-style BPE (hf_spm.c): the normalizer or Metaspace pre-tokenizer of one section of
- * text between added tokens (valid UTF-8; first: the section starts the text; malloc'd result),
- * the cuts that do not change the ids, and the BPE of one piece (merges from code points, then
- * byte fallback). */
-uint8_t *hf_spm_normalize(const hf_tok *t, const uint8_t *p, size_t n, int first, size_t *out_n);
+ * text between added tokens (valid UTF-8; where: HF_SECTION_*; malloc'd result), the cuts that do
+ * not change the ids, and the BPE of one piece (merges from code points, then byte fallback). */
+uint8_t *hf_spm_normalize(const hf_tok *t, const uint8_t *p, size_t n, int where, size_t *out_n);
 void hf_spm_split(const hf_tok *t, const uint8_t *s, size_t n,
                   void (*piece)(void *ctx, const uint8_t *p, size_t len), void *ctx);
 void hf_spm_piece(const hf_tok *t, const uint8_t *s, size_t n, hf_ids_out *out);
+/* hf_tok_stream_cut of the SentencePiece style: tokenizer_cut_before ' ' (normalised, a U+2581
+ * after an ASCII letter or digit: hf_spm_split cuts there, and the rest is a section's middle);
+ * 0 when a vocab entry holds U+2581 right after an ASCII letter or digit (BPE may merge across). */
+size_t hf_spm_stream_cut(const hf_tok *t, const uint8_t *text, size_t n);
 
 /* One id's decoded bytes for a SentencePiece-style tokenizer: U+2581 -> ' ', <0xXX> -> the byte
  * (with dec_bytes), one leading ' ' dropped when strip; written to out (at most cap), returns the full length. */

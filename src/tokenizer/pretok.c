@@ -1,4 +1,5 @@
-/* pretok.c — GPT-2's pre-tokenisation without a regex library, plus the UTF-8 reader it uses.
+/* pretok.c — GPT-2's pre-tokenisation without a regex library, plus the UTF-8 reader it uses and
+ * the places where a long text may be cut (tokenizer_cut_before).
  *
  * The reference is the JavaScript regex of npm gpt-3-encoder (flag u: it walks code points)
  *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
@@ -102,6 +103,17 @@ size_t tokenizer_count_invalid_utf8(const uint8_t *text, size_t n) {
         i += l;
     }
     return bad;
+}
+
+size_t tokenizer_cut_before(const uint8_t *text, size_t n, uint8_t c) {
+    for (size_t q = n; q-- > 1;) {
+        const uint8_t *hit = memrchr(text + 1, c, q);
+        if (!hit) return 0;
+        q = (size_t)(hit - text);
+        uint8_t b = text[q - 1];
+        if (tokenizer_ascii_alnum(b)) return q;
+    }
+    return 0;
 }
 
 static uint8_t ascii_class[128];

@@ -60,13 +60,20 @@ size_t tokenizer_count_invalid_utf8(const uint8_t *text, size_t n);
 size_t tokenizer_encode(const tsr_tokenizer *tok, const uint8_t *text, size_t n, int allow_special,
                         uint32_t **ids, size_t *n_ids, size_t *cap);
 /* Where a long text may be cut for encoding in parts (`tessera prep` streams a large file so): the
- * last position q in [1, n) with text[q] == '\n' and text[q - 1] an ASCII letter or digit, so that
- * encode(text[0, q)) followed by encode(text[q, ...)) equals encode(text) for any continuation,
- * special tokens not recognised (allow_special 0). Every pre-tokeniser here ends a piece at such
- * a place and begins the next there (GPT-2's regex, Llama 3's and Qwen's Split), and no character
- * composes across it (NFC). 0 when there is none in the n bytes, or when the tokenizer cannot be
- * cut (the SentencePiece style: its normalizer treats the start of a text apart). */
+ * last position q in [1, n) where encode(text[0, q)) followed by encode_continued(text[q, ...))
+ * equals encode(text) for any continuation, special tokens not recognised (allow_special 0); 0
+ * when there is none in the n bytes. GPT-2's and the Hugging Face byte-level tokenizers (Llama 3,
+ * Qwen): text[q] == '\n' after an ASCII letter or digit, where every pre-tokeniser here ends a
+ * piece and begins the next (GPT-2's regex, Llama 3's and Qwen's Split), and no character composes
+ * across it (NFC). The SentencePiece style (Llama 2, Gemma 3, Mistral): text[q] == ' ' after an
+ * ASCII letter or digit, where its pieces are cut (a U+2581 after another code point); none when
+ * a vocab entry holds U+2581 right after an ASCII letter or digit (hf_spm.c). */
 size_t tokenizer_stream_cut(const tsr_tokenizer *tok, const uint8_t *text, size_t n);
+/* As tokenizer_encode (special tokens not recognised) for the rest of a text cut at
+ * tokenizer_stream_cut: not a text's start, so a SentencePiece-style normalizer (Llama 2's Prepend,
+ * Metaspace's prepend_scheme) puts no U+2581 in front of it. */
+size_t tokenizer_encode_continued(const tsr_tokenizer *tok, const uint8_t *text, size_t n,
+                                  uint32_t **ids, size_t *n_ids, size_t *cap);
 /* Decodes ids to bytes: writes at most cap bytes to out, returns the full length needed. An id
  * out of range is an error: returns (size_t)-1 after tsr_error(). */
 size_t tokenizer_decode(const tsr_tokenizer *tok, const uint32_t *ids, size_t n, uint8_t *out,

@@ -15,6 +15,12 @@ size_t tsr_utf8_next(const uint8_t *p, size_t n, uint32_t *cp);
 /* When text holds ill-formed UTF-8, returns a malloc'd copy with each maximal ill-formed subpart
  * replaced by U+FFFD (EF BF BD) and its length in *out_n; else NULL (the text is valid). */
 uint8_t *tsr_utf8_sanitize(const uint8_t *text, size_t n, size_t *out_n);
+static inline int tokenizer_ascii_alnum(uint8_t b) {
+    return (b >= '0' && b <= '9') || ((b | 0x20) >= 'a' && (b | 0x20) <= 'z');
+}
+/* The last position q in [1, n) with text[q] == c and text[q - 1] an ASCII letter or digit, or 0
+ * (tokenizer_stream_cut's places: c is '\n' for the byte-level family, ' ' for SentencePiece's). */
+size_t tokenizer_cut_before(const uint8_t *text, size_t n, uint8_t c);
 
 /* bpe.c's object, for the loaders beside it. A merge (l, r) -> res of rank `rank`, into the
  * pair table of a tokenizer gpt2_load.c is filling. */
