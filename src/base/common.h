@@ -56,6 +56,12 @@ _Noreturn void tsr_exit(int code);
  * initializes and clears them when it finalizes, so this base layer calls no layer above it. NULL
  * (the default): nothing but exit. */
 void tsr_set_exit_hooks(void (*abort_all)(int code), void (*finalize)(void));
+/* The process groups of children that must end with this process when the run aborts (the
+ * reward program, src/train/reward_proc.c: a hung one would outlive an MPI_Abort): registered
+ * (on = 1) while they run, unregistered (on = 0) once stopped; tsr_kill_child_groups SIGKILLs the
+ * registered ones (async-signal-safe: the hang watchdog's thread aborts through it, src/dist.c). */
+void tsr_child_group(int pgid, int on);
+void tsr_kill_child_groups(void);
 
 /* Checked libc wrappers: on failure they die naming the call, the argument, file and line. */
 void *tsr_malloc_(size_t n, const char *file, int line);
