@@ -412,6 +412,7 @@ void dist_group_allgather(tsr_group *g, const void *mine, void *all, size_t byte
     else MPI_CHECK(MPI_Allgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, g->comm));
 }
 void dist_abort(int code) {
+    tsr_kill_child_groups();
     MPI_Abort(MPI_COMM_WORLD, code);
     exit(code);
 }
@@ -523,7 +524,10 @@ void dist_group_allgather(tsr_group *g, const void *mine, void *all, size_t byte
     (void)g;
     memmove(all, mine, bytes);
 }
-void dist_abort(int code) { exit(code); }
+void dist_abort(int code) {
+    tsr_kill_child_groups();
+    exit(code);
+}
 void dist_version(char *buf, size_t n) { snprintf(buf, n, "no MPI (NO_MPI=1 build)"); }
 
 #endif

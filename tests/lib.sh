@@ -37,6 +37,21 @@ tsr_tmpdir() {
 make_synth() {
     "$TOOL" synth --out "$1" --vocab "${2:-512}" --tokens "${3:-200000}" --seed 1 >/dev/null
 }
+# grpo_prompts DIR EXAMPLES: GRPO's fixture data (tests/train/test_grpo.sh, test_watchdog.sh): the
+# arithmetic corpus of `tessera synth --task arithmetic` (operands 0..9) in DIR/ar, a character-level
+# tokenizer trained on its text (DIR/tok.tsr, end-of-text 256), its training prompts prepared for
+# GRPO (DIR/prompts/train, --pack 8)
+grpo_prompts() {
+    "$TOOL" synth --task arithmetic --out "$1/ar" --examples "$2" --max-operand 9 --seed 3 -q &&
+        "$PY3" -c '
+import json, sys
+with open(sys.argv[2], "w") as f:
+    for l in open(sys.argv[1]): f.write(json.loads(l)["text"] + "\n")' "$1/ar/pretrain.jsonl" "$1/text.txt" &&
+        "$TOOL" tokenizer train --vocab-size 258 --min-frequency 1000000000 --special '<|endoftext|>' \
+            --out "$1/tok.tsr" -q "$1/text.txt" 2>/dev/null &&
+        "$TOOL" prep --out "$1/prompts" --val-fraction 0 --tokenizer "$1/tok.tsr" -q --format prompts \
+            --pack 8 "$1/ar/prompts.jsonl"
+}
 # started_ranks MPIRUN_PID N: the pids of the N ranks a background mpirun of this shell started
 # (its children named tessera-train), once all are there (at most 30 s; fewer if it ended first)
 started_ranks() {

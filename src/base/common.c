@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,6 +127,22 @@ static void (*exit_finalize)(void);
 void tsr_set_exit_hooks(void (*abort_all)(int code), void (*finalize)(void)) {
     exit_abort_all = abort_all;
     exit_finalize = finalize;
+}
+
+static atomic_int child_groups[4]; /* (a rank runs one reward program) */
+
+void tsr_child_group(int pgid, int on) {
+    for (int i = 0; i < 4; i++) {
+        int want = on ? 0 : pgid;
+        if (atomic_compare_exchange_strong(&child_groups[i], &want, on ? pgid : 0)) return;
+    }
+}
+
+void tsr_kill_child_groups(void) {
+    for (int i = 0; i < 4; i++) {
+        int g = atomic_load(&child_groups[i]);
+        if (g > 0) kill(-g, SIGKILL);
+    }
 }
 
 void tsr_die(int code, const char *fmt, ...) {

@@ -19,6 +19,7 @@
 #include "train/grpo_int.h"
 #include "train/train_data.h"
 #include "train/train_gpu.h"
+#include "train/watchdog.h"
 
 #define REFILL_STREAM 0x7265666cull /* "refl": dynamic sampling's further prompts */
 #define MAX_RECORDS_BYTES (1ull << 34)
@@ -126,8 +127,23 @@ static int check_prompts(tsr_trainer *t, tsr_grpo *g) {
     return 0;
 }
 
+/* A hang watchdog that would fire before reward.timeout: a hung reward program then ends the run
+ * as a hang (exit 3, which the job hook requeues, into the same hang) instead of exit 2 quoting
+ * the exchange */
+static void warn_hang_timeout(const tsr_trainer *t) {
+    const tsr_config *c = &t->cfg;
+    if (t->dist.rank == 0 && c->reward.kind == TSR_REWARD_COMMAND && c->watchdog.hang_timeout > 0 &&
+        c->watchdog.hang_timeout <= c->reward.timeout)
+        tsr_warn("watchdog.hang_timeout = %g s is not above reward.timeout = %g s: a reward "
+                 "program that hangs will abort the run as a hang (exit 3, requeued into the same "
+                 "hang) instead of stopping it with exit 2 and the exchange quoted; set "
+                 "watchdog.hang_timeout above reward.timeout (docs/rl.md \"Watchdogs\")",
+                 c->watchdog.hang_timeout, c->reward.timeout);
+}
+
 int grpo_init(tsr_trainer *t) {
     tsr_grpo *g = t->grpo = tsr_calloc(1, sizeof *t->grpo);
+    warn_hang_timeout(t);
     int rc = check_prompts(t, g);
     if (!rc) rc = reward_open(&g->rw, &t->cfg, t->dist.rank, t->dist.world);
     int worst = rc;
@@ -325,8 +341,14 @@ static int round_rows(tsr_trainer *t, const rollout_w *w, int64_t d, int k, doub
     }
     const gen_sampling how = {.temperature = t->cfg.grpo.temperature, .top_k = t->cfg.grpo.top_k,
                               .top_p = t->cfg.grpo.top_p};
+    watchdog_phase(WD_ROLLOUT, t->step);
+    watchdog_slow_fault("slow_rollout", t->dist.rank);
+    watchdog_hang_fault("hang_rollout", t->step + 1, t->dist.rank);
     *gen_tokens += (double)generate(t, w, rows, (int)mine, &how, (uint64_t)d);
-    int rc = agree(t, score(t, rows, (int)mine, 0, t->step + 1));
+    watchdog_phase(WD_REWARD, t->step);
+    int rc = score(t, rows, (int)mine, 0, t->step + 1);
+    watchdog_phase(WD_EXCHANGE, t->step);
+    rc = agree(t, rc);
     for (size_t i = 0; i < mine && !rc; i++) {
         grpo_row *r = grpo_row_at(g, rows, i);
         r->reward += overlong(&t->cfg, r->n);
@@ -444,6 +466,7 @@ int64_t grpo_rollout(tsr_trainer *t, int64_t d) {
     memset(s, 0, GRPO_NSTATS * sizeof *s);
     g->update = 0;
     rollout_w w;
+    watchdog_phase(WD_EXCHANGE, t->step); /* (zero3 / hsdp: the weights gathered) */
     rollout_model(t, &w);
     const int rounds = t->cfg.grpo.dynamic_sampling ? (int)t->cfg.grpo.max_rounds : 1;
     int nk = 0, rc = 0;

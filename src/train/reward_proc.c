@@ -76,6 +76,7 @@ int reward_proc_start(reward_ctx *r, int rank, int world) {
                   strerror(rc));
         return TSR_EXIT_DATA;
     }
+    tsr_child_group(r->pid, 1); /* (it leads its group: posix_spawn's SETPGROUP 0) */
     r->to_child = in[1], r->from_child = out[0];
     fcntl(r->to_child, F_SETFL, O_NONBLOCK);
     fcntl(r->from_child, F_SETFL, O_NONBLOCK);
@@ -294,5 +295,6 @@ void reward_proc_stop(reward_ctx *r) {
     has_ended(r, &in, 1000);
     kill(-r->pid, SIGKILL); /* it and whatever it started: its process group */
     waitpid(r->pid, NULL, 0);
+    tsr_child_group(r->pid, 0);
     r->pid = 0;
 }

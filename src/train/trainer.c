@@ -65,13 +65,8 @@ static int check_sched(const tsr_trainer *t, int dry_run) {
 /* Test-only faults inside a step's compute (TSR_FAULT, see maybe_fault): "slow:MS:RANK" makes RANK
  * sleep MS ms in every step (a straggler); "hang:STEP:RANK" makes it stop for good in step STEP. */
 static void compute_fault(const tsr_trainer *t) {
-    long long a = -1, rank = -1;
-    const char *f = tsr_fault("slow");
-    if (f && sscanf(f, "%lld:%lld", &a, &rank) == 2 && rank == t->dist.rank && a > 0)
-        usleep((useconds_t)(a * 1000));
-    f = tsr_fault("hang");
-    if (f && sscanf(f, "%lld:%lld", &a, &rank) == 2 && rank == t->dist.rank && a == t->step + 1)
-        for (;;) pause();
+    watchdog_slow_fault("slow", t->dist.rank);
+    watchdog_hang_fault("hang", t->step + 1, t->dist.rank);
 }
 
 /* Test-only (TSR_FAULT="nan:STEP:RANK" or "nan:FROM-TO:RANK"): RANK's gradient gets a NaN in

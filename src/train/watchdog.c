@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "dist.h"
@@ -16,7 +17,8 @@
 
 static const char *const phase_names[WD_PHASES] = {
     "between steps", "loading the batch", "forward/backward", "gradient reduction",
-    "optimizer update", "evaluation", "checkpoint save"};
+    "optimizer update", "evaluation", "checkpoint save", "rollout generation", "reward scoring",
+    "rollout exchange (waiting for the ranks' rollouts)"};
 _Static_assert(sizeof phase_names / sizeof *phase_names == WD_PHASES, "a name per phase");
 
 typedef struct {
@@ -48,6 +50,20 @@ void watchdog_phase(tsr_wd_phase phase, int64_t step) {
     atomic_store(&wd.since_ns, now_ns());
     atomic_store(&wd.step, (long long)step);
     atomic_store(&wd.phase, (int)phase);
+}
+
+void watchdog_slow_fault(const char *kind, int rank) {
+    long long ms, r;
+    const char *f = tsr_fault(kind);
+    if (f && sscanf(f, "%lld:%lld", &ms, &r) == 2 && r == rank && ms > 0)
+        usleep((useconds_t)(ms * 1000));
+}
+
+void watchdog_hang_fault(const char *kind, int64_t step, int rank) {
+    long long s, r;
+    const char *f = tsr_fault(kind);
+    if (f && sscanf(f, "%lld:%lld", &s, &r) == 2 && r == rank && s == step)
+        for (;;) pause();
 }
 
 int watchdog_saving_or_evaluating(void) {

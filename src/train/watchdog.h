@@ -14,8 +14,11 @@
 
 #include <stdint.h>
 
+/* (grpo: the rollout phase is WD_ROLLOUT while decoding, WD_REWARD while the reward scores,
+ * WD_EXCHANGE in its collectives: a rank waiting there for a peer still decoding says so) */
 typedef enum {
-    WD_IDLE, WD_DATA, WD_COMPUTE, WD_REDUCE, WD_OPTIMIZER, WD_EVAL, WD_CHECKPOINT, WD_PHASES
+    WD_IDLE, WD_DATA, WD_COMPUTE, WD_REDUCE, WD_OPTIMIZER, WD_EVAL, WD_CHECKPOINT, WD_ROLLOUT,
+    WD_REWARD, WD_EXCHANGE, WD_PHASES
 } tsr_wd_phase;
 
 struct tsr_trainer;
@@ -28,6 +31,11 @@ void watchdog_phase(tsr_wd_phase phase, int64_t step);
  * the run must checkpoint and exit 86 (rank 0 has printed why and logged it), else 0. */
 int watchdog_after_step(struct tsr_trainer *t, const struct tsr_step_stats *st);
 void watchdog_stop(void);
+/* Test-only injections for the watchdogs' tests (docs/tessera-train.md, WATCHDOGS):
+ * TSR_FAULT="KIND:MS:RANK" makes RANK sleep MS ms here (watchdog_slow_fault), TSR_FAULT=
+ * "KIND:STEP:RANK" makes RANK stop here for good in step STEP (1-based; watchdog_hang_fault). */
+void watchdog_slow_fault(const char *kind, int rank);
+void watchdog_hang_fault(const char *kind, int64_t step, int rank);
 /* Whether the main thread is saving a checkpoint or evaluating (async-signal-safe: one atomic load). */
 int watchdog_saving_or_evaluating(void);
 

@@ -6,11 +6,18 @@
 #  - an MFU floor nobody reaches -> exit 86 naming the MFU;
 #  - a rank stuck in a step (hang_timeout) -> every rank names its phase, the run aborts (exit 3);
 #  - stop requests still reach the trainer while the hang thread runs; bad settings exit 1;
-#  - a SIGTERM to a rank waiting for a hung peer: exit 143 after the stop's grace time (5 s).
+#  - a SIGTERM to a rank waiting for a hung peer: exit 143 after the stop's grace time (5 s);
+#  - under GRPO (docs/rl.md "Watchdogs"; tiny steps of a fresh model on the arithmetic prompts): the
+#    straggler watchdog times the training part only: a rank computing 200 ms longer per step is
+#    named (exit 86 after 2 windows of 1 step, its checkpoint committed) while a rank decoding
+#    200 ms longer is not; the rerun resumes from that checkpoint; a rank stuck decoding is
+#    reported "stuck in rollout generation" (exit 3); a reward program that hangs under a
+#    hang_timeout below reward.timeout: warned at start, "stuck in reward scoring" (exit 3), the
+#    program (a shell's child) killed with the run.
 # shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 9
+tap_plan 12
 make_synth "$TMP/data"
 args=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set data.tokenizer=
       --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
@@ -82,4 +89,48 @@ run "$TMP/B" --set watchdog.slow_factor=1 >"$TMP/B.txt" 2>&1
 rc=$?
 [[ $rc == 1 ]] && grep -q 'watchdog.slow_factor' "$TMP/B.txt"
 tap_check $? "watchdog.slow_factor = 1 is refused (exit $rc) naming the key"
+
+# ---- GRPO (objective = "grpo", docs/rl.md "Watchdogs"): a fresh model, the arithmetic prompts,
+# 4 prompts x 4 samples of up to 6 tokens a step, 1 update ----
+grpo_prompts "$TMP/rl" 300
+small=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.n_layer=2 --set model.d_model=64
+       --set model.n_head=2 --set model.vocab_size=257 --set model.vocab_multiple=16
+       --set model.max_seq_len=32 --set seq_len=32 --set model.eot_token=256 --set threads=1
+       --set data.tokenizer="$TMP/rl/tok.tsr" --set sample.tokens=0 --set log_interval=1
+       --set objective=grpo --set data.train="$TMP/rl/prompts/train" --set data.val=
+       --set global_batch=4 --set micro_batch=2 --set grpo.group_size=4 --set grpo.updates=1
+       --set grpo.max_new_tokens=6 --set save_interval=0ba --set eval_interval=0ba
+       --set watchdog.window=0)
+# The straggler watchdog times the training part only (equal work on every rank), not the
+# rollouts (whose lengths differ by rank): rank 1 computes 200 ms longer per step and rank 0
+# decodes 200 ms longer; windows of 1 step, 2 in a row: exit 86 at step 2 naming rank 1 (counting
+# the rollouts, both ranks would be as slow and the run would go on), its checkpoint committed
+TSR_FAULT=slow:200:1,slow_rollout:200:0 "${MPIRUN[@]}" -np 2 "$TRAIN" "${small[@]}" --set run_dir="$TMP/ws" \
+    --set max_duration=8ba --set watchdog.window=1 --set watchdog.patience=2 \
+    --set watchdog.slow_factor=4 >"$TMP/ws1.log" 2>&1
+rc=$?
+((rc == 86)) && grep -q "watchdog: rank 1 on .* computes .* ms per step" "$TMP/ws1.log" &&
+    [[ $(cat "$TMP/ws/latest") == *step-00000002.h5 ]] &&
+    grep -q '"event": "watchdog", "slow_rank": 1' "$TMP/ws/metrics.jsonl"
+tap_check $? "straggler under GRPO (rank 1 computes +200 ms per step, rank 0 decodes +200 ms): exit $rc at step 2 naming rank 1, not the slow decoder; the checkpoint of step 2 committed"
+# the rerun resumes from it and trains step 3; rank 1 then stops for good in step 4's decoding: the
+# hang watchdog names the phase (rank 0, waiting for its rollouts, "rollout exchange") and aborts
+TSR_FAULT=hang_rollout:4:1 timeout 60 "${MPIRUN[@]}" -np 2 "$TRAIN" "${small[@]}" --set run_dir="$TMP/ws" \
+    --set max_duration=8ba --set watchdog.hang_timeout=2 >"$TMP/ws2.log" 2>&1
+rc=$?
+tap_diag "$(grep -o '\[rank 0 [^]]*\] watchdog: step 4 stuck in [a-z ]*' "$TMP/ws2.log" || echo 'rank 0: the abort from rank 1 came first')"
+((rc == 3)) && grep -q 'checkpoint resume step 2 ' "$TMP/ws2.log" && grep -q '^{"step": 3,' "$TMP/ws/metrics.jsonl" &&
+    grep -q '\[rank 1 .*\] watchdog: step 4 stuck in rollout generation for [0-9]* s' "$TMP/ws2.log"
+tap_check $? "the rerun resumes from step 2 and trains step 3; rank 1 stuck decoding in step 4: 'stuck in rollout generation', exit $rc (watchdog.hang_timeout = 2)"
+# a reward program that hangs, with hang_timeout under reward.timeout: warned at start; the watchdog
+# names the reward phase, aborts, and the program (a shell's child) does not outlive the abort
+GRPO_REWARD_MODE=hang GRPO_REWARD_AT=1 "$TRAIN" "${small[@]}" --set run_dir="$TMP/wr" --set max_duration=1ba \
+    --set watchdog.hang_timeout=2 --set reward.kind=command --set reward.timeout=60 \
+    --set reward.command="$PY3 $TSR_ROOT/tests/train/grpo_reward.py $TMP/wr-marker; :" >"$TMP/wr.log" 2>&1
+rc=$?
+left=$(pgrep -f "$TMP/wr-marker" || true)
+[[ -z $left ]] || kill $left
+((rc == 3)) && [[ -z $left ]] && grep -q 'watchdog: step 1 stuck in reward scoring' "$TMP/wr.log" &&
+    grep -q 'warning: watchdog.hang_timeout = 2 s is not above reward.timeout = 60 s' "$TMP/wr.log"
+tap_check $? "the reward program hangs in step 1 under watchdog.hang_timeout = 2 < reward.timeout = 60: warned at start, 'stuck in reward scoring', exit $rc, nothing of the program left running${left:+ (left: $left)}"
 tap_done

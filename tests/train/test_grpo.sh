@@ -8,17 +8,23 @@
 #  - held-out pass@1 (greedy, the prompts GRPO never trains on) rises by at least 20 points in 12
 #    steps over the SFT model's (a run of one step at lr 1e-12, its gradient made NaN: the spike
 #    guard skips the step's updates and the run goes on);
-#  - the same run on 2 ranks, with the reward from a program (tests/train/grpo_reward.py, one per
+#  - the same run (with a KL term to a frozen copy of the starting weights, grpo.kl_coef = 0.04) on
+#    2 ranks under zero1, with the reward from a program (tests/train/grpo_reward.py, one per
 #    rank, the same rule as the built-in one), gives the same rewards, pass rates and lengths at
-#    every step, and the same completions at step 1 (completions.jsonl) as 1 rank; 4 ranks give
-#    step 1's completions too (rollouts drawn from (seed, step, prompt, sample) streams);
-#  - SIGKILL after a random step 5..11: the rerun resumes from step 4 and ends bit for bit where
-#    the uninterrupted run ends (every tensor of the final checkpoint; every metric from step 5);
+#    every step, and the same completions at step 1 (completions.jsonl) as 1 rank; 4 ranks under
+#    zero3 and under hsdp (2x2) give step 1's completions too (rollouts drawn from (seed, step,
+#    prompt, sample) streams); zero1, zero3 and hsdp give 1 rank's loss, grad norm and KL at steps
+#    1-2 (the reference sharded as the weights are);
+#  - SIGKILL after a random step 5..11: the rerun resumes from step 4 (the KL reference read back
+#    from grpo-reference.bin) and ends bit for bit where the uninterrupted run ends (every tensor of
+#    the final checkpoint; every metric from step 5);
 #  - the reward program crashing, running out of reward.memory_mib, hanging (reward.timeout; as a
 #    shell's child, which must not outlive the run), answering a line that is not JSON, an
 #    id it was not sent, a reward that is not a number, or a line over 64 KiB at step 2: exit 2,
 #    the message quotes what it was sent and what it answered, the checkpoint of step 1 stays the
-#    run's latest and step 2 is never logged;
+#    run's latest and step 2 is never logged (the hang with watchdog.hang_timeout above
+#    reward.timeout: reward.timeout's exit 2 comes first; the watchdogs under GRPO, which need
+#    timing windows, are tests/faults/test_watchdog.sh's);
 #  - the step's figures (grpo_reward_mean ... grpo_rollout_tokens_per_s) are in metrics.jsonl, and
 #    `tessera report` plots them (grpo.png);
 #  - `tessera eval` with the held-out prompts as a generation_task_with_answers task (answers and
@@ -31,19 +37,12 @@
 #    bf16 logits of magnitude ~10 are 0.02 apart).
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 15
+tap_plan 16
 
 # ---- the fixture: corpus, tokenizer, datasets, the SFT model ----
-"$TOOL" synth --task arithmetic --out "$TMP/ar" --examples 4000 --max-operand 9 --seed 3 -q
-"$PY3" -c '
-import json, sys
-with open(sys.argv[2], "w") as f:
-    for l in open(sys.argv[1]): f.write(json.loads(l)["text"] + "\n")' "$TMP/ar/pretrain.jsonl" "$TMP/text.txt"
-"$TOOL" tokenizer train --vocab-size 258 --min-frequency 1000000000 --special '<|endoftext|>' \
-    --out "$TMP/tok.tsr" -q "$TMP/text.txt" 2>/dev/null
+grpo_prompts "$TMP" 4000
 prep() { "$TOOL" prep --out "$TMP/$1" --val-fraction 0 --tokenizer "$TMP/tok.tsr" -q "${@:2}"; }
 prep sft --format sft --pack 32 "$TMP/ar/sft.jsonl"
-prep prompts --format prompts --pack 8 "$TMP/ar/prompts.jsonl"
 prep heldout --format prompts --pack 8 "$TMP/ar/heldout.jsonl"
 model=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.n_layer=2 --set model.d_model=64
        --set model.n_head=2 --set model.vocab_size=257 --set model.vocab_multiple=16
@@ -61,17 +60,20 @@ grpo=("${model[@]}" --set objective=grpo --set data.train="$TMP/prompts/train"
       --set guard.window=0 --set reward.compare=exact --set grpo.log_completions=128
       --set max_duration=12ba --set eval_interval=12ba --set save_interval=4ba --set keep_last=5)
 run() { "$TRAIN" "${grpo[@]}" --init-from "$TMP/sft" "$@"; }
+# the KL term to a frozen copy of the starting weights (grpo.reference = auto: initial without LoRA):
+# the runs compared across rank counts and sharding modes, and the resumed one, use it
+kl=(--set grpo.kl_coef=0.04)
 # pass@1 of an evaluation: the run's last val_pass_at_1
 pass_at() { "$PY3" -c 'import json,sys; print([json.loads(l)["val_pass_at_1"] for l in open(sys.argv[1]) if "val_pass_at_1" in l][-1])' "$1"; }
 
-# ---- 1: held-out pass@1 rises ----
+# ---- 1-2: held-out pass@1 rises; the spike guard ----
 # (the SFT model's pass@1: one step at lr 1e-12 whose gradient is made NaN, so that the spike
 # guard skips its updates: checked below)
 TSR_FAULT=nan:1:0 run --set run_dir="$TMP/base" --set max_duration=1ba --set eval_interval=1ba \
     --set optim.lr=1e-12 --set save_interval=0ba --set guard.window=100 --set guard.action=skip \
     >"$TMP/base.log" 2>&1
 brc=$?
-run --set run_dir="$TMP/r1" >"$TMP/r1.log" 2>&1
+run "${kl[@]}" --set run_dir="$TMP/r1" >"$TMP/r1.log" 2>&1
 rc=$?
 b=$(pass_at "$TMP/base/metrics.jsonl" 2>/dev/null || echo nan)
 a=$(pass_at "$TMP/r1/metrics.jsonl" 2>/dev/null || echo nan)
@@ -85,7 +87,7 @@ recs = [json.loads(l) for l in open(sys.argv[1])]
 step = [r for r in recs if r.get("step") == 1 and "loss" in r]
 sys.exit(0 if sys.argv[2] == "0" and step and step[-1].get("guard") == "skip" and any("val_pass_at_1" in r for r in recs) else 1)' "$TMP/base/metrics.jsonl" "$brc"
 
-# ---- 2-4: 2 ranks with the reward program; 4 ranks' rollouts ----
+# ---- 3-6: 2 ranks with the reward program under zero1; 4 ranks under zero3 and hsdp ----
 # the step records' rollout figures of a run (rewards, pass rates, lengths, tied groups)
 figures() { "$PY3" -c '
 import json, sys
@@ -99,27 +101,51 @@ import json, sys
 for l in open(sys.argv[1]):
     j = json.loads(l)
     if j["step"] == 1: print(j["position"], j["sample"], j["tokens"], j["reward"])' "$1"; }
-"${MPIRUN[@]}" -np 2 "$TRAIN" "${grpo[@]}" --init-from "$TMP/sft" --set run_dir="$TMP/r2" \
-    --set reward.kind=command --set reward.command="$PY3 $TSR_ROOT/tests/train/grpo_reward.py" \
-    >"$TMP/r2.log" 2>&1
-tap_ok "2 ranks, rewards from a program per rank: the same rewards, pass rates and lengths at all 12 steps as 1 rank" \
+"${MPIRUN[@]}" -np 2 "$TRAIN" "${grpo[@]}" --init-from "$TMP/sft" "${kl[@]}" --set run_dir="$TMP/r2" \
+    --set parallel.sharding=zero1 --set reward.kind=command \
+    --set reward.command="$PY3 $TSR_ROOT/tests/train/grpo_reward.py" >"$TMP/r2.log" 2>&1
+tap_ok "2 ranks under zero1, rewards from a program per rank: the same rewards, pass rates and lengths at all 12 steps as 1 rank" \
     diff <(figures "$TMP/r1/metrics.jsonl") <(figures "$TMP/r2/metrics.jsonl")
 tap_ok "2 ranks: step 1's 128 completions the same tokens and rewards as 1 rank's" \
     diff <(step1 "$TMP/r1/completions.jsonl") <(step1 "$TMP/r2/completions.jsonl")
-"${MPIRUN[@]}" -np 4 "$TRAIN" "${grpo[@]}" --init-from "$TMP/sft" --set run_dir="$TMP/r4" \
-    --set max_duration=1ba --set save_interval=0ba --set eval_interval=0ba --set micro_batch=4 \
-    --set parallel.sharding=zero3 >"$TMP/r4.log" 2>&1
+# 4 ranks under zero3 and under hsdp (2 replicas of groups of 2): the weights gathered for the
+# rollouts, the frozen reference a shard of its own gathered unit by unit (docs/rl.md), 2 steps
+r4() { "${MPIRUN[@]}" -np 4 "$TRAIN" "${grpo[@]}" --init-from "$TMP/sft" "${kl[@]}" --set run_dir="$TMP/$1" \
+    --set max_duration=2ba --set save_interval=0ba --set eval_interval=0ba --set micro_batch=4 \
+    "${@:2}" >"$TMP/$1.log" 2>&1; }
+r4 r4 --set parallel.sharding=zero3
 rc=$?
-tap_ok "4 ranks under zero3 (the weights gathered for the rollouts): step 1's 128 completions the same tokens and rewards as 1 rank's, the step trained (exit $rc)" \
-    diff <(step1 "$TMP/r1/completions.jsonl") <( ((rc == 0)) && step1 "$TMP/r4/completions.jsonl")
+r4 rh --set parallel.sharding=hsdp --set parallel.replica_group=2
+rh=$?
+((rc == 0 && rh == 0)) && diff <(step1 "$TMP/r1/completions.jsonl") <(step1 "$TMP/r4/completions.jsonl") &&
+    diff <(step1 "$TMP/r1/completions.jsonl") <(step1 "$TMP/rh/completions.jsonl")
+tap_check $? "4 ranks under zero3 and under hsdp 2x2: step 1's 128 completions the same tokens and rewards as 1 rank's, the steps trained (exit $rc, $rh)"
+# (steps 1-2 against 1 rank's: the loss, a sum of terms that cancel over each group's advantages
+# (about 1e-3 here), within 1e-6 absolute (1e-7 apart measured); the grad norm within 1e-5 relative
+# (1.6e-6 measured: the reductions' order differs); the mean KL, a small difference of two
+# log-probabilities, within 1e-4 relative (2.6e-6 measured); step 2's KL, to the initial weights
+# after step 1's 2 updates, is not 0)
+close_kl() { "$PY3" -c '
+import json, sys
+def steps(p): return {j["step"]: j for j in map(json.loads, open(p)) if "loss" in j and j["step"] <= 2}
+a, b = steps(sys.argv[1]), steps(sys.argv[2])
+rel = lambda x, y, tol=1e-5: abs(x - y) <= tol * max(abs(x), abs(y))
+ok = sorted(a) == sorted(b) == [1, 2] and a[2]["grpo_kl"] > 0 and all(
+    abs(a[k]["loss"] - b[k]["loss"]) <= 1e-6 and rel(a[k]["grad_norm"], b[k]["grad_norm"]) and
+    rel(a[k]["grpo_kl"], b[k]["grpo_kl"], 1e-4) for k in (1, 2))
+print("# %s: step 2 loss %.9g vs %.9g, grad norm %.9g vs %.9g, KL %.9g vs %.9g" % (sys.argv[3],
+      a[2]["loss"], b[2]["loss"], a[2]["grad_norm"], b[2]["grad_norm"], a[2]["grpo_kl"], b[2]["grpo_kl"]))
+sys.exit(0 if ok else 1)' "$TMP/r1/metrics.jsonl" "$TMP/$1/metrics.jsonl" "$2"; }
+close_kl r2 zero1 && close_kl r4 zero3 && close_kl rh hsdp
+tap_check $? "with the KL term (grpo.kl_coef = 0.04, the frozen initial weights): zero1 on 2 ranks, zero3 and hsdp 2x2 on 4 give 1 rank's loss, grad norm and KL at steps 1-2 (KL > 0 at step 2)"
 
-# ---- 5-6: SIGKILL at a random step, resumed bit for bit ----
+# ---- 7-8: SIGKILL at a random step, resumed bit for bit ----
 k=$((5 + RANDOM % 7))
 from=$((k / 4 * 4))
 # (save_async = false in the killed run: its last periodic save is committed before the kill; a
 # background save may still be in flight then: tests/ckpt/test_ckpt_async_kill.sh)
-TSR_FAULT="kill:$k:0" run --set run_dir="$TMP/rk" --set save_async=false >"$TMP/rk1.log" 2>&1
-run --set run_dir="$TMP/rk" >"$TMP/rk2.log" 2>&1
+TSR_FAULT="kill:$k:0" run "${kl[@]}" --set run_dir="$TMP/rk" --set save_async=false >"$TMP/rk1.log" 2>&1
+run "${kl[@]}" --set run_dir="$TMP/rk" >"$TMP/rk2.log" 2>&1
 tap_ok "SIGKILL after step $k: the rerun resumes from step $from and finishes" \
     grep -q "checkpoint resume step $from " "$TMP/rk2.log"
 # each step's loss, norm and rollout figures, the last line logged for it (a step is logged twice
@@ -139,7 +165,7 @@ diff <(steps_from "$TMP/r1/metrics.jsonl") <(steps_from "$TMP/rk/metrics.jsonl")
 tap_ok "the resumed run = the uninterrupted one bit for bit (final checkpoint's tensors; steps 5-12's metrics)" \
     test $((t + $?)) -eq 0
 
-# ---- 7-10: the reward program misbehaving at step 2 ----
+# ---- 9-12: the reward program misbehaving at step 2 ----
 bad() { # MODE WANT [SET...]: the run stops at step 2 with exit 2, quoting the exchange; step 1 stands
     local d="$TMP/bad_$1"
     GRPO_REWARD_MODE=$1 GRPO_REWARD_AT=129 run --set run_dir="$d" --set save_interval=1ba \
@@ -157,12 +183,14 @@ bad hog "it exited with status 1 (its memory is bounded by reward.memory_mib = 3
 tap_ok "the program crashes at step 2, or allocates 1 GiB under reward.memory_mib = 300: exit 2, 'exited with status 3' / '1', the exchange quoted, step 1's checkpoint stays latest" \
     test $((g + $?)) -eq 0
 # hanging, the program is a shell's child (not exec'd): stopping its process group ends it too
-bad hang "no answer within reward.timeout = 2 s" \
+# (with the hang watchdog on, above reward.timeout: reward.timeout's exit 2 comes first, no warning)
+bad hang "no answer within reward.timeout = 2 s" --set watchdog.hang_timeout=5 \
     --set reward.command="$PY3 $TSR_ROOT/tests/train/grpo_reward.py $TMP/hang-marker; :"
 g=$?
+! grep -q 'is not above reward.timeout' "$TMP/bad_hang.log" || g=1
 left=$(pgrep -f "$TMP/hang-marker" || true)
 [[ -z $left ]] || kill $left
-tap_ok "it hangs, started by a shell: exit 2 after reward.timeout = 2 s, quoted; nothing of it left running${left:+ (left: $left)}" \
+tap_ok "it hangs, started by a shell: exit 2 after reward.timeout = 2 s (watchdog.hang_timeout = 5), quoted; nothing of it left running${left:+ (left: $left)}" \
     test -z "$left" -a $g -eq 0
 bad garbage 'it answered: this is not json'
 g=$?
@@ -173,7 +201,7 @@ g=$?
 bad nan 'it answered a line that is not a JSON object'
 tap_ok "it answers an id it was not sent, or a reward that is not a number: exit 2, quoted" test $((g + $?)) -eq 0
 
-# ---- 11: the figures ----
+# ---- 13-14: the figures ----
 tap_ok "metrics.jsonl: each step's grpo_reward_mean, pass_rate, response_length, kl, clip_fraction, entropy, rollout_tokens_per_s; the held-out pass@1" \
     "$PY3" -c '
 import json, sys
@@ -195,7 +223,7 @@ else
     tap_skip "tessera report draws grpo.png" "gnuplot is not installed"
 fi
 
-# ---- 13: generation tasks in tessera eval ----
+# ---- 15: generation tasks in tessera eval ----
 # the held-out prompts as an LLM Foundry generation_task_with_answers file: every other line with a
 # wrong answer and the right one an alias ("14." normalised to "14")
 "$PY3" -c '
@@ -219,7 +247,7 @@ tap_diag "tessera eval, generation_task_with_answers: $(acc "$TMP/gen1.json" 2>/
 tap_ok "tessera eval: a generation_task_with_answers task of the held-out prompts (answers and aliases normalised) scores the run's held-out pass@1, on 1 and 2 ranks" \
     "$PY3" -c "import sys; sys.exit(0 if $(acc "$TMP/gen1.json" 2>/dev/null || echo -1) == $(acc "$TMP/gen2.json" 2>/dev/null || echo -2) == $a else 1)"
 
-# ---- 14: the device decode on the emulator ----
+# ---- 16: the device decode on the emulator ----
 if [[ -x $BUILD/tests/tessera-train-cuemu ]]; then
     "$BUILD/tests/tessera-train-cuemu" "${grpo[@]}" --init-from "$TMP/sft" --set device=cuda \
         --set run_dir="$TMP/rc" --set max_duration=1ba --set save_interval=0ba \
