@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The arithmetic GRPO example (examples/grpo/run.sh, docs/rl.md "The arithmetic example") end to
+# end at SCALE=0.02 (every stage's steps at their floor of 4: pretraining, SFT, GRPO on 2 ranks
+# with the reward program examples/grpo/reward.py): every stage and tool the script calls exits 0
+# (synth, tokenizer train, prep of the four files, the three training runs, tessera eval of the SFT
+# and GRPO checkpoints as a generation task, tessera report), its summary lines come out, and the
+# run records GRPO's figures. What the example teaches (held-out pass@1 0.556 -> 1.000 at full
+# length) is not judged at 4 steps: tests/train/test_grpo.sh judges the same pipeline's learning.
+# This keeps the script, its config and its reward program from drifting (the LoRA/DPO example
+# failed at full length while CI passed: issue 48 item 7); about 7 s.
+source "$(dirname "$0")/../lib.sh"
+tsr_tmpdir
+tap_plan 3
+MPIRUN="${MPIRUN[*]}" SCALE=0.02 BIN="$BUILD" bash "$TSR_ROOT/examples/grpo/run.sh" "$TMP/ex" >"$TMP/ex.txt" 2>&1
+rc=$?
+tail -2 "$TMP/ex.txt" | sed 's/^/# /'
+tap_check $rc "examples/grpo/run.sh (SCALE=0.02: 4 steps a stage, GRPO on 2 ranks with the reward program) runs every stage (exit $rc)"
+grep -qE '^held-out pass@1 \(greedy, [0-9]+ problems GRPO never trained on\): SFT [0-9.]+ -> GRPO [0-9.]+$' "$TMP/ex.txt" &&
+    grep -qE "^GRPO's 4 steps: rollouts [0-9.]+ s \([0-9]+%\), training [0-9.]+ s \([0-9]+%\); generation [0-9]+ tokens/s" "$TMP/ex.txt" &&
+    [[ -s $TMP/ex/eval-sft.json && -s $TMP/ex/eval-grpo.json ]]
+tap_check $? "its summary: the held-out pass@1 before and after (tessera eval of both checkpoints), the rollout/training split"
+"$PY3" - "$TMP/ex/grpo/metrics.jsonl" <<'PY' && [[ -s $TMP/ex/report-grpo/grpo.png || ! -x "$(command -v gnuplot)" ]]
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+steps = [r for r in recs if "grpo_reward_mean" in r]
+print(f"# GRPO: {len(steps)} step records, last step {steps[-1]['step'] if steps else None}")
+sys.exit(0 if len(steps) == 4 and steps[-1]["step"] == 4 else 1)
+PY
+tap_check $? "the GRPO run logged its 4 steps' figures (grpo_reward_mean ...) and tessera report drew grpo.png"
+tap_done
