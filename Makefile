@@ -216,7 +216,7 @@ HC_NVCC_FLAGS  = -O3 -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC,-Wall,-Wextra \
 # or LD_LIBRARY_PATH (the CUDA module); libstdc++ for the kernels' C++ runtime bits
 HC_GPU_LIBS    = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
                  $(if $(HC_NCCL_OWN),-L$(NCCL_HOME)/lib -Wl$(comma)-rpath$(comma)$(NCCL_HOME)/lib) \
-                 -lcublas -lnccl -lcudart_static -lstdc++ -ldl -lpthread -lrt
+                 -lcublas -lcublasLt -lnccl -lcudart_static -lstdc++ -ldl -lpthread -lrt
 HC_GPU_TARGET  = $(if $(HC_GPU_OK),$(HC_GPU_SO))
 # kernels/cuda/: the CUDA training backend (bf16 ops, cuBLASLt, fused attention; cuda_ops.h), built
 # into libtessera-cuda.a wherever nvcc and cublasLt.h are found, with its op-by-op test against the
@@ -225,7 +225,8 @@ HC_GPU_TARGET  = $(if $(HC_GPU_OK),$(HC_GPU_SO))
 # node build natively, docs/site.md)
 CUDA_OK        = $(if $(CROSS),,$(and $(wildcard $(HC_NVCC)),$(wildcard $(CUDA_HOME)/include/cublasLt.h)))
 CUDA_OBJ      := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(wildcard kernels/cuda/*.cu)) \
-                 $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard kernels/cuda/*.c))
+                 $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard kernels/cuda/*.c)) \
+                 $(BUILD)/obj/src/base/tcu_fp8_gemm.o
 CUDA_LIB      := $(BUILD)/libtessera-cuda.a
 CUDA_NVCC_FLAGS = -O3 -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC,-Wall,-Wextra \
                  $(if $(filter 1,$(WERROR)),-Werror all-warnings) -Ikernels -Ikernels/cuda -Isrc -Isrc/base -MMD -MP
@@ -303,13 +304,15 @@ $(BUILD)/obj/kernels/cuda_emu/%.o: CFLAGS += -Ikernels/cuda
 # the backend's host-side C (kernels/cuda/*.c) goes into the shared library too; the table of
 # device blocks is also checked on its own, on every machine (tests/unit/test_memtab.c)
 $(BUILD)/obj/kernels/cuda/%.o: CFLAGS += -fPIC
+# and the FP8 GEMM's plan and rules (src/base/: the health checker's GPU library links it too)
+$(BUILD)/obj/src/base/tcu_fp8_gemm.o: CFLAGS += -fPIC
 $(BUILD)/obj/tests/unit/test_memtab.o: CFLAGS += -Ikernels/cuda
 $(BUILD)/tests/test_memtab: $(BUILD)/obj/kernels/cuda/tcu_memtab.o
 # so is the file of GEMM choices (TSR_GEMM_TUNE), which the emulators read as well
 TUNE_OBJ := $(BUILD)/obj/kernels/cuda/tcu_gemm_tune.o
 # and the FP8 linear forward over the C API and the FP8 GEMM's plan with its rules
-# (tcu_fp8_gemm.c), which the emulators run and apply as the backend does
-FP8_GEMM_OBJ := $(BUILD)/obj/kernels/cuda/tcu_fp8_gemm.o
+# (src/base/tcu_fp8_gemm.c), which the emulators run and apply as the backend does
+FP8_GEMM_OBJ := $(BUILD)/obj/src/base/tcu_fp8_gemm.o
 FP8_LINEAR_OBJ := $(BUILD)/obj/kernels/cuda/tcu_fp8_linear.o $(FP8_GEMM_OBJ)
 $(BUILD)/obj/tests/unit/test_gemm_tune.o: CFLAGS += -Ikernels/cuda
 $(BUILD)/tests/test_gemm_tune: $(TUNE_OBJ)
@@ -400,8 +403,8 @@ $(BUILD)/obj/healthcheck/gpu/%.cu.o: healthcheck/gpu/%.cu | deps
 	@mkdir -p $(@D)
 	$(HC_NVCC) $(HC_NVCC_FLAGS) -c $< -o $@
 
-$(HC_GPU_SO): $(HC_GPU_OBJ) healthcheck/gpu/hc_gpu.map
-	$(CC) $(filter-out -fopenmp,$(CFLAGS)) -shared -o $@ $(HC_GPU_OBJ) \
+$(HC_GPU_SO): $(HC_GPU_OBJ) $(FP8_GEMM_OBJ) healthcheck/gpu/hc_gpu.map
+	$(CC) $(filter-out -fopenmp,$(CFLAGS)) -shared -o $@ $(HC_GPU_OBJ) $(FP8_GEMM_OBJ) \
 	  -Wl,--version-script=healthcheck/gpu/hc_gpu.map -Wl,--no-undefined $(HC_GPU_LIBS)
 
 # the CUDA backend: every kernels/cuda/*.cu by nvcc (warnings as errors like the C code)

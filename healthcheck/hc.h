@@ -38,6 +38,9 @@ typedef enum {
     HC_GEMM_BF16_VERIFY,  /* its wrong result elements over all iterations, worst GPU */
     HC_GEMM_FP32,         /* cuBLAS fp32 GEMM burn rate, TFLOP/s, worst GPU */
     HC_GEMM_FP32_VERIFY,  /* its wrong result elements, worst GPU */
+    HC_GEMM_FP8,          /* cuBLASLt FP8 GEMM burn (E4M3 x E4M3, fp32 accumulate) rate, TFLOP/s, worst
+                           * GPU; not measured on GPUs of compute capability < 8.9 (no FP8 there) */
+    HC_GEMM_FP8_VERIFY,   /* its wrong result elements, worst GPU */
     HC_HBM_BW,            /* device-memory copy bandwidth (bytes read + written), GB/s, worst GPU */
     HC_NCCL_NODE,         /* NCCL all-reduce bus bandwidth among this node's GPUs, GB/s */
     HC_NCCL_PAIRS,        /* NCCL all-reduce bus bandwidth with partner nodes' GPUs, best round, GB/s */
@@ -81,7 +84,7 @@ typedef struct hc_limit {
 typedef struct hc_params {     /* how to measure, per device section */
     int gemm_n;                /* N: the burn multiplies (N, N) x (N, N) */
     double quick_burn_s, full_burn_s; /* GEMM burn time per mode, split between fp32 and fp64
-                                * (GPU: between bf16 and fp32, every GPU at once) */
+                                * (GPU: a third each to bf16, fp32 and FP8, every GPU at once) */
     int membw_mib;             /* size of each of the 3 triad arrays (GPU: 2 copy arrays per GPU), MiB */
     int membw_reps;            /* repetitions; the best is kept (STREAM convention) */
     int allreduce_mib;         /* all-reduce message size (GPU: per GPU), MiB */
@@ -113,8 +116,9 @@ typedef struct hc_gpu_dev {
     char error[192];    /* the first failure met measuring this GPU ("" = none); its rates are 0 */
     unsigned measured;  /* bit (1u << check) set when value[check] was measured */
     double value[HC_CHECK_COUNT];
-    long gemm_iters[2];       /* [0] bf16, [1] fp32 */
-    double gemm_seconds[2];   /* time in the GEMMs (cudaEvent), s */
+    long gemm_iters[3];       /* [0] bf16, [1] fp32, [2] fp8 */
+    double gemm_seconds[3];   /* time in the GEMMs (cudaEvent), s */
+    int compute_capability;   /* major x 10 + minor (90: Hopper), 0 unknown; FP8 burns at >= 89 */
     int clock_samples;        /* NVML clocks-event-reason samples taken during the burn */
     unsigned long long clock_reasons; /* OR of the reasons seen in them (NVML bit mask) */
 } hc_gpu_dev;

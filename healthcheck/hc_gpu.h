@@ -19,7 +19,7 @@
 
 #include "hc.h"
 
-#define HC_GPU_ABI 1
+#define HC_GPU_ABI 2 /* 2: the FP8 burn (gemm_fp8, three burn precisions) */
 #define HC_GPU_SYMBOL "tsr_hc_gpu_api"
 #define HC_GPU_LIB_NAME "libtessera-hc-gpu.so"
 #define HC_NCCL_ID_BYTES 128 /* sizeof(ncclUniqueId), NCCL_UNIQUE_ID_BYTES in nccl.h */
@@ -34,7 +34,7 @@ typedef struct hc_gpu_info {   /* what probe found */
 typedef struct hc_gpu_job {    /* what to measure, from the config section and the options */
     int n_devices;             /* use CUDA devices 0 .. n_devices-1 (hc_gpu_select) */
     int gemm_n;                /* burn (N, N) x (N, N) */
-    double burn_s;             /* burn time per precision (bf16, then fp32), every GPU at once */
+    double burn_s;             /* burn time per precision (bf16, fp32, then FP8), every GPU at once */
     int membw_mib, membw_reps; /* HBM copy: 2 arrays of membw_mib MiB per GPU, best of reps */
     int allreduce_mib;         /* NCCL all-reduce message per GPU, MiB */
     int allreduce_iters;       /* timed all-reduces (after 2 warm-up ones) */

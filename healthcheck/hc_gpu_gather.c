@@ -50,6 +50,21 @@ static void warn_gpu_errors(const hc_facts *f) {
             tsr_warn("%s GPU %d (%s): %s", f->node, d, f->gpus[d].bus_id, f->gpus[d].error);
 }
 
+/* The FP8 burn runs on GPUs of compute capability >= 8.9 only (FP8 tensor cores: Ada, Hopper and
+ * later); on older ones gemm_fp8 is not applicable, said in the "not measured" line, not failed. */
+static void note_no_fp8(hc_facts *f) {
+    char note[160];
+    int without = 0, cc = 0;
+    for (int d = 0; d < f->n_gpus && d < HC_MAX_GPUS; d++) {
+        int c = f->gpus[d].compute_capability;
+        if (c > 0 && c < 89) without++, cc = c;
+    }
+    if (!without) return;
+    snprintf(note, sizeof note, "gemm_fp8, gemm_fp8_verify (%d of %d GPUs: compute capability %d.%d, FP8 needs "
+             "8.9; not supported)", without, f->n_gpus, cc / 10, cc % 10);
+    hc_note_skipped(f, note);
+}
+
 /* One GPU has no all-reduce bus to measure; what it can say: NCCL loads, a communicator of one
  * rank starts and its all-reduce gives the right sums, at this algorithm bandwidth (a copy on
  * the device). Not judged (nccl_node needs 2 GPUs): said in the "not measured" line, a failure
@@ -76,6 +91,7 @@ void hc_gpu_gather(const hc_gpu_api *api, const hc_gpu_job *job, int full, int r
     if (job->n_devices > 0) {
         api->state(job, f->gpus);
         api->burn(job, f->gpus);
+        note_no_fp8(f);
     }
     if (!full) {
         hc_note_skipped(f, "hbm_bw, nccl_node, nccl_pairs (quick mode; --full measures them)");

@@ -46,7 +46,7 @@ typedef struct hc_gpu_ctx { /* the GPU mode's state on this rank */
 
 static const cli_opt opts[] = {
     {"quick", CLI_NO_SHORT('q'), NULL, "quick mode (default): a short fp32 + fp64 GEMM burn (GPU: NVML state and a bf16 "
-                         "+ fp32 burn), for prologs"},
+                         "+ fp32 + FP8 burn), for prologs"},
     {"full", CLI_NO_SHORT('f'), NULL, "full mode: longer burn, memory bandwidth, all-reduce in the node (GPU) and "
                         "between node pairs"},
     {"config", 'c', "FILE", "thresholds (default: $TESSERA_HC_CONFIG, else the installed healthcheck.cfg)"},
@@ -55,7 +55,7 @@ static const cli_opt opts[] = {
                                            "for node_exporter's textfile collector"},
     {"drain", 'd', NULL, "as root: drain this node if unhealthy (reason \"tessera-hc: ...\")"},
     {"resume-own", CLI_NO_SHORT('r'), NULL, "as root: resume this node if healthy and drained by tessera-hc"},
-    {"burn", 'b', "SECONDS", "GEMM burn time (fp32 + fp64, GPU: bf16 + fp32, together) instead of the config's"},
+    {"burn", 'b', "SECONDS", "GEMM burn time (fp32 + fp64, GPU: bf16 + fp32 + FP8, together) instead of the config's"},
     {"threads", 'j', "N", "BLAS/OpenMP threads per rank (default: cores / ranks on the node)"},
     {"threads", CLI_MOVED('t'), NULL, NULL}, /* its letter until -t became --tokenizer (docs/cli.md) */
     {"gpu", 'g', "MODE", "auto (default): GPU checks where " HC_GPU_LIB_NAME " finds a GPU; on: GPU "
@@ -203,7 +203,7 @@ static void gather_gpu(const hc_opts *o, const hc_thresholds *t, unsigned faults
     const hc_params *p = &t->params;
     double burn = o->burn_s > 0 ? o->burn_s : o->mode == HC_MODE_FULL ? p->full_burn_s : p->quick_burn_s;
     int found = g->api && g->info.n_devices > 0 ? g->info.n_devices : 0;
-    hc_gpu_job job = {.n_devices = hc_gpu_select(found, faults), .gemm_n = p->gemm_n, .burn_s = burn / 2,
+    hc_gpu_job job = {.n_devices = hc_gpu_select(found, faults), .gemm_n = p->gemm_n, .burn_s = burn / 3,
                       .membw_mib = p->membw_mib, .membw_reps = p->membw_reps,
                       .allreduce_mib = p->allreduce_mib, .allreduce_iters = p->allreduce_iters,
                       .faults = faults};

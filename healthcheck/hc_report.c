@@ -67,9 +67,9 @@ static void json_gpus(FILE *f, const hc_facts *x) {
         json_str(f, g->bus_id);
         fprintf(f, ", \"error\": ");
         json_str(f, g->error);
-        fprintf(f, ", \"bf16_iters\": %ld, \"fp32_iters\": %ld, \"clock_samples\": %d, "
-                "\"clock_reasons\": %llu", g->gemm_iters[0], g->gemm_iters[1], g->clock_samples,
-                g->clock_reasons);
+        fprintf(f, ", \"compute_capability\": %d, \"bf16_iters\": %ld, \"fp32_iters\": %ld, \"fp8_iters\": %ld, "
+                "\"clock_samples\": %d, \"clock_reasons\": %llu", g->compute_capability, g->gemm_iters[0],
+                g->gemm_iters[1], g->gemm_iters[2], g->clock_samples, g->clock_reasons);
         for (int c = 0; c < HC_CHECK_COUNT; c++) {
             if (!(g->measured & (1u << c))) continue;
             fprintf(f, ", \"%s\": ", hc_checks[c].name);

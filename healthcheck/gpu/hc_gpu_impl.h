@@ -12,6 +12,7 @@
 #ifndef TSR_HC_GPU_IMPL_H
 #define TSR_HC_GPU_IMPL_H
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -20,6 +21,7 @@
 #include "hc.h"
 #include "hc_fault.h"
 #include "hc_gpu.h"
+#include "tcu_fp8_gemm.h"
 
 /* Writes "fmt..." into err unless it already holds an earlier failure (hc_gpu_util.c). */
 void gpu_note(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -82,6 +84,24 @@ void *gpu_nvml_handle(int d);
 /* ---- hc_gpu_burn.c ---- */
 void gpu_burn(const hc_gpu_job *job, hc_gpu_dev *dev);
 void gpu_membw(const hc_gpu_job *job, hc_gpu_dev *dev);
+
+/* ---- hc_gpu_fp8.c: the FP8 burn's GEMM, C (N, N) fp32 = A (N, N) B (N, N), row-major, E4M3
+ * inputs (A and B transposed, Bt, given), through the training call's plan and rules ---- */
+typedef struct fp8_gemm {
+    tcu_fp8_gemm plan;           /* tcu_fp8_gemm_plan_f32's, checked by tcu_fp8_gemm_check */
+    cublasLtHandle_t lt;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulAlgo_t algo;   /* the heuristic's first choice */
+    float *scales;               /* device: B's then A's scale (1.0), 16-byte slots */
+    void *ws;                    /* the workspace, plan.ws_call bytes */
+} fp8_gemm;
+/* Plans, checks and describes the GEMM for output C. Returns 0, or 1 with err set (a plan that
+ * breaks a rule: the rule and the plan's settings). */
+int fp8_gemm_init(fp8_gemm *f, int n, const void *A, const void *Bt, float *C, char *err, size_t ne);
+/* One GEMM into D (the plan's C or another cudaMalloc'd (N, N) fp32 buffer) on stream s. */
+cublasStatus_t fp8_gemm_run(const fp8_gemm *f, float *D, cudaStream_t s);
+void fp8_gemm_release(fp8_gemm *f); /* what init made; a zeroed f is fine */
 
 /* ---- hc_gpu_nccl.c ---- */
 double gpu_nccl_node(const hc_gpu_job *job, char *err, size_t n);

@@ -3,6 +3,7 @@
 // with one atomicAdd per warp. Precondition checks (alignment, sizes) are the launchers'; every
 // launch is on an explicit stream and its error is returned.
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 
 #include "hc_gpu_kernels.h"
@@ -22,10 +23,11 @@ __device__ void warp_add(unsigned long long *bad, unsigned long long v) {
     if ((threadIdx.x & 31) == 0 && v) atomicAdd(bad, v);
 }
 
-__global__ void widen_kernel(const signed char *src, void *dst, size_t n, int bf16) {
+__global__ void widen_kernel(const signed char *src, void *dst, size_t n, hck_type t) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float v = (float)src[i];
-        if (bf16) ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(v);
+        if (t == HCK_BF16) ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(v);
+        else if (t == HCK_E4M3) ((__nv_fp8_e4m3 *)dst)[i] = __nv_fp8_e4m3(v); // satfinite, round to nearest even
         else ((float *)dst)[i] = v;
     }
 }
@@ -75,8 +77,8 @@ __global__ void check_allreduce_kernel(const float *x, size_t n, want7 want, uns
 
 }  // namespace
 
-extern "C" cudaError_t hck_widen_i8(const signed char *src, void *dst, size_t n, int bf16, cudaStream_t s) {
-    widen_kernel<<<blocks_for(n), kThreads, 0, s>>>(src, dst, n, bf16);
+extern "C" cudaError_t hck_widen_i8(const signed char *src, void *dst, size_t n, hck_type t, cudaStream_t s) {
+    widen_kernel<<<blocks_for(n), kThreads, 0, s>>>(src, dst, n, t);
     return cudaGetLastError();
 }
 

@@ -11,8 +11,11 @@
 extern "C" {
 #endif
 
-/* dst (n) = src (n) widened exactly: to bf16 (bf16 != 0) or fp32. |src| <= 127 is exact in both. */
-cudaError_t hck_widen_i8(const signed char *src, void *dst, size_t n, int bf16, cudaStream_t s);
+/* the burn's element types */
+typedef enum { HCK_F32 = 0, HCK_BF16, HCK_E4M3 } hck_type;
+/* dst (n) = src (n) converted to t: exact for |src| <= 127 in fp32 and bf16, for |src| <= 16 in
+ * E4M3 (3 mantissa bits: every integer up to 16; 17 is not). */
+cudaError_t hck_widen_i8(const signed char *src, void *dst, size_t n, hck_type t, cudaStream_t s);
 /* *bad += #{i < n : !(c[i] == r[i])}: the burn's compare with the reference (NaN counts). */
 cudaError_t hck_count_diff(const float *c, const float *r, size_t n, unsigned long long *bad,
                            cudaStream_t s);

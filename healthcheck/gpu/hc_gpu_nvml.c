@@ -194,7 +194,7 @@ static void *nvml_of[HC_MAX_GPUS];
 
 void *gpu_nvml_handle(int d) { return d >= 0 && d < HC_MAX_GPUS ? nvml_of[d] : NULL; }
 
-/* Per GPU: name, bus id, NVML handle and state. Sequential: a few fast queries per GPU. */
+/* Per GPU: name, bus id, compute capability, NVML handle and state. Sequential: a few fast queries per GPU. */
 void gpu_state(const hc_gpu_job *job, hc_gpu_dev *dev) {
     for (int d = 0; d < job->n_devices && d < HC_MAX_GPUS; d++) {
         hc_gpu_dev *g = &dev[d];
@@ -203,6 +203,7 @@ void gpu_state(const hc_gpu_job *job, hc_gpu_dev *dev) {
         nvml_of[d] = NULL;
         GPU_TRY(g->error, sizeof g->error, cudaGetDeviceProperties(&prop, d));
         snprintf(g->name, sizeof g->name, "%.*s", (int)sizeof g->name - 1, prop.name);
+        g->compute_capability = 10 * prop.major + prop.minor;
         GPU_TRY(g->error, sizeof g->error, cudaDeviceGetPCIBusId(g->bus_id, (int)sizeof g->bus_id, d));
         nvml_of[d] = nvml_device(g->bus_id, why, sizeof why);
         if (!nvml_of[d] && why[0]) gpu_note(g->error, sizeof g->error, "NVML: %s", why);

@@ -7,12 +7,14 @@
  * summary of per-GPU facts, the judge, the verdict lines, the JSON report and --drain.
  * The faults that act inside the real library are imitated on the canned numbers: slow_gemm and
  * low_membw divide the rates by 50, low_busbw multiplies all-reduce times by 100, corrupt_gemm
- * reports one wrong element per precision.
+ * reports one wrong element per precision. FP8 is burnt (gemm_fp8 facts) only on GPUs of compute
+ * capability >= 8.9, as the real library does.
  *
  * Environment (read at each call):
  *   TSR_HC_MOCK_GPUS   devices to report (default 2; 0 = CUDA sees none; "fail" = no driver)
  *   TSR_HC_MOCK_NAME   GPU 0's name (default "NVIDIA H100 80GB HBM3")
  *   TSR_HC_MOCK_FACT   CHECK=VALUE@GPU[,...]: set a per-GPU fact (e.g. remap_pending=1@1)
+ *   TSR_HC_MOCK_CC     every GPU's compute capability x 10 (default 90, Hopper; 80: an A100, no FP8)
  */
 #include <math.h>
 #include <stdio.h>
@@ -60,8 +62,10 @@ static void mock_overrides(hc_gpu_dev *g, int d) {
 }
 
 static void mock_state(const hc_gpu_job *job, hc_gpu_dev *dev) {
+    const char *cc = getenv("TSR_HC_MOCK_CC");
     for (int d = 0; d < job->n_devices; d++) {
         hc_gpu_dev *g = &dev[d];
+        g->compute_capability = cc && *cc ? atoi(cc) : 90;
         snprintf(g->name, sizeof g->name, "NVIDIA H100 80GB HBM3");
         snprintf(g->bus_id, sizeof g->bus_id, "00000000:%02X:00.0", 0x18 + 0x10 * d);
         hc_gpu_set(g, HC_ECC_UNCORRECTED, 0); /* Hopper: row remapping, no retired pages */
@@ -80,6 +84,12 @@ static void mock_burn(const hc_gpu_job *job, hc_gpu_dev *dev) {
         hc_gpu_set(g, HC_GEMM_BF16_VERIFY, wrong);
         hc_gpu_set(g, HC_GEMM_FP32, 52.0 / slow);
         hc_gpu_set(g, HC_GEMM_FP32_VERIFY, wrong);
+        if (g->compute_capability >= 89) {
+            hc_gpu_set(g, HC_GEMM_FP8, (1450.0 - d) / slow);
+            hc_gpu_set(g, HC_GEMM_FP8_VERIFY, wrong);
+            g->gemm_iters[2] = 10;
+            g->gemm_seconds[2] = job->burn_s;
+        }
         hc_gpu_set(g, HC_THROTTLE_HW, 0);
         hc_gpu_set(g, HC_THROTTLE_THERMAL, 0);
         hc_gpu_set(g, HC_POWER_VIOLATION, 60);

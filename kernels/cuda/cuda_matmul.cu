@@ -1024,7 +1024,7 @@ void tcu_matmul_backward_dgelu(tsr_bf16 *dinp, float *dw, float *dbias, const ts
 }
 
 /* out (N,OC) bf16 = (qx @ qw^T) * sx_inv * sw_inv + bias, qx (N,IC), qw (OC,IC) E4M3 row-major.
- * The call is tcu_fp8_gemm_plan's (kernels/cuda/tcu_fp8_gemm.h: the mapping, the "TN" layout,
+ * The call is tcu_fp8_gemm_plan's (src/base/tcu_fp8_gemm.h: the mapping, the "TN" layout,
  * bf16 C = D with beta 0, A_SCALE = sw_inv, B_SCALE = sx_inv, fast accumulation off), refused
  * before cuBLASLt sees it when it breaks one of tcu_fp8_gemm_check's rules, which the emulator
  * applies too. A bias the plan leaves out of the epilogue (not 16-byte aligned), or one whose

@@ -2742,7 +2742,7 @@ static void test_fp8(const fp8_cfg *c) {
     scope_end(tag);
 }
 
-/* tcu_fp8_gemm_check (kernels/cuda/tcu_fp8_gemm.h), host only: the plan tcu_matmul_fp8 makes for
+/* tcu_fp8_gemm_check (src/base/tcu_fp8_gemm.h), host only: the plan tcu_matmul_fp8 makes for
  * aligned operands passes, and each plan that breaks one documented FP8 rule (docs/cuda.md "FP8",
  * the table) is refused naming that rule; the same function refuses it in the backend, before
  * cuBLASLt sees the call, and in the emulator. */

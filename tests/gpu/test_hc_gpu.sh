@@ -3,7 +3,8 @@
 # Part 1, on any machine: the GPU mode's plumbing without a GPU: --gpu on exits 2 naming why,
 # --gpu auto falls back to the CPU checks, a bad --gpu-lib exits 2; then, through the CUDA-free
 # stand-in library (healthcheck/mock/: canned H100 facts), everything on the executable's side for
-# real: NVML-fact verdicts naming the GPU in the JSON, missing_gpu, the NCCL bootstrap over MPI and
+# real: NVML-fact verdicts naming the GPU in the JSON, the FP8 burn's verdicts (a slow rate, a wrong
+# element; not supported below compute capability 8.9), missing_gpu, the NCCL bootstrap over MPI and
 # the node-pair culprit logic on 4 ranks, a GPU-less node in a GPU run, --gpu on on it.
 # Part 2, on a node with an NVIDIA GPU (nvidia-smi lists one and libtessera-hc-gpu.so was built;
 # elsewhere every check of it is reported "# SKIP" with the reason): --gpu on --quick is healthy
@@ -16,7 +17,7 @@ source "$(dirname "$0")/../lib.sh"
 # shellcheck source=gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
-tap_plan 20
+tap_plan 22
 HC=$BUILD/tessera-healthcheck
 PYTHON=${PYTHON:-/usr/bin/python3}
 GPU_SO=$BUILD/libtessera-hc-gpu.so
@@ -68,13 +69,28 @@ mpi_run() {
 }
 TSR_HC_MOCK_FACT=remap_pending=1@1 run "${M[@]}" --gpu on --full --json "$TMP/mock.json"
 [[ $RC == 1 && $(fails) == "hc-g0 remap_pending" ]] && grep -q '^hc-g0 remap_pending FAIL 1 0 GPUs$' "$TMP/out.txt" \
-    && (( $(grep -c '^hc-g0 .* OK ' "$TMP/out.txt") == 13 )) \
+    && (( $(grep -c '^hc-g0 .* OK ' "$TMP/out.txt") == 15 )) \
     && "$PYTHON" -c 'import json, sys
 r = json.load(open(sys.argv[1]))["results"][0]
 c = {x["check"]: x for x in r["checks"]}
 assert c["remap_pending"]["gpu"] == 1 and r["gpus"][1]["remap_pending"] == 1 and r["gpus"][0]["remap_pending"] == 0
-assert "retired_pages" not in c' "$TMP/mock.json"
-r=$?; ((r)) && show; tap_check $r "stand-in library: a pending row remap on GPU 1 -> exactly 'remap_pending FAIL 1 0 GPUs', JSON names GPU 1; retired pages n/a"
+assert "retired_pages" not in c
+assert c["gemm_fp8"]["gpu"] == 1 and c["gemm_fp8_verify"]["actual"] == 0, c["gemm_fp8"]
+assert all(g["gemm_fp8"] > 1000 and g["fp8_iters"] == 10 and g["compute_capability"] == 90 for g in r["gpus"])' "$TMP/mock.json"
+r=$?; ((r)) && show; tap_check $r "stand-in library: a pending row remap on GPU 1 -> exactly 'remap_pending FAIL 1 0 GPUs', JSON names GPU 1; retired pages n/a; the FP8 burn's rate and count per GPU in the JSON"
+# the FP8 burn (compute capability >= 8.9): a slow FP8 rate on one GPU and a wrong FP8 element on
+# the other fail exactly their checks; an A100 (8.0) has no FP8: not measured, said, not failed
+TSR_HC_MOCK_FACT=gemm_fp8=500@1,gemm_fp8_verify=2@0 run "${M[@]}" --gpu on --quick --json "$TMP/fp8.json"
+[[ $RC == 1 && $(fails) == "hc-g0 gemm_fp8,hc-g0 gemm_fp8_verify" ]] && grep -q '^hc-g0 gemm_fp8 FAIL 500.0 910.0 TFLOP/s$' "$TMP/out.txt" \
+    && grep -q '^hc-g0 gemm_fp8_verify FAIL 2 0 errors$' "$TMP/out.txt" && grep -q '^hc-g0 gemm_bf16 OK ' "$TMP/out.txt" \
+    && "$PYTHON" -c 'import json, sys
+c = {x["check"]: x for x in json.load(open(sys.argv[1]))["results"][0]["checks"]}
+assert c["gemm_fp8"]["gpu"] == 1 and not c["gemm_fp8"]["ok"] and c["gemm_fp8_verify"]["gpu"] == 0' "$TMP/fp8.json"
+r=$?; ((r)) && show; tap_check $r "stand-in library: FP8 burn slow on GPU 1, one wrong FP8 element on GPU 0 -> exactly gemm_fp8 and gemm_fp8_verify FAIL (bf16 OK), JSON names the GPUs"
+TSR_HC_MOCK_CC=80 run "${M[@]}" --gpu on --quick
+[[ $RC == 0 && -z $(fails) ]] && ! grep -q '^hc-g0 gemm_fp8' "$TMP/out.txt" && grep -q '^hc-g0 gemm_bf16 OK ' "$TMP/out.txt" \
+    && grep -q '^# not measured: .*gemm_fp8, gemm_fp8_verify (2 of 2 GPUs: compute capability 8.0, FP8 needs 8.9; not supported)' "$TMP/out.txt"
+r=$?; ((r)) && show; tap_check $r "stand-in library, compute capability 8.0: no FP8 verdict, 'not supported' in the not-measured line, exit 0"
 TSR_HC_FAULT=missing_gpu run "${M[@]}" --gpu on --quick
 [[ $RC == 1 && $(fails) == "hc-g0 gpu_count" ]] && grep -q '^hc-g0 gpu_count FAIL 1 2 GPUs$' "$TMP/out.txt"
 r=$?; ((r)) && show; tap_check $r "stand-in library: missing_gpu -> 'gpu_count FAIL 1 2 GPUs', exit 1"
@@ -119,6 +135,9 @@ if [[ -n $why ]]; then
     exit
 fi
 tap_diag "$n_gpus GPU(s): $(nvidia-smi -L | head -1)"
+# the FP8 burn runs where the compute capability is >= 8.9 (GPU 0's; a node's GPUs are alike)
+cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+fp8=0; ((${cc:-0} >= 89)) && fp8=1
 # expect this node's GPU count; shorter full-mode measurements (the burn is set with --burn)
 sed -E -e "s/gpu_count( *)= \{ expected = [0-9.]+;/gpu_count\1= { expected = $n_gpus;/" \
     -e 's/membw_mib = 4096;/membw_mib = 1024;/' -e 's/allreduce_mib = (16384|4096|1024);/allreduce_mib = 256;/' \
@@ -128,8 +147,9 @@ G=(--config "$TMP/gpu.cfg" --gpu on)
 run "${G[@]}" --quick --burn 2
 ((RC == 0)) && [[ -z $(fails) ]] && grep -q "^hc-g0 gpu_count OK $n_gpus " "$TMP/out.txt" \
     && grep -q '^hc-g0 gemm_bf16 OK ' "$TMP/out.txt" && grep -q '^hc-g0 gemm_fp32_verify OK 0 0 errors' "$TMP/out.txt" \
+    && (( $(grep -c '^hc-g0 gemm_fp8_verify OK 0 0 errors' "$TMP/out.txt") == fp8 )) \
     && grep -q '^# tessera-healthcheck quick (GPU): 1 node' "$TMP/out.txt"
-r=$?; show; tap_check $r "healthy --gpu on --quick: gpu_count, GEMM burns and their exact checks OK, exit 0"
+r=$?; show; tap_check $r "healthy --gpu on --quick: gpu_count, GEMM burns (FP8 where compute capability $cc >= 89) and their exact checks OK, exit 0"
 
 run "${G[@]}" --full --burn 2 --json "$TMP/report.json"
 want_node=0; ((n_gpus >= 2)) && want_node=1
@@ -154,10 +174,12 @@ expect_fails() { # expect_fails "NODE CHECK,..." what ARGS...: exactly these FAI
     local r=$?; ((r)) && { tap_diag "want FAIL lines: $want; got: $(fails)"; show; }
     tap_check $r "$what"
 }
-TSR_HC_FAULT=slow_gemm expect_fails "hc-g0 gemm_bf16,hc-g0 gemm_fp32" \
-    "slow_gemm: gemm_bf16 and gemm_fp32 FAIL, nothing else" --quick --burn 2
-TSR_HC_FAULT=corrupt_gemm:hc-g0 expect_fails "hc-g0 gemm_bf16_verify,hc-g0 gemm_fp32_verify" \
-    "corrupt_gemm: gemm_bf16_verify and gemm_fp32_verify FAIL (one wrong element each)" --quick --burn 2
+slow=(gemm_bf16 gemm_fp32) wrong=(gemm_bf16_verify gemm_fp32_verify)
+((fp8)) && slow+=(gemm_fp8) wrong+=(gemm_fp8_verify)
+TSR_HC_FAULT=slow_gemm expect_fails "$(printf 'hc-g0 %s\n' "${slow[@]}" | sort | paste -sd, -)" \
+    "slow_gemm: ${slow[*]} FAIL, nothing else" --quick --burn 3
+TSR_HC_FAULT=corrupt_gemm:hc-g0 expect_fails "$(printf 'hc-g0 %s\n' "${wrong[@]}" | sort | paste -sd, -)" \
+    "corrupt_gemm: ${wrong[*]} FAIL (one wrong element each)" --quick --burn 3
 TSR_HC_FAULT=low_membw expect_fails "hc-g0 hbm_bw" "low_membw: hbm_bw FAILs, nothing else" --full --burn 1
 TSR_HC_FAULT=missing_gpu expect_fails "hc-g0 gpu_count" "missing_gpu: gpu_count FAILs ($((n_gpus - 1)) < $n_gpus)" --quick --burn 1
 if ((n_gpus >= 2)); then

@@ -302,6 +302,8 @@ static void h100_node(hc_facts *f, int n_gpus) {
         hc_gpu_set(g, HC_GEMM_BF16_VERIFY, 0);
         hc_gpu_set(g, HC_GEMM_FP32, 52);
         hc_gpu_set(g, HC_GEMM_FP32_VERIFY, 0);
+        hc_gpu_set(g, HC_GEMM_FP8, 1450 - d);
+        hc_gpu_set(g, HC_GEMM_FP8_VERIFY, 0);
         hc_gpu_set(g, HC_HBM_BW, 3050 + d);
     }
     hc_fact_set(f, HC_NCCL_NODE, 470);
@@ -334,7 +336,7 @@ static void test_gpu_judge(void) {
     hc_facts f;
     h100_node(&f, 8);
     int failed = judge_gpu(&f, &t, fails, sizeof fails, &n);
-    tap_ok(rc == 0 && failed == 0 && n == 15 && !(f.measured & (1u << HC_RETIRED_PAGES)) &&
+    tap_ok(rc == 0 && failed == 0 && n == 17 && !(f.measured & (1u << HC_RETIRED_PAGES)) &&
                !(f.measured & (1u << HC_RETIRED_PENDING)),
            "GPU: healthy 8 x H100 facts: %d verdicts, all OK; retired pages not applicable on Hopper "
            "(no verdict) (failed %d: %s)", n, failed, fails);
@@ -356,6 +358,8 @@ static void test_gpu_judge(void) {
         {HC_GEMM_FP32_VERIFY, 2, 3, "n01 gemm_fp32_verify FAIL 3 0 errors"},
         {HC_GEMM_BF16, 6, 400, "n01 gemm_bf16 FAIL 400.0 592.5 TFLOP/s"},
         {HC_GEMM_FP32, 1, 20, "n01 gemm_fp32 FAIL 20.0 35.0 TFLOP/s"},
+        {HC_GEMM_FP8, 5, 700, "n01 gemm_fp8 FAIL 700.0 910.0 TFLOP/s"}, /* FP8 slow, bf16 fine */
+        {HC_GEMM_FP8_VERIFY, 3, 1, "n01 gemm_fp8_verify FAIL 1 0 errors"},
         {HC_HBM_BW, 3, 1500, "n01 hbm_bw FAIL 1500 2400 GB/s"},
         {HC_ECC_UNCORRECTED, 1, 0.0 / 0.0, "n01 ecc_uncorrected FAIL nan 0 errors"}, /* unreadable */
         {HC_NCCL_NODE, -1, 100, "n01 nccl_node FAIL 100.0 391.0 GB/s"},
@@ -411,6 +415,16 @@ static void test_gpu_judge(void) {
     char reason[256];
     hc_drain_reason(reason, sizeof reason, &v, 1);
     tap_ok(!strcmp(reason, "tessera-hc: remap_pending 1>0 GPUs"), "GPU: drain reason '%s'", reason);
+
+    /* a node whose FP8 burn runs slowly is drained like any other: the judge's first FAIL names it */
+    h100_node(&f, 8);
+    hc_gpu_set(&f.gpus[6], HC_GEMM_FP8, 400);
+    hc_verdict vs[HC_CHECK_COUNT];
+    hc_gpu_summarize(&f);
+    int nv = hc_judge(&f, &t, vs, &failed);
+    hc_drain_reason(reason, sizeof reason, vs, nv);
+    tap_ok(failed == 1 && !strcmp(reason, "tessera-hc: gemm_fp8 400.0<910.0 TFLOP/s"), "GPU: slow FP8 drain reason '%s'",
+           reason);
 }
 
 static void test_gpu_config(void) {
@@ -446,6 +460,7 @@ static void test_gpu_config(void) {
         "  power_violation = { max = 100; }; thermal_violation = { max = 10; };\n"
         "  gemm_bf16 = { expected = 10; tolerance = 0.0; }; gemm_bf16_verify = { max = 0; };\n"
         "  gemm_fp32 = { expected = 1; tolerance = 0.0; }; gemm_fp32_verify = { max = 0; };\n"
+        "  gemm_fp8 = { expected = 10; tolerance = 0.0; }; gemm_fp8_verify = { max = 0; };\n"
         "  hbm_bw = { expected = 100; tolerance = 0.0; }; nccl_node = { expected = 1; tolerance = 0.0; };\n"
         "  nccl_pairs = { expected = 1; tolerance = 0.0; }; } );\n";
     hc_thresholds t;
@@ -475,7 +490,7 @@ static void test_gpu_config(void) {
 
 int main(void) {
     if (!mkdtemp(tmpdir)) return 2;
-    tap_plan(62);
+    tap_plan(65);
     test_judge();
     test_sanitize();
     test_drain_decide();

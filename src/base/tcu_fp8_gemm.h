@@ -7,7 +7,9 @@
  * the emulator (kernels/cuda_emu/) makes the same plan and refuses it the same way, so a plan that
  * breaks a rule fails on any machine, not first on a GPU (issue 51: cuBLASLt refused the GEMM on
  * an H200 with CUBLAS_STATUS_NOT_SUPPORTED). docs/cuda.md "FP8" has the table of the rules with
- * their sources.
+ * their sources. It lives in src/base/ (it needs nothing but libc) so that the health checker's
+ * FP8 burn (healthcheck/gpu/hc_gpu_fp8.c), a layer below the kernels, makes the same plan and
+ * meets the same rules as the training call.
  *
  * The mapping (row-major tessera tensors to column-major cuBLASLt, as tcu_matmul_forward):
  * out (N,OC) = qx (N,IC) @ qw (OC,IC)^T is D (OC,N) ld OC = op(A) B with A = qw stored (IC,OC)
@@ -50,6 +52,12 @@ typedef struct tcu_fp8_gemm {
 void tcu_fp8_gemm_plan(tcu_fp8_gemm *g, void *out, const void *qx, const float *sx_inv,
                        const void *qw, const float *sw_inv, const void *bias, int N, int IC,
                        int OC, const void *workspace, size_t ws_bytes);
+
+/* The health checker's FP8 burn: tcu_fp8_gemm_plan without a bias and with an fp32 C = D (out
+ * (N, OC) fp32), the one change the rules allow that holds an exact integer product. */
+void tcu_fp8_gemm_plan_f32(tcu_fp8_gemm *g, float *out, const void *qx, const float *sx_inv,
+                           const void *qw, const float *sw_inv, int N, int IC, int OC,
+                           const void *workspace, size_t ws_bytes);
 
 /* NULL when g meets every rule; else the first rule it breaks, a static string naming the rule
  * and its source. */

@@ -39,6 +39,13 @@ void tcu_fp8_gemm_plan(tcu_fp8_gemm *g, void *out, const void *qx, const float *
     g->ws_heuristic = g->ws_call = ws_bytes;
 }
 
+void tcu_fp8_gemm_plan_f32(tcu_fp8_gemm *g, float *out, const void *qx, const float *sx_inv,
+                           const void *qw, const float *sw_inv, int N, int IC, int OC,
+                           const void *workspace, size_t ws_bytes) {
+    tcu_fp8_gemm_plan(g, out, qx, sx_inv, qw, sw_inv, NULL, N, IC, OC, workspace, ws_bytes);
+    g->c_type = g->d_type = TCU_LT_F32;
+}
+
 /* the types, the compute and scale types, the layout (cuBLAS docs, cublasLtMatmul: "To use FP8
  * kernels, the following set of requirements must be satisfied", and its table of FP8 type
  * combinations) */
