@@ -11,6 +11,7 @@
  * Preconditions are the ops' own: a bad shape is refused by tcu_matmul_fp8, a NULL inp or w by
  * tcu_amax_bf16, a NULL out by tcu_matmul_fp8. */
 #include "cuda_ops.h"
+#include "tcu_memtab.h"
 
 static unsigned char *fp8_scratch;
 static size_t fp8_scratch_bytes;
@@ -40,7 +41,7 @@ void tcu_matmul_forward_fp8(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *i
     if (N < 1 || IC < 1 || OC < 1) /* refused there, naming the shape (NULL pointers: below) */
         tcu_matmul_fp8(out, NULL, NULL, NULL, NULL, bias, N, IC, OC, s);
     const size_t nx = (size_t)N * IC, nw = (size_t)OC * IC;
-    unsigned char *p = fp8_scratch_get(256 + round256(nx) + round256(nw), s);
+    unsigned char *p = fp8_scratch_get(tcu_fp8_scratch_bytes((size_t)N, (size_t)IC, (size_t)OC), s);
     float *f = (float *)(void *)p; /* 16-byte slots: amax x, amax w, scale_inv x, scale_inv w */
     float *amax_x = f, *amax_w = f + 4, *sinv_x = f + 8, *sinv_w = f + 12;
     tsr_fp8 *qx = p + 256, *qw = qx + round256(nx);

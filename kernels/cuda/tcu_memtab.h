@@ -32,6 +32,14 @@ int tcu_memtab_remove(tcu_memtab *t, const void *p);
 /* Frees the table's own memory; live and peak stay as they were. */
 void tcu_memtab_release(tcu_memtab *t);
 
+/* The FP8 linear forward's scratch (tcu_fp8_linear.c) for an (N, IC) input and an (OC, IC)
+ * weight: 256 bytes of scale slots, then each operand's E4M3 codes rounded up to 256 bytes. The
+ * one formula for what the forward allocates and what the device memory plan counts
+ * (gpu_model_fp8_scratch_bytes: the largest of the FP8 layers'). */
+static inline size_t tcu_fp8_scratch_bytes(size_t N, size_t IC, size_t OC) {
+    return 256 + (N * IC + 255) / 256 * 256 + (OC * IC + 255) / 256 * 256;
+}
+
 #ifdef __cplusplus
 }
 #endif

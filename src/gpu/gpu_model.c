@@ -14,6 +14,7 @@
 #include "model/model_lora.h"
 #include "gpu/gpu_profile.h"
 #include "model/model_ring.h"
+#include "tcu_memtab.h"
 
 size_t gpu_model_state_bytes(const tsr_model *m, gpu_state state) {
     size_t per = state == GPU_STATE_FULL ? 2 * sizeof(float) + sizeof(tsr_bf16)
@@ -466,6 +467,25 @@ size_t gpu_model_acts_bytes(const tsr_model *m, int B, int T) {
 size_t gpu_model_lora_scratch_bytes(const tsr_lora *lo, int N) {
     const tsr_backend be = cuda_backend(NULL);
     return lora_scratch_bytes(lo, &be, N);
+}
+
+/* the scratch of one FP8 linear forward, 0 for a shape c_matmul_forward_fp8 keeps in bf16 */
+static size_t fp8_layer_scratch(size_t N, int IC, int OC) {
+    return IC % 16 == 0 && OC % 16 == 0 ? tcu_fp8_scratch_bytes(N, (size_t)IC, (size_t)OC) : 0;
+}
+
+size_t gpu_model_fp8_scratch_bytes(const tsr_model *m, int N, tsr_fp8_skip skip) {
+    const int first = skip == TSR_FP8_SKIP_FIRST || skip == TSR_FP8_SKIP_FIRST_LAST;
+    const int last = m->L - 1 - (skip == TSR_FP8_SKIP_LAST || skip == TSR_FP8_SKIP_FIRST_LAST);
+    const size_t n = (size_t)N;
+    size_t most = 0;
+    for (int l = first; l <= last; l++) { /* decoder.c's linear() calls of layer l */
+        size_t b[4] = {fp8_layer_scratch(n, m->C, m->QKV), fp8_layer_scratch(n, m->QD, m->C), 0, 0};
+        if (!model_moe_layer(m, l)) b[2] = fp8_layer_scratch(n, m->C, m->FW), b[3] = fp8_layer_scratch(n, m->F, m->C);
+        else if (m->S) b[2] = fp8_layer_scratch(n, m->C, 2 * m->S), b[3] = fp8_layer_scratch(n, m->S, m->C);
+        for (int i = 0; i < 4; i++) most = b[i] > most ? b[i] : most;
+    }
+    return most;
 }
 
 void gpu_model_use_fp8(tsr_gpu_model *g, tsr_fp8_mode mode, tsr_fp8_skip skip) {

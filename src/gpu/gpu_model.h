@@ -73,6 +73,10 @@ size_t gpu_model_acts_bytes(const tsr_model *m, int B, int T);
 void gpu_model_round_bf16(tsr_bf16 *dst, const float *src, size_t n);
 /* Device bytes of LoRA's scratch for N rows (model_lora.h lora_scratch_bytes on this backend). */
 size_t gpu_model_lora_scratch_bytes(const struct tsr_lora *lo, int N);
+/* Device bytes of precision.fp8's scratch for N rows: tcu_matmul_forward_fp8 keeps one, grown to
+ * its largest call's (tcu_fp8_scratch_bytes), so the largest over the linear layers of the
+ * decoder layers fp8_skip leaves in FP8 (0 when it leaves none). */
+size_t gpu_model_fp8_scratch_bytes(const tsr_model *m, int N, tsr_fp8_skip skip);
 /* Allocates the state's flat buffers (dies naming what does not fit; callers check the plan
  * first) and the ALiBi slopes or RoPE frequencies. tcu_init must have run. GPU_STATE_NONE: set g->src before a pass. */
 void gpu_model_init(tsr_gpu_model *g, const tsr_model *m, tcu_stream s, gpu_state state);

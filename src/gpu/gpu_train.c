@@ -165,11 +165,13 @@ static void route_model(tsr_model *m, tsr_gpu_model *g) {
 
 /* The activations for B sequences and, under parallel.expert, the exchange's buffers (balanced
  * routing: gpu_ep_exchange_bytes) */
-/* a microbatch of B: the activations, parallel.expert's exchange buffers, LoRA's scratch */
+/* a microbatch of B: the activations, parallel.expert's exchange buffers, LoRA's scratch,
+ * precision.fp8's operands' scratch */
 static size_t acts_bytes(const gpu_train_ctx *c, int B) {
     return gpu_model_acts_bytes(c->model, B, c->T) +
            (c->model->EP > 1 ? gpu_ep_exchange_bytes(c->model, c->model->EP, B, c->T) : 0) +
-           (c->lora ? gpu_model_lora_scratch_bytes(c->lora, B * c->T) : 0);
+           (c->lora ? gpu_model_lora_scratch_bytes(c->lora, B * c->T) : 0) +
+           (c->fp8 != TSR_FP8_NONE ? gpu_model_fp8_scratch_bytes(c->model, B * c->T, c->fp8_skip) : 0);
 }
 
 /* Every rank needs a GPU of its own with NCCL (it refuses two ranks on one GPU); the staged
@@ -710,7 +712,8 @@ static int try_lora_scratch(gpu_train_ctx *c, int B) {
 
 /* The activations, and room left after them for what the ops allocate later (scratch, cuBLASLt,
  * NCCL's buffers, kernels' local memory): 2% of the device must stay free, and under
- * parallel.expert the exchange's buffers for B sequences (allocated by the first forward), so a
+ * parallel.expert the exchange's buffers for B sequences (allocated by the first forward; with
+ * precision.fp8 its operands' scratch too), so a
  * microbatch that fills the GPU backs off here instead of failing in the first backward. The
  * room is read, not allocated: a trial allocation would count in the allocator's peak
  * (peak_mem_bytes). */
@@ -723,6 +726,8 @@ static int lib_try_acts(gpu_train_ctx *c, int B) {
     }
     tcu_device_info(NULL, 0, NULL, &free_b, &total_b);
     size_t exchange = c->model->EP > 1 ? gpu_ep_exchange_bytes(c->model, c->model->EP, B, c->T) : 0;
+    if (c->fp8 != TSR_FP8_NONE) /* and precision.fp8's operands' scratch, also the first forward's */
+        exchange += gpu_model_fp8_scratch_bytes(c->model, B * c->T, c->fp8_skip);
     /* a shared GPU: this rank's part of it, the 2% shared too */
     const struct tsr_gpu_train *gt = c->state;
     size_t live = 0;

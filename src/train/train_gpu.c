@@ -94,9 +94,16 @@ void train_gpu_print_plan(const tsr_trainer *t) {
     if (mub > 0)
         snprintf(ex + strlen(ex), sizeof ex - strlen(ex), "Muon %s (the iteration%s), ", mus,
                  c.mode != GPU_SHARD_DDP ? ", the owned matrices and the exchange" : "");
-    char share[64] = ""; /* context parallelism: the rank's positions (docs/parallelism.md) */
+    char share[160] = ""; /* context parallelism: the rank's positions (docs/parallelism.md) */
     if (t->mesh.N > 1)
         snprintf(share, sizeof share, " (this rank's %d positions of each)", t->T / t->mesh.N);
+    /* precision.fp8: its operands' scratch is in the activations (what the key adds to them) */
+    gpu_train_ctx c0 = c;
+    c0.fp8 = TSR_FP8_NONE;
+    const size_t f8 = acts - gpu_train_acts_bytes(&c0, t->micro);
+    char f8s[32];
+    metrics_human_bytes(f8s, sizeof f8s, (double)f8);
+    if (f8) snprintf(share + strlen(share), sizeof share - strlen(share), ", FP8 operands' scratch %s (%zu B) in them", f8s, f8);
     if (c.mode != GPU_SHARD_DDP) {
         /* (LoRA: the frozen base's bf16 shard and gathers, and the adapters' store) */
         metrics_human_bytes(st, sizeof st, (double)fixed - exb - mub);

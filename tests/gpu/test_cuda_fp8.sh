@@ -12,7 +12,10 @@
 #    run's bits (the FP8 path ran), the start saying which layers;
 #  - GPT-2 twice: the same bits (deterministic);
 #  - GPT-2 with precision.fp8_skip = first_last (both of its 2 layers kept in bf16): the bf16 run's
-#    bits.
+#    bits;
+#  - (emulator) the FP8 operands' scratch in the device memory plan: --plan shows it in the
+#    activations' line, in bytes, and it is what the run allocates: the FP8 run's allocator peak is
+#    the bf16 run's plus exactly that figure; fp8_skip covering both layers plans and allocates none.
 # The same training checks run on the real backend where a GPU is present (cuBLASLt's FP8 GEMM;
 # skipped loudly otherwise).
 # The casts and the FP8 GEMM themselves: build/tests/test_gpu_ops_emu (and test_gpu_ops on a
@@ -20,7 +23,7 @@
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
-tap_plan 12
+tap_plan 13
 make_synth "$TMP/data" 512 80000
 tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=2 --set model.n_head=2 --set global_batch=8 --set micro_batch=4)
@@ -78,12 +81,22 @@ llama() {
     tiny_llama_args "$TMP/data/train"
     args+=(--set watchdog.window=0 --set model.n_head=2 --set model.n_kv_head=1)
 }
+# the FP8 scratch's bytes in a device plan line (empty: none), and a run's allocator peak
+fp8_plan() { sed -nE "s/^device memory per rank .*FP8 operands' scratch [^(]*\(([0-9]+) B\) in them.*/\1/p" "$1"; }
+peak() { "$PY3" -c 'import json, sys; print(max(json.loads(l).get("peak_mem_bytes", -1) for l in open(sys.argv[1])))' "$1/metrics.jsonl"; }
 # the emulator's half (skipped on the lent GPU machine, TSR_TEST_EMULATOR=0: CI runs it)
-if emulator_half 5; then
+if emulator_half 6; then
     TSR_EMU_SM=80 refused "$EMU" sm80 'precision.fp8 = "tensorwise": FP8 matmuls need a GPU of compute capability 8.9 or newer .*rank 0 has an older one (rank 0: tessera CUDA emulator (host memory), sm 8.0)' \
         --set device=cuda --set precision.fp8=tensorwise
     tap_check $? "precision.fp8 = tensorwise on a GPU of compute capability 8.0 (the emulator's TSR_EMU_SM=80): exit 1 naming the device, no run_dir"
     suite "$EMU" emulator
+    gpt
+    "$EMU" "${args[@]}" --set device=cuda --set precision.fp8=tensorwise --plan 1 >"$TMP/plan_fp8.txt" 2>&1
+    e=$TMP/emulator s=$(fp8_plan "$TMP/plan_fp8.txt")
+    pb=$(peak "$e.gpt_bf16") pf=$(peak "$e.gpt_fp8") ps=$(peak "$e.gpt_skip")
+    [[ -n $s && $s == "$(fp8_plan "$e.gpt_fp8.txt")" && -z $(fp8_plan "$e.gpt_skip.txt") ]] &&
+        ((pb > 0 && pf - pb == s && ps == pb))
+    tap_check $? "emulator: --plan with precision.fp8 shows the FP8 operands' scratch ($s B), the FP8 run allocates exactly that beyond bf16's peak ($pf - $pb), fp8_skip = first_last neither"
     emulator_half_end
 fi
 # the real backend (the next GPU call): the same checks on cuBLASLt's FP8 GEMM
