@@ -81,9 +81,10 @@ llama() {
     tiny_llama_args "$TMP/data/train"
     args+=(--set watchdog.window=0 --set model.n_head=2 --set model.n_kv_head=1)
 }
-# the FP8 scratch's bytes in a device plan line (empty: none), and a run's allocator peak
+# the FP8 scratch's bytes in a device plan line (empty: none); runs' allocator peaks, one a line
 fp8_plan() { sed -nE "s/^device memory per rank .*FP8 operands' scratch [^(]*\(([0-9]+) B\) in them.*/\1/p" "$1"; }
-peak() { "$PY3" -c 'import json, sys; print(max(json.loads(l).get("peak_mem_bytes", -1) for l in open(sys.argv[1])))' "$1/metrics.jsonl"; }
+peaks() { "$PY3" -c 'import json, sys
+for a in sys.argv[1:]: print(max(json.loads(l).get("peak_mem_bytes", -1) for l in open(a + "/metrics.jsonl")))' "$@"; }
 # the emulator's half (skipped on the lent GPU machine, TSR_TEST_EMULATOR=0: CI runs it)
 if emulator_half 6; then
     TSR_EMU_SM=80 refused "$EMU" sm80 'precision.fp8 = "tensorwise": FP8 matmuls need a GPU of compute capability 8.9 or newer .*rank 0 has an older one (rank 0: tessera CUDA emulator (host memory), sm 8.0)' \
@@ -93,7 +94,7 @@ if emulator_half 6; then
     gpt
     "$EMU" "${args[@]}" --set device=cuda --set precision.fp8=tensorwise --plan 1 >"$TMP/plan_fp8.txt" 2>&1
     e=$TMP/emulator s=$(fp8_plan "$TMP/plan_fp8.txt")
-    pb=$(peak "$e.gpt_bf16") pf=$(peak "$e.gpt_fp8") ps=$(peak "$e.gpt_skip")
+    { read -r pb && read -r pf && read -r ps; } < <(peaks "$e.gpt_bf16" "$e.gpt_fp8" "$e.gpt_skip")
     [[ -n $s && $s == "$(fp8_plan "$e.gpt_fp8.txt")" && -z $(fp8_plan "$e.gpt_skip.txt") ]] &&
         ((pb > 0 && pf - pb == s && ps == pb))
     tap_check $? "emulator: --plan with precision.fp8 shows the FP8 operands' scratch ($s B), the FP8 run allocates exactly that beyond bf16's peak ($pf - $pb), fp8_skip = first_last neither"
