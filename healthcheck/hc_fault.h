@@ -3,7 +3,7 @@
  *   TSR_HC_FAULT="KIND[:TARGET][,KIND[:TARGET]]..."   TARGET = a node name, or rank=N; none = all
  *   KIND: slow_gemm     each GEMM call also sleeps 49x its own time (rate / 50)
  *         corrupt_gemm  one result element of the first timed iteration of each burn precision
- *                       (fp32 and fp64; GPU: bf16 and fp32, on every GPU) is altered by 1
+ *                       (fp32 and fp64; GPU: bf16, fp32 and FP8, on every GPU) is altered by 1
  *         low_membw     each triad repetition counts 1000x its own time (sleeping up to 0.25 s
  *                       of it); GPU: each HBM copy repetition also sleeps 49x its own time
  *         low_busbw     this rank sleeps 99x an all-reduce's time before each timed all-reduce, so

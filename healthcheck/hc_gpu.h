@@ -51,7 +51,8 @@ typedef struct hc_gpu_api {
     /* Per GPU d < job->n_devices: name, bus id and the NVML state facts (ECC, retired pages, row
      * remapping). A failing query leaves its fact unmeasured and notes it in dev[d].error. */
     void (*state)(const hc_gpu_job *job, hc_gpu_dev *dev);
-    /* The GEMM burn, on every GPU at once (a thread each): bf16 then fp32, job->burn_s each, every
+    /* The GEMM burn, on every GPU at once (a thread each): bf16, fp32, then FP8 where the compute
+     * capability is >= 8.9 (dev[d].compute_capability, set by state), job->burn_s each, every
      * iteration compared with the exact result on the device; NVML clocks-event reasons sampled
      * and violation counters read around it. Sets the gemm_*, throttle_* and *_violation facts. */
     void (*burn)(const hc_gpu_job *job, hc_gpu_dev *dev);
