@@ -2755,7 +2755,7 @@ static const char *const fp8_rule_key[R_COUNT] = {
     "stored rows of A, B, C and D", "leading dimensions must be", "16-byte aligned (cublasLtMatmul",
     "beta must be 0", "in-place", "vector must be 16-byte aligned", "scale pointers",
     "fast accumulation", "at least the heuristic's limit", "256-byte aligned"};
-#define FP8_RULE_CHECKS (R_COUNT + 2)
+#define FP8_RULE_CHECKS (R_COUNT + 3)
 
 static void fp8_break(tcu_fp8_gemm *g, fp8_rule r, const unsigned char *base) {
     switch (r) {
@@ -2801,6 +2801,17 @@ static void test_fp8_rules(void) {
         tap_ok(why && strstr(why, fp8_rule_key[r]), "fp8 plan: broken (%s) is refused naming it: %s",
                fp8_rule_key[r], why ? why : "accepted");
     }
+    /* the health checker's FP8 burn (healthcheck/gpu/hc_gpu_fp8.c): the same plan, fp32 C = D, no
+     * bias; N = 8192 passes, N = 8200 (rows of 8200 bytes of E4M3: not a multiple of 16) not */
+    tcu_fp8_gemm_plan_f32(&g, (float *)(void *)mem, mem, sc, mem, sc + 4, 8192, 8192, 8192, mem, 1u << 25);
+    why = tcu_fp8_gemm_check(&g);
+    tcu_fp8_gemm burn_bad;
+    tcu_fp8_gemm_plan_f32(&burn_bad, (float *)(void *)mem, mem, sc, mem, sc + 4, 8200, 8200, 8200, mem, 1u << 25);
+    const char *why_bad = tcu_fp8_gemm_check(&burn_bad);
+    tap_ok(!why && g.c_type == TCU_LT_F32 && g.d_type == TCU_LT_F32 && !g.bias_epilogue && g.ta == 'T' &&
+               why_bad && strstr(why_bad, fp8_rule_key[R_K]),
+           "fp8 plan: the health checker's burn plan (fp32 C = D, no bias, N = 8192) passes every rule: %s; "
+           "N = 8200 refused: %s", why ? why : "ok", why_bad ? why_bad : "accepted");
 }
 
 static int plan_size_simt(void) {
