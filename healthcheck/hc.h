@@ -65,6 +65,7 @@ typedef struct hc_check_info {
     int decimals;     /* printed precision of actual and limit */
     int gpu;          /* a check of the GPU mode (config sections of mode "gpu" hold it) */
     hc_scope scope;
+    int optional;     /* a section may leave it out (added after site configs were written): not run */
 } hc_check_info;
 
 extern const hc_check_info hc_checks[HC_CHECK_COUNT];
@@ -84,7 +85,8 @@ typedef struct hc_limit {
 typedef struct hc_params {     /* how to measure, per device section */
     int gemm_n;                /* N: the burn multiplies (N, N) x (N, N) */
     double quick_burn_s, full_burn_s; /* GEMM burn time per mode, split between fp32 and fp64
-                                * (GPU: a third each to bf16, fp32 and FP8, every GPU at once) */
+                                * (GPU: equal parts to bf16, fp32 and FP8, the last only where the section
+                                * gives gemm_fp8 thresholds, every GPU at once) */
     int membw_mib;             /* size of each of the 3 triad arrays (GPU: 2 copy arrays per GPU), MiB */
     int membw_reps;            /* repetitions; the best is kept (STREAM convention) */
     int allreduce_mib;         /* all-reduce message size (GPU: per GPU), MiB */

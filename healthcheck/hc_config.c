@@ -208,8 +208,11 @@ static void load_section(load_ctx *c, const config_setting_t *sec, hc_thresholds
     }
     if (!have_params) cfg_err(c, sec, "%s: missing group 'params'", where);
     for (int k = 0; k < HC_CHECK_COUNT; k++)
-        if (!t->lim[k].set && hc_checks[k].gpu == t->gpu)
+        if (!t->lim[k].set && hc_checks[k].gpu == t->gpu && !hc_checks[k].optional)
             cfg_err(c, sec, "%s (\"%s\"): missing check '%s'", where, t->section, hc_checks[k].name);
+    if (t->lim[HC_GEMM_FP8].set != t->lim[HC_GEMM_FP8_VERIFY].set)
+        cfg_err(c, sec, "%s (\"%s\"): gemm_fp8 and gemm_fp8_verify go together: give both or neither",
+                where, t->section);
 }
 
 int hc_config_load(const char *path, int gpu, const char *device, hc_thresholds *out) {

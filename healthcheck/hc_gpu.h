@@ -39,7 +39,13 @@ typedef struct hc_gpu_job {    /* what to measure, from the config section and t
     int allreduce_mib;         /* NCCL all-reduce message per GPU, MiB */
     int allreduce_iters;       /* timed all-reduces (after 2 warm-up ones) */
     unsigned faults;           /* TSR_HC_FAULT mask (hc_fault.h) for this rank */
+    int fp8;                   /* the FP8 burn (0: the section has no gemm_fp8 thresholds) */
 } hc_gpu_job;
+
+/* Whether GPU g runs the FP8 burn: asked for, and FP8 tensor cores (compute capability >= 8.9) */
+static inline int hc_gpu_burns_fp8(const hc_gpu_job *job, const hc_gpu_dev *g) {
+    return job->fp8 && g->compute_capability >= 89;
+}
 
 typedef struct hc_gpu_api {
     int abi;                   /* HC_GPU_ABI */

@@ -203,10 +203,17 @@ static void gather_gpu(const hc_opts *o, const hc_thresholds *t, unsigned faults
     const hc_params *p = &t->params;
     double burn = o->burn_s > 0 ? o->burn_s : o->mode == HC_MODE_FULL ? p->full_burn_s : p->quick_burn_s;
     int found = g->api && g->info.n_devices > 0 ? g->info.n_devices : 0;
-    hc_gpu_job job = {.n_devices = hc_gpu_select(found, faults), .gemm_n = p->gemm_n, .burn_s = burn / 3,
+    int fp8 = t->lim[HC_GEMM_FP8].set;
+    hc_gpu_job job = {.n_devices = hc_gpu_select(found, faults), .gemm_n = p->gemm_n, .burn_s = burn / (fp8 ? 3 : 2),
                       .membw_mib = p->membw_mib, .membw_reps = p->membw_reps,
                       .allreduce_mib = p->allreduce_mib, .allreduce_iters = p->allreduce_iters,
-                      .faults = faults};
+                      .faults = faults, .fp8 = fp8};
+    if (!fp8) {
+        char note[160];
+        snprintf(note, sizeof note, "gemm_fp8, gemm_fp8_verify (section \"%s\" gives no thresholds for them)",
+                 t->section);
+        hc_note_skipped(f, note);
+    }
     if (found > HC_MAX_GPUS) tsr_warn("%s: %d GPUs; only the first %d are checked", f->node, found, HC_MAX_GPUS);
     if (g->api && g->info.nvml[0]) {
         char note[256];

@@ -298,7 +298,7 @@ static void burn_device(void *ctx, int d) {
     double t0 = gpu_now();
     burn_one(bj, d, BURN_BF16, &cs);
     burn_one(bj, d, BURN_FP32, &cs);
-    if (g->compute_capability >= 89) burn_one(bj, d, BURN_FP8, &cs); /* older: no FP8, not measured */
+    if (hc_gpu_burns_fp8(bj->job, g)) burn_one(bj, d, BURN_FP8, &cs); /* else not measured */
     double wall = gpu_now() - t0;
     if (have_pw && !nvml_violation_ns(cs.nvml, 0, &pw1)) hc_gpu_set(g, HC_POWER_VIOLATION, violation_pct(pw0, pw1, wall));
     if (have_th && !nvml_violation_ns(cs.nvml, 1, &th1)) hc_gpu_set(g, HC_THERMAL_VIOLATION, violation_pct(th0, th1, wall));
@@ -348,7 +348,7 @@ void gpu_burn(const hc_gpu_job *job, hc_gpu_dev *dev) {
         for (int d = 0; d < job->n_devices; d++) {
             gpu_note(dev[d].error, sizeof dev[d].error, "GEMM burn: cannot allocate the host inputs (4 x %d^2 bytes)", n);
             for (int p = 0; p < BURN_COUNT; p++)
-                if (p != BURN_FP8 || dev[d].compute_capability >= 89)
+                if (p != BURN_FP8 || hc_gpu_burns_fp8(job, &dev[d]))
                     hc_gpu_set(&dev[d], burn_info[p].rate, 0.0), hc_gpu_set(&dev[d], burn_info[p].verify, NAN);
         }
     } else {

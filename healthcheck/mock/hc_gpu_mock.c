@@ -84,7 +84,7 @@ static void mock_burn(const hc_gpu_job *job, hc_gpu_dev *dev) {
         hc_gpu_set(g, HC_GEMM_BF16_VERIFY, wrong);
         hc_gpu_set(g, HC_GEMM_FP32, 52.0 / slow);
         hc_gpu_set(g, HC_GEMM_FP32_VERIFY, wrong);
-        if (g->compute_capability >= 89) {
+        if (hc_gpu_burns_fp8(job, g)) {
             hc_gpu_set(g, HC_GEMM_FP8, (1450.0 - d) / slow);
             hc_gpu_set(g, HC_GEMM_FP8_VERIFY, wrong);
             g->gemm_iters[2] = 10;

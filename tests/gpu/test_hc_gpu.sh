@@ -17,7 +17,7 @@ source "$(dirname "$0")/../lib.sh"
 # shellcheck source=gpu_lib.sh
 source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
-tap_plan 22
+tap_plan 23
 HC=$BUILD/tessera-healthcheck
 PYTHON=${PYTHON:-/usr/bin/python3}
 GPU_SO=$BUILD/libtessera-hc-gpu.so
@@ -91,6 +91,17 @@ TSR_HC_MOCK_CC=80 run "${M[@]}" --gpu on --quick
 [[ $RC == 0 && -z $(fails) ]] && ! grep -q '^hc-g0 gemm_fp8' "$TMP/out.txt" && grep -q '^hc-g0 gemm_bf16 OK ' "$TMP/out.txt" \
     && grep -q '^# not measured: .*gemm_fp8, gemm_fp8_verify (2 of 2 GPUs: compute capability 8.0, FP8 needs 8.9; not supported)' "$TMP/out.txt"
 r=$?; ((r)) && show; tap_check $r "stand-in library, compute capability 8.0: no FP8 verdict, 'not supported' in the not-measured line, exit 0"
+# a site config written before the FP8 burn (no gemm_fp8 groups) still loads: no FP8 burn, said;
+# half a pair is refused (exit 2, naming both keys)
+grep -v 'gemm_fp8' "$TMP/mock.cfg" >"$TMP/nofp8.cfg"
+run --config "$TMP/nofp8.cfg" --gpu-lib "$MOCK" --gpu on --quick
+[[ $RC == 0 && -z $(fails) ]] && ! grep -q '^hc-g0 gemm_fp8' "$TMP/out.txt" && grep -q '^hc-g0 gemm_bf16 OK ' "$TMP/out.txt" \
+    && grep -q '^# not measured: .*gemm_fp8, gemm_fp8_verify (section "[^"]*" gives no thresholds for them)' "$TMP/out.txt"
+r1=$?
+grep -v 'gemm_fp8_verify' "$TMP/mock.cfg" >"$TMP/halffp8.cfg"
+run --config "$TMP/halffp8.cfg" --gpu-lib "$MOCK" --gpu on --quick
+[[ $r1 == 0 && $RC == 2 ]] && grep -q 'gemm_fp8 and gemm_fp8_verify go together' "$TMP/err.txt"
+r=$?; ((r)) && show; tap_check $r "a config without gemm_fp8 thresholds: no FP8 burn, said in the not-measured line, exit 0; gemm_fp8 without gemm_fp8_verify: exit 2 naming both"
 TSR_HC_FAULT=missing_gpu run "${M[@]}" --gpu on --quick
 [[ $RC == 1 && $(fails) == "hc-g0 gpu_count" ]] && grep -q '^hc-g0 gpu_count FAIL 1 2 GPUs$' "$TMP/out.txt"
 r=$?; ((r)) && show; tap_check $r "stand-in library: missing_gpu -> 'gpu_count FAIL 1 2 GPUs', exit 1"
