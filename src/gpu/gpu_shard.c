@@ -247,6 +247,16 @@ static void fp8_alloc(gpu_shard *sh) {
     tcu_sync(sh->s);
 }
 
+size_t gpu_shard_forward_gather_bytes(const gpu_shard *sh, int fp8) {
+    const tsr_fsdp *f = sh->f;
+    size_t bytes = 0, G = (size_t)f->G;
+    for (int u = 1; u < f->n_units; u++)
+        bytes += fp8 && sh->fp8_seg && unit_fp8(sh, u)
+                     ? G * f->units[u].piece + G * sh->rest_n * sizeof(tsr_bf16)
+                     : G * f->units[u].piece * sizeof(tsr_bf16);
+    return bytes;
+}
+
 void gpu_shard_fp8_gather(gpu_shard *sh, int on) {
     if (sh->zero1) return;
     if (on && !sh->fp8_seg && fp8_mark(sh)) fp8_alloc(sh);

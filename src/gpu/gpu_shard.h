@@ -93,6 +93,9 @@ size_t gpu_shard_bytes(const tsr_model *m, int zero1, int G, int frozen);
  * generation: its products read the bf16 weights): every gather in bf16. Bits: the same as bf16
  * gathers, since the cast is element-wise with the scale the whole tensor gets. */
 void gpu_shard_fp8_gather(gpu_shard *sh, int on);
+/* The bytes a rank receives in one forward pass's layer gathers (units 1 .. L): with fp8 as the
+ * FP8 all-gather moves them (the E4M3 codes, the bf16 rest), else all in bf16 */
+size_t gpu_shard_forward_gather_bytes(const gpu_shard *sh, int fp8);
 /* Plans (zero1), opens the communicators, allocates (the plan was checked against free memory),
  * sets g->src (zero3 / hsdp). 0, or an exit code with the reason reported on rank 0. With
  * c->lora (zero3 / hsdp only) the shard is frozen: bf16 weights gathered per unit, no gradients
