@@ -491,15 +491,12 @@ size_t gpu_model_lora_scratch_bytes(const tsr_lora *lo, int N) {
 void gpu_model_use_fp8(tsr_gpu_model *g, tsr_fp8_mode mode, tsr_fp8_skip skip) {
     const int L = g->m->L;
     g->be.matmul_forward_fp8 = mode == TSR_FP8_TENSORWISE ? c_matmul_forward_fp8 : NULL;
-    g->be.fp8_first = skip == TSR_FP8_SKIP_FIRST || skip == TSR_FP8_SKIP_FIRST_LAST;
-    g->be.fp8_last = L - 1 - (skip == TSR_FP8_SKIP_LAST || skip == TSR_FP8_SKIP_FIRST_LAST);
+    model_fp8_layers(L, skip, &g->be.fp8_first, &g->be.fp8_last);
 }
 
 int gpu_model_fp8_weight(const tsr_gpu_model *g, int l, int id) {
     const tsr_param_info *p = &g->m->params_info[id];
-    int linear = id == TSR_P_QKVW || id == TSR_P_ATTPROJW || id == TSR_P_FCW ||
-                 id == TSR_P_FCPROJW || id == TSR_P_SHW1 || id == TSR_P_SHW2;
-    return linear && g->be.matmul_forward_fp8 && l >= g->be.fp8_first && l <= g->be.fp8_last &&
+    return model_fp8_linear((tsr_param_id)id) && g->be.matmul_forward_fp8 && l >= g->be.fp8_first && l <= g->be.fp8_last &&
            p->numel && fp8_shape_ok(p->shape[2], p->shape[1]); /* (L, OC, IC) */
 }
 
