@@ -442,9 +442,11 @@ const cfgtab_key cfgtab_keys[] = {
      .def = "true",
      .doc = "With precision.fp8 under parallel.sharding = `zero3` or `hsdp`: the forward's "
             "all-gather of a decoder layer moves its FP8 linear weights as E4M3 (one byte, scaled "
-            "by the whole tensor's amax: a MAX all-reduce of the shards' amax), the rest in bf16; "
-            "the backward gathers bf16. The same bits as `false` (bf16 gathers, the weight cast "
-            "after the gather), fewer bytes (docs/cuda.md \"FP8\"). Ignored otherwise."},
+            "by the whole tensor's amax: a MAX all-reduce of the shards' amax), the rest in bf16, "
+            "for layers 0 .. L-3 (the last two stay bf16 for the backward, which gathers bf16). "
+            "The same bits as `false` (bf16 gathers, the weight cast after the gather), fewer "
+            "bytes (docs/cuda.md \"FP8\"; --time counts them). Ignored otherwise and under "
+            "LoRA."},
 
     {.name = "objective", .type = CFGK_ENUM, FIELD(objective), .def = "lm",
      ENUM(objective_names),
