@@ -295,6 +295,10 @@ void dist_group_allreduce_max_f64(tsr_group *g, double *buf, size_t n) {
     if (g->size > 1)
         allreduce_chunked(buf, n, sizeof *buf, MPI_DOUBLE, MPI_MAX, g->comm);
 }
+void dist_group_allreduce_max_f32(tsr_group *g, float *buf, size_t n) {
+    if (g->size > 1)
+        allreduce_chunked(buf, n, sizeof *buf, MPI_FLOAT, MPI_MAX, g->comm);
+}
 void dist_group_allreduce_min_int(tsr_group *g, int *buf, size_t n) {
     if (g->size > 1)
         allreduce_chunked(buf, n, sizeof *buf, MPI_INT, MPI_MIN, g->comm);
@@ -484,6 +488,7 @@ void dist_group_allreduce_sum_f32_from(tsr_group *g, const float *send, float *r
     memmove(recv, send, n * sizeof *recv);
 }
 void dist_group_allreduce_max_f64(tsr_group *g, double *buf, size_t n) { (void)g, (void)buf, (void)n; }
+void dist_group_allreduce_max_f32(tsr_group *g, float *buf, size_t n) { (void)g, (void)buf, (void)n; }
 void dist_group_allreduce_min_int(tsr_group *g, int *buf, size_t n) { (void)g, (void)buf, (void)n; }
 void dist_group_barrier(tsr_group *g) { (void)g; }
 void dist_group_allgatherv_f32(tsr_group *g, const float *mine, float *all, const int *counts,

@@ -85,6 +85,7 @@ void dist_group_allreduce_sum_f64(tsr_group *g, double *buf, size_t n);
 /* recv = the sum of send over the group (send is left as it is: a measurement repeats it) */
 void dist_group_allreduce_sum_f32_from(tsr_group *g, const float *send, float *recv, size_t n);
 void dist_group_allreduce_max_f64(tsr_group *g, double *buf, size_t n);
+void dist_group_allreduce_max_f32(tsr_group *g, float *buf, size_t n);
 void dist_group_allreduce_min_int(tsr_group *g, int *buf, size_t n);
 void dist_group_barrier(tsr_group *g);
 /* all[displs[r] .. + counts[r]) = rank r's mine (counts[r] floats), on every group rank */

@@ -268,6 +268,13 @@ void tcu_matmul_fp8(tsr_bf16 *out, const tsr_fp8 *qx, const float *sx_inv, const
 void tcu_matmul_forward_fp8(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *inp,
                             const tsr_bf16 *w, const tsr_bf16 *bias, int N, int IC, int OC,
                             tsr_gelu_kind gelu, tcu_stream s);
+/* tcu_matmul_forward_fp8 with the weight already in E4M3: qw (OC,IC) and its scale_inv sw_inv (a
+ * 16-byte aligned device fp32), as zero3 / hsdp's FP8 all-gather delivers them (docs/cuda.md
+ * "FP8"); only inp is scaled and cast (the scratch's first N*IC bytes). tcu_matmul_forward_fp8
+ * is this after casting w. */
+void tcu_matmul_forward_fp8_qw(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *inp,
+                               const tsr_fp8 *qw, const float *sw_inv, const tsr_bf16 *bias,
+                               int N, int IC, int OC, tsr_gelu_kind gelu, tcu_stream s);
 void tcu_fp8_release(void);
 
 /* GELU of kind `kind`.  out, inp (n) bf16;  backward: dinp (n) bf16 += (SET: =) gelu'(inp) *

@@ -43,12 +43,25 @@ void tcu_matmul_forward_fp8(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *i
     const size_t nx = (size_t)N * IC, nw = (size_t)OC * IC;
     unsigned char *p = fp8_scratch_get(tcu_fp8_scratch_bytes((size_t)N, (size_t)IC, (size_t)OC), s);
     float *f = (float *)(void *)p; /* 16-byte slots: amax x, amax w, scale_inv x, scale_inv w */
-    float *amax_x = f, *amax_w = f + 4, *sinv_x = f + 8, *sinv_w = f + 12;
-    tsr_fp8 *qx = p + 256, *qw = qx + round256(nx);
-    tcu_amax_bf16(amax_x, inp, nx, s);
+    float *amax_w = f + 4, *sinv_w = f + 12;
+    tsr_fp8 *qw = p + 256 + round256(nx);
     tcu_amax_bf16(amax_w, w, nw, s);
-    tcu_fp8_quantize(qx, sinv_x, inp, amax_x, nx, TCU_FP8_E4M3, s);
     tcu_fp8_quantize(qw, sinv_w, w, amax_w, nw, TCU_FP8_E4M3, s);
-    tcu_matmul_fp8(pre_gelu ? pre_gelu : out, qx, sinv_x, qw, sinv_w, bias, N, IC, OC, s);
+    tcu_matmul_forward_fp8_qw(out, pre_gelu, inp, qw, sinv_w, bias, N, IC, OC, gelu, s);
+}
+
+void tcu_matmul_forward_fp8_qw(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *inp,
+                               const tsr_fp8 *qw, const float *sw_inv, const tsr_bf16 *bias,
+                               int N, int IC, int OC, tsr_gelu_kind gelu, tcu_stream s) {
+    if (N < 1 || IC < 1 || OC < 1)
+        tcu_matmul_fp8(out, NULL, NULL, NULL, NULL, bias, N, IC, OC, s);
+    const size_t nx = (size_t)N * IC;
+    unsigned char *p = fp8_scratch_get(256 + round256(nx), s); /* (the weight's codes after it) */
+    float *f = (float *)(void *)p;
+    float *amax_x = f, *sinv_x = f + 8;
+    tsr_fp8 *qx = p + 256;
+    tcu_amax_bf16(amax_x, inp, nx, s);
+    tcu_fp8_quantize(qx, sinv_x, inp, amax_x, nx, TCU_FP8_E4M3, s);
+    tcu_matmul_fp8(pre_gelu ? pre_gelu : out, qx, sinv_x, qw, sw_inv, bias, N, IC, OC, s);
     if (pre_gelu) tcu_gelu_forward(out, pre_gelu, (size_t)N * OC, gelu, s);
 }

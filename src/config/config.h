@@ -227,6 +227,7 @@ typedef struct tsr_config {
     struct {                  /* precision.* (device = cuda; docs/cuda.md "FP8") */
         tsr_fp8_mode fp8;
         tsr_fp8_skip fp8_skip;
+        int fp8_allgather;    /* zero3 / hsdp: the FP8 linear weights gathered as E4M3 */
     } precision;
     tsr_objective_kind objective;
     struct {                  /* objective = dpo (docs/dpo.md) */

@@ -438,6 +438,15 @@ const cfgtab_key cfgtab_keys[] = {
      .doc = "With precision.fp8: decoder layers whose linear layers stay in bf16: `none`, "
             "`first`, `last` or `first_last` (the layers FP8 recipes most often keep in higher "
             "precision). Ignored with precision.fp8 = `none`."},
+    {.name = "precision.fp8_allgather", .type = CFGK_BOOL, FIELD(precision.fp8_allgather),
+     .def = "true",
+     .doc = "With precision.fp8 under parallel.sharding = `zero3` or `hsdp`: the forward's "
+            "all-gather of a decoder layer moves its FP8 linear weights as E4M3 (one byte, scaled "
+            "by the whole tensor's amax: a MAX all-reduce of the shards' amax), the rest in bf16, "
+            "for layers 0 .. L-3 (the last two stay bf16 for the backward, which gathers bf16). "
+            "The same bits as `false` (bf16 gathers, the weight cast after the gather), fewer "
+            "bytes (docs/cuda.md \"FP8\"; --time counts them). Ignored otherwise and under "
+            "LoRA."},
 
     {.name = "objective", .type = CFGK_ENUM, FIELD(objective), .def = "lm",
      ENUM(objective_names),

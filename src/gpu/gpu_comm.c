@@ -23,6 +23,8 @@ void gpu_comm_allreduce(gpu_comm *c, float *base, const size_t *off, const size_
     c->ops->allreduce(c, base, off, len, k);
 }
 
+void gpu_comm_allreduce_max(gpu_comm *c, float *buf, size_t n) { c->ops->allreduce_max(c, buf, n); }
+
 void gpu_comm_reduce_scatter(gpu_comm *c, const float *send, float *recv, size_t count) {
     c->ops->reduce_scatter(c, send, recv, count);
 }

@@ -43,6 +43,10 @@ int gpu_comm_size(const gpu_comm *c);
 /* In-place sum over the ranks of the k slices base[off[i] .. + len[i]) (fp32), as one grouped
  * operation, after the work queued on the compute stream so far. Returns at once. */
 void gpu_comm_allreduce(gpu_comm *c, float *base, const size_t *off, const size_t *len, int k);
+/* In-place maximum over the ranks of buf (n fp32, device), after the work queued on the compute
+ * stream so far (the FP8 all-gather's common amax: one call for a unit's tensors). Returns at
+ * once; the group's later operations follow it. */
+void gpu_comm_allreduce_max(gpu_comm *c, float *buf, size_t n);
 /* recv (count fp32) = this rank's block of the element-wise sum over the ranks of send
  * (size * count fp32, blocks in rank order); after the compute stream's work so far. */
 void gpu_comm_reduce_scatter(gpu_comm *c, const float *send, float *recv, size_t count);

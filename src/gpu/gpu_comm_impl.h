@@ -14,6 +14,7 @@
 typedef struct gpu_comm_ops {
     const char *(*name)(const gpu_comm *c);
     void (*allreduce)(gpu_comm *c, float *base, const size_t *off, const size_t *len, int k);
+    void (*allreduce_max)(gpu_comm *c, float *buf, size_t n);
     void (*reduce_scatter)(gpu_comm *c, const float *send, float *recv, size_t count);
     void (*all_gather)(gpu_comm *c, const void *send, void *recv, size_t count, size_t elem);
     void (*alltoallv)(gpu_comm *c, const void *send, const size_t *sc, const size_t *sd,

@@ -40,6 +40,13 @@ static void emu_allreduce(gpu_comm *b, float *base, const size_t *off, const siz
     for (int i = 0; i < k; i++) dist_group_allreduce_sum_f32(c->g, base + off[i], len[i]);
 }
 
+static void emu_allreduce_max(gpu_comm *b, float *buf, size_t n) {
+    emu_comm *c = (emu_comm *)b;
+    if (b->size < 2) return;
+    tcu_sync(c->compute);
+    dist_group_allreduce_max_f32(c->g, buf, n);
+}
+
 static void emu_reduce_scatter(gpu_comm *b, const float *send, float *recv, size_t count) {
     emu_comm *c = (emu_comm *)b;
     tcu_sync(c->compute);
@@ -88,7 +95,8 @@ static void emu_close(gpu_comm *b) {
 }
 
 static const gpu_comm_ops emu_ops = {
-    .name = emu_name, .allreduce = emu_allreduce, .reduce_scatter = emu_reduce_scatter,
+    .name = emu_name, .allreduce = emu_allreduce, .allreduce_max = emu_allreduce_max,
+    .reduce_scatter = emu_reduce_scatter,
     .all_gather = emu_all_gather, .alltoallv = emu_alltoallv, .ring_shift = emu_ring_shift,
     .follow = emu_follow,
     .after = emu_after, .mark = emu_mark, .wait = emu_wait, .close = emu_close,

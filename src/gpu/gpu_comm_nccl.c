@@ -148,6 +148,13 @@ static void nccl_allreduce(gpu_comm *b, float *base, const size_t *off, const si
     NCCL_DIE(c, c->api.group_end(), "ncclGroupEnd");
 }
 
+static void nccl_allreduce_max(gpu_comm *b, float *buf, size_t n) {
+    nccl_comm *c = (nccl_comm *)b;
+    nccl_follow(b);
+    NCCL_DIE(c, c->api.all_reduce(buf, buf, n, ncclFloat, ncclMax, c->comm, (cudaStream_t)c->stream),
+             "ncclAllReduce (max)");
+}
+
 static void nccl_reduce_scatter(gpu_comm *b, const float *send, float *recv, size_t count) {
     nccl_comm *c = (nccl_comm *)b;
     nccl_follow(b);
@@ -238,7 +245,8 @@ static void nccl_close(gpu_comm *b) {
 }
 
 static const gpu_comm_ops nccl_ops = {
-    .name = nccl_name, .allreduce = nccl_allreduce, .reduce_scatter = nccl_reduce_scatter,
+    .name = nccl_name, .allreduce = nccl_allreduce, .allreduce_max = nccl_allreduce_max,
+    .reduce_scatter = nccl_reduce_scatter,
     .all_gather = nccl_all_gather, .alltoallv = nccl_alltoallv, .ring_shift = nccl_ring_shift,
     .follow = nccl_follow,
     .after = nccl_after, .mark = nccl_mark, .wait = nccl_wait, .close = nccl_close,

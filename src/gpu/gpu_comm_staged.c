@@ -43,7 +43,7 @@
 #include "common.h"
 #include "gpu/gpu_comm_impl.h"
 
-typedef enum { OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_ALLTOALLV, OP_RING_SHIFT, OP_STOP } stage_op;
+typedef enum { OP_ALLREDUCE, OP_ALLREDUCE_MAX, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_ALLTOALLV, OP_RING_SHIFT, OP_STOP } stage_op;
 
 typedef struct engine engine;
 
@@ -96,6 +96,9 @@ static void run_mpi(stage_task *t) {
             dist_group_allreduce_sum_f32(t->g, (float *)(void *)(t->in + at), t->len[i]);
             at += t->len[i] * sizeof(float);
         }
+        break;
+    case OP_ALLREDUCE_MAX:
+        dist_group_allreduce_max_f32(t->g, (float *)(void *)t->in, t->count);
         break;
     case OP_REDUCE_SCATTER: {
         int *counts = tsr_malloc((size_t)W * sizeof(int));
@@ -287,6 +290,17 @@ static void staged_allreduce(gpu_comm *b, float *base, const size_t *off, const 
         tcu_memcpy_h2d(base + off[i], h + at, len[i] * sizeof(float), s);
 }
 
+static void staged_allreduce_max(gpu_comm *b, float *buf, size_t n) {
+    staged_comm *c = (staged_comm *)b;
+    if (b->size < 2 || n == 0) return;
+    tcu_stream s = staged_follow(b);
+    stage_task *t = new_task(c, OP_ALLREDUCE_MAX, n * sizeof(float), 0);
+    t->count = n;
+    tcu_memcpy_d2h_async(t->in, buf, n * sizeof(float), s);
+    submit(c->e, t);
+    tcu_memcpy_h2d(buf, t->in, n * sizeof(float), s);
+}
+
 static void staged_reduce_scatter(gpu_comm *b, const float *send, float *recv, size_t count) {
     staged_comm *c = (staged_comm *)b;
     const size_t piece = count * sizeof(float);
@@ -393,7 +407,8 @@ static void staged_close(gpu_comm *b) {
 }
 
 static const gpu_comm_ops staged_ops = {
-    .name = staged_name, .allreduce = staged_allreduce, .reduce_scatter = staged_reduce_scatter,
+    .name = staged_name, .allreduce = staged_allreduce, .allreduce_max = staged_allreduce_max,
+    .reduce_scatter = staged_reduce_scatter,
     .all_gather = staged_all_gather, .alltoallv = staged_alltoallv,
     .ring_shift = staged_ring_shift, .follow = staged_follow,
     .after = staged_after, .mark = staged_mark, .wait = staged_wait, .close = staged_close,

@@ -4,6 +4,7 @@
 #include "gpu/gpu_model.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -230,17 +231,36 @@ static void c_matmul_forward(const tsr_backend *be, void *out, void *pre_gelu, c
          tcu_matmul_forward(out, pre_gelu, inp, w, bias, N, IC, OC, gelu, STREAM(be)));
 }
 
+/* cuBLASLt's FP8 shape rule as the backend applies it */
+static int fp8_shape_ok(int64_t IC, int64_t OC) { return IC % 16 == 0 && OC % 16 == 0; }
+
+/* zero3 / hsdp's FP8 all-gather: w's E4M3 codes and scale where the model's source gathered them
+ * (matmul_forward_fp8 is only ever in a model's own table, g->be: gpu_model_use_fp8) */
+static int gathered_fp8(const tsr_backend *be, const void *w, const tsr_fp8 **qw,
+                        const float **sw_inv) {
+    const tsr_gpu_model *g =
+        (const tsr_gpu_model *)(const void *)((const char *)be - offsetof(tsr_gpu_model, be));
+    return g->src && g->src->fp8 && g->src->fp8(g->src->ctx, w, qw, sw_inv);
+}
+
 /* precision.fp8 = "tensorwise": cuBLASLt's FP8 GEMM where its shape rules allow (IC and OC
  * multiples of 16), else the bf16 product */
 static void c_matmul_forward_fp8(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,
                                  const void *w, const void *bias, int N, int IC, int OC,
                                  tsr_gelu_kind gelu) {
-    if (IC % 16 != 0 || OC % 16 != 0) {
+    if (!fp8_shape_ok(IC, OC)) {
         c_matmul_forward(be, out, pre_gelu, inp, w, bias, N, IC, OC, gelu);
         return;
     }
-    PROF(be, "matmul_forward_fp8", N, IC, OC,
-         tcu_matmul_forward_fp8(out, pre_gelu, inp, w, bias, N, IC, OC, gelu, STREAM(be)));
+    const tsr_fp8 *qw;
+    const float *sw_inv;
+    if (gathered_fp8(be, w, &qw, &sw_inv))
+        PROF(be, "matmul_forward_fp8", N, IC, OC,
+             tcu_matmul_forward_fp8_qw(out, pre_gelu, inp, qw, sw_inv, bias, N, IC, OC, gelu,
+                                       STREAM(be)));
+    else
+        PROF(be, "matmul_forward_fp8", N, IC, OC,
+             tcu_matmul_forward_fp8(out, pre_gelu, inp, w, bias, N, IC, OC, gelu, STREAM(be)));
 }
 
 static void c_matmul_backward(const tsr_backend *be, void *dinp, float *dw, float *dbias,
@@ -491,8 +511,13 @@ size_t gpu_model_fp8_scratch_bytes(const tsr_model *m, int N, tsr_fp8_skip skip)
 void gpu_model_use_fp8(tsr_gpu_model *g, tsr_fp8_mode mode, tsr_fp8_skip skip) {
     const int L = g->m->L;
     g->be.matmul_forward_fp8 = mode == TSR_FP8_TENSORWISE ? c_matmul_forward_fp8 : NULL;
-    g->be.fp8_first = skip == TSR_FP8_SKIP_FIRST || skip == TSR_FP8_SKIP_FIRST_LAST;
-    g->be.fp8_last = L - 1 - (skip == TSR_FP8_SKIP_LAST || skip == TSR_FP8_SKIP_FIRST_LAST);
+    model_fp8_layers(L, skip, &g->be.fp8_first, &g->be.fp8_last);
+}
+
+int gpu_model_fp8_weight(const tsr_gpu_model *g, int l, int id) {
+    const tsr_param_info *p = &g->m->params_info[id];
+    return model_fp8_linear((tsr_param_id)id) && g->be.matmul_forward_fp8 && l >= g->be.fp8_first && l <= g->be.fp8_last &&
+           p->numel && fp8_shape_ok(p->shape[2], p->shape[1]); /* (L, OC, IC) */
 }
 
 void gpu_model_init(tsr_gpu_model *g, const tsr_model *m, tcu_stream s, gpu_state state) {

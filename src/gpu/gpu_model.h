@@ -40,6 +40,10 @@ typedef struct gpu_param_source {
     void *ctx;
     void (*get)(void *ctx, int u, int backward, const tsr_bf16 **w, float **gr);
     void (*put)(void *ctx, int u);
+    /* zero3 / hsdp's FP8 all-gather (gpu_shard.h), or NULL: 1 with the E4M3 codes (*qw) and
+     * scale_inv (*sw_inv) of the weight w points at when the source gathered it so (w's bf16 is
+     * then not there), else 0 */
+    int (*fp8)(void *ctx, const void *w, const tsr_fp8 **qw, const float **sw_inv);
 } gpu_param_source;
 
 typedef struct tsr_gpu_model {
@@ -84,6 +88,9 @@ void gpu_model_init(tsr_gpu_model *g, const tsr_model *m, tcu_stream s, gpu_stat
  * the decoder layers fp8_skip leaves (a linear layer whose IC or OC is not a multiple of 16 stays
  * bf16: cuBLASLt's FP8 rule); "none" takes it out. Call after gpu_model_init. */
 void gpu_model_use_fp8(tsr_gpu_model *g, tsr_fp8_mode mode, tsr_fp8_skip skip);
+/* 1 when decoder layer l's tensor id forwards through the FP8 GEMM (after gpu_model_use_fp8):
+ * a linear layer's weight in the FP8 layers whose IC and OC are multiples of 16 */
+int gpu_model_fp8_weight(const tsr_gpu_model *g, int l, int id);
 /* Activations for B x T: 0, or -1 with nothing left allocated when the device is full. */
 int gpu_model_try_alloc_acts(tsr_gpu_model *g, int B, int T);
 void gpu_model_free_acts(tsr_gpu_model *g);

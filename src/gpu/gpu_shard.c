@@ -44,6 +44,106 @@ static void gather_unit(gpu_shard *sh, int u, tsr_bf16 *dst, tcu_event done) {
     gpu_comm_mark(sh->group, done);
 }
 
+/* ---- zero3 / hsdp: the FP8 all-gather (gpu_shard_fp8_gather) ---- */
+
+/* the part of [at, at + len) in [lo, hi): its length, its start in *a */
+static size_t clip(size_t at, size_t len, size_t lo, size_t hi, size_t *a) {
+    size_t b = at + len < hi ? at + len : hi;
+    *a = at > lo ? at : lo;
+    return b > *a ? b - *a : 0;
+}
+
+/* unit u's elements outside its E4M3 segments in rank r's piece, in order: counted and, with
+ * copy, copied on cs (out = 0: from the rank's piece w into pack; 1: from pack into the
+ * gathered unit w) */
+static size_t rest_copy(const gpu_shard *sh, int u, int r, tsr_bf16 *w, tsr_bf16 *pack, int out,
+                        int copy, tcu_stream cs) {
+    const fsdp_unit *un = &sh->f->units[u];
+    const size_t lo = (size_t)r * un->piece, e = sizeof(tsr_bf16);
+    size_t n = 0, a;
+    for (int k = 0; k < un->n_seg; k++) {
+        size_t len = clip(un->seg[k].at, un->seg[k].len, lo, lo + un->piece, &a);
+        if (!len || sh->fp8_seg[(size_t)u * TSR_P_COUNT + k]) continue;
+        if (copy && out) tcu_memcpy_d2d(w + a, pack + n, len * e, cs);
+        else if (copy) tcu_memcpy_d2d(pack + n, w + (a - lo), len * e, cs);
+        n += len;
+    }
+    return n;
+}
+
+/* unit u gathered into slot k with its FP8 weights in E4M3 (gpu_shard.h): the shards' amax,
+ * their maximum over the group, each shard cast with it, the codes and the rest gathered */
+static void gather_unit_fp8(gpu_shard *sh, int u, int k) {
+    const fsdp_unit *un = &sh->f->units[u];
+    const size_t lo = (size_t)sh->f->grank * un->piece, P = un->piece;
+    const unsigned char *on = sh->fp8_seg + (size_t)u * TSR_P_COUNT;
+    tsr_bf16 *piece = sh->wbf + sh->at[u];
+    float *amax = sh->slot_sc[k], *sinv = amax + 4 * TSR_P_COUNT;
+    tcu_stream cs = gpu_comm_follow(sh->group);
+    size_t a, len;
+    tcu_zero(amax, 4 * (size_t)un->n_seg * sizeof(float), cs);
+    for (int t = 0; t < un->n_seg; t++)
+        if (on[t] && (len = clip(un->seg[t].at, un->seg[t].len, lo, lo + P, &a)))
+            tcu_amax_bf16(amax + 4 * t, piece + (a - lo), len, cs);
+    gpu_comm_allreduce_max(sh->group, amax, 4 * (size_t)un->n_seg);
+    cs = gpu_comm_follow(sh->group);
+    for (int t = 0; t < un->n_seg; t++) { /* (no part here: only the scale_inv, n = 0) */
+        if (!on[t]) continue;
+        size_t at = (len = clip(un->seg[t].at, un->seg[t].len, lo, lo + P, &a)) ? a - lo : 0;
+        tcu_fp8_quantize(sh->q8 + at, sinv + 4 * t, piece + at, amax + 4 * t, len, TCU_FP8_E4M3,
+                         cs);
+    }
+    rest_copy(sh, u, sh->f->grank, piece, sh->rest, 0, 1, cs);
+    gpu_comm_all_gather(sh->group, sh->q8, sh->slot8[k], P, 1);
+    if (sh->rest_n) {
+        gpu_comm_all_gather(sh->group, sh->rest, sh->rest_all, sh->rest_n, sizeof(tsr_bf16));
+        cs = gpu_comm_follow(sh->group);
+        for (int r = 0; r < sh->f->G; r++)
+            rest_copy(sh, u, r, sh->slot[k], sh->rest_all + (size_t)r * sh->rest_n, 1, 1, cs);
+    }
+    gpu_comm_mark(sh->group, sh->slot_ev[k]);
+}
+
+/* unit u's forward gather moves E4M3: the setting on, a layer unit the backward does not reuse
+ * (1 .. L-2), with an FP8 weight */
+static int unit_fp8(const gpu_shard *sh, int u) {
+    if (!sh->fp8_on || u < 1 || u > sh->g->m->L - 2) return 0;
+    for (int k = 0; k < sh->f->units[u].n_seg; k++)
+        if (sh->fp8_seg[(size_t)u * TSR_P_COUNT + k]) return 1;
+    return 0;
+}
+
+/* slot k holds unit u in the form asked for (E4M3 weights or all bf16) */
+static int slot_is(const gpu_shard *sh, int k, int u, int fp8) {
+    return sh->slot_unit[k] == u && sh->slot_fp8[k] == fp8;
+}
+
+static void gather_slot(gpu_shard *sh, int k, int u, int fp8) {
+    sh->slot_unit[k] = u;
+    sh->slot_fp8[k] = fp8;
+    if (fp8) gather_unit_fp8(sh, u, k);
+    else gather_unit(sh, u, sh->slot[k], sh->slot_ev[k]);
+}
+
+/* the model's FP8 GEMM asks for w's codes (gpu_param_source.fp8): a weight of a slot holding
+ * an FP8 gather */
+static int src_fp8(void *ctx, const void *w, const tsr_fp8 **qw, const float **sw_inv) {
+    const gpu_shard *sh = ctx;
+    const tsr_bf16 *p = w;
+    for (int k = 0; k < 2; k++) {
+        if (!sh->slot_fp8[k] || p < sh->slot[k] || p >= sh->slot[k] + sh->max_unit) continue;
+        const int u = sh->slot_unit[k];
+        const size_t at = (size_t)(p - sh->slot[k]);
+        for (int j = 0; j < sh->f->units[u].n_seg; j++)
+            if (sh->f->units[u].seg[j].at == at && sh->fp8_seg[(size_t)u * TSR_P_COUNT + j]) {
+                *qw = sh->slot8[k] + at;
+                *sw_inv = sh->slot_sc[k] + 4 * (TSR_P_COUNT + j);
+                return 1;
+            }
+    }
+    return 0;
+}
+
 static void src_get(void *ctx, int u, int backward, const tsr_bf16 **w, float **gr) {
     gpu_shard *sh = ctx;
     const fsdp_unit *un = &sh->f->units[u];
@@ -57,21 +157,19 @@ static void src_get(void *ctx, int u, int backward, const tsr_bf16 **w, float **
         gbase = sh->root_g;
     } else {
         int next = backward ? u - 1 : u + 1; /* the unit the model asks for after this one */
-        int k = sh->slot_unit[0] == u ? 0 : sh->slot_unit[1] == u ? 1 : -1;
+        int f8 = !backward && unit_fp8(sh, u), nf8 = !backward && unit_fp8(sh, next);
+        int k = slot_is(sh, 0, u, f8) ? 0 : slot_is(sh, 1, u, f8) ? 1 : -1;
         if (k < 0) { /* not prefetched: gather now, into the slot not holding the next unit */
-            k = sh->slot_unit[0] == next ? 1 : 0;
-            sh->slot_unit[k] = u;
-            gather_unit(sh, u, sh->slot[k], sh->slot_ev[k]);
+            k = slot_is(sh, 0, next, nf8) ? 1 : 0;
+            gather_slot(sh, k, u, f8);
         }
         tcu_stream_wait_event(sh->s, sh->slot_ev[k]);
         base = sh->slot[k];
         /* the next unit's gather runs while this one computes: the other slot's last user is
          * queued already, and the gather follows it on the device */
         int o = 1 - k;
-        if (next >= 1 && next <= sh->g->m->L && sh->slot_unit[o] != next) {
-            sh->slot_unit[o] = next;
-            gather_unit(sh, next, sh->slot[o], sh->slot_ev[o]);
-        }
+        if (next >= 1 && next <= sh->g->m->L && !slot_is(sh, o, next, nf8))
+            gather_slot(sh, o, next, nf8);
         if (backward && !sh->frozen) { /* a gradient buffer whose last reduce-scatter ended */
             int j = sh->lg_next;
             sh->lg_next ^= 1;
@@ -104,6 +202,66 @@ static void src_put(void *ctx, int u) {
 static void forget_gathers(gpu_shard *sh) {
     sh->root_valid = 0;
     sh->slot_unit[0] = sh->slot_unit[1] = -1;
+    sh->slot_fp8[0] = sh->slot_fp8[1] = 0;
+}
+
+/* which segments of the layer units 1 .. L-2 gather in E4M3: the FP8 GEMM's weights whose codes
+ * start 16-byte aligned (tcu_matmul_fp8; the others are cast after a bf16 gather, the same
+ * bits); 0 when none */
+static int fp8_mark(gpu_shard *sh) {
+    const tsr_fsdp *f = sh->f;
+    int any = 0;
+    sh->fp8_seg = tsr_calloc((size_t)f->n_units * TSR_P_COUNT, 1);
+    for (int u = 1; u <= sh->g->m->L - 2; u++)
+        for (int k = 0; k < f->units[u].n_seg; k++) {
+            const fsdp_seg *sg = &f->units[u].seg[k];
+            int on = gpu_model_fp8_weight(sh->g, u - 1, sg->id) && sg->at % 16 == 0;
+            sh->fp8_seg[(size_t)u * TSR_P_COUNT + k] = (unsigned char)on;
+            any |= on;
+        }
+    return any;
+}
+
+/* the E4M3 slots, their scales, this rank's codes and the bf16 rest (the most any rank's piece of
+ * an FP8 unit holds) */
+static void fp8_alloc(gpu_shard *sh) {
+    const tsr_fsdp *f = sh->f;
+    size_t max_piece = 0;
+    sh->fp8_on = 1; /* (unit_fp8 reads it) */
+    for (int u = 1; u < f->n_units; u++) {
+        if (!unit_fp8(sh, u)) continue;
+        if (f->units[u].piece > max_piece) max_piece = f->units[u].piece;
+        for (int r = 0; r < f->G; r++) {
+            size_t n = rest_copy(sh, u, r, NULL, NULL, 0, 0, sh->s);
+            if (n > sh->rest_n) sh->rest_n = n;
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        sh->slot8[k] = dev_zeroed(sh->max_unit, "zero3: gathered layer (E4M3 weights)", sh->s);
+        sh->slot_sc[k] = dev_zeroed(8 * TSR_P_COUNT * sizeof(float), "zero3: FP8 scales", sh->s);
+    }
+    sh->q8 = dev_zeroed(max_piece, "zero3: this rank's E4M3 piece", sh->s);
+    sh->rest = dev_zeroed(sh->rest_n * sizeof(tsr_bf16), "zero3: a piece's bf16 rest", sh->s);
+    sh->rest_all = dev_zeroed((size_t)f->G * sh->rest_n * sizeof(tsr_bf16),
+                              "zero3: the gathered bf16 rest", sh->s);
+    tcu_sync(sh->s);
+}
+
+size_t gpu_shard_forward_gather_bytes(const gpu_shard *sh, int fp8) {
+    const tsr_fsdp *f = sh->f;
+    size_t bytes = 0, G = (size_t)f->G;
+    for (int u = 1; u < f->n_units; u++)
+        bytes += fp8 && sh->fp8_seg && unit_fp8(sh, u)
+                     ? G * f->units[u].piece + G * sh->rest_n * sizeof(tsr_bf16)
+                     : G * f->units[u].piece * sizeof(tsr_bf16);
+    return bytes;
+}
+
+void gpu_shard_fp8_gather(gpu_shard *sh, int on) {
+    if (sh->zero1) return;
+    if (on && !sh->fp8_seg && fp8_mark(sh)) fp8_alloc(sh);
+    sh->fp8_on = on && sh->slot8[0];
+    sh->src.fp8 = src_fp8;
 }
 
 /* ---- setup ---- */
@@ -169,7 +327,7 @@ static void shard_gather_buffers(gpu_shard *sh, tsr_gpu_model *g, tcu_stream s, 
     }
     if (trained) sh->piece = dev_zeroed(max_piece * fb, "zero3: reduce-scattered piece", s);
     sh->root_ev = tcu_event_create();
-    sh->src = (gpu_param_source){sh, src_get, src_put};
+    sh->src = (gpu_param_source){sh, src_get, src_put, NULL}; /* (fp8: gpu_shard_fp8_gather) */
     g->src = &sh->src;
 }
 
@@ -225,7 +383,8 @@ void gpu_shard_free(gpu_shard *sh) {
     gpu_comm_close(sh->replicas);
     void *bufs[] = {sh->params, sh->grads, sh->m, sh->v, sh->wbf, sh->acc, sh->pack, sh->packbf,
                     sh->root_w, sh->root_g, sh->slot[0], sh->slot[1], sh->layer_g[0],
-                    sh->layer_g[1], sh->piece};
+                    sh->layer_g[1], sh->piece, sh->slot8[0], sh->slot8[1], sh->slot_sc[0],
+                    sh->slot_sc[1], sh->q8, sh->rest, sh->rest_all};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) tcu_free(bufs[i]);
     tcu_event *evs[] = {&sh->root_ev, &sh->slot_ev[0], &sh->slot_ev[1], &sh->lg_ev[0],
@@ -233,6 +392,7 @@ void gpu_shard_free(gpu_shard *sh) {
     for (size_t i = 0; !sh->zero1 && i < sizeof evs / sizeof *evs; i++) tcu_event_destroy(*evs[i]);
     if (sh->zero1) fsdp_free(&sh->own);
     free(sh->at), free(sh->piece_at), free(sh->segs), free(sh->host), free(sh->host_bf16);
+    free(sh->fp8_seg);
     memset(sh, 0, sizeof *sh);
 }
 

@@ -66,6 +66,17 @@ typedef struct gpu_shard {
     int lg_next, lg_cur;
     float *piece;           /* zero3: a unit's reduce-scattered piece */
     tcu_event root_ev, slot_ev[2], lg_ev[2];
+    /* precision.fp8_allgather (docs/cuda.md "FP8"): the forward gathers a layer's FP8 linear
+     * weights as E4M3 with the whole tensor's scale, the rest of the unit in bf16 */
+    int fp8_on;             /* 0: every gather in bf16 (no FP8, the setting off, generation) */
+    unsigned char *fp8_seg; /* (units x TSR_P_COUNT) 1: unit u's segment k is gathered in E4M3 */
+    int slot_fp8[2];        /* the slot holds its unit's FP8 gather (its bf16 FP8 weights stale) */
+    tsr_fp8 *slot8[2];      /* (max_unit) the gathered E4M3 codes, at the unit's offsets */
+    float *slot_sc[2];      /* (8 x TSR_P_COUNT) segment k's amax at 4k, its scale_inv at
+                             * 4 (TSR_P_COUNT + k): 16-byte slots (tcu_matmul_fp8) */
+    tsr_fp8 *q8;            /* (largest piece) this rank's codes */
+    tsr_bf16 *rest, *rest_all; /* (rest_n), (G x rest_n): the other elements of the pieces */
+    size_t rest_n;          /* the most elements of a layer piece outside its FP8 weights */
     gpu_param_source src;
     float *host;            /* host staging: one shard of f (unpadded) */
     tsr_bf16 *host_bf16;    /* frozen: the host shard rounded to bf16 (unpadded) */
@@ -74,6 +85,17 @@ typedef struct gpu_shard {
 /* Device bytes of the shard state, its buffers, and the model's flat buffers, per rank, for the
  * trainer's sharding mode and group size G (nothing allocated: the plan and --plan use it). */
 size_t gpu_shard_bytes(const tsr_model *m, int zero1, int G, int frozen);
+/* precision.fp8_allgather: from now on (on = 1, after gpu_shard_init) the forward's gathers of
+ * the layer units 1 .. L-2 move their FP8 linear weights (gpu_model_fp8_weight) as E4M3, each
+ * shard cast with the common scale of the whole tensor (the shards' amax, a MAX all-reduce of one
+ * float per tensor, one call per unit), which the FP8 GEMM takes as gathered; the backward
+ * gathers bf16 (and reuses the forward's last two units, gathered in bf16 for it). on = 0 (GRPO's
+ * generation: its products read the bf16 weights): every gather in bf16. Bits: the same as bf16
+ * gathers, since the cast is element-wise with the scale the whole tensor gets. */
+void gpu_shard_fp8_gather(gpu_shard *sh, int on);
+/* The bytes a rank receives in one forward pass's layer gathers (units 1 .. L): with fp8 as the
+ * FP8 all-gather moves them (the E4M3 codes, the bf16 rest), else all in bf16 */
+size_t gpu_shard_forward_gather_bytes(const gpu_shard *sh, int fp8);
 /* Plans (zero1), opens the communicators, allocates (the plan was checked against free memory),
  * sets g->src (zero3 / hsdp). 0, or an exit code with the reason reported on rank 0. With
  * c->lora (zero3 / hsdp only) the shard is frozen: bf16 weights gathered per unit, no gradients

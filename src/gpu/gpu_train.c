@@ -230,12 +230,33 @@ static int check_memory(gpu_train_ctx *c, int device) {
     return TSR_EXIT_USAGE;
 }
 
+/* precision.fp8_allgather under zero3 / hsdp (gpu_shard.h; not under LoRA: its frozen base is
+ * gathered in bf16), on = 0 for GRPO's generation */
+static void fp8_gather(gpu_train_ctx *c, int on) {
+    struct tsr_gpu_train *gt = c->state;
+    if (gt->sharded && !gt->lora_on)
+        gpu_shard_fp8_gather(&gt->sh, on && c->fp8 != TSR_FP8_NONE && c->fp8_allgather);
+}
+
+/* the FP8 all-gather's layers and bytes (the E4M3 gathers stop 2 layers before the last) */
+static void fp8_gather_report(const gpu_train_ctx *c) {
+    const struct tsr_gpu_train *gt = c->state;
+    if (!gt->sh.fp8_on || c->dist->rank != 0) return;
+    int last = gt->g.be.fp8_last < c->model->L - 3 ? gt->g.be.fp8_last : c->model->L - 3;
+    printf("precision.fp8_allgather: the forward gathers decoder layers %d to %d with their FP8 "
+           "linear weights in E4M3: %zu bytes a rank and forward pass instead of %zu in bf16 "
+           "(docs/cuda.md \"FP8\")\n", gt->g.be.fp8_first, last,
+           gpu_shard_forward_gather_bytes(&gt->sh, 1), gpu_shard_forward_gather_bytes(&gt->sh, 0));
+}
+
 /* zero1, zero3, hsdp: the shards (gpu_shard.h) */
 static int init_sharded(gpu_train_ctx *c) {
     struct tsr_gpu_train *gt = c->state;
     int rc = gpu_shard_init(&gt->sh, c, &gt->g, gt->s);
     if (rc) return rc;
     gpu_shard_push(&gt->sh, c, 0);
+    fp8_gather(c, 1);
+    fp8_gather_report(c);
     gpu_muon_init(&gt->mu, c->model, c->optim, gt->s, gt->sh.f, gt->sh.at, gt->sh.group);
     if (gt->mu.on) { /* (train/muon.h muon_report prints them) */
         c->muon_G = gt->sh.f->G;
@@ -1136,7 +1157,10 @@ static int64_t lib_generate(gpu_train_ctx *c, const struct gen_batch_opts *o,
                             struct gen_seq *seqs, int n) {
     struct tsr_gpu_train *gt = c->state;
     if (gt->lora_on) lora_set_pass(&gt->lora, 0, 0, 0); /* no dropout */
-    return gpu_model_generate(&gt->g, o, seqs, n);
+    fp8_gather(c, 0); /* (decoding reads the bf16 weights) */
+    int64_t r = gpu_model_generate(&gt->g, o, seqs, n);
+    fp8_gather(c, 1);
+    return r;
 }
 
 const gpu_train_api tsr_gpu_train_api = {

@@ -30,6 +30,7 @@ typedef struct gpu_train_ctx {
     int comm_staged;           /* parallel.gpu_comm = "mpi": the host-staged transport (gpu_comm.h) */
     tsr_fp8_mode fp8;          /* precision.fp8 (docs/cuda.md "FP8") */
     tsr_fp8_skip fp8_skip;     /* precision.fp8_skip */
+    int fp8_allgather;         /* precision.fp8_allgather (zero3 / hsdp: gpu_shard.h) */
     int T, micro;              /* seq_len, the microbatch in use */
     int64_t per_rank;          /* sequences per rank and step */
     int auto_micro;            /* micro_batch = auto: the plan must fit a microbatch of 1 */

@@ -182,6 +182,16 @@ void model_alloc_frozen(tsr_model *m) {
 
 int model_param_per_layer(tsr_param_id id) { return id >= TSR_P_LN1W && id <= TSR_P_SHW2; }
 
+int model_fp8_linear(tsr_param_id id) {
+    return id == TSR_P_QKVW || id == TSR_P_ATTPROJW || id == TSR_P_FCW || id == TSR_P_FCPROJW ||
+           id == TSR_P_SHW1 || id == TSR_P_SHW2;
+}
+
+void model_fp8_layers(int L, tsr_fp8_skip skip, int *first, int *last) {
+    *first = skip == TSR_FP8_SKIP_FIRST || skip == TSR_FP8_SKIP_FIRST_LAST;
+    *last = L - 1 - (skip == TSR_FP8_SKIP_LAST || skip == TSR_FP8_SKIP_FIRST_LAST);
+}
+
 int model_moe_layer(const tsr_model *m, int l) {
     return m->E > 0 && (l + 1) % m->cfg.moe_every == 0;
 }

@@ -275,6 +275,11 @@ void model_alloc_slopes(tsr_model *m);
 /* Tensor id holds one slice per layer it serves (a stacked (L, ...), (LD, ...) or (LM, ...)
  * shape): ln1w .. shw2. */
 int model_param_per_layer(tsr_param_id id);
+/* precision.fp8 (docs/cuda.md "FP8"): tensor id is a decoder linear layer's weight (qkvw,
+ * attprojw, fcw, fcprojw, shw1, shw2: never the embeddings, the head, a router or the experts),
+ * and the decoder layers fp8_skip leaves in FP8, first .. last of L */
+int model_fp8_linear(tsr_param_id id);
+void model_fp8_layers(int L, tsr_fp8_skip skip, int *first, int *last);
 /* Layer l is a mixture-of-experts layer: E > 0 and (l + 1) % moe_every == 0. */
 int model_moe_layer(const tsr_model *m, int l);
 /* Which slice of tensor id layer l uses: 0 .. (stack depth - 1), or -1 when layer l has no such

@@ -284,13 +284,38 @@ static double bw_of(int group, int per_node, const timeplan_opts *o) {
     return (group <= per_node ? o->link_node : o->link_net) * 1e9 / 1e3; /* bytes per ms */
 }
 
+/* the parameters of one layer, on average (ids whose (id) says which: model_param_per_layer or
+ * model_fp8_linear) */
+static double layer_params(const tsr_model *m, int (*which)(tsr_param_id)) {
+    double Pl = 0;
+    for (int id = 0; id < TSR_P_COUNT; id++)
+        if (which((tsr_param_id)id)) Pl += (double)m->params_info[id].numel / m->L;
+    return Pl;
+}
+
+/* precision.fp8_allgather under zero3 / hsdp (docs/cuda.md "FP8"): the bytes a forward pass's
+ * layer gathers save, the FP8 linear weights of the FP8 layers up to L-3 moving as E4M3 (one byte,
+ * not two; the last two layers gather bf16 for the backward to reuse); *first, *last: the
+ * layers. Assumes their shapes are multiples of 16 (cuBLASLt's FP8 rule), as every config's are. */
+static double fp8_gather_saved(const tsr_trainer *t, int *first, int *last) {
+    const tsr_model *m = &t->model;
+    model_fp8_layers(m->L, t->cfg.precision.fp8_skip, first, last);
+    if (*last > m->L - 3) *last = m->L - 3;
+    if (t->cfg.precision.fp8 == TSR_FP8_NONE || !t->cfg.precision.fp8_allgather ||
+        t->cfg.lora.rank > 0 || *last < *first ||
+        (t->cfg.sharding != TSR_SHARD_ZERO3 && t->cfg.sharding != TSR_SHARD_HSDP))
+        return 0;
+    return (*last - *first + 1) * layer_params(m, model_fp8_linear);
+}
+
 /* bytes one rank sends per step (docs/sharding.md's formulas; the GPU path gathers bf16 weights,
- * sums fp32 gradients) and the part of their time the schedule does not hide */
+ * the FP8 all-gather's in part E4M3, sums fp32 gradients) and the part of their time the
+ * schedule does not hide */
 static void comm_of(const tsr_trainer *t, const timeplan_opts *o, int per_node, tp_step *s) {
     const tsr_model *m = &t->model;
-    double N = (double)m->n_params, Pl = 0, W = s->W, G = s->G, R = W / G;
-    for (int id = 0; id < TSR_P_COUNT; id++)
-        if (model_param_per_layer(id)) Pl += (double)m->params_info[id].numel / m->L;
+    double N = (double)m->n_params, Pl = layer_params(m, model_param_per_layer), W = s->W;
+    double G = s->G, R = W / G;
+    int f8a, f8b;
     double root = N - m->L * Pl, M = ceil((double)s->per_rank / t->micro), f = (W - 1) / W;
     double bw = bw_of(s->W, per_node, o);
     s->bytes = s->comm = s->exposed = 0;
@@ -307,7 +332,8 @@ static void comm_of(const tsr_trainer *t, const timeplan_opts *o, int per_node, 
     }
     default: { /* zero3 in groups of G (hsdp: then the shard over R replicas) */
         double fg = (G - 1) / G, bg = bw_of(s->G, per_node, o);
-        double layers = fg * (2 * M * (2 * m->L - 2) * Pl + 4 * M * m->L * Pl);
+        double layers = fg * (2 * M * (2 * m->L - 2) * Pl - M * fp8_gather_saved(t, &f8a, &f8b) +
+                              4 * M * m->L * Pl);
         double roots = fg * 6 * root, reps = R > 1 ? 2 * (R - 1) / R * 4 * N / G : 0;
         s->bytes = layers + roots + reps;
         double tl = layers / bg, fb = s->fb;
@@ -455,6 +481,14 @@ static void print_head(const timeplan *p, const tsr_trainer *t, const char *miss
     if (p->found && missing)
         printf("  no step time: the table has no rows for %s; a TSR_PROFILE run of such a recipe on "
                "the GPU fills them (docs/planning.md). Below: the communication alone\n", missing);
+    int f8a, f8b;
+    double saved = fp8_gather_saved(t, &f8a, &f8b), Pl = layer_params(&t->model,
+                                                                       model_param_per_layer);
+    if (saved > 0)
+        printf("  precision.fp8_allgather: a forward pass's layer gathers move %.1f MB instead of "
+               "%.1f MB in bf16 (the FP8 linear weights of decoder layers %d to %d as E4M3); the "
+               "comm columns count it\n", (2 * t->model.L * Pl - saved) / 1e6,
+               2 * t->model.L * Pl / 1e6, f8a, f8b);
     if (t->cfg.lora.rank > 0)
         printf("  the communication below is full training's: LoRA sums its adapters' gradients "
                "only (a frozen base is gathered once under zero3/hsdp)\n");

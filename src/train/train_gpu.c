@@ -43,6 +43,7 @@ static void fill(gpu_train_ctx *c, const tsr_trainer *t) {
         c->G = G;
     c->comm_staged = cfg->gpu_comm == TSR_GPU_COMM_MPI;
     c->fp8 = cfg->precision.fp8, c->fp8_skip = cfg->precision.fp8_skip;
+    c->fp8_allgather = cfg->precision.fp8_allgather;
     c->T = t->T, c->micro = t->micro, c->per_rank = t->per_rank, c->auto_micro = t->auto_micro;
     c->inputs = t->data.inputs, c->targets = t->data.targets, c->starts = t->data.starts;
     c->moe = t->out.moe;

@@ -16,6 +16,12 @@
 #  - (emulator) the FP8 operands' scratch in the device memory plan: --plan shows it in the
 #    activations' line, in bytes, and it is what the run allocates: the FP8 run's allocator peak is
 #    the bf16 run's plus exactly that figure; fp8_skip covering both layers plans and allocates none.
+# and precision.fp8_allgather (zero3 / hsdp, the forward's gathers moving the FP8 linear weights
+# as E4M3 with the whole tensor's scale) on the emulator, 4 layers so that layers 0 and 1 gather
+# in E4M3 (the last two stay bf16 for the backward to reuse), 6 steps:
+#  - zero3 on 2 ranks (GPT-2) and hsdp on 2 x 2 (Llama): the bits of the same run with bf16
+#    gathers (fp8_allgather = false), the start line giving fewer gathered bytes than bf16's.
+#    A per-shard scale (no MAX all-reduce of the amax) fails both.
 # The same training checks run on the real backend where a GPU is present (cuBLASLt's FP8 GEMM;
 # skipped loudly otherwise).
 # The casts and the FP8 GEMM themselves: build/tests/test_gpu_ops_emu (and test_gpu_ops on a
@@ -23,7 +29,7 @@
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
-tap_plan 13
+tap_plan 15
 make_synth "$TMP/data" 512 80000
 tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=2 --set model.n_head=2 --set global_batch=8 --set micro_batch=4)
@@ -86,7 +92,23 @@ fp8_plan() { sed -nE "s/^device memory per rank .*FP8 operands' scratch [^(]*\((
 peaks() { "$PY3" -c 'import json, sys
 for a in sys.argv[1:]: print(max(json.loads(l).get("peak_mem_bytes", -1) for l in open(a + "/metrics.jsonl")))' "$@"; }
 # the emulator's half (skipped on the lent GPU machine, TSR_TEST_EMULATOR=0: CI runs it)
-if emulator_half 6; then
+# allgather NP TAG ARGS...: the emulator with fp8_allgather true and false: the same bits, and
+# the start line (true only) with fewer bytes a forward than bf16's
+allgather() {
+    local np=$1 tag=$2 ag a b; shift 2
+    for ag in true false; do
+        "${MPIRUN[@]}" -np "$np" "$EMU" "${args[@]}" --set device=cuda --set model.n_layer=4 \
+            --set precision.fp8=tensorwise --set precision.fp8_allgather=$ag --set max_duration=6ba \
+            --set save_final=false --set run_dir="$TMP/$tag.$ag" "$@" >"$TMP/$tag.$ag.txt" 2>&1 ||
+            { sed 's/^/# /' "$TMP/$tag.$ag.txt" | tail -5; return 1; }
+    done
+    read -r a b < <(sed -n 's/^precision.fp8_allgather: the forward gathers decoder layers 0 to 1 .* in E4M3: \([0-9]*\) bytes .* instead of \([0-9]*\) in bf16.*/\1 \2/p' "$TMP/$tag.true.txt")
+    [[ -n $b ]] && ((a < b)) && ! grep -q '^precision.fp8_allgather:' "$TMP/$tag.false.txt" &&
+        cmp -s <(final_lines "$TMP/$tag.true/metrics.jsonl") <(final_lines "$TMP/$tag.false/metrics.jsonl") ||
+        { echo "# bytes: ${a:-none} against ${b:-none}"; return 1; }
+}
+# the emulator's half (skipped on the lent GPU machine, TSR_TEST_EMULATOR=0: CI runs it)
+if emulator_half 8; then
     TSR_EMU_SM=80 refused "$EMU" sm80 'precision.fp8 = "tensorwise": FP8 matmuls need a GPU of compute capability 8.9 or newer .*rank 0 has an older one (rank 0: tessera CUDA emulator (host memory), sm 8.0)' \
         --set device=cuda --set precision.fp8=tensorwise
     tap_check $? "precision.fp8 = tensorwise on a GPU of compute capability 8.0 (the emulator's TSR_EMU_SM=80): exit 1 naming the device, no run_dir"
@@ -98,6 +120,12 @@ if emulator_half 6; then
     [[ -n $s && $s == "$(fp8_plan "$e.gpt_fp8.txt")" && -z $(fp8_plan "$e.gpt_skip.txt") ]] &&
         ((pb > 0 && pf - pb == s && ps == pb))
     tap_check $? "emulator: --plan with precision.fp8 shows the FP8 operands' scratch ($s B), the FP8 run allocates exactly that beyond bf16's peak ($pf - $pb), fp8_skip = first_last neither"
+    allgather 2 ag_zero3 --set parallel.sharding=zero3
+    tap_check $? "emulator: precision.fp8_allgather under zero3 on 2 ranks (GPT-2, layers 0-1 gathered in E4M3): the bits of bf16 gathers, fewer bytes a forward"
+    llama
+    allgather 4 ag_hsdp --set parallel.sharding=hsdp --set parallel.replica_group=2 \
+        --set micro_batch=1
+    tap_check $? "emulator: precision.fp8_allgather under hsdp on 2 x 2 ranks (Llama, layers 0-1 gathered in E4M3): the bits of bf16 gathers, fewer bytes a forward"
     emulator_half_end
 fi
 # the real backend (the next GPU call): the same checks on cuBLASLt's FP8 GEMM

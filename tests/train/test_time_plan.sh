@@ -8,7 +8,9 @@
 #     T = 2048 -3.2%, left out here for time, and mpt-7b checkpointed, +11%);
 #  2. the bytes per rank and step are docs/sharding.md's formulas at the GPU path's element sizes
 #     (fp32 gradient sums, bf16 weight gathers), computed here from gpt2-124m's shapes: ddp and
-#     zero1 at W = 8, zero3 at W = 8 (4 microbatches a rank), hsdp at W = 64 (groups of 8);
+#     zero1 at W = 8, zero3 at W = 8 (4 microbatches a rank), hsdp at W = 64 (groups of 8), and
+#     zero3 at W = 8 with precision.fp8's all-gather (layers 0 .. L-3's 12 C^2 linear weights
+#     gathered as E4M3 in the forward: one byte less each), its line giving the forward's gathers;
 #  3. each row's arithmetic: step = compute + exposed, tokens/s = global_batch x T / step, MFU =
 #     FLOPs/token x tokens/s / (W x 989.4e12), time to max_duration = steps x step, GPU-hours =
 #     W x that; --plan 16 adds its row; --dry-run --time is the same plan;
@@ -58,10 +60,13 @@ want=$(awk 'BEGIN{C = 768; L = 12; Pl = 12*C*C + 13*C; root = 50304*C + 1024*C +
     f8 = 7/8; M = 4
     z3 = f8 * (2*M*(2*L-2)*Pl + 4*M*L*Pl + 6*root)
     hs = f8 * (2*1*(2*L-2)*Pl + 4*1*L*Pl + 6*root) + 2*(7/8)*4*N/8
-    printf "%.1f %.1f %.1f %.1f", 2*f8*4*N/1e6, f8*6*N/1e6, z3/1e6, hs/1e6}')
-got="$(bytes ddp 8) $(bytes zero1 8) $(bytes zero3 8) $(bytes hsdp 64)"
-[[ $got == "$want" ]]
-tap_check $? "collective MB a rank and step, ddp 8, zero1 8, zero3 8, hsdp 64 (groups of 8): $got, docs/sharding.md's formulas: $want"
+    z8 = z3 - f8 * M * (L-2) * 12*C*C
+    printf "%.1f %.1f %.1f %.1f %.1f", 2*f8*4*N/1e6, f8*6*N/1e6, z3/1e6, hs/1e6, z8/1e6}')
+want8=$(awk 'BEGIN{C = 768; L = 12; Pl = 12*C*C + 13*C
+    printf "%.1f MB instead of %.1f MB", (2*L*Pl - (L-2)*12*C*C)/1e6, 2*L*Pl/1e6}')
+got="$(bytes ddp 8) $(bytes zero1 8) $(bytes zero3 8) $(bytes hsdp 64) $(bytes zero3 8 --set device=cuda --set precision.fp8=tensorwise)"
+[[ $got == "$want" ]] && grep -q "precision.fp8_allgather: a forward pass's layer gathers move $want8 in bf16 (the FP8 linear weights of decoder layers 0 to 9 as E4M3)" b-zero3.txt
+tap_check $? "collective MB a rank and step, ddp 8, zero1 8, zero3 8, hsdp 64 (groups of 8), zero3 8 with the FP8 all-gather: $got, docs/sharding.md's formulas: $want; the FP8 line: $want8"
 
 # 3. each row's arithmetic; --plan 16's row; --dry-run --time the same plan
 plan --config "$TSR_ROOT/configs/gpt2-124m.cfg" --plan 16 >p16.txt
