@@ -292,7 +292,8 @@ const cfgtab_key cfgtab_keys[] = {
     {.name = "model.activation_compression", .type = CFGK_ENUM,
      FIELD(model.activation_compression), .def = "none", ENUM(actcomp_names),
      .doc = "How a decoder layer keeps its linear layers' inputs (ln1, the attention output, ln2, "
-            "the MLP's gated hidden layer) and the MLP's hidden layer for the backward: `none` as "
+            "the MLP's hidden layer after GELU / SwiGLU) and the hidden layer before it for the "
+            "backward: `none` as "
             "computed; `fp8` in E4M3 with a per-tensor fp32 scale, dequantised to bf16 for the "
             "backward (the backward's GEMMs stay bf16). Needs device = `cuda`; the MoE experts' "
             "activations stay bf16. `--plan` shows the bytes a layer keeps with and without "
