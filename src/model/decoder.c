@@ -660,24 +660,18 @@ static int comp_at(const run *r, int l, int i, void **bf, void **q, float **sc) 
     return 1;
 }
 
-/* after layer l's forward (its last read of them): the compressed tensors it keeps, to E4M3 */
-static void comp_save(const run *r, int l) {
+/* The compressed tensors layer l keeps: to E4M3 after its forward (save: its last read of them),
+ * or back into the working copies before its backward and its recomputation */
+static void comp_move(const run *r, int l, int save) {
     const tsr_backend *be = r->d->be;
     void *bf, *q;
     float *sc;
-    for (int i = 0; i < NCOMP; i++)
-        if (comp_at(r, l, i, &bf, &q, &sc))
-            be->act_compress(be, q, sc, bf, (size_t)r->N * comp_width(r->d->m, i));
-}
-
-/* before layer l's backward (and its recomputation): the same, back into the working copies */
-static void comp_load(const run *r, int l) {
-    const tsr_backend *be = r->d->be;
-    void *bf, *q;
-    float *sc;
-    for (int i = 0; i < NCOMP; i++)
-        if (comp_at(r, l, i, &bf, &q, &sc))
-            be->act_decompress(be, bf, q, sc, (size_t)r->N * comp_width(r->d->m, i));
+    for (int i = 0; i < NCOMP; i++) {
+        if (!comp_at(r, l, i, &bf, &q, &sc)) continue;
+        const size_t n = (size_t)r->N * comp_width(r->d->m, i);
+        if (save) be->act_compress(be, q, sc, bf, n);
+        else be->act_decompress(be, bf, q, sc, n);
+    }
 }
 
 /* Every layer's forward after the embedding (in x of layer 0), ending in the final LayerNorm.
@@ -699,7 +693,7 @@ static void layers_forward(const run *r, const dec_unit *root) {
                    F, C);
             lora_fwd(r, l, TSR_LORA_DOWN, r->scratch, v.fchg);
         }
-        comp_save(r, l); /* before the next layer's ln1 takes the working copy */
+        comp_move(r, l, 1); /* before the next layer's ln1 takes the working copy */
         /* the residual add fused with the next LayerNorm: layer l+1's LN1, or the final one
          * (the next unit is asked for only now: this layer's weights are all used or queued) */
         const int last = l + 1 == L;
@@ -797,7 +791,7 @@ static void layer_backward(const run *r, int l, const dec_unit *u) {
     const void *const *w = u->w;
     float *const *g = u->g;
     dec_layer v = run_layer(r, l);
-    comp_load(r, l);
+    comp_move(r, l, 0);
     if (model_ckpt_layer(m, l)) { /* recompute what the layer did not keep, into slot 0 */
         tsr_actckpt_kind k = m->cfg.activation_checkpointing;
         layer_steps(r, l, &v, w, rerun[k].first, rerun[k].last);
