@@ -232,9 +232,12 @@ static void c_matmul_forward(const tsr_backend *be, void *out, void *pre_gelu, c
 /* precision.fp8 = "tensorwise": cuBLASLt's FP8 GEMM where its shape rules allow (IC and OC
  * multiples of 16), else the bf16 product */
 /* model.activation_compression = "fp8": a saved bf16 tensor to E4M3 with its tensorwise scale
- * (the FP8 forward's casts), and back into bf16 for the backward */
+ * (the FP8 forward's casts), and back into bf16 for the backward; the profile's shape is the
+ * element count (capped at INT_MAX) */
+static int prof_count(size_t n) { return n > INT_MAX ? INT_MAX : (int)n; }
+
 static void c_act_compress(const tsr_backend *be, void *q, float *sc, const void *x, size_t n) {
-    PROF(be, "act_compress", (int)n, 1, 1, {
+    PROF(be, "act_compress", prof_count(n), 1, 1, {
         tcu_amax_bf16(sc, x, n, STREAM(be));
         tcu_fp8_quantize(q, sc + 1, x, sc, n, TCU_FP8_E4M3, STREAM(be));
     });
@@ -242,7 +245,7 @@ static void c_act_compress(const tsr_backend *be, void *q, float *sc, const void
 
 static void c_act_decompress(const tsr_backend *be, void *x, const void *q, const float *sc,
                              size_t n) {
-    PROF(be, "act_decompress", (int)n, 1, 1,
+    PROF(be, "act_decompress", prof_count(n), 1, 1,
          tcu_fp8_dequantize(x, q, sc + 1, n, TCU_FP8_E4M3, STREAM(be)));
 }
 
