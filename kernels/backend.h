@@ -171,6 +171,13 @@ struct tsr_backend {
                                const void *w, const void *bias, int N, int IC, int OC,
                                tsr_gelu_kind gelu);
     int fp8_first, fp8_last;
+    /* model.activation_compression = "fp8" (docs/cuda.md "Compressed activations"), or NULL:
+     * act_compress stores n act elements x as E4M3 bytes q with a per-tensor scale from their
+     * amax, sc (4 floats, 16-byte aligned) = {amax, scale_inv}; act_decompress writes them back
+     * into x as act (decode(q) * scale_inv, rounded) */
+    void (*act_compress)(const tsr_backend *be, void *q, float *sc, const void *x, size_t n);
+    void (*act_decompress)(const tsr_backend *be, void *x, const void *q, const float *sc,
+                           size_t n);
     /* matmul_forward with rows that do not depend on the batch (ops.h matmul_rows: each row's
      * bits a function of that row and w alone), for batched decoding, or NULL */
     void (*matrows_forward)(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,

@@ -1,4 +1,4 @@
-/* cuda_fp8.cu — the FP8 casts of cuda_ops.h (tcu_amax_bf16, tcu_fp8_quantize); the GEMM is
+/* cuda_fp8.cu — the FP8 casts of cuda_ops.h (tcu_amax_bf16, tcu_fp8_quantize, tcu_fp8_dequantize); the GEMM is
  * cuda_matmul.cu's tcu_matmul_fp8, the linear forward over both tcu_fp8_linear.c's. The formats,
  * the rounding and the scale are tcu_fp8.h's, the same functions the emulator runs on the host,
  * so both give the same bits.
@@ -37,6 +37,16 @@ static __global__ void __launch_bounds__(FP8_THREADS)
         q[i] = tcu_fp8_quantize_one(__bfloat162float(x[i]), scale, fmt);
 }
 
+/* x[i] = bf16(decode(q[i]) * *scale_inv), to nearest even */
+static __global__ void __launch_bounds__(FP8_THREADS)
+    dequantize_kernel(bf16 *x, const tsr_fp8 *q, const float *scale_inv, size_t n,
+                      tcu_fp8_format fmt) {
+    const float sinv = *scale_inv;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] = __float2bfloat16_rn(tcu_fp8_dequantize_one(q[i], sinv, fmt));
+}
+
 /* blocks for n elements: at most 32 a multiprocessor (grid-stride beyond) */
 static unsigned fp8_blocks(size_t n, const char *what) {
     unsigned blocks = tcu_blocks(n, FP8_THREADS);
@@ -63,5 +73,17 @@ void tcu_fp8_quantize(tsr_fp8 *q, float *scale_inv, const tsr_bf16 *x, const flo
                 tcu_msg("unknown FP8 format %d", (int)fmt));
     quantize_kernel<<<fp8_blocks(n, what), FP8_THREADS, 0, (cudaStream_t)s>>>(
         q, scale_inv, reinterpret_cast<const bf16 *>(x), amax, n, fmt);
+    TCU_CHECK_LAUNCH(what);
+}
+
+void tcu_fp8_dequantize(tsr_bf16 *x, const tsr_fp8 *q, const float *scale_inv, size_t n,
+                        tcu_fp8_format fmt, tcu_stream s) {
+    const char *what = "tcu_fp8_dequantize";
+    TCU_REQUIRE(x && q && scale_inv, what, "x, q and scale_inv must not be NULL");
+    TCU_REQUIRE((unsigned)fmt < (unsigned)TCU_FP8_FORMAT_COUNT, what,
+                tcu_msg("unknown FP8 format %d", (int)fmt));
+    if (n == 0) return;
+    dequantize_kernel<<<fp8_blocks(n, what), FP8_THREADS, 0, (cudaStream_t)s>>>(
+        reinterpret_cast<bf16 *>(x), q, scale_inv, n, fmt);
     TCU_CHECK_LAUNCH(what);
 }

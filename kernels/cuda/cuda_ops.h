@@ -249,6 +249,10 @@ void tcu_amax_bf16(float *amax, const tsr_bf16 *x, size_t n, tcu_stream s);
  * bound >= the largest |x|). */
 void tcu_fp8_quantize(tsr_fp8 *q, float *scale_inv, const tsr_bf16 *x, const float *amax,
                       size_t n, tcu_fp8_format fmt, tcu_stream s);
+/* The reverse (model.activation_compression = "fp8"): x (n) bf16 = tcu_fp8_dequantize_one(q[i],
+ * *scale_inv, fmt) rounded to nearest even; scale_inv (1) a device scalar (tcu_fp8_quantize's). */
+void tcu_fp8_dequantize(tsr_bf16 *x, const tsr_fp8 *q, const float *scale_inv, size_t n,
+                        tcu_fp8_format fmt, tcu_stream s);
 /* The FP8 GEMM: out (N,OC) bf16 = round((qx @ qw^T) * (*sx_inv) * (*sw_inv) + bias), qx (N,IC)
  * and qw (OC,IC) E4M3 (row-major: cuBLASLt's TN layout as they are), sx_inv and sw_inv (1) fp32
  * device scalars (tcu_fp8_quantize's), bias (OC) bf16 or NULL; fp32 accumulation (cuBLASLt's

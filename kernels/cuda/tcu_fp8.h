@@ -122,4 +122,10 @@ TCU_FP8_FN tsr_fp8 tcu_fp8_quantize_one(float x, float scale, tcu_fp8_format fmt
     return tcu_fp8_encode(y, fmt, 1);
 }
 
+/* one element read back: decode(q) * scale_inv (one fp32 rounding; the caller rounds to its
+ * storage type, bf16 to nearest even in tcu_fp8_dequantize) */
+TCU_FP8_FN float tcu_fp8_dequantize_one(tsr_fp8 q, float scale_inv, tcu_fp8_format fmt) {
+    return tcu_fp8_decode(q, fmt) * scale_inv;
+}
+
 #endif

@@ -1014,6 +1014,15 @@ void tcu_fp8_quantize(tsr_fp8 *q, float *scale_inv, const tsr_bf16 *x, const flo
     *scale_inv = tcu_fp8_scale_inv(*amax, fmt);
 }
 
+void tcu_fp8_dequantize(tsr_bf16 *x, const tsr_fp8 *q, const float *scale_inv, size_t n,
+                        tcu_fp8_format fmt, tcu_stream s) {
+    const char *what = "tcu_fp8_dequantize";
+    REQUIRE(x && q && scale_inv, what, "x, q and scale_inv must not be NULL");
+    REQUIRE((unsigned)fmt < (unsigned)TCU_FP8_FORMAT_COUNT, what, "unknown FP8 format %d",
+            (int)fmt);
+    for (size_t i = 0; i < n; i++) x[i] = bf16_round(tcu_fp8_dequantize_one(q[i], *scale_inv, fmt));
+}
+
 /* the decoded products summed in fp32 by the CPU's sgemm (cuBLASLt's up to the order of the
  * sums), times sx_inv * sw_inv, plus bias: rounded once to bf16 where the backend's plan
  * (tcu_fp8_gemm_plan, the same function) puts the bias in the BIAS epilogue, else rounded, then

@@ -38,6 +38,10 @@ typedef enum {
     TSR_ACTCKPT_MLP,
     TSR_ACTCKPT_COUNT
 } tsr_actckpt_kind;
+/* model.activation_compression (docs/cuda.md "Compressed activations"): how a decoder layer's
+ * saved linear inputs and MLP hidden layer are kept from forward to backward: as computed (bf16 on
+ * the GPU), or E4M3 with a per-tensor fp32 scale (device = "cuda" only) */
+typedef enum { TSR_ACTCOMP_NONE = 0, TSR_ACTCOMP_FP8, TSR_ACTCOMP_COUNT } tsr_actcomp_kind;
 typedef enum {
     TSR_SCHED_COSINE = 0, TSR_SCHED_LINEAR, TSR_SCHED_CONSTANT, TSR_SCHED_WSD, TSR_SCHED_COUNT
 } tsr_sched_kind;
@@ -123,6 +127,7 @@ typedef struct tsr_model_config {
     tsr_actckpt_kind activation_checkpointing;
     int activation_checkpointing_layers; /* the first this many layers are checkpointed; -1 = all */
     char activation_checkpointing_range[32]; /* "A-B": layers A..B (0-based, inclusive) instead */
+    tsr_actcomp_kind activation_compression;
 } tsr_model_config;
 
 typedef struct tsr_optim_config {

@@ -361,7 +361,8 @@ static const char *const cross_rules[] = {
     "`data.cache_limit` is a size: `500M`, `20G`, `1.5T` (powers of 1024) or `0`.",
     "`optim.muon.*` keys only with `optim.name = \"muon\"`; Muon not with `lora.rank` > 0.",
     "`precision.fp8` other than `none` needs `device = \"cuda\"` (the CPU is the fp32 oracle) and "
-    "a GPU of compute capability 8.9 or newer (checked at start); `rowwise` is not built yet.",
+    "a GPU of compute capability 8.9 or newer (checked at start); `rowwise` is not built yet. "
+    "`model.activation_compression = \"fp8\"` needs `device = \"cuda\"`.",
 };
 
 /* "file:line: " of the key, "--set key=value: " for an override, "file: " for a default. */
@@ -554,25 +555,36 @@ static void validate_muon(load_ctx *c) {
     }
 }
 
-/* Options that need another key: evaluations, the document mask, activation checkpointing. */
-/* precision.fp8 (docs/cuda.md "FP8"): a GPU's, never the CPU's; what is not built yet refused */
+/* A GPU-only setting on device = "cpu": the error naming the key and its value (what the CPU is
+ * and what the key needs), counted; 1 when refused. */
+static int refuse_on_cpu(load_ctx *c, const char *key, const char *value, const char *off) {
+    char at[1200];
+    if (c->cfg->device != TSR_DEVICE_CPU) return 0;
+    tsr_error("%s%s = \"%s\" with device = \"cpu\": the CPU is the fp32 oracle and trains in fp32 "
+              "only; %s needs device = \"cuda\" (or set %s = \"%s\")",
+              where(c, key, at, sizeof at), key, value, key, key, off);
+    c->errors++;
+    return 1;
+}
+
+/* precision.fp8 (docs/cuda.md "FP8") and model.activation_compression: a GPU's, never the
+ * CPU's; what is not built yet refused */
 static void validate_fp8(load_ctx *c) {
     const tsr_config *g = c->cfg;
     char at[1200];
+    if (g->model.activation_compression == TSR_ACTCOMP_FP8)
+        refuse_on_cpu(c, "model.activation_compression", "fp8", "none");
     if (g->precision.fp8 == TSR_FP8_NONE) return;
     const char *mode = g->precision.fp8 == TSR_FP8_ROWWISE ? "rowwise" : "tensorwise";
-    if (g->device == TSR_DEVICE_CPU) {
-        tsr_error("%sprecision.fp8 = \"%s\" with device = \"cpu\": the CPU is the fp32 oracle "
-                  "and trains in fp32 only; FP8 needs device = \"cuda\" (or set precision.fp8 = "
-                  "\"none\")", where(c, "precision.fp8", at, sizeof at), mode);
-        c->errors++;
-    } else if (g->precision.fp8 == TSR_FP8_ROWWISE) {
+    if (refuse_on_cpu(c, "precision.fp8", mode, "none")) return;
+    if (g->precision.fp8 == TSR_FP8_ROWWISE) {
         tsr_error("%sprecision.fp8 = \"rowwise\" is not built yet (docs/cuda.md \"FP8\"): use "
                   "\"tensorwise\" or \"none\"", where(c, "precision.fp8", at, sizeof at));
         c->errors++;
     }
 }
 
+/* Options that need another key: evaluations, the document mask, activation checkpointing. */
 static void validate_options(load_ctx *c) {
     const tsr_config *g = c->cfg;
     const tsr_model_config *m = &g->model;

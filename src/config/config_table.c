@@ -38,6 +38,8 @@ static const char *const mask_names[] = {"causal", "document"};
 _Static_assert(NELEM(mask_names) == TSR_MASK_COUNT, "mask_names vs tsr_attn_mask_kind");
 static const char *const actckpt_names[] = {"none", "block", "attention", "mlp"};
 _Static_assert(NELEM(actckpt_names) == TSR_ACTCKPT_COUNT, "actckpt_names vs tsr_actckpt_kind");
+static const char *const actcomp_names[] = {"none", "fp8"};
+_Static_assert(NELEM(actcomp_names) == TSR_ACTCOMP_COUNT, "actcomp_names vs tsr_actcomp_kind");
 static const char *const sched_names[] = {"cosine", "linear", "constant", "wsd"};
 static const char *const optim_names[] = {"adamw", "muon"};
 _Static_assert(NELEM(optim_names) == TSR_OPTIM_COUNT, "optim_names vs tsr_optim_kind");
@@ -83,6 +85,7 @@ _Static_assert(NELEM(dur_units) == TSR_DUR_COUNT, "dur_units vs tsr_dur_unit");
 _Static_assert(sizeof(tsr_device_kind) == sizeof(int) && sizeof(tsr_pos_kind) == sizeof(int) &&
                    sizeof(tsr_attn_mask_kind) == sizeof(int) &&
                    sizeof(tsr_actckpt_kind) == sizeof(int) &&
+                   sizeof(tsr_actcomp_kind) == sizeof(int) &&
                    sizeof(tsr_sched_kind) == sizeof(int) && sizeof(tsr_sharding_kind) == sizeof(int) &&
                    sizeof(tsr_optim_kind) == sizeof(int) && sizeof(tsr_muon_scale) == sizeof(int) &&
                    sizeof(tsr_guard_method) == sizeof(int) && sizeof(tsr_guard_action) == sizeof(int) &&
@@ -286,6 +289,15 @@ const cfgtab_key cfgtab_keys[] = {
      .doc = "With activation_checkpointing other than `none`: `\"A-B\"` checkpoints layers A to B "
             "(0-based, inclusive) instead of the first N, e.g. the middle of a deep model; `\"\"` "
             "= use activation_checkpointing_layers."},
+    {.name = "model.activation_compression", .type = CFGK_ENUM,
+     FIELD(model.activation_compression), .def = "none", ENUM(actcomp_names),
+     .doc = "How a decoder layer keeps its linear layers' inputs (ln1, the attention output, ln2, "
+            "the MLP's hidden layer after GELU / SwiGLU) and the hidden layer before it for the "
+            "backward: `none` as "
+            "computed; `fp8` in E4M3 with a per-tensor fp32 scale, dequantised to bf16 for the "
+            "backward (the backward's GEMMs stay bf16). Needs device = `cuda`; the MoE experts' "
+            "activations stay bf16. `--plan` shows the bytes a layer keeps with and without "
+            "(docs/cuda.md \"Compressed activations\")."},
 
     {.name = "optim.lr", .type = CFGK_FLOAT, FIELD(optim.lr), .example = "6e-4", .lo = 0,
      .lo_open = 1, NO_MAX, .doc = "Peak learning rate (AdamW), reached at the end of warmup."},

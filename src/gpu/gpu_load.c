@@ -85,6 +85,9 @@ int gpu_train_switches(const gpu_train_ctx *c) { return A()->switches(c); }
 int gpu_train_init(gpu_train_ctx *c) { return A()->init(c); }
 size_t gpu_train_plan_bytes(const gpu_train_ctx *c) { return A()->plan_bytes(c); }
 size_t gpu_train_muon_bytes(const gpu_train_ctx *c) { return A()->muon_bytes(c); }
+size_t gpu_train_layer_bytes(const gpu_train_ctx *c, int B, int fp8) {
+    return A()->layer_bytes(c, B, fp8);
+}
 int gpu_train_acts_B(const gpu_train_ctx *c) { return A()->acts_B(c); }
 int gpu_train_try_acts(gpu_train_ctx *c, int B) { return A()->try_acts(c, B); }
 void gpu_train_free_acts(gpu_train_ctx *c) { A()->free_acts(c); }

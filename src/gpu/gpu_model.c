@@ -245,6 +245,24 @@ static int gathered_fp8(const tsr_backend *be, const void *w, const tsr_fp8 **qw
 
 /* precision.fp8 = "tensorwise": cuBLASLt's FP8 GEMM where its shape rules allow (IC and OC
  * multiples of 16), else the bf16 product */
+/* model.activation_compression = "fp8": a saved bf16 tensor to E4M3 with its tensorwise scale
+ * (the FP8 forward's casts), and back into bf16 for the backward; the profile's shape is the
+ * element count (capped at INT_MAX) */
+static int prof_count(size_t n) { return n > INT_MAX ? INT_MAX : (int)n; }
+
+static void c_act_compress(const tsr_backend *be, void *q, float *sc, const void *x, size_t n) {
+    PROF(be, "act_compress", prof_count(n), 1, 1, {
+        tcu_amax_bf16(sc, x, n, STREAM(be));
+        tcu_fp8_quantize(q, sc + 1, x, sc, n, TCU_FP8_E4M3, STREAM(be));
+    });
+}
+
+static void c_act_decompress(const tsr_backend *be, void *x, const void *q, const float *sc,
+                             size_t n) {
+    PROF(be, "act_decompress", prof_count(n), 1, 1,
+         tcu_fp8_dequantize(x, q, sc + 1, n, TCU_FP8_E4M3, STREAM(be)));
+}
+
 static void c_matmul_forward_fp8(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,
                                  const void *w, const void *bias, int N, int IC, int OC,
                                  tsr_gelu_kind gelu) {
@@ -454,6 +472,8 @@ static tsr_backend cuda_backend(tcu_stream s) {
         .lora_forward = c_lora_forward,
         .lora_backward = c_lora_backward,
         .matmul_forward = c_matmul_forward,
+        .act_compress = c_act_compress,
+        .act_decompress = c_act_decompress,
         .matrows_forward = c_matrows_forward,
         .matmul_backward = c_matmul_backward,
         .matmul_backward_gelu = dgelu_fusion() ? c_matmul_backward_gelu : NULL,
@@ -482,6 +502,11 @@ static tsr_backend cuda_backend(tcu_stream s) {
 size_t gpu_model_acts_bytes(const tsr_model *m, int B, int T) {
     const tsr_backend be = cuda_backend(NULL);
     return dec_acts_bytes(m, &be, B, T);
+}
+
+size_t gpu_model_layer_acts_bytes(const tsr_model *m, int B, int T, int fp8) {
+    const tsr_backend be = cuda_backend(NULL);
+    return dec_layer_acts_bytes(m, &be, B, T, fp8);
 }
 
 size_t gpu_model_lora_scratch_bytes(const tsr_lora *lo, int N) {

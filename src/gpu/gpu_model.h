@@ -72,6 +72,9 @@ typedef struct tsr_gpu_model {
 size_t gpu_model_state_bytes(const tsr_model *m, gpu_state state);
 /* Device bytes of the activations for B x T (what gpu_model_try_alloc_acts allocates). */
 size_t gpu_model_acts_bytes(const tsr_model *m, int B, int T);
+/* Of those, one decoder layer's saved activations (dec_layer_acts_bytes), compressed (fp8 1) or
+ * not. */
+size_t gpu_model_layer_acts_bytes(const tsr_model *m, int B, int T, int fp8);
 /* dst (n) = src rounded to bf16 on the host, nearest even, as tcu_f32_to_bf16 rounds finite
  * values (a frozen base is uploaded so: no fp32 copy on the device) */
 void gpu_model_round_bf16(tsr_bf16 *dst, const float *src, size_t n);

@@ -762,6 +762,9 @@ static int lib_try_acts(gpu_train_ctx *c, int B) {
 }
 
 static size_t lib_acts_bytes(const gpu_train_ctx *c, int B) { return acts_bytes(c, B); }
+static size_t lib_layer_bytes(const gpu_train_ctx *c, int B, int fp8) {
+    return gpu_model_layer_acts_bytes(c->model, B, c->T, fp8);
+}
 
 static void unit_ready(void *ctx, int u) {
     struct tsr_gpu_train *gt = ctx;
@@ -1175,6 +1178,7 @@ const gpu_train_api tsr_gpu_train_api = {
     .try_acts = lib_try_acts,
     .free_acts = lib_free_acts,
     .acts_bytes = lib_acts_bytes,
+    .layer_bytes = lib_layer_bytes,
     .compute = lib_compute,
     .grad_sumsq = lib_grad_sumsq,
     .update = lib_update,

@@ -42,6 +42,7 @@ typedef struct gpu_train_api {
     int (*try_acts)(gpu_train_ctx *c, int B);
     void (*free_acts)(gpu_train_ctx *c);
     size_t (*acts_bytes)(const gpu_train_ctx *c, int B);
+    size_t (*layer_bytes)(const gpu_train_ctx *c, int B, int fp8);
     double (*compute)(gpu_train_ctx *c, float scale);
     double (*grad_sumsq)(gpu_train_ctx *c);
     void (*update)(gpu_train_ctx *c, double lr, float gscale, int step);
@@ -86,6 +87,9 @@ int gpu_train_acts_B(const gpu_train_ctx *c);
 int gpu_train_try_acts(gpu_train_ctx *c, int B);
 void gpu_train_free_acts(gpu_train_ctx *c);
 size_t gpu_train_acts_bytes(const gpu_train_ctx *c, int B);
+/* Of those, one decoder layer's saved activations with model.activation_compression = "fp8"
+ * (fp8 1) or "none" (0) (gpu_model_layer_acts_bytes). */
+size_t gpu_train_layer_bytes(const gpu_train_ctx *c, int B, int fp8);
 /* A step's forward and backward over this rank's batch (c->inputs, c->targets) in microbatches
  * of c->micro, gradients scaled by scale and summed over the ranks. Returns this rank's loss
  * sum. */

@@ -89,6 +89,52 @@ static strides strides_of(const tsr_model *m, const tsr_backend *be, int B, int 
                      .stats = E ? layer_stride(2, f, al) : 0};
 }
 
+/* model.activation_compression = "fp8" (docs/cuda.md "Compressed activations"): the saved
+ * tensors a layer keeps as E4M3 (the linear layers' inputs and the MLP's hidden layer), each with
+ * its one-layer working copy (bf), its E4M3 stack (q) and its activation checkpointing group */
+#define NCOMP 5
+static const struct { tsr_act_id bf, q; tsr_act_group g; } comp[NCOMP] = {
+    {TSR_A_LN1, TSR_A_Q_LN1, TSR_AG_LN1},   {TSR_A_ATTY, TSR_A_Q_ATTY, TSR_AG_ATTN},
+    {TSR_A_LN2, TSR_A_Q_LN2, TSR_AG_RES2},  {TSR_A_FCH, TSR_A_Q_FCH, TSR_AG_MLP},
+    {TSR_A_FCHG, TSR_A_Q_FCHG, TSR_AG_MLP},
+};
+
+/* on where the backend has the casts (the CUDA backend; a host model of a CUDA run, e.g. its
+ * sampler, keeps its fp32 activations as computed) */
+static int comp_on(const tsr_model *m, const tsr_backend *be) {
+    return m->cfg.activation_compression == TSR_ACTCOMP_FP8 && be->act_compress;
+}
+
+/* comp[i]'s elements per position */
+static size_t comp_width(const tsr_model *m, int i) {
+    const int w[NCOMP] = {m->C, m->QD, m->C, m->FW, m->F};
+    return (size_t)w[i];
+}
+
+/* layers of a compressed tensor's E4M3 stack: those that keep group g */
+static size_t comp_layers(const tsr_model *m, tsr_act_group g) {
+    return (size_t)(m->L - (model_act_group_dropped(m, g) ? m->n_ckpt : 0));
+}
+
+/* layer l's slot of a compressed tensor's E4M3 stack, -1 when l recomputes group g instead */
+static long comp_slot(const tsr_model *m, tsr_act_group g, int l) {
+    if (!model_act_group_dropped(m, g)) return l;
+    return model_ckpt_layer(m, l) ? -1 : (long)model_act_group_slot(m, g, l) - 1;
+}
+
+/* the compressed plan: each working copy one layer of its stack's, each E4M3 stack (bytes) over
+ * the layers that keep the group, the scales (L, NCOMP, 4) fp32 */
+static void comp_plan(const tsr_model *m, const tsr_backend *be, size_t N, size_t b[TSR_A_COUNT]) {
+    const size_t e = tsr_dtype_size(be->act), al = be->align;
+    for (int i = 0; i < NCOMP; i++) {
+        const size_t n = N * comp_width(m, i);
+        if (!b[comp[i].bf]) continue;
+        b[comp[i].bf] = e * layer_stride(n, e, al);
+        b[comp[i].q] = comp_layers(m, comp[i].g) * layer_stride(n, 1, al);
+    }
+    b[TSR_A_Q_SCALES] = (size_t)m->L * NCOMP * 4 * sizeof(float);
+}
+
 /* tsr_acts' named view lies over buf[] in tsr_act_id order (model.h) */
 #define NAMED_AT(field, id) (offsetof(tsr_acts, field) == offsetof(tsr_acts, buf) + (id) * sizeof(void *))
 _Static_assert(NAMED_AT(encoded, TSR_A_ENCODED) && NAMED_AT(att, TSR_A_ATT) &&
@@ -169,6 +215,7 @@ static void act_plan(const tsr_model *m, const tsr_backend *be, int B, int Tw,
         [TSR_A_MOE_DSHG] = sh ? e * N * S : 0,
     };
     memcpy(bytes, b, sizeof b);
+    if (comp_on(m, be)) comp_plan(m, be, N, bytes);
     if (cp)
         ring_act_plan(be, m->cpN, B, Tw, m->NH, m->KVH, m->hs, doc, bytes + TSR_A_RING_KV);
 }
@@ -178,6 +225,27 @@ size_t dec_acts_bytes(const tsr_model *m, const tsr_backend *be, int B, int T) {
     act_plan(m, be, B, T, b);
     for (int i = 0; i < TSR_A_COUNT; i++) sum += (b[i] + be->align - 1) / be->align * be->align;
     return sum;
+}
+
+size_t dec_layer_acts_bytes(const tsr_model *m, const tsr_backend *be, int B, int T, int fp8) {
+    tsr_model one = *m; /* the same model without checkpointing, compressed or not */
+    one.n_ckpt = 0;
+    one.cfg.activation_compression = fp8 ? TSR_ACTCOMP_FP8 : TSR_ACTCOMP_NONE;
+    size_t b[TSR_A_COUNT], sum = 0;
+    act_plan(&one, be, B, T, b);
+    static const tsr_act_id stacked[] = {
+        TSR_A_LN1,       TSR_A_LN1_MEAN,  TSR_A_LN1_RSTD,  TSR_A_QKV,      TSR_A_QKVR,
+        TSR_A_QKN_RSTD,  TSR_A_ATTY,      TSR_A_ATT,       TSR_A_RES2,     TSR_A_LN2,
+        TSR_A_LN2_MEAN,  TSR_A_LN2_RSTD,  TSR_A_FCH,       TSR_A_FCHG,     TSR_A_RES3,
+        TSR_A_MOE_LOGITS, TSR_A_MOE_PROBS, TSR_A_MOE_LSE,  TSR_A_MOE_IDX,  TSR_A_MOE_WTS,
+        TSR_A_MOE_ROWS,  TSR_A_MOE_SLOT,  TSR_A_MOE_XG,    TSR_A_MOE_H,    TSR_A_MOE_HG,
+        TSR_A_MOE_Y,     TSR_A_MOE_SH,    TSR_A_MOE_SHG,   TSR_A_MOE_OFFS, TSR_A_MOE_STATS,
+        TSR_A_Q_LN1,     TSR_A_Q_ATTY,    TSR_A_Q_LN2,     TSR_A_Q_FCH,    TSR_A_Q_FCHG,
+        TSR_A_Q_SCALES};
+    for (size_t i = 0; i < sizeof stacked / sizeof stacked[0]; i++) sum += b[stacked[i]];
+    if (comp_on(&one, be)) /* the working copies: one layer's for the whole model */
+        for (int i = 0; i < NCOMP; i++) sum -= b[comp[i].bf];
+    return sum / (size_t)m->L;
 }
 
 /* layer l's activations: its slot of each group's stack, x its input */
@@ -197,19 +265,20 @@ static dec_layer layer_at(const tsr_model *m, const tsr_backend *be, const tsr_a
     const size_t sa = model_act_group_slot(m, TSR_AG_ATTN, l);
     const size_t s2 = model_act_group_slot(m, TSR_AG_RES2, l);
     const size_t sm = model_act_group_slot(m, TSR_AG_MLP, l);
+    const int cz = !comp_on(m, be); /* 0: the compressed tensors' working copies (slot 0) */
     char *const *p = (char *const *)a->buf;
     /* slot of a stack, NULL for a buffer this model does not have */
 #define AT(id, slot, stride) (p[id] ? (void *)(p[id] + (slot) * (stride) * e) : NULL)
 #define FAT(buf, slot, stride) ((buf) ? (buf) + (slot) * (stride) : NULL)
     return (dec_layer){
         .x = l ? AT(TSR_A_RES3, (size_t)(l - 1), st.nc) : a->buf[TSR_A_ENCODED],
-        .ln1 = AT(TSR_A_LN1, s1, st.nc), .ln1m = FAT(a->ln1_mean, s1, st.n),
+        .ln1 = AT(TSR_A_LN1, cz * s1, st.nc), .ln1m = FAT(a->ln1_mean, s1, st.n),
         .ln1r = a->ln1_rstd + s1 * st.n, .qkv = AT(TSR_A_QKV, sa, st.qkv),
         .qkvr = AT(TSR_A_QKVR, sa, st.qkv), .qknr = FAT(a->qkn_rstd, sa, st.qkn),
-        .atty = AT(TSR_A_ATTY, sa, st.qd), .att = a->att + sa * st.att,
-        .res2 = AT(TSR_A_RES2, s2, st.nc), .ln2 = AT(TSR_A_LN2, s2, st.nc),
+        .atty = AT(TSR_A_ATTY, cz * sa, st.qd), .att = a->att + sa * st.att,
+        .res2 = AT(TSR_A_RES2, s2, st.nc), .ln2 = AT(TSR_A_LN2, cz * s2, st.nc),
         .ln2m = FAT(a->ln2_mean, s2, st.n), .ln2r = a->ln2_rstd + s2 * st.n,
-        .fch = AT(TSR_A_FCH, sm, st.fw), .fchg = AT(TSR_A_FCHG, sm, st.f),
+        .fch = AT(TSR_A_FCH, cz * sm, st.fw), .fchg = AT(TSR_A_FCHG, cz * sm, st.f),
         .res3 = AT(TSR_A_RES3, (size_t)l, st.nc),
         .mlg = AT(TSR_A_MOE_LOGITS, sm, st.ne), .xg = AT(TSR_A_MOE_XG, sm, st.xg),
         .h = AT(TSR_A_MOE_H, sm, st.h), .hg = AT(TSR_A_MOE_HG, sm, st.hg),
@@ -575,6 +644,36 @@ static void layer_steps(const run *r, int l, const dec_layer *v, const void *con
         }
 }
 
+/* model.activation_compression: layer l's compressed tensor i, its working copy (bf), its E4M3
+ * slot (q) and its scales (sc); 0 where the layer keeps none (it recomputes the group, a MoE
+ * layer's dense MLP buffers, a decode step, no compression) */
+static int comp_at(const run *r, int l, int i, void **bf, void **q, float **sc) {
+    const tsr_model *m = r->d->m;
+    const tsr_acts *a = r->d->a;
+    const long slot = r->kv || !comp_on(m, r->d->be) ? -1 : comp_slot(m, comp[i].g, l);
+    if (slot < 0 || !a->buf[comp[i].bf] || (comp[i].g == TSR_AG_MLP && model_moe_layer(m, l)))
+        return 0;
+    const size_t n = (size_t)a->B * (size_t)a->T * comp_width(m, i); /* the allocated stride */
+    *bf = a->buf[comp[i].bf];
+    *q = (char *)a->buf[comp[i].q] + (size_t)slot * layer_stride(n, 1, r->d->be->align);
+    *sc = a->q_scales + ((size_t)l * NCOMP + (size_t)i) * 4;
+    return 1;
+}
+
+/* The compressed tensors layer l keeps: to E4M3 after its forward (save: its last read of them),
+ * or back into the working copies before its backward and its recomputation */
+static void comp_move(const run *r, int l, int save) {
+    const tsr_backend *be = r->d->be;
+    void *bf, *q;
+    float *sc;
+    for (int i = 0; i < NCOMP; i++) {
+        if (!comp_at(r, l, i, &bf, &q, &sc)) continue;
+        const size_t n = (size_t)r->N * comp_width(r->d->m, i);
+        if (save) be->act_compress(be, q, sc, bf, n);
+        else be->act_decompress(be, bf, q, sc, n);
+    }
+}
+
 /* Every layer's forward after the embedding (in x of layer 0), ending in the final LayerNorm.
  * A checkpointed layer writes its dropped groups to slot 0, which the next one overwrites. */
 static void layers_forward(const run *r, const dec_unit *root) {
@@ -594,6 +693,7 @@ static void layers_forward(const run *r, const dec_unit *root) {
                    F, C);
             lora_fwd(r, l, TSR_LORA_DOWN, r->scratch, v.fchg);
         }
+        comp_move(r, l, 1); /* before the next layer's ln1 takes the working copy */
         /* the residual add fused with the next LayerNorm: layer l+1's LN1, or the final one
          * (the next unit is asked for only now: this layer's weights are all used or queued) */
         const int last = l + 1 == L;
@@ -691,6 +791,7 @@ static void layer_backward(const run *r, int l, const dec_unit *u) {
     const void *const *w = u->w;
     float *const *g = u->g;
     dec_layer v = run_layer(r, l);
+    comp_move(r, l, 0);
     if (model_ckpt_layer(m, l)) { /* recompute what the layer did not keep, into slot 0 */
         tsr_actckpt_kind k = m->cfg.activation_checkpointing;
         layer_steps(r, l, &v, w, rerun[k].first, rerun[k].last);

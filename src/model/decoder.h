@@ -54,6 +54,11 @@ void dec_unit_offsets(const tsr_model *m, int u, size_t off[TSR_P_COUNT]);
 /* The activation plan: bytes of activations for B x T on be (each buffer rounded up to be->align),
  * allocation (0, or -1 with nothing left allocated), release (a->B = 0 after). */
 size_t dec_acts_bytes(const tsr_model *m, const tsr_backend *be, int B, int T);
+/* Of those, the bytes one decoder layer keeps from its forward to its backward (without
+ * activation checkpointing), with model.activation_compression = "fp8" (fp8 1) or "none" (0),
+ * whatever m's: the stacks' per-layer share (--plan's line; docs/cuda.md "Compressed
+ * activations"). */
+size_t dec_layer_acts_bytes(const tsr_model *m, const tsr_backend *be, int B, int T, int fp8);
 int dec_try_alloc_acts(const tsr_model *m, const tsr_backend *be, tsr_acts *a, int B, int T);
 /* Exits with TSR_EXIT_USAGE naming the key when the model needs an entry be does not have (the
  * Llama-style blocks on a backend without them). dec_try_alloc_acts calls it. */

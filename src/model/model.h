@@ -89,6 +89,7 @@ typedef enum {
     TSR_A_MOE_SH, TSR_A_MOE_SHG, TSR_A_MOE_OFFS, TSR_A_MOE_STATS, TSR_A_MOE_SHOUT,
     TSR_A_MOE_DXY, TSR_A_MOE_DH, TSR_A_MOE_DHG, TSR_A_MOE_DWTS, TSR_A_MOE_DLOGITS,
     TSR_A_MOE_DSH, TSR_A_MOE_DSHG,
+    TSR_A_Q_LN1, TSR_A_Q_ATTY, TSR_A_Q_LN2, TSR_A_Q_FCH, TSR_A_Q_FCHG, TSR_A_Q_SCALES,
     TSR_A_RING_KV, TSR_A_RING_ACC, TSR_A_RING_DKV, TSR_A_RING_LO, TSR_A_RING_HI,
     TSR_A_RING_SCRATCH,
     TSR_A_COUNT
@@ -149,6 +150,14 @@ typedef struct tsr_acts {
             /* gradient scratch, reused layer by layer: dy, then dxg (NK,C); dh (NK,2FE);
              * dhg (NK,FE); dwts (N,K) fp32; dlogits (N,E); dsh (N,2S); dshg (N,S) */
             float *moe_dxy, *moe_dh, *moe_dhg, *moe_dwts, *moe_dlogits, *moe_dsh, *moe_dshg;
+            /* model.activation_compression = "fp8" (NULL without; decoder.c's comp table):
+             * ln1, atty, ln2, fch, fch_gelu kept as E4M3 bytes, stacked (Lq, ...) over the
+             * layers that keep their group (Lq = L, or L - Lc under activation checkpointing
+             * for a group the mode recomputes); then ln1 .. fch_gelu above are one layer each,
+             * the working copy the forward writes and the backward dequantises into; their
+             * scales (L, 5, 4) fp32: amax, scale_inv */
+            void *q_ln1, *q_atty, *q_ln2, *q_fch, *q_fchg;
+            float *q_scales;
             /* context parallelism (model_ring.h; NULL without; Tl = T/N the local positions,
              * KVW = 2 KVH hs): two key/value blocks (2,B,Tl,KVW) act, the one held and the one
              * arriving; the output's, then the gradients', fp32 sums (B,Tl,QKV); three key/value

@@ -72,10 +72,33 @@ int train_gpu_switches(const tsr_trainer *t) {
     return gpu_train_switches(&c);
 }
 
+/* the bytes a decoder layer keeps for its backward, with and without compression (docs/cuda.md
+ * "Compressed activations") */
+static void plan_layer_acts(const tsr_trainer *t, const gpu_train_ctx *c) {
+    const double plain = (double)gpu_train_layer_bytes(c, t->micro, 0);
+    const double fp8 = (double)gpu_train_layer_bytes(c, t->micro, 1);
+    char a[32], b[32];
+    metrics_human_bytes(a, sizeof a, plain);
+    metrics_human_bytes(b, sizeof b, fp8);
+    printf("activations kept per decoder layer (microbatch of %d x %d): %s as computed, %s with "
+           "model.activation_compression = \"fp8\" (%.1f%% less); this run: %s\n", t->micro,
+           t->T, a, b, plain > 0 ? 100.0 * (plain - fp8) / plain : 0.0,
+           t->cfg.model.activation_compression == TSR_ACTCOMP_FP8 ? "fp8" : "none");
+}
+
+static void plan_memory(const tsr_trainer *t, const gpu_train_ctx *c0);
+
 void train_gpu_print_plan(const tsr_trainer *t) {
     if (t->dist.rank != 0) return;
     gpu_train_ctx c;
     fill(&c, t);
+    plan_memory(t, &c);
+    plan_layer_acts(t, &c);
+}
+
+/* the device memory line */
+static void plan_memory(const tsr_trainer *t, const gpu_train_ctx *c0) {
+    gpu_train_ctx c = *c0;
     size_t fixed = gpu_train_plan_bytes(&c), acts = gpu_train_acts_bytes(&c, t->micro);
     char a[32], tot[32], st[32];
     metrics_human_bytes(a, sizeof a, (double)acts);
@@ -99,9 +122,9 @@ void train_gpu_print_plan(const tsr_trainer *t) {
     if (t->mesh.N > 1)
         snprintf(share, sizeof share, " (this rank's %d positions of each)", t->T / t->mesh.N);
     /* precision.fp8: its operands' scratch is in the activations (what the key adds to them) */
-    gpu_train_ctx c0 = c;
-    c0.fp8 = TSR_FP8_NONE;
-    const size_t f8 = acts - gpu_train_acts_bytes(&c0, t->micro);
+    gpu_train_ctx no_fp8 = c;
+    no_fp8.fp8 = TSR_FP8_NONE;
+    const size_t f8 = acts - gpu_train_acts_bytes(&no_fp8, t->micro);
     char f8s[32];
     metrics_human_bytes(f8s, sizeof f8s, (double)f8);
     if (f8) snprintf(share + strlen(share), sizeof share - strlen(share), ", FP8 operands' scratch %s (%zu B) in them", f8s, f8);

@@ -103,3 +103,13 @@ emulator_half_end() {
     ((ran == _emu_n)) ||
         tap_check 1 "emulator_half $_emu_n: the half ran $ran checks; with TSR_TEST_EMULATOR=0 it would skip $_emu_n"
 }
+
+# device_acts FILE: the device plan's activations figure (a start's or --plan's), in bytes
+device_acts() {
+    "$PY3" - "$1" <<'PY'
+import re, sys
+m = re.search(r"^device memory per rank.*activations ([0-9.]+) (B|KiB|MiB|GiB) per microbatch",
+              open(sys.argv[1]).read(), re.M)
+print(int(float(m.group(1)) * 1024 ** ["B", "KiB", "MiB", "GiB"].index(m.group(2))) if m else -1)
+PY
+}

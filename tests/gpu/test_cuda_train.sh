@@ -114,15 +114,6 @@ print(f"val loss {w:.1e} at steps {sorted(b)}")
 sys.exit(0 if a and sorted(a) == sorted(b) and w <= float(sys.argv[3]) else 1)
 PY
 }
-# device_acts FILE: the device plan's activations figure, in bytes
-device_acts() {
-    "$PY3" - "$1" <<'PY'
-import re, sys
-m = re.search(r"^device memory per rank.*activations ([0-9.]+) (B|KiB|MiB|GiB) per microbatch",
-              open(sys.argv[1]).read(), re.M)
-print(int(float(m.group(1)) * 1024 ** ["B", "KiB", "MiB", "GiB"].index(m.group(2))) if m else -1)
-PY
-}
 TESSERA_CUDA_LIB=$TMP/nowhere.so run "$TRAIN" 1 nolib --set device=cuda
 rc=$?
 ((rc == 1)) && grep -q "cannot load $TMP/nowhere.so" "$TMP/nolib.txt"

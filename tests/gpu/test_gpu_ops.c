@@ -2626,7 +2626,7 @@ static void test_matmul_rows(const mmr_cfg *m) {
 /* bias: 0 none, 1 a 16-byte aligned one (the BIAS epilogue), 2 one 2 bytes off (not 16-byte
  * aligned: tcu_fp8_gemm_plan leaves it out of the epilogue, a kernel adds it after the GEMM) */
 typedef struct { int N, IC, OC, bias; } fp8_cfg;
-#define FP8_CHECKS 6
+#define FP8_CHECKS 7
 static const fp8_cfg FP8[] = {{37, 64, 48, 1}, {128, 256, 96, 0}, {24, 32, 16, 2}};
 
 /* U(-1,1) times 2^U(-12,0): after current scaling some land among E4M3's subnormals */
@@ -2657,8 +2657,29 @@ static double fp8_err(float x, float sinv) {
  *  - vs the fp64 product of the unquantised inputs: within the quantisation's own bound,
  *    sum_k (ex |w| + |x| ew + ex ew) with e = fp8_err, plus the same GEMM tolerance;
  *  - tcu_matmul_forward_fp8 (amax, casts, GEMM) == those steps, bit for bit;
+ *  - tcu_fp8_dequantize (model.activation_compression's read back) == tcu_fp8.h's
+ *    tcu_fp8_dequantize_one rounded to bf16 on the host, bit for bit, and within E4M3's half
+ *    step of the unquantised input;
  *  - a NaN in the input makes every output NaN (the scale's inverse is NaN: the loss shows it). */
 static int g_sm; /* the device's compute capability (major * 10 + minor) */
+
+/* tcu_fp8_dequantize of x's codes qx (d_qx, scale_inv d_sx on the device; sxi on the host): the
+ * host definition's bits, and each value within E4M3's rounding of x (fp8_err) plus bf16's */
+static void test_fp8_dequantize(const char *tag, const float *x, const unsigned char *qx,
+                                const tsr_fp8 *d_qx, const float *d_sx, float sxi, size_t n) {
+    tsr_bf16 *d_xd = d16(n);
+    poison(d_xd, n * 2);
+    tcu_fp8_dequantize(d_xd, d_qx, d_sx, n, TCU_FP8_E4M3, g_s);
+    float *xd = get_bf16(d_xd, n);
+    size_t bad = 0, far = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float want = rbf16(tcu_fp8_dequantize_one(qx[i], sxi, TCU_FP8_E4M3));
+        bad += memcmp(&xd[i], &want, sizeof want) != 0;
+        far += fabs((double)xd[i] - x[i]) > fp8_err(x[i], sxi) + 0x1p-8 * fabs((double)x[i]);
+    }
+    tap_ok(bad == 0 && far == 0, "%s: tcu_fp8_dequantize == tcu_fp8.h's definition rounded to "
+           "bf16, bit for bit (%zu differ), each within E4M3's step of x (%zu not)", tag, bad, far);
+}
 
 static void test_fp8(const fp8_cfg *c) {
     const int N = c->N, IC = c->IC, OC = c->OC;
@@ -2703,6 +2724,7 @@ static void test_fp8(const fp8_cfg *c) {
     tap_ok(bad == 0 && f[2] == sxi && f[3] == swi, "%s: tcu_fp8_quantize's codes and inverse scales "
            "are tcu_fp8.h's, bit for bit (%zu codes differ; scale_inv %g %g, want %g %g)", tag, bad,
            f[2], f[3], sxi, swi);
+    test_fp8_dequantize(tag, x, qx, d_qx, d_sx, sxi, nx);
     float *refq = hf(no), *magq = hf(no), *ref = hf(no), *bound = hf(no);
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) {
