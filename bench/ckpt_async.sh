@@ -52,7 +52,8 @@ if [[ ${THROTTLE:-1} != 0 && $(id -u) == 0 && -w /sys/fs/cgroup/blkio && -n $maj
     CG=/sys/fs/cgroup/blkio/tessera-ckasync-$$
     mkdir "$CG" && echo "$majmin $((THROTTLE_MBS * 1000000))" >"$CG/blkio.throttle.write_bps_device" || CG=""
 fi
-[[ -n $CG ]] || echo "note: no blkio cgroup here (root and cgroup v1 blkio needed): the throttled runs are skipped"
+[[ -n $CG || ${THROTTLE:-1} == 0 ]] ||
+    echo "note: no blkio cgroup here (root and cgroup v1 blkio needed): the throttled runs are skipped"
 
 variant_args() { # VARIANT: its settings
     case $1 in
@@ -60,14 +61,14 @@ variant_args() { # VARIANT: its settings
         *) echo --set save_async=true --set save_async_copy="$1" ;;
     esac
 }
-args_of() { # RECIPE: the run's settings
+args_of() { # RECIPE: the run's settings (device = cpu: qwen2.5-0.5b's recipe names cuda)
     local extra=()
     [[ $1 == gpt2-124m || $1 == tiny ]] || extra=(--set parallel.sharding=zero3)
     echo --config "configs/$1.cfg" --set data.train="$DIR/data/train" --set data.val= \
          --set data.tokenizer= --set sample.tokens=0 --set seq_len="$SEQ" --set global_batch=2 \
          --set micro_batch=1 --set max_duration="${STEPS}ba" --set save_interval="${EVERY}ba" \
          --set save_final=false --set eval_interval=0ba --set keep_last=2 --set threads=1 \
-         --set watchdog.window=0 "${extra[@]}"
+         --set watchdog.window=0 --set device=cpu "${extra[@]}"
 }
 # run NAME THROTTLED ARGS...: one training run into $DIR/NAME
 run() {
@@ -139,7 +140,11 @@ for r in "${recipes[@]}"; do
             name=$r-$v
             ((throttled == 0)) || name+=-${THROTTLE_MBS}MBs
             read -ra va <<<"$(variant_args "$v")"
-            run "$name" "$throttled" "${a[@]}" "${va[@]}"
+            if ! run "$name" "$throttled" "${a[@]}" "${va[@]}"; then
+                echo "$name: the run failed; the end of its log:"
+                tail -n 15 "$DIR/$name.txt"
+                exit 1
+            fi
             summary "$name"
             saves_of "$name"
         done

@@ -14,7 +14,9 @@
  *     CK_SLOTS pieces in flight per rank (one I/O thread per bounce buffer: 64 MiB per rank while
  *     a save or load runs); the CRC32C of a piece is computed in the same pass as its copy
  *     between the tensor and the bounce buffer (so the rank's own thread does copy + CRC while
- *     its I/O threads wait for the disk);
+ *     its I/O threads wait for the disk); a write whose memory is itself 4 KiB-aligned goes
+ *     straight from it, with no bounce copy (the asynchronous save's snapshot places its slices
+ *     so, and passes the CRCs it computed in that copy: ck_xfer);
  *   - the at most two partial blocks at the ends of a slice (shared with the neighbouring rank's
  *     slice or with HDF5 metadata) go through HDF5 and MPI-IO, so no block is written two ways;
  *     the asynchronous save's writer thread, which may call neither HDF5 (not thread-safe) nor

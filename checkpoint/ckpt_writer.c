@@ -9,8 +9,10 @@
  * the caller after ck_writer_wait; the caller agrees on it with the other ranks (ckpt.c).
  *
  * With a stage (an asynchronous save's snapshot buffer), the writer first copies the slices into
- * it: the caller's state is read while the caller goes on (the next step's forward and backward
- * only read it), and ck_writer_wait_copied lets the caller wait for the copy before it changes
+ * it, each where its whole blocks can go to the disk with O_DIRECT straight from the stage, its
+ * CRC32C computed in the same pass (one pass over the state, no bounce copy after it): the
+ * caller's state is read while the caller goes on (the next step's forward and backward only
+ * read it), and ck_writer_wait_copied lets the caller wait for the copy before it changes
  * the state (the next update).
  *
  * Test-only faults (TSR_CKPT_FAULT, ck_fault): "abort-after:K" makes rank 0 abort() right after
