@@ -512,23 +512,6 @@ static int prepare(ckpt_pending *p, const char *run_dir, const ckpt_meta *meta,
     return 0;
 }
 
-/* The floats a stage must hold for p's slices: those inside it stay where they are, the others
- * follow the last of them (ck_writer's copy_to_stage). */
-static size_t stage_need(const ckpt_pending *p, const float *stage, size_t cap) {
-    size_t at = 0, copy = 0;
-    for (int i = 0; i < p->n; i++) {
-        const ckpt_tensor *t = &p->tensors[i];
-        const size_t len = t->hi - t->lo;
-        if (len && stage && t->data >= stage && t->data < stage + cap) {
-            const size_t end = (size_t)(t->data - stage) + len;
-            at = end > at ? end : at;
-        } else {
-            copy += len;
-        }
-    }
-    return at + copy;
-}
-
 int ckpt_save_start(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *tensors, int n,
                     int keep_last, int async, float *stage, size_t stage_floats,
                     ckpt_pending **out) {
@@ -539,7 +522,8 @@ int ckpt_save_start(const char *run_dir, const ckpt_meta *meta, const ckpt_tenso
     ckpt_pending *p = pending_new(run_dir, meta, tensors, n, keep_last, async);
     p->t0 = t0;
     if (async && stage) {
-        const size_t need = stage_need(p, stage, stage_floats);
+        size_t copy;
+        const size_t need = ck_stage_used(p, stage, stage_floats, &copy) + copy;
         if (need > stage_floats)
             tsr_die(TSR_EXIT_INTERNAL, "ckpt_save_start: the stage holds %zu floats, this rank's "
                     "slices need %zu", stage_floats, need);
@@ -592,9 +576,11 @@ static int close_and_commit(ckpt_pending *p, char *why, size_t cap) {
 
 int ckpt_save_finish(ckpt_pending *p, char *path_out, size_t path_cap, ckpt_stats *stats) {
     const double t1 = tsr_now(), waited = ck_writer_wait(p);
-    /* the slowest rank's writer, the longest wait, the most CPU a writer used */
-    double most[3] = {p->w.seconds, waited, p->w.cpu};
-    dist_allreduce_max_f64(most, 3);
+    /* the slowest rank's writer, the longest wait, the most CPU a writer used (and of each of
+     * its phases, its I/O threads', the bytes it bounced) */
+    double most[8] = {p->w.seconds, waited, p->w.cpu, p->w.cpu_copy, p->w.cpu_slices,
+                      p->w.cpu_fsync, p->w.cpu_io, (double)p->w.bounced};
+    dist_allreduce_max_f64(most, 8);
     char why[1024];
     int c = close_and_commit(p, why, sizeof why);
     if (c == -1 && p->rank == 0)
@@ -613,6 +599,9 @@ int ckpt_save_finish(ckpt_pending *p, char *path_out, size_t path_cap, ckpt_stat
         stats->write = most[0];
         stats->waited = most[1];
         stats->write_cpu = most[2];
+        stats->write_cpu_copy = most[3], stats->write_cpu_slices = most[4];
+        stats->write_cpu_fsync = most[5], stats->write_cpu_io = most[6];
+        stats->write_bounced = (uint64_t)most[7];
     }
     pending_free(p);
     return c == 1 ? 0 : TSR_EXIT_DATA;

@@ -66,8 +66,14 @@ typedef struct ckpt_stats {
     double blocking;         /* this rank's seconds inside ckpt_save_start and ckpt_save_finish
                                 (a synchronous save: = seconds) */
     double write;            /* the slowest rank's writer: its slices and fsync, seconds */
-    double write_cpu;        /* the most CPU seconds a rank's writer thread used (its copies into
-                                the O_DIRECT buffers, the CRC; not its I/O threads' waits) */
+    double write_cpu;        /* the most CPU seconds a rank's writer thread used (its copies,
+                                the CRC; not its I/O threads'); of it, each the most of any
+                                rank: */
+    double write_cpu_copy;   /* the copy into the snapshot (the stage), with the CRC32C */
+    double write_cpu_slices; /* the slices' transfer: bounce copies, CRCs, pwrite of the ends */
+    double write_cpu_fsync;  /* the fsync */
+    double write_cpu_io;     /* the most CPU seconds a rank's I/O threads used (O_DIRECT) */
+    uint64_t write_bounced;  /* the most bytes a rank copied into O_DIRECT bounce buffers */
     double waited;           /* of blocking, the longest any rank's ckpt_save_finish waited
                                 for its writer to finish */
 } ckpt_stats;
@@ -108,7 +114,12 @@ int ckpt_save(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *ten
  * ckpt_save_wait_copied returns; the stage's until ckpt_save_finish. Without a stage the tensors'
  * data must stay unchanged until ckpt_save_finish. Without async the slices are written before
  * it returns, as ckpt_save does. 0 with *out, or an exit code after reporting (nothing in flight,
- * no .tmp left). Collective. */
+ * no .tmp left). Collective.
+ * A stage with CKPT_STAGE_PAD_FLOATS floats more per tensor than the slices need lets the writer
+ * place each copied slice where its whole blocks go to the disk straight from the stage (O_DIRECT,
+ * no bounce copy: its CRC32C is computed in the copy into the stage); with less, the slices that
+ * do not fit so are packed and go through bounce buffers (the same file either way). */
+#define CKPT_STAGE_PAD_FLOATS 1024u
 typedef struct ckpt_pending ckpt_pending;
 int ckpt_save_start(const char *run_dir, const ckpt_meta *meta, const ckpt_tensor *tensors, int n,
                     int keep_last, int async, float *stage, size_t stage_floats,

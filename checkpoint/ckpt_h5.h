@@ -76,19 +76,36 @@ int ck_select_range(hid_t filespace, int ndim, const int64_t *shape, uint64_t lo
 #define CK_DIRECT_PIECE_BYTES (16u << 20)
 #define CK_DIRECT_ALIGN 4096u
 
+/* What a writing ck_transfer_slices may be told and reports (ckpt_io.c); NULL: nothing. */
+typedef struct ck_xfer {
+    const uint32_t *crc;       /* in: crc[i] is slice i's CRC32C already, where have_crc[i] (the */
+    const char *have_crc;      /* asynchronous save computed it in its copy into the stage): not
+                                * computed again; NULL: every CRC computed on the way */
+    double io_cpu;             /* out: the CPU seconds its I/O threads used */
+    uint64_t bounced;          /* out: the bytes copied into a bounce buffer for O_DIRECT (a piece
+                                * whose memory is not CK_DIRECT_ALIGN-aligned); aligned pieces
+                                * are written straight from memory */
+} ck_xfer;
+
 /* Moves this rank's slices [t[i]->lo, t[i]->hi) of n tensors between memory and their datasets
  * ds[i] in the file `path` that HDF5 has open (writing: memory -> file, else file -> memory),
- * without waiting for any other rank, and computes each slice's CRC32C (slice_crc[i]) on the way.
- * off[i] is the dataset's address in the file (H5Dget_offset; HADDR_UNDEF when unknown); dxpl the
- * transfer properties for what goes through HDF5 (independent). ds NULL (writes only, every off[i]
- * known): what would go through HDF5 goes with pwrite at the datasets' addresses instead, so the
- * call makes no HDF5 and no MPI call and may run on a thread of its own (the asynchronous save,
- * ckpt.c). How: ckpt_io.c. TSR_CKPT_DIRECT=0 in the environment sends every byte the other way
- * (no O_DIRECT). Local. Returns 0, or -1 when a slice could not be moved (slice_ok[i] = 0 for
- * those; *err, when err is not NULL, the errno of the first failed pwrite, 0 when unknown). */
+ * without waiting for any other rank, and computes each slice's CRC32C (slice_crc[i]) on the way
+ * (writes: unless x gives it). off[i] is the dataset's address in the file (H5Dget_offset;
+ * HADDR_UNDEF when unknown); dxpl the transfer properties for what goes through HDF5
+ * (independent). ds NULL (writes only, every off[i] known): what would go through HDF5 goes with
+ * pwrite at the datasets' addresses instead, so the call makes no HDF5 and no MPI call and may run
+ * on a thread of its own (the asynchronous save, ckpt.c). How: ckpt_io.c. TSR_CKPT_DIRECT=0 in
+ * the environment sends every byte the other way (no O_DIRECT). Local. Returns 0, or -1 when a
+ * slice could not be moved (slice_ok[i] = 0 for those; *err, when err is not NULL, the errno of
+ * the first failed pwrite, 0 when unknown). x (may be NULL): ck_xfer. */
 int ck_transfer_slices(const char *path, int writing, int n, const ckpt_tensor *const *t,
                        const hid_t *ds, const haddr_t *off, hid_t dxpl, uint32_t *slice_crc,
-                       int *slice_ok, int *err);
+                       int *slice_ok, int *err, ck_xfer *x);
+
+/* Copies bytes from src to dst and advances crc over them (over dst's bytes when crc_of_dst, the
+ * copy's target, else src's), in steps that stay in the core's cache: one pass over the memory
+ * for both. Returns the CRC. */
+uint32_t ck_copy_crc(void *dst, const void *src, size_t bytes, int crc_of_dst, uint32_t crc);
 
 /* Reads a dataset's shape: its rank into *ndim (fails above 4) and dims into shape. */
 int ck_dataset_shape(hid_t ds, int *ndim, int64_t *shape);

@@ -14,7 +14,9 @@
  *     CK_SLOTS pieces in flight per rank (one I/O thread per bounce buffer: 64 MiB per rank while
  *     a save or load runs); the CRC32C of a piece is computed in the same pass as its copy
  *     between the tensor and the bounce buffer (so the rank's own thread does copy + CRC while
- *     its I/O threads wait for the disk);
+ *     its I/O threads wait for the disk); a write whose memory is itself 4 KiB-aligned goes
+ *     straight from it, with no bounce copy (the asynchronous save's snapshot places its slices
+ *     so, and passes the CRCs it computed in that copy: ck_xfer);
  *   - the at most two partial blocks at the ends of a slice (shared with the neighbouring rank's
  *     slice or with HDF5 metadata) go through HDF5 and MPI-IO, so no block is written two ways;
  *     the asynchronous save's writer thread, which may call neither HDF5 (not thread-safe) nor
@@ -32,11 +34,13 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "ckpt_h5.h"
+#include "common.h"
 #include "crc32c.h"
 
 #define CK_SLOTS 4                  /* bounce buffers = I/O threads = pieces in flight per rank */
@@ -56,6 +60,7 @@ enum { SLOT_IDLE, SLOT_QUEUED, SLOT_DONE };
 
 typedef struct slot {
     char *buf;      /* CK_DIRECT_PIECE_BYTES, CK_DIRECT_ALIGN-aligned */
+    char *src;      /* what it moves: buf, or (a write from aligned memory) the tensor's bytes */
     int state, err;
     int item;       /* the item it holds, -1 none */
     size_t n;
@@ -71,6 +76,7 @@ typedef struct io_pool {
     int queue[CK_SLOTS], qhead, qlen;
     int fd, writing, quit, nthreads;
     pthread_t th[CK_SLOTS];
+    double cpu;     /* the CPU seconds of the threads that have ended (under mu) */
 } io_pool;
 
 /* pwrite/pread of the whole buffer; 0, or -1 (short transfers are continued, errors are not). */
@@ -95,12 +101,13 @@ static void *io_thread(void *arg) {
         p->qhead = (p->qhead + 1) % CK_SLOTS;
         p->qlen--;
         pthread_mutex_unlock(&p->mu);
-        int err = full_io(p->fd, p->writing, s->buf, s->n, s->off) != 0;
+        int err = full_io(p->fd, p->writing, s->src, s->n, s->off) != 0;
         pthread_mutex_lock(&p->mu);
         s->err = err;
         s->state = SLOT_DONE;
         pthread_cond_broadcast(&p->done);
     }
+    p->cpu += tsr_thread_cpu();
     pthread_mutex_unlock(&p->mu);
     return NULL;
 }
@@ -112,7 +119,7 @@ static int pool_start(io_pool *p, int fd, int writing) {
     p->writing = writing;
     for (int k = 0; k < CK_SLOTS; k++) {
         p->s[k].item = -1;
-        p->s[k].buf = aligned_alloc(CK_DIRECT_ALIGN, CK_DIRECT_PIECE_BYTES);
+        p->s[k].buf = p->s[k].src = aligned_alloc(CK_DIRECT_ALIGN, CK_DIRECT_PIECE_BYTES);
         if (!p->s[k].buf) {
             while (k-- > 0) free(p->s[k].buf);
             return -1;
@@ -135,7 +142,7 @@ static int pool_start(io_pool *p, int fd, int writing) {
 static void pool_submit(io_pool *p, int k) {
     slot *s = &p->s[k];
     if (p->nthreads == 0) {
-        s->err = full_io(p->fd, p->writing, s->buf, s->n, s->off) != 0;
+        s->err = full_io(p->fd, p->writing, s->src, s->n, s->off) != 0;
         s->state = SLOT_DONE;
         return;
     }
@@ -206,6 +213,7 @@ static int via_hdf5(hid_t ds, const ckpt_tensor *t, int writing, hid_t dxpl, int
  * datasets' addresses (buffered fd), which calls neither HDF5 nor MPI. */
 typedef struct sink {
     const ckpt_tensor *const *t;
+    ck_xfer *x;  /* the caller's (never NULL here: a zeroed one when it gave none) */
     const hid_t *ds;
     const haddr_t *off;
     hid_t dxpl;
@@ -241,15 +249,35 @@ static int via_sink(sink *k, int writing, int i, uint64_t a, uint64_t b, uint32_
     return via_hdf5(k->ds[i], k->t[i], writing, k->dxpl, k->hint_fd, k->off[i], a, b, crc);
 }
 
-/* Copies between a tensor piece and a bounce buffer, with the piece's CRC, in cache-sized steps. */
-static uint32_t copy_crc(char *dst, const char *src, size_t bytes, int crc_of_dst, uint32_t crc) {
+uint32_t ck_copy_crc(void *dst, const void *src, size_t bytes, int crc_of_dst, uint32_t crc) {
+    char *d = dst;
+    const char *r = src;
     for (size_t s = 0; s < bytes; s += CK_STEP_BYTES) {
         size_t k = bytes - s < CK_STEP_BYTES ? bytes - s : CK_STEP_BYTES;
-        if (!crc_of_dst) crc = tsr_crc32c(crc, src + s, k);
-        memcpy(dst + s, src + s, k);
-        if (crc_of_dst) crc = tsr_crc32c(crc, dst + s, k);
+        if (!crc_of_dst) crc = tsr_crc32c(crc, r + s, k);
+        memcpy(d + s, r + s, k);
+        if (crc_of_dst) crc = tsr_crc32c(crc, d + s, k);
     }
     return crc;
+}
+
+/* The caller gave slice i's CRC (ck_xfer): not computed again */
+static int crc_given(const sink *k, int i) { return k->x->have_crc && k->x->have_crc[i]; }
+
+/* A write's direct piece x (its bytes at mem) into slot s: straight from mem when mem is aligned
+ * (its CRC read from there), else copied into the slot's bounce buffer (its CRC in the copy). */
+static void fill_slot(slot *s, item *x, char *mem, size_t bytes, sink *snk) {
+    const int given = crc_given(snk, x->t);
+    s->src = s->buf;
+    if ((uintptr_t)mem % CK_DIRECT_ALIGN == 0) {
+        s->src = mem;
+        x->crc = given ? 0 : tsr_crc32c(0, mem, bytes);
+    } else if (given) {
+        memcpy(s->buf, mem, bytes);
+    } else {
+        x->crc = ck_copy_crc(s->buf, mem, bytes, 0, 0);
+    }
+    if (s->src == s->buf) snk->x->bounced += bytes;
 }
 
 /* The pieces of this rank's slices, in order; direct ones only where O_DIRECT can serve them. */
@@ -319,7 +347,7 @@ static void direct_pieces(io_pool *pool, item *it, const int *didx, int nd, int 
         if (writing) {
             broken |= settle_write(pool, k, it, snk);
             if (!broken) {
-                x->crc = copy_crc(s->buf, mem, bytes, 0, 0);
+                fill_slot(s, x, mem, bytes, snk);
                 s->item = didx[d], s->err = 0, s->n = bytes;
                 s->off = off[x->t] + x->a * sizeof(float);
                 pool_submit(pool, k);
@@ -331,7 +359,7 @@ static void direct_pieces(io_pool *pool, item *it, const int *didx, int nd, int 
             for (; !broken && queued < nd && queued < d + CK_SLOTS; queued++) {
                 const item *y = &it[didx[queued]];
                 slot *r = &pool->s[queued % CK_SLOTS];
-                r->item = didx[queued], r->err = 0;
+                r->item = didx[queued], r->err = 0, r->src = r->buf;
                 r->n = (size_t)(y->b - y->a) * sizeof(float);
                 r->off = off[y->t] + y->a * sizeof(float);
                 pool_submit(pool, queued % CK_SLOTS);
@@ -340,14 +368,15 @@ static void direct_pieces(io_pool *pool, item *it, const int *didx, int nd, int 
                 pool_wait(pool, k);
                 s->item = -1;
                 if (!s->err) {
-                    x->crc = copy_crc(mem, s->buf, bytes, 1, 0);
+                    x->crc = ck_copy_crc(mem, s->buf, bytes, 1, 0);
                     continue;
                 }
                 broken = 1;
             }
         }
         x->crc = 0;
-        x->ok = via_sink(snk, writing, x->t, x->a, x->b, &x->crc) == 0;
+        x->ok = via_sink(snk, writing, x->t, x->a, x->b,
+                         writing && crc_given(snk, x->t) ? NULL : &x->crc) == 0;
     }
     for (int k = 0; writing && k < CK_SLOTS; k++) settle_write(pool, k, it, snk);
 }
@@ -378,9 +407,12 @@ static int open_fds(const char *path, int writing, sink *snk, io_pool *pool) {
 
 int ck_transfer_slices(const char *path, int writing, int n, const ckpt_tensor *const *t,
                        const hid_t *ds, const haddr_t *off, hid_t dxpl, uint32_t *slice_crc,
-                       int *slice_ok, int *err) {
+                       int *slice_ok, int *err, ck_xfer *x) {
     for (int i = 0; i < n; i++) slice_crc[i] = 0, slice_ok[i] = 1;
-    sink snk = {t, ds, off, dxpl, -1, -1, 0};
+    ck_xfer none = {0};
+    if (!x || !writing) x = &none; /* (reads: nothing to be told) */
+    x->io_cpu = 0, x->bounced = 0;
+    sink snk = {t, x, ds, off, dxpl, -1, -1, 0};
     io_pool pool;
     int dfd = open_fds(path, writing, &snk, &pool);
     int m = 0, nd = 0;
@@ -388,33 +420,38 @@ int ck_transfer_slices(const char *path, int writing, int n, const ckpt_tensor *
     int *didx = it ? malloc(((size_t)m + 1) * sizeof *didx) : NULL;
     if (!didx) { /* out of memory: every slice the other way as a whole */
         for (int i = 0; i < n; i++)
-            slice_ok[i] = via_sink(&snk, writing, i, t[i]->lo, t[i]->hi, &slice_crc[i]) == 0;
+            slice_ok[i] = via_sink(&snk, writing, i, t[i]->lo, t[i]->hi,
+                                   crc_given(&snk, i) ? NULL : &slice_crc[i]) == 0;
         m = 0;
     }
     /* 1. the pieces through HDF5 first (small ones with O_DIRECT: the ends of the slices), so no
      *    small read waits behind the queue of large direct ones */
     for (int j = 0; j < m; j++) {
-        item *x = &it[j];
-        if (x->direct) {
+        item *y = &it[j];
+        if (y->direct) {
             didx[nd++] = j;
             continue;
         }
-        x->ok = via_sink(&snk, writing, x->t, x->a, x->b, &x->crc) == 0;
+        y->ok = via_sink(&snk, writing, y->t, y->a, y->b,
+                         crc_given(&snk, y->t) ? NULL : &y->crc) == 0;
     }
     /* 2. the direct pieces */
     if (nd > 0) direct_pieces(&pool, it, didx, nd, writing, &snk);
     if (dfd >= 0) {
         pool_stop(&pool);
+        x->io_cpu = pool.cpu;
         close(dfd);
     }
     if (snk.hint_fd >= 0) close(snk.hint_fd);
     if (snk.fd >= 0) close(snk.fd);
     /* 3. each slice's CRC from its pieces' */
     for (int j = 0; j < m; j++) {
-        const item *x = &it[j];
-        slice_crc[x->t] = crc32c_combine(slice_crc[x->t], x->crc, (x->b - x->a) * sizeof(float));
-        if (!x->ok) slice_ok[x->t] = 0;
+        const item *y = &it[j];
+        slice_crc[y->t] = crc32c_combine(slice_crc[y->t], y->crc, (y->b - y->a) * sizeof(float));
+        if (!y->ok) slice_ok[y->t] = 0;
     }
+    for (int i = 0; i < n; i++)
+        if (crc_given(&snk, i)) slice_crc[i] = x->crc[i];
     free(didx);
     free(it);
     if (err) *err = snk.err;

@@ -131,7 +131,7 @@ static int load_file(const char *path, const ckpt_peeked *peeked, ckpt_meta *met
     }
     haddr_t *off = tsr_malloc(k * sizeof *off);
     for (int i = 0; i < m; i++) off[i] = H5Dget_offset(ds[i]);
-    if (ok) ck_transfer_slices(path, 0, m, sel, ds, off, dxpl, slice, read_ok, NULL);
+    if (ok) ck_transfer_slices(path, 0, m, sel, ds, off, dxpl, slice, read_ok, NULL, NULL);
     free(off);
     if (ok) ok = ck_tensors_crc(m, sel, slice, read_ok, got, why, cap) == 0;
     for (int i = 0; i < m && ok; i++) {

@@ -33,8 +33,15 @@ typedef struct ck_writer {
     int ok;             /* every slice written and, where needed, fsync'ed */
     char why[1024];     /* when not ok: the tensor, its range, the file and the error */
     double seconds;     /* its wall time */
-    double cpu;         /* its CPU time (the copies into the O_DIRECT buffers and the CRC run on
-                         * it; its I/O threads mostly wait for the disk) */
+    double cpu;         /* its CPU time (the copies and the CRC run on it; its I/O threads
+                         * mostly wait for the disk), = cpu_copy + cpu_slices + cpu_fsync: */
+    double cpu_copy;    /* the copy into the stage (with the CRC32C) */
+    double cpu_slices;  /* ck_transfer_slices: bounce copies, CRCs not known, pwrite of the ends */
+    double cpu_fsync;   /* the checks after it and the fsync */
+    double cpu_io;      /* its I/O threads' CPU time (O_DIRECT writes), not in cpu */
+    uint64_t bounced;   /* bytes copied into bounce buffers (ck_xfer) */
+    uint32_t *crc;      /* while it runs: the slices' CRCs from the copy into the stage, where */
+    char *have_crc;     /* have_crc[i] (ck_xfer); NULL: none */
 } ck_writer;
 
 struct ckpt_pending {
@@ -69,6 +76,10 @@ int ck_fsync_path(const char *path, int dir, char *why, size_t cap);
  * copied into it (ckpt_save_start). Then fsync (every rank when async, ranks other than 0
  * otherwise: rank 0's commit fsyncs). Fills p->st.slice_crc, p->st.ok, p->w. */
 void ck_writer_start(struct ckpt_pending *p);
+/* Of a stage of cap floats (NULL: none) for p's slices: the floats up to the end of those already
+ * inside it, and in *copy the floats of the others (which ck_writer_start copies in after them,
+ * each at a CK_DIRECT_ALIGN-congruent place as far as the floats beyond both allow). Local. */
+size_t ck_stage_used(const struct ckpt_pending *p, const float *stage, size_t cap, size_t *copy);
 /* Waits until p's slices are in its stage (at once without one). Returns the seconds it waited. */
 double ck_writer_wait_copied(struct ckpt_pending *p);
 /* Waits for p's writer to finish (joins its thread). Returns the seconds it waited. */

@@ -9,8 +9,10 @@
  * the caller after ck_writer_wait; the caller agrees on it with the other ranks (ckpt.c).
  *
  * With a stage (an asynchronous save's snapshot buffer), the writer first copies the slices into
- * it: the caller's state is read while the caller goes on (the next step's forward and backward
- * only read it), and ck_writer_wait_copied lets the caller wait for the copy before it changes
+ * it, each where its whole blocks can go to the disk with O_DIRECT straight from the stage, its
+ * CRC32C computed in the same pass (one pass over the state, no bounce copy after it): the
+ * caller's state is read while the caller goes on (the next step's forward and backward only
+ * read it), and ck_writer_wait_copied lets the caller wait for the copy before it changes
  * the state (the next update).
  *
  * Test-only faults (TSR_CKPT_FAULT, ck_fault): "abort-after:K" makes rank 0 abort() right after
@@ -22,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,53 +93,87 @@ static void sleep_ms(long ms) {
     }
 }
 
-/* This rank's slices of tensors [0, upto) into p->tmp; the errno of the first failed write in
- * *err (0 when unknown). Under "slow-write:MS" one tensor at a time, MS ms before each. */
+/* This rank's slices of tensors [0, upto) into p->tmp, with the CRCs the stage's copy computed
+ * (w->crc); the errno of the first failed write in *err (0 when unknown). Under
+ * "slow-write:MS" one tensor at a time, MS ms before each. */
 static void transfer(struct ckpt_pending *p, int upto, long slow_ms, int *err) {
     save_state *st = &p->st;
+    ck_writer *w = &p->w;
     const hid_t *ds = p->async ? NULL : st->ds;
+    ck_xfer x = {w->crc, w->have_crc, 0, 0};
     if (slow_ms < 0) {
         ck_transfer_slices(p->tmp, 1, upto, st->ptr, ds, st->off, p->dxpl, st->slice_crc, st->ok,
-                           err);
+                           err, &x);
+        w->cpu_io = x.io_cpu, w->bounced = x.bounced;
         return;
     }
     for (int i = 0; i < upto; i++) {
         int e = 0;
         sleep_ms(slow_ms);
+        x.crc = w->crc ? w->crc + i : NULL, x.have_crc = w->have_crc ? w->have_crc + i : NULL;
         ck_transfer_slices(p->tmp, 1, 1, st->ptr + i, ds ? ds + i : NULL, st->off + i, p->dxpl,
-                           st->slice_crc + i, st->ok + i, &e);
+                           st->slice_crc + i, st->ok + i, &e, &x);
+        w->cpu_io += x.io_cpu, w->bounced += x.bounced;
         if (!*err) *err = e;
     }
 }
 
-/* CPU seconds of the calling thread */
-static double thread_cpu(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+/* Where slice i goes in the stage, from float `at` on: the first place whose address is congruent
+ * to the slice's address in the file modulo CK_DIRECT_ALIGN, so that its whole blocks go with
+ * O_DIRECT straight from the stage (no bounce copy: ckpt_io.c), as far as *slack (the stage's
+ * floats beyond what the slices need) allows; else at. */
+_Static_assert(CKPT_STAGE_PAD_FLOATS * sizeof(float) == CK_DIRECT_ALIGN, "a slice's padding");
+static size_t aligned_at(const struct ckpt_pending *p, int i, size_t at, size_t *slack) {
+    const haddr_t off = p->st.off[i];
+    if (off == HADDR_UNDEF || off % sizeof(float)) return at;
+    const uintptr_t want = (uintptr_t)((off + p->tensors[i].lo * sizeof(float)) % CK_DIRECT_ALIGN);
+    const uintptr_t have = (uintptr_t)(p->stage + at) % CK_DIRECT_ALIGN;
+    const size_t pad = (want + CK_DIRECT_ALIGN - have) % CK_DIRECT_ALIGN / sizeof(float);
+    if (pad > *slack) return at;
+    *slack -= pad;
+    return at + pad;
+}
+
+size_t ck_stage_used(const struct ckpt_pending *p, const float *stage, size_t cap, size_t *copy) {
+    size_t at = 0;
+    *copy = 0;
+    for (int i = 0; i < p->n; i++) {
+        const ckpt_tensor *t = &p->tensors[i];
+        const size_t len = t->hi - t->lo;
+        if (len && stage && t->data >= stage && t->data < stage + cap) {
+            const size_t end = (size_t)(t->data - stage) + len;
+            at = end > at ? end : at;
+        } else {
+            *copy += len;
+        }
+    }
+    return at;
 }
 
 /* The stage: each slice whose data lies outside it copied in (after those already inside, which
- * stay), its descriptor pointing there; then the caller's data may change (copied, signalled).
- * Under "slow-write:MS" MS ms before each copy too. */
+ * stay; aligned_at), its CRC32C computed in the same pass (w->crc, w->have_crc), its descriptor
+ * pointing there; then the caller's data may change (copied, signalled). Under "slow-write:MS"
+ * MS ms before each copy too. */
 static void copy_to_stage(struct ckpt_pending *p, long slow_ms) {
+    ck_writer *w = &p->w;
     const float *lo = p->stage, *hi = p->stage ? p->stage + p->stage_floats : NULL;
-    size_t at = 0;
-    for (int i = 0; i < p->n && p->stage; i++) {
-        const ckpt_tensor *t = &p->tensors[i];
-        if (t->hi > t->lo && t->data >= lo && t->data < hi) {
-            const size_t end = (size_t)(t->data - lo) + (t->hi - t->lo);
-            at = end > at ? end : at;
-        }
-    }
+    size_t copy = 0, at = ck_stage_used(p, p->stage, p->stage_floats, &copy);
+    size_t slack = p->stage ? p->stage_floats - at - copy : 0; /* (ckpt_save_start checked) */
+    w->crc = p->stage ? calloc((size_t)p->n + 1, sizeof *w->crc) : NULL;
+    w->have_crc = w->crc ? calloc((size_t)p->n + 1, 1) : NULL;
     for (int i = 0; i < p->n && p->stage; i++) {
         ckpt_tensor *t = &p->tensors[i];
         const size_t len = t->hi - t->lo;
         if (!len || (t->data >= lo && t->data < hi)) continue;
         if (slow_ms >= 0) sleep_ms(slow_ms);
-        memcpy(p->stage + at, t->data, len * sizeof(float));
+        at = aligned_at(p, i, at, &slack);
+        if (w->have_crc)
+            w->crc[i] = ck_copy_crc(p->stage + at, t->data, len * sizeof(float), 0, 0);
+        else
+            memcpy(p->stage + at, t->data, len * sizeof(float));
         t->data = p->stage + at;
         at += len;
+        if (w->have_crc) w->have_crc[i] = 1;
     }
     pthread_mutex_lock(&p->w.mu);
     p->w.copied = 1;
@@ -145,13 +182,17 @@ static void copy_to_stage(struct ckpt_pending *p, long slow_ms) {
 }
 
 static void write_slices(struct ckpt_pending *p) {
-    const double t0 = tsr_now(), c0 = thread_cpu();
+    const double t0 = tsr_now(), c0 = tsr_thread_cpu();
     ck_writer *w = &p->w;
     long fault = p->rank == 0 ? fault_value("abort-after") : -1;
     int n = p->n, upto = fault >= 1 && fault <= n ? (int)fault : n, err = 0;
     const long slow = fault_value("slow-write");
     copy_to_stage(p, slow);
+    const double c1 = tsr_thread_cpu();
+    w->cpu_copy = c1 - c0;
     transfer(p, upto, slow, &err);
+    const double c2 = tsr_thread_cpu();
+    w->cpu_slices = c2 - c1;
     if (upto < n || (fault >= 1 && fault == n)) {
         fprintf(stderr, "TSR_CKPT_FAULT: aborting after %d tensors of %s\n", upto, p->tmp);
         abort();
@@ -173,7 +214,10 @@ static void write_slices(struct ckpt_pending *p) {
         ck_fsync_path(p->tmp, 0, w->why, sizeof w->why) != 0)
         w->ok = 0;
     w->seconds = tsr_now() - t0;
-    w->cpu = thread_cpu() - c0;
+    w->cpu = tsr_thread_cpu() - c0;
+    w->cpu_fsync = w->cpu - (c2 - c0);
+    free(w->crc), free(w->have_crc);
+    w->crc = NULL, w->have_crc = NULL;
     atomic_store(&w->done, 1);
 }
 
@@ -188,6 +232,7 @@ void ck_writer_start(struct ckpt_pending *p) {
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     w->started = 1, w->copied = 0;
+    w->cpu_copy = w->cpu_slices = w->cpu_fsync = w->cpu_io = 0, w->bounced = 0;
     w->threaded = 0;
     if (p->async) { /* a stop request (SIGUSR1, SIGTERM) reaches the trainer's thread, not this */
         sigset_t all, old;

@@ -96,6 +96,9 @@ void tsr_fmt_shortest(char *buf, size_t n, double v);
 
 /* Wall clock in seconds (CLOCK_MONOTONIC). */
 double tsr_now(void);
+/* CPU seconds the calling thread has used (CLOCK_THREAD_CPUTIME_ID): independent of how loaded the
+ * machine is, unlike tsr_now's differences. */
+double tsr_thread_cpu(void);
 /* The most resident memory this process has used, in bytes (getrusage's ru_maxrss); 0 if unknown. */
 size_t tsr_peak_rss(void);
 

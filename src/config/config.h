@@ -51,6 +51,13 @@ typedef enum { TSR_OPTIM_ADAMW = 0, TSR_OPTIM_MUON, TSR_OPTIM_COUNT } tsr_optim_
  * update of that RMS, Moonlight's; shape: sqrt(max(1, rows / cols)), Keller Jordan's) */
 typedef enum { TSR_MUON_SCALE_RMS = 0, TSR_MUON_SCALE_SHAPE, TSR_MUON_SCALE_COUNT } tsr_muon_scale;
 typedef enum { TSR_DEVICE_CPU = 0, TSR_DEVICE_CUDA, TSR_DEVICE_COUNT } tsr_device_kind;
+/* save_async_copy: where a background save's copy into the snapshot runs (checkpointing.c) */
+typedef enum {
+    TSR_SNAPCOPY_AUTO = 0,   /* step on a CPU run whose threads take every core, else background */
+    TSR_SNAPCOPY_BACKGROUND, /* on the writer thread, while the next step runs */
+    TSR_SNAPCOPY_STEP,       /* in the save step, the ranks waiting for it */
+    TSR_SNAPCOPY_COUNT
+} tsr_snapcopy_kind;
 /* precision.fp8 (docs/cuda.md "FP8"): the decoder's linear layers in bf16, or in FP8 with one scale
  * per tensor, or one per row */
 typedef enum { TSR_FP8_NONE = 0, TSR_FP8_TENSORWISE, TSR_FP8_ROWWISE, TSR_FP8_COUNT } tsr_fp8_mode;
@@ -212,6 +219,7 @@ typedef struct tsr_config {
     int keep_last, log_interval, threads;
     int save_final;       /* a checkpoint when max_duration is reached (default 1) */
     int save_async;       /* periodic checkpoints written in the background (default 1) */
+    tsr_snapcopy_kind save_async_copy; /* where its snapshot copy runs (default auto) */
     tsr_device_kind device;
     double peak_flops;    /* per rank, FLOP/s; 0 = from the device table */
     tsr_model_config model;

@@ -24,6 +24,8 @@
 
 static const char *const device_names[] = {"cpu", "cuda"};
 _Static_assert(NELEM(device_names) == TSR_DEVICE_COUNT, "device_names vs tsr_device_kind");
+static const char *const snapcopy_names[] = {"auto", "background", "step"};
+_Static_assert(NELEM(snapcopy_names) == TSR_SNAPCOPY_COUNT, "snapcopy_names vs tsr_snapcopy_kind");
 static const char *const pos_names[] = {"learned", "alibi", "rope"};
 static const char *const norm_names[] = {"layernorm", "rmsnorm"};
 _Static_assert(NELEM(norm_names) == TSR_NORM_COUNT, "norm_names vs tsr_norm_kind");
@@ -142,6 +144,16 @@ const cfgtab_key cfgtab_keys[] = {
             "not fit host memory saves synchronously, with a warning at start."},
     {.name = "keep_last", .type = CFGK_INT, FIELD(keep_last), .def = "2", .ilo = 2, INT32_ONLY,
      .doc = "Checkpoints kept in run_dir; the oldest is deleted only after a newer one is committed."},
+    {.name = "save_async_copy", .type = CFGK_ENUM, FIELD(save_async_copy), .def = "auto",
+     ENUM(snapcopy_names),
+     .doc = "Where a background save (save_async) copies each rank's slices into the snapshot: "
+            "`background`, on the writer thread while the next step runs (free cores, as on a GPU "
+            "node, make it cost nothing); `step`, in the save step while the ranks wait (counted "
+            "in its blocking time; the write itself stays in the background); `auto`, `step` "
+            "when device = cpu and the ranks' threads take every core of the node, else "
+            "`background`. On a node whose cores all train, a background copy takes its rank's "
+            "core at an unknown moment and the other ranks wait for that rank at every "
+            "all-reduce (docs/benchmarks.md \"Asynchronous checkpoint save\")."},
     {.name = "log_interval", .type = CFGK_INT, FIELD(log_interval), .def = "1", .ilo = 1,
      INT32_ONLY, .doc = "Report metrics every this many optimizer steps."},
     {.name = "threads", .type = CFGK_INT, FIELD(threads), .def = "0", .ilo = 0, INT32_ONLY,

@@ -366,6 +366,14 @@ static size_t snapshot_direct(const tsr_trainer *t) {
 
 static size_t snapshot_floats(const tsr_trainer *t);
 
+/* Waits for a background save's writer to have copied this rank's slices into the snapshot */
+static void wait_copied(tsr_trainer *t) {
+    if (!t->ck.pending || t->ck.copied) return;
+    t->ck.blocking += ckpt_save_wait_copied(t->ck.pending);
+    t->ck.copied = 1;
+    io_release(t); /* the experts' parts, copied */
+}
+
 /* Starts a save of the current step in the background: the device's state pulled, zero3 / hsdp
  * parts moved straight into the snapshot, the file created (the collective part); a thread of
  * each rank copies the rest of its slices into the snapshot and writes them while training goes
@@ -387,15 +395,8 @@ static int save_in_background(tsr_trainer *t) {
     free(meta);
     if (rc) io_release(t);
     t->ck.blocking = tsr_now() - t0;
+    if (!rc && t->ck.copy_in_step) wait_copied(t); /* save_async_copy: the copy in the step */
     return rc;
-}
-
-/* Waits for a background save's writer to have copied this rank's slices into the snapshot */
-static void wait_copied(tsr_trainer *t) {
-    if (!t->ck.pending || t->ck.copied) return;
-    t->ck.blocking += ckpt_save_wait_copied(t->ck.pending);
-    t->ck.copied = 1;
-    io_release(t); /* the experts' parts, copied */
 }
 
 /* device = cuda: the update runs on the device and the writer copies from the host mirror, which
@@ -457,12 +458,17 @@ int checkpointing_save(tsr_trainer *t, int background) {
     return background && t->ck.async ? save_in_background(t) : save_now(t);
 }
 
+/* The snapshot's floats beyond the slices: room to place each tensor's slice where it goes to
+ * the disk straight from the snapshot (ckpt.h CKPT_STAGE_PAD_FLOATS) */
+#define SNAP_PAD_FLOATS ((size_t)SET_COUNT * TSR_P_COUNT * CKPT_STAGE_PAD_FLOATS)
+
 /* The floats of this rank's snapshot: its slices of every tensor (as build_tensors lays them out,
- * without building them) */
+ * without building them), and SNAP_PAD_FLOATS */
 static size_t snapshot_floats(const tsr_trainer *t) {
-    if (t->part.lora_on) return t->dist.rank == 0 ? SET_COUNT * t->part.lora.n : 0;
     size_t part = t->part.fsdp_on ? snapshot_direct(t) : t->part.part_counts[t->dist.rank];
-    return SET_COUNT * (part + (ep_writer(t) ? ep_part_floats(&t->part.ep) : 0));
+    size_t n = SET_COUNT * (part + (ep_writer(t) ? ep_part_floats(&t->part.ep) : 0));
+    if (t->part.lora_on) n = t->dist.rank == 0 ? SET_COUNT * t->part.lora.n : 0;
+    return n ? n + SNAP_PAD_FLOATS : 0; /* (nothing to write: none) */
 }
 
 void checkpointing_snapshot_alloc(tsr_trainer *t) {
@@ -476,14 +482,15 @@ void checkpointing_snapshot_alloc(tsr_trainer *t) {
 uint64_t checkpointing_snapshot_bytes(const tsr_trainer *t) {
     const tsr_model *m = &t->model;
     if (!t->cfg.save_async) return 0;
-    if (t->part.lora_on) return SET_COUNT * (uint64_t)t->part.lora.n * sizeof(float); /* rank 0 */
+    const uint64_t pad = SNAP_PAD_FLOATS * sizeof(float);
+    if (t->part.lora_on) return SET_COUNT * (uint64_t)t->part.lora.n * sizeof(float) + pad;
     uint64_t dense = 0, experts = 0;
     for (int i = 0; i < TSR_P_COUNT; i++)
         *(m->params_info[i].ep ? &experts : &dense) += m->params_info[i].numel;
     const int G = t->part.fsdp_on ? t->part.fsdp_group : t->dist.world;
     uint64_t mine = dense / (uint64_t)(G > 0 ? G : 1) + 16; /* parts cut at 16 floats */
     if (m->EP > 1) mine += experts / (uint64_t)m->EP + 1;
-    return SET_COUNT * mine * sizeof(float);
+    return SET_COUNT * mine * sizeof(float) + pad;
 }
 
 /* After reading each rank's part of the base model: under parallel.expert the first EP group's

@@ -668,17 +668,24 @@ void metrics_log_save(const tsr_trainer *t, int64_t step, const char *path, cons
     metrics_prom_saved(t);
     checkpoint_record(t, "save", step, path, st->seconds, st->bytes);
     if (async)
-        printf(" | blocking %.3f s (snapshot %.3f s); written in the background in %.3f s, "
+        printf(" | blocking %.3f s (snapshot %.3f s%s); written in the background in %.3f s, "
                "waited %.3f s for it; committed at step %lld", st->blocking, t->ck.snap_s,
-               st->write, st->waited, (long long)t->step);
+               t->ck.copy_in_step ? ", copied in the step" : "", st->write, st->waited,
+               (long long)t->step);
     printf("\n");
     fflush(stdout);
     if (!t->out.metrics) return;
     fprintf(t->out.metrics, ", \"async\": %s, \"blocking_s\": %.6g, \"write_s\": %.6g, "
             "\"waited_s\": %.6g, \"committed_step\": %lld", async ? "true" : "false",
             st->blocking, st->write, st->waited, (long long)t->step);
-    fprintf(t->out.metrics, ", \"write_cpu_s\": %.6g", st->write_cpu);
-    if (async) fprintf(t->out.metrics, ", \"snapshot_s\": %.6g", t->ck.snap_s);
+    fprintf(t->out.metrics, ", \"write_cpu_s\": %.6g, \"write_cpu_copy_s\": %.6g, "
+            "\"write_cpu_slices_s\": %.6g, \"write_cpu_fsync_s\": %.6g, \"write_cpu_io_s\": %.6g, "
+            "\"write_bounced_bytes\": %llu", st->write_cpu, st->write_cpu_copy,
+            st->write_cpu_slices, st->write_cpu_fsync, st->write_cpu_io,
+            (unsigned long long)st->write_bounced);
+    if (async)
+        fprintf(t->out.metrics, ", \"snapshot_s\": %.6g, \"copy_in_step\": %s", t->ck.snap_s,
+                t->ck.copy_in_step ? "true" : "false");
     metrics_end_record(t->out.metrics);
 }
 

@@ -454,6 +454,17 @@ static void host_memory_warn(const tsr_trainer *t, long long kib) {
              have / 1073741824.0);
 }
 
+/* save_async_copy: `auto` copies in the save step on a CPU run whose ranks' threads take every
+ * core of the node (a background copy there takes a rank's core while the others wait for it at
+ * every all-reduce), else on the writer thread */
+static int copy_in_step(const tsr_trainer *t) {
+    if (t->cfg.save_async_copy != TSR_SNAPCOPY_AUTO)
+        return t->cfg.save_async_copy == TSR_SNAPCOPY_STEP;
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const long ranks = t->dist.local_world > 0 ? t->dist.local_world : 1;
+    return t->cfg.device == TSR_DEVICE_CPU && trainer_threads(&t->cfg, &t->dist) * ranks >= cores;
+}
+
 /* save_async: each node's first rank checks that its ranks' snapshots (the host copy a background
  * save takes, checkpointing_snapshot_bytes) fit in kib beside what the run still commits; when
  * one node's do not, every rank saves synchronously (rank 0 warns): not an out-of-memory kill at
@@ -461,6 +472,7 @@ static void host_memory_warn(const tsr_trainer *t, long long kib) {
 static void choose_save_mode(tsr_trainer *t, long long kib) {
     t->ck.committed = -1;
     t->ck.async = t->cfg.save_async;
+    t->ck.copy_in_step = copy_in_step(t);
     if (!t->ck.async) return;
     const int ranks = t->dist.local_world > 0 ? t->dist.local_world : 1;
     const double snap = (double)t->ck.snap_plan;

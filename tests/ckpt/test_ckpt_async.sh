@@ -22,7 +22,8 @@ tap_plan 13
 make_synth "$TMP/data"
 tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=8 --set micro_batch=2
-       --set max_duration=3ba --set save_interval=1ba --set keep_last=3)
+       --set max_duration=3ba --set save_interval=1ba --set keep_last=3
+       --set save_async_copy=background) # (auto would copy in the step on a machine of 2 cores)
 run() { local dir=$1 np=$2; shift 2; "${MPIRUN[@]}" -np "$np" "${TRAINER:-$TRAIN}" "${args[@]}" --set run_dir="$dir" "$@"; }
 # same_datasets A.h5 B.h5: the same datasets, each with the same bytes and crc32c attribute
 same_datasets() {
@@ -39,41 +40,49 @@ print(f"# {sys.argv[1].split('/')[-2]}/{sys.argv[1].split('/')[-1]}: {len(na)} d
 sys.exit(1 if bad or not na or sorted(na) != sorted(nb) else 0)
 PY
 }
-# saves_ok RUN_DIR [A B LAST]: steps A and B (default 1 and 2) saved in the background, each
-# committed at a step boundary after it, with blocking, write and wait seconds and its bytes; step
-# LAST (default 3) synchronous
+# saves_ok RUN_DIR [A B LAST [DIRECT [STEP]]]: steps A and B (default 1 and 2) saved in the
+# background, each committed at a step boundary after it, with blocking, write and wait seconds,
+# the writer's CPU seconds by phase and its bytes; step LAST (default 3) synchronous. DIRECT 1:
+# the background saves copied nothing into O_DIRECT bounce buffers (their slices were copied into
+# the snapshot where they go to the disk straight from it; zero3 / hsdp parts lie in it packed:
+# 0). STEP: their copy ran in the save step (1, save_async_copy = step) or in the background (0)
 saves_ok() {
-    "$PY3" - "$1/metrics.jsonl" "${2:-1}" "${3:-2}" "${4:-3}" <<'PY'
+    "$PY3" - "$1/metrics.jsonl" "${2:-1}" "${3:-2}" "${4:-3}" "${5:-0}" "${6:-0}" <<'PY'
 import json, sys
-a, b, last = map(int, sys.argv[2:5])
+a, b, last, direct, step = map(int, sys.argv[2:7])
+cpu = ("write_cpu_s", "write_cpu_copy_s", "write_cpu_slices_s", "write_cpu_fsync_s", "write_cpu_io_s")
 s = {d["step"]: d for d in map(json.loads, open(sys.argv[1])) if d.get("checkpoint") == "save"}
 ok = sorted(s) == [a, b, last] and [s[k]["async"] for k in (a, b, last)] == [True, True, False]
 ok = ok and all(s[k]["committed_step"] >= k for k in (a, b)) and s[last]["committed_step"] == last
 ok = ok and all(s[k][f] >= 0 for k in s for f in ("blocking_s", "write_s", "waited_s"))
 ok = ok and all(s[k]["bytes"] == s[last]["bytes"] > 0 for k in s)
-print("# saves:", {k: (s[k]["async"], s[k]["committed_step"], s[k]["blocking_s"], s[k]["write_s"]) for k in s})
+ok = ok and all(s[k][f] >= 0 for k in s for f in cpu) and all(s[k]["write_cpu_copy_s"] > 0 for k in (a, b))
+ok = ok and (not direct or all(s[k]["write_bounced_bytes"] == 0 for k in (a, b)))
+ok = ok and all(s[k]["copy_in_step"] == bool(step) for k in (a, b))
+print("# saves:", {k: (s[k]["async"], s[k]["committed_step"], s[k]["blocking_s"], s[k]["write_s"],
+                     s[k]["write_bounced_bytes"]) for k in s})
 sys.exit(0 if ok else 1)
 PY
 }
 # mode NAME NP TRAINER-ARGS...: the background run and the synchronous one, compared
 mode() {
-    local name=$1 np=$2 ok=0 k
-    shift 2
+    local name=$1 np=$2 direct=$3 step=$4 ok=0 k
+    shift 4
     run "$TMP/$name-a" "$np" "$@" >"$TMP/$name-a.txt" 2>&1 || ok=1
     run "$TMP/$name-s" "$np" --set save_async=false "$@" >"$TMP/$name-s.txt" 2>&1 || ok=1
     for k in 1 2 3; do same_datasets "$(ck "$TMP/$name-a" $k)" "$(ck "$TMP/$name-s" $k)" || ok=1; done
-    saves_ok "$TMP/$name-a" || ok=1
+    saves_ok "$TMP/$name-a" 1 2 3 "$direct" "$step" || ok=1
     return $ok
 }
 
 # (ddp: the runs R and Y below)
-mode zero1 2 --set parallel.sharding=zero1
-tap_check $? "zero1, 2 ranks: checkpoints of steps 1, 2 (background) and 3 equal the synchronous run's, dataset for dataset; metrics.jsonl records each save"
-mode zero3 2 --set parallel.sharding=zero3
+mode zero1 2 1 1 --set parallel.sharding=zero1 --set save_async_copy=step
+tap_check $? "zero1, 2 ranks, save_async_copy = step: checkpoints of steps 1, 2 (background) and 3 equal the synchronous run's, dataset for dataset; metrics.jsonl records each save (the background ones with no bounce copy, copied in the step)"
+mode zero3 2 0 0 --set parallel.sharding=zero3
 tap_check $? "zero3, 2 ranks: the same"
-mode hsdp 2 --set parallel.sharding=hsdp --set parallel.replica_group=1
+mode hsdp 2 0 0 --set parallel.sharding=hsdp --set parallel.replica_group=1
 tap_check $? "hsdp, 2 ranks (2 replicas of 1; the first writes): the same"
-TRAINER=$BUILD/tests/tessera-train-cuemu mode cuda 2 --set device=cuda --set parallel.sharding=zero1 \
+TRAINER=$BUILD/tests/tessera-train-cuemu mode cuda 2 1 0 --set device=cuda --set parallel.sharding=zero1 \
     --set model.n_head=2 # (head size 32: a GPU attention kernel's)
 tap_check $? "device = cuda on the emulator, zero1, 2 ranks: the same"
 n=$(grep -c "^save_async: .* of host memory pinned per rank" "$TMP/cuda-a.txt")
@@ -111,25 +120,27 @@ run "$TMP/Y" 2 >"$TMP/Y2.txt" 2>&1 && ((rc == 85)) && grep -q "checkpoint resume
 tap_check $? "resumed from a synchronous checkpoint (exit $rc, want 85): bit for bit like the uninterrupted run"
 ok=0
 for k in 2 4 6; do same_datasets "$(ck "$TMP/R" $k)" "$(ck "$TMP/Y" $k)" || ok=1; done
-saves_ok "$TMP/R" 2 4 6 || ok=1
+saves_ok "$TMP/R" 2 4 6 1 0 || ok=1
 tap_check $ok "ddp, 2 ranks: R's checkpoints of steps 2, 4 (background) and 6 equal Y's (synchronous), dataset for dataset; metrics.jsonl records each save"
 same_datasets "$(ck "$TMP/S" 2)" "$(ck "$TMP/Y" 2)"
 tap_check $? "the step-2 checkpoint written slowly in the background while steps 3 and 4 changed the state equals the synchronous run's step 2 (the snapshot, not the live state, was written)"
 
-# the memory plan: the snapshot of 2 ranks' ddp = 3 x (the parameters / 2) floats, rounded up
+# the memory plan: the snapshot of 2 ranks' ddp = 3 x (the parameters / 2) floats, rounded up,
+# and room to place each of 3 x 24 tensors (TSR_P_COUNT) on its 4 KiB alignment (ckpt.h
+# CKPT_STAGE_PAD_FLOATS)
 plan_snap() { sed -nE 's/^memory per rank.*, checkpoint snapshot ([0-9.]+ [KMG]?i?B) \(save_async, host\); total .*/\1/p' "$1"; }
 run "$TMP/P" 2 --dry-run >"$TMP/P.txt" 2>&1
 "$TRAIN" "${args[@]}" --set run_dir="$TMP/P" --plan 4 >"$TMP/P4.txt" 2>&1
 "$TRAIN" "${args[@]}" --set run_dir="$TMP/P" --plan 2 --set save_async=false >"$TMP/Pf.txt" 2>&1
 params=$(/usr/bin/python3 -c "import h5py, sys; f = h5py.File(sys.argv[1], 'r')
 print(sum(o.size for o in f['model'].values()))" "$(ck "$TMP/R" 2)") # the flat buffer's floats
-want2=$("$PY3" -c "b=3*4*($params//2+16); print(f'{b/1024:.1f} KiB' if b < 1048576 else f'{b/1048576:.1f} MiB')")
-want4=$("$PY3" -c "b=3*4*($params//4+16); print(f'{b/1024:.1f} KiB' if b < 1048576 else f'{b/1048576:.1f} MiB')")
+want2=$("$PY3" -c "b=3*4*($params//2+16)+3*24*4096; print(f'{b/1024:.1f} KiB' if b < 1048576 else f'{b/1048576:.1f} MiB')")
+want4=$("$PY3" -c "b=3*4*($params//4+16)+3*24*4096; print(f'{b/1024:.1f} KiB' if b < 1048576 else f'{b/1048576:.1f} MiB')")
 tap_diag "snapshot: dry run on 2 ranks '$(plan_snap "$TMP/P.txt")' (want $want2), --plan 4 '$(plan_snap "$TMP/P4.txt")' (want $want4)"
 [[ $(plan_snap "$TMP/P.txt") == "$want2" && $(plan_snap "$TMP/P4.txt") == "$want4" ]] &&
     grep -q "checkpoint snapshot .*(save_async, host)" "$TMP/R.txt" && grep -q "^memory per rank" "$TMP/Pf.txt" &&
     ! grep -q "checkpoint snapshot" "$TMP/Pf.txt"
-tap_check $? "the memory plan (--dry-run, --plan, the start) shows the snapshot, 3 x params / ranks floats; none with save_async = false"
+tap_check $? "the memory plan (--dry-run, --plan, the start) shows the snapshot, 3 x params / ranks floats and the alignment room; none with save_async = false"
 TSR_FAULT=mem_available:64 run "$TMP/M" 2 --set max_duration=3ba >"$TMP/M.txt" 2>&1
 rc=$?
 n=$(grep -c "warning: save_async: the snapshot of a background save .* does not fit beside the run on 1 node(s)" "$TMP/M.txt")
