@@ -150,8 +150,8 @@ const cfgtab_key cfgtab_keys[] = {
             "`background`, on the writer thread while the next step runs (free cores, as on a GPU "
             "node, make it cost nothing); `step`, in the save step while the ranks wait (counted "
             "in its blocking time; the write itself stays in the background); `auto`, `step` "
-            "when device = cpu and the ranks' threads take every core of the node, else "
-            "`background`. On a node whose cores all train, a background copy takes its rank's "
+            "when device = cpu and the ranks' threads take every core they may run on (the "
+            "cores a rank is bound to, else the node's), else `background`. On a node whose cores all train, a background copy takes its rank's "
             "core at an unknown moment and the other ranks wait for that rank at every "
             "all-reduce (docs/benchmarks.md \"Asynchronous checkpoint save\")."},
     {.name = "log_interval", .type = CFGK_INT, FIELD(log_interval), .def = "1", .ilo = 1,

@@ -460,9 +460,12 @@ static void host_memory_warn(const tsr_trainer *t, long long kib) {
 static int copy_in_step(const tsr_trainer *t) {
     if (t->cfg.save_async_copy != TSR_SNAPCOPY_AUTO)
         return t->cfg.save_async_copy == TSR_SNAPCOPY_STEP;
+    if (t->cfg.device != TSR_DEVICE_CPU) return 0;
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const int bound = binding_cores(), threads = trainer_threads(&t->cfg, &t->dist);
+    if (bound > 0 && bound < cores) return threads >= bound; /* a rank bound to its own cores (srun) */
     const long ranks = t->dist.local_world > 0 ? t->dist.local_world : 1;
-    return t->cfg.device == TSR_DEVICE_CPU && trainer_threads(&t->cfg, &t->dist) * ranks >= cores;
+    return threads * ranks >= cores;
 }
 
 /* save_async: each node's first rank checks that its ranks' snapshots (the host copy a background
