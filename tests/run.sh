@@ -119,29 +119,43 @@ SHARE_ENV=(OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 
 log_of() { echo "$logdir/$(echo "${1#"$BUILD"/}" | tr '/' '_').log"; } # log_of TEST: its log file
 
+# cpu_of FILE: the user + sys seconds in FILE, what bash's times wrote (its second line: the
+# processes the shell waited for). Not in a command substitution: that counts its own subshell's.
+cpu_of() {
+    awk 'NR == 2 { split($1, a, /[ms]/); split($2, b, /[ms]/); printf "%.0f", a[1] * 60 + a[2] + b[1] * 60 + b[2] }' "$1"
+}
 # run_one TEST [VAR=VALUE...]: runs it under the time-out, with those variables in its environment,
-# into its log; writes "RC SECONDS" to the log's .rc
+# into its log; writes "RC SECONDS CPU_SECONDS" to the log's .rc (CPU: of the processes it waited
+# for, not of one that outlived its parent, such as a daemon or a singleton MPI process's orted)
 run_one() {
-    local t=$1 log start=$SECONDS rc
+    local t=$1 log start=$SECONDS rc cpu0 cpu1
     shift
     log=$(log_of "$t")
+    times >"$log.cpu"
+    cpu0=$(cpu_of "$log.cpu")
     case $t in
         *.py) env "$@" timeout "$TIMEOUT" "$PYTHON" "$t" >"$log" 2>&1 ;;
         *.sh) env "$@" timeout "$TIMEOUT" bash "$t" >"$log" 2>&1 ;;
         *)    env "$@" timeout "$TIMEOUT" "$t" >"$log" 2>&1 ;;
     esac
     rc=$?
-    echo "$rc $((SECONDS - start))" >"$log.rc"
+    times >"$log.cpu"
+    cpu1=$(cpu_of "$log.cpu")
+    rm -f "$log.cpu"
+    echo "$rc $((SECONDS - start)) $((cpu1 - cpu0))" >"$log.rc"
 }
 
-passed=0 failed=0 skipped=0
+passed=0 failed=0 skipped=0 cpu_total=0
+: >"$logdir/times.txt" # each test's "NAME SECONDS CPU_SECONDS", in the order they ended
 # report TEST: reads its log and .rc, counts and prints its line
 report() {
-    local name=${1#"$BUILD"/} log rc secs p s f plan extra status
+    local name=${1#"$BUILD"/} log rc secs cpu p s f plan extra status
     log=$(log_of "$1")
-    rc=125 secs=0 # (no status written: the runner's subshell was killed)
-    [[ -s $log.rc ]] && read -r rc secs <"$log.rc"
+    rc=125 secs=0 cpu=0 # (no status written: the runner's subshell was killed)
+    [[ -s $log.rc ]] && read -r rc secs cpu <"$log.rc"
     rm -f "$log.rc"
+    printf '%s %d %d\n' "$name" "$secs" "$cpu" >>"$logdir/times.txt"
+    cpu_total=$((cpu_total + cpu))
     p=$(grep -cE '^ok [0-9]+' "$log" | tr -d ' ')
     s=$(grep -cE '^ok [0-9]+.*# SKIP' "$log" | tr -d ' ')
     f=$(grep -cE '^not ok [0-9]+' "$log" | tr -d ' ')
@@ -207,12 +221,12 @@ for t in ${shared[@]+"${shared[@]}"}; do
     running[$!]=$t
 done
 while ((${#running[@]} > 0)); do reap; done
-shared_s=$((SECONDS - phase_start)) phase_start=$SECONDS
+shared_s=$((SECONDS - phase_start)) phase_start=$SECONDS shared_cpu=$cpu_total
 # then the others, one at a time
 for t in ${alone[@]+"${alone[@]}"}; do
     run_one "$t"
     report "$t"
 done
-echo "tests/run.sh: ${shared_s} s for the shared tests, $((SECONDS - phase_start)) s for those run alone"
+echo "tests/run.sh: ${shared_s} s for the shared tests (CPU ${shared_cpu} s), $((SECONDS - phase_start)) s for those run alone (CPU $((cpu_total - shared_cpu)) s); each test's in $logdir/times.txt"
 echo "$passed passed, $failed failed, $skipped skipped"
 ((failed == 0))
