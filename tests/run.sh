@@ -113,7 +113,8 @@ fi
 # ranks think they own the 2 cores) polls its core. Beside another busy test both take the core
 # from the thread that has the work (docs/decisions.md, "OpenMP build of OpenBLAS": 4x): a 30-step
 # tiny.cfg run on a loaded machine took 572 s (100 CPU-s) spinning, 18 s (9.4 CPU-s) with passive
-# waits (2026-11-27). Tests run alone keep the defaults; a value the caller set is kept.
+# waits; four shared tests two at a time 825 s (410 CPU-s), 234 s (141 CPU-s) (docs/benchmarks.md,
+# 2026-11-27). Tests run alone keep the defaults; a value the caller set is kept.
 SHARE_ENV=(OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
            OMPI_MCA_mpi_yield_when_idle="${OMPI_MCA_mpi_yield_when_idle:-1}")
 
