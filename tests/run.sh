@@ -88,11 +88,16 @@ FIRST=(tests/gpu/test_cuda_train.sh tests/tokenizer/test_hf_identity.sh tests/tr
        tests/tokenizer/test_hf_spm_metaspace.sh tests/train/test_train_cli.sh tests/eval/test_generate.sh
        tests/train/test_spike_guard.sh tests/tokenizer/test_gpt2_identity.sh tests/test_gpu_ops_simt
        tests/train/test_lora_dpo_example.sh tests/resume/test_sharding.sh)
+# (in FIRST's order, longest first: the run of 2026-11-27 started them in the tests' own order,
+# test_cuda_train, the longest, after three others)
 first=() rest=()
+for f in "${FIRST[@]}"; do
+    for t in ${shared[@]+"${shared[@]}"}; do [[ ${t#"$BUILD"/} == "$f" ]] && first+=("$t"); done
+done
 for t in ${shared[@]+"${shared[@]}"}; do
     name=${t#"$BUILD"/} long=0
     for f in "${FIRST[@]}"; do [[ $name == "$f" ]] && long=1; done
-    if ((long)); then first+=("$t"); else rest+=("$t"); fi
+    ((long)) || rest+=("$t")
 done
 shared=(${first[@]+"${first[@]}"} ${rest[@]+"${rest[@]}"})
 if ((LANES > 1)); then
@@ -102,29 +107,56 @@ else # one lane: every test alone, the shared ones first as with two
     shared=() besides=()
 fi
 
+# The tests that share the cores (the LANES and BESIDE) run with threads that wait without spinning:
+# libgomp's OpenMP threads (a rank of tessera with threads = 0 runs 2 here; torch) otherwise spin at
+# each barrier, and an OpenMPI rank waiting on its peer (mpirun -np 2 beside another test: its
+# ranks think they own the 2 cores) polls its core. Beside another busy test both take the core
+# from the thread that has the work (docs/decisions.md, "OpenMP build of OpenBLAS": 4x): a 30-step
+# tiny.cfg run on a loaded machine took 572 s (100 CPU-s) spinning, 18 s (9.4 CPU-s) with passive
+# waits; four shared tests two at a time 825 s (410 CPU-s), 234 s (141 CPU-s) (docs/benchmarks.md,
+# 2026-11-27). Tests run alone keep the defaults; a value the caller set is kept.
+SHARE_ENV=(OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
+           OMPI_MCA_mpi_yield_when_idle="${OMPI_MCA_mpi_yield_when_idle:-1}")
+
 log_of() { echo "$logdir/$(echo "${1#"$BUILD"/}" | tr '/' '_').log"; } # log_of TEST: its log file
 
-# run_one TEST: runs it under the time-out into its log; writes "RC SECONDS" to the log's .rc
+# cpu_of FILE: the user + sys seconds in FILE, what bash's times wrote (its second line: the
+# processes the shell waited for). Not in a command substitution: that counts its own subshell's.
+cpu_of() {
+    awk 'NR == 2 { split($1, a, /[ms]/); split($2, b, /[ms]/); printf "%.0f", a[1] * 60 + a[2] + b[1] * 60 + b[2] }' "$1"
+}
+# run_one TEST [VAR=VALUE...]: runs it under the time-out, with those variables in its environment,
+# into its log; writes "RC SECONDS CPU_SECONDS" to the log's .rc (CPU: of the processes it waited
+# for, not of one that outlived its parent, such as a daemon or a singleton MPI process's orted)
 run_one() {
-    local t=$1 log start=$SECONDS rc
+    local t=$1 log start=$SECONDS rc cpu0 cpu1
+    shift
     log=$(log_of "$t")
+    times >"$log.cpu"
+    cpu0=$(cpu_of "$log.cpu")
     case $t in
-        *.py) timeout "$TIMEOUT" "$PYTHON" "$t" >"$log" 2>&1 ;;
-        *.sh) timeout "$TIMEOUT" bash "$t" >"$log" 2>&1 ;;
-        *)    timeout "$TIMEOUT" "$t" >"$log" 2>&1 ;;
+        *.py) env "$@" timeout "$TIMEOUT" "$PYTHON" "$t" >"$log" 2>&1 ;;
+        *.sh) env "$@" timeout "$TIMEOUT" bash "$t" >"$log" 2>&1 ;;
+        *)    env "$@" timeout "$TIMEOUT" "$t" >"$log" 2>&1 ;;
     esac
     rc=$?
-    echo "$rc $((SECONDS - start))" >"$log.rc"
+    times >"$log.cpu"
+    cpu1=$(cpu_of "$log.cpu")
+    rm -f "$log.cpu"
+    echo "$rc $((SECONDS - start)) $((cpu1 - cpu0))" >"$log.rc"
 }
 
-passed=0 failed=0 skipped=0
+passed=0 failed=0 skipped=0 cpu_total=0
+: >"$logdir/times.txt" # each test's "NAME SECONDS CPU_SECONDS", in the order they ended
 # report TEST: reads its log and .rc, counts and prints its line
 report() {
-    local name=${1#"$BUILD"/} log rc secs p s f plan extra status
+    local name=${1#"$BUILD"/} log rc secs cpu p s f plan extra status
     log=$(log_of "$1")
-    rc=125 secs=0 # (no status written: the runner's subshell was killed)
-    [[ -s $log.rc ]] && read -r rc secs <"$log.rc"
+    rc=125 secs=0 cpu=0 # (no status written: the runner's subshell was killed)
+    [[ -s $log.rc ]] && read -r rc secs cpu <"$log.rc"
     rm -f "$log.rc"
+    printf '%s %d %d\n' "$name" "$secs" "$cpu" >>"$logdir/times.txt"
+    cpu_total=$((cpu_total + cpu))
     p=$(grep -cE '^ok [0-9]+' "$log" | tr -d ' ')
     s=$(grep -cE '^ok [0-9]+.*# SKIP' "$log" | tr -d ' ')
     f=$(grep -cE '^not ok [0-9]+' "$log" | tr -d ' ')
@@ -158,7 +190,7 @@ declare -A running=() # pid -> test
 beside_pid='' next_beside=0
 start_beside() { # starts the next BESIDE test when none runs
     [[ -z $beside_pid ]] && ((next_beside < ${#besides[@]})) || return 0
-    run_one "${besides[$next_beside]}" &
+    run_one "${besides[$next_beside]}" "${SHARE_ENV[@]}" &
     beside_pid=$! running[$!]=${besides[$next_beside]} next_beside=$((next_beside + 1))
 }
 ended() { # ended PID: report its test; a BESIDE test's end starts the next one
@@ -186,16 +218,16 @@ reap() { # waits for one running test to end, reports it
 start_beside
 for t in ${shared[@]+"${shared[@]}"}; do
     while ((${#running[@]} - (${#beside_pid} > 0) >= LANES)); do reap; done
-    run_one "$t" &
+    run_one "$t" "${SHARE_ENV[@]}" &
     running[$!]=$t
 done
 while ((${#running[@]} > 0)); do reap; done
-shared_s=$((SECONDS - phase_start)) phase_start=$SECONDS
+shared_s=$((SECONDS - phase_start)) phase_start=$SECONDS shared_cpu=$cpu_total
 # then the others, one at a time
 for t in ${alone[@]+"${alone[@]}"}; do
     run_one "$t"
     report "$t"
 done
-echo "tests/run.sh: ${shared_s} s for the shared tests, $((SECONDS - phase_start)) s for those run alone"
+echo "tests/run.sh: ${shared_s} s for the shared tests (CPU ${shared_cpu} s), $((SECONDS - phase_start)) s for those run alone (CPU $((cpu_total - shared_cpu)) s); each test's in $logdir/times.txt"
 echo "$passed passed, $failed failed, $skipped skipped"
 ((failed == 0))
