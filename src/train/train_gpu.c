@@ -86,19 +86,18 @@ static void plan_layer_acts(const tsr_trainer *t, const gpu_train_ctx *c) {
            t->cfg.model.activation_compression == TSR_ACTCOMP_FP8 ? "fp8" : "none");
 }
 
-static void plan_memory(const tsr_trainer *t, const gpu_train_ctx *c0);
+static void plan_memory(const tsr_trainer *t, gpu_train_ctx c);
 
 void train_gpu_print_plan(const tsr_trainer *t) {
     if (t->dist.rank != 0) return;
     gpu_train_ctx c;
     fill(&c, t);
-    plan_memory(t, &c);
+    plan_memory(t, c);
     plan_layer_acts(t, &c);
 }
 
 /* the device memory line */
-static void plan_memory(const tsr_trainer *t, const gpu_train_ctx *c0) {
-    gpu_train_ctx c = *c0;
+static void plan_memory(const tsr_trainer *t, gpu_train_ctx c) {
     size_t fixed = gpu_train_plan_bytes(&c), acts = gpu_train_acts_bytes(&c, t->micro);
     char a[32], tot[32], st[32];
     metrics_human_bytes(a, sizeof a, (double)acts);

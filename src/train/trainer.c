@@ -454,9 +454,9 @@ static void host_memory_warn(const tsr_trainer *t, long long kib) {
              have / 1073741824.0);
 }
 
-/* save_async_copy: `auto` copies in the save step on a CPU run whose ranks' threads take every
- * core of the node (a background copy there takes a rank's core while the others wait for it at
- * every all-reduce), else on the writer thread */
+/* save_async_copy: `auto` copies in the save step on a CPU run whose threads take every core a
+ * rank may run on (the cores it is bound to, else the node's: a background copy there takes a
+ * rank's core while the others wait for it at every all-reduce), else on the writer thread */
 static int copy_in_step(const tsr_trainer *t) {
     if (t->cfg.save_async_copy != TSR_SNAPCOPY_AUTO)
         return t->cfg.save_async_copy == TSR_SNAPCOPY_STEP;
