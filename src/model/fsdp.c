@@ -55,6 +55,7 @@ void fsdp_plan_bytes(const tsr_model *m, int G, int frozen, double *weights, dou
     *optim = 2 * shard;
     *comm = (double)(2 * root + 3 * layer) * f + piece;
     if (frozen) *grads = *optim = 0, *comm = (double)(root + 2 * layer) * f;
+    *comm += 2.0 * (double)fsdp_exchange_floats(m->n_params, G) * f; /* (kept from the first save) */
 }
 
 /* Rank r's shard as flat runs, in shard order. */
@@ -162,6 +163,7 @@ void fsdp_free(tsr_fsdp *f) {
                      f->layer_g, f->piece_buf};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) f->ops->free(bufs[i]);
+    free(f->xbuf);
     for (int u = 0; u < f->n_units; u++) free(f->units[u].counts), free(f->units[u].displs);
     for (int r = 0; r < f->G; r++) free(f->pieces[r]);
     free(f->pieces), free(f->n_pieces), free(f->units), free(f->unit_at);
@@ -266,57 +268,134 @@ static void src_put(void *ctx, int u, int backward) {
     if (u > 0 && backward && !f->frozen) scatter_unit(f, u, f->layer_g); /* the layer's gradients are complete */
 }
 
-/* Walks shard owner r's pieces inside part owner q's part of the flat layout, in shard order, and
- * returns their floats; with buf, copies them to buf (to_buf) or from it, packed, the other side
- * being data: r's shard (data_is_shard) or q's part (read only when to_buf). */
-static size_t walk(const tsr_fsdp *f, int r, int q, float *buf, float *data, int data_is_shard,
-                   int to_buf) {
-    size_t plo = f->part_displs[q], phi = plo + f->part_counts[q], n = 0;
-    for (int k = 0; k < f->n_pieces[r]; k++) {
+/* Walks shard owner r's pieces inside part owner q's part of the flat layout, in shard order (a
+ * packed stream), and returns how many of the stream's floats lie in [skip, skip + lim); with
+ * buf, copies those to buf (to_buf) or from it, packed, the other side being data: r's shard
+ * (data_is_shard) or q's part (read only when to_buf). */
+static size_t walk(const tsr_fsdp *f, int r, int q, size_t skip, size_t lim, float *buf,
+                   float *data, int data_is_shard, int to_buf) {
+    size_t plo = f->part_displs[q], phi = plo + f->part_counts[q], at = 0, n = 0;
+    const size_t end = lim > SIZE_MAX - skip ? SIZE_MAX : skip + lim;
+    for (int k = 0; k < f->n_pieces[r] && at < end; k++) {
         const fsdp_piece *p = &f->pieces[r][k];
         size_t a = p->flat > plo ? p->flat : plo, b = p->flat + p->len < phi ? p->flat + p->len : phi;
         if (a >= b) continue;
-        if (buf) {
-            float *d = data_is_shard ? data + p->shard + (a - p->flat) : data + (a - plo);
-            if (to_buf) memcpy(buf + n, d, (b - a) * sizeof(float));
-            else memcpy(d, buf + n, (b - a) * sizeof(float));
+        size_t s0 = at > skip ? at : skip, s1 = at + (b - a) < end ? at + (b - a) : end;
+        if (s0 < s1 && buf) {
+            size_t x = a + (s0 - at); /* the flat offset of the stream's float s0 */
+            float *d = data_is_shard ? data + p->shard + (x - p->flat) : data + (x - plo);
+            if (to_buf) memcpy(buf + n, d, (s1 - s0) * sizeof(float));
+            else memcpy(d, buf + n, (s1 - s0) * sizeof(float));
         }
-        n += b - a;
+        n += s0 < s1 ? s1 - s0 : 0;
+        at += b - a;
     }
     return n;
 }
 
-/* Moves floats between shards and parts within the group. to_part: from each rank's shard to the
- * ranks' parts, else back. Both sides walk the shard owner's pieces in shard order, so the packing
- * order needs no message of its own. */
-static void exchange(tsr_fsdp *f, int to_part, const float *src, float *dst) {
-    int G = f->G, me = f->grank;
-    size_t *sc = tsr_calloc((size_t)G, sizeof(size_t)), *sd = tsr_calloc((size_t)G, sizeof(size_t));
-    size_t *rc = tsr_calloc((size_t)G, sizeof(size_t)), *rd = tsr_calloc((size_t)G, sizeof(size_t));
-    size_t total_s = 0, total_r = 0;
-    for (int x = 0; x < G; x++) { /* sending to x, receiving from x */
-        sc[x] = to_part ? walk(f, me, x, NULL, NULL, 0, 0) : walk(f, x, me, NULL, NULL, 0, 0);
-        rc[x] = to_part ? walk(f, x, me, NULL, NULL, 0, 0) : walk(f, me, x, NULL, NULL, 0, 0);
-        sd[x] = total_s, rd[x] = total_r;
-        total_s += sc[x], total_r += rc[x];
+/* This rank's own pieces of its own part, copied straight between its shard and its part */
+static void copy_own(const tsr_fsdp *f, int to_part, const float *src, float *dst) {
+    const int me = f->grank;
+    size_t plo = f->part_displs[me], phi = plo + f->part_counts[me];
+    for (int k = 0; k < f->n_pieces[me]; k++) {
+        const fsdp_piece *p = &f->pieces[me][k];
+        size_t a = p->flat > plo ? p->flat : plo, b = p->flat + p->len < phi ? p->flat + p->len : phi;
+        if (a >= b) continue;
+        size_t s = p->shard + (a - p->flat), o = a - plo;
+        memmove(to_part ? dst + o : dst + s, to_part ? src + s : src + o, (b - a) * sizeof(float));
     }
-    float *sbuf = tsr_malloc((total_s ? total_s : 1) * sizeof(float));
-    float *rbuf = tsr_malloc((total_r ? total_r : 1) * sizeof(float));
-    float *from = (float *)src; /* only read: walk copies to the buffer */
-    for (int x = 0; x < G; x++) {
-        if (to_part) walk(f, me, x, sbuf + sd[x], from, 1, 1); /* my shard's runs in x's part */
-        else walk(f, x, me, sbuf + sd[x], from, 0, 1);         /* my part's runs of x's shard */
+}
+
+/* FSDP_XCHUNK, or TSR_FSDP_XCHUNK's floats (a test switch: small rounds; docs/sharding.md) */
+static size_t xchunk(void) {
+    const char *e = getenv("TSR_FSDP_XCHUNK");
+    char *end;
+    unsigned long long v = e ? strtoull(e, &end, 10) : 0;
+    return e && *e && !*end && v >= 16 && v <= ((size_t)1 << 32) ? (size_t)v : FSDP_XCHUNK;
+}
+
+size_t fsdp_exchange_floats(size_t n_params, int G) {
+    if (G <= 1) return 0;
+    size_t per_peer = xchunk() / (size_t)(G - 1), part = n_params / (size_t)G + 16;
+    per_peer = per_peer < 16 ? 16 : per_peer;
+    return (size_t)(G - 1) * (per_peer < part ? per_peer : part);
+}
+
+/* The exchange's rounds: enough for the longest stream between two ranks, per_peer floats a
+ * round (the same on every rank: every rank knows every rank's pieces) */
+static size_t exchange_rounds(const tsr_fsdp *f, size_t per_peer) {
+    size_t most = 0;
+    for (int r = 0; r < f->G; r++)
+        for (int q = 0; q < f->G; q++) {
+            size_t n = r == q ? 0 : walk(f, r, q, 0, SIZE_MAX, NULL, NULL, 0, 0);
+            most = n > most ? n : most;
+        }
+    return (most + per_peer - 1) / per_peer;
+}
+
+/* One round of the exchange: floats [k * c, (k + 1) * c) of each stream to and from each peer
+ * through the kept buffers (peer x's region at its index among the peers) */
+static void exchange_round(tsr_fsdp *f, int to_part, const float *src, float *dst, size_t k,
+                           size_t c, size_t *cnt) {
+    const int G = f->G, me = f->grank;
+    size_t *sc = cnt, *sd = cnt + G, *rc = cnt + 2 * G, *rd = cnt + 3 * G;
+    float *sbuf = f->xbuf, *rbuf = f->xbuf + (size_t)(G - 1) * c, *from = (float *)src;
+    for (int x = 0; x < G; x++) { /* sending to x, receiving from x */
+        sd[x] = rd[x] = (size_t)(x < me ? x : x > me ? x - 1 : 0) * c;
+        sc[x] = rc[x] = 0;
+        if (x == me) continue;
+        sc[x] = to_part ? walk(f, me, x, k * c, c, sbuf + sd[x], from, 1, 1)  /* my shard's runs in x's part */
+                        : walk(f, x, me, k * c, c, sbuf + sd[x], from, 0, 1); /* my part's runs of x's shard */
+        rc[x] = to_part ? walk(f, x, me, k * c, c, NULL, NULL, 0, 0) : walk(f, me, x, k * c, c, NULL, NULL, 0, 0);
     }
     dist_group_alltoallv(f->group, sbuf, sc, sd, rbuf, rc, rd, sizeof(float));
     for (int x = 0; x < G; x++) {
-        if (to_part) walk(f, x, me, rbuf + rd[x], dst, 0, 0);
-        else walk(f, me, x, rbuf + rd[x], dst, 1, 0);
+        if (x == me) continue;
+        if (to_part) walk(f, x, me, k * c, c, rbuf + rd[x], dst, 0, 0);
+        else walk(f, me, x, k * c, c, rbuf + rd[x], dst, 1, 0);
     }
-    free(sbuf), free(rbuf), free(sc), free(sd), free(rc), free(rd);
+}
+
+/* Moves floats between shards and parts within the group. to_part: from each rank's shard to the
+ * ranks' parts, else back. Both sides walk the shard owner's pieces in shard order, so the packing
+ * order needs no message of its own. The rank's own pieces are copied directly; the peers' go in
+ * rounds through send and receive buffers of fsdp_exchange_floats each, allocated at the first
+ * call and kept (a fresh page costs a fault: the zero3 snapshot blocked 7-12 s a save for
+ * gpt2-124m when each call allocated the whole part twice, 2026-11-27). */
+static void exchange(tsr_fsdp *f, int to_part, const float *src, float *dst) {
+    const int G = f->G;
+    copy_own(f, to_part, src, dst);
+    if (G == 1) return;
+    const size_t per_dir = fsdp_exchange_floats(f->m->n_params, G), c = per_dir / (size_t)(G - 1);
+    if (!f->xbuf) f->xbuf = tsr_malloc(2 * per_dir * sizeof(float));
+    size_t *cnt = tsr_malloc(4 * (size_t)G * sizeof(size_t)), rounds = exchange_rounds(f, c);
+    for (size_t k = 0; k < rounds; k++) exchange_round(f, to_part, src, dst, k, c, cnt);
+    free(cnt);
+}
+
+/* The part's floats no tensor covers (the flat layout's padding) set to zero: every unit's
+ * segments together cover the rest */
+static int by_flat(const void *a, const void *b) {
+    size_t x = ((const fsdp_seg *)a)->flat, y = ((const fsdp_seg *)b)->flat;
+    return x < y ? -1 : x > y;
+}
+
+static void zero_gaps(const tsr_fsdp *f, float *part) {
+    size_t plo = f->part_displs[f->grank], phi = plo + f->part_counts[f->grank], n = 0, at = plo;
+    fsdp_seg *s = tsr_malloc((size_t)f->n_units * TSR_P_COUNT * sizeof *s);
+    for (int u = 0; u < f->n_units; u++)
+        for (int k = 0; k < f->units[u].n_seg; k++) s[n++] = f->units[u].seg[k];
+    qsort(s, n, sizeof *s, by_flat);
+    for (size_t i = 0; i <= n && at < phi; i++) {
+        size_t lo = i < n ? s[i].flat : phi, hi = i < n ? s[i].flat + s[i].len : phi;
+        if (lo > at) memset(part + (at - plo), 0, ((lo < phi ? lo : phi) - at) * sizeof(float));
+        at = hi > at ? hi : at;
+    }
+    free(s);
 }
 
 void fsdp_shard_to_part(tsr_fsdp *f, const float *shard, float *part) {
-    memset(part, 0, f->part_counts[f->grank] * sizeof(float)); /* padding between tensors */
+    zero_gaps(f, part); /* padding between tensors */
     exchange(f, 1, shard, part);
 }
 

@@ -80,12 +80,20 @@ typedef struct tsr_fsdp {
     size_t *part_counts, *part_displs; /* the checkpoint partition of the flat layout over G */
     tsr_param_source src;
     uint64_t sent_bytes;      /* floats x 4 this rank put into gathers and reduce-scatters */
+    float *xbuf;              /* the checkpoint layout exchange's send and receive buffers
+                               * (fsdp_exchange_floats each; at the first exchange, kept) */
 } tsr_fsdp;
 
+/* Floats a rank's checkpoint layout exchange sends to its peers in one round (at most
+ * FSDP_XCHUNK, or (G - 1) parts when those are smaller; the environment's TSR_FSDP_XCHUNK, 16 or
+ * more, replaces FSDP_XCHUNK: a test switch for many rounds) */
+#define FSDP_XCHUNK ((size_t)4 << 20)
+
 /* Per-rank bytes of a sharded step (the memory plan; nothing allocated): the weight and gradient
- * shards, AdamW (two shards), and the gather buffers (root weights and gradients, two layer
- * buffers, one layer's gradients, one unit's piece of reduce-scattered gradients). frozen (a
- * LoRA base, fsdp_init): the weights and their gather buffers only. */
+ * shards, AdamW (two shards), the gather buffers (root weights and gradients, two layer buffers,
+ * one layer's gradients, one unit's piece of reduce-scattered gradients) and the checkpoint
+ * layout exchange's two (fsdp_exchange_floats). frozen (a LoRA base, fsdp_init): the weights,
+ * their gather buffers and the exchange's only. */
 void fsdp_plan_bytes(const tsr_model *m, int G, int frozen, double *weights, double *grads,
                      double *optim, double *comm);
 /* ceil(size / G) rounded up to 16 floats (64-byte aligned pieces). */
@@ -116,5 +124,8 @@ void fsdp_params_changed(tsr_fsdp *f);
  * layout (part_counts[grank] floats starting at flat offset part_displs[grank]). */
 void fsdp_shard_to_part(tsr_fsdp *f, const float *shard, float *part);
 void fsdp_part_to_shard(tsr_fsdp *f, const float *part, float *shard);
+/* The floats of each of the exchange's two kept buffers (send, receive) for n_params weights over
+ * a group of G: the memory plan counts twice this */
+size_t fsdp_exchange_floats(size_t n_params, int G);
 
 #endif

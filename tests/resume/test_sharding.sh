@@ -8,6 +8,8 @@
 #  - checkpoints across modes: a zero3 checkpoint on 4 ranks resumes under ddp on 2 and under hsdp
 #    on 4 with the same next loss as the zero3 run itself; a ddp checkpoint resumes under zero3;
 #    every checkpoint verifies (ranges tile each tensor: under hsdp only the first group writes);
+#    the zero3 runs on 4 ranks move shards and parts in rounds of 16 floats a peer
+#    (TSR_FSDP_XCHUNK=48: the exchange of fsdp.c; saved and loaded through it);
 #  - eval and sampling under zero3 run on the shards (no rank gathers the full weights; the ranks
 #    score 20 and 21 samples in 10 and 11 forwards, the first tops up with an idle one) and give
 #    ddp's validation loss;
@@ -38,7 +40,8 @@ tap_diag "zero3 vs ddp: $(close D2 Z2)"
 close D2 O2 >/dev/null && close D2 Z2 >/dev/null
 tap_check $? "2 ranks: zero1 and zero3 losses and grad norms equal ddp's within 1e-6 at all 20 steps"
 
-run D4 4 && run O4 4 --set parallel.sharding=zero1 && run Z4 4 --set parallel.sharding=zero3 &&
+# (Z4 saves and RZ4 loads through the checkpoint layout exchange in rounds of 16 floats a peer)
+run D4 4 && run O4 4 --set parallel.sharding=zero1 && TSR_FSDP_XCHUNK=48 run Z4 4 --set parallel.sharding=zero3 &&
     run H4 4 --set parallel.sharding=hsdp --set parallel.replica_group=2
 tap_check $? "4 ranks: ddp, zero1, zero3, hsdp 2x2"
 tap_diag "zero1 vs ddp: $(close D4 O4); zero3: $(close D4 Z4); hsdp: $(close D4 H4)"
@@ -77,7 +80,7 @@ close Z4 RD2 11 >/dev/null && close Z4 RH4 11 >/dev/null &&
     [[ -z $(json_field "$TMP/RD2/metrics.jsonl" 10 loss) ]] && [[ -n $(json_field "$TMP/RD2/metrics.jsonl" 11 loss) ]]
 tap_check $? "zero3 checkpoint (4 ranks) resumed under ddp on 2 and hsdp on 4: steps 11-20 equal the zero3 run's within 1e-6"
 
-run RZ4 4 --set parallel.sharding=zero3 --resume "$TMP/D2/step-00000010.h5"
+TSR_FSDP_XCHUNK=48 run RZ4 4 --set parallel.sharding=zero3 --resume "$TMP/D2/step-00000010.h5"
 tap_diag "zero3 on 4 from ddp's step 10 (2 ranks): $(close D2 RZ4 11)"
 close D2 RZ4 11 >/dev/null
 tap_check $? "ddp checkpoint (2 ranks) resumed under zero3 on 4: steps 11-20 equal ddp's within 1e-6"
