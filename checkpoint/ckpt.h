@@ -93,6 +93,9 @@ typedef struct ckpt_peeked {
  * tensors' fp32 values at their whole shapes (ndim and shape read; a 4 KiB alignment gap each),
  * 64 KiB of metadata and m's root attributes. */
 uint64_t ckpt_file_bytes(const ckpt_meta *m, const ckpt_tensor *t, int n);
+/* The host memory a rank's save or load takes for its O_DIRECT transfers while it runs (the bounce
+ * buffers of ckpt_io.c, whether or not a slice needs them): what the memory plan counts. */
+uint64_t ckpt_io_buffer_bytes(void);
 /* 0 when run_dir's filesystem has need bytes free (or statvfs cannot tell), else -1 with "ckpt:
  * FS at MOUNT (run_dir) has N bytes free, the checkpoint needs M: free space there" in why. Local
  * (a save asks on rank 0). */

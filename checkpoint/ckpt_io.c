@@ -39,6 +39,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt.h"
 #include "ckpt_h5.h"
 #include "common.h"
 #include "crc32c.h"
@@ -111,6 +112,8 @@ static void *io_thread(void *arg) {
     pthread_mutex_unlock(&p->mu);
     return NULL;
 }
+
+uint64_t ckpt_io_buffer_bytes(void) { return (uint64_t)CK_SLOTS * CK_DIRECT_PIECE_BYTES; }
 
 /* 0 with the buffers and (where they can be had) threads; -1 when no buffer could be allocated. */
 static int pool_start(io_pool *p, int fd, int writing) {

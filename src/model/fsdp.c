@@ -55,7 +55,6 @@ void fsdp_plan_bytes(const tsr_model *m, int G, int frozen, double *weights, dou
     *optim = 2 * shard;
     *comm = (double)(2 * root + 3 * layer) * f + piece;
     if (frozen) *grads = *optim = 0, *comm = (double)(root + 2 * layer) * f;
-    *comm += 2.0 * (double)fsdp_exchange_floats(m->n_params, G) * f; /* (kept from the first save) */
 }
 
 /* Rank r's shard as flat runs, in shard order. */

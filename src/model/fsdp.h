@@ -90,10 +90,9 @@ typedef struct tsr_fsdp {
 #define FSDP_XCHUNK ((size_t)4 << 20)
 
 /* Per-rank bytes of a sharded step (the memory plan; nothing allocated): the weight and gradient
- * shards, AdamW (two shards), the gather buffers (root weights and gradients, two layer buffers,
- * one layer's gradients, one unit's piece of reduce-scattered gradients) and the checkpoint
- * layout exchange's two (fsdp_exchange_floats). frozen (a LoRA base, fsdp_init): the weights,
- * their gather buffers and the exchange's only. */
+ * shards, AdamW (two shards), and the gather buffers (root weights and gradients, two layer
+ * buffers, one layer's gradients, one unit's piece of reduce-scattered gradients). frozen (a
+ * LoRA base, fsdp_init): the weights and their gather buffers only. */
 void fsdp_plan_bytes(const tsr_model *m, int G, int frozen, double *weights, double *grads,
                      double *optim, double *comm);
 /* ceil(size / G) rounded up to 16 floats (64-byte aligned pieces). */
@@ -125,7 +124,7 @@ void fsdp_params_changed(tsr_fsdp *f);
 void fsdp_shard_to_part(tsr_fsdp *f, const float *shard, float *part);
 void fsdp_part_to_shard(tsr_fsdp *f, const float *part, float *shard);
 /* The floats of each of the exchange's two kept buffers (send, receive) for n_params weights over
- * a group of G: the memory plan counts twice this */
+ * a group of G: the memory plan counts twice this (with the checkpoint's buffers) */
 size_t fsdp_exchange_floats(size_t n_params, int G);
 
 #endif

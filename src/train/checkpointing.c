@@ -331,10 +331,22 @@ static void note_saved(tsr_trainer *t, int64_t step, const char *path, const ckp
     metrics_log_save(t, step, path, st, async);
 }
 
-/* A synchronous save of the current step. */
+static size_t snapshot_direct(const tsr_trainer *t);
+
+/* zero3 / hsdp writers (snapshot_direct) with a snapshot: the parts of the sets pointed into it
+ * (on), or back to none (off: not io_layout's, never freed) */
+static void parts_in_snapshot(tsr_trainer *t, int on) {
+    const size_t d = t->ck.snap ? snapshot_direct(t) : 0;
+    for (int set = 0; d && set < SET_COUNT; set++) t->part.ckio[set] = on ? t->ck.snap + set * d : NULL;
+}
+
+/* A synchronous save of the current step. With save_async's snapshot (no save in flight: the
+ * caller committed it) zero3 / hsdp parts are moved into it, not into parts of their own: the
+ * final save takes no second snapshot's memory. */
 static int save_now(tsr_trainer *t) {
     ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
     char names[SET_COUNT * TSR_P_COUNT][64];
+    parts_in_snapshot(t, 1);
     int n = save_tensors(t, ts, names);
     ckpt_meta *meta = tsr_malloc(sizeof *meta);
     fill_meta(t, meta);
@@ -342,6 +354,7 @@ static int save_now(tsr_trainer *t) {
     ckpt_stats st = {0};
     int rc = ckpt_save(t->cfg.run_dir, meta, ts, n, t->cfg.keep_last, path, sizeof path, &st);
     free(meta);
+    parts_in_snapshot(t, 0);
     io_release(t);
     if (!rc) note_saved(t, t->step, path, &st, 0);
     return rc;
@@ -382,11 +395,10 @@ static int save_in_background(tsr_trainer *t) {
     const double t0 = tsr_now();
     ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
     char names[SET_COUNT * TSR_P_COUNT][64];
-    const size_t d = snapshot_direct(t);
     snap_reserve(t, snapshot_floats(t)); /* (at start already: trainer_init) */
-    for (int set = 0; d && set < SET_COUNT; set++) t->part.ckio[set] = t->ck.snap + set * d;
+    parts_in_snapshot(t, 1);
     int n = save_tensors(t, ts, names);
-    for (int set = 0; d && set < SET_COUNT; set++) t->part.ckio[set] = NULL; /* (not io_layout's) */
+    parts_in_snapshot(t, 0);
     t->ck.snap_s = tsr_now() - t0;
     ckpt_meta *meta = tsr_malloc(sizeof *meta);
     fill_meta(t, meta);
@@ -491,6 +503,16 @@ uint64_t checkpointing_snapshot_bytes(const tsr_trainer *t) {
     uint64_t mine = dense / (uint64_t)(G > 0 ? G : 1) + 16; /* parts cut at 16 floats */
     if (m->EP > 1) mine += experts / (uint64_t)m->EP + 1;
     return SET_COUNT * mine * sizeof(float) + pad;
+}
+
+uint64_t checkpointing_io_bytes(const tsr_trainer *t) {
+    uint64_t b = ckpt_io_buffer_bytes();
+    if (!t->part.fsdp_on) return b;
+    const int G = t->part.fsdp_group; /* (the plan's: --plan builds no groups) */
+    b += 2 * (uint64_t)fsdp_exchange_floats(t->model.n_params, G) * sizeof(float);
+    if (!t->cfg.save_async && !t->part.lora_on) /* the parts a synchronous save moves shards into */
+        b += SET_COUNT * (uint64_t)(t->model.n_params / (size_t)G + 16) * sizeof(float);
+    return b;
 }
 
 /* After reading each rank's part of the base model: under parallel.expert the first EP group's

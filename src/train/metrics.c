@@ -16,6 +16,7 @@
 #include "common.h"
 #include "tokenizer/tokenizer.h"
 #include "train/account.h"
+#include "train/checkpointing.h"
 #include "train/metrics_prom.h"
 #include "train/tboard.h"
 
@@ -95,21 +96,22 @@ static double plan_bytes(const tsr_trainer *t, int lora, double *pb, double *gb,
     return *pb + *gb + *ob + *cb + *ab;
 }
 
-/* The memory line's optional parts: Muon's buffers (mu), the save_async snapshot of sb bytes
- * (snap), context parallelism's share of a sequence (share); "" where they do not apply. */
-static void memory_notes(const tsr_trainer *t, double sb, char mu[96], char snap[80],
+/* The memory line's optional parts: Muon's buffers (mu), the checkpoint's buffers of io bytes
+ * and the save_async snapshot of sb bytes (snap), context parallelism's share of a sequence
+ * (share); "" where they do not apply. */
+static void memory_notes(const tsr_trainer *t, double io, double sb, char mu[96], char snap[160],
                          char share[64]) {
-    char b[32];
+    char b[32], c[32];
     mu[0] = snap[0] = share[0] = '\0';
     if (muon_scratch(t) > 0) {
         metrics_human_bytes(b, sizeof b, muon_scratch(t));
         snprintf(mu, 96, " (Muon's iteration%s: %s)",
                  t->part.fsdp_on ? ", owned matrices and exchange" : "", b);
     }
-    if (sb > 0) {
-        metrics_human_bytes(b, sizeof b, sb);
-        snprintf(snap, 80, ", checkpoint snapshot %s (save_async, host)", b);
-    }
+    metrics_human_bytes(c, sizeof c, io);
+    metrics_human_bytes(b, sizeof b, sb);
+    snprintf(snap, 160, ", checkpoint I/O %s (host, while a save runs)%s%s%s", c,
+             sb > 0 ? ", checkpoint snapshot " : "", sb > 0 ? b : "", sb > 0 ? " (save_async, host)" : "");
     if (t->mesh.N > 1)
         snprintf(share, 64, " (this rank's %d positions of each)", t->T / t->mesh.N);
 }
@@ -209,7 +211,8 @@ static void plan_sharding(const tsr_trainer *t, int lora, char how[160]) {
 /* the plan's memory line: one rank's fp32 bytes (plan_bytes) and sb, save_async's snapshot */
 static void plan_memory(const tsr_trainer *t, int lora, double sb) {
     double pb, gb, ob, cb, ab;
-    double total = plan_bytes(t, lora, &pb, &gb, &ob, &cb, &ab) + sb;
+    const double io = (double)checkpointing_io_bytes(t);
+    double total = plan_bytes(t, lora, &pb, &gb, &ob, &cb, &ab) + io + sb;
     char w[32], g[32], opt[32], acts[32], tot[32], comm[32];
     metrics_human_bytes(comm, sizeof comm, cb);
     metrics_human_bytes(w, sizeof w, pb);
@@ -217,9 +220,9 @@ static void plan_memory(const tsr_trainer *t, int lora, double sb) {
     metrics_human_bytes(opt, sizeof opt, ob);
     metrics_human_bytes(acts, sizeof acts, ab);
     metrics_human_bytes(tot, sizeof tot, total);
-    char how[160], mu[96], snap[80], share[64];
+    char how[160], mu[96], snap[160], share[64];
     plan_sharding(t, lora, how);
-    memory_notes(t, sb, mu, snap, share);
+    memory_notes(t, io, sb, mu, snap, share);
     printf("memory per rank (fp32): weights %s, grads %s, %s %s%s%s, communication buffers %s, "
            "activations %s per microbatch of %d x %d%s%s; total %s\n",
            w, g, mu[0] ? "optimizer" : "AdamW", opt, mu, how, comm, acts, t->micro, t->T, share,

@@ -15,10 +15,12 @@
 #  - the memory plan (--dry-run, --plan and the start) shows the snapshot; save_async = false
 #    shows none; a snapshot that does not fit MemAvailable (TSR_FAULT=mem_available) makes the run
 #    save synchronously with one warning at start;
-#  - tessera report: the checkpoints line of the summary and checkpoint.png.
+#  - tessera report: the checkpoints line of the summary and checkpoint.png;
+#  - zero3 with 36M weights: a background and a final save grow the ranks' resident peak by the
+#    plan's snapshot and at most its checkpoint I/O more (+16 MiB).
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 13
+tap_plan 14
 make_synth "$TMP/data"
 tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=8 --set micro_batch=2
@@ -162,4 +164,43 @@ else
     ((ok == 0)) && grep -q "title 'training stopped (blocking)'" "$TMP/R/report/plots.gp"
 fi
 tap_check $? "tessera report: the checkpoints line (3 saved, 2 in the background, blocking and write seconds, MB) and checkpoint.png (exit $rc)"
+
+# The host memory of zero3 saves against the plan: 36M weights (d_model 768, 5 layers), zero3 on 2
+# ranks, 3 steps. A saves step 2 in the background and step 3 synchronously at the end; B never
+# saves (save_async = false, no final save). The ranks' largest resident set (ru_maxrss of the
+# children) of A exceeds B's by at least the plan's snapshot (it is taken) and by no more than the
+# plan's snapshot + checkpoint I/O + 16 MiB: the saves' layout exchange moved shards through its
+# kept buffers (it allocated the whole part twice a set), the final save into the snapshot (it
+# allocated three parts of its own). Seen failing with the old exchange and final save (062a67a):
+# +584 MiB against the same plan (+298 MiB now).
+# maxrss NAME ARGS...: runs ARGS (output in $TMP/NAME.txt); prints the children's largest RSS (KiB)
+maxrss() {
+    local name=$1
+    shift
+    "$PY3" - "$TMP/$name.txt" "$@" <<'PY'
+import resource, subprocess, sys
+with open(sys.argv[1], "w") as out:
+    rc = subprocess.run(sys.argv[2:], stdout=out, stderr=subprocess.STDOUT).returncode
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if rc == 0 else -1)
+PY
+}
+big=(--set model.d_model=768 --set model.n_layer=5 --set model.n_head=12 --set global_batch=2
+     --set micro_batch=1 --set max_duration=3ba --set save_interval=2ba --set parallel.sharding=zero3)
+ra=$(maxrss ZA "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" "${big[@]}" --set run_dir="$TMP/ZA")
+rb=$(maxrss ZB "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" "${big[@]}" --set save_async=false --set save_interval=0ba \
+     --set save_final=false --set run_dir="$TMP/ZB")
+"$PY3" - "$TMP/ZA.txt" "$ra" "$rb" <<'PY'
+import re, sys
+text, ra, rb = open(sys.argv[1]).read(), int(sys.argv[2]), int(sys.argv[3])
+units = {"B": 1, "KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3}
+def plan(what):
+    m = re.search(r"^memory per rank.*" + what + r" ([0-9.]+) (B|KiB|MiB|GiB) \(", text, re.M)
+    return float(m.group(1)) * units[m.group(2)] / 2 ** 20 if m else -1
+snap, io, grew = plan("checkpoint snapshot"), plan("checkpoint I/O"), (ra - rb) / 1024
+saves = len(re.findall(r"^checkpoint save step [23] ", text, re.M))
+print(f"# resident peak A {ra / 1024:.1f} MiB, B {rb / 1024:.1f} MiB: +{grew:.1f} MiB; the plan's "
+      f"snapshot {snap:.1f} MiB + checkpoint I/O {io:.1f} MiB; {saves} saves")
+sys.exit(0 if ra > 0 and rb > 0 and saves == 2 and snap > 0 and io > 0 and snap <= grew <= snap + io + 16 else 1)
+PY
+tap_check $? "zero3, 2 ranks, 36M weights: a background and a final save take no more host memory than the plan's snapshot and checkpoint I/O (+16 MiB)"
 tap_done

@@ -66,9 +66,11 @@ m = re.search(r"^memory per rank \(fp32\): .*optimizer .*\(Muon's iteration, own
               r"exchange: .*total ([0-9.]+) (B|KiB|MiB|GiB)$", open(sys.argv[1]).read(), re.M)
 units = ["B", "KiB", "MiB", "GiB"]
 plan = float(m.group(1)) * 1024 ** units.index(m.group(2)) if m else -1
-# less save_async's host snapshot, which the plan counts and the backend's allocator does not
-snap = re.search(r"checkpoint snapshot ([0-9.]+) (B|KiB|MiB|GiB) \(save_async", m.group(0)) if m else None
-plan -= float(snap.group(1)) * 1024 ** units.index(snap.group(2)) if snap else 0
+# less the checkpoint's host buffers (save_async's snapshot, its I/O), which the plan counts and the
+# backend's allocator does not
+for what in (r"checkpoint snapshot ([0-9.]+) (B|KiB|MiB|GiB) \(save_async", r"checkpoint I/O ([0-9.]+) (B|KiB|MiB|GiB) \(host"):
+    snap = re.search(what, m.group(0)) if m else None
+    plan -= float(snap.group(1)) * 1024 ** units.index(snap.group(2)) if snap else 0
 peak = next(d["peak_mem_bytes"] for d in map(json.loads, open(sys.argv[2])) if d.get("step") == 1)
 print(f"# step 1's peak {peak} B, the plan's {plan:.0f} B")
 sys.exit(0 if m and 0.97 * plan <= peak <= 1.10 * plan else 1)
