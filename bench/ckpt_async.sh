@@ -19,12 +19,13 @@
 # Usage: bash bench/ckpt_async.sh [RECIPE...]   (default: gpt2-124m, then qwen2.5-0.5b under zero3)
 #   STEPS=40 EVERY=12 (a save every EVERY steps, none at the end), SEQ=64, THROTTLE_MBS=100,
 #   VARIANTS="sync background step", THROTTLE=1 (0: no throttled runs), DIR (default /tmp).
+#   NP=2 ranks (NP=1: one rank on one core of 2, the writer with a core of its own).
 #   `tiny` (configs/tiny.cfg) is a smoke test of the script. A recipe whose plan (2 ranks, snapshot included) does not fit MemAvailable
 #   is skipped, saying so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
-STEPS=${STEPS:-40} EVERY=${EVERY:-12} SEQ=${SEQ:-64} THROTTLE_MBS=${THROTTLE_MBS:-100}
+STEPS=${STEPS:-40} EVERY=${EVERY:-12} SEQ=${SEQ:-64} THROTTLE_MBS=${THROTTLE_MBS:-100} NP=${NP:-2}
 read -ra variants <<<"${VARIANTS:-sync background step}"
 for v in "${variants[@]}"; do
     [[ $v == @(sync|background|step) ]] || { echo "VARIANTS: \"$v\" is not sync, background or step" >&2; exit 1; }
@@ -77,10 +78,10 @@ run() {
     rm -rf "$DIR/$name"
     # (in the background, waited for: a signal to this script is handled at once, not after the run)
     if ((throttled)); then
-        (echo "$BASHPID" >"$CG/cgroup.procs" && exec bash tests/mpi_env.sh mpirun -np 2 \
+        (echo "$BASHPID" >"$CG/cgroup.procs" && exec bash tests/mpi_env.sh mpirun -np "$NP" \
             "$BUILD/tessera-train" "$@" --set run_dir="$DIR/$name") >"$DIR/$name.txt" 2>&1 &
     else
-        bash tests/mpi_env.sh mpirun -np 2 "$BUILD/tessera-train" "$@" --set run_dir="$DIR/$name" \
+        bash tests/mpi_env.sh mpirun -np "$NP" "$BUILD/tessera-train" "$@" --set run_dir="$DIR/$name" \
             >"$DIR/$name.txt" 2>&1 &
     fi
     RUNPID=$!
@@ -122,15 +123,17 @@ print(f"{sys.argv[2]:<28} saves {len(saves)}  blocking median {med(b):7.3f} s{sn
 PY
 }
 
+# one rank: not bound to a core (OpenMPI binds 1-2 ranks to a core each), so its writer has the other
+((NP > 1)) || export OMPI_MCA_hwloc_base_binding_policy=none
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)," \
      "load $(cut -d' ' -f1-3 /proc/loadavg); run dir on $(findmnt -no FSTYPE,SOURCE --target "$DIR" | head -1);" \
-     "$STEPS steps, a save every $EVERY (none at the end), seq_len $SEQ, 2 sequences a step, 1 thread per rank"
+     "$NP rank(s), $STEPS steps, a save every $EVERY (none at the end), seq_len $SEQ, 2 sequences a step, 1 thread per rank"
 for r in "${recipes[@]}"; do
     read -ra a <<<"$(args_of "$r")"
-    plan=$("$BUILD/tessera-train" "${a[@]}" --plan 2 2>&1 | sed -nE 's/^memory per rank.*; total ([0-9.]+) GiB$/\1/p')
+    plan=$("$BUILD/tessera-train" "${a[@]}" --plan "$NP" 2>&1 | sed -nE 's/^memory per rank.*; total ([0-9.]+) GiB$/\1/p')
     avail=$(awk '/MemAvailable/ {printf "%.1f", $2 / 1048576}' /proc/meminfo)
-    if [[ -n $plan ]] && ! /usr/bin/python3 -c "import sys; sys.exit(0 if 2 * $plan + 1 < $avail else 1)"; then
-        echo "$r: skipped: 2 ranks x $plan GiB (the plan, snapshot included) + 1 GiB > $avail GiB available"
+    if [[ -n $plan ]] && ! /usr/bin/python3 -c "import sys; sys.exit(0 if $NP * $plan + 1 < $avail else 1)"; then
+        echo "$r: skipped: $NP ranks x $plan GiB (the plan, snapshot included) + 1 GiB > $avail GiB available"
         continue
     fi
     echo "$r: plan ${plan:-?} GiB per rank (snapshot included)"

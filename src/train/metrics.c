@@ -16,7 +16,6 @@
 #include "common.h"
 #include "tokenizer/tokenizer.h"
 #include "train/account.h"
-#include "train/checkpointing.h"
 #include "train/metrics_prom.h"
 #include "train/tboard.h"
 
@@ -211,7 +210,7 @@ static void plan_sharding(const tsr_trainer *t, int lora, char how[160]) {
 /* the plan's memory line: one rank's fp32 bytes (plan_bytes) and sb, save_async's snapshot */
 static void plan_memory(const tsr_trainer *t, int lora, double sb) {
     double pb, gb, ob, cb, ab;
-    const double io = (double)checkpointing_io_bytes(t);
+    const double io = (double)t->ck.io_plan; /* the checkpoint's host buffers */
     double total = plan_bytes(t, lora, &pb, &gb, &ob, &cb, &ab) + io + sb;
     char w[32], g[32], opt[32], acts[32], tot[32], comm[32];
     metrics_human_bytes(comm, sizeof comm, cb);

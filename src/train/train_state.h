@@ -171,6 +171,7 @@ typedef struct tsr_train_ckpt {
                                   * not fit host memory (trainer_init's check) */
     int64_t committed;           /* the step of the last checkpoint this process committed, -1 */
     uint64_t snap_plan;          /* the memory plan's snapshot: checkpointing_snapshot_bytes */
+    uint64_t io_plan;            /* and its checkpoint I/O: checkpointing_io_bytes */
     int copy_in_step;            /* save_async_copy in effect: the copy into snap in the save step */
     float *snap;                 /* the snapshot: this rank's slices of every tensor (host memory,
                                   * allocated and written once at start: trainer_init) */

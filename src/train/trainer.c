@@ -760,7 +760,8 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     TSR_CHECK(init_schedule(t, cfg, dry_run));
     TSR_CHECK(init_layout(t, cfg, d));
     TSR_CHECK(check_int_counts(t, dry_run));
-    t->ck.snap_plan = checkpointing_snapshot_bytes(t); /* (the plan shows it) */
+    t->ck.snap_plan = checkpointing_snapshot_bytes(t); /* (the plan shows them) */
+    t->ck.io_plan = checkpointing_io_bytes(t);
     if (dry_run) return init_plans(t, cfg, 1); /* --dry-run, --plan */
     TSR_CHECK(init_state(t, cfg));
     TSR_CHECK(init_device(t, cfg));
