@@ -19,7 +19,8 @@
 # Usage: bash bench/ckpt_async.sh [RECIPE...]   (default: gpt2-124m, then qwen2.5-0.5b under zero3)
 #   STEPS=40 EVERY=12 (a save every EVERY steps, none at the end), SEQ=64, THROTTLE_MBS=100,
 #   VARIANTS="sync background step", THROTTLE=1 (0: no throttled runs), DIR (default /tmp).
-#   NP=2 ranks (NP=1: one rank on one core of 2, the writer with a core of its own).
+#   NP=2 ranks (NP=1: one rank on one core of 2, the writer with a core of its own), SHARDING
+#   (default ddp for gpt2-124m and tiny, zero3 for the others).
 #   `tiny` (configs/tiny.cfg) is a smoke test of the script. A recipe whose plan (2 ranks, snapshot included) does not fit MemAvailable
 #   is skipped, saying so.
 set -euo pipefail
@@ -65,6 +66,7 @@ variant_args() { # VARIANT: its settings
 args_of() { # RECIPE: the run's settings (device = cpu: qwen2.5-0.5b's recipe names cuda)
     local extra=()
     [[ $1 == gpt2-124m || $1 == tiny ]] || extra=(--set parallel.sharding=zero3)
+    [[ -z ${SHARDING:-} ]] || extra=(--set parallel.sharding="$SHARDING")
     echo --config "configs/$1.cfg" --set data.train="$DIR/data/train" --set data.val= \
          --set data.tokenizer= --set sample.tokens=0 --set seq_len="$SEQ" --set global_batch=2 \
          --set micro_batch=1 --set max_duration="${STEPS}ba" --set save_interval="${EVERY}ba" \
@@ -113,13 +115,14 @@ copy = [s["write_cpu_copy_s"] for s in saves if "write_cpu_copy_s" in s]
 io = [s["write_cpu_io_s"] for s in saves if "write_cpu_io_s" in s]
 bounced = [s["write_bounced_bytes"] for s in saves if "write_bounced_bytes" in s]
 w = [s["write_s"] for s in saves]
+rss = max((d["peak_rss_bytes"] for d in lines if "peak_rss_bytes" in d), default=0)
 med = lambda v: st.median(v) if v else float("nan")
 snap = f" (snapshot {med(sn):.3f})" if sn else ""
 print(f"{sys.argv[2]:<28} saves {len(saves)}  blocking median {med(b):7.3f} s{snap}  max {max(b):7.3f} s  "
       f"write median {med(w):6.2f} s (writer CPU {med(cpu):.2f} s, of it the copy {med(copy):.2f} s; "
       f"I/O threads {med(io):.2f} s; {med(bounced) / 1e6:.0f} MB bounced)  {saves[0]['bytes'] / 1e9:.2f} GB  "
       f"step {med(other):.3f} s without a write, {med(during):.3f} s during one "
-      f"({len(during)} steps): x{med(during) / med(other):.3f}")
+      f"({len(during)} steps): x{med(during) / med(other):.3f}; resident peak {rss / 2**20:.0f} MiB")
 PY
 }
 
