@@ -321,15 +321,15 @@ size_t fsdp_exchange_floats(size_t n_params, int G) {
 }
 
 /* The exchange's rounds: enough for the longest stream between two ranks, per_peer floats a
- * round (the same on every rank: every rank knows every rank's pieces) */
-static size_t exchange_rounds(const tsr_fsdp *f, size_t per_peer) {
-    size_t most = 0;
-    for (int r = 0; r < f->G; r++)
+ * round (the same on every rank: every rank knows every rank's pieces; found at the first call) */
+static size_t exchange_rounds(tsr_fsdp *f, size_t per_peer) {
+    for (int r = 0; r < f->G && !f->xmost_known; r++)
         for (int q = 0; q < f->G; q++) {
             size_t n = r == q ? 0 : walk(f, r, q, 0, SIZE_MAX, NULL, NULL, 0, 0);
-            most = n > most ? n : most;
+            f->xmost = n > f->xmost ? n : f->xmost;
         }
-    return (most + per_peer - 1) / per_peer;
+    f->xmost_known = 1;
+    return (f->xmost + per_peer - 1) / per_peer;
 }
 
 /* One round of the exchange: floats [k * c, (k + 1) * c) of each stream to and from each peer

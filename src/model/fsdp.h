@@ -82,6 +82,8 @@ typedef struct tsr_fsdp {
     uint64_t sent_bytes;      /* floats x 4 this rank put into gathers and reduce-scatters */
     float *xbuf;              /* the checkpoint layout exchange's send and receive buffers
                                * (fsdp_exchange_floats each; at the first exchange, kept) */
+    size_t xmost;             /* the exchange's longest stream between two ranks */
+    int xmost_known;          /* (found at the first exchange) */
 } tsr_fsdp;
 
 /* Floats a rank's checkpoint layout exchange sends to its peers in one round (at most
