@@ -27,12 +27,6 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 # SIGKILL right behind; the tests signal the ranks, or mpirun of 2. A value the caller set is kept.
 if [[ ${1:-} == mpirun && ${2:-} == -np && ${3:-} == 1 && " ${*:4} " != *" : "* ]]; then
     export OMPI_MCA_odls_base_sigkill_timeout=${OMPI_MCA_odls_base_sigkill_timeout:-0}
-    # tests/run.sh's lane: its one-rank jobs on its own core (TSR_TEST_CPU), not all on core 0,
-    # where mpirun binds a job of one rank; still one core, so threads = 0 still means 1 thread
-    if [[ -n ${TSR_TEST_CPU:-} && -z ${OMPI_MCA_hwloc_base_cpu_list:-} &&
-          -z ${OMPI_MCA_hwloc_base_binding_policy:-} ]]; then
-        export OMPI_MCA_hwloc_base_cpu_list=$TSR_TEST_CPU
-    fi
 fi
 export OMPI_MCA_btl=${OMPI_MCA_btl:-self,vader}
 exec "$@"

@@ -196,7 +196,7 @@ report() {
 # the shared tests, LANES at a time, and the BESIDE ones in a lane of their own, each reported as
 # it ends
 phase_start=$SECONDS
-declare -A running=() lane_of=() # pid -> test; pid -> its lane (0 .. LANES - 1), BESIDE's none
+declare -A running=() # pid -> test
 beside_pid='' next_beside=0
 start_beside() { # starts the next BESIDE test when none runs
     [[ -z $beside_pid ]] && ((next_beside < ${#besides[@]})) || return 0
@@ -205,7 +205,7 @@ start_beside() { # starts the next BESIDE test when none runs
 }
 ended() { # ended PID: report its test; a BESIDE test's end starts the next one
     report "${running[$1]}"
-    unset "running[$1]" "lane_of[$1]"
+    unset "running[$1]"
     [[ $1 == "$beside_pid" ]] && { beside_pid=''; start_beside; }
     return 0
 }
@@ -225,26 +225,11 @@ reap() { # waits for one running test to end, reports it
     fi
     ended "$pid"
 }
-# free_lane: the lowest lane no running test holds
-free_lane() {
-    local k
-    for ((k = 0; k < LANES; k++)); do [[ " ${lane_of[*]} " == *" $k "* ]] || break; done
-    echo "$k"
-}
-# A lane's one-rank mpirun jobs run on the lane's own core (TSR_TEST_CPU, tests/mpi_env.sh): mpirun
-# binds a job of one rank to core 0 whatever runs beside it, so both lanes' one-rank runs (most of
-# the suite's) shared core 0 while core 1 had only the rest. Two 300-step one-rank tiny.cfg runs
-# at once on this 2-core machine at load 4-5 (2026-11-27): 4.6-5.5 s both on core 0, 3.7-4.1 s one
-# on each core, the same CPU-s (unbound, threads = 0 would take 2 threads a rank: +0.7 sys CPU-s).
-# Where the lanes outnumber the cores, mpirun binds as it does.
-lane_cpus=$(nproc 2>/dev/null || echo 1)
 start_beside
 for t in ${shared[@]+"${shared[@]}"}; do
     while ((${#running[@]} - (${#beside_pid} > 0) >= LANES)); do reap; done
-    lane=$(free_lane) cpu=()
-    ((LANES <= lane_cpus)) && cpu=(TSR_TEST_CPU="$lane")
-    run_one "$t" "${SHARE_ENV[@]}" ${cpu[@]+"${cpu[@]}"} &
-    running[$!]=$t lane_of[$!]=$lane
+    run_one "$t" "${SHARE_ENV[@]}" &
+    running[$!]=$t
 done
 while ((${#running[@]} > 0)); do reap; done
 shared_s=$((SECONDS - phase_start)) phase_start=$SECONDS shared_cpu=$cpu_total
