@@ -267,6 +267,13 @@ static void src_put(void *ctx, int u, int backward) {
     if (u > 0 && backward && !f->frozen) scatter_unit(f, u, f->layer_g); /* the layer's gradients are complete */
 }
 
+/* The flat range [*a, *b) of piece p inside the part [plo, phi); 0 when they do not meet */
+static int clip(const fsdp_piece *p, size_t plo, size_t phi, size_t *a, size_t *b) {
+    *a = p->flat > plo ? p->flat : plo;
+    *b = p->flat + p->len < phi ? p->flat + p->len : phi;
+    return *a < *b;
+}
+
 /* Walks shard owner r's pieces inside part owner q's part of the flat layout, in shard order (a
  * packed stream), and returns how many of the stream's floats lie in [skip, skip + lim); with
  * buf, copies those to buf (to_buf) or from it, packed, the other side being data: r's shard
@@ -277,8 +284,8 @@ static size_t walk(const tsr_fsdp *f, int r, int q, size_t skip, size_t lim, flo
     const size_t end = lim > SIZE_MAX - skip ? SIZE_MAX : skip + lim;
     for (int k = 0; k < f->n_pieces[r] && at < end; k++) {
         const fsdp_piece *p = &f->pieces[r][k];
-        size_t a = p->flat > plo ? p->flat : plo, b = p->flat + p->len < phi ? p->flat + p->len : phi;
-        if (a >= b) continue;
+        size_t a, b;
+        if (!clip(p, plo, phi, &a, &b)) continue;
         size_t s0 = at > skip ? at : skip, s1 = at + (b - a) < end ? at + (b - a) : end;
         if (s0 < s1 && buf) {
             size_t x = a + (s0 - at); /* the flat offset of the stream's float s0 */
@@ -298,8 +305,8 @@ static void copy_own(const tsr_fsdp *f, int to_part, const float *src, float *ds
     size_t plo = f->part_displs[me], phi = plo + f->part_counts[me];
     for (int k = 0; k < f->n_pieces[me]; k++) {
         const fsdp_piece *p = &f->pieces[me][k];
-        size_t a = p->flat > plo ? p->flat : plo, b = p->flat + p->len < phi ? p->flat + p->len : phi;
-        if (a >= b) continue;
+        size_t a, b;
+        if (!clip(p, plo, phi, &a, &b)) continue;
         size_t s = p->shard + (a - p->flat), o = a - plo;
         memmove(to_part ? dst + o : dst + s, to_part ? src + s : src + o, (b - a) * sizeof(float));
     }

@@ -491,6 +491,9 @@ void checkpointing_snapshot_alloc(tsr_trainer *t) {
     if (t->ck.snap) memset(t->ck.snap, 0, t->ck.snap_cap * sizeof(float));
 }
 
+/* The most floats of n a rank's part holds when n is cut over G ranks (parts cut at 16 floats) */
+static uint64_t part_bound(uint64_t n, int G) { return n / (uint64_t)(G > 0 ? G : 1) + 16; }
+
 uint64_t checkpointing_snapshot_bytes(const tsr_trainer *t) {
     const tsr_model *m = &t->model;
     if (!t->cfg.save_async) return 0;
@@ -499,8 +502,7 @@ uint64_t checkpointing_snapshot_bytes(const tsr_trainer *t) {
     uint64_t dense = 0, experts = 0;
     for (int i = 0; i < TSR_P_COUNT; i++)
         *(m->params_info[i].ep ? &experts : &dense) += m->params_info[i].numel;
-    const int G = t->part.fsdp_on ? t->part.fsdp_group : t->dist.world;
-    uint64_t mine = dense / (uint64_t)(G > 0 ? G : 1) + 16; /* parts cut at 16 floats */
+    uint64_t mine = part_bound(dense, t->part.fsdp_on ? t->part.fsdp_group : t->dist.world);
     if (m->EP > 1) mine += experts / (uint64_t)m->EP + 1;
     return SET_COUNT * mine * sizeof(float) + pad;
 }
@@ -511,7 +513,7 @@ uint64_t checkpointing_io_bytes(const tsr_trainer *t) {
     const int G = t->part.fsdp_group; /* (the plan's: --plan builds no groups) */
     b += 2 * (uint64_t)fsdp_exchange_floats(t->model.n_params, G) * sizeof(float);
     if (!t->cfg.save_async && !t->part.lora_on) /* the parts a synchronous save moves shards into */
-        b += SET_COUNT * (uint64_t)(t->model.n_params / (size_t)G + 16) * sizeof(float);
+        b += SET_COUNT * part_bound(t->model.n_params, G) * sizeof(float);
     return b;
 }
 
