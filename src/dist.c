@@ -537,20 +537,6 @@ void dist_version(char *buf, size_t n) { snprintf(buf, n, "no MPI (NO_MPI=1 buil
 
 #endif
 
-void dist_data_view(const tsr_dist *world, int N, tsr_dist *v) {
-    *v = *world;
-    v->view = NULL;
-    if (N <= 1) return;
-    v->rank = world->rank / N;
-    v->world = world->world / N;
-    v->view = dist_group_split(world->rank % N, world->rank);
-}
-
-void dist_view_free(tsr_dist *v) {
-    dist_group_free(v->view);
-    v->view = NULL;
-}
-
 void dist_view_sum_f64(const tsr_dist *d, double *buf, size_t n) {
     if (d->view) dist_group_allreduce_sum_f64(d->view, buf, n);
     else dist_allreduce_sum_f64(buf, n);

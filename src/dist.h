@@ -16,7 +16,7 @@ typedef struct tsr_dist {
     int local_rank, local_world; /* among the ranks sharing this node */
     char host[64];
     /* NULL: the world. Else this is a view, the data dimension of a data x context mesh
-     * (parallel.context, docs/parallelism.md; dist_data_view): rank and world count data ranks,
+     * (parallel.context, docs/parallelism.md; src/mesh/mesh.h): rank and world count data ranks,
      * and the dist_view_* sums run over this group, the world's ranks of the same context rank.
      * Code that splits work over data ranks and sums their results takes a tsr_dist and sums
      * with dist_view_*, so that a context group, whose ranks share their sequences and hold the
@@ -70,11 +70,12 @@ void dist_allgather(const void *mine, void *all, size_t bytes);
 void dist_gather(const void *mine, void *all, size_t bytes, int root);
 void dist_barrier(void);
 
-/* Groups of ranks (ZeRO-3 / HSDP, src/model/fsdp.c; the health checker's node pairs,
- * healthcheck/hc_net.c): a communicator over a subset of the world.
+/* Groups of ranks (the rank mesh's, src/mesh/mesh.h: context, data, expert, sharding; the health
+ * checker's node pairs, healthcheck/hc_net.c): a communicator over a subset of the world.
  * dist_group_split is collective over the world: ranks passing the same color form a group,
- * ranked by key. In the NO_MPI build (or without MPI_Init) every group is this one rank. Counts
- * and displacements are per group rank, in floats. */
+ * ranked by key. In tessera's programs only src/mesh/ calls it (tests/tools/test_mesh_only.sh):
+ * everything else asks the mesh for a group by name. In the NO_MPI build (or without MPI_Init)
+ * every group is this one rank. Counts and displacements are per group rank, in floats. */
 typedef struct tsr_group tsr_group;
 tsr_group *dist_group_split(int color, int key);
 void dist_group_free(tsr_group *g);
@@ -110,12 +111,6 @@ void dist_group_allgather(tsr_group *g, const void *mine, void *all, size_t byte
 void dist_group_alltoallv(tsr_group *g, const void *send, const size_t *scounts,
                           const size_t *sdispls, void *recv, const size_t *rcounts,
                           const size_t *rdispls, size_t elem);
-/* The data dimension of the mesh of world (a world, not a view) whose context groups are N
- * consecutive ranks: v->rank = world rank / N, v->world = world / N, summing over the ranks of
- * the same world rank % N. N = 1: v is world itself (no group). Collective over the world when
- * N > 1; dist_view_free releases it. */
-void dist_data_view(const tsr_dist *world, int N, tsr_dist *v);
-void dist_view_free(tsr_dist *v);
 /* In-place sums (maxima) over the ranks of d: the world's, or a view's (tsr_dist.view) */
 void dist_view_sum_f64(const tsr_dist *d, double *buf, size_t n);
 void dist_view_sum_i64(const tsr_dist *d, int64_t *buf, size_t n);

@@ -10,9 +10,9 @@ void gpu_comm_use(gpu_comm_kind kind) { kind_in_use = kind; }
 
 gpu_comm_kind gpu_comm_in_use(void) { return kind_in_use; }
 
-gpu_comm *gpu_comm_open(int color, int key, tcu_stream compute, char *why, size_t n) {
-    return kind_in_use == GPU_COMM_STAGED ? gpu_comm_staged_open(color, key, compute, why, n)
-                                          : gpu_comm_direct_open(color, key, compute, why, n);
+gpu_comm *gpu_comm_open(const tsr_mesh_group *g, tcu_stream compute, char *why, size_t n) {
+    return kind_in_use == GPU_COMM_STAGED ? gpu_comm_staged_open(g, compute, why, n)
+                                          : gpu_comm_direct_open(g, compute, why, n);
 }
 
 const char *gpu_comm_name(const gpu_comm *c) { return c->ops->name(c); }

@@ -23,6 +23,7 @@
 
 #include "cuda_ops.h"
 #include "dist.h"
+#include "mesh/mesh.h"
 
 typedef struct gpu_comm gpu_comm;
 
@@ -31,11 +32,12 @@ typedef enum { GPU_COMM_DIRECT = 0, GPU_COMM_STAGED = 1 } gpu_comm_kind;
 void gpu_comm_use(gpu_comm_kind kind);
 gpu_comm_kind gpu_comm_in_use(void);
 
-/* Collective over the world: the ranks passing the same color form one communicator, ranked by
- * key (color 0, key = rank: the world; parallel.sharding = hsdp makes a group's and a replica
- * set's). Returns NULL with the reason in why when it cannot be made (every rank learns of a
- * failure: the result is agreed). */
-gpu_comm *gpu_comm_open(int color, int key, tcu_stream compute, char *why, size_t n);
+/* A communicator over the ranks of the mesh's group g (mesh/mesh.h: the world, a context,
+ * expert, expert_data, shard or replica group; the transports take its split from the mesh and
+ * compute none). Collective over the world: every rank opens the same group at the same point.
+ * Returns NULL with the reason in why when it cannot be made (every rank learns of a failure: the
+ * result is agreed). */
+gpu_comm *gpu_comm_open(const tsr_mesh_group *g, tcu_stream compute, char *why, size_t n);
 /* What carries the sums, for the banner ("NCCL 2.27.3", "MPI staged through pinned host memory
  * (...the fallback transport)"). */
 const char *gpu_comm_name(const gpu_comm *c);

@@ -34,7 +34,7 @@ struct gpu_comm {
 
 /* The build's direct transport (NCCL; the emulator's MPI on its host "device" memory) and the
  * host-staged one: gpu_comm_open's contract, each. */
-gpu_comm *gpu_comm_direct_open(int color, int key, tcu_stream compute, char *why, size_t n);
-gpu_comm *gpu_comm_staged_open(int color, int key, tcu_stream compute, char *why, size_t n);
+gpu_comm *gpu_comm_direct_open(const tsr_mesh_group *g, tcu_stream compute, char *why, size_t n);
+gpu_comm *gpu_comm_staged_open(const tsr_mesh_group *g, tcu_stream compute, char *why, size_t n);
 
 #endif

@@ -1,8 +1,8 @@
 /* gpu_comm_mpi.c — gpu_comm.h's direct transport for the host emulator of the CUDA backend
  * (kernels/cuda_emu/; parallel.gpu_comm = "nccl" there): its device memory is host memory, so MPI
- * moves it in place, on a group of dist_group_split. Every call synchronises the compute stream
- * first (a no-op in the emulator) and completes before it returns, which keeps the ordering
- * contract. */
+ * moves it in place, on a communicator the mesh opens over the group (mesh_group_open). Every
+ * call synchronises the compute stream first (a no-op in the emulator) and completes before it
+ * returns, which keeps the ordering contract. */
 #include "gpu/gpu_comm.h"
 
 #include <stdlib.h>
@@ -18,12 +18,12 @@ typedef struct emu_comm {
 
 static const gpu_comm_ops emu_ops;
 
-gpu_comm *gpu_comm_direct_open(int color, int key, tcu_stream compute, char *why, size_t n) {
+gpu_comm *gpu_comm_direct_open(const tsr_mesh_group *g, tcu_stream compute, char *why, size_t n) {
     (void)why, (void)n;
     emu_comm *c = tsr_calloc(1, sizeof *c);
     c->base.ops = &emu_ops;
     c->compute = compute;
-    c->g = dist_group_split(color, key);
+    c->g = mesh_group_open(g);
     c->base.size = dist_group_size(c->g);
     return &c->base;
 }

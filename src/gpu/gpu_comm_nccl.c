@@ -95,7 +95,7 @@ static int load_nccl(nccl_comm *c, char *why, size_t n) {
             tsr_die(TSR_EXIT_INTERNAL, "NCCL %s failed: %s", what, (c)->api.error_string(r_));    \
     } while (0)
 
-gpu_comm *gpu_comm_direct_open(int color, int key, tcu_stream compute, char *why, size_t n) {
+gpu_comm *gpu_comm_direct_open(const tsr_mesh_group *g, tcu_stream compute, char *why, size_t n) {
     nccl_comm *c = tsr_calloc(1, sizeof *c);
     c->base.ops = &nccl_ops;
     c->compute = compute;
@@ -110,7 +110,7 @@ gpu_comm *gpu_comm_direct_open(int color, int key, tcu_stream compute, char *why
         free(c);
         return NULL;
     }
-    c->g = dist_group_split(color, key);
+    c->g = mesh_group_open(g); /* (its MPI communicator: the unique id's broadcast) */
     c->size = c->base.size = dist_group_size(c->g);
     ncclUniqueId id;
     memset(&id, 0, sizeof id);

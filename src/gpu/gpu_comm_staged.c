@@ -235,7 +235,7 @@ static void engine_put(engine *e) {
     the_engine = NULL;
 }
 
-gpu_comm *gpu_comm_staged_open(int color, int key, tcu_stream compute, char *why, size_t n) {
+gpu_comm *gpu_comm_staged_open(const tsr_mesh_group *g, tcu_stream compute, char *why, size_t n) {
     double bad = dist_world_size() > 1 && !dist_thread_multiple();
     dist_allreduce_max_f64(&bad, 1); /* agreed: every rank stops */
     if (bad > 0) {
@@ -247,7 +247,7 @@ gpu_comm *gpu_comm_staged_open(int color, int key, tcu_stream compute, char *why
     }
     staged_comm *c = tsr_calloc(1, sizeof *c);
     c->base.ops = &staged_ops;
-    c->g = dist_group_split(color, key);
+    c->g = mesh_group_open(g); /* its own: the communication thread calls MPI on it */
     c->base.size = dist_group_size(c->g);
     c->compute = compute;
     c->e = engine_get();

@@ -41,14 +41,14 @@ static void x_copy(void *ctx, void *dst, const void *src, size_t bytes) {
     tcu_memcpy_d2d(dst, src, bytes, x->s);
 }
 
-int gpu_ep_init(gpu_ep *x, tsr_ep *ep, const tsr_model *m, const tsr_dist *d, tcu_stream s,
+int gpu_ep_init(gpu_ep *x, tsr_ep *ep, const tsr_model *m, const tsr_mesh *mesh, tcu_stream s,
                 char *why, size_t n) {
     memset(x, 0, sizeof *x);
     x->ep = ep, x->m = m, x->s = s;
-    /* the groups of model_ep.c: EP consecutive ranks; the ranks with the same index j */
-    x->group = gpu_comm_open(d->rank / ep->EP, d->rank, s, why, n);
+    /* the groups of model_ep.c, the mesh's: EP consecutive ranks; the ranks with the same index */
+    x->group = gpu_comm_open(mesh_group(mesh, TSR_MESH_EXPERT), s, why, n);
     if (!x->group) return -1;
-    x->edp = gpu_comm_open(ep->j, d->rank, s, why, n);
+    x->edp = gpu_comm_open(mesh_group(mesh, TSR_MESH_EXPERT_DATA), s, why, n);
     if (!x->edp) return -1;
     const size_t b = ep->n * sizeof(float);
     x->w = tcu_malloc(b, "experts' master weights (fp32)");

@@ -50,7 +50,7 @@ size_t gpu_ep_state_bytes(const tsr_model *m, int EP);
 size_t gpu_ep_exchange_bytes(const tsr_model *m, int EP, int B, int T);
 /* Opens the communicators (collective over the world), allocates the store and uploads the host
  * store's weights (moments zero), and sets ep->xfer. 0, or -1 with the reason in why. */
-int gpu_ep_init(gpu_ep *x, tsr_ep *ep, const tsr_model *m, const tsr_dist *d, tcu_stream s,
+int gpu_ep_init(gpu_ep *x, tsr_ep *ep, const tsr_model *m, const tsr_mesh *mesh, tcu_stream s,
                 char *why, size_t n);
 /* The decoder's expert tensors of unit u (gpu_model.h experts hook): bf16 weights from the store,
  * fp32 gradients in backward. ctx: the gpu_ep. */

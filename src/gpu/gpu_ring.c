@@ -31,22 +31,24 @@ static void ring_sum(void *ctx, double *buf, size_t n) {
     dist_group_allreduce_sum_f64(((gpu_ring *)ctx)->group, buf, n);
 }
 
-int gpu_ring_init(gpu_ring *r, const tsr_dist *d, int N, tcu_stream s) {
+int gpu_ring_init(gpu_ring *r, const tsr_mesh *mesh, tcu_stream s) {
+    const tsr_mesh_group *context = mesh_group(mesh, TSR_MESH_CONTEXT);
+    const int N = context->size, rank = mesh_group(mesh, TSR_MESH_WORLD)->rank;
     char why[512] = "";
     memset(r, 0, sizeof *r);
     r->s = s;
-    r->comm = gpu_comm_open(d->rank / N, d->rank, s, why, sizeof why);
+    r->comm = gpu_comm_open(context, s, why, sizeof why);
     if (!r->comm) {
-        if (d->rank == 0)
+        if (rank == 0)
             tsr_error("device = \"cuda\" with parallel.context = %d: %s", N, why);
         return TSR_EXIT_USAGE;
     }
-    r->group = dist_group_split(d->rank / N, d->rank);
+    r->group = context->cpu;
     for (int i = 0; i < GPU_RING_MARKS; i++) r->marks[i] = tcu_event_create();
     r->ring.N = dist_group_size(r->group);
     r->ring.r = dist_group_rank(r->group);
     r->ring.comm = (tsr_ring_comm){r, ring_start, ring_wait, ring_gather_host, ring_sum};
-    if (d->rank == 0)
+    if (rank == 0)
         printf("context parallelism: the ring over %s, %d ranks a group\n", gpu_comm_name(r->comm),
                N);
     return 0;
@@ -57,6 +59,5 @@ void gpu_ring_free(gpu_ring *r) {
     ring_free(&r->ring);
     for (int i = 0; i < GPU_RING_MARKS; i++) tcu_event_destroy(r->marks[i]);
     gpu_comm_close(r->comm);
-    dist_group_free(r->group);
     memset(r, 0, sizeof *r);
 }

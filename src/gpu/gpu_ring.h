@@ -10,6 +10,7 @@
 #include "cuda_ops.h"
 #include "dist.h"
 #include "gpu/gpu_comm.h"
+#include "mesh/mesh.h"
 #include "model/model_ring.h"
 
 #define GPU_RING_MARKS 4 /* exchanges in flight at most (model_ring.c has two) */
@@ -20,15 +21,15 @@ typedef struct gpu_ring {
     gpu_comm *after;           /* the dense gradients' communicator, ordered before each
                                 * exchange (NCCL: communicators in one order on every rank), or
                                 * NULL */
-    tsr_group *group;          /* the same ranks, for the host's sums and gathers */
+    tsr_group *group;          /* the same ranks, for the host's sums and gathers (the mesh's) */
     tcu_stream s;              /* the compute stream */
     tcu_event marks[GPU_RING_MARKS]; /* an exchange's end on the communication stream */
     int next;
 } gpu_ring;
 
-/* The ring of this rank's context group of N consecutive ranks (collective over the world).
- * 0, or TSR_EXIT_USAGE with the reason printed by rank 0 (no NCCL for several ranks). */
-int gpu_ring_init(gpu_ring *r, const tsr_dist *d, int N, tcu_stream s);
+/* The ring of this rank's context group, the mesh's (N consecutive ranks; collective over the
+ * world). 0, or TSR_EXIT_USAGE with the reason printed by rank 0 (no NCCL for several ranks). */
+int gpu_ring_init(gpu_ring *r, const tsr_mesh *mesh, tcu_stream s);
 void gpu_ring_free(gpu_ring *r);
 
 #endif

@@ -266,14 +266,15 @@ void gpu_shard_fp8_gather(gpu_shard *sh, int on) {
 
 /* ---- setup ---- */
 
-/* the group's communicator (world rank r is rank r % G of group r / G, fsdp.c) and, with
- * replicas, theirs (the ranks of the same r % G); an error names the sharding */
+/* the mesh's shard group's communicator (world rank r is rank r % G of group r / G, fsdp.c)
+ * and, with replicas, theirs (the ranks of the same r % G); an error names the sharding */
 static int shard_open_comms(gpu_shard *sh, const gpu_train_ctx *c, tcu_stream s) {
     const tsr_fsdp *f = sh->f;
     char why[512] = "";
-    sh->group = gpu_comm_open(f->gindex, f->grank, s, why, sizeof why);
+    sh->group = gpu_comm_open(mesh_group(c->mesh, TSR_MESH_SHARD), s, why, sizeof why);
     if (sh->group && f->R > 1)
-        sh->replicas = gpu_comm_open(f->grank, f->gindex, s, why, sizeof why);
+        sh->replicas =
+            gpu_comm_open(mesh_group(c->mesh, TSR_MESH_REPLICA), s, why, sizeof why);
     if (!sh->group || (f->R > 1 && !sh->replicas)) {
         if (c->dist->rank == 0)
             tsr_error("device = \"cuda\", parallel.sharding = %s: %s",
@@ -357,7 +358,7 @@ int gpu_shard_init(gpu_shard *sh, gpu_train_ctx *c, tsr_gpu_model *g, tcu_stream
         tsr_die(TSR_EXIT_INTERNAL, "gpu_shard_init: LoRA's zero1 runs as ddp (train_gpu.c fill)");
     sh->g = g;
     sh->s = s;
-    if (sh->zero1) fsdp_plan(&sh->own, c->model, c->dist->world, c->dist);
+    if (sh->zero1) fsdp_plan(&sh->own, c->model, c->mesh); /* (the mesh's shard: the world) */
     sh->f = sh->zero1 ? &sh->own : c->fsdp;
     int rc = shard_open_comms(sh, c, s);
     if (rc) return rc;

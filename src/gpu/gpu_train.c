@@ -276,7 +276,7 @@ static int open_replicated_comm(gpu_train_ctx *c, const char *what) {
     struct tsr_gpu_train *gt = c->state;
     const tsr_dist *d = c->dist;
     char why[512] = "";
-    gt->comm = gpu_comm_open(0, d->rank, gt->s, why, sizeof why);
+    gt->comm = gpu_comm_open(mesh_group(c->mesh, TSR_MESH_WORLD), gt->s, why, sizeof why);
     if (!gt->comm && d->world > 1) {
         if (d->rank == 0) tsr_error("device = \"cuda\" on %d ranks: %s", d->world, why);
         return TSR_EXIT_USAGE;
@@ -344,7 +344,7 @@ static int init_experts(gpu_train_ctx *c) {
     struct tsr_gpu_train *gt = c->state;
     if (!c->ep) return 0;
     char why[512] = "";
-    if (gpu_ep_init(&gt->ep, c->ep, c->model, c->dist, gt->s, why, sizeof why) != 0) {
+    if (gpu_ep_init(&gt->ep, c->ep, c->model, c->mesh, gt->s, why, sizeof why) != 0) {
         if (c->dist->rank == 0)
             tsr_error("device = \"cuda\" with parallel.expert = %d: %s", c->ep->EP, why);
         return TSR_EXIT_USAGE;
@@ -662,7 +662,7 @@ static int check_fp8(const gpu_train_ctx *c) {
 static int init_ring(gpu_train_ctx *c) {
     struct tsr_gpu_train *gt = c->state;
     if (c->cpN <= 1) return 0;
-    TSR_CHECK(gpu_ring_init(&gt->ring, c->dist, c->cpN, gt->s));
+    TSR_CHECK(gpu_ring_init(&gt->ring, c->mesh, gt->s));
     gt->ring.after = gt->comm ? gt->comm : gt->sharded ? gt->sh.group : NULL;
     gt->ring_on = 1;
     gt->g.ring = &gt->ring.ring;

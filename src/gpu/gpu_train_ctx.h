@@ -3,7 +3,7 @@
  * The trainer's glue (src/train/train_gpu.c) fills it from the trainer: what the library reads
  * (layout, batch, sharding, optimizer settings) and the host buffers it mirrors (weights in the
  * host model, AdamW moments, fsdp shards). The library sees nothing else of the trainer, so the
- * CUDA path depends on the layers below it only (config, model, dist), and the table of entry
+ * CUDA path depends on the layers below it only (config, mesh, model, dist), and the table of entry
  * points checks the size of this struct, not of the whole trainer.
  */
 #ifndef TSR_GPU_TRAIN_CTX_H
@@ -14,6 +14,7 @@
 
 #include "config/config.h"
 #include "dist.h"
+#include "mesh/mesh.h"
 #include "model/model.h"
 #include "model/fsdp.h"
 #include "model/model_ep.h"
@@ -23,6 +24,8 @@ typedef enum { GPU_SHARD_DDP = 0, GPU_SHARD_ZERO1 = 1, GPU_SHARD_FSDP = 3 } gpu_
 
 typedef struct gpu_train_ctx {
     const tsr_dist *dist;
+    const tsr_mesh *mesh;      /* the rank mesh (mesh/mesh.h): every communicator the library
+                                * opens is over one of its groups (gpu_comm_open) */
     tsr_model *model;          /* the host model: the layout, the host mirror of the weights, and
                                 * the evaluation calls the library routes to the device */
     gpu_shard_mode mode;

@@ -84,12 +84,16 @@ static void *grab(tsr_fsdp *f, size_t n) {
 static void src_get(void *ctx, int u, int backward, float **w, float **g);
 static void src_put(void *ctx, int u, int backward);
 
-void fsdp_plan(tsr_fsdp *f, tsr_model *m, int G, const tsr_dist *d) {
-    fsdp_layout(f, m, G, d->rank % G);
-    f->R = d->world / G;
-    f->gindex = d->rank / G;
-    f->group = dist_group_split(f->gindex, f->grank);
-    f->replicas = dist_group_split(f->grank, f->gindex);
+void fsdp_plan(tsr_fsdp *f, tsr_model *m, const tsr_mesh *mesh) {
+    const tsr_mesh_group *shard = mesh_group(mesh, TSR_MESH_SHARD);
+    const tsr_mesh_group *replica = mesh_group(mesh, TSR_MESH_REPLICA);
+    if (!shard->on || !shard->cpu)
+        tsr_die(TSR_EXIT_INTERNAL, "fsdp_plan: the mesh has no sharding group (mesh_build)");
+    fsdp_layout(f, m, shard->size, shard->rank);
+    f->R = replica->size;
+    f->gindex = replica->rank;
+    f->group = shard->cpu;
+    f->replicas = replica->cpu;
 }
 
 void fsdp_layout(tsr_fsdp *f, const tsr_model *m, int G, int grank) {
@@ -126,8 +130,8 @@ void fsdp_layout(tsr_fsdp *f, const tsr_model *m, int G, int grank) {
     }
 }
 
-void fsdp_init(tsr_fsdp *f, tsr_model *m, int G, int frozen, const tsr_dist *d) {
-    fsdp_plan(f, m, G, d);
+void fsdp_init(tsr_fsdp *f, tsr_model *m, const tsr_mesh *mesh, int frozen) {
+    fsdp_plan(f, m, mesh);
     f->frozen = frozen;
     f->params = grab(f, f->shard_n);
     f->root_w = grab(f, f->units[0].size);
@@ -167,8 +171,6 @@ void fsdp_free(tsr_fsdp *f) {
     for (int r = 0; r < f->G; r++) free(f->pieces[r]);
     free(f->pieces), free(f->n_pieces), free(f->units), free(f->unit_at);
     free(f->part_counts), free(f->part_displs);
-    dist_group_free(f->group);
-    dist_group_free(f->replicas);
     if (f->m->src == &f->src) f->m->src = NULL;
     memset(f, 0, sizeof *f);
 }

@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "dist.h"
+#include "mesh/mesh.h"
 #include "model/model.h"
 
 typedef struct fsdp_seg {
@@ -61,7 +62,9 @@ typedef struct tsr_fsdp {
     int G, R;                 /* group size, number of groups (replicas) */
     int frozen;               /* no gradients (LoRA's base: fsdp_init) */
     int grank, gindex;        /* rank in the group, index of the group */
-    tsr_group *group, *replicas; /* replicas: the ranks with the same grank in every group */
+    tsr_group *group, *replicas; /* the mesh's shard and replica groups (mesh/mesh.h; borrowed,
+                                  * NULL in a layout): replicas holds the ranks with the same
+                                  * grank in every group */
     int n_units;              /* L + 1 */
     fsdp_unit *units;
     size_t *unit_at;          /* (n_units) where this rank's piece of each unit starts in its shard */
@@ -99,18 +102,19 @@ void fsdp_plan_bytes(const tsr_model *m, int G, int frozen, double *weights, dou
                      double *optim, double *comm);
 /* ceil(size / G) rounded up to 16 floats (64-byte aligned pieces). */
 size_t fsdp_piece_len(size_t size, int G);
-/* The plan only: units, groups, pieces, checkpoint partition; no buffers, m->src untouched
- * (collective: it splits the groups). fsdp_free releases it. */
-void fsdp_plan(tsr_fsdp *f, tsr_model *m, int G, const tsr_dist *d);
+/* The plan only over the mesh's shard and replica groups (mesh_build made them: G = their
+ * shard group's size): units, groups, pieces, checkpoint partition; no buffers, m->src
+ * untouched, no communication. fsdp_free releases it (the groups stay the mesh's). */
+void fsdp_plan(tsr_fsdp *f, tsr_model *m, const tsr_mesh *mesh);
 /* The plan's layout alone, as group rank grank of a group of G sees it: units, pieces, the
  * checkpoint partition; no groups, no communication (the memory plan counts with it: Muon's
  * exchange, model_muon.h). fsdp_free releases it. */
 void fsdp_layout(tsr_fsdp *f, const tsr_model *m, int G, int grank);
-/* Builds the units, the groups (world rank r: group r / G, group rank r % G; collective) and the
- * buffers, and sets m->src. G must divide the world. frozen (LoRA's base, docs/lora.md): no
+/* Builds the plan over the mesh's groups (fsdp_plan: world rank r is group rank r % G of group
+ * r / G) and the buffers, and sets m->src. frozen (LoRA's base, docs/lora.md): no
  * gradient buffers; the source hands out no gradients (NULL) and reduces nothing; zero_grads
  * and finish_grads are not to be called. */
-void fsdp_init(tsr_fsdp *f, tsr_model *m, int G, int frozen, const tsr_dist *d);
+void fsdp_init(tsr_fsdp *f, tsr_model *m, const tsr_mesh *mesh, int frozen);
 void fsdp_free(tsr_fsdp *f);
 /* This rank's shard of the initial weights (model_init_weights_range over its pieces): the same
  * bits as the full initialisation's, with no full copy and 1/G of the draws. */

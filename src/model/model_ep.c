@@ -57,16 +57,22 @@ static void *scratch(tsr_ep *ep, int k, size_t bytes) {
 /* the element size of the exchanged activations */
 static size_t esize(const tsr_ep *ep) { return tsr_dtype_size(ep->xbe.act); }
 
-void ep_init(tsr_ep *ep, tsr_model *m, int EP, const tsr_dist *d) {
+void ep_init(tsr_ep *ep, tsr_model *m, const tsr_mesh *mesh) {
+    const tsr_mesh_group *expert = mesh_group(mesh, TSR_MESH_EXPERT);
+    const tsr_mesh_group *edp = mesh_group(mesh, TSR_MESH_EXPERT_DATA);
+    const int EP = expert->size;
+    if (!expert->cpu || !edp->cpu || EP != m->EP)
+        tsr_die(TSR_EXIT_INTERNAL, "ep_init: the mesh's expert groups (%d ranks) are not the "
+                "model's (parallel.expert = %d)", EP, m->EP);
     memset(ep, 0, sizeof *ep);
     ep->ops = m->ops;
     ep->EP = EP;
-    ep->j = d->rank % EP;
+    ep->j = expert->rank;
     ep->E = m->E, ep->LM = m->LM, ep->C = m->C, ep->FE = m->FE;
     ep->El = m->E / EP;
     ep->e0 = ep->j * ep->El;
-    ep->group = dist_group_split(d->rank / EP, d->rank);
-    ep->edp = dist_group_split(ep->j, d->rank);
+    ep->group = expert->cpu;
+    ep->edp = edp->cpu;
     ep->x1 = (size_t)2 * m->FE * m->C;
     ep->x2 = (size_t)m->C * m->FE;
     ep->n1 = (size_t)m->LM * ep->El * ep->x1;
@@ -116,8 +122,6 @@ void ep_free(tsr_ep *ep) {
     float *own[] = {ep->w, ep->g, ep->m, ep->v, ep->full};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
         if (own[i]) ep->ops->free(own[i]);
-    dist_group_free(ep->group);
-    dist_group_free(ep->edp);
     memset(ep, 0, sizeof *ep);
 }
 

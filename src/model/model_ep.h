@@ -2,11 +2,11 @@
  * backends: rows in the backend's activation type and memory, moved by MPI on the CPU or by the
  * tsr_ep_xfer a device path sets (src/gpu/gpu_ep.c on device = cuda).
  *
- * Groups: the world splits into EP groups of EP consecutive ranks (world rank r: group r / EP,
- * index j = r % EP); each EP group holds every expert once, rank j the E / EP experts
- * e0 = j E / EP .. e0 + E / EP - 1 of every MoE layer. The expert-data-parallel (EDP) group of a
- * rank is the ranks with the same j (world / EP of them): they hold the same experts and sum
- * those experts' gradients.
+ * Groups (the mesh's expert and expert_data groups, mesh/mesh.h): the world splits into EP groups
+ * of EP consecutive ranks (world rank r: group r / EP, index j = r % EP); each EP group holds
+ * every expert once, rank j the E / EP experts e0 = j E / EP .. e0 + E / EP - 1 of every MoE
+ * layer. The expert-data-parallel (EDP) group of a rank is the ranks with the same j (world / EP
+ * of them): they hold the same experts and sum those experts' gradients.
  *
  * Storage: the expert tensors (expw1, expw2) leave the model's flat layout
  * (model_set_expert_parallel) for this store: w, g, m, v hold this rank's experts as
@@ -39,6 +39,7 @@
 #include <stdint.h>
 
 #include "dist.h"
+#include "mesh/mesh.h"
 #include "backend.h"
 #include "model/model.h"
 
@@ -61,7 +62,7 @@ typedef struct tsr_ep {
     const tsr_ops *ops;        /* the allocator (peak memory counts the store) */
     int EP, j, El, e0;         /* degree, index in the EP group, experts per rank, first one */
     int E, LM, C, FE, n_slots;
-    tsr_group *group, *edp;    /* the EP group, the EDP group */
+    tsr_group *group, *edp;    /* the EP group, the EDP group (the mesh's: borrowed) */
     size_t x1, x2;             /* floats of one expert's expw1 (2FE C) and expw2 (C FE) */
     size_t n1, n;              /* floats of the local expw1 (LM El x1); of the store */
     float *w, *g, *m, *v;      /* the store (n each): weights, gradients, AdamW moments */
@@ -78,9 +79,10 @@ typedef struct tsr_ep {
     uint64_t sent_bytes;       /* bytes this rank sent to other ranks in the exchanges */
 } tsr_ep;
 
-/* Builds the groups (collective over the world) and the store for model m (after
- * model_set_expert_parallel(m, EP)), and sets m->ep. EP divides the world and m->E. */
-void ep_init(tsr_ep *ep, tsr_model *m, int EP, const tsr_dist *d);
+/* The store for model m (after model_set_expert_parallel(m, EP)) over the mesh's expert and
+ * expert_data groups (mesh_build made them, of EP = m->EP ranks and world / EP), and sets m->ep.
+ * No communication. */
+void ep_init(tsr_ep *ep, tsr_model *m, const tsr_mesh *mesh);
 void ep_free(tsr_ep *ep);
 /* The initial weights: this rank's slice of what model_init_weights gives the global tensors. */
 void ep_init_weights(tsr_ep *ep, const tsr_model *m, uint64_t seed);

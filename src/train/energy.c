@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "common.h"
-#include "train/binding.h"
+#include "mesh/binding.h"
 
 typedef struct nvml_device_st *nvml_dev_t;
 static struct {

@@ -180,7 +180,7 @@ int grpo_ref_open(tsr_trainer *t) {
     tsr_model *m = &t->model;
     if (t->part.fsdp_on) { /* a sharded source of its own, the policy's restored */
         g->ref_fsdp = tsr_calloc(1, sizeof *g->ref_fsdp);
-        fsdp_init(g->ref_fsdp, m, t->part.fsdp_group, 1, &t->dist);
+        fsdp_init(g->ref_fsdp, m, &t->mesh, 1);
         m->src = &t->part.fsdp.src;
         memcpy(g->ref_fsdp->params, t->part.fsdp.params, t->part.fsdp.shard_n * sizeof(float));
     } else {

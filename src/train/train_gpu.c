@@ -30,6 +30,7 @@ static void fill(gpu_train_ctx *c, const tsr_trainer *t) {
     memset(c, 0, sizeof *c);
     const tsr_config *cfg = &t->cfg;
     c->dist = &t->dist;
+    c->mesh = &t->mesh;
     c->model = (tsr_model *)&t->model;
     /* zero1 on one rank is ddp, as on the CPU; under LoRA on any rank count (the adapters are
      * replicated and the frozen base has no optimizer state: nothing for zero1 to shard) */

@@ -24,7 +24,7 @@
 #include "ops.h"
 #include "progress.h"
 #include "runlock.h"
-#include "train/binding.h"
+#include "mesh/binding.h"
 #include "train/checkpointing.h"
 #include "train/timeplan.h"
 #include "train/metrics_prom.h"

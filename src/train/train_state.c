@@ -10,10 +10,9 @@
 #include "model/ckpt_model.h"
 
 int trainer_shard_group(const tsr_config *cfg, int world, int local_world, int *G) {
-    *G = world;
-    if (cfg->sharding != TSR_SHARD_HSDP) return 0;
-    *G = cfg->replica_group > 0 ? (int)cfg->replica_group : local_world;
-    if (*G < 1 || world % *G != 0) {
+    *G = mesh_shard_size(cfg, world, local_world); /* (the mesh's rule: mesh/mesh.h) */
+    if (*G == 0) {
+        *G = cfg->replica_group > 0 ? (int)cfg->replica_group : local_world;
         tsr_error("parallel.replica_group = %lld%s: the %d ranks do not split into groups of %d "
                   "(hsdp shards within a group and replicates across groups): choose a divisor "
                   "of the rank count", (long long)cfg->replica_group,

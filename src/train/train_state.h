@@ -20,6 +20,7 @@
 #include "data/data.h"
 #include "data/mix.h"
 #include "dist.h"
+#include "mesh/mesh.h"
 #include "model/model.h"
 #include "model/fsdp.h"
 #include "model/model_ep.h"
@@ -126,20 +127,6 @@ typedef struct tsr_train_part {
                                   * m over their elements; v stays zero there */
 } tsr_train_part;
 
-/* The rank mesh (owner: trainer.c; docs/parallelism.md): data x context. The N consecutive ranks
- * of a context group (parallel.context) share their sequences, each holding 2 of every
- * sequence's 2N chunks (model/model_ring.h); the batch is split over the D = world / N data
- * ranks, as it is over the world when N = 1 (batch math above, with W = D). The sharding modes
- * and expert parallelism work over the world's ranks as without it: every rank holds its own
- * tokens. Code that splits the batch or an evaluation over ranks, and sums what they computed,
- * works on `data` (a tsr_dist view whose sums count each context group once). */
-typedef struct tsr_train_mesh {
-    int N, D;                    /* ranks per context group, data ranks */
-    tsr_dist data;               /* the data dimension: the world itself when N = 1 */
-    struct tsr_group *context;   /* N > 1: this rank's context group, else NULL */
-    tsr_ring ring;               /* N > 1: the CPU model's ring over it (model.ring) */
-} tsr_train_mesh;
-
 /* What the run reports (owner: train/metrics.c). */
 typedef struct tsr_train_out {
     FILE *metrics;               /* run_dir/metrics.jsonl on rank 0, else NULL */
@@ -197,7 +184,16 @@ typedef struct tsr_train_backend {
 typedef struct tsr_trainer {
     tsr_config cfg;
     tsr_dist dist;
-    tsr_train_mesh mesh;
+    /* The rank mesh (src/mesh/mesh.h; built by trainer.c mesh_open; docs/parallelism.md): data x
+     * context, with the expert and sharding groups. The N consecutive ranks of a context group
+     * (parallel.context) share their sequences, each holding 2 of every sequence's 2N chunks
+     * (model/model_ring.h); the batch is split over the D = world / N data ranks (mesh.data), as
+     * it is over the world when N = 1 (batch math above, with W = D). The sharding modes and
+     * expert parallelism work over the world's ranks as without it: every rank holds its own
+     * tokens. */
+    tsr_mesh mesh;
+    tsr_ring ring;               /* N > 1: the CPU model's ring over mesh's context group
+                                  * (model.ring) */
     tsr_model model;
     tsr_guard guard;
     int T, micro;                /* seq_len, micro_batch (the value in use) */

@@ -11,7 +11,7 @@
 
 #include "common.h"
 #include "tokenizer/tokenizer.h"
-#include "train/binding.h"
+#include "mesh/binding.h"
 #include "train/checkpointing.h"
 #include "train/dpo.h"
 #include "train/dpo_ref.h"
@@ -400,7 +400,7 @@ static int plan_shards(tsr_trainer *t) {
  * initialisation, no full copy on any rank). */
 static void init_sharded(tsr_trainer *t, uint64_t seed) {
     tsr_model *m = &t->model;
-    fsdp_init(&t->part.fsdp, m, t->part.fsdp_group, t->part.lora_on, &t->dist);
+    fsdp_init(&t->part.fsdp, m, &t->mesh, t->part.lora_on);
     fsdp_init_weights(&t->part.fsdp, seed);
     model_alloc_slopes(m);
 }
@@ -568,26 +568,18 @@ static int agree_start(const tsr_trainer *t, int rc, const char *what) {
     return worst;
 }
 
-/* parallel.context = N: the data x context mesh (train_state.h). A plan (dry_run) has no MPI
- * world of its size: its data view is the numbers alone. */
+/* The rank mesh (mesh/mesh.h: every group, built once) and, with parallel.context = N > 1, the
+ * CPU model's ring over its context group. A plan (dry_run) has no MPI world of its size: its
+ * mesh is the numbers alone. */
 static void mesh_open(tsr_trainer *t, int dry_run) {
-    tsr_train_mesh *me = &t->mesh;
-    me->N = t->cfg.context > 1 ? (int)t->cfg.context : 1;
-    me->D = t->dist.world / me->N;
-    if (dry_run || me->N == 1) {
-        me->data = t->dist;
-        me->data.rank /= me->N, me->data.world = me->D, me->data.view = NULL;
-        return;
-    }
-    dist_data_view(&t->dist, me->N, &me->data);
-    me->context = dist_group_split(t->dist.rank / me->N, t->dist.rank);
-    ring_init_mpi(&me->ring, me->context);
+    mesh_build(&t->mesh, &t->cfg, &t->dist, dry_run);
+    const tsr_mesh_group *context = mesh_group(&t->mesh, TSR_MESH_CONTEXT);
+    if (context->cpu) ring_init_mpi(&t->ring, context->cpu);
 }
 
 static void mesh_close(tsr_trainer *t) {
-    ring_free(&t->mesh.ring);
-    dist_view_free(&t->mesh.data);
-    dist_group_free(t->mesh.context);
+    ring_free(&t->ring);
+    mesh_free(&t->mesh);
 }
 
 /* trainer_init's first step: the trainer from the config and the world; the GPU's and the
@@ -675,7 +667,7 @@ static int init_layout(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d)
     model_init(&t->model, &cfg->model, t->T, t->be.ops);
     model_set_expert_parallel(&t->model, (int)cfg->expert);
     model_set_context(&t->model, t->mesh.N);
-    if (t->mesh.context) t->model.ring = &t->mesh.ring;
+    if (mesh_group(&t->mesh, TSR_MESH_CONTEXT)->cpu) t->model.ring = &t->ring;
     t->out.flops_per_token = model_flops_per_token(&t->model, t->T);
     if (cfg->lora.rank > 0) init_lora_plan(t, cfg);
     init_references(t, cfg);
@@ -711,7 +703,7 @@ static void init_weights(tsr_trainer *t, const tsr_config *cfg) {
     }
     if (t->model.EP > 1) {
         t->part.ep_on = 1;
-        ep_init(&t->part.ep, &t->model, t->model.EP, &t->dist);
+        ep_init(&t->part.ep, &t->model, &t->mesh);
         ep_init_weights(&t->part.ep, &t->model, (uint64_t)cfg->seed);
     }
 }
@@ -1130,8 +1122,8 @@ static void ep_report(tsr_trainer *t) {
  * evaluations, all ranks together (bench/comm_volume.sh compares them with the loopback's count
  * and docs/parallelism.md's formula). Collective. */
 static void ring_report(tsr_trainer *t) {
-    if (!t->mesh.context || t->be.gpu) return;
-    int64_t sent = (int64_t)t->mesh.ring.sent;
+    if (!mesh_group(&t->mesh, TSR_MESH_CONTEXT)->cpu || t->be.gpu) return;
+    int64_t sent = (int64_t)t->ring.sent;
     dist_allreduce_sum_i64(&sent, 1);
     if (t->dist.rank == 0)
         printf("context ring: %lld bytes sent between ranks in %lld steps (all %d ranks, forward "

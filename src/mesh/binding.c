@@ -1,5 +1,5 @@
 /* binding.c — see binding.h. */
-#include "train/binding.h"
+#include "mesh/binding.h"
 
 #include <sched.h>
 #include <stdio.h>
