@@ -280,7 +280,7 @@ announce:
 VERSION_STAMP := $(BUILD)/version.stamp
 $(VERSION_STAMP): FORCE
 	@mkdir -p $(@D); echo '$(VERSION)' | cmp -s - $@ || echo '$(VERSION)' > $@
-$(addprefix $(BUILD)/obj/src/,train/train_main.o train/checkpointing.o tessera_main.o \
+$(addprefix $(BUILD)/obj/src/,train/train_main.o train/checkpointing_save.o tessera_main.o \
   gpu/gpu_load.o gpu/gpu_train.o gpu/gpu_train_emu.o): $(VERSION_STAMP)
 FORCE:
 

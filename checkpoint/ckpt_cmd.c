@@ -178,8 +178,6 @@ static void report_free(file_report *r) {
 
 /* ================================ option tables ================================ */
 
-typedef cli_opt sub_opt; /* cli.h's option row: one letter, one meaning (docs/cli.md) */
-
 #define MAX_SUB_OPTS 6
 typedef struct sub_args {
     const char *operand[2];
@@ -189,19 +187,20 @@ typedef struct sub_args {
 typedef struct sub_spec {
     const char *name, *operands, *summary;
     int n_operands;
-    const sub_opt *opts; /* the subcommand's own options (besides --help) */
+    const cli_opt *opts; /* the subcommand's own options (besides --help): cli.h's rows, one
+                          * letter, one meaning (docs/cli.md) */
     int n_opts;
     int (*run)(const sub_args *a);
 } sub_spec;
 
-static const sub_opt common_opts[] = {{"help", 'h', NULL, "print this help and exit"}};
+static const cli_opt common_opts[] = {{"help", 'h', NULL, "print this help and exit"}};
 #define N_COMMON_OPTS ((int)(sizeof common_opts / sizeof common_opts[0]))
 
 enum {
     EXPORT_FORMAT = 0, EXPORT_DTYPE, EXPORT_TOKENIZER, EXPORT_ARCH, EXPORT_ADAPTER, EXPORT_MERGE,
     EXPORT_OPT_COUNT
 };
-static const sub_opt export_opts[] = {
+static const cli_opt export_opts[] = {
     [EXPORT_FORMAT] = {"format", 'f', "FMT", "required: hf (a transformers directory: "
                        "model.safetensors + config.json + tokenizer files)"},
     [EXPORT_DTYPE] = {"dtype", CLI_NO_SHORT('d'), "DTYPE", "fp32 (default, exact) or bf16 (rounded to nearest even)"},
@@ -218,6 +217,7 @@ static const sub_opt export_opts[] = {
 };
 _Static_assert(sizeof export_opts / sizeof export_opts[0] == EXPORT_OPT_COUNT, "one row per option");
 _Static_assert(EXPORT_OPT_COUNT <= MAX_SUB_OPTS, "sub_args.opt holds them");
+_Static_assert(MAX_SUB_OPTS + 1 <= CLI_MAX_OPTS, "cli_getopt holds a subcommand's and --help");
 
 static int run_ls(const sub_args *a);
 static int run_verify(const sub_args *a);
@@ -249,15 +249,11 @@ static const sub_spec subs[] = {
 };
 #define N_SUBS ((int)(sizeof subs / sizeof subs[0]))
 
-static void help_opt(FILE *f, const sub_opt *o) {
-    cli_help_line(f, o->short_name, o->name, o->arg, o->help);
-}
-
 static void help_sub(FILE *f, const sub_spec *s) {
     fprintf(f, "usage: tessera ckpt %s [options] %s\n%s\n\noptions:\n", s->name, s->operands,
             s->summary);
-    for (int k = 0; k < s->n_opts; k++) help_opt(f, &s->opts[k]);
-    for (int k = 0; k < N_COMMON_OPTS; k++) help_opt(f, &common_opts[k]);
+    cli_help_opts(f, s->opts, s->n_opts);
+    cli_help_opts(f, common_opts, N_COMMON_OPTS);
     fprintf(f, "\nexit codes: %s\n", CLI_EXITS);
 }
 
@@ -536,44 +532,28 @@ int cmd_ckpt(int argc, char **argv) {
         tsr_error("ckpt: unknown command '%s' (see 'tessera ckpt --help')", argv[1]);
         return TSR_EXIT_USAGE;
     }
-    /* the table -> getopt_long: the subcommand's options (val = their index), then --help */
-    struct option lo[MAX_SUB_OPTS + N_COMMON_OPTS + 1];
-    char shorts[3 * (MAX_SUB_OPTS + N_COMMON_OPTS) + 2], *sp = shorts;
-    *sp++ = ':';
-    int n = 0;
-    for (int k = 0; k < s->n_opts; k++, n++) {
-        lo[n] = (struct option){s->opts[k].name, s->opts[k].arg ? required_argument : no_argument,
-                                NULL, s->opts[k].short_name};
-        if (s->opts[k].short_name >= 0x100) continue; /* long-only (cli.h) */
-        *sp++ = (char)s->opts[k].short_name;
-        if (s->opts[k].arg) *sp++ = ':';
-    }
-    for (int k = 0; k < N_COMMON_OPTS; k++, n++) {
-        lo[n] = (struct option){common_opts[k].name, no_argument, NULL, common_opts[k].short_name};
-        *sp++ = (char)common_opts[k].short_name;
-    }
-    lo[n] = (struct option){0, 0, 0, 0};
-    *sp = '\0';
+    /* the tables -> getopt_long (cli.h): the subcommand's options, then --help */
+    cli_getopt g;
+    cli_getopt_init(&g);
+    cli_getopt_add(&g, s->opts, s->n_opts);
+    cli_getopt_add(&g, common_opts, N_COMMON_OPTS); /* (fits: MAX_SUB_OPTS + 1 of CLI_MAX_OPTS) */
     optind = 0;
     opterr = 0;
     sub_args args;
     memset(&args, 0, sizeof args);
     int ch, sub_argc = argc - 1;
     char **sub_argv = argv + 1;
-    while ((ch = getopt_long(sub_argc, sub_argv, shorts, lo, NULL)) != -1) {
+    while ((ch = getopt_long(sub_argc, sub_argv, g.shorts, g.lo, NULL)) != -1) {
         if (ch == 'h') {
             help_sub(stdout, s);
             return 0;
         }
         int k = 0;
         while (k < s->n_opts && s->opts[k].short_name != ch) k++;
-        int lost = 0; /* a letter this command's option lost (docs/cli.md) */
-        while (ch == '?' && optopt > 0 && optopt < 0x100 && lost < s->n_opts &&
-               s->opts[lost].short_name != CLI_NO_SHORT(optopt))
-            lost++;
-        if (ch == '?' && optopt > 0 && optopt < 0x100 && lost < s->n_opts) {
-            tsr_error("ckpt %s: unknown option: -%c (it has no short form here: use --%s) (see "
-                      "'tessera ckpt %s --help')", s->name, optopt, s->opts[lost].name, s->name);
+        char hint[160]; /* a letter this command's option lost (docs/cli.md) */
+        if (ch == '?' && cli_no_short_hint(hint, sizeof hint, s->opts, s->n_opts, optopt)) {
+            tsr_error("ckpt %s: unknown option: %s (see 'tessera ckpt %s --help')", s->name, hint,
+                      s->name);
             return TSR_EXIT_USAGE;
         }
         if (ch == ':' || k == s->n_opts) {

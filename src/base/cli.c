@@ -47,13 +47,17 @@ void cli_help_line(FILE *f, int short_name, const char *name, const char *arg, c
     fprintf(f, "  %-26s %s\n", left, help);
 }
 
+void cli_help_opts(FILE *f, const cli_opt *opts, int n_opts) {
+    for (int k = 0; k < n_opts; k++)
+        if (!is_moved(opts[k].short_name))
+            cli_help_line(f, opts[k].short_name, opts[k].name, opts[k].arg, opts[k].help);
+}
+
 void cli_help(FILE *f, const cli_cmd *c) {
     char t[96];
     fprintf(f, "usage: %s [options]%s%s\n%s\n\noptions:\n", typed(c, t, sizeof t),
             c->operands[0] ? " " : "", c->operands, c->summary);
-    for (int k = 0; k < c->n_opts; k++)
-        if (!is_moved(c->opts[k].short_name))
-            cli_help_line(f, c->opts[k].short_name, c->opts[k].name, c->opts[k].arg, c->opts[k].help);
+    cli_help_opts(f, c->opts, c->n_opts);
     fprintf(f, "\nexit codes: %s\n", c->exits ? c->exits : CLI_EXITS);
 }
 
@@ -81,29 +85,57 @@ int cli_number(const cli_cmd *c, int ch, const char *val, int64_t lo, int64_t hi
     return TSR_EXIT_USAGE;
 }
 
+void cli_getopt_init(cli_getopt *g) {
+    memset(g, 0, sizeof *g);
+    g->shorts[0] = ':'; /* report a missing argument as ':' */
+}
+
+int cli_getopt_add(cli_getopt *g, const cli_opt *opts, int n_opts) {
+    if (g->n + n_opts > CLI_MAX_OPTS) return -1;
+    size_t s = strlen(g->shorts);
+    for (int k = 0; k < n_opts; k++) {
+        const cli_opt *o = &opts[k];
+        if (is_moved(o->short_name)) continue;
+        const int has_arg = !o->arg ? no_argument : o->arg[0] == '[' ? optional_argument
+                                                                     : required_argument;
+        g->lo[g->n++] = (struct option){o->name, has_arg, NULL, o->short_name};
+        if (!has_short(o->short_name)) continue;
+        g->shorts[s++] = (char)o->short_name;
+        if (has_arg != no_argument) g->shorts[s++] = ':';
+        if (has_arg == optional_argument) g->shorts[s++] = ':';
+    }
+    g->lo[g->n] = (struct option){0, 0, 0, 0};
+    g->shorts[s] = '\0';
+    return 0;
+}
+
+const char *cli_lost_letter(const cli_opt *opts, int n_opts, int letter) {
+    if (!has_short(letter)) return NULL;
+    for (int k = 0; k < n_opts; k++)
+        if (opts[k].short_name == CLI_NO_SHORT(letter)) return opts[k].name;
+    return NULL;
+}
+
+const char *cli_no_short_hint(char *buf, size_t cap, const cli_opt *opts, int n_opts, int letter) {
+    const char *was = cli_lost_letter(opts, n_opts, letter);
+    if (!was) return NULL;
+    snprintf(buf, cap, "-%c (it has no short form here: use --%s)", letter, was);
+    return buf;
+}
+
 int cli_parse(const cli_cmd *c, int argc, char **argv, cli_opt_fn on_opt, void *ctx) {
-    struct option lo[CLI_MAX_OPTS + 1];
-    char shorts[3 * CLI_MAX_OPTS + 2], *s = shorts;
-    if (c->n_opts > CLI_MAX_OPTS) return cli_usage_error(c, "internal: too many options", NULL);
-    int n_lo = 0;
-    *s++ = ':'; /* report a missing argument as ':' */
-    for (int k = 0; k < c->n_opts; k++) {
+    cli_getopt g;
+    cli_getopt_init(&g);
+    if (cli_getopt_add(&g, c->opts, c->n_opts) != 0)
+        return cli_usage_error(c, "internal: too many options", NULL);
+    for (int k = 0; k < c->n_opts; k++)
         for (int j = 0; j < k; j++)
             if (c->opts[j].short_name == c->opts[k].short_name)
                 return cli_usage_error(c, "internal: two options with one key: --", c->opts[k].name);
-        if (is_moved(c->opts[k].short_name)) continue;
-        lo[n_lo++] = (struct option){c->opts[k].name, c->opts[k].arg ? required_argument : no_argument,
-                                     NULL, c->opts[k].short_name};
-        if (!has_short(c->opts[k].short_name)) continue;
-        *s++ = (char)c->opts[k].short_name;
-        if (c->opts[k].arg) *s++ = ':';
-    }
-    lo[n_lo] = (struct option){0, 0, 0, 0};
-    *s = '\0';
     optind = 0; /* full re-initialisation: commands may run more than once per process */
     opterr = 0;
     int ch;
-    while ((ch = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, g.shorts, g.lo, NULL)) != -1) {
         if (ch == 'h') {
             cli_help(stdout, c);
             return -1;
@@ -112,12 +144,13 @@ int cli_parse(const cli_cmd *c, int argc, char **argv, cli_opt_fn on_opt, void *
             char bad[192];
             if (ch == '?' && has_short(optopt) && moved_hint(c, optopt, bad, sizeof bad))
                 return cli_usage_error(c, "unknown option: ", bad); /* its option has another letter now */
-            const char *was = optopt > 0 && optopt < 0x100 ? cli_opt_name(c, CLI_NO_SHORT(optopt)) : "?";
-            if (ch == ':') snprintf(bad, sizeof bad, "--%s", cli_opt_name(c, optopt));
-            else if (strcmp(was, "?") != 0) /* a letter this command's option lost (docs/cli.md) */
-                snprintf(bad, sizeof bad, "-%c (it has no short form here: use --%s)", optopt, was);
-            else if (optopt) snprintf(bad, sizeof bad, "-%c", optopt);
-            else snprintf(bad, sizeof bad, "%.120s", argv[optind - 1]);
+            if (ch == ':') {
+                snprintf(bad, sizeof bad, "--%s", cli_opt_name(c, optopt));
+            } else if (!cli_no_short_hint(bad, sizeof bad, c->opts, c->n_opts, optopt)) {
+                /* (else a letter this command's option lost: its hint, docs/cli.md) */
+                if (optopt) snprintf(bad, sizeof bad, "-%c", optopt);
+                else snprintf(bad, sizeof bad, "%.120s", argv[optind - 1]);
+            }
             return cli_usage_error(c, ch == ':' ? "option needs a value: " : "unknown option: ", bad);
         }
         int rc = on_opt(c, ch, optarg, ctx);

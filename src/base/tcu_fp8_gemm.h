@@ -7,9 +7,15 @@
  * the emulator (kernels/cuda_emu/) makes the same plan and refuses it the same way, so a plan that
  * breaks a rule fails on any machine, not first on a GPU (issue 51: cuBLASLt refused the GEMM on
  * an H200 with CUBLAS_STATUS_NOT_SUPPORTED). docs/cuda.md "FP8" has the table of the rules with
- * their sources. It lives in src/base/ (it needs nothing but libc) so that the health checker's
- * FP8 burn (healthcheck/gpu/hc_gpu_fp8.c), a layer below the kernels, makes the same plan and
- * meets the same rules as the training call.
+ * their sources.
+ *
+ * Why in src/base/, with the CUDA backend's tcu_ prefix: it is the backend's call (tcu_matmul_fp8)
+ * written as data, so it keeps the backend's names; it is shared by two users, the CUDA backend
+ * (kernels/cuda/, rank 3) and the health checker's FP8 burn (healthcheck/gpu/hc_gpu_fp8.c, rank
+ * 2, a layer below the kernels, which may not include them: docs/architecture.md "Layers"), so
+ * that the burn makes the same plan and meets the same rules as the training call. base is the
+ * one layer both may include, and the plan needs nothing but libc. Its object is linked into the
+ * CUDA backend, its emulators and the health checker's GPU library (Makefile: grep tcu_fp8_gemm).
  *
  * The mapping (row-major tessera tensors to column-major cuBLASLt, as tcu_matmul_forward):
  * out (N,OC) = qx (N,IC) @ qw (OC,IC)^T is D (OC,N) ld OC = op(A) B with A = qw stored (IC,OC)

@@ -1,10 +1,15 @@
 /* checkpointing.h — save, resume and stop requests for the trainer (docs/checkpoint-format.md,
  * docs/tessera-train.md "CHECKPOINTS AND RESUME", "STOP REQUESTS"). Collective: every rank calls
- * these at the same step boundary. */
+ * these at the same step boundary. Three files implement it, one concern each:
+ * checkpointing_save.c (when to save, the asynchronous writer's life, the commit),
+ * checkpointing_resume.c (resume, --init-from, the config checks, rollback) and
+ * checkpointing_stop.c (the signals: checkpointing_stop.h); checkpointing_tensors.c lays out the
+ * tensors the saves and the loads share. */
 #ifndef TSR_CHECKPOINTING_H
 #define TSR_CHECKPOINTING_H
 
 #include "ckpt.h"
+#include "train/checkpointing_stop.h"
 #include "train/train_state.h"
 
 /* A weights-only source for --init-from other than a checkpoint: a Hugging Face directory
@@ -26,12 +31,6 @@ typedef struct checkpointing_importer {
 } checkpointing_importer;
 void checkpointing_use_importer(const checkpointing_importer *imp);
 
-/* SIGUSR1 and SIGTERM only set a flag (never checkpoint from a handler); a SIGTERM while steps run
- * also gives the rank a grace time to reach the next step boundary, after which a stuck rank exits
- * 143 (docs/tessera-train.md "STOP REQUESTS"). */
-void checkpointing_install_signals(void);
-/* After each step: its wall time, which sets the SIGTERM's grace time (3 steps, 5 s at least). */
-void checkpointing_step_done(double step_seconds);
 /* At a step boundary, one all-reduce: did any rank get a stop signal (*stop), and has every rank's
  * background writer finished? If so the save in flight is committed here (the CRCs agreed, the
  * rename, `latest`, keep_last retention). 0, or an exit code: a background write that failed on

@@ -36,30 +36,28 @@
 
 #define MAX_SETS 256
 
-/* The option table: the parser and the help text are both generated from it. One meaning per
- * letter across tessera's programs (docs/cli.md): --plan has none (-p is generate's --prompt). */
-static const struct opt_doc {
-    struct option opt;
-    const char *arg, *help;
-} options[] = {
-    {{"config", required_argument, NULL, 'c'}, "FILE", "training recipe (libconfig), required"},
-    {{"set", required_argument, NULL, 's'}, "KEY=VALUE", "override a config key (repeatable), e.g. --set optim.lr=1e-3"},
-    {{"resume", required_argument, NULL, 'r'}, "PATH", "resume from this checkpoint: a step-*.h5, a run directory or a latest file (default: run_dir's latest valid one)"},
-    {{"init-from", required_argument, NULL, 'i'}, "PATH", "start a new run from these weights: a checkpoint (PATH as for --resume), a Hugging Face directory (its config.json gives the model.* keys the recipe leaves out) or a PEFT adapter directory (a LoRA run); ignored, with a warning, when run_dir has a checkpoint"},
-    {{"dry-run", no_argument, NULL, 'n'}, NULL, "validate the config, print the plan and the effective config (every key), exit"},
-    {{"plan", required_argument, NULL, CLI_NO_SHORT('p')}, "RANKS[/PER_NODE]", "--dry-run as if started on RANKS ranks (PER_NODE per node, default all on one: hsdp's default group); the memory plan of any recipe at any scale"},
-    {{"time", optional_argument, NULL, CLI_NO_SHORT('t')}, "[=GPU|FILE]", "--dry-run with the time plan: step time, tokens/s, MFU, time to max_duration and GPU-hours at W = 1, 8, 64, 512 (and --plan's) on GPU (H200, H100, ...; default H200) or by the TSR_PROFILE table in FILE (docs/planning.md)"},
-    {{"link", required_argument, NULL, CLI_NO_SHORT('l')}, "NODE[,NET]", "--time's bus bandwidth in GB/s within a node and between nodes (default: the health checker's expected figures for the GPU)"},
-    {{"version", no_argument, NULL, 'V'}, NULL, "print the version and exit"},
-    {{"help", no_argument, NULL, 'h'}, NULL, "this help"},
+/* The option table (cli.h): the parser and the help text are both generated from it. One meaning
+ * per letter across tessera's programs (docs/cli.md): --plan has none (-p is generate's --prompt).
+ * --time's value is optional ("[=...]": --time or --time=H100). */
+static const cli_opt options[] = {
+    {"config", 'c', "FILE", "training recipe (libconfig), required"},
+    {"set", 's', "KEY=VALUE", "override a config key (repeatable), e.g. --set optim.lr=1e-3"},
+    {"resume", 'r', "PATH", "resume from this checkpoint: a step-*.h5, a run directory or a latest file (default: run_dir's latest valid one)"},
+    {"init-from", 'i', "PATH", "start a new run from these weights: a checkpoint (PATH as for --resume), a Hugging Face directory (its config.json gives the model.* keys the recipe leaves out) or a PEFT adapter directory (a LoRA run); ignored, with a warning, when run_dir has a checkpoint"},
+    {"dry-run", 'n', NULL, "validate the config, print the plan and the effective config (every key), exit"},
+    {"plan", CLI_NO_SHORT('p'), "RANKS[/PER_NODE]", "--dry-run as if started on RANKS ranks (PER_NODE per node, default all on one: hsdp's default group); the memory plan of any recipe at any scale"},
+    {"time", CLI_NO_SHORT('t'), "[=GPU|FILE]", "--dry-run with the time plan: step time, tokens/s, MFU, time to max_duration and GPU-hours at W = 1, 8, 64, 512 (and --plan's) on GPU (H200, H100, ...; default H200) or by the TSR_PROFILE table in FILE (docs/planning.md)"},
+    {"link", CLI_NO_SHORT('l'), "NODE[,NET]", "--time's bus bandwidth in GB/s within a node and between nodes (default: the health checker's expected figures for the GPU)"},
+    {"version", 'V', NULL, "print the version and exit"},
+    {"help", 'h', NULL, "this help"},
 };
 #define N_OPTIONS (int)(sizeof options / sizeof options[0])
+_Static_assert(sizeof options / sizeof options[0] <= CLI_MAX_OPTS, "cli_getopt holds them");
 
 static void usage(FILE *f) {
     fprintf(f, "usage: tessera-train --config FILE [--set KEY=VALUE ...] [--dry-run | --plan RANKS]\n"
                "       mpirun -np N tessera-train --config FILE ...\n\noptions:\n");
-    for (int i = 0; i < N_OPTIONS; i++)
-        cli_help_line(f, options[i].opt.val, options[i].opt.name, options[i].arg, options[i].help);
+    cli_help_opts(f, options, N_OPTIONS);
     fprintf(f, "\nexit codes: 0 finished, 1 usage/config error, 2 data or checkpoint error, 3 internal\n"
                "error, 85 checkpoint committed after SIGUSR1/SIGTERM (requeue me), 86 checkpoint\n"
                "committed because the run got slow (sweep the node, then requeue)\n"
@@ -77,21 +75,13 @@ typedef struct cli {
 } cli;
 
 static void parse_cli(cli *c, int argc, char **argv, int rank) {
-    struct option longopts[N_OPTIONS + 1];
-    char shortopts[3 * N_OPTIONS + 1], *p = shortopts;
-    *p++ = ':';
-    for (int i = 0; i < N_OPTIONS; i++) {
-        longopts[i] = options[i].opt;
-        if (options[i].opt.val >= 0x100) continue; /* long-only (cli.h) */
-        *p++ = (char)options[i].opt.val;
-        if (options[i].opt.has_arg == required_argument) *p++ = ':';
-    }
-    *p = '\0';
-    memset(&longopts[N_OPTIONS], 0, sizeof longopts[0]);
+    cli_getopt g;
+    cli_getopt_init(&g);
+    cli_getopt_add(&g, options, N_OPTIONS); /* (fits: the assertion below the table) */
     memset(c, 0, sizeof *c);
     int ch;
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, g.shorts, g.lo, NULL)) != -1) {
         switch (ch) {
         case 'c': c->config = optarg; break;
         case 's':
@@ -130,12 +120,13 @@ static void parse_cli(cli *c, int argc, char **argv, int rank) {
             tsr_exit(TSR_EXIT_OK);
         case ':':
             tsr_fail_all(TSR_EXIT_USAGE, "option %s needs a value (see --help)", argv[optind - 1]);
-        default:
-            for (int i = 0; i < N_OPTIONS; i++) /* a letter --plan lost (docs/cli.md) */
-                if (optopt > 0 && options[i].opt.val == CLI_NO_SHORT(optopt))
-                    tsr_fail_all(TSR_EXIT_USAGE, "unknown option '-%c' (it has no short form: use --%s)",
-                                 optopt, options[i].opt.name);
+        default: {
+            const char *lost = cli_lost_letter(options, N_OPTIONS, optopt); /* -p: --plan's (docs/cli.md) */
+            if (lost)
+                tsr_fail_all(TSR_EXIT_USAGE, "unknown option '-%c' (it has no short form: use --%s)",
+                             optopt, lost);
             tsr_fail_all(TSR_EXIT_USAGE, "unknown option '%s' (see --help)", argv[optind - 1]);
+        }
         }
     }
     if (optind < argc)

@@ -1,21 +1,16 @@
-/* checkpointing.c — the trainer's side of checkpoints: which tensors, whose slices, when.
- *
- * Tensors (docs/checkpoint-format.md): model/<name> (fp32 weights), optim/m/<name>, optim/v/<name>
- * (AdamW moments), each at its global shape. Rank r writes and reads the intersection of each
- * tensor with its part of the flat parameter buffer (trainer.h), so every rank does 1/W of the
- * I/O in DDP and ZeRO-1 alike, and a checkpoint loads at any world size: after reading, DDP
- * ranks all-gather weights and moments, ZeRO-1 ranks all-gather weights only. The NO_MPI build
- * does the same as one rank (checkpoint/ on serial HDF5): its files load in the MPI build and
- * back. */
+/* checkpointing_resume.c — the trainer's loads of a checkpoint: the start (resume from
+ * --resume or run_dir's latest valid checkpoint; --init-from a checkpoint, a Hugging Face
+ * directory or a PEFT adapter, LoRA's base and its checksum; the checks of the config against the
+ * checkpoint's before anything is written) and the spike guard's rollback. Each rank reads its
+ * slices (checkpointing_tensors.h), then the state is completed on every rank: DDP ranks
+ * all-gather weights and moments, ZeRO-1 ranks weights only, ZeRO-3 / HSDP move the first group's
+ * parts into their shards. (Saving: checkpointing_save.c; stop signals: checkpointing_stop.c.) */
 #include "train/checkpointing.h"
 
-#include <math.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "ckpt.h"
 #include "model/ckpt_model.h"
@@ -23,16 +18,11 @@
 #include "crc32c.h"
 #include "gpu/gpu_train.h"
 #include "config/config_table.h"
+#include "train/checkpointing_tensors.h"
 #include "train/metrics.h"
 #include "train/schedule.h"
 #include "train/train_data.h"
-#include "train/watchdog.h"
 
-#ifndef TSR_VERSION
-#define TSR_VERSION "unknown"
-#endif
-
-static volatile sig_atomic_t stop_signal;
 static const checkpointing_importer *importer;
 
 void checkpointing_use_importer(const checkpointing_importer *imp) { importer = imp; }
@@ -48,53 +38,6 @@ static int imported(const char *init_arg) {
     return init_arg && importer && (importer->is_source(init_arg) || adapter_dir(init_arg));
 }
 
-/* A SIGTERM while steps run also arms a timer of stop_grace seconds (checkpointing_step_done: 3
- * steps, 5 s at least; 0 before the first step): a rank that reaches no step boundary in that time
- * cannot honour the stop, typically because it waits in a collective for a rank that died (srun's
- * --kill-on-bad-exit SIGTERMs the survivors of a crashed rank). It exits 143 at once instead of
- * hanging until Slurm's SIGKILL: a step that holds its slurmstepd for KillWait seconds outlives
- * slurmctld's MessageTimeout, and the retried signal later cancels the requeued start's step of the
- * same id. A checkpoint save or an evaluation in progress re-arms the timer: those are not cut. */
-static volatile sig_atomic_t stop_grace;
-static double step_mean; /* seconds per step, a running mean */
-
-static void on_stop_signal(int sig) { /* a flag (and the timer) only: never save here */
-    stop_signal = sig;
-    if (sig == SIGTERM && stop_grace > 0) alarm((unsigned)stop_grace);
-}
-
-static void on_stop_overdue(int sig) {
-    (void)sig;
-    if (watchdog_saving_or_evaluating()) {
-        alarm((unsigned)stop_grace);
-        return;
-    }
-    static const char msg[] = "tessera-train: SIGTERM and no step boundary reached within the stop's "
-                              "grace time: this rank is stuck (a peer rank gone?); exiting 143 "
-                              "without a checkpoint (the last committed one stands)\n";
-    ssize_t n = write(STDERR_FILENO, msg, sizeof msg - 1);
-    (void)n;
-    _exit(128 + SIGTERM);
-}
-
-void checkpointing_install_signals(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGUSR1, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sa.sa_handler = on_stop_overdue;
-    sigaction(SIGALRM, &sa, NULL);
-}
-
-void checkpointing_step_done(double step_seconds) {
-    step_mean = step_mean > 0 ? 0.9 * step_mean + 0.1 * step_seconds : step_seconds;
-    double grace = ceil(3.0 * step_mean);
-    stop_grace = (sig_atomic_t)(grace < 5.0 ? 5.0 : grace > 3600.0 ? 3600.0 : grace);
-}
-
 /* The checkpoint read at start: checkpointing_resume runs before run_dir is opened (a refused start
  * writes nothing), so its record is kept for trainer_open_run_dir to log (metrics.jsonl, stdout). */
 static void note_start_load(tsr_trainer *t, const char *what, const char *path, double seconds,
@@ -105,445 +48,33 @@ static void note_start_load(tsr_trainer *t, const char *what, const char *path, 
     t->out.start_load.bytes = bytes;
 }
 
-enum { SET_MODEL = 0, SET_M, SET_V, SET_COUNT };
-static const char *const set_prefix[SET_COUNT] = {"model/", "optim/m/", "optim/v/"};
-
-/* The flat range this rank reads and writes, and where each set's floats of it are: DDP and
- * ZeRO-1 ranks use their part of the trainer's partition, straight from the model and the moments;
- * ZeRO-3 / HSDP ranks of the first group their part of the group's partition, through t->part.ckio
- * (filled from the shards before a save, moved into them after a load); the other groups none. */
-static void io_layout(tsr_trainer *t, int with_optim, size_t *lo, size_t *hi, float **base,
-                      size_t *origin) {
-    if (!t->part.fsdp_on) {
-        *lo = t->part.part_displs[t->dist.rank];
-        *hi = *lo + t->part.part_counts[t->dist.rank];
-        base[SET_MODEL] = t->model.params, base[SET_M] = t->part.m, base[SET_V] = t->part.v;
-        origin[SET_MODEL] = 0, origin[SET_M] = origin[SET_V] = t->part.shard_lo;
-        return;
-    }
-    tsr_fsdp *f = &t->part.fsdp;
-    size_t n = f->gindex == 0 ? f->part_counts[f->grank] : 0;
-    *lo = f->gindex == 0 ? f->part_displs[f->grank] : 0;
-    *hi = *lo + n;
-    for (int set = 0; set < SET_COUNT; set++) {
-        if (!t->part.ckio[set] && (set == SET_MODEL || with_optim) && n > 0) {
-            t->part.ckio[set] = t->be.ops->alloc(n * sizeof(float));
-            t->be.ops->zero(t->part.ckio[set], n * sizeof(float));
-        }
-        base[set] = t->part.ckio[set];
-        origin[set] = *lo;
-    }
-}
-
-static void io_release(tsr_trainer *t) {
-    for (int set = 0; set < SET_COUNT; set++) {
-        if (t->part.ckio[set]) t->be.ops->free(t->part.ckio[set]);
-        t->part.ckio[set] = NULL;
-        free(t->part.ep_io[set]);
-        t->part.ep_io[set] = NULL;
-    }
-}
-
-/* parallel.expert: the first EP group (world ranks 0 .. EP - 1) writes and reads the expert
- * tensors, rank j its part (model_ep.h); the other ranks name them with empty ranges. */
-static int ep_writer(const tsr_trainer *t) { return t->part.ep_on && t->dist.rank < t->part.ep.EP; }
-
-static float *ep_store(tsr_trainer *t, int set) {
-    tsr_ep *ep = &t->part.ep;
-    return set == SET_MODEL ? ep->w : set == SET_M ? ep->m : ep->v;
-}
-
-/* c: parameter p of set `set` as a checkpoint tensor: its name (written into name, 64 bytes) and
- * its global shape; no data yet (lo = hi = 0, data NULL) */
-static void param_tensor(ckpt_tensor *c, char *name, int set, const tsr_param_info *p) {
-    snprintf(name, 64, "%s%s", set_prefix[set], p->name);
-    c->name = name;
-    c->ndim = p->ndim;
-    for (int d = 0; d < 4; d++) c->shape[d] = d < p->ndim ? p->shape[d] : 0;
-    c->lo = c->hi = 0;
-    c->data = NULL;
-}
-
-static int ep_tensors(tsr_trainer *t, int set, ckpt_tensor *ts, char (*names)[64]) {
-    const tsr_model *m = &t->model;
-    int n = 0;
-    for (int which = 0; which < 2; which++) {
-        const tsr_param_info *p = &m->params_info[which ? TSR_P_EXPW2 : TSR_P_EXPW1];
-        ckpt_tensor *c = &ts[n];
-        param_tensor(c, names[n], set, p);
-        if (ep_writer(t)) {
-            if (!t->part.ep_io[set])
-                t->part.ep_io[set] = tsr_calloc(ep_part_floats(&t->part.ep), sizeof(float));
-            ep_part_range(&t->part.ep, which, &c->lo, &c->hi);
-            c->data = t->part.ep_io[set] + (which ? t->part.ep.n1 : 0);
-        }
-        n++;
-    }
-    return n;
-}
-
-/* LoRA (docs/lora.md): the checkpoint holds the adapters and their AdamW moments, not the frozen
- * base (lora.base and lora.base_checksum in its config name it): lora/q_A .. at their global
- * shapes. The store is replicated: rank 0 writes and reads it whole, the others name empty
- * ranges (gather_after_load broadcasts what rank 0 read). */
-static int lora_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (*names)[64]) {
-    static const char *const lora_prefix[SET_COUNT] = {"lora/", "optim/m/lora/", "optim/v/lora/"};
-    tsr_lora *lo = &t->part.lora;
-    float *store[SET_COUNT] = {lo->w, lo->m, lo->v};
-    int n = 0;
-    for (int set = 0; set < (with_optim ? SET_COUNT : 1); set++)
-        for (int k = 0; k < 2 * TSR_LORA_COUNT; k++) {
-            char name[16];
-            int64_t shape[3];
-            size_t at, numel;
-            if (!lora_tensor(lo, k, name, shape, &at, &numel)) continue;
-            ckpt_tensor *c = &ts[n];
-            snprintf(names[n], 64, "%s%s", lora_prefix[set], name);
-            c->name = names[n];
-            c->ndim = 3;
-            for (int d = 0; d < 4; d++) c->shape[d] = d < 3 ? shape[d] : 0;
-            c->lo = 0;
-            c->hi = t->dist.rank == 0 ? numel : 0;
-            c->data = t->dist.rank == 0 ? store[set] + at : NULL;
-            n++;
-        }
-    return n;
-}
-
-/* Fills up to 3 * TSR_P_COUNT tensor descriptors; names are written into names (64 each): the
- * base model's tensors (and its moments with with_optim), or LoRA's adapters. */
-static int base_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (*names)[64]);
-static int build_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (*names)[64]) {
-    if (t->part.lora_on) return lora_tensors(t, with_optim, ts, names);
-    return base_tensors(t, with_optim, ts, names);
-}
-
-static int base_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (*names)[64]) {
-    const tsr_model *m = &t->model;
-    size_t lo, hi, origin[SET_COUNT];
-    float *base[SET_COUNT];
-    io_layout(t, with_optim, &lo, &hi, base, origin);
-    int n = 0;
-    for (int set = 0; set < (with_optim ? SET_COUNT : 1); set++) {
-        for (int i = 0; i < TSR_P_COUNT; i++) {
-            const tsr_param_info *p = &m->params_info[i];
-            if (!p->numel) continue;
-            if (p->ep) {
-                if (i == TSR_P_EXPW1) n += ep_tensors(t, set, ts + n, names + n);
-                continue;
-            }
-            size_t a = p->offset > lo ? p->offset : lo;
-            size_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-            if (a > b) a = b = p->offset; /* empty, anywhere inside */
-            ckpt_tensor *c = &ts[n];
-            param_tensor(c, names[n], set, p);
-            c->lo = a - p->offset;
-            c->hi = b - p->offset;
-            c->data = a < b ? base[set] + (a - origin[set]) : NULL;
-            n++;
-        }
-    }
-    return n;
-}
-
-static void fill_meta(const tsr_trainer *t, ckpt_meta *meta);
-
-/* the bytes of one checkpoint of this run now (ckpt_file_bytes): the tensors checkpointing_save
- * writes, from their shapes (no buffer is touched), and its root attributes */
-static uint64_t file_bytes(tsr_trainer *t) {
-    ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
-    char names[SET_COUNT * TSR_P_COUNT][64];
-    int n = 0;
-    if (t->part.lora_on) {
-        n = lora_tensors(t, 1, ts, names);
-    } else { /* base_tensors' tensors without their I/O buffers: each parameter, its moments */
-        for (int set = 0; set < SET_COUNT; set++)
-            for (int i = 0; i < TSR_P_COUNT; i++)
-                if (t->model.params_info[i].numel) {
-                    param_tensor(&ts[n], names[n], set, &t->model.params_info[i]);
-                    n++;
-                }
-    }
-    ckpt_meta *meta = tsr_malloc(sizeof *meta);
-    fill_meta(t, meta);
-    const uint64_t b = ckpt_file_bytes(meta, ts, n);
-    free(meta);
-    return b;
-}
-
-void checkpointing_room_warn(tsr_trainer *t) {
-    if (t->dist.rank != 0 || t->step >= t->total_steps) return;
-    int64_t first = t->cfg.save_final ? t->total_steps : -1; /* the first save this run makes */
-    if (t->save_every > 0) {
-        const int64_t next = (t->step / t->save_every + 1) * t->save_every;
-        if (next <= t->total_steps && (first < 0 || next < first)) first = next;
-    }
-    char why[1200];
-    if (first < 0 || ckpt_room(t->cfg.run_dir, file_bytes(t), why, sizeof why) == 0) return;
-    tsr_warn("%s: the run's first checkpoint (step %lld) would be refused now (exit 2), unless "
-             "space is freed or run_dir is moved to a larger filesystem", why, (long long)first);
-}
-
-static void fill_meta(const tsr_trainer *t, ckpt_meta *meta) {
-    memset(meta, 0, sizeof *meta);
-    meta->step = t->step;
-    meta->tokens = t->tokens_seen;
-    meta->data_cursor = (t->step + t->data.data_offset) * t->cfg.global_batch;
-    meta->optim_step = t->optim_step;
-    meta->rollbacks = t->guard.rollbacks;
-    meta->updates_skipped = t->guard.updates_skipped;
-    guard_format_skips(&t->guard, meta->skipped_batches, sizeof meta->skipped_batches);
-    train_data_mix_tokens(t, meta->mix_tokens, sizeof meta->mix_tokens);
-    train_data_format_plan(t, meta->mix_plan, sizeof meta->mix_plan);
-    guard_format_state(&t->guard, meta->guard_state, sizeof meta->guard_state);
-    meta->micro_batch = t->auto_micro ? t->micro : 0;
-    meta->world_size = t->dist.world;
-    meta->global_batch = t->cfg.global_batch;
-    meta->seed = t->cfg.seed;
-    FILE *f = fmemopen(meta->config, sizeof meta->config - 1, "w");
-    if (f) {
-        config_print(f, &t->cfg);
-        fclose(f);
-    }
-    snprintf(meta->program_version, sizeof meta->program_version, "%s", TSR_VERSION);
-}
-
-/* This rank's checkpoint tensors with their data ready to be written: the device's state pulled
- * (device = cuda), zero3 / hsdp shards moved into their flat parts (the first group writes:
- * fsdp.h), the experts' parts; LoRA writes its adapters only. */
-static int save_tensors(tsr_trainer *t, ckpt_tensor *ts, char (*names)[64]) {
-    int n = build_tensors(t, 1, ts, names);
-    if (t->be.gpu) gpu_train_pull(t->be.gpu); /* device = cuda: the host mirror is written */
-    if (t->part.fsdp_on && t->part.fsdp.gindex == 0 && !t->part.lora_on) {
-        fsdp_shard_to_part(&t->part.fsdp, t->part.fsdp.params, t->part.ckio[SET_MODEL]);
-        fsdp_shard_to_part(&t->part.fsdp, t->part.m, t->part.ckio[SET_M]);
-        fsdp_shard_to_part(&t->part.fsdp, t->part.v, t->part.ckio[SET_V]);
-    }
-    for (int set = 0; ep_writer(t) && set < SET_COUNT; set++)
-        ep_to_part(&t->part.ep, ep_store(t, set), t->part.ep_io[set]);
-    return n;
-}
-
-/* A save of step `step` committed: the record (metrics.jsonl, the log line). */
-static void note_saved(tsr_trainer *t, int64_t step, const char *path, const ckpt_stats *st,
-                       int async) {
-    t->ck.committed = step;
-    metrics_log_save(t, step, path, st, async);
-}
-
-static size_t snapshot_direct(const tsr_trainer *t);
-
-/* zero3 / hsdp writers (snapshot_direct) with a snapshot: the parts of the sets pointed into it
- * (on), or back to none (off: not io_layout's, never freed) */
-static void parts_in_snapshot(tsr_trainer *t, int on) {
-    const size_t d = t->ck.snap ? snapshot_direct(t) : 0;
-    for (int set = 0; d && set < SET_COUNT; set++) t->part.ckio[set] = on ? t->ck.snap + set * d : NULL;
-}
-
-/* A synchronous save of the current step. With save_async's snapshot (no save in flight: the
- * caller committed it) zero3 / hsdp parts are moved into it, not into parts of their own: the
- * final save takes no second snapshot's memory. */
-static int save_now(tsr_trainer *t) {
-    ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
-    char names[SET_COUNT * TSR_P_COUNT][64];
-    parts_in_snapshot(t, 1);
-    int n = save_tensors(t, ts, names);
-    ckpt_meta *meta = tsr_malloc(sizeof *meta);
-    fill_meta(t, meta);
-    char path[1200];
-    ckpt_stats st = {0};
-    int rc = ckpt_save(t->cfg.run_dir, meta, ts, n, t->cfg.keep_last, path, sizeof path, &st);
-    free(meta);
-    parts_in_snapshot(t, 0);
-    io_release(t);
-    if (!rc) note_saved(t, t->step, path, &st, 0);
-    return rc;
-}
-
-/* The snapshot buffer holds at least n floats (zeroed when it grows, as io_layout's parts are). */
-static void snap_reserve(tsr_trainer *t, size_t n) {
-    if (n <= t->ck.snap_cap) return;
-    free(t->ck.snap);
-    t->ck.snap = tsr_calloc(n, sizeof(float));
-    t->ck.snap_cap = n;
-}
-
-/* zero3 / hsdp, the first group's ranks (the writers), not LoRA: the floats of this rank's part
- * of each set, which fsdp_shard_to_part then writes straight into the snapshot (no part buffers,
- * no second copy); 0 otherwise. */
-static size_t snapshot_direct(const tsr_trainer *t) {
-    const tsr_fsdp *f = &t->part.fsdp;
-    if (!t->part.fsdp_on || t->part.lora_on || f->gindex != 0) return 0;
-    return f->part_counts[f->grank];
-}
-
-static size_t snapshot_floats(const tsr_trainer *t);
-
-/* Waits for a background save's writer to have copied this rank's slices into the snapshot */
-static void wait_copied(tsr_trainer *t) {
-    if (!t->ck.pending || t->ck.copied) return;
-    t->ck.blocking += ckpt_save_wait_copied(t->ck.pending);
-    t->ck.copied = 1;
-    io_release(t); /* the experts' parts, copied */
-}
-
-/* Starts a save of the current step in the background: the device's state pulled, zero3 / hsdp
- * parts moved straight into the snapshot, the file created (the collective part); a thread of
- * each rank copies the rest of its slices into the snapshot and writes them while training goes
- * on (checkpointing_before_update waits for the copy). */
-static int save_in_background(tsr_trainer *t) {
-    const double t0 = tsr_now();
-    ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
-    char names[SET_COUNT * TSR_P_COUNT][64];
-    snap_reserve(t, snapshot_floats(t)); /* (at start already: trainer_init) */
-    parts_in_snapshot(t, 1);
-    int n = save_tensors(t, ts, names);
-    parts_in_snapshot(t, 0);
-    t->ck.snap_s = tsr_now() - t0;
-    ckpt_meta *meta = tsr_malloc(sizeof *meta);
-    fill_meta(t, meta);
-    int rc = ckpt_save_start(t->cfg.run_dir, meta, ts, n, t->cfg.keep_last, 1, t->ck.snap,
-                             t->ck.snap_cap, &t->ck.pending);
-    free(meta);
-    if (rc) io_release(t);
-    t->ck.blocking = tsr_now() - t0;
-    if (!rc && t->ck.copy_in_step) wait_copied(t); /* save_async_copy: the copy in the step */
-    return rc;
-}
-
-/* device = cuda: the update runs on the device and the writer copies from the host mirror, which
- * changes only at the next pull (checkpointing_before_pull): nothing to wait for. The wait there
- * was most of a background save's blocking time on the H200 (1.0 s of gpt2-124m's, of which the
- * snapshot's device-to-host copy 0.03 s; 2026-11-27). */
-void checkpointing_before_update(tsr_trainer *t) {
-    if (!t->be.gpu) wait_copied(t);
-}
-
-void checkpointing_before_pull(tsr_trainer *t) { wait_copied(t); }
-
-/* Commits the save in flight, after waiting for this rank's writer. Collective. */
-static int commit_pending(tsr_trainer *t) {
-    ckpt_pending *p = t->ck.pending;
-    const int64_t step = ckpt_save_step(p);
-    const double t0 = tsr_now();
-    char path[1200];
-    ckpt_stats st = {0};
-    t->ck.pending = NULL;
-    int rc = ckpt_save_finish(p, path, sizeof path, &st);
-    if (!t->ck.copied) io_release(t); /* (the writer copied them: it has finished) */
-    t->ck.copied = 0;
-    if (rc) {
-        if (t->dist.rank == 0)
-            tsr_error("the background save of step %lld failed (above): the run stops at step "
-                      "%lld; %s/latest still names the previous checkpoint", (long long)step,
-                      (long long)t->step, t->cfg.run_dir);
-        return rc;
-    }
-    st.blocking = t->ck.blocking + (tsr_now() - t0); /* pull, start, wait for the copy, commit */
-    note_saved(t, step, path, &st, 1);
-    return 0;
-}
-
-int checkpointing_drain(tsr_trainer *t) { return t->ck.pending ? commit_pending(t) : 0; }
-
-int checkpointing_boundary(tsr_trainer *t, int *stop) {
-    int64_t v[2] = {stop_signal != 0, t->ck.pending && !ckpt_save_written(t->ck.pending)};
-    dist_allreduce_sum_i64(v, 2); /* every rank learns of a signal and of a writer still busy */
-    *stop = v[0] > 0;
-    if (*stop) alarm(0); /* the ranks all reached the boundary: the stop goes ahead (no grace) */
-    return t->ck.pending && v[1] == 0 ? commit_pending(t) : 0;
-}
-
-int checkpointing_save(tsr_trainer *t, int background) {
-    if (t->ck.pending) { /* one save in flight: this one waits for the last to be committed */
-        const int64_t prev = ckpt_save_step(t->ck.pending);
-        int busy = !ckpt_save_written(t->ck.pending);
-        const double t0 = tsr_now();
-        dist_allreduce_max_int(&busy, 1);
-        int rc = commit_pending(t);
-        if (busy && t->dist.rank == 0)
-            printf("checkpoint save step %lld: the background save of step %lld was still being "
-                   "written; waited %.3f s for it and its commit (one save in flight at a time)\n",
-                   (long long)t->step, (long long)prev, tsr_now() - t0);
-        if (rc) return rc;
-    }
-    return background && t->ck.async ? save_in_background(t) : save_now(t);
-}
-
-/* The snapshot's floats beyond the slices: room to place each tensor's slice where it goes to
- * the disk straight from the snapshot (ckpt.h CKPT_STAGE_PAD_FLOATS) */
-#define SNAP_PAD_FLOATS ((size_t)SET_COUNT * TSR_P_COUNT * CKPT_STAGE_PAD_FLOATS)
-
-/* The floats of this rank's snapshot: its slices of every tensor (as build_tensors lays them out,
- * without building them), and SNAP_PAD_FLOATS */
-static size_t snapshot_floats(const tsr_trainer *t) {
-    size_t part = t->part.fsdp_on ? snapshot_direct(t) : t->part.part_counts[t->dist.rank];
-    size_t n = SET_COUNT * (part + (ep_writer(t) ? ep_part_floats(&t->part.ep) : 0));
-    if (t->part.lora_on) n = t->dist.rank == 0 ? SET_COUNT * t->part.lora.n : 0;
-    return n ? n + SNAP_PAD_FLOATS : 0; /* (nothing to write: none) */
-}
-
-void checkpointing_snapshot_alloc(tsr_trainer *t) {
-    if (!t->ck.async) return;
-    snap_reserve(t, snapshot_floats(t));
-    /* written once now: its pages are committed at start (where the memory check was made), not
-     * by the first save's copy, on which a fresh page costs a fault (slow in a VM) */
-    if (t->ck.snap) memset(t->ck.snap, 0, t->ck.snap_cap * sizeof(float));
-}
-
-/* The most floats of n a rank's part holds when n is cut over G ranks (parts cut at 16 floats) */
-static uint64_t part_bound(uint64_t n, int G) { return n / (uint64_t)(G > 0 ? G : 1) + 16; }
-
-uint64_t checkpointing_snapshot_bytes(const tsr_trainer *t) {
-    const tsr_model *m = &t->model;
-    if (!t->cfg.save_async) return 0;
-    const uint64_t pad = SNAP_PAD_FLOATS * sizeof(float);
-    if (t->part.lora_on) return SET_COUNT * (uint64_t)t->part.lora.n * sizeof(float) + pad;
-    uint64_t dense = 0, experts = 0;
-    for (int i = 0; i < TSR_P_COUNT; i++)
-        *(m->params_info[i].ep ? &experts : &dense) += m->params_info[i].numel;
-    uint64_t mine = part_bound(dense, t->part.fsdp_on ? t->part.fsdp_group : t->dist.world);
-    if (m->EP > 1) mine += experts / (uint64_t)m->EP + 1;
-    return SET_COUNT * mine * sizeof(float) + pad;
-}
-
-uint64_t checkpointing_io_bytes(const tsr_trainer *t) {
-    uint64_t b = ckpt_io_buffer_bytes();
-    if (!t->part.fsdp_on) return b;
-    const int G = t->part.fsdp_group; /* (the plan's: --plan builds no groups) */
-    b += 2 * (uint64_t)fsdp_exchange_floats(t->model.n_params, G) * sizeof(float);
-    if (!t->cfg.save_async && !t->part.lora_on) /* the parts a synchronous save moves shards into */
-        b += SET_COUNT * part_bound(t->model.n_params, G) * sizeof(float);
-    return b;
-}
-
 /* After reading each rank's part of the base model: under parallel.expert the first EP group's
  * parts of the experts sent to their holders, then dense_gather (complete the replicated state;
  * ZeRO-3 / HSDP: move the first group's parts into its shards and copy those to the others). */
 static void base_gather(tsr_trainer *t, int with_optim);
-/* LoRA: rank 0 read the adapters (lora_tensors) */
+/* LoRA: rank 0 read the adapters (ckio_lora_tensors) */
 static void gather_after_load(tsr_trainer *t, int with_optim) {
     if (!t->part.lora_on) {
         base_gather(t, with_optim);
         return;
     }
     tsr_lora *lo = &t->part.lora;
-    float *store[SET_COUNT] = {lo->w, lo->m, lo->v};
+    float *store[CKIO_SETS] = {lo->w, lo->m, lo->v};
     const size_t chunk = (size_t)1 << 28; /* floats per broadcast: MPI's int count of bytes */
-    for (int set = 0; set < (with_optim ? SET_COUNT : 1); set++)
+    for (int set = 0; set < (with_optim ? CKIO_SETS : 1); set++)
         for (size_t at = 0; at < lo->n; at += chunk)
             dist_bcast(store[set] + at, (lo->n - at < chunk ? lo->n - at : chunk) * sizeof(float),
                        0);
 }
 
-/* The flat buffer's parts read (io_layout) into the model's weights (and moments): all-gathered
+/* The flat buffer's parts read (ckio_layout) into the model's weights (and moments): all-gathered
  * (ddp, zero1), or moved into the shards and broadcast to the other groups (zero3, hsdp); then
  * the device's copy (device = cuda: the experts' store too). */
 static void dense_gather(tsr_trainer *t, int with_optim) {
     if (t->part.fsdp_on) {
         tsr_fsdp *f = &t->part.fsdp;
-        float *shard[SET_COUNT] = {f->params, t->part.m, t->part.v};
-        for (int set = 0; set < (with_optim ? SET_COUNT : 1); set++) {
+        float *shard[CKIO_SETS] = {f->params, t->part.m, t->part.v};
+        for (int set = 0; set < (with_optim ? CKIO_SETS : 1); set++) {
             if (f->gindex == 0) fsdp_part_to_shard(f, t->part.ckio[set], shard[set]);
             dist_group_bcast_f32(f->replicas, shard[set], f->shard_n, 0);
         }
@@ -560,9 +91,9 @@ static void dense_gather(tsr_trainer *t, int with_optim) {
 }
 
 static void base_gather(tsr_trainer *t, int with_optim) {
-    for (int set = 0; t->part.ep_on && set < (with_optim ? SET_COUNT : 1); set++) {
-        if (ep_writer(t)) ep_from_part(&t->part.ep, t->part.ep_io[set], ep_store(t, set));
-        ep_bcast(&t->part.ep, ep_store(t, set));
+    for (int set = 0; t->part.ep_on && set < (with_optim ? CKIO_SETS : 1); set++) {
+        if (ckio_ep_writer(t)) ep_from_part(&t->part.ep, t->part.ep_io[set], ckio_ep_store(t, set));
+        ep_bcast(&t->part.ep, ckio_ep_store(t, set));
     }
     dense_gather(t, with_optim);
 }
@@ -627,18 +158,44 @@ static int apply_meta(tsr_trainer *t, const ckpt_meta *meta, const char *path, i
     return 0;
 }
 
+/* The kinds of load: a resume (--resume, run_dir's latest), a rollback (the spike guard), the
+ * weights alone (--init-from a checkpoint, LoRA's base). */
+typedef enum { LOAD_RESUME, LOAD_ROLLBACK, LOAD_WEIGHTS } load_kind;
+
+/* The ending of every load, once ckpt_load has read this rank's slices: a resume or a rollback
+ * checks the global batch and takes the step and the data position from meta (a resume also the
+ * guard's record; a rollback keeps the in-memory one, newer than the checkpoint's); then what was
+ * read is completed on every rank (the weights alone for LOAD_WEIGHTS) and the load recorded: a
+ * rollback in metrics.jsonl, --init-from for trainer_open_run_dir (a resume by note_resume, after
+ * LoRA's base has loaded). */
+static int load_ending(tsr_trainer *t, load_kind kind, const ckpt_meta *meta, const char *path,
+                       const ckpt_stats *st) {
+    if (kind == LOAD_WEIGHTS) {
+        base_gather(t, 0);
+        note_start_load(t, "init-from", path, st->seconds, st->bytes);
+        return 0;
+    }
+    int rc = check_batch(t, meta, path);
+    if (!rc) rc = apply_meta(t, meta, path, kind == LOAD_RESUME);
+    if (rc) return rc;
+    gather_after_load(t, 1);
+    if (kind == LOAD_ROLLBACK) metrics_log_checkpoint(t, "rollback", path, st->seconds, st->bytes);
+    return 0;
+}
+
 int checkpointing_rollback(tsr_trainer *t, int64_t max_step, char *path, size_t cap,
                            int64_t *data_batch) {
-    ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
-    char names[SET_COUNT * TSR_P_COUNT][64];
+    ckpt_tensor ts[CKIO_MAX_TENSORS];
+    char names[CKIO_MAX_TENSORS][64];
     int rc = checkpointing_drain(t); /* the save in flight may be the one to roll back to */
     if (rc) return rc;
     ckpt_meta *meta = tsr_malloc(sizeof *meta);
     ckpt_stats st = {0};
-    int n = build_tensors(t, 1, ts, names);
+    int n = ckio_tensors(t, 1, ts, names);
     int64_t found;
     /* newest first; one that fails to load (CRC, truncation) is reported and the next older tried:
-     * every tensor is read again from the one that loads */
+     * every tensor is read again from the one that loads; one of another global batch stops the
+     * search (an older one would not do either) */
     while ((rc = ckpt_newest_at_or_before(t->cfg.run_dir, max_step, path, cap, &found)) == 0) {
         rc = ckpt_load(path, meta, ts, n, NULL, &st, NULL);
         if (!rc) rc = check_batch(t, meta, path);
@@ -647,15 +204,10 @@ int checkpointing_rollback(tsr_trainer *t, int64_t max_step, char *path, size_t 
         if (t->dist.rank == 0) tsr_warn("%s: cannot roll back to it (above); trying an older one", path);
         max_step = found - 1;
     }
-    /* the guard's record stays the in-memory one: it is newer than the checkpoint's */
-    if (!rc) rc = apply_meta(t, meta, path, 0);
-    if (!rc) {
-        gather_after_load(t, 1);
-        *data_batch = meta->data_cursor / t->cfg.global_batch;
-        metrics_log_checkpoint(t, "rollback", path, st.seconds, st.bytes);
-    }
+    if (!rc) rc = load_ending(t, LOAD_ROLLBACK, meta, path, &st);
+    if (!rc) *data_batch = meta->data_cursor / t->cfg.global_batch;
     free(meta);
-    io_release(t);
+    ckio_release(t);
     return rc;
 }
 
@@ -817,7 +369,7 @@ int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg, con
 /* --init-from a Hugging Face directory (model.safetensors + config.json, docs/hf.md): every rank
  * checks config.json and the safetensors header itself (the same answer everywhere; rank 0 alone
  * reports), then reads only the tensors that meet its part of the flat buffer, as a checkpoint
- * load does (io_layout: ddp and zero1 ranks their part of the world's partition; zero3 / hsdp
+ * load does (ckio_layout: ddp and zero1 ranks their part of the world's partition; zero3 / hsdp
  * ranks of the first group their part of the group's; no full copy on any rank); an all-reduce
  * agrees on the outcome, and dense_gather completes the weights or moves the parts into the
  * shards, as after a checkpoint load. The importer reads the plain layout (every expert in the
@@ -835,10 +387,10 @@ static int init_from_hf(tsr_trainer *t, const char *dir) {
     tsr_log_mute(t->dist.rank != 0);
     int rc = importer->open(&h, dir, plain);
     tsr_log_mute(0);
-    size_t lo, hi, origin[SET_COUNT];
-    float *base[SET_COUNT];
-    io_release(t);
-    io_layout(t, 0, &lo, &hi, base, origin);
+    size_t lo, hi, origin[CKIO_SETS];
+    float *base[CKIO_SETS];
+    ckio_release(t);
+    ckio_layout(t, 0, &lo, &hi, base, origin);
     uint64_t bytes = 0;
     for (int i = 0; i < TSR_P_COUNT && !rc && hi > lo; i++) {
         const tsr_param_info *p = &m->params_info[i];
@@ -846,7 +398,7 @@ static int init_from_hf(tsr_trainer *t, const char *dir) {
                      b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
         if (!p->numel || p->ep || a >= b) continue;
         const size_t at = plain->params_info[i].offset + (a - p->offset); /* (plain == m: a) */
-        rc = importer->read(h, plain, at, at + (b - a), base[SET_MODEL] + (a - origin[SET_MODEL]),
+        rc = importer->read(h, plain, at, at + (b - a), base[CKIO_MODEL] + (a - origin[CKIO_MODEL]),
                             &bytes);
     }
     for (int which = 0; which < 2 && !rc && t->part.ep_on; which++) {
@@ -866,7 +418,7 @@ static int init_from_hf(tsr_trainer *t, const char *dir) {
     double worst = rc;
     dist_allreduce_max_f64(&worst, 1); /* a read error on one rank stops all of them */
     if (worst == 0) dense_gather(t, 0); /* (then the device's copy, device = cuda) */
-    io_release(t);
+    ckio_release(t);
     if (worst != 0) return (int)worst;
     int64_t total = (int64_t)bytes;
     dist_allreduce_sum_i64(&total, 1);
@@ -887,19 +439,16 @@ static int load_weights(tsr_trainer *t, const char *arg) {
     if (imported(arg)) return init_from_hf(t, arg);
     char from[1200];
     if (ckpt_resolve_path(arg, from, sizeof from)) return TSR_EXIT_DATA;
-    ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
-    char names[SET_COUNT * TSR_P_COUNT][64];
+    ckpt_tensor ts[CKIO_MAX_TENSORS];
+    char names[CKIO_MAX_TENSORS][64];
     ckpt_meta *meta = tsr_malloc(sizeof *meta);
     ckpt_stats st = {0};
-    io_release(t);
-    int n = base_tensors(t, 0, ts, names);
+    ckio_release(t);
+    int n = ckio_base_tensors(t, 0, ts, names);
     int rc = ckpt_load(from, meta, ts, n, "model/", &st, NULL);
-    if (!rc) {
-        base_gather(t, 0);
-        note_start_load(t, "init-from", from, st.seconds, st.bytes);
-    }
+    if (!rc) rc = load_ending(t, LOAD_WEIGHTS, meta, from, &st);
     free(meta);
-    io_release(t);
+    ckio_release(t);
     return rc;
 }
 
@@ -1075,10 +624,12 @@ static void note_sched_change(const tsr_trainer *t, const tsr_config *ck) {
     fflush(stdout);
 }
 
-/* After a resume from path (meta: its metadata), on rank 0: --init-from is not used (the run's
- * own checkpoint wins, so a requeued finetune continues), and what the schedule changes. */
-static void note_resume(const tsr_trainer *t, const ckpt_meta *meta, const char *path,
-                        const char *init_arg) {
+/* After a resume from path (meta: its metadata; st: the load's time and bytes): its record for
+ * trainer_open_run_dir, then on rank 0: --init-from is not used (the run's own checkpoint wins, so
+ * a requeued finetune continues), and what the schedule changes. */
+static void note_resume(tsr_trainer *t, const ckpt_meta *meta, const char *path,
+                        const ckpt_stats *st, const char *init_arg) {
+    note_start_load(t, "resume", path, st->seconds, st->bytes);
     if (t->dist.rank != 0) return;
     if (init_arg)
         tsr_warn("--init-from %s is ignored: the run resumes from its own checkpoint %s (step "
@@ -1106,12 +657,12 @@ static int resume_or_init(tsr_trainer *t, const char *resume_arg, const char *in
         char init_buf[1200];
         if (ckpt_resolve_path(init_arg, init_buf, sizeof init_buf)) return TSR_EXIT_DATA;
     }
-    ckpt_tensor ts[SET_COUNT * TSR_P_COUNT];
-    char names[SET_COUNT * TSR_P_COUNT][64];
+    ckpt_tensor ts[CKIO_MAX_TENSORS];
+    char names[CKIO_MAX_TENSORS][64];
     ckpt_meta *meta = tsr_malloc(sizeof *meta);
     ckpt_stats st = {0};
     char path[1200];
-    int rc, n = build_tensors(t, 1, ts, names);
+    int rc, n = ckio_tensors(t, 1, ts, names);
     /* the run's own checkpoint wins over --init-from, so a requeued finetune continues */
     if (resume_path) {
         rc = ckpt_load(resume_path, meta, ts, n, NULL, &st, peeked);
@@ -1127,24 +678,18 @@ static int resume_or_init(tsr_trainer *t, const char *resume_arg, const char *in
     } else if (t->part.lora_on) { /* LoRA resume: the adapters, then their base (a PEFT
                                      * directory --init-from named started the run: its base is
                                      * the one the checkpoint records) */
-        if (!rc && !(rc = check_batch(t, meta, path)) && !(rc = apply_meta(t, meta, path, 1))) {
-            gather_after_load(t, 1);
-            if (!(rc = lora_base(t, adapter_dir(init_arg) ? NULL : init_arg, meta, path))) {
-                note_start_load(t, "resume", path, st.seconds, st.bytes);
-                note_resume(t, meta, path, init_arg);
-            }
-        }
+        if (!rc && !(rc = load_ending(t, LOAD_RESUME, meta, path, &st)) &&
+            !(rc = lora_base(t, adapter_dir(init_arg) ? NULL : init_arg, meta, path)))
+            note_resume(t, meta, path, &st, init_arg);
     } else if (rc == 1 && init_arg) { /* fresh run: weights only, step 0 */
         rc = load_weights(t, init_arg);
     } else if (rc == 1) {
         rc = 0; /* fresh run */
-    } else if (!rc && !(rc = check_batch(t, meta, path)) && !(rc = apply_meta(t, meta, path, 1))) {
-        gather_after_load(t, 1);
-        note_start_load(t, "resume", path, st.seconds, st.bytes);
-        note_resume(t, meta, path, init_arg);
+    } else if (!rc && !(rc = load_ending(t, LOAD_RESUME, meta, path, &st))) {
+        note_resume(t, meta, path, &st, init_arg);
     }
     free(meta);
-    io_release(t);
+    ckio_release(t);
     return rc;
 }
 

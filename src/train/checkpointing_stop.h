@@ -1,0 +1,19 @@
+/* checkpointing_stop.h — stop requests (docs/tessera-train.md "STOP REQUESTS"): SIGUSR1 and
+ * SIGTERM ask the run to checkpoint at the next step boundary and exit 85; the boundary itself is
+ * checkpointing_boundary (checkpointing.h), which asks checkpointing_stop_signalled. */
+#ifndef TSR_CHECKPOINTING_STOP_H
+#define TSR_CHECKPOINTING_STOP_H
+
+/* SIGUSR1 and SIGTERM only set a flag (never checkpoint from a handler); a SIGTERM while steps run
+ * also gives the rank a grace time to reach the next step boundary, after which a stuck rank exits
+ * 143 (docs/tessera-train.md "STOP REQUESTS"). */
+void checkpointing_install_signals(void);
+/* After each step: its wall time, which sets the SIGTERM's grace time (3 steps, 5 s at least). */
+void checkpointing_step_done(double step_seconds);
+/* This rank got a stop signal. Local. */
+int checkpointing_stop_signalled(void);
+/* Every rank reached the boundary where the stop was agreed: the stop goes ahead, the grace
+ * timer is disarmed. */
+void checkpointing_stop_proceed(void);
+
+#endif

@@ -1,0 +1,138 @@
+/* checkpointing_tensors.c — see checkpointing_tensors.h. */
+#include "train/checkpointing_tensors.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common.h"
+
+static const char *const set_prefix[CKIO_SETS] = {"model/", "optim/m/", "optim/v/"};
+
+void ckio_layout(tsr_trainer *t, int with_optim, size_t *lo, size_t *hi, float **base,
+                 size_t *origin) {
+    if (!t->part.fsdp_on) {
+        *lo = t->part.part_displs[t->dist.rank];
+        *hi = *lo + t->part.part_counts[t->dist.rank];
+        base[CKIO_MODEL] = t->model.params, base[CKIO_M] = t->part.m, base[CKIO_V] = t->part.v;
+        origin[CKIO_MODEL] = 0, origin[CKIO_M] = origin[CKIO_V] = t->part.shard_lo;
+        return;
+    }
+    tsr_fsdp *f = &t->part.fsdp;
+    size_t n = f->gindex == 0 ? f->part_counts[f->grank] : 0;
+    *lo = f->gindex == 0 ? f->part_displs[f->grank] : 0;
+    *hi = *lo + n;
+    for (int set = 0; set < CKIO_SETS; set++) {
+        if (!t->part.ckio[set] && (set == CKIO_MODEL || with_optim) && n > 0) {
+            t->part.ckio[set] = t->be.ops->alloc(n * sizeof(float));
+            t->be.ops->zero(t->part.ckio[set], n * sizeof(float));
+        }
+        base[set] = t->part.ckio[set];
+        origin[set] = *lo;
+    }
+}
+
+void ckio_release(tsr_trainer *t) {
+    for (int set = 0; set < CKIO_SETS; set++) {
+        if (t->part.ckio[set]) t->be.ops->free(t->part.ckio[set]);
+        t->part.ckio[set] = NULL;
+        free(t->part.ep_io[set]);
+        t->part.ep_io[set] = NULL;
+    }
+}
+
+int ckio_ep_writer(const tsr_trainer *t) { return t->part.ep_on && t->dist.rank < t->part.ep.EP; }
+
+float *ckio_ep_store(tsr_trainer *t, int set) {
+    tsr_ep *ep = &t->part.ep;
+    return set == CKIO_MODEL ? ep->w : set == CKIO_M ? ep->m : ep->v;
+}
+
+void ckio_param_tensor(ckpt_tensor *c, char *name, int set, const tsr_param_info *p) {
+    snprintf(name, 64, "%s%s", set_prefix[set], p->name);
+    c->name = name;
+    c->ndim = p->ndim;
+    for (int d = 0; d < 4; d++) c->shape[d] = d < p->ndim ? p->shape[d] : 0;
+    c->lo = c->hi = 0;
+    c->data = NULL;
+}
+
+/* parallel.expert: the two stacked expert tensors of a set, this rank's part of each (the
+ * writers') or none */
+static int ep_tensors(tsr_trainer *t, int set, ckpt_tensor *ts, char (*names)[64]) {
+    const tsr_model *m = &t->model;
+    int n = 0;
+    for (int which = 0; which < 2; which++) {
+        const tsr_param_info *p = &m->params_info[which ? TSR_P_EXPW2 : TSR_P_EXPW1];
+        ckpt_tensor *c = &ts[n];
+        ckio_param_tensor(c, names[n], set, p);
+        if (ckio_ep_writer(t)) {
+            if (!t->part.ep_io[set])
+                t->part.ep_io[set] = tsr_calloc(ep_part_floats(&t->part.ep), sizeof(float));
+            ep_part_range(&t->part.ep, which, &c->lo, &c->hi);
+            c->data = t->part.ep_io[set] + (which ? t->part.ep.n1 : 0);
+        }
+        n++;
+    }
+    return n;
+}
+
+/* LoRA (docs/lora.md): the checkpoint holds the adapters and their AdamW moments, not the frozen
+ * base (lora.base and lora.base_checksum in its config name it): lora/q_A .. at their global
+ * shapes. The store is replicated: rank 0 writes and reads it whole, the others name empty
+ * ranges (gather_after_load broadcasts what rank 0 read). */
+int ckio_lora_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (*names)[64]) {
+    static const char *const lora_prefix[CKIO_SETS] = {"lora/", "optim/m/lora/", "optim/v/lora/"};
+    tsr_lora *lo = &t->part.lora;
+    float *store[CKIO_SETS] = {lo->w, lo->m, lo->v};
+    int n = 0;
+    for (int set = 0; set < (with_optim ? CKIO_SETS : 1); set++)
+        for (int k = 0; k < 2 * TSR_LORA_COUNT; k++) {
+            char name[16];
+            int64_t shape[3];
+            size_t at, numel;
+            if (!lora_tensor(lo, k, name, shape, &at, &numel)) continue;
+            ckpt_tensor *c = &ts[n];
+            snprintf(names[n], 64, "%s%s", lora_prefix[set], name);
+            c->name = names[n];
+            c->ndim = 3;
+            for (int d = 0; d < 4; d++) c->shape[d] = d < 3 ? shape[d] : 0;
+            c->lo = 0;
+            c->hi = t->dist.rank == 0 ? numel : 0;
+            c->data = t->dist.rank == 0 ? store[set] + at : NULL;
+            n++;
+        }
+    return n;
+}
+
+int ckio_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (*names)[64]) {
+    if (t->part.lora_on) return ckio_lora_tensors(t, with_optim, ts, names);
+    return ckio_base_tensors(t, with_optim, ts, names);
+}
+
+int ckio_base_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (*names)[64]) {
+    const tsr_model *m = &t->model;
+    size_t lo, hi, origin[CKIO_SETS];
+    float *base[CKIO_SETS];
+    ckio_layout(t, with_optim, &lo, &hi, base, origin);
+    int n = 0;
+    for (int set = 0; set < (with_optim ? CKIO_SETS : 1); set++) {
+        for (int i = 0; i < TSR_P_COUNT; i++) {
+            const tsr_param_info *p = &m->params_info[i];
+            if (!p->numel) continue;
+            if (p->ep) {
+                if (i == TSR_P_EXPW1) n += ep_tensors(t, set, ts + n, names + n);
+                continue;
+            }
+            size_t a = p->offset > lo ? p->offset : lo;
+            size_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+            if (a > b) a = b = p->offset; /* empty, anywhere inside */
+            ckpt_tensor *c = &ts[n];
+            ckio_param_tensor(c, names[n], set, p);
+            c->lo = a - p->offset;
+            c->hi = b - p->offset;
+            c->data = a < b ? base[set] + (a - origin[set]) : NULL;
+            n++;
+        }
+    }
+    return n;
+}
