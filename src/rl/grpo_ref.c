@@ -23,7 +23,7 @@
 #include "common.h"
 #include "crc32c.h"
 #include "fsutil.h"
-#include "train/grpo_int.h"
+#include "rl/grpo_int.h"
 #include "train/metrics.h"
 
 #define REF_FILE "grpo-reference.bin"
