@@ -42,7 +42,7 @@ void tsr_warn_release(void);
 /* Test-only fault injection: TSR_FAULT holds comma-separated items "kind:args" (e.g.
  * "garbage:33:36,usr1:35:0"); returns the args of the first item of that kind, or NULL. The
  * kinds and who reads them: docs/spike-guard.md, docs/tessera-train.md (WATCHDOGS),
- * src/train/trainer.c, src/train/train_data.c, src/train/grpo.c. */
+ * src/train/trainer.c, src/train/train_data.c, src/rl/grpo.c. */
 const char *tsr_fault(const char *kind);
 /* Unilateral fatal error: message, then MPI_Abort(code) when MPI runs with >1 rank, else exit(code).
  * Use when other ranks may be waiting in a collective. */
@@ -58,7 +58,7 @@ _Noreturn void tsr_exit(int code);
  * (the default): nothing but exit. */
 void tsr_set_exit_hooks(void (*abort_all)(int code), void (*finalize)(void));
 /* The process groups of children that must end with this process when the run aborts (the
- * reward program, src/train/reward_proc.c: a hung one would outlive an MPI_Abort): registered
+ * reward program, src/rl/reward_proc.c: a hung one would outlive an MPI_Abort): registered
  * (on = 1) while they run, unregistered (on = 0) once stopped; tsr_kill_child_groups SIGKILLs the
  * registered ones (async-signal-safe: the hang watchdog's thread aborts through it, src/dist.c). */
 void tsr_child_group(int pgid, int on);

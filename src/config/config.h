@@ -78,7 +78,7 @@ typedef enum { TSR_OBJ_LM = 0, TSR_OBJ_DPO, TSR_OBJ_GRPO, TSR_OBJ_COUNT } tsr_ob
 typedef enum { TSR_GRPO_AGG_SEQUENCE = 0, TSR_GRPO_AGG_TOKEN, TSR_GRPO_AGG_CONSTANT,
                TSR_GRPO_AGG_COUNT } tsr_grpo_agg_kind;
 /* GRPO's KL reference: auto = base with LoRA, else initial; base = the base with the adapters
- * off; initial = a frozen copy of the starting weights (train/grpo_ref.h) */
+ * off; initial = a frozen copy of the starting weights (rl/grpo_ref.c) */
 typedef enum { TSR_GRPO_REF_AUTO = 0, TSR_GRPO_REF_BASE, TSR_GRPO_REF_INITIAL,
                TSR_GRPO_REF_COUNT } tsr_grpo_ref_kind;
 /* the reward of a completion (docs/rl.md "Rewards") */

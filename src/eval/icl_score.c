@@ -8,7 +8,7 @@
 
 #include "common.h"
 #include "model/decoder.h"
-#include "model/gen_batch.h"
+#include "generate/gen_batch.h"
 #include "progress.h"
 #include "tokenizer/tokenizer_eos.h"
 

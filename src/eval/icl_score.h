@@ -14,7 +14,7 @@
  *   gauntlet = mean of the tasks' rescaled accuracies, summed in task order
  *
  * generation_task_with_answers: this rank's examples completed together by the batched generator
- * (model/gen_batch.h; greedy, at most ICL_GEN_TOKENS tokens, ending at the end-of-text id or the
+ * (generate/gen_batch.h; greedy, at most ICL_GEN_TOKENS tokens, ending at the end-of-text id or the
  * task's example delimiter), the text cut at the delimiter, right when it equals the answer or an
  * alias after LLM Foundry's normalisation (lower case, ASCII punctuation and the articles a, an,
  * the removed, white space collapsed). Needs m's full weights on the CPU (m->params, no sharded

@@ -15,7 +15,7 @@
 #include "common.h"
 #include "fsutil.h"
 #include "json.h"
-#include "model/gen_batch.h"
+#include "generate/gen_batch.h"
 
 #define MAX_FILE_BYTES (1ull << 32) /* the prompts file */
 #define CHUNK_LINES 1024            /* prompts generated together, then written */

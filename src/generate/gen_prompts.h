@@ -1,5 +1,5 @@
 /* gen_prompts.h — `tessera generate --prompts FILE.jsonl --out FILE.jsonl`: many prompts completed
- * together by the batched generator (model/gen_batch.h), completions written as JSON Lines, a
+ * together by the batched generator (generate/gen_batch.h), completions written as JSON Lines, a
  * progress line with tokens/s on stderr (docs/generate.md "Many prompts"). Internal to
  * src/generate/.
  *
@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "generate/gen_chat.h"
-#include "model/gen_sample.h"
+#include "generate/gen_sample.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 

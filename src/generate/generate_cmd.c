@@ -23,7 +23,7 @@
 #include "common.h"
 #include "generate/gen_chat.h"
 #include "generate/gen_prompts.h"
-#include "model/gen_sample.h"
+#include "generate/gen_sample.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_eos.h"
 #include "train/metrics.h"

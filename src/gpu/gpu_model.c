@@ -11,7 +11,7 @@
 
 #include "common.h"
 #include "model/decoder.h"
-#include "model/gen_batch.h"
+#include "generate/gen_batch.h"
 #include "model/model_lora.h"
 #include "gpu/gpu_profile.h"
 #include "model/model_ring.h"

@@ -147,7 +147,7 @@ void gpu_model_backward_weighted(tsr_gpu_model *g, const int32_t *tokens, const 
                                  int B, int T, const float *dlosses, float moe_w);
 struct gen_batch_opts;
 struct gen_seq;
-/* Batched generation on the device (model/gen_batch.h gen_batch_run) over the model's bf16
+/* Batched generation on the device (generate/gen_batch.h gen_batch_run) over the model's bf16
  * weights: under zero3 / hsdp every unit gathered once into a full copy for the call (not once
  * per token). Returns the tokens generated. */
 int64_t gpu_model_generate(tsr_gpu_model *g, const struct gen_batch_opts *o, struct gen_seq *seqs,

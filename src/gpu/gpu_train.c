@@ -861,16 +861,16 @@ static double lora_compute(gpu_train_ctx *c, float scale) {
 
 static double dense_compute(gpu_train_ctx *c, float scale);
 
-/* DPO (c->dpo, train/dpo.h): the trainer's pass over the rank's pairs runs its forwards and
- * weighted backwards here through the host model's hooks; the gradients are zeroed before it and
- * summed over the ranks after its last backward (no overlap with it: the pass is the trainer's,
- * which does not say which backward is the last): ddp's all-reduces, zero1's reduce-scatters;
- * zero3 and hsdp reduce-scatter each unit in the backward itself (the source's put), as in the
- * lm objective. */
-static double dpo_compute(gpu_train_ctx *c, float scale) {
+/* DPO and GRPO (c->objective_pass: train/dpo.h, rl/grpo.h): the trainer's pass over the rank's
+ * pairs or rollout rows runs its forwards and weighted backwards here through the host model's
+ * hooks; the gradients are zeroed before it and summed over the ranks after its last backward
+ * (no overlap with it: the pass is the trainer's, which does not say which backward is the
+ * last): ddp's all-reduces, zero1's reduce-scatters; zero3 and hsdp reduce-scatter each unit in
+ * the backward itself (the source's put), as in the lm objective. */
+static double objective_compute(gpu_train_ctx *c, float scale) {
     struct tsr_gpu_train *gt = c->state;
     zero_grads(c);
-    const double loss_sum = c->dpo(c->owner, scale);
+    const double loss_sum = c->objective_pass(c->owner, scale);
     if (gt->lora_on) {
         lora_reduce(gt);
         return loss_sum;
@@ -890,9 +890,9 @@ static double lib_compute(gpu_train_ctx *c, float scale) {
     struct tsr_gpu_train *gt = c->state;
     gpu_prof_step_begin();
     const int ps = gpu_prof_begin(gt->s, "step: forward+backward", 0, 0, 0);
-    const double loss = c->dpo        ? dpo_compute(c, scale)
-                        : gt->lora_on ? lora_compute(c, scale)
-                                      : dense_compute(c, scale);
+    const double loss = c->objective_pass ? objective_compute(c, scale)
+                        : gt->lora_on     ? lora_compute(c, scale)
+                                          : dense_compute(c, scale);
     gpu_prof_end(gt->s, ps);
     return loss;
 }

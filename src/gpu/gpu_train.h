@@ -115,7 +115,7 @@ void gpu_train_host_model(gpu_train_ctx *c, int on);
 /* The most device bytes this process held at once through the backend's allocator (tcu_mem_stats;
  * metrics.jsonl's peak_mem_bytes under device = cuda). */
 size_t gpu_train_mem_peak(void);
-/* Batched generation on the device (model/gen_batch.h), on the weights as they are (zero3 /
+/* Batched generation on the device (generate/gen_batch.h), on the weights as they are (zero3 /
  * hsdp: gathered once for the call; LoRA: the adapters without dropout): GRPO's rollouts.
  * Returns the tokens generated. */
 int64_t gpu_train_generate(gpu_train_ctx *c, const struct gen_batch_opts *o, struct gen_seq *seqs,

@@ -50,12 +50,13 @@ typedef struct gpu_train_ctx {
     /* zero3 / hsdp: the host model about to sample from the pulled shards (on = 1: its gathers
      * forgotten, every expert gathered; train/train_state.h trainer_host_weights) or done (0) */
     void (*host_weights)(void *owner, int on);
-    /* objective = "dpo" (train/dpo.h dpo_compute), else NULL: the trainer's pass over this rank's
-     * pairs, its forwards and weighted backwards sent to the device through the host model's
-     * hooks (model.h fwd_ctx: scores, bwd_weighted; the host model's LoRA state is the pass's);
-     * returns the rank's sum of pair losses. The library zeroes the gradients before it and
-     * reduces them after it. */
-    double (*dpo)(void *owner, float scale);
+    /* An objective with a pass of its own, else NULL (lm): objective = "dpo" (train/dpo.h
+     * dpo_compute, over this rank's preference pairs) or "grpo" (rl/grpo.h grpo_compute, over
+     * this rank's rollout rows), its forwards and weighted backwards sent to the device through
+     * the host model's hooks (model.h fwd_ctx: scores, bwd_weighted; the host model's LoRA state
+     * is the pass's); returns the rank's share of the loss (DPO: its sum of pair losses). The
+     * library zeroes the gradients before it and reduces them after it. */
+    double (*objective_pass)(void *owner, float scale);
     void *owner;
     char device_name[128];     /* set by init: the GPU's name (its peak FLOP/s) */
     struct tsr_lora *lora;     /* LoRA (model/model_lora.h): the host adapters' store, the mirror

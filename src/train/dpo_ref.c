@@ -2,6 +2,7 @@
 #include "train/dpo_ref.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "ckpt_ref.h"
 #include "model/ckpt_model.h"
 #include "common.h"
 #include "crc32c.h"
@@ -16,10 +18,13 @@
 #include "train/dpo.h"
 #include "train/metrics.h"
 
-#define DPO_REF_MAGIC "TSRDPORF"
+#define DPO_REF_KIND "dpo-logps" /* the reference file's kind (checkpoint/ckpt_ref.h) */
+#define DPO_REF_MAGIC "TSRDPORF"  /* format 1 (before the reference-file format): still read */
 #define DPO_REF_VERSION 1u
 #define DPO_REF_TEXT 1024
 
+/* The file's record of what the values belong to. In a reference file its fields from seq_len on
+ * are the meta (RECORD); format 1 was this struct itself, then the values, then a CRC32C. */
 typedef struct dpo_ref_header {
     char magic[8];
     uint32_t version, seq_len;
@@ -28,6 +33,8 @@ typedef struct dpo_ref_header {
     char train_path[DPO_REF_TEXT], val_path[DPO_REF_TEXT], init[DPO_REF_TEXT];
 } dpo_ref_header;
 _Static_assert(sizeof(dpo_ref_header) == 40 + 3 * DPO_REF_TEXT, "dpo_ref_header has no padding");
+#define RECORD(h) ((char *)(h) + offsetof(dpo_ref_header, seq_len))
+#define RECORD_BYTES ((uint32_t)(sizeof(dpo_ref_header) - offsetof(dpo_ref_header, seq_len)))
 
 /* What this run's reference must be: seq_len, the datasets and their pair counts. */
 static void expected_header(const tsr_trainer *t, dpo_ref_header *h) {
@@ -56,45 +63,84 @@ static void file_header(const tsr_trainer *t, dpo_ref_header *h) {
     snprintf(h->init, sizeof h->init, "%s", t->dpo_ref.init);
 }
 
-/* The CRC32C the file's trailer holds: of the header and the values */
-static uint32_t file_crc(const tsr_trainer *t, const dpo_ref_header *h) {
-    uint32_t crc = tsr_crc32c(0, h, sizeof *h);
-    crc = tsr_crc32c(crc, t->dpo_ref.train, (size_t)h->n_train * 2 * sizeof(double));
+/* The reference file of record h (its values: pairs x 2 doubles, one part, CRC32C *crc) */
+static void describe(dpo_ref_header *h, ckpt_ref *r, uint32_t *crc) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->kind, sizeof r->kind, "%s", DPO_REF_KIND);
+    r->elem = sizeof(double), r->parts = 1, r->n = 2 * (h->n_train + h->n_val);
+    r->meta = RECORD(h), r->meta_bytes = RECORD_BYTES, r->part_crc = crc;
+}
+
+/* The CRC32C of the values, train then validation pairs: the file's one part */
+static uint32_t values_crc(const tsr_trainer *t, const dpo_ref_header *h) {
+    uint32_t crc = tsr_crc32c(0, t->dpo_ref.train, (size_t)h->n_train * 2 * sizeof(double));
     if (h->n_val) crc = tsr_crc32c(crc, t->dpo_ref.val, (size_t)h->n_val * 2 * sizeof(double));
     return crc;
 }
 
-/* rank 0: the header and the values into path.tmp, fsynced, renamed to path. */
+/* The file's checksum (the run's config records it): of its header and its part's CRC32C */
+static uint32_t file_crc(const tsr_trainer *t, dpo_ref_header *h) {
+    uint32_t crc = values_crc(t, h);
+    ckpt_ref r;
+    describe(h, &r, &crc);
+    return ckpt_ref_checksum(&r);
+}
+
+/* rank 0: the reference file (checkpoint/ckpt_ref.h) into path.tmp, fsynced, renamed to path. */
 static int write_file(const tsr_trainer *t, const char *path, uint64_t *bytes) {
     dpo_ref_header h;
     file_header(t, &h);
     char tmp[1300];
     if (tsr_snprintf(tmp, sizeof tmp, "%s.tmp", path)) return TSR_EXIT_DATA;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        tsr_error("%s: cannot create the DPO reference: %s", tmp, strerror(errno));
-        return TSR_EXIT_DATA;
-    }
-    uint32_t crc = file_crc(t, &h);
-    int ok = fwrite(&h, sizeof h, 1, f) == 1 &&
-             fwrite(t->dpo_ref.train, 2 * sizeof(double), h.n_train, f) == h.n_train &&
-             (!h.n_val || fwrite(t->dpo_ref.val, 2 * sizeof(double), h.n_val, f) == h.n_val) &&
-             fwrite(&crc, sizeof crc, 1, f) == 1 && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int err = errno;
-    if (fclose(f) != 0 && ok) ok = 0, err = errno;
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok) err = errno;
-        tsr_error("%s: cannot write the DPO reference: %s", ok ? path : tmp, strerror(err));
+    uint32_t crc = values_crc(t, &h), c;
+    ckpt_ref r;
+    describe(&h, &r, &crc);
+    int rc = ckpt_ref_create(tmp);
+    if (!rc) rc = ckpt_ref_write_values(tmp, &r, 0, t->dpo_ref.train, 2 * h.n_train, &c);
+    if (!rc && h.n_val)
+        rc = ckpt_ref_write_values(tmp, &r, 2 * h.n_train, t->dpo_ref.val, 2 * h.n_val, &c);
+    if (!rc) rc = ckpt_ref_commit(tmp, path, &r);
+    if (rc) {
+        tsr_error("%s: cannot write the DPO reference", path);
         unlink(tmp);
         return TSR_EXIT_DATA;
     }
-    *bytes = sizeof h + (h.n_train + h.n_val) * 2 * sizeof(double) + sizeof crc;
-    return fs_sync_parent(path);
+    *bytes = ckpt_ref_file_bytes(&r);
+    return 0;
 }
 
-/* rank 0: path read and checked against this run (want); the values into t->dpo_ref. 0, 1 when
- * the file does not exist, or TSR_EXIT_DATA after naming the file and the mismatch. */
-static int read_file(tsr_trainer *t, const char *path, const dpo_ref_header *want) {
+/* The record h against this run's (want): "" or the mismatch, in words, into why */
+static void check_record(const dpo_ref_header *h, const dpo_ref_header *want, char *why,
+                         size_t cap) {
+    if (h->seq_len != want->seq_len) {
+        snprintf(why, cap, "computed for seq_len %u, this run has seq_len = %u", h->seq_len,
+                 want->seq_len);
+    } else if (h->train_crc != want->train_crc || h->n_train != want->n_train) {
+        snprintf(why, cap, "computed on data.train = \"%.1000s\" (index crc32c:%08x, %llu "
+                 "pairs), this run's data.train = \"%.1000s\" is another dataset (index "
+                 "crc32c:%08x, %llu pairs)", h->train_path, h->train_crc,
+                 (unsigned long long)h->n_train, want->train_path, want->train_crc,
+                 (unsigned long long)want->n_train);
+    } else if (want->n_val && (h->val_crc != want->val_crc || h->n_val < want->n_val)) {
+        snprintf(why, cap, "holds %llu validation pairs of \"%.1000s\" (index crc32c:%08x), "
+                 "this run evaluates %llu pairs of data.val = \"%.1000s\" (index crc32c:%08x)",
+                 (unsigned long long)h->n_val, h->val_path[0] ? h->val_path : "(none)",
+                 h->val_crc, (unsigned long long)want->n_val, want->val_path, want->val_crc);
+    }
+}
+
+static int refuse(const char *path, const char *why) {
+    tsr_error("%s: the stored DPO reference (dpo.reference = \"precomputed\") cannot be used "
+              "by this run: %s. It was computed from the initial model at the run's start and "
+              "cannot be computed again on a resume (the model has moved on): restore the "
+              "run's own file and data, or start a new run_dir", path, why);
+    return TSR_EXIT_DATA;
+}
+
+/* rank 0: a format-1 file (TSRDPORF; written before the reference-file format) path read and
+ * checked against this run (want); the values into t->dpo_ref, its checksum (its trailer's CRC32C,
+ * which the checkpoints of its run record) into t->dpo_ref.crc. As read_file. */
+static int read_file_v1(tsr_trainer *t, const char *path, const dpo_ref_header *want) {
     FILE *f = fopen(path, "rb");
     if (!f && errno == ENOENT) return 1;
     if (!f) {
@@ -106,24 +152,12 @@ static int read_file(tsr_trainer *t, const char *path, const dpo_ref_header *wan
     char why[3000] = "";
     uint32_t crc = 0, stored = 0;
     if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, DPO_REF_MAGIC, 8) != 0) {
-        bad = "not a DPO reference file (no TSRDPORF header)";
+        bad = "not a DPO reference file (no TSR_REF or TSRDPORF header)";
     } else if (h.version != DPO_REF_VERSION) {
         snprintf(why, sizeof why, "format version %u, this program reads %u", h.version,
                  DPO_REF_VERSION);
-    } else if (h.seq_len != want->seq_len) {
-        snprintf(why, sizeof why, "computed for seq_len %u, this run has seq_len = %u", h.seq_len,
-                 want->seq_len);
-    } else if (h.train_crc != want->train_crc || h.n_train != want->n_train) {
-        snprintf(why, sizeof why, "computed on data.train = \"%.1000s\" (index crc32c:%08x, %llu "
-                 "pairs), this run's data.train = \"%.1000s\" is another dataset (index "
-                 "crc32c:%08x, %llu pairs)", h.train_path, h.train_crc,
-                 (unsigned long long)h.n_train, want->train_path, want->train_crc,
-                 (unsigned long long)want->n_train);
-    } else if (want->n_val && (h.val_crc != want->val_crc || h.n_val < want->n_val)) {
-        snprintf(why, sizeof why, "holds %llu validation pairs of \"%.1000s\" (index crc32c:%08x), "
-                 "this run evaluates %llu pairs of data.val = \"%.1000s\" (index crc32c:%08x)",
-                 (unsigned long long)h.n_val, h.val_path[0] ? h.val_path : "(none)", h.val_crc,
-                 (unsigned long long)want->n_val, want->val_path, want->val_crc);
+    } else {
+        check_record(&h, want, why, sizeof why);
     }
     h.init[DPO_REF_TEXT - 1] = '\0';
     struct stat st; /* the size the header implies, before anything is allocated for it */
@@ -149,18 +183,59 @@ static int read_file(tsr_trainer *t, const char *path, const dpo_ref_header *wan
         }
     }
     fclose(f);
-    if (bad || why[0]) {
-        tsr_error("%s: the stored DPO reference (dpo.reference = \"precomputed\") cannot be used "
-                  "by this run: %s. It was computed from the initial model at the run's start and "
-                  "cannot be computed again on a resume (the model has moved on): restore the "
-                  "run's own file and data, or start a new run_dir", path, bad ? bad : why);
-        return TSR_EXIT_DATA;
-    }
+    if (bad || why[0]) return refuse(path, bad ? bad : why);
     t->dpo_ref.n_train = h.n_train;
     t->dpo_ref.n_val = h.n_val;
     t->dpo_ref.crc = stored;
     snprintf(t->dpo_ref.init, sizeof t->dpo_ref.init, "%s", h.init);
     return 0;
+}
+
+
+/* rank 0: the reference file path (checkpoint/ckpt_ref.h) read and checked against this run
+ * (want); the values into t->dpo_ref, its checksum into t->dpo_ref.crc. As read_file. */
+static int read_ref_file(tsr_trainer *t, const char *path, const dpo_ref_header *want) {
+    dpo_ref_header h;
+    memset(&h, 0, sizeof h);
+    uint32_t part_crc = 0;
+    ckpt_ref r;
+    describe(&h, &r, &part_crc);
+    r.n = 0; /* (any: the record says how many) */
+    char why[3000] = "";
+    int rc = ckpt_ref_read_header(path, &r, &t->dpo_ref.crc, why, sizeof why);
+    if (rc == 1 || rc == TSR_EXIT_DATA) return rc;
+    h.init[DPO_REF_TEXT - 1] = h.train_path[DPO_REF_TEXT - 1] = h.val_path[DPO_REF_TEXT - 1] = '\0';
+    if (!rc) check_record(&h, want, why, sizeof why);
+    if (!rc && !why[0] && r.n != 2 * (h.n_train + h.n_val))
+        snprintf(why, sizeof why, "it holds %llu values, its record %llu pairs",
+                 (unsigned long long)r.n, (unsigned long long)(h.n_train + h.n_val));
+    double *v = NULL;
+    if (!rc && !why[0]) {
+        v = tsr_malloc((size_t)r.n * sizeof *v);
+        rc = ckpt_ref_read_part(path, &r, 0, 0, r.n, v, why, sizeof why);
+    }
+    if (rc || why[0]) {
+        free(v);
+        return rc == TSR_EXIT_DATA ? rc : refuse(path, why);
+    }
+    t->dpo_ref.train = tsr_malloc((size_t)h.n_train * 2 * sizeof(double));
+    t->dpo_ref.val = h.n_val ? tsr_malloc((size_t)h.n_val * 2 * sizeof(double)) : NULL;
+    memcpy(t->dpo_ref.train, v, (size_t)h.n_train * 2 * sizeof(double));
+    if (h.n_val) memcpy(t->dpo_ref.val, v + 2 * h.n_train, (size_t)h.n_val * 2 * sizeof(double));
+    free(v);
+    t->dpo_ref.n_train = h.n_train;
+    t->dpo_ref.n_val = h.n_val;
+    snprintf(t->dpo_ref.init, sizeof t->dpo_ref.init, "%s", h.init);
+    return 0;
+}
+
+/* rank 0: path read and checked against this run (want); the values into t->dpo_ref, its
+ * checksum into t->dpo_ref.crc: a reference file, or one of format 1 (TSRDPORF: a run an older
+ * build started resumes with it). 0, 1 when the file does not exist, or TSR_EXIT_DATA after
+ * naming the file and the mismatch. */
+static int read_file(tsr_trainer *t, const char *path, const dpo_ref_header *want) {
+    if (ckpt_ref_is_one(path) == 1) return read_ref_file(t, path, want);
+    return read_file_v1(t, path, want);
 }
 
 /* rank 0, on a resume: the checkpoint's record of the reference it was trained against
@@ -172,18 +247,46 @@ static void checkpoint_record(const tsr_trainer *t, char *out, size_t cap) {
     free(ck);
 }
 
-/* rank 0: the resume's file: run_dir's, else the one beside the checkpoint read */
-static int load_rank0(tsr_trainer *t, char *path, size_t cap) {
-    dpo_ref_header want;
-    expected_header(t, &want);
-    char expect[32], cands[2][1300], ck_dir[1200], seen[600] = "";
-    checkpoint_record(t, expect, sizeof expect);
-    ref_path(t->cfg.run_dir, cands[0], sizeof cands[0]);
+/* the file beside the checkpoint read */
+static void beside_checkpoint(const tsr_trainer *t, char *out, size_t cap) {
+    char ck_dir[1200];
     snprintf(ck_dir, sizeof ck_dir, "%s", t->out.start_load.path);
     char *slash = strrchr(ck_dir, '/');
     if (slash) *slash = '\0';
     else snprintf(ck_dir, sizeof ck_dir, ".");
-    ref_path(ck_dir, cands[1], sizeof cands[1]);
+    ref_path(ck_dir, out, cap);
+}
+
+/* rank 0: the file read beside the resumed checkpoint copied into path as it is (its format and
+ * so its checksum, which the run's config records, kept), committed by rename */
+static int copy_file(const tsr_trainer *t, const char *path, uint64_t *bytes) {
+    char src[1300], tmp[1400];
+    beside_checkpoint(t, src, sizeof src);
+    char *buf;
+    size_t n;
+    TSR_CHECK(fs_read_all(src, 0, &buf, &n));
+    FILE *f = fs_open_beside(path, tmp, sizeof tmp);
+    int rc = f ? 0 : TSR_EXIT_DATA;
+    if (f && fwrite(buf, 1, n, f) != n) {
+        tsr_error("%s: cannot write the DPO reference: %s", tmp, strerror(errno));
+        fclose(f), unlink(tmp);
+        rc = TSR_EXIT_DATA;
+    } else if (f) {
+        rc = fs_commit_beside(f, tmp, path);
+    }
+    free(buf);
+    *bytes = n;
+    return rc;
+}
+
+/* rank 0: the resume's file: run_dir's, else the one beside the checkpoint read */
+static int load_rank0(tsr_trainer *t, char *path, size_t cap) {
+    dpo_ref_header want;
+    expected_header(t, &want);
+    char expect[32], cands[2][1300], seen[600] = "";
+    checkpoint_record(t, expect, sizeof expect);
+    ref_path(t->cfg.run_dir, cands[0], sizeof cands[0]);
+    beside_checkpoint(t, cands[1], sizeof cands[1]);
     /* run_dir's file, else the one beside the checkpoint; with the checkpoint's record, the first
      * whose checksum is the one it was trained against */
     for (int k = 0; k < 2; k++) {
@@ -276,7 +379,8 @@ static int commit(tsr_trainer *t, const char *what, double seconds) {
     char path[1300];
     uint64_t bytes = 0;
     ref_path(t->cfg.run_dir, path, sizeof path);
-    int64_t rc = t->dist.rank == 0 ? write_file(t, path, &bytes) : 0;
+    int64_t rc = t->dist.rank != 0 ? 0 : seconds >= 0 ? write_file(t, path, &bytes)
+                                                     : copy_file(t, path, &bytes);
     dist_allreduce_sum_i64(&rc, 1);
     if (rc || t->dist.rank != 0) return rc ? TSR_EXIT_DATA : 0;
     char size[32];

@@ -7,14 +7,15 @@
  * place of a reference forward. A resume reads them back (the model has moved on: they cannot be
  * computed again) after checking that they belong to this run's data.
  *
- * The file (native byte order, x86-64 and aarch64 are little-endian; all integers unsigned):
- *   header   magic "TSRDPORF" (8 bytes), version u32 (1), seq_len u32,
- *            train pairs u64, validation pairs u64 (0: none),
- *            data.train's index.tsv CRC32C u32, data.val's u32 (0: none),
- *            data.train's path, data.val's path, the initial model (text: "init-from PATH" or
- *            "seed N", with LoRA the base's checksum), each char[1024], '\0'-terminated
- *   values   f64 (train pairs, 2): chosen, rejected; then f64 (validation pairs, 2)
- *   trailer  u32 CRC32C of everything before it
+ * The file is a reference file (checkpoint/ckpt_ref.h; docs/checkpoint-format.md "Reference
+ * files"), kind "dpo-logps": f64 values (train pairs, 2): chosen, rejected; then (validation
+ * pairs, 2), one part; its record (dpo_ref.c dpo_ref_header from seq_len on) seq_len u32, train
+ * pairs u64, validation pairs u64 (0: none), data.train's index.tsv CRC32C u32, data.val's u32
+ * (0: none), data.train's path, data.val's path, the initial model (text: "init-from PATH" or
+ * "seed N", with LoRA the base's checksum), each char[1024], '\0'-terminated. Files of format 1
+ * (magic "TSRDPORF", version u32 1, the record, the values, a CRC32C of all before it: the
+ * checksum) are still read; a resume from another run_dir copies the file beside its checkpoint
+ * into run_dir as it is (its format and checksum kept).
  * Written by rank 0 to dpo-reference.bin.tmp, fsynced, renamed into place. A driver that runs
  * steps must call both below (trainer_open_run_dir does): dpo_compute stops with an internal
  * error when the values are missing, rather than take the moving policy as its reference. */

@@ -2,7 +2,7 @@
  * event file run_dir/tb/ (rank 0 only; tags in docs/tracking.md). */
 #include "train/metrics.h"
 #include "train/dpo.h"
-#include "train/grpo.h"
+#include "rl/grpo.h"
 
 #include <errno.h>
 #include <math.h>

@@ -4,12 +4,12 @@
  * No KV cache (that is `tessera generate`'s job): each new token reruns the forward pass over a
  * window of the last T tokens, padded at the end. Causal attention makes position len-1 depend only
  * on the tokens before it, so the padding never leaks in. Fine for demo-sized models. The pick is
- * gen_pick's (model/gen_sample.h, top_p = 1), the one `tessera generate` uses. */
+ * gen_pick's (generate/gen_sample.h, top_p = 1), the one `tessera generate` uses. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
-#include "model/gen_sample.h"
+#include "generate/gen_sample.h"
 #include "train/trainer.h"
 
 int trainer_sample(tsr_trainer *t, const int32_t *prompt, int n_prompt, int n_new, uint64_t seed,

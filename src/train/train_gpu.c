@@ -8,7 +8,7 @@
 
 #include "common.h"
 #include "train/dpo.h"
-#include "train/grpo.h"
+#include "rl/grpo.h"
 #include "train/metrics.h"
 #include "train/train_state.h"
 
@@ -19,7 +19,7 @@ static void host_weights(void *owner, int on) { trainer_host_weights(owner, on);
 /* objective = "dpo": the trainer's pass, its model calls routed to the device (train/dpo.h) */
 static double dpo_pass(void *owner, float scale) { return dpo_compute(owner, scale); }
 
-/* objective = "grpo": the same route (train/grpo.h) */
+/* objective = "grpo": the same route (rl/grpo.h) */
 static double grpo_pass(void *owner, float scale) {
     (void)scale; /* (the pass weighs its tokens itself) */
     return grpo_compute(owner);
@@ -63,7 +63,9 @@ static void fill(gpu_train_ctx *c, const tsr_trainer *t) {
     c->fsdp = (tsr_fsdp *)&t->part.fsdp;
     c->ep = t->part.ep_on ? (tsr_ep *)&t->part.ep : NULL;
     c->host_weights = host_weights;
-    c->dpo = cfg->objective == TSR_OBJ_DPO ? dpo_pass : cfg->objective == TSR_OBJ_GRPO ? grpo_pass : NULL;
+    c->objective_pass = cfg->objective == TSR_OBJ_DPO    ? dpo_pass
+                        : cfg->objective == TSR_OBJ_GRPO ? grpo_pass
+                                                         : NULL;
     c->owner = (void *)t;
 }
 

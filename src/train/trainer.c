@@ -15,7 +15,7 @@
 #include "train/checkpointing.h"
 #include "train/dpo.h"
 #include "train/dpo_ref.h"
-#include "train/grpo.h"
+#include "rl/grpo.h"
 #include "train/metrics.h"
 #include "train/tboard.h"
 #include "train/train_data.h"

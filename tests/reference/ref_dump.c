@@ -50,7 +50,7 @@
 #include "dist.h"
 #include "hf/hf_importer.h"
 #include "train/checkpointing.h"
-#include "train/grpo_int.h"
+#include "rl/grpo_int.h"
 #include "train/trainer.h"
 
 #define H5_OK(x)                                                                         \

@@ -1,4 +1,4 @@
-/* test_gen_batch.c — batched generation (src/model/gen_batch.h; docs/generate.md "Batched
+/* test_gen_batch.c — batched generation (src/generate/gen_batch.h; docs/generate.md "Batched
  * generation") on tiny random models of three kinds: GPT-2 style (learned positions, biases),
  * MPT style (ALiBi) and Llama/Qwen style (RoPE, GQA 4:2, RMSNorm, SwiGLU, QK-norm, untied head),
  * the last with attn_mask = document. Checked:
@@ -24,7 +24,7 @@
 
 #include "config/config_table.h"
 #include "model/decoder.h"
-#include "model/gen_batch.h"
+#include "generate/gen_batch.h"
 #include "model/model.h"
 #include "ops.h"
 #include "tap.h"

@@ -3,7 +3,7 @@
 #ifndef TSR_REWARD_PROC_H
 #define TSR_REWARD_PROC_H
 
-#include "train/reward.h"
+#include "rl/reward.h"
 
 /* Starts sh -c reward.command (under ulimit -v reward.memory_mib, leading a process group of its
  * own) with pipes on its stdin and stdout. 0 or TSR_EXIT_DATA. */

@@ -6,8 +6,8 @@
  * shortest prefix whose weight reaches top_p of the total (at least one token); the pick is the
  * first candidate whose running weight exceeds u * (kept total), u = tsr_rand_uniform(seed,
  * GEN_RAND_STREAM, step). The trainer's end-of-run sample (src/train/sample.c) picks with it too
- * (top_p = 1), so both draw the same tokens from the same seed. It lives with the model, below
- * both `tessera generate` and the trainer.
+ * (top_p = 1), so both draw the same tokens from the same seed. It lives in the generation
+ * library (src/generate/gen_batch.*, gen_sample.*), below both `tessera generate` and the trainer.
  */
 #ifndef TSR_GEN_SAMPLE_H
 #define TSR_GEN_SAMPLE_H

@@ -9,7 +9,7 @@
  * (reward.memory_mib) in the shell that starts it; it leads a process group of its own, so that
  * stopping it reaches whatever it started.
  */
-#include "train/reward_proc.h"
+#include "rl/reward_proc.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "model/decoder.h"
-#include "model/gen_sample.h"
+#include "generate/gen_sample.h"
 
 /* Why a completion ended. */
 typedef enum gen_stop {

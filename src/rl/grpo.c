@@ -1,7 +1,16 @@
 /* grpo.c — objective = "grpo": the prompts, the rollouts, the groups and their advantages
  * (grpo.h; docs/rl.md). The objective's pass is in grpo_loss.c, the KL reference in grpo_ref.c.
+ *
+ * The step's story, in order:
+ *   1. rollout    (rollout)      this rank's prompts of a round, G completions each, generated
+ *   2. reward     (reward)       their rewards, agreed over the ranks, the overlong penalty; the
+ *                                round's groups all-gathered and kept (with dynamic sampling
+ *                                the tied ones dropped, and further rounds drawn)
+ *   3. advantage  (advantage)    each kept group's rewards normalised
+ *   4. loss       (grpo_compute, grpo_loss.c) grpo.updates passes of the clipped objective
+ * grpo_rollout runs 1-3, the step's batch; the trainer runs 4 as the objective's pass.
  */
-#include "train/grpo.h"
+#include "rl/grpo.h"
 
 #include <errno.h>
 #include <math.h>
@@ -13,10 +22,10 @@
 #include "crc32c.h"
 #include "fsutil.h"
 #include "model/decoder.h"
-#include "model/gen_batch.h"
+#include "generate/gen_batch.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_eos.h"
-#include "train/grpo_int.h"
+#include "rl/grpo_int.h"
 #include "train/train_data.h"
 #include "train/train_gpu.h"
 #include "train/watchdog.h"
@@ -322,13 +331,12 @@ static int agree(tsr_trainer *t, int rc) {
     return worst;
 }
 
-/* Round k's groups: this rank's prompts of it (G rows each) generated and scored, then every
- * rank's all-gathered into g->round. Returns 0 or the agreed failure. */
-static int round_rows(tsr_trainer *t, const rollout_w *w, int64_t d, int k, double *gen_tokens) {
+/* 1. rollout: this rank's prompts of round k (G rows each, from rows) read and their completions
+ * generated on the rollout weights; *gen_tokens += the tokens generated */
+static void rollout(tsr_trainer *t, const rollout_w *w, int64_t d, int k, char *rows,
+                    double *gen_tokens) {
     tsr_grpo *g = t->grpo;
     const int64_t per = t->per_rank, G = g->G;
-    const size_t mine = (size_t)(per * G);
-    char *rows = tsr_malloc(mine * g->rec);
     for (int64_t p = 0; p < per; p++) {
         const int64_t j = t->dist.rank * per + p;
         const uint64_t idx = prompt_index(t, d, k, j);
@@ -344,15 +352,31 @@ static int round_rows(tsr_trainer *t, const rollout_w *w, int64_t d, int k, doub
     watchdog_phase(WD_ROLLOUT, t->step);
     watchdog_slow_fault("slow_rollout", t->dist.rank);
     watchdog_hang_fault("hang_rollout", t->step + 1, t->dist.rank);
-    *gen_tokens += (double)generate(t, w, rows, (int)mine, &how, (uint64_t)d);
+    *gen_tokens += (double)generate(t, w, rows, (int)(per * G), &how, (uint64_t)d);
+}
+
+/* 2. reward: the rows' (mine of them) rewards, every rank's status agreed on, the overlong
+ * penalty added. Returns 0 or the agreed failure. */
+static int reward(tsr_trainer *t, char *rows, size_t mine) {
     watchdog_phase(WD_REWARD, t->step);
     int rc = score(t, rows, (int)mine, 0, t->step + 1);
     watchdog_phase(WD_EXCHANGE, t->step);
     rc = agree(t, rc);
     for (size_t i = 0; i < mine && !rc; i++) {
-        grpo_row *r = grpo_row_at(g, rows, i);
+        grpo_row *r = grpo_row_at(t->grpo, rows, i);
         r->reward += overlong(&t->cfg, r->n);
     }
+    return rc;
+}
+
+/* Round k's groups: this rank's prompts of it rolled out and rewarded, then every rank's
+ * all-gathered into g->round. Returns 0 or the agreed failure. */
+static int round_rows(tsr_trainer *t, const rollout_w *w, int64_t d, int k, double *gen_tokens) {
+    tsr_grpo *g = t->grpo;
+    const size_t mine = (size_t)(t->per_rank * g->G);
+    char *rows = tsr_malloc(mine * g->rec);
+    rollout(t, w, d, k, rows, gen_tokens);
+    int rc = reward(t, rows, mine);
     if (!rc) dist_allgather(rows, g->round, mine * g->rec);
     free(rows);
     return rc;
@@ -384,8 +408,9 @@ static int keep(tsr_trainer *t, int *nk, int fill) {
     return dropped;
 }
 
-/* Each kept group's advantages: (r - mean) / (std + 1e-6), std unbiased, or r - mean */
-static void advantages(tsr_trainer *t) {
+/* 3. advantage: each kept group's advantages: (r - mean) / (std + 1e-6), std unbiased, or
+ * r - mean */
+static void advantage(tsr_trainer *t) {
     tsr_grpo *g = t->grpo;
     const int GB = (int)t->cfg.global_batch, G = g->G;
     for (int c = 0; c < GB; c++) {
@@ -471,13 +496,13 @@ int64_t grpo_rollout(tsr_trainer *t, int64_t d) {
     const int rounds = t->cfg.grpo.dynamic_sampling ? (int)t->cfg.grpo.max_rounds : 1;
     int nk = 0, rc = 0;
     for (int k = 0; k < rounds && nk < t->cfg.global_batch && !rc; k++) {
-        rc = round_rows(t, &w, d, k, &gen);
+        rc = round_rows(t, &w, d, k, &gen); /* 1. rollout, 2. reward */
         if (!rc) s[GRPO_DROPPED] += keep(t, &nk, 0), s[GRPO_ROUNDS] = k + 1;
         if (!rc && k + 1 == rounds) keep(t, &nk, 1); /* short after every round: tied ones */
     }
     rollout_model_free(t, &w);
     if (rc) return -1;
-    advantages(t);
+    advantage(t);
     const int64_t tokens = kept_stats(t);
     dist_allreduce_sum_f64(&gen, 1);
     double dt = tsr_now() - t0;

@@ -2,7 +2,7 @@
  * of its sums, for metrics.c, which calls nothing else of the objective. */
 #include <math.h>
 
-#include "train/grpo.h"
+#include "rl/grpo.h"
 
 int grpo_metrics(const tsr_trainer *t, const tsr_step_stats *st, grpo_metric *m) {
     const double *s = t->out.grpo, R = s[GRPO_ROWS] > 0 ? s[GRPO_ROWS] : 1.0;

@@ -1,4 +1,5 @@
-/* grpo_loss.c — GRPO's objective over this rank's rows (grpo.h; docs/rl.md "The objective").
+/* grpo_loss.c — GRPO's objective over this rank's rows (grpo.h; docs/rl.md "The objective"): the
+ * step's fourth phase, the loss, after grpo.c's rollout, reward and advantage.
  *
  * Per completion token t of row i (advantage A_i, rollout log-probability old_t):
  *   rho = exp(lp - old),  obj = min(rho A, clip(rho, 1 - clip_low, 1 + clip_high) A),
@@ -15,7 +16,7 @@
 #include <string.h>
 
 #include "common.h"
-#include "train/grpo_int.h"
+#include "rl/grpo_int.h"
 
 double grpo_token_loss(const tsr_config *cfg, double lp, double old, double ref, double A,
                        double *dlp, int *clipped, double *kl) {

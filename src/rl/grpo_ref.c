@@ -8,10 +8,12 @@
  * on) and records the file's checksum in the run's config (grpo.reference_checksum, so in every
  * checkpoint); a resume reads them back, each rank its part, and checks the checksums.
  *
- * The file (native byte order): header {magic "TSRGRPRF", version u32 (1), parts u32 (G: the
- * flat layout's checkpoint partition over a sharding group, 1 without sharding), n_params u64,
- * then G u32 CRC32C, one per part}, then the n_params floats of the flat layout. Its checksum is
- * the header's CRC32C (the part CRCs are in it).
+ * The file is a reference file (checkpoint/ckpt_ref.h): kind "grpo-initial", f32 values, the
+ * n_params floats of the flat layout cut in G parts (the flat layout's checkpoint partition over
+ * a sharding group, 1 without sharding), no record; its checksum is the reference file's. Files
+ * of format 1 (before the reference-file format; a run an older build started resumes with one)
+ * are still read: header {magic "TSRGRPRF", version u32 (1), parts u32 (G), n_params u64, then G
+ * u32 CRC32C, one per part}, then the floats; its checksum the header's CRC32C.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,16 +22,18 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt_ref.h"
 #include "common.h"
 #include "crc32c.h"
 #include "fsutil.h"
-#include "train/grpo_int.h"
+#include "rl/grpo_int.h"
 #include "train/metrics.h"
 
 #define REF_FILE "grpo-reference.bin"
-#define REF_MAGIC "TSRGRPRF"
+#define REF_KIND "grpo-initial"  /* the reference file's kind (checkpoint/ckpt_ref.h) */
+#define REF_MAGIC "TSRGRPRF"     /* format 1: still read */
 #define REF_VERSION 1u
-#define HDR_FIXED 24 /* magic, version, parts, n_params */
+#define HDR_FIXED 24 /* format 1: magic, version, parts, n_params */
 
 static int is_initial(const tsr_trainer *t) {
     return t->cfg.grpo.kl_coef > 0 && t->cfg.grpo.reference == TSR_GRPO_REF_INITIAL;
@@ -82,65 +86,51 @@ static float *my_part(tsr_trainer *t, size_t *at, size_t *n) {
     return NULL;
 }
 
-static int io_fail(const char *path, const char *what) {
-    tsr_error("%s: %s failed: %s", path, what, strerror(errno));
-    return TSR_EXIT_DATA;
+/* The reference file of this run's weights (part_crc: G of them) */
+static void describe(const tsr_trainer *t, ckpt_ref *r, uint32_t *part_crc) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->kind, sizeof r->kind, "%s", REF_KIND);
+    r->elem = sizeof(float), r->parts = (uint32_t)parts_of(t), r->n = t->model.n_params;
+    r->part_crc = part_crc;
 }
 
-/* A fresh start: the parts written (pwrite at their offsets), the header with their CRCs, the
- * file renamed into place; its checksum recorded. Collective. */
+/* A fresh start: the parts written (each at its offset, by the rank that holds it), the header
+ * and the trailer with their CRCs, the file renamed into place; its checksum recorded.
+ * Collective. */
 static int store(tsr_trainer *t) {
-    const int G = parts_of(t), W = t->dist.world;
+    const int W = t->dist.world;
     char tmp[1300], path[1300];
     ref_path(t, tmp, sizeof tmp, ".tmp"), ref_path(t, path, sizeof path, "");
-    int64_t rc = 0;
-    if (t->dist.rank == 0 && (close(open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644)) != 0))
-        rc = io_fail(tmp, "create");
+    uint32_t crc = 0, *crcs = tsr_calloc((size_t)W, sizeof *crcs);
+    ckpt_ref r;
+    describe(t, &r, crcs);
+    int64_t rc = t->dist.rank == 0 ? ckpt_ref_create(tmp) : 0;
     dist_allreduce_sum_i64(&rc, 1);
-    if (rc) return TSR_EXIT_DATA;
+    if (rc) {
+        free(crcs);
+        return TSR_EXIT_DATA;
+    }
     size_t at, n;
     float *part = my_part(t, &at, &n);
-    uint32_t crc = 0, *crcs = tsr_calloc((size_t)W, sizeof *crcs);
     if (part) {
-        crc = tsr_crc32c(0, part, n * sizeof *part);
-        int fd = open(tmp, O_WRONLY);
-        const off_t off = (off_t)(hdr_bytes(G) + at * sizeof(float));
-        if (fd < 0 || pwrite(fd, part, n * sizeof *part, off) != (ssize_t)(n * sizeof *part) ||
-            fsync(fd) != 0)
-            rc = io_fail(tmp, "write");
-        if (fd >= 0) close(fd);
+        rc = ckpt_ref_write_values(tmp, &r, at, part, n, &crc);
         if (part != t->grpo->ref_params) free(part);
     }
     dist_allgather(&crc, crcs, sizeof crc); /* (the first G ranks hold the parts, in order) */
-    unsigned char *h = tsr_malloc(hdr_bytes(G));
-    hdr_fill(t, h, crcs);
-    t->grpo->ref_crc = tsr_crc32c(0, h, hdr_bytes(G));
+    t->grpo->ref_crc = ckpt_ref_checksum(&r);
     dist_allreduce_sum_i64(&rc, 1);
-    if (!rc && t->dist.rank == 0) {
-        int fd = open(tmp, O_WRONLY);
-        if (fd < 0 || pwrite(fd, h, hdr_bytes(G), 0) != (ssize_t)hdr_bytes(G) || fsync(fd) != 0)
-            rc = io_fail(tmp, "write");
-        if (fd >= 0) close(fd);
-        if (!rc && rename(tmp, path) != 0) rc = io_fail(path, "rename");
-        if (!rc) rc = fs_sync_parent(path);
-    }
-    free(h), free(crcs);
+    if (!rc && t->dist.rank == 0) rc = ckpt_ref_commit(tmp, path, &r);
+    free(crcs);
     dist_allreduce_sum_i64(&rc, 1);
     return rc ? TSR_EXIT_DATA : 0;
 }
 
-/* A resume: the header checked (against the run and the checkpoint's record), this rank's part
- * read and checked against its CRC, into the reference. Collective. */
-static int load(tsr_trainer *t) {
+/* Format 1 (TSRGRPRF): the header checked against the run, this rank's part (part grank: the
+ * values [at, at + n)) read into part and checked against its CRC; g->ref_crc the file's
+ * checksum. Returns 1 when missing or not as expected. */
+static int read_v1(tsr_trainer *t, const char *path, int grank, size_t at, size_t n, float *part) {
     tsr_grpo *g = t->grpo;
     const int G = parts_of(t);
-    char path[1300], want[32] = "";
-    ref_path(t, path, sizeof path, "");
-    tsr_config *ck = tsr_calloc(1, sizeof *ck);
-    if (t->dist.rank == 0 && trainer_resumed_config(t, ck) == 0)
-        snprintf(want, sizeof want, "%s", ck->grpo.reference_checksum);
-    free(ck);
-    dist_bcast(want, sizeof want, 0);
     unsigned char *h = tsr_calloc(1, hdr_bytes(G)), *e = tsr_calloc(1, hdr_bytes(G));
     int fd = open(path, O_RDONLY);
     int bad = fd < 0 || pread(fd, h, hdr_bytes(G), 0) != (ssize_t)hdr_bytes(G);
@@ -149,28 +139,57 @@ static int load(tsr_trainer *t) {
     hdr_fill(t, e, crcs);
     bad = bad || memcmp(h, e, HDR_FIXED) != 0;
     g->ref_crc = tsr_crc32c(0, h, hdr_bytes(G));
-    char got[32];
-    snprintf(got, sizeof got, "crc32c:%08x", g->ref_crc);
-    bad = bad || (want[0] && strcmp(got, want) != 0);
-    size_t at = 0, n = t->model.n_params;
-    int grank = 0;
-    if (t->part.fsdp_on) grank = g->ref_fsdp->grank, at = g->ref_fsdp->part_displs[grank], n = g->ref_fsdp->part_counts[grank];
-    float *part = t->part.fsdp_on ? tsr_malloc((n + 1) * sizeof *part) : g->ref_params;
     const off_t off = (off_t)(hdr_bytes(G) + at * sizeof(float));
     bad = bad || pread(fd, part, n * sizeof *part, off) != (ssize_t)(n * sizeof *part) ||
           tsr_crc32c(0, part, n * sizeof *part) != crcs[grank];
     if (fd >= 0) close(fd);
+    free(h), free(e);
+    return bad;
+}
+
+/* A reference file (checkpoint/ckpt_ref.h): as read_v1; why: what was not as expected */
+static int read_ref(tsr_trainer *t, const char *path, int grank, size_t at, size_t n, float *part,
+                    char *why, size_t cap) {
+    uint32_t *crcs = tsr_calloc((size_t)parts_of(t), sizeof *crcs);
+    ckpt_ref r;
+    describe(t, &r, crcs);
+    int rc = ckpt_ref_read_header(path, &r, &t->grpo->ref_crc, why, cap);
+    if (!rc) rc = ckpt_ref_read_part(path, &r, (uint32_t)grank, at, n, part, why, cap);
+    free(crcs);
+    return rc != 0;
+}
+
+/* A resume: the file checked (against the run and the checkpoint's record), this rank's part
+ * read and checked against its CRC, into the reference. Collective. */
+static int load(tsr_trainer *t) {
+    tsr_grpo *g = t->grpo;
+    char path[1300], want[32] = "", why[600] = "";
+    ref_path(t, path, sizeof path, "");
+    tsr_config *ck = tsr_calloc(1, sizeof *ck);
+    if (t->dist.rank == 0 && trainer_resumed_config(t, ck) == 0)
+        snprintf(want, sizeof want, "%s", ck->grpo.reference_checksum);
+    free(ck);
+    dist_bcast(want, sizeof want, 0);
+    size_t at = 0, n = t->model.n_params;
+    int grank = 0;
+    if (t->part.fsdp_on) grank = g->ref_fsdp->grank, at = g->ref_fsdp->part_displs[grank], n = g->ref_fsdp->part_counts[grank];
+    float *part = t->part.fsdp_on ? tsr_malloc((n + 1) * sizeof *part) : g->ref_params;
+    g->ref_crc = 0;
+    int bad = ckpt_ref_is_one(path) == 1 ? read_ref(t, path, grank, at, n, part, why, sizeof why)
+                                         : read_v1(t, path, grank, at, n, part);
+    char got[32];
+    snprintf(got, sizeof got, "crc32c:%08x", g->ref_crc);
+    bad = bad || (want[0] && strcmp(got, want) != 0);
     if (!bad && t->part.fsdp_on) fsdp_part_to_shard(g->ref_fsdp, part, g->ref_fsdp->params);
     if (part != g->ref_params) free(part);
-    free(h), free(e);
     int worst = bad;
     dist_allreduce_max_int(&worst, 1);
     if (worst && t->dist.rank == 0)
         tsr_error("%s: missing, damaged or another run's (this run resumes with grpo.reference = "
-                  "\"initial\" from %s, which recorded %s; the file's checksum is %s): the starting "
-                  "weights cannot be made again once the run has moved on: restore the file, or "
-                  "start a new run_dir", path, t->out.start_load.path, want[0] ? want : "none",
-                  got);
+                  "\"initial\" from %s, which recorded %s; the file's checksum is %s%s%s): the "
+                  "starting weights cannot be made again once the run has moved on: restore the "
+                  "file, or start a new run_dir", path, t->out.start_load.path,
+                  want[0] ? want : "none", got, why[0] ? "; " : "", why);
     return worst ? TSR_EXIT_DATA : 0;
 }
 

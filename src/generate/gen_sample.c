@@ -1,5 +1,5 @@
 /* gen_sample.c — the next token from a distribution (gen_sample.h). */
-#include "model/gen_sample.h"
+#include "generate/gen_sample.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* gen_batch.c — batched generation over a KV cache of slots (gen_batch.h). */
-#include "model/gen_batch.h"
+#include "generate/gen_batch.h"
 
 #include <math.h>
 #include <omp.h>
