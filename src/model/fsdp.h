@@ -104,7 +104,7 @@ size_t fsdp_piece_len(size_t size, int G);
 void fsdp_plan(tsr_fsdp *f, tsr_model *m, int G, const tsr_dist *d);
 /* The plan's layout alone, as group rank grank of a group of G sees it: units, pieces, the
  * checkpoint partition; no groups, no communication (the memory plan counts with it: Muon's
- * exchange, model_muon.h). fsdp_free releases it. */
+ * exchange, optim/muon_plan.h). fsdp_free releases it. */
 void fsdp_layout(tsr_fsdp *f, const tsr_model *m, int G, int grank);
 /* Builds the units, the groups (world rank r: group r / G, group rank r % G; collective) and the
  * buffers, and sets m->src. G must divide the world. frozen (LoRA's base, docs/lora.md): no

@@ -24,7 +24,7 @@
 #include "gpu/gpu_train.h"
 #include "config/config_table.h"
 #include "train/metrics.h"
-#include "train/schedule.h"
+#include "optim/schedule.h"
 #include "train/train_data.h"
 #include "train/watchdog.h"
 
