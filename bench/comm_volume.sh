@@ -28,7 +28,7 @@
 # MPI picks its own algorithms (OpenMPI's tuned module: recursive doubling or ring by size), so the
 # measured bytes are the formula's up to the algorithm's factor; the table shows the ratio.
 #
-# Muon (muon-zero3, muon-hsdp: optim.name = muon under that mode; src/train/muon.h): the mode's
+# Muon (muon-zero3, muon-hsdp: optim.name = muon under that mode; src/optim/muon.h): the mode's
 # traffic plus the owners' exchange, each matrix's other pieces of u to its owner and its
 # orthogonalised pieces back, 2 x 4 x sum over matrices of (numel - the owner's piece) bytes per
 # step and sharding group (the trainer prints that figure at the end of the run: "muon exchange:

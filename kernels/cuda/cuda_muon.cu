@@ -1,5 +1,5 @@
 /* cuda_muon.cu — the element-wise steps of Muon around its products (cuda_ops.h tcu_muon_*;
- * src/train/muon.h has the maths, src/gpu/gpu_train.c the sequence; the products are
+ * src/optim/muon.h has the maths, src/gpu/gpu_train.c the sequence; the products are
  * tcu_matmul_forward and tcu_matmul_backward, bf16 with fp32 accumulation).
  *
  * File-wide conventions: grid-stride loops over a flat size_t index, 256 threads, at most 65536

@@ -540,7 +540,7 @@ void tcu_adamw_update_segments(const tcu_adamw_seg *segs, int nseg, float *p, ts
                                const float *g, float *m, float *v, float lr, float beta1,
                                float beta2, float eps, float grad_scale, int t, tcu_stream s);
 
-/* Muon's element-wise steps (src/train/muon.h; cuda_muon.cu), around its products, which are
+/* Muon's element-wise steps (src/optim/muon.h; cuda_muon.cu), around its products, which are
  * tcu_matmul_forward and tcu_matmul_backward:
  * momentum: buf (n) fp32 = beta buf + g gscale; u (n) fp32 = nesterov ? g gscale + beta buf : buf.
  * normalize: x (r, c) bf16 = round(u * inv), inv = 1 / (sqrt(*sumsq) + eps) read on the device

@@ -145,7 +145,7 @@ typedef struct tsr_optim_config {
     char decay[32];       /* schedule = wsd: the final decay, "0.2" (of max_duration) or "200ba" */
     int decay_norms_biases, decay_embeddings;
     tsr_optim_kind name;  /* optim.name */
-    struct {              /* optim.muon.* (name = muon; src/train/muon.h) */
+    struct {              /* optim.muon.* (name = muon; src/optim/muon.h) */
         double lr;        /* peak rate of the Muon matrices; 0 = optim.lr */
         double momentum, weight_decay, rms;
         int nesterov;

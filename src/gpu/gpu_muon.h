@@ -1,5 +1,5 @@
 /* gpu_muon.h — optim.name = "muon" on device = cuda, in every sharding mode (docs/training.md
- * "Muon"; the maths in src/train/muon.h, the matrices and owners in model/model_muon.h).
+ * "Muon"; the maths in src/optim/muon.h, the matrices and owners in optim/muon_plan.h).
  *
  * Per matrix: the momentum in fp32 (AdamW's m over the matrix's elements), X = u / ||u|| in bf16
  * (transposed when the matrix has more rows than columns), ns_steps iterations whose products are
@@ -9,14 +9,16 @@
  *   ddp: every rank, every matrix of the flat buffers; parallel.expert: every rank, the matrices of
  *        its experts' store (whole experts, replicated over the EDP group), whatever the sharding;
  *   zero1, zero3, hsdp: the device shard (gpu_shard.h) is fsdp.h's unit pieces, which cut
- *        matrices, so every mode runs the owners' exchange of the CPU's zero3 (src/train/muon.c)
+ *        matrices, so every mode runs the owners' exchange of the CPU's zero3 (src/optim/muon.c)
  *        from the same plan (muon_plan_shards over the shard's fsdp plan: zero1's own, over the
  *        world; zero3's and hsdp's, over the group): each rank's runs of u are sent to their
  *        owners (one all-to-all-v on the group's communicator, fp32), the owner orthogonalises its
  *        matrices whole and sends each rank its runs of O back in fp32 (a second one), and each
- *        rank updates its shard. Bytes per step and group: model_muon.h muon_plan_step_bytes, the
+ *        rank updates its shard. Bytes per step and group: muon_plan.h muon_plan_step_bytes, the
  *        CPU's; under zero1 this is communication the CPU's zero1 does not have (its flat
  *        partition is cut between matrices, which the device's equal NCCL blocks cannot be).
+ * It stays in the CUDA library, not in the optimizer slot (src/optim/): its buffers, stream and
+ * communicator are the device's (tcu_*, gpu_comm), which the CPU library must not link.
  * The device memory: gpu_muon_bytes (the iteration's buffers; the owner's whole matrices and
  * the exchange's buffers), in the plan and the banner.
  */
@@ -31,7 +33,7 @@
 #include "gpu/gpu_comm.h"
 #include "model/fsdp.h"
 #include "model/model.h"
-#include "model/model_muon.h"
+#include "optim/muon_plan.h"
 
 typedef struct gpu_muon {
     int on;

@@ -463,7 +463,7 @@ void gpu_shard_update(gpu_shard *sh, const gpu_train_ctx *c, gpu_muon *mu, doubl
     int n = 0;
     for (int k = 0; k < f->n_pieces[f->grank]; k++) { /* one launch per 64 (issue 25, item 5) */
         const fsdp_piece *p = &f->pieces[f->grank][k];
-        if (mu->on && model_muon_tensor(p->id)) continue; /* (gpu_muon_shard) */
+        if (mu->on && muon_plan_tensor(p->id)) continue; /* (gpu_muon_shard) */
         sh->segs[n++] = (tcu_adamw_seg){sh->piece_at[k], p->len, c->decay[p->id]};
     }
     tcu_adamw_update_segments(sh->segs, n, sh->params, sh->wbf, sh->grads, sh->m, sh->v,

@@ -258,7 +258,7 @@ static int init_sharded(gpu_train_ctx *c) {
     fp8_gather(c, 1);
     fp8_gather_report(c);
     gpu_muon_init(&gt->mu, c->model, c->optim, gt->s, gt->sh.f, gt->sh.at, gt->sh.group);
-    if (gt->mu.on) { /* (train/muon.h muon_report prints them) */
+    if (gt->mu.on) { /* (optim/optim.h optim_report prints them) */
         c->muon_G = gt->sh.f->G;
         c->muon_step_bytes = muon_plan_step_bytes(&gt->mu.p);
     }
@@ -974,7 +974,7 @@ static void update(gpu_train_ctx *c, double lr, float gscale, int step) {
     for (int i = 0; i < TSR_P_COUNT; i++) {
         const tsr_param_info *p = &m->params_info[i];
         if (!p->numel || p->ep) continue; /* (the experts' store: gpu_ep_update) */
-        if (gt->mu.on && model_muon_tensor(i)) continue; /* (gpu_muon_flat) */
+        if (gt->mu.on && muon_plan_tensor(i)) continue; /* (gpu_muon_flat) */
         segs[n++] = (tcu_adamw_seg){p->offset, p->numel, c->decay[i]};
     }
     tcu_adamw_update_segments(segs, n, gt->g.params, gt->g.wbf, gt->g.grads, gt->m, gt->v,

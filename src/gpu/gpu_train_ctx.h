@@ -68,7 +68,7 @@ typedef struct gpu_train_ctx {
                                 * to (train_state.h tsr_train_out.moe), else NULL */
     /* optim.name = muon, set by the library (src/gpu/gpu_muon.h): the bytes this rank sent in
      * the owners' exchange, the formula's per step and sharding group, the group's size (0: no
-     * exchange, ddp); train/muon.h muon_report prints them */
+     * exchange, ddp); the trainer prints them (optim/optim.h optim_report) */
     uint64_t muon_sent, muon_step_bytes;
     int muon_G;
     int cpN;                   /* parallel.context (docs/parallelism.md): sequences split over

@@ -108,7 +108,7 @@ size_t fsdp_piece_len(size_t size, int G);
 void fsdp_plan(tsr_fsdp *f, tsr_model *m, const tsr_mesh *mesh);
 /* The plan's layout alone, as group rank grank of a group of G sees it: units, pieces, the
  * checkpoint partition; no groups, no communication (the memory plan counts with it: Muon's
- * exchange, model_muon.h). fsdp_free releases it. */
+ * exchange, optim/muon_plan.h). fsdp_free releases it. */
 void fsdp_layout(tsr_fsdp *f, const tsr_model *m, int G, int grank);
 /* Builds the plan over the mesh's groups (fsdp_plan: world rank r is group rank r % G of group
  * r / G) and the buffers, and sets m->src. frozen (LoRA's base, docs/lora.md): no

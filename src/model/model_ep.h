@@ -14,7 +14,8 @@
  * keep parallel.sharding (ddp, zero1, zero3, hsdp); the experts are replicated over the EDP group
  * like DDP whatever the sharding: gradients all-reduced over it, AdamW on every member. On
  * device = cuda this store is the host mirror of the device's (src/gpu/gpu_ep.h), which sums,
- * measures and updates the gradients there instead of ep_reduce, ep_sumsq and ep_update.
+ * measures and updates the gradients there instead of ep_reduce, ep_sumsq and the optimizer
+ * slot's update of the experts' part (optim/optim.h).
  *
  * Exchange (a MoE layer's forward, in the decoder's place of the experts' matmuls): the routed
  * rows, grouped by expert and so by owner, go to their owners by all-to-all; an owner orders what

@@ -20,7 +20,7 @@
 #include "config/config_table.h"
 #include "train/checkpointing_tensors.h"
 #include "train/metrics.h"
-#include "train/schedule.h"
+#include "optim/schedule.h"
 #include "train/train_data.h"
 
 static const checkpointing_importer *importer;

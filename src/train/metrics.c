@@ -47,11 +47,12 @@ static void human_count(char *buf, size_t n, double v) {
     else snprintf(buf, n, "%.0f", v);
 }
 
-/* optim.name = muon on the CPU: its scratch (train/muon.h; device = cuda: the device plan's) */
+/* optim.name = muon on the CPU: its scratch (the optimizer slot's, optim/optim.h; device = cuda:
+ * the device plan's) */
 static double muon_scratch(const tsr_trainer *t) {
     if (t->cfg.device == TSR_DEVICE_CUDA) return 0.0;
-    return (double)muon_host_bytes(&t->model, &t->cfg.optim,
-                                   t->part.fsdp_on ? t->part.fsdp_group : 0);
+    return (double)optim_scratch_bytes(&t->model, &t->cfg.optim,
+                                       t->part.fsdp_on ? t->part.fsdp_group : 0);
 }
 
 /* The planned fp32 memory of one rank, in bytes: weights = grads = pb, the optimizer ob (AdamW's

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "optim/adamw.h"
 #include "train/dpo.h"
 #include "rl/grpo.h"
 #include "train/metrics.h"
@@ -51,13 +52,11 @@ static void fill(gpu_train_ctx *c, const tsr_trainer *t) {
     c->cpN = t->mesh.N, c->data_rank = t->mesh.data.rank;
     if (t->part.lora_on) {
         c->lora = (struct tsr_lora *)&t->part.lora;
-        c->lora_decay = trainer_param_decays(&cfg->optim, TSR_PK_WEIGHT)
-                            ? (float)cfg->optim.weight_decay : 0.0f;
+        c->lora_decay = adamw_decay(&cfg->optim, TSR_PK_WEIGHT);
     }
     c->optim = &cfg->optim;
     for (int i = 0; i < TSR_P_COUNT; i++)
-        c->decay[i] = trainer_param_decays(&cfg->optim, t->model.params_info[i].kind)
-                          ? (float)cfg->optim.weight_decay : 0.0f;
+        c->decay[i] = adamw_decay(&cfg->optim, t->model.params_info[i].kind);
     c->m = t->part.m, c->v = t->part.v;
     c->part_counts = t->part.part_counts, c->part_displs = t->part.part_displs;
     c->fsdp = (tsr_fsdp *)&t->part.fsdp;

@@ -44,12 +44,6 @@ int trainer_acts_B(const tsr_trainer *t) {
     return t->be.gpu ? gpu_train_acts_B(t->be.gpu) : t->model.acts.B;
 }
 
-int trainer_param_decays(const tsr_optim_config *o, tsr_param_kind kind) {
-    if (kind == TSR_PK_EMBEDDING) return o->decay_embeddings;
-    if (kind == TSR_PK_NORM || kind == TSR_PK_BIAS) return o->decay_norms_biases;
-    return 1;
-}
-
 /* LoRA's dropout in microbatch b of this rank's batch (model/model_lora.h): the key of the step's
  * data batch and the global row number of the microbatch's first row, so that a row's mask does
  * not depend on the rank count */

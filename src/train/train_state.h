@@ -27,8 +27,8 @@
 #include "model/model_lora.h"
 #include "model/model_ring.h"
 #include "train/guard.h"
-#include "train/muon.h"
-#include "train/schedule.h"
+#include "optim/optim.h"
+#include "optim/schedule.h"
 
 typedef struct tsr_step_stats {
     int64_t step;          /* 1-based index of the step just taken */
@@ -114,7 +114,7 @@ typedef struct tsr_train_part {
                                   * tensors (model_ep.h ep_to_part), weights, m, v */
     size_t *part_counts, *part_displs; /* per rank (size_t: a flat buffer may pass 2^31 floats) */
     float *gslice;               /* ZeRO-1: summed gradients of the owned slice */
-    float *m, *v;                /* AdamW moments of the owned slice */
+    float *m, *v;                /* the optimizer's state of the owned slice (optim below) */
     int lora_on;                 /* lora.rank > 0: the base is frozen (no gradients, no AdamW
                                   * state: m, v, gslice are NULL) and the adapters in lora train
                                   * (model/model_lora.h) */
@@ -123,8 +123,10 @@ typedef struct tsr_train_part {
                                   * flat layout and the sharding above (model/model_ep.h) */
     tsr_ep ep;
     uint64_t ep_sent_steps;       /* ep.sent_bytes before an evaluation (trainer_eval_scope) */
-    tsr_muon muon;               /* optim.name = muon (train/muon.h): its matrices' momentum is
-                                  * m over their elements; v stays zero there */
+    tsr_optim optim;             /* the optimizer slot (optim/optim.h): AdamW or Muon over the
+                                  * owned parts, m and v its state (Muon: its matrices'
+                                  * momentum is m over their elements; v stays zero there); off
+                                  * on device = cuda (the library's) */
 } tsr_train_part;
 
 /* What the run reports (owner: train/metrics.c). */
@@ -177,7 +179,7 @@ typedef struct tsr_train_backend {
     const tsr_ops *ops;          /* the host's fp32 ops */
     struct gpu_train_ctx *gpu;   /* device = cuda: what the CUDA path sees (train/train_gpu.h),
                                   * else NULL */
-    const struct trainer_strategy *strategy; /* ddp, zero1, fsdp or device (trainer.c) */
+    const struct trainer_strategy *strategy; /* ddp, zero1, fsdp, lora or device (trainer.c) */
     int threads;
 } tsr_train_backend;
 
@@ -218,8 +220,6 @@ typedef struct tsr_trainer {
 
 /* Sequences the allocated activations hold (on the device with device = cuda); 0: none yet. */
 int trainer_acts_B(const tsr_trainer *t);
-/* Whether tensors of this kind get weight decay (optim.decay_embeddings, decay_norms_biases). */
-int trainer_param_decays(const tsr_optim_config *o, tsr_param_kind kind);
 /* micro_batch = auto: the largest divisor of the per-rank batch that is at most `at_most` (>= 1). */
 int trainer_micro_at_most(const tsr_trainer *t, int64_t at_most);
 /* parallel.sharding = zero3 | hsdp: the ranks per sharding group (zero3: the world; hsdp:

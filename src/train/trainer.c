@@ -1,4 +1,5 @@
-/* trainer.c — data-parallel training steps, AdamW with schedule and clipping, evaluation. */
+/* trainer.c — the training steps over the sharding strategies, the update through the optimizer
+ * slot (optim/optim.h) with schedule and clipping, evaluation. */
 #include "trainer.h"
 
 #include <math.h>
@@ -86,13 +87,15 @@ static void nan_fault(tsr_trainer *t) {
     }
 }
 
-/* The step's strategies (chosen once, by trainer_pick_strategy): how this run computes, sums,
- * measures and applies its gradients, and brings updated weights back to the ranks that compute.
- * ddp: every rank owns the whole flat buffer, gradients are all-reduced; zero1: rank r owns its
- * part [shard_lo, shard_hi) and its summed gradients (reduce-scatter into gslice), the updated
- * parts are all-gathered; fsdp (zero3, hsdp): weights, gradients and moments are fsdp shards, the
- * layers' gradients are reduce-scattered during backward; device (device = cuda): the library
- * sums the gradients during backward and updates on the device. */
+/* The step's strategies (chosen once, by trainer_pick_strategy): how this run computes, sums and
+ * measures its gradients, which part of the weights it updates, and how updated weights come back
+ * to the ranks that compute. The update itself is the optimizer slot's (optim/optim.h), whatever
+ * the optimizer: the strategy only names the part. ddp: every rank owns the whole flat buffer,
+ * gradients are all-reduced; zero1: rank r owns its part [shard_lo, shard_hi) and its summed
+ * gradients (reduce-scatter into gslice), the updated parts are all-gathered; fsdp (zero3, hsdp):
+ * weights, gradients and moments are fsdp shards, the layers' gradients are reduce-scattered
+ * during backward; lora: the adapters, replicated; device (device = cuda): the library sums the
+ * gradients during backward and runs the optimizer on the device. */
 typedef struct trainer_strategy {
     const char *name;
     /* forward and backward over this rank's batch in microbatches, gradients scaled by scale:
@@ -100,7 +103,9 @@ typedef struct trainer_strategy {
     double (*compute)(tsr_trainer *t, float scale);
     void (*reduce)(tsr_trainer *t);   /* the gradients summed over the ranks into the owned part */
     double (*sumsq)(tsr_trainer *t);  /* squared norm of the summed gradients, equal on all ranks */
-    void (*update)(tsr_trainer *t, double lr, float gscale); /* AdamW on the owned part */
+    /* the part of the weights this rank updates, for the optimizer slot; NULL: the device's
+     * library updates its own (device = cuda) */
+    optim_part (*owned)(tsr_trainer *t);
     void (*gather)(tsr_trainer *t);   /* the updated weights to every rank that computes */
     size_t (*mem_peak)(void);         /* the training allocator's peak bytes */
 } trainer_strategy;
@@ -203,77 +208,50 @@ static double fsdp_sumsq(tsr_trainer *t) {
     return sq;
 }
 
-static float decay_of(const tsr_optim_config *o, tsr_param_kind kind) {
-    return trainer_param_decays(o, kind) ? (float)o->weight_decay : 0.0f;
+/* the parts the optimizer slot updates (optim/optim.h) */
+static optim_part flat_owned(tsr_trainer *t) {
+    return (optim_part){OPTIM_PART_FLAT, t->model.params, owned_grads(t), t->part.m, t->part.v,
+                        t->part.shard_lo, t->part.shard_hi};
 }
 
-/* ddp, zero1: AdamW on the owned part of each tensor (weight decay depends on the tensor's kind) */
-static void flat_update(tsr_trainer *t, double lr, float gscale) {
-    const tsr_optim_config *o = &t->cfg.optim;
-    size_t lo = t->part.shard_lo, hi = t->part.shard_hi;
-    float *g = owned_grads(t);
-    for (int i = 0; i < TSR_P_COUNT; i++) {
-        const tsr_param_info *p = &t->model.params_info[i];
-        if (p->ep || muon_tensor(&t->part.muon, i)) continue; /* (ep_update, muon_update) */
-        size_t end = p->offset + p->numel;
-        size_t a = p->offset > lo ? p->offset : lo, b = end < hi ? end : hi;
-        if (a >= b) continue;
-        t->be.ops->adamw_update(t->model.params + a, g + (a - lo), t->part.m + (a - lo),
-                                t->part.v + (a - lo), b - a, (float)lr, (float)o->beta1,
-                                (float)o->beta2, (float)o->eps, decay_of(o, p->kind), gscale,
-                                (int)t->optim_step);
-    }
-}
-
-/* zero3, hsdp: AdamW on the shard, tensor piece by tensor piece */
-static void fsdp_update(tsr_trainer *t, double lr, float gscale) {
-    const tsr_optim_config *o = &t->cfg.optim;
+static optim_part shard_owned(tsr_trainer *t) {
     tsr_fsdp *f = &t->part.fsdp;
-    for (int k = 0; k < f->n_pieces[f->grank]; k++) {
-        const fsdp_piece *p = &f->pieces[f->grank][k];
-        if (muon_tensor(&t->part.muon, p->id)) continue; /* (muon_fsdp) */
-        t->be.ops->adamw_update(f->params + p->shard, f->grads + p->shard, t->part.m + p->shard,
-                                t->part.v + p->shard, p->len, (float)lr, (float)o->beta1,
-                                (float)o->beta2, (float)o->eps,
-                                decay_of(o, t->model.params_info[p->id].kind), gscale,
-                                (int)t->optim_step);
-    }
+    return (optim_part){OPTIM_PART_SHARD, f->params, f->grads, t->part.m, t->part.v, 0, f->shard_n};
 }
 
-/* parallel.expert: the experts' AdamW (or Muon), on every rank of their EDP group (model_ep.h) */
-static void ep_update(tsr_trainer *t, double lr, float gscale) {
-    const tsr_optim_config *o = &t->cfg.optim;
+static optim_part lora_owned(tsr_trainer *t) {
+    tsr_lora *lo = &t->part.lora;
+    return (optim_part){OPTIM_PART_LORA, lo->w, lo->g, lo->m, lo->v, 0, lo->n};
+}
+
+/* parallel.expert: the experts' store, on every rank of their EDP group (model_ep.h) */
+static optim_part ep_owned(tsr_trainer *t) {
     tsr_ep *ep = &t->part.ep;
-    if (t->part.muon.on) {
-        muon_ep_update(&t->part.muon, t->be.ops, ep->w, ep->g, ep->m, muon_lr(o, lr), gscale);
+    return (optim_part){OPTIM_PART_EXPERTS, ep->w, ep->g, ep->m, ep->v, 0, ep->n};
+}
+
+/* The update of what this rank owns at learning rate lr, gradients times gscale: the optimizer
+ * slot over the strategy's part, then, parallel.expert on the host, over the experts' store;
+ * device = cuda: the library's (its experts' too, src/gpu/gpu_ep.h) */
+static void update(tsr_trainer *t, double lr, float gscale) {
+    const trainer_strategy *s = t->be.strategy;
+    if (!s->owned) {
+        gpu_train_update(t->be.gpu, lr, gscale, (int)t->optim_step);
         return;
     }
-    t->be.ops->adamw_update(ep->w, ep->g, ep->m, ep->v, ep->n, (float)lr, (float)o->beta1,
-                            (float)o->beta2, (float)o->eps, decay_of(o, TSR_PK_WEIGHT), gscale,
-                            (int)t->optim_step);
+    optim_part p = s->owned(t);
+    optim_step(&t->part.optim, &p, lr, gscale, t->optim_step);
+    if (t->part.ep_on) {
+        p = ep_owned(t);
+        optim_step(&t->part.optim, &p, lr, gscale, t->optim_step);
+    }
 }
 
-/* LoRA: AdamW on the adapters, on every rank (weight decay as on any weight matrix) */
-static void lora_update(tsr_trainer *t, double lr, float gscale) {
-    const tsr_optim_config *o = &t->cfg.optim;
-    tsr_lora *lo = &t->part.lora;
-    t->be.ops->adamw_update(lo->w, lo->g, lo->m, lo->v, lo->n, (float)lr, (float)o->beta1,
-                            (float)o->beta2, (float)o->eps, decay_of(o, TSR_PK_WEIGHT), gscale,
-                            (int)t->optim_step);
-}
-
-/* optim.name = muon (train/muon.h): AdamW on the other tensors, then Muon on the matrices of the
- * owned part (ddp: all; zero1: the partition's, cut between matrices) or, zero3 / hsdp, through
- * the matrices' owners */
-static void muon_flat(tsr_trainer *t, double lr, float gscale) {
-    flat_update(t, lr, gscale);
-    muon_flat_update(&t->part.muon, t->be.ops, t->model.params, owned_grads(t), t->part.m,
-                     t->part.shard_lo, t->part.shard_hi, muon_lr(&t->cfg.optim, lr), gscale);
-}
-
-static void muon_fsdp(tsr_trainer *t, double lr, float gscale) {
-    fsdp_update(t, lr, gscale);
-    muon_fsdp_update(&t->part.muon, t->be.ops, t->part.m, muon_lr(&t->cfg.optim, lr), gscale);
+/* Muon's exchange over the run so far: the slot's, or device = cuda the library's (optim.h) */
+static optim_traffic exchange_traffic(const tsr_trainer *t) {
+    const gpu_train_ctx *g = t->be.gpu;
+    if (!g) return optim_traffic_of(&t->part.optim);
+    return (optim_traffic){g->muon_G, g->muon_sent, g->muon_step_bytes};
 }
 
 static void zero1_gather(tsr_trainer *t) {
@@ -288,40 +266,26 @@ static double device_compute(tsr_trainer *t, float scale) {
 
 static double device_sumsq(tsr_trainer *t) { return gpu_train_grad_sumsq(t->be.gpu); }
 
-static void device_update(tsr_trainer *t, double lr, float gscale) {
-    gpu_train_update(t->be.gpu, lr, gscale, (int)t->optim_step);
-}
-
 static size_t cpu_mem_peak(void) { return cpu_ops_peak_bytes(); }
 
 static const trainer_strategy strategy_ddp = {
-    "ddp", flat_compute, ddp_reduce, ddp_sumsq, flat_update, nothing, cpu_mem_peak};
+    "ddp", flat_compute, ddp_reduce, ddp_sumsq, flat_owned, nothing, cpu_mem_peak};
 static const trainer_strategy strategy_zero1 = {
-    "zero1", flat_compute, zero1_reduce, zero1_sumsq, flat_update, zero1_gather, cpu_mem_peak};
+    "zero1", flat_compute, zero1_reduce, zero1_sumsq, flat_owned, zero1_gather, cpu_mem_peak};
 /* the base's weights never change: nothing to gather */
 static const trainer_strategy strategy_lora = {
-    "lora", lora_compute, lora_reduce, lora_sumsq, lora_update, nothing, cpu_mem_peak};
+    "lora", lora_compute, lora_reduce, lora_sumsq, lora_owned, nothing, cpu_mem_peak};
 static const trainer_strategy strategy_fsdp = {
-    "fsdp", shard_compute, fsdp_reduce, fsdp_sumsq, fsdp_update, fsdp_gather, cpu_mem_peak};
-/* the gradients are summed during backward, the weights refreshed by the update */
+    "fsdp", shard_compute, fsdp_reduce, fsdp_sumsq, shard_owned, fsdp_gather, cpu_mem_peak};
+/* the gradients are summed during backward, the weights refreshed by the library's update */
 static const trainer_strategy strategy_device = {
-    "device", device_compute, nothing, device_sumsq, device_update, nothing, gpu_train_mem_peak};
-
-/* optim.name = muon: the same, with Muon's update (device = cuda: the library's, gpu_train.c) */
-static const trainer_strategy strategy_ddp_muon = {
-    "ddp+muon", flat_compute, ddp_reduce, ddp_sumsq, muon_flat, nothing, cpu_mem_peak};
-static const trainer_strategy strategy_zero1_muon = {
-    "zero1+muon", flat_compute, zero1_reduce, zero1_sumsq, muon_flat, zero1_gather, cpu_mem_peak};
-static const trainer_strategy strategy_fsdp_muon = {
-    "fsdp+muon", shard_compute, fsdp_reduce, fsdp_sumsq, muon_fsdp, fsdp_gather, cpu_mem_peak};
+    "device", device_compute, nothing, device_sumsq, NULL, nothing, gpu_train_mem_peak};
 
 static const trainer_strategy *trainer_pick_strategy(const tsr_trainer *t) {
-    const int muon = t->part.muon.on;
     if (t->be.gpu) return &strategy_device;
     if (t->part.lora_on) return &strategy_lora;
-    if (t->part.fsdp_on) return muon ? &strategy_fsdp_muon : &strategy_fsdp;
-    if (t->part.zero1) return muon ? &strategy_zero1_muon : &strategy_zero1;
-    return muon ? &strategy_ddp_muon : &strategy_ddp;
+    if (t->part.fsdp_on) return &strategy_fsdp;
+    return t->part.zero1 ? &strategy_zero1 : &strategy_ddp;
 }
 
 /* Threads per rank: the config's value, else the cores Slurm gave the task: one per core of the
@@ -385,8 +349,8 @@ static int plan_shards(tsr_trainer *t) {
         t->part.part_counts[r] = hi - lo;
     }
     t->part.zero1 = t->cfg.sharding == TSR_SHARD_ZERO1 && W > 1; /* (zero3 and hsdp: model/fsdp.h) */
-    if (t->part.zero1 && t->part.muon.on) /* each Muon matrix whole in one part (train/muon.h) */
-        muon_partition(&t->part.muon, n, (int)W, t->part.part_displs, t->part.part_counts);
+    if (t->part.zero1) /* the optimizer's cuts (Muon: each matrix whole in one part) */
+        optim_partition(&t->part.optim, n, (int)W, t->part.part_displs, t->part.part_counts);
     t->part.shard_lo = t->part.zero1 ? t->part.part_displs[t->dist.rank] : 0;
     t->part.shard_hi = t->part.zero1 ? t->part.shard_lo + t->part.part_counts[t->dist.rank] : n;
     /* (the GPU reduce-scatters on the device; LoRA's base has no gradients) */
@@ -715,9 +679,9 @@ static int init_state(tsr_trainer *t, const tsr_config *cfg) {
     TSR_CHECK(train_data_stage_open(t));
     init_weights(t, cfg);
     TSR_CHECK(open_icl(t)); /* the task files are read before the first step */
-    if (cfg->device != TSR_DEVICE_CUDA) /* (device = cuda: the library's, src/gpu/gpu_muon.h) */
-        muon_init(&t->part.muon, &t->model, &cfg->optim, t->part.fsdp_on ? &t->part.fsdp : NULL,
-                  t->be.ops);
+    if (cfg->device != TSR_DEVICE_CUDA) /* (device = cuda: the library's, src/gpu/gpu_train.c) */
+        optim_init(&t->part.optim, &cfg->optim, &t->model,
+                   t->part.fsdp_on ? &t->part.fsdp : NULL, t->be.ops);
     TSR_CHECK(plan_shards(t));
     size_t owned = t->part.fsdp_on ? t->part.fsdp.shard_n : t->part.shard_hi - t->part.shard_lo;
     if (!t->part.lora_on) { /* (a frozen base has no AdamW state) */
@@ -914,8 +878,7 @@ static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pa
         const int64_t steps = t->optim_step,
                       U = t->cfg.objective == TSR_OBJ_GRPO ? t->cfg.grpo.updates : 1;
         t->optim_step = (steps - 1) * U + 1 + pass; /* the update's bias-correction step */
-        s->update(t, lr, clip_scale(o, *norm));
-        if (ep_host) ep_update(t, lr, clip_scale(o, *norm));
+        update(t, lr, clip_scale(o, *norm));
         t->optim_step = steps;
         s->gather(t);
     }
@@ -1214,7 +1177,7 @@ static int run_steps(tsr_trainer *t) {
     watchdog_stop();
     train_data_stage_end(t);
     ep_report(t);
-    muon_report(&t->part.muon, t->be.gpu, t->out.steps_run, t->dist.world);
+    optim_report(exchange_traffic(t), t->out.steps_run, t->dist.world);
     ring_report(t);
     metrics_finish(t);
     end_of_run_sample(t);
@@ -1242,7 +1205,7 @@ void trainer_free(tsr_trainer *t) {
     if (t->part.v) t->be.ops->free(t->part.v);
     free(t->data.inputs);
     free(t->data.targets);
-    muon_free(&t->part.muon); /* (before the fsdp plan it points to) */
+    optim_free(&t->part.optim); /* (before the fsdp plan it points to) */
     fsdp_free(&t->part.fsdp);
     ep_free(&t->part.ep);
     lora_free(&t->part.lora);

@@ -1,5 +1,12 @@
-/* trainer.h — the training run: data-parallel steps over MPI, AdamW, schedule, eval, metrics,
- * checkpoints. The state it works on, in owned parts, is train/train_state.h.
+/* trainer.h — the training run: its start (the config checked against the data, the model and
+ * the world, the plan), its steps, evaluations and the loop that ends in a checkpoint. A step
+ * is one story whatever the run: the batch (or GRPO's rollouts), forward and backward of the
+ * objective (lm, dpo, grpo) over the microbatches, the gradients reduced by the sharding
+ * strategy (ddp, zero1, zero3 / hsdp, LoRA's adapters, or device = cuda's library), the global
+ * norm, the spike guard's verdict, clipping, the update by the optimizer slot (optim/optim.h:
+ * AdamW or Muon at the schedule's learning rate, optim/schedule.h; grpo.updates = U: up to U
+ * updates a step), the updated weights gathered. Ranks form the data x context mesh
+ * (docs/parallelism.md). The state it works on, in owned parts, is train/train_state.h.
  */
 #ifndef TSR_TRAINER_H
 #define TSR_TRAINER_H
@@ -37,7 +44,8 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
  * as it was; then logs the {"event": "start"} record and the checkpoint read at start (resume,
  * init-from: t->start_load). Collective; returns 0 or rank 0's exit code on every rank. */
 int trainer_open_run_dir(tsr_trainer *t);
-/* One optimizer step on the next global batch. */
+/* One training step on the next global batch: one update (objective = grpo: up to
+ * grpo.updates), or none when the spike guard skips it; st gets its numbers. */
 void trainer_step(tsr_trainer *t, tsr_step_stats *st);
 /* The activations for t->micro sequences, allocated when they are not yet (collective). Under
  * micro_batch = auto an allocation that fails on any rank lowers micro on every rank and retries;

@@ -1,4 +1,4 @@
-"""lr_schedule.py — the learning-rate schedule of tessera-train in float64 (src/train/schedule.c
+"""lr_schedule.py — the learning-rate schedule of tessera-train in float64 (src/optim/schedule.c
 lr_multiplier), without torch so that a shell test can import it quickly; torch_gpt re-exports it."""
 import math
 

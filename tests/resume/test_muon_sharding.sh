@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # optim.name = muon under every sharding mode on real MPI ranks (docs/training.md "Muon",
-# src/train/muon.h), 8 steps of a tiny Llama-style SwiGLU mixture of experts with grouped-query
+# src/optim/muon.h), 8 steps of a tiny Llama-style SwiGLU mixture of experts with grouped-query
 # attention (q, k and v of different widths, gate and up, each expert's projections and the router
 # each a matrix of its own) on the synthetic corpus:
 #  - on 2 ranks zero1 and zero3, on 4 ranks zero1, zero3 and hsdp (2 groups of 2, with

@@ -1,13 +1,15 @@
 /* muon.c — the Muon optimizer: the matrices, the Newton-Schulz iteration, the update under each
- * sharding mode (muon.h, docs/training.md "Muon"). */
-#include "train/muon.h"
+ * sharding mode (muon.h, docs/training.md "Muon"), and its slot (optim.h optim_muon). */
+#include "optim/muon.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
+#include "dist.h"
+#include "optim/adamw.h"
+#include "optim/optim.h"
 
 /* the backend's zeroed buffer of n floats (at least one) */
 static float *grab(const tsr_ops *ops, size_t n) {
@@ -16,8 +18,10 @@ static float *grab(const tsr_ops *ops, size_t n) {
     return p;
 }
 
-void muon_init(tsr_muon *mu, const tsr_model *m, const tsr_optim_config *o, tsr_fsdp *f,
-               const tsr_ops *ops) {
+/* The plan of model m's Muon matrices for optimizer o and, with f (zero3 / hsdp), their owners
+ * over f's group; the iteration's scratch and the exchange's buffers from ops. */
+static void muon_init(tsr_muon *mu, const tsr_model *m, const tsr_optim_config *o, tsr_fsdp *f,
+                      const tsr_ops *ops) {
     memset(mu, 0, sizeof *mu);
     mu->o = *o;
     mu->on = o->name == TSR_OPTIM_MUON;
@@ -34,13 +38,16 @@ void muon_init(tsr_muon *mu, const tsr_model *m, const tsr_optim_config *o, tsr_
     mu->rbuf = grab(ops, mu->p.recv_n);
 }
 
-size_t muon_host_bytes(const tsr_model *m, const tsr_optim_config *o, int G) {
+/* The bytes muon_init allocates for model m under o on one rank (the memory plan; nothing
+ * allocated): the iteration's five buffers and, with groups of G > 0 (zero3 / hsdp), the owned
+ * matrices and the exchange's two (of the rank needing the most). 0 when o is not Muon. */
+static size_t muon_host_bytes(const tsr_model *m, const tsr_optim_config *o, int G) {
     muon_mem mm;
     muon_plan_mem(m, o, G, &mm);
     return (3 * mm.big + 2 * mm.sq + mm.owned + mm.send + mm.recv) * sizeof(float);
 }
 
-void muon_free(tsr_muon *mu) {
+static void muon_free(tsr_muon *mu) {
     float *bufs[] = {mu->u, mu->x, mu->y, mu->a, mu->aa, mu->owned, mu->sbuf, mu->rbuf};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) mu->ops->free(bufs[i]);
@@ -48,9 +55,13 @@ void muon_free(tsr_muon *mu) {
     memset(mu, 0, sizeof *mu);
 }
 
-int muon_tensor(const tsr_muon *mu, int id) { return mu->on && model_muon_tensor(id); }
+/* Whether tensor id is updated by Muon (0 when Muon is off). */
+static int muon_tensor(const tsr_muon *mu, int id) { return mu->on && muon_plan_tensor(id); }
 
-void muon_partition(const tsr_muon *mu, size_t n, int W, size_t *displs, size_t *counts) {
+/* The zero1 partition of the flat layout (n floats) over W ranks: the trainer's cuts (16-float
+ * aligned, n r / W) moved to the nearer end of a matrix they fall inside, so each matrix lies in
+ * one rank's part. displs, counts (W). */
+static void muon_partition(const tsr_muon *mu, size_t n, int W, size_t *displs, size_t *counts) {
     size_t prev = 0;
     for (int r = 0; r < W; r++) {
         size_t cut = r + 1 == W ? n : n * (size_t)(r + 1) / (size_t)W / 16 * 16;
@@ -73,7 +84,9 @@ static void transpose(float *dst, const float *src, int r, int c) {
         for (int j = 0; j < c; j++) dst[(size_t)j * r + i] = src[(size_t)i * c + j];
 }
 
-void muon_orthogonalize(tsr_muon *mu, const tsr_ops *ops, float *u, int rows, int cols) {
+/* O = NS(u) in place: u (rows, cols) holds the orthogonalised matrix after; fp32 products on
+ * ops. */
+static void muon_orthogonalize(tsr_muon *mu, const tsr_ops *ops, float *u, int rows, int cols) {
     const int tr = rows > cols, r = tr ? cols : rows, c = tr ? rows : cols;
     const size_t n = (size_t)r * (size_t)c, rr = (size_t)r * (size_t)r;
     double ss = 0.0;
@@ -134,13 +147,16 @@ static void update_matrices(tsr_muon *mu, const tsr_ops *ops, const muon_matrix 
     }
 }
 
-void muon_flat_update(tsr_muon *mu, const tsr_ops *ops, float *params, const float *g, float *mom,
-                      size_t lo, size_t hi, double lr, float gscale) {
+/* ddp, zero1: Muon on every matrix inside [lo, hi) of the flat layout (each wholly inside: the
+ * partition), params the whole flat buffer, g and mom from lo. lr: Muon's, scheduled. */
+static void muon_flat_update(tsr_muon *mu, const tsr_ops *ops, float *params, const float *g,
+                             float *mom, size_t lo, size_t hi, double lr, float gscale) {
     update_matrices(mu, ops, mu->p.mx, mu->p.n, params, g, mom, lo, hi, lr, gscale);
 }
 
-void muon_ep_update(tsr_muon *mu, const tsr_ops *ops, float *w, const float *g, float *mom,
-                    double lr, float gscale) {
+/* parallel.expert: Muon on every matrix of the experts' store (w, g, mom: model_ep.h's). */
+static void muon_ep_update(tsr_muon *mu, const tsr_ops *ops, float *w, const float *g,
+                           float *mom, double lr, float gscale) {
     update_matrices(mu, ops, mu->p.ep, mu->p.n_ep, w, g, mom, 0, SIZE_MAX, lr, gscale);
 }
 
@@ -151,7 +167,10 @@ static void host_copy(void *ctx, float *dst, const float *src, size_t n) {
     memcpy(dst, src, n * sizeof(float));
 }
 
-void muon_fsdp_update(tsr_muon *mu, const tsr_ops *ops, float *mom, double lr, float gscale) {
+/* zero3 / hsdp: Muon on the shard (f->params, f->grads, mom in shard order): the exchange
+ * described in muon.h. Collective over the group. */
+static void muon_fsdp_update(tsr_muon *mu, const tsr_ops *ops, float *mom, double lr,
+                             float gscale) {
     const muon_plan *p = &mu->p;
     tsr_fsdp *f = mu->f;
     const int me = p->me, G = p->G, ns = p->n_segs[me];
@@ -185,14 +204,60 @@ void muon_fsdp_update(tsr_muon *mu, const tsr_ops *ops, float *mom, double lr, f
     free(cur);
 }
 
-void muon_report(const tsr_muon *mu, const gpu_train_ctx *gpu, int64_t steps, int world) {
-    const int G = gpu ? gpu->muon_G : mu->f ? mu->p.G : 0;
-    if (G == 0) return; /* (no exchange: ddp, the CPU's zero1, or not Muon) */
-    int64_t sent = (int64_t)(gpu ? gpu->muon_sent : mu->sent_bytes);
-    const uint64_t formula = gpu ? gpu->muon_step_bytes : muon_plan_step_bytes(&mu->p);
-    dist_allreduce_sum_i64(&sent, 1);
-    if (dist_world_rank() == 0)
-        printf("muon exchange: %lld bytes sent between ranks in %lld steps (all %d ranks; the "
-               "formula: %llu per step and sharding group, %d groups)\n", (long long)sent,
-               (long long)steps, world, (unsigned long long)formula, world / G);
+/* ---- the slot (optim.h) ---- */
+
+static void slot_init(tsr_optim *op, const tsr_model *m) {
+    muon_init(&op->muon, m, &op->o, op->f, op->ops);
 }
+
+static void slot_free(tsr_optim *op) { muon_free(&op->muon); }
+
+static int is_matrix(const tsr_optim *op, int id) { return muon_tensor(&op->muon, id); }
+
+/* flat and shard parts: AdamW on the other tensors, then Muon on the matrices (ddp: all; zero1:
+ * the partition's, cut between matrices; zero3 / hsdp: through the matrices' owners); the
+ * experts' store: Muon alone (its tensors are all matrices); LoRA's adapters: AdamW (the config
+ * refuses Muon with LoRA) */
+static void slot_step(tsr_optim *op, const optim_part *p, double lr, float gscale, int64_t step) {
+    tsr_muon *mu = &op->muon;
+    switch (p->kind) {
+    case OPTIM_PART_FLAT:
+        adamw_step_part(op, p, lr, gscale, step, is_matrix);
+        muon_flat_update(mu, op->ops, p->w, p->g, p->m, p->lo, p->hi, muon_lr(&op->o, lr), gscale);
+        break;
+    case OPTIM_PART_SHARD:
+        adamw_step_part(op, p, lr, gscale, step, is_matrix);
+        muon_fsdp_update(mu, op->ops, p->m, muon_lr(&op->o, lr), gscale);
+        break;
+    case OPTIM_PART_EXPERTS:
+        muon_ep_update(mu, op->ops, p->w, p->g, p->m, muon_lr(&op->o, lr), gscale);
+        break;
+    default: adamw_step_part(op, p, lr, gscale, step, NULL);
+    }
+}
+
+static void slot_partition(const tsr_optim *op, size_t n, int W, size_t *displs, size_t *counts) {
+    muon_partition(&op->muon, n, W, displs, counts);
+}
+
+/* zero3 / hsdp: the exchange's bytes (ddp and zero1 have none on the CPU) */
+static optim_traffic slot_traffic(const tsr_optim *op) {
+    const tsr_muon *mu = &op->muon;
+    if (!mu->f) return (optim_traffic){0, 0, 0};
+    return (optim_traffic){mu->p.G, mu->sent_bytes, muon_plan_step_bytes(&mu->p)};
+}
+
+/* the matrices' momentum is m; v stays zero over them (AdamW's moments elsewhere) */
+static const char *const muon_state[] = {"m", "v"};
+
+const optim_api optim_muon = {
+    .name = "muon",
+    .init = slot_init,
+    .free = slot_free,
+    .step = slot_step,
+    .partition = slot_partition,
+    .scratch_bytes = muon_host_bytes,
+    .traffic = slot_traffic,
+    .state = muon_state,
+    .n_state = 2,
+};

@@ -1,5 +1,5 @@
-/* model_muon.c — the Muon matrices of a model and their owners under sharding (model_muon.h). */
-#include "model/model_muon.h"
+/* muon_plan.c — the Muon matrices of a model and their owners under sharding (muon_plan.h). */
+#include "optim/muon_plan.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -72,7 +72,7 @@ static int list_matrices(const tsr_model *m, const tsr_optim_config *o, int ep, 
     return n;
 }
 
-int model_muon_tensor(int id) {
+int muon_plan_tensor(int id) {
     for (size_t k = 0; k < sizeof muon_ids / sizeof *muon_ids; k++)
         if ((int)muon_ids[k] == id) return 1;
     return 0;
@@ -158,7 +158,7 @@ static int list_segs(const muon_plan *p, const tsr_fsdp *f, int r, muon_seg *out
     int n = 0;
     for (int k = 0; k < f->n_pieces[r]; k++) {
         const fsdp_piece *pc = &f->pieces[r][k];
-        if (!model_muon_tensor(pc->id)) continue;
+        if (!muon_plan_tensor(pc->id)) continue;
         for (size_t x = pc->flat; x < pc->flat + pc->len;) {
             int mi = muon_plan_matrix_at(p, x);
             if (mi < 0) tsr_die(TSR_EXIT_INTERNAL, "muon: a %s element outside every matrix",

@@ -1,5 +1,5 @@
 /* schedule.c — the learning-rate schedule (schedule.h, docs/training.md "Schedule"). */
-#include "train/schedule.h"
+#include "optim/schedule.h"
 
 #include <math.h>
 

@@ -1,18 +1,19 @@
-/* model_muon.h — which of a model's weights Muon updates, as matrices, and the plan of who
- * orthogonalises which under sharding (optim.name = "muon"; src/train/muon.h has the update on
- * the CPU, src/gpu/gpu_muon.h on the device, docs/training.md "Muon").
+/* muon_plan.h — which of a model's weights Muon updates, as matrices, and the plan of who
+ * orthogonalises which under sharding (optim.name = "muon"; optim/muon.c has the update on the
+ * CPU, src/gpu/gpu_muon.h on the device, docs/training.md "Muon").
  *
  * Every projection of the hidden layers is a matrix of its own, also where tessera stores several
  * fused: qkvw's q, k and v rows, SwiGLU's gate and up rows (fcw, each expert's expw1, shw1), each
  * expert's down projection, the router, attention's and the MLP's output projections. Each is a
  * contiguous run of rows x cols floats of the flat layout, row-major (under parallel.expert the
  * experts' are runs of the experts' store, model_ep.h). The embeddings, the LM head, norms and
- * biases are not (AdamW's). Lives with the model so that the trainer (src/train) and the CUDA path
- * (src/gpu) plan from the same code: both backends agree on the matrices, their owners and the
- * bytes of the exchange.
+ * biases are not (AdamW's). The optimizer's, not the model's (the model knows nothing of it): it
+ * lives in the optimizer slot's layer, below the CUDA path (src/gpu), so that the host's slot
+ * and the device plan from the same code: both backends agree on the matrices, their owners and
+ * the bytes of the exchange.
  */
-#ifndef TSR_MODEL_MUON_H
-#define TSR_MODEL_MUON_H
+#ifndef TSR_MUON_PLAN_H
+#define TSR_MUON_PLAN_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -75,7 +76,7 @@ typedef struct muon_mem {
 } muon_mem;
 
 /* Whether tensor id holds Muon matrices (when present in the model). */
-int model_muon_tensor(int id);
+int muon_plan_tensor(int id);
 /* The plan of model m's matrices under optimizer o, each with its scale (rms: o->muon.rms x
  * sqrt(max(rows, cols)); shape: sqrt(max(1, rows / cols))); with parallel.expert (m->EP > 1) the
  * experts' store's too (model_ep.h's layout: [expw1 (LM, E/EP, 2FE, C) | expw2 (LM, E/EP, C,
