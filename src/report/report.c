@@ -30,7 +30,7 @@
 #include "fsutil.h"
 #include "report/report_compare.h"
 #include "report/report_cost.h"
-#include "report/report_gp.h"
+#include "report/gnuplot.h"
 #include "report/runlog.h"
 
 static const cli_opt report_opts[] = {

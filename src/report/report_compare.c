@@ -15,7 +15,7 @@
 #include "common.h"
 #include "fsutil.h"
 #include "report/report_cost.h"
-#include "report/report_gp.h"
+#include "report/gnuplot.h"
 #include "report/runlog.h"
 
 #define MAX_RUNS 64

@@ -10,7 +10,7 @@
 
 #include "common.h"
 #include "fsutil.h"
-#include "train/account.h"
+#include "telemetry/account.h"
 
 /* "[D-]HH:MM:SS" (or MM:SS) in seconds; -1 when it is not that */
 static double slurm_elapsed(const char *s) {

@@ -23,7 +23,7 @@
 #include "crc32c.h"
 #include "gpu/gpu_train.h"
 #include "config/config_table.h"
-#include "train/metrics.h"
+#include "telemetry/metrics.h"
 #include "train/schedule.h"
 #include "train/train_data.h"
 #include "train/watchdog.h"

@@ -14,7 +14,7 @@
 #include "crc32c.h"
 #include "fsutil.h"
 #include "train/dpo.h"
-#include "train/metrics.h"
+#include "telemetry/metrics.h"
 
 #define DPO_REF_MAGIC "TSRDPORF"
 #define DPO_REF_VERSION 1u

@@ -24,7 +24,7 @@
 #include "crc32c.h"
 #include "fsutil.h"
 #include "train/grpo_int.h"
-#include "train/metrics.h"
+#include "telemetry/metrics.h"
 
 #define REF_FILE "grpo-reference.bin"
 #define REF_MAGIC "TSRGRPRF"

@@ -9,7 +9,7 @@
 #include "common.h"
 #include "train/dpo.h"
 #include "train/grpo.h"
-#include "train/metrics.h"
+#include "telemetry/metrics.h"
 #include "train/train_state.h"
 
 /* the host model's weights for the end-of-run sample (trainer_host_weights: every expert

@@ -26,8 +26,8 @@
 #include "runlock.h"
 #include "train/binding.h"
 #include "train/checkpointing.h"
-#include "train/timeplan.h"
-#include "train/metrics_prom.h"
+#include "plan/timeplan.h"
+#include "telemetry/metrics_prom.h"
 #include "train/trainer.h"
 
 #ifndef TSR_VERSION

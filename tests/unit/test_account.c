@@ -17,8 +17,8 @@
 #include <unistd.h>
 
 #include "tap.h"
-#include "train/account.h"
-#include "train/energy.h"
+#include "telemetry/account.h"
+#include "telemetry/energy.h"
 
 static char dir[256];
 

@@ -1,5 +1,5 @@
 /* account.c — see account.h. */
-#include "train/account.h"
+#include "telemetry/account.h"
 
 #include <errno.h>
 #include <math.h>
@@ -12,7 +12,7 @@
 #include "common.h"
 #include "fsutil.h"
 #include "json.h"
-#include "train/energy.h"
+#include "telemetry/energy.h"
 
 static const char *const part_keys[ACC_PARTS] = {"startup_s", "steps_s", "save_s", "load_s",
                                                  "eval_s", "lost_s", "idle_s"};

@@ -4,7 +4,7 @@
 #define TSR_METRICS_H
 
 #include "ckpt.h"
-#include "train/account.h"
+#include "telemetry/account.h"
 #include "train/train_state.h"
 
 /* Peak FLOP/s of one rank by device name ("cpu", "H100", ...): the table in docs/mfu.md.

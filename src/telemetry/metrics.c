@@ -1,6 +1,6 @@
 /* metrics.c — the plan, per-step lines, eval lines, run_dir/metrics.jsonl and the TensorBoard
  * event file run_dir/tb/ (rank 0 only; tags in docs/tracking.md). */
-#include "train/metrics.h"
+#include "telemetry/metrics.h"
 #include "train/dpo.h"
 #include "train/grpo.h"
 
@@ -15,9 +15,9 @@
 
 #include "common.h"
 #include "tokenizer/tokenizer.h"
-#include "train/account.h"
-#include "train/metrics_prom.h"
-#include "train/tboard.h"
+#include "telemetry/account.h"
+#include "telemetry/metrics_prom.h"
+#include "telemetry/tboard.h"
 
 /* Peak dense FLOP/s per device (per rank). GPUs: bf16 dense from the vendors' datasheets.
  * cpu: 172.5 GFLOP/s per core = half the measured 2-core AVX-512 FMA roofline of the CI

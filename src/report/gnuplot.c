@@ -1,5 +1,5 @@
 /* report_gp.c — see report_gp.h (moved from report.c when --compare came to share them). */
-#include "report/report_gp.h"
+#include "report/gnuplot.h"
 
 #include <math.h>
 #include <stdio.h>
