@@ -75,7 +75,7 @@ TINY_SETS = ["model.n_layer=2", "model.d_model=64", "model.n_head=4", "model.voc
              "global_batch=4"]
 TINY_ROPE_SETS = ["model.n_kv_head=2", "model.head_dim=16", "model.intermediate_size=128"]
 
-# peak dense FLOP/s per device, as src/train/metrics.c (docs/mfu.md)
+# peak dense FLOP/s per device, as src/telemetry/metrics_units.c (docs/mfu.md)
 PEAKS = (("H100", 989.4e12), ("H200", 989.4e12), ("A100", 312e12))
 CPU_PEAK_PER_THREAD = 172.5e9
 

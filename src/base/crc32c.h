@@ -7,7 +7,7 @@
 
 /* CRC32C of a buffer, continuing from crc (start with 0). Used for shard headers, payloads and
  * index files, checkpoint tensors and metadata (checkpoint/), tokenizer files (tokfile.c) and
- * TensorBoard event records (src/train/tboard.c). */
+ * TensorBoard event records (src/telemetry/tboard.c). */
 uint32_t tsr_crc32c(uint32_t crc, const void *buf, size_t n);
 /* The portable slicing-by-8 implementation (same result); tsr_crc32c uses the SSE4.2 crc32
  * instruction instead when tsr_crc32c_hw() says the CPU has it. For tests and diagnostics. */

@@ -7,8 +7,8 @@
 
 #include "common.h"
 #include "eval/icl_score.h"
-#include "train/tboard.h"
-#include "train/metrics.h"
+#include "telemetry/tboard.h"
+#include "telemetry/metrics.h"
 
 int train_icl_open(icl_suite **out, const tsr_config *cfg, const tsr_tokenizer *tok, int V,
                    int micro, int T) {

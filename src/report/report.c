@@ -28,9 +28,9 @@
 #include "cli_commands.h"
 #include "common.h"
 #include "fsutil.h"
+#include "report/gnuplot.h"
 #include "report/report_compare.h"
 #include "report/report_cost.h"
-#include "report/report_gp.h"
 #include "report/runlog.h"
 
 static const cli_opt report_opts[] = {
@@ -100,8 +100,8 @@ static void write_saves(FILE *f, const runlog *rl) {
         fprintf(f, "checkpoints: none saved (no save lines)\n");
         return;
     }
-    double most, block = median_of(rl->saves, rl->n_saves, RL_BLOCKING_S, &most);
-    double write = median_of(rl->saves, rl->n_saves, RL_WRITE_S, NULL);
+    double most, block = runlog_points_median(rl->saves, rl->n_saves, RL_BLOCKING_S, &most);
+    double write = runlog_points_median(rl->saves, rl->n_saves, RL_WRITE_S, NULL);
     const runlog_point *last = &rl->saves[rl->n_saves - 1];
     fprintf(f, "checkpoints: %zu saved (%zu in the background); training stopped %.4g s per save "
             "(median; longest %.4g s)", rl->n_saves, bg, block, most);
@@ -155,7 +155,7 @@ static void write_summary(FILE *f, const char *run_dir, const runlog *rl) {
     else if (ev && ev->has & 1u << RL_VAL_LOSS) write_val(f, ev);
     else if (ev) fprintf(f, "val loss:   null (step %lld)\n", (long long)ev->step);
     else fprintf(f, "val loss:   none (no eval lines)\n");
-    double tps = median(rl, RL_TOKENS_PER_S), mfu = median(rl, RL_MFU);
+    double tps = runlog_median(rl, RL_TOKENS_PER_S), mfu = runlog_median(rl, RL_MFU);
     if (isnan(tps)) fprintf(f, "tokens/s:   none (every value is null)\n");
     else fprintf(f, "tokens/s:   median %.6g\n", tps);
     if (isnan(mfu)) fprintf(f, "mfu:        none (every value is null)\n");
@@ -184,9 +184,9 @@ static int gp_plot(FILE *f, const char *out, const char *png, const char *title,
         tsr_snprintf(t, sizeof t, "%s: %s", title, run))
         return -1;
     fprintf(f, "set output ");
-    if (gp_quote(f, path)) return -1;
+    if (gnuplot_quote(f, path)) return -1;
     fprintf(f, "\nset title ");
-    if (gp_quote(f, t)) return -1;
+    if (gnuplot_quote(f, t)) return -1;
     fprintf(f, "\nset ylabel '%s'\nplot %s\n", ylabel, body);
     return 0;
 }
@@ -194,9 +194,9 @@ static int gp_plot(FILE *f, const char *out, const char *png, const char *title,
 /* checkpoint.png: per save, the seconds training stood still for it and its writers' seconds (in
  * the background with save_async), and the megabytes written on the right axis. */
 static int plot_saves(FILE *f, const char *out, const char *run, const runlog *rl) {
-    size_t nb = datablock(f, "blocking", rl->saves, rl->n_saves, RL_BLOCKING_S, 1);
-    size_t nw = datablock(f, "write", rl->saves, rl->n_saves, RL_WRITE_S, 1);
-    size_t nm = datablock(f, "mbytes", rl->saves, rl->n_saves, RL_BYTES, 1e-6);
+    size_t nb = gnuplot_datablock(f, "blocking", rl->saves, rl->n_saves, RL_BLOCKING_S, 1);
+    size_t nw = gnuplot_datablock(f, "write", rl->saves, rl->n_saves, RL_WRITE_S, 1);
+    size_t nm = gnuplot_datablock(f, "mbytes", rl->saves, rl->n_saves, RL_BYTES, 1e-6);
     char body[640];
     int o = snprintf(body, sizeof body, "$blocking using 1:2 with linespoints lw 2 pt 7 lc rgb "
                      "'#d62728' title 'training stopped (blocking)'");
@@ -219,7 +219,7 @@ static int plot_saves(FILE *f, const char *out, const char *run, const runlog *r
 static size_t curve(FILE *f, char *b, size_t cap, int *o, const runlog *rl, const char *name,
                     runlog_field field, double scale, const char *rgb, const char *title,
                     const char *axes) {
-    size_t h, n = datablock_smooth(f, name, rl->train, rl->n_train, field, scale, &h);
+    size_t h, n = gnuplot_datablock_smooth(f, name, rl->train, rl->n_train, field, scale, &h);
     const char *sep = *o ? ", " : "";
     if (!n || *o < 0 || (size_t)*o >= cap) return n;
     if (!h)
@@ -241,7 +241,7 @@ static int plot_loss(FILE *f, const char *out, const char *run, const runlog *rl
     int o = 0;
     size_t n_loss = curve(f, body, sizeof body, &o, rl, "loss", RL_LOSS, 1, "1f77b4",
                           dpo ? "train DPO loss" : "train loss", "");
-    size_t n_val = datablock(f, "val", rl->eval, rl->n_eval, RL_VAL_LOSS, 1);
+    size_t n_val = gnuplot_datablock(f, "val", rl->eval, rl->n_eval, RL_VAL_LOSS, 1);
     if (n_val)
         snprintf(body + o, sizeof body - (size_t)o, "%s$val using 1:2 with linespoints lw 2 pt 7 "
                  "ps 1.2 lc rgb '#d62728' title '%s'", o ? ", " : "",
@@ -272,7 +272,8 @@ static int plot_steps(FILE *f, const char *out, const char *run, const runlog *r
         int o = 0;
         size_t n = p[i].smooth ? curve(f, body, sizeof body, &o, rl, p[i].name, p[i].field,
                                        p[i].scale, p[i].rgb, p[i].key, "")
-                               : datablock(f, p[i].name, rl->train, rl->n_train, p[i].field, 1);
+                               : gnuplot_datablock(f, p[i].name, rl->train, rl->n_train,
+                                                   p[i].field, 1);
         if (!p[i].smooth)
             snprintf(body, sizeof body, "$%s using 1:2 with %s lc rgb '#%s' title '%s'", p[i].name,
                      style(n), p[i].rgb, p[i].key);
@@ -305,7 +306,7 @@ static int plot_rate(FILE *f, const char *out, const char *run, const runlog *rl
     curve(f, body, sizeof body, &o, rl, p->name[0], p->field[0], 1, "ff7f0e", p->label[0], "");
     curve(f, body, sizeof body, &o, rl, p->name[1], p->field[1], 1, "17becf", p->label[1],
           " axes x1y2");
-    if (datablock(f, p->name[2], rl->eval, rl->n_eval, p->field[2], 1))
+    if (gnuplot_datablock(f, p->name[2], rl->eval, rl->n_eval, p->field[2], 1))
         snprintf(body + o, sizeof body - (size_t)o, ", $%s using 1:2 axes x1y2 with linespoints "
                  "lw 2 pt 7 ps 1.2 lc rgb '#d62728' title '%s'", p->name[2], p->label[2]);
     fprintf(f, "set yrange [*:*]\nset y2range [0:1]\nset y2tics\nset key %s\n", p->key);
@@ -470,7 +471,7 @@ int cmd_report(int argc, char **argv) {
     const char *base = strrchr(run_dir, '/');
     base = base && base[1] ? base + 1 : run_dir;
     rc = write_script(script, out, base, &rl);
-    if (!rc && !on_path("gnuplot")) {
+    if (!rc && !gnuplot_on_path("gnuplot")) {
         tsr_error("gnuplot not found on PATH: loss.png, throughput.png, mfu.png, lr.png and "
                   "grad_norm.png not drawn (the summary is written). Install it: ./INSTALL "
                   "(Debian's gnuplot-nox) or module load gnuplot; then rerun, or run: gnuplot %s",

@@ -14,8 +14,8 @@
 
 #include "common.h"
 #include "fsutil.h"
+#include "report/gnuplot.h"
 #include "report/report_cost.h"
-#include "report/report_gp.h"
 #include "report/runlog.h"
 
 #define MAX_RUNS 64
@@ -58,7 +58,7 @@ static void table_row(FILE *f, const char *name, const runlog *rl, const char *m
     fmt(c[0], 32, "%.6g", l ? l->v[RL_LOSS] : NAN);
     fmt(c[1], 32, "%.6g", mn);
     fmt(c[2], 32, "%.6g", v ? v->v[RL_VAL_LOSS] : NAN);
-    fmt(c[3], 32, "%.6g", median(rl, RL_TOKENS_PER_S));
+    fmt(c[3], 32, "%.6g", runlog_median(rl, RL_TOKENS_PER_S));
     fmt(c[4], 32, "%.1f%%", 100 * good);
     fmt(c[5], 32, "%.4g", gh);
     fmt(c[6], 32, "%.4g", ch);
@@ -79,7 +79,7 @@ static int plot(FILE *f, const char *out, const char *png, const char *ylabel, i
     char path[1200];
     snprintf(path, sizeof path, "%s/%s", out, png);
     fprintf(f, "set output ");
-    if (gp_quote(f, path)) return -1;
+    if (gnuplot_quote(f, path)) return -1;
     fprintf(f, "\nset ylabel '%s'\nplot ", ylabel);
     int drawn = 0;
     for (int i = 0; i < n; i++) {
@@ -87,7 +87,7 @@ static int plot(FILE *f, const char *out, const char *png, const char *ylabel, i
         snprintf(name, sizeof name, "r%d_%d", i, (int)field);
         fprintf(f, "%s$%s using 1:2 with lines lw 2 lc rgb '%s' title ", drawn++ ? ", " : "", name,
                 colours[i % 10]);
-        if (gp_quote(f, run_name(dirs[i]))) return -1;
+        if (gnuplot_quote(f, run_name(dirs[i]))) return -1;
     }
     fprintf(f, "\n");
     return 0;
@@ -114,11 +114,11 @@ static int write_script(const char *script, const char *out, int n, char **dirs,
     for (int i = 0; i < n; i++) {
         char name[32];
         snprintf(name, sizeof name, "r%d_%d", i, (int)RL_LOSS);
-        datablock(f, name, rl[i].train, rl[i].n_train, RL_LOSS, 1);
+        gnuplot_datablock(f, name, rl[i].train, rl[i].n_train, RL_LOSS, 1);
         snprintf(name, sizeof name, "r%d_%d", i, (int)RL_VAL_LOSS);
-        vals += datablock(f, name, rl[i].eval, rl[i].n_eval, RL_VAL_LOSS, 1) > 0;
+        vals += gnuplot_datablock(f, name, rl[i].eval, rl[i].n_eval, RL_VAL_LOSS, 1) > 0;
         snprintf(name, sizeof name, "r%d_%d", i, (int)RL_TOKENS_PER_S);
-        datablock(f, name, rl[i].train, rl[i].n_train, RL_TOKENS_PER_S, 1);
+        gnuplot_datablock(f, name, rl[i].train, rl[i].n_train, RL_TOKENS_PER_S, 1);
     }
     fprintf(f, "set title 'train loss'\n");
     int bad = plot(f, out, "compare-loss.png", loss_label(n, rl), n, dirs, RL_LOSS);
@@ -162,7 +162,7 @@ static int draw(const char *out, int n, char **dirs, const runlog *rl) {
     snprintf(script, sizeof script, "%s/compare.gp", out);
     int vals = write_script(script, out, n, dirs, rl);
     if (vals < 0) return TSR_EXIT_DATA;
-    if (!on_path("gnuplot"))
+    if (!gnuplot_on_path("gnuplot"))
         return tsr_error("gnuplot not found on PATH: the plots are not drawn (the table is "
                          "written); then run: gnuplot %s", script), TSR_EXIT_DATA;
     char *argv[] = {"gnuplot", script, NULL};

@@ -1,6 +1,7 @@
 /* report_cost.c — `tessera report`'s cost section (docs/site.md "What a run cost"): every start of
- * the run directory with its wall time, hours and goodput (src/train/account.h sums them), and,
- * where the starts ran under Slurm and sacct answers, their wall time against sacct's Elapsed. */
+ * the run directory with its wall time, hours and goodput (src/report/account_read.h sums them),
+ * and, where the starts ran under Slurm and sacct answers, their wall time against sacct's
+ * Elapsed. */
 #include "report/report_cost.h"
 
 #include <math.h>
@@ -10,7 +11,7 @@
 
 #include "common.h"
 #include "fsutil.h"
-#include "train/account.h"
+#include "report/account_read.h"
 
 /* "[D-]HH:MM:SS" (or MM:SS) in seconds; -1 when it is not that */
 static double slurm_elapsed(const char *s) {

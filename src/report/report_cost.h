@@ -5,7 +5,7 @@
 
 #include <stdio.h>
 
-/* The starts of metrics, their hours, goodput and energy (train/account.h), and with_sacct the
+/* The starts of metrics, their hours, goodput and energy (report/account_read.h), and with_sacct the
  * Slurm jobs' Elapsed against them where sacct answers (TSR_SACCT: another program). 0, or
  * TSR_EXIT_DATA after an error naming the file. */
 int report_cost(FILE *f, const char *metrics, int with_sacct);

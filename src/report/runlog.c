@@ -189,3 +189,29 @@ const char *runlog_loss_label(const runlog *rl) {
     if (runlog_has(rl, RL_GRPO_REWARD)) return "GRPO loss (the clipped policy gradient)";
     return "loss (nats/token)";
 }
+
+static int cmp_double(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* Median of the finite values of field f over the series p[0..np); NAN when there are none.
+ * max (may be NULL): their largest. */
+double runlog_points_median(const runlog_point *p, size_t np, runlog_field f, double *max) {
+    double *v = tsr_malloc((np + 1) * sizeof *v);
+    size_t n = 0;
+    for (size_t i = 0; i < np; i++)
+        if (p[i].has & 1u << f && isfinite(p[i].v[f])) v[n++] = p[i].v[f];
+    double m = NAN;
+    if (n) {
+        qsort(v, n, sizeof *v, cmp_double);
+        m = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    }
+    if (max) *max = n ? v[n - 1] : NAN;
+    free(v);
+    return m;
+}
+
+double runlog_median(const runlog *rl, runlog_field f) {
+    return runlog_points_median(rl->train, rl->n_train, f, NULL);
+}

@@ -1,6 +1,6 @@
 /* runlog.h — a run's metrics.jsonl read back: the step series and the eval series.
  *
- * metrics.jsonl holds one flat JSON object per line (src/train/metrics.c). Step lines carry "step"
+ * metrics.jsonl holds one flat JSON object per line (src/telemetry/metrics.c). Step lines carry "step"
  * and "loss" (plus "lr", "grad_norm", "tokens", "tokens_per_s", "mfu", "step_time_s"); eval lines
  * "step" and "val_loss" (plus "val_ppl") or, for GRPO, "val_pass_at_1"; DPO step lines also
  * "dpo_reward_margin" and "dpo_accuracy", GRPO's "grpo_reward_mean" and "grpo_pass_rate"; save
@@ -61,5 +61,11 @@ int runlog_has(const runlog *rl, runlog_field f);
 /* What the run's "loss" is, as an axis label: a DPO run's pairs' DPO loss, a GRPO run's clipped
  * policy-gradient loss, else the language model's cross-entropy in nats per token. */
 const char *runlog_loss_label(const runlog *rl);
+
+/* Median of the finite values of field f over the series p[0..np); NAN when there are none.
+ * max (may be NULL): their largest. */
+double runlog_points_median(const runlog_point *p, size_t np, runlog_field f, double *max);
+/* The same over the step series (rl->train). */
+double runlog_median(const runlog *rl, runlog_field f);
 
 #endif

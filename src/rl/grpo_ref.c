@@ -27,7 +27,7 @@
 #include "crc32c.h"
 #include "fsutil.h"
 #include "rl/grpo_int.h"
-#include "train/metrics.h"
+#include "telemetry/metrics.h"
 
 #define REF_FILE "grpo-reference.bin"
 #define REF_KIND "grpo-initial"  /* the reference file's kind (checkpoint/ckpt_ref.h) */

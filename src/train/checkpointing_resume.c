@@ -19,7 +19,7 @@
 #include "gpu/gpu_train.h"
 #include "config/config_table.h"
 #include "train/checkpointing_tensors.h"
-#include "train/metrics.h"
+#include "telemetry/metrics.h"
 #include "optim/schedule.h"
 #include "train/train_data.h"
 

@@ -15,7 +15,7 @@
 #include "common.h"
 #include "gpu/gpu_train.h"
 #include "train/checkpointing_tensors.h"
-#include "train/metrics.h"
+#include "telemetry/metrics.h"
 #include "train/train_data.h"
 
 #ifndef TSR_VERSION

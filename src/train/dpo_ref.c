@@ -16,7 +16,7 @@
 #include "crc32c.h"
 #include "fsutil.h"
 #include "train/dpo.h"
-#include "train/metrics.h"
+#include "telemetry/metrics.h"
 
 #define DPO_REF_KIND "dpo-logps" /* the reference file's kind (checkpoint/ckpt_ref.h) */
 #define DPO_REF_MAGIC "TSRDPORF"  /* format 1 (before the reference-file format): still read */

@@ -10,7 +10,7 @@
 #include "data/data_loss.h"
 #include "data/stage.h"
 #include "tokenizer/tokenizer.h"
-#include "train/metrics.h"
+#include "telemetry/metrics.h"
 
 static int check_dataset(const tsr_trainer *t, tsr_dataset *ds, const char *name) {
     const tsr_config *c = &t->cfg;

@@ -10,7 +10,8 @@
 #include "optim/adamw.h"
 #include "train/dpo.h"
 #include "rl/grpo.h"
-#include "train/metrics.h"
+#include "plan/plan.h"
+#include "telemetry/metrics_units.h"
 #include "train/train_state.h"
 
 /* the host model's weights for the end-of-run sample (trainer_host_weights: every expert
@@ -74,91 +75,11 @@ int train_gpu_switches(const tsr_trainer *t) {
     return gpu_train_switches(&c);
 }
 
-/* the bytes a decoder layer keeps for its backward, with and without compression (docs/cuda.md
- * "Compressed activations") */
-static void plan_layer_acts(const tsr_trainer *t, const gpu_train_ctx *c) {
-    const double plain = (double)gpu_train_layer_bytes(c, t->micro, 0);
-    const double fp8 = (double)gpu_train_layer_bytes(c, t->micro, 1);
-    char a[32], b[32];
-    metrics_human_bytes(a, sizeof a, plain);
-    metrics_human_bytes(b, sizeof b, fp8);
-    printf("activations kept per decoder layer (microbatch of %d x %d): %s as computed, %s with "
-           "model.activation_compression = \"fp8\" (%.1f%% less); this run: %s\n", t->micro,
-           t->T, a, b, plain > 0 ? 100.0 * (plain - fp8) / plain : 0.0,
-           t->cfg.model.activation_compression == TSR_ACTCOMP_FP8 ? "fp8" : "none");
-}
-
-static void plan_memory(const tsr_trainer *t, gpu_train_ctx c);
-
 void train_gpu_print_plan(const tsr_trainer *t) {
     if (t->dist.rank != 0) return;
     gpu_train_ctx c;
     fill(&c, t);
-    plan_memory(t, c);
-    plan_layer_acts(t, &c);
-}
-
-/* the device memory line */
-static void plan_memory(const tsr_trainer *t, gpu_train_ctx c) {
-    size_t fixed = gpu_train_plan_bytes(&c), acts = gpu_train_acts_bytes(&c, t->micro);
-    char a[32], tot[32], st[32];
-    metrics_human_bytes(a, sizeof a, (double)acts);
-    metrics_human_bytes(tot, sizeof tot, (double)(fixed + acts));
-    /* parallel.expert: the experts' store (fp32 master + bf16 copy, gradients, AdamW; src/gpu/gpu_ep.h)
-     * is in the total and apart in the line; the exchange's buffers are in the activations */
-    const tsr_model *md = &t->model;
-    double exb = md->EP > 1 ? (double)md->LM * (md->E / md->EP) * 3.0 * md->FE * md->C *
-                                  (4 * sizeof(float) + sizeof(uint16_t))
-                            : 0.0;
-    char ex[160] = "", exs[32], mus[32];
-    metrics_human_bytes(exs, sizeof exs, exb);
-    if (exb > 0) snprintf(ex, sizeof ex, "experts' store %s (E/EP = %d), ", exs, md->E / md->EP);
-    /* optim.name = muon: its buffers (src/gpu/gpu_muon.h) in the total and apart in the line */
-    const double mub = (double)gpu_train_muon_bytes(&c);
-    metrics_human_bytes(mus, sizeof mus, mub);
-    if (mub > 0)
-        snprintf(ex + strlen(ex), sizeof ex - strlen(ex), "Muon %s (the iteration%s), ", mus,
-                 c.mode != GPU_SHARD_DDP ? ", the owned matrices and the exchange" : "");
-    char share[160] = ""; /* context parallelism: the rank's positions (docs/parallelism.md) */
-    if (t->mesh.N > 1)
-        snprintf(share, sizeof share, " (this rank's %d positions of each)", t->T / t->mesh.N);
-    /* precision.fp8: its operands' scratch is in the activations (what the key adds to them) */
-    gpu_train_ctx no_fp8 = c;
-    no_fp8.fp8 = TSR_FP8_NONE;
-    const size_t f8 = acts - gpu_train_acts_bytes(&no_fp8, t->micro);
-    char f8s[32];
-    metrics_human_bytes(f8s, sizeof f8s, (double)f8);
-    if (f8) snprintf(share + strlen(share), sizeof share - strlen(share), ", FP8 operands' scratch %s (%zu B) in them", f8s, f8);
-    if (c.mode != GPU_SHARD_DDP) {
-        /* (LoRA: the frozen base's bf16 shard and gathers, and the adapters' store) */
-        metrics_human_bytes(st, sizeof st, (double)fixed - exb - mub);
-        printf("device memory per rank (cuda, bf16 activations, %s%s over %d ranks): shards, "
-               "gathered weights and communication buffers %s, %sactivations %s per microbatch of "
-               "%d x %d%s; total %s\n",
-               c.mode == GPU_SHARD_ZERO1 ? "zero1" : c.G < t->dist.world ? "hsdp" : "zero3",
-               c.lora ? ", lora: frozen bf16 base" : "", c.G, st, ex, a, t->micro, t->T, share,
-               tot);
-        return;
-    }
-    char w[32], g[32], o[32];
-    double nb = (double)t->model.n_params;
-    if (c.lora) { /* the frozen base in bf16 only; the adapters' fp32 store (w, g, m, v) */
-        double na = (double)t->part.lora.n;
-        metrics_human_bytes(w, sizeof w, nb * sizeof(uint16_t) /* bf16 */);
-        metrics_human_bytes(o, sizeof o, na * 4 * sizeof(float));
-        printf("device memory per rank (cuda, bf16 activations, lora): frozen base %s (bf16 "
-               "only: no fp32 master, gradients or AdamW), adapters %s (fp32 weights, grads, "
-               "AdamW), activations and adapter scratch %s per microbatch of %d x %d%s; total "
-               "%s\n",
-               w, o, a, t->micro, t->T, share, tot);
-        return;
-    }
-    metrics_human_bytes(w, sizeof w, nb * (double)(sizeof(float) + sizeof(uint16_t) /* bf16 */));
-    metrics_human_bytes(g, sizeof g, nb * sizeof(float));
-    metrics_human_bytes(o, sizeof o, nb * 2 * sizeof(float));
-    printf("device memory per rank (cuda, bf16 activations): weights %s (fp32 master + bf16 "
-           "copy), grads %s, AdamW %s, %sactivations %s per microbatch of %d x %d%s; total %s\n",
-           w, g, o, ex, a, t->micro, t->T, share, tot);
+    plan_print_device(t, &c); /* (src/plan/plan.c) */
 }
 
 /* The GPU's peak bf16 FLOP/s from its name ("NVIDIA H100 80GB HBM3" -> H100), else 0. */

@@ -23,11 +23,13 @@
 #include "hf/hf_importer.h"
 #include "ops.h"
 #include "progress.h"
+#include "report/account_read.h"
 #include "runlock.h"
 #include "mesh/binding.h"
 #include "train/checkpointing.h"
-#include "train/timeplan.h"
-#include "train/metrics_prom.h"
+#include "plan/timeplan.h"
+#include "telemetry/metrics.h"
+#include "telemetry/metrics_prom.h"
 #include "train/trainer.h"
 
 #ifndef TSR_VERSION
@@ -231,7 +233,8 @@ static int load_config(const cli *c, const char *recipe, tsr_config *cfg) {
 }
 
 /* What the trainer takes from the layers above it: --init-from a Hugging Face directory
- * (src/hf/hf_importer.h) and the ICL evaluation (src/eval). */
+ * (src/hf/hf_importer.h), the ICL evaluation (src/eval) and the reader of a run's accounting for
+ * its last "cost:" lines (src/report/account_read.h). */
 static const trainer_icl_api icl_evaluation = {train_icl_open, train_icl_run, train_icl_close};
 
 int main(int argc, char **argv) {
@@ -255,6 +258,7 @@ int main(int argc, char **argv) {
     if (c.plan_world > 0) pd.world = c.plan_world, pd.local_world = c.plan_per_node;
     checkpointing_use_importer(&hf_checkpointing_importer);
     trainer_use_icl(&icl_evaluation);
+    metrics_use_run_line(account_run_line);
     if (!rc) banner(&d, &pd, &cfg, c.plan_world);
     if (!rc) rc = trainer_init(&t, &cfg, &pd, c.dry_run);
     tsr_log_mute(0);

@@ -129,10 +129,10 @@ typedef struct tsr_train_part {
                                   * on device = cuda (the library's) */
 } tsr_train_part;
 
-/* What the run reports (owner: train/metrics.c). */
+/* What the run reports (owner: telemetry/metrics.c). */
 typedef struct tsr_train_out {
     FILE *metrics;               /* run_dir/metrics.jsonl on rank 0, else NULL */
-    struct tsr_tboard *tb;       /* run_dir/tb/ event file on rank 0 (train/tboard.h), else NULL */
+    struct tsr_tboard *tb;       /* run_dir/tb/ event file on rank 0 (telemetry/tboard.h), else NULL */
     double flops_per_token, peak_flops, time_sum; /* time_sum: this process's steps 2.. */
     int64_t steps_run;           /* steps run by this process (the ETA and average divide by it) */
     double val_accuracy;         /* objective = dpo: the last evaluation's pair accuracy */

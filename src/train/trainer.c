@@ -17,8 +17,9 @@
 #include "train/dpo.h"
 #include "train/dpo_ref.h"
 #include "rl/grpo.h"
-#include "train/metrics.h"
-#include "train/tboard.h"
+#include "plan/plan.h"
+#include "telemetry/metrics.h"
+#include "telemetry/tboard.h"
 #include "train/train_data.h"
 #include "train/train_gpu.h"
 #include "train/watchdog.h"
@@ -643,7 +644,7 @@ static int init_layout(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d)
 /* the plan (a dry run's: the layout only, nothing allocated); device = cuda: the GPU's
  * switches and its plan */
 static int init_plans(tsr_trainer *t, const tsr_config *cfg, int dry_run) {
-    metrics_print_plan(t, dry_run);
+    plan_print(t, dry_run);
     if (cfg->device != TSR_DEVICE_CUDA) return 0;
     TSR_CHECK(train_gpu_switches(t));
     train_gpu_print_plan(t);
@@ -761,7 +762,7 @@ void trainer_ensure_acts(tsr_trainer *t) {
         if (!t->auto_micro || t->micro == 1) {
             double need = (double)(t->be.gpu ? gpu_train_acts_bytes(t->be.gpu, t->micro)
                                           : model_acts_bytes(m, t->micro, t->T)) / (1024.0 * 1024.0);
-            metrics_print_plan(t, 0);
+            plan_print(t, 0);
             if (t->be.gpu) train_gpu_print_plan(t);
             tsr_fail_all(TSR_EXIT_USAGE,
                          "out of memory on %lld of %d ranks allocating the activations for a "
@@ -1184,7 +1185,7 @@ static int run_steps(tsr_trainer *t) {
     return TSR_EXIT_OK;
 }
 
-/* The steps, between the accounting of this start (train/account.h): its record is written
+/* The steps, between the accounting of this start (telemetry/account.h): its record is written
  * whichever way the steps end (finished, 85, 86, the guard's stop) */
 int trainer_run(tsr_trainer *t) {
     account_run_begin(t);

@@ -12,7 +12,7 @@
 
 #include "common.h"
 #include "dist.h"
-#include "train/metrics.h"
+#include "telemetry/metrics.h"
 #include "train/train_state.h"
 
 static const char *const phase_names[WD_PHASES] = {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What a GPU run cost (src/train/account.h, energy.h; docs/site.md "What a run cost"): device = cuda
+# What a GPU run cost (src/telemetry/account.h, energy.h; docs/site.md "What a run cost"): device = cuda
 # counts one GPU per rank.
 #  - the CUDA emulator (build/tests/tessera-train-cuemu; every machine, CI included): the start and
 #    account records say gpus = ranks, GPU-hours = GPUs x wall; gpu_energy_j null and the log says

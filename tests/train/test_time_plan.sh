@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tessera-train --time (issue 52 item 5; src/train/timeplan.c, docs/planning.md): the time plan of
+# tessera-train --time (issue 52 item 5; src/plan/timeplan.c, docs/planning.md): the time plan of
 # a recipe on W GPUs, all dry runs (nothing trained, no data opened) but one tiny emulator run:
 #  1. W = 1 against every one-GPU measurement docs/benchmarks.md holds (H200: gpt2-124m 32 x 1024
 #     64.0 ms a step, the table's own run; gpt2-350m 16 x 1024 86.93 ms = 16384 / 188,467 tok/s;

@@ -1,5 +1,5 @@
-/* test_account.c — what a run cost, the parts a real run cannot show here (src/train/account.h,
- * energy.h; the real runs: tests/train/test_account.sh):
+/* test_account.c — what a run cost, the parts a real run cannot show here (src/telemetry/account.h,
+ * energy.h, src/report/account_read.h; the real runs: tests/train/test_account.sh):
  *  - the powercap (RAPL) package counters: a tree laid out as the kernel's (intel-rapl:N packages,
  *    intel-rapl:N:M sub-domains that must not be counted twice, a non-package entry); the sum in
  *    joules and the wrap range; a counter that went down since the last read wrapped; an
@@ -17,8 +17,9 @@
 #include <unistd.h>
 
 #include "tap.h"
-#include "train/account.h"
-#include "train/energy.h"
+#include "report/account_read.h"
+#include "telemetry/account.h"
+#include "telemetry/energy.h"
 
 static char dir[256];
 

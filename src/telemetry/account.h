@@ -1,8 +1,10 @@
 /* account.h — what a run cost (docs/site.md "What a run cost"): where the wall time of each
  * process start went, the GPU-, CPU- and core-hours it held and the energy it used, written to
  * metrics.jsonl as an {"event": "account"} record when the process ends a run (finished, exit 85
- * or 86, the spike guard's stop); and the totals over every start of a run directory, read back
- * from metrics.jsonl by `tessera report` and by the trainer for its last log lines.
+ * or 86, the spike guard's stop). This is the trainer's side, what it feeds while running and
+ * writes; the totals over every start of a run directory are read back from metrics.jsonl by
+ * src/report/account_read.h (`tessera report`, and the trainer's last log lines through
+ * metrics_use_run_line).
  *
  * The parts of a start's wall time (from the process's start, /proc/self/stat, to its record):
  *   startup   until the first step, less the checkpoint read at start
@@ -29,7 +31,8 @@ typedef enum acc_part {
 /* The JSON key of each part: "startup_s", "steps_s", ... */
 const char *account_part_key(acc_part p);
 
-/* ---- a run directory's starts, read back ---- */
+/* One start's figures: written by the trainer (account_close, metrics_log_account), read back per
+ * start by src/report/account_read.h. */
 typedef struct acc_start {
     int64_t step;              /* the step it started from */
     char job[64];              /* SLURM_JOB_ID (ARRAY_TASK for an array task), "" outside Slurm */
@@ -54,13 +57,6 @@ void account_step(const tsr_trainer *t, double step_time);
 /* The fields of this process's start event: "started", "ranks", "gpus", "threads", "job". */
 void account_start_fields(const tsr_trainer *t, FILE *f);
 
-typedef struct acc_run {
-    acc_start *starts;
-    size_t n;
-    double s[ACC_PARTS], wall; /* summed over the starts, lost work across starts included */
-    double gpu_h, cpu_h, core_h, gpu_j, cpu_j; /* energy: NAN when no start measured it */
-} acc_run;
-
 /* At trainer_run's end, every rank (collective: the energy is summed): this start's figures
  * into *s (metrics_log_account writes them). */
 void account_close(const tsr_trainer *t, acc_start *s);
@@ -70,16 +66,5 @@ const char *account_energy_why(int gpu);
  * (jobs/lib/tessera-job.sh tsr_run) and, once the step has ended, makes the job's comment with
  * `scontrol update JobId=... Comment=...`: 1 written, 0 not asked (warned when it cannot write). */
 int account_comment_file(const char *line);
-
-/* Reads the starts of metrics.jsonl at path and sums them. 0, or TSR_EXIT_DATA after an error
- * naming the file (cannot open; a line that is not JSON). A file from before accounting (start
- * lines without "started") gives n = 0. */
-int account_read(acc_run *r, const char *path);
-void account_free(acc_run *r);
-/* One line: "tessera: 12 steps, 0.0031 GPU-h, 0.0062 CPU-h, goodput 71.2% (startup 9.1%, ...)"
- * (the Slurm comment and the log's last line). */
-void account_line(const acc_run *r, int64_t steps, char *buf, size_t n);
-/* The report's table: one line per start, then the totals and the goodput split. */
-void account_print(FILE *f, const acc_run *r);
 
 #endif

@@ -1,19 +1,14 @@
-/* metrics.h — what a run reports: the plan at start, one line per step, eval lines, metrics.jsonl.
- * The MFU formula is in docs/mfu.md: MFU = flops_per_token * tokens/s / (W * peak_flops). */
+/* metrics.h — what a run reports while it runs: one line per step, eval lines, metrics.jsonl and
+ * the TensorBoard step (the plan at start: src/plan/plan.h). The MFU formula is in docs/mfu.md:
+ * MFU = flops_per_token * tokens/s / (W * peak_flops). */
 #ifndef TSR_METRICS_H
 #define TSR_METRICS_H
 
 #include "ckpt.h"
-#include "train/account.h"
+#include "telemetry/account.h"
+#include "telemetry/metrics_units.h"
 #include "train/train_state.h"
 
-/* Peak FLOP/s of one rank by device name ("cpu", "H100", ...): the table in docs/mfu.md.
- * For "cpu" it is the measured fp32 FMA roofline per core times threads. */
-double metrics_peak_flops(const char *device, int threads);
-/* b bytes as "12.3 MiB" (B, KiB, MiB, GiB, TiB; one decimal). */
-void metrics_human_bytes(char *buf, size_t n, double b);
-/* Parameter count, FLOPs/token, memory plan, batch split, steps (rank 0 prints). */
-void metrics_print_plan(const tsr_trainer *t, int dry_run);
 /* Creates run_dir, writes the effective config (run_dir/config.cfg), opens run_dir/metrics.jsonl. */
 int metrics_open_run_dir(tsr_trainer *t);
 /* (Re)writes run_dir/config.cfg from t->cfg, atomically (rank 0's job). 0 or an exit code. */
@@ -32,6 +27,12 @@ void metrics_finish(tsr_trainer *t);
 /* The end of a start (rank 0): its {"event": "account"} record (account.h), the log's "cost:"
  * lines for it and for the run so far, and under Slurm the job's comment. rc: the exit code. */
 void metrics_log_account(const tsr_trainer *t, int rc, const acc_start *s);
+/* The run so far, read back from run_dir/metrics.jsonl (path) after `steps` steps: one line into
+ * line, 1 written, 0 not. The report tool's reader (src/report/account_read.h account_run_line),
+ * a layer above the trainer: train_main.c hands it over. Without one, metrics_log_account prints
+ * no "run so far" line and writes no job comment. */
+typedef int (*metrics_run_line_fn)(const char *path, int64_t steps, char *line, size_t n);
+void metrics_use_run_line(metrics_run_line_fn fn);
 /* A checkpoint read ("resume", "init-from", "rollback"): time, bytes and bytes/s, in the log and
  * the JSONL (rank 0). */
 void metrics_log_checkpoint(const tsr_trainer *t, const char *what, const char *path,

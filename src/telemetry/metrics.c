@@ -1,6 +1,6 @@
-/* metrics.c — the plan, per-step lines, eval lines, run_dir/metrics.jsonl and the TensorBoard
- * event file run_dir/tb/ (rank 0 only; tags in docs/tracking.md). */
-#include "train/metrics.h"
+/* metrics.c — per-step lines, eval lines, run_dir/metrics.jsonl and the TensorBoard event file
+ * run_dir/tb/ (rank 0 only; tags in docs/tracking.md). The plan at start: src/plan/plan.c. */
+#include "telemetry/metrics.h"
 #include "train/dpo.h"
 #include "rl/grpo.h"
 
@@ -14,288 +14,11 @@
 #include <time.h>
 
 #include "common.h"
+#include "plan/plan.h"
 #include "tokenizer/tokenizer.h"
-#include "train/account.h"
-#include "train/metrics_prom.h"
-#include "train/tboard.h"
-
-/* Peak dense FLOP/s per device (per rank). GPUs: bf16 dense from the vendors' datasheets.
- * cpu: 172.5 GFLOP/s per core = half the measured 2-core AVX-512 FMA roofline of the CI
- * machine kind (docs/mfu.md); set peak_flops for other CPUs. */
-static const struct { const char *name; double flops; int per_thread; } peak_table[] = {
-    {"H100", 989.4e12, 0}, {"H200", 989.4e12, 0}, {"A100", 312e12, 0}, {"cpu", 172.5e9, 1},
-};
-
-double metrics_peak_flops(const char *device, int threads) {
-    for (size_t i = 0; i < sizeof peak_table / sizeof peak_table[0]; i++)
-        if (strcasecmp(peak_table[i].name, device) == 0)
-            return peak_table[i].flops * (peak_table[i].per_thread ? threads : 1);
-    return 0.0;
-}
-
-void metrics_human_bytes(char *buf, size_t n, double b) {
-    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int i = 0;
-    while (b >= 1024.0 && i < 4) b /= 1024.0, i++;
-    snprintf(buf, n, "%.1f %s", b, u[i]);
-}
-
-static void human_count(char *buf, size_t n, double v) {
-    if (v >= 1e9) snprintf(buf, n, "%.2fB", v / 1e9);
-    else if (v >= 1e6) snprintf(buf, n, "%.2fM", v / 1e6);
-    else if (v >= 1e3) snprintf(buf, n, "%.1fK", v / 1e3);
-    else snprintf(buf, n, "%.0f", v);
-}
-
-/* optim.name = muon on the CPU: its scratch (the optimizer slot's, optim/optim.h; device = cuda:
- * the device plan's) */
-static double muon_scratch(const tsr_trainer *t) {
-    if (t->cfg.device == TSR_DEVICE_CUDA) return 0.0;
-    return (double)optim_scratch_bytes(&t->model, &t->cfg.optim,
-                                       t->part.fsdp_on ? t->part.fsdp_group : 0);
-}
-
-/* The planned fp32 memory of one rank, in bytes: weights = grads = pb, the optimizer ob (AdamW's
- * moments and Muon's scratch), activations of one microbatch ab; returns the total. */
-static double plan_bytes(const tsr_trainer *t, int lora, double *pb, double *gb, double *ob,
-                         double *cb, double *ab) {
-    *pb = *gb = (double)t->model.n_params * sizeof(float);
-    *ab = (double)model_acts_bytes(&t->model, t->micro, t->T);
-    /* ZeRO-1 keeps AdamW state for 1/W of the parameters on each rank, and receives its slice
-     * of the summed gradients into a buffer of that size; DDP all-reduces in place */
-    int zero1 = t->cfg.sharding == TSR_SHARD_ZERO1 && t->dist.world > 1;
-    *ob = 2 * *pb / (zero1 ? t->dist.world : 1);
-    *cb = zero1 ? *pb / t->dist.world : 0;
-    /* ZeRO-3 / HSDP: shards, plus the gather buffers (model/fsdp.h) */
-    const int frozen = lora; /* LoRA: the base has weights only */
-    if (frozen) *gb = *ob = *cb = 0;
-    if (t->part.fsdp_on) fsdp_plan_bytes(&t->model, t->part.fsdp_group, frozen, pb, gb, ob, cb);
-    if (frozen) { /* the adapters' store, replicated (model/model_lora.h), and its scratch */
-        double lb = (double)t->part.lora.n * sizeof(float);
-        *pb += lb, *gb += lb, *ob += 2 * lb;
-        *ab += (double)lora_scratch_bytes(&t->part.lora, &t->model.be, t->micro * t->T);
-    }
-    const tsr_model *m = &t->model;
-    if (m->EP > 1) { /* the expert store (model/model_ep.h): this rank's E / EP experts, replicated
-                      * over their EDP group whatever the sharding; and the rows it receives for
-                      * them per microbatch with a balanced routing, kept for the backward (a
-                      * skewed one takes up to EP times that) */
-        double eb = (double)m->LM * (m->E / m->EP) * 3.0 * m->FE * m->C * sizeof(float);
-        *pb += eb, *gb += eb, *ob += 2 * eb;
-        /* one buffer per MLP activation slot of a MoE layer (checkpointed layers share one) */
-        int slots = 0;
-        unsigned char *used = tsr_calloc((size_t)m->L, 1);
-        for (int l = 0; l < m->L; l++) {
-            size_t s = model_act_group_slot(m, TSR_AG_MLP, l);
-            if (model_moe_layer(m, l) && !used[s]) used[s] = 1, slots++;
-        }
-        free(used);
-        *cb += (double)slots * t->micro * t->T * m->K * (m->C + 3.0 * m->FE) * sizeof(float);
-    }
-    *ob += muon_scratch(t);
-    return *pb + *gb + *ob + *cb + *ab;
-}
-
-/* The memory line's optional parts: Muon's buffers (mu), the checkpoint's buffers of io bytes
- * and the save_async snapshot of sb bytes (snap), context parallelism's share of a sequence
- * (share); "" where they do not apply. */
-static void memory_notes(const tsr_trainer *t, double io, double sb, char mu[96], char snap[160],
-                         char share[64]) {
-    char b[32], c[32];
-    mu[0] = snap[0] = share[0] = '\0';
-    if (muon_scratch(t) > 0) {
-        metrics_human_bytes(b, sizeof b, muon_scratch(t));
-        snprintf(mu, 96, " (Muon's iteration%s: %s)",
-                 t->part.fsdp_on ? ", owned matrices and exchange" : "", b);
-    }
-    metrics_human_bytes(c, sizeof c, io);
-    metrics_human_bytes(b, sizeof b, sb);
-    snprintf(snap, 160, ", checkpoint I/O %s (host, while a save runs)%s%s%s", c,
-             sb > 0 ? ", checkpoint snapshot " : "", sb > 0 ? b : "", sb > 0 ? " (save_async, host)" : "");
-    if (t->mesh.N > 1)
-        snprintf(share, 64, " (this rank's %d positions of each)", t->T / t->mesh.N);
-}
-
-/* the plan's model line: size, shape, MLP (and MoE), vocabulary, positions, norm */
-static void plan_model(const tsr_trainer *t) {
-    const tsr_model *m = &t->model;
-    const tsr_config *c = &t->cfg;
-    char np[32];
-    human_count(np, sizeof np, (double)m->n_params_counted);
-    static const char *const pos[] = {"learned", "alibi", "rope"};
-    _Static_assert(sizeof pos / sizeof pos[0] == TSR_POS_COUNT, "pos names");
-    char arch[160];
-    if (c->model.mlp == TSR_MLP_SWIGLU)
-        snprintf(arch, sizeof arch, "mlp=swiglu %d", m->F);
-    else snprintf(arch, sizeof arch, "mlp=%d gelu=%s", m->F, c->model.gelu ? "exact" : "tanh");
-    if (m->E) { /* docs/moe.md */
-        char shared[32] = "";
-        if (m->S) snprintf(shared, sizeof shared, " shared=%d", m->S);
-        size_t o = strlen(arch);
-        snprintf(arch + o, sizeof arch - o, " moe: experts=%d top_k=%d width=%d layers=%d/%d%s%s",
-                 m->E, m->K, m->FE, m->LM, m->L, shared,
-                 c->model.moe_norm_topk ? "" : " unnormalised");
-    }
-    printf("model: %s, L=%d d_model=%d heads=%d kv_heads=%d head_dim=%d %s vocab=%d (padded %d) "
-           "pos=%s norm=%s bias=%s%s%s%s\n",
-           np, m->L, m->C, m->NH, m->KVH, m->hs, arch, m->V, m->Vp, pos[c->model.pos],
-           c->model.norm == TSR_NORM_RMSNORM ? "rmsnorm" : "layernorm", c->model.bias ? "yes" : "no",
-           c->model.qkv_bias && !c->model.bias ? " qkv_bias" : "", c->model.qk_norm ? " qk_norm" : "",
-           c->model.tie_embeddings ? "" : " untied");
-}
-
-/* the plan's parameter line (trainable, frozen, FLOPs per token) and, with experts over several
- * ranks, the expert-parallel line */
-static void plan_params(const tsr_trainer *t, int lora) {
-    const tsr_model *m = &t->model;
-    char trainable[96]; /* under LoRA the adapters train, the base is frozen */
-    if (lora)
-        snprintf(trainable, sizeof trainable, "%zu trainable (LoRA adapters), %zu frozen (the "
-                 "base)", t->part.lora.n, m->n_params_counted);
-    else
-        snprintf(trainable, sizeof trainable, "%zu trainable", m->n_params_counted);
-    if (m->E)
-        printf("params: %s, %.0f active per token (%d of %d experts); FLOPs/token = "
-               "6N_active + 12*L*(heads*head_dim)*T = %.4g (docs/mfu.md)\n", trainable,
-               model_active_params(m),
-               m->K, m->E, t->out.flops_per_token);
-    else
-        printf("params: %s; FLOPs/token = 6N + 12*L*(heads*head_dim)*T = %.4g (docs/mfu.md)\n",
-               trainable, t->out.flops_per_token);
-    if (m->EP > 1)
-        printf("expert parallelism: %d ranks per group share the %d experts, %d on each; %d "
-               "cop%s of each expert (docs/moe.md)\n", m->EP, m->E, m->E / m->EP,
-               t->dist.world / m->EP, t->dist.world / m->EP == 1 ? "y" : "ies");
-}
-
-/* the plan's LoRA line (docs/lora.md): the adapters, and the memory saved against a full
- * finetuning, whose plan is planned = the LoRA run's per rank, snapshots aside */
-static void plan_lora(const tsr_trainer *t, double planned) {
-    const tsr_model *m = &t->model;
-    const tsr_config *c = &t->cfg;
-    double fpb, fgb, fob, fcb, fab, full = plan_bytes(t, 0, &fpb, &fgb, &fob, &fcb, &fab);
-    char saved[32], fulls[32];
-    metrics_human_bytes(saved, sizeof saved, full - planned);
-    metrics_human_bytes(fulls, sizeof fulls, full);
-    char names[64] = "", why[160];
-    unsigned mask = 0; /* the config check accepted the list */
-    config_lora_targets(&c->model, c->lora.targets, &mask, why, sizeof why);
-    for (int k = 0; k < TSR_LORA_COUNT; k++)
-        if (mask >> k & 1u) {
-            size_t o = strlen(names);
-            snprintf(names + o, sizeof names - o, "%s%s", o ? "," : "",
-                     config_lora_target_name(k));
-        }
-    printf("lora: r=%lld alpha=%g dropout=%g targets=%s; %zu adapter parameters (%.3f%% of "
-           "the base's %zu, frozen); memory per rank %s less than full finetuning (%s)\n",
-           (long long)c->lora.rank, c->lora.alpha, c->lora.dropout, names,
-           t->part.lora.n, 100.0 * (double)t->part.lora.n / (double)m->n_params_counted,
-           m->n_params_counted, saved, fulls);
-}
-
-/* how the state is sharded, for the memory line: " (ZeRO-3: ...)", or "" for DDP */
-static void plan_sharding(const tsr_trainer *t, int lora, char how[160]) {
-    const tsr_config *c = &t->cfg;
-    how[0] = '\0';
-    if (c->sharding == TSR_SHARD_ZERO1 && t->dist.world > 1)
-        snprintf(how, 160, " (ZeRO-1: sharded over %d ranks)", t->dist.world);
-    if (c->sharding == TSR_SHARD_ZERO3)
-        snprintf(how, 160, " (ZeRO-3: %s sharded over %d ranks)",
-                 lora ? "the frozen base" : "all state", t->part.fsdp_group);
-    if (c->sharding == TSR_SHARD_HSDP)
-        snprintf(how, 160, " (HSDP: %s sharded over groups of %d ranks, %d replicas)",
-                 lora ? "the frozen base" : "all state", t->part.fsdp_group,
-                 t->dist.world / t->part.fsdp_group);
-}
-
-/* the plan's memory line: one rank's fp32 bytes (plan_bytes) and sb, save_async's snapshot */
-static void plan_memory(const tsr_trainer *t, int lora, double sb) {
-    double pb, gb, ob, cb, ab;
-    const double io = (double)t->ck.io_plan; /* the checkpoint's host buffers */
-    double total = plan_bytes(t, lora, &pb, &gb, &ob, &cb, &ab) + io + sb;
-    char w[32], g[32], opt[32], acts[32], tot[32], comm[32];
-    metrics_human_bytes(comm, sizeof comm, cb);
-    metrics_human_bytes(w, sizeof w, pb);
-    metrics_human_bytes(g, sizeof g, gb);
-    metrics_human_bytes(opt, sizeof opt, ob);
-    metrics_human_bytes(acts, sizeof acts, ab);
-    metrics_human_bytes(tot, sizeof tot, total);
-    char how[160], mu[96], snap[160], share[64];
-    plan_sharding(t, lora, how);
-    memory_notes(t, io, sb, mu, snap, share);
-    printf("memory per rank (fp32): weights %s, grads %s, %s %s%s%s, communication buffers %s, "
-           "activations %s per microbatch of %d x %d%s%s; total %s\n",
-           w, g, mu[0] ? "optimizer" : "AdamW", opt, mu, how, comm, acts, t->micro, t->T, share,
-           snap, tot);
-}
-
-/* the plan's context-parallel line (docs/parallelism.md); the ring's activations bf16 on the GPU */
-static void plan_context(const tsr_trainer *t) {
-    const int N = t->mesh.N;
-    char fw[32], bw[32];
-    const tsr_model *mm = &t->model;
-    const size_t act = t->cfg.device == TSR_DEVICE_CUDA ? 2 : sizeof(float);
-    metrics_human_bytes(fw, sizeof fw, (double)ring_layer_bytes(act, N, t->micro, t->T,
-                                                                mm->KVH, mm->hs, 0));
-    metrics_human_bytes(bw, sizeof bw, (double)ring_layer_bytes(act, N, t->micro, t->T,
-                                                                mm->KVH, mm->hs, 1));
-    printf("context parallelism: each sequence split over %d ranks (%d group%s of %d "
-           "consecutive ranks) in %d chunks of %d positions, zig-zag (rank r of a group holds "
-           "chunks r and %d-r); attention runs as a ring, sending per rank, layer and "
-           "microbatch %s forward and %s backward\n",
-           N, t->mesh.D, t->mesh.D == 1 ? "" : "s", N, 2 * N, t->T / (2 * N), 2 * N - 1, fw,
-           bw);
-}
-
-/* the plan's batch line; grpo: micro_batch counts prompts, each with its group_size completions
- * (t->micro rows) */
-static void plan_batch(const tsr_trainer *t) {
-    const tsr_config *c = &t->cfg;
-    const int N = t->mesh.N;
-    const int64_t G = c->objective == TSR_OBJ_GRPO ? c->grpo.group_size : 1;
-    printf("batch: global %lld = %d %srank%s x %lld per rank = %lld microbatches of %d%s%s; "
-           "seq_len %d; %lld tokens/step\n",
-           (long long)c->global_batch, t->mesh.D, N > 1 ? "data " : "",
-           N > 1 && t->mesh.D == 1 ? "" : "s", (long long)t->per_rank,
-           (long long)(t->per_rank * G / t->micro), t->micro,
-           G > 1 ? " sequences (prompts x grpo.group_size)" : "",
-           t->auto_micro ? " (micro_batch = auto: the size tried first; halved on out-of-memory)"
-                         : "", t->T, (long long)(c->global_batch * c->seq_len));
-}
-
-/* the plan's last line: a dry run's, or the steps of a real one */
-static void plan_steps(const tsr_trainer *t, int dry_run) {
-    const tsr_config *c = &t->cfg;
-    if (dry_run) {
-        printf("dry run: plan only, no data opened, nothing allocated\n");
-        return;
-    }
-    /* the GPU's peak is known once the device is open: train_gpu_init prints it (a re-print
-     * after an out-of-memory back-off, the device open, gives the number) */
-    char peak[48] = "peak FLOP/s: the GPU's (below)";
-    if (!(c->device == TSR_DEVICE_CUDA && c->peak_flops <= 0 && !t->be.gpu))
-        snprintf(peak, sizeof peak, "peak %.4g FLOP/s per rank", t->out.peak_flops);
-    printf("steps: %lld (warmup %lld), train samples/epoch %llu, eval every %lld steps; %s\n",
-           (long long)t->total_steps, (long long)t->warmup_steps,
-           (unsigned long long)t->data.sampler.n, (long long)t->eval_every, peak);
-}
-
-void metrics_print_plan(const tsr_trainer *t, int dry_run) {
-    if (t->dist.rank != 0) return;
-    const int lora = t->cfg.lora.rank > 0;
-    const double sb = (double)t->ck.snap_plan; /* save_async's host copy */
-    plan_model(t);
-    plan_params(t, lora);
-    if (lora) {
-        double pb, gb, ob, cb, ab;
-        plan_lora(t, plan_bytes(t, lora, &pb, &gb, &ob, &cb, &ab));
-    }
-    plan_memory(t, lora, sb);
-    if (t->mesh.N > 1) plan_context(t);
-    plan_batch(t);
-    plan_steps(t, dry_run);
-    fflush(stdout);
-}
+#include "telemetry/account.h"
+#include "telemetry/metrics_prom.h"
+#include "telemetry/tboard.h"
 
 static int mkdir_p(const char *path) {
     char buf[1024];
@@ -559,7 +282,6 @@ static void step_record(const tsr_trainer *t, const tsr_step_stats *st, const st
 /* the step's TensorBoard figures after the objective's and the MoE's: the same as the JSONL
  * line (mfu as a fraction, as there); writes the step */
 static void step_tboard(const tsr_trainer *t, const tsr_step_stats *st, const step_rates *r) {
-    double pb, gb, ob, cb, ab;
     tboard_scalar(t->out.tb, "train/loss", st->loss);
     tboard_scalar(t->out.tb, "train/lr", st->lr);
     tboard_scalar(t->out.tb, "train/grad_norm", st->grad_norm);
@@ -567,7 +289,7 @@ static void step_tboard(const tsr_trainer *t, const tsr_step_stats *st, const st
     tboard_scalar(t->out.tb, "train/mfu", r->mfu);
     tboard_scalar(t->out.tb, "train/step_time_s", st->step_time);
     tboard_scalar(t->out.tb, "train/tokens", (double)t->tokens_seen);
-    tboard_scalar(t->out.tb, "memory/planned_bytes", plan_bytes(t, t->part.lora_on, &pb, &gb, &ob, &cb, &ab));
+    tboard_scalar(t->out.tb, "memory/planned_bytes", plan_rank_bytes(t, t->part.lora_on));
     tboard_scalar(t->out.tb, "memory/peak_bytes", st->peak_mem);
     tboard_scalar(t->out.tb, "memory/peak_rss_bytes", st->peak_rss);
     tboard_write_step(t->out.tb, st->step);
@@ -749,6 +471,10 @@ static void energy_words(char *buf, size_t n, const char *what, double j, int gp
     else snprintf(buf, n, "%s not measured (%s)", what, account_energy_why(gpu));
 }
 
+static metrics_run_line_fn run_line; /* (train_main.c: src/report/account_read.h's) */
+
+void metrics_use_run_line(metrics_run_line_fn fn) { run_line = fn; }
+
 void metrics_log_account(const tsr_trainer *t, int rc, const acc_start *s) {
     if (t->dist.rank != 0 || !t->out.metrics) return;
     metrics_prom_end(t, rc);
@@ -759,16 +485,14 @@ void metrics_log_account(const tsr_trainer *t, int rc, const acc_start *s) {
     printf("cost: this start %.1f s x %d rank%s: %.4g GPU-h, %.4g CPU-h, goodput %.1f%%; %s; %s\n",
            s->wall, s->ranks, s->ranks > 1 ? "s" : "", s->gpus * s->wall / 3600,
            s->ranks * s->wall / 3600, s->wall > 0 ? 100 * s->s[ACC_STEPS] / s->wall : 0, ge, ce);
-    acc_run r; /* the run so far, every start of run_dir (its own file: an error is not expected) */
+    /* the run so far, every start of run_dir (its own file: an error is not expected) */
     snprintf(path, sizeof path, "%s/metrics.jsonl", t->cfg.run_dir);
-    if (account_read(&r, path) == 0 && r.n > 0) {
-        account_line(&r, t->step, line, sizeof line);
+    if (run_line && run_line(path, t->step, line, sizeof line) == 1) {
         printf("cost: run so far: %s\n", line);
         fflush(stdout);
         if (account_comment_file(line) == 1)
             printf("cost: the line for the job's comment in TSR_COMMENT_FILE (the hook sets it)\n");
     }
-    account_free(&r);
     fflush(stdout);
 }
 

@@ -3,7 +3,7 @@
  *   nvmlInit_v2, nvmlDeviceGetHandleByIndex_v2, nvmlDeviceGetHandleByUUID, nvmlErrorString,
  *   nvmlDeviceGetTotalEnergyConsumption (unsigned long long millijoules since the driver loaded):
  *   https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceQueries.html; NVML_SUCCESS is 0. */
-#include "train/energy.h"
+#include "telemetry/energy.h"
 
 #include <ctype.h>
 #include <dirent.h>

@@ -1,5 +1,5 @@
 /* timeplan.c — tessera-train --time (timeplan.h; docs/planning.md). */
-#include "train/timeplan.h"
+#include "plan/timeplan.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -12,7 +12,7 @@
 
 #include "common.h"
 #include "fsutil.h"
-#include "train/metrics.h"
+#include "telemetry/metrics_units.h"
 
 #define TP_ROWS 512             /* rows of a table (TSR_PROFILE's own limit is 256 ops) */
 #define TP_FILE_MAX (1 << 20)   /* bytes of a table file */

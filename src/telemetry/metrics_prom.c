@@ -1,5 +1,5 @@
 /* metrics_prom.c — see metrics_prom.h. */
-#include "train/metrics_prom.h"
+#include "telemetry/metrics_prom.h"
 
 #include <ctype.h>
 #include <errno.h>

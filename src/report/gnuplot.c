@@ -1,5 +1,5 @@
-/* report_gp.c — see report_gp.h (moved from report.c when --compare came to share them). */
-#include "report/report_gp.h"
+/* gnuplot.c — see gnuplot.h (moved from report.c when --compare came to share them). */
+#include "report/gnuplot.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -9,32 +9,8 @@
 
 #include "common.h"
 
-static int cmp_double(const void *x, const void *y) {
-    double a = *(const double *)x, b = *(const double *)y;
-    return a < b ? -1 : a > b;
-}
-
-/* Median of the finite values of field f over the series p[0..np); NAN when there are none.
- * max (may be NULL): their largest. */
-double median_of(const runlog_point *p, size_t np, runlog_field f, double *max) {
-    double *v = tsr_malloc((np + 1) * sizeof *v);
-    size_t n = 0;
-    for (size_t i = 0; i < np; i++)
-        if (p[i].has & 1u << f && isfinite(p[i].v[f])) v[n++] = p[i].v[f];
-    double m = NAN;
-    if (n) {
-        qsort(v, n, sizeof *v, cmp_double);
-        m = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-    }
-    if (max) *max = n ? v[n - 1] : NAN;
-    free(v);
-    return m;
-}
-
-double median(const runlog *rl, runlog_field f) { return median_of(rl->train, rl->n_train, f, NULL); }
-
 /* s as a gnuplot single-quoted string ('' is a quote); -1 for a control character. */
-int gp_quote(FILE *f, const char *s) {
+int gnuplot_quote(FILE *f, const char *s) {
     fputc('\'', f);
     for (; *s; s++) {
         if ((unsigned char)*s < 0x20) return -1;
@@ -46,8 +22,8 @@ int gp_quote(FILE *f, const char *s) {
 }
 
 /* A datablock of (step, scale * field) over the points with a finite value; returns the count. */
-size_t datablock(FILE *f, const char *name, const runlog_point *p, size_t n,
-                 runlog_field field, double scale) {
+size_t gnuplot_datablock(FILE *f, const char *name, const runlog_point *p, size_t n,
+                         runlog_field field, double scale) {
     size_t k = 0;
     fprintf(f, "$%s << EOD\n", name);
     for (size_t i = 0; i < n; i++)
@@ -57,8 +33,8 @@ size_t datablock(FILE *f, const char *name, const runlog_point *p, size_t n,
     return k;
 }
 
-size_t datablock_smooth(FILE *f, const char *name, const runlog_point *p, size_t n,
-                        runlog_field field, double scale, size_t *h) {
+size_t gnuplot_datablock_smooth(FILE *f, const char *name, const runlog_point *p, size_t n,
+                                runlog_field field, double scale, size_t *h) {
     int64_t *step = tsr_malloc((n + 1) * sizeof *step);
     double *v = tsr_malloc((n + 1) * sizeof *v);
     double *sum = tsr_malloc((n + 2) * sizeof *sum); /* sum[i]: the first i values' sum */
@@ -81,7 +57,7 @@ size_t datablock_smooth(FILE *f, const char *name, const runlog_point *p, size_t
     return k;
 }
 
-int on_path(const char *prog) {
+int gnuplot_on_path(const char *prog) {
     const char *path = getenv("PATH");
     char buf[4096];
     while (path && *path) {

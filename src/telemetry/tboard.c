@@ -9,7 +9,7 @@
  *   Summary { repeated Value value = 1; }
  *   Value   { string tag = 1; float simple_value = 2; }
  */
-#include "train/tboard.h"
+#include "telemetry/tboard.h"
 
 #include <errno.h>
 #include <fcntl.h>
