@@ -36,7 +36,8 @@ static uint64_t file_bytes(tsr_trainer *t) {
         for (int set = 0; set < CKIO_SETS; set++)
             for (int i = 0; i < TSR_P_COUNT; i++)
                 if (t->model.params_info[i].numel) {
-                    ckio_param_tensor(&ts[n], names[n], set, &t->model.params_info[i]);
+                    ckio_param_tensor(&ts[n], names[n], &t->cfg.optim, set,
+                                      &t->model.params_info[i]);
                     n++;
                 }
     }

@@ -5,8 +5,19 @@
 #include <stdlib.h>
 
 #include "common.h"
+#include "optim/optim.h"
 
-static const char *const set_prefix[CKIO_SETS] = {"model/", "optim/m/", "optim/v/"};
+/* A set's name prefix: the weights' ("model/", LoRA's "lora/"), or the optimizer slot's state set
+ * (optim/optim.h: "optim/m/", "optim/v/"; LoRA's "optim/m/lora/", ...). */
+static void set_prefix(char *out, size_t n, const tsr_optim_config *o, int set, int lora) {
+    int ns;
+    const char *const *state = optim_state_sets(o, &ns);
+    if (ns != CKIO_SETS - 1)
+        tsr_die(TSR_EXIT_INTERNAL, "the optimizer slot names %d state sets, the checkpoint's "
+                "layout %d", ns, CKIO_SETS - 1);
+    if (set == CKIO_MODEL) snprintf(out, n, "%s", lora ? "lora/" : "model/");
+    else snprintf(out, n, "optim/%s/%s", state[set - 1], lora ? "lora/" : "");
+}
 
 void ckio_layout(tsr_trainer *t, int with_optim, size_t *lo, size_t *hi, float **base,
                  size_t *origin) {
@@ -47,8 +58,11 @@ float *ckio_ep_store(tsr_trainer *t, int set) {
     return set == CKIO_MODEL ? ep->w : set == CKIO_M ? ep->m : ep->v;
 }
 
-void ckio_param_tensor(ckpt_tensor *c, char *name, int set, const tsr_param_info *p) {
-    snprintf(name, 64, "%s%s", set_prefix[set], p->name);
+void ckio_param_tensor(ckpt_tensor *c, char *name, const tsr_optim_config *o, int set,
+                       const tsr_param_info *p) {
+    char prefix[32];
+    set_prefix(prefix, sizeof prefix, o, set, 0);
+    snprintf(name, 64, "%s%s", prefix, p->name);
     c->name = name;
     c->ndim = p->ndim;
     for (int d = 0; d < 4; d++) c->shape[d] = d < p->ndim ? p->shape[d] : 0;
@@ -64,7 +78,7 @@ static int ep_tensors(tsr_trainer *t, int set, ckpt_tensor *ts, char (*names)[64
     for (int which = 0; which < 2; which++) {
         const tsr_param_info *p = &m->params_info[which ? TSR_P_EXPW2 : TSR_P_EXPW1];
         ckpt_tensor *c = &ts[n];
-        ckio_param_tensor(c, names[n], set, p);
+        ckio_param_tensor(c, names[n], &t->cfg.optim, set, p);
         if (ckio_ep_writer(t)) {
             if (!t->part.ep_io[set])
                 t->part.ep_io[set] = tsr_calloc(ep_part_floats(&t->part.ep), sizeof(float));
@@ -81,7 +95,6 @@ static int ep_tensors(tsr_trainer *t, int set, ckpt_tensor *ts, char (*names)[64
  * shapes. The store is replicated: rank 0 writes and reads it whole, the others name empty
  * ranges (gather_after_load broadcasts what rank 0 read). */
 int ckio_lora_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (*names)[64]) {
-    static const char *const lora_prefix[CKIO_SETS] = {"lora/", "optim/m/lora/", "optim/v/lora/"};
     tsr_lora *lo = &t->part.lora;
     float *store[CKIO_SETS] = {lo->w, lo->m, lo->v};
     int n = 0;
@@ -92,7 +105,9 @@ int ckio_lora_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (*na
             size_t at, numel;
             if (!lora_tensor(lo, k, name, shape, &at, &numel)) continue;
             ckpt_tensor *c = &ts[n];
-            snprintf(names[n], 64, "%s%s", lora_prefix[set], name);
+            char prefix[32];
+            set_prefix(prefix, sizeof prefix, &t->cfg.optim, set, 1);
+            snprintf(names[n], 64, "%s%s", prefix, name);
             c->name = names[n];
             c->ndim = 3;
             for (int d = 0; d < 4; d++) c->shape[d] = d < 3 ? shape[d] : 0;
@@ -127,7 +142,7 @@ int ckio_base_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (*na
             size_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
             if (a > b) a = b = p->offset; /* empty, anywhere inside */
             ckpt_tensor *c = &ts[n];
-            ckio_param_tensor(c, names[n], set, p);
+            ckio_param_tensor(c, names[n], &t->cfg.optim, set, p);
             c->lo = a - p->offset;
             c->hi = b - p->offset;
             c->data = a < b ? base[set] + (a - origin[set]) : NULL;

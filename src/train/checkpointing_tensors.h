@@ -33,9 +33,11 @@ void ckio_release(tsr_trainer *t);
 int ckio_ep_writer(const tsr_trainer *t);
 /* The experts' store of a set (weights, m, v). */
 float *ckio_ep_store(tsr_trainer *t, int set);
-/* c: parameter p of set `set` as a checkpoint tensor: its name (written into name, 64 bytes) and
- * its global shape; no data yet (lo = hi = 0, data NULL). */
-void ckio_param_tensor(ckpt_tensor *c, char *name, int set, const tsr_param_info *p);
+/* c: parameter p of set `set` as a checkpoint tensor: its name (written into name, 64 bytes; the
+ * optimizer's sets named by its slot, optim/optim.h) and its global shape; no data yet
+ * (lo = hi = 0, data NULL). */
+void ckio_param_tensor(ckpt_tensor *c, char *name, const tsr_optim_config *o, int set,
+                       const tsr_param_info *p);
 /* LoRA (docs/lora.md): the adapters (and their moments with with_optim), rank 0's whole, the
  * others' empty. Returns the count. */
 int ckio_lora_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (*names)[64]);
