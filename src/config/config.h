@@ -51,7 +51,7 @@ typedef enum { TSR_OPTIM_ADAMW = 0, TSR_OPTIM_MUON, TSR_OPTIM_COUNT } tsr_optim_
  * update of that RMS, Moonlight's; shape: sqrt(max(1, rows / cols)), Keller Jordan's) */
 typedef enum { TSR_MUON_SCALE_RMS = 0, TSR_MUON_SCALE_SHAPE, TSR_MUON_SCALE_COUNT } tsr_muon_scale;
 typedef enum { TSR_DEVICE_CPU = 0, TSR_DEVICE_CUDA, TSR_DEVICE_COUNT } tsr_device_kind;
-/* save_async_copy: where a background save's copy into the snapshot runs (checkpointing.c) */
+/* save_async_copy: where a background save's copy into the snapshot runs (checkpointing_save.c) */
 typedef enum {
     TSR_SNAPCOPY_AUTO = 0,   /* step on a CPU run whose threads take every core, else background */
     TSR_SNAPCOPY_BACKGROUND, /* on the writer thread, while the next step runs */
