@@ -60,10 +60,25 @@ static void usage(FILE *f) {
     fprintf(f, "usage: tessera-train --config FILE [--set KEY=VALUE ...] [--dry-run | --plan RANKS]\n"
                "       mpirun -np N tessera-train --config FILE ...\n\noptions:\n");
     cli_help_opts(f, options, N_OPTIONS);
+    fprintf(f, "\nwhat a recipe turns on (its keys; every key: docs/config.md, or `tessera config-doc`):\n"
+               "  objective = \"dpo\" | \"grpo\"    DPO on preference pairs (docs/dpo.md); GRPO, RL on\n"
+               "                                reward programs' scores (docs/rl.md, tessera-job rl)\n"
+               "  lora.rank = R                 LoRA adapters on a frozen base (docs/lora.md)\n"
+               "  optim.name = \"muon\"           Muon for the hidden matrices, AdamW the rest (docs/training.md)\n"
+               "  parallel.sharding             ddp, zero1, zero3, hsdp (docs/sharding.md)\n"
+               "  parallel.context, parallel.expert   context parallelism (docs/parallelism.md);\n"
+               "                                mixture-of-experts ranks (docs/moe.md)\n"
+               "  precision.fp8, model.activation_compression = \"fp8\"   FP8 GEMMs and all-gathers,\n"
+               "                                FP8 activations (device = \"cuda\"; docs/cuda.md)\n"
+               "  save_async                    checkpoints written in the background (the default)\n"
+               "  metrics.prometheus_dir        Prometheus metrics for node_exporter (docs/site.md);\n"
+               "                                metrics.jsonl, TensorBoard and the run's cost: tessera report\n"
+               "  watchdog.*                    a slow rank or MFU stops the run with a checkpoint (exit 86),\n"
+               "                                a hung phase aborts it (exit 3)\n");
     fprintf(f, "\nexit codes: 0 finished, 1 usage/config error, 2 data or checkpoint error, 3 internal\n"
                "error, 85 checkpoint committed after SIGUSR1/SIGTERM (requeue me), 86 checkpoint\n"
                "committed because the run got slow (sweep the node, then requeue)\n"
-               "config keys: docs/config.md; option letters: docs/cli.md\n");
+               "config keys: docs/config.md (`tessera config-doc` writes it); option letters: docs/cli.md\n");
 }
 
 typedef struct cli {
