@@ -219,15 +219,22 @@ static void plan_fit_micro(tsr_config *cfg, const tsr_dist *pd) {
 }
 
 /* After the plan: where the effective config (every key, as the trainer resolved it: data.tokenizer
- * taken from the dataset) is; --dry-run, which writes no run directory, prints it. */
-static void config_note(const tsr_dist *d, const tsr_config *cfg, int dry_run) {
+ * taken from the dataset) is, and the files the run's figures go to (docs/tracking.md, the
+ * Prometheus file: docs/site.md); --dry-run, which writes no run directory, prints the config. */
+static void config_note(const tsr_dist *d, const tsr_trainer *t, int dry_run) {
+    const tsr_config *cfg = &t->cfg;
     if (d->rank != 0) return;
     if (dry_run) {
         printf("---- effective config (%s) ----\n", cfg->source);
         config_print(stdout, cfg);
         printf("----\n");
     } else {
+        char prom[1300];
         printf("effective config (every key): %s/config.cfg\n", cfg->run_dir);
+        printf("metrics: %s/metrics.jsonl, TensorBoard %s/tb/", cfg->run_dir, cfg->run_dir);
+        if (metrics_prom_path(t, prom, sizeof prom))
+            printf(", Prometheus %s (every %g s)", prom, cfg->metrics.prometheus_interval);
+        printf("\n");
     }
     fflush(stdout);
 }
@@ -298,7 +305,7 @@ int main(int argc, char **argv) {
     if (!rc) rc = trainer_init(&t, &cfg, &pd, c.dry_run);
     tsr_log_mute(0);
     if (rc) tsr_exit(rc);
-    config_note(&pd, &t.cfg, c.dry_run);
+    config_note(&pd, &t, c.dry_run);
     if (tp) timeplan_print(tp, &t, recipe_micro); /* (last: --dry-run --time and --plan W --time end alike) */
     timeplan_close(tp);
     tsr_lock lock = {0}; /* held until exit (tsr_exit below): released then */
