@@ -511,7 +511,10 @@ demo: all data/brown/train/index.tsv
 	  echo "demo: a Slurm controller answers: srun --mpi=pmix -N 1 -n $(NP)"; \
 	  srun --mpi=pmix -N 1 -n $(NP) $(DEMO_TRAIN); \
 	else \
-	  echo "demo: no Slurm controller answers: mpirun -np $(NP)"; \
+	  echo "demo: no Slurm controller answers: mpirun -np $(NP), through tests/mpi_env.sh, which sets"; \
+	  echo "  OMPI_MCA_rmaps_base_oversubscribe=1 (mpirun --oversubscribe) and OMPI_MCA_btl=self,vader$$( \
+	    [ "$$(id -u)" = 0 ] && printf ', and as root OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1')"; \
+	  echo "  (your own mpirun as root needs those two: docs/slurm.md \"Running without Slurm\")"; \
 	  bash tests/mpi_env.sh mpirun -np $(NP) $(DEMO_TRAIN); \
 	fi
 	@echo

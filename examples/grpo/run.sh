@@ -7,7 +7,10 @@
 # training prompts; the held-out prompts (problems GRPO never trains on) scored greedily before and
 # after by `tessera eval` as a generation task; plots by `tessera report`.
 # SCALE (default 1) multiplies every step count; NP (default 2) is the GRPO stage's ranks, started
-# by $MPIRUN (default mpirun).
+# by $MPIRUN (default mpirun). An Open MPI mpirun gets, as make demo's does (docs/slurm.md "Running
+# without Slurm"), OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 as root (it refuses
+# root without them: the GRPO stage failed there) and OMPI_MCA_rmaps_base_oversubscribe=1 when NP
+# outnumbers the cores; the script says what it set. A value already in the environment is kept.
 # Needs `make` only (and python3 for reward.py).
 set -euo pipefail
 OUT=${1:?usage: run.sh OUT_DIR}
@@ -16,6 +19,18 @@ EX=$ROOT/examples/grpo
 BIN=${BIN:-$ROOT/build}
 SCALE=${SCALE:-1} NP=${NP:-2}
 read -ra MPIRUN <<<"${MPIRUN:-mpirun}" # e.g. MPIRUN="srun" or "mpirun --oversubscribe"
+if [[ $(basename "${MPIRUN[0]}") == mpirun ]] && "${MPIRUN[0]}" --version 2>/dev/null | grep -q 'Open MPI'; then
+    set_mpi=()
+    if [[ $(id -u) == 0 && -z ${OMPI_ALLOW_RUN_AS_ROOT:-} ]]; then
+        export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+        set_mpi+=(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "(running as root)")
+    fi
+    if ((NP > $(nproc))) && [[ -z ${OMPI_MCA_rmaps_base_oversubscribe:-} ]]; then
+        export OMPI_MCA_rmaps_base_oversubscribe=1
+        set_mpi+=(OMPI_MCA_rmaps_base_oversubscribe=1 "($NP ranks on $(nproc) cores: mpirun --oversubscribe)")
+    fi
+    ((${#set_mpi[@]} == 0)) || echo "run.sh: for ${MPIRUN[*]} (Open MPI): ${set_mpi[*]}; docs/slurm.md \"Running without Slurm\""
+fi
 steps() { /usr/bin/python3 -c "print(max(4, int($1 * $SCALE)))"; }
 mkdir -p "$OUT"
 train() { "$BIN/tessera-train" --config "$EX/arith.cfg" --set data.tokenizer="$OUT/tok.tsr" "$@"; }

@@ -248,7 +248,7 @@ static const char *unmeasured(const tsr_trainer *t, const tp_table *tb) {
  * (ms), bytes and exposed time of its collectives */
 typedef struct tp_step {
     int W, G, nodes;
-    int64_t per_rank;
+    int64_t per_rank, micro; /* sequences a rank; a microbatch's (at most per_rank) */
     double fb, compute, overlap, bytes, comm, exposed;
     char na[160]; /* why the row has no figures */
 } tp_step;
@@ -276,8 +276,7 @@ static void compute_of(const tsr_trainer *t, const tp_rates *q, tp_step *s) {
     double owned = (double)m->n_params / (t->cfg.sharding == TSR_SHARD_DDP ? 1 : s->G);
     s->fb = ms, s->compute = ms + q->opt_ms * owned / q->params;
     /* the last microbatch's backward, less its last layer (two thirds of a pass) */
-    int64_t micro = t->micro < s->per_rank ? t->micro : s->per_rank;
-    s->overlap = ms * micro / (double)s->per_rank * 2 / 3 * (m->L - 1) / m->L;
+    s->overlap = ms * s->micro / (double)s->per_rank * 2 / 3 * (m->L - 1) / m->L;
 }
 
 static double bw_of(int group, int per_node, const timeplan_opts *o) {
@@ -316,7 +315,7 @@ static void comm_of(const tsr_trainer *t, const timeplan_opts *o, int per_node, 
     double N = (double)m->n_params, Pl = layer_params(m, model_param_per_layer), W = s->W;
     double G = s->G, R = W / G;
     int f8a, f8b;
-    double root = N - m->L * Pl, M = ceil((double)s->per_rank / t->micro), f = (W - 1) / W;
+    double root = N - m->L * Pl, M = ceil((double)s->per_rank / s->micro), f = (W - 1) / W;
     double bw = bw_of(s->W, per_node, o);
     s->bytes = s->comm = s->exposed = 0;
     if (s->W == 1) return;
@@ -346,15 +345,17 @@ static void comm_of(const tsr_trainer *t, const timeplan_opts *o, int per_node, 
     }
 }
 
-/* one row of the table: W's split of the batch, its compute and its collectives */
+/* one row of the table: W's split of the batch (micro: the recipe's micro_batch), its compute
+ * and its collectives */
 static void plan_row(const tsr_trainer *t, const tp_rates *q, const timeplan_opts *o, int per_node,
-                     const char *missing, tp_step *s) {
+                     int64_t micro, const char *missing, tp_step *s) {
     if (t->cfg.global_batch % s->W) {
         snprintf(s->na, sizeof s->na, "global_batch %lld does not split over %d ranks",
                  (long long)t->cfg.global_batch, s->W);
         return;
     }
     s->per_rank = t->cfg.global_batch / s->W;
+    s->micro = micro < s->per_rank ? micro : s->per_rank;
     tsr_log_mute(1); /* hsdp's group: its reason is said below */
     int bad = trainer_shard_group(&t->cfg, s->W, s->W < per_node ? s->W : per_node, &s->G);
     tsr_log_mute(0);
@@ -415,7 +416,7 @@ static void print_step(const tsr_trainer *t, const tp_step *s, double peak, int 
 }
 
 static void print_assumptions(const tsr_trainer *t, const timeplan_opts *o, int per_node,
-                              const char *link_src) {
+                              long long micro, const char *link_src) {
     char dur[32];
     char steps[96];
     duration_format(dur, sizeof dur, t->cfg.max_duration);
@@ -428,7 +429,7 @@ static void print_assumptions(const tsr_trainer *t, const timeplan_opts *o, int 
            "and SwiGLU cost what the table's norms and element-wise ops cost per element\n"
            "  - global_batch %lld and micro_batch %lld as in the recipe at every W (per-rank batch "
            "global_batch / W; micro_batch at most that); max_duration %s %s\n",
-           (long long)t->cfg.global_batch, (long long)t->cfg.micro_batch, dur, steps);
+           (long long)t->cfg.global_batch, micro, dur, steps);
     printf("  - %d GPUs a node; bus bandwidth %.0f GB/s within a node, %.0f GB/s between nodes "
            "(%s); every collective bandwidth-bound (no latency term), one link at a time\n",
            per_node, o->link_node, o->link_net, link_src);
@@ -501,8 +502,9 @@ static void print_head(const timeplan *p, const tsr_trainer *t, const char *miss
            "to max_dur.", "GPU-hours");
 }
 
-void timeplan_print(const timeplan *p, const tsr_trainer *t) {
+void timeplan_print(const timeplan *p, const tsr_trainer *t, long long recipe_micro) {
     if (t->dist.rank != 0) return;
+    long long micro = recipe_micro > 0 ? recipe_micro : t->cfg.micro_batch;
     const char *missing = p->found ? unmeasured(t, &p->tb) : "every op: no table";
     print_head(p, t, missing);
     timeplan_opts lo = p->o;
@@ -513,10 +515,10 @@ void timeplan_print(const timeplan *p, const tsr_trainer *t) {
     double peak = t->cfg.peak_flops > 0 ? t->cfg.peak_flops : metrics_peak_flops(p->tb.gpu, 0);
     for (int i = 0; i < nw; i++) {
         tp_step s = {.W = ws[i], .nodes = (ws[i] + per_node - 1) / per_node};
-        plan_row(t, &p->q, &lo, per_node, missing, &s);
+        plan_row(t, &p->q, &lo, per_node, micro > 0 ? micro : t->micro, missing, &s);
         print_step(t, &s, peak, !missing);
     }
-    print_assumptions(t, &lo, per_node, p->link_src);
+    print_assumptions(t, &lo, per_node, micro, p->link_src);
     if (peak <= 0) printf("  - MFU: no peak FLOP/s for %s: set peak_flops\n", p->tb.gpu);
     fflush(stdout);
 }

@@ -32,8 +32,10 @@ typedef struct timeplan timeplan;
  * tessera knows nor a file) or TSR_EXIT_DATA (a table that cannot be read), after saying why. A
  * known GPU without a table is not an error: the plan says so and gives the communication alone. */
 timeplan *timeplan_open(const timeplan_opts *o, int *rc);
-/* Prints the time plan of t (initialised for a dry run) on rank 0. */
-void timeplan_print(const timeplan *p, const tsr_trainer *t);
+/* Prints the time plan of t (initialised for a dry run) on rank 0, every W with the recipe's
+ * micro_batch recipe_micro (at most W's per-rank batch; 0: t's): --plan W may have given t a
+ * smaller one that divides W's per-rank batch (docs/planning.md). */
+void timeplan_print(const timeplan *p, const tsr_trainer *t, long long recipe_micro);
 void timeplan_close(timeplan *p);
 
 #endif

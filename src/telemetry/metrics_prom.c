@@ -41,7 +41,9 @@ int metrics_prom_check(const tsr_trainer *t) {
     return 0;
 }
 
-/* the labels and the file name, once: run (run_dir's last part), job (Slurm), host */
+/* the labels and the file name, once: run (run_dir's last part), slurm_job, host. Not "job":
+ * Prometheus gives every scraped sample its scrape job's own job label, and a file's job label
+ * then becomes exported_job (docs/site.md) */
 static void names(const tsr_trainer *t) {
     if (pm.file[0]) return;
     const char *run = strrchr(t->cfg.run_dir, '/');
@@ -51,7 +53,7 @@ static void names(const tsr_trainer *t) {
     char job[64] = "";
     if (arr && *arr && task && *task) snprintf(job, sizeof job, "%s_%s", arr, task);
     else if (id) snprintf(job, sizeof job, "%s", id);
-    prom_labels(pm.labels, sizeof pm.labels, "run", run, "job", job, "host", t->dist.host, NULL);
+    prom_labels(pm.labels, sizeof pm.labels, "run", run, "slurm_job", job, "host", t->dist.host, NULL);
     snprintf(pm.mem_labels, sizeof pm.mem_labels, "%s,device=\"%s\"", pm.labels,
              t->cfg.device == TSR_DEVICE_CUDA ? "cuda" : "cpu");
     /* the file: one per job (a requeue rewrites it), else per run; [A-Za-z0-9_.-] only */
@@ -59,6 +61,13 @@ static void names(const tsr_trainer *t) {
     for (char *p = pm.file; *p; p++)
         if (!(isalnum((unsigned char)*p) || *p == '_' || *p == '-' || *p == '.')) *p = '_';
     strcat(pm.file, ".prom");
+}
+
+int metrics_prom_path(const tsr_trainer *t, char *buf, size_t n) {
+    if (!t->cfg.metrics.prometheus_dir[0]) return 0;
+    names(t);
+    snprintf(buf, n, "%s/%s", t->cfg.metrics.prometheus_dir, pm.file);
+    return 1;
 }
 
 static void gauge(FILE *f, const char *name, const char *help, const char *labels, double v) {

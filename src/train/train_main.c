@@ -60,10 +60,25 @@ static void usage(FILE *f) {
     fprintf(f, "usage: tessera-train --config FILE [--set KEY=VALUE ...] [--dry-run | --plan RANKS]\n"
                "       mpirun -np N tessera-train --config FILE ...\n\noptions:\n");
     cli_help_opts(f, options, N_OPTIONS);
+    fprintf(f, "\nwhat a recipe turns on (its keys; every key: docs/config.md, or `tessera config-doc`):\n"
+               "  objective = \"dpo\" | \"grpo\"    DPO on preference pairs (docs/dpo.md); GRPO, RL on\n"
+               "                                reward programs' scores (docs/rl.md, tessera-job rl)\n"
+               "  lora.rank = R                 LoRA adapters on a frozen base (docs/lora.md)\n"
+               "  optim.name = \"muon\"           Muon for the hidden matrices, AdamW the rest (docs/training.md)\n"
+               "  parallel.sharding             ddp, zero1, zero3, hsdp (docs/sharding.md)\n"
+               "  parallel.context, parallel.expert   context parallelism (docs/parallelism.md);\n"
+               "                                mixture-of-experts ranks (docs/moe.md)\n"
+               "  precision.fp8, model.activation_compression = \"fp8\"   FP8 GEMMs and all-gathers,\n"
+               "                                FP8 activations (device = \"cuda\"; docs/cuda.md)\n"
+               "  save_async                    checkpoints written in the background (the default)\n"
+               "  metrics.prometheus_dir        Prometheus metrics for node_exporter (docs/site.md);\n"
+               "                                metrics.jsonl, TensorBoard and the run's cost: tessera report\n"
+               "  watchdog.*                    a slow rank or MFU stops the run with a checkpoint (exit 86),\n"
+               "                                a hung phase aborts it (exit 3)\n");
     fprintf(f, "\nexit codes: 0 finished, 1 usage/config error, 2 data or checkpoint error, 3 internal\n"
                "error, 85 checkpoint committed after SIGUSR1/SIGTERM (requeue me), 86 checkpoint\n"
                "committed because the run got slow (sweep the node, then requeue)\n"
-               "config keys: docs/config.md; option letters: docs/cli.md\n");
+               "config keys: docs/config.md (`tessera config-doc` writes it); option letters: docs/cli.md\n");
 }
 
 typedef struct cli {
@@ -185,16 +200,41 @@ static void banner(const tsr_dist *d, const tsr_dist *pd, const tsr_config *cfg,
     if (plan_world == 0) binding_print(d, cfg->device == TSR_DEVICE_CUDA ? d->local_rank : -1);
 }
 
+/* --plan W for a world whose per-rank batch the recipe's micro_batch does not divide (gpt2-350m's
+ * 16 at W = 64: 8 sequences a rank): the plan takes the largest micro_batch that divides it (an even
+ * one for dpo), says so, and a run at W needs that --set; the time plan keeps the recipe's at every
+ * W (docs/planning.md). A global_batch W's data ranks do not split is config_check_world's error. */
+static void plan_fit_micro(tsr_config *cfg, const tsr_dist *pd) {
+    const long long N = cfg->context > 1 ? cfg->context : 1, D = pd->world / N;
+    const long long gb = cfg->global_batch, mb = cfg->micro_batch, step = cfg->objective == TSR_OBJ_DPO ? 2 : 1;
+    if (mb <= 0 || pd->world % N != 0 || gb % D != 0 || (gb / D) % mb == 0) return;
+    long long fit = mb - mb % step;
+    while (fit > 0 && (gb / D) % fit != 0) fit -= step;
+    if (fit <= 0) return; /* (dpo, an odd per-rank batch: config_check_world says why) */
+    if (pd->rank == 0)
+        printf("--plan %d: micro_batch = %lld does not divide the per-rank batch %lld (global_batch "
+               "%lld / %lld data ranks): the plan uses micro_batch = %lld; a run on %d ranks needs "
+               "--set micro_batch=%lld\n", pd->world, mb, gb / D, gb, D, fit, pd->world, fit);
+    cfg->micro_batch = fit;
+}
+
 /* After the plan: where the effective config (every key, as the trainer resolved it: data.tokenizer
- * taken from the dataset) is; --dry-run, which writes no run directory, prints it. */
-static void config_note(const tsr_dist *d, const tsr_config *cfg, int dry_run) {
+ * taken from the dataset) is, and the files the run's figures go to (docs/tracking.md, the
+ * Prometheus file: docs/site.md); --dry-run, which writes no run directory, prints the config. */
+static void config_note(const tsr_dist *d, const tsr_trainer *t, int dry_run) {
+    const tsr_config *cfg = &t->cfg;
     if (d->rank != 0) return;
     if (dry_run) {
         printf("---- effective config (%s) ----\n", cfg->source);
         config_print(stdout, cfg);
         printf("----\n");
     } else {
+        char prom[1300];
         printf("effective config (every key): %s/config.cfg\n", cfg->run_dir);
+        printf("metrics: %s/metrics.jsonl, TensorBoard %s/tb/", cfg->run_dir, cfg->run_dir);
+        if (metrics_prom_path(t, prom, sizeof prom))
+            printf(", Prometheus %s (every %g s)", prom, cfg->metrics.prometheus_interval);
+        printf("\n");
     }
     fflush(stdout);
 }
@@ -260,11 +300,13 @@ int main(int argc, char **argv) {
     trainer_use_icl(&icl_evaluation);
     metrics_use_run_line(account_run_line);
     if (!rc) banner(&d, &pd, &cfg, c.plan_world);
+    const long long recipe_micro = rc ? 0 : cfg.micro_batch;
+    if (!rc && c.plan_world > 0) plan_fit_micro(&cfg, &pd);
     if (!rc) rc = trainer_init(&t, &cfg, &pd, c.dry_run);
     tsr_log_mute(0);
     if (rc) tsr_exit(rc);
-    config_note(&pd, &t.cfg, c.dry_run);
-    if (tp) timeplan_print(tp, &t); /* (last: --dry-run --time and --plan W --time end alike) */
+    config_note(&pd, &t, c.dry_run);
+    if (tp) timeplan_print(tp, &t, recipe_micro); /* (last: --dry-run --time and --plan W --time end alike) */
     timeplan_close(tp);
     tsr_lock lock = {0}; /* held until exit (tsr_exit below): released then */
     if (!c.dry_run) {

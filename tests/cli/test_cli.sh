@@ -2,10 +2,13 @@
 # The command line of every tessera program, from the outside (docs/cli.md): one long name per
 # option letter across tessera-train, tessera's subcommands, tessera-healthcheck and tessera-job
 # (read from their --help); usage errors exit 1 and start with the program's name; every --help
-# lists the exit codes (86 for tessera-train); the internal "from src/..." lines only with TSR_DEBUG=1.
+# lists the exit codes (86 for tessera-train); the internal "from src/..." lines only with TSR_DEBUG=1;
+# tessera-train's --help, its man page and docs/tessera-train.md name the recipe features (GRPO,
+# DPO, LoRA, Muon, context parallelism, FP8, Prometheus, ...) and `tessera config-doc`, each key the
+# help names being one the parser knows, and the man page and the doc carry the same date.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 9
+tap_plan 10
 HC=$BUILD/tessera-healthcheck
 JOB=$TSR_ROOT/jobs/tessera-job
 
@@ -113,4 +116,28 @@ done
 r=$?
 ((r)) && tap_diag "reference text:$bad"
 tap_check $r "tessera --help names every ckpt command; --init-from's --help and man page name Hugging Face and PEFT directories; the man page every model family (gpt2 mpt $arches)"
+
+# the features since the man page's 2026-11-21 (issue 65 item 10)
+bad=""
+help=$("$TRAIN" --help)
+doc_text=$(tr '\n' ' ' <"$TSR_ROOT/docs/tessera-train.md")
+"$TOOL" config-doc | sed -n 's/^| `\([a-z0-9_.]*\)` .*/\1/p' >"$TMP/keys.txt"
+for k in objective lora.rank optim.name parallel.sharding parallel.context parallel.expert precision.fp8 \
+    model.activation_compression save_async metrics.prometheus_dir; do
+    [[ $help == *"$k"* ]] || bad+=" --help lacks $k;"
+    grep -qx "$k" "$TMP/keys.txt" || bad+=" $k is no config key;"
+    [[ $man_text == *"$k"* ]] || bad+=" the man page lacks $k;"
+    [[ $doc_text == *"$k"* ]] || bad+=" docs/tessera-train.md lacks $k;"
+done
+for w in grpo dpo muon prometheus "tessera config-doc"; do
+    [[ ${help,,} == *"$w"* ]] || bad+=" --help lacks $w;"
+    [[ ${man_text,,} == *"$w"* ]] || bad+=" the man page lacks $w;"
+    [[ ${doc_text,,} == *"$w"* ]] || bad+=" docs/tessera-train.md lacks $w;"
+done
+mdate=$(sed -n '1s/^\.TH TESSERA-TRAIN 1 "\([0-9-]*\)".*/\1/p' "$TSR_ROOT/docs/man/tessera-train.1")
+[[ -n $mdate && $doc_text == *"as of $mdate"* ]] || bad+=" the man page's date '$mdate' is not docs/tessera-train.md's;"
+[[ -z $bad ]]
+r=$?
+((r)) && tap_diag "features:$bad"
+tap_check $r "tessera-train --help, its man page ($mdate) and docs/tessera-train.md name GRPO, DPO, Muon, Prometheus, tessera config-doc and the keys that turn on each feature (all config keys)"
 tap_done

@@ -6,13 +6,16 @@
 #    2 steps: the commands' options, paths and files are the docs', only the sizes are small),
 #    configs/ the recipes, runs/tiny a tiny run standing for `make demo`'s, and the inputs the
 #    blocks name (my_texts/, my_pairs.jsonl, tokens.txt, file.txt, my-eval.cfg) are small fixtures;
-#  - the commands in the recipes' header comments give only options their programs have.
+#  - the commands in the recipes' header comments give only options their programs have;
+#  - every repository path README.md and docs/*.md name in backquotes (`jobs/rl.sbatch`, under
+#    jobs/ examples/ src/ tests/ tools/ bench/ configs/) exists; a placeholder in capitals
+#    (tests/fuzz/corpus/NAME) and configs/profiles/ (tables still to be measured) are not paths.
 source "$(dirname "$0")/../lib.sh"
 GPT2=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}/gpt2
 [[ -f $GPT2/encoder.json ]] || { echo "GPT-2's files missing ($GPT2): run ./INSTALL --ensure"; exit 77; }
 tsr_tmpdir
 "$PY3" "$TSR_ROOT/tests/cli/doc_blocks.py" extract "$TMP" "$TSR_ROOT/README.md" "$TSR_ROOT"/docs/*.md >"$TMP/files.txt"
-tap_plan $(($(wc -l <"$TMP/files.txt") + 1))
+tap_plan $(($(wc -l <"$TMP/files.txt") + 2))
 
 # the scratch checkout each file's blocks run in (made once, copied)
 W0=$TMP/w0
@@ -76,4 +79,14 @@ done <"$TMP/files.txt"
 rc=$?
 sed 's/^/# /' "$TMP/opts.txt" | tail -4
 tap_check $rc "the recipes' header commands give only options their programs list in --help"
+
+missing=""
+for f in "$TSR_ROOT/README.md" "$TSR_ROOT"/docs/*.md; do
+    while read -r p; do
+        [[ -e $TSR_ROOT/${p%/} || $p =~ [A-Z]{3} || $p == configs/profiles/* || $p == *'*'* ]] ||
+            missing+=" ${f#"$TSR_ROOT"/}: $p;"
+    done < <(grep -o '`\(jobs\|examples\|src\|tests\|tools\|bench\|configs\)/[A-Za-z0-9_./*-]*`' "$f" | tr -d '`' | sort -u)
+done
+[[ -z $missing ]]
+tap_check $? "every repository path README.md and docs/*.md name exists (missing:${missing:- none})"
 tap_done

@@ -6,11 +6,12 @@
 # byte for byte and no planted command may run. #SBATCH values that sbatch cannot take are refused
 # with exit 1 naming the key; ACCOUNT, PARTITION, QOS, RESERVATION, CONSTRAINT, MEM and
 # GPUS_PER_NODE, when not given, leave no #SBATCH line; EXTRA_SBATCH adds directives (never one the
-# template sets); the scripts load the module TESSERA_MODULE (tessera-job's own).
+# template sets); the scripts load the module TESSERA_MODULE (tessera-job's own). A sweep's tasks:
+# their settings checked by the trainer's dry run when rendering (a misspelt key refused, naming it).
 # shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 22
+tap_plan 23
 J=$TSR_ROOT/jobs/tessera-job
 
 # stand-ins: srun writes its argv, NUL-terminated, to $TMP/argv and exits 0
@@ -238,4 +239,34 @@ done
 grep -q "no RUN_DIR=@RUN_DIR@ line" "$TMP/bad.err" || bad=$((bad + 1))
 ((bad == 0))
 tap_check $? "sweep refuses run_dir, an empty value, a bad key, --grid with --list, no setting, a template without RUN_DIR (exit 1, nothing printed)"
+# each task's settings through the trainer's dry run when rendering (issue 65 item 9): a misspelt
+# key, a bad value, a task the recipe refuses: exit 1 naming the task and the key, nothing printed
+cat >"$TMP/sweep.cfg" <<CFG
+max_duration = "10ba"; global_batch = 4; micro_batch = 2; seq_len = 32;
+model = { n_layer = 1; d_model = 32; n_head = 2; vocab_size = 512; max_seq_len = 32; };
+data = { train = "$TMP/no-data/train"; val = ""; tokenizer = ""; };
+optim = { lr = 1e-3; };
+CFG
+errs=() bad=0
+refused() { # PATTERN ARGS...: tessera-job sweep pretrain ARGS exits 1, prints nothing, says PATTERN
+    local pat=$1
+    shift
+    "$J" sweep pretrain "${base[@]}" RUN_DIR=r "$@" >"$TMP/bad.sbatch" 2>"$TMP/bad.err" && bad=$((bad + 1))
+    [[ -s $TMP/bad.sbatch ]] && bad=$((bad + 1))
+    grep -qF -- "$pat" "$TMP/bad.err" || { bad=$((bad + 1)); tap_diag "not said: $pat; said: $(cat "$TMP/bad.err")"; }
+    errs+=("$(head -c 120 "$TMP/bad.err")")
+}
+refused "tessera-job: error: sweep task 0 (0_lrr=1e-3): --set optim.lrr=1e-3: unknown key 'optim.lrr' (did you mean 'optim.lr'?)" \
+    CONFIG="$TMP/sweep.cfg" --grid optim.lrr=1e-3,3e-3
+refused "sweep task 1 (1_lr=1e-3_sed=2): --set sed=2: unknown key 'sed'" CONFIG="$TMP/sweep.cfg" \
+    --list 'optim.lr=1e-3 seed=2' --list 'optim.lr=1e-3 sed=2'
+refused "sweep task 1 (1_lr=abc): --set optim.lr=abc: expected a number" CONFIG="$TMP/sweep.cfg" --grid optim.lr=1e-3,abc
+refused "sweep task 1 (1_micro_batch=3): $TMP/sweep.cfg:1: global_batch = 4 is not divisible by micro_batch = 3" \
+    CONFIG="$TMP/sweep.cfg" --grid micro_batch=4,3
+refused "sweep task 0 (0_lrr=1e-3): --set optim.lrr=1e-3: unknown key 'optim.lrr'" CONFIG="$TMP/elsewhere.cfg" \
+    --grid optim.lrr=1e-3
+"$J" sweep pretrain "${base[@]}" RUN_DIR=r CONFIG="$TMP/sweep.cfg" --grid optim.lr=1e-3,3e-3 \
+    --grid micro_batch=2,4 >"$TMP/good.sbatch" && grep -q '^#SBATCH --array=0-3$' "$TMP/good.sbatch" || bad=$((bad + 1))
+((bad == 0))
+tap_check $? "sweep checks each task's settings by the trainer's dry run: a misspelt key in a --grid, in one --list task, a bad value, a task the recipe refuses, a misspelt key with a CONFIG not readable here (keys only): exit 1 naming the task, nothing printed; a good grid renders"
 tap_done

@@ -7,7 +7,8 @@
 #  - tessera-train with metrics.prometheus_dir: stopped at step 6 (exit 85) the file says
 #    running 0, exit code 85, step 6, the step-6 checkpoint and its age; resumed to the end: step 12,
 #    exit 0; the exporter serves exactly those values, with no textfile scrape error; promtool
-#    accepts the file; no temp file is left; each write replaces the file (a new inode), and a
+#    accepts the file; no temp file is left; the start's log names the files (metrics: ...); each
+#    write replaces the file (a new inode), and a
 #    reader polling it while a run writes it every second never sees a partial file;
 #  - tessera-healthcheck --prometheus DIR: per check ok/value/limit matching its verdict lines; the
 #    Slurm wrappers add it when the site file sets TESSERA_HC_PROMETHEUS;
@@ -84,8 +85,9 @@ val() { pq "$1" run=prom-run <<<"$s"; }
    $(val tessera_train_step) == 6 && $(val tessera_train_total_steps) == 12 &&
    $(val tessera_train_last_checkpoint_step) == 6 ]] &&
     "$PY3" -c "import sys; a=float('$(val tessera_train_last_checkpoint_age_seconds)'); sys.exit(0 if 0 <= a < 60 else 1)" &&
-    grep -q '^node_textfile_scrape_error 0' <<<"$s"
-tap_check $? "stopped at step 6 (exit $rc): the exporter serves running 0, exit code 85, step 6 of 12, checkpoint 6 and its age; no scrape error"
+    grep -q '^node_textfile_scrape_error 0' <<<"$s" &&
+    grep -qxF "metrics: $TMP/runs/prom-run/metrics.jsonl, TensorBoard $TMP/runs/prom-run/tb/, Prometheus $F (every 1 s)" "$TMP/t1.txt"
+tap_check $? "stopped at step 6 (exit $rc): the exporter serves running 0, exit code 85, step 6 of 12, checkpoint 6 and its age; no scrape error; the start's log names the file"
 promtool check metrics <"$F" >"$TMP/promtool.txt" 2>&1
 tap_check $? "promtool check metrics accepts $(basename "$F") $(tr '\n' ' ' <"$TMP/promtool.txt")"
 
@@ -110,11 +112,13 @@ tap_check $? "resumed to step 200 (exit $rc): served step 200, exit 0; the file 
 served() {
     local m
     for m in loss tokens_per_second mfu_ratio eta_seconds last_update_timestamp_seconds; do
-        [[ $(pq "tessera_train_$m" run=prom-run job= host="$(hostname)" <<<"$s") =~ ^[0-9.e+-]+$ ]] || return 1
+        [[ $(pq "tessera_train_$m" run=prom-run slurm_job= host="$(hostname)" <<<"$s") =~ ^[0-9.e+-]+$ ]] || return 1
     done
 }
-[[ $(pq tessera_train_device_memory_peak_bytes run=prom-run device=cpu <<<"$s") =~ ^[0-9.e+]+$ ]] && served
-tap_check $? "loss, tokens/s, MFU, ETA, peak device memory and the update time are served with run, job, host labels"
+# no label of the file is one Prometheus sets itself on a scrape (job, instance: exported_job)
+[[ $(pq tessera_train_device_memory_peak_bytes run=prom-run device=cpu <<<"$s") =~ ^[0-9.e+]+$ ]] && served &&
+    ! grep -qE '^tessera_train_[a-z_]*\{(.*,)?(job|instance)=' "$F"
+tap_check $? "loss, tokens/s, MFU, ETA, peak device memory and the update time are served with run, slurm_job, host labels (no job or instance label: Prometheus's own)"
 
 # ---- the health checker ----
 TESSERA_HC_CONFIG= "$TSR_ROOT/build/tessera-healthcheck" --quick --burn 1 --prometheus "$TXT" >"$TMP/hc.txt" 2>&1

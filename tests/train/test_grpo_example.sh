@@ -7,14 +7,28 @@
 # run records GRPO's figures. What the example teaches (held-out pass@1 0.556 -> 1.000 at full
 # length) is not judged at 4 steps: tests/train/test_grpo.sh judges the same pipeline's learning.
 # This keeps the script, its config and its reward program from drifting (the LoRA/DPO example
-# failed at full length while CI passed: issue 48 item 7); about 7 s.
+# failed at full length while CI passed: issue 48 item 7); about 7 s. It runs as the README writes
+# it, its default launcher a bare mpirun (no MPIRUN, no tests/mpi_env.sh): as root (CI) Open MPI
+# refuses to start without OMPI_ALLOW_RUN_AS_ROOT*, which the script sets and says it set
+# (issue 65 item 6: the GRPO stage failed as root).
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 3
-MPIRUN="${MPIRUN[*]}" SCALE=0.02 BIN="$BUILD" bash "$TSR_ROOT/examples/grpo/run.sh" "$TMP/ex" >"$TMP/ex.txt" 2>&1
+tap_plan 4
+cmd=$(grep -m1 '^bash examples/grpo/run.sh ' "$TSR_ROOT/examples/grpo/README.md" | sed 's/ *#.*//')
+[[ $cmd == "bash examples/grpo/run.sh runs/grpo-example" ]] || tap_diag "the README's command changed: '$cmd'"
+(cd "$TMP" && mkdir -p examples && ln -s "$TSR_ROOT/examples/grpo" examples/grpo && ln -s "$BUILD" build &&
+    env -u MPIRUN -u OMPI_ALLOW_RUN_AS_ROOT -u OMPI_ALLOW_RUN_AS_ROOT_CONFIRM SCALE=0.02 \
+        BIN="$BUILD" bash -c "${cmd/runs\/grpo-example/ex}") >"$TMP/ex.txt" 2>&1
 rc=$?
 tail -2 "$TMP/ex.txt" | sed 's/^/# /'
-tap_check $rc "examples/grpo/run.sh (SCALE=0.02: 4 steps a stage, GRPO on 2 ranks with the reward program) runs every stage (exit $rc)"
+tap_check $rc "the README's '$cmd' (SCALE=0.02: 4 steps a stage, GRPO on 2 ranks with the reward program, a bare mpirun) runs every stage (exit $rc)"
+if [[ $(id -u) == 0 ]] && mpirun --version 2>/dev/null | grep -q 'Open MPI'; then
+    grep -q '^run.sh: for mpirun (Open MPI): OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 (running as root)' "$TMP/ex.txt"
+    tap_check $? "as root it set OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 for mpirun and said so"
+else
+    tap_skip "as root: the OMPI_ALLOW_RUN_AS_ROOT pair set and said" "not root, or not Open MPI"
+fi
+
 grep -qE '^held-out pass@1 \(greedy, [0-9]+ problems GRPO never trained on\): SFT [0-9.]+ -> GRPO [0-9.]+$' "$TMP/ex.txt" &&
     grep -qE "^GRPO's 4 steps: rollouts [0-9.]+ s \([0-9]+%\), training [0-9.]+ s \([0-9]+%\); generation [0-9]+ tokens/s" "$TMP/ex.txt" &&
     [[ -s $TMP/ex/eval-sft.json && -s $TMP/ex/eval-grpo.json ]]

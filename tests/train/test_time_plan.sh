@@ -19,13 +19,17 @@
 #  5. H100 (no table): says so, names the GPU call that fills it, prints the communication alone,
 #     exit 0; a MoE recipe on H200: no step time, the missing ops named;
 #  6. bad input: an unknown GPU, a bad --link (exit 1), a file that is no table, a table without
-#     its AdamW row (exit 2, the file named); nothing written.
+#     its AdamW row (exit 2, the file named); nothing written;
+#  7. the plan commands README.md and docs/planning.md show run as written (issue 65 item 3: the
+#     README's `--config gpt2-350m --plan 64/8`, whose 8 sequences a rank the recipe's micro_batch
+#     16 does not divide, plans with micro_batch 8 and says so), `tessera-train` being the build's;
+#     one naming a file the docs leave to the reader (my.cfg) is not run.
 # (The runs are on device = cpu, the llama recipe's too: the time plan does not depend on it, and
 # loading the CUDA library costs seconds a run. A singleton MPI process without its orted saves a
 # second more.)
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 6
+tap_plan 7
 cd "$TMP" || exit 1
 export OMPI_MCA_ess_singleton_isolated=1
 plan() { "$TRAIN" --time "$@" 2>&1; }
@@ -130,4 +134,23 @@ expect 1 "error: --time=B200: not a GPU model tessera knows (H100, H200, A100) n
     expect 2 "error: $TMP/noadam.prof: no 'step: AdamW' row" --time="$TMP/noadam.prof" &&
     [[ -z $(ls "$TMP" | grep -v -e '\.txt$' -e '\.prof$' -e '\.out$' -e '^data$' -e '^prof$') && ! -e runs ]]
 tap_check $? "an unknown GPU, a bad --link: exit 1; no table, a table without its AdamW row: exit 2 naming the file; nothing written (exits:$out)"
+
+# 7. the documented plan commands, as written (in a folder whose build/ and configs/ are the
+# checkout's, with tessera-train on PATH: recipes by name are found beside the program)
+mkdir -p docs/bin && ln -s "$BUILD" docs/build && ln -s "$TSR_ROOT/configs" docs/configs &&
+    ln -s "$TRAIN" docs/bin/tessera-train
+awk '/^```sh/{on=1; next} /^```/{on=0} on && /^(build\/)?tessera-train .*--(plan|time)/' \
+    "$TSR_ROOT/README.md" "$TSR_ROOT/docs/planning.md" | grep -v -e '--config my\.cfg' >docs/cmds.txt
+ok=0 ran=0
+while read -r cmd; do
+    (cd docs && PATH="$PWD/bin:$PATH" bash -c "$cmd") >docs/out.txt 2>&1 </dev/null ||
+        { ok=1; tap_diag "failed: $cmd"; tail -3 docs/out.txt | sed 's/^/#   /'; }
+    [[ $cmd == *"gpt2-350m --set device=cuda --plan 64/8 --time"* ]] && { grep -q \
+        '^--plan 64: micro_batch = 16 does not divide the per-rank batch 8 (global_batch 512 / 64 data ranks): the plan uses micro_batch = 8; a run on 64 ranks needs --set micro_batch=8$' docs/out.txt &&
+        grep -q '^batch: global 512 = 64 ranks x 8 per rank = 1 microbatches of 8' docs/out.txt &&
+        grep -q 'global_batch 512 and micro_batch 16 as in the recipe at every W' docs/out.txt || ok=1; }
+    ran=$((ran + 1))
+done <docs/cmds.txt
+((ran >= 4))
+tap_check $((ok | $?)) "the $ran plan commands README.md and docs/planning.md show exit 0 as written; gpt2-350m --plan 64/8 plans with micro_batch 8 and says so"
 tap_done
