@@ -174,11 +174,14 @@ endif
 
 # ---- sources ----
 MAINS    := src/train/train_main.c src/tessera_main.c
+# gpu_train.c's parts (gpu_train_int.h); gpu_train.c itself is built twice (the emulator's name)
+GPU_TRAIN_PARTS := src/gpu/gpu_train_mem.c src/gpu/gpu_train_eval.c src/gpu/gpu_train_env.c \
+                   src/gpu/gpu_train_step.c src/gpu/gpu_train_host.c
 # src/gpu/: the trainer's device = cuda path. gpu_load.c (in the library) opens
 # libtessera-cuda-train.so, made of the rest of src/gpu/ and the CUDA backend, on first use
 # (src/gpu/gpu_train.h); the emulator test build links those objects in directly.
 GPU_SRC  := src/gpu/gpu_model.c src/gpu/gpu_shard.c src/gpu/gpu_train.c src/gpu/gpu_ep.c \
-            src/gpu/gpu_profile.c src/gpu/gpu_muon.c src/gpu/gpu_ring.c src/gpu/gpu_comm.c \
+            $(GPU_TRAIN_PARTS) src/gpu/gpu_profile.c src/gpu/gpu_muon.c src/gpu/gpu_ring.c src/gpu/gpu_comm.c \
             src/gpu/gpu_comm_staged.c
 GPU_OBJ  := $(GPU_SRC:%.c=$(BUILD)/obj/%.o)
 # the library: every src/ folder (src/base/: the shared utilities; checkpoint/: the checkpoint library,
@@ -371,6 +374,7 @@ $(BUILD)/tests/tessera-train-cuemu: $(BUILD)/obj/src/train/train_main.o $(BUILD)
                 $(BUILD)/obj/src/gpu/gpu_profile.o $(BUILD)/obj/src/gpu/gpu_muon.o \
                 $(BUILD)/obj/src/gpu/gpu_ring.o \
                 $(BUILD)/obj/src/gpu/gpu_comm.o $(BUILD)/obj/src/gpu/gpu_comm_staged.o \
+                $(GPU_TRAIN_PARTS:%.c=$(BUILD)/obj/%.o) \
                 $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o $(TUNE_OBJ) $(FP8_LINEAR_OBJ) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)

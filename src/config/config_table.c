@@ -1,7 +1,8 @@
 /* config_table.c — the table of every config key, and what is driven by it alone: defaults, value
  * conversion and range checks, value formatting, sizes and durations. The effective-config
  * printout and config_save are in config_print.c.
- * Parsing the libconfig file, --set, cross-key validation and docs/config.md are in config_load.c.
+ * Parsing the libconfig file and --set are in config_load.c, cross-key validation in
+ * config_checks.c, docs/config.md in config_doc.c.
  */
 #include "config/config_table.h"
 

@@ -12,7 +12,7 @@
  * (whole, or a frozen shard under zero3 / hsdp), the adapters' fp32 store and AdamW on the device,
  * their gradients all-reduced once per step; the host mirror is the trainer's adapter store.
  *
- * The GPU code lives in libtessera-cuda-train.so (gpu_train.c, gpu_model.c, gpu_comm_nccl.c and
+ * The GPU code lives in libtessera-cuda-train.so (gpu_train*.c, gpu_model.c, gpu_comm_nccl.c and
  * the CUDA backend), which gpu_load.c opens with dlopen the first time a run asks for
  * device = cuda: tessera-train itself links no CUDA, starts as fast on a CPU node (loading
  * cuBLASLt costs ~0.9 s per process) and runs where no CUDA is installed. A program that links
@@ -29,7 +29,7 @@
 struct gen_batch_opts;
 struct gen_seq;
 
-/* The library's entry points (gpu_train.c); the wrappers below document them. */
+/* The library's entry points (gpu_train.c's table); the wrappers below document them. */
 typedef struct gpu_train_api {
     const char *version;  /* TSR_VERSION it was built with: must be the executable's */
     size_t ctx_size;      /* sizeof(gpu_train_ctx) it was built with: must be the executable's */

@@ -76,7 +76,7 @@ void dec_forward(const tsr_decoder *d, const int32_t *tokens, const int32_t *tar
  * over the group). */
 double dec_loss_sum(const tsr_decoder *d, const int32_t *targets, int B, int T);
 /* sum over i < N of losses[i] where targets[i] >= 0, in double, in order: dec_loss_sum's sum of
- * host losses (the GPU trainer's staged step, src/gpu/gpu_train.c, sums the same way) */
+ * host losses (the GPU trainer's staged step, src/gpu/gpu_train_step.c, sums the same way) */
 double dec_sum_losses(const float *losses, const int32_t *targets, size_t N);
 /* After an evaluation forward: per position its loss and greedy token (host arrays of B*T), 0 and
  * -1 where targets < 0 (model.h model_token_scores); greedy NULL: the losses only, no argmax. */
@@ -105,7 +105,7 @@ double dec_moe_weight(const int32_t *targets, size_t N, float loss_scale);
  * counts of assignments). Nothing in a dense model. Waits for the backend. */
 void dec_moe_stats_add(const tsr_decoder *d, double w, double *acc);
 /* The same in two halves, for a backend that stages a step's statistics and reads them once
- * (src/gpu/gpu_train.c): where the last forward's two per-layer stacks lie on the backend and
+ * (src/gpu/gpu_train_step.c): where the last forward's two per-layer stacks lie on the backend and
  * their bytes (all 0 without MoE), and the adding of host copies of them. */
 typedef struct dec_moe_view {
     const void *stats, *offs;

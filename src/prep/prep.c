@@ -10,14 +10,14 @@
  * number), so the output is byte-identical for any --threads. Everything is staged in OUT.tmp and
  * renamed to OUT at the end: an error leaves nothing at OUT; OUT.lock keeps a second prep into
  * the same OUT out from the start (exit 2). Usage and formats: docs/prep.md.
+ * The inputs and their formats are prep_input.c's, the stream of batches prep_stream.c's
+ * (prep_int.h: what they share).
  */
 #include "prep/prep.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <omp.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,25 +28,9 @@
 #include "cli_commands.h"
 #include "common.h"
 #include "fsutil.h"
-#include "data/data.h"
 #include "json.h"
-#include "prep/prep_doc.h"
-#include "prep/prep_pack.h"
-#include "runlock.h"
-#include "prep/prep_prompts.h"
-#include "tokenizer/tokenizer.h"
+#include "prep/prep_int.h"
 #include "tokenizer/tokenizer_eos.h"
-
-#define DEFAULT_SHARD_TOKENS (1ull << 27) /* as tessera shard: 256 MiB of uint16 tokens */
-#define BATCH_BYTES (4u << 20)            /* input bytes per parallel batch */
-#define BATCH_ITEMS 16384                 /* items per parallel batch */
-#define PART_BYTES (1u << 20) /* a text file is read, and a longer document tokenized, in parts of
-                                 so many bytes ($TSR_PREP_PART_BYTES for tests: read_knobs) */
-#define MAX_REPORTED 10                   /* bad lines reported one by one */
-#define DETECT_LINES 1000                 /* lines read to detect a JSONL file's kind */
-#define SPLIT_STREAM 0x7072657053504c54ull /* "prepSPLT": the train/val split's random stream */
-#define PROGRESS_TTY_S 0.25               /* redraw interval of the progress bar */
-#define PROGRESS_LOG_S 5.0                /* interval of the plain lines ($TSR_PREP_PROGRESS_S) */
 
 static const char *const fmt_names[] = {"auto", "text", "jsonl", "sft", "chat", "preference",
                                         "prompts"};
@@ -97,17 +81,6 @@ const cli_cmd prep_cli = {"prep", "INPUT...", prep_summary, prep_opts, N_OPTS, N
 static int usage_error(const char *msg, const char *detail) {
     return cli_usage_error(&prep_cli, msg, detail);
 }
-
-typedef struct prep_args {
-    const char *out, *tokenizer, *chat_template; /* chat_template: NULL = auto */
-    prep_format format;
-    double val_fraction;
-    int64_t seed, shard_tokens, threads, pack; /* pack: T of --pack, 0 = not packed */
-    int bos, no_eos, target_prompts, strict, quiet;
-    jinja_budget budget; /* --template-steps, --template-memory (0: the defaults) */
-    char doc_sep[64];
-    size_t doc_sep_len;
-} prep_args;
 
 static int opt_int(int ch, const char *val, int64_t lo, int64_t hi, int64_t *out) {
     return cli_number(&prep_cli, ch, val, lo, hi, out);
@@ -210,577 +183,6 @@ static int parse_args(prep_args *a, int argc, char **argv) {
     return 0;
 }
 
-/* ================================ inputs ================================ */
-
-typedef struct in_file {
-    char *path;
-    prep_format kind; /* FMT_TEXT, FMT_JSONL, FMT_SFT, FMT_CHAT or FMT_PREF */
-    uint64_t size;
-    uint64_t invalid_utf8; /* a text file's ill-formed UTF-8 sequences, each encoded as U+FFFD */
-} in_file;
-
-typedef struct file_list {
-    in_file *v;
-    size_t n, cap;
-    uint64_t bytes;
-    uint64_t skipped; /* files of an earlier tessera dataset met in a walked directory */
-} file_list;
-
-static void add_file(file_list *l, const char *path, uint64_t size) {
-    if (l->n == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 64;
-        in_file *nv = tsr_malloc(l->cap * sizeof *nv);
-        if (l->n) memcpy(nv, l->v, l->n * sizeof *nv);
-        free(l->v);
-        l->v = nv;
-    }
-    memset(&l->v[l->n], 0, sizeof l->v[l->n]);
-    l->v[l->n].path = strdup(path);
-    if (!l->v[l->n].path) tsr_die(TSR_EXIT_INTERNAL, "prep: out of memory");
-    l->v[l->n].kind = FMT_TEXT;
-    l->v[l->n].size = size;
-    l->n++;
-    l->bytes += size;
-}
-
-/* A file of a walked directory; a shard or index.tsv of an earlier dataset (a folder that holds
- * prep's own output) is skipped with a warning: its binary shards read as text were garbage. */
-static int add_walked(void *ctx, const char *path, const struct stat *st) {
-    file_list *l = ctx;
-    if (dataset_file_is_part(path)) {
-        if (++l->skipped <= MAX_REPORTED)
-            tsr_warn("prep: %s: part of a tessera dataset (an earlier prep's output?): skipped, prep "
-                     "reads text and JSON Lines%s", path,
-                     l->skipped == MAX_REPORTED ? "; further ones are counted, not shown" : "");
-        return 0;
-    }
-    add_file(l, path, (uint64_t)st->st_size);
-    return 0;
-}
-
-/* Adds an INPUT: a regular file, or every file of a directory as fs_walk finds them (sorted,
- * hidden names skipped, links followed, special files skipped with a warning). */
-static int collect(file_list *l, const char *path) {
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        tsr_error("%s: cannot read input: %s", path, strerror(errno));
-        return TSR_EXIT_DATA;
-    }
-    if (S_ISREG(st.st_mode)) {
-        if (dataset_file_is_part(path)) {
-            tsr_error("%s: part of a tessera dataset (a shard or its index.tsv), not text or JSON "
-                      "Lines: give the inputs it was made from", path);
-            return TSR_EXIT_DATA;
-        }
-        add_file(l, path, (uint64_t)st.st_size);
-        return 0;
-    }
-    if (!S_ISDIR(st.st_mode)) {
-        tsr_error("%s: not a regular file or a directory", path);
-        return TSR_EXIT_DATA;
-    }
-    return fs_walk(path, add_walked, l);
-}
-
-static int has_suffix(const char *s, const char *suf) {
-    size_t n = strlen(s), m = strlen(suf);
-    return n >= m && strcmp(s + n - m, suf) == 0;
-}
-
-/* Strips a trailing "\n" / "\r\n", and a UTF-8 byte order mark on line 1. */
-static char *trim_line(char *s, ssize_t *len, uint64_t line_no) {
-    while (*len > 0 && (s[*len - 1] == '\n' || s[*len - 1] == '\r')) (*len)--;
-    if (line_no == 1 && *len >= 3 && !memcmp(s, "\xEF\xBB\xBF", 3)) {
-        s += 3;
-        *len -= 3;
-    }
-    return s;
-}
-
-static int is_blank(const char *s, size_t n) {
-    for (size_t k = 0; k < n; k++)
-        if (s[k] != ' ' && s[k] != '\t' && s[k] != '\r') return 0;
-    return 1;
-}
-
-/* The kind of a JSONL file: from the first line that is a JSON object with "messages" (chat),
- * "prompt" (sft) or "text"; FMT_JSONL when none of the first DETECT_LINES lines says. */
-static int detect_jsonl(in_file *f, json_doc *jd) {
-    FILE *fp = fopen(f->path, "rb");
-    if (!fp) {
-        tsr_error("%s: cannot open: %s", f->path, strerror(errno));
-        return TSR_EXIT_DATA;
-    }
-    f->kind = FMT_JSONL;
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    json_value *root;
-    json_error err;
-    for (uint64_t no = 1; no <= DETECT_LINES && (len = getline(&line, &cap, fp)) >= 0; no++) {
-        char *s = trim_line(line, &len, no);
-        if (json_parse(jd, s, (size_t)len, &root, &err) != 0 || root->type != JSON_OBJECT)
-            continue;
-        if (json_get(root, "messages")) f->kind = FMT_CHAT;
-        else if (json_get(root, "prompt")) f->kind = FMT_SFT;
-        else if (!json_get(root, "text")) continue;
-        break;
-    }
-    free(line);
-    fclose(fp);
-    return 0;
-}
-
-static int detect_kinds(file_list *l, prep_format format) {
-    json_doc jd;
-    json_doc_init(&jd);
-    int rc = 0;
-    for (size_t k = 0; k < l->n && !rc; k++) {
-        in_file *f = &l->v[k];
-        static const char *const packed[] = {".gz", ".zst", ".xz", ".bz2", ".zip", ".tar"};
-        for (size_t j = 0; j < sizeof packed / sizeof packed[0]; j++)
-            if (has_suffix(f->path, packed[j])) {
-                tsr_error("%s: compressed or archived input is not read (decompress it first, "
-                          "e.g. to a .jsonl or .txt file)", f->path);
-                rc = TSR_EXIT_DATA;
-            }
-        if (rc) break;
-        if (format != FMT_AUTO) f->kind = format;
-        else if (has_suffix(f->path, ".jsonl") || has_suffix(f->path, ".ndjson") ||
-                 has_suffix(f->path, ".json"))
-            rc = detect_jsonl(f, &jd);
-        else f->kind = FMT_TEXT;
-    }
-    json_doc_free(&jd);
-    return rc;
-}
-
-/* --pack takes sft and chat examples only; names the first input that is plain text. */
-static int check_pack_kinds(const file_list *l) {
-    for (size_t k = 0; k < l->n; k++)
-        if (l->v[k].kind == FMT_TEXT || l->v[k].kind == FMT_JSONL) {
-            tsr_error("prep: --pack: %s is %s, not sft or chat examples (--pack places whole "
-                      "prompt/response examples into samples; prep plain text without --pack, or "
-                      "force --format sft|chat)", l->v[k].path,
-                      l->v[k].kind == FMT_TEXT ? "plain text (format text)"
-                                               : "JSON Lines of {\"text\"} (format jsonl)");
-            return TSR_EXIT_USAGE;
-        }
-    return 0;
-}
-
-/* ================================ the run's state ================================ */
-
-typedef struct prep_ctx {
-    const prep_args *a;
-    file_list files;
-    tsr_tokenizer *tok;
-    char tok_name[4096]; /* what the dataset records: "gpt2", else the tokenizer's absolute path */
-    chat_config chat;    /* the tokenizer's tokenizer_config.json, when loaded (have_chat) */
-    char chat_path[4096]; /* its path */
-    tsr_lock lock;        /* OUT.lock, from before OUT.tmp is made to after it is renamed */
-    int have_chat;
-    prep_doc_rules rules;
-    uint32_t eos, vocab;
-    int with_mask, threads, tty;
-    int part_val; /* the split of the document whose parts are being consumed */
-    size_t part_bytes; /* PART_BYTES, or $TSR_PREP_PART_BYTES */
-    double log_every;  /* PROGRESS_LOG_S, or $TSR_PREP_PROGRESS_S */
-    char *buf; /* the batch's input bytes */
-    size_t buf_len, buf_cap;
-    prep_item *items;
-    size_t n_items, items_cap;
-    json_doc *jd; /* one per thread */
-    tsr_dataset_writer *w[2]; /* train, val */
-    prep_packer *pk[2];       /* --pack: the packers writing into w[] */
-    uint64_t docs[2], tokens[2], targets[2], bad, empty, bytes_done;
-    uint64_t dropped, overlong; /* --pack: examples dropped; over-length examples (reported) */
-    uint64_t pairs[2], pairs_dropped; /* --format preference: pairs written; pairs dropped */
-    uint64_t pair_notes[3];           /* pairs with the same answer twice, with an empty answer */
-    uint64_t datasets_skipped;        /* walked files of an earlier tessera dataset (skipped) */
-    prompts_side side;        /* --format prompts: the records of the prompts written */
-    double t0, t_progress;
-} prep_ctx;
-
-/* ================================ progress ================================ */
-
-static void fmt_duration(char *buf, size_t n, double s) {
-    long t = s < 0 ? 0 : s > 359999 ? 359999 : (long)(s + 0.5);
-    if (t >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
-    else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
-}
-
-/* On a terminal a bar redrawn in place; otherwise a plain line every c->log_every seconds. */
-static void progress(prep_ctx *c, int final) {
-    if (c->a->quiet) return;
-    double now = tsr_now(), dt = now - c->t0;
-    if (!final && now - c->t_progress < (c->tty ? PROGRESS_TTY_S : c->log_every)) return;
-    if (final && !c->tty) return;
-    c->t_progress = now;
-    uint64_t total = c->files.bytes ? c->files.bytes : 1;
-    double frac = (double)c->bytes_done / (double)total, rate = dt > 0 ? c->bytes_done / dt : 0;
-    if (frac > 1) frac = 1;
-    char eta[32];
-    fmt_duration(eta, sizeof eta, rate > 0 ? (double)(total - (c->bytes_done < total ?
-                                                                 c->bytes_done : total)) / rate
-                                           : 0);
-    double tokens = (double)(c->tokens[0] + c->tokens[1]);
-    if (c->tty) {
-        char bar[31];
-        int fill = (int)(frac * 30);
-        for (int k = 0; k < 30; k++) bar[k] = k < fill ? '#' : '.';
-        bar[30] = '\0';
-        fprintf(stderr, "\rprep [%s] %5.1f%% %.1f/%.1f MB %.1f MB/s ETA %s, %llu docs, %.2fM "
-                "tokens\x1b[K%s", bar, 100 * frac, c->bytes_done / 1e6, total / 1e6, rate / 1e6,
-                eta, (unsigned long long)(c->docs[0] + c->docs[1]), tokens / 1e6,
-                final ? "\n" : "");
-    } else {
-        fprintf(stderr, "prep: %.1f%% of %.1f MB, %.1f MB/s, ETA %s, %llu documents, %.0f "
-                "tokens\n", 100 * frac, total / 1e6, rate / 1e6, eta,
-                (unsigned long long)(c->docs[0] + c->docs[1]), tokens);
-    }
-    fflush(stderr);
-}
-
-/* ================================ batches ================================ */
-
-/* Items past BATCH_ITEMS are allowed (a text file split into many documents is one read). */
-static prep_item *new_item(prep_ctx *c, size_t file, uint64_t line, size_t off, size_t len) {
-    if (c->n_items == c->items_cap) {
-        size_t cap = c->items_cap ? 2 * c->items_cap : BATCH_ITEMS;
-        prep_item *ni = realloc(c->items, cap * sizeof *ni);
-        if (!ni) tsr_die(TSR_EXIT_INTERNAL, "prep: out of memory (%zu items)", cap);
-        memset(ni + c->items_cap, 0, (cap - c->items_cap) * sizeof *ni);
-        c->items = ni;
-        c->items_cap = cap;
-    }
-    prep_item *it = &c->items[c->n_items++];
-    it->file = file;
-    it->line = line;
-    it->off = off;
-    it->len = len;
-    it->part = PART_WHOLE;
-    return it;
-}
-
-static void buf_reserve(prep_ctx *c, size_t extra) {
-    if (c->buf_len + extra <= c->buf_cap) return;
-    size_t cap = c->buf_cap ? c->buf_cap : BATCH_BYTES + 4096;
-    while (cap < c->buf_len + extra) cap *= 2;
-    char *nb = realloc(c->buf, cap);
-    if (!nb) tsr_die(TSR_EXIT_INTERNAL, "prep: out of memory (%zu bytes of input)", cap);
-    c->buf = nb;
-    c->buf_cap = cap;
-}
-
-/* --pack: warns (the first MAX_REPORTED times) that an example of n tokens was truncated or
- * dropped. what: "" or which answer of a preference pair ("chosen "); pair: its drop takes the
- * pair along. */
-static void report_fate(prep_ctx *c, const prep_item *it, const char *path, const char *what,
-                        size_t n, pack_fate fate, int pair) {
-    if (++c->overlong > MAX_REPORTED) return;
-    if (c->tty && !c->a->quiet) fprintf(stderr, "\r\x1b[K");
-    long long T = (long long)c->a->pack;
-    unsigned long long line = (unsigned long long)it->line;
-    const char *gone = pair ? "pair dropped (its chosen and its rejected example)"
-                            : "example dropped";
-    const char *more = c->overlong == MAX_REPORTED ? "; further over-length examples are counted, "
-                                                     "not shown" : "";
-    if (fate == PACK_TRUNCATED)
-        tsr_warn("%s:%llu: %sexample of %zu tokens is longer than --pack %lld: kept its first %lld "
-                 "tokens (the rest, with its <|endoftext|>, is cut)%s", path, line, what, n, T,
-                 T - 1, more);
-    else if ((long long)n > T)
-        tsr_warn("%s:%llu: %sexample of %zu tokens is longer than --pack %lld and its first %lld "
-                 "tokens hold no target (the prompt fills the sample): %s%s", path, line, what, n,
-                 T, T - 1, gone, more);
-    else
-        tsr_warn("%s:%llu: %sexample of %zu tokens holds no target: %s%s", path, line, what, n,
-                 gone, more);
-}
-
-/* --pack: places the item into split `val`'s packer, reporting an over-length example. */
-static int consume_packed(prep_ctx *c, const prep_item *it, int val, const char *path) {
-    pack_fate fate;
-    if (pack_add(c->pk[val], it->tok, it->mask, it->n, &fate)) return TSR_EXIT_DATA;
-    if (fate == PACK_DROPPED) c->dropped++;
-    else c->docs[val]++;
-    const pack_stats *st = pack_get_stats(c->pk[val]);
-    c->tokens[val] = st->tokens;
-    c->targets[val] = st->targets;
-    if (fate != PACK_WHOLE) report_fate(c, it, path, "", it->n, fate, 0);
-    return 0;
-}
-
-/* A pair that can teach nothing is written, with a warning (the first MAX_REPORTED of each kind):
- * the same answer chosen and rejected (DPO's margin is 0: no gradient), or an empty answer. */
-static void warn_pair(prep_ctx *c, const prep_item *it, const char *path) {
-    if (!it->pair_note || ++c->pair_notes[it->pair_note] > MAX_REPORTED) return;
-    if (c->tty && !c->a->quiet) fprintf(stderr, "\r\x1b[K");
-    tsr_warn("%s:%llu: %s: the pair teaches nothing (written all the same; fix the data)%s", path,
-             (unsigned long long)it->line,
-             it->pair_note == PAIR_SAME ? "\"chosen\" and \"rejected\" are the same text"
-                                        : "\"chosen\" or \"rejected\" is empty (or white space)",
-             c->pair_notes[it->pair_note] == MAX_REPORTED ? "; further ones are counted, not shown" : "");
-}
-
-/* --format preference: places the item's pair (its chosen example, then its rejected one) into
- * split `val`'s packer: both, each in a window of its own, or neither. Reports the over-length
- * examples of a written pair, and what made a dropped pair go. */
-static int consume_pair(prep_ctx *c, const prep_item *it, int val, const char *path) {
-    static const char *const what[2] = {"chosen ", "rejected "};
-    const size_t n[2] = {it->n_first, it->n - it->n_first};
-    pack_fate fate[2];
-    if (pack_add_pair(c->pk[val], it->tok, it->mask, n, fate)) return TSR_EXIT_DATA;
-    int dropped = fate[0] == PACK_DROPPED || fate[1] == PACK_DROPPED;
-    if (dropped) {
-        c->pairs_dropped++;
-        c->dropped += 2;
-    } else {
-        c->pairs[val]++;
-        c->docs[val] += 2;
-    }
-    const pack_stats *st = pack_get_stats(c->pk[val]);
-    c->tokens[val] = st->tokens;
-    c->targets[val] = st->targets;
-    for (int k = 0; k < 2; k++)
-        if (dropped ? fate[k] == PACK_DROPPED : fate[k] == PACK_TRUNCATED)
-            report_fate(c, it, path, what[k], n[k], fate[k], 1);
-    return 0;
-}
-
-/* --format prompts: the prompt alone in a window of split `val`, its line as its record; a prompt
- * that does not fit is dropped and reported. */
-static int consume_prompt(prep_ctx *c, const prep_item *it, int val, const char *path) {
-    pack_fate fate;
-    if (pack_add_alone(c->pk[val], it->tok, it->mask, it->n, &fate)) return TSR_EXIT_DATA;
-    if (fate == PACK_DROPPED) {
-        c->dropped++;
-        if (++c->overlong <= MAX_REPORTED) {
-            if (c->tty && !c->a->quiet) fprintf(stderr, "\r\x1b[K");
-            tsr_warn("%s:%llu: the prompt has %zu tokens, --pack %lld leaves room for %lld: "
-                     "dropped%s", path, (unsigned long long)it->line, it->n,
-                     (long long)c->a->pack, (long long)c->a->pack - 1,
-                     c->overlong == MAX_REPORTED ? "; further ones are counted, not shown" : "");
-        }
-        return 0;
-    }
-    c->docs[val]++;
-    const pack_stats *st = pack_get_stats(c->pk[val]);
-    c->tokens[val] = st->tokens;
-    c->targets[val] = st->targets;
-    return prompts_side_add(&c->side, val, c->buf + it->off, it->len);
-}
-
-/* Handles one finished item in input order: report it, or append it to train or val. */
-static int consume(prep_ctx *c, const prep_item *it) {
-    in_file *f = &c->files.v[it->file];
-    const char *path = f->path;
-    /* JSON refuses invalid UTF-8 (a bad line); plain text keeps it, replaced: counted per file */
-    if (f->kind == FMT_TEXT)
-        f->invalid_utf8 += tokenizer_count_invalid_utf8((const uint8_t *)c->buf + it->off, it->len);
-    if (it->status == ITEM_FATAL) {
-        if (c->tty && !c->a->quiet) fprintf(stderr, "\n");
-        tsr_error("%s:%llu: %s: the chat template of %s; stopping, nothing written (%s)", path,
-                  (unsigned long long)it->line, it->err, c->chat_path, CHAT_BUDGET_HINT);
-        return TSR_EXIT_DATA;
-    }
-    if (it->status == ITEM_BAD) {
-        c->bad++;
-        if (c->a->strict) {
-            if (c->tty && !c->a->quiet) fprintf(stderr, "\n");
-            tsr_error("%s:%llu: %s (--strict: stopping, nothing written)", path,
-                      (unsigned long long)it->line, it->err);
-            return TSR_EXIT_DATA;
-        }
-        if (c->bad <= MAX_REPORTED) {
-            if (c->tty && !c->a->quiet) fprintf(stderr, "\r\x1b[K");
-            tsr_warn("%s:%llu: %s (line skipped)%s", path, (unsigned long long)it->line, it->err,
-                     c->bad == MAX_REPORTED ? "; further bad lines are counted, not shown" : "");
-        }
-        return 0;
-    }
-    if (it->status == ITEM_EMPTY || it->n == 0) { /* it->n == 0: text that makes no token */
-        c->empty++;
-        return 0;
-    }
-    /* a dropped example keeps its number; a preference pair is one document of the split */
-    uint64_t doc = f->kind == FMT_PREF ? c->pairs[0] + c->pairs[1] + c->pairs_dropped
-                                       : c->docs[0] + c->docs[1] + c->dropped;
-    int val = c->a->val_fraction > 0 &&
-              tsr_rand_uniform((uint64_t)c->a->seed, SPLIT_STREAM, doc) < c->a->val_fraction;
-    if (!(it->part & PART_FIRST)) /* a later part of a document read in parts: its split */
-        val = c->part_val;
-    c->part_val = val;
-    if (f->kind == FMT_PREF) {
-        warn_pair(c, it, path);
-        return consume_pair(c, it, val, path);
-    }
-    if (f->kind == FMT_PROMPTS) return consume_prompt(c, it, val, path);
-    if (c->pk[val]) return consume_packed(c, it, val, path);
-    c->docs[val] += (it->part & PART_FIRST) != 0;
-    c->tokens[val] += it->n;
-    if (c->with_mask)
-        for (size_t k = 0; k < it->n; k++) c->targets[val] += it->mask[k];
-    return dataset_writer_append(c->w[val], it->tok, c->with_mask ? it->mask : NULL, it->n)
-               ? TSR_EXIT_DATA : 0;
-}
-
-/* Tokenizes the batch on c->threads threads, then consumes it in order; the buffer's bytes from
- * `keep` on (a text document still being read, in no item) move to its front. Past an item whose
- * chat template went over its budget (ITEM_FATAL: prep stops there) the items are not tokenized:
- * each would take the template's whole budget for nothing. */
-static int flush_from(prep_ctx *c, size_t keep) {
-    int n = (int)c->n_items, fatal = n;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(c->threads)
-    for (int k = 0; k < n; k++) {
-        prep_item *it = &c->items[k];
-        int first;
-#pragma omp atomic read
-        first = fatal;
-        if (k > first) {
-            it->status = ITEM_EMPTY;
-            continue;
-        }
-        prep_tokenize(&c->rules, c->files.v[it->file].kind, c->buf + it->off, it,
-                      &c->jd[omp_get_thread_num()]);
-        if (it->status == ITEM_FATAL) {
-#pragma omp critical(prep_fatal)
-            if (k < fatal) {
-#pragma omp atomic write
-                fatal = k;
-            }
-        }
-    }
-    int rc = 0;
-    for (int k = 0; k < n && !rc; k++) rc = consume(c, &c->items[k]);
-    c->n_items = 0;
-    memmove(c->buf, c->buf + keep, c->buf_len - keep);
-    c->buf_len -= keep;
-    if (!rc) progress(c, 0);
-    return rc;
-}
-
-static int flush(prep_ctx *c) { return flush_from(c, c->buf_len); }
-
-/* The test knobs of the environment (docs/prep.md): TSR_PREP_PART_BYTES, the bytes of a text file
- * read at a time and of a streamed document's parts (tiny parts put many cuts in a small file);
- * TSR_PREP_PROGRESS_S, the seconds between two plain progress lines. */
-static int read_knobs(prep_ctx *c) {
-    const char *part = getenv("TSR_PREP_PART_BYTES"), *every = getenv("TSR_PREP_PROGRESS_S");
-    int64_t bytes = PART_BYTES;
-    c->log_every = PROGRESS_LOG_S;
-    if (part && *part && tsr_parse_i64(part, 1, 1 << 30, &bytes)) {
-        tsr_error("prep: TSR_PREP_PART_BYTES = \"%s\": expected bytes from 1 to 1073741824", part);
-        return TSR_EXIT_USAGE;
-    }
-    if (every && *every && tsr_parse_f64(every, 0, 3600, &c->log_every)) {
-        tsr_error("prep: TSR_PREP_PROGRESS_S = \"%s\": expected seconds from 0 to 3600", every);
-        return TSR_EXIT_USAGE;
-    }
-    c->part_bytes = (size_t)bytes;
-    return 0;
-}
-
-static int read_error(const char *path) {
-    tsr_error("%s: read failed: %s", path, strerror(errno));
-    return TSR_EXIT_DATA;
-}
-
-/* Cuts the open document of a text file (its bytes from *pos) into items: each document that a
- * --doc-sep separator ends; at the end of the file the rest; and, once c->part_bytes are open, a
- * part of it up to the last place the tokenizer may be cut (tokenizer_stream_cut; never within
- * reach of a separator not read whole yet). *part: the flags of the next part (PART_FIRST until a
- * part of the document went out); *scan: where the search for the separator resumes. */
-static void split_text(prep_ctx *c, size_t fi, size_t *pos, size_t *scan, int *part, int eof) {
-    const char *sep = c->a->doc_sep;
-    size_t seplen = c->a->doc_sep_len;
-    while (seplen) {
-        const char *hit = memmem(c->buf + *scan, c->buf_len - *scan, sep, seplen);
-        if (!hit) {
-            *scan = c->buf_len - *pos >= seplen ? c->buf_len - seplen + 1 : *pos;
-            break;
-        }
-        size_t end = (size_t)(hit - c->buf);
-        if (end > *pos) /* empty pieces between separators are not documents */
-            new_item(c, fi, 0, *pos, end - *pos)->part = *part | PART_LAST;
-        *pos = *scan = end + seplen;
-        *part = PART_FIRST;
-    }
-    size_t open = c->buf_len - *pos;
-    if (eof) {
-        if (open || !seplen) new_item(c, fi, 0, *pos, open)->part = *part | PART_LAST;
-        *pos = c->buf_len;
-        return;
-    }
-    if (open < c->part_bytes) return;
-    size_t q = tokenizer_stream_cut(c->tok, (const uint8_t *)c->buf + *pos,
-                                    seplen ? open - seplen + 1 : open);
-    if (!q) return; /* no place to cut yet: the document grows in memory */
-    new_item(c, fi, 0, *pos, q)->part = *part;
-    *part = 0;
-    *pos += q;
-}
-
-/* A text file: one document, or documents separated by --doc-sep, read c->part_bytes at a time; a
- * long document is tokenized in parts (split_text), so memory does not grow with the file. */
-static int read_text(prep_ctx *c, size_t fi) {
-    const char *path = c->files.v[fi].path;
-    if ((c->n_items >= BATCH_ITEMS || c->buf_len >= BATCH_BYTES) && flush(c)) return TSR_EXIT_DATA;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        tsr_error("%s: cannot open: %s", path, strerror(errno));
-        return TSR_EXIT_DATA;
-    }
-    size_t pos = c->buf_len, scan = pos, got;
-    int part = PART_FIRST, rc = 0;
-    do {
-        buf_reserve(c, c->part_bytes);
-        got = fread(c->buf + c->buf_len, 1, c->part_bytes, fp);
-        c->buf_len += got;
-        c->bytes_done += got;
-        if (!got && ferror(fp)) break;
-        split_text(c, fi, &pos, &scan, &part, got == 0);
-        if (c->n_items >= BATCH_ITEMS || pos >= BATCH_BYTES) {
-            rc = flush_from(c, pos);
-            scan -= pos;
-            pos = 0;
-        }
-    } while (!rc && got > 0);
-    int err = ferror(fp);
-    fclose(fp);
-    return rc ? rc : err ? read_error(path) : 0;
-}
-
-/* A JSONL file: one item per non-blank line. */
-static int read_jsonl(prep_ctx *c, size_t fi) {
-    const char *path = c->files.v[fi].path;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        tsr_error("%s: cannot open: %s", path, strerror(errno));
-        return TSR_EXIT_DATA;
-    }
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int rc = 0;
-    for (uint64_t no = 1; !rc && (len = getline(&line, &cap, fp)) >= 0; no++) {
-        c->bytes_done += (uint64_t)len;
-        char *s = trim_line(line, &len, no);
-        if (is_blank(s, (size_t)len)) continue;
-        if (c->n_items >= BATCH_ITEMS || c->buf_len >= BATCH_BYTES) rc = flush(c);
-        if (rc) break;
-        buf_reserve(c, (size_t)len + 1);
-        memcpy(c->buf + c->buf_len, s, (size_t)len);
-        new_item(c, fi, no, c->buf_len, (size_t)len);
-        c->buf_len += (size_t)len;
-    }
-    if (!rc && ferror(fp)) rc = read_error(path);
-    free(line);
-    fclose(fp);
-    return rc;
-}
-
 /* ================================ output directory ================================ */
 
 /* Takes OUT.lock (one prep per output: runlock.h; the lock outlives OUT.tmp's rename to OUT),
@@ -812,21 +214,6 @@ static int make_staging(const char *out, tsr_lock *lock, char *tmp, size_t cap) 
 }
 
 /* ================================ the command ================================ */
-
-/* Streams every input through the batches. */
-static int run(prep_ctx *c) {
-    int rc = 0;
-    for (size_t k = 0; k < c->files.n && !rc; k++)
-        rc = c->files.v[k].kind == FMT_TEXT ? read_text(c, k) : read_jsonl(c, k);
-    if (!rc) rc = flush(c);
-    for (int k = 0; k < 2 && !rc; k++)
-        if (c->pk[k]) {
-            rc = pack_finish(c->pk[k]);
-            c->tokens[k] = pack_get_stats(c->pk[k])->tokens;
-        }
-    return rc;
-}
-
 /* Closes the writers and renames OUT.tmp to OUT; val is dropped when it got no document. */
 static int commit(prep_ctx *c, const char *tmp) {
     if (c->docs[0] == 0) {
@@ -1021,7 +408,7 @@ int cmd_prep(int argc, char **argv) {
     int rc = parse_args(&a, argc, argv);
     if (rc) return rc < 0 ? 0 : rc;
     prep_ctx c = {.a = &a, .t0 = tsr_now()};
-    rc = read_knobs(&c);
+    rc = prep_read_knobs(&c);
     if (rc) return rc;
     c.threads = a.threads ? (int)a.threads : omp_get_max_threads();
     c.tty = isatty(STDERR_FILENO);
@@ -1031,12 +418,12 @@ int cmd_prep(int argc, char **argv) {
                   a.out);
         return TSR_EXIT_DATA;
     }
-    for (int k = optind; k < argc && !rc; k++) rc = collect(&c.files, argv[k]);
+    for (int k = optind; k < argc && !rc; k++) rc = prep_collect(&c.files, argv[k]);
     if (!rc && c.files.skipped > MAX_REPORTED)
         tsr_warn("prep: %llu files of tessera datasets skipped in all",
                  (unsigned long long)c.files.skipped);
-    if (!rc) rc = detect_kinds(&c.files, a.format);
-    if (!rc && a.pack) rc = check_pack_kinds(&c.files);
+    if (!rc) rc = prep_detect_kinds(&c.files, a.format);
+    if (!rc && a.pack) rc = prep_check_pack_kinds(&c.files);
     if (!rc) rc = open_tokenizer(&c);
     if (rc) {
         ctx_free(&c);
@@ -1079,8 +466,8 @@ int cmd_prep(int argc, char **argv) {
         prompts_side_stops(&c.side, &c.chat, c.tok);
     c.t0 = tsr_now();
     c.t_progress = c.t0;
-    if (!rc) rc = run(&c);
-    progress(&c, 1);
+    if (!rc) rc = prep_run(&c);
+    prep_progress(&c, 1);
     if (!rc) rc = commit(&c, tmp);
     if (rc) {
         for (int k = 0; k < 2; k++)

@@ -31,7 +31,8 @@ typedef struct prep_item {
     size_t n, cap, mask_cap;
     size_t n_first; /* FMT_PREF: tokens of the chosen example; the rejected one is the rest */
     int part;       /* FMT_TEXT: PART_WHOLE, or the part of a document streamed in parts (a large
-                       file: prep.c): PART_FIRST gets the BOS, PART_LAST the EOS, 0 neither */
+                       file: prep_stream.c): PART_FIRST gets the BOS, PART_LAST the EOS, 0
+                       neither */
     int pair_note;  /* FMT_PREF: PAIR_SAME (the two answers are one text), PAIR_EMPTY (one of them
                        is empty or white space), or 0 */
 } prep_item;

@@ -1,0 +1,263 @@
+/* config_dims.c — what a model config derives and lists (config.h): its sizes (config_model_dims:
+ * the heads, the MLP's width, the mixture of experts; the norm's and RoPE scaling's settings
+ * refused together), LoRA's targets, the layers activation checkpointing covers.
+ */
+#include <ctype.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "config/config.h"
+#include "config/config_table.h"
+
+/* The mixture-of-experts keys (docs/moe.md) into d (E, K, FE, S, LM; all 0 in a dense model, where
+ * the structural MoE keys must keep their defaults). d->F is resolved already. */
+static int moe_dims(const tsr_model_config *m, tsr_model_dims *d, const char **key, char *why,
+                    size_t cap) {
+    if (m->moe_experts == 0) {
+        const struct { int set; const char *name; } dense[] = {
+            {m->moe_intermediate_size != 0, "model.moe_intermediate_size"},
+            {m->moe_shared_size != 0, "model.moe_shared_size"},
+            {m->moe_every != 1, "model.moe_every"},
+            {m->moe_z_loss_coef != 0, "model.moe_z_loss_coef"},
+        };
+        for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++)
+            if (dense[i].set) {
+                *key = dense[i].name;
+                snprintf(why, cap, "%s is set, but model.moe_experts = 0 (a dense model): set "
+                         "model.moe_experts to make the model a mixture of experts, or leave %s "
+                         "out", dense[i].name, dense[i].name);
+                return -1;
+            }
+        return 0;
+    }
+    if (m->moe_experts < 2) {
+        *key = "model.moe_experts";
+        snprintf(why, cap, "model.moe_experts = %d: a mixture needs at least 2 experts (0 = "
+                 "a dense model)", m->moe_experts);
+        return -1;
+    }
+    if (m->moe_top_k > m->moe_experts) {
+        *key = "model.moe_top_k";
+        snprintf(why, cap, "model.moe_top_k = %d is more than model.moe_experts = %d: each "
+                 "token goes to top_k distinct experts", m->moe_top_k, m->moe_experts);
+        return -1;
+    }
+    if (m->moe_every > m->n_layer) {
+        *key = "model.moe_every";
+        snprintf(why, cap, "model.moe_every = %d with model.n_layer = %d leaves no MoE layer "
+                 "(layer l is MoE when l + 1 is a multiple of moe_every)", m->moe_every,
+                 m->n_layer);
+        return -1;
+    }
+    if (m->moe_intermediate_size > INT_MAX / 2 || m->moe_shared_size > INT_MAX / 2) {
+        *key = m->moe_shared_size > INT_MAX / 2 ? "model.moe_shared_size"
+                                                : "model.moe_intermediate_size";
+        snprintf(why, cap, "%s is larger than %d (SwiGLU's fused gate and up projection is "
+                 "twice as wide)", *key, INT_MAX / 2);
+        return -1;
+    }
+    d->E = m->moe_experts;
+    d->K = m->moe_top_k;
+    d->FE = m->moe_intermediate_size > 0 ? m->moe_intermediate_size : d->F;
+    d->S = m->moe_shared_size;
+    d->LM = m->n_layer / m->moe_every;
+    return 0;
+}
+
+/* the heads of config_model_dims: query and key/value heads, the head size and what it must
+ * divide or be */
+static int head_dims(const tsr_model_config *m, tsr_model_dims *d, const char **key, char *why,
+                     size_t cap) {
+    d->NH = m->n_head;
+    d->KVH = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
+    *key = "model.n_head";
+    if (m->head_dim > 0) {
+        d->hs = m->head_dim;
+    } else if (m->n_head > m->d_model) {
+        snprintf(why, cap, "model.n_head = %d is larger than model.d_model = %d: the head size "
+                 "d_model / n_head must be >= 1 (or set model.head_dim)", m->n_head, m->d_model);
+        return -1;
+    } else if (m->d_model % m->n_head != 0) {
+        *key = "model.d_model";
+        snprintf(why, cap, "model.d_model = %d is not divisible by model.n_head = %d: choose a "
+                 "d_model that is a multiple of n_head (head size = d_model / n_head), or set "
+                 "model.head_dim", m->d_model, m->n_head);
+        return -1;
+    } else {
+        d->hs = m->d_model / m->n_head;
+    }
+    if (d->NH % d->KVH != 0 || d->KVH > d->NH) {
+        *key = "model.n_kv_head";
+        snprintf(why, cap, "model.n_kv_head = %d with model.n_head = %d: it must divide n_head "
+                 "(and so be at most n_head): every key/value head serves the same number of "
+                 "query heads, n_head / n_kv_head", m->n_kv_head, m->n_head);
+        return -1;
+    }
+    if (((int64_t)d->NH + 2 * (int64_t)d->KVH) * d->hs > INT_MAX / 8) {
+        *key = "model.head_dim";
+        snprintf(why, cap, "model.head_dim = %d with %d heads and %d key/value heads makes a qkv "
+                 "projection wider than %d", d->hs, d->NH, d->KVH, INT_MAX / 8);
+        return -1;
+    }
+    if (m->pos == TSR_POS_ROPE && d->hs % 2 != 0) {
+        *key = m->head_dim > 0 ? "model.head_dim" : "model.n_head";
+        snprintf(why, cap, "with model.pos = \"rope\" the head size must be even (RoPE turns "
+                 "pairs of dimensions); it is %d", d->hs);
+        return -1;
+    }
+    return 0;
+}
+
+/* the dense MLP's width of config_model_dims: model.intermediate_size, else expansion_ratio x
+ * d_model, a whole number */
+static int mlp_width(const tsr_model_config *m, tsr_model_dims *d, const char **key, char *why,
+                     size_t cap) {
+    if (m->intermediate_size > INT_MAX / 2) {
+        *key = "model.intermediate_size";
+        snprintf(why, cap, "model.intermediate_size = %d is larger than %d (SwiGLU's fused gate "
+                 "and up projection is twice as wide)", m->intermediate_size, INT_MAX / 2);
+        return -1;
+    }
+    if (m->intermediate_size > 0) {
+        d->F = m->intermediate_size;
+        return 0;
+    }
+    double hidden = m->expansion_ratio * m->d_model;
+    if (hidden != floor(hidden) || hidden < 1 || hidden > INT_MAX / 2) {
+        char r[64], h[64];
+        cfgtab_format_double(r, sizeof r, m->expansion_ratio);
+        cfgtab_format_double(h, sizeof h, hidden);
+        *key = "model.expansion_ratio";
+        snprintf(why, cap, "model.expansion_ratio = %s with model.d_model = %d gives an MLP "
+                 "width of %s: choose values whose product is a whole number in [1, %d] (or "
+                 "set model.intermediate_size)", r, m->d_model, h, INT_MAX / 2);
+        return -1;
+    }
+    d->F = (int)hidden;
+    return 0;
+}
+
+/* the norm's and RoPE scaling's settings that config_model_dims refuses together */
+static int norm_rope_check(const tsr_model_config *m, const char **key, char *why, size_t cap) {
+    if (m->norm == TSR_NORM_LAYERNORM && m->norm_eps != 1e-5) {
+        char e[64];
+        cfgtab_format_double(e, sizeof e, m->norm_eps);
+        *key = "model.norm_eps";
+        snprintf(why, cap, "model.norm_eps = %s with model.norm = \"layernorm\": LayerNorm's "
+                 "eps is fixed at 1e-5 (norm_eps is RMSNorm's)", e);
+        return -1;
+    }
+    if (m->pos == TSR_POS_ROPE && m->rope_scaling == TSR_ROPE_SCALING_LLAMA3 &&
+        m->rope_high_freq_factor <= m->rope_low_freq_factor) {
+        *key = "model.rope_high_freq_factor";
+        snprintf(why, cap, "model.rope_high_freq_factor = %g is not above "
+                 "model.rope_low_freq_factor = %g: Llama 3's scaling interpolates between the "
+                 "two (its published values: 4 and 1)", m->rope_high_freq_factor,
+                 m->rope_low_freq_factor);
+        return -1;
+    }
+    return 0;
+}
+
+int config_model_dims(const tsr_model_config *m, tsr_model_dims *d, const char **key, char *why,
+                      size_t cap) {
+    memset(d, 0, sizeof *d);
+    if (head_dims(m, d, key, why, cap) != 0) return -1;
+    if (mlp_width(m, d, key, why, cap) != 0) return -1;
+    if (moe_dims(m, d, key, why, cap) != 0) return -1;
+    return norm_rope_check(m, key, why, cap);
+}
+
+static const char *const lora_target_names[TSR_LORA_COUNT] = {"q", "k", "v", "o", "gate",
+                                                              "up", "down"};
+
+const char *config_lora_target_name(int t) {
+    return t >= 0 && t < TSR_LORA_COUNT ? lora_target_names[t] : "?";
+}
+
+int config_lora_targets(const tsr_model_config *m, const char *s, unsigned *mask, char *why,
+                        size_t cap) {
+    *mask = 0;
+    const unsigned mlp = 1u << TSR_LORA_GATE | 1u << TSR_LORA_UP | 1u << TSR_LORA_DOWN;
+    if (strcmp(s, "all-linear") == 0) { /* PEFT's name: every projection this model can adapt */
+        *mask = (1u << TSR_LORA_COUNT) - 1;
+        if (m->moe_experts > 0) *mask &= ~mlp;
+        else if (m->mlp != TSR_MLP_SWIGLU) *mask &= ~(1u << TSR_LORA_GATE | 1u << TSR_LORA_UP);
+        return 0;
+    }
+    const char *p = s;
+    for (;;) {
+        size_t n = strcspn(p, ",");
+        while (n > 0 && *p == ' ') p++, n--;
+        while (n > 0 && p[n - 1] == ' ') n--;
+        int t = -1;
+        for (int k = 0; k < TSR_LORA_COUNT && t < 0; k++)
+            if (strlen(lora_target_names[k]) == n && strncmp(p, lora_target_names[k], n) == 0) t = k;
+        if (t < 0) {
+            snprintf(why, cap, "\"%.*s\" is not a target: expected \"all-linear\" or a "
+                     "comma-separated list of q, k, v, o, gate, up, down",
+                     (int)(n < 64 ? n : 64), p);
+            return -1;
+        }
+        if (*mask & (1u << t)) {
+            snprintf(why, cap, "\"%s\" is named twice", lora_target_names[t]);
+            return -1;
+        }
+        *mask |= 1u << t;
+        p += strcspn(p, ",");
+        if (!*p) break;
+        p++;
+    }
+    if (m->moe_experts > 0 && (*mask & mlp)) {
+        snprintf(why, cap, "gate, up and down are not targets in a mixture-of-experts model yet "
+                 "(the experts take no adapters): name attention targets (q, k, v, o) only");
+        return -1;
+    }
+    if (m->mlp != TSR_MLP_SWIGLU && (*mask & (1u << TSR_LORA_GATE | 1u << TSR_LORA_UP))) {
+        snprintf(why, cap, "gate and up need model.mlp = \"swiglu\" (a GELU MLP takes an adapter "
+                 "on down only so far)");
+        return -1;
+    }
+    return 0;
+}
+
+int config_actckpt_layers(const tsr_model_config *m, int *lo, int *n, const char **key, char *why,
+                          size_t cap) {
+    int ck = m->activation_checkpointing_layers, L = m->n_layer;
+    const char *r = m->activation_checkpointing_range;
+    *lo = 0, *n = 0;
+    *key = "model.activation_checkpointing_layers";
+    if (m->activation_checkpointing == TSR_ACTCKPT_NONE) return 0;
+    if (r[0]) {
+        long a, b;
+        int used = 0;
+        *key = "model.activation_checkpointing_range";
+        if (ck != -1) {
+            snprintf(why, cap, "model.activation_checkpointing_range = \"%s\" and "
+                     "model.activation_checkpointing_layers = %d are both given: choose the first "
+                     "N layers or a range", r, ck);
+            return -1;
+        }
+        if (sscanf(r, "%ld-%ld%n", &a, &b, &used) != 2 || r[used] != '\0' || a < 0 || b < a ||
+            b >= L || !isdigit((unsigned char)r[0])) {
+            snprintf(why, cap, "model.activation_checkpointing_range = \"%s\" with model.n_layer "
+                     "= %d: expected \"A-B\", layers A to B inclusive, 0 <= A <= B <= %d", r, L,
+                     L - 1);
+            return -1;
+        }
+        *lo = (int)a, *n = (int)(b - a + 1);
+        return 0;
+    }
+    if (ck == 0 || ck < -1 || ck > L) {
+        snprintf(why, cap, "model.activation_checkpointing_layers = %d with model.n_layer = %d: "
+                 "checkpoint the first 1 .. %d layers, or -1 = all (or set "
+                 "model.activation_checkpointing = \"none\")", ck, L, L);
+        return -1;
+    }
+    *n = ck < 0 ? L : ck;
+    return 0;
+}
