@@ -1,5 +1,5 @@
 /* cuda_shapes.h — the model shapes the CUDA backend's kernels are built for, as one rule that the
- * kernels, the emulator (kernels/cuda_emu) and the config check (src/config/config_load.c) share:
+ * kernels, the emulator (kernels/cuda_emu) and the config check (src/config/config_checks.c) share:
  * a recipe with device = "cuda" and a shape outside it is refused when the config loads (--plan
  * and --dry-run included, on a node without a GPU), not on a GPU node after the job has queued.
  * Plain C, no CUDA types: every build includes it. */

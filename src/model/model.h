@@ -68,8 +68,8 @@ typedef struct tsr_param_info {
                           * offset SIZE_MAX, numel and shape still the global ones */
 } tsr_param_info;
 
-/* Activations, on the model's backend (src/model/decoder.c lays them out for either one; the plan
- * is decoder.c's act_plan). Per-layer tensors are stacked (Lk, ...): Lk = L, except under
+/* Activations, on the model's backend (src/model/decoder_acts.c lays them out for either one; the plan
+ * is decoder_acts.c's act_plan). Per-layer tensors are stacked (Lk, ...): Lk = L, except under
  * activation checkpointing (docs/model.md) for the tensors the mode recomputes, where
  * Lk = L - Lc + 1: index 0 is one layer of buffers shared by the Lc checkpointed layers (written by
  * their forward, rewritten by the recomputation before each one's backward), then one per other
@@ -150,7 +150,7 @@ typedef struct tsr_acts {
             /* gradient scratch, reused layer by layer: dy, then dxg (NK,C); dh (NK,2FE);
              * dhg (NK,FE); dwts (N,K) fp32; dlogits (N,E); dsh (N,2S); dshg (N,S) */
             float *moe_dxy, *moe_dh, *moe_dhg, *moe_dwts, *moe_dlogits, *moe_dsh, *moe_dshg;
-            /* model.activation_compression = "fp8" (NULL without; decoder.c's comp table):
+            /* model.activation_compression = "fp8" (NULL without; decoder_acts.c's comp table):
              * ln1, atty, ln2, fch, fch_gelu kept as E4M3 bytes, stacked (Lq, ...) over the
              * layers that keep their group (Lq = L, or L - Lc under activation checkpointing
              * for a group the mode recomputes); then ln1 .. fch_gelu above are one layer each,

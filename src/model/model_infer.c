@@ -1,7 +1,7 @@
 /* model_infer.c — inference: the KV cache of one sequence, the incremental forward over it (the
- * layers run in decoder.c's dec_kv_chunk), and the no-cache reference (model_forward over the
+ * layers run in decoder_kv.c's dec_kv_chunk), and the no-cache reference (model_forward over the
  * whole context) it is tested against; the caches of many sequences decoded together (batched
- * generation: tsr_kv_slots, the layers in decoder.c's dec_kv_slots).
+ * generation: tsr_kv_slots, the layers in decoder_kv.c's dec_kv_slots).
  *
  * Dimensions as in kernels/ops.h (L, C, NH, KVH, hs, QKV, F, V, Vp); cap = positions the cache
  * holds; c = rows (positions) of one chunk of new tokens. The KV cache, per layer l and key/value

@@ -12,7 +12,7 @@
  * scale = rms * sqrt(max(rows, cols)) (optim.muon.scale = rms: O's RMS is 1/sqrt(max(rows, cols)),
  * so the update's RMS is `rms`, as an AdamW update's, and AdamW's learning rates carry over) or
  * sqrt(max(1, rows / cols)) (shape). The products run through the backend's matmul (the fp32 op
- * table here; device = cuda: the bf16 one, src/gpu/gpu_train.c). Every other tensor (the
+ * table here; device = cuda: the bf16 one, src/gpu/gpu_train_step.c). Every other tensor (the
  * embeddings, the LM head, norms, biases) is AdamW's, with optim.lr, beta1, beta2, weight_decay.
  *
  * The momentum buffer is AdamW's first-moment buffer over the Muon matrices' elements (the

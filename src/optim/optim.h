@@ -15,7 +15,7 @@
  * optim_state_sets, m and v for both: AdamW's moments; under Muon m is also its matrices'
  * momentum, and v stays zero over them. Memory (what the plan counts): those sets, and
  * optim_scratch_bytes beyond them (Muon's iteration and exchange; AdamW none).
- * device = cuda: the library runs the same optimizers on the device (src/gpu/gpu_train.c, its
+ * device = cuda: the library runs the same optimizers on the device (src/gpu/gpu_train_step.c, its
  * Muon in src/gpu/gpu_muon.h, from the same plan, optim/muon_plan.h); the host's slot is off.
  */
 #ifndef TSR_OPTIM_H
