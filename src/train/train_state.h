@@ -54,6 +54,7 @@ struct icl_suite;
 struct gpu_train_ctx;
 struct trainer_strategy;
 struct tsr_grpo;
+struct tsr_objective;
 
 /* The data streams and this rank's batch (owner: train/train_data.c). data.train alone is one
  * stream named "train"; data.mix lists several. Global batch d of the data stream is composed by
@@ -186,6 +187,9 @@ typedef struct tsr_train_backend {
 typedef struct tsr_trainer {
     tsr_config cfg;
     tsr_dist dist;
+    /* what the run optimises: its objective's table (train/objective.h: lm, dpo, grpo), chosen
+     * once from cfg.objective by trainer_init */
+    const struct tsr_objective *objective;
     /* The rank mesh (src/mesh/mesh.h; built by trainer.c mesh_open; docs/parallelism.md): data x
      * context, with the expert and sharding groups. The N consecutive ranks of a context group
      * (parallel.context) share their sequences, each holding 2 of every sequence's 2N chunks

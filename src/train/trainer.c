@@ -14,9 +14,7 @@
 #include "tokenizer/tokenizer.h"
 #include "mesh/binding.h"
 #include "train/checkpointing.h"
-#include "train/dpo.h"
-#include "train/dpo_ref.h"
-#include "rl/grpo.h"
+#include "train/objective.h"
 #include "plan/plan.h"
 #include "telemetry/metrics.h"
 #include "telemetry/tboard.h"
@@ -123,15 +121,15 @@ static void moe_stats_add(tsr_trainer *t, const int32_t *tg, float scale) {
 }
 
 
-/* CPU: the microbatches' forward and backward (the gradients accumulate), after zero; DPO's
- * over pairs (train/dpo.h). */
+/* CPU: the microbatches' forward and backward (the gradients accumulate), after zero; or the
+ * objective's own pass (DPO's over pairs, GRPO's over completions: train/objective.h). */
 static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer *)) {
     tsr_model *m = &t->model;
     double loss_sum = 0.0;
     zero(t);
     if (t->part.ep_on) ep_zero_grads(&t->part.ep);
-    if (t->cfg.objective != TSR_OBJ_LM) { /* a pass of the objective's own (train/dpo.h, grpo.h) */
-        loss_sum = t->cfg.objective == TSR_OBJ_DPO ? dpo_compute(t, scale) : grpo_compute(t);
+    if (t->objective->pass) { /* a pass of the objective's own (dpo, grpo: train/objective.h) */
+        loss_sum = t->objective->pass(t, scale);
         nan_fault(t);
         return loss_sum;
     }
@@ -553,6 +551,7 @@ static int init_start(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d) 
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
     t->dist = *d;
+    t->objective = objective_of(cfg->objective); /* (the one choice: train/objective.h) */
     t->be.ops = &tsr_cpu_ops;
     t->T = (int)cfg->seq_len;
     TSR_CHECK(config_check_world(cfg, d->world));
@@ -568,7 +567,8 @@ static void init_batch(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d,
     t->per_rank = cfg->global_batch / t->mesh.D; /* the data ranks' share */
     t->auto_micro = cfg->micro_batch == 0; /* "auto": start with the whole per-rank batch */
     t->micro = t->auto_micro ? trainer_micro_at_most(t, t->per_rank) : (int)cfg->micro_batch;
-    if (cfg->objective == TSR_OBJ_GRPO) t->micro *= (int)cfg->grpo.group_size; /* rows: completions */
+    if (t->objective->rows_per_sample) /* rows: (grpo) a prompt's completions */
+        t->micro *= (int)t->objective->rows_per_sample(cfg);
     t->be.threads = trainer_threads(cfg, d);
     cpu_ops_set_threads(t->be.threads);
     t->out.peak_flops = cfg->peak_flops > 0 ? cfg->peak_flops
@@ -578,7 +578,7 @@ static void init_batch(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d,
 /* the data (not for a plan), and the steps it makes: the schedule, eval and save intervals */
 static int init_schedule(tsr_trainer *t, const tsr_config *cfg, int dry_run) {
     TSR_CHECK(agree_start(t, dry_run ? 0 : train_data_open(t), "data"));
-    if (!dry_run && cfg->objective == TSR_OBJ_GRPO) TSR_CHECK(grpo_init(t)); /* (docs/rl.md) */
+    if (!dry_run && t->objective->start) TSR_CHECK(t->objective->start(t)); /* (grpo: docs/rl.md) */
     uint64_t epoch_samples = dry_run ? 1 : train_data_epoch_samples(t);
     t->epoch_samples = epoch_samples;
     t->sched = sched_steps_of(cfg, epoch_samples);
@@ -606,24 +606,6 @@ static void init_lora_plan(tsr_trainer *t, const tsr_config *cfg) {
                               2.0 * (double)t->model.n_params_counted;
 }
 
-/* the references of DPO and GRPO, and the FLOPs of their forwards */
-static void init_references(tsr_trainer *t, const tsr_config *cfg) {
-    /* DPO's reference (docs/dpo.md): auto is the base with LoRA, else precomputed; the base runs
-     * a forward per microbatch as well (2N more), a precomputed one nothing during the steps */
-    if (cfg->objective == TSR_OBJ_DPO && t->cfg.dpo.reference == TSR_DPO_REF_AUTO)
-        t->cfg.dpo.reference = cfg->lora.rank > 0 ? TSR_DPO_REF_BASE : TSR_DPO_REF_PRECOMPUTED;
-    if (cfg->objective == TSR_OBJ_DPO && t->cfg.dpo.reference == TSR_DPO_REF_BASE)
-        t->out.flops_per_token += 2.0 * (double)t->model.n_params_counted;
-    t->dpo_ref.on = cfg->objective == TSR_OBJ_DPO &&
-                    t->cfg.dpo.reference == TSR_DPO_REF_PRECOMPUTED; /* (train/dpo_ref.h) */
-    /* GRPO's KL reference (docs/rl.md): auto is the base with LoRA, else the initial weights; a
-     * reference forward per microbatch (2N more per token) */
-    if (cfg->objective == TSR_OBJ_GRPO && t->cfg.grpo.reference == TSR_GRPO_REF_AUTO)
-        t->cfg.grpo.reference = cfg->lora.rank > 0 ? TSR_GRPO_REF_BASE : TSR_GRPO_REF_INITIAL;
-    if (cfg->objective == TSR_OBJ_GRPO && cfg->grpo.kl_coef > 0)
-        t->out.flops_per_token += 2.0 * (double)t->model.n_params_counted;
-}
-
 /* the model's layout (nothing allocated but the MoE figures): sharding, experts, context,
  * adapters, references, and the FLOPs per token they make */
 static int init_layout(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d) {
@@ -635,7 +617,7 @@ static int init_layout(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d)
     if (mesh_group(&t->mesh, TSR_MESH_CONTEXT)->cpu) t->model.ring = &t->ring;
     t->out.flops_per_token = model_flops_per_token(&t->model, t->T);
     if (cfg->lora.rank > 0) init_lora_plan(t, cfg);
-    init_references(t, cfg);
+    if (t->objective->references) t->objective->references(t); /* (and their FLOPs) */
     if (t->model.E)
         t->out.moe = tsr_calloc((size_t)t->model.LM * (size_t)(2 + t->model.E), sizeof(double));
     return 0;
@@ -726,8 +708,8 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
 }
 
 int trainer_open_run_dir(tsr_trainer *t) {
-    /* a resume's stored DPO reference is checked before anything is written (train/dpo_ref.h) */
-    TSR_CHECK(dpo_ref_load(t));
+    /* a resume's stored reference is checked before anything is written (dpo: train/dpo_ref.h) */
+    if (t->objective->check_reference) TSR_CHECK(t->objective->check_reference(t));
     int64_t rc = t->dist.rank == 0 ? metrics_open_run_dir(t) : 0;
     dist_allreduce_sum_i64(&rc, 1); /* rank 0's outcome, on every rank */
     if (!rc) metrics_log_start(t); /* a process's first record (docs/tracking.md) */
@@ -736,15 +718,8 @@ int trainer_open_run_dir(tsr_trainer *t) {
         metrics_log_checkpoint(t, t->out.start_load.what, t->out.start_load.path,
                                t->out.start_load.seconds,
                                t->out.start_load.bytes);
-    if (!rc && t->dpo_ref.on && !t->dpo_ref.loaded) { /* a fresh start: the reference pass */
-        trainer_ensure_acts(t);
-        trainer_eval_scope(t, 1); /* ranks run different numbers of forwards (train_state.h) */
-        rc = dpo_ref_build(t);
-        trainer_eval_scope(t, 0);
-    } else if (!rc) {
-        rc = dpo_ref_build(t); /* (a copy of a resumed reference into run_dir, else nothing) */
-    }
-    if (!rc && t->cfg.objective == TSR_OBJ_GRPO) rc = grpo_ref_open(t); /* (train/grpo.h) */
+    /* the reference built, copied into run_dir or read back (dpo, grpo: train/objective.h) */
+    if (!rc && t->objective->open_reference) rc = t->objective->open_reference(t);
     return (int)rc;
 }
 
@@ -817,19 +792,24 @@ static int step_judge(tsr_trainer *t, double loss, double norm, tsr_step_stats *
     return apply;
 }
 
+/* The optimizer updates of a step (grpo: grpo.updates; else 1) */
+static int step_updates(const tsr_trainer *t) {
+    return t->objective->updates ? t->objective->updates(&t->cfg) : 1;
+}
+
 /* The gradients' multiplier under clipping (optim.grad_clip), 1 when within it. */
 static float clip_scale(const tsr_optim_config *o, double norm) {
     return o->grad_clip > 0 && norm > o->grad_clip ? (float)(o->grad_clip / (norm + 1e-6)) : 1.0f;
 }
 
-/* The step's data: the batch loaded, or (grpo) the rollouts made; the counted targets (all
- * ranks), -1 when the step failed (st->exit_code set) */
+/* The step's data: the batch loaded, or the objective's rollouts made (grpo); the counted
+ * targets (all ranks), -1 when the step failed (st->exit_code set) */
 static int64_t step_data(tsr_trainer *t, int64_t d, int64_t *sums, tsr_step_stats *st) {
-    if (t->cfg.objective != TSR_OBJ_GRPO) return step_load(t, d, sums, st);
+    if (!t->objective->rollout) return step_load(t, d, sums, st);
     watchdog_phase(WD_DATA, t->step);
     st->phase_switch = 0; /* (no data mix) */
     memset(sums, 0, (1 + (size_t)t->data.n_streams) * sizeof *sums);
-    const int64_t counted = grpo_rollout(t, d);
+    const int64_t counted = t->objective->rollout(t, d);
     st->exit_code = counted < 0 ? TSR_EXIT_DATA : 0;
     sums[1] = t->cfg.global_batch; /* prompts of the stream */
     return counted;
@@ -854,8 +834,7 @@ static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pa
     compute_fault(t);
     st->compute_time += tsr_now() - tc;
     if (t->out.moe && t->dist.world > 1 && first) dist_allreduce_sum_f64(t->out.moe, n_moe);
-    if (t->cfg.objective == TSR_OBJ_DPO && t->mesh.D > 1)
-        dist_view_sum_f64(&t->mesh.data, t->out.dpo, DPO_NSTATS);
+    if (t->objective->reduce_stats) t->objective->reduce_stats(t); /* (dpo's sums) */
     watchdog_phase(WD_REDUCE, t->step);
     s->reduce(t);
     /* the experts' part (model_ep.h); on device = cuda the library's reduce, sumsq and update
@@ -876,8 +855,7 @@ static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pa
         apply = isfinite(*loss) && isfinite(*norm);
     }
     if (apply) {
-        const int64_t steps = t->optim_step,
-                      U = t->cfg.objective == TSR_OBJ_GRPO ? t->cfg.grpo.updates : 1;
+        const int64_t steps = t->optim_step, U = step_updates(t);
         t->optim_step = (steps - 1) * U + 1 + pass; /* the update's bias-correction step */
         update(t, lr, clip_scale(o, *norm));
         t->optim_step = steps;
@@ -896,12 +874,11 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     int64_t counted = step_data(t, d, sums, st);
     if (st->exit_code) return; /* (nothing applied: the run stops at this step boundary) */
     /* the loss is a mean over the counted targets, (dpo) over the pairs; grpo's pass weighs its
-     * tokens itself (train/grpo.h) */
-    int64_t denom = t->cfg.objective == TSR_OBJ_DPO    ? t->cfg.global_batch / 2
-                    : t->cfg.objective == TSR_OBJ_GRPO ? 1 : counted;
+     * tokens itself (train/objective.h) */
+    int64_t denom = t->objective->denominator(t, counted);
     trainer_ensure_acts(t); /* micro_batch = auto: the batch just loaded runs at the size that fits */
     double lr = sched_lr_at(&t->cfg, t->sched, t->step);
-    const int updates = t->cfg.objective == TSR_OBJ_GRPO ? (int)t->cfg.grpo.updates : 1;
+    const int updates = step_updates(t);
     double loss = NAN, norm = NAN, l, n;
     int apply = step_update(t, st, denom, 0, lr, &loss, &norm);
     for (int k = 1; apply && k < updates; k++) step_update(t, st, denom, k, lr, &l, &n);
@@ -916,13 +893,8 @@ double trainer_eval(tsr_trainer *t) {
     if (!t->data.val) return NAN;
     trainer_ensure_acts(t);
     trainer_eval_scope(t, 1); /* ranks run different numbers of batches (train_state.h) */
-    double loss = t->cfg.objective == TSR_OBJ_DPO /* the pairs' DPO loss (train/dpo.h) */
-                      ? dpo_eval(t, &t->out.val_accuracy)
-                  : t->cfg.objective == TSR_OBJ_GRPO /* pass@1 (train/grpo.h) */
-                      ? (t->out.val_accuracy = grpo_eval(t, &t->out.val_reward), NAN)
-                      : train_data_eval_loss(&t->model, t->data.val, t->cfg.data.val, t->T,
-                                             t->micro, t->cfg.eval_samples, &t->mesh.data,
-                                             t->data.inputs, t->data.targets, NULL);
+    /* the validation loss; dpo: the pairs' DPO loss; grpo: pass@1 (train/objective.h) */
+    double loss = t->objective->eval(t);
     trainer_eval_scope(t, 0);
     return loss;
 }
@@ -1056,7 +1028,7 @@ static int evaluate(tsr_trainer *t) {
         watchdog_phase(WD_EVAL, t->step);
         double loss = trainer_eval(t);
         metrics_log_eval(t, loss, tsr_now() - t0);
-        if (t->cfg.objective == TSR_OBJ_GRPO && t->out.val_accuracy < 0) return TSR_EXIT_DATA;
+        if (t->objective->eval_failed && t->objective->eval_failed(t)) return TSR_EXIT_DATA;
     }
     if (t->icl) {
         watchdog_phase(WD_EVAL, t->step);
@@ -1210,8 +1182,7 @@ void trainer_free(tsr_trainer *t) {
     fsdp_free(&t->part.fsdp);
     ep_free(&t->part.ep);
     lora_free(&t->part.lora);
-    dpo_ref_free(t);
-    grpo_free(t);
+    if (t->objective && t->objective->release) t->objective->release(t);
     model_free(&t->model);
     train_data_close(t);
     mesh_close(t);
