@@ -355,6 +355,10 @@ int config_load_over(tsr_config *cfg, const char *path, const char *const *sets,
  * global_batch divisible by the data ranks (world / parallel.context), the per-rank batch by
  * micro_batch. Returns 0 or TSR_EXIT_USAGE after printing the error. */
 int config_check_world(const tsr_config *cfg, int world);
+/* --plan W where the recipe's micro_batch does not divide the per-rank batch of W's data ranks:
+ * the largest micro_batch that does (an even one for dpo: whole pairs), else 0 (it divides, it is
+ * auto, or none fits: config_check_world then says why) */
+long long config_micro_fitting(const tsr_config *cfg, int world);
 /* Would `--set key=value` be accepted by the key table (the key's type and range)? 0, or -1 with
  * why (what the key accepts, as --set says it). For messages that suggest a --set: a suggestion
  * is checked before it is made. */

@@ -69,3 +69,13 @@ int config_check_world(const tsr_config *cfg, int world) {
     }
     return 0;
 }
+
+long long config_micro_fitting(const tsr_config *cfg, int world) {
+    const long long N = cfg->context > 1 ? cfg->context : 1, D = world / N;
+    const long long gb = cfg->global_batch, mb = cfg->micro_batch;
+    const long long step = cfg->objective == TSR_OBJ_DPO ? 2 : 1; /* (dpo: whole pairs) */
+    if (mb <= 0 || world % N != 0 || gb % D != 0 || (gb / D) % mb == 0) return 0;
+    long long fit = mb - mb % step;
+    while (fit > 0 && (gb / D) % fit != 0) fit -= step;
+    return fit > 0 ? fit : 0; /* (dpo, an odd per-rank batch: config_check_world says why) */
+}

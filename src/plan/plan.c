@@ -11,6 +11,7 @@
 
 #include "common.h"
 #include "telemetry/metrics_units.h"
+#include "train/objective.h"
 
 static void human_count(char *buf, size_t n, double v) {
     if (v >= 1e9) snprintf(buf, n, "%.2fB", v / 1e9);
@@ -229,7 +230,7 @@ static void plan_context(const tsr_trainer *t) {
 static void plan_batch(const tsr_trainer *t) {
     const tsr_config *c = &t->cfg;
     const int N = t->mesh.N;
-    const int64_t G = c->objective == TSR_OBJ_GRPO ? c->grpo.group_size : 1;
+    const int64_t G = t->objective->rows_per_sample ? t->objective->rows_per_sample(c) : 1;
     printf("batch: global %lld = %d %srank%s x %lld per rank = %lld microbatches of %d%s%s; "
            "seq_len %d; %lld tokens/step\n",
            (long long)c->global_batch, t->mesh.D, N > 1 ? "data " : "",

@@ -23,6 +23,7 @@
 
 #include <stdint.h>
 
+#include "train/objective.h"
 #include "train/train_state.h"
 
 /* the step's statistics, t->out.grpo[] (sums over the kept completions, the same on every rank) */
@@ -71,12 +72,9 @@ double grpo_compute(tsr_trainer *t);
 double grpo_eval(tsr_trainer *t, double *reward);
 
 /* The step's figures for metrics.jsonl, TensorBoard and the log (means of t->out.grpo; docs/rl.md
- * "Metrics"): names without their "grpo_" prefix, at most GRPO_NSTATS of them. */
-typedef struct grpo_metric {
-    const char *name;
-    double v;
-} grpo_metric;
-int grpo_metrics(const tsr_trainer *t, const tsr_step_stats *st, grpo_metric *m);
+ * "Metrics"): names without their "grpo_" prefix, at most GRPO_NSTATS of them (the objective
+ * table's step_figures, train/objective.h). */
+int grpo_metrics(const tsr_trainer *t, const tsr_step_stats *st, objective_figure *m);
 
 /* One token's loss and d(loss)/d(logp): the per-token objective above (exposed for the tests).
  * lp the policy's log-probability, old the rollout's, ref the reference's (unused with beta 0),

@@ -1,8 +1,7 @@
 /* metrics.c — per-step lines, eval lines, run_dir/metrics.jsonl and the TensorBoard event file
  * run_dir/tb/ (rank 0 only; tags in docs/tracking.md). The plan at start: src/plan/plan.c. */
 #include "telemetry/metrics.h"
-#include "train/dpo.h"
-#include "rl/grpo.h"
+#include "train/objective.h"
 
 #include <errno.h>
 #include <math.h>
@@ -123,30 +122,15 @@ static void log_figure(tsr_trainer *t, const char *prefix, const char *name, dou
     }
 }
 
-/* objective = dpo: the step's means over its pairs (train/dpo.h; docs/dpo.md), into the
- * metrics.jsonl record and the TensorBoard step */
-static void dpo_log(tsr_trainer *t) {
-    if (t->cfg.objective != TSR_OBJ_DPO) return;
-    const double P = (double)(t->cfg.global_batch / 2);
-    const double *s = t->out.dpo;
-    const struct { const char *name; double v; } f[] = {
-        {"reward_chosen", s[DPO_CHOSEN_REWARD] / P},
-        {"reward_rejected", s[DPO_REJECTED_REWARD] / P},
-        {"reward_margin", (s[DPO_CHOSEN_REWARD] - s[DPO_REJECTED_REWARD]) / P},
-        {"accuracy", s[DPO_ACCURACY] / P},
-        {"logp_chosen", s[DPO_CHOSEN_LOGP] / P},
-        {"logp_rejected", s[DPO_REJECTED_LOGP] / P},
-    };
-    for (size_t k = 0; k < sizeof f / sizeof f[0]; k++) log_figure(t, "dpo", f[k].name, f[k].v);
-}
-
-/* objective = grpo: the step's figures (train/grpo.h grpo_metrics; docs/rl.md "Metrics"), into
- * the metrics.jsonl record and the TensorBoard step */
-static void grpo_log(tsr_trainer *t, const tsr_step_stats *st) {
-    if (t->cfg.objective != TSR_OBJ_GRPO) return;
-    grpo_metric f[GRPO_NSTATS];
-    const int n = grpo_metrics(t, st, f);
-    for (int k = 0; k < n; k++) log_figure(t, "grpo", f[k].name, f[k].v);
+/* the objective's figures of the step (dpo: its means over the pairs, docs/dpo.md; grpo:
+ * docs/rl.md "Metrics"; train/objective.h), into the metrics.jsonl record and the TensorBoard
+ * step */
+static void objective_log(tsr_trainer *t, const tsr_step_stats *st) {
+    const tsr_objective *o = t->objective;
+    if (!o->step_figures) return;
+    objective_figure f[OBJECTIVE_MAX_FIGURES];
+    const int n = o->step_figures(t, st, f);
+    for (int k = 0; k < n; k++) log_figure(t, o->figure_prefix, f[k].name, f[k].v);
 }
 
 /* the MoE part of a metrics.jsonl record and of the TensorBoard step (docs/moe.md) */
@@ -208,17 +192,13 @@ static step_rates step_rates_of(tsr_trainer *t, const tsr_step_stats *st) {
 static void step_line_aux(const tsr_trainer *t, const tsr_step_stats *st, char aux[96]) {
     size_t o = 0;
     aux[0] = '\0';
-    if (t->cfg.objective == TSR_OBJ_DPO) { /* docs/dpo.md */
-        const double P = (double)(t->cfg.global_batch / 2), *s = t->out.dpo;
-        o += (size_t)snprintf(aux, 96, " | margin %.4f acc %.2f",
-                              (s[DPO_CHOSEN_REWARD] - s[DPO_REJECTED_REWARD]) / P,
-                              s[DPO_ACCURACY] / P);
-    }
-    if (t->cfg.objective == TSR_OBJ_GRPO) { /* docs/rl.md */
-        grpo_metric f[GRPO_NSTATS];
-        grpo_metrics(t, st, f);
-        o += (size_t)snprintf(aux, 96, " | reward %.4f pass %.3f len %.1f", f[0].v, f[2].v,
-                              f[3].v);
+    const tsr_objective *ob = t->objective;
+    if (ob->step_figures && ob->line[0].label) { /* (train/objective.h) */
+        objective_figure f[OBJECTIVE_MAX_FIGURES];
+        ob->step_figures(t, st, f);
+        for (int k = 0; k < 4 && ob->line[k].label && o < 96; k++)
+            o += (size_t)snprintf(aux + o, 96 - o, "%s%s %.*f", k ? " " : " | ",
+                                  ob->line[k].label, ob->line[k].digits, f[ob->line[k].figure].v);
     }
     if (t->out.moe && o < 96) { /* (DPO on a MoE model: both) */
         double lz[2];
@@ -303,8 +283,7 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
     metrics_prom_step(t, st, r.tok_s, r.mfu, r.avg * (double)(t->total_steps - st->step));
     if (t->out.metrics) step_record(t, st, &r);
     moe_log(t); /* the record's MoE part and the TensorBoard step's (before it is written) */
-    dpo_log(t);
-    grpo_log(t, st);
+    objective_log(t, st);
     if (t->out.metrics) metrics_end_record(t->out.metrics);
     if (t->out.tb) step_tboard(t, st, &r);
 }
@@ -496,53 +475,38 @@ void metrics_log_account(const tsr_trainer *t, int rc, const acc_start *s) {
     fflush(stdout);
 }
 
+/* an evaluation's figure as metrics.jsonl writes it: null when not finite, unless plain (lm's
+ * record, "%.9g" whatever the value, as it always was) */
+static void eval_number(char *buf, size_t n, double v, int plain) {
+    if (plain) snprintf(buf, n, "%.9g", v);
+    else json_number(buf, n, v);
+}
+
+/* the evaluation's line, record and TensorBoard step: the objective's two figures (validation
+ * loss and perplexity; dpo: the pairs' DPO loss and accuracy, docs/dpo.md; grpo: held-out pass@1
+ * and reward, docs/rl.md; train/objective.h) */
 void metrics_log_eval(tsr_trainer *t, double val_loss, double seconds) {
     if (t->dist.rank != 0) return;
-    if (t->cfg.objective == TSR_OBJ_DPO) { /* the pairs' DPO loss and accuracy (docs/dpo.md) */
-        printf("eval step %lld | val dpo loss %.6f | val accuracy %.4f | %.2f s\n",
-               (long long)t->step, val_loss, t->out.val_accuracy, seconds);
-        fflush(stdout);
-        if (t->out.metrics) {
-            char vl[32], va[32]; /* null when there were no pairs (NaN) */
-            json_number(vl, sizeof vl, val_loss);
-            json_number(va, sizeof va, t->out.val_accuracy);
-            fprintf(t->out.metrics, "{\"step\": %lld, \"val_loss\": %s, \"val_dpo_accuracy\": %s",
-                    (long long)t->step, vl, va);
-            metrics_end_record(t->out.metrics);
-        }
-        tboard_scalar(t->out.tb, "eval/val_loss", val_loss);
-        tboard_scalar(t->out.tb, "eval/val_dpo_accuracy", t->out.val_accuracy);
-        tboard_write_step(t->out.tb, t->step);
-        return;
-    }
-    if (t->cfg.objective == TSR_OBJ_GRPO) { /* held-out pass@1 (docs/rl.md) */
-        if (t->out.val_accuracy < 0) return; /* (the reward failed: reported) */
-        printf("eval step %lld | val pass@1 %.4f | val reward %.4f | %.2f s\n",
-               (long long)t->step, t->out.val_accuracy, t->out.val_reward, seconds);
-        fflush(stdout);
-        if (t->out.metrics) {
-            char vp[32], vr[32];
-            json_number(vp, sizeof vp, t->out.val_accuracy);
-            json_number(vr, sizeof vr, t->out.val_reward);
-            fprintf(t->out.metrics, "{\"step\": %lld, \"val_pass_at_1\": %s, \"val_reward\": %s",
-                    (long long)t->step, vp, vr);
-            metrics_end_record(t->out.metrics);
-        }
-        tboard_scalar(t->out.tb, "eval/val_pass_at_1", t->out.val_accuracy);
-        tboard_scalar(t->out.tb, "eval/val_reward", t->out.val_reward);
-        tboard_write_step(t->out.tb, t->step);
-        return;
-    }
-    printf("eval step %lld | val loss %.6f | val ppl %.4f | %.2f s\n", (long long)t->step,
-           val_loss, exp(val_loss), seconds);
+    const tsr_objective *o = t->objective;
+    if (o->eval_failed && o->eval_failed(t)) return; /* (grpo's reward failed: reported) */
+    objective_eval_figure f[2];
+    o->eval_figures(t, val_loss, f);
+    printf("eval step %lld | %s %.*f | %s %.*f | %.2f s\n", (long long)t->step, f[0].label,
+           f[0].digits, f[0].v, f[1].label, f[1].digits, f[1].v, seconds);
     fflush(stdout);
     if (t->out.metrics) {
-        fprintf(t->out.metrics, "{\"step\": %lld, \"val_loss\": %.9g, \"val_ppl\": %.9g",
-                (long long)t->step, val_loss, exp(val_loss));
+        char v0[32], v1[32];
+        eval_number(v0, sizeof v0, f[0].v, o->eval_json_plain);
+        eval_number(v1, sizeof v1, f[1].v, o->eval_json_plain);
+        fprintf(t->out.metrics, "{\"step\": %lld, \"%s\": %s, \"%s\": %s", (long long)t->step,
+                f[0].key, v0, f[1].key, v1);
         metrics_end_record(t->out.metrics);
     }
-    tboard_scalar(t->out.tb, "eval/val_loss", val_loss);
-    tboard_scalar(t->out.tb, "eval/val_ppl", exp(val_loss));
+    char tag[64];
+    for (int k = 0; k < 2; k++) {
+        snprintf(tag, sizeof tag, "eval/%s", f[k].key);
+        tboard_scalar(t->out.tb, tag, f[k].v);
+    }
     tboard_write_step(t->out.tb, t->step);
 }
 

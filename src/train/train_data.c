@@ -11,6 +11,7 @@
 #include "data/stage.h"
 #include "tokenizer/tokenizer.h"
 #include "telemetry/metrics.h"
+#include "train/objective.h"
 
 static int check_dataset(const tsr_trainer *t, tsr_dataset *ds, const char *name) {
     const tsr_config *c = &t->cfg;
@@ -20,7 +21,7 @@ static int check_dataset(const tsr_trainer *t, tsr_dataset *ds, const char *name
                   name, dataset_vocab_size(ds), c->model.vocab_size, dataset_vocab_size(ds));
         return TSR_EXIT_USAGE;
     }
-    if (c->objective != TSR_OBJ_GRPO && dataset_n_samples(ds, t->T) == 0) { /* (grpo: prompts) */
+    if (!t->objective->prompts && dataset_n_samples(ds, t->T) == 0) { /* (grpo: prompts) */
         tsr_error("%s: %llu tokens hold no sample of seq_len + 1 = %d tokens", name,
                   (unsigned long long)dataset_n_tokens(ds), t->T + 1);
         return TSR_EXIT_DATA;
@@ -142,7 +143,7 @@ int train_data_open(tsr_trainer *t) {
         t->data.samplers[k].seed = mix_stream_seed((uint64_t)c->seed, k);
         t->data.samplers[k].shuffle = c->data.shuffle;
     }
-    if (c->objective == TSR_OBJ_DPO) { /* pairs, whole in a sample each (docs/dpo.md) */
+    if (t->objective->pairs) { /* (dpo) pairs, whole in a sample each (docs/dpo.md) */
         TSR_CHECK(check_pairs(t, c->data.train, "data.train"));
         t->data.samplers[0].pairs = 1;
     }
@@ -150,9 +151,9 @@ int train_data_open(tsr_trainer *t) {
     t->data.sampler = t->data.samplers[0];
     if (c->data.val[0]) {
         TSR_CHECK(open_dataset(t, &t->data.val, c->data.val, "data.val"));
-        if (c->objective == TSR_OBJ_DPO) TSR_CHECK(check_pairs(t, c->data.val, "data.val"));
+        if (t->objective->pairs) TSR_CHECK(check_pairs(t, c->data.val, "data.val"));
     }
-    if (data_segments(t) && c->objective == TSR_OBJ_LM)
+    if (data_segments(t) && t->objective->segment_starts)
         t->data.starts = tsr_malloc((size_t)t->per_rank * t->T);
     t->data.slot_stream = tsr_malloc((size_t)t->per_rank * sizeof *t->data.slot_stream);
     t->data.slot_pos = tsr_malloc((size_t)t->per_rank * sizeof *t->data.slot_pos);

@@ -8,8 +8,7 @@
 
 #include "common.h"
 #include "optim/adamw.h"
-#include "train/dpo.h"
-#include "rl/grpo.h"
+#include "train/objective.h"
 #include "plan/plan.h"
 #include "telemetry/metrics_units.h"
 #include "train/train_state.h"
@@ -18,13 +17,11 @@
  * gathered, zero3 / hsdp's gathers forgotten after the shard's pull) */
 static void host_weights(void *owner, int on) { trainer_host_weights(owner, on); }
 
-/* objective = "dpo": the trainer's pass, its model calls routed to the device (train/dpo.h) */
-static double dpo_pass(void *owner, float scale) { return dpo_compute(owner, scale); }
-
-/* objective = "grpo": the same route (rl/grpo.h) */
-static double grpo_pass(void *owner, float scale) {
-    (void)scale; /* (the pass weighs its tokens itself) */
-    return grpo_compute(owner);
+/* the objective's own pass (dpo, grpo: train/objective.h), its model calls routed to the
+ * device */
+static double objective_pass(void *owner, float scale) {
+    tsr_trainer *t = owner;
+    return t->objective->pass(t, scale);
 }
 
 /* The context the CUDA path sees (gpu_train_ctx.h), from the trainer. */
@@ -63,9 +60,7 @@ static void fill(gpu_train_ctx *c, const tsr_trainer *t) {
     c->fsdp = (tsr_fsdp *)&t->part.fsdp;
     c->ep = t->part.ep_on ? (tsr_ep *)&t->part.ep : NULL;
     c->host_weights = host_weights;
-    c->objective_pass = cfg->objective == TSR_OBJ_DPO    ? dpo_pass
-                        : cfg->objective == TSR_OBJ_GRPO ? grpo_pass
-                                                         : NULL;
+    c->objective_pass = t->objective->pass ? objective_pass : NULL; /* NULL: lm, the library's */
     c->owner = (void *)t;
 }
 

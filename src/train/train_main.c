@@ -205,16 +205,15 @@ static void banner(const tsr_dist *d, const tsr_dist *pd, const tsr_config *cfg,
  * one for dpo), says so, and a run at W needs that --set; the time plan keeps the recipe's at every
  * W (docs/planning.md). A global_batch W's data ranks do not split is config_check_world's error. */
 static void plan_fit_micro(tsr_config *cfg, const tsr_dist *pd) {
+    const long long fit = config_micro_fitting(cfg, pd->world);
+    if (fit == 0) return;
     const long long N = cfg->context > 1 ? cfg->context : 1, D = pd->world / N;
-    const long long gb = cfg->global_batch, mb = cfg->micro_batch, step = cfg->objective == TSR_OBJ_DPO ? 2 : 1;
-    if (mb <= 0 || pd->world % N != 0 || gb % D != 0 || (gb / D) % mb == 0) return;
-    long long fit = mb - mb % step;
-    while (fit > 0 && (gb / D) % fit != 0) fit -= step;
-    if (fit <= 0) return; /* (dpo, an odd per-rank batch: config_check_world says why) */
+    const long long gb = cfg->global_batch;
     if (pd->rank == 0)
         printf("--plan %d: micro_batch = %lld does not divide the per-rank batch %lld (global_batch "
                "%lld / %lld data ranks): the plan uses micro_batch = %lld; a run on %d ranks needs "
-               "--set micro_batch=%lld\n", pd->world, mb, gb / D, gb, D, fit, pd->world, fit);
+               "--set micro_batch=%lld\n", pd->world, (long long)cfg->micro_batch, gb / D, gb, D,
+               fit, pd->world, fit);
     cfg->micro_batch = fit;
 }
 

@@ -54,6 +54,7 @@ struct icl_suite;
 struct gpu_train_ctx;
 struct trainer_strategy;
 struct tsr_grpo;
+struct tsr_objective;
 
 /* The data streams and this rank's batch (owner: train/train_data.c). data.train alone is one
  * stream named "train"; data.mix lists several. Global batch d of the data stream is composed by
@@ -96,7 +97,7 @@ typedef struct tsr_dpo_ref {
     uint32_t crc;                /* the file's checksum (its trailer): dpo.reference_checksum */
 } tsr_dpo_ref;
 
-/* Who owns which parameters (owner: trainer.c plan_shards and init_sharded; checkpointing.c does
+/* Who owns which parameters (owner: trainer_init.c plan_shards and init_sharded; checkpointing.c does
  * its I/O through it). The flat parameters are partitioned over the ranks (part_*: 16-float
  * aligned, rank order). ZeRO-1 (zero1 = 1): rank r owns its part [shard_lo, shard_hi), keeps
  * AdamW state for it only, receives its summed gradients by reduce-scatter and all-gathers its
@@ -186,7 +187,10 @@ typedef struct tsr_train_backend {
 typedef struct tsr_trainer {
     tsr_config cfg;
     tsr_dist dist;
-    /* The rank mesh (src/mesh/mesh.h; built by trainer.c mesh_open; docs/parallelism.md): data x
+    /* what the run optimises: its objective's table (train/objective.h: lm, dpo, grpo), chosen
+     * once from cfg.objective by trainer_init */
+    const struct tsr_objective *objective;
+    /* The rank mesh (src/mesh/mesh.h; built by trainer_init.c mesh_open; docs/parallelism.md): data x
      * context, with the expert and sharding groups. The N consecutive ranks of a context group
      * (parallel.context) share their sequences, each holding 2 of every sequence's 2N chunks
      * (model/model_ring.h); the batch is split over the D = world / N data ranks (mesh.data), as

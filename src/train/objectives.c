@@ -1,0 +1,43 @@
+/* objectives.c — the choice of the run's objective table (objective.h) and language modelling's
+ * row: the loss is the mean over the batch's counted target tokens, the trainer's own
+ * microbatches compute it, an evaluation is the validation loss and its perplexity. */
+#include "train/objective.h"
+
+#include <math.h>
+
+#include "train/train_data.h"
+
+const tsr_objective *objective_of(tsr_objective_kind kind) {
+    switch (kind) {
+    case TSR_OBJ_DPO: return &objective_dpo;
+    case TSR_OBJ_GRPO: return &objective_grpo;
+    default: return &objective_lm;
+    }
+}
+
+static int64_t lm_denominator(const tsr_trainer *t, int64_t counted) {
+    (void)t;
+    return counted;
+}
+
+/* the mean loss over eval_samples of data.val (or the whole split) */
+static double lm_eval(tsr_trainer *t) {
+    return train_data_eval_loss(&t->model, t->data.val, t->cfg.data.val, t->T, t->micro,
+                                t->cfg.eval_samples, &t->mesh.data, t->data.inputs,
+                                t->data.targets, NULL);
+}
+
+static void lm_eval_figures(const tsr_trainer *t, double val_loss, objective_eval_figure f[2]) {
+    (void)t;
+    f[0] = (objective_eval_figure){"val loss", 6, "val_loss", val_loss};
+    f[1] = (objective_eval_figure){"val ppl", 4, "val_ppl", exp(val_loss)};
+}
+
+const tsr_objective objective_lm = {
+    .name = "lm",
+    .segment_starts = 1,
+    .denominator = lm_denominator,
+    .eval = lm_eval,
+    .eval_figures = lm_eval_figures,
+    .eval_json_plain = 1,
+};

@@ -1,0 +1,280 @@
+/* trainer_run.c — the run around the steps (trainer.h trainer_run): after each step its log line,
+ * the spike guard's response (a rollback, or the stop and its report), the evaluations, the
+ * periodic checkpoint and the straggler watchdog; stop requests at step boundaries; at the end the
+ * last checkpoint, the exchange reports, the summary and the sample; the run's accounting around
+ * it all. */
+#include "trainer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common.h"
+#include "train/checkpointing.h"
+#include "train/objective.h"
+#include "telemetry/account.h"
+#include "telemetry/metrics.h"
+#include "train/train_data.h"
+#include "train/train_gpu.h"
+#include "train/trainer_int.h"
+#include "train/watchdog.h"
+
+/* Muon's exchange over the run so far: the slot's, or device = cuda the library's (optim.h) */
+static optim_traffic exchange_traffic(const tsr_trainer *t) {
+    const gpu_train_ctx *g = t->be.gpu;
+    if (!g) return optim_traffic_of(&t->part.optim);
+    return (optim_traffic){g->muon_G, g->muon_sent, g->muon_step_bytes};
+}
+
+/* rank 0: run_dir/guard-report.json, what the guard saw and did, when it stops the run */
+static void guard_report(const tsr_trainer *t, const tsr_step_stats *st, const char *reason) {
+    if (t->dist.rank != 0) return;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/guard-report.json", t->cfg.run_dir);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        tsr_warn("%s: cannot write the guard report", path);
+        return;
+    }
+    const tsr_guard *g = &t->guard;
+    fprintf(f, "{\n  \"stopped_at_step\": %lld,\n  \"data_batch\": %lld,\n  \"reason\": \"%s\",\n"
+               "  \"rollbacks\": %lld,\n  \"max_rollbacks\": %lld,\n  \"updates_skipped\": %lld,\n"
+               "  \"skipped_batches\": [",
+            (long long)st->step, (long long)st->data_batch, reason, (long long)g->rollbacks,
+            (long long)g->max_rollbacks, (long long)g->updates_skipped);
+    for (int i = 0; i < g->n_skips; i++)
+        fprintf(f, "%s[%lld, %lld]", i ? ", " : "", (long long)g->skips[i][0], (long long)g->skips[i][1]);
+    fprintf(f, "],\n  \"global_batch\": %lld\n}\n", (long long)t->cfg.global_batch);
+    fclose(f);
+}
+
+/* After a step the guard did not pass: log it; roll back, or stop. Returns 0 to go on, 1 after a
+ * rollback (the run continues from the restored step), else an exit code. */
+static int guard_respond(tsr_trainer *t, const tsr_step_stats *st) {
+    tsr_guard *g = &t->guard;
+    char reason[1100];
+    if (st->verdict == GUARD_WARN || st->verdict == GUARD_SKIP) {
+        metrics_log_guard(t, st->verdict == GUARD_WARN ? "warn" : "skip", st);
+        if (st->rebaselined)
+            metrics_log_guard_note(t, "rebaseline", st, "guard.patience consecutive outliers: taken "
+                                   "as a lasting change of level, the window starts over");
+        return 0;
+    }
+    snprintf(reason, sizeof reason, "%s", st->why);
+    if (st->verdict == GUARD_ROLLBACK) {
+        metrics_log_guard(t, "rollback", st);
+        char path[1200];
+        int64_t from = t->step, d_next = t->step + t->data.data_offset, d_c = 0;
+        int nonfinite = g->nonfinite_streak > 0;
+        int rc = g->n_skips >= TSR_GUARD_MAX_SKIPS ? -1 /* no room to record the skip */
+                 : checkpointing_rollback(t, g->streak_first - 1, path, sizeof path, &d_c);
+        if (rc == 0) {
+            guard_record_rollback(g, d_c, d_next);
+            t->data.data_offset = d_next - t->step;
+            train_data_reset_seen(t);
+            t->data.stage_started = 0; /* the data position jumped: announce new windows */
+            metrics_log_rollback(t, from, path, d_c, d_next);
+            /* commit the restored step with the skip recorded (this also points `latest` at
+             * it), then set the abandoned trajectory's checkpoints aside */
+            if ((rc = checkpointing_save(t, 0))) return rc;
+            checkpointing_set_aside_after(t);
+            return 1;
+        }
+        if (rc == -1) {
+            snprintf(reason, sizeof reason, "%s; %d skipped data windows are recorded, no room for "
+                     "another", st->why, TSR_GUARD_MAX_SKIPS);
+        } else if (rc != 1) {
+            return rc;
+        } else if (!nonfinite) {
+            /* no checkpoint from before the spike: keep going on the new level rather than stop
+             * a run for a finite spike (loudly: the data window stays in the run) */
+            guard_restart_window(g);
+            metrics_log_guard_note(t, "rebaseline", st, "no checkpoint before the spike to roll "
+                                   "back to (save more often: save_interval, keep_last); the "
+                                   "window starts over");
+            return 0;
+        } else {
+            snprintf(reason, sizeof reason, "%s; no checkpoint at or before step %lld (before the "
+                     "first non-finite step) to roll back to: save more often (save_interval) and "
+                     "keep more (keep_last)", st->why, (long long)(g->streak_first - 1));
+        }
+    }
+    if (t->dist.rank == 0) {
+        tsr_error("spike guard: stopping at step %lld: %s (report: %s/guard-report.json)",
+                  (long long)st->step, reason, t->cfg.run_dir);
+        if (t->out.metrics) {
+            fprintf(t->out.metrics, "{\"event\": \"guard\", \"action\": \"stop\", \"step\": %lld, "
+                                "\"why\": \"%s\"", (long long)st->step, reason);
+            metrics_end_record(t->out.metrics);
+        }
+    }
+    guard_report(t, st, reason);
+    return TSR_EXIT_DATA;
+}
+
+/* The save in flight committed, then a synchronous checkpoint of this step unless that was it (or
+ * a periodic save of this step committed it already): what a stop (exit 85, 86) leaves. */
+static int final_checkpoint(tsr_trainer *t) {
+    int rc;
+    watchdog_phase(WD_CHECKPOINT, t->step);
+    if ((rc = checkpointing_drain(t))) return rc;
+    return t->ck.committed != t->step ? checkpointing_save(t, 0) : 0;
+}
+
+/* At a step boundary after a stop request (SIGUSR1/SIGTERM on any rank): the checkpoint of this
+ * step (final_checkpoint). Returns TSR_EXIT_REQUEUE or an exit code. */
+static int stop_on_request(tsr_trainer *t) {
+    int rc;
+    if ((rc = final_checkpoint(t))) return rc;
+    if (t->dist.rank == 0)
+        printf("stop requested (SIGUSR1/SIGTERM): checkpoint of step %lld committed; "
+               "exit %d = requeue me\n", (long long)t->step, TSR_EXIT_REQUEUE);
+    return TSR_EXIT_REQUEUE;
+}
+
+/* The evaluations due after this step: validation loss (grpo: pass@1), the ICL tasks. Returns
+ * 0, or TSR_EXIT_DATA when grpo's reward failed (reported). */
+static int evaluate(tsr_trainer *t) {
+    const double t0 = tsr_now();
+    if (t->data.val) {
+        watchdog_phase(WD_EVAL, t->step);
+        double loss = trainer_eval(t);
+        metrics_log_eval(t, loss, tsr_now() - t0);
+        if (t->objective->eval_failed && t->objective->eval_failed(t)) return TSR_EXIT_DATA;
+    }
+    if (t->icl) {
+        watchdog_phase(WD_EVAL, t->step);
+        trainer_eval_scope(t, 1);
+        trainer_ensure_acts(t);
+        trainer_icl()->run(t->icl, &t->model, &t->mesh.data, trainer_acts_B(t), t->step, t->out.metrics,
+                     t->out.tb);
+        trainer_eval_scope(t, 0);
+    }
+    account_add(ACC_EVAL, tsr_now() - t0);
+    return 0;
+}
+
+/* parallel.expert: the bytes the experts' exchange sent between ranks in this process's steps,
+ * all ranks together (bench/comm_volume.sh compares them with the loopback's count). Collective. */
+static void ep_report(tsr_trainer *t) {
+    if (!t->part.ep_on) return;
+    int64_t sent = (int64_t)t->part.ep.sent_bytes;
+    dist_allreduce_sum_i64(&sent, 1);
+    if (t->dist.rank == 0)
+        printf("expert exchange: %lld bytes sent between ranks in %lld steps (all %d ranks, "
+               "forward and backward)\n", (long long)sent, (long long)t->out.steps_run,
+               t->dist.world);
+}
+
+/* parallel.context on the CPU: the bytes the ring sent between ranks in this process's steps and
+ * evaluations, all ranks together (bench/comm_volume.sh compares them with the loopback's count
+ * and docs/parallelism.md's formula). Collective. */
+static void ring_report(tsr_trainer *t) {
+    if (!mesh_group(&t->mesh, TSR_MESH_CONTEXT)->cpu || t->be.gpu) return;
+    int64_t sent = (int64_t)t->ring.sent;
+    dist_allreduce_sum_i64(&sent, 1);
+    if (t->dist.rank == 0)
+        printf("context ring: %lld bytes sent between ranks in %lld steps (all %d ranks, forward "
+               "and backward)\n", (long long)sent, (long long)t->out.steps_run, t->dist.world);
+}
+
+/* sample.tokens after the run: rank 0 samples on the host's fp32 ops (device = cuda: from the
+ * device's weights) and logs it; under zero3 / hsdp every rank samples alongside, on its shard
+ * (each forward gathers the units over the group: the same forwards on every rank). The prompt is
+ * the end-of-text token, by convention the vocabulary's last id (GPT-2's 50256, the synthetic
+ * corpus' V-1, a trained tokenizer's last special). Collective. */
+static void end_of_run_sample(tsr_trainer *t) {
+    if (t->cfg.sample.tokens <= 0) return;
+    trainer_ensure_acts(t); /* collective: a resumed run that was already done ran no step */
+    checkpointing_before_pull(t);
+    if (t->be.gpu) gpu_train_host_model(t->be.gpu, 1);
+    else trainer_host_weights(t, 1);
+    if (t->dist.rank == 0 || t->part.fsdp_on) {
+        int32_t eot = t->model.V - 1, n = (int32_t)t->cfg.sample.tokens;
+        int32_t *ids = tsr_malloc((size_t)n * sizeof *ids);
+        trainer_sample(t, &eot, 1, n, (uint64_t)t->cfg.seed, ids);
+        if (t->dist.rank == 0) metrics_log_sample(t, ids, n);
+        free(ids);
+    }
+    if (t->be.gpu) gpu_train_host_model(t->be.gpu, 0);
+    else trainer_host_weights(t, 0);
+}
+
+/* After a step: its log line, the guard's response, evaluation, periodic checkpoint (in the
+ * background with save_async, but the last one), the straggler watchdog. Returns 0 to go on, 1
+ * after a rollback, else an exit code (TSR_EXIT_SLOW after a checkpoint). */
+static int after_step(tsr_trainer *t, const tsr_step_stats *st) {
+    int rc;
+    account_step(t, st->step_time);
+    checkpointing_step_done(st->step_time);
+    metrics_log_step(t, st);
+    if (st->phase_switch)
+        metrics_log_guard_note(t, "restart-window", st, "a data-mix curriculum phase starts "
+                               "with this batch: the spike window starts over");
+    if (st->verdict != GUARD_OK) {
+        if (st->verdict == GUARD_ROLLBACK) watchdog_phase(WD_CHECKPOINT, t->step);
+        if ((rc = guard_respond(t, st))) return rc;
+    }
+    int last = t->step == t->total_steps;
+    if (((t->eval_every > 0 && t->step % t->eval_every == 0) || last) && (rc = evaluate(t)))
+        return rc;
+    /* no periodic save inside an outlier streak: it would be useless to a rollback and its
+     * retention could delete the last checkpoint from before the spike */
+    if ((t->save_every > 0 && t->step % t->save_every == 0 && t->guard.streak == 0) ||
+        (last && t->cfg.save_final)) {
+        watchdog_phase(WD_CHECKPOINT, t->step);
+        if ((rc = checkpointing_save(t, !last))) return rc;
+    }
+    if (watchdog_after_step(t, st) && !last) /* a straggler or low MFU: exit 86 */
+        return (rc = final_checkpoint(t)) ? rc : TSR_EXIT_SLOW;
+    return 0;
+}
+
+/* A run that stops with rc: the save in flight committed first (it is a good checkpoint; a
+ * failed save left none in flight). Returns rc. */
+static int stop_run(tsr_trainer *t, int rc) {
+    watchdog_phase(WD_CHECKPOINT, t->step);
+    checkpointing_drain(t); /* (its failure is reported; the run's own status stands) */
+    watchdog_stop();
+    return rc;
+}
+
+static int run_steps(tsr_trainer *t) {
+    tsr_step_stats st = {0};
+    watchdog_start(t);
+    while (t->step < t->total_steps) {
+        int rc, stop;
+        if (t->ck.pending) watchdog_phase(WD_CHECKPOINT, t->step); /* a commit may come */
+        /* at a step boundary, all ranks together: a stop request, a background save to commit */
+        if ((rc = checkpointing_boundary(t, &stop))) return stop_run(t, rc);
+        if (stop) /* the hang watchdog watches its save */
+            return stop_run(t, stop_on_request(t));
+        train_data_stage_step(t);
+        trainer_step(t, &st);
+        if (st.exit_code) return stop_run(t, st.exit_code); /* (the previous checkpoint stands) */
+        rc = after_step(t, &st);
+        if (rc == 1) continue; /* rolled back: the loop goes on from the restored step */
+        if (rc) return stop_run(t, rc);
+        trainer_fault_signal(t);
+    }
+    int rc = checkpointing_drain(t); /* (save_final = false: a periodic save may be in flight) */
+    if (rc) return watchdog_stop(), rc;
+    watchdog_stop();
+    train_data_stage_end(t);
+    ep_report(t);
+    optim_report(exchange_traffic(t), t->out.steps_run, t->dist.world);
+    ring_report(t);
+    metrics_finish(t);
+    end_of_run_sample(t);
+    return TSR_EXIT_OK;
+}
+
+/* The steps, between the accounting of this start (telemetry/account.h): its record is written
+ * whichever way the steps end (finished, 85, 86, the guard's stop) */
+int trainer_run(tsr_trainer *t) {
+    account_run_begin(t);
+    int rc = run_steps(t);
+    acc_start s;
+    account_close(t, &s);
+    metrics_log_account(t, rc, &s);
+    return rc;
+}
