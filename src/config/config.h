@@ -214,7 +214,7 @@ typedef struct tsr_config {
     int64_t seed;
     tsr_duration max_duration, eval_interval, save_interval;
     int max_duration_set; /* max_duration came from --set (a trial run cut short): a warmup
-                           * longer than it is a warning, not an error (trainer.c) */
+                           * longer than it is a warning, not an error (trainer_init.c) */
     int64_t global_batch, micro_batch, seq_len, eval_samples;
     int keep_last, log_interval, threads;
     int save_final;       /* a checkpoint when max_duration is reached (default 1) */

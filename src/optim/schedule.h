@@ -1,6 +1,6 @@
 /* schedule.h — the learning-rate schedule of tessera-train, in one place: its multiplier per step
  * and a run's schedule in steps from its config (docs/training.md "Schedule"). Used by the step
- * (trainer.c) and by a resume that changes it (checkpointing_resume.c); tests/reference/lr_schedule.py
+ * (trainer.c, trainer_init.c) and by a resume that changes it (checkpointing_resume.c); tests/reference/lr_schedule.py
  * is its float64 twin.
  */
 #ifndef TSR_SCHEDULE_H

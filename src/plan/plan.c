@@ -230,13 +230,13 @@ static void plan_context(const tsr_trainer *t) {
 static void plan_batch(const tsr_trainer *t) {
     const tsr_config *c = &t->cfg;
     const int N = t->mesh.N;
-    const int64_t G = t->objective->rows_per_sample ? t->objective->rows_per_sample(c) : 1;
+    const int64_t rows = t->objective->rows_per_sample ? t->objective->rows_per_sample(c) : 1;
     printf("batch: global %lld = %d %srank%s x %lld per rank = %lld microbatches of %d%s%s; "
            "seq_len %d; %lld tokens/step\n",
            (long long)c->global_batch, t->mesh.D, N > 1 ? "data " : "",
            N > 1 && t->mesh.D == 1 ? "" : "s", (long long)t->per_rank,
-           (long long)(t->per_rank * G / t->micro), t->micro,
-           G > 1 ? " sequences (prompts x grpo.group_size)" : "",
+           (long long)(t->per_rank * rows / t->micro), t->micro,
+           rows > 1 ? " sequences (prompts x grpo.group_size)" : "",
            t->auto_micro ? " (micro_batch = auto: the size tried first; halved on out-of-memory)"
                          : "", t->T, (long long)(c->global_batch * c->seq_len));
 }

@@ -193,9 +193,9 @@ typedef struct rollout_w {
  * layout, the parts all-gathered over the group */
 static void gather_full(tsr_trainer *t, float *flat) {
     tsr_fsdp *f = &t->part.fsdp;
-    const int G = f->G;
-    int *counts = tsr_malloc((size_t)G * 2 * sizeof *counts), *displs = counts + G;
-    for (int r = 0; r < G; r++) counts[r] = (int)f->part_counts[r], displs[r] = (int)f->part_displs[r];
+    const int S = f->G; /* the shard group's ranks (G is a group's completions in this file) */
+    int *counts = tsr_malloc((size_t)S * 2 * sizeof *counts), *displs = counts + S;
+    for (int r = 0; r < S; r++) counts[r] = (int)f->part_counts[r], displs[r] = (int)f->part_displs[r];
     float *part = tsr_malloc((f->part_counts[f->grank] + 1) * sizeof *part);
     fsdp_shard_to_part(f, f->params, part);
     dist_group_allgatherv_f32(f->group, part, flat, counts, displs);

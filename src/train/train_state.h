@@ -97,7 +97,7 @@ typedef struct tsr_dpo_ref {
     uint32_t crc;                /* the file's checksum (its trailer): dpo.reference_checksum */
 } tsr_dpo_ref;
 
-/* Who owns which parameters (owner: trainer_init.c plan_shards and init_sharded; checkpointing.c does
+/* Who owns which parameters (owner: trainer_init.c plan_shards and init_sharded; checkpointing_*.c does
  * its I/O through it). The flat parameters are partitioned over the ranks (part_*: 16-float
  * aligned, rank order). ZeRO-1 (zero1 = 1): rank r owns its part [shard_lo, shard_hi), keeps
  * AdamW state for it only, receives its summed gradients by reduce-scatter and all-gathers its
@@ -139,7 +139,7 @@ typedef struct tsr_train_out {
     double val_accuracy;         /* objective = dpo: the last evaluation's pair accuracy */
     double dpo[6];               /* objective = dpo: the step's sums over its pairs (ranks summed,
                                   * train/dpo.h DPO_*), divided by the pairs when logged */
-    double grpo[16];             /* objective = grpo: the step's statistics (train/grpo.h GRPO_*;
+    double grpo[16];             /* objective = grpo: the step's statistics (rl/grpo.h GRPO_*;
                                   * sums over its completions, the same on every rank) */
     double val_reward;           /* objective = grpo: the last evaluation's mean reward */
     double *moe;                 /* MoE models: the step's statistics summed over microbatches and
@@ -154,7 +154,7 @@ typedef struct tsr_train_out {
     } start_load;
 } tsr_train_out;
 
-/* The checkpoints this process writes (owner: train/checkpointing.c; docs/checkpoint-format.md
+/* The checkpoints this process writes (owner: train/checkpointing_save.c; docs/checkpoint-format.md
  * "Asynchronous save"). */
 typedef struct tsr_train_ckpt {
     int async;                   /* save_async in effect: the config's, off when the snapshot does
@@ -215,7 +215,7 @@ typedef struct tsr_trainer {
     struct tsr_tokenizer *tok;   /* data.tokenizer, loaded at start (decodes the samples), else NULL */
     tsr_train_data data;
     tsr_dpo_ref dpo_ref;
-    struct tsr_grpo *grpo;       /* objective = grpo: prompts, rollouts, reward (train/grpo.h) */
+    struct tsr_grpo *grpo;       /* objective = grpo: prompts, rollouts, reward (rl/grpo.h) */
     tsr_train_part part;
     tsr_train_out out;
     tsr_train_ckpt ck;

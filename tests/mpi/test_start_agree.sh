@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Files each rank opens for itself at start (the data, the tokenizer) may differ between nodes:
 # node-local copies, a mount missing on one node. The ranks agree on the outcome
-# (trainer.c agree_start): when one rank cannot use its copy, every rank stops at once with the
+# (trainer_init.c agree_start): when one rank cannot use its copy, every rank stops at once with the
 # same status, rank 0 naming the rank and host that failed, and run_dir is not created. Before,
 # the failing rank stopped alone with its message muted, and rank 0 waited in its next
 # collective until the job's time ran out.

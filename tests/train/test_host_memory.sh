@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The trainer's host memory at start (src/train/trainer.c host_memory_warn; kernels/cpu/cpu_ops.c):
+# The trainer's host memory at start (src/train/trainer_init.c host_memory_warn; kernels/cpu/cpu_ops.c):
 # blocks of 64 MiB and more are mapped untouched, so their pages are committed when first written.
 # Each node's first rank warns at start when what is still untouched, times the node's ranks, is
 # more than /proc/meminfo's MemAvailable (test hook: TSR_FAULT="mem_available:KIB"):
