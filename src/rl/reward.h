@@ -27,6 +27,7 @@
 #include "json.h"
 
 #define REWARD_MAX_LINE 65536
+#define REWARD_MAX_ABS 1e6 /* the bound on |reward| an answer may give (docs/rl.md) */
 
 /* One completion to score. */
 typedef struct reward_req {

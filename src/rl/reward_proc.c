@@ -174,6 +174,9 @@ static int take_line(reward_ctx *r, exch *x, const char *s, size_t n, double *re
         (ps && ps->type != JSON_TRUE && ps->type != JSON_FALSE))
         return fail(r, x, -1, s, n, "an answer needs \"id\" (a number it was sent), \"reward\" (a "
                     "finite number) and optionally \"pass\" (true or false)");
+    if (fabs(rw->num) > REWARD_MAX_ABS)
+        return fail(r, x, -1, s, n, "a reward beyond the bound |reward| <= 1e6 (a reward that "
+                    "large overflows the advantages and the loss)");
     const double k = id->num - (double)x->id0;
     if (!(k >= 0 && k < x->n && k == floor(k)))
         return fail(r, x, -1, s, n, "it answered an id it was not sent in this step");
