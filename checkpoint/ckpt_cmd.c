@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "ckpt_h5.h"
+#include "ckpt_internal.h"
 #include "model/ckpt_model.h"
 #include "cli.h"
 #include "common.h"
@@ -81,8 +82,11 @@ static herr_t collect(hid_t g, const char *name, const H5L_info_t *info, void *a
     return 0;
 }
 
-/* CRC32C of a whole dataset, read in slabs of CHUNK elements. */
-static int crc_dataset(hid_t ds, const tensor_info *ti, uint32_t *crc) {
+/* CRC32C of a whole dataset, read in slabs of CHUNK elements; in *bad its values that are not
+ * finite, the first at *first. */
+static int crc_dataset(hid_t ds, const tensor_info *ti, uint32_t *crc, uint64_t *bad,
+                       uint64_t *first) {
+    *bad = 0, *first = ti->numel;
     float *buf = tsr_malloc((size_t)CHUNK * sizeof(float));
     hid_t fs = H5Dget_space(ds);
     int rc = fs < 0 ? -1 : 0;
@@ -96,6 +100,9 @@ static int crc_dataset(hid_t ds, const tensor_info *ti, uint32_t *crc) {
             rc = -1;
         else
             c = tsr_crc32c(c, buf, (size_t)m * sizeof(float));
+        uint64_t at, k = rc == 0 ? ckpt_nonfinite(buf, m, &at) : 0;
+        if (k && !*bad) *first = lo + at;
+        *bad += k;
         if (ms >= 0) H5Sclose(ms);
     }
     if (fs >= 0) H5Sclose(fs);
@@ -146,15 +153,21 @@ static void examine(const char *path, file_report *r, int read_data) {
         ti->has_crc = ck_attr_read_u32(ds, "crc32c", &ti->crc_attr) == 0;
         if (!ti->has_crc) problem(r, "tensor %s: %s", ti->name, "no crc32c attribute");
         if (read_data && ti->has_crc && f32 && ti->numel) {
-            if (crc_dataset(ds, ti, &ti->crc_data) != 0) {
+            uint64_t bad, first;
+            if (crc_dataset(ds, ti, &ti->crc_data, &bad, &first) != 0) {
                 problem(r, "tensor %s: %s", ti->name, "reading its data failed");
             } else {
                 ti->checked = 1;
+                char d[200];
                 if (ti->crc_data != ti->crc_attr) {
-                    char d[128];
                     snprintf(d, sizeof d,
                              "CRC32C mismatch: data 0x%08x, attribute crc32c 0x%08x (corrupt)",
                              ti->crc_data, ti->crc_attr);
+                    problem(r, "tensor %s: %s", ti->name, d);
+                } else if (bad) { /* (written by an older build: this one never commits one) */
+                    snprintf(d, sizeof d, "not finite: %llu of its %llu values are NaN or Inf, "
+                             "the first at element %llu (a diverged run)", (unsigned long long)bad,
+                             (unsigned long long)ti->numel, (unsigned long long)first);
                     problem(r, "tensor %s: %s", ti->name, d);
                 }
             }

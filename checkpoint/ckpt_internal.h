@@ -28,6 +28,11 @@ int flat_range_to_hyperslabs(int ndim, const int64_t *shape, uint64_t lo, uint64
 /* Number of elements of a shape, or 0 when a dimension is < 1 or ndim is out of 1..4. */
 uint64_t ckpt_numel(int ndim, const int64_t *shape);
 
+/* The values of x[0, n) that are not finite (NaN, +-Inf: the exponent bits all ones), and in
+ * *first the index of the first of them (n when none). One read pass, vectorised (a bit test
+ * OR-reduced per block of 4096; the block that has one is then searched). */
+uint64_t ckpt_nonfinite(const float *x, uint64_t n, uint64_t *first);
+
 /* Parses "step-NNNNNNNN.h5" (digits only, exact suffix): returns 1 and the step, else 0. */
 int ckpt_parse_name(const char *name, int64_t *step);
 

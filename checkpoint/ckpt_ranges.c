@@ -160,3 +160,26 @@ int ckpt_resolve_path(const char *in, char *out, size_t cap) {
     if (lr != 1) return TSR_EXIT_DATA;
     return tsr_snprintf(out, cap, "%s/%s", dir, name) ? TSR_EXIT_DATA : 0;
 }
+
+uint64_t ckpt_nonfinite(const float *x, uint64_t n, uint64_t *first) {
+    uint64_t count = 0;
+    *first = n;
+    for (uint64_t b = 0; b < n; b += 4096) {
+        const uint64_t e = b + 4096 < n ? b + 4096 : n;
+        uint32_t any = 0;
+        for (uint64_t i = b; i < e; i++) {
+            uint32_t u;
+            memcpy(&u, &x[i], sizeof u);
+            any |= (u & 0x7f800000u) == 0x7f800000u;
+        }
+        if (!any) continue;
+        for (uint64_t i = b; i < e; i++) {
+            uint32_t u;
+            memcpy(&u, &x[i], sizeof u);
+            if ((u & 0x7f800000u) != 0x7f800000u) continue;
+            if (*first == n) *first = i;
+            count++;
+        }
+    }
+    return count;
+}

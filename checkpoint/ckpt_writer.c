@@ -19,7 +19,9 @@
  * the K-th tensor (a crash in the middle of the write); "slow-write:MS" copies and writes one
  * tensor at a time and sleeps MS ms before each, so that a test can land a kill or a signal
  * inside the background write, or make the next update wait for the copy
- * (tests/ckpt/test_ckpt_async*.sh). Never set them in production.
+ * (tests/ckpt/test_ckpt_async*.sh); "allow-nonfinite" writes a state that is not finite as an
+ * older build did (tests/ckpt/test_ckpt_nonfinite.sh: what `tessera ckpt verify` says of one).
+ * Never set them in production.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ckpt_internal.h"
 #include "ckpt_save.h"
 #include "common.h"
 
@@ -181,6 +184,27 @@ static void copy_to_stage(struct ckpt_pending *p, long slow_ms) {
     pthread_mutex_unlock(&p->w.mu);
 }
 
+/* A slice that is not finite (a diverged run: NaN or Inf in a weight or a moment) makes the save
+ * fail as a failed write does, naming the first such tensor: it is never committed, and `latest`
+ * keeps naming the previous checkpoint. The check reads each slice once, where the writer has it
+ * (the stage it has just copied it into, or the caller's data of a synchronous save): 1 when one
+ * is not finite (w->why says which). */
+static int nonfinite_slice(struct ckpt_pending *p) {
+    for (int i = 0; i < p->n && !ck_fault("allow-nonfinite"); i++) {
+        const ckpt_tensor *t = &p->tensors[i];
+        uint64_t first, bad = t->hi > t->lo ? ckpt_nonfinite(t->data, t->hi - t->lo, &first) : 0;
+        if (!bad) continue;
+        snprintf(p->w.why, sizeof p->w.why, "tensor %s is not finite: %llu of its values in "
+                 "[%llu, %llu) are NaN or Inf, the first at element %llu (a diverged run: a "
+                 "checkpoint whose state is not finite is never committed; the spike guard, "
+                 "guard.*, skips or rolls back such steps)", t->name, (unsigned long long)bad,
+                 (unsigned long long)t->lo, (unsigned long long)t->hi,
+                 (unsigned long long)(t->lo + first));
+        return 1;
+    }
+    return 0;
+}
+
 static void write_slices(struct ckpt_pending *p) {
     const double t0 = tsr_now(), c0 = tsr_thread_cpu();
     ck_writer *w = &p->w;
@@ -188,16 +212,17 @@ static void write_slices(struct ckpt_pending *p) {
     int n = p->n, upto = fault >= 1 && fault <= n ? (int)fault : n, err = 0;
     const long slow = fault_value("slow-write");
     copy_to_stage(p, slow);
+    const int nonfinite = nonfinite_slice(p);
     const double c1 = tsr_thread_cpu();
     w->cpu_copy = c1 - c0;
-    transfer(p, upto, slow, &err);
+    if (!nonfinite) transfer(p, upto, slow, &err);
     const double c2 = tsr_thread_cpu();
     w->cpu_slices = c2 - c1;
-    if (upto < n || (fault >= 1 && fault == n)) {
+    if (!nonfinite && (upto < n || (fault >= 1 && fault == n))) {
         fprintf(stderr, "TSR_CKPT_FAULT: aborting after %d tensors of %s\n", upto, p->tmp);
         abort();
     }
-    w->ok = 1;
+    w->ok = !nonfinite;
     for (int i = 0; i < n && w->ok; i++) {
         if (p->st.ok[i]) continue;
         char eb[128] = "";

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -139,6 +140,22 @@ void tsr_child_group(int pgid, int on) {
 }
 
 void tsr_kill_child_groups(void) {
+    int left = 0;
+    for (int i = 0; i < 4; i++) {
+        int g = atomic_load(&child_groups[i]);
+        if (g > 0) left += kill(-g, SIGTERM) == 0;
+    }
+    /* up to 2 s for each to end what it keeps and exit (waitpid, nanosleep: async-signal-safe),
+     * then SIGKILL */
+    const struct timespec tick = {0, 10 * 1000 * 1000};
+    for (int k = 0; left && k < 200; k++) {
+        left = 0;
+        for (int i = 0; i < 4; i++) {
+            int g = atomic_load(&child_groups[i]);
+            if (g > 0) left += waitpid(g, NULL, WNOHANG) == 0;
+        }
+        if (left) nanosleep(&tick, NULL);
+    }
     for (int i = 0; i < 4; i++) {
         int g = atomic_load(&child_groups[i]);
         if (g > 0) kill(-g, SIGKILL);

@@ -58,9 +58,11 @@ _Noreturn void tsr_exit(int code);
  * (the default): nothing but exit. */
 void tsr_set_exit_hooks(void (*abort_all)(int code), void (*finalize)(void));
 /* The process groups of children that must end with this process when the run aborts (the
- * reward program, src/rl/reward_proc.c: a hung one would outlive an MPI_Abort): registered
- * (on = 1) while they run, unregistered (on = 0) once stopped; tsr_kill_child_groups SIGKILLs the
- * registered ones (async-signal-safe: the hang watchdog's thread aborts through it, src/dist.c). */
+ * reward program's keeper, src/rl/reward_keeper.h, the leader of a group of its own: it ends what
+ * it keeps on SIGTERM, then exits): registered (on = 1) while they run, unregistered (on = 0) once
+ * stopped; tsr_kill_child_groups sends the registered groups SIGTERM, waits up to 2 s for their
+ * leaders to exit, then SIGKILLs the groups (async-signal-safe: the hang watchdog's thread aborts
+ * through it, src/dist.c). */
 void tsr_child_group(int pgid, int on);
 void tsr_kill_child_groups(void);
 

@@ -136,8 +136,41 @@ static int read_info(FILE *f, tsr_lock_info *in) {
     return in->pid > 0 && in->host[0] ? 0 : -1;
 }
 
+/* What a file that is not a regular one is, for a message. */
+static const char *odd_kind(mode_t m) {
+    return S_ISLNK(m) ? "a symbolic link" : S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO"
+           : S_ISSOCK(m) ? "a socket" : S_ISCHR(m) ? "a character device"
+           : S_ISBLK(m) ? "a block device" : "not a regular file";
+}
+
+/* The lock file at path opened for reading, never following a symbolic link nor waiting on a FIFO
+ * (O_NOFOLLOW, O_NONBLOCK: a FIFO at the name hung the open, beyond SIGTERM's reach): NULL with
+ * errno, or with *kind set (errno 0) when the name is not a regular file. */
+static FILE *open_lock(const char *path, const char **kind) {
+    *kind = NULL;
+    struct stat st;
+    if (lstat(path, &st) != 0) return NULL;
+    int fd = -1;
+    if (S_ISREG(st.st_mode)) {
+        fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0 && errno == ELOOP) st.st_mode = S_IFLNK; /* replaced since the lstat */
+        else if (fd < 0) return NULL;
+        else if (fstat(fd, &st) != 0) st.st_mode = 0;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        if (fd >= 0) close(fd);
+        *kind = odd_kind(st.st_mode);
+        errno = 0;
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "r");
+    if (!f) close(fd);
+    return f;
+}
+
 int tsr_lock_read(const char *path, tsr_lock_info *info) {
-    FILE *f = fopen(path, "r");
+    const char *kind;
+    FILE *f = open_lock(path, &kind);
     if (!f) return -1;
     int rc = read_info(f, info);
     fclose(f);
@@ -293,7 +326,13 @@ static int refuse(const char *path, const tsr_lock_info *h, const char *why) {
 
 /* The lock exists: 1 when it was stale and is gone now (try again), else the refusal's status. */
 static int judge(const char *path, const tsr_lock_info *me) {
-    FILE *f = fopen(path, "r");
+    const char *kind;
+    FILE *f = open_lock(path, &kind);
+    if (!f && kind) {
+        tsr_error("%s: is %s, expected a tessera lock file (a regular file) or nothing: one writer "
+                  "at a time; remove it if nothing writes here", path, kind);
+        return TSR_EXIT_DATA;
+    }
     if (!f) return errno == ENOENT ? 1 : (tsr_error("%s: cannot read the lock file: %s", path,
                                                      strerror(errno)), TSR_EXIT_DATA);
     struct stat st;

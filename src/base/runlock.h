@@ -14,6 +14,9 @@
  *     squeue says its job (or its job step, for the same job) has ended. Anything else, a holder on
  *     another host without Slurm above all, holds: the message names it and the file to remove by
  *     hand if it is gone. A stale lock is taken over (renamed away, the link tried again).
+ *   - A name that is not a regular file (a FIFO, a symbolic link, dangling or not, a directory,
+ *     a socket) is refused with TSR_EXIT_DATA naming what it is; it is never opened (lstat, then
+ *     O_NONBLOCK | O_NOFOLLOW), so a FIFO cannot hang the taker.
  *   - Releasing: at exit (the process that took it, not a child), or by tsr_lock_release. A
  *     SIGKILLed holder leaves the file behind: the next writer finds its holder gone.
  */

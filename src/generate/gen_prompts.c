@@ -7,6 +7,7 @@
 #include "generate/gen_prompts.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +77,9 @@ static int copy_id(const run_state *r, uint64_t line, const json_value *id, prom
     p->id[0] = '\0';
     if (!id) return 0;
     if (id->type == JSON_NUMBER) {
+        if (!isfinite(id->num)) /* (1e999: "inf" written back is not JSON) */
+            return bad_line(r, line, "\"id\" is a number beyond a double's range: give it as a "
+                            "string");
         snprintf(p->id, sizeof p->id, "%.17g", id->num);
         return 0;
     }

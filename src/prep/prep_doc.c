@@ -6,6 +6,7 @@
  */
 #include "prep/prep_doc.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -301,6 +302,11 @@ static void put_prompts(const prep_doc_rules *r, prep_item *it, const json_value
     }
     if (answer && answer->type != JSON_STRING && answer->type != JSON_NUMBER) {
         bad(it, "field \"answer\" is %s, expected a string or a number", what(answer->type));
+        return;
+    }
+    if (answer && answer->type == JSON_NUMBER && !isfinite(answer->num)) {
+        bad(it, "field \"answer\" is a number beyond a double's range (it reads as %g), which no "
+            "completion can equal: give it as a string", answer->num);
         return;
     }
     if (msgs && (!r->chat || msgs->type != JSON_ARRAY || msgs->len == 0)) {

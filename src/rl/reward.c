@@ -127,7 +127,7 @@ int reward_open(reward_ctx *r, const tsr_config *cfg, int rank, int world) {
     memset(r, 0, sizeof *r);
     r->cfg = cfg;
     r->rank = rank;
-    r->to_child = r->from_child = -1;
+    r->to_child = r->from_child = r->life = -1;
     json_doc_init(&r->jd);
     if (cfg->reward.kind == TSR_REWARD_REGEX) {
         TSR_CHECK(compile(&r->re, cfg->reward.regex, "reward.regex"));

@@ -27,6 +27,7 @@
 #include "json.h"
 
 #define REWARD_MAX_LINE 65536
+#define REWARD_MAX_ABS 1e6 /* the bound on |reward| an answer may give (docs/rl.md) */
 
 /* One completion to score. */
 typedef struct reward_req {
@@ -47,8 +48,9 @@ typedef struct reward_ctx {
     regex_t re, fmt;
     int have_re, have_fmt;
     json_doc jd;
-    pid_t pid;                /* reward.command: the program, or 0 */
+    pid_t pid;                /* reward.command: the program's keeper (it exits as the program did), or 0 */
     int to_child, from_child;
+    int life;                 /* the write end of the keeper's lifeline (reward_keeper.h), or -1 */
     char *buf;                /* its output not yet read as lines */
     size_t len, cap;
     int rank;
@@ -64,8 +66,8 @@ int reward_open(reward_ctx *r, const tsr_config *cfg, int rank, int world);
  * reward >= 1). Returns 0, or TSR_EXIT_DATA with the reason (quoting the exchange) in r->err; the
  * program is then stopped. */
 int reward_score(reward_ctx *r, const reward_req *q, int n, double *reward, int *pass);
-/* Stops the program (its stdin closed, then its process group SIGKILLed after a second) and
- * frees r. */
+/* Stops the program (its stdin closed, then, after a second, its keeper's lifeline: the keeper
+ * SIGKILLs whatever is left of it and what it started) and frees r. */
 void reward_close(reward_ctx *r);
 
 /* The final answer of a completion (reward.extract, reward.marker): its bytes in text (a pointer

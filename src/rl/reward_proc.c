@@ -6,8 +6,9 @@
  * that answers before it has read everything cannot block on a full pipe), against one deadline.
  * Ids run on across steps, so a late answer to an earlier step is an id this step did not send.
  * Bounds: its lines (REWARD_MAX_LINE) and time (reward.timeout) here; its memory by `ulimit -v`
- * (reward.memory_mib) in the shell that starts it; it leads a process group of its own, so that
- * stopping it reaches whatever it started.
+ * (reward.memory_mib) in the shell that starts it; it runs under a keeper (reward_keeper.h), a
+ * subreaper tied to this rank by a lifeline pipe, which ends whatever the program started, in a
+ * session of its own too, when the rank ends however it ends, or when it is stopped.
  */
 #include "rl/reward_proc.h"
 
@@ -24,40 +25,43 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "rl/reward_keeper.h"
 
 extern char **environ;
 
 #define QUOTE_MAX 300 /* bytes of a request or an answer a message quotes */
 
-/* sh -c reward.command as the leader of a process group of its own, under ulimit -v
- * reward.memory_mib set by a shell that then runs the command as sh -c would without it.
- * posix_spawn's status. */
+/* The keeper (reward_keeper.h: this executable again) of sh -c reward.command, the keeper leading
+ * a process group of its own, the program under ulimit -v reward.memory_mib set by a shell that
+ * then runs the command as sh -c would without it. posix_spawn's status. */
 static int spawn(reward_ctx *r, const posix_spawn_file_actions_t *fa, char **env) {
     char wrap[256];
     const long long kib = (long long)r->cfg->reward.memory_mib * 1024;
     snprintf(wrap, sizeof wrap, "ulimit -v %lld || { echo \"tessera-train: reward.memory_mib: "
              "ulimit -v %lld refused (a lower hard limit?)\" >&2; exit 125; }\n"
              "exec /bin/sh -c \"$1\"", kib, kib);
-    char *cmd = (char *)r->cfg->reward.command;
-    char *plain[] = {"/bin/sh", "-c", cmd, NULL}, *bounded[] = {"/bin/sh", "-c", wrap, "sh", cmd, NULL};
+    char *cmd = (char *)r->cfg->reward.command, *keeper = REWARD_KEEPER_ARG;
+    char *plain[] = {"tessera-keeper", keeper, "/bin/sh", "-c", cmd, NULL};
+    char *bounded[] = {"tessera-keeper", keeper, "/bin/sh", "-c", wrap, "sh", cmd, NULL};
     posix_spawnattr_t at;
     posix_spawnattr_init(&at);
     posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
     posix_spawnattr_setpgroup(&at, 0);
-    int rc = posix_spawn(&r->pid, "/bin/sh", fa, &at, r->cfg->reward.memory_mib ? bounded : plain,
-                         env);
+    int rc = posix_spawn(&r->pid, "/proc/self/exe", fa, &at,
+                         r->cfg->reward.memory_mib ? bounded : plain, env);
     posix_spawnattr_destroy(&at);
     return rc;
 }
 
 int reward_proc_start(reward_ctx *r, int rank, int world) {
-    int in[2], out[2];
-    if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC))
+    int in[2], out[2], life[2]; /* life: the lifeline, its write end the rank's alone */
+    if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(life, O_CLOEXEC))
         tsr_die(TSR_EXIT_INTERNAL, "reward.command: pipe: %s", strerror(errno));
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, in[0], 0);
     posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, life[0], REWARD_KEEPER_LIFELINE);
     size_t ne = 0;
     while (environ[ne]) ne++;
     char **env = tsr_malloc((ne + 3) * sizeof *env), rk[48], wd[48];
@@ -68,16 +72,16 @@ int reward_proc_start(reward_ctx *r, int rank, int world) {
     int rc = spawn(r, &fa, env);
     posix_spawn_file_actions_destroy(&fa);
     free(env);
-    close(in[0]), close(out[1]);
+    close(in[0]), close(out[1]), close(life[0]);
     if (rc) {
-        close(in[1]), close(out[0]);
+        close(in[1]), close(out[0]), close(life[1]);
         r->pid = 0;
-        tsr_error("reward.command = \"%s\": cannot start /bin/sh: %s", r->cfg->reward.command,
-                  strerror(rc));
+        tsr_error("reward.command = \"%s\": cannot start its keeper (/proc/self/exe): %s",
+                  r->cfg->reward.command, strerror(rc));
         return TSR_EXIT_DATA;
     }
-    tsr_child_group(r->pid, 1); /* (it leads its group: posix_spawn's SETPGROUP 0) */
-    r->to_child = in[1], r->from_child = out[0];
+    tsr_child_group(r->pid, 1); /* (the keeper leads its group: posix_spawn's SETPGROUP 0) */
+    r->to_child = in[1], r->from_child = out[0], r->life = life[1];
     fcntl(r->to_child, F_SETFL, O_NONBLOCK);
     fcntl(r->from_child, F_SETFL, O_NONBLOCK);
     signal(SIGPIPE, SIG_IGN); /* a program that exits makes our writes fail, not kill us */
@@ -170,6 +174,9 @@ static int take_line(reward_ctx *r, exch *x, const char *s, size_t n, double *re
         (ps && ps->type != JSON_TRUE && ps->type != JSON_FALSE))
         return fail(r, x, -1, s, n, "an answer needs \"id\" (a number it was sent), \"reward\" (a "
                     "finite number) and optionally \"pass\" (true or false)");
+    if (fabs(rw->num) > REWARD_MAX_ABS)
+        return fail(r, x, -1, s, n, "a reward beyond the bound |reward| <= 1e6 (a reward that "
+                    "large overflows the advantages and the loss)");
     const double k = id->num - (double)x->id0;
     if (!(k >= 0 && k < x->n && k == floor(k)))
         return fail(r, x, -1, s, n, "it answered an id it was not sent in this step");
@@ -199,8 +206,8 @@ static int take_lines(reward_ctx *r, exch *x, double *reward, int *pass) {
     return 0;
 }
 
-/* Has the program ended? Its status in *info, the zombie left unreaped (WNOWAIT): its process
- * group keeps its id until reward_proc_stop has signalled the rest of it. Waits up to ms. */
+/* Has the program ended? Its keeper's status (the program's) in *info, the zombie left unreaped
+ * (WNOWAIT) until reward_proc_stop. Waits up to ms. */
 static int has_ended(const reward_ctx *r, siginfo_t *info, int ms) {
     for (int k = 0;; k += 10) {
         memset(info, 0, sizeof *info);
@@ -290,10 +297,12 @@ void reward_proc_stop(reward_ctx *r) {
     if (r->to_child >= 0) close(r->to_child);
     if (r->from_child >= 0) close(r->from_child);
     r->to_child = r->from_child = -1;
-    if (r->pid <= 0) return;
     siginfo_t in;
-    has_ended(r, &in, 1000);
-    kill(-r->pid, SIGKILL); /* it and whatever it started: its process group */
+    if (r->pid > 0) has_ended(r, &in, 1000); /* a second to end on its own, its input closed */
+    if (r->life >= 0) close(r->life); /* the keeper then ends whatever is left */
+    r->life = -1;
+    if (r->pid <= 0) return;
+    if (!has_ended(r, &in, 5000)) kill(-r->pid, SIGKILL); /* (a keeper stuck: not ours to wait for) */
     waitpid(r->pid, NULL, 0);
     tsr_child_group(r->pid, 0);
     r->pid = 0;

@@ -24,6 +24,7 @@
 #include "ops.h"
 #include "progress.h"
 #include "report/account_read.h"
+#include "rl/reward_keeper.h"
 #include "runlock.h"
 #include "mesh/binding.h"
 #include "train/checkpointing.h"
@@ -277,6 +278,8 @@ static int load_config(const cli *c, const char *recipe, tsr_config *cfg) {
 static const trainer_icl_api icl_evaluation = {train_icl_open, train_icl_run, train_icl_close};
 
 int main(int argc, char **argv) {
+    /* a reward program's keeper (this executable again, started by a rank): nothing else runs */
+    if (argc > 1 && !strcmp(argv[1], REWARD_KEEPER_ARG)) return reward_keeper_main(argc, argv);
     tsr_line_buffered(); /* a Slurm log shows each line as it is written */
     blas_fix_coretype(argv);
     tsr_dist d;
