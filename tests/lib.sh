@@ -52,6 +52,19 @@ with open(sys.argv[2], "w") as f:
         "$TOOL" prep --out "$1/prompts" --val-fraction 0 --tokenizer "$1/tok.tsr" -q --format prompts \
             --pack 8 "$1/ar/prompts.jsonl"
 }
+# grpo_small_args DIR: sets the array `small` to a fresh tiny GPT-2 doing GRPO on grpo_prompts DIR's
+# arithmetic prompts (4 prompts x 4 samples of up to 6 tokens a step, 1 update, no saves, no
+# evaluation, no straggler watchdog); tests append their duration and reward
+grpo_small_args() {
+    small=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.n_layer=2 --set model.d_model=64
+           --set model.n_head=2 --set model.vocab_size=257 --set model.vocab_multiple=16
+           --set model.max_seq_len=32 --set seq_len=32 --set model.eot_token=256 --set threads=1
+           --set data.tokenizer="$1/tok.tsr" --set sample.tokens=0 --set log_interval=1
+           --set objective=grpo --set data.train="$1/prompts/train" --set data.val=
+           --set global_batch=4 --set micro_batch=2 --set grpo.group_size=4 --set grpo.updates=1
+           --set grpo.max_new_tokens=6 --set save_interval=0ba --set eval_interval=0ba
+           --set watchdog.window=0)
+}
 # started_ranks MPIRUN_PID N: the pids of the N ranks a background mpirun of this shell started
 # (its children named tessera-train), once all are there (at most 30 s; fewer if it ended first)
 started_ranks() {

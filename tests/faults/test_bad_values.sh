@@ -13,14 +13,8 @@ source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 4
 grpo_prompts "$TMP/rl" 300
-small=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.n_layer=2 --set model.d_model=64
-       --set model.n_head=2 --set model.vocab_size=257 --set model.vocab_multiple=16
-       --set model.max_seq_len=32 --set seq_len=32 --set model.eot_token=256 --set threads=1
-       --set data.tokenizer="$TMP/rl/tok.tsr" --set sample.tokens=0 --set log_interval=1
-       --set objective=grpo --set data.train="$TMP/rl/prompts/train" --set data.val=
-       --set global_batch=4 --set micro_batch=2 --set grpo.group_size=4 --set grpo.updates=1
-       --set grpo.max_new_tokens=6 --set save_interval=0ba --set eval_interval=0ba
-       --set watchdog.window=0 --set max_duration=1ba)
+grpo_small_args "$TMP/rl"
+small+=(--set max_duration=1ba)
 cat >"$TMP/huge.py" <<'PY'
 import json, sys
 for line in sys.stdin:

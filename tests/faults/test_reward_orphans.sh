@@ -28,14 +28,8 @@ setsid $PY3 -c 'import time; time.sleep(600)' $MARK-session-\$TESSERA_RANK &
 ( setsid $PY3 -c 'import time; time.sleep(600)' $MARK-daemon-\$TESSERA_RANK & )
 exec $PY3 $TSR_ROOT/tests/train/grpo_reward.py $MARK-program-\$TESSERA_RANK
 SH
-small=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.n_layer=2 --set model.d_model=64
-       --set model.n_head=2 --set model.vocab_size=257 --set model.vocab_multiple=16
-       --set model.max_seq_len=32 --set seq_len=32 --set model.eot_token=256 --set threads=1
-       --set data.tokenizer="$TMP/rl/tok.tsr" --set sample.tokens=0 --set log_interval=1
-       --set objective=grpo --set data.train="$TMP/rl/prompts/train" --set data.val=
-       --set global_batch=4 --set micro_batch=2 --set grpo.group_size=4 --set grpo.updates=1
-       --set grpo.max_new_tokens=6 --set save_interval=0ba --set eval_interval=0ba
-       --set watchdog.window=0 --set reward.kind=command --set reward.timeout=120
+grpo_small_args "$TMP/rl"
+small+=(--set reward.kind=command --set reward.timeout=120
        --set reward.command="sh $TMP/reward.sh")
 # left: the number of marked processes still there, up to 5 s after the job ended (a keeper ends
 # them within milliseconds of its rank); they are listed, then killed (the next case starts clean)

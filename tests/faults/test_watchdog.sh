@@ -93,14 +93,7 @@ tap_check $? "watchdog.slow_factor = 1 is refused (exit $rc) naming the key"
 # ---- GRPO (objective = "grpo", docs/rl.md "Watchdogs"): a fresh model, the arithmetic prompts,
 # 4 prompts x 4 samples of up to 6 tokens a step, 1 update ----
 grpo_prompts "$TMP/rl" 300
-small=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.n_layer=2 --set model.d_model=64
-       --set model.n_head=2 --set model.vocab_size=257 --set model.vocab_multiple=16
-       --set model.max_seq_len=32 --set seq_len=32 --set model.eot_token=256 --set threads=1
-       --set data.tokenizer="$TMP/rl/tok.tsr" --set sample.tokens=0 --set log_interval=1
-       --set objective=grpo --set data.train="$TMP/rl/prompts/train" --set data.val=
-       --set global_batch=4 --set micro_batch=2 --set grpo.group_size=4 --set grpo.updates=1
-       --set grpo.max_new_tokens=6 --set save_interval=0ba --set eval_interval=0ba
-       --set watchdog.window=0)
+grpo_small_args "$TMP/rl"
 # The straggler watchdog times the training part only (equal work on every rank), not the
 # rollouts (whose lengths differ by rank): rank 1 computes 200 ms longer per step and rank 0
 # decodes 200 ms longer; windows of 1 step, 2 in a row: exit 86 at step 2 naming rank 1 (counting
