@@ -209,8 +209,10 @@ static void step_line_aux(const tsr_trainer *t, const tsr_step_stats *st, char a
 
 /* the step line on stdout */
 static void step_line(const tsr_trainer *t, const tsr_step_stats *st, const step_rates *r) {
-    char eta[32], mem[32], aux[96];
-    format_eta(eta, sizeof eta, r->avg * (double)(t->total_steps - st->step));
+    char eta[32] = "-", mem[32], aux[96];
+    /* a process's first step (start-up, page faults) predicts nothing: no ETA until its second */
+    if (t->out.steps_run > 1)
+        format_eta(eta, sizeof eta, r->avg * (double)(t->total_steps - st->step));
     metrics_human_bytes(mem, sizeof mem, st->peak_mem);
     step_line_aux(t, st, aux);
     printf("step %*lld/%lld | loss %.6f%s | lr %.3e | norm %.4f | %.0f tok/s | mfu %.1f%% | "
@@ -365,17 +367,25 @@ void metrics_log_checkpoint(const tsr_trainer *t, const char *what, const char *
     if (t->out.metrics) metrics_end_record(t->out.metrics);
 }
 
+/* what a background save's blocking time was: the snapshot taken at the save's step boundary, or
+ * (save_async_copy = step) the copy into it made inside the next step, before its update */
+static const char *snapshot_note(const tsr_trainer *t, char *buf, size_t n) {
+    if (t->ck.copy_in_step) snprintf(buf, n, "the copy into the snapshot, made inside the step");
+    else snprintf(buf, n, "snapshot %.3f s", t->ck.snap_s);
+    return buf;
+}
+
 void metrics_log_save(const tsr_trainer *t, int64_t step, const char *path, const ckpt_stats *st,
                       int async) {
+    char snap[64];
     if (t->dist.rank != 0) return;
     account_add(ACC_SAVE, st->blocking); /* the time training stood still for it (goodput) */
     metrics_prom_saved(t);
     checkpoint_record(t, "save", step, path, st->seconds, st->bytes);
     if (async)
-        printf(" | blocking %.3f s (snapshot %.3f s%s); written in the background in %.3f s, "
-               "waited %.3f s for it; committed at step %lld", st->blocking, t->ck.snap_s,
-               t->ck.copy_in_step ? ", copied in the step" : "", st->write, st->waited,
-               (long long)t->step);
+        printf(" | blocking %.3f s (%s); written in the background in %.3f s, waited %.3f s for "
+               "it; committed at step %lld", st->blocking, snapshot_note(t, snap, sizeof snap),
+               st->write, st->waited, (long long)t->step);
     printf("\n");
     fflush(stdout);
     if (!t->out.metrics) return;

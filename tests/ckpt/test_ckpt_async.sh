@@ -78,8 +78,9 @@ mode() {
 }
 
 # (ddp: the runs R and Y below)
-mode zero1 2 1 1 --set parallel.sharding=zero1 --set save_async_copy=step
-tap_check $? "zero1, 2 ranks, save_async_copy = step: checkpoints of steps 1, 2 (background) and 3 equal the synchronous run's, dataset for dataset; metrics.jsonl records each save (the background ones with no bounce copy, copied in the step)"
+mode zero1 2 1 1 --set parallel.sharding=zero1 --set save_async_copy=step &&
+    (($(grep -c "blocking [0-9.]* s (the copy into the snapshot, made inside the step)" "$TMP/zero1-a.txt") == 2))
+tap_check $? "zero1, 2 ranks, save_async_copy = step: checkpoints of steps 1, 2 (background) and 3 equal the synchronous run's, dataset for dataset; metrics.jsonl records each save (the background ones with no bounce copy, copied in the step); the log says the blocking was the copy made inside the step (no 'snapshot 0.000 s' beside it)"
 mode zero3 2 0 0 --set parallel.sharding=zero3
 tap_check $? "zero3, 2 ranks: the same"
 mode hsdp 2 0 0 --set parallel.sharding=hsdp --set parallel.replica_group=1

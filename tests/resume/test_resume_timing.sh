@@ -4,13 +4,14 @@
 # and every metrics.jsonl line carries its wall-clock time (docs/tracking.md):
 #  - a tiny run trains 8 steps, then a rerun resumes at 8 and trains to 20 with every step slowed
 #    to >= 250 ms (TSR_FAULT=slow): its "done" average is within 25% of the median step time it
-#    printed, and the ETA printed at step 10 (10 steps left) is 2..4 s (it was under 1 s);
+#    printed, and the ETA printed at step 10 (10 steps left) is 2..4 s (it was under 1 s); the
+#    process's first step (9: start-up and page faults, no average yet) prints "eta -";
 #  - every line of metrics.jsonl has "time" (unix seconds, ms), inside the wall-clock window of
 #    the process that wrote it, never decreasing; and the two processes' "start" lines say steps
 #    0 and 8.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 4
+tap_plan 5
 make_synth "$TMP/data"
 tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=1 --set model.n_head=4 --set global_batch=4 --set micro_batch=4
@@ -36,6 +37,8 @@ tap_check $? "after a resume at step 8 the closing average is this process's own
 eta=$(grep -E "^step +10/20 " "$TMP/b.txt" | sed -E 's/.*eta ([0-9]+)s$/\1/')
 [[ $eta =~ ^[0-9]+$ ]] && ((eta >= 2 && eta <= 4))
 tap_check $? "ETA at step 10 of 20 (10 steps of >= 250 ms left) is 2..4 s: '$eta'"
+grep -qE "^step +9/20 .*\| eta -$" "$TMP/b.txt"
+tap_check $? "the resumed process's first step (9) prints 'eta -': no average to predict from yet"
 
 "$PY3" - "$TMP/run/metrics.jsonl" "$t0" "$t1" "$t2" <<'PY'
 import json, sys
