@@ -1,5 +1,6 @@
 /* config_table.h — internal to src/config: the key table shared by config_load.c (libconfig parsing,
- * --set; config_checks.c its validation, config_doc.c docs/config.md) and config_table.c (the table, defaults, value conversion, formatting) and config_print.c.
+ * --set; config_checks.c its validation, config_doc.c docs/config.md), config_table.c (the table),
+ * config_values.c (lookup, defaults, value conversion, formatting) and config_print.c.
  * Not part of the public interface; include config/config.h elsewhere.
  */
 #ifndef TSR_CONFIG_TABLE_H
