@@ -26,7 +26,10 @@
 #define REWARD_KEEPER_LIFELINE 3                    /* the keeper's fd of the lifeline's read end */
 
 /* The keeper's main: argv[2...] is the program's argv (/bin/sh's); stdin and stdout are the
- * program's, fd REWARD_KEEPER_LIFELINE the lifeline. Returns only through exit. */
+ * program's, fd REWARD_KEEPER_LIFELINE the lifeline. Returns only through exit. Every program
+ * that runs reward programs (tessera-train, tests/reference/ref_dump) starts its main with
+ * `if (argc > 1 && !strcmp(argv[1], REWARD_KEEPER_ARG)) return reward_keeper_main(argc, argv);`:
+ * the rank starts its own executable (/proc/self/exe) as the keeper. */
 int reward_keeper_main(int argc, char **argv);
 
 #endif

@@ -51,6 +51,7 @@
 #include "hf/hf_importer.h"
 #include "train/checkpointing.h"
 #include "rl/grpo_int.h"
+#include "rl/reward_keeper.h"
 #include "train/trainer.h"
 
 #define H5_OK(x)                                                                         \
@@ -185,6 +186,8 @@ static void grpo_write(hid_t f, const tsr_trainer *t, int S, const int32_t *ctx,
 }
 
 int main(int argc, char **argv) {
+    /* a reward program's keeper is this executable again (rl/reward_keeper.h), as tessera-train's */
+    if (argc > 1 && !strcmp(argv[1], REWARD_KEEPER_ARG)) return reward_keeper_main(argc, argv);
     const char *init_from = NULL;
     if (argc >= 5 && !strcmp(argv[3], "--init-from")) {
         init_from = argv[4];
