@@ -8,6 +8,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export TSR_ROOT=$PWD BUILD=${BUILD:-build} PYTHON=${PYTHON:-/usr/bin/python3}
+source "$TSR_ROOT/tests/ompi_session.sh"
 # torch in the reference tests loads Debian's OpenBLAS, which mis-detects this CPU (tessera's own
 # programs fix that themselves, src/base/blas_env.c); python has no such hook, so set it here when the
 # CPU has AVX-512 and nobody chose a core.
@@ -141,6 +142,14 @@ run_one() {
         tests/slurm/* | tests/jobs/*) ;;
         *) set -- "$@" OMPI_MCA_ess_singleton_isolated="${OMPI_MCA_ess_singleton_isolated:-1}" ;;
     esac
+    # its own OpenMPI session directory base (tests/ompi_session.sh: side-by-side starts must not
+    # share one), unless the caller named one
+    local base=''
+    if [[ -z ${OMPI_MCA_orte_tmpdir_base:-} ]]; then
+        base=$(mktemp -d /tmp/tsr-ompi.XXXXXX) && ompi_session_base "$base"
+        set -- "$@" OMPI_MCA_orte_tmpdir_base="$base"
+    fi
+    set -- "$@" TSR_RUN_SH=1
     log=$(log_of "$t")
     times >"$log.cpu"
     cpu0=$(cpu_of "$log.cpu")
@@ -150,6 +159,7 @@ run_one() {
         *)    env "$@" timeout "$TIMEOUT" "$t" >"$log" 2>&1 ;;
     esac
     rc=$?
+    [[ -n $base ]] && rm -rf "$base"
     times >"$log.cpu"
     cpu1=$(cpu_of "$log.cpu")
     rm -f "$log.cpu"
@@ -239,5 +249,8 @@ for t in ${alone[@]+"${alone[@]}"}; do
     report "$t"
 done
 echo "tests/run.sh: ${shared_s} s for the shared tests (CPU ${shared_cpu} s), $((SECONDS - phase_start)) s for those run alone (CPU $((cpu_total - shared_cpu)) s); each test's in $logdir/times.txt"
+# the slowest twenty, where CI's time goes (issue 65: printed at the end of every run)
+echo "tests/run.sh: the slowest twenty tests (wall seconds, CPU seconds):"
+sort -k2,2nr "$logdir/times.txt" | head -20 | awk '{ printf "  %5d s %6d CPU-s  %s\n", $2, $3, $1 }'
 echo "$passed passed, $failed failed, $skipped skipped"
 ((failed == 0))
