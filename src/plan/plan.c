@@ -258,8 +258,12 @@ static void plan_steps(const tsr_trainer *t, int dry_run) {
            (unsigned long long)t->data.sampler.n, (long long)t->eval_every, peak);
 }
 
+static int plan_quiet;
+
+void plan_set_quiet(int quiet) { plan_quiet = quiet; }
+
 void plan_print(const tsr_trainer *t, int dry_run) {
-    if (t->dist.rank != 0) return;
+    if (t->dist.rank != 0 || plan_quiet) return;
     const int lora = t->cfg.lora.rank > 0;
     const double sb = (double)t->ck.snap_plan; /* save_async's host copy */
     plan_model(t);
@@ -289,12 +293,16 @@ static void plan_layer_acts(const tsr_trainer *t, const gpu_train_ctx *c) {
            t->cfg.model.activation_compression == TSR_ACTCOMP_FP8 ? "fp8" : "none");
 }
 
+double plan_device_bytes(const gpu_train_ctx *c, int micro) {
+    return (double)gpu_train_plan_bytes(c) + (double)gpu_train_acts_bytes(c, micro);
+}
+
 /* the device memory line (c: a copy, changed to price the run without FP8) */
 static void device_memory(const tsr_trainer *t, gpu_train_ctx c) {
     size_t fixed = gpu_train_plan_bytes(&c), acts = gpu_train_acts_bytes(&c, t->micro);
     char a[32], tot[32], st[32];
     metrics_human_bytes(a, sizeof a, (double)acts);
-    metrics_human_bytes(tot, sizeof tot, (double)(fixed + acts));
+    metrics_human_bytes(tot, sizeof tot, plan_device_bytes(&c, t->micro)); /* (fixed + acts) */
     /* parallel.expert: the experts' store (fp32 master + bf16 copy, gradients, AdamW; src/gpu/gpu_ep.h)
      * is in the total and apart in the line; the exchange's buffers are in the activations */
     const tsr_model *md = &t->model;
@@ -353,7 +361,7 @@ static void device_memory(const tsr_trainer *t, gpu_train_ctx c) {
 }
 
 void plan_print_device(const tsr_trainer *t, const gpu_train_ctx *c) {
-    if (t->dist.rank != 0) return;
+    if (t->dist.rank != 0 || plan_quiet) return;
     device_memory(t, *c);
     plan_layer_acts(t, c);
 }

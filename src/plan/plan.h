@@ -20,5 +20,10 @@ double plan_rank_bytes(const tsr_trainer *t, int lora);
 /* device = cuda (rank 0 prints): the device memory line and the activations kept per decoder
  * layer, for the CUDA path's context c (src/train/train_gpu.c fills it from the trainer). */
 void plan_print_device(const tsr_trainer *t, const gpu_train_ctx *c);
+/* The device memory plan per rank of c at microbatches of micro: the total of plan_print_device's
+ * line (everything but the activations, and the activations); --gpu-mem compares it (fit.h). */
+double plan_device_bytes(const gpu_train_ctx *c, int micro);
+/* quiet 1: plan_print and plan_print_device print nothing (--fit's search plans quietly). */
+void plan_set_quiet(int quiet);
 
 #endif

@@ -12,6 +12,7 @@
 
 #include "common.h"
 #include "fsutil.h"
+#include "mesh/mesh.h"
 #include "telemetry/metrics_units.h"
 
 #define TP_ROWS 512             /* rows of a table (TSR_PROFILE's own limit is 256 ops) */
@@ -248,8 +249,10 @@ static const char *unmeasured(const tsr_trainer *t, const tp_table *tb) {
  * (ms), bytes and exposed time of its collectives */
 typedef struct tp_step {
     int W, G, nodes;
-    int64_t per_rank, micro; /* sequences a rank; a microbatch's (at most per_rank) */
+    int N, D;                /* the mesh's context group and data ranks (mesh_build's) */
+    int64_t per_rank, micro; /* sequences a data rank; a microbatch's (at most per_rank) */
     double fb, compute, overlap, bytes, comm, exposed;
+    double att;              /* attention's part of fb, its recomputation aside (the ring's cover) */
     char na[160]; /* why the row has no figures */
 } tp_step;
 
@@ -265,7 +268,9 @@ static double recompute_share(const tsr_config *c) {
 
 static void compute_of(const tsr_trainer *t, const tp_rates *q, tp_step *s) {
     const tsr_model *m = &t->model;
-    double tok = (double)s->per_rank * t->T;
+    /* a context group's N ranks share its sequences, each computing T / N positions of each (the
+     * zig-zag split gives each the same attention work: docs/parallelism.md) */
+    double tok = (double)s->per_rank * t->T / s->N;
     double att = 12.0 * m->L * m->QD * t->T; /* per token, as in flops_per_token */
     double gemm = (t->out.flops_per_token - att) * tok;
     /* activation checkpointing runs a checkpointed layer's forward again: a third more of it */
@@ -275,6 +280,7 @@ static void compute_of(const tsr_trainer *t, const tp_rates *q, tp_step *s) {
                 tok * m->L * m->C * re / (q->rest_units / q->rest_ms);
     double owned = (double)m->n_params / (t->cfg.sharding == TSR_SHARD_DDP ? 1 : s->G);
     s->fb = ms, s->compute = ms + q->opt_ms * owned / q->params;
+    s->att = att * tok / (q->att_flops / q->att_ms);
     /* the last microbatch's backward, less its last layer (two thirds of a pass) */
     s->overlap = ms * s->micro / (double)s->per_rank * 2 / 3 * (m->L - 1) / m->L;
 }
@@ -345,16 +351,51 @@ static void comm_of(const tsr_trainer *t, const timeplan_opts *o, int per_node, 
     }
 }
 
-/* one row of the table: W's split of the batch (micro: the recipe's micro_batch), its compute
- * and its collectives */
+/* parallel.context = N (docs/parallelism.md "Ring attention"): per layer and microbatch each
+ * rank passes its key/value blocks N - 1 hops in the forward, again in the backward with their
+ * fp32 gradients N hops (ring_layer_bytes, bf16 activations on the GPU), and a checkpointed
+ * layer's recomputation a forward's more, over its context group's link; each hop runs beside the
+ * attention of a block, so what the attention's time does not cover waits */
+static void ring_of(const tsr_trainer *t, const timeplan_opts *o, int per_node, tp_step *s) {
+    const tsr_model *m = &t->model;
+    if (s->N < 2) return;
+    double M = ceil((double)s->per_rank / s->micro), re = recompute_share(&t->cfg);
+    double fw = (double)ring_layer_bytes(2, s->N, (int)s->micro, t->T, m->KVH, m->hs, 0);
+    double bw = (double)ring_layer_bytes(2, s->N, (int)s->micro, t->T, m->KVH, m->hs, 1);
+    double link = bw_of(s->N, per_node, o), tf = M * m->L * (1 + re) * fw / link,
+           tb = M * m->L * bw / link;
+    double af = s->att / 3 * (1 + re), ab = s->att * 2 / 3; /* attention's forward, backward */
+    s->bytes += M * m->L * ((1 + re) * fw + bw);
+    s->comm += tf + tb;
+    s->exposed += (tf > af ? tf - af : 0) + (tb > ab ? tb - ab : 0);
+}
+
+/* W's data ranks by the trainer's mesh (mesh_build, as a plan); 0, or why they do not split */
+static int data_ranks(const tsr_trainer *t, int per_node, tp_step *s) {
+    tsr_mesh me;
+    tsr_dist w = t->dist;
+    w.rank = 0, w.world = s->W, w.local_world = s->W < per_node ? s->W : per_node, w.view = NULL;
+    mesh_build(&me, &t->cfg, &w, 1);
+    s->N = me.N, s->D = me.D;
+    mesh_free(&me);
+    const long long gb = t->cfg.global_batch;
+    if (s->W % s->N)
+        snprintf(s->na, sizeof s->na, "parallel.context = %d does not divide %d rank%s", s->N,
+                 s->W, s->W > 1 ? "s" : "");
+    else if (gb % s->D && s->N > 1)
+        snprintf(s->na, sizeof s->na, "global_batch %lld does not split over %d data ranks (%d "
+                 "ranks / parallel.context %d)", gb, s->D, s->W, s->N);
+    else if (gb % s->D)
+        snprintf(s->na, sizeof s->na, "global_batch %lld does not split over %d ranks", gb, s->W);
+    return s->na[0] != 0;
+}
+
+/* one row of the table: W's split of the batch over its data ranks (micro: the recipe's
+ * micro_batch), its compute and its collectives */
 static void plan_row(const tsr_trainer *t, const tp_rates *q, const timeplan_opts *o, int per_node,
                      int64_t micro, const char *missing, tp_step *s) {
-    if (t->cfg.global_batch % s->W) {
-        snprintf(s->na, sizeof s->na, "global_batch %lld does not split over %d ranks",
-                 (long long)t->cfg.global_batch, s->W);
-        return;
-    }
-    s->per_rank = t->cfg.global_batch / s->W;
+    if (data_ranks(t, per_node, s)) return;
+    s->per_rank = t->cfg.global_batch / s->D;
     s->micro = micro < s->per_rank ? micro : s->per_rank;
     tsr_log_mute(1); /* hsdp's group: its reason is said below */
     int bad = trainer_shard_group(&t->cfg, s->W, s->W < per_node ? s->W : per_node, &s->G);
@@ -366,6 +407,7 @@ static void plan_row(const tsr_trainer *t, const tp_rates *q, const timeplan_opt
     }
     if (!missing) compute_of(t, q, s);
     comm_of(t, o, per_node, s);
+    ring_of(t, o, per_node, s);
 }
 
 /* ---- printing ---- */
@@ -428,7 +470,8 @@ static void print_assumptions(const tsr_trainer *t, const timeplan_opts *o, int 
            "at its T and head size, the memory-bound ops per element); the recipe's norms, RoPE "
            "and SwiGLU cost what the table's norms and element-wise ops cost per element\n"
            "  - global_batch %lld and micro_batch %lld as in the recipe at every W (per-rank batch "
-           "global_batch / W; micro_batch at most that); max_duration %s %s\n",
+           "global_batch / the data ranks, W / parallel.context; micro_batch at most that); "
+           "max_duration %s %s\n",
            (long long)t->cfg.global_batch, micro, dur, steps);
     printf("  - %d GPUs a node; bus bandwidth %.0f GB/s within a node, %.0f GB/s between nodes "
            "(%s); every collective bandwidth-bound (no latency term), one link at a time\n",
@@ -469,8 +512,28 @@ timeplan *timeplan_open(const timeplan_opts *o, int *rc) {
 
 void timeplan_close(timeplan *p) { free(p); }
 
+/* parallel.context = N: what a row's ranks and its "per rank" are, and the ring's bytes (ring_of)
+ * at the recipe's microbatch of micro sequences */
+static void print_context(const tsr_trainer *t, long long micro) {
+    const tsr_model *m = &t->model;
+    const int N = t->mesh.N;
+    double fw = (double)ring_layer_bytes(2, N, (int)micro, t->T, m->KVH, m->hs, 0);
+    double bw = (double)ring_layer_bytes(2, N, (int)micro, t->T, m->KVH, m->hs, 1);
+    char a[32], b[32], c[32];
+    metrics_human_bytes(a, sizeof a, fw + bw);
+    metrics_human_bytes(b, sizeof b, 2 * fw);
+    metrics_human_bytes(c, sizeof c, bw - fw);
+    printf("  parallel.context = %d: W ranks are W/%d data ranks, each a group of %d ranks sharing "
+           "its sequences ('per rank': a data rank's sequences, each rank computing %d of their %d "
+           "positions); the ring sends %s a rank, layer and microbatch of %lld (key/value blocks "
+           "%s, forward and backward; their fp32 gradients %s; a checkpointed layer's "
+           "recomputation a forward's more), in the comm columns; it waits where the attention "
+           "beside it is shorter\n", N, N, N, t->T / N, t->T, a, micro, b, c);
+}
+
 /* the lines above the table: the rates, or what is missing */
-static void print_head(const timeplan *p, const tsr_trainer *t, const char *missing) {
+static void print_head(const timeplan *p, const tsr_trainer *t, const char *missing,
+                       long long micro) {
     const tp_table *tb = &p->tb;
     if (p->found) print_rates(tb, &p->q);
     else
@@ -490,6 +553,7 @@ static void print_head(const timeplan *p, const tsr_trainer *t, const char *miss
                "%.1f MB in bf16 (the FP8 linear weights of decoder layers %d to %d as E4M3); the "
                "comm columns count it\n", (2 * t->model.L * Pl - saved) / 1e6,
                2 * t->model.L * Pl / 1e6, f8a, f8b);
+    if (t->mesh.N > 1) print_context(t, micro);
     if (t->cfg.lora.rank > 0)
         printf("  the communication below is full training's: LoRA sums its adapters' gradients "
                "only (a frozen base is gathered once under zero3/hsdp)\n");
@@ -506,7 +570,7 @@ void timeplan_print(const timeplan *p, const tsr_trainer *t, long long recipe_mi
     if (t->dist.rank != 0) return;
     long long micro = recipe_micro > 0 ? recipe_micro : t->cfg.micro_batch;
     const char *missing = p->found ? unmeasured(t, &p->tb) : "every op: no table";
-    print_head(p, t, missing);
+    print_head(p, t, missing, micro > 0 ? micro : t->micro);
     timeplan_opts lo = p->o;
     if (!lo.link_node) lo.link_node = lo.link_net = 1;
     int per_node = lo.per_node ? lo.per_node : 8, pw = lo.plan_world;

@@ -77,6 +77,12 @@ void train_gpu_print_plan(const tsr_trainer *t) {
     plan_print_device(t, &c); /* (src/plan/plan.c) */
 }
 
+double train_gpu_plan_total(const tsr_trainer *t) {
+    gpu_train_ctx c;
+    fill(&c, t);
+    return plan_device_bytes(&c, t->micro);
+}
+
 /* The GPU's peak bf16 FLOP/s from its name ("NVIDIA H100 80GB HBM3" -> H100), else 0. */
 static double peak_of(const char *name) {
     const char *known[] = {"H100", "H200", "A100"};

@@ -28,6 +28,7 @@
 #include "runlock.h"
 #include "mesh/binding.h"
 #include "train/checkpointing.h"
+#include "plan/fit.h"
 #include "plan/timeplan.h"
 #include "telemetry/metrics.h"
 #include "telemetry/metrics_prom.h"
@@ -51,6 +52,8 @@ static const cli_opt options[] = {
     {"plan", CLI_NO_SHORT('p'), "RANKS[/PER_NODE]", "--dry-run as if started on RANKS ranks (PER_NODE per node, default all on one: hsdp's default group); the memory plan of any recipe at any scale"},
     {"time", CLI_NO_SHORT('t'), "[=GPU|FILE]", "--dry-run with the time plan: step time, tokens/s, MFU, time to max_duration and GPU-hours at W = 1, 8, 64, 512 (and --plan's) on GPU (H200, H100, ...; default H200) or by the TSR_PROFILE table in FILE (docs/planning.md)"},
     {"link", CLI_NO_SHORT('l'), "NODE[,NET]", "--time's bus bandwidth in GB/s within a node and between nodes (default: the health checker's expected figures for the GPU)"},
+    {"gpu-mem", CLI_NO_SHORT('g'), "GIB", "--dry-run that says whether the device memory plan per rank (device = cuda) fits a GPU of GIB GiB: 'fits: X of GIB GiB' or 'does not fit: needs X' (docs/planning.md)"},
+    {"fit", CLI_NO_SHORT('f'), "seq_len|micro_batch", "with --gpu-mem: the longest seq_len (multiples of 128) or the largest micro_batch (divisors of the per-rank batch) whose plan fits, at --plan's world"},
     {"version", 'V', NULL, "print the version and exit"},
     {"help", 'h', NULL, "this help"},
 };
@@ -90,6 +93,8 @@ typedef struct cli {
     int plan_world, plan_per_node; /* --plan: the world the plan is for (0: the real one) */
     int time, per_node_given;      /* --time; --plan named PER_NODE */
     timeplan_opts tp;              /* --time's GPU, --link */
+    double gpu_mem;                /* --gpu-mem in bytes (0: none) */
+    plan_fit_key fit;              /* --fit */
 } cli;
 
 static void parse_cli(cli *c, int argc, char **argv, int rank) {
@@ -128,6 +133,15 @@ static void parse_cli(cli *c, int argc, char **argv, int rank) {
             if (timeplan_parse_link(optarg, &c->tp, why, sizeof why) != 0) tsr_fail_all(TSR_EXIT_USAGE, "%s", why);
             break;
         }
+        case CLI_NO_SHORT('g'):
+        case CLI_NO_SHORT('f'): {
+            char why[200];
+            if (ch == CLI_NO_SHORT('g') ? plan_fit_parse_mem(optarg, &c->gpu_mem, why, sizeof why)
+                                        : plan_fit_parse_key(optarg, &c->fit, why, sizeof why))
+                tsr_fail_all(TSR_EXIT_USAGE, "%s", why);
+            c->dry_run = 1;
+            break;
+        }
         case 'r': c->resume = optarg; break;
         case 'i': c->init_from = optarg; break;
         case 'V':
@@ -151,6 +165,8 @@ static void parse_cli(cli *c, int argc, char **argv, int rank) {
         tsr_fail_all(TSR_EXIT_USAGE, "unexpected argument '%s' (see --help)", argv[optind]);
     if (c->tp.link_node && !c->time)
         tsr_fail_all(TSR_EXIT_USAGE, "--link is --time's: give --time too (docs/planning.md)");
+    if (c->fit && !c->gpu_mem)
+        tsr_fail_all(TSR_EXIT_USAGE, "--fit needs --gpu-mem GIB: the memory it fits (docs/planning.md)");
     if (c->time && c->per_node_given) c->tp.per_node = c->plan_per_node;
     c->tp.plan_world = c->plan_world;
     if (!c->config) {
@@ -304,12 +320,15 @@ int main(int argc, char **argv) {
     if (!rc) banner(&d, &pd, &cfg, c.plan_world);
     const long long recipe_micro = rc ? 0 : cfg.micro_batch;
     if (!rc && c.plan_world > 0) plan_fit_micro(&cfg, &pd);
+    if (!rc && c.gpu_mem > 0) rc = plan_fit_check(&cfg, d.world, c.fit);
     if (!rc) rc = trainer_init(&t, &cfg, &pd, c.dry_run);
     tsr_log_mute(0);
     if (rc) tsr_exit(rc);
     config_note(&pd, &t, c.dry_run);
     if (tp) timeplan_print(tp, &t, recipe_micro); /* (last: --dry-run --time and --plan W --time end alike) */
     timeplan_close(tp);
+    if (c.gpu_mem > 0) plan_fit_print(&t, c.gpu_mem);
+    if (c.fit) rc = plan_fit_search(&cfg, &pd, c.fit, c.gpu_mem);
     tsr_lock lock = {0}; /* held until exit (tsr_exit below): released then */
     if (!c.dry_run) {
         int made = 0, opened = 0;

@@ -23,13 +23,21 @@
 #  7. the plan commands README.md and docs/planning.md show run as written (issue 65 item 3: the
 #     README's `--config gpt2-350m --plan 64/8`, whose 8 sequences a rank the recipe's micro_batch
 #     16 does not divide, plans with micro_batch 8 and says so), `tessera-train` being the build's;
-#     one naming a file the docs leave to the reader (my.cfg) is not run.
+#     one naming a file the docs leave to the reader (my.cfg) is not run;
+#  8. parallel.context (issue 65 item 4): llama-3.1-8b-long (N = 8, global_batch 16, zero3) at
+#     --plan 64/8: W ranks are W/8 data ranks (the mesh's), so 64 ranks take 2 sequences a data
+#     rank (no "does not split"), 1 rank is refused, 512 are 64 data ranks that 16 does not split;
+#     the compute per rank is divided over the context group (W = 8's is 8 times W = 64's); the
+#     comm column is zero3's bytes (M = 2 microbatches, G = 64) plus the ring's, both recomputed
+#     here from the model's shapes: K/V blocks of 1 x 8192 x 2 x 8 x 128 bf16 7 hops forward, 7
+#     backward beside their fp32 gradients' 8, a checkpointed layer's forward again; and
+#     docs/planning.md's worked example quotes these numbers.
 # (The runs are on device = cpu, the llama recipe's too: the time plan does not depend on it, and
 # loading the CUDA library costs seconds a run. A singleton MPI process without its orted saves a
 # second more.)
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 7
+tap_plan 8
 cd "$TMP" || exit 1
 export OMPI_MCA_ess_singleton_isolated=1
 plan() { "$TRAIN" --time "$@" 2>&1; }
@@ -153,4 +161,20 @@ while read -r cmd; do
 done <docs/cmds.txt
 ((ran >= 4))
 tap_check $((ok | $?)) "the $ran plan commands README.md and docs/planning.md show exit 0 as written; gpt2-350m --plan 64/8 plans with micro_batch 8 and says so"
+# 8. parallel.context: the mesh's data ranks, the ring's bytes, the compute over the group
+plan --config "$TSR_ROOT/configs/llama-3.1-8b-long.cfg" --set device=cpu --plan 64/8 >cp.txt
+read -r z3 ring want < <(awk 'BEGIN{C = 4096; L = 32; KV = 1024; F = 14336; V = 128256
+    Pl = 2*C*C + 2*C*KV + 3*C*F + 2*C; root = 2*V*C + C; M = 2; fg = 63/64
+    z3 = fg * (2*M*(2*L-2)*Pl + 4*M*L*Pl + 6*root)
+    blk = 1 * 8192 * 2 * 8 * 128; fw = 7 * blk * 2; bw = fw + 8 * blk * 4; ring = M * L * (2*fw + bw)
+    printf "%.1f %.1f %.1f", z3/1e6, ring/1e6, (z3 + ring)/1e6}')
+r8=$(row 8 cp.txt) r64=$(row 64 cp.txt)
+got=$(awk '{print $5}' <<<"$r64")
+[[ $(awk '{print $3}' <<<"$r8") == 16 && $(awk '{print $3}' <<<"$r64") == 2 && $got == "$want" ]] &&
+    awk -v a="$(awk '{print $4}' <<<"$r8")" -v b="$(awk '{print $4}' <<<"$r64")" 'BEGIN{exit !((a / b / 8 - 1)^2 < 1e-4)}' &&
+    grep -q '^     1      1  parallel.context = 8 does not divide 1 rank$' cp.txt &&
+    grep -q '^   512     64  global_batch 16 does not split over 64 data ranks (512 ranks / parallel.context 8)$' cp.txt &&
+    grep -q "the ring sends 960.0 MiB a rank, layer and microbatch of 1 (key/value blocks 448.0 MiB, forward and backward; their fp32 gradients 512.0 MiB" cp.txt &&
+    grep -q "| 64 | 2 | .* | $z3 | $ring | $want |" "$TSR_ROOT/docs/planning.md"
+tap_check $? "parallel.context = 8 at 64/8: 2 sequences a data rank, W = 1 and 512 refused with the reason, compute over the group (W 8 / W 64 = 8), comm $got MB = zero3 $z3 + ring $ring = $want (docs/planning.md's example too)"
 tap_done

@@ -1,0 +1,160 @@
+/* fit.c — --gpu-mem and --fit (fit.h; docs/planning.md "Does it fit"). */
+#include "plan/fit.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "plan/plan.h"
+#include "train/train_gpu.h"
+#include "train/trainer.h"
+
+#define GIB 1073741824.0
+#define SEQ_STEP 128         /* --fit seq_len: its values are multiples of this (and of 2N) */
+#define SEQ_MAX (1LL << 24)  /* ... up to this */
+
+int plan_fit_parse_mem(const char *s, double *bytes, char *why, size_t n) {
+    char *end;
+    double g = strtod(s, &end);
+    if (end == s || *end || !(g > 0 && g <= 1e5)) {
+        snprintf(why, n, "--gpu-mem %s: expected the memory of one GPU in GiB (0 < x <= 100000), "
+                 "e.g. --gpu-mem 80 or --gpu-mem 139.8", s);
+        return -1;
+    }
+    *bytes = g * GIB;
+    return 0;
+}
+
+int plan_fit_parse_key(const char *s, plan_fit_key *key, char *why, size_t n) {
+    *key = !strcmp(s, "seq_len") ? PLAN_FIT_SEQ_LEN
+           : !strcmp(s, "micro_batch") ? PLAN_FIT_MICRO_BATCH : PLAN_FIT_NONE;
+    if (*key == PLAN_FIT_NONE)
+        snprintf(why, n, "--fit %s: expected seq_len or micro_batch (the key whose largest value "
+                 "that fits --gpu-mem is searched)", s);
+    return *key == PLAN_FIT_NONE ? -1 : 0;
+}
+
+int plan_fit_check(const tsr_config *cfg, int world, plan_fit_key key) {
+    if (cfg->device != TSR_DEVICE_CUDA) {
+        tsr_error("--gpu-mem compares the device memory plan of device = \"cuda\" (the config has "
+                  "device = \"cpu\", whose plan is host memory): add --set device=cuda");
+        return TSR_EXIT_USAGE;
+    }
+    if (key != PLAN_FIT_NONE && world > 1) {
+        tsr_error("--fit plans, it runs nothing: start it as one process (--plan RANKS gives the "
+                  "world), not under mpirun/srun with %d ranks", world);
+        return TSR_EXIT_USAGE;
+    }
+    return 0;
+}
+
+void plan_fit_print(const tsr_trainer *t, double gpu_bytes) {
+    if (t->dist.rank != 0) return;
+    const double b = train_gpu_plan_total(t);
+    if (b <= gpu_bytes)
+        printf("fits: %.1f of %.1f GiB a GPU (the device memory per rank above; --gpu-mem), "
+               "%.1f GiB to spare\n", b / GIB, gpu_bytes / GIB, (gpu_bytes - b) / GIB);
+    else
+        printf("does not fit: needs %.1f GiB of device memory per rank, %.1f GiB more than the "
+               "%.1f GiB a GPU of --gpu-mem\n", b / GIB, (b - gpu_bytes) / GIB, gpu_bytes / GIB);
+    fflush(stdout);
+}
+
+/* cfg with key = v planned quietly on d (as --plan plans it): the device memory per rank, or -1
+ * when the config refuses v */
+static double planned(const tsr_config *cfg, const tsr_dist *d, plan_fit_key key, long long v,
+                      int64_t *per_rank) {
+    tsr_config c = *cfg;
+    if (key == PLAN_FIT_SEQ_LEN) c.seq_len = v;
+    else c.micro_batch = v;
+    tsr_trainer t;
+    plan_set_quiet(1);
+    tsr_log_mute(1);
+    int rc = trainer_init(&t, &c, d, 1);
+    double b = rc ? -1 : train_gpu_plan_total(&t);
+    if (per_rank) *per_rank = t.per_rank;
+    if (!rc) trainer_free(&t);
+    tsr_log_mute(0);
+    plan_set_quiet(0);
+    return b;
+}
+
+typedef struct fit_found {
+    long long v, next;   /* the largest value that fits (0: none); the next one tried (0: none) */
+    double b, next_b;    /* their memory (next_b < 0: the config refuses next) */
+} fit_found;
+
+static int fits(double b, double gpu_bytes) { return b >= 0 && b <= gpu_bytes; }
+
+/* the longest seq_len, a multiple of q up to cap: doubling, then halving the interval */
+static void search_seq(const tsr_config *cfg, const tsr_dist *d, double gpu, long long q,
+                       long long cap, fit_found *f) {
+    long long lo = 0, hi = 1; /* in units of q: lo fits (0: none yet), hi is the next to try */
+    double b;
+    while (hi * q <= cap && fits(b = planned(cfg, d, PLAN_FIT_SEQ_LEN, hi * q, NULL), gpu))
+        lo = hi, f->b = b, hi *= 2;
+    if (hi * q > cap) hi = cap / q + 1;
+    while (hi - lo > 1) {
+        long long mid = lo + (hi - lo) / 2;
+        if (fits(b = planned(cfg, d, PLAN_FIT_SEQ_LEN, mid * q, NULL), gpu)) lo = mid, f->b = b;
+        else hi = mid;
+    }
+    f->v = lo * q;
+    f->next = hi * q <= cap ? hi * q : 0;
+    if (f->next) f->next_b = planned(cfg, d, PLAN_FIT_SEQ_LEN, f->next, NULL);
+}
+
+/* the largest micro_batch dividing the per-rank batch (an even one for dpo: whole pairs) */
+static void search_micro(const tsr_config *cfg, const tsr_dist *d, double gpu, fit_found *f) {
+    int64_t per_rank = 0;
+    planned(cfg, d, PLAN_FIT_MICRO_BATCH, 1, &per_rank);
+    const long long step = cfg->objective == TSR_OBJ_DPO ? 2 : 1;
+    for (long long m = per_rank - per_rank % step; m >= step; m -= step) {
+        if (per_rank % m) continue;
+        double b = planned(cfg, d, PLAN_FIT_MICRO_BATCH, m, NULL);
+        if (fits(b, gpu)) {
+            f->v = m, f->b = b;
+            return;
+        }
+        f->next = m, f->next_b = b;
+    }
+}
+
+/* rank 0's line: what the search found */
+static void print_found(const tsr_config *cfg, const tsr_dist *d, plan_fit_key key, double gpu,
+                        long long q, const fit_found *f) {
+    const char *name = key == PLAN_FIT_SEQ_LEN ? "seq_len" : "micro_batch";
+    char next[160] = "", how[96];
+    if (f->next && f->next_b >= 0)
+        snprintf(next, sizeof next, "; %s = %lld needs %.2f GiB", name, f->next, f->next_b / GIB);
+    else if (f->next)
+        snprintf(next, sizeof next, "; %s = %lld is refused by the config's checks", name, f->next);
+    else if (key == PLAN_FIT_MICRO_BATCH)
+        snprintf(next, sizeof next, "; it is the whole per-rank batch");
+    if (key == PLAN_FIT_SEQ_LEN) snprintf(how, sizeof how, "multiples of %lld", q);
+    else snprintf(how, sizeof how, "the divisors of the per-rank batch%s",
+                  cfg->objective == TSR_OBJ_DPO ? " (even: dpo's pairs)" : "");
+    if (!f->v)
+        printf("fit: no %s fits %.1f GiB a GPU on %d ranks (%s tried)%s\n", name, gpu / GIB,
+               d->world, how, next);
+    else
+        printf("fit: %s = %lld is the %s that fits %.1f GiB a GPU on %d ranks: %.2f GiB of device "
+               "memory per rank (%s tried%s); a run: --set %s=%lld\n", name, f->v,
+               key == PLAN_FIT_SEQ_LEN ? "longest" : "largest", gpu / GIB, d->world, f->b / GIB,
+               how, next, name, f->v);
+    fflush(stdout);
+}
+
+int plan_fit_search(const tsr_config *cfg, const tsr_dist *d, plan_fit_key key, double gpu_bytes) {
+    fit_found f = {0};
+    const long long N = cfg->context > 1 ? cfg->context : 1;
+    long long q = SEQ_STEP;
+    while (q % (2 * N)) q += SEQ_STEP; /* a multiple of 2N too (the zig-zag chunks) */
+    long long cap = SEQ_MAX; /* learned positions: the table's rows, when given */
+    if (cfg->model.pos == TSR_POS_LEARNED && cfg->model.max_seq_len > 0) cap = cfg->model.max_seq_len;
+    if (key == PLAN_FIT_SEQ_LEN) search_seq(cfg, d, gpu_bytes, q, cap, &f);
+    else search_micro(cfg, d, gpu_bytes, &f);
+    if (d->rank == 0) print_found(cfg, d, key, gpu_bytes, q, &f);
+    return 0;
+}

@@ -1,0 +1,28 @@
+/* fit.h — does a run fit a GPU of a given memory, and the largest seq_len or micro_batch that does
+ * (tessera-train --gpu-mem GIB, --fit KEY; docs/planning.md "Does it fit"). The memory compared is
+ * the device memory plan per rank (device = cuda), the one --plan prints; the search plans each
+ * value it tries as --plan does (trainer_init of a dry run, printing nothing), so it searches the
+ * plan's own memory function. */
+#ifndef TSR_PLAN_FIT_H
+#define TSR_PLAN_FIT_H
+
+#include "train/train_state.h"
+
+typedef enum plan_fit_key { PLAN_FIT_NONE = 0, PLAN_FIT_SEQ_LEN, PLAN_FIT_MICRO_BATCH } plan_fit_key;
+
+/* --gpu-mem GIB: the GiB (0 < x <= 100000) into *bytes; --fit KEY: seq_len or micro_batch into
+ * *key. 0, or -1 with why. */
+int plan_fit_parse_mem(const char *s, double *bytes, char *why, size_t n);
+int plan_fit_parse_key(const char *s, plan_fit_key *key, char *why, size_t n);
+/* --gpu-mem needs device = cuda (its plan is the device's), --fit one process: 0, or
+ * TSR_EXIT_USAGE after saying why. Before the plan. */
+int plan_fit_check(const tsr_config *cfg, int world, plan_fit_key key);
+/* Rank 0: "fits: X of Y GiB ..." or "does not fit: ... needs X" for t's plan against gpu_bytes. */
+void plan_fit_print(const tsr_trainer *t, double gpu_bytes);
+/* The largest key that fits gpu_bytes per rank for cfg on the world d (a plan's): multiples of
+ * 128 (and of 2 x parallel.context) for seq_len, the divisors of the per-rank batch for
+ * micro_batch; rank 0 says what it found and the memory there. 0, or an exit code (a value the
+ * config refuses, said). One process: --fit plans, it runs nothing. */
+int plan_fit_search(const tsr_config *cfg, const tsr_dist *d, plan_fit_key key, double gpu_bytes);
+
+#endif
