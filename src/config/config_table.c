@@ -383,10 +383,12 @@ const cfgtab_key cfgtab_keys[] = {
     {.name = "data.verify", .type = CFGK_BOOL, FIELD(data.verify), .def = "true",
      .doc = "Verify every shard's checksum when a dataset is opened (reads it once)."},
     {.name = "data.tokenizer", .type = CFGK_STRING, FIELD(data.tokenizer), .def = "auto", .ilo = 0,
-     .doc = "Tokenizer used to decode samples and encode ICL tasks: `gpt2`, a directory with "
-            "encoder.json + vocab.bpe, a Hugging Face tokenizer.json (or its directory) or a "
+     .doc = "Tokenizer used to decode samples and encode ICL tasks: `gpt2`, a directory holding "
+            "one (GPT-2's encoder.json + vocab.bpe or vocab.json + merges.txt, or a tokenizer.json: "
+            "docs/tokenizer.md), a Hugging Face tokenizer.json or a "
             "`tessera tokenizer train` file; `auto` = the one data.train was prepared with (its "
-            "index's `tokenizer`; none when it records none); empty = none (print token ids)."},
+            "index's `tokenizer`; when it records none, the tokenizer of an --init-from Hugging "
+            "Face directory, else none); empty = none (print token ids)."},
     {.name = "data.tokenizer_mismatch", .type = CFGK_ENUM, FIELD(data.tokenizer_mismatch),
      .def = "error", ENUM(tok_mismatch_names),
      .doc = "A data.tokenizer other than the one the dataset was prepared with (its index's "

@@ -20,8 +20,8 @@
 
 typedef struct hf_export_opts {
     st_dtype dtype;        /* ST_F32 (exact) or ST_BF16 (round to nearest even) */
-    const char *tokenizer; /* "gpt2", a directory with encoder.json + vocab.bpe, or "none";
-                              NULL = the config's data.tokenizer */
+    const char *tokenizer; /* "gpt2", a directory holding a tokenizer (tokenizer_find_files), a
+                              tokenizer.json, or "none"; NULL = the config's data.tokenizer */
     const char *source;    /* recorded in the safetensors metadata (the checkpoint file) */
     const char *arch;      /* model_type to write ("llama", "mistral", "qwen2", "qwen3"); NULL:
                               the one the model's features name (hf_map.c) */

@@ -7,8 +7,9 @@
  *   OUT/config.json         GPT2Config, MptConfig, LlamaConfig, ..., MixtralConfig, Qwen3MoeConfig
  *                           keys (hf_config.c)
  *   OUT/generation_config.json  bos/eos ids; a byte copy of the one beside a tokenizer.json if any
- *   OUT/vocab.json          GPT-2-format tokenizer only: a byte copy of encoder.json
- *   OUT/merges.txt          ... of vocab.bpe
+ *   OUT/vocab.json          GPT-2-format tokenizer only: a byte copy of encoder.json (or of the
+ *                           vocab.json of a directory exported so: tokenizer_find_files)
+ *   OUT/merges.txt          ... of vocab.bpe (merges.txt)
  *   OUT/tokenizer_config.json  GPT2Tokenizer, model_max_length, <|endoftext|> as bos/eos/unk
  *   OUT/tokenizer.json      Hugging Face tokenizer.json (Llama 3, Qwen, ...) only: a byte copy, with
  *                           the tokenizer_config.json found beside it (byte copy) when there is one
@@ -37,7 +38,8 @@
 typedef struct tok_files {
     int present;          /* tokenizer files to copy */
     int hf;               /* 1: a tokenizer.json (file `json`, and `config` when non-empty) */
-    char dir[4096];       /* GPT-2 format: the directory with encoder.json + vocab.bpe */
+    char vocab_file[4200], merges_file[4200]; /* GPT-2 format: encoder.json or vocab.json; vocab.bpe
+                                               * or merges.txt (tokenizer_find_files) */
     char json[4096], config[4096];
     char gen[4096];       /* generation_config.json beside the tokenizer.json, or "" */
     long eot;             /* end of sequence: the id of <|endoftext|> or of the config's eos_token; -1 */
@@ -102,8 +104,17 @@ static int resolve_hf(const char *spec, const tsr_tokenizer *tok, tok_files *t) 
     return 0;
 }
 
-/* spec: "gpt2", a directory with encoder.json + vocab.bpe, a Hugging Face tokenizer.json (or a
- * directory holding one), a tessera tokenizer file, "" or "none". */
+/* A GPT-2-format tokenizer's files: those of the directory dir ("gpt2"'s, or the spec). */
+static void resolve_gpt2(const char *dir, tok_files *t) {
+    tokenizer_files f;
+    tokenizer_find_files(dir, &f); /* (the tokenizer was just loaded from them) */
+    snprintf(t->vocab_file, sizeof t->vocab_file, "%s", f.vocab);
+    snprintf(t->merges_file, sizeof t->merges_file, "%s", f.merges);
+}
+
+/* spec: "gpt2", a directory holding a tokenizer (tokenizer_find_files: GPT-2's encoder.json +
+ * vocab.bpe or vocab.json + merges.txt, or a tokenizer.json), a Hugging Face tokenizer.json, a
+ * tessera tokenizer file, "" or "none". */
 static int resolve_tokenizer(const char *spec, const tsr_model *m, tok_files *t) {
     memset(t, 0, sizeof *t);
     t->eot = t->bos = t->turn = -1;
@@ -113,8 +124,9 @@ static int resolve_tokenizer(const char *spec, const tsr_model *m, tok_files *t)
         return 0;
     }
     struct stat st;
+    char dir[4096];
     if (!strcmp(spec, "gpt2")) {
-        int rc = tokenizer_gpt2_dir(t->dir, sizeof t->dir);
+        int rc = tokenizer_gpt2_dir(dir, sizeof dir);
         if (rc) {
             tsr_error("export: the tokenizer \"gpt2\" (above) cannot be read; give another with "
                       "--tokenizer DIR, or export without tokenizer files: --tokenizer none");
@@ -123,10 +135,10 @@ static int resolve_tokenizer(const char *spec, const tsr_model *m, tok_files *t)
     } else if (stat(spec, &st) == 0 && !S_ISDIR(st.st_mode) && !has_suffix(spec, ".json")) {
         snprintf(t->note, sizeof t->note, "data.tokenizer = \"%.400s\" is a tessera tokenizer file, "
                  "which transformers cannot load (GPT-2-format vocab.json + merges.txt are written "
-                 "for \"gpt2\" or a directory with encoder.json + vocab.bpe)", spec);
+                 "for \"gpt2\" or a directory of GPT-2's files)", spec);
         return 0;
     } else {
-        snprintf(t->dir, sizeof t->dir, "%s", spec);
+        snprintf(dir, sizeof dir, "%s", spec);
     }
     tsr_tokenizer *tok = NULL;
     int rc = tokenizer_open(&tok, spec);
@@ -138,7 +150,8 @@ static int resolve_tokenizer(const char *spec, const tsr_model *m, tok_files *t)
     t->vocab = tokenizer_vocab_size(tok);
     uint32_t eot = tokenizer_eos_id(tok, NULL, TOKENIZER_EOS_CONFIG); /* GPT-2: <|endoftext|> */
     t->eot = t->bos = eot == UINT32_MAX ? -1 : (long)eot;
-    rc = tokenizer_is_hf(tok) ? resolve_hf(spec, tok, t) : 0;
+    if (tokenizer_is_hf(tok)) rc = resolve_hf(spec, tok, t);
+    else resolve_gpt2(dir, t);
     tokenizer_free(tok);
     if (rc) return rc;
     if (t->vocab > (uint32_t)m->V) {
@@ -161,7 +174,7 @@ static int copy_file(const char *from, const char *to) {
 }
 
 static int write_tokenizer(const char *out_dir, const tok_files *t, const tsr_model *m) {
-    char from[4300], to[4300];
+    char to[4300];
     if (t->hf) {
         snprintf(to, sizeof to, "%s/tokenizer.json", out_dir);
         TSR_CHECK(copy_file(t->json, to));
@@ -169,12 +182,10 @@ static int write_tokenizer(const char *out_dir, const tok_files *t, const tsr_mo
         snprintf(to, sizeof to, "%s/tokenizer_config.json", out_dir);
         return copy_file(t->config, to);
     }
-    snprintf(from, sizeof from, "%s/encoder.json", t->dir);
     snprintf(to, sizeof to, "%s/vocab.json", out_dir);
-    TSR_CHECK(copy_file(from, to));
-    snprintf(from, sizeof from, "%s/vocab.bpe", t->dir);
+    TSR_CHECK(copy_file(t->vocab_file, to));
     snprintf(to, sizeof to, "%s/merges.txt", out_dir);
-    TSR_CHECK(copy_file(from, to));
+    TSR_CHECK(copy_file(t->merges_file, to));
     char text[1024];
     const char *eot = "\"<|endoftext|>\"";
     int k = snprintf(text, sizeof text,
@@ -306,8 +317,9 @@ static int write_tokenizer_files(const char *out_dir, const tok_files *tk, const
                out_dir, tk->config[0] ? ", tokenizer_config.json" : "", tk->json,
                tk->config[0] ? " and " : "", tk->config, tk->vocab, tk->eot);
     else
-        printf("wrote %s/vocab.json, merges.txt, tokenizer_config.json: GPT-2 BPE from %s (%u "
-               "tokens%s)\n", out_dir, tk->dir, tk->vocab, tk->eot >= 0 ? ", <|endoftext|> = bos/eos" : "");
+        printf("wrote %s/vocab.json, merges.txt, tokenizer_config.json: GPT-2 BPE from %s and %s "
+               "(%u tokens%s)\n", out_dir, tk->vocab_file, tk->merges_file, tk->vocab,
+               tk->eot >= 0 ? ", <|endoftext|> = bos/eos" : "");
     return 0;
 }
 

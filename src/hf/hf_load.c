@@ -9,6 +9,7 @@
 #include "hf/hf.h"
 #include "hf/hf_internal.h"
 #include "ops.h"
+#include "tokenizer/tokenizer.h"
 
 /* The soft entry of key in f, or NULL. */
 static const char *fill_value(const tsr_config_fill *f, const char *key) {
@@ -29,7 +30,7 @@ static void fill_soft(tsr_config_fill *f, const char *key, const char *value, co
 static int fill_standalone(tsr_config_fill *f, const char *dir) {
     const char *ctx = fill_value(f, "model.max_seq_len");
     long T = ctx ? atol(ctx) : 0;
-    char v[32], tok[1100];
+    char v[32];
     snprintf(v, sizeof v, "%ld", T > 0 && T < 2048 ? T : 2048);
     fill_soft(f, "seq_len", v, "the model's context, up to 2048");
     fill_soft(f, "max_duration", "1ba", "reading the model only");
@@ -41,9 +42,9 @@ static int fill_standalone(tsr_config_fill *f, const char *dir) {
         return TSR_EXIT_USAGE;
     }
     fill_soft(f, "data.train", dir, "the model's directory (not read)");
-    struct stat st;
-    snprintf(tok, sizeof tok, "%s/tokenizer.json", dir);
-    fill_soft(f, "data.tokenizer", stat(tok, &st) == 0 ? dir : "", "its tokenizer.json, if any");
+    tokenizer_files tf; /* (a directory tessera exported holds one: docs/hf.md) */
+    int has = tokenizer_find_files(dir, &tf) != TOKENIZER_FILES_NONE;
+    fill_soft(f, "data.tokenizer", has ? dir : "", "its tokenizer files, if any");
     return 0;
 }
 

@@ -57,6 +57,44 @@ size_t gnuplot_datablock_smooth(FILE *f, const char *name, const runlog_point *p
     return k;
 }
 
+void gnuplot_extent_add(gnuplot_extent *e, const runlog_point *p, size_t n, runlog_field field,
+                        double scale) {
+    for (size_t i = 0; i < n; i++) {
+        double x = (double)p[i].step, y = scale * p[i].v[field];
+        if (!(p[i].has & 1u << field) || !isfinite(y)) continue;
+        if (!e->n++) {
+            e->xlo = e->xhi = x, e->ylo = e->yhi = y;
+            continue;
+        }
+        e->xlo = fmin(e->xlo, x), e->xhi = fmax(e->xhi, x);
+        e->ylo = fmin(e->ylo, y), e->yhi = fmax(e->yhi, y);
+    }
+}
+
+/* The value axis: for GP_Y_UNIT also the right axis (the rates), on the same scale. */
+static void yrange(FILE *f, const gnuplot_extent *e, gnuplot_yaxis y) {
+    if (y == GP_Y_UNIT) {
+        double lo = e->n ? fmin(0, e->ylo) : 0, hi = e->n ? fmax(1, e->yhi) : 1, pad = (hi - lo) / 20;
+        fprintf(f, "set yrange [%.9g:%.9g]\nset y2range [%.9g:%.9g]\n", lo - pad, hi + pad,
+                -0.05, 1.05);
+    } else if (y == GP_Y_ZERO) {
+        if (e->n && e->yhi <= 0) fprintf(f, "set yrange [0:1]\n");
+        else fprintf(f, "set yrange [0:*]\n");
+    } else if (e->n && e->ylo == e->yhi) {
+        double d = e->ylo ? fabs(e->ylo) / 10 : 1;
+        fprintf(f, "set yrange [%.9g:%.9g]\n", e->ylo - d, e->ylo + d);
+    } else {
+        fprintf(f, "set yrange [*:*]\n");
+    }
+}
+
+void gnuplot_ranges(FILE *f, const gnuplot_extent *e, gnuplot_yaxis y) {
+    if (!e->n) fprintf(f, "set xrange [0:1]\n");
+    else if (e->xlo == e->xhi) fprintf(f, "set xrange [%.17g:%.17g]\n", e->xlo - 1, e->xhi + 1);
+    else fprintf(f, "set xrange [*:*]\n");
+    yrange(f, e, y);
+}
+
 int gnuplot_on_path(const char *prog) {
     const char *path = getenv("PATH");
     char buf[4096];

@@ -3,6 +3,8 @@
  *   steps       distinct steps logged, and the first..last step
  *   tokens      "tokens" of the last step (tokens trained on so far)
  *   loss        first, last and minimum train loss (null losses skipped), with their steps
+ *   reward      a GRPO run's mean reward of the rollouts (grpo_reward_mean): first, last and
+ *               maximum, with their steps
  *   val loss    the last eval line's val_loss and val_ppl (the last eval line that has one); a
  *               DPO run's: val_loss (the pairs' DPO loss) and val_dpo_accuracy, no perplexity
  *   pass@1      a GRPO run's held-out pass@1: the first and last eval lines' val_pass_at_1
@@ -121,6 +123,23 @@ static void write_val(FILE *f, const runlog_point *ev) {
     fprintf(f, "\n");
 }
 
+/* "first V (step S), last V (step S), min|max V (step S)" of a step series (best: -1 the minimum,
+ * 1 the maximum; null values skipped) after label; 0 when it has no value. */
+static int write_span(FILE *f, const char *label, const runlog *rl, runlog_field field, int best) {
+    const runlog_point *tr = rl->train, *first = NULL, *last = NULL, *top = NULL;
+    for (size_t i = 0; i < rl->n_train; i++) {
+        if (!(tr[i].has & 1u << field)) continue;
+        if (!first) first = &tr[i];
+        last = &tr[i];
+        if (!top || best * (tr[i].v[field] - top->v[field]) > 0) top = &tr[i];
+    }
+    if (first)
+        fprintf(f, "%sfirst %.6g (step %lld), last %.6g (step %lld), %s %.6g (step %lld)\n", label,
+                first->v[field], (long long)first->step, last->v[field], (long long)last->step,
+                best < 0 ? "min" : "max", top->v[field], (long long)top->step);
+    return first != NULL;
+}
+
 static void write_summary(FILE *f, const char *run_dir, const runlog *rl) {
     const runlog_point *tr = rl->train;
     size_t n = rl->n_train;
@@ -130,18 +149,9 @@ static void write_summary(FILE *f, const char *run_dir, const runlog *rl) {
             (long long)tr[n - 1].step);
     if (tr[n - 1].has & 1u << RL_TOKENS) fprintf(f, "tokens:     %.0f\n", tr[n - 1].v[RL_TOKENS]);
     else fprintf(f, "tokens:     unknown (null)\n");
-    const runlog_point *first = NULL, *last = NULL, *min = NULL;
-    for (size_t i = 0; i < n; i++) {
-        if (!(tr[i].has & 1u << RL_LOSS)) continue;
-        if (!first) first = &tr[i];
-        last = &tr[i];
-        if (!min || tr[i].v[RL_LOSS] < min->v[RL_LOSS]) min = &tr[i];
-    }
-    if (first)
-        fprintf(f, "loss:       first %.6g (step %lld), last %.6g (step %lld), "
-                "min %.6g (step %lld)\n", first->v[RL_LOSS], (long long)first->step,
-                last->v[RL_LOSS], (long long)last->step, min->v[RL_LOSS], (long long)min->step);
-    else fprintf(f, "loss:       none (every loss is null)\n");
+    if (!write_span(f, "loss:       ", rl, RL_LOSS, -1)) fprintf(f, "loss:       none (every loss is null)\n");
+    if (runlog_has(rl, RL_GRPO_REWARD) && !write_span(f, "reward:     ", rl, RL_GRPO_REWARD, 1))
+        fprintf(f, "reward:     none (every grpo_reward_mean is null)\n");
     const runlog_point *ev = rl->n_eval ? &rl->eval[rl->n_eval - 1] : NULL, *p0 = NULL, *p1 = NULL;
     for (size_t i = 0; i < rl->n_eval; i++) {
         if (rl->eval[i].has & 1u << RL_VAL_PASS) p1 = &rl->eval[i], p0 = p0 ? p0 : p1;
@@ -206,7 +216,11 @@ static int plot_saves(FILE *f, const char *out, const char *run, const runlog *r
     if (nm)
         snprintf(body + o, sizeof body - (size_t)o, ", $mbytes using 1:2 axes x1y2 with points "
                  "pt 2 lc rgb '#7f7f7f' title 'MB written (right axis)'");
-    fprintf(f, "set yrange [0:*]\nset y2range [0:*]\nset y2tics\nset y2label 'MB'\n");
+    gnuplot_extent e = {0};
+    gnuplot_extent_add(&e, rl->saves, rl->n_saves, RL_BLOCKING_S, 1);
+    gnuplot_extent_add(&e, rl->saves, rl->n_saves, RL_WRITE_S, 1);
+    gnuplot_ranges(f, &e, GP_Y_ZERO);
+    fprintf(f, "set y2range [0:*]\nset y2tics\nset y2label 'MB'\n");
     int bad = gp_plot(f, out, "checkpoint.png", "checkpoint saves", run, "seconds",
                       nb ? body : EMPTY);
     fprintf(f, "unset y2tics\nunset y2label\n");
@@ -246,6 +260,10 @@ static int plot_loss(FILE *f, const char *out, const char *run, const runlog *rl
         snprintf(body + o, sizeof body - (size_t)o, "%s$val using 1:2 with linespoints lw 2 pt 7 "
                  "ps 1.2 lc rgb '#d62728' title '%s'", o ? ", " : "",
                  dpo ? "val DPO loss (the validation pairs)" : "val loss");
+    gnuplot_extent e = {0};
+    gnuplot_extent_add(&e, rl->train, rl->n_train, RL_LOSS, 1);
+    gnuplot_extent_add(&e, rl->eval, rl->n_eval, RL_VAL_LOSS, 1);
+    gnuplot_ranges(f, &e, GP_Y_AUTO);
     return gp_plot(f, out, "loss.png", "loss", run, runlog_loss_label(rl),
                    n_loss || n_val ? body : EMPTY);
 }
@@ -266,10 +284,12 @@ static int plot_steps(FILE *f, const char *out, const char *run, const runlog *r
          "gradient norm", RL_GRAD_NORM, 1, 1},
     };
     int bad = 0;
-    fprintf(f, "set yrange [0:*]\n");
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) {
         char body[1024];
         int o = 0;
+        gnuplot_extent e = {0};
+        gnuplot_extent_add(&e, rl->train, rl->n_train, p[i].field, p[i].scale);
+        gnuplot_ranges(f, &e, GP_Y_ZERO);
         size_t n = p[i].smooth ? curve(f, body, sizeof body, &o, rl, p[i].name, p[i].field,
                                        p[i].scale, p[i].rgb, p[i].key, "")
                                : gnuplot_datablock(f, p[i].name, rl->train, rl->n_train,
@@ -288,16 +308,17 @@ typedef struct rate_plot {
     const char *png, *title, *ylabel, *key; /* key: where the legend goes */
     const char *name[3], *label[3];         /* the figure, its rate per step, at the evals */
     runlog_field field[3];
+    gnuplot_yaxis axis;                     /* the figure's axis (the rates': [0, 1]) */
 } rate_plot;
 
 static const rate_plot dpo_plot = {
     "dpo.png", "DPO reward margin", "reward margin", "top right", {"margin", "acc", "vacc"},
     {"reward margin (chosen - rejected)", "accuracy (right axis)", "val accuracy (right axis)"},
-    {RL_DPO_MARGIN, RL_DPO_ACCURACY, RL_VAL_DPO_ACCURACY}};
+    {RL_DPO_MARGIN, RL_DPO_ACCURACY, RL_VAL_DPO_ACCURACY}, GP_Y_AUTO};
 static const rate_plot grpo_plot = {
     "grpo.png", "GRPO reward", "mean reward", "bottom right", {"reward", "pass", "vpass"},
     {"mean reward (rollouts)", "pass rate (rollouts, right axis)", "held-out pass@1 (right axis)"},
-    {RL_GRPO_REWARD, RL_GRPO_PASS, RL_VAL_PASS}};
+    {RL_GRPO_REWARD, RL_GRPO_PASS, RL_VAL_PASS}, GP_Y_UNIT};
 
 static int plot_rate(FILE *f, const char *out, const char *run, const runlog *rl,
                      const rate_plot *p) {
@@ -309,7 +330,13 @@ static int plot_rate(FILE *f, const char *out, const char *run, const runlog *rl
     if (gnuplot_datablock(f, p->name[2], rl->eval, rl->n_eval, p->field[2], 1))
         snprintf(body + o, sizeof body - (size_t)o, ", $%s using 1:2 axes x1y2 with linespoints "
                  "lw 2 pt 7 ps 1.2 lc rgb '#d62728' title '%s'", p->name[2], p->label[2]);
-    fprintf(f, "set yrange [*:*]\nset y2range [0:1]\nset y2tics\nset key %s\n", p->key);
+    gnuplot_extent e = {0}, all; /* the figure's values (the rates: right axis); every step */
+    gnuplot_extent_add(&e, rl->train, rl->n_train, p->field[0], 1);
+    all = e;
+    gnuplot_extent_add(&all, rl->eval, rl->n_eval, p->field[2], 1);
+    if (e.n) e.xlo = all.xlo, e.xhi = all.xhi;
+    fprintf(f, "set y2range [0:1]\nset y2tics\nset key %s\n", p->key);
+    gnuplot_ranges(f, e.n ? &e : &all, p->axis);
     int bad = gp_plot(f, out, p->png, p->title, run, p->ylabel, body);
     fprintf(f, "unset y2tics\nset key top right\n");
     return bad;
@@ -324,7 +351,10 @@ static int plot_moe(FILE *f, const char *out, const char *run, const runlog *rl)
           "mean over the MoE layers", "");
     curve(f, body, sizeof body, &o, rl, "moecvmax", RL_MOE_CV_MAX, 1, "d62728",
           "the most unbalanced layer", "");
-    fprintf(f, "set yrange [0:*]\n");
+    gnuplot_extent e = {0};
+    gnuplot_extent_add(&e, rl->train, rl->n_train, RL_MOE_CV_MEAN, 1);
+    gnuplot_extent_add(&e, rl->train, rl->n_train, RL_MOE_CV_MAX, 1);
+    gnuplot_ranges(f, &e, GP_Y_ZERO);
     return gp_plot(f, out, "moe.png", "MoE expert load", run,
                    "load cv (std / mean of the tokens per expert)", body);
 }

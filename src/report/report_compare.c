@@ -73,17 +73,32 @@ static void table(FILE *f, int n, char **dirs, const runlog *rl, char (*metrics)
     for (int i = 0; i < n; i++) table_row(f, run_name(dirs[i]), &rl[i], metrics[i]);
 }
 
-/* one plot of every run's `field` series (train or eval points) on shared axes */
+/* The points of run r's `field` series (train or eval points) added to e; how many. */
+static size_t extent(gnuplot_extent *e, const runlog *r, runlog_field field) {
+    size_t before = e->n;
+    if (field == RL_VAL_LOSS) gnuplot_extent_add(e, r->eval, r->n_eval, field, 1);
+    else gnuplot_extent_add(e, r->train, r->n_train, field, 1);
+    return e->n - before;
+}
+
+/* one plot of every run's `field` series on shared axes (y: their range, or from 0); a run without
+ * a point of it is left out (gnuplot would warn of an empty series) */
 static int plot(FILE *f, const char *out, const char *png, const char *ylabel, int n, char **dirs,
-                runlog_field field) {
+                const runlog *rl, runlog_field field, gnuplot_yaxis y) {
     char path[1200];
-    snprintf(path, sizeof path, "%s/%s", out, png);
+    gnuplot_extent e = {0};
+    for (int i = 0; i < n; i++) extent(&e, &rl[i], field);
+    gnuplot_ranges(f, &e, y);
+    if (tsr_snprintf(path, sizeof path, "%s/%s", out, png)) return -1;
     fprintf(f, "set output ");
     if (gnuplot_quote(f, path)) return -1;
     fprintf(f, "\nset ylabel '%s'\nplot ", ylabel);
+    if (!e.n) fprintf(f, "[0:1] [0:1] 1/0 title 'no data (every value null)'");
     int drawn = 0;
     for (int i = 0; i < n; i++) {
         char name[32];
+        gnuplot_extent mine = {0};
+        if (!extent(&mine, &rl[i], field)) continue;
         snprintf(name, sizeof name, "r%d_%d", i, (int)field);
         fprintf(f, "%s$%s using 1:2 with lines lw 2 lc rgb '%s' title ", drawn++ ? ", " : "", name,
                 colours[i % 10]);
@@ -121,13 +136,14 @@ static int write_script(const char *script, const char *out, int n, char **dirs,
         gnuplot_datablock(f, name, rl[i].train, rl[i].n_train, RL_TOKENS_PER_S, 1);
     }
     fprintf(f, "set title 'train loss'\n");
-    int bad = plot(f, out, "compare-loss.png", loss_label(n, rl), n, dirs, RL_LOSS);
+    int bad = plot(f, out, "compare-loss.png", loss_label(n, rl), n, dirs, rl, RL_LOSS, GP_Y_AUTO);
     if (vals) {
         fprintf(f, "set title 'validation loss'\n");
-        bad |= plot(f, out, "compare-val.png", "val loss", n, dirs, RL_VAL_LOSS);
+        bad |= plot(f, out, "compare-val.png", "val loss", n, dirs, rl, RL_VAL_LOSS, GP_Y_AUTO);
     }
-    fprintf(f, "set title 'throughput'\nset yrange [0:*]\n");
-    bad |= plot(f, out, "compare-throughput.png", "tokens/s", n, dirs, RL_TOKENS_PER_S);
+    fprintf(f, "set title 'throughput'\n");
+    bad |= plot(f, out, "compare-throughput.png", "tokens/s", n, dirs, rl, RL_TOKENS_PER_S,
+                GP_Y_ZERO);
     fprintf(f, "unset output\n");
     if (fclose(f) != 0 || bad)
         return tsr_error("%s: cannot write the gnuplot script (a path with a control character?)",

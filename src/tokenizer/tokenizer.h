@@ -36,10 +36,27 @@ int tokenizer_save(const tsr_tokenizer *tok, const char *path); /* temp file + r
  * PREFIX/share/tessera/gpt2 beside the program, the checkout's data/npm/gpt2 beside the program,
  * ./data/npm/gpt2. Returns 0, or TSR_EXIT_DATA after an error naming every place tried. */
 int tokenizer_gpt2_dir(char *dir, size_t cap);
-/* Loads by name: "gpt2" (tokenizer_gpt2_dir), a directory holding encoder.json + vocab.bpe, a
- * Hugging Face tokenizer.json (a file whose name ends in .json, or a directory holding
- * tokenizer.json but no encoder.json; hf_tok.h, docs/tokenizers-hf.md), or a file in tessera's
- * format. An HF tokenizer answers every call below through hf_tok_*: its special tokens are its
+/* The tokenizer files of a directory, the first found of (docs/tokenizer.md "A directory"):
+ *   1. encoder.json + vocab.bpe     GPT-2's own names (data/npm/gpt2, "gpt2")
+ *   2. tokenizer.json               a Hugging Face tokenizer (its tokenizer_config.json beside it,
+ *                                   when there is one, gives the chat template and eos_token)
+ *   3. vocab.json + merges.txt      GPT-2's format under transformers' names (what `tessera ckpt
+ *                                   export --format hf` writes for a GPT-2 tokenizer)
+ * A pair counts only when both its files are there. */
+enum { TOKENIZER_FILES_NONE, TOKENIZER_FILES_GPT2, TOKENIZER_FILES_HF };
+typedef struct tokenizer_files {
+    int kind;                       /* TOKENIZER_FILES_* */
+    char vocab[4200], merges[4200]; /* GPT2: encoder.json or vocab.json; vocab.bpe or merges.txt */
+    char json[4200];                /* HF: tokenizer.json */
+} tokenizer_files;
+/* Finds dir's tokenizer files (reports nothing): f->kind, and the paths of that kind; NONE when
+ * dir holds none of the three (or its path does not fit). Returns f->kind. */
+int tokenizer_find_files(const char *dir, tokenizer_files *f);
+/* The files looked for by tokenizer_find_files, for messages: "encoder.json + vocab.bpe, ..." */
+#define TOKENIZER_FILES_NAMES "encoder.json + vocab.bpe, tokenizer.json or vocab.json + merges.txt"
+/* Loads by name: "gpt2" (tokenizer_gpt2_dir), a directory (tokenizer_find_files: GPT-2's files or
+ * a Hugging Face tokenizer.json), a Hugging Face tokenizer.json file (a name ending in .json;
+ * hf_tok.h, docs/tokenizers-hf.md), or a file in tessera's format. An HF tokenizer answers every call below through hf_tok_*: its special tokens are its
  * added tokens (tokenizer_special_id); it has no merges or specials to list (n_merges and
  * n_specials are 0) and tokenizer_save refuses it. */
 int tokenizer_open(tsr_tokenizer **out, const char *spec);

@@ -1,6 +1,6 @@
 /* tokenizer_open.c — a tokenizer from its spec: "gpt2" (looked for in the data directories), a
- * directory (encoder.json + vocab.bpe, or a tokenizer.json), a Hugging Face tokenizer.json, or a
- * tessera tokenizer file. Above the loaders (gpt2_load.c, hf_tokjson.c, tokfile.c), which build on
+ * directory (its files found by tokenizer_find_files: GPT-2's, or a tokenizer.json), a Hugging Face
+ * tokenizer.json, or a tessera tokenizer file. Above the loaders (gpt2_load.c, hf_tokjson.c, tokfile.c), which build on
  * bpe.c's object. */
 #include <errno.h>
 #include <stdio.h>
@@ -54,26 +54,56 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
+/* 1 when dir/a and dir/b (b NULL: a alone) are regular files, their paths in pa and pb. */
+static int have_files(const char *dir, const char *a, const char *b, char *pa, char *pb, size_t cap) {
+    struct stat st;
+    if (tsr_snprintf(pa, cap, "%s/%s", dir, a) || stat(pa, &st) != 0 || !S_ISREG(st.st_mode))
+        return 0;
+    if (!b) return 1;
+    return !tsr_snprintf(pb, cap, "%s/%s", dir, b) && stat(pb, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int tokenizer_find_files(const char *dir, tokenizer_files *f) {
+    const size_t cap = sizeof f->vocab;
+    memset(f, 0, sizeof *f);
+    if (have_files(dir, "encoder.json", "vocab.bpe", f->vocab, f->merges, cap))
+        f->kind = TOKENIZER_FILES_GPT2;
+    else if (have_files(dir, "tokenizer.json", NULL, f->json, NULL, cap))
+        f->kind = TOKENIZER_FILES_HF;
+    else if (have_files(dir, "vocab.json", "merges.txt", f->vocab, f->merges, cap))
+        f->kind = TOKENIZER_FILES_GPT2;
+    if (f->kind != TOKENIZER_FILES_HF) f->json[0] = 0;
+    if (f->kind != TOKENIZER_FILES_GPT2) f->vocab[0] = f->merges[0] = 0;
+    return f->kind;
+}
+
+/* The tokenizer in directory dir (tokenizer_find_files). */
+static int open_dir(tsr_tokenizer **out, const char *dir) {
+    tokenizer_files f;
+    switch (tokenizer_find_files(dir, &f)) {
+    case TOKENIZER_FILES_GPT2: return tokenizer_load_gpt2(out, f.vocab, f.merges);
+    case TOKENIZER_FILES_HF: return open_hf(out, f.json);
+    default:
+        tsr_error("tokenizer '%s': the directory holds no tokenizer (expected %s)", dir,
+                  TOKENIZER_FILES_NAMES);
+        return TSR_EXIT_DATA;
+    }
+}
+
 int tokenizer_open(tsr_tokenizer **out, const char *spec) {
-    char dir[4096], enc[4200], bpe[4200], hf[4200];
+    char dir[4096];
     struct stat st;
     *out = NULL;
     if (strcmp(spec, "gpt2") == 0) {
         TSR_CHECK(tokenizer_gpt2_dir(dir, sizeof dir));
-    } else if (stat(spec, &st) != 0) {
-        tsr_error("tokenizer '%s': %s (expected gpt2, a directory with encoder.json + vocab.bpe, "
-                  "a Hugging Face tokenizer.json (or a directory holding one), or a tessera "
-                  "tokenizer file)", spec, strerror(errno));
-        return TSR_EXIT_DATA;
-    } else if (!S_ISDIR(st.st_mode)) {
-        return ends_with(spec, ".json") ? open_hf(out, spec) : tokenizer_load(out, spec);
-    } else if (tsr_snprintf(dir, sizeof dir, "%s", spec)) {
-        tsr_error("tokenizer: path too long: %.100s...", spec);
-        return TSR_EXIT_USAGE;
+        return open_dir(out, dir);
     }
-    snprintf(enc, sizeof enc, "%s/encoder.json", dir);
-    snprintf(bpe, sizeof bpe, "%s/vocab.bpe", dir);
-    snprintf(hf, sizeof hf, "%s/tokenizer.json", dir);
-    if (stat(enc, &st) != 0 && stat(hf, &st) == 0 && S_ISREG(st.st_mode)) return open_hf(out, hf);
-    return tokenizer_load_gpt2(out, enc, bpe);
+    if (stat(spec, &st) != 0) {
+        tsr_error("tokenizer '%s': %s (expected gpt2, a directory holding %s, a Hugging Face "
+                  "tokenizer.json, or a tessera tokenizer file)", spec, strerror(errno),
+                  TOKENIZER_FILES_NAMES);
+        return TSR_EXIT_DATA;
+    }
+    if (S_ISDIR(st.st_mode)) return open_dir(out, spec);
+    return ends_with(spec, ".json") ? open_hf(out, spec) : tokenizer_load(out, spec);
 }

@@ -83,6 +83,27 @@ static int check_pairs(const tsr_trainer *t, const char *path, const char *key) 
     return 0;
 }
 
+static char init_dir[4096]; /* train_data_init_dir's, "" for none */
+
+void train_data_init_dir(const char *dir) {
+    snprintf(init_dir, sizeof init_dir, "%s", dir ? dir : "");
+}
+
+/* "auto" with a dataset that records no tokenizer: the --init-from directory's, if it has one. */
+static void init_dir_tokenizer(tsr_trainer *t) {
+    tokenizer_files f;
+    if (!init_dir[0] || tokenizer_find_files(init_dir, &f) == TOKENIZER_FILES_NONE) return;
+    if (tsr_snprintf(t->cfg.data.tokenizer, sizeof t->cfg.data.tokenizer, "%s", init_dir)) {
+        t->cfg.data.tokenizer[0] = '\0';
+        tsr_warn("--init-from %.200s...: its path is too long for data.tokenizer (%zu bytes): no "
+                 "tokenizer taken from it", init_dir, sizeof t->cfg.data.tokenizer - 1);
+        return;
+    }
+    if (t->dist.rank == 0)
+        printf("data.tokenizer = \"%s\": the --init-from directory's (the dataset records none)\n",
+               init_dir);
+}
+
 int train_data_tokenizer(tsr_trainer *t) {
     tsr_config *c = &t->cfg;
     const char *path = c->data.n_streams ? c->data.streams[0].path : c->data.train;
@@ -94,9 +115,11 @@ int train_data_tokenizer(tsr_trainer *t) {
     tsr_log_mute(t->dist.rank != 0);
     if (rc) return 0;
     const char *made = dataset_tokenizer(ds), *want = c->data.tokenizer;
-    if (automatic) {
+    if (automatic && !made[0]) {
+        init_dir_tokenizer(t);
+    } else if (automatic) {
         snprintf(c->data.tokenizer, sizeof c->data.tokenizer, "%s", made);
-        if (t->dist.rank == 0 && made[0])
+        if (t->dist.rank == 0)
             printf("data.tokenizer = \"%s\": the dataset's (%s/index.tsv)\n", made, path);
     } else if (want[0] && !same_tokenizer(made, want) &&
                c->data.tokenizer_mismatch == TSR_TOK_MISMATCH_ERROR) {

@@ -9,9 +9,15 @@
  * Returns 0 or an exit code after reporting. */
 int train_data_open(tsr_trainer *t);
 /* data.tokenizer from the first training dataset's index (the tokenizer tessera prep made it with)
- * when the recipe leaves it empty; one the recipe names that differs is an error (exit 1) unless
- * data.tokenizer_mismatch = "allow". 0 or TSR_EXIT_USAGE after tsr_error (every rank alike). */
+ * when the recipe leaves it out ("auto"), else, when that records none, the directory of
+ * train_data_init_dir's tokenizer; one the recipe names that differs from the dataset's is an
+ * error (exit 1) unless data.tokenizer_mismatch = "allow". 0 or TSR_EXIT_USAGE after tsr_error
+ * (every rank alike). */
 int train_data_tokenizer(tsr_trainer *t);
+/* The Hugging Face directory the run starts from (--init-from HF_DIR; before trainer_init): its
+ * tokenizer files (tokenizer_find_files), if any, are data.tokenizer "auto"'s when the dataset
+ * records no tokenizer (docs/hf.md "Import"). */
+void train_data_init_dir(const char *dir);
 /* Samples per epoch of the training data (the `ep` unit): one stream's samples; for a mix, the
  * sum of the streams' epoch sizes (docs/data-mixing.md). */
 uint64_t train_data_epoch_samples(const tsr_trainer *t);

@@ -29,6 +29,7 @@
 #include "mesh/binding.h"
 #include "train/checkpointing.h"
 #include "plan/fit.h"
+#include "train/train_data.h"
 #include "plan/timeplan.h"
 #include "telemetry/metrics.h"
 #include "telemetry/metrics_prom.h"
@@ -315,6 +316,7 @@ int main(int argc, char **argv) {
     tsr_dist pd = d; /* --plan: the plan's world; rank 0 still prints it */
     if (c.plan_world > 0) pd.world = c.plan_world, pd.local_world = c.plan_per_node;
     checkpointing_use_importer(&hf_checkpointing_importer);
+    if (c.init_from && hf_is_dir(c.init_from)) train_data_init_dir(c.init_from); /* its tokenizer */
     trainer_use_icl(&icl_evaluation);
     metrics_use_run_line(account_run_line);
     if (!rc) banner(&d, &pd, &cfg, c.plan_world);
