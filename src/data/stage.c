@@ -25,12 +25,14 @@
 
 #include "common.h"
 #include "crc32c.h"
+#include "data/s3.h"
 #include "data/shard_format.h"
 #include "fsutil.h"
 
 #define COPY_BUF (4u << 20) /* bytes per read/write of a copy */
 #define MAX_NOTES 16        /* copy failures reported with a warning; later ones are counted */
 #define NOTE_LEN 1024
+#define FETCH_TRIES 3       /* fetches of an object whose body does not match the index */
 
 enum { ST_ABSENT = 0, ST_COMMITTED = 1 };
 enum { WIN_CUR = 1, WIN_NEXT = 2 }; /* bits of in_win */
@@ -68,6 +70,7 @@ struct tsr_stager {
     tsr_stage_stats st;
     char notes[MAX_NOTES][NOTE_LEN];
     int n_notes, n_printed;
+    char fatal[NOTE_LEN]; /* object store: the first shard that could not be staged, and why */
     /* copy thread */
     _Atomic int abandon;
     int *victims;
@@ -183,6 +186,65 @@ done:
     return rc;
 }
 
+/* Object store: why the fetched file at path is not shard k as the index lists it (size, header,
+ * payload CRC32C), or NULL when it is. */
+static const char *fetched_mismatch(tsr_stager *s, int k, const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    uint8_t hdr[SHARD_HEADER_SIZE];
+    const char *why = NULL;
+    if (fd < 0 || fstat(fd, &st) != 0) return "cannot be read back";
+    if ((uint64_t)st.st_size != dataset_shard_bytes(s->ds, k)) why = "its size differs";
+    else if (pread(fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr ||
+             !dataset_shard_header_matches(s->ds, k, hdr))
+        why = "its header differs";
+    uint32_t crc = 0;
+    if (!why && lseek(fd, SHARD_HEADER_SIZE, SEEK_SET) != SHARD_HEADER_SIZE) why = "cannot be read";
+    for (ssize_t got; !why && (got = read(fd, s->buf, COPY_BUF)) > 0;)
+        crc = tsr_crc32c(crc, s->buf, (size_t)got);
+    if (!why && crc != dataset_shard_payload_crc(s->ds, k)) why = "its payload CRC32C differs";
+    close(fd);
+    return why;
+}
+
+/* Under no lock: records the stager's first fatal fault (object store). */
+static void set_fatal(tsr_stager *s, int k, const char *fmt, const char *a, const char *b) {
+    char text[NOTE_LEN - 32];
+    snprintf(text, sizeof text, fmt, a, b);
+    note(s, k, 0, "%s", text);
+    pthread_mutex_lock(&s->mu);
+    if (!s->fatal[0]) snprintf(s->fatal, sizeof s->fatal, "%s", text);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Object store: fetches shard k to tmp (a ranged GET; s3.c retries timeouts and 5xx) and checks it
+ * against the index; a body that does not match (cut off, corrupted on the way) is fetched again,
+ * FETCH_TRIES times in all. Then fsyncs. 0, or -1 after set_fatal. */
+static int fetch_one(tsr_stager *s, int k, const char *tmp) {
+    s3_fetch f = {.name = dataset_shard_name(s->ds, k), .path = tmp,
+                  .size = dataset_shard_bytes(s->ds, k)};
+    char what[S3_ERR_LEN];
+    const char *why = "not fetched";
+    s3_describe(dataset_s3(s->ds), f.name, what, sizeof what);
+    for (int t = 0; t < FETCH_TRIES && why; t++) {
+        if (s3_get_files(dataset_s3(s->ds), &f, 1, 1)) {
+            set_fatal(s, k, "%s%s", f.err, "");
+            return -1;
+        }
+        why = fetched_mismatch(s, k, tmp);
+    }
+    if (why) {
+        set_fatal(s, k, "%s: %s from the dataset's index.tsv after 3 fetches (the object "
+                  "changed under the run, or the store holds a corrupted copy)", what, why);
+        return -1;
+    }
+    int fd = open(tmp, O_RDONLY | O_CLOEXEC);
+    int rc = fd >= 0 && fsync(fd) == 0 ? 0 : -1;
+    if (fd >= 0) close(fd);
+    if (rc) note(s, k, 0, "fsync of %s: %s", tmp, strerror(errno));
+    return rc;
+}
+
 /* Hard-links src to tmp (same filesystem) and checks the header. 0, or -1 with errno set when
  * linking is not possible (the caller copies instead), or -2 after a note. */
 static int link_one(tsr_stager *s, int k, const char *src, const char *tmp) {
@@ -207,7 +269,8 @@ static int stage_one(tsr_stager *s, int k, int *linked) {
     unlink(tmp);
     int rc = s->link_ok ? link_one(s, k, src, tmp) : -1;
     *linked = rc == 0;
-    if (rc == -2) rc = -1; /* a link with a wrong header: the source itself changed */
+    if (dataset_s3(s->ds)) rc = fetch_one(s, k, tmp);
+    else if (rc == -2) rc = -1; /* a link with a wrong header: the source itself changed */
     else if (rc == -1) rc = copy_one(s, k, src, tmp); /* also when link() is refused (EPERM) */
     if (rc == 0 && rename(tmp, dst) != 0) {
         note(s, k, 1, "rename %s to %s: %s", tmp, dst, strerror(errno));
@@ -275,6 +338,12 @@ static void *stage_thread(void *arg) {
         if (s->limit && s->cache_bytes + need > s->limit &&
             (n_victims = pick_victims(s, need)) < 0) {
             s->st.skipped_for_space++;
+            if (dataset_s3(s->ds)) s->slot[k].failed = 1;
+            if (dataset_s3(s->ds) && !s->fatal[0])
+                snprintf(s->fatal, sizeof s->fatal, "%s/%s does not fit data.cache_limit beside "
+                         "the window's other shards (an object-store dataset is never read in "
+                         "place: raise data.cache_limit or shorten data.stage_window)",
+                         dataset_dir(s->ds), dataset_shard_name(s->ds, k));
             continue;
         }
         pthread_mutex_unlock(&s->mu);
@@ -531,6 +600,7 @@ static void poll_one(tsr_stager *s, int k) {
                 if (s->slot[k].state == ST_COMMITTED) forget(s, k);
                 s->st.failed++;
                 unlink(path);
+                if (dataset_s3(s->ds)) queue_push(s, k); /* never read in place: fetch again */
                 pthread_mutex_unlock(&s->mu);
             }
         }
@@ -581,6 +651,17 @@ int stager_wait_idle_for(tsr_stager *s, double timeout_s) {
     }
     notes_flush(s);
     return late;
+}
+
+int stager_local(tsr_stager *s, const int *shards, int n, char *why, size_t why_len) {
+    int missing = 0;
+    pthread_mutex_lock(&s->mu);
+    if (s->fatal[0]) snprintf(why, why_len, "%s", s->fatal);
+    int fatal = s->fatal[0] != 0;
+    pthread_mutex_unlock(&s->mu);
+    if (fatal) return -1;
+    for (int i = 0; i < n; i++) missing += !dataset_shard_redirected(s->ds, shards[i]);
+    return missing;
 }
 
 void stager_stats(const tsr_stager *cs, tsr_stage_stats *st) {

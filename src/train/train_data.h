@@ -43,7 +43,7 @@ void train_data_format_plan(const tsr_trainer *t, char *buf, size_t n);
 /* Staging (data.stage_to): opens the stagers; at each step boundary announces the next window
  * and installs redirects. No-ops without data.stage_to. */
 int train_data_stage_open(tsr_trainer *t);
-void train_data_stage_step(tsr_trainer *t);
+int train_data_stage_step(tsr_trainer *t);
 /* Logs the last window's staging counters (collective; no-op without staging). */
 void train_data_stage_end(tsr_trainer *t);
 void train_data_close(tsr_trainer *t);
