@@ -642,7 +642,7 @@ int dataset_open(tsr_dataset **out, const char *dir, int verify) {
     free(ipath);
     if (rc) {
         dataset_close(ds);
-        return TSR_EXIT_DATA;
+        return rc; /* TSR_EXIT_DATA; TSR_EXIT_USAGE: an s3:// url without settings */
     }
     *out = ds;
     return 0;
