@@ -9,6 +9,7 @@
 
 #include <curl/curl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -367,12 +368,18 @@ static int fetch_start(tsr_s3 *c, s3_fetch *f, xfer *x) {
     return 0;
 }
 
-/* One round: every item in idx[0..m) fetched once, at most `parallel` at a time; outcome[j] set. */
-static void fetch_round(tsr_s3 *c, s3_fetch *f, const int *idx, int m, int parallel, int *outcome) {
+enum { XF_CANCEL = XF_FATAL + 1 };
+
+/* One round: every item in idx[0..m) fetched once, at most `parallel` at a time; outcome[j] set
+ * (XF_CANCEL for those not finished when *cancel turns non-zero). */
+static void fetch_round(tsr_s3 *c, s3_fetch *f, const int *idx, int m, int parallel, int *outcome,
+                        _Atomic int *cancel) {
     CURLM *mh = curl_multi_init();
     xfer *xs = tsr_calloc((size_t)m, sizeof *xs);
     int next = 0, running = 0;
+    for (int j = 0; j < m; j++) outcome[j] = XF_CANCEL;
     for (;;) {
+        if (cancel && atomic_load(cancel)) break;
         while (running < parallel && next < m) {
             int j = next++;
             if (fetch_start(c, &f[idx[j]], &xs[j])) {
@@ -404,20 +411,33 @@ static void fetch_round(tsr_s3 *c, s3_fetch *f, const int *idx, int m, int paral
         }
         if (running) curl_multi_poll(mh, NULL, 0, 200, NULL);
     }
+    for (int j = 0; j < next; j++) { /* cancelled: the transfers still running */
+        if (!xs[j].h) continue;
+        curl_multi_remove_handle(mh, xs[j].h);
+        if (xs[j].fp) fclose(xs[j].fp);
+        xs[j].fp = NULL;
+        xfer_reset(&xs[j]);
+    }
     free(xs);
     curl_multi_cleanup(mh);
 }
 
-int s3_get_files(tsr_s3 *c, s3_fetch *f, int n, int parallel) {
+int s3_get_files(tsr_s3 *c, s3_fetch *f, int n, int parallel, _Atomic int *cancel) {
     int *idx = tsr_malloc(((size_t)n + 1) * sizeof *idx), *out = tsr_malloc(((size_t)n + 1) * sizeof *out);
     int m = 0, failed = 0;
     for (int i = 0; i < n; i++) f[i].rc = 0, f[i].err[0] = '\0', idx[m++] = i;
     for (int t = 1; m > 0; t++) {
-        if (t > 1) backoff(t - 1);
-        fetch_round(c, f, idx, m, parallel < 1 ? 1 : parallel, out);
+        if (t > 1 && !(cancel && atomic_load(cancel))) backoff(t - 1);
+        fetch_round(c, f, idx, m, parallel < 1 ? 1 : parallel, out, cancel);
         int again = 0;
         for (int j = 0; j < m; j++) {
             if (out[j] == XF_OK) continue;
+            if (out[j] == XF_CANCEL) {
+                f[idx[j]].rc = -1;
+                snprintf(f[idx[j]].err, S3_ERR_LEN, "cancelled");
+                failed++;
+                continue;
+            }
             if (out[j] == XF_RETRY && t < c->retries) {
                 idx[again++] = idx[j];
                 continue;

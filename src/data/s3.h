@@ -37,14 +37,15 @@ typedef struct s3_fetch {
     const char *name;  /* object PREFIX/name */
     const char *path;  /* local file, created or truncated */
     uint64_t size;     /* the expected size: fetched with ranged GETs, a shorter body is retried */
-    int rc;            /* out: 0, TSR_EXIT_DATA (403, 404, retries exhausted) */
+    int rc;            /* out: 0, TSR_EXIT_DATA (403, 404, retries exhausted), -1 cancelled */
     char err[S3_ERR_LEN]; /* out: the fault, when rc != 0 */
 } s3_fetch;
 
 /* Fetches n objects with at most `parallel` connections at once; timeouts, 5xx, 429/503 "slow
  * down" and short bodies are retried with exponential backoff and jitter (TSR_S3_RETRIES, default
- * 6 tries). Returns the number of items that failed (their rc and err set). */
-int s3_get_files(tsr_s3 *c, s3_fetch *f, int n, int parallel);
+ * 6 tries). A non-zero *cancel (checked every 200 ms; NULL: never) stops the transfers left, their
+ * rc -1. Returns the number of items that failed or were cancelled (their rc and err set). */
+int s3_get_files(tsr_s3 *c, s3_fetch *f, int n, int parallel, _Atomic int *cancel);
 /* The whole object `name` into a malloc'd NUL-terminated buffer (*len bytes). 0, or
  * TSR_EXIT_DATA with err set. */
 int s3_get(tsr_s3 *c, const char *name, char **body, size_t *len, char err[S3_ERR_LEN]);
