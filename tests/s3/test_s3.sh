@@ -6,19 +6,21 @@
 #    and 2 ranks, no sample read in place; killed and rerun, it resumes mid-window, streaming again;
 #  - faults: a corrupted object in the store -> exit 2 naming it; wrong credentials (403) or a missing
 #    dataset (404) -> exit 2 naming endpoint, bucket and key, the secret never printed; no
-#    data.stage_to or no credentials -> exit 1; the shared credentials/config files with a profile.
+#    data.stage_to or no credentials -> exit 1; the shared credentials/config files with a profile;
+#    503 SlowDown and a corrupted body on the way (tests/s3/flaky_proxy.py) -> retried, same losses.
 source "$(dirname "$0")/../lib.sh"
 source "$TSR_ROOT/tests/ports.sh"
 S3RVER=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}/s3rver/node_modules/.bin/s3rver
 [[ -x $S3RVER ]] || { echo "1..0 # SKIP $S3RVER missing: npm install --prefix data/npm/s3rver s3rver@3.7.1 (./INSTALL --ensure)"; exit 77; }
 command -v node >/dev/null || { echo "1..0 # SKIP node not found (Debian: nodejs)"; exit 77; }
 tsr_tmpdir
-tap_plan 10
+tap_plan 11
 PORT=$(free_ports 1) || exit 1
 mkdir -p "$TMP/store"
 "$S3RVER" -d "$TMP/store" -a 127.0.0.1 -p "$PORT" --configure-bucket tsr --silent >"$TMP/s3rver.log" 2>&1 &
 S3PID=$!
-trap 'kill "$S3PID" 2>/dev/null; wait "$S3PID" 2>/dev/null; rm -rf "$TMP"' EXIT
+PROXYPID=
+trap 'kill "$S3PID" $PROXYPID 2>/dev/null; wait "$S3PID" $PROXYPID 2>/dev/null; rm -rf "$TMP"' EXIT
 for _ in $(seq 1 100); do
     grep -q listening "$TMP/s3rver.log" && break
     kill -0 "$S3PID" 2>/dev/null || break
@@ -108,6 +110,21 @@ printf '[profile lumi]\nregion = us-east-1\nendpoint_url = http://127.0.0.1:%s\n
 rc=$?
 [[ $rc == 0 ]] && cmp -s <(final_lines "$TMP/L1/metrics.jsonl") <(final_lines "$TMP/P/metrics.jsonl")
 tap_check $? "profile lumi from AWS_SHARED_CREDENTIALS_FILE and AWS_CONFIG_FILE (endpoint_url, path style): bit for bit (exit $rc)"
+
+# a flaky store (tests/s3/flaky_proxy.py in front of it): each shard's first GET answers 503
+# SlowDown, its second a body with one byte flipped; the stager retries, fetches again, and trains
+PPORT=$(free_ports 1) || exit 1
+"$PY3" "$TSR_ROOT/tests/s3/flaky_proxy.py" "$PPORT" "$PORT" "$TMP/proxy.log" 2>"$TMP/proxy.err" &
+PROXYPID=$!
+for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PPORT") 2>/dev/null && break; sleep 0.1; done
+AWS_ENDPOINT_URL=http://127.0.0.1:$PPORT s3run 1 F
+rc=$?
+n_shards=$(ls "$TMP/data/train" | grep -c '^shard-')
+[[ $rc == 0 ]] && cmp -s <(final_lines "$TMP/L1/metrics.jsonl") <(final_lines "$TMP/F/metrics.jsonl") &&
+    [[ $(grep -c ' 1 503$' "$TMP/proxy.log") == "$n_shards" && $(grep -c ' 2 flip$' "$TMP/proxy.log") == "$n_shards" &&
+       $(grep -c ' 3 pass$' "$TMP/proxy.log") == "$n_shards" ]]
+tap_check $? "a flaky store (503 SlowDown, then a corrupted body, for each of the $n_shards shards): retried and fetched again, bit for bit (exit $rc)"
+kill "$PROXYPID" 2>/dev/null; wait "$PROXYPID" 2>/dev/null
 
 # an object corrupted in the store (same size, one byte changed): fetched again, then exit 2
 victim=$(obj train/shard-00003.bin)
