@@ -4,6 +4,7 @@
 #  - tessera data push uploads a prepared dataset (train and val), the index after the shards;
 #  - training from s3://... through data.stage_to gives the local copy's losses bit for bit, at 1
 #    and 2 ranks, no sample read in place; killed and rerun, it resumes mid-window, streaming again;
+#    a data.mix stream on the store gives the all-local mixture's losses;
 #  - faults: a corrupted object in the store -> exit 2 naming it; wrong credentials (403) or a missing
 #    dataset (404) -> exit 2 naming endpoint, bucket and key, the secret never printed; no
 #    data.stage_to or no credentials -> exit 1; the shared credentials/config files with a profile;
@@ -14,7 +15,7 @@ S3RVER=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}/s3rver/node_modules/.bin/s3rver
 [[ -x $S3RVER ]] || { echo "1..0 # SKIP $S3RVER missing: npm install --prefix data/npm/s3rver s3rver@3.7.1 (./INSTALL --ensure)"; exit 77; }
 command -v node >/dev/null || { echo "1..0 # SKIP node not found (Debian: nodejs)"; exit 77; }
 tsr_tmpdir
-tap_plan 11
+tap_plan 13
 PORT=$(free_ports 1) || exit 1
 mkdir -p "$TMP/store"
 "$S3RVER" -d "$TMP/store" -a 127.0.0.1 -p "$PORT" --configure-bucket tsr --silent >"$TMP/s3rver.log" 2>&1 &
@@ -43,10 +44,15 @@ done
 [[ $rc == 0 && $ok == 1 ]] && (( $(stat -c %Y "$(obj train/index.tsv)") >= $(stat -c %Y "$(obj train/shard-00012.bin)") ))
 tap_check $? "tessera data push: every shard and index of train and val in the store, byte for byte (exit $rc)"
 
+"$TOOL" verify-data s3://tsr/ds/train >"$TMP/vd.txt" 2>&1
+rc=$?
+[[ $rc == 1 ]] && grep -q 'not supported yet' "$TMP/vd.txt" && ! grep -q 'checksums verified' "$TMP/vd.txt"
+tap_check $? "tessera verify-data s3://...: refused with exit 1 (it would verify nothing), not a false ok (exit $rc)"
+
 args=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set data.tokenizer=
       --set sample.tokens=0 --set data.val="$TMP/data/val" --set model.n_layer=2
       --set model.d_model=64 --set model.n_head=4 --set seq_len=32 --set global_batch=8
-      --set micro_batch=2 --set max_duration=30ba --set eval_interval=0ba --set threads=1
+      --set micro_batch=2 --set max_duration=20ba --set eval_interval=0ba --set threads=1
       --set log_interval=1 --set data.stage_window=10 --set watchdog.window=0)
 run() { local np=$1 dir=$2; shift 2; "${MPIRUN[@]}" -np "$np" "$TRAIN" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
 s3run() { local np=$1 dir=$2; shift 2; run "$np" "$dir" --set data.train=s3://tsr/ds/train --set data.stage_to="$TMP/stage-$dir" "$@"; }
@@ -68,14 +74,33 @@ rc=$?
     [[ $(in_place "$TMP/S2/metrics.jsonl") == 0 ]]
 tap_check $? "2 ranks: s3:// trains the local copy's losses bit for bit, none read in place (exit $rc)"
 
-# killed after step 13 (checkpoints every 5 steps, windows of 10): the rerun resumes at step 10
-TSR_FAULT=kill:13:1 s3run 2 K --set save_interval=5ba --set save_async=false
+# killed after step 18 (checkpoints every 5 steps, windows of 10): the rerun resumes at step 15, mid-window
+TSR_FAULT=kill:18:1 s3run 2 K --set save_interval=5ba --set save_async=false
 rc=$?
+rm -rf "$TMP/stage-K" # requeued on another node: nothing local, the window is fetched again
 s3run 2 K --set save_interval=5ba --set save_async=false
 rc2=$?
-[[ $rc != 0 && $rc2 == 0 ]] && grep -q "resume step 10" "$TMP/K.txt" &&
+[[ $rc != 0 && $rc2 == 0 ]] && grep -q "resume step 15" "$TMP/K.txt" &&
     cmp -s <(final_lines "$TMP/L2/metrics.jsonl") <(final_lines "$TMP/K/metrics.jsonl")
-tap_check $? "2 ranks killed after step 13 and rerun: resumed at step 10 streaming again, losses bit for bit (exit $rc, then $rc2)"
+tap_check $? "2 ranks killed after step 18 and rerun: resumed at step 15 (mid-window) streaming again, losses bit for bit (exit $rc, then $rc2)"
+
+# a mixture (data.mix, docs/data-mixing.md): a local stream and one on the store, against both local
+"$TOOL" synth --out "$TMP/dom" --vocab 512 --tokens 30000 --shard-tokens 3300 --seed 2 >/dev/null &&
+    "$TOOL" data push "$TMP/dom/train" s3://tsr/dom >/dev/null
+mixcfg() { # mixcfg FILE DOMAIN_PATH
+    sed '/^data = {/,/^};/d' "$TSR_ROOT/configs/tiny.cfg" >"$1"
+    printf 'data = {\n  val = "%s";\n  tokenizer = "";\n  stage_window = 10;\n  mix = (\n    { name = "web"; path = "%s"; proportion = 0.75; },\n    { name = "domain"; path = "%s"; proportion = 0.25; }\n  );\n};\n' \
+        "$TMP/data/val" "$TMP/data/train" "$2" >>"$1"
+}
+mixcfg "$TMP/mixL.cfg" "$TMP/dom/train" && mixcfg "$TMP/mixS.cfg" s3://tsr/dom
+margs=("${args[@]:2}")
+"${MPIRUN[@]}" -np 1 "$TRAIN" --config "$TMP/mixL.cfg" "${margs[@]}" --set run_dir="$TMP/ML" >"$TMP/ML.txt" 2>&1 &&
+    "${MPIRUN[@]}" -np 1 "$TRAIN" --config "$TMP/mixS.cfg" "${margs[@]}" --set run_dir="$TMP/MS" \
+        --set data.stage_to="$TMP/stage-MS" >"$TMP/MS.txt" 2>&1
+rc=$?
+[[ $rc == 0 ]] && cmp -s <(final_lines "$TMP/ML/metrics.jsonl") <(final_lines "$TMP/MS/metrics.jsonl") &&
+    [[ $(in_place "$TMP/MS/metrics.jsonl") == 0 ]]
+tap_check $? "a mixture of a local stream and an s3:// stream: the all-local mixture's losses bit for bit (exit $rc)"
 
 # faults, each with its own stage directory (so nothing is local yet)
 s3run 1 NS --set data.stage_to=
