@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_commands.h"
 #include "common.h"
 #include "data/data.h"
 #include "data/data_cmd.h"
@@ -14,7 +15,7 @@
 static const cli_opt push_opts[] = {
     {"help", 'h', NULL, "show this help"},
 };
-static const cli_cmd push_cli = {
+const cli_cmd data_push_cli = {
     "data push", "DIR s3://BUCKET/PREFIX",
     "Uploads a dataset to an S3-compatible object store: verified first (as verify-data), then "
     "its shards, then index.tsv last, so a reader never finds an index without all its shards. "
@@ -72,10 +73,10 @@ static int is_dataset(const char *dir, const char *sub) {
 }
 
 static int cmd_data_push(int argc, char **argv) {
-    int rc = cli_parse(&push_cli, argc, argv, push_on_opt, NULL);
+    int rc = cli_parse(&data_push_cli, argc, argv, push_on_opt, NULL);
     if (rc) return rc < 0 ? 0 : rc;
     if (optind != argc - 2 || !s3_is_url(argv[optind + 1]))
-        return cli_usage_error(&push_cli, "expected DIR and s3://BUCKET/PREFIX", NULL);
+        return cli_usage_error(&data_push_cli, "expected DIR and s3://BUCKET/PREFIX", NULL);
     const char *dir = argv[optind], *url = argv[optind + 1];
     if (is_dataset(dir, "") || !is_dataset(dir, "train")) return push_one(dir, url);
     char sub[4096], dst[4096];
@@ -92,6 +93,8 @@ static int cmd_data_push(int argc, char **argv) {
 
 int cmd_data(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "push") == 0) return cmd_data_push(argc - 1, argv + 1);
-    fprintf(stderr, "usage: tessera data push DIR s3://BUCKET/PREFIX   (tessera data push --help)\n");
-    return TSR_EXIT_USAGE;
+    int help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
+    fprintf(help ? stdout : stderr, "%susage: tessera data push DIR s3://BUCKET/PREFIX   (tessera "
+            "data push --help)\n", help ? "" : "tessera: error: expected a data command\n");
+    return help ? 0 : TSR_EXIT_USAGE;
 }
