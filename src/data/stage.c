@@ -421,6 +421,9 @@ static void staged(tsr_stager *s, int k, int rc, int linked) {
     if (rc < 0) {
         s->slot[k].failed = 1;
         s->st.failed++;
+        if (dataset_s3(s->ds) && !s->fatal[0]) /* never read in place: a window would wait on */
+            snprintf(s->fatal, sizeof s->fatal, "%s/%s could not be staged into %s (the warning "
+                     "above says why)", dataset_dir(s->ds), dataset_shard_name(s->ds, k), s->dir);
     }
 }
 

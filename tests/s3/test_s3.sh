@@ -15,7 +15,7 @@ S3RVER=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}/s3rver/node_modules/.bin/s3rver
 [[ -x $S3RVER ]] || { echo "1..0 # SKIP $S3RVER missing: npm install --prefix data/npm/s3rver s3rver@3.7.1 (./INSTALL --ensure)"; exit 77; }
 command -v node >/dev/null || { echo "1..0 # SKIP node not found (Debian: nodejs)"; exit 77; }
 tsr_tmpdir
-tap_plan 13
+tap_plan 14
 PORT=$(free_ports 1) || exit 1
 mkdir -p "$TMP/store"
 "$S3RVER" -d "$TMP/store" -a 127.0.0.1 -p "$PORT" --configure-bucket tsr --silent >"$TMP/s3rver.log" 2>&1 &
@@ -120,6 +120,11 @@ run 1 NF --set data.train=s3://tsr/nothing-here --set data.stage_to="$TMP/stage-
 rc=$?
 [[ $rc == 2 ]] && grep -q 'key nothing-here/index.tsv' "$TMP/NF.txt" && grep -q 'HTTP 404 NoSuchKey' "$TMP/NF.txt"
 tap_check $? "a prefix without a dataset: exit 2 naming the key, HTTP 404 (exit $rc)"
+
+s3run 1 CL --set data.cache_limit=1000
+rc=$?
+[[ $rc == 2 ]] && grep -q 'error: s3://tsr/ds/train/shard-[0-9]*.bin does not fit data.cache_limit' "$TMP/CL.txt"
+tap_check $? "a cache_limit smaller than a shard: exit 2 naming the shard (an s3:// shard is never read in place) (exit $rc)"
 
 (unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY; s3run 1 NC)
 rc=$?
