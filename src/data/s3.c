@@ -208,8 +208,7 @@ void s3_describe(const tsr_s3 *c, const char *name, char *buf, size_t n) {
              c->scheme, c->host, c->bucket, key, c->profile);
 }
 
-/* The request URL of object `name`, its key percent-encoded (slashes kept). */
-static void object_url(const tsr_s3 *c, const char *name, char *out, size_t n) {
+void s3_object_url(const tsr_s3 *c, const char *name, char *out, size_t n) {
     char key[1400], enc[4200];
     object_key(c, name, key, sizeof key);
     size_t o = 0;
@@ -269,7 +268,7 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
 /* A fresh handle for object `name`: signed, with the payload header, timeouts, the body sink. */
 static void xfer_setup(const tsr_s3 *c, xfer *x, const char *name) {
     char url[4800], tok[2100];
-    object_url(c, name, url, sizeof url);
+    s3_object_url(c, name, url, sizeof url);
     x->h = curl_easy_init();
     x->hdrs = curl_slist_append(NULL, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
     x->hdrs = curl_slist_append(x->hdrs, "Expect:");

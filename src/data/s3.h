@@ -29,6 +29,9 @@ int s3_open(tsr_s3 **out, const char *url);
 void s3_close(tsr_s3 *c);
 /* "s3://bucket/prefix/name at ENDPOINT (profile P)": for messages (no secret). */
 void s3_describe(const tsr_s3 *c, const char *name, char *buf, size_t n);
+/* The request URL of object `name` (PREFIX/name, percent-encoded but for slashes): path style
+ * ENDPOINT/BUCKET/KEY or virtual-host style SCHEME://BUCKET.HOST/KEY. */
+void s3_object_url(const tsr_s3 *c, const char *name, char *out, size_t n);
 /* The url as given, without trailing slashes. */
 const char *s3_url(const tsr_s3 *c);
 
