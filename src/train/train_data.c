@@ -153,8 +153,8 @@ int train_data_open(tsr_trainer *t) {
     t->data.sampler = t->data.samplers[0];
     if (c->data.val[0] && s3_is_url(c->data.val)) {
         tsr_error("data.val = \"%s\": validation data from an object store is not supported yet "
-                  "(it is not staged): point data.val at a local copy (tessera data pull is "
-                  "not there either; docs/object-storage.md)", c->data.val);
+                  "(it is not staged): point data.val at a local copy (docs/object-storage.md)",
+                  c->data.val);
         return TSR_EXIT_USAGE;
     }
     if (c->data.val[0]) {
