@@ -141,7 +141,8 @@ endif
 OPENBLAS_PC_DIR ?= $(firstword $(wildcard /usr/lib/$(MULTIARCH)/openblas-openmp/pkgconfig))
 BLAS_PC    = $(if $(OPENBLAS_PC_DIR),PKG_CONFIG_PATH=$(OPENBLAS_PC_DIR) )$(PKG_CONFIG)
 DEP_CFLAGS = $(shell $(PKG_CONFIG) --cflags libconfig) $(shell $(BLAS_PC) --cflags openblas)
-DEP_LIBS   = $(shell $(PKG_CONFIG) --libs libconfig) $(shell $(BLAS_PC) --libs openblas) \
+# libcurl: S3-compatible object stores (src/data/s3.c, docs/object-storage.md)
+DEP_LIBS   = $(shell $(PKG_CONFIG) --libs libconfig) $(shell $(BLAS_PC) --libs openblas) -lcurl \
              -Wl,-rpath,$(shell $(BLAS_PC) --variable=libdir openblas)
 
 CC      ?= gcc

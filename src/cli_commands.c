@@ -17,5 +17,5 @@ const cli_cmd *const tsr_cli_cmds[] = {
     &prep_cli,           &report_cli,           &tokenizer_train_cli,
     &tokenizer_encode_cli, &tokenizer_decode_cli, &shard_cli,
     &synth_cli,          &verify_data_cli,      &config_doc_cli,
-    &generate_cli,       &eval_cli,             NULL,
+    &generate_cli,       &eval_cli,             &data_push_cli,        NULL,
 };

@@ -8,7 +8,7 @@
 /* Defined beside the code that runs each command. */
 extern const cli_cmd prep_cli, report_cli, shard_cli, synth_cli, verify_data_cli,
     tokenizer_train_cli, tokenizer_encode_cli, tokenizer_decode_cli, eval_cli, generate_cli,
-    config_doc_cli;
+    config_doc_cli, data_push_cli;
 
 /* All of them, NULL-terminated. (tessera ckpt's subcommands keep their own rows: ckpt_cmd.c.) */
 extern const cli_cmd *const tsr_cli_cmds[];

@@ -46,6 +46,7 @@ static const struct command {
     {"shard", cmd_shard, "write a dataset (token shards + index) from token ids"},
     {"synth", cmd_synth, "write the deterministic synthetic corpus used by the demo and tests"},
     {"verify-data", cmd_verify_data, "check a dataset's headers and checksums"},
+    {"data", cmd_data, "data push DIR s3://BUCKET/PREFIX: publish a dataset to an object store"},
     {"config-doc", cmd_config_doc, "print the config key reference (docs/config.md)"},
     {"generate", cmd_generate, "complete a prompt with a checkpoint's or Hugging Face model (KV cache)"},
     {"ckpt", cmd_ckpt, "checkpoints: ls, verify, inspect; export to and import from Hugging Face"},

@@ -373,8 +373,9 @@ const cfgtab_key cfgtab_keys[] = {
      .doc = "With scale = `rms`: the RMS of the update (0.2: AdamW's typical, Moonlight)."},
 
     {.name = "data.train", .type = CFGK_STRING, FIELD(data.train), .example = "\"data/train\"",
-     .ilo = 1, .doc = "Training dataset directory (written by `tessera prep`); or, instead, "
-                      "several datasets in `data.mix` (see below)."},
+     .ilo = 1, .doc = "Training dataset directory (written by `tessera prep`), or `s3://BUCKET/PREFIX` "
+                      "on an object store (needs data.stage_to; docs/object-storage.md); or, "
+                      "instead, several datasets in `data.mix` (see below)."},
     {.name = "data.val", .type = CFGK_STRING, FIELD(data.val), .def = "", .ilo = 0,
      .doc = "Validation dataset directory; \"\" = none (then eval_interval must be `0ba`)."},
     {.name = "data.shuffle", .type = CFGK_BOOL, FIELD(data.shuffle), .def = "true",
@@ -395,7 +396,8 @@ const cfgtab_key cfgtab_keys[] = {
             "`tokenizer`): `error` stops the start naming both; `allow` decodes with the recipe's."},
     {.name = "data.stage_to", .type = CFGK_STRING, FIELD(data.stage_to), .def = "", .ilo = 0,
      .doc = "Node-local directory (e.g. /local/scratch/$USER) to stage the training shards into "
-            "ahead of use, one copy per node (docs/staging.md); \"\" = read in place."},
+            "ahead of use, one copy per node (docs/staging.md); \"\" = read in place. Required for "
+            "an s3:// dataset (docs/object-storage.md)."},
     {.name = "data.cache_limit", .type = CFGK_STRING, FIELD(data.cache_limit), .def = "0",
      .ilo = 1,
      .doc = "Bytes the staged shards may occupy per dataset and node: `500M`, `20G`, `1.5T` "

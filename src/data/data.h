@@ -34,7 +34,8 @@ enum { DATASET_NO_MASK, DATASET_MASK, DATASET_MASK_SEGMENTS };
 typedef struct tsr_dataset tsr_dataset;
 
 /* Opens the dataset directory `dir` and memory-maps its shards. With verify != 0, every shard's
- * payload checksum is checked against the index (O(size)); headers are always checked. */
+ * payload checksum is checked against the index (O(size)); headers are always checked.
+ * dir = "s3://BUCKET/PREFIX": only the index is fetched (see dataset_s3). */
 int dataset_open(tsr_dataset **out, const char *dir, int verify);
 void dataset_close(tsr_dataset *ds);
 /* A note of dir/index.tsv's header comments, "# KEY<TAB>VALUE<TAB>(...)", written by tessera prep
@@ -98,6 +99,11 @@ int dataset_shard_header_matches(const tsr_dataset *ds, int k, const void *hdr);
  * the copy), reads are in place again; returns 0. */
 int dataset_shard_redirect(tsr_dataset *ds, int k, const char *path);
 int dataset_shard_redirected(const tsr_dataset *ds, int k);
+/* An object-store dataset (dataset_open of "s3://BUCKET/PREFIX", docs/object-storage.md): its
+ * client, else NULL. Such a dataset fetches only its index at open; no shard is read in place:
+ * a sample of a shard without a redirect (a staged copy) is an error. */
+struct tsr_s3;
+struct tsr_s3 *dataset_s3(const tsr_dataset *ds);
 /* Samples read (dataset_read_sample successes) from redirected copies and from the original
  * shards since dataset_open. Either pointer may be NULL. */
 void dataset_read_counts(const tsr_dataset *ds, uint64_t *staged, uint64_t *in_place);

@@ -472,7 +472,15 @@ static int has_file(const char *dir, const char *name) {
 
 static int verify_one(const char *dir, int64_t T) {
     tsr_dataset *ds;
-    if (dataset_open(&ds, dir, 1)) return TSR_EXIT_DATA;
+    int rc = dataset_open(&ds, dir, 1);
+    if (rc) return rc;
+    if (dataset_s3(ds)) { /* only its index was read: nothing verified */
+        tsr_error("%s: verify-data of an object-store dataset is not supported yet (tessera data "
+                  "push verifies before it uploads; training verifies every fetched shard: "
+                  "docs/object-storage.md)", dir);
+        dataset_close(ds);
+        return TSR_EXIT_USAGE;
+    }
     uint32_t V = dataset_vocab_size(ds);
     printf("%s: ok: %d shard%s, %llu tokens, vocab %u (%s), loss mask %s, %llu samples of length "
            "%lld%s; checksums verified\n", dir, dataset_n_shards(ds),

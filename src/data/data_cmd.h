@@ -15,5 +15,8 @@ int cmd_shard(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 /* tessera verify-data [--seq-len T] DIR: opens with every check on and prints a summary. */
 int cmd_verify_data(int argc, char **argv);
+/* tessera data push DIR s3://BUCKET/PREFIX (push_cmd.c, docs/object-storage.md): uploads a
+ * verified dataset, its shards first and index.tsv last. */
+int cmd_data(int argc, char **argv);
 
 #endif

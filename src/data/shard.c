@@ -21,6 +21,7 @@
 #include "fsutil.h"
 #include "crc32c.h"
 #include "data/data.h"
+#include "data/s3.h"
 
 #include "data/shard_format.h"
 
@@ -418,6 +419,7 @@ struct tsr_dataset {
     dataset_index ix;               /* kept to validate staged copies against it */
     uint32_t index_crc;             /* CRC32C of the index.tsv text: the dataset's identity */
     _Atomic uint64_t reads_staged, reads_in_place; /* samples read, relaxed counters */
+    tsr_s3 *s3; /* an object-store dataset (s3://): no shard is mapped until staged */
 };
 
 char *data_path_join(const char *dir, const char *name) {
@@ -584,6 +586,22 @@ static int shard_map_file(shard_map *s) {
     return 0;
 }
 
+/* The index text: read from the directory, or fetched from the object store (s3://). */
+static int index_text(tsr_dataset *ds, const char *ipath, char **text, size_t *len) {
+    if (!s3_is_url(ds->dir)) return read_whole_file(ipath, text, len);
+    char err[S3_ERR_LEN];
+    int rc = s3_open(&ds->s3, ds->dir);
+    if (!rc && (rc = s3_get(ds->s3, INDEX_NAME, text, len, err)))
+        tsr_error("%s (the dataset's index; docs/object-storage.md)", err);
+    return rc;
+}
+
+/* Shard k of an object-store dataset: known from the index until a staged copy is mapped. */
+static void remote_shard(shard_map *s, const dataset_index *ix, int k) {
+    s->n_tokens = ix->rows[k].n_tokens;
+    s->map_len = shard_file_size(s->n_tokens, ix->width, ix->has_mask);
+}
+
 int dataset_open(tsr_dataset **out, const char *dir, int verify) {
     *out = NULL;
     tsr_dataset *ds = tsr_calloc(1, sizeof *ds);
@@ -592,7 +610,7 @@ int dataset_open(tsr_dataset **out, const char *dir, int verify) {
     char *ipath = data_path_join(ds->dir, INDEX_NAME), *text = NULL;
     size_t len;
     dataset_index ix = {0};
-    int rc = read_whole_file(ipath, &text, &len);
+    int rc = index_text(ds, ipath, &text, &len);
     if (!rc && strlen(text) != len) {
         tsr_error("%s: contains a NUL byte; not a tessera index", ipath);
         rc = TSR_EXIT_DATA;
@@ -612,6 +630,10 @@ int dataset_open(tsr_dataset **out, const char *dir, int verify) {
             shard_map *s = &ds->shards[k];
             ds->n_shards = k + 1;
             s->path = data_path_join(ds->dir, ix.rows[k].name);
+            if (ds->s3) {
+                remote_shard(s, &ix, k);
+                continue;
+            }
             rc = shard_map_file(s);
             if (!rc) rc = shard_validate(s, &ix, k, verify);
         }
@@ -620,7 +642,7 @@ int dataset_open(tsr_dataset **out, const char *dir, int verify) {
     free(ipath);
     if (rc) {
         dataset_close(ds);
-        return TSR_EXIT_DATA;
+        return rc; /* TSR_EXIT_DATA; TSR_EXIT_USAGE: an s3:// url without settings */
     }
     *out = ds;
     return 0;
@@ -643,6 +665,7 @@ void dataset_close(tsr_dataset *ds) {
     }
     free(ds->shards);
     free(ds->dir);
+    s3_close(ds->s3);
     free(ds);
 }
 
@@ -730,6 +753,11 @@ static const shard_map *sample_at(const tsr_dataset *ds, int T, uint64_t i, uint
     const shard_map *s = &ds->shards[lo];
     *staged = atomic_load_explicit(&s->staged, memory_order_acquire);
     *start = (i - pre[lo]) * (uint64_t)T;
+    if (!*staged && !s->map) {
+        tsr_error("%s: not staged yet (an object-store dataset is read from its node-local "
+                  "copies: docs/object-storage.md)", s->path);
+        return NULL;
+    }
     return *staged ? *staged : s;
 }
 
@@ -781,8 +809,17 @@ uint64_t dataset_shard_bytes(const tsr_dataset *ds, int k) { return ds->shards[k
 uint32_t dataset_shard_payload_crc(const tsr_dataset *ds, int k) { return ds->ix.rows[k].crc; }
 
 int dataset_shard_header_matches(const tsr_dataset *ds, int k, const void *hdr) {
-    return memcmp(hdr, ds->shards[k].map, SHARD_HEADER_SIZE) == 0;
+    if (ds->shards[k].map) return memcmp(hdr, ds->shards[k].map, SHARD_HEADER_SIZE) == 0;
+    const index_row *row = &ds->ix.rows[k]; /* object store: the header the index implies */
+    shard_header h = {TSR_DATA_VERSION, SHARD_HEADER_SIZE, ds->width, shard_flags(ds->has_mask),
+                      ds->vocab, (uint32_t)k, row->n_tokens, SHARD_HEADER_SIZE,
+                      ds->has_mask ? SHARD_HEADER_SIZE + row->n_tokens * ds->width : 0, row->crc, 0};
+    uint8_t want[SHARD_HEADER_SIZE];
+    shard_header_encode(&h, want);
+    return memcmp(hdr, want, SHARD_HEADER_SIZE) == 0;
 }
+
+tsr_s3 *dataset_s3(const tsr_dataset *ds) { return ds->s3; }
 
 static void shard_map_free(shard_map *m) {
     if (!m) return;

@@ -25,12 +25,14 @@
 
 #include "common.h"
 #include "crc32c.h"
+#include "data/s3.h"
 #include "data/shard_format.h"
 #include "fsutil.h"
 
 #define COPY_BUF (4u << 20) /* bytes per read/write of a copy */
 #define MAX_NOTES 16        /* copy failures reported with a warning; later ones are counted */
 #define NOTE_LEN 1024
+#define FETCH_TRIES 3       /* fetches of an object whose body does not match the index */
 
 enum { ST_ABSENT = 0, ST_COMMITTED = 1 };
 enum { WIN_CUR = 1, WIN_NEXT = 2 }; /* bits of in_win */
@@ -53,6 +55,7 @@ struct tsr_stager {
     char tag[96];   /* ".tmp.HOST." of this host's temporary names */
     uint64_t limit; /* 0: unlimited */
     int is_stager, link_ok, S;
+    int parallel;   /* shards staged at once: object store, TSR_S3_CONNECTIONS (8); else 1 */
     slot *slot;     /* (S) */
     int *ints;      /* one block: win[0], win[1], redir, queue, victims, (S) each */
     /* main thread */
@@ -68,6 +71,7 @@ struct tsr_stager {
     tsr_stage_stats st;
     char notes[MAX_NOTES][NOTE_LEN];
     int n_notes, n_printed;
+    char fatal[NOTE_LEN]; /* object store: the first shard that could not be staged, and why */
     /* copy thread */
     _Atomic int abandon;
     int *victims;
@@ -183,6 +187,92 @@ done:
     return rc;
 }
 
+/* Object store: why the fetched file at path is not shard k as the index lists it (size, header,
+ * payload CRC32C), or NULL when it is. */
+static const char *fetched_mismatch(tsr_stager *s, int k, const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    uint8_t hdr[SHARD_HEADER_SIZE];
+    const char *why = NULL;
+    if (fd < 0 || fstat(fd, &st) != 0) return "cannot be read back";
+    if ((uint64_t)st.st_size != dataset_shard_bytes(s->ds, k)) why = "its size differs";
+    else if (pread(fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr ||
+             !dataset_shard_header_matches(s->ds, k, hdr))
+        why = "its header differs";
+    uint32_t crc = 0;
+    if (!why && lseek(fd, SHARD_HEADER_SIZE, SEEK_SET) != SHARD_HEADER_SIZE) why = "cannot be read";
+    for (ssize_t got; !why && (got = read(fd, s->buf, COPY_BUF)) > 0;)
+        crc = tsr_crc32c(crc, s->buf, (size_t)got);
+    if (!why && crc != dataset_shard_payload_crc(s->ds, k)) why = "its payload CRC32C differs";
+    close(fd);
+    return why;
+}
+
+/* Under no lock: records the stager's first fatal fault (object store). */
+static void set_fatal(tsr_stager *s, int k, const char *fmt, const char *a, const char *b) {
+    char text[NOTE_LEN - 32];
+    snprintf(text, sizeof text, fmt, a, b);
+    note(s, k, 0, "%s", text);
+    pthread_mutex_lock(&s->mu);
+    if (!s->fatal[0]) snprintf(s->fatal, sizeof s->fatal, "%s", text);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* fsyncs the file at path; 0 or -1 with errno. */
+static int fsync_path(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int rc = fd >= 0 && fsync(fd) == 0 ? 0 : -1;
+    if (fd >= 0) close(fd);
+    return rc;
+}
+
+/* Object store: fetches the shards batch[0..n) to their temporary files tmp[i] with ranged GETs on
+ * up to s->parallel connections (s3.c retries timeouts and 5xx), and checks each against the index;
+ * a body that does not match (cut off, corrupted on the way) is fetched again, FETCH_TRIES times in
+ * all. rc[i]: 0 (fsynced), 1 when abandoned, -1 after set_fatal. */
+static void fetch_batch(tsr_stager *s, const int *batch, char **tmp, int n, int *rc) {
+    s3_fetch *f = tsr_calloc((size_t)n, sizeof *f);
+    int m = 0;
+    const char **why = tsr_calloc((size_t)n, sizeof *why);
+    for (int i = 0; i < n; i++) {
+        f[i] = (s3_fetch){.name = dataset_shard_name(s->ds, batch[i]), .path = tmp[i],
+                          .size = dataset_shard_bytes(s->ds, batch[i])};
+        rc[i] = 0;
+    }
+    for (int t = 0; t < FETCH_TRIES && (t == 0 || m > 0); t++) {
+        s3_fetch *round = tsr_malloc((size_t)n * sizeof *round);
+        int *map = tsr_malloc((size_t)n * sizeof *map), r = 0;
+        for (int i = 0; i < n; i++)
+            if (t == 0 || (rc[i] == 0 && why[i])) map[r] = i, round[r++] = f[i];
+        s3_get_files(dataset_s3(s->ds), round, r, s->parallel, &s->abandon);
+        m = 0;
+        for (int j = 0; j < r; j++) {
+            int i = map[j];
+            f[i] = round[j];
+            if (f[i].rc) rc[i] = f[i].rc < 0 ? 1 : -1;
+            why[i] = f[i].rc ? NULL : fetched_mismatch(s, batch[i], tmp[i]);
+            m += why[i] != NULL;
+        }
+        free(round);
+        free(map);
+    }
+    for (int i = 0; i < n; i++) {
+        char what[S3_ERR_LEN];
+        s3_describe(dataset_s3(s->ds), f[i].name, what, sizeof what);
+        if (rc[i] < 0) set_fatal(s, batch[i], "%s%s", f[i].err, "");
+        else if (!rc[i] && why[i])
+            set_fatal(s, batch[i], "%s: %s from the dataset's index.tsv after 3 fetches (the "
+                      "object changed under the run, or the store holds a corrupted copy)", what,
+                      why[i]);
+        else if (!rc[i] && fsync_path(tmp[i]) != 0)
+            note(s, batch[i], 0, "fsync of %s: %s", tmp[i], strerror(errno));
+        else continue;
+        if (!rc[i]) rc[i] = -1;
+    }
+    free(why);
+    free(f);
+}
+
 /* Hard-links src to tmp (same filesystem) and checks the header. 0, or -1 with errno set when
  * linking is not possible (the caller copies instead), or -2 after a note. */
 static int link_one(tsr_stager *s, int k, const char *src, const char *tmp) {
@@ -196,21 +286,23 @@ static int link_one(tsr_stager *s, int k, const char *src, const char *tmp) {
     return ok ? 0 : -2;
 }
 
-/* Stages shard k under its committed name: link (same filesystem) or copy to NAME.tmp.HOST.PID,
- * then rename. Returns 0, 1 when abandoned, -1 after a note; never leaves the temporary file. */
-static int stage_one(tsr_stager *s, int k, int *linked) {
-    char *src = data_path_join(dataset_dir(s->ds), dataset_shard_name(s->ds, k));
+/* NAME.tmp.HOST.PID of shard k (malloc'd), removed if left over. */
+static char *tmp_path(const tsr_stager *s, int k) {
     char *dst = stage_path(s, k);
     size_t n = strlen(dst) + sizeof s->tag + 24;
     char *tmp = tsr_malloc(n);
     snprintf(tmp, n, "%s%s%ld", dst, s->tag, (long)getpid());
+    free(dst);
     unlink(tmp);
-    int rc = s->link_ok ? link_one(s, k, src, tmp) : -1;
-    *linked = rc == 0;
-    if (rc == -2) rc = -1; /* a link with a wrong header: the source itself changed */
-    else if (rc == -1) rc = copy_one(s, k, src, tmp); /* also when link() is refused (EPERM) */
+    return tmp;
+}
+
+/* Renames a verified temporary file to shard k's committed name (rc == 0), else removes it.
+ * Returns rc, or -1 after a note when the rename fails. */
+static int commit_tmp(tsr_stager *s, int k, const char *tmp, int rc) {
+    char *dst = stage_path(s, k);
     if (rc == 0 && rename(tmp, dst) != 0) {
-        note(s, k, 1, "rename %s to %s: %s", tmp, dst, strerror(errno));
+        note(s, k, !dataset_s3(s->ds), "rename %s to %s: %s", tmp, dst, strerror(errno));
         rc = -1;
     }
     if (rc == 0) {
@@ -222,10 +314,40 @@ static int stage_one(tsr_stager *s, int k, int *linked) {
     } else {
         unlink(tmp);
     }
-    free(tmp);
     free(dst);
+    return rc;
+}
+
+/* Stages shard k under its committed name: link (same filesystem) or copy to NAME.tmp.HOST.PID,
+ * then rename. Returns 0, 1 when abandoned, -1 after a note; never leaves the temporary file. */
+static int stage_one(tsr_stager *s, int k, int *linked) {
+    char *src = data_path_join(dataset_dir(s->ds), dataset_shard_name(s->ds, k));
+    char *tmp = tmp_path(s, k);
+    int rc = s->link_ok ? link_one(s, k, src, tmp) : -1;
+    *linked = rc == 0;
+    if (rc == -2) rc = -1; /* a link with a wrong header: the source itself changed */
+    else if (rc == -1) rc = copy_one(s, k, src, tmp); /* also when link() is refused (EPERM) */
+    rc = commit_tmp(s, k, tmp, rc);
+    free(tmp);
     free(src);
     return rc;
+}
+
+/* Stages the shards batch[0..n): fetched together from an object store, else one (n = 1) linked or
+ * copied. rc[i], linked[i] as stage_one's. */
+static void stage_batch(tsr_stager *s, const int *batch, int n, int *rc, int *linked) {
+    if (!dataset_s3(s->ds)) {
+        rc[0] = stage_one(s, batch[0], &linked[0]);
+        return;
+    }
+    char **tmp = tsr_malloc((size_t)n * sizeof *tmp);
+    for (int i = 0; i < n; i++) tmp[i] = tmp_path(s, batch[i]), linked[i] = 0;
+    fetch_batch(s, batch, tmp, n, rc);
+    for (int i = 0; i < n; i++) {
+        rc[i] = commit_tmp(s, batch[i], tmp[i], rc[i]);
+        free(tmp[i]);
+    }
+    free(tmp);
 }
 
 /* Under mu: shard k has no committed file any more. */
@@ -236,9 +358,9 @@ static void forget(tsr_stager *s, int k) {
 }
 
 /* Under mu: picks committed shards in neither window, least recently requested first, until
- * `need` more bytes fit the limit. Marks them absent and returns how many (in s->victims), or -1
+ * `need` more bytes fit the limit. Marks them absent and returns how many (in out), or -1
  * (nothing evicted) when even all of them would not make room. */
-static int pick_victims(tsr_stager *s, uint64_t need) {
+static int pick_victims(tsr_stager *s, uint64_t need, int *out) {
     uint64_t freeable = 0;
     for (int k = 0; k < s->S; k++)
         if (s->slot[k].state == ST_COMMITTED && !s->slot[k].in_win) freeable += s->slot[k].bytes;
@@ -252,13 +374,74 @@ static int pick_victims(tsr_stager *s, uint64_t need) {
                 best = k;
         forget(s, best);
         s->st.files_evicted++;
-        s->victims[n++] = best;
+        out[n++] = best;
     }
     return n;
 }
 
+/* Under mu: the next shard of the queue to stage, with room made for it in the cache (its
+ * victims appended to s->victims at *nv) and its bytes reserved there; -1 when none is left. A
+ * shard that does not fit is skipped (object store: it cannot be read in place, so fatal). */
+static int take_next(tsr_stager *s, int *nv) {
+    while (s->q_pos < s->q_len) {
+        int k = s->queue[s->q_pos++], n = 0;
+        if (s->slot[k].state == ST_COMMITTED || s->slot[k].failed) continue;
+        uint64_t need = dataset_shard_bytes(s->ds, k);
+        if (s->limit && s->cache_bytes + need > s->limit &&
+            (n = pick_victims(s, need, s->victims + *nv)) < 0) {
+            s->st.skipped_for_space++;
+            if (!dataset_s3(s->ds)) continue;
+            s->slot[k].failed = 1;
+            if (!s->fatal[0])
+                snprintf(s->fatal, sizeof s->fatal, "%s/%s does not fit data.cache_limit beside "
+                         "the window's other shards (an object-store dataset is never read in "
+                         "place: raise data.cache_limit or shorten data.stage_window)",
+                         dataset_dir(s->ds), dataset_shard_name(s->ds, k));
+            continue;
+        }
+        *nv += n;
+        s->cache_bytes += need; /* reserved while it is staged */
+        return k;
+    }
+    return -1;
+}
+
+/* Under mu: the outcome of staging shard k (its bytes were reserved by take_next). */
+static void staged(tsr_stager *s, int k, int rc, int linked) {
+    uint64_t need = dataset_shard_bytes(s->ds, k);
+    if (rc == 0) {
+        s->slot[k].state = ST_COMMITTED;
+        s->slot[k].bytes = need;
+        s->st.files_staged++;
+        s->st.bytes_staged += need;
+        s->st.linked += (uint64_t)linked;
+        return;
+    }
+    s->cache_bytes -= need;
+    if (rc < 0) {
+        s->slot[k].failed = 1;
+        s->st.failed++;
+        if (dataset_s3(s->ds) && !s->fatal[0]) /* never read in place: a window would wait on */
+            snprintf(s->fatal, sizeof s->fatal, "%s/%s could not be staged into %s (the warning "
+                     "above says why)", dataset_dir(s->ds), dataset_shard_name(s->ds, k), s->dir);
+    }
+}
+
+/* Without mu: removes the files of the victims s->victims[0..n). */
+static void evict_files(tsr_stager *s, int n) {
+    for (int v = 0; v < n; v++) {
+        char *p = stage_path(s, s->victims[v]);
+        if (unlink(p) != 0 && errno != ENOENT)
+            note(s, s->victims[v], 0, "cannot evict %s: %s", p, strerror(errno));
+        free(p);
+    }
+}
+
+/* The copy thread: takes up to s->parallel shards at a time (1 unless from an object store). */
 static void *stage_thread(void *arg) {
     tsr_stager *s = arg;
+    int *batch = tsr_malloc((size_t)s->parallel * 3 * sizeof *batch);
+    int *rc = batch + s->parallel, *linked = rc + s->parallel;
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!s->stop && s->q_pos == s->q_len) {
@@ -267,40 +450,20 @@ static void *stage_thread(void *arg) {
             pthread_cond_wait(&s->wake, &s->mu);
         }
         if (s->stop) break;
-        int k = s->queue[s->q_pos++];
-        if (s->slot[k].state == ST_COMMITTED || s->slot[k].failed) continue;
         s->busy = 1;
-        uint64_t need = dataset_shard_bytes(s->ds, k);
-        int n_victims = 0;
-        if (s->limit && s->cache_bytes + need > s->limit &&
-            (n_victims = pick_victims(s, need)) < 0) {
-            s->st.skipped_for_space++;
-            continue;
-        }
+        int n = 0, nv = 0, k;
+        while (n < s->parallel && (k = take_next(s, &nv)) >= 0) batch[n++] = k;
+        if (!n) continue;
         pthread_mutex_unlock(&s->mu);
-        for (int v = 0; v < n_victims; v++) {
-            char *p = stage_path(s, s->victims[v]);
-            if (unlink(p) != 0 && errno != ENOENT)
-                note(s, s->victims[v], 0, "cannot evict %s: %s", p, strerror(errno));
-            free(p);
-        }
-        int linked, rc = stage_one(s, k, &linked);
+        evict_files(s, nv);
+        stage_batch(s, batch, n, rc, linked);
         pthread_mutex_lock(&s->mu);
-        if (rc == 0) {
-            s->slot[k].state = ST_COMMITTED;
-            s->slot[k].bytes = need;
-            s->cache_bytes += need;
-            s->st.files_staged++;
-            s->st.bytes_staged += need;
-            s->st.linked += (uint64_t)linked;
-        } else if (rc < 0) {
-            s->slot[k].failed = 1;
-            s->st.failed++;
-        }
+        for (int i = 0; i < n; i++) staged(s, batch[i], rc[i], linked[i]);
     }
     s->busy = 0;
     pthread_cond_broadcast(&s->idle);
     pthread_mutex_unlock(&s->mu);
+    free(batch);
     return NULL;
 }
 
@@ -432,6 +595,8 @@ int stager_open(tsr_stager **out, tsr_dataset *ds, const char *stage_root, uint6
     s->link_ok = !(no_link && strcmp(no_link, "1") == 0) && stat(dataset_dir(ds), &a) == 0 &&
                  stat(dir, &b) == 0 && a.st_dev == b.st_dev;
     s->buf = tsr_malloc(COPY_BUF);
+    const char *conn = getenv("TSR_S3_CONNECTIONS");
+    s->parallel = !dataset_s3(ds) ? 1 : conn && atoi(conn) > 0 ? atoi(conn) : 8;
     remove_stale(s);
     s->cache_bytes = committed_on_disk(s, 1);
     int err = pthread_create(&s->thread, NULL, stage_thread, s);
@@ -531,6 +696,7 @@ static void poll_one(tsr_stager *s, int k) {
                 if (s->slot[k].state == ST_COMMITTED) forget(s, k);
                 s->st.failed++;
                 unlink(path);
+                if (dataset_s3(s->ds)) queue_push(s, k); /* never read in place: fetch again */
                 pthread_mutex_unlock(&s->mu);
             }
         }
@@ -581,6 +747,17 @@ int stager_wait_idle_for(tsr_stager *s, double timeout_s) {
     }
     notes_flush(s);
     return late;
+}
+
+int stager_local(tsr_stager *s, const int *shards, int n, char *why, size_t why_len) {
+    int missing = 0;
+    pthread_mutex_lock(&s->mu);
+    if (s->fatal[0]) snprintf(why, why_len, "%s", s->fatal);
+    int fatal = s->fatal[0] != 0;
+    pthread_mutex_unlock(&s->mu);
+    if (fatal) return -1;
+    for (int i = 0; i < n; i++) missing += !dataset_shard_redirected(s->ds, shards[i]);
+    return missing;
 }
 
 void stager_stats(const tsr_stager *cs, tsr_stage_stats *st) {

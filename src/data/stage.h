@@ -56,6 +56,13 @@ void stager_wait_idle(tsr_stager *s);
  * busy at the deadline, else 0 (non-stager: 0 at once). */
 int stager_wait_idle_for(tsr_stager *s, double timeout_s);
 
+/* Object-store datasets (dataset_s3): how many of shards[0..n) have no redirect yet (a caller
+ * polls and waits until 0: such shards are never read in place), or -1 when the stager could not
+ * stage a shard for good (403/404, retries exhausted, an object whose size or checksum differs
+ * from the index after FETCH_TRIES fetches, a shard that does not fit cache_limit), with why
+ * naming the object. Non-stager processes never see -1 (their stager's does). */
+int stager_local(tsr_stager *s, const int *shards, int n, char *why, size_t why_len);
+
 typedef struct tsr_stage_stats {
     uint64_t staged_reads, in_place_reads; /* from dataset_read_counts */
     uint64_t files_staged, bytes_staged;   /* copied or linked by this process */

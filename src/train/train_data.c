@@ -5,9 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common.h"
 #include "data/data_loss.h"
+#include "data/s3.h"
 #include "data/stage.h"
 #include "tokenizer/tokenizer.h"
 #include "telemetry/metrics.h"
@@ -172,6 +174,12 @@ int train_data_open(tsr_trainer *t) {
     }
     t->data.train = t->data.streams[0];
     t->data.sampler = t->data.samplers[0];
+    if (c->data.val[0] && s3_is_url(c->data.val)) {
+        tsr_error("data.val = \"%s\": validation data from an object store is not supported yet "
+                  "(it is not staged): point data.val at a local copy (docs/object-storage.md)",
+                  c->data.val);
+        return TSR_EXIT_USAGE;
+    }
     if (c->data.val[0]) {
         TSR_CHECK(open_dataset(t, &t->data.val, c->data.val, "data.val"));
         if (t->objective->pairs) TSR_CHECK(check_pairs(t, c->data.val, "data.val"));
@@ -345,6 +353,14 @@ void train_data_format_plan(const tsr_trainer *t, char *buf, size_t n) {
 
 int train_data_stage_open(tsr_trainer *t) {
     const tsr_data_config *dc = &t->cfg.data;
+    for (int k = 0; k < t->data.n_streams && !dc->stage_to[0]; k++)
+        if (dataset_s3(t->data.streams[k])) {
+            tsr_error("%s = \"%s\": an object-store dataset is read from node-local copies: set "
+                      "data.stage_to to a node-local directory (docs/object-storage.md)",
+                      t->cfg.data.n_streams ? "data.streams[].path" : "data.train",
+                      t->data.stream_paths[k]);
+            return TSR_EXIT_USAGE;
+        }
     if (!dc->stage_to[0]) return 0;
     /* the global ranks on this node: their batches decide what the node stages */
     char *hosts = tsr_malloc((size_t)t->dist.world * sizeof t->dist.host);
@@ -402,7 +418,8 @@ static void stage_log(tsr_trainer *t, int64_t window, double waited) {
         v[6] += (int64_t)st.cache_bytes;
     }
     v[3] = v[2] > 0;
-    double mx[2] = {(double)v[6], waited};
+    double mx[2] = {(double)v[6], waited + t->data.stage_fetch_wait};
+    t->data.stage_fetch_wait = 0;
     dist_allreduce_sum_i64(v, 6);
     dist_allreduce_max_f64(mx, 2); /* also lines the ranks up after a data.stage_wait */
     int64_t reads = v[0] - t->data.stage_last[0], in_place = v[1] - t->data.stage_last[1];
@@ -420,8 +437,40 @@ static void stage_log(tsr_trainer *t, int64_t window, double waited) {
     }
 }
 
-void train_data_stage_step(tsr_trainer *t) {
-    if (!t->data.stagers[0]) return;
+/* An object-store stream (s3://) is never read in place: every rank polls until the node's shards
+ * of this window (list[0..n)) are local on every node, one all-reduce a round; a shard that cannot
+ * be staged (stager_local -1) stops the run with exit 2 naming the object. The wait is added to
+ * the next staging line's wait_s and printed by rank 0 when it is over a second. */
+static int wait_local(tsr_trainer *t, int k, const int *list, int n) {
+    if (!dataset_s3(t->data.streams[k])) return 0;
+    double t0 = tsr_now();
+    char why[1024] = "";
+    for (;;) {
+        stager_poll(t->data.stagers[k]);
+        int m = stager_local(t->data.stagers[k], list, n, why, sizeof why);
+        int64_t v[2] = {m > 0 ? m : 0, m < 0};
+        dist_allreduce_sum_i64(v, 2);
+        if (v[1]) {
+            if (m < 0) tsr_error("%s", why);
+            tsr_error("%s: a shard could not be staged (above): stopping", t->data.stream_paths[k]);
+            return TSR_EXIT_DATA;
+        }
+        if (!v[0]) break;
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    double w = tsr_now() - t0;
+    dist_allreduce_max_f64(&w, 1);
+    t->data.stage_fetch_wait += w;
+    if (w > 1 && t->dist.rank == 0)
+        printf("staging: step %lld waited %.1f s for the shards of %s\n", (long long)t->step, w,
+               t->data.stream_paths[k]);
+    return 0;
+}
+
+int train_data_stage_step(tsr_trainer *t) {
+    if (!t->data.stagers[0]) return 0;
+    int rc = 0;
     int64_t W = t->cfg.data.stage_window, d = t->step + t->data.data_offset;
     /* a window starts every W batches, and at the first step of this process (resume) */
     if (d % W == 0 || !t->data.stage_started) {
@@ -450,12 +499,14 @@ void train_data_stage_step(tsr_trainer *t) {
             int n = window_shards(t, k, d, a + W, list, seen);
             int m = window_shards(t, k, a + W, a + 2 * W, list + n, seen);
             stager_want(t->data.stagers[k], list, n + m);
+            if (!rc) rc = wait_local(t, k, list, n);
             free(list);
             free(seen);
         }
         t->data.stage_started = 1;
     }
     for (int k = 0; k < t->data.n_streams; k++) stager_poll(t->data.stagers[k]);
+    return rc;
 }
 
 void train_data_stage_end(tsr_trainer *t) {

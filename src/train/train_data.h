@@ -47,9 +47,11 @@ void train_data_reset_seen(tsr_trainer *t);
  * so a resume with a plan that moved (a changed max_duration moves percent phases) is refused. */
 void train_data_format_plan(const tsr_trainer *t, char *buf, size_t n);
 /* Staging (data.stage_to): opens the stagers; at each step boundary announces the next window
- * and installs redirects. No-ops without data.stage_to. */
+ * and installs redirects. No-ops without data.stage_to. An object-store stream (s3://, never read
+ * in place) waits at a window's start until its shards are local: stage_step returns 0, or
+ * TSR_EXIT_DATA on every rank when one could not be staged (collective). */
 int train_data_stage_open(tsr_trainer *t);
-void train_data_stage_step(tsr_trainer *t);
+int train_data_stage_step(tsr_trainer *t);
 /* Logs the last window's staging counters (collective; no-op without staging). */
 void train_data_stage_end(tsr_trainer *t);
 void train_data_close(tsr_trainer *t);

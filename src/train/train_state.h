@@ -75,6 +75,8 @@ typedef struct tsr_train_data {
     int *node_ranks, n_node_ranks; /* global ranks on this node (staging) */
     int stage_started;
     int64_t stage_last[2];       /* staged / in-place reads at the last window boundary */
+    double stage_fetch_wait;     /* s (max over ranks): an object-store window waited for its
+                                  * shards since the last staging line (train_data.c) */
     int64_t data_offset;         /* data batch of step s (0-based) = s + data_offset (rollbacks) */
     int32_t *inputs, *targets;   /* this rank's batch (per_rank, T) */
     uint8_t *starts;             /* its segment starts (per_rank, T) when attn_mask = document

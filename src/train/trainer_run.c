@@ -248,7 +248,7 @@ static int run_steps(tsr_trainer *t) {
         if ((rc = checkpointing_boundary(t, &stop))) return stop_run(t, rc);
         if (stop) /* the hang watchdog watches its save */
             return stop_run(t, stop_on_request(t));
-        train_data_stage_step(t);
+        if ((rc = train_data_stage_step(t))) return stop_run(t, rc); /* s3: an object failed */
         trainer_step(t, &st);
         if (st.exit_code) return stop_run(t, st.exit_code); /* (the previous checkpoint stands) */
         rc = after_step(t, &st);

@@ -1,0 +1,514 @@
+/* s3.c — S3-compatible object stores over libcurl (s3.h, docs/object-storage.md).
+ *
+ * Settings are found here, in order of precedence (docs/object-storage.md "Where the settings
+ * come from"). Requests: libcurl signs with AWS SigV4
+ * (CURLOPT_AWS_SIGV4); every request sends x-amz-content-sha256: UNSIGNED-PAYLOAD (libcurl 7.88
+ * does not, and servers that check it refuse the request without).
+ */
+#include "data/s3.h"
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.h"
+
+struct tsr_s3 {
+    char url[1024], bucket[256], prefix[1024];
+    char scheme[16], host[512]; /* the endpoint: scheme ("http"/"https") and host[:port][/path] */
+    char region[64], profile[128];
+    char key[256], secret[256], token[2048];
+    char sigv4[128];
+    int virtual_host, retries;
+};
+
+/* ---------------------------------------------------------------- settings */
+
+static void trim(char *s) {
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r' || s[n - 1] == '\n'))
+        s[--n] = '\0';
+    size_t i = strspn(s, " \t");
+    memmove(s, s + i, strlen(s + i) + 1);
+}
+
+/* The value of `key` in section [section] (or [alt] when alt != NULL) of an INI file such as
+ * ~/.aws/credentials; nested "s3 =" blocks are read as part of their section. 1 when found. */
+static int ini_get(const char *path, const char *section, const char *alt, const char *key,
+                   char *out, size_t n) {
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (!f) return 0;
+    char line[4096];
+    int in = 0, found = 0;
+    while (!found && fgets(line, sizeof line, f)) {
+        trim(line);
+        if (line[0] == '#' || line[0] == ';' || !line[0]) continue;
+        if (line[0] == '[') {
+            char *end = strchr(line, ']');
+            if (end) *end = '\0';
+            in = !strcmp(line + 1, section) || (alt && !strcmp(line + 1, alt));
+            continue;
+        }
+        char *eq = strchr(line, '=');
+        if (!in || !eq) continue;
+        *eq = '\0';
+        trim(line);
+        trim(eq + 1);
+        if (strcmp(line, key) == 0 && eq[1]) found = snprintf(out, n, "%s", eq + 1) > 0;
+    }
+    fclose(f);
+    return found;
+}
+
+/* An environment variable's value, or NULL when unset or empty. */
+static const char *env(const char *name) {
+    const char *v = getenv(name);
+    return v && v[0] ? v : NULL;
+}
+
+/* The shared files: AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials, AWS_CONFIG_FILE or
+ * ~/.aws/config. */
+static void aws_file(const char *var, const char *name, char *out, size_t n) {
+    const char *home = env("HOME");
+    if (env(var)) snprintf(out, n, "%s", env(var));
+    else if (home) snprintf(out, n, "%s/.aws/%s", home, name);
+    else out[0] = '\0';
+}
+
+/* A key of the profile: the credentials file first, then the config file. */
+static int profile_get(const tsr_s3 *c, const char *key, char *out, size_t n) {
+    char cred[1024], conf[1024], sec[160];
+    aws_file("AWS_SHARED_CREDENTIALS_FILE", "credentials", cred, sizeof cred);
+    aws_file("AWS_CONFIG_FILE", "config", conf, sizeof conf);
+    snprintf(sec, sizeof sec, "profile %s", c->profile);
+    return ini_get(cred[0] ? cred : NULL, c->profile, NULL, key, out, n) ||
+           ini_get(conf[0] ? conf : NULL, sec, c->profile, key, out, n);
+}
+
+static int setting(const tsr_s3 *c, const char *var, const char *key, char *out, size_t n) {
+    if (var && env(var)) return snprintf(out, n, "%s", env(var)) > 0;
+    return key && profile_get(c, key, out, n);
+}
+
+static int load_credentials(tsr_s3 *c) {
+    if (env("AWS_ACCESS_KEY_ID") && env("AWS_SECRET_ACCESS_KEY")) {
+        snprintf(c->key, sizeof c->key, "%s", env("AWS_ACCESS_KEY_ID"));
+        snprintf(c->secret, sizeof c->secret, "%s", env("AWS_SECRET_ACCESS_KEY"));
+        setting(c, "AWS_SESSION_TOKEN", NULL, c->token, sizeof c->token);
+        return 0;
+    }
+    if (profile_get(c, "aws_access_key_id", c->key, sizeof c->key) &&
+        profile_get(c, "aws_secret_access_key", c->secret, sizeof c->secret)) {
+        profile_get(c, "aws_session_token", c->token, sizeof c->token);
+        return 0;
+    }
+    tsr_error("%s: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or give the "
+              "profile \"%s\" aws_access_key_id and aws_secret_access_key in the shared "
+              "credentials file (AWS_SHARED_CREDENTIALS_FILE, ~/.aws/credentials; AWS_PROFILE "
+              "picks the profile; docs/object-storage.md)", c->url, c->profile);
+    return TSR_EXIT_USAGE;
+}
+
+/* "s3://bucket/prefix/" -> bucket, prefix (no slashes at either end). */
+static int parse_url(tsr_s3 *c, const char *url) {
+    snprintf(c->url, sizeof c->url, "%s", url);
+    size_t n = strlen(c->url);
+    while (n > 5 && c->url[n - 1] == '/') c->url[--n] = '\0';
+    const char *b = c->url + 5, *slash = strchr(b, '/');
+    size_t bl = slash ? (size_t)(slash - b) : strlen(b);
+    if (strncmp(url, "s3://", 5) != 0 || bl == 0 || bl >= sizeof c->bucket ||
+        strlen(url) >= sizeof c->url - 1) {
+        tsr_error("%s: expected s3://BUCKET/PREFIX (a bucket name, then the dataset's prefix)",
+                  url);
+        return TSR_EXIT_USAGE;
+    }
+    memcpy(c->bucket, b, bl);
+    snprintf(c->prefix, sizeof c->prefix, "%s", slash ? slash + 1 : "");
+    return 0;
+}
+
+/* The endpoint (AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's endpoint_url, else AWS's
+ * regional one) and the addressing style (AWS_S3_ADDRESSING_STYLE or the profile's
+ * addressing_style: path or virtual; default path with an endpoint given, virtual for AWS). */
+static int load_endpoint(tsr_s3 *c) {
+    char ep[600], style[32] = "";
+    int given = setting(c, "AWS_ENDPOINT_URL_S3", NULL, ep, sizeof ep) ||
+                setting(c, "AWS_ENDPOINT_URL", "endpoint_url", ep, sizeof ep);
+    if (!given) snprintf(ep, sizeof ep, "https://s3.%s.amazonaws.com", c->region);
+    const char *sep = strstr(ep, "://");
+    size_t n = strlen(ep);
+    while (n && ep[n - 1] == '/') ep[--n] = '\0';
+    if (!sep || sep == ep || (size_t)(sep - ep) >= sizeof c->scheme || !sep[3]) {
+        tsr_error("AWS_ENDPOINT_URL (or endpoint_url of profile %s) = \"%s\": expected "
+                  "http(s)://HOST[:PORT]", c->profile, ep);
+        return TSR_EXIT_USAGE;
+    }
+    snprintf(c->scheme, sizeof c->scheme, "%.*s", (int)(sep - ep), ep);
+    snprintf(c->host, sizeof c->host, "%s", sep + 3);
+    setting(c, "AWS_S3_ADDRESSING_STYLE", "addressing_style", style, sizeof style);
+    if (style[0] && strcmp(style, "path") && strcmp(style, "virtual") && strcmp(style, "auto")) {
+        tsr_error("addressing style \"%s\" (AWS_S3_ADDRESSING_STYLE or addressing_style of "
+                  "profile %s): expected path, virtual or auto", style, c->profile);
+        return TSR_EXIT_USAGE;
+    }
+    c->virtual_host = !strcmp(style, "virtual") || ((!style[0] || !strcmp(style, "auto")) && !given);
+    return 0;
+}
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+int s3_is_url(const char *path) { return path && strncmp(path, "s3://", 5) == 0; }
+
+int s3_open(tsr_s3 **out, const char *url) {
+    *out = NULL;
+    tsr_s3 *c = tsr_calloc(1, sizeof *c);
+    snprintf(c->profile, sizeof c->profile, "%s", env("AWS_PROFILE") ? env("AWS_PROFILE") : "default");
+    int rc = parse_url(c, url);
+    if (!rc && !setting(c, "AWS_REGION", "region", c->region, sizeof c->region) &&
+        !setting(c, "AWS_DEFAULT_REGION", NULL, c->region, sizeof c->region))
+        snprintf(c->region, sizeof c->region, "us-east-1");
+    if (!rc) rc = load_endpoint(c);
+    if (!rc) rc = load_credentials(c);
+    if (rc) {
+        free(c);
+        return rc;
+    }
+    snprintf(c->sigv4, sizeof c->sigv4, "aws:amz:%s:s3", c->region);
+    const char *r = env("TSR_S3_RETRIES");
+    c->retries = r && atoi(r) > 0 ? atoi(r) : 6;
+    pthread_once(&curl_once, curl_init_once);
+    *out = c;
+    return 0;
+}
+
+void s3_close(tsr_s3 *c) {
+    if (!c) return;
+    memset(c->secret, 0, sizeof c->secret); /* not left in freed memory */
+    memset(c->token, 0, sizeof c->token);
+    free(c);
+}
+
+const char *s3_url(const tsr_s3 *c) { return c->url; }
+
+/* The object key of `name`: PREFIX/name (name "" = the prefix itself). */
+static void object_key(const tsr_s3 *c, const char *name, char *out, size_t n) {
+    snprintf(out, n, "%s%s%s", c->prefix, c->prefix[0] && name[0] ? "/" : "", name);
+}
+
+void s3_describe(const tsr_s3 *c, const char *name, char *buf, size_t n) {
+    char key[1400];
+    object_key(c, name, key, sizeof key);
+    tsr_snprintf(buf, n, "s3://%s/%s at %s://%s (bucket %s, key %s, profile %s)", c->bucket, key,
+             c->scheme, c->host, c->bucket, key, c->profile);
+}
+
+void s3_object_url(const tsr_s3 *c, const char *name, char *out, size_t n) {
+    char key[1400], enc[4200];
+    object_key(c, name, key, sizeof key);
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)key; *p && o + 4 < sizeof enc; p++) {
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+            strchr("-._~/", *p))
+            enc[o++] = (char)*p;
+        else
+            o += (size_t)snprintf(enc + o, sizeof enc - o, "%%%02X", *p);
+    }
+    enc[o] = '\0';
+    if (c->virtual_host)
+        tsr_snprintf(out, n, "%s://%s.%s/%s", c->scheme, c->bucket, c->host, enc);
+    else
+        tsr_snprintf(out, n, "%s://%s/%s/%s", c->scheme, c->host, c->bucket, enc);
+}
+
+/* ---------------------------------------------------------------- requests */
+
+typedef struct xfer {
+    CURL *h;
+    struct curl_slist *hdrs;
+    FILE *fp;              /* body to a file, or */
+    char *mem;             /* to memory */
+    size_t mem_len, mem_cap;
+    uint64_t got;          /* body bytes of a 2xx answer */
+    char ebody[1024];      /* the start of an error answer's body */
+    size_t ebody_len;
+} xfer;
+
+static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
+    xfer *x = ud;
+    size_t len = sz * nm;
+    long code = 0;
+    curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
+    if (code >= 300) {
+        size_t room = sizeof x->ebody - 1 - x->ebody_len, k = len < room ? len : room;
+        memcpy(x->ebody + x->ebody_len, p, k);
+        x->ebody_len += k;
+        x->ebody[x->ebody_len] = '\0';
+        return len;
+    }
+    x->got += len;
+    if (x->fp) return fwrite(p, 1, len, x->fp) == len ? len : 0;
+    if (x->mem_len + len + 1 > x->mem_cap) {
+        x->mem_cap = (x->mem_len + len + 1) * 2;
+        char *m = realloc(x->mem, x->mem_cap);
+        if (!m) return 0;
+        x->mem = m;
+    }
+    memcpy(x->mem + x->mem_len, p, len);
+    x->mem_len += len;
+    x->mem[x->mem_len] = '\0';
+    return len;
+}
+
+/* A fresh handle for object `name`: signed, with the payload header, timeouts, the body sink. */
+static void xfer_setup(const tsr_s3 *c, xfer *x, const char *name) {
+    char url[4800], tok[2100];
+    s3_object_url(c, name, url, sizeof url);
+    x->h = curl_easy_init();
+    x->hdrs = curl_slist_append(NULL, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+    x->hdrs = curl_slist_append(x->hdrs, "Expect:");
+    if (c->token[0]) {
+        snprintf(tok, sizeof tok, "x-amz-security-token: %s", c->token);
+        x->hdrs = curl_slist_append(x->hdrs, tok);
+    }
+    curl_easy_setopt(x->h, CURLOPT_URL, url);
+    curl_easy_setopt(x->h, CURLOPT_AWS_SIGV4, c->sigv4);
+    curl_easy_setopt(x->h, CURLOPT_USERNAME, c->key);
+    curl_easy_setopt(x->h, CURLOPT_PASSWORD, c->secret);
+    curl_easy_setopt(x->h, CURLOPT_HTTPHEADER, x->hdrs);
+    curl_easy_setopt(x->h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(x->h, CURLOPT_CONNECTTIMEOUT, 20L);
+    curl_easy_setopt(x->h, CURLOPT_LOW_SPEED_LIMIT, 1L); /* a stalled body is a timeout */
+    curl_easy_setopt(x->h, CURLOPT_LOW_SPEED_TIME, 60L);
+    curl_easy_setopt(x->h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(x->h, CURLOPT_WRITEDATA, x);
+}
+
+static void xfer_reset(xfer *x) {
+    if (x->h) curl_easy_cleanup(x->h);
+    curl_slist_free_all(x->hdrs);
+    x->h = NULL;
+    x->hdrs = NULL;
+    x->got = 0;
+    x->ebody_len = 0;
+    x->ebody[0] = '\0';
+}
+
+/* The S3 error code of an error body (<Code>AccessDenied</Code>), or "" */
+static void s3_code(const char *body, char *out, size_t n) {
+    const char *a = strstr(body, "<Code>"), *b = a ? strstr(a, "</Code>") : NULL;
+    if (a && b) snprintf(out, n, " %.*s", (int)(b - a - 6), a + 6);
+    else out[0] = '\0';
+}
+
+enum { XF_OK, XF_RETRY, XF_FATAL };
+
+/* The outcome of a finished transfer (want: the expected body size, or UINT64_MAX for any);
+ * err gets the fault. */
+static int xfer_outcome(const tsr_s3 *c, xfer *x, CURLcode res, const char *verb,
+                        const char *name, uint64_t want, char *err) {
+    char what[1700], code[128];
+    long http = 0;
+    s3_describe(c, name, what, sizeof what);
+    curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &http);
+    if (res != CURLE_OK) {
+        tsr_snprintf(err, S3_ERR_LEN, "%s %s: %s", verb, what, curl_easy_strerror(res));
+        return XF_RETRY;
+    }
+    s3_code(x->ebody, code, sizeof code);
+    if (http >= 500 || http == 429) {
+        tsr_snprintf(err, S3_ERR_LEN, "%s %s: HTTP %ld%s", verb, what, http, code);
+        return XF_RETRY;
+    }
+    if (http >= 300) {
+        tsr_snprintf(err, S3_ERR_LEN, "%s %s: HTTP %ld%s%s", verb, what, http, code,
+                 http == 403 ? " (access denied: check the credentials of the profile and the "
+                 "bucket's policy)" : http == 404 ? " (no such bucket or key)" : "");
+        return XF_FATAL;
+    }
+    if (want != UINT64_MAX && x->got != want) {
+        tsr_snprintf(err, S3_ERR_LEN, "%s %s: %llu bytes, expected %llu (a cut-off body)", verb, what,
+                 (unsigned long long)x->got, (unsigned long long)want);
+        return XF_RETRY;
+    }
+    return XF_OK;
+}
+
+/* Sleeps before try `t` (1, 2, ...): 0.2 s x 2^(t-1), at most 10 s, times a jitter in [0.5, 1.5). */
+static void backoff(int t) {
+    static _Thread_local unsigned seed;
+    if (!seed) seed = (unsigned)time(NULL) ^ (unsigned)getpid() ^ (unsigned)(uintptr_t)&seed;
+    double d = 0.2 * (double)(1u << (t - 1 < 6 ? t - 1 : 6));
+    if (d > 10) d = 10;
+    d *= 0.5 + (double)rand_r(&seed) / ((double)RAND_MAX + 1);
+    struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* ---------------------------------------------------------------- GET to files */
+
+/* Starts item i's transfer: its file opened, a ranged GET of [0, size). */
+static int fetch_start(tsr_s3 *c, s3_fetch *f, xfer *x) {
+    xfer_reset(x);
+    x->fp = fopen(f->path, "wb");
+    if (!x->fp) {
+        tsr_snprintf(f->err, S3_ERR_LEN, "cannot create %s", f->path);
+        return -1;
+    }
+    xfer_setup(c, x, f->name);
+    char range[64];
+    snprintf(range, sizeof range, "0-%llu", (unsigned long long)(f->size - 1));
+    if (f->size) curl_easy_setopt(x->h, CURLOPT_RANGE, range);
+    return 0;
+}
+
+enum { XF_CANCEL = XF_FATAL + 1 };
+
+/* One round: every item in idx[0..m) fetched once, at most `parallel` at a time; outcome[j] set
+ * (XF_CANCEL for those not finished when *cancel turns non-zero). */
+static void fetch_round(tsr_s3 *c, s3_fetch *f, const int *idx, int m, int parallel, int *outcome,
+                        _Atomic int *cancel) {
+    CURLM *mh = curl_multi_init();
+    xfer *xs = tsr_calloc((size_t)m, sizeof *xs);
+    int next = 0, running = 0;
+    for (int j = 0; j < m; j++) outcome[j] = XF_CANCEL;
+    for (;;) {
+        if (cancel && atomic_load(cancel)) break;
+        while (running < parallel && next < m) {
+            int j = next++;
+            if (fetch_start(c, &f[idx[j]], &xs[j])) {
+                outcome[j] = XF_FATAL;
+                continue;
+            }
+            curl_easy_setopt(xs[j].h, CURLOPT_PRIVATE, (void *)(intptr_t)j);
+            curl_multi_add_handle(mh, xs[j].h);
+            running++;
+        }
+        if (!running) break;
+        int still;
+        curl_multi_perform(mh, &still);
+        CURLMsg *msg;
+        int left;
+        while ((msg = curl_multi_info_read(mh, &left))) {
+            if (msg->msg != CURLMSG_DONE) continue;
+            intptr_t j;
+            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&j);
+            xfer *x = &xs[j];
+            s3_fetch *it = &f[idx[j]];
+            int ok = fclose(x->fp) == 0;
+            x->fp = NULL;
+            outcome[j] = xfer_outcome(c, x, msg->data.result, "GET", it->name, it->size, it->err);
+            if (outcome[j] == XF_OK && !ok) outcome[j] = XF_FATAL;
+            curl_multi_remove_handle(mh, x->h);
+            xfer_reset(x);
+            running--;
+        }
+        if (running) curl_multi_poll(mh, NULL, 0, 200, NULL);
+    }
+    for (int j = 0; j < next; j++) { /* cancelled: the transfers still running */
+        if (!xs[j].h) continue;
+        curl_multi_remove_handle(mh, xs[j].h);
+        if (xs[j].fp) fclose(xs[j].fp);
+        xs[j].fp = NULL;
+        xfer_reset(&xs[j]);
+    }
+    free(xs);
+    curl_multi_cleanup(mh);
+}
+
+int s3_get_files(tsr_s3 *c, s3_fetch *f, int n, int parallel, _Atomic int *cancel) {
+    int *idx = tsr_malloc(((size_t)n + 1) * sizeof *idx), *out = tsr_malloc(((size_t)n + 1) * sizeof *out);
+    int m = 0, failed = 0;
+    for (int i = 0; i < n; i++) f[i].rc = 0, f[i].err[0] = '\0', idx[m++] = i;
+    for (int t = 1; m > 0; t++) {
+        if (t > 1 && !(cancel && atomic_load(cancel))) backoff(t - 1);
+        fetch_round(c, f, idx, m, parallel < 1 ? 1 : parallel, out, cancel);
+        int again = 0;
+        for (int j = 0; j < m; j++) {
+            if (out[j] == XF_OK) continue;
+            if (out[j] == XF_CANCEL) {
+                f[idx[j]].rc = -1;
+                snprintf(f[idx[j]].err, S3_ERR_LEN, "cancelled");
+                failed++;
+                continue;
+            }
+            if (out[j] == XF_RETRY && t < c->retries) {
+                idx[again++] = idx[j];
+                continue;
+            }
+            f[idx[j]].rc = TSR_EXIT_DATA;
+            failed++;
+        }
+        m = again;
+    }
+    free(idx);
+    free(out);
+    return failed;
+}
+
+/* ---------------------------------------------------------------- GET, PUT */
+
+/* One request with the retries: prepare(x) sets the method and body source for each try. */
+static int request(tsr_s3 *c, xfer *x, const char *verb, const char *name,
+                   int (*prepare)(xfer *, void *), void *arg, char *err) {
+    int r = XF_RETRY;
+    for (int t = 1; r == XF_RETRY && t <= c->retries; t++) {
+        if (t > 1) backoff(t - 1);
+        xfer_reset(x);
+        x->mem_len = 0; /* a retry starts the body again */
+        xfer_setup(c, x, name);
+        if (prepare && prepare(x, arg)) {
+            tsr_snprintf(err, S3_ERR_LEN, "%s %s: cannot read the local file", verb, name);
+            r = XF_FATAL;
+            break;
+        }
+        r = xfer_outcome(c, x, curl_easy_perform(x->h), verb, name, UINT64_MAX, err);
+    }
+    xfer_reset(x);
+    return r == XF_OK ? 0 : TSR_EXIT_DATA;
+}
+
+int s3_get(tsr_s3 *c, const char *name, char **body, size_t *len, char err[S3_ERR_LEN]) {
+    xfer x = {0};
+    int rc = request(c, &x, "GET", name, NULL, NULL, err);
+    if (!rc && !x.mem) x.mem = tsr_calloc(1, 1); /* an empty object */
+    if (rc) {
+        free(x.mem);
+        return rc;
+    }
+    *body = x.mem;
+    *len = x.mem_len;
+    return 0;
+}
+
+typedef struct put_src {
+    const char *path;
+    FILE *fp;
+} put_src;
+
+static int put_prepare(xfer *x, void *arg) {
+    put_src *p = arg;
+    if (p->fp) fclose(p->fp);
+    p->fp = fopen(p->path, "rb");
+    if (!p->fp || fseeko(p->fp, 0, SEEK_END) != 0) return -1;
+    off_t size = ftello(p->fp);
+    rewind(p->fp);
+    curl_easy_setopt(x->h, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(x->h, CURLOPT_READDATA, p->fp);
+    curl_easy_setopt(x->h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)size);
+    return 0;
+}
+
+int s3_put_file(tsr_s3 *c, const char *name, const char *path, char err[S3_ERR_LEN]) {
+    xfer x = {0};
+    put_src src = {path, NULL};
+    int rc = request(c, &x, "PUT", name, put_prepare, &src, err);
+    if (src.fp) fclose(src.fp);
+    free(x.mem);
+    return rc;
+}

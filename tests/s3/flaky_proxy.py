@@ -1,0 +1,71 @@
+"""flaky_proxy.py — a small HTTP proxy in front of a private S3 server for tests/s3/test_s3.sh.
+
+Usage: python3 flaky_proxy.py LISTEN_PORT UPSTREAM_PORT LOG
+Forwards every request to 127.0.0.1:UPSTREAM_PORT unchanged (headers, signature, body). For each
+object whose key ends in .bin, its first GET is answered 503 SlowDown, its second gets the real
+answer with one byte of the body flipped (a corruption on the way), later ones pass. One line per
+request goes to LOG: "KEY ATTEMPT ACTION". Stdlib only; stopped by its PID.
+"""
+import http.client
+import http.server
+import sys
+import threading
+
+LISTEN, UPSTREAM, LOG = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+seen = {}
+lock = threading.Lock()
+
+
+class Proxy(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def forward(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else None
+        conn = http.client.HTTPConnection("127.0.0.1", UPSTREAM, timeout=30)
+        conn.request(self.command, self.path, body=body, headers=dict(self.headers))
+        r = conn.getresponse()
+        data = r.read()
+        conn.close()
+        return r, data
+
+    def answer(self, status, headers, data):
+        self.send_response(status)
+        for k, v in headers:
+            if k.lower() not in ("content-length", "connection", "transfer-encoding"):
+                self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        key = self.path.split("?")[0]
+        with lock:
+            seen[key] = seen.get(key, 0) + 1
+            attempt = seen[key]
+        action = "pass"
+        if key.endswith(".bin") and attempt == 1:
+            action = "503"
+        elif key.endswith(".bin") and attempt == 2:
+            action = "flip"
+        with open(LOG, "a") as f:
+            f.write(f"{key} {attempt} {action}\n")
+        if action == "503":
+            body = b'<?xml version="1.0"?><Error><Code>SlowDown</Code></Error>'
+            return self.answer(503, [("Content-Type", "application/xml")], body)
+        r, data = self.forward()
+        if action == "flip" and len(data) > 80:
+            data = data[:80] + bytes([data[80] ^ 0xFF]) + data[81:]
+        self.answer(r.status, r.getheaders(), data)
+
+    def do_PUT(self):
+        r, data = self.forward()
+        self.answer(r.status, r.getheaders(), data)
+
+    do_HEAD = do_PUT
+
+
+http.server.ThreadingHTTPServer(("127.0.0.1", LISTEN), Proxy).serve_forever()

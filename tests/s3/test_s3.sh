@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# Datasets on an S3-compatible object store (docs/object-storage.md), against a private s3rver
+# (npm s3rver, a real S3 protocol server that checks SigV4 signatures) on 127.0.0.1:
+#  - tessera data push uploads a prepared dataset (train and val), the index after the shards;
+#  - training from s3://... through data.stage_to gives the local copy's losses bit for bit, at 1
+#    and 2 ranks, no sample read in place; killed and rerun, it resumes mid-window, streaming again;
+#    a data.mix stream on the store gives the all-local mixture's losses;
+#  - faults: a corrupted object in the store -> exit 2 naming it; wrong credentials (403) or a missing
+#    dataset (404) -> exit 2 naming endpoint, bucket and key, the secret never printed; no
+#    data.stage_to or no credentials -> exit 1; the shared credentials/config files with a profile;
+#    503 SlowDown and a corrupted body on the way (tests/s3/flaky_proxy.py) -> retried, same losses.
+source "$(dirname "$0")/../lib.sh"
+source "$TSR_ROOT/tests/ports.sh"
+S3RVER=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}/s3rver/node_modules/.bin/s3rver
+[[ -x $S3RVER ]] || { echo "1..0 # SKIP $S3RVER missing: npm install --prefix data/npm/s3rver s3rver@3.7.1 (./INSTALL --ensure)"; exit 77; }
+command -v node >/dev/null || { echo "1..0 # SKIP node not found (Debian: nodejs)"; exit 77; }
+tsr_tmpdir
+tap_plan 14
+PORT=$(free_ports 1) || exit 1
+mkdir -p "$TMP/store"
+"$S3RVER" -d "$TMP/store" -a 127.0.0.1 -p "$PORT" --configure-bucket tsr --silent >"$TMP/s3rver.log" 2>&1 &
+S3PID=$!
+PROXYPID=
+trap 'kill "$S3PID" $PROXYPID 2>/dev/null; wait "$S3PID" $PROXYPID 2>/dev/null; rm -rf "$TMP"' EXIT
+for _ in $(seq 1 100); do
+    grep -q listening "$TMP/s3rver.log" && break
+    kill -0 "$S3PID" 2>/dev/null || break
+    sleep 0.1
+done
+grep -q listening "$TMP/s3rver.log" || { echo "Bail out! s3rver did not start: $(cat "$TMP/s3rver.log")"; exit 1; }
+# the store's settings, as a centre's users set them (no profile files: HOME points at nothing)
+export HOME=$TMP/home AWS_ENDPOINT_URL=http://127.0.0.1:$PORT AWS_REGION=us-east-1
+export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER TSR_S3_RETRIES=2
+unset AWS_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL_S3 AWS_CONFIG_FILE AWS_SHARED_CREDENTIALS_FILE
+
+"$TOOL" synth --out "$TMP/data" --vocab 512 --tokens 40000 --shard-tokens 3300 --seed 1 >/dev/null
+"$TOOL" data push "$TMP/data" s3://tsr/ds >"$TMP/push.txt" 2>&1
+rc=$?
+obj() { echo "$TMP/store/tsr/ds/$1._S3rver_object"; }
+ok=1
+for f in "$TMP"/data/train/* "$TMP"/data/val/*; do
+    cmp -s "$f" "$(obj "$(basename "$(dirname "$f")")/$(basename "$f")")" || ok=0
+done
+[[ $rc == 0 && $ok == 1 ]] && (( $(stat -c %Y "$(obj train/index.tsv)") >= $(stat -c %Y "$(obj train/shard-00012.bin)") ))
+tap_check $? "tessera data push: every shard and index of train and val in the store, byte for byte (exit $rc)"
+
+"$TOOL" verify-data s3://tsr/ds/train >"$TMP/vd.txt" 2>&1
+rc=$?
+[[ $rc == 1 ]] && grep -q 'not supported yet' "$TMP/vd.txt" && ! grep -q 'checksums verified' "$TMP/vd.txt"
+tap_check $? "tessera verify-data s3://...: refused with exit 1 (it would verify nothing), not a false ok (exit $rc)"
+
+args=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set data.tokenizer=
+      --set sample.tokens=0 --set data.val="$TMP/data/val" --set model.n_layer=2
+      --set model.d_model=64 --set model.n_head=4 --set seq_len=32 --set global_batch=8
+      --set micro_batch=2 --set max_duration=20ba --set eval_interval=0ba --set threads=1
+      --set log_interval=1 --set data.stage_window=10 --set watchdog.window=0)
+run() { local np=$1 dir=$2; shift 2; "${MPIRUN[@]}" -np "$np" "$TRAIN" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
+s3run() { local np=$1 dir=$2; shift 2; run "$np" "$dir" --set data.train=s3://tsr/ds/train --set data.stage_to="$TMP/stage-$dir" "$@"; }
+in_place() { "$PY3" -c '
+import json, sys
+n = [json.loads(l) for l in open(sys.argv[1])]
+n = [d for d in n if d.get("event") == "staging"]
+print(sum(d["in_place_reads"] for d in n) if n else -1)' "$1"; }
+
+run 1 L1 --set data.train="$TMP/data/train" && s3run 1 S1
+rc=$?
+[[ $rc == 0 ]] && cmp -s <(final_lines "$TMP/L1/metrics.jsonl") <(final_lines "$TMP/S1/metrics.jsonl") &&
+    [[ $(in_place "$TMP/S1/metrics.jsonl") == 0 ]] && cmp -s "$TMP/data/train/shard-00005.bin" "$(ls "$TMP"/stage-S1/*/shard-00005.bin)"
+tap_check $? "1 rank: s3:// trains the local copy's losses bit for bit, every sample from a staged copy (exit $rc)"
+
+run 2 L2 --set data.train="$TMP/data/train" && s3run 2 S2
+rc=$?
+[[ $rc == 0 ]] && cmp -s <(final_lines "$TMP/L2/metrics.jsonl") <(final_lines "$TMP/S2/metrics.jsonl") &&
+    [[ $(in_place "$TMP/S2/metrics.jsonl") == 0 ]]
+tap_check $? "2 ranks: s3:// trains the local copy's losses bit for bit, none read in place (exit $rc)"
+
+# killed after step 18 (checkpoints every 5 steps, windows of 10): the rerun resumes at step 15, mid-window
+TSR_FAULT=kill:18:1 s3run 2 K --set save_interval=5ba --set save_async=false
+rc=$?
+rm -rf "$TMP/stage-K" # requeued on another node: nothing local, the window is fetched again
+s3run 2 K --set save_interval=5ba --set save_async=false
+rc2=$?
+[[ $rc != 0 && $rc2 == 0 ]] && grep -q "resume step 15" "$TMP/K.txt" &&
+    cmp -s <(final_lines "$TMP/L2/metrics.jsonl") <(final_lines "$TMP/K/metrics.jsonl")
+tap_check $? "2 ranks killed after step 18 and rerun: resumed at step 15 (mid-window) streaming again, losses bit for bit (exit $rc, then $rc2)"
+
+# a mixture (data.mix, docs/data-mixing.md): a local stream and one on the store, against both local
+"$TOOL" synth --out "$TMP/dom" --vocab 512 --tokens 30000 --shard-tokens 3300 --seed 2 >/dev/null &&
+    "$TOOL" data push "$TMP/dom/train" s3://tsr/dom >/dev/null
+mixcfg() { # mixcfg FILE DOMAIN_PATH
+    sed '/^data = {/,/^};/d' "$TSR_ROOT/configs/tiny.cfg" >"$1"
+    printf 'data = {\n  val = "%s";\n  tokenizer = "";\n  stage_window = 10;\n  mix = (\n    { name = "web"; path = "%s"; proportion = 0.75; },\n    { name = "domain"; path = "%s"; proportion = 0.25; }\n  );\n};\n' \
+        "$TMP/data/val" "$TMP/data/train" "$2" >>"$1"
+}
+mixcfg "$TMP/mixL.cfg" "$TMP/dom/train" && mixcfg "$TMP/mixS.cfg" s3://tsr/dom
+margs=("${args[@]:2}")
+"${MPIRUN[@]}" -np 1 "$TRAIN" --config "$TMP/mixL.cfg" "${margs[@]}" --set run_dir="$TMP/ML" >"$TMP/ML.txt" 2>&1 &&
+    "${MPIRUN[@]}" -np 1 "$TRAIN" --config "$TMP/mixS.cfg" "${margs[@]}" --set run_dir="$TMP/MS" \
+        --set data.stage_to="$TMP/stage-MS" >"$TMP/MS.txt" 2>&1
+rc=$?
+[[ $rc == 0 ]] && cmp -s <(final_lines "$TMP/ML/metrics.jsonl") <(final_lines "$TMP/MS/metrics.jsonl") &&
+    [[ $(in_place "$TMP/MS/metrics.jsonl") == 0 ]]
+tap_check $? "a mixture of a local stream and an s3:// stream: the all-local mixture's losses bit for bit (exit $rc)"
+
+# faults, each with its own stage directory (so nothing is local yet)
+s3run 1 NS --set data.stage_to=
+rc=$?
+[[ $rc == 1 ]] && grep -q 'data.stage_to' "$TMP/NS.txt"
+tap_check $? "s3:// without data.stage_to: exit 1 naming data.stage_to (exit $rc)"
+
+# (s3rver knows one access key, S3RVER; it answers an unknown one with 403 InvalidAccessKeyId)
+AWS_ACCESS_KEY_ID=NOBODY AWS_SECRET_ACCESS_KEY=not-the-secret-x7 s3run 1 WS
+rc=$?
+[[ $rc == 2 ]] && grep -q "127.0.0.1:$PORT" "$TMP/WS.txt" && grep -q 'bucket tsr' "$TMP/WS.txt" &&
+    grep -q 'key ds/train/index.tsv' "$TMP/WS.txt" && grep -q 'HTTP 403' "$TMP/WS.txt" &&
+    ! grep -rq 'not-the-secret-x7' "$TMP/WS.txt" "$TMP/WS" "$TMP/stage-WS" 2>/dev/null
+tap_check $? "wrong credentials: exit 2 naming the endpoint, bucket and key (HTTP 403), the secret printed nowhere (exit $rc)"
+grep 'error' "$TMP/WS.txt" | head -2 | sed 's/^/# /'
+run 1 NF --set data.train=s3://tsr/nothing-here --set data.stage_to="$TMP/stage-NF"
+rc=$?
+[[ $rc == 2 ]] && grep -q 'key nothing-here/index.tsv' "$TMP/NF.txt" && grep -q 'HTTP 404 NoSuchKey' "$TMP/NF.txt"
+tap_check $? "a prefix without a dataset: exit 2 naming the key, HTTP 404 (exit $rc)"
+
+s3run 1 CL --set data.cache_limit=1000
+rc=$?
+[[ $rc == 2 ]] && grep -q 'error: s3://tsr/ds/train/shard-[0-9]*.bin does not fit data.cache_limit' "$TMP/CL.txt"
+tap_check $? "a cache_limit smaller than a shard: exit 2 naming the shard (an s3:// shard is never read in place) (exit $rc)"
+
+(unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY; s3run 1 NC)
+rc=$?
+[[ $rc == 1 ]] && grep -q 'no credentials' "$TMP/NC.txt" && grep -q 'profile "default"' "$TMP/NC.txt"
+tap_check $? "no credentials anywhere: exit 1 naming the profile and where credentials go (exit $rc)"
+
+# the shared files with a profile: credentials file + config file (endpoint, region, path style)
+mkdir -p "$TMP/aws"
+printf '[lumi]\naws_access_key_id = S3RVER\naws_secret_access_key = S3RVER\n' >"$TMP/aws/credentials"
+printf '[profile lumi]\nregion = us-east-1\nendpoint_url = http://127.0.0.1:%s\ns3 =\n  addressing_style = path\n' "$PORT" >"$TMP/aws/config"
+(unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_ENDPOINT_URL AWS_REGION
+ AWS_PROFILE=lumi AWS_SHARED_CREDENTIALS_FILE=$TMP/aws/credentials AWS_CONFIG_FILE=$TMP/aws/config s3run 1 P)
+rc=$?
+[[ $rc == 0 ]] && cmp -s <(final_lines "$TMP/L1/metrics.jsonl") <(final_lines "$TMP/P/metrics.jsonl")
+tap_check $? "profile lumi from AWS_SHARED_CREDENTIALS_FILE and AWS_CONFIG_FILE (endpoint_url, path style): bit for bit (exit $rc)"
+
+# a flaky store (tests/s3/flaky_proxy.py in front of it): each shard's first GET answers 503
+# SlowDown, its second a body with one byte flipped; the stager retries, fetches again, and trains
+PPORT=$(free_ports 1) || exit 1
+"$PY3" "$TSR_ROOT/tests/s3/flaky_proxy.py" "$PPORT" "$PORT" "$TMP/proxy.log" 2>"$TMP/proxy.err" &
+PROXYPID=$!
+for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PPORT") 2>/dev/null && break; sleep 0.1; done
+AWS_ENDPOINT_URL=http://127.0.0.1:$PPORT s3run 1 F
+rc=$?
+n_shards=$(ls "$TMP/data/train" | grep -c '^shard-')
+[[ $rc == 0 ]] && cmp -s <(final_lines "$TMP/L1/metrics.jsonl") <(final_lines "$TMP/F/metrics.jsonl") &&
+    [[ $(grep -c ' 1 503$' "$TMP/proxy.log") == "$n_shards" && $(grep -c ' 2 flip$' "$TMP/proxy.log") == "$n_shards" &&
+       $(grep -c ' 3 pass$' "$TMP/proxy.log") == "$n_shards" ]]
+tap_check $? "a flaky store (503 SlowDown, then a corrupted body, for each of the $n_shards shards): retried and fetched again, bit for bit (exit $rc)"
+kill "$PROXYPID" 2>/dev/null; wait "$PROXYPID" 2>/dev/null
+
+# an object corrupted in the store (same size, one byte changed): fetched again, then exit 2
+victim=$(obj train/shard-00003.bin)
+printf '\xff\xff' | dd of="$victim" bs=1 seek=100 conv=notrunc status=none
+s3run 1 C
+rc=$?
+[[ $rc == 2 ]] && grep -q 'error: s3://tsr/ds/train/shard-00003.bin' "$TMP/C.txt" && grep -q 'CRC32C differs' "$TMP/C.txt" &&
+    [[ -z $(ls "$TMP"/stage-C/*/ | grep -E 'shard-00003|tmp') ]]
+tap_check $? "a corrupted object: exit 2 naming s3://tsr/ds/train/shard-00003.bin, nothing of it committed (exit $rc)"
+grep 'error' "$TMP/C.txt" | head -1 | sed 's/^/# /'
+tap_done
