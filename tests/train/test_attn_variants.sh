@@ -11,10 +11,16 @@
 #    (exit 1, a config error: docs/tessera-train.md) naming the key, nothing written in run_dir;
 #  - a layer_types entry that is not a Hugging Face name, and sliding layers without a window,
 #    are refused naming the key;
-#  - a resume with another window, or without the sinks, is refused (exit 1) naming what differs.
+#  - a resume with another window, or without the sinks, is refused (exit 1) naming what differs;
+#  - tessera generate from that checkpoint, greedy, 100 tokens (far past the window of 5): the KV
+#    cache's ids equal the no-cache forward's, and its next-token probabilities agree within
+#    1e-6 + 1e-4 p (tests/eval/generate_lib.sh).
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 7
+GEN=("$TOOL" generate --set threads=1)
+PROMPT="5 17 3 250 99 12 7 300 41 8 2 66 19 101 3 77 45 9 13 21"
+source "$(dirname "$0")/../eval/generate_lib.sh"
+tap_plan 8
 make_synth "$TMP/data" 512 60000
 tiny_llama_args "$TMP/data/train"
 args+=(--set model.n_head=4 --set model.n_kv_head=2 --set max_duration=6ba --set save_interval=6ba
@@ -75,4 +81,8 @@ rc2=$?
     grep -q "attention window of the first layer that differs .* 4 vs 5" "$TMP/D-window.txt" &&
     [[ -z $(json_field "$TMP/D/metrics.jsonl" 7 loss) ]]
 tap_check $? "a resume with another window (exit $rc1) or without the sinks (exit $rc2) is refused naming what differs"
+
+greedy D gen --max-tokens 100 && [[ $(wc -w <"$TMP/gen.c") == 100 ]] && cmp -s "$TMP/gen.c" "$TMP/gen.n" &&
+    probs_close "$TMP/gen.c.probs" "$TMP/gen.n.probs"
+tap_check $? "generate (window 5 on layer 0, sinks), greedy 20 + 100 tokens: KV cache == no cache, ids and probabilities"
 tap_done
