@@ -202,17 +202,20 @@ struct tsr_backend {
     /* Attention (the maths of ops.h attention_forward). What the backward reads besides qkv and
      * out is the backend's: `saved` fp32 of attention_saved(B,T,NH) floats (fp32: the
      * probabilities (B,NH,T,T); CUDA: the log-sum-exp (B,NH,T)), and attention_scratch bytes of
-     * scratch (0: none). */
+     * scratch (0: none). var: the layer's window and sinks (ops.h tsr_attn_var; sinks and
+     * dsinks fp32), or NULL; a backend without the variants (CUDA, so far) is never given one:
+     * the trainer refuses such a model there at start (config_checks.c). */
     size_t (*attention_saved)(int B, int T, int NH);
     size_t (*attention_scratch)(int B, int T, int NH, int KVH, int hs);
     void (*attention_forward)(const tsr_backend *be, void *out, float *saved, const void *qkv,
-                              const float *slopes, const int32_t *seq, int B, int T, int NH,
-                              int KVH, int hs);
-    /* dqkv act += (or = by mode) */
+                              const float *slopes, const int32_t *seq, const tsr_attn_var *var,
+                              int B, int T, int NH, int KVH, int hs);
+    /* dqkv act += (or = by mode); var->dsinks fp32 += */
     void (*attention_backward)(const tsr_backend *be, void *dqkv, const void *dout,
                                const void *qkv, const void *out, const float *saved,
-                               const float *slopes, const int32_t *seq, void *scratch, int B,
-                               int T, int NH, int KVH, int hs, tsr_grad_mode mode);
+                               const float *slopes, const int32_t *seq, const tsr_attn_var *var,
+                               void *scratch, int B, int T, int NH, int KVH, int hs,
+                               tsr_grad_mode mode);
     /* Ring attention's blocks (context parallelism, src/model/model_ring.c): ops.h's
      * ring_forward and ring_backward with the backend's types (the block's q, kv, and dout, out
      * act; acc, lse, dq, dkv fp32; lo, hi int32 on the backend), and scratch of
@@ -235,13 +238,15 @@ struct tsr_backend {
     /* ops.h attention_decode_rows on one layer's caches of every slot (kt, v act; slot, pos,
      * seg int32 on the backend; scratch fp32), or NULL */
     void (*attention_decode_rows)(const tsr_backend *be, void *out, void *kt, void *v,
-                                  const void *qkv, const float *slopes, float *scratch,
+                                  const void *qkv, const float *slopes, const tsr_attn_var *var,
+                                  float *scratch,
                                   int nscratch, const int32_t *slot, const int32_t *pos,
                                   const int32_t *seg, int n, size_t slot_stride, int cap, int NH,
                                   int KVH, int hs);
     /* ops.h attention_decode on one layer's cache (kt, v act; scratch fp32), or NULL */
     void (*attention_decode)(const tsr_backend *be, void *out, void *kt, void *v,
-                             const void *qkv, const float *slopes, float *scratch, int nscratch,
+                             const void *qkv, const float *slopes, const tsr_attn_var *var,
+                             float *scratch, int nscratch,
                              int p0, int c, int seg, int cap, int NH, int KVH, int hs);
 
     /* Softmax over the first V of Vp columns and cross-entropy: losses (N) fp32. dlosses (N)

@@ -64,6 +64,25 @@ typedef struct tsr_ring_block {
     const float *slopes;     /* (NH) or NULL */
 } tsr_ring_block;
 
+/* The attention variants of one layer (docs/models.md "Attention variants"); a NULL pointer to
+ * it, or a zeroed one, is plain attention, with the same bits as before the variants existed.
+ *   window: sliding-window attention (model.layer_types, model.sliding_window): row i sees
+ *           columns j with i - window < j <= i (Hugging Face's convention), besides the causal
+ *           and document masks; 0 = no window.
+ *   sinks:  (NH) a learned logit per query head (gpt-oss) that joins every row's softmax
+ *           denominator and adds nothing to the output: att[i,j] = e^s_ij / (e^sink_h +
+ *           sum_j' e^s_ij'); or NULL.
+ *   dsinks: the backward's (NH) += d loss / d sink_h = -sum_i p_sink(i) (dout_i . out_i), or
+ *           NULL (no sinks, or frozen).
+ *   scale:  the scores' factor in place of 1 / sqrt(hs) (Gemma's query_pre_attn_scalar q:
+ *           1 / sqrt(q)); 0 = 1 / sqrt(hs). */
+typedef struct tsr_attn_var {
+    int window;
+    const float *sinks;
+    float *dsinks;
+    float scale;
+} tsr_attn_var;
+
 typedef struct tsr_ops {
     const char *name; /* "cpu", "cuda" */
 
@@ -111,13 +130,17 @@ typedef struct tsr_ops {
      * qkv (B,T,QKV) laid out [q | k | v]: query head h at columns h*hs.., key head g at
      * NH*hs + g*hs.., value head g at (NH+KVH)*hs + g*hs..; out (B,T,NH*hs);
      * att (B,NH,T,T) saved for backward; alibi_slopes (NH) or NULL; seq (B,T) segment ids or NULL
-     * (segments are contiguous runs: an id that comes back after another is a new segment) */
+     * (segments are contiguous runs: an id that comes back after another is a new segment);
+     * var the layer's window and sinks (tsr_attn_var), or NULL */
     void (*attention_forward)(float *out, float *att, const float *qkv, const float *alibi_slopes,
-                              const int32_t *seq, int B, int T, int NH, int KVH, int hs);
-    /* dqkv (B,T,QKV) +=, dout (B,T,NH*hs), qkv and att from the forward pass, seq as given to it
-     * (a key/value head's gradient sums over the query heads that share it) */
+                              const int32_t *seq, const tsr_attn_var *var, int B, int T, int NH,
+                              int KVH, int hs);
+    /* dqkv (B,T,QKV) +=, dout (B,T,NH*hs), qkv and att from the forward pass, seq and var as
+     * given to it, var->dsinks += (a key/value head's gradient sums over the query heads that
+     * share it) */
     void (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *att,
-                               const int32_t *seq, int B, int T, int NH, int KVH, int hs);
+                               const int32_t *seq, const tsr_attn_var *var, int B, int T, int NH,
+                               int KVH, int hs);
 
     /* RMSNorm over the last axis: out = inp * rstd * w, rstd = 1 / sqrt(mean(inp^2) + eps).
      * out (N,C), rstd (N) saved for backward, inp (N,C), w (C) */
@@ -262,11 +285,13 @@ typedef struct tsr_ops {
      * p0..p0+c-1 of qkv (c,QKV) into kt (KVH,hs,cap) (keys transposed per head) and
      * v (KVH,cap,hs), then out (c,NH*hs) = attention of each row p over the cached positions
      * seg..p, with the scores, softmax and products of attention_forward in the same order (the
-     * same bits as a forward over the segment alone). scratch (nscratch, cap): one score row per
-     * thread (at most nscratch threads). */
+     * same bits as a forward over the segment alone; with var's window, positions p - window + 1
+     * .. p of the segment only, and var's sinks in the softmax). scratch (nscratch, cap): one
+     * score row per thread (at most nscratch threads). */
     void (*attention_decode)(float *out, float *kt, float *v, const float *qkv,
-                             const float *alibi_slopes, float *scratch, int nscratch, int p0,
-                             int c, int seg, int cap, int NH, int KVH, int hs);
+                             const float *alibi_slopes, const tsr_attn_var *var, float *scratch,
+                             int nscratch, int p0, int c, int seg, int cap, int NH, int KVH,
+                             int hs);
     /* out (OC) = inp (IC) @ w^T + bias (or NULL): one row, the decode step's matrix-vector
      * product (another summation order than matmul_forward). */
     void (*matvec_forward)(float *out, const float *inp, const float *w, const float *bias,
@@ -278,7 +303,8 @@ typedef struct tsr_ops {
      * attention_decode computes it (the same bits, whatever the other rows). scratch as
      * attention_decode's. */
     void (*attention_decode_rows)(float *out, float *kt, float *v, const float *qkv,
-                                  const float *alibi_slopes, float *scratch, int nscratch,
+                                  const float *alibi_slopes, const tsr_attn_var *var,
+                                  float *scratch, int nscratch,
                                   const int32_t *slot, const int32_t *pos, const int32_t *seg,
                                   int n, size_t slot_stride, int cap, int NH, int KVH, int hs);
     /* out (N,OC) = inp (N,IC) @ w^T + bias (or NULL), batch-invariant: each element one dot

@@ -23,6 +23,12 @@
  * of a sequence (zero terms add exactly); dq, dk, dv agree with that within rounding only, because
  * dk and dv are summed in blocks of RB rows counted from the start of the sequence. Without segment
  * ids lo = 0 and every loop is the plain causal one.
+ *
+ * Variants (ops.h tsr_attn_var). A sliding window of W moves lo(i) up to i - W + 1 and hi(j) down
+ * to j + W: both stay non-decreasing, so the loops above are the window's too, and a row's work is
+ * O(W), not O(i) (the blocks left of the band are never computed). Sinks add e^(sink_h - max) to
+ * each row's denominator; the backward's sink gradient takes each row's sink probability as
+ * 1 - sum_j att[i,j] (in double), so it needs neither the scores nor the ALiBi slopes again.
  */
 #include <math.h>
 #include <omp.h>
@@ -138,13 +144,13 @@ static void pack_head(float *dst, const float *src, ptrdiff_t lds, int T, int hs
  * [lo, i]: row[j] = softmax_j(row[j] - slope (i - j)) for lo <= j <= i, 0 for j < lo and i < j < T.
  * The segment is addressed from its first column, so the arithmetic (and the order of the
  * vectorised sums) depends on the segment alone, not on where it lies in the row. */
-static void softmax_causal_row(float *row, int lo, int i, int T, float slope) {
+static void softmax_causal_row(float *row, int lo, int i, int T, float slope, const float *sink) {
     float *r = row + lo;
     const int n = i - lo + 1;
     for (int j = 0; j < lo; j++) row[j] = 0.0f;
     if (slope != 0.0f)
         for (int j = 0; j < n; j++) r[j] -= slope * (float)(n - 1 - j);
-    float mx = -INFINITY;
+    float mx = sink ? *sink : -INFINITY;
 #pragma omp simd reduction(max : mx)
     for (int j = 0; j < n; j++) mx = r[j] > mx ? r[j] : mx;
     float sum = 0.0f;
@@ -154,22 +160,37 @@ static void softmax_causal_row(float *row, int lo, int i, int T, float slope) {
         r[j] = e;
         sum += e;
     }
+    if (sink) sum += cpu_expf(*sink - mx); /* the sink's share of the denominator */
     float inv = 1.0f / sum;
     for (int j = 0; j < n; j++) r[j] *= inv;
     for (int j = i + 1; j < T; j++) row[j] = 0.0f;
 }
 
 /* lo[i] = first index of the segment holding i (a run of equal ids in seq (T)), hi[i] = one past
- * its last index; without seq one segment: lo = 0, hi = T. Both are non-decreasing in i. */
-static void segment_bounds(int *lo, int *hi, const int32_t *seq, int T) {
+ * its last index; without seq one segment: lo = 0, hi = T. Then a window W > 0 narrows both:
+ * lo[i] >= i - W + 1 (the first column row i sees), hi[i] <= i + W (one past the last row that
+ * sees column i). Both are non-decreasing in i. */
+static void segment_bounds(int *lo, int *hi, const int32_t *seq, int T, int W) {
     if (!seq) {
         for (int i = 0; i < T; i++) lo[i] = 0, hi[i] = T;
-        return;
+    } else {
+        lo[0] = 0;
+        for (int i = 1; i < T; i++) lo[i] = seq[i] == seq[i - 1] ? lo[i - 1] : i;
+        hi[T - 1] = T;
+        for (int i = T - 2; i >= 0; i--) hi[i] = seq[i] == seq[i + 1] ? hi[i + 1] : i + 1;
     }
-    lo[0] = 0;
-    for (int i = 1; i < T; i++) lo[i] = seq[i] == seq[i - 1] ? lo[i - 1] : i;
-    hi[T - 1] = T;
-    for (int i = T - 2; i >= 0; i--) hi[i] = seq[i] == seq[i + 1] ? hi[i + 1] : i + 1;
+    for (int i = 0; i < T && W > 0; i++) {
+        if (lo[i] < i - W + 1) lo[i] = i - W + 1;
+        if (hi[i] > i + W) hi[i] = i + W;
+    }
+}
+
+static int var_window(const tsr_attn_var *var) { return var ? var->window : 0; }
+static float var_scale(const tsr_attn_var *var, int hs) {
+    return var && var->scale > 0.0f ? var->scale : 1.0f / sqrtf((float)hs);
+}
+static const float *var_sink(const tsr_attn_var *var, int h) {
+    return var && var->sinks ? var->sinks + h : NULL;
 }
 
 /* Grouped-query attention: query head h reads key/value head g = h / (NH/KVH). In a qkv row
@@ -198,11 +219,12 @@ static void check_heads(const char *op, int NH, int KVH, int hs) {
  * alibi_slopes (NH) or NULL, seq (B,T) segment ids or NULL. One task per (b, h): a key/value
  * head is packed once per query head that reads it (O(T hs) beside the head's O(T^2 hs)). */
 void cpu_attention_forward(float *out, float *att, const float *qkv, const float *alibi_slopes,
-                           const int32_t *seq, int B, int T, int NH, int KVH, int hs) {
+                           const int32_t *seq, const tsr_attn_var *var, int B, int T, int NH,
+                           int KVH, int hs) {
     const int C = NH * hs;
     check_heads("attention_forward", NH, KVH, hs);
     const ptrdiff_t C3 = (ptrdiff_t)(NH + 2 * KVH) * hs;
-    const float scale = 1.0f / sqrtf((float)hs);
+    const float scale = var_scale(var, hs);
 #pragma omp parallel
     {
         float *kt = tsr_malloc((size_t)2 * hs * T * sizeof *kt), *vp = kt + (size_t)hs * T;
@@ -215,7 +237,7 @@ void cpu_attention_forward(float *out, float *att, const float *qkv, const float
             float *a = att + (size_t)bh * T * T;
             float *o = out + (size_t)b * T * C + (size_t)h * hs;
             const float slope = alibi_slopes ? alibi_slopes[h] : 0.0f;
-            segment_bounds(lo, hi, seq ? seq + (size_t)b * T : NULL, T);
+            segment_bounds(lo, hi, seq ? seq + (size_t)b * T : NULL, T, var_window(var));
             transpose_head(kt, k, C3, T, hs); /* K^T (hs,T) */
             pack_head(vp, v, C3, T, hs);      /* V (T,hs) */
             for (int i0 = 0; i0 < T; i0 += MR) {
@@ -227,7 +249,7 @@ void cpu_attention_forward(float *out, float *att, const float *qkv, const float
                     tile(m, imin(NR, T - j0), hs, q + i0 * C3, C3, 1, kt + j0, T,
                          a + (size_t)i0 * T + j0, T, scale, 0);
                 for (int i = i0; i < iend; i++)
-                    softmax_causal_row(a + (size_t)i * T, lo[i], i, T, slope);
+                    softmax_causal_row(a + (size_t)i * T, lo[i], i, T, slope, var_sink(var, h));
                 for (int d0 = 0; d0 < hs; d0 += NR)
                     tile(m, imin(NR, hs - d0), iend - jlo, a + (size_t)i0 * T + jlo, T, 1,
                          vp + (size_t)jlo * hs + d0, hs, o + (size_t)i0 * C + d0, C, 1.0f, 0);
@@ -238,13 +260,21 @@ void cpu_attention_forward(float *out, float *att, const float *qkv, const float
     }
 }
 
+/* A row's sink probability: what its n probabilities leave of 1 (>= 0). */
+static float sink_prob(const float *a, int n) {
+    double sum = 0.0;
+    for (int j = 0; j < n; j++) sum += a[j];
+    return sum < 1.0 ? (float)(1.0 - sum) : 0.0f;
+}
+
 /* One query head's share of the backward, its head's packed operands given: q, k, dout (T,hs) as
  * qp, kp, gp, V^T (hs,T) as vt; a (T,T) its probabilities; ds (RB,T) scratch; lo, hi its rows'
  * segment bounds. dq_i += sum_j dS[i,j] k_j into dq; dk_j += sum_i dS[i,j] q_i and
- * dv_j += sum_i att[i,j] dout_i into dk, dv (rows C3 apart, all three). */
-static void head_backward(float *dq, float *dk, float *dv, const float *a, const float *qp,
-                          const float *kp, const float *vt, const float *gp, float *ds,
-                          const int *lo, const int *hi, int T, int hs, ptrdiff_t C3,
+ * dv_j += sum_i att[i,j] dout_i into dk, dv (rows C3 apart, all three); with a sink,
+ * *dsink -= p_sink(i) D_i over the rows (D_i = sum_j att[i,j] dA[i,j] = dout_i . out_i). */
+static void head_backward(float *dq, float *dk, float *dv, float *dsink, const float *a,
+                          const float *qp, const float *kp, const float *vt, const float *gp,
+                          float *ds, const int *lo, const int *hi, int T, int hs, ptrdiff_t C3,
                           float scale) {
     for (int r0 = 0; r0 < T; r0 += RB) {
         const int r1 = imin(T, r0 + RB), blo = lo[r0]; /* the block sees columns >= blo */
@@ -265,6 +295,7 @@ static void head_backward(float *dq, float *dk, float *dv, const float *a, const
             float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
             for (int j = 0; j < n; j++) dot += ai[j] * di[j];
+            if (dsink) *dsink -= sink_prob(ai, n) * dot;
             for (int j = 0; j < n; j++) di[j] = scale * ai[j] * (di[j] - dot);
             for (int j = blo; j < li; j++) row[j] = 0.0f;
             for (int j = i + 1; j < r1; j++) row[j] = 0.0f;
@@ -305,12 +336,15 @@ static void head_backward(float *dq, float *dk, float *dv, const float *a, const
  * dqkv (B,T,QKV) +=, dout (B,T,C), C = NH hs, qkv (B,T,QKV), att (B,NH,T,T) from the forward
  * pass, seq (B,T) the forward's segment ids or NULL */
 void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
-                            const int32_t *seq, int B, int T, int NH, int KVH, int hs) {
+                            const int32_t *seq, const tsr_attn_var *var, int B, int T, int NH,
+                            int KVH, int hs) {
     const int C = NH * hs, R = NH / (KVH > 0 ? KVH : 1);
     check_heads("attention_backward", NH, KVH, hs);
+    /* each (b, h) sums its sink gradient alone; the heads' sums then add in b order */
+    float *dsk = var && var->sinks && var->dsinks ? tsr_calloc((size_t)B * NH, sizeof *dsk) : NULL;
     const ptrdiff_t C3 = (ptrdiff_t)(NH + 2 * KVH) * hs;
     const size_t th = (size_t)T * hs;
-    const float scale = 1.0f / sqrtf((float)hs);
+    const float scale = var_scale(var, hs);
 #pragma omp parallel
     {
         float *vt = tsr_malloc((4 * th + (size_t)RB * T) * sizeof *vt);
@@ -321,13 +355,14 @@ void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, co
             const int b = bg / KVH, h0 = (bg % KVH) * R;
             const size_t base = (size_t)b * T * C3;
             const ptrdiff_t kc = k_col(h0, NH, KVH, hs), vc = v_col(h0, NH, KVH, hs);
-            segment_bounds(lo, hi, seq ? seq + (size_t)b * T : NULL, T);
+            segment_bounds(lo, hi, seq ? seq + (size_t)b * T : NULL, T, var_window(var));
             transpose_head(vt, qkv + base + vc, C3, T, hs);
             pack_head(kp, qkv + base + kc, C3, T, hs);
             for (int h = h0; h < h0 + R; h++) {
                 pack_head(qp, qkv + base + (size_t)h * hs, C3, T, hs);
                 pack_head(gp, dout + (size_t)b * T * C + (size_t)h * hs, C, T, hs);
                 head_backward(dqkv + base + (size_t)h * hs, dqkv + base + kc, dqkv + base + vc,
+                              dsk ? dsk + (size_t)b * NH + h : NULL,
                               att + ((size_t)b * NH + h) * T * T, qp, kp, vt, gp, ds, lo, hi, T,
                               hs, C3, scale);
             }
@@ -335,6 +370,9 @@ void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, co
         free(lo);
         free(vt);
     }
+    for (int b = 0; dsk && b < B; b++)
+        for (int h = 0; h < NH; h++) var->dsinks[h] += dsk[(size_t)b * NH + h];
+    free(dsk);
 }
 
 /* ---- decoding over a KV cache ------------------------------------------------------------- */
@@ -361,7 +399,7 @@ static void cache_store(float *kt, float *v, const float *qkv, int p0, int c, in
  *   out[d] = fmaf-chain over j of a_j v_j[d].
  * q (hs), kt (hs, cap), v (cap, hs), row (p+1) scratch, out (hs) */
 static void decode_row(float *out, float *row, const float *q, const float *kt, const float *v,
-                       int cap, int hs, int p, float slope, float scale) {
+                       int cap, int hs, int p, float slope, float scale, const float *sink) {
     const int n = p + 1;
     for (int j = 0; j < n; j++) row[j] = 0.0f;
     for (int d = 0; d < hs; d++) {
@@ -369,12 +407,18 @@ static void decode_row(float *out, float *row, const float *q, const float *kt, 
         for (int j = 0; j < n; j++) row[j] = fmaf(a, k[j], row[j]);
     }
     for (int j = 0; j < n; j++) row[j] = scale * row[j];
-    softmax_causal_row(row, 0, p, n, slope);
+    softmax_causal_row(row, 0, p, n, slope, sink);
     for (int d = 0; d < hs; d++) out[d] = 0.0f;
     for (int j = 0; j < n; j++) {
         const float a = row[j], *vj = v + (size_t)j * hs;
         for (int d = 0; d < hs; d++) out[d] = fmaf(a, vj[d], out[d]);
     }
+}
+
+/* The first cache position a row at position p sees: its segment's start seg, or with a window
+ * W > 0 position p - W + 1 if later (the forward's lo). */
+static int window_start(int seg, int p, int W) {
+    return W > 0 && p - W + 1 > seg ? p - W + 1 : seg;
 }
 
 /* Attention work (multiply-adds) below which a decode step stays on one thread. */
@@ -383,21 +427,22 @@ static void decode_row(float *out, float *row, const float *q, const float *kt, 
 /* out (c, NH hs): each query head h of rows p0..p0+c-1 over key/value head g = h / (NH/KVH) of
  * the cache (see ops.h); one task per (row, query head) */
 void cpu_attention_decode(float *out, float *kt, float *v, const float *qkv,
-                          const float *alibi_slopes, float *scratch, int nscratch, int p0, int c,
-                          int seg, int cap, int NH, int KVH, int hs) {
+                          const float *alibi_slopes, const tsr_attn_var *var, float *scratch,
+                          int nscratch, int p0, int c, int seg, int cap, int NH, int KVH, int hs) {
     const int C = NH * hs, R = NH / (KVH > 0 ? KVH : 1);
     check_heads("attention_decode", NH, KVH, hs);
     const size_t QKV = (size_t)(NH + 2 * KVH) * hs;
-    const float scale = 1.0f / sqrtf((float)hs);
+    const float scale = var_scale(var, hs);
     cache_store(kt, v, qkv, p0, c, cap, NH, KVH, hs);
     const long tasks = (long)c * NH, work = tasks * (p0 + c - seg) * hs;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nscratch) if (work >= DECODE_PAR_MIN)
     for (long t = 0; t < tasks; t++) {
         const int i = (int)(t / NH), h = (int)(t % NH), g = h / R;
+        const int s = window_start(seg, p0 + i, var_window(var));
         float *row = scratch + (size_t)omp_get_thread_num() * cap;
         decode_row(out + (size_t)i * C + (size_t)h * hs, row, qkv + i * QKV + (size_t)h * hs,
-                   kt + (size_t)g * hs * cap + seg, v + ((size_t)g * cap + seg) * hs, cap, hs,
-                   p0 + i - seg, alibi_slopes ? alibi_slopes[h] : 0.0f, scale);
+                   kt + (size_t)g * hs * cap + s, v + ((size_t)g * cap + s) * hs, cap, hs,
+                   p0 + i - s, alibi_slopes ? alibi_slopes[h] : 0.0f, scale, var_sink(var, h));
     }
 }
 
@@ -406,13 +451,14 @@ void cpu_attention_decode(float *out, float *kt, float *v, const float *qkv,
  * key and value stored there, then each query head as cpu_attention_decode computes one row (the
  * same bits); one task per (row, query head) */
 void cpu_attention_decode_rows(float *out, float *kt, float *v, const float *qkv,
-                               const float *alibi_slopes, float *scratch, int nscratch,
+                               const float *alibi_slopes, const tsr_attn_var *var, float *scratch,
+                               int nscratch,
                                const int32_t *slot, const int32_t *pos, const int32_t *seg, int n,
                                size_t slot_stride, int cap, int NH, int KVH, int hs) {
     const int C = NH * hs, R = NH / (KVH > 0 ? KVH : 1);
     check_heads("attention_decode_rows", NH, KVH, hs);
     const size_t QKV = (size_t)(NH + 2 * KVH) * hs;
-    const float scale = 1.0f / sqrtf((float)hs);
+    const float scale = var_scale(var, hs);
     long work = 0;
     for (int i = 0; i < n; i++) {
         const size_t at = (size_t)slot[i] * slot_stride;
@@ -422,11 +468,13 @@ void cpu_attention_decode_rows(float *out, float *kt, float *v, const float *qkv
     const long tasks = (long)n * NH;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nscratch) if (work >= DECODE_PAR_MIN)
     for (long t = 0; t < tasks; t++) {
-        const int i = (int)(t / NH), h = (int)(t % NH), g = h / R, s = seg[i];
+        const int i = (int)(t / NH), h = (int)(t % NH), g = h / R;
+        const int s = window_start(seg[i], pos[i], var_window(var));
         const size_t at = (size_t)slot[i] * slot_stride;
         float *row = scratch + (size_t)omp_get_thread_num() * cap;
         decode_row(out + (size_t)i * C + (size_t)h * hs, row, qkv + i * QKV + (size_t)h * hs,
                    kt + at + (size_t)g * hs * cap + s, v + at + ((size_t)g * cap + s) * hs, cap,
-                   hs, pos[i] - s, alibi_slopes ? alibi_slopes[h] : 0.0f, scale);
+                   hs, pos[i] - s, alibi_slopes ? alibi_slopes[h] : 0.0f, scale,
+                   var_sink(var, h));
     }
 }

@@ -220,19 +220,20 @@ static size_t f_attention_scratch(int B, int T, int NH, int KVH, int hs) {
 }
 
 static void f_attention_forward(const tsr_backend *be, void *out, float *saved, const void *qkv,
-                                const float *slopes, const int32_t *seq, int B, int T, int NH,
-                                int KVH, int hs) {
-    OPS(be)->attention_forward(out, saved, qkv, slopes, seq, B, T, NH, KVH, hs);
+                                const float *slopes, const int32_t *seq, const tsr_attn_var *var,
+                                int B, int T, int NH, int KVH, int hs) {
+    OPS(be)->attention_forward(out, saved, qkv, slopes, seq, var, B, T, NH, KVH, hs);
 }
 
 /* the probabilities hold the ALiBi term: out, slopes and scratch go unread */
 static void f_attention_backward(const tsr_backend *be, void *dqkv, const void *dout,
                                  const void *qkv, const void *out, const float *saved,
-                                 const float *slopes, const int32_t *seq, void *scratch, int B,
-                                 int T, int NH, int KVH, int hs, tsr_grad_mode mode) {
+                                 const float *slopes, const int32_t *seq, const tsr_attn_var *var,
+                                 void *scratch, int B, int T, int NH, int KVH, int hs,
+                                 tsr_grad_mode mode) {
     (void)out, (void)slopes, (void)scratch;
     set_zero(be, dqkv, (size_t)B * T * (NH + 2 * KVH) * hs, mode);
-    OPS(be)->attention_backward(dqkv, dout, qkv, saved, seq, B, T, NH, KVH, hs);
+    OPS(be)->attention_backward(dqkv, dout, qkv, saved, seq, var, B, T, NH, KVH, hs);
 }
 
 static void f_ring_forward(const tsr_backend *be, float *acc, float *lse, const tsr_ring_block *k,
@@ -269,19 +270,20 @@ static void f_copy_rows(const tsr_backend *be, void *dst, size_t dpitch, const v
 }
 
 static void f_attention_decode(const tsr_backend *be, void *out, void *kt, void *v,
-                               const void *qkv, const float *slopes, float *scratch, int nscratch,
-                               int p0, int c, int seg, int cap, int NH, int KVH, int hs) {
-    OPS(be)->attention_decode(out, kt, v, qkv, slopes, scratch, nscratch, p0, c, seg, cap, NH, KVH,
-                              hs);
+                               const void *qkv, const float *slopes, const tsr_attn_var *var,
+                               float *scratch, int nscratch, int p0, int c, int seg, int cap,
+                               int NH, int KVH, int hs) {
+    OPS(be)->attention_decode(out, kt, v, qkv, slopes, var, scratch, nscratch, p0, c, seg, cap, NH,
+                              KVH, hs);
 }
 
 static void f_attention_decode_rows(const tsr_backend *be, void *out, void *kt, void *v,
-                                    const void *qkv, const float *slopes, float *scratch,
-                                    int nscratch, const int32_t *slot, const int32_t *pos,
-                                    const int32_t *seg, int n, size_t slot_stride, int cap, int NH,
-                                    int KVH, int hs) {
-    OPS(be)->attention_decode_rows(out, kt, v, qkv, slopes, scratch, nscratch, slot, pos, seg, n,
-                                   slot_stride, cap, NH, KVH, hs);
+                                    const void *qkv, const float *slopes, const tsr_attn_var *var,
+                                    float *scratch, int nscratch, const int32_t *slot,
+                                    const int32_t *pos, const int32_t *seg, int n,
+                                    size_t slot_stride, int cap, int NH, int KVH, int hs) {
+    OPS(be)->attention_decode_rows(out, kt, v, qkv, slopes, var, scratch, nscratch, slot, pos, seg,
+                                   n, slot_stride, cap, NH, KVH, hs);
 }
 
 /* softmax_xent_forward in place (probabilities over the logits), then with dlosses

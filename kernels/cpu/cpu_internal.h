@@ -38,14 +38,17 @@ void cpu_lora_backward(float *dinp, float *dA, float *dB, const float *dout, int
 
 /* cpu_attention.c */
 void cpu_attention_forward(float *out, float *att, const float *qkv, const float *alibi_slopes,
-                           const int32_t *seq, int B, int T, int NH, int KVH, int hs);
+                           const int32_t *seq, const tsr_attn_var *var, int B, int T, int NH,
+                           int KVH, int hs);
 void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
-                            const int32_t *seq, int B, int T, int NH, int KVH, int hs);
+                            const int32_t *seq, const tsr_attn_var *var, int B, int T, int NH,
+                            int KVH, int hs);
 void cpu_attention_decode(float *out, float *kt, float *v, const float *qkv,
-                          const float *alibi_slopes, float *scratch, int nscratch, int p0, int c,
-                          int seg, int cap, int NH, int KVH, int hs);
+                          const float *alibi_slopes, const tsr_attn_var *var, float *scratch,
+                          int nscratch, int p0, int c, int seg, int cap, int NH, int KVH, int hs);
 void cpu_attention_decode_rows(float *out, float *kt, float *v, const float *qkv,
-                               const float *alibi_slopes, float *scratch, int nscratch,
+                               const float *alibi_slopes, const tsr_attn_var *var, float *scratch,
+                               int nscratch,
                                const int32_t *slot, const int32_t *pos, const int32_t *seg, int n,
                                size_t slot_stride, int cap, int NH, int KVH, int hs);
 

@@ -1230,7 +1230,7 @@ void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
     for (int b = 0; b < B; b++) {
         const int32_t *sq = seq ? seq + (size_t)b * T : NULL;
         widen_into(x, qkv + b * nx, nx);
-        cpu->attention_forward(o, att, x, alibi_slopes, sq, 1, T, NH, KVH, hs);
+        cpu->attention_forward(o, att, x, alibi_slopes, sq, NULL, 1, T, NH, KVH, hs);
         round_into(out + b * no, o, no);
         att_rows(lse, NULL, NULL, x, alibi_slopes, sq, lo, b, T, NH, KVH, hs);
     }
@@ -1268,7 +1268,7 @@ void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16
         widen_into(g, dout + b * no, no);
         att_rows(NULL, att, lse, x, alibi_slopes, sq, lo, b, T, NH, KVH, hs);
         memset(dx, 0, nx * sizeof *dx);
-        cpu->attention_backward(dx, g, x, att, sq, 1, T, NH, KVH, hs);
+        cpu->attention_backward(dx, g, x, att, sq, NULL, 1, T, NH, KVH, hs);
         grad_round_into(dqkv + b * nx, dx, nx, mode);
     }
     free(lo), free(att), free(dx), free(g), free(x);
@@ -1542,7 +1542,7 @@ void tcu_attention_decode(tsr_bf16 *out, tsr_bf16 *kt, tsr_bf16 *v, const tsr_bf
         const int p = pos ? pos[i] : p0 + i, sg = seg ? seg[i] : seg0;
         widen_into(k, kt + at, per), widen_into(vv, v + at, per);
         widen_into(x, qkv + (size_t)i * QKV, QKV);
-        cpu->attention_decode(o, k, vv, x, alibi_slopes, row, 1, p, 1, sg, cap, NH, KVH, hs);
+        cpu->attention_decode(o, k, vv, x, alibi_slopes, NULL, row, 1, p, 1, sg, cap, NH, KVH, hs);
         round_into(out + (size_t)i * NH * hs, o, (size_t)NH * hs);
         for (int g = 0; g < KVH; g++)
             for (int d = 0; d < hs; d++) {

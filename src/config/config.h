@@ -135,6 +135,13 @@ typedef struct tsr_model_config {
     int activation_checkpointing_layers; /* the first this many layers are checkpointed; -1 = all */
     char activation_checkpointing_range[32]; /* "A-B": layers A..B (0-based, inclusive) instead */
     tsr_actcomp_kind activation_compression;
+    /* attention variants (docs/models.md "Attention variants") */
+    char layer_types[2048]; /* "" (every layer full) or a comma list of sliding_attention /
+                             * full_attention, one per layer or a pattern repeated over them */
+    int sliding_window;   /* W of the sliding layers (0: none; with layer_types "", W > 0 makes
+                           * every layer sliding) */
+    int attn_sinks;       /* a learned logit per head in every row's softmax (gpt-oss) */
+    double query_pre_attn_scalar; /* scores times 1 / sqrt(this) (Gemma); 0 = the head size */
 } tsr_model_config;
 
 typedef struct tsr_optim_config {
@@ -402,6 +409,14 @@ typedef struct tsr_model_dims {
  * factors. Returns 0, or -1 with the reason in why and the offending key in *key. */
 int config_model_dims(const tsr_model_config *m, tsr_model_dims *d, const char **key, char *why,
                       size_t cap);
+/* The attention window of layer l (0 <= l < n_layer) of a config config_model_dims accepted:
+ * model.sliding_window when the layer's model.layer_types entry is sliding_attention (every layer
+ * when layer_types is "" and sliding_window > 0), else 0 (full attention). */
+int config_layer_window(const tsr_model_config *m, int l);
+/* The model uses a sliding window, attention sinks or a query_pre_attn_scalar other than the head
+ * size (what the CUDA backend and the ring of context parallelism do not run yet): the key that
+ * asks for it, or NULL. */
+const char *config_attn_variant_key(const tsr_model_config *m);
 /* Writes the effective config in libconfig syntax (loadable by config_load). */
 void config_print(FILE *f, const tsr_config *cfg);
 /* Writes the effective config to path (temp file + fsync + rename). Returns 0 or TSR_EXIT_DATA.

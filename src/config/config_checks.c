@@ -56,6 +56,11 @@ const char *const cfgload_cross_rules[] = {
     "`precision.fp8` other than `none` needs `device = \"cuda\"` (the CPU is the fp32 oracle) and "
     "a GPU of compute capability 8.9 or newer (checked at start); `rowwise` is not built yet. "
     "`model.activation_compression = \"fp8\"` needs `device = \"cuda\"`.",
+    "`model.layer_types` lists `sliding_attention` / `full_attention` only, at most "
+    "`model.n_layer` of them (a shorter list repeats), and names sliding layers only with "
+    "`model.sliding_window` > 0. A sliding window, `model.attn_sinks` or a "
+    "`model.query_pre_attn_scalar` other than the head size runs on `device = \"cpu\"` and "
+    "without context parallelism (`parallel.context = 1`) so far.",
 };
 const size_t cfgload_n_cross_rules = sizeof cfgload_cross_rules / sizeof *cfgload_cross_rules;
 
@@ -278,6 +283,28 @@ static void validate_fp8(load_ctx *c) {
     }
 }
 
+/* Sliding windows and attention sinks (docs/models.md "Attention variants"): the CPU's decoder
+ * runs them; the CUDA kernels and the ring of context parallelism do not yet. */
+static void validate_attn_variants(load_ctx *c) {
+    const tsr_config *g = c->cfg;
+    const char *key = config_attn_variant_key(&g->model);
+    char at[1200];
+    if (!key) return;
+    if (g->device == TSR_DEVICE_CUDA) {
+        tsr_error("%s%s: device = \"cuda\" does not run sliding-window attention, attention "
+                  "sinks or query_pre_attn_scalar yet (no CUDA kernel for them): use device = "
+                  "\"cpu\", or a model without them", cfgload_where(c, key, at, sizeof at), key);
+        c->errors++;
+    }
+    if (g->context > 1) {
+        tsr_error("%s%s: parallel.context = %lld: the ring of context parallelism does not run "
+                  "sliding-window attention, attention sinks or query_pre_attn_scalar yet: set "
+                  "parallel.context = 1",
+                  cfgload_where(c, key, at, sizeof at), key, (long long)g->context);
+        c->errors++;
+    }
+}
+
 /* Options that need another key: evaluations, the document mask, activation checkpointing. */
 static void validate_options(load_ctx *c) {
     const tsr_config *g = c->cfg;
@@ -323,6 +350,7 @@ static void validate_options(load_ctx *c) {
     validate_schedule(c);
     validate_grpo(c);
     validate_fp8(c);
+    validate_attn_variants(c);
 }
 
 /* The data lists: data.mix or data.train, curriculum order, the cache limit. */

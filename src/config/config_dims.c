@@ -163,12 +163,84 @@ static int norm_rope_check(const tsr_model_config *m, const char **key, char *wh
     return 0;
 }
 
+/* The n-th entry of model.layer_types (n counted from 0): *at and *len of it; the entry count
+ * when n is past the last one. Entries are comma-separated, spaces around them ignored. */
+static int layer_type_at(const char *s, int n, const char **at, size_t *len) {
+    int k = 0;
+    for (const char *p = s;; k++) {
+        size_t w = strcspn(p, ",");
+        const char *b = p;
+        while (w > 0 && *b == ' ') b++, w--;
+        while (w > 0 && b[w - 1] == ' ') w--;
+        if (k == n) *at = b, *len = w;
+        p += strcspn(p, ",");
+        if (!*p) return k + 1;
+        p++;
+    }
+}
+
+static int type_is(const char *at, size_t len, const char *name) {
+    return strlen(name) == len && strncmp(at, name, len) == 0;
+}
+
+/* model.layer_types and model.sliding_window against each other and the layer count */
+static int layer_types_check(const tsr_model_config *m, const char **key, char *why, size_t cap) {
+    const char *s = m->layer_types, *at = NULL;
+    size_t len = 0;
+    if (!s[0]) return 0;
+    *key = "model.layer_types";
+    int n = layer_type_at(s, -1, &at, &len), sliding = 0;
+    for (int k = 0; k < n; k++) {
+        layer_type_at(s, k, &at, &len);
+        sliding |= type_is(at, len, "sliding_attention");
+        if (!type_is(at, len, "sliding_attention") && !type_is(at, len, "full_attention")) {
+            snprintf(why, cap, "model.layer_types entry %d is \"%.*s\": expected "
+                     "\"sliding_attention\" or \"full_attention\" (Hugging Face's names)", k,
+                     (int)(len < 64 ? len : 64), at);
+            return -1;
+        }
+    }
+    if (n > m->n_layer) {
+        snprintf(why, cap, "model.layer_types has %d entries with model.n_layer = %d: give one "
+                 "per layer, or a shorter pattern (repeated over the layers)", n, m->n_layer);
+        return -1;
+    }
+    if (sliding && m->sliding_window == 0) {
+        *key = "model.sliding_window";
+        snprintf(why, cap, "model.layer_types names sliding_attention layers but "
+                 "model.sliding_window = 0: set the window (Gemma 3: 512 or 1024, gpt-oss: 128)");
+        return -1;
+    }
+    return 0;
+}
+
+int config_layer_window(const tsr_model_config *m, int l) {
+    if (!m->layer_types[0]) return m->sliding_window;
+    const char *at = NULL;
+    size_t len = 0;
+    int n = layer_type_at(m->layer_types, -1, &at, &len);
+    layer_type_at(m->layer_types, l % n, &at, &len);
+    return type_is(at, len, "sliding_attention") ? m->sliding_window : 0;
+}
+
+const char *config_attn_variant_key(const tsr_model_config *m) {
+    for (int l = 0; l < m->n_layer; l++)
+        if (config_layer_window(m, l) > 0)
+            return m->layer_types[0] ? "model.layer_types" : "model.sliding_window";
+    if (m->attn_sinks) return "model.attn_sinks";
+    const int hs = m->head_dim > 0 ? m->head_dim : m->d_model / (m->n_head > 0 ? m->n_head : 1);
+    if (m->query_pre_attn_scalar > 0 && m->query_pre_attn_scalar != hs)
+        return "model.query_pre_attn_scalar";
+    return NULL;
+}
+
 int config_model_dims(const tsr_model_config *m, tsr_model_dims *d, const char **key, char *why,
                       size_t cap) {
     memset(d, 0, sizeof *d);
     if (head_dims(m, d, key, why, cap) != 0) return -1;
     if (mlp_width(m, d, key, why, cap) != 0) return -1;
     if (moe_dims(m, d, key, why, cap) != 0) return -1;
+    if (layer_types_check(m, key, why, cap) != 0) return -1;
     return norm_rope_check(m, key, why, cap);
 }
 

@@ -301,6 +301,25 @@ const cfgtab_key cfgtab_keys[] = {
      .doc = "With activation_checkpointing other than `none`: `\"A-B\"` checkpoints layers A to B "
             "(0-based, inclusive) instead of the first N, e.g. the middle of a deep model; `\"\"` "
             "= use activation_checkpointing_layers."},
+    {.name = "model.layer_types", .type = CFGK_STRING, FIELD(model.layer_types), .def = "",
+     .doc = "Attention type of each layer, Hugging Face's `layer_types`: a comma list of "
+            "`sliding_attention` (a window of model.sliding_window tokens) and `full_attention`, "
+            "one per layer, or a shorter pattern repeated over the layers (Gemma 3: five "
+            "sliding, one full); `\"\"` = every layer full, or sliding when model.sliding_window "
+            "is set (docs/models.md)."},
+    {.name = "model.sliding_window", .type = CFGK_INT, FIELD(model.sliding_window), .def = "0",
+     .ilo = 0, INT32_ONLY,
+     .doc = "Window W of the sliding-attention layers: position i sees positions j with "
+            "i - W < j <= i (Hugging Face's convention), within its document under the document "
+            "mask; 0 = none. CPU only so far."},
+    {.name = "model.attn_sinks", .type = CFGK_BOOL, FIELD(model.attn_sinks), .def = "false",
+     .doc = "Attention sinks (gpt-oss): a learned logit per head and layer (tensor `sinks`, "
+            "(n_layer, n_head)) that joins every row's softmax denominator. CPU only so far."},
+    {.name = "model.query_pre_attn_scalar", .type = CFGK_FLOAT,
+     FIELD(model.query_pre_attn_scalar), .def = "0", .lo = 0, NO_MAX,
+     .doc = "Attention scores are q.k / sqrt(this) (Gemma's `query_pre_attn_scalar`: 256 in "
+            "Gemma 3 1B-12B, 168 in 27B); 0 = the head size (the usual 1 / sqrt(head_dim)). "
+            "CPU only so far when it differs from the head size."},
     {.name = "model.activation_compression", .type = CFGK_ENUM,
      FIELD(model.activation_compression), .def = "none", ENUM(actcomp_names),
      .doc = "How a decoder layer keeps its linear layers' inputs (ln1, the attention output, ln2, "

@@ -327,20 +327,33 @@ static void c_lora_backward(const tsr_backend *be, void *dinp, float *dA, float 
                           R, STREAM(be)));
 }
 
+/* The CUDA kernels have no sliding window, sinks or other score scale yet: the config check
+ * refuses such a model at start (exit 1, config_checks.c), so reaching one here is an internal
+ * error. */
+static void no_variant(const tsr_attn_var *var) {
+    if (var && (var->window > 0 || var->sinks || var->scale > 0.0f))
+        tsr_die(TSR_EXIT_INTERNAL, "cuda attention: a sliding window or attention sinks reached "
+                "the CUDA backend, which has no kernels for them (the start's check should have "
+                "refused the model)");
+}
+
 /* the log-sum-exp (B,NH,T) */
 static size_t c_attention_saved(int B, int T, int NH) { return (size_t)B * NH * T; }
 
 static void c_attention_forward(const tsr_backend *be, void *out, float *saved, const void *qkv,
-                                const float *slopes, const int32_t *seq, int B, int T, int NH,
-                                int KVH, int hs) {
+                                const float *slopes, const int32_t *seq, const tsr_attn_var *var,
+                                int B, int T, int NH, int KVH, int hs) {
+    no_variant(var);
     PROF(be, "attention_forward", B, T, NH,
          tcu_attention_forward(out, saved, qkv, slopes, seq, B, T, NH, KVH, hs, STREAM(be)));
 }
 
 static void c_attention_backward(const tsr_backend *be, void *dqkv, const void *dout,
                                  const void *qkv, const void *out, const float *saved,
-                                 const float *slopes, const int32_t *seq, void *scratch, int B,
-                                 int T, int NH, int KVH, int hs, tsr_grad_mode mode) {
+                                 const float *slopes, const int32_t *seq, const tsr_attn_var *var,
+                                 void *scratch, int B, int T, int NH, int KVH, int hs,
+                                 tsr_grad_mode mode) {
+    no_variant(var);
     mode = grad_mode(be, dqkv, (size_t)B * T * (NH + 2 * KVH) * hs, mode);
     PROF(be, "attention_backward", B, T, NH,
          tcu_attention_backward(dqkv, dout, qkv, out, saved, slopes, seq, scratch, B, T, NH, KVH, hs,
@@ -399,20 +412,23 @@ static void c_softmax_xent_grad(const tsr_backend *be, float *losses, void *logi
 /* Batched decoding (cuda_decode.cu; model.h tsr_kv_slots): a chunk of one slot, or one row per
  * slot; the batch-invariant product; backend-to-backend copies (a shared prompt's cache) */
 static void c_attention_decode(const tsr_backend *be, void *out, void *kt, void *v,
-                               const void *qkv, const float *slopes, float *scratch, int nscratch,
-                               int p0, int c, int seg, int cap, int NH, int KVH, int hs) {
+                               const void *qkv, const float *slopes, const tsr_attn_var *var,
+                               float *scratch, int nscratch, int p0, int c, int seg, int cap,
+                               int NH, int KVH, int hs) {
     (void)scratch, (void)nscratch;
+    no_variant(var);
     PROF(be, "attention_decode", c, NH, hs,
          tcu_attention_decode(out, kt, v, qkv, slopes, NULL, NULL, NULL, p0, seg, c, 0, cap, NH,
                               KVH, hs, STREAM(be)));
 }
 
 static void c_attention_decode_rows(const tsr_backend *be, void *out, void *kt, void *v,
-                                    const void *qkv, const float *slopes, float *scratch,
-                                    int nscratch, const int32_t *slot, const int32_t *pos,
-                                    const int32_t *seg, int n, size_t slot_stride, int cap, int NH,
-                                    int KVH, int hs) {
+                                    const void *qkv, const float *slopes, const tsr_attn_var *var,
+                                    float *scratch, int nscratch, const int32_t *slot,
+                                    const int32_t *pos, const int32_t *seg, int n,
+                                    size_t slot_stride, int cap, int NH, int KVH, int hs) {
     (void)scratch, (void)nscratch;
+    no_variant(var);
     PROF(be, "attention_decode_rows", n, NH, hs,
          tcu_attention_decode(out, kt, v, qkv, slopes, slot, pos, seg, 0, 0, n, slot_stride, cap,
                               NH, KVH, hs, STREAM(be)));

@@ -18,6 +18,7 @@
  */
 #include "model/decoder.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -117,18 +118,29 @@ void dec_linear(const dec_run *r, int l, void *out, void *pre_gelu, const void *
     else be->matmul_forward(be, out, pre_gelu, inp, w, bias, N, IC, OC, gk);
 }
 
-static void attention(const dec_run *r, int l, const dec_layer *v) {
+const tsr_attn_var *dec_attn_var(const tsr_model *m, int l, const void *sinks, float *dsinks,
+                                 tsr_attn_var *var) {
+    const double q = m->cfg.query_pre_attn_scalar; /* 0 or the head size: 1 / sqrt(hs) */
+    *var = (tsr_attn_var){.window = config_layer_window(&m->cfg, l), .sinks = sinks,
+                          .dsinks = sinks ? dsinks : NULL,
+                          .scale = q > 0 && q != m->hs ? (float)(1.0 / sqrt(q)) : 0.0f};
+    return var->window > 0 || var->sinks || var->scale > 0.0f ? var : NULL;
+}
+
+static void attention(const dec_run *r, int l, const dec_layer *v, const void *sinks) {
     const tsr_decoder *d = r->d;
     const tsr_backend *be = d->be;
     const int NH = d->m->NH, KVH = d->m->KVH, hs = d->m->hs;
+    tsr_attn_var vs;
+    const tsr_attn_var *var = dec_attn_var(d->m, l, sinks, NULL, &vs);
     if (!r->kv && d->ring) { /* context parallelism: round the ring (model_ring.h) */
         ring_attention_forward(d->ring, be, d->a, v->atty, v->att, v->qkv, d->slopes, r->B,
                                r->T * d->ring->N, NH, KVH, hs);
         return;
     }
     if (!r->kv) {
-        be->attention_forward(be, v->atty, v->att, v->qkv, d->slopes, d->a->seq, r->B, r->T, NH,
-                              KVH, hs);
+        be->attention_forward(be, v->atty, v->att, v->qkv, d->slopes, d->a->seq, var, r->B, r->T,
+                              NH, KVH, hs);
         return;
     }
     tsr_kv_cache *kv = r->kv;
@@ -140,18 +152,19 @@ static void attention(const dec_run *r, int l, const dec_layer *v) {
         const int32_t *ids = ks->dev_ids, R = ks->rows;
         if (r->slot >= 0)
             be->attention_decode(be, v->atty, kt + (size_t)r->slot * per * e,
-                                 vv + (size_t)r->slot * per * e, v->qkv, d->slopes, kv->att,
-                                 kv->nthreads, r->p0, r->N, ks->seg[r->slot], kv->cap, NH, KVH,
+                                 vv + (size_t)r->slot * per * e, v->qkv, d->slopes, var,
+                                 kv->att, kv->nthreads, r->p0, r->N, ks->seg[r->slot], kv->cap, NH,
+                                 KVH,
                                  hs);
         else
-            be->attention_decode_rows(be, v->atty, kt, vv, v->qkv, d->slopes, kv->att,
+            be->attention_decode_rows(be, v->atty, kt, vv, v->qkv, d->slopes, var, kv->att,
                                       kv->nthreads, ids + R, ids + 2 * R, ids + 3 * R, r->N, per,
                                       kv->cap, NH, KVH, hs);
         return;
     }
     be->attention_decode(be, v->atty, (char *)kv->kt + l * per * e, (char *)kv->v + l * per * e,
-                         v->qkv, d->slopes, kv->att, kv->nthreads, r->p0, r->N, kv->seg, kv->cap,
-                         NH, KVH, hs);
+                         v->qkv, d->slopes, var, kv->att, kv->nthreads, r->p0, r->N, kv->seg,
+                         kv->cap, NH, KVH, hs);
 }
 
 /* LoRA (model_lora.h): target t's adapter path of layer l added to out, the projection's
@@ -228,7 +241,7 @@ void dec_layer_steps(const dec_run *r, int l, const dec_layer *v, const void *co
             qkv_forward(r, l, v, w);
             break;
         case ST_ATTN:
-            attention(r, l, v);
+            attention(r, l, v, w[TSR_P_SINKS]);
             break;
         case ST_RES2:
             dec_linear(r, l, r->scratch, NULL, v->atty, w[TSR_P_ATTPROJW], w[TSR_P_ATTPROJB], N,

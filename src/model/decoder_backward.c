@@ -122,6 +122,7 @@ static void layer_backward(const dec_run *r, int l, const dec_unit *u) {
     const size_t e = tsr_dtype_size(be->act), n = (size_t)N;
     const void *const *w = u->w;
     float *const *g = u->g;
+    tsr_attn_var var;
     dec_layer v = dec_run_layer(r, l);
     dec_comp_move(d, l, N, 0);
     if (model_ckpt_layer(m, l)) { /* recompute what the layer did not keep, into slot 0 */
@@ -142,6 +143,7 @@ static void layer_backward(const dec_run *r, int l, const dec_unit *u) {
                                 d->slopes, r->B, r->T * d->ring->N, NH, KVH, hs);
     else
         be->attention_backward(be, a->dqkv, a->datty, v.qkv, v.atty, v.att, d->slopes, a->seq,
+                               dec_attn_var(m, l, w[TSR_P_SINKS], g[TSR_P_SINKS], &var),
                                a->att_scratch, r->B, r->T, NH, KVH, hs, TSR_GRAD_SET);
     if (m->cfg.pos == TSR_POS_ROPE) {
         int p0;

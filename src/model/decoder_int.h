@@ -76,6 +76,11 @@ typedef struct dec_run {
 dec_layer dec_run_layer(const dec_run *r, int l);
 /* RoPE's positions and *p0 of a pass */
 const int32_t *dec_rope_pos(const dec_run *r, int *p0);
+/* Layer l's attention variants (ops.h tsr_attn_var: its window, the sinks and their gradient, each
+ * or NULL) filled into *var: var, or NULL when the layer has none (plain attention: what every
+ * backend runs). */
+const tsr_attn_var *dec_attn_var(const tsr_model *m, int l, const void *sinks, float *dsinks,
+                                 tsr_attn_var *var);
 /* out = inp @ w^T + bias for layer l's linear layer (l < 0: the router) */
 void dec_linear(const dec_run *r, int l, void *out, void *pre_gelu, const void *inp, const void *w,
                 const void *bias, int N, int IC, int OC);

@@ -137,6 +137,7 @@ void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const ts
     set_param(m, TSR_P_QKVB, "qkvb", TSR_PK_BIAS, bias || cfg->qkv_bias, 2, L, QKV, 0, 0);
     set_param(m, TSR_P_QNORMW, "qnormw", TSR_PK_NORM, qn, 2, L, hs, 0, 0);
     set_param(m, TSR_P_KNORMW, "knormw", TSR_PK_NORM, qn, 2, L, hs, 0, 0);
+    set_param(m, TSR_P_SINKS, "sinks", TSR_PK_BIAS, cfg->attn_sinks, 2, L, m->NH, 0, 0);
     set_param(m, TSR_P_ATTPROJW, "attprojw", TSR_PK_WEIGHT, 1, 3, L, C, QD, 0);
     set_param(m, TSR_P_ATTPROJB, "attprojb", TSR_PK_BIAS, bias, 2, L, C, 0, 0);
     set_param(m, TSR_P_LN2W, "ln2w", TSR_PK_NORM, 1, 2, L, C, 0, 0);
@@ -258,7 +259,7 @@ static const uint64_t init_stream[TSR_P_COUNT] = {
     [TSR_P_FCPROJW] = 12, [TSR_P_FCPROJB] = 13, [TSR_P_LNFW] = 14,   [TSR_P_LNFB] = 15,
     [TSR_P_QNORMW] = 16,  [TSR_P_KNORMW] = 17, [TSR_P_LMHEAD] = 18,
     [TSR_P_ROUTERW] = 19, [TSR_P_EXPW1] = 20,  [TSR_P_EXPW2] = 21,   [TSR_P_SHW1] = 22,
-    [TSR_P_SHW2] = 23,
+    [TSR_P_SHW2] = 23,    [TSR_P_SINKS] = 24,
 };
 
 void model_init_weights(tsr_model *m, uint64_t seed) {
@@ -271,7 +272,8 @@ void model_init_weights_range(const tsr_model *m, uint64_t seed, size_t lo, size
     for (int i = 0; i < TSR_P_COUNT; i++) {
         const tsr_param_info *p = &m->params_info[i];
         if (!p->numel || p->ep) continue; /* (the expert store initialises its own) */
-        if (p->kind == TSR_PK_BIAS) continue; /* zeros */
+        /* biases are zeros; the sinks are drawn like weights (gpt-oss's N(0, init_std)) */
+        if (p->kind == TSR_PK_BIAS && i != TSR_P_SINKS) continue;
         size_t n = p->numel;
         if (i == TSR_P_WTE || i == TSR_P_LMHEAD)
             n = (size_t)m->V * (size_t)m->C; /* padded rows stay zero */
@@ -337,7 +339,16 @@ double model_active_params(const tsr_model *m) {
 double model_flops_per_token(const tsr_model *m, int T) {
     /* an untied model's input embedding is a lookup, not a matmul: only the head's V x C count */
     double lookup = m->cfg.tie_embeddings ? 0.0 : (double)m->V * m->C;
-    return 6.0 * (model_active_params(m) - lookup) + 12.0 * m->L * (double)m->QD * T;
+    return 6.0 * (model_active_params(m) - lookup) + 12.0 * (double)m->QD * model_attn_keys(m, T);
+}
+
+double model_attn_keys(const tsr_model *m, int T) {
+    double keys = 0.0;
+    for (int l = 0; l < m->L; l++) {
+        const int W = config_layer_window(&m->cfg, l);
+        keys += W > 0 && W < T ? W : T;
+    }
+    return keys;
 }
 
 void model_segments(int32_t *seq, int32_t *pos, const int32_t *tokens, int eot,

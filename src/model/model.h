@@ -35,6 +35,7 @@ typedef enum {
     TSR_P_QKVB,    /* (L, QKV) */
     TSR_P_QNORMW,  /* (L, hs) QK-norm weights of the query heads; size 0 without qk_norm */
     TSR_P_KNORMW,  /* (L, hs) and of the key heads */
+    TSR_P_SINKS,   /* (L, NH) attention sinks' logits (model.attn_sinks); size 0 without */
     TSR_P_ATTPROJW,/* (L, C, NH*hs) */
     TSR_P_ATTPROJB,/* (L, C) */
     TSR_P_LN2W,    /* (L, C) */
@@ -382,10 +383,14 @@ void model_segments(int32_t *seq, int32_t *pos, const int32_t *tokens, int eot,
 /* Size in bytes of the activations for B x T (for the memory plan): what model_alloc_acts
  * allocates, so it shrinks with activation checkpointing. */
 size_t model_acts_bytes(const tsr_model *m, int B, int T);
-/* Training FLOPs per token: 6 N + 12 L (NH hs) T (LLM Foundry / PaLM; docs/mfu.md), N without
+/* Training FLOPs per token: 6 N + 12 (NH hs) K (LLM Foundry / PaLM; docs/mfu.md), N without
  * the input embedding of an untied model (a lookup; its head is the matmul that counts) and,
- * with MoE, counting K of the E experts per layer (the active parameters). */
+ * with MoE, counting K of the E experts per layer (the active parameters); K the keys per query
+ * summed over the layers (model_attn_keys: L T without sliding windows). */
 double model_flops_per_token(const tsr_model *m, int T);
+/* The keys a query is counted against, summed over the layers: T for a full-attention layer,
+ * min(W, T) for a sliding one of window W (the band; docs/mfu.md). */
+double model_attn_keys(const tsr_model *m, int T);
 /* The parameters one token passes through: n_params_counted less, with MoE, the E - K routed
  * experts of each MoE layer it does not reach (the count FLOPs per token use). */
 double model_active_params(const tsr_model *m);

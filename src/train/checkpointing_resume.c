@@ -227,6 +227,11 @@ static void model_diff(const tsr_config *a, const tsr_config *b, char *out, size
     const int rx = x->pos == TSR_POS_ROPE, ry = y->pos == TSR_POS_ROPE;
     const int sx = rx && x->rope_scaling == TSR_ROPE_SCALING_LLAMA3;
     const int sy = ry && y->rope_scaling == TSR_ROPE_SCALING_LLAMA3;
+    int wl = 0; /* the first layer whose attention window differs (model.layer_types) */
+    while (wl < x->n_layer && wl < y->n_layer &&
+           config_layer_window(x, wl) == config_layer_window(y, wl))
+        wl++;
+    const int wd = wl < x->n_layer && wl < y->n_layer;
     unsigned lx = 0, ly = 0; /* LoRA's targets (both configs loaded: both parse) */
     if (a->lora.rank) config_lora_targets(x, a->lora.targets, &lx, why, sizeof why);
     if (b->lora.rank) config_lora_targets(y, b->lora.targets, &ly, why, sizeof why);
@@ -258,6 +263,12 @@ static void model_diff(const tsr_config *a, const tsr_config *b, char *out, size
         {"qkv_bias", x->qkv_bias, y->qkv_bias},
         {"qk_norm", x->qk_norm, y->qk_norm},
         {"tie_embeddings", x->tie_embeddings, y->tie_embeddings},
+        {"attention window of the first layer that differs (layer_types, sliding_window)",
+         wd ? config_layer_window(x, wl) : 0, wd ? config_layer_window(y, wl) : 0},
+        {"attn_sinks", x->attn_sinks, y->attn_sinks},
+        {"query_pre_attn_scalar (0: the head size)",
+         x->query_pre_attn_scalar != dx.hs ? x->query_pre_attn_scalar : 0,
+         y->query_pre_attn_scalar != dy.hs ? y->query_pre_attn_scalar : 0},
         {"MLP width (expansion_ratio x d_model or intermediate_size)", dx.F, dy.F},
         {"moe_experts", dx.E, dy.E},
         {"moe_top_k", dx.K, dy.K},

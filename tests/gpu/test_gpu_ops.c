@@ -1095,8 +1095,8 @@ static void test_attention(const att_cfg *a) {
     fill_bf16(dout, no, -1, 1), fill_bf16(g0, nq, -1, 1);
 
     float *out = hf(no), *att = hf(na), *oabs = hf(no), *tmp = hf(na), *lse = hf(nl);
-    cpu->attention_forward(out, att, qkv, sl, sq, B, T, NH, KVH, hs);
-    cpu->attention_forward(oabs, tmp, qabs, sl, sq, B, T, NH, KVH, hs); /* sum_j P_ij |v_j| */
+    cpu->attention_forward(out, att, qkv, sl, sq, NULL, B, T, NH, KVH, hs);
+    cpu->attention_forward(oabs, tmp, qabs, sl, sq, NULL, B, T, NH, KVH, hs); /* sum_j P_ij |v_j| */
     host_lse(lse, qkv, sl, sq, B, T, NH, KVH, hs);
     tsr_bf16 *d_qkv = new_bf16(qkv, nq), *d_out = d16(no);
     float *d_lse = df32(nl), *d_sl = a->alibi ? new_f32(slopes, NH) : NULL;
@@ -1115,7 +1115,7 @@ static void test_attention(const att_cfg *a) {
     /* backward from the CPU forward's out (as bf16) and the host lse: tests this op alone */
     float *ref = hcopy(g0, nq), *mag = hf(nq), *outb = hf(no);
     for (size_t i = 0; i < no; i++) outb[i] = rbf16(out[i]);
-    cpu->attention_backward(ref, dout, qkv, att, sq, B, T, NH, KVH, hs);
+    cpu->attention_backward(ref, dout, qkv, att, sq, NULL, B, T, NH, KVH, hs);
     attention_bwd_mag(mag, qkv, att, out, dout, B, T, NH, KVH, hs);
     tsr_bf16 *d_dout = new_bf16(dout, no), *d_g = d16(nq), *d_ob = new_bf16(outb, no);
     float *d_lh = new_f32(lse, nl), *got[2];
@@ -2568,10 +2568,11 @@ static void test_decode(const dec_cfg *c) {
     tcu_attention_decode(d_out, d_kt, d_v, d_q, d_sl, d_slot, d_pos, d_seg, c->p0, c->seg0, n,
                          per, c->cap, NH, KVH, hs, g_s);
     if (c->slots)
-        cpu->attention_decode_rows(ref, kt, v, qkv, c->alibi ? slopes : NULL, scr, 4, slot, pos,
-                                   seg, n, per, c->cap, NH, KVH, hs);
+        cpu->attention_decode_rows(ref, kt, v, qkv, c->alibi ? slopes : NULL, NULL, scr, 4, slot,
+                                   pos, seg, n, per, c->cap, NH, KVH, hs);
     else
-        cpu->attention_decode(ref, kt, v, qkv, NULL, scr, 4, c->p0, n, c->seg0, c->cap, NH, KVH, hs);
+        cpu->attention_decode(ref, kt, v, qkv, NULL, NULL, scr, 4, c->p0, n, c->seg0, c->cap, NH,
+                              KVH, hs);
     /* scores and outputs are fp32 sums of bf16 products (terms of magnitude <= 1): 2^-14 of
      * hs, then one rounding to bf16 */
     check_close(L("%s: out", tag), get_bf16(d_out, no), ref, no, 0x1p-14 * hs, RTOL_BF16, NULL, 0);

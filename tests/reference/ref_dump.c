@@ -127,6 +127,12 @@ static void write_arch_attrs(hid_t f, const tsr_model *m) {
     attr_d(f, "rope_low_freq_factor", c->rope_low_freq_factor);
     attr_d(f, "rope_high_freq_factor", c->rope_high_freq_factor);
     attr_d(f, "rope_original_max_pos", c->rope_original_max_pos);
+    attr_d(f, "attn_sinks", c->attn_sinks);
+    attr_d(f, "query_pre_attn_scalar", c->query_pre_attn_scalar);
+    int win[4096];
+    hsize_t nl = (hsize_t)(m->L < 4096 ? m->L : 4096);
+    for (hsize_t l = 0; l < nl; l++) win[l] = config_layer_window(c, (int)l);
+    write_ds(f, "windows", H5T_NATIVE_INT, win, 1, &nl); /* each layer's attention window */
     if (m->rope_freqs) {
         hsize_t n = (hsize_t)(m->hs / 2);
         write_ds(f, "rope_freqs", H5T_NATIVE_FLOAT, m->rope_freqs, 1, &n);

@@ -189,6 +189,16 @@ MOE_SHARED = dict(QWEN3, n_layer=4, moe_experts=4, moe_top_k=2, moe_intermediate
                   moe_z_loss_coef=0.001)
 MOE_SHARED_CLIP = 2.3
 MOE_SHARED_SEED = 1236
+# Sliding windows (Gemma 3, gpt-oss, OLMo 3 style) on the Llama above: layer 0 sliding with a
+# window of 5 of the 16 positions, layer 1 full; under the document mask, so rows see the smaller of
+# their window and their document. Sinks (gpt-oss): a learned logit per head and layer, with
+# layer_types left out, so sliding_window = 4 applies to both layers, and Gemma's
+# query_pre_attn_scalar (scores / sqrt(20) where the head size is 12).
+LLAMA_SWA = dict(LLAMA, attn_mask='"document"', eot_token=EOT,
+                 layer_types='"sliding_attention, full_attention"', sliding_window=5)
+LLAMA_SINKS = dict(LLAMA, attn_sinks="true", sliding_window=4, query_pre_attn_scalar=20.0)
+SWA_CLIP = 3.0
+SINKS_CLIP = 3.1
 CONFIGS = [
     dict(name="gpt2", grad_clip=1.4,
          model=dict(n_layer=2, d_model=32, n_head=4, vocab_size=VOCAB, vocab_multiple=128,
@@ -211,6 +221,10 @@ CONFIGS = [
     dict(name="llama-doc", grad_clip=LLAMA_DOC_CLIP, data="doc", seed=1235,
          model=dict(LLAMA, attn_mask='"document"', eot_token=EOT)),
     dict(name="qwen3", grad_clip=QWEN3_CLIP, model=QWEN3),
+    # attention variants (docs/models.md): sliding windows per layer type under the document
+    # mask, and gpt-oss's sinks with a sliding window on every layer
+    dict(name="llama-swa-doc", grad_clip=SWA_CLIP, data="doc", seed=1235, model=LLAMA_SWA),
+    dict(name="llama-sinks", grad_clip=SINKS_CLIP, model=LLAMA_SINKS),
     dict(name="qwen2.5", grad_clip=QWEN25_CLIP, model=QWEN25),
     # mixture of experts (docs/moe.md; torch_moe.py), seeds with no routing near-tie (TOL_MARGIN)
     dict(name="moe", grad_clip=MOE_CLIP, seed=MOE_SEED, model=MOE),
@@ -307,6 +321,8 @@ def read_dump(path):
             d[g] = {k: f[g][k][()] for k in f[g].keys()}
         if "rope_freqs" in f:
             d["rope_freqs"] = f["rope_freqs"][()]
+        if "windows" in f:  # each layer's sliding window (0: full attention)
+            d["attrs"]["windows"] = tuple(int(w) for w in f["windows"][()])
         for k in ("inputs", "targets", "logits"):
             d["step0/" + k] = f["step0"][k][()]
         d["step0/loss"] = float(f["step0"].attrs["loss"])
@@ -342,7 +358,9 @@ def torch_config(a):
                  rope_scaling=scaling, qkv_bias=bool(a["qkv_bias"]), qk_norm=bool(a["qk_norm"]),
                  tie_embeddings=bool(a["tie_embeddings"]))
     if not a["E"]:
-        return torch_llama.LlamaConfig(**llama)
+        return torch_llama.LlamaConfig(**llama, windows=a.get("windows", ()),
+                                       sinks=bool(a.get("attn_sinks", 0)),
+                                       qpas=a.get("query_pre_attn_scalar", 0.0))
     return torch_moe.MoEConfig(**llama, E=i("E"), K=i("K"), FE=i("FE"), S=i("S"),
                                moe_every=i("moe_every"), norm_topk=bool(a["moe_norm_topk"]),
                                aux_coef=a["moe_aux_loss_coef"], z_coef=a["moe_z_loss_coef"])
@@ -513,7 +531,8 @@ def config_names(m):
     yes = lambda k, default="false": m.get(k, default) == "true"  # noqa: E731
     if m["pos"] == '"rope"':
         cfg = types.SimpleNamespace(qkv_bias=yes("qkv_bias"), qk_norm=yes("qk_norm"),
-                                    tie_embeddings=yes("tie_embeddings", "true"))
+                                    tie_embeddings=yes("tie_embeddings", "true"),
+                                    sinks=yes("attn_sinks"))
         if not m.get("moe_experts"):
             return torch_llama.param_names(cfg)
         return torch_moe.param_names(types.SimpleNamespace(
@@ -529,7 +548,19 @@ def checks_per_config(cfg):
     extra = (1 if cfg.get("data") == "doc" else 0) + (2 if rope else 0)
     extra += 2 if m.get("tie_embeddings") == "false" else 0
     extra += MOE_CHECKS if m.get("moe_experts") else 0
+    extra += 1 if any(k in m for k in ("sliding_window", "attn_sinks", "query_pre_attn_scalar")) \
+        else 0
     return 12 + 2 * len(config_names(m)) + extra
+
+
+def config_windows(m):
+    """Each layer's window from the config's model dict: layer_types (a list or a pattern
+    repeated over the layers) with sliding_window, or sliding_window on every layer."""
+    W, L = m.get("sliding_window", 0), m["n_layer"]
+    types_ = [t.strip() for t in m.get("layer_types", '""').strip('"').split(",") if t.strip()]
+    if not types_:
+        return [W] * L
+    return [W if types_[l % len(types_)] == "sliding_attention" else 0 for l in range(L)]
 
 
 def want_attrs(cfg):
@@ -554,6 +585,10 @@ def want_attrs(cfg):
         want.update(K=m["moe_top_k"], FE=m["moe_intermediate_size"], S=m.get("moe_shared_size", 0),
                     LM=m["n_layer"] // m.get("moe_every", 1), moe_every=m.get("moe_every", 1),
                     moe_norm_topk=yes("moe_norm_topk", "true"))
+    if m["pos"] == '"rope"':
+        want["attn_sinks"] = yes("attn_sinks")
+        want["query_pre_attn_scalar"] = m.get("query_pre_attn_scalar", 0)
+        want["windows"] = tuple(config_windows(m))
     for k in ("eot_token", "norm_eps", "rope_theta", "rope_factor", "rope_low_freq_factor",
               "rope_high_freq_factor", "rope_original_max_pos", "moe_aux_loss_coef",
               "moe_z_loss_coef"):
@@ -669,6 +704,40 @@ def check_step0(tap, name, d, tc, names, shapes, model):
         check_pad_rows(tap, name, "the lm_head gradient", d["step0/grads"]["lm_head"][V:], V,
                        tc.Vp)
     return logits, moe
+
+
+def has_variants(tc):
+    return is_llama(tc) and (any(tc.windows) or tc.sinks or tc.qpas)
+
+
+def check_variants_matter(tap, name, d, tc, logits):
+    """Each attention variant of the case (a layer's window, the sinks, query_pre_attn_scalar)
+    changes torch's step-0 logits by more than MIN_SWITCH_EFFECT when it is taken away alone (the
+    sinks: set to -inf-like -1e30, i.e. no sink)."""
+    effects = {}
+    for l, W in enumerate(tc.windows):
+        if W:
+            effects[f"layer {l}'s window {W}"] = dict(windows=tuple(0 if k == l else w
+                                                              for k, w in enumerate(tc.windows)))
+    if tc.qpas:
+        effects[f"query_pre_attn_scalar {tc.qpas:g}"] = dict(qpas=0.0)
+    got = {}
+    inputs = torch.as_tensor(d["step0/inputs"], dtype=torch.long)
+    for what, change in effects.items():
+        other = torch_model(dataclasses.replace(tc, **change), d["attrs"])
+        other.load_tessera(d["params"])
+        with torch.no_grad():
+            got[what] = rel_err(other(inputs)[0].numpy(), logits.numpy())
+    if tc.sinks:
+        other = torch_model(tc, d["attrs"])
+        other.load_tessera(d["params"])
+        with torch.no_grad():
+            for ly in other.layers:
+                ly.self_attn.sinks.fill_(-1e30)
+            got["the sinks"] = rel_err(other(inputs)[0].numpy(), logits.numpy())
+    tap.ok(got and all(e > MIN_SWITCH_EFFECT for e in got.values()),
+           f"{name}: each attention variant moves the step-0 logits by > {MIN_SWITCH_EFFECT:g}: "
+           + ", ".join(f"{w} {e:.1e}" for w, e in got.items()))
 
 
 def check_doc_mask_matters(tap, name, d, tc, logits):
@@ -815,6 +884,8 @@ def run_config(tap, cfg, tmp, data_dir, tokens, mask):
     logits, moe0 = check_step0(tap, name, d, tc, names, shapes, model)
     if a["doc_mask"]:
         check_doc_mask_matters(tap, name, d, tc, logits)
+    if has_variants(tc):
+        check_variants_matter(tap, name, d, tc, logits)
     if is_moe(tc):
         check_moe_switches(tap, name, d, tc, model)
         margin0 = model.min_margin()

@@ -47,6 +47,7 @@ PARAMS = {
     "qkvb": ("bias", True),
     "qnormw": ("norm", True),
     "knormw": ("norm", True),
+    "sinks": ("bias", True),      # attention sinks (torch_llama.py), no weight decay as biases
     "attprojw": ("weight", True),
     "attprojb": ("bias", True),
     "ln2w": ("norm", True),

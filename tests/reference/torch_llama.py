@@ -24,7 +24,16 @@ load_tessera of torch_gpt.TesseraLayout splits the rows accordingly).
 With eot (model.attn_mask = "document"), a document ends with (and includes) an eot token: a
 token attends to the earlier tokens of its own document only, and its RoPE position counts from
 the document's first token.
+
+Attention variants (docs/models.md), from transformers' masking_utils.sliding_window_overlay and
+modeling_gpt_oss.eager_attention_forward:
+  windows[l] = W > 0: layer l is sliding_attention, query i sees keys j with i - W < j <= i (on
+               top of the causal and document masks); 0: full_attention;
+  sinks:       a learned logit per head (self_attn.sinks, (NH,)) appended as one more column to
+               every row's scores before the softmax, whose probability is then dropped;
+  qpas:        Gemma's query_pre_attn_scalar, the scores scaled by qpas^-0.5 instead of hs^-0.5.
 """
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -61,6 +70,10 @@ class LlamaConfig:
     qkv_bias: bool      # Qwen 2/2.5
     qk_norm: bool       # Qwen 3
     tie_embeddings: bool
+    _: dataclasses.KW_ONLY  # the variants below: keyword-only, so subclasses add positional fields
+    windows: tuple = ()  # per layer: the sliding window W, or 0 (full); () = every layer full
+    sinks: bool = False  # gpt-oss's attention sinks
+    qpas: float = 0.0    # Gemma's query_pre_attn_scalar: scores times qpas^-0.5; 0 = hs
 
 
 def param_names(cfg):
@@ -68,6 +81,7 @@ def param_names(cfg):
     names = ["wte", "ln1w", "qkvw"]
     names += ["qkvb"] if cfg.qkv_bias else []
     names += ["qnormw", "knormw"] if cfg.qk_norm else []
+    names += ["sinks"] if getattr(cfg, "sinks", False) else []
     names += ["attprojw", "ln2w", "fcw", "fcprojw", "lnfw"]
     return names + ([] if cfg.tie_embeddings else ["lm_head"])
 
@@ -137,6 +151,8 @@ class Attention(nn.Module):
         if c.qk_norm:
             self.q_norm = RMSNorm(c.hs, c.norm_eps)
             self.k_norm = RMSNorm(c.hs, c.norm_eps)
+        if c.sinks:
+            self.sinks = nn.Parameter(torch.zeros(c.NH))
 
     def heads(self, x, cos, sin):
         """q (B,NH,T,hs), k and v (B,KVH,T,hs): the projections, QK-norm, RoPE (the attention's
@@ -157,9 +173,14 @@ class Attention(nn.Module):
         c = self.cfg
         q, k, v = self.heads(x, cos, sin)
         k, v = repeat_kv(k, c.NH // c.KVH), repeat_kv(v, c.NH // c.KVH)
-        s = (q @ k.transpose(-2, -1)) * c.hs ** -0.5                  # (B,NH,T,T)
+        s = (q @ k.transpose(-2, -1)) * (c.qpas or c.hs) ** -0.5     # (B,NH,T,T)
         s = s.masked_fill(~allowed[:, None], float("-inf"))
-        y = F.softmax(s, dim=-1) @ v                                  # (B,NH,T,hs)
+        if c.sinks:  # gpt-oss: one more column per row, the head's sink, dropped after softmax
+            sink = self.sinks.reshape(1, -1, 1, 1).expand(B, c.NH, T, 1)
+            p = F.softmax(torch.cat([s, sink], dim=-1), dim=-1)[..., :-1]
+        else:
+            p = F.softmax(s, dim=-1)
+        y = p @ v                                                     # (B,NH,T,hs)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, c.NH * c.hs))
 
 
@@ -219,8 +240,12 @@ class Llama(TesseraLayout, nn.Module):
         pos, allowed = positions_and_mask(idx, self.eot)
         cos, sin = rope_cos_sin(pos, self.inv_freq.to(torch.get_default_dtype()))
         x = self.embed_tokens(idx)
-        for layer in self.layers:
-            x = layer(x, cos, sin, allowed)
+        T = idx.shape[1]
+        i = torch.arange(T, device=idx.device)
+        for l, layer in enumerate(self.layers):
+            W = self.cfg.windows[l] if self.cfg.windows else 0
+            band = (i[:, None] - i[None, :] < W) if W > 0 else None  # i - W < j
+            x = layer(x, cos, sin, allowed if band is None else allowed & band)
         return self.head(x, targets)
 
     def head(self, x, targets=None):
@@ -244,6 +269,7 @@ class Llama(TesseraLayout, nn.Module):
                                 ly.self_attn.v_proj.bias],
             "qnormw": lambda ly: [ly.self_attn.q_norm.weight],
             "knormw": lambda ly: [ly.self_attn.k_norm.weight],
+            "sinks": lambda ly: [ly.self_attn.sinks],
             "attprojw": lambda ly: [ly.self_attn.o_proj.weight],
             "ln2w": lambda ly: [ly.post_attention_layernorm.weight],
             "fcw": lambda ly: [ly.mlp.gate_proj.weight, ly.mlp.up_proj.weight],

@@ -22,6 +22,10 @@
  *     probabilities within 1e-5 at every position (they differ by sgemv vs sgemm rounding only);
  *   - model_acts_bytes counts the segment ids and positions; model_config_check rejects an
  *     eot_token outside the vocabulary, naming the key, the value and vocab_size.
+ * The Llama/Qwen case runs again with the attention variants (docs/models.md): layer 0 sliding
+ * with a window of 6 (shorter than two of the examples), layer 1 full, attention sinks and a
+ * query_pre_attn_scalar of 10: the same checks, the KV-cache decode with the window and sinks
+ * included.
  */
 #include <math.h>
 #include <stdint.h>
@@ -34,7 +38,7 @@
 #include "ops.h"
 #include "tap.h"
 
-#define NCHECKS 18
+#define NCHECKS 23
 
 enum { T = 32, V = 50, EOT = V - 1, NEX = 3 };
 static const int LEN[NEX] = {9, 15, 8}; /* the first two end with EOT; sum = T */
@@ -85,6 +89,14 @@ static tsr_model_config tiny(tsr_pos_kind pos, tsr_attn_mask_kind mask) {
     return c;
 }
 
+/* the attention variants: sliding layer 0 (window 6), full layer 1, sinks, scores / sqrt(10) */
+static void add_variants(tsr_model_config *c) {
+    snprintf(c->layer_types, sizeof c->layer_types, "sliding_attention,full_attention");
+    c->sliding_window = 6;
+    c->attn_sinks = 1;
+    c->query_pre_attn_scalar = 10;
+}
+
 static void build(tsr_model *m, const tsr_model_config *c, int B) {
     model_init(m, c, T, &tsr_cpu_ops);
     model_alloc_params(m);
@@ -103,12 +115,14 @@ static double rel_err(const float *a, const float *b, size_t n) {
     return nb > 0 ? sqrt(d / nb) : (d > 0 ? INFINITY : 0.0);
 }
 
-static void run_case(tsr_pos_kind pos) {
+static void run_case(tsr_pos_kind pos, int variants) {
     const char *name = pos == TSR_POS_LEARNED ? "learned positions"
                        : pos == TSR_POS_ALIBI ? "alibi"
+                       : variants             ? "rope with a window, sinks and a score scale"
                                               : "rope (Llama/Qwen)";
     const int positions = pos != TSR_POS_ALIBI; /* learned and RoPE need the segment positions */
     tsr_model_config cfg = tiny(pos, TSR_MASK_DOCUMENT);
+    if (variants) add_variants(&cfg);
     tsr_model m;
     build(&m, &cfg, 2);
     const size_t np = m.n_params;
@@ -173,6 +187,7 @@ static void run_case(tsr_pos_kind pos) {
 
     /* control: the same weights with attn_mask = causal see across the end-of-text tokens */
     tsr_model_config ccfg = tiny(pos, TSR_MASK_CAUSAL);
+    if (variants) add_variants(&ccfg);
     tsr_model mc;
     build(&mc, &ccfg, 1);
     memcpy(mc.params, m.params, np * sizeof(float));
@@ -257,9 +272,10 @@ static void test_positions(void) {
 int main(void) {
     tap_plan(NCHECKS);
     cpu_ops_set_threads(2);
-    run_case(TSR_POS_LEARNED);
-    run_case(TSR_POS_ALIBI);
-    run_case(TSR_POS_ROPE);
+    run_case(TSR_POS_LEARNED, 0);
+    run_case(TSR_POS_ALIBI, 0);
+    run_case(TSR_POS_ROPE, 0);
+    run_case(TSR_POS_ROPE, 1);
     test_config_check();
     test_positions();
     return tap_done();

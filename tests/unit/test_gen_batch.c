@@ -98,13 +98,13 @@ static void test_decode_rows(void) {
     for (size_t i = 0; i < SL * QKV; i++) qkv[i] = (float)urand_below(1001) / 500.0f - 1.0f;
     const int32_t slot[SL] = {2, 0, 1}, pos[SL] = {7, 12, 3}, seg[SL] = {0, 5, 0};
     const float slopes[NH] = {0.5f, 0.25f, 0.125f, 0.0625f};
-    tsr_cpu_ops.attention_decode_rows(out, kt, v, qkv, slopes, scr, 4, slot, pos, seg, SL, per,
-                                      CAP, NH, KVH, hs);
+    tsr_cpu_ops.attention_decode_rows(out, kt, v, qkv, slopes, NULL, scr, 4, slot, pos, seg, SL,
+                                      per, CAP, NH, KVH, hs);
     int same = 1;
     for (int i = 0; i < SL; i++) {
         memcpy(kt1, kt + slot[i] * per, per * 4); /* (the row's own store rewrites it alike) */
         memcpy(v1, v + slot[i] * per, per * 4);
-        tsr_cpu_ops.attention_decode(out1, kt1, v1, qkv + i * QKV, slopes, scr, 4, pos[i], 1,
+        tsr_cpu_ops.attention_decode(out1, kt1, v1, qkv + i * QKV, slopes, NULL, scr, 4, pos[i], 1,
                                      seg[i], CAP, NH, KVH, hs);
         same &= memcmp(out1, out + (size_t)i * NH * hs, NH * hs * 4) == 0;
     }

@@ -24,7 +24,7 @@
 #include "ops_check.h"
 #include "tap.h"
 
-#define NCHECKS 147
+#define NCHECKS 149
 
 static const tsr_ops *ops = &tsr_cpu_ops;
 
@@ -350,7 +350,7 @@ static void test_attention(int B, int T, int C, int NH, int alibi, size_t fd_sam
     (snprintf(what, sizeof what, "attention %s (B=%d T=%d C=%d NH=%d %s)", s, B, T, C, NH, \
               alibi ? "alibi" : "no alibi"),                                               \
      what)
-    ops->attention_forward(out, att, qkv, alibi ? slopes : NULL, NULL, B, T, NH, NH, C / NH);
+    ops->attention_forward(out, att, qkv, alibi ? slopes : NULL, NULL, NULL, B, T, NH, NH, C / NH);
     ref_attention(want, want_att, qkv_, alibi ? slopes_ : NULL, NULL, B, T, C, NH);
     /* scores are hs-term dot products of values <= 2 (error ~1e-6 absolute), through exp */
     check(ATT_WHAT("forward out"), out, want, no, 2e-6, 1e-5);
@@ -364,7 +364,7 @@ static void test_attention(int B, int T, int C, int NH, int alibi, size_t fd_sam
     float *g = FALLOC(nq);
     fill(g, NULL, nq, -1, 1);
     float *g0 = copy_f(g, nq);
-    ops->attention_backward(g, dout, qkv, att, NULL, B, T, NH, NH, C / NH);
+    ops->attention_backward(g, dout, qkv, att, NULL, NULL, B, T, NH, NH, C / NH);
     att_ctx ctx = {qkv_, alibi ? slopes_ : NULL, NULL, B, T, C, NH};
     objective o = {att_obj, &ctx, no, wts, DALLOC(no)};
     /* sums over T and hs of products of order-1 values: fp32 error ~1e-6, abs 1e-5 */
@@ -431,7 +431,7 @@ static void test_attention_seq(int B, int T, int C, int NH, int alibi, size_t fd
               "segments)", s, B, T, C, NH, alibi ? "alibi" : "no alibi", nseg),           \
      what)
     for (size_t i = 0; i < na; i++) att[i] = 7.0f; /* every element must be written */
-    ops->attention_forward(out, att, qkv, sl, seq, B, T, NH, NH, C / NH);
+    ops->attention_forward(out, att, qkv, sl, seq, NULL, B, T, NH, NH, C / NH);
     ref_attention(want, want_att, qkv_, alibi ? slopes_ : NULL, seq, B, T, C, NH);
     /* as test_attention: hs-term dot products of values <= 2, through exp */
     check(SEQ_WHAT("forward out"), out, want, no, 2e-6, 1e-5);
@@ -448,7 +448,7 @@ static void test_attention_seq(int B, int T, int C, int NH, int alibi, size_t fd
     float *g = FALLOC(nq);
     fill(g, NULL, nq, -1, 1);
     float *g0 = copy_f(g, nq);
-    ops->attention_backward(g, dout, qkv, att, seq, B, T, NH, NH, C / NH);
+    ops->attention_backward(g, dout, qkv, att, seq, NULL, B, T, NH, NH, C / NH);
     att_ctx ctx = {qkv_, alibi ? slopes_ : NULL, seq, B, T, C, NH};
     objective o = {att_obj, &ctx, no, wts, DALLOC(no)};
     /* as test_attention */
@@ -460,10 +460,10 @@ static void test_attention_seq(int B, int T, int C, int NH, int alibi, size_t fd
     /* NULL against all-zero ids: the same bits */
     float *out1 = FALLOC(no), *att1 = FALLOC(na), *out2 = FALLOC(no), *att2 = FALLOC(na);
     float *g1 = FALLOC(nq), *g2 = FALLOC(nq);
-    ops->attention_forward(out1, att1, qkv, sl, NULL, B, T, NH, NH, C / NH);
-    ops->attention_forward(out2, att2, qkv, sl, zero, B, T, NH, NH, C / NH);
-    ops->attention_backward(g1, dout, qkv, att1, NULL, B, T, NH, NH, C / NH);
-    ops->attention_backward(g2, dout, qkv, att2, zero, B, T, NH, NH, C / NH);
+    ops->attention_forward(out1, att1, qkv, sl, NULL, NULL, B, T, NH, NH, C / NH);
+    ops->attention_forward(out2, att2, qkv, sl, zero, NULL, B, T, NH, NH, C / NH);
+    ops->attention_backward(g1, dout, qkv, att1, NULL, NULL, B, T, NH, NH, C / NH);
+    ops->attention_backward(g2, dout, qkv, att2, zero, NULL, B, T, NH, NH, C / NH);
     tap_ok(!memcmp(out1, out2, no * sizeof(float)) && !memcmp(att1, att2, na * sizeof(float)) &&
                !memcmp(g1, g2, nq * sizeof(float)),
            "%s", SEQ_WHAT("seq NULL and seq all 0 give the same bits (out, att, dqkv)"));
@@ -482,8 +482,8 @@ static void test_attention_seq(int B, int T, int C, int NH, int alibi, size_t fd
             float *gg = FALLOC((size_t)n * rq), *gp = FALLOC((size_t)n * rq);
             memcpy(q1, qkv + off * rq, (size_t)n * rq * sizeof(float));
             memcpy(d1, dout + off * C, (size_t)n * C * sizeof(float));
-            ops->attention_forward(o1, a1, q1, sl, NULL, 1, n, NH, NH, C / NH);
-            ops->attention_backward(gg, d1, q1, a1, NULL, 1, n, NH, NH, C / NH);
+            ops->attention_forward(o1, a1, q1, sl, NULL, NULL, 1, n, NH, NH, C / NH);
+            ops->attention_backward(gg, d1, q1, a1, NULL, NULL, 1, n, NH, NH, C / NH);
             same_fwd &= !memcmp(o1, out + off * C, (size_t)n * C * sizeof(float));
             for (int h = 0; h < NH; h++)
                 for (int i = 0; i < n; i++)
@@ -801,7 +801,7 @@ static void test_backend_set(void) {
     float *y[2], *q[2];
     fill(x, NULL, no, -2, 2), fill(d, NULL, (size_t)N * OC, -1, 1);
     fill(w, NULL, (size_t)OC * C, -1, 1), fill(qkv, NULL, nq, -1, 1);
-    ops->attention_forward(out, att, qkv, NULL, NULL, B, T, NH, NH, C / NH);
+    ops->attention_forward(out, att, qkv, NULL, NULL, NULL, B, T, NH, NH, C / NH);
     for (int k = 0; k < 2; k++) {
         y[k] = FALLOC(no), q[k] = FALLOC(nq);
         for (size_t i = 0; i < no; i++) y[k][i] = k == 0 ? NAN : 0.0f;
@@ -818,9 +818,9 @@ static void test_backend_set(void) {
     be.gelu_backward(&be, y[0], x, out, no, TSR_GELU_TANH, TSR_GRAD_SET);
     ops->gelu_backward(y[1], x, out, no, TSR_GELU_TANH);
     ok &= same_bits(y[0], y[1], no);
-    be.attention_backward(&be, q[0], out, qkv, out, att, NULL, NULL, NULL, B, T, NH, NH, C / NH,
-                          TSR_GRAD_SET);
-    ops->attention_backward(q[1], out, qkv, att, NULL, B, T, NH, NH, C / NH);
+    be.attention_backward(&be, q[0], out, qkv, out, att, NULL, NULL, NULL, NULL, B, T, NH, NH,
+                          C / NH, TSR_GRAD_SET);
+    ops->attention_backward(q[1], out, qkv, att, NULL, NULL, B, T, NH, NH, C / NH);
     ok &= same_bits(q[0], q[1], nq);
     tap_ok(ok, "fp32 backend: matmul, gelu and attention backward with TSR_GRAD_SET over NaNs = "
            "the op table's bits on zeros; TSR_GRAD_ADD adds");
@@ -847,17 +847,17 @@ static void test_determinism(void) {
     for (int i = 0; i < B * T; i++) tok[i] = (int32_t)(urand() * Vp);
     random_segments(seq, B, T);
     for (int i = 0; i < B * T; i++) pos[i] = i % T && seq[i] == seq[i - 1] ? pos[i - 1] + 1 : 0;
-    ops->attention_forward(out, att, qkv, NULL, NULL, B, T, NH, NH, C / NH);
-    ops->attention_forward(out, att_s, qkv, NULL, seq, B, T, NH, NH, C / NH);
+    ops->attention_forward(out, att, qkv, NULL, NULL, NULL, B, T, NH, NH, C / NH);
+    ops->attention_forward(out, att_s, qkv, NULL, seq, NULL, B, T, NH, NH, C / NH);
     ops->layernorm_forward(lo, mean, rstd, qkv, w, NULL, B * T, C); /* qkv rows as inputs */
     const int threads[3] = {1, 2, 2};
     size_t ne = (size_t)Vp * C + (size_t)T * C; /* dwte | dwpe */
     for (int k = 0; k < 3; k++) {
         cpu_ops_set_threads(threads[k]);
         r[k] = FALLOC(nq);
-        ops->attention_backward(r[k], dout, qkv, att, NULL, B, T, NH, NH, C / NH);
+        ops->attention_backward(r[k], dout, qkv, att, NULL, NULL, B, T, NH, NH, C / NH);
         rs[k] = FALLOC(nq);
-        ops->attention_backward(rs[k], dout, qkv, att_s, seq, B, T, NH, NH, C / NH);
+        ops->attention_backward(rs[k], dout, qkv, att_s, seq, NULL, B, T, NH, NH, C / NH);
         e[k] = FALLOC(ne);
         ops->encoder_backward(e[k], e[k] + (size_t)Vp * C, dout, tok, NULL, B, T, C);
         ep[k] = FALLOC(ne);
@@ -884,8 +884,10 @@ static void test_determinism(void) {
 
 /* attention_decode over a KV cache fed in chunks of `chunk` rows gives the same bits as
  * attention_forward over the whole sequence (the same fmaf order, softmax_causal_row shared);
- * KVH < NH: grouped-query attention, the cache holding KVH heads. */
-static void test_attention_decode(int T, int C, int NH, int KVH, int alibi, int chunk) {
+ * KVH < NH: grouped-query attention, the cache holding KVH heads; W > 0 a sliding window, sinks
+ * a sink logit per head (ops.h tsr_attn_var), both in the forward and the decode. */
+static void test_attention_decode(int T, int C, int NH, int KVH, int alibi, int chunk, int W,
+                                  int sinks) {
     const int hs = C / NH, nthr = 2;
     const size_t QKV = (size_t)(NH + 2 * KVH) * hs;
     float *qkv = xcalloc((size_t)T * QKV, sizeof(float)), *out = xcalloc((size_t)T * C, 4);
@@ -896,16 +898,20 @@ static void test_attention_decode(int T, int C, int NH, int KVH, int alibi, int 
     fill(qkv, NULL, (size_t)T * QKV, -2.0, 2.0);
     alibi_slopes(sd, NH);
     for (int h = 0; h < NH; h++) sl[h] = (float)sd[h];
-    ops->attention_forward(out, att, qkv, alibi ? sl : NULL, NULL, 1, T, NH, KVH, hs);
+    float sk[16];
+    fill(sk, NULL, 16, -1.0, 3.0);
+    const tsr_attn_var var = {.window = W, .sinks = sinks ? sk : NULL};
+    const tsr_attn_var *vp = W || sinks ? &var : NULL;
+    ops->attention_forward(out, att, qkv, alibi ? sl : NULL, NULL, vp, 1, T, NH, KVH, hs);
     for (int p0 = 0; p0 < T; p0 += chunk) {
         int c = T - p0 < chunk ? T - p0 : chunk;
         ops->attention_decode(dec + (size_t)p0 * C, kt, v, qkv + (size_t)p0 * QKV,
-                              alibi ? sl : NULL, scratch, nthr, p0, c, 0, T, NH, KVH, hs);
+                              alibi ? sl : NULL, vp, scratch, nthr, p0, c, 0, T, NH, KVH, hs);
     }
     tap_ok(memcmp(out, dec, (size_t)T * C * sizeof(float)) == 0,
-           "attention_decode T=%d C=%d NH=%d KVH=%d%s chunk %d: the same bits as "
+           "attention_decode T=%d C=%d NH=%d KVH=%d%s chunk %d window %d%s: the same bits as "
            "attention_forward",
-           T, C, NH, KVH, alibi ? " ALiBi" : "", chunk);
+           T, C, NH, KVH, alibi ? " ALiBi" : "", chunk, W, sinks ? " sinks" : "");
     free(qkv), free(out), free(att), free(dec), free(kt), free(v), free(scratch);
 }
 
@@ -968,10 +974,12 @@ int main(void) {
     test_attention_seq(2, 12, 12, 3, 1, 0);  /* ALiBi, 3 heads */
     test_attention_seq(1, 70, 64, 2, 1, 400); /* full tiles, segments across tiles and row blocks */
     test_attention_seq(2, 150, 32, 2, 0, 400); /* three backward row blocks */
-    test_attention_decode(9, 12, 3, 3, 1, 1);  /* one row at a time, ALiBi, 3 heads */
-    test_attention_decode(70, 64, 2, 2, 0, 3); /* chunks of 3 rows across the forward's tiles */
-    test_attention_decode(70, 128, 4, 2, 0, 3); /* grouped-query: 2 query heads per kv head */
-    test_attention_decode(9, 24, 6, 1, 1, 2);   /* multi-query, ALiBi */
+    test_attention_decode(9, 12, 3, 3, 1, 1, 0, 0);  /* one row at a time, ALiBi, 3 heads */
+    test_attention_decode(70, 64, 2, 2, 0, 3, 0, 0); /* chunks of 3 rows across tiles */
+    test_attention_decode(70, 128, 4, 2, 0, 3, 0, 0); /* grouped-query: 2 query heads per kv head */
+    test_attention_decode(9, 24, 6, 1, 1, 2, 0, 0);   /* multi-query, ALiBi */
+    test_attention_decode(70, 64, 2, 2, 1, 3, 9, 1);   /* window 9 across tiles, ALiBi, sinks */
+    test_attention_decode(70, 128, 4, 2, 0, 5, 20, 0); /* window 20, grouped-query */
     test_gelu(TSR_GELU_TANH);
     test_gelu(TSR_GELU_EXACT);
     test_residual();

@@ -386,12 +386,12 @@ static void test_gqa(int B, int T, int NH, int KVH, int hs, int alibi, int with_
     (snprintf(what, sizeof what, "gqa attention %s (B=%d T=%d NH=%d KVH=%d hs=%d%s%s)", s, B, \
               T, NH, KVH, hs, alibi ? " alibi" : "", with_seq ? " segments" : ""),           \
      what)
-    ops->attention_forward(out, att, qkv, alibi ? slopes : NULL, sq, B, T, NH, KVH, hs);
+    ops->attention_forward(out, att, qkv, alibi ? slopes : NULL, sq, NULL, B, T, NH, KVH, hs);
     ref_attention(want, want_att, qkv_, alibi ? slopes_ : NULL, sq, B, T, NH, KVH, hs);
     /* scores: hs-term dot products of values <= 2 (fp32 error ~1e-6 absolute), through exp */
     check(GQA_WHAT("forward out"), out, want, no, 2e-6, 1e-5);
     check(GQA_WHAT("forward att"), att, want_att, na, 1e-6, 1e-5);
-    ops->attention_backward(g, dout, qkv, att, sq, B, T, NH, KVH, hs);
+    ops->attention_backward(g, dout, qkv, att, sq, NULL, B, T, NH, KVH, hs);
     att_ctx ctx = {qkv_, alibi ? slopes_ : NULL, sq, B, T, NH, KVH, hs};
     objective o = {att_obj, &ctx, no, wts, DALLOC(no)};
     /* sums over T, hs and the group's query heads of order-1 products: fp32 error ~1e-6 */
@@ -415,14 +415,14 @@ static void test_gqa_determinism(void) {
     int32_t *seq = xcalloc((size_t)B * T, sizeof *seq);
     fill(qkv, NULL, nq, -2, 2), fill(dout, NULL, no, -1, 1);
     random_segments(seq, B, T);
-    ops->attention_forward(out, att, qkv, NULL, NULL, B, T, NH, KVH, hs);
-    ops->attention_forward(out, att_s, qkv, NULL, seq, B, T, NH, KVH, hs);
+    ops->attention_forward(out, att, qkv, NULL, NULL, NULL, B, T, NH, KVH, hs);
+    ops->attention_forward(out, att_s, qkv, NULL, seq, NULL, B, T, NH, KVH, hs);
     const int threads[3] = {1, 2, 2};
     for (int k = 0; k < 3; k++) {
         cpu_ops_set_threads(threads[k]);
         r[k] = FALLOC(nq), rs[k] = FALLOC(nq);
-        ops->attention_backward(r[k], dout, qkv, att, NULL, B, T, NH, KVH, hs);
-        ops->attention_backward(rs[k], dout, qkv, att_s, seq, B, T, NH, KVH, hs);
+        ops->attention_backward(r[k], dout, qkv, att, NULL, NULL, B, T, NH, KVH, hs);
+        ops->attention_backward(rs[k], dout, qkv, att_s, seq, NULL, B, T, NH, KVH, hs);
     }
     cpu_ops_set_threads(2);
     const size_t nb = nq * sizeof(float);

@@ -126,9 +126,9 @@ static void check_blocks(int doc, int alibi) {
     segments(lo, hi, seq);
     const float *sl = alibi ? slopes : NULL;
     const int32_t *sq = doc ? seq : NULL, *L = doc ? lo : NULL, *H = doc ? hi : NULL;
-    tsr_cpu_ops.attention_forward(ref, att, qkv, sl, sq, B, T, NH, KVH, HS);
+    tsr_cpu_ops.attention_forward(ref, att, qkv, sl, sq, NULL, B, T, NH, KVH, HS);
     memset(dref, 0, sizeof dref);
-    tsr_cpu_ops.attention_backward(dref, dout, qkv, att, sq, B, T, NH, KVH, HS);
+    tsr_cpu_ops.attention_backward(dref, dout, qkv, att, sq, NULL, B, T, NH, KVH, HS);
     const int cuts[2][5] = {{0, 11, T}, {0, 3, 12, 13, T}}, nbs[2] = {2, 4};
     for (int v = 0; v < 2; v++) {
         run_blocks(&o, qkv, dout, L, H, sl, cuts[v], nbs[v], 0);
