@@ -25,8 +25,14 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 # several ranks keeps the default (a rank still finishing when another has exited gets its
 # grace). The one difference left: a SIGTERM sent to mpirun itself would reach the rank with its
 # SIGKILL right behind; the tests signal the ranks, or mpirun of 2. A value the caller set is kept.
+# Its rank is not bound either: OpenMPI 4 binds the ranks of a job of 1 or 2 to cores, each mpirun
+# counting from core 0 as if the machine were its own, so every one-rank job ran on core 0 (its
+# log: "cpus 0 (1 core)"): two tests side by side (tests/run.sh's lanes) shared core 0 while
+# core 1 waited. Unbound, the rank has the cores a program started without mpirun has ("cpus
+# 0-1"), and the kernel places it. (A job of several ranks keeps the binding that keeps them apart.)
 if [[ ${1:-} == mpirun && ${2:-} == -np && ${3:-} == 1 && " ${*:4} " != *" : "* ]]; then
     export OMPI_MCA_odls_base_sigkill_timeout=${OMPI_MCA_odls_base_sigkill_timeout:-0}
+    export OMPI_MCA_hwloc_base_binding_policy=${OMPI_MCA_hwloc_base_binding_policy:-none}
 fi
 export OMPI_MCA_btl=${OMPI_MCA_btl:-self,vader}
 exec "$@"

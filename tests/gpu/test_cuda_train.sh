@@ -67,10 +67,14 @@ qwen3=(--set model.norm=rmsnorm --set model.norm_eps=1e-6 --set model.pos=rope
 moe=("${llama[@]}" --set model.moe_experts=4 --set model.moe_top_k=2
      --set model.moe_intermediate_size=64 --set model.moe_shared_size=32
      --set model.moe_z_loss_coef=0.001)
-# run BIN NP DIR ARGS...: trains, output in DIR.txt
+# run BIN NP DIR ARGS...: trains, output in DIR.txt. One rank starts without mpirun, as on the
+# lent GPU machine (no MPI there, tests/gpu/device.sh): a singleton MPI process without an orted
+# (as tests/run.sh starts the tests). 52 of this test's ~75 starts are of one rank, and mpirun
+# added about 1 s and 0.3 CPU-s to each (docs/benchmarks.md, "CI time: one-rank jobs")
 run() {
-    local bin=$1 np=$2 dir=$3; shift 3
-    "${MPIRUN[@]}" -np "$np" "$bin" "${base[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1
+    local bin=$1 np=$2 dir=$3 launch=("${MPIRUN[@]}" -np "$2"); shift 3
+    ((np == 1)) && launch=(env OMPI_MCA_ess_singleton_isolated="${OMPI_MCA_ess_singleton_isolated:-1}")
+    "${launch[@]}" "$bin" "${base[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1
 }
 # close A B FROM: every step of run B from FROM has its loss within $LOSS_TOL (relative) of run
 # A's and its gradient norm within $NORM_TOL; prints the largest differences

@@ -60,7 +60,10 @@ sys.exit(0 if ok and worst <= 2e-5 else 1)
 PY
 }
 
-run P1 4 && run P2 4 --set parallel.expert=2 && run P4 4 --set parallel.expert=4
+# (the EP = 1 run evaluates and samples as well: it is also the reference of the evaluation check
+# below; an evaluation changes no training step, so its steps stand for a run without one)
+ev=(--set data.val="$TMP/data/val" --set eval_interval=5ba --set eval_samples=18 --set sample.tokens=6)
+run P1 4 "${ev[@]}" && run P2 4 --set parallel.expert=2 && run P4 4 --set parallel.expert=4
 tap_diag "EP 2 vs 1: $(close P1 P2); EP 4 vs 1: $(close P1 P4); $(grep '^expert exchange' "$TMP/P4.txt")"
 close P1 P2 >/dev/null && close P1 P4 >/dev/null && aux_close P1 P2 && aux_close P1 P4 &&
     grep -q "expert parallelism: 2 ranks per group share the 4 experts, 2 on each; 2 copies of each" "$TMP/P2.txt" &&
@@ -111,17 +114,17 @@ grep -q "checkpoint resume step 4" "$TMP/R2.txt" && close P4 R2 5 >/dev/null &&
     close P4 R1 5 >/dev/null && close P4 R22 5 >/dev/null && aux_close P4 R2 5 && aux_close P4 R1 5
 tap_check $? "a checkpoint saved at EP = 4 resumes at EP = 2 (4 and 2 ranks) and without EP (2 ranks): steps 5-10 equal the EP = 4 run within 1e-6"
 
-# 18 samples on 4 ranks: 2, 3, 2 and 3 forwards (the exchange pairs up: idle forwards top up)
-ev=(--set data.val="$TMP/data/val" --set eval_interval=5ba --set eval_samples=18 --set sample.tokens=6)
-run V1 4 "${ev[@]}" && run V2 4 "${ev[@]}" --set parallel.expert=2 &&
+# 18 samples on 4 ranks: 2, 3, 2 and 3 forwards (the exchange pairs up: idle forwards top up);
+# EP = 1's evaluations and sample are P1's
+run V2 4 "${ev[@]}" --set parallel.expert=2 &&
     run VK 4 "${ev[@]}" --set parallel.expert=2 --set model.activation_checkpointing=block
-/usr/bin/python3 - "$TMP/V1/metrics.jsonl" "$TMP/V2/metrics.jsonl" <<'PY'
+/usr/bin/python3 - "$TMP/P1/metrics.jsonl" "$TMP/V2/metrics.jsonl" <<'PY'
 import json, sys
 a, b = ([r["val_loss"] for r in map(json.loads, open(p)) if "val_loss" in r] for p in sys.argv[1:])
 sys.exit(0 if len(a) == 2 and len(b) == 2 and all(abs(x - y) <= 1e-6 * abs(x) for x, y in zip(a, b)) else 1)
 PY
 ok=$?
-s1=$(grep -A1 "^sample (6 tokens" "$TMP/V1.txt" | tail -1) s2=$(grep -A1 "^sample (6 tokens" "$TMP/V2.txt" | tail -1)
+s1=$(grep -A1 "^sample (6 tokens" "$TMP/P1.txt" | tail -1) s2=$(grep -A1 "^sample (6 tokens" "$TMP/V2.txt" | tail -1)
 tap_diag "samples: EP 1 '$s1', EP 2 '$s2'"
 # the evaluations' exchange is left out of the count: V2 reports P2's bytes (the same steps)
 x2=$(grep '^expert exchange' "$TMP/P2.txt") xv=$(grep '^expert exchange' "$TMP/V2.txt")
@@ -131,24 +134,26 @@ tap_diag "without evaluation: '$x2'; with: '$xv'"
     same_tensors "$(ck "$TMP/V2" 10)" "$(ck "$TMP/VK" 10)"
 tap_check $? "EP = 2: validation losses (through the exchange, uneven forwards per rank) equal EP = 1's within 1e-6, the exchange line counts the steps only, and the end-of-run sample is the same (every expert gathered); block activation checkpointing (the exchange recomputed) gives the same bits as none"
 
-# (from the checkpoint EP = 2 wrote, and from its export)
-run I2 4 --set parallel.expert=2 --set max_duration=2ba --init-from "$(ck "$TMP/P2" 10)" &&
-    run I1 4 --set max_duration=2ba --init-from "$(ck "$TMP/P2" 10)" &&
+# (from the checkpoint EP = 2 wrote, and from its export; 2 steps, no checkpoint: only their
+# losses are read. EP = 2 under ddp reads the checkpoint (I2), under zero3 and hsdp the export (J2,
+# J4): the ddp ranks' reading of the dense tensors from the export is J1's)
+init=(--set max_duration=2ba --set save_final=false)
+run I2 4 --set parallel.expert=2 "${init[@]}" --init-from "$(ck "$TMP/P2" 10)" &&
+    run I1 4 "${init[@]}" --init-from "$(ck "$TMP/P2" 10)" &&
     "$TOOL" ckpt export --format hf "$(ck "$TMP/P2" 10)" "$TMP/hf" >"$TMP/export.txt" 2>&1 &&
-    run J2 4 --set parallel.expert=2 --set parallel.sharding=zero3 --set max_duration=2ba --init-from "$TMP/hf" &&
-    run J3 4 --set parallel.expert=2 --set max_duration=2ba --init-from "$TMP/hf" &&
+    run J2 4 --set parallel.expert=2 --set parallel.sharding=zero3 "${init[@]}" --init-from "$TMP/hf" &&
     run J4 4 --set parallel.expert=2 --set parallel.sharding=hsdp --set parallel.replica_group=2 \
-        --set max_duration=2ba --init-from "$TMP/hf" &&
-    run J1 4 --set max_duration=2ba --init-from "$TMP/hf"
+        "${init[@]}" --init-from "$TMP/hf" &&
+    run J1 4 "${init[@]}" --init-from "$TMP/hf"
 # (the grad norm within 1e-5: from trained weights the gradients are small sums of cancelling
 # terms, and an owner sums its experts' rows from both ranks in one matmul where EP = 1 sums each
 # rank's, then all-reduces; seen 1.2e-6)
 cl() { metrics_close "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" 1 1e-6 1e-5; }
-tap_diag "--init-from at EP 2 vs 1: checkpoint $(cl I1 I2); Hugging Face (EP 2 + zero3) $(cl J1 J2), (EP 2) $(cl J1 J3), (EP 2 + hsdp 2 x 2) $(cl J1 J4)"
-cl I1 I2 >/dev/null && cl J1 J2 >/dev/null && cl J1 J3 >/dev/null && cl J1 J4 >/dev/null &&
+tap_diag "--init-from at EP 2 vs 1: checkpoint $(cl I1 I2); Hugging Face (EP 2 + zero3) $(cl J1 J2), (EP 2 + hsdp 2 x 2) $(cl J1 J4)"
+cl I1 I2 >/dev/null && cl J1 J2 >/dev/null && cl J1 J4 >/dev/null &&
     [[ $(json_field "$TMP/I1/metrics.jsonl" 1 loss) == "$(json_field "$TMP/J1/metrics.jsonl" 1 loss)" ]] &&
     /usr/bin/python3 -c "import sys; sys.exit(0 if $(json_field "$TMP/I2/metrics.jsonl" 1 loss) < $(json_field "$TMP/P1/metrics.jsonl" 1 loss) - 0.1 else 1)"
-tap_check $? "--init-from a checkpoint and from its Hugging Face export at EP = 2 (with zero3, with hsdp 2 x 2, whose second group reads only its experts, and without: each rank reads its part of the dense tensors and its own experts): the same losses as without EP within 1e-6 (grad norms 1e-5), starting from the trained weights"
+tap_check $? "--init-from a checkpoint at EP = 2 and from its Hugging Face export at EP = 2 with zero3 and with hsdp 2 x 2, whose second group reads only its experts (each rank reads its part of the dense tensors and its own experts): the same losses as without EP within 1e-6 (grad norms 1e-5), starting from the trained weights"
 
 # every second of 4 layers MoE (the MoE index, the layer and its activation slot all differ),
 # a shared expert, unnormalised weights; block checkpointing of layers 1-2 (a MoE and a dense
