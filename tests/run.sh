@@ -88,7 +88,7 @@ FIRST=(tests/gpu/test_cuda_train.sh tests/tokenizer/test_hf_identity.sh tests/tr
        tests/train/test_recipes.sh tests/train/test_train_converges.sh tests/eval/test_generate_chat.sh
        tests/tokenizer/test_hf_spm_metaspace.sh tests/train/test_train_cli.sh tests/eval/test_generate.sh
        tests/train/test_spike_guard.sh tests/tokenizer/test_gpt2_identity.sh tests/test_gpu_ops_simt
-       tests/train/test_lora_dpo_example.sh tests/resume/test_sharding.sh)
+       tests/train/test_lora_dpo_example.sh tests/resume/test_sharding.sh tests/s3/test_s3.sh)
 # (in FIRST's order, longest first: the run of 2026-11-27 started them in the tests' own order,
 # test_cuda_train, the longest, after three others)
 first=() rest=()
