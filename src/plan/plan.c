@@ -127,14 +127,16 @@ static void plan_params(const tsr_trainer *t, int lora) {
                  "base)", t->part.lora.n, m->n_params_counted);
     else
         snprintf(trainable, sizeof trainable, "%zu trainable", m->n_params_counted);
+    /* the attention term: L T keys a query, fewer where sliding-window layers see W < T */
+    const char *keys = model_attn_keys(m, t->T) < (double)m->L * t->T ? "keys" : "L*T";
     if (m->E)
         printf("params: %s, %.0f active per token (%d of %d experts); FLOPs/token = "
-               "6N_active + 12*L*(heads*head_dim)*T = %.4g (docs/mfu.md)\n", trainable,
+               "6N_active + 12*(heads*head_dim)*%s = %.4g (docs/mfu.md)\n", trainable,
                model_active_params(m),
-               m->K, m->E, t->out.flops_per_token);
+               m->K, m->E, keys, t->out.flops_per_token);
     else
-        printf("params: %s; FLOPs/token = 6N + 12*L*(heads*head_dim)*T = %.4g (docs/mfu.md)\n",
-               trainable, t->out.flops_per_token);
+        printf("params: %s; FLOPs/token = 6N + 12*(heads*head_dim)*%s = %.4g (docs/mfu.md)\n",
+               trainable, keys, t->out.flops_per_token);
     if (m->EP > 1)
         printf("expert parallelism: %d ranks per group share the %d experts, %d on each; %d "
                "cop%s of each expert (docs/moe.md)\n", m->EP, m->E, m->E / m->EP,

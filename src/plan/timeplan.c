@@ -271,7 +271,7 @@ static void compute_of(const tsr_trainer *t, const tp_rates *q, tp_step *s) {
     /* a context group's N ranks share its sequences, each computing T / N positions of each (the
      * zig-zag split gives each the same attention work: docs/parallelism.md) */
     double tok = (double)s->per_rank * t->T / s->N;
-    double att = 12.0 * m->L * m->QD * t->T; /* per token, as in flops_per_token */
+    double att = 12.0 * m->QD * model_attn_keys(m, t->T); /* per token, as in flops_per_token */
     double gemm = (t->out.flops_per_token - att) * tok;
     /* activation checkpointing runs a checkpointed layer's forward again: a third more of it */
     double re = 1 + recompute_share(&t->cfg) / 3;
