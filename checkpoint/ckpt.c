@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -322,6 +323,30 @@ static int crc_attrs(ckpt_pending *p, char *why, size_t cap) {
     return ok;
 }
 
+/* This process's descriptors of tmp (HDF5's, MPI-IO's: whatever opened it) are pointed at an
+ * anonymous file in memory (memfd), so that the flush inside H5Fclose of a save given up writes
+ * there and succeeds even when the filesystem has 0 bytes left and the .tmp holds none of its
+ * blocks (its metadata was never written): a failed flush leaves HDF5 1.10 with a half-closed
+ * file that its clean-up inside MPI_Finalize then dereferences (SIGSEGV in H5F__close_cb, exit 139,
+ * the run's lock left behind: issue 64). The .tmp itself is removed by rank 0 anyway. */
+static void detach_tmp(const char *tmp) {
+    struct stat want, st;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d || stat(tmp, &want) != 0) {
+        if (d) closedir(d);
+        return;
+    }
+    int mem = memfd_create("tessera-ckpt-given-up", MFD_CLOEXEC);
+    for (struct dirent *e; mem >= 0 && (e = readdir(d));) {
+        const int fd = atoi(e->d_name);
+        if (fd != dirfd(d) && fd != mem && e->d_name[0] != '.' && fstat(fd, &st) == 0 &&
+            st.st_dev == want.st_dev && st.st_ino == want.st_ino)
+            dup3(mem, fd, fcntl(fd, F_GETFD) & FD_CLOEXEC ? O_CLOEXEC : 0);
+    }
+    if (mem >= 0) close(mem);
+    closedir(d);
+}
+
 /* A save that failed is given up before its file is closed: HDF5's H5Fclose ends with a flush,
  * and when that flush fails (a full disk) HDF5 1.10 leaves the file half closed; closing it again,
  * or HDF5's own clean-up inside MPI_Finalize, then crashed (SIGSEGV in H5F__close: exit 139,
@@ -338,6 +363,7 @@ static void close_before_error(const char *tmp, const char *run_dir, uint64_t ne
     if (dist_world_rank() == 0 && truncate(tmp, 0) != 0 && errno != ENOENT)
         tsr_warn("checkpoint %s: cannot empty it after the failure: %s", tmp, strerror(errno));
     dist_barrier();
+    detach_tmp(tmp); /* and the flush has room even at 0 bytes free */
 }
 
 /* Rank 0, before a save: creates run_dir if needed; `latest` there is writable; room for need

@@ -346,12 +346,13 @@ static void add_disagreement(const load_ctx *c, const cfgtab_key *k, const char 
 }
 
 /* The fill's values for the keys the recipe left out; every hard one it sets otherwise is listed
- * in one error (compared once all are filled, so that sizes resolve against the final model). */
-static void apply_fill(load_ctx *c) {
+ * in one error (compared once all are filled, so that sizes resolve against the final model).
+ * Returns the number of values no model has (the source's fault: exit 2, docs/hf.md). */
+static int apply_fill(load_ctx *c) {
     const tsr_config_fill *f = c->fill;
     tsr_config *mine = tsr_malloc(sizeof *mine); /* the recipe with every fill value */
     char why[256], *list = tsr_calloc(1, 16384);
-    int differ = 0;
+    int differ = 0, bad = 0;
     *mine = *c->cfg;
     for (int j = 0; j < f->n; j++) {
         const cfgtab_key *k = cfgtab_find(f->kv[j].key);
@@ -360,7 +361,7 @@ static void apply_fill(load_ctx *c) {
         if (err) { /* a value no model has: the source's fault */
             tsr_error("%s: %s gives %s = %s: %s", f->source, f->kv[j].from, f->kv[j].key,
                       f->kv[j].value, err);
-            c->errors++;
+            c->errors++, bad++;
         } else if (!c->given[key_index(k)]) {
             int i = key_index(k);
             cfgtab_assign(k, c->cfg, &v, why, sizeof why);
@@ -387,6 +388,7 @@ static void apply_fill(load_ctx *c) {
     }
     free(list);
     free(mine);
+    return bad;
 }
 
 /* ---- public ---- */
@@ -415,10 +417,10 @@ static int load(tsr_config *cfg, const char *path, const char *const *sets, int 
     int rc = path ? read_file(&c, &lc) : 0;
     if (rc == 0) {
         for (int i = 0; i < n_sets; i++) apply_set(&c, sets[i]);
-        if (fill && c.errors == 0) apply_fill(&c);
-        check_required(&c);
+        const int bad_fill = fill && c.errors == 0 ? apply_fill(&c) : 0;
+        if (!bad_fill) check_required(&c); /* (a key the bad value left unset is no more news) */
         if (c.errors == 0) cfgload_validate(&c);
-        rc = c.errors ? TSR_EXIT_USAGE : 0;
+        rc = bad_fill ? TSR_EXIT_DATA : c.errors ? TSR_EXIT_USAGE : 0;
     }
     config_destroy(&lc);
     free(c.text_name);

@@ -39,6 +39,7 @@ typedef struct run_state {
     int tty;
     double t0, t_shown;
     int64_t total, done_before, tokens_before; /* sequences in all, of earlier chunks */
+    size_t max_bytes; /* a text prompt's bytes that can fit (encode), 0: not known yet */
 } run_state;
 
 /* ---------------------------------------------------------------- a line's prompt */
@@ -48,7 +49,20 @@ static int bad_line(const run_state *r, uint64_t line, const char *why) {
     return TSR_EXIT_USAGE;
 }
 
-static int encode(const run_state *r, const char *text, size_t n, prompt *p) {
+/* A text prompt: refused unread when it cannot fit the position table of a model with learned
+ * positions (more bytes than maxT - 1 tokens can hold: tokenizer_bytes_bound), else encoded. */
+static int encode(run_state *r, uint64_t line, const char *text, size_t n, prompt *p) {
+    if (!r->max_bytes) /* (once: it reads the whole vocabulary) */
+        r->max_bytes = r->m->cfg.pos == TSR_POS_LEARNED
+                           ? tokenizer_bytes_bound(r->tok, (size_t)r->m->maxT - 1) : SIZE_MAX;
+    const size_t most = r->max_bytes;
+    if (n > most) {
+        char why[200];
+        snprintf(why, sizeof why, "the prompt has %zu bytes, more than the %zu that the model's "
+                 "position table of %d tokens can hold (model.max_seq_len): shorten it", n, most,
+                 r->m->maxT);
+        return bad_line(r, line, why);
+    }
     uint32_t *u = NULL;
     size_t nu = 0, cap = 0;
     tokenizer_encode(r->tok, (const uint8_t *)text, n, 1, &u, &nu, &cap);
@@ -96,7 +110,7 @@ static int copy_id(const run_state *r, uint64_t line, const json_value *id, prom
 }
 
 /* The prompt of one line: rendered (messages; --chat), encoded, or its ids. */
-static int parse_prompt(const run_state *r, uint64_t line, const char *s, size_t n, json_doc *jd,
+static int parse_prompt(run_state *r, uint64_t line, const char *s, size_t n, json_doc *jd,
                         prompt *p) {
     json_value *root;
     json_error je;
@@ -115,7 +129,7 @@ static int parse_prompt(const run_state *r, uint64_t line, const char *s, size_t
     else if (!r->tok) return bad_line(r, line, "a text prompt needs a tokenizer (--tokenizer)");
     else if (text && text->type != JSON_STRING) return bad_line(r, line, "\"prompt\" is not a string");
     else if (msgs && msgs->type != JSON_ARRAY) return bad_line(r, line, "\"messages\" is not an array");
-    else if (text && !r->o->chat) TSR_CHECK(encode(r, text->str, text->len, p));
+    else if (text && !r->o->chat) TSR_CHECK(encode(r, line, text->str, text->len, p));
     else {
         char *t = NULL;
         size_t tn = 0;
@@ -125,8 +139,9 @@ static int parse_prompt(const run_state *r, uint64_t line, const char *s, size_t
             free(t);
             return bad_line(r, line, "the chat template cannot render it (above)");
         }
-        encode(r, t, tn, p);
+        rc = encode(r, line, t, tn, p);
         free(t);
+        TSR_CHECK(rc);
     }
     if (p->n < 1) return bad_line(r, line, "the prompt has no tokens");
     const int learned = r->m->cfg.pos == TSR_POS_LEARNED;

@@ -22,6 +22,7 @@
 #include "hf/hf_internal.h"
 
 struct hf_import {
+    char dir[1024];          /* the Hugging Face directory */
     char st_path[1100];      /* model.safetensors, or the index naming the shards */
     st_file *f;              /* nf files: model.safetensors, or the shards in index order */
     int nf;
@@ -272,11 +273,58 @@ static int open_shards(hf_import *h, const char *dir) {
     return rc;
 }
 
-int hf_import_open(hf_import **out, const char *dir, const tsr_model *m) {
-    hf_import *h = tsr_calloc(1, sizeof *h);
-    *out = h;
+/* The largest layer index + 1 among the files' tensor names ("[prefix]layers.N." for the Llama
+ * family, "h.N." GPT-2, "blocks.N." MPT); 0 when none. */
+static long weights_layers(const hf_import *h) {
+    const char *pre = hf_prefix(h->hc.arch);
+    const char *fmt = h->hc.arch >= HF_LLAMA ? "layers.%ld.%n"
+                      : h->hc.arch == HF_MPT ? "blocks.%ld.%n" : "h.%ld.%n";
+    long most = 0;
+    for (int j = 0; j < h->nf; j++)
+        for (int i = 0; i < h->f[j].n; i++) {
+            const char *s = h->f[j].t[i].name;
+            long l = -1;
+            int pos = 0;
+            if (!strncmp(s, pre, strlen(pre))) s += strlen(pre);
+            if (sscanf(s, fmt, &l, &pos) == 1 && pos > 0 && l >= 0 && l + 1 > most) most = l + 1;
+        }
+    return most;
+}
+
+/* One size config.json gives (key = have) against what the weights say (got, from where). */
+static int size_agrees(const hf_import *h, const char *key, long have, long got, const char *what) {
+    if (have == got) return 0;
+    tsr_error("%s/config.json: %s = %ld, but the weights (%s) say %ld (%s): config.json does not "
+              "describe these weights", h->dir, key, have, h->st_path, got, what);
+    return TSR_EXIT_DATA;
+}
+
+/* config.json's layer count, width, vocabulary and MLP width against the safetensors headers,
+ * named by their config.json keys, before the tensor-by-tensor match names a tensor. */
+static int sizes_agree(const hf_import *h, const tsr_model *m) {
+    static const char *const keys[3][4] = { /* layers, width, vocabulary, MLP width */
+        {"n_layer", "n_embd", "vocab_size", "n_inner"},
+        {"n_layers", "d_model", "vocab_size", NULL},
+        {"num_hidden_layers", "hidden_size", "vocab_size", "intermediate_size"}};
+    const char *const *k = keys[h->hc.arch >= HF_LLAMA ? 2 : h->hc.arch == HF_MPT ? 1 : 0];
+    int fi = 0;
+    TSR_CHECK(size_agrees(h, k[0], m->L, weights_layers(h), "the layers their tensor names number"));
+    const st_entry *e = lookup(h, h->tab[0].name, &fi); /* row 0: the token embedding */
+    if (!e || e->ndim != 2) return 0; /* the match names it */
+    TSR_CHECK(size_agrees(h, k[1], m->C, (long)e->shape[1], e->name));
+    TSR_CHECK(size_agrees(h, k[2], m->V, (long)e->shape[0], e->name));
+    char up[96];
+    snprintf(up, sizeof up, "%s%s", hf_prefix(h->hc.arch),
+             h->hc.arch >= HF_LLAMA ? "layers.0.mlp.up_proj.weight" : "h.0.mlp.c_fc.weight");
+    if (!k[3] || hf_arch_moe(h->hc.arch) || !(e = lookup(h, up, &fi)) || e->ndim != 2) return 0;
+    return size_agrees(h, k[3], m->F, (long)e->shape[h->hc.arch >= HF_LLAMA ? 0 : 1], e->name);
+}
+
+/* config.json and the safetensors headers against m (hf_import_open but the data read). */
+static int open_headers(hf_import *h, const char *dir, const tsr_model *m) {
     char cfg_path[1100];
     struct stat st;
+    snprintf(h->dir, sizeof h->dir, "%s", dir);
     snprintf(h->st_path, sizeof h->st_path, "%s/model.safetensors", dir);
     snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
     int single = stat(h->st_path, &st) == 0;
@@ -300,8 +348,22 @@ int hf_import_open(hf_import **out, const char *dir, const tsr_model *m) {
              h->hc.arch >= HF_LLAMA ? "embed_tokens.weight" : "wte.weight");
     h->bare = !find_any(h, full, &fi) && find_any(h, full + strlen(hf_prefix(h->hc.arch)), &fi);
     h->tab = hf_tensor_table(m, h->hc.arch, &h->n);
-    TSR_CHECK(match_tensors(h, m));
+    TSR_CHECK(sizes_agree(h, m));
+    return match_tensors(h, m);
+}
+
+int hf_import_open(hf_import **out, const char *dir, const tsr_model *m) {
+    hf_import *h = tsr_calloc(1, sizeof *h);
+    *out = h;
+    TSR_CHECK(open_headers(h, dir, m));
     return check_untaken(h, m);
+}
+
+int hf_weights_check(const char *dir, const tsr_model *m) {
+    hf_import *h = tsr_calloc(1, sizeof *h);
+    int rc = open_headers(h, dir, m);
+    hf_import_close(h);
+    return rc;
 }
 
 int hf_import_read(hf_import *h, const tsr_model *m, size_t lo, size_t hi, float *dst,

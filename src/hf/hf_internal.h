@@ -71,6 +71,14 @@ int hf_config_write(const char *path, const tsr_model *m, hf_arch a, const char 
  * TSR_EXIT_DATA (unreadable, not JSON, or a setting tessera cannot represent). */
 int hf_config_check(const char *path, const tsr_model *m, hf_config *out);
 
+/* The safetensors headers of the directory dir (model.safetensors or its shards; no tensor data
+ * read) against the model m that config.json describes: the layer count, width, vocabulary and MLP
+ * width named by their config.json keys, then every tensor's name and shape (hf_import_open's
+ * match). Needs m's layout only (model_init, nothing allocated): hf_config_load calls it so that
+ * a config.json that lies about its weights is refused before any model memory is taken.
+ * 0 or TSR_EXIT_DATA after tsr_error. */
+int hf_weights_check(const char *dir, const tsr_model *m);
+
 /* Writes n bytes to path atomically (path.tmp, fsync, rename, fsync of the directory).
  * 0 or TSR_EXIT_DATA after tsr_error. */
 int hf_write_file(const char *path, const void *data, size_t n);

@@ -59,6 +59,7 @@ int hf_config_load(const char *dir, const char *path, const char *const *sets, i
         hf_config hc;
         model_init(&lay, &cfg->model, (int)cfg->seq_len, &tsr_cpu_ops);
         rc = hf_config_check(f->source, &lay, &hc);
+        if (!rc) rc = hf_weights_check(dir, &lay); /* and against the weights' headers */
     }
     free(f);
     return rc;

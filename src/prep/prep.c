@@ -392,7 +392,9 @@ static int open_tokenizer(prep_ctx *c) {
     c->eos = tokenizer_eos_id(c->tok, c->have_chat ? chat_config_token(&c->chat, "eos_token") : NULL,
                               TOKENIZER_EOS_DOCUMENT);
     c->rules = (prep_doc_rules){c->tok, c->eos, c->a->bos, c->a->no_eos, c->a->target_prompts,
-                                c->have_chat && c->chat.tpl ? &c->chat : NULL};
+                                c->have_chat && c->chat.tpl ? &c->chat : NULL,
+                                c->a->format == FMT_PROMPTS
+                                    ? tokenizer_bytes_bound(c->tok, (size_t)c->a->pack - 1) : 0};
     if (c->eos == UINT32_MAX && (!c->a->no_eos || c->a->bos)) {
         tsr_error("prep: tokenizer '%s' has no <|endoftext|> token (nor an eos_token in a "
                   "tokenizer_config.json beside it) to end documents with (add one, or pass "

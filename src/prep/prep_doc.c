@@ -320,6 +320,11 @@ static void put_prompts(const prep_doc_rules *r, prep_item *it, const json_value
         return;
     }
     if (!(prompt = get_str(it, root, "prompt"))) return;
+    if (r->max_prompt_bytes && prompt->len > r->max_prompt_bytes) { /* unread: it cannot fit */
+        bad(it, "the prompt has %zu bytes, more than the %zu a prompt that fits --pack can have "
+            "(docs/prep.md): not tokenized", prompt->len, r->max_prompt_bytes);
+        return;
+    }
     if (!r->chat) {
         put_text(r, it, prompt->str, prompt->len, 1, 0);
         return;

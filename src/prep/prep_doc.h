@@ -48,6 +48,8 @@ typedef struct prep_doc_rules {
     uint32_t eos;
     int bos, no_eos, target_prompts;
     const chat_config *chat;
+    size_t max_prompt_bytes; /* --format prompts: a longer prompt cannot fit --pack (tokenizer_bytes_bound)
+                                and is skipped unread; 0 = no bound */
 } prep_doc_rules;
 
 /* Tokenizes the it->len bytes at s as a document of the given kind (FMT_TEXT: the bytes are the

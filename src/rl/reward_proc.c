@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,16 +32,72 @@ extern char **environ;
 
 #define QUOTE_MAX 300 /* bytes of a request or an answer a message quotes */
 
+/* Is s a simple command: words of plain characters only (no quote, expansion, redirection,
+ * list, pipe, glob or assignment), the first a program? Then sh -c runs "exec s" alike. */
+static int simple_command(const char *s) {
+    static const char plain[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+                                "_./:+,@%-";
+    int words = 0;
+    for (const char *p = s; *p;) {
+        while (*p == ' ' || *p == '\t') p++;
+        const size_t n = strspn(p, plain);
+        if (!*p) break;
+        if (!n || (p[n] && p[n] != ' ' && p[n] != '\t')) return 0;
+        p += n, words++;
+    }
+    return words > 0;
+}
+
+/* The program a simple reward.command starts, checked before the first rollout (docs/rl.md): found
+ * in PATH (as sh would look) or at the path named, a regular file, executable. 1 (the path in exe),
+ * 0 (not a simple command, or a shell builtin: sh will tell), or TSR_EXIT_DATA after tsr_error. */
+static int command_program(const char *cmd, char *exe, size_t cap) {
+    static const char *const builtins[] = {"cd", "exec", "exit", "eval", "export", "set", "trap",
+                                           "ulimit", "umask", "wait", "read", ".", ":", NULL};
+    if (!simple_command(cmd)) return 0;
+    char word[1024];
+    while (*cmd == ' ' || *cmd == '\t') cmd++;
+    snprintf(word, sizeof word, "%.*s", (int)strcspn(cmd, " \t"), cmd);
+    for (int i = 0; builtins[i]; i++)
+        if (!strcmp(word, builtins[i])) return 0;
+    const char *path = strchr(word, '/') ? "" : getenv("PATH");
+    if (!path) path = "/usr/local/bin:/usr/bin:/bin";
+    struct stat st;
+    int seen = 0; /* a file of that name, not a runnable one */
+    for (const char *d = path;; d += strcspn(d, ":") + 1) {
+        const int n = (int)strcspn(d, ":");
+        if (strchr(word, '/')) snprintf(exe, cap, "%s", word);
+        else snprintf(exe, cap, "%.*s%s%s", n, d, n ? "/" : "", word);
+        if (stat(exe, &st) == 0) {
+            if (S_ISREG(st.st_mode) && access(exe, X_OK) == 0) return 1;
+            seen = 1;
+        }
+        if (!d[n] || strchr(word, '/')) break;
+    }
+    if (strchr(word, '/'))
+        tsr_error("reward.command = \"%s\": %s: %s", cmd, word,
+                  !seen ? "no such file" : S_ISDIR(st.st_mode) ? "a directory, not a program"
+                                                             : "not an executable file (chmod +x?)");
+    else
+        tsr_error("reward.command = \"%s\": %s: %s in PATH (%s)", cmd, word,
+                  seen ? "no executable file of that name" : "not found", path);
+    return TSR_EXIT_DATA;
+}
+
 /* The keeper (reward_keeper.h: this executable again) of sh -c reward.command, the keeper leading
  * a process group of its own, the program under ulimit -v reward.memory_mib set by a shell that
- * then runs the command as sh -c would without it. posix_spawn's status. */
-static int spawn(reward_ctx *r, const posix_spawn_file_actions_t *fa, char **env) {
-    char wrap[256];
+ * then runs the command as sh -c would without it. A simple command runs as "exec COMMAND": no
+ * shell waits above its program, holding its output open, so that a program that closes its
+ * output is seen at once. posix_spawn's status. */
+static int spawn(reward_ctx *r, const posix_spawn_file_actions_t *fa, char **env, int simple) {
+    char wrap[256], *cmd = NULL;
     const long long kib = (long long)r->cfg->reward.memory_mib * 1024;
     snprintf(wrap, sizeof wrap, "ulimit -v %lld || { echo \"tessera-train: reward.memory_mib: "
              "ulimit -v %lld refused (a lower hard limit?)\" >&2; exit 125; }\n"
              "exec /bin/sh -c \"$1\"", kib, kib);
-    char *cmd = (char *)r->cfg->reward.command, *keeper = REWARD_KEEPER_ARG;
+    if (asprintf(&cmd, "%s%s", simple ? "exec " : "", r->cfg->reward.command) < 0)
+        tsr_die(TSR_EXIT_INTERNAL, "reward.command: out of memory");
+    char *keeper = REWARD_KEEPER_ARG;
     char *plain[] = {"tessera-keeper", keeper, "/bin/sh", "-c", cmd, NULL};
     char *bounded[] = {"tessera-keeper", keeper, "/bin/sh", "-c", wrap, "sh", cmd, NULL};
     posix_spawnattr_t at;
@@ -50,10 +107,14 @@ static int spawn(reward_ctx *r, const posix_spawn_file_actions_t *fa, char **env
     int rc = posix_spawn(&r->pid, "/proc/self/exe", fa, &at,
                          r->cfg->reward.memory_mib ? bounded : plain, env);
     posix_spawnattr_destroy(&at);
+    free(cmd);
     return rc;
 }
 
 int reward_proc_start(reward_ctx *r, int rank, int world) {
+    char exe[1200];
+    const int simple = command_program(r->cfg->reward.command, exe, sizeof exe);
+    if (simple == TSR_EXIT_DATA) return simple;
     int in[2], out[2], life[2]; /* life: the lifeline, its write end the rank's alone */
     if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(life, O_CLOEXEC))
         tsr_die(TSR_EXIT_INTERNAL, "reward.command: pipe: %s", strerror(errno));
@@ -69,7 +130,7 @@ int reward_proc_start(reward_ctx *r, int rank, int world) {
     snprintf(rk, sizeof rk, "TESSERA_RANK=%d", rank);
     snprintf(wd, sizeof wd, "TESSERA_WORLD=%d", world);
     env[ne] = rk, env[ne + 1] = wd, env[ne + 2] = NULL;
-    int rc = spawn(r, &fa, env);
+    int rc = spawn(r, &fa, env, simple);
     posix_spawn_file_actions_destroy(&fa);
     free(env);
     close(in[0]), close(out[1]), close(life[0]);
@@ -219,14 +280,26 @@ static int has_ended(const reward_ctx *r, siginfo_t *info, int ms) {
     }
 }
 
+/* Could the program have ended for its memory bound (docs/rl.md)? Killed by SIGKILL (the kernel's
+ * out-of-memory killer), SIGSEGV, SIGBUS or SIGABRT (a failed allocation in C, C++'s bad_alloc),
+ * a shell's 128 + one of them, or exit status 1 (Python's MemoryError); not exit 0, 127 (not
+ * found), 126 (not executable) or any other status. */
+static int memory_ending(int exited, int status) {
+    const int sig = !exited ? status : status > 128 && status < 160 ? status - 128 : 0;
+    if (exited && status == 1) return 1;
+    return sig == SIGKILL || sig == SIGSEGV || sig == SIGBUS || sig == SIGABRT;
+}
+
 /* how the program ended, for a message (it may close its output just before it exits) */
 static void ended(const reward_ctx *r, char *out, size_t cap) {
     siginfo_t in;
     int k;
-    if (r->pid <= 0 || !has_ended(r, &in, 500)) k = snprintf(out, cap, "it closed its output");
+    const int gone = r->pid > 0 && has_ended(r, &in, 500);
+    if (!gone) k = snprintf(out, cap, "it closed its output (it is still running)");
     else if (in.si_code == CLD_EXITED) k = snprintf(out, cap, "it exited with status %d", in.si_status);
     else k = snprintf(out, cap, "it was killed by signal %d", in.si_status);
-    if (r->cfg->reward.memory_mib && k > 0 && (size_t)k < cap) /* the likely cause of a crash */
+    if (gone && r->cfg->reward.memory_mib && k > 0 && (size_t)k < cap &&
+        memory_ending(in.si_code == CLD_EXITED, in.si_status)) /* the likely cause */
         snprintf(out + k, cap - (size_t)k, " (its memory is bounded by reward.memory_mib = %lld)",
                  (long long)r->cfg->reward.memory_mib);
 }

@@ -238,6 +238,13 @@ const uint8_t *tokenizer_token_bytes(const tsr_tokenizer *t, uint32_t id, uint32
     return t->blob + t->off[id];
 }
 
+size_t tokenizer_bytes_bound(const tsr_tokenizer *t, size_t tokens) {
+    uint32_t most = 4, len;
+    for (uint32_t id = 0, n = tokenizer_vocab_size(t); id < n; id++)
+        if (tokenizer_token_bytes(t, id, &len) && len > most) most = len;
+    return tokens > SIZE_MAX / (2 * (size_t)most) ? SIZE_MAX : tokens * 2 * most;
+}
+
 uint32_t tokenizer_n_merges(const tsr_tokenizer *t) { return t->n_merges; }
 const tsr_merge *tokenizer_merges(const tsr_tokenizer *t) { return t->merges; }
 uint32_t tokenizer_n_specials(const tsr_tokenizer *t) { return t->n_specials; }
@@ -453,6 +460,10 @@ static void cache_grow(enc_ctx *c) {
 static void encode_piece(void *ctx, const uint8_t *p, size_t len) {
     enc_ctx *c = ctx;
     const tsr_tokenizer *t = c->t;
+    if (len > TOK_PIECE_MAX) { /* in bounded chunks (tokenizer_internal.h) */
+        for (size_t k; len; p += k, len -= k) encode_piece(ctx, p, k = tok_piece_chunk(p, len));
+        return;
+    }
     if (len == 1) {
         out_reserve(c, 1);
         (*c->ids)[(*c->n_ids)++] = t->byte_tok[p[0]];

@@ -107,6 +107,10 @@ static size_t merge_heap(piece_ctx *c, const uint8_t *p, size_t n, uint32_t *s) 
 static void bpe_piece(void *vctx, const uint8_t *p, size_t n) {
     piece_ctx *c = vctx;
     const hf_tok *t = c->t;
+    if (n > TOK_PIECE_MAX) { /* in bounded chunks (tokenizer_internal.h) */
+        for (size_t k; n; p += k, n -= k) bpe_piece(vctx, p, k = tok_piece_chunk(p, n));
+        return;
+    }
     if (t->ignore_merges) {
         uint32_t id = hf_vocab_find(t, p, n);
         if (id != HF_NONE) {

@@ -101,6 +101,11 @@ size_t tokenizer_decode(const tsr_tokenizer *tok, const uint32_t *ids, size_t n,
 char *tokenizer_decode_text(const tsr_tokenizer *tok, const uint32_t *ids, size_t n, size_t *len);
 /* The bytes of one token (len in *len), or NULL for an id out of range. */
 const uint8_t *tokenizer_token_bytes(const tsr_tokenizer *tok, uint32_t id, uint32_t *len);
+/* The most bytes a text that encodes into `tokens` tokens can have, with room to spare: tokens x 2
+ * x the longest token's bytes (at least 4: a character; 2: a normalizer may change the bytes'
+ * count). A longer text cannot fit in that many tokens: prep --format prompts and generate skip or
+ * refuse it unread, before any tokenizing (docs/tokenizer.md). */
+size_t tokenizer_bytes_bound(const tsr_tokenizer *tok, size_t tokens);
 
 /* GPT-2 pre-tokenisation of UTF-8 text: the regex
  *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+

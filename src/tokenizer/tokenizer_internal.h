@@ -22,6 +22,21 @@ static inline int tokenizer_ascii_alnum(uint8_t b) {
  * (tokenizer_stream_cut's places: c is '\n' for the byte-level family, ' ' for SentencePiece's). */
 size_t tokenizer_cut_before(const uint8_t *text, size_t n, uint8_t c);
 
+/* The longest piece (pre-tokenizer word) BPE merges whole: a longer one (a megabyte run of letters
+ * on one line) is merged as consecutive chunks of at most TOK_PIECE_MAX bytes, cut before a UTF-8
+ * lead byte, so that the merge's working memory (about 120 bytes per byte of the piece) stays
+ * under 8 MiB per thread whatever the input (docs/tokenizer.md). No merge crosses a cut. */
+#define TOK_PIECE_MAX 65536
+/* The length of the first chunk of a piece of n > TOK_PIECE_MAX bytes: TOK_PIECE_MAX, less the
+ * continuation bytes (10xxxxxx) before the cut, so that no character is split (a run of
+ * continuation bytes, ill-formed, is cut anywhere). */
+static inline size_t tok_piece_chunk(const uint8_t *p, size_t n) {
+    if (n <= TOK_PIECE_MAX) return n;
+    for (size_t k = TOK_PIECE_MAX; k > TOK_PIECE_MAX - 4; k--)
+        if ((p[k] & 0xC0) != 0x80) return k;
+    return TOK_PIECE_MAX;
+}
+
 /* bpe.c's object, for the loaders beside it. A merge (l, r) -> res of rank `rank`, into the
  * pair table of a tokenizer gpt2_load.c is filling. */
 struct tsr_tokenizer;

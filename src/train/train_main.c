@@ -333,19 +333,18 @@ int main(int argc, char **argv) {
     if (c.fit) rc = plan_fit_search(&cfg, &pd, c.fit, c.gpu_mem);
     tsr_lock lock = {0}; /* held until exit (tsr_exit below): released then */
     if (!c.dry_run) {
-        int made = 0, opened = 0;
+        int made = 0;
         checkpointing_install_signals();
         rc = lock_run_dir(&d, &t, &lock, &made);
         /* the checkpoint is read (and a model that differs from the config's refused) before
          * anything is written in run_dir */
         if (!rc) rc = checkpointing_resume(&t, c.resume, c.init_from);
-        if (!rc) {
-            opened = 1;
-            rc = trainer_open_run_dir(&t);
-        }
+        if (!rc) rc = trainer_open_run_dir(&t);
         tsr_warn_release(); /* (then the steps) */
         if (!rc) rc = trainer_run(&t);
-        if (rc && !opened && made) { /* a refused start leaves no run_dir it made */
+        if (rc && made && !t.out.steps_run) { /* a refused start leaves no run_dir it made (rmdir:
+                                                 * only when nothing was written, e.g. a run
+                                                 * refused by its activations' check) */
             tsr_lock_release(&lock);
             rmdir(cfg.run_dir);
         }

@@ -213,34 +213,61 @@ const trainer_strategy *trainer_pick_strategy(const tsr_trainer *t) {
     return t->part.zero1 ? &strategy_zero1 : &strategy_ddp;
 }
 
+/* The activations for t->micro on every rank: the number of ranks that could not allocate them
+ * (then every rank gives its back). Collective. */
+static int64_t try_acts(tsr_trainer *t) {
+    int64_t failed = (t->be.gpu ? gpu_train_try_acts(train_gpu(t), t->micro)
+                             : model_try_alloc_acts(&t->model, t->micro, t->T)) != 0;
+    dist_allreduce_sum_i64(&failed, 1); /* every rank learns of any rank's failure */
+    if (failed && t->be.gpu) gpu_train_free_acts(t->be.gpu);
+    else if (failed) model_free_acts(&t->model);
+    return failed;
+}
+
+/* The run cannot fit t->micro sequences on `failed` ranks: the memory plan printed, the reason in
+ * msg. */
+static void acts_refusal(tsr_trainer *t, int64_t failed, char *msg, size_t cap) {
+    double need = (double)(t->be.gpu ? gpu_train_acts_bytes(t->be.gpu, t->micro)
+                                  : model_acts_bytes(&t->model, t->micro, t->T)) / (1024.0 * 1024.0);
+    plan_print(t, 0);
+    if (t->be.gpu) train_gpu_print_plan(t);
+    snprintf(msg, cap, "out of memory on %lld of %d ranks allocating the activations for a "
+             "microbatch of %d x %d (%.1f MiB, plan above)%s: use activation checkpointing, "
+             "parallel.sharding = zero3, more ranks, a shorter seq_len or a smaller model",
+             (long long)failed, t->dist.world, t->micro, t->T, need,
+             t->auto_micro ? "; micro_batch = auto is down to 1 sequence" : "");
+}
+
 void trainer_ensure_acts(tsr_trainer *t) {
-    tsr_model *m = &t->model;
     if (trainer_acts_B(t) > 0) return;
-    for (;;) {
-        int64_t failed = (t->be.gpu ? gpu_train_try_acts(train_gpu(t), t->micro)
-                                 : model_try_alloc_acts(m, t->micro, t->T)) != 0;
-        dist_allreduce_sum_i64(&failed, 1); /* every rank learns of any rank's failure */
-        if (!failed) break;
-        /* the ranks that succeeded give theirs back too */
-        if (t->be.gpu) gpu_train_free_acts(t->be.gpu);
-        else model_free_acts(m);
+    for (int64_t failed; (failed = try_acts(t));) {
         if (!t->auto_micro || t->micro == 1) {
-            double need = (double)(t->be.gpu ? gpu_train_acts_bytes(t->be.gpu, t->micro)
-                                          : model_acts_bytes(m, t->micro, t->T)) / (1024.0 * 1024.0);
-            plan_print(t, 0);
-            if (t->be.gpu) train_gpu_print_plan(t);
-            tsr_fail_all(TSR_EXIT_USAGE,
-                         "out of memory on %lld of %d ranks allocating the activations for a "
-                         "microbatch of %d x %d (%.1f MiB, plan above)%s: use activation "
-                         "checkpointing, parallel.sharding = zero3, more ranks, a shorter seq_len "
-                         "or a smaller model", (long long)failed, t->dist.world, t->micro, t->T,
-                         need, t->auto_micro ? "; micro_batch = auto is down to 1 sequence" : "");
+            char msg[600];
+            acts_refusal(t, failed, msg, sizeof msg);
+            tsr_fail_all(TSR_EXIT_USAGE, "%s", msg);
         }
         int next = trainer_micro_at_most(t, t->micro / 2);
         metrics_log_micro(t, t->micro, next, failed);
         t->micro = next;
     }
     if (t->auto_micro) metrics_log_micro(t, 0, t->micro, 0);
+}
+
+int trainer_acts_fit(tsr_trainer *t) {
+    if (trainer_acts_B(t) > 0) return 0;
+    const int micro = t->micro;
+    if (t->auto_micro) t->micro = 1; /* where its halving ends */
+    int64_t failed = try_acts(t);
+    if (failed) {
+        char msg[600];
+        acts_refusal(t, failed, msg, sizeof msg);
+        if (t->dist.rank == 0) tsr_error("%s", msg);
+    } else if (t->auto_micro) { /* given back: the first step halves down from micro */
+        if (t->be.gpu) gpu_train_free_acts(t->be.gpu);
+        else model_free_acts(&t->model);
+    }
+    t->micro = micro;
+    return failed ? TSR_EXIT_USAGE : 0;
 }
 
 /* The step's data: this rank's part of global batch d loaded; counted targets and samples per

@@ -51,6 +51,11 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st);
  * micro_batch = auto an allocation that fails on any rank lowers micro on every rank and retries;
  * at 1 sequence the run stops (exit 1) after printing the memory plan. */
 void trainer_ensure_acts(tsr_trainer *t);
+/* Before run_dir is written: the activations of the microbatch the run starts with are allocated
+ * now (kept for the first step); under micro_batch = auto those of 1 sequence, where its halving
+ * ends, are tried and given back (the first step halves from the recipe's size, logging each).
+ * 0, or TSR_EXIT_USAGE after the memory plan and the reason (rank 0). Collective. */
+int trainer_acts_fit(tsr_trainer *t);
 /* Mean validation loss over eval_samples (or the whole split); NAN when there is no val set. */
 double trainer_eval(tsr_trainer *t);
 /* The whole run: steps until max_duration with logging, periodic eval and checkpoints; a stop
