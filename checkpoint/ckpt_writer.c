@@ -98,7 +98,7 @@ static void sleep_ms(long ms) {
 
 /* This rank's slices of tensors [0, upto) into p->tmp, with the CRCs the stage's copy computed
  * (w->crc); the errno of the first failed write in *err (0 when unknown). Under
- * "slow-write:MS" one tensor at a time, MS ms before each. */
+ * "slow-write:MS" one tensor at a time, MS ms before each, until one fails. */
 static void transfer(struct ckpt_pending *p, int upto, long slow_ms, int *err) {
     save_state *st = &p->st;
     ck_writer *w = &p->w;
@@ -118,6 +118,7 @@ static void transfer(struct ckpt_pending *p, int upto, long slow_ms, int *err) {
                            st->slice_crc + i, st->ok + i, &e, &x);
         w->cpu_io += x.io_cpu, w->bounced += x.bounced;
         if (!*err) *err = e;
+        if (!st->ok[i]) break; /* the save has failed: no more delays for the rest (unwritten) */
     }
 }
 

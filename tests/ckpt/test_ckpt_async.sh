@@ -129,7 +129,8 @@ same_datasets "$(ck "$TMP/S" 2)" "$(ck "$TMP/Y" 2)"
 tap_check $? "the step-2 checkpoint written slowly in the background while steps 3 and 4 changed the state equals the synchronous run's step 2 (the snapshot, not the live state, was written)"
 
 # the memory plan: the snapshot of 2 ranks' ddp = 3 x (the parameters / 2) floats, rounded up,
-# and room to place each of 3 x 24 tensors (TSR_P_COUNT) on its 4 KiB alignment (ckpt.h
+# and room to place each of 3 x TSR_P_COUNT tensors (the parameter slots of src/model/model.h,
+# counted there: a slot of size 0 is still room planned) on its 4 KiB alignment (ckpt.h
 # CKPT_STAGE_PAD_FLOATS)
 plan_snap() { sed -nE 's/^memory per rank.*, checkpoint snapshot ([0-9.]+ [KMG]?i?B) \(save_async, host\); total .*/\1/p' "$1"; }
 run "$TMP/P" 2 --dry-run >"$TMP/P.txt" 2>&1
@@ -137,8 +138,9 @@ run "$TMP/P" 2 --dry-run >"$TMP/P.txt" 2>&1
 "$TRAIN" "${args[@]}" --set run_dir="$TMP/P" --plan 2 --set save_async=false >"$TMP/Pf.txt" 2>&1
 params=$(/usr/bin/python3 -c "import h5py, sys; f = h5py.File(sys.argv[1], 'r')
 print(sum(o.size for o in f['model'].values()))" "$(ck "$TMP/R" 2)") # the flat buffer's floats
-want2=$("$PY3" -c "b=3*4*($params//2+16)+3*24*4096; print(f'{b/1024:.1f} KiB' if b < 1048576 else f'{b/1048576:.1f} MiB')")
-want4=$("$PY3" -c "b=3*4*($params//4+16)+3*24*4096; print(f'{b/1024:.1f} KiB' if b < 1048576 else f'{b/1048576:.1f} MiB')")
+slots=$(sed -n '/^typedef enum {/,/TSR_P_COUNT$/p' "$TSR_ROOT/src/model/model.h" | grep -c '^ *TSR_P_[A-Z0-9_]*\( = 0\)\?,')
+want2=$("$PY3" -c "b=3*4*($params//2+16)+3*$slots*4096; print(f'{b/1024:.1f} KiB' if b < 1048576 else f'{b/1048576:.1f} MiB')")
+want4=$("$PY3" -c "b=3*4*($params//4+16)+3*$slots*4096; print(f'{b/1024:.1f} KiB' if b < 1048576 else f'{b/1048576:.1f} MiB')")
 tap_diag "snapshot: dry run on 2 ranks '$(plan_snap "$TMP/P.txt")' (want $want2), --plan 4 '$(plan_snap "$TMP/P4.txt")' (want $want4)"
 [[ $(plan_snap "$TMP/P.txt") == "$want2" && $(plan_snap "$TMP/P4.txt") == "$want4" ]] &&
     grep -q "checkpoint snapshot .*(save_async, host)" "$TMP/R.txt" && grep -q "^memory per rank" "$TMP/Pf.txt" &&
