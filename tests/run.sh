@@ -42,7 +42,7 @@ while IFS= read -r f; do tests+=("$f"); done < <(find tests -name 'test_*.sh' -o
 # A new test that does any of these belongs here.
 SOLO=(tests/slurm/ tests/healthcheck/ tests/faults/ tests/fuzz/ tests/install/ tests/cli/test_demo.sh
       tests/ckpt/test_ckpt_signal.sh tests/ckpt/test_ckpt_damage.sh tests/ckpt/test_ckpt_async.sh
-      tests/ckpt/test_ckpt_async_kill.sh tests/train/test_staging.sh
+      tests/ckpt/test_ckpt_async_kill.sh tests/ckpt/test_ckpt_diskfull0.sh tests/train/test_staging.sh
       tests/resume/test_resume.sh tests/resume/test_resume_timing.sh tests/jobs/test_job_hook.sh
       tests/gpu/test_hc_gpu.sh tests/mpi/test_alltoallv.sh tests/eval/test_eval.sh
       tests/eval/test_generate_gqa.sh tests/train/test_icl_train.sh tests/train/test_sft.sh
