@@ -130,6 +130,12 @@ static int llama_arch_of(const tsr_model *m, hf_arch want, hf_arch *a, char *why
 }
 
 int hf_arch_of(const tsr_model *m, hf_arch want, hf_arch *a, char *why, size_t cap) {
+    const char *variant = config_attn_variant_key(&m->cfg);
+    if (variant) { /* a class without it would load the weights and compute another model */
+        snprintf(why, cap, "this model sets %s, which no Hugging Face class tessera exports has "
+                 "yet (Gemma 3's and gpt-oss's come with issue 67; docs/models.md)", variant);
+        return TSR_EXIT_USAGE;
+    }
     if (m->cfg.pos == TSR_POS_ROPE) return llama_arch_of(m, want, a, why, cap);
     const tsr_model_config *c = &m->cfg;
     if (want != HF_ARCH_COUNT && want < HF_LLAMA) want = HF_ARCH_COUNT; /* the one below anyway */

@@ -20,7 +20,7 @@ tsr_tmpdir
 GEN=("$TOOL" generate --set threads=1)
 PROMPT="5 17 3 250 99 12 7 300 41 8 2 66 19 101 3 77 45 9 13 21"
 source "$(dirname "$0")/../eval/generate_lib.sh"
-tap_plan 8
+tap_plan 9
 make_synth "$TMP/data" 512 60000
 tiny_llama_args "$TMP/data/train"
 args+=(--set model.n_head=4 --set model.n_kv_head=2 --set max_duration=6ba --set save_interval=6ba
@@ -44,6 +44,12 @@ print("# sinks datasets:", sinks)
 sys.exit(0 if sinks else 1)
 PY
 tap_check $? "the checkpoint holds the sinks tensor and verifies"
+# no Hugging Face class tessera exports has windows or sinks yet: the export must not drop them
+"$TOOL" ckpt export --format hf "$TMP/D/step-00000006.h5" "$TMP/hfD" >"$TMP/export.txt" 2>&1
+rc=$?
+tap_diag "export: $(head -c 300 "$TMP/export.txt")"
+[[ $rc == 1 && ! -e $TMP/hfD/model.safetensors ]] && grep -q "model.layer_types" "$TMP/export.txt"
+tap_check $? "ckpt export --format hf of the windowed model with sinks: refused (exit $rc) naming the key, no weights written"
 
 run P 1 --set model.attn_sinks=true
 a=$(json_field "$TMP/D/metrics.jsonl" 6 loss) p=$(json_field "$TMP/P/metrics.jsonl" 6 loss)
