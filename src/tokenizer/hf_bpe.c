@@ -142,6 +142,10 @@ static void bpe_piece(void *vctx, const uint8_t *p, size_t n) {
 /* SentencePiece-style BPE of one piece (hf_spm.c), through the same per-call cache. */
 static void spm_piece(void *vctx, const uint8_t *p, size_t n) {
     piece_ctx *c = vctx;
+    if (n > TOK_PIECE_MAX) { /* in bounded chunks, as bpe_piece (tokenizer_internal.h) */
+        for (size_t k; n; p += k, n -= k) spm_piece(vctx, p, k = tok_piece_chunk(p, n));
+        return;
+    }
     cache_slot *e = cache_find(c, p, n);
     if (e && e->key_len) {
         for (uint32_t k = 0; k < e->n_ids; k++) hf_ids_push(c->out, c->id_pool[e->ids_off + k]);

