@@ -33,6 +33,19 @@ tsr_tmpdir() {
     TMP=$(mktemp -d /tmp/tessera-test.XXXXXX)
     trap 'rm -rf "$TMP"' EXIT
 }
+# small_tmpfs SIZE: mounts a tmpfs of SIZE (e.g. 4m) at $TMP/fs, sets FS to it and unmounts it on
+# exit (after tsr_tmpdir; the disk-full tests: a filesystem of the test's own to fill); skips the
+# test (exit 77, saying why) when not root or when the mount fails
+small_tmpfs() {
+    if [[ $(id -u) != 0 ]]; then echo "# not root: cannot mount a small tmpfs; skipped"; exit 77; fi
+    FS=$TMP/fs
+    mkdir -p "$FS"
+    if ! mount -t tmpfs -o size="$1" tmpfs "$FS" 2>"$TMP/mount.txt"; then
+        echo "# mount -t tmpfs failed ($(cat "$TMP/mount.txt")); skipped"
+        exit 77
+    fi
+    trap 'umount "$FS" 2>/dev/null; rm -rf "$TMP"' EXIT
+}
 # make_synth DIR [VOCAB] [TOKENS]: the synthetic corpus, train + val splits under DIR/{train,val}
 make_synth() {
     "$TOOL" synth --out "$1" --vocab "${2:-512}" --tokens "${3:-200000}" --seed 1 >/dev/null

@@ -19,14 +19,7 @@
 #    one free names its next save (step 4), not the step-2 save it resumed from.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-if [[ $(id -u) != 0 ]]; then echo "# not root: cannot mount a small tmpfs; skipped"; exit 77; fi
-FS=$TMP/fs
-mkdir -p "$FS"
-if ! mount -t tmpfs -o size=3m tmpfs "$FS" 2>"$TMP/mount.txt"; then
-    echo "# mount -t tmpfs failed ($(cat "$TMP/mount.txt")); skipped"
-    exit 77
-fi
-trap 'umount "$FS" 2>/dev/null; rm -rf "$TMP"' EXIT
+small_tmpfs 3m
 tap_plan 17
 make_synth "$TMP/data"
 tiny_args "$TMP/data/train"
