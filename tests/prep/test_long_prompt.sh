@@ -13,8 +13,7 @@
 #  - `tessera generate --prompts` on a model with learned positions (32 of them): line 2 refused
 #    unread naming it, exit 1.
 source "$(dirname "$0")/../lib.sh"
-GPT2_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}/gpt2
-[[ -f $GPT2_DIR/encoder.json ]] || GPT2_DIR=$TSR_ROOT/data/npm/gpt2
+gpt2_dir
 if [[ ! -f $GPT2_DIR/encoder.json ]]; then echo "skip: no GPT-2 tokenizer under data/npm (./INSTALL fetches it)"; exit 77; fi
 tsr_tmpdir
 tap_plan 5

@@ -15,8 +15,7 @@ PY=${PYTHON:-/usr/bin/python3}
 CHECK=$TSR_ROOT/tests/prep/pref_check.py
 
 if ! "$TOOL" prep --help >/dev/null 2>&1; then echo "skip: $TOOL has no 'prep' command"; exit 77; fi
-GPT2_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}/gpt2
-[[ -f $GPT2_DIR/encoder.json ]] || GPT2_DIR=$TSR_ROOT/data/npm/gpt2
+gpt2_dir
 if [[ ! -f $GPT2_DIR/encoder.json || ! -f $GPT2_DIR/vocab.bpe ]]; then
     echo "skip: no GPT-2 tokenizer files in $GPT2_DIR (./INSTALL fetches them)"; exit 77
 fi

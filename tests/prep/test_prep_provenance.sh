@@ -11,8 +11,7 @@
 #    the dataset records none (tessera synth, older datasets);
 #  - the trainer's start with that warning is a short banner, the warning its last line.
 source "$(dirname "$0")/../lib.sh"
-GPT2_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}/gpt2
-[[ -f $GPT2_DIR/encoder.json ]] || GPT2_DIR=$TSR_ROOT/data/npm/gpt2
+gpt2_dir
 if [[ ! -f $GPT2_DIR/encoder.json ]]; then echo "1..0 # SKIP no GPT-2 files (./INSTALL fetches them)"; exit 77; fi
 tsr_tmpdir
 tap_plan 10

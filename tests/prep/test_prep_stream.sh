@@ -16,8 +16,7 @@
 source "$(dirname "$0")/../lib.sh"
 PY=${PYTHON:-/usr/bin/python3}
 if ! "$TOOL" prep --help >/dev/null 2>&1; then echo "skip: $TOOL has no 'prep' command"; exit 77; fi
-GPT2_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}/gpt2
-[[ -f $GPT2_DIR/encoder.json ]] || GPT2_DIR=$TSR_ROOT/data/npm/gpt2
+gpt2_dir
 BROWN=$TSR_ROOT/data/npm/brown
 if [[ ! -f $GPT2_DIR/encoder.json || ! -f $BROWN/ca01 ]]; then
     echo "skip: no GPT-2 tokenizer or Brown corpus under data/npm (./INSTALL fetches them)"; exit 77
