@@ -7,6 +7,7 @@
 
 #include "common.h"
 #include "plan/plan.h"
+#include "train/objective.h"
 #include "train/train_gpu.h"
 #include "train/trainer.h"
 
@@ -64,7 +65,7 @@ void plan_fit_print(const tsr_trainer *t, double gpu_bytes) {
 /* cfg with key = v planned quietly on d (as --plan plans it): the device memory per rank, or -1
  * when the config refuses v */
 static double planned(const tsr_config *cfg, const tsr_dist *d, plan_fit_key key, long long v,
-                      int64_t *per_rank) {
+                      int64_t *per_rank, int *pairs) {
     tsr_config c = *cfg;
     if (key == PLAN_FIT_SEQ_LEN) c.seq_len = v;
     else c.micro_batch = v;
@@ -74,6 +75,7 @@ static double planned(const tsr_config *cfg, const tsr_dist *d, plan_fit_key key
     int rc = trainer_init(&t, &c, d, 1);
     double b = rc ? -1 : train_gpu_plan_total(&t);
     if (per_rank) *per_rank = t.per_rank;
+    if (pairs) *pairs = !rc && t.objective->pairs; /* (the objective's table: whole pairs) */
     if (!rc) trainer_free(&t);
     tsr_log_mute(0);
     plan_set_quiet(0);
@@ -82,6 +84,7 @@ static double planned(const tsr_config *cfg, const tsr_dist *d, plan_fit_key key
 
 typedef struct fit_found {
     long long v, next;   /* the largest value that fits (0: none); the next one tried (0: none) */
+    int pairs;           /* micro_batch: the samples are preference pairs, kept whole (even) */
     double b, next_b;    /* their memory (next_b < 0: the config refuses next) */
 } fit_found;
 
@@ -92,27 +95,27 @@ static void search_seq(const tsr_config *cfg, const tsr_dist *d, double gpu, lon
                        long long cap, fit_found *f) {
     long long lo = 0, hi = 1; /* in units of q: lo fits (0: none yet), hi is the next to try */
     double b;
-    while (hi * q <= cap && fits(b = planned(cfg, d, PLAN_FIT_SEQ_LEN, hi * q, NULL), gpu))
+    while (hi * q <= cap && fits(b = planned(cfg, d, PLAN_FIT_SEQ_LEN, hi * q, NULL, NULL), gpu))
         lo = hi, f->b = b, hi *= 2;
     if (hi * q > cap) hi = cap / q + 1;
     while (hi - lo > 1) {
         long long mid = lo + (hi - lo) / 2;
-        if (fits(b = planned(cfg, d, PLAN_FIT_SEQ_LEN, mid * q, NULL), gpu)) lo = mid, f->b = b;
+        if (fits(b = planned(cfg, d, PLAN_FIT_SEQ_LEN, mid * q, NULL, NULL), gpu)) lo = mid, f->b = b;
         else hi = mid;
     }
     f->v = lo * q;
     f->next = hi * q <= cap ? hi * q : 0;
-    if (f->next) f->next_b = planned(cfg, d, PLAN_FIT_SEQ_LEN, f->next, NULL);
+    if (f->next) f->next_b = planned(cfg, d, PLAN_FIT_SEQ_LEN, f->next, NULL, NULL);
 }
 
-/* the largest micro_batch dividing the per-rank batch (an even one for dpo: whole pairs) */
+/* the largest micro_batch dividing the per-rank batch (an even one for pairs: dpo's) */
 static void search_micro(const tsr_config *cfg, const tsr_dist *d, double gpu, fit_found *f) {
     int64_t per_rank = 0;
-    planned(cfg, d, PLAN_FIT_MICRO_BATCH, 1, &per_rank);
-    const long long step = cfg->objective == TSR_OBJ_DPO ? 2 : 1;
+    planned(cfg, d, PLAN_FIT_MICRO_BATCH, 1, &per_rank, &f->pairs);
+    const long long step = f->pairs ? 2 : 1;
     for (long long m = per_rank - per_rank % step; m >= step; m -= step) {
         if (per_rank % m) continue;
-        double b = planned(cfg, d, PLAN_FIT_MICRO_BATCH, m, NULL);
+        double b = planned(cfg, d, PLAN_FIT_MICRO_BATCH, m, NULL, NULL);
         if (fits(b, gpu)) {
             f->v = m, f->b = b;
             return;
@@ -122,7 +125,7 @@ static void search_micro(const tsr_config *cfg, const tsr_dist *d, double gpu, f
 }
 
 /* rank 0's line: what the search found */
-static void print_found(const tsr_config *cfg, const tsr_dist *d, plan_fit_key key, double gpu,
+static void print_found(const tsr_dist *d, plan_fit_key key, double gpu,
                         long long q, const fit_found *f) {
     const char *name = key == PLAN_FIT_SEQ_LEN ? "seq_len" : "micro_batch";
     char next[160] = "", how[96];
@@ -134,7 +137,7 @@ static void print_found(const tsr_config *cfg, const tsr_dist *d, plan_fit_key k
         snprintf(next, sizeof next, "; it is the whole per-rank batch");
     if (key == PLAN_FIT_SEQ_LEN) snprintf(how, sizeof how, "multiples of %lld", q);
     else snprintf(how, sizeof how, "the divisors of the per-rank batch%s",
-                  cfg->objective == TSR_OBJ_DPO ? " (even: dpo's pairs)" : "");
+                  f->pairs ? " (even: whole preference pairs)" : "");
     if (!f->v)
         printf("fit: no %s fits %.1f GiB a GPU on %d ranks (%s tried)%s\n", name, gpu / GIB,
                d->world, how, next);
@@ -155,6 +158,6 @@ int plan_fit_search(const tsr_config *cfg, const tsr_dist *d, plan_fit_key key, 
     if (cfg->model.pos == TSR_POS_LEARNED && cfg->model.max_seq_len > 0) cap = cfg->model.max_seq_len;
     if (key == PLAN_FIT_SEQ_LEN) search_seq(cfg, d, gpu_bytes, q, cap, &f);
     else search_micro(cfg, d, gpu_bytes, &f);
-    if (d->rank == 0) print_found(cfg, d, key, gpu_bytes, q, &f);
+    if (d->rank == 0) print_found(d, key, gpu_bytes, q, &f);
     return 0;
 }
