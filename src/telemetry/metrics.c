@@ -207,19 +207,22 @@ static void step_line_aux(const tsr_trainer *t, const tsr_step_stats *st, char a
     }
 }
 
-/* the step line on stdout */
+/* the step line on stdout; " | data wait S s" at its end when the step waited for staged shards
+ * before it began (data.stage_to: an object-store window, data.stage_wait) */
 static void step_line(const tsr_trainer *t, const tsr_step_stats *st, const step_rates *r) {
-    char eta[32] = "-", mem[32], aux[96];
+    char eta[32] = "-", mem[32], aux[96], wait[48] = "";
     /* a process's first step (start-up, page faults) predicts nothing: no ETA until its second */
     if (t->out.steps_run > 1)
         format_eta(eta, sizeof eta, r->avg * (double)(t->total_steps - st->step));
     metrics_human_bytes(mem, sizeof mem, st->peak_mem);
     step_line_aux(t, st, aux);
+    if (t->data.step_wait >= 0.0005)
+        snprintf(wait, sizeof wait, " | data wait %.3f s", t->data.step_wait);
     printf("step %*lld/%lld | loss %.6f%s | lr %.3e | norm %.4f | %.0f tok/s | mfu %.1f%% | "
-           "%.1f ms | mem %s | eta %s\n",
+           "%.1f ms | mem %s | eta %s%s\n",
            (int)snprintf(NULL, 0, "%lld", (long long)t->total_steps), (long long)st->step,
            (long long)t->total_steps, st->loss, aux, st->lr, st->grad_norm, r->tok_s,
-           100 * r->mfu, 1e3 * st->step_time, mem, eta);
+           100 * r->mfu, 1e3 * st->step_time, mem, eta, wait);
     fflush(stdout);
 }
 
@@ -256,6 +259,8 @@ static void step_record(const tsr_trainer *t, const tsr_step_stats *st, const st
             rate, frac, secs, (long long)st->data_batch, (long long)st->tokens,
             st->peak_mem, st->peak_rss);
     if (t->data.n_streams > 1) step_record_streams(t);
+    if (t->data.stagers[0]) /* (staging: the seconds the step waited for its shards first) */
+        fprintf(t->out.metrics, ", \"data_wait_s\": %.6f", t->data.step_wait);
     static const char *const verdicts[] = {"ok", "warn", "skip", "rollback", "stop"};
     if (st->verdict != GUARD_OK)
         fprintf(t->out.metrics, ", \"guard\": \"%s\"", verdicts[st->verdict]);

@@ -9,7 +9,6 @@
 
 #include "common.h"
 #include "data/data_loss.h"
-#include "data/s3.h"
 #include "data/stage.h"
 #include "tokenizer/tokenizer.h"
 #include "telemetry/metrics.h"
@@ -174,12 +173,6 @@ int train_data_open(tsr_trainer *t) {
     }
     t->data.train = t->data.streams[0];
     t->data.sampler = t->data.samplers[0];
-    if (c->data.val[0] && s3_is_url(c->data.val)) {
-        tsr_error("data.val = \"%s\": validation data from an object store is not supported yet "
-                  "(it is not staged): point data.val at a local copy (docs/object-storage.md)",
-                  c->data.val);
-        return TSR_EXIT_USAGE;
-    }
     if (c->data.val[0]) {
         TSR_CHECK(open_dataset(t, &t->data.val, c->data.val, "data.val"));
         if (t->objective->pairs) TSR_CHECK(check_pairs(t, c->data.val, "data.val"));
@@ -351,16 +344,36 @@ void train_data_format_plan(const tsr_trainer *t, char *buf, size_t n) {
 
 /* ---- staging (docs/staging.md) ---- */
 
+/* An object-store dataset at key = path without data.stage_to: refused (exit 1). */
+static int need_stage_to(const tsr_trainer *t, const tsr_dataset *ds, const char *key,
+                         const char *path) {
+    if (!ds || !dataset_s3(ds) || t->cfg.data.stage_to[0]) return 0;
+    tsr_error("%s = \"%s\": an object-store dataset is read from node-local copies: set "
+              "data.stage_to to a node-local directory (docs/object-storage.md)", key, path);
+    return TSR_EXIT_USAGE;
+}
+
+/* data.val on an object store: its stager wants every shard at once (a validation set is small:
+ * it is staged whole, beside the first window, and kept for the run; docs/object-storage.md). */
+static int val_stage_open(tsr_trainer *t) {
+    tsr_dataset *ds = t->data.val;
+    if (!ds || !dataset_s3(ds)) return 0;
+    int rc = stager_open(&t->data.val_stager, ds, t->cfg.data.stage_to,
+                         t->cfg.data.cache_limit_bytes, t->dist.local_rank == 0);
+    if (rc) return rc;
+    int n = dataset_n_shards(ds), *all = tsr_malloc((size_t)n * sizeof *all);
+    for (int i = 0; i < n; i++) all[i] = i;
+    stager_want(t->data.val_stager, all, n);
+    free(all);
+    return 0;
+}
+
 int train_data_stage_open(tsr_trainer *t) {
     const tsr_data_config *dc = &t->cfg.data;
-    for (int k = 0; k < t->data.n_streams && !dc->stage_to[0]; k++)
-        if (dataset_s3(t->data.streams[k])) {
-            tsr_error("%s = \"%s\": an object-store dataset is read from node-local copies: set "
-                      "data.stage_to to a node-local directory (docs/object-storage.md)",
-                      t->cfg.data.n_streams ? "data.streams[].path" : "data.train",
-                      t->data.stream_paths[k]);
-            return TSR_EXIT_USAGE;
-        }
+    for (int k = 0; k < t->data.n_streams; k++)
+        TSR_CHECK(need_stage_to(t, t->data.streams[k], t->cfg.data.n_streams ?
+                                "data.streams[].path" : "data.train", t->data.stream_paths[k]));
+    TSR_CHECK(need_stage_to(t, t->data.val, "data.val", t->cfg.data.val));
     if (!dc->stage_to[0]) return 0;
     /* the global ranks on this node: their batches decide what the node stages */
     char *hosts = tsr_malloc((size_t)t->dist.world * sizeof t->dist.host);
@@ -374,6 +387,7 @@ int train_data_stage_open(tsr_trainer *t) {
     for (int k = 0; k < t->data.n_streams && !rc; k++)
         rc = stager_open(&t->data.stagers[k], t->data.streams[k], dc->stage_to, dc->cache_limit_bytes,
                          t->dist.local_rank == 0);
+    if (!rc) rc = val_stage_open(t);
     /* one rank failing (a full or missing local disk) stops every rank */
     int64_t bad = rc != 0;
     dist_allreduce_sum_i64(&bad, 1);
@@ -441,18 +455,17 @@ static void stage_log(tsr_trainer *t, int64_t window, double waited) {
  * of this window (list[0..n)) are local on every node, one all-reduce a round; a shard that cannot
  * be staged (stager_local -1) stops the run with exit 2 naming the object. The wait is added to
  * the next staging line's wait_s and printed by rank 0 when it is over a second. */
-static int wait_local(tsr_trainer *t, int k, const int *list, int n) {
-    if (!dataset_s3(t->data.streams[k])) return 0;
+static int wait_local(tsr_trainer *t, tsr_stager *s, const char *path, const int *list, int n) {
     double t0 = tsr_now();
     char why[1024] = "";
     for (;;) {
-        stager_poll(t->data.stagers[k]);
-        int m = stager_local(t->data.stagers[k], list, n, why, sizeof why);
+        stager_poll(s);
+        int m = stager_local(s, list, n, why, sizeof why);
         int64_t v[2] = {m > 0 ? m : 0, m < 0};
         dist_allreduce_sum_i64(v, 2);
         if (v[1]) {
             if (m < 0) tsr_error("%s", why);
-            tsr_error("%s: a shard could not be staged (above): stopping", t->data.stream_paths[k]);
+            tsr_error("%s: a shard could not be staged (above): stopping", path);
             return TSR_EXIT_DATA;
         }
         if (!v[0]) break;
@@ -462,16 +475,29 @@ static int wait_local(tsr_trainer *t, int k, const int *list, int n) {
     double w = tsr_now() - t0;
     dist_allreduce_max_f64(&w, 1);
     t->data.stage_fetch_wait += w;
+    t->data.step_wait += w;
     if (w > 1 && t->dist.rank == 0)
         printf("staging: step %lld waited %.1f s for the shards of %s\n", (long long)t->step, w,
-               t->data.stream_paths[k]);
+               path);
     return 0;
+}
+
+/* The first window of this process: the validation set on an object store is local before it
+ * goes on (it was asked for whole at train_data_stage_open), so an evaluation never waits. */
+static int wait_val(tsr_trainer *t) {
+    if (!t->data.val_stager) return 0;
+    int n = dataset_n_shards(t->data.val), *all = tsr_malloc((size_t)n * sizeof *all);
+    for (int i = 0; i < n; i++) all[i] = i;
+    int rc = wait_local(t, t->data.val_stager, t->cfg.data.val, all, n);
+    free(all);
+    return rc;
 }
 
 int train_data_stage_step(tsr_trainer *t) {
     if (!t->data.stagers[0]) return 0;
     int rc = 0;
     int64_t W = t->cfg.data.stage_window, d = t->step + t->data.data_offset;
+    t->data.step_wait = 0;
     /* a window starts every W batches, and at the first step of this process (resume) */
     if (d % W == 0 || !t->data.stage_started) {
         int64_t a = d / W * W;
@@ -499,10 +525,13 @@ int train_data_stage_step(tsr_trainer *t) {
             int n = window_shards(t, k, d, a + W, list, seen);
             int m = window_shards(t, k, a + W, a + 2 * W, list + n, seen);
             stager_want(t->data.stagers[k], list, n + m);
-            if (!rc) rc = wait_local(t, k, list, n);
+            if (!rc && dataset_s3(t->data.streams[k]))
+                rc = wait_local(t, t->data.stagers[k], t->data.stream_paths[k], list, n);
             free(list);
             free(seen);
         }
+        if (!rc && !t->data.stage_started) rc = wait_val(t);
+        t->data.step_wait += waited;
         t->data.stage_started = 1;
     }
     for (int k = 0; k < t->data.n_streams; k++) stager_poll(t->data.stagers[k]);
@@ -521,6 +550,7 @@ void train_data_close(tsr_trainer *t) {
         if (t->data.streams[k]) dataset_close(t->data.streams[k]);
     }
     free(t->data.node_ranks);
+    stager_close(t->data.val_stager); /* before its dataset */
     if (t->data.val) dataset_close(t->data.val);
     free(t->data.slot_stream);
     free(t->data.slot_pos);

@@ -15,7 +15,7 @@ S3RVER=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}/s3rver/node_modules/.bin/s3rver
 [[ -x $S3RVER ]] || { echo "1..0 # SKIP $S3RVER missing: npm install --prefix data/npm/s3rver s3rver@3.7.1 (./INSTALL --ensure)"; exit 77; }
 command -v node >/dev/null || { echo "1..0 # SKIP node not found (Debian: nodejs)"; exit 77; }
 tsr_tmpdir
-tap_plan 14
+tap_plan 16
 PORT=$(free_ports 1) || exit 1
 mkdir -p "$TMP/store"
 "$S3RVER" -d "$TMP/store" -a 127.0.0.1 -p "$PORT" --configure-bucket tsr --silent >"$TMP/s3rver.log" 2>&1 &
@@ -62,11 +62,27 @@ n = [json.loads(l) for l in open(sys.argv[1])]
 n = [d for d in n if d.get("event") == "staging"]
 print(sum(d["in_place_reads"] for d in n) if n else -1)' "$1"; }
 
-run 1 L1 --set data.train="$TMP/data/train" && s3run 1 S1
+# evaluated at steps 10 and 20; S1 also streams data.val (staged whole at start)
+val_lines() { "$PY3" -c '
+import json, sys
+print([(d["step"], d["val_loss"]) for d in map(json.loads, open(sys.argv[1])) if "val_loss" in d])' "$1"; }
+# every step record of a staged run has data_wait_s >= 0 (the wait for its window's shards)
+waits_ok() { "$PY3" -c '
+import json, sys
+s = [d for d in map(json.loads, open(sys.argv[1])) if "loss" in d]
+sys.exit(not s or not all(d.get("data_wait_s", -1) >= 0 for d in s))' "$1"; }
+run 1 L1 --set data.train="$TMP/data/train" --set eval_interval=10ba &&
+    s3run 1 S1 --set data.val=s3://tsr/ds/val --set eval_interval=10ba
 rc=$?
 [[ $rc == 0 ]] && cmp -s <(final_lines "$TMP/L1/metrics.jsonl") <(final_lines "$TMP/S1/metrics.jsonl") &&
     [[ $(in_place "$TMP/S1/metrics.jsonl") == 0 ]] && cmp -s "$TMP/data/train/shard-00005.bin" "$(ls "$TMP"/stage-S1/*/shard-00005.bin)"
 tap_check $? "1 rank: s3:// trains the local copy's losses bit for bit, every sample from a staged copy (exit $rc)"
+vl=$(val_lines "$TMP/L1/metrics.jsonl")
+[[ $rc == 0 && $vl == "[(10, "*", (20, "* && $vl == "$(val_lines "$TMP/S1/metrics.jsonl")" ]] &&
+    for f in "$TMP"/stage-S1/*/shard-00000.bin; do cmp -s "$f" "$TMP/data/val/shard-00000.bin" && break; done
+tap_check $? "1 rank: data.val = s3://...: the local copy's validation losses bit for bit at steps 10 and 20, from a staged copy"
+waits_ok "$TMP/S1/metrics.jsonl" && ! grep -q data_wait_s "$TMP/L1/metrics.jsonl"
+tap_check $? "1 rank: every step record of the streamed run has data_wait_s >= 0 (none without staging)"
 
 run 2 L2 --set data.train="$TMP/data/train" && s3run 2 S2
 rc=$?
