@@ -20,6 +20,9 @@ typedef struct tsr_duration {
 typedef enum { TSR_POS_LEARNED = 0, TSR_POS_ALIBI, TSR_POS_ROPE, TSR_POS_COUNT } tsr_pos_kind;
 /* the normalisation of every block and the final one: LayerNorm (eps 1e-5) or RMSNorm (norm_eps) */
 typedef enum { TSR_NORM_LAYERNORM = 0, TSR_NORM_RMSNORM, TSR_NORM_COUNT } tsr_norm_kind;
+/* where a block's norms sit: pre (x + f(N(x))), or sandwich (Gemma 2/3: x + N'(f(N(x))), a norm
+ * after the attention and after the MLP too) */
+typedef enum { TSR_NPLACE_PRE = 0, TSR_NPLACE_SANDWICH, TSR_NPLACE_COUNT } tsr_norm_placement;
 /* the MLP: gelu(x W1^T) W2^T, or SwiGLU silu(x Wg^T) * (x Wu^T) W2^T (Llama) */
 typedef enum { TSR_MLP_GELU = 0, TSR_MLP_SWIGLU, TSR_MLP_COUNT } tsr_mlp_kind;
 /* RoPE frequency scaling: none, or Llama 3.1's (factor, low/high-frequency factors, original
@@ -142,6 +145,7 @@ typedef struct tsr_model_config {
                            * every layer sliding) */
     int attn_sinks;       /* a learned logit per head in every row's softmax (gpt-oss) */
     double query_pre_attn_scalar; /* scores times 1 / sqrt(this) (Gemma); 0 = the head size */
+    tsr_norm_placement norm_placement; /* docs/models.md "Norm placements" */
 } tsr_model_config;
 
 typedef struct tsr_optim_config {
@@ -413,9 +417,9 @@ int config_model_dims(const tsr_model_config *m, tsr_model_dims *d, const char *
  * model.sliding_window when the layer's model.layer_types entry is sliding_attention (every layer
  * when layer_types is "" and sliding_window > 0), else 0 (full attention). */
 int config_layer_window(const tsr_model_config *m, int l);
-/* The model uses a sliding window, attention sinks or a query_pre_attn_scalar other than the head
- * size (what the CUDA backend and the ring of context parallelism do not run yet): the key that
- * asks for it, or NULL. */
+/* The model uses a sliding window, attention sinks, a query_pre_attn_scalar other than the head
+ * size or a norm placement other than pre (what the CUDA backend, the ring of context parallelism
+ * and the Hugging Face export do not run yet): the key that asks for it, or NULL. */
 const char *config_attn_variant_key(const tsr_model_config *m);
 /* Writes the effective config in libconfig syntax (loadable by config_load). */
 void config_print(FILE *f, const tsr_config *cfg);

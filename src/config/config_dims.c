@@ -151,6 +151,12 @@ static int norm_rope_check(const tsr_model_config *m, const char **key, char *wh
                  "eps is fixed at 1e-5 (norm_eps is RMSNorm's)", e);
         return -1;
     }
+    if (m->norm_placement == TSR_NPLACE_SANDWICH && m->norm != TSR_NORM_RMSNORM) {
+        *key = "model.norm_placement";
+        snprintf(why, cap, "model.norm_placement = \"sandwich\" needs model.norm = \"rmsnorm\" "
+                 "(Gemma's norms; the post-norms have no LayerNorm form here)");
+        return -1;
+    }
     if (m->pos == TSR_POS_ROPE && m->rope_scaling == TSR_ROPE_SCALING_LLAMA3 &&
         m->rope_high_freq_factor <= m->rope_low_freq_factor) {
         *key = "model.rope_high_freq_factor";
@@ -231,6 +237,7 @@ const char *config_attn_variant_key(const tsr_model_config *m) {
     const int hs = m->head_dim > 0 ? m->head_dim : m->d_model / (m->n_head > 0 ? m->n_head : 1);
     if (m->query_pre_attn_scalar > 0 && m->query_pre_attn_scalar != hs)
         return "model.query_pre_attn_scalar";
+    if (m->norm_placement != TSR_NPLACE_PRE) return "model.norm_placement";
     return NULL;
 }
 

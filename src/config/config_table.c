@@ -42,6 +42,8 @@ static const char *const mask_names[] = {"causal", "document"};
 _Static_assert(NELEM(mask_names) == TSR_MASK_COUNT, "mask_names vs tsr_attn_mask_kind");
 static const char *const actckpt_names[] = {"none", "block", "attention", "mlp"};
 _Static_assert(NELEM(actckpt_names) == TSR_ACTCKPT_COUNT, "actckpt_names vs tsr_actckpt_kind");
+static const char *const nplace_names[] = {"pre", "sandwich"};
+_Static_assert(NELEM(nplace_names) == TSR_NPLACE_COUNT, "nplace_names vs tsr_norm_placement");
 static const char *const actcomp_names[] = {"none", "fp8"};
 _Static_assert(NELEM(actcomp_names) == TSR_ACTCOMP_COUNT, "actcomp_names vs tsr_actcomp_kind");
 static const char *const sched_names[] = {"cosine", "linear", "constant", "wsd"};
@@ -320,6 +322,14 @@ const cfgtab_key cfgtab_keys[] = {
      .doc = "Attention scores are q.k / sqrt(this) (Gemma's `query_pre_attn_scalar`: 256 in "
             "Gemma 3 1B-12B, 168 in 27B); 0 = the head size (the usual 1 / sqrt(head_dim)). "
             "CPU only so far when it differs from the head size."},
+    {.name = "model.norm_placement", .type = CFGK_ENUM, FIELD(model.norm_placement),
+     .def = "pre", ENUM(nplace_names),
+     .doc = "Where a block's norms sit: `pre` = x + f(norm(x)) (GPT-2, Llama, Qwen); `sandwich` = "
+            "x + norm'(f(norm(x))) around both the attention and the MLP (Gemma 2/3: tensors "
+            "`postattnw` and `postmlpw`, (n_layer, d_model), Hugging Face's "
+            "post_attention_layernorm and post_feedforward_layernorm; ln2w is its "
+            "pre_feedforward_layernorm). `sandwich` needs model.norm = rmsnorm; CPU only so far "
+            "(docs/models.md)."},
     {.name = "model.activation_compression", .type = CFGK_ENUM,
      FIELD(model.activation_compression), .def = "none", ENUM(actcomp_names),
      .doc = "How a decoder layer keeps its linear layers' inputs (ln1, the attention output, ln2, "

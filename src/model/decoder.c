@@ -7,7 +7,9 @@
  *             fch_gelu = gelu(fch = ln2 @ fcw^T + fcb)  (SwiGLU: fch = [gate | up] projection,
  *             fch_gelu = silu(gate) * up);
  *             residual3 = residual2 + fch_gelu @ fcprojw^T + fcprojb
- * N is LayerNorm or RMSNorm (model.norm). The LM head is wte, or lm_head when untied.
+ * N is LayerNorm or RMSNorm (model.norm). The LM head is wte, or lm_head when untied. With
+ * model.norm_placement = sandwich (Gemma 2/3) each branch's output is RMS-normalised before its
+ * residual add (postattnw, postmlpw: dec_branch_out).
  * Each residual add is fused with the LayerNorm that reads it (residual2 with LN2, residual3 with
  * the next layer's LN1 or the final one), so only layer 0's LN1 runs alone. The steps from LN1 to
  * the MLP's GELU form a table that activation checkpointing reruns a range of (residual3 is always
@@ -227,6 +229,26 @@ static void moe_combine_forward(const dec_run *r, int l, void *out, const dec_la
     be->moe_combine(be, out, m->S ? v->shout : NULL, v->y, v->wts, v->slot, r->N, m->K, m->C);
 }
 
+void dec_branch_out(const dec_run *r, int l, const dec_layer *v, const void *const *w, int mlp,
+                    int post) {
+    const tsr_model *m = r->d->m;
+    const int C = m->C, N = r->N;
+    if (!mlp) {
+        dec_linear(r, l, r->scratch, NULL, v->atty, w[TSR_P_ATTPROJW], w[TSR_P_ATTPROJB], N,
+                   m->QD, C);
+        lora_fwd(r, l, TSR_LORA_O, r->scratch, v->atty);
+    } else if (model_moe_layer(m, l)) {
+        moe_combine_forward(r, l, r->scratch, v, w);
+    } else {
+        dec_linear(r, l, r->scratch, NULL, v->fchg, w[TSR_P_FCPROJW], w[TSR_P_FCPROJB], N, m->F,
+                   C);
+        lora_fwd(r, l, TSR_LORA_DOWN, r->scratch, v->fchg);
+    }
+    if (post && m->cfg.norm_placement == TSR_NPLACE_SANDWICH) /* in place; lnf's rstd is free */
+        norm_forward(r, r->scratch, r->lnfm, r->lnfr, r->scratch,
+                     w[mlp ? TSR_P_POSTMLPW : TSR_P_POSTATTNW], NULL, N);
+}
+
 /* Runs steps [first, last] of layer l with its weights w. */
 void dec_layer_steps(const dec_run *r, int l, const dec_layer *v, const void *const *w,
                      layer_step first, layer_step last) {
@@ -244,9 +266,7 @@ void dec_layer_steps(const dec_run *r, int l, const dec_layer *v, const void *co
             attention(r, l, v, w[TSR_P_SINKS]);
             break;
         case ST_RES2:
-            dec_linear(r, l, r->scratch, NULL, v->atty, w[TSR_P_ATTPROJW], w[TSR_P_ATTPROJB], N,
-                       m->QD, C);
-            lora_fwd(r, l, TSR_LORA_O, r->scratch, v->atty);
+            dec_branch_out(r, l, v, w, 0, 1);
             residual_norm_forward(r, v->res2, v->ln2, v->ln2m, v->ln2r, v->x, r->scratch,
                                   w[TSR_P_LN2W], w[TSR_P_LN2B], N);
             break;
@@ -271,7 +291,7 @@ void dec_layer_steps(const dec_run *r, int l, const dec_layer *v, const void *co
  * A checkpointed layer writes its dropped groups to slot 0, which the next one overwrites. */
 void dec_layers_forward(const dec_run *r, const dec_unit *root) {
     const tsr_decoder *d = r->d;
-    const int C = d->m->C, F = d->m->F, L = d->m->L, N = r->N;
+    const int L = d->m->L, N = r->N;
     dec_unit cur, nxt;
     dec_unit_get(d, 1, 0, &cur);
     dec_layer v0 = dec_run_layer(r, 0);
@@ -279,13 +299,7 @@ void dec_layers_forward(const dec_run *r, const dec_unit *root) {
     for (int l = 0; l < L; l++) {
         dec_layer v = dec_run_layer(r, l);
         dec_layer_steps(r, l, &v, cur.w, ST_QKV, ST_FC);
-        if (model_moe_layer(d->m, l))
-            moe_combine_forward(r, l, r->scratch, &v, cur.w);
-        else {
-            dec_linear(r, l, r->scratch, NULL, v.fchg, cur.w[TSR_P_FCPROJW], cur.w[TSR_P_FCPROJB],
-                       N, F, C);
-            lora_fwd(r, l, TSR_LORA_DOWN, r->scratch, v.fchg);
-        }
+        dec_branch_out(r, l, &v, cur.w, 1, 1);
         /* before the next layer's ln1 takes the working copy (a decode step keeps none) */
         if (!r->kv) dec_comp_move(d, l, N, 1);
         /* the residual add fused with the next LayerNorm: layer l+1's LN1, or the final one

@@ -40,19 +40,18 @@ static void lora_bwd(const dec_run *r, int l, tsr_lora_target t, void *dinp, con
     lora_backward_at(r->d->lora, r->d->be, l, t, dinp, dout, inp, r->N);
 }
 
-/* A MoE layer's MLP backward: from dres = d(its output) to dln = d(ln2) (written). */
+/* A MoE layer's MLP backward: from dout = d(its output) to dln = d(ln2) (written). */
 static void moe_backward(const dec_run *r, int l, const dec_layer *v, const void *const *w,
-                         float *const *g) {
+                         float *const *g, const void *dout) {
     const tsr_decoder *d = r->d;
     const tsr_backend *be = d->be;
     const tsr_model *m = d->m;
     tsr_acts *a = d->a;
     const int N = r->N, C = m->C, E = m->E, K = m->K, FE = m->FE, S = m->S, NK = N * K;
     const size_t e = tsr_dtype_size(be->act), n = (size_t)N, nk = (size_t)NK;
-    be->moe_combine_backward(be, a->moe_dxy, a->moe_dwts, a->dresidual, v->y, v->wts, v->slot, N,
-                             K, C);
+    be->moe_combine_backward(be, a->moe_dxy, a->moe_dwts, dout, v->y, v->wts, v->slot, N, K, C);
     if (S) { /* the shared experts write dln first */
-        be->matmul_backward(be, a->moe_dshg, g[TSR_P_SHW2], NULL, a->dresidual, v->shg,
+        be->matmul_backward(be, a->moe_dshg, g[TSR_P_SHW2], NULL, dout, v->shg,
                             w[TSR_P_SHW2], N, S, C, TSR_GRAD_SET);
         be->swiglu_backward(be, a->moe_dsh, v->sh, a->moe_dshg, N, S, TSR_GRAD_SET);
         be->matmul_backward(be, a->dln, g[TSR_P_SHW1], NULL, a->moe_dsh, v->ln2, w[TSR_P_SHW1], N,
@@ -82,9 +81,9 @@ static void moe_backward(const dec_run *r, int l, const dec_layer *v, const void
                         w[TSR_P_ROUTERW], N, C, E, TSR_GRAD_ADD);
 }
 
-/* The dense MLP's backward: from dres = d(its output) to dln = d(ln2) (written). */
+/* The dense MLP's backward: from dout = d(its output) to dln = d(ln2) (written). */
 static void mlp_backward(const dec_run *r, int l, const dec_layer *v, const void *const *w,
-                         float *const *g) {
+                         float *const *g, const void *dout) {
     const tsr_backend *be = r->d->be;
     const tsr_model *m = r->d->m;
     tsr_acts *a = r->d->a;
@@ -94,12 +93,12 @@ static void mlp_backward(const dec_run *r, int l, const dec_layer *v, const void
      * the backend fuses them (CUDA: the GELU's derivative in the matmul's epilogue) */
     if (m->cfg.mlp != TSR_MLP_SWIGLU && m->cfg.gelu == TSR_GELU_TANH && be->matmul_backward_gelu &&
         !lora_target_on(r->d->lora, TSR_LORA_DOWN)) {
-        be->matmul_backward_gelu(be, a->dfch, g[TSR_P_FCPROJW], g[TSR_P_FCPROJB], a->dresidual,
+        be->matmul_backward_gelu(be, a->dfch, g[TSR_P_FCPROJW], g[TSR_P_FCPROJB], dout,
                                  v->fchg, w[TSR_P_FCPROJW], v->fch, N, F, C);
     } else {
-        be->matmul_backward(be, a->dfch_gelu, g[TSR_P_FCPROJW], g[TSR_P_FCPROJB], a->dresidual,
-                            v->fchg, w[TSR_P_FCPROJW], N, F, C, TSR_GRAD_SET);
-        lora_bwd(r, l, TSR_LORA_DOWN, a->dfch_gelu, a->dresidual, v->fchg);
+        be->matmul_backward(be, a->dfch_gelu, g[TSR_P_FCPROJW], g[TSR_P_FCPROJB], dout, v->fchg,
+                            w[TSR_P_FCPROJW], N, F, C, TSR_GRAD_SET);
+        lora_bwd(r, l, TSR_LORA_DOWN, a->dfch_gelu, dout, v->fchg);
         if (m->cfg.mlp == TSR_MLP_SWIGLU)
             be->swiglu_backward(be, a->dfch, v->fch, a->dfch_gelu, N, F, TSR_GRAD_SET);
         else
@@ -110,6 +109,27 @@ static void mlp_backward(const dec_run *r, int l, const dec_layer *v, const void
                         C, m->FW, TSR_GRAD_SET);
     lora_bwd(r, l, TSR_LORA_GATE, a->dln, a->dfch, v->ln2);
     lora_bwd(r, l, TSR_LORA_UP, a->dln, a->dfch, v->ln2);
+}
+
+/* Sandwich norms (model.norm_placement): d(f) of the attention's (mlp 0) or the MLP's (mlp 1)
+ * output f from dres = d(norm'(f)), f recomputed into scratch (dec_branch_out) and its norm's
+ * statistics into lnf_rstd, into a->lnf: both free in the layers' backward (the head's backward
+ * has read them). Returns what the branch's backward reads as d(its output): dres without. */
+static const void *post_norm_backward(const dec_run *r, int l, const dec_layer *v,
+                                      const dec_unit *u, int mlp) {
+    const tsr_backend *be = r->d->be;
+    const tsr_model *m = r->d->m;
+    tsr_acts *a = r->d->a;
+    if (m->cfg.norm_placement != TSR_NPLACE_SANDWICH) return a->dresidual;
+    const int id = mlp ? TSR_P_POSTMLPW : TSR_P_POSTATTNW, N = r->N, C = m->C;
+    dec_branch_out(r, l, v, u->w, mlp, 0);
+    /* the forward again for rstd (its output into dln, free until the branch's backward) */
+    be->rmsnorm_forward(be, a->dln, a->lnf_rstd, r->scratch, u->w[id], N, C,
+                        (float)m->cfg.norm_eps);
+    be->zero(be, a->lnf, (size_t)N * C * tsr_dtype_size(be->act));
+    be->rmsnorm_backward(be, a->lnf, u->g[id], a->dresidual, r->scratch, u->w[id], a->lnf_rstd,
+                         N, C);
+    return a->lnf;
 }
 
 /* Layer l's backward; dres holds d(residual3) and leaves with d(x). */
@@ -129,15 +149,18 @@ static void layer_backward(const dec_run *r, int l, const dec_unit *u) {
         tsr_actckpt_kind k = m->cfg.activation_checkpointing;
         dec_layer_steps(r, l, &v, w, rerun[k].first, rerun[k].last);
     }
-    /* MLP branch: dres is d(residual3) = d(the MLP's output), and flows on to residual2 */
-    if (model_moe_layer(m, l)) moe_backward(r, l, &v, w, g);
-    else mlp_backward(r, l, &v, w, g);
+    /* MLP branch: dres is d(residual3) = d(the MLP's (normed) output), and flows on to
+     * residual2 */
+    const void *dout = post_norm_backward(r, l, &v, u, 1);
+    if (model_moe_layer(m, l)) moe_backward(r, l, &v, w, g, dout);
+    else mlp_backward(r, l, &v, w, g, dout);
     norm_backward(r, a->dresidual, g[TSR_P_LN2W], g[TSR_P_LN2B], a->dln, v.res2, w[TSR_P_LN2W],
                   v.ln2m, v.ln2r);
-    /* attention branch: dres is now d(residual2) = d(attproj output) */
-    be->matmul_backward(be, a->datty, g[TSR_P_ATTPROJW], g[TSR_P_ATTPROJB], a->dresidual, v.atty,
+    /* attention branch: dres is now d(residual2) = d(the (normed) attproj output) */
+    dout = post_norm_backward(r, l, &v, u, 0);
+    be->matmul_backward(be, a->datty, g[TSR_P_ATTPROJW], g[TSR_P_ATTPROJB], dout, v.atty,
                         w[TSR_P_ATTPROJW], N, m->QD, C, TSR_GRAD_SET);
-    lora_bwd(r, l, TSR_LORA_O, a->datty, a->dresidual, v.atty);
+    lora_bwd(r, l, TSR_LORA_O, a->datty, dout, v.atty);
     if (d->ring)
         ring_attention_backward(d->ring, be, a, a->dqkv, a->datty, v.qkv, v.atty, v.att,
                                 d->slopes, r->B, r->T * d->ring->N, NH, KVH, hs);

@@ -81,6 +81,12 @@ const int32_t *dec_rope_pos(const dec_run *r, int *p0);
  * backend runs). */
 const tsr_attn_var *dec_attn_var(const tsr_model *m, int l, const void *sinks, float *dsinks,
                                  tsr_attn_var *var);
+/* Layer l's attention (mlp 0) or MLP (mlp 1) output f into r->scratch: the output projection
+ * with its adapter, or a MoE layer's combination of its experts; with post and
+ * model.norm_placement = sandwich, normed in place (postattnw / postmlpw; its statistics in
+ * r->lnfr, which the final norm writes only after the layers). */
+void dec_branch_out(const dec_run *r, int l, const dec_layer *v, const void *const *w, int mlp,
+                    int post);
 /* out = inp @ w^T + bias for layer l's linear layer (l < 0: the router) */
 void dec_linear(const dec_run *r, int l, void *out, void *pre_gelu, const void *inp, const void *w,
                 const void *bias, int N, int IC, int OC);

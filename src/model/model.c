@@ -128,6 +128,7 @@ void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const ts
     config_actckpt_layers(cfg, &m->ckpt_lo, &m->n_ckpt, &ck_key, why, sizeof why); /* checked */
     int64_t L = m->L, C = m->C, F = m->F, FW = m->FW, QKV = m->QKV, QD = m->QD, hs = m->hs;
     int learned = cfg->pos == TSR_POS_LEARNED, bias = cfg->bias;
+    const int sandwich = cfg->norm_placement == TSR_NPLACE_SANDWICH;
     int nbias = bias && cfg->norm == TSR_NORM_LAYERNORM, qn = cfg->qk_norm;
     set_param(m, TSR_P_WTE, "wte", TSR_PK_EMBEDDING, 1, 2, m->Vp, C, 0, 0);
     set_param(m, TSR_P_WPE, "wpe", TSR_PK_EMBEDDING, learned, 2, m->maxT, C, 0, 0);
@@ -140,6 +141,8 @@ void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const ts
     set_param(m, TSR_P_SINKS, "sinks", TSR_PK_BIAS, cfg->attn_sinks, 2, L, m->NH, 0, 0);
     set_param(m, TSR_P_ATTPROJW, "attprojw", TSR_PK_WEIGHT, 1, 3, L, C, QD, 0);
     set_param(m, TSR_P_ATTPROJB, "attprojb", TSR_PK_BIAS, bias, 2, L, C, 0, 0);
+    set_param(m, TSR_P_POSTATTNW, "postattnw", TSR_PK_NORM, sandwich, 2, L, C, 0, 0);
+    set_param(m, TSR_P_POSTMLPW, "postmlpw", TSR_PK_NORM, sandwich, 2, L, C, 0, 0);
     set_param(m, TSR_P_LN2W, "ln2w", TSR_PK_NORM, 1, 2, L, C, 0, 0);
     set_param(m, TSR_P_LN2B, "ln2b", TSR_PK_NORM, nbias, 2, L, C, 0, 0);
     const int64_t LD = m->LD, LM = m->LM, E = m->E, FE = m->FE, S = m->S;
@@ -259,7 +262,7 @@ static const uint64_t init_stream[TSR_P_COUNT] = {
     [TSR_P_FCPROJW] = 12, [TSR_P_FCPROJB] = 13, [TSR_P_LNFW] = 14,   [TSR_P_LNFB] = 15,
     [TSR_P_QNORMW] = 16,  [TSR_P_KNORMW] = 17, [TSR_P_LMHEAD] = 18,
     [TSR_P_ROUTERW] = 19, [TSR_P_EXPW1] = 20,  [TSR_P_EXPW2] = 21,   [TSR_P_SHW1] = 22,
-    [TSR_P_SHW2] = 23,    [TSR_P_SINKS] = 24,
+    [TSR_P_SHW2] = 23,    [TSR_P_SINKS] = 24,  [TSR_P_POSTATTNW] = 25, [TSR_P_POSTMLPW] = 26,
 };
 
 void model_init_weights(tsr_model *m, uint64_t seed) {

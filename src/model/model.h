@@ -38,6 +38,8 @@ typedef enum {
     TSR_P_SINKS,   /* (L, NH) attention sinks' logits (model.attn_sinks); size 0 without */
     TSR_P_ATTPROJW,/* (L, C, NH*hs) */
     TSR_P_ATTPROJB,/* (L, C) */
+    TSR_P_POSTATTNW,/* (L, C) the norm after the attention (sandwich norms); size 0 without */
+    TSR_P_POSTMLPW,/* (L, C) and after the MLP */
     TSR_P_LN2W,    /* (L, C) */
     TSR_P_LN2B,    /* (L, C) */
     TSR_P_FCW,     /* (LD, F, C); SwiGLU: (LD, 2F, C), the gate rows then the up rows */

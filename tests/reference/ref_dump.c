@@ -129,6 +129,7 @@ static void write_arch_attrs(hid_t f, const tsr_model *m) {
     attr_d(f, "rope_original_max_pos", c->rope_original_max_pos);
     attr_d(f, "attn_sinks", c->attn_sinks);
     attr_d(f, "query_pre_attn_scalar", c->query_pre_attn_scalar);
+    attr_d(f, "sandwich", c->norm_placement == TSR_NPLACE_SANDWICH);
     int win[4096];
     hsize_t nl = (hsize_t)(m->L < 4096 ? m->L : 4096);
     for (hsize_t l = 0; l < nl; l++) win[l] = config_layer_window(c, (int)l);

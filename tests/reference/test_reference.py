@@ -199,6 +199,13 @@ LLAMA_SWA = dict(LLAMA, attn_mask='"document"', eot_token=EOT,
 LLAMA_SINKS = dict(LLAMA, attn_sinks="true", sliding_window=4, query_pre_attn_scalar=20.0)
 SWA_CLIP = 3.0
 SINKS_CLIP = 3.1
+# Sandwich norms (Gemma 2/3, model.norm_placement): a norm after the attention and after the MLP
+# too (tensors postattnw, postmlpw); their weights start at ones like every norm's, and the 10
+# steps move them apart (their gradients differ: a swap of the two would show).
+# Layer 0 is checkpointed (block): its backward recomputes the branches' outputs after the rerun.
+LLAMA_SANDWICH = dict(LLAMA, norm_placement='"sandwich"', activation_checkpointing='"block"',
+                      activation_checkpointing_layers=1)
+SANDWICH_CLIP = 2.9
 CONFIGS = [
     dict(name="gpt2", grad_clip=1.4,
          model=dict(n_layer=2, d_model=32, n_head=4, vocab_size=VOCAB, vocab_multiple=128,
@@ -225,6 +232,8 @@ CONFIGS = [
     # mask, and gpt-oss's sinks with a sliding window on every layer
     dict(name="llama-swa-doc", grad_clip=SWA_CLIP, data="doc", seed=1235, model=LLAMA_SWA),
     dict(name="llama-sinks", grad_clip=SINKS_CLIP, model=LLAMA_SINKS),
+    # norm placements (docs/models.md "Norm placements"): Gemma's sandwich norms
+    dict(name="llama-sandwich", grad_clip=SANDWICH_CLIP, model=LLAMA_SANDWICH),
     dict(name="qwen2.5", grad_clip=QWEN25_CLIP, model=QWEN25),
     # mixture of experts (docs/moe.md; torch_moe.py), seeds with no routing near-tie (TOL_MARGIN)
     dict(name="moe", grad_clip=MOE_CLIP, seed=MOE_SEED, model=MOE),
@@ -360,7 +369,8 @@ def torch_config(a):
     if not a["E"]:
         return torch_llama.LlamaConfig(**llama, windows=a.get("windows", ()),
                                        sinks=bool(a.get("attn_sinks", 0)),
-                                       qpas=a.get("query_pre_attn_scalar", 0.0))
+                                       qpas=a.get("query_pre_attn_scalar", 0.0),
+                                       sandwich=bool(a.get("sandwich", 0)))
     return torch_moe.MoEConfig(**llama, E=i("E"), K=i("K"), FE=i("FE"), S=i("S"),
                                moe_every=i("moe_every"), norm_topk=bool(a["moe_norm_topk"]),
                                aux_coef=a["moe_aux_loss_coef"], z_coef=a["moe_z_loss_coef"])
@@ -532,7 +542,8 @@ def config_names(m):
     if m["pos"] == '"rope"':
         cfg = types.SimpleNamespace(qkv_bias=yes("qkv_bias"), qk_norm=yes("qk_norm"),
                                     tie_embeddings=yes("tie_embeddings", "true"),
-                                    sinks=yes("attn_sinks"))
+                                    sinks=yes("attn_sinks"),
+                                    sandwich=m.get("norm_placement") == '"sandwich"')
         if not m.get("moe_experts"):
             return torch_llama.param_names(cfg)
         return torch_moe.param_names(types.SimpleNamespace(
@@ -548,8 +559,8 @@ def checks_per_config(cfg):
     extra = (1 if cfg.get("data") == "doc" else 0) + (2 if rope else 0)
     extra += 2 if m.get("tie_embeddings") == "false" else 0
     extra += MOE_CHECKS if m.get("moe_experts") else 0
-    extra += 1 if any(k in m for k in ("sliding_window", "attn_sinks", "query_pre_attn_scalar")) \
-        else 0
+    extra += 1 if any(k in m for k in ("sliding_window", "attn_sinks", "query_pre_attn_scalar",
+                                       "norm_placement")) else 0
     return 12 + 2 * len(config_names(m)) + extra
 
 
@@ -589,6 +600,7 @@ def want_attrs(cfg):
         want["attn_sinks"] = yes("attn_sinks")
         want["query_pre_attn_scalar"] = m.get("query_pre_attn_scalar", 0)
         want["windows"] = tuple(config_windows(m))
+        want["sandwich"] = m.get("norm_placement") == '"sandwich"'
     for k in ("eot_token", "norm_eps", "rope_theta", "rope_factor", "rope_low_freq_factor",
               "rope_high_freq_factor", "rope_original_max_pos", "moe_aux_loss_coef",
               "moe_z_loss_coef"):
@@ -707,13 +719,14 @@ def check_step0(tap, name, d, tc, names, shapes, model):
 
 
 def has_variants(tc):
-    return is_llama(tc) and (any(tc.windows) or tc.sinks or tc.qpas)
+    return is_llama(tc) and (any(tc.windows) or tc.sinks or tc.qpas or tc.sandwich)
 
 
 def check_variants_matter(tap, name, d, tc, logits):
-    """Each attention variant of the case (a layer's window, the sinks, query_pre_attn_scalar)
-    changes torch's step-0 logits by more than MIN_SWITCH_EFFECT when it is taken away alone (the
-    sinks: set to -inf-like -1e30, i.e. no sink)."""
+    """Each variant of the case (a layer's window, the sinks, query_pre_attn_scalar, the sandwich
+    norms) changes torch's step-0 logits by more than MIN_SWITCH_EFFECT when it is taken away alone
+    (the sinks: set to -inf-like -1e30, i.e. no sink; the sandwich norms: the pre-norm block with
+    the same ln1w and ln2w)."""
     effects = {}
     for l, W in enumerate(tc.windows):
         if W:
@@ -735,8 +748,15 @@ def check_variants_matter(tap, name, d, tc, logits):
             for ly in other.layers:
                 ly.self_attn.sinks.fill_(-1e30)
             got["the sinks"] = rel_err(other(inputs)[0].numpy(), logits.numpy())
+    if tc.sandwich:  # the same ln1w and ln2w as a pre-norm block: no post-norms
+        other = torch_model(tc, d["attrs"])
+        other.load_tessera(d["params"])
+        for ly in other.layers:
+            ly.sandwich, ly.post_attention_layernorm = False, ly.pre_feedforward_layernorm
+        with torch.no_grad():
+            got["the sandwich norms"] = rel_err(other(inputs)[0].numpy(), logits.numpy())
     tap.ok(got and all(e > MIN_SWITCH_EFFECT for e in got.values()),
-           f"{name}: each attention variant moves the step-0 logits by > {MIN_SWITCH_EFFECT:g}: "
+           f"{name}: each variant moves the step-0 logits by > {MIN_SWITCH_EFFECT:g}: "
            + ", ".join(f"{w} {e:.1e}" for w, e in got.items()))
 
 

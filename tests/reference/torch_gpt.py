@@ -48,6 +48,8 @@ PARAMS = {
     "qnormw": ("norm", True),
     "knormw": ("norm", True),
     "sinks": ("bias", True),      # attention sinks (torch_llama.py), no weight decay as biases
+    "postattnw": ("norm", True),  # sandwich norms (torch_llama.py)
+    "postmlpw": ("norm", True),
     "attprojw": ("weight", True),
     "attprojb": ("bias", True),
     "ln2w": ("norm", True),

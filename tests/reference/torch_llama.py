@@ -74,6 +74,7 @@ class LlamaConfig:
     windows: tuple = ()  # per layer: the sliding window W, or 0 (full); () = every layer full
     sinks: bool = False  # gpt-oss's attention sinks
     qpas: float = 0.0    # Gemma's query_pre_attn_scalar: scores times qpas^-0.5; 0 = hs
+    sandwich: bool = False  # Gemma 2/3's norm placement: a norm after the attention and the MLP
 
 
 def param_names(cfg):
@@ -82,7 +83,9 @@ def param_names(cfg):
     names += ["qkvb"] if cfg.qkv_bias else []
     names += ["qnormw", "knormw"] if cfg.qk_norm else []
     names += ["sinks"] if getattr(cfg, "sinks", False) else []
-    names += ["attprojw", "ln2w", "fcw", "fcprojw", "lnfw"]
+    names += ["attprojw"]
+    names += ["postattnw", "postmlpw"] if getattr(cfg, "sandwich", False) else []
+    names += ["ln2w", "fcw", "fcprojw", "lnfw"]
     return names + ([] if cfg.tie_embeddings else ["lm_head"])
 
 
@@ -196,14 +199,27 @@ class MLP(nn.Module):
 
 
 class Layer(nn.Module):
+    """Pre-norm (Llama: post_attention_layernorm is the MLP's input norm), or with cfg.sandwich
+    Gemma 2/3's Gemma2DecoderLayer: input_layernorm -> attention -> post_attention_layernorm,
+    residual; pre_feedforward_layernorm -> MLP -> post_feedforward_layernorm, residual (plain
+    RMSNorm weights here; Gemma's (1 + w) scaling is another variant)."""
     def __init__(self, cfg):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.C, cfg.norm_eps)
         self.self_attn = Attention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.C, cfg.norm_eps)
         self.mlp = MLP(cfg)
+        self.sandwich = getattr(cfg, "sandwich", False)
+        if self.sandwich:
+            self.pre_feedforward_layernorm = RMSNorm(cfg.C, cfg.norm_eps)
+            self.post_feedforward_layernorm = RMSNorm(cfg.C, cfg.norm_eps)
 
     def forward(self, x, cos, sin, allowed):
+        if self.sandwich:
+            h = self.self_attn(self.input_layernorm(x), cos, sin, allowed)
+            x = x + self.post_attention_layernorm(h)
+            h = self.mlp(self.pre_feedforward_layernorm(x))
+            return x + self.post_feedforward_layernorm(h)
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, allowed)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -271,7 +287,10 @@ class Llama(TesseraLayout, nn.Module):
             "knormw": lambda ly: [ly.self_attn.k_norm.weight],
             "sinks": lambda ly: [ly.self_attn.sinks],
             "attprojw": lambda ly: [ly.self_attn.o_proj.weight],
-            "ln2w": lambda ly: [ly.post_attention_layernorm.weight],
+            "postattnw": lambda ly: [ly.post_attention_layernorm.weight],
+            "postmlpw": lambda ly: [ly.post_feedforward_layernorm.weight],
+            "ln2w": lambda ly: [(ly.pre_feedforward_layernorm if getattr(ly, "sandwich", False)
+                                 else ly.post_attention_layernorm).weight],
             "fcw": lambda ly: [ly.mlp.gate_proj.weight, ly.mlp.up_proj.weight],
             "fcprojw": lambda ly: [ly.mlp.down_proj.weight],
         }
