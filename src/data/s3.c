@@ -7,7 +7,9 @@
  */
 #include "data/s3.h"
 
+#ifndef TSR_NO_CURL /* (a build without the target's libcurl: Makefile, CROSS) */
 #include <curl/curl.h>
+#endif
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -160,13 +162,20 @@ static int load_endpoint(tsr_s3 *c) {
     return 0;
 }
 
+#ifndef TSR_NO_CURL
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
+#endif
 
 int s3_is_url(const char *path) { return path && strncmp(path, "s3://", 5) == 0; }
 
 int s3_open(tsr_s3 **out, const char *url) {
     *out = NULL;
+#ifdef TSR_NO_CURL
+    tsr_error("%s: this build has no libcurl (TSR_NO_CURL: a cross build without the target's "
+              "libcurl headers), so no s3:// datasets (docs/object-storage.md)", url);
+    return TSR_EXIT_USAGE;
+#endif
     tsr_s3 *c = tsr_calloc(1, sizeof *c);
     snprintf(c->profile, sizeof c->profile, "%s", env("AWS_PROFILE") ? env("AWS_PROFILE") : "default");
     int rc = parse_url(c, url);
@@ -182,7 +191,9 @@ int s3_open(tsr_s3 **out, const char *url) {
     snprintf(c->sigv4, sizeof c->sigv4, "aws:amz:%s:s3", c->region);
     const char *r = env("TSR_S3_RETRIES");
     c->retries = r && atoi(r) > 0 ? atoi(r) : 6;
+#ifndef TSR_NO_CURL
     pthread_once(&curl_once, curl_init_once);
+#endif
     *out = c;
     return 0;
 }
@@ -227,6 +238,22 @@ void s3_object_url(const tsr_s3 *c, const char *name, char *out, size_t n) {
 }
 
 /* ---------------------------------------------------------------- requests */
+#ifdef TSR_NO_CURL /* s3_open refuses every url: no tsr_s3 reaches these */
+int s3_get_files(tsr_s3 *c, s3_fetch *f, int n, int parallel, _Atomic int *cancel) {
+    (void)c, (void)f, (void)n, (void)parallel, (void)cancel;
+    return TSR_EXIT_USAGE;
+}
+int s3_get(tsr_s3 *c, const char *name, char **body, size_t *len, char err[S3_ERR_LEN]) {
+    (void)c, (void)name, (void)body, (void)len;
+    tsr_snprintf(err, S3_ERR_LEN, "no libcurl in this build");
+    return TSR_EXIT_USAGE;
+}
+int s3_put_file(tsr_s3 *c, const char *name, const char *path, char err[S3_ERR_LEN]) {
+    (void)c, (void)name, (void)path;
+    tsr_snprintf(err, S3_ERR_LEN, "no libcurl in this build");
+    return TSR_EXIT_USAGE;
+}
+#else
 
 typedef struct xfer {
     CURL *h;
@@ -512,3 +539,4 @@ int s3_put_file(tsr_s3 *c, const char *name, const char *path, char err[S3_ERR_L
     free(x.mem);
     return rc;
 }
+#endif /* TSR_NO_CURL */
