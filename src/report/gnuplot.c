@@ -92,6 +92,9 @@ void gnuplot_ranges(FILE *f, const gnuplot_extent *e, gnuplot_yaxis y) {
     if (!e->n) fprintf(f, "set xrange [0:1]\n");
     else if (e->xlo == e->xhi) fprintf(f, "set xrange [%.17g:%.17g]\n", e->xlo - 1, e->xhi + 1);
     else fprintf(f, "set xrange [*:*]\n");
+    /* steps are whole numbers: over a short run gnuplot's own ticks fall on 0.5s (a one-step run
+     * drew 0.5, 1.5); the setting carries over to the script's next plot, so it is set each time */
+    fprintf(f, "set xtics %s\n", e->n && e->xhi - e->xlo < 10 ? "1" : "autofreq");
     yrange(f, e, y);
 }
 

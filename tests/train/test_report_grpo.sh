@@ -6,13 +6,15 @@
 #  - grpo.png's reward axis spans at least 0..1 (min(0, lowest) to max(1, highest), padded), not
 #    the values' own 0.97..1 range, and the right axis (the rates) is on the same scale;
 #  - neither the report nor `report --compare` of two one-step runs (one x value; a loss that is
-#    0 at every step: one y value) lets a gnuplot warning through ("empty x range", ...).
+#    0 at every step: one y value) lets a gnuplot warning through ("empty x range", ...);
+#  - a one-step run's plots have whole-number step ticks (gnuplot's own were 0.5 apart): its
+#    plots.gp drawn again by gnuplot on its text terminal, the labels under each x axis read.
 # Skips (77) without gnuplot.
 source "$(dirname "$0")/../lib.sh"
 command -v gnuplot >/dev/null || { echo "gnuplot not found (Debian: gnuplot-nox; ./INSTALL)"; exit 77; }
 for x in "$TOOL" "$TRAIN"; do [[ -x $x ]] || { echo "$x missing: run make"; exit 77; }; done
 tsr_tmpdir
-tap_plan 5
+tap_plan 6
 cat >"$TMP/reward.py" <<'PY'
 import json, sys
 for line in sys.stdin:
@@ -62,4 +64,15 @@ rc=$?
 ((rc == 0)) && [[ -s $TMP/cmp/compare-loss.png && -s $TMP/cmp/compare-throughput.png ]] &&
     ! grep -i 'warning\|empty' "$TMP/cmp.err"
 tap_check $? "report --compare of two 1-step runs: drawn, no gnuplot warning (exit $rc)"
+
+# the one-step run's plots, drawn as text: the row under each page's last border line (the bottom
+# of the plot) holds the step ticks (the step is 1: the axis spans 0..2)
+"$TOOL" report "$TMP/one" >/dev/null 2>&1 &&
+    sed -e "s/^ *set terminal .*/set terminal dumb size 100,24/" -e "s/^set output .*/set output/" \
+        "$TMP/one/report/plots.gp" | gnuplot 2>/dev/null >"$TMP/one.txt"
+ticks=$(awk 'function flush() { if (last) print rows[last + 1]; n = last = 0 }
+    /^\f/ { flush() } { rows[++n] = $0 } /\+-----+.*\+ *$/ { last = n } END { flush() }' "$TMP/one.txt")
+tap_diag "x tick rows: $(sort -u <<<"$ticks" | tr -s ' ' | tr '\n' '|')"
+(($(wc -l <<<"$ticks") >= 5)) && ! grep -q '[0-9]\.[0-9]' <<<"$ticks" && grep -qw 1 <<<"$ticks"
+tap_check $? "a one-step run's plots: whole-number step ticks (no 0.5, 1.5)"
 tap_done
