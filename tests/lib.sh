@@ -206,3 +206,22 @@ same_lines() {
     diff <(sed -n "${n}p" "$a" | tr ' ' '\n') <(sed -n "${n}p" "$b" | tr ' ' '\n') | head -8 | sed 's/^/#   /'
     return 1
 }
+
+# tiny_export DIR VOCAB TOKENIZER STEPS: STEPS steps of a tiny GPT-2 (1 layer, d_model 32, synthetic
+# data of VOCAB ids) with data.tokenizer TOKENIZER (DIR/cfg, DIR/run), then `tessera ckpt export
+# --format hf` of it into DIR/hf (DIR/export.log)
+tiny_export() {
+    local d=$1 V=$2
+    mkdir -p "$d"
+    "$TOOL" synth --out "$d/data" --vocab "$V" --tokens 4000 --seed 1 >/dev/null || return 1
+    cat >"$d/cfg" <<CFG
+seed = 1; max_duration = "${4}ba"; global_batch = 2; micro_batch = 2; seq_len = 16; eval_interval = "0ba";
+save_interval = "${4}ba"; log_interval = 1; threads = 1;
+model = { n_layer = 1; d_model = 32; n_head = 2; vocab_size = $V; max_seq_len = 32; };
+optim = { lr = 0.01; };
+data = { train = "$d/data/train"; val = ""; tokenizer = "$3"; };
+sample = { tokens = 0; };
+CFG
+    "$TRAIN" --config "$d/cfg" --set run_dir="$d/run" >"$d/train.log" 2>&1 || { tail -5 "$d/train.log"; return 1; }
+    "$TOOL" ckpt export --format hf "$d/run/latest" "$d/hf" >"$d/export.log" 2>&1 || { cat "$d/export.log"; return 1; }
+}

@@ -22,22 +22,6 @@ tsr_tmpdir
 tap_plan 9
 export TSR_DATA_DIR=$NPM_DIR
 
-# train_export NAME VOCAB TOKENIZER: 2 steps of a tiny GPT-2 with that tokenizer, exported to NAME/hf
-train_export() {
-    local d=$TMP/$1
-    mkdir -p "$d"
-    "$TOOL" synth --out "$d/data" --vocab "$2" --tokens 4000 --seed 1 >/dev/null || return 1
-    cat >"$d/cfg" <<CFG
-seed = 1; max_duration = "2ba"; global_batch = 2; micro_batch = 2; seq_len = 16; eval_interval = "0ba";
-save_interval = "2ba"; log_interval = 1; threads = 1;
-model = { n_layer = 1; d_model = 32; n_head = 2; vocab_size = $2; max_seq_len = 32; };
-optim = { lr = 0.01; };
-data = { train = "$d/data/train"; val = ""; tokenizer = "$3"; };
-sample = { tokens = 0; };
-CFG
-    "$TRAIN" --config "$d/cfg" --set run_dir="$d/run" >"$d/train.log" 2>&1 || { tail -5 "$d/train.log"; return 1; }
-    "$TOOL" ckpt export --format hf "$d/run/latest" "$d/hf" >"$d/export.log" 2>&1 || { cat "$d/export.log"; return 1; }
-}
 # gen NAME OUT ARGS...: a greedy completion (text, then ids) of the prompt into NAME/OUT.{txt,ids}
 PROMPT='Hello, world! The tokenizer reads'
 gen() {
@@ -58,7 +42,7 @@ same() {
 for spec in "gpt2:50257:gpt2" "qwen3:151669:$QWEN/tokenizer.json"; do
     IFS=: read -r name V tok <<<"$spec"
     d=$TMP/$name
-    train_export "$name" "$V" "$tok" && gen "$name" ckpt --ckpt "$d/run/latest" &&
+    tiny_export "$d" "$V" "$tok" 2 && gen "$name" ckpt --ckpt "$d/run/latest" &&
         gen "$name" hfdir --ckpt "$d/hf" && gen "$name" tokdir --ckpt "$d/run/latest" --tokenizer "$d/hf"
     tap_check $? "$name: trained 2 steps, exported to HF, generated from the checkpoint and the directory"
     same "$name" ckpt hfdir

@@ -18,22 +18,6 @@ tsr_tmpdir
 tap_plan 8
 printf 'Hello, world! Ünïcödé 日本語 🎉 <|eot_id|> x<|im_end|>\n  tabs\tand 12345 digits\n' >"$TMP/text"
 
-# export_with MODEL VOCAB: train one step of a tiny GPT-2 with that tokenizer, export it to OUT
-export_with() {
-    local m=$1 V=$2 d=$TMP/$1
-    mkdir -p "$d"
-    "$TOOL" synth --out "$d/data" --vocab "$V" --tokens 4000 --seed 1 >/dev/null || return 1
-    cat >"$d/cfg" <<CFG
-seed = 1; max_duration = "1ba"; global_batch = 2; micro_batch = 2; seq_len = 16; eval_interval = "0ba";
-save_interval = "1ba"; log_interval = 1; threads = 1;
-model = { n_layer = 1; d_model = 32; n_head = 2; vocab_size = $V; max_seq_len = 16; };
-optim = { lr = 0.001; };
-data = { train = "$d/data/train"; val = ""; tokenizer = "$MODELS/$m/tokenizer.json"; };
-sample = { tokens = 0; };
-CFG
-    "$TRAIN" --config "$d/cfg" --set run_dir="$d/run" >"$d/train.log" 2>&1 || { tail -5 "$d/train.log"; return 1; }
-    "$TOOL" ckpt export --format hf "$d/run/latest" "$d/out" >"$d/export.log" 2>&1 || { cat "$d/export.log"; return 1; }
-}
 # js_eos DIR: transformers.js's eos_token_id for the tokenizer files in DIR
 js_eos() {
     node -e '
@@ -45,17 +29,17 @@ console.log(t.eos_token_id);' "$HFJS" "$1"
 }
 for mv in llama3:128256 qwen3:151669; do
     m=${mv%%:*} V=${mv#*:} d=$TMP/${mv%%:*}
-    export_with "$m" "$V"
-    cmp -s "$MODELS/$m/tokenizer.json" "$d/out/tokenizer.json" &&
-        cmp -s "$MODELS/$m/tokenizer_config.json" "$d/out/tokenizer_config.json" &&
-        [[ ! -e $d/out/vocab.json && ! -e $d/out/merges.txt ]] && grep -q "wrote .*tokenizer.json" "$d/export.log"
+    tiny_export "$d" "$V" "$MODELS/$m/tokenizer.json" 1
+    cmp -s "$MODELS/$m/tokenizer.json" "$d/hf/tokenizer.json" &&
+        cmp -s "$MODELS/$m/tokenizer_config.json" "$d/hf/tokenizer_config.json" &&
+        [[ ! -e $d/hf/vocab.json && ! -e $d/hf/merges.txt ]] && grep -q "wrote .*tokenizer.json" "$d/export.log"
     tap_check $? "$m: tokenizer.json and tokenizer_config.json exported as byte copies, no GPT-2 files"
-    eos=$("$PY3" -c 'import json,sys; print(json.load(open(sys.argv[1]))["eos_token_id"])' "$d/out/config.json" 2>/dev/null)
-    js=$(js_eos "$d/out" 2>/dev/null)
+    eos=$("$PY3" -c 'import json,sys; print(json.load(open(sys.argv[1]))["eos_token_id"])' "$d/hf/config.json" 2>/dev/null)
+    js=$(js_eos "$d/hf" 2>/dev/null)
     [[ -n $eos && $eos == "$js" ]]
     tap_check $? "$m: config.json eos_token_id ${eos:-?} = transformers.js's eos_token_id of the exported files (${js:-?})"
-    ours=$("$TOOL" tokenizer encode --special --tokenizer "$d/out/tokenizer.json" "$TMP/text" 2>&1)
-    ref=$(node "$REF" "$HFJS" "$d/out" "$TMP/text" 2>/dev/null)
+    ours=$("$TOOL" tokenizer encode --special --tokenizer "$d/hf/tokenizer.json" "$TMP/text" 2>&1)
+    ref=$(node "$REF" "$HFJS" "$d/hf" "$TMP/text" 2>/dev/null)
     [[ -n $ours && $ours == "$ref" ]]
     tap_check $? "$m: transformers.js loads the exported directory and encodes like tessera ($(wc -w <<<"$ours") ids)"
 done
