@@ -1,0 +1,51 @@
+/* deltanet_dump.c — the Gated DeltaNet core of kernels/cpu/cpu_deltanet.c on stdin's inputs, for
+ * the float64 reference of tests/reference/test_deltanet.py (docs/deltanet.md).
+ *
+ * stdin, native byte order: int32 B, T, HK, HV, dk, dv, chunk, has_seg; fp32 q, k (B,T,HK,dk),
+ * v (B,T,HV,dv), g, beta (B,T,HV), state0 (B,HV,dk,dv), dout (B,T,HV,dv), dstate_out
+ * (B,HV,dk,dv); with has_seg, int32 seq (B,T).
+ * stdout, fp32: the chunked forward's out and final state, the recurrent form's out and final
+ * state (from state0), then the chunked backward's dq, dk, dv, dg, dbeta, dstate0 for the loss
+ * sum(out * dout) + sum(final state * dstate_out). Exit 1 on short or bad input. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "cpu/cpu_deltanet.h"
+
+static void *read_in(size_t n, size_t elem) {
+    void *p = tsr_calloc(n ? n : 1, elem);
+    if (fread(p, elem, n, stdin) != n) tsr_die(TSR_EXIT_USAGE, "deltanet_dump: short input");
+    return p;
+}
+
+static void write_out(const float *p, size_t n) {
+    if (fwrite(p, sizeof *p, n, stdout) != n) tsr_die(TSR_EXIT_INTERNAL, "deltanet_dump: write failed");
+}
+
+int main(void) {
+    int32_t hd[8];
+    if (fread(hd, sizeof hd, 1, stdin) != 1) tsr_die(TSR_EXIT_USAGE, "deltanet_dump: no header");
+    const tsr_dn_shape s = {hd[0], hd[1], hd[2], hd[3], hd[4], hd[5], hd[6]};
+    if (s.B < 1 || s.T < 1 || s.HK < 1 || s.HV % s.HK || s.dk < 1 || s.dv < 1 || s.chunk < 1)
+        tsr_die(TSR_EXIT_USAGE, "deltanet_dump: bad shape");
+    const size_t N = (size_t)s.B * s.T, nq = N * s.HK * s.dk, nv = N * s.HV * s.dv,
+                 ng = N * s.HV, ns = (size_t)s.B * s.HV * s.dk * s.dv;
+    float *q = read_in(nq, 4), *k = read_in(nq, 4), *v = read_in(nv, 4), *g = read_in(ng, 4),
+          *beta = read_in(ng, 4), *st0 = read_in(ns, 4), *dout = read_in(nv, 4),
+          *dst = read_in(ns, 4);
+    int32_t *seq = hd[7] ? read_in(N, 4) : NULL;
+    float *out = tsr_calloc(nv, 4), *st = tsr_calloc(ns, 4), *outr = tsr_calloc(nv, 4),
+          *str = tsr_calloc(ns, 4), *ck = tsr_calloc(cpu_deltanet_ckpt_floats(&s), 4);
+    float *dq = tsr_calloc(nq, 4), *dk = tsr_calloc(nq, 4), *dv = tsr_calloc(nv, 4),
+          *dg = tsr_calloc(ng, 4), *db = tsr_calloc(ng, 4), *dst0 = tsr_calloc(ns, 4);
+    cpu_deltanet_forward(out, st, ck, q, k, v, g, beta, st0, seq, &s);
+    memcpy(str, st0, ns * 4);
+    cpu_deltanet_recurrent(outr, str, q, k, v, g, beta, seq, &s);
+    cpu_deltanet_backward(dq, dk, dv, dg, db, dst0, dout, dst, ck, q, k, v, g, beta, seq, &s);
+    write_out(out, nv), write_out(st, ns), write_out(outr, nv), write_out(str, ns);
+    write_out(dq, nq), write_out(dk, nq), write_out(dv, nv), write_out(dg, ng), write_out(db, ng);
+    write_out(dst0, ns);
+    return 0;
+}
