@@ -54,4 +54,29 @@ void cpu_deltanet_backward(float *dq, float *dk, float *dv, float *dg, float *db
                            const float *g, const float *beta, const int32_t *seq,
                            const tsr_dn_shape *s);
 
+/* The layer's other parts (cpu_deltanet_layer.c; src/model/deltanet_layer.c composes them).
+ *
+ * The short causal depthwise convolution with SiLU (HF's conv1d, groups = channels, padding
+ * K - 1, no bias, then silu): y[t,c] = silu(sum_j w[c,j] x[t - (K-1) + j, c]) over the rows of
+ * t's own document (seq or NULL, as above: the window never reaches the previous document).
+ * x, y (B,T,CD), w (CD,K). Backward: dx (B,T,CD) +=, dw (CD,K) += or NULL; dy as y. */
+void cpu_dn_conv_forward(float *y, const float *x, const float *w, const int32_t *seq, int B,
+                         int T, int CD, int K);
+void cpu_dn_conv_backward(float *dx, float *dw, const float *dy, const float *x, const float *w,
+                          const int32_t *seq, int B, int T, int CD, int K);
+
+/* The gates (HF): beta = sigmoid(b), g = -exp(A_log[h]) softplus(a + dt_bias[h]) (softplus
+ * x for x > 20, torch's threshold). b, a, beta, g (N,HV); A_log, dt_bias (HV). Backward: db, da
+ * (N,HV) +=, dA_log, ddt_bias (HV) += or NULL (frozen); dbeta, dg (N,HV). */
+void cpu_dn_gates_forward(float *beta, float *g, const float *b, const float *a,
+                          const float *A_log, const float *dt_bias, int N, int HV);
+void cpu_dn_gates_backward(float *db, float *da, float *dA_log, float *ddt_bias,
+                           const float *dbeta, const float *dg, const float *b, const float *a,
+                           const float *A_log, const float *dt_bias, int N, int HV);
+
+/* The gate of the normed output: out = x silu(z), all (N, n). Backward: dx, dz +=. */
+void cpu_dn_silu_gate_forward(float *out, const float *x, const float *z, size_t n);
+void cpu_dn_silu_gate_backward(float *dx, float *dz, const float *dout, const float *x,
+                               const float *z, size_t n);
+
 #endif

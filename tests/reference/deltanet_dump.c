@@ -1,18 +1,25 @@
-/* deltanet_dump.c — the Gated DeltaNet core of kernels/cpu/cpu_deltanet.c on stdin's inputs, for
- * the float64 reference of tests/reference/test_deltanet.py (docs/deltanet.md).
+/* deltanet_dump.c — the Gated DeltaNet core of kernels/cpu/cpu_deltanet.c, or the layer around it
+ * (src/model/deltanet_layer.c), on stdin's inputs, for the float64 reference of
+ * tests/reference/test_deltanet.py (docs/deltanet.md).
  *
- * stdin, native byte order: int32 B, T, HK, HV, dk, dv, chunk, has_seg; fp32 q, k (B,T,HK,dk),
+ * deltanet_dump (the core): stdin, native byte order: int32 B, T, HK, HV, dk, dv, chunk, has_seg; fp32 q, k (B,T,HK,dk),
  * v (B,T,HV,dv), g, beta (B,T,HV), state0 (B,HV,dk,dv), dout (B,T,HV,dv), dstate_out
  * (B,HV,dk,dv); with has_seg, int32 seq (B,T).
  * stdout, fp32: the chunked forward's out and final state, the recurrent form's out and final
  * state (from state0), then the chunked backward's dq, dk, dv, dg, dbeta, dstate0 for the loss
- * sum(out * dout) + sum(final state * dstate_out). Exit 1 on short or bad input. */
+ * sum(out * dout) + sum(final state * dstate_out).
+ * deltanet_dump layer: stdin int32 B, T, C, HK, HV, dk, dv, K, chunk, has_seg; fp32 x (B,T,C),
+ * the parameters in dn_params' order (wqkv, wz, wb, wa, conv, dt_bias, a_log, normw, wo), dout
+ * (B,T,C); with has_seg, int32 seq (B,T). stdout, fp32: out, the final state, dx, then the
+ * parameters' gradients in the same order; the gated RMSNorm's eps is 1e-6 (HF's rms_norm_eps).
+ * Exit 1 on short or bad input. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
 #include "cpu/cpu_deltanet.h"
+#include "model/deltanet_layer.h"
 
 static void *read_in(size_t n, size_t elem) {
     void *p = tsr_calloc(n ? n : 1, elem);
@@ -24,7 +31,7 @@ static void write_out(const float *p, size_t n) {
     if (fwrite(p, sizeof *p, n, stdout) != n) tsr_die(TSR_EXIT_INTERNAL, "deltanet_dump: write failed");
 }
 
-int main(void) {
+static int core_main(void) {
     int32_t hd[8];
     if (fread(hd, sizeof hd, 1, stdin) != 1) tsr_die(TSR_EXIT_USAGE, "deltanet_dump: no header");
     const tsr_dn_shape s = {hd[0], hd[1], hd[2], hd[3], hd[4], hd[5], hd[6]};
@@ -48,4 +55,43 @@ int main(void) {
     write_out(dq, nq), write_out(dk, nq), write_out(dv, nv), write_out(dg, ng), write_out(db, ng);
     write_out(dst0, ns);
     return 0;
+}
+
+/* the parameters' sizes in dn_params' order */
+static void layer_sizes(size_t n[9], const dn_dims *d) {
+    const size_t C = (size_t)d->C, kd = (size_t)d->HK * d->dk, vd = (size_t)d->HV * d->dv,
+                 cd = 2 * kd + vd, hv = (size_t)d->HV;
+    const size_t all[9] = {cd * C, vd * C, hv * C, hv * C, cd * (size_t)d->K, hv, hv,
+                           (size_t)d->dv, C * vd};
+    memcpy(n, all, sizeof all);
+}
+
+static int layer_main(void) {
+    int32_t hd[10];
+    if (fread(hd, sizeof hd, 1, stdin) != 1) tsr_die(TSR_EXIT_USAGE, "deltanet_dump: no header");
+    const dn_dims d = {hd[0], hd[1], hd[2], hd[3], hd[4], hd[5], hd[6], hd[7], hd[8], 1e-6f};
+    dn_check(&d);
+    const size_t N = (size_t)d.B * d.T, ns = (size_t)d.B * d.HV * d.dk * d.dv;
+    size_t n[9];
+    layer_sizes(n, &d);
+    float *x = read_in(N * d.C, 4), *pp[9], *gp[9];
+    for (int i = 0; i < 9; i++) pp[i] = read_in(n[i], 4), gp[i] = tsr_calloc(n[i], 4);
+    float *dout = read_in(N * d.C, 4), *out = tsr_calloc(N * d.C, 4), *st = tsr_calloc(ns, 4),
+          *dx = tsr_calloc(N * d.C, 4);
+    int32_t *seq = hd[9] ? read_in(N, 4) : NULL;
+    const dn_params p = {pp[0], pp[1], pp[2], pp[3], pp[4], pp[5], pp[6], pp[7], pp[8]};
+    const dn_params g = {gp[0], gp[1], gp[2], gp[3], gp[4], gp[5], gp[6], gp[7], gp[8]};
+    dn_acts a;
+    dn_acts_alloc(&a, &d);
+    dn_layer_forward(out, st, &a, x, &p, seq, &d);
+    dn_layer_backward(dx, &g, dout, &a, x, &p, seq, &d);
+    write_out(out, N * d.C), write_out(st, ns), write_out(dx, N * d.C);
+    for (int i = 0; i < 9; i++) write_out(gp[i], n[i]);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "layer")) return layer_main();
+    if (argc != 1) tsr_die(TSR_EXIT_USAGE, "usage: deltanet_dump [layer] < INPUT > OUTPUT");
+    return core_main();
 }

@@ -11,8 +11,15 @@ chunk boundary):
     sum(out * dout) + sum(final state * dstate_out), equal the reference's autograd <= 1e-4;
   - a strong decay (alpha = e^g far below 1: the chunk's cumulative gates underflow double's
     range without harm);
+  - the C op's outputs and gradients are the same bits with 1 and with 3 threads;
   - packed: the C op on packed documents equals the C op on each document alone (the first from
     the initial state, the others from zero), output, final state and gradients, <= 1e-6.
+
+The layer around the core (src/model/deltanet_layer.c: projections, the causal convolution with
+SiLU over each document, the gates, the gated RMSNorm, the output projection) against the float64
+layer of torch_deltanet.py, packed documents (one shorter than the convolution's window) and not:
+the output and final state <= 1e-5, dx and every parameter's gradient <= 1e-4, the same bits with
+1 and 3 threads.
 
 build/tests/deltanet_dump runs the C op on stdin's inputs; the reference never calls it.
 """
@@ -59,6 +66,23 @@ def inputs(c, gen):
     return x
 
 
+LAST_RUN = {}  # the latest dump's arguments and stdin, for the thread-count check
+
+
+def dump(args, blob, threads=None):
+    """deltanet_dump's stdout for stdin blob, with OMP_NUM_THREADS=threads if given"""
+    env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
+    LAST_RUN.update(args=args, blob=blob)
+    return subprocess.run([DUMP] + args, input=blob, env=env, capture_output=True, check=True).stdout
+
+
+def check_threads(tap, what):
+    """the latest dump's outputs, with 1 and with 3 threads: the same bits"""
+    args, blob = LAST_RUN["args"], LAST_RUN["blob"]
+    same = dump(args, blob, threads=1) == dump(args, blob, threads=3)
+    tap.ok(same, f"{what}: the same bits with 1 and 3 threads (forward, backward)")
+
+
 def run_c(c, x, B=None, T=None, sl=(slice(None), slice(None))):
     """the C op on x (or on rows/positions sl of it): dict of its outputs"""
     B, T = B or c["B"], T or c["T"]
@@ -70,8 +94,7 @@ def run_c(c, x, B=None, T=None, sl=(slice(None), slice(None))):
     blob += [part("dout").numpy().tobytes(), x["dstate"][sl[0]].contiguous().numpy().tobytes()]
     if x["seq"] is not None:
         blob.append(x["seq"][sl].contiguous().numpy().tobytes())
-    res = subprocess.run([DUMP], input=b"".join(blob), capture_output=True, check=True)
-    flat = torch.from_numpy(np.frombuffer(res.stdout, dtype=np.float32).copy())
+    flat = torch.from_numpy(np.frombuffer(dump([], b"".join(blob)), dtype=np.float32).copy())
     HK, HV, dk, dv = c["HK"], c["HV"], c["dk"], c["dv"]
     shapes = [("out", (B, T, HV, dv)), ("state", (B, HV, dk, dv)), ("out_r", (B, T, HV, dv)),
               ("state_r", (B, HV, dk, dv)), ("q", (B, T, HK, dk)), ("k", (B, T, HK, dk)),
@@ -125,6 +148,7 @@ def check_case(tap, c):
     gen = torch.Generator().manual_seed(1000 + CASES.index(c))
     x = inputs(c, gen)
     R, C = reference(c, x), run_c(c, x)
+    check_threads(tap, c["name"])
     e = max(rel(R["out_c"], R["out"]), rel(R["state_c"], R["state"]))
     tap.ok(e <= 1e-10, f"{c['name']}: reference chunked == recurrent (out, state) {e:.2e} <= 1e-10")
     for k, rk, what in (("out", "out", "chunked out"), ("state", "state", "chunked final state"),
@@ -145,14 +169,76 @@ def check_case(tap, c):
     tap.ok(e <= 1e-6, f"{c['name']}: packed == documents one by one (every gradient) {e:.2e}")
 
 
+LAYERS = [
+    dict(name="layer, packed documents (5 + 16, 2 + 19), T=21 chunk 8", B=2, T=21, C=12, HK=1,
+         HV=2, dk=4, dv=3, K=4, chunk=8, docs=[[5, 16], [2, 19]]),
+    dict(name="layer, grouped heads, T=19 chunk 64", B=1, T=19, C=10, HK=2, HV=4, dk=4, dv=5, K=4,
+         chunk=64, docs=None),
+]
+
+
+def layer_inputs(c, gen):
+    B, T, C, HK, HV, dk, dv, K = (c[x] for x in ("B", "T", "C", "HK", "HV", "dk", "dv", "K"))
+    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    cd, vd = 2 * HK * dk + HV * dv, HV * dv
+    P = dict(wqkv=0.4 * r(cd, C), wz=0.4 * r(vd, C), wb=0.4 * r(HV, C), wa=0.4 * r(HV, C),
+             conv=0.5 * r(cd, K), dt_bias=0.5 * r(HV),
+             a_log=torch.log(1 + 15 * torch.rand(HV, generator=gen)), normw=1 + 0.2 * r(dv),
+             wo=0.3 * r(C, vd))
+    x = dict(x=r(B, T, C), dout=r(B, T, C))
+    x["seq"] = None
+    if c["docs"]:
+        x["seq"] = torch.tensor([sum([[i] * n for i, n in enumerate(row)], []) for row in c["docs"]],
+                                dtype=torch.int32)
+    return {k: v.float() for k, v in P.items()}, x
+
+
+def run_layer_c(c, P, x):
+    B, T, C, HK, HV, dk, dv = (c[k] for k in ("B", "T", "C", "HK", "HV", "dk", "dv"))
+    hd = np.array([B, T, C, HK, HV, dk, dv, c["K"], c["chunk"], x["seq"] is not None], dtype=np.int32)
+    blob = [hd.tobytes(), x["x"].numpy().tobytes()] + [P[n].numpy().tobytes() for n in ref.PARAMS]
+    blob.append(x["dout"].numpy().tobytes())
+    if x["seq"] is not None:
+        blob.append(x["seq"].numpy().tobytes())
+    flat = torch.from_numpy(np.frombuffer(dump(["layer"], b"".join(blob)), dtype=np.float32).copy())
+    flat = flat.double()
+    shapes = [("out", (B, T, C)), ("state", (B, HV, dk, dv)), ("x", (B, T, C))]
+    shapes += [(n, tuple(P[n].shape)) for n in ref.PARAMS]
+    out, at = {}, 0
+    for name, shape in shapes:
+        n = int(np.prod(shape))
+        out[name] = flat[at: at + n].reshape(shape)
+        at += n
+    assert at == flat.numel(), f"deltanet_dump layer wrote {flat.numel()} floats, expected {at}"
+    return out
+
+
+def check_layer(tap, c):
+    gen = torch.Generator().manual_seed(2000 + LAYERS.index(c))
+    P, x = layer_inputs(c, gen)
+    leaves = {n: P[n].double().requires_grad_(True) for n in ref.PARAMS}
+    leaves["x"] = x["x"].double().requires_grad_(True)
+    out, S = ref.layer_packed(leaves["x"], leaves, x["seq"], HK=c["HK"], HV=c["HV"], dk=c["dk"],
+                              dv=c["dv"], form=ref.recurrent)
+    (out * x["dout"].double()).sum().backward()
+    C = run_layer_c(c, P, x)
+    check_threads(tap, c["name"])
+    e = max(rel(C["out"], out.detach()), rel(C["state"], S.detach()))
+    tap.ok(e <= 1e-5, f"{c['name']}: C out and final state vs float64 {e:.2e} <= 1e-5")
+    for n in ("x",) + ref.PARAMS:
+        e = rel(C[n], leaves[n].grad)
+        tap.ok(e <= 1e-4, f"{c['name']}: C d{n} vs float64 autograd {e:.2e} <= 1e-4")
+
+
 def main():
     torch.set_num_threads(1)
-    count = lambda c: 12 + (2 if c["docs"] else 0)  # noqa: E731
-    tap = Tap(sum(count(c) for c in CASES))
+    count = lambda c: 13 + (2 if c["docs"] else 0)  # noqa: E731
+    tap = Tap(sum(count(c) for c in CASES) + 12 * len(LAYERS))
     if not os.access(DUMP, os.X_OK):
         tap.fail_until(tap.plan, f"{DUMP} not built (make)")
         return tap.status()
     tap.run_cases(CASES, count, lambda c: check_case(tap, c))
+    tap.run_cases(LAYERS, lambda c: 12, lambda c: check_layer(tap, c))
     return tap.status()
 
 

@@ -86,3 +86,37 @@ def packed(form, q, k, v, g, beta, state0=None, seq=None, **kw):
         outs.append(torch.cat(row, 1))
         finals.append(S)
     return torch.cat(outs, 0), torch.cat(finals, 0)
+
+
+PARAMS = ("wqkv", "wz", "wb", "wa", "conv", "dt_bias", "a_log", "normw", "wo")
+
+
+def layer(x, P, HK, HV, dk, dv, eps=1e-6, form=chunked, **kw):
+    """HF's Qwen3NextGatedDeltaNet (one document a row) with tessera's separate projections:
+    x (B, T, C) -> out (B, T, C), final state. P: PARAMS, as deltanet_layer.h lays them out."""
+    B, T, _ = x.shape
+    K, kd = P["conv"].shape[1], HK * dk
+    pre = x @ P["wqkv"].T
+    conv = torch.nn.functional.conv1d(pre.transpose(1, 2), P["conv"][:, None, :], padding=K - 1,
+                                      groups=pre.shape[-1])
+    y = torch.nn.functional.silu(conv[..., :T]).transpose(1, 2)
+    q, k, v = y[..., :kd], y[..., kd: 2 * kd], y[..., 2 * kd:]
+    beta = torch.sigmoid(x @ P["wb"].T)
+    g = -P["a_log"].exp() * torch.nn.functional.softplus(x @ P["wa"].T + P["dt_bias"])
+    o, S = form(q.reshape(B, T, HK, dk), k.reshape(B, T, HK, dk), v.reshape(B, T, HV, dv), g, beta,
+                None, **kw)
+    o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + eps) * P["normw"]
+    o = o * torch.nn.functional.silu((x @ P["wz"].T).reshape(B, T, HV, dv))
+    return o.reshape(B, T, HV * dv) @ P["wo"].T, S
+
+
+def layer_packed(x, P, seq=None, **kw):
+    """layer() over packed documents, run one by one (the convolution and the state restart)"""
+    if seq is None:
+        return layer(x, P, **kw)
+    outs, finals = [], []
+    for b in range(x.shape[0]):
+        runs = [layer(x[b: b + 1, t0:t1], P, **kw) for t0, t1 in documents(seq[b].tolist())]
+        outs.append(torch.cat([o for o, _ in runs], 1))
+        finals.append(runs[-1][1])
+    return torch.cat(outs, 0), torch.cat(finals, 0)
