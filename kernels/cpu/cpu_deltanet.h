@@ -58,12 +58,16 @@ void cpu_deltanet_backward(float *dq, float *dk, float *dv, float *dg, float *db
  *
  * The short causal depthwise convolution with SiLU (HF's conv1d, groups = channels, padding
  * K - 1, no bias, then silu): y[t,c] = silu(sum_j w[c,j] x[t - (K-1) + j, c]) over the rows of
- * t's own document (seq or NULL, as above: the window never reaches the previous document).
- * x, y (B,T,CD), w (CD,K). Backward: dx (B,T,CD) +=, dw (CD,K) += or NULL; dy as y. */
-void cpu_dn_conv_forward(float *y, const float *x, const float *w, const int32_t *seq, int B,
-                         int T, int CD, int K);
-void cpu_dn_conv_backward(float *dx, float *dw, const float *dy, const float *x, const float *w,
-                          const int32_t *seq, int B, int T, int CD, int K);
+ * t's own document (seq or NULL, as above: the window never reaches the previous document). Rows
+ * before 0 are hist's (B, K-1, CD): the inputs before this pass (a decoding step, the previous
+ * rank's), the document in progress at row 0 continuing them; or NULL, zeros (HF's padding).
+ * x, y (B,T,CD), w (CD,K), K <= 16. Backward: dx (B,T,CD) +=, dw (CD,K) += or NULL; dy as y;
+ * hist as the forward's (no gradient into it yet). */
+void cpu_dn_conv_forward(float *y, const float *x, const float *hist, const float *w,
+                         const int32_t *seq, int B, int T, int CD, int K);
+void cpu_dn_conv_backward(float *dx, float *dw, const float *dy, const float *x,
+                          const float *hist, const float *w, const int32_t *seq, int B, int T,
+                          int CD, int K);
 
 /* The gates (HF): beta = sigmoid(b), g = -exp(A_log[h]) softplus(a + dt_bias[h]) (softplus
  * x for x > 20, torch's threshold). b, a, beta, g (N,HV); A_log, dt_bias (HV). Backward: db, da

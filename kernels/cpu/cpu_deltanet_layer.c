@@ -18,57 +18,79 @@ static double silu_grad(double x) {
     return s * (1.0 + x * (1.0 - s));
 }
 
-/* the first row of row t's window: t - (K-1), or its document's start if later */
-static int conv_lo(const int32_t *seq, int t, int K) {
-    int lo = t;
-    while (lo > 0 && lo > t - (K - 1) && !(seq && seq[lo] != seq[lo - 1])) lo--;
-    return lo;
-}
+/* one sequence of the convolution: its rows x (T, CD), the K - 1 rows before them (hist, or
+ * NULL: zeros), its document ids (or NULL) */
+typedef struct conv_seq {
+    const float *x, *hist, *w;
+    const int32_t *seq;
+    int CD, K;
+} conv_seq;
 
-/* the convolution's pre-activation at row t (of one sequence) and channel c */
-static double conv_pre(const float *x, const float *w, const int32_t *seq, int t, int c, int CD,
-                       int K) {
-    double s = 0;
-    for (int r = conv_lo(seq, t, K); r <= t; r++)
-        s += (double)w[(size_t)c * K + (K - 1) - (t - r)] * x[(size_t)r * CD + c];
+static conv_seq conv_view(const float *x, const float *hist, const float *w, const int32_t *seq,
+                          int b, int T, int CD, int K) {
+    const size_t row = (size_t)b * T;
+    conv_seq s = {x + row * CD, hist ? hist + (size_t)b * (K - 1) * CD : NULL, w,
+                  seq ? seq + row : NULL, CD, K};
     return s;
 }
 
-void cpu_dn_conv_forward(float *y, const float *x, const float *w, const int32_t *seq, int B,
-                         int T, int CD, int K) {
+/* the first row of row t's window: t - (K-1), or its document's start if later (rows below 0
+ * are the history's) */
+static int conv_lo(const conv_seq *s, int t) {
+    int lo = t;
+    while (lo > t - (s->K - 1) && !(s->seq && lo > 0 && s->seq[lo] != s->seq[lo - 1])) lo--;
+    return lo;
+}
+
+/* row r's input at channel c: x's, the history's below 0 */
+static double conv_in(const conv_seq *s, int r, int c) {
+    if (r >= 0) return s->x[(size_t)r * s->CD + c];
+    return s->hist ? s->hist[(size_t)(s->K - 1 + r) * s->CD + c] : 0.0;
+}
+
+/* the convolution's pre-activation at row t and channel c */
+static double conv_pre(const conv_seq *s, int t, int c) {
+    double a = 0;
+    for (int r = conv_lo(s, t); r <= t; r++)
+        a += (double)s->w[(size_t)c * s->K + (s->K - 1) - (t - r)] * conv_in(s, r, c);
+    return a;
+}
+
+void cpu_dn_conv_forward(float *y, const float *x, const float *hist, const float *w,
+                         const int32_t *seq, int B, int T, int CD, int K) {
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
-            const size_t row = (size_t)b * T;
-            const int32_t *sq = seq ? seq + row : NULL;
-            for (int c = 0; c < CD; c++)
-                y[(row + t) * CD + c] = (float)silu(conv_pre(x + row * CD, w, sq, t, c, CD, K));
+            const conv_seq s = conv_view(x, hist, w, seq, b, T, CD, K);
+            float *yt = y + ((size_t)b * T + t) * CD;
+            for (int c = 0; c < CD; c++) yt[c] = (float)silu(conv_pre(&s, t, c));
         }
 }
 
 /* one channel of one sequence: dx += (its rows), dw[c] (K, double) += */
-static void conv_backward_channel(float *dx, double *dw, const float *dy, const float *x,
-                                  const float *w, const int32_t *seq, int T, int c, int CD,
-                                  int K) {
+static void conv_backward_channel(float *dx, double *dw, const float *dy, const conv_seq *s,
+                                  int T, int c) {
+    const int CD = s->CD, K = s->K;
     for (int t = 0; t < T; t++) {
-        const double d = dy[(size_t)t * CD + c] * silu_grad(conv_pre(x, w, seq, t, c, CD, K));
-        for (int r = conv_lo(seq, t, K); r <= t; r++) {
+        const double d = dy[(size_t)t * CD + c] * silu_grad(conv_pre(s, t, c));
+        for (int r = conv_lo(s, t); r <= t; r++) {
             const int j = (K - 1) - (t - r);
-            dx[(size_t)r * CD + c] += (float)(d * w[(size_t)c * K + j]);
-            dw[j] += d * x[(size_t)r * CD + c];
+            if (r >= 0) dx[(size_t)r * CD + c] += (float)(d * s->w[(size_t)c * K + j]);
+            dw[j] += d * conv_in(s, r, c);
         }
     }
 }
 
-void cpu_dn_conv_backward(float *dx, float *dw, const float *dy, const float *x, const float *w,
-                          const int32_t *seq, int B, int T, int CD, int K) {
+void cpu_dn_conv_backward(float *dx, float *dw, const float *dy, const float *x,
+                          const float *hist, const float *w, const int32_t *seq, int B, int T,
+                          int CD, int K) {
 #pragma omp parallel for schedule(static)
     for (int c = 0; c < CD; c++) {
         double acc[16] = {0}; /* K <= 16 (HF's conv kernels are 4) */
         for (int b = 0; b < B; b++) {
+            const conv_seq s = conv_view(x, hist, w, seq, b, T, CD, K);
             const size_t row = (size_t)b * T;
-            conv_backward_channel(dx + row * CD, acc, dy + row * CD, x + row * CD, w,
-                                  seq ? seq + row : NULL, T, c, CD, K);
+            conv_backward_channel(dx + row * CD, acc, dy + row * CD, &s, T, c);
         }
         if (dw)
             for (int j = 0; j < K; j++) dw[(size_t)c * K + j] += (float)acc[j];

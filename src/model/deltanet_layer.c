@@ -53,6 +53,36 @@ void dn_acts_free(dn_acts *a) {
     memset(a, 0, sizeof *a);
 }
 
+void dn_cache_alloc(dn_cache *c, const dn_dims *d) {
+    c->state = tsr_calloc((size_t)d->B * d->HV * d->dk * d->dv, sizeof(float));
+    c->conv = tsr_calloc((size_t)d->B * (d->K - 1) * dn_cd(d) + 1, sizeof(float));
+}
+
+void dn_cache_free(dn_cache *c) {
+    free(c->state), free(c->conv);
+    c->state = c->conv = NULL;
+}
+
+/* the convolution's inputs of rows T-(K-1) .. T-1 of each sequence (hist's below row 0), zeros
+ * before the last document's start: what the next pass's rows continue */
+static void conv_tail(float *tail, const float *pre, const float *hist, const int32_t *seq,
+                      const dn_dims *d) {
+    const size_t cd = dn_cd(d);
+    for (int b = 0; b < d->B; b++) {
+        const int32_t *sq = seq ? seq + (size_t)b * d->T : NULL;
+        int lo = d->T - 1; /* the last document's first row, or below 0 (it began before) */
+        while (lo > d->T - d->K && !(sq && lo > 0 && sq[lo] != sq[lo - 1])) lo--;
+        for (int i = 0; i < d->K - 1; i++) {
+            const int r = d->T - (d->K - 1) + i;
+            float *dst = tail + ((size_t)b * (d->K - 1) + i) * cd;
+            const float *src = r < lo ? NULL
+                             : r >= 0 ? pre + ((size_t)b * d->T + r) * cd
+                             : hist ? hist + ((size_t)b * (d->K - 1) + (d->K - 1 + r)) * cd : NULL;
+            for (size_t c = 0; c < cd; c++) dst[c] = src ? src[c] : 0.0f;
+        }
+    }
+}
+
 /* qkv (N, CD) rows <-> q, k (N, HK dk), v (N, HV dv); to_parts copies, else adds the parts in */
 static void qkv_split(float *qkv, float *q, float *k, float *v, const dn_dims *d, int to_parts) {
     const size_t N = (size_t)d->B * d->T, cd = dn_cd(d), kd = (size_t)d->HK * d->dk,
@@ -68,23 +98,31 @@ static void qkv_split(float *qkv, float *q, float *k, float *v, const dn_dims *d
     }
 }
 
-void dn_layer_forward(float *out, float *state_out, dn_acts *a, const float *x,
+void dn_layer_forward(float *out, const dn_cache *in, dn_cache *next, dn_acts *a, const float *x,
                       const dn_params *p, const int32_t *seq, const dn_dims *d) {
     const tsr_ops *ops = &tsr_cpu_ops;
     const int N = d->B * d->T, cd = (int)dn_cd(d), vd = d->HV * d->dv;
     const tsr_dn_shape s = core_shape(d);
+    const float *hist = in ? in->conv : NULL;
     ops->matmul_forward(a->pre, x, p->wqkv, NULL, N, d->C, cd);
     ops->matmul_forward(a->z, x, p->wz, NULL, N, d->C, vd);
     ops->matmul_forward(a->b, x, p->wb, NULL, N, d->C, d->HV);
     ops->matmul_forward(a->a, x, p->wa, NULL, N, d->C, d->HV);
-    cpu_dn_conv_forward(a->qkv, a->pre, p->conv, seq, d->B, d->T, cd, d->K);
+    cpu_dn_conv_forward(a->qkv, a->pre, hist, p->conv, seq, d->B, d->T, cd, d->K);
     qkv_split(a->qkv, a->q, a->k, a->v, d, 1);
     cpu_dn_gates_forward(a->beta, a->g, a->b, a->a, p->a_log, p->dt_bias, N, d->HV);
-    cpu_deltanet_forward(a->core, state_out, a->ckpt, a->q, a->k, a->v, a->g, a->beta, NULL, seq,
-                         &s);
+    cpu_deltanet_forward(a->core, next ? next->state : NULL, a->ckpt, a->q, a->k, a->v, a->g,
+                         a->beta, in ? in->state : NULL, seq, &s);
     ops->rmsnorm_forward(a->normed, a->rstd, a->core, p->normw, N * d->HV, d->dv, d->eps);
     cpu_dn_silu_gate_forward(a->gated, a->normed, a->z, (size_t)N * vd);
     ops->matmul_forward(out, a->gated, p->wo, NULL, N, vd, d->C);
+    if (next) { /* through a copy: next may be in */
+        const size_t n = (size_t)d->B * (d->K - 1) * cd;
+        float *tail = tsr_malloc(n * sizeof *tail + 1);
+        conv_tail(tail, a->pre, hist, seq, d);
+        memcpy(next->conv, tail, n * sizeof *tail);
+        free(tail);
+    }
 }
 
 /* the backward's gradients of the activations */
@@ -120,8 +158,9 @@ static void backward_out(dn_dacts *g, const dn_params *grad, const float *dout, 
                           d->dv);
 }
 
-void dn_layer_backward(float *dx, const dn_params *grad, const float *dout, const dn_acts *a,
-                       const float *x, const dn_params *p, const int32_t *seq, const dn_dims *d) {
+void dn_layer_backward(float *dx, const dn_params *grad, const float *dout, const dn_cache *in,
+                       const dn_acts *a, const float *x, const dn_params *p, const int32_t *seq,
+                       const dn_dims *d) {
     const tsr_ops *ops = &tsr_cpu_ops;
     const int N = d->B * d->T, cd = (int)dn_cd(d), vd = d->HV * d->dv;
     const tsr_dn_shape s = core_shape(d);
@@ -132,7 +171,8 @@ void dn_layer_backward(float *dx, const dn_params *grad, const float *dout, cons
     cpu_dn_gates_backward(g.b, g.a, grad->a_log, grad->dt_bias, g.beta, g.g, a->b, a->a, p->a_log,
                           p->dt_bias, N, d->HV);
     qkv_split(g.qkv, g.q, g.k, g.v, d, 0);
-    cpu_dn_conv_backward(g.pre, grad->conv, g.qkv, a->pre, p->conv, seq, d->B, d->T, cd, d->K);
+    cpu_dn_conv_backward(g.pre, grad->conv, g.qkv, a->pre, in ? in->conv : NULL, p->conv, seq,
+                         d->B, d->T, cd, d->K);
     ops->matmul_backward(dx, grad->wqkv, NULL, g.pre, x, p->wqkv, N, d->C, cd);
     ops->matmul_backward(dx, grad->wz, NULL, g.z, x, p->wz, N, d->C, vd);
     ops->matmul_backward(dx, grad->wb, NULL, g.b, x, p->wb, N, d->C, d->HV);

@@ -45,18 +45,30 @@ typedef struct dn_acts {
     float *ckpt;            /* the core's saved states */
 } dn_acts;
 
+/* what carries a sequence on from one pass to the next (decoding: a prefill, then a token at a
+ * time; context parallelism: rank to rank), in place of a KV cache */
+typedef struct dn_cache {
+    float *state; /* (B, HV, dk, dv): the core's state */
+    float *conv;  /* (B, K-1, CD): the convolution's last K-1 inputs, zeros before a document */
+} dn_cache;
+
 /* dies naming the dimension when d is not a layer this code runs */
 void dn_check(const dn_dims *d);
 void dn_acts_alloc(dn_acts *a, const dn_dims *d);
 void dn_acts_free(dn_acts *a);
+void dn_cache_alloc(dn_cache *c, const dn_dims *d); /* zeros: a sequence's start */
+void dn_cache_free(dn_cache *c);
 
-/* out (N, C) from x (N, C); state_out (B, HV, dk, dv), the core's final state, or NULL; seq
- * (B, T) the documents (the convolution and the state reset at each start) or NULL */
-void dn_layer_forward(float *out, float *state_out, dn_acts *a, const float *x,
+/* out (N, C) from x (N, C). in: the cache the document in progress at row 0 continues, or NULL
+ * (zeros: each row starts a sequence); next: the cache after row T - 1, or NULL; next may be in
+ * (a decoding step updates it in place). seq (B, T) the documents (the convolution and the state
+ * restart at each start after row 0) or NULL. */
+void dn_layer_forward(float *out, const dn_cache *in, dn_cache *next, dn_acts *a, const float *x,
                       const dn_params *p, const int32_t *seq, const dn_dims *d);
-/* dx (N, C) +=, grad's parameter gradients += (NULL ones skipped); dout (N, C); a, x, p, seq as
- * the forward had them */
-void dn_layer_backward(float *dx, const dn_params *grad, const float *dout, const dn_acts *a,
-                       const float *x, const dn_params *p, const int32_t *seq, const dn_dims *d);
+/* dx (N, C) +=, grad's parameter gradients += (NULL ones skipped); dout (N, C); in, a, x, p, seq
+ * as the forward had them (no gradient into in yet) */
+void dn_layer_backward(float *dx, const dn_params *grad, const float *dout, const dn_cache *in,
+                       const dn_acts *a, const float *x, const dn_params *p, const int32_t *seq,
+                       const dn_dims *d);
 
 #endif

@@ -19,7 +19,8 @@ The layer around the core (src/model/deltanet_layer.c: projections, the causal c
 SiLU over each document, the gates, the gated RMSNorm, the output projection) against the float64
 layer of torch_deltanet.py, packed documents (one shorter than the convolution's window) and not:
 the output and final state <= 1e-5, dx and every parameter's gradient <= 1e-4, the same bits with
-1 and 3 threads.
+1 and 3 threads; and the decoding path: a prefill of the first half, then one row at a time with
+the cache (the core's state, the convolution's last inputs) carried, equals the whole pass <= 1e-5.
 
 build/tests/deltanet_dump runs the C op on stdin's inputs; the reference never calls it.
 """
@@ -170,8 +171,8 @@ def check_case(tap, c):
 
 
 LAYERS = [
-    dict(name="layer, packed documents (5 + 16, 2 + 19), T=21 chunk 8", B=2, T=21, C=12, HK=1,
-         HV=2, dk=4, dv=3, K=4, chunk=8, docs=[[5, 16], [2, 19]]),
+    dict(name="layer, packed documents (2 + 3 + 10 + 6, 10 + 6 + 5), T=21 chunk 8", B=2, T=21, C=12,
+         HK=1, HV=2, dk=4, dv=3, K=4, chunk=8, docs=[[2, 3, 10, 6], [10, 6, 5]]),
     dict(name="layer, grouped heads, T=19 chunk 64", B=1, T=19, C=10, HK=2, HV=4, dk=4, dv=5, K=4,
          chunk=64, docs=None),
 ]
@@ -204,6 +205,7 @@ def run_layer_c(c, P, x):
     flat = flat.double()
     shapes = [("out", (B, T, C)), ("state", (B, HV, dk, dv)), ("x", (B, T, C))]
     shapes += [(n, tuple(P[n].shape)) for n in ref.PARAMS]
+    shapes += [("out_inc", (B, T, C)), ("state_inc", (B, HV, dk, dv))]
     out, at = {}, 0
     for name, shape in shapes:
         n = int(np.prod(shape))
@@ -228,17 +230,20 @@ def check_layer(tap, c):
     for n in ("x",) + ref.PARAMS:
         e = rel(C[n], leaves[n].grad)
         tap.ok(e <= 1e-4, f"{c['name']}: C d{n} vs float64 autograd {e:.2e} <= 1e-4")
+    e = max(rel(C["out_inc"], C["out"]), rel(C["state_inc"], C["state"]))
+    tap.ok(e <= 1e-5, f"{c['name']}: C prefill then a row at a time with the cache == the whole "
+           f"pass (out, final state) {e:.2e} <= 1e-5")
 
 
 def main():
     torch.set_num_threads(1)
     count = lambda c: 13 + (2 if c["docs"] else 0)  # noqa: E731
-    tap = Tap(sum(count(c) for c in CASES) + 12 * len(LAYERS))
+    tap = Tap(sum(count(c) for c in CASES) + 13 * len(LAYERS))
     if not os.access(DUMP, os.X_OK):
         tap.fail_until(tap.plan, f"{DUMP} not built (make)")
         return tap.status()
     tap.run_cases(CASES, count, lambda c: check_case(tap, c))
-    tap.run_cases(LAYERS, lambda c: 12, lambda c: check_layer(tap, c))
+    tap.run_cases(LAYERS, lambda c: 13, lambda c: check_layer(tap, c))
     return tap.status()
 
 
