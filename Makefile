@@ -268,7 +268,7 @@ SIMT_TEST     := $(if $(SIMT_OK),$(BUILD)/tests/test_gpu_ops_simt $(BUILD)/tests
 HC_GPU_MOCK   := $(BUILD)/tests/libtessera-hc-gpu-mock.so
 
 .PHONY: all deps demo check check-gpu bench install uninstall clean docs announce
-all: $(PROGRAMS) $(TEST_BIN) $(BUILD)/bench/matmul_floor $(HC_GPU_TARGET) $(HC_GPU_MOCK) $(CUDA_TARGETS) $(CUEMU_TRAIN) $(SIMT_TEST)
+all: $(PROGRAMS) $(TEST_BIN) $(BUILD)/bench/matmul_floor $(BUILD)/bench/deltanet_bench $(HC_GPU_TARGET) $(HC_GPU_MOCK) $(CUDA_TARGETS) $(CUEMU_TRAIN) $(SIMT_TEST)
 
 # Order-only prerequisite of every object: runs once per make invocation.
 deps:
@@ -499,6 +499,11 @@ $(BUILD)/obj/tests/%.o: CFLAGS += -Itests
 
 # bench/cpu_vs_torch.sh's matmul floor: the CPU backend's matmuls of a step on their own
 $(BUILD)/bench/matmul_floor: $(BUILD)/obj/bench/matmul_floor.o $(BUILD)/libtessera.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
+
+# bench/deltanet_vs_torch.sh's C side: the Gated DeltaNet core's forward and backward times
+$(BUILD)/bench/deltanet_bench: $(BUILD)/obj/bench/deltanet_bench.o $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
 

@@ -18,19 +18,19 @@ def l2norm(x):
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + EPS)
 
 
-def _heads(q, k, v, g, beta):
-    """(B, HV, T, .) float64 views, q and k normalised, grouped and q scaled"""
+def _heads(q, k, v, g, beta, dtype):
+    """(B, HV, T, .) views in dtype, q and k normalised, grouped and q scaled"""
     rep = v.shape[2] // q.shape[2]
-    q = l2norm(q.double()).repeat_interleave(rep, dim=2) / q.shape[-1] ** 0.5
-    k = l2norm(k.double()).repeat_interleave(rep, dim=2)
-    return [x.transpose(1, 2) for x in (q, k, v.double(), g.double(), beta.double())]
+    q = l2norm(q.to(dtype)).repeat_interleave(rep, dim=2) / q.shape[-1] ** 0.5
+    k = l2norm(k.to(dtype)).repeat_interleave(rep, dim=2)
+    return [x.transpose(1, 2) for x in (q, k, v.to(dtype), g.to(dtype), beta.to(dtype))]
 
 
-def recurrent(q, k, v, g, beta, state0=None):
+def recurrent(q, k, v, g, beta, state0=None, dtype=torch.float64):
     """the step-by-step form (one document a row): out (B, T, HV, dv), final state"""
-    q, k, v, g, beta = _heads(q, k, v, g, beta)
+    q, k, v, g, beta = _heads(q, k, v, g, beta, dtype)
     B, H, T, dk = k.shape
-    S = torch.zeros(B, H, dk, v.shape[-1], dtype=torch.float64) if state0 is None else state0.double()
+    S = torch.zeros(B, H, dk, v.shape[-1], dtype=dtype) if state0 is None else state0.to(dtype)
     outs = []
     for t in range(T):
         S = S * g[:, :, t].exp()[..., None, None]
@@ -40,11 +40,12 @@ def recurrent(q, k, v, g, beta, state0=None):
     return torch.stack(outs, 2).transpose(1, 2), S
 
 
-def chunked(q, k, v, g, beta, state0=None, chunk=64):
-    """the chunked (WY/UT) form (one document a row): the same function as recurrent()"""
-    q, k, v, g, beta = _heads(q, k, v, g, beta)
+def chunked(q, k, v, g, beta, state0=None, chunk=64, dtype=torch.float64):
+    """the chunked (WY/UT) form (one document a row): the same function as recurrent() (in
+    float32 too: bench/torch_deltanet_peer.py's PyTorch peer)"""
+    q, k, v, g, beta = _heads(q, k, v, g, beta, dtype)
     B, H, T, dk = k.shape
-    S = torch.zeros(B, H, dk, v.shape[-1], dtype=torch.float64) if state0 is None else state0.double()
+    S = torch.zeros(B, H, dk, v.shape[-1], dtype=dtype) if state0 is None else state0.to(dtype)
     outs = []
     for t0 in range(0, T, chunk):
         sl = slice(t0, min(T, t0 + chunk))
@@ -52,7 +53,7 @@ def chunked(q, k, v, g, beta, state0=None, chunk=64):
         n = kc.shape[2]
         decay = (gam[..., :, None] - gam[..., None, :]).tril().exp().tril()  # e^(gam_i - gam_j), j <= i
         A = ((bc[..., None] * kc) @ kc.transpose(-1, -2) * decay).tril(-1)
-        eye = torch.eye(n, dtype=torch.float64)
+        eye = torch.eye(n, dtype=dtype)
         rhs = torch.cat([bc[..., None] * vc, bc[..., None] * kc * gam.exp()[..., None]], -1)
         X = torch.linalg.solve_triangular(eye + A, rhs, upper=False, unitriangular=True)
         vnew = X[..., : vc.shape[-1]] - X[..., vc.shape[-1]:] @ S
