@@ -319,7 +319,7 @@ static void step_backward(const dn_head *h, int t, const double *S, dn_grads *gr
     for (int c = 0; c < dv; c++) {
         gr->dv[(size_t)t * h->ldv + c] += (float)(b * dd[c]);
         db += dd[c] * u[c];
-        dd[c] *= -b; /* d u... as d(S'^T k) = -b d delta */
+        dd[c] *= -b; /* now d m, m = S'^T k: d m = -b d delta */
     }
     gr->dbeta[(size_t)t * h->ldg] += (float)db;
     rank1(dS, 1.0, w->kn, dd, dk, dv); /* dS' = dS'' + k dm^T */
