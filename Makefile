@@ -201,7 +201,7 @@ LIB_SRC  := $(filter-out $(MAINS) $(GPU_SRC) src/gpu/gpu_comm_%.c,$(wildcard src
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(BUILD)/tests/ref_dump \
-            $(BUILD)/tests/ring_dump $(BUILD)/tests/fp8_dump
+            $(BUILD)/tests/ring_dump $(BUILD)/tests/fp8_dump $(BUILD)/tests/deltanet_dump
 # the checkpoint test driver (tests/mpi) calls MPI itself
 ifeq ($(NO_MPI),0)
   TEST_BIN += $(BUILD)/tests/ckpt_driver $(BUILD)/tests/a2a_driver
@@ -268,7 +268,7 @@ SIMT_TEST     := $(if $(SIMT_OK),$(BUILD)/tests/test_gpu_ops_simt $(BUILD)/tests
 HC_GPU_MOCK   := $(BUILD)/tests/libtessera-hc-gpu-mock.so
 
 .PHONY: all deps demo check check-gpu bench install uninstall clean docs announce
-all: $(PROGRAMS) $(TEST_BIN) $(BUILD)/bench/matmul_floor $(HC_GPU_TARGET) $(HC_GPU_MOCK) $(CUDA_TARGETS) $(CUEMU_TRAIN) $(SIMT_TEST)
+all: $(PROGRAMS) $(TEST_BIN) $(BUILD)/bench/matmul_floor $(BUILD)/bench/deltanet_bench $(HC_GPU_TARGET) $(HC_GPU_MOCK) $(CUDA_TARGETS) $(CUEMU_TRAIN) $(SIMT_TEST)
 
 # Order-only prerequisite of every object: runs once per make invocation.
 deps:
@@ -476,6 +476,11 @@ $(BUILD)/tests/ring_dump: $(BUILD)/obj/tests/reference/ring_dump.o $(BUILD)/libt
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
 
+# the Gated DeltaNet core on stdin's inputs, for tests/reference/test_deltanet.py
+$(BUILD)/tests/deltanet_dump: $(BUILD)/obj/tests/reference/deltanet_dump.o $(BUILD)/libtessera.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
+
 # the FP8 formats of kernels/cuda/tcu_fp8.h on stdin's values, for tests/reference/test_fp8_formats.py
 $(BUILD)/obj/tests/reference/fp8_dump.o: CFLAGS += -Ikernels/cuda
 $(BUILD)/tests/fp8_dump: $(BUILD)/obj/tests/reference/fp8_dump.o
@@ -494,6 +499,11 @@ $(BUILD)/obj/tests/%.o: CFLAGS += -Itests
 
 # bench/cpu_vs_torch.sh's matmul floor: the CPU backend's matmuls of a step on their own
 $(BUILD)/bench/matmul_floor: $(BUILD)/obj/bench/matmul_floor.o $(BUILD)/libtessera.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
+
+# bench/deltanet_vs_torch.sh's C side: the Gated DeltaNet core's forward and backward times
+$(BUILD)/bench/deltanet_bench: $(BUILD)/obj/bench/deltanet_bench.o $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
 

@@ -1,0 +1,181 @@
+/* deltanet_layer.c — the Gated DeltaNet token mixer, fp32 on the CPU (deltanet_layer.h,
+ * docs/deltanet.md): the projections and the RMSNorm through the CPU op table (kernels/ops.h),
+ * the convolution, gates and core through kernels/cpu/cpu_deltanet.h. */
+#include "model/deltanet_layer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "cpu/cpu_deltanet.h"
+#include "ops.h"
+
+static size_t dn_cd(const dn_dims *d) { return 2 * (size_t)d->HK * d->dk + (size_t)d->HV * d->dv; }
+
+static tsr_dn_shape core_shape(const dn_dims *d) {
+    const tsr_dn_shape s = {d->B, d->T, d->HK, d->HV, d->dk, d->dv, d->chunk};
+    return s;
+}
+
+void dn_check(const dn_dims *d) {
+    const struct { const char *name; int v, lo, hi; } dims[] = {
+        {"B", d->B, 1, 1 << 20},   {"T", d->T, 1, 1 << 24},     {"C", d->C, 1, 1 << 20},
+        {"HK", d->HK, 1, 4096},    {"HV", d->HV, d->HK, 4096},  {"dk", d->dk, 1, 4096},
+        {"dv", d->dv, 1, 4096},    {"K", d->K, 1, 16},          {"chunk", d->chunk, 1, 4096}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (dims[i].v < dims[i].lo || dims[i].v > dims[i].hi)
+            tsr_die(TSR_EXIT_USAGE, "deltanet layer: %s = %d: expected %d to %d", dims[i].name,
+                    dims[i].v, dims[i].lo, dims[i].hi);
+    if (d->HV % d->HK)
+        tsr_die(TSR_EXIT_USAGE, "deltanet layer: HV = %d value heads: expected a multiple of "
+                "HK = %d query/key heads", d->HV, d->HK);
+}
+
+void dn_acts_alloc(dn_acts *a, const dn_dims *d) {
+    const size_t N = (size_t)d->B * d->T, cd = dn_cd(d), kd = (size_t)d->HK * d->dk,
+                 vd = (size_t)d->HV * d->dv, hv = (size_t)d->HV;
+    const tsr_dn_shape s = core_shape(d);
+    a->pre = tsr_calloc(N * cd, sizeof(float)), a->qkv = tsr_calloc(N * cd, sizeof(float));
+    a->q = tsr_calloc(N * kd, sizeof(float)), a->k = tsr_calloc(N * kd, sizeof(float));
+    a->v = tsr_calloc(N * vd, sizeof(float)), a->z = tsr_calloc(N * vd, sizeof(float));
+    a->core = tsr_calloc(N * vd, sizeof(float)), a->normed = tsr_calloc(N * vd, sizeof(float));
+    a->gated = tsr_calloc(N * vd, sizeof(float));
+    a->b = tsr_calloc(N * hv, sizeof(float)), a->a = tsr_calloc(N * hv, sizeof(float));
+    a->beta = tsr_calloc(N * hv, sizeof(float)), a->g = tsr_calloc(N * hv, sizeof(float));
+    a->rstd = tsr_calloc(N * hv, sizeof(float));
+    a->ckpt = tsr_calloc(cpu_deltanet_ckpt_floats(&s), sizeof(float));
+}
+
+void dn_acts_free(dn_acts *a) {
+    float *all[] = {a->pre, a->qkv, a->q,    a->k, a->v,    a->z, a->core, a->normed,
+                    a->gated, a->b, a->a, a->beta, a->g, a->rstd, a->ckpt};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+    memset(a, 0, sizeof *a);
+}
+
+void dn_cache_alloc(dn_cache *c, const dn_dims *d) {
+    c->state = tsr_calloc((size_t)d->B * d->HV * d->dk * d->dv, sizeof(float));
+    c->conv = tsr_calloc((size_t)d->B * (d->K - 1) * dn_cd(d) + 1, sizeof(float));
+}
+
+void dn_cache_free(dn_cache *c) {
+    free(c->state), free(c->conv);
+    c->state = c->conv = NULL;
+}
+
+/* the convolution's inputs of rows T-(K-1) .. T-1 of each sequence (hist's below row 0), zeros
+ * before the last document's start: what the next pass's rows continue */
+static void conv_tail(float *tail, const float *pre, const float *hist, const int32_t *seq,
+                      const dn_dims *d) {
+    const size_t cd = dn_cd(d);
+    for (int b = 0; b < d->B; b++) {
+        const int32_t *sq = seq ? seq + (size_t)b * d->T : NULL;
+        int lo = d->T - 1; /* the last document's first row, or below 0 (it began before) */
+        while (lo > d->T - d->K && !(sq && lo > 0 && sq[lo] != sq[lo - 1])) lo--;
+        for (int i = 0; i < d->K - 1; i++) {
+            const int r = d->T - (d->K - 1) + i;
+            float *dst = tail + ((size_t)b * (d->K - 1) + i) * cd;
+            const float *src = r < lo ? NULL
+                             : r >= 0 ? pre + ((size_t)b * d->T + r) * cd
+                             : hist ? hist + ((size_t)b * (d->K - 1) + (d->K - 1 + r)) * cd : NULL;
+            for (size_t c = 0; c < cd; c++) dst[c] = src ? src[c] : 0.0f;
+        }
+    }
+}
+
+/* qkv (N, CD) rows <-> q, k (N, HK dk), v (N, HV dv); to_parts copies, else adds the parts in */
+static void qkv_split(float *qkv, float *q, float *k, float *v, const dn_dims *d, int to_parts) {
+    const size_t N = (size_t)d->B * d->T, cd = dn_cd(d), kd = (size_t)d->HK * d->dk,
+                 vd = (size_t)d->HV * d->dv;
+    for (size_t n = 0; n < N; n++) {
+        float *row = qkv + n * cd, *parts[3] = {q + n * kd, k + n * kd, v + n * vd};
+        const size_t off[3] = {0, kd, 2 * kd}, len[3] = {kd, kd, vd};
+        for (int i = 0; i < 3; i++)
+            for (size_t c = 0; c < len[i]; c++) {
+                if (to_parts) parts[i][c] = row[off[i] + c];
+                else row[off[i] + c] += parts[i][c];
+            }
+    }
+}
+
+void dn_layer_forward(float *out, const dn_cache *in, dn_cache *next, dn_acts *a, const float *x,
+                      const dn_params *p, const int32_t *seq, const dn_dims *d) {
+    const tsr_ops *ops = &tsr_cpu_ops;
+    const int N = d->B * d->T, cd = (int)dn_cd(d), vd = d->HV * d->dv;
+    const tsr_dn_shape s = core_shape(d);
+    const float *hist = in ? in->conv : NULL;
+    ops->matmul_forward(a->pre, x, p->wqkv, NULL, N, d->C, cd);
+    ops->matmul_forward(a->z, x, p->wz, NULL, N, d->C, vd);
+    ops->matmul_forward(a->b, x, p->wb, NULL, N, d->C, d->HV);
+    ops->matmul_forward(a->a, x, p->wa, NULL, N, d->C, d->HV);
+    cpu_dn_conv_forward(a->qkv, a->pre, hist, p->conv, seq, d->B, d->T, cd, d->K);
+    qkv_split(a->qkv, a->q, a->k, a->v, d, 1);
+    cpu_dn_gates_forward(a->beta, a->g, a->b, a->a, p->a_log, p->dt_bias, N, d->HV);
+    cpu_deltanet_forward(a->core, next ? next->state : NULL, a->ckpt, a->q, a->k, a->v, a->g,
+                         a->beta, in ? in->state : NULL, seq, &s);
+    ops->rmsnorm_forward(a->normed, a->rstd, a->core, p->normw, N * d->HV, d->dv, d->eps);
+    cpu_dn_silu_gate_forward(a->gated, a->normed, a->z, (size_t)N * vd);
+    ops->matmul_forward(out, a->gated, p->wo, NULL, N, vd, d->C);
+    if (next) { /* through a copy: next may be in */
+        const size_t n = (size_t)d->B * (d->K - 1) * cd;
+        float *tail = tsr_malloc(n * sizeof *tail + 1);
+        conv_tail(tail, a->pre, hist, seq, d);
+        memcpy(next->conv, tail, n * sizeof *tail);
+        free(tail);
+    }
+}
+
+/* the backward's gradients of the activations */
+typedef struct dn_dacts {
+    float *gated, *normed, *core, *z, *q, *k, *v, *beta, *g, *b, *a, *qkv, *pre;
+} dn_dacts;
+
+static dn_dacts dacts_alloc(const dn_dims *d) {
+    const size_t N = (size_t)d->B * d->T, cd = dn_cd(d), kd = (size_t)d->HK * d->dk,
+                 vd = (size_t)d->HV * d->dv, hv = (size_t)d->HV;
+    dn_dacts g = {tsr_calloc(N * vd, 4), tsr_calloc(N * vd, 4), tsr_calloc(N * vd, 4),
+                  tsr_calloc(N * vd, 4), tsr_calloc(N * kd, 4), tsr_calloc(N * kd, 4),
+                  tsr_calloc(N * vd, 4), tsr_calloc(N * hv, 4), tsr_calloc(N * hv, 4),
+                  tsr_calloc(N * hv, 4), tsr_calloc(N * hv, 4), tsr_calloc(N * cd, 4),
+                  tsr_calloc(N * cd, 4)};
+    return g;
+}
+
+static void dacts_free(dn_dacts *g) {
+    float *all[] = {g->gated, g->normed, g->core, g->z, g->q, g->k, g->v,
+                    g->beta,  g->g,      g->b,    g->a, g->qkv, g->pre};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+}
+
+/* from dout to the core's output: the output projection, the SiLU gate, the RMSNorm */
+static void backward_out(dn_dacts *g, const dn_params *grad, const float *dout, const dn_acts *a,
+                         const dn_params *p, const dn_dims *d) {
+    const tsr_ops *ops = &tsr_cpu_ops;
+    const int N = d->B * d->T, vd = d->HV * d->dv;
+    ops->matmul_backward(g->gated, grad->wo, NULL, dout, a->gated, p->wo, N, vd, d->C);
+    cpu_dn_silu_gate_backward(g->normed, g->z, g->gated, a->normed, a->z, (size_t)N * vd);
+    ops->rmsnorm_backward(g->core, grad->normw, g->normed, a->core, p->normw, a->rstd, N * d->HV,
+                          d->dv);
+}
+
+void dn_layer_backward(float *dx, const dn_params *grad, const float *dout, const dn_cache *in,
+                       const dn_acts *a, const float *x, const dn_params *p, const int32_t *seq,
+                       const dn_dims *d) {
+    const tsr_ops *ops = &tsr_cpu_ops;
+    const int N = d->B * d->T, cd = (int)dn_cd(d), vd = d->HV * d->dv;
+    const tsr_dn_shape s = core_shape(d);
+    dn_dacts g = dacts_alloc(d);
+    backward_out(&g, grad, dout, a, p, d);
+    cpu_deltanet_backward(g.q, g.k, g.v, g.g, g.beta, NULL, g.core, NULL, a->ckpt, a->q, a->k,
+                          a->v, a->g, a->beta, seq, &s);
+    cpu_dn_gates_backward(g.b, g.a, grad->a_log, grad->dt_bias, g.beta, g.g, a->b, a->a, p->a_log,
+                          p->dt_bias, N, d->HV);
+    qkv_split(g.qkv, g.q, g.k, g.v, d, 0);
+    cpu_dn_conv_backward(g.pre, grad->conv, g.qkv, a->pre, in ? in->conv : NULL, p->conv, seq,
+                         d->B, d->T, cd, d->K);
+    ops->matmul_backward(dx, grad->wqkv, NULL, g.pre, x, p->wqkv, N, d->C, cd);
+    ops->matmul_backward(dx, grad->wz, NULL, g.z, x, p->wz, N, d->C, vd);
+    ops->matmul_backward(dx, grad->wb, NULL, g.b, x, p->wb, N, d->C, d->HV);
+    ops->matmul_backward(dx, grad->wa, NULL, g.a, x, p->wa, N, d->C, d->HV);
+    dacts_free(&g);
+}

@@ -1,0 +1,74 @@
+/* deltanet_layer.h — the Gated DeltaNet token mixer as Hugging Face's Qwen3-Next / Qwen 3.5 define
+ * it (Qwen3NextGatedDeltaNet), fp32 on the CPU, forward and backward (docs/deltanet.md "The
+ * layer"). Not wired into the decoder yet: the decoder's layer_types entry, the backend table's
+ * entries and the activation plan are the next step.
+ *
+ *   [q|k|v] = silu(causal depthwise conv_K(x Wqkv^T)),  z = x Wz^T,  b = x Wb^T,  a = x Wa^T
+ *   beta = sigmoid(b),  g = -exp(A_log) softplus(a + dt_bias)
+ *   o = GatedDeltaNet(q, k, v, g, beta)           (kernels/cpu/cpu_deltanet.h; q, k L2-normed)
+ *   out = (RMSNorm_eps(o per value head) * normw * silu(z)) Wo^T
+ * N = B T rows; CD = 2 HK dk + HV dv, the convolution's channels. */
+#ifndef TSR_DELTANET_LAYER_H
+#define TSR_DELTANET_LAYER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct dn_dims {
+    int B, T, C;        /* sequences, positions, model width */
+    int HK, HV, dk, dv; /* query/key heads, value heads, their sizes */
+    int K;              /* the convolution's kernel (4), 1..16 */
+    int chunk;          /* the core's chunk (64) */
+    float eps;          /* the gated RMSNorm's */
+} dn_dims;
+
+/* the parameters, or their gradients (fp32; any gradient may be NULL: frozen). The projections
+ * are separate matrices (Qwen 3.5's in_proj_qkv, in_proj_z, in_proj_b, in_proj_a; Qwen3-Next's
+ * fused, per key head interleaved in_proj_qkvz and in_proj_ba split into them on import) */
+typedef struct dn_params {
+    float *wqkv;          /* (CD, C): rows [q heads (HK dk) | k heads (HK dk) | v heads (HV dv)] */
+    float *wz;            /* (HV dv, C) */
+    float *wb, *wa;       /* (HV, C) */
+    float *conv;          /* (CD, K) */
+    float *dt_bias, *a_log; /* (HV) */
+    float *normw;         /* (dv), used as is (HF's RMSNormGated: ones at init) */
+    float *wo;            /* (C, HV dv) */
+} dn_params;
+
+/* what the forward keeps for the backward */
+typedef struct dn_acts {
+    float *pre, *qkv;       /* (N, CD): the projection, the convolution's output */
+    float *q, *k, *v;       /* the core's inputs: (N, HK dk) twice, (N, HV dv) */
+    float *z, *core, *normed, *gated; /* (N, HV dv) */
+    float *b, *a, *beta, *g; /* (N, HV) */
+    float *rstd;            /* (N HV) */
+    float *ckpt;            /* the core's saved states */
+} dn_acts;
+
+/* what carries a sequence on from one pass to the next (decoding: a prefill, then a token at a
+ * time; context parallelism: rank to rank), in place of a KV cache */
+typedef struct dn_cache {
+    float *state; /* (B, HV, dk, dv): the core's state */
+    float *conv;  /* (B, K-1, CD): the convolution's last K-1 inputs, zeros before a document */
+} dn_cache;
+
+/* dies naming the dimension when d is not a layer this code runs */
+void dn_check(const dn_dims *d);
+void dn_acts_alloc(dn_acts *a, const dn_dims *d);
+void dn_acts_free(dn_acts *a);
+void dn_cache_alloc(dn_cache *c, const dn_dims *d); /* zeros: a sequence's start */
+void dn_cache_free(dn_cache *c);
+
+/* out (N, C) from x (N, C). in: the cache the document in progress at row 0 continues, or NULL
+ * (zeros: each row starts a sequence); next: the cache after row T - 1, or NULL; next may be in
+ * (a decoding step updates it in place). seq (B, T) the documents (the convolution and the state
+ * restart at each start after row 0) or NULL. */
+void dn_layer_forward(float *out, const dn_cache *in, dn_cache *next, dn_acts *a, const float *x,
+                      const dn_params *p, const int32_t *seq, const dn_dims *d);
+/* dx (N, C) +=, grad's parameter gradients += (NULL ones skipped); dout (N, C); in, a, x, p, seq
+ * as the forward had them (no gradient into in yet) */
+void dn_layer_backward(float *dx, const dn_params *grad, const float *dout, const dn_cache *in,
+                       const dn_acts *a, const float *x, const dn_params *p, const int32_t *seq,
+                       const dn_dims *d);
+
+#endif
