@@ -7,6 +7,16 @@ BUILD=${BUILD:-build}
 TRAIN=$BUILD/tessera-train
 TOOL=$BUILD/tessera
 MPIRUN=(bash "$TSR_ROOT/tests/mpi_env.sh" mpirun)
+# ranks NP CMD...: CMD on NP MPI ranks through mpirun; one rank starts without mpirun, a singleton
+# without an orted (as tests/run.sh starts the tests, and as on the lent GPU machine, which has no
+# mpirun): mpirun added about 1 s and 0.3 CPU-s to each one-rank start (docs/benchmarks.md, "CI
+# time: one-rank jobs"). Where the test needs mpirun itself (its pid, its signals), use MPIRUN.
+ranks() {
+    local np=$1
+    shift
+    if ((np == 1)); then OMPI_MCA_ess_singleton_isolated=${OMPI_MCA_ess_singleton_isolated:-1} "$@"
+    else "${MPIRUN[@]}" -np "$np" "$@"; fi
+}
 # the python3 for the tests' JSON helpers (the standard library only): Debian's, else the first on
 # PATH (the lent GPU machine has its own in a virtual environment: tests/gpu/device.sh)
 PY3=/usr/bin/python3

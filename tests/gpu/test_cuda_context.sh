@@ -32,7 +32,7 @@ args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=64 --se
 # run BIN DIR NP N ARGS...: output in DIR.txt
 run() {
     local bin=$1 dir=$2 np=$3 n=$4; shift 4
-    "${MPIRUN[@]}" -np "$np" "$bin" "${args[@]}" --set parallel.context="$n" \
+    ranks "$np" "$bin" "${args[@]}" --set parallel.context="$n" \
         --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1
 }
 close() { metrics_close "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" 1 2e-4 2e-3; }

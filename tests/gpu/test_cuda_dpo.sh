@@ -56,7 +56,7 @@ fullm=(--set objective=dpo --set optim.lr=3e-3 --set dpo.beta=0.5 --init-from "$
 # train BIN DIR NP ARGS...: output in DIR.txt
 train() {
     local bin=$1 dir=$2 np=$3; shift 3
-    "${MPIRUN[@]}" -np "$np" "$bin" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1
+    ranks "$np" "$bin" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1
 }
 # dpo_close A B FROM: every step of run B from FROM within $LOSS_TOL (loss) and $NORM_TOL (norm)
 # of run A's, its reward margin within $MARGIN_TOL (absolute), its validation DPO losses (the same

@@ -41,7 +41,7 @@ mlora=("${lora[@]}" --set lora.targets=q,k,v,o --init-from "$TMP/mbase" "${moe[@
 # train BIN DIR NP ARGS...: output in DIR.txt
 train() {
     local bin=$1 dir=$2 np=$3; shift 3
-    "${MPIRUN[@]}" -np "$np" "$bin" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1
+    ranks "$np" "$bin" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1
 }
 # run BIN DIR NP ARGS...: a LoRA run over the base
 run() { local bin=$1 dir=$2 np=$3; shift 3; train "$bin" "$dir" "$np" "${lora[@]}" --init-from "$TMP/base" "$@"; }

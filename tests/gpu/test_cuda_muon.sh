@@ -33,7 +33,7 @@ args+=(--set model.n_head=2 --set model.n_kv_head=1 --set max_duration=8ba --set
 mu=(--set optim.name=muon --set optim.muon.weight_decay=0.1)
 run() {
     local bin=$1 dir=$2 np=$3; shift 3
-    "${MPIRUN[@]}" -np "$np" "$bin" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1
+    ranks "$np" "$bin" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1
 }
 close() { metrics_close "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" "$3" "$LOSS_TOL" "$NORM_TOL"; }
 # modes REF LABELS...: each run within the tolerance of the CPU's Muon run and, the sharded ones,

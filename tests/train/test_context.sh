@@ -54,7 +54,7 @@ qwen=("${llama[@]}" --set micro_batch=4 --set model.n_kv_head=1 --set model.head
 # run DIR NP N MODEL-ARRAY-NAME ARGS...
 run() {
     local dir=$1 np=$2 n=$3 m="$4[@]"; shift 4
-    "${MPIRUN[@]}" -np "$np" "$TRAIN" "${!m}" --set parallel.context="$n" \
+    ranks "$np" "$TRAIN" "${!m}" --set parallel.context="$n" \
         --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1
 }
 # the losses within 1e-6 (the bar), the gradient norms within 1e-5: the ring sums each

@@ -41,7 +41,7 @@ base=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=100 --s
       --set global_batch=8 --set micro_batch=2 --set max_duration=10ba --set save_interval=4ba
       --set keep_last=3 --set threads=1 --set log_interval=1 --set optim.warmup=2ba
       --set objective=dpo --set optim.lr=1e-3 --set dpo.beta=0.5)
-run() { local dir=$1 np=$2; shift 2; "${MPIRUN[@]}" -np "$np" "$TRAIN" "${base[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
+run() { local dir=$1 np=$2; shift 2; ranks "$np" "$TRAIN" "${base[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
 close() { metrics_close "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" 1 "$3" "$3"; }
 ref=dpo-reference.bin
 # snapshot DIR: every file's path and checksum (what a refused start must leave as it was)

@@ -28,7 +28,7 @@ args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --s
 qwen=(--set model.n_head=4 --set model.n_kv_head=1 --set model.head_dim=24 --set model.qk_norm=true
       --set model.qkv_bias=true --set model.tie_embeddings=true --set model.norm_eps=1e-6
       --set model.rope_scaling=none --set model.rope_theta=1000000)
-run() { local dir=$1 np=$2; shift 2; "${MPIRUN[@]}" -np "$np" "$TRAIN" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
+run() { local dir=$1 np=$2; shift 2; ranks "$np" "$TRAIN" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
 close() { metrics_close "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" 1 1e-6 1e-6; }
 
 run A 2

@@ -33,7 +33,7 @@ args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --s
       --set global_batch=8 --set micro_batch=2 --set max_duration=12ba --set save_interval=4ba
       --set keep_last=3 --set threads=1 --set log_interval=1 --set optim.warmup=2ba)
 lora=(--set lora.rank=4 --set lora.alpha=8 --set lora.dropout=0.1 --set optim.lr=1e-2)
-train() { local dir=$1 np=$2; shift 2; "${MPIRUN[@]}" -np "$np" "$TRAIN" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
+train() { local dir=$1 np=$2; shift 2; ranks "$np" "$TRAIN" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
 run() { local dir=$1 np=$2; shift 2; train "$dir" "$np" "${lora[@]}" --init-from "$TMP/base" "$@"; }
 close() { metrics_close "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" 1 1e-6 1e-6; }
 

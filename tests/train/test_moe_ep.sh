@@ -27,7 +27,7 @@ args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --s
       --set model.moe_aux_loss_coef=0.01 --set model.moe_z_loss_coef=0.001
       --set global_batch=8 --set micro_batch=2 --set max_duration=10ba --set save_interval=4ba
       --set keep_last=3 --set threads=1 --set log_interval=1 --set optim.warmup=2ba)
-run() { local dir=$1 np=$2; shift 2; "${MPIRUN[@]}" -np "$np" "$TRAIN" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
+run() { local dir=$1 np=$2; shift 2; ranks "$np" "$TRAIN" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
 close() { metrics_close "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" "${3:-1}" 1e-6 1e-6; }
 # aux_close A B [FROM]: the aux and z losses of two runs within 1e-6 (relative) from step FROM on
 aux_close() {

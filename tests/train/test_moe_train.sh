@@ -41,7 +41,7 @@ import json, sys
 last = {r["step"]: (r["moe_aux"], r["moe_z"], r["moe_load"]) for r in map(json.loads, open(sys.argv[1])) if "lr" in r}
 for s in sorted(last): print(s, json.dumps(last[s]))' "$TMP/$1/metrics.jsonl"
 }
-run() { local dir=$1 np=$2; shift 2; "${MPIRUN[@]}" -np "$np" "$TRAIN" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
+run() { local dir=$1 np=$2; shift 2; ranks "$np" "$TRAIN" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
 close() { metrics_close "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" 1 1e-6 1e-6; }
 # the aux and z losses of two runs within 1e-6 (relative) at every step
 aux_close() {
