@@ -23,6 +23,7 @@
 #include "cli_commands.h"
 #include "common.h"
 #include "data/data.h"
+#include "data/data_cmd.h"
 #include "data/data_loss.h"
 #include "dist.h"
 #include "eval/icl_score.h"
@@ -143,6 +144,10 @@ static int val_loss(tsr_model *m, batch *b, const char *dir, int64_t limit, cons
         return TSR_EXIT_USAGE;
     }
     TSR_CHECK(dataset_open(&ds, dir, 1));
+    if (dataset_s3(ds) && data_fetch_all(ds, 1)) { /* an s3:// dataset: fetched whole first */
+        dataset_close(ds);
+        return TSR_EXIT_DATA;
+    }
     uint64_t n = 0;
     *loss = data_mean_loss(ds, dir, b->T, b->B, limit, d, forward, m, b->in, b->tg,
                            m->cfg.attn_mask == TSR_MASK_DOCUMENT, &n);

@@ -14,8 +14,9 @@ source "$TSR_ROOT/tests/ports.sh"
 S3RVER=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}/s3rver/node_modules/.bin/s3rver
 [[ -x $S3RVER ]] || { echo "1..0 # SKIP $S3RVER missing: npm install --prefix data/npm/s3rver s3rver@3.7.1 (./INSTALL --ensure)"; exit 77; }
 command -v node >/dev/null || { echo "1..0 # SKIP node not found (Debian: nodejs)"; exit 77; }
+gpt2_dir
 tsr_tmpdir
-tap_plan 16
+tap_plan 23
 PORT=$(free_ports 1) || exit 1
 mkdir -p "$TMP/store"
 "$S3RVER" -d "$TMP/store" -a 127.0.0.1 -p "$PORT" --configure-bucket tsr --silent >"$TMP/s3rver.log" 2>&1 &
@@ -44,10 +45,29 @@ done
 [[ $rc == 0 && $ok == 1 ]] && (( $(stat -c %Y "$(obj train/index.tsv)") >= $(stat -c %Y "$(obj train/shard-00012.bin)") ))
 tap_check $? "tessera data push: every shard and index of train and val in the store, byte for byte (exit $rc)"
 
-"$TOOL" verify-data s3://tsr/ds/train >"$TMP/vd.txt" 2>&1
+# tessera verify-data and tessera prep --out s3:// work in a private TMPDIR that they leave empty
+mkdir -p "$TMP/tmpdir"
+TMPDIR=$TMP/tmpdir "$TOOL" verify-data s3://tsr/ds/train >"$TMP/vd.txt" 2>&1
 rc=$?
-[[ $rc == 1 ]] && grep -q 'not supported yet' "$TMP/vd.txt" && ! grep -q 'checksums verified' "$TMP/vd.txt"
-tap_check $? "tessera verify-data s3://...: refused with exit 1 (it would verify nothing), not a false ok (exit $rc)"
+[[ $rc == 0 ]] && grep -q 's3://tsr/ds/train: ok: 13 shards, 40000 tokens.*checksums verified' "$TMP/vd.txt" &&
+    [[ -z $(ls -A "$TMP/tmpdir") ]]
+tap_check $? "tessera verify-data s3://...: every shard fetched and verified, nothing left in TMPDIR (exit $rc)"
+
+# prep --out s3://: the same objects as a local prep then push; a refused upload leaves nothing
+for i in $(seq 1 300); do printf '{"text": "document %d: the quick brown fox %d jumps"}\n' "$i" "$((i * 7))"; done >"$TMP/corpus.jsonl"
+prep() { "$TOOL" prep --tokenizer "$GPT2_DIR" --quiet --val-fraction 0.1 --shard-tokens 2000 "$@" "$TMP/corpus.jsonl"; }
+prep --out "$TMP/prepL" >/dev/null 2>&1 && TMPDIR=$TMP/tmpdir prep --out s3://tsr/prepped >"$TMP/prep.txt" 2>&1
+rc=$?
+ok=1
+for f in "$TMP"/prepL/train/* "$TMP"/prepL/val/*; do
+    cmp -s "$f" "$TMP/store/tsr/prepped/$(basename "$(dirname "$f")")/$(basename "$f")._S3rver_object" || ok=0
+done
+[[ $rc == 0 && $ok == 1 && -z $(ls -A "$TMP/tmpdir") && -f $TMP/store/tsr/prepped/val/index.tsv._S3rver_object ]]
+tap_check $? "tessera prep --out s3://tsr/prepped: train and val in the store equal to a local prep byte for byte, TMPDIR left empty (exit $rc)"
+AWS_ACCESS_KEY_ID=NOBODY TMPDIR=$TMP/tmpdir prep --out s3://tsr/refused >"$TMP/prepF.txt" 2>&1
+rc=$?
+[[ $rc == 2 && -z $(ls -A "$TMP/tmpdir") && ! -e $TMP/store/tsr/refused ]] && grep -q 'HTTP 403' "$TMP/prepF.txt"
+tap_check $? "tessera prep --out s3:// refused by the store (403): exit 2, nothing in the store, TMPDIR left empty (exit $rc)"
 
 args=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set data.tokenizer=
       --set sample.tokens=0 --set data.val="$TMP/data/val" --set model.n_layer=2
@@ -100,9 +120,30 @@ rc2=$?
     cmp -s <(final_lines "$TMP/L2/metrics.jsonl") <(final_lines "$TMP/K/metrics.jsonl")
 tap_check $? "2 ranks killed after step 18 and rerun: resumed at step 15 (mid-window) streaming again, losses bit for bit (exit $rc, then $rc2)"
 
+# tessera eval of a dataset on the store: fetched whole into TMPDIR (left empty), the local loss
+TMPDIR=$TMP/tmpdir "$TOOL" eval --ckpt "$TMP/K" --val "$TMP/data/val" --val s3://tsr/ds/val >"$TMP/ev.txt" 2>&1
+rc=$?
+loss_of() { sed -n "s|.*\"path\": \"$1\", \"loss\": \([^,]*\),.*|\1|p" "$TMP/ev.txt" | head -1; }
+la=$(loss_of "$TMP/data/val") lb=$(loss_of s3://tsr/ds/val)
+[[ $rc == 0 && -n $la && $la == "$lb" && -z $(ls -A "$TMP/tmpdir") ]]
+tap_check $? "tessera eval --val s3://...: the local copy's loss ($la = $lb), nothing left in TMPDIR (exit $rc)"
+
 # a mixture (data.mix, docs/data-mixing.md): a local stream and one on the store, against both local
+# (pushed in multipart uploads of 2 KB parts: TSR_S3_PART_MB=0.002)
 "$TOOL" synth --out "$TMP/dom" --vocab 512 --tokens 30000 --shard-tokens 3300 --seed 2 >/dev/null &&
-    "$TOOL" data push "$TMP/dom/train" s3://tsr/dom >/dev/null
+    TSR_S3_PART_MB=0.002 "$TOOL" data push "$TMP/dom/train" s3://tsr/dom >"$TMP/mp.txt" 2>&1
+rc=$?
+n_dom=$(ls "$TMP/dom/train" | grep -c '^shard-')
+ok=1
+for f in "$TMP"/dom/train/*; do cmp -s "$f" "$TMP/store/tsr/dom/$(basename "$f")._S3rver_object" || ok=0; done
+n_mp=$(sed -n 's/.*pushed [0-9]* shards (.*; \([0-9]*\) in multipart uploads).*/\1/p' "$TMP/mp.txt")
+n_big=$(find "$TMP/dom/train" -type f -size +2097c | wc -l) # over 0.002 MiB
+[[ $rc == 0 && $ok == 1 && $n_big -ge 2 && $n_mp == "$n_big" ]]
+tap_check $? "data push with TSR_S3_PART_MB=0.002: the $n_big files of $n_dom shards + index over 2 KB in multipart uploads ($n_mp), all byte for byte (exit $rc)"
+TSR_S3_PART_MB=0 "$TOOL" data push "$TMP/dom/train" s3://tsr/zero >"$TMP/mp0.txt" 2>&1
+rc=$?
+[[ $rc == 1 && ! -e $TMP/store/tsr/zero ]] && grep -q 'TSR_S3_PART_MB = "0"' "$TMP/mp0.txt"
+tap_check $? "TSR_S3_PART_MB=0: refused with exit 1 naming it, nothing uploaded (exit $rc)"
 mixcfg() { # mixcfg FILE DOMAIN_PATH
     sed '/^data = {/,/^};/d' "$TSR_ROOT/configs/tiny.cfg" >"$1"
     printf 'data = {\n  val = "%s";\n  tokenizer = "";\n  stage_window = 10;\n  mix = (\n    { name = "web"; path = "%s"; proportion = 0.75; },\n    { name = "domain"; path = "%s"; proportion = 0.25; }\n  );\n};\n' \
@@ -172,6 +213,19 @@ n_shards=$(ls "$TMP/data/train" | grep -c '^shard-')
 tap_check $? "a flaky store (503 SlowDown, then a corrupted body, for each of the $n_shards shards): retried and fetched again, bit for bit (exit $rc)"
 kill "$PROXYPID" 2>/dev/null; wait "$PROXYPID" 2>/dev/null
 
+# the ETag: each shard's first GET corrupted on the way (fetched again), its second with the right
+# bytes but another ETag: the object changed between the two fetches, exit 2 naming it
+"$PY3" "$TSR_ROOT/tests/s3/flaky_proxy.py" "$PPORT" "$PORT" "$TMP/etag.log" etag 2>"$TMP/proxy.err" &
+PROXYPID=$!
+for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PPORT") 2>/dev/null && break; sleep 0.1; done
+AWS_ENDPOINT_URL=http://127.0.0.1:$PPORT s3run 1 E
+rc=$?
+[[ $rc == 2 ]] && grep -q 'error: s3://tsr/ds/train/shard-[0-9]*.bin at .*: its ETag "0123456789abcdef0123456789abcdef" differs from "[0-9a-f]*" at its first fetch' "$TMP/E.txt" &&
+    grep -q ' 2 etag$' "$TMP/etag.log" && [[ -z $(ls "$TMP"/stage-E/*/ 2>/dev/null | grep -E 'shard|tmp') ]]
+tap_check $? "an object whose ETag changed between two fetches (same bytes): exit 2 naming it and both ETags, nothing committed (exit $rc)"
+grep 'error' "$TMP/E.txt" | head -1 | sed 's/^/# /'
+kill "$PROXYPID" 2>/dev/null; wait "$PROXYPID" 2>/dev/null
+
 # an object corrupted in the store (same size, one byte changed): fetched again, then exit 2
 victim=$(obj train/shard-00003.bin)
 printf '\xff\xff' | dd of="$victim" bs=1 seek=100 conv=notrunc status=none
@@ -181,4 +235,9 @@ rc=$?
     [[ -z $(ls "$TMP"/stage-C/*/ | grep -E 'shard-00003|tmp') ]]
 tap_check $? "a corrupted object: exit 2 naming s3://tsr/ds/train/shard-00003.bin, nothing of it committed (exit $rc)"
 grep 'error' "$TMP/C.txt" | head -1 | sed 's/^/# /'
+TMPDIR=$TMP/tmpdir "$TOOL" verify-data s3://tsr/ds/train >"$TMP/vdC.txt" 2>&1
+rc=$?
+[[ $rc == 2 ]] && grep -q 'not a valid copy of s3://tsr/ds/train/shard-00003.bin' "$TMP/vdC.txt" &&
+    grep -q 'payload checksum mismatch' "$TMP/vdC.txt" && [[ -z $(ls -A "$TMP/tmpdir") ]]
+tap_check $? "tessera verify-data s3:// of the corrupted object: exit 2 naming it, TMPDIR left empty (exit $rc)"
 tap_done
