@@ -5,7 +5,8 @@ Forwards every request to 127.0.0.1:UPSTREAM_PORT unchanged (headers, signature,
 object whose key ends in .bin, in MODE "flaky" (the default) its first GET is answered 503
 SlowDown, its second gets the real answer with one byte of the body flipped (a corruption on the
 way), later ones pass; in MODE "etag" its first GET is flipped, its second passes with another
-ETag (the object as if replaced between the two fetches by one with the right bytes). One line
+ETag (the object as if replaced between the two fetches by one with the right bytes); in MODE
+"pass" every request passes (the log counts them). One line
 per request goes to LOG: "KEY ATTEMPT ACTION". Stdlib only; stopped by its PID.
 """
 import http.client
@@ -15,7 +16,7 @@ import threading
 
 LISTEN, UPSTREAM, LOG = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 MODE = sys.argv[4] if len(sys.argv) > 4 else "flaky"
-PLAN = {"flaky": {1: "503", 2: "flip"}, "etag": {1: "flip", 2: "etag"}}[MODE]
+PLAN = {"flaky": {1: "503", 2: "flip"}, "etag": {1: "flip", 2: "etag"}, "pass": {}}[MODE]
 seen = {}
 lock = threading.Lock()
 

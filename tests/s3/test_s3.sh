@@ -16,7 +16,7 @@ S3RVER=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}/s3rver/node_modules/.bin/s3rver
 command -v node >/dev/null || { echo "1..0 # SKIP node not found (Debian: nodejs)"; exit 77; }
 gpt2_dir
 tsr_tmpdir
-tap_plan 23
+tap_plan 24
 PORT=$(free_ports 1) || exit 1
 mkdir -p "$TMP/store"
 "$S3RVER" -d "$TMP/store" -a 127.0.0.1 -p "$PORT" --configure-bucket tsr --silent >"$TMP/s3rver.log" 2>&1 &
@@ -29,6 +29,14 @@ for _ in $(seq 1 100); do
     sleep 0.1
 done
 grep -q listening "$TMP/s3rver.log" || { echo "Bail out! s3rver did not start: $(cat "$TMP/s3rver.log")"; exit 1; }
+# start_proxy MODE LOG: tests/s3/flaky_proxy.py on $PPORT in front of the store (stop_proxy)
+PPORT=$(free_ports 1) || exit 1
+start_proxy() {
+    "$PY3" "$TSR_ROOT/tests/s3/flaky_proxy.py" "$PPORT" "$PORT" "$2" "$1" 2>"$TMP/proxy.err" &
+    PROXYPID=$!
+    for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PPORT") 2>/dev/null && break; sleep 0.1; done
+}
+stop_proxy() { kill "$PROXYPID" 2>/dev/null; wait "$PROXYPID" 2>/dev/null; PROXYPID=; }
 # the store's settings, as a centre's users set them (no profile files: HOME points at nothing)
 export HOME=$TMP/home AWS_ENDPOINT_URL=http://127.0.0.1:$PORT AWS_REGION=us-east-1
 export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER TSR_S3_RETRIES=2
@@ -104,11 +112,17 @@ tap_check $? "1 rank: data.val = s3://...: the local copy's validation losses bi
 waits_ok "$TMP/S1/metrics.jsonl" && ! grep -q data_wait_s "$TMP/L1/metrics.jsonl"
 tap_check $? "1 rank: every step record of the streamed run has data_wait_s >= 0 (none without staging)"
 
-run 2 L2 --set data.train="$TMP/data/train" && s3run 2 S2
+# (through the proxy, which counts the requests: the index is fetched once for the job, by rank 0)
+start_proxy pass "$TMP/pass.log"
+run 2 L2 --set data.train="$TMP/data/train" && AWS_ENDPOINT_URL=http://127.0.0.1:$PPORT s3run 2 S2
 rc=$?
+stop_proxy
 [[ $rc == 0 ]] && cmp -s <(final_lines "$TMP/L2/metrics.jsonl") <(final_lines "$TMP/S2/metrics.jsonl") &&
     [[ $(in_place "$TMP/S2/metrics.jsonl") == 0 ]]
 tap_check $? "2 ranks: s3:// trains the local copy's losses bit for bit, none read in place (exit $rc)"
+n_index=$(grep -c '^/tsr/ds/train/index.tsv ' "$TMP/pass.log")
+[[ $rc == 0 && $n_index == 1 ]]
+tap_check $? "2 ranks: index.tsv fetched once for the job (rank 0, broadcast), not twice per rank ($n_index GETs)"
 
 # killed after step 18 (checkpoints every 5 steps, windows of 10): the rerun resumes at step 15, mid-window
 TSR_FAULT=kill:18:1 s3run 2 K --set save_interval=5ba --set save_async=false
@@ -200,10 +214,7 @@ tap_check $? "profile lumi from AWS_SHARED_CREDENTIALS_FILE and AWS_CONFIG_FILE 
 
 # a flaky store (tests/s3/flaky_proxy.py in front of it): each shard's first GET answers 503
 # SlowDown, its second a body with one byte flipped; the stager retries, fetches again, and trains
-PPORT=$(free_ports 1) || exit 1
-"$PY3" "$TSR_ROOT/tests/s3/flaky_proxy.py" "$PPORT" "$PORT" "$TMP/proxy.log" 2>"$TMP/proxy.err" &
-PROXYPID=$!
-for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PPORT") 2>/dev/null && break; sleep 0.1; done
+start_proxy flaky "$TMP/proxy.log"
 AWS_ENDPOINT_URL=http://127.0.0.1:$PPORT s3run 1 F
 rc=$?
 n_shards=$(ls "$TMP/data/train" | grep -c '^shard-')
@@ -211,20 +222,18 @@ n_shards=$(ls "$TMP/data/train" | grep -c '^shard-')
     [[ $(grep -c ' 1 503$' "$TMP/proxy.log") == "$n_shards" && $(grep -c ' 2 flip$' "$TMP/proxy.log") == "$n_shards" &&
        $(grep -c ' 3 pass$' "$TMP/proxy.log") == "$n_shards" ]]
 tap_check $? "a flaky store (503 SlowDown, then a corrupted body, for each of the $n_shards shards): retried and fetched again, bit for bit (exit $rc)"
-kill "$PROXYPID" 2>/dev/null; wait "$PROXYPID" 2>/dev/null
+stop_proxy
 
 # the ETag: each shard's first GET corrupted on the way (fetched again), its second with the right
 # bytes but another ETag: the object changed between the two fetches, exit 2 naming it
-"$PY3" "$TSR_ROOT/tests/s3/flaky_proxy.py" "$PPORT" "$PORT" "$TMP/etag.log" etag 2>"$TMP/proxy.err" &
-PROXYPID=$!
-for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PPORT") 2>/dev/null && break; sleep 0.1; done
+start_proxy etag "$TMP/etag.log"
 AWS_ENDPOINT_URL=http://127.0.0.1:$PPORT s3run 1 E
 rc=$?
 [[ $rc == 2 ]] && grep -q 'error: s3://tsr/ds/train/shard-[0-9]*.bin at .*: its ETag "0123456789abcdef0123456789abcdef" differs from "[0-9a-f]*" at its first fetch' "$TMP/E.txt" &&
     grep -q ' 2 etag$' "$TMP/etag.log" && [[ -z $(ls "$TMP"/stage-E/*/ 2>/dev/null | grep -E 'shard|tmp') ]]
 tap_check $? "an object whose ETag changed between two fetches (same bytes): exit 2 naming it and both ETags, nothing committed (exit $rc)"
 grep 'error' "$TMP/E.txt" | head -1 | sed 's/^/# /'
-kill "$PROXYPID" 2>/dev/null; wait "$PROXYPID" 2>/dev/null
+stop_proxy
 
 # an object corrupted in the store (same size, one byte changed): fetched again, then exit 2
 victim=$(obj train/shard-00003.bin)
