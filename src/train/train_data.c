@@ -13,6 +13,7 @@
 #include "data/stage.h"
 #include "dist.h"
 #include "tokenizer/tokenizer.h"
+#include "telemetry/account.h"
 #include "telemetry/metrics.h"
 #include "train/objective.h"
 
@@ -561,6 +562,7 @@ int train_data_stage_step(tsr_trainer *t) {
         }
         if (!rc && !t->data.stage_started) rc = wait_val(t);
         t->data.step_wait += waited;
+        account_add(ACC_DATA, t->data.step_wait); /* the accounting's data part */
         t->data.stage_started = 1;
     }
     for (int k = 0; k < t->data.n_streams; k++) stager_poll(t->data.stagers[k]);

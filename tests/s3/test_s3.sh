@@ -16,7 +16,7 @@ S3RVER=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}/s3rver/node_modules/.bin/s3rver
 command -v node >/dev/null || { echo "1..0 # SKIP node not found (Debian: nodejs)"; exit 77; }
 gpt2_dir
 tsr_tmpdir
-tap_plan 24
+tap_plan 26
 PORT=$(free_ports 1) || exit 1
 mkdir -p "$TMP/store"
 "$S3RVER" -d "$TMP/store" -a 127.0.0.1 -p "$PORT" --configure-bucket tsr --silent >"$TMP/s3rver.log" 2>&1 &
@@ -111,6 +111,16 @@ vl=$(val_lines "$TMP/L1/metrics.jsonl")
 tap_check $? "1 rank: data.val = s3://...: the local copy's validation losses bit for bit at steps 10 and 20, from a staged copy"
 waits_ok "$TMP/S1/metrics.jsonl" && ! grep -q data_wait_s "$TMP/L1/metrics.jsonl"
 tap_check $? "1 rank: every step record of the streamed run has data_wait_s >= 0 (none without staging)"
+# the accounting record's data part: the steps' waits summed (the first window's shards), 0 locally
+data_part() { "$PY3" -c '
+import json, sys
+L = [json.loads(l) for l in open(sys.argv[1])]
+a = [d for d in L if d.get("event") == "account"]
+w = sum(d.get("data_wait_s", 0) for d in L if "loss" in d)
+ok = len(a) == 1 and abs(a[0]["data_s"] - w) <= 1e-4 + 1e-5 * w and (a[0]["data_s"] > 0) == (sys.argv[2] == "s3")
+print(a[0]["data_s"] if a else None, w); sys.exit(not ok)' "$1" "$2"; }
+ds=$(data_part "$TMP/S1/metrics.jsonl" s3) && dl=$(data_part "$TMP/L1/metrics.jsonl" local)
+tap_check $? "the accounting record's data_s is the sum of the steps' data_wait_s: streamed ($ds), local ($dl)"
 
 # (through the proxy, which counts the requests: the index is fetched once for the job, by rank 0)
 start_proxy pass "$TMP/pass.log"
@@ -172,6 +182,27 @@ rc=$?
 [[ $rc == 0 ]] && cmp -s <(final_lines "$TMP/ML/metrics.jsonl") <(final_lines "$TMP/MS/metrics.jsonl") &&
     [[ $(in_place "$TMP/MS/metrics.jsonl") == 0 ]]
 tap_check $? "a mixture of a local stream and an s3:// stream: the all-local mixture's losses bit for bit (exit $rc)"
+
+# DPO preference pairs on the store (their preference_pairs and packed_seq_len notes read from the
+# fetched index): a DPO run from s3:// gives the local pairs' losses bit for bit
+pairs=$("$PY3" "$TSR_ROOT/tests/reference/dpo_pairs.py" "$TMP")
+dbase=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=100 --set data.tokenizer=
+       --set sample.tokens=0 --set data.val= --set eval_interval=0ba --set model.n_layer=2
+       --set model.d_model=64 --set model.n_head=4 --set model.n_kv_head=2
+       --set model.intermediate_size=96 --set seq_len=16 --set global_batch=8 --set micro_batch=2
+       --set max_duration=6ba --set threads=1 --set log_interval=1 --set watchdog.window=0
+       --set data.stage_window=10)
+dtrain() { local dir=$1; shift; "${MPIRUN[@]}" -np 1 "$TRAIN" "${dbase[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
+ddpo=(--set objective=dpo --set lora.rank=4 --set lora.alpha=8 --set optim.lr=1e-2 --set dpo.beta=0.5
+      --init-from "$TMP/DB")
+[[ -n $pairs ]] && "$TOOL" data push "$pairs" s3://tsr/pairs >/dev/null &&
+    dtrain DB --set data.train="$pairs" && dtrain DL "${ddpo[@]}" --set data.train="$pairs" &&
+    dtrain DS "${ddpo[@]}" --set data.train=s3://tsr/pairs --set data.stage_to="$TMP/stage-DS"
+rc=$?
+[[ $rc == 0 ]] && grep -q dpo "$TMP/DS/metrics.jsonl" &&
+    cmp -s <(final_lines "$TMP/DL/metrics.jsonl") <(final_lines "$TMP/DS/metrics.jsonl") &&
+    [[ $(in_place "$TMP/DS/metrics.jsonl") == 0 ]]
+tap_check $? "objective = dpo on preference pairs in the store: the local pairs' losses bit for bit, none read in place (exit $rc)"
 
 # faults, each with its own stage directory (so nothing is local yet)
 s3run 1 NS --set data.stage_to=
