@@ -16,7 +16,7 @@ S3RVER=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}/s3rver/node_modules/.bin/s3rver
 command -v node >/dev/null || { echo "1..0 # SKIP node not found (Debian: nodejs)"; exit 77; }
 gpt2_dir
 tsr_tmpdir
-tap_plan 26
+tap_plan 27
 PORT=$(free_ports 1) || exit 1
 mkdir -p "$TMP/store"
 "$S3RVER" -d "$TMP/store" -a 127.0.0.1 -p "$PORT" --configure-bucket tsr --silent >"$TMP/s3rver.log" 2>&1 &
@@ -203,6 +203,18 @@ rc=$?
     cmp -s <(final_lines "$TMP/DL/metrics.jsonl") <(final_lines "$TMP/DS/metrics.jsonl") &&
     [[ $(in_place "$TMP/DS/metrics.jsonl") == 0 ]]
 tap_check $? "objective = dpo on preference pairs in the store: the local pairs' losses bit for bit, none read in place (exit $rc)"
+TMPDIR=$TMP/tmpdir "$TOOL" eval --ckpt "$TMP/DS" --val "$pairs" --val s3://tsr/pairs -o "$TMP/evp.json" >"$TMP/evp.txt" 2>&1
+rc=$?
+"$PY3" - "$TMP/evp.json" <<'PY'
+import json, sys
+v = json.load(open(sys.argv[1]))["val"]
+a, b = v[-2], v[-1]
+keys = ("loss", "preference_pairs", "preference_accuracy", "preference_logp_margin")
+print("# tessera eval:", {k: b.get(k) for k in keys})
+sys.exit(not (b["path"] == "s3://tsr/pairs" and a.get("preference_pairs", 0) > 0 and all(a.get(k) == b.get(k) for k in keys)))
+PY
+[[ $? == 0 && $rc == 0 && -z $(ls -A "$TMP/tmpdir") ]]
+tap_check $? "tessera eval of the pairs in the store: the local pairs' loss, pair count, accuracy and log-prob margin (exit $rc)"
 
 # faults, each with its own stage directory (so nothing is local yet)
 s3run 1 NS --set data.stage_to=
