@@ -38,9 +38,16 @@ typedef struct tsr_dataset tsr_dataset;
  * dir = "s3://BUCKET/PREFIX": only the index is fetched (see dataset_s3). */
 int dataset_open(tsr_dataset **out, const char *dir, int verify);
 void dataset_close(tsr_dataset *ds);
+/* Object-store datasets (dir = "s3://BUCKET/PREFIX"): dataset_index_fetch GETs dir's index.tsv
+ * into a malloc'd NUL-terminated text (0, or an exit status after tsr_error naming the object);
+ * dataset_index_preset hands such a text to this process, so that dataset_open and
+ * dataset_index_note of dir use it instead of fetching (the trainer fetches each index on rank 0
+ * and broadcasts it: src/train/train_data.c). Main thread, before the datasets open. */
+int dataset_index_fetch(const char *dir, char **text, size_t *len);
+void dataset_index_preset(const char *dir, const char *text, size_t len);
 /* A note of dir/index.tsv's header comments, "# KEY<TAB>VALUE<TAB>(...)", written by tessera prep
  * (packed_seq_len, preference_pairs; docs/prep.md): 1 with *value set, 0 when absent, -1 when
- * index.tsv cannot be read. */
+ * index.tsv cannot be read. dir may be s3://... (the preset index, else one GET). */
 int dataset_index_note(const char *dir, const char *key, uint64_t *value);
 /* 1 when the file at path is part of a tessera dataset (a shard, or an index.tsv: their magics),
  * else 0 (also when it cannot be read): what `tessera prep` must not read as text. */

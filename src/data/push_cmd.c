@@ -20,7 +20,8 @@ const cli_cmd data_push_cli = {
     "Uploads a dataset to an S3-compatible object store: verified first (as verify-data), then "
     "its shards, then index.tsv last, so a reader never finds an index without all its shards. "
     "DIR: a dataset, or the directory tessera prep --out wrote (its train and val datasets go to "
-    "PREFIX/train and PREFIX/val). Endpoint and credentials: AWS_ENDPOINT_URL, AWS_PROFILE, ... "
+    "PREFIX/train and PREFIX/val). Files over TSR_S3_PART_MB MiB (default 64) go up in multipart "
+    "uploads. Endpoint and credentials: AWS_ENDPOINT_URL, AWS_PROFILE, ... "
     "(docs/object-storage.md).",
     push_opts, (int)(sizeof push_opts / sizeof push_opts[0]), NULL,
 };
@@ -30,17 +31,19 @@ static int push_on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
     return cli_usage_error(c, "unhandled option", ch == 'h' ? "--help" : NULL);
 }
 
-/* Uploads dir/name as object name. */
-static int push_file(tsr_s3 *c, const char *dir, const char *name) {
+/* Uploads dir/name as object name; *multipart counts those that went up in parts. */
+static int push_file(tsr_s3 *c, const char *dir, const char *name, int *multipart) {
     char path[4096], err[S3_ERR_LEN];
+    int parts = 0;
     if (tsr_snprintf(path, sizeof path, "%s/%s", dir, name)) {
         tsr_error("%s/%s: path too long", dir, name);
         return TSR_EXIT_USAGE;
     }
-    if (s3_put_file(c, name, path, err)) {
+    if (s3_put_file(c, name, path, &parts, err)) {
         tsr_error("%s", err);
         return TSR_EXIT_DATA;
     }
+    *multipart += parts;
     return 0;
 }
 
@@ -51,15 +54,16 @@ static int push_one(const char *dir, const char *url) {
     if (dataset_open(&ds, dir, 1)) return TSR_EXIT_DATA;
     int rc = s3_open(&c, url);
     uint64_t bytes = 0;
+    int multipart = 0;
     for (int k = 0; !rc && k < dataset_n_shards(ds); k++) {
-        rc = push_file(c, dir, dataset_shard_name(ds, k));
+        rc = push_file(c, dir, dataset_shard_name(ds, k), &multipart);
         bytes += dataset_shard_bytes(ds, k);
     }
-    if (!rc) rc = push_file(c, dir, "index.tsv");
+    if (!rc) rc = push_file(c, dir, "index.tsv", &multipart);
     if (!rc)
-        printf("%s: pushed %d shard%s (%llu bytes) and index.tsv to %s\n", dir,
-               dataset_n_shards(ds), dataset_n_shards(ds) == 1 ? "" : "s",
-               (unsigned long long)bytes, s3_url(c));
+        printf("%s: pushed %d shard%s (%llu bytes; %d in multipart uploads) and index.tsv to %s\n",
+               dir, dataset_n_shards(ds), dataset_n_shards(ds) == 1 ? "" : "s",
+               (unsigned long long)bytes, multipart, s3_url(c));
     s3_close(c);
     dataset_close(ds);
     return rc;
@@ -72,12 +76,8 @@ static int is_dataset(const char *dir, const char *sub) {
            stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-static int cmd_data_push(int argc, char **argv) {
-    int rc = cli_parse(&data_push_cli, argc, argv, push_on_opt, NULL);
-    if (rc) return rc < 0 ? 0 : rc;
-    if (optind != argc - 2 || !s3_is_url(argv[optind + 1]))
-        return cli_usage_error(&data_push_cli, "expected DIR and s3://BUCKET/PREFIX", NULL);
-    const char *dir = argv[optind], *url = argv[optind + 1];
+int data_push(const char *dir, const char *url) {
+    int rc = 0;
     if (is_dataset(dir, "") || !is_dataset(dir, "train")) return push_one(dir, url);
     char sub[4096], dst[4096];
     for (int k = 0; k < 2 && !rc; k++) { /* what tessera prep --out DIR writes */
@@ -89,6 +89,14 @@ static int cmd_data_push(int argc, char **argv) {
         rc = push_one(sub, dst);
     }
     return rc;
+}
+
+static int cmd_data_push(int argc, char **argv) {
+    int rc = cli_parse(&data_push_cli, argc, argv, push_on_opt, NULL);
+    if (rc) return rc < 0 ? 0 : rc;
+    if (optind != argc - 2 || !s3_is_url(argv[optind + 1]))
+        return cli_usage_error(&data_push_cli, "expected DIR and s3://BUCKET/PREFIX", NULL);
+    return data_push(argv[optind], argv[optind + 1]);
 }
 
 int cmd_data(int argc, char **argv) {

@@ -10,12 +10,15 @@
 #ifndef TSR_NO_CURL /* (a build without the target's libcurl: Makefile, CROSS) */
 #include <curl/curl.h>
 #endif
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -27,6 +30,7 @@ struct tsr_s3 {
     char key[256], secret[256], token[2048];
     char sigv4[128];
     int virtual_host, retries;
+    uint64_t part_bytes; /* files larger than this go up in parts (TSR_S3_PART_MB, default 64) */
 };
 
 /* ---------------------------------------------------------------- settings */
@@ -167,6 +171,26 @@ static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 #endif
 
+/* TSR_S3_PART_MB (MiB, decimals allowed; default 64): the size above which a file is uploaded
+ * in parts, and the size of each part. */
+static int part_size(tsr_s3 *c) {
+    const char *v = env("TSR_S3_PART_MB");
+    char *end = NULL;
+    double mb = v ? strtod(v, &end) : 64;
+    if (v && (end == v || *end || !(mb * 1048576 >= 1) || mb > 5 * 1024)) {
+        tsr_error("TSR_S3_PART_MB = \"%s\": expected the part size in MiB, more than 0 and at "
+                  "most 5120 (S3's limit; docs/object-storage.md)", v);
+        return TSR_EXIT_USAGE;
+    }
+    c->part_bytes = (uint64_t)(mb * 1048576);
+    return 0;
+}
+
+int s3_connections(void) {
+    const char *v = env("TSR_S3_CONNECTIONS");
+    return v && atoi(v) > 0 ? atoi(v) : 8;
+}
+
 int s3_is_url(const char *path) { return path && strncmp(path, "s3://", 5) == 0; }
 
 int s3_open(tsr_s3 **out, const char *url) {
@@ -191,6 +215,10 @@ int s3_open(tsr_s3 **out, const char *url) {
     snprintf(c->sigv4, sizeof c->sigv4, "aws:amz:%s:s3", c->region);
     const char *r = env("TSR_S3_RETRIES");
     c->retries = r && atoi(r) > 0 ? atoi(r) : 6;
+    if ((rc = part_size(c))) {
+        free(c);
+        return rc;
+    }
 #ifndef TSR_NO_CURL
     pthread_once(&curl_once, curl_init_once);
 #endif
@@ -219,18 +247,23 @@ void s3_describe(const tsr_s3 *c, const char *name, char *buf, size_t n) {
              c->scheme, c->host, c->bucket, key, c->profile);
 }
 
+/* in percent-encoded into out (n >= 4) but for the unreserved characters and those of keep. */
+static void pct_encode(const char *in, const char *keep, char *out, size_t n) {
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)in; *p && o + 4 < n; p++) {
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+            strchr("-._~", *p) || (keep[0] && strchr(keep, *p)))
+            out[o++] = (char)*p;
+        else
+            o += (size_t)snprintf(out + o, n - o, "%%%02X", *p);
+    }
+    out[o] = '\0';
+}
+
 void s3_object_url(const tsr_s3 *c, const char *name, char *out, size_t n) {
     char key[1400], enc[4200];
     object_key(c, name, key, sizeof key);
-    size_t o = 0;
-    for (const unsigned char *p = (const unsigned char *)key; *p && o + 4 < sizeof enc; p++) {
-        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-            strchr("-._~/", *p))
-            enc[o++] = (char)*p;
-        else
-            o += (size_t)snprintf(enc + o, sizeof enc - o, "%%%02X", *p);
-    }
-    enc[o] = '\0';
+    pct_encode(key, "/", enc, sizeof enc);
     if (c->virtual_host)
         tsr_snprintf(out, n, "%s://%s.%s/%s", c->scheme, c->bucket, c->host, enc);
     else
@@ -248,8 +281,9 @@ int s3_get(tsr_s3 *c, const char *name, char **body, size_t *len, char err[S3_ER
     tsr_snprintf(err, S3_ERR_LEN, "no libcurl in this build");
     return TSR_EXIT_USAGE;
 }
-int s3_put_file(tsr_s3 *c, const char *name, const char *path, char err[S3_ERR_LEN]) {
-    (void)c, (void)name, (void)path;
+int s3_put_file(tsr_s3 *c, const char *name, const char *path, int *parts,
+                char err[S3_ERR_LEN]) {
+    (void)c, (void)name, (void)path, (void)parts;
     tsr_snprintf(err, S3_ERR_LEN, "no libcurl in this build");
     return TSR_EXIT_USAGE;
 }
@@ -264,7 +298,19 @@ typedef struct xfer {
     uint64_t got;          /* body bytes of a 2xx answer */
     char ebody[1024];      /* the start of an error answer's body */
     size_t ebody_len;
+    char etag[S3_ETAG_LEN]; /* the answer's ETag header, "" when none */
 } xfer;
+
+/* Keeps the ETag header of the answer. */
+static size_t on_header(char *p, size_t sz, size_t nm, void *ud) {
+    xfer *x = ud;
+    size_t len = sz * nm;
+    if (len > 5 && strncasecmp(p, "etag:", 5) == 0) {
+        snprintf(x->etag, sizeof x->etag, "%.*s", (int)(len - 5), p + 5);
+        trim(x->etag);
+    }
+    return len;
+}
 
 static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
     xfer *x = ud;
@@ -292,10 +338,12 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
     return len;
 }
 
-/* A fresh handle for object `name`: signed, with the payload header, timeouts, the body sink. */
-static void xfer_setup(const tsr_s3 *c, xfer *x, const char *name) {
+/* A fresh handle for object `name` (query: "" or "k=v&..." in canonical order): signed, with the
+ * payload header, timeouts, the body and header sinks. */
+static void xfer_setup(const tsr_s3 *c, xfer *x, const char *name, const char *query) {
     char url[4800], tok[2100];
     s3_object_url(c, name, url, sizeof url);
+    if (query[0]) tsr_snprintf(url + strlen(url), sizeof url - strlen(url), "?%s", query);
     x->h = curl_easy_init();
     x->hdrs = curl_slist_append(NULL, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
     x->hdrs = curl_slist_append(x->hdrs, "Expect:");
@@ -314,6 +362,8 @@ static void xfer_setup(const tsr_s3 *c, xfer *x, const char *name) {
     curl_easy_setopt(x->h, CURLOPT_LOW_SPEED_TIME, 60L);
     curl_easy_setopt(x->h, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(x->h, CURLOPT_WRITEDATA, x);
+    curl_easy_setopt(x->h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(x->h, CURLOPT_HEADERDATA, x);
 }
 
 static void xfer_reset(xfer *x) {
@@ -324,6 +374,7 @@ static void xfer_reset(xfer *x) {
     x->got = 0;
     x->ebody_len = 0;
     x->ebody[0] = '\0';
+    x->etag[0] = '\0';
 }
 
 /* The S3 error code of an error body (<Code>AccessDenied</Code>), or "" */
@@ -387,7 +438,7 @@ static int fetch_start(tsr_s3 *c, s3_fetch *f, xfer *x) {
         tsr_snprintf(f->err, S3_ERR_LEN, "cannot create %s", f->path);
         return -1;
     }
-    xfer_setup(c, x, f->name);
+    xfer_setup(c, x, f->name, "");
     char range[64];
     snprintf(range, sizeof range, "0-%llu", (unsigned long long)(f->size - 1));
     if (f->size) curl_easy_setopt(x->h, CURLOPT_RANGE, range);
@@ -430,6 +481,7 @@ static void fetch_round(tsr_s3 *c, s3_fetch *f, const int *idx, int m, int paral
             int ok = fclose(x->fp) == 0;
             x->fp = NULL;
             outcome[j] = xfer_outcome(c, x, msg->data.result, "GET", it->name, it->size, it->err);
+            snprintf(it->etag, sizeof it->etag, "%s", x->etag);
             if (outcome[j] == XF_OK && !ok) outcome[j] = XF_FATAL;
             curl_multi_remove_handle(mh, x->h);
             xfer_reset(x);
@@ -451,7 +503,7 @@ static void fetch_round(tsr_s3 *c, s3_fetch *f, const int *idx, int m, int paral
 int s3_get_files(tsr_s3 *c, s3_fetch *f, int n, int parallel, _Atomic int *cancel) {
     int *idx = tsr_malloc(((size_t)n + 1) * sizeof *idx), *out = tsr_malloc(((size_t)n + 1) * sizeof *out);
     int m = 0, failed = 0;
-    for (int i = 0; i < n; i++) f[i].rc = 0, f[i].err[0] = '\0', idx[m++] = i;
+    for (int i = 0; i < n; i++) f[i].rc = 0, f[i].err[0] = f[i].etag[0] = '\0', idx[m++] = i;
     for (int t = 1; m > 0; t++) {
         if (t > 1 && !(cancel && atomic_load(cancel))) backoff(t - 1);
         fetch_round(c, f, idx, m, parallel < 1 ? 1 : parallel, out, cancel);
@@ -480,15 +532,16 @@ int s3_get_files(tsr_s3 *c, s3_fetch *f, int n, int parallel, _Atomic int *cance
 
 /* ---------------------------------------------------------------- GET, PUT */
 
-/* One request with the retries: prepare(x) sets the method and body source for each try. */
-static int request(tsr_s3 *c, xfer *x, const char *verb, const char *name,
+/* One request with the retries: prepare(x) sets the method and body source for each try. The
+ * answer's body is left in x->mem (the caller frees it), its ETag in x->etag. */
+static int request(tsr_s3 *c, xfer *x, const char *verb, const char *name, const char *query,
                    int (*prepare)(xfer *, void *), void *arg, char *err) {
     int r = XF_RETRY;
     for (int t = 1; r == XF_RETRY && t <= c->retries; t++) {
         if (t > 1) backoff(t - 1);
         xfer_reset(x);
         x->mem_len = 0; /* a retry starts the body again */
-        xfer_setup(c, x, name);
+        xfer_setup(c, x, name, query);
         if (prepare && prepare(x, arg)) {
             tsr_snprintf(err, S3_ERR_LEN, "%s %s: cannot read the local file", verb, name);
             r = XF_FATAL;
@@ -496,13 +549,16 @@ static int request(tsr_s3 *c, xfer *x, const char *verb, const char *name,
         }
         r = xfer_outcome(c, x, curl_easy_perform(x->h), verb, name, UINT64_MAX, err);
     }
+    char etag[S3_ETAG_LEN];
+    memcpy(etag, x->etag, sizeof etag);
     xfer_reset(x);
+    memcpy(x->etag, etag, sizeof etag);
     return r == XF_OK ? 0 : TSR_EXIT_DATA;
 }
 
 int s3_get(tsr_s3 *c, const char *name, char **body, size_t *len, char err[S3_ERR_LEN]) {
     xfer x = {0};
-    int rc = request(c, &x, "GET", name, NULL, NULL, err);
+    int rc = request(c, &x, "GET", name, "", NULL, NULL, err);
     if (!rc && !x.mem) x.mem = tsr_calloc(1, 1); /* an empty object */
     if (rc) {
         free(x.mem);
@@ -513,30 +569,169 @@ int s3_get(tsr_s3 *c, const char *name, char **body, size_t *len, char err[S3_ER
     return 0;
 }
 
+/* The bytes [off, off + len) of a local file as a request body. */
 typedef struct put_src {
-    const char *path;
     FILE *fp;
+    uint64_t off, len, left;
 } put_src;
+
+static size_t put_read(char *buf, size_t sz, size_t nm, void *ud) {
+    put_src *p = ud;
+    size_t want = sz * nm < p->left ? sz * nm : (size_t)p->left;
+    size_t got = fread(buf, 1, want, p->fp);
+    p->left -= got;
+    return got < want ? CURL_READFUNC_ABORT : got;
+}
 
 static int put_prepare(xfer *x, void *arg) {
     put_src *p = arg;
-    if (p->fp) fclose(p->fp);
-    p->fp = fopen(p->path, "rb");
-    if (!p->fp || fseeko(p->fp, 0, SEEK_END) != 0) return -1;
-    off_t size = ftello(p->fp);
-    rewind(p->fp);
+    if (fseeko(p->fp, (off_t)p->off, SEEK_SET) != 0) return -1;
+    p->left = p->len;
     curl_easy_setopt(x->h, CURLOPT_UPLOAD, 1L);
-    curl_easy_setopt(x->h, CURLOPT_READDATA, p->fp);
-    curl_easy_setopt(x->h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)size);
+    curl_easy_setopt(x->h, CURLOPT_READFUNCTION, put_read);
+    curl_easy_setopt(x->h, CURLOPT_READDATA, p);
+    curl_easy_setopt(x->h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)p->len);
     return 0;
 }
 
-int s3_put_file(tsr_s3 *c, const char *name, const char *path, char err[S3_ERR_LEN]) {
+/* A POST with the XML text arg ("" for none). */
+static int post_prepare(xfer *x, void *arg) {
+    const char *body = arg;
+    x->hdrs = curl_slist_append(x->hdrs, "Content-Type: application/xml");
+    curl_easy_setopt(x->h, CURLOPT_HTTPHEADER, x->hdrs);
+    curl_easy_setopt(x->h, CURLOPT_POST, 1L);
+    curl_easy_setopt(x->h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));
+    curl_easy_setopt(x->h, CURLOPT_COPYPOSTFIELDS, body);
+    return 0;
+}
+
+static int delete_prepare(xfer *x, void *arg) {
+    (void)arg;
+    curl_easy_setopt(x->h, CURLOPT_CUSTOMREQUEST, "DELETE");
+    return 0;
+}
+
+/* The text of <tag>...</tag> in body into out; 1 when found. */
+static int xml_text(const char *body, const char *tag, char *out, size_t n) {
+    char open[64], close[64];
+    snprintf(open, sizeof open, "<%s>", tag);
+    snprintf(close, sizeof close, "</%s>", tag);
+    const char *a = body ? strstr(body, open) : NULL, *b = a ? strstr(a, close) : NULL;
+    if (!a || !b || b == a + strlen(open)) return 0;
+    a += strlen(open);
+    return snprintf(out, n, "%.*s", (int)(b - a), a) < (int)n;
+}
+
+/* One multipart upload in progress (CreateMultipartUpload .. Complete or Abort). */
+typedef struct upload {
+    tsr_s3 *c;
+    const char *name;
+    char id[512], query[700];
+    char *parts; /* the CompleteMultipartUpload body, grown part by part */
+    size_t len, cap;
+} upload;
+
+static void parts_add(upload *u, const char *text) {
+    size_t k = strlen(text);
+    if (u->len + k + 1 > u->cap) {
+        u->cap = (u->len + k + 1) * 2;
+        u->parts = realloc(u->parts, u->cap);
+        if (!u->parts) tsr_die(TSR_EXIT_INTERNAL, "s3: out of memory (%zu bytes)", u->cap);
+    }
+    memcpy(u->parts + u->len, text, k + 1);
+    u->len += k;
+}
+
+/* POST ?uploads=: the upload id. */
+static int upload_create(upload *u, xfer *x, char *err) {
+    int rc = request(u->c, x, "POST (create multipart upload)", u->name, "uploads=", post_prepare,
+                     "", err);
+    char enc[sizeof u->id * 3];
+    if (!rc && !xml_text(x->mem, "UploadId", u->id, sizeof u->id)) {
+        tsr_snprintf(err, S3_ERR_LEN, "POST %s?uploads: no UploadId in the answer", u->name);
+        rc = TSR_EXIT_DATA;
+    }
+    pct_encode(u->id, "", enc, sizeof enc);
+    tsr_snprintf(u->query, sizeof u->query, "uploadId=%s", enc);
+    return rc;
+}
+
+/* PUT ?partNumber=i&uploadId=: part i (1, 2, ...) from src; its ETag into the parts list. */
+static int upload_part(upload *u, xfer *x, int i, put_src *src, char *err) {
+    char q[800], text[S3_ETAG_LEN + 80];
+    tsr_snprintf(q, sizeof q, "partNumber=%d&%s", i, u->query);
+    int rc = request(u->c, x, "PUT (upload part)", u->name, q, put_prepare, src, err);
+    if (!rc && !x->etag[0]) {
+        tsr_snprintf(err, S3_ERR_LEN, "PUT part %d of %s: no ETag in the answer", i, u->name);
+        rc = TSR_EXIT_DATA;
+    }
+    tsr_snprintf(text, sizeof text, "<Part><PartNumber>%d</PartNumber><ETag>%s</ETag></Part>", i,
+                 x->etag);
+    if (!rc) parts_add(u, text);
+    return rc;
+}
+
+/* POST ?uploadId=: the parts joined (an <Error> in a 200 answer is a failure too). */
+static int upload_complete(upload *u, xfer *x, char *err) {
+    char code[128];
+    parts_add(u, "</CompleteMultipartUpload>");
+    int rc = request(u->c, x, "POST (complete multipart upload)", u->name, u->query, post_prepare,
+                     u->parts, err);
+    if (!rc && x->mem && strstr(x->mem, "<Error>")) {
+        s3_code(x->mem, code, sizeof code);
+        tsr_snprintf(err, S3_ERR_LEN, "POST (complete multipart upload) %s: error%s", u->name, code);
+        rc = TSR_EXIT_DATA;
+    }
+    return rc;
+}
+
+/* Uploads src (size bytes) in parts of c->part_bytes (more when 10,000 would not hold it); an
+ * upload that fails is aborted (DELETE ?uploadId=, best effort: the store drops the parts). */
+static int put_multipart(tsr_s3 *c, const char *name, put_src *src, uint64_t size, char *err) {
+    upload u = {.c = c, .name = name};
     xfer x = {0};
-    put_src src = {path, NULL};
-    int rc = request(c, &x, "PUT", name, put_prepare, &src, err);
-    if (src.fp) fclose(src.fp);
+    uint64_t part = c->part_bytes < (size + 9999) / 10000 ? (size + 9999) / 10000 : c->part_bytes;
+    parts_add(&u, "<CompleteMultipartUpload>");
+    int rc = upload_create(&u, &x, err);
+    for (uint64_t off = 0; !rc && off < size; off += part) {
+        free(x.mem);
+        x.mem = NULL, x.mem_cap = 0;
+        src->off = off;
+        src->len = size - off < part ? size - off : part;
+        rc = upload_part(&u, &x, (int)(off / part) + 1, src, err);
+    }
+    if (!rc) rc = upload_complete(&u, &x, err);
+    if (rc && u.id[0]) {
+        char ignored[S3_ERR_LEN];
+        request(c, &x, "DELETE (abort multipart upload)", name, u.query, delete_prepare, NULL,
+                ignored);
+    }
     free(x.mem);
+    free(u.parts);
+    return rc;
+}
+
+int s3_put_file(tsr_s3 *c, const char *name, const char *path, int *parts, char err[S3_ERR_LEN]) {
+    put_src src = {fopen(path, "rb"), 0, 0, 0};
+    struct stat st;
+    *parts = 0;
+    if (!src.fp || fstat(fileno(src.fp), &st) != 0) {
+        tsr_snprintf(err, S3_ERR_LEN, "%s: cannot read it: %s", path, strerror(errno));
+        if (src.fp) fclose(src.fp);
+        return TSR_EXIT_DATA;
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    int rc;
+    if (size > c->part_bytes) {
+        rc = put_multipart(c, name, &src, size, err);
+        *parts = 1;
+    } else {
+        xfer x = {0};
+        src.len = size;
+        rc = request(c, &x, "PUT", name, "", put_prepare, &src, err);
+        free(x.mem);
+    }
+    fclose(src.fp);
     return rc;
 }
 #endif /* TSR_NO_CURL */

@@ -19,12 +19,13 @@
 typedef struct tsr_s3 tsr_s3;
 
 #define S3_ERR_LEN 512
+#define S3_ETAG_LEN 128
 
 /* 1 when path starts with "s3://". */
 int s3_is_url(const char *path);
 /* Resolves the settings for url ("s3://bucket[/prefix]") and checks they are complete. Returns 0,
  * or TSR_EXIT_USAGE after tsr_error naming what is missing or malformed (no credentials, a bad
- * url or addressing style). */
+ * url or addressing style, a bad TSR_S3_PART_MB). */
 int s3_open(tsr_s3 **out, const char *url);
 void s3_close(tsr_s3 *c);
 /* "s3://bucket/prefix/name at ENDPOINT (profile P)": for messages (no secret). */
@@ -35,6 +36,9 @@ void s3_object_url(const tsr_s3 *c, const char *name, char *out, size_t n);
 /* The url as given, without trailing slashes. */
 const char *s3_url(const tsr_s3 *c);
 
+/* How many objects to fetch at once: TSR_S3_CONNECTIONS, default 8. */
+int s3_connections(void);
+
 /* One object to fetch into a local file. */
 typedef struct s3_fetch {
     const char *name;  /* object PREFIX/name */
@@ -42,6 +46,7 @@ typedef struct s3_fetch {
     uint64_t size;     /* the expected size: fetched with ranged GETs, a shorter body is retried */
     int rc;            /* out: 0, TSR_EXIT_DATA (403, 404, retries exhausted), -1 cancelled */
     char err[S3_ERR_LEN]; /* out: the fault, when rc != 0 */
+    char etag[S3_ETAG_LEN]; /* out: the ETag of the last answer ("" when none), as sent */
 } s3_fetch;
 
 /* Fetches n objects with at most `parallel` connections at once; timeouts, 5xx, 429/503 "slow
@@ -52,8 +57,11 @@ int s3_get_files(tsr_s3 *c, s3_fetch *f, int n, int parallel, _Atomic int *cance
 /* The whole object `name` into a malloc'd NUL-terminated buffer (*len bytes). 0, or
  * TSR_EXIT_DATA with err set. */
 int s3_get(tsr_s3 *c, const char *name, char **body, size_t *len, char err[S3_ERR_LEN]);
-/* Uploads the local file as object `name` (one PUT, retried as s3_get_files). 0, or
- * TSR_EXIT_DATA with err set. */
-int s3_put_file(tsr_s3 *c, const char *name, const char *path, char err[S3_ERR_LEN]);
+/* Uploads the local file as object `name`: one PUT, or a multipart upload (CreateMultipartUpload,
+ * UploadPart in order, CompleteMultipartUpload; aborted on failure) when it is larger than
+ * TSR_S3_PART_MB (s3_open reads it; default 64 MiB), *parts then 1. Each request is retried as
+ * s3_get_files'. 0, or TSR_EXIT_DATA with err set. */
+int s3_put_file(tsr_s3 *c, const char *name, const char *path, int *parts,
+                char err[S3_ERR_LEN]);
 
 #endif

@@ -586,14 +586,55 @@ static int shard_map_file(shard_map *s) {
     return 0;
 }
 
-/* The index text: read from the directory, or fetched from the object store (s3://). */
+/* Index texts handed over by dataset_index_preset (main thread, before the datasets open). */
+typedef struct index_preset {
+    char *dir, *text;
+    size_t len;
+    struct index_preset *next;
+} index_preset;
+static index_preset *presets;
+
+static const index_preset *preset_find(const char *dir) {
+    char *d = data_dir_dup(dir);
+    const index_preset *p = presets;
+    while (p && strcmp(p->dir, d) != 0) p = p->next;
+    free(d);
+    return p;
+}
+
+void dataset_index_preset(const char *dir, const char *text, size_t len) {
+    index_preset *p = tsr_calloc(1, sizeof *p);
+    p->dir = data_dir_dup(dir);
+    p->text = tsr_malloc(len + 1);
+    memcpy(p->text, text, len);
+    p->text[len] = '\0';
+    p->len = len;
+    p->next = presets;
+    presets = p;
+}
+
+int dataset_index_fetch(const char *dir, char **text, size_t *len) {
+    tsr_s3 *c;
+    char err[S3_ERR_LEN];
+    *text = NULL;
+    int rc = s3_open(&c, dir);
+    if (!rc && (rc = s3_get(c, INDEX_NAME, text, len, err)))
+        tsr_error("%s (the dataset's index; docs/object-storage.md)", err);
+    s3_close(c);
+    return rc;
+}
+
+/* The index text: read from the directory, or fetched from the object store (s3://) unless it
+ * was preset (dataset_index_preset). */
 static int index_text(tsr_dataset *ds, const char *ipath, char **text, size_t *len) {
     if (!s3_is_url(ds->dir)) return read_whole_file(ipath, text, len);
-    char err[S3_ERR_LEN];
+    const index_preset *pre = preset_find(ds->dir);
     int rc = s3_open(&ds->s3, ds->dir);
-    if (!rc && (rc = s3_get(ds->s3, INDEX_NAME, text, len, err)))
-        tsr_error("%s (the dataset's index; docs/object-storage.md)", err);
-    return rc;
+    if (rc || !pre) return rc ? rc : dataset_index_fetch(ds->dir, text, len);
+    *text = tsr_malloc(pre->len + 1);
+    memcpy(*text, pre->text, pre->len + 1);
+    *len = pre->len;
+    return 0;
 }
 
 /* Shard k of an object-store dataset: known from the index until a staged copy is mapped. */
@@ -869,24 +910,46 @@ int dataset_file_is_part(const char *path) {
            (n > im && !memcmp(head, INDEX_MAGIC, im) && (head[im] == '\t' || head[im] == ' '));
 }
 
+/* 1 with *value set when line is the note "# KEY<TAB>VALUE..." of key. */
+static int note_of_line(const char *line, const char *key, uint64_t *value) {
+    size_t k = strlen(key);
+    if (strncmp(line, "# ", 2) != 0 || strncmp(line + 2, key, k) != 0 || line[2 + k] != '\t')
+        return 0;
+    char *end;
+    unsigned long long v = strtoull(line + 3 + k, &end, 10);
+    if (end == line + 3 + k || (*end != '\t' && *end != '\n' && *end != '\r' && *end)) return 0;
+    *value = v;
+    return 1;
+}
+
+/* The note in an index text: its magic line, then the comments. */
+static int note_in_text(const char *text, const char *key, uint64_t *value) {
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+        if (p != text && *p != '#') break;
+        if (note_of_line(p, key, value)) return 1;
+    }
+    return 0;
+}
+
 int dataset_index_note(const char *dir, const char *key, uint64_t *value) {
-    char path[4200], line[512];
+    char path[4200], line[512], *text;
+    size_t len;
+    const index_preset *pre = preset_find(dir);
+    if (pre) return note_in_text(pre->text, key, value);
+    if (s3_is_url(dir)) { /* not preset: fetched */
+        int rc = dataset_index_fetch(dir, &text, &len);
+        int found = rc ? -1 : note_in_text(text, key, value);
+        free(text);
+        return found;
+    }
     if (snprintf(path, sizeof path, "%s/index.tsv", dir) >= (int)sizeof path) return -1;
     FILE *f = fopen(path, "r");
     if (!f) return -1;
-    size_t k = strlen(key);
     int found = 0, first = 1;
     while (!found && fgets(line, sizeof line, f)) {
         if (!first && line[0] != '#') break; /* the magic line, then the comments */
         first = 0;
-        if (strncmp(line, "# ", 2) == 0 && strncmp(line + 2, key, k) == 0 && line[2 + k] == '\t') {
-            char *end;
-            unsigned long long v = strtoull(line + 3 + k, &end, 10);
-            if (end != line + 3 + k && (*end == '\t' || *end == '\n' || !*end)) {
-                *value = v;
-                found = 1;
-            }
-        }
+        found = note_of_line(line, key, value);
     }
     fclose(f);
     return found;

@@ -76,6 +76,7 @@ struct tsr_stager {
     _Atomic int abandon;
     int *victims;
     uint8_t *buf; /* (COPY_BUF) */
+    char (*etag)[S3_ETAG_LEN]; /* object store: each shard's ETag at its first fetch, "" before (S) */
 };
 
 /* ---------------------------------------------------------------- notes
@@ -208,6 +209,28 @@ static const char *fetched_mismatch(tsr_stager *s, int k, const char *path) {
     return why;
 }
 
+/* Object store, copy thread: "" when the ETag of shard k's answer is its first one in this run
+ * (recorded) or the same, else why it is not. */
+static const char *etag_changed(tsr_stager *s, int k, const char *etag, char *why, size_t n) {
+    why[0] = '\0';
+    if (!etag[0]) return why; /* a store that sends none: the size and CRC32C checks remain */
+    if (!s->etag[k][0]) snprintf(s->etag[k], sizeof s->etag[k], "%s", etag);
+    else if (strcmp(s->etag[k], etag) != 0)
+        snprintf(why, n, "its ETag %.60s differs from %.60s at its first fetch in this run (the "
+                 "object changed under the run)", etag, s->etag[k]);
+    return why;
+}
+
+/* A fetch of shard k whose ETag changed becomes a failed one (rc, err): fetching it again would
+ * not bring the object the run started with back. */
+static void etag_fault(tsr_stager *s, int k, s3_fetch *f) {
+    char why[300], what[S3_ERR_LEN];
+    if (!etag_changed(s, k, f->etag, why, sizeof why)[0]) return;
+    s3_describe(dataset_s3(s->ds), f->name, what, sizeof what);
+    tsr_snprintf(f->err, S3_ERR_LEN, "%s: %s", what, why);
+    f->rc = TSR_EXIT_DATA;
+}
+
 /* Under no lock: records the stager's first fatal fault (object store). */
 static void set_fatal(tsr_stager *s, int k, const char *fmt, const char *a, const char *b) {
     char text[NOTE_LEN - 32];
@@ -249,6 +272,7 @@ static void fetch_batch(tsr_stager *s, const int *batch, char **tmp, int n, int 
         for (int j = 0; j < r; j++) {
             int i = map[j];
             f[i] = round[j];
+            if (!f[i].rc) etag_fault(s, batch[i], &f[i]);
             if (f[i].rc) rc[i] = f[i].rc < 0 ? 1 : -1;
             why[i] = f[i].rc ? NULL : fetched_mismatch(s, batch[i], tmp[i]);
             m += why[i] != NULL;
@@ -595,8 +619,8 @@ int stager_open(tsr_stager **out, tsr_dataset *ds, const char *stage_root, uint6
     s->link_ok = !(no_link && strcmp(no_link, "1") == 0) && stat(dataset_dir(ds), &a) == 0 &&
                  stat(dir, &b) == 0 && a.st_dev == b.st_dev;
     s->buf = tsr_malloc(COPY_BUF);
-    const char *conn = getenv("TSR_S3_CONNECTIONS");
-    s->parallel = !dataset_s3(ds) ? 1 : conn && atoi(conn) > 0 ? atoi(conn) : 8;
+    s->parallel = !dataset_s3(ds) ? 1 : s3_connections();
+    if (dataset_s3(ds)) s->etag = tsr_calloc((size_t)S, sizeof *s->etag);
     remove_stale(s);
     s->cache_bytes = committed_on_disk(s, 1);
     int err = pthread_create(&s->thread, NULL, stage_thread, s);
@@ -788,6 +812,7 @@ void stager_close(tsr_stager *s) {
     free(s->slot);
     free(s->ints);
     free(s->buf);
+    free(s->etag);
     free(s->dir);
     free(s);
 }

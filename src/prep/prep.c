@@ -16,6 +16,7 @@
 #include "prep/prep.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <omp.h>
 #include <stdio.h>
@@ -27,6 +28,8 @@
 #include "cli.h"
 #include "cli_commands.h"
 #include "common.h"
+#include "data/data_cmd.h"
+#include "data/s3.h"
 #include "fsutil.h"
 #include "json.h"
 #include "prep/prep_int.h"
@@ -39,7 +42,9 @@ _Static_assert(sizeof fmt_names / sizeof fmt_names[0] == FMT_COUNT, "format name
 /* ================================ options ================================ */
 
 static const cli_opt prep_opts[] = {
-    {"out", 'o', "DIR", "directory to create, holding the datasets DIR/train and DIR/val"},
+    {"out", 'o', "DIR", "directory to create, holding the datasets DIR/train and DIR/val; or "
+                        "s3://BUCKET/PREFIX: prepared in a temporary directory, then uploaded as by "
+                        "tessera data push (docs/object-storage.md)"},
     {"tokenizer", 't', "SPEC", "gpt2, a directory with encoder.json + vocab.bpe, a Hugging Face "
                                "tokenizer.json (or its directory), or a tessera tokenizer file "
                                "(default gpt2)"},
@@ -404,13 +409,10 @@ static int open_tokenizer(prep_ctx *c) {
     return 0;
 }
 
-int cmd_prep(int argc, char **argv) {
-    prep_args a = {.tokenizer = "gpt2", .format = FMT_AUTO, .val_fraction = 0.01, .seed = 1,
-                   .shard_tokens = (int64_t)DEFAULT_SHARD_TOKENS};
-    int rc = parse_args(&a, argc, argv);
-    if (rc) return rc < 0 ? 0 : rc;
+/* The prep into the directory a.out (inputs argv[optind..argc)). */
+static int prep_local(prep_args a, int argc, char **argv) {
     prep_ctx c = {.a = &a, .t0 = tsr_now()};
-    rc = prep_read_knobs(&c);
+    int rc = prep_read_knobs(&c);
     if (rc) return rc;
     c.threads = a.threads ? (int)a.threads : omp_get_max_threads();
     c.tty = isatty(STDERR_FILENO);
@@ -481,4 +483,35 @@ int cmd_prep(int argc, char **argv) {
     }
     ctx_free(&c);
     return rc;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
+    (void)sb, (void)type, (void)ftw;
+    return remove(path) != 0 ? -1 : 0;
+}
+
+/* --out s3://BUCKET/PREFIX: the prep into a private temporary directory (TMPDIR, else /tmp), then
+ * the same upload as `tessera data push`; the directory is removed whatever happens. */
+static int prep_to_store(prep_args a, int argc, char **argv) {
+    const char *url = a.out;
+    char tmp[4096], out[4096 + 8];
+    tsr_s3 *s3;
+    int rc = s3_open(&s3, url); /* the store's settings checked before any work */
+    s3_close(s3);
+    if (rc || (rc = data_temp_dir(tmp, sizeof tmp, "prep"))) return rc;
+    snprintf(out, sizeof out, "%s/out", tmp);
+    a.out = out;
+    rc = prep_local(a, argc, argv);
+    if (!rc) rc = data_push(out, url);
+    if (nftw(tmp, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        tsr_warn("prep: could not remove the temporary directory %s: %s", tmp, strerror(errno));
+    return rc;
+}
+
+int cmd_prep(int argc, char **argv) {
+    prep_args a = {.tokenizer = "gpt2", .format = FMT_AUTO, .val_fraction = 0.01, .seed = 1,
+                   .shard_tokens = (int64_t)DEFAULT_SHARD_TOKENS};
+    int rc = parse_args(&a, argc, argv);
+    if (rc) return rc < 0 ? 0 : rc;
+    return s3_is_url(a.out) ? prep_to_store(a, argc, argv) : prep_local(a, argc, argv);
 }

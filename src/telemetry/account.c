@@ -15,7 +15,7 @@
 #include "telemetry/energy.h"
 
 static const char *const part_keys[ACC_PARTS] = {"startup_s", "steps_s", "save_s", "load_s",
-                                                 "eval_s", "lost_s", "idle_s"};
+                                                 "eval_s", "lost_s", "data_s", "idle_s"};
 const char *account_part_key(acc_part p) { return part_keys[p]; }
 
 static struct {

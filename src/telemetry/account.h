@@ -14,6 +14,9 @@
  *   lost      steps computed and then thrown away: a rollback's (the steps after the checkpoint
  *             it restored) and, across starts, the steps a killed or stopped process ran after
  *             the checkpoint the next start resumed from
+ *   data      waits for data at a window's start (the shards of an object-store dataset,
+ *             data.stage_wait): the sum of the steps' data_wait_s (0 in a start estimated from
+ *             its lines, and in records written before this part existed)
  *   idle      the rest (the end-of-run sample, logging, waits outside the parts above)
  * goodput = steps / wall. A start killed before its record (SIGKILL, a node failure) is estimated
  * from its own lines: wall up to its last record, its step and checkpoint lines. */
@@ -26,7 +29,7 @@
 #include "train/train_state.h"
 
 typedef enum acc_part {
-    ACC_STARTUP, ACC_STEPS, ACC_SAVE, ACC_LOAD, ACC_EVAL, ACC_LOST, ACC_IDLE, ACC_PARTS
+    ACC_STARTUP, ACC_STEPS, ACC_SAVE, ACC_LOAD, ACC_EVAL, ACC_LOST, ACC_DATA, ACC_IDLE, ACC_PARTS
 } acc_part;
 /* The JSON key of each part: "startup_s", "steps_s", ... */
 const char *account_part_key(acc_part p);

@@ -9,8 +9,11 @@
 
 #include "common.h"
 #include "data/data_loss.h"
+#include "data/s3.h"
 #include "data/stage.h"
+#include "dist.h"
 #include "tokenizer/tokenizer.h"
+#include "telemetry/account.h"
 #include "telemetry/metrics.h"
 #include "train/objective.h"
 
@@ -103,6 +106,33 @@ static void init_dir_tokenizer(tsr_trainer *t) {
     if (t->dist.rank == 0)
         printf("data.tokenizer = \"%s\": the --init-from directory's (the dataset records none)\n",
                init_dir);
+}
+
+/* An object-store dataset's index fetched once, by rank 0, and handed to every rank
+ * (dataset_index_preset): one GET per dataset and job instead of two per rank. A fetch that fails
+ * presets nothing: each rank's dataset_open then fetches again and reports why. Every rank. */
+static void share_index(const tsr_trainer *t, const char *path) {
+    char *text = NULL;
+    size_t len = 0;
+    int64_t n = -1;
+    if (!s3_is_url(path)) return;
+    if (t->dist.rank == 0) {
+        tsr_log_mute(1); /* the fault is dataset_open's to report */
+        if (dataset_index_fetch(path, &text, &len) == 0) n = (int64_t)len;
+        tsr_log_mute(t->dist.rank != 0);
+    }
+    dist_bcast(&n, sizeof n, 0);
+    if (n >= 0 && t->dist.rank != 0) text = tsr_malloc((size_t)n + 1);
+    if (n > 0) dist_bcast(text, (size_t)n, 0);
+    if (n >= 0) dataset_index_preset(path, text, (size_t)n);
+    free(text);
+}
+
+void train_data_share_indexes(const tsr_trainer *t) {
+    const tsr_config *c = &t->cfg;
+    for (int k = 0; k < c->data.n_streams; k++) share_index(t, c->data.streams[k].path);
+    if (!c->data.n_streams) share_index(t, c->data.train);
+    if (c->data.val[0]) share_index(t, c->data.val);
 }
 
 int train_data_tokenizer(tsr_trainer *t) {
@@ -532,6 +562,7 @@ int train_data_stage_step(tsr_trainer *t) {
         }
         if (!rc && !t->data.stage_started) rc = wait_val(t);
         t->data.step_wait += waited;
+        account_add(ACC_DATA, t->data.step_wait); /* the accounting's data part */
         t->data.stage_started = 1;
     }
     for (int k = 0; k < t->data.n_streams; k++) stager_poll(t->data.stagers[k]);

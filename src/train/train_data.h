@@ -14,6 +14,11 @@ int train_data_open(tsr_trainer *t);
  * error (exit 1) unless data.tokenizer_mismatch = "allow". 0 or TSR_EXIT_USAGE after tsr_error
  * (every rank alike). */
 int train_data_tokenizer(tsr_trainer *t);
+/* The indexes of the run's datasets on an object store (data.train or the mixture's streams,
+ * data.val): each fetched once for the job by rank 0 and broadcast (dataset_index_preset), so
+ * every later dataset_open of them needs no request (docs/object-storage.md). Collective: every
+ * rank calls it, first thing at start. */
+void train_data_share_indexes(const tsr_trainer *t);
 /* The Hugging Face directory the run starts from (--init-from HF_DIR; before trainer_init): its
  * tokenizer files (tokenizer_find_files), if any, are data.tokenizer "auto"'s when the dataset
  * records no tokenizer (docs/hf.md "Import"). */

@@ -318,6 +318,7 @@ static int init_start(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d) 
     t->be.ops = &tsr_cpu_ops;
     t->T = (int)cfg->seq_len;
     TSR_CHECK(config_check_world(cfg, d->world));
+    train_data_share_indexes(t); /* (collective: before any check a rank may fail alone) */
     int rc = cfg->device == TSR_DEVICE_CUDA ? cuda_config_check(d->rank) : 0;
     if (!rc) rc = train_data_tokenizer(t); /* data.tokenizer: the dataset's, unless named */
     if (!rc) rc = open_tokenizer(t);

@@ -1,10 +1,13 @@
 """flaky_proxy.py — a small HTTP proxy in front of a private S3 server for tests/s3/test_s3.sh.
 
-Usage: python3 flaky_proxy.py LISTEN_PORT UPSTREAM_PORT LOG
+Usage: python3 flaky_proxy.py LISTEN_PORT UPSTREAM_PORT LOG [MODE]
 Forwards every request to 127.0.0.1:UPSTREAM_PORT unchanged (headers, signature, body). For each
-object whose key ends in .bin, its first GET is answered 503 SlowDown, its second gets the real
-answer with one byte of the body flipped (a corruption on the way), later ones pass. One line per
-request goes to LOG: "KEY ATTEMPT ACTION". Stdlib only; stopped by its PID.
+object whose key ends in .bin, in MODE "flaky" (the default) its first GET is answered 503
+SlowDown, its second gets the real answer with one byte of the body flipped (a corruption on the
+way), later ones pass; in MODE "etag" its first GET is flipped, its second passes with another
+ETag (the object as if replaced between the two fetches by one with the right bytes); in MODE
+"pass" every request passes (the log counts them). One line
+per request goes to LOG: "KEY ATTEMPT ACTION". Stdlib only; stopped by its PID.
 """
 import http.client
 import http.server
@@ -12,6 +15,8 @@ import sys
 import threading
 
 LISTEN, UPSTREAM, LOG = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+MODE = sys.argv[4] if len(sys.argv) > 4 else "flaky"
+PLAN = {"flaky": {1: "503", 2: "flip"}, "etag": {1: "flip", 2: "etag"}, "pass": {}}[MODE]
 seen = {}
 lock = threading.Lock()
 
@@ -46,20 +51,20 @@ class Proxy(http.server.BaseHTTPRequestHandler):
         with lock:
             seen[key] = seen.get(key, 0) + 1
             attempt = seen[key]
-        action = "pass"
-        if key.endswith(".bin") and attempt == 1:
-            action = "503"
-        elif key.endswith(".bin") and attempt == 2:
-            action = "flip"
+        action = PLAN.get(attempt, "pass") if key.endswith(".bin") else "pass"
         with open(LOG, "a") as f:
             f.write(f"{key} {attempt} {action}\n")
         if action == "503":
             body = b'<?xml version="1.0"?><Error><Code>SlowDown</Code></Error>'
             return self.answer(503, [("Content-Type", "application/xml")], body)
         r, data = self.forward()
+        headers = r.getheaders()
         if action == "flip" and len(data) > 80:
             data = data[:80] + bytes([data[80] ^ 0xFF]) + data[81:]
-        self.answer(r.status, r.getheaders(), data)
+        if action == "etag":
+            headers = [(k, '"0123456789abcdef0123456789abcdef"' if k.lower() == "etag" else v)
+                       for k, v in headers]
+        self.answer(r.status, headers, data)
 
     def do_PUT(self):
         r, data = self.forward()

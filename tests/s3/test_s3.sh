@@ -14,8 +14,9 @@ source "$TSR_ROOT/tests/ports.sh"
 S3RVER=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}/s3rver/node_modules/.bin/s3rver
 [[ -x $S3RVER ]] || { echo "1..0 # SKIP $S3RVER missing: npm install --prefix data/npm/s3rver s3rver@3.7.1 (./INSTALL --ensure)"; exit 77; }
 command -v node >/dev/null || { echo "1..0 # SKIP node not found (Debian: nodejs)"; exit 77; }
+gpt2_dir
 tsr_tmpdir
-tap_plan 16
+tap_plan 27
 PORT=$(free_ports 1) || exit 1
 mkdir -p "$TMP/store"
 "$S3RVER" -d "$TMP/store" -a 127.0.0.1 -p "$PORT" --configure-bucket tsr --silent >"$TMP/s3rver.log" 2>&1 &
@@ -28,6 +29,14 @@ for _ in $(seq 1 100); do
     sleep 0.1
 done
 grep -q listening "$TMP/s3rver.log" || { echo "Bail out! s3rver did not start: $(cat "$TMP/s3rver.log")"; exit 1; }
+# start_proxy MODE LOG: tests/s3/flaky_proxy.py on $PPORT in front of the store (stop_proxy)
+PPORT=$(free_ports 1) || exit 1
+start_proxy() {
+    "$PY3" "$TSR_ROOT/tests/s3/flaky_proxy.py" "$PPORT" "$PORT" "$2" "$1" 2>"$TMP/proxy.err" &
+    PROXYPID=$!
+    for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PPORT") 2>/dev/null && break; sleep 0.1; done
+}
+stop_proxy() { kill "$PROXYPID" 2>/dev/null; wait "$PROXYPID" 2>/dev/null; PROXYPID=; }
 # the store's settings, as a centre's users set them (no profile files: HOME points at nothing)
 export HOME=$TMP/home AWS_ENDPOINT_URL=http://127.0.0.1:$PORT AWS_REGION=us-east-1
 export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER TSR_S3_RETRIES=2
@@ -44,10 +53,29 @@ done
 [[ $rc == 0 && $ok == 1 ]] && (( $(stat -c %Y "$(obj train/index.tsv)") >= $(stat -c %Y "$(obj train/shard-00012.bin)") ))
 tap_check $? "tessera data push: every shard and index of train and val in the store, byte for byte (exit $rc)"
 
-"$TOOL" verify-data s3://tsr/ds/train >"$TMP/vd.txt" 2>&1
+# tessera verify-data and tessera prep --out s3:// work in a private TMPDIR that they leave empty
+mkdir -p "$TMP/tmpdir"
+TMPDIR=$TMP/tmpdir "$TOOL" verify-data s3://tsr/ds/train >"$TMP/vd.txt" 2>&1
 rc=$?
-[[ $rc == 1 ]] && grep -q 'not supported yet' "$TMP/vd.txt" && ! grep -q 'checksums verified' "$TMP/vd.txt"
-tap_check $? "tessera verify-data s3://...: refused with exit 1 (it would verify nothing), not a false ok (exit $rc)"
+[[ $rc == 0 ]] && grep -q 's3://tsr/ds/train: ok: 13 shards, 40000 tokens.*checksums verified' "$TMP/vd.txt" &&
+    [[ -z $(ls -A "$TMP/tmpdir") ]]
+tap_check $? "tessera verify-data s3://...: every shard fetched and verified, nothing left in TMPDIR (exit $rc)"
+
+# prep --out s3://: the same objects as a local prep then push; a refused upload leaves nothing
+for i in $(seq 1 300); do printf '{"text": "document %d: the quick brown fox %d jumps"}\n' "$i" "$((i * 7))"; done >"$TMP/corpus.jsonl"
+prep() { "$TOOL" prep --tokenizer "$GPT2_DIR" --quiet --val-fraction 0.1 --shard-tokens 2000 "$@" "$TMP/corpus.jsonl"; }
+prep --out "$TMP/prepL" >/dev/null 2>&1 && TMPDIR=$TMP/tmpdir prep --out s3://tsr/prepped >"$TMP/prep.txt" 2>&1
+rc=$?
+ok=1
+for f in "$TMP"/prepL/train/* "$TMP"/prepL/val/*; do
+    cmp -s "$f" "$TMP/store/tsr/prepped/$(basename "$(dirname "$f")")/$(basename "$f")._S3rver_object" || ok=0
+done
+[[ $rc == 0 && $ok == 1 && -z $(ls -A "$TMP/tmpdir") && -f $TMP/store/tsr/prepped/val/index.tsv._S3rver_object ]]
+tap_check $? "tessera prep --out s3://tsr/prepped: train and val in the store equal to a local prep byte for byte, TMPDIR left empty (exit $rc)"
+AWS_ACCESS_KEY_ID=NOBODY TMPDIR=$TMP/tmpdir prep --out s3://tsr/refused >"$TMP/prepF.txt" 2>&1
+rc=$?
+[[ $rc == 2 && -z $(ls -A "$TMP/tmpdir") && ! -e $TMP/store/tsr/refused ]] && grep -q 'HTTP 403' "$TMP/prepF.txt"
+tap_check $? "tessera prep --out s3:// refused by the store (403): exit 2, nothing in the store, TMPDIR left empty (exit $rc)"
 
 args=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set data.tokenizer=
       --set sample.tokens=0 --set data.val="$TMP/data/val" --set model.n_layer=2
@@ -83,12 +111,28 @@ vl=$(val_lines "$TMP/L1/metrics.jsonl")
 tap_check $? "1 rank: data.val = s3://...: the local copy's validation losses bit for bit at steps 10 and 20, from a staged copy"
 waits_ok "$TMP/S1/metrics.jsonl" && ! grep -q data_wait_s "$TMP/L1/metrics.jsonl"
 tap_check $? "1 rank: every step record of the streamed run has data_wait_s >= 0 (none without staging)"
+# the accounting record's data part: the steps' waits summed (the first window's shards), 0 locally
+data_part() { "$PY3" -c '
+import json, sys
+L = [json.loads(l) for l in open(sys.argv[1])]
+a = [d for d in L if d.get("event") == "account"]
+w = sum(d.get("data_wait_s", 0) for d in L if "loss" in d)
+ok = len(a) == 1 and abs(a[0]["data_s"] - w) <= 1e-4 + 1e-5 * w and (a[0]["data_s"] > 0) == (sys.argv[2] == "s3")
+print(a[0]["data_s"] if a else None, w); sys.exit(not ok)' "$1" "$2"; }
+ds=$(data_part "$TMP/S1/metrics.jsonl" s3) && dl=$(data_part "$TMP/L1/metrics.jsonl" local)
+tap_check $? "the accounting record's data_s is the sum of the steps' data_wait_s: streamed ($ds), local ($dl)"
 
-run 2 L2 --set data.train="$TMP/data/train" && s3run 2 S2
+# (through the proxy, which counts the requests: the index is fetched once for the job, by rank 0)
+start_proxy pass "$TMP/pass.log"
+run 2 L2 --set data.train="$TMP/data/train" && AWS_ENDPOINT_URL=http://127.0.0.1:$PPORT s3run 2 S2
 rc=$?
+stop_proxy
 [[ $rc == 0 ]] && cmp -s <(final_lines "$TMP/L2/metrics.jsonl") <(final_lines "$TMP/S2/metrics.jsonl") &&
     [[ $(in_place "$TMP/S2/metrics.jsonl") == 0 ]]
 tap_check $? "2 ranks: s3:// trains the local copy's losses bit for bit, none read in place (exit $rc)"
+n_index=$(grep -c '^/tsr/ds/train/index.tsv ' "$TMP/pass.log")
+[[ $rc == 0 && $n_index == 1 ]]
+tap_check $? "2 ranks: index.tsv fetched once for the job (rank 0, broadcast), not twice per rank ($n_index GETs)"
 
 # killed after step 18 (checkpoints every 5 steps, windows of 10): the rerun resumes at step 15, mid-window
 TSR_FAULT=kill:18:1 s3run 2 K --set save_interval=5ba --set save_async=false
@@ -100,9 +144,30 @@ rc2=$?
     cmp -s <(final_lines "$TMP/L2/metrics.jsonl") <(final_lines "$TMP/K/metrics.jsonl")
 tap_check $? "2 ranks killed after step 18 and rerun: resumed at step 15 (mid-window) streaming again, losses bit for bit (exit $rc, then $rc2)"
 
+# tessera eval of a dataset on the store: fetched whole into TMPDIR (left empty), the local loss
+TMPDIR=$TMP/tmpdir "$TOOL" eval --ckpt "$TMP/K" --val "$TMP/data/val" --val s3://tsr/ds/val >"$TMP/ev.txt" 2>&1
+rc=$?
+loss_of() { sed -n "s|.*\"path\": \"$1\", \"loss\": \([^,]*\),.*|\1|p" "$TMP/ev.txt" | head -1; }
+la=$(loss_of "$TMP/data/val") lb=$(loss_of s3://tsr/ds/val)
+[[ $rc == 0 && -n $la && $la == "$lb" && -z $(ls -A "$TMP/tmpdir") ]]
+tap_check $? "tessera eval --val s3://...: the local copy's loss ($la = $lb), nothing left in TMPDIR (exit $rc)"
+
 # a mixture (data.mix, docs/data-mixing.md): a local stream and one on the store, against both local
+# (pushed in multipart uploads of 2 KB parts: TSR_S3_PART_MB=0.002)
 "$TOOL" synth --out "$TMP/dom" --vocab 512 --tokens 30000 --shard-tokens 3300 --seed 2 >/dev/null &&
-    "$TOOL" data push "$TMP/dom/train" s3://tsr/dom >/dev/null
+    TSR_S3_PART_MB=0.002 "$TOOL" data push "$TMP/dom/train" s3://tsr/dom >"$TMP/mp.txt" 2>&1
+rc=$?
+n_dom=$(ls "$TMP/dom/train" | grep -c '^shard-')
+ok=1
+for f in "$TMP"/dom/train/*; do cmp -s "$f" "$TMP/store/tsr/dom/$(basename "$f")._S3rver_object" || ok=0; done
+n_mp=$(sed -n 's/.*pushed [0-9]* shards (.*; \([0-9]*\) in multipart uploads).*/\1/p' "$TMP/mp.txt")
+n_big=$(find "$TMP/dom/train" -type f -size +2097c | wc -l) # over 0.002 MiB
+[[ $rc == 0 && $ok == 1 && $n_big -ge 2 && $n_mp == "$n_big" ]]
+tap_check $? "data push with TSR_S3_PART_MB=0.002: the $n_big files of $n_dom shards + index over 2 KB in multipart uploads ($n_mp), all byte for byte (exit $rc)"
+TSR_S3_PART_MB=0 "$TOOL" data push "$TMP/dom/train" s3://tsr/zero >"$TMP/mp0.txt" 2>&1
+rc=$?
+[[ $rc == 1 && ! -e $TMP/store/tsr/zero ]] && grep -q 'TSR_S3_PART_MB = "0"' "$TMP/mp0.txt"
+tap_check $? "TSR_S3_PART_MB=0: refused with exit 1 naming it, nothing uploaded (exit $rc)"
 mixcfg() { # mixcfg FILE DOMAIN_PATH
     sed '/^data = {/,/^};/d' "$TSR_ROOT/configs/tiny.cfg" >"$1"
     printf 'data = {\n  val = "%s";\n  tokenizer = "";\n  stage_window = 10;\n  mix = (\n    { name = "web"; path = "%s"; proportion = 0.75; },\n    { name = "domain"; path = "%s"; proportion = 0.25; }\n  );\n};\n' \
@@ -117,6 +182,39 @@ rc=$?
 [[ $rc == 0 ]] && cmp -s <(final_lines "$TMP/ML/metrics.jsonl") <(final_lines "$TMP/MS/metrics.jsonl") &&
     [[ $(in_place "$TMP/MS/metrics.jsonl") == 0 ]]
 tap_check $? "a mixture of a local stream and an s3:// stream: the all-local mixture's losses bit for bit (exit $rc)"
+
+# DPO preference pairs on the store (their preference_pairs and packed_seq_len notes read from the
+# fetched index): a DPO run from s3:// gives the local pairs' losses bit for bit
+pairs=$("$PY3" "$TSR_ROOT/tests/reference/dpo_pairs.py" "$TMP")
+dbase=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=100 --set data.tokenizer=
+       --set sample.tokens=0 --set data.val= --set eval_interval=0ba --set model.n_layer=2
+       --set model.d_model=64 --set model.n_head=4 --set model.n_kv_head=2
+       --set model.intermediate_size=96 --set seq_len=16 --set global_batch=8 --set micro_batch=2
+       --set max_duration=6ba --set threads=1 --set log_interval=1 --set watchdog.window=0
+       --set data.stage_window=10)
+dtrain() { local dir=$1; shift; "${MPIRUN[@]}" -np 1 "$TRAIN" "${dbase[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
+ddpo=(--set objective=dpo --set lora.rank=4 --set lora.alpha=8 --set optim.lr=1e-2 --set dpo.beta=0.5
+      --init-from "$TMP/DB")
+[[ -n $pairs ]] && "$TOOL" data push "$pairs" s3://tsr/pairs >/dev/null &&
+    dtrain DB --set data.train="$pairs" && dtrain DL "${ddpo[@]}" --set data.train="$pairs" &&
+    dtrain DS "${ddpo[@]}" --set data.train=s3://tsr/pairs --set data.stage_to="$TMP/stage-DS"
+rc=$?
+[[ $rc == 0 ]] && grep -q dpo "$TMP/DS/metrics.jsonl" &&
+    cmp -s <(final_lines "$TMP/DL/metrics.jsonl") <(final_lines "$TMP/DS/metrics.jsonl") &&
+    [[ $(in_place "$TMP/DS/metrics.jsonl") == 0 ]]
+tap_check $? "objective = dpo on preference pairs in the store: the local pairs' losses bit for bit, none read in place (exit $rc)"
+TMPDIR=$TMP/tmpdir "$TOOL" eval --ckpt "$TMP/DS" --val "$pairs" --val s3://tsr/pairs -o "$TMP/evp.json" >"$TMP/evp.txt" 2>&1
+rc=$?
+"$PY3" - "$TMP/evp.json" <<'PY'
+import json, sys
+v = json.load(open(sys.argv[1]))["val"]
+a, b = v[-2], v[-1]
+keys = ("loss", "preference_pairs", "preference_accuracy", "preference_logp_margin")
+print("# tessera eval:", {k: b.get(k) for k in keys})
+sys.exit(not (b["path"] == "s3://tsr/pairs" and a.get("preference_pairs", 0) > 0 and all(a.get(k) == b.get(k) for k in keys)))
+PY
+[[ $? == 0 && $rc == 0 && -z $(ls -A "$TMP/tmpdir") ]]
+tap_check $? "tessera eval of the pairs in the store: the local pairs' loss, pair count, accuracy and log-prob margin (exit $rc)"
 
 # faults, each with its own stage directory (so nothing is local yet)
 s3run 1 NS --set data.stage_to=
@@ -159,10 +257,7 @@ tap_check $? "profile lumi from AWS_SHARED_CREDENTIALS_FILE and AWS_CONFIG_FILE 
 
 # a flaky store (tests/s3/flaky_proxy.py in front of it): each shard's first GET answers 503
 # SlowDown, its second a body with one byte flipped; the stager retries, fetches again, and trains
-PPORT=$(free_ports 1) || exit 1
-"$PY3" "$TSR_ROOT/tests/s3/flaky_proxy.py" "$PPORT" "$PORT" "$TMP/proxy.log" 2>"$TMP/proxy.err" &
-PROXYPID=$!
-for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PPORT") 2>/dev/null && break; sleep 0.1; done
+start_proxy flaky "$TMP/proxy.log"
 AWS_ENDPOINT_URL=http://127.0.0.1:$PPORT s3run 1 F
 rc=$?
 n_shards=$(ls "$TMP/data/train" | grep -c '^shard-')
@@ -170,7 +265,18 @@ n_shards=$(ls "$TMP/data/train" | grep -c '^shard-')
     [[ $(grep -c ' 1 503$' "$TMP/proxy.log") == "$n_shards" && $(grep -c ' 2 flip$' "$TMP/proxy.log") == "$n_shards" &&
        $(grep -c ' 3 pass$' "$TMP/proxy.log") == "$n_shards" ]]
 tap_check $? "a flaky store (503 SlowDown, then a corrupted body, for each of the $n_shards shards): retried and fetched again, bit for bit (exit $rc)"
-kill "$PROXYPID" 2>/dev/null; wait "$PROXYPID" 2>/dev/null
+stop_proxy
+
+# the ETag: each shard's first GET corrupted on the way (fetched again), its second with the right
+# bytes but another ETag: the object changed between the two fetches, exit 2 naming it
+start_proxy etag "$TMP/etag.log"
+AWS_ENDPOINT_URL=http://127.0.0.1:$PPORT s3run 1 E
+rc=$?
+[[ $rc == 2 ]] && grep -q 'error: s3://tsr/ds/train/shard-[0-9]*.bin at .*: its ETag "0123456789abcdef0123456789abcdef" differs from "[0-9a-f]*" at its first fetch' "$TMP/E.txt" &&
+    grep -q ' 2 etag$' "$TMP/etag.log" && [[ -z $(ls "$TMP"/stage-E/*/ 2>/dev/null | grep -E 'shard|tmp') ]]
+tap_check $? "an object whose ETag changed between two fetches (same bytes): exit 2 naming it and both ETags, nothing committed (exit $rc)"
+grep 'error' "$TMP/E.txt" | head -1 | sed 's/^/# /'
+stop_proxy
 
 # an object corrupted in the store (same size, one byte changed): fetched again, then exit 2
 victim=$(obj train/shard-00003.bin)
@@ -181,4 +287,9 @@ rc=$?
     [[ -z $(ls "$TMP"/stage-C/*/ | grep -E 'shard-00003|tmp') ]]
 tap_check $? "a corrupted object: exit 2 naming s3://tsr/ds/train/shard-00003.bin, nothing of it committed (exit $rc)"
 grep 'error' "$TMP/C.txt" | head -1 | sed 's/^/# /'
+TMPDIR=$TMP/tmpdir "$TOOL" verify-data s3://tsr/ds/train >"$TMP/vdC.txt" 2>&1
+rc=$?
+[[ $rc == 2 ]] && grep -q 'not a valid copy of s3://tsr/ds/train/shard-00003.bin' "$TMP/vdC.txt" &&
+    grep -q 'payload checksum mismatch' "$TMP/vdC.txt" && [[ -z $(ls -A "$TMP/tmpdir") ]]
+tap_check $? "tessera verify-data s3:// of the corrupted object: exit 2 naming it, TMPDIR left empty (exit $rc)"
 tap_done

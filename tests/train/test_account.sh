@@ -45,7 +45,7 @@ lines = [json.loads(l) for l in open(sys.argv[1])]
 ranks = int(sys.argv[2])
 starts = [l for l in lines if l.get("event") == "start"]
 accts = [l for l in lines if l.get("event") == "account"]
-parts = ["startup_s", "steps_s", "save_s", "load_s", "eval_s", "lost_s", "idle_s"]
+parts = ["startup_s", "steps_s", "save_s", "load_s", "eval_s", "lost_s", "data_s", "idle_s"]
 bad = []
 for s in starts:
     if not (s["ranks"] == ranks and s["gpus"] == 0 and s["threads"] == 1 and s["job"] == ""

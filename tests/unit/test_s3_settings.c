@@ -41,27 +41,32 @@ static const char *url_of(const char *url, const char *name, int *rc) {
     return out;
 }
 
+/* Checks that object `name` under url has the request URL want. */
+static void url_is(const char *url, const char *name, const char *want, const char *what) {
+    int rc;
+    const char *u = url_of(url, name, &rc);
+    tap_ok(!rc && !strcmp(u, want), "%s (%s)", what, u);
+}
+
 int main(void) {
-    tap_plan(9);
+    tap_plan(10);
     if (!mkdtemp(dir)) return 1;
     tsr_log_mute(1);
     int rc;
     clear_env();
     setenv("AWS_ACCESS_KEY_ID", "K", 1);
     setenv("AWS_SECRET_ACCESS_KEY", "S", 1);
-    const char *u = url_of("s3://bkt/data/train/", "shard-00001.bin", &rc);
-    tap_ok(!rc && !strcmp(u, "https://bkt.s3.us-east-1.amazonaws.com/data/train/shard-00001.bin"),
-           "no endpoint: AWS's regional one, virtual-host style, trailing slash dropped (%s)", u);
+    url_is("s3://bkt/data/train/", "shard-00001.bin",
+           "https://bkt.s3.us-east-1.amazonaws.com/data/train/shard-00001.bin",
+           "no endpoint: AWS's regional one, virtual-host style, trailing slash dropped");
     setenv("AWS_REGION", "eu-north-1", 1);
     setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000/", 1);
-    u = url_of("s3://bkt/a b+c", "index.tsv", &rc);
-    tap_ok(!rc && !strcmp(u, "http://127.0.0.1:9000/bkt/a%20b%2Bc/index.tsv"),
-           "AWS_ENDPOINT_URL: path style by default, the key percent-encoded (%s)", u);
+    url_is("s3://bkt/a b+c", "index.tsv", "http://127.0.0.1:9000/bkt/a%20b%2Bc/index.tsv",
+           "AWS_ENDPOINT_URL: path style by default, the key percent-encoded");
     setenv("AWS_S3_ADDRESSING_STYLE", "virtual", 1);
     setenv("AWS_ENDPOINT_URL_S3", "https://gw.example.org", 1);
-    u = url_of("s3://bkt", "x", &rc);
-    tap_ok(!rc && !strcmp(u, "https://bkt.gw.example.org/x"),
-           "AWS_ENDPOINT_URL_S3 wins over AWS_ENDPOINT_URL; virtual style on request (%s)", u);
+    url_is("s3://bkt", "x", "https://bkt.gw.example.org/x",
+           "AWS_ENDPOINT_URL_S3 wins over AWS_ENDPOINT_URL; virtual style on request");
     setenv("AWS_S3_ADDRESSING_STYLE", "sideways", 1);
     url_of("s3://bkt", "x", &rc);
     tap_ok(rc == TSR_EXIT_USAGE, "an unknown addressing style: refused with exit 1 (%d)", rc);
@@ -77,13 +82,11 @@ int main(void) {
     setenv("AWS_SHARED_CREDENTIALS_FILE", cred, 1);
     setenv("AWS_CONFIG_FILE", conf, 1);
     setenv("AWS_PROFILE", "lumi", 1);
-    u = url_of("s3://corpora/fw", "index.tsv", &rc);
-    tap_ok(!rc && !strcmp(u, "https://corpora.lumidata.eu/fw/index.tsv"),
-           "profile lumi: endpoint_url and the nested addressing_style from AWS_CONFIG_FILE (%s)", u);
+    url_is("s3://corpora/fw", "index.tsv", "https://corpora.lumidata.eu/fw/index.tsv",
+           "profile lumi: endpoint_url and the nested addressing_style from AWS_CONFIG_FILE");
     unsetenv("AWS_PROFILE");
-    u = url_of("s3://corpora/fw", "index.tsv", &rc);
-    tap_ok(!rc && !strcmp(u, "https://corpora.s3.r0.amazonaws.com/fw/index.tsv"),
-           "profile default: [default] of the config file (region r0), no endpoint (%s)", u);
+    url_is("s3://corpora/fw", "index.tsv", "https://corpora.s3.r0.amazonaws.com/fw/index.tsv",
+           "profile default: [default] of the config file (region r0), no endpoint");
     setenv("AWS_PROFILE", "nobody", 1);
     url_of("s3://corpora/fw", "index.tsv", &rc);
     tap_ok(rc == TSR_EXIT_USAGE, "a profile without credentials: refused with exit 1 (%d)", rc);
@@ -95,6 +98,17 @@ int main(void) {
     const char *urls[] = {"s3://", "s3:///x", "http://b/x"};
     for (int i = 0; i < 3; i++) bad += url_of(urls[i], "x", &rc)[0] != '\0' || rc != TSR_EXIT_USAGE;
     tap_ok(!bad, "s3://, s3:///x and http://b/x refused as locations with exit 1");
+    const char *parts[] = {"0", "abc", "1x", "6000", "-2"}; /* TSR_S3_PART_MB: MiB in (0, 5120] */
+    bad = 0;
+    for (int i = 0; i < 5; i++) {
+        setenv("TSR_S3_PART_MB", parts[i], 1);
+        bad += url_of("s3://corpora/fw", "x", &rc)[0] != '\0' || rc != TSR_EXIT_USAGE;
+    }
+    setenv("TSR_S3_PART_MB", "0.002", 1);
+    url_of("s3://corpora/fw", "x", &rc);
+    bad += rc != 0;
+    unsetenv("TSR_S3_PART_MB");
+    tap_ok(!bad, "TSR_S3_PART_MB 0, abc, 1x, 6000 and -2 refused with exit 1; 0.002 taken");
     remove(cred);
     remove(conf);
     rmdir(dir);
