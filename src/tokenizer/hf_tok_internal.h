@@ -112,6 +112,10 @@ size_t hf_spm_stream_cut(const hf_tok *t, const uint8_t *text, size_t n);
  * (with dec_bytes), one leading ' ' dropped when strip; written to out (at most cap), returns the full length. */
 size_t hf_spm_decode_id(const hf_tok *t, uint32_t id, int strip, uint8_t *out, size_t cap);
 
+/* Length of the piece of gpt-oss's (o200k) Split pattern starting at byte i (i < n) of the valid
+ * UTF-8 text t (hf_o200k.c). */
+size_t hf_o200k_piece(const uint8_t *t, size_t n, size_t i);
+
 /* Id of the model-vocab entry holding bytes p[0..n), or HF_NONE. */
 uint32_t hf_vocab_find(const hf_tok *t, const uint8_t *p, size_t n);
 /* Rank of merging (l, r) (result in *res), or HF_NONE. */

@@ -254,7 +254,7 @@ static int check_pipeline(hf_tok *t, const json_value *root, const char *path) {
     t->split = hf_split_kind_of(re->str);
     if (t->split == HF_SPLIT_COUNT) {
         tsr_snprintf(msg, sizeof msg, "pre_tokenizer.pretokenizers[0].pattern.Regex: unknown pattern "
-                     "'%.250s' (known: Llama 3's and Qwen 2/3's)", re->str);
+                     "'%.250s' (known: Llama 3's, Qwen 2/3's, gpt-oss's)", re->str);
         return fail(path, msg);
     }
     if (!is_type(bl, "ByteLevel") || !bool_is(bl, "use_regex", 0) || !bool_is(bl, "add_prefix_space", 0))
