@@ -37,14 +37,14 @@ uint32_t hf_tok_vocab_size(const hf_tok *tok); /* 1 + the largest id (vocab and 
 uint32_t hf_tok_added_id(const hf_tok *tok, const char *content);
 
 /* Encodes n bytes of text (ill-formed UTF-8: each maximal subpart reads as U+FFFD, as node reads
- * a file). Added tokens are matched when allow_special != 0. Appends to *ids (realloc'd, capacity
+ * a file). Added tokens marked special are matched when allow_special != 0, the others always. Appends to *ids (realloc'd, capacity
  * *cap), updates *n_ids and returns the ids written. */
 size_t hf_tok_encode(const hf_tok *tok, const uint8_t *text, size_t n, int allow_special,
                      uint32_t **ids, size_t *n_ids, size_t *cap);
 /* Decodes ids to bytes: writes at most cap bytes, returns the full length, (size_t)-1 after
  * tsr_error() for an id out of range. */
 size_t hf_tok_decode(const hf_tok *tok, const uint32_t *ids, size_t n, uint8_t *out, size_t cap);
-/* As hf_tok_encode (added tokens not matched), for text that continues a text cut at
+/* As hf_tok_encode (special added tokens not matched), for text that continues a text cut at
  * hf_tok_stream_cut: its start is not the text's start, so a SentencePiece-style normalizer puts
  * no U+2581 in front of it. */
 size_t hf_tok_encode_continued(const hf_tok *tok, const uint8_t *text, size_t n, uint32_t **ids,

@@ -44,10 +44,14 @@ struct hf_tok {
     uint32_t unk;     /* model.unk_token's id, or HF_NONE */
     uint32_t n_cross; /* vocab entries with U+2581 right after another code point (hf_spm_split) */
     uint32_t *cross_id, *cross_at; /* ... and the byte offset of that U+2581 in each */
-    /* added tokens, matched literally (leftmost-longest) */
-    uint32_t n_added;
+    /* added tokens, matched literally (leftmost-longest); a special one only with allow_special,
+     * the others (Gemma 3's HTML tags, Qwen 3's <think>) always, as HF tokenizers and
+     * transformers.js split them: they are vocabulary, not control tokens */
+    uint32_t n_added, n_added_plain; /* all of them, those not special */
+    uint32_t added_plain_max;        /* the longest not special, bytes */
     char **added;
     uint32_t *added_len, *added_id;
+    uint8_t *added_special;
     uint8_t added_first[256]; /* 1 for a byte that starts some added token */
 };
 

