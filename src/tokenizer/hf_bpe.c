@@ -174,13 +174,15 @@ static void encode_section(piece_ctx *c, const uint8_t *p, size_t n, int where) 
     free(nfc);
 }
 
-/* Longest added token starting at p (n bytes left): its index, length in *len; or -1. */
-static long added_at(const hf_tok *t, const uint8_t *p, size_t n, size_t *len) {
+/* Longest added token starting at p (n bytes left), special ones only with allow_special: its
+ * index, length in *len; or -1. */
+static long added_at(const hf_tok *t, const uint8_t *p, size_t n, int allow_special, size_t *len) {
     long best = -1;
     *len = 0;
     for (uint32_t k = 0; k < t->n_added; k++) {
         uint32_t l = t->added_len[k];
-        if (l > *len && l <= n && (uint8_t)t->added[k][0] == p[0] && memcmp(t->added[k], p, l) == 0)
+        if (l > *len && l <= n && (allow_special || !t->added_special[k]) &&
+            (uint8_t)t->added[k][0] == p[0] && memcmp(t->added[k], p, l) == 0)
             best = k, *len = l;
     }
     return best;
@@ -195,9 +197,9 @@ static size_t encode_from(const hf_tok *t, const uint8_t *text, size_t n, int al
     ids_out out = {ids, n_ids, cap};
     piece_ctx c = {.t = t, .out = &out};
     size_t start = 0;
-    for (size_t i = 0; i < n && allow_special && t->n_added;) {
+    for (size_t i = 0; i < n && (allow_special ? t->n_added : t->n_added_plain);) {
         size_t len;
-        long k = t->added_first[text[i]] ? added_at(t, text + i, n - i, &len) : -1;
+        long k = t->added_first[text[i]] ? added_at(t, text + i, n - i, allow_special, &len) : -1;
         if (k < 0) {
             i++;
             continue;
@@ -225,8 +227,21 @@ size_t hf_tok_encode_continued(const hf_tok *t, const uint8_t *text, size_t n, u
     return encode_from(t, text, n, 0, HF_SECTION_CONTINUED, ids, n_ids, cap);
 }
 
+/* 1 when an added token that is not special (matched without allow_special) lies across byte q. */
+static int added_across(const hf_tok *t, const uint8_t *text, size_t n, size_t q) {
+    size_t len;
+    for (size_t j = q > t->added_plain_max ? q - t->added_plain_max + 1 : 0; j < q; j++)
+        if (t->added_first[text[j]] && added_at(t, text + j, n - j, 0, &len) >= 0 && j + len > q)
+            return 1;
+    return 0;
+}
+
 size_t hf_tok_stream_cut(const hf_tok *t, const uint8_t *text, size_t n) {
-    return t->spm ? hf_spm_stream_cut(t, text, n) : tokenizer_cut_before(text, n, '\n');
+    size_t q;
+    while ((q = t->spm ? hf_spm_stream_cut(t, text, n) : tokenizer_cut_before(text, n, '\n')) &&
+           t->n_added_plain && added_across(t, text, n, q))
+        n = q; /* an earlier place */
+    return q;
 }
 
 size_t hf_tok_decode(const hf_tok *t, const uint32_t *ids, size_t n, uint8_t *out, size_t cap) {

@@ -1,4 +1,5 @@
-/* hf_pretok.c — the Split pre-tokenizers of Llama 3 and Qwen 2/3 without a regex engine.
+/* hf_pretok.c — the Split pre-tokenizers of Llama 3 and Qwen 2/3 without a regex engine (gpt-oss's
+ * o200k pattern: hf_o200k.c).
  *
  * The reference is transformers.js, which runs the pattern as a JavaScript regex with flag u (it
  * walks code points, \s is JavaScript's, (?i:'s|...) becomes '([sS]|[tT]|[rR][eE]|...)):
@@ -22,6 +23,7 @@
 #include <string.h>
 
 #include "tokenizer/hf_tok.h"
+#include "tokenizer/hf_tok_internal.h"
 #include "tokenizer/tokenizer_internal.h"
 #include "unicode_tables.h"
 
@@ -32,6 +34,11 @@ static const char *const split_patterns[HF_SPLIT_COUNT] = {
                         "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
     [HF_SPLIT_QWEN2] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
                        "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    [HF_SPLIT_O200K] = "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*"
+                       "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+                       "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+"
+                       "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| "
+                       "?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
 };
 _Static_assert(sizeof split_patterns / sizeof split_patterns[0] == HF_SPLIT_COUNT, "one per kind");
 
@@ -110,7 +117,7 @@ static size_t piece_at(hf_split_kind kind, const uint8_t *t, size_t n, size_t i)
 void hf_pretok_split(hf_split_kind kind, const uint8_t *t, size_t n,
                      void (*piece)(void *ctx, const uint8_t *p, size_t len), void *ctx) {
     for (size_t i = 0; i < n;) {
-        size_t len = piece_at(kind, t, n, i);
+        size_t len = kind == HF_SPLIT_O200K ? hf_o200k_piece(t, n, i) : piece_at(kind, t, n, i);
         piece(ctx, t + i, len);
         i += len;
     }

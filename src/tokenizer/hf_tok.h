@@ -1,14 +1,14 @@
-/* hf_tok.h — Hugging Face tokenizer.json: the byte-level BPE family (Llama 3, Qwen 2/3) and the
- * SentencePiece-style BPE family with byte fallback (Llama 2, Gemma 3; hf_spm.c).
+/* hf_tok.h — Hugging Face tokenizer.json: the byte-level BPE family (Llama 3, Qwen 2/3, gpt-oss)
+ * and the SentencePiece-style BPE family with byte fallback (Llama 2, Gemma 3; hf_spm.c).
  *
  * Accepted: model.type "BPE" (vocab, merges as "a b" strings or [a, b] pairs, ignore_merges,
  * byte_fallback), added_tokens (matched literally, leftmost-longest, before everything else).
  * Byte-level: normalizer null or NFC, pre_tokenizer Sequence[Split(Regex P, Isolated, invert
- * false), ByteLevel(use_regex false)] where P is Llama 3's or Qwen 2/3's pattern (matched by
- * hand-written C, hf_pretok.c), decoder ByteLevel. SentencePiece-style: normalizer
- * [Prepend("\u2581"),] Replace(" " -> "\u2581"), no pre_tokenizer (or Gemma 3's Split on " "), or
- * normalizer null and pre_tokenizer Metaspace (Mistral); decoder Replace, ByteFallback, Fuse[,
- * Strip], or Metaspace. Anything else is refused naming the file and key.
+ * false), ByteLevel(use_regex false)] where P is Llama 3's, Qwen 2/3's or gpt-oss's (o200k)
+ * pattern (matched by hand-written C, hf_pretok.c, hf_o200k.c), decoder ByteLevel.
+ * SentencePiece-style: normalizer [Prepend("\u2581"),] Replace(" " -> "\u2581"), no pre_tokenizer
+ * (or Gemma 3's Split on " "), or normalizer null and pre_tokenizer Metaspace (Mistral); decoder
+ * Replace, ByteFallback, Fuse[, Strip], or Metaspace. Anything else is refused naming the file and key.
  * The reference is transformers.js (npm @lenml/tokenizers); docs/tokenizers-hf.md.
  * A loaded tokenizer is read-only: encode and decode may run in several threads at once.
  */
@@ -24,6 +24,7 @@ typedef struct hf_tok hf_tok;
 typedef enum hf_split_kind {
     HF_SPLIT_LLAMA3, /* ...|\p{N}{1,3}|...  (Llama 3, 3.1, 3.2) */
     HF_SPLIT_QWEN2,  /* ...|\p{N}|...       (Qwen 2, 2.5, 3) */
+    HF_SPLIT_O200K,  /* case classes, contractions inside (gpt-oss; hf_o200k.c) */
     HF_SPLIT_COUNT
 } hf_split_kind;
 
@@ -36,14 +37,14 @@ uint32_t hf_tok_vocab_size(const hf_tok *tok); /* 1 + the largest id (vocab and 
 uint32_t hf_tok_added_id(const hf_tok *tok, const char *content);
 
 /* Encodes n bytes of text (ill-formed UTF-8: each maximal subpart reads as U+FFFD, as node reads
- * a file). Added tokens are matched when allow_special != 0. Appends to *ids (realloc'd, capacity
+ * a file). Added tokens marked special are matched when allow_special != 0, the others always. Appends to *ids (realloc'd, capacity
  * *cap), updates *n_ids and returns the ids written. */
 size_t hf_tok_encode(const hf_tok *tok, const uint8_t *text, size_t n, int allow_special,
                      uint32_t **ids, size_t *n_ids, size_t *cap);
 /* Decodes ids to bytes: writes at most cap bytes, returns the full length, (size_t)-1 after
  * tsr_error() for an id out of range. */
 size_t hf_tok_decode(const hf_tok *tok, const uint32_t *ids, size_t n, uint8_t *out, size_t cap);
-/* As hf_tok_encode (added tokens not matched), for text that continues a text cut at
+/* As hf_tok_encode (special added tokens not matched), for text that continues a text cut at
  * hf_tok_stream_cut: its start is not the text's start, so a SentencePiece-style normalizer puts
  * no U+2581 in front of it. */
 size_t hf_tok_encode_continued(const hf_tok *tok, const uint8_t *text, size_t n, uint32_t **ids,

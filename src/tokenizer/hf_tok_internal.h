@@ -44,10 +44,14 @@ struct hf_tok {
     uint32_t unk;     /* model.unk_token's id, or HF_NONE */
     uint32_t n_cross; /* vocab entries with U+2581 right after another code point (hf_spm_split) */
     uint32_t *cross_id, *cross_at; /* ... and the byte offset of that U+2581 in each */
-    /* added tokens, matched literally (leftmost-longest) */
-    uint32_t n_added;
+    /* added tokens, matched literally (leftmost-longest); a special one only with allow_special,
+     * the others (Gemma 3's HTML tags, Qwen 3's <think>) always, as HF tokenizers and
+     * transformers.js split them: they are vocabulary, not control tokens */
+    uint32_t n_added, n_added_plain; /* all of them, those not special */
+    uint32_t added_plain_max;        /* the longest not special, bytes */
     char **added;
     uint32_t *added_len, *added_id;
+    uint8_t *added_special;
     uint8_t added_first[256]; /* 1 for a byte that starts some added token */
 };
 
@@ -111,6 +115,10 @@ size_t hf_spm_stream_cut(const hf_tok *t, const uint8_t *text, size_t n);
 /* One id's decoded bytes for a SentencePiece-style tokenizer: U+2581 -> ' ', <0xXX> -> the byte
  * (with dec_bytes), one leading ' ' dropped when strip; written to out (at most cap), returns the full length. */
 size_t hf_spm_decode_id(const hf_tok *t, uint32_t id, int strip, uint8_t *out, size_t cap);
+
+/* Length of the piece of gpt-oss's (o200k) Split pattern starting at byte i (i < n) of the valid
+ * UTF-8 text t (hf_o200k.c). */
+size_t hf_o200k_piece(const uint8_t *t, size_t n, size_t i);
 
 /* Id of the model-vocab entry holding bytes p[0..n), or HF_NONE. */
 uint32_t hf_vocab_find(const hf_tok *t, const uint8_t *p, size_t n);

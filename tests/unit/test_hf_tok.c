@@ -22,27 +22,59 @@
 /* ---- the Split matchers: pieces joined by '|' ---- */
 
 
-/* text, Llama 3 pieces, Qwen 2/3 pieces: from node (String.matchAll with transformers.js's
- * rewriting of each pattern), see tests/tokenizer/ref_hf_encode.js */
-static const char *const split_cases[][3] = {
-    {"Hello world", "Hello| world", "Hello| world"},
-    {"it's I'M we'Ve 'LL'd x'Re", "it|'s| I|'M| we|'Ve| '|LL|'d| x|'Re", "it|'s| I|'M| we|'Ve| '|LL|'d| x|'Re"},
-    {"12345678 9", "123|456|78| |9", "1|2|3|4|5|6|7|8| |9"},
-    {"a\n\n  b", "a|\n\n| | b", "a|\n\n| | b"},
-    {"x  \n", "x|  \n", "x|  \n"},
-    {"...!!\n\nok", "...!!\n\n|ok", "...!!\n\n|ok"},
-    {" ?", " ?", " ?"},
-    {"$x", "$x", "$x"},
-    {"\tfoo", "\tfoo", "\tfoo"},
-    {"\nfoo", "\n|foo", "\n|foo"},
-    {"日本語テキスト", "日本語テキスト", "日本語テキスト"},
-    {"a   ", "a|   ", "a|   "},
-    {"\r\n\t x", "\r\n|\t| x", "\r\n|\t| x"},
-    {"don't!\r\n", "don|'t|!\r\n", "don|'t|!\r\n"},
-    {"🎉👍🏽 a🎉b", "🎉👍🏽| a|🎉b", "🎉👍🏽| a|🎉b"},
-    {"   leading", "  | leading", "  | leading"},
+/* text, Llama 3 pieces, Qwen 2/3 pieces, gpt-oss (o200k) pieces: from node (String.matchAll with
+ * transformers.js's rewriting of each pattern), see tests/tokenizer/ref_hf_encode.js */
+static const char *const split_cases[][1 + HF_SPLIT_COUNT] = {
+    {"Hello world",
+     "Hello| world", "Hello| world", "Hello| world"},
+    {"it's I'M we'Ve 'LL'd x'Re",
+     "it|'s| I|'M| we|'Ve| '|LL|'d| x|'Re",
+     "it|'s| I|'M| we|'Ve| '|LL|'d| x|'Re",
+     "it's| I'M| we'Ve| '|LL'd| x'Re"},
+    {"12345678 9",
+     "123|456|78| |9", "1|2|3|4|5|6|7|8| |9", "123|456|78| |9"},
+    {"a\n\n  b",
+     "a|\n\n| | b", "a|\n\n| | b", "a|\n\n| | b"},
+    {"x  \n",
+     "x|  \n", "x|  \n", "x|  \n"},
+    {"...!!\n\nok",
+     "...!!\n\n|ok", "...!!\n\n|ok", "...!!\n\n|ok"},
+    {" ?",
+     " ?", " ?", " ?"},
+    {"$x",
+     "$x", "$x", "$x"},
+    {"\tfoo",
+     "\tfoo", "\tfoo", "\tfoo"},
+    {"\nfoo",
+     "\n|foo", "\n|foo", "\n|foo"},
+    {"日本語テキスト",
+     "日本語テキスト", "日本語テキスト", "日本語テキスト"},
+    {"a   ",
+     "a|   ", "a|   ", "a|   "},
+    {"\r\n\t x",
+     "\r\n|\t| x", "\r\n|\t| x", "\r\n|\t| x"},
+    {"don't!\r\n",
+     "don|'t|!\r\n", "don|'t|!\r\n", "don't|!\r\n"},
+    {"🎉👍🏽 a🎉b",
+     "🎉👍🏽| a|🎉b", "🎉👍🏽| a|🎉b", "🎉👍🏽| a|🎉b"},
+    {"   leading",
+     "  | leading", "  | leading", "  | leading"},
+    {"HelloWorld HTTPServer iPhone ABC's",
+     "HelloWorld| HTTPServer| iPhone| ABC|'s",
+     "HelloWorld| HTTPServer| iPhone| ABC|'s",
+     "Hello|World| HTTPServer| i|Phone| ABC's"},
+    {"ǅemal Aʰb ABʰCD",
+     "ǅemal| Aʰb| ABʰCD", "ǅemal| Aʰb| ABʰCD", "ǅemal| Aʰb| ABʰ|CD"},
+    {"e\xcc\x81"" \xcc\x81""ABC !\xcc\x81""x AB\xcc\x81""'s",
+     "e|\xcc\x81""| \xcc\x81""|ABC| !\xcc\x81""|x| AB|\xcc\x81""'|s",
+     "e|\xcc\x81""| \xcc\x81""|ABC| !\xcc\x81""|x| AB|\xcc\x81""'|s",
+     "e\xcc\x81""| \xcc\x81""|ABC| !\xcc\x81""|x| AB\xcc\x81""'s"},
+    {"path/to/file !!\n/ :/",
+     "path|/to|/file| !!\n|/| :/", "path|/to|/file| !!\n|/| :/", "path|/to|/file| !!\n/| :/"},
 };
 #define N_SPLIT_CASES (int)(sizeof split_cases / sizeof split_cases[0])
+
+static const char *const split_names[HF_SPLIT_COUNT] = {"Llama 3", "Qwen 2", "gpt-oss"};
 
 static void test_split(void) {
     for (int k = 0; k < HF_SPLIT_COUNT; k++)
@@ -51,7 +83,7 @@ static void test_split(void) {
             const char *t = split_cases[i][0];
             hf_pretok_split((hf_split_kind)k, (const uint8_t *)t, strlen(t), tap_join_piece, &j);
             if (!tap_ok(strcmp(j.s, split_cases[i][1 + k]) == 0, "%s split of \"%s\"",
-                        k == HF_SPLIT_LLAMA3 ? "Llama 3" : "Qwen 2", tap_esc(t)))
+                        split_names[k], tap_esc(t)))
                 tap_diag("got \"%s\", want \"%s\"", tap_esc(j.s), tap_esc(split_cases[i][1 + k]));
         }
 }
@@ -319,7 +351,7 @@ int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "--encode") == 0) return run_files(argc, argv, 0);
     if (argc >= 3 && strcmp(argv[1], "--decode-check") == 0) return run_files(argc, argv, 1);
     if (argc == 3 && strcmp(argv[1], "--nfc") == 0) return nfc_file(argv[2]);
-    tap_plan(2 * N_SPLIT_CASES + 13 + 8);
+    tap_plan(HF_SPLIT_COUNT * N_SPLIT_CASES + 13 + 8);
     test_split();
     char dir[] = "/tmp/tessera-hftok.XXXXXX";
     if (!mkdtemp(dir)) return 1;
