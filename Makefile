@@ -38,6 +38,29 @@ ifneq ($(CROSS),)
   PKG_CONFIG := $(CROSS)pkg-config
 endif
 PKG_CONFIG ?= pkg-config
+# INSTALL_DEPS=1: install missing dependencies (./INSTALL --ensure) before building; the default
+# is 1 for the targets that need the test and demo tools, else 0 (check and stop)
+ifneq ($(filter demo check check-gpu bench,$(MAKECMDGOALS)),)
+  INSTALL_DEPS ?= 1
+endif
+INSTALL_DEPS ?= 0
+# what ./INSTALL sets up (its PROFILE): all (the tests' tools too) for the targets that run tests or
+# benchmarks, else demo (the build and the demo's files only: what make demo needs)
+INSTALL_PROFILE := $(if $(filter check check-gpu bench,$(MAKECMDGOALS)),all,demo)
+ifeq ($(filter $(INSTALL_DEPS),0 1),)
+  $(error INSTALL_DEPS=$(INSTALL_DEPS): accepted 0 or 1)
+endif
+# A fresh machine has no compiler yet, and the probes below ask it (the target, ARCH): then
+# ./INSTALL runs here, before them (--ensure, installing it, when INSTALL_DEPS=1, as for make demo;
+# else --check-build: what is missing and how to get it), and make stops if it is still missing
+CC_FOUND = $(shell command -v $(firstword $(CC)) 2>/dev/null)
+ifeq ($(CC_FOUND),)
+  $(info make: the C compiler $(CC) is not found: ./INSTALL first)
+  $(shell NO_MPI=$(NO_MPI) CROSS=$(CROSS) ./INSTALL $(if $(filter 1,$(INSTALL_DEPS)),--ensure,--check-build) $(INSTALL_PROFILE) >&2)
+  ifeq ($(CC_FOUND),)
+    $(error the C compiler $(CC) is not found (./INSTALL's lines above say how to get it; as root, make INSTALL_DEPS=1 installs it))
+  endif
+endif
 MULTIARCH := $(shell $(or $(CC),gcc) -print-multiarch 2>/dev/null)
 TARGET_CPU := $(firstword $(subst -, ,$(or $(MULTIARCH),$(shell $(or $(CC),gcc) -dumpmachine 2>/dev/null))))
 PREFIX    ?= /usr/local
@@ -57,15 +80,6 @@ DESTDIR   ?=
 MODULEDIR ?= $(PREFIX)/share/modulefiles
 MODULEDIR_TCL ?= $(PREFIX)/share/modulefiles-tcl
 MPI_MODULE  ?=
-# INSTALL_DEPS=1: install missing dependencies (./INSTALL --ensure) before building; the default
-# is 1 for the targets that need the test and demo tools, else 0 (check and stop)
-ifneq ($(filter demo check check-gpu bench,$(MAKECMDGOALS)),)
-  INSTALL_DEPS ?= 1
-endif
-INSTALL_DEPS ?= 0
-# what ./INSTALL sets up (its PROFILE): all (the tests' tools too) for the targets that run tests or
-# benchmarks, else demo (the build and the demo's files only: what make demo needs)
-INSTALL_PROFILE := $(if $(filter check check-gpu bench,$(MAKECMDGOALS)),all,demo)
 HDF5_MODULE ?=
 CUDA_MODULE ?=
 
@@ -94,9 +108,6 @@ ifneq ($(and $(filter __ARM_FEATURE_SVE,$(ARCH_MACROS)),$(filter 12,$(shell $(CC
 endif
 ifeq ($(filter $(NO_MPI),0 1),)
   $(error NO_MPI=$(NO_MPI): accepted 0 or 1)
-endif
-ifeq ($(filter $(INSTALL_DEPS),0 1),)
-  $(error INSTALL_DEPS=$(INSTALL_DEPS): accepted 0 or 1)
 endif
 ifeq ($(filter $(WERROR),0 1),)
   $(error WERROR=$(WERROR): accepted 0 or 1)
