@@ -14,6 +14,10 @@
 #    npm, Slurm, munge, Lmod, PyTorch, qemu, the cross toolchain, the Prometheus tools, s3rver);
 #    `./INSTALL --check` lists a missing test-only tool as a warning ("!", exit 0) and a missing
 #    demo file as an error for the demo profile.
+#  - a fresh machine has no compiler: with CC naming none, make demo runs ./INSTALL --ensure (the
+#    apt-get calls) before the Makefile's compiler probes, a plain make ./INSTALL --check-build
+#    (no apt-get), and both stop naming the compiler (before, make stopped at parse time with
+#    "cc refuses -march=native" and make demo never reached ./INSTALL);
 #  - the curl fetch is checked against INSTALL's pinned sha512 (NPM_SHA512): a tarball that is not
 #    the registry's (one good, one corrupted, served by a stand-in curl) is refused with exit 1,
 #    naming its URL and both integrities, and nothing is unpacked into the data dir (not even the
@@ -25,7 +29,7 @@
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 if [[ $(id -u) != 0 ]]; then echo "1..0 # SKIP apt-get runs only as root: run as root to test it"; exit 77; fi
-tap_plan 16
+tap_plan 18
 mkdir -p "$TMP/bin" "$TMP/pc" "$TMP/npm"
 for tool in apt-get npm curl; do
     printf '#!/bin/sh\necho "%s $*" >> "%s/calls.log"\nexit 0\n' "$tool" "$TMP" > "$TMP/bin/$tool"
@@ -136,6 +140,18 @@ rc=$?
 [[ $rc == 0 ]] && grep -q "^  ✗ Brown corpus " "$TMP/chk.txt" && grep -q "warning: 2 of make demo's dependencies missing" "$TMP/chk.txt"
 tap_check $? "./INSTALL --check (profile all) without them: the same line, a warning, exit 0 (exit $rc)"
 
+# no compiler (a fresh machine): ./INSTALL before the Makefile's probes
+mk nocc-plain.txt CC=tsr-no-such-cc
+rc=$?
+[[ $rc != 0 && -z $(calls) ]] && grep -q "^tessera dependencies" "$TMP/nocc-plain.txt" &&
+    grep -q "the C compiler tsr-no-such-cc is not found" "$TMP/nocc-plain.txt" && ! grep -q "refuses -march" "$TMP/nocc-plain.txt"
+tap_check $? "no compiler, plain make: ./INSTALL --check-build's list, no apt-get, stops naming the compiler (exit $rc)"
+mk nocc-demo.txt CC=tsr-no-such-cc demo
+rc=$?
+[[ $rc != 0 ]] && calls | grep -q "^apt-get update" && grep -q "the C compiler tsr-no-such-cc is not found" "$TMP/nocc-demo.txt" &&
+    ! grep -q "refuses -march" "$TMP/nocc-demo.txt"
+tap_check $? "no compiler, make demo: ./INSTALL --ensure runs first (apt-get), then stops naming the compiler (exit $rc; calls: $(calls | tr '\n' ';'))"
+
 mk asked.txt INSTALL_DEPS=1
 calls | grep -q "^apt-get update"
 tap_check $? "make INSTALL_DEPS=1 runs apt-get (calls: $(calls | tr '\n' ';'))"
@@ -151,5 +167,5 @@ PATH="$TMP/bin:$PATH" bash "$TSR_ROOT/INSTALL" --check-build >"$TMP/cb.txt" 2>&1
 rc=$?
 [[ $rc == 0 && -z $(calls) ]]
 tap_check $? "./INSTALL --check-build passes here without installing anything (exit $rc)"
-[[ $_tap_failed == 0 ]] || for f in plain install check demo chk bad-sha; do tap_diag "$f:"; sed 's/^/#   /' "$TMP/$f.txt" | tail -8; done
+[[ $_tap_failed == 0 ]] || for f in plain install check demo chk bad-sha nocc-plain nocc-demo; do tap_diag "$f:"; sed 's/^/#   /' "$TMP/$f.txt" | tail -8; done
 tap_done
