@@ -8,7 +8,8 @@
 #    a tarball, $TSR_FRESH_TARBALL (default /var/tmp/tessera-bookworm-minbase.tar), reused by
 #    later runs. mmdebstrap is this benchmark's own tool: installed with apt-get when missing.
 # 2. Per run: the tarball unpacked into a new directory under /var/tmp, /proc /sys /dev mounted in
-#    it, resolv.conf copied (name lookups), REPO's HEAD cloned into /root/tessera (no data/, no
+#    it, resolv.conf copied (name lookups), the host's CA bundle beside (with CURL_CA_BUNDLE set
+#    here, the chroot's names it: curl through a TLS-inspecting proxy, as in this sandbox), REPO's HEAD cloned into /root/tessera (no data/, no
 #    build/: nothing fetched or built beforehand), then inside the chroot, as root: make itself
 #    (a minimal root lacks it: apt-get update && apt-get install make, timed as its own part), then
 #    exactly the README's command: cd /root/tessera && make demo.
@@ -66,6 +67,9 @@ setup_copy() {
     mount --rbind /sys "$r/sys" && mount --make-rslave "$r/sys"
     mount --rbind /dev "$r/dev" && mount --make-rslave "$r/dev"
     cp -L /etc/resolv.conf "$r/etc/resolv.conf"
+    # the host's CA bundle, for curl through a site's TLS-inspecting proxy (this project's sandbox):
+    # CURL_CA_BUNDLE in the chroot names it when the host's environment sets CURL_CA_BUNDLE
+    cp -L /etc/ssl/certs/ca-certificates.crt "$r/etc/host-ca-bundle.crt" 2>/dev/null || true
     git clone -q --no-checkout "$REPO" "$r/root/tessera"
     git -C "$r/root/tessera" checkout -q "$(git -C "$REPO" rev-parse HEAD)"
     echo "fresh root: $r (clone of $REPO at $(git -C "$REPO" rev-parse --short HEAD))"
@@ -84,6 +88,7 @@ stamp() {
 # shellcheck disable=SC2016 # (the script runs in the chroot's bash)
 run_in_root() {
     chroot "$ROOTDIR/root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
+        ${CURL_CA_BUNDLE:+CURL_CA_BUNDLE=/etc/host-ca-bundle.crt} \
         PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin /bin/bash -c '
         echo "@@ make itself: apt-get update && apt-get install make"
         export DEBIAN_FRONTEND=noninteractive
