@@ -102,6 +102,15 @@ struct tsr_backend {
     void (*qknorm_backward)(const tsr_backend *be, void *dinp, float *dqw, float *dkw,
                             const void *dout, const void *inp, const void *qw, const void *kw,
                             const float *rstd, int N, int NH, int KVH, int hs);
+    /* QK-norm over the whole projections (model.qk_norm_scope = projection; ops.h
+     * qknorm_proj_forward): the same arguments, rstd (N, 2), qw (NH hs), kw (KVH hs); or NULL */
+    void (*qknorm_proj_forward)(const tsr_backend *be, void *out, float *rstd, const void *inp,
+                                const void *qw, const void *kw, int N, int NH, int KVH, int hs,
+                                float eps);
+    void (*qknorm_proj_backward)(const tsr_backend *be, void *dinp, float *dqw, float *dkw,
+                                 const void *dout, const void *inp, const void *qw,
+                                 const void *kw, const float *rstd, int N, int NH, int KVH,
+                                 int hs);
     /* RoPE in place on qkv / its transpose on dqkv (B,T,QKV) act (ops.h rope_forward); pos on
      * the backend or NULL (then t + p0); inv_freq (hs/2) fp32 on the backend */
     void (*rope_forward)(const tsr_backend *be, void *qkv, const int32_t *pos, int p0,

@@ -85,6 +85,19 @@ static void f_qknorm_backward(const tsr_backend *be, void *dinp, float *dqw, flo
     OPS(be)->qknorm_backward(dinp, dqw, dkw, dout, inp, qw, kw, rstd, N, NH, KVH, hs);
 }
 
+static void f_qknorm_proj_forward(const tsr_backend *be, void *out, float *rstd, const void *inp,
+                                  const void *qw, const void *kw, int N, int NH, int KVH, int hs,
+                                  float eps) {
+    OPS(be)->qknorm_proj_forward(out, rstd, inp, qw, kw, N, NH, KVH, hs, eps);
+}
+
+static void f_qknorm_proj_backward(const tsr_backend *be, void *dinp, float *dqw, float *dkw,
+                                   const void *dout, const void *inp, const void *qw,
+                                   const void *kw, const float *rstd, int N, int NH, int KVH,
+                                   int hs) {
+    OPS(be)->qknorm_proj_backward(dinp, dqw, dkw, dout, inp, qw, kw, rstd, N, NH, KVH, hs);
+}
+
 static void f_rope_forward(const tsr_backend *be, void *qkv, const int32_t *pos, int p0,
                            const float *inv_freq, int B, int T, int NH, int KVH, int hs) {
     OPS(be)->rope_forward(qkv, pos, p0, inv_freq, B, T, NH, KVH, hs);
@@ -337,6 +350,8 @@ tsr_backend tsr_fp32_backend(const tsr_ops *ops) {
         .rmsnorm_backward = f_rmsnorm_backward,
         .qknorm_forward = f_qknorm_forward,
         .qknorm_backward = f_qknorm_backward,
+        .qknorm_proj_forward = ops->qknorm_proj_forward ? f_qknorm_proj_forward : NULL,
+        .qknorm_proj_backward = ops->qknorm_proj_backward ? f_qknorm_proj_backward : NULL,
         .rope_forward = f_rope_forward,
         .rope_backward = f_rope_backward,
         .swiglu_forward = f_swiglu_forward,

@@ -71,6 +71,11 @@ void cpu_qknorm_forward(float *out, float *rstd, const float *inp, const float *
 void cpu_qknorm_backward(float *dinp, float *dqw, float *dkw, const float *dout, const float *inp,
                          const float *qw, const float *kw, const float *rstd, int N, int NH,
                          int KVH, int hs);
+void cpu_qknorm_proj_forward(float *out, float *rstd, const float *inp, const float *qw,
+                             const float *kw, int N, int NH, int KVH, int hs, float eps);
+void cpu_qknorm_proj_backward(float *dinp, float *dqw, float *dkw, const float *dout,
+                              const float *inp, const float *qw, const float *kw,
+                              const float *rstd, int N, int NH, int KVH, int hs);
 void cpu_rope_forward(float *qkv, const int32_t *pos, int p0, const float *inv_freq, int B, int T,
                       int NH, int KVH, int hs);
 void cpu_rope_backward(float *dqkv, const int32_t *pos, int p0, const float *inv_freq, int B,

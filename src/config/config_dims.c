@@ -151,10 +151,11 @@ static int norm_rope_check(const tsr_model_config *m, const char **key, char *wh
                  "eps is fixed at 1e-5 (norm_eps is RMSNorm's)", e);
         return -1;
     }
-    if (m->norm_placement == TSR_NPLACE_SANDWICH && m->norm != TSR_NORM_RMSNORM) {
+    if (m->norm_placement != TSR_NPLACE_PRE && m->norm != TSR_NORM_RMSNORM) {
         *key = "model.norm_placement";
-        snprintf(why, cap, "model.norm_placement = \"sandwich\" needs model.norm = \"rmsnorm\" "
-                 "(Gemma's norms; the post-norms have no LayerNorm form here)");
+        snprintf(why, cap, "model.norm_placement = \"%s\" needs model.norm = \"rmsnorm\" "
+                 "(Gemma's and OLMo 2's norms; the post-norms have no LayerNorm form here)",
+                 m->norm_placement == TSR_NPLACE_POST ? "post" : "sandwich");
         return -1;
     }
     if (m->pos == TSR_POS_ROPE && m->rope_scaling == TSR_ROPE_SCALING_LLAMA3 &&
@@ -238,6 +239,7 @@ const char *config_attn_variant_key(const tsr_model_config *m) {
     if (m->query_pre_attn_scalar > 0 && m->query_pre_attn_scalar != hs)
         return "model.query_pre_attn_scalar";
     if (m->norm_placement != TSR_NPLACE_PRE) return "model.norm_placement";
+    if (m->qk_norm && m->qk_norm_scope == TSR_QKN_PROJECTION) return "model.qk_norm_scope";
     return NULL;
 }
 

@@ -42,8 +42,10 @@ static const char *const mask_names[] = {"causal", "document"};
 _Static_assert(NELEM(mask_names) == TSR_MASK_COUNT, "mask_names vs tsr_attn_mask_kind");
 static const char *const actckpt_names[] = {"none", "block", "attention", "mlp"};
 _Static_assert(NELEM(actckpt_names) == TSR_ACTCKPT_COUNT, "actckpt_names vs tsr_actckpt_kind");
-static const char *const nplace_names[] = {"pre", "sandwich"};
+static const char *const nplace_names[] = {"pre", "sandwich", "post"};
 _Static_assert(NELEM(nplace_names) == TSR_NPLACE_COUNT, "nplace_names vs tsr_norm_placement");
+static const char *const qkscope_names[] = {"head", "projection"};
+_Static_assert(NELEM(qkscope_names) == TSR_QKN_COUNT, "qkscope_names vs tsr_qk_norm_scope");
 static const char *const actcomp_names[] = {"none", "fp8"};
 _Static_assert(NELEM(actcomp_names) == TSR_ACTCOMP_COUNT, "actcomp_names vs tsr_actcomp_kind");
 static const char *const sched_names[] = {"cosine", "linear", "constant", "wsd"};
@@ -248,7 +250,14 @@ const cfgtab_key cfgtab_keys[] = {
      .doc = "A bias on the q, k and v projections even with model.bias = false (Qwen 2/2.5)."},
     {.name = "model.qk_norm", .type = CFGK_BOOL, FIELD(model.qk_norm), .def = "false",
      .doc = "RMSNorm (eps model.norm_eps, weights per head dimension) of every q and k head "
-            "before RoPE (Qwen 3)."},
+            "before RoPE (Qwen 3), or of the whole projections (model.qk_norm_scope)."},
+    {.name = "model.qk_norm_scope", .type = CFGK_ENUM, FIELD(model.qk_norm_scope), .def = "head",
+     ENUM(qkscope_names),
+     .doc = "What model.qk_norm normalises: `head` = each q and k head over head_dim, weights "
+            "`qnormw`, `knormw` (n_layer, head_dim) (Qwen 3, Gemma 3); `projection` = the whole q "
+            "projection (n_head * head_dim) and the whole k projection (n_kv_head * head_dim) "
+            "before the head split, weights (n_layer, n_head * head_dim) and (n_layer, n_kv_head "
+            "* head_dim) (OLMo 2: q_norm, k_norm). `projection` is CPU only so far."},
     {.name = "model.tie_embeddings", .type = CFGK_BOOL, FIELD(model.tie_embeddings),
      .def = "true",
      .doc = "The LM head is the token embedding wte (GPT-2, Llama 3.2 1B/3B, Qwen small); false: "
@@ -328,7 +337,9 @@ const cfgtab_key cfgtab_keys[] = {
             "x + norm'(f(norm(x))) around both the attention and the MLP (Gemma 2/3: tensors "
             "`postattnw` and `postmlpw`, (n_layer, d_model), Hugging Face's "
             "post_attention_layernorm and post_feedforward_layernorm; ln2w is its "
-            "pre_feedforward_layernorm). `sandwich` needs model.norm = rmsnorm; CPU only so far "
+            "pre_feedforward_layernorm); `post` = x + norm'(f(x)), no norm before the attention "
+            "or the MLP (OLMo 2: the same `postattnw`, `postmlpw`, no ln1w or ln2w). `sandwich` "
+            "and `post` need model.norm = rmsnorm; CPU only so far "
             "(docs/models.md)."},
     {.name = "model.activation_compression", .type = CFGK_ENUM,
      FIELD(model.activation_compression), .def = "none", ENUM(actcomp_names),
