@@ -241,6 +241,8 @@ struct tsr_backend {
     size_t (*ring_scratch)(int B, int T, int NH, int KVH, int hs);
     void (*f32_to_act)(const tsr_backend *be, void *dst, const float *src, size_t n);
     void (*add_f32)(const tsr_backend *be, float *dst, const float *src, size_t n);
+    /* x (n) fp32 *= s (model.embed_scale on the embedding and its gradient), or NULL */
+    void (*scale_f32)(const tsr_backend *be, float *x, float s, size_t n);
     void (*copy_rows)(const tsr_backend *be, void *dst, size_t dpitch, const void *src,
                       size_t spitch, size_t width, size_t rows);
 

@@ -262,6 +262,11 @@ static void f_ring_backward(const tsr_backend *be, float *dq, int lddq, float *d
     OPS(be)->ring_backward(dq, lddq, dkv, lddkv, dout, out, lse, k);
 }
 
+static void f_scale_f32(const tsr_backend *be, float *x, float s, size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
 static size_t f_ring_scratch(int B, int T, int NH, int KVH, int hs) {
     (void)B, (void)T, (void)NH, (void)KVH, (void)hs;
     return 0;
@@ -382,6 +387,7 @@ tsr_backend tsr_fp32_backend(const tsr_ops *ops) {
         .ring_scratch = f_ring_scratch,
         .f32_to_act = f_f32_to_act,
         .add_f32 = f_add_f32,
+        .scale_f32 = f_scale_f32,
         .copy_rows = f_copy_rows,
         .attention_decode_rows = ops->attention_decode_rows ? f_attention_decode_rows : NULL,
         .softmax_xent = f_softmax_xent,

@@ -31,6 +31,8 @@ typedef enum {
 /* what QK-norm normalises: each head of q and k (Qwen 3, Gemma 3), or the whole q and k
  * projections before the head split (OLMo 2) */
 typedef enum { TSR_QKN_HEAD = 0, TSR_QKN_PROJECTION, TSR_QKN_COUNT } tsr_qk_norm_scope;
+/* the token embedding's multiplier: none, or sqrt(d_model) (Gemma) */
+typedef enum { TSR_EMB_SCALE_NONE = 0, TSR_EMB_SCALE_SQRT_D, TSR_EMB_SCALE_COUNT } tsr_embed_scale;
 /* the MLP: gelu(x W1^T) W2^T, or SwiGLU silu(x Wg^T) * (x Wu^T) W2^T (Llama) */
 typedef enum { TSR_MLP_GELU = 0, TSR_MLP_SWIGLU, TSR_MLP_COUNT } tsr_mlp_kind;
 /* RoPE frequency scaling: none, or Llama 3.1's (factor, low/high-frequency factors, original
@@ -155,6 +157,7 @@ typedef struct tsr_model_config {
     int attn_sinks;       /* a learned logit per head in every row's softmax (gpt-oss) */
     double query_pre_attn_scalar; /* scores times 1 / sqrt(this) (Gemma); 0 = the head size */
     tsr_norm_placement norm_placement; /* docs/models.md "Norm placements" */
+    tsr_embed_scale embed_scale; /* the embedding times sqrt(d_model) (Gemma) */
 } tsr_model_config;
 
 typedef struct tsr_optim_config {
@@ -427,9 +430,9 @@ int config_model_dims(const tsr_model_config *m, tsr_model_dims *d, const char *
  * when layer_types is "" and sliding_window > 0), else 0 (full attention). */
 int config_layer_window(const tsr_model_config *m, int l);
 /* The model uses a sliding window, attention sinks, a query_pre_attn_scalar other than the head
- * size, a norm placement other than pre or QK-norm over the projection (what the CUDA backend,
- * the ring of context parallelism and the Hugging Face export do not run yet): the key that asks
- * for it, or NULL. */
+ * size, a norm placement other than pre, QK-norm over the projection or an embedding scale (what
+ * the CUDA backend, the ring of context parallelism and the Hugging Face export do not run yet):
+ * the key that asks for it, or NULL. */
 const char *config_attn_variant_key(const tsr_model_config *m);
 /* Writes the effective config in libconfig syntax (loadable by config_load). */
 void config_print(FILE *f, const tsr_config *cfg);

@@ -158,6 +158,13 @@ static int norm_rope_check(const tsr_model_config *m, const char **key, char *wh
                  m->norm_placement == TSR_NPLACE_POST ? "post" : "sandwich");
         return -1;
     }
+    if (m->embed_scale != TSR_EMB_SCALE_NONE && m->pos == TSR_POS_LEARNED) {
+        *key = "model.embed_scale";
+        snprintf(why, cap, "model.embed_scale = \"sqrt_d_model\" with model.pos = \"learned\": "
+                 "Gemma scales the token embedding alone, and the encoder adds the positions into "
+                 "it (use model.pos = \"rope\")");
+        return -1;
+    }
     if (m->pos == TSR_POS_ROPE && m->rope_scaling == TSR_ROPE_SCALING_LLAMA3 &&
         m->rope_high_freq_factor <= m->rope_low_freq_factor) {
         *key = "model.rope_high_freq_factor";
@@ -240,6 +247,7 @@ const char *config_attn_variant_key(const tsr_model_config *m) {
         return "model.query_pre_attn_scalar";
     if (m->norm_placement != TSR_NPLACE_PRE) return "model.norm_placement";
     if (m->qk_norm && m->qk_norm_scope == TSR_QKN_PROJECTION) return "model.qk_norm_scope";
+    if (m->embed_scale != TSR_EMB_SCALE_NONE) return "model.embed_scale";
     return NULL;
 }
 

@@ -45,6 +45,8 @@ _Static_assert(NELEM(actckpt_names) == TSR_ACTCKPT_COUNT, "actckpt_names vs tsr_
 static const char *const nplace_names[] = {"pre", "sandwich", "post"};
 _Static_assert(NELEM(nplace_names) == TSR_NPLACE_COUNT, "nplace_names vs tsr_norm_placement");
 static const char *const qkscope_names[] = {"head", "projection"};
+static const char *const embscale_names[] = {"none", "sqrt_d_model"};
+_Static_assert(NELEM(embscale_names) == TSR_EMB_SCALE_COUNT, "embscale_names vs tsr_embed_scale");
 _Static_assert(NELEM(qkscope_names) == TSR_QKN_COUNT, "qkscope_names vs tsr_qk_norm_scope");
 static const char *const actcomp_names[] = {"none", "fp8"};
 _Static_assert(NELEM(actcomp_names) == TSR_ACTCOMP_COUNT, "actcomp_names vs tsr_actcomp_kind");
@@ -341,6 +343,12 @@ const cfgtab_key cfgtab_keys[] = {
             "or the MLP (OLMo 2: the same `postattnw`, `postmlpw`, no ln1w or ln2w). `sandwich` "
             "and `post` need model.norm = rmsnorm; CPU only so far "
             "(docs/models.md)."},
+    {.name = "model.embed_scale", .type = CFGK_ENUM, FIELD(model.embed_scale), .def = "none",
+     ENUM(embscale_names),
+     .doc = "The token embedding's multiplier before the first layer: `none`, or `sqrt_d_model` "
+            "(Gemma 1-3: wte[token] * sqrt(d_model), in fp32 here; Hugging Face rounds the factor "
+            "to the weights' dtype, bf16 in bf16 checkpoints: docs/models.md). Not with "
+            "model.pos = learned; CPU only so far."},
     {.name = "model.activation_compression", .type = CFGK_ENUM,
      FIELD(model.activation_compression), .def = "none", ENUM(actcomp_names),
      .doc = "How a decoder layer keeps its linear layers' inputs (ln1, the attention output, ln2, "

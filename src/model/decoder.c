@@ -313,7 +313,17 @@ void dec_layer_steps(const dec_run *r, int l, const dec_layer *v, const void *co
         }
 }
 
-/* Every layer's forward after the embedding (in x of layer 0), ending in the final LayerNorm.
+void dec_embed_scale(const tsr_decoder *d, void *x, int N) {
+    const tsr_model *m = d->m;
+    if (m->cfg.embed_scale == TSR_EMB_SCALE_NONE) return;
+    if (d->be->act != TSR_DT_F32)
+        tsr_die(TSR_EXIT_INTERNAL, "decoder: model.embed_scale needs fp32 activations (the %s "
+                "backend's are not)", d->be->name);
+    d->be->scale_f32(d->be, x, (float)sqrt((double)m->C), (size_t)N * m->C);
+}
+
+/* Every layer's forward after the embedding (in x of layer 0, scaled here: model.embed_scale),
+ * ending in the final LayerNorm.
  * A checkpointed layer writes its dropped groups to slot 0, which the next one overwrites. */
 void dec_layers_forward(const dec_run *r, const dec_unit *root) {
     const tsr_decoder *d = r->d;
@@ -321,6 +331,7 @@ void dec_layers_forward(const dec_run *r, const dec_unit *root) {
     dec_unit cur, nxt;
     dec_unit_get(d, 1, 0, &cur);
     dec_layer v0 = dec_run_layer(r, 0);
+    dec_embed_scale(d, v0.x, N);
     dec_layer_steps(r, 0, &v0, cur.w, ST_LN1, ST_LN1);
     for (int l = 0; l < L; l++) {
         dec_layer v = dec_run_layer(r, l);

@@ -264,6 +264,7 @@ static void backward_pass(const tsr_decoder *d, const int32_t *tokens, int B, in
         dec_unit_put(d, l + 1, 1);
         if (ready) ready(ctx, l + 1);
     }
+    dec_embed_scale(d, a->dresidual, N); /* d(wte[token]) = sqrt(d_model) d(x) */
     be->encoder_backward(be, root.g[TSR_P_WTE], root.g[TSR_P_WPE], a->dresidual,
                          be->host ? tokens : a->tokens, tokens, a->pos, B, r.T, C);
     dec_unit_put(d, 0, 1);

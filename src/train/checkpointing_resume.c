@@ -269,6 +269,7 @@ static void model_diff(const tsr_config *a, const tsr_config *b, char *out, size
          wd ? config_layer_window(x, wl) : 0, wd ? config_layer_window(y, wl) : 0},
         {"attn_sinks", x->attn_sinks, y->attn_sinks},
         {"norm_placement (0 pre, 1 sandwich, 2 post)", x->norm_placement, y->norm_placement},
+        {"embed_scale (0 none, 1 sqrt_d_model)", x->embed_scale, y->embed_scale},
         {"query_pre_attn_scalar (0: the head size)",
          x->query_pre_attn_scalar != dx.hs ? x->query_pre_attn_scalar : 0,
          y->query_pre_attn_scalar != dy.hs ? y->query_pre_attn_scalar : 0},

@@ -214,6 +214,11 @@ SANDWICH_CLIP = 2.9
 LLAMA_OLMO2 = dict(LLAMA, norm_placement='"post"', qk_norm="true", qk_norm_scope='"projection"',
                    activation_checkpointing='"block"', activation_checkpointing_layers=1)
 OLMO2_CLIP = 2.9
+# Gemma 3's block on the Llama above: sandwich norms, QK-norm per head, and the token embedding
+# times sqrt(d_model) (model.embed_scale; sqrt(48) here, a factor that is not a power of two).
+LLAMA_GEMMA = dict(LLAMA, norm_placement='"sandwich"', qk_norm="true",
+                   embed_scale='"sqrt_d_model"')
+GEMMA_CLIP = 2.9
 CONFIGS = [
     dict(name="gpt2", grad_clip=1.4,
          model=dict(n_layer=2, d_model=32, n_head=4, vocab_size=VOCAB, vocab_multiple=128,
@@ -244,6 +249,8 @@ CONFIGS = [
     dict(name="llama-sandwich", grad_clip=SANDWICH_CLIP, model=LLAMA_SANDWICH),
     # and OLMo 2's post-norms with QK-norm over the projections
     dict(name="llama-olmo2", grad_clip=OLMO2_CLIP, model=LLAMA_OLMO2),
+    # Gemma's scaled embedding with its sandwich norms
+    dict(name="llama-gemma", grad_clip=GEMMA_CLIP, model=LLAMA_GEMMA),
     dict(name="qwen2.5", grad_clip=QWEN25_CLIP, model=QWEN25),
     # mixture of experts (docs/moe.md; torch_moe.py), seeds with no routing near-tie (TOL_MARGIN)
     dict(name="moe", grad_clip=MOE_CLIP, seed=MOE_SEED, model=MOE),
@@ -382,7 +389,8 @@ def torch_config(a):
                                        qpas=a.get("query_pre_attn_scalar", 0.0),
                                        sandwich=bool(a.get("sandwich", 0)),
                                        post=bool(a.get("post", 0)),
-                                       qk_proj=bool(a.get("qk_proj", 0)))
+                                       qk_proj=bool(a.get("qk_proj", 0)),
+                                       embed_scale=bool(a.get("embed_scale", 0)))
     return torch_moe.MoEConfig(**llama, E=i("E"), K=i("K"), FE=i("FE"), S=i("S"),
                                moe_every=i("moe_every"), norm_topk=bool(a["moe_norm_topk"]),
                                aux_coef=a["moe_aux_loss_coef"], z_coef=a["moe_z_loss_coef"])
@@ -616,6 +624,7 @@ def want_attrs(cfg):
         want["sandwich"] = m.get("norm_placement") == '"sandwich"'
         want["post"] = m.get("norm_placement") == '"post"'
         want["qk_proj"] = yes("qk_norm") and m.get("qk_norm_scope") == '"projection"'
+        want["embed_scale"] = m.get("embed_scale") == '"sqrt_d_model"'
     for k in ("eot_token", "norm_eps", "rope_theta", "rope_factor", "rope_low_freq_factor",
               "rope_high_freq_factor", "rope_original_max_pos", "moe_aux_loss_coef",
               "moe_z_loss_coef"):
@@ -735,7 +744,7 @@ def check_step0(tap, name, d, tc, names, shapes, model):
 
 def has_variants(tc):
     return is_llama(tc) and (any(tc.windows) or tc.sinks or tc.qpas or tc.sandwich or tc.post
-                             or tc.qk_proj)
+                             or tc.qk_proj or tc.embed_scale)
 
 
 def check_variants_matter(tap, name, d, tc, logits):
@@ -779,9 +788,15 @@ def check_variants_matter(tap, name, d, tc, logits):
 
 
 def post_variants_matter(d, tc, inputs, logits):
-    """check_variants_matter's effects of OLMo 2's variants: the post-norms taken away (identity),
-    QK-norm per head (weights of ones) in place of over the projections."""
+    """check_variants_matter's effects of the part-3 variants: Gemma's embedding scale taken away,
+    OLMo 2's post-norms taken away (identity), QK-norm per head (weights of ones) in place of over
+    the projections."""
     got = {}
+    if tc.embed_scale:
+        other = torch_model(dataclasses.replace(tc, embed_scale=False), d["attrs"])
+        other.load_tessera(d["params"])
+        with torch.no_grad():
+            got["the embedding scale"] = rel_err(other(inputs)[0].numpy(), logits.numpy())
     if tc.post:
         other = torch_model(tc, d["attrs"])
         other.load_tessera(d["params"])

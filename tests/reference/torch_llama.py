@@ -77,6 +77,7 @@ class LlamaConfig:
     sandwich: bool = False  # Gemma 2/3's norm placement: a norm after the attention and the MLP
     post: bool = False   # OLMo 2's: a norm after the attention and the MLP, none before them
     qk_proj: bool = False  # OLMo 2's QK-norm: over the whole q and k projections, not per head
+    embed_scale: bool = False  # Gemma's: the token embedding times sqrt(C)
 
 
 def param_names(cfg):
@@ -270,6 +271,8 @@ class Llama(TesseraLayout, nn.Module):
         pos, allowed = positions_and_mask(idx, self.eot)
         cos, sin = rope_cos_sin(pos, self.inv_freq.to(torch.get_default_dtype()))
         x = self.embed_tokens(idx)
+        if getattr(self.cfg, "embed_scale", False):  # Gemma: in the model's dtype (float64 here)
+            x = x * math.sqrt(self.cfg.C)
         T = idx.shape[1]
         i = torch.arange(T, device=idx.device)
         for l, layer in enumerate(self.layers):
