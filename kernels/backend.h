@@ -122,6 +122,11 @@ struct tsr_backend {
     void (*swiglu_forward)(const tsr_backend *be, void *out, const void *inp, int N, int F);
     void (*swiglu_backward)(const tsr_backend *be, void *dinp, const void *inp, const void *dout,
                             int N, int F, tsr_grad_mode mode);
+    /* GeGLU with the tanh GELU (model.mlp = geglu_tanh): swiglu_*'s shapes with gelu_tanh in
+     * silu's place (ops.h geglu_forward); or NULL */
+    void (*geglu_forward)(const tsr_backend *be, void *out, const void *inp, int N, int F);
+    void (*geglu_backward)(const tsr_backend *be, void *dinp, const void *inp, const void *dout,
+                           int N, int F, tsr_grad_mode mode);
     /* Mixture of experts: the maths, shapes and orders of ops.h's moe_* entries, with the
      * backend's types: logits, x, xg, dx, dxg, out, base, y, dy, inp, dinp, dout, dlogits act;
      * w weight; probs, lse, wts, dwts, stats, dw fp32; idx, offs, rows, slot int32 — all on the

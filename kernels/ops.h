@@ -184,6 +184,10 @@ typedef struct tsr_ops {
     void (*swiglu_forward)(float *out, const float *inp, int N, int F);
     /* dinp (N,2F) +=, dout (N,F), inp as in forward */
     void (*swiglu_backward)(float *dinp, const float *inp, const float *dout, int N, int F);
+    /* GeGLU (Gemma), or NULL: out (N,F) = gelu_tanh(inp[:, :F]) * inp[:, F:], gelu_tanh(x) =
+     * 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))); the backward as swiglu_backward's */
+    void (*geglu_forward)(float *out, const float *inp, int N, int F);
+    void (*geglu_backward)(float *dinp, const float *inp, const float *dout, int N, int F);
 
     /* ---- Mixture of experts (docs/moe.md; E experts, top K of them per row, NK = N * K) ----
      * MoE ops are optional in the table (NULL: the model refuses MoE configs on that backend).

@@ -112,6 +112,16 @@ static void f_swiglu_forward(const tsr_backend *be, void *out, const void *inp, 
     OPS(be)->swiglu_forward(out, inp, N, F);
 }
 
+static void f_geglu_forward(const tsr_backend *be, void *out, const void *inp, int N, int F) {
+    OPS(be)->geglu_forward(out, inp, N, F);
+}
+
+static void f_geglu_backward(const tsr_backend *be, void *dinp, const void *inp,
+                             const void *dout, int N, int F, tsr_grad_mode mode) {
+    set_zero(be, dinp, (size_t)N * 2 * F, mode);
+    OPS(be)->geglu_backward(dinp, inp, dout, N, F);
+}
+
 static void f_swiglu_backward(const tsr_backend *be, void *dinp, const void *inp,
                               const void *dout, int N, int F, tsr_grad_mode mode) {
     set_zero(be, dinp, (size_t)N * 2 * F, mode);
@@ -361,6 +371,8 @@ tsr_backend tsr_fp32_backend(const tsr_ops *ops) {
         .rope_backward = f_rope_backward,
         .swiglu_forward = f_swiglu_forward,
         .swiglu_backward = f_swiglu_backward,
+        .geglu_forward = ops->geglu_forward ? f_geglu_forward : NULL,
+        .geglu_backward = ops->geglu_backward ? f_geglu_backward : NULL,
         .moe_route = ops->moe_route ? f_moe_route : NULL,
         .moe_gather = ops->moe_gather ? f_moe_gather : NULL,
         .moe_gather_backward = ops->moe_gather_backward ? f_moe_gather_backward : NULL,

@@ -82,6 +82,8 @@ void cpu_rope_backward(float *dqkv, const int32_t *pos, int p0, const float *inv
                        int T, int NH, int KVH, int hs);
 void cpu_swiglu_forward(float *out, const float *inp, int N, int F);
 void cpu_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F);
+void cpu_geglu_forward(float *out, const float *inp, int N, int F);
+void cpu_geglu_backward(float *dinp, const float *inp, const float *dout, int N, int F);
 
 /* cpu_moe.c (ops.h describes each) */
 void cpu_moe_route(float *probs, float *lse, int32_t *idx, float *wts, int32_t *offs,

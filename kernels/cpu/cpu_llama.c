@@ -1,5 +1,5 @@
 /* cpu_llama.c — the fp32 CPU ops of the Llama/Qwen blocks: RMSNorm, QK-norm (Qwen 3), RoPE
- * (rotate-half pairing) and SwiGLU. ops.h states each op's contract.
+ * (rotate-half pairing), SwiGLU and GeGLU (Gemma). ops.h states each op's contract.
  *
  * File-wide conventions (those of cpu_ops.c): backward ops accumulate (+=) into every gradient they
  * produce; loops are OpenMP-parallel over rows, every output element written by one thread in a
@@ -293,6 +293,45 @@ void cpu_swiglu_backward(float *dinp, const float *inp, const float *dout, int N
             const float silu = g[f] / (1.0f + e), dsilu = s + g[f] * s * (e * s);
             dg[f] += d[f] * u[f] * dsilu;
             du[f] += d[f] * silu;
+        }
+    }
+}
+
+/* ---- GeGLU (tanh GELU) ---------------------------------------------------------------------- */
+
+#define GEGLU_K0 0.7978845608028654f /* sqrt(2/pi), cpu_ops.c's GELU constants */
+#define GEGLU_K1 0.044715f
+
+/* out[n,f] = gelu_tanh(g) u, g = inp[n,f], u = inp[n,F+f]; gelu_tanh(g) = g sigmoid(2v),
+ * v = sqrt(2/pi)(g + 0.044715 g^3) (cpu_ops.c's GELU form). out (N,F), inp (N,2F) */
+void cpu_geglu_forward(float *out, const float *inp, int N, int F) {
+#pragma omp parallel for schedule(static) if ((long)N * F >= CPU_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *g = inp + (size_t)n * 2 * F, *u = g + F;
+        float *o = out + (size_t)n * F;
+#pragma omp simd
+        for (int f = 0; f < F; f++) {
+            const float x = g[f], v = GEGLU_K0 * (x + GEGLU_K1 * x * x * x);
+            o[f] = x / (1.0f + cpu_expf(-2.0f * v)) * u[f];
+        }
+    }
+}
+
+/* With e = e^-2v, s = 1 / (1 + e): gelu_tanh'(g) = s + 2 g s (e s) v', v' = sqrt(2/pi)(1 +
+ * 3*0.044715 g^2); dgate += dout u gelu_tanh'(g), dup += dout gelu_tanh(g).
+ * dinp (N,2F) +=, inp (N,2F), dout (N,F) */
+void cpu_geglu_backward(float *dinp, const float *inp, const float *dout, int N, int F) {
+#pragma omp parallel for schedule(static) if ((long)N * F >= CPU_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *g = inp + (size_t)n * 2 * F, *u = g + F, *d = dout + (size_t)n * F;
+        float *dg = dinp + (size_t)n * 2 * F, *du = dg + F;
+#pragma omp simd
+        for (int f = 0; f < F; f++) {
+            const float x = g[f], v = GEGLU_K0 * (x + GEGLU_K1 * x * x * x);
+            const float dv = GEGLU_K0 * (1.0f + 3.0f * GEGLU_K1 * x * x);
+            const float e = cpu_expf(-2.0f * v), s = 1.0f / (1.0f + e);
+            dg[f] += d[f] * u[f] * (s + 2.0f * x * s * (e * s) * dv);
+            du[f] += d[f] * (x * s);
         }
     }
 }

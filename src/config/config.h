@@ -33,8 +33,9 @@ typedef enum {
 typedef enum { TSR_QKN_HEAD = 0, TSR_QKN_PROJECTION, TSR_QKN_COUNT } tsr_qk_norm_scope;
 /* the token embedding's multiplier: none, or sqrt(d_model) (Gemma) */
 typedef enum { TSR_EMB_SCALE_NONE = 0, TSR_EMB_SCALE_SQRT_D, TSR_EMB_SCALE_COUNT } tsr_embed_scale;
-/* the MLP: gelu(x W1^T) W2^T, or SwiGLU silu(x Wg^T) * (x Wu^T) W2^T (Llama) */
-typedef enum { TSR_MLP_GELU = 0, TSR_MLP_SWIGLU, TSR_MLP_COUNT } tsr_mlp_kind;
+/* the MLP: gelu(x W1^T) W2^T, SwiGLU silu(x Wg^T) * (x Wu^T) W2^T (Llama), or GeGLU with the
+ * tanh GELU gelu_tanh(x Wg^T) * (x Wu^T) W2^T (Gemma) */
+typedef enum { TSR_MLP_GELU = 0, TSR_MLP_SWIGLU, TSR_MLP_GEGLU_TANH, TSR_MLP_COUNT } tsr_mlp_kind;
 /* RoPE frequency scaling: none, or Llama 3.1's (factor, low/high-frequency factors, original
  * context) */
 typedef enum { TSR_ROPE_SCALING_NONE = 0, TSR_ROPE_SCALING_LLAMA3, TSR_ROPE_SCALING_COUNT } tsr_rope_scaling_kind;
@@ -434,6 +435,8 @@ int config_layer_window(const tsr_model_config *m, int l);
  * the CUDA backend, the ring of context parallelism and the Hugging Face export do not run yet):
  * the key that asks for it, or NULL. */
 const char *config_attn_variant_key(const tsr_model_config *m);
+/* The MLP is gated (SwiGLU, GeGLU): fcw holds the gate rows then the up rows (2F) */
+int config_mlp_gated(const tsr_model_config *m);
 /* Writes the effective config in libconfig syntax (loadable by config_load). */
 void config_print(FILE *f, const tsr_config *cfg);
 /* Writes the effective config to path (temp file + fsync + rename). Returns 0 or TSR_EXIT_DATA.

@@ -248,8 +248,11 @@ const char *config_attn_variant_key(const tsr_model_config *m) {
     if (m->norm_placement != TSR_NPLACE_PRE) return "model.norm_placement";
     if (m->qk_norm && m->qk_norm_scope == TSR_QKN_PROJECTION) return "model.qk_norm_scope";
     if (m->embed_scale != TSR_EMB_SCALE_NONE) return "model.embed_scale";
+    if (m->mlp == TSR_MLP_GEGLU_TANH) return "model.mlp";
     return NULL;
 }
+
+int config_mlp_gated(const tsr_model_config *m) { return m->mlp != TSR_MLP_GELU; }
 
 int config_model_dims(const tsr_model_config *m, tsr_model_dims *d, const char **key, char *why,
                       size_t cap) {
@@ -275,7 +278,7 @@ int config_lora_targets(const tsr_model_config *m, const char *s, unsigned *mask
     if (strcmp(s, "all-linear") == 0) { /* PEFT's name: every projection this model can adapt */
         *mask = (1u << TSR_LORA_COUNT) - 1;
         if (m->moe_experts > 0) *mask &= ~mlp;
-        else if (m->mlp != TSR_MLP_SWIGLU) *mask &= ~(1u << TSR_LORA_GATE | 1u << TSR_LORA_UP);
+        else if (!config_mlp_gated(m)) *mask &= ~(1u << TSR_LORA_GATE | 1u << TSR_LORA_UP);
         return 0;
     }
     const char *p = s;
@@ -306,9 +309,9 @@ int config_lora_targets(const tsr_model_config *m, const char *s, unsigned *mask
                  "(the experts take no adapters): name attention targets (q, k, v, o) only");
         return -1;
     }
-    if (m->mlp != TSR_MLP_SWIGLU && (*mask & (1u << TSR_LORA_GATE | 1u << TSR_LORA_UP))) {
-        snprintf(why, cap, "gate and up need model.mlp = \"swiglu\" (a GELU MLP takes an adapter "
-                 "on down only so far)");
+    if (!config_mlp_gated(m) && (*mask & (1u << TSR_LORA_GATE | 1u << TSR_LORA_UP))) {
+        snprintf(why, cap, "gate and up need model.mlp = \"swiglu\" or \"geglu_tanh\" (a GELU MLP "
+                 "takes an adapter on down only so far)");
         return -1;
     }
     return 0;

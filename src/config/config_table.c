@@ -31,7 +31,7 @@ _Static_assert(NELEM(snapcopy_names) == TSR_SNAPCOPY_COUNT, "snapcopy_names vs t
 static const char *const pos_names[] = {"learned", "alibi", "rope"};
 static const char *const norm_names[] = {"layernorm", "rmsnorm"};
 _Static_assert(NELEM(norm_names) == TSR_NORM_COUNT, "norm_names vs tsr_norm_kind");
-static const char *const mlp_names[] = {"gelu", "swiglu"};
+static const char *const mlp_names[] = {"gelu", "swiglu", "geglu_tanh"};
 _Static_assert(NELEM(mlp_names) == TSR_MLP_COUNT, "mlp_names vs tsr_mlp_kind");
 static const char *const rope_scaling_names[] = {"none", "llama3"};
 static const char *const tok_mismatch_names[] = {"error", "allow"};
@@ -236,8 +236,10 @@ const cfgtab_key cfgtab_keys[] = {
      .lo_open = 1, .hi = 1,
      .doc = "RMSNorm's epsilon (Llama 3: 1e-5, Qwen: 1e-6); LayerNorm's is fixed at 1e-5."},
     {.name = "model.mlp", .type = CFGK_ENUM, FIELD(model.mlp), .def = "gelu", ENUM(mlp_names),
-     .doc = "MLP: `gelu` (two matrices, GELU of kind model.gelu) or `swiglu` (gate, up, down: "
-            "silu(x Wg) * (x Wu) Wd; Llama, Qwen, Mistral)."},
+     .doc = "MLP: `gelu` (two matrices, GELU of kind model.gelu), `swiglu` (gate, up, down: "
+            "silu(x Wg) * (x Wu) Wd; Llama, Qwen, Mistral) or `geglu_tanh` (gelu_tanh(x Wg) * "
+            "(x Wu) Wd, the tanh-approximated GELU whatever model.gelu says; Gemma's "
+            "gelu_pytorch_tanh; CPU only so far)."},
     {.name = "model.intermediate_size", .type = CFGK_INT, FIELD(model.intermediate_size),
      .def = "0", .ilo = 0, INT32_ONLY,
      .doc = "MLP hidden width F; 0 = expansion_ratio x d_model (Llama 3.2 1B: 8192)."},

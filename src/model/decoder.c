@@ -299,11 +299,12 @@ void dec_layer_steps(const dec_run *r, int l, const dec_layer *v, const void *co
         case ST_FC:
             if (model_moe_layer(m, l)) {
                 moe_forward(r, l, v, w);
-            } else if (m->cfg.mlp == TSR_MLP_SWIGLU) {
+            } else if (config_mlp_gated(&m->cfg)) {
                 dec_linear(r, l, v->fch, NULL, v->ln2, w[TSR_P_FCW], w[TSR_P_FCB], N, C, m->FW);
                 lora_fwd(r, l, TSR_LORA_GATE, v->fch, v->ln2);
                 lora_fwd(r, l, TSR_LORA_UP, v->fch, v->ln2);
-                be->swiglu_forward(be, v->fchg, v->fch, N, F);
+                (m->cfg.mlp == TSR_MLP_SWIGLU ? be->swiglu_forward : be->geglu_forward)(
+                    be, v->fchg, v->fch, N, F);
             } else {
                 dec_linear(r, l, v->fchg, v->fch, v->ln2, w[TSR_P_FCW], w[TSR_P_FCB], N, C, F);
             }

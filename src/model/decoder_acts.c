@@ -272,6 +272,8 @@ void dec_check_backend(const tsr_model *m, const tsr_backend *be) {
         {c->qk_norm, be->qknorm_forward, "model.qk_norm = true"},
         {c->qk_norm, be->qknorm_backward, "model.qk_norm = true"},
         {c->embed_scale != TSR_EMB_SCALE_NONE, be->scale_f32, "model.embed_scale"},
+        {c->mlp == TSR_MLP_GEGLU_TANH, be->geglu_forward, "model.mlp = \"geglu_tanh\""},
+        {c->mlp == TSR_MLP_GEGLU_TANH, be->geglu_backward, "model.mlp = \"geglu_tanh\""},
         {c->qk_norm && c->qk_norm_scope == TSR_QKN_PROJECTION, be->qknorm_proj_forward,
          "model.qk_norm_scope = \"projection\""},
         {c->qk_norm && c->qk_norm_scope == TSR_QKN_PROJECTION, be->qknorm_proj_backward,

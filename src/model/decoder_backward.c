@@ -96,7 +96,7 @@ static void mlp_backward(const dec_run *r, int l, const dec_layer *v, const void
     const size_t n = (size_t)N;
     /* tanh GELU without an adapter on the output projection: the two backwards as one op where
      * the backend fuses them (CUDA: the GELU's derivative in the matmul's epilogue) */
-    if (m->cfg.mlp != TSR_MLP_SWIGLU && m->cfg.gelu == TSR_GELU_TANH && be->matmul_backward_gelu &&
+    if (m->cfg.mlp == TSR_MLP_GELU && m->cfg.gelu == TSR_GELU_TANH && be->matmul_backward_gelu &&
         !lora_target_on(r->d->lora, TSR_LORA_DOWN)) {
         be->matmul_backward_gelu(be, a->dfch, g[TSR_P_FCPROJW], g[TSR_P_FCPROJB], dout,
                                  v->fchg, w[TSR_P_FCPROJW], v->fch, N, F, C);
@@ -104,8 +104,9 @@ static void mlp_backward(const dec_run *r, int l, const dec_layer *v, const void
         be->matmul_backward(be, a->dfch_gelu, g[TSR_P_FCPROJW], g[TSR_P_FCPROJB], dout, v->fchg,
                             w[TSR_P_FCPROJW], N, F, C, TSR_GRAD_SET);
         lora_bwd(r, l, TSR_LORA_DOWN, a->dfch_gelu, dout, v->fchg);
-        if (m->cfg.mlp == TSR_MLP_SWIGLU)
-            be->swiglu_backward(be, a->dfch, v->fch, a->dfch_gelu, N, F, TSR_GRAD_SET);
+        if (config_mlp_gated(&m->cfg))
+            (m->cfg.mlp == TSR_MLP_SWIGLU ? be->swiglu_backward : be->geglu_backward)(
+                be, a->dfch, v->fch, a->dfch_gelu, N, F, TSR_GRAD_SET);
         else
             be->gelu_backward(be, a->dfch, v->fch, a->dfch_gelu, n * F,
                               (tsr_gelu_kind)m->cfg.gelu, TSR_GRAD_SET);

@@ -114,7 +114,7 @@ void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const ts
     m->QD = m->NH * m->hs;
     m->QKV = (m->NH + 2 * m->KVH) * m->hs;
     m->F = dims.F;
-    m->FW = cfg->mlp == TSR_MLP_SWIGLU ? 2 * m->F : m->F;
+    m->FW = config_mlp_gated(cfg) ? 2 * m->F : m->F;
     m->E = dims.E;
     m->K = dims.K;
     m->FE = dims.FE;

@@ -258,7 +258,7 @@ static void model_diff(const tsr_config *a, const tsr_config *b, char *out, size
          sy ? y->rope_original_max_pos : 0},
         {"norm (0 layernorm, 1 rmsnorm)", x->norm, y->norm},
         {"norm_eps", x->norm_eps, y->norm_eps},
-        {"mlp (0 gelu, 1 swiglu)", x->mlp, y->mlp},
+        {"mlp (0 gelu, 1 swiglu, 2 geglu_tanh)", x->mlp, y->mlp},
         {"bias", x->bias, y->bias},
         {"qkv_bias", x->qkv_bias, y->qkv_bias},
         {"qk_norm", x->qk_norm, y->qk_norm},

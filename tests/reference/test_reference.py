@@ -214,11 +214,12 @@ SANDWICH_CLIP = 2.9
 LLAMA_OLMO2 = dict(LLAMA, norm_placement='"post"', qk_norm="true", qk_norm_scope='"projection"',
                    activation_checkpointing='"block"', activation_checkpointing_layers=1)
 OLMO2_CLIP = 2.9
-# Gemma 3's block on the Llama above: sandwich norms, QK-norm per head, and the token embedding
-# times sqrt(d_model) (model.embed_scale; sqrt(48) here, a factor that is not a power of two).
+# Gemma 3's block on the Llama above: sandwich norms, QK-norm per head, the token embedding
+# times sqrt(d_model) (model.embed_scale; sqrt(48) here, a factor that is not a power of two) and
+# GeGLU with the tanh GELU (model.mlp = "geglu_tanh").
 LLAMA_GEMMA = dict(LLAMA, norm_placement='"sandwich"', qk_norm="true",
-                   embed_scale='"sqrt_d_model"')
-GEMMA_CLIP = 2.9
+                   embed_scale='"sqrt_d_model"', mlp='"geglu_tanh"')
+GEMMA_CLIP = 3.0
 CONFIGS = [
     dict(name="gpt2", grad_clip=1.4,
          model=dict(n_layer=2, d_model=32, n_head=4, vocab_size=VOCAB, vocab_multiple=128,
@@ -373,7 +374,7 @@ def torch_config(a):
         return torch_gpt.GPTConfig(V=i("V"), Vp=i("Vp"), C=i("C"), L=i("L"), NH=i("NH"),
                                    F=i("F"), max_T=i("T"), alibi=bool(a["alibi"]),
                                    bias=bool(a["bias"]), gelu_exact=bool(a["gelu_exact"]))
-    if not a["rmsnorm"] or not a["swiglu"] or a["bias"]:
+    if not a["rmsnorm"] or not (a["swiglu"] or a.get("geglu")) or a["bias"]:
         raise ValueError("no torch model for RoPE without RMSNorm and SwiGLU, or with biases")
     scaling = None
     if a["rope_scaling"]:
@@ -390,7 +391,8 @@ def torch_config(a):
                                        sandwich=bool(a.get("sandwich", 0)),
                                        post=bool(a.get("post", 0)),
                                        qk_proj=bool(a.get("qk_proj", 0)),
-                                       embed_scale=bool(a.get("embed_scale", 0)))
+                                       embed_scale=bool(a.get("embed_scale", 0)),
+                                       geglu=bool(a.get("geglu", 0)))
     return torch_moe.MoEConfig(**llama, E=i("E"), K=i("K"), FE=i("FE"), S=i("S"),
                                moe_every=i("moe_every"), norm_topk=bool(a["moe_norm_topk"]),
                                aux_coef=a["moe_aux_loss_coef"], z_coef=a["moe_z_loss_coef"])
@@ -625,6 +627,7 @@ def want_attrs(cfg):
         want["post"] = m.get("norm_placement") == '"post"'
         want["qk_proj"] = yes("qk_norm") and m.get("qk_norm_scope") == '"projection"'
         want["embed_scale"] = m.get("embed_scale") == '"sqrt_d_model"'
+        want["geglu"] = m.get("mlp") == '"geglu_tanh"'
     for k in ("eot_token", "norm_eps", "rope_theta", "rope_factor", "rope_low_freq_factor",
               "rope_high_freq_factor", "rope_original_max_pos", "moe_aux_loss_coef",
               "moe_z_loss_coef"):
@@ -744,7 +747,7 @@ def check_step0(tap, name, d, tc, names, shapes, model):
 
 def has_variants(tc):
     return is_llama(tc) and (any(tc.windows) or tc.sinks or tc.qpas or tc.sandwich or tc.post
-                             or tc.qk_proj or tc.embed_scale)
+                             or tc.qk_proj or tc.embed_scale or tc.geglu)
 
 
 def check_variants_matter(tap, name, d, tc, logits):
@@ -792,11 +795,12 @@ def post_variants_matter(d, tc, inputs, logits):
     OLMo 2's post-norms taken away (identity), QK-norm per head (weights of ones) in place of over
     the projections."""
     got = {}
-    if tc.embed_scale:
-        other = torch_model(dataclasses.replace(tc, embed_scale=False), d["attrs"])
-        other.load_tessera(d["params"])
-        with torch.no_grad():
-            got["the embedding scale"] = rel_err(other(inputs)[0].numpy(), logits.numpy())
+    for what, field in (("the embedding scale", "embed_scale"), ("GeGLU (vs SwiGLU)", "geglu")):
+        if getattr(tc, field):
+            other = torch_model(dataclasses.replace(tc, **{field: False}), d["attrs"])
+            other.load_tessera(d["params"])
+            with torch.no_grad():
+                got[what] = rel_err(other(inputs)[0].numpy(), logits.numpy())
     if tc.post:
         other = torch_model(tc, d["attrs"])
         other.load_tessera(d["params"])

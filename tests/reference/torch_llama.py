@@ -78,6 +78,7 @@ class LlamaConfig:
     post: bool = False   # OLMo 2's: a norm after the attention and the MLP, none before them
     qk_proj: bool = False  # OLMo 2's QK-norm: over the whole q and k projections, not per head
     embed_scale: bool = False  # Gemma's: the token embedding times sqrt(C)
+    geglu: bool = False  # Gemma's MLP: gelu_pytorch_tanh(gate) * up in SwiGLU's place
 
 
 def param_names(cfg):
@@ -200,9 +201,12 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(cfg.C, cfg.F, bias=False)
         self.up_proj = nn.Linear(cfg.C, cfg.F, bias=False)
         self.down_proj = nn.Linear(cfg.F, cfg.C, bias=False)
+        self.geglu = getattr(cfg, "geglu", False)
 
     def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        g = self.gate_proj(x)
+        act = F.gelu(g, approximate="tanh") if self.geglu else F.silu(g)  # GemmaMLP / LlamaMLP
+        return self.down_proj(act * self.up_proj(x))
 
 
 class Layer(nn.Module):

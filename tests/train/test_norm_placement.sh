@@ -2,14 +2,15 @@
 # Norm placements through the real trainer (docs/models.md "Norm placements"; the maths is checked
 # against float64 PyTorch by tests/reference/test_reference.py, cases llama-sandwich and
 # llama-olmo2, llama-gemma):
-#  - a tiny Llama with sandwich norms and the embedding times sqrt(d_model) (Gemma 2/3) trains on
-#    2 ranks with ddp, and zero3 on 2 ranks equals it within 1e-6 at every step (postattnw and postmlpw are ordinary parameters of the
-#    sharded list); its checkpoint holds both tensors and verifies; the placement changes the run;
+#  - a tiny Llama with sandwich norms, the embedding times sqrt(d_model) and GeGLU (Gemma 2/3)
+#    trains on 2 ranks with ddp, and zero3 on 2 ranks equals it within 1e-6 at every step
+#    (postattnw and postmlpw are ordinary parameters of the sharded list); its checkpoint holds
+#    both tensors and verifies; the placement changes the run;
 #  - ckpt export --format hf refuses it naming the key (no exported class has it);
 #  - device = "cuda" and parallel.context = 2 are refused at start (exit 1) naming the key,
-#    nothing written in run_dir, for sandwich, post, model.qk_norm_scope = projection and
-#    model.embed_scale; model.norm = "layernorm" with post and model.pos = "learned" with
-#    embed_scale are refused naming the key;
+#    nothing written in run_dir, for sandwich, post, model.qk_norm_scope = projection,
+#    model.embed_scale and model.mlp = geglu_tanh; model.norm = "layernorm" with post and
+#    model.pos = "learned" with embed_scale are refused naming the key;
 #  - a resume with the other placement is refused (exit 1) naming what differs;
 #  - tessera generate from the checkpoint, greedy 100 tokens: the KV cache's ids and probabilities
 #    equal the no-cache forward's (the decode path runs the post-norms and the scale too);
@@ -25,14 +26,15 @@ tap_plan 9
 make_synth "$TMP/data" 512 60000
 tiny_llama_args "$TMP/data/train"
 args+=(--set model.n_head=4 --set model.n_kv_head=2 --set max_duration=6ba --set save_interval=6ba --set watchdog.window=0)
-sw=(--set model.norm_placement=sandwich --set model.embed_scale=sqrt_d_model)
+sw=(--set model.norm_placement=sandwich --set model.embed_scale=sqrt_d_model
+    --set model.mlp=geglu_tanh)
 run() { local dir=$1 np=$2; shift 2; "${MPIRUN[@]}" -np "$np" "$TRAIN" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
 
 run D 2 "${sw[@]}" && run Z 2 "${sw[@]}" --set parallel.sharding=zero3
 rc=$?
 tap_diag "zero3 vs ddp: $(metrics_close "$TMP/D/metrics.jsonl" "$TMP/Z/metrics.jsonl" 1 1e-6 1e-6)"
 ((rc == 0)) && metrics_close "$TMP/D/metrics.jsonl" "$TMP/Z/metrics.jsonl" 1 1e-6 1e-6 >/dev/null
-tap_check $? "sandwich norms and the embedding scale: ddp and zero3 on 2 ranks train 6 steps and agree within 1e-6"
+tap_check $? "sandwich norms, the embedding scale, GeGLU: ddp and zero3 on 2 ranks train 6 steps and agree within 1e-6"
 
 "$PY3" - "$TMP/D/step-00000006.h5" <<'PY' && "$TOOL" ckpt verify "$TMP/D/step-00000006.h5" >"$TMP/verify.txt" 2>&1
 import sys, h5py
@@ -44,7 +46,7 @@ sys.exit(0 if post == ["postattnw", "postmlpw"] else 1)
 PY
 tap_check $? "the checkpoint holds postattnw and postmlpw and verifies"
 
-run P 1 --set model.embed_scale=sqrt_d_model
+run P 1 --set model.embed_scale=sqrt_d_model --set model.mlp=geglu_tanh
 a=$(json_field "$TMP/D/metrics.jsonl" 6 loss) p=$(json_field "$TMP/P/metrics.jsonl" 6 loss)
 tap_diag "step-6 loss sandwich $a, pre $p"
 [[ -n $a && -n $p && $a != "$p" ]]
@@ -67,10 +69,11 @@ sed 's/^/# /' "$TMP/ln.txt" "$TMP/pos.txt" | grep "norm_placement\|embed_scale" 
 variant_refused R model.norm_placement "${sw[@]}" && variant_refused O model.norm_placement "${olmo[@]}" &&
     variant_refused Q model.qk_norm_scope --set model.qk_norm=true --set model.qk_norm_scope=projection &&
     variant_refused E model.embed_scale --set model.embed_scale=sqrt_d_model &&
+    variant_refused G model.mlp --set model.mlp=geglu_tanh &&
     ((rc == 1)) && grep -q 'model.norm_placement = "post" needs model.norm = "rmsnorm"' "$TMP/ln.txt" &&
     ((rc2 == 1)) && grep -q 'model.embed_scale = "sqrt_d_model" with model.pos = "learned"' "$TMP/pos.txt" &&
     [[ -z $(ls -A "$TMP/L") ]]
-tap_check $? "device = cuda and parallel.context = 2 with sandwich, post, QK-norm over the projection or the embedding scale, model.norm = layernorm with post (exit $rc), pos = learned with the scale (exit $rc2): exit 1 naming the key, nothing written"
+tap_check $? "device = cuda and parallel.context = 2 with sandwich, post, QK-norm over the projection, the embedding scale or GeGLU, model.norm = layernorm with post (exit $rc), pos = learned with the scale (exit $rc2): exit 1 naming the key, nothing written"
 
 run D 1 --set max_duration=8ba
 rc=$?
@@ -80,7 +83,7 @@ tap_check $? "a resume with norm_placement = pre of a sandwich checkpoint is ref
 
 greedy D gen --max-tokens 100 && [[ $(wc -w <"$TMP/gen.c") == 100 ]] && cmp -s "$TMP/gen.c" "$TMP/gen.n" &&
     probs_close "$TMP/gen.c.probs" "$TMP/gen.n.probs"
-tap_check $? "generate (sandwich norms, embedding scale), greedy 20 + 100 tokens: KV cache == no cache, ids and probabilities"
+tap_check $? "generate (sandwich norms, embedding scale, GeGLU), greedy 20 + 100 tokens: KV cache == no cache, ids and probabilities"
 
 run O 1 "${olmo[@]}"
 rc=$?

@@ -21,7 +21,7 @@
 #include "ops_check.h"
 #include "tap.h"
 
-#define NCHECKS 119
+#define NCHECKS 123
 
 static const tsr_ops *ops = &tsr_cpu_ops;
 
@@ -79,11 +79,14 @@ static void ref_rope(double *out, const double *qkv, const int32_t *pos, int p0,
         }
 }
 
-static void ref_swiglu(double *out, const double *inp, int N, int F) {
+/* SwiGLU, or with geglu GeGLU: 0.5 g (1 + tanh(sqrt(2/pi)(g + 0.044715 g^3))) in silu's place */
+static void ref_swiglu(double *out, const double *inp, int N, int F, int geglu) {
     for (int n = 0; n < N; n++)
         for (int f = 0; f < F; f++) {
             double g = inp[(size_t)n * 2 * F + f], u = inp[(size_t)n * 2 * F + F + f];
-            out[(size_t)n * F + f] = g / (1.0 + exp(-g)) * u;
+            const double v = sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g);
+            const double a = geglu ? 0.5 * g * (1.0 + tanh(v)) : g / (1.0 + exp(-g));
+            out[(size_t)n * F + f] = a * u;
         }
 }
 
@@ -309,17 +312,18 @@ static void test_rope(int B, int T, int NH, int KVH, int hs, int with_pos, int p
 
 typedef struct {
     const double *inp;
-    int N, F;
+    int N, F, geglu;
 } swiglu_ctx;
 
 static void swiglu_obj(const void *c, double *out) {
     const swiglu_ctx *s = c;
-    ref_swiglu(out, s->inp, s->N, s->F);
+    ref_swiglu(out, s->inp, s->N, s->F, s->geglu);
 }
 
 /* 2 checks. range: gate and up values in [-range, range] (plus a few large gates for the tails
- * of exp) */
-static void test_swiglu(int N, int F, double range) {
+ * of exp); geglu: geglu_* (Gemma) in place of swiglu_* */
+static void test_swiglu(int N, int F, double range, int geglu) {
+    const char *name = geglu ? "geglu" : "swiglu";
     size_t ni = (size_t)N * 2 * F, no = (size_t)N * F;
     float *inp = FALLOC(ni), *out = FALLOC(no), *dout = FALLOC(no), *g = FALLOC(ni);
     double *inp_ = DALLOC(ni), *want = DALLOC(no), *wts = DALLOC(no);
@@ -330,15 +334,15 @@ static void test_swiglu(int N, int F, double range) {
     fill(g, NULL, ni, -1, 1);
     float *g0 = copy_f(g, ni);
     char what[96];
-    ops->swiglu_forward(out, inp, N, F);
-    ref_swiglu(want, inp_, N, F);
+    (geglu ? ops->geglu_forward : ops->swiglu_forward)(out, inp, N, F);
+    ref_swiglu(want, inp_, N, F, geglu);
     /* exp (a few ulp), a quotient and a product: ~1e-6 relative */
-    snprintf(what, sizeof what, "swiglu forward (N=%d F=%d range %g)", N, F, range);
+    snprintf(what, sizeof what, "%s forward (N=%d F=%d range %g)", name, N, F, range);
     check(what, out, want, no, 1e-7, 2e-6);
-    ops->swiglu_backward(g, inp, dout, N, F);
-    swiglu_ctx ctx = {inp_, N, F};
+    (geglu ? ops->geglu_backward : ops->swiglu_backward)(g, inp, dout, N, F);
+    swiglu_ctx ctx = {inp_, N, F, geglu};
     objective o = {swiglu_obj, &ctx, no, wts, DALLOC(no)};
-    snprintf(what, sizeof what, "swiglu backward dinp (N=%d F=%d range %g)", N, F, range);
+    snprintf(what, sizeof what, "%s backward dinp (N=%d F=%d range %g)", name, N, F, range);
     if (ni <= 20000)
         check_grad(what, g, g0, inp_, ni, &o, 1e-6, 1e-5);
     else /* each difference reruns the whole reference */
@@ -623,9 +627,11 @@ int main(void) {
     test_rope(2, 9, 4, 1, 8, 1, 0);    /* positions given, MQA */
     test_rope(1, 3, 2, 2, 2, 0, 1);    /* hs 2 */
     test_rope(1, 7, 2, 1, 64, 0, 3000); /* hs 64, large angles (cos/sin in double) */
-    test_swiglu(5, 7, 4.0);
-    test_swiglu(1, 1, 2.0);
-    test_swiglu(33, 600, 8.0); /* past the one-thread cut-off */
+    test_swiglu(5, 7, 4.0, 0);
+    test_swiglu(1, 1, 2.0, 0);
+    test_swiglu(33, 600, 8.0, 0); /* past the one-thread cut-off */
+    test_swiglu(5, 7, 4.0, 1);    /* GeGLU (Gemma) */
+    test_swiglu(33, 600, 8.0, 1);
     test_gqa(2, 5, 4, 2, 8, 0, 0, 0);
     test_gqa(2, 7, 4, 1, 2, 1, 1, 0);     /* MQA, hs 2, ALiBi, segments */
     test_gqa(1, 9, 3, 3, 6, 0, 1, 0);     /* KVH = NH through the same reference */
