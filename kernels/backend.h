@@ -102,6 +102,15 @@ struct tsr_backend {
     void (*qknorm_backward)(const tsr_backend *be, void *dinp, float *dqw, float *dkw,
                             const void *dout, const void *inp, const void *qw, const void *kw,
                             const float *rstd, int N, int NH, int KVH, int hs);
+    /* QK-norm over the whole projections (model.qk_norm_scope = projection; ops.h
+     * qknorm_proj_forward): the same arguments, rstd (N, 2), qw (NH hs), kw (KVH hs); or NULL */
+    void (*qknorm_proj_forward)(const tsr_backend *be, void *out, float *rstd, const void *inp,
+                                const void *qw, const void *kw, int N, int NH, int KVH, int hs,
+                                float eps);
+    void (*qknorm_proj_backward)(const tsr_backend *be, void *dinp, float *dqw, float *dkw,
+                                 const void *dout, const void *inp, const void *qw,
+                                 const void *kw, const float *rstd, int N, int NH, int KVH,
+                                 int hs);
     /* RoPE in place on qkv / its transpose on dqkv (B,T,QKV) act (ops.h rope_forward); pos on
      * the backend or NULL (then t + p0); inv_freq (hs/2) fp32 on the backend */
     void (*rope_forward)(const tsr_backend *be, void *qkv, const int32_t *pos, int p0,
@@ -113,6 +122,11 @@ struct tsr_backend {
     void (*swiglu_forward)(const tsr_backend *be, void *out, const void *inp, int N, int F);
     void (*swiglu_backward)(const tsr_backend *be, void *dinp, const void *inp, const void *dout,
                             int N, int F, tsr_grad_mode mode);
+    /* GeGLU with the tanh GELU (model.mlp = geglu_tanh): swiglu_*'s shapes with gelu_tanh in
+     * silu's place (ops.h geglu_forward); or NULL */
+    void (*geglu_forward)(const tsr_backend *be, void *out, const void *inp, int N, int F);
+    void (*geglu_backward)(const tsr_backend *be, void *dinp, const void *inp, const void *dout,
+                           int N, int F, tsr_grad_mode mode);
     /* Mixture of experts: the maths, shapes and orders of ops.h's moe_* entries, with the
      * backend's types: logits, x, xg, dx, dxg, out, base, y, dy, inp, dinp, dout, dlogits act;
      * w weight; probs, lse, wts, dwts, stats, dw fp32; idx, offs, rows, slot int32 — all on the
@@ -232,6 +246,8 @@ struct tsr_backend {
     size_t (*ring_scratch)(int B, int T, int NH, int KVH, int hs);
     void (*f32_to_act)(const tsr_backend *be, void *dst, const float *src, size_t n);
     void (*add_f32)(const tsr_backend *be, float *dst, const float *src, size_t n);
+    /* x (n) fp32 *= s (model.embed_scale on the embedding and its gradient), or NULL */
+    void (*scale_f32)(const tsr_backend *be, float *x, float s, size_t n);
     void (*copy_rows)(const tsr_backend *be, void *dst, size_t dpitch, const void *src,
                       size_t spitch, size_t width, size_t rows);
 

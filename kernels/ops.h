@@ -159,6 +159,14 @@ typedef struct tsr_ops {
     void (*qknorm_backward)(float *dinp, float *dqw, float *dkw, const float *dout,
                             const float *inp, const float *qw, const float *kw, const float *rstd,
                             int N, int NH, int KVH, int hs);
+    /* QK-norm over the whole projections (OLMo 2), or NULL: the NH * hs query columns one
+     * RMSNorm row with qw (NH hs), the KVH * hs key columns one with kw (KVH hs), the values
+     * copied; rstd (N, 2). The backward as qknorm_backward's, dqw (NH hs), dkw (KVH hs). */
+    void (*qknorm_proj_forward)(float *out, float *rstd, const float *inp, const float *qw,
+                                const float *kw, int N, int NH, int KVH, int hs, float eps);
+    void (*qknorm_proj_backward)(float *dinp, float *dqw, float *dkw, const float *dout,
+                                 const float *inp, const float *qw, const float *kw,
+                                 const float *rstd, int N, int NH, int KVH, int hs);
     /* RoPE in place on the query and key heads of qkv (B,T,QKV) (the value heads untouched), the
      * rotate-half pairing of Llama/Qwen: for i < hs/2, with a = p * inv_freq[i],
      *   x'[i] = x[i] cos a - x[i + hs/2] sin a,  x'[i + hs/2] = x[i + hs/2] cos a + x[i] sin a
@@ -176,6 +184,10 @@ typedef struct tsr_ops {
     void (*swiglu_forward)(float *out, const float *inp, int N, int F);
     /* dinp (N,2F) +=, dout (N,F), inp as in forward */
     void (*swiglu_backward)(float *dinp, const float *inp, const float *dout, int N, int F);
+    /* GeGLU (Gemma), or NULL: out (N,F) = gelu_tanh(inp[:, :F]) * inp[:, F:], gelu_tanh(x) =
+     * 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))); the backward as swiglu_backward's */
+    void (*geglu_forward)(float *out, const float *inp, int N, int F);
+    void (*geglu_backward)(float *dinp, const float *inp, const float *dout, int N, int F);
 
     /* ---- Mixture of experts (docs/moe.md; E experts, top K of them per row, NK = N * K) ----
      * MoE ops are optional in the table (NULL: the model refuses MoE configs on that backend).

@@ -85,6 +85,19 @@ static void f_qknorm_backward(const tsr_backend *be, void *dinp, float *dqw, flo
     OPS(be)->qknorm_backward(dinp, dqw, dkw, dout, inp, qw, kw, rstd, N, NH, KVH, hs);
 }
 
+static void f_qknorm_proj_forward(const tsr_backend *be, void *out, float *rstd, const void *inp,
+                                  const void *qw, const void *kw, int N, int NH, int KVH, int hs,
+                                  float eps) {
+    OPS(be)->qknorm_proj_forward(out, rstd, inp, qw, kw, N, NH, KVH, hs, eps);
+}
+
+static void f_qknorm_proj_backward(const tsr_backend *be, void *dinp, float *dqw, float *dkw,
+                                   const void *dout, const void *inp, const void *qw,
+                                   const void *kw, const float *rstd, int N, int NH, int KVH,
+                                   int hs) {
+    OPS(be)->qknorm_proj_backward(dinp, dqw, dkw, dout, inp, qw, kw, rstd, N, NH, KVH, hs);
+}
+
 static void f_rope_forward(const tsr_backend *be, void *qkv, const int32_t *pos, int p0,
                            const float *inv_freq, int B, int T, int NH, int KVH, int hs) {
     OPS(be)->rope_forward(qkv, pos, p0, inv_freq, B, T, NH, KVH, hs);
@@ -97,6 +110,16 @@ static void f_rope_backward(const tsr_backend *be, void *dqkv, const int32_t *po
 
 static void f_swiglu_forward(const tsr_backend *be, void *out, const void *inp, int N, int F) {
     OPS(be)->swiglu_forward(out, inp, N, F);
+}
+
+static void f_geglu_forward(const tsr_backend *be, void *out, const void *inp, int N, int F) {
+    OPS(be)->geglu_forward(out, inp, N, F);
+}
+
+static void f_geglu_backward(const tsr_backend *be, void *dinp, const void *inp,
+                             const void *dout, int N, int F, tsr_grad_mode mode) {
+    set_zero(be, dinp, (size_t)N * 2 * F, mode);
+    OPS(be)->geglu_backward(dinp, inp, dout, N, F);
 }
 
 static void f_swiglu_backward(const tsr_backend *be, void *dinp, const void *inp,
@@ -249,6 +272,11 @@ static void f_ring_backward(const tsr_backend *be, float *dq, int lddq, float *d
     OPS(be)->ring_backward(dq, lddq, dkv, lddkv, dout, out, lse, k);
 }
 
+static void f_scale_f32(const tsr_backend *be, float *x, float s, size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
 static size_t f_ring_scratch(int B, int T, int NH, int KVH, int hs) {
     (void)B, (void)T, (void)NH, (void)KVH, (void)hs;
     return 0;
@@ -337,10 +365,14 @@ tsr_backend tsr_fp32_backend(const tsr_ops *ops) {
         .rmsnorm_backward = f_rmsnorm_backward,
         .qknorm_forward = f_qknorm_forward,
         .qknorm_backward = f_qknorm_backward,
+        .qknorm_proj_forward = ops->qknorm_proj_forward ? f_qknorm_proj_forward : NULL,
+        .qknorm_proj_backward = ops->qknorm_proj_backward ? f_qknorm_proj_backward : NULL,
         .rope_forward = f_rope_forward,
         .rope_backward = f_rope_backward,
         .swiglu_forward = f_swiglu_forward,
         .swiglu_backward = f_swiglu_backward,
+        .geglu_forward = ops->geglu_forward ? f_geglu_forward : NULL,
+        .geglu_backward = ops->geglu_backward ? f_geglu_backward : NULL,
         .moe_route = ops->moe_route ? f_moe_route : NULL,
         .moe_gather = ops->moe_gather ? f_moe_gather : NULL,
         .moe_gather_backward = ops->moe_gather_backward ? f_moe_gather_backward : NULL,
@@ -367,6 +399,7 @@ tsr_backend tsr_fp32_backend(const tsr_ops *ops) {
         .ring_scratch = f_ring_scratch,
         .f32_to_act = f_f32_to_act,
         .add_f32 = f_add_f32,
+        .scale_f32 = f_scale_f32,
         .copy_rows = f_copy_rows,
         .attention_decode_rows = ops->attention_decode_rows ? f_attention_decode_rows : NULL,
         .softmax_xent = f_softmax_xent,

@@ -71,12 +71,19 @@ void cpu_qknorm_forward(float *out, float *rstd, const float *inp, const float *
 void cpu_qknorm_backward(float *dinp, float *dqw, float *dkw, const float *dout, const float *inp,
                          const float *qw, const float *kw, const float *rstd, int N, int NH,
                          int KVH, int hs);
+void cpu_qknorm_proj_forward(float *out, float *rstd, const float *inp, const float *qw,
+                             const float *kw, int N, int NH, int KVH, int hs, float eps);
+void cpu_qknorm_proj_backward(float *dinp, float *dqw, float *dkw, const float *dout,
+                              const float *inp, const float *qw, const float *kw,
+                              const float *rstd, int N, int NH, int KVH, int hs);
 void cpu_rope_forward(float *qkv, const int32_t *pos, int p0, const float *inv_freq, int B, int T,
                       int NH, int KVH, int hs);
 void cpu_rope_backward(float *dqkv, const int32_t *pos, int p0, const float *inv_freq, int B,
                        int T, int NH, int KVH, int hs);
 void cpu_swiglu_forward(float *out, const float *inp, int N, int F);
 void cpu_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F);
+void cpu_geglu_forward(float *out, const float *inp, int N, int F);
+void cpu_geglu_backward(float *dinp, const float *inp, const float *dout, int N, int F);
 
 /* cpu_moe.c (ops.h describes each) */
 void cpu_moe_route(float *probs, float *lse, int32_t *idx, float *wts, int32_t *offs,

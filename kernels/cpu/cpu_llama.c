@@ -1,5 +1,5 @@
 /* cpu_llama.c — the fp32 CPU ops of the Llama/Qwen blocks: RMSNorm, QK-norm (Qwen 3), RoPE
- * (rotate-half pairing) and SwiGLU. ops.h states each op's contract.
+ * (rotate-half pairing), SwiGLU and GeGLU (Gemma). ops.h states each op's contract.
  *
  * File-wide conventions (those of cpu_ops.c): backward ops accumulate (+=) into every gradient they
  * produce; loops are OpenMP-parallel over rows, every output element written by one thread in a
@@ -98,28 +98,110 @@ void cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float
 
 /* ---- QK-norm ------------------------------------------------------------------------------- */
 
+/* A qkv row's normalised groups: nq query groups of width wq (with qw), then nk key groups of
+ * width wk (with kw), then the value columns (vw) copied. Per head (Qwen 3): NH and KVH groups of
+ * hs; over the projection (OLMo 2): one group of NH hs and one of KVH hs. rstd (N, nq + nk). */
+typedef struct qkn_layout {
+    int nq, wq, nk, wk;
+    size_t row, vw; /* the row's width (NH + 2 KVH) hs, and the value columns' KVH hs */
+} qkn_layout;
+
+static qkn_layout qkn_heads(int NH, int KVH, int hs, int proj) {
+    const size_t vw = (size_t)KVH * hs;
+    if (proj) return (qkn_layout){1, NH * hs, 1, KVH * hs, (size_t)(NH + 2 * KVH) * hs, vw};
+    return (qkn_layout){NH, hs, KVH, hs, (size_t)(NH + 2 * KVH) * hs, vw};
+}
+
+/* group g's first column in its row, and its width */
+static size_t qkn_col(const qkn_layout *q, int g, int *w) {
+    *w = g < q->nq ? q->wq : q->wk;
+    return g < q->nq ? (size_t)g * q->wq : (size_t)q->nq * q->wq + (size_t)(g - q->nq) * q->wk;
+}
+
+static void qkn_forward(float *out, float *rstd, const float *inp, const float *qw,
+                        const float *kw, int N, qkn_layout q, float eps) {
+    const int H = q.nq + q.nk;
+    const size_t vcol = q.row - q.vw;
+#pragma omp parallel for schedule(static) if ((long)N * (long)vcol >= CPU_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + n * q.row;
+        float *o = out + n * q.row;
+        for (int h = 0; h < H; h++) {
+            int w;
+            const size_t c = qkn_col(&q, h, &w);
+            rstd[(size_t)n * H + h] = rms_row_forward(o + c, x + c, h < q.nq ? qw : kw, w, eps);
+        }
+        if (o != x) memcpy(o + vcol, x + vcol, q.vw * sizeof *o);
+    }
+}
+
 /* Heads 0..NH-1 of a qkv row are the queries, NH..NH+KVH-1 the keys: each an RMSNorm row of hs,
  * with qw or kw. out, inp (N, (NH+2KVH) hs), rstd (N, NH+KVH), qw, kw (hs); out may be inp */
 void cpu_qknorm_forward(float *out, float *rstd, const float *inp, const float *qw,
                         const float *kw, int N, int NH, int KVH, int hs, float eps) {
-    const int H = NH + KVH;
-    const size_t QKV = (size_t)(NH + 2 * KVH) * hs;
-#pragma omp parallel for schedule(static) if ((long)N * H * hs >= CPU_PAR_MIN)
-    for (int n = 0; n < N; n++) {
-        const float *x = inp + n * QKV;
-        float *o = out + n * QKV;
-        for (int h = 0; h < H; h++)
-            rstd[(size_t)n * H + h] =
-                rms_row_forward(o + (size_t)h * hs, x + (size_t)h * hs, h < NH ? qw : kw, hs, eps);
-        if (o != x) memcpy(o + (size_t)H * hs, x + (size_t)H * hs, (size_t)KVH * hs * sizeof *o);
-    }
+    qkn_forward(out, rstd, inp, qw, kw, N, qkn_heads(NH, KVH, hs, 0), eps);
 }
 
-/* The value columns' pass-through: dinp[row] += dout[row] over the KVH * hs columns from col0. */
-static void qknorm_value_rows(float *dinp, const float *dout, size_t row, size_t col0, size_t vhs) {
+/* The queries (NH hs columns) one RMSNorm row with qw (NH hs), the keys (KVH hs) one with kw
+ * (KVH hs); rstd (N, 2) */
+void cpu_qknorm_proj_forward(float *out, float *rstd, const float *inp, const float *qw,
+                             const float *kw, int N, int NH, int KVH, int hs, float eps) {
+    qkn_forward(out, rstd, inp, qw, kw, N, qkn_heads(NH, KVH, hs, 1), eps);
+}
+
+/* The value columns' pass-through: dinp[row] += dout[row] over the vw columns from col0. */
+static void qknorm_value_rows(float *dinp, const float *dout, size_t row, size_t col0, size_t vw) {
     float *dv = dinp + row + col0;
     const float *gv = dout + row + col0;
-    for (size_t c = 0; c < vhs; c++) dv[c] += gv[c];
+    for (size_t c = 0; c < vw; c++) dv[c] += gv[c];
+}
+
+/* row n's backward: dinp +=; pq, pk the chunk's partial sums of dqw, dkw (NULL: frozen, none) */
+static void qkn_row_backward(float *dinp, double *pq, double *pk, const float *dout,
+                             const float *inp, const float *qw, const float *kw,
+                             const float *rstd, int n, const qkn_layout *q) {
+    const int H = q->nq + q->nk;
+    const size_t row = n * q->row;
+    for (int h = 0; h < H; h++) {
+        int w;
+        const size_t o = row + qkn_col(q, h, &w);
+        const float r = rstd[(size_t)n * H + h];
+        if (!pq) rms_row_backward_dx(dinp + o, dout + o, inp + o, h < q->nq ? qw : kw, r, w);
+        else rms_row_backward(dinp + o, h < q->nq ? pq : pk, dout + o, inp + o,
+                              h < q->nq ? qw : kw, r, w);
+    }
+    qknorm_value_rows(dinp, dout, row, q->row - q->vw, q->vw);
+}
+
+/* dinp (N,row) += (value columns: dout), dqw (wq), dkw (wk) += (either or both NULL: frozen;
+ * both: no sums at all, one: both summed, that one not added); dout, inp (N,row) */
+static void qkn_backward(float *dinp, float *dqw, float *dkw, const float *dout, const float *inp,
+                         const float *qw, const float *kw, const float *rstd, int N,
+                         qkn_layout q) {
+    const int nchunks = cpu_row_chunks(N), W = q.wq + q.wk;
+    if (!dqw && !dkw) {
+#pragma omp parallel for schedule(static) if ((long)N * (long)q.row >= CPU_PAR_MIN)
+        for (int n = 0; n < N; n++)
+            qkn_row_backward(dinp, NULL, NULL, dout, inp, qw, kw, rstd, n, &q);
+        return;
+    }
+    double *part = tsr_malloc((size_t)nchunks * W * sizeof *part); /* [chunk][dqw | dkw] */
+#pragma omp parallel for schedule(static) if ((long)N * (long)q.row >= CPU_PAR_MIN)
+    for (int k = 0; k < nchunks; k++) {
+        double *pq = part + (size_t)k * W;
+        for (int c = 0; c < W; c++) pq[c] = 0.0;
+        const int n1 = (k + 1) * CPU_ROW_CHUNK < N ? (k + 1) * CPU_ROW_CHUNK : N;
+        for (int n = k * CPU_ROW_CHUNK; n < n1; n++)
+            qkn_row_backward(dinp, pq, pq + q.wq, dout, inp, qw, kw, rstd, n, &q);
+    }
+    /* one reduction of width wq + wk, then split */
+    float *sums = tsr_malloc((size_t)W * sizeof *sums);
+    memset(sums, 0, (size_t)W * sizeof *sums);
+    cpu_reduce_chunks(sums, part, nchunks, W);
+    for (int c = 0; dqw && c < q.wq; c++) dqw[c] += sums[c];
+    for (int c = 0; dkw && c < q.wk; c++) dkw[c] += sums[q.wq + c];
+    free(sums);
+    free(part);
 }
 
 /* dinp (N,QKV) += (value columns: dout), dqw, dkw (hs) += (either or both NULL: frozen; both:
@@ -127,47 +209,14 @@ static void qknorm_value_rows(float *dinp, const float *dout, size_t row, size_t
 void cpu_qknorm_backward(float *dinp, float *dqw, float *dkw, const float *dout, const float *inp,
                          const float *qw, const float *kw, const float *rstd, int N, int NH,
                          int KVH, int hs) {
-    const int H = NH + KVH, nchunks = cpu_row_chunks(N);
-    const size_t QKV = (size_t)(NH + 2 * KVH) * hs, vhs = (size_t)KVH * hs;
-    if (!dqw && !dkw) {
-#pragma omp parallel for schedule(static) if ((long)N * QKV >= CPU_PAR_MIN)
-        for (int n = 0; n < N; n++) {
-            const size_t row = n * QKV;
-            for (int h = 0; h < H; h++) {
-                const size_t o = row + (size_t)h * hs;
-                rms_row_backward_dx(dinp + o, dout + o, inp + o, h < NH ? qw : kw,
-                                    rstd[(size_t)n * H + h], hs);
-            }
-            qknorm_value_rows(dinp, dout, row, (size_t)H * hs, vhs);
-        }
-        return;
-    }
-    double *part = tsr_malloc((size_t)nchunks * 2 * hs * sizeof *part); /* [chunk][dqw | dkw] */
-#pragma omp parallel for schedule(static) if ((long)N * QKV >= CPU_PAR_MIN)
-    for (int k = 0; k < nchunks; k++) {
-        double *pq = part + (size_t)k * 2 * hs;
-        for (int c = 0; c < 2 * hs; c++) pq[c] = 0.0;
-        const int n1 = (k + 1) * CPU_ROW_CHUNK < N ? (k + 1) * CPU_ROW_CHUNK : N;
-        for (int n = k * CPU_ROW_CHUNK; n < n1; n++) {
-            const size_t row = n * QKV;
-            for (int h = 0; h < H; h++) {
-                const size_t o = row + (size_t)h * hs;
-                rms_row_backward(dinp + o, h < NH ? pq : pq + hs, dout + o, inp + o,
-                                 h < NH ? qw : kw, rstd[(size_t)n * H + h], hs);
-            }
-            qknorm_value_rows(dinp, dout, row, (size_t)H * hs, vhs);
-        }
-    }
-    /* one reduction of width 2 hs, then split */
-    float *sums = tsr_malloc((size_t)2 * hs * sizeof *sums);
-    memset(sums, 0, (size_t)2 * hs * sizeof *sums);
-    cpu_reduce_chunks(sums, part, nchunks, 2 * hs);
-    for (int c = 0; c < hs; c++) {
-        if (dqw) dqw[c] += sums[c];
-        if (dkw) dkw[c] += sums[hs + c];
-    }
-    free(sums);
-    free(part);
+    qkn_backward(dinp, dqw, dkw, dout, inp, qw, kw, rstd, N, qkn_heads(NH, KVH, hs, 0));
+}
+
+/* cpu_qknorm_proj_forward's backward: dqw (NH hs), dkw (KVH hs); rstd (N, 2) */
+void cpu_qknorm_proj_backward(float *dinp, float *dqw, float *dkw, const float *dout,
+                              const float *inp, const float *qw, const float *kw,
+                              const float *rstd, int N, int NH, int KVH, int hs) {
+    qkn_backward(dinp, dqw, dkw, dout, inp, qw, kw, rstd, N, qkn_heads(NH, KVH, hs, 1));
 }
 
 /* ---- RoPE ----------------------------------------------------------------------------------- */
@@ -244,6 +293,45 @@ void cpu_swiglu_backward(float *dinp, const float *inp, const float *dout, int N
             const float silu = g[f] / (1.0f + e), dsilu = s + g[f] * s * (e * s);
             dg[f] += d[f] * u[f] * dsilu;
             du[f] += d[f] * silu;
+        }
+    }
+}
+
+/* ---- GeGLU (tanh GELU) ---------------------------------------------------------------------- */
+
+#define GEGLU_K0 0.7978845608028654f /* sqrt(2/pi), cpu_ops.c's GELU constants */
+#define GEGLU_K1 0.044715f
+
+/* out[n,f] = gelu_tanh(g) u, g = inp[n,f], u = inp[n,F+f]; gelu_tanh(g) = g sigmoid(2v),
+ * v = sqrt(2/pi)(g + 0.044715 g^3) (cpu_ops.c's GELU form). out (N,F), inp (N,2F) */
+void cpu_geglu_forward(float *out, const float *inp, int N, int F) {
+#pragma omp parallel for schedule(static) if ((long)N * F >= CPU_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *g = inp + (size_t)n * 2 * F, *u = g + F;
+        float *o = out + (size_t)n * F;
+#pragma omp simd
+        for (int f = 0; f < F; f++) {
+            const float x = g[f], v = GEGLU_K0 * (x + GEGLU_K1 * x * x * x);
+            o[f] = x / (1.0f + cpu_expf(-2.0f * v)) * u[f];
+        }
+    }
+}
+
+/* With e = e^-2v, s = 1 / (1 + e): gelu_tanh'(g) = s + 2 g s (e s) v', v' = sqrt(2/pi)(1 +
+ * 3*0.044715 g^2); dgate += dout u gelu_tanh'(g), dup += dout gelu_tanh(g).
+ * dinp (N,2F) +=, inp (N,2F), dout (N,F) */
+void cpu_geglu_backward(float *dinp, const float *inp, const float *dout, int N, int F) {
+#pragma omp parallel for schedule(static) if ((long)N * F >= CPU_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *g = inp + (size_t)n * 2 * F, *u = g + F, *d = dout + (size_t)n * F;
+        float *dg = dinp + (size_t)n * 2 * F, *du = dg + F;
+#pragma omp simd
+        for (int f = 0; f < F; f++) {
+            const float x = g[f], v = GEGLU_K0 * (x + GEGLU_K1 * x * x * x);
+            const float dv = GEGLU_K0 * (1.0f + 3.0f * GEGLU_K1 * x * x);
+            const float e = cpu_expf(-2.0f * v), s = 1.0f / (1.0f + e);
+            dg[f] += d[f] * u[f] * (s + 2.0f * x * s * (e * s) * dv);
+            du[f] += d[f] * (x * s);
         }
     }
 }

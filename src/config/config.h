@@ -20,11 +20,22 @@ typedef struct tsr_duration {
 typedef enum { TSR_POS_LEARNED = 0, TSR_POS_ALIBI, TSR_POS_ROPE, TSR_POS_COUNT } tsr_pos_kind;
 /* the normalisation of every block and the final one: LayerNorm (eps 1e-5) or RMSNorm (norm_eps) */
 typedef enum { TSR_NORM_LAYERNORM = 0, TSR_NORM_RMSNORM, TSR_NORM_COUNT } tsr_norm_kind;
-/* where a block's norms sit: pre (x + f(N(x))), or sandwich (Gemma 2/3: x + N'(f(N(x))), a norm
- * after the attention and after the MLP too) */
-typedef enum { TSR_NPLACE_PRE = 0, TSR_NPLACE_SANDWICH, TSR_NPLACE_COUNT } tsr_norm_placement;
-/* the MLP: gelu(x W1^T) W2^T, or SwiGLU silu(x Wg^T) * (x Wu^T) W2^T (Llama) */
-typedef enum { TSR_MLP_GELU = 0, TSR_MLP_SWIGLU, TSR_MLP_COUNT } tsr_mlp_kind;
+/* where a block's norms sit: pre (x + f(N(x))), sandwich (Gemma 2/3: x + N'(f(N(x))), a norm
+ * after the attention and after the MLP too), or post (OLMo 2: x + N'(f(x)), no norm before) */
+typedef enum {
+    TSR_NPLACE_PRE = 0,
+    TSR_NPLACE_SANDWICH,
+    TSR_NPLACE_POST,
+    TSR_NPLACE_COUNT
+} tsr_norm_placement;
+/* what QK-norm normalises: each head of q and k (Qwen 3, Gemma 3), or the whole q and k
+ * projections before the head split (OLMo 2) */
+typedef enum { TSR_QKN_HEAD = 0, TSR_QKN_PROJECTION, TSR_QKN_COUNT } tsr_qk_norm_scope;
+/* the token embedding's multiplier: none, or sqrt(d_model) (Gemma) */
+typedef enum { TSR_EMB_SCALE_NONE = 0, TSR_EMB_SCALE_SQRT_D, TSR_EMB_SCALE_COUNT } tsr_embed_scale;
+/* the MLP: gelu(x W1^T) W2^T, SwiGLU silu(x Wg^T) * (x Wu^T) W2^T (Llama), or GeGLU with the
+ * tanh GELU gelu_tanh(x Wg^T) * (x Wu^T) W2^T (Gemma) */
+typedef enum { TSR_MLP_GELU = 0, TSR_MLP_SWIGLU, TSR_MLP_GEGLU_TANH, TSR_MLP_COUNT } tsr_mlp_kind;
 /* RoPE frequency scaling: none, or Llama 3.1's (factor, low/high-frequency factors, original
  * context) */
 typedef enum { TSR_ROPE_SCALING_NONE = 0, TSR_ROPE_SCALING_LLAMA3, TSR_ROPE_SCALING_COUNT } tsr_rope_scaling_kind;
@@ -121,6 +132,7 @@ typedef struct tsr_model_config {
     int head_dim;         /* hs; 0 = d_model / n_head */
     int qkv_bias;         /* a bias on the q, k, v projections even with bias = false (Qwen 2) */
     int qk_norm;          /* RMSNorm of each q and k head before RoPE (Qwen 3) */
+    tsr_qk_norm_scope qk_norm_scope; /* per head, or over the whole projection (OLMo 2) */
     int tie_embeddings;   /* the LM head is wte; false: its own (Vp, C) matrix */
     /* mixture of experts (docs/moe.md): 0 experts = a dense model */
     int moe_experts;      /* E routed experts per MoE layer, each a SwiGLU MLP */
@@ -146,6 +158,7 @@ typedef struct tsr_model_config {
     int attn_sinks;       /* a learned logit per head in every row's softmax (gpt-oss) */
     double query_pre_attn_scalar; /* scores times 1 / sqrt(this) (Gemma); 0 = the head size */
     tsr_norm_placement norm_placement; /* docs/models.md "Norm placements" */
+    tsr_embed_scale embed_scale; /* the embedding times sqrt(d_model) (Gemma) */
 } tsr_model_config;
 
 typedef struct tsr_optim_config {
@@ -418,9 +431,12 @@ int config_model_dims(const tsr_model_config *m, tsr_model_dims *d, const char *
  * when layer_types is "" and sliding_window > 0), else 0 (full attention). */
 int config_layer_window(const tsr_model_config *m, int l);
 /* The model uses a sliding window, attention sinks, a query_pre_attn_scalar other than the head
- * size or a norm placement other than pre (what the CUDA backend, the ring of context parallelism
- * and the Hugging Face export do not run yet): the key that asks for it, or NULL. */
+ * size, a norm placement other than pre, QK-norm over the projection or an embedding scale (what
+ * the CUDA backend, the ring of context parallelism and the Hugging Face export do not run yet):
+ * the key that asks for it, or NULL. */
 const char *config_attn_variant_key(const tsr_model_config *m);
+/* The MLP is gated (SwiGLU, GeGLU): fcw holds the gate rows then the up rows (2F) */
+int config_mlp_gated(const tsr_model_config *m);
 /* Writes the effective config in libconfig syntax (loadable by config_load). */
 void config_print(FILE *f, const tsr_config *cfg);
 /* Writes the effective config to path (temp file + fsync + rename). Returns 0 or TSR_EXIT_DATA.

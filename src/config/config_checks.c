@@ -60,8 +60,9 @@ const char *const cfgload_cross_rules[] = {
     "`model.n_layer` of them (a shorter list repeats), and names sliding layers only with "
     "`model.sliding_window` > 0. A sliding window, `model.attn_sinks` or a "
     "`model.query_pre_attn_scalar` other than the head size, or `model.norm_placement` other than "
-    "`pre` (which with `sandwich` needs `model.norm = \"rmsnorm\"`) runs on `device = \"cpu\"` "
-    "and without context parallelism (`parallel.context = 1`) so far.",
+    "`pre` (which needs `model.norm = \"rmsnorm\"`), `model.qk_norm_scope = \"projection\"` or "
+    "`model.embed_scale` other than `none` runs on `device = \"cpu\"` and without context "
+    "parallelism (`parallel.context = 1`) so far.",
 };
 const size_t cfgload_n_cross_rules = sizeof cfgload_cross_rules / sizeof *cfgload_cross_rules;
 
@@ -293,15 +294,17 @@ static void validate_attn_variants(load_ctx *c) {
     if (!key) return;
     if (g->device == TSR_DEVICE_CUDA) {
         tsr_error("%s%s: device = \"cuda\" does not run sliding-window attention, attention "
-                  "sinks, query_pre_attn_scalar or sandwich norms yet (no CUDA kernel for them): "
-                  "use device = \"cpu\", or a model without them",
+                  "sinks, query_pre_attn_scalar, sandwich or post norms, QK-norm over the "
+                  "projection or an embedding scale yet (no CUDA kernel for them): use device = "
+                  "\"cpu\", or a model without them",
                   cfgload_where(c, key, at, sizeof at), key);
         c->errors++;
     }
     if (g->context > 1) {
         tsr_error("%s%s: parallel.context = %lld: the ring of context parallelism does not run "
-                  "sliding-window attention, attention sinks, query_pre_attn_scalar or sandwich "
-                  "norms yet: set parallel.context = 1",
+                  "sliding-window attention, attention sinks, query_pre_attn_scalar, sandwich or "
+                  "post norms, QK-norm over the projection or an embedding scale yet: set "
+                  "parallel.context = 1",
                   cfgload_where(c, key, at, sizeof at), key, (long long)g->context);
         c->errors++;
     }

@@ -151,10 +151,18 @@ static int norm_rope_check(const tsr_model_config *m, const char **key, char *wh
                  "eps is fixed at 1e-5 (norm_eps is RMSNorm's)", e);
         return -1;
     }
-    if (m->norm_placement == TSR_NPLACE_SANDWICH && m->norm != TSR_NORM_RMSNORM) {
+    if (m->norm_placement != TSR_NPLACE_PRE && m->norm != TSR_NORM_RMSNORM) {
         *key = "model.norm_placement";
-        snprintf(why, cap, "model.norm_placement = \"sandwich\" needs model.norm = \"rmsnorm\" "
-                 "(Gemma's norms; the post-norms have no LayerNorm form here)");
+        snprintf(why, cap, "model.norm_placement = \"%s\" needs model.norm = \"rmsnorm\" "
+                 "(Gemma's and OLMo 2's norms; the post-norms have no LayerNorm form here)",
+                 m->norm_placement == TSR_NPLACE_POST ? "post" : "sandwich");
+        return -1;
+    }
+    if (m->embed_scale != TSR_EMB_SCALE_NONE && m->pos == TSR_POS_LEARNED) {
+        *key = "model.embed_scale";
+        snprintf(why, cap, "model.embed_scale = \"sqrt_d_model\" with model.pos = \"learned\": "
+                 "Gemma scales the token embedding alone, and the encoder adds the positions into "
+                 "it (use model.pos = \"rope\")");
         return -1;
     }
     if (m->pos == TSR_POS_ROPE && m->rope_scaling == TSR_ROPE_SCALING_LLAMA3 &&
@@ -238,8 +246,13 @@ const char *config_attn_variant_key(const tsr_model_config *m) {
     if (m->query_pre_attn_scalar > 0 && m->query_pre_attn_scalar != hs)
         return "model.query_pre_attn_scalar";
     if (m->norm_placement != TSR_NPLACE_PRE) return "model.norm_placement";
+    if (m->qk_norm && m->qk_norm_scope == TSR_QKN_PROJECTION) return "model.qk_norm_scope";
+    if (m->embed_scale != TSR_EMB_SCALE_NONE) return "model.embed_scale";
+    if (m->mlp == TSR_MLP_GEGLU_TANH) return "model.mlp";
     return NULL;
 }
+
+int config_mlp_gated(const tsr_model_config *m) { return m->mlp != TSR_MLP_GELU; }
 
 int config_model_dims(const tsr_model_config *m, tsr_model_dims *d, const char **key, char *why,
                       size_t cap) {
@@ -265,7 +278,7 @@ int config_lora_targets(const tsr_model_config *m, const char *s, unsigned *mask
     if (strcmp(s, "all-linear") == 0) { /* PEFT's name: every projection this model can adapt */
         *mask = (1u << TSR_LORA_COUNT) - 1;
         if (m->moe_experts > 0) *mask &= ~mlp;
-        else if (m->mlp != TSR_MLP_SWIGLU) *mask &= ~(1u << TSR_LORA_GATE | 1u << TSR_LORA_UP);
+        else if (!config_mlp_gated(m)) *mask &= ~(1u << TSR_LORA_GATE | 1u << TSR_LORA_UP);
         return 0;
     }
     const char *p = s;
@@ -296,9 +309,9 @@ int config_lora_targets(const tsr_model_config *m, const char *s, unsigned *mask
                  "(the experts take no adapters): name attention targets (q, k, v, o) only");
         return -1;
     }
-    if (m->mlp != TSR_MLP_SWIGLU && (*mask & (1u << TSR_LORA_GATE | 1u << TSR_LORA_UP))) {
-        snprintf(why, cap, "gate and up need model.mlp = \"swiglu\" (a GELU MLP takes an adapter "
-                 "on down only so far)");
+    if (!config_mlp_gated(m) && (*mask & (1u << TSR_LORA_GATE | 1u << TSR_LORA_UP))) {
+        snprintf(why, cap, "gate and up need model.mlp = \"swiglu\" or \"geglu_tanh\" (a GELU MLP "
+                 "takes an adapter on down only so far)");
         return -1;
     }
     return 0;

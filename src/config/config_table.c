@@ -31,7 +31,7 @@ _Static_assert(NELEM(snapcopy_names) == TSR_SNAPCOPY_COUNT, "snapcopy_names vs t
 static const char *const pos_names[] = {"learned", "alibi", "rope"};
 static const char *const norm_names[] = {"layernorm", "rmsnorm"};
 _Static_assert(NELEM(norm_names) == TSR_NORM_COUNT, "norm_names vs tsr_norm_kind");
-static const char *const mlp_names[] = {"gelu", "swiglu"};
+static const char *const mlp_names[] = {"gelu", "swiglu", "geglu_tanh"};
 _Static_assert(NELEM(mlp_names) == TSR_MLP_COUNT, "mlp_names vs tsr_mlp_kind");
 static const char *const rope_scaling_names[] = {"none", "llama3"};
 static const char *const tok_mismatch_names[] = {"error", "allow"};
@@ -42,8 +42,12 @@ static const char *const mask_names[] = {"causal", "document"};
 _Static_assert(NELEM(mask_names) == TSR_MASK_COUNT, "mask_names vs tsr_attn_mask_kind");
 static const char *const actckpt_names[] = {"none", "block", "attention", "mlp"};
 _Static_assert(NELEM(actckpt_names) == TSR_ACTCKPT_COUNT, "actckpt_names vs tsr_actckpt_kind");
-static const char *const nplace_names[] = {"pre", "sandwich"};
+static const char *const nplace_names[] = {"pre", "sandwich", "post"};
 _Static_assert(NELEM(nplace_names) == TSR_NPLACE_COUNT, "nplace_names vs tsr_norm_placement");
+static const char *const qkscope_names[] = {"head", "projection"};
+static const char *const embscale_names[] = {"none", "sqrt_d_model"};
+_Static_assert(NELEM(embscale_names) == TSR_EMB_SCALE_COUNT, "embscale_names vs tsr_embed_scale");
+_Static_assert(NELEM(qkscope_names) == TSR_QKN_COUNT, "qkscope_names vs tsr_qk_norm_scope");
 static const char *const actcomp_names[] = {"none", "fp8"};
 _Static_assert(NELEM(actcomp_names) == TSR_ACTCOMP_COUNT, "actcomp_names vs tsr_actcomp_kind");
 static const char *const sched_names[] = {"cosine", "linear", "constant", "wsd"};
@@ -232,8 +236,10 @@ const cfgtab_key cfgtab_keys[] = {
      .lo_open = 1, .hi = 1,
      .doc = "RMSNorm's epsilon (Llama 3: 1e-5, Qwen: 1e-6); LayerNorm's is fixed at 1e-5."},
     {.name = "model.mlp", .type = CFGK_ENUM, FIELD(model.mlp), .def = "gelu", ENUM(mlp_names),
-     .doc = "MLP: `gelu` (two matrices, GELU of kind model.gelu) or `swiglu` (gate, up, down: "
-            "silu(x Wg) * (x Wu) Wd; Llama, Qwen, Mistral)."},
+     .doc = "MLP: `gelu` (two matrices, GELU of kind model.gelu), `swiglu` (gate, up, down: "
+            "silu(x Wg) * (x Wu) Wd; Llama, Qwen, Mistral) or `geglu_tanh` (gelu_tanh(x Wg) * "
+            "(x Wu) Wd, the tanh-approximated GELU whatever model.gelu says; Gemma's "
+            "gelu_pytorch_tanh; CPU only so far)."},
     {.name = "model.intermediate_size", .type = CFGK_INT, FIELD(model.intermediate_size),
      .def = "0", .ilo = 0, INT32_ONLY,
      .doc = "MLP hidden width F; 0 = expansion_ratio x d_model (Llama 3.2 1B: 8192)."},
@@ -248,7 +254,14 @@ const cfgtab_key cfgtab_keys[] = {
      .doc = "A bias on the q, k and v projections even with model.bias = false (Qwen 2/2.5)."},
     {.name = "model.qk_norm", .type = CFGK_BOOL, FIELD(model.qk_norm), .def = "false",
      .doc = "RMSNorm (eps model.norm_eps, weights per head dimension) of every q and k head "
-            "before RoPE (Qwen 3)."},
+            "before RoPE (Qwen 3), or of the whole projections (model.qk_norm_scope)."},
+    {.name = "model.qk_norm_scope", .type = CFGK_ENUM, FIELD(model.qk_norm_scope), .def = "head",
+     ENUM(qkscope_names),
+     .doc = "What model.qk_norm normalises: `head` = each q and k head over head_dim, weights "
+            "`qnormw`, `knormw` (n_layer, head_dim) (Qwen 3, Gemma 3); `projection` = the whole q "
+            "projection (n_head * head_dim) and the whole k projection (n_kv_head * head_dim) "
+            "before the head split, weights (n_layer, n_head * head_dim) and (n_layer, n_kv_head "
+            "* head_dim) (OLMo 2: q_norm, k_norm). `projection` is CPU only so far."},
     {.name = "model.tie_embeddings", .type = CFGK_BOOL, FIELD(model.tie_embeddings),
      .def = "true",
      .doc = "The LM head is the token embedding wte (GPT-2, Llama 3.2 1B/3B, Qwen small); false: "
@@ -328,8 +341,16 @@ const cfgtab_key cfgtab_keys[] = {
             "x + norm'(f(norm(x))) around both the attention and the MLP (Gemma 2/3: tensors "
             "`postattnw` and `postmlpw`, (n_layer, d_model), Hugging Face's "
             "post_attention_layernorm and post_feedforward_layernorm; ln2w is its "
-            "pre_feedforward_layernorm). `sandwich` needs model.norm = rmsnorm; CPU only so far "
+            "pre_feedforward_layernorm); `post` = x + norm'(f(x)), no norm before the attention "
+            "or the MLP (OLMo 2: the same `postattnw`, `postmlpw`, no ln1w or ln2w). `sandwich` "
+            "and `post` need model.norm = rmsnorm; CPU only so far "
             "(docs/models.md)."},
+    {.name = "model.embed_scale", .type = CFGK_ENUM, FIELD(model.embed_scale), .def = "none",
+     ENUM(embscale_names),
+     .doc = "The token embedding's multiplier before the first layer: `none`, or `sqrt_d_model` "
+            "(Gemma 1-3: wte[token] * sqrt(d_model), in fp32 here; Hugging Face rounds the factor "
+            "to the weights' dtype, bf16 in bf16 checkpoints: docs/models.md). Not with "
+            "model.pos = learned; CPU only so far."},
     {.name = "model.activation_compression", .type = CFGK_ENUM,
      FIELD(model.activation_compression), .def = "none", ENUM(actcomp_names),
      .doc = "How a decoder layer keeps its linear layers' inputs (ln1, the attention output, ln2, "

@@ -9,7 +9,8 @@
  *             residual3 = residual2 + fch_gelu @ fcprojw^T + fcprojb
  * N is LayerNorm or RMSNorm (model.norm). The LM head is wte, or lm_head when untied. With
  * model.norm_placement = sandwich (Gemma 2/3) each branch's output is RMS-normalised before its
- * residual add (postattnw, postmlpw: dec_branch_out).
+ * residual add (postattnw, postmlpw: dec_branch_out); with post (OLMo 2) too, and N1, N2 are the
+ * identity (ln1 = x, ln2 = residual2: copies, block_norm_forward).
  * Each residual add is fused with the LayerNorm that reads it (residual2 with LN2, residual3 with
  * the next layer's LN1 or the final one), so only layer 0's LN1 runs alone. The steps from LN1 to
  * the MLP's GELU form a table that activation checkpointing reruns a range of (residual3 is always
@@ -75,12 +76,35 @@ static void norm_forward(const dec_run *r, void *out, float *mean, float *rstd, 
     else be->layernorm_forward(be, out, mean, rstd, inp, w, b, N, m->C);
 }
 
-/* res = a + b, then out = the normalisation of res (fused) */
+/* model.norm_placement = post: a block has no norm before its branches (N1, N2 the identity) */
+static int no_pre_norm(const tsr_model *m) { return m->cfg.norm_placement == TSR_NPLACE_POST; }
+
+/* a block's N1 (ln1 = N1(x)), or with no_pre_norm a copy of inp (ln1 = x) */
+static void block_norm_forward(const dec_run *r, void *out, float *mean, float *rstd,
+                               const void *inp, const void *w, const void *b, int N) {
+    const tsr_backend *be = r->d->be;
+    if (!no_pre_norm(r->d->m)) norm_forward(r, out, mean, rstd, inp, w, b, N);
+    else be->copy(be, out, inp, (size_t)N * r->d->m->C * tsr_dtype_size(be->act));
+}
+
+/* res = a + b, then out = the normalisation of res (fused); a block's (block: N2, or the next
+ * layer's N1) with no_pre_norm: out = res, a copy (fp32 activations: CPU only, as the config
+ * checks keep it) */
 static void residual_norm_forward(const dec_run *r, void *res, void *out, float *mean, float *rstd,
                                   const void *a, const void *b, const void *w, const void *bias,
-                                  int N) {
+                                  int N, int block) {
     const tsr_backend *be = r->d->be;
     const tsr_model *m = r->d->m;
+    if (block && no_pre_norm(m)) {
+        const size_t n = (size_t)N * m->C;
+        if (be->act != TSR_DT_F32 || !be->add_f32)
+            tsr_die(TSR_EXIT_INTERNAL, "decoder: model.norm_placement = \"post\" needs fp32 "
+                    "activations (the %s backend's are not)", be->name);
+        be->copy(be, res, a, n * sizeof(float));
+        be->add_f32(be, res, b, n);
+        be->copy(be, out, res, n * sizeof(float));
+        return;
+    }
     if (m->cfg.norm == TSR_NORM_RMSNORM)
         be->residual_rmsnorm_forward(be, res, out, rstd, a, b, w, N, m->C,
                                      (float)m->cfg.norm_eps);
@@ -185,9 +209,10 @@ static void qkv_forward(const dec_run *r, int l, const dec_layer *v, const void 
     void *proj = qk ? v->qkvr : v->qkv;
     dec_linear(r, l, proj, NULL, v->ln1, w[TSR_P_QKVW], w[TSR_P_QKVB], r->N, m->C, m->QKV);
     for (int t = TSR_LORA_Q; t <= TSR_LORA_V; t++) lora_fwd(r, l, t, proj, v->ln1);
-    if (qk)
-        be->qknorm_forward(be, v->qkv, v->qknr, v->qkvr, w[TSR_P_QNORMW], w[TSR_P_KNORMW], r->N,
-                           m->NH, m->KVH, m->hs, (float)m->cfg.norm_eps);
+    if (qk) /* per head, or over the whole projections (model.qk_norm_scope) */
+        (m->cfg.qk_norm_scope == TSR_QKN_PROJECTION ? be->qknorm_proj_forward : be->qknorm_forward)(
+            be, v->qkv, v->qknr, v->qkvr, w[TSR_P_QNORMW], w[TSR_P_KNORMW], r->N, m->NH, m->KVH,
+            m->hs, (float)m->cfg.norm_eps);
     if (m->cfg.pos == TSR_POS_ROPE) {
         int p0;
         const int32_t *pos = dec_rope_pos(r, &p0);
@@ -244,7 +269,7 @@ void dec_branch_out(const dec_run *r, int l, const dec_layer *v, const void *con
                    C);
         lora_fwd(r, l, TSR_LORA_DOWN, r->scratch, v->fchg);
     }
-    if (post && m->cfg.norm_placement == TSR_NPLACE_SANDWICH) /* in place; lnf's rstd is free */
+    if (post && m->cfg.norm_placement != TSR_NPLACE_PRE) /* in place; lnf's rstd is free */
         norm_forward(r, r->scratch, r->lnfm, r->lnfr, r->scratch,
                      w[mlp ? TSR_P_POSTMLPW : TSR_P_POSTATTNW], NULL, N);
 }
@@ -257,7 +282,8 @@ void dec_layer_steps(const dec_run *r, int l, const dec_layer *v, const void *co
     const int C = m->C, F = m->F, N = r->N;
     for (int s = first; s <= (int)last; s++) switch ((layer_step)s) {
         case ST_LN1:
-            norm_forward(r, v->ln1, v->ln1m, v->ln1r, v->x, w[TSR_P_LN1W], w[TSR_P_LN1B], N);
+            block_norm_forward(r, v->ln1, v->ln1m, v->ln1r, v->x, w[TSR_P_LN1W], w[TSR_P_LN1B],
+                               N);
             break;
         case ST_QKV:
             qkv_forward(r, l, v, w);
@@ -268,16 +294,17 @@ void dec_layer_steps(const dec_run *r, int l, const dec_layer *v, const void *co
         case ST_RES2:
             dec_branch_out(r, l, v, w, 0, 1);
             residual_norm_forward(r, v->res2, v->ln2, v->ln2m, v->ln2r, v->x, r->scratch,
-                                  w[TSR_P_LN2W], w[TSR_P_LN2B], N);
+                                  w[TSR_P_LN2W], w[TSR_P_LN2B], N, 1);
             break;
         case ST_FC:
             if (model_moe_layer(m, l)) {
                 moe_forward(r, l, v, w);
-            } else if (m->cfg.mlp == TSR_MLP_SWIGLU) {
+            } else if (config_mlp_gated(&m->cfg)) {
                 dec_linear(r, l, v->fch, NULL, v->ln2, w[TSR_P_FCW], w[TSR_P_FCB], N, C, m->FW);
                 lora_fwd(r, l, TSR_LORA_GATE, v->fch, v->ln2);
                 lora_fwd(r, l, TSR_LORA_UP, v->fch, v->ln2);
-                be->swiglu_forward(be, v->fchg, v->fch, N, F);
+                (m->cfg.mlp == TSR_MLP_SWIGLU ? be->swiglu_forward : be->geglu_forward)(
+                    be, v->fchg, v->fch, N, F);
             } else {
                 dec_linear(r, l, v->fchg, v->fch, v->ln2, w[TSR_P_FCW], w[TSR_P_FCB], N, C, F);
             }
@@ -287,7 +314,17 @@ void dec_layer_steps(const dec_run *r, int l, const dec_layer *v, const void *co
         }
 }
 
-/* Every layer's forward after the embedding (in x of layer 0), ending in the final LayerNorm.
+void dec_embed_scale(const tsr_decoder *d, void *x, int N) {
+    const tsr_model *m = d->m;
+    if (m->cfg.embed_scale == TSR_EMB_SCALE_NONE) return;
+    if (d->be->act != TSR_DT_F32)
+        tsr_die(TSR_EXIT_INTERNAL, "decoder: model.embed_scale needs fp32 activations (the %s "
+                "backend's are not)", d->be->name);
+    d->be->scale_f32(d->be, x, (float)sqrt((double)m->C), (size_t)N * m->C);
+}
+
+/* Every layer's forward after the embedding (in x of layer 0, scaled here: model.embed_scale),
+ * ending in the final LayerNorm.
  * A checkpointed layer writes its dropped groups to slot 0, which the next one overwrites. */
 void dec_layers_forward(const dec_run *r, const dec_unit *root) {
     const tsr_decoder *d = r->d;
@@ -295,6 +332,7 @@ void dec_layers_forward(const dec_run *r, const dec_unit *root) {
     dec_unit cur, nxt;
     dec_unit_get(d, 1, 0, &cur);
     dec_layer v0 = dec_run_layer(r, 0);
+    dec_embed_scale(d, v0.x, N);
     dec_layer_steps(r, 0, &v0, cur.w, ST_LN1, ST_LN1);
     for (int l = 0; l < L; l++) {
         dec_layer v = dec_run_layer(r, l);
@@ -311,7 +349,7 @@ void dec_layers_forward(const dec_run *r, const dec_unit *root) {
         residual_norm_forward(r, v.res3, last ? r->lnf : n.ln1, last ? r->lnfm : n.ln1m,
                               last ? r->lnfr : n.ln1r, v.res2, r->scratch,
                               last ? root->w[TSR_P_LNFW] : nxt.w[TSR_P_LN1W],
-                              last ? root->w[TSR_P_LNFB] : nxt.w[TSR_P_LN1B], N);
+                              last ? root->w[TSR_P_LNFB] : nxt.w[TSR_P_LN1B], N, !last);
         if (!last) cur = nxt;
     }
 }

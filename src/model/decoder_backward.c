@@ -24,11 +24,16 @@ static const struct { layer_step first, last; } rerun[] = {
     {ST_FC, ST_FC},     /* mlp: from the kept ln2 */
 };
 _Static_assert(sizeof rerun / sizeof rerun[0] == TSR_ACTCKPT_COUNT, "rerun vs tsr_actckpt_kind");
+/* The backward of a norm: the final one, or a block's (block: N1, N2), which with
+ * model.norm_placement = post is the identity (dinp += dout; fp32 activations as its forward's) */
 static void norm_backward(const dec_run *r, void *dinp, float *dw, float *db, const void *dout,
-                          const void *inp, const void *w, const float *mean, const float *rstd) {
+                          const void *inp, const void *w, const float *mean, const float *rstd,
+                          int block) {
     const tsr_backend *be = r->d->be;
     const tsr_model *m = r->d->m;
-    if (m->cfg.norm == TSR_NORM_RMSNORM)
+    if (block && m->cfg.norm_placement == TSR_NPLACE_POST)
+        be->add_f32(be, dinp, dout, (size_t)r->N * m->C);
+    else if (m->cfg.norm == TSR_NORM_RMSNORM)
         be->rmsnorm_backward(be, dinp, dw, dout, inp, w, rstd, r->N, m->C);
     else be->layernorm_backward(be, dinp, dw, db, dout, inp, w, mean, rstd, r->N, m->C);
 }
@@ -91,7 +96,7 @@ static void mlp_backward(const dec_run *r, int l, const dec_layer *v, const void
     const size_t n = (size_t)N;
     /* tanh GELU without an adapter on the output projection: the two backwards as one op where
      * the backend fuses them (CUDA: the GELU's derivative in the matmul's epilogue) */
-    if (m->cfg.mlp != TSR_MLP_SWIGLU && m->cfg.gelu == TSR_GELU_TANH && be->matmul_backward_gelu &&
+    if (m->cfg.mlp == TSR_MLP_GELU && m->cfg.gelu == TSR_GELU_TANH && be->matmul_backward_gelu &&
         !lora_target_on(r->d->lora, TSR_LORA_DOWN)) {
         be->matmul_backward_gelu(be, a->dfch, g[TSR_P_FCPROJW], g[TSR_P_FCPROJB], dout,
                                  v->fchg, w[TSR_P_FCPROJW], v->fch, N, F, C);
@@ -99,8 +104,9 @@ static void mlp_backward(const dec_run *r, int l, const dec_layer *v, const void
         be->matmul_backward(be, a->dfch_gelu, g[TSR_P_FCPROJW], g[TSR_P_FCPROJB], dout, v->fchg,
                             w[TSR_P_FCPROJW], N, F, C, TSR_GRAD_SET);
         lora_bwd(r, l, TSR_LORA_DOWN, a->dfch_gelu, dout, v->fchg);
-        if (m->cfg.mlp == TSR_MLP_SWIGLU)
-            be->swiglu_backward(be, a->dfch, v->fch, a->dfch_gelu, N, F, TSR_GRAD_SET);
+        if (config_mlp_gated(&m->cfg))
+            (m->cfg.mlp == TSR_MLP_SWIGLU ? be->swiglu_backward : be->geglu_backward)(
+                be, a->dfch, v->fch, a->dfch_gelu, N, F, TSR_GRAD_SET);
         else
             be->gelu_backward(be, a->dfch, v->fch, a->dfch_gelu, n * F,
                               (tsr_gelu_kind)m->cfg.gelu, TSR_GRAD_SET);
@@ -111,16 +117,16 @@ static void mlp_backward(const dec_run *r, int l, const dec_layer *v, const void
     lora_bwd(r, l, TSR_LORA_UP, a->dln, a->dfch, v->ln2);
 }
 
-/* Sandwich norms (model.norm_placement): d(f) of the attention's (mlp 0) or the MLP's (mlp 1)
- * output f from dres = d(norm'(f)), f recomputed into scratch (dec_branch_out) and its norm's
- * statistics into lnf_rstd, into a->lnf: both free in the layers' backward (the head's backward
- * has read them). Returns what the branch's backward reads as d(its output): dres without. */
+/* The norms after a branch (model.norm_placement sandwich or post): d(f) of the attention's
+ * (mlp 0) or the MLP's (mlp 1) output f from dres = d(norm'(f)), f recomputed into scratch
+ * (dec_branch_out) and its norm's statistics into lnf_rstd, into a->lnf: both free in the layers'
+ * backward (the head's backward has read them). Returns what the branch's backward reads as d(its output): dres without. */
 static const void *post_norm_backward(const dec_run *r, int l, const dec_layer *v,
                                       const dec_unit *u, int mlp) {
     const tsr_backend *be = r->d->be;
     const tsr_model *m = r->d->m;
     tsr_acts *a = r->d->a;
-    if (m->cfg.norm_placement != TSR_NPLACE_SANDWICH) return a->dresidual;
+    if (m->cfg.norm_placement == TSR_NPLACE_PRE) return a->dresidual;
     const int id = mlp ? TSR_P_POSTMLPW : TSR_P_POSTATTNW, N = r->N, C = m->C;
     dec_branch_out(r, l, v, u->w, mlp, 0);
     /* the forward again for rstd (its output into dln, free until the branch's backward) */
@@ -155,7 +161,7 @@ static void layer_backward(const dec_run *r, int l, const dec_unit *u) {
     if (model_moe_layer(m, l)) moe_backward(r, l, &v, w, g, dout);
     else mlp_backward(r, l, &v, w, g, dout);
     norm_backward(r, a->dresidual, g[TSR_P_LN2W], g[TSR_P_LN2B], a->dln, v.res2, w[TSR_P_LN2W],
-                  v.ln2m, v.ln2r);
+                  v.ln2m, v.ln2r, 1);
     /* attention branch: dres is now d(residual2) = d(the (normed) attproj output) */
     dout = post_norm_backward(r, l, &v, u, 0);
     be->matmul_backward(be, a->datty, g[TSR_P_ATTPROJW], g[TSR_P_ATTPROJB], dout, v.atty,
@@ -176,15 +182,17 @@ static void layer_backward(const dec_run *r, int l, const dec_unit *u) {
     void *dproj = a->dqkv; /* the gradient of the projection's output */
     if (m->cfg.qk_norm) {
         be->zero(be, a->dqkvr, n * m->QKV * e);
-        be->qknorm_backward(be, a->dqkvr, g[TSR_P_QNORMW], g[TSR_P_KNORMW], a->dqkv, v.qkvr,
-                            w[TSR_P_QNORMW], w[TSR_P_KNORMW], v.qknr, N, NH, KVH, hs);
+        (m->cfg.qk_norm_scope == TSR_QKN_PROJECTION ? be->qknorm_proj_backward
+                                                    : be->qknorm_backward)(
+            be, a->dqkvr, g[TSR_P_QNORMW], g[TSR_P_KNORMW], a->dqkv, v.qkvr, w[TSR_P_QNORMW],
+            w[TSR_P_KNORMW], v.qknr, N, NH, KVH, hs);
         dproj = a->dqkvr;
     }
     be->matmul_backward(be, a->dln, g[TSR_P_QKVW], g[TSR_P_QKVB], dproj, v.ln1, w[TSR_P_QKVW],
                         N, C, m->QKV, TSR_GRAD_SET);
     for (int t = TSR_LORA_Q; t <= TSR_LORA_V; t++) lora_bwd(r, l, t, a->dln, dproj, v.ln1);
     norm_backward(r, a->dresidual, g[TSR_P_LN1W], g[TSR_P_LN1B], a->dln, v.x, w[TSR_P_LN1W],
-                  v.ln1m, v.ln1r);
+                  v.ln1m, v.ln1r, 1);
 }
 
 /* an evaluation forward's loss gradient over the logits, from dlosses (set on the backend) */
@@ -249,13 +257,15 @@ static void backward_pass(const tsr_decoder *d, const int32_t *tokens, int B, in
                         root.w[dec_head_id(m)], N, C, m->Vp, TSR_GRAD_SET);
     be->zero(be, a->dresidual, (size_t)N * C * e);
     norm_backward(&r, a->dresidual, root.g[TSR_P_LNFW], root.g[TSR_P_LNFB], a->dln,
-                  dec_layer_at(m, be, a, L - 1).res3, root.w[TSR_P_LNFW], a->lnf_mean, a->lnf_rstd);
+                  dec_layer_at(m, be, a, L - 1).res3, root.w[TSR_P_LNFW], a->lnf_mean, a->lnf_rstd,
+                  0);
     for (int l = L - 1; l >= 0; l--) {
         dec_unit_get(d, l + 1, 1, &u);
         layer_backward(&r, l, &u);
         dec_unit_put(d, l + 1, 1);
         if (ready) ready(ctx, l + 1);
     }
+    dec_embed_scale(d, a->dresidual, N); /* d(wte[token]) = sqrt(d_model) d(x) */
     be->encoder_backward(be, root.g[TSR_P_WTE], root.g[TSR_P_WPE], a->dresidual,
                          be->host ? tokens : a->tokens, tokens, a->pos, B, r.T, C);
     dec_unit_put(d, 0, 1);

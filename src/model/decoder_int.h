@@ -93,7 +93,9 @@ void dec_linear(const dec_run *r, int l, void *out, void *pre_gelu, const void *
 /* steps [first, last] of layer l's forward with its weights w */
 void dec_layer_steps(const dec_run *r, int l, const dec_layer *v, const void *const *w,
                      layer_step first, layer_step last);
-/* every layer's forward after the embedding, ending in the final LayerNorm */
+/* model.embed_scale: x (N, C), the embedding's output or its gradient, times sqrt(d_model) */
+void dec_embed_scale(const tsr_decoder *d, void *x, int N);
+/* every layer's forward after the embedding (scaled first), ending in the final LayerNorm */
 void dec_layers_forward(const dec_run *r, const dec_unit *root);
 /* the LM head's weight: TSR_P_LMHEAD when untied, else TSR_P_WTE */
 int dec_head_id(const tsr_model *m);

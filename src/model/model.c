@@ -114,7 +114,7 @@ void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const ts
     m->QD = m->NH * m->hs;
     m->QKV = (m->NH + 2 * m->KVH) * m->hs;
     m->F = dims.F;
-    m->FW = cfg->mlp == TSR_MLP_SWIGLU ? 2 * m->F : m->F;
+    m->FW = config_mlp_gated(cfg) ? 2 * m->F : m->F;
     m->E = dims.E;
     m->K = dims.K;
     m->FE = dims.FE;
@@ -128,22 +128,26 @@ void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const ts
     config_actckpt_layers(cfg, &m->ckpt_lo, &m->n_ckpt, &ck_key, why, sizeof why); /* checked */
     int64_t L = m->L, C = m->C, F = m->F, FW = m->FW, QKV = m->QKV, QD = m->QD, hs = m->hs;
     int learned = cfg->pos == TSR_POS_LEARNED, bias = cfg->bias;
-    const int sandwich = cfg->norm_placement == TSR_NPLACE_SANDWICH;
+    /* the norms after the branches (sandwich, post), and before them (pre, sandwich) */
+    const int after = cfg->norm_placement != TSR_NPLACE_PRE;
+    const int before = cfg->norm_placement != TSR_NPLACE_POST;
     int nbias = bias && cfg->norm == TSR_NORM_LAYERNORM, qn = cfg->qk_norm;
+    /* QK-norm's weights: per head dimension, or over the whole q and k projections */
+    const int proj = cfg->qk_norm_scope == TSR_QKN_PROJECTION;
     set_param(m, TSR_P_WTE, "wte", TSR_PK_EMBEDDING, 1, 2, m->Vp, C, 0, 0);
     set_param(m, TSR_P_WPE, "wpe", TSR_PK_EMBEDDING, learned, 2, m->maxT, C, 0, 0);
-    set_param(m, TSR_P_LN1W, "ln1w", TSR_PK_NORM, 1, 2, L, C, 0, 0);
+    set_param(m, TSR_P_LN1W, "ln1w", TSR_PK_NORM, before, 2, L, C, 0, 0);
     set_param(m, TSR_P_LN1B, "ln1b", TSR_PK_NORM, nbias, 2, L, C, 0, 0);
     set_param(m, TSR_P_QKVW, "qkvw", TSR_PK_WEIGHT, 1, 3, L, QKV, C, 0);
     set_param(m, TSR_P_QKVB, "qkvb", TSR_PK_BIAS, bias || cfg->qkv_bias, 2, L, QKV, 0, 0);
-    set_param(m, TSR_P_QNORMW, "qnormw", TSR_PK_NORM, qn, 2, L, hs, 0, 0);
-    set_param(m, TSR_P_KNORMW, "knormw", TSR_PK_NORM, qn, 2, L, hs, 0, 0);
+    set_param(m, TSR_P_QNORMW, "qnormw", TSR_PK_NORM, qn, 2, L, proj ? m->NH * hs : hs, 0, 0);
+    set_param(m, TSR_P_KNORMW, "knormw", TSR_PK_NORM, qn, 2, L, proj ? m->KVH * hs : hs, 0, 0);
     set_param(m, TSR_P_SINKS, "sinks", TSR_PK_BIAS, cfg->attn_sinks, 2, L, m->NH, 0, 0);
     set_param(m, TSR_P_ATTPROJW, "attprojw", TSR_PK_WEIGHT, 1, 3, L, C, QD, 0);
     set_param(m, TSR_P_ATTPROJB, "attprojb", TSR_PK_BIAS, bias, 2, L, C, 0, 0);
-    set_param(m, TSR_P_POSTATTNW, "postattnw", TSR_PK_NORM, sandwich, 2, L, C, 0, 0);
-    set_param(m, TSR_P_POSTMLPW, "postmlpw", TSR_PK_NORM, sandwich, 2, L, C, 0, 0);
-    set_param(m, TSR_P_LN2W, "ln2w", TSR_PK_NORM, 1, 2, L, C, 0, 0);
+    set_param(m, TSR_P_POSTATTNW, "postattnw", TSR_PK_NORM, after, 2, L, C, 0, 0);
+    set_param(m, TSR_P_POSTMLPW, "postmlpw", TSR_PK_NORM, after, 2, L, C, 0, 0);
+    set_param(m, TSR_P_LN2W, "ln2w", TSR_PK_NORM, before, 2, L, C, 0, 0);
     set_param(m, TSR_P_LN2B, "ln2b", TSR_PK_NORM, nbias, 2, L, C, 0, 0);
     const int64_t LD = m->LD, LM = m->LM, E = m->E, FE = m->FE, S = m->S;
     set_param(m, TSR_P_FCW, "fcw", TSR_PK_WEIGHT, LD > 0, 3, LD, FW, C, 0);

@@ -24,7 +24,7 @@ static int row_split(const tsr_model *m, int id, int *rows, int *cols, int split
         return 3;
     }
     int halves = id == TSR_P_EXPW1 || id == TSR_P_SHW1 ||
-                 (id == TSR_P_FCW && m->cfg.mlp == TSR_MLP_SWIGLU);
+                 (id == TSR_P_FCW && config_mlp_gated(&m->cfg));
     split[0] = split[1] = halves ? *rows / 2 : *rows;
     return halves ? 2 : 1;
 }

@@ -98,8 +98,9 @@ static void plan_model(const tsr_trainer *t) {
     static const char *const pos[] = {"learned", "alibi", "rope"};
     _Static_assert(sizeof pos / sizeof pos[0] == TSR_POS_COUNT, "pos names");
     char arch[160];
-    if (c->model.mlp == TSR_MLP_SWIGLU)
-        snprintf(arch, sizeof arch, "mlp=swiglu %d", m->F);
+    if (config_mlp_gated(&c->model))
+        snprintf(arch, sizeof arch, "mlp=%s %d",
+                 c->model.mlp == TSR_MLP_SWIGLU ? "swiglu" : "geglu_tanh", m->F);
     else snprintf(arch, sizeof arch, "mlp=%d gelu=%s", m->F, c->model.gelu ? "exact" : "tanh");
     if (m->E) { /* docs/moe.md */
         char shared[32] = "";

@@ -130,6 +130,10 @@ static void write_arch_attrs(hid_t f, const tsr_model *m) {
     attr_d(f, "attn_sinks", c->attn_sinks);
     attr_d(f, "query_pre_attn_scalar", c->query_pre_attn_scalar);
     attr_d(f, "sandwich", c->norm_placement == TSR_NPLACE_SANDWICH);
+    attr_d(f, "post", c->norm_placement == TSR_NPLACE_POST);
+    attr_d(f, "embed_scale", c->embed_scale == TSR_EMB_SCALE_SQRT_D);
+    attr_d(f, "geglu", c->mlp == TSR_MLP_GEGLU_TANH);
+    attr_d(f, "qk_proj", c->qk_norm && c->qk_norm_scope == TSR_QKN_PROJECTION);
     int win[4096];
     hsize_t nl = (hsize_t)(m->L < 4096 ? m->L : 4096);
     for (hsize_t l = 0; l < nl; l++) win[l] = config_layer_window(c, (int)l);

@@ -206,6 +206,20 @@ SINKS_CLIP = 3.1
 LLAMA_SANDWICH = dict(LLAMA, norm_placement='"sandwich"', activation_checkpointing='"block"',
                       activation_checkpointing_layers=1)
 SANDWICH_CLIP = 2.9
+# OLMo 2 (model.norm_placement = post, model.qk_norm_scope = projection): no norm before the
+# attention or the MLP, a norm after each (postattnw, postmlpw; no ln1w, ln2w), and QK-norm over
+# the whole q (n_head * head_dim) and k (n_kv_head * head_dim) projections before the head split
+# (qnormw (L, 48), knormw (L, 24) here: GQA 4:2, so the two widths differ). Layer 0 is
+# checkpointed (block): its backward recomputes the identity "norms" and the post-norms.
+LLAMA_OLMO2 = dict(LLAMA, norm_placement='"post"', qk_norm="true", qk_norm_scope='"projection"',
+                   activation_checkpointing='"block"', activation_checkpointing_layers=1)
+OLMO2_CLIP = 2.9
+# Gemma 3's block on the Llama above: sandwich norms, QK-norm per head, the token embedding
+# times sqrt(d_model) (model.embed_scale; sqrt(48) here, a factor that is not a power of two) and
+# GeGLU with the tanh GELU (model.mlp = "geglu_tanh").
+LLAMA_GEMMA = dict(LLAMA, norm_placement='"sandwich"', qk_norm="true",
+                   embed_scale='"sqrt_d_model"', mlp='"geglu_tanh"')
+GEMMA_CLIP = 3.0
 CONFIGS = [
     dict(name="gpt2", grad_clip=1.4,
          model=dict(n_layer=2, d_model=32, n_head=4, vocab_size=VOCAB, vocab_multiple=128,
@@ -234,6 +248,10 @@ CONFIGS = [
     dict(name="llama-sinks", grad_clip=SINKS_CLIP, model=LLAMA_SINKS),
     # norm placements (docs/models.md "Norm placements"): Gemma's sandwich norms
     dict(name="llama-sandwich", grad_clip=SANDWICH_CLIP, model=LLAMA_SANDWICH),
+    # and OLMo 2's post-norms with QK-norm over the projections
+    dict(name="llama-olmo2", grad_clip=OLMO2_CLIP, model=LLAMA_OLMO2),
+    # Gemma's scaled embedding with its sandwich norms
+    dict(name="llama-gemma", grad_clip=GEMMA_CLIP, model=LLAMA_GEMMA),
     dict(name="qwen2.5", grad_clip=QWEN25_CLIP, model=QWEN25),
     # mixture of experts (docs/moe.md; torch_moe.py), seeds with no routing near-tie (TOL_MARGIN)
     dict(name="moe", grad_clip=MOE_CLIP, seed=MOE_SEED, model=MOE),
@@ -356,7 +374,7 @@ def torch_config(a):
         return torch_gpt.GPTConfig(V=i("V"), Vp=i("Vp"), C=i("C"), L=i("L"), NH=i("NH"),
                                    F=i("F"), max_T=i("T"), alibi=bool(a["alibi"]),
                                    bias=bool(a["bias"]), gelu_exact=bool(a["gelu_exact"]))
-    if not a["rmsnorm"] or not a["swiglu"] or a["bias"]:
+    if not a["rmsnorm"] or not (a["swiglu"] or a.get("geglu")) or a["bias"]:
         raise ValueError("no torch model for RoPE without RMSNorm and SwiGLU, or with biases")
     scaling = None
     if a["rope_scaling"]:
@@ -370,7 +388,11 @@ def torch_config(a):
         return torch_llama.LlamaConfig(**llama, windows=a.get("windows", ()),
                                        sinks=bool(a.get("attn_sinks", 0)),
                                        qpas=a.get("query_pre_attn_scalar", 0.0),
-                                       sandwich=bool(a.get("sandwich", 0)))
+                                       sandwich=bool(a.get("sandwich", 0)),
+                                       post=bool(a.get("post", 0)),
+                                       qk_proj=bool(a.get("qk_proj", 0)),
+                                       embed_scale=bool(a.get("embed_scale", 0)),
+                                       geglu=bool(a.get("geglu", 0)))
     return torch_moe.MoEConfig(**llama, E=i("E"), K=i("K"), FE=i("FE"), S=i("S"),
                                moe_every=i("moe_every"), norm_topk=bool(a["moe_norm_topk"]),
                                aux_coef=a["moe_aux_loss_coef"], z_coef=a["moe_z_loss_coef"])
@@ -543,7 +565,8 @@ def config_names(m):
         cfg = types.SimpleNamespace(qkv_bias=yes("qkv_bias"), qk_norm=yes("qk_norm"),
                                     tie_embeddings=yes("tie_embeddings", "true"),
                                     sinks=yes("attn_sinks"),
-                                    sandwich=m.get("norm_placement") == '"sandwich"')
+                                    sandwich=m.get("norm_placement") == '"sandwich"',
+                                    post=m.get("norm_placement") == '"post"')
         if not m.get("moe_experts"):
             return torch_llama.param_names(cfg)
         return torch_moe.param_names(types.SimpleNamespace(
@@ -601,6 +624,10 @@ def want_attrs(cfg):
         want["query_pre_attn_scalar"] = m.get("query_pre_attn_scalar", 0)
         want["windows"] = tuple(config_windows(m))
         want["sandwich"] = m.get("norm_placement") == '"sandwich"'
+        want["post"] = m.get("norm_placement") == '"post"'
+        want["qk_proj"] = yes("qk_norm") and m.get("qk_norm_scope") == '"projection"'
+        want["embed_scale"] = m.get("embed_scale") == '"sqrt_d_model"'
+        want["geglu"] = m.get("mlp") == '"geglu_tanh"'
     for k in ("eot_token", "norm_eps", "rope_theta", "rope_factor", "rope_low_freq_factor",
               "rope_high_freq_factor", "rope_original_max_pos", "moe_aux_loss_coef",
               "moe_z_loss_coef"):
@@ -719,14 +746,16 @@ def check_step0(tap, name, d, tc, names, shapes, model):
 
 
 def has_variants(tc):
-    return is_llama(tc) and (any(tc.windows) or tc.sinks or tc.qpas or tc.sandwich)
+    return is_llama(tc) and (any(tc.windows) or tc.sinks or tc.qpas or tc.sandwich or tc.post
+                             or tc.qk_proj or tc.embed_scale or tc.geglu)
 
 
 def check_variants_matter(tap, name, d, tc, logits):
     """Each variant of the case (a layer's window, the sinks, query_pre_attn_scalar, the sandwich
     norms) changes torch's step-0 logits by more than MIN_SWITCH_EFFECT when it is taken away alone
     (the sinks: set to -inf-like -1e30, i.e. no sink; the sandwich norms: the pre-norm block with
-    the same ln1w and ln2w)."""
+    the same ln1w and ln2w; the post-norms: the identity; QK-norm over the projections: per head,
+    with weights of ones, what the step-0 weights are)."""
     effects = {}
     for l, W in enumerate(tc.windows):
         if W:
@@ -755,9 +784,42 @@ def check_variants_matter(tap, name, d, tc, logits):
             ly.sandwich, ly.post_attention_layernorm = False, ly.pre_feedforward_layernorm
         with torch.no_grad():
             got["the sandwich norms"] = rel_err(other(inputs)[0].numpy(), logits.numpy())
+    got.update(post_variants_matter(d, tc, inputs, logits))
     tap.ok(got and all(e > MIN_SWITCH_EFFECT for e in got.values()),
            f"{name}: each variant moves the step-0 logits by > {MIN_SWITCH_EFFECT:g}: "
            + ", ".join(f"{w} {e:.1e}" for w, e in got.items()))
+
+
+def post_variants_matter(d, tc, inputs, logits):
+    """check_variants_matter's effects of the part-3 variants: Gemma's embedding scale taken away,
+    OLMo 2's post-norms taken away (identity), QK-norm per head (weights of ones) in place of over
+    the projections."""
+    got = {}
+    for what, field in (("the embedding scale", "embed_scale"), ("GeGLU (vs SwiGLU)", "geglu")):
+        if getattr(tc, field):
+            other = torch_model(dataclasses.replace(tc, **{field: False}), d["attrs"])
+            other.load_tessera(d["params"])
+            with torch.no_grad():
+                got[what] = rel_err(other(inputs)[0].numpy(), logits.numpy())
+    if tc.post:
+        other = torch_model(tc, d["attrs"])
+        other.load_tessera(d["params"])
+        for ly in other.layers:
+            ly.post_attention_layernorm = ly.post_feedforward_layernorm = torch.nn.Identity()
+        with torch.no_grad():
+            got["the post-norms"] = rel_err(other(inputs)[0].numpy(), logits.numpy())
+    if tc.qk_proj:
+        other = torch_model(tc, d["attrs"])
+        other.load_tessera(d["params"])
+        for ly in other.layers:
+            at = ly.self_attn
+            at.qk_proj = False
+            at.q_norm = torch_llama.RMSNorm(tc.hs, tc.norm_eps)
+            at.k_norm = torch_llama.RMSNorm(tc.hs, tc.norm_eps)
+        with torch.no_grad():
+            got["QK-norm over the projections"] = rel_err(other(inputs)[0].numpy(),
+                                                          logits.numpy())
+    return got
 
 
 def check_doc_mask_matters(tap, name, d, tc, logits):

@@ -75,17 +75,22 @@ class LlamaConfig:
     sinks: bool = False  # gpt-oss's attention sinks
     qpas: float = 0.0    # Gemma's query_pre_attn_scalar: scores times qpas^-0.5; 0 = hs
     sandwich: bool = False  # Gemma 2/3's norm placement: a norm after the attention and the MLP
+    post: bool = False   # OLMo 2's: a norm after the attention and the MLP, none before them
+    qk_proj: bool = False  # OLMo 2's QK-norm: over the whole q and k projections, not per head
+    embed_scale: bool = False  # Gemma's: the token embedding times sqrt(C)
+    geglu: bool = False  # Gemma's MLP: gelu_pytorch_tanh(gate) * up in SwiGLU's place
 
 
 def param_names(cfg):
     """tessera parameter names present in a model of this config, in tessera's order."""
-    names = ["wte", "ln1w", "qkvw"]
+    post = getattr(cfg, "post", False)
+    names = ["wte"] + ([] if post else ["ln1w"]) + ["qkvw"]
     names += ["qkvb"] if cfg.qkv_bias else []
     names += ["qnormw", "knormw"] if cfg.qk_norm else []
     names += ["sinks"] if getattr(cfg, "sinks", False) else []
     names += ["attprojw"]
-    names += ["postattnw", "postmlpw"] if getattr(cfg, "sandwich", False) else []
-    names += ["ln2w", "fcw", "fcprojw", "lnfw"]
+    names += ["postattnw", "postmlpw"] if getattr(cfg, "sandwich", False) or post else []
+    names += ([] if post else ["ln2w"]) + ["fcw", "fcprojw", "lnfw"]
     return names + ([] if cfg.tie_embeddings else ["lm_head"])
 
 
@@ -151,9 +156,10 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(c.C, c.KVH * c.hs, bias=c.qkv_bias)
         self.v_proj = nn.Linear(c.C, c.KVH * c.hs, bias=c.qkv_bias)
         self.o_proj = nn.Linear(c.NH * c.hs, c.C, bias=False)
+        self.qk_proj = c.qk_norm and c.qk_proj  # OLMo 2: over (NH hs) and (KVH hs)
         if c.qk_norm:
-            self.q_norm = RMSNorm(c.hs, c.norm_eps)
-            self.k_norm = RMSNorm(c.hs, c.norm_eps)
+            self.q_norm = RMSNorm(c.NH * c.hs if self.qk_proj else c.hs, c.norm_eps)
+            self.k_norm = RMSNorm(c.KVH * c.hs if self.qk_proj else c.hs, c.norm_eps)
         if c.sinks:
             self.sinks = nn.Parameter(torch.zeros(c.NH))
 
@@ -162,10 +168,12 @@ class Attention(nn.Module):
         inputs before the key/value heads are repeated; bench/gpu/torch_peer.py's SDPA too)."""
         B, T, _ = x.shape
         c = self.cfg
-        q = self.q_proj(x).view(B, T, c.NH, c.hs)
-        k = self.k_proj(x).view(B, T, c.KVH, c.hs)
+        q, k = self.q_proj(x), self.k_proj(x)
+        if self.qk_proj:  # Olmo2Attention: q_norm(q_proj(x)), k_norm(k_proj(x)), then the heads
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.view(B, T, c.NH, c.hs), k.view(B, T, c.KVH, c.hs)
         v = self.v_proj(x).view(B, T, c.KVH, c.hs).transpose(1, 2)
-        if c.qk_norm:
+        if c.qk_norm and not self.qk_proj:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = q.transpose(1, 2), k.transpose(1, 2)                   # (B,H,T,hs)
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
@@ -193,28 +201,39 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(cfg.C, cfg.F, bias=False)
         self.up_proj = nn.Linear(cfg.C, cfg.F, bias=False)
         self.down_proj = nn.Linear(cfg.F, cfg.C, bias=False)
+        self.geglu = getattr(cfg, "geglu", False)
 
     def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        g = self.gate_proj(x)
+        act = F.gelu(g, approximate="tanh") if self.geglu else F.silu(g)  # GemmaMLP / LlamaMLP
+        return self.down_proj(act * self.up_proj(x))
 
 
 class Layer(nn.Module):
     """Pre-norm (Llama: post_attention_layernorm is the MLP's input norm), or with cfg.sandwich
     Gemma 2/3's Gemma2DecoderLayer: input_layernorm -> attention -> post_attention_layernorm,
     residual; pre_feedforward_layernorm -> MLP -> post_feedforward_layernorm, residual (plain
-    RMSNorm weights here; Gemma's (1 + w) scaling is another variant)."""
+    RMSNorm weights here; Gemma's (1 + w) scaling is another variant), or with cfg.post OLMo 2's
+    Olmo2DecoderLayer: attention -> post_attention_layernorm, residual; MLP ->
+    post_feedforward_layernorm, residual (no norm before either)."""
     def __init__(self, cfg):
         super().__init__()
-        self.input_layernorm = RMSNorm(cfg.C, cfg.norm_eps)
+        self.post = getattr(cfg, "post", False)
+        if not self.post:
+            self.input_layernorm = RMSNorm(cfg.C, cfg.norm_eps)
         self.self_attn = Attention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.C, cfg.norm_eps)
         self.mlp = MLP(cfg)
         self.sandwich = getattr(cfg, "sandwich", False)
         if self.sandwich:
             self.pre_feedforward_layernorm = RMSNorm(cfg.C, cfg.norm_eps)
+        if self.sandwich or self.post:
             self.post_feedforward_layernorm = RMSNorm(cfg.C, cfg.norm_eps)
 
     def forward(self, x, cos, sin, allowed):
+        if self.post:
+            x = x + self.post_attention_layernorm(self.self_attn(x, cos, sin, allowed))
+            return x + self.post_feedforward_layernorm(self.mlp(x))
         if self.sandwich:
             h = self.self_attn(self.input_layernorm(x), cos, sin, allowed)
             x = x + self.post_attention_layernorm(h)
@@ -256,6 +275,8 @@ class Llama(TesseraLayout, nn.Module):
         pos, allowed = positions_and_mask(idx, self.eot)
         cos, sin = rope_cos_sin(pos, self.inv_freq.to(torch.get_default_dtype()))
         x = self.embed_tokens(idx)
+        if getattr(self.cfg, "embed_scale", False):  # Gemma: in the model's dtype (float64 here)
+            x = x * math.sqrt(self.cfg.C)
         T = idx.shape[1]
         i = torch.arange(T, device=idx.device)
         for l, layer in enumerate(self.layers):

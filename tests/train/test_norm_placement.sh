@@ -1,32 +1,40 @@
 #!/usr/bin/env bash
 # Norm placements through the real trainer (docs/models.md "Norm placements"; the maths is checked
-# against float64 PyTorch by tests/reference/test_reference.py, case llama-sandwich):
-#  - a tiny Llama with sandwich norms (Gemma 2/3) trains on 2 ranks with ddp, and zero3 on 2 ranks
-#    equals it within 1e-6 at every step (postattnw and postmlpw are ordinary parameters of the
-#    sharded list); its checkpoint holds both tensors and verifies; the placement changes the run;
+# against float64 PyTorch by tests/reference/test_reference.py, cases llama-sandwich and
+# llama-olmo2, llama-gemma):
+#  - a tiny Llama with sandwich norms, the embedding times sqrt(d_model) and GeGLU (Gemma 2/3)
+#    trains on 2 ranks with ddp, and zero3 on 2 ranks equals it within 1e-6 at every step
+#    (postattnw and postmlpw are ordinary parameters of the sharded list); its checkpoint holds
+#    both tensors and verifies; the placement changes the run;
 #  - ckpt export --format hf refuses it naming the key (no exported class has it);
 #  - device = "cuda" and parallel.context = 2 are refused at start (exit 1) naming the key,
-#    nothing written in run_dir; model.norm = "layernorm" with it is refused naming the key;
+#    nothing written in run_dir, for sandwich, post, model.qk_norm_scope = projection,
+#    model.embed_scale and model.mlp = geglu_tanh; model.norm = "layernorm" with post and
+#    model.pos = "learned" with embed_scale are refused naming the key;
 #  - a resume with the other placement is refused (exit 1) naming what differs;
 #  - tessera generate from the checkpoint, greedy 100 tokens: the KV cache's ids and probabilities
-#    equal the no-cache forward's (the decode path runs the post-norms too).
+#    equal the no-cache forward's (the decode path runs the post-norms and the scale too);
+#  - OLMo 2's form (post-norms, QK-norm over the projections) trains 6 steps; its checkpoint holds
+#    postattnw, postmlpw, qnormw (2, 64) and knormw (2, 32) and no ln1w or ln2w, and verifies;
+#    generate from it likewise: KV cache == no cache.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 GEN=("$TOOL" generate --set threads=1)
 PROMPT="5 17 3 250 99 12 7 300 41 8 2 66 19 101 3 77 45 9 13 21"
 source "$(dirname "$0")/../eval/generate_lib.sh"
-tap_plan 7
+tap_plan 9
 make_synth "$TMP/data" 512 60000
 tiny_llama_args "$TMP/data/train"
 args+=(--set model.n_head=4 --set model.n_kv_head=2 --set max_duration=6ba --set save_interval=6ba --set watchdog.window=0)
-sw=(--set model.norm_placement=sandwich)
+sw=(--set model.norm_placement=sandwich --set model.embed_scale=sqrt_d_model
+    --set model.mlp=geglu_tanh)
 run() { local dir=$1 np=$2; shift 2; "${MPIRUN[@]}" -np "$np" "$TRAIN" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
 
 run D 2 "${sw[@]}" && run Z 2 "${sw[@]}" --set parallel.sharding=zero3
 rc=$?
 tap_diag "zero3 vs ddp: $(metrics_close "$TMP/D/metrics.jsonl" "$TMP/Z/metrics.jsonl" 1 1e-6 1e-6)"
 ((rc == 0)) && metrics_close "$TMP/D/metrics.jsonl" "$TMP/Z/metrics.jsonl" 1 1e-6 1e-6 >/dev/null
-tap_check $? "sandwich norms: ddp and zero3 on 2 ranks train 6 steps and agree within 1e-6"
+tap_check $? "sandwich norms, the embedding scale, GeGLU: ddp and zero3 on 2 ranks train 6 steps and agree within 1e-6"
 
 "$PY3" - "$TMP/D/step-00000006.h5" <<'PY' && "$TOOL" ckpt verify "$TMP/D/step-00000006.h5" >"$TMP/verify.txt" 2>&1
 import sys, h5py
@@ -38,7 +46,7 @@ sys.exit(0 if post == ["postattnw", "postmlpw"] else 1)
 PY
 tap_check $? "the checkpoint holds postattnw and postmlpw and verifies"
 
-run P 1
+run P 1 --set model.embed_scale=sqrt_d_model --set model.mlp=geglu_tanh
 a=$(json_field "$TMP/D/metrics.jsonl" 6 loss) p=$(json_field "$TMP/P/metrics.jsonl" 6 loss)
 tap_diag "step-6 loss sandwich $a, pre $p"
 [[ -n $a && -n $p && $a != "$p" ]]
@@ -50,29 +58,50 @@ tap_diag "export: $(head -c 300 "$TMP/export.txt")"
 [[ $rc == 1 && ! -e $TMP/hfD/model.safetensors ]] && grep -q "model.norm_placement" "$TMP/export.txt"
 tap_check $? "ckpt export --format hf of a sandwich model: refused (exit $rc) naming the key, no weights written"
 
-mkdir -p "$TMP/R"
-"$TRAIN" "${args[@]}" "${sw[@]}" --set run_dir="$TMP/R/cuda" --set device=cuda >"$TMP/cuda.txt" 2>&1
-rc1=$?
-"${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" "${sw[@]}" --set run_dir="$TMP/R/cp" \
-    --set parallel.context=2 >"$TMP/cp.txt" 2>&1
+olmo=(--set model.norm_placement=post --set model.qk_norm=true --set model.qk_norm_scope=projection)
+mkdir -p "$TMP/L"
+"$TRAIN" "${args[@]}" "${olmo[@]}" --set run_dir="$TMP/L/ln" --set model.norm=layernorm >"$TMP/ln.txt" 2>&1
+rc=$?
+"$TRAIN" "${args[@]}" --set model.embed_scale=sqrt_d_model --set model.pos=learned \
+    --set model.max_seq_len=32 --set run_dir="$TMP/L/pos" >"$TMP/pos.txt" 2>&1
 rc2=$?
-"$TRAIN" "${args[@]}" "${sw[@]}" --set run_dir="$TMP/R/ln" --set model.norm=layernorm >"$TMP/ln.txt" 2>&1
-rc3=$?
-sed 's/^/# /' "$TMP/cuda.txt" "$TMP/cp.txt" "$TMP/ln.txt" | grep "norm_placement" | head -3
-((rc1 == 1 && rc2 == 1 && rc3 == 1)) &&
-    grep -q 'model.norm_placement: device = "cuda" does not run' "$TMP/cuda.txt" &&
-    grep -q "model.norm_placement: parallel.context = 2" "$TMP/cp.txt" &&
-    grep -q 'model.norm_placement = "sandwich" needs model.norm = "rmsnorm"' "$TMP/ln.txt" &&
-    [[ -z $(ls -A "$TMP/R") ]]
-tap_check $? "device = cuda, parallel.context = 2, model.norm = layernorm with sandwich: exit 1 ($rc1 $rc2 $rc3) naming the key, nothing written"
+sed 's/^/# /' "$TMP/ln.txt" "$TMP/pos.txt" | grep "norm_placement\|embed_scale" | head -2
+variant_refused R model.norm_placement "${sw[@]}" && variant_refused O model.norm_placement "${olmo[@]}" &&
+    variant_refused Q model.qk_norm_scope --set model.qk_norm=true --set model.qk_norm_scope=projection &&
+    variant_refused E model.embed_scale --set model.embed_scale=sqrt_d_model &&
+    variant_refused G model.mlp --set model.mlp=geglu_tanh &&
+    ((rc == 1)) && grep -q 'model.norm_placement = "post" needs model.norm = "rmsnorm"' "$TMP/ln.txt" &&
+    ((rc2 == 1)) && grep -q 'model.embed_scale = "sqrt_d_model" with model.pos = "learned"' "$TMP/pos.txt" &&
+    [[ -z $(ls -A "$TMP/L") ]]
+tap_check $? "device = cuda and parallel.context = 2 with sandwich, post, QK-norm over the projection, the embedding scale or GeGLU, model.norm = layernorm with post (exit $rc), pos = learned with the scale (exit $rc2): exit 1 naming the key, nothing written"
 
 run D 1 --set max_duration=8ba
 rc=$?
-((rc == 1)) && grep -q "norm_placement (0 pre, 1 sandwich) 0 vs 1" "$TMP/D.txt" &&
+((rc == 1)) && grep -q "norm_placement (0 pre, 1 sandwich, 2 post) 0 vs 1" "$TMP/D.txt" &&
     [[ -z $(json_field "$TMP/D/metrics.jsonl" 7 loss) ]]
 tap_check $? "a resume with norm_placement = pre of a sandwich checkpoint is refused (exit $rc) naming it"
 
 greedy D gen --max-tokens 100 && [[ $(wc -w <"$TMP/gen.c") == 100 ]] && cmp -s "$TMP/gen.c" "$TMP/gen.n" &&
     probs_close "$TMP/gen.c.probs" "$TMP/gen.n.probs"
-tap_check $? "generate (sandwich norms), greedy 20 + 100 tokens: KV cache == no cache, ids and probabilities"
+tap_check $? "generate (sandwich norms, embedding scale, GeGLU), greedy 20 + 100 tokens: KV cache == no cache, ids and probabilities"
+
+run O 1 "${olmo[@]}"
+rc=$?
+tap_diag "OLMo 2 form: exit $rc, step-6 loss $(json_field "$TMP/O/metrics.jsonl" 6 loss)"
+((rc == 0)) && "$PY3" - "$TMP/O/step-00000006.h5" <<'PY' && "$TOOL" ckpt verify "$TMP/O/step-00000006.h5" >"$TMP/verify.txt" 2>&1
+import sys, h5py
+shapes = {}
+def see(n, o):
+    if isinstance(o, h5py.Dataset): shapes.setdefault(n.split("/")[-1], o.shape)
+h5py.File(sys.argv[1], "r").visititems(see)
+got = {k: shapes.get(k) for k in ("postattnw", "postmlpw", "qnormw", "knormw", "ln1w", "ln2w")}
+print("# shapes:", got)
+sys.exit(0 if got == dict(postattnw=(2, 64), postmlpw=(2, 64), qnormw=(2, 64), knormw=(2, 32),
+                          ln1w=None, ln2w=None) else 1)
+PY
+tap_check $? "post norms + QK-norm over the projections train 6 steps; the checkpoint holds postattnw, postmlpw, qnormw (2, 64), knormw (2, 32), no ln1w/ln2w, and verifies"
+
+greedy O genO --max-tokens 100 && [[ $(wc -w <"$TMP/genO.c") == 100 ]] && cmp -s "$TMP/genO.c" "$TMP/genO.n" &&
+    probs_close "$TMP/genO.c.probs" "$TMP/genO.n.probs"
+tap_check $? "generate (post norms, QK-norm over the projections), greedy 20 + 100 tokens: KV cache == no cache"
 tap_done

@@ -21,7 +21,7 @@
 #include "ops_check.h"
 #include "tap.h"
 
-#define NCHECKS 109
+#define NCHECKS 123
 
 static const tsr_ops *ops = &tsr_cpu_ops;
 
@@ -40,17 +40,22 @@ static void ref_rmsnorm(double *out, double *rstd, const double *inp, const doub
     }
 }
 
-/* QK-norm: query heads with qw, key heads with kw, value heads copied; rstd (N, NH+KVH) or NULL */
+/* QK-norm: query heads with qw, key heads with kw, value heads copied; rstd (N, NH+KVH) or NULL.
+ * proj (OLMo 2's scope): all the query heads one row with qw (NH hs), all the key heads one with kw
+ * (KVH hs); rstd (N, 2) */
 static void ref_qknorm(double *out, double *rstd, const double *inp, const double *qw,
-                       const double *kw, int N, int NH, int KVH, int hs, double eps) {
-    const int H = NH + KVH, QKV = (NH + 2 * KVH) * hs;
+                       const double *kw, int N, int NH, int KVH, int hs, double eps, int proj) {
+    const int nq = proj ? 1 : NH, nk = proj ? 1 : KVH, wq = proj ? NH * hs : hs;
+    const int wk = proj ? KVH * hs : hs, H = nq + nk, QKV = (NH + 2 * KVH) * hs;
     for (int n = 0; n < N; n++) {
         for (int h = 0; h < H; h++) {
-            size_t o = (size_t)n * QKV + (size_t)h * hs;
-            ref_rmsnorm(out + o, rstd ? rstd + (size_t)n * H + h : NULL, inp + o, h < NH ? qw : kw,
-                        1, hs, eps);
+            const size_t c = h < nq ? (size_t)h * wq : (size_t)nq * wq + (size_t)(h - nq) * wk;
+            const size_t o = (size_t)n * QKV + c;
+            ref_rmsnorm(out + o, rstd ? rstd + (size_t)n * H + h : NULL, inp + o, h < nq ? qw : kw,
+                        1, h < nq ? wq : wk, eps);
         }
-        for (int c = H * hs; c < QKV; c++) out[(size_t)n * QKV + c] = inp[(size_t)n * QKV + c];
+        for (int c = (NH + KVH) * hs; c < QKV; c++)
+            out[(size_t)n * QKV + c] = inp[(size_t)n * QKV + c];
     }
 }
 
@@ -74,11 +79,14 @@ static void ref_rope(double *out, const double *qkv, const int32_t *pos, int p0,
         }
 }
 
-static void ref_swiglu(double *out, const double *inp, int N, int F) {
+/* SwiGLU, or with geglu GeGLU: 0.5 g (1 + tanh(sqrt(2/pi)(g + 0.044715 g^3))) in silu's place */
+static void ref_swiglu(double *out, const double *inp, int N, int F, int geglu) {
     for (int n = 0; n < N; n++)
         for (int f = 0; f < F; f++) {
             double g = inp[(size_t)n * 2 * F + f], u = inp[(size_t)n * 2 * F + F + f];
-            out[(size_t)n * F + f] = g / (1.0 + exp(-g)) * u;
+            const double v = sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g);
+            const double a = geglu ? 0.5 * g * (1.0 + tanh(v)) : g / (1.0 + exp(-g));
+            out[(size_t)n * F + f] = a * u;
         }
 }
 
@@ -181,42 +189,47 @@ typedef struct {
     const double *inp, *qw, *kw;
     int N, NH, KVH, hs;
     double eps;
+    int proj;
 } qkn_ctx;
 
 static void qkn_obj(const void *c, double *out) {
     const qkn_ctx *q = c;
-    ref_qknorm(out, NULL, q->inp, q->qw, q->kw, q->N, q->NH, q->KVH, q->hs, q->eps);
+    ref_qknorm(out, NULL, q->inp, q->qw, q->kw, q->N, q->NH, q->KVH, q->hs, q->eps, q->proj);
 }
 
-/* 5 checks */
-static void test_qknorm(int N, int NH, int KVH, int hs) {
+/* 5 checks; proj: the projection scope (qknorm_proj_*) */
+static void test_qknorm(int N, int NH, int KVH, int hs, int proj) {
     const float eps = 1e-6f;
-    size_t nx = (size_t)N * (NH + 2 * KVH) * hs, nr = (size_t)N * (NH + KVH);
-    float *inp = FALLOC(nx), *qw = FALLOC(hs), *kw = FALLOC(hs), *out = FALLOC(nx);
-    float *dout = FALLOC(nx), *rstd = FALLOC(nr), *g = FALLOC(nx), *gq = FALLOC(hs);
-    float *gk = FALLOC(hs);
-    double *inp_ = DALLOC(nx), *qw_ = DALLOC(hs), *kw_ = DALLOC(hs), *wts = DALLOC(nx);
+    const int wq = proj ? NH * hs : hs, wk = proj ? KVH * hs : hs;
+    size_t nx = (size_t)N * (NH + 2 * KVH) * hs, nr = (size_t)N * (proj ? 2 : NH + KVH);
+    float *inp = FALLOC(nx), *qw = FALLOC(wq), *kw = FALLOC(wk), *out = FALLOC(nx);
+    float *dout = FALLOC(nx), *rstd = FALLOC(nr), *g = FALLOC(nx), *gq = FALLOC(wq);
+    float *gk = FALLOC(wk);
+    double *inp_ = DALLOC(nx), *qw_ = DALLOC(wq), *kw_ = DALLOC(wk), *wts = DALLOC(nx);
     double *want = DALLOC(nx), *wrstd = DALLOC(nr);
     fill(inp, inp_, nx, -2, 2);
-    fill(qw, qw_, hs, 0.5, 1.5);
-    fill(kw, kw_, hs, 0.5, 1.5);
+    fill(qw, qw_, wq, 0.5, 1.5);
+    fill(kw, kw_, wk, 0.5, 1.5);
     fill(dout, wts, nx, -1, 1);
-    fill(g, NULL, nx, -1, 1), fill(gq, NULL, hs, -1, 1), fill(gk, NULL, hs, -1, 1);
-    float *g0 = copy_f(g, nx), *g0q = copy_f(gq, hs), *g0k = copy_f(gk, hs);
-    char what[96];
+    fill(g, NULL, nx, -1, 1), fill(gq, NULL, wq, -1, 1), fill(gk, NULL, wk, -1, 1);
+    float *g0 = copy_f(g, nx), *g0q = copy_f(gq, wq), *g0k = copy_f(gk, wk);
+    char what[112];
 #define QKN_WHAT(s) \
-    (snprintf(what, sizeof what, "qknorm %s (N=%d NH=%d KVH=%d hs=%d)", s, N, NH, KVH, hs), what)
-    ops->qknorm_forward(out, rstd, inp, qw, kw, N, NH, KVH, hs, eps);
-    ref_qknorm(want, wrstd, inp_, qw_, kw_, N, NH, KVH, hs, eps);
+    (snprintf(what, sizeof what, "qknorm%s %s (N=%d NH=%d KVH=%d hs=%d)", proj ? "_proj" : "", s, \
+              N, NH, KVH, hs), what)
+    (proj ? ops->qknorm_proj_forward : ops->qknorm_forward)(out, rstd, inp, qw, kw, N, NH, KVH, hs,
+                                                            eps);
+    ref_qknorm(want, wrstd, inp_, qw_, kw_, N, NH, KVH, hs, eps, proj);
     /* RMSNorm rows of hs (a few ulp); value columns copied, so exact */
     check(QKN_WHAT("forward out"), out, want, nx, 1e-6, 2e-6);
     check(QKN_WHAT("forward rstd"), rstd, wrstd, nr, 1e-9, 1e-6);
-    ops->qknorm_backward(g, gq, gk, dout, inp, qw, kw, rstd, N, NH, KVH, hs);
-    qkn_ctx ctx = {inp_, qw_, kw_, N, NH, KVH, hs, eps};
+    (proj ? ops->qknorm_proj_backward : ops->qknorm_backward)(g, gq, gk, dout, inp, qw, kw, rstd,
+                                                              N, NH, KVH, hs);
+    qkn_ctx ctx = {inp_, qw_, kw_, N, NH, KVH, hs, eps, proj};
     objective o = {qkn_obj, &ctx, nx, wts, DALLOC(nx)};
     check_grad(QKN_WHAT("backward dinp"), g, g0, inp_, nx, &o, 2e-5, 1e-4);
-    check_grad(QKN_WHAT("backward dqw"), gq, g0q, qw_, hs, &o, 2e-5, 1e-4);
-    check_grad(QKN_WHAT("backward dkw"), gk, g0k, kw_, hs, &o, 2e-5, 1e-4);
+    check_grad(QKN_WHAT("backward dqw"), gq, g0q, qw_, wq, &o, 2e-5, 1e-4);
+    check_grad(QKN_WHAT("backward dkw"), gk, g0k, kw_, wk, &o, 2e-5, 1e-4);
 #undef QKN_WHAT
     free(o.out);
     free(inp), free(qw), free(kw), free(out), free(dout), free(rstd), free(g), free(gq), free(gk);
@@ -299,17 +312,18 @@ static void test_rope(int B, int T, int NH, int KVH, int hs, int with_pos, int p
 
 typedef struct {
     const double *inp;
-    int N, F;
+    int N, F, geglu;
 } swiglu_ctx;
 
 static void swiglu_obj(const void *c, double *out) {
     const swiglu_ctx *s = c;
-    ref_swiglu(out, s->inp, s->N, s->F);
+    ref_swiglu(out, s->inp, s->N, s->F, s->geglu);
 }
 
 /* 2 checks. range: gate and up values in [-range, range] (plus a few large gates for the tails
- * of exp) */
-static void test_swiglu(int N, int F, double range) {
+ * of exp); geglu: geglu_* (Gemma) in place of swiglu_* */
+static void test_swiglu(int N, int F, double range, int geglu) {
+    const char *name = geglu ? "geglu" : "swiglu";
     size_t ni = (size_t)N * 2 * F, no = (size_t)N * F;
     float *inp = FALLOC(ni), *out = FALLOC(no), *dout = FALLOC(no), *g = FALLOC(ni);
     double *inp_ = DALLOC(ni), *want = DALLOC(no), *wts = DALLOC(no);
@@ -320,15 +334,15 @@ static void test_swiglu(int N, int F, double range) {
     fill(g, NULL, ni, -1, 1);
     float *g0 = copy_f(g, ni);
     char what[96];
-    ops->swiglu_forward(out, inp, N, F);
-    ref_swiglu(want, inp_, N, F);
+    (geglu ? ops->geglu_forward : ops->swiglu_forward)(out, inp, N, F);
+    ref_swiglu(want, inp_, N, F, geglu);
     /* exp (a few ulp), a quotient and a product: ~1e-6 relative */
-    snprintf(what, sizeof what, "swiglu forward (N=%d F=%d range %g)", N, F, range);
+    snprintf(what, sizeof what, "%s forward (N=%d F=%d range %g)", name, N, F, range);
     check(what, out, want, no, 1e-7, 2e-6);
-    ops->swiglu_backward(g, inp, dout, N, F);
-    swiglu_ctx ctx = {inp_, N, F};
+    (geglu ? ops->geglu_backward : ops->swiglu_backward)(g, inp, dout, N, F);
+    swiglu_ctx ctx = {inp_, N, F, geglu};
     objective o = {swiglu_obj, &ctx, no, wts, DALLOC(no)};
-    snprintf(what, sizeof what, "swiglu backward dinp (N=%d F=%d range %g)", N, F, range);
+    snprintf(what, sizeof what, "%s backward dinp (N=%d F=%d range %g)", name, N, F, range);
     if (ni <= 20000)
         check_grad(what, g, g0, inp_, ni, &o, 1e-6, 1e-5);
     else /* each difference reruns the whole reference */
@@ -602,18 +616,22 @@ int main(void) {
     test_rmsnorm(10, 8, 0.0, 1e-5f);
     test_rmsnorm(7, 37, 5.0, 1e-6f);  /* odd sizes, inputs off centre */
     test_rmsnorm(130, 16, 0.0, 1e-5f); /* three row chunks for dw */
-    test_qknorm(5, 4, 2, 8);           /* GQA 2:1 */
-    test_qknorm(3, 3, 1, 2);           /* MQA, hs 2 */
-    test_qknorm(7, 2, 2, 64);          /* MHA, hs 64 */
-    test_qknorm(70, 2, 1, 4);          /* two row chunks for dqw, dkw */
+    test_qknorm(5, 4, 2, 8, 0);        /* GQA 2:1 */
+    test_qknorm(3, 3, 1, 2, 0);        /* MQA, hs 2 */
+    test_qknorm(7, 2, 2, 64, 0);       /* MHA, hs 64 */
+    test_qknorm(70, 2, 1, 4, 0);       /* two row chunks for dqw, dkw */
+    test_qknorm(5, 4, 2, 8, 1);        /* over the projections (OLMo 2): 32 and 16 wide */
+    test_qknorm(70, 2, 1, 4, 1);       /* two row chunks for dqw (8), dkw (4) */
     test_rope(2, 5, 4, 2, 8, 0, 0);
     test_rope(2, 5, 4, 2, 8, 0, 7);    /* offset p0 (a KV-cache chunk) */
     test_rope(2, 9, 4, 1, 8, 1, 0);    /* positions given, MQA */
     test_rope(1, 3, 2, 2, 2, 0, 1);    /* hs 2 */
     test_rope(1, 7, 2, 1, 64, 0, 3000); /* hs 64, large angles (cos/sin in double) */
-    test_swiglu(5, 7, 4.0);
-    test_swiglu(1, 1, 2.0);
-    test_swiglu(33, 600, 8.0); /* past the one-thread cut-off */
+    test_swiglu(5, 7, 4.0, 0);
+    test_swiglu(1, 1, 2.0, 0);
+    test_swiglu(33, 600, 8.0, 0); /* past the one-thread cut-off */
+    test_swiglu(5, 7, 4.0, 1);    /* GeGLU (Gemma) */
+    test_swiglu(33, 600, 8.0, 1);
     test_gqa(2, 5, 4, 2, 8, 0, 0, 0);
     test_gqa(2, 7, 4, 1, 2, 1, 1, 0);     /* MQA, hs 2, ALiBi, segments */
     test_gqa(1, 9, 3, 3, 6, 0, 1, 0);     /* KVH = NH through the same reference */
