@@ -234,6 +234,8 @@ sample = { tokens = 0; };
 CFG
     "$TRAIN" --config "$d/cfg" --set run_dir="$d/run" >"$d/train.log" 2>&1 || { tail -5 "$d/train.log"; return 1; }
     "$TOOL" ckpt export --format hf "$d/run/latest" "$d/hf" >"$d/export.log" 2>&1 || { cat "$d/export.log"; return 1; }
+}
+
 # variant_refused DIR KEY OPTIONS...: the trainer with "${args[@]}" OPTIONS once with
 # device = "cuda" (1 rank) and once with parallel.context = 2 (2 ranks): both exit 1 (a config
 # error, docs/tessera-train.md) naming KEY ("KEY: device = "cuda" does not run", "KEY:
