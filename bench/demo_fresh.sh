@@ -117,7 +117,8 @@ parts() {
         s += part("npm files (curl + sha512)", f0, f1)
         s += part("build (make: the two programs)", b0, b1)
         s += part("prep (tessera prep of Brown)", b1, r0)
-        s += part("train (200 steps, 2 ranks) + sample", r0, r1)
+        st = at("^steps: [0-9]+ ", r0); split(st ? txt[st] : "steps: ?", w, " ")
+        s += part("train (" w[2] " steps, 2 ranks) + sample", r0, r1)
         printf "  %-34s %7.1f s\n", "other (checks, make, messages)", t[e] - t[m0] - s
         printf "  %-34s %7.1f s  (%d min %02d s)  %s\n", "total", t[e] - t[m0], (t[e] - t[m0]) / 60, (t[e] - t[m0]) % 60, txt[e]
     }' "$LOG"
