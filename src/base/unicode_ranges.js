@@ -1,0 +1,31 @@
+// unicode_ranges.js — the one loop both table generators share (gen_unicode_tables.js,
+// src/tokenizer/gen_hf_o200k_tables.js): for each [name, regex] of CLASSES, the code points node's
+// regex engine (V8 + ICU) matches, as C arrays of [lo, hi] ranges PREFIX_name[][2] and their
+// counts PREFIX_name_n, pushed onto the lines OUT.
+'use strict';
+function rangesOf(re) {
+  const ranges = [];
+  let lo = -1;
+  for (let cp = 0; cp <= 0x110000; cp++) {
+    const isIn = cp < 0x110000 && !(cp >= 0xd800 && cp <= 0xdfff) && re.test(String.fromCodePoint(cp));
+    if (isIn && lo < 0) lo = cp;
+    if (!isIn && lo >= 0) { ranges.push([lo, cp - 1]); lo = -1; }
+  }
+  return ranges;
+}
+function pushTables(out, prefix, classes) {
+  for (const [name, re] of classes) {
+    const ranges = rangesOf(re);
+    out.push(`const uint32_t ${prefix}_${name}[][2] = {`);
+    let line = '   ';
+    for (const [a, b] of ranges) {
+      const item = ` {0x${a.toString(16)}, 0x${b.toString(16)}},`;
+      if (line.length + item.length > 99) { out.push(line); line = '   '; }
+      line += item;
+    }
+    if (line.trim()) out.push(line);
+    out.push('};');
+    out.push(`const uint32_t ${prefix}_${name}_n = ${ranges.length};`, '');
+  }
+}
+module.exports = { pushTables };
