@@ -58,15 +58,18 @@ SOLO=(tests/slurm/ tests/healthcheck/ tests/faults/ tests/fuzz/ tests/install/ t
 # daemon) runs there too. test_isolation stays SOLO: it counts the host's Slurm and munge daemons,
 # which another cluster beside it would change.
 BESIDE=(tests/slurm/test_jobs.sh tests/slurm/test_sweep.sh tests/slurm/test_hc_drain.sh tests/slurm/test_install.sh)
-# A test in IDLE runs in that same lane after the BESIDE ones, under `nice -n 19`: a build of its
+# A test in IDLE runs in that same lane during the alone phase, under `nice -n 19`: a build of its
 # own into its own directory (build-aarch64/, a temp dir: the build the others run is only read)
-# with no check on time, so it may take only what the lanes leave. The shared phase of the CI of
-# 2026-11-28 kept 1.55 of the 2 cores busy (1706 CPU-s in 1099 s); nice 19 weighs 15 against a
-# lane's 1024, so the lanes lose about 1.5% of a core where all want it. These two took 102 s
-# run alone (176 CPU-s). Where the lanes end first, the one still running gets the runner's
-# priority back (unnice_beside, below) and the alone phase waits for it. Their time-out is twice
-# the others' (lanes that want both cores for long leave them little). test_demo (it re-prepares
-# data/brown, which shared tests read) and test_fuzz_regress (its fuzzers' time caps) stay SOLO.
+# with no check on time, so it takes only what the test run alone leaves. The alone phase of the
+# CI of 2026-11-28 used 1.1 of the 2 cores (520 CPU-s in 475 s): about 430 CPU-s were idle, and
+# these two need about 225 (108 and 117 CPU-s). They ran beside the shared phase before (CI of
+# 2026-11-28: 1213 s, 2074 CPU-s), where the lanes want both cores; nice 19 weighs 15 against a
+# test's 1024, so a test run alone loses about 1.5% of the core it shares with one, and a test
+# that wants both cores (spinning MPI or OpenMP waits, as tests run alone keep) leaves them
+# nothing. After the last test run alone, the one still running gets the runner's priority back
+# (unnice_beside, below) and the run waits for it. Their time-out is twice the others'.
+# test_demo (it re-prepares data/brown, which shared tests read) and test_fuzz_regress (its
+# fuzzers' time caps) stay SOLO: the builds only read the checkout and write their own directories.
 IDLE=(tests/install/test_aarch64.sh tests/install/test_build_nompi.sh)
 # Where a GPU is present, the tests that can use it run alone too: two processes on one GPU share
 # its memory, which micro_batch = auto and the device-plan checks read
@@ -96,7 +99,6 @@ for t in "${tests[@]}"; do
     if beside "$name"; then besides+=("$t"); elif idle "$name"; then idles+=("$t")
     elif solo "$name"; then alone+=("$t"); else shared+=("$t"); fi
 done
-besides+=(${idles[@]+"${idles[@]}"})
 # The longest shared tests (40 s or more each on the CI machine, 2026-11-27) start first, so the
 # lanes end together instead of one lane running a long test alone at the end (the run of
 # 2026-11-27 ended its shared phase with test_train_converges, 51 s, beside an idle lane)
@@ -118,10 +120,11 @@ for t in ${shared[@]+"${shared[@]}"}; do
 done
 shared=(${first[@]+"${first[@]}"} ${rest[@]+"${rest[@]}"})
 if ((LANES > 1)); then
-    echo "tests/run.sh: ${#shared[@]} tests $LANES at a time and ${#besides[@]} beside them, then ${#alone[@]} alone (TEST_LANES=$LANES)"
+    echo "tests/run.sh: ${#shared[@]} tests $LANES at a time and ${#besides[@]} beside them, then ${#alone[@]} alone and ${#idles[@]} beside those (TEST_LANES=$LANES)"
 else # one lane: every test alone, the shared ones first as with two
-    alone=(${shared[@]+"${shared[@]}"} ${besides[@]+"${besides[@]}"} ${alone[@]+"${alone[@]}"})
-    shared=() besides=()
+    alone=(${shared[@]+"${shared[@]}"} ${besides[@]+"${besides[@]}"} ${idles[@]+"${idles[@]}"}
+           ${alone[@]+"${alone[@]}"})
+    shared=() besides=() idles=()
 fi
 
 # The tests that share the cores (the LANES and BESIDE) run with threads that wait without spinning:
@@ -142,8 +145,8 @@ log_of() { echo "$logdir/$(echo "${1#"$BUILD"/}" | tr '/' '_').log"; } # log_of 
 cpu_of() {
     awk 'NR == 2 { split($1, a, /[ms]/); split($2, b, /[ms]/); printf "%.0f", a[1] * 60 + a[2] + b[1] * 60 + b[2] }' "$1"
 }
-nice_idle=$((LANES > 1)) # an IDLE test starts under nice 19 while the lanes run (none alone)
-# unnice_beside: the lanes are done; the IDLE test still running in the BESIDE lane gets the
+nice_idle=$((LANES > 1)) # an IDLE test starts under nice 19 while tests run alone
+# unnice_beside: the tests run alone are done; the IDLE test still running in the BESIDE lane gets the
 # runner's own priority back (renice of its process group, the one timeout made: lowering a nice
 # value needs root, as CI runs; elsewhere it keeps 19), and the next ones start without nice
 unnice_beside() {
@@ -279,16 +282,18 @@ for t in ${shared[@]+"${shared[@]}"}; do
     run_one "$t" "${SHARE_ENV[@]}" &
     running[$!]=$t
 done
-while ((${#running[@]} > 0)); do
-    ((nice_idle && ${#running[@]} == (${#beside_pid} > 0))) && unnice_beside
-    reap
-done
+while ((${#running[@]} > 0)); do reap; done
 shared_s=$((SECONDS - phase_start)) phase_start=$SECONDS shared_cpu=$cpu_total
-# then the others, one at a time
+# then the others, one at a time, and the IDLE ones beside them in the BESIDE lane
+besides=(${idles[@]+"${idles[@]}"}) next_beside=0
+start_beside
 for t in ${alone[@]+"${alone[@]}"}; do
-    run_one "$t"
-    report "$t"
+    run_one "$t" &
+    running[$!]=$t alone_pid=$!
+    while [[ -n ${running[$alone_pid]+x} ]]; do reap; done
 done
+((nice_idle)) && unnice_beside
+while ((${#running[@]} > 0)); do reap; done
 echo "tests/run.sh: ${shared_s} s for the shared tests (CPU ${shared_cpu} s), $((SECONDS - phase_start)) s for those run alone (CPU $((cpu_total - shared_cpu)) s); each test's in $logdir/times.txt"
 # the slowest twenty, where CI's time goes (issue 65: printed at the end of every run)
 echo "tests/run.sh: the slowest twenty tests (wall seconds, CPU seconds):"
