@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "strbuf.h"
 
 struct tsr_s3 {
     char url[1024], bucket[256], prefix[1024];
@@ -276,8 +277,9 @@ int s3_get_files(tsr_s3 *c, s3_fetch *f, int n, int parallel, _Atomic int *cance
     (void)c, (void)f, (void)n, (void)parallel, (void)cancel;
     return TSR_EXIT_USAGE;
 }
-int s3_get(tsr_s3 *c, const char *name, char **body, size_t *len, char err[S3_ERR_LEN]) {
-    (void)c, (void)name, (void)body, (void)len;
+int s3_get(tsr_s3 *c, const char *name, size_t max, char **body, size_t *len,
+           char err[S3_ERR_LEN]) {
+    (void)c, (void)name, (void)max, (void)body, (void)len;
     tsr_snprintf(err, S3_ERR_LEN, "no libcurl in this build");
     return TSR_EXIT_USAGE;
 }
@@ -293,8 +295,9 @@ typedef struct xfer {
     CURL *h;
     struct curl_slist *hdrs;
     FILE *fp;              /* body to a file, or */
-    char *mem;             /* to memory */
-    size_t mem_len, mem_cap;
+    strbuf mem;            /* to memory */
+    size_t mem_max;        /* at most this many bytes there (0: no limit) */
+    int too_big;           /* the body passed mem_max */
     uint64_t got;          /* body bytes of a 2xx answer */
     char ebody[1024];      /* the start of an error answer's body */
     size_t ebody_len;
@@ -326,15 +329,11 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
     }
     x->got += len;
     if (x->fp) return fwrite(p, 1, len, x->fp) == len ? len : 0;
-    if (x->mem_len + len + 1 > x->mem_cap) {
-        x->mem_cap = (x->mem_len + len + 1) * 2;
-        char *m = realloc(x->mem, x->mem_cap);
-        if (!m) return 0;
-        x->mem = m;
+    if (x->mem_max && x->mem.n + len > x->mem_max) {
+        x->too_big = 1;
+        return 0;
     }
-    memcpy(x->mem + x->mem_len, p, len);
-    x->mem_len += len;
-    x->mem[x->mem_len] = '\0';
+    sb_addn(&x->mem, p, len);
     return len;
 }
 
@@ -372,6 +371,7 @@ static void xfer_reset(xfer *x) {
     x->h = NULL;
     x->hdrs = NULL;
     x->got = 0;
+    x->too_big = 0;
     x->ebody_len = 0;
     x->ebody[0] = '\0';
     x->etag[0] = '\0';
@@ -407,6 +407,11 @@ static int xfer_outcome(const tsr_s3 *c, xfer *x, CURLcode res, const char *verb
         tsr_snprintf(err, S3_ERR_LEN, "%s %s: HTTP %ld%s%s", verb, what, http, code,
                  http == 403 ? " (access denied: check the credentials of the profile and the "
                  "bucket's policy)" : http == 404 ? " (no such bucket or key)" : "");
+        return XF_FATAL;
+    }
+    if (x->too_big) {
+        tsr_snprintf(err, S3_ERR_LEN, "%s %s: larger than %zu bytes, the most this object may hold",
+                     verb, what, x->mem_max);
         return XF_FATAL;
     }
     if (want != UINT64_MAX && x->got != want) {
@@ -540,7 +545,8 @@ static int request(tsr_s3 *c, xfer *x, const char *verb, const char *name, const
     for (int t = 1; r == XF_RETRY && t <= c->retries; t++) {
         if (t > 1) backoff(t - 1);
         xfer_reset(x);
-        x->mem_len = 0; /* a retry starts the body again */
+        x->mem.n = 0; /* a retry starts the body again */
+        if (x->mem.s) x->mem.s[0] = '\0';
         xfer_setup(c, x, name, query);
         if (prepare && prepare(x, arg)) {
             tsr_snprintf(err, S3_ERR_LEN, "%s %s: cannot read the local file", verb, name);
@@ -556,16 +562,17 @@ static int request(tsr_s3 *c, xfer *x, const char *verb, const char *name, const
     return r == XF_OK ? 0 : TSR_EXIT_DATA;
 }
 
-int s3_get(tsr_s3 *c, const char *name, char **body, size_t *len, char err[S3_ERR_LEN]) {
-    xfer x = {0};
+int s3_get(tsr_s3 *c, const char *name, size_t max, char **body, size_t *len,
+           char err[S3_ERR_LEN]) {
+    xfer x = {.mem_max = max};
     int rc = request(c, &x, "GET", name, "", NULL, NULL, err);
-    if (!rc && !x.mem) x.mem = tsr_calloc(1, 1); /* an empty object */
     if (rc) {
-        free(x.mem);
+        free(x.mem.s);
         return rc;
     }
-    *body = x.mem;
-    *len = x.mem_len;
+    sb_add(&x.mem, ""); /* an empty object: "" */
+    *body = x.mem.s;
+    *len = x.mem.n;
     return 0;
 }
 
@@ -627,27 +634,15 @@ typedef struct upload {
     tsr_s3 *c;
     const char *name;
     char id[512], query[700];
-    char *parts; /* the CompleteMultipartUpload body, grown part by part */
-    size_t len, cap;
+    strbuf parts; /* the CompleteMultipartUpload body, grown part by part */
 } upload;
-
-static void parts_add(upload *u, const char *text) {
-    size_t k = strlen(text);
-    if (u->len + k + 1 > u->cap) {
-        u->cap = (u->len + k + 1) * 2;
-        u->parts = realloc(u->parts, u->cap);
-        if (!u->parts) tsr_die(TSR_EXIT_INTERNAL, "s3: out of memory (%zu bytes)", u->cap);
-    }
-    memcpy(u->parts + u->len, text, k + 1);
-    u->len += k;
-}
 
 /* POST ?uploads=: the upload id. */
 static int upload_create(upload *u, xfer *x, char *err) {
     int rc = request(u->c, x, "POST (create multipart upload)", u->name, "uploads=", post_prepare,
                      "", err);
     char enc[sizeof u->id * 3];
-    if (!rc && !xml_text(x->mem, "UploadId", u->id, sizeof u->id)) {
+    if (!rc && !xml_text(x->mem.s, "UploadId", u->id, sizeof u->id)) {
         tsr_snprintf(err, S3_ERR_LEN, "POST %s?uploads: no UploadId in the answer", u->name);
         rc = TSR_EXIT_DATA;
     }
@@ -667,18 +662,18 @@ static int upload_part(upload *u, xfer *x, int i, put_src *src, char *err) {
     }
     tsr_snprintf(text, sizeof text, "<Part><PartNumber>%d</PartNumber><ETag>%s</ETag></Part>", i,
                  x->etag);
-    if (!rc) parts_add(u, text);
+    if (!rc) sb_add(&u->parts, text);
     return rc;
 }
 
 /* POST ?uploadId=: the parts joined (an <Error> in a 200 answer is a failure too). */
 static int upload_complete(upload *u, xfer *x, char *err) {
     char code[128];
-    parts_add(u, "</CompleteMultipartUpload>");
+    sb_add(&u->parts, "</CompleteMultipartUpload>");
     int rc = request(u->c, x, "POST (complete multipart upload)", u->name, u->query, post_prepare,
-                     u->parts, err);
-    if (!rc && x->mem && strstr(x->mem, "<Error>")) {
-        s3_code(x->mem, code, sizeof code);
+                     u->parts.s, err);
+    if (!rc && x->mem.s && strstr(x->mem.s, "<Error>")) {
+        s3_code(x->mem.s, code, sizeof code);
         tsr_snprintf(err, S3_ERR_LEN, "POST (complete multipart upload) %s: error%s", u->name, code);
         rc = TSR_EXIT_DATA;
     }
@@ -691,11 +686,11 @@ static int put_multipart(tsr_s3 *c, const char *name, put_src *src, uint64_t siz
     upload u = {.c = c, .name = name};
     xfer x = {0};
     uint64_t part = c->part_bytes < (size + 9999) / 10000 ? (size + 9999) / 10000 : c->part_bytes;
-    parts_add(&u, "<CompleteMultipartUpload>");
+    sb_add(&u.parts, "<CompleteMultipartUpload>");
     int rc = upload_create(&u, &x, err);
     for (uint64_t off = 0; !rc && off < size; off += part) {
-        free(x.mem);
-        x.mem = NULL, x.mem_cap = 0;
+        free(x.mem.s);
+        x.mem = (strbuf){0};
         src->off = off;
         src->len = size - off < part ? size - off : part;
         rc = upload_part(&u, &x, (int)(off / part) + 1, src, err);
@@ -706,8 +701,8 @@ static int put_multipart(tsr_s3 *c, const char *name, put_src *src, uint64_t siz
         request(c, &x, "DELETE (abort multipart upload)", name, u.query, delete_prepare, NULL,
                 ignored);
     }
-    free(x.mem);
-    free(u.parts);
+    free(x.mem.s);
+    free(u.parts.s);
     return rc;
 }
 
@@ -729,7 +724,7 @@ int s3_put_file(tsr_s3 *c, const char *name, const char *path, int *parts, char 
         xfer x = {0};
         src.len = size;
         rc = request(c, &x, "PUT", name, "", put_prepare, &src, err);
-        free(x.mem);
+        free(x.mem.s);
     }
     fclose(src.fp);
     return rc;

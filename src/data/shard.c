@@ -618,7 +618,7 @@ int dataset_index_fetch(const char *dir, char **text, size_t *len) {
     char err[S3_ERR_LEN];
     *text = NULL;
     int rc = s3_open(&c, dir);
-    if (!rc && (rc = s3_get(c, INDEX_NAME, text, len, err)))
+    if (!rc && (rc = s3_get(c, INDEX_NAME, INDEX_MAX_BYTES, text, len, err)))
         tsr_error("%s (the dataset's index; docs/object-storage.md)", err);
     s3_close(c);
     return rc;
