@@ -47,7 +47,22 @@ static int push_file(tsr_s3 *c, const char *dir, const char *name, int *multipar
     return 0;
 }
 
-/* One dataset: verified, its shards, then its index. */
+/* 1 when dir/name is a regular file. */
+static int has_file(const char *dir, const char *name) {
+    char p[4096];
+    struct stat sb;
+    return !tsr_snprintf(p, sizeof p, "%s/%s", dir, name) && stat(p, &sb) == 0 &&
+           S_ISREG(sb.st_mode);
+}
+
+static int is_dataset(const char *dir, const char *sub) {
+    char p[4096];
+    return !tsr_snprintf(p, sizeof p, "%s%s%s", dir, sub[0] ? "/" : "", sub) &&
+           has_file(p, "index.tsv");
+}
+
+/* One dataset: verified, its shards, prompts.jsonl when it has one (GRPO prompts), then its
+ * index. */
 static int push_one(const char *dir, const char *url) {
     tsr_dataset *ds;
     tsr_s3 *c;
@@ -59,22 +74,19 @@ static int push_one(const char *dir, const char *url) {
         rc = push_file(c, dir, dataset_shard_name(ds, k), &multipart);
         bytes += dataset_shard_bytes(ds, k);
     }
+    int prompts = !rc && has_file(dir, DATASET_PROMPTS); /* a GRPO prompts dataset's records */
+    if (prompts) rc = push_file(c, dir, DATASET_PROMPTS, &multipart);
     if (!rc) rc = push_file(c, dir, "index.tsv", &multipart);
     if (!rc)
-        printf("%s: pushed %d shard%s (%llu bytes; %d in multipart uploads) and index.tsv to %s\n",
+        printf("%s: pushed %d shard%s (%llu bytes; %d in multipart uploads)%s and index.tsv to %s\n",
                dir, dataset_n_shards(ds), dataset_n_shards(ds) == 1 ? "" : "s",
-               (unsigned long long)bytes, multipart, s3_url(c));
+               (unsigned long long)bytes, multipart, prompts ? ", " DATASET_PROMPTS : "",
+               s3_url(c));
     s3_close(c);
     dataset_close(ds);
     return rc;
 }
 
-static int is_dataset(const char *dir, const char *sub) {
-    char p[4096];
-    struct stat sb;
-    return !tsr_snprintf(p, sizeof p, "%s/%s%sindex.tsv", dir, sub, sub[0] ? "/" : "") &&
-           stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
-}
 
 int data_push(const char *dir, const char *url) {
     int rc = 0;
