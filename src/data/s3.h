@@ -60,9 +60,11 @@ int s3_get_files(tsr_s3 *c, s3_fetch *f, int n, int parallel, _Atomic int *cance
 int s3_get(tsr_s3 *c, const char *name, size_t max, char **body, size_t *len,
            char err[S3_ERR_LEN]);
 /* Uploads the local file as object `name`: one PUT, or a multipart upload (CreateMultipartUpload,
- * UploadPart in order, CompleteMultipartUpload; aborted on failure) when it is larger than
- * TSR_S3_PART_MB (s3_open reads it; default 64 MiB), *parts then 1. Each request is retried as
- * s3_get_files'. 0, or TSR_EXIT_DATA with err set. */
+ * UploadPart of up to s3_connections() parts at once over one curl multi handle,
+ * CompleteMultipartUpload with the parts in order; a part that fails for good stops the others
+ * and the upload is aborted) when it is larger than TSR_S3_PART_MB (s3_open reads it; default 64
+ * MiB), *parts then 1. Each request is retried as s3_get_files'. 0, or TSR_EXIT_DATA with err
+ * set (the first failed part's fault). */
 int s3_put_file(tsr_s3 *c, const char *name, const char *path, int *parts,
                 char err[S3_ERR_LEN]);
 
