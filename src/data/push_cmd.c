@@ -18,10 +18,11 @@ static const cli_opt push_opts[] = {
 const cli_cmd data_push_cli = {
     "data push", "DIR s3://BUCKET/PREFIX",
     "Uploads a dataset to an S3-compatible object store: verified first (as verify-data), then "
-    "its shards, then index.tsv last, so a reader never finds an index without all its shards. "
+    "its shards (and a GRPO prompts dataset's prompts.jsonl), then index.tsv last, so a reader "
+    "never finds an index without all its shards. "
     "DIR: a dataset, or the directory tessera prep --out wrote (its train and val datasets go to "
     "PREFIX/train and PREFIX/val). Files over TSR_S3_PART_MB MiB (default 64) go up in multipart "
-    "uploads. Endpoint and credentials: AWS_ENDPOINT_URL, AWS_PROFILE, ... "
+    "uploads, TSR_S3_CONNECTIONS parts at once (default 8). Endpoint and credentials: AWS_ENDPOINT_URL, AWS_PROFILE, ... "
     "(docs/object-storage.md).",
     push_opts, (int)(sizeof push_opts / sizeof push_opts[0]), NULL,
 };
