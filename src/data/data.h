@@ -44,11 +44,18 @@ void dataset_close(tsr_dataset *ds);
  * dataset_index_note of dir use it instead of fetching (the trainer fetches each index on rank 0
  * and broadcasts it: src/train/train_data.c). Main thread, before the datasets open. */
 int dataset_index_fetch(const char *dir, char **text, size_t *len);
+/* Another object of an object-store dataset (dir/name, e.g. prompts.jsonl), at most max bytes,
+ * into a malloc'd NUL-terminated text: 0, or an exit status after tsr_error naming the object. */
+int dataset_object_fetch(const char *dir, const char *name, size_t max, char **text,
+                         size_t *len);
 void dataset_index_preset(const char *dir, const char *text, size_t len);
 /* A note of dir/index.tsv's header comments, "# KEY<TAB>VALUE<TAB>(...)", written by tessera prep
  * (packed_seq_len, preference_pairs; docs/prep.md): 1 with *value set, 0 when absent, -1 when
  * index.tsv cannot be read. dir may be s3://... (the preset index, else one GET). */
 int dataset_index_note(const char *dir, const char *key, uint64_t *value);
+/* The same note's value field as text (up to its tab or the line's end; "" when absent): 1, 0 when
+ * absent, -1 when index.tsv cannot be read. */
+int dataset_index_note_text(const char *dir, const char *key, char *out, size_t cap);
 /* 1 when the file at path is part of a tessera dataset (a shard, or an index.tsv: their magics),
  * else 0 (also when it cannot be read): what `tessera prep` must not read as text. */
 int dataset_file_is_part(const char *path);

@@ -18,10 +18,11 @@ static const cli_opt push_opts[] = {
 const cli_cmd data_push_cli = {
     "data push", "DIR s3://BUCKET/PREFIX",
     "Uploads a dataset to an S3-compatible object store: verified first (as verify-data), then "
-    "its shards, then index.tsv last, so a reader never finds an index without all its shards. "
+    "its shards (and a GRPO prompts dataset's prompts.jsonl), then index.tsv last, so a reader "
+    "never finds an index without all its shards. "
     "DIR: a dataset, or the directory tessera prep --out wrote (its train and val datasets go to "
     "PREFIX/train and PREFIX/val). Files over TSR_S3_PART_MB MiB (default 64) go up in multipart "
-    "uploads. Endpoint and credentials: AWS_ENDPOINT_URL, AWS_PROFILE, ... "
+    "uploads, TSR_S3_CONNECTIONS parts at once (default 8). Endpoint and credentials: AWS_ENDPOINT_URL, AWS_PROFILE, ... "
     "(docs/object-storage.md).",
     push_opts, (int)(sizeof push_opts / sizeof push_opts[0]), NULL,
 };
@@ -47,7 +48,22 @@ static int push_file(tsr_s3 *c, const char *dir, const char *name, int *multipar
     return 0;
 }
 
-/* One dataset: verified, its shards, then its index. */
+/* 1 when dir/name is a regular file. */
+static int has_file(const char *dir, const char *name) {
+    char p[4096];
+    struct stat sb;
+    return !tsr_snprintf(p, sizeof p, "%s/%s", dir, name) && stat(p, &sb) == 0 &&
+           S_ISREG(sb.st_mode);
+}
+
+static int is_dataset(const char *dir, const char *sub) {
+    char p[4096];
+    return !tsr_snprintf(p, sizeof p, "%s%s%s", dir, sub[0] ? "/" : "", sub) &&
+           has_file(p, "index.tsv");
+}
+
+/* One dataset: verified, its shards, prompts.jsonl when it has one (GRPO prompts), then its
+ * index. */
 static int push_one(const char *dir, const char *url) {
     tsr_dataset *ds;
     tsr_s3 *c;
@@ -59,22 +75,19 @@ static int push_one(const char *dir, const char *url) {
         rc = push_file(c, dir, dataset_shard_name(ds, k), &multipart);
         bytes += dataset_shard_bytes(ds, k);
     }
+    int prompts = !rc && has_file(dir, DATASET_PROMPTS); /* a GRPO prompts dataset's records */
+    if (prompts) rc = push_file(c, dir, DATASET_PROMPTS, &multipart);
     if (!rc) rc = push_file(c, dir, "index.tsv", &multipart);
     if (!rc)
-        printf("%s: pushed %d shard%s (%llu bytes; %d in multipart uploads) and index.tsv to %s\n",
+        printf("%s: pushed %d shard%s (%llu bytes; %d in multipart uploads)%s and index.tsv to %s\n",
                dir, dataset_n_shards(ds), dataset_n_shards(ds) == 1 ? "" : "s",
-               (unsigned long long)bytes, multipart, s3_url(c));
+               (unsigned long long)bytes, multipart, prompts ? ", " DATASET_PROMPTS : "",
+               s3_url(c));
     s3_close(c);
     dataset_close(ds);
     return rc;
 }
 
-static int is_dataset(const char *dir, const char *sub) {
-    char p[4096];
-    struct stat sb;
-    return !tsr_snprintf(p, sizeof p, "%s/%s%sindex.tsv", dir, sub, sub[0] ? "/" : "") &&
-           stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
-}
 
 int data_push(const char *dir, const char *url) {
     int rc = 0;

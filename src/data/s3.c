@@ -11,6 +11,7 @@
 #include <curl/curl.h>
 #endif
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "strbuf.h"
 
 struct tsr_s3 {
     char url[1024], bucket[256], prefix[1024];
@@ -276,8 +278,9 @@ int s3_get_files(tsr_s3 *c, s3_fetch *f, int n, int parallel, _Atomic int *cance
     (void)c, (void)f, (void)n, (void)parallel, (void)cancel;
     return TSR_EXIT_USAGE;
 }
-int s3_get(tsr_s3 *c, const char *name, char **body, size_t *len, char err[S3_ERR_LEN]) {
-    (void)c, (void)name, (void)body, (void)len;
+int s3_get(tsr_s3 *c, const char *name, size_t max, char **body, size_t *len,
+           char err[S3_ERR_LEN]) {
+    (void)c, (void)name, (void)max, (void)body, (void)len;
     tsr_snprintf(err, S3_ERR_LEN, "no libcurl in this build");
     return TSR_EXIT_USAGE;
 }
@@ -293,8 +296,9 @@ typedef struct xfer {
     CURL *h;
     struct curl_slist *hdrs;
     FILE *fp;              /* body to a file, or */
-    char *mem;             /* to memory */
-    size_t mem_len, mem_cap;
+    strbuf mem;            /* to memory */
+    size_t mem_max;        /* at most this many bytes there (0: no limit) */
+    int too_big;           /* the body passed mem_max */
     uint64_t got;          /* body bytes of a 2xx answer */
     char ebody[1024];      /* the start of an error answer's body */
     size_t ebody_len;
@@ -326,15 +330,11 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
     }
     x->got += len;
     if (x->fp) return fwrite(p, 1, len, x->fp) == len ? len : 0;
-    if (x->mem_len + len + 1 > x->mem_cap) {
-        x->mem_cap = (x->mem_len + len + 1) * 2;
-        char *m = realloc(x->mem, x->mem_cap);
-        if (!m) return 0;
-        x->mem = m;
+    if (x->mem_max && x->mem.n + len > x->mem_max) {
+        x->too_big = 1;
+        return 0;
     }
-    memcpy(x->mem + x->mem_len, p, len);
-    x->mem_len += len;
-    x->mem[x->mem_len] = '\0';
+    sb_addn(&x->mem, p, len);
     return len;
 }
 
@@ -372,6 +372,7 @@ static void xfer_reset(xfer *x) {
     x->h = NULL;
     x->hdrs = NULL;
     x->got = 0;
+    x->too_big = 0;
     x->ebody_len = 0;
     x->ebody[0] = '\0';
     x->etag[0] = '\0';
@@ -409,6 +410,11 @@ static int xfer_outcome(const tsr_s3 *c, xfer *x, CURLcode res, const char *verb
                  "bucket's policy)" : http == 404 ? " (no such bucket or key)" : "");
         return XF_FATAL;
     }
+    if (x->too_big) {
+        tsr_snprintf(err, S3_ERR_LEN, "%s %s: larger than %zu bytes, the most this object may hold",
+                     verb, what, x->mem_max);
+        return XF_FATAL;
+    }
     if (want != UINT64_MAX && x->got != want) {
         tsr_snprintf(err, S3_ERR_LEN, "%s %s: %llu bytes, expected %llu (a cut-off body)", verb, what,
                  (unsigned long long)x->got, (unsigned long long)want);
@@ -428,10 +434,113 @@ static void backoff(int t) {
     nanosleep(&ts, NULL);
 }
 
+/* ---------------------------------------------------------------- transfers at once */
+
+/* n transfers run over one curl multi handle: start(ctx, i, x) sets up item i's handle in x (0, or
+ * -1: a fault it recorded), finish(ctx, i, x, res) judges its answer (XF_OK, XF_RETRY, XF_FATAL),
+ * give_up(ctx, i, rc) records an item that failed for good (rc TSR_EXIT_DATA) or was cancelled
+ * (rc -1). The GETs of s3_get_files and the parts of a multipart upload. */
+typedef struct multi_ops {
+    int (*start)(tsr_s3 *c, void *ctx, int i, xfer *x);
+    int (*finish)(tsr_s3 *c, void *ctx, int i, xfer *x, CURLcode res);
+    void (*give_up)(void *ctx, int i, int rc);
+} multi_ops;
+
+enum { XF_CANCEL = XF_FATAL + 1 };
+
+/* The transfers still running after a cancel: removed, their files closed. */
+static void multi_drop(CURLM *mh, xfer *xs, int m) {
+    for (int j = 0; j < m; j++) {
+        if (!xs[j].h) continue;
+        curl_multi_remove_handle(mh, xs[j].h);
+        if (xs[j].fp) fclose(xs[j].fp);
+        xs[j].fp = NULL;
+        xfer_reset(&xs[j]);
+    }
+}
+
+/* The finished transfers of mh judged into outcome[]; returns how many finished. */
+static int multi_collect(tsr_s3 *c, const multi_ops *ops, void *ctx, CURLM *mh, xfer *xs,
+                         const int *idx, int *outcome) {
+    CURLMsg *msg;
+    int left, done = 0;
+    while ((msg = curl_multi_info_read(mh, &left))) {
+        if (msg->msg != CURLMSG_DONE) continue;
+        intptr_t j;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&j);
+        outcome[j] = ops->finish(c, ctx, idx[j], &xs[j], msg->data.result);
+        curl_multi_remove_handle(mh, xs[j].h);
+        free(xs[j].mem.s);
+        xs[j].mem = (strbuf){0};
+        xfer_reset(&xs[j]);
+        done++;
+    }
+    return done;
+}
+
+/* One round: every item in idx[0..m) tried once, at most `parallel` at a time; outcome[j] set
+ * (XF_CANCEL for those not finished when *cancel turns non-zero). */
+static void multi_round(tsr_s3 *c, const multi_ops *ops, void *ctx, const int *idx, int m,
+                        int parallel, int *outcome, _Atomic int *cancel) {
+    CURLM *mh = curl_multi_init();
+    xfer *xs = tsr_calloc((size_t)m, sizeof *xs);
+    int next = 0, running = 0;
+    for (int j = 0; j < m; j++) outcome[j] = XF_CANCEL;
+    while (!(cancel && atomic_load(cancel))) {
+        while (running < parallel && next < m) {
+            int j = next++;
+            if (ops->start(c, ctx, idx[j], &xs[j])) {
+                outcome[j] = XF_FATAL;
+                xfer_reset(&xs[j]);
+                continue;
+            }
+            curl_easy_setopt(xs[j].h, CURLOPT_PRIVATE, (void *)(intptr_t)j);
+            curl_multi_add_handle(mh, xs[j].h);
+            running++;
+        }
+        if (!running) break;
+        int still;
+        curl_multi_perform(mh, &still);
+        running -= multi_collect(c, ops, ctx, mh, xs, idx, outcome);
+        if (running) curl_multi_poll(mh, NULL, 0, 200, NULL);
+    }
+    multi_drop(mh, xs, next);
+    free(xs);
+    curl_multi_cleanup(mh);
+}
+
+/* Items 0..n-1 in rounds with backoff between them: those that answer XF_RETRY are tried again,
+ * c->retries tries in all. Returns the number that failed or were cancelled (give_up told). */
+static int multi_run(tsr_s3 *c, const multi_ops *ops, void *ctx, int n, int parallel,
+                     _Atomic int *cancel) {
+    int *idx = tsr_malloc(((size_t)n + 1) * sizeof *idx), *out = tsr_malloc(((size_t)n + 1) * sizeof *out);
+    int m = 0, failed = 0;
+    for (int i = 0; i < n; i++) idx[m++] = i;
+    for (int t = 1; m > 0; t++) {
+        if (t > 1 && !(cancel && atomic_load(cancel))) backoff(t - 1);
+        multi_round(c, ops, ctx, idx, m, parallel < 1 ? 1 : parallel, out, cancel);
+        int again = 0;
+        for (int j = 0; j < m; j++) {
+            if (out[j] == XF_OK) continue;
+            if (out[j] == XF_RETRY && t < c->retries) {
+                idx[again++] = idx[j];
+                continue;
+            }
+            ops->give_up(ctx, idx[j], out[j] == XF_CANCEL ? -1 : TSR_EXIT_DATA);
+            failed++;
+        }
+        m = again;
+    }
+    free(idx);
+    free(out);
+    return failed;
+}
+
 /* ---------------------------------------------------------------- GET to files */
 
 /* Starts item i's transfer: its file opened, a ranged GET of [0, size). */
-static int fetch_start(tsr_s3 *c, s3_fetch *f, xfer *x) {
+static int fetch_start(tsr_s3 *c, void *ctx, int i, xfer *x) {
+    s3_fetch *f = (s3_fetch *)ctx + i;
     xfer_reset(x);
     x->fp = fopen(f->path, "wb");
     if (!x->fp) {
@@ -445,89 +554,25 @@ static int fetch_start(tsr_s3 *c, s3_fetch *f, xfer *x) {
     return 0;
 }
 
-enum { XF_CANCEL = XF_FATAL + 1 };
+static int fetch_finish(tsr_s3 *c, void *ctx, int i, xfer *x, CURLcode res) {
+    s3_fetch *f = (s3_fetch *)ctx + i;
+    int ok = fclose(x->fp) == 0;
+    x->fp = NULL;
+    int r = xfer_outcome(c, x, res, "GET", f->name, f->size, f->err);
+    snprintf(f->etag, sizeof f->etag, "%s", x->etag);
+    return r == XF_OK && !ok ? XF_FATAL : r;
+}
 
-/* One round: every item in idx[0..m) fetched once, at most `parallel` at a time; outcome[j] set
- * (XF_CANCEL for those not finished when *cancel turns non-zero). */
-static void fetch_round(tsr_s3 *c, s3_fetch *f, const int *idx, int m, int parallel, int *outcome,
-                        _Atomic int *cancel) {
-    CURLM *mh = curl_multi_init();
-    xfer *xs = tsr_calloc((size_t)m, sizeof *xs);
-    int next = 0, running = 0;
-    for (int j = 0; j < m; j++) outcome[j] = XF_CANCEL;
-    for (;;) {
-        if (cancel && atomic_load(cancel)) break;
-        while (running < parallel && next < m) {
-            int j = next++;
-            if (fetch_start(c, &f[idx[j]], &xs[j])) {
-                outcome[j] = XF_FATAL;
-                continue;
-            }
-            curl_easy_setopt(xs[j].h, CURLOPT_PRIVATE, (void *)(intptr_t)j);
-            curl_multi_add_handle(mh, xs[j].h);
-            running++;
-        }
-        if (!running) break;
-        int still;
-        curl_multi_perform(mh, &still);
-        CURLMsg *msg;
-        int left;
-        while ((msg = curl_multi_info_read(mh, &left))) {
-            if (msg->msg != CURLMSG_DONE) continue;
-            intptr_t j;
-            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&j);
-            xfer *x = &xs[j];
-            s3_fetch *it = &f[idx[j]];
-            int ok = fclose(x->fp) == 0;
-            x->fp = NULL;
-            outcome[j] = xfer_outcome(c, x, msg->data.result, "GET", it->name, it->size, it->err);
-            snprintf(it->etag, sizeof it->etag, "%s", x->etag);
-            if (outcome[j] == XF_OK && !ok) outcome[j] = XF_FATAL;
-            curl_multi_remove_handle(mh, x->h);
-            xfer_reset(x);
-            running--;
-        }
-        if (running) curl_multi_poll(mh, NULL, 0, 200, NULL);
-    }
-    for (int j = 0; j < next; j++) { /* cancelled: the transfers still running */
-        if (!xs[j].h) continue;
-        curl_multi_remove_handle(mh, xs[j].h);
-        if (xs[j].fp) fclose(xs[j].fp);
-        xs[j].fp = NULL;
-        xfer_reset(&xs[j]);
-    }
-    free(xs);
-    curl_multi_cleanup(mh);
+static void fetch_give_up(void *ctx, int i, int rc) {
+    s3_fetch *f = (s3_fetch *)ctx + i;
+    f->rc = rc;
+    if (rc < 0) snprintf(f->err, S3_ERR_LEN, "cancelled");
 }
 
 int s3_get_files(tsr_s3 *c, s3_fetch *f, int n, int parallel, _Atomic int *cancel) {
-    int *idx = tsr_malloc(((size_t)n + 1) * sizeof *idx), *out = tsr_malloc(((size_t)n + 1) * sizeof *out);
-    int m = 0, failed = 0;
-    for (int i = 0; i < n; i++) f[i].rc = 0, f[i].err[0] = f[i].etag[0] = '\0', idx[m++] = i;
-    for (int t = 1; m > 0; t++) {
-        if (t > 1 && !(cancel && atomic_load(cancel))) backoff(t - 1);
-        fetch_round(c, f, idx, m, parallel < 1 ? 1 : parallel, out, cancel);
-        int again = 0;
-        for (int j = 0; j < m; j++) {
-            if (out[j] == XF_OK) continue;
-            if (out[j] == XF_CANCEL) {
-                f[idx[j]].rc = -1;
-                snprintf(f[idx[j]].err, S3_ERR_LEN, "cancelled");
-                failed++;
-                continue;
-            }
-            if (out[j] == XF_RETRY && t < c->retries) {
-                idx[again++] = idx[j];
-                continue;
-            }
-            f[idx[j]].rc = TSR_EXIT_DATA;
-            failed++;
-        }
-        m = again;
-    }
-    free(idx);
-    free(out);
-    return failed;
+    static const multi_ops ops = {fetch_start, fetch_finish, fetch_give_up};
+    for (int i = 0; i < n; i++) f[i].rc = 0, f[i].err[0] = f[i].etag[0] = '\0';
+    return multi_run(c, &ops, f, n, parallel, cancel);
 }
 
 /* ---------------------------------------------------------------- GET, PUT */
@@ -540,7 +585,8 @@ static int request(tsr_s3 *c, xfer *x, const char *verb, const char *name, const
     for (int t = 1; r == XF_RETRY && t <= c->retries; t++) {
         if (t > 1) backoff(t - 1);
         xfer_reset(x);
-        x->mem_len = 0; /* a retry starts the body again */
+        x->mem.n = 0; /* a retry starts the body again */
+        if (x->mem.s) x->mem.s[0] = '\0';
         xfer_setup(c, x, name, query);
         if (prepare && prepare(x, arg)) {
             tsr_snprintf(err, S3_ERR_LEN, "%s %s: cannot read the local file", verb, name);
@@ -556,36 +602,38 @@ static int request(tsr_s3 *c, xfer *x, const char *verb, const char *name, const
     return r == XF_OK ? 0 : TSR_EXIT_DATA;
 }
 
-int s3_get(tsr_s3 *c, const char *name, char **body, size_t *len, char err[S3_ERR_LEN]) {
-    xfer x = {0};
+int s3_get(tsr_s3 *c, const char *name, size_t max, char **body, size_t *len,
+           char err[S3_ERR_LEN]) {
+    xfer x = {.mem_max = max};
     int rc = request(c, &x, "GET", name, "", NULL, NULL, err);
-    if (!rc && !x.mem) x.mem = tsr_calloc(1, 1); /* an empty object */
     if (rc) {
-        free(x.mem);
+        free(x.mem.s);
         return rc;
     }
-    *body = x.mem;
-    *len = x.mem_len;
+    sb_add(&x.mem, ""); /* an empty object: "" */
+    *body = x.mem.s;
+    *len = x.mem.n;
     return 0;
 }
 
-/* The bytes [off, off + len) of a local file as a request body. */
+/* The bytes [off, off + len) of a local file as a request body (pread: parts of one file are
+ * read at once by several transfers). */
 typedef struct put_src {
-    FILE *fp;
+    int fd;
     uint64_t off, len, left;
 } put_src;
 
 static size_t put_read(char *buf, size_t sz, size_t nm, void *ud) {
     put_src *p = ud;
     size_t want = sz * nm < p->left ? sz * nm : (size_t)p->left;
-    size_t got = fread(buf, 1, want, p->fp);
-    p->left -= got;
-    return got < want ? CURL_READFUNC_ABORT : got;
+    ssize_t got = want ? pread(p->fd, buf, want, (off_t)(p->off + p->len - p->left)) : 0;
+    if (got < (ssize_t)want) return CURL_READFUNC_ABORT;
+    p->left -= (uint64_t)got;
+    return (size_t)got;
 }
 
 static int put_prepare(xfer *x, void *arg) {
     put_src *p = arg;
-    if (fseeko(p->fp, (off_t)p->off, SEEK_SET) != 0) return -1;
     p->left = p->len;
     curl_easy_setopt(x->h, CURLOPT_UPLOAD, 1L);
     curl_easy_setopt(x->h, CURLOPT_READFUNCTION, put_read);
@@ -622,32 +670,30 @@ static int xml_text(const char *body, const char *tag, char *out, size_t n) {
     return snprintf(out, n, "%.*s", (int)(b - a), a) < (int)n;
 }
 
+/* One part of a multipart upload: its bytes, its outcome, the ETag the store answered. */
+typedef struct upload_part {
+    put_src src;
+    int rc;
+    char err[S3_ERR_LEN];
+    char etag[S3_ETAG_LEN];
+} upload_part;
+
 /* One multipart upload in progress (CreateMultipartUpload .. Complete or Abort). */
 typedef struct upload {
     tsr_s3 *c;
     const char *name;
     char id[512], query[700];
-    char *parts; /* the CompleteMultipartUpload body, grown part by part */
-    size_t len, cap;
+    upload_part *p; /* the parts, in order */
+    int n;
+    _Atomic int stop; /* a part failed for good: the others are not sent */
 } upload;
-
-static void parts_add(upload *u, const char *text) {
-    size_t k = strlen(text);
-    if (u->len + k + 1 > u->cap) {
-        u->cap = (u->len + k + 1) * 2;
-        u->parts = realloc(u->parts, u->cap);
-        if (!u->parts) tsr_die(TSR_EXIT_INTERNAL, "s3: out of memory (%zu bytes)", u->cap);
-    }
-    memcpy(u->parts + u->len, text, k + 1);
-    u->len += k;
-}
 
 /* POST ?uploads=: the upload id. */
 static int upload_create(upload *u, xfer *x, char *err) {
     int rc = request(u->c, x, "POST (create multipart upload)", u->name, "uploads=", post_prepare,
                      "", err);
     char enc[sizeof u->id * 3];
-    if (!rc && !xml_text(x->mem, "UploadId", u->id, sizeof u->id)) {
+    if (!rc && !xml_text(x->mem.s, "UploadId", u->id, sizeof u->id)) {
         tsr_snprintf(err, S3_ERR_LEN, "POST %s?uploads: no UploadId in the answer", u->name);
         rc = TSR_EXIT_DATA;
     }
@@ -656,82 +702,121 @@ static int upload_create(upload *u, xfer *x, char *err) {
     return rc;
 }
 
-/* PUT ?partNumber=i&uploadId=: part i (1, 2, ...) from src; its ETag into the parts list. */
-static int upload_part(upload *u, xfer *x, int i, put_src *src, char *err) {
-    char q[800], text[S3_ETAG_LEN + 80];
-    tsr_snprintf(q, sizeof q, "partNumber=%d&%s", i, u->query);
-    int rc = request(u->c, x, "PUT (upload part)", u->name, q, put_prepare, src, err);
-    if (!rc && !x->etag[0]) {
-        tsr_snprintf(err, S3_ERR_LEN, "PUT part %d of %s: no ETag in the answer", i, u->name);
-        rc = TSR_EXIT_DATA;
-    }
-    tsr_snprintf(text, sizeof text, "<Part><PartNumber>%d</PartNumber><ETag>%s</ETag></Part>", i,
-                 x->etag);
-    if (!rc) parts_add(u, text);
-    return rc;
+/* PUT ?partNumber=i+1&uploadId=: part i's transfer. */
+static int part_start(tsr_s3 *c, void *ctx, int i, xfer *x) {
+    upload *u = ctx;
+    char q[800];
+    tsr_snprintf(q, sizeof q, "partNumber=%d&%s", i + 1, u->query);
+    xfer_reset(x);
+    xfer_setup(c, x, u->name, q);
+    return put_prepare(x, &u->p[i].src);
 }
 
-/* POST ?uploadId=: the parts joined (an <Error> in a 200 answer is a failure too). */
+static int part_finish(tsr_s3 *c, void *ctx, int i, xfer *x, CURLcode res) {
+    upload *u = ctx;
+    upload_part *p = &u->p[i];
+    int r = xfer_outcome(c, x, res, "PUT (upload part)", u->name, UINT64_MAX, p->err);
+    if (r == XF_OK && !x->etag[0]) {
+        tsr_snprintf(p->err, S3_ERR_LEN, "PUT part %d of %s: no ETag in the answer", i + 1, u->name);
+        r = XF_FATAL;
+    }
+    snprintf(p->etag, sizeof p->etag, "%s", x->etag);
+    if (r == XF_FATAL) atomic_store(&u->stop, 1);
+    return r;
+}
+
+static void part_give_up(void *ctx, int i, int rc) {
+    upload *u = ctx;
+    u->p[i].rc = rc;
+    atomic_store(&u->stop, 1);
+}
+
+/* Every part sent, s3_connections() at once; 0, or TSR_EXIT_DATA with err the first part's
+ * fault (in part order; not one cancelled because another failed). */
+static int upload_parts(upload *u, char *err) {
+    static const multi_ops ops = {part_start, part_finish, part_give_up};
+    if (!multi_run(u->c, &ops, u, u->n, s3_connections(), &u->stop)) return 0;
+    int first = -1;
+    for (int i = 0; i < u->n && first < 0; i++)
+        if (u->p[i].rc > 0) first = i;
+    for (int i = 0; i < u->n && first < 0; i++)
+        if (u->p[i].rc) first = i;
+    tsr_snprintf(err, S3_ERR_LEN, "%s", first >= 0 && u->p[first].err[0] ? u->p[first].err
+                                                                          : "a part was not sent");
+    return TSR_EXIT_DATA;
+}
+
+/* POST ?uploadId=: the parts joined in order (an <Error> in a 200 answer is a failure too). */
 static int upload_complete(upload *u, xfer *x, char *err) {
-    char code[128];
-    parts_add(u, "</CompleteMultipartUpload>");
+    char code[128], text[S3_ETAG_LEN + 80];
+    strbuf body = {0};
+    sb_add(&body, "<CompleteMultipartUpload>");
+    for (int i = 0; i < u->n; i++) {
+        tsr_snprintf(text, sizeof text, "<Part><PartNumber>%d</PartNumber><ETag>%s</ETag></Part>",
+                     i + 1, u->p[i].etag);
+        sb_add(&body, text);
+    }
+    sb_add(&body, "</CompleteMultipartUpload>");
     int rc = request(u->c, x, "POST (complete multipart upload)", u->name, u->query, post_prepare,
-                     u->parts, err);
-    if (!rc && x->mem && strstr(x->mem, "<Error>")) {
-        s3_code(x->mem, code, sizeof code);
+                     body.s, err);
+    if (!rc && x->mem.s && strstr(x->mem.s, "<Error>")) {
+        s3_code(x->mem.s, code, sizeof code);
         tsr_snprintf(err, S3_ERR_LEN, "POST (complete multipart upload) %s: error%s", u->name, code);
         rc = TSR_EXIT_DATA;
     }
+    free(body.s);
     return rc;
 }
 
-/* Uploads src (size bytes) in parts of c->part_bytes (more when 10,000 would not hold it); an
- * upload that fails is aborted (DELETE ?uploadId=, best effort: the store drops the parts). */
-static int put_multipart(tsr_s3 *c, const char *name, put_src *src, uint64_t size, char *err) {
+/* Uploads the file fd (size bytes) in parts of c->part_bytes (more when 10,000 would not hold
+ * it), s3_connections() parts at once; an upload that fails is aborted (DELETE ?uploadId=, best
+ * effort: a store that keeps the parts drops them with its lifecycle rules). */
+static int put_multipart(tsr_s3 *c, const char *name, int fd, uint64_t size, char *err) {
     upload u = {.c = c, .name = name};
     xfer x = {0};
     uint64_t part = c->part_bytes < (size + 9999) / 10000 ? (size + 9999) / 10000 : c->part_bytes;
-    parts_add(&u, "<CompleteMultipartUpload>");
-    int rc = upload_create(&u, &x, err);
-    for (uint64_t off = 0; !rc && off < size; off += part) {
-        free(x.mem);
-        x.mem = NULL, x.mem_cap = 0;
-        src->off = off;
-        src->len = size - off < part ? size - off : part;
-        rc = upload_part(&u, &x, (int)(off / part) + 1, src, err);
+    u.n = (int)((size + part - 1) / part);
+    u.p = tsr_calloc((size_t)u.n, sizeof *u.p);
+    for (int i = 0; i < u.n; i++) {
+        uint64_t off = (uint64_t)i * part;
+        u.p[i].src = (put_src){fd, off, size - off < part ? size - off : part, 0};
     }
+    int rc = upload_create(&u, &x, err);
+    if (!rc) rc = upload_parts(&u, err);
+    free(x.mem.s);
+    x.mem = (strbuf){0};
     if (!rc) rc = upload_complete(&u, &x, err);
     if (rc && u.id[0]) {
         char ignored[S3_ERR_LEN];
         request(c, &x, "DELETE (abort multipart upload)", name, u.query, delete_prepare, NULL,
                 ignored);
     }
-    free(x.mem);
-    free(u.parts);
+    free(x.mem.s);
+    free(u.p);
     return rc;
 }
 
 int s3_put_file(tsr_s3 *c, const char *name, const char *path, int *parts, char err[S3_ERR_LEN]) {
-    put_src src = {fopen(path, "rb"), 0, 0, 0};
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
     *parts = 0;
-    if (!src.fp || fstat(fileno(src.fp), &st) != 0) {
+    if (fd < 0 || fstat(fd, &st) != 0) {
         tsr_snprintf(err, S3_ERR_LEN, "%s: cannot read it: %s", path, strerror(errno));
-        if (src.fp) fclose(src.fp);
+        if (fd >= 0) close(fd);
         return TSR_EXIT_DATA;
     }
     uint64_t size = (uint64_t)st.st_size;
     int rc;
     if (size > c->part_bytes) {
-        rc = put_multipart(c, name, &src, size, err);
+        rc = put_multipart(c, name, fd, size, err);
         *parts = 1;
     } else {
         xfer x = {0};
-        src.len = size;
+        put_src src = {fd, 0, size, 0};
         rc = request(c, &x, "PUT", name, "", put_prepare, &src, err);
-        free(x.mem);
+        free(x.mem.s);
     }
-    fclose(src.fp);
+    close(fd);
     return rc;
 }
 #endif /* TSR_NO_CURL */

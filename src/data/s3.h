@@ -54,13 +54,17 @@ typedef struct s3_fetch {
  * 6 tries). A non-zero *cancel (checked every 200 ms; NULL: never) stops the transfers left, their
  * rc -1. Returns the number of items that failed or were cancelled (their rc and err set). */
 int s3_get_files(tsr_s3 *c, s3_fetch *f, int n, int parallel, _Atomic int *cancel);
-/* The whole object `name` into a malloc'd NUL-terminated buffer (*len bytes). 0, or
+/* The whole object `name` into a malloc'd NUL-terminated buffer (*len bytes), at most max bytes
+ * (0: no limit; a larger object is refused at once, not retried: the store is untrusted). 0, or
  * TSR_EXIT_DATA with err set. */
-int s3_get(tsr_s3 *c, const char *name, char **body, size_t *len, char err[S3_ERR_LEN]);
+int s3_get(tsr_s3 *c, const char *name, size_t max, char **body, size_t *len,
+           char err[S3_ERR_LEN]);
 /* Uploads the local file as object `name`: one PUT, or a multipart upload (CreateMultipartUpload,
- * UploadPart in order, CompleteMultipartUpload; aborted on failure) when it is larger than
- * TSR_S3_PART_MB (s3_open reads it; default 64 MiB), *parts then 1. Each request is retried as
- * s3_get_files'. 0, or TSR_EXIT_DATA with err set. */
+ * UploadPart of up to s3_connections() parts at once over one curl multi handle,
+ * CompleteMultipartUpload with the parts in order; a part that fails for good stops the others
+ * and the upload is aborted) when it is larger than TSR_S3_PART_MB (s3_open reads it; default 64
+ * MiB), *parts then 1. Each request is retried as s3_get_files'. 0, or TSR_EXIT_DATA with err
+ * set (the first failed part's fault). */
 int s3_put_file(tsr_s3 *c, const char *name, const char *path, int *parts,
                 char err[S3_ERR_LEN]);
 

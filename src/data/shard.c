@@ -613,15 +613,21 @@ void dataset_index_preset(const char *dir, const char *text, size_t len) {
     presets = p;
 }
 
-int dataset_index_fetch(const char *dir, char **text, size_t *len) {
+int dataset_object_fetch(const char *dir, const char *name, size_t max, char **text,
+                         size_t *len) {
     tsr_s3 *c;
     char err[S3_ERR_LEN];
     *text = NULL;
     int rc = s3_open(&c, dir);
-    if (!rc && (rc = s3_get(c, INDEX_NAME, text, len, err)))
-        tsr_error("%s (the dataset's index; docs/object-storage.md)", err);
+    if (!rc && (rc = s3_get(c, name, max, text, len, err)))
+        tsr_error("%s (the dataset's %s; docs/object-storage.md)", err,
+                  strcmp(name, INDEX_NAME) ? name : "index");
     s3_close(c);
     return rc;
+}
+
+int dataset_index_fetch(const char *dir, char **text, size_t *len) {
+    return dataset_object_fetch(dir, INDEX_NAME, INDEX_MAX_BYTES, text, len);
 }
 
 /* The index text: read from the directory, or fetched from the object store (s3://) unless it
@@ -910,35 +916,33 @@ int dataset_file_is_part(const char *path) {
            (n > im && !memcmp(head, INDEX_MAGIC, im) && (head[im] == '\t' || head[im] == ' '));
 }
 
-/* 1 with *value set when line is the note "# KEY<TAB>VALUE..." of key. */
-static int note_of_line(const char *line, const char *key, uint64_t *value) {
+/* 1 with out set to the value field when line is the note "# KEY<TAB>VALUE..." of key. */
+static int note_of_line(const char *line, const char *key, char *out, size_t cap) {
     size_t k = strlen(key);
     if (strncmp(line, "# ", 2) != 0 || strncmp(line + 2, key, k) != 0 || line[2 + k] != '\t')
         return 0;
-    char *end;
-    unsigned long long v = strtoull(line + 3 + k, &end, 10);
-    if (end == line + 3 + k || (*end != '\t' && *end != '\n' && *end != '\r' && *end)) return 0;
-    *value = v;
+    snprintf(out, cap, "%.*s", (int)strcspn(line + 3 + k, "\t\r\n"), line + 3 + k);
     return 1;
 }
 
 /* The note in an index text: its magic line, then the comments. */
-static int note_in_text(const char *text, const char *key, uint64_t *value) {
+static int note_in_text(const char *text, const char *key, char *out, size_t cap) {
     for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
         if (p != text && *p != '#') break;
-        if (note_of_line(p, key, value)) return 1;
+        if (note_of_line(p, key, out, cap)) return 1;
     }
     return 0;
 }
 
-int dataset_index_note(const char *dir, const char *key, uint64_t *value) {
-    char path[4200], line[512], *text;
+int dataset_index_note_text(const char *dir, const char *key, char *out, size_t cap) {
+    char path[4200], line[1024], *text;
     size_t len;
     const index_preset *pre = preset_find(dir);
-    if (pre) return note_in_text(pre->text, key, value);
+    out[0] = '\0';
+    if (pre) return note_in_text(pre->text, key, out, cap);
     if (s3_is_url(dir)) { /* not preset: fetched */
         int rc = dataset_index_fetch(dir, &text, &len);
-        int found = rc ? -1 : note_in_text(text, key, value);
+        int found = rc ? -1 : note_in_text(text, key, out, cap);
         free(text);
         return found;
     }
@@ -949,10 +953,20 @@ int dataset_index_note(const char *dir, const char *key, uint64_t *value) {
     while (!found && fgets(line, sizeof line, f)) {
         if (!first && line[0] != '#') break; /* the magic line, then the comments */
         first = 0;
-        found = note_of_line(line, key, value);
+        found = note_of_line(line, key, out, cap);
     }
     fclose(f);
     return found;
+}
+
+int dataset_index_note(const char *dir, const char *key, uint64_t *value) {
+    char text[64], *end;
+    int found = dataset_index_note_text(dir, key, text, sizeof text);
+    if (found != 1) return found;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (end == text || *end || text[0] == '-') return 0;
+    *value = v;
+    return 1;
 }
 
 int dataset_pairs_for(const char *dir, int T, uint64_t *pairs, uint64_t *packed_T) {

@@ -9,6 +9,7 @@
 #include "common.h"
 #include "data/data.h"
 #include "json.h"
+#include "strbuf.h"
 
 /* One parsed line: the strings of the example (pointers into the JSON document). */
 typedef struct raw_example {
@@ -18,21 +19,6 @@ typedef struct raw_example {
     int n_cont;
     int gold;
 } raw_example;
-
-typedef struct growbuf {
-    char *s;
-    size_t n, cap;
-} growbuf;
-
-static void gb_add(growbuf *b, const char *s) {
-    size_t k = strlen(s);
-    if (b->n + k + 1 > b->cap) {
-        b->cap = (b->n + k + 1) * 2;
-        b->s = tsr_realloc(b->s, b->cap);
-    }
-    memcpy(b->s + b->n, s, k + 1);
-    b->n += k;
-}
 
 /* Strings of an array member (or one string); returns the count, -1 on a wrong type. */
 static int strings_of(const json_value *v, const char **out, int max) {
@@ -90,15 +76,15 @@ static void option_text(const tsr_icl_task_config *c, const raw_example *r, int 
  * moves to the continuation. */
 static void build_option(const tsr_tokenizer *tok, const char *prefix, const char *ctx,
                          const char *delim, const char *cont, icl_option *o) {
-    growbuf a = {0}, b = {0};
-    gb_add(&a, prefix);
-    gb_add(&a, ctx);
-    gb_add(&a, delim);
+    strbuf a = {0}, b = {0};
+    sb_add(&a, prefix);
+    sb_add(&a, ctx);
+    sb_add(&a, delim);
     if (a.n > 0 && a.s[a.n - 1] == ' ') {
         a.s[--a.n] = '\0';
-        gb_add(&b, " ");
+        sb_add(&b, " ");
     }
-    gb_add(&b, cont);
+    sb_add(&b, cont);
     uint32_t *ids = NULL;
     size_t n = 0, cap = 0;
     tokenizer_encode(tok, (const uint8_t *)a.s, a.n, 0, &ids, &n, &cap);
@@ -174,18 +160,18 @@ static int read_task_file(const tsr_icl_task_config *c, task_file *tf) {
 /* The few-shot prefix of example i into prefix: c->fewshot other examples, in the order of a
  * seeded permutation of the file (skipping i), each with its gold option. */
 static void fewshot_prefix(const tsr_icl_task_config *c, const task_file *tf, int i, uint64_t seed,
-                           growbuf *prefix) {
-    gb_add(prefix, "");
+                           strbuf *prefix) {
+    sb_add(prefix, "");
     for (int p = 0, used = 0; used < c->fewshot; p++) {
         int j = (int)sampler_permute(seed, (uint64_t)i, (uint64_t)tf->n, (uint64_t)p);
         if (j == i) continue;
         const char *sctx, *scont;
         option_text(c, &tf->raw[j], c->type == TSR_ICL_LM || c->type == TSR_ICL_GEN ? 0 : tf->raw[j].gold,
                     &sctx, &scont);
-        gb_add(prefix, sctx);
-        gb_add(prefix, c->continuation_delimiter);
-        gb_add(prefix, scont);
-        gb_add(prefix, c->example_delimiter);
+        sb_add(prefix, sctx);
+        sb_add(prefix, c->continuation_delimiter);
+        sb_add(prefix, scont);
+        sb_add(prefix, c->example_delimiter);
         used++;
     }
 }
@@ -234,7 +220,7 @@ int icl_task_load(icl_task *t, const tsr_icl_task_config *c, const tsr_tokenizer
         t->ex = tsr_calloc((size_t)n, sizeof *t->ex);
         double base = 0;
         for (int i = 0; i < n; i++) {
-            growbuf prefix = {0};
+            strbuf prefix = {0};
             fewshot_prefix(c, &tf, i, seed, &prefix);
             if (build_example(c, tok, &tf.raw[i], i, prefix.s, &t->ex[i])) rc = TSR_EXIT_DATA;
             base += c->type == TSR_ICL_LM || c->type == TSR_ICL_GEN ? 0.0 : 1.0 / t->ex[i].n_opts;

@@ -20,6 +20,7 @@
 
 #include "common.h"
 #include "crc32c.h"
+#include "data/s3.h"
 #include "fsutil.h"
 #include "model/decoder.h"
 #include "generate/gen_batch.h"
@@ -35,25 +36,10 @@
 
 /* ---- the prompts ----------------------------------------------------------------------------- */
 
-/* index.tsv's note KEY as text (the value field), or "" */
-static void note_text(const char *dir, const char *key, char *out, size_t cap) {
-    char path[4200], line[1024];
-    out[0] = '\0';
-    snprintf(path, sizeof path, "%s/index.tsv", dir);
-    FILE *f = fopen(path, "r");
-    const size_t k = strlen(key);
-    for (int first = 1; f && fgets(line, sizeof line, f); first = 0) {
-        if (!first && line[0] != '#') break;
-        if (!strncmp(line, "# ", 2) && !strncmp(line + 2, key, k) && line[2 + k] == '\t') {
-            snprintf(out, cap, "%.*s", (int)strcspn(line + 3 + k, "\t\n"), line + 3 + k);
-            break;
-        }
-    }
-    if (f) fclose(f);
-}
-
-/* SPLIT/prompts.jsonl: its lines checked against the notes (count, CRC32C), each a JSON object */
-static int load_records(const char *dir, const char *key, grpo_records *r, uint64_t windows) {
+/* SPLIT/prompts.jsonl: its lines checked against the notes (count, CRC32C), each a JSON object.
+ * On an object store (s3://) it is fetched by rank 0 and broadcast, as the index is. Every rank. */
+static int load_records(const tsr_trainer *t, const char *dir, const char *key, grpo_records *r,
+                        uint64_t windows) {
     uint64_t n = 0, crc = 0;
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, DATASET_PROMPTS);
@@ -64,7 +50,11 @@ static int load_records(const char *dir, const char *key, grpo_records *r, uint6
         return TSR_EXIT_USAGE;
     }
     size_t len;
-    TSR_CHECK(fs_read_all(path, MAX_RECORDS_BYTES, &r->text, &len));
+    if (s3_is_url(dir))
+        TSR_CHECK(train_data_fetch_shared(t, dir, DATASET_PROMPTS, MAX_RECORDS_BYTES, &r->text,
+                                          &len));
+    else
+        TSR_CHECK(fs_read_all(path, MAX_RECORDS_BYTES, &r->text, &len));
     uint32_t got = tsr_crc32c(0, r->text, len);
     r->at = tsr_malloc((size_t)(n + 1) * sizeof *r->at);
     uint64_t k = 0;
@@ -93,7 +83,7 @@ static void stop_ids(tsr_trainer *t, tsr_grpo *g) {
     uint32_t e = t->tok ? tokenizer_eos_id(t->tok, NULL, TOKENIZER_EOS_DOCUMENT) : UINT32_MAX;
     g->stop_ids[g->n_stop++] = e < (uint32_t)t->model.V ? (int32_t)e : t->model.V - 1;
     char ids[512];
-    note_text(t->cfg.data.train, "stop_ids", ids, sizeof ids);
+    dataset_index_note_text(t->cfg.data.train, "stop_ids", ids, sizeof ids);
     for (char *s = ids, *end; *s && g->n_stop < 16; s = *end ? end + 1 : end) {
         long v = strtol(s, &end, 10);
         if (end == s) break;
@@ -127,10 +117,10 @@ static int check_prompts(tsr_trainer *t, tsr_grpo *g) {
                       (unsigned long long)vP);
         return TSR_EXIT_USAGE;
     }
-    TSR_CHECK(load_records(c->data.train, "data.train", &g->recs[0],
+    TSR_CHECK(load_records(t, c->data.train, "data.train", &g->recs[0],
                            dataset_n_samples(t->data.train, g->P)));
     if (t->data.val)
-        TSR_CHECK(load_records(c->data.val, "data.val", &g->recs[1],
+        TSR_CHECK(load_records(t, c->data.val, "data.val", &g->recs[1],
                                dataset_n_samples(t->data.val, g->P)));
     t->data.sampler.n = t->data.samplers[0].n = g->recs[0].n;
     return 0;

@@ -108,6 +108,18 @@ static void init_dir_tokenizer(tsr_trainer *t) {
                init_dir);
 }
 
+/* Rank 0's text (n bytes; n < 0: none) handed to every rank: n returned, *text allocated on the
+ * others (n >= 0). In pieces of 1 GiB (MPI counts are ints). Every rank. */
+static int64_t bcast_text(const tsr_trainer *t, char **text, int64_t n) {
+    dist_bcast(&n, sizeof n, 0);
+    if (n < 0) return n;
+    if (t->dist.rank != 0) *text = tsr_malloc((size_t)n + 1);
+    for (int64_t off = 0; off < n; off += 1 << 30)
+        dist_bcast(*text + off, (size_t)(n - off < (1 << 30) ? n - off : (1 << 30)), 0);
+    (*text)[n] = '\0';
+    return n;
+}
+
 /* An object-store dataset's index fetched once, by rank 0, and handed to every rank
  * (dataset_index_preset): one GET per dataset and job instead of two per rank. A fetch that fails
  * presets nothing: each rank's dataset_open then fetches again and reports why. Every rank. */
@@ -121,11 +133,24 @@ static void share_index(const tsr_trainer *t, const char *path) {
         if (dataset_index_fetch(path, &text, &len) == 0) n = (int64_t)len;
         tsr_log_mute(t->dist.rank != 0);
     }
-    dist_bcast(&n, sizeof n, 0);
-    if (n >= 0 && t->dist.rank != 0) text = tsr_malloc((size_t)n + 1);
-    if (n > 0) dist_bcast(text, (size_t)n, 0);
+    n = bcast_text(t, &text, n);
     if (n >= 0) dataset_index_preset(path, text, (size_t)n);
     free(text);
+}
+
+int train_data_fetch_shared(const tsr_trainer *t, const char *dir, const char *name, size_t max,
+                            char **text, size_t *len) {
+    int64_t n = -TSR_EXIT_DATA;
+    *text = NULL;
+    if (t->dist.rank == 0) {
+        size_t got = 0;
+        int rc = dataset_object_fetch(dir, name, max, text, &got);
+        n = rc ? -(int64_t)rc : (int64_t)got;
+    }
+    n = bcast_text(t, text, n);
+    if (n < 0) return (int)-n;
+    *len = (size_t)n;
+    return 0;
 }
 
 void train_data_share_indexes(const tsr_trainer *t) {

@@ -19,6 +19,12 @@ int train_data_tokenizer(tsr_trainer *t);
  * every later dataset_open of them needs no request (docs/object-storage.md). Collective: every
  * rank calls it, first thing at start. */
 void train_data_share_indexes(const tsr_trainer *t);
+/* Object `name` of the object-store dataset dir (e.g. a GRPO prompts dataset's prompts.jsonl),
+ * at most max bytes: fetched once, by rank 0, and broadcast. 0 with *text (malloc'd,
+ * NUL-terminated, *len bytes) on every rank, or the same exit status on every rank after rank 0's
+ * tsr_error naming the object. Every rank, together. */
+int train_data_fetch_shared(const tsr_trainer *t, const char *dir, const char *name, size_t max,
+                            char **text, size_t *len);
 /* The Hugging Face directory the run starts from (--init-from HF_DIR; before trainer_init): its
  * tokenizer files (tokenizer_find_files), if any, are data.tokenizer "auto"'s when the dataset
  * records no tokenizer (docs/hf.md "Import"). */

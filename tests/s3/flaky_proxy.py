@@ -7,7 +7,13 @@ SlowDown, its second gets the real answer with one byte of the body flipped (a c
 way), later ones pass; in MODE "etag" its first GET is flipped, its second passes with another
 ETag (the object as if replaced between the two fetches by one with the right bytes); in MODE
 "pass" every request passes (the log counts them). One line
-per request goes to LOG: "KEY ATTEMPT ACTION". Stdlib only; stopped by its PID.
+per GET goes to LOG: "KEY ATTEMPT ACTION". Every other request (PUT, POST, DELETE, HEAD) passes
+and logs "METHOD PATH?QUERY STATUS": a multipart upload's parts and its abort. An UploadPart (a PUT
+with partNumber) that finds no other in flight waits up to 10 s for a second one, the first such
+only (a parallel upload sends them at once; a serial one waits in vain) and logs "inflight N",
+the most at once so far;
+in MODE "failpart" part 3 of every upload answers 500 InternalError (the upload fails).
+Stdlib only; stopped by its PID.
 """
 import http.client
 import http.server
@@ -16,9 +22,17 @@ import threading
 
 LISTEN, UPSTREAM, LOG = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 MODE = sys.argv[4] if len(sys.argv) > 4 else "flaky"
-PLAN = {"flaky": {1: "503", 2: "flip"}, "etag": {1: "flip", 2: "etag"}, "pass": {}}[MODE]
+PLAN = {"flaky": {1: "503", 2: "flip"}, "etag": {1: "flip", 2: "etag"}, "pass": {},
+        "failpart": {}}[MODE]
 seen = {}
 lock = threading.Lock()
+parts = {"now": 0, "most": 0}
+more = threading.Condition(lock)
+
+
+def log(line):
+    with open(LOG, "a") as f:
+        f.write(line + "\n")
 
 
 class Proxy(http.server.BaseHTTPRequestHandler):
@@ -66,11 +80,42 @@ class Proxy(http.server.BaseHTTPRequestHandler):
                        for k, v in headers]
         self.answer(r.status, headers, data)
 
+    def part_begin(self):
+        with more:
+            parts["now"] += 1
+            parts["most"] = max(parts["most"], parts["now"])
+            more.notify_all()
+            if parts["most"] < 2 and not parts.get("waited"):
+                parts["waited"] = True  # once: a serial client costs the test 10 s, not 10 s a part
+                more.wait_for(lambda: parts["most"] >= 2, timeout=10)
+            log(f"inflight {parts['most']}")
+
+    def part_end(self):
+        with more:
+            parts["now"] -= 1
+
     def do_PUT(self):
-        r, data = self.forward()
-        self.answer(r.status, r.getheaders(), data)
+        is_part = "partNumber=" in self.path
+        if is_part:
+            self.part_begin()
+        try:
+            if is_part and MODE == "failpart" and "partNumber=3&" in self.path:
+                n = int(self.headers.get("Content-Length") or 0)
+                if n:
+                    self.rfile.read(n)
+                log(f"{self.command} {self.path} 500")
+                body = b'<?xml version="1.0"?><Error><Code>InternalError</Code></Error>'
+                return self.answer(500, [("Content-Type", "application/xml")], body)
+            r, data = self.forward()
+            log(f"{self.command} {self.path} {r.status}")
+            self.answer(r.status, r.getheaders(), data)
+        finally:
+            if is_part:
+                self.part_end()
 
     do_HEAD = do_PUT
+    do_POST = do_PUT
+    do_DELETE = do_PUT
 
 
 http.server.ThreadingHTTPServer(("127.0.0.1", LISTEN), Proxy).serve_forever()

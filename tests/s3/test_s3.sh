@@ -10,47 +10,20 @@
 #    data.stage_to or no credentials -> exit 1; the shared credentials/config files with a profile;
 #    503 SlowDown and a corrupted body on the way (tests/s3/flaky_proxy.py) -> retried, same losses.
 source "$(dirname "$0")/../lib.sh"
-source "$TSR_ROOT/tests/ports.sh"
-S3RVER=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}/s3rver/node_modules/.bin/s3rver
-[[ -x $S3RVER ]] || { echo "1..0 # SKIP $S3RVER missing: npm install --prefix data/npm/s3rver s3rver@3.7.1 (./INSTALL --ensure)"; exit 77; }
-command -v node >/dev/null || { echo "1..0 # SKIP node not found (Debian: nodejs)"; exit 77; }
 gpt2_dir
 tsr_tmpdir
+source "$TSR_ROOT/tests/s3/s3lib.sh"
 tap_plan 27
-PORT=$(free_ports 1) || exit 1
-mkdir -p "$TMP/store"
-"$S3RVER" -d "$TMP/store" -a 127.0.0.1 -p "$PORT" --configure-bucket tsr --silent >"$TMP/s3rver.log" 2>&1 &
-S3PID=$!
-PROXYPID=
-trap 'kill "$S3PID" $PROXYPID 2>/dev/null; wait "$S3PID" $PROXYPID 2>/dev/null; rm -rf "$TMP"' EXIT
-for _ in $(seq 1 100); do
-    grep -q listening "$TMP/s3rver.log" && break
-    kill -0 "$S3PID" 2>/dev/null || break
-    sleep 0.1
-done
-grep -q listening "$TMP/s3rver.log" || { echo "Bail out! s3rver did not start: $(cat "$TMP/s3rver.log")"; exit 1; }
-# start_proxy MODE LOG: tests/s3/flaky_proxy.py on $PPORT in front of the store (stop_proxy)
-PPORT=$(free_ports 1) || exit 1
-start_proxy() {
-    "$PY3" "$TSR_ROOT/tests/s3/flaky_proxy.py" "$PPORT" "$PORT" "$2" "$1" 2>"$TMP/proxy.err" &
-    PROXYPID=$!
-    for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PPORT") 2>/dev/null && break; sleep 0.1; done
-}
-stop_proxy() { kill "$PROXYPID" 2>/dev/null; wait "$PROXYPID" 2>/dev/null; PROXYPID=; }
-# the store's settings, as a centre's users set them (no profile files: HOME points at nothing)
-export HOME=$TMP/home AWS_ENDPOINT_URL=http://127.0.0.1:$PORT AWS_REGION=us-east-1
-export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER TSR_S3_RETRIES=2
-unset AWS_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL_S3 AWS_CONFIG_FILE AWS_SHARED_CREDENTIALS_FILE
+s3rver_up
 
 "$TOOL" synth --out "$TMP/data" --vocab 512 --tokens 40000 --shard-tokens 3300 --seed 1 >/dev/null
 "$TOOL" data push "$TMP/data" s3://tsr/ds >"$TMP/push.txt" 2>&1
 rc=$?
-obj() { echo "$TMP/store/tsr/ds/$1._S3rver_object"; }
 ok=1
 for f in "$TMP"/data/train/* "$TMP"/data/val/*; do
-    cmp -s "$f" "$(obj "$(basename "$(dirname "$f")")/$(basename "$f")")" || ok=0
+    cmp -s "$f" "$(obj "ds/$(basename "$(dirname "$f")")/$(basename "$f")")" || ok=0
 done
-[[ $rc == 0 && $ok == 1 ]] && (( $(stat -c %Y "$(obj train/index.tsv)") >= $(stat -c %Y "$(obj train/shard-00012.bin)") ))
+[[ $rc == 0 && $ok == 1 ]] && (( $(stat -c %Y "$(obj ds/train/index.tsv)") >= $(stat -c %Y "$(obj ds/train/shard-00012.bin)") ))
 tap_check $? "tessera data push: every shard and index of train and val in the store, byte for byte (exit $rc)"
 
 # tessera verify-data and tessera prep --out s3:// work in a private TMPDIR that they leave empty
@@ -279,7 +252,7 @@ grep 'error' "$TMP/E.txt" | head -1 | sed 's/^/# /'
 stop_proxy
 
 # an object corrupted in the store (same size, one byte changed): fetched again, then exit 2
-victim=$(obj train/shard-00003.bin)
+victim=$(obj ds/train/shard-00003.bin)
 printf '\xff\xff' | dd of="$victim" bs=1 seek=100 conv=notrunc status=none
 s3run 1 C
 rc=$?
