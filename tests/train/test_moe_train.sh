@@ -24,9 +24,9 @@
 #  - a bad MoE key is refused before any work, naming it, nothing written;
 #  - gpt-oss's experts (router and expert biases, the clamped unit, q/k/v/o biases: docs/moe.md;
 #    their numbers are tests/reference/test_gptoss.py's): trains on 2 ranks, block checkpointing
-#    gives the same bits; a resume with moe_act = "swiglu" and the Hugging Face export are refused
-#    naming the key; device = "cuda" and a dense model with one of the keys are refused before any
-#    work.
+#    gives the same bits, generation with the KV cache equals the no-cache reference; a resume
+#    with moe_act = "swiglu" and the Hugging Face export are refused naming the key; device =
+#    "cuda" and a dense model with one of the keys are refused before any work.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 16
@@ -195,14 +195,16 @@ f = h5py.File(sys.argv[1], "r")["model"]
 want = {"routerb": (2, 4), "expb1": (2, 4, 96), "expb2": (2, 4, 64), "attprojb": (2, 64)}
 sys.exit(0 if all(n in f and f[n].shape == s and abs(f[n][()]).max() > 0 for n, s in want.items()) else 1)
 PY
-tap_check $? "gpt-oss's experts train on 2 ranks (exit $rc); routerb, expb1, expb2, attprojb in the checkpoint at their shapes, trained away from 0; block checkpointing gives the same bits"
+[[ $? == 0 ]] && greedy GA/step-00000010.h5 gg && probs_close "$TMP/gg.c.probs" "$TMP/gg.n.probs" &&
+    cmp -s "$TMP/gg.c" "$TMP/gg.n"
+tap_check $? "gpt-oss's experts train on 2 ranks (exit $rc); routerb, expb1, expb2, attprojb in the checkpoint at their shapes, trained away from 0; block checkpointing gives the same bits; the KV-cache decode equals the no-cache one"
 
 cp -r "$TMP/GA" "$TMP/GR"
 run GR 2 "${gpt[@]}" --set 'model.moe_act="swiglu"' --set max_duration=12ba
 rc=$?
 "$TOOL" ckpt export --format hf "$(ck "$TMP/GA" 10)" "$TMP/ghf" >"$TMP/ghf.txt" 2>&1
 rc2=$?
-[[ $rc == 1 ]] && grep -q "moe_act (0 swiglu, 1 gptoss) 1 vs 0" "$TMP/GR.txt" &&
+[[ $rc == 1 ]] && grep -q "moe_act (0 swiglu, 1 gptoss) 0 vs 1" "$TMP/GR.txt" &&
     [[ $rc2 == 1 ]] && grep -q "model.moe_router_bias" "$TMP/ghf.txt" && [[ ! -e $TMP/ghf ]]
 tap_check $? "a resume with moe_act = \"swiglu\" is refused naming it (exit $rc), the Hugging Face export names model.moe_router_bias (exit $rc2), writes nothing"
 
