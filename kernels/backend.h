@@ -153,6 +153,17 @@ struct tsr_backend {
                                 const float *probs, const float *lse, const int32_t *idx,
                                 const float *wts, const int32_t *offs, int N, int E, int K,
                                 int norm, float aux_w, float z_w);
+    /* gpt-oss's experts (ops.h moe_bias_*, moe_gptoss_*): out, dout, inp, dinp act; b weight;
+     * db fp32; NULL where not built (the CUDA backend so far: the config refuses the keys) */
+    void (*moe_bias_forward)(const tsr_backend *be, void *out, const void *b,
+                             const int32_t *offs, int E, int OC);
+    void (*moe_bias_backward)(const tsr_backend *be, float *db, const void *dout,
+                              const int32_t *offs, int E, int OC);
+    void (*moe_gptoss_forward)(const tsr_backend *be, void *out, const void *inp, int N, int F,
+                               float alpha, float limit);
+    void (*moe_gptoss_backward)(const tsr_backend *be, void *dinp, const void *inp,
+                                const void *dout, int N, int F, float alpha, float limit,
+                                tsr_grad_mode mode);
 
     /* LoRA's adapter path (ops.h lora_forward, lora_backward, docs/lora.md): out, dout, inp,
      * dinp act; A, B, dA, dB fp32 on the backend; scratch of lora_scratch(N, IC, OC, R) bytes.

@@ -238,6 +238,19 @@ typedef struct tsr_ops {
                                 const float *lse, const int32_t *idx, const float *wts,
                                 const int32_t *offs, int N, int E, int K, int norm, float aux_w,
                                 float z_w);
+    /* gpt-oss's experts (docs/moe.md "gpt-oss's experts"), optional like the moe_* above.
+     * moe_bias_forward: out (NK,OC) rows offs[e]..offs[e+1]-1 += b[e], b (E,OC). */
+    void (*moe_bias_forward)(float *out, const float *b, const int32_t *offs, int E, int OC);
+    /* db (E,OC) += each expert's rows of dout (NK,OC) summed (in double, rows ascending) */
+    void (*moe_bias_backward)(float *db, const float *dout, const int32_t *offs, int E, int OC);
+    /* gpt-oss's unit: out (N,F) = (u + 1) g sigmoid(alpha g), g = min(inp[:, :F], limit),
+     * u = clamp(inp[:, F:], -limit, limit); inp (N,2F) the [gate | up] projection */
+    void (*moe_gptoss_forward)(float *out, const float *inp, int N, int F, float alpha,
+                               float limit);
+    /* dinp (N,2F) +=, dout (N,F); the clamps pass the gradient inside [-limit, limit] (bounds
+     * included, as torch.clamp), 0 outside */
+    void (*moe_gptoss_backward)(float *dinp, const float *inp, const float *dout, int N, int F,
+                                float alpha, float limit);
 
     /* LoRA's adapter path on one target projection (docs/lora.md), beside the frozen base:
      *   out[n, :OC] += scale * (drop(inp) @ A^T) @ B^T

@@ -197,6 +197,28 @@ static void f_moe_router_backward(const tsr_backend *be, void *dlogits, const fl
                                  z_w);
 }
 
+static void f_moe_bias_forward(const tsr_backend *be, void *out, const void *b,
+                               const int32_t *offs, int E, int OC) {
+    OPS(be)->moe_bias_forward(out, b, offs, E, OC);
+}
+
+static void f_moe_bias_backward(const tsr_backend *be, float *db, const void *dout,
+                                const int32_t *offs, int E, int OC) {
+    OPS(be)->moe_bias_backward(db, dout, offs, E, OC);
+}
+
+static void f_moe_gptoss_forward(const tsr_backend *be, void *out, const void *inp, int N, int F,
+                                 float alpha, float limit) {
+    OPS(be)->moe_gptoss_forward(out, inp, N, F, alpha, limit);
+}
+
+static void f_moe_gptoss_backward(const tsr_backend *be, void *dinp, const void *inp,
+                                  const void *dout, int N, int F, float alpha, float limit,
+                                  tsr_grad_mode mode) {
+    set_zero(be, dinp, (size_t)N * 2 * F, mode);
+    OPS(be)->moe_gptoss_backward(dinp, inp, dout, N, F, alpha, limit);
+}
+
 /* matmul_forward (into pre_gelu when given), then gelu_forward */
 static void f_matmul_forward(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,
                              const void *w, const void *bias, int N, int IC, int OC,
@@ -381,6 +403,10 @@ tsr_backend tsr_fp32_backend(const tsr_ops *ops) {
         .moe_combine = ops->moe_combine ? f_moe_combine : NULL,
         .moe_combine_backward = ops->moe_combine_backward ? f_moe_combine_backward : NULL,
         .moe_router_backward = ops->moe_router_backward ? f_moe_router_backward : NULL,
+        .moe_bias_forward = ops->moe_bias_forward ? f_moe_bias_forward : NULL,
+        .moe_bias_backward = ops->moe_bias_backward ? f_moe_bias_backward : NULL,
+        .moe_gptoss_forward = ops->moe_gptoss_forward ? f_moe_gptoss_forward : NULL,
+        .moe_gptoss_backward = ops->moe_gptoss_backward ? f_moe_gptoss_backward : NULL,
         .lora_scratch = ops->lora_forward ? f_lora_scratch : NULL,
         .lora_forward = ops->lora_forward ? f_lora_forward : NULL,
         .lora_backward = ops->lora_backward ? f_lora_backward : NULL,

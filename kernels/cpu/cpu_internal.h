@@ -104,6 +104,12 @@ void cpu_moe_router_backward(float *dlogits, const float *dwts, const float *pro
                              const float *lse, const int32_t *idx, const float *wts,
                              const int32_t *offs, int N, int E, int K, int norm, float aux_w,
                              float z_w);
+void cpu_moe_bias_forward(float *out, const float *b, const int32_t *offs, int E, int OC);
+void cpu_moe_bias_backward(float *db, const float *dout, const int32_t *offs, int E, int OC);
+void cpu_moe_gptoss_forward(float *out, const float *inp, int N, int F, float alpha,
+                            float limit);
+void cpu_moe_gptoss_backward(float *dinp, const float *inp, const float *dout, int N, int F,
+                             float alpha, float limit);
 
 /* cpu_softmax.c */
 void cpu_softmax_xent_forward(float *losses, float *probs, const float *logits,

@@ -217,6 +217,74 @@ void cpu_moe_matmul_backward(float *dinp, float *dw, const float *dout, const fl
     }
 }
 
+/* ---- gpt-oss's experts: biases and the clamped unit ----------------------------------------- */
+
+/* For each expert: out[r] += b[e] over its rows r = offs[e]..offs[e+1]-1.  out (NK,OC),
+ * b (E,OC) */
+void cpu_moe_bias_forward(float *out, const float *b, const int32_t *offs, int E, int OC) {
+    for (int e = 0; e < E; e++) {
+        const float *be = b + (size_t)e * OC;
+        const long r0 = offs[e], r1 = offs[e + 1];
+#pragma omp parallel for schedule(static) if ((r1 - r0) * OC >= CPU_PAR_MIN)
+        for (long r = r0; r < r1; r++) {
+            float *o = out + (size_t)r * OC;
+#pragma omp simd
+            for (int c = 0; c < OC; c++) o[c] += be[c];
+        }
+    }
+}
+
+/* db[e] += the sum of dout's rows of expert e (in double, rows ascending; each column by one
+ * thread).  db (E,OC), dout (NK,OC) */
+void cpu_moe_bias_backward(float *db, const float *dout, const int32_t *offs, int E, int OC) {
+    for (int e = 0; e < E; e++) {
+        const long r0 = offs[e], r1 = offs[e + 1];
+        float *d = db + (size_t)e * OC;
+#pragma omp parallel for schedule(static) if ((r1 - r0) * OC >= CPU_PAR_MIN)
+        for (int c = 0; c < OC; c++) {
+            double s = 0.0;
+            for (long r = r0; r < r1; r++) s += dout[(size_t)r * OC + c];
+            d[c] = (float)((double)d[c] + s);
+        }
+    }
+}
+
+/* out[n,f] = (u + 1) g sigmoid(alpha g), g = min(gate, limit), u = clamp(up, -limit, limit);
+ * gate = inp[n,f], up = inp[n,F+f].  out (N,F), inp (N,2F) */
+void cpu_moe_gptoss_forward(float *out, const float *inp, int N, int F, float alpha,
+                            float limit) {
+#pragma omp parallel for schedule(static) if ((long)N * F >= CPU_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *gp = inp + (size_t)n * 2 * F, *up = gp + F;
+        float *o = out + (size_t)n * F;
+#pragma omp simd
+        for (int f = 0; f < F; f++) {
+            const float g = fminf(gp[f], limit), u = fminf(fmaxf(up[f], -limit), limit);
+            o[f] = (u + 1.0f) * (g / (1.0f + cpu_expf(-alpha * g)));
+        }
+    }
+}
+
+/* With s = sigmoid(alpha g): dgate += dout (u + 1) (s + alpha g s (1 - s)) where gate <= limit,
+ * dup += dout g s where -limit <= up <= limit (torch.clamp's gradient: 0 outside, 1 on the
+ * bounds).  dinp (N,2F) +=, inp (N,2F), dout (N,F) */
+void cpu_moe_gptoss_backward(float *dinp, const float *inp, const float *dout, int N, int F,
+                             float alpha, float limit) {
+#pragma omp parallel for schedule(static) if ((long)N * F >= CPU_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *gp = inp + (size_t)n * 2 * F, *up = gp + F, *d = dout + (size_t)n * F;
+        float *dg = dinp + (size_t)n * 2 * F, *du = dg + F;
+#pragma omp simd
+        for (int f = 0; f < F; f++) {
+            const float g = fminf(gp[f], limit), u = fminf(fmaxf(up[f], -limit), limit);
+            const float s = 1.0f / (1.0f + cpu_expf(-alpha * g));
+            const float dglu = s + alpha * g * s * (1.0f - s);
+            dg[f] += gp[f] <= limit ? d[f] * (u + 1.0f) * dglu : 0.0f;
+            du[f] += up[f] >= -limit && up[f] <= limit ? d[f] * g * s : 0.0f;
+        }
+    }
+}
+
 /* ---- router backward ------------------------------------------------------------------------- */
 
 /* One row of dlogits (E), written: first dp (E) into d, rounded once from double: the aux term

@@ -36,6 +36,8 @@ typedef enum { TSR_EMB_SCALE_NONE = 0, TSR_EMB_SCALE_SQRT_D, TSR_EMB_SCALE_COUNT
 /* the MLP: gelu(x W1^T) W2^T, SwiGLU silu(x Wg^T) * (x Wu^T) W2^T (Llama), or GeGLU with the
  * tanh GELU gelu_tanh(x Wg^T) * (x Wu^T) W2^T (Gemma) */
 typedef enum { TSR_MLP_GELU = 0, TSR_MLP_SWIGLU, TSR_MLP_GEGLU_TANH, TSR_MLP_COUNT } tsr_mlp_kind;
+/* the routed experts' unit (docs/moe.md "gpt-oss's experts"): SwiGLU, or gpt-oss's clamped one */
+typedef enum { TSR_MOE_ACT_SWIGLU = 0, TSR_MOE_ACT_GPTOSS, TSR_MOE_ACT_COUNT } tsr_moe_act_kind;
 /* RoPE frequency scaling: none, or Llama 3.1's (factor, low/high-frequency factors, original
  * context) */
 typedef enum { TSR_ROPE_SCALING_NONE = 0, TSR_ROPE_SCALING_LLAMA3, TSR_ROPE_SCALING_COUNT } tsr_rope_scaling_kind;
@@ -142,6 +144,10 @@ typedef struct tsr_model_config {
     int moe_norm_topk;    /* the K weights are divided by their sum */
     int moe_shared_size;  /* hidden width of an always-on shared SwiGLU expert; 0 = none */
     double moe_aux_loss_coef, moe_z_loss_coef;
+    int moe_router_bias;  /* the router's logits + a bias per expert (gpt-oss) */
+    int moe_expert_bias;  /* biases on each expert's [gate | up] and down projections (gpt-oss) */
+    tsr_moe_act_kind moe_act; /* the experts' unit */
+    double swiglu_limit;  /* moe_act = gptoss: the clamp of gate and up (gpt-oss: 7) */
     double rope_theta;
     tsr_rope_scaling_kind rope_scaling;
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
@@ -432,9 +438,14 @@ int config_model_dims(const tsr_model_config *m, tsr_model_dims *d, const char *
 int config_layer_window(const tsr_model_config *m, int l);
 /* The model uses a sliding window, attention sinks, a query_pre_attn_scalar other than the head
  * size, a norm placement other than pre, QK-norm over the projection or an embedding scale (what
- * the CUDA backend, the ring of context parallelism and the Hugging Face export do not run yet):
- * the key that asks for it, or NULL. */
+ * the CUDA backend, the ring of context parallelism and the Hugging Face export do not run yet),
+ * or config_moe_variant_key's: the key that asks for it, or NULL. */
 const char *config_attn_variant_key(const tsr_model_config *m);
+/* gpt-oss's MoE (docs/moe.md "gpt-oss's experts"): the key of a MoE model that sets
+ * model.moe_router_bias, model.moe_expert_bias or model.moe_act = "gptoss", or NULL. The CUDA
+ * backend and the Hugging Face export do not run them yet (config_attn_variant_key returns it
+ * last); the ring of context parallelism does (the MLP is per row). */
+const char *config_moe_variant_key(const tsr_model_config *m);
 /* The MLP is gated (SwiGLU, GeGLU): fcw holds the gate rows then the up rows (2F) */
 int config_mlp_gated(const tsr_model_config *m);
 /* Writes the effective config in libconfig syntax (loadable by config_load). */

@@ -63,6 +63,8 @@ const char *const cfgload_cross_rules[] = {
     "`pre` (which needs `model.norm = \"rmsnorm\"`), `model.qk_norm_scope = \"projection\"` or "
     "`model.embed_scale` other than `none` runs on `device = \"cpu\"` and without context "
     "parallelism (`parallel.context = 1`) so far.",
+    "`model.moe_router_bias`, `model.moe_expert_bias` and `model.moe_act = \"gptoss\"` (gpt-oss's "
+    "experts) need a MoE model (`model.moe_experts` > 0) and run on `device = \"cpu\"` so far.",
 };
 const size_t cfgload_n_cross_rules = sizeof cfgload_cross_rules / sizeof *cfgload_cross_rules;
 
@@ -295,12 +297,13 @@ static void validate_attn_variants(load_ctx *c) {
     if (g->device == TSR_DEVICE_CUDA) {
         tsr_error("%s%s: device = \"cuda\" does not run sliding-window attention, attention "
                   "sinks, query_pre_attn_scalar, sandwich or post norms, QK-norm over the "
-                  "projection or an embedding scale yet (no CUDA kernel for them): use device = "
-                  "\"cpu\", or a model without them",
+                  "projection, an embedding scale or gpt-oss's router and expert biases and "
+                  "clamped unit yet (no CUDA kernel for them): use device = \"cpu\", or a model "
+                  "without them",
                   cfgload_where(c, key, at, sizeof at), key);
         c->errors++;
     }
-    if (g->context > 1) {
+    if (g->context > 1 && key != config_moe_variant_key(&g->model)) {
         tsr_error("%s%s: parallel.context = %lld: the ring of context parallelism does not run "
                   "sliding-window attention, attention sinks, query_pre_attn_scalar, sandwich or "
                   "post norms, QK-norm over the projection or an embedding scale yet: set "

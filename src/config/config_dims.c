@@ -23,6 +23,9 @@ static int moe_dims(const tsr_model_config *m, tsr_model_dims *d, const char **k
             {m->moe_shared_size != 0, "model.moe_shared_size"},
             {m->moe_every != 1, "model.moe_every"},
             {m->moe_z_loss_coef != 0, "model.moe_z_loss_coef"},
+            {m->moe_router_bias, "model.moe_router_bias"},
+            {m->moe_expert_bias, "model.moe_expert_bias"},
+            {m->moe_act != TSR_MOE_ACT_SWIGLU, "model.moe_act"},
         };
         for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++)
             if (dense[i].set) {
@@ -249,6 +252,14 @@ const char *config_attn_variant_key(const tsr_model_config *m) {
     if (m->qk_norm && m->qk_norm_scope == TSR_QKN_PROJECTION) return "model.qk_norm_scope";
     if (m->embed_scale != TSR_EMB_SCALE_NONE) return "model.embed_scale";
     if (m->mlp == TSR_MLP_GEGLU_TANH) return "model.mlp";
+    return config_moe_variant_key(m);
+}
+
+const char *config_moe_variant_key(const tsr_model_config *m) {
+    if (m->moe_experts == 0) return NULL;
+    if (m->moe_router_bias) return "model.moe_router_bias";
+    if (m->moe_expert_bias) return "model.moe_expert_bias";
+    if (m->moe_act != TSR_MOE_ACT_SWIGLU) return "model.moe_act";
     return NULL;
 }
 

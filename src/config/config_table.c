@@ -33,6 +33,8 @@ static const char *const norm_names[] = {"layernorm", "rmsnorm"};
 _Static_assert(NELEM(norm_names) == TSR_NORM_COUNT, "norm_names vs tsr_norm_kind");
 static const char *const mlp_names[] = {"gelu", "swiglu", "geglu_tanh"};
 _Static_assert(NELEM(mlp_names) == TSR_MLP_COUNT, "mlp_names vs tsr_mlp_kind");
+static const char *const moe_act_names[] = {"swiglu", "gptoss"};
+_Static_assert(NELEM(moe_act_names) == TSR_MOE_ACT_COUNT, "moe_act_names vs tsr_moe_act_kind");
 static const char *const rope_scaling_names[] = {"none", "llama3"};
 static const char *const tok_mismatch_names[] = {"error", "allow"};
 _Static_assert(NELEM(rope_scaling_names) == TSR_ROPE_SCALING_COUNT,
@@ -298,6 +300,24 @@ const cfgtab_key cfgtab_keys[] = {
      .def = "0", .lo = 0, NO_MAX,
      .doc = "Weight of the router z-loss, the mean squared logsumexp of the router logits per "
             "MoE layer (ST-MoE; 1e-3 is usual); 0 = off."},
+    {.name = "model.moe_router_bias", .type = CFGK_BOOL, FIELD(model.moe_router_bias),
+     .def = "false",
+     .doc = "A bias on the router's logits, tensor `routerb` (n_moe_layers, moe_experts), not "
+            "weight-decayed (gpt-oss). CPU only so far (docs/moe.md \"gpt-oss's experts\")."},
+    {.name = "model.moe_expert_bias", .type = CFGK_BOOL, FIELD(model.moe_expert_bias),
+     .def = "false",
+     .doc = "Biases on every expert's [gate | up] projection, `expb1` (n_moe_layers, "
+            "moe_experts, 2 x moe_intermediate_size), and down projection, `expb2` "
+            "(n_moe_layers, moe_experts, d_model), not weight-decayed (gpt-oss). CPU only so far."},
+    {.name = "model.moe_act", .type = CFGK_ENUM, FIELD(model.moe_act), .def = "swiglu",
+     ENUM(moe_act_names),
+     .doc = "The routed experts' unit: `swiglu` = silu(gate) * up; `gptoss` = gpt-oss's "
+            "(g = min(gate, L), u = clamp(up, -L, L), (u + 1) * g * sigmoid(1.702 g), L = "
+            "model.swiglu_limit). `gptoss` is CPU only so far."},
+    {.name = "model.swiglu_limit", .type = CFGK_FLOAT, FIELD(model.swiglu_limit), .def = "7",
+     .lo = 0, .lo_open = 1, NO_MAX,
+     .doc = "The clamp L of model.moe_act = \"gptoss\" (Hugging Face's `swiglu_limit`; gpt-oss: "
+            "7); unused with `swiglu`."},
     {.name = "model.init_std", .type = CFGK_FLOAT, FIELD(model.init_std), .def = "0.02", .lo = 0,
      .lo_open = 1, NO_MAX, .doc = "Standard deviation of the normal weight initialization."},
     {.name = "model.activation_checkpointing", .type = CFGK_ENUM,

@@ -220,24 +220,23 @@ static void qkv_forward(const dec_run *r, int l, const dec_layer *v, const void 
     }
 }
 
-/* A MoE layer's MLP up to the experts' outputs (docs/moe.md): router, routing, the experts'
- * SwiGLU and down projections, the shared expert up to its SwiGLU. moe_combine_forward adds them
- * up afterwards (in the fcproj matmul's place). */
+/* A MoE layer's MLP up to the experts' outputs (docs/moe.md): router (with its bias: gpt-oss),
+ * routing, the experts' units and down projections (experts_forward), the shared expert up to
+ * its SwiGLU. moe_combine_forward adds them up afterwards (in the fcproj matmul's place). */
 static void moe_forward(const dec_run *r, int l, const dec_layer *v, const void *const *w) {
     const tsr_backend *be = r->d->be;
     const tsr_model *m = r->d->m;
-    const int N = r->N, C = m->C, E = m->E, K = m->K, FE = m->FE, NK = N * K;
-    dec_linear(r, -1, v->mlg, NULL, v->ln2, w[TSR_P_ROUTERW], NULL, N, C, E);
+    const int N = r->N, C = m->C, E = m->E, K = m->K, NK = N * K;
+    dec_linear(r, -1, v->mlg, NULL, v->ln2, w[TSR_P_ROUTERW], w[TSR_P_ROUTERB], N, C, E);
     be->moe_route(be, v->probs, v->lse, v->idx, v->wts, v->offs, v->rows, v->slot, v->stats,
                   v->mlg, N, E, K, m->cfg.moe_norm_topk);
     be->moe_gather(be, v->xg, v->ln2, v->rows, N, K, C);
+    const tsr_experts x = experts_of(m, w, NULL);
     if (m->ep && ep_exchanging(m->ep)) { /* the experts live on other ranks too (model_ep.h) */
-        ep_forward(m->ep, be, (int)model_act_group_slot(m, TSR_AG_MLP, l), v->xg, v->offs,
-                   w[TSR_P_EXPW1], w[TSR_P_EXPW2], v->y, NK);
+        ep_forward(m->ep, be, (int)model_act_group_slot(m, TSR_AG_MLP, l), v->xg, v->offs, &x,
+                   v->y, NK);
     } else {
-        be->moe_matmul_forward(be, v->h, v->xg, w[TSR_P_EXPW1], v->offs, E, NK, C, 2 * FE);
-        be->swiglu_forward(be, v->hg, v->h, NK, FE);
-        be->moe_matmul_forward(be, v->y, v->hg, w[TSR_P_EXPW2], v->offs, E, NK, FE, C);
+        experts_forward(be, &x, v->offs, NK, v->xg, v->h, v->hg, v->y);
     }
     if (m->S) {
         dec_linear(r, l, v->sh, NULL, v->ln2, w[TSR_P_SHW1], NULL, N, C, 2 * m->S);

@@ -52,8 +52,8 @@ static void moe_backward(const dec_run *r, int l, const dec_layer *v, const void
     const tsr_backend *be = d->be;
     const tsr_model *m = d->m;
     tsr_acts *a = d->a;
-    const int N = r->N, C = m->C, E = m->E, K = m->K, FE = m->FE, S = m->S, NK = N * K;
-    const size_t e = tsr_dtype_size(be->act), n = (size_t)N, nk = (size_t)NK;
+    const int N = r->N, C = m->C, E = m->E, K = m->K, S = m->S, NK = N * K;
+    const size_t e = tsr_dtype_size(be->act), n = (size_t)N;
     be->moe_combine_backward(be, a->moe_dxy, a->moe_dwts, dout, v->y, v->wts, v->slot, N, K, C);
     if (S) { /* the shared experts write dln first */
         be->matmul_backward(be, a->moe_dshg, g[TSR_P_SHW2], NULL, dout, v->shg,
@@ -64,25 +64,19 @@ static void moe_backward(const dec_run *r, int l, const dec_layer *v, const void
     } else {
         be->zero(be, a->dln, n * C * e);
     }
+    const tsr_experts x = experts_of(m, w, g);
     if (m->ep && ep_exchanging(m->ep)) {
-        ep_backward(m->ep, be, (int)model_act_group_slot(m, TSR_AG_MLP, l), a->moe_dxy,
-                    w[TSR_P_EXPW1],
-                    w[TSR_P_EXPW2], g[TSR_P_EXPW1], g[TSR_P_EXPW2], NK);
-    } else {
-        be->zero(be, a->moe_dhg, nk * FE * e);
-        be->moe_matmul_backward(be, a->moe_dhg, g[TSR_P_EXPW2], a->moe_dxy, v->hg,
-                                w[TSR_P_EXPW2], v->offs, E, NK, FE, C);
-        be->swiglu_backward(be, a->moe_dh, v->h, a->moe_dhg, NK, FE, TSR_GRAD_SET);
-        be->zero(be, a->moe_dxy, nk * C * e); /* dy is used up: the buffer now takes d(xg) */
-        be->moe_matmul_backward(be, a->moe_dxy, g[TSR_P_EXPW1], a->moe_dh, v->xg,
-                                w[TSR_P_EXPW1], v->offs, E, NK, C, 2 * FE);
+        ep_backward(m->ep, be, (int)model_act_group_slot(m, TSR_AG_MLP, l), a->moe_dxy, &x, NK);
+    } else { /* moe_dxy: d(y) in, d(xg) out */
+        experts_backward(be, &x, v->offs, NK, a->moe_dxy, v->xg, v->h, v->hg, a->moe_dh,
+                         a->moe_dhg);
     }
     be->moe_gather_backward(be, a->dln, a->moe_dxy, v->slot, N, K, C);
     be->moe_router_backward(be, a->moe_dlogits, a->moe_dwts, v->probs, v->lse, v->idx, v->wts,
                             v->offs, N, E, K, m->cfg.moe_norm_topk,
                             (float)(m->cfg.moe_aux_loss_coef * a->moe_w),
                             (float)(m->cfg.moe_z_loss_coef * a->moe_w));
-    be->matmul_backward(be, a->dln, g[TSR_P_ROUTERW], NULL, a->moe_dlogits, v->ln2,
+    be->matmul_backward(be, a->dln, g[TSR_P_ROUTERW], g[TSR_P_ROUTERB], a->moe_dlogits, v->ln2,
                         w[TSR_P_ROUTERW], N, C, E, TSR_GRAD_ADD);
 }
 

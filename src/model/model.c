@@ -155,8 +155,12 @@ void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const ts
     set_param(m, TSR_P_FCPROJW, "fcprojw", TSR_PK_WEIGHT, LD > 0, 3, LD, C, F, 0);
     set_param(m, TSR_P_FCPROJB, "fcprojb", TSR_PK_BIAS, LD > 0 && bias, 2, LD, C, 0, 0);
     set_param(m, TSR_P_ROUTERW, "routerw", TSR_PK_WEIGHT, LM > 0, 3, LM, E, C, 0);
+    const int rb = LM > 0 && cfg->moe_router_bias, xb = LM > 0 && cfg->moe_expert_bias;
+    set_param(m, TSR_P_ROUTERB, "routerb", TSR_PK_BIAS, rb, 2, LM, E, 0, 0);
     set_param(m, TSR_P_EXPW1, "expw1", TSR_PK_WEIGHT, LM > 0, 4, LM, E, 2 * FE, C);
+    set_param(m, TSR_P_EXPB1, "expb1", TSR_PK_BIAS, xb, 3, LM, E, 2 * FE, 0);
     set_param(m, TSR_P_EXPW2, "expw2", TSR_PK_WEIGHT, LM > 0, 4, LM, E, C, FE);
+    set_param(m, TSR_P_EXPB2, "expb2", TSR_PK_BIAS, xb, 3, LM, E, C, 0);
     set_param(m, TSR_P_SHW1, "shw1", TSR_PK_WEIGHT, LM > 0 && S > 0, 3, LM, 2 * S, C, 0);
     set_param(m, TSR_P_SHW2, "shw2", TSR_PK_WEIGHT, LM > 0 && S > 0, 3, LM, C, S, 0);
     set_param(m, TSR_P_LNFW, "lnfw", TSR_PK_NORM, 1, 1, C, 0, 0, 0);
@@ -267,6 +271,7 @@ static const uint64_t init_stream[TSR_P_COUNT] = {
     [TSR_P_QNORMW] = 16,  [TSR_P_KNORMW] = 17, [TSR_P_LMHEAD] = 18,
     [TSR_P_ROUTERW] = 19, [TSR_P_EXPW1] = 20,  [TSR_P_EXPW2] = 21,   [TSR_P_SHW1] = 22,
     [TSR_P_SHW2] = 23,    [TSR_P_SINKS] = 24,  [TSR_P_POSTATTNW] = 25, [TSR_P_POSTMLPW] = 26,
+    [TSR_P_ROUTERB] = 27, [TSR_P_EXPB1] = 28,  [TSR_P_EXPB2] = 29, /* (zeros: unused so far) */
 };
 
 void model_init_weights(tsr_model *m, uint64_t seed) {

@@ -49,8 +49,11 @@ typedef enum {
     /* Mixture of experts (docs/moe.md), stacked over the LM MoE layers only; the dense MLP
      * tensors above (fcw .. fcprojb) are then stacked over the LD = L - LM other layers. */
     TSR_P_ROUTERW, /* (LM, E, C) the router */
+    TSR_P_ROUTERB, /* (LM, E) its bias (model.moe_router_bias); size 0 without */
     TSR_P_EXPW1,   /* (LM, E, 2FE, C) each expert's [gate | up] rows, like SwiGLU's fcw */
+    TSR_P_EXPB1,   /* (LM, E, 2FE) their biases (model.moe_expert_bias); size 0 without */
     TSR_P_EXPW2,   /* (LM, E, C, FE) each expert's down projection */
+    TSR_P_EXPB2,   /* (LM, E, C) its bias (model.moe_expert_bias); size 0 without */
     TSR_P_SHW1,    /* (LM, 2S, C) the shared expert's [gate | up]; size 0 without one */
     TSR_P_SHW2,    /* (LM, C, S) */
     TSR_P_LNFW,    /* (C) */

@@ -286,38 +286,84 @@ static void from_owners(tsr_ep *ep, const ep_slot *q, const void *rows, void *ou
         if (p != ep->j) ep->sent_bytes += q->rc[p] * esize(ep);
 }
 
+/* ---- the experts' unit ---------------------------------------------------------------------- */
+
+tsr_experts experts_of(const tsr_model *m, const void *const *w, float *const *g) {
+    return (tsr_experts){.w1 = w[TSR_P_EXPW1], .w2 = w[TSR_P_EXPW2], .b1 = w[TSR_P_EXPB1],
+                         .b2 = w[TSR_P_EXPB2], .g1 = g ? g[TSR_P_EXPW1] : NULL,
+                         .g2 = g ? g[TSR_P_EXPW2] : NULL, .gb1 = g ? g[TSR_P_EXPB1] : NULL,
+                         .gb2 = g ? g[TSR_P_EXPB2] : NULL, .E = m->E, .C = m->C, .FE = m->FE,
+                         .gptoss = m->cfg.moe_act == TSR_MOE_ACT_GPTOSS, .alpha = 1.702f,
+                         .limit = (float)m->cfg.swiglu_limit};
+}
+
+void experts_forward(const tsr_backend *be, const tsr_experts *x, const int32_t *offs, int rows,
+                     const void *xg, void *h, void *hg, void *y) {
+    const int C = x->C, FE = x->FE, E = x->E;
+    be->moe_matmul_forward(be, h, xg, x->w1, offs, E, rows, C, 2 * FE);
+    if (x->b1) be->moe_bias_forward(be, h, x->b1, offs, E, 2 * FE);
+    if (x->gptoss) be->moe_gptoss_forward(be, hg, h, rows, FE, x->alpha, x->limit);
+    else be->swiglu_forward(be, hg, h, rows, FE);
+    be->moe_matmul_forward(be, y, hg, x->w2, offs, E, rows, FE, C);
+    if (x->b2) be->moe_bias_forward(be, y, x->b2, offs, E, C);
+}
+
+void experts_backward(const tsr_backend *be, const tsr_experts *x, const int32_t *offs, int rows,
+                      void *dy, const void *xg, const void *h, const void *hg, void *dh,
+                      void *dhg) {
+    const int C = x->C, FE = x->FE, E = x->E;
+    const size_t es = tsr_dtype_size(be->act), n = (size_t)rows;
+    if (x->gb2) be->moe_bias_backward(be, x->gb2, dy, offs, E, C);
+    be->zero(be, dhg, n * FE * es);
+    be->moe_matmul_backward(be, dhg, x->g2, dy, hg, x->w2, offs, E, rows, FE, C);
+    if (x->gptoss)
+        be->moe_gptoss_backward(be, dh, h, dhg, rows, FE, x->alpha, x->limit, TSR_GRAD_SET);
+    else be->swiglu_backward(be, dh, h, dhg, rows, FE, TSR_GRAD_SET);
+    if (x->gb1) be->moe_bias_backward(be, x->gb1, dh, offs, E, 2 * FE);
+    be->zero(be, dy, n * C * es); /* dy is used up: it now takes d(xg) */
+    be->moe_matmul_backward(be, dy, x->g1, dh, xg, x->w1, offs, E, rows, C, 2 * FE);
+}
+
+/* x with this rank's El experts: w1, w2 are the store's already; the biases (dense, all E) move
+ * on to expert e0's rows */
+static tsr_experts local_experts(const tsr_ep *ep, const tsr_experts *x) {
+    tsr_experts l = *x;
+    const size_t ws = tsr_dtype_size(ep->xbe.weight), e0 = (size_t)ep->e0;
+    const size_t o1 = e0 * 2 * (size_t)ep->FE, o2 = e0 * (size_t)ep->C;
+    l.E = ep->El;
+    if (l.b1) l.b1 = (const char *)l.b1 + o1 * ws;
+    if (l.b2) l.b2 = (const char *)l.b2 + o2 * ws;
+    if (l.gb1) l.gb1 += o1;
+    if (l.gb2) l.gb2 += o2;
+    return l;
+}
+
 void ep_forward(tsr_ep *ep, const tsr_backend *be, int slot, const void *xg,
-                const int32_t *offs, const void *w1, const void *w2, void *y, int NK) {
+                const int32_t *offs, const tsr_experts *x, void *y, int NK) {
     (void)NK;
     be = xbe(ep, be);
     ep_slot *q = &ep->slots[slot];
-    const int C = ep->C, FE = ep->FE;
     plan_slot(ep, q, offs);
     to_owners(ep, q, xg, q->xr);
-    const int rows = (int)q->R;
-    void *yr = scratch(ep, SC_Y, q->R * (size_t)C * esize(ep));
-    be->moe_matmul_forward(be, q->h, q->xr, w1, (const int32_t *)q->offs_dev, ep->El, rows, C, 2 * FE);
-    be->swiglu_forward(be, q->hg, q->h, rows, FE);
-    be->moe_matmul_forward(be, yr, q->hg, w2, (const int32_t *)q->offs_dev, ep->El, rows, FE, C);
+    void *yr = scratch(ep, SC_Y, q->R * (size_t)ep->C * esize(ep));
+    const tsr_experts l = local_experts(ep, x);
+    experts_forward(be, &l, (const int32_t *)q->offs_dev, (int)q->R, q->xr, q->h, q->hg, yr);
     from_owners(ep, q, yr, y);
 }
 
-void ep_backward(tsr_ep *ep, const tsr_backend *be, int slot, void *dxy, const void *w1,
-                 const void *w2, float *g1, float *g2, int NK) {
+void ep_backward(tsr_ep *ep, const tsr_backend *be, int slot, void *dxy, const tsr_experts *x,
+                 int NK) {
     (void)NK;
     be = xbe(ep, be);
     ep_slot *q = &ep->slots[slot];
-    const int C = ep->C, FE = ep->FE, rows = (int)q->R;
-    const size_t R = q->R, es = esize(ep);
-    void *dyr = scratch(ep, SC_Y, R * (size_t)C * es);
+    const size_t R = q->R, es = esize(ep), FE = (size_t)ep->FE;
+    void *dyr = scratch(ep, SC_Y, R * (size_t)ep->C * es);
     to_owners(ep, q, dxy, dyr);
-    void *dhg = scratch(ep, SC_DHG, R * (size_t)FE * es);
-    void *dh = scratch(ep, SC_DH, R * 2 * (size_t)FE * es);
-    be->zero(be, dhg, R * (size_t)FE * es);
-    be->moe_matmul_backward(be, dhg, g2, dyr, q->hg, w2, (const int32_t *)q->offs_dev, ep->El, rows, FE, C);
-    be->swiglu_backward(be, dh, q->h, dhg, rows, FE, TSR_GRAD_SET);
-    be->zero(be, dyr, R * (size_t)C * es); /* dy is used up: it now takes d(xr) */
-    be->moe_matmul_backward(be, dyr, g1, dh, q->xr, w1, (const int32_t *)q->offs_dev, ep->El, rows, C, 2 * FE);
+    void *dhg = scratch(ep, SC_DHG, R * FE * es);
+    void *dh = scratch(ep, SC_DH, R * 2 * FE * es);
+    const tsr_experts l = local_experts(ep, x);
+    experts_backward(be, &l, (const int32_t *)q->offs_dev, (int)R, dyr, q->xr, q->h, q->hg, dh,
+                     dhg);
     from_owners(ep, q, dyr, dxy);
 }
 

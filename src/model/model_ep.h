@@ -80,6 +80,29 @@ typedef struct tsr_ep {
     uint64_t sent_bytes;       /* bytes this rank sent to other ranks in the exchanges */
 } tsr_ep;
 
+/* One MoE layer's routed experts as the decoder runs them (docs/moe.md "The layer" 4, "gpt-oss's
+ * experts"): over rows grouped by expert (offs, E + 1), h = xg w1[e]^T (+ b1[e]), hg = the unit
+ * of h (SwiGLU, or gpt-oss's clamped one), y = hg w2[e]^T (+ b2[e]). The same code runs all E
+ * experts in the decoder and an owner's El under expert parallelism. */
+typedef struct tsr_experts {
+    const void *w1, *w2;         /* (E, 2FE, C), (E, C, FE) weights */
+    const void *b1, *b2;         /* (E, 2FE), (E, C) biases (model.moe_expert_bias), or NULL */
+    float *g1, *g2, *gb1, *gb2;  /* their gradients (accumulated), or NULL (frozen, forward) */
+    int E, C, FE;
+    int gptoss;                  /* model.moe_act = gptoss */
+    float alpha, limit;          /* its sigmoid's scale (1.702) and clamp (model.swiglu_limit) */
+} tsr_experts;
+/* MoE layer weights w (and gradients g, or NULL) of model m as a tsr_experts of its E experts */
+tsr_experts experts_of(const tsr_model *m, const void *const *w, float *const *g);
+/* h (rows, 2FE), hg (rows, FE), y (rows, C) from xg (rows, C); offs (E + 1) in be's memory */
+void experts_forward(const tsr_backend *be, const tsr_experts *x, const int32_t *offs, int rows,
+                     const void *xg, void *h, void *hg, void *y);
+/* Backward of experts_forward: dy (rows, C) holds d(y) and leaves with d(xg); dh (rows, 2FE),
+ * dhg (rows, FE) scratch; x's gradients accumulate. */
+void experts_backward(const tsr_backend *be, const tsr_experts *x, const int32_t *offs, int rows,
+                      void *dy, const void *xg, const void *h, const void *hg, void *dh,
+                      void *dhg);
+
 /* The store for model m (after model_set_expert_parallel(m, EP)) over the mesh's expert and
  * expert_data groups (mesh_build made them, of EP = m->EP ranks and world / EP), and sets m->ep.
  * No communication. */
@@ -104,19 +127,22 @@ size_t ep_slot_span(const tsr_ep *ep, int which, int s, size_t *in_tensor, size_
 int ep_exchanging(const tsr_ep *ep);
 
 /* A MoE layer's experts, forward: xg (NK, C) the routed rows grouped by expert (offs, E + 1), as
- * moe_gather leaves them; y (NK, C) receives each row's expert output, the same order. w1, w2:
- * this rank's experts of the layer. slot: the layer's slot of the MLP activations
+ * moe_gather leaves them; y (NK, C) receives each row's expert output, the same order. x: w1, w2
+ * this rank's experts of the layer, b1, b2 (and gb1, gb2) all E experts' (the biases are dense
+ * tensors, on every rank: an owner uses its experts' rows of them). slot: the layer's slot of the MLP activations
  * (model_act_group_slot: the layers that activation checkpointing recomputes share one, as their
  * activations do), where what it received is kept for the backward. Every pointer is be's memory
  * and type (activations be->act, weights be->weight, offs int32); the offsets are read on the host
  * (be->to_host waits for be's queued work). The first call fixes the backend until ep_release.
  * Collective over the EP group. */
 void ep_forward(tsr_ep *ep, const tsr_backend *be, int slot, const void *xg,
-                const int32_t *offs, const void *w1, const void *w2, void *y, int NK);
-/* Backward of the last ep_forward of slot: dxy (NK, C) holds d(y) and leaves with d(xg); g1, g2
- * (this rank's experts' gradients) accumulate. Collective over the EP group. */
-void ep_backward(tsr_ep *ep, const tsr_backend *be, int slot, void *dxy, const void *w1,
-                 const void *w2, float *g1, float *g2, int NK);
+                const int32_t *offs, const tsr_experts *x, void *y, int NK);
+/* Backward of the last ep_forward of slot: dxy (NK, C) holds d(y) and leaves with d(xg); x's
+ * g1, g2 (this rank's experts' gradients) and gb1, gb2 (its experts' rows of the biases'
+ * gradients; the dense all-reduce sums them over the ranks) accumulate. Collective over the EP
+ * group. */
+void ep_backward(tsr_ep *ep, const tsr_backend *be, int slot, void *dxy, const tsr_experts *x,
+                 int NK);
 /* The exchange's buffers freed (they live on the backend of the first ep_forward: call before
  * that backend shuts down); the next ep_forward may use another backend. */
 void ep_release(tsr_ep *ep);

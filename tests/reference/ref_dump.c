@@ -23,7 +23,8 @@
  * (V, Vp, C, L, NH, KVH, hs, F, T), architecture switches (alibi, rope, bias, gelu_exact, rmsnorm,
  * swiglu, qkv_bias, qk_norm, tie_embeddings, doc_mask) and numbers (norm_eps, rope_theta,
  * rope_scaling and its factors, eot_token), the MoE keys (E, K, FE, S, LM, moe_every,
- * moe_norm_topk, moe_aux_loss_coef, moe_z_loss_coef; E = 0: dense), then the optimizer's.
+ * moe_norm_topk, moe_aux_loss_coef, moe_z_loss_coef, moe_router_bias, moe_expert_bias,
+ * moe_act_gptoss, swiglu_limit; E = 0: dense), then the optimizer's.
  * With LoRA (lora.rank > 0, docs/lora.md; the base is the seed's weights) the base has no
  * gradients: /step0/grads is absent, and instead
  *   /lora/<t>_A, /lora/<t>_B   the adapters at the start: A as the trainer made them, B drawn
@@ -156,6 +157,10 @@ static void write_moe_attrs(hid_t f, const tsr_model *m) {
     attr_d(f, "moe_norm_topk", c->moe_norm_topk);
     attr_d(f, "moe_aux_loss_coef", c->moe_aux_loss_coef);
     attr_d(f, "moe_z_loss_coef", c->moe_z_loss_coef);
+    attr_d(f, "moe_router_bias", c->moe_router_bias); /* gpt-oss's (docs/moe.md) */
+    attr_d(f, "moe_expert_bias", c->moe_expert_bias);
+    attr_d(f, "moe_act_gptoss", c->moe_act == TSR_MOE_ACT_GPTOSS);
+    attr_d(f, "swiglu_limit", c->swiglu_limit);
 }
 
 /* The LM head's weight: lm_head when the embeddings are untied, else wte */

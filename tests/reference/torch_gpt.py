@@ -59,8 +59,11 @@ PARAMS = {
     "fcprojw": ("weight", True),
     "fcprojb": ("bias", True),
     "routerw": ("weight", True),  # the MoE tensors (torch_moe.py), stacked over the MoE layers
+    "routerb": ("bias", True),    # gpt-oss's router and expert biases
     "expw1": ("weight", True),
+    "expb1": ("bias", True),
     "expw2": ("weight", True),
+    "expb2": ("bias", True),
     "shw1": ("weight", True),
     "shw2": ("weight", True),
     "lnfw": ("norm", False),

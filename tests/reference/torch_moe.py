@@ -17,6 +17,19 @@ rows routed to it, weighted and added back with index_add.
 
 Parameters at tessera's layout (docs/moe.md "Parameters"), one MoE layer's slice each:
 router (E,C) = routerw, w1 (E,2FE,C) = expw1, w2 (E,C,FE) = expw2, shw1 (2S,C), shw2 (C,S).
+
+gpt-oss (docs/moe.md "gpt-oss's experts"), written from transformers' modeling_gpt_oss.py
+(GptOssTopKRouter, GptOssExperts, GptOssAttention), with tessera's [gate rows | up rows] in place
+of Hugging Face's interleaved gate/up columns:
+  router_bias:  logits = x @ router^T + routerb (E,);  topk_softmax: the K largest logits, then
+                wts = softmax over those K logits (GptOssTopKRouter; the aux and z losses keep the
+                full softmax of the logits)
+  expert_bias:  h = x @ w1[e]^T + b1[e] (2FE,),  y = a @ w2[e]^T + b2[e] (C,): the down bias is
+                added per expert before the routing weight
+  gptoss:       gate = min(gate, limit), up = clamp(up, -limit, limit),
+                a = (up + 1) * gate * sigmoid(1.702 gate)
+  attn_bias:    q, k, v and o projections with biases (tessera's model.bias with RMSNorm and no
+                dense MLP: qkvb and attprojb)
 """
 import math
 import types
@@ -29,7 +42,8 @@ import torch.nn.functional as F
 import torch_llama
 
 # tessera names of the MoE tensors, in tessera's order (src/model/model.h), after the dense MLP's
-MOE_NAMES = ("routerw", "expw1", "expw2", "shw1", "shw2")
+MOE_NAMES = ("routerw", "routerb", "expw1", "expb1", "expw2", "expb2", "shw1", "shw2")
+GPTOSS_ALPHA = 1.702  # GptOssExperts.alpha (fixed in transformers)
 
 
 @dataclass
@@ -42,6 +56,12 @@ class MoEConfig(torch_llama.LlamaConfig):
     norm_topk: bool    # the K weights divided by their sum
     aux_coef: float    # load-balancing loss weight, per MoE layer
     z_coef: float      # router z-loss weight, per MoE layer
+    router_bias: bool = False   # gpt-oss (above)
+    expert_bias: bool = False
+    gptoss: bool = False
+    limit: float = 7.0          # gptoss's clamp (swiglu_limit)
+    topk_softmax: bool = False  # GptOssTopKRouter's softmax over the K chosen logits
+    attn_bias: bool = False     # o_proj's bias (q, k, v: qkv_bias)
 
 
 def is_moe_layer(cfg, l):
@@ -53,7 +73,12 @@ def param_names(cfg):
     dense = any(not is_moe_layer(cfg, l) for l in range(cfg.L))
     names = [n for n in torch_llama.param_names(cfg)
              if dense or n not in ("fcw", "fcprojw")]
-    moe = [n for n in MOE_NAMES if cfg.S > 0 or n not in ("shw1", "shw2")]
+    if getattr(cfg, "attn_bias", False):
+        names.insert(names.index("attprojw") + 1, "attprojb")
+    absent = set() if cfg.S > 0 else {"shw1", "shw2"}
+    absent |= set() if getattr(cfg, "router_bias", False) else {"routerb"}
+    absent |= set() if getattr(cfg, "expert_bias", False) else {"expb1", "expb2"}
+    moe = [n for n in MOE_NAMES if n not in absent]
     at = names.index("lnfw")
     return names[:at] + moe + names[at:]
 
@@ -62,6 +87,25 @@ def swiglu(x, w1, w2):
     """down(silu(gate(x)) * up(x)) with w1 = [gate rows | up rows] (2F, C) and w2 (C, F)."""
     gate, up = w1.chunk(2)
     return F.linear(F.silu(F.linear(x, gate)) * F.linear(x, up), w2)
+
+
+def expert(x, w1, b1, w2, b2, gptoss, limit):
+    """One routed expert on x (n, C): SwiGLU, or with gptoss GptOssExperts' unit; b1, b2 None
+    without biases."""
+    gate, up = F.linear(x, w1, b1).chunk(2, dim=-1)
+    if gptoss:
+        gate = gate.clamp(min=None, max=limit)
+        up = up.clamp(min=-limit, max=limit)
+        act = (up + 1) * (gate * torch.sigmoid(gate * GPTOSS_ALPHA))
+    else:
+        act = F.silu(gate) * up
+    return F.linear(act, w2, b2)
+
+
+def route_topk_softmax(logits, K):
+    """GptOssTopKRouter: (idx, wts) = torch.topk of the logits, softmax over the K values."""
+    top, idx = torch.topk(logits, K, dim=-1)
+    return idx, F.softmax(top, dim=-1)
 
 
 def route(logits, K, norm_topk):
@@ -93,17 +137,26 @@ def router_losses(logits, probs, idx):
     return aux, z, counts
 
 
-def moe_forward(x, router, w1, w2, shw1, shw2, K, norm_topk):
-    """One MoE MLP on x (N,C). shw1/shw2 None without a shared expert. Returns (out, aux, z, info)
-    with info.idx, info.wts, info.margin, info.counts."""
-    logits = F.linear(x, router)
+def moe_forward(x, router, w1, w2, shw1, shw2, K, norm_topk, routerb=None, b1=None, b2=None,
+                gptoss=False, limit=7.0, topk_softmax=False):
+    """One MoE MLP on x (N,C). shw1/shw2 None without a shared expert; routerb (E,), b1 (E,2FE),
+    b2 (E,C) None without biases; gptoss, limit, topk_softmax as in MoEConfig. Returns
+    (out, aux, z, info) with info.idx, info.wts, info.margin, info.counts."""
+    logits = F.linear(x, router, routerb)
     probs, idx, wts, margin = route(logits, K, norm_topk)
+    if topk_softmax:
+        idx2, wts = route_topk_softmax(logits, K)
+        if not torch.equal(idx2, idx):  # torch.topk's order on a tie (margin 0) is unspecified
+            margin = torch.zeros_like(margin)
+        idx = idx2
     aux, z, counts = router_losses(logits, probs, idx)
     out = swiglu(x, shw1, shw2) if shw1 is not None else torch.zeros_like(x)
     for e in range(router.shape[0]):
         n, j = torch.nonzero(idx == e, as_tuple=True)
         if len(n):
-            out = out.index_add(0, n, wts[n, j, None] * swiglu(x[n], w1[e], w2[e]))
+            y = expert(x[n], w1[e], None if b1 is None else b1[e], w2[e],
+                       None if b2 is None else b2[e], gptoss, limit)
+            out = out.index_add(0, n, wts[n, j, None] * y)
     return out, aux, z, types.SimpleNamespace(idx=idx, wts=wts, margin=margin, counts=counts)
 
 
@@ -119,13 +172,17 @@ class MoE(nn.Module):
         self.w2 = nn.Parameter(torch.empty(c.E, c.C, c.FE))
         self.shw1 = nn.Parameter(torch.empty(2 * c.S, c.C)) if c.S else None
         self.shw2 = nn.Parameter(torch.empty(c.C, c.S)) if c.S else None
+        self.routerb = nn.Parameter(torch.zeros(c.E)) if c.router_bias else None
+        self.b1 = nn.Parameter(torch.zeros(c.E, 2 * c.FE)) if c.expert_bias else None
+        self.b2 = nn.Parameter(torch.zeros(c.E, c.C)) if c.expert_bias else None
         self.min_margin = math.inf
 
     def forward(self, x):
         B, T, C = x.shape
-        out, self.aux, self.z, info = moe_forward(x.reshape(B * T, C), self.router, self.w1,
-                                                  self.w2, self.shw1, self.shw2, self.cfg.K,
-                                                  self.cfg.norm_topk)
+        c = self.cfg
+        out, self.aux, self.z, info = moe_forward(
+            x.reshape(B * T, C), self.router, self.w1, self.w2, self.shw1, self.shw2, c.K,
+            c.norm_topk, self.routerb, self.b1, self.b2, c.gptoss, c.limit, c.topk_softmax)
         self.counts = info.counts
         self.min_margin = min(self.min_margin, float(info.margin.min()))
         return out.view(B, T, C)
@@ -141,6 +198,8 @@ class MoELlama(torch_llama.Llama):
         for l, ly in enumerate(self.layers):
             if is_moe_layer(cfg, l):
                 ly.mlp = MoE(cfg)
+            if cfg.attn_bias:  # GptOssAttention's o_proj (bias=True)
+                ly.self_attn.o_proj = nn.Linear(cfg.NH * cfg.hs, cfg.C, bias=True)
 
     def moe_layers(self):
         return [ly.mlp for ly in self.layers if isinstance(ly.mlp, MoE)]
@@ -167,9 +226,13 @@ class MoELlama(torch_llama.Llama):
         own = {
             "fcw": [[m.gate_proj.weight, m.up_proj.weight] for m in dense],
             "fcprojw": [[m.down_proj.weight] for m in dense],
+            "attprojb": [[ly.self_attn.o_proj.bias] for ly in self.layers],
             "routerw": [[m.router] for m in moe],
+            "routerb": [[m.routerb] for m in moe],
             "expw1": [[m.w1] for m in moe],
+            "expb1": [[m.b1] for m in moe],
             "expw2": [[m.w2] for m in moe],
+            "expb2": [[m.b2] for m in moe],
             "shw1": [[m.shw1] for m in moe],
             "shw2": [[m.shw2] for m in moe],
         }

@@ -21,10 +21,15 @@
 #  - the checkpoint stores the experts at global shape (LM, E, ...) and verifies;
 #  - generation with the KV cache equals the no-cache reference (ids and every probability);
 #  - --init-from a checkpoint whose MoE layers sit elsewhere (same shapes) is refused;
-#  - a bad MoE key is refused before any work, naming it, nothing written.
+#  - a bad MoE key is refused before any work, naming it, nothing written;
+#  - gpt-oss's experts (router and expert biases, the clamped unit, q/k/v/o biases: docs/moe.md;
+#    their numbers are tests/reference/test_gptoss.py's): trains on 2 ranks, block checkpointing
+#    gives the same bits, generation with the KV cache equals the no-cache reference; a resume
+#    with moe_act = "swiglu" and the Hugging Face export are refused naming the key; device =
+#    "cuda" and a dense model with one of the keys are refused before any work.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 13
+tap_plan 16
 make_synth "$TMP/data"
 args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --set data.tokenizer=
       --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
@@ -176,4 +181,40 @@ rc=$?
 [[ $rc == 1 ]] && grep -q "model.moe_top_k = 5 is more than model.moe_experts = 4" "$TMP/E.txt" &&
     [[ ! -e $TMP/E ]]
 tap_check $? "moe_top_k above moe_experts: exit 1 (got $rc) naming both keys, nothing written"
+
+gpt=(--set model.moe_router_bias=true --set model.moe_expert_bias=true --set 'model.moe_act="gptoss"'
+     --set model.swiglu_limit=0.5 --set model.bias=true)
+run GA 2 "${gpt[@]}" && run GK 2 "${gpt[@]}" --set model.activation_checkpointing=block
+rc=$?
+[[ $rc == 0 ]] && cmp -s <(final_lines "$TMP/GA/metrics.jsonl") <(final_lines "$TMP/GK/metrics.jsonl") &&
+    cmp -s <(moe_lines GA) <(moe_lines GK) && (($(moe_lines GK | wc -l) == 10)) &&
+    same_tensors "$TMP/GA/step-00000010.h5" "$TMP/GK/step-00000010.h5" &&
+    "$PY3" - "$TMP/GA/step-00000010.h5" <<'PY'
+import sys, h5py
+f = h5py.File(sys.argv[1], "r")["model"]
+want = {"routerb": (2, 4), "expb1": (2, 4, 96), "expb2": (2, 4, 64), "attprojb": (2, 64)}
+sys.exit(0 if all(n in f and f[n].shape == s and abs(f[n][()]).max() > 0 for n, s in want.items()) else 1)
+PY
+[[ $? == 0 ]] && greedy GA/step-00000010.h5 gg && probs_close "$TMP/gg.c.probs" "$TMP/gg.n.probs" &&
+    cmp -s "$TMP/gg.c" "$TMP/gg.n"
+tap_check $? "gpt-oss's experts train on 2 ranks (exit $rc); routerb, expb1, expb2, attprojb in the checkpoint at their shapes, trained away from 0; block checkpointing gives the same bits; the KV-cache decode equals the no-cache one"
+
+cp -r "$TMP/GA" "$TMP/GR"
+run GR 2 "${gpt[@]}" --set 'model.moe_act="swiglu"' --set max_duration=12ba
+rc=$?
+"$TOOL" ckpt export --format hf "$(ck "$TMP/GA" 10)" "$TMP/ghf" >"$TMP/ghf.txt" 2>&1
+rc2=$?
+[[ $rc == 1 ]] && grep -q "moe_act (0 swiglu, 1 gptoss) 0 vs 1" "$TMP/GR.txt" &&
+    [[ $rc2 == 1 ]] && grep -q "model.moe_router_bias" "$TMP/ghf.txt" && [[ ! -e $TMP/ghf ]]
+tap_check $? "a resume with moe_act = \"swiglu\" is refused naming it (exit $rc), the Hugging Face export names model.moe_router_bias (exit $rc2), writes nothing"
+
+run GC 1 "${gpt[@]}" --set device=cuda
+rc=$?
+run GD 1 --set model.moe_experts=0 --set model.moe_intermediate_size=0 --set model.moe_z_loss_coef=0 \
+    --set model.moe_expert_bias=true
+rc2=$?
+[[ $rc == 1 ]] && grep -q 'model.moe_router_bias: device = "cuda" does not run' "$TMP/GC.txt" &&
+    [[ ! -e $TMP/GC ]] && [[ $rc2 == 1 ]] &&
+    grep -q "model.moe_expert_bias is set, but model.moe_experts = 0" "$TMP/GD.txt" && [[ ! -e $TMP/GD ]]
+tap_check $? "device = \"cuda\" with gpt-oss's keys (exit $rc) and moe_expert_bias on a dense model (exit $rc2): refused naming the key, nothing written"
 tap_done

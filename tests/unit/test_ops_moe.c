@@ -24,7 +24,7 @@
 #include "ops_check.h"
 #include "tap.h"
 
-#define NCHECKS 71
+#define NCHECKS 75
 
 static const tsr_ops *ops = &tsr_cpu_ops;
 
@@ -570,6 +570,58 @@ static void test_moe_matmul_frozen(int IC, int OC) {
     free(inp), free(w), free(dout), free(g0), free(dw), free(fi), free(zi), free(bi);
 }
 
+/* 2 checks: gpt-oss's unit (ops.h moe_gptoss_*) against its float64 formula and the analytic
+ * derivative written here: gate = min(g, L), up = clamp(u, -L, L), out = (up + 1) gate
+ * sigmoid(alpha gate); d/dg passes where g <= L, d/du where -L <= u <= L (torch.clamp: bounds
+ * included). Inputs in [-3L, 3L] (most clamped somewhere) plus values exactly on the bounds;
+ * the backward accumulates onto G0. */
+static void test_gptoss_unit(int N, int F) {
+    const float alpha = 1.702f, L = 0.8f;
+    const size_t ni = (size_t)N * 2 * F, no = (size_t)N * F;
+    float *inp = FALLOC(ni), *out = FALLOC(no), *dout = FALLOC(no), *g = FALLOC(ni);
+    double *want = DALLOC(no), *dwant = DALLOC(ni), *g0 = DALLOC(ni), *dd = DALLOC(no);
+    fill(inp, NULL, ni, -3 * L, 3 * L), fill(dout, dd, no, -1, 1), fill(g, g0, ni, -1, 1);
+    inp[0] = L, inp[F] = -L, inp[1] = -L, inp[F + 1] = L; /* gate and up on their bounds */
+    for (int n = 0; n < N; n++)
+        for (int f = 0; f < F; f++) {
+            const size_t a = (size_t)n * 2 * F + f, b = a + F, o = (size_t)n * F + f;
+            const double gi = inp[a], ui = inp[b], gc = fmin(gi, L), uc = fmax(fmin(ui, L), -L);
+            const double sg = 1.0 / (1.0 + exp(-alpha * gc));
+            want[o] = (uc + 1.0) * gc * sg;
+            const double dglu = sg + alpha * gc * sg * (1 - sg);
+            dwant[a] = g0[a] + (gi <= L ? dd[o] * (uc + 1.0) * dglu : 0);
+            dwant[b] = g0[b] + (ui >= -L && ui <= L ? dd[o] * gc * sg : 0);
+        }
+    ops->moe_gptoss_forward(out, inp, N, F, alpha, L);
+    check("moe_gptoss_forward vs float64 (abs 1e-6, rel 1e-5)", out, want, no, 1e-6, 1e-5);
+    ops->moe_gptoss_backward(g, inp, dout, N, F, alpha, L);
+    check("moe_gptoss_backward += the analytic gradient, 0 outside the clamps, the bounds "
+          "passing (abs 1e-6, rel 1e-5)", g, dwant, ni, 1e-6, 1e-5);
+    free(inp), free(out), free(dout), free(g), free(want), free(dwant), free(g0), free(dd);
+}
+
+/* 2 checks: moe_bias_forward adds expert e's bias to its rows only, moe_bias_backward adds the
+ * sum of each expert's rows (an expert without rows keeps its G0) */
+static void test_moe_bias(int OC) {
+    enum { E = 4, NK = 7 };
+    const int32_t offs[E + 1] = {0, 3, 3, 6, 7};
+    const size_t no = (size_t)NK * OC, nb = (size_t)E * OC;
+    float *out = FALLOC(no), *b = FALLOC(nb), *db = FALLOC(nb);
+    double *want = DALLOC(no), *dwant = DALLOC(nb);
+    fill(out, want, no, -1, 1), fill(b, NULL, nb, -1, 1), fill(db, dwant, nb, -1, 1);
+    for (int e = 0; e < E; e++)
+        for (int r = offs[e]; r < offs[e + 1]; r++)
+            for (int c = 0; c < OC; c++) {
+                dwant[(size_t)e * OC + c] += out[(size_t)r * OC + c]; /* out before the add */
+                want[(size_t)r * OC + c] += b[(size_t)e * OC + c];
+            }
+    ops->moe_bias_backward(db, out, offs, E, OC);
+    check("moe_bias_backward += each expert's rows summed", db, dwant, nb, 1e-6, 1e-6);
+    ops->moe_bias_forward(out, b, offs, E, OC);
+    check("moe_bias_forward: each row + its expert's bias", out, want, no, 1e-6, 1e-6);
+    free(out), free(b), free(db), free(want), free(dwant);
+}
+
 int main(void) {
     tap_plan(NCHECKS);
     cpu_ops_set_threads(2);
@@ -594,5 +646,7 @@ int main(void) {
     test_backend();                       /* 1 */
     test_moe_matmul_frozen(6, 5);         /* frozen experts: 2 each */
     test_moe_matmul_frozen(33, 17);
+    test_gptoss_unit(9, 13);              /* gpt-oss's experts: 2 */
+    test_moe_bias(5);                     /* 2 */
     return tap_done();
 }
