@@ -30,6 +30,7 @@ typedef struct strides {
     /* MoE (0 in a dense model): act (N,E), fp32 (N,E), 4-byte (N,K), 4-byte (NK), act (NK,C),
      * act (NK,2FE), act (NK,FE), act (N,2S), act (N,S), int32 (E+1), fp32 (2) */
     size_t ne, nef, nk, r, xg, h, hg, sh, shg, offs, stats;
+    size_t dn; /* fp32: a linear_attention layer's Gated DeltaNet (0 without; decoder_dn.c) */
 } strides;
 
 static strides strides_of(const tsr_model *m, const tsr_backend *be, int B, int T) {
@@ -49,7 +50,8 @@ static strides strides_of(const tsr_model *m, const tsr_backend *be, int B, int 
                      .hg = layer_stride(NK * FE, e, al), .sh = layer_stride(N * 2 * S, e, al),
                      .shg = layer_stride(N * S, e, al),
                      .offs = E ? layer_stride(E + 1, f, al) : 0,
-                     .stats = E ? layer_stride(2, f, al) : 0};
+                     .stats = E ? layer_stride(2, f, al) : 0,
+                     .dn = m->LL ? layer_stride(dec_dn_floats(m, B, T), f, al) : 0};
 }
 
 /* model.activation_compression = "fp8" (docs/cuda.md "Compressed activations"): the saved
@@ -104,7 +106,8 @@ _Static_assert(NAMED_AT(encoded, TSR_A_ENCODED) && NAMED_AT(att, TSR_A_ATT) &&
                NAMED_AT(residual3, TSR_A_RES3) && NAMED_AT(probs, TSR_A_LOGITS) &&
                NAMED_AT(dlosses, TSR_A_DLOSSES) && NAMED_AT(seq, TSR_A_SEQ) &&
                NAMED_AT(greedy, TSR_A_GREEDY) && NAMED_AT(moe_logits, TSR_A_MOE_LOGITS) &&
-               NAMED_AT(moe_offs, TSR_A_MOE_OFFS) && NAMED_AT(moe_dshg, TSR_A_MOE_DSHG),
+               NAMED_AT(moe_offs, TSR_A_MOE_OFFS) && NAMED_AT(moe_dshg, TSR_A_MOE_DSHG) &&
+               NAMED_AT(dn, TSR_A_DN),
                "tsr_acts: the named buffers vs tsr_act_id");
 #undef NAMED_AT
 
@@ -176,6 +179,7 @@ static void act_plan(const tsr_model *m, const tsr_backend *be, int B, int Tw,
         [TSR_A_MOE_DLOGITS] = moe ? e * N * E : 0,
         [TSR_A_MOE_DSH] = sh ? e * N * 2 * S : 0,
         [TSR_A_MOE_DSHG] = sh ? e * N * S : 0,
+        [TSR_A_DN] = f * Lat * st.dn,
     };
     memcpy(bytes, b, sizeof b);
     if (comp_on(m, be)) comp_plan(m, be, N, bytes);
@@ -204,7 +208,7 @@ size_t dec_layer_acts_bytes(const tsr_model *m, const tsr_backend *be, int B, in
         TSR_A_MOE_ROWS,  TSR_A_MOE_SLOT,  TSR_A_MOE_XG,    TSR_A_MOE_H,    TSR_A_MOE_HG,
         TSR_A_MOE_Y,     TSR_A_MOE_SH,    TSR_A_MOE_SHG,   TSR_A_MOE_OFFS, TSR_A_MOE_STATS,
         TSR_A_Q_LN1,     TSR_A_Q_ATTY,    TSR_A_Q_LN2,     TSR_A_Q_FCH,    TSR_A_Q_FCHG,
-        TSR_A_Q_SCALES};
+        TSR_A_Q_SCALES,  TSR_A_DN};
     for (size_t i = 0; i < sizeof stacked / sizeof stacked[0]; i++) sum += b[stacked[i]];
     if (comp_on(&one, be)) /* the working copies: one layer's for the whole model */
         for (int i = 0; i < NCOMP; i++) sum -= b[comp[i].bf];
@@ -241,6 +245,7 @@ dec_layer dec_layer_at(const tsr_model *m, const tsr_backend *be, const tsr_acts
         .wts = FAT(a->moe_wts, sm, st.nk), .stats = FAT(a->moe_stats, (size_t)l, st.stats),
         .idx = FAT(a->moe_idx, sm, st.nk), .rows = FAT(a->moe_rows, sm, st.r),
         .slot = FAT(a->moe_slot, sm, st.r), .offs = FAT(a->moe_offs, (size_t)l, st.offs),
+        .dn = FAT(a->dn, sa, st.dn),
     };
 #undef AT
 #undef FAT
@@ -255,7 +260,7 @@ static void check_layout(const tsr_model *m, const tsr_backend *be, const tsr_ac
         const void *p[] = {v.x,    v.ln1,  v.qkv,  v.qkvr, v.atty, v.res2, v.ln2,  v.fch,
                            v.fchg, v.res3, v.ln1m, v.ln1r, v.qknr, v.att,  v.ln2m, v.ln2r,
                            v.mlg,  v.xg,   v.h,    v.hg,   v.y,    v.sh,   v.shg,  v.probs,
-                           v.lse,  v.wts,  v.stats, v.idx, v.rows, v.slot, v.offs};
+                           v.lse,  v.wts,  v.stats, v.idx, v.rows, v.slot, v.offs, v.dn};
         for (size_t k = 0; k < sizeof p / sizeof p[0]; k++)
             if ((uintptr_t)p[k] % be->align != 0)
                 tsr_die(TSR_EXIT_INTERNAL, "decoder: layer %d's activation %zu at %p is not "
@@ -304,6 +309,9 @@ void dec_check_backend(const tsr_model *m, const tsr_backend *be) {
         if (need[i].needed && !need[i].entry)
             tsr_die(TSR_EXIT_USAGE, "%s: the %s backend does not have it yet (docs/models.md)",
                     need[i].what, be->name);
+    if (m->LL > 0 && (!be->host || be->act != TSR_DT_F32)) /* decoder_dn.c: fp32 CPU code */
+        tsr_die(TSR_EXIT_USAGE, "model.layer_types: the linear_attention layers run on the fp32 "
+                "CPU backend only, not on %s yet (docs/deltanet.md)", be->name);
 }
 
 int dec_try_alloc_acts(const tsr_model *m, const tsr_backend *be, tsr_acts *a, int B, int T) {

@@ -164,6 +164,12 @@ static void layer_backward(const dec_run *r, int l, const dec_unit *u) {
                   v.ln2m, v.ln2r, 1);
     /* attention branch: dres is now d(residual2) = d(the (normed) attproj output) */
     dout = post_norm_backward(r, l, &v, u, 0);
+    if (dec_dn_layer(m, l)) { /* linear_attention: the Gated DeltaNet's backward (decoder_dn.c) */
+        dec_dn_backward(r, &v, u, dout);
+        norm_backward(r, a->dresidual, g[TSR_P_LN1W], g[TSR_P_LN1B], a->dln, v.x, w[TSR_P_LN1W],
+                      v.ln1m, v.ln1r, 1);
+        return;
+    }
     be->matmul_backward(be, a->datty, g[TSR_P_ATTPROJW], g[TSR_P_ATTPROJB], dout, v.atty,
                         w[TSR_P_ATTPROJW], N, m->QD, C, TSR_GRAD_SET);
     lora_bwd(r, l, TSR_LORA_O, a->datty, dout, v.atty);
