@@ -160,6 +160,7 @@ typedef struct tsr_model_config {
     int linear_num_key_heads, linear_num_value_heads; /* HK query/key heads, HV value heads */
     int linear_key_head_dim, linear_value_head_dim;   /* dk, dv */
     int linear_conv_kernel_dim;                       /* the short convolution's K */
+    int attn_output_gate; /* Qwen3-Next's gated attention: out * sigmoid(gate) before o_proj */
     int attn_sinks;       /* a learned logit per head in every row's softmax (gpt-oss) */
     double query_pre_attn_scalar; /* scores times 1 / sqrt(this) (Gemma); 0 = the head size */
     tsr_norm_placement norm_placement; /* docs/models.md "Norm placements" */
@@ -440,7 +441,7 @@ int config_layer_window(const tsr_model_config *m, int l);
  * how many of the n_layer are. */
 int config_layer_linear(const tsr_model_config *m, int l);
 int config_linear_layers(const tsr_model_config *m);
-/* The model uses a sliding window, attention sinks, a query_pre_attn_scalar other than the head
+/* The model uses linear_attention layers, a gated attention output, a sliding window, attention sinks, a query_pre_attn_scalar other than the head
  * size, a norm placement other than pre, QK-norm over the projection or an embedding scale (what
  * the CUDA backend, the ring of context parallelism and the Hugging Face export do not run yet):
  * the key that asks for it, or NULL. */

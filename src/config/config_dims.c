@@ -266,6 +266,7 @@ int config_linear_layers(const tsr_model_config *m) {
 
 const char *config_attn_variant_key(const tsr_model_config *m) {
     if (config_linear_layers(m) > 0) return "model.layer_types";
+    if (m->attn_output_gate) return "model.attn_output_gate";
     for (int l = 0; l < m->n_layer; l++)
         if (config_layer_window(m, l) > 0)
             return m->layer_types[0] ? "model.layer_types" : "model.sliding_window";

@@ -347,6 +347,11 @@ const cfgtab_key cfgtab_keys[] = {
      FIELD(model.linear_conv_kernel_dim), .def = "4", .ilo = 1, .ihi = 16,
      .doc = "Kernel of the `linear_attention` layers' causal depthwise convolution (over q, k, "
             "v before the SiLU)."},
+    {.name = "model.attn_output_gate", .type = CFGK_BOOL, FIELD(model.attn_output_gate),
+     .def = "false",
+     .doc = "Qwen3-Next's gated attention (Hugging Face's name): each attention layer's output "
+            "times sigmoid(gate) per head before o_proj, gate = ln1 @ attngatew^T (HF's q_proj "
+            "rows [query | gate] of each head, split). CPU only so far."},
     {.name = "model.attn_sinks", .type = CFGK_BOOL, FIELD(model.attn_sinks), .def = "false",
      .doc = "Attention sinks (gpt-oss): a learned logit per head and layer (tensor `sinks`, "
             "(n_layer, n_head)) that joins every row's softmax denominator. CPU only so far."},

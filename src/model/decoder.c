@@ -63,7 +63,8 @@ dec_layer dec_run_layer(const dec_run *r, int l) {
                        .shout = kv->moe.shout, .probs = kv->moe.probs, .lse = kv->moe.lse,
                        .wts = kv->moe.wts, .stats = kv->moe.stats, .idx = kv->moe.idx,
                        .rows = kv->moe.rows, .slot = kv->moe.slot, .offs = kv->moe.offs,
-                       .dn = kv->dn};
+                       .dn = kv->dn, .agate = kv->agate,
+                       .agated = kv->agate ? kv->agate + (size_t)kv->chunk * r->d->m->QD : NULL};
 }
 
 /* The block's normalisation (model.norm): LayerNorm (mean, rstd; bias b or NULL) or RMSNorm
@@ -263,9 +264,9 @@ void dec_branch_out(const dec_run *r, int l, const dec_layer *v, const void *con
     if (!mlp && dec_dn_layer(m, l)) {
         dec_dn_out(r, v);
     } else if (!mlp) {
-        dec_linear(r, l, r->scratch, NULL, v->atty, w[TSR_P_ATTPROJW], w[TSR_P_ATTPROJB], N,
-                   m->QD, C);
-        lora_fwd(r, l, TSR_LORA_O, r->scratch, v->atty);
+        dec_linear(r, l, r->scratch, NULL, dec_attn_in(m, v), w[TSR_P_ATTPROJW],
+                   w[TSR_P_ATTPROJB], N, m->QD, C);
+        lora_fwd(r, l, TSR_LORA_O, r->scratch, dec_attn_in(m, v));
     } else if (model_moe_layer(m, l)) {
         moe_combine_forward(r, l, r->scratch, v, w);
     } else {
@@ -290,11 +291,18 @@ void dec_layer_steps(const dec_run *r, int l, const dec_layer *v, const void *co
                                N);
             break;
         case ST_QKV: /* a linear_attention layer: its whole mixer here (decoder_dn.c) */
-            if (dec_dn_layer(m, l)) dec_dn_forward(r, l, v, w);
-            else qkv_forward(r, l, v, w);
+            if (dec_dn_layer(m, l)) {
+                dec_dn_forward(r, l, v, w);
+            } else {
+                qkv_forward(r, l, v, w);
+                if (v->agate) /* attn_output_gate: the gate's projection */
+                    dec_linear(r, l, v->agate, NULL, v->ln1, w[TSR_P_ATTNGATEW], NULL, N, C, m->QD);
+            }
             break;
         case ST_ATTN:
-            if (!dec_dn_layer(m, l)) attention(r, l, v, w[TSR_P_SINKS]);
+            if (dec_dn_layer(m, l)) break;
+            attention(r, l, v, w[TSR_P_SINKS]);
+            dec_gate_forward(r, v); /* attn_output_gate: atty * sigmoid(gate) */
             break;
         case ST_RES2:
             dec_branch_out(r, l, v, w, 0, 1);

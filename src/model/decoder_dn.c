@@ -6,10 +6,12 @@
  * stack (TSR_A_DN; activation checkpointing recomputes them with the attention's); a decode step
  * carries each linear layer's state and convolution tail in the cache (tsr_kv_cache dn_*) in
  * place of keys and values.
- * The layer is fp32 CPU code called directly, not a backend entry: a model with linear layers
- * runs on the fp32 host backend only (dec_check_backend says so otherwise).
+ * Also Qwen3-Next's gated attention (model.attn_output_gate) of the attention layers.
+ * The layer and the gate are fp32 CPU code called directly, not backend entries: a model with
+ * them runs on the fp32 host backend only (dec_check_backend says so otherwise).
  */
 #include <stddef.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -94,4 +96,40 @@ void dec_dn_backward(const dec_run *r, const dec_layer *v, const dec_unit *u, co
     const dn_params p = params_of((void *const *)u->w), g = params_of((void *const *)u->g);
     memset(acts->dln, 0, (size_t)r->N * r->d->m->C * sizeof(float));
     dn_layer_backward(acts->dln, &g, dout, NULL, &a, v->ln1, &p, acts->seq, &d);
+}
+
+/* ---- model.attn_output_gate ---------------------------------------------------------------- */
+
+static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+void dec_gate_forward(const dec_run *r, const dec_layer *v) {
+    if (!v->agate) return;
+    const size_t n = (size_t)r->N * r->d->m->QD;
+    const float *gate = v->agate, *y = v->atty;
+    float *gated = v->agated;
+    for (size_t i = 0; i < n; i++) gated[i] = y[i] * sigmoidf(gate[i]);
+}
+
+const void *dec_attn_in(const tsr_model *m, const dec_layer *v) {
+    (void)m;
+    return v->agate ? (const void *)v->agated : v->atty;
+}
+
+void dec_gate_backward(const dec_run *r, const dec_layer *v, const dec_unit *u, int proj) {
+    const tsr_backend *be = r->d->be;
+    const tsr_model *m = r->d->m;
+    tsr_acts *a = r->d->a;
+    if (!v->agate) return;
+    const size_t n = (size_t)r->N * m->QD;
+    if (proj) {
+        be->matmul_backward(be, a->dln, u->g[TSR_P_ATTNGATEW], NULL, a->dagate, v->ln1,
+                            u->w[TSR_P_ATTNGATEW], r->N, m->C, m->QD, TSR_GRAD_ADD);
+        return;
+    }
+    const float *gate = v->agate, *y = v->atty;
+    for (size_t i = 0; i < n; i++) { /* datty = d gated: d y = it s, d gate = it y s (1 - s) */
+        const float s = sigmoidf(gate[i]), dg = a->datty[i];
+        a->dagate[i] = dg * y[i] * s * (1.0f - s);
+        a->datty[i] = dg * s;
+    }
 }

@@ -172,6 +172,8 @@ void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const ts
               0, 0);
     set_param(m, TSR_P_SINKS, "sinks", TSR_PK_BIAS, la && cfg->attn_sinks, 2, LA, m->NH, 0, 0);
     set_param(m, TSR_P_ATTPROJW, "attprojw", TSR_PK_WEIGHT, la, 3, LA, C, QD, 0);
+    set_param(m, TSR_P_ATTNGATEW, "attngatew", TSR_PK_WEIGHT, la && cfg->attn_output_gate, 3, LA,
+              QD, C, 0);
     set_param(m, TSR_P_ATTPROJB, "attprojb", TSR_PK_BIAS, la && bias, 2, LA, C, 0, 0);
     set_param(m, TSR_P_POSTATTNW, "postattnw", TSR_PK_NORM, after, 2, L, C, 0, 0);
     set_param(m, TSR_P_POSTMLPW, "postmlpw", TSR_PK_NORM, after, 2, L, C, 0, 0);
@@ -237,7 +239,7 @@ int model_moe_layer(const tsr_model *m, int l) {
 static int param_layer_set(tsr_param_id id) {
     if (id >= TSR_P_FCW && id <= TSR_P_FCPROJB) return 1;
     if (id >= TSR_P_ROUTERW && id <= TSR_P_SHW2) return 2;
-    if (id >= TSR_P_QKVW && id <= TSR_P_ATTPROJB) return 3;
+    if ((id >= TSR_P_QKVW && id <= TSR_P_ATTPROJB) || id == TSR_P_ATTNGATEW) return 3;
     if (id >= TSR_P_DNQKVW && id <= TSR_P_DNOW) return 4;
     return 0;
 }
@@ -309,7 +311,7 @@ static const uint64_t init_stream[TSR_P_COUNT] = {
     [TSR_P_SHW2] = 23,    [TSR_P_SINKS] = 24,  [TSR_P_POSTATTNW] = 25, [TSR_P_POSTMLPW] = 26,
     [TSR_P_DNQKVW] = 27,  [TSR_P_DNZW] = 28,   [TSR_P_DNBW] = 29,    [TSR_P_DNAW] = 30,
     [TSR_P_DNCONV] = 31,  [TSR_P_DNDTB] = 32,  [TSR_P_DNALOG] = 33,  [TSR_P_DNNORMW] = 34,
-    [TSR_P_DNOW] = 35,
+    [TSR_P_DNOW] = 35,    [TSR_P_ATTNGATEW] = 36,
 };
 
 /* A_log of value head h of a linear layer: log(A) with A spread evenly over [1, 16] across the

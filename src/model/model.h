@@ -56,6 +56,8 @@ typedef enum {
     /* Hybrid linear attention (docs/deltanet.md "Wiring"): the Gated DeltaNet of the LL
      * linear_attention layers, stacked over those layers only; the attention tensors above (qkvw
      * .. attprojb) are then stacked over the LA = L - LL other layers. CD = 2 HKl dkl + HVl dvl. */
+    TSR_P_ATTNGATEW, /* (LA, NH hs, C) model.attn_output_gate: the gate's rows of each head
+                      * (Qwen3-Next's q_proj rows [query | gate] per head, split); size 0 without */
     TSR_P_DNQKVW,  /* (LL, CD, C) rows [q heads | k heads | v heads] (in_proj_qkv) */
     TSR_P_DNZW,    /* (LL, HVl dvl, C) the output gate's projection (in_proj_z) */
     TSR_P_DNBW,    /* (LL, HVl, C) beta's (in_proj_b) */
@@ -106,7 +108,7 @@ typedef enum {
     TSR_A_MOE_DSH, TSR_A_MOE_DSHG,
     TSR_A_Q_LN1, TSR_A_Q_ATTY, TSR_A_Q_LN2, TSR_A_Q_FCH, TSR_A_Q_FCHG, TSR_A_Q_SCALES,
     TSR_A_RING_KV, TSR_A_RING_ACC, TSR_A_RING_DKV, TSR_A_RING_LO, TSR_A_RING_HI,
-    TSR_A_RING_SCRATCH, TSR_A_DN,
+    TSR_A_RING_SCRATCH, TSR_A_DN, TSR_A_AGATE, TSR_A_DAGATE,
     TSR_A_COUNT
 } tsr_act_id;
 
@@ -187,6 +189,10 @@ typedef struct tsr_acts {
              * Gated DeltaNet activations (dec_dn_floats a layer), stacked (Lk, ...) with the
              * attention group (the slots of the attention layers go unused) */
             float *dn;
+            /* model.attn_output_gate (NULL without): per attention layer the gate's logits and
+             * the gated output (2, N, NH hs), stacked with the attention group; the gate
+             * logits' gradient (N, NH hs), reused layer by layer */
+            float *agate, *dagate;
         };
     };
     float moe_w;         /* this microbatch's weight of its auxiliary losses (docs/moe.md):
@@ -443,6 +449,7 @@ typedef struct tsr_kv_cache {
      * and per linear layer the sequence's state (LL, HVl, dkl, dvl) and convolution tail
      * (LL, K-1, CD), in place of its keys and values (kt, v hold the LA attention layers) */
     float *dn, *dn_state, *dn_conv;
+    float *agate;                  /* model.attn_output_gate: (2, chunk, NH hs), else NULL */
     struct {                       /* MoE layers' chunk buffers (tsr_acts' moe_*), else NULL */
         float *logits, *probs, *lse, *wts, *xg, *h, *hg, *y, *sh, *shg, *shout, *stats;
         int32_t *idx, *rows, *slot, *offs;

@@ -65,6 +65,7 @@ static void kv_rows_alloc(tsr_kv_cache *kv, const tsr_model *m, const tsr_backen
     kv->fchg = kv_alloc(be, n * F, e, "fchg");
     kv->att = kv_alloc(be, (size_t)kv->nthreads * cap, f, "att");
     if (m->LL) kv->dn = kv_alloc(be, dec_dn_floats(m, 1, n_), f, "linear layer");
+    if (m->cfg.attn_output_gate) kv->agate = kv_alloc(be, 2 * n * (size_t)m->QD, f, "gate");
     if (m->E) { /* the MoE layer's buffers for one chunk (4-byte elements, as tsr_acts') */
         const size_t E = m->E, K = m->K, FE = m->FE, S = m->S, nk = n * K;
         kv->moe.logits = kv_alloc(be, n * E, e, "moe");
@@ -109,7 +110,7 @@ void model_kv_init(tsr_kv_cache *kv, const tsr_model *m, int cap, int chunk) {
 static void kv_free_on(tsr_kv_cache *kv, const tsr_backend *be) {
     float **bufs[] = {&kv->kt,   &kv->v,    &kv->x,    &kv->ln,  &kv->mean, &kv->rstd, &kv->qkv,
                       &kv->atty, &kv->proj, &kv->fch, &kv->fchg, &kv->att,  &kv->logits,
-                      &kv->qkvr, &kv->qknr, &kv->dn, &kv->dn_state, &kv->dn_conv,
+                      &kv->qkvr, &kv->qknr, &kv->dn, &kv->dn_state, &kv->dn_conv, &kv->agate,
                       &kv->moe.logits, &kv->moe.probs, &kv->moe.lse, &kv->moe.wts, &kv->moe.xg,
                       &kv->moe.h, &kv->moe.hg, &kv->moe.y, &kv->moe.sh, &kv->moe.shg,
                       &kv->moe.shout, &kv->moe.stats};

@@ -7,7 +7,9 @@ random dataset written with `tessera shard`, build/tests/ref_dump's step 0 and 1
 
 Cases (4 layers, 3 linear + 1 full, Qwen3-Next's 3 : 1; grouped DeltaNet heads HK 2, HV 4;
 QK-norm on the full layer):
-  hybrid-doc:  model.attn_mask = "document" on a dataset with end-of-text tokens inside the rows
+  hybrid-doc:  the full layer with Qwen3-Next's gated attention (model.attn_output_gate: its
+               output times sigmoid(gate) before o_proj, tensor attngatew), and
+               model.attn_mask = "document" on a dataset with end-of-text tokens inside the rows
                (packed documents: torch runs the DeltaNet on each document alone, so tessera's
                packed rows must restart the convolution and the state at each document);
   hybrid-ckpt: block activation checkpointing on the first 2 layers (a linear layer recomputes its
@@ -47,9 +49,10 @@ HYBRID = dict(n_layer=4, d_model=24, n_head=4, n_kv_head=2, head_dim=8, vocab_si
               linear_value_head_dim=6, linear_conv_kernel_dim=4)
 LINEAR3 = '"linear_attention, linear_attention, linear_attention, full_attention"'
 CASES = [
-    dict(name="hybrid-doc", grad_clip=1.4, data="doc", seed=1234,
-         model=dict(HYBRID, layer_types=LINEAR3, attn_mask='"document"', eot_token=R.EOT),
-         linear=(True, True, True, False)),
+    dict(name="hybrid-doc", grad_clip=1.3, data="doc", seed=1234,
+         model=dict(HYBRID, layer_types=LINEAR3, attn_mask='"document"', eot_token=R.EOT,
+                    attn_output_gate="true"),
+         linear=(True, True, True, False), gate=True),
     dict(name="hybrid-ckpt", grad_clip=1.4, seed=1234,
          model=dict(HYBRID, layer_types='"full_attention, linear_attention, linear_attention, '
                                         'linear_attention"',
@@ -66,7 +69,8 @@ def torch_cfg(case):
                           qkv_bias=False, qk_norm=True, tie_embeddings=False,
                           linear=case["linear"], HKl=m["linear_num_key_heads"],
                           HVl=m["linear_num_value_heads"], dkl=m["linear_key_head_dim"],
-                          dvl=m["linear_value_head_dim"], Kc=m["linear_conv_kernel_dim"])
+                          dvl=m["linear_value_head_dim"], Kc=m["linear_conv_kernel_dim"],
+                          gate=case.get("gate", False))
 
 
 def checks(case):

@@ -7,6 +7,11 @@ runs attention, the MLP half of the block unchanged. Under the document mask the
 document alone (its convolution and state restart at the document's first token), as attention's
 block-diagonal mask does.
 
+With gate (model.attn_output_gate), the full layers' attention is Qwen3-Next's gated one
+(Qwen3NextAttention): q_proj yields per head [query | gate], the attention output times
+sigmoid(gate) before o_proj; tessera keeps the gate's rows as its own tensor, attngatew (LA, NH hs,
+C), here gate_proj.
+
 tessera's layout: the attention tensors (qkvw, attprojw, ...) stacked over the full layers only,
 the DeltaNet's (dnqkvw .. dnow) over the linear layers only, each in layer order.
 """
@@ -20,6 +25,7 @@ import torch_gpt
 import torch_llama
 
 # tessera name -> (weight-decay kind, per layer), as torch_gpt.PARAMS lists the others
+torch_gpt.PARAMS["attngatew"] = ("weight", True)
 DN_PARAMS = {"dnqkvw": ("weight", True), "dnzw": ("weight", True), "dnbw": ("weight", True),
              "dnaw": ("weight", True), "dnconv": ("weight", True), "dndtbias": ("norm", True),
              "dnalog": ("norm", True), "dnnormw": ("norm", True), "dnow": ("weight", True)}
@@ -36,16 +42,19 @@ class HybridConfig(torch_llama.LlamaConfig):
     dkl: int = 8
     dvl: int = 8
     Kc: int = 4
+    gate: bool = False   # Qwen3-Next's attn_output_gate on the full layers
 
 
 def param_names(cfg):
-    """tessera's names present, in tessera's order (the DeltaNet's right before lnfw)."""
+    """tessera's names present, in tessera's order (attngatew, then the DeltaNet's, right before
+    lnfw)."""
     names = torch_llama.param_names(cfg)
     if all(cfg.linear):  # no attention layer: no attention tensors
         names = [n for n in names if n not in ("qkvw", "qkvb", "qnormw", "knormw", "attprojw")]
-    if any(cfg.linear):
+    if any(cfg.linear) or cfg.gate:
         i = names.index("lnfw")
-        names = names[:i] + list(DN_PARAMS) + names[i:]
+        names = names[:i] + (["attngatew"] if cfg.gate and not all(cfg.linear) else []) + \
+            (list(DN_PARAMS) if any(cfg.linear) else []) + names[i:]
     return names
 
 
@@ -76,12 +85,32 @@ class DeltaNet(nn.Module):
         return out
 
 
+class GatedAttention(torch_llama.Attention):
+    """Qwen3NextAttention's gate: out = o_proj(attention * sigmoid(gate_proj(x))), per head"""
+
+    def __init__(self, c):
+        super().__init__(c)
+        self.gate_proj = nn.Linear(c.C, c.NH * c.hs, bias=False)
+
+    def forward(self, x, cos, sin, allowed):
+        B, T, _ = x.shape
+        c = self.cfg
+        q, k, v = self.heads(x, cos, sin)
+        k, v = torch_llama.repeat_kv(k, c.NH // c.KVH), torch_llama.repeat_kv(v, c.NH // c.KVH)
+        s = (q @ k.transpose(-2, -1)) * c.hs ** -0.5
+        p = torch.softmax(s.masked_fill(~allowed[:, None], float("-inf")), dim=-1)
+        y = (p @ v).transpose(1, 2).reshape(B, T, c.NH * c.hs)
+        return self.o_proj(y * torch.sigmoid(self.gate_proj(x)))
+
+
 class Hybrid(torch_llama.Llama):
     def __init__(self, cfg, eot=None):
         super().__init__(cfg, eot)
         for layer, lin in zip(self.layers, cfg.linear):
             if lin:
                 layer.self_attn = DeltaNet(cfg)
+            elif cfg.gate:
+                layer.self_attn = GatedAttention(cfg)
 
     def tessera_views(self):
         """tessera name -> per layer (or once) the tensors whose rows make tessera's slice, each
@@ -98,6 +127,7 @@ class Hybrid(torch_llama.Llama):
             "qnormw": (full, lambda ly: [a(ly).q_norm.weight]),
             "knormw": (full, lambda ly: [a(ly).k_norm.weight]),
             "attprojw": (full, lambda ly: [a(ly).o_proj.weight]),
+            "attngatew": (full, lambda ly: [a(ly).gate_proj.weight]),
             "ln2w": (self.layers, lambda ly: [ly.post_attention_layernorm.weight]),
             "fcw": (self.layers, lambda ly: [ly.mlp.gate_proj.weight, ly.mlp.up_proj.weight]),
             "fcprojw": (self.layers, lambda ly: [ly.mlp.down_proj.weight]),

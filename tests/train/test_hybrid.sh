@@ -3,8 +3,9 @@
 # "Wiring"; the maths against float64 PyTorch: tests/reference/test_hybrid.py; decoding and
 # checkpointing in-process: build/tests/test_hybrid_decode):
 #  - a tiny 4-layer model with three linear_attention layers (Gated DeltaNet) and one full one
-#    (Qwen3-Next's 3 : 1) trains 4 steps; its checkpoint holds the DeltaNet's tensors over the 3
-#    linear layers and the attention's over the 1 full one, and verifies;
+#    with Qwen3-Next's gated attention (3 : 1, model.attn_output_gate) trains 4 steps; its
+#    checkpoint holds the DeltaNet's tensors over the 3 linear layers and the attention's and the
+#    gate's (attngatew) over the 1 full one, and verifies;
 #  - tessera generate from it, greedy, 100 tokens: the cache (the linear layers' state and
 #    convolution tail) gives the no-cache forward's ids and probabilities (1e-6 + 1e-4 p);
 #  - device = "cuda" and parallel.context = 2 are refused at start naming model.layer_types, as
@@ -22,7 +23,8 @@ args+=(--set model.n_head=4 --set model.n_kv_head=2 --set max_duration=4ba --set
        --set watchdog.window=0 --set model.n_layer=4
        --set model.layer_types=linear_attention,linear_attention,linear_attention,full_attention
        --set model.linear_num_key_heads=2 --set model.linear_num_value_heads=4
-       --set model.linear_key_head_dim=16 --set model.linear_value_head_dim=16)
+       --set model.linear_key_head_dim=16 --set model.linear_value_head_dim=16
+       --set model.attn_output_gate=true)
 
 "$TRAIN" "${args[@]}" --set run_dir="$TMP/D" >"$TMP/D.txt" 2>&1
 rc=$?
@@ -33,11 +35,12 @@ import sys, h5py
 shapes = {}
 h5py.File(sys.argv[1], "r").visititems(
     lambda n, o: shapes.__setitem__(n.split("/")[-1], o.shape) if isinstance(o, h5py.Dataset) else None)
-print("# dnqkvw", shapes.get("dnqkvw"), "dnow", shapes.get("dnow"), "qkvw", shapes.get("qkvw"))
+print("# dnqkvw", shapes.get("dnqkvw"), "dnow", shapes.get("dnow"), "qkvw", shapes.get("qkvw"),
+      "attngatew", shapes.get("attngatew"))
 sys.exit(0 if shapes.get("dnqkvw", (0,))[0] == 3 and shapes.get("dnow", (0,))[0] == 3
-         and shapes.get("qkvw", (0,))[0] == 1 else 1)
+         and shapes.get("qkvw", (0,))[0] == 1 and shapes.get("attngatew") == (1, 64, 64) else 1)
 PY
-tap_check $? "a 3 linear + 1 full hybrid trains 4 steps; its checkpoint holds dnqkvw .. dnow over 3 layers, qkvw over 1, and verifies"
+tap_check $? "a 3 linear + 1 full hybrid trains 4 steps; its checkpoint holds dnqkvw .. dnow over 3 layers, qkvw and attngatew over 1, and verifies"
 
 greedy D gen --max-tokens 100 && [[ $(wc -w <"$TMP/gen.c") == 100 ]] && cmp -s "$TMP/gen.c" "$TMP/gen.n" &&
     probs_close "$TMP/gen.c.probs" "$TMP/gen.n.probs"

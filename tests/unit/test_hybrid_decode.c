@@ -1,6 +1,7 @@
 /* test_hybrid_decode.c — a hybrid linear-attention model (model.layer_types with
  * linear_attention layers: Hugging Face Qwen3-Next's Gated DeltaNet; docs/deltanet.md "Wiring")
- * outside the float64 reference (tests/reference/test_hybrid.py):
+ * and Qwen3-Next's gated attention on its full layer (model.attn_output_gate), outside the float64
+ * reference (tests/reference/test_hybrid.py):
  *   - the parameter layout: the attention tensors stacked over the full layers only, the
  *     DeltaNet's over the linear ones, model_layer_slot counting each kind in layer order;
  *     model_kv_bytes counts the full layers' keys and values only;
@@ -53,6 +54,7 @@ static tsr_model_config hybrid(void) {
     c.linear_key_head_dim = 8;
     c.linear_value_head_dim = 6;
     c.linear_conv_kernel_dim = 4;
+    c.attn_output_gate = 1; /* the full layer's output gated, as Qwen3-Next's */
     return c;
 }
 
