@@ -5,7 +5,8 @@
 #  - a tiny 4-layer model with three linear_attention layers (Gated DeltaNet) and one full one
 #    with Qwen3-Next's gated attention (3 : 1, model.attn_output_gate) trains 4 steps; its
 #    checkpoint holds the DeltaNet's tensors over the 3 linear layers and the attention's and the
-#    gate's (attngatew) over the 1 full one, and verifies;
+#    gate's (attngatew) over the 1 full one, and verifies; ddp on 2 ranks, and zero3 on 2 ranks
+#    equals it within 1e-6 at every step (the new tensors are ordinary units of the shards);
 #  - tessera generate from it, greedy, 100 tokens: the cache (the linear layers' state and
 #    convolution tail) gives the no-cache forward's ids and probabilities (1e-6 + 1e-4 p);
 #  - device = "cuda" and parallel.context = 2 are refused at start naming model.layer_types, as
@@ -16,7 +17,7 @@ tsr_tmpdir
 GEN=("$TOOL" generate --set threads=1)
 PROMPT="5 17 3 250 99 12 7 300 41 8 2 66 19 101 3 77 45 9 13 21"
 source "$(dirname "$0")/../eval/generate_lib.sh"
-tap_plan 5
+tap_plan 6
 make_synth "$TMP/data" 512 60000
 tiny_llama_args "$TMP/data/train"
 args+=(--set model.n_head=4 --set model.n_kv_head=2 --set max_duration=4ba --set save_interval=4ba
@@ -26,7 +27,7 @@ args+=(--set model.n_head=4 --set model.n_kv_head=2 --set max_duration=4ba --set
        --set model.linear_key_head_dim=16 --set model.linear_value_head_dim=16
        --set model.attn_output_gate=true)
 
-"$TRAIN" "${args[@]}" --set run_dir="$TMP/D" >"$TMP/D.txt" 2>&1
+"${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$TMP/D" >"$TMP/D.txt" 2>&1
 rc=$?
 tap_diag "train: exit $rc, step-4 loss $(json_field "$TMP/D/metrics.jsonl" 4 loss)"
 ((rc == 0)) && "$TOOL" ckpt verify "$TMP/D/step-00000004.h5" >"$TMP/verify.txt" 2>&1 &&
@@ -40,7 +41,14 @@ print("# dnqkvw", shapes.get("dnqkvw"), "dnow", shapes.get("dnow"), "qkvw", shap
 sys.exit(0 if shapes.get("dnqkvw", (0,))[0] == 3 and shapes.get("dnow", (0,))[0] == 3
          and shapes.get("qkvw", (0,))[0] == 1 and shapes.get("attngatew") == (1, 64, 64) else 1)
 PY
-tap_check $? "a 3 linear + 1 full hybrid trains 4 steps; its checkpoint holds dnqkvw .. dnow over 3 layers, qkvw and attngatew over 1, and verifies"
+tap_check $? "a 3 linear + 1 full hybrid trains 4 steps on 2 ranks; its checkpoint holds dnqkvw .. dnow over 3 layers, qkvw and attngatew over 1, and verifies"
+
+"${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$TMP/Z" --set parallel.sharding=zero3 \
+    --set save_interval=0ba --set save_final=false >"$TMP/Z.txt" 2>&1
+rc=$?
+tap_diag "zero3 vs ddp: exit $rc, $(metrics_close "$TMP/D/metrics.jsonl" "$TMP/Z/metrics.jsonl" 1 1e-6 1e-6)"
+((rc == 0)) && metrics_close "$TMP/D/metrics.jsonl" "$TMP/Z/metrics.jsonl" 1 1e-6 1e-6 >/dev/null
+tap_check $? "the hybrid under zero3 on 2 ranks equals ddp within 1e-6 at every step"
 
 greedy D gen --max-tokens 100 && [[ $(wc -w <"$TMP/gen.c") == 100 ]] && cmp -s "$TMP/gen.c" "$TMP/gen.n" &&
     probs_close "$TMP/gen.c.probs" "$TMP/gen.n.probs"
