@@ -204,9 +204,16 @@ static dn_work work_alloc(const tsr_dn_shape *s) {
     return w;
 }
 
-void cpu_deltanet_forward(float *out, float *state_out, float *ckpt, const float *q,
-                          const float *k, const float *v, const float *g, const float *beta,
-                          const float *state0, const int32_t *seq, const tsr_dn_shape *s) {
+/* a forward form's pass over one head: S enters as the initial state and leaves as the final
+ * one; out the head's output column (row stride h->ldv); ckpt its saved states or NULL */
+typedef void (*dn_pass)(const dn_head *h, double *S, float *out, float *ckpt, dn_work *w);
+
+/* The forward forms' one driver: each (sequence, value head) a task, its state from state0 (or
+ * zero), run by pass, its final state into state_out (or not; state_out may be state0). */
+static void heads_forward(dn_pass pass, float *out, float *state_out, float *ckpt,
+                          const float *state0, const float *q, const float *k, const float *v,
+                          const float *g, const float *beta, const int32_t *seq,
+                          const tsr_dn_shape *s) {
     const size_t ss = (size_t)s->dk * s->dv, nckpt = cpu_deltanet_ckpt_floats(s) / s->B / s->HV;
 #pragma omp parallel
     {
@@ -217,12 +224,22 @@ void cpu_deltanet_forward(float *out, float *state_out, float *ckpt, const float
             const dn_head h = head_view(s, q, k, v, g, beta, seq, bh / s->HV, bh % s->HV);
             to_double(S, state0 ? state0 + (size_t)bh * ss : NULL, ss);
             float *o = out + (size_t)(bh / s->HV) * s->T * h.ldv + (size_t)(bh % s->HV) * s->dv;
-            head_forward(&h, S, o, h.ldv, ckpt ? ckpt + (size_t)bh * nckpt : NULL, &w);
+            pass(&h, S, o, ckpt ? ckpt + (size_t)bh * nckpt : NULL, &w);
             if (state_out) to_float(state_out + (size_t)bh * ss, S, ss);
         }
         free(S);
         free(w.qn);
     }
+}
+
+static void chunked_pass(const dn_head *h, double *S, float *out, float *ckpt, dn_work *w) {
+    head_forward(h, S, out, h->ldv, ckpt, w);
+}
+
+void cpu_deltanet_forward(float *out, float *state_out, float *ckpt, const float *q,
+                          const float *k, const float *v, const float *g, const float *beta,
+                          const float *state0, const int32_t *seq, const tsr_dn_shape *s) {
+    heads_forward(chunked_pass, out, state_out, ckpt, state0, q, k, v, g, beta, seq, s);
 }
 
 /* one step of the recurrence at position t on S (dk, dv); out_t written when out is not NULL */
@@ -244,25 +261,15 @@ static void step_forward(const dn_head *h, int t, double *S, float *out, dn_work
     for (int c = 0; c < dv; c++) out[(size_t)t * h->ldv + c] = (float)m[c];
 }
 
+static void recurrent_pass(const dn_head *h, double *S, float *out, float *ckpt, dn_work *w) {
+    (void)ckpt;
+    for (int t = 0; t < h->T; t++) step_forward(h, t, S, out, w);
+}
+
 void cpu_deltanet_recurrent(float *out, float *state, const float *q, const float *k,
                             const float *v, const float *g, const float *beta, const int32_t *seq,
                             const tsr_dn_shape *s) {
-    const size_t ss = (size_t)s->dk * s->dv;
-#pragma omp parallel
-    {
-        dn_work w = work_alloc(s);
-        double *S = tsr_malloc(ss * sizeof *S);
-#pragma omp for schedule(dynamic, 1)
-        for (int bh = 0; bh < s->B * s->HV; bh++) {
-            const dn_head h = head_view(s, q, k, v, g, beta, seq, bh / s->HV, bh % s->HV);
-            to_double(S, state + (size_t)bh * ss, ss);
-            float *o = out + (size_t)(bh / s->HV) * s->T * h.ldv + (size_t)(bh % s->HV) * s->dv;
-            for (int t = 0; t < s->T; t++) step_forward(&h, t, S, o, &w);
-            to_float(state + (size_t)bh * ss, S, ss);
-        }
-        free(S);
-        free(w.qn);
-    }
+    heads_forward(recurrent_pass, out, state, NULL, state, q, k, v, g, beta, seq, s);
 }
 
 /* the backward's arguments, as cpu_deltanet_backward takes them */

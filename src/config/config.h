@@ -161,6 +161,12 @@ typedef struct tsr_model_config {
                              * full_attention, one per layer or a pattern repeated over them */
     int sliding_window;   /* W of the sliding layers (0: none; with layer_types "", W > 0 makes
                            * every layer sliding) */
+    /* hybrid linear attention (docs/deltanet.md "Wiring"): the linear_attention layers' Gated
+     * DeltaNet, Hugging Face Qwen3NextConfig's names */
+    int linear_num_key_heads, linear_num_value_heads; /* HK query/key heads, HV value heads */
+    int linear_key_head_dim, linear_value_head_dim;   /* dk, dv */
+    int linear_conv_kernel_dim;                       /* the short convolution's K */
+    int attn_output_gate; /* Qwen3-Next's gated attention: out * sigmoid(gate) before o_proj */
     int attn_sinks;       /* a learned logit per head in every row's softmax (gpt-oss) */
     double query_pre_attn_scalar; /* scores times 1 / sqrt(this) (Gemma); 0 = the head size */
     tsr_norm_placement norm_placement; /* docs/models.md "Norm placements" */
@@ -436,7 +442,12 @@ int config_model_dims(const tsr_model_config *m, tsr_model_dims *d, const char *
  * model.sliding_window when the layer's model.layer_types entry is sliding_attention (every layer
  * when layer_types is "" and sliding_window > 0), else 0 (full attention). */
 int config_layer_window(const tsr_model_config *m, int l);
-/* The model uses a sliding window, attention sinks, a query_pre_attn_scalar other than the head
+/* Layer l (0 <= l < n_layer) of a config config_model_dims accepted is a linear_attention layer
+ * (Gated DeltaNet in the attention's place; docs/deltanet.md "Wiring"); config_linear_layers:
+ * how many of the n_layer are. */
+int config_layer_linear(const tsr_model_config *m, int l);
+int config_linear_layers(const tsr_model_config *m);
+/* The model uses linear_attention layers, a gated attention output, a sliding window, attention sinks, a query_pre_attn_scalar other than the head
  * size, a norm placement other than pre, QK-norm over the projection or an embedding scale (what
  * the CUDA backend, the ring of context parallelism and the Hugging Face export do not run yet),
  * or config_moe_variant_key's: the key that asks for it, or NULL. */

@@ -56,7 +56,9 @@ const char *const cfgload_cross_rules[] = {
     "`precision.fp8` other than `none` needs `device = \"cuda\"` (the CPU is the fp32 oracle) and "
     "a GPU of compute capability 8.9 or newer (checked at start); `rowwise` is not built yet. "
     "`model.activation_compression = \"fp8\"` needs `device = \"cuda\"`.",
-    "`model.layer_types` lists `sliding_attention` / `full_attention` only, at most "
+    "`model.layer_types` lists `sliding_attention` / `full_attention` / `linear_attention` "
+    "only (linear: `model.linear_num_value_heads` a multiple of `model.linear_num_key_heads`, "
+    "no LoRA), at most "
     "`model.n_layer` of them (a shorter list repeats), and names sliding layers only with "
     "`model.sliding_window` > 0. A sliding window, `model.attn_sinks` or a "
     "`model.query_pre_attn_scalar` other than the head size, or `model.norm_placement` other than "
@@ -171,6 +173,12 @@ static void validate_lora(load_ctx *c) {
     const tsr_config *g = c->cfg;
     char at[1200], why[400];
     unsigned mask;
+    if (g->lora.rank > 0 && config_linear_layers(&g->model) > 0) {
+        tsr_error("%slora.rank = %lld: LoRA does not adapt the linear_attention layers of "
+                  "model.layer_types yet (docs/deltanet.md): set lora.rank = 0",
+                  cfgload_where(c, "lora.rank", at, sizeof at), (long long)g->lora.rank);
+        c->errors++;
+    }
     const char *sums[3][2] = {{"lora.base_checksum", g->lora.base_checksum},
                               {"dpo.reference_checksum", g->dpo.reference_checksum},
                               {"grpo.reference_checksum", g->grpo.reference_checksum}};
@@ -295,18 +303,18 @@ static void validate_attn_variants(load_ctx *c) {
     char at[1200];
     if (!key) return;
     if (g->device == TSR_DEVICE_CUDA) {
-        tsr_error("%s%s: device = \"cuda\" does not run sliding-window attention, attention "
-                  "sinks, query_pre_attn_scalar, sandwich or post norms, QK-norm over the "
-                  "projection, an embedding scale or gpt-oss's router and expert biases and "
-                  "clamped unit yet (no CUDA kernel for them): use device = \"cpu\", or a model "
-                  "without them",
+        tsr_error("%s%s: device = \"cuda\" does not run linear (Gated DeltaNet) or "
+                  "sliding-window attention, attention sinks, query_pre_attn_scalar, sandwich or "
+                  "post norms, QK-norm over the projection, an embedding scale or gpt-oss's "
+                  "router and expert biases and clamped unit yet (no CUDA kernel for them): use "
+                  "device = \"cpu\", or a model without them",
                   cfgload_where(c, key, at, sizeof at), key);
         c->errors++;
     }
     if (g->context > 1 && key != config_moe_variant_key(&g->model)) {
         tsr_error("%s%s: parallel.context = %lld: the ring of context parallelism does not run "
-                  "sliding-window attention, attention sinks, query_pre_attn_scalar, sandwich or "
-                  "post norms, QK-norm over the projection or an embedding scale yet: set "
+                  "linear or sliding-window attention, attention sinks, query_pre_attn_scalar, "
+                  "sandwich or post norms, QK-norm over the projection or an embedding scale yet: set "
                   "parallel.context = 1",
                   cfgload_where(c, key, at, sizeof at), key, (long long)g->context);
         c->errors++;

@@ -200,6 +200,8 @@ static int type_is(const char *at, size_t len, const char *name) {
     return strlen(name) == len && strncmp(at, name, len) == 0;
 }
 
+static int layer_type_is(const tsr_model_config *m, int l, const char *name);
+
 /* model.layer_types and model.sliding_window against each other and the layer count */
 static int layer_types_check(const tsr_model_config *m, const char **key, char *why, size_t cap) {
     const char *s = m->layer_types, *at = NULL;
@@ -210,9 +212,11 @@ static int layer_types_check(const tsr_model_config *m, const char **key, char *
     for (int k = 0; k < n; k++) {
         layer_type_at(s, k, &at, &len);
         sliding |= type_is(at, len, "sliding_attention");
-        if (!type_is(at, len, "sliding_attention") && !type_is(at, len, "full_attention")) {
+        if (!type_is(at, len, "sliding_attention") && !type_is(at, len, "full_attention") &&
+            !type_is(at, len, "linear_attention")) {
             snprintf(why, cap, "model.layer_types entry %d is \"%.*s\": expected "
-                     "\"sliding_attention\" or \"full_attention\" (Hugging Face's names)", k,
+                     "\"sliding_attention\", \"full_attention\" or \"linear_attention\" "
+                     "(Hugging Face's names)", k,
                      (int)(len < 64 ? len : 64), at);
             return -1;
         }
@@ -220,6 +224,13 @@ static int layer_types_check(const tsr_model_config *m, const char **key, char *
     if (n > m->n_layer) {
         snprintf(why, cap, "model.layer_types has %d entries with model.n_layer = %d: give one "
                  "per layer, or a shorter pattern (repeated over the layers)", n, m->n_layer);
+        return -1;
+    }
+    if (config_linear_layers(m) > 0 && m->linear_num_value_heads % m->linear_num_key_heads) {
+        *key = "model.linear_num_value_heads";
+        snprintf(why, cap, "model.linear_num_value_heads = %d is not a multiple of "
+                 "model.linear_num_key_heads = %d (Qwen3-Next: 32 and 16)",
+                 m->linear_num_value_heads, m->linear_num_key_heads);
         return -1;
     }
     if (sliding && m->sliding_window == 0) {
@@ -233,14 +244,32 @@ static int layer_types_check(const tsr_model_config *m, const char **key, char *
 
 int config_layer_window(const tsr_model_config *m, int l) {
     if (!m->layer_types[0]) return m->sliding_window;
+    return layer_type_is(m, l, "sliding_attention") ? m->sliding_window : 0;
+}
+
+/* layer l's entry of model.layer_types is name (l counted round a shorter pattern) */
+static int layer_type_is(const tsr_model_config *m, int l, const char *name) {
+    if (!m->layer_types[0]) return 0;
     const char *at = NULL;
     size_t len = 0;
     int n = layer_type_at(m->layer_types, -1, &at, &len);
     layer_type_at(m->layer_types, l % n, &at, &len);
-    return type_is(at, len, "sliding_attention") ? m->sliding_window : 0;
+    return type_is(at, len, name);
+}
+
+int config_layer_linear(const tsr_model_config *m, int l) {
+    return layer_type_is(m, l, "linear_attention");
+}
+
+int config_linear_layers(const tsr_model_config *m) {
+    int n = 0;
+    for (int l = 0; l < m->n_layer; l++) n += config_layer_linear(m, l);
+    return n;
 }
 
 const char *config_attn_variant_key(const tsr_model_config *m) {
+    if (config_linear_layers(m) > 0) return "model.layer_types";
+    if (m->attn_output_gate) return "model.attn_output_gate";
     for (int l = 0; l < m->n_layer; l++)
         if (config_layer_window(m, l) > 0)
             return m->layer_types[0] ? "model.layer_types" : "model.sliding_window";

@@ -338,7 +338,8 @@ const cfgtab_key cfgtab_keys[] = {
             "= use activation_checkpointing_layers."},
     {.name = "model.layer_types", .type = CFGK_STRING, FIELD(model.layer_types), .def = "",
      .doc = "Attention type of each layer, Hugging Face's `layer_types`: a comma list of "
-            "`sliding_attention` (a window of model.sliding_window tokens) and `full_attention`, "
+            "`sliding_attention` (a window of model.sliding_window tokens), `full_attention` and "
+            "`linear_attention` (Qwen3-Next's Gated DeltaNet, model.linear_*; CPU only), "
             "one per layer, or a shorter pattern repeated over the layers (Gemma 3: five "
             "sliding, one full); `\"\"` = every layer full, or sliding when model.sliding_window "
             "is set (docs/models.md)."},
@@ -347,6 +348,30 @@ const cfgtab_key cfgtab_keys[] = {
      .doc = "Window W of the sliding-attention layers: position i sees positions j with "
             "i - W < j <= i (Hugging Face's convention), within its document under the document "
             "mask; 0 = none. CPU only so far."},
+    {.name = "model.linear_num_key_heads", .type = CFGK_INT, FIELD(model.linear_num_key_heads),
+     .def = "16", .ilo = 1, .ihi = 4096,
+     .doc = "Query/key heads of the `linear_attention` layers' Gated DeltaNet (Hugging Face "
+            "Qwen3-Next's name; docs/deltanet.md). CPU only so far."},
+    {.name = "model.linear_num_value_heads", .type = CFGK_INT,
+     FIELD(model.linear_num_value_heads), .def = "32", .ilo = 1, .ihi = 4096,
+     .doc = "Value heads of the `linear_attention` layers, a multiple of "
+            "model.linear_num_key_heads (value head h reads query/key head h / (HV / HK))."},
+    {.name = "model.linear_key_head_dim", .type = CFGK_INT, FIELD(model.linear_key_head_dim),
+     .def = "128", .ilo = 1, .ihi = 4096,
+     .doc = "Query/key head size d_k of the `linear_attention` layers."},
+    {.name = "model.linear_value_head_dim", .type = CFGK_INT,
+     FIELD(model.linear_value_head_dim), .def = "128", .ilo = 1, .ihi = 4096,
+     .doc = "Value head size d_v of the `linear_attention` layers (the state is d_k x d_v a "
+            "head)."},
+    {.name = "model.linear_conv_kernel_dim", .type = CFGK_INT,
+     FIELD(model.linear_conv_kernel_dim), .def = "4", .ilo = 1, .ihi = 16,
+     .doc = "Kernel of the `linear_attention` layers' causal depthwise convolution (over q, k, "
+            "v before the SiLU)."},
+    {.name = "model.attn_output_gate", .type = CFGK_BOOL, FIELD(model.attn_output_gate),
+     .def = "false",
+     .doc = "Qwen3-Next's gated attention (Hugging Face's name): each attention layer's output "
+            "times sigmoid(gate) per head before o_proj, gate = ln1 @ attngatew^T (HF's q_proj "
+            "rows [query | gate] of each head, split). CPU only so far."},
     {.name = "model.attn_sinks", .type = CFGK_BOOL, FIELD(model.attn_sinks), .def = "false",
      .doc = "Attention sinks (gpt-oss): a learned logit per head and layer (tensor `sinks`, "
             "(n_layer, n_head)) that joins every row's softmax denominator. CPU only so far."},

@@ -62,7 +62,9 @@ dec_layer dec_run_layer(const dec_run *r, int l) {
                        .hg = kv->moe.hg, .y = kv->moe.y, .sh = kv->moe.sh, .shg = kv->moe.shg,
                        .shout = kv->moe.shout, .probs = kv->moe.probs, .lse = kv->moe.lse,
                        .wts = kv->moe.wts, .stats = kv->moe.stats, .idx = kv->moe.idx,
-                       .rows = kv->moe.rows, .slot = kv->moe.slot, .offs = kv->moe.offs};
+                       .rows = kv->moe.rows, .slot = kv->moe.slot, .offs = kv->moe.offs,
+                       .dn = kv->dn, .agate = kv->agate,
+                       .agated = kv->agate ? kv->agate + (size_t)kv->chunk * r->d->m->QD : NULL};
 }
 
 /* The block's normalisation (model.norm): LayerNorm (mean, rstd; bias b or NULL) or RMSNorm
@@ -171,10 +173,11 @@ static void attention(const dec_run *r, int l, const dec_layer *v, const void *s
     }
     tsr_kv_cache *kv = r->kv;
     const size_t per = (size_t)KVH * hs * kv->cap, e = tsr_dtype_size(be->act);
+    const size_t la = (size_t)model_layer_slot(d->m, TSR_P_QKVW, l); /* the attention layers' */
     if (r->ks) { /* layer l of every slot, then the slot */
         const tsr_kv_slots *ks = r->ks;
-        char *kt = (char *)kv->kt + (size_t)l * ks->slots * per * e;
-        char *vv = (char *)kv->v + (size_t)l * ks->slots * per * e;
+        char *kt = (char *)kv->kt + la * ks->slots * per * e;
+        char *vv = (char *)kv->v + la * ks->slots * per * e;
         const int32_t *ids = ks->dev_ids, R = ks->rows;
         if (r->slot >= 0)
             be->attention_decode(be, v->atty, kt + (size_t)r->slot * per * e,
@@ -188,7 +191,7 @@ static void attention(const dec_run *r, int l, const dec_layer *v, const void *s
                                       kv->cap, NH, KVH, hs);
         return;
     }
-    be->attention_decode(be, v->atty, (char *)kv->kt + l * per * e, (char *)kv->v + l * per * e,
+    be->attention_decode(be, v->atty, (char *)kv->kt + la * per * e, (char *)kv->v + la * per * e,
                          v->qkv, d->slopes, var, kv->att, kv->nthreads, r->p0, r->N, kv->seg,
                          kv->cap, NH, KVH, hs);
 }
@@ -257,10 +260,12 @@ void dec_branch_out(const dec_run *r, int l, const dec_layer *v, const void *con
                     int post) {
     const tsr_model *m = r->d->m;
     const int C = m->C, N = r->N;
-    if (!mlp) {
-        dec_linear(r, l, r->scratch, NULL, v->atty, w[TSR_P_ATTPROJW], w[TSR_P_ATTPROJB], N,
-                   m->QD, C);
-        lora_fwd(r, l, TSR_LORA_O, r->scratch, v->atty);
+    if (!mlp && dec_dn_layer(m, l)) {
+        dec_dn_out(r, v);
+    } else if (!mlp) {
+        dec_linear(r, l, r->scratch, NULL, dec_attn_in(m, v), w[TSR_P_ATTPROJW],
+                   w[TSR_P_ATTPROJB], N, m->QD, C);
+        lora_fwd(r, l, TSR_LORA_O, r->scratch, dec_attn_in(m, v));
     } else if (model_moe_layer(m, l)) {
         moe_combine_forward(r, l, r->scratch, v, w);
     } else {
@@ -284,11 +289,19 @@ void dec_layer_steps(const dec_run *r, int l, const dec_layer *v, const void *co
             block_norm_forward(r, v->ln1, v->ln1m, v->ln1r, v->x, w[TSR_P_LN1W], w[TSR_P_LN1B],
                                N);
             break;
-        case ST_QKV:
-            qkv_forward(r, l, v, w);
+        case ST_QKV: /* a linear_attention layer: its whole mixer here (decoder_dn.c) */
+            if (dec_dn_layer(m, l)) {
+                dec_dn_forward(r, l, v, w);
+            } else {
+                qkv_forward(r, l, v, w);
+                if (v->agate) /* attn_output_gate: the gate's projection */
+                    dec_linear(r, l, v->agate, NULL, v->ln1, w[TSR_P_ATTNGATEW], NULL, N, C, m->QD);
+            }
             break;
         case ST_ATTN:
+            if (dec_dn_layer(m, l)) break;
             attention(r, l, v, w[TSR_P_SINKS]);
+            dec_gate_forward(r, v); /* attn_output_gate: atty * sigmoid(gate) */
             break;
         case ST_RES2:
             dec_branch_out(r, l, v, w, 0, 1);

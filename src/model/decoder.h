@@ -64,6 +64,11 @@ int dec_try_alloc_acts(const tsr_model *m, const tsr_backend *be, tsr_acts *a, i
  * Llama-style blocks on a backend without them). dec_try_alloc_acts calls it. */
 void dec_check_backend(const tsr_model *m, const tsr_backend *be);
 void dec_free_acts(const tsr_backend *be, tsr_acts *a);
+/* linear_attention layers (decoder_dn.c): floats of one such layer's activations for B x T (its
+ * slot of TSR_A_DN, or a decode chunk's tsr_kv_cache dn), and of one sequence's cache of one such
+ * layer: its state (state 1) or its convolution tail (0) */
+size_t dec_dn_floats(const tsr_model *m, int B, int T);
+size_t dec_dn_cache_floats(const tsr_model *m, int state);
 
 /* Forward over tokens, targets (B,T, host; -1 = no loss). loss_scale >= 0: a training forward,
  * the logits are replaced by d(loss_scale * sum of losses)/d logits (fused); < 0: evaluation.

@@ -30,6 +30,8 @@ typedef struct strides {
     /* MoE (0 in a dense model): act (N,E), fp32 (N,E), 4-byte (N,K), 4-byte (NK), act (NK,C),
      * act (NK,2FE), act (NK,FE), act (N,2S), act (N,S), int32 (E+1), fp32 (2) */
     size_t ne, nef, nk, r, xg, h, hg, sh, shg, offs, stats;
+    size_t dn; /* fp32: a linear_attention layer's Gated DeltaNet (0 without; decoder_dn.c) */
+    size_t ag; /* fp32 (2, N, QD): model.attn_output_gate's gate and gated output (0 without) */
 } strides;
 
 static strides strides_of(const tsr_model *m, const tsr_backend *be, int B, int T) {
@@ -49,7 +51,9 @@ static strides strides_of(const tsr_model *m, const tsr_backend *be, int B, int 
                      .hg = layer_stride(NK * FE, e, al), .sh = layer_stride(N * 2 * S, e, al),
                      .shg = layer_stride(N * S, e, al),
                      .offs = E ? layer_stride(E + 1, f, al) : 0,
-                     .stats = E ? layer_stride(2, f, al) : 0};
+                     .stats = E ? layer_stride(2, f, al) : 0,
+                     .dn = m->LL ? layer_stride(dec_dn_floats(m, B, T), f, al) : 0,
+                     .ag = m->cfg.attn_output_gate ? layer_stride(2 * N * m->QD, f, al) : 0};
 }
 
 /* model.activation_compression = "fp8" (docs/cuda.md "Compressed activations"): the saved
@@ -104,7 +108,8 @@ _Static_assert(NAMED_AT(encoded, TSR_A_ENCODED) && NAMED_AT(att, TSR_A_ATT) &&
                NAMED_AT(residual3, TSR_A_RES3) && NAMED_AT(probs, TSR_A_LOGITS) &&
                NAMED_AT(dlosses, TSR_A_DLOSSES) && NAMED_AT(seq, TSR_A_SEQ) &&
                NAMED_AT(greedy, TSR_A_GREEDY) && NAMED_AT(moe_logits, TSR_A_MOE_LOGITS) &&
-               NAMED_AT(moe_offs, TSR_A_MOE_OFFS) && NAMED_AT(moe_dshg, TSR_A_MOE_DSHG),
+               NAMED_AT(moe_offs, TSR_A_MOE_OFFS) && NAMED_AT(moe_dshg, TSR_A_MOE_DSHG) &&
+               NAMED_AT(dn, TSR_A_DN) && NAMED_AT(dagate, TSR_A_DAGATE),
                "tsr_acts: the named buffers vs tsr_act_id");
 #undef NAMED_AT
 
@@ -176,6 +181,9 @@ static void act_plan(const tsr_model *m, const tsr_backend *be, int B, int Tw,
         [TSR_A_MOE_DLOGITS] = moe ? e * N * E : 0,
         [TSR_A_MOE_DSH] = sh ? e * N * 2 * S : 0,
         [TSR_A_MOE_DSHG] = sh ? e * N * S : 0,
+        [TSR_A_DN] = f * Lat * st.dn,
+        [TSR_A_AGATE] = f * Lat * st.ag,
+        [TSR_A_DAGATE] = st.ag ? f * N * QD : 0,
     };
     memcpy(bytes, b, sizeof b);
     if (comp_on(m, be)) comp_plan(m, be, N, bytes);
@@ -204,7 +212,7 @@ size_t dec_layer_acts_bytes(const tsr_model *m, const tsr_backend *be, int B, in
         TSR_A_MOE_ROWS,  TSR_A_MOE_SLOT,  TSR_A_MOE_XG,    TSR_A_MOE_H,    TSR_A_MOE_HG,
         TSR_A_MOE_Y,     TSR_A_MOE_SH,    TSR_A_MOE_SHG,   TSR_A_MOE_OFFS, TSR_A_MOE_STATS,
         TSR_A_Q_LN1,     TSR_A_Q_ATTY,    TSR_A_Q_LN2,     TSR_A_Q_FCH,    TSR_A_Q_FCHG,
-        TSR_A_Q_SCALES};
+        TSR_A_Q_SCALES,  TSR_A_DN,        TSR_A_AGATE};
     for (size_t i = 0; i < sizeof stacked / sizeof stacked[0]; i++) sum += b[stacked[i]];
     if (comp_on(&one, be)) /* the working copies: one layer's for the whole model */
         for (int i = 0; i < NCOMP; i++) sum -= b[comp[i].bf];
@@ -241,6 +249,8 @@ dec_layer dec_layer_at(const tsr_model *m, const tsr_backend *be, const tsr_acts
         .wts = FAT(a->moe_wts, sm, st.nk), .stats = FAT(a->moe_stats, (size_t)l, st.stats),
         .idx = FAT(a->moe_idx, sm, st.nk), .rows = FAT(a->moe_rows, sm, st.r),
         .slot = FAT(a->moe_slot, sm, st.r), .offs = FAT(a->moe_offs, (size_t)l, st.offs),
+        .dn = FAT(a->dn, sa, st.dn), .agate = FAT(a->agate, sa, st.ag),
+        .agated = a->agate ? a->agate + sa * st.ag + (size_t)a->B * a->T * m->QD : NULL,
     };
 #undef AT
 #undef FAT
@@ -255,7 +265,7 @@ static void check_layout(const tsr_model *m, const tsr_backend *be, const tsr_ac
         const void *p[] = {v.x,    v.ln1,  v.qkv,  v.qkvr, v.atty, v.res2, v.ln2,  v.fch,
                            v.fchg, v.res3, v.ln1m, v.ln1r, v.qknr, v.att,  v.ln2m, v.ln2r,
                            v.mlg,  v.xg,   v.h,    v.hg,   v.y,    v.sh,   v.shg,  v.probs,
-                           v.lse,  v.wts,  v.stats, v.idx, v.rows, v.slot, v.offs};
+                           v.lse,  v.wts,  v.stats, v.idx, v.rows, v.slot, v.offs, v.dn};
         for (size_t k = 0; k < sizeof p / sizeof p[0]; k++)
             if ((uintptr_t)p[k] % be->align != 0)
                 tsr_die(TSR_EXIT_INTERNAL, "decoder: layer %d's activation %zu at %p is not "
@@ -304,6 +314,10 @@ void dec_check_backend(const tsr_model *m, const tsr_backend *be) {
         if (need[i].needed && !need[i].entry)
             tsr_die(TSR_EXIT_USAGE, "%s: the %s backend does not have it yet (docs/models.md)",
                     need[i].what, be->name);
+    if ((m->LL > 0 || c->attn_output_gate) && (!be->host || be->act != TSR_DT_F32))
+        tsr_die(TSR_EXIT_USAGE, "%s: the %s run on the fp32 CPU backend only, not on %s yet "
+                "(docs/deltanet.md)", m->LL ? "model.layer_types" : "model.attn_output_gate",
+                m->LL ? "linear_attention layers" : "gated attention", be->name);
 }
 
 int dec_try_alloc_acts(const tsr_model *m, const tsr_backend *be, tsr_acts *a, int B, int T) {

@@ -158,9 +158,16 @@ static void layer_backward(const dec_run *r, int l, const dec_unit *u) {
                   v.ln2m, v.ln2r, 1);
     /* attention branch: dres is now d(residual2) = d(the (normed) attproj output) */
     dout = post_norm_backward(r, l, &v, u, 0);
-    be->matmul_backward(be, a->datty, g[TSR_P_ATTPROJW], g[TSR_P_ATTPROJB], dout, v.atty,
-                        w[TSR_P_ATTPROJW], N, m->QD, C, TSR_GRAD_SET);
-    lora_bwd(r, l, TSR_LORA_O, a->datty, dout, v.atty);
+    if (dec_dn_layer(m, l)) { /* linear_attention: the Gated DeltaNet's backward (decoder_dn.c) */
+        dec_dn_backward(r, &v, u, dout);
+        norm_backward(r, a->dresidual, g[TSR_P_LN1W], g[TSR_P_LN1B], a->dln, v.x, w[TSR_P_LN1W],
+                      v.ln1m, v.ln1r, 1);
+        return;
+    }
+    be->matmul_backward(be, a->datty, g[TSR_P_ATTPROJW], g[TSR_P_ATTPROJB], dout,
+                        dec_attn_in(m, &v), w[TSR_P_ATTPROJW], N, m->QD, C, TSR_GRAD_SET);
+    lora_bwd(r, l, TSR_LORA_O, a->datty, dout, dec_attn_in(m, &v));
+    dec_gate_backward(r, &v, u, 0); /* attn_output_gate: d(gated) to d(atty) and d(gate) */
     if (d->ring)
         ring_attention_backward(d->ring, be, a, a->dqkv, a->datty, v.qkv, v.atty, v.att,
                                 d->slopes, r->B, r->T * d->ring->N, NH, KVH, hs);
@@ -185,6 +192,7 @@ static void layer_backward(const dec_run *r, int l, const dec_unit *u) {
     be->matmul_backward(be, a->dln, g[TSR_P_QKVW], g[TSR_P_QKVB], dproj, v.ln1, w[TSR_P_QKVW],
                         N, C, m->QKV, TSR_GRAD_SET);
     for (int t = TSR_LORA_Q; t <= TSR_LORA_V; t++) lora_bwd(r, l, t, a->dln, dproj, v.ln1);
+    dec_gate_backward(r, &v, u, 1);
     norm_backward(r, a->dresidual, g[TSR_P_LN1W], g[TSR_P_LN1B], a->dln, v.x, w[TSR_P_LN1W],
                   v.ln1m, v.ln1r, 1);
 }

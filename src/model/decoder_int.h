@@ -35,6 +35,9 @@ typedef struct dec_layer {
     void *mlg, *xg, *h, *hg, *y, *sh, *shg, *shout;
     float *probs, *lse, *wts, *stats;
     int32_t *idx, *rows, *slot, *offs;
+    float *dn; /* a linear_attention layer's Gated DeltaNet activations (decoder_dn.c), else NULL */
+    float *agate, *agated; /* model.attn_output_gate: the gate's logits, the gated output
+                            * (N, QD each), else NULL */
 } dec_layer;
 
 /* layer l's activations in the allocated stacks (a->B x a->T) */
@@ -99,6 +102,26 @@ void dec_embed_scale(const tsr_decoder *d, void *x, int N);
 void dec_layers_forward(const dec_run *r, const dec_unit *root);
 /* the LM head's weight: TSR_P_LMHEAD when untied, else TSR_P_WTE */
 int dec_head_id(const tsr_model *m);
+
+/* ---- the linear_attention layers (decoder_dn.c; docs/deltanet.md "Wiring") ---- */
+
+/* layer l is a linear_attention layer (Gated DeltaNet in the attention's place) */
+int dec_dn_layer(const tsr_model *m, int l);
+/* the layer's forward from v->ln1 into its slot (a decode chunk: with the cache's state) */
+void dec_dn_forward(const dec_run *r, int l, const dec_layer *v, const void *const *w);
+/* its output into r->scratch (dec_branch_out's attention branch) */
+void dec_dn_out(const dec_run *r, const dec_layer *v);
+/* its backward: dout = d(its output) to a->dln = d(ln1) (written), the gradients of unit u */
+void dec_dn_backward(const dec_run *r, const dec_layer *v, const dec_unit *u, const void *dout);
+
+/* model.attn_output_gate (decoder_dn.c; Qwen3-Next's gated attention): the gated output
+ * = atty * sigmoid(gate) (ST_ATTN; the gate's projection from ln1 is dec_layer_steps' ST_QKV).
+ * dec_attn_in: what the output projection reads, the gated output or atty. The backward: proj 0
+ * turns a->datty = d(gated) into d(atty) in place and d(gate) into a->dagate; proj 1 adds the
+ * projection's gradient into a->dln and unit u's attngatew gradient. No-ops without the gate. */
+void dec_gate_forward(const dec_run *r, const dec_layer *v);
+const void *dec_attn_in(const tsr_model *m, const dec_layer *v);
+void dec_gate_backward(const dec_run *r, const dec_layer *v, const dec_unit *u, int proj);
 
 /* ---- training and evaluation (decoder.c) ---- */
 

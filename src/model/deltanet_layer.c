@@ -31,19 +31,45 @@ void dn_check(const dn_dims *d) {
                 "HK = %d query/key heads", d->HV, d->HK);
 }
 
-void dn_acts_alloc(dn_acts *a, const dn_dims *d) {
+/* the floats of each of dn_acts' buffers, in the struct's order */
+static void acts_sizes(size_t n[15], const dn_dims *d) {
     const size_t N = (size_t)d->B * d->T, cd = dn_cd(d), kd = (size_t)d->HK * d->dk,
                  vd = (size_t)d->HV * d->dv, hv = (size_t)d->HV;
     const tsr_dn_shape s = core_shape(d);
-    a->pre = tsr_calloc(N * cd, sizeof(float)), a->qkv = tsr_calloc(N * cd, sizeof(float));
-    a->q = tsr_calloc(N * kd, sizeof(float)), a->k = tsr_calloc(N * kd, sizeof(float));
-    a->v = tsr_calloc(N * vd, sizeof(float)), a->z = tsr_calloc(N * vd, sizeof(float));
-    a->core = tsr_calloc(N * vd, sizeof(float)), a->normed = tsr_calloc(N * vd, sizeof(float));
-    a->gated = tsr_calloc(N * vd, sizeof(float));
-    a->b = tsr_calloc(N * hv, sizeof(float)), a->a = tsr_calloc(N * hv, sizeof(float));
-    a->beta = tsr_calloc(N * hv, sizeof(float)), a->g = tsr_calloc(N * hv, sizeof(float));
-    a->rstd = tsr_calloc(N * hv, sizeof(float));
-    a->ckpt = tsr_calloc(cpu_deltanet_ckpt_floats(&s), sizeof(float));
+    const size_t all[15] = {N * cd, N * cd, N * kd, N * kd, N * vd, N * vd, N * vd, N * vd,
+                            N * vd, N * hv, N * hv, N * hv, N * hv, N * hv,
+                            cpu_deltanet_ckpt_floats(&s)};
+    memcpy(n, all, sizeof all);
+}
+
+/* dn_acts' buffers in their order */
+static void acts_fields(dn_acts *a, float **f[15]) {
+    float **all[15] = {&a->pre,   &a->qkv, &a->q, &a->k,    &a->v, &a->z,    &a->core, &a->normed,
+                       &a->gated, &a->b,   &a->a, &a->beta, &a->g, &a->rstd, &a->ckpt};
+    memcpy(f, all, sizeof all);
+}
+
+size_t dn_acts_floats(const dn_dims *d) {
+    size_t n[15], sum = 0;
+    acts_sizes(n, d);
+    for (int i = 0; i < 15; i++) sum += n[i];
+    return sum;
+}
+
+void dn_acts_at(dn_acts *a, float *base, const dn_dims *d) {
+    size_t n[15];
+    float **f[15];
+    acts_sizes(n, d);
+    acts_fields(a, f);
+    for (int i = 0; i < 15; i++) *f[i] = base, base += n[i];
+}
+
+void dn_acts_alloc(dn_acts *a, const dn_dims *d) {
+    size_t n[15];
+    float **f[15];
+    acts_sizes(n, d);
+    acts_fields(a, f);
+    for (int i = 0; i < 15; i++) *f[i] = tsr_calloc(n[i] + 1, sizeof(float));
 }
 
 void dn_acts_free(dn_acts *a) {

@@ -1,7 +1,7 @@
 /* deltanet_layer.h — the Gated DeltaNet token mixer as Hugging Face's Qwen3-Next / Qwen 3.5 define
  * it (Qwen3NextGatedDeltaNet), fp32 on the CPU, forward and backward (docs/deltanet.md "The
- * layer"). Not wired into the decoder yet: the decoder's layer_types entry, the backend table's
- * entries and the activation plan are the next step.
+ * layer"). The decoder's linear_attention layers call it directly (src/model/decoder_dn.c; not
+ * through the backend table yet: docs/architecture.md).
  *
  *   [q|k|v] = silu(causal depthwise conv_K(x Wqkv^T)),  z = x Wz^T,  b = x Wb^T,  a = x Wa^T
  *   beta = sigmoid(b),  g = -exp(A_log) softplus(a + dt_bias)
@@ -55,6 +55,10 @@ typedef struct dn_cache {
 /* dies naming the dimension when d is not a layer this code runs */
 void dn_check(const dn_dims *d);
 void dn_acts_alloc(dn_acts *a, const dn_dims *d);
+/* the floats of one layer's dn_acts, and the same laid out one after the other from base (the
+ * decoder's activation plan, which owns the memory: dn_acts_free is not for them) */
+size_t dn_acts_floats(const dn_dims *d);
+void dn_acts_at(dn_acts *a, float *base, const dn_dims *d);
 void dn_acts_free(dn_acts *a);
 void dn_cache_alloc(dn_cache *c, const dn_dims *d); /* zeros: a sequence's start */
 void dn_cache_free(dn_cache *c);

@@ -95,6 +95,50 @@ static void model_layout_flat(tsr_model *m) {
     m->n_params = off;
 }
 
+/* The linear_attention layers' dimensions and tensors (docs/deltanet.md "Wiring"), stacked over
+ * the LL of them: the projections, the convolution and out_proj decayed as weights; dt_bias,
+ * A_log and the norm not (FLA's _no_weight_decay, HF's norms), as norms */
+static void model_dn_params(tsr_model *m) {
+    const tsr_model_config *cfg = &m->cfg;
+    m->LL = config_linear_layers(cfg);
+    m->LA = m->L - m->LL;
+    m->HKl = cfg->linear_num_key_heads, m->HVl = cfg->linear_num_value_heads;
+    m->dkl = cfg->linear_key_head_dim, m->dvl = cfg->linear_value_head_dim;
+    m->Kc = cfg->linear_conv_kernel_dim;
+    const int64_t LL = m->LL, C = m->C, on = LL > 0, HV = m->HVl, VD = (int64_t)m->HVl * m->dvl;
+    const int64_t CD = 2 * (int64_t)m->HKl * m->dkl + VD;
+    set_param(m, TSR_P_DNQKVW, "dnqkvw", TSR_PK_WEIGHT, on, 3, LL, CD, C, 0);
+    set_param(m, TSR_P_DNZW, "dnzw", TSR_PK_WEIGHT, on, 3, LL, VD, C, 0);
+    set_param(m, TSR_P_DNBW, "dnbw", TSR_PK_WEIGHT, on, 3, LL, HV, C, 0);
+    set_param(m, TSR_P_DNAW, "dnaw", TSR_PK_WEIGHT, on, 3, LL, HV, C, 0);
+    set_param(m, TSR_P_DNCONV, "dnconv", TSR_PK_WEIGHT, on, 3, LL, CD, m->Kc, 0);
+    set_param(m, TSR_P_DNDTB, "dndtbias", TSR_PK_NORM, on, 2, LL, HV, 0, 0);
+    set_param(m, TSR_P_DNALOG, "dnalog", TSR_PK_NORM, on, 2, LL, HV, 0, 0);
+    set_param(m, TSR_P_DNNORMW, "dnnormw", TSR_PK_NORM, on, 2, LL, m->dvl, 0, 0);
+    set_param(m, TSR_P_DNOW, "dnow", TSR_PK_WEIGHT, on, 3, LL, C, VD, 0);
+}
+
+/* the MLP's parameters: the dense layers' (LD) and the MoE layers' (LM: router, experts, shared
+ * expert) */
+static void mlp_params(tsr_model *m, const tsr_model_config *cfg) {
+    const int64_t C = m->C, F = m->F, FW = m->FW;
+    const int bias = cfg->bias;
+    const int64_t LD = m->LD, LM = m->LM, E = m->E, FE = m->FE, S = m->S;
+    set_param(m, TSR_P_FCW, "fcw", TSR_PK_WEIGHT, LD > 0, 3, LD, FW, C, 0);
+    set_param(m, TSR_P_FCB, "fcb", TSR_PK_BIAS, LD > 0 && bias, 2, LD, FW, 0, 0);
+    set_param(m, TSR_P_FCPROJW, "fcprojw", TSR_PK_WEIGHT, LD > 0, 3, LD, C, F, 0);
+    set_param(m, TSR_P_FCPROJB, "fcprojb", TSR_PK_BIAS, LD > 0 && bias, 2, LD, C, 0, 0);
+    set_param(m, TSR_P_ROUTERW, "routerw", TSR_PK_WEIGHT, LM > 0, 3, LM, E, C, 0);
+    const int rb = LM > 0 && cfg->moe_router_bias, xb = LM > 0 && cfg->moe_expert_bias;
+    set_param(m, TSR_P_ROUTERB, "routerb", TSR_PK_BIAS, rb, 2, LM, E, 0, 0);
+    set_param(m, TSR_P_EXPW1, "expw1", TSR_PK_WEIGHT, LM > 0, 4, LM, E, 2 * FE, C);
+    set_param(m, TSR_P_EXPB1, "expb1", TSR_PK_BIAS, xb, 3, LM, E, 2 * FE, 0);
+    set_param(m, TSR_P_EXPW2, "expw2", TSR_PK_WEIGHT, LM > 0, 4, LM, E, C, FE);
+    set_param(m, TSR_P_EXPB2, "expb2", TSR_PK_BIAS, xb, 3, LM, E, C, 0);
+    set_param(m, TSR_P_SHW1, "shw1", TSR_PK_WEIGHT, LM > 0 && S > 0, 3, LM, 2 * S, C, 0);
+    set_param(m, TSR_P_SHW2, "shw2", TSR_PK_WEIGHT, LM > 0 && S > 0, 3, LM, C, S, 0);
+}
+
 void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const tsr_ops *ops) {
     char why[400];
     const char *ck_key;
@@ -121,12 +165,13 @@ void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const ts
     m->S = dims.S;
     m->LM = dims.LM;
     m->LD = cfg->n_layer - dims.LM;
+    model_dn_params(m); /* (needs L and C) */
     m->V = cfg->vocab_size;
     int mult = cfg->vocab_multiple > 0 ? cfg->vocab_multiple : 1;
     m->Vp = (m->V + mult - 1) / mult * mult;
     m->maxT = cfg->max_seq_len > 0 ? cfg->max_seq_len : seq_len;
     config_actckpt_layers(cfg, &m->ckpt_lo, &m->n_ckpt, &ck_key, why, sizeof why); /* checked */
-    int64_t L = m->L, C = m->C, F = m->F, FW = m->FW, QKV = m->QKV, QD = m->QD, hs = m->hs;
+    int64_t L = m->L, C = m->C, QKV = m->QKV, QD = m->QD, hs = m->hs;
     int learned = cfg->pos == TSR_POS_LEARNED, bias = cfg->bias;
     /* the norms after the branches (sandwich, post), and before them (pre, sandwich) */
     const int after = cfg->norm_placement != TSR_NPLACE_PRE;
@@ -138,31 +183,24 @@ void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const ts
     set_param(m, TSR_P_WPE, "wpe", TSR_PK_EMBEDDING, learned, 2, m->maxT, C, 0, 0);
     set_param(m, TSR_P_LN1W, "ln1w", TSR_PK_NORM, before, 2, L, C, 0, 0);
     set_param(m, TSR_P_LN1B, "ln1b", TSR_PK_NORM, nbias, 2, L, C, 0, 0);
-    set_param(m, TSR_P_QKVW, "qkvw", TSR_PK_WEIGHT, 1, 3, L, QKV, C, 0);
-    set_param(m, TSR_P_QKVB, "qkvb", TSR_PK_BIAS, bias || cfg->qkv_bias, 2, L, QKV, 0, 0);
-    set_param(m, TSR_P_QNORMW, "qnormw", TSR_PK_NORM, qn, 2, L, proj ? m->NH * hs : hs, 0, 0);
-    set_param(m, TSR_P_KNORMW, "knormw", TSR_PK_NORM, qn, 2, L, proj ? m->KVH * hs : hs, 0, 0);
-    set_param(m, TSR_P_SINKS, "sinks", TSR_PK_BIAS, cfg->attn_sinks, 2, L, m->NH, 0, 0);
-    set_param(m, TSR_P_ATTPROJW, "attprojw", TSR_PK_WEIGHT, 1, 3, L, C, QD, 0);
-    set_param(m, TSR_P_ATTPROJB, "attprojb", TSR_PK_BIAS, bias, 2, L, C, 0, 0);
+    const int64_t LA = m->LA, la = LA > 0; /* the attention layers (all but linear ones) */
+    set_param(m, TSR_P_QKVW, "qkvw", TSR_PK_WEIGHT, la, 3, LA, QKV, C, 0);
+    set_param(m, TSR_P_QKVB, "qkvb", TSR_PK_BIAS, la && (bias || cfg->qkv_bias), 2, LA, QKV, 0,
+              0);
+    set_param(m, TSR_P_QNORMW, "qnormw", TSR_PK_NORM, la && qn, 2, LA, proj ? m->NH * hs : hs,
+              0, 0);
+    set_param(m, TSR_P_KNORMW, "knormw", TSR_PK_NORM, la && qn, 2, LA, proj ? m->KVH * hs : hs,
+              0, 0);
+    set_param(m, TSR_P_SINKS, "sinks", TSR_PK_BIAS, la && cfg->attn_sinks, 2, LA, m->NH, 0, 0);
+    set_param(m, TSR_P_ATTPROJW, "attprojw", TSR_PK_WEIGHT, la, 3, LA, C, QD, 0);
+    set_param(m, TSR_P_ATTNGATEW, "attngatew", TSR_PK_WEIGHT, la && cfg->attn_output_gate, 3, LA,
+              QD, C, 0);
+    set_param(m, TSR_P_ATTPROJB, "attprojb", TSR_PK_BIAS, la && bias, 2, LA, C, 0, 0);
     set_param(m, TSR_P_POSTATTNW, "postattnw", TSR_PK_NORM, after, 2, L, C, 0, 0);
     set_param(m, TSR_P_POSTMLPW, "postmlpw", TSR_PK_NORM, after, 2, L, C, 0, 0);
     set_param(m, TSR_P_LN2W, "ln2w", TSR_PK_NORM, before, 2, L, C, 0, 0);
     set_param(m, TSR_P_LN2B, "ln2b", TSR_PK_NORM, nbias, 2, L, C, 0, 0);
-    const int64_t LD = m->LD, LM = m->LM, E = m->E, FE = m->FE, S = m->S;
-    set_param(m, TSR_P_FCW, "fcw", TSR_PK_WEIGHT, LD > 0, 3, LD, FW, C, 0);
-    set_param(m, TSR_P_FCB, "fcb", TSR_PK_BIAS, LD > 0 && bias, 2, LD, FW, 0, 0);
-    set_param(m, TSR_P_FCPROJW, "fcprojw", TSR_PK_WEIGHT, LD > 0, 3, LD, C, F, 0);
-    set_param(m, TSR_P_FCPROJB, "fcprojb", TSR_PK_BIAS, LD > 0 && bias, 2, LD, C, 0, 0);
-    set_param(m, TSR_P_ROUTERW, "routerw", TSR_PK_WEIGHT, LM > 0, 3, LM, E, C, 0);
-    const int rb = LM > 0 && cfg->moe_router_bias, xb = LM > 0 && cfg->moe_expert_bias;
-    set_param(m, TSR_P_ROUTERB, "routerb", TSR_PK_BIAS, rb, 2, LM, E, 0, 0);
-    set_param(m, TSR_P_EXPW1, "expw1", TSR_PK_WEIGHT, LM > 0, 4, LM, E, 2 * FE, C);
-    set_param(m, TSR_P_EXPB1, "expb1", TSR_PK_BIAS, xb, 3, LM, E, 2 * FE, 0);
-    set_param(m, TSR_P_EXPW2, "expw2", TSR_PK_WEIGHT, LM > 0, 4, LM, E, C, FE);
-    set_param(m, TSR_P_EXPB2, "expb2", TSR_PK_BIAS, xb, 3, LM, E, C, 0);
-    set_param(m, TSR_P_SHW1, "shw1", TSR_PK_WEIGHT, LM > 0 && S > 0, 3, LM, 2 * S, C, 0);
-    set_param(m, TSR_P_SHW2, "shw2", TSR_PK_WEIGHT, LM > 0 && S > 0, 3, LM, C, S, 0);
+    mlp_params(m, cfg);
     set_param(m, TSR_P_LNFW, "lnfw", TSR_PK_NORM, 1, 1, C, 0, 0, 0);
     set_param(m, TSR_P_LNFB, "lnfb", TSR_PK_NORM, nbias, 1, C, 0, 0, 0);
     set_param(m, TSR_P_LMHEAD, "lm_head", TSR_PK_WEIGHT, !cfg->tie_embeddings, 2, m->Vp, C, 0, 0);
@@ -192,7 +230,7 @@ void model_alloc_frozen(tsr_model *m) {
     model_alloc_slopes(m);
 }
 
-int model_param_per_layer(tsr_param_id id) { return id >= TSR_P_LN1W && id <= TSR_P_SHW2; }
+int model_param_per_layer(tsr_param_id id) { return id >= TSR_P_LN1W && id <= TSR_P_DNOW; }
 
 int model_fp8_linear(tsr_param_id id) {
     return id == TSR_P_QKVW || id == TSR_P_ATTPROJW || id == TSR_P_FCW || id == TSR_P_FCPROJW ||
@@ -208,10 +246,13 @@ int model_moe_layer(const tsr_model *m, int l) {
     return m->E > 0 && (l + 1) % m->cfg.moe_every == 0;
 }
 
-/* the layers a per-layer tensor serves: 0 all, 1 the dense-MLP ones, 2 the MoE ones */
+/* the layers a per-layer tensor serves: 0 all, 1 the dense-MLP ones, 2 the MoE ones, 3 the
+ * attention ones, 4 the linear_attention ones */
 static int param_layer_set(tsr_param_id id) {
     if (id >= TSR_P_FCW && id <= TSR_P_FCPROJB) return 1;
     if (id >= TSR_P_ROUTERW && id <= TSR_P_SHW2) return 2;
+    if ((id >= TSR_P_QKVW && id <= TSR_P_ATTPROJB) || id == TSR_P_ATTNGATEW) return 3;
+    if (id >= TSR_P_DNQKVW && id <= TSR_P_DNOW) return 4;
     return 0;
 }
 
@@ -220,6 +261,8 @@ int model_param_layers(const tsr_model *m, tsr_param_id id) {
     switch (param_layer_set(id)) {
     case 1: return m->LD;
     case 2: return m->LM;
+    case 3: return m->LA;
+    case 4: return m->LL;
     default: return m->L;
     }
 }
@@ -242,6 +285,13 @@ int model_layer_slot(const tsr_model *m, tsr_param_id id, int l) {
     if (!m->params_info[id].numel || !model_param_per_layer(id) || l < 0 || l >= m->L) return -1;
     const int set = param_layer_set(id);
     if (set == 0) return l;
+    if (set >= 3) { /* attention or linear layers: the layers of l's kind before it */
+        const int lin = config_layer_linear(&m->cfg, l);
+        if (lin != (set == 4)) return -1;
+        int before = 0;
+        for (int k = 0; k < l; k++) before += config_layer_linear(&m->cfg, k) == lin;
+        return before;
+    }
     const int moe = model_moe_layer(m, l);
     if ((set == 2) != moe) return -1;
     /* MoE layers before l: those k < l with (k + 1) % every == 0 */
@@ -271,8 +321,18 @@ static const uint64_t init_stream[TSR_P_COUNT] = {
     [TSR_P_QNORMW] = 16,  [TSR_P_KNORMW] = 17, [TSR_P_LMHEAD] = 18,
     [TSR_P_ROUTERW] = 19, [TSR_P_EXPW1] = 20,  [TSR_P_EXPW2] = 21,   [TSR_P_SHW1] = 22,
     [TSR_P_SHW2] = 23,    [TSR_P_SINKS] = 24,  [TSR_P_POSTATTNW] = 25, [TSR_P_POSTMLPW] = 26,
-    [TSR_P_ROUTERB] = 27, [TSR_P_EXPB1] = 28,  [TSR_P_EXPB2] = 29, /* (zeros: unused so far) */
+    [TSR_P_DNQKVW] = 27,  [TSR_P_DNZW] = 28,   [TSR_P_DNBW] = 29,    [TSR_P_DNAW] = 30,
+    [TSR_P_DNCONV] = 31,  [TSR_P_DNDTB] = 32,  [TSR_P_DNALOG] = 33,  [TSR_P_DNNORMW] = 34,
+    [TSR_P_DNOW] = 35,    [TSR_P_ATTNGATEW] = 36,
+    [TSR_P_ROUTERB] = 37, [TSR_P_EXPB1] = 38,  [TSR_P_EXPB2] = 39, /* (zeros: unused so far) */
 };
+
+/* A_log of value head h of a linear layer: log(A) with A spread evenly over [1, 16] across the
+ * heads (HF draws A uniform in (0, 16); a fixed spread gives every seed the same decays) */
+static float dn_alog_init(const tsr_model *m, size_t k) {
+    const int HV = m->HVl, h = (int)(k % (size_t)HV);
+    return (float)log(1.0 + 15.0 * (HV > 1 ? (double)h / (HV - 1) : 0.0));
+}
 
 void model_init_weights(tsr_model *m, uint64_t seed) {
     model_init_weights_range(m, seed, 0, m->n_params, m->params);
@@ -294,9 +354,10 @@ void model_init_weights_range(const tsr_model *m, uint64_t seed, size_t lo, size
         const size_t k0 = lo > p->offset ? lo - p->offset : 0;
         const size_t k1 = hi - p->offset < n ? hi - p->offset : n;
         float *w = dst + (p->offset + k0 - lo);
-        if (p->kind == TSR_PK_NORM) {
+        if (p->kind == TSR_PK_NORM) { /* dt_bias: HF's ones too */
             int is_bias = i == TSR_P_LN1B || i == TSR_P_LN2B || i == TSR_P_LNFB;
-            for (size_t k = k0; k < k1; k++) w[k - k0] = is_bias ? 0.0f : 1.0f;
+            for (size_t k = k0; k < k1; k++)
+                w[k - k0] = i == TSR_P_DNALOG ? dn_alog_init(m, k) : is_bias ? 0.0f : 1.0f;
             continue;
         }
         /* element k's value depends on (seed, stream, k) alone (a counter-based generator), so
@@ -311,8 +372,10 @@ void model_init_weights_range(const tsr_model *m, uint64_t seed, size_t lo, size
 
 float model_init_weight(const tsr_model *m, tsr_param_id id, uint64_t seed, size_t k) {
     double std = m->cfg.init_std;
-    if (id == TSR_P_ATTPROJW || id == TSR_P_FCPROJW || id == TSR_P_EXPW2 || id == TSR_P_SHW2)
+    if (id == TSR_P_ATTPROJW || id == TSR_P_FCPROJW || id == TSR_P_EXPW2 || id == TSR_P_SHW2 ||
+        id == TSR_P_DNOW)
         std /= sqrt(2.0 * m->L); /* the residual projections */
+    if (id == TSR_P_DNCONV) std = 1.0 / sqrt(3.0 * m->Kc); /* torch Conv1d's U(+-1/sqrt(K)) */
     return (float)(std * tsr_rand_normal(seed, init_stream[id], k));
 }
 
@@ -358,6 +421,7 @@ double model_attn_keys(const tsr_model *m, int T) {
     double keys = 0.0;
     for (int l = 0; l < m->L; l++) {
         const int W = config_layer_window(&m->cfg, l);
+        if (config_layer_linear(&m->cfg, l)) continue; /* a state, no keys (docs/mfu.md) */
         keys += W > 0 && W < T ? W : T;
     }
     return keys;

@@ -56,6 +56,20 @@ typedef enum {
     TSR_P_EXPB2,   /* (LM, E, C) its bias (model.moe_expert_bias); size 0 without */
     TSR_P_SHW1,    /* (LM, 2S, C) the shared expert's [gate | up]; size 0 without one */
     TSR_P_SHW2,    /* (LM, C, S) */
+    /* Hybrid linear attention (docs/deltanet.md "Wiring"): the Gated DeltaNet of the LL
+     * linear_attention layers, stacked over those layers only; the attention tensors above (qkvw
+     * .. attprojb) are then stacked over the LA = L - LL other layers. CD = 2 HKl dkl + HVl dvl. */
+    TSR_P_ATTNGATEW, /* (LA, NH hs, C) model.attn_output_gate: the gate's rows of each head
+                      * (Qwen3-Next's q_proj rows [query | gate] per head, split); size 0 without */
+    TSR_P_DNQKVW,  /* (LL, CD, C) rows [q heads | k heads | v heads] (in_proj_qkv) */
+    TSR_P_DNZW,    /* (LL, HVl dvl, C) the output gate's projection (in_proj_z) */
+    TSR_P_DNBW,    /* (LL, HVl, C) beta's (in_proj_b) */
+    TSR_P_DNAW,    /* (LL, HVl, C) the decay's (in_proj_a) */
+    TSR_P_DNCONV,  /* (LL, CD, K) the depthwise convolution (conv1d) */
+    TSR_P_DNDTB,   /* (LL, HVl) dt_bias */
+    TSR_P_DNALOG,  /* (LL, HVl) A_log */
+    TSR_P_DNNORMW, /* (LL, dvl) the gated RMSNorm's weight */
+    TSR_P_DNOW,    /* (LL, C, HVl dvl) out_proj */
     TSR_P_LNFW,    /* (C) */
     TSR_P_LNFB,    /* (C) */
     TSR_P_LMHEAD,  /* (Vp, C) the untied LM head; size 0 with tie_embeddings */
@@ -97,7 +111,7 @@ typedef enum {
     TSR_A_MOE_DSH, TSR_A_MOE_DSHG,
     TSR_A_Q_LN1, TSR_A_Q_ATTY, TSR_A_Q_LN2, TSR_A_Q_FCH, TSR_A_Q_FCHG, TSR_A_Q_SCALES,
     TSR_A_RING_KV, TSR_A_RING_ACC, TSR_A_RING_DKV, TSR_A_RING_LO, TSR_A_RING_HI,
-    TSR_A_RING_SCRATCH,
+    TSR_A_RING_SCRATCH, TSR_A_DN, TSR_A_AGATE, TSR_A_DAGATE,
     TSR_A_COUNT
 } tsr_act_id;
 
@@ -174,6 +188,14 @@ typedef struct tsr_acts {
             float *ring_acc, *ring_dkv;
             int32_t *ring_lo, *ring_hi;
             void *ring_scratch;
+            /* linear_attention layers (docs/deltanet.md "Wiring"; NULL without): each layer's
+             * Gated DeltaNet activations (dec_dn_floats a layer), stacked (Lk, ...) with the
+             * attention group (the slots of the attention layers go unused) */
+            float *dn;
+            /* model.attn_output_gate (NULL without): per attention layer the gate's logits and
+             * the gated output (2, N, NH hs), stacked with the attention group; the gate
+             * logits' gradient (N, NH hs), reused layer by layer */
+            float *agate, *dagate;
         };
     };
     float moe_w;         /* this microbatch's weight of its auxiliary losses (docs/moe.md):
@@ -207,6 +229,8 @@ typedef struct tsr_model {
     int E, K, FE, S;         /* MoE (docs/moe.md): experts (0: dense), experts per token, expert
                               * width, shared expert width (0: none) */
     int LM, LD;              /* MoE layers, dense-MLP layers (LM + LD = L) */
+    int LL, LA;              /* linear_attention layers, attention layers (LL + LA = L) */
+    int HKl, HVl, dkl, dvl, Kc; /* the linear layers' heads, head sizes, convolution kernel */
     float *rope_freqs;       /* (hs/2) RoPE frequencies (model_rope_freqs) or NULL */
     tsr_param_info params_info[TSR_P_COUNT];
     size_t n_params;         /* floats in the flat buffer (including padded vocab rows) */
@@ -287,8 +311,8 @@ void model_alloc_frozen(tsr_model *m);
 /* The ALiBi slopes or RoPE frequencies alone (a model whose parameters live in a
  * tsr_param_source). */
 void model_alloc_slopes(tsr_model *m);
-/* Tensor id holds one slice per layer it serves (a stacked (L, ...), (LD, ...) or (LM, ...)
- * shape): ln1w .. shw2. */
+/* Tensor id holds one slice per layer it serves (a stacked (L, ...), (LD, ...), (LM, ...),
+ * (LA, ...) or (LL, ...) shape): ln1w .. dnow. */
 int model_param_per_layer(tsr_param_id id);
 /* precision.fp8 (docs/cuda.md "FP8"): tensor id is a decoder linear layer's weight (qkvw,
  * attprojw, fcw, fcprojw, shw1, shw2: never the embeddings, the head, a router or the experts),
@@ -424,6 +448,11 @@ typedef struct tsr_kv_cache {
     float *qkvr, *qknr;            /* qk_norm: (chunk, QKV), (chunk, NH+KVH); else NULL */
     float *fch, *fchg;             /* (chunk, F or 2F), (chunk, F) */
     float *att, *logits;           /* (nthreads, cap), (Vp) */
+    /* linear_attention layers (else NULL): one layer's Gated DeltaNet activations for a chunk,
+     * and per linear layer the sequence's state (LL, HVl, dkl, dvl) and convolution tail
+     * (LL, K-1, CD), in place of its keys and values (kt, v hold the LA attention layers) */
+    float *dn, *dn_state, *dn_conv;
+    float *agate;                  /* model.attn_output_gate: (2, chunk, NH hs), else NULL */
     struct {                       /* MoE layers' chunk buffers (tsr_acts' moe_*), else NULL */
         float *logits, *probs, *lse, *wts, *xg, *h, *hg, *y, *sh, *shg, *shout, *stats;
         int32_t *idx, *rows, *slot, *offs;

@@ -30,8 +30,8 @@
 #include "model.h"
 #include "model/decoder.h"
 
-size_t model_kv_bytes(const tsr_model *m, int cap) {
-    return 2 * (size_t)m->L * (size_t)cap * (size_t)m->KVH * (size_t)m->hs * sizeof(float);
+size_t model_kv_bytes(const tsr_model *m, int cap) { /* the attention layers' (LA of L) */
+    return 2 * (size_t)m->LA * (size_t)cap * (size_t)m->KVH * (size_t)m->hs * sizeof(float);
 }
 
 /* a buffer on be of n elements of elem bytes (exit 3 naming it when there is no room) */
@@ -64,6 +64,8 @@ static void kv_rows_alloc(tsr_kv_cache *kv, const tsr_model *m, const tsr_backen
     kv->fch = kv_alloc(be, n * FW, e, "fch");
     kv->fchg = kv_alloc(be, n * F, e, "fchg");
     kv->att = kv_alloc(be, (size_t)kv->nthreads * cap, f, "att");
+    if (m->LL) kv->dn = kv_alloc(be, dec_dn_floats(m, 1, n_), f, "linear layer");
+    if (m->cfg.attn_output_gate) kv->agate = kv_alloc(be, 2 * n * (size_t)m->QD, f, "gate");
     if (m->E) { /* the MoE layer's buffers for one chunk (4-byte elements, as tsr_acts') */
         const size_t E = m->E, K = m->K, FE = m->FE, S = m->S, nk = n * K;
         kv->moe.logits = kv_alloc(be, n * E, e, "moe");
@@ -93,9 +95,14 @@ void model_kv_init(tsr_kv_cache *kv, const tsr_model *m, int cap, int chunk) {
     memset(kv, 0, sizeof *kv);
     kv->cap = cap;
     kv->chunk = chunk < cap ? chunk : cap;
-    size_t per = (size_t)m->L * cap * m->KVH * m->hs;
+    size_t per = (size_t)m->LA * cap * m->KVH * m->hs + 1; /* the attention layers' */
     kv->kt = kv_alloc(&m->be, per, sizeof(float), "keys");
     kv->v = kv_alloc(&m->be, per, sizeof(float), "values");
+    if (m->LL) { /* the linear layers' state and convolution tail (decoder_dn.c) */
+        kv->dn_state = kv_alloc(&m->be, m->LL * dec_dn_cache_floats(m, 1), sizeof(float), "state");
+        kv->dn_conv = kv_alloc(&m->be, m->LL * dec_dn_cache_floats(m, 0) + 1, sizeof(float),
+                               "convolution tail");
+    }
     kv_rows_alloc(kv, m, &m->be, kv->chunk, cap);
     kv->logits = kv_alloc(&m->be, (size_t)m->Vp, sizeof(float), "logits");
 }
@@ -103,7 +110,7 @@ void model_kv_init(tsr_kv_cache *kv, const tsr_model *m, int cap, int chunk) {
 static void kv_free_on(tsr_kv_cache *kv, const tsr_backend *be) {
     float **bufs[] = {&kv->kt,   &kv->v,    &kv->x,    &kv->ln,  &kv->mean, &kv->rstd, &kv->qkv,
                       &kv->atty, &kv->proj, &kv->fch, &kv->fchg, &kv->att,  &kv->logits,
-                      &kv->qkvr, &kv->qknr,
+                      &kv->qkvr, &kv->qknr, &kv->dn, &kv->dn_state, &kv->dn_conv, &kv->agate,
                       &kv->moe.logits, &kv->moe.probs, &kv->moe.lse, &kv->moe.wts, &kv->moe.xg,
                       &kv->moe.h, &kv->moe.hg, &kv->moe.y, &kv->moe.sh, &kv->moe.shg,
                       &kv->moe.shout, &kv->moe.stats};
@@ -197,6 +204,10 @@ void model_kv_slots_init(tsr_kv_slots *ks, const tsr_model *m, const tsr_backend
     if (slots < 1 || cap < 1 || rows < 1)
         tsr_die(TSR_EXIT_INTERNAL, "model_kv_slots_init: %d slots of %d positions, %d rows", slots,
                 cap, rows);
+    if (m->LL)
+        tsr_die(TSR_EXIT_USAGE, "model.layer_types: batched decoding (generate --prompts, GRPO "
+                "rollouts) does not run linear_attention layers yet (docs/deltanet.md): one "
+                "sequence at a time does");
     memset(ks, 0, sizeof *ks);
     ks->slots = slots, ks->rows = rows;
     ks->buf.cap = cap, ks->buf.chunk = rows;

@@ -1,0 +1,135 @@
+/* decoder_dn.c — the decoder's linear_attention layers (docs/deltanet.md "Wiring"): Hugging Face
+ * Qwen3-Next's Gated DeltaNet (src/model/deltanet_layer.h) in a block's attention place, the MLP
+ * or MoE half of the block unchanged. decoder.c's ST_QKV step runs its forward (ST_ATTN then
+ * nothing), whose output dec_branch_out takes where an attention layer's projection would be;
+ * decoder_backward.c its backward. Its activations are the layer's slot of the attention group's
+ * stack (TSR_A_DN; activation checkpointing recomputes them with the attention's); a decode step
+ * carries each linear layer's state and convolution tail in the cache (tsr_kv_cache dn_*) in
+ * place of keys and values.
+ * Also Qwen3-Next's gated attention (model.attn_output_gate) of the attention layers.
+ * The layer and the gate are fp32 CPU code called directly, not backend entries: a model with
+ * them runs on the fp32 host backend only (dec_check_backend says so otherwise).
+ */
+#include <stddef.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "common.h"
+#include "model/decoder.h"
+#include "model/decoder_int.h"
+#include "model/deltanet_layer.h"
+
+/* the core's chunk in training (docs/deltanet.md) */
+#define DN_CHUNK 64
+
+int dec_dn_layer(const tsr_model *m, int l) { return m->LL > 0 && config_layer_linear(&m->cfg, l); }
+
+/* the layer's dimensions for B sequences of T positions */
+static dn_dims dn_dims_of(const tsr_model *m, int B, int T) {
+    return (dn_dims){.B = B, .T = T, .C = m->C, .HK = m->HKl, .HV = m->HVl, .dk = m->dkl,
+                     .dv = m->dvl, .K = m->Kc, .chunk = DN_CHUNK, .eps = (float)m->cfg.norm_eps};
+}
+
+size_t dec_dn_floats(const tsr_model *m, int B, int T) {
+    const dn_dims d = dn_dims_of(m, B, T);
+    return dn_acts_floats(&d) + (size_t)B * T * m->C; /* and the output (N, C) */
+}
+
+size_t dec_dn_cache_floats(const tsr_model *m, int state) {
+    const size_t cd = 2 * (size_t)m->HKl * m->dkl + (size_t)m->HVl * m->dvl;
+    return state ? (size_t)m->HVl * m->dkl * m->dvl : (size_t)(m->Kc - 1) * cd;
+}
+
+/* the layer's acts in the slot v->dn of a pass of B x T, *out its output (N, C) after them */
+static dn_acts acts_of(const dn_dims *d, const dec_layer *v, float **out) {
+    dn_acts a;
+    dn_acts_at(&a, v->dn, d);
+    *out = v->dn + dn_acts_floats(d);
+    return a;
+}
+
+/* layer l's tensors of unit u: the weights (w) or their gradients (g) */
+static dn_params params_of(void *const *t) {
+    return (dn_params){.wqkv = t[TSR_P_DNQKVW], .wz = t[TSR_P_DNZW], .wb = t[TSR_P_DNBW],
+                       .wa = t[TSR_P_DNAW], .conv = t[TSR_P_DNCONV], .dt_bias = t[TSR_P_DNDTB],
+                       .a_log = t[TSR_P_DNALOG], .normw = t[TSR_P_DNNORMW], .wo = t[TSR_P_DNOW]};
+}
+
+/* a decode step's cache of linear layer l: in (NULL when the chunk starts a segment: zeros) and
+ * next, both the sequence's own (updated in place) */
+static void kv_cache_of(const dec_run *r, int l, dn_cache *c, const dn_cache **in) {
+    const tsr_model *m = r->d->m;
+    const size_t s = (size_t)model_layer_slot(m, TSR_P_DNQKVW, l);
+    c->state = r->kv->dn_state + s * dec_dn_cache_floats(m, 1);
+    c->conv = r->kv->dn_conv + s * dec_dn_cache_floats(m, 0);
+    *in = r->p0 == r->kv->seg ? NULL : c;
+}
+
+void dec_dn_forward(const dec_run *r, int l, const dec_layer *v, const void *const *w) {
+    const dn_dims d = dn_dims_of(r->d->m, r->B, r->T);
+    float *out;
+    dn_acts a = acts_of(&d, v, &out);
+    const dn_params p = params_of((void *const *)w);
+    if (r->ks)
+        tsr_die(TSR_EXIT_INTERNAL, "decoder: batched decoding of linear_attention layers is not "
+                "built (docs/deltanet.md)");
+    dn_cache c;
+    const dn_cache *in = NULL;
+    if (r->kv) kv_cache_of(r, l, &c, &in);
+    dn_layer_forward(out, in, r->kv ? &c : NULL, &a, v->ln1, &p, r->kv ? NULL : r->d->a->seq,
+                     &d);
+}
+
+void dec_dn_out(const dec_run *r, const dec_layer *v) {
+    const dn_dims d = dn_dims_of(r->d->m, r->B, r->T);
+    float *out;
+    acts_of(&d, v, &out);
+    memcpy(r->scratch, out, (size_t)r->N * r->d->m->C * sizeof(float));
+}
+
+void dec_dn_backward(const dec_run *r, const dec_layer *v, const dec_unit *u, const void *dout) {
+    const dn_dims d = dn_dims_of(r->d->m, r->B, r->T);
+    tsr_acts *acts = r->d->a;
+    float *out;
+    const dn_acts a = acts_of(&d, v, &out);
+    const dn_params p = params_of((void *const *)u->w), g = params_of((void *const *)u->g);
+    memset(acts->dln, 0, (size_t)r->N * r->d->m->C * sizeof(float));
+    dn_layer_backward(acts->dln, &g, dout, NULL, &a, v->ln1, &p, acts->seq, &d);
+}
+
+/* ---- model.attn_output_gate ---------------------------------------------------------------- */
+
+static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+void dec_gate_forward(const dec_run *r, const dec_layer *v) {
+    if (!v->agate) return;
+    const size_t n = (size_t)r->N * r->d->m->QD;
+    const float *gate = v->agate, *y = v->atty;
+    float *gated = v->agated;
+    for (size_t i = 0; i < n; i++) gated[i] = y[i] * sigmoidf(gate[i]);
+}
+
+const void *dec_attn_in(const tsr_model *m, const dec_layer *v) {
+    (void)m;
+    return v->agate ? (const void *)v->agated : v->atty;
+}
+
+void dec_gate_backward(const dec_run *r, const dec_layer *v, const dec_unit *u, int proj) {
+    const tsr_backend *be = r->d->be;
+    const tsr_model *m = r->d->m;
+    tsr_acts *a = r->d->a;
+    if (!v->agate) return;
+    const size_t n = (size_t)r->N * m->QD;
+    if (proj) {
+        be->matmul_backward(be, a->dln, u->g[TSR_P_ATTNGATEW], NULL, a->dagate, v->ln1,
+                            u->w[TSR_P_ATTNGATEW], r->N, m->C, m->QD, TSR_GRAD_ADD);
+        return;
+    }
+    const float *gate = v->agate, *y = v->atty;
+    for (size_t i = 0; i < n; i++) { /* datty = d gated: d y = it s, d gate = it y s (1 - s) */
+        const float s = sigmoidf(gate[i]), dg = a->datty[i];
+        a->dagate[i] = dg * y[i] * s * (1.0f - s);
+        a->datty[i] = dg * s;
+    }
+}

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Hybrid linear attention through the real trainer and tessera generate (docs/deltanet.md
+# "Wiring"; the maths against float64 PyTorch: tests/reference/test_hybrid.py; decoding and
+# checkpointing in-process: build/tests/test_hybrid_decode):
+#  - a tiny 4-layer model with three linear_attention layers (Gated DeltaNet) and one full one
+#    with Qwen3-Next's gated attention (3 : 1, model.attn_output_gate) trains 4 steps; its
+#    checkpoint holds the DeltaNet's tensors over the 3 linear layers and the attention's and the
+#    gate's (attngatew) over the 1 full one, and verifies; ddp on 2 ranks, and zero3 on 2 ranks
+#    equals it within 1e-6 at every step (the new tensors are ordinary units of the shards);
+#  - tessera generate from it, greedy, 100 tokens: the cache (the linear layers' state and
+#    convolution tail) gives the no-cache forward's ids and probabilities (1e-6 + 1e-4 p);
+#  - device = "cuda" and parallel.context = 2 are refused at start naming model.layer_types, as
+#    lora.rank > 0 naming lora.rank (exit 1, a config error), nothing written in run_dir;
+#  - the Hugging Face export is refused naming model.layer_types, no weights written.
+source "$(dirname "$0")/../lib.sh"
+tsr_tmpdir
+GEN=("$TOOL" generate --set threads=1)
+PROMPT="5 17 3 250 99 12 7 300 41 8 2 66 19 101 3 77 45 9 13 21"
+source "$(dirname "$0")/../eval/generate_lib.sh"
+tap_plan 6
+make_synth "$TMP/data" 512 60000
+tiny_llama_args "$TMP/data/train"
+args+=(--set model.n_head=4 --set model.n_kv_head=2 --set max_duration=4ba --set save_interval=4ba
+       --set watchdog.window=0 --set model.n_layer=4
+       --set model.layer_types=linear_attention,linear_attention,linear_attention,full_attention
+       --set model.linear_num_key_heads=2 --set model.linear_num_value_heads=4
+       --set model.linear_key_head_dim=16 --set model.linear_value_head_dim=16
+       --set model.attn_output_gate=true)
+
+"${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$TMP/D" >"$TMP/D.txt" 2>&1
+rc=$?
+tap_diag "train: exit $rc, step-4 loss $(json_field "$TMP/D/metrics.jsonl" 4 loss)"
+((rc == 0)) && "$TOOL" ckpt verify "$TMP/D/step-00000004.h5" >"$TMP/verify.txt" 2>&1 &&
+    /usr/bin/python3 - "$TMP/D/step-00000004.h5" <<'PY'
+import sys, h5py
+shapes = {}
+h5py.File(sys.argv[1], "r").visititems(
+    lambda n, o: shapes.__setitem__(n.split("/")[-1], o.shape) if isinstance(o, h5py.Dataset) else None)
+print("# dnqkvw", shapes.get("dnqkvw"), "dnow", shapes.get("dnow"), "qkvw", shapes.get("qkvw"),
+      "attngatew", shapes.get("attngatew"))
+sys.exit(0 if shapes.get("dnqkvw", (0,))[0] == 3 and shapes.get("dnow", (0,))[0] == 3
+         and shapes.get("qkvw", (0,))[0] == 1 and shapes.get("attngatew") == (1, 64, 64) else 1)
+PY
+tap_check $? "a 3 linear + 1 full hybrid trains 4 steps on 2 ranks; its checkpoint holds dnqkvw .. dnow over 3 layers, qkvw and attngatew over 1, and verifies"
+
+"${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$TMP/Z" --set parallel.sharding=zero3 \
+    --set save_interval=0ba --set save_final=false >"$TMP/Z.txt" 2>&1
+rc=$?
+tap_diag "zero3 vs ddp: exit $rc, $(metrics_close "$TMP/D/metrics.jsonl" "$TMP/Z/metrics.jsonl" 1 1e-6 1e-6)"
+((rc == 0)) && metrics_close "$TMP/D/metrics.jsonl" "$TMP/Z/metrics.jsonl" 1 1e-6 1e-6 >/dev/null
+tap_check $? "the hybrid under zero3 on 2 ranks equals ddp within 1e-6 at every step"
+
+greedy D gen --max-tokens 100 && [[ $(wc -w <"$TMP/gen.c") == 100 ]] && cmp -s "$TMP/gen.c" "$TMP/gen.n" &&
+    probs_close "$TMP/gen.c.probs" "$TMP/gen.n.probs"
+tap_check $? "generate, greedy 20 + 100 tokens: the linear layers' state in the cache == no cache, ids and probabilities"
+
+variant_refused R model.layer_types
+tap_check $? "device = cuda and parallel.context = 2 with linear_attention layers: exit 1 naming model.layer_types, nothing written"
+
+mkdir -p "$TMP/L"
+"$TRAIN" "${args[@]}" --set run_dir="$TMP/L/run" --set lora.rank=4 >"$TMP/lora.txt" 2>&1
+rc=$?
+tap_diag "lora: $(grep -m1 error "$TMP/lora.txt")"
+((rc == 1)) && grep -q "lora.rank = 4: LoRA does not adapt the linear_attention layers" "$TMP/lora.txt" &&
+    [[ -z $(ls -A "$TMP/L") ]]
+tap_check $? "lora.rank > 0 with linear_attention layers: refused (exit $rc) naming lora.rank, nothing written"
+
+"$TOOL" ckpt export --format hf "$TMP/D/step-00000004.h5" "$TMP/hf" >"$TMP/export.txt" 2>&1
+rc=$?
+tap_diag "export: $(head -c 300 "$TMP/export.txt")"
+[[ $rc == 1 && ! -e $TMP/hf/model.safetensors ]] && grep -q "model.layer_types" "$TMP/export.txt"
+tap_check $? "ckpt export --format hf of the hybrid: refused (exit $rc) naming model.layer_types, no weights written"
+tap_done
