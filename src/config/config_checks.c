@@ -61,7 +61,9 @@ const char *const cfgload_cross_rules[] = {
     "`model.sliding_window` > 0. A sliding window, `model.attn_sinks` or a "
     "`model.query_pre_attn_scalar` other than the head size, or `model.norm_placement` other than "
     "`pre` (which needs `model.norm = \"rmsnorm\"`), `model.qk_norm_scope = \"projection\"` or "
-    "`model.embed_scale` other than `none` runs on `device = \"cpu\"` and without context "
+    "`model.embed_scale` other than `none`, soft-capping (`model.attn_logit_softcapping`, "
+    "`model.final_logit_softcapping`) or a RoPE variant (`model.rope_scaling` `linear` or `yarn`, "
+    "`model.rope_local_theta`, `model.partial_rotary_factor`, `model.no_rope_layers`) runs on `device = \"cpu\"` and without context "
     "parallelism (`parallel.context = 1`) so far.",
 };
 const size_t cfgload_n_cross_rules = sizeof cfgload_cross_rules / sizeof *cfgload_cross_rules;
@@ -295,7 +297,8 @@ static void validate_attn_variants(load_ctx *c) {
     if (g->device == TSR_DEVICE_CUDA) {
         tsr_error("%s%s: device = \"cuda\" does not run sliding-window attention, attention "
                   "sinks, query_pre_attn_scalar, sandwich or post norms, QK-norm over the "
-                  "projection or an embedding scale yet (no CUDA kernel for them): use device = "
+                  "projection, an embedding scale, soft-capping or the RoPE variants of docs/models.md "
+                  "\"Positions\" yet (no CUDA kernel for them): use device = "
                   "\"cpu\", or a model without them",
                   cfgload_where(c, key, at, sizeof at), key);
         c->errors++;
@@ -303,7 +306,8 @@ static void validate_attn_variants(load_ctx *c) {
     if (g->context > 1) {
         tsr_error("%s%s: parallel.context = %lld: the ring of context parallelism does not run "
                   "sliding-window attention, attention sinks, query_pre_attn_scalar, sandwich or "
-                  "post norms, QK-norm over the projection or an embedding scale yet: set "
+                  "post norms, QK-norm over the projection, an embedding scale, soft-capping or the RoPE "
+                  "variants of docs/models.md \"Positions\" yet: set "
                   "parallel.context = 1",
                   cfgload_where(c, key, at, sizeof at), key, (long long)g->context);
         c->errors++;
