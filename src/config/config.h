@@ -451,6 +451,11 @@ int config_layer_rope(const tsr_model_config *m, int l);
  * base, partial rotary, NoPE layers) that is set, or NULL; config_attn_variant_key returns it
  * after its own. */
 const char *config_position_variant_key(const tsr_model_config *m);
+/* Its RoPE keys alone (linear or YaRN scaling, a local base, partial rotary, NoPE layers). */
+const char *config_rope_variant_key(const tsr_model_config *m);
+/* config_attn_variant_key less the RoPE keys, which the ring of context parallelism runs (each
+ * token's position comes with the data): what parallel.context > 1 refuses, or NULL. */
+const char *config_ring_variant_key(const tsr_model_config *m);
 /* The model uses a sliding window, attention sinks, a query_pre_attn_scalar other than the head
  * size, a norm placement other than pre, QK-norm over the projection or an embedding scale (what
  * the CUDA backend, the ring of context parallelism and the Hugging Face export do not run yet):

@@ -63,8 +63,9 @@ const char *const cfgload_cross_rules[] = {
     "`pre` (which needs `model.norm = \"rmsnorm\"`), `model.qk_norm_scope = \"projection\"` or "
     "`model.embed_scale` other than `none`, soft-capping (`model.attn_logit_softcapping`, "
     "`model.final_logit_softcapping`) or a RoPE variant (`model.rope_scaling` `linear` or `yarn`, "
-    "`model.rope_local_theta`, `model.partial_rotary_factor`, `model.no_rope_layers`) runs on `device = \"cpu\"` and without context "
-    "parallelism (`parallel.context = 1`) so far.",
+    "`model.rope_local_theta`, `model.partial_rotary_factor`, `model.no_rope_layers`) runs on "
+    "`device = \"cpu\"` only so far, and all but the RoPE variants without context parallelism "
+    "(`parallel.context = 1`).",
 };
 const size_t cfgload_n_cross_rules = sizeof cfgload_cross_rules / sizeof *cfgload_cross_rules;
 
@@ -287,29 +288,29 @@ static void validate_fp8(load_ctx *c) {
     }
 }
 
-/* Sliding windows and attention sinks (docs/models.md "Attention variants"): the CPU's decoder
- * runs them; the CUDA kernels and the ring of context parallelism do not yet. */
+/* Sliding windows, attention sinks and the other variants of docs/models.md
+ * (config_attn_variant_key): the CPU's decoder runs them; the CUDA kernels do not yet, nor the ring of context parallelism
+ * (but for the RoPE variants: each token's position comes with the data). */
 static void validate_attn_variants(load_ctx *c) {
     const tsr_config *g = c->cfg;
     const char *key = config_attn_variant_key(&g->model);
+    const char *ring = config_ring_variant_key(&g->model);
     char at[1200];
-    if (!key) return;
-    if (g->device == TSR_DEVICE_CUDA) {
+    if (key && g->device == TSR_DEVICE_CUDA) {
         tsr_error("%s%s: device = \"cuda\" does not run sliding-window attention, attention "
                   "sinks, query_pre_attn_scalar, sandwich or post norms, QK-norm over the "
-                  "projection, an embedding scale, soft-capping or the RoPE variants of docs/models.md "
-                  "\"Positions\" yet (no CUDA kernel for them): use device = "
+                  "projection, an embedding scale, soft-capping or the RoPE variants of "
+                  "docs/models.md \"Positions\" yet (no CUDA kernel for them): use device = "
                   "\"cpu\", or a model without them",
                   cfgload_where(c, key, at, sizeof at), key);
         c->errors++;
     }
-    if (g->context > 1) {
+    if (ring && g->context > 1) {
         tsr_error("%s%s: parallel.context = %lld: the ring of context parallelism does not run "
                   "sliding-window attention, attention sinks, query_pre_attn_scalar, sandwich or "
-                  "post norms, QK-norm over the projection, an embedding scale, soft-capping or the RoPE "
-                  "variants of docs/models.md \"Positions\" yet: set "
-                  "parallel.context = 1",
-                  cfgload_where(c, key, at, sizeof at), key, (long long)g->context);
+                  "post norms, QK-norm over the projection, an embedding scale or soft-capping "
+                  "yet: set parallel.context = 1",
+                  cfgload_where(c, ring, at, sizeof at), ring, (long long)g->context);
         c->errors++;
     }
 }

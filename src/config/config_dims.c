@@ -312,6 +312,15 @@ const char *config_attn_variant_key(const tsr_model_config *m) {
 const char *config_position_variant_key(const tsr_model_config *m) {
     if (m->attn_logit_softcapping > 0) return "model.attn_logit_softcapping";
     if (m->final_logit_softcapping > 0) return "model.final_logit_softcapping";
+    return config_rope_variant_key(m);
+}
+
+const char *config_ring_variant_key(const tsr_model_config *m) {
+    const char *key = config_attn_variant_key(m), *rope = config_rope_variant_key(m);
+    return key && rope && strcmp(key, rope) == 0 ? NULL : key;
+}
+
+const char *config_rope_variant_key(const tsr_model_config *m) {
     if (m->pos != TSR_POS_ROPE) return NULL;
     if (m->rope_scaling == TSR_ROPE_SCALING_LINEAR || m->rope_scaling == TSR_ROPE_SCALING_YARN)
         return "model.rope_scaling";

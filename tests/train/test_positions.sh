@@ -9,8 +9,11 @@
 #  - tessera generate from each, greedy, 20 + 100 tokens: the KV cache's ids equal the no-cache
 #    forward's and its next-token probabilities agree within 1e-6 + 1e-4 p (the capped scores in
 #    the decode, the capped logits' distribution, each layer's RoPE table, NoPE);
-#  - device = "cuda" and parallel.context = 2 are refused (exit 1, a config error) naming the key,
-#    nothing written; ckpt export --format hf refuses the YaRN model naming model.rope_scaling;
+#  - device = "cuda" and parallel.context = 2 with a soft cap are refused (exit 1, a config error)
+#    naming the key, nothing written; the ring runs the RoPE variants (positions come with each
+#    token): YaRN + partial + NoPE at parallel.context = 2 gives context 1's losses within 1e-6,
+#    and device = cuda refuses them; ckpt export --format hf refuses the YaRN model naming
+#    model.rope_scaling;
 #  - bad values: a no_rope_layers entry other than 0/1, a partial_rotary_factor that does not turn
 #    an even number of dimensions: exit 1 naming the key.
 source "$(dirname "$0")/../lib.sh"
@@ -18,7 +21,7 @@ tsr_tmpdir
 GEN=("$TOOL" generate --set threads=1)
 PROMPT="5 17 3 250 99 12 7 300 41 8 2 66 19 101 3 77 45 9 13 21"
 source "$(dirname "$0")/../eval/generate_lib.sh"
-tap_plan 7
+tap_plan 8
 make_synth "$TMP/data" 512 60000
 tiny_llama_args "$TMP/data/train"
 args+=(--set model.n_head=4 --set model.n_kv_head=2 --set max_duration=6ba --set save_interval=6ba
@@ -50,8 +53,18 @@ greedy Y y --max-tokens 100 && [[ $(wc -w <"$TMP/y.c") == 100 ]] && cmp -s "$TMP
 tap_check $? "generate (YaRN, partial rotary, NoPE layer 1), greedy 20 + 100 tokens: KV cache == no cache, ids and probabilities"
 
 variant_refused R model.attn_logit_softcapping --set model.attn_logit_softcapping=1.0 &&
-    variant_refused S model.rope_scaling "${yarn[@]}"
-tap_check $? "device = cuda and parallel.context = 2 with the attention soft cap, and with YaRN: exit 1 (a config error) naming the key, nothing written"
+    variant_refused S model.final_logit_softcapping --set model.final_logit_softcapping=2.0
+tap_check $? "device = cuda and parallel.context = 2 with the attention soft cap, and with the final one: exit 1 (a config error) naming the key, nothing written"
+
+# the ring takes each token's position from the data: the RoPE variants run there as they are
+"${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" "${yarn[@]}" --set run_dir="$TMP/YC" --set parallel.context=2 >"$TMP/YC.txt" 2>&1
+rc=$?
+tap_diag "context 2 vs 1: $(metrics_close "$TMP/Y/metrics.jsonl" "$TMP/YC/metrics.jsonl" 1 1e-6 1e-5)"
+((rc == 0)) && metrics_close "$TMP/Y/metrics.jsonl" "$TMP/YC/metrics.jsonl" 1 1e-6 1e-5 >/dev/null &&
+    "$TRAIN" "${args[@]}" "${yarn[@]}" --set run_dir="$TMP/YS" --set device=cuda >"$TMP/YS.txt" 2>&1
+rc2=$?
+((rc == 0 && rc2 == 1)) && grep -q 'model.rope_scaling: device = "cuda" does not run' "$TMP/YS.txt"
+tap_check $? "YaRN, partial rotary and a NoPE layer at parallel.context = 2 (exit $rc): the losses of context 1 within 1e-6, gradient norms within 1e-5; device = cuda refused (exit $rc2) naming model.rope_scaling"
 
 "$TOOL" ckpt export --format hf "$TMP/Y/step-00000006.h5" "$TMP/hfY" >"$TMP/export.txt" 2>&1
 rc=$?
