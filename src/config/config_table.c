@@ -199,7 +199,8 @@ const cfgtab_key cfgtab_keys[] = {
             "`linear` (every frequency divided by rope_factor; Gemma 3 4B-27B's full layers) or "
             "`yarn` (gpt-oss: rope_factor, rope_beta_fast, rope_beta_slow, rope_truncate, "
             "rope_original_max_pos; q and k times 0.1 ln(rope_factor) + 1). With "
-            "model.rope_local_theta the sliding layers are not scaled."},
+            "model.rope_local_theta the sliding layers are not scaled. linear and yarn: CPU only "
+            "so far."},
     {.name = "model.rope_factor", .type = CFGK_FLOAT, FIELD(model.rope_factor), .def = "8",
      .lo = 1, NO_MAX, .doc = "rope_scaling = llama3: low frequencies are divided by this; linear: every frequency; "
             "yarn: the interpolated ones (gpt-oss: 32)."},
